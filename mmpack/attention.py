@@ -1,0 +1,358 @@
+"""Attention masks for packed rows: each document attends only within itself.
+
+A packed row of ``seqlen`` tokens holds several documents, delimited by its ``cu_seqlens``
+(``0, end of segment 0, ..., seqlen``; the last segment may be padding).  Attention over the row
+must equal attention over each document alone, so a query at position ``q`` may see a key at
+``kv`` only when both lie in the same segment (and, when causal, ``q >= kv``).  Worked example,
+``cu_seqlens = [0, 2, 5]``, causal (1 = may attend)::
+
+    document_ids = [0, 0, 1, 1, 1]        block_causal_mask =  1 . . . .
+                                                               1 1 . . .
+                                                               . . 1 . .
+                                                               . . 1 1 .
+                                                               . . 1 1 1
+
+Three forms of the same mask:
+
+* :func:`block_causal_mask` / :func:`batched_block_causal_mask`: dense boolean masks, True = may
+  attend, the convention of ``torch.nn.functional.scaled_dot_product_attention``'s ``attn_mask``.
+  ``O(seqlen**2)`` memory per row: fine for tests and short rows, wasteful at 8k and beyond.
+* :func:`flex_document_mask`: a FlexAttention ``BlockMask`` built from
+  :func:`document_mask_mod`; ``O(seqlen**2 / 128**2)`` memory, and the compiled kernel skips the
+  blocks no query may see (about ``1 - 1 / n_documents`` of the work of a full causal row).
+* FlashAttention's varlen form needs no mask at all: the batch-wide ``cu_seqlens`` of
+  :func:`mmpack.collate.collate`.
+
+Padding: a padding segment is a segment like any other, so its positions attend among
+themselves.  Every position may attend at least to itself (the diagonal is always True), so no
+row of a mask is empty and SDPA never produces NaN.
+
+Cost: :func:`document_ids` is one ``repeat_interleave`` (``O(seqlen)``); a dense mask is one
+broadcast comparison (``O(seqlen**2)``).  Everything runs on the device of the ``device``
+argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+
+__all__ = [
+    "batched_block_causal_mask",
+    "batched_document_ids",
+    "block_causal_mask",
+    "document_ids",
+    "document_mask_mod",
+    "flex_document_mask",
+]
+
+CuSeqlens = "torch.Tensor | np.ndarray | Sequence[int]"
+
+
+def document_ids(
+    cu_seqlens: torch.Tensor | np.ndarray | Sequence[int],
+    seqlen: int,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Segment index of every position of one row.
+
+    Parameters
+    ----------
+    cu_seqlens : torch.Tensor, numpy.ndarray or sequence of int, shape (n + 1,)
+        Non-decreasing boundaries from 0 to ``seqlen`` (repeated values, i.e. empty segments,
+        are allowed).
+    seqlen : int
+        Row length.
+    device : torch.device or str, optional
+        Device of the result; default: that of ``cu_seqlens`` if it is a tensor, else CPU.
+
+    Returns
+    -------
+    torch.Tensor, int64, shape (seqlen,)
+        ``ids[p] = i`` where ``cu_seqlens[i] <= p < cu_seqlens[i + 1]``.
+    """
+    cu = _row(cu_seqlens, seqlen, "cu_seqlens", device)
+    lengths = cu[1:] - cu[:-1]
+    segments = torch.arange(lengths.shape[0], device=cu.device)
+    return torch.repeat_interleave(segments, lengths, output_size=seqlen)
+
+
+def batched_document_ids(
+    cu_seqlens_rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
+    seqlen: int,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """:func:`document_ids` of every row of a batch.
+
+    Parameters
+    ----------
+    cu_seqlens_rows : sequence of B 1-D boundaries, or torch.Tensor of shape (B, n + 1)
+        Each row's boundaries (e.g. ``batch["cu_seqlens_rows"]`` from
+        :func:`mmpack.collate.collate`); rows may hold different numbers of segments.
+    seqlen : int
+        Row length.
+    device : torch.device or str, optional
+        Device of the result (default: that of the first row if a tensor, else CPU).
+
+    Returns
+    -------
+    torch.Tensor, int64, shape (B, seqlen)
+    """
+    rows = _rows(cu_seqlens_rows, seqlen, device)
+    counts = torch.tensor([r.shape[0] for r in rows], device=rows[0].device)
+    # One repeat_interleave over the whole batch: segment k of the concatenated boundaries,
+    # minus the index where its row starts, is its index within the row.
+    flat = torch.cat(rows)
+    lengths = flat[1:] - flat[:-1]
+    row_start = torch.cumsum(counts, 0) - counts
+    lengths[row_start[1:] - 1] = 0  # the gap from one row's end to the next row's 0
+    segment = torch.arange(lengths.shape[0], device=flat.device)
+    ids = torch.repeat_interleave(segment, lengths, output_size=len(rows) * seqlen)
+    ids = ids.view(len(rows), seqlen)
+    return ids - row_start.view(-1, 1)
+
+
+def block_causal_mask(
+    cu_seqlens: torch.Tensor | np.ndarray | Sequence[int],
+    seqlen: int,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Dense attention mask of one packed row: same segment and, when causal, ``q >= kv``.
+
+    Parameters
+    ----------
+    cu_seqlens : torch.Tensor, numpy.ndarray or sequence of int, shape (n + 1,)
+        The row's boundaries, as for :func:`document_ids`.
+    seqlen : int
+        Row length.
+    causal : bool
+        Lower-triangular within each segment (decoder); False gives the block-diagonal mask of
+        bidirectional attention within each document (encoder, e.g. MLM).
+    device : torch.device or str, optional
+        As for :func:`document_ids`.
+
+    Returns
+    -------
+    torch.Tensor, bool, shape (seqlen, seqlen)
+        ``mask[q, kv]`` is True where query ``q`` may attend to key ``kv`` (SDPA's boolean
+        ``attn_mask`` convention).  The diagonal is always True.
+    """
+    ids = document_ids(cu_seqlens, seqlen, device=device)
+    return _mask_from_ids(ids, causal)
+
+
+def batched_block_causal_mask(
+    cu_seqlens_rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
+    seqlen: int,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """:func:`block_causal_mask` of every row, shaped to broadcast over attention heads.
+
+    Parameters
+    ----------
+    cu_seqlens_rows : sequence of B 1-D boundaries, or torch.Tensor of shape (B, n + 1)
+        As for :func:`batched_document_ids`.
+    seqlen : int
+        Row length.
+    causal : bool
+        As for :func:`block_causal_mask`.
+    device : torch.device or str, optional
+        As for :func:`batched_document_ids`.
+
+    Returns
+    -------
+    torch.Tensor, bool, shape (B, 1, seqlen, seqlen)
+        Pass as ``attn_mask`` to ``scaled_dot_product_attention`` with ``q, k, v`` of shape
+        ``(B, heads, seqlen, head_dim)``.
+    """
+    ids = batched_document_ids(cu_seqlens_rows, seqlen, device=device)
+    return _mask_from_ids(ids, causal).unsqueeze(1)
+
+
+def document_mask_mod(
+    doc_ids: torch.Tensor, *, causal: bool = True
+) -> Callable[[Any, Any, Any, Any], Any]:
+    """FlexAttention ``mask_mod`` of packed documents.
+
+    Parameters
+    ----------
+    doc_ids : torch.Tensor, integer, shape (B, seqlen)
+        Segment index per position (:func:`batched_document_ids`), on the device attention runs
+        on.
+    causal : bool
+        Also require ``q_idx >= kv_idx``.
+
+    Returns
+    -------
+    callable
+        ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``: True where ``doc_ids[b, q_idx] ==
+        doc_ids[b, kv_idx]`` (and ``q_idx >= kv_idx`` when causal).  Combine it with others
+        through ``torch.nn.attention.flex_attention.and_masks`` (e.g. a sliding window).
+    """
+    if not isinstance(doc_ids, torch.Tensor) or doc_ids.ndim != 2:
+        raise ValueError(
+            "doc_ids must be a 2-D (B, seqlen) tensor of segment indices, got "
+            f"{type(doc_ids).__name__} with shape {getattr(doc_ids, 'shape', None)}"
+        )
+    if causal:
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
+
+    else:
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+
+    return mask_mod
+
+
+def flex_document_mask(
+    cu_seqlens_rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
+    seqlen: int,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
+    block_size: int = 128,
+) -> BlockMask:
+    """FlexAttention ``BlockMask`` of a packed batch (documents attend only within themselves).
+
+    Parameters
+    ----------
+    cu_seqlens_rows : sequence of B 1-D boundaries, torch.Tensor of shape (B, n + 1), or one
+        1-D row
+        Each row's boundaries (``batch["cu_seqlens_rows"]``).  A single 1-D row gives a mask with
+        ``B = 1`` that broadcasts over any batch size.
+    seqlen : int
+        Row length (query and key length).
+    causal : bool
+        As for :func:`block_causal_mask`.
+    device : torch.device or str, optional
+        Where the mask is built and used (default: that of the first row if a tensor, else
+        CPU).  Build it on the device attention runs on.
+    block_size : int
+        FlexAttention's sparse block size.
+
+    Returns
+    -------
+    torch.nn.attention.flex_attention.BlockMask
+        Shape ``(B, 1, seqlen, seqlen)``, heads broadcast; for
+        ``flex_attention(q, k, v, block_mask=...)`` with ``q, k, v`` of shape
+        ``(B, heads, seqlen, head_dim)``.  Its ``mask_mod`` is :func:`document_mask_mod`.
+
+    Raises
+    ------
+    ImportError
+        This torch has no ``torch.nn.attention.flex_attention`` (it arrived in torch 2.5).
+    """
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask
+    except ImportError as exc:
+        raise ImportError(
+            f"flex_document_mask needs torch.nn.attention.flex_attention (torch >= 2.5); this "
+            f"torch is {torch.__version__}. Use batched_block_causal_mask with "
+            "scaled_dot_product_attention, or the varlen cu_seqlens, instead"
+        ) from exc
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or (
+        block_size < 1
+    ):
+        raise ValueError(f"block_size={block_size!r} is not accepted; give a positive int")
+    if _is_one_row(cu_seqlens_rows):
+        cu_seqlens_rows = [cu_seqlens_rows]  # type: ignore[list-item]
+    ids = batched_document_ids(cu_seqlens_rows, seqlen, device=device)
+    mask_mod = document_mask_mod(ids, causal=causal)
+    return create_block_mask(
+        mask_mod, ids.shape[0], None, seqlen, seqlen, device=ids.device,
+        BLOCK_SIZE=int(block_size),
+    )
+
+
+def _mask_from_ids(ids: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``(..., S)`` segment ids -> ``(..., S, S)`` bool mask."""
+    mask = ids.unsqueeze(-1) == ids.unsqueeze(-2)
+    if causal:
+        n = ids.shape[-1]
+        mask &= torch.ones(n, n, dtype=torch.bool, device=ids.device).tril_()
+    return mask
+
+
+def _is_one_row(x: Any) -> bool:
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return x.ndim == 1
+    return isinstance(x, Sequence) and len(x) > 0 and all(
+        isinstance(v, (int, np.integer)) for v in x
+    )
+
+
+def _check_seqlen(seqlen: Any) -> int:
+    if isinstance(seqlen, bool) or not isinstance(seqlen, (int, np.integer)) or seqlen < 1:
+        raise ValueError(f"seqlen={seqlen!r} is not accepted; give a positive int")
+    return int(seqlen)
+
+
+def _row(
+    cu: torch.Tensor | np.ndarray | Sequence[int],
+    seqlen: int,
+    name: str,
+    device: torch.device | str | None,
+) -> torch.Tensor:
+    """One row's boundaries as a validated int64 tensor on ``device``."""
+    seqlen = _check_seqlen(seqlen)
+    if isinstance(cu, torch.Tensor):
+        t = cu.detach()
+    else:
+        a = np.asarray(cu)
+        if a.dtype.kind not in "iu" and a.size:
+            raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
+        t = torch.from_numpy(a.astype(np.int64))
+    if t.ndim != 1 or t.shape[0] < 2 or t.is_floating_point() or t.dtype == torch.bool:
+        raise ValueError(
+            f"{name} must be a 1-D integer tensor of at least 2 boundaries, got dtype {t.dtype} "
+            f"shape {tuple(t.shape)}"
+        )
+    t = t.to(device=device if device is not None else t.device, dtype=torch.int64)
+    steps = t[1:] - t[:-1]
+    # One host sync for all three checks.
+    ok = bool(((t[0] == 0) & (t[-1] == seqlen) & (steps >= 0).all()).item())
+    if not ok:
+        raise ValueError(
+            f"{name} = {t.tolist()} is malformed; expected non-decreasing boundaries from 0 to "
+            f"seqlen={seqlen}"
+        )
+    return t
+
+
+def _rows(
+    rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
+    seqlen: int,
+    device: torch.device | str | None,
+) -> list[torch.Tensor]:
+    if isinstance(rows, (torch.Tensor, np.ndarray)):
+        if rows.ndim != 2:
+            raise ValueError(
+                "cu_seqlens_rows must be a sequence of 1-D boundaries or a 2-D (B, n + 1) "
+                f"array, got shape {tuple(rows.shape)}"
+            )
+        rows = list(rows)
+    elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+        raise TypeError(
+            "cu_seqlens_rows must be a sequence of 1-D boundaries, got "
+            f"{type(rows).__name__}"
+        )
+    if len(rows) == 0:
+        raise ValueError("cu_seqlens_rows is empty; give at least one row")
+    if device is None and isinstance(rows[0], torch.Tensor):
+        device = rows[0].device
+    return [_row(r, seqlen, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]

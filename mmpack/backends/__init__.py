@@ -1,0 +1,36 @@
+"""Storage backends: where a store's two arrays live and how token ranges are read.
+
+A backend is a small class with a narrow reading interface, so a new one (compressed, remote) is
+little code:
+
+- ``read_range(start, stop)``: one flat token range as a numpy array;
+- ``read_ranges(starts, lengths) -> (src, src_starts)``: many ranges at once, such that
+  ``src[src_starts[k] : src_starts[k] + lengths[k]]`` holds range ``k``.  The memmap backend returns
+  the mapped array itself (zero copy: kernels copy straight from the page cache); the Zarr backend
+  coalesces the ranges into chunk-aligned reads and returns one buffer;
+- ``offsets``: the int64 document index.
+
+Both backends are written the same way (raw little-endian files streamed into a temporary folder,
+see :mod:`mmpack.store`); ``commit`` turns that folder into the backend's own layout before the
+atomic rename.
+"""
+
+from __future__ import annotations
+
+from mmpack.backends._base import Backend
+from mmpack.backends._memmap import MemmapBackend
+from mmpack.backends._zarr import ZarrBackend
+
+__all__ = ["BACKENDS", "Backend", "MemmapBackend", "ZarrBackend", "get_backend"]
+
+BACKENDS: dict[str, type[Backend]] = {"memmap": MemmapBackend, "zarr": ZarrBackend}
+
+
+def get_backend(name: str) -> type[Backend]:
+    """The backend class called ``name``; ``ValueError`` listing the accepted names otherwise."""
+    try:
+        return BACKENDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"backend={name!r} is not one of {sorted(BACKENDS)}"
+        ) from None

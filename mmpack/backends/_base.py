@@ -1,0 +1,63 @@
+"""The interface every storage backend implements."""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.format import StoreMeta
+
+TOKENS_FILE = "tokens.bin"
+OFFSETS_FILE = "offsets.bin"
+
+
+class Backend(abc.ABC):
+    """Read access to one store's ``tokens`` and ``offsets`` arrays."""
+
+    name: str
+
+    def __init__(self, path: Path, meta: StoreMeta) -> None:
+        self.path = path
+        self.meta = meta
+
+    @staticmethod
+    @abc.abstractmethod
+    def read_meta(path: Path) -> Any | None:
+        """The raw metadata record of a store of this backend at ``path``, or None if absent."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def commit(tmpdir: Path, meta: StoreMeta) -> None:
+        """Turn the raw files ``tokens.bin``/``offsets.bin`` in ``tmpdir`` into this backend's
+        layout and write the metadata last (the folder is renamed into place afterwards)."""
+
+    @property
+    @abc.abstractmethod
+    def offsets(self) -> np.ndarray:
+        """int64, shape (num_docs + 1,), read-only."""
+
+    @abc.abstractmethod
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the flat array (bounds already validated)."""
+
+    @abc.abstractmethod
+    def read_ranges(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Many flat ranges at once; see the package docstring for the contract."""
+
+    def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
+        """Little-endian bytes ``[start, stop)`` of array ``name`` ("tokens" or "offsets"),
+        for checksum verification."""
+        arr = self.offsets if name == "offsets" else None
+        itemsize = 8 if name == "offsets" else self.meta.dtype.itemsize
+        first, last = start // itemsize, -(-stop // itemsize)
+        if arr is not None:
+            chunk = np.ascontiguousarray(arr[first:last])
+        else:
+            chunk = np.ascontiguousarray(self.read_range(first, last))
+        skip = start - first * itemsize
+        return chunk.view(np.uint8)[skip : skip + (stop - start)].tobytes()

@@ -1,0 +1,123 @@
+"""The Zarr v3 backend: the same two arrays in a Zarr group, metadata in the group attributes.
+
+Layout: a Zarr v3 group (``zarr.json``) with arrays ``tokens`` (chunks of 2**18 tokens, Zarr's
+default zstd compression) and ``offsets`` (chunks of 2**16), and the mmpack metadata record under
+the group attribute ``"mmpack"``; plain ``zarr.open_group(path)`` reads it too.  This is the door to
+compressed and remote stores.
+
+Reads are chunk-aware: ``read_ranges`` sorts the requested ranges and coalesces those less than one
+chunk apart into spans, reads each span with one Zarr slice (Zarr fetches and decodes the chunks of
+a span concurrently), and returns the spans' concatenation with the position of every range in it.
+``offsets`` is read into memory once at open (8 bytes per document).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
+from mmpack.errors import FormatError
+from mmpack.format import OFFSETS_DTYPE, StoreMeta
+
+TOKEN_CHUNK = 1 << 18
+OFFSET_CHUNK = 1 << 16
+_COPY_ITEMS = 1 << 22
+
+
+def _zarr():
+    import zarr  # imported here only: zarr is needed only by stores that use this backend
+
+    return zarr
+
+
+class ZarrBackend(Backend):
+    name = "zarr"
+
+    def __init__(self, path: Path, meta: StoreMeta) -> None:
+        super().__init__(path, meta)
+        group = _zarr().open_group(str(path), mode="r")
+        try:
+            self._tokens = group["tokens"]
+            offsets_arr = group["offsets"]
+        except KeyError as exc:
+            raise FormatError(f"{path}: Zarr group lacks array {exc}") from None
+        for name, arr, count, dtype in (
+            ("tokens", self._tokens, meta.num_tokens, meta.dtype),
+            ("offsets", offsets_arr, meta.num_docs + 1, OFFSETS_DTYPE),
+        ):
+            if arr.shape != (count,) or np.dtype(arr.dtype) != dtype.newbyteorder("="):
+                raise FormatError(
+                    f"{path}/{name}: shape {arr.shape} dtype {arr.dtype} does not match the "
+                    f"metadata ({count} items of {dtype})"
+                )
+        offsets = np.asarray(offsets_arr[:], dtype=np.int64)
+        offsets.flags.writeable = False
+        self._offsets = offsets
+        self.chunk_tokens = int(self._tokens.chunks[0])
+
+    @staticmethod
+    def read_meta(path: Path) -> Any | None:
+        if not (path / "zarr.json").is_file():
+            return None
+        try:
+            group = _zarr().open_group(str(path), mode="r")
+        except Exception as exc:  # zarr raises several types for a malformed group
+            raise FormatError(f"{path}: not a readable Zarr group: {exc}") from None
+        return dict(group.attrs).get("mmpack")
+
+    @staticmethod
+    def commit(tmpdir: Path, meta: StoreMeta) -> None:
+        zarr = _zarr()
+        group = zarr.open_group(str(tmpdir), mode="a")
+        for name, fname, count, dtype, chunk in (
+            ("tokens", TOKENS_FILE, meta.num_tokens, meta.dtype, TOKEN_CHUNK),
+            ("offsets", OFFSETS_FILE, meta.num_docs + 1, OFFSETS_DTYPE, OFFSET_CHUNK),
+        ):
+            arr = group.create_array(name, shape=(count,), dtype=dtype, chunks=(chunk,))
+            raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r") if count else None
+            step = max(chunk, _COPY_ITEMS // chunk * chunk)
+            for lo in range(0, count, step):
+                arr[lo : lo + step] = raw[lo : lo + step]
+            del raw
+            (tmpdir / fname).unlink()
+        # The metadata goes last: a group without it is not a store.
+        group.attrs["mmpack"] = meta.to_json()
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._offsets
+
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        if stop <= start:
+            return np.empty(0, dtype=self.meta.dtype)
+        return np.asarray(self._tokens[start:stop])
+
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = len(starts)
+        src_starts = np.zeros(k, dtype=np.int64)
+        if k == 0:
+            return np.empty(0, dtype=self.meta.dtype), src_starts
+        ends = starts + lengths
+        order = np.argsort(starts, kind="stable")
+        pieces: list[np.ndarray] = []
+        base = 0
+        i = 0
+        while i < k:
+            span_lo = int(starts[order[i]])
+            span_hi = int(ends[order[i]])
+            j = i + 1
+            while j < k and int(starts[order[j]]) < span_hi + self.chunk_tokens:
+                span_hi = max(span_hi, int(ends[order[j]]))
+                j += 1
+            pieces.append(self.read_range(span_lo, span_hi))
+            for r in order[i:j]:
+                src_starts[r] = base + int(starts[r]) - span_lo
+            base += span_hi - span_lo
+            i = j
+        src = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return src, src_starts
+
+

@@ -1,0 +1,356 @@
+"""Collate per-sample numpy dicts into torch batches, with FlashAttention's varlen metadata.
+
+mmpack's views return one dict per sample: ``input_ids``, ``position_ids``, ``labels`` (int64,
+shape ``(seqlen,)``), optionally ``attention_mask``, ``cu_seqlens`` (int32 segment boundaries of
+the row: ``0, end of segment 0, ..., seqlen``), ``max_seqlen`` and ``source``.  :func:`collate`
+turns a list of them into
+
+* ``(B, seqlen)`` int64 tensors, one ``np.stack`` into a fresh array and one zero-copy
+  ``torch.from_numpy`` per field (never a per-element copy);
+* ``cu_seqlens``: the boundaries of every segment of the batch seen as one flat sequence of
+  ``B * seqlen`` tokens, the form ``flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens,
+  max_seqlen, max_seqlen, causal=True)`` takes.  Worked example, ``B = 2``, ``seqlen = 8``::
+
+      row 0 cu_seqlens  [0, 3, 8]           documents of 3 and 5 tokens
+      row 1 cu_seqlens  [0, 2, 6, 8]        2 and 4 tokens, then 2 tokens of padding
+      shifted by b*8    [0, 3, 8] [8, 10, 14, 16]
+      batch cu_seqlens  [0, 3, 8, 10, 14, 16]      (the repeated 8 is dropped)
+      max_seqlen        5
+
+  ``position_ids.view(-1)``, ``input_ids.view(-1)`` and ``labels.view(-1)`` lay the tokens out
+  in the same row-major order, so the flat form of every field needs no copy: pass
+  ``input_ids.view(1, -1)`` and ``position_ids.view(1, -1)`` to a "padding-free" model;
+* ``cu_seqlens_rows``: the per-row boundaries (a tuple of B int32 tensors), for building
+  per-row masks (:mod:`mmpack.attention`).
+
+Padding.  A row's trailing padding is its own segment in ``cu_seqlens`` (mmpack keeps it so that
+the segments tile all ``B * seqlen`` tokens, which is what the varlen kernels index with).
+FlashAttention treats it as one more sequence: padding tokens attend among themselves, never to a
+real document, and no real token attends to them; their labels are ``-100`` so they take no loss.
+The cost is attention over at most one short segment per row.
+
+Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
+for the boundaries, validated vectorised (no Python loop over tokens or segments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mmpack.masking import IGNORE_INDEX
+
+__all__ = ["TOKEN_FIELDS", "Collator", "collate"]
+
+TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
+"""Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
+
+_INT32_MAX = np.iinfo(np.int32).max
+_RESERVED = ("cu_seqlens_rows",)
+_TORCH_NATIVE = tuple(np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
+
+
+def collate(samples: Sequence[Mapping[str, Any]], *, varlen: bool = True) -> dict[str, Any]:
+    """Collate mmpack samples into a batch (a ``torch.utils.data.DataLoader`` ``collate_fn``).
+
+    Parameters
+    ----------
+    samples : sequence of mappings
+        ``B >= 1`` samples with the same keys.  Per-token fields (:data:`TOKEN_FIELDS`, those
+        present) are 1-D integer arrays of one common length ``seqlen``.  ``cu_seqlens`` (1-D
+        integers, ``0 = c[0] <= c[1] <= ... <= c[-1] = seqlen``) gives the row's segments; a
+        sample without it is one segment ``[0, seqlen]``.
+    varlen : bool
+        Also give the batch-wide ``cu_seqlens`` for varlen attention kernels.
+
+    Returns
+    -------
+    dict
+        ``input_ids``, ``position_ids``, ``labels``, ``attention_mask`` : torch.Tensor, int64,
+        shape (B, seqlen)
+            Those present in the samples.
+        ``cu_seqlens`` : torch.Tensor, int32, shape (n_segments + 1,)
+            Only when ``varlen``.  Row ``b``'s boundaries shifted by ``b * seqlen``, concatenated,
+            repeated values dropped: strictly increasing from 0 to ``B * seqlen``.  Padding
+            segments are kept (see the module docstring).
+        ``cu_seqlens_rows`` : tuple of B torch.Tensor, int32
+            Each row's boundaries as given (views of one buffer).
+        ``max_seqlen`` : int
+            Longest segment of the batch, recomputed from the boundaries (the samples'
+            ``max_seqlen`` values are not trusted).
+        any other key
+            Stacked into a tensor of shape ``(B, ...)`` when every value is a same-shape numpy
+            array, tensor or number (integers become int64, floats and bools keep their dtype);
+            otherwise kept as a list of the B values.
+
+    Raises
+    ------
+    ValueError
+        Empty batch, differing keys or row lengths, malformed ``cu_seqlens``, or
+        ``B * seqlen`` beyond int32.
+    TypeError
+        A sample that is not a mapping, or a per-token field that is not integer.
+    """
+    return _collate(samples, varlen=varlen, pad_to_multiple_of=None, pad_id=0,
+                    ignore_index=IGNORE_INDEX)
+
+
+class Collator:
+    """A picklable :func:`collate` with options, for ``DataLoader(collate_fn=Collator(...))``.
+
+    Parameters
+    ----------
+    varlen : bool
+        As in :func:`collate`.
+    pad_to_multiple_of : int, optional
+        Pad every row on the right to the next multiple (static shapes for compiled models or
+        tensor cores).  The pad is one more segment of each row: ``input_ids = pad_id``,
+        ``labels = ignore_index``, ``attention_mask = 0``, ``position_ids = 0, 1, ...``.
+    pad_id : int
+        Token id written into ``input_ids`` padding.
+    ignore_index : int
+        Label written into ``labels`` padding.
+    """
+
+    def __init__(
+        self,
+        *,
+        varlen: bool = True,
+        pad_to_multiple_of: int | None = None,
+        pad_id: int = 0,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> None:
+        if pad_to_multiple_of is not None and (
+            isinstance(pad_to_multiple_of, bool)
+            or not isinstance(pad_to_multiple_of, (int, np.integer))
+            or pad_to_multiple_of < 1
+        ):
+            raise ValueError(
+                f"pad_to_multiple_of={pad_to_multiple_of!r} is not accepted; give a positive int "
+                "or None"
+            )
+        self._varlen = bool(varlen)
+        self._multiple = None if pad_to_multiple_of is None else int(pad_to_multiple_of)
+        self._pad_id = int(pad_id)
+        self._ignore_index = int(ignore_index)
+
+    @property
+    def varlen(self) -> bool:
+        """Whether the batch-wide ``cu_seqlens`` is produced."""
+        return self._varlen
+
+    @property
+    def pad_to_multiple_of(self) -> int | None:
+        """Rows are padded to a multiple of this length (``None``: no padding)."""
+        return self._multiple
+
+    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return _collate(
+            samples,
+            varlen=self._varlen,
+            pad_to_multiple_of=self._multiple,
+            pad_id=self._pad_id,
+            ignore_index=self._ignore_index,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Collator(varlen={self._varlen}, pad_to_multiple_of={self._multiple}, "
+            f"pad_id={self._pad_id}, ignore_index={self._ignore_index})"
+        )
+
+
+def _collate(
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    varlen: bool,
+    pad_to_multiple_of: int | None,
+    pad_id: int,
+    ignore_index: int,
+) -> dict[str, Any]:
+    if isinstance(samples, Mapping) or not isinstance(samples, Sequence):
+        raise TypeError(
+            f"samples must be a sequence of per-sample dicts, got {type(samples).__name__}"
+        )
+    n = len(samples)
+    if n == 0:
+        raise ValueError("samples is empty; a batch needs at least one sample")
+    first = samples[0]
+    for b, s in enumerate(samples):
+        if not isinstance(s, Mapping):
+            raise TypeError(f"samples[{b}] is a {type(s).__name__}, expected a mapping (dict)")
+    keys = list(first.keys())
+    key_set = set(keys)
+    for b in range(1, n):
+        if samples[b].keys() != key_set:
+            other = set(samples[b].keys())
+            raise ValueError(
+                f"samples[{b}] has keys {sorted(other)} but samples[0] has {sorted(key_set)}; "
+                f"missing {sorted(key_set - other)}, extra {sorted(other - key_set)}"
+            )
+
+    for key in _RESERVED:
+        if key in key_set:
+            raise ValueError(f"samples carry the key {key!r}, which collate produces itself")
+
+    out: dict[str, Any] = {}
+    seqlen = None
+    for key in TOKEN_FIELDS:
+        if key in key_set:
+            out[key], seqlen = _stack_tokens(samples, key, seqlen)
+    cu_key = "cu_seqlens" in key_set
+    if seqlen is None:
+        if not cu_key:
+            raise ValueError(
+                f"samples have none of the per-token fields {list(TOKEN_FIELDS)} and no "
+                "'cu_seqlens'; nothing to collate into a token batch"
+            )
+        seqlen = int(np.asarray(first["cu_seqlens"])[-1])
+
+    rows, lens = _row_boundaries(samples, seqlen, cu_key)
+    if pad_to_multiple_of is not None and seqlen % pad_to_multiple_of:
+        new_len = -(-seqlen // pad_to_multiple_of) * pad_to_multiple_of
+        fill = {"input_ids": pad_id, "labels": ignore_index, "attention_mask": 0}
+        for key in TOKEN_FIELDS:
+            if key in out:
+                out[key] = _pad_tokens(out[key], new_len, key, fill.get(key, 0))
+        # Each row gains a final segment [seqlen, new_len].
+        rows = np.insert(rows, np.cumsum(lens), new_len)
+        lens = lens + 1
+        seqlen = new_len
+
+    if n * seqlen > _INT32_MAX:
+        raise ValueError(
+            f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
+            "cu_seqlens FlashAttention takes; use fewer or shorter rows"
+        )
+    rows32 = rows.astype(np.int32)
+    flat = _flat_boundaries(rows, lens, seqlen)
+    out["cu_seqlens_rows"] = tuple(torch.from_numpy(rows32).split(lens.tolist()))
+    if varlen:
+        out["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
+    out["max_seqlen"] = int(np.diff(flat).max())
+
+    for key in keys:
+        if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
+            continue
+        out[key] = _stack_extra([s[key] for s in samples])
+    return out
+
+
+def _stack_tokens(
+    samples: Sequence[Mapping[str, Any]], key: str, seqlen: int | None
+) -> tuple[torch.Tensor, int]:
+    """Stack one per-token field into int64 ``(B, seqlen)``: one copy, one ``from_numpy``."""
+    arrays = [np.asarray(s[key]) for s in samples]
+    dtypes = {a.dtype for a in arrays}
+    shapes = {a.shape for a in arrays}
+    if any(d.kind not in "iub" for d in dtypes):
+        b = next(i for i, a in enumerate(arrays) if a.dtype.kind not in "iub")
+        raise TypeError(
+            f"samples[{b}][{key!r}] has dtype {arrays[b].dtype}; per-token fields must be "
+            "integers"
+        )
+    if seqlen is None and len(shapes) == 1:
+        shape = next(iter(shapes))
+        seqlen = shape[0] if len(shape) == 1 else None
+    if len(shapes) != 1 or shapes != {(seqlen,)}:
+        for b, a in enumerate(arrays):
+            if a.ndim != 1:
+                raise ValueError(
+                    f"samples[{b}][{key!r}] has shape {a.shape}; expected (seqlen,)"
+                )
+            if seqlen is None:
+                seqlen = a.shape[0]
+            if a.shape[0] != seqlen:
+                raise ValueError(
+                    f"samples[{b}][{key!r}] has length {a.shape[0]} but the batch's rows have "
+                    f"length {seqlen}; every row of a batch must have the same seqlen"
+                )
+    stacked = np.stack(arrays, dtype=np.int64, casting="unsafe")
+    return torch.from_numpy(stacked), int(seqlen)
+
+
+def _row_boundaries(
+    samples: Sequence[Mapping[str, Any]], seqlen: int, present: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated, validated per-row boundaries (int64) and the count of each row."""
+    n = len(samples)
+    if not present:
+        rows = np.tile(np.array([0, seqlen], dtype=np.int64), n)
+        return rows, np.full(n, 2, dtype=np.int64)
+    cus = [np.asarray(s["cu_seqlens"]) for s in samples]
+    for b, c in enumerate(cus):
+        if c.ndim != 1 or c.shape[0] < 2 or c.dtype.kind not in "iu":
+            raise ValueError(
+                f"samples[{b}]['cu_seqlens'] must be a 1-D integer array of at least 2 "
+                f"boundaries, got dtype {c.dtype} shape {c.shape}"
+            )
+    lens = np.fromiter((c.shape[0] for c in cus), dtype=np.int64, count=n)
+    rows = np.concatenate(cus).astype(np.int64, copy=False)
+    ends = np.cumsum(lens)
+    bad_first = np.flatnonzero(rows[ends - lens] != 0)
+    bad_last = np.flatnonzero(rows[ends - 1] != seqlen)
+    steps = np.diff(rows)
+    steps[ends[:-1] - 1] = 0  # the step from one row's end to the next row's start
+    bad_step = np.flatnonzero(steps < 0)
+    if bad_first.size or bad_last.size or bad_step.size:
+        if bad_step.size:
+            b = int(np.searchsorted(ends, bad_step[0], side="right"))
+        else:
+            b = int(min(bad_first.tolist() + bad_last.tolist()))
+        raise ValueError(
+            f"samples[{b}]['cu_seqlens'] = {cus[b].tolist()} is malformed; expected "
+            f"non-decreasing boundaries from 0 to the row length {seqlen}"
+        )
+    return rows, lens
+
+
+def _flat_boundaries(rows: np.ndarray, lens: np.ndarray, seqlen: int) -> np.ndarray:
+    """Row boundaries shifted by ``b * seqlen``, repeated values dropped (int64)."""
+    shift = np.repeat(np.arange(lens.shape[0], dtype=np.int64) * seqlen, lens)
+    flat = rows + shift
+    keep = np.empty(flat.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(flat[1:], flat[:-1], out=keep[1:])
+    return flat[keep]
+
+
+def _pad_tokens(t: torch.Tensor, new_len: int, key: str, value: int) -> torch.Tensor:
+    """Right-pad a ``(B, seqlen)`` field to ``new_len``."""
+    n, seqlen = t.shape
+    out = torch.empty((n, new_len), dtype=t.dtype)
+    out[:, :seqlen] = t
+    if key == "position_ids":
+        out[:, seqlen:] = torch.arange(new_len - seqlen, dtype=t.dtype)
+    else:
+        out[:, seqlen:] = value
+    return out
+
+
+def _stack_extra(values: list[Any]) -> Any:
+    """Stack same-shape numbers/arrays/tensors into a ``(B, ...)`` tensor, else keep the list."""
+    if all(isinstance(v, torch.Tensor) for v in values):
+        if all(v.shape == values[0].shape and v.dtype == values[0].dtype for v in values):
+            t = torch.stack(values)
+            if not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
+                t = t.to(torch.int64)
+            return t
+        return values
+    if not all(isinstance(v, (np.ndarray, np.generic, int, float, bool)) for v in values):
+        return values
+    arrays = [np.asarray(v) for v in values]
+    shape = arrays[0].shape
+    if any(a.shape != shape for a in arrays):
+        return values
+    kinds = {a.dtype.kind for a in arrays}
+    if kinds <= {"i", "u"}:
+        return torch.from_numpy(np.stack(arrays, dtype=np.int64, casting="unsafe"))
+    if kinds == {"f"} or kinds == {"b"}:
+        stacked = np.stack(arrays)
+        if stacked.dtype in _TORCH_NATIVE:
+            return torch.from_numpy(stacked)
+    return values

@@ -1,0 +1,166 @@
+"""Window kernels: resolve (seqlen, stride) windows of the virtual stream and copy them.
+
+The virtual stream ``S`` is ``doc0, eot, doc1, eot, ...`` (``use_eot``) or the plain
+concatenation.  Document ``j`` starts in ``S`` at ``voff(j) = offsets[j] + j * use_eot``; a
+window starting at ``v`` begins in the last document ``j`` with ``voff(j) <= v``, found by a
+binary search over ``offsets`` itself (no ``voff`` array is materialised: nothing grows with the
+corpus beyond the memory-mapped index).  The real tokens of a window are consecutive in the flat
+token array, so a copy walks one cursor through the flat array and writes ``eot`` where a document
+segment ends.  Cost: O(log n_docs) to resolve plus O(width) to copy, per window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.kernels._jit import njit
+
+IGNORE = -100
+
+
+@njit
+def find_doc(offsets: np.ndarray, use_eot: int, v: int) -> int:
+    """The document containing virtual position ``v`` (``0 <= v < len(S)``): the largest ``j``
+    with ``offsets[j] + j * use_eot <= v`` (empty documents without eot are skipped)."""
+    lo = 0
+    hi = offsets.shape[0] - 1  # invariant: voff(lo) <= v < voff(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if offsets[mid] + mid * use_eot <= v:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit
+def flat_position(offsets: np.ndarray, use_eot: int, v: int) -> int:
+    """Flat index of the first real token at or after virtual position ``v`` (``v <= len(S)``)."""
+    n = offsets.shape[0] - 1
+    if v >= offsets[n] + n * use_eot:
+        return offsets[n]
+    j = find_doc(offsets, use_eot, v)
+    r = v - (offsets[j] + j * use_eot)
+    dl = offsets[j + 1] - offsets[j]
+    if r < dl:
+        return offsets[j] + r
+    return offsets[j + 1]
+
+
+@njit
+def window_ranges(
+    offsets: np.ndarray,
+    use_eot: int,
+    vstarts: np.ndarray,
+    width: int,
+    total: int,
+    out_start: np.ndarray,
+    out_len: np.ndarray,
+) -> None:
+    """The flat token range ``[out_start[k], out_start[k] + out_len[k])`` of window ``k``
+    (``vstarts[k]`` to ``vstarts[k] + width``, clipped at ``total = len(S)``)."""
+    for k in range(vstarts.shape[0]):
+        v = vstarts[k]
+        end = min(v + width, total)
+        a = flat_position(offsets, use_eot, v)
+        b = flat_position(offsets, use_eot, end)
+        out_start[k] = a
+        out_len[k] = b - a
+
+
+@njit
+def copy_window(
+    src: np.ndarray,
+    cursor: int,
+    offsets: np.ndarray,
+    use_eot: int,
+    eot: int,
+    v: int,
+    seqlen: int,
+    total: int,
+    pad_id: int,
+    has_labels: int,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    pos: np.ndarray,
+    cu: np.ndarray,
+) -> int:
+    """Copy the window starting at ``v`` into the rows ``ids``, ``labels`` (if ``has_labels``),
+    ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``); ``src[cursor]`` must be the
+    window's first real token.  Returns the number of entries written to ``cu``."""
+    width = seqlen + has_labels
+    real = min(width, total - v)
+    j = find_doc(offsets, use_eot, v)
+    r = v - (offsets[j] + j * use_eot)
+    dl = offsets[j + 1] - offsets[j]
+    seg = dl + use_eot
+    ncu = 1
+    cu[0] = 0
+    p = 0
+    for t in range(real):
+        while r >= seg:
+            j += 1
+            r = 0
+            dl = offsets[j + 1] - offsets[j]
+            seg = dl + use_eot
+        if r < dl:
+            value = np.int64(src[cursor])
+            cursor += 1
+        else:
+            value = eot
+        if t < seqlen:
+            ids[t] = value
+            pos[t] = p
+            p += 1
+            if r == seg - 1 and t + 1 < seqlen:
+                cu[ncu] = t + 1
+                ncu += 1
+                p = 0
+        if has_labels and t >= 1:
+            labels[t - 1] = value
+        r += 1
+    filled = min(real, seqlen)
+    if filled < seqlen:
+        if cu[ncu - 1] != filled:
+            cu[ncu] = filled
+            ncu += 1
+        for t in range(filled, seqlen):
+            ids[t] = pad_id
+            pos[t] = t - filled
+    if has_labels:
+        for t in range(max(real - 1, 0), seqlen):
+            labels[t] = IGNORE
+    cu[ncu] = seqlen
+    return ncu + 1
+
+
+@njit
+def gather_windows(
+    src: np.ndarray,
+    cursors: np.ndarray,
+    offsets: np.ndarray,
+    use_eot: int,
+    eot: int,
+    vstarts: np.ndarray,
+    seqlen: int,
+    total: int,
+    pad_id: int,
+    has_labels: int,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    pos: np.ndarray,
+    cu: np.ndarray,
+    ncu: np.ndarray,
+) -> None:
+    """:func:`copy_window` for every ``k``, into row ``k`` of the 2-D outputs.  A negative
+    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found here."""
+    resolve = cursors.shape[0] > 0 and cursors[0] < 0
+    for k in range(vstarts.shape[0]):
+        if resolve:
+            cursor = flat_position(offsets, use_eot, vstarts[k])
+        else:
+            cursor = cursors[k]
+        ncu[k] = copy_window(
+            src, cursor, offsets, use_eot, eot, vstarts[k], seqlen, total, pad_id,
+            has_labels, ids[k], labels[k], pos[k], cu[k],
+        )

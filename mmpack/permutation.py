@@ -1,0 +1,207 @@
+"""O(1)-memory keyed permutations of ``range(n)`` for any ``n`` up to ``2**62``.
+
+:class:`Permutation` is a bijection of ``range(n)`` computed on the fly, never materialised: a
+balanced Feistel network over the smallest even number of bits that holds ``n - 1`` (at least 2),
+:data:`ROUNDS` rounds whose round function is splitmix64's finalizer applied to ``half ^ round_key``,
+and cycle-walking to stay inside ``range(n)`` (see :mod:`mmpack.kernels.permutation`).  The round
+keys are drawn from :class:`numpy.random.SeedSequence` over ``(seed, epoch)``, so a permutation is a
+pure function of ``(n, seed, epoch)``, identical on every machine and in every process.
+
+Cost: O(1) memory (eight 64-bit keys); one index costs ``ROUNDS`` mixes per encryption and fewer
+than 4 encryptions on average (the Feistel domain is smaller than ``4 n``), about 20-40 ns in the
+vectorised :meth:`Permutation.map`; creating a permutation costs about 10 us (key derivation).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Union
+
+import numpy as np
+
+from mmpack.kernels.permutation import invert, invert_many, permute, permute_many
+
+__all__ = ["MAX_N", "ROUNDS", "Permutation", "SeedLike"]
+
+MAX_N = 2**62
+"""Largest supported domain size."""
+
+ROUNDS = 8
+"""Feistel rounds (4 suffice for a pseudo-random permutation in theory; 8 leave a wide margin)."""
+
+SeedLike = Union[int, tuple[int, ...]]
+
+_CHUNK = 8192
+
+
+def _as_int(value: object, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, got bool {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+def _seed_words(seed: SeedLike, epoch: int) -> list[int]:
+    """Encode ``(seed, epoch)`` as uint32 words, injectively (a length, then 2 words per int)."""
+    parts = (seed,) if not isinstance(seed, tuple) else seed
+    ints = [_as_int(s, "seed") for s in parts]
+    for s in ints:
+        if not 0 <= s < 2**64:
+            raise ValueError(f"seed must be made of ints in [0, 2**64), got {seed!r}")
+    words = [len(ints)]
+    for s in (*ints, epoch):
+        words += [s & 0xFFFFFFFF, s >> 32]
+    return words
+
+
+class Permutation:
+    """A keyed pseudo-random bijection of ``range(n)``, evaluated in O(1) memory.
+
+    Parameters
+    ----------
+    n : int
+        Size of the domain, ``0 <= n <= 2**62``.
+    seed : int or tuple of int
+        Key material; each int in ``[0, 2**64)``.  Tuples let callers derive independent streams,
+        e.g. ``(seed, source_index)``.
+    epoch : int, default 0
+        Selects one of the ``2**64`` permutations of a seed, ``0 <= epoch < 2**64``.
+
+    Notes
+    -----
+    ``perm[i]`` is the image of ``i``; ``perm.inverse(j)`` its preimage.  ``perm.map(idx)`` evaluates
+    a whole int64 array at once.  The object pickles as its three parameters.
+    """
+
+    def __init__(self, n: int, *, seed: SeedLike, epoch: int = 0) -> None:
+        n = _as_int(n, "n")
+        if not 0 <= n <= MAX_N:
+            raise ValueError(f"n must be in [0, 2**62], got {n}")
+        epoch = _as_int(epoch, "epoch")
+        if not 0 <= epoch < 2**64:
+            raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
+        words = _seed_words(seed, epoch)
+        self._n = n
+        self._seed = seed
+        self._epoch = epoch
+        half_bits = max(1, ((n - 1).bit_length() + 1) // 2) if n > 1 else 1
+        self._half_bits = np.uint64(half_bits)
+        self._mask = np.uint64((1 << half_bits) - 1)
+        self._keys = np.random.SeedSequence(words).generate_state(ROUNDS, np.uint64)
+
+    @property
+    def n(self) -> int:
+        """Size of the domain."""
+        return self._n
+
+    @property
+    def seed(self) -> SeedLike:
+        """The seed given at construction."""
+        return self._seed
+
+    @property
+    def epoch(self) -> int:
+        """The epoch given at construction."""
+        return self._epoch
+
+    @property
+    def half_bits(self) -> int:
+        """Width of one Feistel half; the network permutes ``range(4 ** half_bits)``."""
+        return int(self._half_bits)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"Permutation(n={self._n}, seed={self._seed!r}, epoch={self._epoch})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Permutation):
+            return NotImplemented
+        return (self._n, self._keys.tobytes()) == (other._n, other._keys.tobytes())
+
+    def __hash__(self) -> int:
+        return hash((self._n, self._keys.tobytes()))
+
+    def __reduce__(self):
+        return (_rebuild, (self._n, self._seed, self._epoch))
+
+    def _index(self, i: object, what: str) -> int:
+        i = _as_int(i, what)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"{what} {i} out of range for a permutation of n={self._n}")
+        return i
+
+    def __getitem__(self, i: int) -> int:
+        """Image of ``i`` (negative ``i`` counts from the end)."""
+        i = self._index(i, "index")
+        if self._n == 1:
+            return 0
+        return int(permute(i, self._n, self._half_bits, self._mask, self._keys))
+
+    def inverse(self, j: int) -> int:
+        """Preimage of ``j``: the ``i`` with ``perm[i] == j`` (negative ``j`` counts from the end)."""
+        j = self._index(j, "value")
+        if self._n == 1:
+            return 0
+        return int(invert(j, self._n, self._half_bits, self._mask, self._keys))
+
+    def _check_array(self, idx: np.ndarray, what: str) -> np.ndarray:
+        arr = np.asarray(idx)
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"{what} must be an integer array, got dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self._n):
+            raise IndexError(
+                f"{what} must lie in [0, {self._n}), got values in [{int(arr.min())}, {int(arr.max())}]"
+            )
+        return arr
+
+    def map(self, idx: np.ndarray) -> np.ndarray:
+        """Images of an array of indices.
+
+        Parameters
+        ----------
+        idx : numpy.ndarray, any integer dtype, any shape
+            Values in ``[0, n)`` (no negative indexing here).
+
+        Returns
+        -------
+        numpy.ndarray, int64, same shape as ``idx``
+        """
+        arr = self._check_array(idx, "idx")
+        return self._map_unchecked(arr)
+
+    def inverse_map(self, values: np.ndarray) -> np.ndarray:
+        """Preimages of an array of values; int64 array of the same shape (see :meth:`map`)."""
+        arr = self._check_array(values, "values")
+        out = np.empty_like(arr)
+        if self._n == 1:
+            out[...] = 0
+        elif arr.size:
+            invert_many(arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys)
+        return out
+
+    def _map_unchecked(self, arr: np.ndarray) -> np.ndarray:
+        """:meth:`map` for a C-contiguous int64 array already known to lie in ``[0, n)``."""
+        out = np.empty_like(arr)
+        if self._n == 1:
+            out[...] = 0
+        elif arr.size:
+            permute_many(arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys)
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        """Yield ``perm[0], perm[1], ...`` (computed in vectorised chunks)."""
+        for start in range(0, self._n, _CHUNK):
+            stop = min(start + _CHUNK, self._n)
+            yield from self._map_unchecked(np.arange(start, stop, dtype=np.int64)).tolist()
+
+
+def _rebuild(n: int, seed: SeedLike, epoch: int) -> Permutation:
+    return Permutation(n, seed=seed, epoch=epoch)

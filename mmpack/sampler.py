@@ -1,0 +1,300 @@
+"""A resumable, distributed, O(1)-memory sampler over ``range(n)``.
+
+Epoch ``e`` visits ``range(n)`` in the order of ``Permutation(n, seed=seed, epoch=e)`` (or in
+order when ``shuffle=False``): a pure function of ``(seed, epoch, n)``, never materialised.  With
+``world_size`` ranks the epoch order is cut like :class:`torch.utils.data.DistributedSampler` cuts
+it: it is padded by wrapping around to its own start up to ``world_size * ceil(n / world_size)``
+positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
+``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
+
+Resuming is arithmetic: the state is ``(epoch, position)``, where ``position`` counts the indices
+the current iterator has handed out, and a loaded state starts the next iterator at that position.
+
+Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while iterating);
+indices are computed 8192 at a time by :meth:`Permutation.map` (tens of ns each) and handed out one by
+one (about 50 ns each); ``state_dict`` and ``load_state_dict`` are O(1), nothing is replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.permutation import MAX_N, Permutation
+
+__all__ = ["STATE_VERSION", "ResumableSampler"]
+
+STATE_VERSION = 1
+"""Version of the dict written by :meth:`ResumableSampler.state_dict`."""
+
+_CHUNK = 8192
+_CHECKED_FIELDS = ("n", "seed", "world_size", "shuffle", "drop_last")
+
+
+def _check_int(value: object, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _check_bool(value: object, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+class _Cursor:
+    """Where one iterator stands: the epoch it walks and how many indices it has handed out."""
+
+    __slots__ = ("epoch", "position")
+
+    def __init__(self, epoch: int, position: int) -> None:
+        self.epoch = epoch
+        self.position = position
+
+
+class ResumableSampler(Sampler[int]):
+    """Shuffled, sharded, resumable sampler over ``range(n)`` in O(1) memory.
+
+    Parameters
+    ----------
+    n : int
+        Number of samples of the dataset, ``0 <= n <= 2**62``.
+    shuffle : bool, default True
+        Visit each epoch in a keyed pseudo-random order; ``False`` visits ``0, 1, ..., n-1``.
+    seed : int, default 0
+        Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
+    rank, world_size : int, default 0 and 1
+        This process's share: ``0 <= rank < world_size``.
+    drop_last : bool, default False
+        ``True``: every rank gets ``n // world_size`` indices and the tail of the epoch order is
+        dropped.  ``False``: every rank gets ``ceil(n / world_size)`` indices, the last ranks'
+        shares being completed with the first indices of the epoch order (as in
+        ``DistributedSampler``).
+
+    Notes
+    -----
+    Call :meth:`set_epoch` before each epoch; iterating again without it repeats the epoch.
+
+    ``state_dict()`` records the epoch and the number of indices handed out by the most recent
+    iterator; a sampler that loads it yields exactly the rest of that epoch on its next ``iter()``
+    (nothing if the epoch was finished), then follows ``set_epoch`` as usual.  Calling
+    ``set_epoch`` with another epoch before that ``iter()`` discards the loaded position.  Since all
+    ranks advance in lockstep, the state of any rank can be loaded by any other rank of the same
+    ``world_size`` (``rank`` is recorded but not checked).  The sampler is also a ``Stateful`` for
+    ``torchdata.stateful_dataloader.StatefulDataLoader``, whose batch sampler saves and restores it
+    (exactly, even with prefetching workers: the loader snapshots the sampler when it draws).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> None:
+        n = _check_int(n, "n")
+        if not 0 <= n <= MAX_N:
+            raise ValueError(f"n must be in [0, 2**62], got n={n}")
+        seed = _check_int(seed, "seed")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
+        world_size = _check_int(world_size, "world_size")
+        rank = _check_int(rank, "rank")
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got world_size={world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        self._n = n
+        self._shuffle = _check_bool(shuffle, "shuffle")
+        self._seed = seed
+        self._rank = rank
+        self._world_size = world_size
+        self._drop_last = _check_bool(drop_last, "drop_last")
+        if drop_last:
+            self._num_samples = n // world_size
+        else:
+            self._num_samples = -(-n // world_size)
+        self._epoch = 0
+        self._perm: Permutation | None = None
+        self._resume_at: int | None = None
+        self._cursor = _Cursor(0, 0)
+
+    # -- parameters ----------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Size of the dataset."""
+        return self._n
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self._shuffle
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self._drop_last
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` walks."""
+        return self._epoch
+
+    def __len__(self) -> int:
+        """Number of indices this rank gets per epoch."""
+        return self._num_samples
+
+    def __repr__(self) -> str:
+        return (
+            f"ResumableSampler(n={self._n}, shuffle={self._shuffle}, seed={self._seed}, rank={self._rank}, "
+            f"world_size={self._world_size}, drop_last={self._drop_last}, epoch={self._epoch})"
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next ``iter()`` (``epoch >= 0``)."""
+        epoch = _check_int(epoch, "epoch")
+        if not 0 <= epoch < 2**64:
+            raise ValueError(f"epoch must be in [0, 2**64), got epoch={epoch}")
+        if epoch != self._epoch:
+            self._resume_at = None
+            self._epoch = epoch
+
+    # -- indices -------------------------------------------------------------------------------
+
+    def _permutation(self, epoch: int) -> Permutation:
+        perm = self._perm
+        if perm is None or perm.epoch != epoch:
+            perm = self._perm = Permutation(self._n, seed=self._seed, epoch=epoch)
+        return perm
+
+    def indices(self, start: int, stop: int, *, epoch: int | None = None) -> np.ndarray:
+        """The indices this rank gets at positions ``[start, stop)`` of an epoch.
+
+        Parameters
+        ----------
+        start, stop : int
+            ``0 <= start <= stop <= len(self)``.
+        epoch : int, optional
+            Defaults to the current epoch.
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape (stop - start,)
+        """
+        start = _check_int(start, "start")
+        stop = _check_int(stop, "stop")
+        if not 0 <= start <= stop <= self._num_samples:
+            raise IndexError(
+                f"positions must satisfy 0 <= start <= stop <= {self._num_samples}, got start={start}, stop={stop}"
+            )
+        epoch = self._epoch if epoch is None else _check_int(epoch, "epoch")
+        return self._indices(start, stop, epoch)
+
+    def _indices(self, start: int, stop: int, epoch: int) -> np.ndarray:
+        order = np.arange(start, stop, dtype=np.int64)
+        order *= self._world_size
+        order += self._rank
+        if stop > 0 and (stop - 1) * self._world_size + self._rank >= self._n:
+            order %= self._n  # padding wraps around to the start of the epoch order
+        if not self._shuffle:
+            return order
+        return self._permutation(epoch)._map_unchecked(order)
+
+    def __iter__(self) -> Iterator[int]:
+        start = 0 if self._resume_at is None else self._resume_at
+        self._resume_at = None
+        cursor = self._cursor = _Cursor(self._epoch, start)
+        return self._generate(cursor)
+
+    def _generate(self, cursor: _Cursor) -> Iterator[int]:
+        total = self._num_samples
+        for lo in range(cursor.position, total, _CHUNK):
+            chunk = self._indices(lo, min(lo + _CHUNK, total), cursor.epoch).tolist()
+            for index in chunk:
+                cursor.position += 1
+                yield index
+
+    # -- checkpointing -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small dict recording where the most recent iterator stands.
+
+        Returns
+        -------
+        dict
+            ``{"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch",
+            "position"}``, all plain Python ints and bools.  Before any ``iter()`` (or right after
+            ``load_state_dict``) it describes where the next ``iter()`` starts.
+        """
+        if self._resume_at is not None or self._cursor.epoch != self._epoch:
+            epoch, position = self._epoch, self._resume_at or 0
+        else:
+            epoch, position = self._cursor.epoch, self._cursor.position
+        return {
+            "version": STATE_VERSION,
+            "n": self._n,
+            "seed": self._seed,
+            "shuffle": self._shuffle,
+            "world_size": self._world_size,
+            "rank": self._rank,
+            "drop_last": self._drop_last,
+            "epoch": epoch,
+            "position": position,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next ``iter()`` yields the rest of the saved epoch.
+
+        Raises
+        ------
+        mmpack.errors.StateMismatchError
+            The state belongs to another ``n``, ``seed``, ``world_size``, ``shuffle`` or
+            ``drop_last``.
+        mmpack.errors.FormatError
+            The state is not a dict of this format or version, or its position is out of range.
+        """
+        if not isinstance(state, dict):
+            raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise FormatError(f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}")
+        missing = [k for k in (*_CHECKED_FIELDS, "epoch", "position") if k not in state]
+        if missing:
+            raise FormatError(f"sampler state lacks the fields {missing}")
+        for field in _CHECKED_FIELDS:
+            saved, ours = state[field], getattr(self, "_" + field)
+            if saved != ours or isinstance(saved, bool) != isinstance(ours, bool):
+                raise StateMismatchError(
+                    f"sampler state was saved with {field}={saved!r} but this sampler has {field}={ours!r}"
+                )
+        epoch, position = state["epoch"], state["position"]
+        for name, value in (("epoch", epoch), ("position", position)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise FormatError(f"sampler state field {name} must be an int, got {value!r}")
+        if not 0 <= epoch < 2**64:
+            raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")
+        if not 0 <= position <= self._num_samples:
+            raise FormatError(
+                f"sampler state has position={position}, expected 0 <= position <= {self._num_samples} (len)"
+            )
+        self._epoch = int(epoch)
+        self._resume_at = int(position)

@@ -1,0 +1,650 @@
+"""The token store: every document's tokens in one flat array, plus a cumulative-length index.
+
+Building streams documents from any iterable into raw little-endian files inside a temporary
+folder beside the target, ``.<name>.mmpack-tmp-<pid>-<random>``: tokens are buffered up to
+``buffer_tokens`` (memory is bounded by the buffer, never by the corpus), validated as a block,
+written sequentially, and CRC-32-summed while written.  With ``dtype=None`` the file starts at the
+narrowest dtype that holds the first block and is widened in place (one sequential rewrite) if a
+later token needs more bits, which happens at most three times.  The metadata is written last,
+the files are fsynced, and the folder is renamed onto the target (``renameat2(RENAME_EXCHANGE)``
+swaps an existing store atomically where the kernel offers it), so an interrupted build never
+leaves anything that opens as a store, and readers of the previous store keep their mappings.
+Stale temporary folders of dead builders are removed by the next build of the same target.
+
+Opening reads only the metadata and checks it against the files (sizes, ``offsets`` starting at
+0, never decreasing, ending at ``num_tokens``); ``verify()`` recomputes the block checksums.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import operator
+import os
+import secrets
+import shutil
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.backends import Backend, get_backend
+from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE
+from mmpack.backends._memmap import MemmapBackend
+from mmpack.backends._zarr import ZarrBackend
+from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, StoreNotFoundError
+from mmpack.format import (
+    BLOCK_BYTES,
+    OFFSETS_DTYPE,
+    BlockChecksum,
+    StoreMeta,
+    normalize_token_dtype,
+    smallest_token_dtype,
+)
+from mmpack.kernels.store import first_decrease
+
+__all__ = ["StoreWriter", "TokenStore", "build", "open_store"]
+
+_TMP_TAG = ".mmpack-tmp-"
+_OLD_TAG = ".mmpack-old-"
+_DEFAULT_BUFFER_TOKENS = 1 << 23
+
+
+class TokenStore:
+    """A read-only, memory-mapped token store.  Create with :func:`build`, open with
+    :func:`open_store` (``mmpack.open``).
+
+    ``len(store)`` is the number of documents, ``store[j]`` document ``j`` as a 1-D array of
+    ``store.dtype`` (a view of the mapping for the memmap backend).  Pickling keeps only the path
+    and the metadata; the receiving process maps the files again and refuses a store that was
+    rebuilt in between.
+    """
+
+    def __init__(self, path: Path, meta: StoreMeta, raw_meta: dict[str, Any]) -> None:
+        self._path = path
+        self._meta = meta
+        self._raw_meta = raw_meta
+        self._backend: Backend = get_backend(meta.backend)(path, meta)
+        self._doc_lens: np.ndarray | None = None
+        _check_offsets(self._backend.offsets, meta, path)
+
+    # ----------------------------------------------------------------------------- properties
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def backend(self) -> str:
+        """``"memmap"`` or ``"zarr"``."""
+        return self._meta.backend
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._meta.dtype
+
+    @property
+    def num_tokens(self) -> int:
+        return self._meta.num_tokens
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64, shape (num_docs + 1,), read-only: document j is ``tokens[offsets[j]:offsets[j+1]]``."""
+        return self._backend.offsets
+
+    @property
+    def doc_lens(self) -> np.ndarray:
+        """int64, shape (num_docs,): ``np.diff(offsets)``, computed once."""
+        if self._doc_lens is None:
+            lens = np.diff(self.offsets)
+            lens.flags.writeable = False
+            self._doc_lens = lens
+        return self._doc_lens
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits identifying the content (see :mod:`mmpack.format`)."""
+        return self._meta.fingerprint
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The metadata record as stored."""
+        return dict(self._raw_meta)
+
+    @property
+    def tokens(self) -> np.ndarray | None:
+        """The whole flat token array as a read-only mapping (memmap backend), else None."""
+        return getattr(self._backend, "tokens", None)
+
+    # ----------------------------------------------------------------------------- access
+    def __len__(self) -> int:
+        return self._meta.num_docs
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        j = _check_index(j, self._meta.num_docs, "document")
+        lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
+        return self._backend.read_range(lo, hi)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for j in range(len(self)):
+            yield self[j]
+
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        """Flat tokens ``[start, stop)``; bounds are checked."""
+        start, stop = operator.index(start), operator.index(stop)
+        if not 0 <= start <= stop <= self.num_tokens:
+            raise IndexError(
+                f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]"
+            )
+        return self._backend.read_range(start, stop)
+
+    def read_ranges(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Read many flat ranges; ``src[src_starts[k]:src_starts[k]+lengths[k]]`` is range k.
+
+        Parameters
+        ----------
+        starts, lengths : numpy.ndarray, int64, shape (k,)
+            Validated by the caller: ``0 <= starts``, ``starts + lengths <= num_tokens``.
+
+        Returns
+        -------
+        src : numpy.ndarray, ``store.dtype``, 1-D
+            The whole mapped array for the memmap backend (zero copy), a buffer otherwise.
+        src_starts : numpy.ndarray, int64, shape (k,)
+        """
+        return self._backend.read_ranges(starts, lengths)
+
+    # ----------------------------------------------------------------------------- integrity
+    def verify(self) -> dict[str, int]:
+        """Recompute every block checksum; raise :class:`FormatError` naming the first bad block.
+
+        Returns a summary ``{"blocks": ..., "bytes": ...}`` when everything matches.
+        """
+        meta = self._meta
+        _check_offsets(self.offsets, meta, self._path)
+        checked_blocks = checked_bytes = 0
+        for name, nbytes, crcs in (
+            ("offsets", (meta.num_docs + 1) * 8, meta.offsets_crc32),
+            ("tokens", meta.num_tokens * meta.dtype.itemsize, meta.tokens_crc32),
+        ):
+            for b, stored in enumerate(crcs):
+                lo = b * meta.block_bytes
+                hi = min(nbytes, lo + meta.block_bytes)
+                got = zlib.crc32(self._backend.raw_bytes(name, lo, hi))
+                if got != stored:
+                    raise FormatError(
+                        f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
+                        f"(stored {stored:#010x}, computed {got:#010x}): the data was modified "
+                        "or corrupted; rebuild the store"
+                    )
+                checked_blocks += 1
+                checked_bytes += hi - lo
+        return {"blocks": checked_blocks, "bytes": checked_bytes}
+
+    # ----------------------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": str(self._path), "meta": self._raw_meta}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        path = Path(state["path"])
+        pickled = StoreMeta.from_json(state["meta"], path)
+        current = open_store(path)
+        if current.fingerprint != pickled.fingerprint:
+            raise StateMismatchError(
+                f"the store at {path} was rebuilt after this object was pickled "
+                f"(fingerprint {pickled.fingerprint} then, {current.fingerprint} now)"
+            )
+        self.__dict__.update(current.__dict__)
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenStore({str(self._path)!r}, backend={self.backend!r}, docs={len(self)}, "
+            f"tokens={self.num_tokens}, dtype={self.dtype.name})"
+        )
+
+
+# --------------------------------------------------------------------------------- opening
+def open_store(path: str | os.PathLike[str]) -> TokenStore:
+    """Open the store at ``path`` read-only; the backend is read from its metadata.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing at ``path``.
+    FormatError
+        ``path`` is not a store, or its metadata disagrees with its files.
+    """
+    path = _as_path(path, "path")
+    if not path.exists():
+        raise StoreNotFoundError(f"no mmpack store at {str(path)!r}: the path does not exist")
+    if not path.is_dir():
+        raise FormatError(f"{str(path)!r} is a file; an mmpack store is a folder")
+    try:
+        raw = MemmapBackend.read_meta(path)
+        if raw is None:
+            raw = ZarrBackend.read_meta(path)
+    except PermissionError as exc:
+        raise PermissionError(f"cannot read the store at {str(path)!r}: {exc}") from None
+    if raw is None:
+        raise FormatError(
+            f"{str(path)!r} is not an mmpack store: it has neither mmpack.json nor a Zarr group "
+            "with mmpack attributes (an interrupted build leaves no store; rebuild it)"
+        )
+    meta = StoreMeta.from_json(raw, path)
+    return TokenStore(path, meta, raw)
+
+
+def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
+    if offsets.shape != (meta.num_docs + 1,):
+        raise FormatError(f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)")
+    if offsets[0] != 0:
+        raise FormatError(f"{path}: offsets[0] is {int(offsets[0])}, expected 0")
+    if offsets[-1] != meta.num_tokens:
+        raise FormatError(
+            f"{path}: offsets end at {int(offsets[-1])} but the store holds "
+            f"{meta.num_tokens} tokens"
+        )
+    bad = first_decrease(offsets)
+    if bad >= 0:
+        raise FormatError(
+            f"{path}: offsets decrease at document {bad} "
+            f"({int(offsets[bad])} -> {int(offsets[bad + 1])}): the index is corrupt"
+        )
+
+
+def _check_index(j: Any, n: int, what: str) -> int:
+    if isinstance(j, (bool, np.bool_)) or not isinstance(j, (int, np.integer)):
+        raise TypeError(f"{what} index must be an integer, got {type(j).__name__} {j!r}")
+    given = int(j)
+    j = given + n if given < 0 else given
+    if not 0 <= j < n:
+        raise IndexError(f"{what} index {given} is out of range for {n} {what}s")
+    return j
+
+
+def _as_path(path: Any, name: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(path)
+
+
+# --------------------------------------------------------------------------------- building
+def build(
+    path: str | os.PathLike[str],
+    docs: Iterable[Any],
+    *,
+    dtype: Any = None,
+    backend: str = "memmap",
+    overwrite: bool = False,
+    buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
+    fsync: bool = True,
+) -> TokenStore:
+    """Build a store at ``path`` from ``docs`` and return it opened.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Target folder; must not exist unless ``overwrite=True``.
+    docs : iterable of 1-D integer sequences
+        Lists, tuples, numpy arrays, torch tensors, a generator over a corpus larger than memory.
+        Empty documents are kept.
+    dtype : numpy dtype, optional
+        Unsigned token dtype.  Default: the narrowest of uint8/16/32/64 that holds the largest
+        token.
+    backend : {"memmap", "zarr"}
+    overwrite : bool
+        Replace an existing store at ``path`` (atomically).
+    buffer_tokens : int
+        Tokens buffered before a write; bounds the memory used.
+    fsync : bool
+        Flush the files to stable storage before the rename (survives power loss too).
+
+    Raises
+    ------
+    ValueError
+        A negative, non-integer or too large token (the message names the document and value),
+        or a bad argument.  Nothing is left on disk.
+    TypeError
+        A document that is not a 1-D sequence of integers.
+    StoreExistsError
+        ``path`` exists and ``overwrite`` is false.
+    """
+    with StoreWriter(
+        path, dtype=dtype, backend=backend, overwrite=overwrite,
+        buffer_tokens=buffer_tokens, fsync=fsync,
+    ) as writer:
+        if isinstance(docs, (str, bytes)):
+            raise TypeError("docs must be an iterable of token sequences, not a string")
+        try:
+            iterator = iter(docs)
+        except TypeError:
+            raise TypeError(
+                f"docs must be an iterable of token sequences, got {type(docs).__name__}"
+            ) from None
+        for doc in iterator:
+            writer.add(doc)
+    return writer.store
+
+
+class StoreWriter:
+    """Streaming, atomic writer of a store; :func:`build` is a thin loop over it.
+
+    Use as a context manager: documents go in with :meth:`add` or :meth:`add_batch`; a clean
+    exit commits (rename into place) and sets ``writer.store``; an exception removes everything
+    written.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any = None,
+        backend: str = "memmap",
+        overwrite: bool = False,
+        buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
+        fsync: bool = True,
+    ) -> None:
+        self.path = _as_path(path, "path")
+        get_backend(backend)
+        self.backend = backend
+        self.fixed_dtype = None if dtype is None else normalize_token_dtype(dtype)
+        if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 1:
+            raise ValueError(f"buffer_tokens must be a positive integer, got {buffer_tokens!r}")
+        self.overwrite = bool(overwrite)
+        self.buffer_tokens = buffer_tokens
+        self.fsync = fsync
+        self.store: TokenStore | None = None
+        self._tmp: Path | None = None
+
+    # --------------------------------------------------------------------------- lifecycle
+    def __enter__(self) -> StoreWriter:
+        parent = self.path.parent
+        if self.path.exists() and not self.overwrite:
+            raise StoreExistsError(
+                f"{str(self.path)!r} exists; pass overwrite=True to replace it"
+            )
+        if not parent.is_dir():
+            raise FileNotFoundError(f"parent folder {str(parent)!r} of the store does not exist")
+        _clean_stale(parent, self.path.name)
+        self._tmp = parent / f".{self.path.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+        self._tmp.mkdir()
+        self._tokens_file = open(self._tmp / TOKENS_FILE, "wb")
+        self._offsets_file = open(self._tmp / OFFSETS_FILE, "wb")
+        self._dtype = self.fixed_dtype
+        self._tokens_crc = BlockChecksum()
+        self._offsets_crc = BlockChecksum()
+        self._buffer: list[np.ndarray] = []
+        self._buffered = 0
+        self._num_docs = 0
+        self._num_tokens = 0
+        self._write_offsets(np.zeros(1, dtype=np.int64))
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self._commit()
+        finally:
+            for f in (getattr(self, "_tokens_file", None), getattr(self, "_offsets_file", None)):
+                if f is not None and not f.closed:
+                    f.close()
+            if self._tmp is not None and self._tmp.exists():
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    # --------------------------------------------------------------------------- adding
+    def add(self, doc: Any) -> None:
+        """Append one document (a 1-D sequence of non-negative integers)."""
+        self._buffer.append(_as_doc_array(doc, self._num_docs + len(self._buffer)))
+        self._buffered += self._buffer[-1].size
+        if self._buffered >= self.buffer_tokens:
+            self._flush()
+
+    def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Append ``len(lengths)`` documents given flat: ``tokens`` (integer, shape (sum(lengths),))
+        and ``lengths`` (integer, shape (k,), non-negative)."""
+        lengths = np.asarray(lengths)
+        if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (lengths.size and lengths.min() < 0):
+            raise ValueError("lengths must be a 1-D array of non-negative integers")
+        tokens = _as_doc_array(tokens, self._num_docs + len(self._buffer))
+        if tokens.size != int(lengths.sum()):
+            raise ValueError(
+                f"tokens holds {tokens.size} items but lengths sum to {int(lengths.sum())}"
+            )
+        self._flush()
+        self._write_block(tokens, lengths.astype(np.int64), first_doc=self._num_docs)
+
+    # --------------------------------------------------------------------------- internals
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        lengths = np.fromiter((d.size for d in self._buffer), dtype=np.int64, count=len(self._buffer))
+        flat = _concat_docs(self._buffer, self._num_docs)
+        first_doc = self._num_docs
+        self._buffer.clear()
+        self._buffered = 0
+        self._write_block(flat, lengths, first_doc)
+
+    def _write_block(self, flat: np.ndarray, lengths: np.ndarray, first_doc: int) -> None:
+        if flat.size:
+            _validate_block(flat, lengths, first_doc, self.fixed_dtype)
+            needed = smallest_token_dtype(int(flat.max()))
+            if self._dtype is None:
+                self._dtype = needed
+            elif self.fixed_dtype is None and needed.itemsize > self._dtype.itemsize:
+                self._widen(needed)
+            data = flat.astype(self._dtype, copy=False)
+            self._tokens_file.write(memoryview(data))
+            self._tokens_crc.update(data)
+        self._num_tokens += flat.size
+        self._num_docs += lengths.size
+        ends = np.cumsum(lengths) + (self._num_tokens - flat.size)
+        self._write_offsets(ends)
+
+    def _write_offsets(self, values: np.ndarray) -> None:
+        data = values.astype(OFFSETS_DTYPE, copy=False)
+        self._offsets_file.write(memoryview(data))
+        self._offsets_crc.update(data)
+
+    def _widen(self, dtype: np.dtype) -> None:
+        """Rewrite the tokens written so far with a wider dtype (sequential, chunked)."""
+        self._tokens_file.close()
+        old_path = self._tmp / TOKENS_FILE
+        new_path = self._tmp / (TOKENS_FILE + ".widen")
+        crc = BlockChecksum()
+        old = np.memmap(old_path, dtype=self._dtype, mode="r") if self._num_tokens else None
+        with open(new_path, "wb") as out:
+            step = 1 << 22
+            for lo in range(0, self._num_tokens, step):
+                chunk = old[lo : lo + step].astype(dtype)
+                out.write(memoryview(chunk))
+                crc.update(chunk)
+        del old
+        os.replace(new_path, old_path)
+        self._tokens_file = open(old_path, "ab")
+        self._tokens_crc = crc
+        self._dtype = dtype
+
+    def _commit(self) -> None:
+        self._flush()
+        dtype = self._dtype or self.fixed_dtype or np.dtype("<u1")
+        for f in (self._tokens_file, self._offsets_file):
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+            f.close()
+        meta = StoreMeta(
+            backend=self.backend,
+            dtype=dtype,
+            num_docs=self._num_docs,
+            num_tokens=self._num_tokens,
+            block_bytes=BLOCK_BYTES,
+            tokens_crc32=tuple(self._tokens_crc.finish()),
+            offsets_crc32=tuple(self._offsets_crc.finish()),
+        )
+        get_backend(self.backend).commit(self._tmp, meta)
+        if self.fsync:
+            _fsync_dir(self._tmp)
+        _swap_into_place(self._tmp, self.path, self.overwrite)
+        if self.fsync:
+            _fsync_dir(self.path.parent)
+        self._tmp = None
+        self.store = open_store(self.path)
+
+
+def _as_doc_array(doc: Any, j: int) -> np.ndarray:
+    """Coerce document ``j`` to a 1-D integer numpy array, or raise naming the document."""
+    if isinstance(doc, (str, bytes, bytearray)):
+        raise TypeError(
+            f"document {j} is a {type(doc).__name__}; documents are sequences of token ids "
+            "(tokenize text first, e.g. with mmpack.ingest)"
+        )
+    if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor
+        doc = doc.detach().cpu().numpy()
+    try:
+        arr = np.asarray(doc)
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"document {j}: cannot read it as integers ({exc})") from None
+    if arr.ndim != 1:
+        raise TypeError(
+            f"document {j} has shape {arr.shape}; each document must be a 1-D sequence of token ids"
+        )
+    kind = arr.dtype.kind
+    if kind in "iu":
+        return arr
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.floor(arr)) | (arr < 0) | (arr >= 2.0**64)
+        if bad.any():
+            p = int(np.argmax(bad))
+            raise ValueError(
+                f"document {j} has a non-integer token {arr[p].item()!r} at position {p}; "
+                "tokens must be integers"
+            )
+        return arr.astype(np.uint64)
+    if kind == "O":
+        for p, v in enumerate(arr):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(
+                    f"document {j} has a non-integer token {v!r} at position {p}; "
+                    "tokens must be integers"
+                )
+            if v < 0:
+                raise ValueError(f"document {j} has a negative token {v} at position {p}")
+            raise ValueError(f"document {j} has a token {v} at position {p} that does not fit in 64 bits")
+    raise ValueError(
+        f"document {j} holds {arr.dtype} values (e.g. {arr[0].item()!r}); tokens must be integers"
+    )
+
+
+def _concat_docs(docs: list[np.ndarray], first_doc: int) -> np.ndarray:
+    """Concatenate documents without numpy's int64 + uint64 -> float64 promotion."""
+    if not docs:
+        return np.empty(0, dtype=np.int64)
+    if any(d.dtype == np.uint64 for d in docs):
+        for k, d in enumerate(docs):
+            if d.dtype.kind == "i" and d.size and d.min() < 0:
+                p = int(np.argmin(d))
+                raise ValueError(
+                    f"document {first_doc + k} has a negative token {int(d[p])} at position {p}"
+                )
+        return np.concatenate(docs, dtype=np.uint64)
+    return np.concatenate(docs)
+
+
+def _validate_block(
+    flat: np.ndarray, lengths: np.ndarray, first_doc: int, fixed: np.dtype | None
+) -> None:
+    """Raise naming the first document whose tokens are negative or exceed ``fixed``."""
+    limit = None if fixed is None else np.iinfo(fixed).max
+    bad = None
+    if flat.dtype.kind == "i" and flat.min() < 0:
+        bad = flat < 0
+    elif limit is not None and int(flat.max()) > limit:
+        bad = flat > limit
+    if bad is None:
+        return
+    p = int(np.argmax(bad))
+    ends = np.cumsum(lengths)
+    d = int(np.searchsorted(ends, p, side="right"))
+    pos = p - (int(ends[d - 1]) if d else 0)
+    value = int(flat[p])
+    if value < 0:
+        raise ValueError(f"document {first_doc + d} has a negative token {value} at position {pos}")
+    raise ValueError(
+        f"document {first_doc + d} has token {value} at position {pos}, which does not fit "
+        f"dtype={fixed.name} (max {limit}); pass a wider dtype or dtype=None"
+    )
+
+
+# --------------------------------------------------------------------------------- the rename
+def _clean_stale(parent: Path, name: str) -> None:
+    """Remove temporary folders left by dead builders of ``parent/name``."""
+    for prefix in (f".{name}{_TMP_TAG}", f".{name}{_OLD_TAG}"):
+        for entry in parent.glob(prefix + "*"):
+            pid_text = entry.name[len(prefix):].split("-", 1)[0]
+            if pid_text.isdigit() and _pid_alive(int(pid_text)):
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def _swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    if not target.exists():
+        try:
+            os.rename(tmp, target)
+            return
+        except OSError:
+            if not target.exists():
+                raise
+    if not overwrite:
+        raise StoreExistsError(f"{str(target)!r} appeared during the build; not replacing it")
+    if target.is_file() or target.is_symlink():
+        raise FileExistsError(f"{str(target)!r} is a file, not a store; refusing to replace it")
+    if _renameat2_exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous store
+        return
+    old = target.parent / f".{target.name}{_OLD_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+    os.rename(target, old)
+    os.rename(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,213 @@
+"""The window view: exact (seqlen, stride) samples over the concatenated stream.
+
+Semantics (the contract).  The virtual stream ``S`` is ``doc0, eot, doc1, eot, ..., eot`` when
+``eot`` is given (an eot after every document, none stored on disk), else the plain concatenation.
+``W = seqlen`` (``seqlen + 1`` with ``labels=True``); window ``i`` is ``S[i*stride : i*stride + W]``
+and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
+``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
+
+Worked example (the seed's question): documents of lengths 3 and 2 with eot 9 give
+``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
+``S[0:4]`` and ``S[2:6]``; window 1 is ``a 9 b b`` with ``cu_seqlens = [0, 2, 4]``.
+
+Cost: O(log n_docs) per window to find its first document (binary search over the mapped
+``offsets``), then a copy in a numba kernel that inserts the eot tokens on the fly; a batch is
+one kernel call into preallocated arrays (see ``benchmarks/`` for the measured ratios against a
+raw memory copy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mmpack.kernels.window import find_doc, gather_windows, window_ranges
+from mmpack.store import TokenStore
+
+__all__ = ["WindowDataset"]
+
+_INT32_MAX = 2**31 - 1
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _token_id(value: Any, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer token id, got {type(value).__name__} {value!r}")
+    if not -(2**63) <= int(value) < 2**63:
+        raise ValueError(f"{name}={value} does not fit in int64")
+    return int(value)
+
+
+def normalize_indices(indices: Any, n: int) -> np.ndarray:
+    """Validate a batch of sample indices (negative counts from the end) as int64, shape (k,)."""
+    arr = np.asarray(indices)
+    if arr.ndim != 1:
+        raise TypeError(f"indices must be a 1-D sequence of integers, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+        raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < -n) | (arr >= n)
+    if bad.any():
+        raise IndexError(f"index {int(arr[np.argmax(bad)])} is out of range for {n} samples")
+    return np.where(arr < 0, arr + n, arr)
+
+
+class WindowDataset:
+    """Fixed-length windows of the concatenated documents of a store.
+
+    Parameters
+    ----------
+    store : TokenStore
+    seqlen : int
+        Tokens per sample (>= 1).
+    stride : int, optional
+        Distance between window starts (default ``seqlen``; larger skips tokens).
+    eot : int, optional
+        End-of-text id inserted after every document (not stored on disk).
+    labels : bool
+        Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``).
+    drop_last : bool
+        ``False`` adds a final window padded with ``pad_id`` (labels ``-100``) so that, with
+        ``stride <= seqlen``, no token is left out.
+    pad_id : int
+        Padding id of that final window.
+
+    Each sample is a dict of numpy arrays: ``input_ids`` (int64, (seqlen,)), ``labels`` (int64,
+    (seqlen,), with ``labels=True``), ``position_ids`` (int64, (seqlen,), restarting at each
+    cut) and ``cu_seqlens`` (int32, (m,)): 0, every position right after a document's last
+    token (its eot when given), and seqlen.
+    """
+
+    def __init__(
+        self,
+        store: TokenStore,
+        seqlen: int,
+        stride: int | None = None,
+        *,
+        eot: int | None = None,
+        labels: bool = False,
+        drop_last: bool = True,
+        pad_id: int = 0,
+    ) -> None:
+        if not isinstance(store, TokenStore):
+            raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
+        self.store = store
+        self.seqlen = _positive_int(seqlen, "seqlen")
+        if self.seqlen > _INT32_MAX - 1:
+            raise ValueError(f"seqlen={seqlen} does not fit the int32 cu_seqlens")
+        self.stride = self.seqlen if stride is None else _positive_int(stride, "stride")
+        self.eot = None if eot is None else _token_id(eot, "eot")
+        self.labels = bool(labels)
+        self.drop_last = bool(drop_last)
+        self.pad_id = _token_id(pad_id, "pad_id")
+        self.width = self.seqlen + int(self.labels)
+        self.total = store.num_tokens + (len(store) if self.eot is not None else 0)
+        full = (self.total - self.width) // self.stride + 1 if self.total >= self.width else 0
+        partial = (
+            not self.drop_last
+            and full * self.stride < self.total
+            and (full == 0 or (full - 1) * self.stride + self.width < self.total)
+        )
+        self.num_full = full
+        self._len = full + int(partial)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowDataset({self.store!r}, seqlen={self.seqlen}, stride={self.stride}, "
+            f"eot={self.eot}, labels={self.labels}, drop_last={self.drop_last}) -> {len(self)} samples"
+        )
+
+    # ------------------------------------------------------------------------------- access
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
+        n = self._len
+        if not -n <= i < n:
+            raise IndexError(f"sample index {i} is out of range for {n} windows")
+        return self._gather(np.array([i % n], dtype=np.int64))[0]
+
+    def __getitems__(self, indices: Any) -> list[dict[str, np.ndarray]]:
+        """A batch in one kernel call; the returned dicts hold views into shared (k, seqlen) arrays
+        (``mmpack.collate`` turns them into tensors without another copy)."""
+        return self._gather(normalize_indices(indices, self._len))
+
+    def _gather(self, idx: np.ndarray) -> list[dict[str, np.ndarray]]:
+        k = idx.shape[0]
+        seqlen = self.seqlen
+        vstarts = idx * self.stride
+        ids = np.empty((k, seqlen), dtype=np.int64)
+        labels = np.empty((k, seqlen if self.labels else 0), dtype=np.int64)
+        pos = np.empty((k, seqlen), dtype=np.int64)
+        cu = np.empty((k, seqlen + 1), dtype=np.int32)
+        ncu = np.empty(k, dtype=np.int64)
+        use_eot = int(self.eot is not None)
+        offsets = self.store.offsets
+        src = self.store.tokens
+        if src is not None:
+            cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
+        else:
+            starts = np.empty(k, dtype=np.int64)
+            lengths = np.empty(k, dtype=np.int64)
+            window_ranges(offsets, use_eot, vstarts, self.width, self.total, starts, lengths)
+            src, cursors = self.store.read_ranges(starts, lengths)
+        if k:
+            gather_windows(
+                src, cursors, offsets, use_eot, self.eot if use_eot else 0, vstarts, seqlen,
+                self.total, self.pad_id, int(self.labels), ids, labels, pos, cu, ncu,
+            )
+        out = []
+        for r in range(k):
+            sample = {"input_ids": ids[r], "position_ids": pos[r], "cu_seqlens": cu[r, : ncu[r]]}
+            if self.labels:
+                sample["labels"] = labels[r]
+            out.append(sample)
+        return out
+
+    # ------------------------------------------------------------------------------- debugging
+    def locate(self, i: int) -> list[dict[str, int]]:
+        """Where sample ``i`` comes from: one entry per document it touches, in order, with the
+        document index, the token range ``[start, stop)`` inside it, whether its eot is included,
+        and the window positions ``[at, at + stop - start + eot)`` it fills (``labels=True``
+        windows include the label token)."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
+        n = self._len
+        if not -n <= i < n:
+            raise IndexError(f"sample index {i} is out of range for {n} windows")
+        v = (int(i) % n) * self.stride
+        end = min(v + self.width, self.total)
+        offsets = self.store.offsets
+        use_eot = int(self.eot is not None)
+        j = int(find_doc(offsets, use_eot, v))
+        pieces = []
+        while v < end:
+            doc_v0 = int(offsets[j]) + j * use_eot
+            dl = int(offsets[j + 1] - offsets[j])
+            seg_end = doc_v0 + dl + use_eot
+            stop_v = min(seg_end, end)
+            if stop_v > v:
+                start = v - doc_v0
+                pieces.append({
+                    "doc": j,
+                    "start": min(start, dl),
+                    "stop": min(stop_v - doc_v0, dl),
+                    "eot": int(use_eot and stop_v == seg_end),
+                    "at": v - (int(i) % n) * self.stride,
+                })
+            v = max(v, stop_v)
+            j += 1
+        return pieces
+
