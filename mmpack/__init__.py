@@ -3,12 +3,14 @@
 from mmpack.errors import FormatError, MmpackError, StateMismatchError
 from mmpack.store import TokenStore, build
 from mmpack.store import open_store as open
+from mmpack.window import WindowDataset
 
 __all__ = [
     "FormatError",
     "MmpackError",
     "StateMismatchError",
     "TokenStore",
+    "WindowDataset",
     "build",
     "open",
 ]

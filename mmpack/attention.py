@@ -52,9 +52,6 @@ __all__ = [
     "flex_document_mask",
 ]
 
-CuSeqlens = "torch.Tensor | np.ndarray | Sequence[int]"
-
-
 def document_ids(
     cu_seqlens: torch.Tensor | np.ndarray | Sequence[int],
     seqlen: int,
@@ -106,17 +103,15 @@ def batched_document_ids(
     -------
     torch.Tensor, int64, shape (B, seqlen)
     """
-    rows = _rows(cu_seqlens_rows, seqlen, device)
-    counts = torch.tensor([r.shape[0] for r in rows], device=rows[0].device)
+    flat, row_start = _rows(cu_seqlens_rows, seqlen, device)
+    n_rows = row_start.shape[0]
     # One repeat_interleave over the whole batch: segment k of the concatenated boundaries,
     # minus the index where its row starts, is its index within the row.
-    flat = torch.cat(rows)
     lengths = flat[1:] - flat[:-1]
-    row_start = torch.cumsum(counts, 0) - counts
-    lengths[row_start[1:] - 1] = 0  # the gap from one row's end to the next row's 0
+    lengths[row_start[1:] - 1] = 0  # the step from one row's end to the next row's 0
     segment = torch.arange(lengths.shape[0], device=flat.device)
-    ids = torch.repeat_interleave(segment, lengths, output_size=len(rows) * seqlen)
-    ids = ids.view(len(rows), seqlen)
+    ids = torch.repeat_interleave(segment, lengths, output_size=n_rows * seqlen)
+    ids = ids.view(n_rows, seqlen)
     return ids - row_start.view(-1, 1)
 
 
@@ -190,7 +185,7 @@ def document_mask_mod(
     ----------
     doc_ids : torch.Tensor, integer, shape (B, seqlen)
         Segment index per position (:func:`batched_document_ids`), on the device attention runs
-        on.
+        on.  With ``B = 1`` the one row serves every batch index (the mask broadcasts).
     causal : bool
         Also require ``q_idx >= kv_idx``.
 
@@ -206,15 +201,26 @@ def document_mask_mod(
             "doc_ids must be a 2-D (B, seqlen) tensor of segment indices, got "
             f"{type(doc_ids).__name__} with shape {getattr(doc_ids, 'shape', None)}"
         )
+    if doc_ids.shape[0] == 1:
+        row = doc_ids[0]  # one row broadcasts: the batch index is never used
+
+        def same_document(b, q_idx, kv_idx):
+            return row[q_idx] == row[kv_idx]
+
+    else:
+
+        def same_document(b, q_idx, kv_idx):
+            return doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+
     if causal:
 
         def mask_mod(b, h, q_idx, kv_idx):
-            return (doc_ids[b, q_idx] == doc_ids[b, kv_idx]) & (q_idx >= kv_idx)
+            return same_document(b, q_idx, kv_idx) & (q_idx >= kv_idx)
 
     else:
 
         def mask_mod(b, h, q_idx, kv_idx):
-            return doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+            return same_document(b, q_idx, kv_idx)
 
     return mask_mod
 
@@ -302,6 +308,32 @@ def _check_seqlen(seqlen: Any) -> int:
     return int(seqlen)
 
 
+def _as_boundaries(
+    cu: torch.Tensor | np.ndarray | Sequence[int],
+    name: str,
+    device: torch.device | str | None,
+) -> torch.Tensor:
+    """One row's boundaries as an int64 tensor on ``device`` (shape checked, values not)."""
+    if isinstance(cu, torch.Tensor):
+        t = cu.detach()
+    else:
+        a = np.asarray(cu)
+        if a.dtype.kind not in "iu":
+            raise ValueError(
+                f"{name} must be a 1-D integer array of boundaries, got dtype {a.dtype} "
+                f"shape {a.shape}"
+            )
+        t = torch.from_numpy(a.astype(np.int64))
+    if t.ndim != 1 or t.shape[0] < 2 or t.is_floating_point() or t.is_complex() or (
+        t.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"{name} must be a 1-D integer tensor of at least 2 boundaries, got dtype {t.dtype} "
+            f"shape {tuple(t.shape)}"
+        )
+    return t.to(device=device if device is not None else t.device, dtype=torch.int64)
+
+
 def _row(
     cu: torch.Tensor | np.ndarray | Sequence[int],
     seqlen: int,
@@ -310,23 +342,10 @@ def _row(
 ) -> torch.Tensor:
     """One row's boundaries as a validated int64 tensor on ``device``."""
     seqlen = _check_seqlen(seqlen)
-    if isinstance(cu, torch.Tensor):
-        t = cu.detach()
-    else:
-        a = np.asarray(cu)
-        if a.dtype.kind not in "iu" and a.size:
-            raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
-        t = torch.from_numpy(a.astype(np.int64))
-    if t.ndim != 1 or t.shape[0] < 2 or t.is_floating_point() or t.dtype == torch.bool:
-        raise ValueError(
-            f"{name} must be a 1-D integer tensor of at least 2 boundaries, got dtype {t.dtype} "
-            f"shape {tuple(t.shape)}"
-        )
-    t = t.to(device=device if device is not None else t.device, dtype=torch.int64)
+    t = _as_boundaries(cu, name, device)
     steps = t[1:] - t[:-1]
     # One host sync for all three checks.
-    ok = bool(((t[0] == 0) & (t[-1] == seqlen) & (steps >= 0).all()).item())
-    if not ok:
+    if not bool(((t[0] == 0) & (t[-1] == seqlen) & (steps >= 0).all()).item()):
         raise ValueError(
             f"{name} = {t.tolist()} is malformed; expected non-decreasing boundaries from 0 to "
             f"seqlen={seqlen}"
@@ -338,7 +357,12 @@ def _rows(
     rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
     seqlen: int,
     device: torch.device | str | None,
-) -> list[torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All rows' boundaries concatenated (int64, on one device) and each row's first index.
+
+    Validated with one host sync; a malformed row is then found and named.
+    """
+    seqlen = _check_seqlen(seqlen)
     if isinstance(rows, (torch.Tensor, np.ndarray)):
         if rows.ndim != 2:
             raise ValueError(
@@ -355,4 +379,15 @@ def _rows(
         raise ValueError("cu_seqlens_rows is empty; give at least one row")
     if device is None and isinstance(rows[0], torch.Tensor):
         device = rows[0].device
-    return [_row(r, seqlen, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]
+    parts = [_as_boundaries(r, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]
+    flat = torch.cat(parts)
+    counts = torch.tensor([p.shape[0] for p in parts], device=flat.device)
+    ends = torch.cumsum(counts, 0)
+    starts = ends - counts
+    steps = flat[1:] - flat[:-1]
+    steps[ends[:-1] - 1] = 0  # from one row's end to the next row's start
+    ok = (flat[starts] == 0).all() & (flat[ends - 1] == seqlen).all() & (steps >= 0).all()
+    if not bool(ok.item()):
+        for b, p in enumerate(parts):
+            _row(p, seqlen, f"cu_seqlens_rows[{b}]", None)
+    return flat, starts

@@ -375,8 +375,8 @@ class StoreWriter:
         self._tokens_file = open(self._tmp / TOKENS_FILE, "wb")
         self._offsets_file = open(self._tmp / OFFSETS_FILE, "wb")
         self._dtype = self.fixed_dtype
-        self._tokens_crc = BlockChecksum()
-        self._offsets_crc = BlockChecksum()
+        self._tokens_crc = BlockChecksum(BLOCK_BYTES)
+        self._offsets_crc = BlockChecksum(BLOCK_BYTES)
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._num_docs = 0
@@ -454,7 +454,7 @@ class StoreWriter:
         self._tokens_file.close()
         old_path = self._tmp / TOKENS_FILE
         new_path = self._tmp / (TOKENS_FILE + ".widen")
-        crc = BlockChecksum()
+        crc = BlockChecksum(BLOCK_BYTES)
         old = np.memmap(old_path, dtype=self._dtype, mode="r") if self._num_tokens else None
         with open(new_path, "wb") as out:
             step = 1 << 22
@@ -509,10 +509,20 @@ def _as_doc_array(doc: Any, j: int) -> np.ndarray:
     except (OverflowError, ValueError) as exc:
         raise ValueError(f"document {j}: cannot read it as integers ({exc})") from None
     if arr.ndim != 1:
+        if arr.ndim == 0:
+            raise TypeError(
+                f"document {j} is {type(doc).__name__} {_short_repr(doc)}; each document must be "
+                "a 1-D sequence of token ids"
+            )
         raise TypeError(
             f"document {j} has shape {arr.shape}; each document must be a 1-D sequence of token ids"
         )
     kind = arr.dtype.kind
+    if isinstance(doc, (list, tuple)) and arr.size:
+        # numpy reads [1, True] as int64 and [2**64 - 1, 1] as (rounded) float64: check exactly.
+        types = set(map(type, doc))
+        if bool in types or np.bool_ in types or (kind in "fO" and types - {float, np.float64}):
+            return _exact_tokens(doc, j)
     if kind in "iu":
         return arr
     if arr.size == 0:
@@ -521,24 +531,54 @@ def _as_doc_array(doc: Any, j: int) -> np.ndarray:
         bad = ~np.isfinite(arr) | (arr != np.floor(arr)) | (arr < 0) | (arr >= 2.0**64)
         if bad.any():
             p = int(np.argmax(bad))
+            v = arr[p].item()
+            if not np.isfinite(v) or v != np.floor(v):
+                what = "non-integer"
+            else:
+                what = "negative" if v < 0 else "too large"
             raise ValueError(
-                f"document {j} has a non-integer token {arr[p].item()!r} at position {p}; "
-                "tokens must be integers"
+                f"document {j} has a {what} token {v!r} at position {p}; "
+                "tokens must be integers in [0, 2**64)"
             )
         return arr.astype(np.uint64)
     if kind == "O":
-        for p, v in enumerate(arr):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise ValueError(
-                    f"document {j} has a non-integer token {v!r} at position {p}; "
-                    "tokens must be integers"
-                )
-            if v < 0:
-                raise ValueError(f"document {j} has a negative token {v} at position {p}")
-            raise ValueError(f"document {j} has a token {v} at position {p} that does not fit in 64 bits")
+        return _exact_tokens(arr, j)
     raise ValueError(
         f"document {j} holds {arr.dtype} values (e.g. {arr[0].item()!r}); tokens must be integers"
     )
+
+
+def _exact_tokens(values: Any, j: int) -> np.ndarray:
+    """Document ``j`` from a sequence of Python/numpy scalars, checked one by one (slow path for
+    sequences numpy would misread: bools, mixed huge ints, objects)."""
+    out = np.empty(len(values), dtype=np.uint64)
+    for p, v in enumerate(values):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(
+            v, (int, np.integer, float, np.floating)
+        ):
+            raise ValueError(
+                f"document {j} has a non-integer token {_short_repr(v)} "
+                f"({type(v).__name__}) at position {p}; tokens must be integers"
+            )
+        if isinstance(v, (float, np.floating)) and not (np.isfinite(v) and v == np.floor(v)):
+            raise ValueError(
+                f"document {j} has a non-integer token {v!r} at position {p}; "
+                "tokens must be integers"
+            )
+        iv = int(v)
+        if iv < 0:
+            raise ValueError(f"document {j} has a negative token {iv} at position {p}")
+        if iv >= 2**64:
+            raise ValueError(
+                f"document {j} has a token {iv} at position {p} that does not fit in 64 bits"
+            )
+        out[p] = iv
+    return out
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _concat_docs(docs: list[np.ndarray], first_doc: int) -> np.ndarray:
@@ -552,7 +592,7 @@ def _concat_docs(docs: list[np.ndarray], first_doc: int) -> np.ndarray:
                 raise ValueError(
                     f"document {first_doc + k} has a negative token {int(d[p])} at position {p}"
                 )
-        return np.concatenate(docs, dtype=np.uint64)
+        return np.concatenate(docs, dtype=np.uint64, casting="unsafe")  # negatives refused above
     return np.concatenate(docs)
 
 

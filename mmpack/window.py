@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.window import find_doc, gather_windows, window_ranges
+from mmpack.buffers import BufferPool
+from mmpack.kernels.window import find_doc, gather_windows, one_window, window_ranges
 from mmpack.store import TokenStore
 
 __all__ = ["WindowDataset"]
@@ -120,6 +121,22 @@ class WindowDataset:
         )
         self.num_full = full
         self._len = full + int(partial)
+        self._setup()
+
+    def _setup(self) -> None:
+        """Per-process state, rebuilt after unpickling (never pickled)."""
+        self._pool = BufferPool()
+        self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._offsets = self.store.offsets
+        self._use_eot = int(self.eot is not None)
+        self._eot = self.eot if self.eot is not None else 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
 
     def __len__(self) -> int:
         return self._len
@@ -137,7 +154,21 @@ class WindowDataset:
         n = self._len
         if not -n <= i < n:
             raise IndexError(f"sample index {i} is out of range for {n} windows")
-        return self._gather(np.array([i % n], dtype=np.int64))[0]
+        if self._src is None:
+            return self._gather(np.array([i % n], dtype=np.int64))[0]
+        seqlen = self.seqlen
+        ids = np.empty(seqlen, dtype=np.int64)
+        pos = np.empty(seqlen, dtype=np.int64)
+        cu = np.empty(seqlen + 1, dtype=np.int32)
+        labels = np.empty(seqlen if self.labels else 0, dtype=np.int64)
+        ncu = one_window(
+            self._src, self._offsets, self._use_eot, self._eot, (int(i) % n) * self.stride,
+            seqlen, self.total, self.pad_id, int(self.labels), ids, labels, pos, cu,
+        )
+        sample = {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu[:ncu]}
+        if self.labels:
+            sample["labels"] = labels
+        return sample
 
     def __getitems__(self, indices: Any) -> list[dict[str, np.ndarray]]:
         """A batch in one kernel call; the returned dicts hold views into shared (k, seqlen) arrays
@@ -148,14 +179,15 @@ class WindowDataset:
         k = idx.shape[0]
         seqlen = self.seqlen
         vstarts = idx * self.stride
-        ids = np.empty((k, seqlen), dtype=np.int64)
-        labels = np.empty((k, seqlen if self.labels else 0), dtype=np.int64)
-        pos = np.empty((k, seqlen), dtype=np.int64)
-        cu = np.empty((k, seqlen + 1), dtype=np.int32)
+        pool = self._pool
+        ids = pool.empty((k, seqlen), np.int64)
+        labels = pool.empty((k, seqlen if self.labels else 0), np.int64)
+        pos = pool.empty((k, seqlen), np.int64)
+        cu = pool.empty((k, seqlen + 1), np.int32)
         ncu = np.empty(k, dtype=np.int64)
-        use_eot = int(self.eot is not None)
-        offsets = self.store.offsets
-        src = self.store.tokens
+        use_eot = self._use_eot
+        offsets = self._offsets
+        src = self._src
         if src is not None:
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
@@ -165,7 +197,7 @@ class WindowDataset:
             src, cursors = self.store.read_ranges(starts, lengths)
         if k:
             gather_windows(
-                src, cursors, offsets, use_eot, self.eot if use_eot else 0, vstarts, seqlen,
+                src, cursors, offsets, use_eot, self._eot, vstarts, seqlen,
                 self.total, self.pad_id, int(self.labels), ids, labels, pos, cu, ncu,
             )
         out = []

@@ -33,17 +33,30 @@ def _zarr():
     return zarr
 
 
+def _corrupt(path: Path, what: str, exc: BaseException) -> FormatError:
+    """The error for a Zarr read that failed inside zarr/numcodecs (bad JSON, a chunk that does
+    not decode): corruption, reported as such instead of as a codec's internal error."""
+    return FormatError(
+        f"{path}: cannot read {what} ({type(exc).__name__}: {exc}): the Zarr store is corrupt; "
+        "rebuild it"
+    )
+
+
 class ZarrBackend(Backend):
     name = "zarr"
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         super().__init__(path, meta)
-        group = _zarr().open_group(str(path), mode="r")
         try:
+            group = _zarr().open_group(str(path), mode="r")
             self._tokens = group["tokens"]
             offsets_arr = group["offsets"]
         except KeyError as exc:
             raise FormatError(f"{path}: Zarr group lacks array {exc}") from None
+        except PermissionError:
+            raise
+        except Exception as exc:  # zarr raises many types for malformed array metadata
+            raise _corrupt(path, "the Zarr arrays", exc) from exc
         for name, arr, count, dtype in (
             ("tokens", self._tokens, meta.num_tokens, meta.dtype),
             ("offsets", offsets_arr, meta.num_docs + 1, OFFSETS_DTYPE),
@@ -53,7 +66,12 @@ class ZarrBackend(Backend):
                     f"{path}/{name}: shape {arr.shape} dtype {arr.dtype} does not match the "
                     f"metadata ({count} items of {dtype})"
                 )
-        offsets = np.asarray(offsets_arr[:], dtype=np.int64)
+        try:
+            offsets = np.asarray(offsets_arr[:], dtype=np.int64)
+        except (PermissionError, MemoryError):
+            raise
+        except Exception as exc:
+            raise _corrupt(path, "offsets", exc) from exc
         offsets.flags.writeable = False
         self._offsets = offsets
         self.chunk_tokens = int(self._tokens.chunks[0])
@@ -64,9 +82,11 @@ class ZarrBackend(Backend):
             return None
         try:
             group = _zarr().open_group(str(path), mode="r")
+            return dict(group.attrs).get("mmpack")
+        except PermissionError:
+            raise
         except Exception as exc:  # zarr raises several types for a malformed group
             raise FormatError(f"{path}: not a readable Zarr group: {exc}") from None
-        return dict(group.attrs).get("mmpack")
 
     @staticmethod
     def commit(tmpdir: Path, meta: StoreMeta) -> None:
@@ -93,7 +113,12 @@ class ZarrBackend(Backend):
     def read_range(self, start: int, stop: int) -> np.ndarray:
         if stop <= start:
             return np.empty(0, dtype=self.meta.dtype)
-        return np.asarray(self._tokens[start:stop])
+        try:
+            return np.asarray(self._tokens[start:stop])
+        except (PermissionError, MemoryError):
+            raise
+        except Exception as exc:  # a chunk that no longer decodes (zstd, truncation)
+            raise _corrupt(self.path, f"tokens [{start}, {stop})", exc) from exc
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = len(starts)

@@ -19,6 +19,20 @@ IGNORE = -100
 
 
 @njit
+def _copy_cast(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[:] = src`` with a cast; loops over views indexed from 0 so LLVM can vectorise (an
+    index that could be negative would keep numba's wraparound check in the loop)."""
+    for q in range(dst.shape[0]):
+        dst[q] = src[q]
+
+
+@njit
+def _arange(dst: np.ndarray) -> None:
+    for q in range(dst.shape[0]):
+        dst[q] = q
+
+
+@njit
 def find_doc(offsets: np.ndarray, use_eot: int, v: int) -> int:
     """The document containing virtual position ``v`` (``0 <= v < len(S)``): the largest ``j``
     with ``offsets[j] + j * use_eot <= v`` (empty documents without eot are skipped)."""
@@ -87,51 +101,59 @@ def copy_window(
 ) -> int:
     """Copy the window starting at ``v`` into the rows ``ids``, ``labels`` (if ``has_labels``),
     ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``); ``src[cursor]`` must be the
-    window's first real token.  Returns the number of entries written to ``cu``."""
+    window's first real token.  Returns the number of entries written to ``cu``.
+
+    Copies run piece by piece (one tight loop per document piece), and labels are the input row
+    shifted by one plus the window's extra token, so the inner loops vectorise."""
     width = seqlen + has_labels
     real = min(width, total - v)
+    filled = min(real, seqlen)
     j = find_doc(offsets, use_eot, v)
     r = v - (offsets[j] + j * use_eot)
-    dl = offsets[j + 1] - offsets[j]
-    seg = dl + use_eot
     ncu = 1
     cu[0] = 0
-    p = 0
-    for t in range(real):
-        while r >= seg:
+    t = 0
+    extra = np.int64(IGNORE)  # the token at window position seqlen (the last label)
+    while t < real:
+        dl = offsets[j + 1] - offsets[j]
+        seg = dl + use_eot
+        if r >= seg:
             j += 1
             r = 0
-            dl = offsets[j + 1] - offsets[j]
-            seg = dl + use_eot
-        if r < dl:
-            value = np.int64(src[cursor])
-            cursor += 1
-        else:
-            value = eot
-        if t < seqlen:
-            ids[t] = value
-            pos[t] = p
-            p += 1
-            if r == seg - 1 and t + 1 < seqlen:
-                cu[ncu] = t + 1
-                ncu += 1
-                p = 0
-        if has_labels and t >= 1:
-            labels[t - 1] = value
-        r += 1
-    filled = min(real, seqlen)
-    if filled < seqlen:
-        if cu[ncu - 1] != filled:
-            cu[ncu] = filled
+            continue
+        n = min(dl - r, real - t) if r < dl else 0
+        m = min(n, filled - t) if t < filled else 0
+        _copy_cast(src[cursor : cursor + m], ids[t : t + m])
+        if n > m:
+            extra = np.int64(src[cursor + m])
+        cursor += n
+        t += n
+        r += n
+        if t < real and r == dl and use_eot:
+            if t < seqlen:
+                ids[t] = eot
+            else:
+                extra = np.int64(eot)
+            t += 1
+            r += 1
+        if r == seg and t < seqlen:
+            cu[ncu] = t
             ncu += 1
-        for t in range(filled, seqlen):
-            ids[t] = pad_id
-            pos[t] = t - filled
-    if has_labels:
-        for t in range(max(real - 1, 0), seqlen):
-            labels[t] = IGNORE
+    if filled < seqlen and cu[ncu - 1] != filled:
+        cu[ncu] = filled
+        ncu += 1
     cu[ncu] = seqlen
-    return ncu + 1
+    ncu += 1
+    ids[filled:seqlen] = pad_id
+    for c in range(ncu - 1):
+        _arange(pos[cu[c] : cu[c + 1]])
+    if has_labels:
+        keep = max(filled - 1, 0)
+        _copy_cast(ids[1 : keep + 1], labels[:keep])
+        labels[keep:seqlen] = IGNORE
+        if real > seqlen:
+            labels[seqlen - 1] = extra
+    return ncu
 
 
 @njit
@@ -164,3 +186,27 @@ def gather_windows(
             src, cursor, offsets, use_eot, eot, vstarts[k], seqlen, total, pad_id,
             has_labels, ids[k], labels[k], pos[k], cu[k],
         )
+
+
+@njit
+def one_window(
+    src: np.ndarray,
+    offsets: np.ndarray,
+    use_eot: int,
+    eot: int,
+    v: int,
+    seqlen: int,
+    total: int,
+    pad_id: int,
+    has_labels: int,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    pos: np.ndarray,
+    cu: np.ndarray,
+) -> int:
+    """:func:`copy_window` for a single window read straight from the whole flat array ``src``."""
+    cursor = flat_position(offsets, use_eot, v)
+    return copy_window(
+        src, cursor, offsets, use_eot, eot, v, seqlen, total, pad_id, has_labels,
+        ids, labels, pos, cu,
+    )

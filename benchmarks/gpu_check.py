@@ -1,0 +1,298 @@
+"""GPU check: packed-document attention through every path agrees with per-document attention.
+
+Builds a packed batch with numpy (documents of random lengths filled row by row, each row's tail
+a padding segment), collates it with :func:`mmpack.collate.collate`, and runs causal attention
+over it five ways on CUDA:
+
+* reference: SDPA on each document alone (float32, from the same bf16-rounded inputs);
+* SDPA over whole rows with :func:`mmpack.attention.batched_block_causal_mask` (bf16);
+* compiled FlexAttention with :func:`mmpack.attention.flex_document_mask` (bf16 and float32);
+* a varlen kernel over the flattened batch with ``batch["cu_seqlens"]``: ``flash_attn``'s
+  ``flash_attn_varlen_func`` if installed, else ``torch.nn.attention.varlen.varlen_attn`` if
+  this torch has it (else that path is reported as unavailable);
+* SDPA with plain ``is_causal=True`` over whole rows (timing baseline only: it ignores document
+  boundaries, so its output is *not* checked).
+
+Then a second, small case whose row length is no multiple of 128, non-causal (MLM-style).
+Prints max abs differences and milliseconds per call (CUDA events, after warm-up; compile time
+excluded), writes ``$OUT/gpu_check.json`` when ``OUT`` is set, and exits 1 on any mismatch.
+
+Run on a machine with CUDA torch (no mmpack store, zarr or numba needed)::
+
+    python benchmarks/gpu_check.py            # about a minute on an H200, mostly compilation
+    python benchmarks/gpu_check.py --device cpu   # small smoke run, FlexAttention eager
+
+Not a test module: pytest collects ``tests/`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_mmpack() -> tuple[types.ModuleType, types.ModuleType]:
+    """``mmpack.collate`` and ``mmpack.attention``; they need only numpy and torch, so when the
+    package ``__init__`` cannot import (no zarr/numba on the GPU image) load them without it."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        return importlib.import_module("mmpack.collate"), importlib.import_module(
+            "mmpack.attention"
+        )
+    except ImportError as exc:
+        for name in [m for m in sys.modules if m == "mmpack" or m.startswith("mmpack.")]:
+            del sys.modules[name]
+        pkg = types.ModuleType("mmpack")
+        pkg.__path__ = [str(ROOT / "mmpack")]  # a bare namespace: skips mmpack/__init__.py
+        sys.modules["mmpack"] = pkg
+        warnings.warn(f"loading mmpack.collate/attention without mmpack/__init__.py ({exc})")
+        return importlib.import_module("mmpack.collate"), importlib.import_module(
+            "mmpack.attention"
+        )
+
+
+mm_collate, mm_attention = _import_mmpack()
+
+
+def _packed_samples(rng: np.random.Generator, rows: int, seqlen: int) -> list[dict]:
+    """Rows filled with whole documents (lognormal lengths, some of one token), tail padded."""
+    samples = []
+    for _ in range(rows):
+        lengths: list[int] = []
+        while True:
+            n = 1 if rng.random() < 0.05 else int(np.clip(rng.lognormal(5.5, 1.0), 2, seqlen))
+            if sum(lengths) + n > seqlen:
+                break
+            lengths.append(n)
+        if not lengths:
+            lengths = [seqlen]
+        pad = seqlen - sum(lengths)
+        seg = lengths + ([pad] if pad else [])
+        cu = np.concatenate([[0], np.cumsum(seg)]).astype(np.int32)
+        ids = rng.integers(1, 50_000, seqlen)
+        labels = ids.copy()
+        labels[seqlen - pad :] = -100
+        samples.append(
+            {
+                "input_ids": ids,
+                "position_ids": np.concatenate([np.arange(n) for n in seg]),
+                "labels": labels,
+                "cu_seqlens": cu,
+                "max_seqlen": int(max(seg)),
+            }
+        )
+    return samples
+
+
+def _per_document(q, k, v, rows_cu: list[list[int]], causal: bool) -> torch.Tensor:
+    """Reference, float32: SDPA on each segment alone.  ``q, k, v``: (B, H, S, D)."""
+    q, k, v = (t.float() for t in (q, k, v))
+    out = torch.empty_like(q)
+    for b, cu in enumerate(rows_cu):
+        for s, e in zip(cu[:-1], cu[1:]):
+            out[b, :, s:e] = F.scaled_dot_product_attention(
+                q[b, :, s:e], k[b, :, s:e], v[b, :, s:e], is_causal=causal
+            )
+    return out
+
+
+def _timed(fn: Callable[[], Any], device: str, iters: int = 20, warmup: int = 3) -> float:
+    """Milliseconds per call."""
+    for _ in range(warmup):
+        fn()
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def _varlen_kernel() -> tuple[str, Callable | None]:
+    """The varlen attention available here: ``fn(q, k, v, cu, max_seqlen) -> out``, (T, H, D)."""
+    try:
+        from flash_attn import flash_attn_varlen_func
+
+        def run(q, k, v, cu, m):
+            return flash_attn_varlen_func(q, k, v, cu, cu, m, m, causal=True)
+
+        return "flash_attn.flash_attn_varlen_func", run
+    except ImportError:
+        pass
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return "unavailable (no flash_attn, no torch.nn.attention.varlen)", None
+    params = inspect.signature(varlen_attn).parameters
+    if "window_size" in params:
+        kwargs = {"window_size": (-1, 0)}
+    elif "is_causal" in params:
+        kwargs = {"is_causal": True}
+    else:
+        return "unavailable (torch varlen_attn takes no causal option)", None
+
+    def run(q, k, v, cu, m):
+        return varlen_attn(q, k, v, cu, cu, m, m, **kwargs)
+
+    return f"torch.nn.attention.varlen.varlen_attn({kwargs})", run
+
+
+class Report:
+    def __init__(self) -> None:
+        self.results: dict[str, dict[str, Any]] = {}
+        self.failures: list[str] = []
+
+    def check(self, name: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
+              ms: float | None = None, **extra: Any) -> None:
+        out = out.float()
+        diff = (out - ref).abs()
+        bad = diff > atol + rtol * ref.abs()
+        ok = bool(not out.isnan().any() and not bad.any())
+        self.results[name] = {
+            "max_abs_diff": float(diff.max()), "atol": atol, "rtol": rtol, "ok": ok,
+            "ms": ms, **extra,
+        }
+        timing = "" if ms is None else f"  {ms:8.3f} ms"
+        print(f"{'ok ' if ok else 'BAD'} {name:<40} max|diff| {float(diff.max()):.3e}{timing}")
+        if not ok:
+            self.failures.append(name)
+
+    def timing(self, name: str, ms: float, **extra: Any) -> None:
+        self.results[name] = {"ms": ms, **extra}
+        print(f"    {name:<40} {'':>20}  {ms:8.3f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("CUDA is not available to this torch; nothing checked", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    from torch.nn.attention.flex_attention import flex_attention
+
+    on_gpu = device == "cuda"
+    flex = torch.compile(flex_attention, dynamic=False) if on_gpu else flex_attention
+    warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
+    rows, seqlen, heads, dim = (8, 4096, 16, 64) if on_gpu else (2, 512, 2, 32)
+    rng = np.random.default_rng(args.seed)
+    g = torch.Generator(device=device).manual_seed(args.seed)
+    report = Report()
+    meta = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "rows": rows, "seqlen": seqlen, "heads": heads, "head_dim": dim,
+    }
+
+    # --- main case: causal, row length a multiple of 128 ---------------------------------------
+    samples = _packed_samples(rng, rows, seqlen)
+    batch = mm_collate.collate(samples)
+    rows_cu = [r.tolist() for r in batch["cu_seqlens_rows"]]
+    meta["documents_per_row"] = [len(c) - 1 for c in rows_cu]
+    meta["max_seqlen"] = batch["max_seqlen"]
+    report.timing("collate (numpy -> torch, CPU)", _timed(lambda: mm_collate.collate(samples),
+                                                          "cpu"))
+    q, k, v = (torch.randn(rows, heads, seqlen, dim, generator=g, device=device,
+                           dtype=torch.bfloat16) for _ in range(3))
+    ref = _per_document(q, k, v, rows_cu, causal=True)
+    bf16_tol = {"atol": 2e-2, "rtol": 2e-2}
+
+    dense = mm_attention.batched_block_causal_mask(batch["cu_seqlens_rows"], seqlen, device=device)
+    report.timing("batched_block_causal_mask", _timed(
+        lambda: mm_attention.batched_block_causal_mask(batch["cu_seqlens_rows"], seqlen,
+                                                       device=device), device, iters=5))
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)  # noqa: E731
+    report.check("sdpa + dense block mask (bf16)", sdpa(), ref, ms=_timed(sdpa, device),
+                 **bf16_tol)
+
+    block_mask = mm_attention.flex_document_mask(batch["cu_seqlens_rows"], seqlen, device=device)
+    meta["block_mask_sparsity_pct"] = float(block_mask.sparsity())
+    report.timing("flex_document_mask (create_block_mask)", _timed(
+        lambda: mm_attention.flex_document_mask(batch["cu_seqlens_rows"], seqlen, device=device),
+        device, iters=5))
+    t0 = time.perf_counter()
+    out = flex(q, k, v, block_mask=block_mask)
+    meta["flex_first_call_s_bf16"] = time.perf_counter() - t0
+    run_flex = lambda: flex(q, k, v, block_mask=block_mask)  # noqa: E731
+    report.check("flex_attention + document BlockMask (bf16)", out, ref,
+                 ms=_timed(run_flex, device), compiled=on_gpu, **bf16_tol)
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    out32 = flex(q32, k32, v32, block_mask=block_mask)
+    report.check("flex_attention + document BlockMask (fp32)", out32, ref, atol=2e-3, rtol=2e-3,
+                 compiled=on_gpu)
+
+    kernel_name, kernel = _varlen_kernel()
+    meta["varlen_kernel"] = kernel_name
+    print(f"    varlen kernel: {kernel_name}")
+    if kernel is not None and on_gpu:
+        # (B, H, S, D) -> the flat (B * S, H, D) layout that batch["cu_seqlens"] indexes.
+        qf, kf, vf = (t.transpose(1, 2).reshape(rows * seqlen, heads, dim).contiguous()
+                      for t in (q, k, v))
+        cu = batch["cu_seqlens"].to(device)
+        m = batch["max_seqlen"]
+        run_varlen = lambda: kernel(qf, kf, vf, cu, m)  # noqa: E731
+        out_flat = run_varlen()
+        out_rows = out_flat.view(rows, seqlen, heads, dim).transpose(1, 2)
+        report.check("varlen attention over batch cu_seqlens (bf16)", out_rows, ref,
+                     ms=_timed(run_varlen, device), **bf16_tol)
+    causal_only = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    report.timing("sdpa is_causal, no document mask (bf16)", _timed(causal_only, device),
+                  note="baseline; crosses document boundaries, not checked")
+
+    # --- odd case: non-causal, row length not a multiple of 128 --------------------------------
+    rows2, seqlen2 = (3, 1000) if on_gpu else (2, 200)
+    samples2 = _packed_samples(rng, rows2, seqlen2)
+    batch2 = mm_collate.collate(samples2)
+    rows_cu2 = [r.tolist() for r in batch2["cu_seqlens_rows"]]
+    q2, k2, v2 = (torch.randn(rows2, heads, seqlen2, dim, generator=g, device=device,
+                              dtype=torch.bfloat16) for _ in range(3))
+    ref2 = _per_document(q2, k2, v2, rows_cu2, causal=False)
+    bm2 = mm_attention.flex_document_mask(batch2["cu_seqlens_rows"], seqlen2, causal=False,
+                                          device=device)
+    report.check(f"flex non-causal, seqlen {seqlen2} (bf16)", flex(q2, k2, v2, block_mask=bm2),
+                 ref2, **bf16_tol)
+    dense2 = mm_attention.batched_block_causal_mask(batch2["cu_seqlens_rows"], seqlen2,
+                                                    causal=False, device=device)
+    report.check(f"sdpa non-causal, seqlen {seqlen2} (bf16)",
+                 F.scaled_dot_product_attention(q2, k2, v2, attn_mask=dense2), ref2, **bf16_tol)
+
+    summary = {"meta": meta, "results": report.results, "failures": report.failures,
+               "ok": not report.failures}
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        Path(out_dir, "gpu_check.json").write_text(json.dumps(summary, indent=2))
+    if report.failures:
+        print(f"FAILED: {report.failures}", file=sys.stderr)
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Kernels of the streaming best-fit packer (:mod:`mmpack.streaming`).
+
+Best fit needs, for a sequence of length ``L``, the row with the *smallest* remaining space
+``>= L``, ties to the lowest row index (the seed's ``argmin`` over the fitting rows picks the first
+smallest).  Each row ``r`` with remaining space ``s`` is one key ``s * stride + r`` (``stride`` =
+the largest number of rows) in a successor structure over ``(row_len + 1) * stride`` keys; the
+answer is the successor of ``L * stride``: the smallest key at or after it has the smallest
+``s >= L`` and, among equal ``s``, the smallest ``r``.
+
+The successor structure is a hierarchical bitmap (a shallow van Emde Boas tree): level 0 has one
+bit per key, level ``k + 1`` one bit per 32-bit word of level ``k`` (set when that word is not
+zero), up to a single word.  Insert, remove and successor each touch at most one word per level:
+``ceil(log32(keys))`` levels, 4 for 16 rows of 32768 tokens, i.e. O(log(rows * row_len)) with a
+tiny constant, against the O(rows) scan of the seed's ``find_best_fit`` (which also allocates
+three arrays per call).  Words are 32-bit values held in ``int64`` so that every operation is
+plain non-negative integer arithmetic, identical with and without ``NUMBA_DISABLE_JIT``.
+
+Memory: ``(row_len + 1) * stride / 8`` bytes, 64 KiB for 16 rows of 32768 tokens.
+
+The other kernels move tokens: gathering ranges of a source into the packer's arena, compacting
+the arena's live pieces to its front, and writing the placed pieces, the padding and the
+attention mask of an output batch.  All are O(tokens moved).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.kernels._jit import njit
+
+__all__ = [
+    "bitmap_layout",
+    "bm_insert",
+    "bm_remove",
+    "bm_successor",
+    "compact_pieces",
+    "gather_ranges",
+    "place_best_fit",
+    "reset_rows",
+    "write_rows",
+]
+
+_WORD_BITS = 32
+_WORD_SHIFT = 5
+_WORD_MASK = 31
+_FULL = 0xFFFFFFFF
+
+
+def bitmap_layout(n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and word counts of each level of a bitmap over ``n_keys`` keys (plain Python).
+
+    Returns
+    -------
+    level_off : numpy.ndarray, int64, shape (levels,)
+        Index of each level's first word in the flat ``words`` array.
+    level_len : numpy.ndarray, int64, shape (levels,)
+        Number of words of each level; the last level has one word.  The ``words`` array needs
+        ``level_off[-1] + 1`` zeroed ``int64`` entries.
+    """
+    if n_keys < 1:
+        raise ValueError(f"n_keys must be >= 1, got {n_keys}")
+    lens = []
+    n = n_keys
+    while True:
+        words = -(-n // _WORD_BITS)
+        lens.append(words)
+        if words == 1:
+            break
+        n = words
+    level_len = np.asarray(lens, dtype=np.int64)
+    level_off = np.zeros(len(lens), dtype=np.int64)
+    level_off[1:] = np.cumsum(level_len)[:-1]
+    return level_off, level_len
+
+
+@njit
+def _ctz32(b):
+    # b is a power of two below 2**32.
+    n = 0
+    if b & 0xFFFF == 0:
+        n += 16
+        b >>= 16
+    if b & 0xFF == 0:
+        n += 8
+        b >>= 8
+    if b & 0xF == 0:
+        n += 4
+        b >>= 4
+    if b & 0x3 == 0:
+        n += 2
+        b >>= 2
+    if b & 0x1 == 0:
+        n += 1
+    return n
+
+
+@njit
+def _lowest_bit_index(w):
+    return _ctz32(w & -w)
+
+
+@njit
+def bm_insert(words, level_off, key):
+    """Set ``key`` (0 <= key < n_keys) in the bitmap."""
+    x = key
+    for lvl in range(level_off.shape[0]):
+        idx = level_off[lvl] + (x >> _WORD_SHIFT)
+        old = words[idx]
+        words[idx] = old | (1 << (x & _WORD_MASK))
+        if old != 0:
+            return
+        x = x >> _WORD_SHIFT
+
+
+@njit
+def bm_remove(words, level_off, key):
+    """Clear ``key`` (0 <= key < n_keys) from the bitmap."""
+    x = key
+    for lvl in range(level_off.shape[0]):
+        idx = level_off[lvl] + (x >> _WORD_SHIFT)
+        new = words[idx] & (_FULL ^ (1 << (x & _WORD_MASK)))
+        words[idx] = new
+        if new != 0:
+            return
+        x = x >> _WORD_SHIFT
+
+
+@njit
+def bm_successor(words, level_off, level_len, q):
+    """Smallest key ``>= q`` in the bitmap, or -1 (``q >= 0``)."""
+    x = q
+    n_levels = level_off.shape[0]
+    lvl = 0
+    while lvl < n_levels:
+        wi = x >> _WORD_SHIFT
+        if wi >= level_len[lvl]:
+            return -1
+        w = words[level_off[lvl] + wi] & (_FULL ^ ((1 << (x & _WORD_MASK)) - 1))
+        if w != 0:
+            x = (wi << _WORD_SHIFT) + _lowest_bit_index(w)
+            while lvl > 0:
+                lvl -= 1
+                x = (x << _WORD_SHIFT) + _lowest_bit_index(words[level_off[lvl] + x])
+            return x
+        x = wi + 1
+        lvl += 1
+    return -1
+
+
+@njit
+def reset_rows(words, level_off, remaining, counts, n_rows, row_len):
+    """Start a new batch of ``n_rows`` empty rows of ``row_len`` tokens.
+
+    ``remaining`` (int64, shape (stride,)) holds each row's remaining space, -1 for rows not in
+    the batch; the keys of the previous batch are removed, then rows ``0..n_rows-1`` are inserted
+    with ``row_len`` free tokens.  ``counts`` (int64, shape (stride,)) is zeroed.
+    """
+    stride = remaining.shape[0]
+    for r in range(stride):
+        if remaining[r] >= 0:
+            bm_remove(words, level_off, remaining[r] * stride + r)
+            remaining[r] = -1
+        counts[r] = 0
+    for r in range(n_rows):
+        remaining[r] = row_len
+        bm_insert(words, level_off, row_len * stride + r)
+
+
+@njit
+def place_best_fit(lens, budget, words, level_off, level_len, remaining, counts, row_len,
+                   out_row, out_off):
+    """Place pieces in order by best fit until ``budget`` of them have been deferred.
+
+    Parameters
+    ----------
+    lens : numpy.ndarray, int64, shape (n,)
+        Piece lengths, each in ``[1, row_len]``.
+    budget : int
+        Stop *before* the next piece once this many pieces have been deferred in this call.
+    remaining, counts : numpy.ndarray, int64, shape (stride,)
+        Row state after :func:`reset_rows`; updated in place.
+    out_row, out_off : numpy.ndarray, int64, shape (n,)
+        For each processed piece: its row and start column, or -1 and -1 when it fits nowhere.
+
+    Returns
+    -------
+    (processed, deferred) : (int, int)
+        Number of pieces looked at (a prefix of ``lens``) and how many of them were deferred.
+    """
+    stride = remaining.shape[0]
+    deferred = 0
+    n = lens.shape[0]
+    for i in range(n):
+        if deferred >= budget:
+            return i, deferred
+        length = lens[i]
+        key = bm_successor(words, level_off, level_len, length * stride)
+        if key < 0:
+            out_row[i] = -1
+            out_off[i] = -1
+            deferred += 1
+            continue
+        r = key % stride
+        space = key // stride
+        bm_remove(words, level_off, key)
+        space_left = space - length
+        bm_insert(words, level_off, space_left * stride + r)
+        remaining[r] = space_left
+        counts[r] += 1
+        out_row[i] = r
+        out_off[i] = row_len - space
+    return n, deferred
+
+
+@njit
+def gather_ranges(src, src_starts, lens, dst, dst_starts):
+    """``dst[dst_starts[k]:+lens[k]] = src[src_starts[k]:+lens[k]]`` for every k (int64 offsets)."""
+    for k in range(lens.shape[0]):
+        s = src_starts[k]
+        d = dst_starts[k]
+        for t in range(lens[k]):
+            dst[d + t] = src[s + t]
+
+
+@njit
+def compact_pieces(arena, starts, lens, new_starts):
+    """Move pieces (in increasing ``starts`` order) to the front of ``arena``, keeping their order.
+
+    Each piece moves left (``new_starts[k] <= starts[k]``), so a forward copy is safe in place.
+    Returns the number of live tokens.
+    """
+    pos = 0
+    for k in range(lens.shape[0]):
+        s = starts[k]
+        new_starts[k] = pos
+        if s != pos:
+            for t in range(lens[k]):
+                arena[pos + t] = arena[s + t]
+        pos += lens[k]
+    return pos
+
+
+@njit
+def write_rows(arena, starts, lens, rows, offs, used, pad_id, out_ids, out_mask):
+    """Write an output batch: pieces, then padding and the attention mask of every row.
+
+    Parameters
+    ----------
+    arena : numpy.ndarray, int64, 1-D
+        Token storage; piece k is ``arena[starts[k]:starts[k] + lens[k]]``.
+    rows, offs : numpy.ndarray, int64, shape (k,)
+        Destination row and column of each piece (``offs[k] + lens[k] <= out_ids.shape[1]``).
+    used : numpy.ndarray, int64, shape (n_rows,)
+        Real tokens of each row; columns ``[used[r], n_cols)`` are padding.
+    out_ids, out_mask : numpy.ndarray, int64, shape (n_rows, n_cols)
+        Written entirely (may be allocated with ``np.empty``).
+    """
+    n_cols = out_ids.shape[1]
+    for r in range(out_ids.shape[0]):
+        u = used[r]
+        for c in range(u):
+            out_mask[r, c] = 1
+        for c in range(u, n_cols):
+            out_ids[r, c] = pad_id
+            out_mask[r, c] = 0
+    for k in range(lens.shape[0]):
+        r = rows[k]
+        s = starts[k]
+        o = offs[k]
+        for t in range(lens[k]):
+            out_ids[r, o + t] = arena[s + t]

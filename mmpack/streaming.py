@@ -1,0 +1,940 @@
+"""Streaming best-fit packer: a stream of variable-length sequences to fixed-shape packed batches.
+
+:class:`StreamingPacker` does what ModernBERT's ``GreedyBestFitSequencePacker`` (the seed) does,
+with the same placement decisions, but with every placement in a numba kernel in
+O(log(rows * row_len)) instead of a Python iteration with an O(rows) scan:
+
+1. Sequences arrive from the source (an iterable of sequences, of batches of sequences, or a
+   random-access store) and are *admitted* as pieces: empty sequences are ignored (and counted),
+   sequences longer than a row follow the ``long_docs`` policy (``"split"`` into pieces of at most
+   ``out_pseq_len`` tokens, every token kept; ``"truncate"``; ``"drop"``).  The seed has no policy:
+   a sequence longer than a row never fits, stays in its buffer forever, and once enough of them
+   fill the buffer the epoch ends early, silently dropping the rest of the source.
+2. A batch of ``n_rows`` empty rows scans the pieces in order -- first those deferred by the
+   previous batch, then new ones -- and puts each into the row with the smallest remaining space
+   that holds it (ties to the lowest row), or defers it.  The scan stops once ``buffer_size``
+   pieces have been deferred, or when the source is exhausted.  This is exactly the seed's
+   behaviour (it scans its buffer and refills it whenever it runs dry, until the deferred
+   sequences fill it) at the granularity of single sequences instead of incoming batches; the
+   deferred pieces keep their order (the seed's ``extendleft`` reverses them).  Pieces are read
+   ahead of the scan (``readahead``, default ``buffer_size``), which never changes a decision: at
+   most ``buffer_size`` pieces are ever *buffered* in the seed's sense, so memory is bounded by
+   ``buffer_size + readahead`` pieces plus one incoming batch.
+3. The batch is emitted when every row holds at least one piece.  When the source runs out with
+   some row empty, the seed drops that last partial batch; so does ``drop_last=True``, while
+   ``drop_last=False`` emits it padded (empty rows are all padding) and ends the epoch.
+
+Tokens live in one flat ``int64`` arena (appended on admission, compacted in place when full,
+amortised O(1) per token); the kernel returns placements and a second kernel writes the rows,
+the padding and the attention mask.  Cost per batch: O(scanned * log) for placement plus
+O(tokens) for the copies; the Python work per batch is O(rows) plus a few numpy calls over the
+buffered pieces, and O(1) per source sequence (``len`` and one concatenation) on admission.
+
+Outputs: ``input_ids``, ``attention_mask`` (int64, ``(n_rows, out_pseq_len)``; the mask comes
+from the piece positions, so a real token equal to ``pad_id`` is still attended), ``labels``
+(``None``, MLM labels or causal labels), ``cu_seqlens`` (one int32 array per row: 0, the end of
+each piece, and ``out_pseq_len`` when the row has padding -- the padding is one more segment, as in
+the seed), ``max_seqlen`` (one int per row, the longest segment, padding included, as in the
+seed), and ``mask_prob`` (float32 scalar) when a masking cool-down is active.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import StateMismatchError
+from mmpack.kernels.streaming import (
+    bitmap_layout,
+    compact_pieces,
+    gather_ranges,
+    place_best_fit,
+    reset_rows,
+    write_rows,
+)
+from mmpack.masking import IGNORE_INDEX, excluded_ids, mlm_mask
+from mmpack.schedules import BatchSizeWarmup, MaskingRatioCooldown
+
+__all__ = ["StreamingPacker"]
+
+_MODES = (None, "causal", "mlm")
+_LONG_DOCS = ("split", "truncate", "drop")
+_FORMATS = ("auto", "sequences", "batches")
+_STATE_VERSION = 1
+_PEEK = 64
+
+
+# ----------------------------------------------------------------------------- source handling
+def _is_scalar(x: Any) -> bool:
+    if isinstance(x, (int, np.integer)):
+        return True
+    return getattr(x, "ndim", None) == 0
+
+
+def _nesting(x: Any) -> int | None:
+    """1 for a sequence of tokens, 2 for a batch of sequences, None when it cannot tell (empty)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"the source yielded text ({type(x).__name__}); it must yield token ids")
+    if isinstance(x, Mapping):
+        if "input_ids" not in x:
+            raise TypeError(
+                f"the source yielded a mapping without 'input_ids' (keys {sorted(x)[:8]})"
+            )
+        return _nesting(x["input_ids"])
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and hasattr(x, "shape"):
+        if ndim in (1, 2):
+            return ndim
+        raise TypeError(f"the source yielded a {ndim}-D array; expected 1-D (a sequence) or 2-D")
+    if isinstance(x, (list, tuple)):
+        if len(x) == 0:
+            return None
+        return 1 if _is_scalar(x[0]) else 2
+    raise TypeError(
+        f"the source yielded {type(x).__name__}; expected a sequence of token ids (list, numpy "
+        "array, torch tensor, dict with 'input_ids') or a batch (list) of them"
+    )
+
+
+def _detect(elements: Iterable[Any]) -> str:
+    for x in elements:
+        n = _nesting(x)
+        if n is not None:
+            return "sequences" if n == 1 else "batches"
+    return "sequences"
+
+
+def _is_indexable(source: Any) -> bool:
+    if isinstance(source, (str, bytes, Mapping)):
+        return False
+    if any(c.__name__ == "IterableDataset" for c in type(source).__mro__):
+        return False
+    return hasattr(source, "__len__") and hasattr(source, "__getitem__")
+
+
+def _is_store_like(source: Any) -> bool:
+    offsets = getattr(source, "offsets", None)
+    return (
+        callable(getattr(source, "read_ranges", None))
+        and isinstance(offsets, np.ndarray)
+        and offsets.ndim == 1
+        and offsets.shape[0] == len(source) + 1
+    )
+
+
+def _tokens_of(item: Any) -> Any:
+    return item["input_ids"] if isinstance(item, Mapping) else item
+
+
+def _batch_items(batch: Any) -> list[Any]:
+    if isinstance(batch, Mapping):
+        batch = _tokens_of(batch)
+    if getattr(batch, "ndim", None) == 2:
+        return list(batch)
+    if isinstance(batch, (list, tuple)):
+        return list(batch)
+    raise TypeError(
+        f"an incoming batch must be a list of sequences, a 2-D array or a dict whose "
+        f"'input_ids' is one of those; got {type(batch).__name__}"
+    )
+
+
+def _flatten(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate sequences: returns (tokens of the non-empty ones, int64 lengths of all)."""
+    seqs = [_tokens_of(x) for x in items]
+    try:
+        lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    except TypeError as exc:
+        raise TypeError(f"every source sequence must have a length: {exc}") from None
+    nonempty = seqs if lens.all() else [s for s, n in zip(seqs, lens) if n]
+    if not nonempty:
+        return np.empty(0, dtype=np.int64), lens
+    try:
+        flat = np.concatenate(nonempty)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
+    if flat.ndim != 1 or flat.shape[0] != int(lens.sum()):
+        raise ValueError("source sequences must be 1-D sequences of token ids (got nested data)")
+    if flat.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, got dtype {flat.dtype}")
+    if flat.dtype == np.uint64 and flat.size and int(flat.max()) > np.iinfo(np.int64).max:
+        raise ValueError("token ids must fit in int64")
+    return flat, lens
+
+
+def _split_pieces(lens: np.ndarray, row_len: int, policy: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of documents of lengths ``lens``: (document index, offset in it, length), int64."""
+    if policy == "split":
+        n_pieces = -(-lens // row_len)
+    else:
+        n_pieces = (lens > 0).astype(np.int64)
+        if policy == "drop":
+            n_pieces[lens > row_len] = 0
+    doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
+    first = np.cumsum(n_pieces) - n_pieces
+    k = np.arange(doc.shape[0], dtype=np.int64) - first[doc]
+    off = k * row_len
+    plen = np.minimum(lens[doc] - off, row_len)
+    return doc, off, plen
+
+
+def _propagate_epoch(source: Any, epoch: int) -> None:
+    """Tell the source, a DataLoader's sampler or batch sampler, which epoch starts."""
+    seen: list[Any] = []
+    candidates = [source, getattr(source, "sampler", None), getattr(source, "batch_sampler", None),
+                  getattr(getattr(source, "batch_sampler", None), "sampler", None)]
+    for obj in candidates:
+        if obj is None or any(obj is s for s in seen):
+            continue
+        seen.append(obj)
+        set_epoch = getattr(obj, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+
+# ----------------------------------------------------------------------------- the arena
+class _Arena:
+    """Flat int64 token storage plus the live pieces, in stream order (increasing ``starts``)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.tokens = np.empty(max(capacity, 1024), dtype=np.int64)
+        self.fill = 0
+        empty = np.empty(0, dtype=np.int64)
+        self.starts, self.lens, self.src, self.src_off = empty, empty, empty, empty
+
+    @property
+    def n(self) -> int:
+        return self.lens.shape[0]
+
+    def reserve(self, n_tokens: int) -> int:
+        """Make room for ``n_tokens`` at the end; returns where they go."""
+        if self.fill + n_tokens <= self.tokens.shape[0]:
+            return self.fill
+        live = int(self.lens.sum())
+        new_starts = np.empty_like(self.starts)
+        if 2 * (live + n_tokens) <= self.tokens.shape[0]:
+            self.fill = int(compact_pieces(self.tokens, self.starts, self.lens, new_starts))
+        else:
+            grown = np.empty(2 * (live + n_tokens), dtype=np.int64)
+            new_starts[:] = np.cumsum(self.lens) - self.lens
+            gather_ranges(self.tokens, self.starts, self.lens, grown, new_starts)
+            self.tokens, self.fill = grown, live
+        self.starts = new_starts
+        return self.fill
+
+    def append(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+               fill: int) -> None:
+        self.starts = np.concatenate([self.starts, starts])
+        self.lens = np.concatenate([self.lens, lens])
+        self.src = np.concatenate([self.src, src])
+        self.src_off = np.concatenate([self.src_off, src_off])
+        self.fill = fill
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.starts, self.lens = self.starts[mask], self.lens[mask]
+        self.src, self.src_off = self.src[mask], self.src_off[mask]
+
+    def clear(self) -> None:
+        self.fill = 0
+        self.keep(np.zeros(self.n, dtype=bool))
+
+
+# ----------------------------------------------------------------------------- the packer
+class StreamingPacker:
+    """Pack a stream of variable-length token sequences into ``(rows, out_pseq_len)`` batches.
+
+    Parameters
+    ----------
+    source : iterable
+        Either an iterable of sequences (lists, 1-D numpy arrays or torch tensors of token ids,
+        or dicts with ``"input_ids"``), or an iterable of incoming batches (each a list of such
+        sequences, a 2-D array, or a dict whose ``"input_ids"`` is one of those), as the seed.
+        ``source_format="auto"`` tells them apart from the first non-empty element (a sequence
+        starts with a scalar, a batch with a sequence).  A random-access source of sequences --
+        a :class:`~mmpack.store.TokenStore` (read through ``read_ranges``, without a Python call
+        per document), a view, a map-style dataset, a list -- is read by index, which is what
+        makes :meth:`state_dict` possible.
+    out_batch_size : int
+        Rows per batch (the maximum, with a batch-size warm-up).
+    out_pseq_len : int
+        Tokens per row.
+    buffer_size : int
+        At most this many pieces are deferred (buffered) by one batch; ``>= out_batch_size``.
+    mode : {None, "causal", "mlm"}
+        ``None``: ``labels`` is ``None`` (the seed's ``suppress_masking``).  ``"mlm"``: 80/10/10
+        masking with :func:`mmpack.masking.mlm_mask`; random tokens come from
+        ``[0, vocab_size)`` minus ``special_ids``, ``mask_id`` and ``pad_id``; padding and special
+        ids are never selected.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
+        ``ignore_index`` at each piece's last token and on padding.
+    pad_id : int
+        Token written into padding.
+    mask_id, vocab_size : int
+        Required for ``"mlm"``.
+    special_ids : iterable of int
+        Never masked, never drawn as random replacements (``"mlm"``).
+    mask_prob : float
+        Masking ratio in ``[0, 1]`` (the cool-down's initial ratio when one is configured).
+    ignore_index : int
+        Label of positions without loss.
+    long_docs : {"split", "truncate", "drop"}
+        What to do with a sequence longer than ``out_pseq_len``.
+    drop_last : bool
+        Drop (``True``, as the seed) or emit padded (``False``) the last batch of an epoch when
+        the source runs out before every row holds a piece.
+    source_format : {"auto", "sequences", "batches"}
+    seed : int
+        MLM masks of epoch ``e`` come from ``numpy.random.default_rng([seed, e])``.
+    return_tensors : {"np", "pt"}
+        numpy arrays (default) or torch tensors (zero-copy ``torch.from_numpy``).
+    readahead : int, optional
+        Pieces read ahead of the scan (default ``buffer_size``); affects memory and speed only.
+    batch_size_warmup_min_size, batch_size_warmup_tokens
+        Grow the rows from the former to ``out_batch_size`` over the latter (an int or
+        ``"…tok"``); see :class:`~mmpack.schedules.BatchSizeWarmup`.
+    masking_ratio_cooldown_tokens, masking_ratio_cooldown_start_tokens, final_masking_ratio,
+    masking_cooldown_schedule_type, masking_ratio_step_size
+        Lower the masking ratio from ``mask_prob`` to ``final_masking_ratio``; see
+        :class:`~mmpack.schedules.MaskingRatioCooldown`.  ``"mlm"`` only.
+    world_size : int
+        Ranks sharing the schedules' token durations.
+
+    Notes
+    -----
+    Every ``iter(packer)`` is one pass over the source (an epoch): counters and buffers are reset,
+    the masking generator is reseeded from ``(seed, epoch)`` and the epoch is passed to
+    ``set_epoch`` of the source, of a DataLoader's sampler (e.g. a ``DistributedSampler`` or
+    :class:`~mmpack.sampler.ResumableSampler`) and of its batch sampler.  Epochs count from 0;
+    :meth:`set_epoch` chooses the next one.  The schedules' token count is kept across epochs.
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any],
+        *,
+        out_batch_size: int,
+        out_pseq_len: int,
+        buffer_size: int,
+        mode: str | None = None,
+        pad_id: int = 0,
+        mask_id: int | None = None,
+        vocab_size: int | None = None,
+        special_ids: Iterable[int] = (),
+        mask_prob: float = 0.3,
+        ignore_index: int = IGNORE_INDEX,
+        long_docs: str = "split",
+        drop_last: bool = True,
+        source_format: str = "auto",
+        seed: int = 42,
+        return_tensors: str = "np",
+        readahead: int | None = None,
+        batch_size_warmup_min_size: int | None = None,
+        batch_size_warmup_tokens: Any = None,
+        masking_ratio_cooldown_tokens: Any = None,
+        masking_ratio_cooldown_start_tokens: Any = 0,
+        final_masking_ratio: float | None = None,
+        masking_cooldown_schedule_type: str = "linear",
+        masking_ratio_step_size: float | None = None,
+        world_size: int = 1,
+    ) -> None:
+        def int_arg(name: str, value: Any, lo: int) -> int:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {name}={value}")
+            return int(value)
+
+        self.out_batch_size = int_arg("out_batch_size", out_batch_size, 1)
+        self.out_pseq_len = int_arg("out_pseq_len", out_pseq_len, 1)
+        self.buffer_size = int_arg("buffer_size", buffer_size, 1)
+        if self.buffer_size < self.out_batch_size:
+            raise ValueError(
+                f"buffer_size={buffer_size} must be >= out_batch_size={out_batch_size}"
+            )
+        if mode not in _MODES:
+            raise ValueError(f"mode must be None, 'causal' or 'mlm', got {mode!r}")
+        if long_docs not in _LONG_DOCS:
+            raise ValueError(f"long_docs must be one of {_LONG_DOCS}, got {long_docs!r}")
+        if source_format not in _FORMATS:
+            raise ValueError(f"source_format must be one of {_FORMATS}, got {source_format!r}")
+        if return_tensors not in ("np", "pt"):
+            raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
+        if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) or not (
+            0.0 <= mask_prob <= 1.0
+        ):
+            raise ValueError(f"mask_prob must be a number in [0, 1], got {mask_prob!r}")
+        self.seed = int_arg("seed", seed, 0)
+        self.readahead = int_arg("readahead", self.buffer_size if readahead is None else readahead, 1)
+        self.mode = mode
+        self.pad_id = int_arg("pad_id", pad_id, -(2**63))
+        self.ignore_index = int_arg("ignore_index", ignore_index, -(2**63))
+        self.mask_prob = float(mask_prob)
+        self.long_docs = long_docs
+        self.drop_last = drop_last
+        self.source_format = source_format
+        self.return_tensors = return_tensors
+        self.special_ids = tuple(int(t) for t in special_ids)
+        self.mask_id = mask_id
+        self.vocab_size = vocab_size
+        self._excluded: np.ndarray | None = None
+        if mode == "mlm":
+            if mask_id is None or vocab_size is None:
+                raise ValueError("mode='mlm' needs mask_id and vocab_size")
+            self.vocab_size = int_arg("vocab_size", vocab_size, 1)
+            self.mask_id = int_arg("mask_id", mask_id, 0)
+            if self.mask_id >= self.vocab_size:
+                raise ValueError(f"mask_id={mask_id} must be < vocab_size={vocab_size}")
+            self._excluded = excluded_ids(
+                self.vocab_size, (*self.special_ids, self.mask_id), self.pad_id
+            )
+            if self._excluded.size >= self.vocab_size:
+                raise ValueError(
+                    f"vocab_size={vocab_size} leaves no id for random replacement once "
+                    "special_ids, mask_id and pad_id are excluded"
+                )
+
+        self.batch_size_schedule: BatchSizeWarmup | None = None
+        if (batch_size_warmup_min_size is None) != (batch_size_warmup_tokens is None):
+            raise ValueError(
+                "batch_size_warmup_min_size and batch_size_warmup_tokens go together; got "
+                f"{batch_size_warmup_min_size!r} and {batch_size_warmup_tokens!r}"
+            )
+        if batch_size_warmup_min_size is not None:
+            self.batch_size_schedule = BatchSizeWarmup(
+                batch_size_warmup_min_size, self.out_batch_size, batch_size_warmup_tokens,
+                world_size,
+            )
+        self.mask_prob_schedule: MaskingRatioCooldown | None = None
+        if (masking_ratio_cooldown_tokens is None) != (final_masking_ratio is None):
+            raise ValueError(
+                "masking_ratio_cooldown_tokens and final_masking_ratio go together; got "
+                f"{masking_ratio_cooldown_tokens!r} and {final_masking_ratio!r}"
+            )
+        if masking_ratio_cooldown_tokens is not None:
+            if mode != "mlm":
+                raise ValueError(f"a masking-ratio cool-down needs mode='mlm', got mode={mode!r}")
+            self.mask_prob_schedule = MaskingRatioCooldown(
+                self.mask_prob, final_masking_ratio, masking_ratio_cooldown_tokens,
+                start_tokens=masking_ratio_cooldown_start_tokens,
+                schedule=masking_cooldown_schedule_type, step_size=masking_ratio_step_size,
+                world_size=world_size,
+            )
+
+        self.source = source
+        self._indexed = False
+        self._store_like = False
+        if source_format != "batches" and _is_indexable(source):
+            fmt = source_format
+            if fmt == "auto":
+                fmt = _detect(source[j] for j in range(min(len(source), _PEEK)))
+            self._indexed = fmt == "sequences"
+            self._store_like = self._indexed and _is_store_like(source)
+        elif not isinstance(source, Iterable):
+            raise TypeError(f"source must be iterable, got {type(source).__name__}")
+
+        # Row state of the best-fit kernel.
+        stride = self.out_batch_size
+        self._level_off, self._level_len = bitmap_layout((self.out_pseq_len + 1) * stride)
+        self._words = np.zeros(int(self._level_off[-1]) + 1, dtype=np.int64)
+        self._remaining = np.full(stride, -1, dtype=np.int64)
+        self._counts = np.zeros(stride, dtype=np.int64)
+
+        self._arena = _Arena(2 * self.buffer_size * 64)
+        self._out_row = np.empty(0, dtype=np.int64)
+        self._out_off = np.empty(0, dtype=np.int64)
+        self._next_epoch = 0
+        self._epoch = -1
+        self._in_epoch = False
+        self._resume: dict[str, Any] | None = None
+        self._generation = 0
+        self.token_count = 0
+        self._rng = np.random.default_rng([self.seed, 0])
+        self._reset_counters()
+        self._next_index = 0
+        self._iterator: Iterator[Any] | None = None
+        self._carry: list[Any] = []
+        self._exhausted = False
+
+    # ------------------------------------------------------------------------- alternate builder
+    @classmethod
+    def from_micro_batches(cls, source: Iterable[Any], *, batch_size: int, micro_batch_size: int,
+                           max_seq_len: int, buffer_size: int = 5120,
+                           batch_size_warmup_min_size: int | None = None,
+                           **kwargs: Any) -> StreamingPacker:
+        """The seed's ``from_composer``: a global batch of ``batch_size`` sequences of
+        ``max_seq_len`` becomes ``batch_size // micro_batch_size`` rows of
+        ``micro_batch_size * max_seq_len`` tokens; the warm-up minimum is given in sequences
+        (a multiple of ``micro_batch_size``)."""
+        if micro_batch_size < 1 or batch_size % micro_batch_size:
+            raise ValueError(
+                f"batch_size={batch_size} must be a multiple of micro_batch_size={micro_batch_size}"
+            )
+        if batch_size_warmup_min_size is not None:
+            if batch_size_warmup_min_size % micro_batch_size:
+                raise ValueError(
+                    f"batch_size_warmup_min_size={batch_size_warmup_min_size} must be a multiple "
+                    f"of micro_batch_size={micro_batch_size}"
+                )
+            batch_size_warmup_min_size //= micro_batch_size
+        return cls(source, out_batch_size=batch_size // micro_batch_size,
+                   out_pseq_len=micro_batch_size * max_seq_len, buffer_size=buffer_size,
+                   batch_size_warmup_min_size=batch_size_warmup_min_size, **kwargs)
+
+    # ------------------------------------------------------------------------- counters
+    def _reset_counters(self) -> None:
+        self.seqs_consumed = 0
+        """Source sequences read this epoch (read-ahead included)."""
+        self.seqs_emitted = 0
+        """Pieces placed in emitted batches this epoch (a split sequence counts once per piece)."""
+        self.tokens_emitted = 0
+        """Real tokens in emitted batches this epoch."""
+        self.slots_emitted = 0
+        """Token slots (rows * out_pseq_len) of emitted batches this epoch."""
+        self.batches_emitted = 0
+        self.seqs_empty = 0
+        """Empty source sequences ignored this epoch."""
+        self.seqs_split = 0
+        self.seqs_truncated = 0
+        self.seqs_dropped = 0
+        self.tokens_discarded = 0
+        """Tokens cut by ``long_docs="truncate"`` or dropped by ``"drop"`` this epoch."""
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / emitted token slots this epoch (``nan`` before the first batch)."""
+        return self.tokens_emitted / self.slots_emitted if self.slots_emitted else math.nan
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being (or last) iterated, -1 before the first."""
+        return self._epoch
+
+    @property
+    def seqs_buffered(self) -> int:
+        """Pieces held: deferred by the last batch plus read ahead."""
+        return self._arena.n
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` start epoch ``epoch`` (discards a loaded mid-epoch state)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._next_epoch = int(epoch)
+        self._resume = None
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamingPacker(out_batch_size={self.out_batch_size}, "
+            f"out_pseq_len={self.out_pseq_len}, buffer_size={self.buffer_size}, "
+            f"mode={self.mode!r}, long_docs={self.long_docs!r}, epoch={self._epoch})"
+        )
+
+    # ------------------------------------------------------------------------- iteration
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._generation += 1
+        if self._resume is not None:
+            state, self._resume = self._resume, None
+            self._restore_epoch(state)
+        else:
+            self._start_epoch(self._next_epoch)
+            self._next_epoch += 1
+        return self._generate(self._generation)
+
+    def _start_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        self._in_epoch = True
+        self._arena.clear()
+        self._reset_counters()
+        self._rng = np.random.default_rng([self.seed, epoch])
+        _propagate_epoch(self.source, epoch)
+        self._next_index = 0
+        self._carry = []
+        self._exhausted = False
+        self._iterator = None
+        if not self._indexed:
+            iterator = iter(self.source)
+            fmt = self.source_format
+            if fmt == "auto":
+                peeked = list(itertools.islice(iterator, _PEEK))
+                fmt = _detect(peeked)
+                iterator = itertools.chain(peeked, iterator)
+            self._iter_format = fmt
+            self._iterator = iterator
+
+    def _generate(self, generation: int) -> Iterator[dict[str, Any]]:
+        while True:
+            if generation != self._generation:
+                raise RuntimeError("this packer was iterated again; the older iterator is stale")
+            batch = self._next_batch()
+            if batch is None:
+                self._in_epoch = False
+                return
+            yield batch
+
+    # ------------------------------------------------------------------------- admission
+    def _read_ahead(self, want: int) -> None:
+        """Admit at least ``want`` more pieces, unless the source runs out first."""
+        arena = self._arena
+        target = arena.n + want
+        while arena.n < target and not self._exhausted:
+            need = target - arena.n
+            if self._indexed:
+                self._admit_indexed(need)
+            else:
+                self._admit_iterated(need)
+
+    def _admit_indexed(self, n_docs: int) -> None:
+        j0 = self._next_index
+        j1 = min(len(self.source), j0 + n_docs)
+        if j0 >= j1:
+            self._exhausted = True
+            return
+        self._next_index = j1
+        src_ids = np.arange(j0, j1, dtype=np.int64)
+        if self._store_like:
+            lens = np.asarray(self.source.offsets[j0 + 1:j1 + 1] - self.source.offsets[j0:j1],
+                              dtype=np.int64)
+            self._admit(lens, src_ids, None)
+        else:
+            flat, lens = _flatten([self.source[int(j)] for j in range(j0, j1)])
+            self._admit(lens, src_ids, flat)
+
+    def _admit_iterated(self, n_docs: int) -> None:
+        assert self._iterator is not None
+        if self._iter_format == "sequences":
+            items = list(itertools.islice(self._iterator, n_docs))
+            if len(items) < n_docs:
+                self._exhausted = True
+        else:
+            items = self._carry[:n_docs]
+            del self._carry[:n_docs]
+            while len(items) < n_docs:
+                try:
+                    batch = next(self._iterator)
+                except StopIteration:
+                    self._exhausted = True
+                    break
+                more = _batch_items(batch)
+                take = n_docs - len(items)
+                items.extend(more[:take])
+                self._carry = more[take:]
+        if not items:
+            return
+        flat, lens = _flatten(items)
+        src_ids = np.arange(self.seqs_consumed, self.seqs_consumed + len(items), dtype=np.int64)
+        self._admit(lens, src_ids, flat)
+
+    def _admit(self, lens: np.ndarray, src_ids: np.ndarray, flat: np.ndarray | None) -> None:
+        """Apply the empty/long policies and put the pieces into the arena.
+
+        ``flat`` holds the tokens of the non-empty documents, or is None to read the pieces from
+        a store-like source."""
+        P = self.out_pseq_len
+        long = lens > P
+        self.seqs_consumed += lens.shape[0]
+        self.seqs_empty += int(np.count_nonzero(lens == 0))
+        n_long = int(np.count_nonzero(long))
+        if n_long:
+            excess = int((lens[long] - P).sum())
+            if self.long_docs == "split":
+                self.seqs_split += n_long
+            elif self.long_docs == "truncate":
+                self.seqs_truncated += n_long
+                self.tokens_discarded += excess
+            else:
+                self.seqs_dropped += n_long
+                self.tokens_discarded += excess + P * n_long
+        doc, off, plen = _split_pieces(lens, P, self.long_docs)
+        arena = self._arena
+        if flat is None:
+            total = int(plen.sum())
+            base = arena.reserve(total)
+            starts = base + np.cumsum(plen) - plen
+            flat_starts = self.source.offsets[src_ids[doc]].astype(np.int64) + off
+            src, src_starts = self.source.read_ranges(flat_starts, plen)
+            gather_ranges(src, np.asarray(src_starts, dtype=np.int64), plen, arena.tokens, starts)
+            fill = base + total
+        else:
+            base = arena.reserve(flat.shape[0])
+            arena.tokens[base:base + flat.shape[0]] = flat
+            doc_start = np.cumsum(lens) - lens
+            starts = base + doc_start[doc] + off
+            fill = base + flat.shape[0]
+        arena.append(starts, plen, src_ids[doc], off, fill)
+
+    # ------------------------------------------------------------------------- one batch
+    def _next_batch(self) -> dict[str, Any] | None:
+        P = self.out_pseq_len
+        n_rows = self.out_batch_size
+        if self.batch_size_schedule is not None:
+            n_rows = self.batch_size_schedule(self.token_count)
+        arena = self._arena
+        if arena.n < self.buffer_size + self.readahead:
+            self._read_ahead(self.buffer_size + self.readahead - arena.n)
+        reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
+        processed = deferred = 0
+        while True:
+            if processed == arena.n:
+                self._read_ahead(max(self.readahead, self.buffer_size - deferred))
+                if processed == arena.n:
+                    break
+            if self._out_row.shape[0] < arena.n:
+                self._out_row = _grown(self._out_row, 2 * arena.n, processed)
+                self._out_off = _grown(self._out_off, 2 * arena.n, processed)
+            k, d = place_best_fit(
+                arena.lens[processed:], self.buffer_size - deferred, self._words,
+                self._level_off, self._level_len, self._remaining, self._counts, P,
+                self._out_row[processed:], self._out_off[processed:],
+            )
+            processed += int(k)
+            deferred += int(d)
+            if deferred >= self.buffer_size:
+                break
+
+        counts = self._counts[:n_rows]
+        if counts.min() == 0:
+            # Only reachable with the source exhausted and nothing deferred.
+            if self.drop_last or counts.max() == 0:
+                arena.keep(np.zeros(arena.n, dtype=bool))
+                return None
+        return self._emit(n_rows, processed)
+
+    def _emit(self, n_rows: int, processed: int) -> dict[str, Any]:
+        P = self.out_pseq_len
+        arena = self._arena
+        rows = self._out_row[:processed]
+        placed = np.flatnonzero(rows >= 0)
+        p_rows = rows[placed]
+        p_offs = self._out_off[:processed][placed]
+        p_lens = arena.lens[placed]
+        used = P - self._remaining[:n_rows]
+        ids = np.empty((n_rows, P), dtype=np.int64)
+        attention = np.empty((n_rows, P), dtype=np.int64)
+        write_rows(arena.tokens, arena.starts[placed], p_lens, p_rows, p_offs, used,
+                   self.pad_id, ids, attention)
+
+        keep = np.ones(arena.n, dtype=bool)
+        keep[placed] = False
+        arena.keep(keep)
+
+        order = np.argsort(p_rows, kind="stable")
+        ends = (p_offs + p_lens)[order]
+        bounds = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(self._counts[:n_rows], out=bounds[1:])
+        cu_seqlens, max_seqlen = [], []
+        for r in range(n_rows):
+            row_ends = ends[bounds[r]:bounds[r + 1]]
+            tail = [P] if used[r] < P else []
+            cu = np.concatenate([[0], row_ends, tail]).astype(np.int32)
+            cu_seqlens.append(cu)
+            max_seqlen.append(int(np.diff(cu).max()))
+
+        labels = None
+        mask_prob = None
+        if self.mode == "mlm":
+            mask_prob = self.mask_prob
+            if self.mask_prob_schedule is not None:
+                mask_prob = self.mask_prob_schedule(self.token_count)
+            assert self._excluded is not None
+            ids, labels = mlm_mask(
+                ids, rng=self._rng, mask_prob=mask_prob, mask_id=self.mask_id,
+                vocab_size=self.vocab_size, excluded=self._excluded,
+                maskable=attention.astype(bool), ignore_index=self.ignore_index,
+            )
+        elif self.mode == "causal":
+            labels = np.full_like(ids, self.ignore_index)
+            labels[:, :-1] = ids[:, 1:]
+            labels[p_rows, p_offs + p_lens - 1] = self.ignore_index
+            labels[attention == 0] = self.ignore_index
+
+        n_tokens = int(used.sum())
+        self.token_count += n_tokens
+        self.tokens_emitted += n_tokens
+        self.slots_emitted += n_rows * P
+        self.seqs_emitted += int(placed.shape[0])
+        self.batches_emitted += 1
+
+        batch: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "labels": labels,
+            "cu_seqlens": cu_seqlens,
+            "max_seqlen": max_seqlen,
+        }
+        if self.mask_prob_schedule is not None:
+            batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
+        if self.return_tensors == "pt":
+            batch = _to_torch(batch)
+        return batch
+
+    # ------------------------------------------------------------------------- checkpointing
+    def _config(self) -> dict[str, Any]:
+        bs, mp = self.batch_size_schedule, self.mask_prob_schedule
+        return {
+            "out_batch_size": self.out_batch_size,
+            "out_pseq_len": self.out_pseq_len,
+            "buffer_size": self.buffer_size,
+            "mode": self.mode,
+            "pad_id": self.pad_id,
+            "mask_id": self.mask_id,
+            "vocab_size": self.vocab_size,
+            "special_ids": list(self.special_ids),
+            "mask_prob": self.mask_prob,
+            "ignore_index": self.ignore_index,
+            "long_docs": self.long_docs,
+            "drop_last": self.drop_last,
+            "seed": self.seed,
+            "batch_size_schedule": None if bs is None else [bs.min_batch_size, bs.warmup_tokens],
+            "mask_prob_schedule": None if mp is None else [
+                mp.final, mp.start_tokens, mp.cooldown_tokens, mp.schedule, mp.step_size],
+        }
+
+    def _require_indexed(self, what: str) -> None:
+        if not self._indexed:
+            raise TypeError(
+                f"{what} needs a random-access source of sequences (a TokenStore, a view, a "
+                "map-style dataset or a list: anything with __len__ and __getitem__ yielding "
+                f"sequences); this packer iterates an opaque {type(self.source).__name__}, whose "
+                "position cannot be restored exactly"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the packer: restoring it makes the next batch the one that comes next.
+
+        Take it between batches from the thread that iterates the packer (not through a
+        prefetcher, which runs ahead).  Raises :class:`TypeError` for an opaque source.
+
+        Returns
+        -------
+        dict
+            Plain Python values and int64 numpy arrays (``pending_*``: source index, offset and
+            length of every held piece), suitable for ``torch.save``.
+        """
+        self._require_indexed("state_dict()")
+        arena = self._arena
+        return {
+            "version": _STATE_VERSION,
+            "config": self._config(),
+            "source_len": len(self.source),
+            "source_fingerprint": getattr(self.source, "fingerprint", None),
+            "epoch": self._epoch,
+            "next_epoch": self._next_epoch,
+            "in_epoch": self._in_epoch,
+            "next_index": self._next_index,
+            "exhausted": self._exhausted,
+            "pending_src": arena.src.copy(),
+            "pending_off": arena.src_off.copy(),
+            "pending_len": arena.lens.copy(),
+            "token_count": self.token_count,
+            "counters": {k: getattr(self, k) for k in _COUNTERS},
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`; the next ``iter()`` continues from there.
+
+        Raises
+        ------
+        TypeError
+            For an opaque source.
+        StateMismatchError
+            If the state comes from a packer with other parameters or another source.
+        """
+        self._require_indexed("load_state_dict()")
+        version = state.get("version") if isinstance(state, Mapping) else None
+        if version != _STATE_VERSION:
+            raise StateMismatchError(
+                f"state must be a StreamingPacker state_dict() of version {_STATE_VERSION}, got "
+                f"a {type(state).__name__} with version {version!r}"
+            )
+        config = self._config()
+        diff = sorted(k for k in config if state["config"].get(k) != config[k])
+        if diff:
+            raise StateMismatchError(
+                "the state was saved by a packer with other parameters: "
+                + ", ".join(f"{k}={state['config'].get(k)!r} (now {config[k]!r})" for k in diff)
+            )
+        fingerprint = getattr(self.source, "fingerprint", None)
+        if state["source_len"] != len(self.source) or state["source_fingerprint"] != fingerprint:
+            raise StateMismatchError(
+                f"the state was saved over another source ({state['source_len']} sequences, "
+                f"fingerprint {state['source_fingerprint']}; now {len(self.source)}, "
+                f"{fingerprint})"
+            )
+        self.token_count = int(state["token_count"])
+        self._next_epoch = int(state["next_epoch"])
+        self._resume = dict(state) if state["in_epoch"] else None
+        if not state["in_epoch"]:
+            self._epoch = int(state["epoch"])
+            self._in_epoch = False
+
+    def _restore_epoch(self, state: dict[str, Any]) -> None:
+        self._start_epoch(int(state["epoch"]))
+        self._rng.bit_generator.state = state["rng"]
+        for k, v in state["counters"].items():
+            setattr(self, k, v)
+        src = np.asarray(state["pending_src"], dtype=np.int64)
+        off = np.asarray(state["pending_off"], dtype=np.int64)
+        plen = np.asarray(state["pending_len"], dtype=np.int64)
+        n = len(self.source)
+        if src.size and (src.min() < 0 or src.max() >= n or off.min() < 0 or plen.min() < 1):
+            raise StateMismatchError("the state's pending pieces lie outside the source")
+        self._read_pieces(src, off, plen)
+        self._next_index = int(state["next_index"])
+        self._exhausted = bool(state["exhausted"])
+
+    def _read_pieces(self, src: np.ndarray, off: np.ndarray, plen: np.ndarray) -> None:
+        arena = self._arena
+        total = int(plen.sum())
+        base = arena.reserve(total)
+        starts = base + np.cumsum(plen) - plen
+        if self._store_like:
+            doc_lens = np.diff(self.source.offsets)[src]
+            if np.any(off + plen > doc_lens):
+                raise StateMismatchError("the state's pending pieces lie outside the source")
+            src_tok, src_starts = self.source.read_ranges(
+                self.source.offsets[src].astype(np.int64) + off, plen
+            )
+            gather_ranges(src_tok, np.asarray(src_starts, dtype=np.int64), plen, arena.tokens,
+                          starts)
+        else:
+            pieces = []
+            for j, o, n in zip(src.tolist(), off.tolist(), plen.tolist()):
+                doc = np.asarray(_tokens_of(self.source[j]))
+                if o + n > doc.shape[0]:
+                    raise StateMismatchError("the state's pending pieces lie outside the source")
+                pieces.append(doc[o:o + n])
+            if pieces:
+                arena.tokens[base:base + total] = np.concatenate(pieces)
+        arena.append(starts, plen, src, off, base + total)
+
+
+_COUNTERS = (
+    "seqs_consumed", "seqs_emitted", "tokens_emitted", "slots_emitted", "batches_emitted",
+    "seqs_empty", "seqs_split", "seqs_truncated", "seqs_dropped", "tokens_discarded",
+)
+
+
+def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
+    out = np.empty(size, dtype=a.dtype)
+    out[:keep] = a[:keep]
+    return out
+
+
+def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if key in ("cu_seqlens",):
+            out[key] = [torch.from_numpy(x) for x in value]
+        elif key == "max_seqlen" or value is None:
+            out[key] = value
+        else:
+            out[key] = torch.from_numpy(np.ascontiguousarray(value))
+    return out

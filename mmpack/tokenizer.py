@@ -1,0 +1,290 @@
+"""Tokenizers for ingestion: the built-in byte-level one and Hugging Face tokenizers, one interface.
+
+Every tokenizer exposes ``encode_batch(texts) -> list[np.ndarray]`` (one 1-D array of ids per
+text, of dtype ``token_dtype``, no special tokens added), ``decode(ids) -> str``, ``eot_id``
+(the end-of-text id, or None when the tokenizer has none), ``vocab_size``, and ``spec``: a small
+picklable :class:`TokenizerSpec` from which :func:`load_tokenizer` rebuilds the same tokenizer in
+a worker process (the tokenizer objects themselves are not sent between processes).
+
+Kinds:
+
+- ``"byte"``: the UTF-8 bytes of the text, ids 0..255; ``eot_id`` 256, ``vocab_size`` 257.  Only
+  bytes are ever stored, so its stores are ``uint8``.  Cost: one ``str.encode`` per text (about
+  1 GB/s); decoding replaces a multi-byte character cut by a window edge with U+FFFD.
+- ``"tokenizers"``: a Hugging Face ``tokenizers`` ``tokenizer.json`` (a file, or a folder holding
+  one; the folder's ``tokenizer_config.json`` / ``special_tokens_map.json`` name the eos token).
+  Encoding runs in Rust, on all cores within one process unless ``TOKENIZERS_PARALLELISM=false``.
+- ``"transformers"``: a ``transformers`` tokenizer folder without ``tokenizer.json`` (e.g. a
+  SentencePiece model), loaded offline (``local_files_only=True``); ``transformers`` is imported
+  only then.
+
+Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BYTE_EOT_ID",
+    "ByteTokenizer",
+    "HFTokenizer",
+    "Tokenizer",
+    "TokenizerSpec",
+    "TransformersTokenizer",
+    "load_tokenizer",
+]
+
+BYTE_EOT_ID = 256
+"""End-of-text id of the byte-level tokenizer (one past the byte values)."""
+
+_EOT_CANDIDATES = (
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|im_end|>",
+    "</s>",
+    "<eos>",
+    "<|eos|>",
+    "[EOS]",
+    "<|end|>",
+)
+"""Special tokens taken as end-of-text, in order of preference, when no config names one."""
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """What :func:`load_tokenizer` needs to rebuild a tokenizer: ``kind`` (``"byte"``,
+    ``"tokenizers"`` or ``"transformers"``) and ``path`` (None for ``"byte"``).  Picklable."""
+
+    kind: str
+    path: str | None = None
+
+    def __str__(self) -> str:
+        return "byte-level (UTF-8 bytes, eot 256)" if self.kind == "byte" else f"{self.kind}:{self.path}"
+
+
+class Tokenizer:
+    """The interface every tokenizer implements (see the module docstring)."""
+
+    spec: TokenizerSpec
+    eot_id: int | None
+    vocab_size: int
+
+    @property
+    def token_dtype(self) -> np.dtype:
+        """The unsigned dtype that holds every id this tokenizer stores (drives the store dtype)."""
+        for dt in (np.uint8, np.uint16, np.uint32):
+            if self.vocab_size - 1 <= np.iinfo(dt).max:
+                return np.dtype(dt)
+        return np.dtype(np.uint64)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of each text (1-D arrays of ``token_dtype``), no special tokens added.
+
+        Raises on the first text it cannot encode; callers that need to know which text failed
+        encode one at a time after a failed batch."""
+        raise NotImplementedError
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one text: ``encode_batch([text])[0]``."""
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids: Any) -> str:
+        """The text of ``ids`` (any 1-D integer sequence); special tokens are shown."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({str(self.spec)!r}, vocab_size={self.vocab_size}, "
+            f"eot_id={self.eot_id})"
+        )
+
+    def __reduce__(self):
+        return (load_tokenizer, (self.spec,))
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes as tokens: ids 0..255, ``eot_id`` 256 (shown as ``<|endoftext|>``)."""
+
+    eot_text = "<|endoftext|>"
+
+    def __init__(self) -> None:
+        self.spec = TokenizerSpec("byte")
+        self.eot_id = BYTE_EOT_ID
+        self.vocab_size = BYTE_EOT_ID + 1
+
+    @property
+    def token_dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)  # the eot is never stored, only inserted by the views
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+
+    def decode(self, ids: Any) -> str:
+        arr = _as_ids(ids)
+        if arr.size and (arr.min() < 0 or arr.max() > BYTE_EOT_ID):
+            bad = arr[(arr < 0) | (arr > BYTE_EOT_ID)][0]
+            raise ValueError(
+                f"id {int(bad)} is not a byte-level token (accepted: 0..255 and the eot 256)"
+            )
+        cuts = np.flatnonzero(arr == BYTE_EOT_ID)
+        parts, lo = [], 0
+        for c in cuts.tolist():
+            parts.append(arr[lo:c].astype(np.uint8).tobytes().decode("utf-8", errors="replace"))
+            parts.append(self.eot_text)
+            lo = c + 1
+        parts.append(arr[lo:].astype(np.uint8).tobytes().decode("utf-8", errors="replace"))
+        return "".join(parts)
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face ``tokenizers`` tokenizer loaded from a ``tokenizer.json``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``tokenizer.json`` file, or a folder holding it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from tokenizers import Tokenizer as _RustTokenizer
+
+        path = Path(path)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        try:
+            self._tok = _RustTokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+            raise ValueError(f"cannot load the tokenizer {str(file)!r}: {exc}") from None
+        self.spec = TokenizerSpec("tokenizers", str(path.resolve()))
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.eot_id = _find_eot(self._tok.token_to_id, _configured_eos(file.parent),
+                                [t.content for t in self._tok.get_added_tokens_decoder().values()
+                                 if t.special])
+        self._fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        dtype = self.token_dtype
+        return [np.asarray(e.ids, dtype=dtype) for e in self._fast(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Any) -> str:
+        arr = _as_ids(ids)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise ValueError(
+                f"ids must lie in [0, {self.vocab_size}) for this tokenizer, got "
+                f"{int(arr.min())}..{int(arr.max())}"
+            )
+        return self._tok.decode(arr.tolist(), skip_special_tokens=False)
+
+
+class TransformersTokenizer(Tokenizer):
+    """A ``transformers`` tokenizer folder (e.g. SentencePiece), loaded offline."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ImportError(
+                f"{str(path)!r} holds no tokenizer.json, so it needs the `transformers` package "
+                "to load, which is not installed (pip install transformers); or save a fast "
+                "tokenizer's tokenizer.json into the folder"
+            ) from None
+        path = Path(path)
+        self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.spec = TokenizerSpec("transformers", str(path.resolve()))
+        self.vocab_size = int(len(self._tok))
+        eos = getattr(self._tok, "eos_token_id", None)
+        self.eot_id = None if eos is None else int(eos)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        dtype = self.token_dtype
+        out = self._tok(list(texts), add_special_tokens=False)["input_ids"]
+        return [np.asarray(ids, dtype=dtype) for ids in out]
+
+    def decode(self, ids: Any) -> str:
+        return self._tok.decode(_as_ids(ids).tolist(), skip_special_tokens=False)
+
+
+def load_tokenizer(spec: Any = None) -> Tokenizer:
+    """Load a tokenizer.
+
+    Parameters
+    ----------
+    spec : None, "byte", str, os.PathLike, TokenizerSpec or Tokenizer
+        None or ``"byte"``: the byte-level tokenizer.  A path: a ``tokenizer.json`` file, or a
+        folder holding ``tokenizer.json`` (loaded with ``tokenizers``), or a ``transformers``
+        tokenizer folder without one.  A :class:`TokenizerSpec` (from ``tokenizer.spec``)
+        rebuilds that tokenizer; a tokenizer is returned as is.
+
+    Raises
+    ------
+    FileNotFoundError
+        The path does not exist.
+    ValueError
+        The file is not a tokenizer, or the spec kind is unknown.
+    ImportError
+        A ``transformers`` folder and ``transformers`` is not installed.
+    """
+    if isinstance(spec, Tokenizer):
+        return spec
+    if spec is None or (isinstance(spec, str) and spec in ("byte", "bytes")):
+        return ByteTokenizer()
+    if isinstance(spec, TokenizerSpec):
+        if spec.kind == "byte":
+            return ByteTokenizer()
+        if spec.kind == "tokenizers":
+            return HFTokenizer(spec.path)
+        if spec.kind == "transformers":
+            return TransformersTokenizer(spec.path)
+        raise ValueError(
+            f"unknown tokenizer kind {spec.kind!r}; accepted: 'byte', 'tokenizers', 'transformers'"
+        )
+    if not isinstance(spec, (str, os.PathLike)):
+        raise TypeError(
+            f"tokenizer must be None, 'byte', a path or a TokenizerSpec, got {type(spec).__name__}"
+        )
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"tokenizer {str(path)!r} does not exist (give a tokenizer.json file, a tokenizer "
+            "folder, or 'byte')"
+        )
+    if path.is_dir() and not (path / "tokenizer.json").is_file():
+        return TransformersTokenizer(path)
+    return HFTokenizer(path)
+
+
+# --------------------------------------------------------------------------------- helpers
+def _as_ids(ids: Any) -> np.ndarray:
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(f"ids must be a 1-D sequence of integers, got shape {arr.shape} {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _configured_eos(folder: Path) -> str | None:
+    """The eos token named by a transformers folder's config files, if any."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        try:
+            cfg = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        eos = cfg.get("eos_token") if isinstance(cfg, dict) else None
+        if isinstance(eos, dict):
+            eos = eos.get("content")
+        if isinstance(eos, str):
+            return eos
+    return None
+
+
+def _find_eot(token_to_id, configured: str | None, specials: list[str]) -> int | None:
+    for name in ([configured] if configured else []) + list(_EOT_CANDIDATES):
+        tid = token_to_id(name)
+        if tid is not None and (name == configured or name in specials):
+            return int(tid)
+    return None

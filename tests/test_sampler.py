@@ -1,0 +1,404 @@
+"""Specification of :class:`mmpack.sampler.ResumableSampler`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, DistributedSampler
+
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.permutation import Permutation
+from mmpack.sampler import ResumableSampler
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from _datasets import IndexDataset  # noqa: E402
+
+
+def reference_share(n, *, shuffle=True, seed=0, epoch=0, rank=0, world_size=1, drop_last=False):
+    """DistributedSampler's recipe over a materialised epoch order."""
+    order = list(Permutation(n, seed=seed, epoch=epoch)) if shuffle else list(range(n))
+    if drop_last:
+        order = order[: (n // world_size) * world_size]
+    else:
+        total = -(-n // world_size) * world_size
+        while len(order) < total:
+            order += order[: total - len(order)]
+    return order[rank::world_size]
+
+
+_SIZES = [0, 1, 2, 3, 7, 13, 64, 97, 127, 128, 129, 1000]
+
+
+# -- epochs are permutations ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 101, 1009, 2**10, 2**10 + 1, 10**6])
+def test_each_epoch_is_a_permutation(n):
+    sampler = ResumableSampler(n, seed=11)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        got = np.fromiter(sampler, dtype=np.int64, count=len(sampler))
+        np.testing.assert_array_equal(np.sort(got), np.arange(n))
+    assert len(sampler) == n
+
+
+def test_epochs_and_seeds_differ_and_are_pure():
+    n = 500
+    runs = {}
+    for seed, epoch in itertools.product((0, 1), (0, 1, 2)):
+        s = ResumableSampler(n, seed=seed)
+        s.set_epoch(epoch)
+        runs[seed, epoch] = list(s)
+        again = ResumableSampler(n, seed=seed)
+        again.set_epoch(epoch)
+        assert list(again) == runs[seed, epoch]
+    assert len({tuple(v) for v in runs.values()}) == 6
+    s = ResumableSampler(n, seed=0)
+    assert list(s) == list(s) == runs[0, 0]  # no set_epoch: same epoch again
+
+
+def test_no_shuffle_is_identity_and_matches_distributed_sampler():
+    for n, ws, drop_last in itertools.product((1, 7, 10, 13), (1, 2, 3, 4), (False, True)):
+        for rank in range(ws):
+            ours = ResumableSampler(n, shuffle=False, rank=rank, world_size=ws, drop_last=drop_last)
+            theirs = DistributedSampler(range(n), num_replicas=ws, rank=rank, shuffle=False, drop_last=drop_last)
+            assert list(ours) == list(theirs)
+            assert len(ours) == len(theirs)
+
+
+# -- ranks -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 7, 13, 31, 100, 101])
+def test_ranks_disjoint_and_complete(n, drop_last):
+    for ws in range(1, 8):
+        shares = []
+        for rank in range(ws):
+            s = ResumableSampler(n, seed=4, rank=rank, world_size=ws, drop_last=drop_last)
+            s.set_epoch(2)
+            got = list(s)
+            assert got == reference_share(n, seed=4, epoch=2, rank=rank, world_size=ws, drop_last=drop_last)
+            expected_len = n // ws if drop_last else -(-n // ws)
+            assert len(got) == len(s) == expected_len
+            shares.append(got)
+        flat = [i for share in shares for i in share]
+        if drop_last:
+            assert len(flat) == len(set(flat)) == (n // ws) * ws  # disjoint, nothing repeated
+        else:
+            assert set(flat) == set(range(n))  # complete
+            # the only repeats are the padding, which wraps to the start of the epoch order
+            assert len(flat) - len(set(flat)) == -(-n // ws) * ws - n
+
+
+# -- resuming ---------------------------------------------------------------------------------------
+
+
+def _draw(sampler, k):
+    it = iter(sampler)
+    return [next(it) for _ in range(k)], it
+
+
+@pytest.mark.parametrize(
+    "n, ws, rank, drop_last",
+    [(1, 1, 0, False), (2, 1, 0, False), (97, 1, 0, False), (97, 3, 2, False), (97, 4, 1, True), (20000, 2, 1, False)],
+)
+def test_resume_after_k_draws(n, ws, rank, drop_last):
+    kw = dict(seed=9, rank=rank, world_size=ws, drop_last=drop_last)
+    ref = ResumableSampler(n, **kw)
+    ref.set_epoch(3)
+    full = list(ref)
+    length = len(ref)
+    for k in sorted({0, 1, min(5, length), length // 2, max(length - 1, 0), length, min(8193, length)}):
+        s = ResumableSampler(n, **kw)
+        s.set_epoch(3)
+        head, _ = _draw(s, k)
+        state = s.state_dict()
+        assert state["position"] == k and state["epoch"] == 3
+        fresh = ResumableSampler(n, **kw)
+        fresh.load_state_dict(pickle.loads(pickle.dumps(state)))
+        assert fresh.epoch == 3
+        assert head + list(fresh) == full
+        # later epochs follow through set_epoch
+        fresh.set_epoch(4)
+        ref.set_epoch(4)
+        assert list(fresh) == list(ref)
+        ref.set_epoch(3)
+
+
+def test_resume_after_full_epoch_yields_nothing_then_next_epoch():
+    s = ResumableSampler(50, seed=1)
+    s.set_epoch(5)
+    list(s)
+    state = s.state_dict()
+    assert (state["epoch"], state["position"]) == (5, 50)
+    fresh = ResumableSampler(50, seed=1)
+    fresh.load_state_dict(state)
+    assert list(fresh) == []
+    fresh.set_epoch(6)
+    s.set_epoch(6)
+    assert list(fresh) == list(s)
+
+
+def test_resume_across_epoch_boundary():
+    n = 300
+    s = ResumableSampler(n, seed=2, world_size=2, rank=1)
+    list(s)
+    s.set_epoch(1)
+    assert s.state_dict()["epoch"] == 1 and s.state_dict()["position"] == 0
+    head, _ = _draw(s, 40)
+    state = s.state_dict()
+    fresh = ResumableSampler(n, seed=2, world_size=2, rank=1)
+    fresh.set_epoch(0)
+    fresh.load_state_dict(state)  # load after set_epoch: the state's epoch wins
+    fresh.set_epoch(1)  # re-selecting the same epoch keeps the resume position
+    ref = ResumableSampler(n, seed=2, world_size=2, rank=1)
+    ref.set_epoch(1)
+    assert head + list(fresh) == list(ref)
+
+
+def test_set_epoch_to_another_epoch_discards_loaded_position():
+    s = ResumableSampler(100, seed=3)
+    _draw(s, 30)
+    state = s.state_dict()
+    fresh = ResumableSampler(100, seed=3)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(1)
+    ref = ResumableSampler(100, seed=3)
+    ref.set_epoch(1)
+    assert list(fresh) == list(ref)
+
+
+def test_state_dict_tracks_the_latest_iterator():
+    s = ResumableSampler(100, seed=3)
+    assert s.state_dict()["position"] == 0
+    _, it = _draw(s, 10)
+    assert s.state_dict()["position"] == 10
+    next(it)
+    assert s.state_dict()["position"] == 11
+    loaded = ResumableSampler(100, seed=3)
+    loaded.load_state_dict(s.state_dict())
+    assert loaded.state_dict() == s.state_dict()  # saving right after loading loses nothing
+    _draw(s, 3)  # a new iterator restarts the epoch
+    assert s.state_dict()["position"] == 3
+    state = s.state_dict()
+    assert set(state) == {"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch", "position"}
+    assert all(type(v) in (int, bool) for v in state.values())
+
+
+def test_any_rank_may_load_another_ranks_state():
+    a = ResumableSampler(1000, seed=1, world_size=4, rank=0)
+    _draw(a, 17)
+    b = ResumableSampler(1000, seed=1, world_size=4, rank=3)
+    b.load_state_dict(a.state_dict())
+    assert list(b) == reference_share(1000, seed=1, rank=3, world_size=4)[17:]
+
+
+@given(
+    n=st.integers(0, 3000),
+    ws=st.integers(1, 7),
+    data=st.data(),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    epoch=st.integers(0, 2**40),
+)
+def test_resume_property(n, ws, data, drop_last, shuffle, epoch):
+    rank = data.draw(st.integers(0, ws - 1))
+    kw = dict(seed=5, rank=rank, world_size=ws, drop_last=drop_last, shuffle=shuffle)
+    s = ResumableSampler(n, **kw)
+    s.set_epoch(epoch)
+    expected = reference_share(n, seed=5, epoch=epoch, rank=rank, world_size=ws, drop_last=drop_last, shuffle=shuffle)
+    k = data.draw(st.integers(0, len(s)))
+    head, _ = _draw(s, k)
+    fresh = ResumableSampler(n, **kw)
+    fresh.load_state_dict(s.state_dict())
+    assert head + list(fresh) == expected
+    lo = data.draw(st.integers(0, len(s)))
+    hi = data.draw(st.integers(lo, len(s)))
+    assert s.indices(lo, hi, epoch=epoch).tolist() == expected[lo:hi]
+
+
+# -- validation ---------------------------------------------------------------------------------------
+
+
+def test_constructor_validation():
+    with pytest.raises(TypeError, match="n must be an int"):
+        ResumableSampler(10.0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        ResumableSampler(True)
+    with pytest.raises(ValueError, match="n=-1"):
+        ResumableSampler(-1)
+    with pytest.raises(ValueError, match="world_size=0"):
+        ResumableSampler(10, world_size=0)
+    with pytest.raises(ValueError, match="rank=2, world_size=2"):
+        ResumableSampler(10, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="rank=-1"):
+        ResumableSampler(10, rank=-1, world_size=2)
+    with pytest.raises(TypeError, match="shuffle"):
+        ResumableSampler(10, shuffle=1)
+    with pytest.raises(ValueError, match="seed=-3"):
+        ResumableSampler(10, seed=-3)
+    with pytest.raises(ValueError, match="epoch"):
+        ResumableSampler(10).set_epoch(-1)
+    assert len(ResumableSampler(np.int64(10))) == 10
+    assert list(ResumableSampler(0)) == [] and len(ResumableSampler(0, world_size=3)) == 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("n", 11), ("seed", 1), ("world_size", 2), ("shuffle", False), ("drop_last", True)],
+)
+def test_state_mismatch_names_field_and_values(field, value):
+    state = ResumableSampler(10).state_dict()
+    other = ResumableSampler(**{"n": 10, field: value}) if field != "n" else ResumableSampler(value)
+    with pytest.raises(StateMismatchError, match=rf"{field}=.*{field}=") as info:
+        other.load_state_dict(state)
+    assert isinstance(info.value, ValueError)
+    assert repr(state[field]) in str(info.value) and repr(value) in str(info.value)
+
+
+def test_malformed_states():
+    s = ResumableSampler(10)
+    good = s.state_dict()
+    with pytest.raises(FormatError, match="version"):
+        s.load_state_dict({**good, "version": 2})
+    with pytest.raises(FormatError, match="position"):
+        s.load_state_dict({k: v for k, v in good.items() if k != "position"})
+    with pytest.raises(FormatError, match="position=11"):
+        s.load_state_dict({**good, "position": 11})
+    with pytest.raises(FormatError, match="position=-1"):
+        s.load_state_dict({**good, "position": -1})
+    with pytest.raises(FormatError, match="dict"):
+        s.load_state_dict([1, 2])
+
+
+# -- huge n ------------------------------------------------------------------------------------------
+
+
+def test_huge_n_is_instant_and_constant_memory():
+    list(ResumableSampler(20_000, seed=1))  # warm the compiled kernels
+    n = 10**11
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    s = ResumableSampler(n, seed=1, world_size=3, rank=1)
+    head, _ = _draw(s, 20_000)
+    state = s.state_dict()
+    state["position"] = len(s) // 2
+    fresh = ResumableSampler(n, seed=1, world_size=3, rank=1)
+    fresh.load_state_dict(state)
+    tail, _ = _draw(fresh, 1000)
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+    assert peak < 2 * 2**20, f"traced peak {peak} bytes"
+    assert rss_growth_kib < 16 * 1024, f"RSS grew by {rss_growth_kib} KiB"
+    assert elapsed < 2.0
+    assert len(s) == -(-n // 3)
+    assert len(set(head)) == len(head) and all(0 <= i < n for i in head)
+    perm = Permutation(n, seed=1)
+    positions = np.arange(len(s) // 2, len(s) // 2 + 1000, dtype=np.int64) * 3 + 1
+    assert tail == perm.map(positions).tolist()
+
+
+# -- DataLoader ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers(context):
+    n = 45
+    sampler = ResumableSampler(n, seed=8, world_size=2, rank=1)
+    sampler.set_epoch(1)
+    expected = list(sampler)
+    loader = DataLoader(IndexDataset(n), sampler=sampler, batch_size=4, num_workers=2, multiprocessing_context=context)
+    got = torch.cat([b.reshape(-1) for b in loader]).tolist()
+    assert got == expected
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from mmpack.sampler import ResumableSampler
+    from _datasets import IndexDataset
+
+    jobs = json.load(open(sys.argv[1]))
+    results = []
+    for job in jobs:
+        sampler = ResumableSampler(job["n"], seed=job["seed"])
+        loader = StatefulDataLoader(
+            IndexDataset(job["n"]), sampler=sampler, batch_size=job["batch_size"], num_workers=job["num_workers"]
+        )
+        loader.load_state_dict(torch.load(job["state"], weights_only=False))
+        rest = [b.reshape(-1).tolist() for b in loader]
+        sampler.set_epoch(1)
+        following = [b.reshape(-1).tolist() for b in loader]
+        results.append({"rest": rest, "following": following})
+    json.dump(results, open(sys.argv[2], "w"))
+    """
+)
+
+
+@pytest.mark.slow
+def test_stateful_dataloader_resumes_exactly_in_a_fresh_process(tmp_path):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    n, seed, batch_size, k = 103, 6, 4, 7
+    jobs, expected = [], []
+    for num_workers in (0, 2):
+
+        def make():
+            sampler = ResumableSampler(n, seed=seed)
+            loader = StatefulDataLoader(IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers)
+            return sampler, loader
+
+        sampler, loader = make()
+        epoch0 = [b.reshape(-1).tolist() for b in loader]
+        sampler.set_epoch(1)
+        epoch1 = [b.reshape(-1).tolist() for b in loader]
+        assert sorted(sum(epoch0, [])) == list(range(n))
+
+        sampler, loader = make()
+        it = iter(loader)
+        head = [next(it).reshape(-1).tolist() for _ in range(k)]
+        assert head == epoch0[:k]
+        state = loader.state_dict()
+        path = tmp_path / f"state{num_workers}.pt"
+        torch.save(state, path)
+        del it, loader
+        jobs.append({"n": n, "seed": seed, "batch_size": batch_size, "num_workers": num_workers, "state": str(path)})
+        expected.append({"rest": epoch0[k:], "following": epoch1})
+
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "jobs.json"), str(tmp_path / "out.json")],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert results == expected

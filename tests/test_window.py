@@ -1,0 +1,228 @@
+"""The window view, specified against a naive Python implementation of its semantics.
+
+Run: ``make test`` (or ``.venv/bin/python -m pytest tests/test_window.py``).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mmpack
+from mmpack.window import WindowDataset
+
+BACKENDS = ["memmap", "zarr"]
+
+# The seed's table: ten documents, lengths given with their eot, tokens 0..n-2, eot 420.
+SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]
+SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
+
+
+# ----------------------------------------------------------------------------- the reference
+def naive_stream(docs, eot):
+    stream = []
+    ends = []  # stream positions right after a document's last token (incl. its eot)
+    for d in docs:
+        stream.extend(int(t) for t in d)
+        if eot is not None:
+            stream.append(eot)
+        if eot is not None or len(d):
+            ends.append(len(stream))
+    return stream, ends
+
+
+def naive_windows(docs, seqlen, stride, eot, labels, drop_last, pad_id):
+    """Every sample of the window view, computed in the most direct way."""
+    stream, ends = naive_stream(docs, eot)
+    width = seqlen + int(labels)
+    starts = list(range(0, max(len(stream) - width + 1, 0), stride))
+    if not drop_last:
+        covered = starts[-1] + width if starts else 0
+        nxt = starts[-1] + stride if starts else 0
+        if covered < len(stream) and nxt < len(stream):
+            starts.append(nxt)
+    out = []
+    for s in starts:
+        window = stream[s : s + seqlen]
+        real = len(window)
+        ids = window + [pad_id] * (seqlen - real)
+        cuts = sorted({e - s for e in ends if 0 < e - s < seqlen} | ({real} if real < seqlen else set()))
+        cu = [0] + [c for c in cuts if 0 < c < seqlen] + [seqlen]
+        pos = []
+        for a, b in zip(cu[:-1], cu[1:]):
+            pos.extend(range(b - a))
+        sample = {"input_ids": ids, "cu_seqlens": cu, "position_ids": pos}
+        if labels:
+            nxt_tokens = stream[s + 1 : s + seqlen + 1]
+            sample["labels"] = nxt_tokens + [-100] * (seqlen - len(nxt_tokens))
+        out.append(sample)
+    return out
+
+
+def assert_samples_equal(got, want):
+    assert set(got) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], np.asarray(want[key]), err_msg=key)
+    assert got["cu_seqlens"].dtype == np.int32
+    assert got["input_ids"].dtype == np.int64
+
+
+# ----------------------------------------------------------------------------- the seed
+@pytest.mark.parametrize(
+    ("seqlen", "stride", "expected"), [(8, 4, 28), (10, 5, 22), (10, 10, 11)]
+)
+def test_seed_example_counts(tmp_path, seqlen, stride, expected):
+    """The seed's table: 118 tokens with eots; (118 - W) // stride + 1 windows (the seed's
+    per-phase formula reports 26 for seqlen 8 / stride 4, dropping the last window of a phase)."""
+    store = mmpack.build(tmp_path / "s", SEED_DOCS)
+    ds = WindowDataset(store, seqlen, stride, eot=420)
+    assert len(ds) == expected
+    want = naive_windows(SEED_DOCS, seqlen, stride, 420, False, True, 0)
+    assert len(want) == expected
+    for i in range(expected):
+        assert_samples_equal(ds[i], want[i])
+
+
+def test_seed_example_windows(tmp_path):
+    """The sample the seed says its code gets wrong (its i=13 for seqlen 10 / stride 5)."""
+    ds = WindowDataset(mmpack.build(tmp_path / "s", SEED_DOCS), 10, 5, eot=420)
+    assert ds[0]["input_ids"].tolist() == list(range(10))
+    assert ds[1]["input_ids"].tolist() == [5, 6, 7, 8, 9, 10, 11, 12, 13, 420]
+    assert ds[2]["input_ids"].tolist() == [10, 11, 12, 13, 420, 0, 1, 2, 3, 4]
+    assert ds[2]["cu_seqlens"].tolist() == [0, 5, 10]
+    assert ds[2]["position_ids"].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
+    # The last window (105..115 of 118 stream tokens) stays inside the stream: reading past
+    # the end never wraps around to document 0 as the seed's code does.
+    stream, _ = naive_stream(SEED_DOCS, 420)
+    assert ds[-1]["input_ids"].tolist() == stream[105:115]
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+# ----------------------------------------------------------------------------- properties
+corpora = st.lists(st.lists(st.integers(0, 70000), max_size=40), max_size=25)
+
+
+@pytest.mark.slow
+@given(
+    docs=corpora,
+    seqlen=st.integers(1, 24),
+    stride=st.integers(1, 30),
+    use_eot=st.booleans(),
+    labels=st.booleans(),
+    drop_last=st.booleans(),
+    backend=st.sampled_from(BACKENDS),
+)
+def test_windows_match_reference(tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last, backend):
+    eot = 99999 if use_eot else None
+    path = tmp_path_factory.mktemp("w") / "s"
+    store = mmpack.build(path, docs, backend=backend)
+    ds = WindowDataset(store, seqlen, stride, eot=eot, labels=labels, drop_last=drop_last, pad_id=7)
+    want = naive_windows(docs, seqlen, stride, eot, labels, drop_last, 7)
+    assert len(ds) == len(want)
+    for i, w in enumerate(want):
+        assert_samples_equal(ds[i], w)
+        assert_samples_equal(ds[i - len(ds)], w)
+    if want:
+        order = np.random.default_rng(0).integers(0, len(want), size=2 * len(want))
+        for got, i in zip(ds.__getitems__(order), order):
+            assert_samples_equal(got, want[i])
+
+
+@given(docs=corpora, seqlen=st.integers(1, 16), stride=st.integers(1, 20), use_eot=st.booleans())
+def test_length_formula(tmp_path_factory, docs, seqlen, stride, use_eot):
+    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs)
+    total = store.num_tokens + (len(docs) if use_eot else 0)
+    ds = WindowDataset(store, seqlen, stride, eot=1 if use_eot else None)
+    assert len(ds) == max(0, (total - seqlen) // stride + 1)
+
+
+@given(docs=corpora, seqlen=st.integers(1, 16), stride=st.integers(1, 16))
+def test_no_token_left_out_without_drop_last(tmp_path_factory, docs, seqlen, stride):
+    """drop_last=False with stride <= seqlen: every stream position is in some window."""
+    stride = min(stride, seqlen)
+    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs)
+    ds = WindowDataset(store, seqlen, stride, eot=5, drop_last=False)
+    total = store.num_tokens + len(docs)
+    covered = np.zeros(total, dtype=bool)
+    for i in range(len(ds)):
+        covered[i * stride : i * stride + seqlen] = True
+    assert covered.all()
+
+
+@given(docs=corpora, seqlen=st.integers(1, 16), stride=st.integers(1, 16), use_eot=st.booleans())
+def test_locate_reconstructs_the_window(tmp_path_factory, docs, seqlen, stride, use_eot):
+    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs)
+    eot = 123456 if use_eot else None
+    ds = WindowDataset(store, seqlen, stride, eot=eot, labels=True, drop_last=False)
+    for i in range(len(ds)):
+        rebuilt = []
+        for piece in ds.locate(i):
+            assert piece["at"] == len(rebuilt)
+            rebuilt.extend(store[piece["doc"]][piece["start"] : piece["stop"]].tolist())
+            rebuilt.extend([eot] if piece["eot"] else [])
+        sample = ds[i]
+        want = np.concatenate([sample["input_ids"][:1], sample["labels"]])[: len(rebuilt)]
+        assert rebuilt == want.tolist()
+
+
+# ----------------------------------------------------------------------------- contract details
+def test_bad_parameters(tmp_path):
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3]])
+    for seqlen, stride in [(0, None), (-1, None), (4, 0), (4, -2)]:
+        with pytest.raises(ValueError, match="seqlen|stride"):
+            WindowDataset(store, seqlen, stride)
+    with pytest.raises(TypeError, match="seqlen"):
+        WindowDataset(store, 2.5)
+    with pytest.raises(TypeError, match="store"):
+        WindowDataset([[1, 2]], 4)
+
+
+def test_indexing_errors(tmp_path):
+    ds = WindowDataset(mmpack.build(tmp_path / "s", [list(range(10))]), 4)
+    assert len(ds) == 2
+    with pytest.raises(IndexError, match="2"):
+        ds[2]
+    with pytest.raises(IndexError, match="-3"):
+        ds[-3]
+    for bad in (1.0, "0", None, True):
+        with pytest.raises(TypeError):
+            ds[bad]
+    with pytest.raises(IndexError):
+        ds.__getitems__([0, 5])
+    with pytest.raises(TypeError):
+        ds.__getitems__([0.5])
+    assert ds.__getitems__([]) == []
+    np.testing.assert_array_equal(ds[np.int32(1)]["input_ids"], [4, 5, 6, 7])
+
+
+def test_store_shorter_than_a_window(tmp_path):
+    ds = WindowDataset(mmpack.build(tmp_path / "s", [[1, 2]]), 8)
+    assert len(ds) == 0
+    padded = WindowDataset(ds.store, 8, drop_last=False, labels=True, pad_id=-1)
+    assert len(padded) == 1
+    sample = padded[0]
+    assert sample["input_ids"].tolist() == [1, 2, -1, -1, -1, -1, -1, -1]
+    assert sample["labels"].tolist() == [2] + [-100] * 7
+    assert sample["cu_seqlens"].tolist() == [0, 2, 8]
+    empty = WindowDataset(mmpack.build(tmp_path / "e", []), 1, drop_last=False)
+    assert len(empty) == 0
+
+
+def test_stride_larger_than_seqlen_skips_tokens(tmp_path):
+    ds = WindowDataset(mmpack.build(tmp_path / "s", [list(range(20))]), 3, 5)
+    assert [ds[i]["input_ids"].tolist() for i in range(len(ds))] == [
+        [0, 1, 2], [5, 6, 7], [10, 11, 12], [15, 16, 17]
+    ]
+
+
+def test_pickles_small_and_reads_in_the_copy(tmp_path):
+    ds = WindowDataset(mmpack.build(tmp_path / "s", SEED_DOCS), 8, 4, eot=420, labels=True)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 2000
+    copy = pickle.loads(blob)
+    assert_samples_equal(copy[7], ds[7])
