@@ -34,6 +34,7 @@ argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CP
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "document_mask_mod",
     "flex_document_mask",
 ]
+
 
 def document_ids(
     cu_seqlens: torch.Tensor | np.ndarray | Sequence[int],
@@ -256,7 +258,9 @@ def flex_document_mask(
     torch.nn.attention.flex_attention.BlockMask
         Shape ``(B, 1, seqlen, seqlen)``, heads broadcast; for
         ``flex_attention(q, k, v, block_mask=...)`` with ``q, k, v`` of shape
-        ``(B, heads, seqlen, head_dim)``.  Its ``mask_mod`` is :func:`document_mask_mod`.
+        ``(B, heads, seqlen, head_dim)``.  Its ``mask_mod`` is :func:`document_mask_mod` over
+        the document ids padded with ``-1`` to a multiple of ``lcm(block_size, 128)``, so that
+        kernels which evaluate it on whole blocks past ``seqlen`` never index out of bounds.
 
     Raises
     ------
@@ -278,6 +282,13 @@ def flex_document_mask(
     if _is_one_row(cu_seqlens_rows):
         cu_seqlens_rows = [cu_seqlens_rows]  # type: ignore[list-item]
     ids = batched_document_ids(cu_seqlens_rows, seqlen, device=device)
+    # Kernels evaluate mask_mod on whole blocks, so a row whose length is no multiple of the
+    # block size is read past its end (pytorch#137801); pad the ids so such reads stay in
+    # bounds.  -1 is no segment: padded positions match only each other, and flex_attention
+    # masks out positions >= seqlen itself.
+    unit = math.lcm(int(block_size), 128)
+    padded = -(-seqlen // unit) * unit
+    ids = torch.nn.functional.pad(ids, (0, padded - seqlen), value=-1)
     mask_mod = document_mask_mod(ids, causal=causal)
     return create_block_mask(
         mask_mod, ids.shape[0], None, seqlen, seqlen, device=ids.device,

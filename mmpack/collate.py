@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmpack.batch import SampleBatch
+
 from mmpack.masking import IGNORE_INDEX
 
 __all__ = ["TOKEN_FIELDS", "Collator", "collate"]
@@ -171,6 +173,8 @@ def _collate(
     pad_id: int,
     ignore_index: int,
 ) -> dict[str, Any]:
+    if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
+        return _collate_columns(samples, varlen=varlen)
     if isinstance(samples, Mapping) or not isinstance(samples, Sequence):
         raise TypeError(
             f"samples must be a sequence of per-sample dicts, got {type(samples).__name__}"
@@ -210,6 +214,8 @@ def _collate(
             )
         seqlen = int(np.asarray(first["cu_seqlens"])[-1])
 
+    if seqlen < 1:
+        raise ValueError(f"samples have rows of length {seqlen}; a row needs at least one token")
     rows, lens = _row_boundaries(samples, seqlen, cu_key)
     if pad_to_multiple_of is not None and seqlen % pad_to_multiple_of:
         new_len = -(-seqlen // pad_to_multiple_of) * pad_to_multiple_of
@@ -238,6 +244,38 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = _stack_extra([s[key] for s in samples])
+    return out
+
+
+def _collate_columns(batch: SampleBatch, *, varlen: bool) -> dict[str, Any]:
+    """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
+    with at most one contiguous copy each (none when already contiguous int64), and the
+    ``cu_seqlens`` rows are flattened without building per-sample dicts."""
+    n = len(batch)
+    if n == 0:
+        raise ValueError("samples is empty; a batch needs at least one sample")
+    out: dict[str, Any] = {}
+    seqlen = None
+    for key, col in batch.columns.items():
+        arr = np.ascontiguousarray(col, dtype=np.int64) if col.dtype.kind in "iub" else col
+        out[key] = torch.from_numpy(arr)
+        if key in TOKEN_FIELDS:
+            seqlen = col.shape[1]
+    if seqlen is None:
+        raise ValueError("the batch has no per-token field to collate")
+    if n * seqlen > _INT32_MAX:
+        raise ValueError(
+            f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
+            "cu_seqlens FlashAttention takes; use fewer or shorter rows"
+        )
+    lens = batch.num_cuts.astype(np.int64)
+    take = np.arange(batch.cu_seqlens.shape[1]) < lens[:, None]
+    rows = batch.cu_seqlens[take].astype(np.int64)
+    flat = _flat_boundaries(rows, lens, seqlen)
+    out["cu_seqlens_rows"] = tuple(torch.from_numpy(rows.astype(np.int32)).split(lens.tolist()))
+    if varlen:
+        out["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
+    out["max_seqlen"] = int(np.diff(flat).max())
     return out
 
 

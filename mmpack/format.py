@@ -151,7 +151,7 @@ class StoreMeta:
                 f"{where}: format is {obj.get('format')!r}, expected {FORMAT_NAME!r}"
             )
         version = obj.get("version")
-        if not isinstance(version, int) or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise FormatError(f"{where}: invalid format version {version!r}")
         if version > FORMAT_VERSION:
             raise FormatError(

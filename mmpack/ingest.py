@@ -7,9 +7,10 @@ this process with ``workers=1``; otherwise in a pool of ``workers`` processes, a
 ``2 * workers`` batches in flight) and the results are consumed *in submission order* and
 streamed into :class:`mmpack.store.StoreWriter` with ``add_batch``.  So memory is bounded by the
 batches in flight, never by the corpus, and the store is a pure function of the inputs and the
-tokenizer: the same bytes with one worker or many.  Worker processes come from the ``forkserver``
-start method (a clean process, so neither threads of the caller nor a tokenizer's thread pool are
-forked) and rebuild the tokenizer once from its picklable spec.
+tokenizer: the same bytes with one worker or many.  Workers are forked where the platform can
+(Linux; so a script needs no ``if __name__ == "__main__"`` guard there; elsewhere Python's
+default start method applies, which needs it) and rebuild the tokenizer once from its picklable
+spec; a Hugging Face tokenizer runs single-threaded in each.
 
 Inputs (format from the extension, after an optional ``.gz``; or forced with ``format=``):
 
@@ -245,7 +246,7 @@ def ingest(
         elif shown[0] < _MAX_WARNINGS:
             shown[0] += 1
             warnings.warn(f"{issue}; skipped" if issue.skipped else str(issue),
-                          IngestWarning, stacklevel=3)
+                          IngestWarning, stacklevel=4)
 
     t0 = time.perf_counter()
     bar = _progress_bar(progress)
@@ -378,13 +379,15 @@ def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
         for batch in batches:
             yield batch, _encode(tok, batch.texts)
         return
-    ctx = multiprocessing.get_context("forkserver")
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                initargs=(tok.spec,))
     try:
         pending: collections.deque = collections.deque()
-        for batch in _chain(first, second, batches):
-            pending.append((batch, pool.submit(_worker_encode, batch.texts)))
+        for n, batch in enumerate(_chain(first, second, batches)):
+            with _quiet_tokenizers_fork() if n == 0 else contextlib.nullcontext():
+                pending.append((batch, pool.submit(_worker_encode, batch.texts)))
             batch.texts = None  # the worker has them; keep only the locations
             if len(pending) >= 2 * workers:
                 b, fut = pending.popleft()
@@ -394,6 +397,21 @@ def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
             yield b, fut.result()
     finally:  # also on an error downstream: drop the queued batches, stop the workers
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _quiet_tokenizers_fork():
+    """Start the workers with ``TOKENIZERS_PARALLELISM=false``: a forked child then runs the Rust
+    tokenizer single-threaded without warning that the parent's thread pool was in use."""
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
 def _chain(a, b, rest):

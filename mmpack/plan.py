@@ -243,21 +243,21 @@ def build_plan(
                          f"{int(lens.min())}")
     e = int(bool(eot))
     n = lens.shape[0]
-    rem_occ = np.empty(n, dtype=np.int64)
-    n_full = np.empty(n, dtype=np.int64)
+    mode = _LONG_CODES[long_docs]
+    rem_occ = np.empty(n, dtype=np.int32)
     counts = np.zeros(_k.N_STATS, dtype=np.int64)
-    _k.item_sizes(lens, seqlen, e, _LONG_CODES[long_docs], rem_occ, n_full, counts)
+    _k.item_sizes(lens, seqlen, e, mode, rem_occ, counts)
     n_items = int(counts[_k.ST_FULL_PIECES] + counts[_k.ST_PLACED_DOCS])
     bin_ptr = np.empty(n_items + 1, dtype=np.int64)
     piece_doc = np.empty(n_items, dtype=np.int64)
     piece_start = np.empty(n_items, dtype=np.int64)
     piece_len = np.empty(n_items, dtype=np.int32)
     if algorithm == "bfd":
-        n_bins = _k.bfd(rem_occ, n_full, seqlen, e, bin_ptr, piece_doc, piece_start, piece_len)
+        n_bins = _k.bfd(lens, rem_occ, seqlen, e, mode, bin_ptr, piece_doc, piece_start, piece_len)
     else:
         window = 1 if algorithm == "nextfit" else lookahead
         n_bins = _k.stream(
-            rem_occ, n_full, seqlen, e, window, bin_ptr, piece_doc, piece_start, piece_len
+            lens, rem_occ, seqlen, e, mode, window, bin_ptr, piece_doc, piece_start, piece_len
         )
     bin_ptr = bin_ptr[: n_bins + 1].copy() if n_bins + 1 < bin_ptr.shape[0] else bin_ptr
     arrays = [bin_ptr, piece_doc, piece_start, piece_len]

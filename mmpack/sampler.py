@@ -10,9 +10,12 @@ positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=T
 Resuming is arithmetic: the state is ``(epoch, position)``, where ``position`` counts the indices
 the current iterator has handed out, and a loaded state starts the next iterator at that position.
 
-Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while iterating);
-indices are computed 8192 at a time by :meth:`Permutation.map` (tens of ns each) and handed out one by
-one (about 50 ns each); ``state_dict`` and ``load_state_dict`` are O(1), nothing is replayed.
+Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while iterating,
+about 0.7 MiB traced peak); indices are computed 8192 at a time by :meth:`Permutation.map` and
+handed out one by one: measured (``benchmarks/bench_sampler.py``, 2-core CI machine) about 10 M
+indices/s through ``iter`` at ``n = 10**6`` and 5.5 M/s at ``n = 10**11`` (10-40 M/s through the
+vectorised :meth:`ResumableSampler.indices`).  ``state_dict`` and ``load_state_dict`` are O(1):
+resuming at position ``n / 2`` of ``n = 10**11`` costs the same 0.8 ms as at position 0 (one chunk).
 """
 
 from __future__ import annotations

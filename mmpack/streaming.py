@@ -24,11 +24,13 @@ O(log(rows * row_len)) instead of a Python iteration with an O(rows) scan:
    some row empty, the seed drops that last partial batch; so does ``drop_last=True``, while
    ``drop_last=False`` emits it padded (empty rows are all padding) and ends the epoch.
 
-Tokens live in one flat ``int64`` arena (appended on admission, compacted in place when full,
-amortised O(1) per token); the kernel returns placements and a second kernel writes the rows,
-the padding and the attention mask.  Cost per batch: O(scanned * log) for placement plus
-O(tokens) for the copies; the Python work per batch is O(rows) plus a few numpy calls over the
-buffered pieces, and O(1) per source sequence (``len`` and one concatenation) on admission.
+Held pieces are three int64 arrays (length, source index, offset in the source sequence) plus,
+for an in-memory source, an object array of the piece arrays themselves (references: admission
+copies no token).  The kernel returns placements; each row is then written by one
+``np.concatenate`` of its pieces straight into the output row (a TokenStore's pieces are copied
+by a kernel straight from its memory map), and a kernel writes the padding, the attention mask
+and the ``cu_seqlens``.  Cost per batch: O(scanned * log) for placement, one pass over the
+output for the copies, O(rows) Python calls; per source sequence, a ``len`` and an array slot.
 
 Outputs: ``input_ids``, ``attention_mask`` (int64, ``(n_rows, out_pseq_len)``; the mask comes
 from the piece positions, so a real token equal to ``pad_id`` is still attended), ``labels``
@@ -50,11 +52,11 @@ import numpy as np
 from mmpack.errors import StateMismatchError
 from mmpack.kernels.streaming import (
     bitmap_layout,
-    compact_pieces,
-    gather_ranges,
+    finish_rows,
     place_best_fit,
     reset_rows,
-    write_rows,
+    row_boundaries,
+    scatter_pieces,
 )
 from mmpack.masking import IGNORE_INDEX, excluded_ids, mlm_mask
 from mmpack.schedules import BatchSizeWarmup, MaskingRatioCooldown
@@ -143,27 +145,15 @@ def _batch_items(batch: Any) -> list[Any]:
     )
 
 
-def _flatten(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate sequences: returns (tokens of the non-empty ones, int64 lengths of all)."""
-    seqs = [_tokens_of(x) for x in items]
+def _sequences(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths."""
+    if any(issubclass(t, Mapping) for t in set(map(type, items))):
+        items = [_tokens_of(x) for x in items]
     try:
-        lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     except TypeError as exc:
-        raise TypeError(f"every source sequence must have a length: {exc}") from None
-    nonempty = seqs if lens.all() else [s for s, n in zip(seqs, lens) if n]
-    if not nonempty:
-        return np.empty(0, dtype=np.int64), lens
-    try:
-        flat = np.concatenate(nonempty)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
-    if flat.ndim != 1 or flat.shape[0] != int(lens.sum()):
-        raise ValueError("source sequences must be 1-D sequences of token ids (got nested data)")
-    if flat.dtype.kind not in "iu":
-        raise TypeError(f"token ids must be integers, got dtype {flat.dtype}")
-    if flat.dtype == np.uint64 and flat.size and int(flat.max()) > np.iinfo(np.int64).max:
-        raise ValueError("token ids must fit in int64")
-    return flat, lens
+        raise TypeError(f"every source sequence must have a length (a 1-D sequence): {exc}") from None
+    return np.fromiter(items, dtype=object, count=len(items)), lens
 
 
 def _split_pieces(lens: np.ndarray, row_len: int, policy: str
@@ -197,51 +187,35 @@ def _propagate_epoch(source: Any, epoch: int) -> None:
             set_epoch(epoch)
 
 
-# ----------------------------------------------------------------------------- the arena
-class _Arena:
-    """Flat int64 token storage plus the live pieces, in stream order (increasing ``starts``)."""
+# ----------------------------------------------------------------------------- held pieces
+class _Pieces:
+    """Held pieces in stream order: those deferred by the last batch, then those read ahead.
 
-    def __init__(self, capacity: int) -> None:
-        self.tokens = np.empty(max(capacity, 1024), dtype=np.int64)
-        self.fill = 0
+    ``objs`` holds each piece's tokens (a sequence or a view of one) for in-memory sources, and is
+    None for a store-like source, whose pieces are read by position when emitted."""
+
+    def __init__(self, with_objects: bool) -> None:
         empty = np.empty(0, dtype=np.int64)
-        self.starts, self.lens, self.src, self.src_off = empty, empty, empty, empty
+        self.lens, self.src, self.src_off = empty, empty, empty
+        self.objs: np.ndarray | None = np.empty(0, dtype=object) if with_objects else None
 
     @property
     def n(self) -> int:
         return self.lens.shape[0]
 
-    def reserve(self, n_tokens: int) -> int:
-        """Make room for ``n_tokens`` at the end; returns where they go."""
-        if self.fill + n_tokens <= self.tokens.shape[0]:
-            return self.fill
-        live = int(self.lens.sum())
-        new_starts = np.empty_like(self.starts)
-        if 2 * (live + n_tokens) <= self.tokens.shape[0]:
-            self.fill = int(compact_pieces(self.tokens, self.starts, self.lens, new_starts))
-        else:
-            grown = np.empty(2 * (live + n_tokens), dtype=np.int64)
-            new_starts[:] = np.cumsum(self.lens) - self.lens
-            gather_ranges(self.tokens, self.starts, self.lens, grown, new_starts)
-            self.tokens, self.fill = grown, live
-        self.starts = new_starts
-        return self.fill
-
-    def append(self, starts: np.ndarray, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
-               fill: int) -> None:
-        self.starts = np.concatenate([self.starts, starts])
+    def append(self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+               objs: np.ndarray | None) -> None:
         self.lens = np.concatenate([self.lens, lens])
         self.src = np.concatenate([self.src, src])
         self.src_off = np.concatenate([self.src_off, src_off])
-        self.fill = fill
+        if self.objs is not None:
+            assert objs is not None
+            self.objs = np.concatenate([self.objs, objs])
 
     def keep(self, mask: np.ndarray) -> None:
-        self.starts, self.lens = self.starts[mask], self.lens[mask]
-        self.src, self.src_off = self.src[mask], self.src_off[mask]
-
-    def clear(self) -> None:
-        self.fill = 0
-        self.keep(np.zeros(self.n, dtype=bool))
+        self.lens, self.src, self.src_off = self.lens[mask], self.src[mask], self.src_off[mask]
+        if self.objs is not None:
+            self.objs = self.objs[mask]
 
 
 # ----------------------------------------------------------------------------- the packer
@@ -445,7 +419,7 @@ class StreamingPacker:
         self._remaining = np.full(stride, -1, dtype=np.int64)
         self._counts = np.zeros(stride, dtype=np.int64)
 
-        self._arena = _Arena(2 * self.buffer_size * 64)
+        self._pieces = _Pieces(with_objects=not self._store_like)
         self._out_row = np.empty(0, dtype=np.int64)
         self._out_off = np.empty(0, dtype=np.int64)
         self._next_epoch = 0
@@ -518,7 +492,7 @@ class StreamingPacker:
     @property
     def seqs_buffered(self) -> int:
         """Pieces held: deferred by the last batch plus read ahead."""
-        return self._arena.n
+        return self._pieces.n
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` start epoch ``epoch`` (discards a loaded mid-epoch state)."""
@@ -548,7 +522,7 @@ class StreamingPacker:
     def _start_epoch(self, epoch: int) -> None:
         self._epoch = epoch
         self._in_epoch = True
-        self._arena.clear()
+        self._pieces = _Pieces(with_objects=not self._store_like)
         self._reset_counters()
         self._rng = np.random.default_rng([self.seed, epoch])
         _propagate_epoch(self.source, epoch)
@@ -579,10 +553,10 @@ class StreamingPacker:
     # ------------------------------------------------------------------------- admission
     def _read_ahead(self, want: int) -> None:
         """Admit at least ``want`` more pieces, unless the source runs out first."""
-        arena = self._arena
-        target = arena.n + want
-        while arena.n < target and not self._exhausted:
-            need = target - arena.n
+        pieces = self._pieces
+        target = pieces.n + want
+        while self._pieces.n < target and not self._exhausted:
+            need = target - self._pieces.n
             if self._indexed:
                 self._admit_indexed(need)
             else:
@@ -601,8 +575,12 @@ class StreamingPacker:
                               dtype=np.int64)
             self._admit(lens, src_ids, None)
         else:
-            flat, lens = _flatten([self.source[int(j)] for j in range(j0, j1)])
-            self._admit(lens, src_ids, flat)
+            if isinstance(self.source, (list, tuple)):
+                docs = list(self.source[j0:j1])
+            else:
+                docs = [self.source[j] for j in range(j0, j1)]
+            objs, lens = _sequences(docs)
+            self._admit(lens, src_ids, objs)
 
     def _admit_iterated(self, n_docs: int) -> None:
         assert self._iterator is not None
@@ -625,15 +603,14 @@ class StreamingPacker:
                 self._carry = more[take:]
         if not items:
             return
-        flat, lens = _flatten(items)
+        objs, lens = _sequences(items)
         src_ids = np.arange(self.seqs_consumed, self.seqs_consumed + len(items), dtype=np.int64)
-        self._admit(lens, src_ids, flat)
+        self._admit(lens, src_ids, objs)
 
-    def _admit(self, lens: np.ndarray, src_ids: np.ndarray, flat: np.ndarray | None) -> None:
-        """Apply the empty/long policies and put the pieces into the arena.
+    def _admit(self, lens: np.ndarray, src_ids: np.ndarray, objs: np.ndarray | None) -> None:
+        """Apply the empty/long-sequence policies and hold the resulting pieces.
 
-        ``flat`` holds the tokens of the non-empty documents, or is None to read the pieces from
-        a store-like source."""
+        ``objs`` holds the sequences (None for a store-like source, read when emitted)."""
         P = self.out_pseq_len
         long = lens > P
         self.seqs_consumed += lens.shape[0]
@@ -650,22 +627,12 @@ class StreamingPacker:
                 self.seqs_dropped += n_long
                 self.tokens_discarded += excess + P * n_long
         doc, off, plen = _split_pieces(lens, P, self.long_docs)
-        arena = self._arena
-        if flat is None:
-            total = int(plen.sum())
-            base = arena.reserve(total)
-            starts = base + np.cumsum(plen) - plen
-            flat_starts = self.source.offsets[src_ids[doc]].astype(np.int64) + off
-            src, src_starts = self.source.read_ranges(flat_starts, plen)
-            gather_ranges(src, np.asarray(src_starts, dtype=np.int64), plen, arena.tokens, starts)
-            fill = base + total
-        else:
-            base = arena.reserve(flat.shape[0])
-            arena.tokens[base:base + flat.shape[0]] = flat
-            doc_start = np.cumsum(lens) - lens
-            starts = base + doc_start[doc] + off
-            fill = base + flat.shape[0]
-        arena.append(starts, plen, src_ids[doc], off, fill)
+        piece_objs = None
+        if objs is not None:
+            piece_objs = objs[doc]
+            for k in np.flatnonzero((off > 0) | (plen < lens[doc])).tolist():
+                piece_objs[k] = np.asarray(piece_objs[k])[off[k]:off[k] + plen[k]]
+        self._pieces.append(plen, src_ids[doc], off, piece_objs)
 
     # ------------------------------------------------------------------------- one batch
     def _next_batch(self) -> dict[str, Any] | None:
@@ -673,21 +640,21 @@ class StreamingPacker:
         n_rows = self.out_batch_size
         if self.batch_size_schedule is not None:
             n_rows = self.batch_size_schedule(self.token_count)
-        arena = self._arena
-        if arena.n < self.buffer_size + self.readahead:
-            self._read_ahead(self.buffer_size + self.readahead - arena.n)
+        if self._pieces.n < self.buffer_size + self.readahead:
+            self._read_ahead(self.buffer_size + self.readahead - self._pieces.n)
         reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
         processed = deferred = 0
         while True:
-            if processed == arena.n:
+            if processed == self._pieces.n:
                 self._read_ahead(max(self.readahead, self.buffer_size - deferred))
-                if processed == arena.n:
+                if processed == self._pieces.n:
                     break
-            if self._out_row.shape[0] < arena.n:
-                self._out_row = _grown(self._out_row, 2 * arena.n, processed)
-                self._out_off = _grown(self._out_off, 2 * arena.n, processed)
+            n_held = self._pieces.n
+            if self._out_row.shape[0] < n_held:
+                self._out_row = _grown(self._out_row, 2 * n_held, processed)
+                self._out_off = _grown(self._out_off, 2 * n_held, processed)
             k, d = place_best_fit(
-                arena.lens[processed:], self.buffer_size - deferred, self._words,
+                self._pieces.lens[processed:], self.buffer_size - deferred, self._words,
                 self._level_off, self._level_len, self._remaining, self._counts, P,
                 self._out_row[processed:], self._out_off[processed:],
             )
@@ -700,39 +667,47 @@ class StreamingPacker:
         if counts.min() == 0:
             # Only reachable with the source exhausted and nothing deferred.
             if self.drop_last or counts.max() == 0:
-                arena.keep(np.zeros(arena.n, dtype=bool))
+                self._pieces.keep(np.zeros(self._pieces.n, dtype=bool))
                 return None
         return self._emit(n_rows, processed)
 
     def _emit(self, n_rows: int, processed: int) -> dict[str, Any]:
         P = self.out_pseq_len
-        arena = self._arena
+        pieces = self._pieces
         rows = self._out_row[:processed]
         placed = np.flatnonzero(rows >= 0)
         p_rows = rows[placed]
         p_offs = self._out_off[:processed][placed]
-        p_lens = arena.lens[placed]
+        p_lens = pieces.lens[placed]
+        counts = self._counts[:n_rows]
         used = P - self._remaining[:n_rows]
         ids = np.empty((n_rows, P), dtype=np.int64)
         attention = np.empty((n_rows, P), dtype=np.int64)
-        write_rows(arena.tokens, arena.starts[placed], p_lens, p_rows, p_offs, used,
-                   self.pad_id, ids, attention)
+        if pieces.objs is None:
+            flat_starts = self.source.offsets[pieces.src[placed]].astype(np.int64)
+            flat_starts += pieces.src_off[placed]
+            src, src_starts = self.source.read_ranges(flat_starts, p_lens)
+            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs,
+                           ids)
+        else:
+            objs = pieces.objs[placed][np.argsort(p_rows, kind="stable")].tolist()
+            ends = np.cumsum(counts).tolist()
+            for r in range(n_rows):
+                if counts[r]:
+                    _concat_row(objs[ends[r] - counts[r]:ends[r]], ids[r, :used[r]])
+        finish_rows(used, self.pad_id, ids, attention)
 
-        keep = np.ones(arena.n, dtype=bool)
+        cu_flat = np.empty(placed.shape[0] + 2 * n_rows, dtype=np.int32)
+        bounds = np.empty(n_rows + 1, dtype=np.int64)
+        longest = np.empty(n_rows, dtype=np.int64)
+        row_boundaries(p_rows, p_lens, n_rows, used, P, cu_flat, bounds, longest)
+        b = bounds.tolist()
+        cu_seqlens = [cu_flat[b[r]:b[r + 1]] for r in range(n_rows)]
+        max_seqlen = longest.tolist()
+
+        keep = np.ones(pieces.n, dtype=bool)
         keep[placed] = False
-        arena.keep(keep)
-
-        order = np.argsort(p_rows, kind="stable")
-        ends = (p_offs + p_lens)[order]
-        bounds = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(self._counts[:n_rows], out=bounds[1:])
-        cu_seqlens, max_seqlen = [], []
-        for r in range(n_rows):
-            row_ends = ends[bounds[r]:bounds[r + 1]]
-            tail = [P] if used[r] < P else []
-            cu = np.concatenate([[0], row_ends, tail]).astype(np.int32)
-            cu_seqlens.append(cu)
-            max_seqlen.append(int(np.diff(cu).max()))
+        pieces.keep(keep)
 
         labels = None
         mask_prob = None
@@ -816,7 +791,7 @@ class StreamingPacker:
             length of every held piece), suitable for ``torch.save``.
         """
         self._require_indexed("state_dict()")
-        arena = self._arena
+        pieces = self._pieces
         return {
             "version": _STATE_VERSION,
             "config": self._config(),
@@ -827,9 +802,9 @@ class StreamingPacker:
             "in_epoch": self._in_epoch,
             "next_index": self._next_index,
             "exhausted": self._exhausted,
-            "pending_src": arena.src.copy(),
-            "pending_off": arena.src_off.copy(),
-            "pending_len": arena.lens.copy(),
+            "pending_src": pieces.src.copy(),
+            "pending_off": pieces.src_off.copy(),
+            "pending_len": pieces.lens.copy(),
             "token_count": self.token_count,
             "counters": {k: getattr(self, k) for k in _COUNTERS},
             "rng": self._rng.bit_generator.state,
@@ -889,35 +864,34 @@ class StreamingPacker:
         self._exhausted = bool(state["exhausted"])
 
     def _read_pieces(self, src: np.ndarray, off: np.ndarray, plen: np.ndarray) -> None:
-        arena = self._arena
-        total = int(plen.sum())
-        base = arena.reserve(total)
-        starts = base + np.cumsum(plen) - plen
         if self._store_like:
             doc_lens = np.diff(self.source.offsets)[src]
             if np.any(off + plen > doc_lens):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
-            src_tok, src_starts = self.source.read_ranges(
-                self.source.offsets[src].astype(np.int64) + off, plen
-            )
-            gather_ranges(src_tok, np.asarray(src_starts, dtype=np.int64), plen, arena.tokens,
-                          starts)
-        else:
-            pieces = []
-            for j, o, n in zip(src.tolist(), off.tolist(), plen.tolist()):
-                doc = np.asarray(_tokens_of(self.source[j]))
-                if o + n > doc.shape[0]:
-                    raise StateMismatchError("the state's pending pieces lie outside the source")
-                pieces.append(doc[o:o + n])
-            if pieces:
-                arena.tokens[base:base + total] = np.concatenate(pieces)
-        arena.append(starts, plen, src, off, base + total)
+            self._pieces.append(plen, src, off, None)
+            return
+        objs = np.empty(src.shape[0], dtype=object)
+        for k, (j, o, n) in enumerate(zip(src.tolist(), off.tolist(), plen.tolist())):
+            doc = _tokens_of(self.source[j])
+            if o + n > len(doc):
+                raise StateMismatchError("the state's pending pieces lie outside the source")
+            objs[k] = doc if (o == 0 and n == len(doc)) else np.asarray(doc)[o:o + n]
+        self._pieces.append(plen, src, off, objs)
 
 
 _COUNTERS = (
     "seqs_consumed", "seqs_emitted", "tokens_emitted", "slots_emitted", "batches_emitted",
     "seqs_empty", "seqs_split", "seqs_truncated", "seqs_dropped", "tokens_discarded",
 )
+
+
+def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
+    try:
+        np.concatenate(pieces, out=out, casting="same_kind")
+    except TypeError as exc:
+        raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
 
 
 def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.batch import SampleBatch
 from mmpack.buffers import BufferPool
 from mmpack.kernels.window import find_doc, gather_windows, one_window, window_ranges
+from mmpack.masking import IGNORE_INDEX
 from mmpack.store import TokenStore
 
 __all__ = ["WindowDataset"]
@@ -157,56 +159,66 @@ class WindowDataset:
         if self._src is None:
             return self._gather(np.array([i % n], dtype=np.int64))[0]
         seqlen = self.seqlen
-        ids = np.empty(seqlen, dtype=np.int64)
+        row = np.empty(self.width, dtype=np.int64)
         pos = np.empty(seqlen, dtype=np.int64)
         cu = np.empty(seqlen + 1, dtype=np.int32)
-        labels = np.empty(seqlen if self.labels else 0, dtype=np.int64)
+        v = (int(i) % n) * self.stride
         ncu = one_window(
-            self._src, self._offsets, self._use_eot, self._eot, (int(i) % n) * self.stride,
-            seqlen, self.total, self.pad_id, int(self.labels), ids, labels, pos, cu,
+            self._src, self._offsets, self._use_eot, self._eot, v, seqlen, self.width,
+            self.total, self.pad_id, row, pos, cu,
         )
-        sample = {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu[:ncu]}
+        sample = {"input_ids": row[:seqlen], "position_ids": pos, "cu_seqlens": cu[:ncu]}
         if self.labels:
-            sample["labels"] = labels
+            sample["labels"] = self._labels(row, v)
         return sample
 
-    def __getitems__(self, indices: Any) -> list[dict[str, np.ndarray]]:
-        """A batch in one kernel call; the returned dicts hold views into shared (k, seqlen) arrays
-        (``mmpack.collate`` turns them into tensors without another copy)."""
+    def _labels(self, row: np.ndarray, v: int) -> np.ndarray:
+        """``row[1:]`` (a view: labels cost no copy), except in a window that runs past the end
+        of the stream, whose missing next tokens are -100."""
+        missing = v + self.width - self.total
+        if missing <= 0:
+            return row[1:]
+        labels = row[1:].copy()
+        labels[self.seqlen - missing :] = IGNORE_INDEX
+        return labels
+
+    def __getitems__(self, indices: Any) -> SampleBatch:
+        """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
+        ``(k, seqlen)`` arrays (``mmpack.collate`` turns them into tensors without a copy)."""
         return self._gather(normalize_indices(indices, self._len))
 
-    def _gather(self, idx: np.ndarray) -> list[dict[str, np.ndarray]]:
+    def _gather(self, idx: np.ndarray) -> SampleBatch:
         k = idx.shape[0]
         seqlen = self.seqlen
         vstarts = idx * self.stride
         pool = self._pool
-        ids = pool.empty((k, seqlen), np.int64)
-        labels = pool.empty((k, seqlen if self.labels else 0), np.int64)
+        rows = pool.empty((k, self.width), np.int64)
         pos = pool.empty((k, seqlen), np.int64)
         cu = pool.empty((k, seqlen + 1), np.int32)
         ncu = np.empty(k, dtype=np.int64)
-        use_eot = self._use_eot
-        offsets = self._offsets
         src = self._src
         if src is not None:
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
             starts = np.empty(k, dtype=np.int64)
             lengths = np.empty(k, dtype=np.int64)
-            window_ranges(offsets, use_eot, vstarts, self.width, self.total, starts, lengths)
+            window_ranges(self._offsets, self._use_eot, vstarts, self.width, self.total, starts, lengths)
             src, cursors = self.store.read_ranges(starts, lengths)
         if k:
             gather_windows(
-                src, cursors, offsets, use_eot, self._eot, vstarts, seqlen,
-                self.total, self.pad_id, int(self.labels), ids, labels, pos, cu, ncu,
+                src, cursors, self._offsets, self._use_eot, self._eot, vstarts, seqlen,
+                self.width, self.total, self.pad_id, rows, pos, cu, ncu,
             )
-        out = []
-        for r in range(k):
-            sample = {"input_ids": ids[r], "position_ids": pos[r], "cu_seqlens": cu[r, : ncu[r]]}
-            if self.labels:
-                sample["labels"] = labels[r]
-            out.append(sample)
-        return out
+        columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
+        if self.labels:
+            labels = rows[:, 1:]
+            tail = np.flatnonzero(vstarts + self.width > self.total)
+            if tail.size:  # windows past the stream's end (drop_last=False): -100 labels
+                labels = labels.copy()
+                for r in tail:
+                    labels[r] = self._labels(rows[r], int(vstarts[r]))
+            columns["labels"] = labels
+        return SampleBatch(columns, cu, ncu)
 
     # ------------------------------------------------------------------------------- debugging
     def locate(self, i: int) -> list[dict[str, int]]:

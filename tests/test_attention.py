@@ -284,6 +284,12 @@ def test_flex_mask_mod_and_block_structure_match_dense_mask(spec, causal, block)
     bm = flex_document_mask(rows, seqlen, causal=causal, block_size=block)
     # The mask_mod, evaluated at every (b, q, kv), is the dense mask.
     assert torch.equal(flex.create_mask(bm.mask_mod, len(rows), 1, seqlen, seqlen), dense)
+    # Kernels evaluate it on whole blocks past seqlen: that must stay in bounds (no IndexError)
+    # and never let a real position see a padded one.
+    over = -(-seqlen // 128) * 128
+    wide = flex.create_mask(bm.mask_mod, len(rows), 1, over, over)
+    assert torch.equal(wide[..., :seqlen, :seqlen], dense)
+    assert not wide[..., :seqlen, seqlen:].any() and not wide[..., seqlen:, :seqlen].any()
     # A block is listed iff some position in it may attend; a "full" block is all True.
     nb = -(-seqlen // block)
     padded = torch.zeros(len(rows), 1, nb * block, nb * block, dtype=torch.bool)

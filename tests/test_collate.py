@@ -282,6 +282,7 @@ def test_works_as_dataloader_collate_fn_with_getitems():
         ([{"input_ids": np.arange(4), "cu_seqlens": np.array([4])}], ValueError, "at least 2"),
         ([{"input_ids": np.arange(4), "cu_seqlens_rows": 1}], ValueError, "cu_seqlens_rows"),
         ([{"source": 1}], ValueError, "nothing to collate"),
+        ([{"input_ids": np.arange(0)}], ValueError, "length 0"),
     ],
 )
 def test_rejects_bad_batches(samples, error, match):

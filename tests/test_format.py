@@ -111,6 +111,7 @@ BAD_META = [
     (["format"], KeyError, "format is None"),
     (["version"], FORMAT_VERSION + 1, "newer mmpack"),
     (["version"], 0, "invalid format version 0"),
+    (["version"], True, "invalid format version True"),
     (["version"], "1", "invalid format version '1'"),
     (["backend"], "s3", "unknown backend 's3'"),
     (["dtype"], "<i2", "unsupported token dtype"),

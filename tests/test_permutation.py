@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.permutation import MAX_N, ROUNDS, Permutation
+from mmpack.kernels.permutation import permute_many_keyed
+from mmpack.permutation import MAX_N, ROUNDS, Permutation, epoch_keys
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
 
@@ -25,9 +26,11 @@ def ref_mix64(z: int) -> int:
 def ref_keys(seed, epoch: int) -> list[int]:
     parts = seed if isinstance(seed, tuple) else (seed,)
     words = [len(parts)]
-    for s in (*parts, epoch):
+    for s in parts:
         words += [s % 2**32, s // 2**32]
-    return [int(k) for k in np.random.SeedSequence(words).generate_state(ROUNDS, np.uint64)]
+    base = [int(k) for k in np.random.SeedSequence(words).generate_state(ROUNDS, np.uint64)]
+    golden = 0x9E3779B97F4A7C15
+    return [ref_mix64(b ^ ref_mix64((epoch + (r + 1) * golden) % 2**64)) for r, b in enumerate(base)]
 
 
 def ref_permute(i: int, n: int, seed, epoch: int = 0, inverse: bool = False) -> int:
@@ -107,6 +110,28 @@ def test_vectorised_scalar_and_twin_agree(n, seed, epoch, data):
     assert vec == scalar == twin
     assert [perm.inverse(j) for j in vec] == idx
     assert [ref_permute(j, n, seed, epoch, inverse=True) for j in vec] == idx
+
+
+def test_epoch_keys_match_permutations():
+    epochs = np.array([0, 1, 5, 2**63 + 7], dtype=np.uint64)
+    keys = epoch_keys((3, 1), epochs)
+    assert keys.shape == (4, ROUNDS) and keys.dtype == np.uint64
+    for g, e in enumerate(epochs.tolist()):
+        assert keys[g].tolist() == ref_keys((3, 1), e)
+
+
+def test_keyed_kernel_matches_permutations():
+    n = 1000
+    epochs = np.array([0, 3, 9], dtype=np.int64)
+    keys = epoch_keys(7, epochs)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, n, 500)
+    group = rng.integers(0, 3, 500)
+    out = np.empty_like(idx)
+    perm = Permutation(n, seed=7)
+    permute_many_keyed(idx, group, out, n, perm._half_bits, perm._mask, keys)
+    expected = [Permutation(n, seed=7, epoch=int(epochs[g]))[i] for i, g in zip(idx, group)]
+    assert out.tolist() == expected
 
 
 def test_small_n_fully_matches_twin():

@@ -33,7 +33,7 @@ kept up to the window.  ``window = 1`` is next fit.  Cost O(n log_64 S + S).
 
 Gather (:func:`select_pieces`, :func:`fill_rows`).  A batch of bins becomes the flat token ranges
 of its pieces (validated against the document lengths; a corrupt plan is reported, never read out
-of bounds), then one pass per row writes ``input_ids``, ``position_ids``, causal labels, the
+of bounds; a piece shorter than ``seqlen`` is its document's last and carries the eot), then one pass per row writes ``input_ids``, ``position_ids``, causal labels, the
 attention mask and ``cu_seqlens``.  Cost O(B * seqlen).
 """
 
@@ -78,11 +78,11 @@ def item_sizes(
     eot: int,
     long_mode: int,
     rem_occ: np.ndarray,
-    n_full: np.ndarray,
     stats: np.ndarray,
 ) -> None:
-    """Per document: ``rem_occ[d]`` slots of its last item (0 = not placed) and ``n_full[d]``
-    full pieces before it.  ``doc_lens`` >= 0; ``stats`` (int64, ``N_STATS``) is zeroed first."""
+    """Per document: ``rem_occ[d]`` slots of its last item (0 = not placed; the full pieces
+    before it are :func:`n_full_pieces`).  ``doc_lens`` >= 0; ``stats`` (int64, ``N_STATS``) is
+    zeroed first."""
     for s in range(stats.shape[0]):
         stats[s] = 0
     for d in range(doc_lens.shape[0]):
@@ -107,11 +107,19 @@ def item_sizes(
                 stats[ST_DROPPED] += 1
                 stats[ST_LOST_TOKENS] += n
         rem_occ[d] = r
-        n_full[d] = k
         stats[ST_FULL_PIECES] += k
         if r > 0:
             stats[ST_PLACED_DOCS] += 1
         stats[ST_TOKENS] += k * seqlen + r
+
+
+@njit
+def n_full_pieces(n: int, seqlen: int, eot: int, long_mode: int) -> int:
+    """Full pieces a document of ``n`` tokens is split into before its last item."""
+    t = n + eot
+    if long_mode == LONG_SPLIT and t > seqlen:
+        return (t - 1) // seqlen
+    return 0
 
 
 # --------------------------------------------------------------------------------- bitset tree
@@ -223,10 +231,11 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 @njit
 def bfd(
+    doc_lens: np.ndarray,
     rem_occ: np.ndarray,
-    n_full: np.ndarray,
     seqlen: int,
     eot: int,
+    long_mode: int,
     bin_ptr: np.ndarray,
     piece_doc: np.ndarray,
     piece_start: np.ndarray,
@@ -235,7 +244,7 @@ def bfd(
     """Best-fit decreasing over size classes; writes the CSR plan, returns the number of bins.
 
     ``bin_ptr`` needs room for n_items + 1 entries, the piece arrays for n_items, where
-    n_items = sum(n_full) + count(rem_occ > 0); every ``rem_occ`` is in ``[0, seqlen]``.
+    n_items = (full pieces) + count(rem_occ > 0); ``rem_occ`` comes from :func:`item_sizes`.
 
     Items of one size are interchangeable and best fit gives a chosen bin of free space ``f``
     ``f // L`` items of size ``L`` in a row, so bins are handled in *groups* of identical bins
@@ -248,7 +257,8 @@ def bfd(
     nb = 0
     p = 0
     for d in range(n):
-        for j in range(n_full[d]):
+        k = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
+        for j in range(k):
             bin_ptr[nb] = p
             piece_doc[p] = d
             piece_start[p] = j * seqlen
@@ -258,7 +268,7 @@ def bfd(
         if rem_occ[d] == seqlen:
             bin_ptr[nb] = p
             piece_doc[p] = d
-            piece_start[p] = n_full[d] * seqlen
+            piece_start[p] = k * seqlen
             piece_len[p] = seqlen - eot
             p += 1
             nb += 1
@@ -281,7 +291,7 @@ def bfd(
         r = rem_occ[d]
         if 0 < r < seqlen:
             order[cursor[r]] = d
-            order_start[cursor[r]] = n_full[d] * seqlen
+            order_start[cursor[r]] = n_full_pieces(doc_lens[d], seqlen, eot, long_mode) * seqlen
             cursor[r] += 1
 
     cap = 1024
@@ -391,10 +401,11 @@ def bfd(
 
 @njit
 def stream(
+    doc_lens: np.ndarray,
     rem_occ: np.ndarray,
-    n_full: np.ndarray,
     seqlen: int,
     eot: int,
+    long_mode: int,
     window: int,
     bin_ptr: np.ndarray,
     piece_doc: np.ndarray,
@@ -406,7 +417,7 @@ def stream(
     n = rem_occ.shape[0]
     n_items = 0
     for d in range(n):
-        n_items += n_full[d] + (1 if rem_occ[d] > 0 else 0)
+        n_items += n_full_pieces(doc_lens[d], seqlen, eot, long_mode) + (1 if rem_occ[d] > 0 else 0)
     item_doc = np.empty(n_items, dtype=np.int64)
     item_start = np.empty(n_items, dtype=np.int64)
     item_len = np.empty(n_items, dtype=np.int64)
@@ -422,14 +433,15 @@ def stream(
     nopen = 0
     k = 0
     for d in range(n):
-        for j in range(n_full[d] + (1 if rem_occ[d] > 0 else 0)):
-            if j < n_full[d]:
+        nf = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
+        for j in range(nf + (1 if rem_occ[d] > 0 else 0)):
+            if j < nf:
                 size = seqlen
                 item_start[k] = j * seqlen
                 item_len[k] = seqlen
             else:
                 size = rem_occ[d]
-                item_start[k] = n_full[d] * seqlen
+                item_start[k] = nf * seqlen
                 item_len[k] = size - eot
             item_doc[k] = d
             if size == seqlen:
@@ -517,7 +529,6 @@ def select_pieces(
     offsets: np.ndarray,
     seqlen: int,
     eot: int,
-    truncate: int,
     bins: np.ndarray,
     row_ptr: np.ndarray,
     starts: np.ndarray,
@@ -545,7 +556,7 @@ def select_pieces(
             if s > dl or ln > dl - s:
                 return r
             e = 0
-            if eot != 0 and (truncate != 0 or s + ln == dl):
+            if eot != 0 and ln < seqlen:
                 e = 1
             used += ln + e
             starts[q] = offsets[d] + s

@@ -19,13 +19,14 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["invert", "invert_many", "mix64", "permute", "permute_many"]
+__all__ = ["derive_keys", "invert", "invert_many", "mix64", "permute", "permute_many", "permute_many_keyed"]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit
@@ -34,6 +35,18 @@ def mix64(z):
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
     return z ^ (z >> _S31)
+
+
+@njit
+def derive_keys(base, epochs, out):
+    """Round keys of several epochs: ``out[g, r] = mix64(base[r] ^ mix64(epochs[g] + (r + 1) * golden))``.
+
+    ``base``: uint64 (rounds,); ``epochs``: uint64 (G,); ``out``: uint64 (G, rounds).  Distinct
+    epochs get distinct keys in every round (both mixes are bijections).
+    """
+    for g in range(epochs.size):
+        for r in range(base.size):
+            out[g, r] = mix64(base[r] ^ mix64(epochs[g] + np.uint64(r + 1) * _GOLDEN))
 
 
 @njit
@@ -98,4 +111,19 @@ def invert_many(idx, out, n, half_bits, mask, keys):
         x = _decrypt(np.uint64(idx[t]), half_bits, mask, keys)
         while x >= bound:
             x = _decrypt(x, half_bits, mask, keys)
+        out[t] = np.int64(x)
+
+
+@njit
+def permute_many_keyed(idx, group, out, n, half_bits, mask, keys):
+    """``out[t] = permute(idx[t])`` under the round keys ``keys[group[t]]``.
+
+    ``idx``, ``group``, ``out``: int64 (m,); ``keys``: uint64 (G, rounds), ``0 <= group < G``.
+    """
+    bound = np.uint64(n)
+    for t in range(idx.size):
+        row = keys[group[t]]
+        x = _encrypt(np.uint64(idx[t]), half_bits, mask, row)
+        while x >= bound:
+            x = _encrypt(x, half_bits, mask, row)
         out[t] = np.int64(x)

@@ -17,9 +17,9 @@ plain non-negative integer arithmetic, identical with and without ``NUMBA_DISABL
 
 Memory: ``(row_len + 1) * stride / 8`` bytes, 64 KiB for 16 rows of 32768 tokens.
 
-The other kernels move tokens: gathering ranges of a source into the packer's arena, compacting
-the arena's live pieces to its front, and writing the placed pieces, the padding and the
-attention mask of an output batch.  All are O(tokens moved).
+The other kernels write an output batch: the placed pieces straight from a token source (a store's
+mapping), the padding and the attention mask (O(tokens)), and every row's ``cu_seqlens`` and
+longest segment (O(pieces + rows)).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ __all__ = [
     "bm_insert",
     "bm_remove",
     "bm_successor",
-    "compact_pieces",
-    "gather_ranges",
+    "finish_rows",
     "place_best_fit",
     "reset_rows",
-    "write_rows",
+    "row_boundaries",
+    "scatter_pieces",
 ]
 
 _WORD_BITS = 32
@@ -213,59 +213,83 @@ def place_best_fit(lens, budget, words, level_off, level_len, remaining, counts,
 
 
 @njit
-def gather_ranges(src, src_starts, lens, dst, dst_starts):
-    """``dst[dst_starts[k]:+lens[k]] = src[src_starts[k]:+lens[k]]`` for every k (int64 offsets)."""
-    for k in range(lens.shape[0]):
-        s = src_starts[k]
-        d = dst_starts[k]
-        for t in range(lens[k]):
-            dst[d + t] = src[s + t]
-
-
-@njit
-def compact_pieces(arena, starts, lens, new_starts):
-    """Move pieces (in increasing ``starts`` order) to the front of ``arena``, keeping their order.
-
-    Each piece moves left (``new_starts[k] <= starts[k]``), so a forward copy is safe in place.
-    Returns the number of live tokens.
-    """
-    pos = 0
-    for k in range(lens.shape[0]):
-        s = starts[k]
-        new_starts[k] = pos
-        if s != pos:
-            for t in range(lens[k]):
-                arena[pos + t] = arena[s + t]
-        pos += lens[k]
-    return pos
-
-
-@njit
-def write_rows(arena, starts, lens, rows, offs, used, pad_id, out_ids, out_mask):
-    """Write an output batch: pieces, then padding and the attention mask of every row.
+def scatter_pieces(src, src_starts, lens, rows, offs, out_ids):
+    """``out_ids[rows[k], offs[k]:+lens[k]] = src[src_starts[k]:+lens[k]]`` for every piece k.
 
     Parameters
     ----------
-    arena : numpy.ndarray, int64, 1-D
-        Token storage; piece k is ``arena[starts[k]:starts[k] + lens[k]]``.
-    rows, offs : numpy.ndarray, int64, shape (k,)
-        Destination row and column of each piece (``offs[k] + lens[k] <= out_ids.shape[1]``).
-    used : numpy.ndarray, int64, shape (n_rows,)
-        Real tokens of each row; columns ``[used[r], n_cols)`` are padding.
-    out_ids, out_mask : numpy.ndarray, int64, shape (n_rows, n_cols)
-        Written entirely (may be allocated with ``np.empty``).
+    src : numpy.ndarray, integer, 1-D
+        Token source (e.g. a store's mapped token array); offsets are int64.
+    out_ids : numpy.ndarray, int64, shape (n_rows, n_cols)
+        Validated by the caller: ``0 <= rows < n_rows``, ``offs + lens <= n_cols``.
     """
-    n_cols = out_ids.shape[1]
-    for r in range(out_ids.shape[0]):
-        u = used[r]
-        for c in range(u):
-            out_mask[r, c] = 1
-        for c in range(u, n_cols):
-            out_ids[r, c] = pad_id
-            out_mask[r, c] = 0
     for k in range(lens.shape[0]):
         r = rows[k]
-        s = starts[k]
+        s = src_starts[k]
         o = offs[k]
         for t in range(lens[k]):
-            out_ids[r, o + t] = arena[s + t]
+            out_ids[r, o + t] = src[s + t]
+
+
+@njit
+def finish_rows(used, pad_id, out_ids, out_mask):
+    """Pad every row after its ``used[r]`` real tokens and write the attention mask.
+
+    ``out_ids[r, used[r]:] = pad_id``; ``out_mask[r, c] = 1`` for ``c < used[r]``, else 0.
+    Both are int64 of shape (n_rows, n_cols); ``0 <= used[r] <= n_cols``.
+    """
+    for r in range(out_ids.shape[0]):
+        u = used[r]
+        out_mask[r, :u] = 1
+        out_mask[r, u:] = 0
+        out_ids[r, u:] = pad_id
+
+
+@njit
+def row_boundaries(rows, lens, n_rows, used, row_len, out_cu, out_bounds, out_max):
+    """Every row's ``cu_seqlens`` and longest segment, from pieces in placement order.
+
+    Pieces of a row are placed one after the other, so in placement order their ends increase.
+    Row ``r``'s boundaries ``0, end of each piece, [row_len if the row has padding]`` are written
+    to ``out_cu[out_bounds[r]:out_bounds[r + 1]]``.
+
+    Parameters
+    ----------
+    rows, lens : numpy.ndarray, int64, shape (k,)
+        Row (in ``[0, n_rows)``) and length of each placed piece, in placement order.
+    used : numpy.ndarray, int64, shape (n_rows,)
+        Real tokens per row (the sum of its pieces' lengths).
+    out_cu : numpy.ndarray, int32, shape (k + 2 * n_rows,)
+    out_bounds : numpy.ndarray, int64, shape (n_rows + 1,)
+    out_max : numpy.ndarray, int64, shape (n_rows,)
+        Longest segment of each row, padding included (as the seed).
+    """
+    cursor = np.empty(n_rows, dtype=np.int64)
+    ends = np.zeros(n_rows, dtype=np.int64)
+    for r in range(n_rows):
+        out_max[r] = 0
+        cursor[r] = 0
+    for k in range(rows.shape[0]):
+        cursor[rows[k]] += 1
+    pos = 0
+    for r in range(n_rows):
+        out_bounds[r] = pos
+        n = cursor[r] + 1
+        if used[r] < row_len:
+            n += 1
+        out_cu[pos] = 0
+        cursor[r] = pos + 1
+        pos += n
+    out_bounds[n_rows] = pos
+    for k in range(rows.shape[0]):
+        r = rows[k]
+        ends[r] += lens[k]
+        out_cu[cursor[r]] = ends[r]
+        cursor[r] += 1
+        if lens[k] > out_max[r]:
+            out_max[r] = lens[k]
+    for r in range(n_rows):
+        if used[r] < row_len:
+            out_cu[cursor[r]] = row_len
+            if row_len - used[r] > out_max[r]:
+                out_max[r] = row_len - used[r]

@@ -15,7 +15,6 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-IGNORE = -100
 
 
 @njit
@@ -91,21 +90,20 @@ def copy_window(
     eot: int,
     v: int,
     seqlen: int,
+    width: int,
     total: int,
     pad_id: int,
-    has_labels: int,
-    ids: np.ndarray,
-    labels: np.ndarray,
+    row: np.ndarray,
     pos: np.ndarray,
     cu: np.ndarray,
 ) -> int:
-    """Copy the window starting at ``v`` into the rows ``ids``, ``labels`` (if ``has_labels``),
-    ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``); ``src[cursor]`` must be the
-    window's first real token.  Returns the number of entries written to ``cu``.
+    """Copy ``S[v : v + width]`` into ``row`` (length ``width``: ``seqlen``, or ``seqlen + 1``
+    when the caller takes labels as ``row[1:]``), padding past the end of ``S`` with ``pad_id``;
+    fill ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``) for ``row[:seqlen]``.
+    ``src[cursor]`` must be the window's first real token.  Returns the entries written to ``cu``.
 
-    Copies run piece by piece (one tight loop per document piece), and labels are the input row
-    shifted by one plus the window's extra token, so the inner loops vectorise."""
-    width = seqlen + has_labels
+    Copies run piece by piece, one tight loop per document piece over views indexed from 0, so
+    the inner loops vectorise."""
     real = min(width, total - v)
     filled = min(real, seqlen)
     j = find_doc(offsets, use_eot, v)
@@ -113,7 +111,6 @@ def copy_window(
     ncu = 1
     cu[0] = 0
     t = 0
-    extra = np.int64(IGNORE)  # the token at window position seqlen (the last label)
     while t < real:
         dl = offsets[j + 1] - offsets[j]
         seg = dl + use_eot
@@ -122,18 +119,12 @@ def copy_window(
             r = 0
             continue
         n = min(dl - r, real - t) if r < dl else 0
-        m = min(n, filled - t) if t < filled else 0
-        _copy_cast(src[cursor : cursor + m], ids[t : t + m])
-        if n > m:
-            extra = np.int64(src[cursor + m])
+        _copy_cast(src[cursor : cursor + n], row[t : t + n])
         cursor += n
         t += n
         r += n
         if t < real and r == dl and use_eot:
-            if t < seqlen:
-                ids[t] = eot
-            else:
-                extra = np.int64(eot)
+            row[t] = eot
             t += 1
             r += 1
         if r == seg and t < seqlen:
@@ -144,15 +135,9 @@ def copy_window(
         ncu += 1
     cu[ncu] = seqlen
     ncu += 1
-    ids[filled:seqlen] = pad_id
+    row[real:width] = pad_id
     for c in range(ncu - 1):
         _arange(pos[cu[c] : cu[c + 1]])
-    if has_labels:
-        keep = max(filled - 1, 0)
-        _copy_cast(ids[1 : keep + 1], labels[:keep])
-        labels[keep:seqlen] = IGNORE
-        if real > seqlen:
-            labels[seqlen - 1] = extra
     return ncu
 
 
@@ -165,11 +150,10 @@ def gather_windows(
     eot: int,
     vstarts: np.ndarray,
     seqlen: int,
+    width: int,
     total: int,
     pad_id: int,
-    has_labels: int,
-    ids: np.ndarray,
-    labels: np.ndarray,
+    rows: np.ndarray,
     pos: np.ndarray,
     cu: np.ndarray,
     ncu: np.ndarray,
@@ -183,8 +167,8 @@ def gather_windows(
         else:
             cursor = cursors[k]
         ncu[k] = copy_window(
-            src, cursor, offsets, use_eot, eot, vstarts[k], seqlen, total, pad_id,
-            has_labels, ids[k], labels[k], pos[k], cu[k],
+            src, cursor, offsets, use_eot, eot, vstarts[k], seqlen, width, total, pad_id,
+            rows[k], pos[k], cu[k],
         )
 
 
@@ -196,17 +180,15 @@ def one_window(
     eot: int,
     v: int,
     seqlen: int,
+    width: int,
     total: int,
     pad_id: int,
-    has_labels: int,
-    ids: np.ndarray,
-    labels: np.ndarray,
+    row: np.ndarray,
     pos: np.ndarray,
     cu: np.ndarray,
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``."""
     cursor = flat_position(offsets, use_eot, v)
     return copy_window(
-        src, cursor, offsets, use_eot, eot, v, seqlen, total, pad_id, has_labels,
-        ids, labels, pos, cu,
+        src, cursor, offsets, use_eot, eot, v, seqlen, width, total, pad_id, row, pos, cu
     )

@@ -1,0 +1,113 @@
+"""Store build: tokens/s writing a store, against ``ndarray.tofile`` of the same tokens.
+
+Corpus: C4-like document lengths, lognormal(mu=5.48, sigma=1.15) (median ~240 tokens), uint16
+tokens.  Cases: ``build`` from a list of numpy arrays, from a generator of Python lists' worth of
+arrays, and ``StoreWriter.add_batch`` of flat tokens; each with ``fsync=False`` so that it is
+compared with ``tofile`` (which does not fsync either), and ``build`` once with the default
+``fsync=True``.  Memory: tracemalloc peak of a generator build, against the corpus size.
+
+Run ``python -m benchmarks.bench_store [--quick]``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.store import StoreWriter, build
+
+
+def _corpus(num_tokens: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lens = np.maximum(rng.lognormal(5.48, 1.15, size=num_tokens // 200).astype(np.int64), 1)
+    lens = lens[np.cumsum(lens) <= num_tokens]
+    flat = (np.arange(int(lens.sum()), dtype=np.int64) * 7919 % 50257).astype(np.uint16)
+    docs = np.split(flat, np.cumsum(lens)[:-1])
+    return docs, flat
+
+
+def _seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _paired(fn, floor_fn, repeats: int) -> tuple[float, float, float]:
+    """Median seconds of ``fn`` and of ``floor_fn`` run alternately, and the median of the
+    per-pair ratios floor/fn (alternating cancels most of the machine's drift)."""
+    ours, floors, ratios = [], [], []
+    for _ in range(repeats):
+        f = _seconds(floor_fn)
+        t = _seconds(fn)
+        ours.append(t)
+        floors.append(f)
+        ratios.append(f / t)
+    return float(np.median(ours)), float(np.median(floors)), float(np.median(ratios))
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    num_tokens = 20_000_000 if quick else 200_000_000
+    repeats = 5
+    docs, flat = _corpus(num_tokens)
+    lens = np.fromiter((d.size for d in docs), dtype=np.int64, count=len(docs))
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        target = tmp / "s"
+
+        def raw_write() -> None:
+            flat.tofile(tmp / "raw.bin")
+
+        def from_list(fsync: bool = False) -> None:
+            build(target, docs, overwrite=True, fsync=fsync)
+
+        def from_generator() -> None:
+            build(target, (d for d in docs), overwrite=True, fsync=False)
+
+        def from_batches() -> None:
+            with StoreWriter(target, overwrite=True, fsync=False) as w:
+                step = 100_000
+                ends = np.concatenate([[0], np.cumsum(lens)])
+                for a in range(0, len(lens), step):
+                    b = min(a + step, len(lens))
+                    w.add_batch(flat[ends[a] : ends[b]], lens[a:b])
+
+        build(tmp / "warm", docs[:100], fsync=False)  # compile the open-time kernel
+        ntok = flat.size
+        for name, fn in [
+            ("build(list of arrays)", from_list),
+            ("build(generator)", from_generator),
+            ("StoreWriter.add_batch", from_batches),
+            ("build(list), fsync=True", lambda: from_list(True)),
+        ]:
+            t, floor, ratio = _paired(fn, raw_write, repeats)
+            checked = "fsync" not in name
+            rows.append({"case": name, "tokens": ntok, "Mtok/s": ntok / t / 1e6,
+                         "floor Mtok/s (tofile)": ntok / floor / 1e6,
+                         "ratio": ratio, "target": ">= 0.5" if checked else "",
+                         "met": (ratio >= 0.5) if checked else ""})
+
+        tracemalloc.start()
+        build(target, (d for d in docs), overwrite=True, fsync=False, buffer_tokens=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        rows.append({"case": "generator build, buffer 2**20 tokens: peak traced MiB",
+                     "tokens": ntok, "Mtok/s": "", "ratio": peak / flat.nbytes,
+                     "target": "bounded (peak / corpus bytes << 1)",
+                     "met": peak < 64 << 20, "peak MiB": peak / 2**20})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.__main__ import print_table
+
+    print_table("store build", run(quick="--quick" in sys.argv))

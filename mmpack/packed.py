@@ -1,0 +1,353 @@
+"""The packed view: one sample per bin of a packing plan, whole documents side by side.
+
+Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.plan`; built once
+per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
+pieces in order, each followed by ``eot`` when ``eot`` is given and the piece ends its document,
+then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
+if any, is the last segment:
+
+- ``cu_seqlens`` (int32): ``0``, the end of every segment, ``seqlen``; ``max_seqlen`` (int): the
+  longest segment;
+- ``position_ids`` (int64): ``0, 1, ...`` restarting at every segment start (padding included);
+- ``attention_mask`` (int64): 1 on document tokens and eot, 0 on padding;
+- ``labels`` (int64), ``mode="causal"``: with ``label_shift="next"`` (default),
+  ``labels[t] = input_ids[t + 1]`` inside a segment and ``-100`` at every segment's last position
+  and on padding, so no document learns to predict another one's tokens (nor, for a document
+  split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
+  convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
+  first position and on padding;
+- ``mode="mlm"``: BERT corruption (:func:`mmpack.masking.mlm_mask`): of the non-padding tokens
+  whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
+  random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
+  corrupted row and ``labels`` holds the original token at selected positions, ``-100``
+  elsewhere.  The special ids are ``special_ids`` plus ``eot``, ``mask_id`` and ``pad_id``, added
+  automatically (an eot is never a prediction target nor a random replacement: ModernBERT issue
+  #212); choose a ``pad_id`` that is not a real token, since tokens equal to it are never
+  selected.  The packing is the same in both modes.
+
+The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``
+(``numpy.random.default_rng([seed, epoch, i])``): reading an index twice gives the same sample,
+:meth:`PackedDataset.set_epoch` changes every mask.
+
+Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
+the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns a list of
+per-sample dicts whose arrays are views of those rows; ``cu_seqlens`` differ in length between
+rows, so collate with :func:`mmpack.collate.collate` (which also builds the batch-wide varlen
+boundaries), not torch's ``default_collate``.  Tokens are read only through
+``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
+from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
+uniform draw per token.
+
+Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
+cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from mmpack.buffers import BufferPool
+from mmpack.errors import FormatError
+from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE, fill_rows, select_pieces
+from mmpack.masking import excluded_ids, mlm_mask
+from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
+from mmpack.store import TokenStore, open_store
+
+__all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
+
+MODES = ("causal", "mlm")
+"""Accepted ``mode`` values."""
+
+LABEL_SHIFTS = ("hf", "next")
+"""Accepted ``label_shift`` values (causal mode)."""
+
+_INT32_MAX = 2**31 - 1
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _token_id(value: Any, name: str) -> int:
+    v = _int(value, name)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{name}={v} does not fit in int64")
+    return v
+
+
+def _sample_index(i: Any, n: int) -> int:
+    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+        raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
+    j = int(i)
+    if not -n <= j < n:
+        raise IndexError(f"sample index {j} is out of range for {n} bins")
+    return j + n if j < 0 else j
+
+
+def _indices(indices: Any, n: int) -> np.ndarray:
+    arr = np.asarray(indices)
+    if arr.ndim != 1:
+        raise TypeError(f"indices must be a 1-D sequence of integers, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < -n) | (arr >= n)
+    if bad.any():
+        raise IndexError(f"sample index {int(arr[np.argmax(bad)])} is out of range for {n} bins")
+    return np.where(arr < 0, arr + n, arr)
+
+
+class PackedDataset:
+    """Bins of whole documents packed into ``seqlen`` tokens, as training samples.
+
+    Parameters
+    ----------
+    store : TokenStore, str or os.PathLike
+        The store (a path is opened with :func:`mmpack.open`).
+    seqlen : int
+        Tokens per sample, in ``[1, 2**31 - 1)``.
+    eot : int, optional
+        End-of-text id appended to every document (it takes a slot of the bin).
+    pad_id : int
+        Id of the padding after the last piece.
+    mode : {"causal", "mlm"}
+    mask_prob : float
+        MLM selection probability in ``[0, 1]``.
+    mask_id, vocab_size : int
+        Required with ``mode="mlm"``.
+    special_ids : iterable of int
+        Never selected for MLM nor drawn as a random replacement (eot, mask_id and pad_id are
+        added automatically).
+    seed : int
+        Seed of the MLM corruption (>= 0).
+    long_docs : {"split", "truncate", "drop"}
+        Documents longer than a bin (see :mod:`mmpack.plan`).
+    algorithm : {"bfd", "stream", "nextfit"}
+        Packing algorithm (see :mod:`mmpack.plan`).
+    label_shift : {"next", "hf"}
+        Causal label convention (see the module docstring).
+    lookahead : int
+        Open bins of ``algorithm="stream"``.
+    cache : bool
+        Keep the plan in ``<store>/cache/`` (and reuse it).
+
+    ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
+    ``position_ids``, ``attention_mask`` (int64, (seqlen,)), ``cu_seqlens`` (int32, (m,)) and
+    ``max_seqlen`` (int).
+    """
+
+    def __init__(
+        self,
+        store: TokenStore | str | os.PathLike[str],
+        seqlen: int,
+        *,
+        eot: int | None = None,
+        pad_id: int = 0,
+        mode: str = "causal",
+        mask_prob: float = 0.3,
+        mask_id: int | None = None,
+        vocab_size: int | None = None,
+        special_ids: Iterable[int] = (),
+        seed: int = 0,
+        long_docs: str = "split",
+        algorithm: str = "bfd",
+        label_shift: str = "next",
+        lookahead: int = DEFAULT_LOOKAHEAD,
+        cache: bool = True,
+    ) -> None:
+        if isinstance(store, (str, os.PathLike)):
+            store = open_store(store)
+        if not isinstance(store, TokenStore):
+            raise TypeError(
+                f"store must be a TokenStore or a path to one, got {type(store).__name__}"
+            )
+        self.store = store
+        self.seqlen = _int(seqlen, "seqlen")
+        if not 1 <= self.seqlen < _INT32_MAX:
+            raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
+        self.eot = None if eot is None else _token_id(eot, "eot")
+        self.pad_id = _token_id(pad_id, "pad_id")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        if label_shift not in LABEL_SHIFTS:
+            raise ValueError(f"label_shift must be one of {LABEL_SHIFTS}, got {label_shift!r}")
+        self.label_shift = label_shift
+        if isinstance(mask_prob, (bool, np.bool_)) or not isinstance(mask_prob, numbers.Real):
+            raise TypeError(f"mask_prob must be a real number, got {type(mask_prob).__name__}")
+        if not 0.0 <= float(mask_prob) <= 1.0:
+            raise ValueError(f"mask_prob must be in [0, 1], got {mask_prob}")
+        self.mask_prob = float(mask_prob)
+        if isinstance(special_ids, (str, bytes)) or not isinstance(special_ids, Iterable):
+            raise TypeError("special_ids must be an iterable of integer token ids")
+        self.special_ids = tuple(_token_id(t, "special_ids item") for t in special_ids)
+        self.mask_id = None if mask_id is None else _token_id(mask_id, "mask_id")
+        self.vocab_size = None if vocab_size is None else _int(vocab_size, "vocab_size")
+        if mode == "mlm":
+            if self.mask_id is None or self.vocab_size is None:
+                raise ValueError(
+                    "mode='mlm' needs mask_id and vocab_size "
+                    f"(got mask_id={mask_id!r}, vocab_size={vocab_size!r})"
+                )
+            if self.vocab_size < 1:
+                raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+            if self._excluded().size >= self.vocab_size:
+                raise ValueError(
+                    f"vocab_size={vocab_size} leaves no id for random replacement once the "
+                    "special ids, eot, mask_id and pad_id are excluded"
+                )
+        self.seed = _int(seed, "seed")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.lookahead = _int(lookahead, "lookahead")
+        # Validates long_docs, algorithm and lookahead with the messages of mmpack.plan.
+        plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
+                       algorithm=algorithm, lookahead=self.lookahead)
+        self.long_docs = long_docs
+        self.algorithm = algorithm
+        self.cache = bool(cache)
+        self.epoch = 0
+        self._setup()
+
+    def _excluded(self) -> np.ndarray:
+        ids = list(self.special_ids)
+        ids += [t for t in (self.eot, self.mask_id) if t is not None]
+        return excluded_ids(int(self.vocab_size or 0), ids, self.pad_id)
+
+    def _setup(self) -> None:
+        """Per-process state, rebuilt after unpickling (never pickled)."""
+        self._plan = cached_plan(
+            self.store, self.seqlen, eot=self.eot is not None, long_docs=self.long_docs,
+            algorithm=self.algorithm, lookahead=self.lookahead, cache=self.cache,
+        )
+        self._offsets = self.store.offsets
+        self._pool = BufferPool()
+        self._excl = self._excluded() if self.mode == "mlm" else None
+        if self.mode == "mlm":
+            self._label_mode = LABELS_NONE
+        else:
+            self._label_mode = LABELS_NEXT if self.label_shift == "next" else LABELS_HF
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    # ------------------------------------------------------------------------------- facts
+    def __len__(self) -> int:
+        return self._plan.n_bins
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedDataset({self.store!r}, seqlen={self.seqlen}, eot={self.eot}, "
+            f"mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}) "
+            f"-> {len(self)} bins, efficiency {self._plan.stats.efficiency:.4f}"
+        )
+
+    @property
+    def plan(self) -> PackingPlan:
+        """The packing plan (read-only arrays)."""
+        return self._plan
+
+    def stats(self) -> PackingStats:
+        """The plan's statistics (bins, efficiency, padding, split/truncated/dropped counts...)."""
+        return self._plan.stats
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the MLM corruption of ``epoch`` (>= 0); the packing does not change."""
+        e = _int(epoch, "epoch")
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self.epoch = e
+
+    def locate(self, i: int) -> list[tuple[int, int, int]]:
+        """``(doc, start, length)`` of every piece of sample ``i``, in order (the eot, if any,
+        follows a piece that ends its document and is not counted in ``length``)."""
+        return self._plan.pieces(_sample_index(i, len(self)))
+
+    # ------------------------------------------------------------------------------- access
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self._gather(np.array([_sample_index(i, len(self))], dtype=np.int64))[0]
+
+    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
+        """A batch in one kernel call: per-sample dicts of views into shared ``(B, seqlen)`` arrays
+        (collate them with :func:`mmpack.collate.collate`)."""
+        return self._gather(_indices(indices, len(self)))
+
+    def _gather(self, idx: np.ndarray) -> list[dict[str, Any]]:
+        plan = self._plan
+        seqlen = self.seqlen
+        k = idx.shape[0]
+        lo = plan.bin_ptr[idx]
+        hi = plan.bin_ptr[idx + 1]
+        counts = hi - lo
+        if k and (counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces):
+            raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+        row_ptr = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(counts, out=row_ptr[1:])
+        total = int(row_ptr[-1])
+        starts = np.empty(total, dtype=np.int64)
+        lengths = np.empty(total, dtype=np.int64)
+        has_eot = np.empty(total, dtype=np.uint8)
+        bad = select_pieces(
+            plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets,
+            seqlen, int(self.eot is not None), idx, row_ptr, starts, lengths, has_eot,
+        )
+        if bad >= 0:
+            raise FormatError(
+                f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
+                "delete <store>/cache to rebuild it"
+            )
+        src, src_starts = self.store.read_ranges(starts, lengths)
+        src_starts = np.asarray(src_starts, dtype=np.int64)
+        if total and (
+            src_starts.shape != (total,)
+            or src_starts.min() < 0
+            or (src_starts + lengths).max() > src.shape[0]
+        ):
+            raise FormatError("store.read_ranges returned ranges outside its buffer")
+        pool = self._pool
+        ids = pool.empty((k, seqlen), np.int64)
+        pos = pool.empty((k, seqlen), np.int64)
+        labels = pool.empty((k, seqlen), np.int64)
+        attn = pool.empty((k, seqlen), np.int64)
+        cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
+        n_seg = np.empty(k, dtype=np.int64)
+        max_len = np.empty(k, dtype=np.int64)
+        eot_id = 0 if self.eot is None else self.eot
+        if k:
+            fill_rows(
+                src, src_starts, lengths, has_eot, row_ptr, eot_id, self.pad_id,
+                self._label_mode, ids, pos, labels, attn, cu, n_seg, max_len,
+            )
+        if self.mode == "mlm":
+            for r in range(k):
+                rng = np.random.default_rng([self.seed, self.epoch, int(idx[r])])
+                masked, lab = mlm_mask(
+                    ids[r], rng=rng, mask_prob=self.mask_prob, mask_id=self.mask_id,
+                    vocab_size=self.vocab_size, excluded=self._excl, maskable=attn[r] != 0,
+                )
+                ids[r] = masked
+                labels[r] = lab
+        return [
+            {
+                "input_ids": ids[r],
+                "labels": labels[r],
+                "position_ids": pos[r],
+                "attention_mask": attn[r],
+                "cu_seqlens": cu[r, : n_seg[r] + 1],
+                "max_seqlen": int(max_len[r]),
+            }
+            for r in range(k)
+        ]

@@ -1,0 +1,349 @@
+"""The packed view (mmpack.packed) against a naive Python implementation of its contract."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmpack.errors import FormatError
+from mmpack.packed import PackedDataset
+from mmpack.store import build
+
+IGNORE = -100
+
+
+# ------------------------------------------------------------------------------- reference
+def ref_sample(docs, pieces, seqlen, eot, pad_id, label_shift):
+    """The contract, spelled out: segments, then padding as the last segment."""
+    ids, cu, pos, labels = [], [0], [], []
+    for d, s, n in pieces:
+        seg = [int(t) for t in docs[d][s : s + n]]
+        if eot is not None and n < seqlen:  # the document's last piece carries its eot
+            seg.append(eot)
+        ids += seg
+        pos += list(range(len(seg)))
+        if label_shift == "next":
+            labels += seg[1:] + [IGNORE]
+        else:
+            labels += [IGNORE] + seg[1:]
+        cu.append(len(ids))
+    real = len(ids)
+    if real < seqlen:
+        pad = seqlen - real
+        ids += [pad_id] * pad
+        pos += list(range(pad))
+        labels += [IGNORE] * pad
+        cu.append(seqlen)
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": pos,
+        "attention_mask": [1] * real + [0] * (seqlen - real),
+        "cu_seqlens": cu,
+        "max_seqlen": max(b - a for a, b in zip(cu, cu[1:])),
+    }
+
+
+def assert_sample(got, want):
+    assert set(got) == set(want)
+    for key, value in want.items():
+        if key == "max_seqlen":
+            assert got[key] == value
+            continue
+        arr = got[key]
+        assert arr.dtype == (np.int32 if key == "cu_seqlens" else np.int64), key
+        assert arr.tolist() == value, key
+
+
+def make_store(tmp_path, docs, backend="memmap"):
+    return build(tmp_path / f"store-{backend}", docs, backend=backend, overwrite=True)
+
+
+docs_strategy = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1, max_size=25)
+
+
+# ------------------------------------------------------------------------------- properties
+@settings(max_examples=30)
+@given(
+    docs=docs_strategy,
+    seqlen=st.integers(1, 48),
+    eot=st.one_of(st.none(), st.integers(0, 1000)),
+    pad_id=st.integers(-5, 1000),
+    label_shift=st.sampled_from(["next", "hf"]),
+    long_docs=st.sampled_from(["split", "truncate", "drop"]),
+    algorithm=st.sampled_from(["bfd", "stream"]),
+    backend=st.sampled_from(["memmap", "zarr"]),
+)
+def test_samples_match_reference(
+    tmp_path_factory, docs, seqlen, eot, pad_id, label_shift, long_docs, algorithm, backend
+):
+    store = make_store(tmp_path_factory.mktemp("p"), docs, backend)
+    ds = PackedDataset(
+        store, seqlen, eot=eot, pad_id=pad_id, label_shift=label_shift, long_docs=long_docs,
+        algorithm=algorithm, lookahead=3,
+    )
+    assert len(ds) == ds.plan.n_bins == ds.stats().n_bins
+    wants = [
+        ref_sample(docs, ds.locate(i), seqlen, eot, pad_id, label_shift) for i in range(len(ds))
+    ]
+    for i, want in enumerate(wants):
+        assert_sample(ds[i], want)
+    if len(ds):
+        order = list(np.random.default_rng(0).permutation(len(ds))) + [0, 0, -1]
+        for i, got in zip(order, ds.__getitems__(order)):
+            assert_sample(got, wants[i])
+
+
+@settings(max_examples=30)
+@given(docs=docs_strategy, seqlen=st.integers(1, 32), eot=st.one_of(st.none(), st.just(999)))
+def test_split_documents_reassemble(tmp_path_factory, docs, seqlen, eot):
+    """Reading every bin and putting the segments back by (doc, start) gives every document
+    exactly once, followed by its eot: nothing lost, nothing repeated."""
+    store = make_store(tmp_path_factory.mktemp("p"), docs)
+    ds = PackedDataset(store, seqlen, eot=eot, pad_id=-1)
+    got: dict[int, list[tuple[int, list[int]]]] = {}
+    for i in range(len(ds)):
+        sample = ds[i]
+        cu = sample["cu_seqlens"]
+        for (d, s, _n), a, b in zip(ds.locate(i), cu[:-1], cu[1:]):
+            got.setdefault(d, []).append((s, sample["input_ids"][a:b].tolist()))
+        real = int(sample["attention_mask"].sum())
+        assert sample["attention_mask"][:real].all() and not sample["attention_mask"][real:].any()
+        assert (sample["input_ids"][real:] == -1).all()
+    tail = [] if eot is None else [eot]
+    for d, doc in enumerate(docs):
+        if not doc and eot is None:
+            assert d not in got
+            continue
+        assert sum((seg for _, seg in sorted(got[d])), []) == list(doc) + tail
+
+
+def test_worked_example(tmp_path):
+    docs = [[1, 2, 3], [4, 5, 6, 7, 8], [], [9] * 9, [10, 11], [12] * 7]
+    ds = PackedDataset(make_store(tmp_path, docs), 8, eot=99, pad_id=0)
+    assert len(ds) == 4
+    s = ds[3]
+    assert ds.locate(3) == [(0, 0, 3), (4, 0, 2), (2, 0, 0)]
+    assert s["input_ids"].tolist() == [1, 2, 3, 99, 10, 11, 99, 99]
+    assert s["labels"].tolist() == [2, 3, 99, IGNORE, 11, 99, IGNORE, IGNORE]
+    assert s["position_ids"].tolist() == [0, 1, 2, 3, 0, 1, 2, 0]
+    assert s["cu_seqlens"].tolist() == [0, 4, 7, 8] and s["max_seqlen"] == 4
+    hf = PackedDataset(make_store(tmp_path, docs), 8, eot=99, label_shift="hf")[3]
+    assert hf["labels"].tolist() == [IGNORE, 2, 3, 99, IGNORE, 11, 99, IGNORE]
+    padded = PackedDataset(make_store(tmp_path, [[1, 2, 3]]), 8, pad_id=7)[0]
+    assert padded["input_ids"].tolist() == [1, 2, 3, 7, 7, 7, 7, 7]
+    assert padded["cu_seqlens"].tolist() == [0, 3, 8] and padded["max_seqlen"] == 5
+    assert padded["position_ids"].tolist() == [0, 1, 2, 0, 1, 2, 3, 4]
+    assert padded["labels"].tolist() == [2, 3] + [IGNORE] * 6
+
+
+# ------------------------------------------------------------------------------- MLM
+@pytest.fixture(scope="module")
+def mlm_store(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    lens = rng.lognormal(5.48, 1.15, 5200).astype(np.int64) + 1
+    docs = []
+    for n in lens:
+        doc = rng.integers(10, 1000, n)
+        doc[rng.random(n) < 0.05] = 1  # a special id inside the documents
+        docs.append(doc)
+    return build(tmp_path_factory.mktemp("mlm") / "s", docs)
+
+
+def mlm_dataset(store, **kw):
+    params = dict(eot=3, pad_id=0, mode="mlm", mask_prob=0.3, mask_id=4, vocab_size=1000,
+                  special_ids=(1, 2), seed=11)
+    params.update(kw)
+    return PackedDataset(store, 2048, **params)
+
+
+@pytest.mark.slow
+def test_mlm_statistics(mlm_store):
+    ds = mlm_dataset(mlm_store)
+    plain = PackedDataset(mlm_store, 2048, eot=3, pad_id=0)
+    idx = np.arange(len(ds))
+    got = ds.__getitems__(idx)
+    ids = np.stack([g["input_ids"] for g in got])
+    labels = np.stack([g["labels"] for g in got])
+    orig = np.stack([g["input_ids"] for g in plain.__getitems__(idx)])
+    attn = np.stack([g["attention_mask"] for g in got])
+    special = np.isin(orig, [1, 2, 3, 4]) | (attn == 0)
+    maskable = ~special
+    n = int(maskable.sum())
+    assert n > 1_000_000
+    selected = labels != IGNORE
+    # Selected positions are exactly the maskable ones with a label equal to the original token.
+    assert not (selected & special).any()
+    assert (labels[selected] == orig[selected]).all()
+    assert (ids[special] == orig[special]).all()  # specials, eot and padding untouched
+    assert (ids[~selected] == orig[~selected]).all()
+    frac = selected.sum() / n
+    assert abs(frac - 0.3) < 0.003  # sd ~ 4.5e-4
+    k = int(selected.sum())
+    to_mask = selected & (ids == 4)
+    changed = selected & (ids != 4) & (ids != orig)
+    kept = selected & (ids == orig)
+    assert abs(to_mask.sum() / k - 0.8) < 0.004  # sd ~ 7e-4
+    assert abs((changed.sum() + kept.sum()) / k - 0.2) < 0.004
+    assert abs(changed.sum() / k - 0.1 * (1 - 1 / 995)) < 0.003
+    random_ids = ids[changed]
+    assert random_ids.min() >= 0 and random_ids.max() < 1000
+    assert not np.isin(random_ids, [0, 1, 2, 3, 4]).any()  # never special, eot, mask or pad
+
+
+def test_mlm_is_a_function_of_seed_epoch_index(mlm_store):
+    ds = mlm_dataset(mlm_store)
+    a = ds[5]["input_ids"].copy()
+    assert np.array_equal(ds[5]["input_ids"], a)
+    assert np.array_equal(mlm_dataset(mlm_store)[5]["input_ids"], a)
+    batch = ds.__getitems__([7, 5, 5])
+    assert np.array_equal(batch[1]["input_ids"], a) and np.array_equal(batch[2]["input_ids"], a)
+    assert not np.array_equal(ds[6]["labels"], ds[5]["labels"])
+    ds.set_epoch(1)
+    b = ds[5]["input_ids"].copy()
+    assert not np.array_equal(a, b)
+    ds.set_epoch(0)
+    assert np.array_equal(ds[5]["input_ids"], a)
+    assert not np.array_equal(mlm_dataset(mlm_store, seed=12)[5]["input_ids"], a)
+    # The packing is identical in both modes.
+    plain = PackedDataset(mlm_store, 2048, eot=3, pad_id=0)
+    assert np.array_equal(plain.plan.piece_doc, ds.plan.piece_doc)
+    s, p = ds[5], plain[5]
+    assert np.array_equal(s["cu_seqlens"], p["cu_seqlens"])
+    assert np.array_equal(s["attention_mask"], p["attention_mask"])
+    with pytest.raises(ValueError):
+        ds.set_epoch(-1)
+
+
+def test_mlm_mask_prob_edges(mlm_store):
+    none = mlm_dataset(mlm_store, mask_prob=0.0)[0]
+    assert (none["labels"] == IGNORE).all()
+    every = mlm_dataset(mlm_store, mask_prob=1.0)[0]
+    real = every["attention_mask"] == 1
+    orig = PackedDataset(mlm_store, 2048, eot=3)[0]["input_ids"]
+    maskable = real & ~np.isin(orig, [1, 2, 3, 4])
+    assert ((every["labels"] != IGNORE) == maskable).all()
+
+
+# ------------------------------------------------------------------------------- API
+def test_pickle_is_small_and_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 50000, n) for n in rng.integers(0, 3000, 3000)]
+    store = make_store(tmp_path, docs)
+    ds = PackedDataset(store, 1024, eot=50000, mode="mlm", mask_id=50001, vocab_size=50002)
+    ds.set_epoch(3)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 4096, len(blob)
+    back = pickle.loads(blob)
+    assert len(back) == len(ds) and back.epoch == 3
+    for i in (0, 17, len(ds) - 1):
+        for key in ("input_ids", "labels", "cu_seqlens"):
+            assert np.array_equal(back[i][key], ds[i][key])
+
+
+def test_plan_is_cached_in_the_store(tmp_path):
+    store = make_store(tmp_path, [[1] * n for n in range(1, 200)])
+    ds = PackedDataset(store, 64, eot=0)
+    files = list((store.path / "cache").iterdir())
+    assert len(files) == 1
+    again = PackedDataset(store, 64, eot=0, mode="mlm", mask_id=5, vocab_size=10)
+    assert np.array_equal(again.plan.bin_ptr, ds.plan.bin_ptr)
+    assert list((store.path / "cache").iterdir()) == files
+    PackedDataset(store, 64, eot=0, cache=False)
+    assert list((store.path / "cache").iterdir()) == files
+
+
+def test_indexing_errors(tmp_path):
+    ds = PackedDataset(make_store(tmp_path, [[1, 2], [3]]), 4)
+    n = len(ds)
+    assert np.array_equal(ds[-1]["input_ids"], ds[n - 1]["input_ids"])
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexError):
+            ds[bad]
+        with pytest.raises(IndexError):
+            ds.__getitems__([0, bad])
+        with pytest.raises(IndexError):
+            ds.locate(bad)
+    for bad in (0.0, "0", None, True):
+        with pytest.raises(TypeError):
+            ds[bad]
+    with pytest.raises(TypeError):
+        ds.__getitems__([0.5])
+    assert ds.__getitems__([]) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"seqlen": 0}, "seqlen"),
+        ({"mode": "clm"}, "mode.*causal.*mlm"),
+        ({"mode": "mlm", "vocab_size": 10}, "mask_id"),
+        ({"mode": "mlm", "mask_id": 3}, "vocab_size"),
+        ({"mode": "mlm", "mask_id": 3, "vocab_size": 10, "mask_prob": 1.5}, "mask_prob"),
+        ({"mask_prob": -0.1}, "mask_prob"),
+        ({"mode": "mlm", "mask_id": 0, "vocab_size": 1}, "vocab_size"),
+        ({"algorithm": "magic"}, "algorithm.*bfd"),
+        ({"long_docs": "wrap"}, "long_docs.*split"),
+        ({"label_shift": "prev"}, "label_shift.*hf.*next"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_bad_parameters(tmp_path, kwargs, match):
+    store = make_store(tmp_path, [[1, 2, 3]])
+    kwargs = {"seqlen": 8, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        PackedDataset(store, **kwargs)
+
+
+def test_bad_types(tmp_path):
+    store = make_store(tmp_path, [[1, 2, 3]])
+    with pytest.raises(TypeError):
+        PackedDataset([1, 2, 3], 8)
+    with pytest.raises(TypeError):
+        PackedDataset(store, 8.0)
+    with pytest.raises(TypeError):
+        PackedDataset(store, 8, eot=1.0)
+    with pytest.raises(TypeError):
+        PackedDataset(store, 8, special_ids=5)
+    # Output ids outside the stored token range are fine.
+    s = PackedDataset(str(store.path), 8, eot=2**40, pad_id=-7)[0]
+    assert s["input_ids"].tolist() == [1, 2, 3, 2**40, -7, -7, -7, -7]
+
+
+def test_corrupt_plan_is_reported_not_read(tmp_path):
+    ds = PackedDataset(make_store(tmp_path, [[1, 2, 3], [4, 5]]), 8)
+    plan = ds.plan
+    bad_len = plan.piece_len.copy()
+    bad_len[0] = 50
+    ds._plan = dataclasses.replace(plan, piece_len=bad_len)
+    with pytest.raises(FormatError):
+        ds[0]
+    bad_doc = plan.piece_doc.copy()
+    bad_doc[0] = 99
+    ds._plan = dataclasses.replace(plan, piece_doc=bad_doc)
+    with pytest.raises(FormatError):
+        ds[0]
+
+
+def test_dataloader_with_collate(tmp_path):
+    torch = pytest.importorskip("torch")
+    from mmpack.collate import collate
+
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(1, 100, n) for n in rng.integers(1, 90, 200)]
+    ds = PackedDataset(make_store(tmp_path, docs), 64, eot=0, pad_id=0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, collate_fn=collate, num_workers=2)
+    seen = 0
+    for b, batch in enumerate(loader):
+        assert batch["input_ids"].shape[1] == 64 and batch["input_ids"].dtype == torch.int64
+        for r in range(batch["input_ids"].shape[0]):
+            want = ds[b * 4 + r]
+            assert batch["input_ids"][r].tolist() == want["input_ids"].tolist()
+            assert batch["cu_seqlens_rows"][r].tolist() == want["cu_seqlens"].tolist()
+        seen += batch["input_ids"].shape[0]
+    assert seen == len(ds)

@@ -1,0 +1,592 @@
+"""StreamingPacker: the seed's greedy best fit, exactly, with every capability around it."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmpack.errors import StateMismatchError
+from mmpack.kernels.streaming import (
+    bitmap_layout,
+    bm_insert,
+    bm_remove,
+    bm_successor,
+    place_best_fit,
+    reset_rows,
+    row_boundaries,
+)
+from mmpack.streaming import StreamingPacker
+
+
+# =========================================================================== reference twins
+def ref_successor(keys: set[int], q: int) -> int:
+    above = [k for k in keys if k >= q]
+    return min(above) if above else -1
+
+
+def ref_place(lens, budget, remaining, row_len):
+    """Linear-scan best fit (the seed's find_best_fit: first smallest fitting row)."""
+    remaining = list(remaining)
+    counts = [0] * len(remaining)
+    rows, offs, deferred = [], [], 0
+    for length in lens:
+        if deferred >= budget:
+            break
+        fits = [r for r in range(len(remaining)) if remaining[r] >= length]
+        if not fits:
+            rows.append(-1)
+            offs.append(-1)
+            deferred += 1
+            continue
+        best = min(fits, key=lambda r: (remaining[r], r))
+        rows.append(best)
+        offs.append(row_len - remaining[best])
+        remaining[best] -= length
+        counts[best] += 1
+    return rows, offs, deferred, remaining, counts
+
+
+def ref_pack(docs, n_rows, row_len, buffer_size, long_docs="split", drop_last=True):
+    """The seed's GreedyBestFitSequencePacker in plain Python: a deque refilled whenever it runs
+    dry (up to buffer_size held), linear-scan best fit, deferred sequences put back IN ORDER
+    (the seed's extendleft reverses them), plus the long/empty-sequence policies."""
+
+    def pieces():
+        for d in docs:
+            d = list(d)
+            if len(d) > row_len:
+                if long_docs == "split":
+                    yield from (d[k:k + row_len] for k in range(0, len(d), row_len))
+                elif long_docs == "truncate":
+                    yield d[:row_len]
+            elif d:
+                yield d
+
+    source, buffer, out, exhausted = pieces(), deque(), [], False
+    while True:
+        remaining = [row_len] * n_rows
+        rows: list[list[list[int]]] = [[] for _ in range(n_rows)]
+        deferred = []
+        while True:
+            if not buffer:
+                room = buffer_size - len(deferred)
+                while room > 0 and not exhausted:
+                    try:
+                        buffer.append(next(source))
+                        room -= 1
+                    except StopIteration:
+                        exhausted = True
+                if not buffer:
+                    break
+            seq = buffer.popleft()
+            fits = [r for r in range(n_rows) if remaining[r] >= len(seq)]
+            if fits:
+                best = min(fits, key=lambda r: (remaining[r], r))
+                rows[best].append(seq)
+                remaining[best] -= len(seq)
+            else:
+                deferred.append(seq)
+        buffer.extend(deferred)
+        if all(rows):
+            out.append(rows)
+            continue
+        if not drop_last and any(rows):
+            out.append(rows)
+        return out
+
+
+def rows_of(batch) -> list[list[list[int]]]:
+    """The sequences of each row of an emitted batch, read back through cu_seqlens."""
+    out = []
+    for r, cu in enumerate(batch["cu_seqlens"]):
+        used = int(batch["attention_mask"][r].sum())
+        cu = [int(c) for c in cu]
+        out.append([batch["input_ids"][r, a:b].tolist() for a, b in zip(cu, cu[1:]) if a < used])
+    return out
+
+
+def make_docs(lengths, base=1):
+    return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]
+
+
+# =========================================================================== kernels
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 499)), max_size=200),
+       st.lists(st.integers(0, 520), max_size=30))
+def test_bitmap_matches_a_set(ops, queries):
+    n_keys = 500
+    level_off, level_len = bitmap_layout(n_keys)
+    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    keys: set[int] = set()
+    for insert, k in ops:
+        if insert and k not in keys:
+            bm_insert(words, level_off, k)
+            keys.add(k)
+        elif not insert and k in keys:
+            bm_remove(words, level_off, k)
+            keys.discard(k)
+        for q in queries:
+            assert bm_successor(words, level_off, level_len, q) == ref_successor(keys, q)
+
+
+def test_bitmap_layout():
+    off, ln = bitmap_layout(32 * 32 * 32 + 1)
+    assert ln.tolist() == [1025, 33, 2, 1]
+    assert off.tolist() == [0, 1025, 1058, 1060]
+    with pytest.raises(ValueError):
+        bitmap_layout(0)
+
+
+@given(st.integers(1, 6), st.integers(1, 40), st.data())
+def test_place_best_fit_matches_linear_scan(n_rows, row_len, data):
+    stride = n_rows + data.draw(st.integers(0, 2))
+    init = data.draw(st.lists(st.integers(0, row_len), min_size=n_rows, max_size=n_rows))
+    lens = np.array(data.draw(st.lists(st.integers(1, row_len), max_size=60)), dtype=np.int64)
+    budget = data.draw(st.integers(0, 70))
+    level_off, level_len = bitmap_layout((row_len + 1) * stride)
+    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    remaining = np.full(stride, -1, dtype=np.int64)
+    counts = np.zeros(stride, dtype=np.int64)
+    reset_rows(words, level_off, remaining, counts, n_rows, row_len)
+    for r, s in enumerate(init):  # arbitrary starting spaces
+        bm_remove(words, level_off, row_len * stride + r)
+        bm_insert(words, level_off, s * stride + r)
+        remaining[r] = s
+    out_row = np.empty(len(lens), dtype=np.int64)
+    out_off = np.empty(len(lens), dtype=np.int64)
+    processed, deferred = place_best_fit(lens, budget, words, level_off, level_len, remaining,
+                                         counts, row_len, out_row, out_off)
+    rows, offs, want_deferred, want_remaining, want_counts = ref_place(lens, budget, init, row_len)
+    assert processed == len(rows) and deferred == want_deferred
+    assert out_row[:processed].tolist() == rows
+    assert out_off[:processed].tolist() == offs
+    assert remaining[:n_rows].tolist() == want_remaining
+    assert counts[:n_rows].tolist() == want_counts
+
+
+def test_row_boundaries():
+    rows = np.array([1, 0, 1, 1], dtype=np.int64)
+    lens = np.array([3, 10, 2, 4], dtype=np.int64)
+    used = np.array([10, 9, 0], dtype=np.int64)
+    cu = np.empty(4 + 6, dtype=np.int32)
+    bounds = np.empty(4, dtype=np.int64)
+    longest = np.empty(3, dtype=np.int64)
+    row_boundaries(rows, lens, 3, used, 10, cu, bounds, longest)
+    got = [cu[bounds[r]:bounds[r + 1]].tolist() for r in range(3)]
+    assert got == [[0, 10], [0, 3, 5, 9, 10], [0, 10]]
+    assert longest.tolist() == [10, 4, 10]
+
+
+# =========================================================================== the packer vs the twin
+@settings(max_examples=60)
+@given(
+    lengths=st.lists(st.integers(0, 45), max_size=80), n_rows=st.integers(1, 4),
+    row_len=st.integers(1, 20), extra=st.integers(0, 8), long_docs=st.sampled_from(
+        ["split", "truncate", "drop"]), drop_last=st.booleans(), readahead=st.integers(1, 9),
+)
+def test_packer_matches_seed_twin(lengths, n_rows, row_len, extra, long_docs, drop_last,
+                                  readahead):
+    docs = make_docs(lengths)
+    want = ref_pack(docs, n_rows, row_len, n_rows + extra, long_docs, drop_last)
+    packer = StreamingPacker(docs, out_batch_size=n_rows, out_pseq_len=row_len,
+                             buffer_size=n_rows + extra, long_docs=long_docs,
+                             drop_last=drop_last, readahead=readahead, pad_id=-1)
+    got = [rows_of(b) for b in packer]
+    assert got == want
+
+
+def test_deferred_sequences_keep_their_order():
+    # Row of 10: a(6) fits, b(5) and c(5) do not, d(4) fills the row.  The next batch must take
+    # b before c; the seed's extendleft would hand back c first.
+    docs = [[1] * 6, [2] * 5, [3] * 5, [4] * 4, [5] * 10]
+    packer = StreamingPacker(docs, out_batch_size=1, out_pseq_len=10, buffer_size=3)
+    batches = [rows_of(b) for b in packer]
+    assert batches[0] == [[[1] * 6, [4] * 4]]
+    assert batches[1] == [[[2] * 5, [3] * 5]]
+    assert batches[2] == [[[5] * 10]]
+
+
+# =========================================================================== outputs
+def test_batch_layout_and_padding():
+    docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
+    packer = StreamingPacker(docs, out_batch_size=2, out_pseq_len=8, buffer_size=4,
+                             drop_last=False, pad_id=-7)
+    for batch in packer:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        assert ids.shape == mask.shape == (2, 8) and ids.dtype == mask.dtype == np.int64
+        assert batch["labels"] is None
+        for r, cu in enumerate(batch["cu_seqlens"]):
+            used = int(mask[r].sum())
+            assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == 8
+            assert mask[r, :used].all() and not mask[r, used:].any()
+            assert (ids[r, used:] == -7).all()
+            if used == 8:
+                assert used in cu.tolist()[1:] and cu.tolist().count(8) == 1
+            else:
+                assert cu[-2] == used  # the trailing 8 is the padding segment
+            assert batch["max_seqlen"][r] == int(np.diff(cu).max())
+            assert isinstance(batch["max_seqlen"][r], int)
+
+
+def test_every_token_emitted_once_without_drop_last():
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 100, size=int(n)) for n in rng.integers(0, 40, size=300)]
+    packer = StreamingPacker(docs, out_batch_size=3, out_pseq_len=32, buffer_size=10,
+                             drop_last=False)
+    pieces = [tuple(s) for b in packer for row in rows_of(b) for s in row]
+    want = []
+    for d in docs:
+        want += [tuple(d[k:k + 32].tolist()) for k in range(0, len(d), 32)]
+    assert sorted(pieces) == sorted(want)
+    assert packer.seqs_consumed == 300
+    assert packer.seqs_empty == sum(len(d) == 0 for d in docs)
+    assert packer.seqs_emitted == len(want)
+    assert packer.tokens_emitted == sum(len(d) for d in docs)
+    assert packer.efficiency == packer.tokens_emitted / packer.slots_emitted
+
+
+def test_drop_last():
+    docs = make_docs([5, 5, 5])  # 3 rows wanted, 2 rows fill, then one partial batch
+    assert [rows_of(b) for b in StreamingPacker(
+        docs, out_batch_size=2, out_pseq_len=5, buffer_size=4)] == [[[docs[0]], [docs[1]]]]
+    got = [rows_of(b) for b in StreamingPacker(
+        docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False)]
+    assert got == [[[docs[0]], [docs[1]]], [[docs[2]], []]]
+    last = list(StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=4,
+                                drop_last=False, mode="causal"))[-1]
+    assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
+    assert not last["attention_mask"][1].any() and (last["labels"][1] == -100).all()
+
+
+def test_long_sequences():
+    doc = list(range(1, 24))  # 23 tokens, rows of 10
+    split = StreamingPacker([doc], out_batch_size=1, out_pseq_len=10, buffer_size=3,
+                            drop_last=False)
+    assert [rows_of(b) for b in split] == [[[doc[:10]]], [[doc[10:20]]], [[doc[20:]]]]
+    assert split.seqs_split == 1 and split.seqs_emitted == 3
+
+    trunc = StreamingPacker([doc, [7, 7]], out_batch_size=1, out_pseq_len=10, buffer_size=3,
+                            long_docs="truncate", drop_last=False)
+    assert [rows_of(b) for b in trunc] == [[[doc[:10]]], [[[7, 7]]]]
+    assert trunc.seqs_truncated == 1 and trunc.tokens_discarded == 13
+
+    drop = StreamingPacker([doc, [7, 7]], out_batch_size=1, out_pseq_len=10, buffer_size=3,
+                           long_docs="drop", drop_last=False)
+    assert [rows_of(b) for b in drop] == [[[[7, 7]]]]
+    assert drop.seqs_dropped == 1 and drop.tokens_discarded == 23
+
+
+def test_empty_sequences_are_ignored_and_counted():
+    docs = [[], [1, 2], np.array([], dtype=np.int64), [3], torch.tensor([], dtype=torch.long)]
+    p = StreamingPacker(docs, out_batch_size=1, out_pseq_len=3, buffer_size=2)
+    assert [rows_of(b) for b in p] == [[[[1, 2], [3]]]]
+    assert p.seqs_empty == 3 and p.seqs_consumed == 5
+
+
+def test_causal_labels():
+    docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33]]
+    p = StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=3, mode="causal",
+                        drop_last=False)
+    (batch,) = list(p)
+    assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
+    assert batch["labels"].tolist() == [
+        [11, 12, -100, 21, -100],
+        [31, 32, 33, -100, -100],
+    ]
+
+
+def mlm_packer(docs, **kw):
+    args = dict(out_batch_size=2, out_pseq_len=64, buffer_size=8, mode="mlm", mask_id=3,
+                vocab_size=100, special_ids=(1, 2), mask_prob=0.5, pad_id=0, drop_last=False)
+    args.update(kw)
+    return StreamingPacker(docs, **args)
+
+
+def test_mlm_masking():
+    rng = np.random.default_rng(0)
+    docs = [np.concatenate([[1], rng.integers(4, 100, size=int(n)), [2]])
+            for n in rng.integers(5, 30, size=40)]
+    p = mlm_packer(docs)
+    plain = StreamingPacker(docs, out_batch_size=2, out_pseq_len=64, buffer_size=8,
+                            drop_last=False)
+    n_selected = n_real = 0
+    for batch, ref in zip(p, plain):
+        ids, labels, orig = batch["input_ids"], batch["labels"], ref["input_ids"]
+        mask = batch["attention_mask"].astype(bool)
+        assert (batch["attention_mask"] == ref["attention_mask"]).all()
+        selected = labels != -100
+        assert not (selected & ~mask).any()  # padding never selected
+        assert not np.isin(orig[selected], [1, 2]).any()  # special ids never selected
+        assert (labels[selected] == orig[selected]).all()
+        assert (ids[~selected] == orig[~selected]).all()
+        changed = selected & (ids != orig)
+        assert ((ids[changed] == 3) | ((ids[changed] >= 4) & (ids[changed] < 100))).all()
+        assert "mask_prob" not in batch
+        n_selected += int(selected.sum())
+        n_real += int(mask.sum() - np.isin(orig[mask], [1, 2]).sum())
+    assert 0.4 < n_selected / n_real < 0.6
+
+
+def test_mlm_reseeds_per_epoch_and_set_epoch():
+    docs = [list(range(4, 40))] * 12
+    p = mlm_packer(docs)
+    e0 = [b["input_ids"] for b in p]
+    e1 = [b["input_ids"] for b in p]
+    assert p.epoch == 1
+    assert any((a != b).any() for a, b in zip(e0, e1))
+    again = [b["input_ids"] for b in mlm_packer(docs)]
+    assert len(again) == len(e0) and all((a == b).all() for a, b in zip(e0, again))
+    jumped = mlm_packer(docs)
+    jumped.set_epoch(1)
+    assert all((a == b["input_ids"]).all() for a, b in zip(e1, jumped))
+    assert jumped.epoch == 1
+
+
+def test_return_tensors_pt():
+    p = mlm_packer([list(range(4, 30))] * 6, return_tensors="pt",
+                   masking_ratio_cooldown_tokens=100, final_masking_ratio=0.1)
+    batch = next(iter(p))
+    for key in ("input_ids", "labels", "attention_mask"):
+        assert isinstance(batch[key], torch.Tensor) and batch[key].dtype == torch.int64
+    assert all(isinstance(c, torch.Tensor) and c.dtype == torch.int32
+               for c in batch["cu_seqlens"])
+    assert batch["mask_prob"].dtype == torch.float32 and batch["mask_prob"].item() == 0.5
+    assert all(isinstance(m, int) for m in batch["max_seqlen"])
+
+
+# =========================================================================== sources
+def expected_rows(docs, **kw):
+    return [rows_of(b) for b in StreamingPacker(docs, **kw)]
+
+
+KW = dict(out_batch_size=2, out_pseq_len=12, buffer_size=4, drop_last=False)
+
+
+@pytest.fixture
+def docs():
+    rng = np.random.default_rng(5)
+    return [rng.integers(1, 50, size=int(n)).tolist() for n in rng.integers(1, 12, size=30)]
+
+
+def test_source_formats(docs):
+    want = expected_rows(docs, **KW)
+    batches = [docs[i:i + 4] for i in range(0, len(docs), 4)]
+    variants = {
+        "generator of lists": (list(d) for d in docs),
+        "arrays": [np.asarray(d, dtype=np.uint16) for d in docs],
+        "tensors": [torch.tensor(d) for d in docs],
+        "dicts": [{"input_ids": d, "other": 1} for d in docs],
+        "batches of lists": batches,
+        "batches of dicts": [[{"input_ids": d} for d in b] for b in batches],
+        "hf-style batches": ({"input_ids": b} for b in batches),
+        "generator of batches": (b for b in batches),
+    }
+    for name, source in variants.items():
+        assert expected_rows(source, **KW) == want, name
+    explicit = expected_rows(iter(batches), source_format="batches", **KW)
+    assert explicit == want
+    # a batch whose first sequence is empty is still recognised from the next element
+    assert expected_rows([[[], docs[0]], docs[1:4]], **KW) == expected_rows(docs[:4], **KW)
+
+
+def test_token_store_source(docs, tmp_path):
+    from mmpack.store import build
+
+    store = build(tmp_path / "s", [np.asarray(d) for d in docs])
+    packer = StreamingPacker(store, **KW)
+    assert packer._store_like
+    assert [rows_of(b) for b in packer] == expected_rows(docs, **KW)
+
+
+def test_invalid_sources():
+    with pytest.raises(TypeError, match="text"):
+        list(StreamingPacker(["hello"], **KW))
+    with pytest.raises(TypeError, match="integer"):
+        list(StreamingPacker([np.ones(3)], **KW))
+    with pytest.raises(TypeError, match="input_ids"):
+        list(StreamingPacker([{"text": "x"}], **KW))
+    with pytest.raises(TypeError, match="iterable"):
+        StreamingPacker(5, **KW)
+
+
+class _Sampler:
+    def __init__(self):
+        self.epochs = []
+
+    def set_epoch(self, e):
+        self.epochs.append(e)
+
+
+def test_epoch_reaches_dataloader_sampler(docs):
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    data = [np.asarray(d) for d in docs]
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, collate_fn=lambda b: b)
+    p = StreamingPacker(loader, **KW)
+    first = [rows_of(b) for b in p]
+    assert sampler.epoch == 0
+    second = [rows_of(b) for b in p]
+    assert sampler.epoch == 1 and first != second
+    p.set_epoch(7)
+    list(p)
+    assert sampler.epoch == 7
+
+    class Source(list):
+        pass
+
+    src = Source(docs)
+    src.set_epoch = _Sampler().set_epoch  # e.g. a shuffled view
+    p = StreamingPacker(src, **KW)
+    list(p), list(p)
+    assert src.set_epoch.__self__.epochs == [0, 1]
+
+
+def test_counters_reset_each_epoch(docs):
+    p = StreamingPacker(docs, **KW)
+    list(p)
+    a = (p.seqs_consumed, p.seqs_emitted, p.tokens_emitted, p.efficiency)
+    list(p)
+    assert (p.seqs_consumed, p.seqs_emitted, p.tokens_emitted, p.efficiency) == a
+    assert np.isnan(StreamingPacker(docs, **KW).efficiency)
+
+
+def test_stale_iterator(docs):
+    p = StreamingPacker(docs, **KW)
+    it = iter(p)
+    next(it)
+    iter(p)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+
+
+# =========================================================================== schedules
+def test_batch_size_warmup():
+    docs = [[5] * 10] * 200
+    p = StreamingPacker(docs, out_batch_size=4, out_pseq_len=10, buffer_size=8,
+                        batch_size_warmup_min_size=1, batch_size_warmup_tokens="120tok")
+    # thresholds: ceil(120/6 * [1, 3]) = [20, 60]; the count is checked before each batch
+    sizes = [b["input_ids"].shape[0] for _, b in zip(range(8), p)]
+    assert sizes == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert p.token_count == 200
+
+
+def test_mask_prob_cooldown_in_batches():
+    p = mlm_packer([list(range(4, 68))] * 20, out_pseq_len=64, out_batch_size=1,
+                   masking_ratio_cooldown_tokens="256tok", final_masking_ratio=0.1,
+                   masking_cooldown_schedule_type="stair", masking_ratio_step_size=0.1)
+    probs = [float(b["mask_prob"]) for _, b in zip(range(6), p)]
+    assert probs == pytest.approx([0.5, 0.4, 0.3, 0.2, 0.1, 0.1])
+
+
+# =========================================================================== state
+def _take(it, n):
+    return [b for _, b in zip(range(n), it)]
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if k == "cu_seqlens":
+            assert [x.tolist() for x in a[k]] == [x.tolist() for x in b[k]]
+        elif a[k] is None or isinstance(a[k], list):
+            assert a[k] == b[k]
+        else:
+            assert np.array_equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("kind", ["list", "store"])
+def test_exact_resume(kind, tmp_path):
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
+    source = docs
+    if kind == "store":
+        from mmpack.store import build
+
+        source = build(tmp_path / "s", docs)
+    kw = dict(out_batch_size=3, out_pseq_len=40, buffer_size=6, mode="mlm", mask_id=3,
+              vocab_size=100, masking_ratio_cooldown_tokens=3000, final_masking_ratio=0.1,
+              batch_size_warmup_min_size=1, batch_size_warmup_tokens=500)
+    ref = StreamingPacker(source, **kw)
+    e0 = list(ref)
+    full = e0 + list(ref)  # two epochs (of different lengths: the warm-up grows the batches)
+    n0 = len(e0)
+
+    for stop in (0, 3, n0 - 1, n0, n0 + 2):
+        a = StreamingPacker(source, **kw)
+        it = iter(a)
+        seen = _take(it, min(stop, n0))
+        if stop >= n0:
+            assert list(it) == []
+        if stop > n0:
+            seen += _take(iter(a), stop - n0)
+        state = a.state_dict()
+        b = StreamingPacker(source, **kw)
+        b.load_state_dict(state)
+        rest = list(b)
+        if stop < n0:
+            rest += list(b)
+        assert len(seen) + len(rest) == len(full)
+        for x, y in zip(seen + rest, full):
+            _same(x, y)
+        assert b.token_count == ref.token_count
+
+
+def test_state_needs_an_indexable_source(docs):
+    p = StreamingPacker(iter(docs), **KW)
+    with pytest.raises(TypeError, match="random-access"):
+        p.state_dict()
+    with pytest.raises(TypeError, match="random-access"):
+        p.load_state_dict({})
+
+
+def test_state_mismatch(docs):
+    p = StreamingPacker(docs, **KW)
+    next(iter(p))
+    state = p.state_dict()
+    with pytest.raises(StateMismatchError, match="buffer_size"):
+        StreamingPacker(docs, **{**KW, "buffer_size": 5}).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match="source"):
+        StreamingPacker(docs[:-1], **KW).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match="version"):
+        StreamingPacker(docs, **KW).load_state_dict({"version": 99})
+
+
+# =========================================================================== validation
+@pytest.mark.parametrize("kw, match", [
+    ({"buffer_size": 1}, "buffer_size"),
+    ({"out_pseq_len": 0}, "out_pseq_len"),
+    ({"out_batch_size": 0}, "out_batch_size"),
+    ({"mode": "bert"}, "mode"),
+    ({"mode": "mlm"}, "mask_id and vocab_size"),
+    ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
+    ({"mask_prob": 1.5}, "mask_prob"),
+    ({"mask_prob": -0.1}, "mask_prob"),
+    ({"long_docs": "wrap"}, "long_docs"),
+    ({"source_format": "rows"}, "source_format"),
+    ({"return_tensors": "tf"}, "return_tensors"),
+    ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
+    ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
+    ({"seed": -1}, "seed"),
+])
+def test_validation(kw, match):
+    args = dict(out_batch_size=2, out_pseq_len=8, buffer_size=4)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        StreamingPacker([[1]], **args)
+
+
+def test_from_micro_batches():
+    p = StreamingPacker.from_micro_batches([[1]], batch_size=512, micro_batch_size=32,
+                                           max_seq_len=1024, batch_size_warmup_min_size=64,
+                                           batch_size_warmup_tokens="1e6tok")
+    assert (p.out_batch_size, p.out_pseq_len, p.buffer_size) == (16, 32768, 5120)
+    assert p.batch_size_schedule.min_batch_size == 2
+    with pytest.raises(ValueError, match="multiple"):
+        StreamingPacker.from_micro_batches([[1]], batch_size=512, micro_batch_size=32,
+                                           max_seq_len=8, batch_size_warmup_min_size=48,
+                                           batch_size_warmup_tokens=10)
