@@ -11,7 +11,11 @@ below), so the packing efficiencies must agree; the throughput is the point.
 
 Reported per shape: packing efficiency of each, sequences emitted per second (median of
 ``repeats`` timed runs after a warm-up run), and the speed-up; plus the StreamingPacker with MLM
-masking, and fed from a memory-mapped TokenStore (no Python call per document).
+masking (``mmpack.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
+(no Python call per document).  End to end, both packers must write the same ``int64`` output
+(and the StreamingPacker also an ``int64`` attention mask), which bounds the speed-up; the
+"placement only" rows time the decisions alone on the lengths (the seed's Python loop with
+``find_best_fit`` vs one kernel call per batch), checked to be identical.
 """
 
 from __future__ import annotations
@@ -82,6 +86,71 @@ def linear_scan_batches(seqs, out_batch_size: int, out_pseq_len: int, buffer_siz
             if x[-1] != out_pseq_len:
                 x.append(out_pseq_len)
         yield batch, cu, int(seq_counts.sum()), int(out_pseq_len * out_batch_size - remaining.sum())
+
+
+def seed_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int) -> list[int]:
+    """Placement decisions only (no tokens): the seed's Python loop with ``find_best_fit``."""
+    source = iter(lens.tolist())
+    buffer: deque = deque()
+    exhausted, rows_out = False, []
+    for _ in range(max_batches):
+        remaining = np.full(R, P, dtype=np.int32)
+        deferred = []
+        while True:
+            if not buffer:
+                room = buf - len(deferred)
+                while room > 0 and not exhausted:
+                    try:
+                        buffer.append(next(source))
+                        room -= 1
+                    except StopIteration:
+                        exhausted = True
+                if not buffer:
+                    break
+            n = buffer.popleft()
+            row = _find_best_fit(remaining, n)
+            if row != -1:
+                remaining[row] -= n
+                rows_out.append(int(row))
+            else:
+                deferred.append(n)
+        buffer.extend(deferred)
+    return rows_out
+
+
+def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int) -> list[int]:
+    """Placement decisions only: mmpack's kernel, one call per batch over the held lengths."""
+    from mmpack.kernels.streaming import bitmap_layout, place_best_fit, reset_rows
+
+    level_off, level_len = bitmap_layout((P + 1) * R)
+    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    remaining = np.full(R, -1, dtype=np.int64)
+    counts = np.zeros(R, dtype=np.int64)
+    held = lens[:0]
+    pos, placed_rows = 0, []
+    out_row = np.empty(2 * buf, dtype=np.int64)
+    out_off = np.empty(2 * buf, dtype=np.int64)
+    for _ in range(max_batches):
+        reset_rows(words, level_off, remaining, counts, R, P)
+        processed = deferred = 0
+        while deferred < buf:
+            if processed == held.shape[0]:
+                if pos == lens.shape[0]:
+                    break
+                take = lens[pos:pos + buf]
+                pos += take.shape[0]
+                held = np.concatenate([held, take])
+                if out_row.shape[0] < held.shape[0]:
+                    out_row = np.concatenate([out_row, np.empty_like(out_row)])
+                    out_off = np.concatenate([out_off, np.empty_like(out_off)])
+            k, d = place_best_fit(held[processed:], buf - deferred, words, level_off, level_len,
+                                  remaining, counts, P, out_row[processed:], out_off[processed:])
+            processed += k
+            deferred += d
+        rows = out_row[:processed]
+        placed_rows.append(rows[rows >= 0])
+        held = np.concatenate([held[:processed][rows < 0], held[processed:]])
+    return np.concatenate(placed_rows).tolist()
 
 
 def _stream(n: int, row_len: int, seed: int = 0) -> list[np.ndarray]:
@@ -172,6 +241,21 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "speedup": rate / base, "seconds": seconds,
                 })
             del store
+
+        # Placement decisions alone (lengths only, no tokens): the algorithmic part.
+        lens = np.array([len(x) for x in seqs], dtype=np.int64)
+        assert seed_placement(lens, bs, P, buf, 3) == kernel_placement(lens, bs, P, buf, 3)
+        base = None
+        for name, fn in (("placement only: seed loop", seed_placement),
+                         ("placement only: kernel", kernel_placement)):
+            seconds, placed = _timed(lambda fn=fn: fn(lens, bs, P, buf, nb), repeats)
+            rate = len(placed) / seconds
+            base = rate if base is None else base
+            rows.append({
+                "shape": sh["name"], "buffer": buf, "packer": name, "batches": nb,
+                "efficiency": float("nan"), "seqs_per_s": rate, "speedup": rate / base,
+                "seconds": seconds,
+            })
     return rows
 
 

@@ -114,7 +114,9 @@ def num_label_tokens(batch: Mapping[str, Any], ignore_index: int = IGNORE_INDEX)
         return sum(int((x != ignore_index).sum()) for x in labels)
     if hasattr(labels, "shape"):
         return int((labels != ignore_index).sum())
-    raise TypeError(f"labels must be an array, a tensor or a list of them, got {type(labels).__name__}")
+    raise TypeError(
+        f"labels must be an array, a tensor or a list of them, got {type(labels).__name__}"
+    )
 
 
 def num_sequences(batch: Mapping[str, Any], *, count_padding: bool = False) -> int:

@@ -25,9 +25,10 @@ if any, is the last segment:
   #212); choose a ``pad_id`` that is not a real token, since tokens equal to it are never
   selected.  The packing is the same in both modes.
 
-The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``
-(``numpy.random.default_rng([seed, epoch, i])``): reading an index twice gives the same sample,
-:meth:`PackedDataset.set_epoch` changes every mask.
+The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: its generator is
+Philox-4x64 keyed by ``seed`` with counter ``(0, 0, i, epoch)`` (setting that state costs ~5 us,
+a fifth of constructing ``default_rng([seed, epoch, i])``).  Reading an index twice gives the same
+sample, in any batch, worker or order; :meth:`PackedDataset.set_epoch` changes every mask.
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
 the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns a list of
@@ -67,6 +68,25 @@ LABEL_SHIFTS = ("hf", "next")
 """Accepted ``label_shift`` values (causal mode)."""
 
 _INT32_MAX = 2**31 - 1
+
+
+_PHILOX_KEY1 = 0x6D6D7061636B2D31  # b"mmpack-1": second key word of the MLM generator
+
+
+def _philox_state(seed: int, epoch: int, i: int) -> dict[str, Any]:
+    """Philox-4x64 keyed by ``seed``, counter ``(0, 0, i, epoch)``: sample ``i``'s own stream
+    (a row draws far fewer than 2**64 blocks, so streams never overlap)."""
+    return {
+        "bit_generator": "Philox",
+        "state": {
+            "counter": np.array([0, 0, i, epoch], dtype=np.uint64),
+            "key": np.array([seed, _PHILOX_KEY1], dtype=np.uint64),
+        },
+        "buffer": np.zeros(4, dtype=np.uint64),
+        "buffer_pos": 4,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
 
 
 def _int(value: Any, name: str) -> int:
@@ -206,8 +226,8 @@ class PackedDataset:
                     "special ids, eot, mask_id and pad_id are excluded"
                 )
         self.seed = _int(seed, "seed")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+        if not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         self.lookahead = _int(lookahead, "lookahead")
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
@@ -267,8 +287,8 @@ class PackedDataset:
     def set_epoch(self, epoch: int) -> None:
         """Select the MLM corruption of ``epoch`` (>= 0); the packing does not change."""
         e = _int(epoch, "epoch")
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if not 0 <= e < 2**64:
+            raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
         self.epoch = e
 
     def locate(self, i: int) -> list[tuple[int, int, int]]:
@@ -332,8 +352,10 @@ class PackedDataset:
                 self._label_mode, ids, pos, labels, attn, cu, n_seg, max_len,
             )
         if self.mode == "mlm":
+            bitgen = np.random.Philox(key=[self.seed, _PHILOX_KEY1])
+            rng = np.random.Generator(bitgen)
             for r in range(k):
-                rng = np.random.default_rng([self.seed, self.epoch, int(idx[r])])
+                bitgen.state = _philox_state(self.seed, self.epoch, int(idx[r]))
                 masked, lab = mlm_mask(
                     ids[r], rng=rng, mask_prob=self.mask_prob, mask_id=self.mask_id,
                     vocab_size=self.vocab_size, excluded=self._excl, maskable=attn[r] != 0,

@@ -170,7 +170,7 @@ class Prefetcher(Generic[T]):
 
 
 class Prefetched(Generic[T]):
-    """Re-iterable wrapper: every ``iter()`` starts a new :class:`Prefetcher` over ``iter(iterable)``.
+    """Re-iterable wrapper: every ``iter()`` starts a new :class:`Prefetcher` over the iterable.
 
     Handy around a :class:`~mmpack.streaming.StreamingPacker`, whose every ``iter()`` is an epoch.
     """

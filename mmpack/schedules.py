@@ -206,7 +206,7 @@ class MaskingRatioCooldown:
         self.end_tokens = self.start_tokens + self.cooldown_tokens
 
     def __call__(self, tokens: int) -> float:
-        """Masking ratio of the next batch after ``tokens`` real tokens were emitted by this rank."""
+        """Masking ratio of the next batch after this rank emitted ``tokens`` real tokens."""
         if tokens < self.start_tokens:
             return self.initial
         if tokens >= self.end_tokens:

@@ -35,7 +35,13 @@ from mmpack.backends import Backend, get_backend
 from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE
 from mmpack.backends._memmap import MemmapBackend
 from mmpack.backends._zarr import ZarrBackend
-from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, StoreNotFoundError
+from mmpack.errors import (
+    FormatError,
+    MmpackError,
+    StateMismatchError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
 from mmpack.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
@@ -222,6 +228,23 @@ def open_store(path: str | os.PathLike[str]) -> TokenStore:
         ``path`` is not a store, or its metadata disagrees with its files.
     """
     path = _as_path(path, "path")
+    # A rebuild with overwrite=True may swap the folder between reading the metadata and
+    # mapping the files: re-read the metadata afterwards and retry if it changed.
+    for _ in range(5):
+        raw = _read_raw_meta(path)
+        meta = StoreMeta.from_json(raw, path)
+        try:
+            store = TokenStore(path, meta, raw)
+        except (FormatError, OSError):
+            if _raw_meta_now(path) != raw:
+                continue
+            raise
+        if _raw_meta_now(path) == raw:
+            return store
+    raise FormatError(f"{str(path)!r} kept being replaced while it was being opened")
+
+
+def _read_raw_meta(path: Path) -> Any:
     if not path.exists():
         raise StoreNotFoundError(f"no mmpack store at {str(path)!r}: the path does not exist")
     if not path.is_dir():
@@ -237,8 +260,14 @@ def open_store(path: str | os.PathLike[str]) -> TokenStore:
             f"{str(path)!r} is not an mmpack store: it has neither mmpack.json nor a Zarr group "
             "with mmpack attributes (an interrupted build leaves no store; rebuild it)"
         )
-    meta = StoreMeta.from_json(raw, path)
-    return TokenStore(path, meta, raw)
+    return raw
+
+
+def _raw_meta_now(path: Path) -> Any:
+    try:
+        return _read_raw_meta(path)
+    except (MmpackError, OSError):
+        return None
 
 
 def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:

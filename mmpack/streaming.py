@@ -152,7 +152,9 @@ def _sequences(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     try:
         lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     except TypeError as exc:
-        raise TypeError(f"every source sequence must have a length (a 1-D sequence): {exc}") from None
+        raise TypeError(
+            f"every source sequence must have a length (a 1-D sequence): {exc}"
+        ) from None
     return np.fromiter(items, dtype=object, count=len(items)), lens
 
 
@@ -344,7 +346,9 @@ class StreamingPacker:
         ):
             raise ValueError(f"mask_prob must be a number in [0, 1], got {mask_prob!r}")
         self.seed = int_arg("seed", seed, 0)
-        self.readahead = int_arg("readahead", self.buffer_size if readahead is None else readahead, 1)
+        self.readahead = int_arg(
+            "readahead", self.buffer_size if readahead is None else readahead, 1
+        )
         self.mode = mode
         self.pad_id = int_arg("pad_id", pad_id, -(2**63))
         self.ignore_index = int_arg("ignore_index", ignore_index, -(2**63))

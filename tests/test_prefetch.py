@@ -20,7 +20,6 @@ def test_yields_everything_in_order():
 
 def test_depth_bounds_read_ahead():
     pulled = []
-    release = threading.Event()
 
     def gen():
         for i in range(50):
@@ -34,7 +33,6 @@ def test_depth_bounds_read_ahead():
     # consumed 1, queue holds 2, producer holds at most 1 more
     assert len(pulled) <= 4
     p.close()
-    release.set()
     assert not p.thread.is_alive()
 
 

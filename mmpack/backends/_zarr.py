@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
-from mmpack.errors import FormatError
+from mmpack.errors import FormatError, StateMismatchError
 from mmpack.format import OFFSETS_DTYPE, StoreMeta
 
 TOKEN_CHUNK = 1 << 18
@@ -31,6 +31,16 @@ def _zarr():
     import zarr  # imported here only: zarr is needed only by stores that use this backend
 
     return zarr
+
+
+def _stamp(path: Path) -> bytes | None:
+    """The group's ``zarr.json`` (it holds the mmpack record and its fingerprint): differs once
+    the store was rebuilt with other content.  (Inode numbers are no stamp: the deleted old
+    store's are reused.)"""
+    try:
+        return (path / "zarr.json").read_bytes()
+    except OSError:
+        return None
 
 
 def _corrupt(path: Path, what: str, exc: BaseException) -> FormatError:
@@ -47,6 +57,7 @@ class ZarrBackend(Backend):
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         super().__init__(path, meta)
+        self._stamp = _stamp(path)
         try:
             group = _zarr().open_group(str(path), mode="r")
             self._tokens = group["tokens"]
@@ -113,12 +124,25 @@ class ZarrBackend(Backend):
     def read_range(self, start: int, stop: int) -> np.ndarray:
         if stop <= start:
             return np.empty(0, dtype=self.meta.dtype)
+        self._check_unchanged()
         try:
-            return np.asarray(self._tokens[start:stop])
+            out = np.asarray(self._tokens[start:stop])
         except (PermissionError, MemoryError):
             raise
         except Exception as exc:  # a chunk that no longer decodes (zstd, truncation)
+            self._check_unchanged()
             raise _corrupt(self.path, f"tokens [{start}, {stop})", exc) from exc
+        self._check_unchanged()  # the chunks read were the ones of the store opened
+        return out
+
+    def _check_unchanged(self) -> None:
+        # Chunks are read by path: after a rebuild with overwrite=True they are the new store's
+        # (unlike a memory mapping, which keeps the old files), so refuse rather than mix them.
+        if _stamp(self.path) != self._stamp:
+            raise StateMismatchError(
+                f"{self.path}: the Zarr store was replaced (rebuilt) after it was opened; "
+                "open it again"
+            )
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = len(starts)

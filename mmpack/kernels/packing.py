@@ -592,47 +592,60 @@ def fill_rows(
     with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
     (if any) being the last segment.
     """
+    # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
     for r in range(input_ids.shape[0]):
+        ids = input_ids[r]
+        pos = position_ids[r]
+        lab = labels[r]
+        att = attention_mask[r]
         t = 0
         seg = 0
         longest = 0
         cu_seqlens[r, 0] = 0
         for q in range(row_ptr[r], row_ptr[r + 1]):
             s0 = t
+            n = lengths[q]
             a = src_starts[q]
-            for i in range(lengths[q]):
-                input_ids[r, t + i] = src[a + i]
-            t += lengths[q]
+            seg_src = src[a : a + n]
+            seg_ids = ids[s0 : s0 + n]
+            for i in range(n):
+                seg_ids[i] = seg_src[i]
+            t += n
             if has_eot[q] != 0:
-                input_ids[r, t] = eot_id
+                ids[t] = eot_id
                 t += 1
-            for i in range(s0, t):
-                position_ids[r, i] = i - s0
-                attention_mask[r, i] = 1
-            if label_mode == LABELS_NEXT:
-                for i in range(s0, t - 1):
-                    labels[r, i] = input_ids[r, i + 1]
-                if t > s0:
-                    labels[r, t - 1] = IGNORE
-            elif label_mode == LABELS_HF:
-                if t > s0:
-                    labels[r, s0] = IGNORE
-                for i in range(s0 + 1, t):
-                    labels[r, i] = input_ids[r, i]
-            else:
-                for i in range(s0, t):
-                    labels[r, i] = IGNORE
+            m = t - s0
+            seg_pos = pos[s0:t]
+            seg_att = att[s0:t]
+            for i in range(m):
+                seg_pos[i] = i
+                seg_att[i] = 1
+            seg_lab = lab[s0:t]
+            if m > 0:
+                if label_mode == LABELS_NEXT:
+                    nxt = ids[s0 + 1 : t]
+                    for i in range(m - 1):
+                        seg_lab[i] = nxt[i]
+                    seg_lab[m - 1] = IGNORE
+                elif label_mode == LABELS_HF:
+                    cur = ids[s0:t]
+                    seg_lab[0] = IGNORE
+                    for i in range(1, m):
+                        seg_lab[i] = cur[i]
+                else:
+                    for i in range(m):
+                        seg_lab[i] = IGNORE
             seg += 1
             cu_seqlens[r, seg] = t
-            if t - s0 > longest:
-                longest = t - s0
+            if m > longest:
+                longest = m
         if t < seqlen:
             for i in range(t, seqlen):
-                input_ids[r, i] = pad_id
-                position_ids[r, i] = i - t
-                labels[r, i] = IGNORE
-                attention_mask[r, i] = 0
+                ids[i] = pad_id
+                pos[i] = i - t
+                lab[i] = IGNORE
+                att[i] = 0
             seg += 1
             cu_seqlens[r, seg] = seqlen
             if seqlen - t > longest:

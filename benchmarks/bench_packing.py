@@ -1,0 +1,122 @@
+"""Packing plans: build speed (documents/s) and quality (bins against the lower bound).
+
+Corpora of ``N`` document lengths (10^5 .. 10^7; quick: 10^5, 10^6) packed into bins of ``L``
+tokens (2048 .. 32768) with an eot after every document:
+
+- ``lognormal(5.48, 1.15)``: C4-like (median ~240 tokens);
+- ``lognormal(6.4, 1.3)``: longer web/code documents (median ~600, a heavier tail past ``L``);
+- ``gamma(5, 20)``: short, narrow (mean 100);
+- ``adversarial``: every document ``L/2 + 1`` tokens without eot: no two fit a bin, so every
+  algorithm needs ``N`` bins for a lower bound of about ``N/2``.
+
+Columns: ``bfd Mdocs/s`` (median of repeats after a compile warm-up; the whole ``build_plan``
+call), ``bins/lower`` (bins over ``ceil(tokens / L)``) and ``excess`` (that ratio minus 1), ``efficiency`` (real tokens incl. eot
+over ``bins * L``), ``frac_long`` / ``frac_split`` (documents longer than a bin / split), the same
+for ``algorithm="stream"`` (1024 open bins), and ``reopen ms``: loading the cached plan file.
+Target: BFD at least 10M documents/s at N >= 10^6, within 1% of the lower bound on the
+non-adversarial corpora.
+
+Run ``python -m benchmarks.bench_packing [--quick]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.plan import build_plan, cached_plan
+
+TARGET_DOCS_PER_S = 10e6
+
+
+def _lengths(dist: str, n: int, seqlen: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dist == "lognormal(5.48,1.15)":
+        return rng.lognormal(5.48, 1.15, n).astype(np.int64)
+    if dist == "lognormal(6.4,1.3)":
+        return rng.lognormal(6.4, 1.3, n).astype(np.int64)
+    if dist == "gamma(5,20)":
+        return rng.gamma(5.0, 20.0, n).astype(np.int64)
+    if dist == "adversarial":
+        return np.full(n, seqlen // 2 + 1, dtype=np.int64)
+    raise ValueError(dist)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+class _DirStore:
+    """The two attributes :func:`cached_plan` reads, for a folder that is not a real store."""
+
+    def __init__(self, path: Path, doc_lens: np.ndarray) -> None:
+        self.path = path
+        self.doc_lens = doc_lens
+        self.fingerprint = "bench0000000000a"
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    sizes = [100_000, 1_000_000] if quick else [100_000, 1_000_000, 10_000_000]
+    seqlens = [2048, 32768] if quick else [2048, 8192, 32768]
+    dists = ["lognormal(5.48,1.15)", "lognormal(6.4,1.3)", "gamma(5,20)", "adversarial"]
+    warm = np.array([1, 5, 3000, 0], dtype=np.int64)
+    for algorithm in ("bfd", "stream"):
+        build_plan(warm, 2048, eot=True, algorithm=algorithm)  # compile outside the timings
+        build_plan(warm, 2048, eot=False, algorithm=algorithm)
+    rows: list[dict[str, Any]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-packing-"))
+    for dist in dists:
+        for n in sizes:
+            for seqlen in seqlens:
+                lens = _lengths(dist, n, seqlen)
+                eot = dist != "adversarial"
+                repeats = 3 if n <= 1_000_000 else 2
+                plan = build_plan(lens, seqlen, eot=eot)
+                t_bfd = _median_seconds(lambda: build_plan(lens, seqlen, eot=eot), repeats)
+                stream = build_plan(lens, seqlen, eot=eot, algorithm="stream")
+                t_stream = _median_seconds(
+                    lambda: build_plan(lens, seqlen, eot=eot, algorithm="stream"), 1
+                )
+                s, ss = plan.stats, stream.stats
+                row: dict[str, Any] = {
+                    "case": f"{dist} N={n:.0e} L={seqlen}",
+                    "bfd Mdocs/s": n / t_bfd / 1e6,
+                    "bins": s.n_bins,
+                    "lower": s.lower_bound_bins,
+                    "bins/lower": s.n_bins / max(s.lower_bound_bins, 1),
+                    "excess": s.excess_bins,
+                    "efficiency": s.efficiency,
+                    "frac_long": s.frac_long,
+                    "frac_split": s.frac_split,
+                    "stream Mdocs/s": n / t_stream / 1e6,
+                    "stream excess": ss.excess_bins,
+                    "stream efficiency": ss.efficiency,
+                }
+                if n >= 1_000_000 and seqlen == 2048:
+                    store = _DirStore(tmp / f"{dist}-{n}", lens)
+                    store.path.mkdir()
+                    cached_plan(store, seqlen, eot=eot)
+                    t_open = _median_seconds(lambda: cached_plan(store, seqlen, eot=eot), 5)
+                    row["reopen ms"] = t_open * 1e3
+                if n >= 1_000_000:
+                    fast = n / t_bfd >= TARGET_DOCS_PER_S
+                    tight = dist == "adversarial" or s.n_bins <= 1.01 * s.lower_bound_bins
+                    row["met"] = bool(fast and tight)
+                rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.__main__ import print_table
+
+    print_table("packing plans", run(quick="--quick" in sys.argv[1:]))

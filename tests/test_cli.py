@@ -1,0 +1,363 @@
+"""The ``mmpack`` command, run as users run it: a subprocess of the real entry point
+(``python -m mmpack`` and the installed ``mmpack`` script) on small real corpora.
+
+Run: ``.venv/bin/python -m pytest tests/test_cli.py -q``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _text_corpora import DATA, stdlib_texts, train_bpe
+
+import mmpack
+from mmpack.cli import build_parser, main
+from mmpack.demo import compare_packing
+from mmpack.tokenizer import load_tokenizer
+
+SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
+SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
+SUBCOMMANDS = ["build", "info", "show", "pack", "verify", "demo", "bench"]
+
+
+def mmpack_cmd(*args, cwd=None, script=False, timeout=120):
+    cmd = [_script()] if script else [sys.executable, "-m", "mmpack"]
+    return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def _script() -> str:
+    path = Path(sys.executable).with_name("mmpack")
+    return str(path) if path.exists() else shutil.which("mmpack")
+
+
+def assert_one_line_error(res, *fragments):
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("mmpack: error: ")
+    assert "Traceback" not in res.stderr
+    for frag in fragments:
+        assert frag in lines[0]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Text files, JSONL and Parquet made of real text, plus bad files of every kind."""
+    root = tmp_path_factory.mktemp("corpus")
+    texts = stdlib_texts(150_000, skip=30)
+    (root / "docs").mkdir()
+    for k, t in enumerate(texts[:6]):
+        (root / "docs" / f"{k:02d}.txt").write_text(t, encoding="utf-8")
+    with open(root / "records.jsonl", "w", encoding="utf-8") as f:
+        for t in texts[6:]:
+            f.write(json.dumps({"content": t}) + "\n")
+    pq.write_table(pa.table({"content": texts[:4], "n": [1, 2, 3, 4]}), root / "table.parquet")
+    (root / "docs" / "zz_latin1.txt").write_bytes("naïve".encode("latin-1"))
+    (root / "empty.jsonl").write_text("")
+    shutil.copy(DATA / "bad_records.jsonl", root / "bad.jsonl")
+    pq.write_table(pa.table({"content": [1, 2, 3]}), root / "numbers.parquet")
+    return root, texts
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    return train_bpe(tmp_path_factory.mktemp("bpe"))
+
+
+@pytest.fixture(scope="module")
+def seed_store(tmp_path_factory):
+    return mmpack.build(tmp_path_factory.mktemp("seed") / "s", SEED_DOCS).path
+
+
+# ----------------------------------------------------------------------------- build
+def test_build_reports_bad_records_and_counts(corpus, tmp_path):
+    root, texts = corpus
+    res = mmpack_cmd("build", "docs/*.txt", "records.jsonl", "table.parquet", "bad.jsonl",
+                     "empty.jsonl", "numbers.parquet", "-o", tmp_path / "s", "--field", "content",
+                     cwd=root)
+    assert res.returncode == 0, res.stderr
+    err = res.stderr.strip().splitlines()
+    # bad.jsonl keeps its texts under "text": with --field content no record of it has one.
+    assert err[0] == "mmpack: skipped: docs/zz_latin1.txt: invalid UTF-8 at byte 2"
+    assert err[1] == "mmpack: skipped: bad.jsonl:1: field 'content' is missing"
+    assert err[2].startswith("mmpack: skipped: bad.jsonl:2: invalid UTF-8 at byte")
+    assert err[3].startswith("mmpack: skipped: bad.jsonl:3: invalid JSON")
+    assert err[4].startswith("mmpack: skipped: bad.jsonl:4: the record is a list")
+    assert err[6] == "mmpack: skipped: bad.jsonl:6: field 'content' is missing"
+    assert err[-2] == "mmpack: note: empty.jsonl: the file holds no records"
+    assert err[-1].startswith("mmpack: skipped: numbers.parquet: column 'content' has type int64")
+    assert len(err) == 1 + 10 + 2
+    n_good = 6 + (len(texts) - 6) + 4
+    out = res.stdout.strip()
+    assert out.startswith(f"read {n_good + 1 + 10 + 3} documents: wrote {n_good} (")
+    assert f"skipped {1 + 10 + 3} with errors and 0 empty" in out
+    store = mmpack.open(tmp_path / "s")
+    tok = load_tokenizer(None)
+    assert [tok.decode(store[j]) for j in range(len(store))] == texts[:6] + texts[6:] + texts[:4]
+
+
+def test_build_on_error_fail_leaves_nothing(corpus, tmp_path):
+    root, _ = corpus
+    res = mmpack_cmd("build", root / "records.jsonl", root / "bad.jsonl", "-o", tmp_path / "s",
+                     "--field", "content", "--on-error", "fail", "--quiet")
+    assert_one_line_error(res, "bad.jsonl:1: field 'content' is missing", "on_error='fail'")
+    assert not (tmp_path / "s").exists() and os.listdir(tmp_path) == []
+
+
+def test_build_lines_skip_empty_overwrite(tmp_path):
+    (tmp_path / "l.txt").write_text("a\n\nb\n")
+    res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "-o", tmp_path / "s")
+    assert res.returncode == 0 and "wrote 3" in res.stdout
+    res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "-o", tmp_path / "s")
+    assert_one_line_error(res, "exists", "overwrite")
+    res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "--skip-empty", "--overwrite",
+                     "--backend", "zarr", "-o", tmp_path / "s")
+    assert res.returncode == 0 and "wrote 2" in res.stdout and "1 empty" in res.stdout
+    store = mmpack.open(tmp_path / "s")
+    assert store.backend == "zarr" and store.doc_lens.tolist() == [1, 1]
+
+
+@pytest.mark.slow
+def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path):
+    root, texts = corpus
+    for name, workers in [("w1", 1), ("w2", 2)]:
+        res = mmpack_cmd("build", root / "records.jsonl", "--field", "content", "--tokenizer",
+                         bpe, "--workers", workers, "--batch-size", 3, "--quiet",
+                         "-o", tmp_path / name)
+        assert res.returncode == 0, res.stderr
+        assert res.stderr == "" and f"({workers} worker" in res.stdout
+    for f in ("tokens.bin", "offsets.bin", "mmpack.json"):
+        assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes()
+    store = mmpack.open(tmp_path / "w2")
+    tok = load_tokenizer(bpe)
+    assert store.dtype == np.uint16
+    assert [tok.decode(store[j]) for j in range(len(store))] == texts[6:]
+    # show --decode with the same tokenizer gives the text back.
+    res = mmpack_cmd("show", tmp_path / "w2", "--seqlen", 64, "-i", 0, "--decode",
+                     "--tokenizer", bpe)
+    assert res.returncode == 0, res.stderr
+    decoded = res.stdout.split("--- positions 0..64 ---\n", 1)[1]
+    assert decoded.rstrip("\n") == tok.decode(store[0][:64])
+    assert texts[6].startswith(decoded.rstrip("\n")[:40])
+
+
+# ----------------------------------------------------------------------------- info, show, pack
+def test_info(corpus, tmp_path):
+    root, texts = corpus
+    mmpack_cmd("build", "records.jsonl", "--field", "content", "-o", tmp_path / "s", cwd=root)
+    res = mmpack_cmd("info", tmp_path / "s")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    n = len(texts) - 6
+    tokens = sum(len(t.encode()) for t in texts[6:])
+    assert f"documents    {n:,} (0 empty)" in out
+    assert f"tokens       {tokens:,} (uint8, 1 byte each)" in out
+    assert "backend      memmap" in out and "on disk" in out and "histogram" in out
+    assert "p50" in out and "p99" in out
+    res = mmpack_cmd("info", tmp_path / "s", "--json")
+    info = json.loads(res.stdout)
+    assert info["documents"] == n and info["tokens"] == tokens and info["dtype"] == "uint8"
+    lens = mmpack.open(tmp_path / "s").doc_lens
+    assert info["doc_length"]["max"] == lens.max()
+    assert info["doc_length"]["p50"] == pytest.approx(np.quantile(lens, 0.5))
+    assert info["bytes_on_disk"] >= tokens + 8 * (n + 1)
+
+
+def test_show_windows_the_seed_example(seed_store):
+    res = mmpack_cmd("show", seed_store, "--seqlen", 8, "--stride", 4, "-i", 27, "--eot", 420)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "window 27 of 28 (seqlen 8, stride 4, eot 420)"
+    # The stream is 118 tokens; window 27 is S[108:116]: the last document's tokens 0..7.
+    assert lines[1] == "input_ids      [0, 1, 2, 3, 4, 5, 6, 7]"
+    assert "doc 9 tokens 0..8" in res.stdout
+    res = mmpack_cmd("show", seed_store, "--seqlen", 8, "--stride", 4, "-i", 28, "--eot", 420)
+    assert_one_line_error(res, "out of range", "28 samples")
+
+
+def test_show_packed_and_decode(tmp_path):
+    (tmp_path / "a.jsonl").write_text("".join(
+        json.dumps({"text": t}) + "\n" for t in ["alpha beta", "gamma", "delta epsilon zeta"]))
+    res = mmpack_cmd("build", tmp_path / "a.jsonl", "-o", tmp_path / "s")
+    assert res.returncode == 0, res.stderr
+    res = mmpack_cmd("show", tmp_path / "s", "--packed", "--seqlen", 40, "--eot", 256, "-i", 0,
+                     "--decode")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.startswith("packed row 0 of 1 (seqlen 40, bfd, eot 256, pad 0)")
+    # Best-fit decreasing: longest first (18, 10, 5 tokens), each followed by its eot, then
+    # the padding as the last segment.
+    assert "cu_seqlens     [0, 19, 30, 36, 40]" in out
+    assert "from           doc 2 tokens 0..18 + eot; doc 0 tokens 0..10 + eot; " \
+           "doc 1 tokens 0..5 + eot" in out
+    segments = out.split("--- positions ")[1:]
+    assert [s.split("\n", 1)[1] for s in segments[:3]] == [
+        "delta epsilon zeta<|endoftext|>\n", "alpha beta<|endoftext|>\n",
+        "gamma<|endoftext|>\n"]
+    assert segments[3] == "36..40 ---\n" + "\x00" * 4 + "\n"  # pad id 0
+
+
+def test_pack_compares_algorithms_and_baselines(seed_store):
+    res = mmpack_cmd("pack", seed_store, "--seqlen", 16)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for name in ("best-fit decreasing", "streaming best fit", "next fit", "pad (1 doc/row)",
+                 "concat + chunk"):
+        assert name in out
+    assert "118 tokens to place (with an eot per document), seqlen 16" in out
+    res = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot")
+    got = json.loads(res.stdout)
+    lens = mmpack.open(seed_store).doc_lens
+    want = compare_packing(lens, 16, eot=False, algorithms=("bfd", "stream", "nextfit"))
+    assert [m["method"] for m in got["methods"]] == ["bfd", "stream", "nextfit", "pad", "chunk"]
+    for g, w in zip(got["methods"], want):
+        assert (g["rows"], g["tokens"], g["padding"]) == (w["rows"], w["tokens"], w["padding"])
+    pad = got["methods"][3]
+    assert pad["rows"] == 10 and pad["tokens"] == 108  # one row per document, no eot
+
+
+def test_compare_packing_baselines_by_hand():
+    rows = {r["method"]: r for r in compare_packing([3, 0, 9, 4], 5, eot=True)}
+    # slots 4, 1, 10, 5 -> 20 tokens; padding: 1 + 1 + 2 + 1 rows
+    assert (rows["pad"]["rows"], rows["pad"]["tokens"], rows["pad"]["docs_cut"]) == (5, 20, 1)
+    # chunk: [0,4) [4,5) [5,15) [15,20) over rows of 5 -> only the 10-slot document is cut
+    assert (rows["chunk"]["rows"], rows["chunk"]["docs_cut"]) == (4, 1)
+    assert rows["chunk"]["efficiency"] == 1.0 and rows["pad"]["efficiency"] == 20 / 25
+    assert rows["bfd"]["tokens"] == 20 and rows["bfd"]["rows"] >= 4
+    drop = {r["method"]: r for r in compare_packing([3, 0, 9, 4], 5, long_docs="drop")}
+    assert drop["pad"]["tokens"] == 10 == drop["bfd"]["tokens"]
+
+
+# ----------------------------------------------------------------------------- verify, errors
+def test_verify_ok_and_corrupt(tmp_path):
+    store = mmpack.build(tmp_path / "s", [np.arange(1000) % 200, [1, 2, 3]])
+    res = mmpack_cmd("verify", store.path)
+    assert res.returncode == 0 and ": ok, 2 checksum blocks" in res.stdout
+    assert store.fingerprint in res.stdout
+    tokens = tmp_path / "s" / "tokens.bin"
+    data = bytearray(tokens.read_bytes())
+    data[500] ^= 0xFF
+    tokens.write_bytes(bytes(data))
+    res = mmpack_cmd("verify", store.path)
+    assert_one_line_error(res, "tokens block 0", "checksum")
+
+
+def test_missing_store_is_one_line_exit_1(tmp_path):
+    res = mmpack_cmd("info", tmp_path / "nope")
+    assert_one_line_error(res, "no mmpack store", "nope")
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize("command", [
+    ["info"], ["verify"], ["pack", "--seqlen", "8"], ["show", "--seqlen", "8", "-i", "0"],
+])
+def test_every_command_reports_a_missing_or_foreign_store_in_one_line(tmp_path, command, capsys):
+    """In-process (the subprocess path is covered above): exit code 1 and one line."""
+    (tmp_path / "folder").mkdir()
+    for target, fragment in [("nope", "no mmpack store"), ("folder", "is not an mmpack store")]:
+        assert main([command[0], str(tmp_path / target), *command[1:]]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("mmpack: error: ") and fragment in err
+
+
+def test_corrupt_metadata_is_one_line_exit_1(seed_store, tmp_path):
+    shutil.copytree(seed_store, tmp_path / "s")
+    (tmp_path / "s" / "mmpack.json").write_text("{ not json")
+    assert_one_line_error(mmpack_cmd("info", tmp_path / "s"))
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["frobnicate"],
+    ["build", "x.txt"],                                   # -o is required
+    ["build", "x.txt", "-o", "s", "--workers", "0"],
+    ["build", "x.txt", "-o", "s", "--on-error", "maybe"],
+    ["show", "s", "-i", "0"],                             # --seqlen is required
+    ["show", "s", "--seqlen", "-3", "-i", "0"],
+    ["pack", "s", "--seqlen", "many"],
+    ["info"],
+])
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("mmpack")
+    assert "error:" in err
+
+
+def test_bad_arguments_exit_2_in_a_subprocess():
+    res = mmpack_cmd("show", "s", "--seqlen", "x", "-i", "0")
+    assert res.returncode == 2
+    assert "argument --seqlen: expected an integer, got 'x'" in res.stderr
+
+
+def test_build_missing_input_and_bad_tokenizer(tmp_path):
+    res = mmpack_cmd("build", str(tmp_path / "*.jsonl"), "-o", tmp_path / "s")
+    assert_one_line_error(res, "no file matches")
+    (tmp_path / "a.txt").write_text("x")
+    res = mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s", "--tokenizer",
+                     tmp_path / "missing.json")
+    assert_one_line_error(res, "missing.json", "does not exist")
+
+
+# ----------------------------------------------------------------------------- help, script
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_every_subcommand_has_complete_help(sub, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([sub, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mmpack {sub}")
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in subparsers.choices[sub]._actions:
+        assert action.help and action.help != argparse.SUPPRESS, (sub, action.dest)
+
+
+def test_the_installed_script_and_top_level_help(seed_store):
+    t0 = time.perf_counter()
+    res = mmpack_cmd("--help", script=True)
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 0
+    for sub in SUBCOMMANDS:
+        assert sub in res.stdout
+    assert elapsed < 10
+    res = mmpack_cmd("info", seed_store, script=True)
+    assert res.returncode == 0 and "documents    10 (0 empty)" in res.stdout
+
+
+def test_bench_passes_its_arguments_on():
+    res = mmpack_cmd("bench", "--", "--help")
+    assert res.returncode == 0 and "usage: python -m benchmarks" in res.stdout
+
+
+# ----------------------------------------------------------------------------- demo
+@pytest.mark.slow
+def test_demo(tmp_path):
+    t0 = time.perf_counter()
+    res = mmpack_cmd("demo", "--out", tmp_path, script=True, timeout=300)
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "== 1. Build" in out and "uint8" in out
+    assert "seqlen 8, stride 4: 28 samples" in out
+    for method in ("bfd", "stream", "pad", "chunk"):
+        assert method in out
+    assert "seqlen 2048:" in out and "seqlen 8192:" in out and "cu_seqlens [0," in out
+    assert "p50" in out and "M tokens/s" in out
+    store = mmpack.open(tmp_path / "stdlib")
+    assert store.dtype == np.uint8 and len(store) > 1000
+    assert elapsed < 60
