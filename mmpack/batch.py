@@ -23,7 +23,8 @@ class SampleBatch(Sequence):
     Parameters
     ----------
     columns : dict of str to numpy.ndarray
-        Fixed-length fields, each of shape ``(k, ...)`` (e.g. ``input_ids`` ``(k, seqlen)``).
+        Per-sample fields, each of shape ``(k, ...)``: rows (e.g. ``input_ids`` ``(k, seqlen)``)
+        or, for 1-D columns, one scalar per sample (given as a Python number, e.g. ``max_seqlen``).
     cu_seqlens : numpy.ndarray, int32, shape (k, m)
         Row ``r`` holds the sample's ``cu_seqlens`` in its first ``num_cuts[r]`` entries.
     num_cuts : numpy.ndarray, int64, shape (k,)
@@ -44,7 +45,7 @@ class SampleBatch(Sequence):
     def __getitem__(self, r: Any) -> Any:
         if isinstance(r, slice):
             return [self[q] for q in range(*r.indices(len(self)))]
-        sample = {name: col[r] for name, col in self.columns.items()}
+        sample = {name: col[r] if col.ndim > 1 else col[r].item() for name, col in self.columns.items()}
         sample["cu_seqlens"] = self.cu_seqlens[r, : self.num_cuts[r]]
         return sample
 

@@ -257,6 +257,8 @@ def _collate_columns(batch: SampleBatch, *, varlen: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     seqlen = None
     for key, col in batch.columns.items():
+        if key == "max_seqlen":
+            continue  # recomputed below over the whole batch, as for per-sample dicts
         arr = np.ascontiguousarray(col, dtype=np.int64) if col.dtype.kind in "iub" else col
         out[key] = torch.from_numpy(arr)
         if key in TOKEN_FIELDS:

@@ -159,7 +159,7 @@ def ingest(
     format: str | None = None,
     workers: int | None = None,
     batch_size: int = 1000,
-    batch_chars: int = 16 << 20,
+    batch_chars: int = 1 << 20,
     on_error: str = "skip",
     skip_empty: bool = False,
     backend: str = "memmap",

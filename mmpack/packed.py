@@ -31,10 +31,10 @@ a fifth of constructing ``default_rng([seed, epoch, i])``).  Reading an index tw
 sample, in any batch, worker or order; :meth:`PackedDataset.set_epoch` changes every mask.
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
-the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns a list of
-per-sample dicts whose arrays are views of those rows; ``cu_seqlens`` differ in length between
-rows, so collate with :func:`mmpack.collate.collate` (which also builds the batch-wide varlen
-boundaries), not torch's ``default_collate``.  Tokens are read only through
+the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
+:class:`mmpack.batch.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
+differ in length between rows, so collate with :func:`mmpack.collate.collate` (which takes the
+columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
 uniform draw per token.
@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.batch import SampleBatch
 from mmpack.buffers import BufferPool
 from mmpack.errors import FormatError
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE, fill_rows, select_pieces
@@ -300,12 +301,12 @@ class PackedDataset:
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self._gather(np.array([_sample_index(i, len(self))], dtype=np.int64))[0]
 
-    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
-        """A batch in one kernel call: per-sample dicts of views into shared ``(B, seqlen)`` arrays
-        (collate them with :func:`mmpack.collate.collate`)."""
+    def __getitems__(self, indices: Any) -> SampleBatch:
+        """A batch in one kernel call: a sequence of per-sample dicts backed by shared
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.collate.collate`)."""
         return self._gather(_indices(indices, len(self)))
 
-    def _gather(self, idx: np.ndarray) -> list[dict[str, Any]]:
+    def _gather(self, idx: np.ndarray) -> SampleBatch:
         plan = self._plan
         seqlen = self.seqlen
         k = idx.shape[0]
@@ -362,14 +363,6 @@ class PackedDataset:
                 )
                 ids[r] = masked
                 labels[r] = lab
-        return [
-            {
-                "input_ids": ids[r],
-                "labels": labels[r],
-                "position_ids": pos[r],
-                "attention_mask": attn[r],
-                "cu_seqlens": cu[r, : n_seg[r] + 1],
-                "max_seqlen": int(max_len[r]),
-            }
-            for r in range(k)
-        ]
+        columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
+                   "attention_mask": attn, "max_seqlen": max_len}
+        return SampleBatch(columns, cu, n_seg + 1)

@@ -227,29 +227,3 @@ def test_pickles_small_and_reads_in_the_copy(tmp_path):
     copy = pickle.loads(blob)
     assert_samples_equal(copy[7], ds[7])
 
-
-@pytest.mark.parametrize("labels", [False, True])
-def test_batch_collates_like_its_samples(tmp_path, labels):
-    """``mmpack.collate`` on a ``SampleBatch`` (the fast columnar path) equals collating the
-    same samples one dict at a time."""
-    import torch
-    from mmpack.collate import collate
-
-    ds = WindowDataset(mmpack.build(tmp_path / "s", SEED_DOCS), 8, 3, eot=420, labels=labels, drop_last=False)
-    idx = [0, 5, len(ds) - 1, 2]
-    fast = collate(ds.__getitems__(idx))
-    slow = collate([ds[i] for i in idx])
-    assert fast.keys() == slow.keys()
-    for key in fast:
-        if key == "cu_seqlens_rows":
-            assert all(torch.equal(a, b) for a, b in zip(fast[key], slow[key]))
-        elif isinstance(fast[key], torch.Tensor):
-            assert torch.equal(fast[key], slow[key]), key
-            assert fast[key].is_contiguous()
-        else:
-            assert fast[key] == slow[key]
-    # Tensors never alias each other: editing inputs in place leaves labels alone.
-    if labels:
-        before = fast["labels"].clone()
-        fast["input_ids"].fill_(-5)
-        assert torch.equal(fast["labels"], before)

@@ -8,6 +8,7 @@ page-cache copy and nothing else.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,19 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     """Map ``count`` items of ``dtype`` from ``path``, after checking the file size."""
     expected = count * dtype.itemsize
     try:
-        actual = path.stat().st_size
+        f = open(path, "rb")
     except FileNotFoundError:
         raise FormatError(f"{path} is missing: the store is incomplete") from None
-    if actual != expected:
-        raise FormatError(
-            f"{path} holds {actual} bytes but the metadata says {count} items of {dtype} "
-            f"({expected} bytes): the file is truncated or was replaced"
-        )
-    if count == 0:
-        return np.empty(0, dtype=dtype)
-    arr = np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+    with f:  # size and mapping from one open file: a concurrent rebuild cannot slip between
+        actual = os.fstat(f.fileno()).st_size
+        if actual != expected:
+            raise FormatError(
+                f"{path} holds {actual} bytes but the metadata says {count} items of {dtype} "
+                f"({expected} bytes): the file is truncated or was replaced"
+            )
+        if count == 0:
+            return np.empty(0, dtype=dtype)
+        arr = np.memmap(f, dtype=dtype, mode="r", shape=(count,))
     return arr.view(np.ndarray)
 
 
