@@ -258,6 +258,9 @@ class TestStoreContract:
         assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
         if backend == "memmap":  # a reader holding the old mapping keeps reading the old data
             assert old[9].tolist() == [1, 2, 3]
+        else:  # zarr reads chunks by path: the old object refuses instead of mixing stores
+            with pytest.raises(StateMismatchError, match="replaced"):
+                old[9]
 
     def test_overwrite_of_a_file_is_refused(self, backend, tmp_path):
         (tmp_path / "s").write_text("precious")
