@@ -97,8 +97,7 @@ def _length_histogram(lens, width: int = 40) -> list[str]:
     top = int(buckets.max())
     rows = []
     for k in range(lo, hi + 1):
-        label = str(2 ** (k - 1)) if k <= 1 else f"{2 ** (k - 1)}-{2 ** k - 1}"
-        label = "0" if k == 0 else label
+        label = str(k) if k <= 1 else f"{2 ** (k - 1)}-{2 ** k - 1}"  # 0, 1, 2-3, 4-7, ...
         count = int(buckets[k])
         bar = "#" * max(int(round(width * count / top)), 1 if count else 0)
         rows.append(f"  {label:>17} |{bar:<{width}} {count:,}")

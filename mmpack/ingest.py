@@ -17,7 +17,7 @@ Inputs (format from the extension, after an optional ``.gz``; or forced with ``f
 - ``.txt`` / ``.text`` / ``.md``: one document per file, or one per line with ``lines=True``
   (``\\n`` or ``\\r\\n`` ends a line; the line ending is not part of the document);
 - ``.jsonl`` / ``.ndjson``: one JSON object per line, the text in ``field`` (blank lines are not
-  records); ``.json``: a JSON array of objects (read whole) or JSON lines;
+  records); ``.json``: a JSON array of objects or one object (read whole), or JSON lines;
 - ``.parquet``: the ``field`` column (string, or binary holding UTF-8), read in record batches;
 - a folder saved by Hugging Face ``datasets`` (``save_to_disk``; needs ``datasets``, imported
   only then; every split of a ``DatasetDict``, in name order);
@@ -32,6 +32,7 @@ file and line (or row / item) and the reason.  With ``on_error="skip"`` (default
 :class:`IngestError` is raised and nothing is written.  Nothing is dropped silently: the report
 counts documents read, written, skipped with an error and skipped as empty.
 
+A UTF-8 byte-order mark at the start of a file is an encoding marker, not text: it is dropped.
 Empty documents (empty text) are written as empty documents (the store keeps them; the window
 and packed views then see a lone end-of-text) unless ``skip_empty=True``, which counts them in
 ``empty_skipped``.
@@ -83,6 +84,7 @@ _EXTENSIONS = {
     ".parquet": "parquet", ".pq": "parquet",
 }
 _DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+_BOM = b"\xef\xbb\xbf"
 _MAX_ISSUES_KEPT = 1000
 _MAX_WARNINGS = 20
 
@@ -541,7 +543,7 @@ class _TextFile:
             with _open_binary(self.path) as f:
                 if not self.lines:
                     try:
-                        yield None, f.read().decode("utf-8"), 1
+                        yield None, f.read().decode("utf-8-sig"), 1
                     except UnicodeDecodeError as exc:
                         yield None, _Reason(_describe(exc)), 1
                     return
@@ -550,7 +552,7 @@ class _TextFile:
                     raw = raw[:-1] if raw.endswith(b"\n") else raw
                     raw = raw[:-1] if raw.endswith(b"\r") else raw
                     try:
-                        yield n, raw.decode("utf-8"), 1
+                        yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), 1
                     except UnicodeDecodeError as exc:
                         yield n, _Reason(_describe(exc)), 1
                 if n == 0:
@@ -572,13 +574,29 @@ class _JsonFile:
     def records(self):
         try:
             with _open_binary(self.path) as f:
-                if self.array_ok and f.peek(64).lstrip().startswith(b"["):
-                    self._array = True
-                    yield from self._array_records(f)
+                if self.array_ok and self._whole_value(f):
+                    yield from self._value_records(f)
                 else:
                     yield from self._line_records(f)
         except (OSError, EOFError) as exc:
             yield None, _Reason(_describe(exc)), 1
+
+    @staticmethod
+    def _whole_value(f) -> bool:
+        """Whether a ``.json`` file is one JSON value (an array, or an object spread over
+        several lines) rather than JSON lines."""
+        head = f.peek(64).removeprefix(_BOM).lstrip()
+        if head.startswith(b"["):
+            return True
+        if not head.startswith(b"{"):
+            return False
+        first = f.readline()
+        f.seek(0)
+        try:
+            json.loads(first.removeprefix(_BOM))
+        except ValueError:
+            return True
+        return False
 
     def _line_records(self, f):
         n_records = 0
@@ -587,7 +605,7 @@ class _JsonFile:
                 continue
             n_records += 1
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = json.loads(raw.decode("utf-8-sig" if n == 1 else "utf-8"))
             except UnicodeDecodeError as exc:
                 yield n, _Reason(_describe(exc)), 1
                 continue
@@ -598,18 +616,22 @@ class _JsonFile:
         if n_records == 0:
             yield None, _Reason("the file holds no records"), 0
 
-    def _array_records(self, f):
+    def _value_records(self, f):
         try:
-            items = json.loads(f.read().decode("utf-8"))
+            value = json.loads(f.read().decode("utf-8-sig"))
         except UnicodeDecodeError as exc:
-            yield None, _Reason(_describe(exc) + "; the whole JSON array is skipped"), 1
+            yield None, _Reason(_describe(exc) + "; the whole file is skipped"), 1
             return
         except ValueError as exc:
-            yield None, _Reason(f"invalid JSON ({exc}); the whole JSON array is skipped"), 1
+            yield None, _Reason(f"invalid JSON ({exc}); the whole file is skipped"), 1
             return
-        if not items:
+        if not isinstance(value, list):
+            yield None, _text_of(value, self.field), 1
+            return
+        self._array = True
+        if not value:
             yield None, _Reason("the JSON array is empty"), 0
-        for k, obj in enumerate(items):
+        for k, obj in enumerate(value):
             yield k, _text_of(obj, self.field), 1
 
 

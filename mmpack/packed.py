@@ -16,7 +16,7 @@ if any, is the last segment:
   split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
   convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
   first position and on padding;
-- ``mode="mlm"``: BERT corruption (:func:`mmpack.masking.mlm_mask`): of the non-padding tokens
+- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
   corrupted row and ``labels`` holds the original token at selected positions, ``-100``
@@ -25,10 +25,12 @@ if any, is the last segment:
   #212); choose a ``pad_id`` that is not a real token, since tokens equal to it are never
   selected.  The packing is the same in both modes.
 
-The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: its generator is
-Philox-4x64 keyed by ``seed`` with counter ``(0, 0, i, epoch)`` (setting that state costs ~5 us,
-a fifth of constructing ``default_rng([seed, epoch, i])``).  Reading an index twice gives the same
-sample, in any batch, worker or order; :meth:`PackedDataset.set_epoch` changes every mask.
+The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
+is a counter-based hash (splitmix64) of the sample's key and the token position
+(:func:`mmpack.kernels.masking.mlm_hashed_rows`), so a whole batch is corrupted in one kernel call
+with no generator state to set per row (a per-row numpy generator cost ~80 us per 2048-token
+row).  Reading an index twice gives the same sample, in any batch, worker or order;
+:meth:`PackedDataset.set_epoch` changes every mask.
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
 the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
@@ -55,8 +57,16 @@ import numpy as np
 from mmpack.batch import SampleBatch
 from mmpack.buffers import BufferPool
 from mmpack.errors import FormatError
-from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE, fill_rows, select_pieces
-from mmpack.masking import excluded_ids, mlm_mask
+from mmpack.kernels.packing import (
+    LABELS_HF,
+    LABELS_NEXT,
+    LABELS_NONE,
+    fill_rows,
+    one_bin,
+    select_pieces,
+)
+from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
+from mmpack.masking import IGNORE_INDEX, excluded_ids
 from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store import TokenStore, open_store
 
@@ -69,25 +79,6 @@ LABEL_SHIFTS = ("hf", "next")
 """Accepted ``label_shift`` values (causal mode)."""
 
 _INT32_MAX = 2**31 - 1
-
-
-_PHILOX_KEY1 = 0x6D6D7061636B2D31  # b"mmpack-1": second key word of the MLM generator
-
-
-def _philox_state(seed: int, epoch: int, i: int) -> dict[str, Any]:
-    """Philox-4x64 keyed by ``seed``, counter ``(0, 0, i, epoch)``: sample ``i``'s own stream
-    (a row draws far fewer than 2**64 blocks, so streams never overlap)."""
-    return {
-        "bit_generator": "Philox",
-        "state": {
-            "counter": np.array([0, 0, i, epoch], dtype=np.uint64),
-            "key": np.array([seed, _PHILOX_KEY1], dtype=np.uint64),
-        },
-        "buffer": np.zeros(4, dtype=np.uint64),
-        "buffer_pos": 4,
-        "has_uint32": 0,
-        "uinteger": 0,
-    }
 
 
 def _int(value: Any, name: str) -> int:
@@ -251,12 +242,24 @@ class PackedDataset:
             algorithm=self.algorithm, lookahead=self.lookahead, cache=self.cache,
         )
         self._offsets = self.store.offsets
+        self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
         self._excl = self._excluded() if self.mode == "mlm" else None
         if self.mode == "mlm":
             self._label_mode = LABELS_NONE
         else:
             self._label_mode = LABELS_NEXT if self.label_shift == "next" else LABELS_HF
+
+    def _corrupt(self, idx: np.ndarray, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray) -> None:
+        """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index)."""
+        keys = np.empty(idx.shape[0], dtype=np.uint64)
+        sample_keys(self.seed, self.epoch, idx, keys)
+        excl = self._excl
+        mlm_hashed_rows(
+            ids, attn, keys, excl, excl - np.arange(excl.size), self.vocab_size - excl.size,
+            self.mask_prob, self.mask_id, IGNORE_INDEX, labels,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -299,7 +302,35 @@ class PackedDataset:
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return self._gather(np.array([_sample_index(i, len(self))], dtype=np.int64))[0]
+        b = _sample_index(i, len(self))
+        src = self._src
+        if src is None:
+            return self._gather(np.array([b], dtype=np.int64))[0]
+        plan = self._plan
+        lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
+        if not 0 <= lo <= hi <= plan.n_pieces:
+            raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+        seqlen = self.seqlen
+        rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
+        cu = np.empty((1, hi - lo + 2), dtype=np.int32)
+        scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
+        bad = one_bin(
+            plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets, src,
+            b, seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode,
+            rows[0], rows[1], rows[2], rows[3], cu, scalars[0], scalars[1],
+        )
+        if bad >= 0:
+            raise FormatError(
+                f"bin {b} of the packing plan does not fit the store's documents; "
+                "delete <store>/cache to rebuild it"
+            )
+        if self.mode == "mlm":
+            self._corrupt(np.array([b], dtype=np.int64), rows[0], rows[3], rows[2])
+        return {
+            "input_ids": rows[0, 0], "labels": rows[2, 0], "position_ids": rows[1, 0],
+            "attention_mask": rows[3, 0], "cu_seqlens": cu[0, : scalars[0, 0] + 1],
+            "max_seqlen": int(scalars[1, 0]),
+        }
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
@@ -353,16 +384,7 @@ class PackedDataset:
                 self._label_mode, ids, pos, labels, attn, cu, n_seg, max_len,
             )
         if self.mode == "mlm":
-            bitgen = np.random.Philox(key=[self.seed, _PHILOX_KEY1])
-            rng = np.random.Generator(bitgen)
-            for r in range(k):
-                bitgen.state = _philox_state(self.seed, self.epoch, int(idx[r]))
-                masked, lab = mlm_mask(
-                    ids[r], rng=rng, mask_prob=self.mask_prob, mask_id=self.mask_id,
-                    vocab_size=self.vocab_size, excluded=self._excl, maskable=attn[r] != 0,
-                )
-                ids[r] = masked
-                labels[r] = lab
+            self._corrupt(idx, ids, attn, labels)
         columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
                    "attention_mask": attn, "max_seqlen": max_len}
         return SampleBatch(columns, cu, n_seg + 1)

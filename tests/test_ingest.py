@@ -90,11 +90,19 @@ def test_jsonl_json_array_json_lines_and_gzip(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "a1"}\n\n   \n{"text": "a2", "x": 1}\n')
     (tmp_path / "b.json").write_text(json.dumps([{"text": "b1"}, {"text": "b2"}], indent=2))
     (tmp_path / "c.json").write_text('{"text": "c1"}\n{"text": "c2"}\n')
+    (tmp_path / "e.json").write_text(json.dumps({"text": "e1", "meta": {"a": 1}}, indent=2))
+    (tmp_path / "f.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "f1"}\n{"text": "f2"}\n')
+    (tmp_path / "g.txt").write_bytes(b"\xef\xbb\xbfg1")
     with gzip.open(tmp_path / "d.jsonl.gz", "wt") as f:
         f.write('{"body": "d1"}\n{"body": "d2"}\n')
-    report, issues = quiet_ingest(str(tmp_path / "[abc].json*"), tmp_path / "s")
-    assert texts_of(report.store) == ["a1", "a2", "b1", "b2", "c1", "c2"]
+    report, issues = quiet_ingest(str(tmp_path / "[abcef].json*"), tmp_path / "s")
+    assert texts_of(report.store) == ["a1", "a2", "b1", "b2", "c1", "c2", "e1", "f1", "f2"]
     assert issues == []
+    (tmp_path / "h.json").write_text('{"text": "h1",\n "broken": }')
+    report, issues = quiet_ingest([tmp_path / "g.txt", tmp_path / "h.json"], tmp_path / "u")
+    assert texts_of(report.store) == ["g1"]  # the byte-order mark is not text
+    assert [(i.where, i.skipped) for i in issues] == [(str(tmp_path / "h.json"), 1)]
+    assert "the whole file is skipped" in issues[0].reason
     report, _ = quiet_ingest(tmp_path / "d.jsonl.gz", tmp_path / "t", field="body")
     assert texts_of(report.store) == ["d1", "d2"]
 
@@ -218,7 +226,8 @@ def test_issues_are_warnings_by_default_and_capped(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         report = ingest(tmp_path / "a.jsonl", tmp_path / "s", progress=False)
-    msgs = [str(w.message) for w in caught if w.category is IngestWarning]
+    caught = [w for w in caught if w.category is IngestWarning]
+    msgs = [str(w.message) for w in caught]
     assert len(msgs) == 21
     assert msgs[0].endswith("a.jsonl:1: field 'text' is missing; skipped")
     assert msgs[-1].startswith("10 more input issues")

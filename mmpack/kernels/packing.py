@@ -652,3 +652,49 @@ def fill_rows(
                 longest = seqlen - t
         n_segments[r] = seg
         max_seqlen[r] = longest
+
+
+@njit
+def one_bin(
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    piece_len: np.ndarray,
+    offsets: np.ndarray,
+    src: np.ndarray,
+    b: int,
+    seqlen: int,
+    eot: int,
+    eot_id: int,
+    pad_id: int,
+    label_mode: int,
+    input_ids: np.ndarray,
+    position_ids: np.ndarray,
+    labels: np.ndarray,
+    attention_mask: np.ndarray,
+    cu_seqlens: np.ndarray,
+    n_segments: np.ndarray,
+    max_seqlen: np.ndarray,
+) -> int:
+    """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
+    from the whole flat token array ``src`` (outputs are (1, ...) rows).  Returns -1, or 0 when
+    the bin is inconsistent with the documents (nothing is read then)."""
+    bins = np.empty(1, dtype=np.int64)
+    bins[0] = b
+    n = bin_ptr[b + 1] - bin_ptr[b]
+    row_ptr = np.zeros(2, dtype=np.int64)
+    row_ptr[1] = n
+    starts = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    has_eot = np.empty(n, dtype=np.uint8)
+    bad = select_pieces(
+        bin_ptr, piece_doc, piece_start, piece_len, offsets, seqlen, eot, bins, row_ptr,
+        starts, lengths, has_eot,
+    )
+    if bad >= 0:
+        return bad
+    fill_rows(
+        src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, label_mode, input_ids,
+        position_ids, labels, attention_mask, cu_seqlens, n_segments, max_seqlen,
+    )
+    return -1
