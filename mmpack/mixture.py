@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +50,7 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.permutation import MAX_N, Permutation, epoch_keys
+from mmpack.validation import check_index
 
 __all__ = ["BLOCK", "RESOLUTION", "Mixture", "quantize_weights"]
 
@@ -120,18 +120,6 @@ def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np
     return seq, ckpt
 
 
-def _check_index(i: object, n: int) -> int:
-    if isinstance(i, (bool, np.bool_)):
-        raise TypeError(f"index must be an int, got bool {i!r}")
-    try:
-        i = operator.index(i)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"index must be an int, got {type(i).__name__} {i!r}") from None
-    if i < 0:
-        i += n
-    if not 0 <= i < n:
-        raise IndexError(f"index {i} out of range for a mixture of {n} samples")
-    return i
 
 
 def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -321,7 +309,7 @@ class Mixture:
 
     def locate(self, i: int) -> tuple[int, int]:
         """``(k, j)``: sample ``i`` of the mixture is item ``j`` of source ``k``."""
-        i = _check_index(i, self._num_samples)
+        i = check_index(i, self._num_samples)
         src, occ = self._locate_unchecked(np.array([i], dtype=np.int64))
         k, o = int(src[0]), int(occ[0])
         length = int(self._lengths[k])

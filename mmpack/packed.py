@@ -69,6 +69,7 @@ from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
 from mmpack.masking import IGNORE_INDEX, excluded_ids
 from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store import TokenStore, open_store
+from mmpack.validation import check_index, check_indices, check_int, check_token_id
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -81,41 +82,12 @@ LABEL_SHIFTS = ("hf", "next")
 _INT32_MAX = 2**31 - 1
 
 
-def _int(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    return int(value)
 
 
-def _token_id(value: Any, name: str) -> int:
-    v = _int(value, name)
-    if not -(2**63) <= v < 2**63:
-        raise ValueError(f"{name}={v} does not fit in int64")
-    return v
 
 
-def _sample_index(i: Any, n: int) -> int:
-    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-        raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
-    j = int(i)
-    if not -n <= j < n:
-        raise IndexError(f"sample index {j} is out of range for {n} bins")
-    return j + n if j < 0 else j
 
 
-def _indices(indices: Any, n: int) -> np.ndarray:
-    arr = np.asarray(indices)
-    if arr.ndim != 1:
-        raise TypeError(f"indices must be a 1-D sequence of integers, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = (arr < -n) | (arr >= n)
-    if bad.any():
-        raise IndexError(f"sample index {int(arr[np.argmax(bad)])} is out of range for {n} bins")
-    return np.where(arr < 0, arr + n, arr)
 
 
 class PackedDataset:
@@ -183,11 +155,11 @@ class PackedDataset:
                 f"store must be a TokenStore or a path to one, got {type(store).__name__}"
             )
         self.store = store
-        self.seqlen = _int(seqlen, "seqlen")
+        self.seqlen = check_int(seqlen, "seqlen")
         if not 1 <= self.seqlen < _INT32_MAX:
             raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
-        self.eot = None if eot is None else _token_id(eot, "eot")
-        self.pad_id = _token_id(pad_id, "pad_id")
+        self.eot = None if eot is None else check_token_id(eot, "eot")
+        self.pad_id = check_token_id(pad_id, "pad_id")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -201,9 +173,9 @@ class PackedDataset:
         self.mask_prob = float(mask_prob)
         if isinstance(special_ids, (str, bytes)) or not isinstance(special_ids, Iterable):
             raise TypeError("special_ids must be an iterable of integer token ids")
-        self.special_ids = tuple(_token_id(t, "special_ids item") for t in special_ids)
-        self.mask_id = None if mask_id is None else _token_id(mask_id, "mask_id")
-        self.vocab_size = None if vocab_size is None else _int(vocab_size, "vocab_size")
+        self.special_ids = tuple(check_token_id(t, "special_ids item") for t in special_ids)
+        self.mask_id = None if mask_id is None else check_token_id(mask_id, "mask_id")
+        self.vocab_size = None if vocab_size is None else check_int(vocab_size, "vocab_size")
         if mode == "mlm":
             if self.mask_id is None or self.vocab_size is None:
                 raise ValueError(
@@ -217,10 +189,10 @@ class PackedDataset:
                     f"vocab_size={vocab_size} leaves no id for random replacement once the "
                     "special ids, eot, mask_id and pad_id are excluded"
                 )
-        self.seed = _int(seed, "seed")
+        self.seed = check_int(seed, "seed")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        self.lookahead = _int(lookahead, "lookahead")
+        self.lookahead = check_int(lookahead, "lookahead")
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
                        algorithm=algorithm, lookahead=self.lookahead)
@@ -290,7 +262,7 @@ class PackedDataset:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the MLM corruption of ``epoch`` (>= 0); the packing does not change."""
-        e = _int(epoch, "epoch")
+        e = check_int(epoch, "epoch")
         if not 0 <= e < 2**64:
             raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
         self.epoch = e
@@ -298,11 +270,11 @@ class PackedDataset:
     def locate(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of sample ``i``, in order (the eot, if any,
         follows a piece that ends its document and is not counted in ``length``)."""
-        return self._plan.pieces(_sample_index(i, len(self)))
+        return self._plan.pieces(check_index(i, len(self)))
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
-        b = _sample_index(i, len(self))
+        b = check_index(i, len(self))
         src = self._src
         if src is None:
             return self._gather(np.array([b], dtype=np.int64))[0]
@@ -335,7 +307,7 @@ class PackedDataset:
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
         ``(B, seqlen)`` arrays (collate them with :func:`mmpack.collate.collate`)."""
-        return self._gather(_indices(indices, len(self)))
+        return self._gather(check_indices(indices, len(self)))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
         plan = self._plan

@@ -17,13 +17,13 @@ vectorised :meth:`Permutation.map`; creating a permutation costs a few us (about
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Iterator
 from typing import Union
 
 import numpy as np
 
 from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
+from mmpack.validation import check_int
 
 __all__ = ["MAX_N", "ROUNDS", "Permutation", "SeedLike", "epoch_keys"]
 
@@ -38,19 +38,12 @@ SeedLike = Union[int, tuple[int, ...]]
 _CHUNK = 8192
 
 
-def _as_int(value: object, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got bool {value!r}")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
 
 
 def _seed_words(seed: SeedLike) -> tuple[int, ...]:
     """Encode a seed as uint32 words, injectively (a length, then 2 words per int)."""
     parts = (seed,) if not isinstance(seed, tuple) else seed
-    ints = [_as_int(s, "seed") for s in parts]
+    ints = [check_int(s, "seed") for s in parts]
     for s in ints:
         if not 0 <= s < 2**64:
             raise ValueError(f"seed must be made of ints in [0, 2**64), got {seed!r}")
@@ -105,10 +98,10 @@ class Permutation:
     """
 
     def __init__(self, n: int, *, seed: SeedLike, epoch: int = 0) -> None:
-        n = _as_int(n, "n")
+        n = check_int(n, "n")
         if not 0 <= n <= MAX_N:
             raise ValueError(f"n must be in [0, 2**62], got {n}")
-        epoch = _as_int(epoch, "epoch")
+        epoch = check_int(epoch, "epoch")
         if not 0 <= epoch < 2**64:
             raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
         words = _seed_words(seed)
@@ -160,7 +153,7 @@ class Permutation:
         return (_rebuild, (self._n, self._seed, self._epoch))
 
     def _index(self, i: object, what: str) -> int:
-        i = _as_int(i, what)
+        i = check_int(i, what)
         if i < 0:
             i += self._n
         if not 0 <= i < self._n:

@@ -50,6 +50,7 @@ import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as _k
+from mmpack.validation import check_index
 
 __all__ = [
     "ALGORITHMS",
@@ -158,7 +159,7 @@ class PackingPlan:
 
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
-        i = _bin_index(i, self.n_bins)
+        i = check_index(i, self.n_bins, "bin")
         lo, hi = int(self.bin_ptr[i]), int(self.bin_ptr[i + 1])
         return [
             (int(self.piece_doc[p]), int(self.piece_start[p]), int(self.piece_len[p]))
@@ -317,15 +318,6 @@ def _check_params(seqlen: Any, long_docs: Any, algorithm: Any, lookahead: Any):
     return int(seqlen), long_docs, algorithm, int(lookahead)
 
 
-def _bin_index(i: Any, n: int) -> int:
-    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-        raise TypeError(f"bin index must be an integer, got {type(i).__name__} {i!r}")
-    j = int(i)
-    if j < 0:
-        j += n
-    if not 0 <= j < n:
-        raise IndexError(f"bin index {int(i)} is out of range for {n} bins")
-    return j
 
 
 # --------------------------------------------------------------------------------- files

@@ -28,6 +28,7 @@ from torch.utils.data import Sampler
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.permutation import MAX_N, Permutation
+from mmpack.validation import check_int
 
 __all__ = ["STATE_VERSION", "ResumableSampler"]
 
@@ -38,10 +39,6 @@ _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "world_size", "shuffle", "drop_last")
 
 
-def _check_int(value: object, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    return int(value)
 
 
 def _check_bool(value: object, name: str) -> bool:
@@ -103,14 +100,14 @@ class ResumableSampler(Sampler[int]):
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        n = _check_int(n, "n")
+        n = check_int(n, "n")
         if not 0 <= n <= MAX_N:
             raise ValueError(f"n must be in [0, 2**62], got n={n}")
-        seed = _check_int(seed, "seed")
+        seed = check_int(seed, "seed")
         if not 0 <= seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
-        world_size = _check_int(world_size, "world_size")
-        rank = _check_int(rank, "rank")
+        world_size = check_int(world_size, "world_size")
+        rank = check_int(rank, "rank")
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got world_size={world_size}")
         if not 0 <= rank < world_size:
@@ -174,7 +171,7 @@ class ResumableSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next ``iter()`` (``epoch >= 0``)."""
-        epoch = _check_int(epoch, "epoch")
+        epoch = check_int(epoch, "epoch")
         if not 0 <= epoch < 2**64:
             raise ValueError(f"epoch must be in [0, 2**64), got epoch={epoch}")
         if epoch != self._epoch:
@@ -203,13 +200,13 @@ class ResumableSampler(Sampler[int]):
         -------
         numpy.ndarray, int64, shape (stop - start,)
         """
-        start = _check_int(start, "start")
-        stop = _check_int(stop, "stop")
+        start = check_int(start, "start")
+        stop = check_int(stop, "stop")
         if not 0 <= start <= stop <= self._num_samples:
             raise IndexError(
                 f"positions must satisfy 0 <= start <= stop <= {self._num_samples}, got start={start}, stop={stop}"
             )
-        epoch = self._epoch if epoch is None else _check_int(epoch, "epoch")
+        epoch = self._epoch if epoch is None else check_int(epoch, "epoch")
         return self._indices(start, stop, epoch)
 
     def _indices(self, start: int, stop: int, epoch: int) -> np.ndarray:

@@ -51,6 +51,7 @@ from mmpack.format import (
     smallest_token_dtype,
 )
 from mmpack.kernels.store import first_decrease
+from mmpack.validation import check_index
 
 __all__ = ["StoreWriter", "TokenStore", "build", "open_store"]
 
@@ -129,7 +130,7 @@ class TokenStore:
         return self._meta.num_docs
 
     def __getitem__(self, j: int) -> np.ndarray:
-        j = _check_index(j, self._meta.num_docs, "document")
+        j = check_index(j, self._meta.num_docs, "document")
         lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
         return self._backend.read_range(lo, hi)
 
@@ -288,14 +289,6 @@ def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
         )
 
 
-def _check_index(j: Any, n: int, what: str) -> int:
-    if isinstance(j, (bool, np.bool_)) or not isinstance(j, (int, np.integer)):
-        raise TypeError(f"{what} index must be an integer, got {type(j).__name__} {j!r}")
-    given = int(j)
-    j = given + n if given < 0 else given
-    if not 0 <= j < n:
-        raise IndexError(f"{what} index {given} is out of range for {n} {what}s")
-    return j
 
 
 def _as_path(path: Any, name: str) -> Path:
@@ -413,6 +406,8 @@ class StoreWriter:
         self._tokens_crc = _BackgroundChecksum(BlockChecksum(BLOCK_BYTES))
         self._offsets_crc = BlockChecksum(BLOCK_BYTES)
         self._buffer: list[np.ndarray] = []
+        self._buffer_lens: list[int] = []
+        self._buffer_has_u64 = False
         self._buffered = 0
         self._num_docs = 0
         self._num_tokens = 0
@@ -436,15 +431,12 @@ class StoreWriter:
     # --------------------------------------------------------------------------- adding
     def add(self, doc: Any) -> None:
         """Append one document (a 1-D sequence of non-negative integers)."""
-        self._buffer.append(_as_doc_array(doc, self._num_docs + len(self._buffer)))
-        self._buffered += self._buffer[-1].size
-        if self._buffered >= self.buffer_tokens:
-            self._flush()
+        self.add_many((doc,))
 
     def add_many(self, docs: Iterable[Any]) -> None:
-        """Append every document of ``docs``; the same as calling :meth:`add` on each, with the
-        per-document work cut to a type check for 1-D integer numpy arrays."""
-        buffer = self._buffer
+        """Append every document of ``docs``.  The per-document work is cut to a type check for
+        1-D integer numpy arrays (~0.3 us); validation runs per buffered block, vectorised."""
+        buffer, lens = self._buffer, self._buffer_lens
         limit = self.buffer_tokens
         ndarray = np.ndarray
         for doc in docs:
@@ -452,8 +444,12 @@ class StoreWriter:
                 arr = doc
             else:
                 arr = _as_doc_array(doc, self._num_docs + len(buffer))
+            if arr.dtype.itemsize == 8 and arr.dtype.kind == "u":
+                self._buffer_has_u64 = True
             buffer.append(arr)
-            self._buffered += arr.size
+            size = arr.size
+            lens.append(size)
+            self._buffered += size
             if self._buffered >= limit:
                 self._flush()
 
@@ -475,10 +471,12 @@ class StoreWriter:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        lengths = np.fromiter((d.size for d in self._buffer), dtype=np.int64, count=len(self._buffer))
-        flat = _concat_docs(self._buffer, self._num_docs)
+        lengths = np.array(self._buffer_lens, dtype=np.int64)
+        flat = _concat_docs(self._buffer, self._num_docs, self._buffer_has_u64)
         first_doc = self._num_docs
         self._buffer.clear()
+        self._buffer_lens.clear()
+        self._buffer_has_u64 = False
         self._buffered = 0
         self._write_block(flat, lengths, first_doc)
 
@@ -666,11 +664,11 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _concat_docs(docs: list[np.ndarray], first_doc: int) -> np.ndarray:
+def _concat_docs(docs: list[np.ndarray], first_doc: int, has_u64: bool) -> np.ndarray:
     """Concatenate documents without numpy's int64 + uint64 -> float64 promotion."""
     if not docs:
         return np.empty(0, dtype=np.int64)
-    if any(d.dtype == np.uint64 for d in docs):
+    if has_u64:
         for k, d in enumerate(docs):
             if d.dtype.kind == "i" and d.size and d.min() < 0:
                 p = int(np.argmin(d))

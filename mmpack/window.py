@@ -27,42 +27,17 @@ from mmpack.buffers import BufferPool
 from mmpack.kernels.window import find_doc, gather_windows, one_window, window_ranges
 from mmpack.masking import IGNORE_INDEX
 from mmpack.store import TokenStore
+from mmpack.validation import check_index, check_indices, check_positive_int, check_token_id
 
 __all__ = ["WindowDataset"]
 
 _INT32_MAX = 2**31 - 1
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
 
 
-def _token_id(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer token id, got {type(value).__name__} {value!r}")
-    if not -(2**63) <= int(value) < 2**63:
-        raise ValueError(f"{name}={value} does not fit in int64")
-    return int(value)
 
 
-def normalize_indices(indices: Any, n: int) -> np.ndarray:
-    """Validate a batch of sample indices (negative counts from the end) as int64, shape (k,)."""
-    arr = np.asarray(indices)
-    if arr.ndim != 1:
-        raise TypeError(f"indices must be a 1-D sequence of integers, got shape {arr.shape}")
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
-        raise TypeError(f"indices must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = (arr < -n) | (arr >= n)
-    if bad.any():
-        raise IndexError(f"index {int(arr[np.argmax(bad)])} is out of range for {n} samples")
-    return np.where(arr < 0, arr + n, arr)
 
 
 class WindowDataset:
@@ -105,14 +80,14 @@ class WindowDataset:
         if not isinstance(store, TokenStore):
             raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
         self.store = store
-        self.seqlen = _positive_int(seqlen, "seqlen")
+        self.seqlen = check_positive_int(seqlen, "seqlen")
         if self.seqlen > _INT32_MAX - 1:
             raise ValueError(f"seqlen={seqlen} does not fit the int32 cu_seqlens")
-        self.stride = self.seqlen if stride is None else _positive_int(stride, "stride")
-        self.eot = None if eot is None else _token_id(eot, "eot")
+        self.stride = self.seqlen if stride is None else check_positive_int(stride, "stride")
+        self.eot = None if eot is None else check_token_id(eot, "eot")
         self.labels = bool(labels)
         self.drop_last = bool(drop_last)
-        self.pad_id = _token_id(pad_id, "pad_id")
+        self.pad_id = check_token_id(pad_id, "pad_id")
         self.width = self.seqlen + int(self.labels)
         self.total = store.num_tokens + (len(store) if self.eot is not None else 0)
         full = (self.total - self.width) // self.stride + 1 if self.total >= self.width else 0
@@ -151,18 +126,16 @@ class WindowDataset:
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
         n = self._len
-        if not -n <= i < n:
-            raise IndexError(f"sample index {i} is out of range for {n} windows")
+        if type(i) is not int or not 0 <= i < n:
+            i = check_index(i, n)
         if self._src is None:
-            return self._gather(np.array([i % n], dtype=np.int64))[0]
+            return self._gather(np.array([i], dtype=np.int64))[0]
         seqlen = self.seqlen
         row = np.empty(self.width, dtype=np.int64)
         pos = np.empty(seqlen, dtype=np.int64)
         cu = np.empty(seqlen + 1, dtype=np.int32)
-        v = (int(i) % n) * self.stride
+        v = i * self.stride
         ncu = one_window(
             self._src, self._offsets, self._use_eot, self._eot, v, seqlen, self.width,
             self.total, self.pad_id, row, pos, cu,
@@ -185,7 +158,7 @@ class WindowDataset:
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
         ``(k, seqlen)`` arrays (``mmpack.collate`` turns them into tensors without a copy)."""
-        return self._gather(normalize_indices(indices, self._len))
+        return self._gather(check_indices(indices, self._len))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
         k = idx.shape[0]
@@ -226,12 +199,10 @@ class WindowDataset:
         document index, the token range ``[start, stop)`` inside it, whether its eot is included,
         and the window positions ``[at, at + stop - start + eot)`` it fills (``labels=True``
         windows include the label token)."""
-        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an integer, got {type(i).__name__} {i!r}")
         n = self._len
-        if not -n <= i < n:
-            raise IndexError(f"sample index {i} is out of range for {n} windows")
-        v = (int(i) % n) * self.stride
+        if type(i) is not int or not 0 <= i < n:
+            i = check_index(i, n)
+        v = i * self.stride
         end = min(v + self.width, self.total)
         offsets = self.store.offsets
         use_eot = int(self.eot is not None)
@@ -249,7 +220,7 @@ class WindowDataset:
                     "start": min(start, dl),
                     "stop": min(stop_v - doc_v0, dl),
                     "eot": int(use_eot and stop_v == seg_end),
-                    "at": v - (int(i) % n) * self.stride,
+                    "at": v - i * self.stride,
                 })
             v = max(v, stop_v)
             j += 1
