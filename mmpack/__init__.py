@@ -13,8 +13,7 @@
           ResumableSampler ──▶ DataLoader ──▶ mmpack.collate.collate ──▶ model
 
 Everything else is reached by module path (``mmpack.ingest``, ``mmpack.collate``,
-``mmpack.attention``, ``mmpack.plan``...).  ``ResumableSampler`` and ``StreamingPacker`` import
-torch on first use, so ``import mmpack`` stays light.
+``mmpack.attention``, ``mmpack.plan``...).
 """
 
 from __future__ import annotations
@@ -22,12 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from mmpack.errors import FormatError, MmpackError, StateMismatchError
-from mmpack.mixture import Mixture
-from mmpack.packed import PackedDataset
-from mmpack.permutation import Permutation
-from mmpack.store import TokenStore, build
-from mmpack.store import open_store as open
-from mmpack.window import WindowDataset
 
 __all__ = [
     "FormatError",
@@ -46,14 +39,31 @@ __all__ = [
 
 assert sorted(__all__) == __all__
 
-_LAZY = {"ResumableSampler": "mmpack.sampler", "StreamingPacker": "mmpack.streaming"}
+# Everything but the errors loads on first use, so ``import mmpack`` (and ``mmpack --help``)
+# never pays for numba, zarr or torch.
+_LAZY = {
+    "Mixture": "mmpack.mixture",
+    "PackedDataset": "mmpack.packed",
+    "Permutation": "mmpack.permutation",
+    "ResumableSampler": "mmpack.sampler",
+    "StreamingPacker": "mmpack.streaming",
+    "TokenStore": "mmpack.store",
+    "WindowDataset": "mmpack.window",
+    "build": "mmpack.store",
+    "open": ("mmpack.store", "open_store"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        module, attr = _LAZY[name] if isinstance(_LAZY[name], tuple) else (_LAZY[name], name)
+        value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mmpack' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -122,6 +122,15 @@ def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np
 
 
 
+def _source_len(source: Any, k: int) -> int:
+    if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
+        raise TypeError(
+            f"source {k} is a {type(source).__name__}, not a random-access dataset "
+            "(it needs __len__ and __getitem__, like WindowDataset or PackedDataset)"
+        )
+    return len(source)
+
+
 def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     if not isinstance(sample, dict):
         raise TypeError(f"source {k} returned a {type(sample).__name__} for sample 0; sources must return dicts")
@@ -171,7 +180,7 @@ class Mixture:
             raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         if not 0 <= seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
-        lengths = np.array([len(s) for s in sources], dtype=np.int64)
+        lengths = np.array([_source_len(s, k) for k, s in enumerate(sources)], dtype=np.int64)
         empty = [k for k in range(len(sources)) if lengths[k] == 0 and quotas[k] > 0]
         if empty:
             raise ValueError(f"sources {empty} are empty but have positive weight")

@@ -50,7 +50,6 @@ from mmpack.format import (
     normalize_token_dtype,
     smallest_token_dtype,
 )
-from mmpack.kernels.store import first_decrease
 from mmpack.validation import check_index
 
 __all__ = ["StoreWriter", "TokenStore", "build", "open_store"]
@@ -271,6 +270,21 @@ def _raw_meta_now(path: Path) -> Any:
         return None
 
 
+_NUMPY_CHECK_DOCS = 1 << 22
+
+
+def _first_decrease(offsets: np.ndarray) -> int:
+    """Index of the first decrease in ``offsets`` or -1.  Small indexes are checked with numpy
+    (opening a store for ``mmpack info`` then never loads numba, ~0.5 s); large ones with the
+    kernel (one pass, no temporaries)."""
+    if offsets.shape[0] <= _NUMPY_CHECK_DOCS:
+        bad = np.flatnonzero(offsets[1:] < offsets[:-1])
+        return int(bad[0]) if bad.size else -1
+    from mmpack.kernels.store import first_decrease
+
+    return int(first_decrease(offsets))
+
+
 def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
     if offsets.shape != (meta.num_docs + 1,):
         raise FormatError(f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)")
@@ -281,7 +295,7 @@ def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
             f"{path}: offsets end at {int(offsets[-1])} but the store holds "
             f"{meta.num_tokens} tokens"
         )
-    bad = first_decrease(offsets)
+    bad = _first_decrease(offsets)
     if bad >= 0:
         raise FormatError(
             f"{path}: offsets decrease at document {bad} "

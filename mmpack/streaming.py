@@ -896,6 +896,10 @@ def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
         raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
     except ValueError as exc:
         raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
+    if out.size and out.min() < 0:
+        raise ValueError(
+            f"source sequences must hold non-negative token ids, got {int(out.min())}"
+        )
 
 
 def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:

@@ -260,15 +260,12 @@ def test_bad_input(row, tmp_path):
     assert mmpack.open(tmp_path / "store").fingerprint == env.store.fingerprint
 
 
-# Known defects of modules owned by others: strict xfail, so fixing them turns these red until
-# the marker is removed (and the row moved into TABLE).
-@pytest.mark.xfail(strict=True, reason="StreamingPacker passes negative tokens through (-5 in input_ids)")
+# Defects found by this suite and since fixed.
 def test_streaming_refuses_negative_tokens():
     with pytest.raises(ValueError, match="-5"):
         list(_stream([[1, -5]]))
 
 
-@pytest.mark.xfail(strict=True, reason="Mixture([5], ...) raises len()'s bare TypeError, not naming source 0")
 def test_mixture_names_a_bad_source():
     with pytest.raises(TypeError, match="source 0"):
         Mixture([5], [1])
