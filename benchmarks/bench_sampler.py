@@ -19,6 +19,7 @@ Run ``python -m benchmarks.bench_sampler [--quick]`` (``--quick`` takes about 10
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 import tracemalloc
@@ -88,7 +89,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     for n in (10**6, 10**11):
         sampler = ResumableSampler(n, seed=1)
-        starts = iter(range(0, len(sampler) - CHUNK, CHUNK))
+        starts = itertools.cycle(range(0, len(sampler) - CHUNK, CHUNK))
         rows.append(
             _rate_row(
                 "sampler.indices (vectorised)",
@@ -97,7 +98,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 CHUNK,
             )
         )
-        it = iter(sampler)
+        it = itertools.chain.from_iterable(itertools.repeat(sampler))  # epoch after epoch
 
         def pull() -> None:
             for _ in range(CHUNK):

@@ -51,10 +51,12 @@ def _lengths(n_docs: int, mu: float, sigma: float, seed: int = 0) -> np.ndarray:
 def _make_store(path: Path, lens: np.ndarray) -> Any:
     """A store with the given document lengths; token values are a cheap deterministic pattern."""
     with StoreWriter(path, dtype=np.uint16, fsync=False) as w:
-        step = 1 << 20
+        pattern = (np.arange(1 << 24) % 50000).astype(np.uint16)
+        step = 1 << 16
         for a in range(0, lens.size, step):
             part = lens[a : a + step]
-            tokens = (np.arange(int(part.sum()), dtype=np.int64) % 50000).astype(np.uint16)
+            total = int(part.sum())
+            tokens = np.resize(pattern, total) if total > pattern.size else pattern[:total]
             w.add_batch(tokens, part)
     return w.store
 
