@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from mmpack.collate import collate
 from mmpack.packed import PackedDataset
 from mmpack.sampler import ResumableSampler
-from mmpack.store import StoreWriter
+from mmpack.writer import StoreWriter
 from mmpack.window import WindowDataset
 
 BATCH, SEQLEN, EOT = 32, 2048, 50256

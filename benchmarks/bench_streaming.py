@@ -224,7 +224,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             store = None
             try:
-                from mmpack.store import build
+                from mmpack.writer import build
 
                 store = build(f"{tmp}/store", seqs)
                 cases["StreamingPacker, TokenStore"] = lambda: _run_packer(store, bs, P, buf, nb)

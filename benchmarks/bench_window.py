@@ -27,7 +27,7 @@ import numpy as np
 from benchmarks.timing import median_p99, per_call_seconds, per_item_seconds
 from mmpack.kernels._jit import njit
 from mmpack.kernels.window import window_ranges
-from mmpack.store import StoreWriter
+from mmpack.writer import StoreWriter
 from mmpack.window import WindowDataset
 
 SEQLEN = 2048

@@ -49,7 +49,7 @@ _LAZY = {
     "StreamingPacker": "mmpack.streaming",
     "TokenStore": "mmpack.store",
     "WindowDataset": "mmpack.window",
-    "build": "mmpack.store",
+    "build": "mmpack.writer",
     "open": ("mmpack.store", "open_store"),
 }
 

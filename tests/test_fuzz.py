@@ -26,7 +26,7 @@ import pytest
 
 import mmpack
 import mmpack.backends._zarr as zarr_backend
-import mmpack.store
+import mmpack.writer
 from mmpack.errors import FormatError
 from mmpack.format import StoreMeta
 
@@ -47,7 +47,7 @@ def _corpus() -> list[np.ndarray]:
 
 def _build(tmp: Path, backend: str, monkeypatch) -> tuple[Path, list[np.ndarray]]:
     # Small checksum blocks and chunks, so that the store has many of each.
-    monkeypatch.setattr(mmpack.store, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 1024)
     monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 1024)
     monkeypatch.setattr(zarr_backend, "OFFSET_CHUNK", 16)
     docs = _corpus()

@@ -22,7 +22,7 @@ from _text_corpora import DATA, stdlib_texts, train_bpe
 import mmpack
 from mmpack.errors import StoreExistsError
 from mmpack.ingest import IngestError, IngestIssue, IngestWarning, ingest
-from mmpack.store import StoreWriter
+from mmpack.writer import StoreWriter
 from mmpack.tokenizer import ByteTokenizer, load_tokenizer
 
 STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mmpack.errors import FormatError
 from mmpack.packed import PackedDataset
-from mmpack.store import build
+from mmpack.writer import build
 
 IGNORE = -100
 

@@ -33,9 +33,9 @@ import pytest
 import mmpack
 import mmpack.backends._zarr as zarr_backend
 import mmpack.format
-import mmpack.store
+import mmpack.writer
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store import StoreWriter
+from mmpack.writer import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_missing_path_is_store_not_found(tmp_path):
 # =================================================================================== verify()
 @pytest.mark.parametrize("array", ["tokens", "offsets"])
 def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
-    monkeypatch.setattr(mmpack.store, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 64)
     docs = _docs(5, n=60, high=60000)
     store = mmpack.build(tmp_path / "s", docs)
     assert store.verify()["blocks"] == len(store.meta["checksum"]["tokens"]) + len(
@@ -211,7 +211,7 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
 def test_verify_offsets_block(tmp_path, monkeypatch):
     """A flip that keeps the offsets valid (a middle offset moved within its neighbours) is
     invisible to the cheap checks; only the checksum finds it, and names the block."""
-    monkeypatch.setattr(mmpack.store, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 64)
     store = mmpack.build(tmp_path / "s", [[1] * 4] * 30)
     mmpack.open(tmp_path / "s").verify()
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(20, o[20] + 1))
@@ -224,7 +224,7 @@ def test_verify_offsets_block(tmp_path, monkeypatch):
 def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
-    monkeypatch.setattr(mmpack.store, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 256)
     monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 128)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
     mmpack.open(tmp_path / "s").verify()
@@ -290,7 +290,7 @@ def _gen_kill(k: int):
     return docs()
 
 
-S = mmpack.store
+S = mmpack.writer
 W = StoreWriter
 # name -> (backends, installs the kill point in the child, the rename happened before the kill)
 KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {

@@ -394,7 +394,7 @@ def test_source_formats(docs):
 
 
 def test_token_store_source(docs, tmp_path):
-    from mmpack.store import build
+    from mmpack.writer import build
 
     store = build(tmp_path / "s", [np.asarray(d) for d in docs])
     packer = StreamingPacker(store, **KW)
@@ -505,7 +505,7 @@ def test_exact_resume(kind, tmp_path):
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
     source = docs
     if kind == "store":
-        from mmpack.store import build
+        from mmpack.writer import build
 
         source = build(tmp_path / "s", docs)
     kw = dict(out_batch_size=3, out_pseq_len=40, buffer_size=6, mode="mlm", mask_id=3,
