@@ -166,6 +166,7 @@ class StoreWriter:
         self._buffer: list[np.ndarray] = []
         self._buffer_lens: list[int] = []
         self._buffer_has_u64 = False
+        self._buffer_unchecked = False
         self._buffered = 0
         self._num_docs = 0
         self._num_tokens = 0
@@ -194,11 +195,12 @@ class StoreWriter:
     def add_many(self, docs: Iterable[Any]) -> None:
         """Append every document of ``docs``.
 
-        Documents are taken 1024 at a time: a chunk whose documents numpy concatenates into one
-        integer array (the common case: lists or arrays of ints) is added as one block, with no
-        Python work per document (~0.1 us each for ``len``); any other chunk (empty, float, bool,
-        uint64, ragged or malformed documents) goes document by document through the exact
-        checks, which name the offending document.  Values are validated per flushed block."""
+        Documents are taken in chunks: a chunk of plain sequences (numpy arrays, tensors, lists
+        of Python ints) is buffered as it is, with its lengths read by ``map(len, ...)``, and the
+        whole buffer is converted by one ``np.concatenate`` at the flush; no Python work runs per
+        document.  A chunk with anything else (strings, lists holding bools or floats, scalars),
+        or a buffer that does not concatenate into 1-D integers, goes document by document through
+        the exact checks, which name the offending document."""
         iterator = iter(docs)
         seen_docs = seen_tokens = 0
         while True:
@@ -209,18 +211,20 @@ class StoreWriter:
             chunk = list(islice(iterator, size))
             if not chunk:
                 return
-            before = self._num_tokens + self._buffered
-            flat, lens = _concat_chunk(chunk)
-            if flat is None:
+            lens = _plain_lengths(chunk)
+            if lens is None:
                 self._add_one_by_one(chunk)
+                n_tokens = int(sum(self._buffer_lens[-len(chunk):])) if self._buffer_lens else 0
             else:
-                self._buffer.append(flat)
+                n_tokens = int(lens.sum())
+                self._buffer.extend(chunk)
                 self._buffer_lens.extend(lens.tolist())
-                self._buffered += flat.size
+                self._buffer_unchecked = True
+                self._buffered += n_tokens
                 if self._buffered >= self.buffer_tokens:
                     self._flush()
             seen_docs += len(chunk)
-            seen_tokens += self._num_tokens + self._buffered - before
+            seen_tokens += n_tokens
 
     def _add_one_by_one(self, docs: list[Any]) -> None:
         for doc in docs:
@@ -252,11 +256,23 @@ class StoreWriter:
         if not self._buffer:
             return
         lengths = np.array(self._buffer_lens, dtype=np.int64)
-        flat = _concat_docs(self._buffer, lengths, self._num_docs, self._buffer_has_u64)
         first_doc = self._num_docs
+        flat = None
+        if self._buffer_unchecked:
+            flat = _concat_plain(self._buffer, int(lengths.sum()))
+            if flat is None:  # something numpy misreads: check every document exactly
+                self._buffer[:] = [
+                    _as_doc_array(d, first_doc + k) for k, d in enumerate(self._buffer)
+                ]
+                self._buffer_has_u64 = any(
+                    d.dtype.kind == "u" and d.dtype.itemsize == 8 for d in self._buffer
+                )
+        if flat is None:
+            flat = _concat_docs(self._buffer, lengths, first_doc, self._buffer_has_u64)
         self._buffer.clear()
         self._buffer_lens.clear()
         self._buffer_has_u64 = False
+        self._buffer_unchecked = False
         self._buffered = 0
         self._write_block(flat, lengths, first_doc)
 
@@ -447,31 +463,35 @@ def _short_repr(value: Any) -> str:
 _CHUNK_DOCS = 1024
 
 
-def _concat_chunk(chunk: list[Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The chunk's documents as one flat array and their lengths, or ``(None, None)`` when the
-    chunk needs the per-document path (anything but plain 1-D integer sequences)."""
+def _plain_lengths(chunk: list[Any]) -> np.ndarray | None:
+    """The lengths of the chunk's documents if they are plain sequences whose conversion numpy
+    can be trusted with (arrays, tensors, lists/tuples of Python ints), else None."""
     element_types: set[type] = set()
     for d in chunk:
         t = type(d)
         if t is list or t is tuple:
             element_types.update(map(type, d))  # numpy would read True as 1: only ints pass
         elif t is str or t is bytes or t is bytearray:
-            return None, None
+            return None
     if element_types - {int}:
-        return None, None
+        return None
     try:
-        lens = np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
-        flat = np.concatenate(chunk)
+        return np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
+    except TypeError:  # a scalar document
+        return None
+
+
+def _concat_plain(docs: list[Any], total: int) -> np.ndarray | None:
+    """One ``np.concatenate`` of unchecked documents, or None unless that gives exactly the
+    ``total`` tokens as 1-D signed or narrow unsigned integers (uint64 mixed with int64 would go
+    through float64)."""
+    try:
+        flat = np.concatenate(docs)
     except (TypeError, ValueError, OverflowError):
-        return None, None
-    if (
-        flat.ndim != 1
-        or flat.dtype.kind not in "iu"
-        or flat.dtype == np.uint64
-        or flat.size != int(lens.sum())
-    ):
-        return None, None
-    return flat, lens
+        return None
+    if flat.ndim != 1 or flat.size != total or flat.dtype.kind not in "iu" or flat.dtype == np.uint64:
+        return None
+    return flat
 
 
 def _concat_docs(
