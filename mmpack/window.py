@@ -24,7 +24,14 @@ import numpy as np
 
 from mmpack.batch import SampleBatch
 from mmpack.buffers import BufferPool
-from mmpack.kernels.window import find_doc, gather_windows, one_window, window_ranges
+from mmpack.kernels.window import (
+    INDEX_STEP,
+    fill_sampled_index,
+    find_doc,
+    gather_windows,
+    one_window,
+    window_ranges,
+)
 from mmpack.masking import IGNORE_INDEX
 from mmpack.store import TokenStore
 from mmpack.validation import check_index, check_indices, check_positive_int, check_token_id
@@ -32,6 +39,7 @@ from mmpack.validation import check_index, check_indices, check_positive_int, ch
 __all__ = ["WindowDataset"]
 
 _INT32_MAX = 2**31 - 1
+_SAMPLED_INDEX_DOCS = 1 << 20
 
 
 
@@ -59,6 +67,10 @@ class WindowDataset:
         ``stride <= seqlen``, no token is left out.
     pad_id : int
         Padding id of that final window.
+    sampled_index : bool, optional
+        Keep every 256th document start in memory as a first search level (8 bytes per 256
+        documents, built at construction by one strided read of ``offsets``), so a lookup stays
+        in cache on huge stores.  Default: on from 2**20 documents.
 
     Each sample is a dict of numpy arrays: ``input_ids`` (int64, (seqlen,)), ``labels`` (int64,
     (seqlen,), with ``labels=True``), ``position_ids`` (int64, (seqlen,), restarting at each
@@ -76,6 +88,7 @@ class WindowDataset:
         labels: bool = False,
         drop_last: bool = True,
         pad_id: int = 0,
+        sampled_index: bool | None = None,
     ) -> None:
         if not isinstance(store, TokenStore):
             raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
@@ -88,6 +101,9 @@ class WindowDataset:
         self.labels = bool(labels)
         self.drop_last = bool(drop_last)
         self.pad_id = check_token_id(pad_id, "pad_id")
+        self.sampled_index = (
+            len(store) >= _SAMPLED_INDEX_DOCS if sampled_index is None else bool(sampled_index)
+        )
         self.width = self.seqlen + int(self.labels)
         self.total = store.num_tokens + (len(store) if self.eot is not None else 0)
         full = (self.total - self.width) // self.stride + 1 if self.total >= self.width else 0
@@ -107,6 +123,11 @@ class WindowDataset:
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
         self._eot = self.eot if self.eot is not None else 0
+        self._top = np.empty(0, dtype=np.int64)
+        if self.sampled_index:
+            self._top = np.empty((len(self.store) - 1) // INDEX_STEP + 1 if len(self.store) else 0,
+                                 dtype=np.int64)
+            fill_sampled_index(self._offsets, self._use_eot, self._top)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -137,7 +158,7 @@ class WindowDataset:
         cu = np.empty(seqlen + 1, dtype=np.int32)
         v = i * self.stride
         ncu = one_window(
-            self._src, self._offsets, self._use_eot, self._eot, v, seqlen, self.width,
+            self._src, self._offsets, self._top, self._use_eot, self._eot, v, seqlen, self.width,
             self.total, self.pad_id, row, pos, cu,
         )
         sample = {"input_ids": row[:seqlen], "position_ids": pos, "cu_seqlens": cu[:ncu]}
@@ -175,11 +196,14 @@ class WindowDataset:
         else:
             starts = np.empty(k, dtype=np.int64)
             lengths = np.empty(k, dtype=np.int64)
-            window_ranges(self._offsets, self._use_eot, vstarts, self.width, self.total, starts, lengths)
+            window_ranges(
+                self._offsets, self._top, self._use_eot, vstarts, self.width, self.total, starts,
+                lengths,
+            )
             src, cursors = self.store.read_ranges(starts, lengths)
         if k:
             gather_windows(
-                src, cursors, self._offsets, self._use_eot, self._eot, vstarts, seqlen,
+                src, cursors, self._offsets, self._top, self._use_eot, self._eot, vstarts, seqlen,
                 self.width, self.total, self.pad_id, rows, pos, cu, ncu,
             )
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
@@ -206,7 +230,7 @@ class WindowDataset:
         end = min(v + self.width, self.total)
         offsets = self.store.offsets
         use_eot = int(self.eot is not None)
-        j = int(find_doc(offsets, use_eot, v))
+        j = int(find_doc(offsets, self._top, use_eot, v))
         pieces = []
         while v < end:
             doc_v0 = int(offsets[j]) + j * use_eot

@@ -227,3 +227,44 @@ def test_pickles_small_and_reads_in_the_copy(tmp_path):
     copy = pickle.loads(blob)
     assert_samples_equal(copy[7], ds[7])
 
+
+
+@given(
+    lens=st.lists(st.integers(0, 12), min_size=257, max_size=1500),
+    use_eot=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_sampled_index_finds_the_same_document(lens, use_eot, seed):
+    """The two-level search (every 256th document start in memory) equals a plain searchsorted
+    over the virtual document starts, including runs of empty documents."""
+    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, find_doc
+
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    e = int(use_eot)
+    voff = offsets + np.arange(offsets.size) * e
+    total = int(voff[-1])
+    if total == 0:
+        return
+    top = np.empty((len(lens) - 1) // INDEX_STEP + 1, dtype=np.int64)
+    fill_sampled_index(offsets, e, top)
+    np.testing.assert_array_equal(top, voff[::INDEX_STEP][: top.size])
+    for v in np.random.default_rng(seed).integers(0, total, size=200):
+        want = int(np.searchsorted(voff, v, side="right")) - 1
+        assert find_doc(offsets, top, e, int(v)) == want
+        assert find_doc(offsets, top[:0], e, int(v)) == want
+
+
+def test_sampled_index_gives_identical_windows(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 500, size=n) for n in rng.integers(0, 9, size=3000)]
+    store = mmpack.build(tmp_path / "s", docs)
+    plain = WindowDataset(store, 16, 5, eot=999, labels=True, drop_last=False, sampled_index=False)
+    fast = WindowDataset(store, 16, 5, eot=999, labels=True, drop_last=False, sampled_index=True)
+    assert fast._top.size > 1 and plain._top.size == 0
+    idx = np.arange(len(plain))
+    for a, b in zip(plain.__getitems__(idx), fast.__getitems__(idx)):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    for i in (0, 17, len(plain) - 1):
+        assert plain.locate(i) == fast.locate(i)
+        np.testing.assert_array_equal(plain[i]["input_ids"], fast[i]["input_ids"])
