@@ -2,5 +2,16 @@
 
 Kernels that call each other live in the same module (numba's cache does not notice edits to a
 jitted function in another file).  Every kernel has a slow, obviously right Python twin in the
-tests (``tests/reference.py``), compared by hypothesis.
+test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
+``tests/test_masking.py``...), compared by hypothesis on random inputs.
+
+| module | kernels |
+|---|---|
+| ``window`` | window resolution (binary search, sampled index) and copies with eot insertion |
+| ``packing`` | best-fit decreasing, streaming best fit, packed-row assembly |
+| ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
+| ``masking`` | MLM selection, counter-based corruption |
+| ``permutation`` | the keyed Feistel permutation |
+| ``mixture`` | Tijdeman's assignment over one period |
+| ``store`` | offsets validation for huge indexes |
 """
