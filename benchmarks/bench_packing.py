@@ -13,8 +13,9 @@ Columns: ``bfd Mdocs/s`` (median of repeats after a compile warm-up; the whole `
 call), ``bins/lower`` (bins over ``ceil(tokens / L)``) and ``excess`` (that ratio minus 1), ``efficiency`` (real tokens incl. eot
 over ``bins * L``), ``frac_long`` / ``frac_split`` (documents longer than a bin / split), the same
 for ``algorithm="stream"`` (1024 open bins), and ``reopen ms``: loading the cached plan file.
-Target: BFD at least 10M documents/s at N >= 10^6, within 1% of the lower bound on the
-non-adversarial corpora.
+``chunk frac_split`` is the fraction of documents concatenate-and-chunk would cut.
+Target (``met``): BFD at least 10M documents/s at N >= 10^6, and at most 1e-4 bins over the lower
+bound on the lognormal corpora (1% on gamma).
 
 Run ``python -m benchmarks.bench_packing [--quick]``.
 """
@@ -65,6 +66,16 @@ class _DirStore:
         self.fingerprint = "bench0000000000a"
 
 
+def _chunk_split_fraction(lens: np.ndarray, seqlen: int, eot: bool) -> float:
+    """Fraction of documents that concatenate-and-chunk (cut the stream every ``seqlen`` tokens)
+    splits: those with a cut strictly inside them."""
+    ends = np.cumsum(lens + int(eot))
+    cuts = np.arange(seqlen, int(ends[-1]), seqlen)
+    doc = np.searchsorted(ends, cuts, side="right")  # the document each cut falls in
+    inside = cuts != np.concatenate([[0], ends])[doc]
+    return np.unique(doc[inside]).size / lens.size
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     sizes = [100_000, 1_000_000] if quick else [100_000, 1_000_000, 10_000_000]
     seqlens = [2048, 32768] if quick else [2048, 8192, 32768]
@@ -98,6 +109,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "efficiency": s.efficiency,
                     "frac_long": s.frac_long,
                     "frac_split": s.frac_split,
+                    "chunk frac_split": _chunk_split_fraction(lens, seqlen, eot),
                     "stream Mdocs/s": n / t_stream / 1e6,
                     "stream excess": ss.excess_bins,
                     "stream efficiency": ss.efficiency,
@@ -110,7 +122,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     row["reopen ms"] = t_open * 1e3
                 if n >= 1_000_000:
                     fast = n / t_bfd >= TARGET_DOCS_PER_S
-                    tight = dist == "adversarial" or s.n_bins <= 1.01 * s.lower_bound_bins
+                    # 1e-4 on the lognormal corpora (the benchmark issue), 1% elsewhere.
+                    bound = 1e-4 if dist.startswith("lognormal") else 1e-2
+                    tight = dist == "adversarial" or s.excess_bins <= bound
                     row["met"] = bool(fast and tight)
                 rows.append(row)
     return rows
