@@ -45,7 +45,7 @@ from mmpack.batch import SampleBatch
 
 from mmpack.masking import IGNORE_INDEX
 
-__all__ = ["TOKEN_FIELDS", "Collator", "collate"]
+__all__ = ["Collator", "TOKEN_FIELDS", "collate"]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""

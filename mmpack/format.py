@@ -32,13 +32,14 @@ from mmpack.errors import FormatError
 
 __all__ = [
     "BLOCK_BYTES",
+    "BlockChecksum",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "META_FILE",
     "OFFSETS_DTYPE",
-    "TOKEN_DTYPES",
-    "BlockChecksum",
     "StoreMeta",
+    "TOKEN_DTYPES",
+    "normalize_token_dtype",
     "smallest_token_dtype",
     "write_json_atomic",
 ]

@@ -52,7 +52,7 @@ from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.permutation import MAX_N, Permutation, epoch_keys
 from mmpack.validation import check_index
 
-__all__ = ["BLOCK", "RESOLUTION", "Mixture", "quantize_weights"]
+__all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
 RESOLUTION = 10**6
 """Weights are quantized to multiples of ``1 / RESOLUTION``."""

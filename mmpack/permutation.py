@@ -25,7 +25,7 @@ import numpy as np
 from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
 from mmpack.validation import check_int
 
-__all__ = ["MAX_N", "ROUNDS", "Permutation", "SeedLike", "epoch_keys"]
+__all__ = ["MAX_N", "Permutation", "ROUNDS", "SeedLike", "epoch_keys"]
 
 MAX_N = 2**62
 """Largest supported domain size."""

@@ -30,7 +30,7 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.permutation import MAX_N, Permutation
 from mmpack.validation import check_int
 
-__all__ = ["STATE_VERSION", "ResumableSampler"]
+__all__ = ["ResumableSampler", "STATE_VERSION"]
 
 STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableSampler.state_dict`."""

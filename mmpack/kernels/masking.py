@@ -10,6 +10,8 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
+__all__ = ["mix64", "mlm_hashed_rows", "mlm_select", "sample_key", "sample_keys"]
+
 
 @njit
 def _contains(sorted_ids: np.ndarray, value: int) -> bool:

@@ -43,6 +43,33 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
+__all__ = [
+    "IGNORE",
+    "LABELS_HF",
+    "LABELS_NEXT",
+    "LABELS_NONE",
+    "LONG_DROP",
+    "LONG_SPLIT",
+    "LONG_TRUNCATE",
+    "N_STATS",
+    "ST_DROPPED",
+    "ST_EMPTY",
+    "ST_FULL_PIECES",
+    "ST_LONG",
+    "ST_LOST_TOKENS",
+    "ST_PLACED_DOCS",
+    "ST_SPLIT",
+    "ST_TOKENS",
+    "ST_TRUNCATED",
+    "bfd",
+    "fill_rows",
+    "item_sizes",
+    "n_full_pieces",
+    "one_bin",
+    "select_pieces",
+    "stream",
+]
+
 LONG_SPLIT = 0
 LONG_TRUNCATE = 1
 LONG_DROP = 2

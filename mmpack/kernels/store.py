@@ -6,6 +6,8 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
+__all__ = ["first_decrease"]
+
 
 @njit
 def first_decrease(offsets: np.ndarray) -> int:

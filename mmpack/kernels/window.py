@@ -15,6 +15,17 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
+__all__ = [
+    "INDEX_STEP",
+    "copy_window",
+    "fill_sampled_index",
+    "find_doc",
+    "flat_position",
+    "gather_windows",
+    "one_window",
+    "window_ranges",
+]
+
 
 
 @njit
