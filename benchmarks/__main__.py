@@ -1,13 +1,15 @@
 """Run every benchmark topic and print one table each: ``python -m benchmarks [--quick] [topic...]``.
 
 Writes the raw rows to ``benchmarks/results/latest.json`` (``latest-quick.json`` with
-``--quick``) and the plots that topics return to ``benchmarks/results/*.png``.
+``--quick``), the printed tables of a run of every topic to ``latest.md``, and the plots that
+topics return to ``benchmarks/results/*.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import os
 import platform
@@ -72,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "topics": {},
     }
-    print(f"mmpack benchmarks ({'quick' if args.quick else 'full'}) on {os.cpu_count()} CPUs")
+    header = f"mmpack benchmarks ({'quick' if args.quick else 'full'}) on {os.cpu_count()} CPUs"
+    print(header)
+    tables = io.StringIO()
+    tables.write(f"# {header}\n\nCommand: `python -m benchmarks{' --quick' if args.quick else ''}`\n")
     failed = []
     for name in topics:
         module = importlib.import_module(TOPICS[name])
@@ -80,13 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = module.run(quick=args.quick)
         elapsed = time.perf_counter() - t0
         print_table(f"{name} ({elapsed:.0f} s)", rows)
+        print_table(f"{name} ({elapsed:.0f} s)", rows, out=tables)
         plot = getattr(module, "plot", None)
         if plot is not None and not args.quick:
             plot(rows, RESULTS)
         report["topics"][name] = {"seconds": elapsed, "rows": rows}
         failed += [f"{name}: {r.get('case')}" for r in rows if r.get("met") is False]
-    out = RESULTS / ("latest-quick.json" if args.quick else "latest.json")
+    stem = "latest-quick" if args.quick else "latest"
+    out = RESULTS / f"{stem}.json"
     out.write_text(json.dumps(report, indent=1, default=str))
+    if set(topics) == set(TOPICS):
+        (RESULTS / f"{stem}.md").write_text(tables.getvalue())
     print(f"\nraw figures: {out}")
     if failed:
         print("targets not met: " + "; ".join(failed))
