@@ -8,6 +8,7 @@ Expected data is recomputed independently in every reader from the corpus seed (
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -91,10 +92,10 @@ def test_threads_share_one_window_dataset(store):
         assert all(pool.map(read, range(8)))
 
 
-def _swap_reader(args) -> dict[str, int]:
-    """Until ``deadline``: open the path, check the version found is complete; keep re-reading
-    the store opened first (memmap: its old data; zarr: old data or a clear refusal)."""
-    path, deadline, seed = args
+def _swap_reader(path, started, stop, results) -> None:
+    """Until ``stop`` is set (and at least once): open the path, check the version found is
+    complete; keep re-reading the store opened first (memmap: its old data; zarr: old data or a
+    clear refusal).  Reports its counts on ``results``."""
     while True:
         try:
             first = mmpack.open(path)
@@ -102,9 +103,11 @@ def _swap_reader(args) -> dict[str, int]:
             break
         except StateMismatchError:  # zarr: swapped between the open and the read
             continue
+    started.release()
     seen = {"opens": 0, "versions": 0, "old_reads": 0, "old_refused": 0}
     versions = set()
-    while time.monotonic() < deadline:
+    seed = os.getpid()
+    while True:
         store = mmpack.open(path)  # must always find a complete store
         try:
             v = int(store[0][0])
@@ -120,26 +123,37 @@ def _swap_reader(args) -> dict[str, int]:
         except StateMismatchError:
             assert first.backend == "zarr", "a memmap reader lost its old data"
             seen["old_refused"] += 1
+        if stop.is_set():
+            break
     seen["versions"] = len(versions)
-    return seen
+    results.put(seen)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_overwrite_while_processes_read(tmp_path, backend):
+    """Readers start first (a loaded machine may start them late), then the store is rebuilt
+    with overwrite=True at least 5 times over at least a second, then the readers stop."""
     path = tmp_path / "s"
     mmpack.build(path, _corpus(0), backend=backend, fsync=False)
     ctx = multiprocessing.get_context("fork")
-    deadline = time.monotonic() + 2.5
-    with ctx.Pool(3) as pool:
-        result = pool.map_async(_swap_reader, [(path, deadline, s) for s in range(3)])
-        version = 0
-        time.sleep(0.5)
-        while time.monotonic() < deadline - 0.5:
-            version += 1
-            mmpack.build(path, _corpus(version), backend=backend, overwrite=True, fsync=False)
-            time.sleep(0.05)
-        seen = result.get(timeout=60)
+    started, stop, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    readers = [ctx.Process(target=_swap_reader, args=(path, started, stop, results)) for _ in range(3)]
+    for r in readers:
+        r.start()
+    for _ in readers:
+        assert started.acquire(timeout=60)
+    version = 0
+    t_end = time.monotonic() + 1.0
+    while version < 5 or time.monotonic() < t_end:
+        version += 1
+        mmpack.build(path, _corpus(version), backend=backend, overwrite=True, fsync=False)
+        time.sleep(0.05)
+    stop.set()
+    seen = [results.get(timeout=60) for _ in readers]
+    for r in readers:
+        r.join(timeout=60)
+        assert r.exitcode == 0
     assert version >= 2
     for s in seen:
         assert s["opens"] > 0
