@@ -45,7 +45,9 @@ class SampleBatch(Sequence):
     def __getitem__(self, r: Any) -> Any:
         if isinstance(r, slice):
             return [self[q] for q in range(*r.indices(len(self)))]
-        sample = {name: col[r] if col.ndim > 1 else col[r].item() for name, col in self.columns.items()}
+        sample = {
+            name: col[r] if col.ndim > 1 else col[r].item() for name, col in self.columns.items()
+        }
         sample["cu_seqlens"] = self.cu_seqlens[r, : self.num_cuts[r]]
         return sample
 

@@ -28,7 +28,8 @@ from mmpack.kernels.masking import mlm_select
 
 __all__ = ["IGNORE_INDEX", "excluded_ids", "mlm_mask", "random_allowed_tokens"]
 
-_TEMPORARIES = BufferPool()  # scratch arrays reused across calls (page faults cost more than the work)
+# Scratch arrays reused across calls: on fresh allocations, page faults cost more than the work.
+_TEMPORARIES = BufferPool()
 
 IGNORE_INDEX = -100
 """Label of a position that takes no loss (PyTorch's ``CrossEntropyLoss`` default)."""

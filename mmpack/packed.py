@@ -222,8 +222,14 @@ class PackedDataset:
             self._label_mode = LABELS_NONE
         else:
             self._label_mode = LABELS_NEXT if self.label_shift == "next" else LABELS_HF
+        self._params = np.array(
+            [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
+            dtype=np.int64,
+        )
 
-    def _corrupt(self, idx: np.ndarray, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray) -> None:
+    def _corrupt(
+        self, idx: np.ndarray, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray
+    ) -> None:
         """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index)."""
         keys = np.empty(idx.shape[0], dtype=np.uint64)
         sample_keys(self.seed, self.epoch, idx, keys)
@@ -288,8 +294,7 @@ class PackedDataset:
         scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
         bad = one_bin(
             plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets, src,
-            b, seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode,
-            rows[0], rows[1], rows[2], rows[3], cu, scalars[0], scalars[1],
+            b, self._params, rows, cu, scalars,
         )
         if bad >= 0:
             raise FormatError(

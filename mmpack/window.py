@@ -123,6 +123,10 @@ class WindowDataset:
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
         self._eot = self.eot if self.eot is not None else 0
+        self._params = np.array(
+            [self._use_eot, self._eot, self.seqlen, self.width, self.total, self.pad_id],
+            dtype=np.int64,
+        )
         self._top = np.empty(0, dtype=np.int64)
         if self.sampled_index:
             self._top = np.empty((len(self.store) - 1) // INDEX_STEP + 1 if len(self.store) else 0,
@@ -152,18 +156,14 @@ class WindowDataset:
             i = check_index(i, n)
         if self._src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
-        seqlen = self.seqlen
-        row = np.empty(self.width, dtype=np.int64)
-        pos = np.empty(seqlen, dtype=np.int64)
+        seqlen, width = self.seqlen, self.width
+        out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
         v = i * self.stride
-        ncu = one_window(
-            self._src, self._offsets, self._top, self._use_eot, self._eot, v, seqlen, self.width,
-            self.total, self.pad_id, row, pos, cu,
-        )
-        sample = {"input_ids": row[:seqlen], "position_ids": pos, "cu_seqlens": cu[:ncu]}
+        ncu = one_window(self._src, self._offsets, self._top, self._params, v, out, cu)
+        sample = {"input_ids": out[:seqlen], "position_ids": out[width:], "cu_seqlens": cu[:ncu]}
         if self.labels:
-            sample["labels"] = self._labels(row, v)
+            sample["labels"] = self._labels(out[:width], v)
         return sample
 
     def _labels(self, row: np.ndarray, v: int) -> np.ndarray:

@@ -690,22 +690,18 @@ def one_bin(
     offsets: np.ndarray,
     src: np.ndarray,
     b: int,
-    seqlen: int,
-    eot: int,
-    eot_id: int,
-    pad_id: int,
-    label_mode: int,
-    input_ids: np.ndarray,
-    position_ids: np.ndarray,
-    labels: np.ndarray,
-    attention_mask: np.ndarray,
+    params: np.ndarray,
+    rows: np.ndarray,
     cu_seqlens: np.ndarray,
-    n_segments: np.ndarray,
-    max_seqlen: np.ndarray,
+    scalars: np.ndarray,
 ) -> int:
     """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
-    from the whole flat token array ``src`` (outputs are (1, ...) rows).  Returns -1, or 0 when
-    the bin is inconsistent with the documents (nothing is read then)."""
+    from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
+    label_mode]``; ``rows`` (4, 1, seqlen) receives ids, positions, labels, attention mask;
+    ``scalars`` (2, 1) the segment count and the longest segment (few arguments: numba's
+    dispatch costs ~80 ns each on this single-sample path).  Returns -1, or 0 when the bin is
+    inconsistent with the documents (nothing is read then)."""
+    seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     bins = np.empty(1, dtype=np.int64)
     bins[0] = b
     n = bin_ptr[b + 1] - bin_ptr[b]
@@ -721,7 +717,7 @@ def one_bin(
     if bad >= 0:
         return bad
     fill_rows(
-        src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, label_mode, input_ids,
-        position_ids, labels, attention_mask, cu_seqlens, n_segments, max_seqlen,
+        src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, label_mode, rows[0], rows[1],
+        rows[2], rows[3], cu_seqlens, scalars[0], scalars[1],
     )
     return -1

@@ -217,19 +217,20 @@ def one_window(
     src: np.ndarray,
     offsets: np.ndarray,
     top: np.ndarray,
-    use_eot: int,
-    eot: int,
+    params: np.ndarray,
     v: int,
-    seqlen: int,
-    width: int,
-    total: int,
-    pad_id: int,
-    row: np.ndarray,
-    pos: np.ndarray,
+    out: np.ndarray,
     cu: np.ndarray,
 ) -> int:
-    """:func:`copy_window` for a single window read straight from the whole flat array ``src``."""
+    """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
+
+    ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` holds the row
+    (``width``) then the positions (``seqlen``): few arguments, because numba's dispatch costs
+    ~80 ns per argument and this is the single-sample path (~2 us in all)."""
+    use_eot, eot, seqlen, width = params[0], params[1], params[2], params[3]
+    total, pad_id = params[4], params[5]
     cursor = flat_position(offsets, top, use_eot, v)
     return copy_window(
-        src, cursor, offsets, top, use_eot, eot, v, seqlen, width, total, pad_id, row, pos, cu
+        src, cursor, offsets, top, use_eot, eot, v, seqlen, width, total, pad_id,
+        out[:width], out[width:], cu,
     )
