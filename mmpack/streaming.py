@@ -60,6 +60,17 @@ from mmpack.kernels.streaming import (
 )
 from mmpack.masking import IGNORE_INDEX, excluded_ids, mlm_mask
 from mmpack.schedules import BatchSizeWarmup, MaskingRatioCooldown
+from mmpack.stream_sources import (
+    PieceBuffer,
+    batch_items,
+    detect_format,
+    is_indexable,
+    is_store_like,
+    propagate_epoch,
+    sequences_of,
+    split_pieces,
+    tokens_of,
+)
 
 __all__ = ["StreamingPacker"]
 
@@ -70,157 +81,6 @@ _STATE_VERSION = 1
 _PEEK = 64
 
 
-# ----------------------------------------------------------------------------- source handling
-def _is_scalar(x: Any) -> bool:
-    if isinstance(x, (int, np.integer)):
-        return True
-    return getattr(x, "ndim", None) == 0
-
-
-def _nesting(x: Any) -> int | None:
-    """1 for a sequence of tokens, 2 for a batch of sequences, None when it cannot tell (empty)."""
-    if isinstance(x, (str, bytes)):
-        raise TypeError(f"the source yielded text ({type(x).__name__}); it must yield token ids")
-    if isinstance(x, Mapping):
-        if "input_ids" not in x:
-            raise TypeError(
-                f"the source yielded a mapping without 'input_ids' (keys {sorted(x)[:8]})"
-            )
-        return _nesting(x["input_ids"])
-    ndim = getattr(x, "ndim", None)
-    if ndim is not None and hasattr(x, "shape"):
-        if ndim in (1, 2):
-            return ndim
-        raise TypeError(f"the source yielded a {ndim}-D array; expected 1-D (a sequence) or 2-D")
-    if isinstance(x, (list, tuple)):
-        if len(x) == 0:
-            return None
-        return 1 if _is_scalar(x[0]) else 2
-    raise TypeError(
-        f"the source yielded {type(x).__name__}; expected a sequence of token ids (list, numpy "
-        "array, torch tensor, dict with 'input_ids') or a batch (list) of them"
-    )
-
-
-def _detect(elements: Iterable[Any]) -> str:
-    for x in elements:
-        n = _nesting(x)
-        if n is not None:
-            return "sequences" if n == 1 else "batches"
-    return "sequences"
-
-
-def _is_indexable(source: Any) -> bool:
-    if isinstance(source, (str, bytes, Mapping)):
-        return False
-    if any(c.__name__ == "IterableDataset" for c in type(source).__mro__):
-        return False
-    return hasattr(source, "__len__") and hasattr(source, "__getitem__")
-
-
-def _is_store_like(source: Any) -> bool:
-    offsets = getattr(source, "offsets", None)
-    return (
-        callable(getattr(source, "read_ranges", None))
-        and isinstance(offsets, np.ndarray)
-        and offsets.ndim == 1
-        and offsets.shape[0] == len(source) + 1
-    )
-
-
-def _tokens_of(item: Any) -> Any:
-    return item["input_ids"] if isinstance(item, Mapping) else item
-
-
-def _batch_items(batch: Any) -> list[Any]:
-    if isinstance(batch, Mapping):
-        batch = _tokens_of(batch)
-    if getattr(batch, "ndim", None) == 2:
-        return list(batch)
-    if isinstance(batch, (list, tuple)):
-        return list(batch)
-    raise TypeError(
-        f"an incoming batch must be a list of sequences, a 2-D array or a dict whose "
-        f"'input_ids' is one of those; got {type(batch).__name__}"
-    )
-
-
-def _sequences(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths."""
-    if any(issubclass(t, Mapping) for t in set(map(type, items))):
-        items = [_tokens_of(x) for x in items]
-    try:
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    except TypeError as exc:
-        raise TypeError(
-            f"every source sequence must have a length (a 1-D sequence): {exc}"
-        ) from None
-    return np.fromiter(items, dtype=object, count=len(items)), lens
-
-
-def _split_pieces(lens: np.ndarray, row_len: int, policy: str
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pieces of documents of lengths ``lens``: (document index, offset in it, length), int64."""
-    if policy == "split":
-        n_pieces = -(-lens // row_len)
-    else:
-        n_pieces = (lens > 0).astype(np.int64)
-        if policy == "drop":
-            n_pieces[lens > row_len] = 0
-    doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
-    first = np.cumsum(n_pieces) - n_pieces
-    k = np.arange(doc.shape[0], dtype=np.int64) - first[doc]
-    off = k * row_len
-    plen = np.minimum(lens[doc] - off, row_len)
-    return doc, off, plen
-
-
-def _propagate_epoch(source: Any, epoch: int) -> None:
-    """Tell the source, a DataLoader's sampler or batch sampler, which epoch starts."""
-    seen: list[Any] = []
-    candidates = [source, getattr(source, "sampler", None), getattr(source, "batch_sampler", None),
-                  getattr(getattr(source, "batch_sampler", None), "sampler", None)]
-    for obj in candidates:
-        if obj is None or any(obj is s for s in seen):
-            continue
-        seen.append(obj)
-        set_epoch = getattr(obj, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
-
-
-# ----------------------------------------------------------------------------- held pieces
-class _Pieces:
-    """Held pieces in stream order: those deferred by the last batch, then those read ahead.
-
-    ``objs`` holds each piece's tokens (a sequence or a view of one) for in-memory sources, and is
-    None for a store-like source, whose pieces are read by position when emitted."""
-
-    def __init__(self, with_objects: bool) -> None:
-        empty = np.empty(0, dtype=np.int64)
-        self.lens, self.src, self.src_off = empty, empty, empty
-        self.objs: np.ndarray | None = np.empty(0, dtype=object) if with_objects else None
-
-    @property
-    def n(self) -> int:
-        return self.lens.shape[0]
-
-    def append(self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
-               objs: np.ndarray | None) -> None:
-        self.lens = np.concatenate([self.lens, lens])
-        self.src = np.concatenate([self.src, src])
-        self.src_off = np.concatenate([self.src_off, src_off])
-        if self.objs is not None:
-            assert objs is not None
-            self.objs = np.concatenate([self.objs, objs])
-
-    def keep(self, mask: np.ndarray) -> None:
-        self.lens, self.src, self.src_off = self.lens[mask], self.src[mask], self.src_off[mask]
-        if self.objs is not None:
-            self.objs = self.objs[mask]
-
-
-# ----------------------------------------------------------------------------- the packer
 class StreamingPacker:
     """Pack a stream of variable-length token sequences into ``(rows, out_pseq_len)`` batches.
 
@@ -407,12 +267,12 @@ class StreamingPacker:
         self.source = source
         self._indexed = False
         self._store_like = False
-        if source_format != "batches" and _is_indexable(source):
+        if source_format != "batches" and is_indexable(source):
             fmt = source_format
             if fmt == "auto":
-                fmt = _detect(source[j] for j in range(min(len(source), _PEEK)))
+                fmt = detect_format(source[j] for j in range(min(len(source), _PEEK)))
             self._indexed = fmt == "sequences"
-            self._store_like = self._indexed and _is_store_like(source)
+            self._store_like = self._indexed and is_store_like(source)
         elif not isinstance(source, Iterable):
             raise TypeError(f"source must be iterable, got {type(source).__name__}")
 
@@ -423,7 +283,7 @@ class StreamingPacker:
         self._remaining = np.full(stride, -1, dtype=np.int64)
         self._counts = np.zeros(stride, dtype=np.int64)
 
-        self._pieces = _Pieces(with_objects=not self._store_like)
+        self._pieces = PieceBuffer(with_objects=not self._store_like)
         self._out_row = np.empty(0, dtype=np.int64)
         self._out_off = np.empty(0, dtype=np.int64)
         self._next_epoch = 0
@@ -526,10 +386,10 @@ class StreamingPacker:
     def _start_epoch(self, epoch: int) -> None:
         self._epoch = epoch
         self._in_epoch = True
-        self._pieces = _Pieces(with_objects=not self._store_like)
+        self._pieces = PieceBuffer(with_objects=not self._store_like)
         self._reset_counters()
         self._rng = np.random.default_rng([self.seed, epoch])
-        _propagate_epoch(self.source, epoch)
+        propagate_epoch(self.source, epoch)
         self._next_index = 0
         self._carry = []
         self._exhausted = False
@@ -539,7 +399,7 @@ class StreamingPacker:
             fmt = self.source_format
             if fmt == "auto":
                 peeked = list(itertools.islice(iterator, _PEEK))
-                fmt = _detect(peeked)
+                fmt = detect_format(peeked)
                 iterator = itertools.chain(peeked, iterator)
             self._iter_format = fmt
             self._iterator = iterator
@@ -583,7 +443,7 @@ class StreamingPacker:
                 docs = list(self.source[j0:j1])
             else:
                 docs = [self.source[j] for j in range(j0, j1)]
-            objs, lens = _sequences(docs)
+            objs, lens = sequences_of(docs)
             self._admit(lens, src_ids, objs)
 
     def _admit_iterated(self, n_docs: int) -> None:
@@ -601,13 +461,13 @@ class StreamingPacker:
                 except StopIteration:
                     self._exhausted = True
                     break
-                more = _batch_items(batch)
+                more = batch_items(batch)
                 take = n_docs - len(items)
                 items.extend(more[:take])
                 self._carry = more[take:]
         if not items:
             return
-        objs, lens = _sequences(items)
+        objs, lens = sequences_of(items)
         src_ids = np.arange(self.seqs_consumed, self.seqs_consumed + len(items), dtype=np.int64)
         self._admit(lens, src_ids, objs)
 
@@ -630,7 +490,7 @@ class StreamingPacker:
             else:
                 self.seqs_dropped += n_long
                 self.tokens_discarded += excess + P * n_long
-        doc, off, plen = _split_pieces(lens, P, self.long_docs)
+        doc, off, plen = split_pieces(lens, P, self.long_docs)
         piece_objs = None
         if objs is not None:
             piece_objs = objs[doc]
@@ -876,7 +736,7 @@ class StreamingPacker:
             return
         objs = np.empty(src.shape[0], dtype=object)
         for k, (j, o, n) in enumerate(zip(src.tolist(), off.tolist(), plen.tolist())):
-            doc = _tokens_of(self.source[j])
+            doc = tokens_of(self.source[j])
             if o + n > len(doc):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
             objs[k] = doc if (o == 0 and n == len(doc)) else np.asarray(doc)[o:o + n]

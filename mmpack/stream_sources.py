@@ -1,0 +1,182 @@
+"""What the streaming packer reads: source formats, sequences, and the buffer of held pieces.
+
+A source is an iterable of sequences, an iterable of incoming batches (lists of sequences, 2-D
+arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a random-access store
+(:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
+from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
+*pieces* (:func:`split_pieces` applies the ``long_docs`` policy), held in a
+:class:`PieceBuffer`: three int64 arrays (length, source index, offset in the source sequence)
+plus, for in-memory sources, an object array of references to the sequences (admission copies no
+token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PieceBuffer",
+    "batch_items",
+    "detect_format",
+    "is_indexable",
+    "is_store_like",
+    "propagate_epoch",
+    "sequences_of",
+    "split_pieces",
+    "tokens_of",
+]
+
+
+def _is_scalar(x: Any) -> bool:
+    if isinstance(x, (int, np.integer)):
+        return True
+    return getattr(x, "ndim", None) == 0
+
+
+def _nesting(x: Any) -> int | None:
+    """1 for a sequence of tokens, 2 for a batch of sequences, None when it cannot tell (empty)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"the source yielded text ({type(x).__name__}); it must yield token ids")
+    if isinstance(x, Mapping):
+        if "input_ids" not in x:
+            raise TypeError(
+                f"the source yielded a mapping without 'input_ids' (keys {sorted(x)[:8]})"
+            )
+        return _nesting(x["input_ids"])
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and hasattr(x, "shape"):
+        if ndim in (1, 2):
+            return ndim
+        raise TypeError(f"the source yielded a {ndim}-D array; expected 1-D (a sequence) or 2-D")
+    if isinstance(x, (list, tuple)):
+        if len(x) == 0:
+            return None
+        return 1 if _is_scalar(x[0]) else 2
+    raise TypeError(
+        f"the source yielded {type(x).__name__}; expected a sequence of token ids (list, numpy "
+        "array, torch tensor, dict with 'input_ids') or a batch (list) of them"
+    )
+
+
+def detect_format(elements: Iterable[Any]) -> str:
+    for x in elements:
+        n = _nesting(x)
+        if n is not None:
+            return "sequences" if n == 1 else "batches"
+    return "sequences"
+
+
+def is_indexable(source: Any) -> bool:
+    if isinstance(source, (str, bytes, Mapping)):
+        return False
+    if any(c.__name__ == "IterableDataset" for c in type(source).__mro__):
+        return False
+    return hasattr(source, "__len__") and hasattr(source, "__getitem__")
+
+
+def is_store_like(source: Any) -> bool:
+    offsets = getattr(source, "offsets", None)
+    return (
+        callable(getattr(source, "read_ranges", None))
+        and isinstance(offsets, np.ndarray)
+        and offsets.ndim == 1
+        and offsets.shape[0] == len(source) + 1
+    )
+
+
+def tokens_of(item: Any) -> Any:
+    return item["input_ids"] if isinstance(item, Mapping) else item
+
+
+def batch_items(batch: Any) -> list[Any]:
+    if isinstance(batch, Mapping):
+        batch = tokens_of(batch)
+    if getattr(batch, "ndim", None) == 2:
+        return list(batch)
+    if isinstance(batch, (list, tuple)):
+        return list(batch)
+    raise TypeError(
+        f"an incoming batch must be a list of sequences, a 2-D array or a dict whose "
+        f"'input_ids' is one of those; got {type(batch).__name__}"
+    )
+
+
+def sequences_of(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths."""
+    if any(issubclass(t, Mapping) for t in set(map(type, items))):
+        items = [tokens_of(x) for x in items]
+    try:
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    except TypeError as exc:
+        raise TypeError(
+            f"every source sequence must have a length (a 1-D sequence): {exc}"
+        ) from None
+    return np.fromiter(items, dtype=object, count=len(items)), lens
+
+
+def split_pieces(lens: np.ndarray, row_len: int, policy: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of documents of lengths ``lens``: (document index, offset in it, length), int64."""
+    if policy == "split":
+        n_pieces = -(-lens // row_len)
+    else:
+        n_pieces = (lens > 0).astype(np.int64)
+        if policy == "drop":
+            n_pieces[lens > row_len] = 0
+    doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
+    first = np.cumsum(n_pieces) - n_pieces
+    k = np.arange(doc.shape[0], dtype=np.int64) - first[doc]
+    off = k * row_len
+    plen = np.minimum(lens[doc] - off, row_len)
+    return doc, off, plen
+
+
+def propagate_epoch(source: Any, epoch: int) -> None:
+    """Tell the source, a DataLoader's sampler or batch sampler, which epoch starts."""
+    seen: list[Any] = []
+    candidates = [source, getattr(source, "sampler", None), getattr(source, "batch_sampler", None),
+                  getattr(getattr(source, "batch_sampler", None), "sampler", None)]
+    for obj in candidates:
+        if obj is None or any(obj is s for s in seen):
+            continue
+        seen.append(obj)
+        set_epoch = getattr(obj, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+
+# ----------------------------------------------------------------------------- held pieces
+class PieceBuffer:
+    """Held pieces in stream order: those deferred by the last batch, then those read ahead.
+
+    ``objs`` holds each piece's tokens (a sequence or a view of one) for in-memory sources, and is
+    None for a store-like source, whose pieces are read by position when emitted."""
+
+    def __init__(self, with_objects: bool) -> None:
+        empty = np.empty(0, dtype=np.int64)
+        self.lens, self.src, self.src_off = empty, empty, empty
+        self.objs: np.ndarray | None = np.empty(0, dtype=object) if with_objects else None
+
+    @property
+    def n(self) -> int:
+        return self.lens.shape[0]
+
+    def append(self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+               objs: np.ndarray | None) -> None:
+        self.lens = np.concatenate([self.lens, lens])
+        self.src = np.concatenate([self.src, src])
+        self.src_off = np.concatenate([self.src_off, src_off])
+        if self.objs is not None:
+            assert objs is not None
+            self.objs = np.concatenate([self.objs, objs])
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.lens, self.src, self.src_off = self.lens[mask], self.src[mask], self.src_off[mask]
+        if self.objs is not None:
+            self.objs = self.objs[mask]
+
+
+# ----------------------------------------------------------------------------- the packer
