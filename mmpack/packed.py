@@ -26,10 +26,8 @@ if any, is the last segment:
   selected.  The packing is the same in both modes.
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
-is a counter-based hash (splitmix64) of the sample's key and the token position
-(:func:`mmpack.kernels.masking.mlm_hashed_rows`), so a whole batch is corrupted in one kernel call
-with no generator state to set per row (a per-row numpy generator cost ~80 us per 2048-token
-row).  Reading an index twice gives the same sample, in any batch, worker or order;
+is a counter-based hash of the sample's key and the token position (:mod:`mmpack.masking`), so
+a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order;
 :meth:`PackedDataset.set_epoch` changes every mask.
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
@@ -65,8 +63,7 @@ from mmpack.kernels.packing import (
     one_bin,
     select_pieces,
 )
-from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
-from mmpack.masking import IGNORE_INDEX, excluded_ids
+from mmpack.masking import corrupt_rows, excluded_ids, row_keys
 from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store import TokenStore, open_store
 from mmpack.validation import check_index, check_indices, check_int, check_token_id
@@ -231,12 +228,9 @@ class PackedDataset:
         self, idx: np.ndarray, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray
     ) -> None:
         """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index)."""
-        keys = np.empty(idx.shape[0], dtype=np.uint64)
-        sample_keys(self.seed, self.epoch, idx, keys)
-        excl = self._excl
-        mlm_hashed_rows(
-            ids, attn, keys, excl, excl - np.arange(excl.size), self.vocab_size - excl.size,
-            self.mask_prob, self.mask_id, IGNORE_INDEX, labels,
+        corrupt_rows(
+            ids, attn, row_keys(self.seed, self.epoch, idx), mask_prob=self.mask_prob,
+            mask_id=self.mask_id, vocab_size=self.vocab_size, excluded=self._excl, labels=labels,
         )
 
     def __getstate__(self) -> dict[str, Any]:

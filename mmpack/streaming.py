@@ -58,7 +58,7 @@ from mmpack.kernels.streaming import (
     row_boundaries,
     scatter_pieces,
 )
-from mmpack.masking import IGNORE_INDEX, excluded_ids, mlm_mask
+from mmpack.masking import IGNORE_INDEX, corrupt_rows, excluded_ids, row_keys
 from mmpack.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.stream_sources import (
     PieceBuffer,
@@ -71,13 +71,14 @@ from mmpack.stream_sources import (
     split_pieces,
     tokens_of,
 )
+from mmpack.validation import check_int_range, check_positive_int, check_token_id
 
 __all__ = ["StreamingPacker"]
 
 _MODES = (None, "causal", "mlm")
 _LONG_DOCS = ("split", "truncate", "drop")
 _FORMATS = ("auto", "sequences", "batches")
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 _PEEK = 64
 
 
@@ -103,7 +104,7 @@ class StreamingPacker:
         At most this many pieces are deferred (buffered) by one batch; ``>= out_batch_size``.
     mode : {None, "causal", "mlm"}
         ``None``: ``labels`` is ``None`` (the seed's ``suppress_masking``).  ``"mlm"``: 80/10/10
-        masking with :func:`mmpack.masking.mlm_mask`; random tokens come from
+        masking (:mod:`mmpack.masking`); random tokens come from
         ``[0, vocab_size)`` minus ``special_ids``, ``mask_id`` and ``pad_id``; padding and special
         ids are never selected.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
         ``ignore_index`` at each piece's last token and on padding.
@@ -124,7 +125,9 @@ class StreamingPacker:
         the source runs out before every row holds a piece.
     source_format : {"auto", "sequences", "batches"}
     seed : int
-        MLM masks of epoch ``e`` come from ``numpy.random.default_rng([seed, e])``.
+        Row ``r`` of the ``b``-th batch of epoch ``e`` is corrupted with the key of
+        ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.masking.row_keys`): masks are a pure function
+        of the position in the stream, so a resumed run reproduces them without generator state.
     return_tensors : {"np", "pt"}
         numpy arrays (default) or torch tensors (zero-copy ``torch.from_numpy``).
     readahead : int, optional
@@ -177,16 +180,9 @@ class StreamingPacker:
         masking_ratio_step_size: float | None = None,
         world_size: int = 1,
     ) -> None:
-        def int_arg(name: str, value: Any, lo: int) -> int:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < lo:
-                raise ValueError(f"{name} must be >= {lo}, got {name}={value}")
-            return int(value)
-
-        self.out_batch_size = int_arg("out_batch_size", out_batch_size, 1)
-        self.out_pseq_len = int_arg("out_pseq_len", out_pseq_len, 1)
-        self.buffer_size = int_arg("buffer_size", buffer_size, 1)
+        self.out_batch_size = check_positive_int(out_batch_size, "out_batch_size")
+        self.out_pseq_len = check_positive_int(out_pseq_len, "out_pseq_len")
+        self.buffer_size = check_positive_int(buffer_size, "buffer_size")
         if self.buffer_size < self.out_batch_size:
             raise ValueError(
                 f"buffer_size={buffer_size} must be >= out_batch_size={out_batch_size}"
@@ -205,13 +201,13 @@ class StreamingPacker:
             0.0 <= mask_prob <= 1.0
         ):
             raise ValueError(f"mask_prob must be a number in [0, 1], got {mask_prob!r}")
-        self.seed = int_arg("seed", seed, 0)
-        self.readahead = int_arg(
-            "readahead", self.buffer_size if readahead is None else readahead, 1
+        self.seed = check_int_range(seed, "seed", 0, 2**64)
+        self.readahead = check_positive_int(
+            self.buffer_size if readahead is None else readahead, "readahead"
         )
         self.mode = mode
-        self.pad_id = int_arg("pad_id", pad_id, -(2**63))
-        self.ignore_index = int_arg("ignore_index", ignore_index, -(2**63))
+        self.pad_id = check_token_id(pad_id, "pad_id")
+        self.ignore_index = check_token_id(ignore_index, "ignore_index")
         self.mask_prob = float(mask_prob)
         self.long_docs = long_docs
         self.drop_last = drop_last
@@ -224,8 +220,8 @@ class StreamingPacker:
         if mode == "mlm":
             if mask_id is None or vocab_size is None:
                 raise ValueError("mode='mlm' needs mask_id and vocab_size")
-            self.vocab_size = int_arg("vocab_size", vocab_size, 1)
-            self.mask_id = int_arg("mask_id", mask_id, 0)
+            self.vocab_size = check_positive_int(vocab_size, "vocab_size")
+            self.mask_id = check_int_range(mask_id, "mask_id", 0)
             if self.mask_id >= self.vocab_size:
                 raise ValueError(f"mask_id={mask_id} must be < vocab_size={vocab_size}")
             self._excluded = excluded_ids(
@@ -292,7 +288,6 @@ class StreamingPacker:
         self._resume: dict[str, Any] | None = None
         self._generation = 0
         self.token_count = 0
-        self._rng = np.random.default_rng([self.seed, 0])
         self._reset_counters()
         self._next_index = 0
         self._iterator: Iterator[Any] | None = None
@@ -388,7 +383,6 @@ class StreamingPacker:
         self._in_epoch = True
         self._pieces = PieceBuffer(with_objects=not self._store_like)
         self._reset_counters()
-        self._rng = np.random.default_rng([self.seed, epoch])
         propagate_epoch(self.source, epoch)
         self._next_index = 0
         self._carry = []
@@ -580,10 +574,11 @@ class StreamingPacker:
             if self.mask_prob_schedule is not None:
                 mask_prob = self.mask_prob_schedule(self.token_count)
             assert self._excluded is not None
-            ids, labels = mlm_mask(
-                ids, rng=self._rng, mask_prob=mask_prob, mask_id=self.mask_id,
-                vocab_size=self.vocab_size, excluded=self._excluded,
-                maskable=attention.astype(bool), ignore_index=self.ignore_index,
+            rows_in_stream = (self.batches_emitted << 32) + np.arange(n_rows, dtype=np.int64)
+            labels = corrupt_rows(
+                ids, attention, row_keys(self.seed, self._epoch, rows_in_stream),
+                mask_prob=mask_prob, mask_id=self.mask_id, vocab_size=self.vocab_size,
+                excluded=self._excluded, ignore_index=self.ignore_index,
             )
         elif self.mode == "causal":
             labels = np.full_like(ids, self.ignore_index)
@@ -671,7 +666,6 @@ class StreamingPacker:
             "pending_len": pieces.lens.copy(),
             "token_count": self.token_count,
             "counters": {k: getattr(self, k) for k in _COUNTERS},
-            "rng": self._rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -714,7 +708,6 @@ class StreamingPacker:
 
     def _restore_epoch(self, state: dict[str, Any]) -> None:
         self._start_epoch(int(state["epoch"]))
-        self._rng.bit_generator.state = state["rng"]
         for k, v in state["counters"].items():
             setattr(self, k, v)
         src = np.asarray(state["pending_src"], dtype=np.int64)

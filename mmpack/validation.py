@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_index", "check_indices", "check_int", "check_positive_int", "check_token_id"]
+__all__ = [
+    "check_index",
+    "check_indices",
+    "check_int",
+    "check_int_range",
+    "check_positive_int",
+    "check_token_id",
+]
 
 
 def check_int(value: Any, name: str) -> int:
@@ -26,12 +33,19 @@ def check_int(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
+def check_int_range(value: Any, name: str, lo: int, hi: int | None = None) -> int:
+    """:func:`check_int`, then ``ValueError`` unless ``lo <= value`` (and ``value < hi``)."""
+    v = check_int(value, name)
+    if v < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v}")
+    if hi is not None and v >= hi:
+        raise ValueError(f"{name} must be < {hi}, got {v}")
+    return v
+
+
 def check_positive_int(value: Any, name: str) -> int:
     """:func:`check_int`, then ``ValueError`` unless ``value >= 1``."""
-    v = check_int(value, name)
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    return v
+    return check_int_range(value, name, 1)
 
 
 def check_token_id(value: Any, name: str) -> int:

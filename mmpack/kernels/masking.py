@@ -1,7 +1,7 @@
-"""The MLM selection kernel: one pass over the tokens and their uniform draws.
+"""The MLM corruption kernel: one pass over a batch of rows, in place, with counter-based draws.
 
-Replaces eight whole-array numpy temporaries (each a fresh, page-faulting allocation for a
-batch-sized array) with one loop; the random draws stay numpy's, so results are unchanged.
+Every random number is a splitmix64 hash of the row's key and the token position, so a row's
+corruption is a pure function of its key (see :mod:`mmpack.masking` for the rule).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["mix64", "mlm_hashed_rows", "mlm_select", "sample_key", "sample_keys"]
+__all__ = ["mix64", "mlm_hashed_rows", "sample_key", "sample_keys"]
 
 
 @njit
@@ -23,43 +23,6 @@ def _contains(sorted_ids: np.ndarray, value: int) -> bool:
         else:
             hi = mid
     return lo < sorted_ids.shape[0] and sorted_ids[lo] == value
-
-
-@njit
-def mlm_select(
-    ids: np.ndarray,
-    u: np.ndarray,
-    maskable: np.ndarray,
-    use_maskable: int,
-    excluded: np.ndarray,
-    mask_prob: float,
-    mask_id: int,
-    ignore_index: int,
-    out_ids: np.ndarray,
-    out_labels: np.ndarray,
-    random_pos: np.ndarray,
-) -> int:
-    """For every position ``t`` (all arrays 1-D, same length; ``excluded`` sorted): a token that
-    is maskable, not excluded and has ``u[t] < mask_prob`` is selected (its label is the token);
-    ``u < 0.8 p`` becomes ``mask_id``, ``0.8 p <= u < 0.9 p`` is recorded in ``random_pos`` for a
-    random replacement, the rest keep their token.  Returns the number of random positions."""
-    p8 = 0.8 * mask_prob
-    p9 = 0.9 * mask_prob
-    n_random = 0
-    for t in range(ids.shape[0]):
-        tok = ids[t]
-        out_ids[t] = tok
-        out_labels[t] = ignore_index
-        x = u[t]
-        if x >= mask_prob or (use_maskable and not maskable[t]) or _contains(excluded, tok):
-            continue
-        out_labels[t] = tok
-        if x < p8:
-            out_ids[t] = mask_id
-        elif x < p9:
-            random_pos[n_random] = t
-            n_random += 1
-    return n_random
 
 
 # ------------------------------------------------------------------------------------------------
