@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.batch import SampleBatch
 from mmpack.kernels.mixture import (
     build_period,
     locate_many,
@@ -50,7 +51,7 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.permutation import MAX_N, Permutation, epoch_keys
-from mmpack.validation import check_index
+from mmpack.validation import check_index, check_indices
 
 __all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
@@ -122,6 +123,26 @@ def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np
 
 
 
+def _scatter_batches(
+    parts: list[tuple[int, np.ndarray, SampleBatch]], n: int, src: np.ndarray
+) -> SampleBatch:
+    """One ``SampleBatch`` of ``n`` rows from per-source batches (rows ``where`` of each)."""
+    first = parts[0][2]
+    columns: dict[str, np.ndarray] = {}
+    for name, col in first.columns.items():
+        columns[name] = np.empty((n, *col.shape[1:]), dtype=col.dtype)
+    width = max(got.cu_seqlens.shape[1] for _, _, got in parts)
+    cu = np.zeros((n, width), dtype=np.int32)
+    num_cuts = np.empty(n, dtype=np.int64)
+    for _, where, got in parts:
+        for name, col in got.columns.items():
+            columns[name][where] = col
+        cu[where, : got.cu_seqlens.shape[1]] = got.cu_seqlens
+        num_cuts[where] = got.num_cuts
+    columns["source"] = src.astype(np.int64)
+    return SampleBatch(columns, cu, num_cuts)
+
+
 def _source_len(source: Any, k: int) -> int:
     if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
         raise TypeError(
@@ -157,8 +178,8 @@ class Mixture:
 
     Notes
     -----
-    Each item is the source's dict plus ``"source"``: a 0-d int64 array holding ``k`` (replacing
-    any ``"source"`` the item had).  The mixture pickles as its sources and parameters; the period
+    Each item is the source's dict plus ``"source"``: the int ``k`` (replacing any ``"source"``
+    the item had); a batch from views is one ``SampleBatch`` with a ``source`` column.  The mixture pickles as its sources and parameters; the period
     tables are rebuilt (and shared through a cache) in the receiving process.
     """
 
@@ -358,21 +379,22 @@ class Mixture:
     @staticmethod
     def _tag(item: dict[str, Any], k: int) -> dict[str, Any]:
         out = dict(item)
-        out["source"] = np.array(k, dtype=np.int64)
+        out["source"] = k
         return out
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         k, j = self.locate(i)
         return self._tag(self._sources[k][j], k)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Items of a batch of positions; each source's ``__getitems__`` is called once per batch."""
-        idx = list(indices)
-        for i in idx:
-            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
-                raise TypeError(f"indices must be ints, got {type(i).__name__} {i!r}")
-        src, items = self.locate_many(np.asarray(idx, dtype=np.int64))
-        out: list[dict[str, Any] | None] = [None] * len(idx)
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch | list[dict[str, Any]]:
+        """Items of a batch of positions; each source's ``__getitems__`` is called once per batch.
+
+        When every source answers with a :class:`~mmpack.batch.SampleBatch` (mmpack's views do),
+        the result is one ``SampleBatch`` whose columns are scattered from theirs, plus a
+        ``source`` column: no Python work per sample.  Otherwise, a list of dicts."""
+        idx = check_indices(indices, len(self))
+        src, items = self.locate_many(idx)
+        parts = []
         for k in np.unique(src).tolist():
             where = np.flatnonzero(src == k)
             source = self._sources[k]
@@ -381,6 +403,11 @@ class Mixture:
                 got = source.__getitems__(wanted)
             else:
                 got = [source[j] for j in wanted]
+            parts.append((k, where, got))
+        if parts and all(isinstance(got, SampleBatch) for _, _, got in parts):
+            return _scatter_batches(parts, idx.shape[0], src)
+        out: list[dict[str, Any] | None] = [None] * idx.shape[0]
+        for k, where, got in parts:
             for t, item in zip(where.tolist(), got):
                 out[t] = self._tag(item, k)
         return out  # type: ignore[return-value]

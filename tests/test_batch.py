@@ -71,3 +71,24 @@ def test_default_collate_works_on_fixed_length_fields(tmp_path):
     stacked = default_collate([{k: v for k, v in s.items() if k != "cu_seqlens"} for s in batch])
     assert stacked["input_ids"].shape == (3, 8)
     assert torch.equal(stacked["labels"][0], torch.from_numpy(ds[0]["labels"]))
+
+
+def test_mixture_of_views_returns_one_batch(tmp_path):
+    """A mixture over mmpack views scatters the sources' batches into one ``SampleBatch`` with a
+    ``source`` column; every item equals the mixture's single-item read, and collates."""
+    store = mmpack.build(tmp_path / "s", DOCS)
+    windows = mmpack.WindowDataset(store, 16, 5, eot=420, labels=True)
+    packed_like = mmpack.WindowDataset(store, 16, 16, eot=420, labels=True)
+    mix = mmpack.Mixture([windows, packed_like], [0.7, 0.3], num_samples=40, seed=1)
+    idx = [0, 3, 17, 39, 5, 5]
+    batch = mix.__getitems__(idx)
+    assert isinstance(batch, SampleBatch)
+    for got, i in zip(batch, idx):
+        want = mix[i]
+        assert got.keys() == want.keys() and got["source"] == want["source"]
+        for key in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    fast = collate(batch)
+    slow = collate([mix[i] for i in idx])
+    for key in ("input_ids", "labels", "position_ids", "cu_seqlens", "source"):
+        assert torch.equal(fast[key], slow[key]), key
