@@ -1,8 +1,9 @@
 """Reusable output buffers for batched gathers.
 
 A fresh multi-megabyte ``np.empty`` is served by ``mmap`` and every one of its pages faults on
-first write; for a batch of 128 x 2048 int64 windows that costs ~5x the copy itself (measured:
-window batches at ~60M tokens/s with fresh arrays, ~600M with warm ones).  A view never hands out
+first write; for a batch of 128 x 2048 int64 windows that cost several times the copy itself
+(measured while writing this module: window batches at ~60M tokens/s with fresh arrays, ~600M
+with pooled ones; page faults are expensive on this VM).  A view never hands out
 memory that someone still uses: a pooled array is reused only when nothing outside the pool
 refers to it (its reference count shows only the pool's own references), so samples returned
 earlier and still alive (a DataLoader's prefetched batch, a tensor made with ``torch.from_numpy``,

@@ -269,24 +269,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------- parser
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _int_at_least(lo: int, what: str):
+    """An argparse ``type`` for an integer ``>= lo`` (``what`` names it in the error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected {what} >= {lo}, got {value}")
+        return value
+
+    return parse
 
 
-def _token_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer token id, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a token id >= 0, got {value}")
-    return value
+_positive_int = _int_at_least(1, "an integer")
+_token_id = _int_at_least(0, "an integer token id")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -318,8 +318,6 @@ def _check_params(seqlen: Any, long_docs: Any, algorithm: Any, lookahead: Any):
     return int(seqlen), long_docs, algorithm, int(lookahead)
 
 
-
-
 # --------------------------------------------------------------------------------- files
 def plan_cache_key(
     fingerprint: str,

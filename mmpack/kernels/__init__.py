@@ -10,7 +10,7 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | ``window`` | window resolution (binary search, sampled index) and copies with eot insertion |
 | ``packing`` | best-fit decreasing, streaming best fit, packed-row assembly |
 | ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
-| ``masking`` | MLM selection, counter-based corruption |
+| ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |
 | ``store`` | offsets validation for huge indexes |

@@ -699,7 +699,7 @@ def one_bin(
     from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
     label_mode]``; ``rows`` (4, 1, seqlen) receives ids, positions, labels, attention mask;
     ``scalars`` (2, 1) the segment count and the longest segment (few arguments: numba's
-    dispatch costs ~80 ns each on this single-sample path).  Returns -1, or 0 when the bin is
+    dispatch cost grows with each one, and this is the single-sample path).  Returns -1, or 0 when the bin is
     inconsistent with the documents (nothing is read then)."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     bins = np.empty(1, dtype=np.int64)

@@ -225,8 +225,9 @@ def one_window(
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
     ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` holds the row
-    (``width``) then the positions (``seqlen``): few arguments, because numba's dispatch costs
-    ~80 ns per argument and this is the single-sample path (~2 us in all)."""
+    (``width``) then the positions (``seqlen``): few arguments, because numba's dispatch cost
+    grows with each one and this is the single-sample path (packing the scalars took ``ds[i]``
+    from 6.5 to 3.9 us in ``python -m benchmarks --quick window``)."""
     use_eot, eot, seqlen, width = params[0], params[1], params[2], params[3]
     total, pad_id = params[4], params[5]
     cursor = flat_position(offsets, top, use_eot, v)
