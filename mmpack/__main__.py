@@ -1,8 +1,8 @@
-"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack.cli`)."""
+"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack.cli.main`)."""
 
 import sys
 
-from mmpack.cli import main
+from mmpack.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

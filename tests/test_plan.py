@@ -1,4 +1,4 @@
-"""The packing plan (mmpack.plan, mmpack.kernels.packing) against slow, obviously right twins."""
+"""The packing plan (mmpack.views.plan, mmpack.kernels.packing) against slow, obviously right twins."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
-from mmpack.plan import (
+from mmpack.views.plan import (
     ALGORITHMS,
     LONG_DOCS,
     build_plan,

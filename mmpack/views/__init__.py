@@ -1,0 +1,13 @@
+"""The views layer: training samples over a store, answered exactly and at random.
+
+::
+
+    window.py      WindowDataset: (seqlen, stride) windows over the concatenated documents
+    plan.py        the packing plan (best-fit decreasing), its file format and cache
+    packed.py      PackedDataset: one sample per bin of a plan
+    masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer
+    batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
+    buffers.py     pooled output buffers for batched gathers
+"""
+
+__all__: list[str] = []
