@@ -6,6 +6,8 @@ import os
 import time
 from collections import Counter
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -346,6 +348,7 @@ def test_bitset_tree_successor(universe, members, data):
 class FakeStore:
     def __init__(self, path, lens, fingerprint="0123456789abcdef"):
         self.path = path
+        self.cache_dir = Path(path) / "cache"
         self.doc_lens = np.asarray(lens, dtype=np.int64)
         self.fingerprint = fingerprint
 

@@ -35,6 +35,7 @@ __all__ = [
     "BlockChecksum",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "KNOWN_BACKENDS",
     "META_FILE",
     "OFFSETS_DTYPE",
     "StoreMeta",
@@ -52,6 +53,9 @@ BLOCK_BYTES = 16 << 20
 # Explicit little-endian: the bytes on disk must not depend on the writing machine.
 TOKEN_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8"))
 OFFSETS_DTYPE = np.dtype("<i8")
+
+KNOWN_BACKENDS: set[str] = {"memmap", "zarr"}
+"""Backend names a metadata record may carry (a backend module adds its own name here)."""
 
 
 def smallest_token_dtype(max_token: int) -> np.dtype:
@@ -177,7 +181,7 @@ class StoreMeta:
             raise FormatError(f"{where}: unsupported token dtype {obj['dtype']!r}")
         if checksum.get("algorithm") != "crc32" or meta.block_bytes < 1:
             raise FormatError(f"{where}: unsupported checksum record {checksum.get('algorithm')!r}")
-        if meta.backend not in ("memmap", "zarr"):
+        if meta.backend not in KNOWN_BACKENDS:
             raise FormatError(f"{where}: unknown backend {meta.backend!r}")
         for name, nbytes, crcs in (
             ("tokens", meta.num_tokens * dtype.itemsize, meta.tokens_crc32),

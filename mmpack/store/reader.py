@@ -37,11 +37,24 @@ class TokenStore:
     rebuilt in between.
     """
 
-    def __init__(self, path: Path, meta: StoreMeta, raw_meta: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        meta: StoreMeta,
+        raw_meta: dict[str, Any],
+        backend: Backend | None = None,
+        *,
+        location: str | None = None,
+        cache_dir: Path | None = None,
+        open_options: dict[str, Any] | None = None,
+    ) -> None:
         self._path = path
         self._meta = meta
         self._raw_meta = raw_meta
-        self._backend: Backend = get_backend(meta.backend)(path, meta)
+        self._backend: Backend = backend if backend is not None else get_backend(meta.backend)(path, meta)
+        self._location = location if location is not None else str(path)
+        self._cache_dir = cache_dir
+        self._open_options = dict(open_options or {})
         self._doc_lens: np.ndarray | None = None
         _check_offsets(self._backend.offsets, meta, path)
 
@@ -49,6 +62,18 @@ class TokenStore:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def location(self) -> str:
+        """Where the store was opened from: its local path, or its URL for a remote store."""
+        return self._location
+
+    @property
+    def cache_dir(self) -> Path:
+        """The local folder for indexes derived from this store (packing plans): ``<store>/cache``
+        for a local store; stores that are remote or not mmpack's own (whose folder is not
+        ours to write) name another local folder, keyed by their fingerprint."""
+        return self._cache_dir if self._cache_dir is not None else self._path / "cache"
 
     @property
     def backend(self) -> str:
@@ -164,15 +189,16 @@ class TokenStore:
 
     # ----------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self._path), "meta": self._raw_meta}
+        return {"location": self._location, "meta": self._raw_meta, "options": self._open_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        path = Path(state["path"])
+        location = state.get("location", state.get("path"))
+        path = Path(location) if "://" not in str(location) else Path(".")
         pickled = StoreMeta.from_json(state["meta"], path)
-        current = open_store(path)
+        current = open_store(location, **state.get("options", {}))
         if current.fingerprint != pickled.fingerprint:
             raise StateMismatchError(
-                f"the store at {path} was rebuilt after this object was pickled "
+                f"the store at {location} was rebuilt after this object was pickled "
                 f"(fingerprint {pickled.fingerprint} then, {current.fingerprint} now)"
             )
         self.__dict__.update(current.__dict__)
@@ -185,8 +211,32 @@ class TokenStore:
 
 
 # --------------------------------------------------------------------------------- opening
-def open_store(path: str | os.PathLike[str]) -> TokenStore:
-    """Open the store at ``path`` read-only; the backend is read from its metadata.
+OPENERS: dict[str, str] = {}
+"""Openers of stores that are not a local mmpack folder, by kind: ``"url"`` for locations with a
+scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one entry per
+``format=`` name.  Each value is ``"module:function"``, imported on first use; the function takes
+``(location, **options)`` and returns a :class:`TokenStore`.  Adding a kind of store is one line
+here plus its module."""
+
+DETECTORS: tuple[str, ...] = ()
+"""``"module:function"`` entries asked, in order, what a local path that holds no mmpack store
+is: each returns a ``format=`` name of :data:`OPENERS` or None."""
+
+
+def open_store(
+    path: str | os.PathLike[str], *, format: str | None = None, **options: Any
+) -> TokenStore:
+    """Open the store at ``path`` read-only.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A local store folder, or a URL (see :data:`OPENERS`).
+    format : str, optional
+        ``None`` (default) detects the kind of store; ``"mmpack"`` requires mmpack's own layout;
+        other names open stores written by other tools in place (see :data:`OPENERS`).
+    **options
+        Passed to the opener of that kind (e.g. ``storage_options`` for a URL).
 
     Raises
     ------
@@ -195,7 +245,18 @@ def open_store(path: str | os.PathLike[str]) -> TokenStore:
     FormatError
         ``path`` is not a store, or its metadata disagrees with its files.
     """
+    if isinstance(path, str) and "://" in path:
+        return _call_opener("url", path, format=format, **options)
+    if format not in (None, "mmpack"):
+        return _call_opener(format, path, **options)
     path = _as_path(path, "path")
+    if format is None and not _is_mmpack_folder(path):
+        for entry in DETECTORS:
+            kind = _load(entry)(path)
+            if kind is not None:
+                return _call_opener(kind, path, **options)
+    if options:
+        raise TypeError(f"unexpected options for a local mmpack store: {sorted(options)}")
     # A rebuild with overwrite=True may swap the folder between reading the metadata and
     # mapping the files: re-read the metadata afterwards and retry if it changed.
     for _ in range(5):
@@ -210,6 +271,27 @@ def open_store(path: str | os.PathLike[str]) -> TokenStore:
         if _raw_meta_now(path) == raw:
             return store
     raise FormatError(f"{str(path)!r} kept being replaced while it was being opened")
+
+
+def _load(entry: str) -> Any:
+    import importlib
+
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _call_opener(kind: str, location: Any, **options: Any) -> TokenStore:
+    entry = OPENERS.get(kind)
+    if entry is None:
+        if kind == "url":
+            raise ValueError(f"{location!r} is a URL; this mmpack opens local stores only")
+        names = ", ".join(repr(k) for k in sorted({*OPENERS, "mmpack"} - {"url"}))
+        raise ValueError(f"format={kind!r} is not one of {names} (or None to detect it)")
+    return _load(entry)(location, **options)
+
+
+def _is_mmpack_folder(path: Path) -> bool:
+    return (path / "mmpack.json").exists() or (path / "zarr.json").exists() or not path.exists()
 
 
 def _read_raw_meta(path: Path) -> Any:

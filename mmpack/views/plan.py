@@ -492,7 +492,7 @@ def cached_plan(
         store.fingerprint, seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm,
         lookahead=lookahead,
     )
-    path = Path(store.path) / "cache" / f"plan-{_key_digest(key)}.mmplan"
+    path = Path(store.cache_dir) / f"plan-{_key_digest(key)}.mmplan"
     if cache and path.is_file():
         try:
             return load_plan(path, key)
@@ -506,7 +506,7 @@ def cached_plan(
     )
     if cache:
         try:
-            path.parent.mkdir(exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             save_plan(plan, path, key)
         except OSError:
             pass
