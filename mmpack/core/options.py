@@ -1,0 +1,121 @@
+"""Every option that takes one of a few names, as a ``StrEnum``: one list of choices, one
+docstring per choice, one error message for a wrong one (:func:`parse_option`).
+
+Members compare equal to their strings (``Mode.MLM == "mlm"``), so plain strings keep working
+everywhere an option is taken.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, TypeVar
+
+__all__ = [
+    "Backend",
+    "LabelShift",
+    "LongDocs",
+    "Mode",
+    "OnError",
+    "PackingAlgorithm",
+    "StrEnum",
+    "parse_option",
+]
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10
+
+    class StrEnum(str, enum.Enum):  # type: ignore[no-redef]
+        """``enum.StrEnum`` of Python 3.11."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class LongDocs(StrEnum):
+    """What happens to a document longer than a row (packed view, streaming packer)."""
+
+    SPLIT = "split"
+    """Cut into row-sized pieces, every token kept (the remainder is packed like any document)."""
+    TRUNCATE = "truncate"
+    """Keep the first row's worth of tokens; the rest is lost (and counted)."""
+    DROP = "drop"
+    """Leave the document out (counted)."""
+
+
+class PackingAlgorithm(StrEnum):
+    """How a packing plan places documents into bins."""
+
+    BFD = "bfd"
+    """Best-fit decreasing over the whole store (fewest bins; the default)."""
+    ONLINE = "online"
+    """Best fit in store order over a window of ``lookahead`` open bins (keeps data order)."""
+    NEXTFIT = "nextfit"
+    """Online best fit with one open bin."""
+
+
+class Mode(StrEnum):
+    """The training objective a packed sample is prepared for."""
+
+    CAUSAL = "causal"
+    """Next-token labels that never cross a document boundary."""
+    MLM = "mlm"
+    """BERT-style 80/10/10 masking; labels hold the original tokens at selected positions."""
+
+
+class LabelShift(StrEnum):
+    """Where causal labels sit relative to their inputs."""
+
+    NEXT = "next"
+    """``labels[t] = input_ids[t + 1]`` (the model does not shift)."""
+    HF = "hf"
+    """``labels = input_ids`` (Hugging Face models shift inside)."""
+
+
+class Backend(StrEnum):
+    """Where a local store's arrays live."""
+
+    MEMMAP = "memmap"
+    """Raw little-endian files, memory-mapped (the default)."""
+    ZARR = "zarr"
+    """A Zarr v3 group (compressed chunks)."""
+
+
+class OnError(StrEnum):
+    """What ingestion does with a record that cannot become a document."""
+
+    SKIP = "skip"
+    """Report it and go on."""
+    FAIL = "fail"
+    """Stop; nothing is written."""
+
+
+_ALIASES: dict[type, dict[str, str]] = {PackingAlgorithm: {"stream": "online"}}
+
+
+def parse_option(cls: type[E], value: Any, name: str) -> E:
+    """``value`` (a member or its string) as a member of ``cls``; ``ValueError`` naming the
+    argument, the value and the choices otherwise.  Deprecated spellings (``"stream"`` for
+    ``PackingAlgorithm.ONLINE``) are accepted with a ``DeprecationWarning``."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        alias = _ALIASES.get(cls, {}).get(value)
+        if alias is not None:
+            import warnings
+
+            warnings.warn(
+                f"{name}={value!r} is deprecated; use {name}={alias!r}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            value = alias
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(m.value) for m in cls)
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
