@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-quick clean
+.PHONY: demo test lint bench bench-quick clean
 
 $(STAMP): requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tes
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q
 	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(VENV)/numba-boundscheck $(PY) -m pytest -n 2 -q $(KERNEL_TESTS)
+
+# Lint, formatting and types (CI runs this before the tests).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
