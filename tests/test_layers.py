@@ -22,7 +22,7 @@ LAYERS = [
     {"ingest"},
     {"cli", "__main__", "__init__"},
 ]
-TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "errors.py"}
+TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
 
 
 def _layer(module: str) -> int:
