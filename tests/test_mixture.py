@@ -380,3 +380,105 @@ def test_works_with_resumable_sampler_and_dataloader():
     fresh.load_state_dict(sampler.state_dict())
     rest = torch.cat([b["x"] for b in DataLoader(mixture, sampler=fresh, batch_size=8)]).tolist()
     assert [mixture[i]["x"].tolist() for i in head] + rest == flat_x
+
+
+# -- issue 13: mixtures of views of different stores, overflowing weights, integer counts -----------
+
+
+def _two_stores(tmp_path):
+    """Two stores whose documents differ in number and length, so the ``cu_seqlens`` of sample 0
+    differ in length between their views."""
+    from mmpack.store.writer import build
+
+    rng = np.random.default_rng(13)
+    a = build(tmp_path / "a", [rng.integers(1, 50, size=int(n)) for n in rng.integers(1, 9, size=200)])
+    b = build(tmp_path / "b", [rng.integers(1, 50, size=int(n)) for n in rng.integers(20, 70, size=80)])
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["window", "window_labels", "packed"])
+def test_mixture_of_views_of_different_stores(tmp_path, kind):
+    """The shape of ``cu_seqlens`` varies from sample to sample: it is not a compatibility rule
+    (the old check compared sample 0's and refused these sources)."""
+    from mmpack.views.packed import PackedDataset
+    from mmpack.views.window import WindowDataset
+
+    a, b = _two_stores(tmp_path)
+    if kind == "packed":
+        views = [PackedDataset(s, seqlen=64, eot=0, pad_id=99) for s in (a, b)]
+    else:
+        views = [WindowDataset(s, 32, eot=0, labels=kind == "window_labels") for s in (a, b)]
+    assert views[0][0]["cu_seqlens"].shape != views[1][0]["cu_seqlens"].shape
+    mixture = Mixture(views, [0.5, 0.5], num_samples=40, seed=3)
+    batch = mixture.__getitems__(list(range(40)))
+    for i in range(40):
+        k, j = mixture.locate(i)
+        want = views[k][j]
+        for key, value in want.items():
+            np.testing.assert_array_equal(batch[i][key], value)
+        assert int(batch[i]["source"]) == k
+    from mmpack.torch.collate import collate
+
+    loader = DataLoader(mixture, batch_size=8, collate_fn=collate)
+    assert sum(x["input_ids"].shape[0] for x in loader) == 40
+
+
+def test_mixture_still_refuses_other_fixed_shapes_and_keys(tmp_path):
+    from mmpack.views.packed import PackedDataset
+    from mmpack.views.window import WindowDataset
+
+    a, b = _two_stores(tmp_path)
+    with pytest.raises(ValueError, match="incompatible samples"):
+        Mixture([WindowDataset(a, 32), WindowDataset(b, 16)], [1, 1])
+    with pytest.raises(ValueError, match="incompatible samples"):
+        Mixture([WindowDataset(a, 32), WindowDataset(b, 32, labels=True)], [1, 1])
+    with pytest.raises(ValueError, match="incompatible samples"):
+        Mixture([WindowDataset(a, 64, labels=True), PackedDataset(b, seqlen=64)], [1, 1])
+
+
+def test_weights_whose_sum_overflows():
+    s = [FakeSource(5, k) for k in range(3)]
+    mixture = Mixture(s, [1e308, 1e308, 3e307], num_samples=23)
+    np.testing.assert_allclose(mixture.weights, [10 / 23, 10 / 23, 3 / 23], atol=2e-6)
+    np.testing.assert_allclose(mixture.stats()["requested_weights"], [10 / 23, 10 / 23, 3 / 23])
+    assert mixture.counts(23).tolist() == [10, 10, 3]
+    # scaling by the largest weight must not lose a subnormal one: still drawn (quota 1)
+    assert quantize_weights([5e-324, 2.0])[0].tolist() == [1, 999999]
+
+
+def test_counts_takes_an_integer():
+    mixture = Mixture([FakeSource(5, 0), FakeSource(5, 1)], [1, 1], num_samples=10)
+    for bad in (2.7, True, "2"):
+        with pytest.raises(TypeError, match="n must be an integer"):
+            mixture.counts(bad)
+    assert mixture.counts(np.int64(4)).tolist() == [2, 2]
+
+
+def test_getitems_refuses_bools_like_getitem():
+    mixture = Mixture([FakeSource(5, 0), FakeSource(5, 1)], [1, 1], num_samples=10)
+    for bad in ([0, True], (False,), [np.bool_(True)]):
+        with pytest.raises(TypeError, match="bool"):
+            mixture.__getitems__(bad)
+    with pytest.raises(TypeError, match="bool"):
+        mixture[torch.tensor(True)]
+
+
+def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
+    from mmpack.views.packed import PackedDataset
+    from mmpack.core.validation import EpochIndex
+
+    a, b = _two_stores(tmp_path)
+    views = [PackedDataset(s, seqlen=64, eot=0, pad_id=99, mode="mlm", mask_id=98,
+                           vocab_size=100, seed=2) for s in (a, b)]
+    mixture = Mixture(views, [0.5, 0.5], num_samples=20, seed=3)
+    for epoch in (1, 2):
+        refs = [pickle.loads(pickle.dumps(v)) for v in views]
+        for r in refs:
+            r.set_epoch(epoch)
+        batch = mixture.__getitems__([EpochIndex(i, epoch) for i in range(20)])
+        for i in range(20):
+            k, j = mixture.locate(i)
+            np.testing.assert_array_equal(batch[i]["input_ids"], refs[k][j]["input_ids"])
+            np.testing.assert_array_equal(mixture[EpochIndex(i, epoch)]["labels"], refs[k][j]["labels"])
+    plain = mixture.__getitems__(list(range(20)))
+    assert not all(np.array_equal(plain[i]["input_ids"], batch[i]["input_ids"]) for i in range(20))

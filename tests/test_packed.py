@@ -347,3 +347,31 @@ def test_dataloader_with_collate(tmp_path):
             assert batch["cu_seqlens_rows"][r].tolist() == want["cu_seqlens"].tolist()
         seen += batch["input_ids"].shape[0]
     assert seen == len(ds)
+
+
+def test_mlm_uses_the_epoch_an_index_carries(mlm_store):
+    """Indices from a ResumableSampler carry their epoch (EpochIndex); the MLM key uses it, so
+    the epoch needs no ``set_epoch`` on the dataset (which persistent workers never see)."""
+    from mmpack.core.validation import EpochIndex
+
+    ds = mlm_dataset(mlm_store)
+    per_epoch = []
+    for e in (0, 1, 2):
+        ref = mlm_dataset(mlm_store)
+        ref.set_epoch(e)
+        per_epoch.append({i: ref[i] for i in (4, 5, 6)})
+    assert ds.epoch == 0
+    for e in (0, 1, 2):
+        got = ds[EpochIndex(5, e)]
+        for key in ("input_ids", "labels"):
+            assert np.array_equal(got[key], per_epoch[e][5][key])
+    # a batch mixing epochs (and a plain int, which takes the dataset's epoch)
+    batch = ds.__getitems__([EpochIndex(4, 2), EpochIndex(5, 1), 6, EpochIndex(5, 1)])
+    want = [per_epoch[2][4], per_epoch[1][5], per_epoch[0][6], per_epoch[1][5]]
+    for got, ref in zip(batch, want):
+        assert np.array_equal(got["input_ids"], ref["input_ids"])
+        assert np.array_equal(got["labels"], ref["labels"])
+    assert not np.array_equal(per_epoch[1][5]["input_ids"], per_epoch[0][5]["input_ids"])
+    ds.set_epoch(2)  # plain ints follow set_epoch; carried epochs do not
+    assert np.array_equal(ds[5]["input_ids"], per_epoch[2][5]["input_ids"])
+    assert np.array_equal(ds[EpochIndex(5, 0)]["input_ids"], per_epoch[0][5]["input_ids"])

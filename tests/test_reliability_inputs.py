@@ -69,6 +69,24 @@ def _stream(source, **kw):
     return StreamingPacker(source, **params)
 
 
+def _packer_state(**changes):
+    """A StreamingPacker state taken after one batch, with ``changes`` applied, loaded into a
+    fresh packer of the same source."""
+    docs = [[1, 2, 3]] * 20
+    packer = _stream(docs, buffer_size=2, readahead=2)
+    next(iter(packer))
+    state = {**packer.state_dict(), **changes}
+    return _stream(docs, buffer_size=2, readahead=2).load_state_dict(state)
+
+
+def _sampler_state_after(n_drawn, consumed):
+    sampler = ResumableSampler(10)
+    it = iter(sampler)
+    for _ in range(n_drawn):
+        next(it)
+    return sampler.state_dict(consumed=consumed)
+
+
 TABLE: list[Row] = [
     # ------------------------------------------------------------------ mmpack.build: documents
     Row("mmpack.build", "docs=None", TypeError, "got NoneType", lambda e: e.build(None)),
@@ -183,8 +201,8 @@ TABLE: list[Row] = [
         lambda e: e.ds.__getitems__(np.zeros((2, 1), dtype=np.int64))),
     Row("WindowDataset.__getitems__", "float indices", TypeError, "indices must be integers, got dtype float64",
         lambda e: e.ds.__getitems__([0.0, 1.0])),
-    Row("WindowDataset.__getitems__", "bool indices", TypeError, "got dtype bool",
-        lambda e: e.ds.__getitems__([True])),
+    Row("WindowDataset.__getitems__", "a bool array of indices", TypeError, "got dtype bool",
+        lambda e: e.ds.__getitems__(np.array([True]))),
     Row("WindowDataset.__getitems__", "str indices", TypeError, "got dtype <U1", lambda e: e.ds.__getitems__(["0"])),
     Row("WindowDataset.__getitems__", "None", TypeError, "got shape ()", lambda e: e.ds.__getitems__(None)),
     Row("WindowDataset.__getitems__", "an index out of range", IndexError, "index -3 is out of range for 2 samples",
@@ -219,6 +237,11 @@ TABLE: list[Row] = [
         lambda e: ResumableSampler(3, shuffle="yes")),
     Row("ResumableSampler.load_state_dict", "state=None", FormatError, "sampler state must be a dict, got NoneType",
         lambda e: ResumableSampler(3).load_state_dict(None)),
+    Row("ResumableSampler.state_dict", "consumed > indices handed out", ValueError,
+        "consumed=5, but the sampler's current iterator has handed out 4 indices",
+        lambda e: _sampler_state_after(4, 5)),
+    Row("ResumableSampler.state_dict", "consumed=2.0", TypeError, "consumed must be an integer, got float 2.0",
+        lambda e: _sampler_state_after(4, 2.0)),
     # ------------------------------------------------------------------ Mixture
     Row("Mixture", "no sources", ValueError, "sources must hold at least one dataset", lambda e: Mixture([], [])),
     Row("Mixture", "a negative weight", ValueError, "weights must be finite and non-negative, got [1.0, -1.0]",
@@ -231,6 +254,16 @@ TABLE: list[Row] = [
     Row("Mixture", "num_samples=-1", ValueError, "num_samples must be in [0, 2**62], got num_samples=-1",
         lambda e: Mixture([e.ds], [1], num_samples=-1)),
     Row("Mixture[i]", "i float", TypeError, "sample index must be an integer, got float 0.5", lambda e: Mixture([e.ds], [1])[0.5]),
+    Row("Mixture[i]", "i = torch.tensor(True)", TypeError, "sample index must be an integer, got bool tensor(True)",
+        lambda e: Mixture([e.ds], [1])[torch.tensor(True)]),
+    Row("Mixture.__getitems__", "[0, True]", TypeError, "sample indices must be integers, got bool True in [0, True]",
+        lambda e: Mixture([e.ds], [1]).__getitems__([0, True])),
+    Row("Mixture.counts", "n=2.7", TypeError, "n must be an integer, got float 2.7",
+        lambda e: Mixture([e.ds], [1]).counts(2.7)),
+    Row("WindowDataset.__getitems__", "[0, True]", TypeError, "got bool True in [0, True]",
+        lambda e: e.ds.__getitems__([0, True])),
+    Row("PackedDataset[i]", "i = torch.tensor(True)", TypeError, "got bool tensor(True)",
+        lambda e: PackedDataset(e.store, 4)[torch.tensor(True)]),
     # ------------------------------------------------------------------ StreamingPacker
     Row("StreamingPacker", "source=None", TypeError, "source must be iterable, got NoneType", lambda e: _stream(None)),
     Row("StreamingPacker", "out_batch_size=0", ValueError, "out_batch_size must be >= 1, got 0",
@@ -241,6 +274,27 @@ TABLE: list[Row] = [
         lambda e: _stream([[1]], buffer_size=-1)),
     Row("StreamingPacker", "a text document", TypeError, "the source yielded text (str)",
         lambda e: list(_stream(["abc"]))),
+    Row("StreamingPacker", "a bool array document", ValueError, "document 1 holds bool values",
+        lambda e: list(_stream([[1], np.array([True, False])]))),
+    Row("StreamingPacker", "a bool token in a list", ValueError, "document 0 has a non-integer token True (bool)",
+        lambda e: list(_stream([[1, True]]))),
+    Row("StreamingPacker", "a fractional float token", ValueError, "document 0 has a non-integer token 1.5",
+        lambda e: list(_stream([[1.5, 2.0]]))),
+    Row("StreamingPacker.load_state_dict", "next_index=-40", FormatError, "next_index=-40 is out of range",
+        lambda e: _packer_state(next_index=-40)),
+    Row("StreamingPacker.load_state_dict", "next_index=2.5", FormatError, "next_index must be an int, got float 2.5",
+        lambda e: _packer_state(next_index=2.5)),
+    Row("StreamingPacker.load_state_dict", "next_index=10**9", FormatError, "next_index=1000000000 is out of range",
+        lambda e: _packer_state(next_index=10**9)),
+    Row("StreamingPacker.load_state_dict", "exhausted=True mid-source", FormatError,
+        "says the source is exhausted at sequence",
+        lambda e: _packer_state(exhausted=True)),
+    Row("StreamingPacker.load_state_dict", "epoch=-1 inside an epoch", FormatError,
+        "the state is inside epoch -1", lambda e: _packer_state(epoch=-1)),
+    Row("StreamingPacker.load_state_dict", "config=None", FormatError, "config must be a dict, got NoneType",
+        lambda e: _packer_state(config=None)),
+    Row("StreamingPacker.load_state_dict", "pending_len as a list", FormatError,
+        "pending_len must be a 1-D integer numpy array", lambda e: _packer_state(pending_len=[1])),
 ]
 
 

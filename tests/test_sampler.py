@@ -402,3 +402,77 @@ def test_stateful_dataloader_resumes_exactly_in_a_fresh_process(tmp_path):
     )
     results = json.loads((tmp_path / "out.json").read_text())
     assert results == expected
+
+
+# -- issue 13: exact resume of a plain DataLoader, epochs carried by the indices -------------------
+
+
+@pytest.mark.slow
+def test_plain_dataloader_resumes_exactly_from_the_consumed_count():
+    """With workers a plain DataLoader draws ahead of the loop: ``state_dict()`` alone would
+    resume after the prefetched indices; ``state_dict(consumed=...)`` resumes right after the
+    last sample the loop used."""
+    n, batch_size = 103, 4
+    sampler = ResumableSampler(n, seed=6)
+    sampler.set_epoch(2)
+    epoch = list(sampler)
+    loader = DataLoader(IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=2)
+    it = iter(loader)
+    seen = [next(it).reshape(-1).tolist() for _ in range(10)]
+    consumed = sum(map(len, seen))
+    assert consumed == 40 and list(itertools.chain(*seen)) == epoch[:40]
+    assert sampler.state_dict()["position"] > 40  # the workers' prefetch
+    state = sampler.state_dict(consumed=consumed)
+    assert (state["epoch"], state["position"]) == (2, 40)
+    del it
+
+    fresh = ResumableSampler(n, seed=6)
+    fresh.load_state_dict(state)
+    rest = [b.reshape(-1).tolist() for b in DataLoader(IndexDataset(n), sampler=fresh,
+                                                        batch_size=batch_size, num_workers=2)]
+    assert list(itertools.chain(*rest)) == epoch[40:]
+    # the resumed loop counts from 0 again: 8 more consumed -> position 48
+    again = ResumableSampler(n, seed=6)
+    again.load_state_dict(state)
+    assert again.state_dict(consumed=0)["position"] == 40
+    it = iter(again)
+    for _ in range(20):
+        next(it)
+    assert again.state_dict(consumed=8)["position"] == 48
+
+
+def test_consumed_is_validated():
+    sampler = ResumableSampler(10, seed=1)
+    assert sampler.state_dict(consumed=0)["position"] == 0
+    with pytest.raises(ValueError, match="consumed=1"):
+        sampler.state_dict(consumed=1)  # nothing handed out yet
+    it = iter(sampler)
+    for _ in range(3):
+        next(it)
+    for bad in (4, -1):
+        with pytest.raises(ValueError, match=f"consumed={bad}"):
+            sampler.state_dict(consumed=bad)
+    for bad in (2.0, True, "2"):
+        with pytest.raises(TypeError, match="consumed"):
+            sampler.state_dict(consumed=bad)
+    assert sampler.state_dict(consumed=3)["position"] == 3
+
+
+def test_indices_carry_their_epoch():
+    from mmpack.core.validation import EpochIndex
+
+    sampler = ResumableSampler(50, seed=3)
+    sampler.set_epoch(4)
+    got = list(sampler)
+    assert all(isinstance(i, EpochIndex) and i.epoch == 4 for i in got)
+    assert got == sampler.indices(0, 50).tolist()
+    back = pickle.loads(pickle.dumps(got))
+    assert back == got and all(i.epoch == 4 for i in back)
+    state = sampler.state_dict()
+    fresh = ResumableSampler(50, seed=3)
+    fresh.load_state_dict({**state, "position": 10})
+    assert all(i.epoch == 4 for i in fresh)
+    with pytest.raises(ValueError, match="epoch"):
+        EpochIndex(3, -1)
+    with pytest.raises(TypeError, match="index"):
+        EpochIndex(True, 0)

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmpack.errors import StateMismatchError
+from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels.streaming import (
     bitmap_layout,
     bm_insert,
@@ -405,8 +405,8 @@ def test_token_store_source(docs, tmp_path):
 def test_invalid_sources():
     with pytest.raises(TypeError, match="text"):
         list(StreamingPacker(["hello"], **KW))
-    with pytest.raises(TypeError, match="integer"):
-        list(StreamingPacker([np.ones(3)], **KW))
+    with pytest.raises(ValueError, match="non-integer token 0.5"):
+        list(StreamingPacker([np.full(3, 0.5)], **KW))
     with pytest.raises(TypeError, match="input_ids"):
         list(StreamingPacker([{"text": "x"}], **KW))
     with pytest.raises(TypeError, match="iterable"):
@@ -552,7 +552,7 @@ def test_state_mismatch(docs):
         StreamingPacker(docs, **{**KW, "buffer_size": 5}).load_state_dict(state)
     with pytest.raises(StateMismatchError, match="source"):
         StreamingPacker(docs[:-1], **KW).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match="version"):
+    with pytest.raises(FormatError, match="version"):  # malformed: FormatError, as the sampler
         StreamingPacker(docs, **KW).load_state_dict({"version": 99})
 
 
@@ -590,3 +590,220 @@ def test_from_micro_batches():
         StreamingPacker.from_micro_batches([[1]], batch_size=512, micro_batch_size=32,
                                            max_seq_len=8, batch_size_warmup_min_size=48,
                                            batch_size_warmup_tokens=10)
+
+
+# =========================================================================== issue 13
+class _Flaky:
+    """A random-access source whose ``__getitem__`` raises once at ``fail_at`` once armed."""
+
+    def __init__(self, docs, fail_at):
+        self.docs, self.fail_at, self.armed = docs, fail_at, False
+
+    def __len__(self):
+        return len(self.docs)
+
+    def __getitem__(self, j):
+        if self.armed and j == self.fail_at:
+            self.armed = False
+            raise OSError(f"transient read error at {j}")
+        return self.docs[j]
+
+
+STATE_KW = {"out_batch_size": 3, "out_pseq_len": 40, "buffer_size": 6, "mode": "mlm",
+            "mask_id": 3, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("fail_at", [7, 37, 80])
+def test_state_after_a_transient_source_error_loses_nothing(fail_at):
+    """Admission is transactional: the position does not pass a sequence before it is held, so
+    a state taken after the source raised resumes with every sequence (the old code had already
+    advanced past the whole read-ahead chunk: e.g. sequences 37-40 were lost)."""
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
+    full = list(StreamingPacker(docs, **STATE_KW))
+    flaky = _Flaky(docs, fail_at)
+    packer = StreamingPacker(flaky, **STATE_KW)
+    flaky.armed = True
+    seen = []
+    with pytest.raises(OSError, match="transient"):
+        for batch in packer:  # interrupted by the source's error: keep what came before
+            seen.append(batch)  # noqa: PERF402
+    state = packer.state_dict()
+    assert state["next_index"] <= fail_at
+    resumed = StreamingPacker(docs, **STATE_KW)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(seen) + len(rest) == len(full)
+    for x, y in zip(seen + rest, full):
+        _same(x, y)
+
+
+def _tampered(state, **changes):
+    out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+    for k, v in changes.items():
+        if v is _DELETE:
+            del out[k]
+        else:
+            out[k] = v
+    return out
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"next_index": -40}, "next_index=-40"),
+    ({"next_index": 2.5}, "next_index must be an int"),
+    ({"next_index": 10**12}, "next_index=1000000000000"),
+    ({"next_index": True}, "next_index must be an int"),
+    ({"exhausted": True}, "exhausted"),
+    ({"exhausted": 1}, "exhausted must be a bool"),
+    ({"epoch": -1}, "epoch"),
+    ({"epoch": 2**64}, "epoch"),
+    ({"next_epoch": -3}, "next_epoch"),
+    ({"in_epoch": "yes"}, "in_epoch must be a bool"),
+    ({"config": None}, "config must be a dict"),
+    ({"counters": _DELETE}, "lacks the fields"),
+    ({"counters": {"seqs_consumed": 1}}, "counters"),
+    ({"token_count": -1}, "token_count"),
+    ({"next_offset": 5}, "next_offset"),
+    ({"next_offset": -40}, "next_offset"),
+    ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
+    ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
+    ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
+    ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
+])
+def test_load_state_dict_validates_every_field(changes, match):
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
+    packer = StreamingPacker(docs, **STATE_KW)
+    it = iter(packer)
+    next(it)
+    next(it)
+    state = packer.state_dict()
+    assert state["pending_src"].size > 1 and 0 < state["next_index"] < len(docs)
+    fresh = StreamingPacker(docs, **STATE_KW)
+    with pytest.raises(FormatError, match=match):
+        fresh.load_state_dict(_tampered(state, **changes))
+    assert fresh._resume is None  # nothing was changed by the refused state
+    with pytest.raises(FormatError, match="dict"):
+        fresh.load_state_dict([1, 2])
+    fresh.load_state_dict(state)  # the untampered state loads
+
+
+def test_pending_pieces_of_unread_sequences_are_refused():
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
+    packer = StreamingPacker(docs, **STATE_KW)
+    next(iter(packer))
+    state = packer.state_dict()
+    src = state["pending_src"].copy()
+    src[-1] = state["next_index"]  # a sequence not yet admitted
+    with pytest.raises(FormatError, match="pending pieces"):
+        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_src=src))
+    plen = state["pending_len"].copy()
+    plen[0] = 41  # longer than a row
+    with pytest.raises(FormatError, match="pending pieces"):
+        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_len=plen))
+
+
+@pytest.mark.parametrize("kind", ["list", "store"])
+def test_one_long_document_is_admitted_lazily(kind, tmp_path):
+    """A document of 2**16 tokens split into 1024 pieces of 64: the packer holds at most
+    buffer_size + readahead pieces (the old code admitted all 1024 at once and copied them at
+    every batch), emits the pieces in order, and a state taken inside the document resumes."""
+    doc = np.arange(2**16, dtype=np.int64) % 50_000 + 1
+    docs = [np.array([7, 8, 9]), doc, np.array([5, 6])]
+    source = docs
+    if kind == "store":
+        from mmpack.store.writer import build
+
+        source = build(tmp_path / "s", docs)
+    kw = {"out_batch_size": 4, "out_pseq_len": 64, "buffer_size": 8, "readahead": 3,
+          "drop_last": False}
+    bound = kw["buffer_size"] + kw["readahead"]
+    packer = StreamingPacker(source, **kw)
+    batches, held = [], []
+    for batch in packer:
+        batches.append(batch)
+        held.append(packer.seqs_buffered)
+    assert max(held) <= bound, max(held)
+    assert [rows_of(b) for b in batches] == expected_rows(docs, **{**kw, "readahead": 1000})
+    pieces = [s for b in batches for row in rows_of(b) for s in row]
+    assert [t for s in pieces for t in s] == [7, 8, 9, *doc.tolist(), 5, 6]
+    assert packer.seqs_split == 1 and packer.seqs_consumed == 3
+
+    mid = StreamingPacker(source, **kw)
+    it = iter(mid)
+    head = _take(it, 100)
+    state = mid.state_dict()
+    assert state["next_index"] == 1 and state["next_offset"] > 0
+    resumed = StreamingPacker(source, **kw)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(head) + len(rest) == len(batches)
+    for x, y in zip(head + rest, batches):
+        _same(x, y)
+
+
+@pytest.mark.parametrize("readahead", [1, 2, 5, 64])
+def test_lazy_admission_does_not_change_placements(readahead):
+    """How many pieces are admitted at a time never changes a decision: mixed long and short
+    documents give the seed twin's rows for every readahead."""
+    rng = np.random.default_rng(readahead)
+    lengths = [int(n) for n in rng.integers(0, 200, size=150)]
+    docs = make_docs(lengths)
+    want = ref_pack(docs, 3, 24, 7, "split", False)
+    got = [rows_of(b) for b in StreamingPacker(docs, out_batch_size=3, out_pseq_len=24,
+                                               buffer_size=7, readahead=readahead,
+                                               drop_last=False)]
+    assert got == want
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([True, False]), "bool"),
+    ([1, True], "non-integer token True"),
+    (torch.tensor([True]), "bool"),
+    ([2, 0.5], "non-integer token 0.5"),
+    (np.full(3, 0.5), "non-integer token 0.5"),
+    ([3, -1], "negative token -1"),
+])
+def test_tokens_follow_the_build_rule(bad, match, tmp_path):
+    """One token rule for the packer and for build (the same function checks both)."""
+    from mmpack.store.writer import build
+
+    with pytest.raises(ValueError, match=match):
+        build(tmp_path / "s", [bad])
+    with pytest.raises(ValueError, match=match):
+        list(StreamingPacker([bad], **KW))
+    with pytest.raises(ValueError, match=match):
+        list(StreamingPacker([[1, 2], bad], **KW))
+    if "negative" not in match:  # checked when the row is written, not per document
+        with pytest.raises(ValueError, match="document 1"):
+            list(StreamingPacker([[1, 2], bad], **KW))
+
+
+def test_float_lists_are_tokens_like_for_build():
+    """A list of integral floats is detected as a sequence (not as a batch whose floats "must
+    have a length") and converted as build converts it."""
+    got = [rows_of(b) for b in StreamingPacker([[1.0, 2.0], [3.0]], **KW)]
+    assert got == [rows_of(b) for b in StreamingPacker([[1, 2], [3]], **KW)]
+    with pytest.raises(ValueError, match="non-integer token 1.5"):
+        list(StreamingPacker([[1.5, 2.0]], **KW))
+
+
+def test_version_2_states_still_load():
+    """Version 2 (before next_offset) admitted whole documents: its states are version 3 states
+    with next_offset 0."""
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]
+    full = list(StreamingPacker(docs, **STATE_KW))
+    packer = StreamingPacker(docs, **STATE_KW)
+    head = _take(iter(packer), 4)
+    state = packer.state_dict()
+    assert state["version"] == 3 and state["next_offset"] == 0
+    old = _tampered(state, version=2, next_offset=_DELETE)
+    resumed = StreamingPacker(docs, **STATE_KW)
+    resumed.load_state_dict(old)
+    for x, y in zip(head + list(resumed), full, strict=True):
+        _same(x, y)

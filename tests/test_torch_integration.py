@@ -45,8 +45,12 @@ def make_view(kind: str, path):
 VIEWS = ["window", "packed-causal", "packed-mlm"]
 
 
-def _expected_batches(ds, order, batch_size):
-    return [collate([ds[int(i)] for i in order[a : a + batch_size]])
+def _expected_batches(ds, order, batch_size, epoch=0):
+    """The batches read in this process by plain ints, with the dataset set to ``epoch``."""
+    ref = pickle.loads(pickle.dumps(ds))
+    if hasattr(ref, "set_epoch"):
+        ref.set_epoch(epoch)
+    return [collate([ref[int(i)] for i in order[a : a + batch_size]])
             for a in range(0, len(order), batch_size)]
 
 
@@ -78,7 +82,7 @@ def test_dataloader_workers(tmp_path, kind, context):
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         got = list(loader)
-        _assert_batches_equal(got, _expected_batches(ds, list(sampler), 8))
+        _assert_batches_equal(got, _expected_batches(ds, list(sampler), 8, epoch))
 
 
 _RESUME_SCRIPT = textwrap.dedent(
@@ -127,3 +131,64 @@ def test_stateful_dataloader_resumes_in_a_fresh_process(tmp_path, kind, workers)
     out = tmp_path / "out.json"
     subprocess.run([sys.executable, str(script), str(blob), str(out)], check=True, timeout=300)
     assert json.loads(out.read_text()) == full[k:]
+
+
+# -- issue 13 item 8: the epoch reaches persistent workers, and a resume restores it -----------------
+
+
+def _mlm_batches(loader):
+    return [{k: b[k].tolist() for k in ("input_ids", "labels")} for b in loader]
+
+
+def test_mlm_masks_differ_per_epoch_with_persistent_workers(tmp_path):
+    """``sampler.set_epoch`` in the main process only: the persistent workers' copies of the
+    dataset never see it, yet epoch 1 is masked as epoch 1 (the indices carry their epoch)."""
+    ds = make_view("packed-mlm", tmp_path / "s")
+    sampler = mmpack.ResumableSampler(len(ds), shuffle=False)  # the same order every epoch
+    loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate,
+                        persistent_workers=True)
+    epochs = []
+    for epoch in (0, 1, 2):
+        sampler.set_epoch(epoch)
+        got = list(loader)
+        _assert_batches_equal(got, _expected_batches(ds, list(range(len(ds))), 8, epoch))
+        epochs.append(torch.cat([b["input_ids"] for b in got]))
+    assert ds.epoch == 0  # nobody called ds.set_epoch
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        changed = (epochs[a] != epochs[b]).float().mean().item()
+        assert changed > 0.05, (a, b, changed)  # ~30% of tokens are selected per epoch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resumed_loader_masks_as_the_epoch_it_resumes(tmp_path, workers):
+    """A run saved k batches into epoch 1 and resumed by a fresh StatefulDataLoader (fresh
+    sampler, no set_epoch anywhere) gets epoch 1's masks, not epoch 0's."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = make_view("packed-mlm", tmp_path / "s")
+
+    def loader():
+        sampler = mmpack.ResumableSampler(len(ds), seed=11)
+        return sampler, StatefulDataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers,
+                                           collate_fn=collate)
+
+    sampler, run = loader()
+    _mlm_batches(run)
+    sampler.set_epoch(1)
+    epoch1 = _mlm_batches(run)
+    # the single-process reference: plain ints in epoch 1's order, the dataset set to epoch 1
+    reference = [{k: b[k].tolist() for k in ("input_ids", "labels")}
+                 for b in _expected_batches(ds, list(sampler), 4, epoch=1)]
+    assert epoch1 == reference
+    sampler, interrupted = loader()
+    _mlm_batches(interrupted)
+    sampler.set_epoch(1)
+    it = iter(interrupted)
+    k = 3
+    for _ in range(k):
+        next(it)
+    state = pickle.loads(pickle.dumps(interrupted.state_dict()))
+    del it
+    _, resumed = loader()
+    resumed.load_state_dict(state)
+    assert _mlm_batches(resumed) == reference[k:]

@@ -8,24 +8,37 @@ Python, never a meaningful index or length).
 
 from __future__ import annotations
 
+import functools
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "EpochIndex",
     "check_index",
     "check_indices",
     "check_int",
     "check_int_range",
     "check_positive_int",
     "check_token_id",
+    "epoch_index_type",
+    "index_epochs",
 ]
+
+
+def _is_bool(value: Any) -> bool:
+    """A bool, a numpy bool, or a 0-d array/tensor of bool dtype (``operator.index`` accepts
+    ``torch.tensor(True)`` as 1)."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
 def check_int(value: Any, name: str) -> int:
     """``value`` as a Python int; ``TypeError`` for a bool or a non-integer."""
-    if isinstance(value, (bool, np.bool_)):
+    if _is_bool(value):
         raise TypeError(f"{name} must be an integer, got bool {value!r}")
     try:
         return operator.index(value)
@@ -68,7 +81,17 @@ def check_index(i: Any, n: int, what: str = "sample") -> int:
 
 
 def check_indices(indices: Any, n: int, what: str = "sample") -> np.ndarray:
-    """A batch of indices into ``n`` items as int64, shape (k,), negatives resolved."""
+    """A batch of indices into ``n`` items as int64, shape (k,), negatives resolved.
+
+    A list or tuple holding a bool is refused like ``ds[True]`` (numpy would read ``[0, True]``
+    as the integers ``[0, 1]``)."""
+    if (
+        isinstance(indices, (list, tuple))
+        and not _plain_index_types(set(map(type, indices)))
+        and any(map(_is_bool, indices))
+    ):
+        bad = next(i for i in indices if _is_bool(i))
+        raise TypeError(f"{what} indices must be integers, got bool {bad!r} in {indices!r}")
     arr = np.asarray(indices)
     if arr.ndim != 1:
         raise TypeError(f"indices must be a 1-D sequence of integers, got shape {arr.shape}")
@@ -85,3 +108,69 @@ def check_indices(indices: Any, n: int, what: str = "sample") -> np.ndarray:
     if bad.any():
         raise IndexError(f"{what} index {int(arr[np.argmax(bad)])} is out of range for {n} {what}s")
     return np.where(arr < 0, arr + n, arr)
+
+
+class EpochIndex(int):
+    """A sample index that carries the epoch it was drawn for: ``EpochIndex(value, epoch)``.
+
+    :class:`mmpack.torch.sampler.ResumableSampler` yields these: to any dataset an ``int``, to mmpack's
+    views also the epoch of the sample (``PackedDataset`` keys its MLM corruption with it, a
+    ``Mixture`` hands it on to its sources), so the epoch reaches DataLoader workers with the
+    indices themselves: persistent workers never see a ``set_epoch`` called in the main process.
+    Arithmetic gives plain ints; pickles as ``(value, epoch)``.
+
+    Each epoch has its own subclass holding ``epoch`` as a class attribute, so an instance is as
+    small as an ``int`` (no per-instance dict).
+    """
+
+    __slots__ = ()
+    epoch: int
+
+    def __new__(cls, value: int, epoch: int) -> EpochIndex:  # noqa: PYI034 (an epoch's subclass)
+        return epoch_index_type(epoch)(check_int(value, "index"))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EpochIndex, (int(self), self.epoch))
+
+    def __repr__(self) -> str:
+        return f"EpochIndex({int(self)}, epoch={self.epoch})"
+
+
+@functools.lru_cache(maxsize=256)
+def _epoch_type(epoch: int) -> type[EpochIndex]:
+    # ``__new__`` is int's: ``cls(i)`` makes an index of this epoch without a check.
+    return type("EpochIndex", (EpochIndex,), {"__slots__": (), "epoch": epoch,
+                                             "__new__": int.__new__, "__module__": __name__})
+
+
+def epoch_index_type(epoch: int) -> Callable[[int], EpochIndex]:
+    """The subclass of :class:`EpochIndex` of ``epoch`` (``0 <= epoch < 2**64``):
+    ``epoch_index_type(e)(i)`` makes index ``i`` of epoch ``e`` without a check (the sampler's
+    path: about 0.35 us per index against 0.04 us for a plain int)."""
+    if type(epoch) is not int or not 0 <= epoch < 2**64:
+        epoch = check_int_range(epoch, "epoch", 0, 2**64)
+    return _epoch_type(epoch)
+
+
+def _plain_index_types(types: set[type]) -> bool:
+    return all(t is int or issubclass(t, EpochIndex) for t in types)
+
+
+def index_epochs(indices: Any, default: Any) -> Any:
+    """The epoch of every index of a batch: that of each :class:`EpochIndex`, ``default`` for
+    any other index.
+
+    Returns
+    -------
+    int (or ``default``)
+        When every index has the same epoch (the usual case: a batch comes from one epoch).
+    list
+        Otherwise, one epoch per index.
+    """
+    if not isinstance(indices, (list, tuple)):
+        return getattr(indices, "epoch", default) if np.ndim(indices) == 0 else default
+    epochs = [getattr(i, "epoch", default) for i in indices]
+    first = epochs[0] if epochs else default
+    if all(e == first for e in epochs):
+        return first
+    return epochs

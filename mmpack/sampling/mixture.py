@@ -51,7 +51,13 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
-from mmpack.core.validation import check_index, check_indices
+from mmpack.core.validation import (
+    EpochIndex,
+    check_index,
+    check_indices,
+    check_int,
+    index_epochs,
+)
 
 __all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
@@ -87,13 +93,13 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
         raise ValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
     if not np.all(np.isfinite(w)) or np.any(w < 0):
         raise ValueError(f"weights must be finite and non-negative, got {w.tolist()}")
-    total = w.sum()
-    if total <= 0:
+    positive = w > 0  # before normalizing, which may underflow a tiny weight to 0
+    if not positive.any():
         raise ValueError(f"weights must not all be zero, got {w.tolist()}")
-    positive = w > 0
+    w = _normalized(w)
     if positive.sum() > RESOLUTION:
         raise ValueError(f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}")
-    raw = w / total * RESOLUTION
+    raw = w * RESOLUTION
     quotas = np.floor(raw).astype(np.int64)
     quotas[positive & (quotas == 0)] = 1
     remainder = raw - quotas
@@ -108,6 +114,13 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
         short += donors.size
     g = math.gcd(*quotas.tolist())
     return quotas // g, RESOLUTION // g
+
+
+def _normalized(w: np.ndarray) -> np.ndarray:
+    """``w / w.sum()`` without overflow: scaled by the largest weight first (``[1e308, 1e308,
+    3e307]`` sums to inf in float64)."""
+    w = w / w.max()
+    return w / w.sum()
 
 
 @functools.lru_cache(maxsize=16)
@@ -152,10 +165,24 @@ def _source_len(source: Any, k: int) -> int:
     return len(source)
 
 
-def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+_VARIABLE_LENGTH = frozenset({"cu_seqlens"})
+"""Keys whose length varies from sample to sample (one boundary per document in the sample):
+only their number of dimensions is compared."""
+
+
+def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
+    """Key -> (fixed shape, dtype) of a sample; a variable-length key's dimensions are None."""
     if not isinstance(sample, dict):
         raise TypeError(f"source {k} returned a {type(sample).__name__} for sample 0; sources must return dicts")
-    return {key: (np.shape(v), np.asarray(v).dtype) for key, v in sample.items() if key != "source"}
+    sig = {}
+    for key, v in sample.items():
+        if key == "source":
+            continue
+        shape: tuple[int | None, ...] = np.shape(v)
+        if key in _VARIABLE_LENGTH:
+            shape = (None,) * len(shape)
+        sig[key] = (shape, np.asarray(v).dtype)
+    return sig
 
 
 class Mixture:
@@ -166,7 +193,9 @@ class Mixture:
     sources : sequence of datasets
         Each has ``__len__`` and ``__getitem__(int) -> dict[str, numpy.ndarray]``, optionally
         ``__getitems__(list[int]) -> list[dict]``.  Sources of positive weight must be non-empty;
-        all non-empty sources must agree on the keys and array shapes of their sample 0.
+        all non-empty sources must agree on the keys and array shapes of their sample 0 (the
+        length of ``cu_seqlens``, which varies from sample to sample, is not compared; a
+        difference of dtypes is a warning).
     weights : sequence of float, shape (len(sources),)
         Non-negative, finite, not all zero; normalized and quantized (see the module docstring).
         A zero weight means the source is never drawn.
@@ -178,6 +207,10 @@ class Mixture:
 
     Notes
     -----
+    An index that carries its epoch (:class:`~mmpack.core.validation.EpochIndex`, as
+    :class:`~mmpack.torch.sampler.ResumableSampler` yields them) hands that epoch on to the source's
+    item, so MLM sources mask each epoch differently.
+
     Each item is the source's dict plus ``"source"``: the int ``k`` (replacing any ``"source"``
     the item had); a batch from views is one ``SampleBatch`` with a ``source`` column.  The mixture pickles as its sources and parameters; the period
     tables are rebuilt (and shared through a cache) in the receiving process.
@@ -384,7 +417,8 @@ class Mixture:
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         k, j = self.locate(i)
-        return self._tag(self._sources[k][j], k)
+        epoch = getattr(i, "epoch", None)
+        return self._tag(self._sources[k][j if epoch is None else EpochIndex(j, epoch)], k)
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch | list[dict[str, Any]]:
         """Items of a batch of positions; each source's ``__getitems__`` is called once per batch.
@@ -393,12 +427,18 @@ class Mixture:
         the result is one ``SampleBatch`` whose columns are scattered from theirs, plus a
         ``source`` column: no Python work per sample.  Otherwise, a list of dicts."""
         idx = check_indices(indices, len(self))
+        epochs = index_epochs(indices, None)
         src, items = self.locate_many(idx)
         parts = []
         for k in np.unique(src).tolist():
             where = np.flatnonzero(src == k)
             source = self._sources[k]
             wanted = items[where].tolist()
+            if isinstance(epochs, list):  # the epoch of each index goes on to its source
+                wanted = [j if epochs[t] is None else EpochIndex(j, epochs[t])
+                          for j, t in zip(wanted, where.tolist())]
+            elif epochs is not None:
+                wanted = [EpochIndex(j, epochs) for j in wanted]
             if hasattr(source, "__getitems__"):
                 got = source.__getitems__(wanted)
             else:
@@ -421,7 +461,7 @@ class Mixture:
         -------
         numpy.ndarray, int64, shape (K,)
         """
-        n = self._num_samples if n is None else int(n)
+        n = self._num_samples if n is None else check_int(n, "n")
         if not 0 <= n <= MAX_N:
             raise ValueError(f"n must be in [0, 2**62], got {n}")
         out = np.empty(self._quotas.size, dtype=np.int64)
@@ -462,7 +502,7 @@ class Mixture:
             "num_samples": n,
             "period": self._period,
             "weights": self.weights,
-            "requested_weights": self._raw_weights / self._raw_weights.sum(),
+            "requested_weights": _normalized(self._raw_weights),
             "counts": counts,
             "proportions": counts / n if n else np.zeros(counts.size),
             "max_prefix_error": int(worst) / self._period,

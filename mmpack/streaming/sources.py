@@ -23,6 +23,8 @@ __all__ = [
     "detect_format",
     "is_indexable",
     "is_store_like",
+    "piece_counts",
+    "pieces_of",
     "propagate_epoch",
     "sequences_of",
     "split_pieces",
@@ -31,7 +33,9 @@ __all__ = [
 
 
 def _is_scalar(x: Any) -> bool:
-    if isinstance(x, (int, np.integer)):
+    """A token-like scalar (an int, and also a float or bool, which are then refused as tokens
+    with a clear message rather than taken for sequences)."""
+    if isinstance(x, (int, float, np.number, np.bool_)):
         return True
     return getattr(x, "ndim", None) == 0
 
@@ -104,17 +108,60 @@ def batch_items(batch: Any) -> list[Any]:
     )
 
 
-def sequences_of(items: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths."""
+def _plain(item: Any) -> bool:
+    """Tokens numpy can be trusted with as they are: an integer numpy array, or a list/tuple of
+    Python ints (numpy would read ``[1, True]`` as integers: such lists take the exact path)."""
+    t = type(item)
+    if t is np.ndarray:
+        return item.ndim == 1 and item.dtype.kind in "iu"
+    if t is list or t is tuple:
+        return set(map(type, item)) <= {int}
+    return False
+
+
+def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths.
+
+    Every sequence obeys the token rule of :func:`mmpack.build` (the same function checks both):
+    1-D, integer ids (integral floats are converted, bools, fractions, strings and negative ids
+    refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``).  Integer
+    arrays and lists of Python ints are kept as they are (no copy); anything else is converted
+    once, here."""
+    from mmpack.store.writer import _as_doc_array  # the one token rule (the build's)
+
     if any(issubclass(t, Mapping) for t in set(map(type, items))):
         items = [tokens_of(x) for x in items]
-    try:
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    except TypeError as exc:
-        raise TypeError(
-            f"every source sequence must have a length (a 1-D sequence): {exc}"
-        ) from None
+    items = [x if _plain(x) else _as_doc_array(x, first + j) for j, x in enumerate(items)]
+    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     return np.fromiter(items, dtype=object, count=len(items)), lens
+
+
+def piece_counts(lens: np.ndarray, head_off: int, row_len: int, policy: str) -> np.ndarray:
+    """Pieces each document of lengths ``lens`` yields under ``policy`` (int64, same shape); the
+    first document's pieces start at token ``head_off`` (its earlier pieces were admitted)."""
+    if policy == "split":
+        rest = lens.copy()
+        if rest.size:
+            rest[0] -= head_off
+        return -(-rest // row_len)
+    n_pieces = (lens > 0).astype(np.int64)
+    if policy == "drop":
+        n_pieces[lens > row_len] = 0
+    return n_pieces
+
+
+def pieces_of(lens: np.ndarray, head_off: int, n_pieces: np.ndarray, row_len: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first ``n_pieces[j]`` pieces of each document (those of the first from ``head_off``):
+    (document index, offset in it, length), int64.  O(pieces), whatever the documents' lengths."""
+    doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
+    first = np.cumsum(n_pieces) - n_pieces
+    k = np.arange(doc.shape[0], dtype=np.int64) - first[doc]
+    off = k * row_len
+    if head_off:
+        off[doc == 0] += head_off
+    plen = np.minimum(lens[doc] - off, row_len)
+    return doc, off, plen
 
 
 def split_pieces(lens: np.ndarray, row_len: int, policy: str

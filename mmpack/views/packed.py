@@ -27,8 +27,11 @@ if any, is the last segment:
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
 is a counter-based hash of the sample's key and the token position (:mod:`mmpack.views.masking`), so
-a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order;
-:meth:`PackedDataset.set_epoch` changes every mask.
+a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order.
+The epoch is the index's own when it carries one (:class:`mmpack.core.validation.EpochIndex`, what
+:class:`mmpack.torch.sampler.ResumableSampler` yields: the epoch reaches DataLoader workers, persistent
+ones included, with the indices, and a resumed sampler restores it), else the dataset's
+(:meth:`PackedDataset.set_epoch`, which changes every mask read by plain integer indices).
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
 the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
@@ -66,7 +69,7 @@ from mmpack.kernels.packing import (
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
-from mmpack.core.validation import check_index, check_indices, check_int, check_token_id
+from mmpack.core.validation import check_index, check_indices, check_int, check_token_id, index_epochs
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -186,7 +189,7 @@ class PackedDataset:
                     f"vocab_size={vocab_size} leaves no id for random replacement once the "
                     "special ids, eot, mask_id and pad_id are excluded"
                 )
-        self.seed = check_int(seed, "seed")
+        self.seed: int = check_int(seed, "seed")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         self.lookahead = check_int(lookahead, "lookahead")
@@ -196,7 +199,7 @@ class PackedDataset:
         self.long_docs = long_docs
         self.algorithm = algorithm
         self.cache = bool(cache)
-        self.epoch = 0
+        self.epoch: int = 0
         self._setup()
 
     def _excluded(self) -> np.ndarray:
@@ -225,12 +228,22 @@ class PackedDataset:
         )
 
     def _corrupt(
-        self, idx: np.ndarray, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray
+        self, idx: np.ndarray, epochs: Any, ids: np.ndarray, attn: np.ndarray,
+        labels: np.ndarray,
     ) -> None:
-        """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index)."""
+        """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index);
+        ``epochs`` is one epoch for every row or a list of one per row."""
+        if isinstance(epochs, list):
+            per_row = np.array(epochs, dtype=np.uint64)
+            keys = np.empty(idx.shape[0], dtype=np.uint64)
+            for e in np.unique(per_row).tolist():
+                rows = np.flatnonzero(per_row == e)
+                keys[rows] = row_keys(self.seed, e, idx[rows])
+        else:
+            keys = row_keys(self.seed, epochs, idx)
         corrupt_rows(
-            ids, attn, row_keys(self.seed, self.epoch, idx), mask_prob=self.mask_prob,
-            mask_id=self.mask_id, vocab_size=self.vocab_size, excluded=self._excl, labels=labels,
+            ids, attn, keys, mask_prob=self.mask_prob, mask_id=self.mask_id,
+            vocab_size=self.vocab_size, excluded=self._excl, labels=labels,
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -261,7 +274,10 @@ class PackedDataset:
         return self._plan.stats
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the MLM corruption of ``epoch`` (>= 0); the packing does not change."""
+        """Select the MLM corruption of ``epoch`` (>= 0) for plain integer indices; the packing
+        does not change.  Indices that carry their epoch (a ``ResumableSampler``'s) use theirs:
+        with DataLoader workers, use that sampler's ``set_epoch`` (a dataset's epoch set in the
+        main process never reaches persistent workers)."""
         e = check_int(epoch, "epoch")
         if not 0 <= e < 2**64:
             raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
@@ -275,9 +291,10 @@ class PackedDataset:
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
         b = check_index(i, len(self))
+        epoch = getattr(i, "epoch", self.epoch)
         src = self._src
         if src is None:
-            return self._gather(np.array([b], dtype=np.int64))[0]
+            return self._gather(np.array([b], dtype=np.int64), epoch)[0]
         plan = self._plan
         lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
         if not 0 <= lo <= hi <= plan.n_pieces:
@@ -296,7 +313,7 @@ class PackedDataset:
                 "delete <store>/cache to rebuild it"
             )
         if self.mode == "mlm":
-            self._corrupt(np.array([b], dtype=np.int64), rows[0], rows[3], rows[2])
+            self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
             "input_ids": rows[0, 0], "labels": rows[2, 0], "position_ids": rows[1, 0],
             "attention_mask": rows[3, 0], "cu_seqlens": cu[0, : scalars[0, 0] + 1],
@@ -306,9 +323,9 @@ class PackedDataset:
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
         ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
-        return self._gather(check_indices(indices, len(self)))
+        return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
-    def _gather(self, idx: np.ndarray) -> SampleBatch:
+    def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
         plan = self._plan
         seqlen = self.seqlen
         k = idx.shape[0]
@@ -355,7 +372,7 @@ class PackedDataset:
                 self._label_mode, ids, pos, labels, attn, cu, n_seg, max_len,
             )
         if self.mode == "mlm":
-            self._corrupt(idx, ids, attn, labels)
+            self._corrupt(idx, epochs, ids, attn, labels)
         columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
                    "attention_mask": attn, "max_seqlen": max_len}
         return SampleBatch(columns, cu, n_seg + 1)
