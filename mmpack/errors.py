@@ -3,21 +3,73 @@
 Every error mmpack raises on purpose derives from :class:`MmpackError` *and* from the builtin
 exception a caller would naturally catch, so ``except ValueError`` keeps working for code that does
 not know about mmpack.
+
+A message that tells the caller which parameter to pass is built with :func:`with_params` from
+text and :class:`Param` parts: ``str(exc)`` spells each parameter as Python (``overwrite=True``),
+while a front end such as the ``mmpack`` command re-renders ``exc.message_parts`` with its own
+spelling (``--overwrite``) by :func:`render_message`.  One mechanism, no string replacing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 __all__ = [
     "FormatError",
     "MmpackError",
+    "Param",
     "StateMismatchError",
     "StoreExistsError",
     "StoreNotFoundError",
+    "render_message",
+    "with_params",
 ]
+
+_E = TypeVar("_E", bound=BaseException)
+_ANY = object()
 
 
 class MmpackError(Exception):
     """Base class of every error raised deliberately by mmpack."""
+
+
+class Param:
+    """A parameter named in an error message (``Param("on_error", "skip")``; without a value:
+    the parameter itself, ``Param("format")``).  ``str()`` is the Python spelling,
+    ``on_error='skip'`` / ``format=``."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: Any = _ANY) -> None:
+        self.name, self.value = name, value
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _ANY
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value!r}" if self.has_value else f"{self.name}="
+
+    def __repr__(self) -> str:
+        return f"Param({self.name!r}" + (f", {self.value!r})" if self.has_value else ")")
+
+
+def with_params(exc_type: Callable[[str], _E], *parts: str | Param) -> _E:
+    """``exc_type(message)``, the message being ``parts`` joined with each :class:`Param` spelled
+    as Python; the parts are kept in ``exc.message_parts`` for :func:`render_message`."""
+    exc = exc_type("".join(map(str, parts)))
+    exc.message_parts = parts  # type: ignore[attr-defined]
+    return exc
+
+
+def render_message(exc: BaseException, spell: Callable[[Param], str]) -> str:
+    """The message of ``exc`` with every :class:`Param` spelled by ``spell`` (``str(exc)`` for an
+    exception not built by :func:`with_params`)."""
+    parts = getattr(exc, "message_parts", None)
+    if parts is None:
+        return str(exc)
+    return "".join(spell(p) if isinstance(p, Param) else str(p) for p in parts)
 
 
 class FormatError(MmpackError, ValueError):

@@ -7,6 +7,8 @@ Run: ``.venv/bin/python -m pytest tests/test_cli.py -q``.
 from __future__ import annotations
 
 import argparse
+import errno
+import gzip
 import json
 import os
 import shutil
@@ -22,7 +24,8 @@ import pytest
 from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
-from mmpack.cli.main import build_parser, main
+import mmpack.errors
+from mmpack.cli.commands import build_parser, main
 from mmpack.cli.demo import compare_packing
 from mmpack.ingest.tokenizer import load_tokenizer
 
@@ -86,7 +89,7 @@ def test_build_reports_bad_records_and_counts(corpus, tmp_path):
     root, texts = corpus
     res = mmpack_cmd("build", "docs/*.txt", "records.jsonl", "table.parquet", "bad.jsonl",
                      "empty.jsonl", "numbers.parquet", "-o", tmp_path / "s", "--field", "content",
-                     cwd=root)
+                     "--on-error", "skip", cwd=root)
     assert res.returncode == 0, res.stderr
     err = res.stderr.strip().splitlines()
     # bad.jsonl keeps its texts under "text": with --field content no record of it has one.
@@ -112,7 +115,8 @@ def test_build_on_error_fail_leaves_nothing(corpus, tmp_path):
     root, _ = corpus
     res = mmpack_cmd("build", root / "records.jsonl", root / "bad.jsonl", "-o", tmp_path / "s",
                      "--field", "content", "--on-error", "fail", "--quiet")
-    assert_one_line_error(res, "bad.jsonl:1: field 'content' is missing", "on_error='fail'")
+    assert_one_line_error(res, "bad.jsonl:1: field 'content' is missing", "(--on-error fail)")
+    assert "on_error" not in res.stderr
     assert not (tmp_path / "s").exists() and os.listdir(tmp_path) == []
 
 
@@ -121,7 +125,7 @@ def test_build_lines_skip_empty_overwrite(tmp_path):
     res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "-o", tmp_path / "s")
     assert res.returncode == 0 and "wrote 3" in res.stdout
     res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "-o", tmp_path / "s")
-    assert_one_line_error(res, "exists", "overwrite")
+    assert_one_line_error(res, "exists; pass --overwrite to replace it")
     res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "--skip-empty", "--overwrite",
                      "--backend", "zarr", "-o", tmp_path / "s")
     assert res.returncode == 0 and "wrote 2" in res.stdout and "1 empty" in res.stdout
@@ -361,3 +365,175 @@ def test_demo(tmp_path):
     store = mmpack.open(tmp_path / "stdlib")
     assert store.dtype == np.uint8 and len(store) > 1000
     assert elapsed < 60
+
+
+# ----------------------------------------------------------------------------- issue 13
+def test_messages_name_flags_not_python_parameters(tmp_path):
+    """Issue 13 item 16: messages said `pass overwrite=True`, `or pass format=`,
+    `(on_error='fail')`."""
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "q.bas").write_text("10 PRINT")
+    res = mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s")
+    assert res.returncode == 0, res.stderr
+    res = mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s")
+    assert_one_line_error(res, "exists; pass --overwrite to replace it")
+    res = mmpack_cmd("build", tmp_path / "q.bas", "-o", tmp_path / "t")
+    assert_one_line_error(res, "pass --text-ext .bas to read it as text, or --format (one of")
+    for res in (mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s"),
+                mmpack_cmd("build", tmp_path / "q.bas", "-o", tmp_path / "t")):
+        assert "=True" not in res.stderr and "format=" not in res.stderr
+    # The library keeps its Python spelling.
+    with pytest.raises(mmpack.errors.StoreExistsError, match=r"pass overwrite=True"):
+        mmpack.build(tmp_path / "s", [[1]])
+
+
+def test_flag_speller_maps_every_build_parameter():
+    from mmpack.errors import Param
+
+    spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(
+        build_parser()._subparsers._group_actions[0].choices["build"])
+    assert spell(Param("overwrite", True)) == "--overwrite"
+    assert spell(Param("on_error", "skip")) == "--on-error skip"
+    assert spell(Param("field", "content")) == "--field content"
+    assert spell(Param("format")) == "--format"
+    assert spell(Param("text_extensions", [".a", ".b"])) == "--text-ext .a,.b"
+    assert spell(Param("dtype", "uint8")) == "dtype='uint8'"  # no such flag: Python spelling
+
+
+def test_wrong_field_fails_unless_skip_is_explicit(tmp_path):
+    """Issue 13 item 16: a wrong --field that skipped 9 of 10 records exited 0."""
+    with open(tmp_path / "d.jsonl", "w") as f:
+        f.writelines(json.dumps({"text": f"t{k}"}) + "\n" for k in range(9))
+        f.write(json.dumps({"content": "c"}) + "\n")
+    res = mmpack_cmd("build", tmp_path / "d.jsonl", "--field", "content", "-o", tmp_path / "s")
+    assert res.returncode == 1
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 9 + 1 and "Traceback" not in res.stderr
+    assert err[-1] == ("mmpack: error: 9 of 10 records (90%) were skipped, more than half; "
+                       "nothing is written. Pass --on-error skip to build from the rest")
+    assert os.listdir(tmp_path) == ["d.jsonl"]
+    res = mmpack_cmd("build", tmp_path / "d.jsonl", "--field", "content", "-o", tmp_path / "s",
+                     "--on-error", "skip")
+    assert res.returncode == 0 and "wrote 1 (" in res.stdout
+
+
+def test_an_input_with_no_record_stored_fails(corpus, tmp_path):
+    root, _ = corpus
+    res = mmpack_cmd("build", "records.jsonl", "bad.jsonl", "--field", "content", "--quiet",
+                     "-o", tmp_path / "s", cwd=root)
+    assert res.returncode == 1 and not (tmp_path / "s").exists()
+    assert res.stderr.strip().splitlines()[-1] == (
+        "mmpack: error: no record of the input bad.jsonl could be stored (10 skipped; the first: "
+        "bad.jsonl:1: field 'content' is missing) (is --field content the right field?); nothing "
+        "is written. Pass --on-error skip to build without its records")
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated"])
+def test_damaged_gzip_counts_documents_and_stores_none(tmp_path, how):
+    lines = [f"line {i} " + "y" * (i % 29) for i in range(3000)]
+    raw = gzip.compress(("\n".join(lines) + "\n").encode())
+    if how == "truncated":
+        raw = raw[: len(raw) // 2]
+    else:
+        b = bytearray(raw)
+        b[len(b) // 2] ^= 0x10
+        raw = bytes(b)
+    (tmp_path / "bad.txt.gz").write_bytes(raw)
+    (tmp_path / "good.txt").write_text("g1\ng2\n")
+    res = mmpack_cmd("build", tmp_path / "good.txt", tmp_path / "bad.txt.gz", "--lines",
+                     "-o", tmp_path / "s", "--quiet")
+    assert res.returncode == 1 and not (tmp_path / "s").exists()
+    assert "skipped whole" in res.stderr and "Pass --on-error skip" in res.stderr
+    res = mmpack_cmd("build", tmp_path / "good.txt", tmp_path / "bad.txt.gz", "--lines",
+                     "-o", tmp_path / "s", "--quiet", "--on-error", "skip")
+    assert res.returncode == 0, res.stderr
+    [issue] = res.stderr.strip().splitlines()
+    n = int(issue.split("none of its documents stored (")[1].split(" records")[0])
+    assert n > 0
+    assert res.stdout.startswith(f"read {2 + n} documents: wrote 2 (")
+    assert f"skipped {n} with errors (1 unreadable file skipped whole)" in res.stdout
+    assert [bytes(d).decode() for d in mmpack.open(tmp_path / "s")] == ["g1", "g2"]
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.ENOSPC, errno.EACCES])
+def test_read_only_and_full_disk_are_one_line(tmp_path, monkeypatch, capsys, err):
+    """Issue 13 item 16: an OSError such as ENOSPC printed a traceback.  The error is injected
+    where the build writes its tokens (the tests run as root on a roomy disk)."""
+    import mmpack.store.writer
+
+    def fail(self, *args, **kwargs):
+        raise OSError(err, os.strerror(err), str(self._tmp / "tokens.bin"))
+
+    monkeypatch.setattr(mmpack.store.writer.StoreWriter, "add_batch", fail)
+    (tmp_path / "a.txt").write_text("x")
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet"]) == 1
+    out = capsys.readouterr()
+    [line] = out.err.strip().splitlines()
+    assert line.startswith(f"mmpack: error: {os.strerror(err)}: '") and "Errno" not in line
+    assert line.endswith(("(the file system is read-only)", "(the disk is full)",
+                          "(permission denied)"))
+    assert os.listdir(tmp_path) == ["a.txt"]  # nothing published, no temporary folder left
+
+
+def test_source_files_are_text_without_format(tmp_path):
+    (tmp_path / "m.py").write_text("import os\n")
+    (tmp_path / "r.rst").write_text("Title\n")
+    (tmp_path / "q.bas").write_text("10 PRINT\n")
+    (tmp_path / "d.jsonl").write_text('{"text": "j"}\n')
+    res = mmpack_cmd("build", "*.py", "*.rst", "*.bas", "d.jsonl", "--text-ext", ".bas",
+                     "-o", "s", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [bytes(d).decode() for d in mmpack.open(tmp_path / "s")] == [
+        "import os\n", "Title\n", "10 PRINT\n", "j"]
+
+
+def test_eot_is_an_id_in_show_and_pack(seed_store):
+    """Issue 13 item 16: `show --eot ID` took an id but `pack --eot` was a switch."""
+    base = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json")
+    with_id = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--eot", 420)
+    assert with_id.returncode == 0, with_id.stderr
+    a, b = json.loads(base.stdout), json.loads(with_id.stdout)
+    assert [m["rows"] for m in a["methods"]] == [m["rows"] for m in b["methods"]]
+    assert (a["eot"], a["eot_id"], b["eot"], b["eot_id"]) == (True, None, True, 420)
+    none = json.loads(mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json",
+                                 "--no-eot").stdout)
+    assert (none["eot"], none["eot_id"]) == (False, None)
+    old = mmpack_cmd("pack", seed_store, "--eot", "--seqlen", 16, "--json")
+    assert old.returncode == 0 and "deprecated" in old.stderr
+    assert [m["rows"] for m in json.loads(old.stdout)["methods"]] == [
+        m["rows"] for m in a["methods"]]
+    res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--no-eot")
+    assert res.returncode == 0 and "eot None" in res.stdout
+    res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--eot")
+    assert res.returncode == 2 and "--eot: expected an id" in res.stderr
+
+
+def test_a_closed_pipe_is_not_an_error(seed_store, monkeypatch, capfd):
+    """`mmpack info STORE | head -1`: BrokenPipeError is an OSError, yet not an error to report
+    (the OSError handler must not catch it first)."""
+    import mmpack.cli.commands
+
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(mmpack.cli.commands, "_cmd_info", closed)
+    assert main(["info", str(seed_store)]) == 0
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("argv", "flag", "text"), [
+    (["show", "s", "--seqlen", str(2**31), "-i", "0"], "--seqlen",
+     "<= 2147483647 (cu_seqlens are int32)"),
+    (["pack", "s", "--seqlen", str(2**31)], "--seqlen", "<= 2147483647"),
+    (["show", "s", "--seqlen", "8", "-i", "0", "--eot", str(2**63)], "--eot", "(ids are int64)"),
+    (["show", "s", "--seqlen", "8", "-i", "0", "--pad-id", str(2**63)], "--pad-id", "int64"),
+    (["show", "s", "--seqlen", "8", "-i", "0", "--stride", str(2**70)], "--stride", "int64"),
+])
+def test_out_of_range_values_name_their_flag(argv, flag, text, capsys):
+    """These reached the library, whose messages spoke Python (`seqlen=2147483648 does not fit`,
+    `eot=9223372036854775808 does not fit in int64`)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {flag}" in last and text in last and f"{flag[2:]}=" not in last

@@ -11,12 +11,15 @@ import json
 import sys
 import types
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
@@ -54,8 +57,12 @@ def texts_of(store, tok=None):
 
 
 def quiet_ingest(*args, **kwargs):
+    """``ingest`` collecting the issues; ``on_error="skip"`` unless given, since these tests feed
+    inputs made mostly of bad records on purpose (the default refuses them: see the tests of
+    ``on_error="skip-some"``)."""
     issues = []
     kwargs.setdefault("progress", False)
+    kwargs.setdefault("on_error", "skip")
     report = ingest(*args, on_issue=issues.append, **kwargs)
     return report, issues
 
@@ -124,12 +131,12 @@ def test_parquet_string_binary_and_batched(tmp_path):
 
 
 def test_format_override_and_unknown_extension(tmp_path):
-    (tmp_path / "code.py").write_text("print('hi')\n")
-    with pytest.raises(ValueError, match=r"code\.py.*format="):
-        ingest(tmp_path / "code.py", tmp_path / "s", progress=False)
+    (tmp_path / "code.bas").write_text("PRINT 'hi'\n")
+    with pytest.raises(ValueError, match=r"code\.bas.*text_extensions=\['\.bas'\].*format="):
+        ingest(tmp_path / "code.bas", tmp_path / "s", progress=False)
     assert not (tmp_path / "s").exists()
-    report, _ = quiet_ingest(tmp_path / "code.py", tmp_path / "s", format="text")
-    assert texts_of(report.store) == ["print('hi')\n"]
+    report, _ = quiet_ingest(tmp_path / "code.bas", tmp_path / "s", format="text")
+    assert texts_of(report.store) == ["PRINT 'hi'\n"]
     (tmp_path / "rec.dat").write_text('{"text": "x"}\n')
     report, _ = quiet_ingest(tmp_path / "rec.dat", tmp_path / "t", format="jsonl")
     assert texts_of(report.store) == ["x"]
@@ -225,7 +232,7 @@ def test_issues_are_warnings_by_default_and_capped(tmp_path):
     (tmp_path / "a.jsonl").write_text("".join('{"t": 1}\n' for _ in range(30)) + '{"text": "x"}\n')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = ingest(tmp_path / "a.jsonl", tmp_path / "s", progress=False)
+        report = ingest(tmp_path / "a.jsonl", tmp_path / "s", progress=False, on_error="skip")
     caught = [w for w in caught if w.category is IngestWarning]
     msgs = [str(w.message) for w in caught]
     assert len(msgs) == 21
@@ -403,3 +410,313 @@ def test_progress_bar_on_stderr(tmp_path, capsys):
     assert "tokenizing" in err and "docs" in err and "tokens/s" in err
     ingest(tmp_path / "a.txt", tmp_path / "t")  # default: stderr is not a terminal here
     assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------- damaged files
+def _lines(n):
+    return [f"line {i} " + "x" * (i % 37) for i in range(n)]
+
+
+def _damage(raw: bytes, how: str) -> bytes:
+    if how == "truncated":
+        return raw[: len(raw) // 2]
+    b = bytearray(raw)
+    b[len(b) // 2] ^= 0x01  # one flipped bit in the deflate stream
+    return bytes(b)
+
+
+def _decodable_prefix(data: bytes) -> bytes:
+    """Naive reference: what a gzip decoder outputs before it detects the damage (fed one byte at
+    a time, so the output up to the failure is kept)."""
+    d = zlib.decompressobj(31)
+    out = []
+    for k in range(len(data)):
+        try:
+            out.append(d.decompress(data[k:k + 1]))
+        except zlib.error:
+            break
+    return b"".join(out)
+
+
+def _records_in(prefix: bytes, fmt: str) -> int:
+    rows = prefix.split(b"\n")
+    if fmt == "jsonl":
+        return sum(1 for r in rows if r.strip())
+    return len(rows) - (rows[-1] == b"")
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated"])
+@pytest.mark.parametrize("fmt", ["lines", "jsonl"])
+def test_damaged_gzip_is_all_or_nothing(tmp_path, fmt, how):
+    """Issue 13 item 2: the lines decoded before the CRC failure (garbage included) were stored
+    while the report said 'skipped 1'; a truncated file kept half its lines.  Now none of its
+    documents is stored and the issue counts the documents decoded before the damage."""
+    good, other = _lines(300), _lines(2000)
+    if fmt == "lines":
+        name, payload = "d.txt.gz", ("\n".join(other) + "\n").encode()
+        (tmp_path / "good.txt").write_text("\n".join(good) + "\n")
+        first = tmp_path / "good.txt"
+    else:
+        name, payload = "d.jsonl.gz", "".join(json.dumps({"text": t}) + "\n"
+                                              for t in other).encode()
+        (tmp_path / "good.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in good))
+        first = tmp_path / "good.jsonl"
+    bad = _damage(gzip.compress(payload), how)
+    (tmp_path / name).write_bytes(bad)
+    n_lost = _records_in(_decodable_prefix(bad), fmt)
+    assert n_lost > 0
+    report, issues = quiet_ingest([first, tmp_path / name], tmp_path / "s", lines=True)
+    assert texts_of(report.store) == good
+    assert [(i.skipped, i.file_lost) for i in issues] == [(n_lost, True)]
+    assert issues[0].where == str(tmp_path / name) and "skipped whole" in issues[0].reason
+    assert (report.docs_read, report.docs_written, report.docs_skipped) == (
+        len(good) + n_lost, len(good), n_lost)
+    assert report.files_lost == 1 and "1 unreadable file skipped whole" in report.summary()
+    assert_counts_add_up(report)
+    # The default policy refuses a build that lost a file; nothing is written.
+    with pytest.raises(IngestError, match=r"skipped whole.*nothing is written.*on_error='skip'"):
+        ingest([first, tmp_path / name], tmp_path / "t", lines=True, progress=False,
+               on_issue=lambda i: None)
+    assert not (tmp_path / "t").exists()
+
+
+def test_damaged_gzip_one_document_per_file_counts_one(tmp_path):
+    (tmp_path / "a.txt").write_text("kept")
+    (tmp_path / "b.txt.gz").write_bytes(_damage(gzip.compress(b"lost " * 1000), "truncated"))
+    report, issues = quiet_ingest(str(tmp_path / "*.txt*"), tmp_path / "s")
+    assert texts_of(report.store) == ["kept"]
+    assert [(i.skipped, i.file_lost) for i in issues] == [(1, True)]
+    assert_counts_add_up(report)
+
+
+class _FailingReader:
+    """A binary file that raises EIO after ``after`` lines (an I/O error part-way)."""
+
+    def __init__(self, f, after):
+        self.f, self.after = f, after
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def __iter__(self):
+        for k, line in enumerate(self.f):
+            if k == self.after:
+                raise OSError(5, "Input/output error")
+            yield line
+
+
+def _fail_reading(monkeypatch, name, after):
+    import mmpack.ingest.pipeline as ingest_mod
+
+    real = ingest_mod._open_binary
+
+    def fake(path):
+        f = real(path)
+        return _FailingReader(f, after) if path.name == name else f
+
+    monkeypatch.setattr(ingest_mod, "_open_binary", fake)
+
+
+def test_file_failing_part_way_is_taken_out_whole(tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text("a1\na2\n")
+    (tmp_path / "b.txt").write_text("".join(f"b{k}\n" for k in range(50)))
+    (tmp_path / "c.txt").write_text("c1\n")
+    _fail_reading(monkeypatch, "b.txt", after=20)
+    report, issues = quiet_ingest(str(tmp_path / "*.txt"), tmp_path / "s", lines=True)
+    assert texts_of(report.store) == ["a1", "a2", "c1"]
+    assert [(i.where, i.skipped, i.file_lost) for i in issues] == [(str(tmp_path / "b.txt"), 20,
+                                                                    True)]
+    assert "Input/output error" in issues[0].reason
+    assert_counts_add_up(report)
+
+
+def test_file_failing_after_its_documents_left_stops_the_build(tmp_path, monkeypatch):
+    """When some of a file's documents were already passed on (a batch left), the file cannot be
+    taken out: the build stops and writes nothing, whatever on_error says."""
+    (tmp_path / "b.txt").write_text("".join(f"b{k}\n" for k in range(50)))
+    _fail_reading(monkeypatch, "b.txt", after=20)
+    with pytest.raises(IngestError, match=r"b\.txt: cannot read it \(Input/output error\) after "
+                                          r"20 records.*never stored in part"):
+        quiet_ingest(tmp_path / "b.txt", tmp_path / "s", lines=True, batch_size=8)
+    assert not (tmp_path / "s").exists()
+
+
+# ----------------------------------------------------------------------------- on_error policy
+def _jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_skip_some_refuses_a_build_that_skipped_most_records(tmp_path):
+    """Issue 13 item 16: a wrong field skipping 9 of 10 records used to build (exit 0)."""
+    f = _jsonl(tmp_path / "d.jsonl", [{"body": f"x{k}"} for k in range(9)] + [{"text": "y"}])
+    with pytest.raises(IngestError, match=r"9 of 10 records \(90%\) were skipped, more than half; "
+                                          r"nothing is written.*on_error='skip'") as err:
+        ingest(f, tmp_path / "s", progress=False, on_issue=lambda i: None)
+    assert err.value.report.docs_skipped == 9
+    assert not (tmp_path / "s").exists()
+    report = ingest(f, tmp_path / "s", progress=False, on_issue=lambda i: None, on_error="skip")
+    assert texts_of(report.store) == ["y"]
+
+
+def test_skip_some_refuses_an_input_with_no_record_stored(tmp_path):
+    good = _jsonl(tmp_path / "good.jsonl", [{"text": f"g{k}"} for k in range(30)])
+    bad = _jsonl(tmp_path / "bad.jsonl", [{"content": f"b{k}"} for k in range(10)])
+    with pytest.raises(IngestError, match=r"no record of the input .*bad\.jsonl could be stored "
+                                          r"\(10 skipped; the first: .*bad\.jsonl:1: field 'text' "
+                                          r"is missing\) \(is field='text' the right field\?\)"):
+        ingest([good, bad], tmp_path / "s", progress=False, on_issue=lambda i: None)
+    assert not (tmp_path / "s").exists()
+    report, _ = quiet_ingest([good, bad], tmp_path / "s", on_error="skip")
+    assert report.docs_written == 30 and report.docs_skipped == 10
+
+
+def test_skip_some_keeps_a_build_with_a_few_bad_records(tmp_path):
+    # One bad file of three matched by one glob (one input), a one-record input lost among
+    # others, and exactly half skipped: all build.
+    for name, data in [("a.txt", b"aa"), ("b.txt", b"\xff"), ("c.txt", b"cc")]:
+        (tmp_path / name).write_bytes(data)
+    report = ingest(str(tmp_path / "*.txt"), tmp_path / "s", progress=False,
+                    on_issue=lambda i: None)
+    assert texts_of(report.store) == ["aa", "cc"] and report.docs_skipped == 1
+    report = ingest([tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"], tmp_path / "t",
+                    progress=False, on_issue=lambda i: None)
+    assert report.docs_skipped == 1
+    f = _jsonl(tmp_path / "half.jsonl", [{"text": "x"}, {"body": "y"}])
+    report = ingest(f, tmp_path / "u", progress=False, on_issue=lambda i: None)
+    assert report.docs_written == 1 and report.docs_skipped == 1
+
+
+def test_on_error_values(tmp_path):
+    with pytest.raises(ValueError, match=r"on_error must be one of \('skip-some', 'skip', "
+                                         r"'fail'\), got 'ignore'"):
+        ingest(iter(["x"]), tmp_path / "s", on_error="ignore")
+
+
+# ----------------------------------------------------------------------------- text extensions
+def test_source_and_markup_files_are_text_by_default(tmp_path):
+    """Issue 13 item 16: .py / .rst needed format='text', which then applied to every input."""
+    (tmp_path / "m.py").write_text("import os\n")
+    (tmp_path / "r.rst").write_text("Title\n=====\n")
+    _jsonl(tmp_path / "d.jsonl", [{"text": "json text"}])
+    (tmp_path / "q.bas").write_text("10 PRINT\n")
+    report, issues = quiet_ingest([tmp_path / "m.py", tmp_path / "r.rst", tmp_path / "d.jsonl"],
+                                  tmp_path / "s")
+    assert texts_of(report.store) == ["import os\n", "Title\n=====\n", "json text"]
+    assert issues == []
+    report, _ = quiet_ingest([tmp_path / "q.bas", tmp_path / "d.jsonl"], tmp_path / "t",
+                             text_extensions=["BAS"])
+    assert texts_of(report.store) == ["10 PRINT\n", "json text"]
+    report, _ = quiet_ingest(tmp_path / "d.jsonl", tmp_path / "u", text_extensions=[".jsonl"])
+    assert texts_of(report.store) == ['{"text": "json text"}\n']
+    with pytest.raises(TypeError, match="text_extensions must be an iterable"):
+        ingest(tmp_path / "m.py", tmp_path / "v", text_extensions=".py")
+    with pytest.raises(ValueError, match="text_extensions must hold extensions"):
+        ingest(tmp_path / "m.py", tmp_path / "v", text_extensions=["."])
+
+
+def test_parquet_failing_part_way_is_taken_out_whole(tmp_path, monkeypatch):
+    pq.write_table(pa.table({"text": ["p0", "p1", "p2"]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"text": [f"q{k}" for k in range(3000)]}), tmp_path / "b.parquet")
+    real = pq.ParquetFile.iter_batches
+
+    def failing(self, *args, **kwargs):  # b.parquet (3000 rows): a page fails after 1024 rows
+        for k, rb in enumerate(real(self, *args, **kwargs)):
+            if k == 1 and self.metadata.num_rows == 3000:
+                raise pa.ArrowInvalid("Couldn't deserialize thrift: corrupt page")
+            yield rb
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", failing)
+    report, issues = quiet_ingest([tmp_path / "a.parquet", tmp_path / "b.parquet"],
+                                  tmp_path / "s", batch_size=5000)
+    assert texts_of(report.store) == ["p0", "p1", "p2"]
+    assert [(i.skipped, i.file_lost) for i in issues] == [(1024, True)]
+    assert "cannot read it as Parquet past row 1024 (Couldn't deserialize" in issues[0].reason
+    assert_counts_add_up(report)
+
+
+@pytest.mark.parametrize(("data", "reason"), [(b"not gzip at all", "Not a gzipped file"),
+                                             (b"", "the file is empty: not even a gzip header")])
+def test_unreadable_gzip_is_lost_with_no_documents_counted(tmp_path, data, reason):
+    """A .gz cut to nothing read as an empty file: its loss was a mere note."""
+    (tmp_path / "a.txt").write_text("kept\n")
+    (tmp_path / "b.txt.gz").write_bytes(data)
+    report, issues = quiet_ingest([tmp_path / "a.txt", tmp_path / "b.txt.gz"], tmp_path / "s",
+                                  lines=True)
+    assert texts_of(report.store) == ["kept"]
+    assert [(i.skipped, i.file_lost, i.is_error) for i in issues] == [(0, True, True)]
+    assert reason in issues[0].reason
+
+
+@given(lines=st.lists(st.text(alphabet="abc xyz✓\t", max_size=30), min_size=1, max_size=300),
+       jsonl=st.booleans(), how=st.sampled_from(["flip", "truncate"]), where=st.floats(0, 1),
+       bit=st.integers(0, 7))
+def test_any_damage_to_a_gzip_stores_all_of_it_or_none(tmp_path_factory, lines, jsonl, how,
+                                                       where, bit):
+    """Property, against the naive byte-at-a-time decoder: whatever byte is flipped (header, data
+    or trailer) or wherever the file is cut, the store holds the good file's documents and either
+    every document of the damaged file, unchanged (a flip the format does not check, such as the
+    header's mtime), or none of them, with the issue counting the records of the decodable
+    prefix."""
+    tmp = tmp_path_factory.mktemp("gz")
+    if jsonl:
+        payload = "".join(json.dumps({"text": t}) + "\n" for t in lines).encode()
+        (tmp / "good.jsonl").write_text(json.dumps({"text": "good"}) + "\n")
+        name, good, fmt = "d.jsonl.gz", tmp / "good.jsonl", "jsonl"
+    else:
+        payload = "".join(t.replace("\n", " ") + "\n" for t in lines).encode()
+        (tmp / "good.txt").write_text("good\n")
+        name, good, fmt = "d.txt.gz", tmp / "good.txt", "lines"
+    raw = gzip.compress(payload, mtime=0)
+    k = min(int(where * len(raw)), len(raw) - 1)
+    if how == "flip":
+        bad = bytearray(raw)
+        bad[k] ^= 1 << bit
+        bad = bytes(bad)
+    else:
+        bad = raw[:k]
+    (tmp / name).write_bytes(bad)
+    report, issues = quiet_ingest([good, tmp / name], tmp / "s", lines=True)
+    assert_counts_add_up(report)
+    if not issues:
+        assert texts_of(report.store) == ["good", *lines]
+    else:
+        [issue] = issues
+        assert texts_of(report.store) == ["good"]
+        assert issue.file_lost and issue.skipped == _records_in(_decodable_prefix(bad), fmt)
+
+
+@given(m=st.integers(0, 30), n=st.integers(1, 40), data=st.data(),
+       batch_size=st.integers(1, 50))
+def test_a_read_error_never_stores_part_of_a_file(tmp_path_factory, monkeypatch_session, m, n,
+                                                  data, batch_size):
+    """Property: an I/O error after ``k`` lines of b.txt (after m lines of a.txt, in batches of
+    ``batch_size``) takes b.txt out whole while none of its lines has left the batch being filled
+    (``m % batch_size + k < batch_size``), else stops the build with nothing written; b.txt is
+    never stored in part."""
+    k = data.draw(st.integers(0, n - 1))
+    tmp = tmp_path_factory.mktemp("eio")
+    (tmp / "a.txt").write_text("".join(f"a{j}\n" for j in range(m)))
+    (tmp / "b.txt").write_text("".join(f"b{j}\n" for j in range(n)))
+    with monkeypatch_session.context() as mp:
+        _fail_reading(mp, "b.txt", after=k)
+        if m % batch_size + k < batch_size:
+            report, issues = quiet_ingest([tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True,
+                                          batch_size=batch_size)
+            assert texts_of(report.store) == [f"a{j}" for j in range(m)]
+            assert [(i.skipped, i.file_lost) for i in issues][-1] == (k, True)
+            assert_counts_add_up(report)
+        else:
+            with pytest.raises(IngestError, match="never stored in part"):
+                quiet_ingest([tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True,
+                             batch_size=batch_size)
+            assert not (tmp / "s").exists()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_session():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp

@@ -111,7 +111,7 @@ def test_hf_tokenizer_spec_rebuilds_the_same_tokenizer(bpe_file):
 
 
 def test_hf_decode_refuses_out_of_vocabulary_ids(bpe_file):
-    with pytest.raises(ValueError, match=r"\[0, 2000\)"):
+    with pytest.raises(ValueError, match=r"\[0, 1999\]"):
         load_tokenizer(bpe_file).decode([5, 2000])
 
 
@@ -195,3 +195,65 @@ def test_transformers_folder_is_loaded_offline(tmp_path, monkeypatch, bpe_file):
     assert tok.spec == TokenizerSpec("transformers", str(folder.resolve()))
     ids = tok.encode_batch(TEXTS)
     assert [tok.decode(a) for a in ids] == TEXTS
+
+
+# ----------------------------------------------------------------------------- sparse ids
+def _sparse_word_level(path):
+    """A word-level tokenizer whose ids are not contiguous: 4 tokens, the largest id 70000."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    raw = Tokenizer(models.WordLevel({"a": 0, "b": 70000, "[UNK]": 2}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.add_special_tokens([EOT])
+    raw.save(str(path))
+    return path
+
+
+def test_dtype_follows_the_largest_id_not_the_vocabulary_size(tmp_path):
+    """Issue 13 item 15: the dtype came from vocab_size (4 -> uint8), so id 70000 overflowed and
+    every document holding it was skipped as 'cannot tokenize'."""
+    tok = load_tokenizer(_sparse_word_level(tmp_path / "sparse.json"))
+    assert tok.vocab_size == 4 and tok.max_id == 70000
+    assert tok.token_dtype == np.uint32
+    ids = tok.encode_batch(["a b", f"b {EOT} a"])
+    assert [a.tolist() for a in ids] == [[0, 70000], [70000, tok.eot_id, 0]]
+    assert ids[0].dtype == np.uint32
+    assert tok.decode([70000, 0]) == "b a"
+    with pytest.raises(ValueError, match=r"\[0, 70000\]"):
+        tok.decode([70001])
+
+
+def test_ingest_stores_ids_beyond_the_vocabulary_size(tmp_path):
+    from mmpack.ingest.pipeline import ingest
+
+    tok_path = _sparse_word_level(tmp_path / "sparse.json")
+    (tmp_path / "d.txt").write_text("a b\nb b a\n")
+    report = ingest(tmp_path / "d.txt", tmp_path / "s", tokenizer=tok_path, lines=True,
+                    progress=False, on_issue=lambda i: pytest.fail(str(i)))
+    assert report.docs_skipped == 0 and report.store.dtype == np.uint32
+    assert [report.store[j].tolist() for j in range(2)] == [[0, 70000], [70000, 70000, 0]]
+
+
+def test_an_id_outside_the_dtype_is_a_clear_error():
+    from mmpack.ingest.tokenizer import _id_array
+
+    class Tok:
+        max_id = 255
+
+    with pytest.raises(ValueError, match="produced id 256, outside 0..255"):
+        _id_array([1, 256], np.dtype(np.uint8), Tok())
+
+
+def test_real_transformers_tokenizer_counts_added_tokens(tmp_path, monkeypatch, bpe_file):
+    """A real ``transformers`` tokenizer object (built from a local file, nothing downloaded) with
+    an added token: ``max_id`` comes from its vocabulary and added tokens."""
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bpe_file), eos_token=EOT)
+    fast.add_tokens(["<extra>"])
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        staticmethod(lambda path, **kw: fast))
+    (tmp_path / "tf").mkdir()  # no tokenizer.json: the transformers path
+    tok = load_tokenizer(tmp_path / "tf")
+    assert isinstance(tok, TransformersTokenizer)
+    assert (tok.vocab_size, tok.max_id, tok.token_dtype) == (2001, 2000, np.uint16)
+    assert tok.encode("x <extra>").tolist()[-1] == 2000

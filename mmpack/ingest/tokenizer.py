@@ -2,7 +2,9 @@
 
 Every tokenizer exposes ``encode_batch(texts) -> list[np.ndarray]`` (one 1-D array of ids per
 text, of dtype ``token_dtype``, no special tokens added), ``decode(ids) -> str``, ``eot_id``
-(the end-of-text id, or None when the tokenizer has none), ``vocab_size``, and ``spec``: a small
+(the end-of-text id, or None when the tokenizer has none), ``vocab_size`` (the number of tokens),
+``max_id`` (the largest id it can produce, added tokens included: ids need not be contiguous, so
+this, not ``vocab_size``, sizes an embedding and the store dtype), and ``spec``: a small
 picklable :class:`TokenizerSpec` from which :func:`load_tokenizer` rebuilds the same tokenizer in
 a worker process (the tokenizer objects themselves are not sent between processes).
 
@@ -75,12 +77,14 @@ class Tokenizer:
     spec: TokenizerSpec
     eot_id: int | None
     vocab_size: int
+    max_id: int
 
     @property
     def token_dtype(self) -> np.dtype:
-        """The unsigned dtype that holds every id this tokenizer stores (drives the store dtype)."""
+        """The unsigned dtype that holds every id this tokenizer can produce, ``max_id`` included
+        (drives the store dtype)."""
         for dt in (np.uint8, np.uint16, np.uint32):
-            if self.vocab_size - 1 <= np.iinfo(dt).max:
+            if self.max_id <= np.iinfo(dt).max:
                 return np.dtype(dt)
         return np.dtype(np.uint64)
 
@@ -118,6 +122,7 @@ class ByteTokenizer(Tokenizer):
         self.spec = TokenizerSpec("byte")
         self.eot_id = BYTE_EOT_ID
         self.vocab_size = BYTE_EOT_ID + 1
+        self.max_id = BYTE_EOT_ID
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -163,6 +168,8 @@ class HFTokenizer(Tokenizer):
             raise ValueError(f"cannot load the tokenizer {str(file)!r}: {exc}") from None
         self.spec = TokenizerSpec("tokenizers", str(path.resolve()))
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.max_id = _max_id(self._tok.get_vocab(with_added_tokens=True).values(),
+                              self._tok.get_added_tokens_decoder())
         self.eot_id = _find_eot(self._tok.token_to_id, _configured_eos(file.parent),
                                 [t.content for t in self._tok.get_added_tokens_decoder().values()
                                  if t.special])
@@ -170,13 +177,14 @@ class HFTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         dtype = self.token_dtype
-        return [np.asarray(e.ids, dtype=dtype) for e in self._fast(texts, add_special_tokens=False)]
+        return [_id_array(e.ids, dtype, self)
+                for e in self._fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Any) -> str:
         arr = _as_ids(ids)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+        if arr.size and (arr.min() < 0 or arr.max() > self.max_id):
             raise ValueError(
-                f"ids must lie in [0, {self.vocab_size}) for this tokenizer, got "
+                f"ids must lie in [0, {self.max_id}] for this tokenizer, got "
                 f"{int(arr.min())}..{int(arr.max())}"
             )
         return self._tok.decode(arr.tolist(), skip_special_tokens=False)
@@ -198,13 +206,17 @@ class TransformersTokenizer(Tokenizer):
         self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.spec = TokenizerSpec("transformers", str(path.resolve()))
         self.vocab_size = int(len(self._tok))
+        get_vocab = getattr(self._tok, "get_vocab", dict)
+        self.max_id = _max_id(get_vocab().values(),
+                              getattr(self._tok, "added_tokens_decoder", {}),
+                              [self.vocab_size - 1])
         eos = getattr(self._tok, "eos_token_id", None)
         self.eot_id = None if eos is None else int(eos)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         dtype = self.token_dtype
         out = self._tok(list(texts), add_special_tokens=False)["input_ids"]
-        return [np.asarray(ids, dtype=dtype) for ids in out]
+        return [_id_array(ids, dtype, self) for ids in out]
 
     def decode(self, ids: Any) -> str:
         return self._tok.decode(_as_ids(ids).tolist(), skip_special_tokens=False)
@@ -260,6 +272,22 @@ def load_tokenizer(spec: Any = None) -> Tokenizer:
 
 
 # --------------------------------------------------------------------------------- helpers
+def _max_id(*id_groups: Any) -> int:
+    """The largest id among the groups (iterables of ints; mappings: their keys)."""
+    return max((int(i) for group in id_groups for i in group), default=0)
+
+
+def _id_array(ids: list[int], dtype: np.dtype, tok: Tokenizer) -> np.ndarray:
+    """``ids`` as ``dtype``; an id the dtype cannot hold (a tokenizer producing an id beyond its
+    own vocabulary) is a clear error, never a wrapped value."""
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(dtype).max):
+        bad = int(arr.max()) if arr.max() > np.iinfo(dtype).max else int(arr.min())
+        raise ValueError(f"the tokenizer produced id {bad}, outside 0..{tok.max_id} (its largest "
+                         f"id, stored as {dtype.name})")
+    return arr.astype(dtype)
+
+
 def _as_ids(ids: Any) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):

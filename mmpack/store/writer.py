@@ -37,7 +37,7 @@ import numpy as np
 
 from mmpack.store.backends import get_backend
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
-from mmpack.errors import StoreExistsError
+from mmpack.errors import Param, StoreExistsError, with_params
 from mmpack.store.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
@@ -146,9 +146,8 @@ class StoreWriter:
     def __enter__(self) -> StoreWriter:
         parent = self.path.parent
         if self.path.exists() and not self.overwrite:
-            raise StoreExistsError(
-                f"{str(self.path)!r} exists; pass overwrite=True to replace it"
-            )
+            raise with_params(StoreExistsError, f"{str(self.path)!r} exists; pass ",
+                              Param("overwrite", True), " to replace it")
         if not parent.is_dir():
             if parent.exists():
                 raise NotADirectoryError(

@@ -6,19 +6,27 @@ Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.
 (checksums), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
 (``python -m benchmarks`` of a source checkout).
 
-Exit codes: 0 success; 1 a missing or corrupt store, a bad input file or any other expected error
-(one line on stderr, no traceback); 2 bad arguments (argparse).  Library imports happen inside
-the subcommands so that ``mmpack --help`` starts fast.
+Exit codes: 0 success; 1 a missing or corrupt store, a refused build, an I/O error (a read-only
+or full disk, a permission denied) or any other expected error (one line on stderr, no
+traceback); 2 bad arguments (argparse).  Library imports happen inside the subcommands so that
+``mmpack --help`` starts fast.
+
+Messages name this command's flags, never Python parameters: a library error that names a
+parameter is built from :class:`mmpack.errors.Param` parts, and :func:`main` spells each one as
+the flag of the running subcommand whose ``dest`` is the parameter's name (``overwrite=True`` ->
+``--overwrite``, ``on_error='skip'`` -> ``--on-error skip``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -30,7 +38,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from mmpack.ingest.pipeline import ingest
 
     def on_issue(issue) -> None:
-        tag = "skipped" if issue.skipped else "note"
+        tag = "skipped" if issue.is_error else "note"
         print(f"{_PROG}: {tag}: {issue}", file=sys.stderr)
 
     report = ingest(
@@ -40,6 +48,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         field=args.field,
         lines=args.lines,
         format=args.format,
+        text_extensions=[e for group in args.text_extensions or () for e in group],
         workers=args.workers,
         batch_size=args.batch_size,
         on_error=args.on_error,
@@ -210,16 +219,19 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     from mmpack.cli.demo import compare_packing
 
     store = mmpack.open(args.store)
-    rows = compare_packing(store.doc_lens, args.seqlen, eot=args.eot, long_docs=args.long_docs,
+    eot = args.eot is not None
+    rows = compare_packing(store.doc_lens, args.seqlen, eot=eot, long_docs=args.long_docs,
                            lookahead=args.lookahead, algorithms=("bfd", "stream", "nextfit"))
     if args.json:
-        print(json.dumps({"store": str(store.path), "seqlen": args.seqlen, "eot": args.eot,
+        eot_id = args.eot if isinstance(args.eot, int) and not isinstance(args.eot, bool) else None
+        print(json.dumps({"store": str(store.path), "seqlen": args.seqlen, "eot": eot,
+                          "eot_id": eot_id,
                           "long_docs": args.long_docs, "lookahead": args.lookahead,
                           "documents": len(store), "methods": rows}, indent=1))
         return 0
     tokens = rows[0]["tokens"]
     print(f"{store.path}: {len(store):,} documents, {tokens:,} tokens to place "
-          f"({'with' if args.eot else 'without'} an eot per document), seqlen {args.seqlen}, "
+          f"({'with' if eot else 'without'} an eot per document), seqlen {args.seqlen}, "
           f"long documents: {args.long_docs}; at least {-(-tokens // args.seqlen):,} rows")
     print(f"{'method':<22}{'rows':>12}{'efficiency':>12}{'padding':>15}{'docs cut':>11}"
           f"{'time':>11}")
@@ -269,8 +281,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------- parser
-def _int_at_least(lo: int, what: str):
-    """An argparse ``type`` for an integer ``>= lo`` (``what`` names it in the error)."""
+def _int_at_least(lo: int, what: str, hi: int | None = None, why: str = ""):
+    """An argparse ``type`` for an integer in ``[lo, hi]`` (``what`` names it in the error, ``why``
+    says where ``hi`` comes from), so that a value out of range is refused naming the flag."""
 
     def parse(text: str) -> int:
         try:
@@ -279,13 +292,37 @@ def _int_at_least(lo: int, what: str):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if value < lo:
             raise argparse.ArgumentTypeError(f"expected {what} >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"expected {what} <= {hi} ({why}), got {value}")
         return value
 
     return parse
 
 
 _positive_int = _int_at_least(1, "an integer")
-_token_id = _int_at_least(0, "an integer token id")
+_token_id = _int_at_least(0, "an integer token id", 2**63 - 1, "ids are int64")
+_seqlen = _int_at_least(1, "an integer", 2**31 - 1, "cu_seqlens are int32")
+_stride = _int_at_least(1, "an integer", 2**63 - 1, "token offsets are int64")
+
+
+def _extensions(text: str) -> list[str]:
+    """``--text-ext .py,.rst`` -> ``[".py", ".rst"]``."""
+    exts = [e.strip() for e in text.split(",")]
+    if not all(e.strip(".") for e in exts):
+        raise argparse.ArgumentTypeError(f"expected extensions such as .py,.rst, got {text!r}")
+    return exts
+
+
+_BARE_EOT = object()  # `pack --eot` without an id: the old switch spelling (not a str: argparse
+# would convert it with `type`)
+
+
+def _add_eot(p: argparse.ArgumentParser, default: Any, help: str) -> None:
+    """``--eot ID`` / ``--no-eot``, spelled the same in every subcommand."""
+    p.add_argument("--eot", type=_token_id, nargs="?", const=_BARE_EOT, default=default,
+                   metavar="ID", help=help)
+    p.add_argument("--no-eot", dest="eot", action="store_const", const=None,
+                   help="no end-of-text token")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,10 +338,13 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "build", help="tokenize text files into a new store",
         description="Tokenize text into a new token store.  INPUT: files or quoted globs "
-                    "(.txt/.md one document per file, or per line with --lines; .jsonl/.json "
-                    "records with a text field; .parquet with a text column; optionally .gz; "
-                    "or a folder saved by Hugging Face datasets).  Bad records are reported on "
-                    "stderr with their file and line.",
+                    "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
+                    ".html, .yaml: one document per file, or per line with --lines; more "
+                    "extensions as text with --text-ext; .jsonl/.json records with a text "
+                    "field; .parquet with a text column; optionally .gz; or a folder saved by "
+                    "Hugging Face datasets).  Bad records are reported on stderr with their "
+                    "file and line.  A file is all or nothing: a corrupt or truncated .gz, or "
+                    "a file whose reading fails, is skipped whole.",
     )
     b.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, folders or globs")
     b.add_argument("-o", "--output", required=True, metavar="STORE",
@@ -318,45 +358,51 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text files hold one document per line (default: one per file)")
     b.add_argument("--format", choices=("text", "jsonl", "json", "parquet"), default=None,
                    help="format of every input file (default: from the extension)")
+    b.add_argument("--text-ext", dest="text_extensions", type=_extensions, action="append",
+                   metavar="EXTS",
+                   help="also read files with these extensions as text, e.g. --text-ext "
+                        ".sql,.bas (comma-separated, repeatable; the others keep their format)")
     b.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="tokenizer processes (default: the CPU count; 1 for byte-level)")
     b.add_argument("--batch-size", type=_positive_int, default=1000, metavar="N",
                    help="documents per tokenizer batch (default: 1000)")
-    b.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+    b.add_argument("--on-error", choices=("skip-some", "skip", "fail"), default="skip-some",
                    help="a bad record (invalid UTF-8 or JSON, missing or non-string field, "
-                        "tokenizer failure) is reported and skipped, or stops the build with "
-                        "nothing written (default: skip)")
+                        "tokenizer failure, unreadable file) is reported and skipped; "
+                        "skip-some (default) then refuses the build, nothing written, if a file "
+                        "was unreadable, if no record of an INPUT could be stored, or if more "
+                        "than half of all records were skipped; skip builds from whatever is "
+                        "left; fail stops at the first bad record, nothing written")
     b.add_argument("--skip-empty", action="store_true",
                    help="drop empty documents (default: store them as empty documents)")
     b.add_argument("--backend", choices=("memmap", "zarr"), default="memmap",
                    help="storage backend (default: memmap)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing store")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
-    b.set_defaults(func=_cmd_build)
+    b.set_defaults(func=_cmd_build, parser=b)
 
     i = sub.add_parser("info", help="what a store holds",
                        description="Counts, dtype, backend, size on disk, document-length "
                                    "quantiles and a histogram of a store.")
     i.add_argument("store", metavar="STORE", help="the store folder")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
-    i.set_defaults(func=_cmd_info)
+    i.set_defaults(func=_cmd_info, parser=i)
 
     s = sub.add_parser("show", help="one window or packed sample",
                        description="Print sample I of the window view (or of the packed view "
                                    "with --packed): its arrays, the documents it comes from, "
                                    "and with --decode its text, segment by segment.")
     s.add_argument("store", metavar="STORE", help="the store folder")
-    s.add_argument("--seqlen", type=_positive_int, required=True, metavar="N",
+    s.add_argument("--seqlen", type=_seqlen, required=True, metavar="N",
                    help="tokens per sample")
-    s.add_argument("--stride", type=_positive_int, default=None, metavar="S",
+    s.add_argument("--stride", type=_stride, default=None, metavar="S",
                    help="distance between window starts (default: seqlen; windows only)")
     s.add_argument("-i", "--index", type=int, required=True, metavar="I",
                    help="sample index (negative counts from the end)")
     s.add_argument("--packed", action="store_true",
                    help="the packed view (whole documents best-fit into rows) instead of windows")
-    s.add_argument("--eot", type=_token_id, default=None, metavar="ID",
-                   help="end-of-text id inserted after every document (default: none; the "
-                        "byte-level tokenizer's is 256)")
+    _add_eot(s, None, "end-of-text id inserted after every document (default: none; the "
+                      "byte-level tokenizer's is 256)")
     s.add_argument("--pad-id", type=_token_id, default=0, metavar="ID",
                    help="padding id (default: 0)")
     s.add_argument("--keep-last", action="store_true",
@@ -368,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--decode", action="store_true", help="also print the decoded text")
     s.add_argument("--tokenizer", metavar="PATH", default=None,
                    help="tokenizer for --decode (default: byte-level)")
-    s.set_defaults(func=_cmd_show)
+    s.set_defaults(func=_cmd_show, parser=s)
 
     k = sub.add_parser("pack", help="packing statistics for a sequence length",
                        description="Build the packing plans (best-fit decreasing, streaming "
@@ -377,23 +423,22 @@ def build_parser() -> argparse.ArgumentParser:
                                    "rows, efficiency (real tokens / slots), padding, documents "
                                    "cut.")
     k.add_argument("store", metavar="STORE", help="the store folder")
-    k.add_argument("--seqlen", type=_positive_int, required=True, metavar="N",
+    k.add_argument("--seqlen", type=_seqlen, required=True, metavar="N",
                    help="tokens per row")
-    k.add_argument("--eot", action=argparse.BooleanOptionalAction, default=True,
-                   help="an end-of-text token follows every document and takes a slot "
-                        "(default: yes)")
+    _add_eot(k, True, "an end-of-text token (any id: only its slot counts) follows every "
+                      "document (default: yes; --no-eot: none)")
     k.add_argument("--long-docs", choices=("split", "truncate", "drop"), default="split",
                    help="documents longer than a row (default: split)")
     k.add_argument("--lookahead", type=_positive_int, default=1024, metavar="N",
                    help="open rows of the streaming algorithm (default: 1024)")
     k.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    k.set_defaults(func=_cmd_pack)
+    k.set_defaults(func=_cmd_pack, parser=k)
 
     v = sub.add_parser("verify", help="check a store's checksums",
                        description="Recompute every block checksum of a store; exit 1 naming "
                                    "the first bad block.")
     v.add_argument("store", metavar="STORE", help="the store folder")
-    v.set_defaults(func=_cmd_verify)
+    v.set_defaults(func=_cmd_verify, parser=v)
 
     d = sub.add_parser("demo", help="the whole pipeline on the Python standard library",
                        description="Build a store from the Python standard library's own "
@@ -404,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the store in DIR/stdlib (default: a temporary folder, removed)")
     d.add_argument("--overwrite", action="store_true",
                    help="replace DIR/stdlib if it exists")
-    d.set_defaults(func=_cmd_demo)
+    d.set_defaults(func=_cmd_demo, parser=d)
 
     if _benchmarks_root() is not None:
         n = sub.add_parser("bench", help="run the benchmarks (python -m benchmarks)",
@@ -414,8 +459,56 @@ def build_parser() -> argparse.ArgumentParser:
                                        "its options).")
         n.add_argument("bench_args", nargs=argparse.REMAINDER, metavar="ARGS",
                        help="arguments for python -m benchmarks (e.g. --quick)")
-        n.set_defaults(func=_cmd_bench)
+        n.set_defaults(func=_cmd_bench, parser=n)
     return p
+
+
+def _flag_speller(parser: argparse.ArgumentParser):
+    """Spell a :class:`~mmpack.errors.Param` as the flag of ``parser`` whose ``dest`` is its name
+    (``--overwrite``, ``--on-error skip``, ``--text-ext .sql``); the Python spelling when the
+    subcommand has no such flag."""
+    actions: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if action.option_strings and not action.option_strings[0].startswith("--no-"):
+            actions.setdefault(action.dest, action)
+
+    def spell(param) -> str:
+        action = actions.get(param.name)
+        if action is None:
+            return str(param)
+        flag = max(action.option_strings, key=len)
+        if not param.has_value or (action.nargs == 0 and param.value is True):
+            return flag
+        value = param.value
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        return f"{flag} {value}"
+
+    return spell
+
+
+_IO_HINTS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def _one_line(exc: BaseException, parser: argparse.ArgumentParser) -> str:
+    """The message of an expected error, on one line, in this command's terms."""
+    from mmpack.errors import render_message
+
+    if isinstance(exc, OSError) and exc.errno is not None and getattr(exc, "message_parts",
+                                                                      None) is None:
+        # "[Errno 28] No space left on device: 'x'" -> "No space left on device: 'x' (...)"
+        where = "" if exc.filename is None else f": {str(exc.filename)!r}"
+        hint = _IO_HINTS.get(exc.errno)
+        msg = f"{exc.strerror or exc}{where}" + (f" ({hint})" if hint else "")
+    else:
+        msg = render_message(exc, _flag_speller(parser))
+    return " ".join(msg.split()) or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -428,19 +521,24 @@ def main(argv: list[str] | None = None) -> int:
         args.bench_args = argv[2:] if argv[1:2] == ["--"] else argv[1:]
     else:
         args = parser.parse_args(argv)
+    if getattr(args, "eot", None) is _BARE_EOT:
+        if args.command != "pack":
+            args.parser.error("argument --eot: expected an id (e.g. --eot 256, the byte-level "
+                              "tokenizer's), or --no-eot")
+        print(f"{_PROG}: note: 'pack --eot' without an id is deprecated; an eot is counted by "
+              "default (give its id as in 'show --eot ID', or --no-eot for none)", file=sys.stderr)
+        args.eot = True
     from mmpack.errors import MmpackError
 
     try:
         return args.func(args)
-    except (MmpackError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
-            NotADirectoryError, ValueError, IndexError, ImportError) as exc:
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{_PROG}: error: {msg}", file=sys.stderr)
+    except BrokenPipeError:  # e.g. `mmpack info STORE | head` (an OSError: caught first)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except (MmpackError, OSError, ValueError, IndexError, ImportError) as exc:
+        print(f"{_PROG}: error: {_one_line(exc, args.parser)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{_PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `mmpack info STORE | head`
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
