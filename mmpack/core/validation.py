@@ -9,20 +9,27 @@ Python, never a meaningful index or length).
 from __future__ import annotations
 
 import functools
+import numbers
 import operator
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import UINT64_LIMIT
+
 __all__ = [
     "EpochIndex",
+    "check_bool",
     "check_index",
     "check_indices",
     "check_int",
     "check_int_range",
     "check_positive_int",
+    "check_probability",
+    "check_seed",
     "check_token_id",
+    "check_token_ids",
     "epoch_index_type",
     "index_epochs",
 ]
@@ -69,6 +76,35 @@ def check_token_id(value: Any, name: str) -> int:
     if not -(2**63) <= v < 2**63:
         raise ValueError(f"{name}={v} does not fit in int64")
     return v
+
+
+def check_token_ids(values: Any, name: str) -> tuple[int, ...]:
+    """An iterable of token ids (:func:`check_token_id` each) as a tuple; ``TypeError`` for a
+    string or a non-iterable."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of integer token ids, got {values!r}")
+    return tuple(check_token_id(t, f"{name} item") for t in values)
+
+
+def check_probability(value: Any, name: str) -> float:
+    """A real number in ``[0, 1]`` as a float; ``TypeError`` for a bool or a non-number."""
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in [0, 1], got {type(value).__name__} {value!r}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_seed(value: Any, name: str = "seed") -> int:
+    """A key in ``[0, 2**64)`` (seeds and epochs)."""
+    return check_int_range(value, name, 0, UINT64_LIMIT)
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A bool (or numpy bool) as a bool; ``TypeError`` otherwise (``0`` and ``"no"`` are not)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def check_index(i: Any, n: int, what: str = "sample") -> int:

@@ -53,12 +53,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels.streaming import (
     bitmap_layout,
     finish_rows,
@@ -67,38 +66,28 @@ from mmpack.kernels.streaming import (
     row_boundaries,
     scatter_pieces,
 )
-from mmpack.views.masking import IGNORE_INDEX, corrupt_rows, excluded_ids, row_keys
+from mmpack.views.masking import IGNORE_INDEX, check_masking, corrupt_rows, row_keys
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
+from mmpack.streaming.admission import _Admission
+from mmpack.streaming.checkpoint import _Checkpointing
 from mmpack.streaming.sources import (
     PieceBuffer,
-    batch_items,
     detect_format,
     is_indexable,
     is_store_like,
-    piece_counts,
-    pieces_of,
     propagate_epoch,
-    sequences_of,
-    tokens_of,
 )
-from mmpack.core.validation import check_int_range, check_positive_int, check_token_id
+from mmpack.core.validation import check_positive_int, check_seed, check_token_id
 
 __all__ = ["StreamingPacker"]
 
 _MODES = (None, "causal", "mlm")
 _LONG_DOCS = ("split", "truncate", "drop")
 _FORMATS = ("auto", "sequences", "batches")
-_STATE_VERSION = 3
-_READ_VERSIONS = (2, 3)  # version 2 had no next_offset (always 0)
-_STATE_FIELDS = (
-    "config", "source_len", "source_fingerprint", "epoch", "next_epoch", "in_epoch",
-    "next_index", "exhausted", "pending_src", "pending_off", "pending_len", "token_count",
-    "counters",
-)
 _PEEK = 64
 
 
-class StreamingPacker:
+class StreamingPacker(_Admission, _Checkpointing):
     """Pack a stream of variable-length token sequences into ``(rows, out_pseq_len)`` batches.
 
     Parameters
@@ -213,41 +202,26 @@ class StreamingPacker:
             raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
-        if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) or not (
-            0.0 <= mask_prob <= 1.0
-        ):
-            raise ValueError(f"mask_prob must be a number in [0, 1], got {mask_prob!r}")
-        self.seed = check_int_range(seed, "seed", 0, 2**64)
+        self.seed = check_seed(seed)
         self.readahead = check_positive_int(
             self.buffer_size if readahead is None else readahead, "readahead"
         )
         self.mode = mode
         self.pad_id = check_token_id(pad_id, "pad_id")
         self.ignore_index = check_token_id(ignore_index, "ignore_index")
-        self.mask_prob = float(mask_prob)
         self.long_docs = long_docs
         self.drop_last = drop_last
         self.source_format = source_format
         self.return_tensors = return_tensors
-        self.special_ids = tuple(int(t) for t in special_ids)
-        self.mask_id = mask_id
-        self.vocab_size = vocab_size
-        self._excluded: np.ndarray | None = None
-        if mode == "mlm":
-            if mask_id is None or vocab_size is None:
-                raise ValueError("mode='mlm' needs mask_id and vocab_size")
-            self.vocab_size = check_positive_int(vocab_size, "vocab_size")
-            self.mask_id = check_int_range(mask_id, "mask_id", 0)
-            if self.mask_id >= self.vocab_size:
-                raise ValueError(f"mask_id={mask_id} must be < vocab_size={vocab_size}")
-            self._excluded = excluded_ids(
-                self.vocab_size, (*self.special_ids, self.mask_id), self.pad_id
-            )
-            if self._excluded.size >= self.vocab_size:
-                raise ValueError(
-                    f"vocab_size={vocab_size} leaves no id for random replacement once "
-                    "special_ids, mask_id and pad_id are excluded"
-                )
+        masking = check_masking(
+            mode == "mlm", mask_prob=mask_prob, mask_id=mask_id, vocab_size=vocab_size,
+            special_ids=special_ids, pad_id=self.pad_id,
+        )
+        self.mask_prob = masking.mask_prob
+        self.special_ids = masking.special_ids
+        self.mask_id = masking.mask_id
+        self.vocab_size = masking.vocab_size
+        self._excluded: np.ndarray | None = masking.excluded if mode == "mlm" else None
 
         self.batch_size_schedule: BatchSizeWarmup | None = None
         if (batch_size_warmup_min_size is None) != (batch_size_warmup_tokens is None):
@@ -422,131 +396,6 @@ class StreamingPacker:
                 return
             yield batch
 
-    # ------------------------------------------------------------------------- admission
-    def _reset_queue(self) -> None:
-        """Empty the queue of documents read from the source but not yet admitted as pieces."""
-        self._read_index = 0  # source sequences read so far (the next one to read, if indexed)
-        self._head_off = 0  # tokens of the queue's first document already admitted as pieces
-        self._q_lens = np.empty(0, dtype=np.int64)
-        self._q_src = np.empty(0, dtype=np.int64)
-        self._q_objs: np.ndarray | None = None if self._store_like else np.empty(0, dtype=object)
-        self._exhausted = False  # the source has no more sequences to read
-
-    def _read_ahead(self, want: int) -> None:
-        """Admit exactly ``want`` more pieces, unless the source runs out first.
-
-        Documents are read into a queue and admitted piece by piece, so a long document split
-        into many pieces is admitted lazily (the held pieces stay within
-        ``buffer_size + readahead``, whatever the document's length).  Each step commits only
-        once it has succeeded: a source that raises leaves the position where it was, and
-        :meth:`state_dict` taken then resumes with nothing lost."""
-        target = self._pieces.n + want
-        while self._pieces.n < target:
-            if self._q_lens.shape[0] == 0:
-                if self._exhausted:
-                    return
-                self._fill_queue(target - self._pieces.n)
-            else:
-                self._admit_from_queue(target - self._pieces.n)
-
-    def _fill_queue(self, n_docs: int) -> None:
-        """Read up to ``n_docs`` sequences into the (empty) queue; mark the source exhausted when
-        none is left."""
-        j0 = self._read_index
-        source: Any = self.source
-        if self._indexed:
-            j1 = min(len(source), j0 + n_docs)
-            if j0 >= j1:
-                self._exhausted = True
-                return
-            objs = None
-            if self._store_like:
-                lens = np.asarray(source.offsets[j0 + 1:j1 + 1] - source.offsets[j0:j1],
-                                  dtype=np.int64)
-            else:
-                if isinstance(source, (list, tuple)):
-                    docs = list(source[j0:j1])
-                else:
-                    docs = [source[j] for j in range(j0, j1)]
-                objs, lens = sequences_of(docs, j0)
-        else:
-            items = self._read_iterated(n_docs)
-            if not items:
-                self._exhausted = True
-                return
-            objs, lens = sequences_of(items, j0)
-            j1 = j0 + len(items)
-        self._q_lens = lens
-        self._q_src = np.arange(j0, j1, dtype=np.int64)
-        self._q_objs = objs
-        self._read_index = j1
-
-    def _read_iterated(self, n_docs: int) -> list[Any]:
-        assert self._iterator is not None
-        if self._iter_format == "sequences":
-            return list(itertools.islice(self._iterator, n_docs))
-        items = self._carry[:n_docs]
-        del self._carry[:n_docs]
-        while len(items) < n_docs:
-            try:
-                batch = next(self._iterator)
-            except StopIteration:
-                break
-            except BaseException:
-                self._carry[:0] = items  # keep what was read for the next attempt
-                raise
-            more = batch_items(batch)
-            take = n_docs - len(items)
-            items.extend(more[:take])
-            self._carry = more[take:]
-        return items
-
-    def _admit_from_queue(self, need: int) -> None:
-        """Admit the next ``need`` pieces of the queued documents (fewer if the queue holds
-        fewer), applying the empty/long-sequence policies; a document cut by ``need`` stays at
-        the head of the queue with its admitted tokens counted in ``_head_off``."""
-        P = self.out_pseq_len
-        lens, head = self._q_lens, self._head_off
-        n_pieces = piece_counts(lens, head, P, self.long_docs)
-        ends = np.cumsum(n_pieces)
-        cut = int(np.searchsorted(ends, need))  # the first document that reaches `need` pieces
-        if cut >= lens.shape[0]:
-            n_docs, partial = lens.shape[0], 0
-        else:
-            take = need - (int(ends[cut - 1]) if cut else 0)
-            full = take == n_pieces[cut]
-            n_docs, partial = cut + int(full), (0 if full else take)
-        used = n_pieces[:n_docs + int(partial > 0)].copy()
-        if partial:
-            used[n_docs] = partial
-        m = used.shape[0]
-        doc, off, plen = pieces_of(lens[:m], head, used, P)
-        piece_objs = None
-        if self._q_objs is not None:
-            piece_objs = self._q_objs[:m][doc]
-            for k in np.flatnonzero((off > 0) | (plen < lens[doc])).tolist():
-                piece_objs[k] = piece_objs[k][off[k]:off[k] + plen[k]]  # a slice: O(piece)
-        # Commit: count the documents whose admission starts here, hold their pieces.
-        fresh = lens[int(head > 0):m]
-        self.seqs_consumed += fresh.shape[0]
-        self.seqs_empty += int(np.count_nonzero(fresh == 0))
-        long = fresh[fresh > P]
-        if long.size:
-            excess = int((long - P).sum())
-            if self.long_docs == "split":
-                self.seqs_split += long.shape[0]
-            elif self.long_docs == "truncate":
-                self.seqs_truncated += long.shape[0]
-                self.tokens_discarded += excess
-            else:
-                self.seqs_dropped += long.shape[0]
-                self.tokens_discarded += excess + P * long.shape[0]
-        self._pieces.append(plen, self._q_src[doc], off, piece_objs)
-        self._head_off = int(off[-1] + plen[-1]) if partial else 0
-        self._q_lens, self._q_src = lens[n_docs:], self._q_src[n_docs:]
-        if self._q_objs is not None:
-            self._q_objs = self._q_objs[n_docs:]
-
     # ------------------------------------------------------------------------- one batch
     def _next_batch(self) -> dict[str, Any] | None:
         P = self.out_pseq_len
@@ -660,239 +509,6 @@ class StreamingPacker:
         if self.return_tensors == "pt":
             batch = _to_torch(batch)
         return batch
-
-    # ------------------------------------------------------------------------- checkpointing
-    def _config(self) -> dict[str, Any]:
-        bs, mp = self.batch_size_schedule, self.mask_prob_schedule
-        return {
-            "out_batch_size": self.out_batch_size,
-            "out_pseq_len": self.out_pseq_len,
-            "buffer_size": self.buffer_size,
-            "mode": self.mode,
-            "pad_id": self.pad_id,
-            "mask_id": self.mask_id,
-            "vocab_size": self.vocab_size,
-            "special_ids": list(self.special_ids),
-            "mask_prob": self.mask_prob,
-            "ignore_index": self.ignore_index,
-            "long_docs": self.long_docs,
-            "drop_last": self.drop_last,
-            "seed": self.seed,
-            "batch_size_schedule": None if bs is None else [bs.min_batch_size, bs.warmup_tokens],
-            "mask_prob_schedule": None if mp is None else [
-                mp.final, mp.start_tokens, mp.cooldown_tokens, mp.schedule, mp.step_size],
-        }
-
-    def _require_indexed(self, what: str) -> None:
-        if not self._indexed:
-            raise TypeError(
-                f"{what} needs a random-access source of sequences (a TokenStore, a view, a "
-                "map-style dataset or a list: anything with __len__ and __getitem__ yielding "
-                f"sequences); this packer iterates an opaque {type(self.source).__name__}, whose "
-                "position cannot be restored exactly"
-            )
-
-    def state_dict(self) -> dict[str, Any]:
-        """The position of the packer: restoring it makes the next batch the one that comes next.
-
-        Take it between batches from the thread that iterates the packer (not through a
-        prefetcher, which runs ahead), or after the source raised: admission is transactional,
-        so no sequence read ahead is lost.  Raises :class:`TypeError` for an opaque source.
-
-        Returns
-        -------
-        dict
-            Plain Python values and int64 numpy arrays (``pending_*``: source index, offset and
-            length of every held piece), suitable for ``torch.save``.  ``next_index`` and
-            ``next_offset`` are the first source sequence, and the token in it, not yet admitted
-            as a piece.
-        """
-        self._require_indexed("state_dict()")
-        pieces = self._pieces
-        queued = self._q_lens.shape[0] > 0
-        return {
-            "version": _STATE_VERSION,
-            "config": self._config(),
-            "source_len": len(self.source),
-            "source_fingerprint": getattr(self.source, "fingerprint", None),
-            "epoch": self._epoch,
-            "next_epoch": self._next_epoch,
-            "in_epoch": self._in_epoch,
-            "next_index": int(self._q_src[0]) if queued else self._read_index,
-            "next_offset": self._head_off,
-            "exhausted": self._exhausted and not queued,
-            "pending_src": pieces.src.copy(),
-            "pending_off": pieces.src_off.copy(),
-            "pending_len": pieces.lens.copy(),
-            "token_count": self.token_count,
-            "counters": {k: getattr(self, k) for k in _COUNTERS},
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`; the next ``iter()`` continues from there.
-
-        Every field is checked before anything changes.
-
-        Raises
-        ------
-        TypeError
-            For an opaque source.
-        mmpack.errors.FormatError
-            The state is not a dict of this format or version, lacks a field, or holds a value of
-            the wrong type, out of range, or inconsistent with the other fields (e.g.
-            ``exhausted`` before the end of the source).
-        mmpack.errors.StateMismatchError
-            The state comes from a packer with other parameters or another source.
-        """
-        self._require_indexed("load_state_dict()")
-        state = self._checked_state(state)
-        self.token_count = state["token_count"]
-        self._next_epoch = state["next_epoch"]
-        self._resume = state if state["in_epoch"] else None
-        if not state["in_epoch"]:
-            self._epoch = state["epoch"]
-            self._in_epoch = False
-
-    def _checked_state(self, state: Any) -> dict[str, Any]:
-        """A validated copy of ``state`` with plain ints and int64 arrays."""
-        if not isinstance(state, Mapping):
-            raise FormatError(
-                f"state must be a StreamingPacker state_dict() (a dict), got {type(state).__name__}"
-            )
-        version = state.get("version")
-        if version not in _READ_VERSIONS:
-            raise FormatError(
-                f"state must be a StreamingPacker state_dict() of version {_STATE_VERSION}, got "
-                f"version {version!r}"
-            )
-        need = [k for k in _STATE_FIELDS if k not in state]
-        if need:
-            raise FormatError(f"the state lacks the fields {need}")
-        config = self._config()
-        saved = state["config"]
-        if not isinstance(saved, Mapping):
-            raise FormatError(f"the state's config must be a dict, got {type(saved).__name__}")
-        diff = sorted(k for k in config if saved.get(k) != config[k])
-        if diff:
-            raise StateMismatchError(
-                "the state was saved by a packer with other parameters: "
-                + ", ".join(f"{k}={saved.get(k)!r} (now {config[k]!r})" for k in diff)
-            )
-        n = len(self.source)
-        fingerprint = getattr(self.source, "fingerprint", None)
-        if state["source_len"] != n or state["source_fingerprint"] != fingerprint:
-            raise StateMismatchError(
-                f"the state was saved over another source ({state['source_len']!r} sequences, "
-                f"fingerprint {state['source_fingerprint']!r}; now {n}, {fingerprint})"
-            )
-        out = dict(state)
-        if version == 2:  # before next_offset: whole documents were admitted
-            out.setdefault("next_offset", 0)
-        elif "next_offset" not in state:
-            raise FormatError("the state lacks the fields ['next_offset']")
-        for key, lo, hi in (("epoch", -1, 2**64), ("next_epoch", 0, 2**64),
-                            ("next_index", 0, n + 1), ("next_offset", 0, 2**63),
-                            ("token_count", 0, 2**63)):
-            out[key] = _state_int(out[key], key, lo, hi)
-        for key in ("in_epoch", "exhausted"):
-            if not isinstance(state[key], (bool, np.bool_)):
-                raise FormatError(f"the state's {key} must be a bool, got {state[key]!r}")
-            out[key] = bool(state[key])
-        if out["in_epoch"] and out["epoch"] < 0:
-            raise FormatError(f"the state is inside epoch {out['epoch']}; epochs count from 0")
-        if out["exhausted"] and (out["next_index"] != n or out["next_offset"]):
-            raise FormatError(
-                f"the state says the source is exhausted at sequence {out['next_index']} (token "
-                f"{out['next_offset']}), but the source holds {n} sequences"
-            )
-        if out["next_offset"] and (self.long_docs != "split" or out["next_index"] >= n
-                                   or out["next_offset"] % self.out_pseq_len):
-            raise FormatError(
-                f"the state's next_offset={out['next_offset']} is not the start of a piece of "
-                f"sequence {out['next_index']}"
-            )
-        counters = state["counters"]
-        if not isinstance(counters, Mapping) or set(counters) != set(_COUNTERS):
-            raise FormatError(f"the state's counters must be a dict of {list(_COUNTERS)}")
-        out["counters"] = {k: _state_int(counters[k], k, 0, 2**63) for k in _COUNTERS}
-        arrays = []
-        for key in ("pending_src", "pending_off", "pending_len"):
-            a = state[key]
-            if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in "iu":
-                raise FormatError(
-                    f"the state's {key} must be a 1-D integer numpy array, got "
-                    f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
-                )
-            arrays.append(a.astype(np.int64))
-        src, off, plen = arrays
-        if not src.shape == off.shape == plen.shape:
-            raise FormatError(
-                f"the state's pending arrays differ in length: {src.shape[0]}, {off.shape[0]}, "
-                f"{plen.shape[0]}"
-            )
-        if src.size and (src.min() < 0
-                         or src.max() >= out["next_index"] + int(out["next_offset"] > 0)
-                         or src.max() >= n or off.min() < 0 or plen.min() < 1
-                         or plen.max() > self.out_pseq_len):
-            raise FormatError(
-                "the state's pending pieces are out of range: sources must be admitted ones "
-                f"(< next_index={out['next_index']}), offsets >= 0, lengths in "
-                f"[1, {self.out_pseq_len}]"
-            )
-        out["pending_src"], out["pending_off"], out["pending_len"] = src, off, plen
-        return out
-
-    def _restore_epoch(self, state: dict[str, Any]) -> None:
-        self._start_epoch(state["epoch"])
-        for k, v in state["counters"].items():
-            setattr(self, k, v)
-        self._read_pieces(state["pending_src"], state["pending_off"], state["pending_len"])
-        self._read_index = state["next_index"]
-        self._head_off = state["next_offset"]
-        if self._head_off and self._head_off >= self._doc_len(self._read_index):
-            raise StateMismatchError(
-                f"the state's next_offset={self._head_off} lies past the end of source sequence "
-                f"{self._read_index}"
-            )
-        self._exhausted = state["exhausted"]
-
-    def _read_pieces(self, src: np.ndarray, off: np.ndarray, plen: np.ndarray) -> None:
-        if self._store_like:
-            doc_lens = np.diff(self.source.offsets)[src]
-            if np.any(off + plen > doc_lens):
-                raise StateMismatchError("the state's pending pieces lie outside the source")
-            self._pieces.append(plen, src, off, None)
-            return
-        objs = np.empty(src.shape[0], dtype=object)
-        docs: dict[int, Any] = {}
-        for k, (j, o, n) in enumerate(zip(src.tolist(), off.tolist(), plen.tolist())):
-            doc = docs.get(j)
-            if doc is None:
-                doc = docs[j] = sequences_of([self.source[j]], j)[0][0]
-            if o + n > len(doc):
-                raise StateMismatchError("the state's pending pieces lie outside the source")
-            objs[k] = doc if (o == 0 and n == len(doc)) else doc[o:o + n]
-        self._pieces.append(plen, src, off, objs)
-
-    def _doc_len(self, j: int) -> int:
-        source: Any = self.source
-        if self._store_like:
-            return int(source.offsets[j + 1] - source.offsets[j])
-        return len(tokens_of(source[j]))
-
-
-_COUNTERS = (
-    "seqs_consumed", "seqs_emitted", "tokens_emitted", "slots_emitted", "batches_emitted",
-    "seqs_empty", "seqs_split", "seqs_truncated", "seqs_dropped", "tokens_discarded",
-)
-
-
-def _state_int(value: Any, key: str, lo: int, hi: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise FormatError(f"the state's {key} must be an int, got {type(value).__name__} {value!r}")
-    if not lo <= value < hi:
-        raise FormatError(f"the state's {key}={value} is out of range [{lo}, {hi})")
-    return int(value)
 
 
 def _concat_row(pieces: list[Any], out: np.ndarray) -> None:

@@ -48,7 +48,6 @@ cached plan again (milliseconds) or, if the store folder was not writable, recom
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -66,10 +65,10 @@ from mmpack.kernels.packing import (
     one_bin,
     select_pieces,
 )
-from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
-from mmpack.core.validation import check_index, check_indices, check_int, check_token_id, index_epochs
+from mmpack.core.validation import check_index, check_indices, check_int, check_seed, check_token_id, index_epochs
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -166,32 +165,15 @@ class PackedDataset:
         if label_shift not in LABEL_SHIFTS:
             raise ValueError(f"label_shift must be one of {LABEL_SHIFTS}, got {label_shift!r}")
         self.label_shift = label_shift
-        if isinstance(mask_prob, (bool, np.bool_)) or not isinstance(mask_prob, numbers.Real):
-            raise TypeError(f"mask_prob must be a real number, got {type(mask_prob).__name__}")
-        if not 0.0 <= float(mask_prob) <= 1.0:
-            raise ValueError(f"mask_prob must be in [0, 1], got {mask_prob}")
-        self.mask_prob = float(mask_prob)
-        if isinstance(special_ids, (str, bytes)) or not isinstance(special_ids, Iterable):
-            raise TypeError("special_ids must be an iterable of integer token ids")
-        self.special_ids = tuple(check_token_id(t, "special_ids item") for t in special_ids)
-        self.mask_id = None if mask_id is None else check_token_id(mask_id, "mask_id")
-        self.vocab_size = None if vocab_size is None else check_int(vocab_size, "vocab_size")
-        if mode == "mlm":
-            if self.mask_id is None or self.vocab_size is None:
-                raise ValueError(
-                    "mode='mlm' needs mask_id and vocab_size "
-                    f"(got mask_id={mask_id!r}, vocab_size={vocab_size!r})"
-                )
-            if self.vocab_size < 1:
-                raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-            if self._excluded().size >= self.vocab_size:
-                raise ValueError(
-                    f"vocab_size={vocab_size} leaves no id for random replacement once the "
-                    "special ids, eot, mask_id and pad_id are excluded"
-                )
-        self.seed: int = check_int(seed, "seed")
-        if not 0 <= self.seed < 2**64:
-            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        masking = check_masking(
+            mode == "mlm", mask_prob=mask_prob, mask_id=mask_id, vocab_size=vocab_size,
+            special_ids=special_ids, pad_id=self.pad_id, also_excluded=(self.eot,),
+        )
+        self.mask_prob = masking.mask_prob
+        self.special_ids = masking.special_ids
+        self.mask_id = masking.mask_id
+        self.vocab_size = masking.vocab_size
+        self.seed: int = check_seed(seed)
         self.lookahead = check_int(lookahead, "lookahead")
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
@@ -201,11 +183,6 @@ class PackedDataset:
         self.cache = bool(cache)
         self.epoch: int = 0
         self._setup()
-
-    def _excluded(self) -> np.ndarray:
-        ids = list(self.special_ids)
-        ids += [t for t in (self.eot, self.mask_id) if t is not None]
-        return excluded_ids(int(self.vocab_size or 0), ids, self.pad_id)
 
     def _setup(self) -> None:
         """Per-process state, rebuilt after unpickling (never pickled)."""
@@ -217,7 +194,10 @@ class PackedDataset:
         self._src = self.store.tokens  # the mapping (memmap backend) or None
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
-        self._excl = self._excluded() if self.mode == "mlm" else None
+        specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
+        self._excl = (
+            excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self.mode == "mlm" else None
+        )
         if self.mode == "mlm":
             self._label_mode = LABELS_NONE
         else:
@@ -278,10 +258,7 @@ class PackedDataset:
         does not change.  Indices that carry their epoch (a ``ResumableSampler``'s) use theirs:
         with DataLoader workers, use that sampler's ``set_epoch`` (a dataset's epoch set in the
         main process never reaches persistent workers)."""
-        e = check_int(epoch, "epoch")
-        if not 0 <= e < 2**64:
-            raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
-        self.epoch = e
+        self.epoch = check_seed(epoch, "epoch")
 
     def locate(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of sample ``i``, in order (the eot, if any,

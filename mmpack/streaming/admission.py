@@ -1,0 +1,174 @@
+"""How the streaming packer takes sequences in: read into a queue, admitted as pieces lazily.
+
+Sequences read from the source wait in a queue (lengths, source indices and, for in-memory
+sources, the sequences themselves); the packer admits exactly as many *pieces* as a batch needs
+(:func:`mmpack.streaming.sources.piece_counts` applies the ``long_docs`` policy), so a document
+split into many pieces enters piece by piece and the held pieces stay within
+``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
+a source that raises leaves the position where it was, so a state taken then resumes with nothing
+lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (one ``cumsum`` and one
+``searchsorted`` per admission call, a slice per cut piece).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from mmpack.streaming.sources import (
+    PieceBuffer,
+    batch_items,
+    piece_counts,
+    pieces_of,
+    sequences_of,
+)
+
+__all__: list[str] = []
+
+
+class _Admission:
+    """The admission half of :class:`mmpack.streaming.packer.StreamingPacker` (a mixin: the
+    packer owns the attributes declared here)."""
+
+    source: Any
+    out_pseq_len: int
+    long_docs: str
+    seqs_consumed: int
+    seqs_empty: int
+    seqs_split: int
+    seqs_truncated: int
+    seqs_dropped: int
+    tokens_discarded: int
+    _indexed: bool
+    _store_like: bool
+    _pieces: PieceBuffer
+    _iterator: Iterator[Any] | None
+    _iter_format: str
+    _carry: list[Any]
+
+    def _reset_queue(self) -> None:
+        """Empty the queue of documents read from the source but not yet admitted as pieces."""
+        self._read_index = 0  # source sequences read so far (the next one to read, if indexed)
+        self._head_off = 0  # tokens of the queue's first document already admitted as pieces
+        self._q_lens = np.empty(0, dtype=np.int64)
+        self._q_src = np.empty(0, dtype=np.int64)
+        self._q_objs: np.ndarray | None = None if self._store_like else np.empty(0, dtype=object)
+        self._exhausted = False  # the source has no more sequences to read
+
+    def _read_ahead(self, want: int) -> None:
+        """Admit exactly ``want`` more pieces, unless the source runs out first.
+
+        Documents are read into a queue and admitted piece by piece, so a long document split
+        into many pieces is admitted lazily (the held pieces stay within
+        ``buffer_size + readahead``, whatever the document's length).  Each step commits only
+        once it has succeeded: a source that raises leaves the position where it was, and
+        :meth:`state_dict` taken then resumes with nothing lost."""
+        target = self._pieces.n + want
+        while self._pieces.n < target:
+            if self._q_lens.shape[0] == 0:
+                if self._exhausted:
+                    return
+                self._fill_queue(target - self._pieces.n)
+            else:
+                self._admit_from_queue(target - self._pieces.n)
+
+    def _fill_queue(self, n_docs: int) -> None:
+        """Read up to ``n_docs`` sequences into the (empty) queue; mark the source exhausted when
+        none is left."""
+        j0 = self._read_index
+        source: Any = self.source
+        if self._indexed:
+            j1 = min(len(source), j0 + n_docs)
+            if j0 >= j1:
+                self._exhausted = True
+                return
+            objs = None
+            if self._store_like:
+                lens = np.asarray(source.offsets[j0 + 1:j1 + 1] - source.offsets[j0:j1],
+                                  dtype=np.int64)
+            else:
+                if isinstance(source, (list, tuple)):
+                    docs = list(source[j0:j1])
+                else:
+                    docs = [source[j] for j in range(j0, j1)]
+                objs, lens = sequences_of(docs, j0)
+        else:
+            items = self._read_iterated(n_docs)
+            if not items:
+                self._exhausted = True
+                return
+            objs, lens = sequences_of(items, j0)
+            j1 = j0 + len(items)
+        self._q_lens = lens
+        self._q_src = np.arange(j0, j1, dtype=np.int64)
+        self._q_objs = objs
+        self._read_index = j1
+
+    def _read_iterated(self, n_docs: int) -> list[Any]:
+        assert self._iterator is not None
+        if self._iter_format == "sequences":
+            return list(itertools.islice(self._iterator, n_docs))
+        items = self._carry[:n_docs]
+        del self._carry[:n_docs]
+        while len(items) < n_docs:
+            try:
+                batch = next(self._iterator)
+            except StopIteration:
+                break
+            except BaseException:
+                self._carry[:0] = items  # keep what was read for the next attempt
+                raise
+            more = batch_items(batch)
+            take = n_docs - len(items)
+            items.extend(more[:take])
+            self._carry = more[take:]
+        return items
+
+    def _admit_from_queue(self, need: int) -> None:
+        """Admit the next ``need`` pieces of the queued documents (fewer if the queue holds
+        fewer), applying the empty/long-sequence policies; a document cut by ``need`` stays at
+        the head of the queue with its admitted tokens counted in ``_head_off``."""
+        P = self.out_pseq_len
+        lens, head = self._q_lens, self._head_off
+        n_pieces = piece_counts(lens, head, P, self.long_docs)
+        ends = np.cumsum(n_pieces)
+        cut = int(np.searchsorted(ends, need))  # the first document that reaches `need` pieces
+        if cut >= lens.shape[0]:
+            n_docs, partial = lens.shape[0], 0
+        else:
+            take = need - (int(ends[cut - 1]) if cut else 0)
+            full = take == n_pieces[cut]
+            n_docs, partial = cut + int(full), (0 if full else take)
+        used = n_pieces[:n_docs + int(partial > 0)].copy()
+        if partial:
+            used[n_docs] = partial
+        m = used.shape[0]
+        doc, off, plen = pieces_of(lens[:m], head, used, P)
+        piece_objs = None
+        if self._q_objs is not None:
+            piece_objs = self._q_objs[:m][doc]
+            for k in np.flatnonzero((off > 0) | (plen < lens[doc])).tolist():
+                piece_objs[k] = piece_objs[k][off[k]:off[k] + plen[k]]  # a slice: O(piece)
+        # Commit: count the documents whose admission starts here, hold their pieces.
+        fresh = lens[int(head > 0):m]
+        self.seqs_consumed += fresh.shape[0]
+        self.seqs_empty += int(np.count_nonzero(fresh == 0))
+        long = fresh[fresh > P]
+        if long.size:
+            excess = int((long - P).sum())
+            if self.long_docs == "split":
+                self.seqs_split += long.shape[0]
+            elif self.long_docs == "truncate":
+                self.seqs_truncated += long.shape[0]
+                self.tokens_discarded += excess
+            else:
+                self.seqs_dropped += long.shape[0]
+                self.tokens_discarded += excess + P * long.shape[0]
+        self._pieces.append(plen, self._q_src[doc], off, piece_objs)
+        self._head_off = int(off[-1] + plen[-1]) if partial else 0
+        self._q_lens, self._q_src = lens[n_docs:], self._q_src[n_docs:]
+        if self._q_objs is not None:
+            self._q_objs = self._q_objs[n_docs:]
