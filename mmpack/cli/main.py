@@ -3,7 +3,7 @@
 Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
-(checksums), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
+(checksums), ``export`` (to Megatron ``.bin/.idx`` or a flat EOS-separated file), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
 (``python -m benchmarks`` of a source checkout).
 
 Exit codes: 0 success; 1 a missing or corrupt store, a bad input file or any other expected error
@@ -53,9 +53,44 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- opening
+def _open(args: argparse.Namespace):
+    """``mmpack.open`` with the --format/--eos/--dtype options of the store arguments."""
+    import mmpack
+
+    options = {}
+    if args.format == "eos-separated":
+        options = {"eos": args.eos} if args.eos is not None else {}
+        if args.dtype is not None:
+            options["dtype"] = args.dtype
+    elif args.dtype is not None:
+        raise ValueError(f"--dtype is for --format eos-separated, not --format {args.format}")
+    elif args.format is None and args.eos is not None and Path(args.store).is_file():
+        options = {"eos": args.eos}  # a detected flat file (.npy) takes it
+    return mmpack.open(args.store, format=args.format, **options)
+
+
+def _add_store_arguments(p: argparse.ArgumentParser, eos: bool = True) -> None:
+    p.add_argument("store", metavar="STORE",
+                   help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
+                        "PREFIX.idx) or a flat token file")
+    p.add_argument("--format", choices=("mmpack", "megatron", "eos-separated"), default=None,
+                   help="what STORE is (default: detected; a flat token file needs "
+                        "--format eos-separated --eos ID)")
+    if eos:
+        p.add_argument("--eos", type=_token_id, default=None, metavar="ID",
+                       help="end-of-sequence id that ends each document of a flat token file")
+    p.add_argument("--dtype", choices=("uint8", "uint16", "uint32", "uint64", "int32"),
+                   default=None, help="token dtype of a headerless flat token file (OLMo-core: "
+                                      "uint16 or uint32)")
+
+
 # --------------------------------------------------------------------------------- info
-def _store_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _store_size(store) -> int:
+    files = getattr(store, "source_files", None)
+    if files is not None:
+        return sum(f.stat().st_size for f in files)
+    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
 
 
 def _fmt_bytes(n: float) -> str:
@@ -105,9 +140,7 @@ def _length_histogram(lens, width: int = 40) -> list[str]:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     lens = store.doc_lens
     info = {
         "path": str(store.path),
@@ -116,7 +149,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "documents": len(store),
         "empty_documents": int((lens == 0).sum()),
         "tokens": store.num_tokens,
-        "bytes_on_disk": _store_size(store.path),
+        "bytes_on_disk": _store_size(store),
         "fingerprint": store.fingerprint,
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
@@ -126,7 +159,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 0
     q = info["doc_length"]
     print(f"store        {info['path']}")
-    print(f"backend      {info['backend']} (format v{info['format_version']})")
+    if store.meta.get("format") == info["backend"]:  # a foreign store: its format and source
+        source = store.meta.get("source", {})
+        print(f"format       {info['backend']}" + (f" v{info['format_version']}"
+              if info["format_version"] is not None else "")
+              + f", file dtype {source.get('dtype')}, served in place (read-only)")
+    else:
+        print(f"backend      {info['backend']} (format v{info['format_version']})")
     print(f"documents    {info['documents']:,} ({info['empty_documents']:,} empty)")
     print(f"tokens       {info['tokens']:,} ({info['dtype']}, "
           f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)")
@@ -145,9 +184,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     import numpy as np
 
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     tok = None
     if args.decode:
         from mmpack.ingest.tokenizer import load_tokenizer
@@ -206,10 +243,9 @@ _METHOD_NAMES = {
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
-    import mmpack
     from mmpack.cli.demo import compare_packing
 
-    store = mmpack.open(args.store)
+    store = _open(args)
     rows = compare_packing(store.doc_lens, args.seqlen, eot=args.eot, long_docs=args.long_docs,
                            lookahead=args.lookahead, algorithms=("bfd", "stream", "nextfit"))
     if args.json:
@@ -235,13 +271,34 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     res = store.verify()
     print(f"{store.path}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
-          f"fingerprint {store.fingerprint}")
+          f"fingerprint {store.fingerprint}"
+          + (f"; checksums recorded in {res['sidecar']} (checked by the next verify)"
+             if res.get("recorded") else ""))
+    return 0
+
+
+# --------------------------------------------------------------------------------- export
+def _cmd_export(args: argparse.Namespace) -> int:
+    from mmpack.store.foreign import EosSeparatedStore, export_flat, export_megatron
+
+    store = _open(args)
+    if args.to == "megatron":
+        if args.eos is not None and not isinstance(store, EosSeparatedStore):
+            raise ValueError("--eos is for --to npy/olmo (or an eos-separated STORE)")
+        bin_path, idx_path = export_megatron(store, args.output, overwrite=args.overwrite)
+        written = f"{bin_path} and {idx_path}"
+    else:
+        if args.eos is None:
+            raise ValueError(f"--to {args.to} needs --eos ID (the id written after each document)")
+        path = export_flat(store, args.output, eos=args.eos, header=args.to == "npy",
+                           metadata=args.to == "olmo", overwrite=args.overwrite)
+        written = str(path) + (" and its .csv.gz document metadata" if args.to == "olmo" else "")
+    print(f"{store.location}: {len(store):,} documents, {store.num_tokens:,} tokens written "
+          f"to {written}")
     return 0
 
 
@@ -337,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="what a store holds",
                        description="Counts, dtype, backend, size on disk, document-length "
                                    "quantiles and a histogram of a store.")
-    i.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(i)
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.set_defaults(func=_cmd_info)
 
@@ -345,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print sample I of the window view (or of the packed view "
                                    "with --packed): its arrays, the documents it comes from, "
                                    "and with --decode its text, segment by segment.")
-    s.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(s)
     s.add_argument("--seqlen", type=_positive_int, required=True, metavar="N",
                    help="tokens per sample")
     s.add_argument("--stride", type=_positive_int, default=None, metavar="S",
@@ -376,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "padding (one document per row) and concatenate-and-chunk: "
                                    "rows, efficiency (real tokens / slots), padding, documents "
                                    "cut.")
-    k.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(k)
     k.add_argument("--seqlen", type=_positive_int, required=True, metavar="N",
                    help="tokens per row")
     k.add_argument("--eot", action=argparse.BooleanOptionalAction, default=True,
@@ -392,8 +449,24 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check a store's checksums",
                        description="Recompute every block checksum of a store; exit 1 naming "
                                    "the first bad block.")
-    v.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(v)
     v.set_defaults(func=_cmd_verify)
+
+    x = sub.add_parser("export", help="write a store as Megatron .bin/.idx or a flat token file",
+                       description="Write STORE (any store mmpack opens) in another tool's "
+                                   "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
+                                   "per document), numpy .npy or OLMo-core's headerless flat "
+                                   "file (+ NAME.csv.gz), each document followed by --eos.  "
+                                   "Files appear complete or not at all.")
+    _add_store_arguments(x)
+    x.add_argument("--to", choices=("megatron", "npy", "olmo"), required=True,
+                   help="megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
+                        "it); olmo: headerless flat file as OLMo-core reads it, plus its "
+                        ".csv.gz document metadata")
+    x.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the Megatron prefix or the file to write")
+    x.add_argument("--overwrite", action="store_true", help="replace existing files")
+    x.set_defaults(func=_cmd_export)
 
     d = sub.add_parser("demo", help="the whole pipeline on the Python standard library",
                        description="Build a store from the Python standard library's own "
