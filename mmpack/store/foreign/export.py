@@ -34,11 +34,10 @@ from mmpack.store.reader import TokenStore
 
 __all__ = ["MEGATRON_EXPORT_DTYPES", "export_flat", "export_megatron"]
 
-MEGATRON_EXPORT_DTYPES: dict[str, tuple[int, np.dtype]] = {
-    "<u1": (1, np.dtype("<u1")), "<u2": (8, np.dtype("<u2")),
-    "<u4": (4, np.dtype("<i4")), "<u8": (5, np.dtype("<i8")),
+MEGATRON_EXPORT_DTYPES: dict[int, tuple[int, np.dtype]] = {
+    1: (1, np.dtype("<u1")), 2: (8, np.dtype("<u2")), 4: (4, np.dtype("<i4")), 8: (5, np.dtype("<i8")),
 }
-"""mmpack token dtype -> (Megatron dtype code, dtype written)."""
+"""Token width in bytes -> (Megatron dtype code, dtype written)."""
 
 _BLOCK_TOKENS = 1 << 24
 
@@ -98,7 +97,7 @@ def export_megatron(store: TokenStore, prefix: str | os.PathLike[str], *,
     store = _check_store(store)
     _, bin_path, idx_path = megatron_paths(prefix)
     _targets_free([bin_path, idx_path], overwrite)
-    code, out_dtype = MEGATRON_EXPORT_DTYPES[store.dtype.str]
+    code, out_dtype = MEGATRON_EXPORT_DTYPES[store.dtype.itemsize]
     lens = store.doc_lens
     if lens.size and int(lens.max()) > np.iinfo(np.int32).max:
         raise ValueError(f"document {int(np.argmax(lens))} has {int(lens.max())} tokens; "
