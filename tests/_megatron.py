@@ -12,7 +12,10 @@ with warnings.catch_warnings():
     import torch
     from megatron.core.datasets import gpt_dataset
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+    from megatron.core.datasets.indexed_dataset import (
+        IndexedDataset,
+        IndexedDatasetBuilder,
+    )
     from megatron.core.datasets.utils import Split
 
 __all__ = [

@@ -288,6 +288,40 @@ def test_verify_records_a_sidecar_then_catches_an_in_place_change(tmp_path):
         again.verify()
 
 
+def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch):
+    from mmpack.store.foreign.megatron import MegatronIndex
+
+    data = _data_dir(tmp_path)
+    n = 200_000  # one document of n one-token sequences: a 2.4 MB .idx
+    b = IndexedDatasetBuilder(str(data / "c.bin"), dtype=np.int32)
+    b.add_document(torch.arange(n, dtype=torch.int32), [1] * n)
+    b.finalize(str(data / "c.idx"))
+    prefix = str(data / "c")
+    first = mmpack.open(prefix)
+    assert list((tmp_path / "cache" / "megatron").glob("index-*.npy"))
+
+    def no_parse(self):
+        raise AssertionError("parsed again")
+
+    with monkeypatch.context() as m:
+        m.setattr(MegatronIndex, "token_offsets", no_parse)
+        again = mmpack.open(prefix)
+    np.testing.assert_array_equal(again.offsets, first.offsets)
+    assert again.fingerprint == first.fingerprint
+    # a pointer in the middle of the .idx edited behind the cache, its identity (size, mtime,
+    # inode, first and last MiB) kept: served from the cache, but verify() parses it again
+    st = os.stat(prefix + ".idx")
+    k = 49_995
+    at = HEADER_BYTES + 4 * n + 8 * k
+    assert 1 << 20 < at < st.st_size - (1 << 20)
+    _corrupt(prefix, at, struct.pack("<q", 4 * k + 4))
+    os.utime(prefix + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns))
+    stale = mmpack.open(prefix)
+    assert stale.fingerprint == first.fingerprint
+    with pytest.raises(FormatError, match=f"sequence {k} starts at byte {4 * k + 4}"):
+        stale.verify()
+
+
 def test_verify_refuses_negative_ids(tmp_path):
     prefix = build_megatron(_data_dir(tmp_path) / "c", [np.array([3, -2, 5])])
     store = mmpack.open(prefix)

@@ -34,7 +34,9 @@ __all__ = [
     "ForeignStore",
     "cache_root",
     "file_identity",
+    "load_index",
     "map_tokens",
+    "save_index",
     "unsigned_view_dtype",
 ]
 
@@ -66,6 +68,46 @@ def file_identity(path: Path) -> dict[str, Any]:
             h.update(f.read())
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
             "head_tail_sha256": h.hexdigest()}
+
+
+def _index_files(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    return root / f"index-{digest}.npy", root / f"index-{digest}.json"
+
+
+def load_index(root: Path, key: dict[str, Any], num_tokens: int
+               ) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """A derived ``offsets`` cached by :func:`save_index` under ``key`` (a JSON-able description
+    of the source's identity), mapped read-only, with its record; None when absent, unreadable
+    or inconsistent (``offsets[-1] != num_tokens``) - the caller then rebuilds it."""
+    index_file, record_file = _index_files(root, key)
+    try:
+        record = json.loads(record_file.read_text())
+        if record.get("key") != json.loads(json.dumps(key)):
+            return None
+        offsets = np.load(index_file, mmap_mode="r")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if (offsets.dtype != np.int64 or offsets.ndim != 1 or offsets.shape[0] < 1
+            or offsets[0] != 0 or offsets[-1] != num_tokens):
+        return None
+    return offsets.view(np.ndarray), record
+
+
+def save_index(root: Path, key: dict[str, Any], offsets: np.ndarray, record: dict[str, Any]) -> Path:
+    """Write ``offsets`` and ``record`` (plus ``key``) atomically under ``root``; the record is
+    written last, so a half-written index is never loaded."""
+    index_file, record_file = _index_files(root, key)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = index_file.with_name(f".{index_file.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(offsets, dtype=np.int64))
+        os.replace(tmp, index_file)
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_json_atomic(record_file, {**record, "key": key})
+    return index_file
 
 
 def unsigned_view_dtype(dtype: np.dtype, where: str) -> np.dtype:

@@ -20,7 +20,10 @@ in chunks of 4 Mi tokens (:func:`mmpack.kernels.eos.find_eos`).  The resulting `
 cached in ``cache_root()/eos-separated/index-<key>.npy`` where the key hashes the file's identity
 (size, mtime_ns, inode, SHA-256 of its first and last MiB), the header offset, dtype and ``eos``:
 reopening the same file costs two small reads; a replaced or rewritten file is scanned again.
-Nothing is written beside the user's file.
+Nothing is written beside the user's file.  Cost (``python -m benchmarks.bench_foreign``, 200 M
+uint16 tokens, 2 shared cores, medians of 5): the first open takes 0.42 s, the same as numpy's
+``(np.memmap(path) == eos).nonzero()`` (OLMo-core's way, 0.41 s; ratio 1.03) while also writing
+the cached index; a reopen takes 0.015 s.
 
 Fingerprint: SHA-256 of the dtype, token count, EOS, the file's head/tail hash and the offsets.
 """
@@ -42,10 +45,11 @@ from mmpack.store.foreign._store import (
     ForeignStore,
     cache_root,
     file_identity,
+    load_index,
     map_tokens,
+    save_index,
     unsigned_view_dtype,
 )
-from mmpack.store.format import write_json_atomic
 
 __all__ = [
     "EosSeparatedStore",
@@ -76,11 +80,9 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
 
     A file that starts with numpy's magic and holds a consistent 1-D header is a ``.npy``;
     anything else is headerless and needs ``dtype``."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise StoreNotFoundError(f"no token file at {str(path)!r}") from None
-    with f:
+    if not path.is_file():
+        raise StoreNotFoundError(f"no token file at {str(path)!r}")
+    with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if f.read(6) == _NPY_MAGIC:
             f.seek(0)
@@ -88,7 +90,7 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
                 version = np.lib.format.read_magic(f)
                 reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                           else np.lib.format.read_array_header_2_0)
-                shape, fortran, file_dtype = reader(f)
+                shape, _fortran, file_dtype = reader(f)
             except ValueError as exc:
                 raise FormatError(f"{path}: a .npy header that numpy cannot read: {exc}") from None
             header = f.tell()
@@ -228,40 +230,23 @@ def open_eos_separated(
         eos = check_int_range(eos, "eos", 0, int(np.iinfo(view_dtype).max) + 1)
     tokens = map_tokens(path, view_dtype, header, n)
     identity = file_identity(path)
-    key_src = {"identity": identity, "header": header, "dtype": file_dtype.str, "eos": eos,
-               "metadata": None if meta_path is None else file_identity(meta_path)}
-    key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
+    key = {"identity": identity, "header": header, "dtype": file_dtype.str, "eos": eos,
+           "metadata": None if meta_path is None else file_identity(meta_path)}
     root = cache_root(cache_dir) / EosSeparatedStore.kind
-    index_file = root / f"index-{key}.npy"
-    record_file = root / f"index-{key}.json"
-    offsets = fingerprint = None
-    if index_file.is_file() and record_file.is_file():
-        try:
-            fingerprint = json.loads(record_file.read_text())["fingerprint"]
-            offsets = np.load(index_file, mmap_mode="r")
-        except (OSError, ValueError, KeyError, TypeError):
-            offsets = fingerprint = None  # unreadable cache: rebuild it below
-        if offsets is not None and (offsets.dtype != np.int64 or offsets.ndim != 1
-                                    or offsets.shape[0] < 1 or offsets[-1] != n):
-            offsets = fingerprint = None
-    if offsets is None:
+    cached = load_index(root, key, n)
+    if cached is not None:
+        offsets, record = cached
+        fingerprint = str(record["fingerprint"])
+    else:
         offsets = (_metadata_offsets(meta_path, n) if meta_path is not None
                    else eos_offsets(tokens, eos))
         h = hashlib.sha256(b"eos-separated\0")
         h.update(json.dumps([view_dtype.str, n, eos, identity["head_tail_sha256"]]).encode())
         h.update(np.ascontiguousarray(offsets).tobytes())
         fingerprint = h.hexdigest()[:16]
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = index_file.with_name(f".{index_file.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                np.save(f, offsets)
-            os.replace(tmp, index_file)
-        finally:
-            tmp.unlink(missing_ok=True)
-        write_json_atomic(record_file, {"fingerprint": fingerprint, "source": str(path), **key_src})
+        save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
     info = {"version": None, "dtype": file_dtype.name, "header_bytes": header, "eos": eos,
-            "metadata": None if meta_path is None else str(meta_path), "index": str(index_file)}
+            "metadata": None if meta_path is None else str(meta_path)}
     options: dict[str, Any] = {"eos": eos}
     if dtype is not None:
         options["dtype"] = np.dtype(dtype).str

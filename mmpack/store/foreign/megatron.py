@@ -29,9 +29,16 @@ builder always writes them so, and anything else is refused rather than served t
 Megatron's default) are served as the unsigned dtype of the same width over the same bytes;
 ``verify()`` checks that no id is negative.
 
-Fingerprint: SHA-256 of the ``.idx`` bytes and the ``.bin`` size (cheap: the index is ~20 bytes
-per sequence); a ``.bin`` rewritten in place with the same size is caught by ``verify()``'s
-checksum sidecar.
+Fingerprint: SHA-256 of the ``.idx`` bytes and the ``.bin`` size (the index is ~20 bytes per
+sequence); a ``.bin`` rewritten in place with the same size is caught by ``verify()``'s checksum
+sidecar, an ``.idx`` changed behind the cache by ``verify()``'s full re-parse.
+
+Cost (``python -m benchmarks.bench_foreign``, 10,000,000 sequences, a 200 MB ``.idx``, 2 shared
+cores): the first open validates and hashes the index (1.27 s, median of 5) and caches ``offsets``
+and the fingerprint in ``cache_root()/megatron/index-<key>.npy``, keyed by the ``.idx``'s identity
+(size, mtime_ns, inode, first and last MiB) and the ``.bin`` size; a reopen (each DataLoader
+worker unpickling the store) maps the cached ``offsets`` instead (0.038 s).  megatron-core's
+``IndexedDataset`` opens the same files in 0.0004 s because it validates nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +52,15 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store.foreign._store import ForeignStore, map_tokens, unsigned_view_dtype
+from mmpack.store.foreign._store import (
+    ForeignStore,
+    cache_root,
+    file_identity,
+    load_index,
+    map_tokens,
+    save_index,
+    unsigned_view_dtype,
+)
 
 __all__ = [
     "DTYPE_CODES",
@@ -88,11 +103,9 @@ class MegatronIndex:
     """A parsed, validated ``.idx`` (arrays are read-only views of its mapping)."""
 
     def __init__(self, idx_path: Path) -> None:
-        try:
-            f = open(idx_path, "rb")
-        except FileNotFoundError:
-            raise StoreNotFoundError(f"no Megatron index at {str(idx_path)!r}") from None
-        with f:
+        if not idx_path.is_file():
+            raise StoreNotFoundError(f"no Megatron index at {str(idx_path)!r}")
+        with open(idx_path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER_BYTES)
             if len(head) < HEADER_BYTES or head[:9] != MAGIC:
@@ -178,7 +191,9 @@ class MegatronStore(ForeignStore):
         offsets, num_tokens = index.token_offsets()
         if not np.array_equal(offsets, self.offsets):
             raise FormatError(f"{idx_path} changed since the store was opened; reopen it")
-        _check_bin(bin_path, num_tokens, index.dtype)
+        size = _check_bin(bin_path, num_tokens, index.dtype)
+        if _fingerprint(index, size) != self.fingerprint:
+            raise FormatError(f"{idx_path} changed since the store was opened; reopen it")
         negative = 0
         if index.dtype.kind == "i":
             view = self.tokens if self.tokens is not None else np.empty(0, self.dtype)
@@ -204,6 +219,13 @@ def _check_bin(bin_path: Path, num_tokens: int, dtype: np.dtype) -> int:
     return size
 
 
+def _fingerprint(index: MegatronIndex, bin_size: int) -> str:
+    h = hashlib.sha256(b"megatron\0")
+    h.update(index.raw)
+    h.update(str(bin_size).encode())
+    return h.hexdigest()[:16]
+
+
 def open_megatron(
     location: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
 ) -> MegatronStore:
@@ -227,16 +249,28 @@ def open_megatron(
     prefix, bin_path, idx_path = megatron_paths(location)
     index = MegatronIndex(idx_path)
     dtype = unsigned_view_dtype(index.dtype, str(idx_path))
-    offsets, num_tokens = index.token_offsets()
-    size = _check_bin(bin_path, num_tokens, index.dtype)
+    try:
+        bin_size = os.stat(bin_path).st_size
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"{bin_path} is missing (its .idx is there)") from None
+    key = {"idx": file_identity(idx_path), "bin_size": bin_size}
+    root = cache_root(cache_dir) / MegatronStore.kind
+    cached = load_index(root, key, bin_size // dtype.itemsize)
+    if cached is not None and cached[0].shape[0] == index.document_count + 1:
+        offsets, record = cached
+        fingerprint = str(record["fingerprint"])
+        num_tokens = int(offsets[-1])
+    else:
+        offsets, num_tokens = index.token_offsets()
+        _check_bin(bin_path, num_tokens, index.dtype)
+        fingerprint = _fingerprint(index, bin_size)
+        save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(idx_path)})
+    _check_bin(bin_path, num_tokens, index.dtype)
     tokens = map_tokens(bin_path, dtype, 0, num_tokens)
-    h = hashlib.sha256(b"megatron\0")
-    h.update(index.raw)
-    h.update(str(size).encode())
     info = {"version": index.version, "dtype": index.dtype.name, "dtype_code": index.dtype_code,
             "sequences": index.sequence_count, "bin": str(bin_path), "idx": str(idx_path)}
     options = {} if cache_dir is None else {"cache_dir": cache_dir}
     return MegatronStore(prefix, dtype=dtype, tokens=tokens, offsets=offsets,
-                         fingerprint=h.hexdigest()[:16], source_files=(idx_path, bin_path),
+                         fingerprint=fingerprint, source_files=(idx_path, bin_path),
                          info=info, location=str(prefix), cache_dir=cache_dir,
                          open_options=options)
