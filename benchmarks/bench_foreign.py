@@ -79,8 +79,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             ours.append(_seconds(lambda: mmpack.open(tmp / "meg")))
             cached.append(_seconds(lambda: mmpack.open(tmp / "meg")))
         for case, runs in (("first open", ours), ("reopen, cached offsets", cached)):
-            row = {"case": f"megatron {case}, {seqs:,} sequences",
-                   "mmpack_s": float(np.median(runs))}
+            row = {
+                "case": f"megatron {case}, {seqs:,} sequences",
+                "mmpack_s": float(np.median(runs)),
+            }
             if theirs:
                 row["reference_s"] = float(np.median(theirs))
                 row["reference"] = "megatron-core IndexedDataset"
@@ -97,19 +99,28 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         for _ in range(repeats):
             shutil.rmtree(tmp / "cache", ignore_errors=True)
             mmpack.store.foreign.eos_separated.eos_offsets(np.zeros(1, np.uint16), 0)
-            numpy_scan.append(_seconds(
-                lambda: (np.memmap(path, dtype=np.uint16, mode="r") == 0).nonzero()))
-            first.append(_seconds(
-                lambda: mmpack.open(path, format="eos-separated", eos=0, dtype="uint16")))
-        cached = [_seconds(lambda: mmpack.open(path, format="eos-separated", eos=0,
-                                               dtype="uint16")) for _ in range(repeats)]
-        rows.append({"case": f"eos scan (first open), {flat_tokens:,} uint16 tokens",
-                     "mmpack_s": float(np.median(first)),
-                     "reference_s": float(np.median(numpy_scan)),
-                     "reference": "(np.memmap == eos).nonzero()",
-                     "ratio": float(np.median(first)) / float(np.median(numpy_scan))})
-        rows.append({"case": "eos-separated reopen (cached index)",
-                     "mmpack_s": float(np.median(cached))})
+            numpy_scan.append(
+                _seconds(lambda: (np.memmap(path, dtype=np.uint16, mode="r") == 0).nonzero())
+            )
+            first.append(
+                _seconds(lambda: mmpack.open(path, format="eos-separated", eos=0, dtype="uint16"))
+            )
+        cached = [
+            _seconds(lambda: mmpack.open(path, format="eos-separated", eos=0, dtype="uint16"))
+            for _ in range(repeats)
+        ]
+        rows.append(
+            {
+                "case": f"eos scan (first open), {flat_tokens:,} uint16 tokens",
+                "mmpack_s": float(np.median(first)),
+                "reference_s": float(np.median(numpy_scan)),
+                "reference": "(np.memmap == eos).nonzero()",
+                "ratio": float(np.median(first)) / float(np.median(numpy_scan)),
+            }
+        )
+        rows.append(
+            {"case": "eos-separated reopen (cached index)", "mmpack_s": float(np.median(cached))}
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows

@@ -29,7 +29,9 @@ __all__ = [
 ]
 
 
-def random_docs(rng: np.random.Generator, n: int, vocab: int, max_len: int = 60) -> list[np.ndarray]:
+def random_docs(
+    rng: np.random.Generator, n: int, vocab: int, max_len: int = 60
+) -> list[np.ndarray]:
     """``n`` documents of random length in ``[0, max_len)`` (some empty) over ``[0, vocab)``."""
     return [rng.integers(0, vocab, int(rng.integers(0, max_len))) for _ in range(n)]
 
@@ -62,7 +64,13 @@ class _Tokenizer:
 
 def gpt_config(seqlen: int, vocab: int, cache) -> GPTDatasetConfig:
     return GPTDatasetConfig(
-        random_seed=1234, sequence_length=seqlen, blend=None, split="1,0,0",
-        path_to_cache=str(cache), tokenizer=_Tokenizer(vocab), reset_position_ids=False,
-        reset_attention_mask=False, eod_mask_loss=False,
+        random_seed=1234,
+        sequence_length=seqlen,
+        blend=None,
+        split="1,0,0",
+        path_to_cache=str(cache),
+        tokenizer=_Tokenizer(vocab),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
     )

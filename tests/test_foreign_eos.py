@@ -51,8 +51,12 @@ def eos_documents_slow(tokens, eos):
     return docs
 
 
-@given(st.lists(st.integers(0, 4), max_size=200), st.integers(0, 4), st.integers(0, 10**12),
-       st.sampled_from(["<u1", "<u2", "<u4", "<u8"]))
+@given(
+    st.lists(st.integers(0, 4), max_size=200),
+    st.integers(0, 4),
+    st.integers(0, 10**12),
+    st.sampled_from(["<u1", "<u2", "<u4", "<u8"]),
+)
 def test_find_eos_matches_its_twin(values, eos, base, dtype):
     tokens = np.array(values, dtype=dtype)
     out = np.full(tokens.size, -1, dtype=np.int64)

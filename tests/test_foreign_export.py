@@ -34,13 +34,14 @@ def _store(tmp_path, docs, dtype=None, name="store"):
 
 
 # ----------------------------------------------------------------------------- Megatron
-@pytest.mark.parametrize(("dtype", "megatron_dtype"),
-                         [("<u1", np.uint8), ("<u2", np.uint16), ("<u4", np.int32),
-                          ("<u8", np.int64)])
+@pytest.mark.parametrize(
+    ("dtype", "megatron_dtype"),
+    [("<u1", np.uint8), ("<u2", np.uint16), ("<u4", np.int32), ("<u8", np.int64)],
+)
 def test_export_megatron_is_read_back_identically_by_megatron(tmp_path, dtype, megatron_dtype):
     docs = random_docs(np.random.default_rng(0), 60, 200)
     store = _store(tmp_path, docs, dtype=dtype)
-    bin_path, idx_path = export_megatron(store, tmp_path / "out" )
+    bin_path, idx_path = export_megatron(store, tmp_path / "out")
     assert (bin_path.name, idx_path.name) == ("out.bin", "out.idx")
     theirs = IndexedDataset(str(tmp_path / "out"))
     assert theirs.index.dtype == megatron_dtype
@@ -121,15 +122,46 @@ def test_cli_on_megatron_and_flat_files(tmp_path, capsys):
     assert "checksums recorded in" in capsys.readouterr().out
     assert main(["verify", prefix]) == 0
     assert "recorded" not in capsys.readouterr().out
-    assert main(["export", prefix, "--to", "olmo", "--eos", "500", "-o", str(tmp_path / "o.npy")]) == 0
-    assert main(["export", prefix, "--to", "npy", "--eos", "500", "-o", str(tmp_path / "n.npy")]) == 0
+    assert (
+        main(["export", prefix, "--to", "olmo", "--eos", "500", "-o", str(tmp_path / "o.npy")]) == 0
+    )
+    assert (
+        main(["export", prefix, "--to", "npy", "--eos", "500", "-o", str(tmp_path / "n.npy")]) == 0
+    )
     capsys.readouterr()
-    assert main(["info", str(tmp_path / "o.npy"), "--format", "eos-separated", "--eos", "500",
-                 "--dtype", "uint32", "--json"]) == 0
+    assert (
+        main(
+            [
+                "info",
+                str(tmp_path / "o.npy"),
+                "--format",
+                "eos-separated",
+                "--eos",
+                "500",
+                "--dtype",
+                "uint32",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert '"documents": 30' in capsys.readouterr().out
     assert main(["info", str(tmp_path / "n.npy"), "--eos", "500"]) == 0  # detected, header read
-    assert main(["export", str(tmp_path / "n.npy"), "--eos", "500", "--to", "megatron",
-                 "-o", str(tmp_path / "back")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "n.npy"),
+                "--eos",
+                "500",
+                "--to",
+                "megatron",
+                "-o",
+                str(tmp_path / "back"),
+            ]
+        )
+        == 0
+    )
     back = mmpack.open(tmp_path / "back")
     assert [d.tolist() for d in back] == [[*d.tolist(), 500] for d in docs]
 

@@ -101,7 +101,9 @@ def test_merged_dataset_from_builder_add_index(tmp_path):
     rng = np.random.default_rng(2)
     data = _data_dir(tmp_path)
     parts = [random_docs(rng, n, VOCAB) for n in (7, 0, 12)]
-    prefixes = [build_megatron(data / f"part{k}", docs, split=k == 2) for k, docs in enumerate(parts)]
+    prefixes = [
+        build_megatron(data / f"part{k}", docs, split=k == 2) for k, docs in enumerate(parts)
+    ]
     merged = IndexedDatasetBuilder(str(data / "merged.bin"), dtype=np.int32)
     for p in prefixes:
         merged.add_index(p)
@@ -158,8 +160,9 @@ def test_windows_reproduce_gptdataset_shuffled_through_its_indexes(tmp_path):
     seqlen = 16
     gpt = _gpt(prefix, seqlen, tmp_path / "megatron-cache")
     store = mmpack.open(prefix)
-    reordered = mmpack.store.build(tmp_path / "reordered",
-                                   [store[int(d)] for d in gpt.document_index])
+    reordered = mmpack.store.build(
+        tmp_path / "reordered", [store[int(d)] for d in gpt.document_index]
+    )
     windows = WindowDataset(reordered, seqlen, labels=True)
     assert len(windows) == len(gpt)
     for i in range(len(gpt)):
@@ -223,10 +226,11 @@ def test_multimodal_index_is_refused(tmp_path):
         (lambda p: _corrupt(p, 9, struct.pack("<Q", 2)), "version 2"),
         (lambda p: _corrupt(p, 17, struct.pack("<B", 6)), "not token ids"),
         (lambda p: _corrupt(p, 17, struct.pack("<B", 9)), "unknown Megatron dtype code 9"),
-        (lambda p: os.truncate(str(p) + ".idx", os.path.getsize(str(p) + ".idx") - 3),
-         "truncated or not understood"),
-        (lambda p: os.truncate(str(p) + ".bin", os.path.getsize(str(p) + ".bin") - 4),
-         "truncated"),
+        (
+            lambda p: os.truncate(str(p) + ".idx", os.path.getsize(str(p) + ".idx") - 3),
+            "truncated or not understood",
+        ),
+        (lambda p: os.truncate(str(p) + ".bin", os.path.getsize(str(p) + ".bin") - 4), "truncated"),
         # the second sequence's pointer moved: not contiguous in order
         (lambda p: _corrupt(p, HEADER_BYTES + 4 * 3 + 8, struct.pack("<q", 4)), "not contiguous"),
         # a negative sequence length
@@ -274,7 +278,9 @@ def test_verify_records_a_sidecar_then_catches_an_in_place_change(tmp_path):
     listing = _listing(data)
     store = mmpack.open(prefix)
     first = store.verify()
-    assert first["recorded"] and first["bytes"] == sum(os.path.getsize(prefix + e) for e in (".idx", ".bin"))
+    assert first["recorded"] and first["bytes"] == sum(
+        os.path.getsize(prefix + e) for e in (".idx", ".bin")
+    )
     assert str(tmp_path / "cache") in first["sidecar"]
     second = store.verify()
     assert not second["recorded"]

@@ -48,7 +48,9 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The local folder under which foreign stores keep derived files (see the module doc)."""
     if cache_dir is not None:
         if not isinstance(cache_dir, (str, os.PathLike)):
-            raise TypeError(f"cache_dir must be a str or os.PathLike, got {type(cache_dir).__name__}")
+            raise TypeError(
+                f"cache_dir must be a str or os.PathLike, got {type(cache_dir).__name__}"
+            )
         return Path(cache_dir)
     env = os.environ.get("MMPACK_CACHE_DIR")
     if env:
@@ -66,8 +68,12 @@ def file_identity(path: Path) -> dict[str, Any]:
         if st.st_size > _IDENTITY_BYTES:
             f.seek(max(_IDENTITY_BYTES, st.st_size - _IDENTITY_BYTES))
             h.update(f.read())
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
-            "head_tail_sha256": h.hexdigest()}
+    return {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": st.st_ino,
+        "head_tail_sha256": h.hexdigest(),
+    }
 
 
 def _index_files(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
@@ -75,8 +81,9 @@ def _index_files(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
     return root / f"index-{digest}.npy", root / f"index-{digest}.json"
 
 
-def load_index(root: Path, key: dict[str, Any], num_tokens: int
-               ) -> tuple[np.ndarray, dict[str, Any]] | None:
+def load_index(
+    root: Path, key: dict[str, Any], num_tokens: int
+) -> tuple[np.ndarray, dict[str, Any]] | None:
     """A derived ``offsets`` cached by :func:`save_index` under ``key`` (a JSON-able description
     of the source's identity), mapped read-only, with its record; None when absent, unreadable
     or inconsistent (``offsets[-1] != num_tokens``) - the caller then rebuilds it."""
@@ -88,13 +95,20 @@ def load_index(root: Path, key: dict[str, Any], num_tokens: int
         offsets = np.load(index_file, mmap_mode="r")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if (offsets.dtype != np.int64 or offsets.ndim != 1 or offsets.shape[0] < 1
-            or offsets[0] != 0 or offsets[-1] != num_tokens):
+    if (
+        offsets.dtype != np.int64
+        or offsets.ndim != 1
+        or offsets.shape[0] < 1
+        or offsets[0] != 0
+        or offsets[-1] != num_tokens
+    ):
         return None
     return offsets.view(np.ndarray), record
 
 
-def save_index(root: Path, key: dict[str, Any], offsets: np.ndarray, record: dict[str, Any]) -> Path:
+def save_index(
+    root: Path, key: dict[str, Any], offsets: np.ndarray, record: dict[str, Any]
+) -> Path:
     """Write ``offsets`` and ``record`` (plus ``key``) atomically under ``root``; the record is
     written last, so a half-written index is never loaded."""
     index_file, record_file = _index_files(root, key)
@@ -137,7 +151,9 @@ class FlatBackend(Backend):
 
     name = "foreign"
 
-    def __init__(self, path: Path, meta: StoreMeta, tokens: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(
+        self, path: Path, meta: StoreMeta, tokens: np.ndarray, offsets: np.ndarray
+    ) -> None:
         super().__init__(path, meta)
         self.tokens = tokens
         offsets.flags.writeable = False
@@ -185,18 +201,37 @@ class ForeignStore(TokenStore):
         open_options: dict[str, Any],
     ) -> None:
         num_docs = int(offsets.shape[0]) - 1
-        meta = StoreMeta(backend=self.kind, dtype=dtype, num_docs=num_docs,
-                         num_tokens=int(tokens.shape[0]), block_bytes=BLOCK_BYTES,
-                         tokens_crc32=(), offsets_crc32=())
-        raw = {"format": self.kind, "version": info.get("version"), "backend": self.kind,
-               "dtype": dtype.str, "num_docs": num_docs, "num_tokens": meta.num_tokens,
-               "fingerprint": fingerprint, "source": info}
+        meta = StoreMeta(
+            backend=self.kind,
+            dtype=dtype,
+            num_docs=num_docs,
+            num_tokens=int(tokens.shape[0]),
+            block_bytes=BLOCK_BYTES,
+            tokens_crc32=(),
+            offsets_crc32=(),
+        )
+        raw = {
+            "format": self.kind,
+            "version": info.get("version"),
+            "backend": self.kind,
+            "dtype": dtype.str,
+            "num_docs": num_docs,
+            "num_tokens": meta.num_tokens,
+            "fingerprint": fingerprint,
+            "source": info,
+        }
         self._fingerprint = fingerprint
         self._source_files = source_files
         backend = FlatBackend(path, meta, tokens, offsets)
-        super().__init__(path, meta, raw, backend, location=location,
-                         cache_dir=cache_root(cache_dir) / self.kind / fingerprint,
-                         open_options=open_options)
+        super().__init__(
+            path,
+            meta,
+            raw,
+            backend,
+            location=location,
+            cache_dir=cache_root(cache_dir) / self.kind / fingerprint,
+            open_options=open_options,
+        )
 
     @property
     def fingerprint(self) -> str:
@@ -229,16 +264,19 @@ class ForeignStore(TokenStore):
             try:
                 recorded = json.loads(sidecar.read_text())["files"]
             except (ValueError, KeyError, TypeError) as exc:
-                raise FormatError(f"{sidecar}: unreadable checksum sidecar ({exc}); delete it "
-                                  "to record a new one") from None
+                raise FormatError(
+                    f"{sidecar}: unreadable checksum sidecar ({exc}); delete it to record a new one"
+                ) from None
         if recorded is not None:
             for name, (size, crcs) in current.items():
                 if name not in recorded:
                     raise FormatError(f"{sidecar} has no checksums for {name}; delete it")
                 rsize, rcrcs = recorded[name]
                 if rsize != size:
-                    raise FormatError(f"{name} holds {size} bytes but {rsize} when its checksums "
-                                      "were recorded: the file was modified")
+                    raise FormatError(
+                        f"{name} holds {size} bytes but {rsize} when its checksums "
+                        "were recorded: the file was modified"
+                    )
                 for b, (got, want) in enumerate(zip(crcs, rcrcs)):
                     if got != want:
                         lo = b * BLOCK_BYTES
@@ -246,19 +284,36 @@ class ForeignStore(TokenStore):
                             f"{name} block {b} (bytes {lo}..{min(size, lo + BLOCK_BYTES)}) "
                             f"differs from the checksum recorded in {sidecar} "
                             f"({want:#010x} then, {got:#010x} now): the file was modified or "
-                            "corrupted")
+                            "corrupted"
+                        )
         else:
             sidecar.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(sidecar, {"algorithm": "crc32", "block_bytes": BLOCK_BYTES,
-                                        "fingerprint": self.fingerprint, "files": current})
+            write_json_atomic(
+                sidecar,
+                {
+                    "algorithm": "crc32",
+                    "block_bytes": BLOCK_BYTES,
+                    "fingerprint": self.fingerprint,
+                    "files": current,
+                },
+            )
         blocks = sum(len(c) for _, c in current.values())
         nbytes = sum(s for s, _ in current.values())
-        return {"blocks": blocks, "bytes": nbytes, "recorded": recorded is None,
-                "sidecar": str(sidecar), **extra}
+        return {
+            "blocks": blocks,
+            "bytes": nbytes,
+            "recorded": recorded is None,
+            "sidecar": str(sidecar),
+            **extra,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"kind": self.kind, "location": self._location, "options": self._open_options,
-                "fingerprint": self._fingerprint}
+        return {
+            "kind": self.kind,
+            "location": self._location,
+            "options": self._open_options,
+            "fingerprint": self._fingerprint,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from mmpack.store.reader import open_store
@@ -267,12 +322,15 @@ class ForeignStore(TokenStore):
         if current.fingerprint != state["fingerprint"]:
             raise StateMismatchError(
                 f"the {state['kind']} data at {state['location']} changed after this object was "
-                f"pickled (fingerprint {state['fingerprint']} then, {current.fingerprint} now)")
+                f"pickled (fingerprint {state['fingerprint']} then, {current.fingerprint} now)"
+            )
         self.__dict__.update(current.__dict__)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self._location!r}, docs={len(self)}, "
-                f"tokens={self.num_tokens}, dtype={self.dtype.name})")
+        return (
+            f"{type(self).__name__}({self._location!r}, docs={len(self)}, "
+            f"tokens={self.num_tokens}, dtype={self.dtype.name})"
+        )
 
 
 def _file_crcs(path: Path) -> tuple[int, list[int]]:

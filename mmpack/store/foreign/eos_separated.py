@@ -71,8 +71,9 @@ def detect_npy(path: Path) -> str | None:
 
 def olmo_metadata_path(path: Path) -> Path:
     """OLMo-core's metadata file of a token file: ``NAME.npy`` -> ``NAME.csv.gz``."""
-    return path.with_name(path.name.replace(".npy", ".csv.gz") if ".npy" in path.name
-                          else path.name + ".csv.gz")
+    return path.with_name(
+        path.name.replace(".npy", ".csv.gz") if ".npy" in path.name else path.name + ".csv.gz"
+    )
 
 
 def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
@@ -88,33 +89,44 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
             f.seek(0)
             try:
                 version = np.lib.format.read_magic(f)
-                reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
+                reader = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, _fortran, file_dtype = reader(f)
             except ValueError as exc:
                 raise FormatError(f"{path}: a .npy header that numpy cannot read: {exc}") from None
             header = f.tell()
             if len(shape) != 1:
-                raise FormatError(f"{path}: a .npy of shape {shape}; a flat 1-D token array "
-                                  "is expected")
+                raise FormatError(
+                    f"{path}: a .npy of shape {shape}; a flat 1-D token array is expected"
+                )
             if size != header + shape[0] * file_dtype.itemsize:
-                raise FormatError(f"{path}: {size} bytes, but its .npy header says {shape[0]} "
-                                  f"items of {file_dtype} after {header} header bytes")
+                raise FormatError(
+                    f"{path}: {size} bytes, but its .npy header says {shape[0]} "
+                    f"items of {file_dtype} after {header} header bytes"
+                )
             if dtype is not None and np.dtype(dtype) != file_dtype:
-                raise ValueError(f"dtype={dtype!r} disagrees with the .npy header of {path} "
-                                 f"({file_dtype}); omit dtype for a .npy file")
+                raise ValueError(
+                    f"dtype={dtype!r} disagrees with the .npy header of {path} "
+                    f"({file_dtype}); omit dtype for a .npy file"
+                )
             return file_dtype, header, int(shape[0])
     if dtype is None:
         raise ValueError(
             f"{path} has no .npy header (OLMo-core writes headerless files): pass dtype= "
-            "(OLMo-core uses uint16 for vocabularies up to 65536 ids, else uint32)")
+            "(OLMo-core uses uint16 for vocabularies up to 65536 ids, else uint32)"
+        )
     try:
         file_dtype = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"dtype={dtype!r} is not a numpy dtype") from exc
     if size % file_dtype.itemsize:
-        raise FormatError(f"{path} holds {size} bytes, not a whole number of {file_dtype} "
-                          f"tokens ({file_dtype.itemsize} bytes each): wrong dtype?")
+        raise FormatError(
+            f"{path} holds {size} bytes, not a whole number of {file_dtype} "
+            f"tokens ({file_dtype.itemsize} bytes each): wrong dtype?"
+        )
     return file_dtype, 0, size // file_dtype.itemsize
 
 
@@ -144,7 +156,9 @@ def _metadata_offsets(meta_path: Path, n: int) -> np.ndarray:
     except FileNotFoundError:
         raise StoreNotFoundError(f"no OLMo-core metadata file at {str(meta_path)!r}") from None
     except (OSError, ValueError, EOFError) as exc:
-        raise FormatError(f"{meta_path}: not an OLMo-core start,end metadata file ({exc})") from None
+        raise FormatError(
+            f"{meta_path}: not an OLMo-core start,end metadata file ({exc})"
+        ) from None
     if ranges.size:
         starts, ends = ranges[:, 0], ranges[:, 1]
         gap = np.flatnonzero(starts != np.concatenate(([0], ends[:-1])))
@@ -153,7 +167,8 @@ def _metadata_offsets(meta_path: Path, n: int) -> np.ndarray:
             raise FormatError(
                 f"{meta_path}: document {k} ({int(starts[k])},{int(ends[k])}) does not follow "
                 f"the previous one or lies outside the {n} tokens; mmpack needs documents that "
-                "cover the file contiguously from 0")
+                "cover the file contiguously from 0"
+            )
     offsets = np.concatenate(([0], ranges[:, 1])).astype(np.int64)
     if offsets[-1] != n:
         offsets = np.append(offsets, np.int64(n))
@@ -172,8 +187,10 @@ class EosSeparatedStore(ForeignStore):
         tokens = self.tokens if self.tokens is not None else np.empty(0, self.dtype)
         found = eos_offsets(tokens, src["eos"])
         if not np.array_equal(found, self.offsets):
-            raise FormatError(f"{self.location}: the EOS positions changed since the index was "
-                              "built (the cached index is stale); reopen the file")
+            raise FormatError(
+                f"{self.location}: the EOS positions changed since the index was "
+                "built (the cached index is stale); reopen the file"
+            )
         return {}
 
 
@@ -225,28 +242,43 @@ def open_eos_separated(
     if eos is None and meta_path is None:
         raise ValueError(
             f"{str(path)!r}: eos= is required to find the documents of a flat token file "
-            "(e.g. mmpack.open(PATH, format='eos-separated', eos=ID), or --eos ID)")
+            "(e.g. mmpack.open(PATH, format='eos-separated', eos=ID), or --eos ID)"
+        )
     if eos is not None:
         eos = check_int_range(eos, "eos", 0, int(np.iinfo(view_dtype).max) + 1)
     tokens = map_tokens(path, view_dtype, header, n)
     identity = file_identity(path)
-    key = {"identity": identity, "header": header, "dtype": file_dtype.str, "eos": eos,
-           "metadata": None if meta_path is None else file_identity(meta_path)}
+    key = {
+        "identity": identity,
+        "header": header,
+        "dtype": file_dtype.str,
+        "eos": eos,
+        "metadata": None if meta_path is None else file_identity(meta_path),
+    }
     root = cache_root(cache_dir) / EosSeparatedStore.kind
     cached = load_index(root, key, n)
     if cached is not None:
         offsets, record = cached
         fingerprint = str(record["fingerprint"])
     else:
-        offsets = (_metadata_offsets(meta_path, n) if meta_path is not None
-                   else eos_offsets(tokens, eos))
+        if meta_path is not None:
+            offsets = _metadata_offsets(meta_path, n)
+        elif eos is not None:
+            offsets = eos_offsets(tokens, eos)
+        else:  # refused above already
+            raise ValueError("eos= is required without metadata")
         h = hashlib.sha256(b"eos-separated\0")
         h.update(json.dumps([view_dtype.str, n, eos, identity["head_tail_sha256"]]).encode())
         h.update(np.ascontiguousarray(offsets).tobytes())
         fingerprint = h.hexdigest()[:16]
         save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
-    info = {"version": None, "dtype": file_dtype.name, "header_bytes": header, "eos": eos,
-            "metadata": None if meta_path is None else str(meta_path)}
+    info = {
+        "version": None,
+        "dtype": file_dtype.name,
+        "header_bytes": header,
+        "eos": eos,
+        "metadata": None if meta_path is None else str(meta_path),
+    }
     options: dict[str, Any] = {"eos": eos}
     if dtype is not None:
         options["dtype"] = np.dtype(dtype).str
@@ -255,7 +287,15 @@ def open_eos_separated(
     if cache_dir is not None:
         options["cache_dir"] = cache_dir
     sources = (path,) if meta_path is None else (path, meta_path)
-    return EosSeparatedStore(path, dtype=view_dtype, tokens=tokens,
-                             offsets=np.asarray(offsets, dtype=np.int64), fingerprint=fingerprint,
-                             source_files=sources, info=info, location=str(path),
-                             cache_dir=cache_dir, open_options=options)
+    return EosSeparatedStore(
+        path,
+        dtype=view_dtype,
+        tokens=tokens,
+        offsets=np.asarray(offsets, dtype=np.int64),
+        fingerprint=fingerprint,
+        source_files=sources,
+        info=info,
+        location=str(path),
+        cache_dir=cache_dir,
+        open_options=options,
+    )

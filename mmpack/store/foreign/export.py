@@ -35,7 +35,10 @@ from mmpack.store.reader import TokenStore
 __all__ = ["MEGATRON_EXPORT_DTYPES", "export_flat", "export_megatron"]
 
 MEGATRON_EXPORT_DTYPES: dict[int, tuple[int, np.dtype]] = {
-    1: (1, np.dtype("<u1")), 2: (8, np.dtype("<u2")), 4: (4, np.dtype("<i4")), 8: (5, np.dtype("<i8")),
+    1: (1, np.dtype("<u1")),
+    2: (8, np.dtype("<u2")),
+    4: (4, np.dtype("<i4")),
+    8: (5, np.dtype("<i8")),
 }
 """Token width in bytes -> (Megatron dtype code, dtype written)."""
 
@@ -71,8 +74,9 @@ def _doc_blocks(store: TokenStore) -> Iterator[tuple[int, int]]:
         a = b
 
 
-def export_megatron(store: TokenStore, prefix: str | os.PathLike[str], *,
-                    overwrite: bool = False) -> tuple[Path, Path]:
+def export_megatron(
+    store: TokenStore, prefix: str | os.PathLike[str], *, overwrite: bool = False
+) -> tuple[Path, Path]:
     """Write ``store`` as the Megatron dataset ``PREFIX.bin`` + ``PREFIX.idx``.
 
     Parameters
@@ -100,8 +104,10 @@ def export_megatron(store: TokenStore, prefix: str | os.PathLike[str], *,
     code, out_dtype = MEGATRON_EXPORT_DTYPES[store.dtype.itemsize]
     lens = store.doc_lens
     if lens.size and int(lens.max()) > np.iinfo(np.int32).max:
-        raise ValueError(f"document {int(np.argmax(lens))} has {int(lens.max())} tokens; "
-                         "Megatron's index stores lengths as int32")
+        raise ValueError(
+            f"document {int(np.argmax(lens))} has {int(lens.max())} tokens; "
+            "Megatron's index stores lengths as int32"
+        )
     limit = np.iinfo(out_dtype).max
     tmp_bin, tmp_idx = _tmp(bin_path), _tmp(idx_path)
     try:
@@ -109,8 +115,10 @@ def export_megatron(store: TokenStore, prefix: str | os.PathLike[str], *,
             for lo in range(0, store.num_tokens, _BLOCK_TOKENS):
                 chunk = store.read_range(lo, min(store.num_tokens, lo + _BLOCK_TOKENS))
                 if out_dtype.kind == "i" and chunk.size and int(chunk.max()) > limit:
-                    raise ValueError(f"token id {int(chunk.max())} does not fit Megatron's "
-                                     f"{out_dtype.name} (the widest unsigned-compatible code)")
+                    raise ValueError(
+                        f"token id {int(chunk.max())} does not fit Megatron's "
+                        f"{out_dtype.name} (the widest unsigned-compatible code)"
+                    )
                 f.write(np.ascontiguousarray(chunk).tobytes())
             f.flush()
             os.fsync(f.fileno())
@@ -142,8 +150,15 @@ def _needs_eos(store: TokenStore, eos: int) -> np.ndarray:
     return needs
 
 
-def export_flat(store: TokenStore, path: str | os.PathLike[str], *, eos: int, header: bool = True,
-                metadata: bool = False, overwrite: bool = False) -> Path:
+def export_flat(
+    store: TokenStore,
+    path: str | os.PathLike[str],
+    *,
+    eos: int,
+    header: bool = True,
+    metadata: bool = False,
+    overwrite: bool = False,
+) -> Path:
     """Write ``store`` as one flat token file, each document followed by ``eos``.
 
     Parameters
@@ -180,7 +195,8 @@ def export_flat(store: TokenStore, path: str | os.PathLike[str], *, eos: int, he
         with open(tmp, "wb") as f:
             if header:
                 np.lib.format.write_array_header_1_0(
-                    f, {"descr": store.dtype.str, "fortran_order": False, "shape": (total,)})
+                    f, {"descr": store.dtype.str, "fortran_order": False, "shape": (total,)}
+                )
             for a, b in _doc_blocks(store):
                 lo = int(store.offsets[a])
                 chunk = np.asarray(store.read_range(lo, int(store.offsets[b])))
@@ -191,12 +207,13 @@ def export_flat(store: TokenStore, path: str | os.PathLike[str], *, eos: int, he
                     doc = int(np.searchsorted(store.offsets, stray[0], side="right")) - 1
                     raise ValueError(
                         f"document {doc} holds eos={eos} at token {int(stray[0]) - 1 - int(store.offsets[doc])} "
-                        "before its end; a flat EOS-separated file cannot describe it")
+                        "before its end; a flat EOS-separated file cannot describe it"
+                    )
                 at = (ends - lo)[needs[a:b]]
                 f.write(np.insert(chunk, at, store.dtype.type(eos)).astype(store.dtype).tobytes())
             f.flush()
             os.fsync(f.fileno())
-        if tmp_meta is not None:
+        if tmp_meta is not None and meta_path is not None:
             starts = np.concatenate(([0], out_ends[:-1]))
             with gzip.open(tmp_meta, "wt") as g:
                 for s, e in zip(starts.tolist(), out_ends.tolist()):

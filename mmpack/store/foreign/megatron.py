@@ -77,8 +77,14 @@ __all__ = [
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER_BYTES = 34  # magic 9 + version 8 + dtype code 1 + S 8 + D 8
 DTYPE_CODES: dict[int, np.dtype] = {
-    1: np.dtype("<u1"), 2: np.dtype("<i1"), 3: np.dtype("<i2"), 4: np.dtype("<i4"),
-    5: np.dtype("<i8"), 6: np.dtype("<f8"), 7: np.dtype("<f4"), 8: np.dtype("<u2"),
+    1: np.dtype("<u1"),
+    2: np.dtype("<i1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<i8"),
+    6: np.dtype("<f8"),
+    7: np.dtype("<f4"),
+    8: np.dtype("<u2"),
 }
 """Megatron-core's ``DType`` codes."""
 
@@ -109,23 +115,28 @@ class MegatronIndex:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER_BYTES)
             if len(head) < HEADER_BYTES or head[:9] != MAGIC:
-                raise FormatError(f"{idx_path}: not a Megatron index (expected the magic "
-                                  f"{MAGIC!r}, got {head[:9]!r})")
+                raise FormatError(
+                    f"{idx_path}: not a Megatron index (expected the magic "
+                    f"{MAGIC!r}, got {head[:9]!r})"
+                )
             version, code, seqs, docs = struct.unpack("<QBQQ", head[9:])
             if version != 1:
-                raise FormatError(f"{idx_path}: Megatron index version {version}; this mmpack "
-                                  "reads version 1")
+                raise FormatError(
+                    f"{idx_path}: Megatron index version {version}; this mmpack reads version 1"
+                )
             if code not in DTYPE_CODES:
                 raise FormatError(f"{idx_path}: unknown Megatron dtype code {code}")
             expected = HEADER_BYTES + 12 * seqs + 8 * docs
             if size == expected + seqs and seqs > 0:
                 raise FormatError(
                     f"{idx_path}: a multimodal Megatron index (a mode per sequence follows the "
-                    "document index); mmpack serves token-only datasets and refuses it")
+                    "document index); mmpack serves token-only datasets and refuses it"
+                )
             if size != expected:
                 raise FormatError(
                     f"{idx_path} holds {size} bytes but its header ({seqs} sequences, {docs} "
-                    f"document indices) implies {expected}: truncated or not understood")
+                    f"document indices) implies {expected}: truncated or not understood"
+                )
             if docs < 1:
                 raise FormatError(f"{idx_path}: an empty document index (it must start with 0)")
             raw = np.memmap(f, dtype=np.uint8, mode="r").view(np.ndarray)
@@ -150,8 +161,10 @@ class MegatronIndex:
         where = self.path
         lens, ptrs, di = self.sequence_lengths, self.sequence_pointers, self.document_indices
         if di[0] != 0 or di[-1] != self.sequence_count:
-            raise FormatError(f"{where}: the document index runs {int(di[0])}..{int(di[-1])}, "
-                              f"expected 0..{self.sequence_count} (the sequence count)")
+            raise FormatError(
+                f"{where}: the document index runs {int(di[0])}..{int(di[-1])}, "
+                f"expected 0..{self.sequence_count} (the sequence count)"
+            )
         bad = np.flatnonzero(di[1:] < di[:-1])
         if bad.size:
             raise FormatError(f"{where}: the document index decreases at document {int(bad[0])}")
@@ -171,7 +184,8 @@ class MegatronIndex:
                     f"{where}: sequence {k} starts at byte {int(ptrs[k])} of the .bin but the "
                     f"sequences before it end at byte {int(starts[k]) * itemsize}; mmpack serves "
                     "the .bin as one flat array and refuses pointers that are not contiguous "
-                    "in order (Megatron's builder always writes them so)")
+                    "in order (Megatron's builder always writes them so)"
+                )
         return starts[di], num_tokens
 
 
@@ -202,8 +216,10 @@ class MegatronStore(ForeignStore):
             for lo in range(0, view.shape[0], step):
                 negative += int(np.count_nonzero(view[lo : lo + step] >= limit))
             if negative:
-                raise FormatError(f"{bin_path}: {negative} negative token ids (the file's dtype is "
-                                  f"{index.dtype}); token ids must be >= 0")
+                raise FormatError(
+                    f"{bin_path}: {negative} negative token ids (the file's dtype is "
+                    f"{index.dtype}); token ids must be >= 0"
+                )
         return {"sequences": index.sequence_count}
 
 
@@ -215,13 +231,14 @@ def _check_bin(bin_path: Path, num_tokens: int, dtype: np.dtype) -> int:
     if size != num_tokens * dtype.itemsize:
         raise FormatError(
             f"{bin_path} holds {size} bytes but its .idx indexes {num_tokens} tokens of {dtype} "
-            f"({num_tokens * dtype.itemsize} bytes): truncated, or not the .idx's .bin")
+            f"({num_tokens * dtype.itemsize} bytes): truncated, or not the .idx's .bin"
+        )
     return size
 
 
 def _fingerprint(index: MegatronIndex, bin_size: int) -> str:
     h = hashlib.sha256(b"megatron\0")
-    h.update(index.raw)
+    h.update(index.raw.data)
     h.update(str(bin_size).encode())
     return h.hexdigest()[:16]
 
@@ -267,10 +284,24 @@ def open_megatron(
         save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(idx_path)})
     _check_bin(bin_path, num_tokens, index.dtype)
     tokens = map_tokens(bin_path, dtype, 0, num_tokens)
-    info = {"version": index.version, "dtype": index.dtype.name, "dtype_code": index.dtype_code,
-            "sequences": index.sequence_count, "bin": str(bin_path), "idx": str(idx_path)}
+    info = {
+        "version": index.version,
+        "dtype": index.dtype.name,
+        "dtype_code": index.dtype_code,
+        "sequences": index.sequence_count,
+        "bin": str(bin_path),
+        "idx": str(idx_path),
+    }
     options = {} if cache_dir is None else {"cache_dir": cache_dir}
-    return MegatronStore(prefix, dtype=dtype, tokens=tokens, offsets=offsets,
-                         fingerprint=fingerprint, source_files=(idx_path, bin_path),
-                         info=info, location=str(prefix), cache_dir=cache_dir,
-                         open_options=options)
+    return MegatronStore(
+        prefix,
+        dtype=dtype,
+        tokens=tokens,
+        offsets=offsets,
+        fingerprint=fingerprint,
+        source_files=(idx_path, bin_path),
+        info=info,
+        location=str(prefix),
+        cache_dir=cache_dir,
+        open_options=options,
+    )
