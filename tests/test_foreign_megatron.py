@@ -26,6 +26,8 @@ from _megatron import (
     random_docs,
     torch,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
@@ -376,3 +378,29 @@ def test_pickling_reopens_and_refuses_changed_data(tmp_path):
     build_megatron(_data_dir(tmp_path) / "c", [np.arange(6), np.arange(9)])
     with pytest.raises(StateMismatchError, match="changed after this object was pickled"):
         pickle.loads(blob)
+
+
+@settings(max_examples=150)
+@given(data=st.data())
+def test_corrupted_index_is_refused_or_consistent(tmp_path_factory, data):
+    """Any single byte changed, or any truncation, of a valid ``.idx``: opening either raises
+    FormatError or serves documents that tile the ``.bin`` exactly (never a crash, never a read
+    outside the file)."""
+    tmp = tmp_path_factory.mktemp("fuzz")
+    docs = [np.arange(k, k + n) for k, n in ((0, 3), (10, 0), (20, 4), (30, 2))]
+    prefix = build_megatron(tmp / "c", docs, split=True)
+    raw = bytearray(open(prefix + ".idx", "rb").read())
+    if data.draw(st.booleans(), label="truncate"):
+        raw = raw[: data.draw(st.integers(0, len(raw) - 1), label="keep")]
+    else:
+        at = data.draw(st.integers(0, len(raw) - 1), label="at")
+        raw[at] ^= data.draw(st.integers(1, 255), label="xor")
+    with open(prefix + ".idx", "wb") as f:
+        f.write(bytes(raw))
+    try:
+        store = open_megatron(prefix, cache_dir=tmp / "cache")
+    except FormatError:
+        return
+    flat = np.fromfile(prefix + ".bin", dtype=np.int32)
+    got = [np.asarray(d) for d in store]
+    np.testing.assert_array_equal(np.concatenate(got) if got else flat[:0], flat)
