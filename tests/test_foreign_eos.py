@@ -243,3 +243,13 @@ def test_pickling_reopens_and_refuses_changed_data(tmp_path):
     write_olmo(path, [np.arange(1, 3), np.arange(1, 5)], eos=0)
     with pytest.raises(StateMismatchError):
         pickle.loads(blob)
+
+
+def test_an_unwritable_cache_warns_and_opens_uncached(tmp_path):
+    path = tmp_path / "t.bin"
+    write_olmo(path, [np.arange(1, 5), np.arange(1, 3)], eos=0)
+    (tmp_path / "a-file").write_text("")
+    with pytest.warns(UserWarning, match="could not cache the document index"):
+        store = open_eos_separated(path, eos=0, dtype="uint16", cache_dir=tmp_path / "a-file" / "c")
+    assert [d.tolist() for d in store] == [[1, 2, 3, 4, 0], [1, 2, 0]]
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -108,19 +110,31 @@ def load_index(
 
 def save_index(
     root: Path, key: dict[str, Any], offsets: np.ndarray, record: dict[str, Any]
-) -> Path:
+) -> Path | None:
     """Write ``offsets`` and ``record`` (plus ``key``) atomically under ``root``; the record is
-    written last, so a half-written index is never loaded."""
+    written last, so a half-written index is never loaded.  A cache that cannot be written
+    (read-only home, full disk) only warns: the store opens all the same, uncached."""
     index_file, record_file = _index_files(root, key)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = index_file.with_name(f".{index_file.name}.tmp-{os.getpid()}")
+    unique = uuid.uuid4().hex[:12]  # concurrent openers (processes or threads) never collide
+    tmps = [p.with_name(f".{p.name}.tmp-{unique}") for p in (index_file, record_file)]
     try:
-        with open(tmp, "wb") as f:
+        root.mkdir(parents=True, exist_ok=True)
+        with open(tmps[0], "wb") as f:
             np.save(f, np.ascontiguousarray(offsets, dtype=np.int64))
-        os.replace(tmp, index_file)
+        os.replace(tmps[0], index_file)
+        with open(tmps[1], "w") as f:
+            json.dump({**record, "key": key}, f)
+        os.replace(tmps[1], record_file)
+    except OSError as exc:
+        warnings.warn(
+            f"could not cache the document index in {root} ({exc}); set "
+            "cache_dir= or $MMPACK_CACHE_DIR to a writable folder",
+            stacklevel=3,
+        )
+        return None
     finally:
-        tmp.unlink(missing_ok=True)
-    write_json_atomic(record_file, {**record, "key": key})
+        for t in tmps:
+            t.unlink(missing_ok=True)
     return index_file
 
 
