@@ -14,6 +14,7 @@ first ``verify()`` records the sidecar (the files are trusted then); later ones 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,7 +135,8 @@ def save_index(
         return None
     finally:
         for t in tmps:
-            t.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                t.unlink(missing_ok=True)
     return index_file
 
 
