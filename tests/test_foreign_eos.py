@@ -229,8 +229,10 @@ def test_verify_catches_a_stale_index(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     stale = mmpack.open(path, format="eos-separated", eos=0, dtype="uint16")
     np.testing.assert_array_equal(stale.offsets, store.offsets)
-    with pytest.raises(FormatError, match="EOS positions changed"):
+    with pytest.raises(FormatError, match="EOS positions changed.*index was removed"):
         stale.verify()
+    fresh = mmpack.open(path, format="eos-separated", eos=0, dtype="uint16")  # scanned again
+    assert fresh.offsets.size == store.offsets.size + 1
 
 
 def test_pickling_reopens_and_refuses_changed_data(tmp_path):

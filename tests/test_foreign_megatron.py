@@ -326,8 +326,10 @@ def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch)
     os.utime(prefix + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns))
     stale = mmpack.open(prefix)
     assert stale.fingerprint == first.fingerprint
-    with pytest.raises(FormatError, match=f"sequence {k} starts at byte {4 * k + 4}"):
+    with pytest.raises(FormatError, match=f"sequence {k} starts at byte {4 * k + 4}.*removed"):
         stale.verify()
+    with pytest.raises(FormatError, match=f"sequence {k} starts at byte"):  # cache dropped
+        mmpack.open(prefix)
 
 
 def test_verify_refuses_negative_ids(tmp_path):

@@ -36,6 +36,7 @@ __all__ = [
     "FlatBackend",
     "ForeignStore",
     "cache_root",
+    "drop_index",
     "file_identity",
     "load_index",
     "map_tokens",
@@ -107,6 +108,13 @@ def load_index(
     ):
         return None
     return offsets.view(np.ndarray), record
+
+
+def drop_index(root: Path, key: dict[str, Any]) -> None:
+    """Remove the cached index of ``key`` (found stale by ``verify()``)."""
+    for p in _index_files(root, key):
+        with contextlib.suppress(OSError):
+            p.unlink(missing_ok=True)
 
 
 def save_index(
@@ -215,6 +223,7 @@ class ForeignStore(TokenStore):
         location: str,
         cache_dir: str | os.PathLike[str] | None,
         open_options: dict[str, Any],
+        index_cache: tuple[Path, dict[str, Any]] | None = None,
     ) -> None:
         num_docs = int(offsets.shape[0]) - 1
         meta = StoreMeta(
@@ -237,6 +246,7 @@ class ForeignStore(TokenStore):
             "source": info,
         }
         self._fingerprint = fingerprint
+        self._index_cache = index_cache
         self._source_files = source_files
         backend = FlatBackend(path, meta, tokens, offsets)
         super().__init__(
@@ -272,7 +282,16 @@ class ForeignStore(TokenStore):
             The structure is wrong, or a block differs from the recorded sidecar (naming the file
             and its byte range).
         """
-        extra = self._check_structure()
+        try:
+            extra = self._check_structure()
+        except FormatError as exc:
+            if self._index_cache is None:
+                raise
+            drop_index(*self._index_cache)
+            raise FormatError(
+                f"{exc} (the cached document index was removed: opening again reads the files "
+                "afresh)"
+            ) from None
         sidecar = self.cache_dir / CHECKSUM_FILE
         current = {p.name: _file_crcs(p) for p in self._source_files}
         recorded = None

@@ -189,7 +189,7 @@ class EosSeparatedStore(ForeignStore):
         if not np.array_equal(found, self.offsets):
             raise FormatError(
                 f"{self.location}: the EOS positions changed since the index was "
-                "built (the cached index is stale); reopen the file"
+                "built: the cached index is stale"
             )
         return {}
 
@@ -298,4 +298,5 @@ def open_eos_separated(
         location=str(path),
         cache_dir=cache_dir,
         open_options=options,
+        index_cache=(root, key),
     )

@@ -204,10 +204,10 @@ class MegatronStore(ForeignStore):
         index = MegatronIndex(idx_path)
         offsets, num_tokens = index.token_offsets()
         if not np.array_equal(offsets, self.offsets):
-            raise FormatError(f"{idx_path} changed since the store was opened; reopen it")
+            raise FormatError(f"{idx_path} changed since the store was opened")
         size = _check_bin(bin_path, num_tokens, index.dtype)
         if _fingerprint(index, size) != self.fingerprint:
-            raise FormatError(f"{idx_path} changed since the store was opened; reopen it")
+            raise FormatError(f"{idx_path} changed since the store was opened")
         negative = 0
         if index.dtype.kind == "i":
             view = self.tokens if self.tokens is not None else np.empty(0, self.dtype)
@@ -304,4 +304,5 @@ def open_megatron(
         location=str(prefix),
         cache_dir=cache_dir,
         open_options=options,
+        index_cache=(root, key),
     )
