@@ -147,6 +147,7 @@ def test_cli_on_megatron_and_flat_files(tmp_path, capsys):
     )
     assert '"documents": 30' in capsys.readouterr().out
     assert main(["info", str(tmp_path / "n.npy"), "--eos", "500"]) == 0  # detected, header read
+    assert main(["info", str(tmp_path / "o.npy"), "--dtype", "uint32", "--metadata"]) == 0
     assert (
         main(
             [
@@ -172,8 +173,11 @@ def test_cli_on_megatron_and_flat_files(tmp_path, capsys):
         (["export", "{meg}", "--to", "megatron", "-o", "{meg}"], "exists; pass overwrite=True"),
         (["export", "{meg}", "--to", "npy", "-o", "{tmp}/x.npy"], "--to npy needs --eos"),
         (["info", "{tmp}/n.npy"], "eos= is required"),
-        (["info", "{meg}", "--dtype", "uint16"], "--dtype is for --format eos-separated"),
+        (["info", "{meg}", "--dtype", "uint16"], "--dtype is for flat token files"),
         (["info", "{tmp}/nothing"], "no mmpack store"),
+        (["info", "{meg}", "--eos", "3"], "--eos is for flat token files; "),
+        (["show", "{meg}.idx", "--seqlen", "2", "-i", "0", "--metadata"], "--metadata is for"),
+        (["info", "{tmp}/n.npy", "--metadata"], "no OLMo-core metadata file"),
     ],
 )
 def test_cli_expected_failures_are_one_line(tmp_path, capsys, argv, match):

@@ -55,34 +55,50 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- opening
 def _open(args: argparse.Namespace):
-    """``mmpack.open`` with the --format/--eos/--dtype options of the store arguments."""
+    """``mmpack.open`` with the --format/--eos/--dtype/--metadata options of the store
+    arguments."""
     import mmpack
+    from mmpack.store.foreign import EosSeparatedStore
+    from mmpack.store.foreign.megatron import detect_megatron
 
-    options = {}
-    if args.format == "eos-separated":
+    options: dict = {}
+    path = Path(args.store)
+    flat = args.format == "eos-separated" or (
+        args.format is None and path.is_file() and detect_megatron(path) is None
+    )
+    if flat:
         options = {"eos": args.eos} if args.eos is not None else {}
         if args.dtype is not None:
             options["dtype"] = args.dtype
-    elif args.dtype is not None:
-        raise ValueError(f"--dtype is for --format eos-separated, not --format {args.format}")
-    elif args.format is None and args.eos is not None and Path(args.store).is_file():
-        options = {"eos": args.eos}  # a detected flat file (.npy) takes it
-    return mmpack.open(args.store, format=args.format, **options)
+        if args.metadata:
+            options["metadata"] = True
+    elif args.dtype is not None or args.metadata:
+        flag = "--dtype" if args.dtype is not None else "--metadata"
+        raise ValueError(f"{flag} is for flat token files (--format eos-separated)")
+    store = mmpack.open(args.store, format=args.format, **options)
+    if args.eos is not None and args.func is not _cmd_export and not isinstance(
+        store, EosSeparatedStore
+    ):
+        raise ValueError(f"--eos is for flat token files; {args.store} is a {store.backend} store")
+    return store
 
 
-def _add_store_arguments(p: argparse.ArgumentParser, eos: bool = True) -> None:
+def _add_store_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", metavar="STORE",
                    help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
                         "PREFIX.idx) or a flat token file")
     p.add_argument("--format", choices=("mmpack", "megatron", "eos-separated"), default=None,
                    help="what STORE is (default: detected; a flat token file needs "
                         "--format eos-separated --eos ID)")
-    if eos:
-        p.add_argument("--eos", type=_token_id, default=None, metavar="ID",
-                       help="end-of-sequence id that ends each document of a flat token file")
+    p.add_argument("--eos", type=_token_id, default=None, metavar="ID",
+                   help="end-of-sequence id that ends each document of a flat token file "
+                        "(export: the id written after each document)")
     p.add_argument("--dtype", choices=("uint8", "uint16", "uint32", "uint64", "int32"),
                    default=None, help="token dtype of a headerless flat token file (OLMo-core: "
                                       "uint16 or uint32)")
+    p.add_argument("--metadata", action="store_true",
+                   help="a flat token file's documents from OLMo-core's NAME.csv.gz beside it "
+                        "(default: found by scanning for --eos)")
 
 
 # --------------------------------------------------------------------------------- info

@@ -239,6 +239,8 @@ def open_eos_separated(
         if not isinstance(metadata, (str, os.PathLike)):
             raise TypeError(f"metadata must be a bool or a path, got {type(metadata).__name__}")
         meta_path = Path(metadata)
+    if meta_path is not None and not meta_path.is_file():
+        raise StoreNotFoundError(f"no OLMo-core metadata file at {str(meta_path)!r}")
     if eos is None and meta_path is None:
         raise ValueError(
             f"{str(path)!r}: eos= is required to find the documents of a flat token file "
