@@ -3,7 +3,7 @@
 Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
-(checksums), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
+(checksums), ``export`` (to Megatron ``.bin/.idx`` or a flat EOS-separated file), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
 (``python -m benchmarks`` of a source checkout).
 
 Exit codes: 0 success; 1 a missing or corrupt store, a refused build, an I/O error (a read-only
@@ -62,9 +62,60 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- opening
+def _open(args: argparse.Namespace):
+    """``mmpack.open`` with the --format/--eos/--dtype/--metadata options of the store
+    arguments."""
+    import mmpack
+    from mmpack.store.foreign import EosSeparatedStore
+    from mmpack.store.foreign.megatron import detect_megatron
+
+    options: dict = {}
+    path = Path(args.store)
+    flat = args.format == "eos-separated" or (
+        args.format is None and path.is_file() and detect_megatron(path) is None
+    )
+    if flat:
+        options = {"eos": args.eos} if args.eos is not None else {}
+        if args.dtype is not None:
+            options["dtype"] = args.dtype
+        if args.metadata:
+            options["metadata"] = True
+    elif args.dtype is not None or args.metadata:
+        flag = "--dtype" if args.dtype is not None else "--metadata"
+        raise ValueError(f"{flag} is for flat token files (--format eos-separated)")
+    store = mmpack.open(args.store, format=args.format, **options)
+    if args.eos is not None and args.func is not _cmd_export and not isinstance(
+        store, EosSeparatedStore
+    ):
+        raise ValueError(f"--eos is for flat token files; {args.store} is a {store.backend} store")
+    return store
+
+
+def _add_store_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", metavar="STORE",
+                   help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
+                        "PREFIX.idx) or a flat token file")
+    p.add_argument("--format", choices=("mmpack", "megatron", "eos-separated"), default=None,
+                   help="what STORE is (default: detected; a flat token file needs "
+                        "--format eos-separated --eos ID)")
+    p.add_argument("--eos", type=_token_id, default=None, metavar="ID",
+                   help="end-of-sequence id that ends each document of a flat token file "
+                        "(export: the id written after each document)")
+    p.add_argument("--dtype", choices=("uint8", "uint16", "uint32", "uint64", "int32"),
+                   default=None, help="token dtype of a headerless flat token file (OLMo-core: "
+                                      "uint16 or uint32)")
+    p.add_argument("--metadata", action="store_true",
+                   help="a flat token file's documents from OLMo-core's NAME.csv.gz beside it "
+                        "(default: found by scanning for --eos)")
+
+
 # --------------------------------------------------------------------------------- info
-def _store_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _store_size(store) -> int:
+    files = getattr(store, "source_files", None)
+    if files is not None:
+        return sum(f.stat().st_size for f in files)
+    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
 
 
 def _fmt_bytes(n: float) -> str:
@@ -114,9 +165,7 @@ def _length_histogram(lens, width: int = 40) -> list[str]:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     lens = store.doc_lens
     info = {
         "path": str(store.path),
@@ -125,7 +174,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "documents": len(store),
         "empty_documents": int((lens == 0).sum()),
         "tokens": store.num_tokens,
-        "bytes_on_disk": _store_size(store.path),
+        "bytes_on_disk": _store_size(store),
         "fingerprint": store.fingerprint,
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
@@ -135,7 +184,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 0
     q = info["doc_length"]
     print(f"store        {info['path']}")
-    print(f"backend      {info['backend']} (format v{info['format_version']})")
+    if store.meta.get("format") == info["backend"]:  # a foreign store: its format and source
+        source = store.meta.get("source", {})
+        print(f"format       {info['backend']}" + (f" v{info['format_version']}"
+              if info["format_version"] is not None else "")
+              + f", file dtype {source.get('dtype')}, served in place (read-only)")
+    else:
+        print(f"backend      {info['backend']} (format v{info['format_version']})")
     print(f"documents    {info['documents']:,} ({info['empty_documents']:,} empty)")
     print(f"tokens       {info['tokens']:,} ({info['dtype']}, "
           f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)")
@@ -154,9 +209,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     import numpy as np
 
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     tok = None
     if args.decode:
         from mmpack.ingest.tokenizer import load_tokenizer
@@ -215,10 +268,9 @@ _METHOD_NAMES = {
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
-    import mmpack
     from mmpack.cli.demo import compare_packing
 
-    store = mmpack.open(args.store)
+    store = _open(args)
     eot = args.eot is not None
     rows = compare_packing(store.doc_lens, args.seqlen, eot=eot, long_docs=args.long_docs,
                            lookahead=args.lookahead, algorithms=("bfd", "stream", "nextfit"))
@@ -247,13 +299,34 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
-    import mmpack
-
-    store = mmpack.open(args.store)
+    store = _open(args)
     res = store.verify()
     print(f"{store.path}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
-          f"fingerprint {store.fingerprint}")
+          f"fingerprint {store.fingerprint}"
+          + (f"; checksums recorded in {res['sidecar']} (checked by the next verify)"
+             if res.get("recorded") else ""))
+    return 0
+
+
+# --------------------------------------------------------------------------------- export
+def _cmd_export(args: argparse.Namespace) -> int:
+    from mmpack.store.foreign import EosSeparatedStore, export_flat, export_megatron
+
+    store = _open(args)
+    if args.to == "megatron":
+        if args.eos is not None and not isinstance(store, EosSeparatedStore):
+            raise ValueError("--eos is for --to npy/olmo (or an eos-separated STORE)")
+        bin_path, idx_path = export_megatron(store, args.output, overwrite=args.overwrite)
+        written = f"{bin_path} and {idx_path}"
+    else:
+        if args.eos is None:
+            raise ValueError(f"--to {args.to} needs --eos ID (the id written after each document)")
+        path = export_flat(store, args.output, eos=args.eos, header=args.to == "npy",
+                           metadata=args.to == "olmo", overwrite=args.overwrite)
+        written = str(path) + (" and its .csv.gz document metadata" if args.to == "olmo" else "")
+    print(f"{store.location}: {len(store):,} documents, {store.num_tokens:,} tokens written "
+          f"to {written}")
     return 0
 
 
@@ -384,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="what a store holds",
                        description="Counts, dtype, backend, size on disk, document-length "
                                    "quantiles and a histogram of a store.")
-    i.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(i)
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.set_defaults(func=_cmd_info, parser=i)
 
@@ -392,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print sample I of the window view (or of the packed view "
                                    "with --packed): its arrays, the documents it comes from, "
                                    "and with --decode its text, segment by segment.")
-    s.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(s)
     s.add_argument("--seqlen", type=_seqlen, required=True, metavar="N",
                    help="tokens per sample")
     s.add_argument("--stride", type=_stride, default=None, metavar="S",
@@ -422,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "padding (one document per row) and concatenate-and-chunk: "
                                    "rows, efficiency (real tokens / slots), padding, documents "
                                    "cut.")
-    k.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(k)
     k.add_argument("--seqlen", type=_seqlen, required=True, metavar="N",
                    help="tokens per row")
     _add_eot(k, True, "an end-of-text token (any id: only its slot counts) follows every "
@@ -437,8 +510,24 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check a store's checksums",
                        description="Recompute every block checksum of a store; exit 1 naming "
                                    "the first bad block.")
-    v.add_argument("store", metavar="STORE", help="the store folder")
+    _add_store_arguments(v)
     v.set_defaults(func=_cmd_verify, parser=v)
+
+    x = sub.add_parser("export", help="write a store as Megatron .bin/.idx or a flat token file",
+                       description="Write STORE (any store mmpack opens) in another tool's "
+                                   "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
+                                   "per document), numpy .npy or OLMo-core's headerless flat "
+                                   "file (+ NAME.csv.gz), each document followed by --eos.  "
+                                   "Files appear complete or not at all.")
+    _add_store_arguments(x)
+    x.add_argument("--to", choices=("megatron", "npy", "olmo"), required=True,
+                   help="megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
+                        "it); olmo: headerless flat file as OLMo-core reads it, plus its "
+                        ".csv.gz document metadata")
+    x.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the Megatron prefix or the file to write")
+    x.add_argument("--overwrite", action="store_true", help="replace existing files")
+    x.set_defaults(func=_cmd_export, parser=x)
 
     d = sub.add_parser("demo", help="the whole pipeline on the Python standard library",
                        description="Build a store from the Python standard library's own "

@@ -14,6 +14,7 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |
 | ``store`` | offsets validation for huge indexes |
+| ``eos`` | one scan for document separators in a flat token file |
 """
 
 __all__: list[str] = []  # kernels are reached by module path

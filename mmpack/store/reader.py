@@ -211,14 +211,20 @@ class TokenStore:
 
 
 # --------------------------------------------------------------------------------- opening
-OPENERS: dict[str, str] = {}
+OPENERS: dict[str, str] = {
+    "megatron": "mmpack.store.foreign.megatron:open_megatron",
+    "eos-separated": "mmpack.store.foreign.eos_separated:open_eos_separated",
+}
 """Openers of stores that are not a local mmpack folder, by kind: ``"url"`` for locations with a
 scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one entry per
 ``format=`` name.  Each value is ``"module:function"``, imported on first use; the function takes
 ``(location, **options)`` and returns a :class:`TokenStore`.  Adding a kind of store is one line
 here plus its module."""
 
-DETECTORS: tuple[str, ...] = ()
+DETECTORS: tuple[str, ...] = (
+    "mmpack.store.foreign.megatron:detect_megatron",
+    "mmpack.store.foreign.eos_separated:detect_npy",
+)
 """``"module:function"`` entries asked, in order, what a local path that holds no mmpack store
 is: each returns a ``format=`` name of :data:`OPENERS` or None."""
 
@@ -291,7 +297,8 @@ def _call_opener(kind: str, location: Any, **options: Any) -> TokenStore:
 
 
 def _is_mmpack_folder(path: Path) -> bool:
-    return (path / "mmpack.json").exists() or (path / "zarr.json").exists() or not path.exists()
+    # A missing path still goes to the detectors: a Megatron prefix is not itself a file.
+    return (path / "mmpack.json").exists() or (path / "zarr.json").exists()
 
 
 def _read_raw_meta(path: Path) -> Any:
