@@ -1,0 +1,283 @@
+"""The store layer never deletes a user's file and never publishes a wrong store (issue 13).
+
+Each test reproduces a defect found by adversarial testing: ``overwrite`` replacing a folder that
+is not a store, ``StoreWriter.add`` losing good documents, wrapped ``add_batch`` lengths swapping
+a corrupt store in place of a good one, a full disk leaking the temporary folder, a source that
+reuses its output buffer.  Run: ``pytest tests/test_trust_store.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mmpack
+import mmpack.writer as W
+from mmpack.errors import FormatError
+from mmpack.writer import StoreWriter
+
+BACKENDS = ["memmap", "zarr"]
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _watched(docs):
+    """A generator that records how many documents were taken from it."""
+    taken = []
+
+    def gen():
+        for d in docs:
+            taken.append(1)
+            yield d
+
+    return gen(), taken
+
+
+# ============================================================================ item 1: overwrite
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_overwrite_refuses_a_folder_of_user_files_before_any_work(tmp_path, backend):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    (home / "corpus").mkdir()
+    docs, taken = _watched([[1, 2, 3]] * 5)
+    with pytest.raises(FileExistsError, match=r"is not an mmpack store \(it holds corpus, notes.txt\)"):
+        mmpack.build(home, docs, backend=backend, overwrite=True, fsync=False)
+    assert taken == []  # refused before the first document was read
+    assert (home / "notes.txt").read_text() == "precious" and (home / "corpus").is_dir()
+    assert _listing(tmp_path) == ["home"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_overwrite_refuses_a_store_holding_other_files(tmp_path, backend):
+    store = mmpack.build(tmp_path / "s", [[1, 2]], backend=backend, fsync=False)
+    (tmp_path / "s" / "README.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="an mmpack store with other files .it holds README.txt"):
+        mmpack.build(tmp_path / "s", [[3]], backend=backend, overwrite=True, fsync=False)
+    assert mmpack.open(tmp_path / "s").fingerprint == store.fingerprint
+    assert (tmp_path / "s" / "README.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink to a store", "symlink to a file", "dangling symlink"])
+def test_overwrite_refuses_files_and_links_before_any_work(tmp_path, kind):
+    target = tmp_path / "t"
+    if kind == "file":
+        target.write_text("precious")
+    else:
+        dest = {"symlink to a store": tmp_path / "store", "symlink to a file": tmp_path / "f",
+                "dangling symlink": tmp_path / "nowhere"}[kind]
+        if kind == "symlink to a store":
+            mmpack.build(dest, [[1]], fsync=False)
+        elif kind == "symlink to a file":
+            dest.write_text("x")
+        os.symlink(dest, target)
+    before = _listing(tmp_path)
+    docs, taken = _watched([[1]] * 3)
+    with pytest.raises(FileExistsError, match="refusing to replace it"):
+        mmpack.build(target, docs, overwrite=True, fsync=False)
+    assert taken == []
+    assert _listing(tmp_path) == before
+    if kind == "file":
+        assert target.read_text() == "precious"
+    else:
+        assert target.is_symlink()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_overwrite_replaces_a_store_or_an_empty_folder(tmp_path, backend):
+    (tmp_path / "empty").mkdir()
+    assert mmpack.build(tmp_path / "empty", [[7]], backend=backend, overwrite=True, fsync=False)[0].tolist() == [7]
+    mmpack.build(tmp_path / "s", [[1]], backend=backend, fsync=False)
+    mmpack.open(tmp_path / "s")  # its packing-plan cache folder is part of a store
+    (tmp_path / "s" / "cache").mkdir()
+    (tmp_path / "s" / "cache" / "plan-x.mmplan").write_bytes(b"x")
+    store = mmpack.build(tmp_path / "s", [[2, 3]], backend=backend, overwrite=True, fsync=False)
+    assert [d.tolist() for d in store] == [[2, 3]]
+    assert _listing(tmp_path) == ["empty", "s"]
+
+
+def test_overwrite_rechecks_the_target_at_the_swap(tmp_path, monkeypatch):
+    """A user file that appears in the target during the build is not swapped away."""
+    target = tmp_path / "s"
+    prev = mmpack.build(target, [[1]], fsync=False)
+
+    def docs():
+        yield [5]
+        (target / "added-meanwhile.txt").write_text("mine")
+        yield [6]
+
+    with pytest.raises(FileExistsError, match="added-meanwhile.txt"):
+        mmpack.build(target, docs(), overwrite=True, fsync=False)
+    assert mmpack.open(target).fingerprint == prev.fingerprint
+    assert (target / "added-meanwhile.txt").read_text() == "mine"
+    assert _listing(tmp_path) == ["s"]
+
+
+# ============================================================================ item 3: add()
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ([4, -1, 5], "document 3 has a negative token -1 at position 1"),
+        (np.array([4, -2]), "document 3 has a negative token -2 at position 1"),
+        (torch.tensor([9, -3]), "document 3 has a negative token -3 at position 1"),
+        ([1, 2**63], "document 3 has a token 9223372036854775808 at position 1"),
+        ([1, True], "non-integer token True"),
+        ("text", "document 3 is a str"),
+    ],
+)
+def test_add_raises_on_the_bad_document_and_keeps_every_good_one(tmp_path, backend, bad, message):
+    """Default buffer (nothing is flushed before the bad document): the add() that receives it
+    raises, and the documents before and after it are all stored."""
+    good_before = [[1, 2], [3], []]
+    good_after = [[10, 11], np.array([12], dtype=np.int32), torch.tensor([13, 14])]
+    with StoreWriter(tmp_path / "s", backend=backend, fsync=False) as w:
+        for d in good_before:
+            w.add(d)
+        with pytest.raises((ValueError, TypeError), match=message):
+            w.add(bad)
+        for d in good_after:
+            w.add(d)
+    expected = [list(d) for d in good_before] + [[10, 11], [12], [13, 14]]
+    assert [d.tolist() for d in w.store] == expected
+    w.store.verify()
+
+
+def test_add_many_adds_the_documents_before_the_bad_one(tmp_path):
+    with StoreWriter(tmp_path / "s", fsync=False) as w:
+        w.add([100])
+        with pytest.raises(ValueError, match="document 3 has a negative token -4 at position 0"):
+            w.add_many([[1], np.array([2, 3]), [-4], [5]])
+        w.add([6])
+    assert [d.tolist() for d in w.store] == [[100], [1], [2, 3], [6]]
+
+
+# ============================================================================ item 4: add_batch
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("tokens", "lengths", "message"),
+    [
+        ([5], np.array([2**64 - 1, 2], dtype=np.uint64), "lengths.0. is 18446744073709551615"),
+        ([1, 2, 3], np.array([2**63 - 1, 2**63 - 1, 5], dtype=np.int64), "lengths.0. is 9223372036854775807"),
+        ([1, 2, 3], np.array([-1, 4]), "lengths must be non-negative; lengths.0. is -1"),
+        ([1, 2, 3], [1, 1], "lengths sum to 2"),
+    ],
+)
+def test_wrapping_lengths_never_replace_the_previous_store(tmp_path, backend, tokens, lengths, message):
+    target = tmp_path / "s"
+    prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
+    with pytest.raises(ValueError, match=message):
+        with StoreWriter(target, backend=backend, overwrite=True, fsync=False) as w:
+            w.add_batch(np.array(tokens), lengths)
+    store = mmpack.open(target)
+    assert store.fingerprint == prev.fingerprint
+    store.verify()
+    assert _listing(tmp_path) == ["s"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_store_failing_its_own_open_is_never_swapped_in(tmp_path, backend, monkeypatch):
+    """Whatever goes wrong in the writing (here: decreasing offsets, checksummed as written), the
+    complete new store is opened and checked in its temporary folder before the swap."""
+    target = tmp_path / "s"
+    prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
+    real = StoreWriter._write_offsets
+
+    def reversed_offsets(self, values):
+        return real(self, values[::-1].copy() if values.size > 1 else values)
+
+    monkeypatch.setattr(StoreWriter, "_write_offsets", reversed_offsets)
+    with pytest.raises(FormatError, match="offsets"):
+        mmpack.build(target, [[4], [5, 6], [7, 8, 9]], backend=backend, overwrite=True, fsync=False)
+    assert mmpack.open(target).fingerprint == prev.fingerprint
+    assert _listing(tmp_path) == ["s"]
+
+
+# ============================================================================ item 5: full disk
+class _FullDisk:
+    """A file object that fails with ENOSPC after ``room`` bytes, and again on close."""
+
+    def __init__(self, f, room: int) -> None:
+        self._f = f
+        self._room = room
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        if n > self._room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._room -= n
+        return self._f.write(data)
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+            raise OSError(errno.ENOSPC, "No space left on device (close)")
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("room", [0, 40, 400])
+def test_disk_full_removes_the_temporary_folder(tmp_path, backend, room, monkeypatch):
+    target = tmp_path / "s"
+    prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
+    real_open = open
+
+    def full_open(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        if "w" in mode and Path(path).name == "tokens.bin":
+            return _FullDisk(f, room)
+        return f
+
+    monkeypatch.setattr(W, "open", full_open, raising=False)
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 300, 20) for _ in range(50)]
+    with pytest.raises(OSError) as info:
+        mmpack.build(target, docs, backend=backend, overwrite=True, buffer_tokens=64, fsync=False)
+    assert info.value.errno == errno.ENOSPC
+    assert _listing(tmp_path) == ["s"]  # no temporary folder left behind
+    assert mmpack.open(target).fingerprint == prev.fingerprint
+
+
+def test_failure_creating_the_files_removes_the_temporary_folder(tmp_path, monkeypatch):
+    real_open = open
+
+    def failing_open(path, mode="r", *args, **kwargs):
+        if Path(path).name == "offsets.bin":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(W, "open", failing_open, raising=False)
+    with pytest.raises(OSError, match="No space"):
+        mmpack.build(tmp_path / "s", [[1]], fsync=False)
+    assert _listing(tmp_path) == []
+
+
+# ============================================================================ item 15: reused buffers
+@pytest.mark.parametrize("kind", ["numpy", "torch", "numpy-uint64", "memmap-slice"])
+@pytest.mark.parametrize("buffer_tokens", [1, 1 << 20])
+def test_a_source_reusing_its_output_buffer(tmp_path, kind, buffer_tokens):
+    """A generator that refills one array and yields it each time: every document is stored as
+    it was when yielded (the writer copies what it buffers)."""
+    expected = [[j, j + 1, j + 2] for j in range(0, 300, 3)]
+    if kind == "memmap-slice":
+        backing = np.memmap(tmp_path / "buf", dtype=np.int64, mode="w+", shape=(3,))
+    else:
+        backing = np.zeros(3, dtype=np.uint64 if kind == "numpy-uint64" else np.int64)
+    out = torch.from_numpy(backing) if kind == "torch" else backing
+
+    def docs():
+        for d in expected:
+            backing[:] = d
+            yield out
+
+    store = mmpack.build(tmp_path / "s", docs(), buffer_tokens=buffer_tokens, fsync=False)
+    assert [d.tolist() for d in store] == expected
