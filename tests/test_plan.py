@@ -437,3 +437,49 @@ def test_cache_false_neither_reads_nor_writes(tmp_path):
     store = FakeStore(tmp_path, [5, 6, 7])
     cached_plan(store, 8, eot=True, cache=False)
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("array", ["bin_ptr", "piece_doc", "piece_start", "piece_len"])
+def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array):
+    """Issue 13 item 6: a damaged cached plan used to duplicate or drop documents silently."""
+    import json
+    import struct
+    import warnings
+
+    import mmpack
+    from mmpack.packed import PackedDataset
+
+    rng = np.random.default_rng(5)
+    docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 40, 300))]
+    store = mmpack.build(tmp_path / "s", docs, fsync=False)
+    ds = PackedDataset(store, 64, eot=0)
+    expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    (plan_file,) = (tmp_path / "s" / "cache").iterdir()
+    raw = bytearray(plan_file.read_bytes())
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    spec = json.loads(raw[16 : 16 + hlen])["arrays"][array]
+    raw[spec["offset"] + 2] ^= 0x04  # one bit of the first entry after bin_ptr[0]'s low bytes
+    plan_file.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match=f"rebuilding the packing plan: .*{array}.* fails its checksum"):
+        again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+    rows = [again[i]["input_ids"].tolist() for i in range(len(again))]
+    assert rows == expected
+    plan = again._plan
+    counts = Counter(plan.piece_doc.tolist())
+    assert sorted(counts) == list(range(len(docs))) and set(counts.values()) == {1}
+    with warnings.catch_warnings():  # the rebuilt plan replaced the damaged file
+        warnings.simplefilter("error")
+        PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+
+
+def test_a_damaged_plan_header_is_detected(tmp_path):
+    plan = build_plan(np.array([3, 4, 5]), 8, eot=False)
+    key = plan_cache_key("x", 8, eot=False)
+    path = tmp_path / "p.mmplan"
+    save_plan(plan, path, key)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b'"n_empty": ') + len(b'"n_empty": ')
+    raw[at] = ord("7")  # a valid header with a wrong statistic
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match="header fails its checksum"):
+        load_plan(path, key)
