@@ -281,3 +281,49 @@ def test_a_source_reusing_its_output_buffer(tmp_path, kind, buffer_tokens):
 
     store = mmpack.build(tmp_path / "s", docs(), buffer_tokens=buffer_tokens, fsync=False)
     assert [d.tolist() for d in store] == expected
+
+
+# ============================================================================ item 7: Zarr chunks
+def _zarr_store(tmp_path: Path, docs=None):
+    docs = docs if docs is not None else [np.arange(j, j + 100_000) % 60000 + 1 for j in range(8)]
+    return mmpack.build(tmp_path / "z", docs, backend="zarr", fsync=False)
+
+
+@pytest.mark.parametrize("array", ["tokens", "offsets"])
+@pytest.mark.parametrize("damage", ["removed", "emptied", "a folder"])
+def test_zarr_missing_chunk_is_an_error_at_open(tmp_path, array, damage):
+    _zarr_store(tmp_path)
+    chunk = tmp_path / "z" / array / "c" / ("1" if array == "tokens" else "0")
+    chunk.unlink()
+    if damage == "emptied":
+        chunk.write_bytes(b"")
+    elif damage == "a folder":
+        chunk.mkdir()
+    what = {"removed": "is missing", "emptied": "is empty", "a folder": "is not a regular file"}[damage]
+    with pytest.raises(FormatError, match=f"{array} chunk .* {what}: Zarr would read it as zeros"):
+        mmpack.open(tmp_path / "z")
+
+
+def test_zarr_chunk_removed_after_open_is_an_error_at_read(tmp_path):
+    from mmpack.window import WindowDataset
+
+    store = _zarr_store(tmp_path)
+    expected = store[3].copy()
+    ds = WindowDataset(store, 4096)
+    (tmp_path / "z" / "tokens" / "c" / "1").unlink()  # tokens [262144, 524288)
+    assert store[0].tolist() == list(np.arange(0, 100_000) % 60000 + 1)  # chunk 0 is fine
+    with pytest.raises(FormatError, match="tokens chunk 1 .* is missing"):
+        store[3]  # tokens [300000, 400000)
+    with pytest.raises(FormatError, match="tokens chunk 1"):
+        ds[300_000 // 4096]
+    with pytest.raises(FormatError, match="tokens chunk 1"):
+        store.verify()
+    assert expected.min() > 0  # what zarr would have returned instead: zeros
+
+
+def test_zarr_all_zero_chunks_are_written(tmp_path):
+    """Zarr skips writing chunks equal to the fill value by default; a store of zeros must still
+    open (every chunk exists)."""
+    store = _zarr_store(tmp_path, [np.zeros(300_000, dtype=np.int64)] + [[]] * 70_000 + [[0]])
+    assert (tmp_path / "z" / "tokens" / "c" / "0").is_file()
+    assert int(store[0].max()) == 0 and len(mmpack.open(tmp_path / "z")) == 70_002
