@@ -195,7 +195,9 @@ def open_store(path: str | os.PathLike[str]) -> TokenStore:
     FormatError
         ``path`` is not a store, or its metadata disagrees with its files.
     """
-    path = _as_path(path, "path")
+    # Absolute now: a later os.chdir must not point the store (its Zarr chunks, its plan cache)
+    # at another folder.  Links are kept (not resolved): the path names what the user named.
+    path = Path(os.path.abspath(_as_path(path, "path")))
     # A rebuild with overwrite=True may swap the folder between reading the metadata and
     # mapping the files: re-read the metadata afterwards and retry if it changed.
     for _ in range(5):

@@ -138,7 +138,7 @@ class StoreWriter:
         buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
         fsync: bool = True,
     ) -> None:
-        self.path = _as_path(path, "path")
+        self.path = Path(os.path.abspath(_as_path(path, "path")))  # immune to a later chdir
         get_backend(backend)
         self.backend = backend
         self.fixed_dtype = None if dtype is None else normalize_token_dtype(dtype)

@@ -327,3 +327,35 @@ def test_zarr_all_zero_chunks_are_written(tmp_path):
     store = _zarr_store(tmp_path, [np.zeros(300_000, dtype=np.int64)] + [[]] * 70_000 + [[0]])
     assert (tmp_path / "z" / "tokens" / "c" / "0").is_file()
     assert int(store[0].max()) == 0 and len(mmpack.open(tmp_path / "z")) == 70_002
+
+
+# ============================================================================ item 15: store files
+def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path):
+    for name in ("tokens.bin", "offsets.bin"):
+        mmpack.build(tmp_path / name, [[1, 2], [3]], fsync=False)
+        os.unlink(tmp_path / name / name)
+        os.mkfifo(tmp_path / name / name)
+        with pytest.raises(FormatError, match=f"{name} is not a regular file"):
+            mmpack.open(tmp_path / name)  # used to block forever in open()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
+    """After os.chdir, a store opened by a relative path keeps reading its own files, and its
+    packing plan goes to its own cache folder."""
+    from mmpack.packed import PackedDataset
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    docs = [[j + 1] * (j % 7 + 1) for j in range(50)]
+    store = mmpack.build("s", docs, backend=backend, fsync=False)
+    mmpack.build(tmp_path / "b" / "s", [[9]] * 3, backend=backend, fsync=False)  # same name
+    store = mmpack.open("s")
+    assert store.path == tmp_path / "a" / "s"
+    monkeypatch.chdir(tmp_path / "b")
+    assert [d.tolist() for d in store] == docs  # not "replaced (rebuilt)", not b's documents
+    ds = PackedDataset(store, 16)
+    assert len(list((tmp_path / "a" / "s" / "cache").iterdir())) == 1
+    assert not (tmp_path / "b" / "s" / "cache").exists()
+    assert sum(int(r["attention_mask"].sum()) for r in (ds[i] for i in range(len(ds)))) == sum(map(len, docs))
