@@ -66,7 +66,13 @@ from mmpack.kernels.packing import (
 from mmpack.masking import corrupt_rows, excluded_ids, row_keys
 from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store import TokenStore, open_store
-from mmpack.validation import check_index, check_indices, check_int, check_token_id
+from mmpack.validation import (
+    check_index,
+    check_indices,
+    check_int,
+    check_int_range,
+    check_token_id,
+)
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -172,7 +178,9 @@ class PackedDataset:
             raise TypeError("special_ids must be an iterable of integer token ids")
         self.special_ids = tuple(check_token_id(t, "special_ids item") for t in special_ids)
         self.mask_id = None if mask_id is None else check_token_id(mask_id, "mask_id")
-        self.vocab_size = None if vocab_size is None else check_int(vocab_size, "vocab_size")
+        self.vocab_size = (  # its lower bound is checked below, with the mlm message
+            None if vocab_size is None else check_int_range(vocab_size, "vocab_size", None)
+        )
         if mode == "mlm":
             if self.mask_id is None or self.vocab_size is None:
                 raise ValueError(
@@ -189,7 +197,7 @@ class PackedDataset:
         self.seed = check_int(seed, "seed")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        self.lookahead = check_int(lookahead, "lookahead")
+        self.lookahead = check_int_range(lookahead, "lookahead", None)  # >= 1: mmpack.plan
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
                        algorithm=algorithm, lookahead=self.lookahead)

@@ -28,7 +28,7 @@ from torch.utils.data import Sampler
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.permutation import MAX_N, Permutation
-from mmpack.validation import check_int
+from mmpack.validation import check_int, check_int_range
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
@@ -110,6 +110,7 @@ class ResumableSampler(Sampler[int]):
         rank = check_int(rank, "rank")
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got world_size={world_size}")
+        check_int_range(world_size, "world_size", None)  # the upper bound, 2**62
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self._n = n

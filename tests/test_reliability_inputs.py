@@ -268,6 +268,18 @@ TABLE: list[Row] = [
         lambda e: _stream([[1]], buffer_size=-1)),
     Row("StreamingPacker", "a text document", TypeError, "the source yielded text (str)",
         lambda e: list(_stream(["abc"]))),
+    Row("StreamingPacker", "a uint64 token 2**63", ValueError,
+        "must hold token ids < 2**63 (they are returned as int64), got 9223372036854775808",
+        lambda e: list(_stream([np.array([1, 2**63], dtype=np.uint64)]))),
+    Row("StreamingPacker", "out_pseq_len=2**70", ValueError, "out_pseq_len must be <= 2**62, got 1180591620717411303424",
+        lambda e: _stream([[1]], out_pseq_len=2**70)),
+    # ------------------------------------------------------------------ huge integers anywhere
+    Row("WindowDataset", "stride=2**70", ValueError, "stride must be <= 2**62, got 1180591620717411303424",
+        lambda e: WindowDataset(e.store, 2, 2**70)),
+    Row("PackedDataset", "lookahead=2**70", ValueError, "lookahead must be <= 2**62",
+        lambda e: PackedDataset(e.store, 4, algorithm="stream", lookahead=2**70)),
+    Row("ResumableSampler", "world_size=2**64", ValueError, "world_size must be <= 2**62, got 18446744073709551616",
+        lambda e: ResumableSampler(10, world_size=2**64)),
 ]
 
 
