@@ -553,6 +553,6 @@ def test_plan_memory_follows_the_store_not_seqlen(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
     out = subprocess.run([sys.executable, "-c", _HUGE_SEQLEN], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok")
