@@ -32,9 +32,10 @@ Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
 (each with its CRC-32 in the header), written to a temporary file and renamed into place, and
 memory-mapped when read back.  Loading checks every checksum, so a damaged plan is rebuilt (with
 a warning) instead of silently duplicating or dropping documents.  The check reads the arrays
-once (about 32 bytes per document): a 10M-document plan (322 MB) loads in 87 ms with the page
-cache warm, against well under a millisecond for the header alone (``/tmp/bench_plan.py`` in
-the issue-13 report; a 300k-document plan reopens in a few milliseconds, ``tests/test_plan.py``).
+once (about 32 bytes per document): a 10M-document plan (322 MB) loads in 87-307 ms with the
+page cache warm (``python -m benchmarks.trust_costs plan``; the range is a quiet and a loaded
+2-core VM), against 0.2 ms for the header alone before; a 300k-document plan reopens in a few
+milliseconds (``tests/test_plan.py``).
 """
 
 from __future__ import annotations

@@ -290,8 +290,7 @@ class StoreWriter:
             arr = _as_doc_array(doc, j)
             if arr.size:
                 _validate_block(arr, np.array([arr.size]), j, self.fixed_dtype)
-            if arr is doc or not arr.flags.owndata:
-                arr = arr.copy()  # the caller may reuse its buffer: keep our own copy
+            # ``doc`` is already our own copy (_snapshot), so ``arr`` may share its memory.
             if arr.dtype.itemsize == 8 and arr.dtype.kind == "u":
                 self._buffer_has_u64 = True
             self._buffer.append(arr)
@@ -531,10 +530,9 @@ def _snapshot(doc: Any) -> Any:
     """A copy of a mutable document taken the moment the source yields it: a source that
     refills one output buffer (array, tensor or list) and yields it again must not change the
     documents already taken.  ``.copy()`` of a numpy document costs about 0.6 us (200k uint16
-    arrays of 1-900 tokens: chunking alone 0.09-0.18 s, with the copies 0.22-0.28 s); the
-    chunk's single ``np.concatenate`` then copies into the block (``/tmp/bench_build.py`` of the
-    report: build of 300k such arrays 0.70-0.81 s with the copies, 0.76-1.03 s before, noisy
-    shared machine)."""
+    arrays of 1-900 tokens: chunking alone 0.09-0.18 s, with the copies 0.22-0.28 s); a whole
+    build of 300k such arrays is not measurably slower (``python -m benchmarks.trust_costs
+    build``: 2.57-3.87 s against 3.13-3.93 s before, runs alternated on a loaded 2-core VM)."""
     t = type(doc)
     if t is np.ndarray or t is list:
         return doc.copy()

@@ -359,3 +359,75 @@ def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
     assert len(list((tmp_path / "a" / "s" / "cache").iterdir())) == 1
     assert not (tmp_path / "b" / "s" / "cache").exists()
     assert sum(int(r["attention_mask"].sum()) for r in (ds[i] for i in range(len(ds)))) == sum(map(len, docs))
+
+
+# ============================================================================ item 14: verify_reads
+def _flipped_store(tmp_path: Path, monkeypatch, backend: str = "memmap"):
+    """A store with 4 KiB checksum blocks and one flipped byte in tokens block 3."""
+    monkeypatch.setattr(W, "BLOCK_BYTES", 4096)
+    docs = [np.arange(j * 100, j * 100 + 100) % 5000 + 1 for j in range(200)]  # uint16
+    store = mmpack.build(tmp_path / "s", docs, backend=backend, fsync=False)
+    assert store.meta["checksum"]["block_bytes"] == 4096 and len(store.meta["checksum"]["tokens"]) == 10
+    if backend == "memmap":
+        with open(tmp_path / "s" / "tokens.bin", "r+b") as f:
+            f.seek(3 * 4096 + 10)
+            f.write(b"\xff")
+    return docs
+
+
+@pytest.mark.parametrize("backend", ["memmap"])
+def test_verify_reads_checks_each_block_on_first_read(tmp_path, monkeypatch, backend):
+    from mmpack.packed import PackedDataset
+    from mmpack.window import WindowDataset
+
+    docs = _flipped_store(tmp_path, monkeypatch, backend)
+    plain = mmpack.open(tmp_path / "s")
+    bad_doc = (3 * 4096 + 10) // 2 // 100  # document 61 holds the flipped token
+    assert plain[bad_doc].tolist() != docs[bad_doc].tolist()  # served silently without the option
+
+    store = mmpack.open(tmp_path / "s", verify_reads=True)
+    assert store.verify_reads and store.tokens is None
+    assert [store[j].tolist() for j in range(40)] == [d.tolist() for d in docs[:40]]  # blocks 0-1
+    with pytest.raises(FormatError, match="tokens block 3 .* fails its checksum"):
+        store[bad_doc]
+    ds = WindowDataset(store, 64)
+    assert ds[0]["input_ids"].tolist() == docs[0][:64].tolist()
+    with pytest.raises(FormatError, match="tokens block 3"):
+        ds.__getitems__([0, (3 * 2048) // 64])
+    packed = PackedDataset(store, 256, eot=0, cache=False)
+    with pytest.raises(FormatError, match="tokens block 3"):
+        packed.__getitems__(list(range(len(packed))))
+    with pytest.raises(FormatError, match="tokens block 3"):
+        store.read_range(3 * 2048, 3 * 2048 + 1)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(store))
+    assert again.verify_reads
+    with pytest.raises(FormatError, match="tokens block 3"):
+        again[bad_doc]
+
+
+def test_verify_reads_checks_the_offsets_at_open(tmp_path, monkeypatch):
+    _flipped_store(tmp_path, monkeypatch)
+    with open(tmp_path / "s" / "offsets.bin", "r+b") as f:  # offsets[5] + 1: still increasing
+        f.seek(5 * 8)
+        value = int.from_bytes(f.read(8), "little")
+        f.seek(5 * 8)
+        f.write((value + 1).to_bytes(8, "little"))
+    mmpack.open(tmp_path / "s")  # the structure is fine
+    with pytest.raises(FormatError, match="offsets block 0 .* fails its checksum"):
+        mmpack.open(tmp_path / "s", verify_reads=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_verify_reads_returns_the_same_data(tmp_path, backend):
+    from mmpack.window import WindowDataset
+
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(0, 70000, int(rng.integers(0, 300))) for _ in range(300)]
+    mmpack.build(tmp_path / "s", docs, backend=backend, fsync=False)
+    a = WindowDataset(mmpack.open(tmp_path / "s"), 50, 17, eot=0)
+    b = WindowDataset(mmpack.open(tmp_path / "s", verify_reads=True), 50, 17, eot=0)
+    idx = rng.integers(0, len(a), 64)
+    assert np.array_equal(a.__getitems__(idx).columns["input_ids"], b.__getitems__(idx).columns["input_ids"])
+    assert all(np.array_equal(a[i]["input_ids"], b[i]["input_ids"]) for i in idx[:8].tolist())
