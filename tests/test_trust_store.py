@@ -431,3 +431,25 @@ def test_verify_reads_returns_the_same_data(tmp_path, backend):
     idx = rng.integers(0, len(a), 64)
     assert np.array_equal(a.__getitems__(idx).columns["input_ids"], b.__getitems__(idx).columns["input_ids"])
     assert all(np.array_equal(a[i]["input_ids"], b[i]["input_ids"]) for i in idx[:8].tolist())
+
+
+def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
+    """``mmpack build "corpus/*.txt" -o corpus --overwrite`` used to replace the input folder."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello world")
+    (corpus / "b.txt").write_text("another document")
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run(
+        [sys.executable, "-m", "mmpack", "build", "corpus/*.txt", "-o", "corpus", "--overwrite"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert res.returncode != 0
+    assert "is not an mmpack store (it holds a.txt, b.txt); refusing to replace it" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert _listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
+    assert _listing(tmp_path) == ["corpus"]
