@@ -378,7 +378,7 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
     for name, arr in arrays.items():
         header["arrays"][name] = {
             "dtype": arr.dtype.str, "shape": list(arr.shape), "offset": 0,
-            "crc32": zlib.crc32(memoryview(arr).cast("B")),
+            "crc32": zlib.crc32(arr.data),
         }
     blob = json.dumps(header).encode()
     data_start = _round_up(16 + len(blob) + 4 + 32 * len(arrays), _ALIGN)
@@ -464,7 +464,7 @@ def load_plan(path: str | os.PathLike[str], key: dict[str, Any] | None = None) -
         else:
             arr = np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(length,))
             arr = arr.view(np.ndarray)
-        if zlib.crc32(memoryview(arr).cast("B")) != crc:
+        if zlib.crc32(arr.data) != crc:
             raise FormatError(
                 f"{path}: plan array {name!r} fails its checksum (damaged file; it would place "
                 "documents wrongly)"

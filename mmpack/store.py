@@ -55,11 +55,11 @@ class TokenStore:
         self._backend: Backend = get_backend(meta.backend)(path, meta)
         self._doc_lens: np.ndarray | None = None
         _check_offsets(self._backend.offsets, meta, path)
-        self._verified: np.ndarray | None = None
+        self._verify_reads = bool(verify_reads)
+        self._verified = np.zeros(len(meta.tokens_crc32) if verify_reads else 0, dtype=bool)
         if verify_reads:
             for b in range(len(meta.offsets_crc32)):
                 self._check_block("offsets", b)
-            self._verified = np.zeros(len(meta.tokens_crc32), dtype=bool)
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -106,13 +106,13 @@ class TokenStore:
     @property
     def verify_reads(self) -> bool:
         """Whether each token block is checksummed the first time it is read."""
-        return self._verified is not None
+        return self._verify_reads
 
     @property
     def tokens(self) -> np.ndarray | None:
         """The whole flat token array as a read-only mapping (memmap backend, without
         ``verify_reads``), else None."""
-        if self._verified is not None:
+        if self._verify_reads:
             return None  # every read must pass through _verify_ranges
         return getattr(self._backend, "tokens", None)
 
@@ -123,7 +123,7 @@ class TokenStore:
     def __getitem__(self, j: int) -> np.ndarray:
         j = check_index(j, self._meta.num_docs, "document")
         lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
-        if self._verified is not None:
+        if self._verify_reads:
             self._verify_span(lo, hi)
         return self._backend.read_range(lo, hi)
 
@@ -141,7 +141,7 @@ class TokenStore:
             raise IndexError(
                 f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]"
             )
-        if self._verified is not None:
+        if self._verify_reads:
             self._verify_span(start, stop)
         return self._backend.read_range(start, stop)
 
@@ -161,7 +161,7 @@ class TokenStore:
             The whole mapped array for the memmap backend (zero copy), a buffer otherwise.
         src_starts : numpy.ndarray, int64, shape (k,)
         """
-        if self._verified is not None and len(starts):
+        if self._verify_reads and len(starts):
             self._verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         return self._backend.read_ranges(starts, lengths)
 

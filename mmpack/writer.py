@@ -185,7 +185,7 @@ class StoreWriter:
         staging.mkdir()
         self._tmp = staging
         try:
-            self._lock_fd = _take_lock(staging / _LOCK_FILE)
+            self._lock_fd: int | None = _take_lock(staging / _LOCK_FILE)
             self._tmp = parent / f".{self.path.name}{_TMP_TAG}{tag}"
             os.rename(staging, self._tmp)
             self._tokens_file = open(self._tmp / TOKENS_FILE, "wb")
@@ -271,7 +271,7 @@ class StoreWriter:
                 return
             lens = _plain_lengths(chunk)
             flat = None if lens is None else _concat_plain(chunk, int(lens.sum()))
-            if flat is not None and _block_ok(flat, self.fixed_dtype):
+            if lens is not None and flat is not None and _block_ok(flat, self.fixed_dtype):
                 n_tokens = flat.size
                 self._buffer.append(flat)
                 self._buffer_lens.extend(lens.tolist())
@@ -393,8 +393,11 @@ class StoreWriter:
             tokens_crc32=tuple(self._tokens_crc.finish()),
             offsets_crc32=tuple(self._offsets_crc.finish()),
         )
-        get_backend(self.backend).commit(self._tmp, meta)
-        _check_new_store(self._tmp, meta)  # the complete new store, before it replaces anything
+        tmp = self._tmp
+        if tmp is None:
+            raise RuntimeError("StoreWriter committed outside its with-block")
+        get_backend(self.backend).commit(tmp, meta)
+        _check_new_store(tmp, meta)  # the complete new store, before it replaces anything
         if self.fsync:
             _fsync_dir(self._tmp)
         _swap_into_place(self._tmp, self.path, self.overwrite)
@@ -700,10 +703,12 @@ def check_replaceable(path: Path) -> None:
         return
     try:
         raw = _read_raw_meta(path)
-        backend = raw.get("backend") if isinstance(raw, dict) else None
     except (FormatError, OSError):
+        raw = None
+    backend = raw.get("backend") if isinstance(raw, dict) else None
+    if not (isinstance(backend, str) and backend in _STORE_ENTRIES):
         backend = None
-    extra = [e for e in entries if e not in _STORE_ENTRIES.get(backend, set())]
+    extra = [e for e in entries if backend is None or e not in _STORE_ENTRIES[backend]]
     if backend is None or extra:
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
         what = "an mmpack store with other files" if backend else "not an mmpack store"
