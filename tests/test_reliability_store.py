@@ -324,6 +324,8 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
     "zarr conversion, done": (
         ("zarr",), lambda: setattr(zarr_backend.ZarrBackend, "commit", staticmethod(
             _after_calls(1, zarr_backend.ZarrBackend.commit, before=False))), False),
+    "validating the new store, before the rename": (
+        ("memmap", "zarr"), lambda: setattr(S, "_check_new_store", _after_calls(1, S._check_new_store)), False),
     "right before the rename": (
         ("memmap", "zarr"), lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place)), False),
     "right after the rename": (
@@ -429,8 +431,8 @@ def test_kill_at_point(tmp_path, point, backend, overwrite):
 
 def test_kill_point_count():
     """The figure quoted in docs/reliability.md."""
-    assert len(KILL_POINTS) + len(OVERWRITE_ONLY) == 19
-    assert len(KILL_CASES) == 52
+    assert len(KILL_POINTS) + len(OVERWRITE_ONLY) == 20
+    assert len(KILL_CASES) == 56
 
 
 _HOLD_LOCK = textwrap.dedent(
