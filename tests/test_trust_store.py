@@ -330,13 +330,24 @@ def test_zarr_all_zero_chunks_are_written(tmp_path):
 
 
 # ============================================================================ item 15: store files
-def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path):
-    for name in ("tokens.bin", "offsets.bin"):
-        mmpack.build(tmp_path / name, [[1, 2], [3]], fsync=False)
-        os.unlink(tmp_path / name / name)
-        os.mkfifo(tmp_path / name / name)
-        with pytest.raises(FormatError, match=f"{name} is not a regular file"):
-            mmpack.open(tmp_path / name)  # used to block forever in open()
+@pytest.mark.parametrize(("backend", "name"), [("memmap", "tokens.bin"), ("memmap", "offsets.bin"),
+                                             ("memmap", "mmpack.json"), ("zarr", "zarr.json"),
+                                             ("zarr", "tokens/c/0"), ("zarr", "offsets/zarr.json")])
+def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path, backend, name):
+    mmpack.build(tmp_path / "s", [[1, 2], [3]], backend=backend, fsync=False)
+    os.unlink(tmp_path / "s" / name)
+    os.mkfifo(tmp_path / "s" / name)
+    with pytest.raises(FormatError, match="is not a regular file"):
+        mmpack.open(tmp_path / "s")  # used to block forever in open()
+
+
+def test_zarr_truncated_chunk_is_an_error_at_read(tmp_path):
+    store = _zarr_store(tmp_path)
+    chunk = tmp_path / "z" / "tokens" / "c" / "1"
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+    store = mmpack.open(tmp_path / "z")  # present and non-empty: the structure is fine
+    with pytest.raises(FormatError, match=r"cannot read tokens .*the Zarr store is corrupt"):
+        store[3]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

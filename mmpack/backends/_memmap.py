@@ -59,6 +59,8 @@ class MemmapBackend(Backend):
     def read_meta(path: Path) -> Any | None:
         meta_path = path / META_FILE
         if not meta_path.is_file():
+            if os.path.lexists(meta_path):  # a FIFO would block the read: never open it
+                raise FormatError(f"{meta_path} is not a regular file: the store is damaged")
             return None
         try:
             return json.loads(meta_path.read_text())

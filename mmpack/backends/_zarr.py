@@ -66,6 +66,9 @@ class ZarrBackend(Backend):
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         super().__init__(path, meta)
         self._stamp = _stamp(path)
+        for meta_file in (path / "tokens" / "zarr.json", path / "offsets" / "zarr.json"):
+            if os.path.lexists(meta_file) and not meta_file.is_file():  # a FIFO would block
+                raise FormatError(f"{meta_file} is not a regular file: the store is damaged")
         try:
             group = _zarr().open_group(str(path), mode="r")
             self._tokens = group["tokens"]
@@ -122,6 +125,8 @@ class ZarrBackend(Backend):
     @staticmethod
     def read_meta(path: Path) -> Any | None:
         if not (path / "zarr.json").is_file():
+            if os.path.lexists(path / "zarr.json"):  # a FIFO would block the read
+                raise FormatError(f"{path / 'zarr.json'} is not a regular file: the store is damaged")
             return None
         try:
             group = _zarr().open_group(str(path), mode="r")
