@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mmpack
 import mmpack.writer as W
@@ -464,3 +466,44 @@ def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert _listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
     assert _listing(tmp_path) == ["corpus"]
+
+
+# ============================================================================ property: add()
+_good = st.one_of(
+    st.lists(st.integers(0, 2**63 - 1), max_size=6),
+    st.lists(st.integers(0, 300), max_size=6).map(lambda xs: np.array(xs, dtype=np.int64)),
+    st.lists(st.integers(0, 70000), max_size=6).map(lambda xs: np.array(xs, dtype=np.uint32)),
+    st.lists(st.integers(0, 2**63 - 1), max_size=4).map(lambda xs: np.array(xs, dtype=np.uint64)),
+    st.lists(st.integers(0, 1000), max_size=6).map(lambda xs: torch.tensor(xs, dtype=torch.int64)),
+)
+_bad = st.one_of(
+    st.lists(st.integers(0, 9), max_size=3).map(lambda xs: xs + [-1]),
+    st.lists(st.integers(0, 9), max_size=3).map(lambda xs: np.array(xs + [2**63], dtype=np.uint64)),
+    st.lists(st.integers(0, 9), max_size=3).map(lambda xs: [*xs, True]),
+    st.just([1.5]),
+    st.just("text"),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), _good, _bad), max_size=12), st.sampled_from([1, 3, 1 << 20]),
+       st.sampled_from(["add", "add_many"]))
+def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
+    """Against the naive specification: the store holds every good document in order, and each
+    bad one raised from the call that received it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        expected = []
+        with StoreWriter(Path(tmp) / "s", buffer_tokens=buffer_tokens, fsync=False) as w:
+            for is_bad, good, bad in items:
+                doc = bad if is_bad else good
+                call = w.add if how == "add" else (lambda d: w.add_many([d]))
+                if is_bad:
+                    with pytest.raises((ValueError, TypeError)):
+                        call(doc)
+                else:
+                    call(doc)
+                    expected.append([int(v) for v in (doc.tolist() if hasattr(doc, "tolist") else doc)])
+        assert [d.tolist() for d in w.store] == expected
+        w.store.verify()
