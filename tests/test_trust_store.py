@@ -175,9 +175,9 @@ def test_add_many_adds_the_documents_before_the_bad_one(tmp_path):
 def test_wrapping_lengths_never_replace_the_previous_store(tmp_path, backend, tokens, lengths, message):
     target = tmp_path / "s"
     prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
-    with pytest.raises(ValueError, match=message):
-        with StoreWriter(target, backend=backend, overwrite=True, fsync=False) as w:
-            w.add_batch(np.array(tokens), lengths)
+    with pytest.raises(ValueError, match=message), \
+            StoreWriter(target, backend=backend, overwrite=True, fsync=False) as w:
+        w.add_batch(np.array(tokens), lengths)
     store = mmpack.open(target)
     assert store.fingerprint == prev.fingerprint
     store.verify()
