@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import os
 import secrets
@@ -726,10 +727,19 @@ def _take_lock(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in _NO_FLOCK:
+            os.close(fd)
+            raise
+        # No flock on this file system: the lock file stays, and cleaners, unable to take the
+        # lock either, keep the folder (a leak at worst, never a live build deleted).
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
 
 
 def _builder_dead(folder: Path) -> tuple[bool, int | None]:

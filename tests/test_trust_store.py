@@ -507,3 +507,18 @@ def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
                     expected.append([int(v) for v in (doc.tolist() if hasattr(doc, "tolist") else doc)])
         assert [d.tolist() for d in w.store] == expected
         w.store.verify()
+
+
+def test_builds_work_where_flock_is_unsupported(tmp_path, monkeypatch):
+    """Some network file systems refuse flock (ENOLCK): the build still works, and a cleaner that
+    cannot take a lock keeps the folder."""
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(W.fcntl, "flock", no_flock)
+    stale = tmp_path / ".s.mmpack-tmp-999999999-abcd1234"
+    stale.mkdir()
+    (stale / ".mmpack-lock").touch()
+    store = mmpack.build(tmp_path / "s", [[1, 2]], fsync=False)
+    assert store[0].tolist() == [1, 2]
+    assert _listing(tmp_path) == [stale.name, "s"]
