@@ -500,10 +500,12 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypa
     n_items = int(counts[K.ST_FULL_PIECES] + counts[K.ST_PLACED_DOCS])
     out = [np.empty(n_items + 1, np.int64), np.empty(n_items, np.int64),
            np.empty(n_items, np.int64), np.empty(n_items, np.int32)]
+    bfd = getattr(K.bfd, "py_func", K.bfd)  # plain functions under NUMBA_DISABLE_JIT=1
+    stream = getattr(K.stream, "py_func", K.stream)
     if algorithm == "bfd":
-        nb = K.bfd.py_func(lens, rem, seqlen, e, mode, *out)
+        nb = bfd(lens, rem, seqlen, e, mode, *out)
     else:
-        nb = K.stream.py_func(lens, rem, seqlen, e, mode, window, *out)
+        nb = stream(lens, rem, seqlen, e, mode, window, *out)
     monkeypatch.undo()
     return [out[0][: nb + 1]] + out[1:]
 
