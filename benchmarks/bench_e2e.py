@@ -1,7 +1,7 @@
 """End to end: tokens/s a ``torch.utils.data.DataLoader`` delivers to the training loop.
 
 The packed view (causal and MLM) and the window view, batch 32 x 2048, shuffled by
-``ResumableSampler``, collated by ``mmpack.collate.collate``, with 0 and 2 worker processes, on a
+``ResumableSampler``, collated by ``mmpack.torch.collate.collate``, with 0 and 2 worker processes, on a
 C4-like store (lognormal(5.48, 1.15) lengths).  Compared with what a GPU consumes: ~17k tokens/s
 for a 7B model on one H100 (NeMo's published figure) and ~0.4M tokens/s for a 124M model: the
 ratio column says how many GPUs' worth of data one loader feeds.
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from mmpack.collate import collate
-from mmpack.packed import PackedDataset
-from mmpack.sampler import ResumableSampler
-from mmpack.writer import StoreWriter
-from mmpack.window import WindowDataset
+from mmpack.torch.collate import collate
+from mmpack.views.packed import PackedDataset
+from mmpack.torch.sampler import ResumableSampler
+from mmpack.store.writer import StoreWriter
+from mmpack.views.window import WindowDataset
 
 BATCH, SEQLEN, EOT = 32, 2048, 50256
 GPU_7B = 17_000

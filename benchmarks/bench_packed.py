@@ -20,7 +20,7 @@ import numpy as np
 
 from benchmarks.bench_window import _lengths, _make_store, _raw_view
 from benchmarks.timing import median_p99, per_call_seconds, per_item_seconds
-from mmpack.packed import PackedDataset
+from mmpack.views.packed import PackedDataset
 
 SEQLEN = 2048
 EOT = 50256

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.plan import build_plan, cached_plan
+from mmpack.views.plan import build_plan, cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 

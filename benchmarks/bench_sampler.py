@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.mixture import Mixture
-from mmpack.permutation import Permutation
-from mmpack.sampler import ResumableSampler
+from mmpack.sampling.mixture import Mixture
+from mmpack.sampling.permutation import Permutation
+from mmpack.torch.sampler import ResumableSampler
 
 CHUNK = 8192
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.writer import StoreWriter, build
+from mmpack.store.writer import StoreWriter, build
 
 
 def _corpus(num_tokens: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:

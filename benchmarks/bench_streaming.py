@@ -11,7 +11,7 @@ below), so the packing efficiencies must agree; the throughput is the point.
 
 Reported per shape: packing efficiency of each, sequences emitted per second (median of
 ``repeats`` timed runs after a warm-up run), and the speed-up; plus the StreamingPacker with MLM
-masking (``mmpack.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
+masking (``mmpack.views.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
 (no Python call per document).  End to end, both packers must write the same ``int64`` output
 (and the StreamingPacker also an ``int64`` attention mask), which bounds the speed-up; the
 "placement only" rows time the decisions alone on the lengths (the seed's Python loop with
@@ -30,7 +30,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from mmpack.streaming import StreamingPacker
+from mmpack.streaming.packer import StreamingPacker
 
 MU, SIGMA = 5.48, 1.15
 
@@ -224,7 +224,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             store = None
             try:
-                from mmpack.writer import build
+                from mmpack.store.writer import build
 
                 store = build(f"{tmp}/store", seqs)
                 cases["StreamingPacker, TokenStore"] = lambda: _run_packer(store, bs, P, buf, nb)

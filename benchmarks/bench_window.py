@@ -27,8 +27,8 @@ import numpy as np
 from benchmarks.timing import median_p99, per_call_seconds, per_item_seconds
 from mmpack.kernels._jit import njit
 from mmpack.kernels.window import window_ranges
-from mmpack.writer import StoreWriter
-from mmpack.window import WindowDataset
+from mmpack.store.writer import StoreWriter
+from mmpack.views.window import WindowDataset
 
 SEQLEN = 2048
 EOT = 50256

@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 import mmpack
-from mmpack.plan import build_plan, load_plan, plan_cache_key, save_plan
-from mmpack.window import WindowDataset
+from mmpack.views.plan import build_plan, load_plan, plan_cache_key, save_plan
+from mmpack.views.window import WindowDataset
 
 
 def _median_ms(fn, reps: int) -> float:

@@ -10,10 +10,10 @@
              └──────┬────────┘
                  Mixture (weighted, random access)
                     │
-          ResumableSampler ──▶ DataLoader ──▶ mmpack.collate.collate ──▶ model
+          ResumableSampler ──▶ DataLoader ──▶ mmpack.torch.collate.collate ──▶ model
 
-Everything else is reached by module path (``mmpack.ingest``, ``mmpack.collate``,
-``mmpack.attention``, ``mmpack.plan``...).
+Everything else is reached by module path (``mmpack.ingest.pipeline``, ``mmpack.torch.collate``,
+``mmpack.torch.attention``, ``mmpack.views.plan``...).
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ assert sorted(__all__) == __all__
 # Everything but the errors loads on first use, so ``import mmpack`` (and ``mmpack --help``)
 # never pays for numba, zarr or torch.
 _LAZY = {
-    "Mixture": "mmpack.mixture",
-    "PackedDataset": "mmpack.packed",
-    "Permutation": "mmpack.permutation",
-    "ResumableSampler": "mmpack.sampler",
-    "StreamingPacker": "mmpack.streaming",
-    "TokenStore": "mmpack.store",
-    "WindowDataset": "mmpack.window",
-    "build": "mmpack.writer",
-    "open": ("mmpack.store", "open_store"),
+    "Mixture": "mmpack.sampling.mixture",
+    "PackedDataset": "mmpack.views.packed",
+    "Permutation": "mmpack.sampling.permutation",
+    "ResumableSampler": "mmpack.torch.sampler",
+    "StreamingPacker": "mmpack.streaming.packer",
+    "TokenStore": "mmpack.store.reader",
+    "WindowDataset": "mmpack.views.window",
+    "build": "mmpack.store.writer",
+    "open": ("mmpack.store.reader", "open_store"),
 }
 
 

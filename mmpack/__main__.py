@@ -1,8 +1,8 @@
-"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack.cli`)."""
+"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack.cli.commands`)."""
 
 import sys
 
-from mmpack.cli import main
+from mmpack.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

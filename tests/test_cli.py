@@ -22,9 +22,9 @@ import pytest
 from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
-from mmpack.cli import build_parser, main
-from mmpack.demo import compare_packing
-from mmpack.tokenizer import load_tokenizer
+from mmpack.cli.commands import build_parser, main
+from mmpack.cli.demo import compare_packing
+from mmpack.ingest.tokenizer import load_tokenizer
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
 SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]

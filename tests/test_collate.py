@@ -1,4 +1,4 @@
-"""Specification of :mod:`mmpack.collate`.
+"""Specification of :mod:`mmpack.torch.collate`.
 
 Run: ``.venv/bin/python -m pytest tests/test_collate.py -q``.
 """
@@ -14,8 +14,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.collate import TOKEN_FIELDS, Collator, collate
-from mmpack.masking import IGNORE_INDEX
+from mmpack.torch.collate import TOKEN_FIELDS, Collator, collate
+from mmpack.views.masking import IGNORE_INDEX
 
 
 def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:

@@ -18,7 +18,7 @@ import pytest
 
 import mmpack
 from mmpack.errors import StateMismatchError
-from mmpack.window import WindowDataset
+from mmpack.views.window import WindowDataset
 
 BACKENDS = ["memmap", "zarr"]
 

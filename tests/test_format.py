@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpack.errors import FormatError
-from mmpack.format import (
+from mmpack.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     TOKEN_DTYPES,

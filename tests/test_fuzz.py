@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack.backends._zarr as zarr_backend
-import mmpack.writer
+import mmpack.store.backends._zarr as zarr_backend
+import mmpack.store.writer
 from mmpack.errors import FormatError
-from mmpack.format import StoreMeta
+from mmpack.store.format import StoreMeta
 
 BYTE_TRIALS = 260  # per backend
 META_TRIALS = 120  # per backend
@@ -47,7 +47,7 @@ def _corpus() -> list[np.ndarray]:
 
 def _build(tmp: Path, backend: str, monkeypatch) -> tuple[Path, list[np.ndarray]]:
     # Small checksum blocks and chunks, so that the store has many of each.
-    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 1024)
     monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 1024)
     monkeypatch.setattr(zarr_backend, "OFFSET_CHUNK", 16)
     docs = _corpus()

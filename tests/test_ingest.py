@@ -21,9 +21,9 @@ from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
 from mmpack.errors import StoreExistsError
-from mmpack.ingest import IngestError, IngestIssue, IngestWarning, ingest
-from mmpack.writer import StoreWriter
-from mmpack.tokenizer import ByteTokenizer, load_tokenizer
+from mmpack.ingest.pipeline import IngestError, IngestIssue, IngestWarning, ingest
+from mmpack.store.writer import StoreWriter
+from mmpack.ingest.tokenizer import ByteTokenizer, load_tokenizer
 
 STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15

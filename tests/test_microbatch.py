@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmpack.microbatch import num_label_tokens, num_sequences, split_packed_batch
-from mmpack.streaming import StreamingPacker
+from mmpack.streaming.microbatch import num_label_tokens, num_sequences, split_packed_batch
+from mmpack.streaming.packer import StreamingPacker
 
 
 def packed(return_tensors="np", mode="causal", **kw):

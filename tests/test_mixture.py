@@ -1,4 +1,4 @@
-"""Specification of :class:`mmpack.mixture.Mixture` and :mod:`mmpack.kernels.mixture`."""
+"""Specification of :class:`mmpack.sampling.mixture.Mixture` and :mod:`mmpack.kernels.mixture`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from mmpack.mixture import RESOLUTION, Mixture, quantize_weights
-from mmpack.permutation import Permutation
-from mmpack.sampler import ResumableSampler
+from mmpack.sampling.mixture import RESOLUTION, Mixture, quantize_weights
+from mmpack.sampling.permutation import Permutation
+from mmpack.torch.sampler import ResumableSampler
 
 # -- fake sources ------------------------------------------------------------------------------------
 

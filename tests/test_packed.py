@@ -1,4 +1,4 @@
-"""The packed view (mmpack.packed) against a naive Python implementation of its contract."""
+"""The packed view (mmpack.views.packed) against a naive Python implementation of its contract."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmpack.errors import FormatError
-from mmpack.packed import PackedDataset
-from mmpack.writer import build
+from mmpack.views.packed import PackedDataset
+from mmpack.store.writer import build
 
 IGNORE = -100
 
@@ -332,7 +332,7 @@ def test_corrupt_plan_is_reported_not_read(tmp_path):
 
 def test_dataloader_with_collate(tmp_path):
     torch = pytest.importorskip("torch")
-    from mmpack.collate import collate
+    from mmpack.torch.collate import collate
 
     rng = np.random.default_rng(1)
     docs = [rng.integers(1, 100, n) for n in rng.integers(1, 90, 200)]

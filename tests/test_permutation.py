@@ -1,4 +1,4 @@
-"""Specification of :mod:`mmpack.permutation` and :mod:`mmpack.kernels.permutation`."""
+"""Specification of :mod:`mmpack.sampling.permutation` and :mod:`mmpack.kernels.permutation`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpack.kernels.permutation import permute_many_keyed
-from mmpack.permutation import MAX_N, ROUNDS, Permutation, epoch_keys
+from mmpack.sampling.permutation import MAX_N, ROUNDS, Permutation, epoch_keys
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The packing plan (mmpack.plan, mmpack.kernels.packing) against slow, obviously right twins."""
+"""The packing plan (mmpack.views.plan, mmpack.kernels.packing) against slow, obviously right twins."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
-from mmpack.plan import (
+from mmpack.views.plan import (
     ALGORITHMS,
     LONG_DOCS,
     build_plan,
@@ -447,7 +447,7 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
     import warnings
 
     import mmpack
-    from mmpack.packed import PackedDataset
+    from mmpack.views.packed import PackedDataset
 
     rng = np.random.default_rng(5)
     docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 40, 300))]
@@ -489,7 +489,7 @@ def test_a_damaged_plan_header_is_detected(tmp_path):
 def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypatch):
     """The kernels run as Python with the index universe forced to ``seqlen`` (the layout before
     the compression: buckets, tree and pools of ``seqlen`` entries)."""
-    from mmpack.plan import _LONG_CODES
+    from mmpack.views.plan import _LONG_CODES
 
     monkeypatch.setattr(K, "_universe", lambda rem_occ, s: s)
     lens = np.asarray(lens, dtype=np.int64)
@@ -535,7 +535,7 @@ _HUGE_SEQLEN = """
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
 import numpy as np
-from mmpack.plan import build_plan
+from mmpack.views.plan import build_plan
 for alg in ("bfd", "stream", "nextfit"):
     for long_docs in ("split", "truncate"):
         p = build_plan(np.array([5, 7, 9]), 2**28, eot=True, algorithm=alg, long_docs=long_docs)

@@ -30,12 +30,12 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, MmpackError, StoreExistsError, StoreNotFoundError
-from mmpack.mixture import Mixture
-from mmpack.packed import PackedDataset
-from mmpack.sampler import ResumableSampler
-from mmpack.streaming import StreamingPacker
-from mmpack.window import WindowDataset
-from mmpack.writer import StoreWriter
+from mmpack.sampling.mixture import Mixture
+from mmpack.views.packed import PackedDataset
+from mmpack.torch.sampler import ResumableSampler
+from mmpack.streaming.packer import StreamingPacker
+from mmpack.views.window import WindowDataset
+from mmpack.store.writer import StoreWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
@@ -410,7 +410,7 @@ _BOUNDSCHECK_SCRIPT = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     import mmpack
-    from mmpack.window import WindowDataset
+    from mmpack.views.window import WindowDataset
 
     corpora = [[], [[]], [[], []], [[5]], [[1, 2, 3], [], [4]], [[], [7, 8], []],
                [list(range(j)) for j in range(7)]]

@@ -31,11 +31,11 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack.backends._zarr as zarr_backend
-import mmpack.format
-import mmpack.writer
+import mmpack.store.backends._zarr as zarr_backend
+import mmpack.store.format
+import mmpack.store.writer
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.writer import StoreWriter
+from mmpack.store.writer import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_missing_path_is_store_not_found(tmp_path):
 # =================================================================================== verify()
 @pytest.mark.parametrize("array", ["tokens", "offsets"])
 def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
-    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
     docs = _docs(5, n=60, high=60000)
     store = mmpack.build(tmp_path / "s", docs)
     assert store.verify()["blocks"] == len(store.meta["checksum"]["tokens"]) + len(
@@ -211,7 +211,7 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
 def test_verify_offsets_block(tmp_path, monkeypatch):
     """A flip that keeps the offsets valid (a middle offset moved within its neighbours) is
     invisible to the cheap checks; only the checksum finds it, and names the block."""
-    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
     store = mmpack.build(tmp_path / "s", [[1] * 4] * 30)
     mmpack.open(tmp_path / "s").verify()
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(20, o[20] + 1))
@@ -224,7 +224,7 @@ def test_verify_offsets_block(tmp_path, monkeypatch):
 def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
-    monkeypatch.setattr(mmpack.writer, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 256)
     monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 128)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
     mmpack.open(tmp_path / "s").verify()
@@ -290,7 +290,7 @@ def _gen_kill(k: int):
     return docs()
 
 
-S = mmpack.writer
+S = mmpack.store.writer
 W = StoreWriter
 # name -> (backends, installs the kill point in the child, the rename happened before the kill)
 KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
@@ -313,8 +313,8 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
         ("memmap",), lambda: setattr(W, "_commit", _after_calls(1, W._commit)), False),
     "metadata write, before its rename": (
         ("memmap",),
-        lambda: setattr(mmpack.format.os, "replace", _when_path(
-            mmpack.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json"))), False),
+        lambda: setattr(mmpack.store.format.os, "replace", _when_path(
+            mmpack.store.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json"))), False),
     "zarr conversion, start": (
         ("zarr",), lambda: setattr(zarr_backend.ZarrBackend, "commit", staticmethod(
             _after_calls(1, zarr_backend.ZarrBackend.commit))), False),

@@ -1,4 +1,4 @@
-"""Specification of :class:`mmpack.sampler.ResumableSampler`."""
+"""Specification of :class:`mmpack.torch.sampler.ResumableSampler`."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.permutation import Permutation
-from mmpack.sampler import ResumableSampler
+from mmpack.sampling.permutation import Permutation
+from mmpack.torch.sampler import ResumableSampler
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -341,7 +341,7 @@ _CHILD = textwrap.dedent(
     import json, sys
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
-    from mmpack.sampler import ResumableSampler
+    from mmpack.torch.sampler import ResumableSampler
     from _datasets import IndexDataset
 
     jobs = json.load(open(sys.argv[1]))

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, StoreNotFoundError
-from mmpack.writer import StoreWriter, TokenStore, build, open_store
+from mmpack.store.writer import StoreWriter, TokenStore, build, open_store
 
 BACKENDS = ["memmap", "zarr"]
 BOUNDARY_TOKENS = [0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]  # ids < 2**63

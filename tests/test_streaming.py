@@ -20,7 +20,7 @@ from mmpack.kernels.streaming import (
     reset_rows,
     row_boundaries,
 )
-from mmpack.streaming import StreamingPacker
+from mmpack.streaming.packer import StreamingPacker
 
 
 # =========================================================================== reference twins
@@ -394,7 +394,7 @@ def test_source_formats(docs):
 
 
 def test_token_store_source(docs, tmp_path):
-    from mmpack.writer import build
+    from mmpack.store.writer import build
 
     store = build(tmp_path / "s", [np.asarray(d) for d in docs])
     packer = StreamingPacker(store, **KW)
@@ -505,7 +505,7 @@ def test_exact_resume(kind, tmp_path):
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
     source = docs
     if kind == "store":
-        from mmpack.writer import build
+        from mmpack.store.writer import build
 
         source = build(tmp_path / "s", docs)
     kw = dict(out_batch_size=3, out_pseq_len=40, buffer_size=6, mode="mlm", mask_id=3,

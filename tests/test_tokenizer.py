@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from _text_corpora import EOT, stdlib_texts, train_bpe
 
-from mmpack.tokenizer import (
+from mmpack.ingest.tokenizer import (
     BYTE_EOT_ID,
     ByteTokenizer,
     HFTokenizer,

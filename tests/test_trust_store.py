@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack.writer as W
+import mmpack.store.writer as W
 from mmpack.errors import FormatError
-from mmpack.writer import StoreWriter
+from mmpack.store.writer import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 
@@ -307,7 +307,7 @@ def test_zarr_missing_chunk_is_an_error_at_open(tmp_path, array, damage):
 
 
 def test_zarr_chunk_removed_after_open_is_an_error_at_read(tmp_path):
-    from mmpack.window import WindowDataset
+    from mmpack.views.window import WindowDataset
 
     store = _zarr_store(tmp_path)
     expected = store[3].copy()
@@ -356,7 +356,7 @@ def test_zarr_truncated_chunk_is_an_error_at_read(tmp_path):
 def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
     """After os.chdir, a store opened by a relative path keeps reading its own files, and its
     packing plan goes to its own cache folder."""
-    from mmpack.packed import PackedDataset
+    from mmpack.views.packed import PackedDataset
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -390,8 +390,8 @@ def _flipped_store(tmp_path: Path, monkeypatch, backend: str = "memmap"):
 
 @pytest.mark.parametrize("backend", ["memmap"])
 def test_verify_reads_checks_each_block_on_first_read(tmp_path, monkeypatch, backend):
-    from mmpack.packed import PackedDataset
-    from mmpack.window import WindowDataset
+    from mmpack.views.packed import PackedDataset
+    from mmpack.views.window import WindowDataset
 
     docs = _flipped_store(tmp_path, monkeypatch, backend)
     plain = mmpack.open(tmp_path / "s")
@@ -434,7 +434,7 @@ def test_verify_reads_checks_the_offsets_at_open(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_verify_reads_returns_the_same_data(tmp_path, backend):
-    from mmpack.window import WindowDataset
+    from mmpack.views.window import WindowDataset
 
     rng = np.random.default_rng(4)
     docs = [rng.integers(0, 70000, int(rng.integers(0, 300))) for _ in range(300)]

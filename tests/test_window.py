@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.window import WindowDataset
+from mmpack.views.window import WindowDataset
 
 BACKENDS = ["memmap", "zarr"]
 

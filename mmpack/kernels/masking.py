@@ -1,7 +1,7 @@
 """The MLM corruption kernel: one pass over a batch of rows, in place, with counter-based draws.
 
 Every random number is a splitmix64 hash of the row's key and the token position, so a row's
-corruption is a pure function of its key (see :mod:`mmpack.masking` for the rule).
+corruption is a pure function of its key (see :mod:`mmpack.views.masking` for the rule).
 """
 
 from __future__ import annotations

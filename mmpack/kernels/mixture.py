@@ -1,4 +1,4 @@
-"""Kernels of :mod:`mmpack.mixture`: one period of Tijdeman's chairman sequence, and lookups in it.
+"""Kernels of :mod:`mmpack.sampling.mixture`: one period of Tijdeman's chairman sequence, and lookups in it.
 
 A period is ``P`` draws among ``K`` sources with integer quotas ``c`` (``sum(c) == P``).  Draw
 ``n = 1, 2, ..., P`` goes, among the sources whose deficit ``n c_k / P - count_k`` is at least

@@ -1,4 +1,4 @@
-"""Kernels of the streaming best-fit packer (:mod:`mmpack.streaming`).
+"""Kernels of the streaming best-fit packer (:mod:`mmpack.streaming.packer`).
 
 Best fit needs, for a sequence of length ``L``, the row with the *smallest* remaining space
 ``>= L``, ties to the lowest row index (the seed's ``argmin`` over the fitting rows picks the first

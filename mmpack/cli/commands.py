@@ -1,6 +1,6 @@
 """The ``mmpack`` command: a thin argparse layer over the library.
 
-Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.ingest`), ``info``
+Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
 (checksums), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
@@ -27,7 +27,7 @@ _PROG = "mmpack"
 
 # --------------------------------------------------------------------------------- build
 def _cmd_build(args: argparse.Namespace) -> int:
-    from mmpack.ingest import ingest
+    from mmpack.ingest.pipeline import ingest
 
     def on_issue(issue) -> None:
         tag = "skipped" if issue.skipped else "note"
@@ -150,18 +150,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
     store = mmpack.open(args.store)
     tok = None
     if args.decode:
-        from mmpack.tokenizer import load_tokenizer
+        from mmpack.ingest.tokenizer import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
     if args.packed:
-        from mmpack.packed import PackedDataset
+        from mmpack.views.packed import PackedDataset
 
         ds = PackedDataset(store, args.seqlen, eot=args.eot, pad_id=args.pad_id,
                            long_docs=args.long_docs, algorithm=args.algorithm)
         what = (f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
                 f"eot {args.eot}, pad {args.pad_id})")
     else:
-        from mmpack.window import WindowDataset
+        from mmpack.views.window import WindowDataset
 
         ds = WindowDataset(store, args.seqlen, args.stride, eot=args.eot, pad_id=args.pad_id,
                            drop_last=not args.keep_last)
@@ -207,7 +207,7 @@ _METHOD_NAMES = {
 
 def _cmd_pack(args: argparse.Namespace) -> int:
     import mmpack
-    from mmpack.demo import compare_packing
+    from mmpack.cli.demo import compare_packing
 
     store = mmpack.open(args.store)
     rows = compare_packing(store.doc_lens, args.seqlen, eot=args.eot, long_docs=args.long_docs,
@@ -247,7 +247,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- demo, bench
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from mmpack.demo import run_demo
+    from mmpack.cli.demo import run_demo
 
     run_demo(out=args.out, overwrite=args.overwrite)
     return 0

@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.backends import get_backend
-from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE
+from mmpack.store.backends import get_backend
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
 from mmpack.errors import FormatError, StoreExistsError
-from mmpack.format import (
+from mmpack.store.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
     BlockChecksum,
@@ -57,7 +57,7 @@ from mmpack.format import (
     normalize_token_dtype,
     smallest_token_dtype,
 )
-from mmpack.store import TokenStore, _as_path, _read_raw_meta, open_store
+from mmpack.store.reader import TokenStore, _as_path, _read_raw_meta, open_store
 
 __all__ = ["StoreWriter", "build"]
 
@@ -445,7 +445,7 @@ def _as_doc_array(doc: Any, j: int) -> np.ndarray:
     if isinstance(doc, (str, bytes, bytearray)):
         raise TypeError(
             f"document {j} is a {type(doc).__name__}; documents are sequences of token ids "
-            "(tokenize text first, e.g. with mmpack.ingest)"
+            "(tokenize text first, e.g. with mmpack.ingest.pipeline)"
         )
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor
         doc = doc.detach().cpu().numpy()

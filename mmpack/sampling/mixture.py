@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.batch import SampleBatch
+from mmpack.views.batch import SampleBatch
 from mmpack.kernels.mixture import (
     build_period,
     locate_many,
@@ -50,8 +50,8 @@ from mmpack.kernels.mixture import (
     prefix_counts,
 )
 from mmpack.kernels.permutation import permute_many_keyed
-from mmpack.permutation import MAX_N, Permutation, epoch_keys
-from mmpack.validation import check_index, check_indices
+from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
+from mmpack.core.validation import check_index, check_indices
 
 __all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
@@ -389,7 +389,7 @@ class Mixture:
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch | list[dict[str, Any]]:
         """Items of a batch of positions; each source's ``__getitems__`` is called once per batch.
 
-        When every source answers with a :class:`~mmpack.batch.SampleBatch` (mmpack's views do),
+        When every source answers with a :class:`~mmpack.views.batch.SampleBatch` (mmpack's views do),
         the result is one ``SampleBatch`` whose columns are scattered from theirs, plus a
         ``source`` column: no Python work per sample.  Otherwise, a list of dicts."""
         idx = check_indices(indices, len(self))

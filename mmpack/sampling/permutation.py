@@ -24,7 +24,7 @@ from typing import Union
 import numpy as np
 
 from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
-from mmpack.validation import check_int
+from mmpack.core.validation import check_int
 
 __all__ = ["MAX_N", "Permutation", "ROUNDS", "SeedLike", "epoch_keys"]
 

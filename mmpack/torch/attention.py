@@ -21,7 +21,7 @@ Three forms of the same mask:
   :func:`document_mask_mod`; ``O(seqlen**2 / 128**2)`` memory, and the compiled kernel skips the
   blocks no query may see (about ``1 - 1 / n_documents`` of the work of a full causal row).
 * FlashAttention's varlen form needs no mask at all: the batch-wide ``cu_seqlens`` of
-  :func:`mmpack.collate.collate`.
+  :func:`mmpack.torch.collate.collate`.
 
 Padding: a padding segment is a segment like any other, so its positions attend among
 themselves.  Every position may attend at least to itself (the diagonal is always True), so no
@@ -95,7 +95,7 @@ def batched_document_ids(
     ----------
     cu_seqlens_rows : sequence of B 1-D boundaries, or torch.Tensor of shape (B, n + 1)
         Each row's boundaries (e.g. ``batch["cu_seqlens_rows"]`` from
-        :func:`mmpack.collate.collate`); rows may hold different numbers of segments.
+        :func:`mmpack.torch.collate.collate`); rows may hold different numbers of segments.
     seqlen : int
         Row length.
     device : torch.device or str, optional

@@ -27,8 +27,8 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.permutation import MAX_N, Permutation
-from mmpack.validation import check_int, check_int_range
+from mmpack.sampling.permutation import MAX_N, Permutation
+from mmpack.core.validation import check_int, check_int_range
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 

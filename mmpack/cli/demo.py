@@ -56,7 +56,7 @@ def compare_packing(
     lookahead : int
         Open rows of ``"stream"``.
     algorithms : tuple of str
-        Names accepted by :func:`mmpack.plan.build_plan`.
+        Names accepted by :func:`mmpack.views.plan.build_plan`.
 
     Returns
     -------
@@ -67,7 +67,7 @@ def compare_packing(
         included), ``padding``, ``efficiency`` (tokens / (rows * seqlen)), ``docs_cut``
         (documents spread over more than one row) and, for the algorithms, ``seconds``.
     """
-    from mmpack.plan import build_plan
+    from mmpack.views.plan import build_plan
 
     lens = np.asarray(doc_lens, dtype=np.int64)
     rows: list[dict[str, Any]] = []
@@ -132,10 +132,10 @@ def run_demo(
 
 def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     import mmpack
-    from mmpack.ingest import ingest
-    from mmpack.packed import PackedDataset
-    from mmpack.tokenizer import ByteTokenizer
-    from mmpack.window import WindowDataset
+    from mmpack.ingest.pipeline import ingest
+    from mmpack.views.packed import PackedDataset
+    from mmpack.ingest.tokenizer import ByteTokenizer
+    from mmpack.views.window import WindowDataset
 
     def say(*lines: str) -> None:
         for line in lines:

@@ -21,7 +21,7 @@ turns a list of them into
   in the same row-major order, so the flat form of every field needs no copy: pass
   ``input_ids.view(1, -1)`` and ``position_ids.view(1, -1)`` to a "padding-free" model;
 * ``cu_seqlens_rows``: the per-row boundaries (a tuple of B int32 tensors), for building
-  per-row masks (:mod:`mmpack.attention`).
+  per-row masks (:mod:`mmpack.torch.attention`).
 
 Padding.  A row's trailing padding is its own segment in ``cu_seqlens`` (mmpack keeps it so that
 the segments tile all ``B * seqlen`` tokens, which is what the varlen kernels index with).
@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmpack.batch import SampleBatch
+from mmpack.views.batch import SampleBatch
 
-from mmpack.masking import IGNORE_INDEX
+from mmpack.views.masking import IGNORE_INDEX
 
 __all__ = ["Collator", "TOKEN_FIELDS", "collate"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.format import StoreMeta
+from mmpack.store.format import StoreMeta
 
 TOKENS_FILE = "tokens.bin"
 OFFSETS_FILE = "offsets.bin"

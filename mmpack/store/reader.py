@@ -1,9 +1,9 @@
 """The token store: every document's tokens in one flat array, plus a cumulative-length index.
 
-A store is opened read-only by memory mapping (:mod:`mmpack.backends`): opening reads only the
+A store is opened read-only by memory mapping (:mod:`mmpack.store.backends`): opening reads only the
 metadata and checks it against the files (sizes, ``offsets`` starting at 0, never decreasing,
 ending at ``num_tokens``), so it costs milliseconds whatever the corpus; ``verify()`` recomputes
-the block checksums.  Stores are written by :mod:`mmpack.writer`.
+the block checksums.  Stores are written by :mod:`mmpack.store.writer`.
 
 Opt-in verification on read (``open_store(path, verify_reads=True)``): the offsets' checksums are
 checked at open, and each 16 MiB block of tokens the first time a read touches it (one CRC-32 of
@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.backends import Backend, get_backend
-from mmpack.backends._memmap import MemmapBackend
-from mmpack.backends._zarr import ZarrBackend
+from mmpack.store.backends import Backend, get_backend
+from mmpack.store.backends._memmap import MemmapBackend
+from mmpack.store.backends._zarr import ZarrBackend
 from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
-from mmpack.format import StoreMeta
-from mmpack.validation import check_index
+from mmpack.store.format import StoreMeta
+from mmpack.core.validation import check_index
 
 __all__ = ["TokenStore", "open_store"]
 
@@ -95,7 +95,7 @@ class TokenStore:
 
     @property
     def fingerprint(self) -> str:
-        """16 hex digits identifying the content (see :mod:`mmpack.format`)."""
+        """16 hex digits identifying the content (see :mod:`mmpack.store.format`)."""
         return self._meta.fingerprint
 
     @property

@@ -11,15 +11,15 @@ little code:
 - ``offsets``: the int64 document index.
 
 Both backends are written the same way (raw little-endian files streamed into a temporary folder,
-see :mod:`mmpack.store`); ``commit`` turns that folder into the backend's own layout before the
+see :mod:`mmpack.store.reader`); ``commit`` turns that folder into the backend's own layout before the
 atomic rename.
 """
 
 from __future__ import annotations
 
-from mmpack.backends._base import Backend
-from mmpack.backends._memmap import MemmapBackend
-from mmpack.backends._zarr import ZarrBackend
+from mmpack.store.backends._base import Backend
+from mmpack.store.backends._memmap import MemmapBackend
+from mmpack.store.backends._zarr import ZarrBackend
 
 __all__ = ["BACKENDS", "Backend", "MemmapBackend", "ZarrBackend", "get_backend"]
 

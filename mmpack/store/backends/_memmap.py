@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.errors import FormatError
-from mmpack.format import META_FILE, OFFSETS_DTYPE, StoreMeta, write_json_atomic
+from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta, write_json_atomic
 
 
 def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:

@@ -5,7 +5,7 @@ matches sorted), one record at a time, and groups the texts into batches of ``ba
 documents (or ``batch_chars`` characters, whichever comes first).  Each batch is tokenized (in
 this process with ``workers=1``; otherwise in a pool of ``workers`` processes, at most
 ``2 * workers`` batches in flight) and the results are consumed *in submission order* and
-streamed into :class:`mmpack.writer.StoreWriter` with ``add_batch``.  So memory is bounded by the
+streamed into :class:`mmpack.store.writer.StoreWriter` with ``add_batch``.  So memory is bounded by the
 batches in flight, never by the corpus, and the store is a pure function of the inputs and the
 tokenizer: the same bytes with one worker or many.  Workers are forked where the platform can
 (Linux; so a script needs no ``if __name__ == "__main__"`` guard there; elsewhere Python's
@@ -63,8 +63,8 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import MmpackError
-from mmpack.writer import StoreWriter, TokenStore
-from mmpack.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
+from mmpack.store.writer import StoreWriter, TokenStore
+from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
 
 __all__ = [
     "FORMATS",
@@ -176,9 +176,9 @@ def ingest(
     inputs : path, glob, list of paths/globs, datasets-like object, or iterable of str / dict
         See the module docstring for the formats.  A list or tuple always means paths.
     output : str or os.PathLike
-        The store folder (written atomically by :class:`~mmpack.writer.StoreWriter`).
+        The store folder (written atomically by :class:`~mmpack.store.writer.StoreWriter`).
     tokenizer : None, "byte", path, TokenizerSpec or Tokenizer
-        See :func:`mmpack.tokenizer.load_tokenizer`; None is the byte-level tokenizer.  The store
+        See :func:`mmpack.ingest.tokenizer.load_tokenizer`; None is the byte-level tokenizer.  The store
         dtype is ``tokenizer.token_dtype`` (``uint8`` for bytes, ``uint16`` up to 65536 ids).
     field : str
         The text field of JSON records, the Parquet column, the dataset column.

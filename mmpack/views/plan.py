@@ -57,7 +57,7 @@ import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as _k
-from mmpack.validation import check_index
+from mmpack.core.validation import check_index
 
 __all__ = [
     "ALGORITHMS",

@@ -172,7 +172,7 @@ class Prefetcher(Generic[T]):
 class Prefetched(Generic[T]):
     """Re-iterable wrapper: every ``iter()`` starts a new :class:`Prefetcher` over the iterable.
 
-    Handy around a :class:`~mmpack.streaming.StreamingPacker`, whose every ``iter()`` is an epoch.
+    Handy around a :class:`~mmpack.streaming.packer.StreamingPacker`, whose every ``iter()`` is an epoch.
     """
 
     def __init__(self, iterable: Iterable[T], depth: int = 2) -> None:

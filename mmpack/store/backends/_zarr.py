@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.format import OFFSETS_DTYPE, StoreMeta
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 
 TOKEN_CHUNK = 1 << 18
 OFFSET_CHUNK = 1 << 16

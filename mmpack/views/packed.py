@@ -1,6 +1,6 @@
 """The packed view: one sample per bin of a packing plan, whole documents side by side.
 
-Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.plan`; built once
+Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.views.plan`; built once
 per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
 pieces in order, each followed by ``eot`` when ``eot`` is given and the piece ends its document,
 then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
@@ -16,7 +16,7 @@ if any, is the last segment:
   split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
   convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
   first position and on padding;
-- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.masking`): of the non-padding tokens
+- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
   corrupted row and ``labels`` holds the original token at selected positions, ``-100``
@@ -26,14 +26,14 @@ if any, is the last segment:
   selected.  The packing is the same in both modes.
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
-is a counter-based hash of the sample's key and the token position (:mod:`mmpack.masking`), so
+is a counter-based hash of the sample's key and the token position (:mod:`mmpack.views.masking`), so
 a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order;
 :meth:`PackedDataset.set_epoch` changes every mask.
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
 the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
-:class:`mmpack.batch.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
-differ in length between rows, so collate with :func:`mmpack.collate.collate` (which takes the
+:class:`mmpack.views.batch.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
+differ in length between rows, so collate with :func:`mmpack.torch.collate.collate` (which takes the
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.batch import SampleBatch
-from mmpack.buffers import BufferPool
+from mmpack.views.batch import SampleBatch
+from mmpack.views.buffers import BufferPool
 from mmpack.errors import FormatError
 from mmpack.kernels.packing import (
     LABELS_HF,
@@ -63,10 +63,10 @@ from mmpack.kernels.packing import (
     one_bin,
     select_pieces,
 )
-from mmpack.masking import corrupt_rows, excluded_ids, row_keys
-from mmpack.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
-from mmpack.store import TokenStore, open_store
-from mmpack.validation import (
+from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
+from mmpack.store.reader import TokenStore, open_store
+from mmpack.core.validation import (
     check_index,
     check_indices,
     check_int,
@@ -117,9 +117,9 @@ class PackedDataset:
     seed : int
         Seed of the MLM corruption (>= 0).
     long_docs : {"split", "truncate", "drop"}
-        Documents longer than a bin (see :mod:`mmpack.plan`).
+        Documents longer than a bin (see :mod:`mmpack.views.plan`).
     algorithm : {"bfd", "stream", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.plan`).
+        Packing algorithm (see :mod:`mmpack.views.plan`).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int
@@ -197,8 +197,8 @@ class PackedDataset:
         self.seed = check_int(seed, "seed")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        self.lookahead = check_int_range(lookahead, "lookahead", None)  # >= 1: mmpack.plan
-        # Validates long_docs, algorithm and lookahead with the messages of mmpack.plan.
+        self.lookahead = check_int_range(lookahead, "lookahead", None)  # >= 1: mmpack.views.plan
+        # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
                        algorithm=algorithm, lookahead=self.lookahead)
         self.long_docs = long_docs
@@ -313,7 +313,7 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.collate.collate`)."""
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
         return self._gather(check_indices(indices, len(self)))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.batch import SampleBatch
-from mmpack.buffers import BufferPool
+from mmpack.views.batch import SampleBatch
+from mmpack.views.buffers import BufferPool
 from mmpack.kernels.window import (
     INDEX_STEP,
     fill_sampled_index,
@@ -32,9 +32,9 @@ from mmpack.kernels.window import (
     one_window,
     window_ranges,
 )
-from mmpack.masking import IGNORE_INDEX
-from mmpack.store import TokenStore
-from mmpack.validation import check_index, check_indices, check_positive_int, check_token_id
+from mmpack.views.masking import IGNORE_INDEX
+from mmpack.store.reader import TokenStore
+from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
 __all__ = ["WindowDataset"]
 
@@ -178,7 +178,7 @@ class WindowDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
-        ``(k, seqlen)`` arrays (``mmpack.collate`` turns them into tensors without a copy)."""
+        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy)."""
         return self._gather(check_indices(indices, self._len))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:

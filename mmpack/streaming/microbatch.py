@@ -1,6 +1,6 @@
 """Packed batches to per-row micro-batches, and the counts a trainer logs about them.
 
-A packed batch (from :class:`~mmpack.streaming.StreamingPacker`) already holds one micro-batch's
+A packed batch (from :class:`~mmpack.streaming.packer.StreamingPacker`) already holds one micro-batch's
 worth of tokens per row, so :func:`split_packed_batch` returns one micro-batch per row (as the
 seed's ``split_packed_batch`` does).  A row whose padding fraction exceeds ``padding_tolerance`` is
 trimmed to its last real token and the padding segment is dropped from its ``cu_seqlens``, which
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.masking import IGNORE_INDEX
+from mmpack.views.masking import IGNORE_INDEX
 
 __all__ = ["num_label_tokens", "num_sequences", "split_packed_batch"]
 

@@ -58,9 +58,9 @@ from mmpack.kernels.streaming import (
     row_boundaries,
     scatter_pieces,
 )
-from mmpack.masking import IGNORE_INDEX, corrupt_rows, excluded_ids, row_keys
-from mmpack.schedules import BatchSizeWarmup, MaskingRatioCooldown
-from mmpack.stream_sources import (
+from mmpack.views.masking import IGNORE_INDEX, corrupt_rows, excluded_ids, row_keys
+from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
+from mmpack.streaming.sources import (
     PieceBuffer,
     batch_items,
     detect_format,
@@ -71,7 +71,7 @@ from mmpack.stream_sources import (
     split_pieces,
     tokens_of,
 )
-from mmpack.validation import check_int_range, check_positive_int, check_token_id
+from mmpack.core.validation import check_int_range, check_positive_int, check_token_id
 
 __all__ = ["StreamingPacker"]
 
@@ -93,7 +93,7 @@ class StreamingPacker:
         sequences, a 2-D array, or a dict whose ``"input_ids"`` is one of those), as the seed.
         ``source_format="auto"`` tells them apart from the first non-empty element (a sequence
         starts with a scalar, a batch with a sequence).  A random-access source of sequences --
-        a :class:`~mmpack.store.TokenStore` (read through ``read_ranges``, without a Python call
+        a :class:`~mmpack.store.reader.TokenStore` (read through ``read_ranges``, without a Python call
         per document), a view, a map-style dataset, a list -- is read by index, which is what
         makes :meth:`state_dict` possible.
     out_batch_size : int
@@ -104,7 +104,7 @@ class StreamingPacker:
         At most this many pieces are deferred (buffered) by one batch; ``>= out_batch_size``.
     mode : {None, "causal", "mlm"}
         ``None``: ``labels`` is ``None`` (the seed's ``suppress_masking``).  ``"mlm"``: 80/10/10
-        masking (:mod:`mmpack.masking`); random tokens come from
+        masking (:mod:`mmpack.views.masking`); random tokens come from
         ``[0, vocab_size)`` minus ``special_ids``, ``mask_id`` and ``pad_id``; padding and special
         ids are never selected.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
         ``ignore_index`` at each piece's last token and on padding.
@@ -126,7 +126,7 @@ class StreamingPacker:
     source_format : {"auto", "sequences", "batches"}
     seed : int
         Row ``r`` of the ``b``-th batch of epoch ``e`` is corrupted with the key of
-        ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.masking.row_keys`): masks are a pure function
+        ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.views.masking.row_keys`): masks are a pure function
         of the position in the stream, so a resumed run reproduces them without generator state.
     return_tensors : {"np", "pt"}
         numpy arrays (default) or torch tensors (zero-copy ``torch.from_numpy``).
@@ -134,11 +134,11 @@ class StreamingPacker:
         Pieces read ahead of the scan (default ``buffer_size``); affects memory and speed only.
     batch_size_warmup_min_size, batch_size_warmup_tokens
         Grow the rows from the former to ``out_batch_size`` over the latter (an int or
-        ``"…tok"``); see :class:`~mmpack.schedules.BatchSizeWarmup`.
+        ``"…tok"``); see :class:`~mmpack.streaming.schedules.BatchSizeWarmup`.
     masking_ratio_cooldown_tokens, masking_ratio_cooldown_start_tokens, final_masking_ratio,
     masking_cooldown_schedule_type, masking_ratio_step_size
         Lower the masking ratio from ``mask_prob`` to ``final_masking_ratio``; see
-        :class:`~mmpack.schedules.MaskingRatioCooldown`.  ``"mlm"`` only.
+        :class:`~mmpack.streaming.schedules.MaskingRatioCooldown`.  ``"mlm"`` only.
     world_size : int
         Ranks sharing the schedules' token durations.
 
@@ -147,7 +147,7 @@ class StreamingPacker:
     Every ``iter(packer)`` is one pass over the source (an epoch): counters and buffers are reset,
     the masking generator is reseeded from ``(seed, epoch)`` and the epoch is passed to
     ``set_epoch`` of the source, of a DataLoader's sampler (e.g. a ``DistributedSampler`` or
-    :class:`~mmpack.sampler.ResumableSampler`) and of its batch sampler.  Epochs count from 0;
+    :class:`~mmpack.torch.sampler.ResumableSampler`) and of its batch sampler.  Epochs count from 0;
     :meth:`set_epoch` chooses the next one.  The schedules' token count is kept across epochs.
     """
 
