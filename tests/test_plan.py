@@ -440,3 +440,124 @@ def test_cache_false_neither_reads_nor_writes(tmp_path):
     store = FakeStore(tmp_path, [5, 6, 7])
     cached_plan(store, 8, eot=True, cache=False)
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("array", ["bin_ptr", "piece_doc", "piece_start", "piece_len"])
+def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array):
+    """Issue 13 item 6: a damaged cached plan used to duplicate or drop documents silently."""
+    import json
+    import struct
+    import warnings
+
+    import mmpack
+    from mmpack.views.packed import PackedDataset
+
+    rng = np.random.default_rng(5)
+    docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 40, 300))]
+    store = mmpack.build(tmp_path / "s", docs, fsync=False)
+    ds = PackedDataset(store, 64, eot=0)
+    expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    (plan_file,) = (tmp_path / "s" / "cache").iterdir()
+    raw = bytearray(plan_file.read_bytes())
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    spec = json.loads(raw[16 : 16 + hlen])["arrays"][array]
+    raw[spec["offset"] + 2] ^= 0x04  # one bit of the first entry after bin_ptr[0]'s low bytes
+    plan_file.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match=f"rebuilding the packing plan: .*{array}.* fails its checksum"):
+        again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+    rows = [again[i]["input_ids"].tolist() for i in range(len(again))]
+    assert rows == expected
+    plan = again._plan
+    counts = Counter(plan.piece_doc.tolist())
+    assert sorted(counts) == list(range(len(docs))) and set(counts.values()) == {1}
+    with warnings.catch_warnings():  # the rebuilt plan replaced the damaged file
+        warnings.simplefilter("error")
+        PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+
+
+def test_a_damaged_plan_header_is_detected(tmp_path):
+    plan = build_plan(np.array([3, 4, 5]), 8, eot=False)
+    key = plan_cache_key("x", 8, eot=False)
+    path = tmp_path / "p.mmplan"
+    save_plan(plan, path, key)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b'"n_empty": ') + len(b'"n_empty": ')
+    raw[at] = ord("7")  # a valid header with a wrong statistic
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match="header fails its checksum"):
+        load_plan(path, key)
+
+
+# ------------------------------------------------------------------------------- memory follows the store
+def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypatch):
+    """The kernels run as Python with the index universe forced to ``seqlen`` (the layout before
+    the compression: buckets, tree and pools of ``seqlen`` entries)."""
+    from mmpack.views.plan import _LONG_CODES
+
+    monkeypatch.setattr(K, "_universe", lambda rem_occ, s: s)
+    lens = np.asarray(lens, dtype=np.int64)
+    e, mode = int(eot), _LONG_CODES[long_docs]
+    rem = np.empty(lens.shape[0], dtype=np.int32)
+    counts = np.zeros(K.N_STATS, dtype=np.int64)
+    K.item_sizes(lens, seqlen, e, mode, rem, counts)
+    n_items = int(counts[K.ST_FULL_PIECES] + counts[K.ST_PLACED_DOCS])
+    out = [np.empty(n_items + 1, np.int64), np.empty(n_items, np.int64),
+           np.empty(n_items, np.int64), np.empty(n_items, np.int32)]
+    bfd = getattr(K.bfd, "py_func", K.bfd)  # plain functions under NUMBA_DISABLE_JIT=1
+    stream = getattr(K.stream, "py_func", K.stream)
+    if algorithm == "bfd":
+        nb = bfd(lens, rem, seqlen, e, mode, *out)
+    else:
+        nb = stream(lens, rem, seqlen, e, mode, window, *out)
+    monkeypatch.undo()
+    return [out[0][: nb + 1]] + out[1:]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), max_size=25),
+    st.integers(1, 3000),
+    st.booleans(),
+    st.sampled_from(LONG_DOCS),
+    st.sampled_from(["bfd", "stream", "nextfit"]),
+    st.integers(1, 5),
+)
+def test_compressed_index_gives_identical_plans(lens, seqlen, eot, long_docs, algorithm, window):
+    """Issue 13 item 15: indexing free space relative to min(seqlen, T + 1) changes no decision:
+    the arrays equal those of the kernels indexing the whole [0, seqlen) (run as Python)."""
+    plan = build_plan(np.array(lens, dtype=np.int64), seqlen, eot=eot, long_docs=long_docs,
+                      algorithm=algorithm, lookahead=window)
+    with pytest.MonkeyPatch.context() as mp:
+        ref = _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm,
+                                 1 if algorithm == "nextfit" else window, mp)
+    for got, want in zip((plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len), ref):
+        assert np.array_equal(got, want)
+
+
+_HUGE_SEQLEN = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
+import numpy as np
+from mmpack.views.plan import build_plan
+for alg in ("bfd", "stream", "nextfit"):
+    for long_docs in ("split", "truncate"):
+        p = build_plan(np.array([5, 7, 9]), 2**28, eot=True, algorithm=alg, long_docs=long_docs)
+        assert p.n_bins == 1 and sorted(p.piece_doc.tolist()) == [0, 1, 2], (alg, p)
+p = build_plan(np.array([2**29 + 3, 4]), 2**28, eot=False)  # a split document: two full pieces
+assert p.n_bins == 3 and sorted(p.piece_len.tolist()) == [3, 4, 2**28, 2**28], p
+print("ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_plan_memory_follows_the_store_not_seqlen(tmp_path):
+    """Three documents at seqlen=2**28 used to need ~10 GB (MemoryError); now a few words."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", _HUGE_SEQLEN], env=env, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok")

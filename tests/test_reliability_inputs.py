@@ -35,6 +35,7 @@ from mmpack.views.packed import PackedDataset
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.views.window import WindowDataset
+from mmpack.store.writer import StoreWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
@@ -49,6 +50,7 @@ class Env:
         self.ds = WindowDataset(self.store, 2)
         (tmp / "file").write_text("not a store")
         (tmp / "empty").mkdir()
+        os.symlink(tmp / "store", tmp / "link")
 
     def build(self, docs: Any, **kwargs) -> Any:
         return mmpack.build(self.tmp / "new", docs, fsync=False, **kwargs)
@@ -87,6 +89,11 @@ def _sampler_state_after(n_drawn, consumed):
     return sampler.state_dict(consumed=consumed)
 
 
+def _add_batch(env: Env, tokens: Any, lengths: Any) -> None:
+    with StoreWriter(env.tmp / "new", fsync=False) as w:
+        w.add_batch(np.asarray(tokens), lengths)
+
+
 TABLE: list[Row] = [
     # ------------------------------------------------------------------ mmpack.build: documents
     Row("mmpack.build", "docs=None", TypeError, "got NoneType", lambda e: e.build(None)),
@@ -108,8 +115,14 @@ TABLE: list[Row] = [
         lambda e: e.build([[1], [2, 3, -1]])),
     Row("mmpack.build", "a negative token (torch)", ValueError, "document 0 has a negative token -7",
         lambda e: e.build([torch.tensor([1, -7])])),
-    Row("mmpack.build", "a token >= 2**64", ValueError, "token 18446744073709551616 at position 1 that does not fit in 64 bits",
+    Row("mmpack.build", "a token >= 2**64", ValueError, "token 18446744073709551616 at position 1 that does not fit in int64",
         lambda e: e.build([[1, 2**64]])),
+    Row("mmpack.build", "a token == 2**63", ValueError, "document 1 has a token 9223372036854775808 at position 0 that does not fit in int64",
+        lambda e: e.build([[1], [2**63]])),
+    Row("mmpack.build", "a uint64 array holding 2**63", ValueError, "document 0 has a token 9223372036854775808 at position 2 that does not fit in int64",
+        lambda e: e.build([np.array([1, 2, 2**63], dtype=np.uint64)])),
+    Row("mmpack.build", "a float token >= 2**63", ValueError, "too large token 9.223372036854776e+18",
+        lambda e: e.build([np.array([2.0**63])])),
     Row("mmpack.build", "a token too large for the given dtype", ValueError,
         "document 0 has token 256 at position 0, which does not fit dtype=uint8 (max 255)",
         lambda e: e.build([[256]], dtype=np.uint8)),
@@ -143,6 +156,20 @@ TABLE: list[Row] = [
         lambda e: mmpack.build(e.tmp / "store", [[1]])),
     Row("mmpack.build", "path is a file, overwrite=True", FileExistsError, "is a file, not a store",
         lambda e: mmpack.build(e.tmp / "file", [[1]], overwrite=True, fsync=False)),
+    Row("mmpack.build", "path is a folder of other files, overwrite=True", FileExistsError,
+        "is not an mmpack store (it holds empty, file, link, store); refusing to replace it",
+        lambda e: mmpack.build(e.tmp, [[1]], overwrite=True, fsync=False)),
+    Row("mmpack.build", "path is a symlink, overwrite=True", FileExistsError, "is a symbolic link; refusing",
+        lambda e: mmpack.build(e.tmp / "link", [[1]], overwrite=True, fsync=False)),
+    Row("StoreWriter.add_batch", "uint64 lengths whose sum wraps", ValueError,
+        "lengths[0] is 18446744073709551615 but tokens holds only 1 items",
+        lambda e: _add_batch(e, [5], np.array([2**64 - 1, 2], dtype=np.uint64))),
+    Row("StoreWriter.add_batch", "int64 lengths summing past 2**63", ValueError,
+        "lengths[0] is 9223372036854775807 but tokens holds only 3 items",
+        lambda e: _add_batch(e, [1, 2, 3], np.array([2**63 - 1, 2**63 - 1, 5], dtype=np.int64))),
+    Row("StoreWriter.add_batch", "lengths not summing to the tokens", ValueError,
+        "tokens holds 3 items but lengths sum to 2",
+        lambda e: _add_batch(e, [1, 2, 3], [1, 1])),
     Row("mmpack.build", "parent folder missing", FileNotFoundError, "parent folder",
         lambda e: mmpack.build(e.tmp / "no" / "s", [[1]])),
     Row("mmpack.build", "parent is a file", NotADirectoryError, "is a file, not a folder",
@@ -295,6 +322,18 @@ TABLE: list[Row] = [
         lambda e: _packer_state(config=None)),
     Row("StreamingPacker.load_state_dict", "pending_len as a list", FormatError,
         "pending_len must be a 1-D integer numpy array", lambda e: _packer_state(pending_len=[1])),
+    Row("StreamingPacker", "a uint64 token 2**63", ValueError,
+        "must hold token ids < 2**63 (they are returned as int64), got 9223372036854775808",
+        lambda e: list(_stream([np.array([1, 2**63], dtype=np.uint64)]))),
+    Row("StreamingPacker", "out_pseq_len=2**70", ValueError, "out_pseq_len must be <= 2**62, got 1180591620717411303424",
+        lambda e: _stream([[1]], out_pseq_len=2**70)),
+    # ------------------------------------------------------------------ huge integers anywhere
+    Row("WindowDataset", "stride=2**70", ValueError, "stride must be <= 2**62, got 1180591620717411303424",
+        lambda e: WindowDataset(e.store, 2, 2**70)),
+    Row("PackedDataset", "lookahead=2**70", ValueError, "lookahead must be <= 2**62",
+        lambda e: PackedDataset(e.store, 4, algorithm="stream", lookahead=2**70)),
+    Row("ResumableSampler", "world_size=2**64", ValueError, "world_size must be <= 2**62, got 18446744073709551616",
+        lambda e: ResumableSampler(10, world_size=2**64)),
 ]
 
 

@@ -324,6 +324,8 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
     "zarr conversion, done": (
         ("zarr",), lambda: setattr(zarr_backend.ZarrBackend, "commit", staticmethod(
             _after_calls(1, zarr_backend.ZarrBackend.commit, before=False))), False),
+    "validating the new store, before the rename": (
+        ("memmap", "zarr"), lambda: setattr(S, "_check_new_store", _after_calls(1, S._check_new_store)), False),
     "right before the rename": (
         ("memmap", "zarr"), lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place)), False),
     "right after the rename": (
@@ -333,18 +335,19 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
         ("memmap",), lambda: setattr(S, "open_store", _after_calls(1, S.open_store)), True),
 }
 _GEN_K = {"buffering, doc 0": 0, "buffering, doc 5": 5, "buffering, doc 45": 45}
-# Only with a previous store: the exchange of two folders, and the two-rename fallback
+# Only with a previous store: the exchange of two folders, and the two-rename fallback (its
+# renames are the 2nd and 3rd: the 1st gives the staged, locked temporary folder its name)
 OVERWRITE_ONLY: dict[str, tuple[Callable[[], None], bool | None]] = {
     "after the exchange, before removing the old store": (
         lambda: setattr(S, "_renameat2_exchange", _after_calls(1, S._renameat2_exchange, before=False)),
         True),
     "fallback rename: old store moved aside, new not yet in place": (
         lambda: (setattr(S, "_renameat2_exchange", lambda a, b: False),
-                 setattr(S.os, "rename", _after_calls(2, S.os.rename))),
+                 setattr(S.os, "rename", _after_calls(3, S.os.rename))),
         None),  # the target may be absent here (the previous store sits in .<name>.mmpack-old-*)
     "fallback rename: done, before removing the old store": (
         lambda: (setattr(S, "_renameat2_exchange", lambda a, b: False),
-                 setattr(S.os, "rename", _after_calls(2, S.os.rename, before=False))),
+                 setattr(S.os, "rename", _after_calls(3, S.os.rename, before=False))),
         True),
 }
 
@@ -428,25 +431,63 @@ def test_kill_at_point(tmp_path, point, backend, overwrite):
 
 def test_kill_point_count():
     """The figure quoted in docs/reliability.md."""
-    assert len(KILL_POINTS) + len(OVERWRITE_ONLY) == 19
-    assert len(KILL_CASES) == 52
+    assert len(KILL_POINTS) + len(OVERWRITE_ONLY) == 20
+    assert len(KILL_CASES) == 56
+
+
+_HOLD_LOCK = textwrap.dedent(
+    """
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def _temp_folder(parent: Path, name: str, pid: int, locked: bool) -> Path:
+    folder = parent / f".{name}.mmpack-tmp-{pid}-abcd1234"
+    folder.mkdir()
+    if locked:
+        (folder / ".mmpack-lock").touch()
+    return folder
 
 
 def test_live_builders_temp_folders_are_kept(tmp_path):
-    """A temporary folder of a builder that is still running is not removed."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    """Liveness is the builder's flock on the lock file in its folder, not its PID: a folder whose
+    lock another process holds is kept even under a PID that does not exist here (another PID
+    namespace); one whose lock can be taken is removed even under a live PID."""
+    live = _temp_folder(tmp_path, "store", 999999999, locked=True)  # PID unknown here
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(live / ".mmpack-lock")],
+                              stdout=subprocess.PIPE)
     try:
-        live = tmp_path / f".store.mmpack-tmp-{sleeper.pid}-abcd1234"
-        live.mkdir()
-        dead = tmp_path / ".store.mmpack-tmp-999999999-abcd1234"
-        dead.mkdir()
-        other = tmp_path / ".other.mmpack-tmp-999999999-abcd1234"  # another target's: not ours
-        other.mkdir()
+        assert holder.stdout.readline() == b"locked\n"
+        dead = _temp_folder(tmp_path, "store", holder.pid, locked=True)  # live PID, free lock
+        (dead / "tokens.bin").write_bytes(b"x" * 10)
+        moved_aside = _temp_folder(tmp_path, "store", 999999998, locked=False)
+        other = _temp_folder(tmp_path, "other", 999999997, locked=True)  # another target's
         mmpack.build(tmp_path / "store", [[1]], fsync=False)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", live.name, other.name])
+        assert not dead.exists() and not moved_aside.exists()
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize(("name", "other"), [("a*", "abc"), ("corpus[v2]", "corpusv"),
+                                             ("s?", "st"), ("x", "x.y")])
+def test_stale_cleanup_matches_exact_names(tmp_path, name, other):
+    """Target names are names, not glob patterns: building ``a*`` leaves the temporary folder of
+    a build of ``abc`` alone, and ``corpus[v2]`` removes its own dead builders' folders."""
+    theirs = _temp_folder(tmp_path, other, 999999999, locked=False)
+    ours = _temp_folder(tmp_path, name, 999999999, locked=True)
+    mmpack.build(tmp_path / name, [[1]], fsync=False)
+    assert theirs.exists() and not ours.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, theirs.name])
+    # and the finished store carries no lock file
+    assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["mmpack.json", "offsets.bin", "tokens.bin"]
 
 
 _SLOW_BUILDER = textwrap.dedent(

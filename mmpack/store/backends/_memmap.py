@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,18 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     """Map ``count`` items of ``dtype`` from ``path``, after checking the file size."""
     expected = count * dtype.itemsize
     try:
-        f = open(path, "rb")
+        # O_NONBLOCK: opening a FIFO put in the file's place must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise FormatError(f"{path} is missing: the store is incomplete") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FormatError(f"{path} is not a regular file (mode {stat.filemode(st.st_mode)}): "
+                          "the store is damaged; rebuild it")
+    f = os.fdopen(fd, "rb")
     with f:  # size and mapping from one open file: a concurrent rebuild cannot slip between
-        actual = os.fstat(f.fileno()).st_size
+        actual = st.st_size
         if actual != expected:
             raise FormatError(
                 f"{path} holds {actual} bytes but the metadata says {count} items of {dtype} "
@@ -51,6 +59,8 @@ class MemmapBackend(Backend):
     def read_meta(path: Path) -> Any | None:
         meta_path = path / META_FILE
         if not meta_path.is_file():
+            if os.path.lexists(meta_path):  # a FIFO would block the read: never open it
+                raise FormatError(f"{meta_path} is not a regular file: the store is damaged")
             return None
         try:
             return json.loads(meta_path.read_text())

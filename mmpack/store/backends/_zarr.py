@@ -9,10 +9,18 @@ Reads are chunk-aware: ``read_ranges`` sorts the requested ranges and coalesces 
 chunk apart into spans, reads each span with one Zarr slice (Zarr fetches and decodes the chunks of
 a span concurrently), and returns the spans' concatenation with the position of every range in it.
 ``offsets`` is read into memory once at open (8 bytes per document).
+
+Missing chunks.  Zarr reads a chunk that does not exist as the fill value (zeros) by design; a
+store must not.  mmpack writes every chunk (``write_empty_chunks``), so every chunk of both
+arrays must exist as a non-empty regular file: opening checks all of them (one ``stat`` each,
+~4k per billion tokens), and every token read checks the chunks it touches again (a chunk
+deleted after the open), raising :class:`~mmpack.errors.FormatError` instead of returning zeros.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,9 @@ class ZarrBackend(Backend):
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         super().__init__(path, meta)
         self._stamp = _stamp(path)
+        for meta_file in (path / "tokens" / "zarr.json", path / "offsets" / "zarr.json"):
+            if os.path.lexists(meta_file) and not meta_file.is_file():  # a FIFO would block
+                raise FormatError(f"{meta_file} is not a regular file: the store is damaged")
         try:
             group = _zarr().open_group(str(path), mode="r")
             self._tokens = group["tokens"]
@@ -77,6 +88,12 @@ class ZarrBackend(Backend):
                     f"{path}/{name}: shape {arr.shape} dtype {arr.dtype} does not match the "
                     f"metadata ({count} items of {dtype})"
                 )
+        for name, arr in (("tokens", self._tokens), ("offsets", offsets_arr)):
+            if len(arr.chunks) != 1 or int(arr.chunks[0]) < 1:
+                raise FormatError(f"{path}/{name}: invalid chunk shape {arr.chunks}")
+        self._check_chunks(
+            "offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // int(offsets_arr.chunks[0]))
+        )
         try:
             offsets = np.asarray(offsets_arr[:], dtype=np.int64)
         except (PermissionError, MemoryError):
@@ -86,10 +103,30 @@ class ZarrBackend(Backend):
         offsets.flags.writeable = False
         self._offsets = offsets
         self.chunk_tokens = int(self._tokens.chunks[0])
+        self._check_chunks("tokens", self._tokens, 0, -(-meta.num_tokens // self.chunk_tokens))
+
+    def _check_chunks(self, name: str, arr: Any, first: int, stop: int) -> None:
+        """Raise :class:`FormatError` unless chunks ``[first, stop)`` of ``arr`` exist as
+        non-empty regular files (Zarr would read a missing one as zeros)."""
+        for c in range(first, stop):
+            chunk = self.path / name / arr.metadata.encode_chunk_key((c,))
+            try:
+                st = os.stat(chunk)
+            except FileNotFoundError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                what = "is missing" if st is None else (
+                    "is empty" if stat.S_ISREG(st.st_mode) else "is not a regular file")
+                raise FormatError(
+                    f"{self.path}: {name} chunk {c} ({chunk.relative_to(self.path)}) {what}: "
+                    "Zarr would read it as zeros; the store is incomplete or damaged, rebuild it"
+                )
 
     @staticmethod
     def read_meta(path: Path) -> Any | None:
         if not (path / "zarr.json").is_file():
+            if os.path.lexists(path / "zarr.json"):  # a FIFO would block the read
+                raise FormatError(f"{path / 'zarr.json'} is not a regular file: the store is damaged")
             return None
         try:
             group = _zarr().open_group(str(path), mode="r")
@@ -107,7 +144,11 @@ class ZarrBackend(Backend):
             ("tokens", TOKENS_FILE, meta.num_tokens, meta.dtype, TOKEN_CHUNK),
             ("offsets", OFFSETS_FILE, meta.num_docs + 1, OFFSETS_DTYPE, OFFSET_CHUNK),
         ):
-            arr = group.create_array(name, shape=(count,), dtype=dtype, chunks=(chunk,))
+            # Every chunk is written, even all-zero ones: a missing chunk then means damage.
+            arr = group.create_array(
+                name, shape=(count,), dtype=dtype, chunks=(chunk,),
+                config={"write_empty_chunks": True},
+            )
             raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r") if count else None
             step = max(chunk, _COPY_ITEMS // chunk * chunk)
             for lo in range(0, count, step):
@@ -133,6 +174,8 @@ class ZarrBackend(Backend):
             self._check_unchanged()
             raise _corrupt(self.path, f"tokens [{start}, {stop})", exc) from exc
         self._check_unchanged()  # the chunks read were the ones of the store opened
+        c = self.chunk_tokens  # and they all existed (a missing one reads as zeros)
+        self._check_chunks("tokens", self._tokens, start // c, -(-stop // c))
         return out
 
     def _check_unchanged(self) -> None:

@@ -1,0 +1,110 @@
+"""What the store layer's integrity checks cost (issue 13): ``python -m benchmarks.trust_costs``.
+
+Three measurements, each printed as medians side by side:
+
+- ``plan``: loading a cached 10M-document packing plan, which now CRC-32s its arrays;
+- ``verify_reads``: random ``WindowDataset`` batches (64 windows of 2048) over 100M uint16
+  tokens with ``mmpack.open(..., verify_reads=True)`` against the plain memory map, plus the
+  one-time cost of checking each 16 MiB block on first touch, and a full ``verify()``;
+- ``build``: ``mmpack.build`` from 300k numpy documents (each copied as it is taken, so a source
+  may reuse its output buffer).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import mmpack
+from mmpack.views.plan import build_plan, load_plan, plan_cache_key, save_plan
+from mmpack.views.window import WindowDataset
+
+
+def _median_ms(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)) * 1e3
+
+
+def bench_plan(tmp: str) -> None:
+    rng = np.random.default_rng(0)
+    lens = rng.integers(0, 3000, 10_000_000)
+    plan = build_plan(lens, 2048, eot=True)
+    key = plan_cache_key("f" * 16, 2048, eot=True)
+    path = f"{tmp}/p.mmplan"
+    save_plan(plan, path, key)
+    ms = _median_ms(lambda: load_plan(path, key), 7)
+    size = plan.bin_ptr.nbytes + plan.piece_doc.nbytes + plan.piece_start.nbytes + plan.piece_len.nbytes
+    print(f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + CRC-32 "
+          f"of every array, page cache warm) median {ms:.1f} ms")
+
+
+def _window_batches(store, nb: int, seed: int) -> np.ndarray:
+    ds = WindowDataset(store, 2048)
+    rng = np.random.default_rng(seed)
+    ds.__getitems__(rng.integers(0, len(ds), 64))  # compile / warm up
+    ts = []
+    for _ in range(nb):
+        idx = rng.integers(0, len(ds), 64)
+        t = time.perf_counter()
+        ds.__getitems__(idx)
+        ts.append(time.perf_counter() - t)
+    return np.array(ts)
+
+
+def bench_verify_reads(tmp: str) -> None:
+    rng = np.random.default_rng(0)
+
+    def docs():
+        left = 100_000_000
+        while left > 0:
+            n = min(left, int(rng.integers(100, 4000)))
+            left -= n
+            yield rng.integers(0, 50000, n, dtype=np.uint16)
+
+    mmpack.build(f"{tmp}/s", docs(), fsync=False)
+    for _ in range(2):
+        plain = _window_batches(mmpack.open(f"{tmp}/s"), 300, 1)
+        store = mmpack.open(f"{tmp}/s", verify_reads=True)
+        first = _window_batches(store, 300, 1)
+        steady = _window_batches(store, 300, 2)
+        n_blocks = len(store.meta["checksum"]["tokens"])
+        print(f"verify_reads: plain memmap median {np.median(plain) * 1e3:.3f} ms/batch | "
+              f"verify_reads steady {np.median(steady) * 1e3:.3f} ms/batch "
+              f"({np.median(steady) / np.median(plain):.2f}x) | first 300 batches "
+              f"{first.sum():.2f} s vs {plain.sum():.2f} s plain ({n_blocks} blocks checked)")
+    t = time.perf_counter()
+    mmpack.open(f"{tmp}/s").verify()
+    print(f"verify(): {time.perf_counter() - t:.2f} s for 200 MB")
+
+
+def bench_build(tmp: str) -> None:
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 50000, int(n)).astype(np.uint16) for n in rng.integers(1, 900, 300_000)]
+    ts = []
+    for k in range(5):
+        t = time.perf_counter()
+        mmpack.build(f"{tmp}/b{k}", docs, fsync=False)
+        ts.append(time.perf_counter() - t)
+    print(f"build: 300k uint16 numpy documents, median {np.median(ts):.3f} s")
+
+
+def main(argv: list[str]) -> None:
+    topics = argv or ["plan", "verify_reads", "build"]
+    for topic in topics:
+        tmp = tempfile.mkdtemp(prefix="mmpack-bench-")
+        try:
+            {"plan": bench_plan, "verify_reads": bench_verify_reads, "build": bench_build}[topic](tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
