@@ -44,8 +44,9 @@ import torch
 from mmpack.views.batch import SampleBatch
 
 from mmpack.views.masking import IGNORE_INDEX
+from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
 
-__all__ = ["Collator", "TOKEN_FIELDS", "collate"]
+__all__ = ["Collator", "TOKEN_FIELDS", "collate", "hf_inputs"]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
