@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import io
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -76,7 +77,7 @@ def _through_pickle(batch):
 
 
 def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, monkeypatch):
-    monkeypatch.setattr(transfer, "get_worker_info", lambda: object())  # act as a worker
+    monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))  # act as worker 0
     collator = SharedCollator(dtype=torch.int32, slots=2)
     samples = [dataset[i] for i in range(BATCH)]
     first = _through_pickle(collator(samples))
@@ -106,3 +107,21 @@ def test_validation():
         SharedCollator(dtype=torch.float32)
     with pytest.raises(ValueError, match="dtype"):
         collate([{"input_ids": np.arange(3)}], dtype=torch.int16)
+
+
+def test_a_slot_still_held_from_an_earlier_worker_is_not_taken(dataset, monkeypatch):
+    """Non-persistent workers: the next epoch's worker 0 must skip slots its predecessor's
+    batches still hold."""
+    monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))
+    collator = SharedCollator(slots=2)
+    samples = [dataset[i] for i in range(BATCH)]
+    old = _through_pickle(collator(samples))
+    collator._pool = None  # a new worker process with the same id
+    new = _through_pickle(collator(samples))
+    assert collator._flags[0].tolist() == [1, 1] and list(collator._pool.buffers) == [1]
+    expected = old["input_ids"].clone()
+    del new
+    gc.collect()
+    again = _through_pickle(collator(samples))  # reuses slot 1, never slot 0
+    assert list(collator._pool.buffers) == [1] and torch.equal(old["input_ids"], expected)
+    del old, again

@@ -30,6 +30,8 @@ Measured figures (``python -m benchmarks.bench_e2e --workers``) are in the READM
 
 from __future__ import annotations
 
+import itertools
+import os
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,6 +45,9 @@ from mmpack.torch.collate import TOKEN_FIELDS, Collator
 __all__ = ["SharedCollator"]
 
 _FREE, _BUSY = 0, 1
+_MAX_WORKERS = 256
+_FLAGS: dict[tuple[int, int], torch.Tensor] = {}  # (pid, serial) of the collator -> its flags
+_SERIAL = itertools.count()
 
 
 class SharedCollator:
@@ -74,6 +79,11 @@ class SharedCollator:
         self.dtype = dtype
         self.slots = int(slots)
         self._pool: _Pool | None = None
+        # The free/busy flags of every worker's buffers, made here in the main process: workers
+        # inherit them (fork) or receive them once (spawn); batches carry only this key.
+        self._key = (os.getpid(), next(_SERIAL))
+        self._flags = torch.zeros(_MAX_WORKERS, self.slots, dtype=torch.int32).share_memory_()
+        _FLAGS[self._key] = self._flags
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -85,7 +95,9 @@ class SharedCollator:
         if get_worker_info() is None:
             return out  # main process: nothing crosses a process boundary
         if self._pool is None:
-            self._pool = _Pool(self.slots)
+            info = get_worker_info()
+            flags = self._flags[info.id] if info.id < _MAX_WORKERS else torch.zeros(self.slots, dtype=torch.int32)
+            self._pool = _Pool(flags)
         names = [k for k in TOKEN_FIELDS if k in out]
         if not names:
             return out
@@ -94,61 +106,62 @@ class SharedCollator:
         for i, name in enumerate(names):
             buf[i].copy_(out.pop(name))
         small = {key: _to_wire(value) for key, value in out.items()}
-        return _SharedBatch(buf, names, small, self._pool.flags, slot)
+        worker = get_worker_info().id
+        return _SharedBatch(buf, names, small, (*self._key, worker, slot if worker < _MAX_WORKERS else -1))
 
 
 class _Pool:
-    """A worker's shared buffers and their free/busy flags (the flags are shared too)."""
+    """A worker's shared buffers (by slot) and its row of the shared free/busy flags.
 
-    def __init__(self, slots: int) -> None:
-        self.flags = torch.zeros(slots, dtype=torch.int32).share_memory_()
-        self.buffers: list[torch.Tensor] = []
+    A slot is taken only while its flag is free: a slot still busy with a batch of an earlier
+    worker of the same id (non-persistent workers) is left alone until the main process frees it.
+    """
+
+    def __init__(self, flags: torch.Tensor) -> None:
+        self.flags = flags
+        self.buffers: dict[int, torch.Tensor] = {}
 
     def acquire(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         flags = self.flags.numpy()
-        for slot, buf in enumerate(self.buffers):
+        for slot, buf in self.buffers.items():
             if flags[slot] == _FREE and buf.shape == shape and buf.dtype == dtype:
                 flags[slot] = _BUSY
                 return buf, slot
         buf = torch.empty(shape, dtype=dtype).share_memory_()
-        if len(self.buffers) < flags.shape[0]:
-            slot = len(self.buffers)
-            self.buffers.append(buf)
-            flags[slot] = _BUSY
-            return buf, slot
-        # every slot busy or of another shape: replace a free one, else an untracked buffer
         free = np.flatnonzero(flags == _FREE)
         if free.size:
             slot = int(free[0])
             self.buffers[slot] = buf
             flags[slot] = _BUSY
             return buf, slot
-        return buf, -1
+        return buf, -1  # every slot busy: a buffer that is never reused
 
 
 class _SharedBatch(dict):
     """The worker-side batch; unpickles in the main process as a plain dict (see module doc)."""
 
-    def __init__(self, buf: torch.Tensor, names: list[str], small: dict[str, Any], flags: torch.Tensor,
-                 slot: int) -> None:
+    def __init__(self, buf: torch.Tensor, names: list[str], small: dict[str, Any],
+                 where: tuple[int, int, int, int]) -> None:
         super().__init__({name: buf[i] for i, name in enumerate(names)}, **_from_wire_all(small))
-        self._wire = (buf, names, small, flags, slot)
+        self._wire = (buf, names, small, where)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, self._wire)
 
 
-def _rebuild(buf: torch.Tensor, names: list[str], small: dict[str, Any], flags: torch.Tensor,
-             slot: int) -> dict[str, Any]:
+def _rebuild(buf: torch.Tensor, names: list[str], small: dict[str, Any],
+             where: tuple[int, int, int, int]) -> dict[str, Any]:
     out: dict[str, Any] = {name: buf[i] for i, name in enumerate(names)}  # views: they keep buf alive
     out.update(_from_wire_all(small))
-    if slot >= 0:
-        weakref.finalize(buf, _release, flags, slot)
+    pid, serial, worker, slot = where
+    flags = _FLAGS.get((pid, serial))
+    if flags is not None and slot >= 0:  # else: nobody here can free it; the worker never reuses it
+        weakref.finalize(buf, _release, flags, worker, slot)
     return out
 
 
-def _release(flags: torch.Tensor, slot: int) -> None:
-    flags[slot] = _FREE
+def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
+    flags[worker, slot] = _FREE
 
 
 class _Wire:
