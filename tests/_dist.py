@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _datasets import IndexDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from _datasets import IndexDataset
 from mmpack.torch import elastic
 from mmpack.torch.sampler import ResumableSampler
 

@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from _datasets import IndexDataset  # noqa: E402
+from _datasets import IndexDataset
 
 
 def epoch_order(n, *, seed, epoch, shuffle):

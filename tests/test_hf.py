@@ -16,10 +16,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mmpack.store.writer import build  # noqa: E402
-from mmpack.torch.collate import collate  # noqa: E402
-from mmpack.torch.hf import hf_inputs  # noqa: E402
-from mmpack.views.packed import PackedDataset  # noqa: E402
+from mmpack.store.writer import build
+from mmpack.torch.collate import collate
+from mmpack.torch.hf import hf_inputs
+from mmpack.views.packed import PackedDataset
 
 VOCAB, SEQLEN, MASK_ID, EOT = 97, 32, 96, 95
 
@@ -155,7 +155,10 @@ def _varlen_reference_attention(module, query, key, value, attention_mask, scali
 
 def test_flash_form_is_the_packed_path_transformers_detects(store):
     from transformers import AttentionInterface
-    from transformers.modeling_flash_attention_utils import _is_packed_sequence, prepare_fa_kwargs_from_position_ids
+    from transformers.modeling_flash_attention_utils import (
+        _is_packed_sequence,
+        prepare_fa_kwargs_from_position_ids,
+    )
 
     batch = _batch(store)
     kwargs = hf_inputs(batch, "flash_attention_2")

@@ -8,17 +8,19 @@ from __future__ import annotations
 import gc
 import io
 import pickle
+from multiprocessing.reduction import (
+    ForkingPickler,  # torch registers its tensor reducers here
+)
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing  # noqa: F401  (installs the shared-memory tensor reducers)
-from multiprocessing.reduction import ForkingPickler  # torch registers its tensor reducers here
+import torch.multiprocessing
 from torch.utils.data import DataLoader
 
-import mmpack.torch.transfer as transfer
 from mmpack.store.writer import build
+from mmpack.torch import transfer
 from mmpack.torch.collate import collate
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.torch.transfer import SharedCollator

@@ -56,7 +56,7 @@ def _check_bool(value: object, name: str) -> bool:
 class _Cursor:
     """Where one iterator stands: the epoch it walks and how many indices it has handed out."""
 
-    __slots__ = ("epoch", "position", "base")
+    __slots__ = ("base", "epoch", "position")
 
     def __init__(self, epoch: int, position: int, base: int = 0) -> None:
         self.epoch = epoch
@@ -88,11 +88,13 @@ class ResumableSampler(Sampler[int]):
     Call :meth:`set_epoch` before each epoch; iterating again without it repeats the epoch.
 
     ``state_dict()`` records the epoch and the number of indices handed out by the most recent
-    iterator; a sampler that loads it yields exactly the rest of that epoch on its next ``iter()``
-    (nothing if the epoch was finished), then follows ``set_epoch`` as usual.  Calling
-    ``set_epoch`` with another epoch before that ``iter()`` discards the loaded position.  Since all
-    ranks advance in lockstep, the state of any rank can be loaded by any other rank of the same
-    ``world_size`` (``rank`` is recorded but not checked).  The sampler is also a ``Stateful`` for
+    iterator; a sampler that loads it yields exactly the rest of that epoch from the first
+    iterator that draws (nothing if the epoch was finished; an iterator created but never drawn
+    from, as a DataLoader with workers makes, does not spend it), then follows ``set_epoch`` as
+    usual.  Calling ``set_epoch`` with another epoch before that discards the loaded position.
+    Since all ranks advance in lockstep, the state of any rank can be loaded by any rank of any
+    ``world_size`` (``rank`` is recorded but not checked): at another world size the new ranks
+    share the positions the old ones had not consumed (:mod:`mmpack.torch.elastic`).  The sampler is also a ``Stateful`` for
     ``torchdata.stateful_dataloader.StatefulDataLoader``, whose batch sampler saves and restores it
     (exactly, even with prefetching workers: the loader snapshots the sampler when it draws).
     """

@@ -39,7 +39,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mmpack.core.validation import check_token_id
 from mmpack.streaming.packer import StreamingPacker
-from mmpack.streaming.sources import batch_items, detect_format, is_indexable, is_store_like, tokens_of
+from mmpack.streaming.sources import (
+    batch_items,
+    detect_format,
+    is_indexable,
+    is_store_like,
+    tokens_of,
+)
 from mmpack.torch.collate import collate
 
 __all__ = ["PackerDataset"]
