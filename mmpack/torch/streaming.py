@@ -142,7 +142,7 @@ class PackerDataset(IterableDataset):
         source = self.source
         fmt = self._packer_kwargs.get("source_format", "auto")
         if fmt != "batches" and is_indexable(source):
-            n = len(source)
+            n = len(source)  # type: ignore[arg-type]  # is_indexable: it has __len__
             lo, hi = k * n // n_shards, (k + 1) * n // n_shards
             if self.eot is None and is_store_like(source):
                 return _StoreBlock(source, lo, hi)

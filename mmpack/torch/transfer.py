@@ -92,12 +92,13 @@ class SharedCollator:
 
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out = self._collator(samples)
-        if get_worker_info() is None:
+        info = get_worker_info()
+        if info is None:
             return out  # main process: nothing crosses a process boundary
+        worker = int(info.id)
         if self._pool is None:
-            info = get_worker_info()
-            flags = self._flags[info.id] if info.id < _MAX_WORKERS else torch.zeros(self.slots, dtype=torch.int32)
-            self._pool = _Pool(flags)
+            tracked = worker < _MAX_WORKERS
+            self._pool = _Pool(self._flags[worker] if tracked else torch.zeros(self.slots, dtype=torch.int32))
         names = [k for k in TOKEN_FIELDS if k in out]
         if not names:
             return out
@@ -106,7 +107,6 @@ class SharedCollator:
         for i, name in enumerate(names):
             buf[i].copy_(out.pop(name))
         small = {key: _to_wire(value) for key, value in out.items()}
-        worker = get_worker_info().id
         return _SharedBatch(buf, names, small, (*self._key, worker, slot if worker < _MAX_WORKERS else -1))
 
 
