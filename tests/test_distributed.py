@@ -8,7 +8,6 @@ interface.  Run: ``pytest tests/test_distributed.py`` (a few seconds per test).
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import sys
 from collections import Counter
@@ -43,13 +42,15 @@ def _spawn(tmp_path: Path, world: int, name: str, **job) -> dict:
     before = os.environ.get("GLOO_SOCKET_IFNAME")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on loopback only (inherited by ranks)
     try:
-        mp.spawn(_dist.run_rank, args=(world, job), nprocs=world, join=True)
+        ctx = mp.spawn(_dist.run_rank, args=(world, job), nprocs=world, join=False)
+        while not ctx.join():  # raises if a rank fails (and terminates the others)
+            pass
     finally:
         if before is None:
             del os.environ["GLOO_SOCKET_IFNAME"]
         else:
             os.environ["GLOO_SOCKET_IFNAME"] = before
-    assert multiprocessing.active_children() == []  # every rank joined; none left behind
+    assert all(p.exitcode == 0 and not p.is_alive() for p in ctx.processes)  # none left behind
     return json.loads(Path(job["out"]).read_text())
 
 
