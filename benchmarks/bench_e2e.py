@@ -7,6 +7,12 @@ for a 7B model on one H100 (NeMo's published figure) and ~0.4M tokens/s for a 12
 ratio column says how many GPUs' worth of data one loader feeds.
 
 Run ``python -m benchmarks.bench_e2e [--quick]``.
+
+``--workers`` measures what DataLoader workers cost and what :class:`mmpack.torch.transfer.SharedCollator`
+saves: the packed causal view at 0, 1 and 2 workers with the plain ``collate`` (int64) and with
+``SharedCollator`` (int32, and int64 at 2 workers), next to the *naive floor*: a collate that only
+allocates three fresh int64 (32, 2048) tensors per batch, through the same sampler and workers.
+The cases run interleaved, ``--reps`` times (default 3); the table gives medians.
 """
 
 from __future__ import annotations
@@ -82,7 +88,65 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+class _FreshTensors:
+    """The naive floor: three fresh int64 (B, SEQLEN) tensors per batch, whatever the samples."""
+
+    def __call__(self, samples):
+        import torch
+
+        return {k: torch.zeros(len(samples), SEQLEN, dtype=torch.int64) for k in ("input_ids", "labels", "position_ids")}
+
+
+def _tokens_per_second_with(ds, workers: int, batches: int, collate_fn) -> float:
+    sampler = ResumableSampler(len(ds), seed=0)
+    loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers, collate_fn=collate_fn,
+                        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        batch = next(it)
+        int(batch["input_ids"][0, 0])  # the loop reads the batch
+    elapsed = time.perf_counter() - t0
+    del it, loader, batch
+    return batches * BATCH * SEQLEN / elapsed
+
+
+def run_workers(quick: bool = False, reps: int = 3) -> list[dict[str, Any]]:
+    import torch
+
+    from mmpack.torch.transfer import SharedCollator
+
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-workers-"))
+    try:
+        store = _make_store(tmp / "s", 50_000 if quick else 200_000)
+        ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1)
+        cases = [("naive floor (3 fresh int64 tensors)", 2, _FreshTensors())]
+        cases += [(f"collate int64, {w} workers", w, collate) for w in (0, 1, 2)]
+        cases += [(f"SharedCollator int32, {w} workers", w, SharedCollator(dtype=torch.int32)) for w in (0, 1, 2)]
+        cases += [("SharedCollator int64, 2 workers", 2, SharedCollator())]
+        batches = 30 if quick else 100
+        figures: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        for _ in range(reps):
+            for name, workers, fn in cases:
+                figures[name].append(_tokens_per_second_with(ds, workers, batches, fn))
+        floor = float(np.median(figures[cases[0][0]]))
+        rows = []
+        for name, _, _ in cases:
+            med = float(np.median(figures[name]))
+            rows.append({"case": name, "Mtok/s (median)": med / 1e6,
+                         "runs": " ".join(f"{x / 1e6:.0f}" for x in figures[name]), "x floor": med / floor})
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
-    print_table("end to end", run(quick="--quick" in sys.argv))
+    if "--workers" in sys.argv:
+        reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 3
+        print_table("DataLoader workers", run_workers(quick="--quick" in sys.argv, reps=reps))
+    else:
+        print_table("end to end", run(quick="--quick" in sys.argv))

@@ -44,8 +44,9 @@ import torch
 from mmpack.views.batch import SampleBatch
 
 from mmpack.views.masking import IGNORE_INDEX
+from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
 
-__all__ = ["Collator", "TOKEN_FIELDS", "collate"]
+__all__ = ["Collator", "TOKEN_FIELDS", "collate", "hf_inputs"]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
@@ -55,7 +56,9 @@ _RESERVED = ("cu_seqlens_rows",)
 _TORCH_NATIVE = tuple(np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
 
 
-def collate(samples: Sequence[Mapping[str, Any]], *, varlen: bool = True) -> dict[str, Any]:
+def collate(
+    samples: Sequence[Mapping[str, Any]], *, varlen: bool = True, dtype: torch.dtype = torch.int64
+) -> dict[str, Any]:
     """Collate mmpack samples into a batch (a ``torch.utils.data.DataLoader`` ``collate_fn``).
 
     Parameters
@@ -67,6 +70,9 @@ def collate(samples: Sequence[Mapping[str, Any]], *, varlen: bool = True) -> dic
         sample without it is one segment ``[0, seqlen]``.
     varlen : bool
         Also give the batch-wide ``cu_seqlens`` for varlen attention kernels.
+    dtype : torch.dtype, default torch.int64
+        Dtype of the per-token tensors: ``torch.int32`` halves the bytes a batch moves from a
+        DataLoader worker (torch embeddings accept int32 ids; token ids and labels fit).
 
     Returns
     -------
@@ -97,7 +103,7 @@ def collate(samples: Sequence[Mapping[str, Any]], *, varlen: bool = True) -> dic
         A sample that is not a mapping, or a per-token field that is not integer.
     """
     return _collate(samples, varlen=varlen, pad_to_multiple_of=None, pad_id=0,
-                    ignore_index=IGNORE_INDEX)
+                    ignore_index=IGNORE_INDEX, dtype=_token_dtype(dtype))
 
 
 class Collator:
@@ -124,7 +130,9 @@ class Collator:
         pad_to_multiple_of: int | None = None,
         pad_id: int = 0,
         ignore_index: int = IGNORE_INDEX,
+        dtype: torch.dtype = torch.int64,
     ) -> None:
+        self._dtype = _token_dtype(dtype)
         if pad_to_multiple_of is not None and (
             isinstance(pad_to_multiple_of, bool)
             or not isinstance(pad_to_multiple_of, (int, np.integer))
@@ -156,6 +164,7 @@ class Collator:
             pad_to_multiple_of=self._multiple,
             pad_id=self._pad_id,
             ignore_index=self._ignore_index,
+            dtype=self._dtype,
         )
 
     def __repr__(self) -> str:
@@ -172,9 +181,10 @@ def _collate(
     pad_to_multiple_of: int | None,
     pad_id: int,
     ignore_index: int,
+    dtype: torch.dtype = torch.int64,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        return _collate_columns(samples, varlen=varlen)
+        return _collate_columns(samples, varlen=varlen, dtype=dtype)
     if isinstance(samples, Mapping) or not isinstance(samples, Sequence):
         raise TypeError(
             f"samples must be a sequence of per-sample dicts, got {type(samples).__name__}"
@@ -204,7 +214,7 @@ def _collate(
     seqlen = None
     for key in TOKEN_FIELDS:
         if key in key_set:
-            out[key], seqlen = _stack_tokens(samples, key, seqlen)
+            out[key], seqlen = _stack_tokens(samples, key, seqlen, dtype)
     cu_key = "cu_seqlens" in key_set
     if seqlen is None:
         if not cu_key:
@@ -247,7 +257,7 @@ def _collate(
     return out
 
 
-def _collate_columns(batch: SampleBatch, *, varlen: bool) -> dict[str, Any]:
+def _collate_columns(batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = torch.int64) -> dict[str, Any]:
     """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
     with at most one contiguous copy each (none when already contiguous int64), and the
     ``cu_seqlens`` rows are flattened without building per-sample dicts."""
@@ -259,7 +269,8 @@ def _collate_columns(batch: SampleBatch, *, varlen: bool) -> dict[str, Any]:
     for key, col in batch.columns.items():
         if key == "max_seqlen":
             continue  # recomputed below over the whole batch, as for per-sample dicts
-        arr = np.ascontiguousarray(col, dtype=np.int64) if col.dtype.kind in "iub" else col
+        int_type = np.int64 if dtype == torch.int64 or key not in TOKEN_FIELDS else np.int32
+        arr = np.ascontiguousarray(col, dtype=int_type) if col.dtype.kind in "iub" else col
         out[key] = torch.from_numpy(arr)
         if key in TOKEN_FIELDS:
             seqlen = col.shape[1]
@@ -282,7 +293,7 @@ def _collate_columns(batch: SampleBatch, *, varlen: bool) -> dict[str, Any]:
 
 
 def _stack_tokens(
-    samples: Sequence[Mapping[str, Any]], key: str, seqlen: int | None
+    samples: Sequence[Mapping[str, Any]], key: str, seqlen: int | None, dtype: torch.dtype = torch.int64
 ) -> tuple[torch.Tensor, int]:
     """Stack one per-token field into int64 ``(B, seqlen)``: one copy, one ``from_numpy``."""
     arrays = [np.asarray(s[key]) for s in samples]
@@ -310,7 +321,7 @@ def _stack_tokens(
                     f"samples[{b}][{key!r}] has length {a.shape[0]} but the batch's rows have "
                     f"length {seqlen}; every row of a batch must have the same seqlen"
                 )
-    stacked = np.stack(arrays, dtype=np.int64, casting="unsafe")
+    stacked = np.stack(arrays, dtype=np.int64 if dtype == torch.int64 else np.int32, casting="unsafe")
     return torch.from_numpy(stacked), int(seqlen)
 
 
@@ -369,6 +380,12 @@ def _pad_tokens(t: torch.Tensor, new_len: int, key: str, value: int) -> torch.Te
     else:
         out[:, seqlen:] = value
     return out
+
+
+def _token_dtype(dtype: Any) -> torch.dtype:
+    if dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"dtype must be torch.int64 or torch.int32, got dtype={dtype!r}")
+    return dtype
 
 
 def _stack_extra(values: list[Any]) -> Any:

@@ -7,8 +7,13 @@ it: it is padded by wrapping around to its own start up to ``world_size * ceil(n
 positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
 ``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
 
-Resuming is arithmetic: the state is ``(epoch, position)``, where ``position`` counts the indices
-the current iterator has handed out, and a loaded state starts the next iterator at that position.
+Resuming is arithmetic: the state is ``(epoch, offset, position)``, where ``position`` counts the
+indices the current iterator has handed out and ``offset`` (0 except in an epoch resumed at another
+world size) is the epoch position its shares start at, so that ``offset + position * world_size``
+positions of the epoch order are consumed by all ranks together (ranks advance in lockstep); a
+loaded state starts the next iterator there.  The resume is *elastic*: a state saved
+at world size ``W1`` loads at any ``W2`` (see :mod:`mmpack.torch.elastic` for the rule and how
+``drop_last`` treats the tail).
 
 Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while iterating,
 about 0.7 MiB traced peak); indices are computed 8192 at a time by :meth:`Permutation.map` and
@@ -28,9 +33,11 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from mmpack.core.validation import check_int
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.permutation import MAX_N, Permutation
 from mmpack.core.validation import EpochIndex, check_int, check_int_range, epoch_index_type
+from mmpack.torch import elastic
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
@@ -38,7 +45,7 @@ STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableSampler.state_dict`."""
 
 _CHUNK = 8192
-_CHECKED_FIELDS = ("n", "seed", "world_size", "shuffle", "drop_last")
+_CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
 
 
 
@@ -53,12 +60,13 @@ class _Cursor:
     """Where one iterator stands: the epoch it walks, the position it started at and how many
     indices it has handed out (``position``, counted from the start of the epoch)."""
 
-    __slots__ = ("epoch", "position", "start")
+    __slots__ = ("base", "epoch", "position", "start")
 
-    def __init__(self, epoch: int, position: int) -> None:
+    def __init__(self, epoch: int, position: int, base: int = 0) -> None:
         self.epoch = epoch
         self.position = position
         self.start = position
+        self.base = base  # global epoch position of this rank-set's first draw (elastic resume)
 
 
 class ResumableSampler(Sampler[int]):
@@ -91,11 +99,13 @@ class ResumableSampler(Sampler[int]):
     original did, with no ``set_epoch`` call on the dataset.
 
     ``state_dict()`` records the epoch and the number of indices handed out by the most recent
-    iterator; a sampler that loads it yields exactly the rest of that epoch on its next ``iter()``
-    (nothing if the epoch was finished), then follows ``set_epoch`` as usual.  Calling
-    ``set_epoch`` with another epoch before that ``iter()`` discards the loaded position.  Since all
-    ranks advance in lockstep, the state of any rank can be loaded by any other rank of the same
-    ``world_size`` (``rank`` is recorded but not checked).  The sampler is also a ``Stateful`` for
+    iterator; a sampler that loads it yields exactly the rest of that epoch from the first
+    iterator that draws (nothing if the epoch was finished; an iterator created but never drawn
+    from, as a DataLoader with workers makes, does not spend it), then follows ``set_epoch`` as
+    usual.  Calling ``set_epoch`` with another epoch before that discards the loaded position.
+    Since all ranks advance in lockstep, the state of any rank can be loaded by any rank of any
+    ``world_size`` (``rank`` is recorded but not checked): at another world size the new ranks
+    share the positions the old ones had not consumed (:mod:`mmpack.torch.elastic`).  The sampler is also a ``Stateful`` for
     ``torchdata.stateful_dataloader.StatefulDataLoader``, whose batch sampler saves and restores it
     (exactly, even with prefetching workers: the loader snapshots the sampler when it draws).
     With a plain ``DataLoader`` pass the number of samples the loop consumed:
@@ -138,6 +148,7 @@ class ResumableSampler(Sampler[int]):
         self._epoch = 0
         self._perm: Permutation | None = None
         self._resume_at: int | None = None
+        self._resume_base = 0
         self._cursor = _Cursor(0, 0)
 
     # -- parameters ----------------------------------------------------------------------------
@@ -189,6 +200,7 @@ class ResumableSampler(Sampler[int]):
             raise ValueError(f"epoch must be in [0, 2**64), got epoch={epoch}")
         if epoch != self._epoch:
             self._resume_at = None
+            self._resume_base = 0
             self._epoch = epoch
 
     # -- indices -------------------------------------------------------------------------------
@@ -222,11 +234,11 @@ class ResumableSampler(Sampler[int]):
         epoch = self._epoch if epoch is None else check_int(epoch, "epoch")
         return self._indices(start, stop, epoch)
 
-    def _indices(self, start: int, stop: int, epoch: int) -> np.ndarray:
+    def _indices(self, start: int, stop: int, epoch: int, base: int = 0) -> np.ndarray:
         order = np.arange(start, stop, dtype=np.int64)
         order *= self._world_size
-        order += self._rank
-        if stop > 0 and (stop - 1) * self._world_size + self._rank >= self._n:
+        order += self._rank + base
+        if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= self._n:
             order %= self._n  # padding wraps around to the start of the epoch order
         if not self._shuffle:
             return order
@@ -234,16 +246,19 @@ class ResumableSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         start = 0 if self._resume_at is None else self._resume_at
-        self._resume_at = None
-        cursor = self._cursor = _Cursor(self._epoch, start)
-        return self._generate(cursor)
+        cursor = self._cursor = _Cursor(self._epoch, start, self._resume_base)
+        return self._generate(cursor, self._resume_at is not None)
 
-    def _generate(self, cursor: _Cursor) -> Iterator[EpochIndex]:
-        total = self._num_samples
+    def _generate(self, cursor: _Cursor, resumed: bool) -> Iterator[EpochIndex]:
+        # Runs at the first next(): a loaded position is spent by the first iterator that draws,
+        # not the first created (a DataLoader with workers creates one it never draws from).
+        if resumed and self._resume_at is not None:
+            self._resume_at, self._resume_base = None, 0
+        total = elastic.share_length(self._n, cursor.base, self._world_size, self._drop_last)
         epoch = cursor.epoch
         tagged = epoch_index_type(epoch)
         for lo in range(cursor.position, total, _CHUNK):
-            chunk = self._indices(lo, min(lo + _CHUNK, total), epoch).tolist()
+            chunk = self._indices(lo, min(lo + _CHUNK, total), epoch, cursor.base).tolist()
             for index in chunk:
                 cursor.position += 1
                 yield tagged(index)
@@ -269,15 +284,17 @@ class ResumableSampler(Sampler[int]):
         -------
         dict
             ``{"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch",
-            "position"}``, all plain Python ints and bools.  Before any ``iter()`` (or right after
-            ``load_state_dict``) it describes where the next ``iter()`` starts.
+            "position", "offset"}``, all plain Python ints and bools.  The ranks together have
+            consumed the first ``offset + position * world_size`` positions of the epoch order.
+            Before any ``iter()`` (or right after ``load_state_dict``) it describes where the next
+            ``iter()`` starts.
         """
         if consumed is not None:
-            epoch, position = self._consumed_position(check_int(consumed, "consumed"))
+            epoch, position, base = self._consumed_position(check_int(consumed, "consumed"))
         elif self._resume_at is not None or self._cursor.epoch != self._epoch:
-            epoch, position = self._epoch, self._resume_at or 0
+            epoch, position, base = self._epoch, self._resume_at or 0, self._resume_base
         else:
-            epoch, position = self._cursor.epoch, self._cursor.position
+            epoch, position, base = self._cursor.epoch, self._cursor.position, self._cursor.base
         return {
             "version": STATE_VERSION,
             "n": self._n,
@@ -288,30 +305,36 @@ class ResumableSampler(Sampler[int]):
             "drop_last": self._drop_last,
             "epoch": epoch,
             "position": position,
+            "offset": base,
         }
 
-    def _consumed_position(self, consumed: int) -> tuple[int, int]:
-        """``(epoch, position)`` after ``consumed`` indices of the most recent iterator."""
-        if self._resume_at is not None:  # a loaded state that no iterator has started from yet
-            handed, epoch, start = 0, self._epoch, self._resume_at
+    def _consumed_position(self, consumed: int) -> tuple[int, int, int]:
+        """``(epoch, position, offset)`` after ``consumed`` indices of the most recent iterator."""
+        if self._resume_at is not None:  # a loaded state that no iterator has drawn from yet
+            handed, epoch, start, base = 0, self._epoch, self._resume_at, self._resume_base
         else:
             cursor = self._cursor
             handed, epoch, start = cursor.position - cursor.start, cursor.epoch, cursor.start
+            base = cursor.base
         if not 0 <= consumed <= handed:
             raise ValueError(
                 f"consumed={consumed}, but the sampler's current iterator has handed out {handed} "
                 f"indices (epoch {epoch}, from position {start}); expected 0 <= consumed <= {handed}"
             )
-        return epoch, start + consumed
+        return epoch, start + consumed, base
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` yields the rest of the saved epoch.
 
+        The state may come from any ``world_size`` (elastic resume): this sampler's ranks together
+        then yield the epoch positions the saving ranks had not consumed, rank ``r`` taking
+        ``G + r, G + r + world_size, ...`` with ``G = offset + position * saved world_size``
+        (:func:`mmpack.torch.elastic.resumed_positions`); later epochs are dealt as usual.
+
         Raises
         ------
         mmpack.errors.StateMismatchError
-            The state belongs to another ``n``, ``seed``, ``world_size``, ``shuffle`` or
-            ``drop_last``.
+            The state belongs to another ``n``, ``seed``, ``shuffle`` or ``drop_last``.
         mmpack.errors.FormatError
             The state is not a dict of this format or version, or its position is out of range.
         """
@@ -335,9 +358,5 @@ class ResumableSampler(Sampler[int]):
                 raise FormatError(f"sampler state field {name} must be an int, got {value!r}")
         if not 0 <= epoch < 2**64:
             raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")
-        if not 0 <= position <= self._num_samples:
-            raise FormatError(
-                f"sampler state has position={position}, expected 0 <= position <= {self._num_samples} (len)"
-            )
         self._epoch = int(epoch)
-        self._resume_at = int(position)
+        self._resume_at, self._resume_base = elastic.resume_point(state, self._n, self._world_size, self._drop_last)

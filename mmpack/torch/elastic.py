@@ -1,0 +1,128 @@
+"""Elastic resume: a sampler state saved at world size ``W1`` resumed at any world size ``W2``.
+
+The epoch order of :class:`~mmpack.torch.sampler.ResumableSampler` is global: position ``p`` of
+epoch ``e`` holds sample ``order[p % n]`` (``order`` the epoch's permutation), and with ``W`` ranks
+rank ``r`` takes positions ``r, r + W, r + 2W, ...``.  Ranks advance in lockstep, so after each
+rank has drawn ``k`` indices the ranks together have consumed exactly the positions ``[0, k * W)``.
+The state records it as ``offset + position * world_size = G`` (``offset`` is 0 except in an
+epoch that was itself resumed at an offset, see below; ``position`` stays the per-rank count so a
+state edited by hand keeps working).
+
+Rule of the resumed epoch, at any ``W2 >= 1`` (worked example: ``n = 10``, saved at ``W1 = 4`` after
+``k = 1`` draw each, so ``G = 4``; resumed at ``W2 = 3``)::
+
+    positions not consumed: G .. n-1                     4 5 6 7 8 9
+    rank r of W2 takes G + r, G + r + W2, ...          r0: 4 7   r1: 5 8   r2: 6 9
+
+* ``drop_last=False``: every rank takes ``ceil((n - G) / W2)`` positions; positions ``p >= n`` are
+  *padding* and hold ``order[p % n]``, i.e. repeat the first samples of the epoch order (exactly as
+  ``DistributedSampler`` pads).  So the new ranks yield every unconsumed sample exactly once, plus
+  at most ``W2 - 1`` padding repeats of the epoch's first samples; padding the old ranks had not
+  reached is not carried over (it held no unconsumed sample).
+* ``drop_last=True``: every rank takes ``floor((n - G) / W2)`` positions; the last
+  ``(n - G) % W2`` positions of the epoch order are dropped, as ``drop_last`` always drops the tail
+  that does not fill a round.  Nothing is repeated; the epoch's tail positions the old ranks would
+  have dropped are dealt if they fill a round at ``W2``.
+
+When ``W2 == W1`` (or ``G`` is a multiple of ``W2``) this is the ordinary resume, identical to an
+uninterrupted run; the epochs after the resumed one are dealt as usual.  ``G`` need not be a
+multiple of ``W2``: the resumed epoch then starts at that global offset (the state's ``offset``),
+and after ``k`` more draws per rank its state records ``offset = G, position = k`` (global
+position ``G + k * W2``), so it can be resumed elastically again.
+
+Cost: O(1) arithmetic, no replay; the StatefulDataLoader recipe is in the README ("Elastic resume").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError
+
+__all__ = ["resume_point", "resumed_positions", "sampler_state", "share_length"]
+
+
+def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
+    """Indices each of ``world_size`` ranks draws from global position ``base`` to the epoch end."""
+    remaining = max(0, n - base)
+    return remaining // world_size if drop_last else -(-remaining // world_size)
+
+
+def resumed_positions(n: int, global_position: int, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+    """Global epoch positions rank ``rank`` of ``world_size`` takes after ``global_position``.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (share_length(n, global_position, world_size, drop_last),)
+        Positions ``>= n`` are padding: they hold sample ``order[p % n]``.
+    """
+    count = share_length(n, global_position, world_size, drop_last)
+    return global_position + rank + world_size * np.arange(count, dtype=np.int64)
+
+
+def _int_field(state: dict[str, Any], name: str) -> int:
+    value = state[name]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise FormatError(f"sampler state field {name} must be an int, got {value!r}")
+    return int(value)
+
+
+def resume_point(state: dict[str, Any], n: int, world_size: int, drop_last: bool) -> tuple[int, int]:
+    """Where a sampler of ``world_size`` ranks resumes a validated state: ``(position, base)``.
+
+    ``base`` is the global position of the resumed epoch's first round (0 for an ordinary resume)
+    and ``position`` the index of each rank's first draw in its share from ``base``.
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        The state's ``world_size``, ``position`` or ``offset`` are not ints or out of range.
+    """
+    saved_ws = _int_field(state, "world_size")
+    if saved_ws < 1:
+        raise FormatError(f"sampler state has world_size={saved_ws}, expected >= 1")
+    offset = _int_field(state, "offset") if "offset" in state else 0  # older states: always 0
+    if not 0 <= offset <= n:
+        raise FormatError(f"sampler state has offset={offset}, expected 0 <= offset <= n={n}")
+    position = _int_field(state, "position")
+    limit = share_length(n, offset, saved_ws, drop_last)
+    if not 0 <= position <= limit:
+        raise FormatError(f"sampler state has position={position}, expected 0 <= position <= {limit} (len)")
+    global_position = offset + position * saved_ws
+    if global_position % world_size == 0 and global_position // world_size <= share_length(n, 0, world_size, drop_last):
+        return global_position // world_size, 0  # the ordinary resume
+    if global_position >= n:
+        return 0, n  # every sample consumed: the epoch is over (and stays over when saved again)
+    return 0, global_position
+
+
+def sampler_state(loader_state: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`ResumableSampler` state inside a ``StatefulDataLoader.state_dict()``.
+
+    Use it to resume on another world size or another number of workers (a StatefulDataLoader
+    refuses a state saved with a different ``num_workers``): load it into the new rank's sampler
+    and iterate a fresh loader.
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        No sampler state is found (the loader had no ``ResumableSampler``).
+    """
+    found = _find(loader_state)
+    if found is None:
+        raise FormatError("no ResumableSampler state found in this loader state (keys: " f"{sorted(loader_state)[:8]})")
+    return found
+
+
+def _find(node: Any) -> dict[str, Any] | None:
+    if isinstance(node, dict):
+        if "offset" in node and "seed" in node and "n" in node:
+            return node
+        for key in ("_snapshot", "_main_snapshot", "_sampler_iter_state", "_index_sampler_state", "sampler_state"):
+            if key in node:
+                found = _find(node[key])
+                if found is not None:
+                    return found
+    return None

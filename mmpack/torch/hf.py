@@ -1,0 +1,157 @@
+"""Feed a packed mmpack batch to a Hugging Face transformers model without cross-document attention.
+
+A transformers model given only ``input_ids`` of a packed row attends across the documents of the
+row (and restarts no position), so its loss is not the loss of the documents: on a tiny Llama the
+issue measured 8.3291 against 8.3302 per document.  :func:`hf_inputs` turns a batch of
+:func:`mmpack.torch.collate.collate` into the keyword arguments that make the packed forward equal
+to one forward per document, for the attention implementation the model runs:
+
+=====================  ======================================================================
+``attn_implementation``  what it gets
+=====================  ======================================================================
+``flash_attention_*``  the batch flattened to one row ``(1, B * seqlen)``, ``position_ids``
+                       restarting at every segment, and the varlen boundaries
+                       ``cu_seq_lens_q/k`` (the batch ``cu_seqlens``) and ``max_length_q/k``.
+                       transformers (5.x ``modeling_flash_attention_utils``) runs
+                       ``flash_varlen_fn`` on them directly; without them it would infer the
+                       same boundaries from ``position_ids`` (``_is_packed_sequence``: batch of
+                       one row whose positions are not one increasing run) at a device sync per
+                       layer.  No ``attention_mask``: a 2-D mask would switch it to un-padding.
+``sdpa``               a 4-D boolean ``attention_mask`` ``(B, 1, seqlen, seqlen)``, True where a
+                       query may attend (block-diagonal, causal within a document for a causal
+                       LM); transformers passes a 4-D mask through unchanged.
+``eager``              the same mask, additive: ``0`` where allowed, ``finfo(dtype).min``
+                       elsewhere (eager attention adds the mask to the scores).
+``flex_attention``     a FlexAttention ``BlockMask`` (:func:`mmpack.torch.attention.flex_document_mask`).
+=====================  ======================================================================
+
+Every form also carries ``position_ids`` restarting at each document (rotary and absolute position
+embeddings then see each document from position 0).  Labels: mmpack's causal views shift labels
+already (``label_shift="next"``: ``labels[t]`` is token ``t + 1``, ``-100`` at each document's
+end); transformers' causal-LM loss shifts ``labels`` again, unless ``shift_labels`` is given, so
+the helper passes them as ``shift_labels`` (and as ``labels``, which turns the loss on).  With
+``label_shift="hf"`` views, or for a masked LM (``causal=False``), ``labels`` pass unchanged.
+Padding is a segment of its own (attends to itself, labels ``-100``): it changes no real token.
+
+Caveat: a model that mixes attention kinds per layer (ModernBERT's sliding-window layers) gets the
+same 4-D mask in every layer, i.e. no window: fine while documents are shorter than the window.
+
+Cost: the dense masks are ``B * seqlen**2`` bools (bytes) or floats; the flash form is free (views
+of the batch tensors); the BlockMask is ``O(B * (seqlen / 128)**2)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from mmpack.torch.attention import batched_block_causal_mask, flex_document_mask
+
+__all__ = ["ATTN_IMPLEMENTATIONS", "hf_inputs"]
+
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
+    "eager",
+    "flash_attention_2",
+    "flash_attention_3",
+    "flex_attention",
+    "sdpa",
+)
+"""The ``attn_implementation`` names :func:`hf_inputs` accepts (those of transformers)."""
+
+_LABEL_SHIFTS = ("next", "hf")
+
+
+def hf_inputs(
+    batch: Mapping[str, Any],
+    attn_implementation: str,
+    *,
+    causal: bool = True,
+    label_shift: str = "next",
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for ``model(**kwargs)`` of a transformers causal-LM or masked-LM model.
+
+    Parameters
+    ----------
+    batch : mapping
+        A batch of :func:`mmpack.torch.collate.collate`: ``input_ids`` and ``position_ids``
+        (int, shape (B, seqlen)), ``cu_seqlens_rows`` (B row boundaries), and for the flash
+        forms the batch-wide ``cu_seqlens`` (int32) and ``max_seqlen`` (``collate(varlen=True)``,
+        the default); ``labels`` (B, seqlen) is passed on when present.
+    attn_implementation : str
+        The model's ``config._attn_implementation``: one of :data:`ATTN_IMPLEMENTATIONS`.
+    causal : bool, default True
+        Causal LM (block-causal masks) or masked LM (block-diagonal, bidirectional masks).
+    label_shift : {"next", "hf"}, default "next"
+        How the batch's causal labels are aligned (the views' ``label_shift``); ignored when
+        ``causal=False``.
+    dtype : torch.dtype, default torch.float32
+        Dtype of the additive mask for ``eager`` (the model's compute dtype).
+    device : torch.device or str, optional
+        Where the tensors go (default: where ``input_ids`` is).
+
+    Returns
+    -------
+    dict
+        ``input_ids``, ``position_ids`` (int64) and, when the batch has labels, ``labels`` (and
+        ``shift_labels`` for ``label_shift="next"`` causal batches), plus per implementation:
+        ``attention_mask`` (sdpa: bool (B, 1, seqlen, seqlen); eager: ``dtype``, same shape;
+        flex_attention: BlockMask) or, for flash, everything flattened to shape
+        (1, B * seqlen) with ``cu_seq_lens_q``, ``cu_seq_lens_k`` (int32) and ``max_length_q``,
+        ``max_length_k`` (int).
+
+    Raises
+    ------
+    ValueError
+        Unknown ``attn_implementation`` or ``label_shift``, or a batch lacking a needed key.
+    """
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation={attn_implementation!r} is not supported; choose one of {ATTN_IMPLEMENTATIONS}"
+        )
+    if label_shift not in _LABEL_SHIFTS:
+        raise ValueError(f"label_shift={label_shift!r} is not supported; choose one of {_LABEL_SHIFTS}")
+    flash = attn_implementation.startswith("flash_attention")
+    needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (["cu_seqlens", "max_seqlen"] if flash else [])
+    missing = [key for key in needed if key not in batch]
+    if missing:
+        raise ValueError(
+            f"batch lacks {missing}, needed for attn_implementation={attn_implementation!r}; "
+            "build it with mmpack.torch.collate.collate(samples, varlen=True)"
+        )
+    input_ids = torch.as_tensor(batch["input_ids"])
+    if input_ids.ndim != 2:
+        raise ValueError(f"batch['input_ids'] must have shape (B, seqlen), got {tuple(input_ids.shape)}")
+    device = input_ids.device if device is None else torch.device(device)
+    n_rows, seqlen = input_ids.shape
+    out: dict[str, Any] = {
+        "input_ids": input_ids.to(device),
+        "position_ids": torch.as_tensor(batch["position_ids"]).to(device=device, dtype=torch.int64),
+    }
+    if batch.get("labels") is not None:
+        labels = torch.as_tensor(batch["labels"]).to(device=device, dtype=torch.int64)
+        out["labels"] = labels
+        if causal and label_shift == "next":
+            out["shift_labels"] = labels  # already aligned: the loss must not shift again
+    if flash:
+        for key in ("input_ids", "position_ids", "labels", "shift_labels"):
+            if key in out:
+                out[key] = out[key].reshape(1, n_rows * seqlen)
+        cu = torch.as_tensor(batch["cu_seqlens"]).to(device=device, dtype=torch.int32)
+        max_len = int(batch["max_seqlen"])
+        out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
+        return out
+    rows = batch["cu_seqlens_rows"]
+    if attn_implementation == "flex_attention":
+        out["attention_mask"] = flex_document_mask(rows, seqlen, causal=causal, device=device)
+        return out
+    allowed = batched_block_causal_mask(rows, seqlen, causal=causal, device=device)
+    if attn_implementation == "sdpa":
+        out["attention_mask"] = allowed
+    else:  # eager: additive
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        out["attention_mask"] = mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return out
