@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     "FormatError",
     "MmpackError",
+    "RemoteAccessError",
+    "RemoteError",
     "StateMismatchError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -34,3 +36,11 @@ class StoreNotFoundError(MmpackError, FileNotFoundError):
 
 class StateMismatchError(MmpackError, ValueError):
     """A saved state, plan or checkpoint belongs to other data or other parameters."""
+
+
+class RemoteError(MmpackError, ConnectionError):
+    """An object store could not be reached or kept failing after bounded retries."""
+
+
+class RemoteAccessError(MmpackError, PermissionError):
+    """An object store refused the credentials (wrong keys, no permission)."""

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import MmpackError
-from mmpack.store.writer import StoreWriter, TokenStore
+from mmpack.store.writer import StoreWriter, TokenStore, store_writer
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
 
 __all__ = [
@@ -117,7 +117,7 @@ class IngestIssue:
 class IngestReport:
     """What :func:`ingest` did.  ``docs_read == docs_written + docs_skipped + empty_skipped``."""
 
-    path: Path
+    path: Path | str
     tokenizer: str
     workers: int
     docs_read: int = 0
@@ -234,7 +234,8 @@ def ingest(
     if progress is None:
         progress = _stderr_is_tty()
 
-    report = IngestReport(path=Path(output), tokenizer=str(tok.spec), workers=workers)
+    is_url = isinstance(output, str) and "://" in output
+    report = IngestReport(path=output if is_url else Path(output), tokenizer=str(tok.spec), workers=workers)
     shown = [0]
 
     def emit(issue: IngestIssue) -> None:
@@ -253,8 +254,8 @@ def ingest(
     t0 = time.perf_counter()
     bar = _progress_bar(progress)
     try:
-        with StoreWriter(output, dtype=tok.token_dtype, backend=backend,
-                         overwrite=overwrite) as writer:
+        with store_writer(output, dtype=tok.token_dtype, backend=backend,
+                          overwrite=overwrite) as writer:
             batches = _batches(sources, report, skip_empty, batch_size, batch_chars)
             with contextlib.closing(_tokenize(batches, tok, workers)) as encoded:
                 for batch, (flat, lengths, failures) in encoded:

@@ -1,0 +1,432 @@
+"""Object access for remote stores: whole and ranged GETs, PUTs, listing, deletion, per URL scheme.
+
+``make_transport(url, storage_options)`` returns a :class:`Transport` rooted at the store's
+prefix; keys are relative to it (``"mmpack.json"``, ``"data-<id>/tokens.bin"``):
+
+- ``s3://bucket/prefix`` -> :class:`S3Transport`: the fork-safe SigV4 client of
+  :mod:`mmpack.store.remote._s3http` (the default, and the only one tested against a server);
+- ``file:///path`` -> :class:`LocalTransport`: ``os.pread`` and atomic renames (tests, NFS);
+- ``gs://``, ``az://`` (and ``s3://`` with ``storage_options={"client": "obstore"}``) ->
+  :class:`ObstoreTransport`, through obstore's own constructors.  obstore is not fork-safe:
+  a process that used it and then forks gets a clear ``RuntimeError`` in the child instead of a
+  hang (use ``multiprocessing_context="spawn"`` for DataLoader workers there).
+
+Faults: connection errors, timeouts, 429 and 5xx are retried ``retries`` times with exponential
+backoff (``retry_backoff`` * 2**attempt, jittered), then raised as one
+:class:`~mmpack.errors.RemoteError` naming the URL; 403 is a
+:class:`~mmpack.errors.RemoteAccessError`; a missing bucket or key is :class:`ObjectMissing`
+(the caller turns it into the right error for what was missing).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mmpack.errors import RemoteAccessError, RemoteError
+
+__all__ = ["ObjectMissing", "Transport", "make_transport", "split_url"]
+
+_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+_OPTION_DEFAULTS = {"retries": 4, "retry_backoff": 0.1, "connect_timeout": 5.0,
+                    "read_timeout": 30.0, "max_concurrency": 16}
+
+
+class ObjectMissing(Exception):
+    """The bucket or key does not exist (internal; mapped by callers)."""
+
+    def __init__(self, url: str, code: str) -> None:
+        super().__init__(f"{url}: {code}")
+        self.url = url
+        self.code = code
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, bucket or host, prefix without slashes)``; ``ValueError`` for a bad URL."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"{url!r}: file URLs name a local path (file:///path)")
+        return scheme, "", urllib.parse.unquote(parts.path).rstrip("/")
+    if not parts.netloc:
+        raise ValueError(f"{url!r} names no bucket ({scheme}://bucket/prefix/name)")
+    prefix = parts.path.strip("/")
+    if not prefix:
+        raise ValueError(f"{url!r} names a bucket but no store inside it ({scheme}://bucket/name)")
+    return scheme, parts.netloc, prefix
+
+
+class Transport:
+    """Objects under one URL prefix.  Subclasses implement the ``_`` methods; retries here."""
+
+    url: str
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.url = url.rstrip("/")
+        opts = dict(_OPTION_DEFAULTS)
+        for k in _OPTION_DEFAULTS:
+            if k in options and options[k] is not None:
+                opts[k] = options[k]
+        self.retries = int(opts["retries"])
+        self.retry_backoff = float(opts["retry_backoff"])
+        self.connect_timeout = float(opts["connect_timeout"])
+        self.read_timeout = float(opts["read_timeout"])
+        self.max_concurrency = int(opts["max_concurrency"])
+        if self.retries < 0 or self.max_concurrency < 1:
+            raise ValueError(f"storage_options retries={self.retries!r} must be >= 0 and "
+                             f"max_concurrency={self.max_concurrency!r} >= 1")
+
+    def key_url(self, key: str) -> str:
+        return f"{self.url}/{key}" if key else self.url
+
+    # ------------------------------------------------------------------------- retried calls
+    def _retry(self, key: str, fn: Callable[[], Any]) -> Any:
+        last: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.retry_backoff * 2 ** (attempt - 1) * (0.5 + random.random()))
+            try:
+                return fn()
+            except _Transient as exc:
+                last = exc
+        raise RemoteError(
+            f"{self.key_url(key)}: failed after {self.retries + 1} attempts ({last}); "
+            "is the object store reachable?"
+        ) from None
+
+    def get(self, key: str) -> bytes:
+        """The whole object."""
+        return self._retry(key, lambda: self._get(key, None))
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Byte ranges ``[start, end)`` of one object, fetched concurrently."""
+        return self._get_many(key, ranges)
+
+    def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self._retry(key, lambda r=r: self._get(key, r)) for r in ranges]
+
+    def size(self, key: str) -> int:
+        return self._retry(key, lambda: self._size(key))
+
+    def put(self, key: str, data: bytes) -> None:
+        self._retry(key, lambda: self._put(key, data, None))
+
+    def put_file(self, key: str, path: Path) -> None:
+        self._retry(key, lambda: self._put(key, None, path))
+
+    def list(self, prefix: str = "") -> list[tuple[str, int, float]]:
+        """``(key, size, mtime)`` of every object whose key starts with ``prefix``."""
+        return self._retry(prefix, lambda: self._list(prefix))
+
+    def delete(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self._retry(key, lambda key=key: self._delete(key))
+
+    # ------------------------------------------------------------------------- primitives
+    def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
+        raise NotImplementedError
+
+    def _size(self, key: str) -> int:
+        raise NotImplementedError
+
+    def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
+        raise NotImplementedError
+
+    def _list(self, prefix: str) -> list[tuple[str, int, float]]:
+        raise NotImplementedError
+
+    def _delete(self, key: str) -> None:
+        raise NotImplementedError
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection, timeout, throttling, 5xx)."""
+
+
+# ------------------------------------------------------------------------------------ S3
+class S3Transport(Transport):
+    def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, Any]) -> None:
+        super().__init__(url, options)
+        from mmpack.store.remote._s3http import S3Config, S3Http
+
+        self.prefix = prefix
+        self.http = S3Http(bucket, S3Config(options), max_concurrency=self.max_concurrency,
+                           connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+
+    def _full(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if key else self.prefix
+
+    def _call(self, method: str, key: str, **kw: Any) -> Any:
+        import urllib3
+
+        try:
+            resp = self.http.request(method, self._full(key) if key is not None else "", **kw)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        if resp.status in _RETRY_STATUS:
+            raise _Transient(f"HTTP {resp.status} {_s3_code(resp.data)}")
+        if resp.status in (401, 403):
+            code = _s3_code(resp.data) or "AccessDenied"
+            raise RemoteAccessError(
+                f"{self.key_url(key or '')}: the object store refused the request ({code}); "
+                "check the credentials (storage_options or AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY)"
+            )
+        if resp.status == 404:
+            raise ObjectMissing(self.key_url(key or ""), _s3_code(resp.data) or "NoSuchKey")
+        if resp.status >= 300:
+            raise RemoteError(f"{self.key_url(key or '')}: HTTP {resp.status} "
+                              f"{_s3_code(resp.data)} {resp.data[:200]!r}")
+        return resp
+
+    def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
+        headers = {} if rng is None else {"Range": f"bytes={rng[0]}-{rng[1] - 1}"}
+        data = self._call("GET", key, headers=headers).data
+        if rng is not None and len(data) != rng[1] - rng[0]:
+            raise _Transient(f"short read: {len(data)} bytes for range {rng}")
+        return data
+
+    def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        if len(ranges) <= 1:
+            return super()._get_many(key, ranges)
+        futures = [self.http.executor.submit(self._retry, key, lambda r=r: self._get(key, r))
+                   for r in ranges]
+        return [f.result() for f in futures]
+
+    def _size(self, key: str) -> int:
+        return int(self._call("HEAD", key).headers.get("Content-Length", -1))
+
+    def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
+        if path is not None:
+            self._call("PUT", key, body_file=(str(path), path.stat().st_size))
+        else:
+            self._call("PUT", key, body=data)
+
+    def _list(self, prefix: str) -> list[tuple[str, int, float]]:
+        out: list[tuple[str, int, float]] = []
+        token = None
+        full = self._full(prefix)
+        while True:
+            query = {"list-type": "2", "prefix": full}
+            if token:
+                query["continuation-token"] = token
+            body = self._call("GET", None, query=query).data.decode()
+            for m in re.finditer(r"<Contents>(.*?)</Contents>", body, re.S):
+                item = m.group(1)
+                key = _xml(item, "Key")
+                size = int(_xml(item, "Size") or 0)
+                out.append((key[len(self.prefix) + 1:], size, _iso_time(_xml(item, "LastModified"))))
+            if _xml(body, "IsTruncated") != "true":
+                return out
+            token = _xml(body, "NextContinuationToken")
+
+    def _delete(self, key: str) -> None:
+        try:
+            self._call("DELETE", key)
+        except ObjectMissing:
+            pass
+
+
+def _xml(text: str, tag: str) -> str:
+    m = re.search(f"<{tag}>(.*?)</{tag}>", text, re.S)
+    if not m:
+        return ""
+    import html
+
+    return html.unescape(m.group(1))
+
+
+def _s3_code(body: bytes) -> str:
+    try:
+        return _xml(body.decode("utf-8", "replace"), "Code")
+    except Exception:
+        return ""
+
+
+def _iso_time(text: str) -> float:
+    import datetime as dt
+
+    if not text:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+# ------------------------------------------------------------------------------------ file://
+class LocalTransport(Transport):
+    def __init__(self, url: str, root: str, options: dict[str, Any]) -> None:
+        super().__init__(url, options)
+        self.root = Path(root)
+
+    def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
+        try:
+            with open(self.root / key, "rb") as f:
+                if rng is None:
+                    return f.read()
+                data = os.pread(f.fileno(), rng[1] - rng[0], rng[0])
+        except FileNotFoundError:
+            raise ObjectMissing(self.key_url(key), "NoSuchKey") from None
+        if len(data) != rng[1] - rng[0]:
+            raise RemoteError(f"{self.key_url(key)}: short read of range {rng} "
+                              f"({len(data)} bytes): the object is truncated")
+        return data
+
+    def _size(self, key: str) -> int:
+        try:
+            return (self.root / key).stat().st_size
+        except FileNotFoundError:
+            raise ObjectMissing(self.key_url(key), "NoSuchKey") from None
+
+    def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
+        import shutil
+
+        target = self.root / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part-{os.getpid()}")
+        if path is not None:
+            shutil.copyfile(path, tmp)
+        else:
+            tmp.write_bytes(data or b"")
+        os.replace(tmp, target)
+
+    def _list(self, prefix: str) -> list[tuple[str, int, float]]:
+        out = []
+        if not self.root.is_dir():
+            return out
+        for p in sorted(self.root.rglob("*")):
+            if p.is_file():
+                key = p.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    st = p.stat()
+                    out.append((key, st.st_size, st.st_mtime))
+        return out
+
+    def _delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------ obstore
+_OBSTORE_USED_BY: set[int] = set()
+
+
+def _after_fork() -> None:
+    pass  # the child's pid differs from every pid in _OBSTORE_USED_BY
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class ObstoreTransport(Transport):
+    """gs://, az://, and s3:// on request, via ``obstore.store.from_url``."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        super().__init__(url, options)
+        self._store_options = {k: v for k, v in options.items()
+                               if k not in _OPTION_DEFAULTS and k != "client"}
+        self._pid = -1
+        self._store: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pid": -1, "_store": None}
+
+    def _obj(self) -> Any:
+        pid = os.getpid()
+        if self._pid != pid:
+            if _OBSTORE_USED_BY and pid not in _OBSTORE_USED_BY:
+                raise RuntimeError(
+                    f"{self.url}: this process was forked from one that used obstore, whose "
+                    "runtime does not survive fork; use multiprocessing_context='spawn' (or an "
+                    "s3:// store with the default client, which is fork-safe)"
+                )
+            import obstore.store
+
+            opts = dict(self._store_options)
+            if opts.pop("allow_http", None) in (True, "true", "1"):
+                opts.setdefault("client_options", {})["allow_http"] = True
+            for alias, name in (("endpoint_url", "endpoint"), ("key", "access_key_id"),
+                                ("secret", "secret_access_key")):
+                if alias in opts:
+                    opts[name] = opts.pop(alias)
+            client_options = opts.pop("client_options", None)
+            self._store = obstore.store.from_url(self.url, client_options=client_options, **opts)
+            self._pid = pid
+            _OBSTORE_USED_BY.add(pid)
+        return self._store
+
+    def _wrap(self, key: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise ObjectMissing(self.key_url(key), "NoSuchKey") from None
+        except PermissionError as exc:
+            raise RemoteAccessError(f"{self.key_url(key)}: access refused ({exc})") from None
+        except (RuntimeError, ValueError, TypeError):
+            raise
+        except Exception as exc:  # obstore's generic errors (it retries internally)
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+
+    def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
+        import obstore
+
+        if rng is None:
+            return self._wrap(key, lambda: bytes(obstore.get(self._obj(), key).bytes()))
+        return self._wrap(key, lambda: bytes(obstore.get_range(
+            self._obj(), key, start=rng[0], end=rng[1])))
+
+    def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        import obstore
+
+        starts = [r[0] for r in ranges]
+        ends = [r[1] for r in ranges]
+        got = self._retry(key, lambda: self._wrap(key, lambda: obstore.get_ranges(
+            self._obj(), key, starts=starts, ends=ends)))
+        return [bytes(b) for b in got]
+
+    def _size(self, key: str) -> int:
+        import obstore
+
+        return int(self._wrap(key, lambda: obstore.head(self._obj(), key))["size"])
+
+    def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
+        import obstore
+
+        self._wrap(key, lambda: obstore.put(self._obj(), key, path if path is not None else data))
+
+    def _list(self, prefix: str) -> list[tuple[str, int, float]]:
+        import obstore
+
+        out = []
+        for chunk in self._wrap(prefix, lambda: list(obstore.list(self._obj(), prefix or None))):
+            for m in chunk:
+                out.append((m["path"], int(m["size"]), m["last_modified"].timestamp()))
+        return out
+
+    def _delete(self, key: str) -> None:
+        import obstore
+
+        self._wrap(key, lambda: obstore.delete(self._obj(), key))
+
+
+def make_transport(url: str, storage_options: dict[str, Any] | None) -> Transport:
+    """The transport for ``url`` (see the module docstring)."""
+    options = dict(storage_options or {})
+    scheme, bucket, prefix = split_url(url)
+    if scheme == "file":
+        return LocalTransport(url, prefix, options)
+    if scheme == "s3" and options.get("client", "http") == "http":
+        return S3Transport(url, bucket, prefix, options)
+    if scheme in ("s3", "gs", "az", "abfs", "abfss"):
+        if options.get("client", "obstore") != "obstore":
+            raise ValueError(f"storage_options client={options['client']!r} is not 'http' or "
+                             "'obstore'")
+        return ObstoreTransport(url, options)
+    raise ValueError(f"{url!r}: unsupported scheme {scheme!r} (s3://, gs://, az://, file://)")
