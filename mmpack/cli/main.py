@@ -54,8 +54,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------- info
-def _store_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _store_size(store) -> int:
+    if "://" in store.location:  # a remote store: the bytes of its data objects
+        return store.num_tokens * store.dtype.itemsize + (len(store) + 1) * 8
+    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
 
 
 def _fmt_bytes(n: float) -> str:
@@ -110,13 +112,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     store = mmpack.open(args.store)
     lens = store.doc_lens
     info = {
-        "path": str(store.path),
+        "path": store.location,
         "backend": store.backend,
         "dtype": store.dtype.name,
         "documents": len(store),
         "empty_documents": int((lens == 0).sum()),
         "tokens": store.num_tokens,
-        "bytes_on_disk": _store_size(store.path),
+        "bytes_on_disk": _store_size(store),
         "fingerprint": store.fingerprint,
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
@@ -213,12 +215,12 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     rows = compare_packing(store.doc_lens, args.seqlen, eot=args.eot, long_docs=args.long_docs,
                            lookahead=args.lookahead, algorithms=("bfd", "stream", "nextfit"))
     if args.json:
-        print(json.dumps({"store": str(store.path), "seqlen": args.seqlen, "eot": args.eot,
+        print(json.dumps({"store": store.location, "seqlen": args.seqlen, "eot": args.eot,
                           "long_docs": args.long_docs, "lookahead": args.lookahead,
                           "documents": len(store), "methods": rows}, indent=1))
         return 0
     tokens = rows[0]["tokens"]
-    print(f"{store.path}: {len(store):,} documents, {tokens:,} tokens to place "
+    print(f"{store.location}: {len(store):,} documents, {tokens:,} tokens to place "
           f"({'with' if args.eot else 'without'} an eot per document), seqlen {args.seqlen}, "
           f"long documents: {args.long_docs}; at least {-(-tokens // args.seqlen):,} rows")
     print(f"{'method':<22}{'rows':>12}{'efficiency':>12}{'padding':>15}{'docs cut':>11}"
@@ -239,7 +241,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     store = mmpack.open(args.store)
     res = store.verify()
-    print(f"{store.path}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
+    print(f"{store.location}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
           f"fingerprint {store.fingerprint}")
     return 0
