@@ -150,7 +150,7 @@ class DelayProxy:
         while not self._stop.is_set():
             try:
                 client, _ = self._listener.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return

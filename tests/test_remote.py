@@ -16,6 +16,7 @@ import uuid
 
 import numpy as np
 import pytest
+from _s3 import BUCKET, DelayProxy, S3Server
 
 import mmpack
 from mmpack.errors import (
@@ -27,8 +28,6 @@ from mmpack.errors import (
     StoreNotFoundError,
 )
 from mmpack.store.remote.transport import make_transport
-
-from _s3 import BUCKET, DelayProxy, S3Server
 
 
 def _corpus(n_docs: int = 200, seed: int = 0, vocab: int = 50_000) -> list[np.ndarray]:
@@ -435,3 +434,69 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     assert main(["info", url + "-missing"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no mmpack store" in err
+
+
+# ----------------------------------------------------------------------------- look-ahead
+def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
+    from mmpack.views.lookahead import LookaheadBatches
+
+    docs = _corpus(n_docs=300)
+    store = _build_with_block(_url(), docs, s3_server.options, 4096)
+    local = mmpack.build(tmp_path / "local", docs)
+    proxy = DelayProxy(s3_server.port, delay=0.05)
+    try:
+        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
+        ds, want = mmpack.WindowDataset(s, 256), mmpack.WindowDataset(local, 256)
+        order = np.random.default_rng(0).permutation(len(ds))
+        batches = [order[a:a + 8] for a in range(0, 48, 8)]
+        before = proxy.requests
+        got = []
+        t0 = time.perf_counter()
+        for k, batch in enumerate(LookaheadBatches(ds, batches, depth=5)):
+            if k == 0:
+                time.sleep(0.3)  # "training": the look-ahead fetches the other batches meanwhile
+                t1 = time.perf_counter()
+            got.append(ds.__getitems__(batch).columns["input_ids"].copy())
+        rest = time.perf_counter() - t1
+        assert rest < 0.1, f"batches 1-5 took {rest:.3f} s after the look-ahead"
+        assert time.perf_counter() - t0 < 1.5
+        for g, b in zip(got, batches):
+            np.testing.assert_array_equal(g, want.__getitems__(b).columns["input_ids"])
+        assert s._backend.stats["requests"] > 6  # many blocks, fetched ahead
+        blocks = {int(x) for b in batches for x in ds.store._backend._block_ids(
+            *ds._window_ranges(np.asarray(b) * ds.stride))}
+        assert proxy.requests - before <= len(blocks)  # no block fetched twice
+    finally:
+        proxy.close()
+    assert LookaheadBatches(want, batches, 2).view is want and len(LookaheadBatches(want, batches)) == 6
+    with pytest.raises(ValueError, match="depth"):
+        LookaheadBatches(want, batches, -1)
+
+
+# ----------------------------------------------------------------------------- obstore client
+def test_obstore_client_reads_the_same_and_refuses_fork(s3_server, tmp_path):
+    """The gs:// and az:// path (obstore), exercised on s3:// with client="obstore": same bytes;
+    a forked child of a process that used obstore gets a clear error, not a hang."""
+    import multiprocessing as mp
+
+    docs = _corpus()
+    store = mmpack.build(_url(), docs, storage_options=dict(s3_server.options, client="obstore"))
+    local = mmpack.build(tmp_path / "local", docs)
+    s = mmpack.open(store.location, storage_options=dict(s3_server.options, client="obstore"),
+                    cache_dir=tmp_path)
+    _assert_views_equal(s, local)
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_read_in_child, args=(s, q))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert "forked from one that used obstore" in q.get(timeout=5)
+
+
+def _read_in_child(store, q):
+    try:
+        mmpack.open(store.location, **store._open_options)
+        q.put("no error")
+    except RuntimeError as exc:
+        q.put(str(exc))

@@ -160,6 +160,13 @@ class TokenStore:
         """
         return self._backend.read_ranges(starts, lengths)
 
+    def prefetch_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Hint that these flat ranges (as for :meth:`read_ranges`) will be read soon: a remote
+        backend starts fetching them in the background; other backends ignore it."""
+        hint = getattr(self._backend, "prefetch_ranges", None)
+        if hint is not None:
+            hint(starts, lengths)
+
     # ----------------------------------------------------------------------------- integrity
     def verify(self) -> dict[str, int]:
         """Recompute every block checksum; raise :class:`FormatError` naming the first bad block.

@@ -19,7 +19,7 @@ import hmac
 import os
 import threading
 import urllib.parse
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["S3Config", "S3Http", "sign_v4"]
 
@@ -78,7 +78,7 @@ def sign_v4(
 class S3Config:
     """Endpoint, credentials and client settings, from ``storage_options`` then ``AWS_*``."""
 
-    _ALIASES = {
+    _ALIASES: ClassVar[dict[str, tuple[str, ...]]] = {
         "endpoint": ("endpoint", "endpoint_url", "aws_endpoint", "aws_endpoint_url"),
         "access_key_id": ("access_key_id", "aws_access_key_id", "key"),
         "secret_access_key": ("secret_access_key", "aws_secret_access_key", "secret"),
@@ -86,7 +86,7 @@ class S3Config:
         "region": ("region", "aws_region", "region_name"),
         "allow_http": ("allow_http", "aws_allow_http"),
     }
-    _ENV = {
+    _ENV: ClassVar[dict[str, tuple[str, ...]]] = {
         "endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
         "access_key_id": ("AWS_ACCESS_KEY_ID",),
         "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
@@ -161,8 +161,9 @@ class S3Http:
     def _ensure(self) -> None:
         if self._pid == os.getpid():
             return
-        import urllib3
         from concurrent.futures import ThreadPoolExecutor
+
+        import urllib3
 
         # A new process (forked or spawned) gets new pools: never the parent's sockets/threads.
         self._lock = threading.Lock()

@@ -33,6 +33,7 @@ verifying every byte; ``check_block_bytes`` at build trades it against the table
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 import os
 import threading
 import zlib
@@ -51,7 +52,7 @@ from mmpack.store.remote.transport import ObjectMissing, Transport, make_transpo
 __all__ = ["RemoteBackend", "default_cache_dir", "open_url"]
 
 _MAX_RUN_BYTES = 8 << 20  # a longer run of blocks is split, so big reads go out in parallel
-_READY_LIMIT = 256 << 20  # bytes of look-ahead blocks held in memory per process
+_READY_LIMIT = 256 << 20  # bytes of look-ahead blocks kept in memory per process (LRU)
 
 
 def default_cache_dir() -> Path:
@@ -124,10 +125,12 @@ class RemoteBackend(Backend):
     def _init_process_state(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._ready: dict[int, bytes] = {}
+        self._ready: OrderedDict[int, bytes] = OrderedDict()  # look-ahead blocks, LRU
         self._ready_bytes = 0
         self._pending: dict[int, Future] = {}
         self._prefetcher: Any = None
+        self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
+        """This process's counts: range requests, bytes they fetched, blocks from the cache."""
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("RemoteBackend is not pickled; the TokenStore reopens its URL")
@@ -206,29 +209,26 @@ class RemoteBackend(Backend):
         waits: list[tuple[int, Future]] = []
         with self._lock:
             for b in ids.tolist():
-                data = self._ready.pop(b, None)
+                data = self._ready.get(b)
                 if data is not None:
-                    self._ready_bytes -= len(data)
+                    self._ready.move_to_end(b)
                     found[b] = data
                 elif b in self._pending:
                     waits.append((b, self._pending[b]))
         for b, fut in waits:
             try:
                 data = fut.result().get(b)
-            except Exception:
-                data = None  # fetched again below, where the error is reported
+            except Exception:  # noqa: BLE001 - fetched again below, where it is reported
+                data = None
             if data is not None:
                 found[b] = data
-                with self._lock:
-                    got = self._ready.pop(b, None)
-                    if got is not None:
-                        self._ready_bytes -= len(got)
         missing = [b for b in ids.tolist() if b not in found]
         if missing and self.cache is not None:
             for b in missing:
                 data = self.cache.get(self.fingerprint, b)
                 if data is not None and self._intact(b, data):
                     found[b] = data
+                    self.stats["cache_hits"] += 1
             missing = [b for b in missing if b not in found]
         if missing:
             fetched = self._fetch(missing)
@@ -263,6 +263,9 @@ class RemoteBackend(Backend):
             raise StateMismatchError(
                 f"{self.url}: {key} is gone: the store was rebuilt or deleted after it was "
                 "opened; open it again") from None
+        with self._lock:
+            self.stats["requests"] += len(ranges)
+            self.stats["bytes_fetched"] += sum(hi - lo for lo, hi in ranges)
         out: dict[int, bytes] = {}
         for run, piece in zip(runs, pieces):
             mv = memoryview(piece)
@@ -288,7 +291,7 @@ class RemoteBackend(Backend):
         ids = self._block_ids(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         with self._lock:
             todo = [b for b in ids.tolist() if b not in self._ready and b not in self._pending]
-            if not todo or self._ready_bytes > _READY_LIMIT:
+            if not todo:
                 return
             if self._prefetcher is None:
                 from concurrent.futures import ThreadPoolExecutor
@@ -318,6 +321,8 @@ class RemoteBackend(Backend):
                     if b not in self._ready:
                         self._ready[b] = data
                         self._ready_bytes += len(data)
+                while self._ready_bytes > _READY_LIMIT:  # least recently used first
+                    self._ready_bytes -= len(self._ready.popitem(last=False)[1])
             return got
         finally:
             with self._lock:

@@ -218,7 +218,7 @@ class S3Transport(Transport):
             if token:
                 query["continuation-token"] = token
             body = self._call("GET", None, query=query).data.decode()
-            for m in re.finditer(r"<Contents>(.*?)</Contents>", body, re.S):
+            for m in re.finditer(r"<Contents>(.*?)</Contents>", body, re.DOTALL):
                 item = m.group(1)
                 key = _xml(item, "Key")
                 size = int(_xml(item, "Size") or 0)
@@ -235,7 +235,7 @@ class S3Transport(Transport):
 
 
 def _xml(text: str, tag: str) -> str:
-    m = re.search(f"<{tag}>(.*?)</{tag}>", text, re.S)
+    m = re.search(f"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
     if not m:
         return ""
     import html
@@ -246,7 +246,7 @@ def _xml(text: str, tag: str) -> str:
 def _s3_code(body: bytes) -> str:
     try:
         return _xml(body.decode("utf-8", "replace"), "Code")
-    except Exception:
+    except Exception:  # noqa: BLE001 - an error body that is not XML has no code
         return ""
 
 
@@ -371,7 +371,7 @@ class ObstoreTransport(Transport):
             raise RemoteAccessError(f"{self.key_url(key)}: access refused ({exc})") from None
         except (RuntimeError, ValueError, TypeError):
             raise
-        except Exception as exc:  # obstore's generic errors (it retries internally)
+        except Exception as exc:  # noqa: BLE001 - obstore's generic errors (retried here)
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
 
     def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:

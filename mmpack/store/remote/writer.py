@@ -22,7 +22,6 @@ marker, a single-object PUT that object stores make visible atomically.  So:
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import tempfile
@@ -65,7 +64,7 @@ class RemoteStoreWriter(StoreWriter):
         kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
         super().__init__(self._workdir / "store", overwrite=overwrite, **kwargs)
 
-    def __enter__(self) -> RemoteStoreWriter:
+    def __enter__(self) -> RemoteStoreWriter:  # noqa: PYI034 - matches StoreWriter
         try:
             if not self.overwrite and _exists(self.transport):
                 raise StoreExistsError(f"{self.url!r} exists; pass overwrite=True to replace it")
