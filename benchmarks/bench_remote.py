@@ -1,0 +1,155 @@
+"""Stores on object storage: shuffled batches from S3 (SeaweedFS on loopback) behind a proxy that
+adds 10 or 20 ms to every request, against the same batches from a local memmap store.
+
+Cases (32 x 2048 windows, and packed rows of 2048, in a shuffled order):
+
+- ``local``: the memmap store (the reference);
+- ``remote`` without look-ahead: each batch's check blocks fetched when the batch is read (its
+  range requests concurrent, adjacent blocks merged);
+- ``remote + look-ahead K``: :class:`mmpack.views.lookahead.LookaheadBatches` hints the next K
+  batches, so their blocks are in flight while the current one is consumed;
+- ``2nd epoch, cache``: a fresh store object (as a new worker would open) reading the same
+  epoch again with the node's block cache filled by the first epoch;
+- ``... + 50 ms step``: the same loops with a simulated 50 ms training step per batch, the
+  ratio then being local step time over remote step time (what a trainer sees).
+
+Columns: ``Mtok/s`` tokens served per second, ``vs local`` the ratio to the local memmap run,
+``fetched/served`` bytes moved from the store per byte of tokens served (the price of verifying
+whole 64 KiB check blocks).
+
+Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_TESTS = Path(__file__).resolve().parent.parent / "tests"
+
+BATCH = 32
+SEQLEN = 2048
+STEP_SECONDS = 0.05
+
+
+def _server_helpers() -> Any:
+    if str(_TESTS) not in sys.path:
+        sys.path.insert(0, str(_TESTS))
+    import _s3
+
+    return _s3
+
+
+def _docs(n_tokens: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lens = np.maximum(rng.lognormal(6.0, 1.2, size=n_tokens // 500).astype(np.int64), 1)
+    flat = rng.integers(0, 50_000, size=int(lens.sum()), dtype=np.uint16)
+    return np.split(flat, np.cumsum(lens)[:-1])
+
+
+def _views(store: Any) -> dict[str, Any]:
+    import mmpack
+
+    return {"window": mmpack.WindowDataset(store, SEQLEN, eot=50_000),
+            "packed": mmpack.PackedDataset(store, SEQLEN, eot=50_000)}
+
+
+def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) -> float:
+    from mmpack.views.lookahead import LookaheadBatches
+
+    source = LookaheadBatches(view, batches, lookahead) if lookahead else batches
+    t0 = time.perf_counter()
+    for idx in source:
+        view.__getitems__(idx)
+        if step:
+            time.sleep(step)
+    return time.perf_counter() - t0
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    import mmpack
+
+    s3 = _server_helpers()
+    n_tokens = (1 << 20) if quick else (8 << 20)
+    delays = (0.02,) if quick else (0.01, 0.02)
+    depth = 8
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
+        tmp = Path(tmp_name)
+        server = s3.S3Server.start(tmp / "server")
+        try:
+            docs = _docs(n_tokens)
+            url = f"s3://{s3.BUCKET}/bench/store"
+            t0 = time.perf_counter()
+            mmpack.build(url, docs, storage_options=server.options, overwrite=True)
+            upload_s = time.perf_counter() - t0
+            local = mmpack.build(tmp / "local", docs)
+            rows.append({"case": "build + upload", "seconds": upload_s,
+                         "MB": local.num_tokens * 2 / 1e6})
+            for kind, local_view in _views(local).items():
+                n = len(local_view)
+                order = np.random.default_rng(1).permutation(n)
+                n_batches = n // BATCH if not quick else min(n // BATCH, 12)
+                batches = [order[b * BATCH:(b + 1) * BATCH] for b in range(n_batches)]
+                served = sum(len(b) for b in batches) * SEQLEN * 2
+                tokens = served // 2
+                _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
+                local_s = _epoch(local_view, batches, 0, 0)
+                local_step_s = _epoch(local_view, batches[:4], 0, STEP_SECONDS) / 4
+                rows.append({"case": f"{kind} local memmap", "Mtok/s": tokens / local_s / 1e6,
+                             "vs local": 1.0, "batches": n_batches})
+                for delay in delays:
+                    proxy = s3.DelayProxy(server.port, delay)
+                    try:
+                        opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=32)
+                        for ahead in (0, depth):
+                            cache = tmp / f"cache-{kind}-{delay}-{ahead}"
+                            store = mmpack.open(url, storage_options=opts, cache_dir=cache,
+                                                cache_limit=1 << 30)
+                            view = _views(store)[kind]
+                            secs = _epoch(view, batches, ahead, 0)
+                            stats = store._backend.stats
+                            label = f"{kind} remote {delay * 1e3:.0f} ms" + (
+                                f" + look-ahead {ahead}" if ahead else "")
+                            row = {"case": label, "Mtok/s": tokens / secs / 1e6,
+                                   "vs local": local_s / secs, "batches": n_batches,
+                                   "fetched/served": stats["bytes_fetched"] / served}
+                            if ahead and delay == 0.02:
+                                row.update(target="≥ 0.5", met=local_s / secs >= 0.5)
+                            rows.append(row)
+                            if ahead:
+                                again = mmpack.open(url, storage_options=opts, cache_dir=cache,
+                                                    cache_limit=1 << 30)
+                                secs2 = _epoch(_views(again)[kind], batches, 0, 0)
+                                row = {"case": f"{label}, 2nd epoch, cache",
+                                       "Mtok/s": tokens / secs2 / 1e6,
+                                       "vs local": local_s / secs2, "batches": n_batches,
+                                       "fetched/served":
+                                           again._backend.stats["bytes_fetched"] / served}
+                                if delay == 0.02:
+                                    row.update(target="≥ 0.8", met=local_s / secs2 >= 0.8)
+                                rows.append(row)
+                                fresh = mmpack.open(url, storage_options=opts,
+                                                    cache_dir=tmp / f"step-{kind}-{delay}")
+                                k = min(len(batches), 16)
+                                step_s = _epoch(_views(fresh)[kind], batches[:k], ahead,
+                                                STEP_SECONDS) / k
+                                rows.append({"case": f"{label} + {STEP_SECONDS * 1e3:.0f} ms "
+                                                     "step", "vs local": local_step_s / step_s,
+                                             "batches": k})
+                    finally:
+                        proxy.close()
+        finally:
+            server.stop()
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.__main__ import print_table
+
+    print_table("remote stores", run(quick="--quick" in sys.argv))
