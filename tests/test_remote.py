@@ -500,3 +500,54 @@ def _read_in_child(store, q):
         q.put("no error")
     except RuntimeError as exc:
         q.put(str(exc))
+
+
+def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, monkeypatch):
+    store = mmpack.build(_url(), _corpus(n_docs=20), storage_options=s3_server.options)
+    proxy = DelayProxy(s3_server.port, delay=1.0)
+    try:
+        opts = dict(s3_server.options, endpoint=proxy.endpoint, read_timeout=0.3, retries=1,
+                    retry_backoff=0.01)
+        with pytest.raises(RemoteError, match=r"mmpack\.json: failed after 2 attempts.*Timeout"):
+            mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
+    finally:
+        proxy.close()
+    # Throttling (503 SlowDown) twice, then success: retried with backoff, data correct.
+    from mmpack.store.remote._s3http import S3Http
+
+    real = S3Http.request
+    calls = {"n": 0}
+
+    class Throttled:
+        status, data, headers = 503, b"<Error><Code>SlowDown</Code></Error>", {}
+
+    def flaky(self, method, key, **kw):
+        calls["n"] += 1
+        return Throttled() if calls["n"] <= 2 else real(self, method, key, **kw)
+
+    monkeypatch.setattr(S3Http, "request", flaky)
+    s = mmpack.open(store.location, storage_options=dict(s3_server.options, retry_backoff=0.01),
+                    cache_dir=tmp_path / "t")
+    np.testing.assert_array_equal(s[3], store[3])
+    assert calls["n"] > 2
+
+
+def test_multipart_upload(s3_server, tmp_path, monkeypatch):
+    from mmpack.store.remote.transport import S3Transport
+
+    used = []
+    real = S3Transport._put_multipart
+    monkeypatch.setattr(S3Transport, "_put_multipart",
+                        lambda self, key, path, size: used.append(key) or real(self, key, path, size))
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(0, 60_000, size=n, dtype=np.uint16) for n in [3_000_000, 2_500_000, 17]]
+    opts = dict(s3_server.options, multipart_threshold=1 << 20, multipart_chunk=5 << 20)
+    store = mmpack.build(_url(), docs, storage_options=opts)
+    local = mmpack.build(tmp_path / "local", docs)
+    assert store.fingerprint == local.fingerprint
+    assert [k.split("/")[1] for k in used] == ["tokens.bin"]
+    assert store.verify()["bytes"] == local.verify()["bytes"]
+    np.testing.assert_array_equal(store.read_range(2_999_000, 3_001_000),
+                                  local.read_range(2_999_000, 3_001_000))
+    with pytest.raises(ValueError, match="5 MiB"):
+        mmpack.open(store.location, storage_options=dict(opts, multipart_chunk=1 << 20))
