@@ -33,10 +33,10 @@ verifying every byte; ``check_block_bytes`` at build trades it against the table
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any

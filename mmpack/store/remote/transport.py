@@ -20,6 +20,7 @@ backoff (``retry_backoff`` * 2**attempt, jittered), then raised as one
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -244,10 +245,8 @@ class S3Transport(Transport):
             if b"<Error>" in done:  # S3 may report a failed completion in a 200 body
                 raise RemoteError(f"{self.key_url(key)}: multipart upload failed: {done[:300]!r}")
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the original error matters more
                 self._call("DELETE", key, query={"uploadId": upload_id})
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
             raise
 
     def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
