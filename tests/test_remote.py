@@ -347,8 +347,13 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
     ds = mmpack.PackedDataset(store, 128, eot=65535, pad_id=0)
     ds.__getitems__([0, 1, 2])  # the parent uses the client before the workers fork
     want = mmpack.PackedDataset(local, 128, eot=65535, pad_id=0)
+    from torch.utils.data import BatchSampler
+
+    from mmpack.views.lookahead import LookaheadBatches
+
     sampler = mmpack.ResumableSampler(len(ds), seed=3)
-    loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate,
+    batches = LookaheadBatches(ds, BatchSampler(sampler, 8, False), depth=2, num_workers=2)
+    loader = DataLoader(ds, batch_sampler=batches, num_workers=2, collate_fn=collate,
                         multiprocessing_context=context, timeout=60)
     order = list(sampler)
     for b, batch in enumerate(loader):
@@ -551,3 +556,33 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
                                   local.read_range(2_999_000, 3_001_000))
     with pytest.raises(ValueError, match="5 MiB"):
         mmpack.open(store.location, storage_options=dict(opts, multipart_chunk=1 << 20))
+
+
+def test_hinted_batches_name_the_same_workers_next_batches():
+    from mmpack.views.lookahead import LookaheadBatches
+
+    class View:
+        def prefetch(self, indices):
+            pass
+
+    batches = [[b * 10 + k for k in range(2)] for b in range(7)]
+    got = list(LookaheadBatches(View(), batches, depth=2, num_workers=2))
+    assert [list(b) for b in got] == batches
+    assert got[0].ahead == batches[2] + batches[4]
+    assert got[1].ahead == batches[3] + batches[5]
+    assert got[4].ahead == batches[6] and got[6].ahead == []
+
+
+def test_hinted_batch_prefetches_in_the_reader(tmp_path, monkeypatch):
+    from mmpack.store.reader import TokenStore
+    from mmpack.views.lookahead import HintedBatch
+
+    store = mmpack.build((tmp_path / "r").as_uri(), _corpus())
+    seen = []
+    monkeypatch.setattr(TokenStore, "prefetch_ranges", lambda self, a, b: seen.append(len(a)))
+    for view in (mmpack.WindowDataset(store, 64), mmpack.PackedDataset(store, 64)):
+        batch = HintedBatch([0, 1])
+        batch.ahead = [2, 3, 4]
+        view.__getitems__(batch)
+        view.__getitems__([5])
+    assert len(seen) == 2 and seen[0] == 3

@@ -305,7 +305,12 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`).
+        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        prefetched first."""
+        ahead = getattr(indices, "ahead", None)
+        if ahead:
+            self.prefetch(ahead)
         return self._gather(check_indices(indices, len(self)))
 
     def prefetch(self, indices: Any) -> None:

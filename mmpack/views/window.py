@@ -178,7 +178,12 @@ class WindowDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
-        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy)."""
+        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy).
+        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        prefetched first."""
+        ahead = getattr(indices, "ahead", None)
+        if ahead:
+            self.prefetch(ahead)
         return self._gather(check_indices(indices, self._len))
 
     def prefetch(self, indices: Any) -> None:
