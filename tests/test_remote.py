@@ -586,3 +586,34 @@ def test_hinted_batch_prefetches_in_the_reader(tmp_path, monkeypatch):
         view.__getitems__(batch)
         view.__getitems__([5])
     assert len(seen) == 2 and seen[0] == 3
+
+
+def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path):
+    import multiprocessing as mp
+
+    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+    proxy = DelayProxy(s3_server.port, delay=0.3)
+    try:
+        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path,
+                        cache_limit=1 << 30)
+        starts = np.arange(8, dtype=np.int64) * (store.num_tokens // 8)
+        before = proxy.requests
+        ctx = mp.get_context("fork")
+        want = [store.read_range(int(a), int(a) + 50) for a in starts]
+        procs = [ctx.Process(target=_read_ranges, args=(s, starts, want)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        assert proxy.requests - before == 8  # 8 blocks, each fetched by one of the two
+        assert not list((tmp_path / "blocks").glob("*.fetching"))
+    finally:
+        proxy.close()
+
+
+def _read_ranges(store, starts, want):
+    src, at = store.read_ranges(starts, np.full(starts.size, 50))
+    for k in range(starts.size):
+        np.testing.assert_array_equal(src[at[k]:at[k] + 50], want[k])

@@ -241,11 +241,30 @@ class RemoteBackend(Backend):
                     self.stats["cache_hits"] += 1
             missing = [b for b in missing if b not in found]
         if missing:
-            fetched = self._fetch(missing)
-            found.update(fetched)
-            if self.cache is not None:
-                self.cache.put_many(self.fingerprint, fetched)
+            found.update(self._fetch_shared(missing))
         return [found[b] for b in ids.tolist()]
+
+    def _fetch_shared(self, missing: list[int]) -> dict[int, bytes]:
+        """Fetch blocks, and with a cache, not those another process on the node is fetching:
+        wait for them to land in the cache instead (then fetch any that did not)."""
+        if self.cache is None:
+            return self._fetch(missing)
+        mine, theirs = self.cache.claim(self.fingerprint, missing)
+        try:
+            got = self._fetch(mine) if mine else {}
+            self.cache.put_many(self.fingerprint, got)
+        finally:
+            self.cache.release(self.fingerprint, mine)
+        if theirs:
+            landed = {b: d for b, d in self.cache.wait_for(
+                self.fingerprint, theirs, self.transport.read_timeout).items()
+                if self._intact(b, d)}
+            self.stats["cache_hits"] += len(landed)
+            late = [b for b in theirs if b not in landed]
+            got.update(landed)
+            if late:
+                got.update(self._fetch(late))
+        return got
 
     def _block_span(self, b: int) -> tuple[int, int]:
         lo = b * self.block
@@ -322,10 +341,7 @@ class RemoteBackend(Backend):
                         got[b] = data
                 need = [b for b in todo if b not in got]
             if need:
-                fetched = self._fetch(need)
-                if self.cache is not None:
-                    self.cache.put_many(self.fingerprint, fetched)
-                got.update(fetched)
+                got.update(self._fetch_shared(need))
             with self._lock:
                 for b, data in got.items():
                     if b not in self._ready:

@@ -14,6 +14,12 @@ mtime; a hit touches it) until the batch fits in 90% of the limit; an eviction p
 folder, so a ledger a crashed process left stale heals.  The total never exceeds ``limit``
 (temporary files included: they are written under the lock, after the reservation).  Blocks are
 checked again when read (size and CRC-32): the cache holds no unverified byte.
+
+No duplicate downloads: before fetching, a process claims each missing block with an
+``O_EXCL`` marker file (``<fingerprint>-<block>.fetching``); a block another process has
+claimed is awaited in the cache (polling, up to the read timeout) instead of fetched again, and
+fetched after all if its marker disappears without the block or is older than 30 s (a fetch
+that died).
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["BlockCache"]
+
+_CLAIM_SECONDS = 30.0  # a marker older than this belongs to a fetch that died
 
 
 class BlockCache:
@@ -114,6 +123,56 @@ class BlockCache:
                     tmp.unlink(missing_ok=True)
                     need -= len(data)
             self._set_usage(used + need)
+
+    # ------------------------------------------------------------------ no duplicate downloads
+    def claim(self, fingerprint: str, blocks: list[int]) -> tuple[list[int], list[int]]:
+        """Split ``blocks`` into those this process fetches (an ``O_EXCL`` marker file created)
+        and those another process is fetching now (a marker younger than ``_CLAIM_SECONDS``)."""
+        mine, theirs = [], []
+        now = time.time()
+        for b in blocks:
+            marker = self.root / f"{fingerprint}-{b}.fetching"
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                mine.append(b)
+            except FileExistsError:
+                try:
+                    fresh = now - marker.stat().st_mtime < _CLAIM_SECONDS
+                except OSError:
+                    fresh = False
+                (theirs if fresh else mine).append(b)
+            except OSError:
+                mine.append(b)
+        return mine, theirs
+
+    def release(self, fingerprint: str, blocks: list[int]) -> None:
+        for b in blocks:
+            with contextlib.suppress(OSError):
+                (self.root / f"{fingerprint}-{b}.fetching").unlink()
+
+    def wait_for(self, fingerprint: str, blocks: list[int], timeout: float) -> dict[int, bytes]:
+        """The blocks another process fetches, as they land (polling); those that do not
+        appear within ``timeout`` (or whose fetch was abandoned) are left out."""
+        out: dict[int, bytes] = {}
+        todo = list(blocks)
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while todo:
+            for b in list(todo):
+                data = self.get(fingerprint, b)
+                if data is not None:
+                    out[b] = data
+                    todo.remove(b)
+                elif not (self.root / f"{fingerprint}-{b}.fetching").exists():
+                    data = self.get(fingerprint, b)  # landed just now, or abandoned
+                    if data is not None:
+                        out[b] = data
+                    todo.remove(b)
+            if not todo or time.monotonic() > deadline:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return out
 
     def _evict(self, target: int) -> int:
         files = sorted(self._files())
