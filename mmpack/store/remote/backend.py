@@ -3,11 +3,11 @@
 Layout of a remote store at ``URL`` (written by :mod:`mmpack.store.remote.writer`)::
 
     URL/mmpack.json            the metadata record, written LAST (the commit marker), plus
-                               "remote": {"data": "data-<id>", "check_block_bytes": 65536,
+                               "remote": {"data": "data-<id>", "check_block_bytes": 16384,
                                           "check_object": "tokens.crc", "check_crc32": ...}
     URL/data-<id>/tokens.bin   the flat little-endian tokens (the memmap layout's file)
     URL/data-<id>/offsets.bin  the int64 offsets
-    URL/data-<id>/tokens.crc   CRC-32 (uint32 LE) of every 64 KiB block of tokens.bin
+    URL/data-<id>/tokens.crc   CRC-32 (uint32 LE) of every 16 KiB block of tokens.bin
 
 A plain local memmap store copied as is (no ``"remote"`` record) opens too: its data sit beside
 ``mmpack.json`` and the check blocks are the format's 16 MiB blocks (correct, but every random
@@ -21,13 +21,17 @@ by the look-ahead (:meth:`RemoteBackend.prefetch_ranges`) or the node's block ca
 they are, the rest are fetched as runs of adjacent blocks (one range request per run, all runs
 concurrently), each block's CRC-32 is checked (a mismatch is re-fetched once, then it is a
 :class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the verified blocks
-go to the cache.  The result is one buffer of the touched blocks, with each range's position.
+go to the node cache and to a per-process memory LRU.  The result holds only the bytes served:
+the ranges back to back.
 
-Cost: CRC-32 runs at about 1-1.5 GB/s here, ~50 us per 64 KiB block; a 2048-token uint16 window
-touches one or two blocks, so verification adds ~0.1 ms to a request that takes ~2 ms on
-loopback, and 64 KiB blocks read 16-32x the bytes served by random 4 KiB windows (the price of
-verifying every byte; ``check_block_bytes`` at build trades it against the table's size,
-4 bytes per block).
+Cost (measured here, a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
+a 2048-token uint16 window (4 KiB) touches one or two blocks, so verification adds well under
+0.1 ms to a request that takes ~2 ms on loopback.  Blocks are 16 KiB by default: a shuffled
+window moves 4-8x the bytes it serves on a first touch (64 KiB blocks moved 16-32x, and read
+40% slower from the node cache: a cached packed epoch took 2.6 s with 64 KiB blocks against
+1.8 s with 16 KiB); the check table costs 4 bytes per block (0.025% of the tokens), fetched at
+open like ``offsets`` (8 bytes per document, usually larger).  ``check_block_bytes`` at build
+changes it.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from mmpack.store.remote.transport import ObjectMissing, Transport, make_transpo
 __all__ = ["RemoteBackend", "default_cache_dir", "open_url"]
 
 _MAX_RUN_BYTES = 8 << 20  # a longer run of blocks is split, so big reads go out in parallel
-_READY_LIMIT = 256 << 20  # bytes of look-ahead blocks kept in memory per process (LRU)
+MEMORY_BLOCKS_BYTES = 128 << 20
+"""Verified blocks kept in memory per process (LRU): look-ahead results, and blocks a batch read,
+which later batches of a shuffled epoch touch again (a 16 KiB block holds several windows)."""
 
 
 def default_cache_dir() -> Path:
@@ -125,7 +131,7 @@ class RemoteBackend(Backend):
     def _init_process_state(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._ready: OrderedDict[int, bytes] = OrderedDict()  # look-ahead blocks, LRU
+        self._ready: OrderedDict[int, bytes] = OrderedDict()  # verified blocks in memory, LRU
         self._ready_bytes = 0
         self._pending: dict[int, Future] = {}
         self._prefetcher: Any = None
@@ -233,16 +239,29 @@ class RemoteBackend(Backend):
             if data is not None:
                 found[b] = data
         missing = [b for b in ids.tolist() if b not in found]
+        fresh: dict[int, bytes] = {}
         if missing and self.cache is not None:
             for b in missing:
                 data = self.cache.get(self.fingerprint, b)
                 if data is not None and self._intact(b, data):
-                    found[b] = data
+                    fresh[b] = data
                     self.stats["cache_hits"] += 1
-            missing = [b for b in missing if b not in found]
+            missing = [b for b in missing if b not in fresh]
         if missing:
-            found.update(self._fetch_shared(missing))
+            fresh.update(self._fetch_shared(missing))
+        if fresh:
+            self._remember(fresh)
+            found.update(fresh)
         return [found[b] for b in ids.tolist()]
+
+    def _remember(self, blocks: dict[int, bytes]) -> None:
+        with self._lock:
+            for b, data in blocks.items():
+                if b not in self._ready:
+                    self._ready[b] = data
+                    self._ready_bytes += len(data)
+            while self._ready_bytes > MEMORY_BLOCKS_BYTES:  # least recently used first
+                self._ready_bytes -= len(self._ready.popitem(last=False)[1])
 
     def _fetch_shared(self, missing: list[int]) -> dict[int, bytes]:
         """Fetch blocks, and with a cache, not those another process on the node is fetching:
@@ -342,13 +361,7 @@ class RemoteBackend(Backend):
                 need = [b for b in todo if b not in got]
             if need:
                 got.update(self._fetch_shared(need))
-            with self._lock:
-                for b, data in got.items():
-                    if b not in self._ready:
-                        self._ready[b] = data
-                        self._ready_bytes += len(data)
-                while self._ready_bytes > _READY_LIMIT:  # least recently used first
-                    self._ready_bytes -= len(self._ready.popitem(last=False)[1])
+            self._remember(got)
             return got
         finally:
             with self._lock:

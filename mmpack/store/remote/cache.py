@@ -2,7 +2,7 @@
 
 Layout under ``cache_dir``::
 
-    blocks/<fingerprint>-<block>.blk   one verified check block (64 KiB by default) per file
+    blocks/<fingerprint>-<block>.blk   one verified check block (16 KiB by default) per file
     blocks/.usage                      the bytes the block files hold (text), kept under the lock
     blocks/.lock                       ``fcntl.flock`` serializing inserts and evictions
 

@@ -2,7 +2,7 @@
 
 ``RemoteStoreWriter`` (what ``mmpack.build(url, ...)``, ``StoreWriter``'s URL twin and
 ``mmpack build -o URL`` use) writes the store into a local temporary folder with the ordinary
-atomic writer, computes the CRC-32 of every ``check_block_bytes`` block of ``tokens.bin`` (one
+atomic writer, computes the CRC-32 of every ``check_block_bytes`` (16 KiB) block of ``tokens.bin`` (one
 sequential pass, ~1 GB/s), uploads ``tokens.bin``, ``offsets.bin`` and that table concurrently
 under a fresh ``URL/data-<time>-<random>/``, and only then PUTs ``URL/mmpack.json``: the commit
 marker, a single-object PUT that object stores make visible atomically.  So:
@@ -38,7 +38,7 @@ from mmpack.store.writer import StoreWriter
 
 __all__ = ["CHECK_BLOCK_BYTES", "RemoteStoreWriter", "clean_stale"]
 
-CHECK_BLOCK_BYTES = 64 << 10
+CHECK_BLOCK_BYTES = 16 << 10
 STALE_SECONDS = 15 * 60
 """An unnamed ``data-*`` generation younger than this may be a concurrent build's upload."""
 
