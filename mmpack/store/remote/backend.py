@@ -56,6 +56,7 @@ from mmpack.store.remote.transport import ObjectMissing, Transport, make_transpo
 __all__ = ["RemoteBackend", "default_cache_dir", "open_url"]
 
 _MAX_RUN_BYTES = 8 << 20  # a longer run of blocks is split, so big reads go out in parallel
+_AHEAD_THREADS = 4  # look-ahead batches fetched at once (each with concurrent range requests)
 MEMORY_BLOCKS_BYTES = 128 << 20
 """Verified blocks kept in memory per process (LRU): look-ahead results, and blocks a batch read,
 which later batches of a shuffled epoch touch again (a 16 KiB block holds several windows)."""
@@ -344,7 +345,7 @@ class RemoteBackend(Backend):
             if self._prefetcher is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._prefetcher = ThreadPoolExecutor(2, thread_name_prefix="mmpack-ahead")
+                self._prefetcher = ThreadPoolExecutor(_AHEAD_THREADS, thread_name_prefix="mmpack-ahead")
             fut = self._prefetcher.submit(self._prefetch_job, todo)
             for b in todo:
                 self._pending[b] = fut
