@@ -618,3 +618,39 @@ def _read_ranges(store, starts, want):
     src, at = store.read_ranges(starts, np.full(starts.size, 50))
     for k in range(starts.size):
         np.testing.assert_array_equal(src[at[k]:at[k] + 50], want[k])
+
+
+# ----------------------------------------------------------------------------- above the store
+def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
+    """A Mixture of a local and a remote view equals the all-local one; a StatefulDataLoader
+    over the remote view resumes exactly, the pickled view reopening its URL."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from mmpack.torch.collate import collate
+
+    a, b = _corpus(seed=1), _corpus(seed=2)
+    la, lb = mmpack.build(tmp_path / "a", a), mmpack.build(tmp_path / "b", b)
+    rb = mmpack.build(_url(), b, storage_options=s3_server.options)
+    mixed = mmpack.Mixture([mmpack.WindowDataset(la, 64), mmpack.WindowDataset(rb, 64)],
+                           weights=[0.5, 0.5], num_samples=64, seed=3)
+    local = mmpack.Mixture([mmpack.WindowDataset(la, 64), mmpack.WindowDataset(lb, 64)],
+                           weights=[0.5, 0.5], num_samples=64, seed=3)
+    for i in (0, 7, 63):
+        np.testing.assert_array_equal(mixed[i]["input_ids"], local[i]["input_ids"])
+    ds = mmpack.PackedDataset(rb, 64, eot=65535)
+
+    def loader():
+        return StatefulDataLoader(ds, batch_size=4, collate_fn=collate,
+                                  sampler=mmpack.ResumableSampler(len(ds), seed=11))
+
+    full = [b["input_ids"].tolist() for b in loader()]
+    first = loader()
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    resumed = loader()
+    resumed.load_state_dict(state)
+    again = pickle.loads(pickle.dumps(ds))
+    assert again.store.location == rb.location
+    assert [b["input_ids"].tolist() for b in resumed] == full[3:]
