@@ -654,3 +654,13 @@ def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
     again = pickle.loads(pickle.dumps(ds))
     assert again.store.location == rb.location
     assert [b["input_ids"].tolist() for b in resumed] == full[3:]
+
+
+def test_cache_limit_and_repr(tmp_path):
+    url = (tmp_path / "r").as_uri()
+    store = mmpack.build(url, _corpus(n_docs=5))
+    assert repr(store).startswith(f"TokenStore({url!r}")
+    for bad in (-1, True, 1.5, "1G"):
+        with pytest.raises(ValueError, match="cache_limit"):
+            mmpack.open(url, cache_limit=bad)
+    assert mmpack.open(url, cache_limit=0)._backend.cache is None

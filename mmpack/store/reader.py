@@ -212,7 +212,7 @@ class TokenStore:
 
     def __repr__(self) -> str:
         return (
-            f"TokenStore({str(self._path)!r}, backend={self.backend!r}, docs={len(self)}, "
+            f"TokenStore({self._location!r}, backend={self.backend!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
 

@@ -437,7 +437,7 @@ def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
         raise FormatError(f"{location}: backend {meta.backend!r}; remote stores use the memmap "
                           "layout")
     folder = root / "stores" / meta.fingerprint
-    cache = BlockCache(root, int(cache_limit)) if cache_limit else None
+    cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
     backend = RemoteBackend(transport, meta, raw, folder, cache)
     options: dict[str, Any] = {"storage_options": storage_options, "cache_dir": str(root),
                                "cache_limit": cache_limit}

@@ -362,13 +362,8 @@ class LocalTransport(Transport):
 
 # ------------------------------------------------------------------------------------ obstore
 _OBSTORE_USED_BY: set[int] = set()
-
-
-def _after_fork() -> None:
-    pass  # the child's pid differs from every pid in _OBSTORE_USED_BY
-
-
-os.register_at_fork(after_in_child=_after_fork)
+"""Pids of processes that started obstore's runtime; a forked child inherits the set but not
+the runtime, so a pid missing from a non-empty set means "forked after obstore was used"."""
 
 
 class ObstoreTransport(Transport):
