@@ -20,8 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 ACCESS_KEY = "mmpack-test-key"
@@ -104,14 +102,15 @@ class S3Server:
         raise RuntimeError(f"weed mini did not answer in {timeout} s: {log.read_text()[-2000:]}")
 
     def _bucket_ready(self) -> bool:
-        # An unsigned request is refused (403) once the S3 gateway is up; the bucket must exist.
+        # The S3 port answers before the -bucket= bucket exists: wait for a signed HEAD of it.
+        from mmpack.store.remote._s3http import S3Config, S3Http
+
+        http = S3Http(BUCKET, S3Config(self.options), max_concurrency=1, connect_timeout=1,
+                      read_timeout=2)
         try:
-            urllib.request.urlopen(f"{self.endpoint}/{BUCKET}/", timeout=1)
-        except urllib.error.HTTPError as exc:
-            return exc.code in (403, 200)
-        except OSError:
+            return http.request("HEAD", "").status == 200
+        except Exception:  # noqa: BLE001 - not up yet
             return False
-        return True
 
     def stop(self) -> None:
         if self.proc.poll() is not None:

@@ -664,3 +664,54 @@ def test_cache_limit_and_repr(tmp_path):
         with pytest.raises(ValueError, match="cache_limit"):
             mmpack.open(url, cache_limit=bad)
     assert mmpack.open(url, cache_limit=0)._backend.cache is None
+
+
+_BUILD_SCRIPT = """
+import sys, numpy as np, mmpack
+opts = dict(endpoint=sys.argv[2], access_key_id=sys.argv[3], secret_access_key=sys.argv[4],
+            allow_http=True, multipart_threshold=1 << 20, multipart_chunk=5 << 20)
+rng = np.random.default_rng(0)
+mmpack.build(sys.argv[1], [rng.integers(0, 60000, 4_000_000, dtype=np.uint16)],
+             storage_options=opts)
+"""
+
+
+def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path, monkeypatch):
+    """SIGKILL a builder in the middle of its upload (a slow proxy keeps it there): no store is
+    visible, and the next build removes the orphaned objects and the local copy."""
+    import signal
+    import subprocess
+    import sys
+
+    from _s3 import ACCESS_KEY, SECRET_KEY
+
+    from mmpack.store.remote import writer as rw
+
+    url = _url()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proxy = DelayProxy(s3_server.port, delay=0.4)
+    try:
+        env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=os.getcwd())
+        proc = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, url, proxy.endpoint,
+                                 ACCESS_KEY, SECRET_KEY], env=env)
+        t = make_transport(url, s3_server.options)
+        deadline = time.monotonic() + 60
+        while not t.list("data-") and time.monotonic() < deadline:  # a part object landed
+            assert proc.poll() is None, "the build finished before it could be killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        proxy.close()
+    assert t.list("data-")
+    assert list(tmpdir.glob("mmpack-upload-*"))  # the killed build's local copy
+    with pytest.raises(StoreNotFoundError):
+        mmpack.open(url, storage_options=s3_server.options)
+    monkeypatch.setattr(rw, "STALE_SECONDS", 0)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    store = mmpack.build(url, _corpus(n_docs=10), storage_options=s3_server.options)
+    assert {k.split("/")[0] for k, _, _ in t.list("data-")} == {store.meta["remote"]["data"]}
+    assert not list(tmpdir.glob("mmpack-upload-*"))

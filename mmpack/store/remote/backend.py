@@ -415,7 +415,8 @@ def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
         text = transport.get(META_FILE)
     except ObjectMissing as exc:
         zarr = False
-        if exc.code != "NoSuchBucket":
+        code = transport.missing_code(exc)
+        if code != "NoSuchBucket":
             try:
                 transport.size("zarr.json")
                 zarr = True
@@ -424,7 +425,7 @@ def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
         if zarr:
             raise FormatError(f"{location}: a Zarr store; this mmpack reads remote stores of "
                               "the memmap layout only") from None
-        what = "the bucket does not exist" if exc.code == "NoSuchBucket" else \
+        what = "the bucket does not exist" if code == "NoSuchBucket" else \
             f"{transport.key_url(META_FILE)} does not exist"
         raise StoreNotFoundError(f"no mmpack store at {location!r}: {what} (an interrupted "
                                  "upload leaves no store)") from None

@@ -130,6 +130,15 @@ class Transport:
         for key in keys:
             self._retry(key, lambda key=key: self._delete(key))
 
+    def missing_code(self, exc: ObjectMissing) -> str:
+        """``"NoSuchBucket"`` only if a HEAD of the bucket confirms it is absent, else
+        ``"NoSuchKey"`` (a server may answer NoSuchBucket for a bucket still being created)."""
+        return exc.code if exc.code != "NoSuchBucket" else (
+            "NoSuchBucket" if self._retry("", self._bucket_missing) else "NoSuchKey")
+
+    def _bucket_missing(self) -> bool:
+        return False
+
     # ------------------------------------------------------------------------- primitives
     def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
         raise NotImplementedError
@@ -255,6 +264,13 @@ class S3Transport(Transport):
         else:
             self._call("PUT", key, body=data)
 
+    def _bucket_missing(self) -> bool:
+        try:
+            self._call("HEAD", None)
+        except ObjectMissing:
+            return True
+        return False
+
     def _list(self, prefix: str) -> list[tuple[str, int, float]]:
         out: list[tuple[str, int, float]] = []
         token = None
@@ -263,7 +279,12 @@ class S3Transport(Transport):
             query = {"list-type": "2", "prefix": full}
             if token:
                 query["continuation-token"] = token
-            body = self._call("GET", None, query=query).data.decode()
+            try:
+                body = self._call("GET", None, query=query).data.decode()
+            except ObjectMissing as exc:
+                if self.missing_code(exc) == "NoSuchBucket":
+                    raise
+                return out  # nothing under this prefix yet
             for m in re.finditer(r"<Contents>(.*?)</Contents>", body, re.DOTALL):
                 item = m.group(1)
                 key = _xml(item, "Key")

@@ -8,7 +8,8 @@ under a fresh ``URL/data-<time>-<random>/``, and only then PUTs ``URL/mmpack.jso
 marker, a single-object PUT that object stores make visible atomically.  So:
 
 - an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
-  opens as a store (readers of a previous store keep reading theirs);
+  opens as a store (readers of a previous store keep reading theirs); the local copy of a killed
+  build (``$TMPDIR/mmpack-upload-<pid>-*``) is removed by the next remote build on the machine;
 - the next build of the same target deletes every ``data-*`` generation that its new metadata
   does not name and that was last written more than ``stale_seconds`` ago (default 0 for the
   generation the previous metadata named, 15 minutes for unnamed ones, so a concurrent
@@ -22,6 +23,7 @@ marker, a single-object PUT that object stores make visible atomically.  So:
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -60,7 +62,8 @@ class RemoteStoreWriter(StoreWriter):
         self.transport = make_transport(self.url, storage_options)
         self.storage_options = storage_options
         self.check_block_bytes = check_block_bytes
-        self._workdir = Path(tempfile.mkdtemp(prefix="mmpack-upload-"))
+        _clean_dead_workdirs()
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_TAG}{os.getpid()}-"))
         kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
         super().__init__(self._workdir / "store", overwrite=overwrite, **kwargs)
 
@@ -85,12 +88,26 @@ class RemoteStoreWriter(StoreWriter):
             shutil.rmtree(self._workdir, ignore_errors=True)
 
 
+_WORKDIR_TAG = "mmpack-upload-"
+
+
+def _clean_dead_workdirs() -> None:
+    """Remove the local copies that killed remote builds left in the temp folder (their pid
+    is dead), as the local writer does for its temporary folders."""
+    from mmpack.store.writer import _pid_alive
+
+    for entry in Path(tempfile.gettempdir()).glob(_WORKDIR_TAG + "*"):
+        pid = entry.name[len(_WORKDIR_TAG):].split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
 def _exists(transport: Transport) -> bool:
     try:
         transport.size(META_FILE)
         return True
     except ObjectMissing as exc:
-        if exc.code == "NoSuchBucket":
+        if transport.missing_code(exc) == "NoSuchBucket":
             raise FileNotFoundError(f"{transport.url}: the bucket does not exist") from None
         return False
 
