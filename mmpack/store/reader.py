@@ -218,7 +218,7 @@ class TokenStore:
 
 
 # --------------------------------------------------------------------------------- opening
-OPENERS: dict[str, str] = {"url": "mmpack.store.remote.backend:open_url"}
+OPENERS: dict[str, str] = {"url": "mmpack.store.remote.opener:open_url"}
 """Openers of stores that are not a local mmpack folder, by kind: ``"url"`` for locations with a
 scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one entry per
 ``format=`` name.  Each value is ``"module:function"``, imported on first use; the function takes

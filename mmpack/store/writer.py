@@ -89,7 +89,7 @@ def build(
         Flush the files to stable storage before the rename (survives power loss too).
     storage_options : dict, optional
         For a URL target: endpoint, credentials and client settings (see
-        :func:`mmpack.store.remote.backend.open_url`).
+        :func:`mmpack.store.remote.opener.open_url`).
 
     Raises
     ------
