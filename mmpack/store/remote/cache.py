@@ -34,6 +34,7 @@ from pathlib import Path
 __all__ = ["BlockCache"]
 
 _CLAIM_SECONDS = 30.0  # a marker older than this belongs to a fetch that died
+_TOUCH_SECONDS = 60.0  # a hit refreshes a block's mtime when it is older than this
 
 
 class BlockCache:
@@ -52,9 +53,14 @@ class BlockCache:
     def get(self, fingerprint: str, block: int) -> bytes | None:
         path = self._path(fingerprint, block)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-            os.utime(path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                data = os.read(fd, st.st_size)
+            finally:
+                os.close(fd)
+            if time.time() - st.st_mtime > _TOUCH_SECONDS:  # LRU-ish: recency to a minute
+                os.utime(path)
         except OSError:
             return None
         return data
