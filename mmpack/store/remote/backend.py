@@ -298,11 +298,15 @@ class RemoteBackend(Backend):
         key = self.data + "tokens.bin"
         ranges = [(self._block_span(r[0])[0], self._block_span(r[-1])[1]) for r in runs]
         try:
-            pieces = self.transport.get_ranges(key, ranges)
+            return self._fetch_runs(key, runs, ranges)
         except ObjectMissing:
             raise StateMismatchError(
                 f"{self.url}: {key} is gone: the store was rebuilt or deleted after it was "
                 "opened; open it again") from None
+
+    def _fetch_runs(self, key: str, runs: list[list[int]],
+                    ranges: list[tuple[int, int]]) -> dict[int, bytes]:
+        pieces = self.transport.get_ranges(key, ranges)
         with self._lock:
             self.stats["requests"] += len(ranges)
             self.stats["bytes_fetched"] += sum(hi - lo for lo, hi in ranges)

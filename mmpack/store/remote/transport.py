@@ -39,8 +39,9 @@ _OPTION_DEFAULTS = {"retries": 4, "retry_backoff": 0.1, "connect_timeout": 5.0,
                     "read_timeout": 30.0, "max_concurrency": 16}
 
 
-class ObjectMissing(Exception):
-    """The bucket or key does not exist (internal; mapped by callers)."""
+class ObjectMissing(FileNotFoundError):
+    """The bucket or key does not exist (mapped by callers to the error of what was missing;
+    a ``FileNotFoundError`` naming the URL should one slip through)."""
 
     def __init__(self, url: str, code: str) -> None:
         super().__init__(f"{url}: {code}")

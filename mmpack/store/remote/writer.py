@@ -28,12 +28,13 @@ import secrets
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mmpack.errors import StoreExistsError
+from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
 from mmpack.store.format import META_FILE
 from mmpack.store.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.store.writer import StoreWriter
@@ -150,7 +151,11 @@ def upload(local: Path, transport: Transport, url: str, *, overwrite: bool,
         transport.delete([f"{gen}/{n}" for n in ("tokens.bin", "offsets.bin", "tokens.crc")])
         raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
     transport.put(META_FILE, json.dumps(raw, indent=1).encode())  # the commit marker, last
-    clean_stale(transport, keep=gen, previous=previous)
+    try:  # the store is committed: a failed clean-up is a warning, the next build retries it
+        clean_stale(transport, keep=gen, previous=previous)
+    except (RemoteError, RemoteAccessError) as exc:
+        warnings.warn(f"{url}: the store is built, but removing old data failed: {exc}",
+                      stacklevel=3)
     return open_store(url, storage_options=storage_options)
 
 
