@@ -90,6 +90,7 @@ class S3Server:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     cwd=tmp, start_new_session=True)
         server = cls(proc, ports["s3.port"], log)
+        server.filer_endpoint = f"http://127.0.0.1:{ports['filer.port']}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

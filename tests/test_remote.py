@@ -737,3 +737,19 @@ def test_sigv4_matches_the_aws_documentation_examples():
         auth = sign_v4("GET", host, "/", query, {}, empty, **kw)["Authorization"]
         assert auth.endswith(f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
                              f"Signature={signature}")
+
+
+def test_plain_http_is_read_only_and_reads_the_same(s3_server, tmp_path):
+    """SeaweedFS's filer serves the bucket over plain HTTP (with Range): an http:// URL opens
+    read-only through the same client, unsigned."""
+    docs = _corpus()
+    store = mmpack.build(_url(), docs, storage_options=s3_server.options)
+    path = store.location[len("s3://"):]
+    url = f"{s3_server.filer_endpoint}/buckets/{path}"
+    with pytest.raises(ValueError, match="allow_http"):
+        mmpack.open(url)
+    remote = mmpack.open(url, storage_options={"allow_http": True}, cache_dir=tmp_path)
+    assert remote.fingerprint == store.fingerprint
+    _assert_views_equal(remote, mmpack.build(tmp_path / "local", docs))
+    with pytest.raises(ValueError, match="read-only"):
+        mmpack.build(url + "-new", docs, storage_options={"allow_http": True})

@@ -235,7 +235,8 @@ def ingest(
         progress = _stderr_is_tty()
 
     is_url = isinstance(output, str) and "://" in output
-    report = IngestReport(path=output if is_url else Path(output), tokenizer=str(tok.spec), workers=workers)
+    report = IngestReport(path=output if is_url else Path(output), tokenizer=str(tok.spec),
+                          workers=workers)
     shown = [0]
 
     def emit(issue: IngestIssue) -> None:

@@ -6,6 +6,8 @@ prefix; keys are relative to it (``"mmpack.json"``, ``"data-<id>/tokens.bin"``):
 - ``s3://bucket/prefix`` -> :class:`S3Transport`: the fork-safe SigV4 client of
   :mod:`mmpack.store.remote._s3http` (the default, and the only one tested against a server);
 - ``file:///path`` -> :class:`LocalTransport`: ``os.pread`` and atomic renames (tests, NFS);
+- ``https://host/path`` (``http://`` with ``allow_http``) -> the S3 transport, unsigned and
+  read-only (any web server that honours ``Range``);
 - ``gs://``, ``az://`` (and ``s3://`` with ``storage_options={"client": "obstore"}``) ->
   :class:`ObstoreTransport`, through obstore's own constructors.  obstore is not fork-safe:
   a process that used it and then forks gets a clear ``RuntimeError`` in the child instead of a
@@ -117,17 +119,29 @@ class Transport:
     def size(self, key: str) -> int:
         return self._retry(key, lambda: self._size(key))
 
+    read_only = False
+    """True for plain ``https://`` locations: GET and HEAD only."""
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ValueError(f"{self.url}: plain http(s) locations are read-only; build to "
+                             "s3://, gs://, az:// or file://")
+
     def put(self, key: str, data: bytes) -> None:
+        self._writable()
         self._retry(key, lambda: self._put(key, data, None))
 
     def put_file(self, key: str, path: Path) -> None:
+        self._writable()
         self._retry(key, lambda: self._put(key, None, path))
 
     def list(self, prefix: str = "") -> list[tuple[str, int, float]]:
         """``(key, size, mtime)`` of every object whose key starts with ``prefix``."""
+        self._writable()
         return self._retry(prefix, lambda: self._list(prefix))
 
     def delete(self, keys: Sequence[str]) -> None:
+        self._writable()
         for key in keys:
             self._retry(key, lambda key=key: self._delete(key))
 
@@ -177,6 +191,8 @@ class S3Transport(Transport):
                            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
 
     def _full(self, key: str) -> str:
+        if not self.prefix:
+            return key
         return f"{self.prefix}/{key}" if key else self.prefix
 
     def _call(self, method: str, key: str, **kw: Any) -> Any:
@@ -220,6 +236,7 @@ class S3Transport(Transport):
         return int(self._call("HEAD", key).headers.get("Content-Length", -1))
 
     def put_file(self, key: str, path: Path) -> None:
+        self._writable()
         size = path.stat().st_size
         if size <= self.multipart_threshold:
             return super().put_file(key, path)
@@ -390,6 +407,13 @@ def make_transport(url: str, storage_options: dict[str, Any] | None) -> Transpor
         return LocalTransport(url, prefix, options)
     if scheme == "s3" and options.get("client", "http") == "http":
         return S3Transport(url, bucket, prefix, options)
+    if scheme in ("http", "https"):  # read-only: unsigned GET/HEAD through the same client
+        first, _, rest = prefix.partition("/")
+        plain = {k: v for k, v in options.items() if k in _OPTION_DEFAULTS or k == "allow_http"}
+        transport = S3Transport(url, first, rest, dict(
+            plain, endpoint=f"{scheme}://{bucket}", access_key_id="", secret_access_key=""))
+        transport.read_only = True
+        return transport
     if scheme in ("s3", "gs", "az", "abfs", "abfss"):
         if options.get("client", "obstore") != "obstore":
             raise ValueError(f"storage_options client={options['client']!r} is not 'http' or "
@@ -397,4 +421,5 @@ def make_transport(url: str, storage_options: dict[str, Any] | None) -> Transpor
         from mmpack.store.remote._obstore import ObstoreTransport
 
         return ObstoreTransport(url, options)
-    raise ValueError(f"{url!r}: unsupported scheme {scheme!r} (s3://, gs://, az://, file://)")
+    raise ValueError(f"{url!r}: unsupported scheme {scheme!r} (s3://, gs://, az://, file://, "
+                     "https://)")

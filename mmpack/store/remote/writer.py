@@ -61,6 +61,7 @@ class RemoteStoreWriter(StoreWriter):
                              f"{check_block_bytes!r}")
         self.url = url.rstrip("/")
         self.transport = make_transport(self.url, storage_options)
+        self.transport._writable()
         self.storage_options = storage_options
         self.check_block_bytes = check_block_bytes
         _clean_dead_workdirs()
