@@ -724,9 +724,9 @@ def test_sigv4_matches_the_aws_documentation_examples():
 
     from mmpack.store.remote._s3http import sign_v4
 
-    kw = dict(access_key="AKIAIOSFODNN7EXAMPLE", region="us-east-1",
-              secret_key="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-              now=dt.datetime(2013, 5, 24, tzinfo=dt.timezone.utc))
+    kw = {"access_key": "AKIAIOSFODNN7EXAMPLE", "region": "us-east-1",
+          "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+          "now": dt.datetime(2013, 5, 24, tzinfo=dt.timezone.utc)}
     empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     host = "examplebucket.s3.amazonaws.com"
     for query, signature in (
