@@ -221,7 +221,7 @@ def test_remote_build_refuses_existing_and_overwrites(s3_server, tmp_path):
                           overwrite=True)
     assert second.fingerprint != first.fingerprint
     t = make_transport(url, s3_server.options)
-    gens = {k.split("/")[0] for k, _, _ in t.list("data-")}
+    gens = {k.split("/")[0] for k, _, _ in t.list_prefix("data-")}
     assert gens == {second.meta["remote"]["data"]}  # the replaced generation is gone
     with pytest.raises(StateMismatchError, match="rebuilt"):
         old_reader.read_range(0, 10)
@@ -246,16 +246,16 @@ def test_interrupted_upload_is_no_store_and_is_cleaned(s3_server, tmp_path, monk
         mmpack.build(url, _corpus(), storage_options=s3_server.options)
     monkeypatch.setattr(tr.Transport, "put", real_put)
     t = make_transport(url, s3_server.options)
-    leftover = {k.split("/")[0] for k, _, _ in t.list("data-")}
+    leftover = {k.split("/")[0] for k, _, _ in t.list_prefix("data-")}
     assert len(leftover) == 1
     with pytest.raises(StoreNotFoundError, match="interrupted"):
         mmpack.open(url, storage_options=s3_server.options)
     # A concurrent builder's fresh upload is left alone; a stale one is removed.
     store = mmpack.build(url, _corpus(seed=5), storage_options=s3_server.options)
-    assert {k.split("/")[0] for k, _, _ in t.list("data-")} == leftover | {store.meta["remote"]["data"]}
+    assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == leftover | {store.meta["remote"]["data"]}
     monkeypatch.setattr(rw, "STALE_SECONDS", 0)
     store = mmpack.build(url, _corpus(seed=6), storage_options=s3_server.options, overwrite=True)
-    assert {k.split("/")[0] for k, _, _ in t.list("data-")} == {store.meta["remote"]["data"]}
+    assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == {store.meta["remote"]["data"]}
 
 
 def test_local_temp_folder_removed(s3_server, tmp_path, monkeypatch):
@@ -697,14 +697,14 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
                                  ACCESS_KEY, SECRET_KEY], env=env)
         t = make_transport(url, s3_server.options)
         deadline = time.monotonic() + 60
-        while not t.list("data-") and time.monotonic() < deadline:  # a part object landed
+        while not t.list_prefix("data-") and time.monotonic() < deadline:  # a part object landed
             assert proc.poll() is None, "the build finished before it could be killed"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(10) == -signal.SIGKILL
     finally:
         proxy.close()
-    assert t.list("data-")
+    assert t.list_prefix("data-")
     assert list(tmpdir.glob("mmpack-upload-*"))  # the killed build's local copy
     with pytest.raises(StoreNotFoundError):
         mmpack.open(url, storage_options=s3_server.options)
@@ -713,7 +713,7 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
     store = mmpack.build(url, _corpus(n_docs=10), storage_options=s3_server.options)
-    assert {k.split("/")[0] for k, _, _ in t.list("data-")} == {store.meta["remote"]["data"]}
+    assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == {store.meta["remote"]["data"]}
     assert not list(tmpdir.glob("mmpack-upload-*"))
 
 

@@ -102,7 +102,8 @@ class ObstoreTransport(Transport):
     def _put(self, key: str, data: bytes | None, path: Path | None) -> None:
         import obstore
 
-        self._wrap(key, lambda: obstore.put(self._obj(), key, path if path is not None else data))
+        payload: Path | bytes = path if path is not None else (data or b"")
+        self._wrap(key, lambda: obstore.put(self._obj(), key, payload))
 
     def _list(self, prefix: str) -> list[tuple[str, int, float]]:
         import obstore

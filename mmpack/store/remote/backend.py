@@ -101,9 +101,9 @@ class RemoteBackend(Backend):
                 raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
             if self.block < 8 or self.block & (self.block - 1):
                 raise FormatError(f"{self.url}: check_block_bytes {self.block} is not a power of 2")
-            table = self._verified_object(check_object, (-(-self.nbytes // self.block)) * 4,
-                                          [check_crc], None)
-            table = np.frombuffer(table, dtype="<u4")
+            raw_table = self._verified_object(check_object, (-(-self.nbytes // self.block)) * 4,
+                                              [check_crc], None)
+            table = np.frombuffer(raw_table, dtype="<u4")
         self.table = table
         try:
             size = transport.size(self.data + "tokens.bin")

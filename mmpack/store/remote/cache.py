@@ -134,7 +134,8 @@ class BlockCache:
     def claim(self, fingerprint: str, blocks: list[int]) -> tuple[list[int], list[int]]:
         """Split ``blocks`` into those this process fetches (an ``O_EXCL`` marker file created)
         and those another process is fetching now (a marker younger than ``_CLAIM_SECONDS``)."""
-        mine, theirs = [], []
+        mine: list[int] = []
+        theirs: list[int] = []
         now = time.time()
         for b in blocks:
             marker = self.root / f"{fingerprint}-{b}.fetching"

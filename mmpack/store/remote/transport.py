@@ -23,6 +23,7 @@ backoff (``retry_backoff`` * 2**attempt, jittered), then raised as one
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -114,7 +115,7 @@ class Transport:
         return self._get_many(key, ranges)
 
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        return [self._retry(key, lambda r=r: self._get(key, r)) for r in ranges]
+        return [self._retry(key, functools.partial(self._get, key, r)) for r in ranges]
 
     def size(self, key: str) -> int:
         return self._retry(key, lambda: self._size(key))
@@ -135,7 +136,7 @@ class Transport:
         self._writable()
         self._retry(key, lambda: self._put(key, None, path))
 
-    def list(self, prefix: str = "") -> list[tuple[str, int, float]]:
+    def list_prefix(self, prefix: str = "") -> list[tuple[str, int, float]]:
         """``(key, size, mtime)`` of every object whose key starts with ``prefix``."""
         self._writable()
         return self._retry(prefix, lambda: self._list(prefix))
@@ -143,7 +144,7 @@ class Transport:
     def delete(self, keys: Sequence[str]) -> None:
         self._writable()
         for key in keys:
-            self._retry(key, lambda key=key: self._delete(key))
+            self._retry(key, functools.partial(self._delete, key))
 
     def missing_code(self, exc: ObjectMissing) -> str:
         """``"NoSuchBucket"`` only if a HEAD of the bucket confirms it is absent, else
@@ -195,7 +196,7 @@ class S3Transport(Transport):
             return key
         return f"{self.prefix}/{key}" if key else self.prefix
 
-    def _call(self, method: str, key: str, **kw: Any) -> Any:
+    def _call(self, method: str, key: str | None, **kw: Any) -> Any:
         import urllib3
 
         try:
@@ -228,7 +229,7 @@ class S3Transport(Transport):
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if len(ranges) <= 1:
             return super()._get_many(key, ranges)
-        futures = [self.http.executor.submit(self._retry, key, lambda r=r: self._get(key, r))
+        futures = [self.http.executor.submit(self._retry, key, functools.partial(self._get, key, r))
                    for r in ranges]
         return [f.result() for f in futures]
 
@@ -384,7 +385,7 @@ class LocalTransport(Transport):
         os.replace(tmp, target)
 
     def _list(self, prefix: str) -> list[tuple[str, int, float]]:
-        out = []
+        out: list[tuple[str, int, float]] = []
         if not self.root.is_dir():
             return out
         for p in sorted(self.root.rglob("*")):

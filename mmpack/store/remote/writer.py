@@ -175,7 +175,7 @@ def clean_stale(transport: Transport, keep: str, previous: str | None = None,
     ``stale_seconds`` (default :data:`STALE_SECONDS`).  Returns the deleted keys."""
     stale = STALE_SECONDS if stale_seconds is None else stale_seconds
     groups: dict[str, list[tuple[str, float]]] = {}
-    for key, _, mtime in transport.list("data-"):
+    for key, _, mtime in transport.list_prefix("data-"):
         gen = key.split("/", 1)[0]
         groups.setdefault(gen, []).append((key, mtime))
     now = time.time()
