@@ -128,7 +128,8 @@ class S3Config:
         """``(scheme://host, host, path prefix)`` for objects of ``bucket``."""
         if self.endpoint is not None:
             parts = urllib.parse.urlsplit(self.endpoint)
-            return f"{parts.scheme}://{parts.netloc}", parts.netloc, parts.path + "/" + _quote(bucket)
+            path = parts.path + "/" + _quote(bucket)
+            return f"{parts.scheme}://{parts.netloc}", parts.netloc, path
         host = f"{bucket}.s3.{self.region}.amazonaws.com"
         return f"https://{host}", host, ""
 

@@ -340,7 +340,8 @@ class RemoteBackend(Backend):
             if self._prefetcher is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._prefetcher = ThreadPoolExecutor(_AHEAD_THREADS, thread_name_prefix="mmpack-ahead")
+                self._prefetcher = ThreadPoolExecutor(_AHEAD_THREADS,
+                                                      thread_name_prefix="mmpack-ahead")
             fut = self._prefetcher.submit(self._prefetch_job, todo)
             for b in todo:
                 self._pending[b] = fut

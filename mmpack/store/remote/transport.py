@@ -308,7 +308,8 @@ class S3Transport(Transport):
                 item = m.group(1)
                 key = _xml(item, "Key")
                 size = int(_xml(item, "Size") or 0)
-                out.append((key[len(self.prefix) + 1:], size, _iso_time(_xml(item, "LastModified"))))
+                rel = key[len(self.prefix) + 1:] if self.prefix else key
+                out.append((rel, size, _iso_time(_xml(item, "LastModified"))))
             if _xml(body, "IsTruncated") != "true":
                 return out
             token = _xml(body, "NextContinuationToken")
