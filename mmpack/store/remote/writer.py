@@ -3,9 +3,10 @@
 ``RemoteStoreWriter`` (what ``mmpack.build(url, ...)``, ``StoreWriter``'s URL twin and
 ``mmpack build -o URL`` use) writes the store into a local temporary folder with the ordinary
 atomic writer, computes the CRC-32 of every ``check_block_bytes`` (16 KiB) block of
-``tokens.bin`` (one sequential pass, ~1 GB/s), uploads ``tokens.bin``, ``offsets.bin`` and that table concurrently
-under a fresh ``URL/data-<time>-<random>/``, and only then PUTs ``URL/mmpack.json``: the commit
-marker, a single-object PUT that object stores make visible atomically.  So:
+``tokens.bin`` (one sequential pass, ~1 GB/s), uploads ``tokens.bin``, ``offsets.bin`` and that
+table concurrently (multipart above 256 MiB) under a fresh ``URL/data-<time>-<random>/``, and
+only then PUTs ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores
+make visible atomically.  So:
 
 - an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
   opens as a store (readers of a previous store keep reading theirs); the local copy of a killed
