@@ -621,6 +621,7 @@ def _read_ranges(store, starts, want):
 
 
 # ----------------------------------------------------------------------------- above the store
+@pytest.mark.slow
 def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
     """A Mixture of a local and a remote view equals the all-local one; a StatefulDataLoader
     over the remote view resumes exactly, the pickled view reopening its URL."""
