@@ -27,6 +27,7 @@ Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only).
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -86,6 +87,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
         tmp = Path(tmp_name)
+        saved_cache = os.environ.get("MMPACK_CACHE_DIR")
+        os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache-home")  # build(url) opens the store
         server = s3.S3Server.start(tmp / "server")
         try:
             docs = _docs(n_tokens)
@@ -151,6 +154,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                         proxy.close()
         finally:
             server.stop()
+            if saved_cache is None:
+                os.environ.pop("MMPACK_CACHE_DIR", None)
+            else:
+                os.environ["MMPACK_CACHE_DIR"] = saved_cache
     return rows
 
 
