@@ -27,6 +27,7 @@ TOPICS = {
     "sampler": "benchmarks.bench_sampler",
     "e2e": "benchmarks.bench_e2e",
     "foreign": "benchmarks.bench_foreign",
+    "remote": "benchmarks.bench_remote",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -19,6 +19,8 @@ __all__ = [
     "FormatError",
     "MmpackError",
     "Param",
+    "RemoteAccessError",
+    "RemoteError",
     "StateMismatchError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -86,3 +88,11 @@ class StoreNotFoundError(MmpackError, FileNotFoundError):
 
 class StateMismatchError(MmpackError, ValueError):
     """A saved state, plan or checkpoint belongs to other data or other parameters."""
+
+
+class RemoteError(MmpackError, ConnectionError):
+    """An object store could not be reached or kept failing after bounded retries."""
+
+
+class RemoteAccessError(MmpackError, PermissionError):
+    """An object store refused the credentials (wrong keys, no permission)."""

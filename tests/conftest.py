@@ -23,3 +23,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A SeaweedFS S3 server on 127.0.0.1 (``tests/_s3.py``), started once per session and
+    stopped by its pid; yields the :class:`_s3.S3Server` (``.options`` for mmpack)."""
+    from _s3 import S3Server
+
+    server = S3Server.start(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server
+    finally:
+        server.stop()

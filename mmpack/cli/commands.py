@@ -115,6 +115,8 @@ def _store_size(store) -> int:
     files = getattr(store, "source_files", None)
     if files is not None:
         return sum(f.stat().st_size for f in files)
+    if "://" in store.location:  # a remote store: the bytes of its data objects
+        return store.num_tokens * store.dtype.itemsize + (len(store) + 1) * 8
     return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
 
 
@@ -168,7 +170,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     store = _open(args)
     lens = store.doc_lens
     info = {
-        "path": str(store.path),
+        "path": store.location,
         "backend": store.backend,
         "dtype": store.dtype.name,
         "documents": len(store),
@@ -276,13 +278,13 @@ def _cmd_pack(args: argparse.Namespace) -> int:
                            lookahead=args.lookahead, algorithms=("bfd", "stream", "nextfit"))
     if args.json:
         eot_id = args.eot if isinstance(args.eot, int) and not isinstance(args.eot, bool) else None
-        print(json.dumps({"store": str(store.path), "seqlen": args.seqlen, "eot": eot,
+        print(json.dumps({"store": store.location, "seqlen": args.seqlen, "eot": eot,
                           "eot_id": eot_id,
                           "long_docs": args.long_docs, "lookahead": args.lookahead,
                           "documents": len(store), "methods": rows}, indent=1))
         return 0
     tokens = rows[0]["tokens"]
-    print(f"{store.path}: {len(store):,} documents, {tokens:,} tokens to place "
+    print(f"{store.location}: {len(store):,} documents, {tokens:,} tokens to place "
           f"({'with' if eot else 'without'} an eot per document), seqlen {args.seqlen}, "
           f"long documents: {args.long_docs}; at least {-(-tokens // args.seqlen):,} rows")
     print(f"{'method':<22}{'rows':>12}{'efficiency':>12}{'padding':>15}{'docs cut':>11}"
@@ -301,7 +303,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     store = _open(args)
     res = store.verify()
-    print(f"{store.path}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
+    print(f"{store.location}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
           f"fingerprint {store.fingerprint}"
           + (f"; checksums recorded in {res['sidecar']} (checked by the next verify)"

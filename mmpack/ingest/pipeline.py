@@ -81,7 +81,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import MmpackError, Param, with_params
-from mmpack.store.writer import StoreWriter, TokenStore
+from mmpack.store.writer import StoreWriter, TokenStore, store_writer
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
 
 __all__ = [
@@ -163,7 +163,7 @@ class IngestReport:
     ``files_lost``: files skipped whole because they could not be read through (their documents
     decoded before the error are in ``docs_read`` and ``docs_skipped``)."""
 
-    path: Path
+    path: Path | str
     tokenizer: str
     workers: int
     docs_read: int = 0
@@ -294,7 +294,9 @@ def ingest(
     if progress is None:
         progress = _stderr_is_tty()
 
-    report = IngestReport(path=Path(output), tokenizer=str(tok.spec), workers=workers)
+    is_url = isinstance(output, str) and "://" in output
+    report = IngestReport(path=output if is_url else Path(output), tokenizer=str(tok.spec),
+                          workers=workers)
     shown = [0]
 
     def emit(issue: IngestIssue) -> None:
@@ -327,8 +329,8 @@ def ingest(
     t0 = time.perf_counter()
     bar = _progress_bar(progress)
     try:
-        with StoreWriter(output, dtype=tok.token_dtype, backend=backend,
-                         overwrite=overwrite) as writer:
+        with store_writer(output, dtype=tok.token_dtype, backend=backend,
+                          overwrite=overwrite) as writer:
             batches = _batches(sources, report, skip_empty, batch_size, batch_chars)
             with contextlib.closing(_tokenize(batches, tok, workers)) as encoded:
                 for batch, (flat, lengths, failures) in encoded:

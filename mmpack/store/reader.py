@@ -239,6 +239,13 @@ class TokenStore:
             )
         return hi - lo
 
+    def prefetch_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Hint that these flat ranges (as for :meth:`read_ranges`) will be read soon: a remote
+        backend starts fetching them in the background; other backends ignore it."""
+        hint = getattr(self._backend, "prefetch_ranges", None)
+        if hint is not None:
+            hint(starts, lengths)
+
     # ----------------------------------------------------------------------------- integrity
     def verify(self) -> dict[str, int]:
         """Recompute every block checksum; raise :class:`FormatError` naming the first bad block.
@@ -275,13 +282,14 @@ class TokenStore:
 
     def __repr__(self) -> str:
         return (
-            f"TokenStore({str(self._path)!r}, backend={self.backend!r}, docs={len(self)}, "
+            f"TokenStore({self._location!r}, backend={self.backend!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
 
 
 # --------------------------------------------------------------------------------- opening
 OPENERS: dict[str, str] = {
+    "url": "mmpack.store.remote.opener:open_url",
     "megatron": "mmpack.store.foreign.megatron:open_megatron",
     "eos-separated": "mmpack.store.foreign.eos_separated:open_eos_separated",
 }

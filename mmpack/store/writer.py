@@ -59,7 +59,7 @@ from mmpack.store.format import (
 )
 from mmpack.store.reader import TokenStore, _as_path, _read_raw_meta, open_store
 
-__all__ = ["StoreWriter", "build"]
+__all__ = ["StoreWriter", "build", "store_writer"]
 
 _TMP_TAG = ".mmpack-tmp-"
 _OLD_TAG = ".mmpack-old-"
@@ -81,13 +81,15 @@ def build(
     overwrite: bool = False,
     buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
     fsync: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> TokenStore:
     """Build a store at ``path`` from ``docs`` and return it opened.
 
     Parameters
     ----------
     path : str or os.PathLike
-        Target folder; must not exist unless ``overwrite=True``.
+        Target folder; must not exist unless ``overwrite=True``.  A URL (``s3://bucket/name``,
+        ``file:///path``...) builds locally, then uploads (:mod:`mmpack.store.remote.writer`).
     docs : iterable of 1-D integer sequences
         Lists, tuples, numpy arrays, torch tensors, a generator over a corpus larger than memory.
         Empty documents are kept.
@@ -103,6 +105,9 @@ def build(
         Tokens buffered before a write; bounds the memory used.
     fsync : bool
         Flush the files to stable storage before the rename (survives power loss too).
+    storage_options : dict, optional
+        For a URL target: endpoint, credentials and client settings (see
+        :func:`mmpack.store.remote.opener.open_url`).
 
     Raises
     ------
@@ -116,9 +121,10 @@ def build(
     FileExistsError
         ``overwrite`` is true but ``path`` is not an mmpack store or an empty folder.
     """
-    with StoreWriter(
+    remote = {} if storage_options is None else {"storage_options": storage_options}
+    with store_writer(
         path, dtype=dtype, backend=backend, overwrite=overwrite,
-        buffer_tokens=buffer_tokens, fsync=fsync,
+        buffer_tokens=buffer_tokens, fsync=fsync, **remote,
     ) as writer:
         if isinstance(docs, (str, bytes)):
             raise TypeError("docs must be an iterable of token sequences, not a string")
@@ -130,6 +136,18 @@ def build(
             ) from None
         writer.add_many(iterator)
     return writer.store
+
+
+def store_writer(path: str | os.PathLike[str], **kwargs: Any) -> StoreWriter:
+    """A :class:`StoreWriter` for a local ``path``, or its remote twin
+    (:class:`mmpack.store.remote.writer.RemoteStoreWriter`) for a URL."""
+    if isinstance(path, str) and "://" in path:
+        from mmpack.store.remote.writer import RemoteStoreWriter
+
+        return RemoteStoreWriter(path, **kwargs)
+    if "storage_options" in kwargs:
+        raise TypeError(f"storage_options is for URL targets; {str(path)!r} is a local path")
+    return StoreWriter(path, **kwargs)
 
 
 class StoreWriter:

@@ -307,12 +307,25 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`).
+        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        prefetched first."""
+        ahead = getattr(indices, "ahead", None)
+        if ahead:
+            self.prefetch(ahead)
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
-    def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
+    def prefetch(self, indices: Any) -> None:
+        """Start fetching the tokens of samples ``indices`` in the background (the look-ahead
+        of a remote store: call it with the next batches' indices, known from the sampler);
+        a no-op for stores that are mapped locally."""
+        if self._src is None:
+            starts, lengths = self._piece_ranges(check_indices(indices, len(self)))[:2]
+            self.store.prefetch_ranges(starts, lengths)
+
+    def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
         plan = self._plan
-        seqlen = self.seqlen
         k = idx.shape[0]
         lo = plan.bin_ptr[idx]
         hi = plan.bin_ptr[idx + 1]
@@ -327,13 +340,20 @@ class PackedDataset:
         has_eot = np.empty(total, dtype=np.uint8)
         bad = select_pieces(
             plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets,
-            seqlen, int(self.eot is not None), idx, row_ptr, starts, lengths, has_eot,
+            self.seqlen, int(self.eot is not None), idx, row_ptr, starts, lengths, has_eot,
         )
         if bad >= 0:
             raise FormatError(
                 f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
                 "delete <store>/cache to rebuild it"
             )
+        return starts, lengths, has_eot, row_ptr, counts
+
+    def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
+        seqlen = self.seqlen
+        k = idx.shape[0]
+        starts, lengths, has_eot, row_ptr, counts = self._piece_ranges(idx)
+        total = int(row_ptr[-1])
         src, src_starts = self.store.read_ranges(starts, lengths)
         src_starts = np.asarray(src_starts, dtype=np.int64)
         if total and (

@@ -178,8 +178,31 @@ class WindowDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
-        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy)."""
+        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy).
+        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        prefetched first."""
+        ahead = getattr(indices, "ahead", None)
+        if ahead:
+            self.prefetch(ahead)
         return self._gather(check_indices(indices, self._len))
+
+    def prefetch(self, indices: Any) -> None:
+        """Start fetching the tokens of samples ``indices`` in the background (the look-ahead
+        of a remote store: call it with the next batches' indices, known from the sampler);
+        a no-op for stores that are mapped locally."""
+        if self._src is None:
+            idx = check_indices(indices, self._len)
+            self.store.prefetch_ranges(*self._window_ranges(idx * self.stride))
+
+    def _window_ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = vstarts.shape[0]
+        starts = np.empty(k, dtype=np.int64)
+        lengths = np.empty(k, dtype=np.int64)
+        window_ranges(
+            self._offsets, self._top, self._use_eot, vstarts, self.width, self.total, starts,
+            lengths,
+        )
+        return starts, lengths
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
         k = idx.shape[0]
@@ -194,13 +217,7 @@ class WindowDataset:
         if src is not None:
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
-            starts = np.empty(k, dtype=np.int64)
-            lengths = np.empty(k, dtype=np.int64)
-            window_ranges(
-                self._offsets, self._top, self._use_eot, vstarts, self.width, self.total, starts,
-                lengths,
-            )
-            src, cursors = self.store.read_ranges(starts, lengths)
+            src, cursors = self.store.read_ranges(*self._window_ranges(vstarts))
         if k:
             gather_windows(
                 src, cursors, self._offsets, self._top, self._use_eot, self._eot, vstarts, seqlen,

@@ -1,0 +1,24 @@
+"""Stores on object storage (``s3://``, ``gs://``, ``az://``, ``file://``).
+
+::
+
+    transport.py   objects under a URL: ranged GETs (concurrent), PUT, list, delete; retries;
+                   S3 (default) and file:// transports
+    _s3http.py     the fork-safe S3 client (SigV4 over urllib3, pools per process)
+    _obstore.py    gs://, az:// through obstore (refused in a forked child of a user)
+    cache.py       the node's bounded block cache (atomic files, LRU by mtime, flock'd ledger)
+    backend.py     RemoteBackend: verified check blocks, memory LRU, look-ahead
+    opener.py      open_url: mmpack.open(url)
+    writer.py      RemoteStoreWriter / upload: build locally, upload, metadata last
+
+``mmpack.open(url)`` reaches :func:`~mmpack.store.remote.opener.open_url` through the ``"url"``
+entry of :data:`mmpack.store.reader.OPENERS`; ``mmpack.build(url, ...)`` uses
+:class:`~mmpack.store.remote.writer.RemoteStoreWriter`.  Fork safety: the S3 client keeps its
+connection and thread pools per process (keyed by ``os.getpid()``), so DataLoader workers work
+under fork and spawn; obstore (gs://, az://) is refused with a clear error in a forked child of
+a process that used it.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

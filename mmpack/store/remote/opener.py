@@ -1,0 +1,92 @@
+"""``mmpack.open(url)``: the ``"url"`` opener of :data:`mmpack.store.reader.OPENERS`.
+
+Reads ``URL/mmpack.json`` (one GET; a missing one is :class:`~mmpack.errors.StoreNotFoundError`,
+whatever data objects an interrupted upload left), validates it, and builds a
+:class:`~mmpack.store.remote.backend.RemoteBackend` under a local folder keyed by the store's
+fingerprint, where its index, check table and packing plans live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mmpack.errors import FormatError, StoreNotFoundError
+from mmpack.store.format import META_FILE, StoreMeta
+from mmpack.store.remote.backend import RemoteBackend
+from mmpack.store.remote.cache import BlockCache
+from mmpack.store.remote.transport import ObjectMissing, make_transport
+
+__all__ = ["default_cache_dir", "open_url"]
+
+
+def default_cache_dir() -> Path:
+    """``$MMPACK_CACHE_DIR``, else ``$XDG_CACHE_HOME/mmpack``, else ``~/.cache/mmpack``."""
+    if os.environ.get("MMPACK_CACHE_DIR"):
+        return Path(os.environ["MMPACK_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mmpack"
+
+
+def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
+             cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
+             format: str | None = None) -> Any:
+    """Open the store at URL ``location`` (``mmpack.open(url, ...)``).
+
+    Parameters
+    ----------
+    location : str
+        ``s3://bucket/prefix/name``, ``gs://...``, ``az://...`` or ``file:///path``.
+    storage_options : dict, optional
+        ``endpoint``, ``access_key_id``, ``secret_access_key``, ``session_token``, ``region``,
+        ``allow_http`` (else the ``AWS_*`` environment variables), and ``retries`` (4),
+        ``retry_backoff`` (0.1 s), ``connect_timeout`` (5 s), ``read_timeout`` (30 s),
+        ``max_concurrency`` (16 requests), ``client`` (``"http"`` or ``"obstore"``).
+    cache_dir : path, optional
+        Local folder for the store's index, packing plans and the block cache
+        (default :func:`default_cache_dir`).
+    cache_limit : int, optional
+        Bytes of fetched blocks kept in ``cache_dir`` for later epochs, shared by every process
+        on the node; None or 0 keeps none.
+    """
+    from mmpack.store.reader import TokenStore
+
+    if format not in (None, "mmpack"):
+        raise ValueError(f"format={format!r}: remote stores are mmpack's own layout")
+    transport = make_transport(location, storage_options)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    try:
+        text = transport.get(META_FILE)
+    except ObjectMissing as exc:
+        zarr = False
+        code = transport.missing_code(exc)
+        if code != "NoSuchBucket":
+            try:
+                transport.size("zarr.json")
+                zarr = True
+            except ObjectMissing:
+                pass
+        if zarr:
+            raise FormatError(f"{location}: a Zarr store; this mmpack reads remote stores of "
+                              "the memmap layout only") from None
+        what = "the bucket does not exist" if code == "NoSuchBucket" else \
+            f"{transport.key_url(META_FILE)} does not exist"
+        raise StoreNotFoundError(f"no mmpack store at {location!r}: {what} (an interrupted "
+                                 "upload leaves no store)") from None
+    try:
+        raw = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{transport.key_url(META_FILE)} is not valid JSON: {exc}") from None
+    meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
+    if meta.backend != "memmap":
+        raise FormatError(f"{location}: backend {meta.backend!r}; remote stores use the memmap "
+                          "layout")
+    folder = root / "stores" / meta.fingerprint
+    cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
+    backend = RemoteBackend(transport, meta, raw, folder, cache)
+    options: dict[str, Any] = {"storage_options": storage_options, "cache_dir": str(root),
+                               "cache_limit": cache_limit}
+    return TokenStore(folder, meta, raw, backend, location=location, cache_dir=folder,
+                      open_options=options)
