@@ -64,6 +64,7 @@ from mmpack.kernels.packing import (
     select_pieces,
 )
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack.views.readahead import PROBE_EVERY, ColdReads, prefetch_ranges
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.core.validation import check_index, check_indices, check_int, check_token_id
@@ -212,6 +213,7 @@ class PackedDataset:
         )
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
         self._excl = self._excluded() if self.mode == "mlm" else None
@@ -282,6 +284,10 @@ class PackedDataset:
         lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
         if not 0 <= lo <= hi <= plan.n_pieces:
             raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+        cold = self._cold
+        cold.tick += 1
+        if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
+            cold.before_read(self.store, *self._ranges(np.array([b], dtype=np.int64)))
         seqlen = self.seqlen
         rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)
@@ -359,3 +365,32 @@ class PackedDataset:
         columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
                    "attention_mask": attn, "max_seqlen": max_len}
         return SampleBatch(columns, cu, n_seg + 1)
+
+    # ------------------------------------------------------------------------------- read-ahead
+    def prefetch(self, indices: Any) -> int:
+        """Request the token pages of samples ``indices`` (their bins' pieces, from the plan)
+        ahead of reading them, without waiting (see :mod:`mmpack.views.readahead`).  Skipped
+        (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
+        number of requests issued.  Never changes what a read returns."""
+        return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
+
+    def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat token ranges ``(starts, lengths)`` (int64) of the pieces of bins ``idx``."""
+        plan = self._plan
+        lo, hi = plan.bin_ptr[idx], plan.bin_ptr[idx + 1]
+        counts = hi - lo
+        row_ptr = np.zeros(idx.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=row_ptr[1:])
+        total = int(row_ptr[-1])
+        starts = np.empty(total, dtype=np.int64)
+        lengths = np.empty(total, dtype=np.int64)
+        if idx.shape[0] == 0 or counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces:
+            return starts[:0], lengths[:0]  # a corrupt plan: the read itself reports it
+        bad = select_pieces(
+            plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets,
+            self.seqlen, int(self.eot is not None), idx, row_ptr, starts, lengths,
+            np.empty(total, dtype=np.uint8),
+        )
+        if bad >= 0:
+            return starts[:0], lengths[:0]
+        return starts, lengths

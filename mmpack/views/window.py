@@ -33,6 +33,7 @@ from mmpack.kernels.window import (
     window_ranges,
 )
 from mmpack.views.masking import IGNORE_INDEX
+from mmpack.views.readahead import PROBE_EVERY, ColdReads
 from mmpack.store.reader import TokenStore
 from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
@@ -120,6 +121,7 @@ class WindowDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._pool = BufferPool()
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._cold = ColdReads()
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
         self._eot = self.eot if self.eot is not None else 0
@@ -156,6 +158,10 @@ class WindowDataset:
             i = check_index(i, n)
         if self._src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
+        cold = self._cold
+        cold.tick += 1
+        if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
+            cold.before_read(self.store, *self._ranges(np.array([i * self.stride])))
         seqlen, width = self.seqlen, self.width
         out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
@@ -192,6 +198,7 @@ class WindowDataset:
         ncu = np.empty(k, dtype=np.int64)
         src = self._src
         if src is not None:
+            self._prefetch(vstarts)  # cold data: queue the batch's page reads together
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
             starts = np.empty(k, dtype=np.int64)
@@ -216,6 +223,33 @@ class WindowDataset:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
+
+    # ------------------------------------------------------------------------------- read-ahead
+    def prefetch(self, indices: Any) -> int:
+        """Request the token pages of samples ``indices`` ahead of reading them, without
+        waiting (see :mod:`mmpack.views.readahead`): what a look-ahead loop calls with the next
+        batches while the current one trains.  Skipped (returns 0) when a probe of a few of the
+        windows finds them in memory; otherwise returns the number of requests issued.  Never
+        changes what a read returns."""
+        return self._prefetch(check_indices(indices, self._len) * self.stride)
+
+    def _ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat token ranges ``(starts, lengths)`` (int64, (k,)) of the windows at ``vstarts``."""
+        starts = np.empty(vstarts.shape[0], dtype=np.int64)
+        lengths = np.empty(vstarts.shape[0], dtype=np.int64)
+        if vstarts.shape[0]:
+            window_ranges(self._offsets, self._top, self._use_eot, vstarts, self.width,
+                          self.total, starts, lengths)
+        return starts, lengths
+
+    def _prefetch(self, vstarts: np.ndarray) -> int:
+        k = vstarts.shape[0]
+        if k == 0:
+            return 0
+        probe = vstarts[:: max(1, k // 4)][:4]  # resolve a few windows only while warm
+        if self.store.resident(self._ranges(probe)[0]):
+            return 0
+        return self.store.prefetch(*self._ranges(vstarts))
 
     # ------------------------------------------------------------------------------- debugging
     def locate(self, i: int) -> list[dict[str, int]]:

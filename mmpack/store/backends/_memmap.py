@@ -3,11 +3,26 @@
 Layout: ``mmpack.json`` (metadata), ``tokens.bin``, ``offsets.bin``.  Opening maps both files
 read-only (no data is read); a range read is a slice of the mapping, so random access costs a
 page-cache copy and nothing else.
+
+Cold data (pages not in the page cache).  With the kernel's default advice every page fault on a
+file mapping reads a whole read-ahead window around the faulting page (``read_ahead_kb``, 8 MiB on
+the benchmark machine): a random 4 KiB window then costs ~2 ms.  So the token mapping is advised
+``MADV_RANDOM`` at open (a fault reads its own page only) and switched to ``MADV_SEQUENTIAL`` for
+scans (:meth:`TokenStore.verify`) then back.  Faults are still served one at a time, so batched and
+look-ahead reads go through :meth:`MemmapBackend.prefetch`, one ``madvise(MADV_WILLNEED)`` per
+page-aligned range (merged when ranges share pages): the kernel queues all of the batch's reads at
+once and the copy kernel then waits for them together.  A ``madvise`` costs ~1 us here even when the
+pages are resident, too much to pay on every warm batch, so :meth:`MemmapBackend.resident` first
+asks ``mincore`` about a few sampled pages and callers skip the prefetch when they are in memory.
+The offsets mapping keeps the default advice: it is scanned in full at open and stays hot.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -39,6 +54,68 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     return arr.view(np.ndarray)
 
 
+ADVICE: dict[str, int] = {
+    "normal": getattr(mmap, "MADV_NORMAL", 0),
+    "random": getattr(mmap, "MADV_RANDOM", 1),
+    "sequential": getattr(mmap, "MADV_SEQUENTIAL", 2),
+}
+"""``madvise`` values of the access patterns :meth:`MemmapBackend.advise` accepts."""
+
+PAGE = mmap.PAGESIZE
+_PROBES = 4  # pages asked about by resident(): ~2 us each through ctypes
+
+
+def mapping_of(arr: np.ndarray) -> mmap.mmap | None:
+    """The ``mmap.mmap`` object under ``arr`` (a view of a ``numpy.memmap``), or None."""
+    base: Any = arr
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    return base
+
+
+def _load_mincore() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.mincore
+    except (OSError, AttributeError):  # not a POSIX libc: residency unknown
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MINCORE = _load_mincore()
+
+
+def page_ranges(
+    starts: np.ndarray, lengths: np.ndarray, itemsize: int, nbytes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The byte ranges holding element ranges ``[starts, starts + lengths)``, widened to whole
+    pages, sorted, with ranges that share or touch a page merged.
+
+    Returns
+    -------
+    lo, hi : numpy.ndarray, int64, shape (m,)
+        Page-aligned ``lo``; ``hi`` page-aligned or ``nbytes``; disjoint, increasing.
+    """
+    keep = lengths > 0
+    if not keep.all():
+        starts, lengths = starts[keep], lengths[keep]
+    if starts.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    lo = (starts * itemsize) // PAGE * PAGE
+    hi = np.minimum(-(-((starts + lengths) * itemsize) // PAGE) * PAGE, nbytes)
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    # a new merged range starts where a range begins after everything before it has ended
+    first = np.ones(lo.size, dtype=bool)
+    first[1:] = lo[1:] > reach[:-1]
+    heads = np.flatnonzero(first)
+    ends = np.append(heads[1:], lo.size) - 1
+    return lo[heads], reach[ends]
+
+
 class MemmapBackend(Backend):
     name = "memmap"
 
@@ -46,6 +123,55 @@ class MemmapBackend(Backend):
         super().__init__(path, meta)
         self.tokens = map_readonly(path / TOKENS_FILE, meta.dtype, meta.num_tokens)
         self._offsets = map_readonly(path / OFFSETS_FILE, OFFSETS_DTYPE, meta.num_docs + 1)
+        self._mm = mapping_of(self.tokens)
+        self._nbytes = meta.num_tokens * meta.dtype.itemsize
+        self._base = self.tokens.ctypes.data if self._mm is not None else 0
+        self._pattern = "normal"
+        self.advise("random")
+
+    # ------------------------------------------------------------------ access pattern
+    def advise(self, pattern: str) -> str:
+        """``madvise`` the whole token mapping for ``pattern`` (see :data:`ADVICE`); return the
+        previous pattern.  Advice is a property of the mapping, shared by every thread using
+        this store (never by other processes, whose mappings are their own)."""
+        if pattern not in ADVICE:
+            raise ValueError(f"pattern must be one of {sorted(ADVICE)}, got {pattern!r}")
+        previous = self._pattern
+        if self._mm is not None and hasattr(self._mm, "madvise"):
+            self._mm.madvise(ADVICE[pattern])
+        self._pattern = pattern
+        return previous
+
+    def resident(self, positions: np.ndarray) -> bool:
+        """True when the pages holding the first few (:data:`_PROBES`) of ``positions`` are all
+        in the page cache (``mincore``); positions are clipped into the array."""
+        if self._mm is None or positions.size == 0:
+            return True
+        if _MINCORE is None:
+            return False
+        base = self._base
+        itemsize = self.meta.dtype.itemsize
+        last = self.meta.num_tokens - 1
+        vec = ctypes.c_ubyte()
+        step = max(1, positions.size // _PROBES)
+        for pos in positions[::step][:_PROBES].tolist():
+            byte = min(max(pos, 0), last) * itemsize // PAGE * PAGE
+            if _MINCORE(base + byte, 1, ctypes.byref(vec)) != 0 or not vec.value & 1:
+                return False
+        return True
+
+    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
+        """One ``madvise(MADV_WILLNEED)`` per merged page range of the token ranges (see
+        :func:`page_ranges`): the kernel starts reading every missing page now and returns at
+        once.  Returns the number of calls."""
+        if self._mm is None or not hasattr(self._mm, "madvise"):
+            return 0
+        lo, hi = page_ranges(starts, lengths, self.meta.dtype.itemsize, self._nbytes)
+        will_need = self._mm.madvise
+        flag = mmap.MADV_WILLNEED
+        for a, b in zip(lo.tolist(), hi.tolist()):
+            will_need(flag, a, b - a)
+        return int(lo.size)
 
     @staticmethod
     def read_meta(path: Path) -> Any | None:
@@ -69,4 +195,6 @@ class MemmapBackend(Backend):
         return self.tokens[start:stop]
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if starts.size > 1 and not self.resident(starts):
+            self.prefetch(starts, lengths)  # cold: queue the batch's page reads together
         return self.tokens, starts

@@ -1,0 +1,122 @@
+"""Read-ahead for cold stores: the views' seam between "which samples come next" and the store.
+
+Every view answers ``prefetch(indices)``: it turns the samples' indices into their flat token
+ranges (the window arithmetic, or the packing plan's pieces) and hands them to
+:meth:`mmpack.store.reader.TokenStore.prefetch`, which requests them without waiting (the memmap
+backend issues one ``madvise(MADV_WILLNEED)`` per range; a remote backend may start its range
+fetches there).  Three callers use that seam:
+
+- a batch (``__getitems__``) prefetches its own ranges before the gather kernel runs, so the
+  batch's page reads are queued together instead of served one fault at a time;
+- :class:`Lookahead` wraps an iterable of index batches (a ``BatchSampler``) and prefetches the
+  next ``depth`` batches while the current one is read and trained on;
+- single reads (``ds[i]``) use :class:`ColdReads`: every 64th read asks the store whether the
+  sample's first page is in memory (``mincore``, ~2 us); once a read finds it missing, every read
+  requests its own range first (one ``madvise``, so a window's two or three pages are read in one
+  go rather than one fault after another), until four probes in a row find the data resident.
+
+The residency probe matters because a ``madvise`` costs ~1 us on this VM even when every page is
+resident: issuing one per range on a warm batch of 256 windows would add ~20% to its time, while
+four probes add ~1%.  Measured by ``benchmarks/bench_cold.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["ColdReads", "Lookahead", "PROBE_EVERY"]
+
+PROBE_EVERY = 64
+"""Warm single reads between two residency probes (a power of two)."""
+
+_WARM_PROBES = 4  # resident probes in a row that end cold mode
+
+
+class _Prefetching(Protocol):
+    def prefetch(self, indices: Any) -> int: ...
+
+
+class ColdReads:
+    """When single reads should request their pages first.  ``tick`` counts reads; ``cold`` is
+    True while recent probes found the store's pages missing.  Not thread-safe by design: races
+    change only whether a read prefetches, never what it returns."""
+
+    __slots__ = ("cold", "tick", "_streak")
+
+    def __init__(self) -> None:
+        self.cold = False
+        self.tick = 0
+        self._streak = 0
+
+    def before_read(self, store: Any, starts: np.ndarray, lengths: np.ndarray) -> int:
+        """Called (by a view) before a single read whose flat ranges are ``starts, lengths``,
+        on every :data:`PROBE_EVERY`-th read and on every read while cold.  Returns the number of
+        requests issued."""
+        probe = self.tick % PROBE_EVERY == 0
+        if probe:
+            if store.resident(starts):
+                self._streak += 1
+                if self._streak >= _WARM_PROBES:
+                    self.cold = False
+                if not self.cold:
+                    return 0
+            else:
+                self._streak = 0
+                self.cold = True
+        return store.prefetch(starts, lengths)
+
+
+def prefetch_ranges(store: Any, starts: np.ndarray, lengths: np.ndarray) -> int:
+    """Request ``starts, lengths`` unless a probe of a few of them finds them resident."""
+    if starts.size == 0 or store.resident(starts):
+        return 0
+    return store.prefetch(starts, lengths)
+
+
+class Lookahead:
+    """Index batches, with the pages of the next ``depth`` batches requested ahead.
+
+    Parameters
+    ----------
+    batches : iterable of sequences of int
+        What a ``torch.utils.data.BatchSampler`` yields (or any iterable of index batches).
+    dataset : object with ``prefetch(indices)``
+        A :class:`~mmpack.views.window.WindowDataset` or :class:`~mmpack.views.packed.PackedDataset`.
+    depth : int
+        Batches requested ahead of the one being yielded (>= 1).
+
+    Use it as ``DataLoader(ds, batch_sampler=Lookahead(BatchSampler(sampler, B, False), ds),
+    collate_fn=collate)``: the batch sampler runs in the main process and the requests go to the
+    shared page cache, so worker processes find the pages there.  The wrapped iterable is drawn
+    ``depth`` batches ahead of what is yielded; a resumable sampler's position therefore runs
+    ahead by as many batches (as it already does under a DataLoader's own prefetching).
+    """
+
+    def __init__(self, batches: Iterable[Any], dataset: _Prefetching, depth: int = 2) -> None:
+        if not callable(getattr(dataset, "prefetch", None)):
+            raise TypeError(
+                f"dataset must have a prefetch(indices) method, got {type(dataset).__name__}"
+            )
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        self.batches = batches
+        self.dataset = dataset
+        self.depth = depth
+
+    def __len__(self) -> int:
+        return len(self.batches)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        pending: deque[Any] = deque()
+        it = iter(self.batches)
+        for batch in it:
+            self.dataset.prefetch(batch)
+            pending.append(batch)
+            if len(pending) > self.depth:
+                yield pending.popleft()
+        while pending:
+            yield pending.popleft()
