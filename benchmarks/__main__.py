@@ -26,6 +26,7 @@ TOPICS = {
     "streaming": "benchmarks.bench_streaming",
     "sampler": "benchmarks.bench_sampler",
     "e2e": "benchmarks.bench_e2e",
+    "cold": "benchmarks.bench_cold",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

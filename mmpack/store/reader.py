@@ -210,6 +210,11 @@ class TokenStore:
         """
         s = np.asarray(starts)
         n = np.asarray(lengths)
+        if s.shape == n.shape == (1,) and s.dtype == n.dtype == np.int64:  # a single read, fast
+            a, b = int(s[0]), int(n[0])
+            if a < 0 or b < 0 or a + b > self.num_tokens:
+                raise IndexError(f"prefetch range [{a}, {a + b}) is outside [0, {self.num_tokens}]")
+            return int(self._backend.prefetch(s, n))
         if s.ndim != 1 or n.shape != s.shape:
             raise ValueError(
                 f"starts and lengths must be 1-D of one length, got shapes {s.shape} and {n.shape}"

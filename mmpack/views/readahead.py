@@ -49,7 +49,7 @@ class ColdReads:
 
     def __init__(self) -> None:
         self.cold = False
-        self.tick = 0
+        self.tick = PROBE_EVERY - 1  # the first read probes
         self._streak = 0
 
     def before_read(self, store: Any, starts: np.ndarray, lengths: np.ndarray) -> int:

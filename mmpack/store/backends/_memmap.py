@@ -63,6 +63,7 @@ ADVICE: dict[str, int] = {
 
 PAGE = mmap.PAGESIZE
 _PROBES = 4  # pages asked about by resident(): ~2 us each through ctypes
+_FEW = 4  # prefetch() requests up to this many ranges one by one, without merging
 
 
 def mapping_of(arr: np.ndarray) -> mmap.mmap | None:
@@ -166,9 +167,18 @@ class MemmapBackend(Backend):
         once.  Returns the number of calls."""
         if self._mm is None or not hasattr(self._mm, "madvise"):
             return 0
-        lo, hi = page_ranges(starts, lengths, self.meta.dtype.itemsize, self._nbytes)
         will_need = self._mm.madvise
         flag = mmap.MADV_WILLNEED
+        itemsize = self.meta.dtype.itemsize
+        if starts.size <= _FEW:  # a single read: plain ints, ~25 us less than the numpy path
+            calls = 0
+            for s, n in zip(starts.tolist(), lengths.tolist()):
+                if n > 0:
+                    a = s * itemsize // PAGE * PAGE
+                    will_need(flag, a, min(-(-(s + n) * itemsize // PAGE) * PAGE, self._nbytes) - a)
+                    calls += 1
+            return calls
+        lo, hi = page_ranges(starts, lengths, itemsize, self._nbytes)
         for a, b in zip(lo.tolist(), hi.tolist()):
             will_need(flag, a, b - a)
         return int(lo.size)
