@@ -95,7 +95,7 @@ class _OldBehaviour:
         self.previous = self.store.advise(self.advice)
         self.store._backend.resident = lambda positions: True
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         del self.store._backend.resident
         self.store.advise(self.previous)
 

@@ -287,7 +287,8 @@ class PackedDataset:
         cold = self._cold
         cold.tick += 1
         if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
-            cold.before_read(self.store, *self._ranges(np.array([b], dtype=np.int64)))
+            cold.before_read(self.store, self._first_token(lo, hi),
+                             lambda: self._ranges(np.array([b], dtype=np.int64)))
         seqlen = self.seqlen
         rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)
@@ -373,6 +374,16 @@ class PackedDataset:
         (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
         number of requests issued.  Never changes what a read returns."""
         return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
+
+    def _first_token(self, lo: int, hi: int) -> int:
+        """Flat position of the first token of the bin whose pieces are ``[lo, hi)`` (0 for an
+        empty bin or a piece outside the store: a residency probe only)."""
+        if hi <= lo:
+            return 0
+        d = int(self._plan.piece_doc[lo])
+        if not 0 <= d < self._offsets.shape[0] - 1:
+            return 0
+        return int(self._offsets[d]) + int(self._plan.piece_start[lo])
 
     def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat token ranges ``(starts, lengths)`` (int64) of the pieces of bins ``idx``."""

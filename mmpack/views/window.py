@@ -33,7 +33,7 @@ from mmpack.kernels.window import (
     window_ranges,
 )
 from mmpack.views.masking import IGNORE_INDEX
-from mmpack.views.readahead import PROBE_EVERY, ColdReads
+from mmpack.views.readahead import PROBE_EVERY, ColdReads, flat_start
 from mmpack.store.reader import TokenStore
 from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
@@ -161,7 +161,9 @@ class WindowDataset:
         cold = self._cold
         cold.tick += 1
         if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
-            cold.before_read(self.store, *self._ranges(np.array([i * self.stride])))
+            v = i * self.stride
+            cold.before_read(self.store, flat_start(self._offsets, self._use_eot, v),
+                             lambda: self._ranges(np.array([v], dtype=np.int64)))
         seqlen, width = self.seqlen, self.width
         out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
@@ -246,8 +248,8 @@ class WindowDataset:
         k = vstarts.shape[0]
         if k == 0:
             return 0
-        probe = vstarts[:: max(1, k // 4)][:4]  # resolve a few windows only while warm
-        if self.store.resident(self._ranges(probe)[0]):
+        probe = self._ranges(vstarts[:: max(1, k // 2)][:2])[0]
+        if self.store.resident(probe):  # a few windows' first pages are in memory: warm
             return 0
         return self.store.prefetch(*self._ranges(vstarts))
 
