@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["PROBE_EVERY", "ColdReads", "Lookahead", "flat_start", "prefetch_ranges"]
+__all__ = ["ColdReads", "Lookahead", "PROBE_EVERY", "flat_start", "prefetch_ranges"]
 
 PROBE_EVERY = 256
 """Warm single reads between two residency probes (a power of two)."""
