@@ -511,3 +511,24 @@ def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path):
         assert a.keys() == b.keys()
         for k in a:
             torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_mixture_prefetch_asks_each_source_for_its_items(store_path):
+    from mmpack.sampling.mixture import Mixture
+
+    store = mmpack.open(store_path)
+    a = WindowDataset(store, 300, eot=EOT)
+    b = WindowDataset(store, 300, stride=700)
+    mix = Mixture([a, b], weights=[0.5, 0.5], seed=3)
+    asked: dict[int, list[int]] = {0: [], 1: []}
+    for k, view in enumerate((a, b)):
+        real = view.prefetch
+        view.prefetch = lambda items, k=k, real=real: asked[k].extend(items.tolist()) or real(items)
+    idx = np.arange(40)
+    evict(store)
+    assert mix.prefetch(idx) > 0
+    src, items = mix.locate_many(idx)
+    for k in (0, 1):
+        assert asked[k] == items[src == k].tolist()
+    with pytest.raises(IndexError):
+        mix.prefetch([len(mix)])
