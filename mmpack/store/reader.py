@@ -4,6 +4,11 @@ A store is opened read-only by memory mapping (:mod:`mmpack.store.backends`): op
 metadata and checks it against the files (sizes, ``offsets`` starting at 0, never decreasing,
 ending at ``num_tokens``), so it costs milliseconds whatever the corpus; ``verify()`` recomputes
 the block checksums.  Stores are written by :mod:`mmpack.store.writer`.
+
+Cold data: the token mapping is advised for random access at open (a page fault then reads its
+own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
+read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Measured by
+``benchmarks/bench_cold.py`` (see :mod:`mmpack.store.backends._memmap`).
 """
 
 from __future__ import annotations
