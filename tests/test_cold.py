@@ -10,6 +10,7 @@ Run ``pytest tests/test_cold.py``.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import pickle
@@ -74,7 +75,8 @@ def store(store_path):
 
 
 class Spy:
-    """Counts a store's prefetch requests (and the ranges asked for), passing them through."""
+    """Counts a store's prefetch requests (and the ranges asked for), passing them through:
+    ``prefetch`` (many ranges) and ``prefetch_range`` (one)."""
 
     def __init__(self, store) -> None:
         self.calls: list[tuple[np.ndarray, np.ndarray]] = []
@@ -88,6 +90,15 @@ class Spy:
             return n
 
         store.prefetch = prefetch
+        real_range = store.prefetch_range
+
+        def prefetch_range(start, stop):
+            self.calls.append((np.array([start]), np.array([stop - start])))
+            n = real_range(start, stop)
+            self.issued += n
+            return n
+
+        store.prefetch_range = prefetch_range
 
 
 # ------------------------------------------------------------------------------------ advice
@@ -196,6 +207,17 @@ def test_prefetch_rejects_bad_ranges(store, starts, lengths, exc, match):
         store.prefetch(np.array(starts), np.array(lengths))
 
 
+def test_prefetch_range_checks_bounds_and_requests_one_range(store):
+    evict(store)
+    assert store.prefetch_range(100, 5000) == 1
+    assert store.prefetch_range(np.int64(7), 7) == 0
+    for bad in ((-1, 5), (5, 4), (0, store.num_tokens + 1)):
+        with pytest.raises(IndexError, match="outside"):
+            store.prefetch_range(*bad)
+    with pytest.raises(TypeError, match="start"):
+        store.prefetch_range(1.5, 3)
+
+
 def test_prefetch_of_nothing_issues_nothing(store):
     assert store.prefetch(np.empty(0, np.int64), np.empty(0, np.int64)) == 0
     assert store.prefetch(np.array([5]), np.array([0])) == 0
@@ -244,7 +266,7 @@ def test_scan_requests_pages_ahead_and_yields_the_same_documents(store_path):
     assert all(np.array_equal(a, fresh[j]) for j, a in enumerate(docs))
     # contiguous requests covering every token, each at most 2 MiB of uint16 tokens
     assert calls[0][0] == 0
-    assert all(a + n == b for (a, n), (b, _) in zip(calls, calls[1:]))
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(calls))
     assert calls[-1][0] + calls[-1][1] == store.num_tokens
     assert max(n for _, n in calls) * 2 <= 1 << 22
     assert not spy.calls  # the scan goes to the backend directly
@@ -281,9 +303,14 @@ def test_cold_batches_prefetch_and_equal_warm_batches(store_path, kind):
     for ds in views:
         idx = rng.integers(0, len(ds), size=40)
         warm = [dict(s) for s in ds.__getitems__(idx)]
-        issued = []
+        issued: list[int] = []
         real = store._backend.prefetch
-        store._backend.prefetch = lambda s, n: issued.append(real(s, n)) or issued[-1]
+
+        def counting(s, n, issued=issued, real=real):
+            issued.append(real(s, n))
+            return issued[-1]
+
+        store._backend.prefetch = counting
         try:
             evict(store)
             cold = ds.__getitems__(idx)
@@ -359,6 +386,11 @@ def test_single_cold_reads_prefetch_and_equal_warm_reads(store_path, kind):
     assert ds._cold.cold and spy.issued >= len(idx)  # the first read found the data cold
     for w, c in zip(warm, cold):
         _same(w, c)
+    # each read asked for exactly its own ranges
+    for i, (starts, lengths) in zip(idx, spy.calls):
+        want = (ds._ranges(np.array([i * ds.stride])) if kind == "window"
+                else ds._ranges(np.array([i])))
+        assert starts.tolist() == want[0].tolist() and lengths.tolist() == want[1].tolist()
 
 
 def test_single_warm_reads_probe_rarely_and_never_prefetch(store_path):
@@ -407,7 +439,7 @@ def _read(cr: ColdReads, store: FakeStore, ranges_calls: list) -> None:
     """What a view does on each single read."""
     cr.tick += 1
     if cr.cold or not cr.tick % PROBE_EVERY:
-        cr.before_read(store, 0, lambda: ranges_calls.append(1) or (np.zeros(1), np.ones(1)))
+        cr.before_read(store, 0, lambda: ranges_calls.append(1) or store.prefetch(None, None))
 
 
 def _read_through_next_probe(cr: ColdReads, store: FakeStore, ranges: list) -> int:

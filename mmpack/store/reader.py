@@ -26,7 +26,7 @@ from mmpack.store.backends._memmap import MemmapBackend
 from mmpack.store.backends._zarr import ZarrBackend
 from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 from mmpack.store.format import StoreMeta
-from mmpack.core.validation import check_index
+from mmpack.core.validation import check_index, check_int
 
 __all__ = ["TokenStore", "open_store"]
 
@@ -233,6 +233,15 @@ class TokenStore:
         if s.min() < 0 or n.min() < 0 or int((s + n).max()) > self.num_tokens:
             raise IndexError(f"a prefetch range is outside the store's [0, {self.num_tokens}] tokens")
         return int(self._backend.prefetch(s, n))
+
+    def prefetch_range(self, start: int, stop: int) -> int:
+        """:meth:`prefetch` of the one flat range ``[start, stop)``, for single reads (no arrays
+        to build; bounds are checked)."""
+        if type(start) is not int or type(stop) is not int:
+            start, stop = check_int(start, "start"), check_int(stop, "stop")
+        if not 0 <= start <= stop <= self._meta.num_tokens:
+            raise IndexError(f"prefetch range [{start}, {stop}) is outside [0, {self.num_tokens}]")
+        return int(self._backend.prefetch_range(start, stop))
 
     # ----------------------------------------------------------------------------- integrity
     def verify(self) -> dict[str, int]:

@@ -288,7 +288,7 @@ class PackedDataset:
         cold.tick += 1
         if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
             cold.before_read(self.store, self._first_token(lo, hi),
-                             lambda: self._ranges(np.array([b], dtype=np.int64)))
+                             lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))))
         seqlen = self.seqlen
         rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)

@@ -52,14 +52,12 @@ class ColdReads:
         self.tick = PROBE_EVERY - 1  # the first read probes
         self._streak = 0
 
-    def before_read(
-        self, store: Any, probe: int, ranges: Callable[[], tuple[np.ndarray, np.ndarray]]
-    ) -> int:
+    def before_read(self, store: Any, probe: int, request: Callable[[], int]) -> int:
         """Called (by a view) before a single read, on every :data:`PROBE_EVERY`-th read and on
         every read while cold: ``probe`` is the flat position of the sample's first token and
-        ``ranges()`` computes its flat ranges ``(starts, lengths)`` -- only when they are
-        requested, so a warm process never compiles the kernel behind it.  Returns the number
-        of requests issued."""
+        ``request()`` asks the store for the sample's ranges -- only called when they are
+        wanted, so a warm process never loads the kernel behind it.  Returns the number of
+        requests issued."""
         if self.tick % PROBE_EVERY == 0:
             if store.resident(np.array([probe], dtype=np.int64)):
                 self._streak += 1
@@ -70,7 +68,7 @@ class ColdReads:
             else:
                 self._streak = 0
                 self.cold = True
-        return store.prefetch(*ranges())
+        return request()
 
 
 def flat_start(offsets: np.ndarray, use_eot: int, v: int) -> int:

@@ -28,6 +28,7 @@ from mmpack.kernels.window import (
     INDEX_STEP,
     fill_sampled_index,
     find_doc,
+    flat_position,
     gather_windows,
     one_window,
     window_ranges,
@@ -163,7 +164,7 @@ class WindowDataset:
         if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
             v = i * self.stride
             cold.before_read(self.store, flat_start(self._offsets, self._use_eot, v),
-                             lambda: self._ranges(np.array([v], dtype=np.int64)))
+                             lambda: self._prefetch_one(v))
         seqlen, width = self.seqlen, self.width
         out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
@@ -243,6 +244,14 @@ class WindowDataset:
             window_ranges(self._offsets, self._top, self._use_eot, vstarts, self.width,
                           self.total, starts, lengths)
         return starts, lengths
+
+    def _prefetch_one(self, v: int) -> int:
+        """Request the flat range of the window at virtual position ``v`` (two kernel calls,
+        no arrays: the cold single-read path)."""
+        offsets, top, use_eot = self._offsets, self._top, self._use_eot
+        a = int(flat_position(offsets, top, use_eot, v))
+        b = int(flat_position(offsets, top, use_eot, min(v + self.width, self.total)))
+        return self.store.prefetch_range(a, b)
 
     def _prefetch(self, vstarts: np.ndarray) -> int:
         k = vstarts.shape[0]

@@ -71,6 +71,11 @@ class Backend(abc.ABC):
         default does nothing (returns 0)."""
         return 0
 
+    def prefetch_range(self, start: int, stop: int) -> int:
+        """:meth:`prefetch` of the one flat range ``[start, stop)`` (validated ints)."""
+        one = np.array([start, stop - start], dtype=np.int64)
+        return self.prefetch(one[:1], one[1:])
+
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """Little-endian bytes ``[start, stop)`` of array ``name`` ("tokens" or "offsets"),
         for checksum verification."""

@@ -200,6 +200,17 @@ class MemmapBackend(Backend):
     def offsets(self) -> np.ndarray:
         return self._offsets
 
+    def prefetch_range(self, start: int, stop: int) -> int:
+        """One ``madvise(MADV_WILLNEED)`` over the pages of ``[start, stop)``: the single-read
+        path, in plain ints (~2 us of Python around the call)."""
+        if stop <= start or self._mm is None or not hasattr(self._mm, "madvise"):
+            return 0
+        itemsize = self.meta.dtype.itemsize
+        a = start * itemsize // PAGE * PAGE
+        b = min(-(-stop * itemsize // PAGE) * PAGE, self._nbytes)
+        self._mm.madvise(mmap.MADV_WILLNEED, a, b - a)
+        return 1
+
     def read_range(self, start: int, stop: int) -> np.ndarray:
         return self.tokens[start:stop]
 
