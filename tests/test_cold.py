@@ -437,8 +437,7 @@ class FakeStore:
 
 def _read(cr: ColdReads, store: FakeStore, ranges_calls: list) -> None:
     """What a view does on each single read."""
-    cr.tick += 1
-    if cr.cold or not cr.tick % PROBE_EVERY:
+    if cr.step():
         cr.before_read(store, 0, lambda: ranges_calls.append(1) or store.prefetch(None, None))
 
 

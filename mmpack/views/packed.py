@@ -64,7 +64,7 @@ from mmpack.kernels.packing import (
     select_pieces,
 )
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
-from mmpack.views.readahead import PROBE_EVERY, ColdReads, prefetch_ranges
+from mmpack.views.readahead import ColdReads, prefetch_ranges
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.core.validation import check_index, check_indices, check_int, check_token_id
@@ -284,11 +284,8 @@ class PackedDataset:
         lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
         if not 0 <= lo <= hi <= plan.n_pieces:
             raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
-        cold = self._cold
-        cold.tick += 1
-        if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
-            cold.before_read(self.store, self._first_token(lo, hi),
-                             lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))))
+        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
+            self._before_cold_read(b, lo, hi)
         seqlen = self.seqlen
         rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)
@@ -374,6 +371,12 @@ class PackedDataset:
         (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
         number of requests issued.  Never changes what a read returns."""
         return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
+
+    def _before_cold_read(self, b: int, lo: int, hi: int) -> int:
+        return self._cold.before_read(
+            self.store, self._first_token(lo, hi),
+            lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
+        )
 
     def _first_token(self, lo: int, hi: int) -> int:
         """Flat position of the first token of the bin whose pieces are ``[lo, hi)`` (0 for an

@@ -34,7 +34,7 @@ from mmpack.kernels.window import (
     window_ranges,
 )
 from mmpack.views.masking import IGNORE_INDEX
-from mmpack.views.readahead import PROBE_EVERY, ColdReads, flat_start
+from mmpack.views.readahead import ColdReads, flat_start
 from mmpack.store.reader import TokenStore
 from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
@@ -159,12 +159,8 @@ class WindowDataset:
             i = check_index(i, n)
         if self._src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
-        cold = self._cold
-        cold.tick += 1
-        if cold.cold or not cold.tick % PROBE_EVERY:  # cold data: request the pages first
-            v = i * self.stride
-            cold.before_read(self.store, flat_start(self._offsets, self._use_eot, v),
-                             lambda: self._prefetch_one(v))
+        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
+            self._before_cold_read(i * self.stride)
         seqlen, width = self.seqlen, self.width
         out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
@@ -244,6 +240,10 @@ class WindowDataset:
             window_ranges(self._offsets, self._top, self._use_eot, vstarts, self.width,
                           self.total, starts, lengths)
         return starts, lengths
+
+    def _before_cold_read(self, v: int) -> int:
+        probe = flat_start(self._offsets, self._use_eot, v)
+        return self._cold.before_read(self.store, probe, lambda: self._prefetch_one(v))
 
     def _prefetch_one(self, v: int) -> int:
         """Request the flat range of the window at virtual position ``v`` (two kernel calls,
