@@ -140,7 +140,10 @@ class MemmapBackend(Backend):
             raise ValueError(f"pattern must be one of {sorted(ADVICE)}, got {pattern!r}")
         previous = self._pattern
         if self._mm is not None and hasattr(self._mm, "madvise"):
-            self._mm.madvise(ADVICE[pattern])
+            try:
+                self._mm.madvise(ADVICE[pattern])
+            except OSError:  # a hint the platform refuses changes speed only: reading goes on
+                return previous
         self._pattern = pattern
         return previous
 
