@@ -166,9 +166,15 @@ class MemmapBackend(Backend):
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
         """One ``madvise(MADV_WILLNEED)`` per merged page range of the token ranges (see
         :func:`page_ranges`): the kernel starts reading every missing page now and returns at
-        once.  Returns the number of calls."""
+        once.  Returns the number of calls (0 if the platform refuses the hint)."""
         if self._mm is None or not hasattr(self._mm, "madvise"):
             return 0
+        try:
+            return self._will_need(starts, lengths)
+        except OSError:  # a refused hint: the reads themselves will fault the pages in
+            return 0
+
+    def _will_need(self, starts: np.ndarray, lengths: np.ndarray) -> int:
         will_need = self._mm.madvise
         flag = mmap.MADV_WILLNEED
         itemsize = self.meta.dtype.itemsize
@@ -211,7 +217,10 @@ class MemmapBackend(Backend):
         itemsize = self.meta.dtype.itemsize
         a = start * itemsize // PAGE * PAGE
         b = min(-(-stop * itemsize // PAGE) * PAGE, self._nbytes)
-        self._mm.madvise(mmap.MADV_WILLNEED, a, b - a)
+        try:
+            self._mm.madvise(mmap.MADV_WILLNEED, a, b - a)
+        except OSError:  # a refused hint: the read itself will fault the pages in
+            return 0
         return 1
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
