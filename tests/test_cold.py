@@ -563,3 +563,24 @@ def test_mixture_prefetch_asks_each_source_for_its_items(store_path):
         assert asked[k] == items[src == k].tolist()
     with pytest.raises(IndexError):
         mix.prefetch([len(mix)])
+
+
+def test_a_refused_hint_never_breaks_reading(store_path):
+    store = mmpack.open(store_path)
+
+    class Refusing:
+        def madvise(self, *args):
+            raise OSError(22, "Invalid argument")
+
+    backend = store._backend
+    backend._mm = Refusing()
+    assert store.advise("sequential") == "random"
+    assert backend._pattern == "random"  # the refused advice is not recorded
+    assert store.prefetch(np.array([0, 5000]), np.array([10, 10])) == 0
+    assert store.prefetch_range(0, 10) == 0
+    ds = WindowDataset(store, 128, eot=EOT)
+    ds._cold.cold = True  # every read asks for its pages: refused, then read anyway
+    fresh = WindowDataset(mmpack.open(store_path), 128, eot=EOT)
+    for i in (0, 5, len(ds) - 1):
+        _same(ds[i], fresh[i])
+    assert store.verify()["blocks"] > 0
