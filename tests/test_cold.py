@@ -525,7 +525,8 @@ def test_lookahead_rejects_bad_arguments():
             Lookahead([[1]], Recorder(), depth=bad)
 
 
-def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path, workers):
     import torch
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
@@ -536,7 +537,8 @@ def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path):
     sampler = BatchSampler(SequentialSampler(range(len(ds))), 16, drop_last=False)
     plain = list(DataLoader(ds, batch_sampler=sampler, collate_fn=collate))
     evict(store)
-    ahead = list(DataLoader(ds, batch_sampler=Lookahead(sampler, ds, depth=2), collate_fn=collate))
+    ahead = list(DataLoader(ds, batch_sampler=Lookahead(sampler, ds, depth=2), collate_fn=collate,
+                            num_workers=workers))
     assert len(plain) == len(ahead)
     for a, b in zip(plain, ahead):
         assert a.keys() == b.keys()
@@ -583,4 +585,21 @@ def test_a_refused_hint_never_breaks_reading(store_path):
     fresh = WindowDataset(mmpack.open(store_path), 128, eot=EOT)
     for i in (0, 5, len(ds) - 1):
         _same(ds[i], fresh[i])
+    assert store.verify()["blocks"] > 0
+
+
+def test_a_store_without_a_mapping_accepts_the_same_calls(tmp_path):
+    """Zarr stores: advice is recorded, prefetch does nothing, views read as before."""
+    docs = make_docs(40, seed=9, max_len=500)
+    store = build(tmp_path / "z", docs, dtype=np.uint16, backend="zarr")
+    assert store.tokens is None
+    assert store.advise("sequential") == "normal" and store.advise("random") == "sequential"
+    assert not store.resident([0, 10])
+    assert store.prefetch(np.array([0]), np.array([10])) == 0
+    assert store.prefetch_range(0, 10) == 0
+    ds = WindowDataset(store, 64, eot=EOT)
+    assert ds.prefetch(np.arange(len(ds))) == 0
+    ref = WindowDataset(build(tmp_path / "m", docs, dtype=np.uint16), 64, eot=EOT)
+    for i in range(len(ds)):
+        _same(ds[i], ref[i])
     assert store.verify()["blocks"] > 0
