@@ -268,7 +268,7 @@ def test_scan_requests_pages_ahead_and_yields_the_same_documents(store_path):
     assert calls[0][0] == 0
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(calls))
     assert calls[-1][0] + calls[-1][1] == store.num_tokens
-    assert max(n for _, n in calls) * 2 <= 1 << 22
+    assert max(n for _, n in calls) * 2 <= 1 << 21
     assert not spy.calls  # the scan goes to the backend directly
 
 

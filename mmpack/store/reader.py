@@ -31,7 +31,8 @@ from mmpack.core.validation import check_index, check_int
 __all__ = ["TokenStore", "open_store"]
 
 _PATTERNS = ("normal", "random", "sequential")
-_SCAN_AHEAD_BYTES = 1 << 22  # requested ahead of a scan by __iter__ (WILLNEED reads <= 8 MiB)
+_SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
+_SCAN_CHUNK_BYTES = 1 << 21  # per request (several in flight; one WILLNEED reads <= 8 MiB here)
 
 
 class TokenStore:
@@ -134,17 +135,18 @@ class TokenStore:
         return self._backend.read_range(lo, hi)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        # A scan: keep the pages of the next _SCAN_AHEAD_BYTES requested ahead of the documents
-        # being read (the mapping is advised for random access, so faults alone would read
-        # page by page on cold data).  One madvise per 2 MiB read, nothing else per document.
+        # A scan: keep the next _SCAN_AHEAD_BYTES requested ahead of the documents being read,
+        # _SCAN_CHUNK_BYTES per request (the mapping is advised for random access, so faults
+        # alone would read page by page on cold data).  One madvise per 2 MiB read.
         offsets = self.offsets
-        step = max(1, _SCAN_AHEAD_BYTES // self.dtype.itemsize)
+        chunk = max(1, _SCAN_CHUNK_BYTES // self.dtype.itemsize)
+        distance = max(1, _SCAN_AHEAD_BYTES // self.dtype.itemsize)
         ahead = 0  # tokens [0, ahead) have been requested
         for j in range(len(self)):
             end = int(offsets[j + 1])
-            while end + step // 2 > ahead and ahead < self.num_tokens:
+            while end + distance > ahead and ahead < self.num_tokens:
                 start = max(ahead, int(offsets[j]))
-                ahead = min(self.num_tokens, start + step)
+                ahead = min(self.num_tokens, start + chunk)
                 self._backend.prefetch(np.array([start]), np.array([ahead - start]))
             yield self[j]
 
