@@ -173,15 +173,15 @@ class MemmapBackend(Backend):
         if self._mm is None or not hasattr(self._mm, "madvise"):
             return 0
         try:
-            return self._will_need(starts, lengths)
+            return self._will_need(self._mm, starts, lengths)
         except OSError:  # a refused hint: the reads themselves will fault the pages in
             return 0
 
-    def _will_need(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        will_need = self._mm.madvise
+    def _will_need(self, mm: mmap.mmap, starts: np.ndarray, lengths: np.ndarray) -> int:
+        will_need = mm.madvise
         flag = mmap.MADV_WILLNEED
         itemsize = self.meta.dtype.itemsize
-        if starts.size <= _FEW:  # a single read: plain ints, ~25 us less than the numpy path
+        if starts.size <= _FEW:  # a few ranges: plain ints, ~25 us less than the numpy path
             calls = 0
             for s, n in zip(starts.tolist(), lengths.tolist()):
                 if n > 0:
