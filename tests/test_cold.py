@@ -10,6 +10,7 @@ Run ``pytest tests/test_cold.py``.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import mmap
 import os
@@ -47,6 +48,9 @@ def vm_flags(arr: np.ndarray) -> set[str]:
 
 
 def evict(store) -> None:
+    """Drop the store's token pages.  Pages mapped by any live mapping stay cached, so stores
+    of earlier tests that only a reference cycle keeps alive are collected first."""
+    gc.collect()
     mapping_of(store.tokens).madvise(mmap.MADV_DONTNEED)
     fd = os.open(store.path / "tokens.bin", os.O_RDONLY)
     try:
