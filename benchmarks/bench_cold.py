@@ -24,10 +24,10 @@ measure the binary search's faults instead).  Cases, all in one run:
   with ``os.read``, and iterating the first documents cold as shipped, with ``MADV_RANDOM`` and
   no scan read-ahead, and with the default advice.
 
-Measured while other jobs loaded the 2-core machine (load average 9-14), single reads interleaved
-with their ``pread`` so both see the same device: cold window ``ds[i]`` 86 us against 63 us for
-``pread`` (1.36; ``MADV_RANDOM`` alone 1.9, before 101), cold batches of 256 windows 89x the old
-rate, packed batches of 64 bins 45x.
+Measured (full run, load average ~4 on the 2-core machine; single reads interleaved with their
+``pread`` so both see the same device): cold window ``ds[i]`` 82 us against 59 us for ``pread``
+(1.39; ``MADV_RANDOM`` alone 1.93, before 106), cold batches of 256 windows 164x the old rate and
+2x a ``pread`` loop, packed batches of 64 bins 113x; first call 0.54 s with numba's cache filled.
 
 Run ``python -m benchmarks.bench_cold [--quick]`` (or ``python -m benchmarks cold``).  Needs
 ~2.2 GB free under the temp folder for the full run; everything is deleted at the end.

@@ -20,11 +20,11 @@ fetches there).  Three callers use that seam:
 The residency probe matters because a ``madvise`` costs 2-3 us on this VM even when every page
 is resident: one per range on a warm batch of 256 windows would add ~0.6 ms to a 0.7 ms batch,
 while two probes add ~10 us.  Measured by ``benchmarks/bench_cold.py`` on a 2.0 GiB store evicted
-before each measurement (2-core VM, other jobs running): a cold window ``ds[i]`` 86 us against
-63 us for an ``os.pread`` of the same bytes (120 us with ``MADV_RANDOM`` alone, 6,400 us with the
-default advice); a cold batch of 256 windows 13.4 ms (1,196 ms before; a ``pread`` loop 49 ms,
-16 threads of ``pread`` 18 ms), 2.0 ms when :class:`Lookahead` requested it during a 50 ms step
-(0.78 ms warm).
+before each measurement (2-core VM, load average ~4): a cold window ``ds[i]`` 82 us against 59 us
+for an ``os.pread`` of the same bytes (114 us with ``MADV_RANDOM`` alone, 6,276 us with the
+default advice); a cold batch of 256 windows 6.4 ms (1,055 ms before; a ``pread`` loop 13.3 ms,
+16 threads of ``pread`` 12.8 ms), 2.0 ms when :class:`Lookahead` requested it during a 50 ms step
+(0.58 ms warm: the rest is minor page faults mapping the prefetched pages).
 """
 
 from __future__ import annotations
