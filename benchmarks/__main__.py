@@ -28,6 +28,7 @@ TOPICS = {
     "e2e": "benchmarks.bench_e2e",
     "foreign": "benchmarks.bench_foreign",
     "remote": "benchmarks.bench_remote",
+    "cold": "benchmarks.bench_cold",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -6,7 +6,7 @@ Cases (32 x 2048 windows, and packed rows of 2048, in a shuffled order):
 - ``local``: the memmap store (the reference);
 - ``remote`` without look-ahead: each batch's check blocks fetched when the batch is read (its
   range requests concurrent, adjacent blocks merged);
-- ``remote + look-ahead K``: :class:`mmpack.views.lookahead.LookaheadBatches` hints the next K
+- ``remote + look-ahead K``: :class:`mmpack.views.readahead.Lookahead` hints the next K
   batches, so their blocks are in flight while the current one is consumed;
 - ``node cache (new reader)``: a fresh store object (as a new worker would open it) reading the
   same batches again, the node's block cache filled by a first pass (a second epoch over a
@@ -66,9 +66,9 @@ def _views(store: Any) -> dict[str, Any]:
 
 
 def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) -> float:
-    from mmpack.views.lookahead import LookaheadBatches
+    from mmpack.views.readahead import Lookahead
 
-    source = LookaheadBatches(view, batches, lookahead) if lookahead else batches
+    source = Lookahead(batches, view, lookahead) if lookahead else batches
     t0 = time.perf_counter()
     for idx in source:
         view.__getitems__(idx)

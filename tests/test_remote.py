@@ -350,10 +350,10 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
     want = mmpack.PackedDataset(local, 128, eot=65535, pad_id=0)
     from torch.utils.data import BatchSampler
 
-    from mmpack.views.lookahead import LookaheadBatches
+    from mmpack.views.readahead import Lookahead
 
     sampler = mmpack.ResumableSampler(len(ds), seed=3)
-    batches = LookaheadBatches(ds, BatchSampler(sampler, 8, False), depth=2, num_workers=2)
+    batches = Lookahead(BatchSampler(sampler, 8, False), ds, depth=2, num_workers=2)
     loader = DataLoader(ds, batch_sampler=batches, num_workers=2, collate_fn=collate,
                         multiprocessing_context=context, timeout=60)
     order = list(sampler)
@@ -444,7 +444,7 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
 
 # ----------------------------------------------------------------------------- look-ahead
 def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
-    from mmpack.views.lookahead import LookaheadBatches
+    from mmpack.views.readahead import Lookahead
 
     docs = _corpus(n_docs=300)
     store = _build_with_block(_url(), docs, s3_server.options, 4096)
@@ -459,7 +459,7 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
         before = proxy.requests
         got = []
         t0 = time.perf_counter()
-        for k, batch in enumerate(LookaheadBatches(ds, batches, depth=5)):
+        for k, batch in enumerate(Lookahead(batches, ds, depth=5)):
             if k == 0:
                 time.sleep(0.3)  # "training": the look-ahead fetches the other batches meanwhile
                 t1 = time.perf_counter()
@@ -471,13 +471,13 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
             np.testing.assert_array_equal(g, want.__getitems__(b).columns["input_ids"])
         assert s._backend.stats["requests"] > 6  # many blocks, fetched ahead
         blocks = {int(x) for b in batches for x in ds.store._backend._block_ids(
-            *ds._window_ranges(np.asarray(b) * ds.stride))}
+            *ds._ranges(np.asarray(b) * ds.stride))}
         assert proxy.requests - before <= len(blocks)  # no block fetched twice
     finally:
         proxy.close()
-    assert LookaheadBatches(want, batches, 2).view is want and len(LookaheadBatches(want, batches)) == 6
+    assert Lookahead(batches, want, 2).dataset is want and len(Lookahead(batches, want)) == 6
     with pytest.raises(ValueError, match="depth"):
-        LookaheadBatches(want, batches, -1)
+        Lookahead(batches, want, -1)
 
 
 # ----------------------------------------------------------------------------- obstore client
@@ -560,14 +560,14 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
 
 
 def test_hinted_batches_name_the_same_workers_next_batches():
-    from mmpack.views.lookahead import LookaheadBatches
+    from mmpack.views.readahead import Lookahead
 
     class View:
         def prefetch(self, indices):
             pass
 
     batches = [[b * 10 + k for k in range(2)] for b in range(7)]
-    got = list(LookaheadBatches(View(), batches, depth=2, num_workers=2))
+    got = list(Lookahead(batches, View(), depth=2, num_workers=2))
     assert [list(b) for b in got] == batches
     assert got[0].ahead == batches[2] + batches[4]
     assert got[1].ahead == batches[3] + batches[5]
@@ -576,11 +576,11 @@ def test_hinted_batches_name_the_same_workers_next_batches():
 
 def test_hinted_batch_prefetches_in_the_reader(tmp_path, monkeypatch):
     from mmpack.store.reader import TokenStore
-    from mmpack.views.lookahead import HintedBatch
+    from mmpack.views.readahead import HintedBatch
 
     store = mmpack.build((tmp_path / "r").as_uri(), _corpus())
     seen = []
-    monkeypatch.setattr(TokenStore, "prefetch_ranges", lambda self, a, b: seen.append(len(a)))
+    monkeypatch.setattr(TokenStore, "prefetch", lambda self, a, b: seen.append(len(a)) or 1)
     for view in (mmpack.WindowDataset(store, 64), mmpack.PackedDataset(store, 64)):
         batch = HintedBatch([0, 1])
         batch.ahead = [2, 3, 4]

@@ -13,6 +13,11 @@ the block, ~10 ms; then a bitmap lookup).  Views then read through :meth:`TokenS
 windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-0.122 ms for the
 plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
 ``verify()`` of the same 200 MB: 0.29-0.56 s).
+
+Cold data: the token mapping is advised for random access at open (a page fault then reads its
+own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
+read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Measured by
+``benchmarks/bench_cold.py`` (see :mod:`mmpack.store.backends._memmap`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from mmpack.store.backends._memmap import MemmapBackend
 from mmpack.store.backends._zarr import ZarrBackend
 from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 from mmpack.store.format import StoreMeta
-from mmpack.core.validation import check_index
+from mmpack.core.validation import check_index, check_int
 
 __all__ = ["TokenStore", "open_store"]
 
+_PATTERNS = ("normal", "random", "sequential")
+_SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
+_SCAN_CHUNK_BYTES = 1 << 21  # per request (several in flight; one WILLNEED reads <= 8 MiB here)
 
 
 class TokenStore:
@@ -152,7 +160,19 @@ class TokenStore:
         return self._backend.read_range(lo, hi)
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        # A scan: keep the next _SCAN_AHEAD_BYTES requested ahead of the documents being read,
+        # _SCAN_CHUNK_BYTES per request (the mapping is advised for random access, so faults
+        # alone would read page by page on cold data).  One madvise per 2 MiB read.
+        offsets = self.offsets
+        chunk = max(1, _SCAN_CHUNK_BYTES // self.dtype.itemsize)
+        distance = max(1, _SCAN_AHEAD_BYTES // self.dtype.itemsize)
+        ahead = 0  # tokens [0, ahead) have been requested
         for j in range(len(self)):
+            end = int(offsets[j + 1])
+            while end + distance > ahead and ahead < self.num_tokens:
+                start = max(ahead, int(offsets[j]))
+                ahead = min(self.num_tokens, start + chunk)
+                self._backend.prefetch(np.array([start]), np.array([ahead - start]))
             yield self[j]
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
@@ -239,12 +259,71 @@ class TokenStore:
             )
         return hi - lo
 
-    def prefetch_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
-        """Hint that these flat ranges (as for :meth:`read_ranges`) will be read soon: a remote
-        backend starts fetching them in the background; other backends ignore it."""
-        hint = getattr(self._backend, "prefetch_ranges", None)
-        if hint is not None:
-            hint(starts, lengths)
+    # ----------------------------------------------------------------------------- cold data
+    def advise(self, pattern: str) -> str:
+        """Declare how the tokens will be read: ``"random"`` (the default after opening: a page
+        fault reads only its own page), ``"sequential"`` (large read-ahead, for scans) or
+        ``"normal"`` (the kernel's default); returns the previous pattern, so a scan can restore
+        it.  A hint that changes speed only, never data; it applies to this process's mapping.
+        """
+        if pattern not in _PATTERNS:
+            raise ValueError(f"pattern must be one of {_PATTERNS}, got {pattern!r}")
+        return self._backend.advise(pattern)
+
+    def resident(self, positions: Any) -> bool:
+        """Whether the tokens at a few of ``positions`` (flat token positions; the first few are
+        sampled) are in memory, i.e. a read of them needs no I/O.  The cheap test the views ask
+        before computing and requesting a batch's exact ranges (~2 us per sampled page for the
+        memmap backend); a backend that cannot tell answers False."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        return bool(self._backend.resident(pos))
+
+    def prefetch(self, starts: Any, lengths: Any) -> int:
+        """Request flat token ranges ``[starts[k], starts[k] + lengths[k])`` ahead of reading
+        them, without waiting for the data: the memmap backend issues one
+        ``madvise(MADV_WILLNEED)`` per merged page range, so a batch's pages are read
+        concurrently instead of one fault at a time; a remote backend starts fetching the
+        ranges' checked blocks in the background.
+
+        Parameters
+        ----------
+        starts, lengths : array_like of int, shape (k,)
+            Ranges inside ``[0, num_tokens]``.
+
+        Returns
+        -------
+        int
+            The number of requests issued (0 when the backend has nothing to do).
+        """
+        s = np.asarray(starts)
+        n = np.asarray(lengths)
+        if s.shape == n.shape == (1,) and s.dtype == n.dtype == np.int64:  # a single read, fast
+            a, b = int(s[0]), int(n[0])
+            if a < 0 or b < 0 or a + b > self.num_tokens:
+                raise IndexError(f"prefetch range [{a}, {a + b}) is outside [0, {self.num_tokens}]")
+            return int(self._backend.prefetch(s, n))
+        if s.ndim != 1 or n.shape != s.shape:
+            raise ValueError(
+                f"starts and lengths must be 1-D of one length, got shapes {s.shape} and {n.shape}"
+            )
+        if s.size == 0:
+            return 0
+        if s.dtype.kind not in "iu" or n.dtype.kind not in "iu":
+            raise TypeError(f"starts and lengths must be integers, got {s.dtype} and {n.dtype}")
+        s = s.astype(np.int64)
+        n = n.astype(np.int64)
+        if s.min() < 0 or n.min() < 0 or int((s + n).max()) > self.num_tokens:
+            raise IndexError(f"a prefetch range is outside the store's [0, {self.num_tokens}] tokens")
+        return int(self._backend.prefetch(s, n))
+
+    def prefetch_range(self, start: int, stop: int) -> int:
+        """:meth:`prefetch` of the one flat range ``[start, stop)``, for single reads (no arrays
+        to build; bounds are checked)."""
+        if type(start) is not int or type(stop) is not int:
+            start, stop = check_int(start, "start"), check_int(stop, "stop")
+        if not 0 <= start <= stop <= self._meta.num_tokens:
+            raise IndexError(f"prefetch range [{start}, {stop}) is outside [0, {self.num_tokens}]")
+        return int(self._backend.prefetch_range(start, stop))
 
     # ----------------------------------------------------------------------------- integrity
     def verify(self) -> dict[str, int]:
@@ -252,6 +331,13 @@ class TokenStore:
 
         Returns a summary ``{"blocks": ..., "bytes": ...}`` when everything matches.
         """
+        previous = self._backend.advise("sequential")  # a scan: full read-ahead
+        try:
+            return self._verify()
+        finally:
+            self._backend.advise(previous)
+
+    def _verify(self) -> dict[str, int]:
         meta = self._meta
         _check_offsets(self.offsets, meta, self._path)
         checked_blocks = checked_bytes = 0

@@ -8,6 +8,7 @@
     masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
     buffers.py     pooled output buffers for batched gathers
+    readahead.py   cold data: prefetch(indices), Lookahead batches, single-read cold mode
 """
 
 __all__: list[str] = []

@@ -66,6 +66,7 @@ from mmpack.kernels.packing import (
     select_pieces,
 )
 from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
+from mmpack.views.readahead import ColdReads, prefetch_ranges
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.core.validation import (
@@ -200,6 +201,7 @@ class PackedDataset:
         )
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
         specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
@@ -284,6 +286,8 @@ class PackedDataset:
         lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
         if not 0 <= lo <= hi <= plan.n_pieces:
             raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
+            self._before_cold_read(b, lo, hi)
         seqlen = self.seqlen
         rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)
@@ -308,20 +312,12 @@ class PackedDataset:
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
         ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
         prefetched first."""
         ahead = getattr(indices, "ahead", None)
         if ahead:
             self.prefetch(ahead)
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
-
-    def prefetch(self, indices: Any) -> None:
-        """Start fetching the tokens of samples ``indices`` in the background (the look-ahead
-        of a remote store: call it with the next batches' indices, known from the sampler);
-        a no-op for stores that are mapped locally."""
-        if self._src is None:
-            starts, lengths = self._piece_ranges(check_indices(indices, len(self)))[:2]
-            self.store.prefetch_ranges(starts, lengths)
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
@@ -381,3 +377,36 @@ class PackedDataset:
         columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
                    "attention_mask": attn, "max_seqlen": max_len}
         return SampleBatch(columns, cu, n_seg + 1)
+
+    # ------------------------------------------------------------------------------- read-ahead
+    def prefetch(self, indices: Any) -> int:
+        """Request the token pages of samples ``indices`` (their bins' pieces, from the plan)
+        ahead of reading them, without waiting (see :mod:`mmpack.views.readahead`).  Skipped
+        (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
+        number of requests issued.  Never changes what a read returns."""
+        return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
+
+    def _before_cold_read(self, b: int, lo: int, hi: int) -> int:
+        return self._cold.before_read(
+            self.store, self._first_token(lo, hi),
+            lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
+        )
+
+    def _first_token(self, lo: int, hi: int) -> int:
+        """Flat position of the first token of the bin whose pieces are ``[lo, hi)`` (0 for an
+        empty bin or a piece outside the store: a residency probe only)."""
+        if hi <= lo:
+            return 0
+        d = int(self._plan.piece_doc[lo])
+        if not 0 <= d < self._offsets.shape[0] - 1:
+            return 0
+        return int(self._offsets[d]) + int(self._plan.piece_start[lo])
+
+    def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat token ranges ``(starts, lengths)`` (int64) of the pieces of bins ``idx``; empty
+        for a corrupt plan (the read itself reports it: a hint never raises)."""
+        try:
+            starts, lengths = self._piece_ranges(idx)[:2]
+        except FormatError:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return starts, lengths

@@ -28,11 +28,13 @@ from mmpack.kernels.window import (
     INDEX_STEP,
     fill_sampled_index,
     find_doc,
+    flat_position,
     gather_windows,
     one_window,
     window_ranges,
 )
 from mmpack.views.masking import IGNORE_INDEX
+from mmpack.views.readahead import ColdReads, flat_start
 from mmpack.store.reader import TokenStore
 from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
@@ -120,6 +122,7 @@ class WindowDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._pool = BufferPool()
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._cold = ColdReads()
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
         self._eot = self.eot if self.eot is not None else 0
@@ -156,6 +159,8 @@ class WindowDataset:
             i = check_index(i, n)
         if self._src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
+        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
+            self._before_cold_read(i * self.stride)
         seqlen, width = self.seqlen, self.width
         out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
         cu = np.empty(seqlen + 1, dtype=np.int32)
@@ -179,30 +184,12 @@ class WindowDataset:
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
         ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.lookahead.HintedBatch`) have those
+        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
         prefetched first."""
         ahead = getattr(indices, "ahead", None)
         if ahead:
             self.prefetch(ahead)
         return self._gather(check_indices(indices, self._len))
-
-    def prefetch(self, indices: Any) -> None:
-        """Start fetching the tokens of samples ``indices`` in the background (the look-ahead
-        of a remote store: call it with the next batches' indices, known from the sampler);
-        a no-op for stores that are mapped locally."""
-        if self._src is None:
-            idx = check_indices(indices, self._len)
-            self.store.prefetch_ranges(*self._window_ranges(idx * self.stride))
-
-    def _window_ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = vstarts.shape[0]
-        starts = np.empty(k, dtype=np.int64)
-        lengths = np.empty(k, dtype=np.int64)
-        window_ranges(
-            self._offsets, self._top, self._use_eot, vstarts, self.width, self.total, starts,
-            lengths,
-        )
-        return starts, lengths
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
         k = idx.shape[0]
@@ -215,9 +202,10 @@ class WindowDataset:
         ncu = np.empty(k, dtype=np.int64)
         src = self._src
         if src is not None:
+            self._prefetch(vstarts)  # cold data: queue the batch's page reads together
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
-            src, cursors = self.store.read_ranges(*self._window_ranges(vstarts))
+            src, cursors = self.store.read_ranges(*self._ranges(vstarts))
         if k:
             gather_windows(
                 src, cursors, self._offsets, self._top, self._use_eot, self._eot, vstarts, seqlen,
@@ -233,6 +221,45 @@ class WindowDataset:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
+
+    # ------------------------------------------------------------------------------- read-ahead
+    def prefetch(self, indices: Any) -> int:
+        """Request the token pages of samples ``indices`` ahead of reading them, without
+        waiting (see :mod:`mmpack.views.readahead`): what a look-ahead loop calls with the next
+        batches while the current one trains.  Skipped (returns 0) when a probe of a few of the
+        windows finds them in memory; otherwise returns the number of requests issued.  Never
+        changes what a read returns."""
+        return self._prefetch(check_indices(indices, self._len) * self.stride)
+
+    def _ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat token ranges ``(starts, lengths)`` (int64, (k,)) of the windows at ``vstarts``."""
+        starts = np.empty(vstarts.shape[0], dtype=np.int64)
+        lengths = np.empty(vstarts.shape[0], dtype=np.int64)
+        if vstarts.shape[0]:
+            window_ranges(self._offsets, self._top, self._use_eot, vstarts, self.width,
+                          self.total, starts, lengths)
+        return starts, lengths
+
+    def _before_cold_read(self, v: int) -> int:
+        probe = flat_start(self._offsets, self._use_eot, v)
+        return self._cold.before_read(self.store, probe, lambda: self._prefetch_one(v))
+
+    def _prefetch_one(self, v: int) -> int:
+        """Request the flat range of the window at virtual position ``v`` (two kernel calls,
+        no arrays: the cold single-read path)."""
+        offsets, top, use_eot = self._offsets, self._top, self._use_eot
+        a = int(flat_position(offsets, top, use_eot, v))
+        b = int(flat_position(offsets, top, use_eot, min(v + self.width, self.total)))
+        return self.store.prefetch_range(a, b)
+
+    def _prefetch(self, vstarts: np.ndarray) -> int:
+        k = vstarts.shape[0]
+        if k == 0:
+            return 0
+        probe = self._ranges(vstarts[:: max(1, k // 2)][:2])[0]
+        if self.store.resident(probe):  # a few windows' first pages are in memory: warm
+            return 0
+        return self.store.prefetch(*self._ranges(vstarts))
 
     # ------------------------------------------------------------------------------- debugging
     def locate(self, i: int) -> list[dict[str, int]]:

@@ -8,7 +8,13 @@ little code:
   ``src[src_starts[k] : src_starts[k] + lengths[k]]`` holds range ``k``.  The memmap backend returns
   the mapped array itself (zero copy: kernels copy straight from the page cache); the Zarr backend
   coalesces the ranges into chunk-aligned reads and returns one buffer;
-- ``offsets``: the int64 document index.
+- ``offsets``: the int64 document index;
+- optional, for cold data (defaults do nothing): ``advise(pattern)`` (``"random"``,
+  ``"sequential"``, ``"normal"``: how the tokens will be read next), ``resident(positions)`` (a
+  cheap "would these reads need I/O?" probe) and ``prefetch(starts, lengths)`` (start fetching
+  ranges without waiting).  The views' ``prefetch(indices)`` and
+  :class:`mmpack.views.readahead.Lookahead` call ``prefetch`` with the ranges of the next
+  batches, so a remote backend that overrides it gets look-ahead for free.
 
 Both backends are written the same way (raw little-endian files streamed into a temporary folder,
 see :mod:`mmpack.store.reader`); ``commit`` turns that folder into the backend's own layout before the

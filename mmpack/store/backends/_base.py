@@ -49,6 +49,33 @@ class Backend(abc.ABC):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Many flat ranges at once; see the package docstring for the contract."""
 
+    # ------------------------------------------------------------------ access pattern (optional)
+    def advise(self, pattern: str) -> str:
+        """Declare how the token data will be read next (``"random"``, ``"sequential"`` or
+        ``"normal"``) and return the previous pattern.  Only a hint: a backend without read-ahead
+        to tune (Zarr) records it and changes nothing."""
+        previous = getattr(self, "_pattern", "normal")
+        self._pattern = pattern
+        return previous
+
+    def resident(self, positions: np.ndarray) -> bool:
+        """Whether reading the tokens at ``positions`` (int64, a few sampled flat positions)
+        needs no I/O, as far as the backend can tell cheaply.  The default says False: a
+        backend that cannot tell lets :meth:`prefetch` decide."""
+        return False
+
+    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
+        """Ask for flat ranges ``[starts[k], starts[k] + lengths[k])`` (validated int64 arrays)
+        to be fetched ahead of the reads that will follow; return the number of requests
+        issued.  Must not block on the data and must not change what any read returns.  The
+        default does nothing (returns 0)."""
+        return 0
+
+    def prefetch_range(self, start: int, stop: int) -> int:
+        """:meth:`prefetch` of the one flat range ``[start, stop)`` (validated ints)."""
+        one = np.array([start, stop - start], dtype=np.int64)
+        return self.prefetch(one[:1], one[1:])
+
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """Little-endian bytes ``[start, stop)`` of array ``name`` ("tokens" or "offsets"),
         for checksum verification."""

@@ -17,7 +17,7 @@ At open: the metadata is read (one GET), ``tokens.bin``'s size checked (one HEAD
 ``offsets.bin`` and the check table are fetched whole, verified against the metadata's CRCs and
 kept in ``<cache_dir>/stores/<fingerprint>/`` (reopening in a DataLoader worker reads them from
 there).  ``read_ranges`` turns token ranges into the set of check blocks they touch; blocks held
-by the look-ahead (:meth:`RemoteBackend.prefetch_ranges`) or the node's block cache are used as
+by the look-ahead (:meth:`RemoteBackend.prefetch`) or the node's block cache are used as
 they are, the rest are fetched as runs of adjacent blocks (one range request per run, all runs
 concurrently), each block's CRC-32 is checked (a mismatch is re-fetched once, then it is a
 :class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the verified blocks
@@ -327,16 +327,17 @@ class RemoteBackend(Backend):
         return out
 
     # ------------------------------------------------------------------------------ look-ahead
-    def prefetch_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
         """Start fetching the blocks of these ranges in the background (one thread per
-        process); a later ``read_ranges`` takes them from memory.  Errors surface there."""
+        process); a later ``read_ranges`` takes them from memory.  Errors surface there.
+        Returns the number of blocks requested."""
         if self._pid != os.getpid():
             self._init_process_state()
         ids = self._block_ids(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         with self._lock:
             todo = [b for b in ids.tolist() if b not in self._ready and b not in self._pending]
             if not todo:
-                return
+                return 0
             if self._prefetcher is None:
                 from concurrent.futures import ThreadPoolExecutor
 
@@ -345,6 +346,7 @@ class RemoteBackend(Backend):
             fut = self._prefetcher.submit(self._prefetch_job, todo)
             for b in todo:
                 self._pending[b] = fut
+        return len(todo)
 
     def _prefetch_job(self, todo: list[int]) -> dict[int, bytes]:
         try:
