@@ -211,14 +211,18 @@ class TokenStore:
 
 
 # --------------------------------------------------------------------------------- opening
-OPENERS: dict[str, str] = {}
+OPENERS: dict[str, str] = {
+    "parts": "mmpack.store.parts:open_join",
+}
 """Openers of stores that are not a local mmpack folder, by kind: ``"url"`` for locations with a
 scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one entry per
 ``format=`` name.  Each value is ``"module:function"``, imported on first use; the function takes
 ``(location, **options)`` and returns a :class:`TokenStore`.  Adding a kind of store is one line
 here plus its module."""
 
-DETECTORS: tuple[str, ...] = ()
+DETECTORS: tuple[str, ...] = (
+    "mmpack.store.parts:detect_join",
+)
 """``"module:function"`` entries asked, in order, what a local path that holds no mmpack store
 is: each returns a ``format=`` name of :data:`OPENERS` or None."""
 

@@ -1,0 +1,234 @@
+"""Writing joined stores: :func:`join` (``mmpack.join``, ``mmpack join PART... -o OUT``).
+
+The layout, the cost and the publishing protocol are described in :mod:`mmpack.store.parts`:
+``join`` reads only the parts' metadata and offsets, writes the global offsets (8 bytes per
+document) under a fresh name and then the manifest, atomically (a new join: temporary folder
+renamed into place; an append or overwrite: ``os.replace`` of the manifest under a lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import StoreExistsError, StoreNotFoundError
+from mmpack.store.format import (
+    BLOCK_BYTES,
+    OFFSETS_DTYPE,
+    BlockChecksum,
+    write_json_atomic,
+)
+from mmpack.store.parts import (
+    JOIN_FILE,
+    JOIN_FORMAT,
+    JOIN_VERSION,
+    JoinedStore,
+    _fingerprint,
+    _read_manifest,
+    open_join,
+)
+from mmpack.store.reader import TokenStore, _as_path, open_store
+
+__all__ = ["join"]
+
+_LOCK_FILE = ".mmpack-join.lock"
+_TMP_TAG = ".mmpack-join-tmp-"
+_COPY_DOCS = 1 << 20
+
+
+# --------------------------------------------------------------------------------- joining
+def join(
+    parts: Sequence[str | os.PathLike[str] | TokenStore],
+    out: str | os.PathLike[str],
+    *,
+    append: bool = False,
+    overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
+    fsync: bool = True,
+) -> JoinedStore:
+    """Join ``parts`` (complete stores, in order) into the store ``out`` without copying tokens.
+
+    Parameters
+    ----------
+    parts : sequence of paths, URLs or TokenStores
+        The parts in order; each may be any store ``mmpack.open`` reads (a join too).  Local
+        parts are recorded relative to ``out``, so moving ``out`` together with its parts keeps
+        it valid.
+    out : str or os.PathLike
+        The join folder.  It must not exist, unless it is a join and ``append`` or
+        ``overwrite`` is given.
+    append : bool
+        Add ``parts`` after the parts of the existing join ``out`` (whose parts must still match
+        their fingerprints); publishes a new manifest atomically.
+    overwrite : bool
+        Replace the manifest of the existing join ``out`` by one of ``parts`` only (the part
+        stores themselves are never deleted).
+    extra : dict, optional
+        Extra JSON-serialisable sections kept in the manifest (e.g. ``"tokenizer"``,
+        ``"provenance"``); not part of the fingerprint.
+
+    Returns
+    -------
+    JoinedStore
+        The join, opened.  Its dtype is the widest of the parts'.
+
+    Raises
+    ------
+    StoreExistsError
+        ``out`` exists and is not a join, or is one and neither ``append`` nor ``overwrite``.
+    StoreNotFoundError, StateMismatchError
+        A part (or a part of the existing join when appending) is missing or changed.
+    ValueError
+        No parts, or ``out`` among them.
+    """
+    out = _as_path(out, "out")
+    if isinstance(parts, (str, bytes, os.PathLike)) or not isinstance(parts, Sequence):
+        raise TypeError(f"parts must be a list of stores or paths, got {type(parts).__name__}")
+    if append and overwrite:
+        raise ValueError("pass append=True or overwrite=True, not both")
+    if not parts and not append:
+        raise ValueError("parts is empty: a join needs at least one part")
+    if extra is not None and set(extra) & _CORE_KEYS:
+        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
+    out_abs = Path(os.path.abspath(out))
+    new = []
+    for k, item in enumerate(parts):
+        store = item if isinstance(item, TokenStore) else open_store(_part_arg(item, k))
+        if "://" not in store.location and Path(os.path.abspath(store.location)) == out_abs:
+            raise ValueError(f"part {k} is the join {str(out)!r} itself")
+        new.append(store)
+    exists = out.exists() or out.is_symlink()
+    if exists and not (out / JOIN_FILE).is_file():
+        raise StoreExistsError(f"{str(out)!r} exists and is not a joined store; not replacing it")
+    if exists and not (append or overwrite):
+        raise StoreExistsError(
+            f"{str(out)!r} exists; pass append=True (CLI --append) to add parts or "
+            "overwrite=True (--overwrite) to replace its manifest"
+        )
+    if not exists and append:
+        raise StoreNotFoundError(f"append=True but there is no joined store at {str(out)!r}")
+    if not exists:
+        if not out.parent.is_dir():
+            raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the join does not exist")
+        _clean_stale(out.parent, out.name)
+        tmp = out.parent / f".{out.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            _publish(tmp, out_abs, [], None, new, extra, fsync)
+            os.rename(tmp, out)  # fails if out appeared meanwhile: nothing replaced
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return open_join(out)
+    with _locked(out):
+        old_store = open_join(out) if append else None
+        old_raw = _read_manifest(out)
+        kept = list(old_raw["parts"]) if append else []
+        if extra is None:
+            extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS}
+        _publish(out, out_abs, kept, old_store, new, extra, fsync)
+        old_file = old_raw["offsets"]["file"]
+        if old_file != _read_manifest(out)["offsets"]["file"]:
+            with contextlib.suppress(OSError):
+                (out / old_file).unlink()  # readers that mapped it keep their mapping
+    return open_join(out)
+
+
+_CORE_KEYS = {"format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts",
+              "fingerprint"}
+
+
+def _part_arg(item: Any, k: int) -> Any:
+    if isinstance(item, (str, os.PathLike)):
+        return item
+    raise TypeError(f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}")
+
+
+def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
+             old: JoinedStore | None, new: list[TokenStore], extra: dict[str, Any] | None,
+             fsync: bool) -> None:
+    """Write a new offsets file and then the manifest (atomically) into ``folder``."""
+    name = f"offsets-{secrets.token_hex(6)}.bin"
+    tmp = folder / f".{name}.tmp"
+    crc = BlockChecksum(BLOCK_BYTES)
+    try:
+        with open(tmp, "wb") as f:
+            def put(values: np.ndarray) -> None:
+                data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
+                f.write(memoryview(data))
+                crc.update(data)
+
+            if old is not None:
+                for lo in range(0, len(old) + 1, _COPY_DOCS):
+                    put(old.offsets[lo : lo + _COPY_DOCS])
+            else:
+                put(np.zeros(1, dtype=np.int64))
+            base = old.num_tokens if old is not None else 0
+            for part in new:
+                offs = part.offsets
+                for lo in range(1, len(part) + 1, _COPY_DOCS):
+                    put(offs[lo : lo + _COPY_DOCS].astype(np.int64) + base)
+                base += part.num_tokens
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    records = kept + [
+        {"location": _location_for(p, out_abs), "fingerprint": p.fingerprint,
+         "dtype": p.dtype.str, "num_docs": len(p), "num_tokens": p.num_tokens}
+        for p in new
+    ]
+    dtypes = [np.dtype(r["dtype"]) for r in records]
+    raw: dict[str, Any] = {
+        "format": JOIN_FORMAT,
+        "version": JOIN_VERSION,
+        "dtype": max(dtypes, key=lambda d: d.itemsize, default=np.dtype("<u1")).str,
+        "num_docs": sum(r["num_docs"] for r in records),
+        "num_tokens": sum(r["num_tokens"] for r in records),
+        "offsets": {"file": name, "block_bytes": BLOCK_BYTES, "crc32": crc.finish()},
+        "parts": records,
+    }
+    raw["fingerprint"] = _fingerprint(raw)
+    raw.update(extra or {})
+    write_json_atomic(folder / JOIN_FILE, raw)
+
+
+def _location_for(store: TokenStore, out_abs: Path) -> str:
+    loc = store.location
+    if "://" in loc:
+        return loc
+    return os.path.relpath(os.path.abspath(loc), out_abs)
+
+
+@contextlib.contextmanager
+def _locked(out: Path):
+    with open(out / _LOCK_FILE, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _clean_stale(parent: Path, name: str) -> None:
+    """Remove temporary join folders of dead processes."""
+    prefix = f".{name}{_TMP_TAG}"
+    for entry in parent.glob(prefix + "*"):
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry, ignore_errors=True)
+            except PermissionError:
+                pass
