@@ -3,7 +3,7 @@
 Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
-(checksums), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
+(checksums), ``join`` (stores joined without copying tokens, :func:`mmpack.join`), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
 (``python -m benchmarks`` of a source checkout).
 
 Exit codes: 0 success; 1 a missing or corrupt store, a bad input file or any other expected error
@@ -121,6 +121,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
+    if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
+        info["parts"] = store.part_locations
+        info["bytes_on_disk"] += sum(_store_size(p.path) for p in store.parts
+                                     if "://" not in p.location)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -132,6 +136,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
           f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)")
     print(f"size         {_fmt_bytes(info['bytes_on_disk'])} on disk")
     print(f"fingerprint  {info['fingerprint']}")
+    if "parts" in info:
+        print(f"parts        {len(info['parts'])} (" + ", ".join(info["parts"][:4])
+              + (", ..." if len(info["parts"]) > 4 else "") + ")")
     if q:
         print("doc length   " + "  ".join(
             f"{k} {v:,.0f}" for k, v in q.items() if k != "mean") + f"  mean {q['mean']:,.1f}")
@@ -233,13 +240,28 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- join
+def _cmd_join(args: argparse.Namespace) -> int:
+    from mmpack.store.join import join
+
+    store = join(args.parts, args.output, append=args.append, overwrite=args.overwrite)
+    index = sum(f.stat().st_size for f in Path(args.output).iterdir() if f.is_file())
+    token_bytes = store.num_tokens * store.dtype.itemsize
+    share = f" ({index / token_bytes:.2%} of the token bytes)" if token_bytes else ""
+    print(f"{store.path}: {len(store.parts)} parts, {len(store):,} documents, "
+          f"{store.num_tokens:,} tokens ({store.dtype.name}); wrote {_fmt_bytes(index)} of "
+          f"manifest and offsets{share}; fingerprint {store.fingerprint}")
+    return 0
+
+
 # --------------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
     import mmpack
 
     store = mmpack.open(args.store)
     res = store.verify()
-    print(f"{store.path}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
+    parts = f"{res['parts']} parts, " if "parts" in res else ""
+    print(f"{store.path}: ok, {parts}{res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
           f"fingerprint {store.fingerprint}")
     return 0
@@ -394,6 +416,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the first bad block.")
     v.add_argument("store", metavar="STORE", help="the store folder")
     v.set_defaults(func=_cmd_verify)
+
+    j = sub.add_parser("join", help="join stores into one without copying tokens",
+                       description="Join PART stores (in order) into the store OUT: writes a "
+                                   "manifest (part locations relative to OUT, fingerprints, "
+                                   "counts) and the global document offsets (8 bytes per "
+                                   "document), never a token.  OUT opens like any store; a "
+                                   "part that later changes or goes missing is refused.")
+    j.add_argument("parts", nargs="+", metavar="PART", help="part stores, in order")
+    j.add_argument("-o", "--output", required=True, metavar="OUT", help="the join folder")
+    j.add_argument("--append", action="store_true",
+                   help="add the parts after those of the existing join OUT")
+    j.add_argument("--overwrite", action="store_true",
+                   help="replace the manifest of the existing join OUT (parts are kept)")
+    j.set_defaults(func=_cmd_join)
 
     d = sub.add_parser("demo", help="the whole pipeline on the Python standard library",
                        description="Build a store from the Python standard library's own "
