@@ -33,6 +33,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
         tag = "skipped" if issue.skipped else "note"
         print(f"{_PROG}: {tag}: {issue}", file=sys.stderr)
 
+    if args.scheduler is not None and args.engine != "dask":
+        raise ValueError("--scheduler needs --engine dask")
+    if args.engine != "local":
+        from mmpack.ingest.distributed import build_distributed
+
+        report = build_distributed(
+            args.inputs, args.output, engine=args.engine, scheduler=args.scheduler,
+            n_workers=args.workers, part_bytes=args.part_mb << 20, overwrite=args.overwrite,
+            progress=False if args.quiet else None, on_issue=on_issue,
+            tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=args.format,
+            batch_size=args.batch_size, on_error=args.on_error, skip_empty=args.skip_empty,
+            backend=args.backend,
+        )
+        print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
+        return 0
     report = ingest(
         args.inputs,
         args.output,
@@ -354,6 +369,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="storage backend (default: memmap)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing store")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--engine", choices=("local", "dask", "serial"), default="local",
+                   help="local: one store, tokenized by a local process pool (default); dask: "
+                        "one part per task on a Dask cluster, joined into STORE (--workers then "
+                        "sizes the local cluster); serial: the same parts, one after another")
+    b.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="with --engine dask: a running scheduler (tcp://host:8786) instead of a "
+                        "local cluster on 127.0.0.1")
+    b.add_argument("--part-mb", type=_positive_int, default=64, metavar="MB",
+                   help="with --engine dask/serial: input megabytes per part; files are grouped "
+                        "in order, never split (default: 64)")
     b.set_defaults(func=_cmd_build)
 
     i = sub.add_parser("info", help="what a store holds",

@@ -37,7 +37,7 @@ from mmpack.store.parts import (
 )
 from mmpack.store.reader import TokenStore, _as_path, open_store
 
-__all__ = ["join"]
+__all__ = ["join", "write_join_into"]
 
 _LOCK_FILE = ".mmpack-join.lock"
 _TMP_TAG = ".mmpack-join-tmp-"
@@ -140,6 +140,26 @@ def join(
             with contextlib.suppress(OSError):
                 (out / old_file).unlink()  # readers that mapped it keep their mapping
     return open_join(out)
+
+
+def write_join_into(
+    folder: str | os.PathLike[str],
+    parts: Sequence[str | os.PathLike[str] | TokenStore],
+    *,
+    extra: dict[str, Any] | None = None,
+    fsync: bool = True,
+) -> None:
+    """Write a join of ``parts`` into ``folder``, an existing folder that holds no join yet and
+    that the caller renames into place afterwards (e.g. a distributed build's staging folder,
+    whose parts live inside it): part locations are recorded relative to ``folder``."""
+    folder = _as_path(folder, "folder")
+    if (folder / JOIN_FILE).exists():
+        raise StoreExistsError(f"{str(folder)!r} already holds a join")
+    if extra is not None and set(extra) & _CORE_KEYS:
+        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
+    stores = [p if isinstance(p, TokenStore) else open_store(_part_arg(p, k))
+              for k, p in enumerate(parts)]
+    _publish(folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync)
 
 
 _CORE_KEYS = {"format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts",
