@@ -136,6 +136,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
+    for section in ("tokenizer", "provenance"):
+        if isinstance(store.meta.get(section), dict):
+            info[section] = store.meta[section]
     if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
         info["parts"] = store.part_locations
         info["bytes_on_disk"] += sum(_store_size(p.path) for p in store.parts
@@ -151,6 +154,19 @@ def _cmd_info(args: argparse.Namespace) -> int:
           f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)")
     print(f"size         {_fmt_bytes(info['bytes_on_disk'])} on disk")
     print(f"fingerprint  {info['fingerprint']}")
+    tok = info.get("tokenizer")
+    if tok:
+        ids = ", ".join(f"{k} {v}" for k, v in tok.get("special_ids", {}).items()) or "none"
+        kept = f", copy in {tok['file']}" if tok.get("file") else ""
+        print(f"tokenizer    {tok.get('kind')} (vocab {tok.get('vocab_size'):,}{kept}; "
+              f"special ids: {ids})")
+    prov = info.get("provenance")
+    if prov:
+        n_in = len(prov.get("inputs", []))
+        print(f"built        {prov.get('time')} by mmpack {prov.get('mmpack_version')} from "
+              f"{n_in} input{'s' if n_in != 1 else ''}: read {prov.get('docs_read', 0):,}, "
+              f"skipped {prov.get('docs_skipped', 0):,} with errors and "
+              f"{prov.get('empty_skipped', 0):,} empty")
     if "parts" in info:
         print(f"parts        {len(info['parts'])} (" + ", ".join(info["parts"][:4])
               + (", ..." if len(info["parts"]) > 4 else "") + ")")
@@ -172,23 +188,28 @@ def _cmd_show(args: argparse.Namespace) -> int:
     store = mmpack.open(args.store)
     tok = None
     if args.decode:
+        from mmpack.ingest.provenance import store_tokenizer
         from mmpack.ingest.tokenizer import load_tokenizer
+        from mmpack.store.vocab import tokenizer_record
 
-        tok = load_tokenizer(args.tokenizer)
+        if args.tokenizer is None and tokenizer_record(store) is not None:
+            tok = store_tokenizer(store)  # the tokenizer the store was built with
+        else:
+            tok = load_tokenizer(args.tokenizer)
     if args.packed:
         from mmpack.views.packed import PackedDataset
 
         ds = PackedDataset(store, args.seqlen, eot=args.eot, pad_id=args.pad_id,
                            long_docs=args.long_docs, algorithm=args.algorithm)
         what = (f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
-                f"eot {args.eot}, pad {args.pad_id})")
+                f"eot {ds.eot}, pad {ds.pad_id})")
     else:
         from mmpack.views.window import WindowDataset
 
         ds = WindowDataset(store, args.seqlen, args.stride, eot=args.eot, pad_id=args.pad_id,
                            drop_last=not args.keep_last)
         what = (f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, "
-                f"eot {args.eot})")
+                f"eot {ds.eot})")
     n = len(ds)
     if not -n <= args.index < n:
         raise IndexError(f"sample index {args.index} is out of range: the view has {n} samples")
@@ -325,6 +346,10 @@ _positive_int = _int_at_least(1, "an integer")
 _token_id = _int_at_least(0, "an integer token id")
 
 
+def _token_id_or_store(text: str) -> int | str:
+    return "store" if text == "store" else _token_id(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``mmpack`` command (every option documented)."""
     p = argparse.ArgumentParser(
@@ -401,9 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample index (negative counts from the end)")
     s.add_argument("--packed", action="store_true",
                    help="the packed view (whole documents best-fit into rows) instead of windows")
-    s.add_argument("--eot", type=_token_id, default=None, metavar="ID",
-                   help="end-of-text id inserted after every document (default: none; the "
-                        "byte-level tokenizer's is 256)")
+    s.add_argument("--eot", type=_token_id_or_store, default=None, metavar="ID",
+                   help="end-of-text id inserted after every document, or 'store' for the id "
+                        "of the tokenizer the store records (default: none; the byte-level "
+                        "tokenizer's is 256)")
     s.add_argument("--pad-id", type=_token_id, default=0, metavar="ID",
                    help="padding id (default: 0)")
     s.add_argument("--keep-last", action="store_true",
@@ -414,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="documents longer than a row, with --packed (default: split)")
     s.add_argument("--decode", action="store_true", help="also print the decoded text")
     s.add_argument("--tokenizer", metavar="PATH", default=None,
-                   help="tokenizer for --decode (default: byte-level)")
+                   help="tokenizer for --decode (default: the one the store records, else "
+                        "byte-level)")
     s.set_defaults(func=_cmd_show)
 
     k = sub.add_parser("pack", help="packing statistics for a sequence length",

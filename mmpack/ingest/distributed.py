@@ -40,6 +40,12 @@ from typing import Any
 
 from mmpack.errors import StoreExistsError
 from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning, ingest
+from mmpack.ingest.provenance import (
+    TOKENIZER_FILE,
+    provenance_record,
+    tokenizer_files,
+    tokenizer_record_of,
+)
 from mmpack.ingest.tokenizer import load_tokenizer
 from mmpack.store.join import write_join_into
 from mmpack.store.parts import open_join
@@ -123,6 +129,7 @@ def build_part(inputs: Sequence[str], part_path: str, options: dict[str, Any]) -
         raise TypeError(f"unexpected build options {sorted(unknown)}")
     issues: list[IngestIssue] = []
     report = ingest(list(inputs), part_path, workers=1, overwrite=True, progress=False,
+                    copy_tokenizer=False,
                     on_issue=lambda issue: len(issues) < _MAX_ISSUES and issues.append(issue),
                     **options)
     return {
@@ -220,8 +227,13 @@ def build_distributed(
         runner = _run_dask if engine == "dask" else _run_serial
         workers = runner(part_function or build_part, tasks, part_paths, options, scheduler,
                          n_workers, retries, _collector(results, sizes, bar, on_part))
-        store_extra = {"provenance": _provenance(tasks, results, tok)}
-        write_join_into(stage, part_paths, extra=store_extra)
+        data = tokenizer_files(tok)
+        store_extra = {
+            "tokenizer": tokenizer_record_of(tok, copied=data is not None),
+            "provenance": _provenance(tasks, results, tok),
+        }
+        write_join_into(stage, part_paths, extra=store_extra,
+                        attach={TOKENIZER_FILE: data} if data is not None else None)
         _publish(stage, out, overwrite)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -321,28 +333,18 @@ def _collector(results, sizes, bar, on_part):
 
 
 def _provenance(tasks, results, tok) -> dict[str, Any]:
-    import mmpack
-
-    return {
-        "builder": "mmpack.ingest.distributed",
-        "mmpack_version": getattr(mmpack, "__version__", None) or _version(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tokenizer": str(tok.spec),
-        "inputs": [f for t in tasks for f in t],
-        "parts": len(tasks),
-        "docs_read": sum(r["docs_read"] for r in results),
-        "docs_skipped": sum(r["docs_skipped"] for r in results),
-        "empty_skipped": sum(r["empty_skipped"] for r in results),
-    }
+    totals = _Totals(results)
+    rec = provenance_record([f for t in tasks for f in t], totals, tok,
+                            builder="mmpack.ingest.distributed.build_distributed")
+    rec["parts"] = len(tasks)
+    return rec
 
 
-def _version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mmpack")
-    except PackageNotFoundError:
-        return None
+class _Totals:
+    def __init__(self, results) -> None:
+        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped",
+                    "tokens_written"):
+            setattr(self, key, sum(r[key] for r in results))
 
 
 def _publish(stage: Path, out: Path, overwrite: bool) -> None:

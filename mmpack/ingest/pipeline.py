@@ -65,6 +65,7 @@ import numpy as np
 from mmpack.errors import MmpackError
 from mmpack.store.writer import StoreWriter, TokenStore
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
+from mmpack.ingest.provenance import describe_store
 
 __all__ = [
     "FORMATS",
@@ -168,6 +169,7 @@ def ingest(
     overwrite: bool = False,
     progress: bool | None = None,
     on_issue: Callable[[IngestIssue], None] | None = None,
+    copy_tokenizer: bool = True,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -201,6 +203,9 @@ def ingest(
         A tqdm bar (documents/s, tokens/s) on stderr; default: when stderr is a terminal.
     on_issue : callable, optional
         Called with every :class:`IngestIssue` (default: a warning for each of the first 20).
+    copy_tokenizer : bool
+        Copy the tokenizer's ``tokenizer.json`` into the store (default); the metadata records
+        the tokenizer and the provenance either way (:mod:`mmpack.ingest.provenance`).
 
     Returns
     -------
@@ -264,6 +269,8 @@ def ingest(
                         elapsed = time.perf_counter() - t0
                         bar.set_postfix_str(f"{report.tokens_written / elapsed:,.0f} tokens/s",
                                             refresh=False)
+            describe_store(writer, tok, report, [s.where(None) for s in sources],
+                           copy_tokenizer=copy_tokenizer)
         report.store = writer.store
     finally:
         if bar is not None:

@@ -36,6 +36,7 @@ from mmpack.store.parts import (
     open_join,
 )
 from mmpack.store.reader import TokenStore, _as_path, open_store
+from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 
 __all__ = ["join", "write_join_into"]
 
@@ -52,6 +53,7 @@ def join(
     append: bool = False,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
+    mixed_tokenizers: bool = False,
     fsync: bool = True,
 ) -> JoinedStore:
     """Join ``parts`` (complete stores, in order) into the store ``out`` without copying tokens.
@@ -72,8 +74,12 @@ def join(
         Replace the manifest of the existing join ``out`` by one of ``parts`` only (the part
         stores themselves are never deleted).
     extra : dict, optional
-        Extra JSON-serialisable sections kept in the manifest (e.g. ``"tokenizer"``,
-        ``"provenance"``); not part of the fingerprint.
+        Extra JSON-serialisable sections kept in the manifest (e.g. ``"provenance"``); not part
+        of the fingerprint.  By default the sections of the existing join are kept.
+    mixed_tokenizers : bool
+        Allow parts whose recorded tokenizers differ (refused by default: their ids mean
+        different things).  When every part records the same tokenizer, the join records it
+        too (and holds a copy of its ``tokenizer.json``).
 
     Returns
     -------
@@ -122,7 +128,7 @@ def join(
         tmp = out.parent / f".{out.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
         tmp.mkdir()
         try:
-            _publish(tmp, out_abs, [], None, new, extra, fsync)
+            _publish(tmp, out_abs, [], None, new, extra, fsync, mixed_tokenizers)
             os.rename(tmp, out)  # fails if out appeared meanwhile: nothing replaced
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -133,8 +139,8 @@ def join(
         old_raw = _read_manifest(out)
         kept = list(old_raw["parts"]) if append else []
         if extra is None:
-            extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS}
-        _publish(out, out_abs, kept, old_store, new, extra, fsync)
+            extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS | {"tokenizer"}}
+        _publish(out, out_abs, kept, old_store, new, extra, fsync, mixed_tokenizers)
         old_file = old_raw["offsets"]["file"]
         if old_file != _read_manifest(out)["offsets"]["file"]:
             with contextlib.suppress(OSError):
@@ -147,11 +153,14 @@ def write_join_into(
     parts: Sequence[str | os.PathLike[str] | TokenStore],
     *,
     extra: dict[str, Any] | None = None,
+    attach: dict[str, bytes] | None = None,
+    mixed_tokenizers: bool = False,
     fsync: bool = True,
 ) -> None:
     """Write a join of ``parts`` into ``folder``, an existing folder that holds no join yet and
     that the caller renames into place afterwards (e.g. a distributed build's staging folder,
-    whose parts live inside it): part locations are recorded relative to ``folder``."""
+    whose parts live inside it): part locations are recorded relative to ``folder``; ``attach``
+    names small files (e.g. ``tokenizer.json``) written beside the manifest."""
     folder = _as_path(folder, "folder")
     if (folder / JOIN_FILE).exists():
         raise StoreExistsError(f"{str(folder)!r} already holds a join")
@@ -159,7 +168,10 @@ def write_join_into(
         raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
     stores = [p if isinstance(p, TokenStore) else open_store(_part_arg(p, k))
               for k, p in enumerate(parts)]
-    _publish(folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync)
+    for name, data in (attach or {}).items():
+        _write_file(folder, name, data)
+    _publish(folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync,
+             mixed_tokenizers)
 
 
 _CORE_KEYS = {"format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts",
@@ -174,8 +186,17 @@ def _part_arg(item: Any, k: int) -> Any:
 
 def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
              old: JoinedStore | None, new: list[TokenStore], extra: dict[str, Any] | None,
-             fsync: bool) -> None:
+             fsync: bool, mixed_tokenizers: bool = False) -> None:
     """Write a new offsets file and then the manifest (atomically) into ``folder``."""
+    every = (list(old.parts) if old is not None else []) + list(new)
+    check_same_tokenizer(every, mixed_tokenizers, "parts")
+    extra = dict(extra or {})
+    if "tokenizer" not in extra:
+        rec, data = _common_tokenizer(every)
+        if rec is not None:
+            if data is not None:
+                _write_file(folder, rec["file"], data)
+            extra["tokenizer"] = rec
     name = f"offsets-{secrets.token_hex(6)}.bin"
     tmp = folder / f".{name}.tmp"
     crc = BlockChecksum(BLOCK_BYTES)
@@ -221,6 +242,34 @@ def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
     raw["fingerprint"] = _fingerprint(raw)
     raw.update(extra or {})
     write_json_atomic(folder / JOIN_FILE, raw)
+
+
+def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The tokenizer record every store shares (None if one records none or they differ) and
+    the bytes of a copied ``tokenizer.json`` from a local part, if any."""
+    records = [tokenizer_record(s) for s in stores]
+    if not records or any(r is None for r in records):
+        return None, None
+    if len({r.get("identity") for r in records}) != 1:  # type: ignore[union-attr]
+        return None, None
+    rec = {k: v for k, v in records[0].items() if k != "file"}  # type: ignore[union-attr]
+    for store, r in zip(stores, records):
+        name = r.get("file")  # type: ignore[union-attr]
+        if name and "://" not in store.location and (Path(store.path) / name).is_file():
+            rec["file"] = name
+            return rec, (Path(store.path) / name).read_bytes()
+    return rec, None
+
+
+def _write_file(folder: Path, name: str, data: bytes) -> None:
+    if "/" in name or name.startswith(".") or name == JOIN_FILE:
+        raise ValueError(f"cannot write a file named {name!r} into a join")
+    tmp = folder / f".{name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _location_for(store: TokenStore, out_abs: Path) -> str:

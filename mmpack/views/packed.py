@@ -66,6 +66,7 @@ from mmpack.kernels.packing import (
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.vocab import check_in_vocab, resolve_special
 from mmpack.core.validation import check_index, check_indices, check_int, check_token_id
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
@@ -120,6 +121,10 @@ class PackedDataset:
         Open bins of ``algorithm="stream"``.
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
+    check_vocab : bool
+        Refuse an eot, pad_id or mask_id outside the vocabulary the store records (stores built
+        from text record their tokenizer); ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size``
+        may also be ``"store"``: the id the store's tokenizer record gives.
 
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
     ``position_ids``, ``attention_mask`` (int64, (seqlen,)), ``cu_seqlens`` (int32, (m,)) and
@@ -144,6 +149,7 @@ class PackedDataset:
         label_shift: str = "next",
         lookahead: int = DEFAULT_LOOKAHEAD,
         cache: bool = True,
+        check_vocab: bool = True,
     ) -> None:
         if isinstance(store, (str, os.PathLike)):
             store = open_store(store)
@@ -155,6 +161,10 @@ class PackedDataset:
         self.seqlen = check_int(seqlen, "seqlen")
         if not 1 <= self.seqlen < _INT32_MAX:
             raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
+        eot, pad_id, mask_id, vocab_size = (
+            resolve_special(v, store, n) for v, n in
+            ((eot, "eot"), (pad_id, "pad_id"), (mask_id, "mask_id"), (vocab_size, "vocab_size"))
+        )
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.pad_id = check_token_id(pad_id, "pad_id")
         if mode not in MODES:
@@ -186,6 +196,8 @@ class PackedDataset:
                     f"vocab_size={vocab_size} leaves no id for random replacement once the "
                     "special ids, eot, mask_id and pad_id are excluded"
                 )
+        check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id, "mask_id": self.mask_id},
+                       not check_vocab)
         self.seed = check_int(seed, "seed")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
