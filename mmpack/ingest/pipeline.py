@@ -56,16 +56,22 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import MmpackError
-from mmpack.store.writer import StoreWriter, TokenStore
-from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
 from mmpack.ingest.provenance import describe_store
+from mmpack.ingest.tokenizer import (
+    ByteTokenizer,
+    Tokenizer,
+    TokenizerSpec,
+    load_tokenizer,
+)
+from mmpack.store.writer import StoreWriter, TokenStore
 
 __all__ = [
     "FORMATS",

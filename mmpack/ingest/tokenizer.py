@@ -197,7 +197,7 @@ class TransformersTokenizer(Tokenizer):
         path = Path(path)
         self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.spec = TokenizerSpec("transformers", str(path.resolve()))
-        self.vocab_size = int(len(self._tok))
+        self.vocab_size = len(self._tok)
         eos = getattr(self._tok, "eos_token_id", None)
         self.eot_id = None if eos is None else int(eos)
 
