@@ -297,3 +297,18 @@ def test_cli_join_info_verify(tmp_path):
     assert r.returncode == 0 and "3 parts" in r.stdout, r.stdout + r.stderr
     r = _cli("info", tmp_path / "j")
     assert r.returncode == 0 and "60" in r.stdout and "parts" in r.stdout, r.stdout + r.stderr
+
+
+def test_streaming_packer_reads_a_join(tmp_path):
+    docs = _corpus(80)
+    joined = mmpack.join(_parts_on_disk(tmp_path, docs, [0, 0, 25, 26, 80]), tmp_path / "j")
+    single = mmpack.build(tmp_path / "single", docs)
+    out = []
+    for store in (single, joined):
+        packer = mmpack.StreamingPacker(store, out_batch_size=4, out_pseq_len=48, buffer_size=16,
+                                        mode="causal", drop_last=False)
+        out.append([b["input_ids"].numpy() if hasattr(b["input_ids"], "numpy")
+                    else np.asarray(b["input_ids"]) for b in packer])
+    assert len(out[0]) == len(out[1]) > 0
+    for x, y in zip(*out):
+        np.testing.assert_array_equal(x, y)
