@@ -26,6 +26,8 @@ TOPICS = {
     "streaming": "benchmarks.bench_streaming",
     "sampler": "benchmarks.bench_sampler",
     "e2e": "benchmarks.bench_e2e",
+    "ingest": "benchmarks.bench_ingest",
+    "join": "benchmarks.bench_join",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
