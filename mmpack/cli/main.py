@@ -44,7 +44,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             progress=False if args.quiet else None, on_issue=on_issue,
             tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=args.format,
             batch_size=args.batch_size, on_error=args.on_error, skip_empty=args.skip_empty,
-            backend=args.backend,
+            backend=args.backend, split=args.split,
         )
         print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
         return 0
@@ -61,6 +61,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         skip_empty=args.skip_empty,
         backend=args.backend,
         overwrite=args.overwrite,
+        split=args.split,
         progress=False if args.quiet else None,
         on_issue=on_issue,
     )
@@ -364,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build", help="tokenize text files into a new store",
         description="Tokenize text into a new token store.  INPUT: files or quoted globs "
                     "(.txt/.md one document per file, or per line with --lines; .jsonl/.json "
-                    "records with a text field; .parquet with a text column; optionally .gz; "
+                    "records with a text field; .parquet with a text column; optionally .gz or "
+                    ".zst; "
                     "or a folder saved by Hugging Face datasets).  Bad records are reported on "
                     "stderr with their file and line.",
     )
@@ -388,6 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a bad record (invalid UTF-8 or JSON, missing or non-string field, "
                         "tokenizer failure) is reported and skipped, or stops the build with "
                         "nothing written (default: skip)")
+    b.add_argument("--split", metavar="NAME", default=None,
+                   help="read only this split of a saved Hugging Face DatasetDict (default: "
+                        "every split, in name order)")
     b.add_argument("--skip-empty", action="store_true",
                    help="drop empty documents (default: store them as empty documents)")
     b.add_argument("--backend", choices=("memmap", "zarr"), default="memmap",

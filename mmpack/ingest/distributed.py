@@ -57,7 +57,7 @@ ENGINES = ("dask", "serial")
 _STAGE_TAG = ".mmpack-build-"
 _DEFAULT_PART_BYTES = 64 << 20
 _OPTION_NAMES = {"tokenizer", "field", "lines", "format", "batch_size", "batch_chars",
-                 "on_error", "skip_empty", "backend"}
+                 "on_error", "skip_empty", "backend", "split"}
 _MAX_ISSUES = 1000
 
 
@@ -189,7 +189,8 @@ def build_distributed(
         result may wrap it (e.g. to log or to test retries).
     **options
         :func:`~mmpack.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
-        ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``.
+        ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
+        ``split``.
 
     Returns
     -------

@@ -12,7 +12,8 @@ tokenizer: the same bytes with one worker or many.  Workers are forked where the
 default start method applies, which needs it) and rebuild the tokenizer once from its picklable
 spec; a Hugging Face tokenizer runs single-threaded in each.
 
-Inputs (format from the extension, after an optional ``.gz``; or forced with ``format=``):
+Inputs (format from the extension, after an optional ``.gz`` or ``.zst``; or forced with
+``format=``):
 
 - ``.txt`` / ``.text`` / ``.md``: one document per file, or one per line with ``lines=True``
   (``\\n`` or ``\\r\\n`` ends a line; the line ending is not part of the document);
@@ -65,6 +66,7 @@ import numpy as np
 
 from mmpack.errors import MmpackError
 from mmpack.ingest.provenance import describe_store
+from mmpack.ingest.templates import with_template
 from mmpack.ingest.tokenizer import (
     ByteTokenizer,
     Tokenizer,
@@ -176,6 +178,8 @@ def ingest(
     progress: bool | None = None,
     on_issue: Callable[[IngestIssue], None] | None = None,
     copy_tokenizer: bool = True,
+    split: str | None = None,
+    template: str | None = None,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -212,6 +216,12 @@ def ingest(
     copy_tokenizer : bool
         Copy the tokenizer's ``tokenizer.json`` into the store (default); the metadata records
         the tokenizer and the provenance either way (:mod:`mmpack.ingest.provenance`).
+    split : str, optional
+        Read only this split of every ``DatasetDict`` (saved folder or object) instead of all
+        of them (``ValueError`` naming the splits if one lacks it); other inputs are read whole.
+    template : str, optional
+        Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
+        or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:mod:`mmpack.ingest.templates`).
 
     Returns
     -------
@@ -237,11 +247,11 @@ def ingest(
         raise ValueError(f"field must be a non-empty string, got {field!r}")
     batch_size = _positive(batch_size, "batch_size")
     batch_chars = _positive(batch_chars, "batch_chars")
-    tok = load_tokenizer(tokenizer)
+    tok = with_template(load_tokenizer(tokenizer), template)
     if workers is None:
         workers = 1 if isinstance(tok, ByteTokenizer) else (os.cpu_count() or 1)
     workers = _positive(workers, "workers")
-    sources = _resolve_inputs(inputs, field=field, lines=bool(lines), fmt=format)
+    sources = _resolve_inputs(inputs, field=field, lines=bool(lines), fmt=format, split=split)
     if progress is None:
         progress = _stderr_is_tty()
 
@@ -436,7 +446,8 @@ def _chain(a, b, rest):
 
 
 # --------------------------------------------------------------------------------- inputs
-def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None) -> list:
+def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None,
+                    split: str | None = None) -> list:
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -447,19 +458,20 @@ def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None) ->
                     f"a list of inputs must hold paths or globs, got {type(item).__name__}; "
                     "to ingest in-memory texts pass an iterator, e.g. iter(texts)"
                 )
-            sources.extend(_sources_for_path(os.fspath(item), field, lines, fmt))
+            sources.extend(_sources_for_path(os.fspath(item), field, lines, fmt, split))
         return sources
     if isinstance(inputs, bytes):
         raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
     if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
-        return _object_sources(inputs, field, type(inputs).__name__)
+        return _object_sources(inputs, field, type(inputs).__name__, split)
     raise TypeError(
         f"inputs must be a path, a glob, a list of them, a dataset or an iterable of texts, "
         f"got {type(inputs).__name__}"
     )
 
 
-def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None) -> list:
+def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None,
+                      split: str | None = None) -> list:
     if glob.has_magic(item):
         matches = sorted(glob.glob(item, recursive=True))
         if not matches:
@@ -480,7 +492,7 @@ def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None) -> li
                     f"input {str(path)!r} is a folder but not a saved Hugging Face dataset; "
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
-            out.extend(_object_sources(_load_saved_dataset(path), field, str(path)))
+            out.extend(_object_sources(_load_saved_dataset(path), field, str(path), split))
             continue
         kind = fmt or _format_of(path)
         if kind == "text":
@@ -494,13 +506,13 @@ def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None) -> li
 
 def _format_of(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
+    if suffixes and suffixes[-1] in (".gz", ".zst"):
         suffixes = suffixes[:-1]
     kind = _EXTENSIONS.get(suffixes[-1]) if suffixes else None
     if kind is None:
         raise ValueError(
             f"cannot tell the format of {str(path)!r} from its extension; accepted: "
-            f"{', '.join(sorted(_EXTENSIONS))} (optionally .gz), or pass format= "
+            f"{', '.join(sorted(_EXTENSIONS))} (optionally .gz or .zst), or pass format= "
             f"(one of {', '.join(FORMATS)})"
         )
     return kind
@@ -521,9 +533,15 @@ def _load_saved_dataset(path: Path):
     return datasets.load_from_disk(str(path))
 
 
-def _object_sources(obj: Any, field: str, name: str) -> list:
-    """A dataset, a DatasetDict (every split, in name order) or a plain iterable."""
+def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
+    """A dataset, a DatasetDict (every split, in name order, or only ``split``) or a plain
+    iterable."""
     if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
+        if split is not None:
+            if split not in obj:
+                raise ValueError(f"split={split!r} is not a split of {name} (its splits: "
+                                 f"{', '.join(sorted(map(str, obj)))})")
+            return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
         return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
     return [_ObjectSource(obj, field, name)]
 
@@ -531,6 +549,10 @@ def _object_sources(obj: Any, field: str, name: str) -> list:
 def _open_binary(path: Path):
     if path.suffix.lower() == ".gz":
         return gzip.open(path, "rb")
+    if path.suffix.lower() == ".zst":
+        from mmpack.ingest.compression import open_zstd
+
+        return open_zstd(path)
     return open(path, "rb")
 
 

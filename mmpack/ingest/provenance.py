@@ -51,6 +51,7 @@ _CONFIG_KEYS = {"bos": "bos_token", "pad": "pad_token", "mask": "mask_token", "u
 def tokenizer_files(tok: Tokenizer) -> bytes | None:
     """The bytes of the tokenizer's ``tokenizer.json`` (None for byte-level and for
     ``transformers`` folders without one)."""
+    tok = getattr(tok, "base", tok)  # a templated tokenizer: its base's file
     if isinstance(tok, HFTokenizer) and tok.spec.path is not None:
         path = Path(tok.spec.path)
         return (path / TOKENIZER_FILE if path.is_dir() else path).read_bytes()
@@ -60,6 +61,8 @@ def tokenizer_files(tok: Tokenizer) -> bytes | None:
 def tokenizer_record_of(tok: Tokenizer, *, copied: bool) -> dict[str, Any]:
     """The ``"tokenizer"`` section for ``tok`` (``copied``: ``tokenizer.json`` is in the store)."""
     data = tokenizer_files(tok)
+    template = getattr(tok, "template", None)
+    tok = getattr(tok, "base", tok)
     if isinstance(tok, ByteTokenizer):
         identity = "byte"
     elif data is not None:
@@ -75,6 +78,8 @@ def tokenizer_record_of(tok: Tokenizer, *, copied: bool) -> dict[str, Any]:
     }
     if copied and data is not None:
         rec["file"] = TOKENIZER_FILE
+    if template is not None:
+        rec["template"] = template
     return rec
 
 
