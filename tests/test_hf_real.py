@@ -101,7 +101,7 @@ def test_pretrained_fast_folder_ids_and_specials(tmp_path, bert_like):
 
 
 def test_vocab_merges_folder_without_tokenizer_json(tmp_path, bert_like):
-    folder, fast = bert_like
+    folder, _ = bert_like
     raw = json.loads((folder / "tokenizer.json").read_text())
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "vocab.json").write_text(json.dumps(raw["model"]["vocab"]))
@@ -139,7 +139,7 @@ def test_zstd_inputs(tmp_path):
     cctx = zstandard.ZstdCompressor()
     (tmp_path / "a.jsonl.zst").write_bytes(cctx.compress(lines.encode()))
     (tmp_path / "b.json.zst").write_bytes(cctx.compress(lines.encode()))  # JSON lines, rewound
-    (tmp_path / "c.txt.zst").write_bytes(cctx.compress("\n".join(["x", "yz"]).encode()))
+    (tmp_path / "c.txt.zst").write_bytes(cctx.compress(b"x\nyz"))
     plain = ingest([tmp_path / "a.jsonl"], tmp_path / "plain").store
     z = ingest([tmp_path / "a.jsonl.zst"], tmp_path / "z").store
     j = ingest([tmp_path / "b.json.zst"], tmp_path / "j").store

@@ -38,7 +38,7 @@ class _ZstdRaw(io.RawIOBase):
                 "package (pip install zstandard)"
             ) from None
         self._close_inner()
-        self._file = open(self._path, "rb")
+        self._file = open(self._path, "rb")  # noqa: SIM115 - closed by close()
         self._reader = zstandard.ZstdDecompressor().stream_reader(self._file, read_across_frames=True)
         self._error = zstandard.ZstdError
         self._pos = 0
