@@ -160,3 +160,14 @@ def test_cli_build_with_dask_local_cluster(tmp_path):
         capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert r.returncode == 1 and "--engine dask" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_template_and_tokenizer_record_reach_the_join(tmp_path, bpe):
+    inputs = _write_inputs(tmp_path / "in")
+    ref = ingest(inputs, tmp_path / "ref", tokenizer=bpe, template="$A <|endoftext|>",
+                 workers=1, on_issue=lambda i: None)
+    got = build_distributed(inputs, tmp_path / "out", engine="serial", tokenizer=bpe,
+                            template="$A <|endoftext|>", part_bytes=1, on_issue=lambda i: None)
+    _same(got.store, ref.store)
+    assert got.store.meta["tokenizer"]["template"] == "$A <|endoftext|>"
+    assert got.store[0][-1] == got.store.meta["tokenizer"]["special_ids"]["eot"]

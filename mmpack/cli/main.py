@@ -44,7 +44,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             progress=False if args.quiet else None, on_issue=on_issue,
             tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=args.format,
             batch_size=args.batch_size, on_error=args.on_error, skip_empty=args.skip_empty,
-            backend=args.backend, split=args.split,
+            backend=args.backend, split=args.split, template=args.template,
         )
         print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
         return 0
@@ -62,6 +62,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         backend=args.backend,
         overwrite=args.overwrite,
         split=args.split,
+        template=args.template,
         progress=False if args.quiet else None,
         on_issue=on_issue,
     )
@@ -393,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--split", metavar="NAME", default=None,
                    help="read only this split of a saved Hugging Face DatasetDict (default: "
                         "every split, in name order)")
+    b.add_argument("--template", metavar="TEMPLATE", default=None,
+                   help="special tokens around every document: 'tokenizer' (the tokenizer's own "
+                        "post-processor, e.g. BOS or [CLS] ... [SEP]) or a template such as "
+                        "'<s> $A' or '[CLS] $A [SEP]' (default: none)")
     b.add_argument("--skip-empty", action="store_true",
                    help="drop empty documents (default: store them as empty documents)")
     b.add_argument("--backend", choices=("memmap", "zarr"), default="memmap",

@@ -46,6 +46,7 @@ from mmpack.ingest.provenance import (
     tokenizer_files,
     tokenizer_record_of,
 )
+from mmpack.ingest.templates import with_template
 from mmpack.ingest.tokenizer import load_tokenizer
 from mmpack.store.join import write_join_into
 from mmpack.store.parts import open_join
@@ -57,7 +58,7 @@ ENGINES = ("dask", "serial")
 _STAGE_TAG = ".mmpack-build-"
 _DEFAULT_PART_BYTES = 64 << 20
 _OPTION_NAMES = {"tokenizer", "field", "lines", "format", "batch_size", "batch_chars",
-                 "on_error", "skip_empty", "backend", "split"}
+                 "on_error", "skip_empty", "backend", "split", "template"}
 _MAX_ISSUES = 1000
 
 
@@ -190,7 +191,7 @@ def build_distributed(
     **options
         :func:`~mmpack.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
         ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
-        ``split``.
+        ``split``, ``template``.
 
     Returns
     -------
@@ -212,8 +213,9 @@ def build_distributed(
         raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
-    tok = load_tokenizer(options.get("tokenizer"))
-    options["tokenizer"] = tok.spec  # picklable; every worker rebuilds the same tokenizer
+    base = load_tokenizer(options.get("tokenizer"))
+    options["tokenizer"] = base.spec  # picklable; every worker rebuilds the same tokenizer
+    tok = with_template(base, options.get("template"))  # what the parts apply (for the record)
     tasks = plan_tasks(inputs, part_bytes=part_bytes)
     sizes = [sum(_size_of(Path(f)) for f in t) for t in tasks]
     if progress is None:
