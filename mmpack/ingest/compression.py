@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 __all__ = ["open_zstd"]
 
@@ -24,8 +25,8 @@ class _ZstdRaw(io.RawIOBase):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self._path = path
-        self._file = None
-        self._reader = None
+        self._file: Any = None
+        self._reader: Any = None
         self._pos = 0
         self._open()
 

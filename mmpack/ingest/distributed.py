@@ -129,10 +129,14 @@ def build_part(inputs: Sequence[str], part_path: str, options: dict[str, Any]) -
     if unknown:
         raise TypeError(f"unexpected build options {sorted(unknown)}")
     issues: list[IngestIssue] = []
+
+    def keep(issue: IngestIssue) -> None:
+        if len(issues) < _MAX_ISSUES:
+            issues.append(issue)
+
     report = ingest(list(inputs), part_path, workers=1, overwrite=True, progress=False,
-                    copy_tokenizer=False,
-                    on_issue=lambda issue: len(issues) < _MAX_ISSUES and issues.append(issue),
-                    **options)
+                    copy_tokenizer=False, on_issue=keep, **options)
+    assert report.store is not None
     return {
         "docs_read": report.docs_read, "docs_written": report.docs_written,
         "docs_skipped": report.docs_skipped, "empty_skipped": report.empty_skipped,

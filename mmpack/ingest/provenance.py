@@ -148,7 +148,7 @@ def _special_ids(tok: Tokenizer) -> dict[str, int]:
     out: dict[str, int] = {}
     if tok.eot_id is not None:
         out["eot"] = int(tok.eot_id)
-    if isinstance(tok, HFTokenizer):
+    if isinstance(tok, HFTokenizer) and tok.spec.path is not None:
         rust = tok._tok
         folder = Path(tok.spec.path)
         folder = folder if folder.is_dir() else folder.parent

@@ -68,6 +68,7 @@ class TemplateTokenizer(Tokenizer):
     def _id(self, item: str) -> int:
         from mmpack.ingest.tokenizer import BYTE_EOT_ID, ByteTokenizer, HFTokenizer
 
+        value: int | None
         if item.isdigit():
             value = int(item)
         elif isinstance(self.base, ByteTokenizer):

@@ -204,7 +204,7 @@ def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
         with open(tmp, "wb") as f:
             def put(values: np.ndarray) -> None:
                 data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
-                f.write(memoryview(data))
+                f.write(memoryview(data))  # type: ignore[arg-type]
                 crc.update(data)
 
             if old is not None:

@@ -212,7 +212,7 @@ class JoinedStore(TokenStore):
         raw = np.ascontiguousarray(self.offsets).view(np.uint8)
         block = int(rec["block_bytes"])
         for b, stored in enumerate(rec["crc32"]):
-            got = zlib.crc32(raw[b * block : (b + 1) * block])
+            got = zlib.crc32(memoryview(raw[b * block : (b + 1) * block]))  # type: ignore[arg-type]
             if got != stored:
                 raise FormatError(
                     f"{self.path}: global offsets block {b} fails its checksum (stored "
