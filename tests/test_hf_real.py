@@ -150,3 +150,25 @@ def test_zstd_inputs(tmp_path):
     issues = []
     ingest([tmp_path / "bad.jsonl.zst"], tmp_path / "bad", on_issue=issues.append)
     assert issues and all("bad.jsonl.zst" in i.where for i in issues)
+
+
+def test_per_pattern_formats_source_files_next_to_jsonl(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "from json"}) + "\n")
+    (tmp_path / "b.py").write_text("print('from py')\n")
+    inputs = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.py")]
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        ingest(inputs, tmp_path / "x")
+    store = ingest(inputs, tmp_path / "s", format={"*.py": "text"}).store
+    assert [bytes(d.tolist()).decode() for d in store] == ["from json", "print('from py')\n"]
+    with pytest.raises(ValueError, match="glob patterns"):
+        ingest(inputs, tmp_path / "y", format={"*.py": "python"})
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "c"),
+                        "--format-for", "*.py=text", "--quiet"], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "d"),
+                        "--format-for", "*.py"], capture_output=True, text=True, check=False)
+    assert r.returncode == 1 and "PATTERN=FORMAT" in r.stderr

@@ -42,7 +42,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             args.inputs, args.output, engine=args.engine, scheduler=args.scheduler,
             n_workers=args.workers, part_bytes=args.part_mb << 20, overwrite=args.overwrite,
             progress=False if args.quiet else None, on_issue=on_issue,
-            tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=args.format,
+            tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=_formats(args),
             batch_size=args.batch_size, on_error=args.on_error, skip_empty=args.skip_empty,
             backend=args.backend, split=args.split, template=args.template,
         )
@@ -54,7 +54,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         field=args.field,
         lines=args.lines,
-        format=args.format,
+        format=_formats(args),
         workers=args.workers,
         batch_size=args.batch_size,
         on_error=args.on_error,
@@ -68,6 +68,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     print(report.summary())
     return 0
+
+
+def _formats(args: argparse.Namespace):
+    """``--format`` or the ``--format-for PATTERN=FORMAT`` patterns (not both)."""
+    if not args.format_for:
+        return args.format
+    if args.format is not None:
+        raise ValueError("give --format or --format-for, not both")
+    patterns = {}
+    for item in args.format_for:
+        pattern, sep, kind = item.rpartition("=")
+        if not sep or not pattern:
+            raise ValueError(f"--format-for expects PATTERN=FORMAT (e.g. '*.py=text'), got {item!r}")
+        patterns[pattern] = kind
+    return patterns
 
 
 # --------------------------------------------------------------------------------- info
@@ -383,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text files hold one document per line (default: one per file)")
     b.add_argument("--format", choices=("text", "jsonl", "json", "parquet"), default=None,
                    help="format of every input file (default: from the extension)")
+    b.add_argument("--format-for", action="append", default=None, metavar="PATTERN=FORMAT",
+                   help="format of the files matching a glob pattern, e.g. '*.py=text' (source "
+                        "files as text next to JSON lines); repeatable; others go by extension")
     b.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="tokenizer processes (default: the CPU count; 1 for byte-level)")
     b.add_argument("--batch-size", type=_positive_int, default=1000, metavar="N",

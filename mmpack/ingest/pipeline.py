@@ -196,8 +196,10 @@ def ingest(
         The text field of JSON records, the Parquet column, the dataset column.
     lines : bool
         Text files hold one document per line instead of one per file.
-    format : {"text", "jsonl", "json", "parquet"}, optional
-        Force the format of every input file (default: from its extension).
+    format : {"text", "jsonl", "json", "parquet"} or dict, optional
+        Force the format of every input file (default: from its extension), or per pattern:
+        ``{"*.py": "text", "*.jsonl": "jsonl"}`` (``fnmatch`` patterns tried in order against
+        the file's name, then its path; files that match none go by their extension).
     workers : int, optional
         Tokenizer processes.  Default ``os.cpu_count()``, except 1 for the byte-level tokenizer.
         With 1 (or when the input fits in one batch) no process is started.
@@ -241,7 +243,9 @@ def ingest(
     """
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error must be 'skip' or 'fail', got {on_error!r}")
-    if format is not None and format not in FORMATS:
+    if isinstance(format, Mapping):
+        _check_format_patterns(format)
+    elif format is not None and format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS} or None, got {format!r}")
     if not isinstance(field, str) or not field:
         raise ValueError(f"field must be a non-empty string, got {field!r}")
@@ -494,7 +498,8 @@ def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None,
                 )
             out.extend(_object_sources(_load_saved_dataset(path), field, str(path), split))
             continue
-        kind = fmt or _format_of(path)
+        kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
+        kind = kind or _format_of(path)
         if kind == "text":
             out.append(_TextFile(path, lines))
         elif kind == "parquet":
@@ -516,6 +521,22 @@ def _format_of(path: Path) -> str:
             f"(one of {', '.join(FORMATS)})"
         )
     return kind
+
+
+def _check_format_patterns(patterns: Mapping) -> None:
+    for pattern, kind in patterns.items():
+        if not isinstance(pattern, str) or kind not in FORMATS:
+            raise ValueError(f"format patterns map glob patterns to one of {FORMATS}, got "
+                             f"{pattern!r}: {kind!r}")
+
+
+def _pattern_format(path: Path, patterns: Mapping) -> str | None:
+    import fnmatch
+
+    for pattern, kind in patterns.items():
+        if fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern):
+            return kind
+    return None
 
 
 def _is_saved_dataset(path: Path) -> bool:
