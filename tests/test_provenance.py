@@ -182,3 +182,11 @@ def test_transformers_folder_special_ids(tmp_path, jsonl, bpe):
     assert store.meta["tokenizer"]["special_ids"] == {"eot": 0, "bos": 1, "pad": 2, "mask": 3,
                                                       "unk": 4}
     assert store_tokenizer(store).decode(store[0][:10]) == fast.decode(store[0][:10].tolist())
+
+
+def test_appending_to_a_distributed_join_keeps_its_tokenizer_copy(tmp_path, jsonl, bpe):
+    build_distributed([str(jsonl)], tmp_path / "d", engine="serial", tokenizer=bpe)
+    extra = ingest([jsonl], tmp_path / "more", tokenizer=bpe, copy_tokenizer=False).store
+    joined = mmpack.join([extra], tmp_path / "d", append=True)
+    assert joined.meta["tokenizer"]["file"] == "tokenizer.json" and len(joined.parts) == 2
+    assert store_tokenizer(joined).decode(joined[0][:5]) == load_tokenizer(bpe).decode(joined[0][:5])

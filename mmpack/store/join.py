@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import secrets
 import shutil
@@ -196,6 +197,8 @@ def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
         if rec is not None:
             if data is not None:
                 _write_file(folder, rec["file"], data)
+            elif _holds_copy(folder, rec):  # e.g. appending to a distributed build's join
+                rec["file"] = "tokenizer.json"
             extra["tokenizer"] = rec
     name = f"offsets-{secrets.token_hex(6)}.bin"
     tmp = folder / f".{name}.tmp"
@@ -259,6 +262,15 @@ def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, 
             rec["file"] = name
             return rec, (Path(store.path) / name).read_bytes()
     return rec, None
+
+
+def _holds_copy(folder: Path, rec: dict[str, Any]) -> bool:
+    """Whether ``folder`` already holds the recorded tokenizer's ``tokenizer.json``."""
+    try:
+        data = (folder / "tokenizer.json").read_bytes()
+    except OSError:
+        return False
+    return "sha256:" + hashlib.sha256(data).hexdigest() == rec.get("identity")
 
 
 def _write_file(folder: Path, name: str, data: bytes) -> None:
