@@ -171,3 +171,12 @@ def test_template_and_tokenizer_record_reach_the_join(tmp_path, bpe):
     _same(got.store, ref.store)
     assert got.store.meta["tokenizer"]["template"] == "$A <|endoftext|>"
     assert got.store[0][-1] == got.store.meta["tokenizer"]["special_ids"]["eot"]
+
+
+def test_progress_shows_parts_documents_tokens(tmp_path, capsys):
+    inputs = _write_inputs(tmp_path / "in")
+    got = build_distributed(inputs, tmp_path / "out", engine="serial", part_bytes=1,
+                            progress=True, on_issue=lambda i: None)
+    err = capsys.readouterr().err
+    assert "building parts" in err and "parts 8/8" in err
+    assert f"{got.docs_written:,} docs" in err and f"{got.tokens_written:,} tokens" in err

@@ -18,9 +18,8 @@ mappings when every part is a memmap store (one slice copy per piece), else with
 ``read_ranges`` call per touched part (remote or Zarr parts fetch their pieces together).  When
 every range lies in one part of the store's dtype, that part's answer is returned as it is (zero
 copy for a memmap part).  Measured (``python -m benchmarks.bench_join``, 32 parts, 50M tokens, on a
-loaded 2-core machine): a batch of 32 random 2048-token windows costs about 2.5x the single
-store's (0.18 vs 0.07 ms; the single store's kernel reads the mapping directly), still above
-300M tokens/s.
+loaded 2-core machine): a batch of 32 random 2048-token windows costs 1.7x the single store's
+(0.13 vs 0.07 ms; the single store's kernel reads the mapping directly), ~500M tokens/s.
 
 Cost.  ``join`` reads only the parts' metadata and offsets and writes ``8 * (num_docs + 1)`` bytes
 plus the manifest: against the token bytes that is ``8 / (itemsize * mean document length)``,

@@ -351,7 +351,10 @@ class StoreWriter:
         )
         get_backend(self.backend).commit(self._tmp, meta)
         for name, data in self._attached.items():
-            (self._tmp / name).write_bytes(data)
+            with open(self._tmp / name, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    os.fsync(f.fileno())
         if self.extra:
             _write_extra(self._tmp, self.backend, meta, self.extra)
         if self.fsync:
@@ -371,9 +374,9 @@ def _write_extra(tmp: Path, backend: str, meta: StoreMeta, extra: dict[str, Any]
         raise ValueError(f"extra metadata may not replace the record's own keys {sorted(clash)}")
     record = {**core, **extra}
     if backend == "zarr":
-        import zarr
+        from mmpack.store.backends._zarr import _zarr  # zarr stays imported by its backend only
 
-        zarr.open_group(str(tmp), mode="a").attrs["mmpack"] = record
+        _zarr().open_group(str(tmp), mode="a").attrs["mmpack"] = record
     else:
         write_json_atomic(tmp / META_FILE, record)
 
