@@ -312,3 +312,40 @@ def test_streaming_packer_reads_a_join(tmp_path):
     assert len(out[0]) == len(out[1]) > 0
     for x, y in zip(*out):
         np.testing.assert_array_equal(x, y)
+
+
+def test_readers_racing_appends_see_whole_joins(tmp_path):
+    import threading
+
+    docs = _corpus(120, seed=5)
+    cuts = list(range(0, 121, 10))
+    paths = _parts_on_disk(tmp_path, docs, cuts)
+    single = mmpack.build(tmp_path / "single", docs)
+    mmpack.join(paths[:1], tmp_path / "j")
+    valid = {c: single.offsets[: c + 1] for c in cuts[1:]}
+    errors, opened, stop = [], [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                j = mmpack.open(tmp_path / "j")
+                n = len(j)
+                assert n in valid, n
+                np.testing.assert_array_equal(j.offsets, valid[n])
+                np.testing.assert_array_equal(j.read_range(0, j.num_tokens),
+                                              single.read_range(0, j.num_tokens))
+                opened.append(n)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for p in paths[1:]:
+        mmpack.join([p], tmp_path / "j", append=True)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert len(mmpack.open(tmp_path / "j")) == 120 and opened
+    assert len(list((tmp_path / "j").glob("offsets-*.bin"))) == 1  # old offsets files removed
