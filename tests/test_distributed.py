@@ -136,6 +136,14 @@ def test_failed_build_publishes_nothing(tmp_path, cluster):
     mmpack.build(tmp_path / "out", [[1, 2]])
     with pytest.raises(mmpack.errors.StoreExistsError):
         build_distributed(inputs, tmp_path / "out", engine="serial")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "keep.txt").write_text("a user's file")
+    with pytest.raises(mmpack.errors.StoreExistsError, match="not a store"):
+        build_distributed(inputs, tmp_path / "user", engine="serial", overwrite=True)
+    assert (tmp_path / "user" / "keep.txt").read_text() == "a user's file"
+    replaced = build_distributed(inputs, tmp_path / "out", engine="serial", overwrite=True,
+                                 on_issue=lambda i: None)
+    assert len(replaced.store) > 1
     with pytest.raises(ValueError, match="engine"):
         build_distributed(inputs, tmp_path / "x", engine="ray")
     with pytest.raises(TypeError, match="workers"):

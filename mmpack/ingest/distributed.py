@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import StoreExistsError
-from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning, ingest
+from mmpack.ingest.pipeline import IngestError, IngestIssue, IngestReport, IngestWarning, ingest
 from mmpack.ingest.provenance import (
     TOKENIZER_FILE,
     provenance_record,
@@ -60,6 +60,7 @@ _DEFAULT_PART_BYTES = 64 << 20
 _OPTION_NAMES = {"tokenizer", "field", "lines", "format", "batch_size", "batch_chars",
                  "on_error", "skip_empty", "backend", "split", "template"}
 _MAX_ISSUES = 1000
+_STORE_MARKERS = ("mmpack.json", "zarr.json", "mmpack-join.json")
 
 
 def plan_tasks(inputs: Any, *, part_bytes: int = _DEFAULT_PART_BYTES) -> list[list[str]]:
@@ -215,6 +216,9 @@ def build_distributed(
     out = _as_path(output, "output")
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
+    if out.exists() and not any((out / m).is_file() for m in _STORE_MARKERS):
+        raise StoreExistsError(f"{str(out)!r} exists and is not a store; not replacing it "
+                               "(overwrite=True replaces stores only)")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
     base = load_tokenizer(options.get("tokenizer"))
@@ -270,6 +274,8 @@ def _run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, d
             try:
                 result = fn(inputs, path, options)
                 break
+            except IngestError:  # a bad record fails the same way every time
+                raise
             except Exception:
                 if attempt == retries:
                     raise
