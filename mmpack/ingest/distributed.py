@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import StoreExistsError
-from mmpack.ingest.pipeline import IngestError, IngestIssue, IngestReport, IngestWarning, ingest
+from mmpack.ingest.pipeline import (
+    IngestError,
+    IngestIssue,
+    IngestReport,
+    IngestWarning,
+    ingest,
+)
 from mmpack.ingest.provenance import (
     TOKENIZER_FILE,
     provenance_record,
