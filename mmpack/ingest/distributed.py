@@ -253,7 +253,7 @@ def build_distributed(
                         attach={TOKENIZER_FILE: data} if data is not None else None)
         _publish(stage, out, overwrite)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove_stage(stage)
         raise
     finally:
         if bar is not None:
@@ -370,6 +370,20 @@ def _publish(stage: Path, out: Path, overwrite: bool) -> None:
     from mmpack.store.writer import _swap_into_place
 
     _swap_into_place(stage, out, overwrite)
+
+
+def _remove_stage(stage: Path) -> None:
+    """Remove the staging folder of a failed build.  Tasks of other parts may still be running
+    on the engine's workers (a cancelled Dask task runs to its end) and write into it while it
+    is removed; once it is gone they cannot recreate it (a part's parent must exist), so remove
+    until it stays gone."""
+    for _ in range(300):
+        shutil.rmtree(stage, ignore_errors=True)
+        if not stage.exists():
+            return
+        time.sleep(0.1)
+    warnings.warn(f"could not remove the staging folder {stage} of the failed build",
+                  IngestWarning, stacklevel=3)
 
 
 def _emit_issues(report: IngestReport, on_issue) -> None:
