@@ -29,6 +29,8 @@ TOPICS = {
     "foreign": "benchmarks.bench_foreign",
     "remote": "benchmarks.bench_remote",
     "cold": "benchmarks.bench_cold",
+    "ingest": "benchmarks.bench_ingest",
+    "join": "benchmarks.bench_join",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -35,6 +35,7 @@ __all__ = [
     "TokenStore",
     "WindowDataset",
     "build",
+    "join",
     "open",
 ]
 
@@ -53,6 +54,7 @@ _LAZY = {
     "TokenStore": "mmpack.store.reader",
     "WindowDataset": "mmpack.views.window",
     "build": "mmpack.store.writer",
+    "join": "mmpack.store.join",
     "open": ("mmpack.store.reader", "open_store"),
 }
 

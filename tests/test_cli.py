@@ -134,15 +134,16 @@ def test_build_lines_skip_empty_overwrite(tmp_path):
 
 
 @pytest.mark.slow
-def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path):
+def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, monkeypatch):
     root, texts = corpus
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # the provenance's build time
     for name, workers in [("w1", 1), ("w2", 2)]:
         res = mmpack_cmd("build", root / "records.jsonl", "--field", "content", "--tokenizer",
                          bpe, "--workers", workers, "--batch-size", 3, "--quiet",
                          "-o", tmp_path / name)
         assert res.returncode == 0, res.stderr
         assert res.stderr == "" and f"({workers} worker" in res.stdout
-    for f in ("tokens.bin", "offsets.bin", "mmpack.json"):
+    for f in ("tokens.bin", "offsets.bin", "mmpack.json", "tokenizer.json"):
         assert (tmp_path / "w1" / f).read_bytes() == (tmp_path / "w2" / f).read_bytes()
     store = mmpack.open(tmp_path / "w2")
     tok = load_tokenizer(bpe)

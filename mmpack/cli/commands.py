@@ -3,7 +3,7 @@
 Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
-(checksums), ``export`` (to Megatron ``.bin/.idx`` or a flat EOS-separated file), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
+(checksums), ``join`` (stores joined without copying tokens, :func:`mmpack.join`), ``export`` (to Megatron ``.bin/.idx`` or a flat EOS-separated file), ``demo`` (the whole pipeline on the Python standard library's sources) and ``bench``
 (``python -m benchmarks`` of a source checkout).
 
 Exit codes: 0 success; 1 a missing or corrupt store, a refused build, an I/O error (a read-only
@@ -41,13 +41,28 @@ def _cmd_build(args: argparse.Namespace) -> int:
         tag = "skipped" if issue.is_error else "note"
         print(f"{_PROG}: {tag}: {issue}", file=sys.stderr)
 
+    if args.scheduler is not None and args.engine != "dask":
+        raise ValueError("--scheduler needs --engine dask")
+    if args.engine != "local":
+        from mmpack.ingest.distributed import build_distributed
+
+        report = build_distributed(
+            args.inputs, args.output, engine=args.engine, scheduler=args.scheduler,
+            n_workers=args.workers, part_bytes=args.part_mb << 20, overwrite=args.overwrite,
+            progress=False if args.quiet else None, on_issue=on_issue,
+            tokenizer=args.tokenizer, field=args.field, lines=args.lines, format=_formats(args),
+            batch_size=args.batch_size, on_error=args.on_error, skip_empty=args.skip_empty,
+            backend=args.backend, split=args.split, template=args.template,
+        )
+        print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
+        return 0
     report = ingest(
         args.inputs,
         args.output,
         tokenizer=args.tokenizer,
         field=args.field,
         lines=args.lines,
-        format=args.format,
+        format=_formats(args),
         text_extensions=[e for group in args.text_extensions or () for e in group],
         workers=args.workers,
         batch_size=args.batch_size,
@@ -55,6 +70,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         skip_empty=args.skip_empty,
         backend=args.backend,
         overwrite=args.overwrite,
+        split=args.split,
+        template=args.template,
         progress=False if args.quiet else None,
         on_issue=on_issue,
     )
@@ -108,6 +125,21 @@ def _add_store_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metadata", action="store_true",
                    help="a flat token file's documents from OLMo-core's NAME.csv.gz beside it "
                         "(default: found by scanning for --eos)")
+
+
+def _formats(args: argparse.Namespace):
+    """``--format`` or the ``--format-for PATTERN=FORMAT`` patterns (not both)."""
+    if not args.format_for:
+        return args.format
+    if args.format is not None:
+        raise ValueError("give --format or --format-for, not both")
+    patterns = {}
+    for item in args.format_for:
+        pattern, sep, kind = item.rpartition("=")
+        if not sep or not pattern:
+            raise ValueError(f"--format-for expects PATTERN=FORMAT (e.g. '*.py=text'), got {item!r}")
+        patterns[pattern] = kind
+    return patterns
 
 
 # --------------------------------------------------------------------------------- info
@@ -181,6 +213,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
+    for section in ("tokenizer", "provenance"):
+        if isinstance(store.meta.get(section), dict):
+            info[section] = store.meta[section]
+    if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
+        info["parts"] = store.part_locations
+        info["bytes_on_disk"] += sum(_store_size(p) for p in store.parts
+                                     if "://" not in p.location)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -198,6 +237,22 @@ def _cmd_info(args: argparse.Namespace) -> int:
           f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)")
     print(f"size         {_fmt_bytes(info['bytes_on_disk'])} on disk")
     print(f"fingerprint  {info['fingerprint']}")
+    tok = info.get("tokenizer")
+    if tok:
+        ids = ", ".join(f"{k} {v}" for k, v in tok.get("special_ids", {}).items()) or "none"
+        kept = f", copy in {tok['file']}" if tok.get("file") else ""
+        print(f"tokenizer    {tok.get('kind')} (vocab {tok.get('vocab_size'):,}{kept}; "
+              f"special ids: {ids})")
+    prov = info.get("provenance")
+    if prov:
+        n_in = len(prov.get("inputs", []))
+        print(f"built        {prov.get('time')} by mmpack {prov.get('mmpack_version')} from "
+              f"{n_in} input{'s' if n_in != 1 else ''}: read {prov.get('docs_read', 0):,}, "
+              f"skipped {prov.get('docs_skipped', 0):,} with errors and "
+              f"{prov.get('empty_skipped', 0):,} empty")
+    if "parts" in info:
+        print(f"parts        {len(info['parts'])} (" + ", ".join(info["parts"][:4])
+              + (", ..." if len(info["parts"]) > 4 else "") + ")")
     if q:
         print("doc length   " + "  ".join(
             f"{k} {v:,.0f}" for k, v in q.items() if k != "mean") + f"  mean {q['mean']:,.1f}")
@@ -214,23 +269,28 @@ def _cmd_show(args: argparse.Namespace) -> int:
     store = _open(args)
     tok = None
     if args.decode:
+        from mmpack.ingest.provenance import store_tokenizer
         from mmpack.ingest.tokenizer import load_tokenizer
+        from mmpack.store.vocab import tokenizer_record
 
-        tok = load_tokenizer(args.tokenizer)
+        if args.tokenizer is None and tokenizer_record(store) is not None:
+            tok = store_tokenizer(store)  # the tokenizer the store was built with
+        else:
+            tok = load_tokenizer(args.tokenizer)
     if args.packed:
         from mmpack.views.packed import PackedDataset
 
         ds = PackedDataset(store, args.seqlen, eot=args.eot, pad_id=args.pad_id,
                            long_docs=args.long_docs, algorithm=args.algorithm)
         what = (f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
-                f"eot {args.eot}, pad {args.pad_id})")
+                f"eot {ds.eot}, pad {ds.pad_id})")
     else:
         from mmpack.views.window import WindowDataset
 
         ds = WindowDataset(store, args.seqlen, args.stride, eot=args.eot, pad_id=args.pad_id,
                            drop_last=not args.keep_last)
         what = (f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, "
-                f"eot {args.eot})")
+                f"eot {ds.eot})")
     n = len(ds)
     if not -n <= args.index < n:
         raise IndexError(f"sample index {args.index} is out of range: the view has {n} samples")
@@ -299,11 +359,26 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- join
+def _cmd_join(args: argparse.Namespace) -> int:
+    from mmpack.store.join import join
+
+    store = join(args.parts, args.output, append=args.append, overwrite=args.overwrite)
+    index = sum(f.stat().st_size for f in Path(args.output).iterdir() if f.is_file())
+    token_bytes = store.num_tokens * store.dtype.itemsize
+    share = f" ({index / token_bytes:.2%} of the token bytes)" if token_bytes else ""
+    print(f"{store.path}: {len(store.parts)} parts, {len(store):,} documents, "
+          f"{store.num_tokens:,} tokens ({store.dtype.name}); wrote {_fmt_bytes(index)} of "
+          f"manifest and offsets{share}; fingerprint {store.fingerprint}")
+    return 0
+
+
 # --------------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
     store = _open(args)
     res = store.verify()
-    print(f"{store.location}: ok, {res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
+    parts = f"{res['parts']} parts, " if "parts" in res else ""
+    print(f"{store.location}: ok, {parts}{res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
           f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
           f"fingerprint {store.fingerprint}"
           + (f"; checksums recorded in {res['sidecar']} (checked by the next verify)"
@@ -392,12 +467,16 @@ _BARE_EOT = object()  # `pack --eot` without an id: the old switch spelling (not
 # would convert it with `type`)
 
 
-def _add_eot(p: argparse.ArgumentParser, default: Any, help: str) -> None:
+def _add_eot(p: argparse.ArgumentParser, default: Any, help: str, type: Any = None) -> None:
     """``--eot ID`` / ``--no-eot``, spelled the same in every subcommand."""
-    p.add_argument("--eot", type=_token_id, nargs="?", const=_BARE_EOT, default=default,
+    p.add_argument("--eot", type=type or _token_id, nargs="?", const=_BARE_EOT, default=default,
                    metavar="ID", help=help)
     p.add_argument("--no-eot", dest="eot", action="store_const", const=None,
                    help="no end-of-text token")
+
+
+def _token_id_or_store(text: str) -> int | str:
+    return "store" if text == "store" else _token_id(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,10 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
                     ".html, .yaml: one document per file, or per line with --lines; more "
                     "extensions as text with --text-ext; .jsonl/.json records with a text "
-                    "field; .parquet with a text column; optionally .gz; or a folder saved by "
-                    "Hugging Face datasets).  Bad records are reported on stderr with their "
-                    "file and line.  A file is all or nothing: a corrupt or truncated .gz, or "
-                    "a file whose reading fails, is skipped whole.",
+                    "field; .parquet with a text column; optionally .gz or .zst; or a folder "
+                    "saved by Hugging Face datasets).  Bad records are reported on stderr with "
+                    "their file and line.  A file is all or nothing: a corrupt or truncated "
+                    "compressed file, or a file whose reading fails, is skipped whole.",
     )
     b.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, folders or globs")
     b.add_argument("-o", "--output", required=True, metavar="STORE",
@@ -437,6 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="EXTS",
                    help="also read files with these extensions as text, e.g. --text-ext "
                         ".sql,.bas (comma-separated, repeatable; the others keep their format)")
+    b.add_argument("--format-for", action="append", default=None, metavar="PATTERN=FORMAT",
+                   help="format of the files matching a glob pattern, e.g. '*.py=text' (source "
+                        "files as text next to JSON lines); repeatable; others go by extension")
     b.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                    help="tokenizer processes (default: the CPU count; 1 for byte-level)")
     b.add_argument("--batch-size", type=_positive_int, default=1000, metavar="N",
@@ -448,12 +530,29 @@ def build_parser() -> argparse.ArgumentParser:
                         "was unreadable, if no record of an INPUT could be stored, or if more "
                         "than half of all records were skipped; skip builds from whatever is "
                         "left; fail stops at the first bad record, nothing written")
+    b.add_argument("--split", metavar="NAME", default=None,
+                   help="read only this split of a saved Hugging Face DatasetDict (default: "
+                        "every split, in name order)")
+    b.add_argument("--template", metavar="TEMPLATE", default=None,
+                   help="special tokens around every document: 'tokenizer' (the tokenizer's own "
+                        "post-processor, e.g. BOS or [CLS] ... [SEP]) or a template such as "
+                        "'<s> $A' or '[CLS] $A [SEP]' (default: none)")
     b.add_argument("--skip-empty", action="store_true",
                    help="drop empty documents (default: store them as empty documents)")
     b.add_argument("--backend", choices=("memmap", "zarr"), default="memmap",
                    help="storage backend (default: memmap)")
     b.add_argument("--overwrite", action="store_true", help="replace an existing store")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--engine", choices=("local", "dask", "serial"), default="local",
+                   help="local: one store, tokenized by a local process pool (default); dask: "
+                        "one part per task on a Dask cluster, joined into STORE (--workers then "
+                        "sizes the local cluster); serial: the same parts, one after another")
+    b.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="with --engine dask: a running scheduler (tcp://host:8786) instead of a "
+                        "local cluster on 127.0.0.1")
+    b.add_argument("--part-mb", type=_positive_int, default=64, metavar="MB",
+                   help="with --engine dask/serial: input megabytes per part; files are grouped "
+                        "in order, never split (default: 64)")
     b.set_defaults(func=_cmd_build, parser=b)
 
     i = sub.add_parser("info", help="what a store holds",
@@ -476,8 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample index (negative counts from the end)")
     s.add_argument("--packed", action="store_true",
                    help="the packed view (whole documents best-fit into rows) instead of windows")
-    _add_eot(s, None, "end-of-text id inserted after every document (default: none; the "
-                      "byte-level tokenizer's is 256)")
+    _add_eot(s, None, "end-of-text id inserted after every document, or 'store' for the id of "
+                      "the tokenizer the store records (default: none; the byte-level "
+                      "tokenizer's is 256)", type=_token_id_or_store)
     s.add_argument("--pad-id", type=_token_id, default=0, metavar="ID",
                    help="padding id (default: 0)")
     s.add_argument("--keep-last", action="store_true",
@@ -488,7 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="documents longer than a row, with --packed (default: split)")
     s.add_argument("--decode", action="store_true", help="also print the decoded text")
     s.add_argument("--tokenizer", metavar="PATH", default=None,
-                   help="tokenizer for --decode (default: byte-level)")
+                   help="tokenizer for --decode (default: the one the store records, else "
+                        "byte-level)")
     s.set_defaults(func=_cmd_show, parser=s)
 
     k = sub.add_parser("pack", help="packing statistics for a sequence length",
@@ -530,6 +631,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the Megatron prefix or the file to write")
     x.add_argument("--overwrite", action="store_true", help="replace existing files")
     x.set_defaults(func=_cmd_export, parser=x)
+
+    j = sub.add_parser("join", help="join stores into one without copying tokens",
+                       description="Join PART stores (in order) into the store OUT: writes a "
+                                   "manifest (part locations relative to OUT, fingerprints, "
+                                   "counts) and the global document offsets (8 bytes per "
+                                   "document), never a token.  OUT opens like any store; a "
+                                   "part that later changes or goes missing is refused.")
+    j.add_argument("parts", nargs="+", metavar="PART", help="part stores, in order")
+    j.add_argument("-o", "--output", required=True, metavar="OUT", help="the join folder")
+    j.add_argument("--append", action="store_true",
+                   help="add the parts after those of the existing join OUT")
+    j.add_argument("--overwrite", action="store_true",
+                   help="replace the manifest of the existing join OUT (parts are kept)")
+    j.set_defaults(func=_cmd_join, parser=j)
 
     d = sub.add_parser("demo", help="the whole pipeline on the Python standard library",
                        description="Build a store from the Python standard library's own "

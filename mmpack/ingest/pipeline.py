@@ -12,8 +12,8 @@ tokenizer: the same bytes with one worker or many.  Workers are forked where the
 default start method applies, which needs it) and rebuild the tokenizer once from its picklable
 spec; a Hugging Face tokenizer runs single-threaded in each.
 
-Inputs (format from the extension, after an optional ``.gz``; more extensions read as text with
-``text_extensions=``; or every file forced to one format with ``format=``):
+Inputs (format from the extension, after an optional ``.gz`` or ``.zst``; more extensions read
+as text with ``text_extensions=``; or forced with ``format=``, for every file or per pattern):
 
 - text: ``.txt`` / ``.text`` / ``.md`` and common source and markup files (``.py``, ``.rst``,
   ``.c``, ``.js``, ``.html``, ``.yaml``, ... see ``TEXT_EXTENSIONS``): one document per file, or
@@ -74,15 +74,23 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import MmpackError, Param, with_params
+from mmpack.ingest.provenance import describe_store
+from mmpack.ingest.templates import with_template
+from mmpack.ingest.tokenizer import (
+    ByteTokenizer,
+    Tokenizer,
+    TokenizerSpec,
+    load_tokenizer,
+)
 from mmpack.store.writer import StoreWriter, TokenStore, store_writer
-from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, TokenizerSpec, load_tokenizer
 
 __all__ = [
     "FORMATS",
@@ -218,6 +226,9 @@ def ingest(
     overwrite: bool = False,
     progress: bool | None = None,
     on_issue: Callable[[IngestIssue], None] | None = None,
+    copy_tokenizer: bool = True,
+    split: str | None = None,
+    template: str | None = None,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -234,8 +245,10 @@ def ingest(
         The text field of JSON records, the Parquet column, the dataset column.
     lines : bool
         Text files hold one document per line instead of one per file.
-    format : {"text", "jsonl", "json", "parquet"}, optional
-        Force the format of every input file (default: from its extension).
+    format : {"text", "jsonl", "json", "parquet"} or dict, optional
+        Force the format of every input file (default: from its extension), or per pattern:
+        ``{"*.py": "text", "*.jsonl": "jsonl"}`` (``fnmatch`` patterns tried in order against
+        the file's name, then its path; files that match none go by their extension).
     text_extensions : iterable of str
         More extensions (``".py"`` or ``"py"``, any case) whose files are read as text, on top of
         ``TEXT_EXTENSIONS``; they take precedence over the built-in table.
@@ -257,6 +270,15 @@ def ingest(
         A tqdm bar (documents/s, tokens/s) on stderr; default: when stderr is a terminal.
     on_issue : callable, optional
         Called with every :class:`IngestIssue` (default: a warning for each of the first 20).
+    copy_tokenizer : bool
+        Copy the tokenizer's ``tokenizer.json`` into the store (default); the metadata records
+        the tokenizer and the provenance either way (:mod:`mmpack.ingest.provenance`).
+    split : str, optional
+        Read only this split of every ``DatasetDict`` (saved folder or object) instead of all
+        of them (``ValueError`` naming the splits if one lacks it); other inputs are read whole.
+    template : str, optional
+        Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
+        or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:mod:`mmpack.ingest.templates`).
 
     Returns
     -------
@@ -278,19 +300,21 @@ def ingest(
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    if format is not None and format not in FORMATS:
+    if isinstance(format, Mapping):
+        _check_format_patterns(format)
+    elif format is not None and format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS} or None, got {format!r}")
     extensions = {**_EXTENSIONS, **_text_extensions(text_extensions)}
     if not isinstance(field, str) or not field:
         raise ValueError(f"field must be a non-empty string, got {field!r}")
     batch_size = _positive(batch_size, "batch_size")
     batch_chars = _positive(batch_chars, "batch_chars")
-    tok = load_tokenizer(tokenizer)
+    tok = with_template(load_tokenizer(tokenizer), template)
     if workers is None:
         workers = 1 if isinstance(tok, ByteTokenizer) else (os.cpu_count() or 1)
     workers = _positive(workers, "workers")
     sources = _resolve_inputs(inputs, field=field, lines=bool(lines), fmt=format,
-                              extensions=extensions)
+                              extensions=extensions, split=split)
     if progress is None:
         progress = _stderr_is_tty()
 
@@ -347,6 +371,8 @@ def ingest(
                         f"({report.docs_skipped / report.docs_read:.0%}) were skipped, more than "
                         "half; nothing is written. Pass ", Param("on_error", "skip"),
                         " to build from the rest")
+            describe_store(writer, tok, report, [s.where(None) for s in sources],
+                           copy_tokenizer=copy_tokenizer)
         report.store = writer.store
     finally:
         if bar is not None:
@@ -630,8 +656,8 @@ def _chain(a, b, rest):
 
 
 # --------------------------------------------------------------------------------- inputs
-def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None,
-                    extensions: Mapping[str, str] = _EXTENSIONS) -> list:
+def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: Any,
+                    extensions: Mapping[str, str] = _EXTENSIONS, split: str | None = None) -> list:
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -643,12 +669,12 @@ def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None,
                     "to ingest in-memory texts pass an iterator, e.g. iter(texts)"
                 )
             sources.extend(_grouped(_sources_for_path(os.fspath(item), field, lines, fmt,
-                                                      extensions), os.fspath(item)))
+                                                      extensions, split), os.fspath(item)))
         return sources
     if isinstance(inputs, bytes):
         raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
     if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
-        return _grouped(_object_sources(inputs, field, type(inputs).__name__),
+        return _grouped(_object_sources(inputs, field, type(inputs).__name__, split),
                         type(inputs).__name__)
     raise TypeError(
         f"inputs must be a path, a glob, a list of them, a dataset or an iterable of texts, "
@@ -656,8 +682,8 @@ def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: str | None,
     )
 
 
-def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None,
-                      extensions: Mapping[str, str]) -> list:
+def _sources_for_path(item: str, field: str, lines: bool, fmt: Any,
+                      extensions: Mapping[str, str], split: str | None = None) -> list:
     if glob.has_magic(item):
         matches = sorted(glob.glob(item, recursive=True))
         if not matches:
@@ -678,9 +704,10 @@ def _sources_for_path(item: str, field: str, lines: bool, fmt: str | None,
                     f"input {str(path)!r} is a folder but not a saved Hugging Face dataset; "
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
-            out.extend(_object_sources(_load_saved_dataset(path), field, str(path)))
+            out.extend(_object_sources(_load_saved_dataset(path), field, str(path), split))
             continue
-        kind = fmt or _format_of(path, extensions)
+        kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
+        kind = kind or _format_of(path, extensions)
         if kind == "text":
             out.append(_TextFile(path, lines))
         elif kind == "parquet":
@@ -699,7 +726,7 @@ def _grouped(sources: list, name: str) -> list:
 
 def _format_of(path: Path, extensions: Mapping[str, str] = _EXTENSIONS) -> str:
     suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
+    if suffixes and suffixes[-1] in (".gz", ".zst"):
         suffixes = suffixes[:-1]
     kind = extensions.get(suffixes[-1]) if suffixes else None
     if kind is None:
@@ -712,7 +739,7 @@ def _format_of(path: Path, extensions: Mapping[str, str] = _EXTENSIONS) -> str:
             ValueError,
             f"cannot tell the format of {str(path)!r} from its extension "
             f"({ext or 'it has none'}); known: {known}, common source and markup files "
-            "(.py, .rst, .c, .html, ...), optionally .gz; ", *read_as_text,
+            "(.py, .rst, .c, .html, ...), optionally .gz or .zst; ", *read_as_text,
             Param("format"), f" (one of {', '.join(FORMATS)}) for every input",
         )
     return kind
@@ -730,6 +757,22 @@ def _text_extensions(exts: Any) -> dict[str, str]:
     return out
 
 
+def _check_format_patterns(patterns: Mapping) -> None:
+    for pattern, kind in patterns.items():
+        if not isinstance(pattern, str) or kind not in FORMATS:
+            raise ValueError(f"format patterns map glob patterns to one of {FORMATS}, got "
+                             f"{pattern!r}: {kind!r}")
+
+
+def _pattern_format(path: Path, patterns: Mapping) -> str | None:
+    import fnmatch
+
+    for pattern, kind in patterns.items():
+        if fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern):
+            return kind
+    return None
+
+
 def _is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and any((path / m).is_file() for m in _DATASET_MARKERS)
 
@@ -745,9 +788,15 @@ def _load_saved_dataset(path: Path):
     return datasets.load_from_disk(str(path))
 
 
-def _object_sources(obj: Any, field: str, name: str) -> list:
-    """A dataset, a DatasetDict (every split, in name order) or a plain iterable."""
+def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
+    """A dataset, a DatasetDict (every split, in name order, or only ``split``) or a plain
+    iterable."""
     if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
+        if split is not None:
+            if split not in obj:
+                raise ValueError(f"split={split!r} is not a split of {name} (its splits: "
+                                 f"{', '.join(sorted(map(str, obj)))})")
+            return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
         return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
     return [_ObjectSource(obj, field, name)]
 
@@ -755,6 +804,10 @@ def _object_sources(obj: Any, field: str, name: str) -> list:
 def _open_binary(path: Path):
     if path.suffix.lower() == ".gz":
         return gzip.open(path, "rb")
+    if path.suffix.lower() == ".zst":
+        from mmpack.ingest.compression import open_zstd
+
+        return open_zstd(path)
     return open(path, "rb")
 
 

@@ -66,9 +66,12 @@ class TokenizerSpec:
 
     kind: str
     path: str | None = None
+    template: str | None = None
+    """Special-token template applied at encoding (:mod:`mmpack.ingest.templates`), or None."""
 
     def __str__(self) -> str:
-        return "byte-level (UTF-8 bytes, eot 256)" if self.kind == "byte" else f"{self.kind}:{self.path}"
+        text = "byte-level (UTF-8 bytes, eot 256)" if self.kind == "byte" else f"{self.kind}:{self.path}"
+        return text if self.template is None else f"{text} with template {self.template!r}"
 
 
 class Tokenizer:
@@ -246,6 +249,10 @@ def load_tokenizer(spec: Any = None) -> Tokenizer:
         return spec
     if spec is None or (isinstance(spec, str) and spec in ("byte", "bytes")):
         return ByteTokenizer()
+    if isinstance(spec, TokenizerSpec) and spec.template is not None:
+        from mmpack.ingest.templates import with_template
+
+        return with_template(load_tokenizer(TokenizerSpec(spec.kind, spec.path)), spec.template)
     if isinstance(spec, TokenizerSpec):
         if spec.kind == "byte":
             return ByteTokenizer()

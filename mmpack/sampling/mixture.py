@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
 from mmpack.kernels.mixture import (
     build_period,
@@ -204,6 +205,8 @@ class Mixture:
         Default: the longest prefix in which no source repeats (see the module docstring).
     seed : int, default 0
         Key of the per-source permutations, ``0 <= seed < 2**64``.
+    mixed_tokenizers : bool, default False
+        Allow sources whose stores record different tokenizers (refused by default).
 
     Notes
     -----
@@ -223,10 +226,14 @@ class Mixture:
         *,
         num_samples: int | None = None,
         seed: int = 0,
+        mixed_tokenizers: bool = False,
     ) -> None:
         sources = tuple(sources)
         if not sources:
             raise ValueError("sources must hold at least one dataset, got none")
+        # Views over stores that record different tokenizers: their ids mean different things.
+        check_same_tokenizer([getattr(s, "store", None) for s in sources], mixed_tokenizers,
+                             "sources")
         quotas, period = quantize_weights(weights)
         if quotas.size != len(sources):
             raise ValueError(f"weights has {quotas.size} entries but there are {len(sources)} sources")

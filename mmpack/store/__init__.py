@@ -7,6 +7,9 @@
     backends/      where the two arrays live (memmap, Zarr v3) behind one reading interface
     reader.py      open_store / TokenStore: validated at open, memory-mapped, picklable
     writer.py      build / StoreWriter: streaming, validated, published atomically
+    parts.py       joined stores: a manifest of parts + global offsets, read through read_ranges
+    join.py        join(): writes a join without copying tokens, appends atomically
+    vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
 """
 
 from __future__ import annotations

@@ -376,6 +376,7 @@ class TokenStore:
 # --------------------------------------------------------------------------------- opening
 OPENERS: dict[str, str] = {
     "url": "mmpack.store.remote.opener:open_url",
+    "parts": "mmpack.store.parts:open_join",
     "megatron": "mmpack.store.foreign.megatron:open_megatron",
     "eos-separated": "mmpack.store.foreign.eos_separated:open_eos_separated",
 }
@@ -386,6 +387,7 @@ scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one ent
 here plus its module."""
 
 DETECTORS: tuple[str, ...] = (
+    "mmpack.store.parts:detect_join",
     "mmpack.store.foreign.megatron:detect_megatron",
     "mmpack.store.foreign.eos_separated:detect_npy",
 )

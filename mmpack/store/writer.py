@@ -51,11 +51,13 @@ from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.format import (
     BLOCK_BYTES,
+    META_FILE,
     OFFSETS_DTYPE,
     BlockChecksum,
     StoreMeta,
     normalize_token_dtype,
     smallest_token_dtype,
+    write_json_atomic,
 )
 from mmpack.store.reader import TokenStore, _as_path, _read_raw_meta, open_store
 
@@ -180,6 +182,11 @@ class StoreWriter:
         self.fsync = fsync
         self.store: TokenStore | None = None
         self._tmp: Path | None = None
+        self.extra: dict[str, Any] = {}
+        """Optional sections added to the metadata record at commit (e.g. ``"tokenizer"``,
+        ``"provenance"``): readers that do not know them ignore them, and they are not part of
+        the fingerprint."""
+        self._attached: dict[str, bytes] = {}
 
     # --------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> StoreWriter:
@@ -337,6 +344,14 @@ class StoreWriter:
         self._flush()
         self._write_block(tokens, lengths, first_doc=self._num_docs)
 
+    def attach(self, name: str, data: bytes) -> None:
+        """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit."""
+        if not isinstance(name, str) or "/" in name or name.startswith(".") or name in (
+            TOKENS_FILE, OFFSETS_FILE, META_FILE, "zarr.json", "tokens", "offsets", "cache",
+        ):
+            raise ValueError(f"cannot attach a file named {name!r} to a store")
+        self._attached[name] = bytes(data)
+
     # --------------------------------------------------------------------------- internals
     def _flush(self) -> None:
         if not self._buffer:
@@ -415,6 +430,13 @@ class StoreWriter:
         if tmp is None:
             raise RuntimeError("StoreWriter committed outside its with-block")
         get_backend(self.backend).commit(tmp, meta)
+        for name, data in self._attached.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    os.fsync(f.fileno())
+        if self.extra:
+            _write_extra(tmp, self.backend, meta, self.extra)
         _check_new_store(tmp, meta)  # the complete new store, before it replaces anything
         if self.fsync:
             _fsync_dir(self._tmp)
@@ -425,6 +447,21 @@ class StoreWriter:
             _fsync_dir(self.path.parent)
         self._tmp = None
         self.store = open_store(self.path)
+
+
+def _write_extra(tmp: Path, backend: str, meta: StoreMeta, extra: dict[str, Any]) -> None:
+    """Rewrite the committed metadata record with the optional ``extra`` sections."""
+    core = meta.to_json()
+    clash = set(extra) & set(core)
+    if clash:
+        raise ValueError(f"extra metadata may not replace the record's own keys {sorted(clash)}")
+    record = {**core, **extra}
+    if backend == "zarr":
+        from mmpack.store.backends._zarr import _zarr  # zarr stays imported by its backend only
+
+        _zarr().open_group(str(tmp), mode="a").attrs["mmpack"] = record
+    else:
+        write_json_atomic(tmp / META_FILE, record)
 
 
 class _BackgroundChecksum:

@@ -78,6 +78,7 @@ from mmpack.core.validation import (
     check_token_id,
     index_epochs,
 )
+from mmpack.store.vocab import check_in_vocab, resolve_special
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -131,6 +132,10 @@ class PackedDataset:
         Open bins of ``algorithm="stream"``.
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
+    check_vocab : bool
+        Refuse an eot, pad_id or mask_id outside the vocabulary the store records (stores built
+        from text record their tokenizer); ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size``
+        may also be ``"store"``: the id the store's tokenizer record gives.
 
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
     ``position_ids``, ``attention_mask`` (int64, (seqlen,)), ``cu_seqlens`` (int32, (m,)) and
@@ -155,6 +160,7 @@ class PackedDataset:
         label_shift: str = "next",
         lookahead: int = DEFAULT_LOOKAHEAD,
         cache: bool = True,
+        check_vocab: bool = True,
     ) -> None:
         if isinstance(store, (str, os.PathLike)):
             store = open_store(store)
@@ -166,6 +172,10 @@ class PackedDataset:
         self.seqlen = check_int(seqlen, "seqlen")
         if not 1 <= self.seqlen < _INT32_MAX:
             raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
+        eot, pad_id, mask_id, vocab_size = (
+            resolve_special(v, store, n) for v, n in
+            ((eot, "eot"), (pad_id, "pad_id"), (mask_id, "mask_id"), (vocab_size, "vocab_size"))
+        )
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.pad_id = check_token_id(pad_id, "pad_id")
         if mode not in MODES:
@@ -182,6 +192,8 @@ class PackedDataset:
         self.special_ids = masking.special_ids
         self.mask_id = masking.mask_id
         self.vocab_size = masking.vocab_size
+        check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id, "mask_id": self.mask_id},
+                       not check_vocab)
         self.seed: int = check_seed(seed)
         self.lookahead = check_int_range(lookahead, "lookahead", None)
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.

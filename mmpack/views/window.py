@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.store.vocab import check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.kernels.window import (
@@ -73,6 +74,10 @@ class WindowDataset:
         Keep every 256th document start in memory as a first search level (8 bytes per 256
         documents, built at construction by one strided read of ``offsets``), so a lookup stays
         in cache on huge stores.  Default: on from 2**20 documents.
+    check_vocab : bool
+        Refuse an eot or pad_id outside the vocabulary the store records (stores built from
+        text record their tokenizer).  ``eot`` and ``pad_id`` may also be ``"store"``: the
+        store's tokenizer's own id.
 
     Each sample is a dict of numpy arrays: ``input_ids`` (int64, (seqlen,)), ``labels`` (int64,
     (seqlen,), with ``labels=True``), ``position_ids`` (int64, (seqlen,), restarting at each
@@ -91,6 +96,7 @@ class WindowDataset:
         drop_last: bool = True,
         pad_id: int = 0,
         sampled_index: bool | None = None,
+        check_vocab: bool = True,
     ) -> None:
         if not isinstance(store, TokenStore):
             raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
@@ -99,10 +105,12 @@ class WindowDataset:
         if self.seqlen > _INT32_MAX - 1:
             raise ValueError(f"seqlen={seqlen} does not fit the int32 cu_seqlens")
         self.stride = self.seqlen if stride is None else check_positive_int(stride, "stride")
+        eot, pad_id = resolve_special(eot, store, "eot"), resolve_special(pad_id, store, "pad_id")
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.labels = bool(labels)
         self.drop_last = bool(drop_last)
         self.pad_id = check_token_id(pad_id, "pad_id")
+        check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id}, not check_vocab)
         self.sampled_index = (
             len(store) >= _SAMPLED_INDEX_DOCS if sampled_index is None else bool(sampled_index)
         )

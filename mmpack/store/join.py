@@ -1,0 +1,315 @@
+"""Writing joined stores: :func:`join` (``mmpack.join``, ``mmpack join PART... -o OUT``).
+
+The layout, the cost and the publishing protocol are described in :mod:`mmpack.store.parts`:
+``join`` reads only the parts' metadata and offsets, writes the global offsets (8 bytes per
+document) under a fresh name and then the manifest, atomically (a new join: temporary folder
+renamed into place; an append or overwrite: ``os.replace`` of the manifest under a lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import StoreExistsError, StoreNotFoundError
+from mmpack.store.format import (
+    BLOCK_BYTES,
+    OFFSETS_DTYPE,
+    BlockChecksum,
+    write_json_atomic,
+)
+from mmpack.store.parts import (
+    JOIN_FILE,
+    JOIN_FORMAT,
+    JOIN_VERSION,
+    JoinedStore,
+    _fingerprint,
+    _read_manifest,
+    open_join,
+)
+from mmpack.store.reader import TokenStore, _as_path, open_store
+from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
+
+__all__ = ["join", "write_join_into"]
+
+_LOCK_FILE = ".mmpack-join.lock"
+_TMP_TAG = ".mmpack-join-tmp-"
+_COPY_DOCS = 1 << 20
+
+
+# --------------------------------------------------------------------------------- joining
+def join(
+    parts: Sequence[str | os.PathLike[str] | TokenStore],
+    out: str | os.PathLike[str],
+    *,
+    append: bool = False,
+    overwrite: bool = False,
+    extra: dict[str, Any] | None = None,
+    mixed_tokenizers: bool = False,
+    fsync: bool = True,
+) -> JoinedStore:
+    """Join ``parts`` (complete stores, in order) into the store ``out`` without copying tokens.
+
+    Parameters
+    ----------
+    parts : sequence of paths, URLs or TokenStores
+        The parts in order; each may be any store ``mmpack.open`` reads (a join too).  Local
+        parts are recorded relative to ``out``, so moving ``out`` together with its parts keeps
+        it valid.
+    out : str or os.PathLike
+        The join folder.  It must not exist, unless it is a join and ``append`` or
+        ``overwrite`` is given.
+    append : bool
+        Add ``parts`` after the parts of the existing join ``out`` (whose parts must still match
+        their fingerprints); publishes a new manifest atomically.
+    overwrite : bool
+        Replace the manifest of the existing join ``out`` by one of ``parts`` only (the part
+        stores themselves are never deleted).
+    extra : dict, optional
+        Extra JSON-serialisable sections kept in the manifest (e.g. ``"provenance"``); not part
+        of the fingerprint.  By default the sections of the existing join are kept.
+    mixed_tokenizers : bool
+        Allow parts whose recorded tokenizers differ (refused by default: their ids mean
+        different things).  When every part records the same tokenizer, the join records it
+        too (and holds a copy of its ``tokenizer.json``).
+
+    Returns
+    -------
+    JoinedStore
+        The join, opened.  Its dtype is the widest of the parts'.
+
+    Raises
+    ------
+    StoreExistsError
+        ``out`` exists and is not a join, or is one and neither ``append`` nor ``overwrite``.
+    StoreNotFoundError, StateMismatchError
+        A part (or a part of the existing join when appending) is missing or changed.
+    ValueError
+        No parts, or ``out`` among them.
+    """
+    out = _as_path(out, "out")
+    if isinstance(parts, (str, bytes, os.PathLike)) or not isinstance(parts, Sequence):
+        raise TypeError(f"parts must be a list of stores or paths, got {type(parts).__name__}")
+    if append and overwrite:
+        raise ValueError("pass append=True or overwrite=True, not both")
+    if not parts and not append:
+        raise ValueError("parts is empty: a join needs at least one part")
+    if extra is not None and set(extra) & _CORE_KEYS:
+        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
+    out_abs = Path(os.path.abspath(out))
+    new = []
+    for k, item in enumerate(parts):
+        store = item if isinstance(item, TokenStore) else open_store(_part_arg(item, k))
+        if "://" not in store.location and Path(os.path.abspath(store.location)) == out_abs:
+            raise ValueError(f"part {k} is the join {str(out)!r} itself")
+        new.append(store)
+    exists = out.exists() or out.is_symlink()
+    if exists and not (out / JOIN_FILE).is_file():
+        raise StoreExistsError(f"{str(out)!r} exists and is not a joined store; not replacing it")
+    if exists and not (append or overwrite):
+        raise StoreExistsError(
+            f"{str(out)!r} exists; pass append=True (CLI --append) to add parts or "
+            "overwrite=True (--overwrite) to replace its manifest"
+        )
+    if not exists and append:
+        raise StoreNotFoundError(f"append=True but there is no joined store at {str(out)!r}")
+    if not exists:
+        if not out.parent.is_dir():
+            raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the join does not exist")
+        _clean_stale(out.parent, out.name)
+        tmp = out.parent / f".{out.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            _publish(tmp, out_abs, [], None, new, extra, fsync, mixed_tokenizers)
+            os.rename(tmp, out)  # fails if out appeared meanwhile: nothing replaced
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return open_join(out)
+    with _locked(out):
+        old_store = open_join(out) if append else None
+        old_raw = _read_manifest(out)
+        kept = list(old_raw["parts"]) if append else []
+        if extra is None:
+            extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS | {"tokenizer"}}
+        _publish(out, out_abs, kept, old_store, new, extra, fsync, mixed_tokenizers)
+        old_file = old_raw["offsets"]["file"]
+        if old_file != _read_manifest(out)["offsets"]["file"]:
+            with contextlib.suppress(OSError):
+                (out / old_file).unlink()  # readers that mapped it keep their mapping
+    return open_join(out)
+
+
+def write_join_into(
+    folder: str | os.PathLike[str],
+    parts: Sequence[str | os.PathLike[str] | TokenStore],
+    *,
+    extra: dict[str, Any] | None = None,
+    attach: dict[str, bytes] | None = None,
+    mixed_tokenizers: bool = False,
+    fsync: bool = True,
+) -> None:
+    """Write a join of ``parts`` into ``folder``, an existing folder that holds no join yet and
+    that the caller renames into place afterwards (e.g. a distributed build's staging folder,
+    whose parts live inside it): part locations are recorded relative to ``folder``; ``attach``
+    names small files (e.g. ``tokenizer.json``) written beside the manifest."""
+    folder = _as_path(folder, "folder")
+    if (folder / JOIN_FILE).exists():
+        raise StoreExistsError(f"{str(folder)!r} already holds a join")
+    if extra is not None and set(extra) & _CORE_KEYS:
+        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
+    stores = [p if isinstance(p, TokenStore) else open_store(_part_arg(p, k))
+              for k, p in enumerate(parts)]
+    for name, data in (attach or {}).items():
+        _write_file(folder, name, data)
+    _publish(folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync,
+             mixed_tokenizers)
+
+
+_CORE_KEYS = {"format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts",
+              "fingerprint"}
+
+
+def _part_arg(item: Any, k: int) -> Any:
+    if isinstance(item, (str, os.PathLike)):
+        return item
+    raise TypeError(f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}")
+
+
+def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
+             old: JoinedStore | None, new: list[TokenStore], extra: dict[str, Any] | None,
+             fsync: bool, mixed_tokenizers: bool = False) -> None:
+    """Write a new offsets file and then the manifest (atomically) into ``folder``."""
+    every = (list(old.parts) if old is not None else []) + list(new)
+    check_same_tokenizer(every, mixed_tokenizers, "parts")
+    extra = dict(extra or {})
+    if "tokenizer" not in extra:
+        rec, data = _common_tokenizer(every)
+        if rec is not None:
+            if data is not None:
+                _write_file(folder, rec["file"], data)
+            elif _holds_copy(folder, rec):  # e.g. appending to a distributed build's join
+                rec["file"] = "tokenizer.json"
+            extra["tokenizer"] = rec
+    name = f"offsets-{secrets.token_hex(6)}.bin"
+    tmp = folder / f".{name}.tmp"
+    crc = BlockChecksum(BLOCK_BYTES)
+    try:
+        with open(tmp, "wb") as f:
+            def put(values: np.ndarray) -> None:
+                data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
+                f.write(memoryview(data))  # type: ignore[arg-type]
+                crc.update(data)
+
+            if old is not None:
+                for lo in range(0, len(old) + 1, _COPY_DOCS):
+                    put(old.offsets[lo : lo + _COPY_DOCS])
+            else:
+                put(np.zeros(1, dtype=np.int64))
+            base = old.num_tokens if old is not None else 0
+            for part in new:
+                offs = part.offsets
+                for lo in range(1, len(part) + 1, _COPY_DOCS):
+                    put(offs[lo : lo + _COPY_DOCS].astype(np.int64) + base)
+                base += part.num_tokens
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    records = kept + [
+        {"location": _location_for(p, out_abs), "fingerprint": p.fingerprint,
+         "dtype": p.dtype.str, "num_docs": len(p), "num_tokens": p.num_tokens}
+        for p in new
+    ]
+    dtypes = [np.dtype(r["dtype"]) for r in records]
+    raw: dict[str, Any] = {
+        "format": JOIN_FORMAT,
+        "version": JOIN_VERSION,
+        "dtype": max(dtypes, key=lambda d: d.itemsize, default=np.dtype("<u1")).str,
+        "num_docs": sum(r["num_docs"] for r in records),
+        "num_tokens": sum(r["num_tokens"] for r in records),
+        "offsets": {"file": name, "block_bytes": BLOCK_BYTES, "crc32": crc.finish()},
+        "parts": records,
+    }
+    raw["fingerprint"] = _fingerprint(raw)
+    raw.update(extra or {})
+    write_json_atomic(folder / JOIN_FILE, raw)
+
+
+def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The tokenizer record every store shares (None if one records none or they differ) and
+    the bytes of a copied ``tokenizer.json`` from a local part, if any."""
+    records = [tokenizer_record(s) for s in stores]
+    if not records or any(r is None for r in records):
+        return None, None
+    if len({r.get("identity") for r in records}) != 1:  # type: ignore[union-attr]
+        return None, None
+    rec = {k: v for k, v in records[0].items() if k != "file"}  # type: ignore[union-attr]
+    for store, r in zip(stores, records):
+        name = r.get("file")  # type: ignore[union-attr]
+        if name and "://" not in store.location and (Path(store.path) / name).is_file():
+            rec["file"] = name
+            return rec, (Path(store.path) / name).read_bytes()
+    return rec, None
+
+
+def _holds_copy(folder: Path, rec: dict[str, Any]) -> bool:
+    """Whether ``folder`` already holds the recorded tokenizer's ``tokenizer.json``."""
+    try:
+        data = (folder / "tokenizer.json").read_bytes()
+    except OSError:
+        return False
+    return "sha256:" + hashlib.sha256(data).hexdigest() == rec.get("identity")
+
+
+def _write_file(folder: Path, name: str, data: bytes) -> None:
+    if "/" in name or name.startswith(".") or name == JOIN_FILE:
+        raise ValueError(f"cannot write a file named {name!r} into a join")
+    tmp = folder / f".{name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _location_for(store: TokenStore, out_abs: Path) -> str:
+    loc = store.location
+    if "://" in loc:
+        return loc
+    return os.path.relpath(os.path.abspath(loc), out_abs)
+
+
+@contextlib.contextmanager
+def _locked(out: Path):
+    with open(out / _LOCK_FILE, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _clean_stale(parent: Path, name: str) -> None:
+    """Remove temporary join folders of dead processes."""
+    prefix = f".{name}{_TMP_TAG}"
+    for entry in parent.glob(prefix + "*"):
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry, ignore_errors=True)
+            except PermissionError:
+                pass
