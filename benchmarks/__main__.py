@@ -65,7 +65,12 @@ def print_table(title: str, rows: list[dict[str, Any]], out=sys.stdout) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("topics", nargs="*", metavar="TOPIC", help=f"topics to run, of {sorted(TOPICS)} (default all)")
+    parser.add_argument(
+        "topics",
+        nargs="*",
+        metavar="TOPIC",
+        help=f"topics to run, of {sorted(TOPICS)} (default all)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run for CI")
     args = parser.parse_args(argv)
     topics = args.topics or list(TOPICS)
@@ -74,15 +79,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown topic(s) {unknown}; choose from {sorted(TOPICS)}")
     RESULTS.mkdir(exist_ok=True)
     report: dict[str, Any] = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+        },
         "quick": args.quick,
         "topics": {},
     }
     header = f"mmpack benchmarks ({'quick' if args.quick else 'full'}) on {os.cpu_count()} CPUs"
     print(header)
     tables = io.StringIO()
-    tables.write(f"# {header}\n\nCommand: `python -m benchmarks{' --quick' if args.quick else ''}`\n")
+    tables.write(
+        f"# {header}\n\nCommand: `python -m benchmarks{' --quick' if args.quick else ''}`\n"
+    )
     failed = []
     for name in topics:
         module = importlib.import_module(TOPICS[name])

@@ -174,10 +174,15 @@ def _single_rows(store: Any, quick: bool) -> list[dict[str, Any]]:
     for m, (label, advice) in enumerate(_SINGLE_MODES, start=1):
         col = times[m, : max(10, n // 5)] if advice == "normal" else times[m]
         ours = float(np.median(col))
-        row = {"case": f"cold ds[i] window, {label}", "p50 us": ours * 1e6,
-               "p90 us": float(np.percentile(col, 90)) * 1e6,
-               "floor p50 us": floor * 1e6, "floor": "cold os.pread of the same bytes",
-               "ratio": ours / floor, "resident before": left}
+        row = {
+            "case": f"cold ds[i] window, {label}",
+            "p50 us": ours * 1e6,
+            "p90 us": float(np.percentile(col, 90)) * 1e6,
+            "floor p50 us": floor * 1e6,
+            "floor": "cold os.pread of the same bytes",
+            "ratio": ours / floor,
+            "resident before": left,
+        }
         if advice is None:
             row.update(target="ratio <= 1.5", met=ours / floor <= 1.5)
         rows.append(row)
@@ -209,13 +214,13 @@ def _batch_rows(store: Any, view: Any, name: str, batch: int, quick: bool) -> li
         with ThreadPoolExecutor(16) as pool:
             for row in batches:
                 rr = ranges_of(row)
-                t["mmpack"].append(timed(lambda: view.__getitems__(row)))  # noqa: B023
-                t["pread"].append(timed(lambda: _pread_all(fd, rr)))  # noqa: B023
-                t["pread16"].append(timed(
-                    lambda: list(pool.map(lambda r: os.pread(fd, r[1], r[0]), rr))  # noqa: B023
-                ))
+                t["mmpack"].append(timed(lambda: view.__getitems__(row)))
+                t["pread"].append(timed(lambda: _pread_all(fd, rr)))
+                t["pread16"].append(
+                    timed(lambda: list(pool.map(lambda r: os.pread(fd, r[1], r[0]), rr)))
+                )
                 with _OldBehaviour(store, "normal"):  # last: its read-ahead outlives the call
-                    t["before"].append(timed(lambda: view.__getitems__(row)))  # noqa: B023
+                    t["before"].append(timed(lambda: view.__getitems__(row)))
                 time.sleep(10 * _SETTLE_S)
     finally:
         os.close(fd)
@@ -243,21 +248,43 @@ def _batch_rows(store: Any, view: Any, name: str, batch: int, quick: bool) -> li
     rate = {k: tokens / v / 1e6 for k, v in out.items()}
     case = f"cold shuffled {name} batches x{batch}"
     return [
-        {"case": f"{case}, before (default advice, fault by fault)", "batch ms": out["before"] * 1e3,
-         "Mtok/s": rate["before"]},
-        {"case": f"{case}, mmpack (batch prefetch)", "batch ms": out["mmpack"] * 1e3,
-         "Mtok/s": rate["mmpack"], "vs before": out["before"] / out["mmpack"],
-         "vs pread loop": out["pread"] / out["mmpack"], "vs pread x16 threads": out["pread16"] / out["mmpack"],
-         "vs warm": out["warm"] / out["mmpack"], "target": "vs before >= 5",
-         "met": out["before"] / out["mmpack"] >= 5},
-        {"case": f"{case}, pread loop over the same ranges", "batch ms": out["pread"] * 1e3,
-         "Mtok/s": rate["pread"]},
-        {"case": f"{case}, pread from 16 threads", "batch ms": out["pread16"] * 1e3,
-         "Mtok/s": rate["pread16"]},
-        {"case": f"{case}, warm (same batches in memory)", "batch ms": out["warm"] * 1e3,
-         "Mtok/s": rate["warm"]},
-        {"case": f"{case}, Lookahead depth 2, {STEP_S * 1e3:.0f} ms step", "batch ms": out["lookahead"] * 1e3,
-         "Mtok/s": rate["lookahead"], "vs warm": out["warm"] / out["lookahead"]},
+        {
+            "case": f"{case}, before (default advice, fault by fault)",
+            "batch ms": out["before"] * 1e3,
+            "Mtok/s": rate["before"],
+        },
+        {
+            "case": f"{case}, mmpack (batch prefetch)",
+            "batch ms": out["mmpack"] * 1e3,
+            "Mtok/s": rate["mmpack"],
+            "vs before": out["before"] / out["mmpack"],
+            "vs pread loop": out["pread"] / out["mmpack"],
+            "vs pread x16 threads": out["pread16"] / out["mmpack"],
+            "vs warm": out["warm"] / out["mmpack"],
+            "target": "vs before >= 5",
+            "met": out["before"] / out["mmpack"] >= 5,
+        },
+        {
+            "case": f"{case}, pread loop over the same ranges",
+            "batch ms": out["pread"] * 1e3,
+            "Mtok/s": rate["pread"],
+        },
+        {
+            "case": f"{case}, pread from 16 threads",
+            "batch ms": out["pread16"] * 1e3,
+            "Mtok/s": rate["pread16"],
+        },
+        {
+            "case": f"{case}, warm (same batches in memory)",
+            "batch ms": out["warm"] * 1e3,
+            "Mtok/s": rate["warm"],
+        },
+        {
+            "case": f"{case}, Lookahead depth 2, {STEP_S * 1e3:.0f} ms step",
+            "batch ms": out["lookahead"] * 1e3,
+            "Mtok/s": rate["lookahead"],
+            "vs warm": out["warm"] / out["lookahead"],
+        },
     ]
 
 
@@ -283,8 +310,9 @@ print(json.dumps({"import mmpack": t1 - t0, "open": t2 - t1, "first window sampl
 
 def _python(code: str, *args: str, env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, *args], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL
+    )
     return time.perf_counter() - t0
 
 
@@ -298,16 +326,23 @@ def first_call_rows(store_path: Path, tmp: Path) -> list[dict[str, Any]]:
         if label.endswith("cold"):
             shutil.rmtree(cache, ignore_errors=True)
         e = dict(env, NUMBA_CACHE_DIR=str(cache))
-        res = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(store_path)], env=e,
-                             check=True, capture_output=True, text=True)
+        res = subprocess.run(
+            [sys.executable, "-c", _FIRST_CALL, str(store_path)],
+            env=e,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         figures = json.loads(res.stdout.strip().splitlines()[-1])
         rows.append({"case": f"first call, {label}", **{f"{k} s": v for k, v in figures.items()}})
-    rows.append({
-        "case": "first call, for scale",
-        "python -c pass s": _python("pass", env=env),
-        "import numpy s": _python("import numpy", env=env),
-        "import numba s": _python("import numba", env=env),
-    })
+    rows.append(
+        {
+            "case": "first call, for scale",
+            "python -c pass s": _python("pass", env=env),
+            "import numpy s": _python("import numpy", env=env),
+            "import numba s": _python("import numba", env=env),
+        }
+    )
     return rows
 
 
@@ -333,10 +368,18 @@ def _scan_rows(store: Any, n: int) -> list[dict[str, Any]]:
         before = scan()
     case = f"cold scan of {n:,} documents (iteration)"
     return [
-        {"case": f"{case}, mmpack (MADV_RANDOM + scan read-ahead)", "seconds": shipped,
-         "ratio": shipped / before, "floor": "the default advice (before)", "floor seconds": before},
-        {"case": f"{case}, MADV_RANDOM without scan read-ahead", "seconds": random_only,
-         "ratio": random_only / before},
+        {
+            "case": f"{case}, mmpack (MADV_RANDOM + scan read-ahead)",
+            "seconds": shipped,
+            "ratio": shipped / before,
+            "floor": "the default advice (before)",
+            "floor seconds": before,
+        },
+        {
+            "case": f"{case}, MADV_RANDOM without scan read-ahead",
+            "seconds": random_only,
+            "ratio": random_only / before,
+        },
     ]
 
 
@@ -348,8 +391,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         n_docs = 50_000 if quick else 2_300_000
         store = _make_store(tmp / "c4", _lengths(n_docs, 5.48, 1.15))
         label = f"{store.num_tokens / 1e9:.2f}B tokens, {store.tokens.nbytes / 2**30:.2f} GiB"
-        rows.append({"case": f"store: {n_docs:,} C4-like docs, {label}",
-                     "resident after evict": evict(store)})
+        rows.append(
+            {
+                "case": f"store: {n_docs:,} C4-like docs, {label}",
+                "resident after evict": evict(store),
+            }
+        )
         rows += _single_rows(store, quick)
         window = WindowDataset(store, SEQLEN, eot=EOT, labels=True)
         rows += _batch_rows(store, window, "window", 64 if quick else 256, quick)
@@ -368,9 +415,15 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             pass
         t_read = time.perf_counter() - t0
         os.close(fd)
-        rows.append({"case": "cold store.verify() (sequential advice)", "seconds": t_verify,
-                     "floor seconds": t_read, "floor": "cold os.read of tokens.bin, 16 MiB chunks",
-                     "ratio": t_verify / t_read})
+        rows.append(
+            {
+                "case": "cold store.verify() (sequential advice)",
+                "seconds": t_verify,
+                "floor seconds": t_read,
+                "floor": "cold os.read of tokens.bin, 16 MiB chunks",
+                "ratio": t_verify / t_read,
+            }
+        )
         rows += _scan_rows(store, 20_000 if quick else 200_000)
         del store, window, packed
     finally:

@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from mmpack.torch.collate import collate
-from mmpack.views.packed import PackedDataset
-from mmpack.torch.sampler import ResumableSampler
 from mmpack.store.writer import StoreWriter
+from mmpack.torch.collate import collate
+from mmpack.torch.sampler import ResumableSampler
+from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
 BATCH, SEQLEN, EOT = 32, 2048, 50256
@@ -49,9 +49,15 @@ def _make_store(path: Path, n_docs: int):
 
 def _tokens_per_second(ds, workers: int, batches: int) -> float:
     sampler = ResumableSampler(len(ds), seed=0)
-    loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers,
-                        collate_fn=collate, persistent_workers=workers > 0,
-                        prefetch_factor=4 if workers else None)
+    loader = DataLoader(
+        ds,
+        batch_size=BATCH,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=collate,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers else None,
+    )
     it = iter(loader)
     for _ in range(3):  # warm-up: worker start, kernel compile/cache load
         next(it)
@@ -70,19 +76,31 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         store = _make_store(tmp / "s", 100_000 if quick else 1_000_000)
         views = {
             "packed causal": PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1),
-            "packed mlm": PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1, mode="mlm",
-                                        mask_id=EOT + 2, vocab_size=EOT + 3),
+            "packed mlm": PackedDataset(
+                store,
+                SEQLEN,
+                eot=EOT,
+                pad_id=EOT + 1,
+                mode="mlm",
+                mask_id=EOT + 2,
+                vocab_size=EOT + 3,
+            ),
             "window": WindowDataset(store, SEQLEN, eot=EOT, labels=True),
         }
         batches = 20 if quick else 200
         for name, ds in views.items():
             for workers in (0, 2):
                 tps = _tokens_per_second(ds, workers, batches)
-                rows.append({
-                    "case": f"{name}, {workers} workers", "Mtok/s": tps / 1e6,
-                    "x 7B GPU (17k tok/s)": tps / GPU_7B, "x 124M GPU (0.4M tok/s)": tps / GPU_124M,
-                    "target": "never the bottleneck (> 1x)", "met": tps > GPU_124M,
-                })
+                rows.append(
+                    {
+                        "case": f"{name}, {workers} workers",
+                        "Mtok/s": tps / 1e6,
+                        "x 7B GPU (17k tok/s)": tps / GPU_7B,
+                        "x 124M GPU (0.4M tok/s)": tps / GPU_124M,
+                        "target": "never the bottleneck (> 1x)",
+                        "met": tps > GPU_124M,
+                    }
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
@@ -94,13 +112,23 @@ class _FreshTensors:
     def __call__(self, samples):
         import torch
 
-        return {k: torch.zeros(len(samples), SEQLEN, dtype=torch.int64) for k in ("input_ids", "labels", "position_ids")}
+        return {
+            k: torch.zeros(len(samples), SEQLEN, dtype=torch.int64)
+            for k in ("input_ids", "labels", "position_ids")
+        }
 
 
 def _tokens_per_second_with(ds, workers: int, batches: int, collate_fn) -> float:
     sampler = ResumableSampler(len(ds), seed=0)
-    loader = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers, collate_fn=collate_fn,
-                        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)
+    loader = DataLoader(
+        ds,
+        batch_size=BATCH,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=collate_fn,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers else None,
+    )
     it = iter(loader)
     for _ in range(3):
         next(it)
@@ -124,7 +152,10 @@ def run_workers(quick: bool = False, reps: int = 3) -> list[dict[str, Any]]:
         ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1)
         cases = [("naive floor (3 fresh int64 tensors)", 2, _FreshTensors())]
         cases += [(f"collate int64, {w} workers", w, collate) for w in (0, 1, 2)]
-        cases += [(f"SharedCollator int32, {w} workers", w, SharedCollator(dtype=torch.int32)) for w in (0, 1, 2)]
+        cases += [
+            (f"SharedCollator int32, {w} workers", w, SharedCollator(dtype=torch.int32))
+            for w in (0, 1, 2)
+        ]
         cases += [("SharedCollator int64, 2 workers", 2, SharedCollator())]
         batches = 30 if quick else 100
         figures: dict[str, list[float]] = {name: [] for name, _, _ in cases}
@@ -135,8 +166,14 @@ def run_workers(quick: bool = False, reps: int = 3) -> list[dict[str, Any]]:
         rows = []
         for name, _, _ in cases:
             med = float(np.median(figures[name]))
-            rows.append({"case": name, "Mtok/s (median)": med / 1e6,
-                         "runs": " ".join(f"{x / 1e6:.0f}" for x in figures[name]), "x floor": med / floor})
+            rows.append(
+                {
+                    "case": name,
+                    "Mtok/s (median)": med / 1e6,
+                    "runs": " ".join(f"{x / 1e6:.0f}" for x in figures[name]),
+                    "x floor": med / floor,
+                }
+            )
         return rows
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -51,9 +51,12 @@ def _train(texts: list[str], out: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=8000, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=8000,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts[:400], trainer)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
@@ -108,26 +111,38 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         def floor() -> int:
             n = 0
             for a in range(0, len(texts), 1000):
-                n += sum(len(e.ids) for e in rust.encode_batch(texts[a : a + 1000],
-                                                              add_special_tokens=False))
+                n += sum(
+                    len(e.ids)
+                    for e in rust.encode_batch(texts[a : a + 1000], add_special_tokens=False)
+                )
             return n
 
         tokens = floor()
         t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        )
         startup = time.perf_counter() - t0
+
         def megatron(out: Path):
             return _megatron_recipe(files, rust, out)
 
         cases = {
-            "Megatron recipe, 1 process (json.loads, encode per doc, IndexedDatasetBuilder)":
-                megatron,
+            "Megatron recipe, 1 process (json.loads, encode per doc, IndexedDatasetBuilder)": megatron,
             "build, 1 worker": lambda out: ingest(files, out, tokenizer=bpe, workers=1),
             "build, 2 workers": lambda out: ingest(files, out, tokenizer=bpe, workers=2),
             "build --engine dask, 2 workers": lambda out: build_distributed(
-                files, out, engine="dask", scheduler=cluster.scheduler_address, tokenizer=bpe,
-                part_bytes=1 + sum(Path(f).stat().st_size for f in files) // 8),
+                files,
+                out,
+                engine="dask",
+                scheduler=cluster.scheduler_address,
+                tokenizer=bpe,
+                part_bytes=1 + sum(Path(f).stat().st_size for f in files) // 8,
+            ),
         }
         try:
             for name, fn in cases.items():
@@ -145,14 +160,20 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     ratios.append(f / t)
                     ours.append(t)
                     floors.append(f)
-                rows.append({"case": name, "tokens": tokens,
-                             "build Mtok/s": tokens / float(np.median(ours)) / 1e6,
-                             "encode_batch Mtok/s": tokens / float(np.median(floors)) / 1e6,
-                             "build / encode_batch": float(np.median(ratios))})
+                rows.append(
+                    {
+                        "case": name,
+                        "tokens": tokens,
+                        "build Mtok/s": tokens / float(np.median(ours)) / 1e6,
+                        "encode_batch Mtok/s": tokens / float(np.median(floors)) / 1e6,
+                        "build / encode_batch": float(np.median(ratios)),
+                    }
+                )
         finally:
             cluster.close()
-        rows.append({"case": "LocalCluster start-up (2 workers), s", "tokens": 0,
-                     "build Mtok/s": startup})
+        rows.append(
+            {"case": "LocalCluster start-up (2 workers), s", "tokens": 0, "build Mtok/s": startup}
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows

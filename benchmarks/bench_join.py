@@ -59,8 +59,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
         cuts = np.linspace(0, len(docs), n_parts + 1).astype(int)
-        parts = [mmpack.build(tmp / f"part-{k:03d}", docs[a:b], fsync=False)
-                 for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        parts = [
+            mmpack.build(tmp / f"part-{k:03d}", docs[a:b], fsync=False)
+            for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))
+        ]
         single = mmpack.build(tmp / "single", docs, fsync=False)
         parts_bytes = sum(_size(p.path) for p in parts)
         token_bytes = single.num_tokens * 2
@@ -70,11 +72,19 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             joined = mmpack.join(parts, tmp / f"join-{r}")
             times.append(time.perf_counter() - t0)
         written = _size(tmp / "join-0")
-        rows.append({"case": "join", "parts": n_parts, "documents": len(single),
-                     "tokens": single.num_tokens, "seconds (median of 5)": float(np.median(times)),
-                     "bytes written": written, "parts' bytes": parts_bytes,
-                     "written / token bytes": written / token_bytes,
-                     "met": written / token_bytes <= 0.01})
+        rows.append(
+            {
+                "case": "join",
+                "parts": n_parts,
+                "documents": len(single),
+                "tokens": single.num_tokens,
+                "seconds (median of 5)": float(np.median(times)),
+                "bytes written": written,
+                "parts' bytes": parts_bytes,
+                "written / token bytes": written / token_bytes,
+                "met": written / token_bytes <= 0.01,
+            }
+        )
         rng = np.random.default_rng(1)
         for name, make in (
             ("windows 32x2048", lambda s: WindowDataset(s, 2048, eot=0)),
@@ -86,9 +96,15 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 a.__getitems__(idx)
                 b.__getitems__(idx)
             tj, ts, ratio = _paired_batches(a, b, batches)
-            rows.append({"case": name, "joined ms/batch": tj * 1e3, "single ms/batch": ts * 1e3,
-                         "joined / single (median of pairs)": ratio,
-                         "joined Mtok/s": 32 * 2048 / tj / 1e6})
+            rows.append(
+                {
+                    "case": name,
+                    "joined ms/batch": tj * 1e3,
+                    "single ms/batch": ts * 1e3,
+                    "joined / single (median of pairs)": ratio,
+                    "joined Mtok/s": 32 * 2048 / tj / 1e6,
+                }
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows

@@ -35,8 +35,15 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         raw = _raw_view(store)
         views = {
             "causal": PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1),
-            "mlm": PackedDataset(store, SEQLEN, eot=EOT, pad_id=EOT + 1, mode="mlm",
-                                 mask_id=EOT + 2, vocab_size=EOT + 3),
+            "mlm": PackedDataset(
+                store,
+                SEQLEN,
+                eot=EOT,
+                pad_id=EOT + 1,
+                mode="mlm",
+                mask_id=EOT + 2,
+                vocab_size=EOT + 3,
+            ),
         }
         rng = np.random.default_rng(0)
         n_single = 5000 if quick else 50_000
@@ -46,11 +53,16 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             ds.__getitems__(idx[:2000])  # touch the pages
             ours = median_p99(per_item_seconds(lambda i: ds[int(i)], idx))
             floor = median_p99(per_item_seconds(lambda s: raw[s : s + SEQLEN].copy(), starts))
-            rows.append({
-                "case": f"ds[i] {name}", "p50 us": ours[0] * 1e6, "p99 us": ours[1] * 1e6,
-                "floor p50 us": floor[0] * 1e6, "floor": "raw[s:s+L].copy()",
-                "ratio": ours[0] / floor[0],
-            })
+            rows.append(
+                {
+                    "case": f"ds[i] {name}",
+                    "p50 us": ours[0] * 1e6,
+                    "p99 us": ours[1] * 1e6,
+                    "floor p50 us": floor[0] * 1e6,
+                    "floor": "raw[s:s+L].copy()",
+                    "ratio": ours[0] / floor[0],
+                }
+            )
             for batch in (32, 128):
                 calls = 30 if quick else 200
                 batches = rng.integers(0, len(ds), size=(calls, batch))
@@ -69,13 +81,18 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 t_floor = median_p99(per_call_seconds(numpy_floor, calls))
                 tokens = batch * SEQLEN
                 ratio = t_floor[0] / t_ours[0]
-                rows.append({
-                    "case": f"__getitems__ x{batch} {name}", "Mtok/s": tokens / t_ours[0] / 1e6,
-                    "p99 Mtok/s": tokens / t_ours[1] / 1e6, "floor Mtok/s": tokens / t_floor[0] / 1e6,
-                    "floor": "buf[k] = raw[s:s+L] (reused)", "ratio": ratio,
-                    "target": ">= 0.7 of floor" if name == "causal" else "",
-                    "met": ratio >= 0.7 if name == "causal" else "",
-                })
+                rows.append(
+                    {
+                        "case": f"__getitems__ x{batch} {name}",
+                        "Mtok/s": tokens / t_ours[0] / 1e6,
+                        "p99 Mtok/s": tokens / t_ours[1] / 1e6,
+                        "floor Mtok/s": tokens / t_floor[0] / 1e6,
+                        "floor": "buf[k] = raw[s:s+L] (reused)",
+                        "ratio": ratio,
+                        "target": ">= 0.7 of floor" if name == "causal" else "",
+                        "met": ratio >= 0.7 if name == "causal" else "",
+                    }
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows

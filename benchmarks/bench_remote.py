@@ -61,8 +61,10 @@ def _docs(n_tokens: int, seed: int = 0) -> list[np.ndarray]:
 def _views(store: Any) -> dict[str, Any]:
     import mmpack
 
-    return {"window": mmpack.WindowDataset(store, SEQLEN, eot=50_000),
-            "packed": mmpack.PackedDataset(store, SEQLEN, eot=50_000)}
+    return {
+        "window": mmpack.WindowDataset(store, SEQLEN, eot=50_000),
+        "packed": mmpack.PackedDataset(store, SEQLEN, eot=50_000),
+    }
 
 
 def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) -> float:
@@ -97,59 +99,88 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             mmpack.build(url, docs, storage_options=server.options, overwrite=True)
             upload_s = time.perf_counter() - t0
             local = mmpack.build(tmp / "local", docs)
-            rows.append({"case": "build + upload", "seconds": upload_s,
-                         "MB": local.num_tokens * 2 / 1e6})
+            rows.append(
+                {"case": "build + upload", "seconds": upload_s, "MB": local.num_tokens * 2 / 1e6}
+            )
             for kind, local_view in _views(local).items():
                 n = len(local_view)
                 order = np.random.default_rng(1).permutation(n)
                 n_batches = min(n // BATCH, 12 if quick else 48)  # a part of an epoch
-                batches = [order[b * BATCH:(b + 1) * BATCH] for b in range(n_batches)]
+                batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
                 served = n_batches * BATCH * SEQLEN * 2
                 tokens = served // 2
                 _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
                 local_s = _epoch(local_view, batches, 0, 0)
                 k_step = min(n_batches, 12)
                 local_step_s = _epoch(local_view, batches[:k_step], 0, STEP_SECONDS) / k_step
-                rows.append({"case": f"{kind} local memmap", "Mtok/s": tokens / local_s / 1e6,
-                             "vs local": 1.0, "batches": n_batches})
+                rows.append(
+                    {
+                        "case": f"{kind} local memmap",
+                        "Mtok/s": tokens / local_s / 1e6,
+                        "vs local": 1.0,
+                        "batches": n_batches,
+                    }
+                )
                 for delay in delays:
                     proxy = s3.DelayProxy(server.port, delay)
                     try:
                         opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=32)
                         tag = f"{kind} remote {delay * 1e3:.0f} ms"
                         for ahead in (0, depth):
-                            store = mmpack.open(url, storage_options=opts,
-                                                cache_dir=tmp / f"c-{kind}-{delay}-{ahead}")
+                            store = mmpack.open(
+                                url,
+                                storage_options=opts,
+                                cache_dir=tmp / f"c-{kind}-{delay}-{ahead}",
+                            )
                             secs = _epoch(_views(store)[kind], batches, ahead, 0)
                             label = tag + (f" + look-ahead {ahead}" if ahead else "")
-                            row = {"case": label, "Mtok/s": tokens / secs / 1e6,
-                                   "vs local": local_s / secs, "batches": n_batches,
-                                   "fetched/served":
-                                       store._backend.stats["bytes_fetched"] / served}
+                            row = {
+                                "case": label,
+                                "Mtok/s": tokens / secs / 1e6,
+                                "vs local": local_s / secs,
+                                "batches": n_batches,
+                                "fetched/served": store._backend.stats["bytes_fetched"] / served,
+                            }
                             if ahead and delay == 0.02:
                                 row.update(target="≥ 0.5", met=local_s / secs >= 0.5)
                             rows.append(row)
-                        store = mmpack.open(url, storage_options=opts,
-                                            cache_dir=tmp / f"s-{kind}-{delay}")
-                        step_s = _epoch(_views(store)[kind], batches[:k_step], depth,
-                                        STEP_SECONDS) / k_step
-                        rows.append({"case": f"{tag} + look-ahead {depth}, "
-                                             f"{STEP_SECONDS * 1e3:.0f} ms step per batch",
-                                     "vs local": local_step_s / step_s, "batches": k_step})
+                        store = mmpack.open(
+                            url, storage_options=opts, cache_dir=tmp / f"s-{kind}-{delay}"
+                        )
+                        step_s = (
+                            _epoch(_views(store)[kind], batches[:k_step], depth, STEP_SECONDS)
+                            / k_step
+                        )
+                        rows.append(
+                            {
+                                "case": f"{tag} + look-ahead {depth}, "
+                                f"{STEP_SECONDS * 1e3:.0f} ms step per batch",
+                                "vs local": local_step_s / step_s,
+                                "batches": k_step,
+                            }
+                        )
                         if delay == max(delays):  # the node cache: fill it, then a new reader
                             cache = tmp / f"cache-{kind}"
-                            first = mmpack.open(url, storage_options=opts, cache_dir=cache,
-                                                cache_limit=1 << 30)
+                            first = mmpack.open(
+                                url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30
+                            )
                             _epoch(_views(first)[kind], batches, depth, 0)
-                            again = mmpack.open(url, storage_options=opts, cache_dir=cache,
-                                                cache_limit=1 << 30)
+                            again = mmpack.open(
+                                url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30
+                            )
                             secs = _epoch(_views(again)[kind], batches, 0, 0)
-                            rows.append({
-                                "case": f"{tag}, same batches again, node cache (new reader)",
-                                "Mtok/s": tokens / secs / 1e6, "vs local": local_s / secs,
-                                "batches": n_batches,
-                                "fetched/served": again._backend.stats["bytes_fetched"] / served,
-                                "target": "≥ 0.8", "met": local_s / secs >= 0.8})
+                            rows.append(
+                                {
+                                    "case": f"{tag}, same batches again, node cache (new reader)",
+                                    "Mtok/s": tokens / secs / 1e6,
+                                    "vs local": local_s / secs,
+                                    "batches": n_batches,
+                                    "fetched/served": again._backend.stats["bytes_fetched"]
+                                    / served,
+                                    "target": "≥ 0.8",
+                                    "met": local_s / secs >= 0.8,
+                                }
+                            )
                     finally:
                         proxy.close()
         finally:

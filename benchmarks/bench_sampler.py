@@ -117,8 +117,16 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         next(it)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    rows.append({"case": "memory: build + 100k draws (tracemalloc peak)", "n": n, "unit": "KiB",
-                 "median": peak / 1024, "p99": peak / 1024, "calls": 1})
+    rows.append(
+        {
+            "case": "memory: build + 100k draws (tracemalloc peak)",
+            "n": n,
+            "unit": "KiB",
+            "median": peak / 1024,
+            "p99": peak / 1024,
+            "calls": 1,
+        }
+    )
 
     state = sampler.state_dict()
     resume_times = {}
@@ -133,8 +141,16 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         resume_times[where] = _times(resume, calls)
         rows.append(_time_row(f"resume at position {where}", n, resume_times[where]))
     ratio = float(np.median(resume_times["n/2"]) / np.median(resume_times["0"]))
-    rows.append({"case": "resume time ratio n/2 : 0", "n": n, "unit": "x", "median": ratio, "p99": ratio,
-                 "calls": calls})
+    rows.append(
+        {
+            "case": "resume time ratio n/2 : 0",
+            "n": n,
+            "unit": "x",
+            "median": ratio,
+            "p99": ratio,
+            "calls": calls,
+        }
+    )
 
     sources = [_Source(10**9), _Source(2 * 10**9), _Source(3 * 10**9)]
     medians = {}
@@ -146,17 +162,36 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rows.append(_rate_row("mixture.locate_many (3 sources)", num_samples, times, CHUNK))
         scalar = iter(rng.integers(0, num_samples, 10 * calls + 10).tolist())
         rows.append(
-            _rate_row("mixture.locate (scalar)", num_samples, _times(lambda: mixture.locate(next(scalar)), 10 * calls), 1)
+            _rate_row(
+                "mixture.locate (scalar)",
+                num_samples,
+                _times(lambda: mixture.locate(next(scalar)), 10 * calls),
+                1,
+            )
         )
     ratio = medians[10**9] / medians[10**6]
-    rows.append({"case": "mixture lookup time ratio 1e9 : 1e6", "n": 10**9, "unit": "x", "median": ratio,
-                 "p99": ratio, "calls": calls})
+    rows.append(
+        {
+            "case": "mixture lookup time ratio 1e9 : 1e6",
+            "n": 10**9,
+            "unit": "x",
+            "median": ratio,
+            "p99": ratio,
+            "calls": calls,
+        }
+    )
     # Small sources repeat many times: a batch then spans many passes, one permutation each.
-    small = Mixture([_Source(10**5), _Source(10**6), _Source(10**7)], [0.5, 0.3, 0.2], num_samples=10**9)
+    small = Mixture(
+        [_Source(10**5), _Source(10**6), _Source(10**7)], [0.5, 0.3, 0.2], num_samples=10**9
+    )
     positions = rng.integers(0, 10**9, CHUNK)
     rows.append(
-        _rate_row("mixture.locate_many (small sources, ~5000 passes)", 10**9,
-                  _times(lambda: small.locate_many(positions), calls), CHUNK)
+        _rate_row(
+            "mixture.locate_many (small sources, ~5000 passes)",
+            10**9,
+            _times(lambda: small.locate_many(positions), calls),
+            CHUNK,
+        )
     )
     return rows
 
@@ -166,7 +201,9 @@ def main(argv: list[str]) -> None:
     rows = run(quick="--quick" in argv)
     print(f"{'case':<46} {'n':>15} {'median':>14} {'p99':>14}  unit")
     for r in rows:
-        print(f"{r['case']:<46} {r['n']:>15,} {r['median']:>14,.2f} {r['p99']:>14,.2f}  {r['unit']}")
+        print(
+            f"{r['case']:<46} {r['n']:>15,} {r['median']:>14,.2f} {r['p99']:>14,.2f}  {r['unit']}"
+        )
     print(f"({time.perf_counter() - t0:.1f} s)")
 
 

@@ -89,19 +89,33 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         ]:
             t, floor, ratio = _paired(fn, raw_write, repeats)
             checked = "fsync" not in name
-            rows.append({"case": name, "tokens": ntok, "Mtok/s": ntok / t / 1e6,
-                         "floor Mtok/s (tofile)": ntok / floor / 1e6,
-                         "ratio": ratio, "target": ">= 0.5" if checked else "",
-                         "met": (ratio >= 0.5) if checked else ""})
+            rows.append(
+                {
+                    "case": name,
+                    "tokens": ntok,
+                    "Mtok/s": ntok / t / 1e6,
+                    "floor Mtok/s (tofile)": ntok / floor / 1e6,
+                    "ratio": ratio,
+                    "target": ">= 0.5" if checked else "",
+                    "met": (ratio >= 0.5) if checked else "",
+                }
+            )
 
         tracemalloc.start()
         build(target, (d for d in docs), overwrite=True, fsync=False, buffer_tokens=1 << 20)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        rows.append({"case": "generator build, buffer 2**20 tokens: peak traced MiB",
-                     "tokens": ntok, "Mtok/s": "", "ratio": peak / flat.nbytes,
-                     "target": "bounded (peak / corpus bytes << 1)",
-                     "met": peak < 64 << 20, "peak MiB": peak / 2**20})
+        rows.append(
+            {
+                "case": "generator build, buffer 2**20 tokens: peak traced MiB",
+                "tokens": ntok,
+                "Mtok/s": "",
+                "ratio": peak / flat.nbytes,
+                "target": "bounded (peak / corpus bytes << 1)",
+                "met": peak < 64 << 20,
+                "peak MiB": peak / 2**20,
+            }
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rows

@@ -45,8 +45,9 @@ def _find_best_fit(remaining_spaces, seq_len):
     return -1
 
 
-def linear_scan_batches(seqs, out_batch_size: int, out_pseq_len: int, buffer_size: int,
-                        pad_id: int = 0):
+def linear_scan_batches(
+    seqs, out_batch_size: int, out_pseq_len: int, buffer_size: int, pad_id: int = 0
+):
     """The seed's greedy best fit (refill at sequence granularity, deferrals kept in order)."""
     source = iter(seqs)
     buffer: deque = deque()
@@ -73,7 +74,7 @@ def linear_scan_batches(seqs, out_batch_size: int, out_pseq_len: int, buffer_siz
             row = _find_best_fit(remaining, n)
             if row != -1:
                 end = out_pseq_len - remaining[row]
-                batch[row, end:end + n] = seq
+                batch[row, end : end + n] = seq
                 seq_counts[row] += 1
                 remaining[row] -= n
                 cu[row].append(cu[row][-1] + n)
@@ -137,14 +138,24 @@ def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: in
             if processed == held.shape[0]:
                 if pos == lens.shape[0]:
                     break
-                take = lens[pos:pos + buf]
+                take = lens[pos : pos + buf]
                 pos += take.shape[0]
                 held = np.concatenate([held, take])
                 if out_row.shape[0] < held.shape[0]:
                     out_row = np.concatenate([out_row, np.empty_like(out_row)])
                     out_off = np.concatenate([out_off, np.empty_like(out_off)])
-            k, d = place_best_fit(held[processed:], buf - deferred, words, level_off, level_len,
-                                  remaining, counts, P, out_row[processed:], out_off[processed:])
+            k, d = place_best_fit(
+                held[processed:],
+                buf - deferred,
+                words,
+                level_off,
+                level_len,
+                remaining,
+                counts,
+                P,
+                out_row[processed:],
+                out_off[processed:],
+            )
             processed += k
             deferred += d
         rows = out_row[:processed]
@@ -219,7 +230,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             "linear-scan (seed)": lambda: _run_linear(seqs, bs, P, buf, nb),
             "StreamingPacker": lambda: _run_packer(seqs, bs, P, buf, nb),
             "StreamingPacker mlm": lambda: _run_packer(
-                seqs, bs, P, buf, nb, mode="mlm", mask_id=4, vocab_size=50000),
+                seqs, bs, P, buf, nb, mode="mlm", mask_id=4, vocab_size=50000
+            ),
         }
         with tempfile.TemporaryDirectory() as tmp:
             store = None
@@ -227,7 +239,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 from mmpack.store.writer import build
 
                 store = build(f"{tmp}/store", seqs)
-                cases["StreamingPacker, TokenStore"] = lambda: _run_packer(store, bs, P, buf, nb)
+                cases["StreamingPacker, TokenStore"] = lambda store=store: _run_packer(
+                    store, bs, P, buf, nb
+                )
             except ImportError:  # pragma: no cover - the store is part of mmpack
                 pass
             base = None
@@ -235,37 +249,58 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 seconds, (n_batches, n_emitted, n_tok) = _timed(fn, repeats)
                 rate = n_emitted / seconds
                 base = rate if base is None else base
-                rows.append({
-                    "shape": sh["name"], "buffer": buf, "packer": name, "batches": n_batches,
-                    "efficiency": n_tok / (n_batches * bs * P), "seqs_per_s": rate,
-                    "speedup": rate / base, "seconds": seconds,
-                })
-            del store
+                rows.append(
+                    {
+                        "shape": sh["name"],
+                        "buffer": buf,
+                        "packer": name,
+                        "batches": n_batches,
+                        "efficiency": n_tok / (n_batches * bs * P),
+                        "seqs_per_s": rate,
+                        "speedup": rate / base,
+                        "seconds": seconds,
+                    }
+                )
+            cases.clear()
+            store = None  # unmapped before the folder goes
 
         # Placement decisions alone (lengths only, no tokens): the algorithmic part.
         lens = np.array([len(x) for x in seqs], dtype=np.int64)
         assert seed_placement(lens, bs, P, buf, 3) == kernel_placement(lens, bs, P, buf, 3)
         base = None
-        for name, fn in (("placement only: seed loop", seed_placement),
-                         ("placement only: kernel", kernel_placement)):
+        for name, fn in (
+            ("placement only: seed loop", seed_placement),
+            ("placement only: kernel", kernel_placement),
+        ):
             seconds, placed = _timed(lambda fn=fn: fn(lens, bs, P, buf, nb), repeats)
             rate = len(placed) / seconds
             base = rate if base is None else base
-            rows.append({
-                "shape": sh["name"], "buffer": buf, "packer": name, "batches": nb,
-                "efficiency": float("nan"), "seqs_per_s": rate, "speedup": rate / base,
-                "seconds": seconds,
-            })
+            rows.append(
+                {
+                    "shape": sh["name"],
+                    "buffer": buf,
+                    "packer": name,
+                    "batches": nb,
+                    "efficiency": float("nan"),
+                    "seqs_per_s": rate,
+                    "speedup": rate / base,
+                    "seconds": seconds,
+                }
+            )
     return rows
 
 
 def main(argv: list[str]) -> None:
     rows = run(quick="--quick" in argv)
-    print(f"{'shape':>9} {'buffer':>6} {'packer':<28} {'batches':>7} {'efficiency':>10} "
-          f"{'seqs/s':>11} {'speed-up':>8}")
+    print(
+        f"{'shape':>9} {'buffer':>6} {'packer':<28} {'batches':>7} {'efficiency':>10} "
+        f"{'seqs/s':>11} {'speed-up':>8}"
+    )
     for r in rows:
-        print(f"{r['shape']:>9} {r['buffer']:>6} {r['packer']:<28} {r['batches']:>7} "
-              f"{r['efficiency']:>10.5f} {r['seqs_per_s']:>11,.0f} {r['speedup']:>7.1f}x")
+        print(
+            f"{r['shape']:>9} {r['buffer']:>6} {r['packer']:<28} {r['batches']:>7} "
+            f"{r['efficiency']:>10.5f} {r['seqs_per_s']:>11,.0f} {r['speedup']:>7.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -43,13 +43,15 @@ def per_batch(source, batches: int) -> np.ndarray:
 
 def main(batches: int = 2000) -> None:
     doc = (np.arange(TOKENS, dtype=np.int64) % 50_000 + 1).astype(np.int32)
-    short = [doc[a:a + P] for a in range(0, TOKENS, P)]
+    short = [doc[a : a + P] for a in range(0, TOKENS, P)]
     results = {}
     for name, source in (("one 2**26-token document", [doc]), ("2**20 documents of 64", short)):
         print(name)
         t = per_batch(source, batches)
         results[name] = t
-        print(f"    per batch: median {np.median(t) * 1e3:.3f} ms, p99 {np.percentile(t, 99) * 1e3:.3f} ms")
+        print(
+            f"    per batch: median {np.median(t) * 1e3:.3f} ms, p99 {np.percentile(t, 99) * 1e3:.3f} ms"
+        )
     long_t, short_t = (np.median(v) for v in results.values())
     print(f"ratio long / short (median per batch): {long_t / short_t:.2f}")
 

@@ -38,8 +38,8 @@ import time
 import traceback
 import types
 import warnings
-from pathlib import Path
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,10 @@ def _import_mmpack() -> tuple[types.ModuleType, types.ModuleType]:
         pkg = types.ModuleType("mmpack")
         pkg.__path__ = [str(ROOT / "mmpack")]  # a bare namespace: skips mmpack/__init__.py
         sys.modules["mmpack"] = pkg
-        warnings.warn(f"loading mmpack.torch.collate/attention without mmpack/__init__.py ({exc})")
+        warnings.warn(
+            f"loading mmpack.torch.collate/attention without mmpack/__init__.py ({exc})",
+            stacklevel=2,
+        )
         return importlib.import_module("mmpack.torch.collate"), importlib.import_module(
             "mmpack.torch.attention"
         )
@@ -167,15 +170,27 @@ class Report:
         self.results: dict[str, dict[str, Any]] = {}
         self.failures: list[str] = []
 
-    def check(self, name: str, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-              ms: float | None = None, **extra: Any) -> None:
+    def check(
+        self,
+        name: str,
+        out: torch.Tensor,
+        ref: torch.Tensor,
+        atol: float,
+        rtol: float,
+        ms: float | None = None,
+        **extra: Any,
+    ) -> None:
         out = out.float()
         diff = (out - ref).abs()
         bad = diff > atol + rtol * ref.abs()
         ok = bool(not out.isnan().any() and not bad.any())
         self.results[name] = {
-            "max_abs_diff": float(diff.max()), "atol": atol, "rtol": rtol, "ok": ok,
-            "ms": ms, **extra,
+            "max_abs_diff": float(diff.max()),
+            "atol": atol,
+            "rtol": rtol,
+            "ok": ok,
+            "ms": ms,
+            **extra,
         }
         timing = "" if ms is None else f"  {ms:8.3f} ms"
         print(f"{'ok ' if ok else 'BAD'} {name:<40} max|diff| {float(diff.max()):.3e}{timing}")
@@ -187,7 +202,7 @@ class Report:
         """A step that raises is a failure, reported, and the remaining steps still run."""
         try:
             yield
-        except Exception as exc:  # noqa: BLE001 - every error is reported, then exit 1
+        except Exception as exc:
             traceback.print_exc()
             self.results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             self.failures.append(name)
@@ -221,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if on_gpu else "cpu",
-        "rows": rows, "seqlen": seqlen, "heads": heads, "head_dim": dim,
+        "rows": rows,
+        "seqlen": seqlen,
+        "heads": heads,
+        "head_dim": dim,
     }
 
     # --- main case: causal, row length a multiple of 128 ---------------------------------------
@@ -230,42 +248,67 @@ def main(argv: list[str] | None = None) -> int:
     rows_cu = [r.tolist() for r in batch["cu_seqlens_rows"]]
     meta["documents_per_row"] = [len(c) - 1 for c in rows_cu]
     meta["max_seqlen"] = batch["max_seqlen"]
-    report.timing("collate (numpy -> torch, CPU)",
-                  _timed(lambda: mm_collate.collate(samples), "cpu"))
-    q, k, v = (torch.randn(rows, heads, seqlen, dim, generator=g, device=device,
-                           dtype=torch.bfloat16) for _ in range(3))
+    report.timing(
+        "collate (numpy -> torch, CPU)", _timed(lambda: mm_collate.collate(samples), "cpu")
+    )
+    q, k, v = (
+        torch.randn(rows, heads, seqlen, dim, generator=g, device=device, dtype=torch.bfloat16)
+        for _ in range(3)
+    )
     ref = _per_document(q, k, v, rows_cu, causal=True)
     bf16_tol = {"atol": 2e-2, "rtol": 2e-2}
     cu_rows = batch["cu_seqlens_rows"]
 
     with report.guard("sdpa + dense block mask (bf16)"):
         dense = mm_attention.batched_block_causal_mask(cu_rows, seqlen, device=device)
-        report.timing("batched_block_causal_mask", _timed(
-            lambda: mm_attention.batched_block_causal_mask(cu_rows, seqlen, device=device),
-            device, iters=5))
+        report.timing(
+            "batched_block_causal_mask",
+            _timed(
+                lambda: mm_attention.batched_block_causal_mask(cu_rows, seqlen, device=device),
+                device,
+                iters=5,
+            ),
+        )
         sdpa = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)  # noqa: E731
-        report.check("sdpa + dense block mask (bf16)", sdpa(), ref, ms=_timed(sdpa, device),
-                     **bf16_tol)
-        del dense
+        report.check(
+            "sdpa + dense block mask (bf16)", sdpa(), ref, ms=_timed(sdpa, device), **bf16_tol
+        )
+        sdpa = dense = None  # free the mask before the next check
 
     with report.guard("flex_attention + document BlockMask"):
         block_mask = mm_attention.flex_document_mask(cu_rows, seqlen, device=device)
         meta["block_mask_sparsity_pct"] = float(block_mask.sparsity())
-        report.timing("flex_document_mask (create_block_mask)", _timed(
-            lambda: mm_attention.flex_document_mask(cu_rows, seqlen, device=device),
-            device, iters=5))
+        report.timing(
+            "flex_document_mask (create_block_mask)",
+            _timed(
+                lambda: mm_attention.flex_document_mask(cu_rows, seqlen, device=device),
+                device,
+                iters=5,
+            ),
+        )
         t0 = time.perf_counter()
         out = flex(q, k, v, block_mask=block_mask)
         if on_gpu:
             torch.cuda.synchronize()
         meta["flex_first_call_s_bf16"] = time.perf_counter() - t0
         run_flex = lambda: flex(q, k, v, block_mask=block_mask)  # noqa: E731
-        report.check("flex_attention + document BlockMask (bf16)", out, ref,
-                     ms=_timed(run_flex, device), compiled=on_gpu, **bf16_tol)
+        report.check(
+            "flex_attention + document BlockMask (bf16)",
+            out,
+            ref,
+            ms=_timed(run_flex, device),
+            compiled=on_gpu,
+            **bf16_tol,
+        )
         q32, k32, v32 = (t.float() for t in (q, k, v))
-        report.check("flex_attention + document BlockMask (fp32)",
-                     flex(q32, k32, v32, block_mask=block_mask), ref, atol=5e-3, rtol=5e-3,
-                     compiled=on_gpu)
+        report.check(
+            "flex_attention + document BlockMask (fp32)",
+            flex(q32, k32, v32, block_mask=block_mask),
+            ref,
+            atol=5e-3,
+            rtol=5e-3,
+            compiled=on_gpu,
+        )
         del q32, k32, v32
 
     kernel_name, kernel = _varlen_kernel()
@@ -274,43 +317,61 @@ def main(argv: list[str] | None = None) -> int:
     if kernel is not None and on_gpu:
         with report.guard("varlen attention over batch cu_seqlens (bf16)"):
             # (B, H, S, D) -> the flat (B * S, H, D) layout that batch["cu_seqlens"] indexes.
-            qf, kf, vf = (t.transpose(1, 2).reshape(rows * seqlen, heads, dim).contiguous()
-                          for t in (q, k, v))
+            qf, kf, vf = (
+                t.transpose(1, 2).reshape(rows * seqlen, heads, dim).contiguous() for t in (q, k, v)
+            )
             cu = batch["cu_seqlens"].to(device)
             m = batch["max_seqlen"]
             run_varlen = lambda: kernel(qf, kf, vf, cu, m)  # noqa: E731
             out_rows = run_varlen().view(rows, seqlen, heads, dim).transpose(1, 2)
-            report.check("varlen attention over batch cu_seqlens (bf16)", out_rows, ref,
-                         ms=_timed(run_varlen, device), **bf16_tol)
+            report.check(
+                "varlen attention over batch cu_seqlens (bf16)",
+                out_rows,
+                ref,
+                ms=_timed(run_varlen, device),
+                **bf16_tol,
+            )
     with report.guard("sdpa is_causal baseline"):
         causal_only = lambda: F.scaled_dot_product_attention(  # noqa: E731
             q, k, v, is_causal=True
         )
-        report.timing("sdpa is_causal, no document mask (bf16)", _timed(causal_only, device),
-                      note="baseline; crosses document boundaries, not checked")
+        report.timing(
+            "sdpa is_causal, no document mask (bf16)",
+            _timed(causal_only, device),
+            note="baseline; crosses document boundaries, not checked",
+        )
 
     # --- odd case: non-causal, row length not a multiple of 128 --------------------------------
     rows2, seqlen2 = (3, 1000) if on_gpu else (2, 200)
     samples2 = _packed_samples(rng, rows2, seqlen2)
     batch2 = mm_collate.collate(samples2)
     rows_cu2 = [r.tolist() for r in batch2["cu_seqlens_rows"]]
-    q2, k2, v2 = (torch.randn(rows2, heads, seqlen2, dim, generator=g, device=device,
-                              dtype=torch.bfloat16) for _ in range(3))
+    q2, k2, v2 = (
+        torch.randn(rows2, heads, seqlen2, dim, generator=g, device=device, dtype=torch.bfloat16)
+        for _ in range(3)
+    )
     ref2 = _per_document(q2, k2, v2, rows_cu2, causal=False)
     name = f"flex non-causal, seqlen {seqlen2} (bf16)"
     with report.guard(name):
-        bm2 = mm_attention.flex_document_mask(batch2["cu_seqlens_rows"], seqlen2, causal=False,
-                                              device=device)
+        bm2 = mm_attention.flex_document_mask(
+            batch2["cu_seqlens_rows"], seqlen2, causal=False, device=device
+        )
         report.check(name, flex(q2, k2, v2, block_mask=bm2), ref2, **bf16_tol)
     name = f"sdpa non-causal, seqlen {seqlen2} (bf16)"
     with report.guard(name):
-        dense2 = mm_attention.batched_block_causal_mask(batch2["cu_seqlens_rows"], seqlen2,
-                                                        causal=False, device=device)
-        report.check(name, F.scaled_dot_product_attention(q2, k2, v2, attn_mask=dense2), ref2,
-                     **bf16_tol)
+        dense2 = mm_attention.batched_block_causal_mask(
+            batch2["cu_seqlens_rows"], seqlen2, causal=False, device=device
+        )
+        report.check(
+            name, F.scaled_dot_product_attention(q2, k2, v2, attn_mask=dense2), ref2, **bf16_tol
+        )
 
-    summary = {"meta": meta, "results": report.results, "failures": report.failures,
-               "ok": not report.failures}
+    summary = {
+        "meta": meta,
+        "results": report.results,
+        "failures": report.failures,
+        "ok": not report.failures,
+    }
     out_dir = os.environ.get("OUT")
     if out_dir:
         Path(out_dir, "gpu_check.json").write_text(json.dumps(summary, indent=2))

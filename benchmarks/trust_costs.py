@@ -41,9 +41,16 @@ def bench_plan(tmp: str) -> None:
     path = f"{tmp}/p.mmplan"
     save_plan(plan, path, key)
     ms = _median_ms(lambda: load_plan(path, key), 7)
-    size = plan.bin_ptr.nbytes + plan.piece_doc.nbytes + plan.piece_start.nbytes + plan.piece_len.nbytes
-    print(f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + CRC-32 "
-          f"of every array, page cache warm) median {ms:.1f} ms")
+    size = (
+        plan.bin_ptr.nbytes
+        + plan.piece_doc.nbytes
+        + plan.piece_start.nbytes
+        + plan.piece_len.nbytes
+    )
+    print(
+        f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + CRC-32 "
+        f"of every array, page cache warm) median {ms:.1f} ms"
+    )
 
 
 def _window_batches(store, nb: int, seed: int) -> np.ndarray:
@@ -76,10 +83,12 @@ def bench_verify_reads(tmp: str) -> None:
         first = _window_batches(store, 300, 1)
         steady = _window_batches(store, 300, 2)
         n_blocks = len(store.meta["checksum"]["tokens"])
-        print(f"verify_reads: plain memmap median {np.median(plain) * 1e3:.3f} ms/batch | "
-              f"verify_reads steady {np.median(steady) * 1e3:.3f} ms/batch "
-              f"({np.median(steady) / np.median(plain):.2f}x) | first 300 batches "
-              f"{first.sum():.2f} s vs {plain.sum():.2f} s plain ({n_blocks} blocks checked)")
+        print(
+            f"verify_reads: plain memmap median {np.median(plain) * 1e3:.3f} ms/batch | "
+            f"verify_reads steady {np.median(steady) * 1e3:.3f} ms/batch "
+            f"({np.median(steady) / np.median(plain):.2f}x) | first 300 batches "
+            f"{first.sum():.2f} s vs {plain.sum():.2f} s plain ({n_blocks} blocks checked)"
+        )
     t = time.perf_counter()
     mmpack.open(f"{tmp}/s").verify()
     print(f"verify(): {time.perf_counter() - t:.2f} s for 200 MB")
@@ -101,7 +110,9 @@ def main(argv: list[str]) -> None:
     for topic in topics:
         tmp = tempfile.mkdtemp(prefix="mmpack-bench-")
         try:
-            {"plan": bench_plan, "verify_reads": bench_verify_reads, "build": bench_build}[topic](tmp)
+            {"plan": bench_plan, "verify_reads": bench_verify_reads, "build": bench_build}[topic](
+                tmp
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

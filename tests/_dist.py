@@ -25,13 +25,19 @@ def _flat(batches) -> list[int]:
 
 def run_rank(rank: int, world_size: int, job: dict) -> None:
     assert os.environ.get("GLOO_SOCKET_IFNAME") == "lo"
-    dist.init_process_group("gloo", init_method=f"file://{job['init_file']}", rank=rank, world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{job['init_file']}", rank=rank, world_size=world_size
+    )
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         n, seed, batch_size = job["n"], job["seed"], job["batch_size"]
         sampler = ResumableSampler(n, seed=seed, rank=rank, world_size=world)
         loader = StatefulDataLoader(
-            IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=1, persistent_workers=True
+            IndexDataset(n),
+            sampler=sampler,
+            batch_size=batch_size,
+            num_workers=1,
+            persistent_workers=True,
         )
         out: dict[str, object] = {"world": world}
         if job.get("resume_from"):

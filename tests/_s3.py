@@ -58,8 +58,13 @@ class S3Server:
     @property
     def options(self) -> dict[str, str]:
         """``storage_options`` for mmpack."""
-        return {"endpoint": self.endpoint, "access_key_id": ACCESS_KEY,
-                "secret_access_key": SECRET_KEY, "region": "us-east-1", "allow_http": "true"}
+        return {
+            "endpoint": self.endpoint,
+            "access_key_id": ACCESS_KEY,
+            "secret_access_key": SECRET_KEY,
+            "region": "us-east-1",
+            "allow_http": "true",
+        }
 
     @classmethod
     def start(cls, tmp: Path, timeout: float = 30.0) -> S3Server:
@@ -69,33 +74,63 @@ class S3Server:
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "data").mkdir(exist_ok=True)
         config = tmp / "s3.json"
-        config.write_text(json.dumps({"identities": [{
-            "name": "admin",
-            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-        }]}))
-        names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                 "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port",
-                 "admin.port.grpc", "webdav.port"]
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "admin",
+                            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                        }
+                    ]
+                }
+            )
+        )
+        names = [
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "s3.port",
+            "s3.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+            "webdav.port",
+        ]
         ports = dict(zip(names, free_ports(len(names))))
-        args = [binary, "mini", f"-dir={tmp / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
-                "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={config}",
-                f"-bucket={BUCKET}"] + [f"-{k}={v}" for k, v in ports.items()]
+        args = [
+            binary,
+            "mini",
+            f"-dir={tmp / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.config={config}",
+            f"-bucket={BUCKET}",
+        ] + [f"-{k}={v}" for k, v in ports.items()]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env["TMPDIR"] = str(tmp)
         env.setdefault("GOMEMLIMIT", "512MiB")
         log = tmp / "weed.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=tmp, start_new_session=True)
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp, start_new_session=True
+            )
         server = cls(proc, ports["s3.port"], log)
         server.filer_endpoint = f"http://127.0.0.1:{ports['filer.port']}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited with {proc.returncode}: "
-                                   f"{log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"weed mini exited with {proc.returncode}: {log.read_text()[-2000:]}"
+                )
             if server._bucket_ready():
                 return server
             time.sleep(0.2)
@@ -106,11 +141,12 @@ class S3Server:
         # The S3 port answers before the -bucket= bucket exists: wait for a signed HEAD of it.
         from mmpack.store.remote._s3http import S3Config, S3Http
 
-        http = S3Http(BUCKET, S3Config(self.options), max_concurrency=1, connect_timeout=1,
-                      read_timeout=2)
+        http = S3Http(
+            BUCKET, S3Config(self.options), max_concurrency=1, connect_timeout=1, read_timeout=2
+        )
         try:
             return http.request("HEAD", "").status == 200
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             return False
 
     def stop(self) -> None:

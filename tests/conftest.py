@@ -25,7 +25,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,8 @@ import pytest
 import mmpack
 
 MODULES = sorted(
-    m.name for m in pkgutil.walk_packages(mmpack.__path__, "mmpack.")
+    m.name
+    for m in pkgutil.walk_packages(mmpack.__path__, "mmpack.")
     if not m.name.endswith("__main__")
 )
 

@@ -31,7 +31,6 @@ from mmpack.torch.attention import (
 )
 from mmpack.torch.collate import collate
 
-
 # --- slow, obviously-right references -------------------------------------------------------
 
 
@@ -69,7 +68,9 @@ def _reference_varlen_attention(q, k, v, cu_seqlens: torch.Tensor, causal: bool)
     cu = cu_seqlens.tolist()
     for s, e in zip(cu[:-1], cu[1:]):
         seg = F.scaled_dot_product_attention(
-            q[s:e].transpose(0, 1), k[s:e].transpose(0, 1), v[s:e].transpose(0, 1),
+            q[s:e].transpose(0, 1),
+            k[s:e].transpose(0, 1),
+            v[s:e].transpose(0, 1),
             is_causal=causal,
         )
         out[s:e] = seg.transpose(0, 1)
@@ -149,10 +150,16 @@ def test_batched_forms_accept_collated_rows_and_2d_tensors():
         (lambda: block_causal_mask([0, 5], True), ValueError, "seqlen=True"),
         (lambda: batched_document_ids([], 5), ValueError, "empty"),
         (lambda: batched_document_ids("05", 5), TypeError, "sequence"),
-        (lambda: batched_document_ids(torch.zeros(2, 2, 2, dtype=torch.int64), 5), ValueError,
-         "2-D"),
-        (lambda: batched_block_causal_mask([[0, 5], [0, 6, 5]], 5), ValueError,
-         r"cu_seqlens_rows\[1\]"),
+        (
+            lambda: batched_document_ids(torch.zeros(2, 2, 2, dtype=torch.int64), 5),
+            ValueError,
+            "2-D",
+        ),
+        (
+            lambda: batched_block_causal_mask([[0, 5], [0, 6, 5]], 5),
+            ValueError,
+            r"cu_seqlens_rows\[1\]",
+        ),
         (lambda: document_mask_mod(torch.zeros(5)), ValueError, "2-D"),
         (lambda: flex_document_mask([[0, 5]], 5, block_size=0), ValueError, "block_size"),
     ],
@@ -216,20 +223,25 @@ def test_collated_varlen_form_reproduces_per_document_attention():
     g = torch.Generator().manual_seed(0)
     seqlen, heads, dim = 24, 2, 8
     samples, docs = [], []  # docs: (q, k, v) per document, each (len, H, D)
-    for b, lengths in enumerate([[5, 9, 10], [24], [1, 1, 13, 3], [7, 11]]):
+    for lengths in [[5, 9, 10], [24], [1, 1, 13, 3], [7, 11]]:
         pad = seqlen - sum(lengths)
         seg = lengths + ([pad] if pad else [])
         cu = np.concatenate([[0], np.cumsum(seg)]).astype(np.int32)
         pos = np.concatenate([np.arange(n) for n in seg])
-        samples.append({
-            "input_ids": rng.integers(0, 100, seqlen),
-            "position_ids": pos,
-            "labels": rng.integers(0, 100, seqlen),
-            "cu_seqlens": cu,
-        })
+        samples.append(
+            {
+                "input_ids": rng.integers(0, 100, seqlen),
+                "position_ids": pos,
+                "labels": rng.integers(0, 100, seqlen),
+                "cu_seqlens": cu,
+            }
+        )
         for n in seg:
-            docs.append(tuple(torch.randn(n, heads, dim, generator=g, dtype=torch.float64)
-                              for _ in range(3)))
+            docs.append(
+                tuple(
+                    torch.randn(n, heads, dim, generator=g, dtype=torch.float64) for _ in range(3)
+                )
+            )
     batch = collate(samples)
     q, k, v = (torch.cat([d[i] for d in docs]) for i in range(3))  # (B * seqlen, H, D)
     assert q.shape[0] == batch["input_ids"].numel() == int(batch["cu_seqlens"][-1])
@@ -264,9 +276,12 @@ FLEX_ROWS = [[0, 100, 101, 230, 300], [0, 300], [0, 7, 128, 129, 256, 260, 300]]
 @pytest.mark.parametrize("causal", [True, False])
 def test_flex_attention_with_document_mask_equals_per_document_attention(causal):
     seqlen = 300  # not a multiple of the 128 block size
-    q, k, v = (torch.stack(t) for t in zip(
-        *[_packed_inputs(b, cu, dim=16, dtype=torch.float32) for b, cu in enumerate(FLEX_ROWS)]
-    ))
+    q, k, v = (
+        torch.stack(t)
+        for t in zip(
+            *[_packed_inputs(b, cu, dim=16, dtype=torch.float32) for b, cu in enumerate(FLEX_ROWS)]
+        )
+    )
     bm = flex_document_mask(FLEX_ROWS, seqlen, causal=causal)
     assert bm.shape == (3, 1, seqlen, seqlen)
     out = _flex_eager(q, k, v, bm)
@@ -316,8 +331,10 @@ def test_flex_single_row_broadcasts_over_the_batch():
     out = _flex_eager(q, k, v, bm)
     for b in range(3):
         torch.testing.assert_close(
-            out[b], _per_document_attention(q[b], k[b], v[b], cu.tolist(), True),
-            atol=2e-5, rtol=1e-4,
+            out[b],
+            _per_document_attention(q[b], k[b], v[b], cu.tolist(), True),
+            atol=2e-5,
+            rtol=1e-4,
         )
 
 

@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import default_collate
 
 import mmpack
-from mmpack.views.batch import SampleBatch
 from mmpack.torch.collate import collate
+from mmpack.views.batch import SampleBatch
 
 DOCS = [list(range(1, n)) for n in [15, 13, 11, 13, 15, 8, 14, 8, 11, 10, 1, 30]]
 
@@ -21,8 +21,9 @@ def views(path):
         "window": mmpack.WindowDataset(store, 8, 3, eot=420, drop_last=False),
         "window+labels": mmpack.WindowDataset(store, 8, 3, eot=420, labels=True, drop_last=False),
         "packed": mmpack.PackedDataset(store, 16, eot=420, pad_id=0),
-        "packed-mlm": mmpack.PackedDataset(store, 16, eot=420, pad_id=0, mode="mlm", mask_id=421,
-                                           vocab_size=422),
+        "packed-mlm": mmpack.PackedDataset(
+            store, 16, eot=420, pad_id=0, mode="mlm", mask_id=421, vocab_size=422
+        ),
     }
 
 

@@ -36,8 +36,9 @@ SUBCOMMANDS = ["build", "info", "show", "pack", "verify", "demo", "bench"]
 
 def mmpack_cmd(*args, cwd=None, script=False, timeout=120):
     cmd = [_script()] if script else [sys.executable, "-m", "mmpack"]
-    return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        cmd + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def _script() -> str:
@@ -87,9 +88,22 @@ def seed_store(tmp_path_factory):
 # ----------------------------------------------------------------------------- build
 def test_build_reports_bad_records_and_counts(corpus, tmp_path):
     root, texts = corpus
-    res = mmpack_cmd("build", "docs/*.txt", "records.jsonl", "table.parquet", "bad.jsonl",
-                     "empty.jsonl", "numbers.parquet", "-o", tmp_path / "s", "--field", "content",
-                     "--on-error", "skip", cwd=root)
+    res = mmpack_cmd(
+        "build",
+        "docs/*.txt",
+        "records.jsonl",
+        "table.parquet",
+        "bad.jsonl",
+        "empty.jsonl",
+        "numbers.parquet",
+        "-o",
+        tmp_path / "s",
+        "--field",
+        "content",
+        "--on-error",
+        "skip",
+        cwd=root,
+    )
     assert res.returncode == 0, res.stderr
     err = res.stderr.strip().splitlines()
     # bad.jsonl keeps its texts under "text": with --field content no record of it has one.
@@ -113,8 +127,18 @@ def test_build_reports_bad_records_and_counts(corpus, tmp_path):
 
 def test_build_on_error_fail_leaves_nothing(corpus, tmp_path):
     root, _ = corpus
-    res = mmpack_cmd("build", root / "records.jsonl", root / "bad.jsonl", "-o", tmp_path / "s",
-                     "--field", "content", "--on-error", "fail", "--quiet")
+    res = mmpack_cmd(
+        "build",
+        root / "records.jsonl",
+        root / "bad.jsonl",
+        "-o",
+        tmp_path / "s",
+        "--field",
+        "content",
+        "--on-error",
+        "fail",
+        "--quiet",
+    )
     assert_one_line_error(res, "bad.jsonl:1: field 'content' is missing", "(--on-error fail)")
     assert "on_error" not in res.stderr
     assert not (tmp_path / "s").exists() and os.listdir(tmp_path) == []
@@ -126,8 +150,17 @@ def test_build_lines_skip_empty_overwrite(tmp_path):
     assert res.returncode == 0 and "wrote 3" in res.stdout
     res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "-o", tmp_path / "s")
     assert_one_line_error(res, "exists; pass --overwrite to replace it")
-    res = mmpack_cmd("build", tmp_path / "l.txt", "--lines", "--skip-empty", "--overwrite",
-                     "--backend", "zarr", "-o", tmp_path / "s")
+    res = mmpack_cmd(
+        "build",
+        tmp_path / "l.txt",
+        "--lines",
+        "--skip-empty",
+        "--overwrite",
+        "--backend",
+        "zarr",
+        "-o",
+        tmp_path / "s",
+    )
     assert res.returncode == 0 and "wrote 2" in res.stdout and "1 empty" in res.stdout
     store = mmpack.open(tmp_path / "s")
     assert store.backend == "zarr" and store.doc_lens.tolist() == [1, 1]
@@ -138,9 +171,21 @@ def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, mo
     root, texts = corpus
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # the provenance's build time
     for name, workers in [("w1", 1), ("w2", 2)]:
-        res = mmpack_cmd("build", root / "records.jsonl", "--field", "content", "--tokenizer",
-                         bpe, "--workers", workers, "--batch-size", 3, "--quiet",
-                         "-o", tmp_path / name)
+        res = mmpack_cmd(
+            "build",
+            root / "records.jsonl",
+            "--field",
+            "content",
+            "--tokenizer",
+            bpe,
+            "--workers",
+            workers,
+            "--batch-size",
+            3,
+            "--quiet",
+            "-o",
+            tmp_path / name,
+        )
         assert res.returncode == 0, res.stderr
         assert res.stderr == "" and f"({workers} worker" in res.stdout
     for f in ("tokens.bin", "offsets.bin", "mmpack.json", "tokenizer.json"):
@@ -150,8 +195,9 @@ def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, mo
     assert store.dtype == np.uint16
     assert [tok.decode(store[j]) for j in range(len(store))] == texts[6:]
     # show --decode with the same tokenizer gives the text back.
-    res = mmpack_cmd("show", tmp_path / "w2", "--seqlen", 64, "-i", 0, "--decode",
-                     "--tokenizer", bpe)
+    res = mmpack_cmd(
+        "show", tmp_path / "w2", "--seqlen", 64, "-i", 0, "--decode", "--tokenizer", bpe
+    )
     assert res.returncode == 0, res.stderr
     decoded = res.stdout.split("--- positions 0..64 ---\n", 1)[1]
     assert decoded.rstrip("\n") == tok.decode(store[0][:64])
@@ -193,24 +239,32 @@ def test_show_windows_the_seed_example(seed_store):
 
 
 def test_show_packed_and_decode(tmp_path):
-    (tmp_path / "a.jsonl").write_text("".join(
-        json.dumps({"text": t}) + "\n" for t in ["alpha beta", "gamma", "delta epsilon zeta"]))
+    (tmp_path / "a.jsonl").write_text(
+        "".join(
+            json.dumps({"text": t}) + "\n" for t in ["alpha beta", "gamma", "delta epsilon zeta"]
+        )
+    )
     res = mmpack_cmd("build", tmp_path / "a.jsonl", "-o", tmp_path / "s")
     assert res.returncode == 0, res.stderr
-    res = mmpack_cmd("show", tmp_path / "s", "--packed", "--seqlen", 40, "--eot", 256, "-i", 0,
-                     "--decode")
+    res = mmpack_cmd(
+        "show", tmp_path / "s", "--packed", "--seqlen", 40, "--eot", 256, "-i", 0, "--decode"
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert out.startswith("packed row 0 of 1 (seqlen 40, bfd, eot 256, pad 0)")
     # Best-fit decreasing: longest first (18, 10, 5 tokens), each followed by its eot, then
     # the padding as the last segment.
     assert "cu_seqlens     [0, 19, 30, 36, 40]" in out
-    assert "from           doc 2 tokens 0..18 + eot; doc 0 tokens 0..10 + eot; " \
-           "doc 1 tokens 0..5 + eot" in out
+    assert (
+        "from           doc 2 tokens 0..18 + eot; doc 0 tokens 0..10 + eot; "
+        "doc 1 tokens 0..5 + eot" in out
+    )
     segments = out.split("--- positions ")[1:]
     assert [s.split("\n", 1)[1] for s in segments[:3]] == [
-        "delta epsilon zeta<|endoftext|>\n", "alpha beta<|endoftext|>\n",
-        "gamma<|endoftext|>\n"]
+        "delta epsilon zeta<|endoftext|>\n",
+        "alpha beta<|endoftext|>\n",
+        "gamma<|endoftext|>\n",
+    ]
     assert segments[3] == "36..40 ---\n" + "\x00" * 4 + "\n"  # pad id 0
 
 
@@ -218,8 +272,13 @@ def test_pack_compares_algorithms_and_baselines(seed_store):
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16)
     assert res.returncode == 0, res.stderr
     out = res.stdout
-    for name in ("best-fit decreasing", "streaming best fit", "next fit", "pad (1 doc/row)",
-                 "concat + chunk"):
+    for name in (
+        "best-fit decreasing",
+        "streaming best fit",
+        "next fit",
+        "pad (1 doc/row)",
+        "concat + chunk",
+    ):
         assert name in out
     assert "118 tokens to place (with an eot per document), seqlen 16" in out
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot")
@@ -265,9 +324,15 @@ def test_missing_store_is_one_line_exit_1(tmp_path):
     assert res.stdout == ""
 
 
-@pytest.mark.parametrize("command", [
-    ["info"], ["verify"], ["pack", "--seqlen", "8"], ["show", "--seqlen", "8", "-i", "0"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["info"],
+        ["verify"],
+        ["pack", "--seqlen", "8"],
+        ["show", "--seqlen", "8", "-i", "0"],
+    ],
+)
 def test_every_command_reports_a_missing_or_foreign_store_in_one_line(tmp_path, command, capsys):
     """In-process (the subprocess path is covered above): exit code 1 and one line."""
     (tmp_path / "folder").mkdir()
@@ -283,17 +348,20 @@ def test_corrupt_metadata_is_one_line_exit_1(seed_store, tmp_path):
     assert_one_line_error(mmpack_cmd("info", tmp_path / "s"))
 
 
-@pytest.mark.parametrize("argv", [
-    [],
-    ["frobnicate"],
-    ["build", "x.txt"],                                   # -o is required
-    ["build", "x.txt", "-o", "s", "--workers", "0"],
-    ["build", "x.txt", "-o", "s", "--on-error", "maybe"],
-    ["show", "s", "-i", "0"],                             # --seqlen is required
-    ["show", "s", "--seqlen", "-3", "-i", "0"],
-    ["pack", "s", "--seqlen", "many"],
-    ["info"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["build", "x.txt"],  # -o is required
+        ["build", "x.txt", "-o", "s", "--workers", "0"],
+        ["build", "x.txt", "-o", "s", "--on-error", "maybe"],
+        ["show", "s", "-i", "0"],  # --seqlen is required
+        ["show", "s", "--seqlen", "-3", "-i", "0"],
+        ["pack", "s", "--seqlen", "many"],
+        ["info"],
+    ],
+)
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -313,8 +381,9 @@ def test_build_missing_input_and_bad_tokenizer(tmp_path):
     res = mmpack_cmd("build", str(tmp_path / "*.jsonl"), "-o", tmp_path / "s")
     assert_one_line_error(res, "no file matches")
     (tmp_path / "a.txt").write_text("x")
-    res = mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s", "--tokenizer",
-                     tmp_path / "missing.json")
+    res = mmpack_cmd(
+        "build", tmp_path / "a.txt", "-o", tmp_path / "s", "--tokenizer", tmp_path / "missing.json"
+    )
     assert_one_line_error(res, "missing.json", "does not exist")
 
 
@@ -380,8 +449,10 @@ def test_messages_name_flags_not_python_parameters(tmp_path):
     assert_one_line_error(res, "exists; pass --overwrite to replace it")
     res = mmpack_cmd("build", tmp_path / "q.bas", "-o", tmp_path / "t")
     assert_one_line_error(res, "pass --text-ext .bas to read it as text, or --format (one of")
-    for res in (mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s"),
-                mmpack_cmd("build", tmp_path / "q.bas", "-o", tmp_path / "t")):
+    for res in (
+        mmpack_cmd("build", tmp_path / "a.txt", "-o", tmp_path / "s"),
+        mmpack_cmd("build", tmp_path / "q.bas", "-o", tmp_path / "t"),
+    ):
         assert "=True" not in res.stderr and "format=" not in res.stderr
     # The library keeps its Python spelling.
     with pytest.raises(mmpack.errors.StoreExistsError, match=r"pass overwrite=True"):
@@ -392,7 +463,8 @@ def test_flag_speller_maps_every_build_parameter():
     from mmpack.errors import Param
 
     spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(
-        build_parser()._subparsers._group_actions[0].choices["build"])
+        build_parser()._subparsers._group_actions[0].choices["build"]
+    )
     assert spell(Param("overwrite", True)) == "--overwrite"
     assert spell(Param("on_error", "skip")) == "--on-error skip"
     assert spell(Param("field", "content")) == "--field content"
@@ -410,23 +482,43 @@ def test_wrong_field_fails_unless_skip_is_explicit(tmp_path):
     assert res.returncode == 1
     err = res.stderr.strip().splitlines()
     assert len(err) == 9 + 1 and "Traceback" not in res.stderr
-    assert err[-1] == ("mmpack: error: 9 of 10 records (90%) were skipped, more than half; "
-                       "nothing is written. Pass --on-error skip to build from the rest")
+    assert err[-1] == (
+        "mmpack: error: 9 of 10 records (90%) were skipped, more than half; "
+        "nothing is written. Pass --on-error skip to build from the rest"
+    )
     assert os.listdir(tmp_path) == ["d.jsonl"]
-    res = mmpack_cmd("build", tmp_path / "d.jsonl", "--field", "content", "-o", tmp_path / "s",
-                     "--on-error", "skip")
+    res = mmpack_cmd(
+        "build",
+        tmp_path / "d.jsonl",
+        "--field",
+        "content",
+        "-o",
+        tmp_path / "s",
+        "--on-error",
+        "skip",
+    )
     assert res.returncode == 0 and "wrote 1 (" in res.stdout
 
 
 def test_an_input_with_no_record_stored_fails(corpus, tmp_path):
     root, _ = corpus
-    res = mmpack_cmd("build", "records.jsonl", "bad.jsonl", "--field", "content", "--quiet",
-                     "-o", tmp_path / "s", cwd=root)
+    res = mmpack_cmd(
+        "build",
+        "records.jsonl",
+        "bad.jsonl",
+        "--field",
+        "content",
+        "--quiet",
+        "-o",
+        tmp_path / "s",
+        cwd=root,
+    )
     assert res.returncode == 1 and not (tmp_path / "s").exists()
     assert res.stderr.strip().splitlines()[-1] == (
         "mmpack: error: no record of the input bad.jsonl could be stored (10 skipped; the first: "
         "bad.jsonl:1: field 'content' is missing) (is --field content the right field?); nothing "
-        "is written. Pass --on-error skip to build without its records")
+        "is written. Pass --on-error skip to build without its records"
+    )
 
 
 @pytest.mark.parametrize("how", ["flipped", "truncated"])
@@ -441,12 +533,28 @@ def test_damaged_gzip_counts_documents_and_stores_none(tmp_path, how):
         raw = bytes(b)
     (tmp_path / "bad.txt.gz").write_bytes(raw)
     (tmp_path / "good.txt").write_text("g1\ng2\n")
-    res = mmpack_cmd("build", tmp_path / "good.txt", tmp_path / "bad.txt.gz", "--lines",
-                     "-o", tmp_path / "s", "--quiet")
+    res = mmpack_cmd(
+        "build",
+        tmp_path / "good.txt",
+        tmp_path / "bad.txt.gz",
+        "--lines",
+        "-o",
+        tmp_path / "s",
+        "--quiet",
+    )
     assert res.returncode == 1 and not (tmp_path / "s").exists()
     assert "skipped whole" in res.stderr and "Pass --on-error skip" in res.stderr
-    res = mmpack_cmd("build", tmp_path / "good.txt", tmp_path / "bad.txt.gz", "--lines",
-                     "-o", tmp_path / "s", "--quiet", "--on-error", "skip")
+    res = mmpack_cmd(
+        "build",
+        tmp_path / "good.txt",
+        tmp_path / "bad.txt.gz",
+        "--lines",
+        "-o",
+        tmp_path / "s",
+        "--quiet",
+        "--on-error",
+        "skip",
+    )
     assert res.returncode == 0, res.stderr
     [issue] = res.stderr.strip().splitlines()
     n = int(issue.split("none of its documents stored (")[1].split(" records")[0])
@@ -471,8 +579,9 @@ def test_read_only_and_full_disk_are_one_line(tmp_path, monkeypatch, capsys, err
     out = capsys.readouterr()
     [line] = out.err.strip().splitlines()
     assert line.startswith(f"mmpack: error: {os.strerror(err)}: '") and "Errno" not in line
-    assert line.endswith(("(the file system is read-only)", "(the disk is full)",
-                          "(permission denied)"))
+    assert line.endswith(
+        ("(the file system is read-only)", "(the disk is full)", "(permission denied)")
+    )
     assert os.listdir(tmp_path) == ["a.txt"]  # nothing published, no temporary folder left
 
 
@@ -481,11 +590,26 @@ def test_source_files_are_text_without_format(tmp_path):
     (tmp_path / "r.rst").write_text("Title\n")
     (tmp_path / "q.bas").write_text("10 PRINT\n")
     (tmp_path / "d.jsonl").write_text('{"text": "j"}\n')
-    res = mmpack_cmd("build", "*.py", "*.rst", "*.bas", "d.jsonl", "--text-ext", ".bas",
-                     "-o", "s", "--quiet", cwd=tmp_path)
+    res = mmpack_cmd(
+        "build",
+        "*.py",
+        "*.rst",
+        "*.bas",
+        "d.jsonl",
+        "--text-ext",
+        ".bas",
+        "-o",
+        "s",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     assert [bytes(d).decode() for d in mmpack.open(tmp_path / "s")] == [
-        "import os\n", "Title\n", "10 PRINT\n", "j"]
+        "import os\n",
+        "Title\n",
+        "10 PRINT\n",
+        "j",
+    ]
 
 
 def test_eot_is_an_id_in_show_and_pack(seed_store):
@@ -496,13 +620,13 @@ def test_eot_is_an_id_in_show_and_pack(seed_store):
     a, b = json.loads(base.stdout), json.loads(with_id.stdout)
     assert [m["rows"] for m in a["methods"]] == [m["rows"] for m in b["methods"]]
     assert (a["eot"], a["eot_id"], b["eot"], b["eot_id"]) == (True, None, True, 420)
-    none = json.loads(mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json",
-                                 "--no-eot").stdout)
+    none = json.loads(mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot").stdout)
     assert (none["eot"], none["eot_id"]) == (False, None)
     old = mmpack_cmd("pack", seed_store, "--eot", "--seqlen", 16, "--json")
     assert old.returncode == 0 and "deprecated" in old.stderr
     assert [m["rows"] for m in json.loads(old.stdout)["methods"]] == [
-        m["rows"] for m in a["methods"]]
+        m["rows"] for m in a["methods"]
+    ]
     res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--no-eot")
     assert res.returncode == 0 and "eot None" in res.stdout
     res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--eot")
@@ -522,14 +646,24 @@ def test_a_closed_pipe_is_not_an_error(seed_store, monkeypatch, capfd):
     assert capfd.readouterr().err == ""
 
 
-@pytest.mark.parametrize(("argv", "flag", "text"), [
-    (["show", "s", "--seqlen", str(2**31), "-i", "0"], "--seqlen",
-     "<= 2147483647 (cu_seqlens are int32)"),
-    (["pack", "s", "--seqlen", str(2**31)], "--seqlen", "<= 2147483647"),
-    (["show", "s", "--seqlen", "8", "-i", "0", "--eot", str(2**63)], "--eot", "(ids are int64)"),
-    (["show", "s", "--seqlen", "8", "-i", "0", "--pad-id", str(2**63)], "--pad-id", "int64"),
-    (["show", "s", "--seqlen", "8", "-i", "0", "--stride", str(2**70)], "--stride", "int64"),
-])
+@pytest.mark.parametrize(
+    ("argv", "flag", "text"),
+    [
+        (
+            ["show", "s", "--seqlen", str(2**31), "-i", "0"],
+            "--seqlen",
+            "<= 2147483647 (cu_seqlens are int32)",
+        ),
+        (["pack", "s", "--seqlen", str(2**31)], "--seqlen", "<= 2147483647"),
+        (
+            ["show", "s", "--seqlen", "8", "-i", "0", "--eot", str(2**63)],
+            "--eot",
+            "(ids are int64)",
+        ),
+        (["show", "s", "--seqlen", "8", "-i", "0", "--pad-id", str(2**63)], "--pad-id", "int64"),
+        (["show", "s", "--seqlen", "8", "-i", "0", "--stride", str(2**70)], "--stride", "int64"),
+    ],
+)
 def test_out_of_range_values_name_their_flag(argv, flag, text, capsys):
     """These reached the library, whose messages spoke Python (`seqlen=2147483648 does not fit`,
     `eot=9223372036854775808 does not fit in int64`)."""

@@ -62,8 +62,10 @@ def evict(store) -> None:
 
 def make_docs(n: int, seed: int = 0, max_len: int = 3000) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, 50000, size=int(k), dtype=np.uint16)
-            for k in rng.integers(1, max_len, size=n)]
+    return [
+        rng.integers(0, 50000, size=int(k), dtype=np.uint16)
+        for k in rng.integers(1, max_len, size=n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -288,8 +290,9 @@ def window_views(store):
 def packed_views(store):
     return [
         PackedDataset(store, 2048, eot=EOT, pad_id=EOT + 1, cache=False),
-        PackedDataset(store, 1000, pad_id=7, cache=False, mode="mlm", mask_id=EOT + 2,
-                      vocab_size=EOT + 3),
+        PackedDataset(
+            store, 1000, pad_id=7, cache=False, mode="mlm", mask_id=EOT + 2, vocab_size=EOT + 3
+        ),
     ]
 
 
@@ -347,7 +350,7 @@ def test_view_prefetch_asks_for_exactly_the_samples_ranges(store_path, kind):
     idx = np.array([3, 0, len(ds) - 1, 7])
     evict(store)
     assert ds.prefetch(idx) > 0
-    (starts, lengths), = spy.calls
+    ((starts, lengths),) = spy.calls
     # the slow reading: every token of the samples comes from exactly these flat ranges
     want = set()
     for i in idx.tolist():
@@ -392,8 +395,9 @@ def test_single_cold_reads_prefetch_and_equal_warm_reads(store_path, kind):
         _same(w, c)
     # each read asked for exactly its own ranges
     for i, (starts, lengths) in zip(idx, spy.calls):
-        want = (ds._ranges(np.array([i * ds.stride])) if kind == "window"
-                else ds._ranges(np.array([i])))
+        want = (
+            ds._ranges(np.array([i * ds.stride])) if kind == "window" else ds._ranges(np.array([i]))
+        )
         assert starts.tolist() == want[0].tolist() and lengths.tolist() == want[1].tolist()
 
 
@@ -415,8 +419,13 @@ def test_flat_start_matches_the_window_arithmetic(store):
     offsets = store.offsets
     ds = WindowDataset(store, 64, eot=EOT)
     rng = np.random.default_rng(1)
-    vs = np.concatenate([rng.integers(0, ds.total, 200),
-                         offsets[1:50] + np.arange(1, 50), offsets[1:50] + np.arange(0, 49)])
+    vs = np.concatenate(
+        [
+            rng.integers(0, ds.total, 200),
+            offsets[1:50] + np.arange(1, 50),
+            offsets[1:50] + np.arange(0, 49),
+        ]
+    )
     starts, _ = ds._ranges(vs.astype(np.int64))
     for v, s in zip(vs.tolist(), starts.tolist()):
         assert flat_start(offsets, 1, v) == s
@@ -541,8 +550,14 @@ def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path, workers):
     sampler = BatchSampler(SequentialSampler(range(len(ds))), 16, drop_last=False)
     plain = list(DataLoader(ds, batch_sampler=sampler, collate_fn=collate))
     evict(store)
-    ahead = list(DataLoader(ds, batch_sampler=Lookahead(sampler, ds, depth=2), collate_fn=collate,
-                            num_workers=workers))
+    ahead = list(
+        DataLoader(
+            ds,
+            batch_sampler=Lookahead(sampler, ds, depth=2),
+            collate_fn=collate,
+            num_workers=workers,
+        )
+    )
     assert len(plain) == len(ahead)
     for a, b in zip(plain, ahead):
         assert a.keys() == b.keys()

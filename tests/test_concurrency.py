@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,7 +144,9 @@ def test_overwrite_while_processes_read(tmp_path, backend):
     mmpack.build(path, _corpus(0), backend=backend, fsync=False)
     ctx = multiprocessing.get_context("fork")
     started, stop, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    readers = [ctx.Process(target=_swap_reader, args=(path, started, stop, results)) for _ in range(3)]
+    readers = [
+        ctx.Process(target=_swap_reader, args=(path, started, stop, results)) for _ in range(3)
+    ]
     for r in readers:
         r.start()
     for _ in readers:

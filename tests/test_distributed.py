@@ -25,7 +25,9 @@ if str(TESTS) not in sys.path:
 
 import _dist
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="no gloo"
+)
 
 N, SEED, BATCH = 83, 9, 4
 
@@ -103,4 +105,3 @@ def test_save_on_four_resume_on_fewer_is_exact(four_ranks, tmp_path, world):
     assert 0 <= pad < world
     assert Counter(head + tail) == Counter(order + order[:pad])  # union exact; padding named
     assert sorted(head) == sorted(order[:consumed])
-

@@ -50,7 +50,10 @@ def draw(sampler, k):
 
 
 def make(n, w, drop_last, shuffle=True, seed=3):
-    return [ResumableSampler(n, seed=seed, rank=r, world_size=w, drop_last=drop_last, shuffle=shuffle) for r in range(w)]
+    return [
+        ResumableSampler(n, seed=seed, rank=r, world_size=w, drop_last=drop_last, shuffle=shuffle)
+        for r in range(w)
+    ]
 
 
 @given(
@@ -147,7 +150,10 @@ def test_worked_example_from_the_docstring():
     for s in again:
         s.load_state_dict(old[0].state_dict())
     draw(again[1], 1)
-    assert {k: again[1].state_dict()[k] for k in ("offset", "position")} == {"offset": 4, "position": 1}
+    assert {k: again[1].state_dict()[k] for k in ("offset", "position")} == {
+        "offset": 4,
+        "position": 1,
+    }
     last = make(10, 2, False, shuffle=False)
     for s in last:
         s.load_state_dict(again[1].state_dict())
@@ -196,7 +202,9 @@ def test_refusals_stay_and_bad_offsets_are_named():
     with pytest.raises(FormatError, match="world_size=0"):
         s.load_state_dict({**state, "world_size": 0})
     old = {k: v for k, v in state.items() if k != "offset"}  # a state written before "offset"
-    s.load_state_dict({**old, "position": 2})  # global position 4 at world size 3: rank 0 takes 4, 7
+    s.load_state_dict(
+        {**old, "position": 2}
+    )  # global position 4 at world size 3: rank 0 takes 4, 7
     assert list(s) == Permutation(10, seed=1).map(np.array([4, 7], dtype=np.int64)).tolist()
 
 
@@ -204,10 +212,14 @@ def _loader(n, rank, world, num_workers, batch_size=4):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     sampler = ResumableSampler(n, seed=5, rank=rank, world_size=world)
-    return sampler, StatefulDataLoader(IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers)
+    return sampler, StatefulDataLoader(
+        IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers
+    )
 
 
-@pytest.mark.parametrize("w1, w2, workers1, workers2", [(3, 2, 0, 0), (2, 3, 1, 0), (4, 3, 0, 1), (2, 3, 1, 1)])
+@pytest.mark.parametrize(
+    "w1, w2, workers1, workers2", [(3, 2, 0, 0), (2, 3, 1, 0), (4, 3, 0, 1), (2, 3, 1, 1)]
+)
 def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2):
     n, k = 61, 3
     seen = []
@@ -229,7 +241,9 @@ def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2):
         seen += [i for b in loader for i in b.reshape(-1).tolist()]
         sampler.set_epoch(1)  # later epochs: the ordinary W2 deal
         following = [i for b in loader for i in b.reshape(-1).tolist()]
-        assert following == naive_deal(epoch_order(n, seed=5, epoch=1, shuffle=True), 0, w2, False)[r]
+        assert (
+            following == naive_deal(epoch_order(n, seed=5, epoch=1, shuffle=True), 0, w2, False)[r]
+        )
     counts = Counter(seen)
     assert set(counts) == set(range(n))
     assert sum(counts.values()) - n < w2  # only padding repeats
@@ -248,5 +262,9 @@ def test_loaded_position_survives_a_plain_dataloader_with_workers():
     draw(old, 6)
     sampler = ResumableSampler(30, seed=4, world_size=3, rank=1)
     sampler.load_state_dict(old.state_dict())  # global position 12: rank 1 of 3 takes 13, 16, ...
-    got = [i for b in DataLoader(IndexDataset(30), sampler=sampler, batch_size=2, num_workers=1) for i in b.reshape(-1).tolist()]
+    got = [
+        i
+        for b in DataLoader(IndexDataset(30), sampler=sampler, batch_size=2, num_workers=1)
+        for i in b.reshape(-1).tolist()
+    ]
     assert got == Permutation(30, seed=4).map(np.arange(13, 30, 3, dtype=np.int64)).tolist()

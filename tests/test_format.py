@@ -26,8 +26,14 @@ from mmpack.store.format import (
 @pytest.mark.parametrize(
     ("max_token", "expected"),
     [
-        (0, "<u1"), (255, "<u1"), (256, "<u2"), (65535, "<u2"), (65536, "<u4"),
-        (2**32 - 1, "<u4"), (2**32, "<u8"), (2**64 - 1, "<u8"),
+        (0, "<u1"),
+        (255, "<u1"),
+        (256, "<u2"),
+        (65535, "<u2"),
+        (65536, "<u4"),
+        (2**32 - 1, "<u4"),
+        (2**32, "<u8"),
+        (2**64 - 1, "<u8"),
     ],
 )
 def test_smallest_token_dtype_boundaries(max_token, expected):
@@ -72,8 +78,13 @@ def test_block_checksum_matches_one_shot_crc_per_block(data, block, cuts):
 
 def _meta(**kw) -> StoreMeta:
     base = dict(
-        backend="memmap", dtype=np.dtype("<u2"), num_docs=3, num_tokens=10, block_bytes=8,
-        tokens_crc32=(1, 2, 3), offsets_crc32=(4, 5, 6, 7),
+        backend="memmap",
+        dtype=np.dtype("<u2"),
+        num_docs=3,
+        num_tokens=10,
+        block_bytes=8,
+        tokens_crc32=(1, 2, 3),
+        offsets_crc32=(4, 5, 6, 7),
     )
     base.update(kw)
     return StoreMeta(**base)
@@ -88,8 +99,11 @@ def test_meta_json_round_trip_and_fingerprint():
     assert len(meta.fingerprint) == 16 and int(meta.fingerprint, 16) >= 0
     # the fingerprint identifies content, not the backend it is stored in
     assert _meta(backend="zarr").fingerprint == meta.fingerprint
-    for change in (dict(num_docs=4, offsets_crc32=(4, 5, 6, 7, 8)), dict(tokens_crc32=(1, 2, 4)),
-                   dict(dtype=np.dtype("<u1"), num_tokens=20)):
+    for change in (
+        dict(num_docs=4, offsets_crc32=(4, 5, 6, 7, 8)),
+        dict(tokens_crc32=(1, 2, 4)),
+        dict(dtype=np.dtype("<u1"), num_tokens=20),
+    ):
         assert _meta(**change).fingerprint != meta.fingerprint
 
 

@@ -33,8 +33,12 @@ from mmpack.store.format import StoreMeta
 BYTE_TRIALS = 260  # per backend
 META_TRIALS = 120  # per backend
 # Zarr array metadata that does not change what is read while every chunk exists.
-HARMLESS_ZARR_FIELDS = ("zarr.json:fill_value=", "zarr.json:storage_transformers=",
-                        "zarr.json:attributes", "zarr.json:dimension_names=")
+HARMLESS_ZARR_FIELDS = (
+    "zarr.json:fill_value=",
+    "zarr.json:storage_transformers=",
+    "zarr.json:attributes",
+    "zarr.json:dimension_names=",
+)
 JUNK = [None, "x", True, False, -1, 0, 2**70, 1.5, [], {}, [1, 2]]
 
 
@@ -65,7 +69,9 @@ def _outcome(path: Path, docs: list[np.ndarray], dtype: np.dtype) -> str:
         assert str(path) in str(exc), f"the message does not name the store: {exc}"
         return "refused"
     except Exception as exc:  # pragma: no cover - this is the failure being tested for
-        pytest.fail(f"corruption of {path} raised {type(exc).__module__}.{type(exc).__name__}: {exc}")
+        pytest.fail(
+            f"corruption of {path} raised {type(exc).__module__}.{type(exc).__name__}: {exc}"
+        )
     same = (
         store.dtype == dtype
         and len(got) == len(docs)
@@ -84,7 +90,9 @@ def _byte_corruption(rng: np.random.Generator, data: bytes) -> tuple[str, bytes 
     if kind == "truncate" and data:
         return kind, data[: int(rng.integers(len(data)))]
     if kind == "extend" or not data:
-        return "extend", data + rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8).tobytes()
+        return "extend", data + rng.integers(
+            0, 256, int(rng.integers(1, 9)), dtype=np.uint8
+        ).tobytes()
     return "delete", None
 
 
@@ -111,7 +119,9 @@ def _junk_for(rng, old):
     if isinstance(old, int) and not isinstance(old, bool) and rng.random() < 0.5:
         return old + int(rng.choice([-1, 1, 8, -8]))
     if isinstance(old, str) and rng.random() < 0.5:
-        return str(rng.choice(["<u1", "<u2", "<u4", "<u8", "<i8", "zarr", "memmap", "crc32", "zstd"]))
+        return str(
+            rng.choice(["<u1", "<u2", "<u4", "<u8", "<i8", "zarr", "memmap", "crc32", "zstd"])
+        )
     return JUNK[int(rng.integers(len(JUNK)))]
 
 
@@ -150,7 +160,11 @@ def _meta_corruption(rng, root: Path, backend: str) -> tuple[Path, str, bytes]:
                 ).fingerprint
             except FormatError:
                 pass  # the edit already makes the record invalid
-    return file, f"{file.relative_to(root)}:{'/'.join(map(str, field))}={obj_val!r} ({mode})", json.dumps(obj).encode()
+    return (
+        file,
+        f"{file.relative_to(root)}:{'/'.join(map(str, field))}={obj_val!r} ({mode})",
+        json.dumps(obj).encode(),
+    )
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])

@@ -50,7 +50,10 @@ def _segments(batch):
 
 def _ce_sum(logits, labels):
     return torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).double(), labels.reshape(-1), ignore_index=-100, reduction="sum"
+        logits.reshape(-1, logits.shape[-1]).double(),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
     ).item()
 
 
@@ -65,8 +68,15 @@ def _per_document(model, batch, causal):
 
 def _llama(attn, dtype=torch.float64):
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attn_implementation=attn, initializer_range=0.5,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation=attn,
+        initializer_range=0.5,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).to(dtype).eval()
@@ -74,9 +84,16 @@ def _llama(attn, dtype=torch.float64):
 
 def _bert(attn):
     config = transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        attn_implementation=attn, initializer_range=0.5,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation=attn,
+        initializer_range=0.5,
     )
     torch.manual_seed(0)
     return transformers.BertForMaskedLM(config).double().eval()
@@ -90,7 +107,9 @@ def _packed(model, kwargs):
     return _ce_sum(out.logits, labels), out.loss.item() * n_targets
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "attn", ["eager", "sdpa", pytest.param("flex_attention", marks=pytest.mark.slow)]
+)
 def test_causal_lm_packed_loss_equals_per_document_loss(store, attn):
     batch = _batch(store)
     dtype = torch.float32 if attn == "flex_attention" else torch.float64  # CPU flex: no float64
@@ -98,7 +117,9 @@ def test_causal_lm_packed_loss_equals_per_document_loss(store, attn):
     reference = _per_document(model, batch, causal=True)
     ours, hf_loss = _packed(model, hf_inputs(batch, attn, dtype=dtype))
     assert ours == pytest.approx(reference, rel=1e-6)
-    assert hf_loss == pytest.approx(reference, rel=1e-6)  # transformers computes its loss in float32  # transformers' own loss, not shifted twice
+    assert hf_loss == pytest.approx(
+        reference, rel=1e-6
+    )  # transformers computes its loss in float32  # transformers' own loss, not shifted twice
     # the naive call (tokens only) attends across documents and shifts the labels again
     with torch.no_grad():
         naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["labels"])
@@ -113,7 +134,10 @@ def test_causal_lm_hf_label_convention(store):
     reference = 0.0
     for row, a, b in _segments(batch):
         with torch.no_grad():
-            out = model(input_ids=batch["input_ids"][row : row + 1, a:b], labels=batch["labels"][row : row + 1, a:b])
+            out = model(
+                input_ids=batch["input_ids"][row : row + 1, a:b],
+                labels=batch["labels"][row : row + 1, a:b],
+            )
         reference += out.loss.item() * int((batch["labels"][row, a + 1 : b] != -100).sum())
     with torch.no_grad():
         out = model(**kwargs)
@@ -129,13 +153,17 @@ def test_masked_lm_packed_loss_equals_per_document_loss(store, attn):
     reference = _per_document(model, batch, causal=False)
     ours, hf_loss = _packed(model, hf_inputs(batch, attn, causal=False, dtype=torch.float64))
     assert ours == pytest.approx(reference, rel=1e-6)
-    assert hf_loss == pytest.approx(reference, rel=1e-6)  # transformers computes its loss in float32
+    assert hf_loss == pytest.approx(
+        reference, rel=1e-6
+    )  # transformers computes its loss in float32
     with torch.no_grad():
         naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["labels"])
     assert abs(naive - reference) > 1e-3 * abs(reference)
 
 
-def _varlen_reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def _varlen_reference_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """What flash_attn_varlen_func computes, from the kwargs transformers hands a flash kernel."""
     assert attention_mask is None and query.shape[0] == 1  # the flattened, mask-free form
     if "cu_seq_lens_q" in kwargs:
@@ -176,7 +204,9 @@ def test_flash_form_is_the_packed_path_transformers_detects(store):
     model = _llama("mmpack_varlen_reference")
     reference = _per_document(model, batch, causal=True)
     ours, hf_loss = _packed(model, kwargs)
-    assert ours == pytest.approx(reference, rel=1e-6) and hf_loss == pytest.approx(reference, rel=1e-6)
+    assert ours == pytest.approx(reference, rel=1e-6) and hf_loss == pytest.approx(
+        reference, rel=1e-6
+    )
 
 
 def test_hf_inputs_validation(store):

@@ -42,24 +42,38 @@ def bert_like(tmp_path_factory):
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train([str(p) for p in stdlib_files(100_000)], trainers.BpeTrainer(
-        vocab_size=700, special_tokens=specials, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train(
+        [str(p) for p in stdlib_files(100_000)],
+        trainers.BpeTrainer(
+            vocab_size=700,
+            special_tokens=specials,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
-        mask_token="[MASK]", unk_token="[UNK]")
+        tokenizer_object=tok,
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        unk_token="[UNK]",
+    )
     folder = tmp_path_factory.mktemp("bert") / "tok"
     fast.save_pretrained(folder)
     return folder, fast
 
 
 def test_saved_dataset_dict_and_split(tmp_path):
-    dd = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"text": TEXTS[:6]}),
-        "validation": datasets.Dataset.from_dict({"text": TEXTS[6:9]}),
-    })
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": TEXTS[:6]}),
+            "validation": datasets.Dataset.from_dict({"text": TEXTS[6:9]}),
+        }
+    )
     dd.save_to_disk(str(tmp_path / "dd"))
     every = ingest(tmp_path / "dd", tmp_path / "all").store
     bytes_of = [list(t.encode()) for t in TEXTS[:9]]
@@ -92,8 +106,9 @@ def test_pretrained_fast_folder_ids_and_specials(tmp_path, bert_like):
     ids = store.meta["tokenizer"]["special_ids"]
     assert {k: ids[k] for k in ("pad", "mask", "unk")} == {"pad": 0, "mask": 4, "unk": 1}
     # the tokenizer's own post-processor: [CLS] ... [SEP], in a worker pool too
-    post = ingest(ds, tmp_path / "p", tokenizer=folder, template="tokenizer", workers=2,
-                  batch_size=3).store
+    post = ingest(
+        ds, tmp_path / "p", tokenizer=folder, template="tokenizer", workers=2, batch_size=3
+    ).store
     assert _docs(post) == [fast(t)["input_ids"] for t in TEXTS]
     assert post.meta["tokenizer"]["template"] == "tokenizer"
     flag = ingest(ds, tmp_path / "f", tokenizer=folder, template="[CLS] $A [SEP]").store
@@ -108,16 +123,20 @@ def test_vocab_merges_folder_without_tokenizer_json(tmp_path, bert_like):
     merges = raw["model"]["merges"]
     lines = [" ".join(m) if isinstance(m, list) else m for m in merges]
     (tmp_path / "gpt2" / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
-    (tmp_path / "gpt2" / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "unk_token": "[UNK]", "eos_token": "[SEP]"}))
+    (tmp_path / "gpt2" / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "GPT2Tokenizer", "unk_token": "[UNK]", "eos_token": "[SEP]"})
+    )
     assert not (tmp_path / "gpt2" / "tokenizer.json").exists()
     tok = load_tokenizer(tmp_path / "gpt2")
     assert tok.spec.kind == "transformers" and tok.eot_id == 3
     store = ingest(iter(TEXTS[:5]), tmp_path / "s", tokenizer=tmp_path / "gpt2").store
-    slow = transformers.GPT2Tokenizer(str(tmp_path / "gpt2" / "vocab.json"),
-                                      str(tmp_path / "gpt2" / "merges.txt"))
+    slow = transformers.GPT2Tokenizer(
+        str(tmp_path / "gpt2" / "vocab.json"), str(tmp_path / "gpt2" / "merges.txt")
+    )
     assert _docs(store) == [slow(t, add_special_tokens=False)["input_ids"] for t in TEXTS[:5]]
-    assert store.meta["tokenizer"]["kind"] == "transformers" and "file" not in store.meta["tokenizer"]
+    assert (
+        store.meta["tokenizer"]["kind"] == "transformers" and "file" not in store.meta["tokenizer"]
+    )
 
 
 def test_templates_by_flag(tmp_path):
@@ -165,10 +184,38 @@ def test_per_pattern_formats_source_files_next_to_jsonl(tmp_path):
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "c"),
-                        "--format-for", "*.bas=text", "--quiet"], capture_output=True, text=True,
-                       check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mmpack",
+            "build",
+            *inputs,
+            "-o",
+            str(tmp_path / "c"),
+            "--format-for",
+            "*.bas=text",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "d"),
-                        "--format-for", "*.bas"], capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mmpack",
+            "build",
+            *inputs,
+            "-o",
+            str(tmp_path / "d"),
+            "--format-for",
+            "*.bas",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 1 and "PATTERN=FORMAT" in r.stderr

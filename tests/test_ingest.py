@@ -18,15 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _text_corpora import DATA, stdlib_texts, train_bpe
 from hypothesis import given
 from hypothesis import strategies as st
-from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
 from mmpack.errors import StoreExistsError
 from mmpack.ingest.pipeline import IngestError, IngestIssue, IngestWarning, ingest
-from mmpack.store.writer import StoreWriter
 from mmpack.ingest.tokenizer import ByteTokenizer, load_tokenizer
+from mmpack.store.writer import StoreWriter
 
 STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")
 
@@ -116,14 +116,21 @@ def test_jsonl_json_array_json_lines_and_gzip(tmp_path):
 
 def test_parquet_string_binary_and_batched(tmp_path):
     texts = [f"row {i} " + "é" * (i % 7) for i in range(2500)]  # several record batches
-    pq.write_table(pa.table({"text": texts, "n": list(range(2500))}), tmp_path / "a.parquet",
-                   row_group_size=700)
-    pq.write_table(pa.table({"content": pa.array([b"bin\xc3\xa9", b"ok"], pa.binary())}),
-                   tmp_path / "b.parquet")
-    pq.write_table(pa.table({"text": pa.array(["large"], pa.large_string())}),
-                   tmp_path / "c.parquet")
-    report, issues = quiet_ingest([tmp_path / "a.parquet", tmp_path / "c.parquet"],
-                                  tmp_path / "s", batch_size=300)
+    pq.write_table(
+        pa.table({"text": texts, "n": list(range(2500))}),
+        tmp_path / "a.parquet",
+        row_group_size=700,
+    )
+    pq.write_table(
+        pa.table({"content": pa.array([b"bin\xc3\xa9", b"ok"], pa.binary())}),
+        tmp_path / "b.parquet",
+    )
+    pq.write_table(
+        pa.table({"text": pa.array(["large"], pa.large_string())}), tmp_path / "c.parquet"
+    )
+    report, issues = quiet_ingest(
+        [tmp_path / "a.parquet", tmp_path / "c.parquet"], tmp_path / "s", batch_size=300
+    )
     assert texts_of(report.store) == texts + ["large"]
     assert issues == []
     report, _ = quiet_ingest(tmp_path / "b.parquet", tmp_path / "t", field="content")
@@ -166,22 +173,29 @@ def test_bad_records_are_reported_with_file_and_line_and_skipped(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "empty.jsonl").write_text("")
-    inputs = [tmp_path / "good.txt", tmp_path / "latin1.txt", tmp_path / "empty.txt",
-              bad_json, tmp_path / "empty.jsonl"]
+    inputs = [
+        tmp_path / "good.txt",
+        tmp_path / "latin1.txt",
+        tmp_path / "empty.txt",
+        bad_json,
+        tmp_path / "empty.jsonl",
+    ]
     report, issues = quiet_ingest(inputs, tmp_path / "s")
-    where = [(i.where.replace(str(tmp_path) + "/", "").replace(str(DATA) + "/", ""), i.skipped)
-             for i in issues]
+    where = [
+        (i.where.replace(str(tmp_path) + "/", "").replace(str(DATA) + "/", ""), i.skipped)
+        for i in issues
+    ]
     assert where == [
         ("latin1.txt", 1),
-        ("bad_records.jsonl:2", 1),   # invalid UTF-8
-        ("bad_records.jsonl:3", 1),   # invalid JSON
-        ("bad_records.jsonl:4", 1),   # not an object
-        ("bad_records.jsonl:5", 1),   # field missing
-        ("bad_records.jsonl:6", 1),   # a number
-        ("bad_records.jsonl:7", 1),   # null
-        ("bad_records.jsonl:8", 1),   # a list
+        ("bad_records.jsonl:2", 1),  # invalid UTF-8
+        ("bad_records.jsonl:3", 1),  # invalid JSON
+        ("bad_records.jsonl:4", 1),  # not an object
+        ("bad_records.jsonl:5", 1),  # field missing
+        ("bad_records.jsonl:6", 1),  # a number
+        ("bad_records.jsonl:7", 1),  # null
+        ("bad_records.jsonl:8", 1),  # a list
         ("bad_records.jsonl:10", 1),  # a lone surrogate: cannot be tokenized
-        ("empty.jsonl", 0),           # a notice, nothing lost
+        ("empty.jsonl", 0),  # a notice, nothing lost
     ]
     reasons = [i.reason for i in issues]
     assert "invalid UTF-8 at byte 3" in reasons[0]
@@ -204,13 +218,19 @@ def test_bad_parquet_files(tmp_path):
     pq.write_table(pa.table({"text": ["a", None, "c"]}), tmp_path / "nulls.parquet")
     pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "nofield.parquet")
     pq.write_table(pa.table({"text": [1, 2, 3, 4]}), tmp_path / "ints.parquet")
-    pq.write_table(pa.table({"text": pa.array([b"ok", b"\xff"], pa.binary())}),
-                   tmp_path / "bin.parquet")
+    pq.write_table(
+        pa.table({"text": pa.array([b"ok", b"\xff"], pa.binary())}), tmp_path / "bin.parquet"
+    )
     (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
     report, issues = quiet_ingest(str(tmp_path / "*.parquet"), tmp_path / "s")
     got = {(i.where.replace(str(tmp_path) + "/", ""), i.skipped) for i in issues}
-    assert got == {("bin.parquet row 1", 1), ("ints.parquet", 4), ("junk.parquet", 1),
-                   ("nofield.parquet", 2), ("nulls.parquet row 1", 1)}
+    assert got == {
+        ("bin.parquet row 1", 1),
+        ("ints.parquet", 4),
+        ("junk.parquet", 1),
+        ("nofield.parquet", 2),
+        ("nulls.parquet row 1", 1),
+    }
     assert texts_of(report.store) == ["ok", "a", "c"]
     assert (report.docs_read, report.docs_skipped) == (12, 9)
     assert_counts_add_up(report)
@@ -223,8 +243,13 @@ def test_on_error_fail_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # no store, no temp folder
     # Notices are not errors.
     (tmp_path / "e.jsonl").write_text("")
-    report = ingest(tmp_path / "e.jsonl", tmp_path / "s", on_error="fail", progress=False,
-                    on_issue=lambda i: None)
+    report = ingest(
+        tmp_path / "e.jsonl",
+        tmp_path / "s",
+        on_error="fail",
+        progress=False,
+        on_issue=lambda i: None,
+    )
     assert len(report.store) == 0
 
 
@@ -256,8 +281,9 @@ def test_empty_documents_kept_or_skipped(tmp_path):
 def test_iterables_of_texts_and_dicts(tmp_path):
     report, issues = quiet_ingest((t for t in ["a", "b"]), tmp_path / "s")
     assert texts_of(report.store) == ["a", "b"]
-    report, issues = quiet_ingest(iter([{"text": "x"}, {"body": "y"}, b"z\xc3\xa9", 5, "w"]),
-                                  tmp_path / "t")
+    report, issues = quiet_ingest(
+        iter([{"text": "x"}, {"body": "y"}, b"z\xc3\xa9", 5, "w"]), tmp_path / "t"
+    )
     assert texts_of(report.store) == ["x", "zé", "w"]
     assert [i.where for i in issues] == ["list_iterator[1]", "list_iterator[3]"]
 
@@ -293,7 +319,9 @@ def test_datasets_like_objects(tmp_path):
     assert texts_of(report.store) == ["e", "t"]
     # A missing column skips the whole dataset, loudly.
     report, issues = quiet_ingest(FakeDataset([{"body": "x"}] * 3), tmp_path / "u")
-    assert len(report.store) == 0 and issues[0].skipped == 3 and "no column 'text'" in str(issues[0])
+    assert (
+        len(report.store) == 0 and issues[0].skipped == 3 and "no column 'text'" in str(issues[0])
+    )
 
 
 def test_saved_dataset_folder_loads_datasets_lazily(tmp_path, monkeypatch):
@@ -309,7 +337,9 @@ def test_saved_dataset_folder_loads_datasets_lazily(tmp_path, monkeypatch):
         loaded.append(path)
         return FakeDataset([{"text": "from disk"}])
 
-    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_from_disk=load_from_disk))
+    monkeypatch.setitem(
+        sys.modules, "datasets", types.SimpleNamespace(load_from_disk=load_from_disk)
+    )
     report, _ = quiet_ingest(folder, tmp_path / "s")
     assert loaded == [str(folder)] and texts_of(report.store) == ["from disk"]
 
@@ -330,8 +360,9 @@ def test_same_store_with_one_and_two_workers(tmp_path, corpus, bpe_file):
     root, texts = corpus
     built = {}
     for run, workers in [("a", 1), ("b", 1), ("c", 2), ("d", 2)]:
-        report, _ = quiet_ingest(root / "docs.jsonl", tmp_path / run, tokenizer=bpe_file,
-                                 workers=workers, batch_size=37)
+        report, _ = quiet_ingest(
+            root / "docs.jsonl", tmp_path / run, tokenizer=bpe_file, workers=workers, batch_size=37
+        )
         assert report.workers == workers and report.docs_written == len(texts)
         built[run] = store_bytes(tmp_path / run)
     assert built["a"] == built["b"] == built["c"] == built["d"]
@@ -343,10 +374,17 @@ def test_byte_level_store_identical_with_two_workers_and_same_issues(tmp_path):
     bad = DATA / "bad_records.jsonl"
     results = []
     for run, workers in [("a", 1), ("b", 2), ("c", 2)]:
-        report, issues = quiet_ingest([bad, bad, bad], tmp_path / run, workers=workers,
-                                      batch_size=2)
-        results.append((store_bytes(tmp_path / run), [str(i) for i in issues],
-                        report.docs_written, report.docs_skipped))
+        report, issues = quiet_ingest(
+            [bad, bad, bad], tmp_path / run, workers=workers, batch_size=2
+        )
+        results.append(
+            (
+                store_bytes(tmp_path / run),
+                [str(i) for i in issues],
+                report.docs_written,
+                report.docs_skipped,
+            )
+        )
     assert results[0] == results[1] == results[2]
     assert len(results[0][1]) == 24
 
@@ -438,7 +476,7 @@ def _decodable_prefix(data: bytes) -> bytes:
     out = []
     for k in range(len(data)):
         try:
-            out.append(d.decompress(data[k:k + 1]))
+            out.append(d.decompress(data[k : k + 1]))
         except zlib.error:
             break
     return b"".join(out)
@@ -463,8 +501,10 @@ def test_damaged_gzip_is_all_or_nothing(tmp_path, fmt, how):
         (tmp_path / "good.txt").write_text("\n".join(good) + "\n")
         first = tmp_path / "good.txt"
     else:
-        name, payload = "d.jsonl.gz", "".join(json.dumps({"text": t}) + "\n"
-                                              for t in other).encode()
+        name, payload = (
+            "d.jsonl.gz",
+            "".join(json.dumps({"text": t}) + "\n" for t in other).encode(),
+        )
         (tmp_path / "good.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in good))
         first = tmp_path / "good.jsonl"
     bad = _damage(gzip.compress(payload), how)
@@ -476,13 +516,21 @@ def test_damaged_gzip_is_all_or_nothing(tmp_path, fmt, how):
     assert [(i.skipped, i.file_lost) for i in issues] == [(n_lost, True)]
     assert issues[0].where == str(tmp_path / name) and "skipped whole" in issues[0].reason
     assert (report.docs_read, report.docs_written, report.docs_skipped) == (
-        len(good) + n_lost, len(good), n_lost)
+        len(good) + n_lost,
+        len(good),
+        n_lost,
+    )
     assert report.files_lost == 1 and "1 unreadable file skipped whole" in report.summary()
     assert_counts_add_up(report)
     # The default policy refuses a build that lost a file; nothing is written.
     with pytest.raises(IngestError, match=r"skipped whole.*nothing is written.*on_error='skip'"):
-        ingest([first, tmp_path / name], tmp_path / "t", lines=True, progress=False,
-               on_issue=lambda i: None)
+        ingest(
+            [first, tmp_path / name],
+            tmp_path / "t",
+            lines=True,
+            progress=False,
+            on_issue=lambda i: None,
+        )
     assert not (tmp_path / "t").exists()
 
 
@@ -533,8 +581,9 @@ def test_file_failing_part_way_is_taken_out_whole(tmp_path, monkeypatch):
     _fail_reading(monkeypatch, "b.txt", after=20)
     report, issues = quiet_ingest(str(tmp_path / "*.txt"), tmp_path / "s", lines=True)
     assert texts_of(report.store) == ["a1", "a2", "c1"]
-    assert [(i.where, i.skipped, i.file_lost) for i in issues] == [(str(tmp_path / "b.txt"), 20,
-                                                                    True)]
+    assert [(i.where, i.skipped, i.file_lost) for i in issues] == [
+        (str(tmp_path / "b.txt"), 20, True)
+    ]
     assert "Input/output error" in issues[0].reason
     assert_counts_add_up(report)
 
@@ -544,8 +593,11 @@ def test_file_failing_after_its_documents_left_stops_the_build(tmp_path, monkeyp
     taken out: the build stops and writes nothing, whatever on_error says."""
     (tmp_path / "b.txt").write_text("".join(f"b{k}\n" for k in range(50)))
     _fail_reading(monkeypatch, "b.txt", after=20)
-    with pytest.raises(IngestError, match=r"b\.txt: cannot read it \(Input/output error\) after "
-                                          r"20 records.*never stored in part"):
+    with pytest.raises(
+        IngestError,
+        match=r"b\.txt: cannot read it \(Input/output error\) after "
+        r"20 records.*never stored in part",
+    ):
         quiet_ingest(tmp_path / "b.txt", tmp_path / "s", lines=True, batch_size=8)
     assert not (tmp_path / "s").exists()
 
@@ -559,8 +611,11 @@ def _jsonl(path, records):
 def test_skip_some_refuses_a_build_that_skipped_most_records(tmp_path):
     """Issue 13 item 16: a wrong field skipping 9 of 10 records used to build (exit 0)."""
     f = _jsonl(tmp_path / "d.jsonl", [{"body": f"x{k}"} for k in range(9)] + [{"text": "y"}])
-    with pytest.raises(IngestError, match=r"9 of 10 records \(90%\) were skipped, more than half; "
-                                          r"nothing is written.*on_error='skip'") as err:
+    with pytest.raises(
+        IngestError,
+        match=r"9 of 10 records \(90%\) were skipped, more than half; "
+        r"nothing is written.*on_error='skip'",
+    ) as err:
         ingest(f, tmp_path / "s", progress=False, on_issue=lambda i: None)
     assert err.value.report.docs_skipped == 9
     assert not (tmp_path / "s").exists()
@@ -571,9 +626,12 @@ def test_skip_some_refuses_a_build_that_skipped_most_records(tmp_path):
 def test_skip_some_refuses_an_input_with_no_record_stored(tmp_path):
     good = _jsonl(tmp_path / "good.jsonl", [{"text": f"g{k}"} for k in range(30)])
     bad = _jsonl(tmp_path / "bad.jsonl", [{"content": f"b{k}"} for k in range(10)])
-    with pytest.raises(IngestError, match=r"no record of the input .*bad\.jsonl could be stored "
-                                          r"\(10 skipped; the first: .*bad\.jsonl:1: field 'text' "
-                                          r"is missing\) \(is field='text' the right field\?\)"):
+    with pytest.raises(
+        IngestError,
+        match=r"no record of the input .*bad\.jsonl could be stored "
+        r"\(10 skipped; the first: .*bad\.jsonl:1: field 'text' "
+        r"is missing\) \(is field='text' the right field\?\)",
+    ):
         ingest([good, bad], tmp_path / "s", progress=False, on_issue=lambda i: None)
     assert not (tmp_path / "s").exists()
     report, _ = quiet_ingest([good, bad], tmp_path / "s", on_error="skip")
@@ -585,11 +643,16 @@ def test_skip_some_keeps_a_build_with_a_few_bad_records(tmp_path):
     # others, and exactly half skipped: all build.
     for name, data in [("a.txt", b"aa"), ("b.txt", b"\xff"), ("c.txt", b"cc")]:
         (tmp_path / name).write_bytes(data)
-    report = ingest(str(tmp_path / "*.txt"), tmp_path / "s", progress=False,
-                    on_issue=lambda i: None)
+    report = ingest(
+        str(tmp_path / "*.txt"), tmp_path / "s", progress=False, on_issue=lambda i: None
+    )
     assert texts_of(report.store) == ["aa", "cc"] and report.docs_skipped == 1
-    report = ingest([tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"], tmp_path / "t",
-                    progress=False, on_issue=lambda i: None)
+    report = ingest(
+        [tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"],
+        tmp_path / "t",
+        progress=False,
+        on_issue=lambda i: None,
+    )
     assert report.docs_skipped == 1
     f = _jsonl(tmp_path / "half.jsonl", [{"text": "x"}, {"body": "y"}])
     report = ingest(f, tmp_path / "u", progress=False, on_issue=lambda i: None)
@@ -597,8 +660,11 @@ def test_skip_some_keeps_a_build_with_a_few_bad_records(tmp_path):
 
 
 def test_on_error_values(tmp_path):
-    with pytest.raises(ValueError, match=r"on_error must be one of \('skip-some', 'skip', "
-                                         r"'fail'\), got 'ignore'"):
+    with pytest.raises(
+        ValueError,
+        match=r"on_error must be one of \('skip-some', 'skip', "
+        r"'fail'\), got 'ignore'",
+    ):
         ingest(iter(["x"]), tmp_path / "s", on_error="ignore")
 
 
@@ -609,12 +675,14 @@ def test_source_and_markup_files_are_text_by_default(tmp_path):
     (tmp_path / "r.rst").write_text("Title\n=====\n")
     _jsonl(tmp_path / "d.jsonl", [{"text": "json text"}])
     (tmp_path / "q.bas").write_text("10 PRINT\n")
-    report, issues = quiet_ingest([tmp_path / "m.py", tmp_path / "r.rst", tmp_path / "d.jsonl"],
-                                  tmp_path / "s")
+    report, issues = quiet_ingest(
+        [tmp_path / "m.py", tmp_path / "r.rst", tmp_path / "d.jsonl"], tmp_path / "s"
+    )
     assert texts_of(report.store) == ["import os\n", "Title\n=====\n", "json text"]
     assert issues == []
-    report, _ = quiet_ingest([tmp_path / "q.bas", tmp_path / "d.jsonl"], tmp_path / "t",
-                             text_extensions=["BAS"])
+    report, _ = quiet_ingest(
+        [tmp_path / "q.bas", tmp_path / "d.jsonl"], tmp_path / "t", text_extensions=["BAS"]
+    )
     assert texts_of(report.store) == ["10 PRINT\n", "json text"]
     report, _ = quiet_ingest(tmp_path / "d.jsonl", tmp_path / "u", text_extensions=[".jsonl"])
     assert texts_of(report.store) == ['{"text": "json text"}\n']
@@ -636,32 +704,44 @@ def test_parquet_failing_part_way_is_taken_out_whole(tmp_path, monkeypatch):
             yield rb
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", failing)
-    report, issues = quiet_ingest([tmp_path / "a.parquet", tmp_path / "b.parquet"],
-                                  tmp_path / "s", batch_size=5000)
+    report, issues = quiet_ingest(
+        [tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "s", batch_size=5000
+    )
     assert texts_of(report.store) == ["p0", "p1", "p2"]
     assert [(i.skipped, i.file_lost) for i in issues] == [(1024, True)]
     assert "cannot read it as Parquet past row 1024 (Couldn't deserialize" in issues[0].reason
     assert_counts_add_up(report)
 
 
-@pytest.mark.parametrize(("data", "reason"), [(b"not gzip at all", "Not a gzipped file"),
-                                             (b"", "the file is empty: not even a gzip header")])
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"not gzip at all", "Not a gzipped file"),
+        (b"", "the file is empty: not even a gzip header"),
+    ],
+)
 def test_unreadable_gzip_is_lost_with_no_documents_counted(tmp_path, data, reason):
     """A .gz cut to nothing read as an empty file: its loss was a mere note."""
     (tmp_path / "a.txt").write_text("kept\n")
     (tmp_path / "b.txt.gz").write_bytes(data)
-    report, issues = quiet_ingest([tmp_path / "a.txt", tmp_path / "b.txt.gz"], tmp_path / "s",
-                                  lines=True)
+    report, issues = quiet_ingest(
+        [tmp_path / "a.txt", tmp_path / "b.txt.gz"], tmp_path / "s", lines=True
+    )
     assert texts_of(report.store) == ["kept"]
     assert [(i.skipped, i.file_lost, i.is_error) for i in issues] == [(0, True, True)]
     assert reason in issues[0].reason
 
 
-@given(lines=st.lists(st.text(alphabet="abc xyz✓\t", max_size=30), min_size=1, max_size=300),
-       jsonl=st.booleans(), how=st.sampled_from(["flip", "truncate"]), where=st.floats(0, 1),
-       bit=st.integers(0, 7))
-def test_any_damage_to_a_gzip_stores_all_of_it_or_none(tmp_path_factory, lines, jsonl, how,
-                                                       where, bit):
+@given(
+    lines=st.lists(st.text(alphabet="abc xyz✓\t", max_size=30), min_size=1, max_size=300),
+    jsonl=st.booleans(),
+    how=st.sampled_from(["flip", "truncate"]),
+    where=st.floats(0, 1),
+    bit=st.integers(0, 7),
+)
+def test_any_damage_to_a_gzip_stores_all_of_it_or_none(
+    tmp_path_factory, lines, jsonl, how, where, bit
+):
     """Property, against the naive byte-at-a-time decoder: whatever byte is flipped (header, data
     or trailer) or wherever the file is cut, the store holds the good file's documents and either
     every document of the damaged file, unchanged (a flip the format does not check, such as the
@@ -695,10 +775,10 @@ def test_any_damage_to_a_gzip_stores_all_of_it_or_none(tmp_path_factory, lines, 
         assert issue.file_lost and issue.skipped == _records_in(_decodable_prefix(bad), fmt)
 
 
-@given(m=st.integers(0, 30), n=st.integers(1, 40), data=st.data(),
-       batch_size=st.integers(1, 50))
-def test_a_read_error_never_stores_part_of_a_file(tmp_path_factory, monkeypatch_session, m, n,
-                                                  data, batch_size):
+@given(m=st.integers(0, 30), n=st.integers(1, 40), data=st.data(), batch_size=st.integers(1, 50))
+def test_a_read_error_never_stores_part_of_a_file(
+    tmp_path_factory, monkeypatch_session, m, n, data, batch_size
+):
     """Property: an I/O error after ``k`` lines of b.txt (after m lines of a.txt, in batches of
     ``batch_size``) takes b.txt out whole while none of its lines has left the batch being filled
     (``m % batch_size + k < batch_size``), else stops the build with nothing written; b.txt is
@@ -710,15 +790,17 @@ def test_a_read_error_never_stores_part_of_a_file(tmp_path_factory, monkeypatch_
     with monkeypatch_session.context() as mp:
         _fail_reading(mp, "b.txt", after=k)
         if m % batch_size + k < batch_size:
-            report, issues = quiet_ingest([tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True,
-                                          batch_size=batch_size)
+            report, issues = quiet_ingest(
+                [tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True, batch_size=batch_size
+            )
             assert texts_of(report.store) == [f"a{j}" for j in range(m)]
             assert [(i.skipped, i.file_lost) for i in issues][-1] == (k, True)
             assert_counts_add_up(report)
         else:
             with pytest.raises(IngestError, match="never stored in part"):
-                quiet_ingest([tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True,
-                             batch_size=batch_size)
+                quiet_ingest(
+                    [tmp / "a.txt", tmp / "b.txt"], tmp / "s", lines=True, batch_size=batch_size
+                )
             assert not (tmp / "s").exists()
 
 

@@ -46,8 +46,9 @@ def _same(a, b):
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as c:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as c:
         yield c
 
 
@@ -59,8 +60,9 @@ def bpe(tmp_path_factory):
 def test_plan_tasks_groups_files_in_order(tmp_path):
     inputs = _write_inputs(tmp_path)
     tasks = plan_tasks(inputs, part_bytes=1)
-    assert [os.path.basename(f) for t in tasks for f in t] == \
-        [f"shard-{k:02d}.jsonl" for k in range(7)] + ["notes.txt"]
+    assert [os.path.basename(f) for t in tasks for f in t] == [
+        f"shard-{k:02d}.jsonl" for k in range(7)
+    ] + ["notes.txt"]
     assert all(len(t) == 1 for t in tasks)
     assert len(plan_tasks(inputs, part_bytes=1 << 40)) == 1
     with pytest.raises(FileNotFoundError, match="no file matches"):
@@ -74,13 +76,23 @@ def test_serial_parts_equal_single_build(tmp_path, bpe, part_bytes):
     inputs = _write_inputs(tmp_path / "in")
     ref = ingest(inputs, tmp_path / "ref", tokenizer=bpe, workers=1, on_issue=lambda i: None)
     seen = []
-    got = build_distributed(inputs, tmp_path / "out", engine="serial", tokenizer=bpe,
-                            part_bytes=part_bytes, on_issue=seen.append,
-                            on_part=lambda k, r: None)
+    got = build_distributed(
+        inputs,
+        tmp_path / "out",
+        engine="serial",
+        tokenizer=bpe,
+        part_bytes=part_bytes,
+        on_issue=seen.append,
+        on_part=lambda k, r: None,
+    )
     assert isinstance(got.store, JoinedStore)
     _same(got.store, ref.store)
-    assert (got.docs_read, got.docs_written, got.docs_skipped, got.tokens_written) == \
-        (ref.docs_read, ref.docs_written, ref.docs_skipped, ref.tokens_written)
+    assert (got.docs_read, got.docs_written, got.docs_skipped, got.tokens_written) == (
+        ref.docs_read,
+        ref.docs_written,
+        ref.docs_skipped,
+        ref.tokens_written,
+    )
     assert [str(i) for i in seen] == [str(i) for i in ref.issues]
     assert len(got.store.parts) == len(plan_tasks(inputs, part_bytes=part_bytes))
     assert sorted(os.listdir(tmp_path)) == ["in", "out", "ref"]  # no staging left behind
@@ -90,9 +102,16 @@ def test_dask_two_workers_equal_single_build(tmp_path, bpe, cluster):
     inputs = _write_inputs(tmp_path / "in")
     ref = ingest(inputs, tmp_path / "ref", tokenizer=bpe, workers=1, on_issue=lambda i: None)
     done = []
-    got = build_distributed(inputs, tmp_path / "out", engine="dask",
-                            scheduler=cluster.scheduler_address, tokenizer=bpe, part_bytes=1,
-                            on_issue=lambda i: None, on_part=lambda k, r: done.append(k))
+    got = build_distributed(
+        inputs,
+        tmp_path / "out",
+        engine="dask",
+        scheduler=cluster.scheduler_address,
+        tokenizer=bpe,
+        part_bytes=1,
+        on_issue=lambda i: None,
+        on_part=lambda k, r: done.append(k),
+    )
     _same(got.store, ref.store)
     assert sorted(done) == list(range(8)) and got.workers == 2
     assert got.store.verify()["parts"] == 8
@@ -111,9 +130,16 @@ def test_retried_task_leaves_one_part(tmp_path, cluster):
     ref = ingest(inputs, tmp_path / "ref", on_issue=lambda i: None)
     for engine, kw in (("serial", {}), ("dask", {"scheduler": cluster.scheduler_address})):
         out = tmp_path / f"out-{engine}"
-        got = build_distributed(inputs, out, engine=engine, part_bytes=1, retries=1,
-                                part_function=_flaky_part.flaky_build_part,
-                                on_issue=lambda i: None, **kw)
+        got = build_distributed(
+            inputs,
+            out,
+            engine=engine,
+            part_bytes=1,
+            retries=1,
+            part_function=_flaky_part.flaky_build_part,
+            on_issue=lambda i: None,
+            **kw,
+        )
         assert (tmp_path / "attempted-part-00001").exists()  # the first attempt did fail
         (tmp_path / "attempted-part-00001").unlink()
         _same(got.store, ref.store)
@@ -130,8 +156,9 @@ def test_failed_build_publishes_nothing(tmp_path, cluster):
     inputs = _write_inputs(tmp_path / "in")
     for engine, kw in (("serial", {}), ("dask", {"scheduler": cluster.scheduler_address})):
         with pytest.raises(IngestError, match="invalid JSON"):
-            build_distributed(inputs, tmp_path / "out", engine=engine, part_bytes=1,
-                              on_error="fail", **kw)
+            build_distributed(
+                inputs, tmp_path / "out", engine=engine, part_bytes=1, on_error="fail", **kw
+            )
         assert sorted(os.listdir(tmp_path)) == ["in"]
     mmpack.build(tmp_path / "out", [[1, 2]])
     with pytest.raises(mmpack.errors.StoreExistsError):
@@ -141,8 +168,9 @@ def test_failed_build_publishes_nothing(tmp_path, cluster):
     with pytest.raises(mmpack.errors.StoreExistsError, match="not a store"):
         build_distributed(inputs, tmp_path / "user", engine="serial", overwrite=True)
     assert (tmp_path / "user" / "keep.txt").read_text() == "a user's file"
-    replaced = build_distributed(inputs, tmp_path / "out", engine="serial", overwrite=True,
-                                 on_issue=lambda i: None)
+    replaced = build_distributed(
+        inputs, tmp_path / "out", engine="serial", overwrite=True, on_issue=lambda i: None
+    )
     assert len(replaced.store) > 1
     with pytest.raises(ValueError, match="engine"):
         build_distributed(inputs, tmp_path / "x", engine="ray")
@@ -154,28 +182,69 @@ def test_cli_build_with_dask_local_cluster(tmp_path):
     inputs = _write_inputs(tmp_path / "in")
     ref = ingest(inputs, tmp_path / "ref", on_issue=lambda i: None)
     r = subprocess.run(
-        [sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "out"),
-         "--engine", "dask", "--workers", "2", "--part-mb", "1"],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mmpack",
+            "build",
+            *inputs,
+            "-o",
+            str(tmp_path / "out"),
+            "--engine",
+            "dask",
+            "--workers",
+            "2",
+            "--part-mb",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert r.returncode == 0, r.stderr
     assert "engine dask" in r.stdout and "skipped: " in r.stderr
     _same(mmpack.open(tmp_path / "out"), ref.store)
     r = subprocess.run(
-        [sys.executable, "-m", "mmpack", "build", *inputs, "-o", str(tmp_path / "o2"),
-         "--scheduler", "tcp://127.0.0.1:1"],
-        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        [
+            sys.executable,
+            "-m",
+            "mmpack",
+            "build",
+            *inputs,
+            "-o",
+            str(tmp_path / "o2"),
+            "--scheduler",
+            "tcp://127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     assert r.returncode == 1 and "--engine dask" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_template_and_tokenizer_record_reach_the_join(tmp_path, bpe):
     inputs = _write_inputs(tmp_path / "in")
-    ref = ingest(inputs, tmp_path / "ref", tokenizer=bpe, template="$A <|endoftext|>",
-                 workers=1, on_issue=lambda i: None)
-    got = build_distributed(inputs, tmp_path / "out", engine="serial", tokenizer=bpe,
-                            template="$A <|endoftext|>", part_bytes=1, on_issue=lambda i: None)
+    ref = ingest(
+        inputs,
+        tmp_path / "ref",
+        tokenizer=bpe,
+        template="$A <|endoftext|>",
+        workers=1,
+        on_issue=lambda i: None,
+    )
+    got = build_distributed(
+        inputs,
+        tmp_path / "out",
+        engine="serial",
+        tokenizer=bpe,
+        template="$A <|endoftext|>",
+        part_bytes=1,
+        on_issue=lambda i: None,
+    )
     _same(got.store, ref.store)
     assert got.store.meta["tokenizer"]["template"] == "$A <|endoftext|>"
     assert got.store[0][-1] == got.store.meta["tokenizer"]["special_ids"]["eot"]
@@ -183,8 +252,14 @@ def test_template_and_tokenizer_record_reach_the_join(tmp_path, bpe):
 
 def test_progress_shows_parts_documents_tokens(tmp_path, capsys):
     inputs = _write_inputs(tmp_path / "in")
-    got = build_distributed(inputs, tmp_path / "out", engine="serial", part_bytes=1,
-                            progress=True, on_issue=lambda i: None)
+    got = build_distributed(
+        inputs,
+        tmp_path / "out",
+        engine="serial",
+        part_bytes=1,
+        progress=True,
+        on_issue=lambda i: None,
+    )
     err = capsys.readouterr().err
     assert "building parts" in err and "parts 8/8" in err
     assert f"{got.docs_written:,} docs" in err and f"{got.tokens_written:,} tokens" in err

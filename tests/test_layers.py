@@ -74,8 +74,9 @@ def test_old_module_paths_warn_and_alias():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             alias = importlib.import_module(old)
-        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message)
-                   for w in caught), old
+        assert any(
+            issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught
+        ), old
         target = importlib.import_module(new)
         for name in getattr(target, "__all__", []):
             assert getattr(alias, name) is getattr(target, name), (old, name)

@@ -44,7 +44,9 @@ def reference(ids, maskable, keys, p, mask_id, vocab, excluded, ignore=-100):
             if u < 0.8 * p:
                 orow.append(mask_id)
             elif u < 0.9 * p:
-                rank = min(int((mix64(h ^ REPLACE) >> 11) * 2.0**-53 * len(allowed)), len(allowed) - 1)
+                rank = min(
+                    int((mix64(h ^ REPLACE) >> 11) * 2.0**-53 * len(allowed)), len(allowed) - 1
+                )
                 orow.append(allowed[rank])
             else:
                 orow.append(tok)
@@ -71,8 +73,9 @@ def test_kernel_matches_reference(rows, length, mask_prob, specials, seed, epoch
     assert keys.tolist() == [key(seed, epoch, i + 7) for i in range(rows)]
     want = reference(ids, maskable, keys.tolist(), mask_prob, 99, vocab, ex)
     got_ids = ids.copy()
-    labels = corrupt_rows(got_ids, maskable, keys, mask_prob=mask_prob, mask_id=99,
-                          vocab_size=vocab, excluded=ex)
+    labels = corrupt_rows(
+        got_ids, maskable, keys, mask_prob=mask_prob, mask_id=99, vocab_size=vocab, excluded=ex
+    )
     np.testing.assert_array_equal(got_ids, want[0])
     np.testing.assert_array_equal(labels, want[1])
 
@@ -81,8 +84,15 @@ def test_fractions_over_a_million_tokens():
     ids = np.random.default_rng(0).integers(1, 1000, size=(256, 4096))
     orig = ids.copy()
     ex = excluded_ids(1000, [1, 2], pad_id=0)
-    labels = corrupt_rows(ids, np.ones_like(ids), row_keys(3, 0, np.arange(256)), mask_prob=0.3,
-                          mask_id=1000, vocab_size=1000, excluded=ex)
+    labels = corrupt_rows(
+        ids,
+        np.ones_like(ids),
+        row_keys(3, 0, np.arange(256)),
+        mask_prob=0.3,
+        mask_id=1000,
+        vocab_size=1000,
+        excluded=ex,
+    )
     sel = labels != -100
     maskable = ~np.isin(orig, ex)
     assert abs(sel.sum() / maskable.sum() - 0.3) < 0.003
@@ -105,7 +115,9 @@ def test_rows_depend_only_on_their_key():
 
     def run(keys):
         x = ids.copy()
-        corrupt_rows(x, np.ones_like(x), keys, mask_prob=0.5, mask_id=99, vocab_size=100, excluded=ex)
+        corrupt_rows(
+            x, np.ones_like(x), keys, mask_prob=0.5, mask_id=99, vocab_size=100, excluded=ex
+        )
         return x
 
     a = run(row_keys(0, 0, np.array([0, 1, 2, 3])))
@@ -117,5 +129,12 @@ def test_rows_depend_only_on_their_key():
 def test_no_allowed_id_is_an_error():
     x = np.zeros((1, 3), dtype=np.int64)
     with pytest.raises(ValueError, match="vocab_size=2"):
-        corrupt_rows(x, np.ones_like(x), row_keys(0, 0, np.arange(1)), mask_prob=0.5, mask_id=1,
-                     vocab_size=2, excluded=np.array([0, 1]))
+        corrupt_rows(
+            x,
+            np.ones_like(x),
+            row_keys(0, 0, np.arange(1)),
+            mask_prob=0.5,
+            mask_id=1,
+            vocab_size=2,
+            excluded=np.array([0, 1]),
+        )

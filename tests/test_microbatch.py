@@ -12,8 +12,14 @@ from mmpack.streaming.packer import StreamingPacker
 
 def packed(return_tensors="np", mode="causal", **kw):
     docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33, 34, 35, 36, 37], [40]]
-    args = dict(out_batch_size=3, out_pseq_len=8, buffer_size=4, mode=mode, drop_last=False,
-                return_tensors=return_tensors)
+    args = dict(
+        out_batch_size=3,
+        out_pseq_len=8,
+        buffer_size=4,
+        mode=mode,
+        drop_last=False,
+        return_tensors=return_tensors,
+    )
     args.update(kw)
     (batch,) = list(StreamingPacker(docs, **args))
     return batch
@@ -50,8 +56,11 @@ def test_split_trims_rows_over_the_tolerance(rt):
 
 def test_split_empty_row_and_no_labels():
     docs = [[1, 2, 3]]
-    batch = next(iter(StreamingPacker(docs, out_batch_size=2, out_pseq_len=4, buffer_size=2,
-                                      drop_last=False)))
+    batch = next(
+        iter(
+            StreamingPacker(docs, out_batch_size=2, out_pseq_len=4, buffer_size=2, drop_last=False)
+        )
+    )
     micro = split_packed_batch(batch, padding_tolerance=0.1)
     assert micro[1]["input_ids"].shape == (0,) and micro[1]["cu_seqlens"].tolist() == [0]
     assert micro[1]["max_seqlen"] == 0 and micro[0]["labels"] is None
@@ -60,8 +69,14 @@ def test_split_empty_row_and_no_labels():
 
 
 def test_mask_prob_is_copied():
-    batch = packed("pt", mode="mlm", mask_id=3, vocab_size=100, masking_ratio_cooldown_tokens=10,
-                   final_masking_ratio=0.1)
+    batch = packed(
+        "pt",
+        mode="mlm",
+        mask_id=3,
+        vocab_size=100,
+        masking_ratio_cooldown_tokens=10,
+        final_masking_ratio=0.1,
+    )
     micro = split_packed_batch(batch)
     assert all(float(m["mask_prob"]) == float(batch["mask_prob"]) for m in micro)
     assert micro[0]["mask_prob"] is not batch["mask_prob"]

@@ -33,7 +33,10 @@ class PlainSource:
     def __getitem__(self, j: int) -> dict[str, np.ndarray]:
         if not 0 <= j < self.n:
             raise IndexError(j)
-        return {"x": np.array([self.tag, j], dtype=np.int64), "y": np.full(self.width, j, dtype=np.int64)}
+        return {
+            "x": np.array([self.tag, j], dtype=np.int64),
+            "y": np.full(self.width, j, dtype=np.int64),
+        }
 
 
 class FakeSource(PlainSource):
@@ -73,7 +76,12 @@ def reference_item(mixture: Mixture, k: int, occ: int) -> int:
 
 def bound_numerator_ok(quotas, period, counts, n) -> bool:
     """``|n q_k - count_k| <= 1 - 1/(2K'-2)`` for every k, in exact integers."""
-    quotas, counts, n, period = [int(c) for c in quotas], [int(c) for c in counts], int(n), int(period)
+    quotas, counts, n, period = (
+        [int(c) for c in quotas],
+        [int(c) for c in counts],
+        int(n),
+        int(period),
+    )
     k_pos = sum(c > 0 for c in quotas)
     if k_pos == 1:
         return all(n * c == period * cnt for c, cnt in zip(quotas, counts))
@@ -98,7 +106,9 @@ def test_quantization(weights):
     assert quotas.sum() == period and RESOLUTION % period == 0
     assert ((quotas > 0) == (np.asarray(weights) > 0)).all()
     w = np.asarray(weights) / sum(weights)
-    assert np.abs(quotas / period - w).max() <= 1.5 / RESOLUTION + 1e-12 or (w[w > 0].min() < 1 / RESOLUTION)
+    assert np.abs(quotas / period - w).max() <= 1.5 / RESOLUTION + 1e-12 or (
+        w[w > 0].min() < 1 / RESOLUTION
+    )
 
 
 def test_quantization_examples():
@@ -208,7 +218,10 @@ def test_default_length_is_longest_prefix_without_repeats(weights, sizes):
     assert (mixture.counts(n + 1)[active] > lengths[active]).any()
     assert (mixture.repeats() == 0).all()
     # roughly min_k len_k / q_k
-    assert abs(n - (lengths[active] / mixture.weights[active]).min()) <= 1 / mixture.weights[active].min() + 1
+    assert (
+        abs(n - (lengths[active] / mixture.weights[active]).min())
+        <= 1 / mixture.weights[active].min() + 1
+    )
 
 
 def test_repeats_of_a_small_source_are_fresh_permutations():
@@ -228,7 +241,9 @@ def test_repeats_of_a_small_source_are_fresh_permutations():
 
 
 def test_stats_fields():
-    mixture = Mixture([FakeSource(100, k) for k in range(3)], [0.999, 0.0005, 0.0005], num_samples=5000)
+    mixture = Mixture(
+        [FakeSource(100, k) for k in range(3)], [0.999, 0.0005, 0.0005], num_samples=5000
+    )
     stats = mixture.stats()
     assert stats["num_samples"] == 5000 and stats["period"] == 2000
     assert abs(stats["proportions"] - stats["weights"]).max() < 1 / 5000 * 1.5
@@ -352,7 +367,9 @@ def test_memory_does_not_depend_on_num_samples():
 
 
 def test_pickles_small_and_identical():
-    mixture = Mixture([FakeSource(100, k) for k in range(3)], [0.123457, 0.3, 0.5], num_samples=10**9, seed=4)
+    mixture = Mixture(
+        [FakeSource(100, k) for k in range(3)], [0.123457, 0.3, 0.5], num_samples=10**9, seed=4
+    )
     blob = pickle.dumps(mixture)
     assert len(blob) < 2000
     back = pickle.loads(blob)
@@ -391,8 +408,12 @@ def _two_stores(tmp_path):
     from mmpack.store.writer import build
 
     rng = np.random.default_rng(13)
-    a = build(tmp_path / "a", [rng.integers(1, 50, size=int(n)) for n in rng.integers(1, 9, size=200)])
-    b = build(tmp_path / "b", [rng.integers(1, 50, size=int(n)) for n in rng.integers(20, 70, size=80)])
+    a = build(
+        tmp_path / "a", [rng.integers(1, 50, size=int(n)) for n in rng.integers(1, 9, size=200)]
+    )
+    b = build(
+        tmp_path / "b", [rng.integers(1, 50, size=int(n)) for n in rng.integers(20, 70, size=80)]
+    )
     return a, b
 
 
@@ -464,12 +485,16 @@ def test_getitems_refuses_bools_like_getitem():
 
 
 def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
-    from mmpack.views.packed import PackedDataset
     from mmpack.core.validation import EpochIndex
+    from mmpack.views.packed import PackedDataset
 
     a, b = _two_stores(tmp_path)
-    views = [PackedDataset(s, seqlen=64, eot=0, pad_id=99, mode="mlm", mask_id=98,
-                           vocab_size=100, seed=2) for s in (a, b)]
+    views = [
+        PackedDataset(
+            s, seqlen=64, eot=0, pad_id=99, mode="mlm", mask_id=98, vocab_size=100, seed=2
+        )
+        for s in (a, b)
+    ]
     mixture = Mixture(views, [0.5, 0.5], num_samples=20, seed=3)
     for epoch in (1, 2):
         refs = [pickle.loads(pickle.dumps(v)) for v in views]
@@ -479,6 +504,8 @@ def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
         for i in range(20):
             k, j = mixture.locate(i)
             np.testing.assert_array_equal(batch[i]["input_ids"], refs[k][j]["input_ids"])
-            np.testing.assert_array_equal(mixture[EpochIndex(i, epoch)]["labels"], refs[k][j]["labels"])
+            np.testing.assert_array_equal(
+                mixture[EpochIndex(i, epoch)]["labels"], refs[k][j]["labels"]
+            )
     plain = mixture.__getitems__(list(range(20)))
     assert not all(np.array_equal(plain[i]["input_ids"], batch[i]["input_ids"]) for i in range(20))

@@ -32,11 +32,13 @@ def test_the_python3_kernel_runs_this_interpreter():
 )
 def test_notebook_runs_and_writes_its_plots(tmp_path, name, pngs):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError on the first failing cell
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert errors == []
     for png in pngs:
         data = (tmp_path / png).read_bytes()

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmpack.errors import FormatError
-from mmpack.views.packed import PackedDataset
 from mmpack.store.writer import build
+from mmpack.views.packed import PackedDataset
 
 IGNORE = -100
 
@@ -84,8 +84,14 @@ def test_samples_match_reference(
 ):
     store = make_store(tmp_path_factory.mktemp("p"), docs, backend)
     ds = PackedDataset(
-        store, seqlen, eot=eot, pad_id=pad_id, label_shift=label_shift, long_docs=long_docs,
-        algorithm=algorithm, lookahead=3,
+        store,
+        seqlen,
+        eot=eot,
+        pad_id=pad_id,
+        label_shift=label_shift,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=3,
     )
     assert len(ds) == ds.plan.n_bins == ds.stats().n_bins
     wants = [
@@ -156,8 +162,16 @@ def mlm_store(tmp_path_factory):
 
 
 def mlm_dataset(store, **kw):
-    params = dict(eot=3, pad_id=0, mode="mlm", mask_prob=0.3, mask_id=4, vocab_size=1000,
-                  special_ids=(1, 2), seed=11)
+    params = dict(
+        eot=3,
+        pad_id=0,
+        mode="mlm",
+        mask_prob=0.3,
+        mask_id=4,
+        vocab_size=1000,
+        special_ids=(1, 2),
+        seed=11,
+    )
     params.update(kw)
     return PackedDataset(store, 2048, **params)
 

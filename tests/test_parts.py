@@ -32,12 +32,14 @@ from mmpack.store.parts import JOIN_FILE, JoinedStore
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
-_SETTINGS = settings(max_examples=40, deadline=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 doc_st = st.lists(st.integers(0, 70_000), max_size=25)
-part_st = st.one_of(st.just([]), st.lists(doc_st, min_size=1, max_size=1),
-                    st.lists(doc_st, max_size=8))
+part_st = st.one_of(
+    st.just([]), st.lists(doc_st, min_size=1, max_size=1), st.lists(doc_st, max_size=8)
+)
 parts_st = st.lists(part_st, min_size=1, max_size=5)
 
 
@@ -47,8 +49,9 @@ def _make(tmp, parts, *, dtype_of=lambda k: None, backend_of=lambda k: "memmap")
     paths = []
     for k, docs in enumerate(parts):
         p = tmp / f"part{k}"
-        mmpack.build(p, [np.array(d, dtype=np.int64) for d in docs], dtype=dtype_of(k),
-                     backend=backend_of(k))
+        mmpack.build(
+            p, [np.array(d, dtype=np.int64) for d in docs], dtype=dtype_of(k), backend=backend_of(k)
+        )
         paths.append(p)
     everything = [np.array(d, dtype=np.int64) for docs in parts for d in docs]
     single = mmpack.build(tmp / "single", everything)
@@ -69,11 +72,18 @@ def fresh(tmp_path):
 
 
 @_SETTINGS
-@given(parts=parts_st, seqlen=st.integers(1, 12), stride=st.integers(1, 14),
-       eot=st.sampled_from([None, 7]), labels=st.booleans(), drop_last=st.booleans(),
-       data=st.data())
-def test_every_window_equals_the_single_store(fresh, parts, seqlen, stride, eot, labels,
-                                              drop_last, data):
+@given(
+    parts=parts_st,
+    seqlen=st.integers(1, 12),
+    stride=st.integers(1, 14),
+    eot=st.sampled_from([None, 7]),
+    labels=st.booleans(),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_every_window_equals_the_single_store(
+    fresh, parts, seqlen, stride, eot, labels, drop_last, data
+):
     single, joined, _ = _make(fresh(), parts)
     assert joined.tokens is None and isinstance(joined, JoinedStore)
     assert len(joined) == len(single) and joined.num_tokens == single.num_tokens
@@ -100,9 +110,12 @@ def test_read_ranges_across_part_boundaries(fresh, parts, data):
     single, joined, _ = _make(fresh(), parts, dtype_of=lambda k: "uint32" if k == 1 else None)
     n = single.num_tokens
     flat = single.read_range(0, n)
-    ranges = data.draw(st.lists(
-        st.integers(0, n).flatmap(lambda s: st.tuples(st.just(s), st.integers(0, n - s))),
-        max_size=12))
+    ranges = data.draw(
+        st.lists(
+            st.integers(0, n).flatmap(lambda s: st.tuples(st.just(s), st.integers(0, n - s))),
+            max_size=12,
+        )
+    )
     starts = np.array([s for s, _ in ranges], dtype=np.int64)
     lengths = np.array([m for _, m in ranges], dtype=np.int64)
     src, at = joined.read_ranges(starts, lengths)
@@ -113,10 +126,15 @@ def test_read_ranges_across_part_boundaries(fresh, parts, data):
         np.testing.assert_array_equal(joined[j], single[j])
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(parts=parts_st, seqlen=st.integers(2, 30), eot=st.sampled_from([None, 3]),
-       long_docs=st.sampled_from(["split", "truncate"]))
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parts=parts_st,
+    seqlen=st.integers(2, 30),
+    eot=st.sampled_from([None, 3]),
+    long_docs=st.sampled_from(["split", "truncate"]),
+)
 def test_every_packed_row_equals_the_single_store(fresh, parts, seqlen, eot, long_docs):
     single, joined, _ = _make(fresh(), parts)
     a = PackedDataset(single, seqlen, eot=eot, long_docs=long_docs)
@@ -149,8 +167,9 @@ def _parts_on_disk(root, docs, cuts, backend_of=lambda k: "memmap"):
 
 def test_zarr_and_nested_parts(tmp_path):
     docs = _corpus()
-    paths = _parts_on_disk(tmp_path, docs, [0, 20, 35, 60],
-                           backend_of=lambda k: "zarr" if k == 1 else "memmap")
+    paths = _parts_on_disk(
+        tmp_path, docs, [0, 20, 35, 60], backend_of=lambda k: "zarr" if k == 1 else "memmap"
+    )
     inner = mmpack.join(paths[:2], tmp_path / "inner")
     outer = mmpack.join([inner, paths[2]], tmp_path / "outer")
     single = mmpack.build(tmp_path / "single", docs)
@@ -172,7 +191,9 @@ def test_mixture_sampler_and_pickle(tmp_path):
         np.testing.assert_array_equal(mix_a[i]["input_ids"], mix_b[i]["input_ids"])
     view = pickle.loads(pickle.dumps(WindowDataset(joined, 16, eot=1)))
     assert isinstance(view.store, JoinedStore)
-    np.testing.assert_array_equal(view[3]["input_ids"], WindowDataset(single, 16, eot=1)[3]["input_ids"])
+    np.testing.assert_array_equal(
+        view[3]["input_ids"], WindowDataset(single, 16, eot=1)[3]["input_ids"]
+    )
 
 
 def test_dataloader_workers(tmp_path):
@@ -182,11 +203,14 @@ def test_dataloader_workers(tmp_path):
     docs = _corpus()
     joined = mmpack.join(_parts_on_disk(tmp_path, docs, [0, 10, 60]), tmp_path / "j")
     single = mmpack.build(tmp_path / "single", docs)
-    loader = torch.utils.data.DataLoader(WindowDataset(joined, 16), batch_size=4, num_workers=1,
-                                         collate_fn=collate)
+    loader = torch.utils.data.DataLoader(
+        WindowDataset(joined, 16), batch_size=4, num_workers=1, collate_fn=collate
+    )
     expected = WindowDataset(single, 16)
     rows = torch.cat([b["input_ids"] for b in loader]).numpy()
-    np.testing.assert_array_equal(rows, np.stack([expected[i]["input_ids"] for i in range(len(expected))]))
+    np.testing.assert_array_equal(
+        rows, np.stack([expected[i]["input_ids"] for i in range(len(expected))])
+    )
 
 
 def test_changed_missing_and_corrupt_parts_are_refused(tmp_path):
@@ -279,8 +303,13 @@ def test_bad_arguments(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "mmpack", *map(str, args)], capture_output=True, check=False,
-                          text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run(
+        [sys.executable, "-m", "mmpack", *map(str, args)],
+        capture_output=True,
+        check=False,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
 
 
 def test_cli_join_info_verify(tmp_path):
@@ -305,10 +334,17 @@ def test_streaming_packer_reads_a_join(tmp_path):
     single = mmpack.build(tmp_path / "single", docs)
     out = []
     for store in (single, joined):
-        packer = mmpack.StreamingPacker(store, out_batch_size=4, out_pseq_len=48, buffer_size=16,
-                                        mode="causal", drop_last=False)
-        out.append([b["input_ids"].numpy() if hasattr(b["input_ids"], "numpy")
-                    else np.asarray(b["input_ids"]) for b in packer])
+        packer = mmpack.StreamingPacker(
+            store, out_batch_size=4, out_pseq_len=48, buffer_size=16, mode="causal", drop_last=False
+        )
+        out.append(
+            [
+                b["input_ids"].numpy()
+                if hasattr(b["input_ids"], "numpy")
+                else np.asarray(b["input_ids"])
+                for b in packer
+            ]
+        )
     assert len(out[0]) == len(out[1]) > 0
     for x, y in zip(*out):
         np.testing.assert_array_equal(x, y)
@@ -332,10 +368,11 @@ def test_readers_racing_appends_see_whole_joins(tmp_path):
                 n = len(j)
                 assert n in valid, n
                 np.testing.assert_array_equal(j.offsets, valid[n])
-                np.testing.assert_array_equal(j.read_range(0, j.num_tokens),
-                                              single.read_range(0, j.num_tokens))
+                np.testing.assert_array_equal(
+                    j.read_range(0, j.num_tokens), single.read_range(0, j.num_tokens)
+                )
                 opened.append(n)
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 errors.append(exc)
 
     threads = [threading.Thread(target=reader) for _ in range(3)]

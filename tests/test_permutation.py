@@ -30,7 +30,9 @@ def ref_keys(seed, epoch: int) -> list[int]:
         words += [s % 2**32, s // 2**32]
     base = [int(k) for k in np.random.SeedSequence(words).generate_state(ROUNDS, np.uint64)]
     golden = 0x9E3779B97F4A7C15
-    return [ref_mix64(b ^ ref_mix64((epoch + (r + 1) * golden) % 2**64)) for r, b in enumerate(base)]
+    return [
+        ref_mix64(b ^ ref_mix64((epoch + (r + 1) * golden) % 2**64)) for r, b in enumerate(base)
+    ]
 
 
 def ref_permute(i: int, n: int, seed, epoch: int = 0, inverse: bool = False) -> int:
@@ -97,7 +99,9 @@ def test_large_domain_round_trip():
 
 @given(
     n=st.one_of(st.integers(1, 300), st.integers(1, MAX_N)),
-    seed=st.one_of(st.integers(0, 2**64 - 1), st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 9))),
+    seed=st.one_of(
+        st.integers(0, 2**64 - 1), st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 9))
+    ),
     epoch=st.integers(0, 2**64 - 1),
     data=st.data(),
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-
 from pathlib import Path
 
 import numpy as np
@@ -101,11 +100,17 @@ def plan_bins(plan):
     e = plan.piece_has_eot()
     out = []
     for b in range(plan.n_bins):
-        out.append([
-            (int(plan.piece_doc[p]), int(plan.piece_start[p]), int(plan.piece_len[p]),
-             int(plan.piece_len[p]) + int(e[p]))
-            for p in range(plan.bin_ptr[b], plan.bin_ptr[b + 1])
-        ])
+        out.append(
+            [
+                (
+                    int(plan.piece_doc[p]),
+                    int(plan.piece_start[p]),
+                    int(plan.piece_len[p]),
+                    int(plan.piece_len[p]) + int(e[p]),
+                )
+                for p in range(plan.bin_ptr[b], plan.bin_ptr[b + 1])
+            ]
+        )
     return out
 
 
@@ -133,7 +138,7 @@ def check_valid(plan, doc_lens, seqlen, eot, long_docs):
             tokens += seqlen
             continue
         pos = 0
-        for s, ln, has in pieces:
+        for s, ln, _has in pieces:
             assert s == pos
             pos += ln
         assert pos == n, "tokens missing or duplicated"
@@ -184,8 +189,12 @@ def test_bfd_matches_reference(case):
 def test_stream_identical_to_reference(case, window):
     lens, seqlen, eot, long_docs = case
     plan = build_plan(
-        np.array(lens, dtype=np.int64), seqlen, eot=eot, long_docs=long_docs,
-        algorithm="stream", lookahead=window,
+        np.array(lens, dtype=np.int64),
+        seqlen,
+        eot=eot,
+        long_docs=long_docs,
+        algorithm="stream",
+        lookahead=window,
     )
     check_valid(plan, lens, seqlen, eot, long_docs)
     assert plan_bins(plan) == ref_stream(lens, seqlen, eot, long_docs, window)
@@ -242,11 +251,21 @@ def test_long_doc_policies():
     lens = np.array([20, 3, 16, 0])
     split = build_plan(lens, 8, eot=True)
     assert sorted(p for b in range(split.n_bins) for p in split.pieces(b)) == [
-        (0, 0, 8), (0, 8, 8), (0, 16, 4), (1, 0, 3), (2, 0, 8), (2, 8, 8), (2, 16, 0), (3, 0, 0),
+        (0, 0, 8),
+        (0, 8, 8),
+        (0, 16, 4),
+        (1, 0, 3),
+        (2, 0, 8),
+        (2, 8, 8),
+        (2, 16, 0),
+        (3, 0, 0),
     ]
     trunc = build_plan(lens, 8, eot=True, long_docs="truncate")
     assert sorted(p for b in range(trunc.n_bins) for p in trunc.pieces(b)) == [
-        (0, 0, 7), (1, 0, 3), (2, 0, 7), (3, 0, 0),
+        (0, 0, 7),
+        (1, 0, 3),
+        (2, 0, 7),
+        (3, 0, 0),
     ]
     assert trunc.stats.lost_tokens == 13 + 9 and trunc.stats.n_truncated == 2
     drop = build_plan(lens, 8, eot=False, long_docs="drop")
@@ -335,7 +354,9 @@ def test_bitset_tree_successor(universe, members, data):
     bits, off = K._tree_new(universe)
     for m in members:
         K._tree_set(bits, off, m)
-    removed = set(data.draw(st.lists(st.sampled_from(sorted(members)), max_size=5))) if members else set()
+    removed = (
+        set(data.draw(st.lists(st.sampled_from(sorted(members)), max_size=5))) if members else set()
+    )
     for m in removed:
         K._tree_clear(bits, off, m)
     live = sorted(members - removed)
@@ -358,7 +379,13 @@ def same_plan(a, b):
         np.array_equal(getattr(a, n), getattr(b, n))
         for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len")
     ) and (a.seqlen, a.eot, a.long_docs, a.algorithm, a.lookahead, a.stats) == (
-        b.seqlen, b.eot, b.long_docs, b.algorithm, b.lookahead, b.stats)
+        b.seqlen,
+        b.eot,
+        b.long_docs,
+        b.algorithm,
+        b.lookahead,
+        b.stats,
+    )
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -463,7 +490,9 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
     spec = json.loads(raw[16 : 16 + hlen])["arrays"][array]
     raw[spec["offset"] + 2] ^= 0x04  # one bit of the first entry after bin_ptr[0]'s low bytes
     plan_file.write_bytes(bytes(raw))
-    with pytest.warns(UserWarning, match=f"rebuilding the packing plan: .*{array}.* fails its checksum"):
+    with pytest.warns(
+        UserWarning, match=f"rebuilding the packing plan: .*{array}.* fails its checksum"
+    ):
         again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
     rows = [again[i]["input_ids"].tolist() for i in range(len(again))]
     assert rows == expected
@@ -501,8 +530,12 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypa
     counts = np.zeros(K.N_STATS, dtype=np.int64)
     K.item_sizes(lens, seqlen, e, mode, rem, counts)
     n_items = int(counts[K.ST_FULL_PIECES] + counts[K.ST_PLACED_DOCS])
-    out = [np.empty(n_items + 1, np.int64), np.empty(n_items, np.int64),
-           np.empty(n_items, np.int64), np.empty(n_items, np.int32)]
+    out = [
+        np.empty(n_items + 1, np.int64),
+        np.empty(n_items, np.int64),
+        np.empty(n_items, np.int64),
+        np.empty(n_items, np.int32),
+    ]
     bfd = getattr(K.bfd, "py_func", K.bfd)  # plain functions under NUMBA_DISABLE_JIT=1
     stream = getattr(K.stream, "py_func", K.stream)
     if algorithm == "bfd":
@@ -525,11 +558,18 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypa
 def test_compressed_index_gives_identical_plans(lens, seqlen, eot, long_docs, algorithm, window):
     """Issue 13 item 15: indexing free space relative to min(seqlen, T + 1) changes no decision:
     the arrays equal those of the kernels indexing the whole [0, seqlen) (run as Python)."""
-    plan = build_plan(np.array(lens, dtype=np.int64), seqlen, eot=eot, long_docs=long_docs,
-                      algorithm=algorithm, lookahead=window)
+    plan = build_plan(
+        np.array(lens, dtype=np.int64),
+        seqlen,
+        eot=eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=window,
+    )
     with pytest.MonkeyPatch.context() as mp:
-        ref = _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm,
-                                 1 if algorithm == "nextfit" else window, mp)
+        ref = _plan_uncompressed(
+            lens, seqlen, eot, long_docs, algorithm, 1 if algorithm == "nextfit" else window, mp
+        )
     for got, want in zip((plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len), ref):
         assert np.array_equal(got, want)
 
@@ -557,7 +597,13 @@ def test_plan_memory_follows_the_store_not_seqlen(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, "-c", _HUGE_SEQLEN], env=env, capture_output=True,
-                         text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", _HUGE_SEQLEN],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok")

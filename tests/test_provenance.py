@@ -33,8 +33,12 @@ def _train_with_specials(out):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train([str(p) for p in stdlib_files(100_000)], trainer)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
@@ -59,15 +63,22 @@ def jsonl(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "mmpack", *map(str, args)], capture_output=True,
-                          text=True, check=False, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run(
+        [sys.executable, "-m", "mmpack", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
 def test_build_records_tokenizer_outside_the_fingerprint(tmp_path, jsonl, bpe, backend):
     store = ingest([jsonl], tmp_path / "s", tokenizer=bpe, backend=backend).store
     rec = store.meta["tokenizer"]
-    assert rec["kind"] == "tokenizers" and rec["vocab_size"] == 600 and rec["file"] == "tokenizer.json"
+    assert (
+        rec["kind"] == "tokenizers" and rec["vocab_size"] == 600 and rec["file"] == "tokenizer.json"
+    )
     assert rec["special_ids"] == {"eot": 0, "bos": 1, "pad": 2, "mask": 3, "unk": 4}
     assert (tmp_path / "s" / "tokenizer.json").read_bytes() == bpe.read_bytes()
     prov = store.meta["provenance"]
@@ -84,8 +95,13 @@ def test_build_records_tokenizer_outside_the_fingerprint(tmp_path, jsonl, bpe, b
 
 def test_byte_level_record(tmp_path, jsonl):
     store = ingest([jsonl], tmp_path / "s").store
-    assert store.meta["tokenizer"] == {"kind": "byte", "identity": "byte", "source": None,
-                                       "vocab_size": 257, "special_ids": {"eot": 256}}
+    assert store.meta["tokenizer"] == {
+        "kind": "byte",
+        "identity": "byte",
+        "source": None,
+        "vocab_size": 257,
+        "special_ids": {"eot": 256},
+    }
     assert not (tmp_path / "s" / "tokenizer.json").exists()
     assert store_tokenizer(store).decode(store[0][:5]) == stdlib_texts(40_000)[0][:5]
 
@@ -96,8 +112,9 @@ def test_views_take_ids_from_the_store(tmp_path, jsonl, bpe):
     b = mmpack.WindowDataset(store, 32, eot=0, pad_id=2, drop_last=False)
     assert (a.eot, a.pad_id) == (0, 2)
     np.testing.assert_array_equal(a[len(a) - 1]["input_ids"], b[len(b) - 1]["input_ids"])
-    p = mmpack.PackedDataset(store, 64, eot="store", pad_id="store", mode="mlm",
-                             mask_id="store", vocab_size="store")
+    p = mmpack.PackedDataset(
+        store, 64, eot="store", pad_id="store", mode="mlm", mask_id="store", vocab_size="store"
+    )
     assert (p.eot, p.pad_id, p.mask_id, p.vocab_size) == (0, 2, 3, 600)
     with pytest.raises(ValueError, match="outside the vocabulary.*eot='store'"):
         mmpack.WindowDataset(store, 32, eot=50256)
@@ -140,8 +157,10 @@ def test_cli_info_and_show_decode_without_tokenizer(tmp_path, jsonl, bpe):
     ingest([jsonl], tmp_path / "s", tokenizer=bpe)
     r = _cli("info", tmp_path / "s")
     assert r.returncode == 0, r.stderr
-    assert "tokenizer    tokenizers (vocab 600, copy in tokenizer.json; special ids: eot 0, " \
-           "bos 1, pad 2, mask 3, unk 4)" in r.stdout
+    assert (
+        "tokenizer    tokenizers (vocab 600, copy in tokenizer.json; special ids: eot 0, "
+        "bos 1, pad 2, mask 3, unk 4)" in r.stdout
+    )
     assert "built " in r.stdout and "from 1 input:" in r.stdout
     r = _cli("info", "--json", tmp_path / "s")
     assert json.loads(r.stdout)["tokenizer"]["vocab_size"] == 600
@@ -158,8 +177,13 @@ def test_cli_info_and_show_decode_without_tokenizer(tmp_path, jsonl, bpe):
 
 def test_distributed_build_records_tokenizer(tmp_path, jsonl, bpe):
     (tmp_path / "more.jsonl").write_text(jsonl.read_text())
-    report = build_distributed([str(jsonl), str(tmp_path / "more.jsonl")], tmp_path / "d",
-                               engine="serial", part_bytes=1, tokenizer=bpe)
+    report = build_distributed(
+        [str(jsonl), str(tmp_path / "more.jsonl")],
+        tmp_path / "d",
+        engine="serial",
+        part_bytes=1,
+        tokenizer=bpe,
+    )
     store = report.store
     assert store.meta["tokenizer"]["file"] == "tokenizer.json"
     assert store.meta["provenance"]["parts"] == 2
@@ -174,13 +198,22 @@ def test_distributed_build_records_tokenizer(tmp_path, jsonl, bpe):
 def test_transformers_folder_special_ids(tmp_path, jsonl, bpe):
     transformers = pytest.importorskip("transformers")
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_file=str(bpe), bos_token="<s>", eos_token="<|endoftext|>", pad_token="<pad>",
-        mask_token="<mask>", unk_token="<unk>",
+        tokenizer_file=str(bpe),
+        bos_token="<s>",
+        eos_token="<|endoftext|>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        unk_token="<unk>",
     )
     fast.save_pretrained(tmp_path / "hf")
     store = ingest([jsonl], tmp_path / "s", tokenizer=tmp_path / "hf").store
-    assert store.meta["tokenizer"]["special_ids"] == {"eot": 0, "bos": 1, "pad": 2, "mask": 3,
-                                                      "unk": 4}
+    assert store.meta["tokenizer"]["special_ids"] == {
+        "eot": 0,
+        "bos": 1,
+        "pad": 2,
+        "mask": 3,
+        "unk": 4,
+    }
     assert store_tokenizer(store).decode(store[0][:10]) == fast.decode(store[0][:10].tolist())
 
 
@@ -189,4 +222,6 @@ def test_appending_to_a_distributed_join_keeps_its_tokenizer_copy(tmp_path, json
     extra = ingest([jsonl], tmp_path / "more", tokenizer=bpe, copy_tokenizer=False).store
     joined = mmpack.join([extra], tmp_path / "d", append=True)
     assert joined.meta["tokenizer"]["file"] == "tokenizer.json" and len(joined.parts) == 2
-    assert store_tokenizer(joined).decode(joined[0][:5]) == load_tokenizer(bpe).decode(joined[0][:5])
+    assert store_tokenizer(joined).decode(joined[0][:5]) == load_tokenizer(bpe).decode(
+        joined[0][:5]
+    )

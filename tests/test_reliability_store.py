@@ -123,7 +123,10 @@ def _edit_meta(path: Path, backend: str, **fields) -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"version": 2}, "format version 2 was written by a newer mmpack; this one reads versions up to 1"),
+        (
+            {"version": 2},
+            "format version 2 was written by a newer mmpack; this one reads versions up to 1",
+        ),
         ({"version": "1"}, "invalid format version '1'"),
         ({"format": "arrow"}, "format is 'arrow', expected 'mmpack-token-store'"),
         ({"num_docs": 41, "fingerprint": None}, "holds|shape"),
@@ -182,15 +185,19 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
     monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
     docs = _docs(5, n=60, high=60000)
     store = mmpack.build(tmp_path / "s", docs)
-    assert store.verify()["blocks"] == len(store.meta["checksum"]["tokens"]) + len(
-        store.meta["checksum"]["offsets"]
-    ) > 10
+    assert (
+        store.verify()["blocks"]
+        == len(store.meta["checksum"]["tokens"]) + len(store.meta["checksum"]["offsets"])
+        > 10
+    )
     f = tmp_path / "s" / f"{array}.bin"
     data = bytearray(f.read_bytes())
     # flip a high byte of offsets (keeps them increasing) or any token byte
     rng = np.random.default_rng(0)
     for _ in range(5):
-        pos = int(rng.integers(len(data))) if array == "tokens" else 8 * int(rng.integers(1, 60)) + 6
+        pos = (
+            int(rng.integers(len(data))) if array == "tokens" else 8 * int(rng.integers(1, 60)) + 6
+        )
         data[pos] ^= 0x01
         f.write_bytes(data)
         if array == "offsets":
@@ -298,69 +305,132 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
     "buffering, doc 5": (("memmap", "zarr"), lambda: None, False),
     "buffering, doc 45": (("memmap", "zarr"), lambda: None, False),
     "first flush, before writing": (
-        ("memmap", "zarr"), lambda: setattr(W, "_write_block", _after_calls(1, W._write_block)), False),
+        ("memmap", "zarr"),
+        lambda: setattr(W, "_write_block", _after_calls(1, W._write_block)),
+        False,
+    ),
     "first flush, between tokens and offsets": (
-        ("memmap",), lambda: setattr(W, "_write_offsets", _after_calls(2, W._write_offsets)), False),
+        ("memmap",),
+        lambda: setattr(W, "_write_offsets", _after_calls(2, W._write_offsets)),
+        False,
+    ),
     "third flush": (
-        ("memmap",), lambda: setattr(W, "_write_block", _after_calls(3, W._write_block)), False),
+        ("memmap",),
+        lambda: setattr(W, "_write_block", _after_calls(3, W._write_block)),
+        False,
+    ),
     "widening, start": (
-        ("memmap", "zarr"), lambda: setattr(W, "_widen", _after_calls(1, W._widen)), False),
+        ("memmap", "zarr"),
+        lambda: setattr(W, "_widen", _after_calls(1, W._widen)),
+        False,
+    ),
     "widening, before replacing the file": (
         ("memmap",),
-        lambda: setattr(S.os, "replace", _when_path(
-            S.os.replace, lambda a, *r: str(a).endswith(".widen"))), False),
+        lambda: setattr(
+            S.os, "replace", _when_path(S.os.replace, lambda a, *r: str(a).endswith(".widen"))
+        ),
+        False,
+    ),
     "final flush in commit": (
-        ("memmap",), lambda: setattr(W, "_commit", _after_calls(1, W._commit)), False),
+        ("memmap",),
+        lambda: setattr(W, "_commit", _after_calls(1, W._commit)),
+        False,
+    ),
     "metadata write, before its rename": (
         ("memmap",),
-        lambda: setattr(mmpack.store.format.os, "replace", _when_path(
-            mmpack.store.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json"))), False),
+        lambda: setattr(
+            mmpack.store.format.os,
+            "replace",
+            _when_path(
+                mmpack.store.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json")
+            ),
+        ),
+        False,
+    ),
     "zarr conversion, start": (
-        ("zarr",), lambda: setattr(zarr_backend.ZarrBackend, "commit", staticmethod(
-            _after_calls(1, zarr_backend.ZarrBackend.commit))), False),
+        ("zarr",),
+        lambda: setattr(
+            zarr_backend.ZarrBackend,
+            "commit",
+            staticmethod(_after_calls(1, zarr_backend.ZarrBackend.commit)),
+        ),
+        False,
+    ),
     "zarr conversion, between the arrays": (
-        ("zarr",), lambda: setattr(Path, "unlink", _when_path(
-            Path.unlink, lambda p, *r: p.name == "tokens.bin")), False),
+        ("zarr",),
+        lambda: setattr(
+            Path, "unlink", _when_path(Path.unlink, lambda p, *r: p.name == "tokens.bin")
+        ),
+        False,
+    ),
     "zarr conversion, done": (
-        ("zarr",), lambda: setattr(zarr_backend.ZarrBackend, "commit", staticmethod(
-            _after_calls(1, zarr_backend.ZarrBackend.commit, before=False))), False),
+        ("zarr",),
+        lambda: setattr(
+            zarr_backend.ZarrBackend,
+            "commit",
+            staticmethod(_after_calls(1, zarr_backend.ZarrBackend.commit, before=False)),
+        ),
+        False,
+    ),
     "validating the new store, before the rename": (
-        ("memmap", "zarr"), lambda: setattr(S, "_check_new_store", _after_calls(1, S._check_new_store)), False),
+        ("memmap", "zarr"),
+        lambda: setattr(S, "_check_new_store", _after_calls(1, S._check_new_store)),
+        False,
+    ),
     "right before the rename": (
-        ("memmap", "zarr"), lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place)), False),
+        ("memmap", "zarr"),
+        lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place)),
+        False,
+    ),
     "right after the rename": (
         ("memmap", "zarr"),
-        lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place, before=False)), True),
+        lambda: setattr(S, "_swap_into_place", _after_calls(1, S._swap_into_place, before=False)),
+        True,
+    ),
     "reopening the new store": (
-        ("memmap",), lambda: setattr(S, "open_store", _after_calls(1, S.open_store)), True),
+        ("memmap",),
+        lambda: setattr(S, "open_store", _after_calls(1, S.open_store)),
+        True,
+    ),
 }
 _GEN_K = {"buffering, doc 0": 0, "buffering, doc 5": 5, "buffering, doc 45": 45}
 # Only with a previous store: the exchange of two folders, and the two-rename fallback (its
 # renames are the 2nd and 3rd: the 1st gives the staged, locked temporary folder its name)
 OVERWRITE_ONLY: dict[str, tuple[Callable[[], None], bool | None]] = {
     "after the exchange, before removing the old store": (
-        lambda: setattr(S, "_renameat2_exchange", _after_calls(1, S._renameat2_exchange, before=False)),
-        True),
+        lambda: setattr(
+            S, "_renameat2_exchange", _after_calls(1, S._renameat2_exchange, before=False)
+        ),
+        True,
+    ),
     "fallback rename: old store moved aside, new not yet in place": (
-        lambda: (setattr(S, "_renameat2_exchange", lambda a, b: False),
-                 setattr(S.os, "rename", _after_calls(3, S.os.rename))),
-        None),  # the target may be absent here (the previous store sits in .<name>.mmpack-old-*)
+        lambda: (
+            setattr(S, "_renameat2_exchange", lambda a, b: False),
+            setattr(S.os, "rename", _after_calls(3, S.os.rename)),
+        ),
+        None,
+    ),  # the target may be absent here (the previous store sits in .<name>.mmpack-old-*)
     "fallback rename: done, before removing the old store": (
-        lambda: (setattr(S, "_renameat2_exchange", lambda a, b: False),
-                 setattr(S.os, "rename", _after_calls(3, S.os.rename, before=False))),
-        True),
+        lambda: (
+            setattr(S, "_renameat2_exchange", lambda a, b: False),
+            setattr(S.os, "rename", _after_calls(3, S.os.rename, before=False)),
+        ),
+        True,
+    ),
 }
 
 
-def _fork_and_build(target: Path, backend: str, install: Callable[[], None], k: int | None,
-                    overwrite: bool) -> None:
+def _fork_and_build(
+    target: Path, backend: str, install: Callable[[], None], k: int | None, overwrite: bool
+) -> None:
     pid = os.fork()
     if pid == 0:  # the child: build, and die at the kill point
         try:
             install()
             docs = _gen_kill(k) if k is not None else iter(NEW)
-            mmpack.build(target, docs, backend=backend, overwrite=overwrite, buffer_tokens=50,
-                         fsync=False)
+            mmpack.build(
+                target, docs, backend=backend, overwrite=overwrite, buffer_tokens=50, fsync=False
+            )
         finally:
             os._exit(3)  # reaching this means the kill point never fired
     _, status = os.waitpid(pid, 0)
@@ -369,8 +439,9 @@ def _fork_and_build(target: Path, backend: str, install: Callable[[], None], k: 
     )
 
 
-def _assert_after_kill(target: Path, backend: str, prev_fp: str | None, swapped: bool | None,
-                       new_fp: str) -> str:
+def _assert_after_kill(
+    target: Path, backend: str, prev_fp: str | None, swapped: bool | None, new_fp: str
+) -> str:
     """Check the target after the kill; return which state it is in."""
     if not target.exists():
         assert prev_fp is None or swapped is None, "the previous store vanished"
@@ -408,8 +479,11 @@ KILL_CASES = _all_kill_cases()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize(("point", "backend", "overwrite"), KILL_CASES,
-                         ids=[f"{p}-{b}-{'overwrite' if o else 'fresh'}" for p, b, o in KILL_CASES])
+@pytest.mark.parametrize(
+    ("point", "backend", "overwrite"),
+    KILL_CASES,
+    ids=[f"{p}-{b}-{'overwrite' if o else 'fresh'}" for p, b, o in KILL_CASES],
+)
 def test_kill_at_point(tmp_path, point, backend, overwrite):
     (tmp_path / "t").mkdir()
     target = tmp_path / "t" / "store"
@@ -459,8 +533,9 @@ def test_live_builders_temp_folders_are_kept(tmp_path):
     lock another process holds is kept even under a PID that does not exist here (another PID
     namespace); one whose lock can be taken is removed even under a live PID."""
     live = _temp_folder(tmp_path, "store", 999999999, locked=True)  # PID unknown here
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(live / ".mmpack-lock")],
-                              stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(live / ".mmpack-lock")], stdout=subprocess.PIPE
+    )
     try:
         assert holder.stdout.readline() == b"locked\n"
         dead = _temp_folder(tmp_path, "store", holder.pid, locked=True)  # live PID, free lock
@@ -468,7 +543,9 @@ def test_live_builders_temp_folders_are_kept(tmp_path):
         moved_aside = _temp_folder(tmp_path, "store", 999999998, locked=False)
         other = _temp_folder(tmp_path, "other", 999999997, locked=True)  # another target's
         mmpack.build(tmp_path / "store", [[1]], fsync=False)
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["store", live.name, other.name])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["store", live.name, other.name]
+        )
         assert not dead.exists() and not moved_aside.exists()
     finally:
         holder.kill()
@@ -476,8 +553,9 @@ def test_live_builders_temp_folders_are_kept(tmp_path):
         holder.stdout.close()
 
 
-@pytest.mark.parametrize(("name", "other"), [("a*", "abc"), ("corpus[v2]", "corpusv"),
-                                             ("s?", "st"), ("x", "x.y")])
+@pytest.mark.parametrize(
+    ("name", "other"), [("a*", "abc"), ("corpus[v2]", "corpusv"), ("s?", "st"), ("x", "x.y")]
+)
 def test_stale_cleanup_matches_exact_names(tmp_path, name, other):
     """Target names are names, not glob patterns: building ``a*`` leaves the temporary folder of
     a build of ``abc`` alone, and ``corpus[v2]`` removes its own dead builders' folders."""
@@ -487,7 +565,11 @@ def test_stale_cleanup_matches_exact_names(tmp_path, name, other):
     assert theirs.exists() and not ours.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, theirs.name])
     # and the finished store carries no lock file
-    assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["mmpack.json", "offsets.bin", "tokens.bin"]
+    assert sorted(p.name for p in (tmp_path / name).iterdir()) == [
+        "mmpack.json",
+        "offsets.bin",
+        "tokens.bin",
+    ]
 
 
 _SLOW_BUILDER = textwrap.dedent(
@@ -522,7 +604,8 @@ def test_kill_after_random_delays(tmp_path, backend):
     for trial in range(3):
         proc = subprocess.Popen(
             [sys.executable, "-c", _SLOW_BUILDER, str(target), backend, str(trial)],
-            stdout=subprocess.PIPE, env=env,
+            stdout=subprocess.PIPE,
+            env=env,
         )
         assert proc.stdout.readline() == b"start\n"
         time.sleep(float(rng.uniform(0.0, 1.0)))

@@ -70,7 +70,7 @@ def _assert_views_equal(store, local, seqlen=128):
         assert len(a) == len(b)
         order = np.random.default_rng(1).permutation(len(a))
         for lo in range(0, len(order), 37):
-            got, want = a.__getitems__(order[lo:lo + 37]), b.__getitems__(order[lo:lo + 37])
+            got, want = a.__getitems__(order[lo : lo + 37]), b.__getitems__(order[lo : lo + 37])
             for key in want.columns:
                 np.testing.assert_array_equal(got.columns[key], want.columns[key])
             np.testing.assert_array_equal(got.num_cuts, want.num_cuts)
@@ -144,8 +144,9 @@ def test_flipped_byte_is_an_error(s3_server, tmp_path):
     data = bytearray(t.get(key))
     data[5000] ^= 0x10  # inside check block 1 (bytes 4096..8191)
     t.put(key, bytes(data))
-    fresh = mmpack.open(store.location, storage_options=s3_server.options,
-                        cache_dir=tmp_path / "c2")
+    fresh = mmpack.open(
+        store.location, storage_options=s3_server.options, cache_dir=tmp_path / "c2"
+    )
     np.testing.assert_array_equal(fresh.read_range(0, 2048), store.read_range(0, 2048))
     with pytest.raises(FormatError, match=r"check block 1\b.*corrupt"):
         fresh.read_range(2048, 2100)
@@ -163,20 +164,23 @@ def test_corrupt_offsets_or_table_refused_at_open(s3_server, tmp_path):
         bad[len(bad) // 2] ^= 1
         t.put(key, bytes(bad))
         with pytest.raises(FormatError, match=name.replace(".", r"\.")):
-            mmpack.open(store.location, storage_options=s3_server.options,
-                        cache_dir=tmp_path / name)
+            mmpack.open(
+                store.location, storage_options=s3_server.options, cache_dir=tmp_path / name
+            )
         t.put(key, good)
 
 
 def test_corrupt_cache_file_is_refetched(s3_server, tmp_path):
     store = mmpack.build(_url(), _corpus(), storage_options=s3_server.options)
-    s = mmpack.open(store.location, storage_options=s3_server.options, cache_dir=tmp_path,
-                    cache_limit=1 << 30)
+    s = mmpack.open(
+        store.location, storage_options=s3_server.options, cache_dir=tmp_path, cache_limit=1 << 30
+    )
     want = s.read_range(0, 1000).copy()
     (blk,) = (tmp_path / "blocks").glob("*.blk")
     blk.write_bytes(b"\0" * blk.stat().st_size)
-    s2 = mmpack.open(store.location, storage_options=s3_server.options, cache_dir=tmp_path,
-                     cache_limit=1 << 30)
+    s2 = mmpack.open(
+        store.location, storage_options=s3_server.options, cache_dir=tmp_path, cache_limit=1 << 30
+    )
     np.testing.assert_array_equal(s2.read_range(0, 1000), want)
 
 
@@ -199,8 +203,9 @@ def test_ranges_go_out_concurrently_and_adjacent_blocks_merge(s3_server, tmp_pat
         assert elapsed < 0.8, f"16 ranges at 100 ms each took {elapsed:.2f} s: not concurrent"
         local = store.tokens if store.tokens is not None else None
         for k in range(16):
-            np.testing.assert_array_equal(src[at[k]:at[k] + 100],
-                                          store.read_range(int(starts[k]), int(starts[k]) + 100))
+            np.testing.assert_array_equal(
+                src[at[k] : at[k] + 100], store.read_range(int(starts[k]), int(starts[k]) + 100)
+            )
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
         before = proxy.requests
         s.read_ranges(np.array([0], np.int64), np.array([6 * 2048], np.int64))  # 6 blocks
@@ -217,8 +222,7 @@ def test_remote_build_refuses_existing_and_overwrites(s3_server, tmp_path):
     with pytest.raises(StoreExistsError, match="overwrite=True"):
         mmpack.build(url, _corpus(seed=2), storage_options=s3_server.options)
     old_reader = mmpack.open(url, storage_options=s3_server.options, cache_dir=tmp_path / "old")
-    second = mmpack.build(url, _corpus(seed=2), storage_options=s3_server.options,
-                          overwrite=True)
+    second = mmpack.build(url, _corpus(seed=2), storage_options=s3_server.options, overwrite=True)
     assert second.fingerprint != first.fingerprint
     t = make_transport(url, s3_server.options)
     gens = {k.split("/")[0] for k, _, _ in t.list_prefix("data-")}
@@ -252,7 +256,9 @@ def test_interrupted_upload_is_no_store_and_is_cleaned(s3_server, tmp_path, monk
         mmpack.open(url, storage_options=s3_server.options)
     # A concurrent builder's fresh upload is left alone; a stale one is removed.
     store = mmpack.build(url, _corpus(seed=5), storage_options=s3_server.options)
-    assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == leftover | {store.meta["remote"]["data"]}
+    assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == leftover | {
+        store.meta["remote"]["data"]
+    }
     monkeypatch.setattr(rw, "STALE_SECONDS", 0)
     store = mmpack.build(url, _corpus(seed=6), storage_options=s3_server.options, overwrite=True)
     assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == {store.meta["remote"]["data"]}
@@ -273,15 +279,18 @@ def test_local_temp_folder_removed(s3_server, tmp_path, monkeypatch):
 def test_block_cache_never_exceeds_its_limit(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     limit = 10 * 4096 + 100
-    s = mmpack.open(store.location, storage_options=s3_server.options, cache_dir=tmp_path,
-                    cache_limit=limit)
+    s = mmpack.open(
+        store.location, storage_options=s3_server.options, cache_dir=tmp_path, cache_limit=limit
+    )
     cache = s._backend.cache
     rng = np.random.default_rng(0)
     for _ in range(30):
         starts = rng.integers(0, store.num_tokens - 300, size=int(rng.integers(1, 8)))
         src, at = s.read_ranges(starts, np.full(starts.size, 300))
         for k, a in enumerate(starts):
-            np.testing.assert_array_equal(src[at[k]:at[k] + 300], store.read_range(int(a), int(a) + 300))
+            np.testing.assert_array_equal(
+                src[at[k] : at[k] + 300], store.read_range(int(a), int(a) + 300)
+            )
         assert cache.usage() <= limit
     assert cache.usage() > limit // 2
 
@@ -292,13 +301,15 @@ def test_second_epoch_served_from_cache(s3_server, tmp_path):
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
         opts = dict(s3_server.options, endpoint=proxy.endpoint)
-        s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path,
-                        cache_limit=1 << 30)
+        s = mmpack.open(
+            store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=1 << 30
+        )
         ds = mmpack.WindowDataset(s, 128)
         first = ds.__getitems__(np.arange(len(ds))).columns["input_ids"].copy()
         before = proxy.requests
-        s2 = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path,
-                         cache_limit=1 << 30)  # another process would do the same
+        s2 = mmpack.open(
+            store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=1 << 30
+        )  # another process would do the same
         second = mmpack.WindowDataset(s2, 128).__getitems__(np.arange(len(ds)))
         assert proxy.requests - before == 2  # metadata GET + tokens HEAD; no data
         np.testing.assert_array_equal(second.columns["input_ids"], first)
@@ -312,9 +323,13 @@ def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     limit = 12 * 4096
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_hammer_cache, args=(store.location, s3_server.options,
-                                                     str(tmp_path), limit, seed))
-             for seed in range(2)]
+    procs = [
+        ctx.Process(
+            target=_hammer_cache,
+            args=(store.location, s3_server.options, str(tmp_path), limit, seed),
+        )
+        for seed in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -354,11 +369,17 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
 
     sampler = mmpack.ResumableSampler(len(ds), seed=3)
     batches = Lookahead(BatchSampler(sampler, 8, False), ds, depth=2, num_workers=2)
-    loader = DataLoader(ds, batch_sampler=batches, num_workers=2, collate_fn=collate,
-                        multiprocessing_context=context, timeout=60)
+    loader = DataLoader(
+        ds,
+        batch_sampler=batches,
+        num_workers=2,
+        collate_fn=collate,
+        multiprocessing_context=context,
+        timeout=60,
+    )
     order = list(sampler)
     for b, batch in enumerate(loader):
-        expect = collate(want.__getitems__(order[b * 8:(b + 1) * 8]))
+        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
         for key in ("input_ids", "position_ids", "cu_seqlens"):
             assert (batch[key] == expect[key]).all(), key
 
@@ -395,8 +416,14 @@ def test_unreachable_server_bounded_retries(tmp_path):
     from _s3 import free_ports
 
     (port,) = free_ports(1)
-    opts = {"endpoint": f"http://127.0.0.1:{port}", "allow_http": True, "access_key_id": "k",
-            "secret_access_key": "s", "retries": 2, "retry_backoff": 0.01}
+    opts = {
+        "endpoint": f"http://127.0.0.1:{port}",
+        "allow_http": True,
+        "access_key_id": "k",
+        "secret_access_key": "s",
+        "retries": 2,
+        "retry_backoff": 0.01,
+    }
     t0 = time.perf_counter()
     with pytest.raises(RemoteError, match=r"s3://b/x/mmpack\.json: failed after 3 attempts"):
         mmpack.open("s3://b/x", storage_options=opts)
@@ -420,8 +447,12 @@ def test_server_stopped_mid_read(tmp_path):
 def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     from mmpack.cli.commands import main
 
-    for env, key in (("AWS_ENDPOINT_URL", "endpoint"), ("AWS_ACCESS_KEY_ID", "access_key_id"),
-                     ("AWS_SECRET_ACCESS_KEY", "secret_access_key"), ("AWS_REGION", "region")):
+    for env, key in (
+        ("AWS_ENDPOINT_URL", "endpoint"),
+        ("AWS_ACCESS_KEY_ID", "access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+        ("AWS_REGION", "region"),
+    ):
         monkeypatch.setenv(env, s3_server.options[key])
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     text = tmp_path / "in.txt"
@@ -455,7 +486,7 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
         ds, want = mmpack.WindowDataset(s, 256), mmpack.WindowDataset(local, 256)
         order = np.random.default_rng(0).permutation(len(ds))
-        batches = [order[a:a + 8] for a in range(0, 48, 8)]
+        batches = [order[a : a + 8] for a in range(0, 48, 8)]
         before = proxy.requests
         got = []
         t0 = time.perf_counter()
@@ -470,8 +501,11 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
         for g, b in zip(got, batches):
             np.testing.assert_array_equal(g, want.__getitems__(b).columns["input_ids"])
         assert s._backend.stats["requests"] > 6  # many blocks, fetched ahead
-        blocks = {int(x) for b in batches for x in ds.store._backend._block_ids(
-            *ds._ranges(np.asarray(b) * ds.stride))}
+        blocks = {
+            int(x)
+            for b in batches
+            for x in ds.store._backend._block_ids(*ds._ranges(np.asarray(b) * ds.stride))
+        }
         assert proxy.requests - before <= len(blocks)  # no block fetched twice
     finally:
         proxy.close()
@@ -489,8 +523,11 @@ def test_obstore_client_reads_the_same_and_refuses_fork(s3_server, tmp_path):
     docs = _corpus()
     store = mmpack.build(_url(), docs, storage_options=dict(s3_server.options, client="obstore"))
     local = mmpack.build(tmp_path / "local", docs)
-    s = mmpack.open(store.location, storage_options=dict(s3_server.options, client="obstore"),
-                    cache_dir=tmp_path)
+    s = mmpack.open(
+        store.location,
+        storage_options=dict(s3_server.options, client="obstore"),
+        cache_dir=tmp_path,
+    )
     _assert_views_equal(s, local)
     q = mp.get_context("fork").Queue()
     p = mp.get_context("fork").Process(target=_read_in_child, args=(s, q))
@@ -512,8 +549,13 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
     store = mmpack.build(_url(), _corpus(n_docs=20), storage_options=s3_server.options)
     proxy = DelayProxy(s3_server.port, delay=1.0)
     try:
-        opts = dict(s3_server.options, endpoint=proxy.endpoint, read_timeout=0.3, retries=1,
-                    retry_backoff=0.01)
+        opts = dict(
+            s3_server.options,
+            endpoint=proxy.endpoint,
+            read_timeout=0.3,
+            retries=1,
+            retry_backoff=0.01,
+        )
         with pytest.raises(RemoteError, match=r"mmpack\.json: failed after 2 attempts.*Timeout"):
             mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
     finally:
@@ -532,8 +574,11 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
         return Throttled() if calls["n"] <= 2 else real(self, method, key, **kw)
 
     monkeypatch.setattr(S3Http, "request", flaky)
-    s = mmpack.open(store.location, storage_options=dict(s3_server.options, retry_backoff=0.01),
-                    cache_dir=tmp_path / "t")
+    s = mmpack.open(
+        store.location,
+        storage_options=dict(s3_server.options, retry_backoff=0.01),
+        cache_dir=tmp_path / "t",
+    )
     np.testing.assert_array_equal(s[3], store[3])
     assert calls["n"] > 2
 
@@ -543,8 +588,11 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
 
     used = []
     real = S3Transport._put_multipart
-    monkeypatch.setattr(S3Transport, "_put_multipart",
-                        lambda self, key, path, size: used.append(key) or real(self, key, path, size))
+    monkeypatch.setattr(
+        S3Transport,
+        "_put_multipart",
+        lambda self, key, path, size: used.append(key) or real(self, key, path, size),
+    )
     rng = np.random.default_rng(7)
     docs = [rng.integers(0, 60_000, size=n, dtype=np.uint16) for n in [3_000_000, 2_500_000, 17]]
     opts = dict(s3_server.options, multipart_threshold=1 << 20, multipart_chunk=5 << 20)
@@ -553,8 +601,9 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
     assert store.fingerprint == local.fingerprint
     assert [k.split("/")[1] for k in used] == ["tokens.bin"]
     assert store.verify()["bytes"] == local.verify()["bytes"]
-    np.testing.assert_array_equal(store.read_range(2_999_000, 3_001_000),
-                                  local.read_range(2_999_000, 3_001_000))
+    np.testing.assert_array_equal(
+        store.read_range(2_999_000, 3_001_000), local.read_range(2_999_000, 3_001_000)
+    )
     with pytest.raises(ValueError, match="5 MiB"):
         mmpack.open(store.location, storage_options=dict(opts, multipart_chunk=1 << 20))
 
@@ -596,8 +645,9 @@ def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path)
     proxy = DelayProxy(s3_server.port, delay=0.3)
     try:
         opts = dict(s3_server.options, endpoint=proxy.endpoint)
-        s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path,
-                        cache_limit=1 << 30)
+        s = mmpack.open(
+            store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=1 << 30
+        )
         starts = np.arange(8, dtype=np.int64) * (store.num_tokens // 8)
         before = proxy.requests
         ctx = mp.get_context("fork")
@@ -617,7 +667,7 @@ def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path)
 def _read_ranges(store, starts, want):
     src, at = store.read_ranges(starts, np.full(starts.size, 50))
     for k in range(starts.size):
-        np.testing.assert_array_equal(src[at[k]:at[k] + 50], want[k])
+        np.testing.assert_array_equal(src[at[k] : at[k] + 50], want[k])
 
 
 # ----------------------------------------------------------------------------- above the store
@@ -632,17 +682,26 @@ def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
     a, b = _corpus(seed=1), _corpus(seed=2)
     la, lb = mmpack.build(tmp_path / "a", a), mmpack.build(tmp_path / "b", b)
     rb = mmpack.build(_url(), b, storage_options=s3_server.options)
-    mixed = mmpack.Mixture([mmpack.WindowDataset(la, 64), mmpack.WindowDataset(rb, 64)],
-                           weights=[0.5, 0.5], num_samples=64, seed=3)
-    local = mmpack.Mixture([mmpack.WindowDataset(la, 64), mmpack.WindowDataset(lb, 64)],
-                           weights=[0.5, 0.5], num_samples=64, seed=3)
+    mixed = mmpack.Mixture(
+        [mmpack.WindowDataset(la, 64), mmpack.WindowDataset(rb, 64)],
+        weights=[0.5, 0.5],
+        num_samples=64,
+        seed=3,
+    )
+    local = mmpack.Mixture(
+        [mmpack.WindowDataset(la, 64), mmpack.WindowDataset(lb, 64)],
+        weights=[0.5, 0.5],
+        num_samples=64,
+        seed=3,
+    )
     for i in (0, 7, 63):
         np.testing.assert_array_equal(mixed[i]["input_ids"], local[i]["input_ids"])
     ds = mmpack.PackedDataset(rb, 64, eot=65535)
 
     def loader():
-        return StatefulDataLoader(ds, batch_size=4, collate_fn=collate,
-                                  sampler=mmpack.ResumableSampler(len(ds), seed=11))
+        return StatefulDataLoader(
+            ds, batch_size=4, collate_fn=collate, sampler=mmpack.ResumableSampler(len(ds), seed=11)
+        )
 
     full = [b["input_ids"].tolist() for b in loader()]
     first = loader()
@@ -694,8 +753,10 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
     proxy = DelayProxy(s3_server.port, delay=0.4)
     try:
         env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONPATH=os.getcwd())
-        proc = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, url, proxy.endpoint,
-                                 ACCESS_KEY, SECRET_KEY], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _BUILD_SCRIPT, url, proxy.endpoint, ACCESS_KEY, SECRET_KEY],
+            env=env,
+        )
         t = make_transport(url, s3_server.options)
         deadline = time.monotonic() + 60
         while not t.list_prefix("data-") and time.monotonic() < deadline:  # a part object landed
@@ -725,19 +786,25 @@ def test_sigv4_matches_the_aws_documentation_examples():
 
     from mmpack.store.remote._s3http import sign_v4
 
-    kw = {"access_key": "AKIAIOSFODNN7EXAMPLE", "region": "us-east-1",
-          "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-          "now": dt.datetime(2013, 5, 24, tzinfo=dt.timezone.utc)}
+    kw = {
+        "access_key": "AKIAIOSFODNN7EXAMPLE",
+        "region": "us-east-1",
+        "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "now": dt.datetime(2013, 5, 24, tzinfo=dt.timezone.utc),
+    }
     empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     host = "examplebucket.s3.amazonaws.com"
     for query, signature in (
         ({"lifecycle": ""}, "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"),
-        ({"max-keys": "2", "prefix": "J"},
-         "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"),
+        (
+            {"max-keys": "2", "prefix": "J"},
+            "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
+        ),
     ):
         auth = sign_v4("GET", host, "/", query, {}, empty, **kw)["Authorization"]
-        assert auth.endswith(f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
-                             f"Signature={signature}")
+        assert auth.endswith(
+            f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}"
+        )
 
 
 def test_plain_http_is_read_only_and_reads_the_same(s3_server, tmp_path):
@@ -745,7 +812,7 @@ def test_plain_http_is_read_only_and_reads_the_same(s3_server, tmp_path):
     read-only through the same client, unsigned."""
     docs = _corpus()
     store = mmpack.build(_url(), docs, storage_options=s3_server.options)
-    path = store.location[len("s3://"):]
+    path = store.location[len("s3://") :]
     url = f"{s3_server.filer_endpoint}/buckets/{path}"
     with pytest.raises(ValueError, match="allow_http"):
         mmpack.open(url)

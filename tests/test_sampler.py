@@ -30,7 +30,7 @@ ROOT = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from _datasets import IndexDataset  # noqa: E402
+from _datasets import IndexDataset
 
 
 def reference_share(n, *, shuffle=True, seed=0, epoch=0, rank=0, world_size=1, drop_last=False):
@@ -80,7 +80,9 @@ def test_no_shuffle_is_identity_and_matches_distributed_sampler():
     for n, ws, drop_last in itertools.product((1, 7, 10, 13), (1, 2, 3, 4), (False, True)):
         for rank in range(ws):
             ours = ResumableSampler(n, shuffle=False, rank=rank, world_size=ws, drop_last=drop_last)
-            theirs = DistributedSampler(range(n), num_replicas=ws, rank=rank, shuffle=False, drop_last=drop_last)
+            theirs = DistributedSampler(
+                range(n), num_replicas=ws, rank=rank, shuffle=False, drop_last=drop_last
+            )
             assert list(ours) == list(theirs)
             assert len(ours) == len(theirs)
 
@@ -97,7 +99,9 @@ def test_ranks_disjoint_and_complete(n, drop_last):
             s = ResumableSampler(n, seed=4, rank=rank, world_size=ws, drop_last=drop_last)
             s.set_epoch(2)
             got = list(s)
-            assert got == reference_share(n, seed=4, epoch=2, rank=rank, world_size=ws, drop_last=drop_last)
+            assert got == reference_share(
+                n, seed=4, epoch=2, rank=rank, world_size=ws, drop_last=drop_last
+            )
             expected_len = n // ws if drop_last else -(-n // ws)
             assert len(got) == len(s) == expected_len
             shares.append(got)
@@ -120,7 +124,14 @@ def _draw(sampler, k):
 
 @pytest.mark.parametrize(
     "n, ws, rank, drop_last",
-    [(1, 1, 0, False), (2, 1, 0, False), (97, 1, 0, False), (97, 3, 2, False), (97, 4, 1, True), (20000, 2, 1, False)],
+    [
+        (1, 1, 0, False),
+        (2, 1, 0, False),
+        (97, 1, 0, False),
+        (97, 3, 2, False),
+        (97, 4, 1, True),
+        (20000, 2, 1, False),
+    ],
 )
 def test_resume_after_k_draws(n, ws, rank, drop_last):
     kw = dict(seed=9, rank=rank, world_size=ws, drop_last=drop_last)
@@ -128,7 +139,9 @@ def test_resume_after_k_draws(n, ws, rank, drop_last):
     ref.set_epoch(3)
     full = list(ref)
     length = len(ref)
-    for k in sorted({0, 1, min(5, length), length // 2, max(length - 1, 0), length, min(8193, length)}):
+    for k in sorted(
+        {0, 1, min(5, length), length // 2, max(length - 1, 0), length, min(8193, length)}
+    ):
         s = ResumableSampler(n, **kw)
         s.set_epoch(3)
         head, _ = _draw(s, k)
@@ -202,7 +215,16 @@ def test_state_dict_tracks_the_latest_iterator():
     assert s.state_dict()["position"] == 3
     state = s.state_dict()
     assert set(state) == {
-        "version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch", "position", "offset"
+        "version",
+        "n",
+        "seed",
+        "shuffle",
+        "world_size",
+        "rank",
+        "drop_last",
+        "epoch",
+        "position",
+        "offset",
     }
     assert all(type(v) in (int, bool) for v in state.values())
 
@@ -228,7 +250,9 @@ def test_resume_property(n, ws, data, drop_last, shuffle, epoch):
     kw = dict(seed=5, rank=rank, world_size=ws, drop_last=drop_last, shuffle=shuffle)
     s = ResumableSampler(n, **kw)
     s.set_epoch(epoch)
-    expected = reference_share(n, seed=5, epoch=epoch, rank=rank, world_size=ws, drop_last=drop_last, shuffle=shuffle)
+    expected = reference_share(
+        n, seed=5, epoch=epoch, rank=rank, world_size=ws, drop_last=drop_last, shuffle=shuffle
+    )
     k = data.draw(st.integers(0, len(s)))
     head, _ = _draw(s, k)
     fresh = ResumableSampler(n, **kw)
@@ -333,7 +357,13 @@ def test_dataloader_workers(context):
     sampler = ResumableSampler(n, seed=8, world_size=2, rank=1)
     sampler.set_epoch(1)
     expected = list(sampler)
-    loader = DataLoader(IndexDataset(n), sampler=sampler, batch_size=4, num_workers=2, multiprocessing_context=context)
+    loader = DataLoader(
+        IndexDataset(n),
+        sampler=sampler,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context=context,
+    )
     got = torch.cat([b.reshape(-1) for b in loader]).tolist()
     assert got == expected
 
@@ -373,7 +403,9 @@ def test_stateful_dataloader_resumes_exactly_in_a_fresh_process(tmp_path):
 
         def make():
             sampler = ResumableSampler(n, seed=seed)
-            loader = StatefulDataLoader(IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers)
+            loader = StatefulDataLoader(
+                IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers
+            )
             return sampler, loader
 
         sampler, loader = make()
@@ -390,7 +422,15 @@ def test_stateful_dataloader_resumes_exactly_in_a_fresh_process(tmp_path):
         path = tmp_path / f"state{num_workers}.pt"
         torch.save(state, path)
         del it, loader
-        jobs.append({"n": n, "seed": seed, "batch_size": batch_size, "num_workers": num_workers, "state": str(path)})
+        jobs.append(
+            {
+                "n": n,
+                "seed": seed,
+                "batch_size": batch_size,
+                "num_workers": num_workers,
+                "state": str(path),
+            }
+        )
         expected.append({"rest": epoch0[k:], "following": epoch1})
 
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
@@ -430,8 +470,10 @@ def test_plain_dataloader_resumes_exactly_from_the_consumed_count():
 
     fresh = ResumableSampler(n, seed=6)
     fresh.load_state_dict(state)
-    rest = [b.reshape(-1).tolist() for b in DataLoader(IndexDataset(n), sampler=fresh,
-                                                        batch_size=batch_size, num_workers=2)]
+    rest = [
+        b.reshape(-1).tolist()
+        for b in DataLoader(IndexDataset(n), sampler=fresh, batch_size=batch_size, num_workers=2)
+    ]
     assert list(itertools.chain(*rest)) == epoch[40:]
     # the resumed loop counts from 0 again: 8 more consumed -> position 48
     again = ResumableSampler(n, seed=6)

@@ -61,8 +61,11 @@ def test_warmup_values_at_chosen_token_counts():
 
 
 @given(
-    min_bs=st.integers(1, 20), extra=st.integers(1, 20), warmup=st.integers(1, 10**7),
-    world=st.integers(1, 8), t=st.integers(0, 2 * 10**7),
+    min_bs=st.integers(1, 20),
+    extra=st.integers(1, 20),
+    warmup=st.integers(1, 10**7),
+    world=st.integers(1, 8),
+    t=st.integers(0, 2 * 10**7),
 )
 def test_warmup_matches_seed(min_bs, extra, warmup, world, t):
     s = BatchSizeWarmup(min_bs, min_bs + extra, warmup, world)
@@ -95,16 +98,28 @@ def test_cooldown_values_at_chosen_token_counts():
 
 
 @given(
-    initial=st.floats(0, 1), frac=st.floats(0, 1), cooldown=st.integers(1, 10**6),
-    start=st.integers(0, 10**6), world=st.integers(1, 8), stair=st.booleans(),
-    step=st.floats(0.001, 0.5), t=st.integers(0, 3 * 10**6),
+    initial=st.floats(0, 1),
+    frac=st.floats(0, 1),
+    cooldown=st.integers(1, 10**6),
+    start=st.integers(0, 10**6),
+    world=st.integers(1, 8),
+    stair=st.booleans(),
+    step=st.floats(0.001, 0.5),
+    t=st.integers(0, 3 * 10**6),
 )
 def test_cooldown_matches_seed(initial, frac, cooldown, start, world, stair, step, t):
     final = initial * frac
     cooldown = max(cooldown, world)
     schedule = "stair" if stair else "linear"
-    s = MaskingRatioCooldown(initial, final, cooldown, start_tokens=start, schedule=schedule,
-                             step_size=step if stair else None, world_size=world)
+    s = MaskingRatioCooldown(
+        initial,
+        final,
+        cooldown,
+        start_tokens=start,
+        schedule=schedule,
+        step_size=step if stair else None,
+        world_size=world,
+    )
     got = s(t)
     assert got == seed_mask_ratio(initial, final, cooldown, start, schedule, step, world, t)
     assert final <= got <= initial
@@ -126,10 +141,18 @@ def test_cooldown_invalid():
 
 
 # --------------------------------------------------------------------------- durations
-@pytest.mark.parametrize("text, tokens", [
-    ("100000tok", 100000), ("100_000tok", 100000), ("1e5tok", 100000), ("1.5e3tok", 1500),
-    (" 42 TOK ", 42), ("0tok", 0), (".5e1tok", 5),
-])
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("100000tok", 100000),
+        ("100_000tok", 100000),
+        ("1e5tok", 100000),
+        ("1.5e3tok", 1500),
+        (" 42 TOK ", 42),
+        ("0tok", 0),
+        (".5e1tok", 5),
+    ],
+)
 def test_parse_tokens(text, tokens):
     assert parse_tokens(text) == tokens
 

@@ -75,16 +75,18 @@ class TestStoreContract:
             flat = [t for d in docs for t in d]
             assert store.dtype == smallest(max(flat, default=0))
             assert_store_holds(store, docs)
-            assert store.verify()["bytes"] == store.num_tokens * store.dtype.itemsize + (
-                len(docs) + 1
-            ) * 8
+            assert (
+                store.verify()["bytes"]
+                == store.num_tokens * store.dtype.itemsize + (len(docs) + 1) * 8
+            )
             n = store.num_tokens
             start = data.draw(st.integers(0, n))
             stop = data.draw(st.integers(start, n))
             assert store.read_range(start, stop).tolist() == flat[start:stop]
             k = data.draw(st.integers(0, 6))
-            starts = np.array(data.draw(st.lists(st.integers(0, n), min_size=k, max_size=k)),
-                              dtype=np.int64)
+            starts = np.array(
+                data.draw(st.lists(st.integers(0, n), min_size=k, max_size=k)), dtype=np.int64
+            )
             lengths = np.array([data.draw(st.integers(0, n - s)) for s in starts], dtype=np.int64)
             src, src_starts = store.read_ranges(starts, lengths)
             assert src_starts.dtype == np.int64 and src_starts.shape == (k,)
@@ -205,8 +207,12 @@ class TestStoreContract:
         assert store.meta["backend"] == backend
         other = "zarr" if backend == "memmap" else "memmap"
         assert build(tmp_path / "o", docs, backend=other).fingerprint == store.fingerprint
-        assert build(tmp_path / "d", [[1, 2], [301]], backend=backend).fingerprint != store.fingerprint
-        assert build(tmp_path / "e", [[1], [2, 300]], backend=backend).fingerprint != store.fingerprint
+        assert (
+            build(tmp_path / "d", [[1, 2], [301]], backend=backend).fingerprint != store.fingerprint
+        )
+        assert (
+            build(tmp_path / "e", [[1], [2, 300]], backend=backend).fingerprint != store.fingerprint
+        )
         assert repr(store).startswith("TokenStore(")
 
     # ------------------------------------------------------------------------- pickling
@@ -227,8 +233,9 @@ class TestStoreContract:
             "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
             "print(len(s), s[0].tolist(), s.fingerprint)"
         )
-        out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(store),
-                             capture_output=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], input=pickle.dumps(store), capture_output=True, check=True
+        )
         assert out.stdout.decode().split() == ["2", "[5,", "6]", store.fingerprint]
 
     def test_unpickle_after_rebuild_is_refused(self, backend, tmp_path):
@@ -306,7 +313,9 @@ def test_zarr_store_is_a_plain_zarr_group(tmp_path):
 def test_memmap_layout(tmp_path):
     store = build(tmp_path / "m", [[1, 2, 3], [], [70000]])
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [
-        "mmpack.json", "offsets.bin", "tokens.bin"
+        "mmpack.json",
+        "offsets.bin",
+        "tokens.bin",
     ]
     assert np.fromfile(tmp_path / "m" / "tokens.bin", dtype="<u4").tolist() == [1, 2, 3, 70000]
     assert np.fromfile(tmp_path / "m" / "offsets.bin", dtype="<i8").tolist() == [0, 3, 3, 4]

@@ -61,7 +61,7 @@ def ref_pack(docs, n_rows, row_len, buffer_size, long_docs="split", drop_last=Tr
             d = list(d)
             if len(d) > row_len:
                 if long_docs == "split":
-                    yield from (d[k:k + row_len] for k in range(0, len(d), row_len))
+                    yield from (d[k : k + row_len] for k in range(0, len(d), row_len))
                 elif long_docs == "truncate":
                     yield d[:row_len]
             elif d:
@@ -115,8 +115,10 @@ def make_docs(lengths, base=1):
 
 
 # =========================================================================== kernels
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 499)), max_size=200),
-       st.lists(st.integers(0, 520), max_size=30))
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 499)), max_size=200),
+    st.lists(st.integers(0, 520), max_size=30),
+)
 def test_bitmap_matches_a_set(ops, queries):
     n_keys = 500
     level_off, level_len = bitmap_layout(n_keys)
@@ -158,8 +160,9 @@ def test_place_best_fit_matches_linear_scan(n_rows, row_len, data):
         remaining[r] = s
     out_row = np.empty(len(lens), dtype=np.int64)
     out_off = np.empty(len(lens), dtype=np.int64)
-    processed, deferred = place_best_fit(lens, budget, words, level_off, level_len, remaining,
-                                         counts, row_len, out_row, out_off)
+    processed, deferred = place_best_fit(
+        lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
+    )
     rows, offs, want_deferred, want_remaining, want_counts = ref_place(lens, budget, init, row_len)
     assert processed == len(rows) and deferred == want_deferred
     assert out_row[:processed].tolist() == rows
@@ -176,7 +179,7 @@ def test_row_boundaries():
     bounds = np.empty(4, dtype=np.int64)
     longest = np.empty(3, dtype=np.int64)
     row_boundaries(rows, lens, 3, used, 10, cu, bounds, longest)
-    got = [cu[bounds[r]:bounds[r + 1]].tolist() for r in range(3)]
+    got = [cu[bounds[r] : bounds[r + 1]].tolist() for r in range(3)]
     assert got == [[0, 10], [0, 3, 5, 9, 10], [0, 10]]
     assert longest.tolist() == [10, 4, 10]
 
@@ -184,17 +187,27 @@ def test_row_boundaries():
 # =========================================================================== the packer vs the twin
 @settings(max_examples=60)
 @given(
-    lengths=st.lists(st.integers(0, 45), max_size=80), n_rows=st.integers(1, 4),
-    row_len=st.integers(1, 20), extra=st.integers(0, 8), long_docs=st.sampled_from(
-        ["split", "truncate", "drop"]), drop_last=st.booleans(), readahead=st.integers(1, 9),
+    lengths=st.lists(st.integers(0, 45), max_size=80),
+    n_rows=st.integers(1, 4),
+    row_len=st.integers(1, 20),
+    extra=st.integers(0, 8),
+    long_docs=st.sampled_from(["split", "truncate", "drop"]),
+    drop_last=st.booleans(),
+    readahead=st.integers(1, 9),
 )
-def test_packer_matches_seed_twin(lengths, n_rows, row_len, extra, long_docs, drop_last,
-                                  readahead):
+def test_packer_matches_seed_twin(lengths, n_rows, row_len, extra, long_docs, drop_last, readahead):
     docs = make_docs(lengths)
     want = ref_pack(docs, n_rows, row_len, n_rows + extra, long_docs, drop_last)
-    packer = StreamingPacker(docs, out_batch_size=n_rows, out_pseq_len=row_len,
-                             buffer_size=n_rows + extra, long_docs=long_docs,
-                             drop_last=drop_last, readahead=readahead, pad_id=-1)
+    packer = StreamingPacker(
+        docs,
+        out_batch_size=n_rows,
+        out_pseq_len=row_len,
+        buffer_size=n_rows + extra,
+        long_docs=long_docs,
+        drop_last=drop_last,
+        readahead=readahead,
+        pad_id=-1,
+    )
     got = [rows_of(b) for b in packer]
     assert got == want
 
@@ -213,8 +226,9 @@ def test_deferred_sequences_keep_their_order():
 # =========================================================================== outputs
 def test_batch_layout_and_padding():
     docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
-    packer = StreamingPacker(docs, out_batch_size=2, out_pseq_len=8, buffer_size=4,
-                             drop_last=False, pad_id=-7)
+    packer = StreamingPacker(
+        docs, out_batch_size=2, out_pseq_len=8, buffer_size=4, drop_last=False, pad_id=-7
+    )
     for batch in packer:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         assert ids.shape == mask.shape == (2, 8) and ids.dtype == mask.dtype == np.int64
@@ -235,12 +249,13 @@ def test_batch_layout_and_padding():
 def test_every_token_emitted_once_without_drop_last():
     rng = np.random.default_rng(1)
     docs = [rng.integers(0, 100, size=int(n)) for n in rng.integers(0, 40, size=300)]
-    packer = StreamingPacker(docs, out_batch_size=3, out_pseq_len=32, buffer_size=10,
-                             drop_last=False)
+    packer = StreamingPacker(
+        docs, out_batch_size=3, out_pseq_len=32, buffer_size=10, drop_last=False
+    )
     pieces = [tuple(s) for b in packer for row in rows_of(b) for s in row]
     want = []
     for d in docs:
-        want += [tuple(d[k:k + 32].tolist()) for k in range(0, len(d), 32)]
+        want += [tuple(d[k : k + 32].tolist()) for k in range(0, len(d), 32)]
     assert sorted(pieces) == sorted(want)
     assert packer.seqs_consumed == 300
     assert packer.seqs_empty == sum(len(d) == 0 for d in docs)
@@ -251,31 +266,52 @@ def test_every_token_emitted_once_without_drop_last():
 
 def test_drop_last():
     docs = make_docs([5, 5, 5])  # 3 rows wanted, 2 rows fill, then one partial batch
-    assert [rows_of(b) for b in StreamingPacker(
-        docs, out_batch_size=2, out_pseq_len=5, buffer_size=4)] == [[[docs[0]], [docs[1]]]]
-    got = [rows_of(b) for b in StreamingPacker(
-        docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False)]
+    assert [
+        rows_of(b) for b in StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=4)
+    ] == [[[docs[0]], [docs[1]]]]
+    got = [
+        rows_of(b)
+        for b in StreamingPacker(
+            docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False
+        )
+    ]
     assert got == [[[docs[0]], [docs[1]]], [[docs[2]], []]]
-    last = list(StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=4,
-                                drop_last=False, mode="causal"))[-1]
+    last = list(
+        StreamingPacker(
+            docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False, mode="causal"
+        )
+    )[-1]
     assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
     assert not last["attention_mask"][1].any() and (last["labels"][1] == -100).all()
 
 
 def test_long_sequences():
     doc = list(range(1, 24))  # 23 tokens, rows of 10
-    split = StreamingPacker([doc], out_batch_size=1, out_pseq_len=10, buffer_size=3,
-                            drop_last=False)
+    split = StreamingPacker(
+        [doc], out_batch_size=1, out_pseq_len=10, buffer_size=3, drop_last=False
+    )
     assert [rows_of(b) for b in split] == [[[doc[:10]]], [[doc[10:20]]], [[doc[20:]]]]
     assert split.seqs_split == 1 and split.seqs_emitted == 3
 
-    trunc = StreamingPacker([doc, [7, 7]], out_batch_size=1, out_pseq_len=10, buffer_size=3,
-                            long_docs="truncate", drop_last=False)
+    trunc = StreamingPacker(
+        [doc, [7, 7]],
+        out_batch_size=1,
+        out_pseq_len=10,
+        buffer_size=3,
+        long_docs="truncate",
+        drop_last=False,
+    )
     assert [rows_of(b) for b in trunc] == [[[doc[:10]]], [[[7, 7]]]]
     assert trunc.seqs_truncated == 1 and trunc.tokens_discarded == 13
 
-    drop = StreamingPacker([doc, [7, 7]], out_batch_size=1, out_pseq_len=10, buffer_size=3,
-                           long_docs="drop", drop_last=False)
+    drop = StreamingPacker(
+        [doc, [7, 7]],
+        out_batch_size=1,
+        out_pseq_len=10,
+        buffer_size=3,
+        long_docs="drop",
+        drop_last=False,
+    )
     assert [rows_of(b) for b in drop] == [[[[7, 7]]]]
     assert drop.seqs_dropped == 1 and drop.tokens_discarded == 23
 
@@ -289,8 +325,9 @@ def test_empty_sequences_are_ignored_and_counted():
 
 def test_causal_labels():
     docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33]]
-    p = StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=3, mode="causal",
-                        drop_last=False)
+    p = StreamingPacker(
+        docs, out_batch_size=2, out_pseq_len=5, buffer_size=3, mode="causal", drop_last=False
+    )
     (batch,) = list(p)
     assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
     assert batch["labels"].tolist() == [
@@ -300,19 +337,30 @@ def test_causal_labels():
 
 
 def mlm_packer(docs, **kw):
-    args = dict(out_batch_size=2, out_pseq_len=64, buffer_size=8, mode="mlm", mask_id=3,
-                vocab_size=100, special_ids=(1, 2), mask_prob=0.5, pad_id=0, drop_last=False)
+    args = dict(
+        out_batch_size=2,
+        out_pseq_len=64,
+        buffer_size=8,
+        mode="mlm",
+        mask_id=3,
+        vocab_size=100,
+        special_ids=(1, 2),
+        mask_prob=0.5,
+        pad_id=0,
+        drop_last=False,
+    )
     args.update(kw)
     return StreamingPacker(docs, **args)
 
 
 def test_mlm_masking():
     rng = np.random.default_rng(0)
-    docs = [np.concatenate([[1], rng.integers(4, 100, size=int(n)), [2]])
-            for n in rng.integers(5, 30, size=40)]
+    docs = [
+        np.concatenate([[1], rng.integers(4, 100, size=int(n)), [2]])
+        for n in rng.integers(5, 30, size=40)
+    ]
     p = mlm_packer(docs)
-    plain = StreamingPacker(docs, out_batch_size=2, out_pseq_len=64, buffer_size=8,
-                            drop_last=False)
+    plain = StreamingPacker(docs, out_batch_size=2, out_pseq_len=64, buffer_size=8, drop_last=False)
     n_selected = n_real = 0
     for batch, ref in zip(p, plain):
         ids, labels, orig = batch["input_ids"], batch["labels"], ref["input_ids"]
@@ -347,13 +395,16 @@ def test_mlm_reseeds_per_epoch_and_set_epoch():
 
 
 def test_return_tensors_pt():
-    p = mlm_packer([list(range(4, 30))] * 6, return_tensors="pt",
-                   masking_ratio_cooldown_tokens=100, final_masking_ratio=0.1)
+    p = mlm_packer(
+        [list(range(4, 30))] * 6,
+        return_tensors="pt",
+        masking_ratio_cooldown_tokens=100,
+        final_masking_ratio=0.1,
+    )
     batch = next(iter(p))
     for key in ("input_ids", "labels", "attention_mask"):
         assert isinstance(batch[key], torch.Tensor) and batch[key].dtype == torch.int64
-    assert all(isinstance(c, torch.Tensor) and c.dtype == torch.int32
-               for c in batch["cu_seqlens"])
+    assert all(isinstance(c, torch.Tensor) and c.dtype == torch.int32 for c in batch["cu_seqlens"])
     assert batch["mask_prob"].dtype == torch.float32 and batch["mask_prob"].item() == 0.5
     assert all(isinstance(m, int) for m in batch["max_seqlen"])
 
@@ -374,7 +425,7 @@ def docs():
 
 def test_source_formats(docs):
     want = expected_rows(docs, **KW)
-    batches = [docs[i:i + 4] for i in range(0, len(docs), 4)]
+    batches = [docs[i : i + 4] for i in range(0, len(docs), 4)]
     variants = {
         "generator of lists": (list(d) for d in docs),
         "arrays": [np.asarray(d, dtype=np.uint16) for d in docs],
@@ -467,8 +518,14 @@ def test_stale_iterator(docs):
 # =========================================================================== schedules
 def test_batch_size_warmup():
     docs = [[5] * 10] * 200
-    p = StreamingPacker(docs, out_batch_size=4, out_pseq_len=10, buffer_size=8,
-                        batch_size_warmup_min_size=1, batch_size_warmup_tokens="120tok")
+    p = StreamingPacker(
+        docs,
+        out_batch_size=4,
+        out_pseq_len=10,
+        buffer_size=8,
+        batch_size_warmup_min_size=1,
+        batch_size_warmup_tokens="120tok",
+    )
     # thresholds: ceil(120/6 * [1, 3]) = [20, 60]; the count is checked before each batch
     sizes = [b["input_ids"].shape[0] for _, b in zip(range(8), p)]
     assert sizes == [1, 1, 2, 2, 3, 3, 4, 4]
@@ -476,9 +533,15 @@ def test_batch_size_warmup():
 
 
 def test_mask_prob_cooldown_in_batches():
-    p = mlm_packer([list(range(4, 68))] * 20, out_pseq_len=64, out_batch_size=1,
-                   masking_ratio_cooldown_tokens="256tok", final_masking_ratio=0.1,
-                   masking_cooldown_schedule_type="stair", masking_ratio_step_size=0.1)
+    p = mlm_packer(
+        [list(range(4, 68))] * 20,
+        out_pseq_len=64,
+        out_batch_size=1,
+        masking_ratio_cooldown_tokens="256tok",
+        final_masking_ratio=0.1,
+        masking_cooldown_schedule_type="stair",
+        masking_ratio_step_size=0.1,
+    )
     probs = [float(b["mask_prob"]) for _, b in zip(range(6), p)]
     assert probs == pytest.approx([0.5, 0.4, 0.3, 0.2, 0.1, 0.1])
 
@@ -508,9 +571,18 @@ def test_exact_resume(kind, tmp_path):
         from mmpack.store.writer import build
 
         source = build(tmp_path / "s", docs)
-    kw = dict(out_batch_size=3, out_pseq_len=40, buffer_size=6, mode="mlm", mask_id=3,
-              vocab_size=100, masking_ratio_cooldown_tokens=3000, final_masking_ratio=0.1,
-              batch_size_warmup_min_size=1, batch_size_warmup_tokens=500)
+    kw = dict(
+        out_batch_size=3,
+        out_pseq_len=40,
+        buffer_size=6,
+        mode="mlm",
+        mask_id=3,
+        vocab_size=100,
+        masking_ratio_cooldown_tokens=3000,
+        final_masking_ratio=0.1,
+        batch_size_warmup_min_size=1,
+        batch_size_warmup_tokens=500,
+    )
     ref = StreamingPacker(source, **kw)
     e0 = list(ref)
     full = e0 + list(ref)  # two epochs (of different lengths: the warm-up grows the batches)
@@ -557,22 +629,25 @@ def test_state_mismatch(docs):
 
 
 # =========================================================================== validation
-@pytest.mark.parametrize("kw, match", [
-    ({"buffer_size": 1}, "buffer_size"),
-    ({"out_pseq_len": 0}, "out_pseq_len"),
-    ({"out_batch_size": 0}, "out_batch_size"),
-    ({"mode": "bert"}, "mode"),
-    ({"mode": "mlm"}, "mask_id and vocab_size"),
-    ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
-    ({"mask_prob": 1.5}, "mask_prob"),
-    ({"mask_prob": -0.1}, "mask_prob"),
-    ({"long_docs": "wrap"}, "long_docs"),
-    ({"source_format": "rows"}, "source_format"),
-    ({"return_tensors": "tf"}, "return_tensors"),
-    ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
-    ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
-    ({"seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"buffer_size": 1}, "buffer_size"),
+        ({"out_pseq_len": 0}, "out_pseq_len"),
+        ({"out_batch_size": 0}, "out_batch_size"),
+        ({"mode": "bert"}, "mode"),
+        ({"mode": "mlm"}, "mask_id and vocab_size"),
+        ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
+        ({"mask_prob": 1.5}, "mask_prob"),
+        ({"mask_prob": -0.1}, "mask_prob"),
+        ({"long_docs": "wrap"}, "long_docs"),
+        ({"source_format": "rows"}, "source_format"),
+        ({"return_tensors": "tf"}, "return_tensors"),
+        ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
+        ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_validation(kw, match):
     args = dict(out_batch_size=2, out_pseq_len=8, buffer_size=4)
     args.update(kw)
@@ -581,15 +656,25 @@ def test_validation(kw, match):
 
 
 def test_from_micro_batches():
-    p = StreamingPacker.from_micro_batches([[1]], batch_size=512, micro_batch_size=32,
-                                           max_seq_len=1024, batch_size_warmup_min_size=64,
-                                           batch_size_warmup_tokens="1e6tok")
+    p = StreamingPacker.from_micro_batches(
+        [[1]],
+        batch_size=512,
+        micro_batch_size=32,
+        max_seq_len=1024,
+        batch_size_warmup_min_size=64,
+        batch_size_warmup_tokens="1e6tok",
+    )
     assert (p.out_batch_size, p.out_pseq_len, p.buffer_size) == (16, 32768, 5120)
     assert p.batch_size_schedule.min_batch_size == 2
     with pytest.raises(ValueError, match="multiple"):
-        StreamingPacker.from_micro_batches([[1]], batch_size=512, micro_batch_size=32,
-                                           max_seq_len=8, batch_size_warmup_min_size=48,
-                                           batch_size_warmup_tokens=10)
+        StreamingPacker.from_micro_batches(
+            [[1]],
+            batch_size=512,
+            micro_batch_size=32,
+            max_seq_len=8,
+            batch_size_warmup_min_size=48,
+            batch_size_warmup_tokens=10,
+        )
 
 
 # =========================================================================== issue 13
@@ -609,8 +694,14 @@ class _Flaky:
         return self.docs[j]
 
 
-STATE_KW = {"out_batch_size": 3, "out_pseq_len": 40, "buffer_size": 6, "mode": "mlm",
-            "mask_id": 3, "vocab_size": 100}
+STATE_KW = {
+    "out_batch_size": 3,
+    "out_pseq_len": 40,
+    "buffer_size": 6,
+    "mode": "mlm",
+    "mask_id": 3,
+    "vocab_size": 100,
+}
 
 
 @pytest.mark.parametrize("fail_at", [7, 37, 80])
@@ -627,7 +718,7 @@ def test_state_after_a_transient_source_error_loses_nothing(fail_at):
     seen = []
     with pytest.raises(OSError, match="transient"):
         for batch in packer:  # interrupted by the source's error: keep what came before
-            seen.append(batch)  # noqa: PERF402
+            seen.append(batch)
     state = packer.state_dict()
     assert state["next_index"] <= fail_at
     resumed = StreamingPacker(docs, **STATE_KW)
@@ -651,28 +742,31 @@ def _tampered(state, **changes):
 _DELETE = object()
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"next_index": -40}, "next_index=-40"),
-    ({"next_index": 2.5}, "next_index must be an int"),
-    ({"next_index": 10**12}, "next_index=1000000000000"),
-    ({"next_index": True}, "next_index must be an int"),
-    ({"exhausted": True}, "exhausted"),
-    ({"exhausted": 1}, "exhausted must be a bool"),
-    ({"epoch": -1}, "epoch"),
-    ({"epoch": 2**64}, "epoch"),
-    ({"next_epoch": -3}, "next_epoch"),
-    ({"in_epoch": "yes"}, "in_epoch must be a bool"),
-    ({"config": None}, "config must be a dict"),
-    ({"counters": _DELETE}, "lacks the fields"),
-    ({"counters": {"seqs_consumed": 1}}, "counters"),
-    ({"token_count": -1}, "token_count"),
-    ({"next_offset": 5}, "next_offset"),
-    ({"next_offset": -40}, "next_offset"),
-    ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
-    ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
-    ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
-    ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"next_index": -40}, "next_index=-40"),
+        ({"next_index": 2.5}, "next_index must be an int"),
+        ({"next_index": 10**12}, "next_index=1000000000000"),
+        ({"next_index": True}, "next_index must be an int"),
+        ({"exhausted": True}, "exhausted"),
+        ({"exhausted": 1}, "exhausted must be a bool"),
+        ({"epoch": -1}, "epoch"),
+        ({"epoch": 2**64}, "epoch"),
+        ({"next_epoch": -3}, "next_epoch"),
+        ({"in_epoch": "yes"}, "in_epoch must be a bool"),
+        ({"config": None}, "config must be a dict"),
+        ({"counters": _DELETE}, "lacks the fields"),
+        ({"counters": {"seqs_consumed": 1}}, "counters"),
+        ({"token_count": -1}, "token_count"),
+        ({"next_offset": 5}, "next_offset"),
+        ({"next_offset": -40}, "next_offset"),
+        ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
+        ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
+        ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
+        ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
+    ],
+)
 def test_load_state_dict_validates_every_field(changes, match):
     rng = np.random.default_rng(9)
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
@@ -719,8 +813,13 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
         from mmpack.store.writer import build
 
         source = build(tmp_path / "s", docs)
-    kw = {"out_batch_size": 4, "out_pseq_len": 64, "buffer_size": 8, "readahead": 3,
-          "drop_last": False}
+    kw = {
+        "out_batch_size": 4,
+        "out_pseq_len": 64,
+        "buffer_size": 8,
+        "readahead": 3,
+        "drop_last": False,
+    }
     bound = kw["buffer_size"] + kw["readahead"]
     packer = StreamingPacker(source, **kw)
     batches, held = [], []
@@ -754,20 +853,31 @@ def test_lazy_admission_does_not_change_placements(readahead):
     lengths = [int(n) for n in rng.integers(0, 200, size=150)]
     docs = make_docs(lengths)
     want = ref_pack(docs, 3, 24, 7, "split", False)
-    got = [rows_of(b) for b in StreamingPacker(docs, out_batch_size=3, out_pseq_len=24,
-                                               buffer_size=7, readahead=readahead,
-                                               drop_last=False)]
+    got = [
+        rows_of(b)
+        for b in StreamingPacker(
+            docs,
+            out_batch_size=3,
+            out_pseq_len=24,
+            buffer_size=7,
+            readahead=readahead,
+            drop_last=False,
+        )
+    ]
     assert got == want
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.array([True, False]), "bool"),
-    ([1, True], "non-integer token True"),
-    (torch.tensor([True]), "bool"),
-    ([2, 0.5], "non-integer token 0.5"),
-    (np.full(3, 0.5), "non-integer token 0.5"),
-    ([3, -1], "negative token -1"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([True, False]), "bool"),
+        ([1, True], "non-integer token True"),
+        (torch.tensor([True]), "bool"),
+        ([2, 0.5], "non-integer token 0.5"),
+        (np.full(3, 0.5), "non-integer token 0.5"),
+        ([3, -1], "negative token -1"),
+    ],
+)
 def test_tokens_follow_the_build_rule(bad, match, tmp_path):
     """One token rule for the packer and for build (the same function checks both)."""
     from mmpack.store.writer import build

@@ -184,8 +184,9 @@ def test_transformers_folder_is_loaded_offline(tmp_path, monkeypatch, bpe_file):
         def decode(self, ids, skip_special_tokens=True):
             return hf.decode(ids)
 
-    monkeypatch.setitem(sys.modules, "transformers",
-                        types.SimpleNamespace(AutoTokenizer=FakeAutoTokenizer))
+    monkeypatch.setitem(
+        sys.modules, "transformers", types.SimpleNamespace(AutoTokenizer=FakeAutoTokenizer)
+    )
     folder = tmp_path / "sp"
     folder.mkdir()
     tok = load_tokenizer(folder)
@@ -228,8 +229,14 @@ def test_ingest_stores_ids_beyond_the_vocabulary_size(tmp_path):
 
     tok_path = _sparse_word_level(tmp_path / "sparse.json")
     (tmp_path / "d.txt").write_text("a b\nb b a\n")
-    report = ingest(tmp_path / "d.txt", tmp_path / "s", tokenizer=tok_path, lines=True,
-                    progress=False, on_issue=lambda i: pytest.fail(str(i)))
+    report = ingest(
+        tmp_path / "d.txt",
+        tmp_path / "s",
+        tokenizer=tok_path,
+        lines=True,
+        progress=False,
+        on_issue=lambda i: pytest.fail(str(i)),
+    )
     assert report.docs_skipped == 0 and report.store.dtype == np.uint32
     assert [report.store[j].tolist() for j in range(2)] == [[0, 70000], [70000, 70000, 0]]
 
@@ -250,8 +257,9 @@ def test_real_transformers_tokenizer_counts_added_tokens(tmp_path, monkeypatch, 
     transformers = pytest.importorskip("transformers")
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(bpe_file), eos_token=EOT)
     fast.add_tokens(["<extra>"])
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
-                        staticmethod(lambda path, **kw: fast))
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", staticmethod(lambda path, **kw: fast)
+    )
     (tmp_path / "tf").mkdir()  # no tokenizer.json: the transformers path
     tok = load_tokenizer(tmp_path / "tf")
     assert isinstance(tok, TransformersTokenizer)

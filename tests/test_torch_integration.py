@@ -37,8 +37,15 @@ def make_view(kind: str, path):
     if kind == "packed-causal":
         return mmpack.PackedDataset(store, 64, eot=1000, pad_id=0)
     return mmpack.PackedDataset(
-        store, 64, eot=1000, pad_id=0, mode="mlm", mask_id=1001, vocab_size=1002,
-        special_ids=(1000,), seed=3,
+        store,
+        64,
+        eot=1000,
+        pad_id=0,
+        mode="mlm",
+        mask_id=1001,
+        vocab_size=1002,
+        special_ids=(1000,),
+        seed=3,
     )
 
 
@@ -50,8 +57,10 @@ def _expected_batches(ds, order, batch_size, epoch=0):
     ref = pickle.loads(pickle.dumps(ds))
     if hasattr(ref, "set_epoch"):
         ref.set_epoch(epoch)
-    return [collate([ref[int(i)] for i in order[a : a + batch_size]])
-            for a in range(0, len(order), batch_size)]
+    return [
+        collate([ref[int(i)] for i in order[a : a + batch_size]])
+        for a in range(0, len(order), batch_size)
+    ]
 
 
 def _assert_batches_equal(got, want):
@@ -76,8 +85,13 @@ def test_dataloader_workers(tmp_path, kind, context):
     ds = make_view(kind, tmp_path / "s")
     sampler = mmpack.ResumableSampler(len(ds), seed=5)
     loader = DataLoader(
-        ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate,
-        multiprocessing_context=context, persistent_workers=True,
+        ds,
+        batch_size=8,
+        sampler=sampler,
+        num_workers=2,
+        collate_fn=collate,
+        multiprocessing_context=context,
+        persistent_workers=True,
     )
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
@@ -114,8 +128,13 @@ def test_stateful_dataloader_resumes_in_a_fresh_process(tmp_path, kind, workers)
     ds = make_view(kind, tmp_path / "s")
 
     def loader():
-        return StatefulDataLoader(ds, batch_size=4, sampler=mmpack.ResumableSampler(len(ds), seed=11),
-                                  num_workers=workers, collate_fn=collate)
+        return StatefulDataLoader(
+            ds,
+            batch_size=4,
+            sampler=mmpack.ResumableSampler(len(ds), seed=11),
+            num_workers=workers,
+            collate_fn=collate,
+        )
 
     full = [{k: b[k].tolist() for k in ("input_ids", "labels")} for b in loader()]
     interrupted = loader()
@@ -145,8 +164,14 @@ def test_mlm_masks_differ_per_epoch_with_persistent_workers(tmp_path):
     dataset never see it, yet epoch 1 is masked as epoch 1 (the indices carry their epoch)."""
     ds = make_view("packed-mlm", tmp_path / "s")
     sampler = mmpack.ResumableSampler(len(ds), shuffle=False)  # the same order every epoch
-    loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=collate,
-                        persistent_workers=True)
+    loader = DataLoader(
+        ds,
+        batch_size=8,
+        sampler=sampler,
+        num_workers=2,
+        collate_fn=collate,
+        persistent_workers=True,
+    )
     epochs = []
     for epoch in (0, 1, 2):
         sampler.set_epoch(epoch)
@@ -169,16 +194,19 @@ def test_resumed_loader_masks_as_the_epoch_it_resumes(tmp_path, workers):
 
     def loader():
         sampler = mmpack.ResumableSampler(len(ds), seed=11)
-        return sampler, StatefulDataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers,
-                                           collate_fn=collate)
+        return sampler, StatefulDataLoader(
+            ds, batch_size=4, sampler=sampler, num_workers=workers, collate_fn=collate
+        )
 
     sampler, run = loader()
     _mlm_batches(run)
     sampler.set_epoch(1)
     epoch1 = _mlm_batches(run)
     # the single-process reference: plain ints in epoch 1's order, the dataset set to epoch 1
-    reference = [{k: b[k].tolist() for k in ("input_ids", "labels")}
-                 for b in _expected_batches(ds, list(sampler), 4, epoch=1)]
+    reference = [
+        {k: b[k].tolist() for k in ("input_ids", "labels")}
+        for b in _expected_batches(ds, list(sampler), 4, epoch=1)
+    ]
     assert epoch1 == reference
     sampler, interrupted = loader()
     _mlm_batches(interrupted)

@@ -95,8 +95,15 @@ def test_batch_format_is_the_views_collate_layout():
     docs = _docs(30)
     ds = PackerDataset(docs, eot=EOT, mode="causal", **_kwargs())
     batch = next(iter(DataLoader(ds, batch_size=None)))
-    assert set(batch) == {"input_ids", "attention_mask", "position_ids", "labels", "cu_seqlens",
-                          "cu_seqlens_rows", "max_seqlen"}
+    assert set(batch) == {
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "labels",
+        "cu_seqlens",
+        "cu_seqlens_rows",
+        "max_seqlen",
+    }
     for key in ("input_ids", "attention_mask", "position_ids", "labels"):
         assert batch[key].shape == (ROWS, SEQLEN) and batch[key].dtype == torch.int64
     # position_ids restart at every segment; the flat cu_seqlens are collate's
@@ -116,18 +123,30 @@ def test_batch_format_is_the_views_collate_layout():
         cu = cu.tolist()
         for a, b in zip(cu[:-1], cu[1:]):
             if batch["attention_mask"][r, a] == 1:
-                assert labels[r, a : b - 1].tolist() == ids[r, a + 1 : b].tolist() and labels[r, b - 1] == -100
-    assert set(hf_inputs(batch, "sdpa")) >= {"input_ids", "position_ids", "attention_mask", "shift_labels"}
+                assert (
+                    labels[r, a : b - 1].tolist() == ids[r, a + 1 : b].tolist()
+                    and labels[r, b - 1] == -100
+                )
+    assert set(hf_inputs(batch, "sdpa")) >= {
+        "input_ids",
+        "position_ids",
+        "attention_mask",
+        "shift_labels",
+    }
 
 
 def test_int32_and_epochs():
     docs = _docs(30)
-    ds = PackerDataset(docs, dtype=torch.int32, mode="mlm", mask_id=5000, vocab_size=6000, **_kwargs())
+    ds = PackerDataset(
+        docs, dtype=torch.int32, mode="mlm", mask_id=5000, vocab_size=6000, **_kwargs()
+    )
     first = [b for b in DataLoader(ds, batch_size=None)]
     assert first[0]["input_ids"].dtype == torch.int32 and first[0]["labels"].dtype == torch.int32
     ds.set_epoch(1)
     second = [b for b in DataLoader(ds, batch_size=None)]
-    assert any(not torch.equal(a["labels"], b["labels"]) for a, b in zip(first, second))  # new masks
+    assert any(
+        not torch.equal(a["labels"], b["labels"]) for a, b in zip(first, second)
+    )  # new masks
 
 
 def test_validation():

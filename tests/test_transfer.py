@@ -52,15 +52,22 @@ def _same(got, want, dtype):
 
 def _reference(dataset, sampler_seed=3):
     order = list(ResumableSampler(len(dataset), seed=sampler_seed))
-    return [collate([dataset[i] for i in order[k : k + BATCH]]) for k in range(0, len(order) - BATCH + 1, BATCH)]
+    return [
+        collate([dataset[i] for i in order[k : k + BATCH]])
+        for k in range(0, len(order) - BATCH + 1, BATCH)
+    ]
 
 
 @pytest.mark.parametrize("dtype, workers", [(torch.int32, 2), (torch.int64, 1), (torch.int32, 0)])
 def test_same_batches_as_collate_even_when_all_are_held(dataset, dtype, workers):
     want = _reference(dataset)
     loader = DataLoader(
-        dataset, batch_size=BATCH, sampler=ResumableSampler(len(dataset), seed=3), num_workers=workers,
-        collate_fn=SharedCollator(dtype=dtype, slots=3), drop_last=True,
+        dataset,
+        batch_size=BATCH,
+        sampler=ResumableSampler(len(dataset), seed=3),
+        num_workers=workers,
+        collate_fn=SharedCollator(dtype=dtype, slots=3),
+        drop_last=True,
     )
     held = list(loader)  # every batch kept alive: no buffer may be reused under them
     assert len(held) == len(want) > 3 * max(workers, 1) * 2
@@ -79,7 +86,9 @@ def _through_pickle(batch):
 
 
 def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, monkeypatch):
-    monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))  # act as worker 0
+    monkeypatch.setattr(
+        transfer, "get_worker_info", lambda: SimpleNamespace(id=0)
+    )  # act as worker 0
     collator = SharedCollator(dtype=torch.int32, slots=2)
     samples = [dataset[i] for i in range(BATCH)]
     first = _through_pickle(collator(samples))

@@ -50,7 +50,9 @@ def test_overwrite_refuses_a_folder_of_user_files_before_any_work(tmp_path, back
     (home / "notes.txt").write_text("precious")
     (home / "corpus").mkdir()
     docs, taken = _watched([[1, 2, 3]] * 5)
-    with pytest.raises(FileExistsError, match=r"is not an mmpack store \(it holds corpus, notes.txt\)"):
+    with pytest.raises(
+        FileExistsError, match=r"is not an mmpack store \(it holds corpus, notes.txt\)"
+    ):
         mmpack.build(home, docs, backend=backend, overwrite=True, fsync=False)
     assert taken == []  # refused before the first document was read
     assert (home / "notes.txt").read_text() == "precious" and (home / "corpus").is_dir()
@@ -61,20 +63,27 @@ def test_overwrite_refuses_a_folder_of_user_files_before_any_work(tmp_path, back
 def test_overwrite_refuses_a_store_holding_other_files(tmp_path, backend):
     store = mmpack.build(tmp_path / "s", [[1, 2]], backend=backend, fsync=False)
     (tmp_path / "s" / "README.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="an mmpack store with other files .it holds README.txt"):
+    with pytest.raises(
+        FileExistsError, match="an mmpack store with other files .it holds README.txt"
+    ):
         mmpack.build(tmp_path / "s", [[3]], backend=backend, overwrite=True, fsync=False)
     assert mmpack.open(tmp_path / "s").fingerprint == store.fingerprint
     assert (tmp_path / "s" / "README.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("kind", ["file", "symlink to a store", "symlink to a file", "dangling symlink"])
+@pytest.mark.parametrize(
+    "kind", ["file", "symlink to a store", "symlink to a file", "dangling symlink"]
+)
 def test_overwrite_refuses_files_and_links_before_any_work(tmp_path, kind):
     target = tmp_path / "t"
     if kind == "file":
         target.write_text("precious")
     else:
-        dest = {"symlink to a store": tmp_path / "store", "symlink to a file": tmp_path / "f",
-                "dangling symlink": tmp_path / "nowhere"}[kind]
+        dest = {
+            "symlink to a store": tmp_path / "store",
+            "symlink to a file": tmp_path / "f",
+            "dangling symlink": tmp_path / "nowhere",
+        }[kind]
         if kind == "symlink to a store":
             mmpack.build(dest, [[1]], fsync=False)
         elif kind == "symlink to a file":
@@ -95,7 +104,9 @@ def test_overwrite_refuses_files_and_links_before_any_work(tmp_path, kind):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_overwrite_replaces_a_store_or_an_empty_folder(tmp_path, backend):
     (tmp_path / "empty").mkdir()
-    assert mmpack.build(tmp_path / "empty", [[7]], backend=backend, overwrite=True, fsync=False)[0].tolist() == [7]
+    assert mmpack.build(tmp_path / "empty", [[7]], backend=backend, overwrite=True, fsync=False)[
+        0
+    ].tolist() == [7]
     mmpack.build(tmp_path / "s", [[1]], backend=backend, fsync=False)
     mmpack.open(tmp_path / "s")  # its packing-plan cache folder is part of a store
     (tmp_path / "s" / "cache").mkdir()
@@ -167,16 +178,24 @@ def test_add_many_adds_the_documents_before_the_bad_one(tmp_path):
     ("tokens", "lengths", "message"),
     [
         ([5], np.array([2**64 - 1, 2], dtype=np.uint64), "lengths.0. is 18446744073709551615"),
-        ([1, 2, 3], np.array([2**63 - 1, 2**63 - 1, 5], dtype=np.int64), "lengths.0. is 9223372036854775807"),
+        (
+            [1, 2, 3],
+            np.array([2**63 - 1, 2**63 - 1, 5], dtype=np.int64),
+            "lengths.0. is 9223372036854775807",
+        ),
         ([1, 2, 3], np.array([-1, 4]), "lengths must be non-negative; lengths.0. is -1"),
         ([1, 2, 3], [1, 1], "lengths sum to 2"),
     ],
 )
-def test_wrapping_lengths_never_replace_the_previous_store(tmp_path, backend, tokens, lengths, message):
+def test_wrapping_lengths_never_replace_the_previous_store(
+    tmp_path, backend, tokens, lengths, message
+):
     target = tmp_path / "s"
     prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
-    with pytest.raises(ValueError, match=message), \
-            StoreWriter(target, backend=backend, overwrite=True, fsync=False) as w:
+    with (
+        pytest.raises(ValueError, match=message),
+        StoreWriter(target, backend=backend, overwrite=True, fsync=False) as w,
+    ):
         w.add_batch(np.array(tokens), lengths)
     store = mmpack.open(target)
     assert store.fingerprint == prev.fingerprint
@@ -301,7 +320,9 @@ def test_zarr_missing_chunk_is_an_error_at_open(tmp_path, array, damage):
         chunk.write_bytes(b"")
     elif damage == "a folder":
         chunk.mkdir()
-    what = {"removed": "is missing", "emptied": "is empty", "a folder": "is not a regular file"}[damage]
+    what = {"removed": "is missing", "emptied": "is empty", "a folder": "is not a regular file"}[
+        damage
+    ]
     with pytest.raises(FormatError, match=f"{array} chunk .* {what}: Zarr would read it as zeros"):
         mmpack.open(tmp_path / "z")
 
@@ -332,9 +353,17 @@ def test_zarr_all_zero_chunks_are_written(tmp_path):
 
 
 # ============================================================================ item 15: store files
-@pytest.mark.parametrize(("backend", "name"), [("memmap", "tokens.bin"), ("memmap", "offsets.bin"),
-                                             ("memmap", "mmpack.json"), ("zarr", "zarr.json"),
-                                             ("zarr", "tokens/c/0"), ("zarr", "offsets/zarr.json")])
+@pytest.mark.parametrize(
+    ("backend", "name"),
+    [
+        ("memmap", "tokens.bin"),
+        ("memmap", "offsets.bin"),
+        ("memmap", "mmpack.json"),
+        ("zarr", "zarr.json"),
+        ("zarr", "tokens/c/0"),
+        ("zarr", "offsets/zarr.json"),
+    ],
+)
 def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path, backend, name):
     mmpack.build(tmp_path / "s", [[1, 2], [3]], backend=backend, fsync=False)
     os.unlink(tmp_path / "s" / name)
@@ -371,7 +400,9 @@ def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
     ds = PackedDataset(store, 16)
     assert len(list((tmp_path / "a" / "s" / "cache").iterdir())) == 1
     assert not (tmp_path / "b" / "s" / "cache").exists()
-    assert sum(int(r["attention_mask"].sum()) for r in (ds[i] for i in range(len(ds)))) == sum(map(len, docs))
+    assert sum(int(r["attention_mask"].sum()) for r in (ds[i] for i in range(len(ds)))) == sum(
+        map(len, docs)
+    )
 
 
 # ============================================================================ item 14: verify_reads
@@ -380,7 +411,10 @@ def _flipped_store(tmp_path: Path, monkeypatch, backend: str = "memmap"):
     monkeypatch.setattr(W, "BLOCK_BYTES", 4096)
     docs = [np.arange(j * 100, j * 100 + 100) % 5000 + 1 for j in range(200)]  # uint16
     store = mmpack.build(tmp_path / "s", docs, backend=backend, fsync=False)
-    assert store.meta["checksum"]["block_bytes"] == 4096 and len(store.meta["checksum"]["tokens"]) == 10
+    assert (
+        store.meta["checksum"]["block_bytes"] == 4096
+        and len(store.meta["checksum"]["tokens"]) == 10
+    )
     if backend == "memmap":
         with open(tmp_path / "s" / "tokens.bin", "r+b") as f:
             f.seek(3 * 4096 + 10)
@@ -442,7 +476,9 @@ def test_verify_reads_returns_the_same_data(tmp_path, backend):
     a = WindowDataset(mmpack.open(tmp_path / "s"), 50, 17, eot=0)
     b = WindowDataset(mmpack.open(tmp_path / "s", verify_reads=True), 50, 17, eot=0)
     idx = rng.integers(0, len(a), 64)
-    assert np.array_equal(a.__getitems__(idx).columns["input_ids"], b.__getitems__(idx).columns["input_ids"])
+    assert np.array_equal(
+        a.__getitems__(idx).columns["input_ids"], b.__getitems__(idx).columns["input_ids"]
+    )
     assert all(np.array_equal(a[i]["input_ids"], b[i]["input_ids"]) for i in idx[:8].tolist())
 
 
@@ -458,13 +494,19 @@ def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
     root = Path(__file__).resolve().parents[1]
     res = subprocess.run(
         [sys.executable, "-m", "mmpack", "build", "corpus/*.txt", "-o", "corpus", "--overwrite"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert res.returncode != 0
     assert "is not an mmpack store (it holds a.txt, b.txt); refusing to replace it" in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    assert _listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
+    assert (
+        _listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
+    )
     assert _listing(tmp_path) == ["corpus"]
 
 
@@ -486,8 +528,11 @@ _bad = st.one_of(
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), _good, _bad), max_size=12), st.sampled_from([1, 3, 1 << 20]),
-       st.sampled_from(["add", "add_many"]))
+@given(
+    st.lists(st.tuples(st.booleans(), _good, _bad), max_size=12),
+    st.sampled_from([1, 3, 1 << 20]),
+    st.sampled_from(["add", "add_many"]),
+)
 def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
     """Against the naive specification: the store holds every good document in order, and each
     bad one raised from the call that received it."""
@@ -504,7 +549,9 @@ def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
                         call(doc)
                 else:
                     call(doc)
-                    expected.append([int(v) for v in (doc.tolist() if hasattr(doc, "tolist") else doc)])
+                    expected.append(
+                        [int(v) for v in (doc.tolist() if hasattr(doc, "tolist") else doc)]
+                    )
         assert [d.tolist() for d in w.store] == expected
         w.store.verify()
 
@@ -512,6 +559,7 @@ def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
 def test_builds_work_where_flock_is_unsupported(tmp_path, monkeypatch):
     """Some network file systems refuse flock (ENOLCK): the build still works, and a cleaner that
     cannot take a lock keeps the folder."""
+
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 

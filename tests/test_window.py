@@ -50,7 +50,9 @@ def naive_windows(docs, seqlen, stride, eot, labels, drop_last, pad_id):
         window = stream[s : s + seqlen]
         real = len(window)
         ids = window + [pad_id] * (seqlen - real)
-        cuts = sorted({e - s for e in ends if 0 < e - s < seqlen} | ({real} if real < seqlen else set()))
+        cuts = sorted(
+            {e - s for e in ends if 0 < e - s < seqlen} | ({real} if real < seqlen else set())
+        )
         cu = [0] + [c for c in cuts if 0 < c < seqlen] + [seqlen]
         pos = []
         for a, b in zip(cu[:-1], cu[1:]):
@@ -72,9 +74,7 @@ def assert_samples_equal(got, want):
 
 
 # ----------------------------------------------------------------------------- the seed
-@pytest.mark.parametrize(
-    ("seqlen", "stride", "expected"), [(8, 4, 28), (10, 5, 22), (10, 10, 11)]
-)
+@pytest.mark.parametrize(("seqlen", "stride", "expected"), [(8, 4, 28), (10, 5, 22), (10, 10, 11)])
 def test_seed_example_counts(tmp_path, seqlen, stride, expected):
     """The seed's table: 118 tokens with eots; (118 - W) // stride + 1 windows (the seed's
     per-phase formula reports 26 for seqlen 8 / stride 4, dropping the last window of a phase)."""
@@ -117,7 +117,9 @@ corpora = st.lists(st.lists(st.integers(0, 70000), max_size=40), max_size=25)
     drop_last=st.booleans(),
     backend=st.sampled_from(BACKENDS),
 )
-def test_windows_match_reference(tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last, backend):
+def test_windows_match_reference(
+    tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last, backend
+):
     eot = 99999 if use_eot else None
     path = tmp_path_factory.mktemp("w") / "s"
     store = mmpack.build(path, docs, backend=backend)
@@ -216,7 +218,10 @@ def test_store_shorter_than_a_window(tmp_path):
 def test_stride_larger_than_seqlen_skips_tokens(tmp_path):
     ds = WindowDataset(mmpack.build(tmp_path / "s", [list(range(20))]), 3, 5)
     assert [ds[i]["input_ids"].tolist() for i in range(len(ds))] == [
-        [0, 1, 2], [5, 6, 7], [10, 11, 12], [15, 16, 17]
+        [0, 1, 2],
+        [5, 6, 7],
+        [10, 11, 12],
+        [15, 16, 17],
     ]
 
 
@@ -226,7 +231,6 @@ def test_pickles_small_and_reads_in_the_copy(tmp_path):
     assert len(blob) < 2000
     copy = pickle.loads(blob)
     assert_samples_equal(copy[7], ds[7])
-
 
 
 @given(

@@ -29,7 +29,8 @@ def stdlib_sources() -> list[Path]:
     about 1,800 documents and 30 MB that is always there."""
     root = Path(sysconfig.get_paths()["stdlib"])
     return sorted(
-        p for p in root.rglob("*.py")
+        p
+        for p in root.rglob("*.py")
         if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts)
     )
 
@@ -79,21 +80,35 @@ def compare_packing(
         plan = build_plan(lens, seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
         seconds = time.perf_counter() - t0
         st = plan.stats
-        rows.append({"method": algorithm, "rows": st.n_bins, "tokens": st.n_tokens,
-                     "docs_cut": st.n_split, "seconds": seconds})
+        rows.append(
+            {
+                "method": algorithm,
+                "rows": st.n_bins,
+                "tokens": st.n_tokens,
+                "docs_cut": st.n_split,
+                "seconds": seconds,
+            }
+        )
     slots = lens + int(eot)
     if long_docs == "truncate":
         slots = np.minimum(slots, seqlen)
     elif long_docs == "drop":
         slots = np.where(slots > seqlen, 0, slots)
     tokens = int(slots.sum())
-    rows.append({"method": "pad", "rows": int((-(-slots // seqlen)).sum()), "tokens": tokens,
-                 "docs_cut": int((slots > seqlen).sum())})
+    rows.append(
+        {
+            "method": "pad",
+            "rows": int((-(-slots // seqlen)).sum()),
+            "tokens": tokens,
+            "docs_cut": int((slots > seqlen).sum()),
+        }
+    )
     starts = np.cumsum(slots) - slots
     nz = slots > 0
     cut = int((starts[nz] // seqlen != (starts[nz] + slots[nz] - 1) // seqlen).sum())
-    rows.append({"method": "chunk", "rows": -(-tokens // seqlen), "tokens": tokens,
-                 "docs_cut": cut})
+    rows.append(
+        {"method": "chunk", "rows": -(-tokens // seqlen), "tokens": tokens, "docs_cut": cut}
+    )
     for r in rows:
         capacity = r["rows"] * seqlen
         r["padding"] = capacity - r["tokens"]
@@ -133,8 +148,8 @@ def run_demo(
 def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     import mmpack
     from mmpack.ingest.pipeline import ingest
-    from mmpack.views.packed import PackedDataset
     from mmpack.ingest.tokenizer import ByteTokenizer
+    from mmpack.views.packed import PackedDataset
     from mmpack.views.window import WindowDataset
 
     def say(*lines: str) -> None:
@@ -149,11 +164,20 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
 
     # ------------------------------------------------------------------ 1. build
     files = stdlib_sources()
-    say(f"== 1. Build: {len(files):,} files of the Python {sys.version.split()[0]} standard "
-        f"library, one document per file, UTF-8 bytes as tokens (eot {eot})")
+    say(
+        f"== 1. Build: {len(files):,} files of the Python {sys.version.split()[0]} standard "
+        f"library, one document per file, UTF-8 bytes as tokens (eot {eot})"
+    )
     issues: list[str] = []
-    report = ingest(files, path, format="text", workers=1, progress=False, overwrite=overwrite,
-                    on_issue=lambda issue: issues.append(str(issue)))
+    report = ingest(
+        files,
+        path,
+        format="text",
+        workers=1,
+        progress=False,
+        overwrite=overwrite,
+        on_issue=lambda issue: issues.append(str(issue)),
+    )
     root = str(Path(sysconfig.get_paths()["stdlib"])) + "/"
     for line in issues:
         say(f"   skipped {line.replace(root, '')}")
@@ -165,16 +189,23 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     lens = store.doc_lens
     size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     q = np.quantile(lens, [0.1, 0.5, 0.9, 0.99])
-    say("", "== 2. The store", f"   {store!r}",
+    say(
+        "",
+        "== 2. The store",
+        f"   {store!r}",
         f"   {len(store):,} documents, {store.num_tokens:,} tokens ({store.dtype.name}), "
         f"{size / 2**20:.1f} MiB on disk, fingerprint {store.fingerprint}",
         f"   document length: min {lens.min():,}  p10 {q[0]:,.0f}  p50 {q[1]:,.0f}  "
-        f"p90 {q[2]:,.0f}  p99 {q[3]:,.0f}  max {lens.max():,}")
+        f"p90 {q[2]:,.0f}  p99 {q[3]:,.0f}  max {lens.max():,}",
+    )
 
     # ------------------------------------------------------------------ 3. windows
     total = store.num_tokens + len(store)
-    say("", f"== 3. Windows over the stream doc0 eot doc1 eot ... ({total:,} tokens with the "
-        "eots): (total - seqlen) // stride + 1 samples")
+    say(
+        "",
+        f"== 3. Windows over the stream doc0 eot doc1 eot ... ({total:,} tokens with the "
+        "eots): (total - seqlen) // stride + 1 samples",
+    )
     for seqlen, stride in ((64, 64), (64, 32), (2048, 2048), (2048, 1024), (8192, 8192)):
         ds = WindowDataset(store, seqlen, stride, eot=eot)
         assert len(ds) == (total - seqlen) // stride + 1
@@ -183,8 +214,10 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         seed_lens = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # with their eot
         seed = mmpack.build(Path(tmp) / "seed", [list(range(n - 1)) for n in seed_lens])
         n_seed = len(WindowDataset(seed, 8, 4, eot=420))
-    say(f"   the seed's ten documents (118 tokens with eot 420), seqlen 8, stride 4: "
-        f"{n_seed} samples")
+    say(
+        f"   the seed's ten documents (118 tokens with eot 420), seqlen 8, stride 4: "
+        f"{n_seed} samples"
+    )
     figures["seed_windows"] = n_seed
 
     ds = WindowDataset(store, 64, eot=eot)
@@ -192,10 +225,14 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     say("", f"   three of the {len(ds):,} windows of 64 tokens, decoded:")
     for i in sorted(rng.choice(len(ds), 3, replace=False).tolist()):
         sample = ds[i]
-        src = ", ".join(f"doc {p['doc']} [{p['start']}:{p['stop']}]" + (" + eot" if p["eot"]
-                        else "") for p in ds.locate(i))
-        say(f"   [{i}] from {src}: cu_seqlens {sample['cu_seqlens'].tolist()}",
-            f"        {tok.decode(sample['input_ids'])!r}")
+        src = ", ".join(
+            f"doc {p['doc']} [{p['start']}:{p['stop']}]" + (" + eot" if p["eot"] else "")
+            for p in ds.locate(i)
+        )
+        say(
+            f"   [{i}] from {src}: cu_seqlens {sample['cu_seqlens'].tolist()}",
+            f"        {tok.decode(sample['input_ids'])!r}",
+        )
 
     # ------------------------------------------------------------------ 4. packing
     say("", "== 4. Packing whole documents into rows (an eot after each; long documents split)")
@@ -203,26 +240,35 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     for seqlen in (2048, 8192):
         rows = compare_packing(lens, seqlen, eot=True)
         figures["packing"][seqlen] = {r["method"]: r["efficiency"] for r in rows}
-        say(f"   seqlen {seqlen}:  {'method':<8}{'rows':>9}{'efficiency':>12}{'padding':>14}"
-            f"{'docs cut':>10}")
+        say(
+            f"   seqlen {seqlen}:  {'method':<8}{'rows':>9}{'efficiency':>12}{'padding':>14}"
+            f"{'docs cut':>10}"
+        )
         names = {"bfd": "bfd", "stream": "stream", "pad": "pad", "chunk": "chunk"}
         for r in rows:
             t = f"  ({r['seconds'] * 1e3:.1f} ms)" if "seconds" in r else ""
-            say(f"   {'':14}{names[r['method']]:<8}{r['rows']:>9,}{r['efficiency']:>11.1%}"
-                f"{r['padding']:>14,}{r['docs_cut']:>10,}{t}")
-    say("   bfd: best-fit decreasing over the whole store; stream: best fit in store order over "
+            say(
+                f"   {'':14}{names[r['method']]:<8}{r['rows']:>9,}{r['efficiency']:>11.1%}"
+                f"{r['padding']:>14,}{r['docs_cut']:>10,}{t}"
+            )
+    say(
+        "   bfd: best-fit decreasing over the whole store; stream: best fit in store order over "
         "1024 open rows;",
         "   pad: one document per row; chunk: concatenate and cut (no padding, but documents "
-        "cut at row edges).")
+        "cut at row edges).",
+    )
     pk = PackedDataset(store, 2048, eot=eot)
     pieces = np.diff(pk.plan.bin_ptr)
     i = int(np.argmax(pieces >= 4)) if (pieces >= 4).any() else int(np.argmax(pieces))
     row = pk[i]
     cu = np.asarray(row["cu_seqlens"]).tolist()
-    say(f"   packed row {i:,} of {len(pk):,} (seqlen 2048, bfd): {len(cu) - 1} segments, "
+    say(
+        f"   packed row {i:,} of {len(pk):,} (seqlen 2048, bfd): {len(cu) - 1} segments, "
         f"cu_seqlens {cu},",
-        "   from " + ", ".join(f"doc {d} [{a}:{a + n}]" for d, a, n in pk.locate(i))
-        + f"; {int(row['attention_mask'].sum()):,} real tokens")
+        "   from "
+        + ", ".join(f"doc {d} [{a}:{a + n}]" for d, a, n in pk.locate(i))
+        + f"; {int(row['attention_mask'].sum()):,} real tokens",
+    )
     figures["packed_rows_2048"] = len(pk)
 
     # ------------------------------------------------------------------ 5. random access
@@ -233,20 +279,23 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     starts = rng.integers(0, store.num_tokens - seqlen, n)
     ds[0]  # compile / warm up
     window_us = _p50_us(lambda k: ds[int(idx[k])], n)
-    raw_us = _p50_us(lambda k: np.array(tokens[starts[k]:starts[k] + seqlen]), n)
+    raw_us = _p50_us(lambda k: np.array(tokens[starts[k] : starts[k] + seqlen]), n)
     batch = 64
     ds.__getitems__(idx[:batch])
     t0 = time.perf_counter()
     reps = 20
-    for r in range(reps):
+    for _ in range(reps):
         ds.__getitems__(rng.integers(0, len(ds), batch))
     tps = reps * batch * seqlen / (time.perf_counter() - t0)
-    say("", f"== 5. Random access (seqlen {seqlen}, {n} random samples, page cache warm)",
+    say(
+        "",
+        f"== 5. Random access (seqlen {seqlen}, {n} random samples, page cache warm)",
         f"   window ds[i]:           p50 {window_us:7.1f} us  (input_ids, position_ids, "
         "cu_seqlens)",
         f"   raw memmap slice copy:  p50 {raw_us:7.1f} us  (the same number of tokens, nothing "
         "else)",
-        f"   batches of {batch} windows: {tps / 1e6:,.0f}M tokens/s")
+        f"   batches of {batch} windows: {tps / 1e6:,.0f}M tokens/s",
+    )
     figures.update(window_p50_us=window_us, raw_p50_us=raw_us, batch_tokens_per_s=tps)
 
     figures["seconds"] = time.perf_counter() - t_start

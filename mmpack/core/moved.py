@@ -85,4 +85,6 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     """Put the finder on ``sys.meta_path`` (once)."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _MovedFinder())  # before PathFinder: submodules of a moved package resolve here too
+        sys.meta_path.insert(
+            0, _MovedFinder()
+        )  # before PathFinder: submodules of a moved package resolve here too

@@ -57,7 +57,9 @@ def check_int(value: Any, name: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"{name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
 
 
 MAX_INT = 2**62
@@ -109,7 +111,9 @@ def check_token_ids(values: Any, name: str) -> tuple[int, ...]:
 def check_probability(value: Any, name: str) -> float:
     """A real number in ``[0, 1]`` as a float; ``TypeError`` for a bool or a non-number."""
     if _is_bool(value) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number in [0, 1], got {type(value).__name__} {value!r}")
+        raise TypeError(
+            f"{name} must be a real number in [0, 1], got {type(value).__name__} {value!r}"
+        )
     if not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return float(value)
@@ -182,7 +186,7 @@ class EpochIndex(int):
     __slots__ = ()
     epoch: int
 
-    def __new__(cls, value: int, epoch: int) -> EpochIndex:  # noqa: PYI034 (an epoch's subclass)
+    def __new__(cls, value: int, epoch: int) -> EpochIndex:
         return epoch_index_type(epoch)(check_int(value, "index"))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -195,8 +199,11 @@ class EpochIndex(int):
 @functools.lru_cache(maxsize=256)
 def _epoch_type(epoch: int) -> type[EpochIndex]:
     # ``__new__`` is int's: ``cls(i)`` makes an index of this epoch without a check.
-    return type("EpochIndex", (EpochIndex,), {"__slots__": (), "epoch": epoch,
-                                             "__new__": int.__new__, "__module__": __name__})
+    return type(
+        "EpochIndex",
+        (EpochIndex,),
+        {"__slots__": (), "epoch": epoch, "__new__": int.__new__, "__module__": __name__},
+    )
 
 
 def epoch_index_type(epoch: int) -> Callable[[int], EpochIndex]:

@@ -39,8 +39,10 @@ class _ZstdRaw(io.RawIOBase):
                 "package (pip install zstandard)"
             ) from None
         self._close_inner()
-        self._file = open(self._path, "rb")  # noqa: SIM115 - closed by close()
-        self._reader = zstandard.ZstdDecompressor().stream_reader(self._file, read_across_frames=True)
+        self._file = open(self._path, "rb")
+        self._reader = zstandard.ZstdDecompressor().stream_reader(
+            self._file, read_across_frames=True
+        )
         self._error = zstandard.ZstdError
         self._pos = 0
 
@@ -61,7 +63,9 @@ class _ZstdRaw(io.RawIOBase):
         try:
             n = self._reader.readinto(buffer)
         except self._error as exc:
-            raise OSError(f"corrupt zstd data in {self._path} after {self._pos} bytes: {exc}") from None
+            raise OSError(
+                f"corrupt zstd data in {self._path} after {self._pos} bytes: {exc}"
+            ) from None
         self._pos += n
         return n
 

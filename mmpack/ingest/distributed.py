@@ -63,8 +63,19 @@ __all__ = ["ENGINES", "build_distributed", "build_part", "plan_tasks"]
 ENGINES = ("dask", "serial")
 _STAGE_TAG = ".mmpack-build-"
 _DEFAULT_PART_BYTES = 64 << 20
-_OPTION_NAMES = {"tokenizer", "field", "lines", "format", "batch_size", "batch_chars",
-                 "on_error", "skip_empty", "backend", "split", "template"}
+_OPTION_NAMES = {
+    "tokenizer",
+    "field",
+    "lines",
+    "format",
+    "batch_size",
+    "batch_chars",
+    "on_error",
+    "skip_empty",
+    "backend",
+    "split",
+    "template",
+}
 _MAX_ISSUES = 1000
 _STORE_MARKERS = ("mmpack.json", "zarr.json", "mmpack-join.json")
 
@@ -141,14 +152,26 @@ def build_part(inputs: Sequence[str], part_path: str, options: dict[str, Any]) -
         if len(issues) < _MAX_ISSUES:
             issues.append(issue)
 
-    report = ingest(list(inputs), part_path, workers=1, overwrite=True, progress=False,
-                    copy_tokenizer=False, on_issue=keep, **options)
+    report = ingest(
+        list(inputs),
+        part_path,
+        workers=1,
+        overwrite=True,
+        progress=False,
+        copy_tokenizer=False,
+        on_issue=keep,
+        **options,
+    )
     assert report.store is not None
     return {
-        "docs_read": report.docs_read, "docs_written": report.docs_written,
-        "docs_skipped": report.docs_skipped, "empty_skipped": report.empty_skipped,
-        "tokens_written": report.tokens_written, "issues": issues,
-        "issues_total": report.issues_total, "fingerprint": report.store.fingerprint,
+        "docs_read": report.docs_read,
+        "docs_written": report.docs_written,
+        "docs_skipped": report.docs_skipped,
+        "empty_skipped": report.empty_skipped,
+        "tokens_written": report.tokens_written,
+        "issues": issues,
+        "issues_total": report.issues_total,
+        "fingerprint": report.store.fingerprint,
         "seconds": report.seconds,
     }
 
@@ -223,8 +246,10 @@ def build_distributed(
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
     if out.exists() and not any((out / m).is_file() for m in _STORE_MARKERS):
-        raise StoreExistsError(f"{str(out)!r} exists and is not a store; not replacing it "
-                               "(overwrite=True replaces stores only)")
+        raise StoreExistsError(
+            f"{str(out)!r} exists and is not a store; not replacing it "
+            "(overwrite=True replaces stores only)"
+        )
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
     base = load_tokenizer(options.get("tokenizer"))
@@ -242,15 +267,27 @@ def build_distributed(
     bar = _Progress(sum(sizes), len(tasks)) if progress else None
     try:
         runner = _run_dask if engine == "dask" else _run_serial
-        workers = runner(part_function or build_part, tasks, part_paths, options, scheduler,
-                         n_workers, retries, _collector(results, sizes, bar, on_part))
+        workers = runner(
+            part_function or build_part,
+            tasks,
+            part_paths,
+            options,
+            scheduler,
+            n_workers,
+            retries,
+            _collector(results, sizes, bar, on_part),
+        )
         data = tokenizer_files(tok)
         store_extra = {
             "tokenizer": tokenizer_record_of(tok, copied=data is not None),
             "provenance": _provenance(tasks, results, tok),
         }
-        write_join_into(stage, part_paths, extra=store_extra,
-                        attach={TOKENIZER_FILE: data} if data is not None else None)
+        write_join_into(
+            stage,
+            part_paths,
+            extra=store_extra,
+            attach={TOKENIZER_FILE: data} if data is not None else None,
+        )
         _publish(stage, out, overwrite)
     except BaseException:
         _remove_stage(stage)
@@ -261,8 +298,14 @@ def build_distributed(
     report = IngestReport(path=out, tokenizer=str(tok.spec), workers=workers)
     for res in results:
         assert res is not None
-        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped",
-                    "tokens_written", "issues_total"):
+        for key in (
+            "docs_read",
+            "docs_written",
+            "docs_skipped",
+            "empty_skipped",
+            "tokens_written",
+            "issues_total",
+        ):
             setattr(report, key, getattr(report, key) + res[key])
         report.issues.extend(res["issues"][: _MAX_ISSUES - len(report.issues)])
     report.seconds = time.perf_counter() - t0
@@ -299,8 +342,15 @@ def _run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, don
     with _client(Client, LocalCluster, scheduler, n_workers) as client:
         token = secrets.token_hex(4)
         futures = {
-            client.submit(fn, inputs, path, options, key=f"mmpack-part-{token}-{k:05d}",
-                          pure=False, retries=retries): k
+            client.submit(
+                fn,
+                inputs,
+                path,
+                options,
+                key=f"mmpack-part-{token}-{k:05d}",
+                pure=False,
+                retries=retries,
+            ): k
             for k, (inputs, path) in enumerate(zip(tasks, part_paths))
         }
         try:
@@ -326,8 +376,11 @@ class _client:
             self._client = Client(scheduler)
         else:
             self._cluster = LocalCluster(
-                n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None,
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
             )
             self._client = Client(self._cluster)
         return self._client
@@ -353,16 +406,19 @@ def _collector(results, sizes, bar, on_part):
 
 def _provenance(tasks, results, tok) -> dict[str, Any]:
     totals = _Totals(results)
-    rec = provenance_record([f for t in tasks for f in t], totals, tok,
-                            builder="mmpack.ingest.distributed.build_distributed")
+    rec = provenance_record(
+        [f for t in tasks for f in t],
+        totals,
+        tok,
+        builder="mmpack.ingest.distributed.build_distributed",
+    )
     rec["parts"] = len(tasks)
     return rec
 
 
 class _Totals:
     def __init__(self, results) -> None:
-        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped",
-                    "tokens_written"):
+        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written"):
             setattr(self, key, sum(r[key] for r in results))
 
 
@@ -382,8 +438,11 @@ def _remove_stage(stage: Path) -> None:
         if not stage.exists():
             return
         time.sleep(0.1)
-    warnings.warn(f"could not remove the staging folder {stage} of the failed build",
-                  IngestWarning, stacklevel=3)
+    warnings.warn(
+        f"could not remove the staging folder {stage} of the failed build",
+        IngestWarning,
+        stacklevel=3,
+    )
 
 
 def _emit_issues(report: IngestReport, on_issue) -> None:
@@ -391,11 +450,16 @@ def _emit_issues(report: IngestReport, on_issue) -> None:
         if on_issue is not None:
             on_issue(issue)
         elif k < 20:
-            warnings.warn(f"{issue}; skipped" if issue.skipped else str(issue), IngestWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{issue}; skipped" if issue.skipped else str(issue), IngestWarning, stacklevel=3
+            )
     if on_issue is None and report.issues_total > 20:
-        warnings.warn(f"{report.issues_total - 20} more input issues were not shown "
-                      "(see IngestReport.issues)", IngestWarning, stacklevel=3)
+        warnings.warn(
+            f"{report.issues_total - 20} more input issues were not shown "
+            "(see IngestReport.issues)",
+            IngestWarning,
+            stacklevel=3,
+        )
 
 
 def _size_of(path: Path) -> int:
@@ -426,18 +490,25 @@ class _Progress:
     def __init__(self, total_bytes: int, parts: int) -> None:
         from tqdm.auto import tqdm
 
-        self._bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="building parts",
-                         file=sys.stderr, smoothing=0.1)
+        self._bar = tqdm(
+            total=total_bytes,
+            unit="B",
+            unit_scale=True,
+            desc="building parts",
+            file=sys.stderr,
+            smoothing=0.1,
+        )
         self._parts, self._done, self._docs, self._tokens = parts, 0, 0, 0
 
     def update(self, nbytes: int, res: dict[str, Any]) -> None:
         self._done += 1
         self._docs += res["docs_written"]
         self._tokens += res["tokens_written"]
-        self._bar.set_postfix_str(f"parts {self._done}/{self._parts}, {self._docs:,} docs, "
-                                  f"{self._tokens:,} tokens", refresh=False)
+        self._bar.set_postfix_str(
+            f"parts {self._done}/{self._parts}, {self._docs:,} docs, {self._tokens:,} tokens",
+            refresh=False,
+        )
         self._bar.update(nbytes)
 
     def close(self) -> None:
         self._bar.close()
-

@@ -65,13 +65,13 @@ import collections
 import contextlib
 import glob
 import gzip
-import zlib
 import json
 import multiprocessing
 import os
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -110,18 +110,64 @@ ON_ERROR = ("skip-some", "skip", "fail")
 """Accepted ``on_error`` policies (see the module docstring)."""
 
 TEXT_EXTENSIONS = (
-    ".txt", ".text", ".md", ".markdown", ".rst", ".adoc", ".org", ".tex",
-    ".py", ".pyi", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cu", ".java", ".kt",
-    ".scala", ".go", ".rs", ".rb", ".php", ".pl", ".lua", ".jl", ".r", ".swift", ".cs",
-    ".js", ".mjs", ".jsx", ".ts", ".tsx", ".sh", ".bash", ".sql",
-    ".html", ".htm", ".xml", ".css", ".yaml", ".yml", ".toml", ".ini", ".cfg",
+    ".txt",
+    ".text",
+    ".md",
+    ".markdown",
+    ".rst",
+    ".adoc",
+    ".org",
+    ".tex",
+    ".py",
+    ".pyi",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".hpp",
+    ".hh",
+    ".cu",
+    ".java",
+    ".kt",
+    ".scala",
+    ".go",
+    ".rs",
+    ".rb",
+    ".php",
+    ".pl",
+    ".lua",
+    ".jl",
+    ".r",
+    ".swift",
+    ".cs",
+    ".js",
+    ".mjs",
+    ".jsx",
+    ".ts",
+    ".tsx",
+    ".sh",
+    ".bash",
+    ".sql",
+    ".html",
+    ".htm",
+    ".xml",
+    ".css",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".cfg",
 )
 """Extensions read as text (one document per file, or per line with ``lines``) by default."""
 
 _EXTENSIONS = {
     **dict.fromkeys(TEXT_EXTENSIONS, "text"),
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
-    ".parquet": "parquet", ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
 }
 _DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
 _BOM = b"\xef\xbb\xbf"
@@ -196,8 +242,12 @@ class IngestReport:
     def summary(self) -> str:
         """One line: the counts, the store and the throughput."""
         dtype = self.store.dtype.name if self.store is not None else "?"
-        lost = (f" ({self.files_lost} unreadable file{'s' if self.files_lost != 1 else ''} "
-                "skipped whole)" if self.files_lost else "")
+        lost = (
+            f" ({self.files_lost} unreadable file{'s' if self.files_lost != 1 else ''} "
+            "skipped whole)"
+            if self.files_lost
+            else ""
+        )
         return (
             f"read {self.docs_read} documents: wrote {self.docs_written} "
             f"({self.tokens_written} tokens, {dtype}), skipped {self.docs_skipped} with errors"
@@ -313,14 +363,16 @@ def ingest(
     if workers is None:
         workers = 1 if isinstance(tok, ByteTokenizer) else (os.cpu_count() or 1)
     workers = _positive(workers, "workers")
-    sources = _resolve_inputs(inputs, field=field, lines=bool(lines), fmt=format,
-                              extensions=extensions, split=split)
+    sources = _resolve_inputs(
+        inputs, field=field, lines=bool(lines), fmt=format, extensions=extensions, split=split
+    )
     if progress is None:
         progress = _stderr_is_tty()
 
     is_url = isinstance(output, str) and "://" in output
-    report = IngestReport(path=output if is_url else Path(output), tokenizer=str(tok.spec),
-                          workers=workers)
+    report = IngestReport(
+        path=output if is_url else Path(output), tokenizer=str(tok.spec), workers=workers
+    )
     shown = [0]
 
     def emit(issue: IngestIssue) -> None:
@@ -333,28 +385,44 @@ def ingest(
             on_issue(issue)
         elif shown[0] < _MAX_WARNINGS:
             shown[0] += 1
-            warnings.warn(f"{issue}; skipped" if issue.is_error else str(issue),
-                          IngestWarning, stacklevel=4)
+            warnings.warn(
+                f"{issue}; skipped" if issue.is_error else str(issue), IngestWarning, stacklevel=4
+            )
         if on_error == "skip-some" and issue.file_lost:
-            _refuse(report, f"{issue}; nothing is written. Pass ", Param("on_error", "skip"),
-                    " to build without this file")
+            _refuse(
+                report,
+                f"{issue}; nothing is written. Pass ",
+                Param("on_error", "skip"),
+                " to build without this file",
+            )
 
     def input_done(group: _Input) -> None:
         st, first = group.stats, group.stats.first  # first: set once errors > 0
-        if (on_error == "skip-some" and first is not None and st.read - st.empty > 1
-                and st.errors == st.read - st.empty):
+        if (
+            on_error == "skip-some"
+            and first is not None
+            and st.read - st.empty > 1
+            and st.errors == st.read - st.empty
+        ):
             hint: tuple = ()
             if "is missing" in first.reason or "has no column" in first.reason:
                 hint = (" (is ", Param("field", field), " the right field?)")
-            _refuse(report, f"no record of the input {group.name} could be stored ({st.errors} "
-                    f"skipped; the first: {first})", *hint, "; nothing is written. Pass ",
-                    Param("on_error", "skip"), " to build without its records")
+            _refuse(
+                report,
+                f"no record of the input {group.name} could be stored ({st.errors} "
+                f"skipped; the first: {first})",
+                *hint,
+                "; nothing is written. Pass ",
+                Param("on_error", "skip"),
+                " to build without its records",
+            )
 
     t0 = time.perf_counter()
     bar = _progress_bar(progress)
     try:
-        with store_writer(output, dtype=tok.token_dtype, backend=backend,
-                          overwrite=overwrite) as writer:
+        with store_writer(
+            output, dtype=tok.token_dtype, backend=backend, overwrite=overwrite
+        ) as writer:
             batches = _batches(sources, report, skip_empty, batch_size, batch_chars)
             with contextlib.closing(_tokenize(batches, tok, workers)) as encoded:
                 for batch, (flat, lengths, failures) in encoded:
@@ -364,15 +432,21 @@ def ingest(
                     if bar is not None:
                         bar.update(batch.n_read)
                         elapsed = time.perf_counter() - t0
-                        bar.set_postfix_str(f"{report.tokens_written / elapsed:,.0f} tokens/s",
-                                            refresh=False)
+                        bar.set_postfix_str(
+                            f"{report.tokens_written / elapsed:,.0f} tokens/s", refresh=False
+                        )
             if on_error == "skip-some" and 2 * report.docs_skipped > report.docs_read:
-                _refuse(report, f"{report.docs_skipped} of {report.docs_read} records "
-                        f"({report.docs_skipped / report.docs_read:.0%}) were skipped, more than "
-                        "half; nothing is written. Pass ", Param("on_error", "skip"),
-                        " to build from the rest")
-            describe_store(writer, tok, report, [s.where(None) for s in sources],
-                           copy_tokenizer=copy_tokenizer)
+                _refuse(
+                    report,
+                    f"{report.docs_skipped} of {report.docs_read} records "
+                    f"({report.docs_skipped / report.docs_read:.0%}) were skipped, more than "
+                    "half; nothing is written. Pass ",
+                    Param("on_error", "skip"),
+                    " to build from the rest",
+                )
+            describe_store(
+                writer, tok, report, [s.where(None) for s in sources], copy_tokenizer=copy_tokenizer
+            )
         report.store = writer.store
     finally:
         if bar is not None:
@@ -381,7 +455,9 @@ def ingest(
     if on_issue is None and report.issues_total > shown[0]:
         warnings.warn(
             f"{report.issues_total - shown[0]} more input issues were not shown "
-            "(see IngestReport.issues)", IngestWarning, stacklevel=2,
+            "(see IngestReport.issues)",
+            IngestWarning,
+            stacklevel=2,
         )
     return report
 
@@ -422,8 +498,9 @@ class _Input:
         self.stats = _Stats()
 
 
-def _batches(sources, report: IngestReport, skip_empty: bool, batch_size: int,
-             batch_chars: int) -> Iterator[_Batch]:
+def _batches(
+    sources, report: IngestReport, skip_empty: bool, batch_size: int, batch_chars: int
+) -> Iterator[_Batch]:
     """Group the records of every source into batches; read issues ride with their batch so that
     they are reported in input order, whatever the number of workers.
 
@@ -441,9 +518,13 @@ def _batches(sources, report: IngestReport, skip_empty: bool, batch_size: int,
             report.docs_read += n
             batch.n_read += n
             stats.read += n
-            batch.issues.append((len(batch.texts),
-                                 _lost_issue(src, damage, n, "decoded before the damage, damaged "
-                                             "ones included"), src))
+            batch.issues.append(
+                (
+                    len(batch.texts),
+                    _lost_issue(src, damage, n, "decoded before the damage, damaged ones included"),
+                    src,
+                )
+            )
             _source_done(src, batch)
             continue
         mark = (len(batch.texts), len(batch.issues), chars)
@@ -474,13 +555,21 @@ def _batches(sources, report: IngestReport, skip_empty: bool, batch_size: int,
                     batch.issues.append((len(batch.texts), issue, src))
         except _ReadFailed as exc:
             if sent:
-                _refuse(report, f"{src.where(None)}: {exc.reason} after {n_read} records, some "
-                        "of which were already passed to the store; the build stops and nothing "
-                        "is written (a file is never stored in part)")
+                _refuse(
+                    report,
+                    f"{src.where(None)}: {exc.reason} after {n_read} records, some "
+                    "of which were already passed to the store; the build stops and nothing "
+                    "is written (a file is never stored in part)",
+                )
             k, i, chars = mark
             del batch.texts[k:], batch.where[k:], batch.issues[i:]
-            batch.issues.append((len(batch.texts), _lost_issue(src, exc.reason, n_read - n_empty,
-                                                                "read before the error"), src))
+            batch.issues.append(
+                (
+                    len(batch.texts),
+                    _lost_issue(src, exc.reason, n_read - n_empty, "read before the error"),
+                    src,
+                )
+            )
         _source_done(src, batch)
     if batch.texts or batch.issues or batch.n_read or batch.ended:
         yield batch
@@ -493,10 +582,17 @@ def _source_done(src, batch: _Batch) -> None:
 
 
 def _lost_issue(src, reason: str, n: int, counted: str) -> IngestIssue:
-    what = "" if src.whole else (f" ({n} record{'s' if n != 1 else ''} {counted}; what follows "
-                                 "is lost)")
-    return IngestIssue(src.where(None), f"{reason}; the file is skipped whole, none of its "
-                       f"documents stored{what}", n, file_lost=True)
+    what = (
+        ""
+        if src.whole
+        else (f" ({n} record{'s' if n != 1 else ''} {counted}; what follows is lost)")
+    )
+    return IngestIssue(
+        src.where(None),
+        f"{reason}; the file is skipped whole, none of its documents stored{what}",
+        n,
+        file_lost=True,
+    )
 
 
 def _decodable_records(path: Path, nonblank: bool) -> tuple[int, bytes]:
@@ -528,7 +624,7 @@ def _decodable_records(path: Path, nonblank: bool) -> tuple[int, bytes]:
                         d, damaged = saved, True
                         for k in range(len(piece)):
                             try:
-                                feed(d.decompress(piece[k:k + 1]))
+                                feed(d.decompress(piece[k : k + 1]))
                             except zlib.error:
                                 break
                         break
@@ -552,11 +648,13 @@ class _Where:
         return self.src.where(self.pos)
 
 
-def _consume(batch: _Batch, flat, lengths, failures, writer: StoreWriter,
-             report: IngestReport, emit) -> None:
+def _consume(
+    batch: _Batch, flat, lengths, failures, writer: StoreWriter, report: IngestReport, emit
+) -> None:
     events = list(batch.issues)
-    events += [(k, IngestIssue(batch.where[k](), reason), batch.where[k].src)
-               for k, reason in failures]
+    events += [
+        (k, IngestIssue(batch.where[k](), reason), batch.where[k].src) for k, reason in failures
+    ]
     events.sort(key=lambda e: e[0])  # stable: read issues before tokenize issues at a position
     for _, issue, src in events:
         report.docs_skipped += issue.skipped
@@ -616,8 +714,9 @@ def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                               initargs=(tok.spec,))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(tok.spec,)
+    )
     try:
         pending: collections.deque = collections.deque()
         for n, batch in enumerate(_chain(first, second, batches)):
@@ -656,8 +755,15 @@ def _chain(a, b, rest):
 
 
 # --------------------------------------------------------------------------------- inputs
-def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: Any,
-                    extensions: Mapping[str, str] = _EXTENSIONS, split: str | None = None) -> list:
+def _resolve_inputs(
+    inputs: Any,
+    *,
+    field: str,
+    lines: bool,
+    fmt: Any,
+    extensions: Mapping[str, str] = _EXTENSIONS,
+    split: str | None = None,
+) -> list:
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -668,22 +774,33 @@ def _resolve_inputs(inputs: Any, *, field: str, lines: bool, fmt: Any,
                     f"a list of inputs must hold paths or globs, got {type(item).__name__}; "
                     "to ingest in-memory texts pass an iterator, e.g. iter(texts)"
                 )
-            sources.extend(_grouped(_sources_for_path(os.fspath(item), field, lines, fmt,
-                                                      extensions, split), os.fspath(item)))
+            sources.extend(
+                _grouped(
+                    _sources_for_path(os.fspath(item), field, lines, fmt, extensions, split),
+                    os.fspath(item),
+                )
+            )
         return sources
     if isinstance(inputs, bytes):
         raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
     if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
-        return _grouped(_object_sources(inputs, field, type(inputs).__name__, split),
-                        type(inputs).__name__)
+        return _grouped(
+            _object_sources(inputs, field, type(inputs).__name__, split), type(inputs).__name__
+        )
     raise TypeError(
         f"inputs must be a path, a glob, a list of them, a dataset or an iterable of texts, "
         f"got {type(inputs).__name__}"
     )
 
 
-def _sources_for_path(item: str, field: str, lines: bool, fmt: Any,
-                      extensions: Mapping[str, str], split: str | None = None) -> list:
+def _sources_for_path(
+    item: str,
+    field: str,
+    lines: bool,
+    fmt: Any,
+    extensions: Mapping[str, str],
+    split: str | None = None,
+) -> list:
     if glob.has_magic(item):
         matches = sorted(glob.glob(item, recursive=True))
         if not matches:
@@ -733,22 +850,28 @@ def _format_of(path: Path, extensions: Mapping[str, str] = _EXTENSIONS) -> str:
         ext = suffixes[-1] if suffixes else None
         known = ", ".join(e for e in extensions if e not in TEXT_EXTENSIONS[3:])
         read_as_text: tuple = (
-            ("pass ", Param("text_extensions", [ext]), " to read it as text, or ") if ext
-            else ("or pass ",))
+            ("pass ", Param("text_extensions", [ext]), " to read it as text, or ")
+            if ext
+            else ("or pass ",)
+        )
         raise with_params(
             ValueError,
             f"cannot tell the format of {str(path)!r} from its extension "
             f"({ext or 'it has none'}); known: {known}, common source and markup files "
-            "(.py, .rst, .c, .html, ...), optionally .gz or .zst; ", *read_as_text,
-            Param("format"), f" (one of {', '.join(FORMATS)}) for every input",
+            "(.py, .rst, .c, .html, ...), optionally .gz or .zst; ",
+            *read_as_text,
+            Param("format"),
+            f" (one of {', '.join(FORMATS)}) for every input",
         )
     return kind
 
 
 def _text_extensions(exts: Any) -> dict[str, str]:
     if isinstance(exts, (str, bytes)) or not isinstance(exts, Iterable):
-        raise TypeError(f"text_extensions must be an iterable of extensions such as ['.py'], "
-                        f"got {type(exts).__name__} {exts!r}")
+        raise TypeError(
+            f"text_extensions must be an iterable of extensions such as ['.py'], "
+            f"got {type(exts).__name__} {exts!r}"
+        )
     out = {}
     for ext in exts:
         if not isinstance(ext, str) or not ext.strip(". ") or "/" in ext:
@@ -760,8 +883,9 @@ def _text_extensions(exts: Any) -> dict[str, str]:
 def _check_format_patterns(patterns: Mapping) -> None:
     for pattern, kind in patterns.items():
         if not isinstance(pattern, str) or kind not in FORMATS:
-            raise ValueError(f"format patterns map glob patterns to one of {FORMATS}, got "
-                             f"{pattern!r}: {kind!r}")
+            raise ValueError(
+                f"format patterns map glob patterns to one of {FORMATS}, got {pattern!r}: {kind!r}"
+            )
 
 
 def _pattern_format(path: Path, patterns: Mapping) -> str | None:
@@ -794,8 +918,10 @@ def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -
     if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
         if split is not None:
             if split not in obj:
-                raise ValueError(f"split={split!r} is not a split of {name} (its splits: "
-                                 f"{', '.join(sorted(map(str, obj)))})")
+                raise ValueError(
+                    f"split={split!r} is not a split of {name} (its splits: "
+                    f"{', '.join(sorted(map(str, obj)))})"
+                )
             return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
         return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
     return [_ObjectSource(obj, field, name)]
@@ -1003,16 +1129,31 @@ class _ParquetFile:
         n_rows = pf.metadata.num_rows
         schema = pf.schema_arrow
         if self.field not in schema.names:
-            yield None, _Reason(f"has no column {self.field!r} (columns: "
-                                f"{', '.join(schema.names)}); its {n_rows} rows are skipped"), n_rows
+            yield (
+                None,
+                _Reason(
+                    f"has no column {self.field!r} (columns: "
+                    f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
+                ),
+                n_rows,
+            )
             return
         typ = schema.field(self.field).type
-        is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or (
-            hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
+        is_text = (
+            pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)
+            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
+        )
         is_binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
         if not (is_text or is_binary):
-            yield None, _Reason(f"column {self.field!r} has type {typ}, not string; its "
-                                f"{n_rows} rows are skipped"), n_rows
+            yield (
+                None,
+                _Reason(
+                    f"column {self.field!r} has type {typ}, not string; its "
+                    f"{n_rows} rows are skipped"
+                ),
+                n_rows,
+            )
             return
         if n_rows == 0:
             yield None, _Reason("the file holds no rows"), 0
@@ -1057,8 +1198,14 @@ class _ObjectSource:
             for cols in obj.iter(batch_size=1000):
                 if self.field not in cols:
                     n = len(obj) - pos if hasattr(obj, "__len__") else 1
-                    yield None, _Reason(f"has no column {self.field!r} (columns: "
-                                        f"{', '.join(map(str, cols))}); {n} rows skipped"), n
+                    yield (
+                        None,
+                        _Reason(
+                            f"has no column {self.field!r} (columns: "
+                            f"{', '.join(map(str, cols))}); {n} rows skipped"
+                        ),
+                        n,
+                    )
                     return
                 for value in cols[self.field]:
                     yield pos, _check_text(value, self.field), 1
@@ -1103,8 +1250,14 @@ class _Reason:
 
 
 def _json_type(value: Any) -> str:
-    return {bool: "boolean", int: "number", float: "number", list: "list", dict: "object",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        list: "list",
+        dict: "object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 # --------------------------------------------------------------------------------- helpers

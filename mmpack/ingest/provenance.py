@@ -34,8 +34,13 @@ from mmpack.ingest.tokenizer import (
 )
 from mmpack.store.vocab import tokenizer_record
 
-__all__ = ["describe_store", "provenance_record", "store_tokenizer", "tokenizer_files",
-           "tokenizer_record_of"]
+__all__ = [
+    "describe_store",
+    "provenance_record",
+    "store_tokenizer",
+    "tokenizer_files",
+    "tokenizer_record_of",
+]
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -83,8 +88,9 @@ def tokenizer_record_of(tok: Tokenizer, *, copied: bool) -> dict[str, Any]:
     return rec
 
 
-def provenance_record(inputs: list[str], report: Any, tok: Tokenizer,
-                      builder: str = "mmpack.ingest.pipeline.ingest") -> dict[str, Any]:
+def provenance_record(
+    inputs: list[str], report: Any, tok: Tokenizer, builder: str = "mmpack.ingest.pipeline.ingest"
+) -> dict[str, Any]:
     return {
         "builder": builder,
         "mmpack_version": _version(),
@@ -99,8 +105,9 @@ def provenance_record(inputs: list[str], report: Any, tok: Tokenizer,
     }
 
 
-def describe_store(writer: Any, tok: Tokenizer, report: Any, inputs: list[str], *,
-                   copy_tokenizer: bool = True) -> None:
+def describe_store(
+    writer: Any, tok: Tokenizer, report: Any, inputs: list[str], *, copy_tokenizer: bool = True
+) -> None:
     """Record the tokenizer and the provenance in the store being written by ``writer`` (a
     :class:`~mmpack.store.writer.StoreWriter` before its commit)."""
     data = tokenizer_files(tok) if copy_tokenizer else None
@@ -132,8 +139,10 @@ def store_tokenizer(store: Any) -> Tokenizer:
         path = Path(store.path) / rec["file"]
         data = path.read_bytes()
         if "sha256:" + hashlib.sha256(data).hexdigest() != rec.get("identity"):
-            raise FormatError(f"{path} does not match the tokenizer recorded at build "
-                              f"({rec.get('identity')}): it was modified")
+            raise FormatError(
+                f"{path} does not match the tokenizer recorded at build "
+                f"({rec.get('identity')}): it was modified"
+            )
         return HFTokenizer(path)
     source = rec.get("source")
     if not source or not Path(source).exists():

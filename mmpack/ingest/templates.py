@@ -26,7 +26,9 @@ def with_template(tok: Any, template: str | None) -> Any:
     if template is None:
         return tok
     if not isinstance(template, str) or not template.strip():
-        raise ValueError(f"template must be 'tokenizer' or a string like '<s> $A', got {template!r}")
+        raise ValueError(
+            f"template must be 'tokenizer' or a string like '<s> $A', got {template!r}"
+        )
     return TemplateTokenizer(tok, template)
 
 
@@ -49,11 +51,15 @@ class TemplateTokenizer(Tokenizer):
         self.prefix = self.suffix = np.empty(0, dtype=np.int64)
         if template == "tokenizer":
             if isinstance(base, ByteTokenizer):
-                raise ValueError("template='tokenizer': the byte-level tokenizer has no "
-                                 "post-processor; give a template such as '$A <|endoftext|>'")
+                raise ValueError(
+                    "template='tokenizer': the byte-level tokenizer has no "
+                    "post-processor; give a template such as '$A <|endoftext|>'"
+                )
             if not isinstance(base, (HFTokenizer, TransformersTokenizer)):
-                raise TypeError(f"template='tokenizer' needs a Hugging Face tokenizer, got "
-                                f"{type(base).__name__}")
+                raise TypeError(
+                    f"template='tokenizer' needs a Hugging Face tokenizer, got "
+                    f"{type(base).__name__}"
+                )
             self._post = True
             return
         self._post = False
@@ -79,11 +85,15 @@ class TemplateTokenizer(Tokenizer):
             value = self.base._tok.convert_tokens_to_ids(item)
             value = None if value == getattr(self.base._tok, "unk_token_id", -1) else value
         if value is None:
-            raise ValueError(f"template {self.template!r}: {item!r} is not a token of "
-                             f"{self.base.spec} (give a token of its vocabulary or an id)")
+            raise ValueError(
+                f"template {self.template!r}: {item!r} is not a token of "
+                f"{self.base.spec} (give a token of its vocabulary or an id)"
+            )
         if not 0 <= value < max(self.vocab_size, 1):
-            raise ValueError(f"template {self.template!r}: id {value} is outside the "
-                             f"vocabulary ({self.vocab_size} ids)")
+            raise ValueError(
+                f"template {self.template!r}: id {value} is outside the "
+                f"vocabulary ({self.vocab_size} ids)"
+            )
         return int(value)
 
     @property
@@ -108,8 +118,10 @@ class TemplateTokenizer(Tokenizer):
             out = self.base._tok(list(texts), add_special_tokens=True)["input_ids"]
             return [np.asarray(ids, dtype=dtype) for ids in out]
         pre, post = self.prefix.astype(dtype), self.suffix.astype(dtype)
-        return [np.concatenate((pre, ids.astype(dtype, copy=False), post))
-                for ids in self.base.encode_batch(texts)]
+        return [
+            np.concatenate((pre, ids.astype(dtype, copy=False), post))
+            for ids in self.base.encode_batch(texts)
+        ]
 
     def decode(self, ids: Any) -> str:
         return self.base.decode(ids)

@@ -70,7 +70,11 @@ class TokenizerSpec:
     """Special-token template applied at encoding (:mod:`mmpack.ingest.templates`), or None."""
 
     def __str__(self) -> str:
-        text = "byte-level (UTF-8 bytes, eot 256)" if self.kind == "byte" else f"{self.kind}:{self.path}"
+        text = (
+            "byte-level (UTF-8 bytes, eot 256)"
+            if self.kind == "byte"
+            else f"{self.kind}:{self.path}"
+        )
         return text if self.template is None else f"{text} with template {self.template!r}"
 
 
@@ -171,17 +175,20 @@ class HFTokenizer(Tokenizer):
             raise ValueError(f"cannot load the tokenizer {str(file)!r}: {exc}") from None
         self.spec = TokenizerSpec("tokenizers", str(path.resolve()))
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
-        self.max_id = _max_id(self._tok.get_vocab(with_added_tokens=True).values(),
-                              self._tok.get_added_tokens_decoder())
-        self.eot_id = _find_eot(self._tok.token_to_id, _configured_eos(file.parent),
-                                [t.content for t in self._tok.get_added_tokens_decoder().values()
-                                 if t.special])
+        self.max_id = _max_id(
+            self._tok.get_vocab(with_added_tokens=True).values(),
+            self._tok.get_added_tokens_decoder(),
+        )
+        self.eot_id = _find_eot(
+            self._tok.token_to_id,
+            _configured_eos(file.parent),
+            [t.content for t in self._tok.get_added_tokens_decoder().values() if t.special],
+        )
         self._fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         dtype = self.token_dtype
-        return [_id_array(e.ids, dtype, self)
-                for e in self._fast(texts, add_special_tokens=False)]
+        return [_id_array(e.ids, dtype, self) for e in self._fast(texts, add_special_tokens=False)]
 
     def decode(self, ids: Any) -> str:
         arr = _as_ids(ids)
@@ -210,9 +217,11 @@ class TransformersTokenizer(Tokenizer):
         self.spec = TokenizerSpec("transformers", str(path.resolve()))
         self.vocab_size = int(len(self._tok))
         get_vocab = getattr(self._tok, "get_vocab", dict)
-        self.max_id = _max_id(get_vocab().values(),
-                              getattr(self._tok, "added_tokens_decoder", {}),
-                              [self.vocab_size - 1])
+        self.max_id = _max_id(
+            get_vocab().values(),
+            getattr(self._tok, "added_tokens_decoder", {}),
+            [self.vocab_size - 1],
+        )
         eos = getattr(self._tok, "eos_token_id", None)
         self.eot_id = None if eos is None else int(eos)
 
@@ -290,15 +299,19 @@ def _id_array(ids: list[int], dtype: np.dtype, tok: Tokenizer) -> np.ndarray:
     arr = np.asarray(ids, dtype=np.int64)
     if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(dtype).max):
         bad = int(arr.max()) if arr.max() > np.iinfo(dtype).max else int(arr.min())
-        raise ValueError(f"the tokenizer produced id {bad}, outside 0..{tok.max_id} (its largest "
-                         f"id, stored as {dtype.name})")
+        raise ValueError(
+            f"the tokenizer produced id {bad}, outside 0..{tok.max_id} (its largest "
+            f"id, stored as {dtype.name})"
+        )
     return arr.astype(dtype)
 
 
 def _as_ids(ids: Any) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise TypeError(f"ids must be a 1-D sequence of integers, got shape {arr.shape} {arr.dtype}")
+        raise TypeError(
+            f"ids must be a 1-D sequence of integers, got shape {arr.shape} {arr.dtype}"
+        )
     return arr.astype(np.int64, copy=False)
 
 

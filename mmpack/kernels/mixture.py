@@ -22,7 +22,13 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["build_period", "locate_many", "max_prefix_error", "occurrence_position", "prefix_counts"]
+__all__ = [
+    "build_period",
+    "locate_many",
+    "max_prefix_error",
+    "occurrence_position",
+    "prefix_counts",
+]
 
 
 @njit

@@ -737,13 +737,36 @@ def one_bin(
     lengths = np.empty(n, dtype=np.int64)
     has_eot = np.empty(n, dtype=np.uint8)
     bad = select_pieces(
-        bin_ptr, piece_doc, piece_start, piece_len, offsets, seqlen, eot, bins, row_ptr,
-        starts, lengths, has_eot,
+        bin_ptr,
+        piece_doc,
+        piece_start,
+        piece_len,
+        offsets,
+        seqlen,
+        eot,
+        bins,
+        row_ptr,
+        starts,
+        lengths,
+        has_eot,
     )
     if bad >= 0:
         return bad
     fill_rows(
-        src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, label_mode, rows[0], rows[1],
-        rows[2], rows[3], cu_seqlens, scalars[0], scalars[1],
+        src,
+        starts,
+        lengths,
+        has_eot,
+        row_ptr,
+        eot_id,
+        pad_id,
+        label_mode,
+        rows[0],
+        rows[1],
+        rows[2],
+        rows[3],
+        cu_seqlens,
+        scalars[0],
+        scalars[1],
     )
     return -1

@@ -19,7 +19,15 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["derive_keys", "invert", "invert_many", "mix64", "permute", "permute_many", "permute_many_keyed"]
+__all__ = [
+    "derive_keys",
+    "invert",
+    "invert_many",
+    "mix64",
+    "permute",
+    "permute_many",
+    "permute_many_keyed",
+]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

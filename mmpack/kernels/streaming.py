@@ -167,8 +167,9 @@ def reset_rows(words, level_off, remaining, counts, n_rows, row_len):
 
 
 @njit
-def place_best_fit(lens, budget, words, level_off, level_len, remaining, counts, row_len,
-                   out_row, out_off):
+def place_best_fit(
+    lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
+):
     """Place pieces in order by best fit until ``budget`` of them have been deferred.
 
     Parameters

@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 
-
 @njit
 def _copy_cast(src: np.ndarray, dst: np.ndarray) -> None:
     """``dst[:] = src`` with a cast; loops over views indexed from 0 so LLVM can vectorise (an
@@ -207,8 +206,20 @@ def gather_windows(
         else:
             cursor = cursors[k]
         ncu[k] = copy_window(
-            src, cursor, offsets, top, use_eot, eot, vstarts[k], seqlen, width, total, pad_id,
-            rows[k], pos[k], cu[k],
+            src,
+            cursor,
+            offsets,
+            top,
+            use_eot,
+            eot,
+            vstarts[k],
+            seqlen,
+            width,
+            total,
+            pad_id,
+            rows[k],
+            pos[k],
+            cu[k],
         )
 
 
@@ -232,6 +243,18 @@ def one_window(
     total, pad_id = params[4], params[5]
     cursor = flat_position(offsets, top, use_eot, v)
     return copy_window(
-        src, cursor, offsets, top, use_eot, eot, v, seqlen, width, total, pad_id,
-        out[:width], out[width:], cu,
+        src,
+        cursor,
+        offsets,
+        top,
+        use_eot,
+        eot,
+        v,
+        seqlen,
+        width,
+        total,
+        pad_id,
+        out[:width],
+        out[width:],
+        cu,
     )

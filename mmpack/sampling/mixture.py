@@ -41,8 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.vocab import check_same_tokenizer
-from mmpack.views.batch import SampleBatch
+from mmpack.core.validation import (
+    EpochIndex,
+    check_index,
+    check_indices,
+    check_int,
+    index_epochs,
+)
 from mmpack.kernels.mixture import (
     build_period,
     locate_many,
@@ -52,13 +57,8 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
-from mmpack.core.validation import (
-    EpochIndex,
-    check_index,
-    check_indices,
-    check_int,
-    index_epochs,
-)
+from mmpack.store.vocab import check_same_tokenizer
+from mmpack.views.batch import SampleBatch
 
 __all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
@@ -99,7 +99,9 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
         raise ValueError(f"weights must not all be zero, got {w.tolist()}")
     w = _normalized(w)
     if positive.sum() > RESOLUTION:
-        raise ValueError(f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}")
+        raise ValueError(
+            f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}"
+        )
     raw = w * RESOLUTION
     quotas = np.floor(raw).astype(np.int64)
     quotas[positive & (quotas == 0)] = 1
@@ -108,9 +110,11 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
     if short > 0:
         order = np.lexsort((np.arange(w.size), -remainder))
         quotas[order[:short]] += 1
-    while short < 0:  # the forced ones overshot: take back from quotas > 1, smallest remainder first
+    while (
+        short < 0
+    ):  # the forced ones overshot: take back from quotas > 1, smallest remainder first
         donors = np.flatnonzero(quotas > 1)
-        donors = donors[np.lexsort((donors, -quotas[donors], remainder[donors]))][: -short]
+        donors = donors[np.lexsort((donors, -quotas[donors], remainder[donors]))][:-short]
         quotas[donors] -= 1
         short += donors.size
     g = math.gcd(*quotas.tolist())
@@ -133,8 +137,6 @@ def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np
     seq.flags.writeable = False
     ckpt.flags.writeable = False
     return seq, ckpt
-
-
 
 
 def _scatter_batches(
@@ -174,7 +176,9 @@ only their number of dimensions is compared."""
 def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
     """Key -> (fixed shape, dtype) of a sample; a variable-length key's dimensions are None."""
     if not isinstance(sample, dict):
-        raise TypeError(f"source {k} returned a {type(sample).__name__} for sample 0; sources must return dicts")
+        raise TypeError(
+            f"source {k} returned a {type(sample).__name__} for sample 0; sources must return dicts"
+        )
     sig = {}
     for key, v in sample.items():
         if key == "source":
@@ -232,11 +236,14 @@ class Mixture:
         if not sources:
             raise ValueError("sources must hold at least one dataset, got none")
         # Views over stores that record different tokenizers: their ids mean different things.
-        check_same_tokenizer([getattr(s, "store", None) for s in sources], mixed_tokenizers,
-                             "sources")
+        check_same_tokenizer(
+            [getattr(s, "store", None) for s in sources], mixed_tokenizers, "sources"
+        )
         quotas, period = quantize_weights(weights)
         if quotas.size != len(sources):
-            raise ValueError(f"weights has {quotas.size} entries but there are {len(sources)} sources")
+            raise ValueError(
+                f"weights has {quotas.size} entries but there are {len(sources)} sources"
+            )
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         if not 0 <= seed < 2**64:
@@ -255,10 +262,16 @@ class Mixture:
         self._perms: dict[tuple[int, int], Permutation] = {}
         self._load_tables()
         if num_samples is None:
-            ends = [self._occurrence_position(int(k), int(lengths[k])) for k in np.flatnonzero(quotas)]
+            ends = [
+                self._occurrence_position(int(k), int(lengths[k])) for k in np.flatnonzero(quotas)
+            ]
             num_samples = min(min(ends), MAX_N)
-        elif isinstance(num_samples, (bool, np.bool_)) or not isinstance(num_samples, (int, np.integer)):
-            raise TypeError(f"num_samples must be an int or None, got {type(num_samples).__name__} {num_samples!r}")
+        elif isinstance(num_samples, (bool, np.bool_)) or not isinstance(
+            num_samples, (int, np.integer)
+        ):
+            raise TypeError(
+                f"num_samples must be an int or None, got {type(num_samples).__name__} {num_samples!r}"
+            )
         elif not 0 <= num_samples <= MAX_N:
             raise ValueError(f"num_samples must be in [0, 2**62], got num_samples={num_samples}")
         self._num_samples = int(num_samples)
@@ -340,7 +353,9 @@ class Mixture:
     def _occurrence_position(self, k: int, occ: int) -> int:
         """Position of draw number ``occ`` of source ``k`` (a Python int, possibly beyond int64)."""
         cycle, target = divmod(occ, int(self._quotas[k]))
-        inside = occurrence_position(k, target, self._quotas, self._period, BLOCK, self._seq, self._ckpt)
+        inside = occurrence_position(
+            k, target, self._quotas, self._period, BLOCK, self._seq, self._ckpt
+        )
         return cycle * self._period + int(inside)
 
     def _permutation(self, k: int, rep: int) -> Permutation:
@@ -348,7 +363,9 @@ class Mixture:
         if perm is None:
             if len(self._perms) >= _PERM_CACHE:
                 self._perms.clear()
-            perm = self._perms[(k, rep)] = Permutation(int(self._lengths[k]), seed=(self._seed, k), epoch=rep)
+            perm = self._perms[(k, rep)] = Permutation(
+                int(self._lengths[k]), seed=(self._seed, k), epoch=rep
+            )
         return perm
 
     def _items_of(self, src: np.ndarray, occ: np.ndarray) -> np.ndarray:
@@ -372,7 +389,13 @@ class Mixture:
             perm = self._permutation(k, first)
             mapped = np.empty_like(at)
             permute_many_keyed(
-                at, inverse.reshape(-1).astype(np.int64), mapped, perm.n, perm._half_bits, perm._mask, keys
+                at,
+                inverse.reshape(-1).astype(np.int64),
+                mapped,
+                perm.n,
+                perm._half_bits,
+                perm._mask,
+                keys,
             )
             out[where] = mapped
         return out
@@ -404,7 +427,9 @@ class Mixture:
         arr[arr < 0] += self._num_samples
         if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= self._num_samples):
             bad = arr[(arr < 0) | (arr >= self._num_samples)][0]
-            raise IndexError(f"index {int(bad)} out of range for a mixture of {self._num_samples} samples")
+            raise IndexError(
+                f"index {int(bad)} out of range for a mixture of {self._num_samples} samples"
+            )
         src, occ = self._locate_unchecked(arr)
         return src, self._items_of(src, occ)
 
@@ -442,8 +467,10 @@ class Mixture:
             source = self._sources[k]
             wanted = items[where].tolist()
             if isinstance(epochs, list):  # the epoch of each index goes on to its source
-                wanted = [j if epochs[t] is None else EpochIndex(j, epochs[t])
-                          for j, t in zip(wanted, where.tolist())]
+                wanted = [
+                    j if epochs[t] is None else EpochIndex(j, epochs[t])
+                    for j, t in zip(wanted, where.tolist())
+                ]
             elif epochs is not None:
                 wanted = [EpochIndex(j, epochs) for j in wanted]
             if hasattr(source, "__getitems__"):

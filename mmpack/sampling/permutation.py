@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import Union
 
 import numpy as np
 
-from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
 from mmpack.core.validation import check_int
+from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
 
 __all__ = ["MAX_N", "Permutation", "ROUNDS", "SeedLike", "epoch_keys"]
 
@@ -34,11 +33,9 @@ MAX_N = 2**62
 ROUNDS = 8
 """Feistel rounds (4 suffice for a pseudo-random permutation in theory; 8 leave a wide margin)."""
 
-SeedLike = Union[int, tuple[int, ...]]
+SeedLike = int | tuple[int, ...]
 
 _CHUNK = 8192
-
-
 
 
 def _seed_words(seed: SeedLike) -> tuple[int, ...]:
@@ -208,7 +205,9 @@ class Permutation:
         if self._n == 1:
             out[...] = 0
         elif arr.size:
-            invert_many(arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys)
+            invert_many(
+                arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys
+            )
         return out
 
     def _map_unchecked(self, arr: np.ndarray) -> np.ndarray:
@@ -217,7 +216,9 @@ class Permutation:
         if self._n == 1:
             out[...] = 0
         elif arr.size:
-            permute_many(arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys)
+            permute_many(
+                arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys
+            )
         return out
 
     def __iter__(self) -> Iterator[int]:

@@ -123,8 +123,14 @@ class StoreMeta:
     def fingerprint(self) -> str:
         """16 hex digits identifying the content (dtype, counts and checksums)."""
         payload = json.dumps(
-            [self.dtype.str, self.num_docs, self.num_tokens, self.block_bytes,
-             list(self.tokens_crc32), list(self.offsets_crc32)],
+            [
+                self.dtype.str,
+                self.num_docs,
+                self.num_tokens,
+                self.block_bytes,
+                list(self.tokens_crc32),
+                list(self.offsets_crc32),
+            ],
             separators=(",", ":"),
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -152,9 +158,7 @@ class StoreMeta:
         if not isinstance(obj, dict):
             raise FormatError(f"{where}: metadata is not a JSON object")
         if obj.get("format") != FORMAT_NAME:
-            raise FormatError(
-                f"{where}: format is {obj.get('format')!r}, expected {FORMAT_NAME!r}"
-            )
+            raise FormatError(f"{where}: format is {obj.get('format')!r}, expected {FORMAT_NAME!r}")
         version = obj.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise FormatError(f"{where}: invalid format version {version!r}")

@@ -104,7 +104,9 @@ def join(
     if not parts and not append:
         raise ValueError("parts is empty: a join needs at least one part")
     if extra is not None and set(extra) & _CORE_KEYS:
-        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
+        raise ValueError(
+            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
+        )
     out_abs = Path(os.path.abspath(out))
     new = []
     for k, item in enumerate(parts):
@@ -166,17 +168,29 @@ def write_join_into(
     if (folder / JOIN_FILE).exists():
         raise StoreExistsError(f"{str(folder)!r} already holds a join")
     if extra is not None and set(extra) & _CORE_KEYS:
-        raise ValueError(f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}")
-    stores = [p if isinstance(p, TokenStore) else open_store(_part_arg(p, k))
-              for k, p in enumerate(parts)]
+        raise ValueError(
+            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
+        )
+    stores = [
+        p if isinstance(p, TokenStore) else open_store(_part_arg(p, k)) for k, p in enumerate(parts)
+    ]
     for name, data in (attach or {}).items():
         _write_file(folder, name, data)
-    _publish(folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync,
-             mixed_tokenizers)
+    _publish(
+        folder, Path(os.path.abspath(folder)), [], None, stores, extra, fsync, mixed_tokenizers
+    )
 
 
-_CORE_KEYS = {"format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts",
-              "fingerprint"}
+_CORE_KEYS = {
+    "format",
+    "version",
+    "dtype",
+    "num_docs",
+    "num_tokens",
+    "offsets",
+    "parts",
+    "fingerprint",
+}
 
 
 def _part_arg(item: Any, k: int) -> Any:
@@ -185,9 +199,16 @@ def _part_arg(item: Any, k: int) -> Any:
     raise TypeError(f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}")
 
 
-def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
-             old: JoinedStore | None, new: list[TokenStore], extra: dict[str, Any] | None,
-             fsync: bool, mixed_tokenizers: bool = False) -> None:
+def _publish(
+    folder: Path,
+    out_abs: Path,
+    kept: list[dict[str, Any]],
+    old: JoinedStore | None,
+    new: list[TokenStore],
+    extra: dict[str, Any] | None,
+    fsync: bool,
+    mixed_tokenizers: bool = False,
+) -> None:
     """Write a new offsets file and then the manifest (atomically) into ``folder``."""
     every = (list(old.parts) if old is not None else []) + list(new)
     check_same_tokenizer(every, mixed_tokenizers, "parts")
@@ -205,6 +226,7 @@ def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
     crc = BlockChecksum(BLOCK_BYTES)
     try:
         with open(tmp, "wb") as f:
+
             def put(values: np.ndarray) -> None:
                 data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
                 f.write(memoryview(data))  # type: ignore[arg-type]
@@ -228,8 +250,13 @@ def _publish(folder: Path, out_abs: Path, kept: list[dict[str, Any]],
     finally:
         tmp.unlink(missing_ok=True)
     records = kept + [
-        {"location": _location_for(p, out_abs), "fingerprint": p.fingerprint,
-         "dtype": p.dtype.str, "num_docs": len(p), "num_tokens": p.num_tokens}
+        {
+            "location": _location_for(p, out_abs),
+            "fingerprint": p.fingerprint,
+            "dtype": p.dtype.str,
+            "num_docs": len(p),
+            "num_tokens": p.num_tokens,
+        }
         for p in new
     ]
     dtypes = [np.dtype(r["dtype"]) for r in records]
@@ -305,7 +332,7 @@ def _clean_stale(parent: Path, name: str) -> None:
     """Remove temporary join folders of dead processes."""
     prefix = f".{name}{_TMP_TAG}"
     for entry in parent.glob(prefix + "*"):
-        pid = entry.name[len(prefix):].split("-", 1)[0]
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid():
             try:
                 os.kill(int(pid), 0)

@@ -71,14 +71,16 @@ class JoinMeta:
     fingerprint: str
     backend: str = "parts"
 
+
 # --------------------------------------------------------------------------------- the backend
 class PartsBackend(Backend):
     """Reads global token ranges from the parts (see the module docstring)."""
 
     name = "parts"
 
-    def __init__(self, path: Path, meta: JoinMeta, parts: Sequence[TokenStore],
-                 offsets: np.ndarray) -> None:
+    def __init__(
+        self, path: Path, meta: JoinMeta, parts: Sequence[TokenStore], offsets: np.ndarray
+    ) -> None:
         super().__init__(path, meta)  # type: ignore[arg-type]
         self.parts = tuple(parts)
         self._offsets = offsets
@@ -100,8 +102,9 @@ class PartsBackend(Backend):
         return self._offsets
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
-        src, at = self.read_ranges(np.array([start], dtype=np.int64),
-                                   np.array([stop - start], dtype=np.int64))
+        src, at = self.read_ranges(
+            np.array([start], dtype=np.int64), np.array([stop - start], dtype=np.int64)
+        )
         return src[int(at[0]) : int(at[0]) + stop - start]
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,8 +142,9 @@ class PartsBackend(Backend):
         dst = out_starts[rng] + (lo - starts[rng])
         maps = self._maps
         if maps is not None:  # every part a memmap: one slice copy per piece, no call per part
-            for p, a, d, n in zip(part.tolist(), (lo - ts[part]).tolist(), dst.tolist(),
-                                  (hi - lo).tolist()):
+            for p, a, d, n in zip(
+                part.tolist(), (lo - ts[part]).tolist(), dst.tolist(), (hi - lo).tolist()
+            ):
                 buf[d : d + n] = maps[p][a : a + n]
             return buf, out_starts
         order = np.argsort(part, kind="stable")  # pieces grouped by part, in request order
@@ -159,8 +163,9 @@ class PartsBackend(Backend):
         return buf, out_starts
 
 
-def _copy_pieces(src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: np.ndarray,
-                 lengths: np.ndarray) -> None:
+def _copy_pieces(
+    src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: np.ndarray, lengths: np.ndarray
+) -> None:
     """``dst[dst_at[q]:+lengths[q]] = src[src_at[q]:+lengths[q]]`` for every piece q: slices for
     long pieces (one memcpy each), one fancy-indexed gather for many short ones."""
     count = lengths.shape[0]
@@ -171,6 +176,7 @@ def _copy_pieces(src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: n
         return
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     dst[np.repeat(dst_at, lengths) + within] = src[np.repeat(src_at, lengths) + within]
+
 
 # --------------------------------------------------------------------------------- the store
 class JoinedStore(TokenStore):
@@ -204,7 +210,9 @@ class JoinedStore(TokenStore):
             try:
                 res = part.verify()
             except FormatError as exc:
-                raise FormatError(f"{self.path}: part {k} ({self.part_locations[k]}): {exc}") from exc
+                raise FormatError(
+                    f"{self.path}: part {k} ({self.part_locations[k]}): {exc}"
+                ) from exc
             blocks += res["blocks"]
             nbytes += res["bytes"]
         rec = self._raw_meta["offsets"]
@@ -222,8 +230,9 @@ class JoinedStore(TokenStore):
         doc = 0
         for k, part in enumerate(self.parts):
             n = len(part)
-            if not np.array_equal(self.offsets[doc : doc + n + 1] - self.token_starts[k],
-                                  part.offsets):
+            if not np.array_equal(
+                self.offsets[doc : doc + n + 1] - self.token_starts[k], part.offsets
+            ):
                 raise FormatError(
                     f"{self.path}: the global offsets disagree with part {k} "
                     f"({self.part_locations[k]}); run mmpack join again"
@@ -249,10 +258,12 @@ class JoinedStore(TokenStore):
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
 
+
 # --------------------------------------------------------------------------------- opening
 def detect_join(path: Path) -> str | None:
     """The ``DETECTORS`` entry: ``"parts"`` for a folder holding ``mmpack-join.json``."""
     return "parts" if (Path(path) / JOIN_FILE).is_file() else None
+
 
 def open_join(location: Any, **options: Any) -> JoinedStore:
     """Open the joined store at ``location`` (the ``OPENERS["parts"]`` entry).
@@ -279,6 +290,7 @@ def open_join(location: Any, **options: Any) -> JoinedStore:
             raise
     raise FormatError(f"{str(path)!r} kept being replaced while it was being opened")
 
+
 def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
     dtype = np.dtype(raw["dtype"])
     parts = []
@@ -291,8 +303,10 @@ def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
                 f"{path}: part {k} ({rec['location']}) is missing; restore it or join the "
                 "remaining parts again"
             ) from None
-        if part.fingerprint != rec["fingerprint"] or len(part) != rec["num_docs"] or (
-            part.num_tokens != rec["num_tokens"]
+        if (
+            part.fingerprint != rec["fingerprint"]
+            or len(part) != rec["num_docs"]
+            or (part.num_tokens != rec["num_tokens"])
         ):
             raise StateMismatchError(
                 f"{path}: part {k} ({rec['location']}) has fingerprint {part.fingerprint} "
@@ -302,8 +316,12 @@ def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
             )
         parts.append(part)
     offsets = map_readonly(path / raw["offsets"]["file"], OFFSETS_DTYPE, raw["num_docs"] + 1)
-    meta = JoinMeta(dtype=dtype, num_docs=raw["num_docs"], num_tokens=raw["num_tokens"],
-                    fingerprint=raw["fingerprint"])
+    meta = JoinMeta(
+        dtype=dtype,
+        num_docs=raw["num_docs"],
+        num_tokens=raw["num_tokens"],
+        fingerprint=raw["fingerprint"],
+    )
     backend = PartsBackend(path, meta, parts, offsets)
     doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in parts], out=doc_starts[1:])
@@ -311,11 +329,13 @@ def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
         raise FormatError(f"{path}: the global offsets do not match the parts' sizes")
     return JoinedStore(path, meta, raw, backend, location=str(path), cache_dir=path / "cache")  # type: ignore[arg-type]
 
+
 def _resolve(folder: Path, location: str) -> str | Path:
     if "://" in location:
         return location
     loc = Path(location)
     return loc if loc.is_absolute() else folder / loc
+
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     file = path / JOIN_FILE
@@ -330,11 +350,13 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     _check_manifest(raw, file)
     return raw
 
+
 def _manifest_now(path: Path) -> Any:
     try:
         return _read_manifest(path)
     except (FormatError, OSError):
         return None
+
 
 def _check_manifest(raw: Any, where: Path) -> None:
     if not isinstance(raw, dict) or raw.get("format") != JOIN_FORMAT:
@@ -343,19 +365,25 @@ def _check_manifest(raw: Any, where: Path) -> None:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise FormatError(f"{where}: invalid version {version!r}")
     if version > JOIN_VERSION:
-        raise FormatError(f"{where}: join version {version} was written by a newer mmpack; "
-                          f"this one reads up to {JOIN_VERSION} (upgrade mmpack)")
+        raise FormatError(
+            f"{where}: join version {version} was written by a newer mmpack; "
+            f"this one reads up to {JOIN_VERSION} (upgrade mmpack)"
+        )
     try:
         dtype = np.dtype(raw["dtype"])
         parts = raw["parts"]
         docs = sum(_count(p["num_docs"], where) for p in parts)
         tokens = sum(_count(p["num_tokens"], where) for p in parts)
         ok = (
-            dtype in TOKEN_DTYPES and dtype.byteorder != ">"
-            and all(isinstance(p["location"], str) and isinstance(p["fingerprint"], str)
-                    for p in parts)
-            and raw["num_docs"] == docs and raw["num_tokens"] == tokens
-            and isinstance(raw["offsets"]["file"], str) and "/" not in raw["offsets"]["file"]
+            dtype in TOKEN_DTYPES
+            and dtype.byteorder != ">"
+            and all(
+                isinstance(p["location"], str) and isinstance(p["fingerprint"], str) for p in parts
+            )
+            and raw["num_docs"] == docs
+            and raw["num_tokens"] == tokens
+            and isinstance(raw["offsets"]["file"], str)
+            and "/" not in raw["offsets"]["file"]
             and _count(raw["offsets"]["block_bytes"], where) > 0
             and all(isinstance(c, int) for c in raw["offsets"]["crc32"])
         )
@@ -364,19 +392,27 @@ def _check_manifest(raw: Any, where: Path) -> None:
     if not ok:
         raise FormatError(f"{where}: the manifest is inconsistent (dtype, counts or offsets)")
     if raw.get("fingerprint") != _fingerprint(raw):
-        raise FormatError(f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the "
-                          "manifest")
+        raise FormatError(
+            f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
+        )
+
 
 def _count(value: Any, where: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise FormatError(f"{where}: a count must be a non-negative integer, got {value!r}")
     return value
 
+
 def _fingerprint(raw: dict[str, Any]) -> str:
     payload = json.dumps(
-        [JOIN_FORMAT, raw["dtype"], raw["num_docs"], raw["num_tokens"],
-         [p["fingerprint"] for p in raw["parts"]], raw["offsets"]["crc32"]],
+        [
+            JOIN_FORMAT,
+            raw["dtype"],
+            raw["num_docs"],
+            raw["num_tokens"],
+            [p["fingerprint"] for p in raw["parts"]],
+            raw["offsets"]["crc32"],
+        ],
         separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-

@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import check_index, check_int
+from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend, get_backend
 from mmpack.store.backends._memmap import MemmapBackend
 from mmpack.store.backends._zarr import ZarrBackend
-from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 from mmpack.store.format import StoreMeta
-from mmpack.core.validation import check_index, check_int
 
 __all__ = ["TokenStore", "open_store"]
 
@@ -69,7 +69,9 @@ class TokenStore:
         self._path = path
         self._meta = meta
         self._raw_meta = raw_meta
-        self._backend: Backend = backend if backend is not None else get_backend(meta.backend)(path, meta)
+        self._backend: Backend = (
+            backend if backend is not None else get_backend(meta.backend)(path, meta)
+        )
         self._location = location if location is not None else str(path)
         self._cache_dir = cache_dir
         self._open_options = dict(open_options or {})
@@ -177,21 +179,19 @@ class TokenStore:
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
         """Flat tokens ``[start, stop)``; bounds are checked."""
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-                   for v in (start, stop)):
+        if not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in (start, stop)
+        ):
             raise TypeError(f"start and stop must be integers, got {start!r} and {stop!r}")
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.num_tokens:
-            raise IndexError(
-                f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]"
-            )
+            raise IndexError(f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]")
         if self._verify_reads:
             self._verify_span(start, stop)
         return self._backend.read_range(start, stop)
 
-    def read_ranges(
-        self, starts: np.ndarray, lengths: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Read many flat ranges; ``src[src_starts[k]:src_starts[k]+lengths[k]]`` is range k.
 
         Parameters
@@ -313,7 +313,9 @@ class TokenStore:
         s = s.astype(np.int64)
         n = n.astype(np.int64)
         if s.min() < 0 or n.min() < 0 or int((s + n).max()) > self.num_tokens:
-            raise IndexError(f"a prefetch range is outside the store's [0, {self.num_tokens}] tokens")
+            raise IndexError(
+                f"a prefetch range is outside the store's [0, {self.num_tokens}] tokens"
+            )
         return int(self._backend.prefetch(s, n))
 
     def prefetch_range(self, start: int, stop: int) -> int:
@@ -526,7 +528,9 @@ def _first_decrease(offsets: np.ndarray) -> int:
 
 def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
     if offsets.shape != (meta.num_docs + 1,):
-        raise FormatError(f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)")
+        raise FormatError(
+            f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)"
+        )
     if offsets[0] != 0:
         raise FormatError(f"{path}: offsets[0] is {int(offsets[0])}, expected 0")
     if offsets[-1] != meta.num_tokens:
@@ -540,8 +544,6 @@ def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
             f"{path}: offsets decrease at document {bad} "
             f"({int(offsets[bad])} -> {int(offsets[bad + 1])}): the index is corrupt"
         )
-
-
 
 
 def _as_path(path: Any, name: str) -> Path:

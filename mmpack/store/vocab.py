@@ -68,8 +68,10 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     else:
         got = (rec.get("special_ids") or {}).get(_ROLES.get(name, name))
     if got is None:
-        raise ValueError(f"{name}='store' but the tokenizer of {where} has no {_ROLES.get(name, name)} "
-                         f"token; pass {name} explicitly")
+        raise ValueError(
+            f"{name}='store' but the tokenizer of {where} has no {_ROLES.get(name, name)} "
+            f"token; pass {name} explicitly"
+        )
     return int(got)
 
 

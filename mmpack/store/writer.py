@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import get_backend
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
-from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.format import (
     BLOCK_BYTES,
     META_FILE,
@@ -125,8 +125,13 @@ def build(
     """
     remote = {} if storage_options is None else {"storage_options": storage_options}
     with store_writer(
-        path, dtype=dtype, backend=backend, overwrite=overwrite,
-        buffer_tokens=buffer_tokens, fsync=fsync, **remote,
+        path,
+        dtype=dtype,
+        backend=backend,
+        overwrite=overwrite,
+        buffer_tokens=buffer_tokens,
+        fsync=fsync,
+        **remote,
     ) as writer:
         if isinstance(docs, (str, bytes)):
             raise TypeError("docs must be an iterable of token sequences, not a string")
@@ -175,7 +180,11 @@ class StoreWriter:
         get_backend(backend)
         self.backend = backend
         self.fixed_dtype = None if dtype is None else normalize_token_dtype(dtype)
-        if isinstance(buffer_tokens, bool) or not isinstance(buffer_tokens, int) or buffer_tokens < 1:
+        if (
+            isinstance(buffer_tokens, bool)
+            or not isinstance(buffer_tokens, int)
+            or buffer_tokens < 1
+        ):
             raise ValueError(f"buffer_tokens must be a positive integer, got {buffer_tokens!r}")
         self.overwrite = bool(overwrite)
         self.buffer_tokens = buffer_tokens
@@ -193,8 +202,12 @@ class StoreWriter:
         parent = self.path.parent
         if os.path.lexists(self.path):
             if not self.overwrite:
-                raise with_params(StoreExistsError, f"{str(self.path)!r} exists; pass ",
-                                  Param("overwrite", True), " to replace it")
+                raise with_params(
+                    StoreExistsError,
+                    f"{str(self.path)!r} exists; pass ",
+                    Param("overwrite", True),
+                    " to replace it",
+                )
             check_replaceable(self.path)  # before any work: never replace a user's folder
         if not parent.is_dir():
             if parent.exists():
@@ -250,7 +263,7 @@ class StoreWriter:
                 continue
             try:
                 step()
-            except Exception as exc:  # noqa: BLE001 - keep going: the folder must go
+            except Exception as exc:
                 first = first or exc
         try:
             if self._tmp is not None and os.path.lexists(self._tmp):
@@ -346,8 +359,20 @@ class StoreWriter:
 
     def attach(self, name: str, data: bytes) -> None:
         """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit."""
-        if not isinstance(name, str) or "/" in name or name.startswith(".") or name in (
-            TOKENS_FILE, OFFSETS_FILE, META_FILE, "zarr.json", "tokens", "offsets", "cache",
+        if (
+            not isinstance(name, str)
+            or "/" in name
+            or name.startswith(".")
+            or name
+            in (
+                TOKENS_FILE,
+                OFFSETS_FILE,
+                META_FILE,
+                "zarr.json",
+                "tokens",
+                "offsets",
+                "cache",
+            )
         ):
             raise ValueError(f"cannot attach a file named {name!r} to a store")
         self._attached[name] = bytes(data)
@@ -627,7 +652,12 @@ def _concat_plain(docs: list[Any], total: int) -> np.ndarray | None:
         flat = np.concatenate(docs)
     except (TypeError, ValueError, OverflowError):
         return None
-    if flat.ndim != 1 or flat.size != total or flat.dtype.kind not in "iu" or flat.dtype == np.uint64:
+    if (
+        flat.ndim != 1
+        or flat.size != total
+        or flat.dtype.kind not in "iu"
+        or flat.dtype == np.uint64
+    ):
         return None
     return flat
 
@@ -840,7 +870,7 @@ def _clean_stale(parent: Path, name: str) -> None:
         return
     for entry in entries:
         folder = parent / entry
-        if entry.startswith(tmp_prefix) and _tagged(entry[len(tmp_prefix):]):
+        if entry.startswith(tmp_prefix) and _tagged(entry[len(tmp_prefix) :]):
             dead, fd = _builder_dead(folder)
             try:
                 if dead:
@@ -848,13 +878,13 @@ def _clean_stale(parent: Path, name: str) -> None:
             finally:
                 if fd is not None:
                     os.close(fd)
-        elif entry.startswith(new_prefix) and _tagged(entry[len(new_prefix):]):
+        elif entry.startswith(new_prefix) and _tagged(entry[len(new_prefix) :]):
             if _old_and_pid_dead(folder):
                 shutil.rmtree(folder, ignore_errors=True)
-        elif entry.startswith(old_prefix) and _tagged(entry[len(old_prefix):]):
+        elif entry.startswith(old_prefix) and _tagged(entry[len(old_prefix) :]):
             # A previous store moved aside by the two-rename fallback; its builder removes it
             # right after the second rename.
-            pid_text = entry[len(old_prefix):].split("-", 1)[0]
+            pid_text = entry[len(old_prefix) :].split("-", 1)[0]
             if not _pid_alive(int(pid_text)):
                 shutil.rmtree(folder, ignore_errors=True)
 

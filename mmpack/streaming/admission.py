@@ -87,8 +87,9 @@ class _Admission:
                 return
             objs = None
             if self._store_like:
-                lens = np.asarray(source.offsets[j0 + 1:j1 + 1] - source.offsets[j0:j1],
-                                  dtype=np.int64)
+                lens = np.asarray(
+                    source.offsets[j0 + 1 : j1 + 1] - source.offsets[j0:j1], dtype=np.int64
+                )
             else:
                 if isinstance(source, (list, tuple)):
                     docs = list(source[j0:j1])
@@ -142,7 +143,7 @@ class _Admission:
             take = need - (int(ends[cut - 1]) if cut else 0)
             full = take == n_pieces[cut]
             n_docs, partial = cut + int(full), (0 if full else take)
-        used = n_pieces[:n_docs + int(partial > 0)].copy()
+        used = n_pieces[: n_docs + int(partial > 0)].copy()
         if partial:
             used[n_docs] = partial
         m = used.shape[0]
@@ -151,9 +152,9 @@ class _Admission:
         if self._q_objs is not None:
             piece_objs = self._q_objs[:m][doc]
             for k in np.flatnonzero((off > 0) | (plen < lens[doc])).tolist():
-                piece_objs[k] = piece_objs[k][off[k]:off[k] + plen[k]]  # a slice: O(piece)
+                piece_objs[k] = piece_objs[k][off[k] : off[k] + plen[k]]  # a slice: O(piece)
         # Commit: count the documents whose admission starts here, hold their pieces.
-        fresh = lens[int(head > 0):m]
+        fresh = lens[int(head > 0) : m]
         self.seqs_consumed += fresh.shape[0]
         self.seqs_empty += int(np.count_nonzero(fresh == 0))
         long = fresh[fresh > P]

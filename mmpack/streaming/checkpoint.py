@@ -23,13 +23,31 @@ __all__: list[str] = []
 _STATE_VERSION = 3
 _READ_VERSIONS = (2, 3)  # version 2 had no next_offset (always 0)
 _STATE_FIELDS = (
-    "config", "source_len", "source_fingerprint", "epoch", "next_epoch", "in_epoch",
-    "next_index", "exhausted", "pending_src", "pending_off", "pending_len", "token_count",
+    "config",
+    "source_len",
+    "source_fingerprint",
+    "epoch",
+    "next_epoch",
+    "in_epoch",
+    "next_index",
+    "exhausted",
+    "pending_src",
+    "pending_off",
+    "pending_len",
+    "token_count",
     "counters",
 )
 _COUNTERS = (
-    "seqs_consumed", "seqs_emitted", "tokens_emitted", "slots_emitted", "batches_emitted",
-    "seqs_empty", "seqs_split", "seqs_truncated", "seqs_dropped", "tokens_discarded",
+    "seqs_consumed",
+    "seqs_emitted",
+    "tokens_emitted",
+    "slots_emitted",
+    "batches_emitted",
+    "seqs_empty",
+    "seqs_split",
+    "seqs_truncated",
+    "seqs_dropped",
+    "tokens_discarded",
 )
 
 
@@ -95,8 +113,9 @@ class _Checkpointing:
             "drop_last": self.drop_last,
             "seed": self.seed,
             "batch_size_schedule": None if bs is None else [bs.min_batch_size, bs.warmup_tokens],
-            "mask_prob_schedule": None if mp is None else [
-                mp.final, mp.start_tokens, mp.cooldown_tokens, mp.schedule, mp.step_size],
+            "mask_prob_schedule": None
+            if mp is None
+            else [mp.final, mp.start_tokens, mp.cooldown_tokens, mp.schedule, mp.step_size],
         }
 
     def _require_indexed(self, what: str) -> None:
@@ -206,9 +225,13 @@ class _Checkpointing:
             out.setdefault("next_offset", 0)
         elif "next_offset" not in state:
             raise FormatError("the state lacks the fields ['next_offset']")
-        for key, lo, hi in (("epoch", -1, 2**64), ("next_epoch", 0, 2**64),
-                            ("next_index", 0, n + 1), ("next_offset", 0, 2**63),
-                            ("token_count", 0, 2**63)):
+        for key, lo, hi in (
+            ("epoch", -1, 2**64),
+            ("next_epoch", 0, 2**64),
+            ("next_index", 0, n + 1),
+            ("next_offset", 0, 2**63),
+            ("token_count", 0, 2**63),
+        ):
             out[key] = _state_int(out[key], key, lo, hi)
         for key in ("in_epoch", "exhausted"):
             if not isinstance(state[key], (bool, np.bool_)):
@@ -221,8 +244,11 @@ class _Checkpointing:
                 f"the state says the source is exhausted at sequence {out['next_index']} (token "
                 f"{out['next_offset']}), but the source holds {n} sequences"
             )
-        if out["next_offset"] and (self.long_docs != "split" or out["next_index"] >= n
-                                   or out["next_offset"] % self.out_pseq_len):
+        if out["next_offset"] and (
+            self.long_docs != "split"
+            or out["next_index"] >= n
+            or out["next_offset"] % self.out_pseq_len
+        ):
             raise FormatError(
                 f"the state's next_offset={out['next_offset']} is not the start of a piece of "
                 f"sequence {out['next_index']}"
@@ -246,10 +272,14 @@ class _Checkpointing:
                 f"the state's pending arrays differ in length: {src.shape[0]}, {off.shape[0]}, "
                 f"{plen.shape[0]}"
             )
-        if src.size and (src.min() < 0
-                         or src.max() >= out["next_index"] + int(out["next_offset"] > 0)
-                         or src.max() >= n or off.min() < 0 or plen.min() < 1
-                         or plen.max() > self.out_pseq_len):
+        if src.size and (
+            src.min() < 0
+            or src.max() >= out["next_index"] + int(out["next_offset"] > 0)
+            or src.max() >= n
+            or off.min() < 0
+            or plen.min() < 1
+            or plen.max() > self.out_pseq_len
+        ):
             raise FormatError(
                 "the state's pending pieces are out of range: sources must be admitted ones "
                 f"(< next_index={out['next_index']}), offsets >= 0, lengths in "
@@ -287,7 +317,7 @@ class _Checkpointing:
                 doc = docs[j] = sequences_of([self.source[j]], j)[0][0]
             if o + n > len(doc):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
-            objs[k] = doc if (o == 0 and n == len(doc)) else doc[o:o + n]
+            objs[k] = doc if (o == 0 and n == len(doc)) else doc[o : o + n]
         self._pieces.append(plen, src, off, objs)
 
     def _doc_len(self, j: int) -> int:

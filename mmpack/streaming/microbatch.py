@@ -35,8 +35,9 @@ def _count_nonzero(x: Any) -> int:
     return int((x != 0).sum())
 
 
-def split_packed_batch(batch: Mapping[str, Any], padding_tolerance: float = 1.0, *,
-                       mark_dynamic: bool = False) -> list[dict[str, Any]]:
+def split_packed_batch(
+    batch: Mapping[str, Any], padding_tolerance: float = 1.0, *, mark_dynamic: bool = False
+) -> list[dict[str, Any]]:
     """One micro-batch per row of a packed batch.
 
     Parameters
@@ -136,8 +137,10 @@ def num_sequences(batch: Mapping[str, Any], *, count_padding: bool = False) -> i
     if count_padding:
         return total
     if "attention_mask" not in batch:
-        raise KeyError("num_sequences needs 'attention_mask' to tell padding segments apart "
-                       "(or pass count_padding=True)")
+        raise KeyError(
+            "num_sequences needs 'attention_mask' to tell padding segments apart "
+            "(or pass count_padding=True)"
+        )
     mask = batch["attention_mask"]
     masks = [mask] if mask.ndim == 1 else [mask[r] for r in range(mask.shape[0])]
     if len(masks) != len(rows):

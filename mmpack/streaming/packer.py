@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import check_positive_int, check_seed, check_token_id
 from mmpack.kernels.streaming import (
     bitmap_layout,
     finish_rows,
@@ -66,10 +67,9 @@ from mmpack.kernels.streaming import (
     row_boundaries,
     scatter_pieces,
 )
-from mmpack.views.masking import IGNORE_INDEX, check_masking, corrupt_rows, row_keys
-from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.admission import _Admission
 from mmpack.streaming.checkpoint import _Checkpointing
+from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.sources import (
     PieceBuffer,
     detect_format,
@@ -77,7 +77,7 @@ from mmpack.streaming.sources import (
     is_store_like,
     propagate_epoch,
 )
-from mmpack.core.validation import check_positive_int, check_seed, check_token_id
+from mmpack.views.masking import IGNORE_INDEX, check_masking, corrupt_rows, row_keys
 
 __all__ = ["StreamingPacker"]
 
@@ -214,8 +214,12 @@ class StreamingPacker(_Admission, _Checkpointing):
         self.source_format = source_format
         self.return_tensors = return_tensors
         masking = check_masking(
-            mode == "mlm", mask_prob=mask_prob, mask_id=mask_id, vocab_size=vocab_size,
-            special_ids=special_ids, pad_id=self.pad_id,
+            mode == "mlm",
+            mask_prob=mask_prob,
+            mask_id=mask_id,
+            vocab_size=vocab_size,
+            special_ids=special_ids,
+            pad_id=self.pad_id,
         )
         self.mask_prob = masking.mask_prob
         self.special_ids = masking.special_ids
@@ -231,7 +235,9 @@ class StreamingPacker(_Admission, _Checkpointing):
             )
         if batch_size_warmup_min_size is not None:
             self.batch_size_schedule = BatchSizeWarmup(
-                batch_size_warmup_min_size, self.out_batch_size, batch_size_warmup_tokens,
+                batch_size_warmup_min_size,
+                self.out_batch_size,
+                batch_size_warmup_tokens,
                 world_size,
             )
         self.mask_prob_schedule: MaskingRatioCooldown | None = None
@@ -244,9 +250,12 @@ class StreamingPacker(_Admission, _Checkpointing):
             if mode != "mlm":
                 raise ValueError(f"a masking-ratio cool-down needs mode='mlm', got mode={mode!r}")
             self.mask_prob_schedule = MaskingRatioCooldown(
-                self.mask_prob, final_masking_ratio, masking_ratio_cooldown_tokens,
+                self.mask_prob,
+                final_masking_ratio,
+                masking_ratio_cooldown_tokens,
                 start_tokens=masking_ratio_cooldown_start_tokens,
-                schedule=masking_cooldown_schedule_type, step_size=masking_ratio_step_size,
+                schedule=masking_cooldown_schedule_type,
+                step_size=masking_ratio_step_size,
                 world_size=world_size,
             )
 
@@ -285,10 +294,17 @@ class StreamingPacker(_Admission, _Checkpointing):
 
     # ------------------------------------------------------------------------- alternate builder
     @classmethod
-    def from_micro_batches(cls, source: Iterable[Any], *, batch_size: int, micro_batch_size: int,
-                           max_seq_len: int, buffer_size: int = 5120,
-                           batch_size_warmup_min_size: int | None = None,
-                           **kwargs: Any) -> StreamingPacker:
+    def from_micro_batches(
+        cls,
+        source: Iterable[Any],
+        *,
+        batch_size: int,
+        micro_batch_size: int,
+        max_seq_len: int,
+        buffer_size: int = 5120,
+        batch_size_warmup_min_size: int | None = None,
+        **kwargs: Any,
+    ) -> StreamingPacker:
         """The seed's ``from_composer``: a global batch of ``batch_size`` sequences of
         ``max_seq_len`` becomes ``batch_size // micro_batch_size`` rows of
         ``micro_batch_size * max_seq_len`` tokens; the warm-up minimum is given in sequences
@@ -304,9 +320,14 @@ class StreamingPacker(_Admission, _Checkpointing):
                     f"of micro_batch_size={micro_batch_size}"
                 )
             batch_size_warmup_min_size //= micro_batch_size
-        return cls(source, out_batch_size=batch_size // micro_batch_size,
-                   out_pseq_len=micro_batch_size * max_seq_len, buffer_size=buffer_size,
-                   batch_size_warmup_min_size=batch_size_warmup_min_size, **kwargs)
+        return cls(
+            source,
+            out_batch_size=batch_size // micro_batch_size,
+            out_pseq_len=micro_batch_size * max_seq_len,
+            buffer_size=buffer_size,
+            batch_size_warmup_min_size=batch_size_warmup_min_size,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------------- counters
     def _reset_counters(self) -> None:
@@ -416,9 +437,16 @@ class StreamingPacker(_Admission, _Checkpointing):
                 self._out_row = _grown(self._out_row, 2 * n_held, processed)
                 self._out_off = _grown(self._out_off, 2 * n_held, processed)
             k, d = place_best_fit(
-                self._pieces.lens[processed:], self.buffer_size - deferred, self._words,
-                self._level_off, self._level_len, self._remaining, self._counts, P,
-                self._out_row[processed:], self._out_off[processed:],
+                self._pieces.lens[processed:],
+                self.buffer_size - deferred,
+                self._words,
+                self._level_off,
+                self._level_len,
+                self._remaining,
+                self._counts,
+                P,
+                self._out_row[processed:],
+                self._out_off[processed:],
             )
             processed += int(k)
             deferred += int(d)
@@ -449,14 +477,13 @@ class StreamingPacker(_Admission, _Checkpointing):
             flat_starts = self.source.offsets[pieces.src[placed]].astype(np.int64)
             flat_starts += pieces.src_off[placed]
             src, src_starts = self.source.read_ranges(flat_starts, p_lens)
-            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs,
-                           ids)
+            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs, ids)
         else:
             objs = pieces.objs[placed][np.argsort(p_rows, kind="stable")].tolist()
             ends = np.cumsum(counts).tolist()
             for r in range(n_rows):
                 if counts[r]:
-                    _concat_row(objs[ends[r] - counts[r]:ends[r]], ids[r, :used[r]])
+                    _concat_row(objs[ends[r] - counts[r] : ends[r]], ids[r, : used[r]])
         finish_rows(used, self.pad_id, ids, attention)
 
         cu_flat = np.empty(placed.shape[0] + 2 * n_rows, dtype=np.int32)
@@ -464,7 +491,7 @@ class StreamingPacker(_Admission, _Checkpointing):
         longest = np.empty(n_rows, dtype=np.int64)
         row_boundaries(p_rows, p_lens, n_rows, used, P, cu_flat, bounds, longest)
         b = bounds.tolist()
-        cu_seqlens = [cu_flat[b[r]:b[r + 1]] for r in range(n_rows)]
+        cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
         max_seqlen = longest.tolist()
 
         keep = np.ones(pieces.n, dtype=bool)
@@ -480,9 +507,14 @@ class StreamingPacker(_Admission, _Checkpointing):
             assert self._excluded is not None
             rows_in_stream = (self.batches_emitted << 32) + np.arange(n_rows, dtype=np.int64)
             labels = corrupt_rows(
-                ids, attention, row_keys(self.seed, self._epoch, rows_in_stream),
-                mask_prob=mask_prob, mask_id=self.mask_id, vocab_size=self.vocab_size,
-                excluded=self._excluded, ignore_index=self.ignore_index,
+                ids,
+                attention,
+                row_keys(self.seed, self._epoch, rows_in_stream),
+                mask_prob=mask_prob,
+                mask_id=self.mask_id,
+                vocab_size=self.vocab_size,
+                excluded=self._excluded,
+                ignore_index=self.ignore_index,
             )
         elif self.mode == "causal":
             labels = np.full_like(ids, self.ignore_index)

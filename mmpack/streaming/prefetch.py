@@ -64,7 +64,7 @@ def _produce(iterator: Iterator[Any], q: queue.Queue, stop: threading.Event) -> 
             except StopIteration:
                 put(_END)
                 return
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            except BaseException as exc:
                 put(_Failure(exc))
                 return
             if not put(item):
@@ -74,12 +74,13 @@ def _produce(iterator: Iterator[Any], q: queue.Queue, stop: threading.Event) -> 
         if callable(close):
             try:
                 close()
-            except Exception:  # noqa: BLE001 - the consumer has gone; nothing to report to
+            except Exception:
                 pass
 
 
-def _shutdown(q: queue.Queue, stop: threading.Event, thread: threading.Thread,
-              join_timeout: float) -> None:
+def _shutdown(
+    q: queue.Queue, stop: threading.Event, thread: threading.Thread, join_timeout: float
+) -> None:
     stop.set()
     while True:
         try:
@@ -119,8 +120,10 @@ class Prefetcher(Generic[T]):
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(
-            target=_produce, args=(iter(iterable), self._queue, self._stop),
-            name="mmpack-prefetch", daemon=True,
+            target=_produce,
+            args=(iter(iterable), self._queue, self._stop),
+            name="mmpack-prefetch",
+            daemon=True,
         )
         self._thread.start()
         self._finalizer = weakref.finalize(

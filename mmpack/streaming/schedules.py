@@ -110,8 +110,9 @@ class BatchSizeWarmup:
         Number of ranks.
     """
 
-    def __init__(self, min_batch_size: int, max_batch_size: int, warmup_tokens: Any,
-                 world_size: int = 1) -> None:
+    def __init__(
+        self, min_batch_size: int, max_batch_size: int, warmup_tokens: Any, world_size: int = 1
+    ) -> None:
         for arg, val in (("min_batch_size", min_batch_size), ("max_batch_size", max_batch_size)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"{arg} must be an int >= 1, got {val!r}")
@@ -169,9 +170,17 @@ class MaskingRatioCooldown:
     world_size : int
     """
 
-    def __init__(self, initial: float, final: float, cooldown_tokens: Any, *,
-                 start_tokens: Any = 0, schedule: str = "linear",
-                 step_size: float | None = None, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        initial: float,
+        final: float,
+        cooldown_tokens: Any,
+        *,
+        start_tokens: Any = 0,
+        schedule: str = "linear",
+        step_size: float | None = None,
+        world_size: int = 1,
+    ) -> None:
         for arg, val in (("initial", initial), ("final", final)):
             if not isinstance(val, (int, float)) or isinstance(val, bool) or not 0 <= val <= 1:
                 raise ValueError(f"{arg} masking ratio must be a number in [0, 1], got {val!r}")

@@ -150,8 +150,9 @@ def piece_counts(lens: np.ndarray, head_off: int, row_len: int, policy: str) -> 
     return n_pieces
 
 
-def pieces_of(lens: np.ndarray, head_off: int, n_pieces: np.ndarray, row_len: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pieces_of(
+    lens: np.ndarray, head_off: int, n_pieces: np.ndarray, row_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The first ``n_pieces[j]`` pieces of each document (those of the first from ``head_off``):
     (document index, offset in it, length), int64.  O(pieces), whatever the documents' lengths."""
     doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
@@ -164,8 +165,9 @@ def pieces_of(lens: np.ndarray, head_off: int, n_pieces: np.ndarray, row_len: in
     return doc, off, plen
 
 
-def split_pieces(lens: np.ndarray, row_len: int, policy: str
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_pieces(
+    lens: np.ndarray, row_len: int, policy: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pieces of documents of lengths ``lens``: (document index, offset in it, length), int64."""
     if policy == "split":
         n_pieces = -(-lens // row_len)
@@ -184,8 +186,12 @@ def split_pieces(lens: np.ndarray, row_len: int, policy: str
 def propagate_epoch(source: Any, epoch: int) -> None:
     """Tell the source, a DataLoader's sampler or batch sampler, which epoch starts."""
     seen: list[Any] = []
-    candidates = [source, getattr(source, "sampler", None), getattr(source, "batch_sampler", None),
-                  getattr(getattr(source, "batch_sampler", None), "sampler", None)]
+    candidates = [
+        source,
+        getattr(source, "sampler", None),
+        getattr(source, "batch_sampler", None),
+        getattr(getattr(source, "batch_sampler", None), "sampler", None),
+    ]
     for obj in candidates:
         if obj is None or any(obj is s for s in seen):
             continue
@@ -211,8 +217,9 @@ class PieceBuffer:
     def n(self) -> int:
         return self.lens.shape[0]
 
-    def append(self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray,
-               objs: np.ndarray | None) -> None:
+    def append(
+        self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray, objs: np.ndarray | None
+    ) -> None:
         self.lens = np.concatenate([self.lens, lens])
         self.src = np.concatenate([self.src, src])
         self.src_off = np.concatenate([self.src_off, src_off])

@@ -275,8 +275,10 @@ def flex_document_mask(
             f"torch is {torch.__version__}. Use batched_block_causal_mask with "
             "scaled_dot_product_attention, or the varlen cu_seqlens, instead"
         ) from exc
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or (
-        block_size < 1
+    if (
+        isinstance(block_size, bool)
+        or not isinstance(block_size, (int, np.integer))
+        or (block_size < 1)
     ):
         raise ValueError(f"block_size={block_size!r} is not accepted; give a positive int")
     if _is_one_row(cu_seqlens_rows):
@@ -291,7 +293,12 @@ def flex_document_mask(
     ids = torch.nn.functional.pad(ids, (0, padded - seqlen), value=-1)
     mask_mod = document_mask_mod(ids, causal=causal)
     return create_block_mask(
-        mask_mod, ids.shape[0], None, seqlen, seqlen, device=ids.device,
+        mask_mod,
+        ids.shape[0],
+        None,
+        seqlen,
+        seqlen,
+        device=ids.device,
         BLOCK_SIZE=int(block_size),
     )
 
@@ -308,8 +315,8 @@ def _mask_from_ids(ids: torch.Tensor, causal: bool) -> torch.Tensor:
 def _is_one_row(x: Any) -> bool:
     if isinstance(x, (torch.Tensor, np.ndarray)):
         return x.ndim == 1
-    return isinstance(x, Sequence) and len(x) > 0 and all(
-        isinstance(v, (int, np.integer)) for v in x
+    return (
+        isinstance(x, Sequence) and len(x) > 0 and all(isinstance(v, (int, np.integer)) for v in x)
     )
 
 
@@ -335,8 +342,12 @@ def _as_boundaries(
                 f"shape {a.shape}"
             )
         t = torch.from_numpy(a.astype(np.int64))
-    if t.ndim != 1 or t.shape[0] < 2 or t.is_floating_point() or t.is_complex() or (
-        t.dtype == torch.bool
+    if (
+        t.ndim != 1
+        or t.shape[0] < 2
+        or t.is_floating_point()
+        or t.is_complex()
+        or (t.dtype == torch.bool)
     ):
         raise ValueError(
             f"{name} must be a 1-D integer tensor of at least 2 boundaries, got dtype {t.dtype} "
@@ -383,8 +394,7 @@ def _rows(
         rows = list(rows)
     elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
         raise TypeError(
-            "cu_seqlens_rows must be a sequence of 1-D boundaries, got "
-            f"{type(rows).__name__}"
+            f"cu_seqlens_rows must be a sequence of 1-D boundaries, got {type(rows).__name__}"
         )
     if len(rows) == 0:
         raise ValueError("cu_seqlens_rows is empty; give at least one row")

@@ -41,10 +41,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmpack.views.batch import SampleBatch
-
-from mmpack.views.masking import IGNORE_INDEX
 from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
+from mmpack.views.batch import SampleBatch
+from mmpack.views.masking import IGNORE_INDEX
 
 __all__ = ["Collator", "TOKEN_FIELDS", "collate", "hf_inputs"]
 
@@ -102,8 +101,14 @@ def collate(
     TypeError
         A sample that is not a mapping, or a per-token field that is not integer.
     """
-    return _collate(samples, varlen=varlen, pad_to_multiple_of=None, pad_id=0,
-                    ignore_index=IGNORE_INDEX, dtype=_token_dtype(dtype))
+    return _collate(
+        samples,
+        varlen=varlen,
+        pad_to_multiple_of=None,
+        pad_id=0,
+        ignore_index=IGNORE_INDEX,
+        dtype=_token_dtype(dtype),
+    )
 
 
 class Collator:
@@ -257,7 +262,9 @@ def _collate(
     return out
 
 
-def _collate_columns(batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = torch.int64) -> dict[str, Any]:
+def _collate_columns(
+    batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = torch.int64
+) -> dict[str, Any]:
     """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
     with at most one contiguous copy each (none when already contiguous int64), and the
     ``cu_seqlens`` rows are flattened without building per-sample dicts."""
@@ -293,7 +300,10 @@ def _collate_columns(batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = t
 
 
 def _stack_tokens(
-    samples: Sequence[Mapping[str, Any]], key: str, seqlen: int | None, dtype: torch.dtype = torch.int64
+    samples: Sequence[Mapping[str, Any]],
+    key: str,
+    seqlen: int | None,
+    dtype: torch.dtype = torch.int64,
 ) -> tuple[torch.Tensor, int]:
     """Stack one per-token field into int64 ``(B, seqlen)``: one copy, one ``from_numpy``."""
     arrays = [np.asarray(s[key]) for s in samples]
@@ -302,8 +312,7 @@ def _stack_tokens(
     if any(d.kind not in "iub" for d in dtypes):
         b = next(i for i, a in enumerate(arrays) if a.dtype.kind not in "iub")
         raise TypeError(
-            f"samples[{b}][{key!r}] has dtype {arrays[b].dtype}; per-token fields must be "
-            "integers"
+            f"samples[{b}][{key!r}] has dtype {arrays[b].dtype}; per-token fields must be integers"
         )
     if seqlen is None and len(shapes) == 1:
         shape = next(iter(shapes))
@@ -311,9 +320,7 @@ def _stack_tokens(
     if len(shapes) != 1 or shapes != {(seqlen,)}:
         for b, a in enumerate(arrays):
             if a.ndim != 1:
-                raise ValueError(
-                    f"samples[{b}][{key!r}] has shape {a.shape}; expected (seqlen,)"
-                )
+                raise ValueError(f"samples[{b}][{key!r}] has shape {a.shape}; expected (seqlen,)")
             if seqlen is None:
                 seqlen = a.shape[0]
             if a.shape[0] != seqlen:
@@ -321,7 +328,9 @@ def _stack_tokens(
                     f"samples[{b}][{key!r}] has length {a.shape[0]} but the batch's rows have "
                     f"length {seqlen}; every row of a batch must have the same seqlen"
                 )
-    stacked = np.stack(arrays, dtype=np.int64 if dtype == torch.int64 else np.int32, casting="unsafe")
+    stacked = np.stack(
+        arrays, dtype=np.int64 if dtype == torch.int64 else np.int32, casting="unsafe"
+    )
     return torch.from_numpy(stacked), int(seqlen)
 
 

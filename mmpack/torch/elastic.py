@@ -50,7 +50,9 @@ def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
     return remaining // world_size if drop_last else -(-remaining // world_size)
 
 
-def resumed_positions(n: int, global_position: int, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+def resumed_positions(
+    n: int, global_position: int, rank: int, world_size: int, drop_last: bool
+) -> np.ndarray:
     """Global epoch positions rank ``rank`` of ``world_size`` takes after ``global_position``.
 
     Returns
@@ -69,7 +71,9 @@ def _int_field(state: dict[str, Any], name: str) -> int:
     return int(value)
 
 
-def resume_point(state: dict[str, Any], n: int, world_size: int, drop_last: bool) -> tuple[int, int]:
+def resume_point(
+    state: dict[str, Any], n: int, world_size: int, drop_last: bool
+) -> tuple[int, int]:
     """Where a sampler of ``world_size`` ranks resumes a validated state: ``(position, base)``.
 
     ``base`` is the global position of the resumed epoch's first round (0 for an ordinary resume)
@@ -89,9 +93,13 @@ def resume_point(state: dict[str, Any], n: int, world_size: int, drop_last: bool
     position = _int_field(state, "position")
     limit = share_length(n, offset, saved_ws, drop_last)
     if not 0 <= position <= limit:
-        raise FormatError(f"sampler state has position={position}, expected 0 <= position <= {limit} (len)")
+        raise FormatError(
+            f"sampler state has position={position}, expected 0 <= position <= {limit} (len)"
+        )
     global_position = offset + position * saved_ws
-    if global_position % world_size == 0 and global_position // world_size <= share_length(n, 0, world_size, drop_last):
+    if global_position % world_size == 0 and global_position // world_size <= share_length(
+        n, 0, world_size, drop_last
+    ):
         return global_position // world_size, 0  # the ordinary resume
     if global_position >= n:
         return 0, n  # every sample consumed: the epoch is over (and stays over when saved again)
@@ -112,7 +120,10 @@ def sampler_state(loader_state: dict[str, Any]) -> dict[str, Any]:
     """
     found = _find(loader_state)
     if found is None:
-        raise FormatError("no ResumableSampler state found in this loader state (keys: " f"{sorted(loader_state)[:8]})")
+        raise FormatError(
+            "no ResumableSampler state found in this loader state (keys: "
+            f"{sorted(loader_state)[:8]})"
+        )
     return found
 
 
@@ -120,7 +131,13 @@ def _find(node: Any) -> dict[str, Any] | None:
     if isinstance(node, dict):
         if "offset" in node and "seed" in node and "n" in node:
             return node
-        for key in ("_snapshot", "_main_snapshot", "_sampler_iter_state", "_index_sampler_state", "sampler_state"):
+        for key in (
+            "_snapshot",
+            "_main_snapshot",
+            "_sampler_iter_state",
+            "_index_sampler_state",
+            "sampler_state",
+        ):
             if key in node:
                 found = _find(node[key])
                 if found is not None:

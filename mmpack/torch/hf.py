@@ -113,9 +113,13 @@ def hf_inputs(
             f"attn_implementation={attn_implementation!r} is not supported; choose one of {ATTN_IMPLEMENTATIONS}"
         )
     if label_shift not in _LABEL_SHIFTS:
-        raise ValueError(f"label_shift={label_shift!r} is not supported; choose one of {_LABEL_SHIFTS}")
+        raise ValueError(
+            f"label_shift={label_shift!r} is not supported; choose one of {_LABEL_SHIFTS}"
+        )
     flash = attn_implementation.startswith("flash_attention")
-    needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (["cu_seqlens", "max_seqlen"] if flash else [])
+    needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (
+        ["cu_seqlens", "max_seqlen"] if flash else []
+    )
     missing = [key for key in needed if key not in batch]
     if missing:
         raise ValueError(
@@ -124,7 +128,9 @@ def hf_inputs(
         )
     input_ids = torch.as_tensor(batch["input_ids"])
     if input_ids.ndim != 2:
-        raise ValueError(f"batch['input_ids'] must have shape (B, seqlen), got {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"batch['input_ids'] must have shape (B, seqlen), got {tuple(input_ids.shape)}"
+        )
     device = input_ids.device if device is None else torch.device(device)
     n_rows, seqlen = input_ids.shape
     out: dict[str, Any] = {

@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from mmpack.core.validation import check_int
+from mmpack.core.validation import EpochIndex, check_int, check_int_range, epoch_index_type
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.permutation import MAX_N, Permutation
-from mmpack.core.validation import EpochIndex, check_int, check_int_range, epoch_index_type
 from mmpack.torch import elastic
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
@@ -46,8 +45,6 @@ STATE_VERSION = 1
 
 _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
-
-
 
 
 def _check_bool(value: object, name: str) -> bool:
@@ -134,7 +131,9 @@ class ResumableSampler(Sampler[int]):
             raise ValueError(f"world_size must be >= 1, got world_size={world_size}")
         check_int_range(world_size, "world_size", None)  # the upper bound, 2**62
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+            raise ValueError(
+                f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+            )
         self._n = n
         self._shuffle = _check_bool(shuffle, "shuffle")
         self._seed = seed
@@ -342,7 +341,9 @@ class ResumableSampler(Sampler[int]):
             raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
         version = state.get("version")
         if version != STATE_VERSION:
-            raise FormatError(f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}")
+            raise FormatError(
+                f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}"
+            )
         missing = [k for k in (*_CHECKED_FIELDS, "epoch", "position") if k not in state]
         if missing:
             raise FormatError(f"sampler state lacks the fields {missing}")
@@ -359,4 +360,6 @@ class ResumableSampler(Sampler[int]):
         if not 0 <= epoch < 2**64:
             raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")
         self._epoch = int(epoch)
-        self._resume_at, self._resume_base = elastic.resume_point(state, self._n, self._world_size, self._drop_last)
+        self._resume_at, self._resume_base = elastic.resume_point(
+            state, self._n, self._world_size, self._drop_last
+        )

@@ -92,15 +92,31 @@ class PackerDataset(IterableDataset):
         if rank is None or world_size is None:
             dist_on = torch.distributed.is_available() and torch.distributed.is_initialized()
             rank = (torch.distributed.get_rank() if dist_on else 0) if rank is None else rank
-            world_size = (torch.distributed.get_world_size() if dist_on else 1) if world_size is None else world_size
-        if isinstance(world_size, bool) or not isinstance(world_size, (int, np.integer)) or world_size < 1:
+            world_size = (
+                (torch.distributed.get_world_size() if dist_on else 1)
+                if world_size is None
+                else world_size
+            )
+        if (
+            isinstance(world_size, bool)
+            or not isinstance(world_size, (int, np.integer))
+            or world_size < 1
+        ):
             raise ValueError(f"world_size must be an int >= 1, got world_size={world_size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-            raise ValueError(f"rank must satisfy 0 <= rank < world_size, got rank={rank!r}, world_size={world_size}")
+        if (
+            isinstance(rank, bool)
+            or not isinstance(rank, (int, np.integer))
+            or not 0 <= rank < world_size
+        ):
+            raise ValueError(
+                f"rank must satisfy 0 <= rank < world_size, got rank={rank!r}, world_size={world_size}"
+            )
         if dtype not in (torch.int64, torch.int32):
             raise ValueError(f"dtype must be torch.int64 or torch.int32, got dtype={dtype}")
         if "return_tensors" in packer_kwargs:
-            raise ValueError("return_tensors is managed by PackerDataset (it emits torch tensors); drop it")
+            raise ValueError(
+                "return_tensors is managed by PackerDataset (it emits torch tensors); drop it"
+            )
         self.source = source
         self.rank, self.world_size = int(rank), int(world_size)
         self.eot = None if eot is None else check_token_id(eot, "eot")
@@ -156,8 +172,12 @@ class PackerDataset(IterableDataset):
         for r in range(n_rows):
             cu = np.asarray(batch["cu_seqlens"][r], dtype=np.int64)
             positions = np.arange(seqlen, dtype=np.int64) - np.repeat(cu[:-1], np.diff(cu))
-            row = {"input_ids": ids[r], "attention_mask": batch["attention_mask"][r], "position_ids": positions,
-                   "cu_seqlens": batch["cu_seqlens"][r]}
+            row = {
+                "input_ids": ids[r],
+                "attention_mask": batch["attention_mask"][r],
+                "position_ids": positions,
+                "cu_seqlens": batch["cu_seqlens"][r],
+            }
             if batch.get("labels") is not None:
                 row["labels"] = batch["labels"][r]
             rows.append(row)

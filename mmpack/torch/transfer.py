@@ -72,7 +72,9 @@ class SharedCollator:
         the per-token tensors being views of one ``(fields, B, seqlen)`` tensor.
     """
 
-    def __init__(self, *, dtype: torch.dtype = torch.int64, slots: int = 16, **collate_options: Any) -> None:
+    def __init__(
+        self, *, dtype: torch.dtype = torch.int64, slots: int = 16, **collate_options: Any
+    ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
             raise ValueError(f"slots must be an int >= 1, got slots={slots!r}")
         self._collator = Collator(dtype=dtype, **collate_options)
@@ -98,7 +100,9 @@ class SharedCollator:
         worker = int(info.id)
         if self._pool is None:
             tracked = worker < _MAX_WORKERS
-            self._pool = _Pool(self._flags[worker] if tracked else torch.zeros(self.slots, dtype=torch.int32))
+            self._pool = _Pool(
+                self._flags[worker] if tracked else torch.zeros(self.slots, dtype=torch.int32)
+            )
         names = [k for k in TOKEN_FIELDS if k in out]
         if not names:
             return out
@@ -107,7 +111,9 @@ class SharedCollator:
         for i, name in enumerate(names):
             buf[i].copy_(out.pop(name))
         small = {key: _to_wire(value) for key, value in out.items()}
-        return _SharedBatch(buf, names, small, (*self._key, worker, slot if worker < _MAX_WORKERS else -1))
+        return _SharedBatch(
+            buf, names, small, (*self._key, worker, slot if worker < _MAX_WORKERS else -1)
+        )
 
 
 class _Pool:
@@ -140,8 +146,13 @@ class _Pool:
 class _SharedBatch(dict):
     """The worker-side batch; unpickles in the main process as a plain dict (see module doc)."""
 
-    def __init__(self, buf: torch.Tensor, names: list[str], small: dict[str, Any],
-                 where: tuple[int, int, int, int]) -> None:
+    def __init__(
+        self,
+        buf: torch.Tensor,
+        names: list[str],
+        small: dict[str, Any],
+        where: tuple[int, int, int, int],
+    ) -> None:
         super().__init__({name: buf[i] for i, name in enumerate(names)}, **_from_wire_all(small))
         self._wire = (buf, names, small, where)
 
@@ -149,9 +160,12 @@ class _SharedBatch(dict):
         return (_rebuild, self._wire)
 
 
-def _rebuild(buf: torch.Tensor, names: list[str], small: dict[str, Any],
-             where: tuple[int, int, int, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {name: buf[i] for i, name in enumerate(names)}  # views: they keep buf alive
+def _rebuild(
+    buf: torch.Tensor, names: list[str], small: dict[str, Any], where: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        name: buf[i] for i, name in enumerate(names)
+    }  # views: they keep buf alive
     out.update(_from_wire_all(small))
     pid, serial, worker, slot = where
     flags = _FLAGS.get((pid, serial))

@@ -34,7 +34,14 @@ from mmpack.core.validation import (
 )
 from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
 
-__all__ = ["IGNORE_INDEX", "MaskingOptions", "check_masking", "corrupt_rows", "excluded_ids", "row_keys"]
+__all__ = [
+    "IGNORE_INDEX",
+    "MaskingOptions",
+    "check_masking",
+    "corrupt_rows",
+    "excluded_ids",
+    "row_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,15 @@ def corrupt_rows(
     if labels is None:
         labels = np.empty_like(ids)
     mlm_hashed_rows(
-        ids, maskable, keys, excluded, excluded - np.arange(excluded.size), n_allowed,
-        float(mask_prob), int(mask_id), int(ignore_index), labels,
+        ids,
+        maskable,
+        keys,
+        excluded,
+        excluded - np.arange(excluded.size),
+        n_allowed,
+        float(mask_prob),
+        int(mask_id),
+        int(ignore_index),
+        labels,
     )
     return labels

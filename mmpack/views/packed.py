@@ -54,21 +54,6 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.views.batch import SampleBatch
-from mmpack.views.buffers import BufferPool
-from mmpack.errors import FormatError
-from mmpack.kernels.packing import (
-    LABELS_HF,
-    LABELS_NEXT,
-    LABELS_NONE,
-    fill_rows,
-    one_bin,
-    select_pieces,
-)
-from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
-from mmpack.views.readahead import ColdReads, prefetch_ranges
-from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan, plan_cache_key
-from mmpack.store.reader import TokenStore, open_store
 from mmpack.core.validation import (
     check_index,
     check_indices,
@@ -78,7 +63,28 @@ from mmpack.core.validation import (
     check_token_id,
     index_epochs,
 )
+from mmpack.errors import FormatError
+from mmpack.kernels.packing import (
+    LABELS_HF,
+    LABELS_NEXT,
+    LABELS_NONE,
+    fill_rows,
+    one_bin,
+    select_pieces,
+)
+from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_in_vocab, resolve_special
+from mmpack.views.batch import SampleBatch
+from mmpack.views.buffers import BufferPool
+from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
+from mmpack.views.plan import (
+    DEFAULT_LOOKAHEAD,
+    PackingPlan,
+    PackingStats,
+    cached_plan,
+    plan_cache_key,
+)
+from mmpack.views.readahead import ColdReads, prefetch_ranges
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -89,14 +95,6 @@ LABEL_SHIFTS = ("hf", "next")
 """Accepted ``label_shift`` values (causal mode)."""
 
 _INT32_MAX = 2**31 - 1
-
-
-
-
-
-
-
-
 
 
 class PackedDataset:
@@ -173,8 +171,13 @@ class PackedDataset:
         if not 1 <= self.seqlen < _INT32_MAX:
             raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
         eot, pad_id, mask_id, vocab_size = (
-            resolve_special(v, store, n) for v, n in
-            ((eot, "eot"), (pad_id, "pad_id"), (mask_id, "mask_id"), (vocab_size, "vocab_size"))
+            resolve_special(v, store, n)
+            for v, n in (
+                (eot, "eot"),
+                (pad_id, "pad_id"),
+                (mask_id, "mask_id"),
+                (vocab_size, "vocab_size"),
+            )
         )
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.pad_id = check_token_id(pad_id, "pad_id")
@@ -185,20 +188,34 @@ class PackedDataset:
             raise ValueError(f"label_shift must be one of {LABEL_SHIFTS}, got {label_shift!r}")
         self.label_shift = label_shift
         masking = check_masking(
-            mode == "mlm", mask_prob=mask_prob, mask_id=mask_id, vocab_size=vocab_size,
-            special_ids=special_ids, pad_id=self.pad_id, also_excluded=(self.eot,),
+            mode == "mlm",
+            mask_prob=mask_prob,
+            mask_id=mask_id,
+            vocab_size=vocab_size,
+            special_ids=special_ids,
+            pad_id=self.pad_id,
+            also_excluded=(self.eot,),
         )
         self.mask_prob = masking.mask_prob
         self.special_ids = masking.special_ids
         self.mask_id = masking.mask_id
         self.vocab_size = masking.vocab_size
-        check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id, "mask_id": self.mask_id},
-                       not check_vocab)
+        check_in_vocab(
+            store,
+            {"eot": self.eot, "pad_id": self.pad_id, "mask_id": self.mask_id},
+            not check_vocab,
+        )
         self.seed: int = check_seed(seed)
         self.lookahead = check_int_range(lookahead, "lookahead", None)
         # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.
-        plan_cache_key("", self.seqlen, eot=self.eot is not None, long_docs=long_docs,
-                       algorithm=algorithm, lookahead=self.lookahead)
+        plan_cache_key(
+            "",
+            self.seqlen,
+            eot=self.eot is not None,
+            long_docs=long_docs,
+            algorithm=algorithm,
+            lookahead=self.lookahead,
+        )
         self.long_docs = long_docs
         self.algorithm = algorithm
         self.cache = bool(cache)
@@ -208,8 +225,13 @@ class PackedDataset:
     def _setup(self) -> None:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._plan = cached_plan(
-            self.store, self.seqlen, eot=self.eot is not None, long_docs=self.long_docs,
-            algorithm=self.algorithm, lookahead=self.lookahead, cache=self.cache,
+            self.store,
+            self.seqlen,
+            eot=self.eot is not None,
+            long_docs=self.long_docs,
+            algorithm=self.algorithm,
+            lookahead=self.lookahead,
+            cache=self.cache,
         )
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
@@ -218,7 +240,9 @@ class PackedDataset:
         self._pool = BufferPool()
         specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
         self._excl = (
-            excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self.mode == "mlm" else None
+            excluded_ids(self.vocab_size or 0, specials, self.pad_id)
+            if self.mode == "mlm"
+            else None
         )
         if self.mode == "mlm":
             self._label_mode = LABELS_NONE
@@ -230,7 +254,11 @@ class PackedDataset:
         )
 
     def _corrupt(
-        self, idx: np.ndarray, epochs: Any, ids: np.ndarray, attn: np.ndarray,
+        self,
+        idx: np.ndarray,
+        epochs: Any,
+        ids: np.ndarray,
+        attn: np.ndarray,
         labels: np.ndarray,
     ) -> None:
         """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index);
@@ -244,8 +272,14 @@ class PackedDataset:
         else:
             keys = row_keys(self.seed, epochs, idx)
         corrupt_rows(
-            ids, attn, keys, mask_prob=self.mask_prob, mask_id=self.mask_id,
-            vocab_size=self.vocab_size, excluded=self._excl, labels=labels,
+            ids,
+            attn,
+            keys,
+            mask_prob=self.mask_prob,
+            mask_id=self.mask_id,
+            vocab_size=self.vocab_size,
+            excluded=self._excl,
+            labels=labels,
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -305,8 +339,17 @@ class PackedDataset:
         cu = np.empty((1, hi - lo + 2), dtype=np.int32)
         scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
         bad = one_bin(
-            plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets, src,
-            b, self._params, rows, cu, scalars,
+            plan.bin_ptr,
+            plan.piece_doc,
+            plan.piece_start,
+            plan.piece_len,
+            self._offsets,
+            src,
+            b,
+            self._params,
+            rows,
+            cu,
+            scalars,
         )
         if bad >= 0:
             raise FormatError(
@@ -316,8 +359,11 @@ class PackedDataset:
         if self.mode == "mlm":
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
-            "input_ids": rows[0, 0], "labels": rows[2, 0], "position_ids": rows[1, 0],
-            "attention_mask": rows[3, 0], "cu_seqlens": cu[0, : scalars[0, 0] + 1],
+            "input_ids": rows[0, 0],
+            "labels": rows[2, 0],
+            "position_ids": rows[1, 0],
+            "attention_mask": rows[3, 0],
+            "cu_seqlens": cu[0, : scalars[0, 0] + 1],
             "max_seqlen": int(scalars[1, 0]),
         }
 
@@ -347,8 +393,18 @@ class PackedDataset:
         lengths = np.empty(total, dtype=np.int64)
         has_eot = np.empty(total, dtype=np.uint8)
         bad = select_pieces(
-            plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets,
-            self.seqlen, int(self.eot is not None), idx, row_ptr, starts, lengths, has_eot,
+            plan.bin_ptr,
+            plan.piece_doc,
+            plan.piece_start,
+            plan.piece_len,
+            self._offsets,
+            self.seqlen,
+            int(self.eot is not None),
+            idx,
+            row_ptr,
+            starts,
+            lengths,
+            has_eot,
         )
         if bad >= 0:
             raise FormatError(
@@ -381,13 +437,31 @@ class PackedDataset:
         eot_id = 0 if self.eot is None else self.eot
         if k:
             fill_rows(
-                src, src_starts, lengths, has_eot, row_ptr, eot_id, self.pad_id,
-                self._label_mode, ids, pos, labels, attn, cu, n_seg, max_len,
+                src,
+                src_starts,
+                lengths,
+                has_eot,
+                row_ptr,
+                eot_id,
+                self.pad_id,
+                self._label_mode,
+                ids,
+                pos,
+                labels,
+                attn,
+                cu,
+                n_seg,
+                max_len,
             )
         if self.mode == "mlm":
             self._corrupt(idx, epochs, ids, attn, labels)
-        columns = {"input_ids": ids, "labels": labels, "position_ids": pos,
-                   "attention_mask": attn, "max_seqlen": max_len}
+        columns = {
+            "input_ids": ids,
+            "labels": labels,
+            "position_ids": pos,
+            "attention_mask": attn,
+            "max_seqlen": max_len,
+        }
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead
@@ -400,7 +474,8 @@ class PackedDataset:
 
     def _before_cold_read(self, b: int, lo: int, hi: int) -> int:
         return self._cold.before_read(
-            self.store, self._first_token(lo, hi),
+            self.store,
+            self._first_token(lo, hi),
             lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
         )
 

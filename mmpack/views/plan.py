@@ -55,9 +55,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import check_index
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as _k
-from mmpack.core.validation import check_index
 
 __all__ = [
     "ALGORITHMS",
@@ -247,8 +247,9 @@ def build_plan(
         )
     lens = lens.astype(np.int64, copy=False)
     if lens.size and lens.min() < 0:
-        raise ValueError(f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length "
-                         f"{int(lens.min())}")
+        raise ValueError(
+            f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
+        )
     e = int(bool(eot))
     n = lens.shape[0]
     mode = _LONG_CODES[long_docs]
@@ -377,7 +378,9 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
     # Offsets depend on the header's length, which depends on the offsets: reserve digits.
     for name, arr in arrays.items():
         header["arrays"][name] = {
-            "dtype": arr.dtype.str, "shape": list(arr.shape), "offset": 0,
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "offset": 0,
             "crc32": zlib.crc32(arr.data),
         }
     blob = json.dumps(header).encode()
@@ -510,7 +513,11 @@ def cached_plan(
     ``cache=False`` neither reads nor writes the cache.
     """
     key = plan_cache_key(
-        store.fingerprint, seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm,
+        store.fingerprint,
+        seqlen,
+        eot=eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
         lookahead=lookahead,
     )
     path = Path(store.cache_dir) / f"plan-{_key_digest(key)}.mmplan"
@@ -522,7 +529,11 @@ def cached_plan(
         except OSError:
             pass
     plan = build_plan(
-        store.doc_lens, seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm,
+        store.doc_lens,
+        seqlen,
+        eot=eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
         lookahead=lookahead,
     )
     if cache:
@@ -536,4 +547,3 @@ def cached_plan(
 
 def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
-

@@ -22,9 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.vocab import check_in_vocab, resolve_special
-from mmpack.views.batch import SampleBatch
-from mmpack.views.buffers import BufferPool
+from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 from mmpack.kernels.window import (
     INDEX_STEP,
     fill_sampled_index,
@@ -34,21 +32,17 @@ from mmpack.kernels.window import (
     one_window,
     window_ranges,
 )
+from mmpack.store.reader import TokenStore
+from mmpack.store.vocab import check_in_vocab, resolve_special
+from mmpack.views.batch import SampleBatch
+from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import IGNORE_INDEX
 from mmpack.views.readahead import ColdReads, flat_start
-from mmpack.store.reader import TokenStore
-from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 
 __all__ = ["WindowDataset"]
 
 _INT32_MAX = 2**31 - 1
 _SAMPLED_INDEX_DOCS = 1 << 20
-
-
-
-
-
-
 
 
 class WindowDataset:
@@ -140,8 +134,9 @@ class WindowDataset:
         )
         self._top = np.empty(0, dtype=np.int64)
         if self.sampled_index:
-            self._top = np.empty((len(self.store) - 1) // INDEX_STEP + 1 if len(self.store) else 0,
-                                 dtype=np.int64)
+            self._top = np.empty(
+                (len(self.store) - 1) // INDEX_STEP + 1 if len(self.store) else 0, dtype=np.int64
+            )
             fill_sampled_index(self._offsets, self._use_eot, self._top)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -216,8 +211,21 @@ class WindowDataset:
             src, cursors = self.store.read_ranges(*self._ranges(vstarts))
         if k:
             gather_windows(
-                src, cursors, self._offsets, self._top, self._use_eot, self._eot, vstarts, seqlen,
-                self.width, self.total, self.pad_id, rows, pos, cu, ncu,
+                src,
+                cursors,
+                self._offsets,
+                self._top,
+                self._use_eot,
+                self._eot,
+                vstarts,
+                seqlen,
+                self.width,
+                self.total,
+                self.pad_id,
+                rows,
+                pos,
+                cu,
+                ncu,
             )
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
         if self.labels:
@@ -244,8 +252,16 @@ class WindowDataset:
         starts = np.empty(vstarts.shape[0], dtype=np.int64)
         lengths = np.empty(vstarts.shape[0], dtype=np.int64)
         if vstarts.shape[0]:
-            window_ranges(self._offsets, self._top, self._use_eot, vstarts, self.width,
-                          self.total, starts, lengths)
+            window_ranges(
+                self._offsets,
+                self._top,
+                self._use_eot,
+                vstarts,
+                self.width,
+                self.total,
+                starts,
+                lengths,
+            )
         return starts, lengths
 
     def _before_cold_read(self, v: int) -> int:
@@ -291,14 +307,15 @@ class WindowDataset:
             stop_v = min(seg_end, end)
             if stop_v > v:
                 start = v - doc_v0
-                pieces.append({
-                    "doc": j,
-                    "start": min(start, dl),
-                    "stop": min(stop_v - doc_v0, dl),
-                    "eot": int(use_eot and stop_v == seg_end),
-                    "at": v - i * self.stride,
-                })
+                pieces.append(
+                    {
+                        "doc": j,
+                        "start": min(start, dl),
+                        "stop": min(stop_v - doc_v0, dl),
+                        "eot": int(use_eot and stop_v == seg_end),
+                        "at": v - i * self.stride,
+                    }
+                )
             v = max(v, stop_v)
             j += 1
         return pieces
-

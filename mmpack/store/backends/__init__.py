@@ -37,6 +37,4 @@ def get_backend(name: str) -> type[Backend]:
     try:
         return BACKENDS[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"backend={name!r} is not one of {sorted(BACKENDS)}"
-        ) from None
+        raise ValueError(f"backend={name!r} is not one of {sorted(BACKENDS)}") from None

@@ -44,9 +44,7 @@ class Backend(abc.ABC):
         """Tokens ``[start, stop)`` of the flat array (bounds already validated)."""
 
     @abc.abstractmethod
-    def read_ranges(
-        self, starts: np.ndarray, lengths: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Many flat ranges at once; see the package docstring for the contract."""
 
     # ------------------------------------------------------------------ access pattern (optional)

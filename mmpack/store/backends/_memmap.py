@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.errors import FormatError
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta, write_json_atomic
 
 
@@ -49,8 +49,10 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FormatError(f"{path} is not a regular file (mode {stat.filemode(st.st_mode)}): "
-                          "the store is damaged; rebuild it")
+        raise FormatError(
+            f"{path} is not a regular file (mode {stat.filemode(st.st_mode)}): "
+            "the store is damaged; rebuild it"
+        )
     f = os.fdopen(fd, "rb")
     with f:  # size and mapping from one open file: a concurrent rebuild cannot slip between
         actual = st.st_size

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 
 TOKEN_CHUNK = 1 << 18
@@ -115,8 +115,11 @@ class ZarrBackend(Backend):
             except FileNotFoundError:
                 st = None
             if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                what = "is missing" if st is None else (
-                    "is empty" if stat.S_ISREG(st.st_mode) else "is not a regular file")
+                what = (
+                    "is missing"
+                    if st is None
+                    else ("is empty" if stat.S_ISREG(st.st_mode) else "is not a regular file")
+                )
                 raise FormatError(
                     f"{self.path}: {name} chunk {c} ({chunk.relative_to(self.path)}) {what}: "
                     "Zarr would read it as zeros; the store is incomplete or damaged, rebuild it"
@@ -126,7 +129,9 @@ class ZarrBackend(Backend):
     def read_meta(path: Path) -> Any | None:
         if not (path / "zarr.json").is_file():
             if os.path.lexists(path / "zarr.json"):  # a FIFO would block the read
-                raise FormatError(f"{path / 'zarr.json'} is not a regular file: the store is damaged")
+                raise FormatError(
+                    f"{path / 'zarr.json'} is not a regular file: the store is damaged"
+                )
             return None
         try:
             group = _zarr().open_group(str(path), mode="r")
@@ -146,7 +151,10 @@ class ZarrBackend(Backend):
         ):
             # Every chunk is written, even all-zero ones: a missing chunk then means damage.
             arr = group.create_array(
-                name, shape=(count,), dtype=dtype, chunks=(chunk,),
+                name,
+                shape=(count,),
+                dtype=dtype,
+                chunks=(chunk,),
                 config={"write_empty_chunks": True},
             )
             raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r") if count else None
@@ -211,5 +219,3 @@ class ZarrBackend(Backend):
             i = j
         src = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         return src, src_starts
-
-

@@ -33,8 +33,12 @@ class ObstoreTransport(Transport):
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         super().__init__(url, options)
-        self._store_options = {k: v for k, v in options.items() if k not in _OPTION_DEFAULTS
-                               and k not in ("client", "multipart_threshold", "multipart_chunk")}
+        self._store_options = {
+            k: v
+            for k, v in options.items()
+            if k not in _OPTION_DEFAULTS
+            and k not in ("client", "multipart_threshold", "multipart_chunk")
+        }
         self._pid = -1
         self._store: Any = None
 
@@ -55,8 +59,11 @@ class ObstoreTransport(Transport):
             opts = dict(self._store_options)
             if opts.pop("allow_http", None) in (True, "true", "1"):
                 opts.setdefault("client_options", {})["allow_http"] = True
-            for alias, name in (("endpoint_url", "endpoint"), ("key", "access_key_id"),
-                                ("secret", "secret_access_key")):
+            for alias, name in (
+                ("endpoint_url", "endpoint"),
+                ("key", "access_key_id"),
+                ("secret", "secret_access_key"),
+            ):
                 if alias in opts:
                     opts[name] = opts.pop(alias)
             client_options = opts.pop("client_options", None)
@@ -74,7 +81,7 @@ class ObstoreTransport(Transport):
             raise RemoteAccessError(f"{self.key_url(key)}: access refused ({exc})") from None
         except (RuntimeError, ValueError, TypeError):
             raise
-        except Exception as exc:  # noqa: BLE001 - obstore's generic errors (retried here)
+        except Exception as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
 
     def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
@@ -82,16 +89,21 @@ class ObstoreTransport(Transport):
 
         if rng is None:
             return self._wrap(key, lambda: bytes(obstore.get(self._obj(), key).bytes()))
-        return self._wrap(key, lambda: bytes(obstore.get_range(
-            self._obj(), key, start=rng[0], end=rng[1])))
+        return self._wrap(
+            key, lambda: bytes(obstore.get_range(self._obj(), key, start=rng[0], end=rng[1]))
+        )
 
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         import obstore
 
         starts = [r[0] for r in ranges]
         ends = [r[1] for r in ranges]
-        got = self._retry(key, lambda: self._wrap(key, lambda: obstore.get_ranges(
-            self._obj(), key, starts=starts, ends=ends)))
+        got = self._retry(
+            key,
+            lambda: self._wrap(
+                key, lambda: obstore.get_ranges(self._obj(), key, starts=starts, ends=ends)
+            ),
+        )
         return [bytes(b) for b in got]
 
     def _size(self, key: str) -> int:

@@ -36,9 +36,19 @@ def _hmac(key: bytes, msg: str) -> bytes:
 
 
 def sign_v4(
-    method: str, host: str, path: str, query: dict[str, str], headers: dict[str, str],
-    payload_sha256: str, *, access_key: str, secret_key: str, region: str,
-    session_token: str | None = None, now: _dt.datetime | None = None, service: str = "s3",
+    method: str,
+    host: str,
+    path: str,
+    query: dict[str, str],
+    headers: dict[str, str],
+    payload_sha256: str,
+    *,
+    access_key: str,
+    secret_key: str,
+    region: str,
+    session_token: str | None = None,
+    now: _dt.datetime | None = None,
+    service: str = "s3",
 ) -> dict[str, str]:
     """The headers to add to a request for AWS Signature Version 4 (``Authorization``,
     ``x-amz-date``, ``x-amz-content-sha256`` and the session token if any).  ``path`` is the
@@ -47,31 +57,38 @@ def sign_v4(
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     day = amz_date[:8]
     # Signed: host and the x-amz-* headers (others, like Range, may go unsigned).
-    signed = {k.lower(): str(v).strip() for k, v in headers.items()
-              if k.lower().startswith("x-amz-")}
+    signed = {
+        k.lower(): str(v).strip() for k, v in headers.items() if k.lower().startswith("x-amz-")
+    }
     signed["host"] = host
     signed["x-amz-date"] = amz_date
     signed["x-amz-content-sha256"] = payload_sha256
     if session_token:
         signed["x-amz-security-token"] = session_token
     names = sorted(signed)
-    canonical = "\n".join([
-        method,
-        path,
-        "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(query.items())),
-        "".join(f"{k}:{signed[k]}\n" for k in names),
-        ";".join(names),
-        payload_sha256,
-    ])
+    canonical = "\n".join(
+        [
+            method,
+            path,
+            "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(query.items())),
+            "".join(f"{k}:{signed[k]}\n" for k in names),
+            ";".join(names),
+            payload_sha256,
+        ]
+    )
     scope = f"{day}/{region}/{service}/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
-                         hashlib.sha256(canonical.encode()).hexdigest()])
-    key = _hmac(_hmac(_hmac(_hmac(("AWS4" + secret_key).encode(), day), region), service),
-                "aws4_request")
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = _hmac(
+        _hmac(_hmac(_hmac(("AWS4" + secret_key).encode(), day), region), service), "aws4_request"
+    )
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     out = {k: v for k, v in signed.items() if k != "host" and k not in {h.lower() for h in headers}}
-    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
-                            f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    out["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
     return out
 
 
@@ -137,8 +154,15 @@ class S3Config:
 class S3Http:
     """Signed requests to one bucket, with a connection pool and a thread pool per process."""
 
-    def __init__(self, bucket: str, config: S3Config, *, max_concurrency: int,
-                 connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        config: S3Config,
+        *,
+        max_concurrency: int,
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> None:
         self.bucket = bucket
         self.config = config
         self.max_concurrency = max_concurrency
@@ -169,7 +193,10 @@ class S3Http:
         # A new process (forked or spawned) gets new pools: never the parent's sockets/threads.
         self._lock = threading.Lock()
         self._pool = urllib3.PoolManager(
-            num_pools=4, maxsize=self.max_concurrency, block=False, retries=False,
+            num_pools=4,
+            maxsize=self.max_concurrency,
+            block=False,
+            retries=False,
             timeout=urllib3.Timeout(connect=self.connect_timeout, read=self.read_timeout),
         )
         self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="mmpack-s3")
@@ -180,9 +207,16 @@ class S3Http:
         self._ensure()
         return self._executor
 
-    def request(self, method: str, key: str, *, query: dict[str, str] | None = None,
-                headers: dict[str, str] | None = None, body: bytes | None = None,
-                body_file: tuple[str, int] | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        key: str,
+        *,
+        query: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        body_file: tuple[str, int] | None = None,
+    ) -> Any:
         """One signed request (no retries); returns the urllib3 response, content loaded.
         ``body_file=(path, size)`` streams a local file after hashing it."""
         self._ensure()
@@ -201,17 +235,28 @@ class S3Http:
         else:
             payload = _EMPTY_SHA256
         if self.config.access_key and self.config.secret_key:
-            headers.update(sign_v4(
-                method, self._host, path, query, headers, payload,
-                access_key=self.config.access_key, secret_key=self.config.secret_key,
-                region=self.config.region, session_token=self.config.session_token,
-            ))
+            headers.update(
+                sign_v4(
+                    method,
+                    self._host,
+                    path,
+                    query,
+                    headers,
+                    payload,
+                    access_key=self.config.access_key,
+                    secret_key=self.config.secret_key,
+                    region=self.config.region,
+                    session_token=self.config.session_token,
+                )
+            )
         url = self._origin + path
         if query:
             url += "?" + "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(query.items()))
         if body_file is not None:
             with open(body_file[0], "rb") as f:
-                return self._pool.request(method, url, body=f, headers=headers,
-                                          preload_content=True, redirect=False)
-        return self._pool.request(method, url, body=body, headers=headers,
-                                  preload_content=True, redirect=False)
+                return self._pool.request(
+                    method, url, body=f, headers=headers, preload_content=True, redirect=False
+                )
+        return self._pool.request(
+            method, url, body=body, headers=headers, preload_content=True, redirect=False
+        )

@@ -70,7 +70,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _crc_blocks(data: bytes | memoryview, block: int) -> list[int]:
     mv = memoryview(data)
-    return [zlib.crc32(mv[i:i + block]) for i in range(0, len(mv), block)]
+    return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
 
 
 class RemoteBackend(Backend):
@@ -78,8 +78,14 @@ class RemoteBackend(Backend):
 
     name = "memmap"  # the remote layout is the memmap layout's files, as objects
 
-    def __init__(self, transport: Transport, meta: StoreMeta, raw: dict[str, Any], folder: Path,
-                 cache: BlockCache | None) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        meta: StoreMeta,
+        raw: dict[str, Any],
+        folder: Path,
+        cache: BlockCache | None,
+    ) -> None:
         super().__init__(folder, meta)
         self.transport = transport
         self.url = transport.url
@@ -101,20 +107,26 @@ class RemoteBackend(Backend):
                 raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
             if self.block < 8 or self.block & (self.block - 1):
                 raise FormatError(f"{self.url}: check_block_bytes {self.block} is not a power of 2")
-            raw_table = self._verified_object(check_object, (-(-self.nbytes // self.block)) * 4,
-                                              [check_crc], None)
+            raw_table = self._verified_object(
+                check_object, (-(-self.nbytes // self.block)) * 4, [check_crc], None
+            )
             table = np.frombuffer(raw_table, dtype="<u4")
         self.table = table
         try:
             size = transport.size(self.data + "tokens.bin")
         except ObjectMissing:
-            raise FormatError(f"{self.url}: {self.data}tokens.bin is missing: the store is "
-                              "incomplete or was deleted; rebuild it") from None
+            raise FormatError(
+                f"{self.url}: {self.data}tokens.bin is missing: the store is "
+                "incomplete or was deleted; rebuild it"
+            ) from None
         if size != self.nbytes:
-            raise FormatError(f"{self.url}: {self.data}tokens.bin holds {size} bytes but the "
-                              f"metadata says {self.nbytes}: it is truncated or was replaced")
-        raw_offsets = self._verified_object("offsets.bin", (meta.num_docs + 1) * 8,
-                                            list(meta.offsets_crc32), meta.block_bytes)
+            raise FormatError(
+                f"{self.url}: {self.data}tokens.bin holds {size} bytes but the "
+                f"metadata says {self.nbytes}: it is truncated or was replaced"
+            )
+        raw_offsets = self._verified_object(
+            "offsets.bin", (meta.num_docs + 1) * 8, list(meta.offsets_crc32), meta.block_bytes
+        )
         offsets = np.frombuffer(raw_offsets, dtype=OFFSETS_DTYPE)
         self._offsets = offsets  # frombuffer of bytes: read-only
         self._pid = -1
@@ -134,8 +146,7 @@ class RemoteBackend(Backend):
         raise TypeError("RemoteBackend is not pickled; the TokenStore reopens its URL")
 
     # ------------------------------------------------------------------------------ open
-    def _verified_object(self, name: str, nbytes: int, crcs: list[int],
-                         block: int | None) -> bytes:
+    def _verified_object(self, name: str, nbytes: int, crcs: list[int], block: int | None) -> bytes:
         """Object ``data/name`` (``nbytes``), from the local folder if present and intact,
         else fetched, checked against ``crcs`` (per ``block`` bytes, or whole) and saved."""
         local = self.path / name
@@ -146,12 +157,16 @@ class RemoteBackend(Backend):
         try:
             data = self.transport.get(self.data + name)
         except ObjectMissing:
-            raise FormatError(f"{self.url}: {self.data}{name} is missing: the store is "
-                              "incomplete or was deleted; rebuild it") from None
+            raise FormatError(
+                f"{self.url}: {self.data}{name} is missing: the store is "
+                "incomplete or was deleted; rebuild it"
+            ) from None
         got = _crc_blocks(data, block or max(nbytes, 1)) if data else []
         if len(data) != nbytes or (got != crcs and not (nbytes == 0 and not crcs)):
-            raise FormatError(f"{self.url}: {self.data}{name} ({len(data)} bytes) fails its "
-                              "checksum: the object is corrupt or was replaced; rebuild the store")
+            raise FormatError(
+                f"{self.url}: {self.data}{name} ({len(data)} bytes) fails its "
+                "checksum: the object is corrupt or was replaced; rebuild the store"
+            )
         self.path.mkdir(parents=True, exist_ok=True)
         _write_atomic(local, data)
         return data
@@ -226,7 +241,7 @@ class RemoteBackend(Backend):
         for b, fut in waits:
             try:
                 data = fut.result().get(b)
-            except Exception:  # noqa: BLE001 - fetched again below, where it is reported
+            except Exception:
                 data = None
             if data is not None:
                 found[b] = data
@@ -267,9 +282,13 @@ class RemoteBackend(Backend):
         finally:
             self.cache.release(self.fingerprint, mine)
         if theirs:
-            landed = {b: d for b, d in self.cache.wait_for(
-                self.fingerprint, theirs, self.transport.read_timeout).items()
-                if self._intact(b, d)}
+            landed = {
+                b: d
+                for b, d in self.cache.wait_for(
+                    self.fingerprint, theirs, self.transport.read_timeout
+                ).items()
+                if self._intact(b, d)
+            }
             self.stats["cache_hits"] += len(landed)
             late = [b for b in theirs if b not in landed]
             got.update(landed)
@@ -302,10 +321,12 @@ class RemoteBackend(Backend):
         except ObjectMissing:
             raise StateMismatchError(
                 f"{self.url}: {key} is gone: the store was rebuilt or deleted after it was "
-                "opened; open it again") from None
+                "opened; open it again"
+            ) from None
 
-    def _fetch_runs(self, key: str, runs: list[list[int]],
-                    ranges: list[tuple[int, int]]) -> dict[int, bytes]:
+    def _fetch_runs(
+        self, key: str, runs: list[list[int]], ranges: list[tuple[int, int]]
+    ) -> dict[int, bytes]:
         pieces = self.transport.get_ranges(key, ranges)
         with self._lock:
             self.stats["requests"] += len(ranges)
@@ -322,7 +343,8 @@ class RemoteBackend(Backend):
                         raise FormatError(
                             f"{self.url}: {key} bytes {lo}..{hi} (check block {b}) fail their "
                             f"checksum (stored {int(self.table[b]):#010x}, got "
-                            f"{zlib.crc32(data):#010x}): the object is corrupt; rebuild the store")
+                            f"{zlib.crc32(data):#010x}): the object is corrupt; rebuild the store"
+                        )
                 out[b] = data
         return out
 
@@ -341,8 +363,9 @@ class RemoteBackend(Backend):
             if self._prefetcher is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._prefetcher = ThreadPoolExecutor(_AHEAD_THREADS,
-                                                      thread_name_prefix="mmpack-ahead")
+                self._prefetcher = ThreadPoolExecutor(
+                    _AHEAD_THREADS, thread_name_prefix="mmpack-ahead"
+                )
             fut = self._prefetcher.submit(self._prefetch_job, todo)
             for b in todo:
                 self._pending[b] = fut
@@ -377,6 +400,8 @@ class RemoteBackend(Backend):
             for k in range(0, len(data), self.block):
                 b = (start + k) // self.block
                 if not self._intact(b, data[k : k + self.block]):
-                    raise FormatError(f"{self.url}: {key} check block {b} fails its checksum: "
-                                      "the object is corrupt; rebuild the store")
+                    raise FormatError(
+                        f"{self.url}: {key} check block {b} fails its checksum: "
+                        "the object is corrupt; rebuild the store"
+                    )
         return data

@@ -30,9 +30,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "mmpack"
 
 
-def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
-             cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | None = None,
-             format: str | None = None) -> Any:
+def open_url(
+    location: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | None = None,
+    format: str | None = None,
+) -> Any:
     """Open the store at URL ``location`` (``mmpack.open(url, ...)``).
 
     Parameters
@@ -69,24 +74,35 @@ def open_url(location: str, *, storage_options: dict[str, Any] | None = None,
             except ObjectMissing:
                 pass
         if zarr:
-            raise FormatError(f"{location}: a Zarr store; this mmpack reads remote stores of "
-                              "the memmap layout only") from None
-        what = "the bucket does not exist" if code == "NoSuchBucket" else \
-            f"{transport.key_url(META_FILE)} does not exist"
-        raise StoreNotFoundError(f"no mmpack store at {location!r}: {what} (an interrupted "
-                                 "upload leaves no store)") from None
+            raise FormatError(
+                f"{location}: a Zarr store; this mmpack reads remote stores of "
+                "the memmap layout only"
+            ) from None
+        what = (
+            "the bucket does not exist"
+            if code == "NoSuchBucket"
+            else f"{transport.key_url(META_FILE)} does not exist"
+        )
+        raise StoreNotFoundError(
+            f"no mmpack store at {location!r}: {what} (an interrupted upload leaves no store)"
+        ) from None
     try:
         raw = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"{transport.key_url(META_FILE)} is not valid JSON: {exc}") from None
     meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
     if meta.backend != "memmap":
-        raise FormatError(f"{location}: backend {meta.backend!r}; remote stores use the memmap "
-                          "layout")
+        raise FormatError(
+            f"{location}: backend {meta.backend!r}; remote stores use the memmap layout"
+        )
     folder = root / "stores" / meta.fingerprint
     cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
     backend = RemoteBackend(transport, meta, raw, folder, cache)
-    options: dict[str, Any] = {"storage_options": storage_options, "cache_dir": str(root),
-                               "cache_limit": cache_limit}
-    return TokenStore(folder, meta, raw, backend, location=location, cache_dir=folder,
-                      open_options=options)
+    options: dict[str, Any] = {
+        "storage_options": storage_options,
+        "cache_dir": str(root),
+        "cache_limit": cache_limit,
+    }
+    return TokenStore(
+        folder, meta, raw, backend, location=location, cache_dir=folder, open_options=options
+    )

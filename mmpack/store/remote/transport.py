@@ -38,8 +38,13 @@ from mmpack.errors import RemoteAccessError, RemoteError
 __all__ = ["ObjectMissing", "Transport", "make_transport", "split_url"]
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-_OPTION_DEFAULTS = {"retries": 4, "retry_backoff": 0.1, "connect_timeout": 5.0,
-                    "read_timeout": 30.0, "max_concurrency": 16}
+_OPTION_DEFAULTS = {
+    "retries": 4,
+    "retry_backoff": 0.1,
+    "connect_timeout": 5.0,
+    "read_timeout": 30.0,
+    "max_concurrency": 16,
+}
 
 
 class ObjectMissing(FileNotFoundError):
@@ -85,8 +90,10 @@ class Transport:
         self.read_timeout = float(opts["read_timeout"])
         self.max_concurrency = int(opts["max_concurrency"])
         if self.retries < 0 or self.max_concurrency < 1:
-            raise ValueError(f"storage_options retries={self.retries!r} must be >= 0 and "
-                             f"max_concurrency={self.max_concurrency!r} >= 1")
+            raise ValueError(
+                f"storage_options retries={self.retries!r} must be >= 0 and "
+                f"max_concurrency={self.max_concurrency!r} >= 1"
+            )
 
     def key_url(self, key: str) -> str:
         return f"{self.url}/{key}" if key else self.url
@@ -125,8 +132,10 @@ class Transport:
 
     def _writable(self) -> None:
         if self.read_only:
-            raise ValueError(f"{self.url}: plain http(s) locations are read-only; build to "
-                             "s3://, gs://, az:// or file://")
+            raise ValueError(
+                f"{self.url}: plain http(s) locations are read-only; build to "
+                "s3://, gs://, az:// or file://"
+            )
 
     def put(self, key: str, data: bytes) -> None:
         self._writable()
@@ -149,8 +158,11 @@ class Transport:
     def missing_code(self, exc: ObjectMissing) -> str:
         """``"NoSuchBucket"`` only if a HEAD of the bucket confirms it is absent, else
         ``"NoSuchKey"`` (a server may answer NoSuchBucket for a bucket still being created)."""
-        return exc.code if exc.code != "NoSuchBucket" else (
-            "NoSuchBucket" if self._retry("", self._bucket_missing) else "NoSuchKey")
+        return (
+            exc.code
+            if exc.code != "NoSuchBucket"
+            else ("NoSuchBucket" if self._retry("", self._bucket_missing) else "NoSuchKey")
+        )
 
     def _bucket_missing(self) -> bool:
         return False
@@ -186,10 +198,17 @@ class S3Transport(Transport):
         self.multipart_threshold = int(options.get("multipart_threshold", 256 << 20))
         self.multipart_chunk = int(options.get("multipart_chunk", 64 << 20))
         if self.multipart_chunk < 5 << 20:
-            raise ValueError(f"storage_options multipart_chunk={self.multipart_chunk} is below "
-                             "S3's 5 MiB minimum part size")
-        self.http = S3Http(bucket, S3Config(options), max_concurrency=self.max_concurrency,
-                           connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+            raise ValueError(
+                f"storage_options multipart_chunk={self.multipart_chunk} is below "
+                "S3's 5 MiB minimum part size"
+            )
+        self.http = S3Http(
+            bucket,
+            S3Config(options),
+            max_concurrency=self.max_concurrency,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+        )
 
     def _full(self, key: str) -> str:
         if not self.prefix:
@@ -215,8 +234,10 @@ class S3Transport(Transport):
         if resp.status == 404:
             raise ObjectMissing(self.key_url(key or ""), _s3_code(resp.data) or "NoSuchKey")
         if resp.status >= 300:
-            raise RemoteError(f"{self.key_url(key or '')}: HTTP {resp.status} "
-                              f"{_s3_code(resp.data)} {resp.data[:200]!r}")
+            raise RemoteError(
+                f"{self.key_url(key or '')}: HTTP {resp.status} "
+                f"{_s3_code(resp.data)} {resp.data[:200]!r}"
+            )
         return resp
 
     def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
@@ -229,8 +250,10 @@ class S3Transport(Transport):
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if len(ranges) <= 1:
             return super()._get_many(key, ranges)
-        futures = [self.http.executor.submit(self._retry, key, functools.partial(self._get, key, r))
-                   for r in ranges]
+        futures = [
+            self.http.executor.submit(self._retry, key, functools.partial(self._get, key, r))
+            for r in ranges
+        ]
         return [f.result() for f in futures]
 
     def _size(self, key: str) -> int:
@@ -256,8 +279,12 @@ class S3Transport(Transport):
             with open(path, "rb") as f:
                 f.seek((n - 1) * chunk)
                 data = f.read(chunk)
-            resp = self._retry(key, lambda: self._call(
-                "PUT", key, query={"partNumber": str(n), "uploadId": upload_id}, body=data))
+            resp = self._retry(
+                key,
+                lambda: self._call(
+                    "PUT", key, query={"partNumber": str(n), "uploadId": upload_id}, body=data
+                ),
+            )
             return resp.headers.get("ETag", "")
 
         from concurrent.futures import ThreadPoolExecutor
@@ -265,11 +292,20 @@ class S3Transport(Transport):
         try:
             with ThreadPoolExecutor(4) as pool:
                 etags = list(pool.map(part, range(1, -(-size // chunk) + 1)))
-            xml = "<CompleteMultipartUpload>" + "".join(
-                f"<Part><PartNumber>{n}</PartNumber><ETag>{e}</ETag></Part>"
-                for n, e in enumerate(etags, 1)) + "</CompleteMultipartUpload>"
-            done = self._retry(key, lambda: self._call(
-                "POST", key, query={"uploadId": upload_id}, body=xml.encode()).data)
+            xml = (
+                "<CompleteMultipartUpload>"
+                + "".join(
+                    f"<Part><PartNumber>{n}</PartNumber><ETag>{e}</ETag></Part>"
+                    for n, e in enumerate(etags, 1)
+                )
+                + "</CompleteMultipartUpload>"
+            )
+            done = self._retry(
+                key,
+                lambda: (
+                    self._call("POST", key, query={"uploadId": upload_id}, body=xml.encode()).data
+                ),
+            )
             if b"<Error>" in done:  # S3 may report a failed completion in a 200 body
                 raise RemoteError(f"{self.key_url(key)}: multipart upload failed: {done[:300]!r}")
         except BaseException:
@@ -308,7 +344,7 @@ class S3Transport(Transport):
                 item = m.group(1)
                 key = _xml(item, "Key")
                 size = int(_xml(item, "Size") or 0)
-                rel = key[len(self.prefix) + 1:] if self.prefix else key
+                rel = key[len(self.prefix) + 1 :] if self.prefix else key
                 out.append((rel, size, _iso_time(_xml(item, "LastModified"))))
             if _xml(body, "IsTruncated") != "true":
                 return out
@@ -333,7 +369,7 @@ def _xml(text: str, tag: str) -> str:
 def _s3_code(body: bytes) -> str:
     try:
         return _xml(body.decode("utf-8", "replace"), "Code")
-    except Exception:  # noqa: BLE001 - an error body that is not XML has no code
+    except Exception:
         return ""
 
 
@@ -363,8 +399,10 @@ class LocalTransport(Transport):
         except FileNotFoundError:
             raise ObjectMissing(self.key_url(key), "NoSuchKey") from None
         if len(data) != rng[1] - rng[0]:
-            raise RemoteError(f"{self.key_url(key)}: short read of range {rng} "
-                              f"({len(data)} bytes): the object is truncated")
+            raise RemoteError(
+                f"{self.key_url(key)}: short read of range {rng} "
+                f"({len(data)} bytes): the object is truncated"
+            )
         return data
 
     def _size(self, key: str) -> int:
@@ -412,16 +450,22 @@ def make_transport(url: str, storage_options: dict[str, Any] | None) -> Transpor
     if scheme in ("http", "https"):  # read-only: unsigned GET/HEAD through the same client
         first, _, rest = prefix.partition("/")
         plain = {k: v for k, v in options.items() if k in _OPTION_DEFAULTS or k == "allow_http"}
-        transport = S3Transport(url, first, rest, dict(
-            plain, endpoint=f"{scheme}://{bucket}", access_key_id="", secret_access_key=""))
+        transport = S3Transport(
+            url,
+            first,
+            rest,
+            dict(plain, endpoint=f"{scheme}://{bucket}", access_key_id="", secret_access_key=""),
+        )
         transport.read_only = True
         return transport
     if scheme in ("s3", "gs", "az", "abfs", "abfss"):
         if options.get("client", "obstore") != "obstore":
-            raise ValueError(f"storage_options client={options['client']!r} is not 'http' or "
-                             "'obstore'")
+            raise ValueError(
+                f"storage_options client={options['client']!r} is not 'http' or 'obstore'"
+            )
         from mmpack.store.remote._obstore import ObstoreTransport
 
         return ObstoreTransport(url, options)
-    raise ValueError(f"{url!r}: unsupported scheme {scheme!r} (s3://, gs://, az://, file://, "
-                     "https://)")
+    raise ValueError(
+        f"{url!r}: unsupported scheme {scheme!r} (s3://, gs://, az://, file://, https://)"
+    )

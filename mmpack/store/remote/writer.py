@@ -51,15 +51,27 @@ class RemoteStoreWriter(StoreWriter):
     """:class:`~mmpack.store.writer.StoreWriter` for a URL target (same arguments, plus
     ``storage_options`` and ``check_block_bytes``)."""
 
-    def __init__(self, url: str, *, storage_options: dict[str, Any] | None = None,
-                 check_block_bytes: int = CHECK_BLOCK_BYTES, overwrite: bool = False,
-                 backend: str = "memmap", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        check_block_bytes: int = CHECK_BLOCK_BYTES,
+        overwrite: bool = False,
+        backend: str = "memmap",
+        **kwargs: Any,
+    ) -> None:
         if backend != "memmap":
             raise ValueError(f"backend={backend!r}: remote stores use the memmap layout")
-        if (isinstance(check_block_bytes, bool) or not isinstance(check_block_bytes, int)
-                or check_block_bytes < 4096 or check_block_bytes & (check_block_bytes - 1)):
-            raise ValueError(f"check_block_bytes must be a power of two >= 4096, got "
-                             f"{check_block_bytes!r}")
+        if (
+            isinstance(check_block_bytes, bool)
+            or not isinstance(check_block_bytes, int)
+            or check_block_bytes < 4096
+            or check_block_bytes & (check_block_bytes - 1)
+        ):
+            raise ValueError(
+                f"check_block_bytes must be a power of two >= 4096, got {check_block_bytes!r}"
+            )
         self.url = url.rstrip("/")
         self.transport = make_transport(self.url, storage_options)
         self.transport._writable()
@@ -70,7 +82,7 @@ class RemoteStoreWriter(StoreWriter):
         kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
         super().__init__(self._workdir / "store", overwrite=overwrite, **kwargs)
 
-    def __enter__(self) -> RemoteStoreWriter:  # noqa: PYI034 - matches StoreWriter
+    def __enter__(self) -> RemoteStoreWriter:
         try:
             if not self.overwrite and _exists(self.transport):
                 raise StoreExistsError(f"{self.url!r} exists; pass overwrite=True to replace it")
@@ -84,9 +96,14 @@ class RemoteStoreWriter(StoreWriter):
         try:
             super().__exit__(exc_type, exc, tb)
             if exc_type is None:
-                self.store = upload(self.path, self.transport, self.url, overwrite=self.overwrite,
-                                    check_block_bytes=self.check_block_bytes,
-                                    storage_options=self.storage_options)
+                self.store = upload(
+                    self.path,
+                    self.transport,
+                    self.url,
+                    overwrite=self.overwrite,
+                    check_block_bytes=self.check_block_bytes,
+                    storage_options=self.storage_options,
+                )
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -100,7 +117,7 @@ def _clean_dead_workdirs() -> None:
     from mmpack.store.writer import _pid_alive
 
     for entry in Path(tempfile.gettempdir()).glob(_WORKDIR_TAG + "*"):
-        pid = entry.name[len(_WORKDIR_TAG):].split("-", 1)[0]
+        pid = entry.name[len(_WORKDIR_TAG) :].split("-", 1)[0]
         if pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
 
@@ -126,9 +143,15 @@ def check_table(path: Path, block: int) -> bytes:
     return np.asarray(crcs, dtype="<u4").tobytes()
 
 
-def upload(local: Path, transport: Transport, url: str, *, overwrite: bool,
-           check_block_bytes: int = CHECK_BLOCK_BYTES,
-           storage_options: dict[str, Any] | None = None) -> Any:
+def upload(
+    local: Path,
+    transport: Transport,
+    url: str,
+    *,
+    overwrite: bool,
+    check_block_bytes: int = CHECK_BLOCK_BYTES,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
     """Upload the local memmap store at ``local`` to ``url``; returns it opened remotely."""
     import zlib
     from concurrent.futures import ThreadPoolExecutor
@@ -143,12 +166,18 @@ def upload(local: Path, transport: Transport, url: str, *, overwrite: bool,
     table = check_table(local / "tokens.bin", check_block_bytes)
     (local / "tokens.crc").write_bytes(table)
     with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(transport.put_file, f"{gen}/{name}", local / name)
-                   for name in ("tokens.bin", "offsets.bin", "tokens.crc")]
+        futures = [
+            pool.submit(transport.put_file, f"{gen}/{name}", local / name)
+            for name in ("tokens.bin", "offsets.bin", "tokens.crc")
+        ]
         for f in futures:
             f.result()
-    raw["remote"] = {"data": gen, "check_block_bytes": check_block_bytes,
-                     "check_object": "tokens.crc", "check_crc32": zlib.crc32(table)}
+    raw["remote"] = {
+        "data": gen,
+        "check_block_bytes": check_block_bytes,
+        "check_object": "tokens.crc",
+        "check_crc32": zlib.crc32(table),
+    }
     if not overwrite and _exists(transport):
         transport.delete([f"{gen}/{n}" for n in ("tokens.bin", "offsets.bin", "tokens.crc")])
         raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
@@ -156,8 +185,9 @@ def upload(local: Path, transport: Transport, url: str, *, overwrite: bool,
     try:  # the store is committed: a failed clean-up is a warning, the next build retries it
         clean_stale(transport, keep=gen, previous=previous)
     except (RemoteError, RemoteAccessError) as exc:
-        warnings.warn(f"{url}: the store is built, but removing old data failed: {exc}",
-                      stacklevel=3)
+        warnings.warn(
+            f"{url}: the store is built, but removing old data failed: {exc}", stacklevel=3
+        )
     return open_store(url, storage_options=storage_options)
 
 
@@ -169,8 +199,9 @@ def _current_data(transport: Transport) -> str | None:
         return None
 
 
-def clean_stale(transport: Transport, keep: str, previous: str | None = None,
-                stale_seconds: float | None = None) -> list[str]:
+def clean_stale(
+    transport: Transport, keep: str, previous: str | None = None, stale_seconds: float | None = None
+) -> list[str]:
     """Delete the ``data-*`` generations under ``transport`` other than ``keep``: the one the
     replaced metadata named (``previous``) at once, unnamed ones once older than
     ``stale_seconds`` (default :data:`STALE_SECONDS`).  Returns the deleted keys."""
