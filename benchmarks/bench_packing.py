@@ -58,10 +58,11 @@ def _median_seconds(fn, repeats: int) -> float:
 
 
 class _DirStore:
-    """The two attributes :func:`cached_plan` reads, for a folder that is not a real store."""
+    """The attributes :func:`cached_plan` reads, for a folder that is not a real store."""
 
     def __init__(self, path: Path, doc_lens: np.ndarray) -> None:
         self.path = path
+        self.cache_dir = path / "cache"
         self.doc_lens = doc_lens
         self.fingerprint = "bench0000000000a"
 
