@@ -45,7 +45,7 @@ _install_moved()  # old module paths (mmpack.writer, mmpack.collate...) keep wor
 
 # Everything but the errors loads on first use, so ``import mmpack`` (and ``mmpack --help``)
 # never pays for numba, zarr or torch.
-_LAZY = {
+_LAZY: dict[str, str | tuple[str, str]] = {
     "Mixture": "mmpack.sampling.mixture",
     "PackedDataset": "mmpack.views.packed",
     "Permutation": "mmpack.sampling.permutation",
@@ -63,7 +63,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        module, attr = _LAZY[name] if isinstance(_LAZY[name], tuple) else (_LAZY[name], name)
+        entry = _LAZY[name]
+        module, attr = entry if isinstance(entry, tuple) else (entry, name)
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value

@@ -67,6 +67,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
             split=args.split,
             template=args.template,
         )
+        from mmpack.store.parts import JoinedStore
+
+        assert isinstance(report.store, JoinedStore)  # build_distributed opens the joined parts
         print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
         return 0
     report = ingest(
@@ -202,7 +205,7 @@ def _length_quantiles(lens) -> dict[str, float]:
         return {}
     qs = (0.01, 0.1, 0.5, 0.9, 0.99)
     vals = np.quantile(lens, qs)
-    out = {"min": int(lens.min())}
+    out: dict[str, float] = {"min": int(lens.min())}
     out.update({f"p{int(q * 100)}": float(v) for q, v in zip(qs, vals)})
     out["max"] = int(lens.max())
     out["mean"] = float(lens.mean())
@@ -326,6 +329,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             tok = store_tokenizer(store)  # the tokenizer the store was built with
         else:
             tok = load_tokenizer(args.tokenizer)
+    ds: PackedDataset | WindowDataset
     if args.packed:
         from mmpack.views.packed import PackedDataset
 
@@ -363,6 +367,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         arr = np.asarray(value)
         print(f"{key:<15}{arr.tolist()}")
     if args.packed:
+        assert isinstance(ds, PackedDataset)
         lens = store.doc_lens
         print(
             "from           "
@@ -373,6 +378,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
         )
     else:
+        assert isinstance(ds, WindowDataset)
         print(
             "from           "
             + "; ".join(

@@ -183,6 +183,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         say(f"   skipped {line.replace(root, '')}")
     say(f"   {report.summary()}")
     store = report.store
+    assert store is not None  # ingest returns only once the store is written
     figures["build_seconds"] = report.seconds
 
     # ------------------------------------------------------------------ 2. what it holds
@@ -276,6 +277,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     ds = WindowDataset(store, seqlen, eot=eot)
     idx = rng.integers(0, len(ds), n)
     tokens = store.tokens
+    assert tokens is not None  # a memmap store read without verify_reads maps its tokens
     starts = rng.integers(0, store.num_tokens - seqlen, n)
     ds[0]  # compile / warm up
     window_us = _p50_us(lambda k: ds[int(idx[k])], n)

@@ -369,9 +369,10 @@ def ingest(
     if progress is None:
         progress = _stderr_is_tty()
 
-    is_url = isinstance(output, str) and "://" in output
     report = IngestReport(
-        path=output if is_url else Path(output), tokenizer=str(tok.spec), workers=workers
+        path=output if isinstance(output, str) and "://" in output else Path(output),
+        tokenizer=str(tok.spec),
+        workers=workers,
     )
     shown = [0]
 
@@ -471,7 +472,7 @@ def _refuse(report: IngestReport, *parts) -> None:
 # --------------------------------------------------------------------------------- batching
 @dataclass
 class _Batch:
-    texts: list[str] | None
+    texts: list[str]
     where: list[Callable[[], str]]
     issues: list[tuple[int, IngestIssue, Any]]  # (documents of the batch before it, issue, src)
     n_read: int = 0
@@ -681,6 +682,7 @@ def _init_worker(spec: TokenizerSpec) -> None:
 
 
 def _worker_encode(texts: list[str]):
+    assert _worker_tokenizer is not None  # set by _init_worker, the pool's initializer
     return _encode(_worker_tokenizer, texts)
 
 
@@ -722,7 +724,7 @@ def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
         for n, batch in enumerate(_chain(first, second, batches)):
             with _quiet_tokenizers_fork() if n == 0 else contextlib.nullcontext():
                 pending.append((batch, pool.submit(_worker_encode, batch.texts)))
-            batch.texts = None  # the worker has them; keep only the locations
+            batch.texts = []  # the worker has them; keep only the locations
             if len(pending) >= 2 * workers:
                 b, fut = pending.popleft()
                 yield b, fut.result()

@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -231,7 +231,8 @@ class TransformersTokenizer(Tokenizer):
         return [_id_array(ids, dtype, self) for ids in out]
 
     def decode(self, ids: Any) -> str:
-        return self._tok.decode(_as_ids(ids).tolist(), skip_special_tokens=False)
+        text = self._tok.decode(_as_ids(ids).tolist(), skip_special_tokens=False)
+        return cast(str, text)  # one flat list of ids decodes to one string
 
 
 def load_tokenizer(spec: Any = None) -> Tokenizer:
@@ -265,9 +266,11 @@ def load_tokenizer(spec: Any = None) -> Tokenizer:
     if isinstance(spec, TokenizerSpec):
         if spec.kind == "byte":
             return ByteTokenizer()
-        if spec.kind == "tokenizers":
-            return HFTokenizer(spec.path)
-        if spec.kind == "transformers":
+        if spec.kind in ("tokenizers", "transformers"):
+            if spec.path is None:
+                raise TypeError(f"a TokenizerSpec of kind {spec.kind!r} needs a path, got None")
+            if spec.kind == "tokenizers":
+                return HFTokenizer(spec.path)
             return TransformersTokenizer(spec.path)
         raise ValueError(
             f"unknown tokenizer kind {spec.kind!r}; accepted: 'byte', 'tokenizers', 'transformers'"

@@ -90,7 +90,7 @@ class BlockChecksum:
         self._filled = 0
 
     def update(self, data: memoryview | bytes | np.ndarray) -> None:
-        mv = memoryview(data).cast("B")
+        mv = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
         while len(mv):
             take = min(len(mv), self.block_bytes - self._filled)
             self._crc = zlib.crc32(mv[:take], self._crc)

@@ -358,6 +358,8 @@ class TokenStore:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         location = state.get("location", state.get("path"))
+        if location is None:
+            raise TypeError("cannot unpickle a TokenStore: the pickled state has no location")
         path = Path(location) if "://" not in str(location) else Path(".")
         pickled = StoreMeta.from_json(state["meta"], path)
         current = open_store(location, **state.get("options", {}))

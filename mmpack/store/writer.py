@@ -142,6 +142,7 @@ def build(
                 f"docs must be an iterable of token sequences, got {type(docs).__name__}"
             ) from None
         writer.add_many(iterator)
+    assert writer.store is not None  # set by the clean exit of the with-block
     return writer.store
 
 
@@ -402,7 +403,7 @@ class StoreWriter:
             elif self.fixed_dtype is None and needed.itemsize > self._dtype.itemsize:
                 self._widen(needed)
             data = flat.astype(self._dtype, copy=False)
-            self._tokens_file.write(memoryview(data))
+            self._tokens_file.write(memoryview(data))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
             self._tokens_crc.update(data)
         self._num_tokens += flat.size
         self._num_docs += lengths.size
@@ -411,23 +412,26 @@ class StoreWriter:
 
     def _write_offsets(self, values: np.ndarray) -> None:
         data = values.astype(OFFSETS_DTYPE, copy=False)
-        self._offsets_file.write(memoryview(data))
+        self._offsets_file.write(memoryview(data))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
         self._offsets_crc.update(data)
 
     def _widen(self, dtype: np.dtype) -> None:
         """Rewrite the tokens written so far with a wider dtype (sequential, chunked)."""
+        tmp, old_dtype = self._tmp, self._dtype
+        assert tmp is not None and old_dtype is not None  # inside the with-block, after a write
         self._tokens_crc.close()
         self._tokens_file.close()
-        old_path = self._tmp / TOKENS_FILE
-        new_path = self._tmp / (TOKENS_FILE + ".widen")
+        old_path = tmp / TOKENS_FILE
+        new_path = tmp / (TOKENS_FILE + ".widen")
         crc = BlockChecksum(BLOCK_BYTES)
-        old = np.memmap(old_path, dtype=self._dtype, mode="r") if self._num_tokens else None
+        old = np.memmap(old_path, dtype=old_dtype, mode="r") if self._num_tokens else None
         with open(new_path, "wb") as out:
-            step = 1 << 22
-            for lo in range(0, self._num_tokens, step):
-                chunk = old[lo : lo + step].astype(dtype)
-                out.write(memoryview(chunk))
-                crc.update(chunk)
+            if old is not None:  # an empty file cannot be memory-mapped
+                step = 1 << 22
+                for lo in range(0, self._num_tokens, step):
+                    chunk = old[lo : lo + step].astype(dtype)
+                    out.write(memoryview(chunk))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+                    crc.update(chunk)
         del old
         os.replace(new_path, old_path)
         self._tokens_file = open(old_path, "ab")
@@ -464,8 +468,8 @@ class StoreWriter:
             _write_extra(tmp, self.backend, meta, self.extra)
         _check_new_store(tmp, meta)  # the complete new store, before it replaces anything
         if self.fsync:
-            _fsync_dir(self._tmp)
-        _swap_into_place(self._tmp, self.path, self.overwrite)
+            _fsync_dir(tmp)
+        _swap_into_place(tmp, self.path, self.overwrite)
         with contextlib.suppress(OSError):  # a kill before this leaves a harmless empty file
             (self.path / _LOCK_FILE).unlink()
         if self.fsync:
@@ -720,6 +724,7 @@ def _validate_block(
             f"document {first_doc + d} has a token {value} at position {pos} that does not fit "
             "in int64 (token ids must be < 2**63: every view returns int64)"
         )
+    assert fixed is not None  # without a fixed dtype, only the two cases above are bad
     raise ValueError(
         f"document {first_doc + d} has token {value} at position {pos}, which does not fit "
         f"dtype={fixed.name} (max {np.iinfo(fixed).max}); pass a wider dtype or dtype=None"

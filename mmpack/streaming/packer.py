@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -249,6 +249,7 @@ class StreamingPacker(_Admission, _Checkpointing):
         if masking_ratio_cooldown_tokens is not None:
             if mode != "mlm":
                 raise ValueError(f"a masking-ratio cool-down needs mode='mlm', got mode={mode!r}")
+            assert final_masking_ratio is not None  # checked above: the two go together
             self.mask_prob_schedule = MaskingRatioCooldown(
                 self.mask_prob,
                 final_masking_ratio,
@@ -265,7 +266,8 @@ class StreamingPacker(_Admission, _Checkpointing):
         if source_format != "batches" and is_indexable(source):
             fmt = source_format
             if fmt == "auto":
-                fmt = detect_format(source[j] for j in range(min(len(source), _PEEK)))
+                seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
+                fmt = detect_format(seq[j] for j in range(min(len(seq), _PEEK)))
             self._indexed = fmt == "sequences"
             self._store_like = self._indexed and is_store_like(source)
         elif not isinstance(source, Iterable):
@@ -505,6 +507,7 @@ class StreamingPacker(_Admission, _Checkpointing):
             if self.mask_prob_schedule is not None:
                 mask_prob = self.mask_prob_schedule(self.token_count)
             assert self._excluded is not None
+            assert self.mask_id is not None and self.vocab_size is not None  # check_masking
             rows_in_stream = (self.batches_emitted << 32) + np.arange(n_rows, dtype=np.int64)
             labels = corrupt_rows(
                 ids,

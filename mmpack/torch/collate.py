@@ -331,6 +331,7 @@ def _stack_tokens(
     stacked = np.stack(
         arrays, dtype=np.int64 if dtype == torch.int64 else np.int32, casting="unsafe"
     )
+    assert seqlen is not None  # set from the rows above (np.stack refuses an empty batch)
     return torch.from_numpy(stacked), int(seqlen)
 
 

@@ -271,14 +271,17 @@ class PackedDataset:
                 keys[rows] = row_keys(self.seed, e, idx[rows])
         else:
             keys = row_keys(self.seed, epochs, idx)
+        mask_id, vocab_size, excluded = self.mask_id, self.vocab_size, self._excl
+        # mode="mlm" (the only caller): check_masking required mask_id and vocab_size
+        assert mask_id is not None and vocab_size is not None and excluded is not None
         corrupt_rows(
             ids,
             attn,
             keys,
             mask_prob=self.mask_prob,
-            mask_id=self.mask_id,
-            vocab_size=self.vocab_size,
-            excluded=self._excl,
+            mask_id=mask_id,
+            vocab_size=vocab_size,
+            excluded=excluded,
             labels=labels,
         )
 

@@ -269,12 +269,15 @@ def build_plan(
             lens, rem_occ, seqlen, e, mode, window, bin_ptr, piece_doc, piece_start, piece_len
         )
     bin_ptr = bin_ptr[: n_bins + 1].copy() if n_bins + 1 < bin_ptr.shape[0] else bin_ptr
-    arrays = [bin_ptr, piece_doc, piece_start, piece_len]
+    arrays: tuple[np.ndarray, ...] = (bin_ptr, piece_doc, piece_start, piece_len)
     for a in arrays:
         a.flags.writeable = False
     stats = _make_stats(counts, n, n_bins, n_items, seqlen)
     return PackingPlan(
-        *arrays,
+        bin_ptr,
+        piece_doc,
+        piece_start,
+        piece_len,
         seqlen=seqlen,
         eot=bool(eot),
         long_docs=long_docs,
@@ -399,7 +402,7 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
             f.write(struct.pack("<I", zlib.crc32(blob)))
             for name, arr in arrays.items():
                 f.seek(header["arrays"][name]["offset"])
-                f.write(memoryview(arr).cast("B"))
+                f.write(memoryview(arr).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
             f.truncate(pos)
             f.flush()
             os.fsync(f.fileno())

@@ -169,7 +169,11 @@ class WindowDataset:
         cu = np.empty(seqlen + 1, dtype=np.int32)
         v = i * self.stride
         ncu = one_window(self._src, self._offsets, self._top, self._params, v, out, cu)
-        sample = {"input_ids": out[:seqlen], "position_ids": out[width:], "cu_seqlens": cu[:ncu]}
+        sample: dict[str, np.ndarray] = {
+            "input_ids": out[:seqlen],
+            "position_ids": out[width:],
+            "cu_seqlens": cu[:ncu],
+        }
         if self.labels:
             sample["labels"] = self._labels(out[:width], v)
         return sample

@@ -157,11 +157,12 @@ class ZarrBackend(Backend):
                 chunks=(chunk,),
                 config={"write_empty_chunks": True},
             )
-            raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r") if count else None
-            step = max(chunk, _COPY_ITEMS // chunk * chunk)
-            for lo in range(0, count, step):
-                arr[lo : lo + step] = raw[lo : lo + step]
-            del raw
+            if count:  # an empty file cannot be memory-mapped
+                raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r")
+                step = max(chunk, _COPY_ITEMS // chunk * chunk)
+                for lo in range(0, count, step):
+                    arr[lo : lo + step] = raw[lo : lo + step]
+                del raw
             (tmpdir / fname).unlink()
         # The metadata goes last: a group without it is not a store.
         group.attrs["mmpack"] = meta.to_json()
