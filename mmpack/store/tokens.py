@@ -37,7 +37,30 @@ MAX_TOKEN = 2**63 - 1
 
 
 def as_token_array(doc: Any, j: int) -> np.ndarray:
-    """Coerce document ``j`` to a 1-D integer numpy array, or raise naming the document."""
+    """Document ``j`` as a 1-D integer numpy array, checked against the token rule.
+
+    Parameters
+    ----------
+    doc : list, tuple, numpy.ndarray or torch.Tensor
+        A 1-D sequence of token ids.  Integral floats are converted; lists holding bools or
+        huge ints are checked value by value (numpy would misread them).
+    j : int
+        The document's index, named in errors.
+
+    Returns
+    -------
+    numpy.ndarray
+        1-D, integer dtype (the input's own for integer arrays, else int64 or uint64); may share
+        memory with ``doc``.  Values beyond ``MAX_TOKEN`` or a fixed store dtype are refused
+        later by :func:`validate_block`.
+
+    Raises
+    ------
+    TypeError
+        A string, a scalar or a nested sequence.
+    ValueError
+        A negative, non-integer or non-numeric token (the message names its position).
+    """
     if isinstance(doc, (str, bytes, bytearray)):
         raise TypeError(
             f"document {j} is a {type(doc).__name__}; documents are sequences of token ids "

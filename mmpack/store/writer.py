@@ -1,25 +1,19 @@
 """Building a token store: a streaming, atomic writer.
 
 Documents stream from any iterable into raw little-endian files inside a temporary folder beside
-the target, ``.<name>.mmpack-tmp-<pid>-<random>``.  They are taken in chunks that numpy
-concatenates in one call (no Python work per document in the common case), buffered up to
-``buffer_tokens`` (memory is bounded by the buffer, never by the corpus), validated as a block,
-written sequentially, and CRC-32-summed on a second thread while the next block is assembled.
-With ``dtype=None`` the file starts at the narrowest dtype that holds the first block and is
-widened in place (one sequential rewrite) if a later token needs more bits, which happens at most
-three times.  The metadata is written last, the files are fsynced, and the folder is renamed onto
-the target (``renameat2(RENAME_EXCHANGE)`` swaps an existing store atomically where the kernel
-offers it), so an interrupted build never leaves anything that opens as a store, and readers of
-the previous store keep their mappings.
-
-Nothing a user owns is replaced: ``overwrite`` replaces only an mmpack store (holding only a
-store's own files) or an empty folder, checked before any work and again before the swap.  Every
-document is checked when it is added (the ``add`` that receives a bad one raises; the buffer is
-kept), ``add_batch`` lengths without wraparound, and the finished temporary folder is opened as a
-store before it replaces anything.  Every failure removes the temporary folder.  A builder holds
-an advisory lock (``flock``) on ``.mmpack-lock`` inside its temporary folder; the next build of
-the same target (names compared exactly, never as glob patterns) removes only the temporary
-folders whose lock it can take, which works across PID namespaces.
+the target.  They are taken in chunks that numpy concatenates in one call (no Python work per
+document in the common case), buffered up to ``buffer_tokens`` (memory is bounded by the buffer,
+never by the corpus), validated as a block against the token rule (:mod:`mmpack.store.tokens`),
+written sequentially, and CRC-32-summed on a second thread while the next block is assembled
+(:mod:`mmpack.store.buildfiles`).  With ``dtype=None`` the file starts at the narrowest dtype that
+holds the first block and is widened in place (one sequential rewrite) if a later token needs
+more bits, which happens at most three times.  The metadata is written last, the files are
+fsynced, the finished folder is opened as a store, and it is renamed onto the target
+(:mod:`mmpack.store.publish`: temporary folders and their locks, the overwrite guard, the
+``renameat2(RENAME_EXCHANGE)`` swap), so an interrupted build never leaves anything that opens
+as a store, readers of the previous store keep their mappings, and ``overwrite`` replaces only
+an mmpack store or an empty folder.  A bad document raises from the ``add`` that receives it
+(the buffer is kept); every failure removes the temporary folder.
 
 Measured (``python -m benchmarks store``, 200M C4-like tokens): ``StoreWriter.add_batch`` of flat
 tokens writes at about half the rate of ``ndarray.tofile`` of the same bytes; ``build`` from a
@@ -73,6 +67,8 @@ from mmpack.store.tokens import (
 __all__ = ["MAX_TOKEN", "StoreWriter", "build", "check_replaceable", "store_writer"]
 
 _DEFAULT_BUFFER_TOKENS = 1 << 23
+# Names a store's own files take (either backend): never attached.
+_RESERVED = (TOKENS_FILE, OFFSETS_FILE, META_FILE, "zarr.json", "tokens", "offsets", "cache")
 
 
 # --------------------------------------------------------------------------------- building
@@ -340,21 +336,7 @@ class StoreWriter:
 
     def attach(self, name: str, data: bytes) -> None:
         """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit."""
-        if (
-            not isinstance(name, str)
-            or "/" in name
-            or name.startswith(".")
-            or name
-            in (
-                TOKENS_FILE,
-                OFFSETS_FILE,
-                META_FILE,
-                "zarr.json",
-                "tokens",
-                "offsets",
-                "cache",
-            )
-        ):
+        if not isinstance(name, str) or "/" in name or name.startswith(".") or name in _RESERVED:
             raise ValueError(f"cannot attach a file named {name!r} to a store")
         self._attached[name] = bytes(data)
 
