@@ -33,6 +33,7 @@ import pytest
 import mmpack
 import mmpack.store.backends._zarr as zarr_backend
 import mmpack.store.format
+import mmpack.store.publish
 import mmpack.store.writer
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.writer import StoreWriter
@@ -298,6 +299,7 @@ def _gen_kill(k: int):
 
 
 S = mmpack.store.writer
+P = mmpack.store.publish  # the rename itself
 W = StoreWriter
 # name -> (backends, installs the kill point in the child, the rename happened before the kill)
 KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
@@ -399,20 +401,20 @@ _GEN_K = {"buffering, doc 0": 0, "buffering, doc 5": 5, "buffering, doc 45": 45}
 OVERWRITE_ONLY: dict[str, tuple[Callable[[], None], bool | None]] = {
     "after the exchange, before removing the old store": (
         lambda: setattr(
-            S, "_renameat2_exchange", _after_calls(1, S._renameat2_exchange, before=False)
+            P, "_renameat2_exchange", _after_calls(1, P._renameat2_exchange, before=False)
         ),
         True,
     ),
     "fallback rename: old store moved aside, new not yet in place": (
         lambda: (
-            setattr(S, "_renameat2_exchange", lambda a, b: False),
+            setattr(P, "_renameat2_exchange", lambda a, b: False),
             setattr(S.os, "rename", _after_calls(3, S.os.rename)),
         ),
         None,
     ),  # the target may be absent here (the previous store sits in .<name>.mmpack-old-*)
     "fallback rename: done, before removing the old store": (
         lambda: (
-            setattr(S, "_renameat2_exchange", lambda a, b: False),
+            setattr(P, "_renameat2_exchange", lambda a, b: False),
             setattr(S.os, "rename", _after_calls(3, S.os.rename, before=False)),
         ),
         True,

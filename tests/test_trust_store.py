@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
+import mmpack.store.publish as P
 import mmpack.store.writer as W
 from mmpack.errors import FormatError
 from mmpack.store.writer import StoreWriter
@@ -563,7 +564,7 @@ def test_builds_work_where_flock_is_unsupported(tmp_path, monkeypatch):
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(W.fcntl, "flock", no_flock)
+    monkeypatch.setattr(P.fcntl, "flock", no_flock)
     stale = tmp_path / ".s.mmpack-tmp-999999999-abcd1234"
     stale.mkdir()
     (stale / ".mmpack-lock").touch()

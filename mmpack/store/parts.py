@@ -52,7 +52,8 @@ from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends._base import Backend
 from mmpack.store.backends._memmap import map_readonly
 from mmpack.store.format import OFFSETS_DTYPE, TOKEN_DTYPES
-from mmpack.store.reader import TokenStore, _as_path, open_store
+from mmpack.store.opening import as_path, open_store, open_while_unchanged, reopen_pickled
+from mmpack.store.reader import TokenStore
 
 __all__ = ["JOIN_FILE", "JoinedStore", "PartsBackend", "detect_join", "open_join"]
 
@@ -244,12 +245,9 @@ class JoinedStore(TokenStore):
         return {"location": self._location, "fingerprint": self.fingerprint}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        current = open_store(state["location"])
-        if current.fingerprint != state["fingerprint"]:
-            raise StateMismatchError(
-                f"the joined store at {state['location']} changed after this object was pickled "
-                f"(fingerprint {state['fingerprint']} then, {current.fingerprint} now)"
-            )
+        current = reopen_pickled(
+            state["location"], state["fingerprint"], "the joined store", "changed"
+        )
         self.__dict__.update(current.__dict__)
 
     def __repr__(self) -> str:
@@ -279,16 +277,11 @@ def open_join(location: Any, **options: Any) -> JoinedStore:
     """
     if options:
         raise TypeError(f"unexpected options for a joined store: {sorted(options)}")
-    path = _as_path(location, "location")
-    for _ in range(5):  # an append may swap the manifest and offsets between our two reads
-        raw = _read_manifest(path)
-        try:
-            return _open_manifest(path, raw)
-        except (FormatError, OSError):
-            if _manifest_now(path) != raw:
-                continue
-            raise
-    raise FormatError(f"{str(path)!r} kept being replaced while it was being opened")
+    path = as_path(location, "location")
+    # An append may swap the manifest and offsets between our two reads.
+    return open_while_unchanged(
+        path, _read_manifest, lambda raw: _open_manifest(path, raw), recheck=False
+    )
 
 
 def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
@@ -349,13 +342,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         raise FormatError(f"{file} is not valid JSON: {exc}") from None
     _check_manifest(raw, file)
     return raw
-
-
-def _manifest_now(path: Path) -> Any:
-    try:
-        return _read_manifest(path)
-    except (FormatError, OSError):
-        return None
 
 
 def _check_manifest(raw: Any, where: Path) -> None:

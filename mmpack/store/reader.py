@@ -14,6 +14,9 @@ windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-
 plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
 ``verify()`` of the same 200 MB: 0.29-0.56 s).
 
+Opening (the registry of kinds of store, :func:`open_store`) lives in :mod:`mmpack.store.opening`
+and the checksum and offsets checks in :mod:`mmpack.store.integrity`; both are re-exported here.
+
 Cold data: the token mapping is advised for random access at open (a page fault then reads its
 own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
 read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Measured by
@@ -22,8 +25,6 @@ read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Meas
 
 from __future__ import annotations
 
-import os
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,14 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.validation import check_index, check_int
-from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend, get_backend
-from mmpack.store.backends._memmap import MemmapBackend
-from mmpack.store.backends._zarr import ZarrBackend
 from mmpack.store.format import StoreMeta
+from mmpack.store.integrity import BlockChecker, check_offsets
+from mmpack.store.opening import DETECTORS, OPENERS, open_store, reopen_pickled
+from mmpack.store.opening import as_path as _as_path  # noqa: F401  (imported from here by join, ingest)
+from mmpack.store.opening import read_raw_meta as _read_raw_meta  # noqa: F401  (the old private name)
 
-__all__ = ["TokenStore", "open_store"]
+__all__ = ["DETECTORS", "OPENERS", "TokenStore", "open_store"]
 
 _PATTERNS = ("normal", "random", "sequential")
 _SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
@@ -76,12 +78,12 @@ class TokenStore:
         self._cache_dir = cache_dir
         self._open_options = dict(open_options or {})
         self._doc_lens: np.ndarray | None = None
-        _check_offsets(self._backend.offsets, meta, path)
+        check_offsets(self._backend.offsets, meta, path)
         self._verify_reads = bool(verify_reads)
-        self._verified = np.zeros(len(meta.tokens_crc32) if verify_reads else 0, dtype=bool)
+        self._blocks = BlockChecker(path, meta, self._backend, track_reads=self._verify_reads)
         if verify_reads:
             for b in range(len(meta.offsets_crc32)):
-                self._check_block("offsets", b)
+                self._blocks.check_block("offsets", b)
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -147,7 +149,7 @@ class TokenStore:
         """The whole flat token array as a read-only mapping (memmap backend, without
         ``verify_reads``), else None."""
         if self._verify_reads:
-            return None  # every read must pass through _verify_ranges
+            return None  # every read must pass through the block checker
         return getattr(self._backend, "tokens", None)
 
     # ----------------------------------------------------------------------------- access
@@ -158,7 +160,7 @@ class TokenStore:
         j = check_index(j, self._meta.num_docs, "document")
         lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
         if self._verify_reads:
-            self._verify_span(lo, hi)
+            self._blocks.verify_span(lo, hi)
         return self._backend.read_range(lo, hi)
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -188,7 +190,7 @@ class TokenStore:
         if not 0 <= start <= stop <= self.num_tokens:
             raise IndexError(f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]")
         if self._verify_reads:
-            self._verify_span(start, stop)
+            self._blocks.verify_span(start, stop)
         return self._backend.read_range(start, stop)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -206,58 +208,8 @@ class TokenStore:
         src_starts : numpy.ndarray, int64, shape (k,)
         """
         if self._verify_reads and len(starts):
-            self._verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+            self._blocks.verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         return self._backend.read_ranges(starts, lengths)
-
-    # ----------------------------------------------------------------------------- verify_reads
-    def _verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
-        """Checksum every not yet verified token block that ranges ``[starts, starts+lengths)``
-        touch (ranges are short next to a block: usually one or two blocks each)."""
-        keep = lengths > 0
-        if not keep.all():
-            starts, lengths = starts[keep], lengths[keep]
-        if not starts.size:
-            return
-        per_block = self._meta.block_bytes // self._meta.dtype.itemsize
-        first = starts // per_block
-        last = (starts + lengths - 1) // per_block
-        touched = np.unique(np.concatenate([first, last]))
-        todo = touched[~self._verified[touched]]
-        for b in todo.tolist():
-            self._verify_token_block(b)
-        for f, last_b in zip(first[last - first > 1].tolist(), last[last - first > 1].tolist()):
-            self._verify_span(f * per_block, (last_b + 1) * per_block)  # a range over 3+ blocks
-
-    def _verify_span(self, start: int, stop: int) -> None:
-        if stop <= start:
-            return
-        per_block = self._meta.block_bytes // self._meta.dtype.itemsize
-        for b in range(start // per_block, (stop - 1) // per_block + 1):
-            if not self._verified[b]:
-                self._verify_token_block(b)
-
-    def _verify_token_block(self, b: int) -> None:
-        self._check_block("tokens", b)
-        self._verified[b] = True
-
-    def _check_block(self, name: str, b: int) -> int:
-        """CRC-32 block ``b`` of array ``name``; :class:`FormatError` naming it on a mismatch.
-        Returns the block's size in bytes."""
-        meta = self._meta
-        if name == "offsets":
-            nbytes, crcs = (meta.num_docs + 1) * 8, meta.offsets_crc32
-        else:
-            nbytes, crcs = meta.num_tokens * meta.dtype.itemsize, meta.tokens_crc32
-        lo = b * meta.block_bytes
-        hi = min(nbytes, lo + meta.block_bytes)
-        got = zlib.crc32(self._backend.raw_bytes(name, lo, hi))
-        if got != crcs[b]:
-            raise FormatError(
-                f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
-                f"(stored {crcs[b]:#010x}, computed {got:#010x}): the data was modified "
-                "or corrupted; rebuild the store"
-            )
-        return hi - lo
 
     # ----------------------------------------------------------------------------- cold data
     def advise(self, pattern: str) -> str:
@@ -340,14 +292,8 @@ class TokenStore:
             self._backend.advise(previous)
 
     def _verify(self) -> dict[str, int]:
-        meta = self._meta
-        _check_offsets(self.offsets, meta, self._path)
-        checked_blocks = checked_bytes = 0
-        for name, crcs in (("offsets", meta.offsets_crc32), ("tokens", meta.tokens_crc32)):
-            for b in range(len(crcs)):
-                checked_bytes += self._check_block(name, b)
-                checked_blocks += 1
-        return {"blocks": checked_blocks, "bytes": checked_bytes}
+        check_offsets(self.offsets, self._meta, self._path)
+        return self._blocks.check_all()
 
     # ----------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -362,12 +308,9 @@ class TokenStore:
             raise TypeError("cannot unpickle a TokenStore: the pickled state has no location")
         path = Path(location) if "://" not in str(location) else Path(".")
         pickled = StoreMeta.from_json(state["meta"], path)
-        current = open_store(location, **state.get("options", {}))
-        if current.fingerprint != pickled.fingerprint:
-            raise StateMismatchError(
-                f"the store at {location} was rebuilt after this object was pickled "
-                f"(fingerprint {pickled.fingerprint} then, {current.fingerprint} now)"
-            )
+        current = reopen_pickled(
+            location, pickled.fingerprint, "the store", "was rebuilt", **state.get("options", {})
+        )
         self.__dict__.update(current.__dict__)
 
     def __repr__(self) -> str:
@@ -375,180 +318,3 @@ class TokenStore:
             f"TokenStore({self._location!r}, backend={self.backend!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
-
-
-# --------------------------------------------------------------------------------- opening
-OPENERS: dict[str, str] = {
-    "url": "mmpack.store.remote.opener:open_url",
-    "parts": "mmpack.store.parts:open_join",
-    "megatron": "mmpack.store.foreign.megatron:open_megatron",
-    "eos-separated": "mmpack.store.foreign.eos_separated:open_eos_separated",
-}
-"""Openers of stores that are not a local mmpack folder, by kind: ``"url"`` for locations with a
-scheme (``s3://``, ``gs://``, ``az://``, ``file://``, ``https://``), and one entry per
-``format=`` name.  Each value is ``"module:function"``, imported on first use; the function takes
-``(location, **options)`` and returns a :class:`TokenStore`.  Adding a kind of store is one line
-here plus its module."""
-
-DETECTORS: tuple[str, ...] = (
-    "mmpack.store.parts:detect_join",
-    "mmpack.store.foreign.megatron:detect_megatron",
-    "mmpack.store.foreign.eos_separated:detect_npy",
-)
-"""``"module:function"`` entries asked, in order, what a local path that holds no mmpack store
-is: each returns a ``format=`` name of :data:`OPENERS` or None."""
-
-
-def open_store(
-    path: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    verify_reads: bool = False,
-    **options: Any,
-) -> TokenStore:
-    """Open the store at ``path`` read-only.
-
-    Opening checks the structure (metadata, file types and sizes, the offsets, Zarr chunks),
-    never the tokens' content: that is :meth:`TokenStore.verify`, or, with ``verify_reads=True``,
-    each 16 MiB token block the first time a read touches it (the offsets at open).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A local store folder, or a URL (see :data:`OPENERS`).
-    format : str, optional
-        ``None`` (default) detects the kind of store; ``"mmpack"`` requires mmpack's own layout;
-        other names open stores written by other tools in place (see :data:`OPENERS`).
-    verify_reads : bool
-        Local mmpack stores: check each token block's checksum the first time a read touches it.
-    **options
-        Passed to the opener of that kind (e.g. ``storage_options`` for a URL).
-
-    Raises
-    ------
-    StoreNotFoundError
-        Nothing at ``path``.
-    FormatError
-        ``path`` is not a store, or its metadata disagrees with its files.
-    """
-    if verify_reads:
-        options["verify_reads"] = True  # every opener decides whether it can
-    if isinstance(path, str) and "://" in path:
-        return _call_opener("url", path, format=format, **options)
-    if format not in (None, "mmpack"):
-        return _call_opener(format, path, **options)
-    path = _as_path(path, "path")
-    if format is None and not _is_mmpack_folder(path):
-        for entry in DETECTORS:
-            kind = _load(entry)(path)
-            if kind is not None:
-                return _call_opener(kind, path, **options)
-    options.pop("verify_reads", None)
-    if options:
-        raise TypeError(f"unexpected options for a local mmpack store: {sorted(options)}")
-    # Absolute now: a later os.chdir must not point the store (its Zarr chunks, its plan cache)
-    # at another folder.  Links are kept (not resolved): the path names what the user named.
-    path = Path(os.path.abspath(path))
-    # A rebuild with overwrite=True may swap the folder between reading the metadata and
-    # mapping the files: re-read the metadata afterwards and retry if it changed.
-    for _ in range(5):
-        raw = _read_raw_meta(path)
-        meta = StoreMeta.from_json(raw, path)
-        try:
-            store = TokenStore(path, meta, raw, verify_reads=bool(verify_reads))
-        except (FormatError, OSError):
-            if _raw_meta_now(path) != raw:
-                continue
-            raise
-        if _raw_meta_now(path) == raw:
-            return store
-    raise FormatError(f"{str(path)!r} kept being replaced while it was being opened")
-
-
-def _load(entry: str) -> Any:
-    import importlib
-
-    module, _, name = entry.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _call_opener(kind: str, location: Any, **options: Any) -> TokenStore:
-    entry = OPENERS.get(kind)
-    if entry is None:
-        if kind == "url":
-            raise ValueError(f"{location!r} is a URL; this mmpack opens local stores only")
-        names = ", ".join(repr(k) for k in sorted({*OPENERS, "mmpack"} - {"url"}))
-        raise ValueError(f"format={kind!r} is not one of {names} (or None to detect it)")
-    return _load(entry)(location, **options)
-
-
-def _is_mmpack_folder(path: Path) -> bool:
-    # A missing path still goes to the detectors: a Megatron prefix is not itself a file.
-    return (path / "mmpack.json").exists() or (path / "zarr.json").exists()
-
-
-def _read_raw_meta(path: Path) -> Any:
-    if not path.exists():
-        raise StoreNotFoundError(f"no mmpack store at {str(path)!r}: the path does not exist")
-    if not path.is_dir():
-        raise FormatError(f"{str(path)!r} is a file; an mmpack store is a folder")
-    try:
-        raw = MemmapBackend.read_meta(path)
-        if raw is None:
-            raw = ZarrBackend.read_meta(path)
-    except PermissionError as exc:
-        raise PermissionError(f"cannot read the store at {str(path)!r}: {exc}") from None
-    if raw is None:
-        raise FormatError(
-            f"{str(path)!r} is not an mmpack store: it has neither mmpack.json nor a Zarr group "
-            "with mmpack attributes (an interrupted build leaves no store; rebuild it)"
-        )
-    return raw
-
-
-def _raw_meta_now(path: Path) -> Any:
-    try:
-        return _read_raw_meta(path)
-    except (MmpackError, OSError):
-        return None
-
-
-_NUMPY_CHECK_DOCS = 1 << 22
-
-
-def _first_decrease(offsets: np.ndarray) -> int:
-    """Index of the first decrease in ``offsets`` or -1.  Small indexes are checked with numpy
-    (opening a store for ``mmpack info`` then never loads numba, ~0.5 s); large ones with the
-    kernel (one pass, no temporaries)."""
-    if offsets.shape[0] <= _NUMPY_CHECK_DOCS:
-        bad = np.flatnonzero(offsets[1:] < offsets[:-1])
-        return int(bad[0]) if bad.size else -1
-    from mmpack.kernels.store import first_decrease
-
-    return int(first_decrease(offsets))
-
-
-def _check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
-    if offsets.shape != (meta.num_docs + 1,):
-        raise FormatError(
-            f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)"
-        )
-    if offsets[0] != 0:
-        raise FormatError(f"{path}: offsets[0] is {int(offsets[0])}, expected 0")
-    if offsets[-1] != meta.num_tokens:
-        raise FormatError(
-            f"{path}: offsets end at {int(offsets[-1])} but the store holds "
-            f"{meta.num_tokens} tokens"
-        )
-    bad = _first_decrease(offsets)
-    if bad >= 0:
-        raise FormatError(
-            f"{path}: offsets decrease at document {bad} "
-            f"({int(offsets[bad])} -> {int(offsets[bad + 1])}): the index is corrupt"
-        )
-
-
-def _as_path(path: Any, name: str) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
-    return Path(path)

@@ -127,11 +127,11 @@ def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarr
     refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``).  Integer
     arrays and lists of Python ints are kept as they are (no copy); anything else is converted
     once, here."""
-    from mmpack.store.writer import _as_doc_array  # the one token rule (the build's)
+    from mmpack.store.tokens import as_token_array  # the one token rule (the build's)
 
     if any(issubclass(t, Mapping) for t in set(map(type, items))):
         items = [tokens_of(x) for x in items]
-    items = [x if _plain(x) else _as_doc_array(x, first + j) for j, x in enumerate(items)]
+    items = [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
     lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     return np.fromiter(items, dtype=object, count=len(items)), lens
 

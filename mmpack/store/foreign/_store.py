@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError
+from mmpack.errors import FormatError
 from mmpack.store.backends._base import Backend
 from mmpack.store.format import BLOCK_BYTES, StoreMeta, write_json_atomic
+from mmpack.store.opening import reopen_pickled
 from mmpack.store.reader import TokenStore
 
 __all__ = [
@@ -351,14 +352,14 @@ class ForeignStore(TokenStore):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        from mmpack.store.reader import open_store
-
-        current = open_store(state["location"], format=state["kind"], **state["options"])
-        if current.fingerprint != state["fingerprint"]:
-            raise StateMismatchError(
-                f"the {state['kind']} data at {state['location']} changed after this object was "
-                f"pickled (fingerprint {state['fingerprint']} then, {current.fingerprint} now)"
-            )
+        current = reopen_pickled(
+            state["location"],
+            state["fingerprint"],
+            f"the {state['kind']} data",
+            "changed",
+            format=state["kind"],
+            **state["options"],
+        )
         self.__dict__.update(current.__dict__)
 
     def __repr__(self) -> str:

@@ -1,0 +1,147 @@
+"""Checking a store's structure and checksums: the offsets' invariants at open and the per-block
+CRC-32s, for a full :meth:`~mmpack.store.reader.TokenStore.verify` and for verify-on-read.
+
+:func:`check_offsets` checks what every open checks: ``offsets`` has ``num_docs + 1`` entries,
+starts at 0, never decreases and ends at ``num_tokens`` (one O(num_docs) pass; numpy below 4M
+documents, so ``mmpack info`` never loads numba, the numba kernel above, with no temporaries).
+:class:`BlockChecker` recomputes the CRC-32 of a 16 MiB block of the offsets or tokens from the
+backend's raw bytes and compares it with the metadata (~10 ms a block; zlib releases the GIL), and
+keeps a bitmap of the token blocks already checked, so verify-on-read checks each block once (the
+first read that touches it) and then costs one bitmap lookup per touched block.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from mmpack.errors import FormatError
+from mmpack.store.backends import Backend
+from mmpack.store.format import StoreMeta
+
+__all__ = ["BlockChecker", "check_offsets"]
+
+
+class BlockChecker:
+    """The block checksums of one store: check one block, check the token blocks a read touches
+    (each once), or all of them.
+
+    Parameters
+    ----------
+    path : Path
+        Named in error messages.
+    meta : StoreMeta
+        Holds the block size and the stored CRC-32s.
+    backend : Backend
+        Serves ``raw_bytes(name, lo, hi)``.
+    track_reads : bool
+        Keep the bitmap of checked token blocks (verify-on-read); without it only
+        :meth:`check_block` and :meth:`check_all` are used, and ``meta`` may be a record without
+        block checksums (a joined or foreign store, which verifies its own way).
+    """
+
+    def __init__(self, path: Path, meta: StoreMeta, backend: Backend, track_reads: bool) -> None:
+        self._path = path
+        self._meta = meta
+        self._backend = backend
+        self._verified = np.zeros(len(meta.tokens_crc32) if track_reads else 0, dtype=bool)
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Checksum every not yet verified token block that ranges ``[starts, starts+lengths)``
+        (int64, shape (k,)) touch (ranges are short next to a block: usually one or two blocks
+        each)."""
+        keep = lengths > 0
+        if not keep.all():
+            starts, lengths = starts[keep], lengths[keep]
+        if not starts.size:
+            return
+        per_block = self._meta.block_bytes // self._meta.dtype.itemsize
+        first = starts // per_block
+        last = (starts + lengths - 1) // per_block
+        touched = np.unique(np.concatenate([first, last]))
+        todo = touched[~self._verified[touched]]
+        for b in todo.tolist():
+            self._verify_token_block(b)
+        for f, last_b in zip(first[last - first > 1].tolist(), last[last - first > 1].tolist()):
+            self.verify_span(f * per_block, (last_b + 1) * per_block)  # a range over 3+ blocks
+
+    def verify_span(self, start: int, stop: int) -> None:
+        """Checksum every not yet verified token block that flat tokens ``[start, stop)`` touch."""
+        if stop <= start:
+            return
+        per_block = self._meta.block_bytes // self._meta.dtype.itemsize
+        for b in range(start // per_block, (stop - 1) // per_block + 1):
+            if not self._verified[b]:
+                self._verify_token_block(b)
+
+    def _verify_token_block(self, b: int) -> None:
+        self.check_block("tokens", b)
+        self._verified[b] = True
+
+    def check_block(self, name: str, b: int) -> int:
+        """CRC-32 block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);
+        :class:`FormatError` naming it on a mismatch.  Returns the block's size in bytes."""
+        meta = self._meta
+        if name == "offsets":
+            nbytes, crcs = (meta.num_docs + 1) * 8, meta.offsets_crc32
+        else:
+            nbytes, crcs = meta.num_tokens * meta.dtype.itemsize, meta.tokens_crc32
+        lo = b * meta.block_bytes
+        hi = min(nbytes, lo + meta.block_bytes)
+        got = zlib.crc32(self._backend.raw_bytes(name, lo, hi))
+        if got != crcs[b]:
+            raise FormatError(
+                f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
+                f"(stored {crcs[b]:#010x}, computed {got:#010x}): the data was modified "
+                "or corrupted; rebuild the store"
+            )
+        return hi - lo
+
+    def check_all(self) -> dict[str, int]:
+        """Every block of the offsets, then of the tokens; ``{"blocks", "bytes"}`` checked."""
+        meta = self._meta
+        checked_blocks = checked_bytes = 0
+        for name, crcs in (("offsets", meta.offsets_crc32), ("tokens", meta.tokens_crc32)):
+            for b in range(len(crcs)):
+                checked_bytes += self.check_block(name, b)
+                checked_blocks += 1
+        return {"blocks": checked_blocks, "bytes": checked_bytes}
+
+
+_NUMPY_CHECK_DOCS = 1 << 22
+
+
+def _first_decrease(offsets: np.ndarray) -> int:
+    """Index of the first decrease in ``offsets`` or -1.  Small indexes are checked with numpy
+    (opening a store for ``mmpack info`` then never loads numba, ~0.5 s); large ones with the
+    kernel (one pass, no temporaries)."""
+    if offsets.shape[0] <= _NUMPY_CHECK_DOCS:
+        bad = np.flatnonzero(offsets[1:] < offsets[:-1])
+        return int(bad[0]) if bad.size else -1
+    from mmpack.kernels.store import first_decrease
+
+    return int(first_decrease(offsets))
+
+
+def check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
+    """:class:`FormatError` naming ``path`` unless ``offsets`` (int64, shape (num_docs + 1,))
+    starts at 0, never decreases and ends at ``meta.num_tokens``."""
+    if offsets.shape != (meta.num_docs + 1,):
+        raise FormatError(
+            f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)"
+        )
+    if offsets[0] != 0:
+        raise FormatError(f"{path}: offsets[0] is {int(offsets[0])}, expected 0")
+    if offsets[-1] != meta.num_tokens:
+        raise FormatError(
+            f"{path}: offsets end at {int(offsets[-1])} but the store holds "
+            f"{meta.num_tokens} tokens"
+        )
+    bad = _first_decrease(offsets)
+    if bad >= 0:
+        raise FormatError(
+            f"{path}: offsets decrease at document {bad} "
+            f"({int(offsets[bad])} -> {int(offsets[bad + 1])}): the index is corrupt"
+        )

@@ -1,0 +1,320 @@
+"""Atomic publishing of a store folder: where a build writes, how it replaces a target, and
+how the leftovers of dead builders are found.
+
+A builder writes into ``.<name>.mmpack-tmp-<pid>-<8 hex>`` beside the target.  The folder is
+staged as ``.<name>.mmpack-new-...``, gets its lock file ``.mmpack-lock`` (held with ``flock`` for
+the builder's lifetime), then is renamed to its ``-tmp-`` name (:func:`stage_folder`), so every
+``-tmp-`` folder a cleaner sees carries its builder's lock.  :func:`clean_stale` removes only the
+folders of exactly that target name (compared as strings, never as glob patterns) whose lock it
+can take: one ``listdir`` of the parent plus one ``open``/``flock`` per candidate, valid across
+PID namespaces.  Before the swap :func:`check_new_store` opens the finished folder as a store
+(metadata and offsets, O(num_docs)) and :func:`check_replaceable` re-checks that the target is
+a store or an empty folder (one ``listdir``); :func:`swap_into_place` then renames the folder
+onto a free target, or exchanges it with an existing store in one ``renameat2(RENAME_EXCHANGE)``
+(two renames where the kernel lacks it), so readers never see a half-written store and keep
+their mappings of the previous one.  :func:`fsync_dir` makes the renames durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from mmpack.errors import FormatError, Param, StoreExistsError, with_params
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
+from mmpack.store.format import StoreMeta
+from mmpack.store.opening import read_raw_meta
+from mmpack.store.reader import TokenStore
+
+__all__ = [
+    "LOCK_FILE",
+    "check_new_store",
+    "check_replaceable",
+    "check_target",
+    "clean_stale",
+    "fsync_dir",
+    "pid_alive",
+    "stage_folder",
+    "swap_into_place",
+]
+
+_TMP_TAG = ".mmpack-tmp-"
+_OLD_TAG = ".mmpack-old-"
+_NEW_TAG = ".mmpack-new-"
+LOCK_FILE = ".mmpack-lock"
+"""The builder's lock file inside its temporary folder (removed from the published store)."""
+_NO_LOCK_GRACE_S = 60.0
+
+
+def check_target(path: Path, overwrite: bool) -> None:
+    """Check, before any work, that a build may write ``path``: it is free, or ``overwrite`` is
+    true and it is replaceable (:func:`check_replaceable`), and its parent is a folder.
+
+    Raises
+    ------
+    StoreExistsError
+        ``path`` exists and ``overwrite`` is false.
+    FileExistsError
+        ``path`` is not an mmpack store or an empty folder.
+    NotADirectoryError, FileNotFoundError
+        The parent is a file, or does not exist.
+    """
+    parent = path.parent
+    if os.path.lexists(path):
+        if not overwrite:
+            raise with_params(
+                StoreExistsError,
+                f"{str(path)!r} exists; pass ",
+                Param("overwrite", True),
+                " to replace it",
+            )
+        check_replaceable(path)
+    if not parent.is_dir():
+        if parent.exists():
+            raise NotADirectoryError(
+                f"the parent {str(parent)!r} of the store is a file, not a folder"
+            )
+        raise FileNotFoundError(f"parent folder {str(parent)!r} of the store does not exist")
+
+
+def stage_folder(target: Path) -> tuple[Path, int]:
+    """Create the temporary folder of a build of ``target`` and take its lock.
+
+    Stale folders of dead builders of ``target`` are removed first.  The folder appears under
+    its temporary name already holding its builder's lock: it is staged under a name no cleaner
+    of live folders looks at, locked, then renamed.
+
+    Returns
+    -------
+    (folder, lock_fd)
+        The temporary folder, and the fd of its lock file (holding its ``flock`` where the file
+        system has one); the caller closes the fd once the folder is published or removed.
+    """
+    parent = target.parent
+    clean_stale(parent, target.name)
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    staging = parent / f".{target.name}{_NEW_TAG}{tag}"
+    staging.mkdir()
+    try:
+        fd = _take_lock(staging / LOCK_FILE)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    tmp = parent / f".{target.name}{_TMP_TAG}{tag}"
+    try:
+        os.rename(staging, tmp)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+    return tmp, fd
+
+
+def check_new_store(tmp: Path, meta: StoreMeta) -> None:
+    """Open the finished temporary folder as a store (metadata, file sizes, offsets from 0,
+    never decreasing, ending at num_tokens): a store that would fail its own open is never
+    renamed into place."""
+    raw = read_raw_meta(tmp)
+    if StoreMeta.from_json(raw, tmp).fingerprint != meta.fingerprint:
+        raise FormatError(f"{tmp}: the metadata written does not read back; nothing was replaced")
+    TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+
+
+# --------------------------------------------------------------------------------- the target
+_STORE_ENTRIES = {
+    "memmap": {"mmpack.json", TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE},
+    "zarr": {"zarr.json", "tokens", "offsets", "cache", LOCK_FILE},
+}
+
+
+def check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` is an mmpack store (holding only a store's own files) or an empty
+    folder: ``overwrite`` replaces stores, never a user's folder, file or link.  Called before
+    any work and again right before the swap."""
+    if os.path.islink(path):
+        raise FileExistsError(
+            f"{str(path)!r} is a symbolic link; refusing to replace it (overwrite replaces only "
+            "an mmpack store or an empty folder)"
+        )
+    if not path.is_dir():
+        what = "a file" if path.is_file() else "not a folder"
+        raise FileExistsError(
+            f"{str(path)!r} is {what}, not a store; refusing to replace it (overwrite replaces "
+            "only an mmpack store or an empty folder)"
+        )
+    entries = sorted(os.listdir(path))
+    if not entries:
+        return
+    try:
+        raw = read_raw_meta(path)
+    except (FormatError, OSError):
+        raw = None
+    backend = raw.get("backend") if isinstance(raw, dict) else None
+    if not (isinstance(backend, str) and backend in _STORE_ENTRIES):
+        backend = None
+    extra = [e for e in entries if backend is None or e not in _STORE_ENTRIES[backend]]
+    if backend is None or extra:
+        shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
+        what = "an mmpack store with other files" if backend else "not an mmpack store"
+        raise FileExistsError(
+            f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: overwrite "
+            "replaces only an mmpack store or an empty folder"
+        )
+
+
+# --------------------------------------------------------------------------------- the rename
+def _take_lock(path: Path) -> int:
+    """Create ``path`` and hold an exclusive ``flock`` on it for the builder's lifetime: the
+    liveness signal of a temporary folder, valid across PID namespaces (containers sharing a
+    volume) where a PID in a name is not."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in _NO_FLOCK:
+            os.close(fd)
+            raise
+        # No flock on this file system: the lock file stays, and cleaners, unable to take the
+        # lock either, keep the folder (a leak at worst, never a live build deleted).
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL}
+
+
+def _builder_dead(folder: Path) -> tuple[bool, int | None]:
+    """``(dead, fd)``: whether the builder of temporary folder ``folder`` is gone, and the lock
+    fd if we took its lock (held while we remove the folder).  A builder's folder carries its
+    lock file from the moment it appears under this name until it is renamed onto the target;
+    a folder without one holds a previous store moved aside by an exchange (to be removed) or
+    comes from an mmpack without locks."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return True, None
+    except OSError:
+        return False, None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by a live builder (or no flock on this file system): keep it
+        os.close(fd)
+        return False, None
+    return True, fd
+
+
+def _old_and_pid_dead(folder: Path) -> bool:
+    """For staging folders (no lock yet): older than a minute and no live process of that PID
+    here (a builder stages its folder for microseconds)."""
+    try:
+        age = time.time() - os.lstat(folder).st_mtime
+    except OSError:
+        return False
+    pid_text = folder.name.rsplit("-", 2)[-2] if folder.name.count("-") >= 2 else ""
+    alive = pid_text.isdigit() and pid_alive(int(pid_text))
+    return age > _NO_LOCK_GRACE_S and not alive
+
+
+def clean_stale(parent: Path, name: str) -> None:
+    """Remove temporary folders left by dead builders of ``parent/name``.  Names are compared
+    exactly (``a*`` or ``corpus[v2]`` are names, not patterns); a temporary folder is removed
+    only once its builder's lock is taken (see :func:`_builder_dead`)."""
+    tmp_prefix, old_prefix = f".{name}{_TMP_TAG}", f".{name}{_OLD_TAG}"
+    new_prefix = f".{name}{_NEW_TAG}"
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for entry in entries:
+        folder = parent / entry
+        if entry.startswith(tmp_prefix) and _tagged(entry[len(tmp_prefix) :]):
+            dead, fd = _builder_dead(folder)
+            try:
+                if dead:
+                    shutil.rmtree(folder, ignore_errors=True)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        elif entry.startswith(new_prefix) and _tagged(entry[len(new_prefix) :]):
+            if _old_and_pid_dead(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+        elif entry.startswith(old_prefix) and _tagged(entry[len(old_prefix) :]):
+            # A previous store moved aside by the two-rename fallback; its builder removes it
+            # right after the second rename.
+            pid_text = entry[len(old_prefix) :].split("-", 1)[0]
+            if not pid_alive(int(pid_text)):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _tagged(suffix: str) -> bool:
+    """``<pid>-<8 hex digits>``, exactly what a builder appends."""
+    pid, _, rand = suffix.partition("-")
+    return pid.isdigit() and len(rand) == 8 and all(c in "0123456789abcdef" for c in rand)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
+def swap_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    if not os.path.lexists(target):
+        try:
+            os.rename(tmp, target)
+            return
+        except OSError:
+            if not os.path.lexists(target):
+                raise
+    if not overwrite:
+        raise StoreExistsError(f"{str(target)!r} appeared during the build; not replacing it")
+    check_replaceable(target)  # what is there now, not what was there when the build began
+    if _renameat2_exchange(tmp, target):
+        shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous store
+        return
+    old = target.parent / f".{target.name}{_OLD_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+    os.rename(target, old)
+    os.rename(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
