@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 __all__ = [
     "FormatError",
+    "IngestError",
+    "IngestWarning",
+    "MissingDependencyError",
     "MmpackError",
     "Param",
     "RemoteAccessError",
@@ -96,3 +99,30 @@ class RemoteError(MmpackError, ConnectionError):
 
 class RemoteAccessError(MmpackError, PermissionError):
     """An object store refused the credentials (wrong keys, no permission)."""
+
+
+class IngestError(MmpackError, ValueError):
+    """A build refused by its ``on_error`` policy, or a file that failed part-way after some of its
+    documents were passed on; the message names the file, line and reason.  Nothing is written.
+    ``report`` (when set) holds the counts up to the refusal."""
+
+    report: Any = None  # the IngestReport (mmpack.ingest.report, a layer above this module)
+
+
+class IngestWarning(UserWarning):
+    """A skipped input record (``on_error="skip"``)."""
+
+
+class MissingDependencyError(MmpackError, ImportError):
+    """An optional dependency is not installed.  The message says what needs it and how to install
+    it: the ``mmpack`` extra that brings it (``pip install "mmpack[ingest]"``), or the package
+    itself where no extra does (``datasets``, ``transformers``).  ``package`` is the missing
+    import, ``extra`` the extra (or None)."""
+
+    def __init__(self, message: str, package: str | None = None, extra: str | None = None) -> None:
+        if extra is not None:
+            message += f' (pip install "mmpack[{extra}]")'
+        elif package is not None:
+            message += f" (pip install {package})"
+        super().__init__(message, name=package)
+        self.package, self.extra = package, extra

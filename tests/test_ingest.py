@@ -344,6 +344,24 @@ def test_saved_dataset_folder_loads_datasets_lazily(tmp_path, monkeypatch):
     assert loaded == [str(folder)] and texts_of(report.store) == ["from disk"]
 
 
+def test_a_missing_dependency_names_the_extra_to_install(tmp_path, monkeypatch):
+    """Issue 14: an optional dependency that is not installed raises MissingDependencyError (an
+    ImportError and an MmpackError) naming the pip extra that brings it."""
+    from mmpack.errors import MissingDependencyError, MmpackError
+
+    (tmp_path / "t.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(MissingDependencyError, match=r'pip install "mmpack\[ingest\]"') as info:
+        ingest(tmp_path / "t.parquet", tmp_path / "s")
+    assert isinstance(info.value, ImportError) and isinstance(info.value, MmpackError)
+    assert (info.value.name, info.value.extra) == ("pyarrow", "ingest")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "dataset_info.json").write_text("{}")
+    with pytest.raises(MissingDependencyError, match=r"\(pip install datasets\)"):
+        ingest(tmp_path / "saved", tmp_path / "s")
+
+
 # ----------------------------------------------------------------------------- determinism
 def store_bytes(path: Path) -> dict[str, bytes]:
     """Every file of the store; the metadata without the provenance's build time (which is
@@ -563,7 +581,7 @@ class _FailingReader:
 
 
 def _fail_reading(monkeypatch, name, after):
-    import mmpack.ingest.pipeline as ingest_mod
+    import mmpack.ingest.readers as ingest_mod
 
     real = ingest_mod._open_binary
 

@@ -4,7 +4,13 @@
 
     tokenizer.py    byte-level, tokenizers and transformers tokenizers behind one interface
     templates.py    special-token templates (the tokenizer's post-processor, or "<s> $A")
-    pipeline.py     ingest(): readers for text/JSON/Parquet/datasets, worker pool, report
+    pipeline.py     ingest(): the API, from inputs to a store
+    inputs.py       format detection and input resolution (paths, globs, datasets, iterables)
+    readers.py      the sources: text, JSON, Parquet, datasets and iterables in memory
+    records.py      the record/reason protocol; damaged .gz checks
+    report.py       IngestIssue, IngestReport and the on_error policy over the issues
+    batching.py     records -> batches; a tokenized batch accounted for and written
+    workers.py      the tokenizer worker pool
     compression.py  .zst inputs
     provenance.py   the tokenizer record and provenance a build writes; the tokenizer read back
     distributed.py  one part per task on Dask (or serially), joined: build_distributed()
@@ -12,13 +18,7 @@
 
 from __future__ import annotations
 
-from mmpack.ingest.pipeline import (
-    FORMATS,
-    IngestError,
-    IngestIssue,
-    IngestReport,
-    IngestWarning,
-    ingest,
-)
+from mmpack.errors import IngestError, IngestWarning
+from mmpack.ingest.pipeline import FORMATS, IngestIssue, IngestReport, ingest
 
 __all__ = ["FORMATS", "IngestError", "IngestIssue", "IngestReport", "IngestWarning", "ingest"]

@@ -13,6 +13,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from mmpack.errors import MissingDependencyError
+
 __all__ = ["open_zstd"]
 
 _BUFFER = 1 << 20
@@ -34,9 +36,11 @@ class _ZstdRaw(io.RawIOBase):
         try:
             import zstandard
         except ImportError:
-            raise ImportError(
+            raise MissingDependencyError(
                 f"{str(self._path)!r} is zstd-compressed; reading it needs the `zstandard` "
-                "package (pip install zstandard)"
+                "package, which is not installed",
+                "zstandard",
+                "ingest",
             ) from None
         self._close_inner()
         self._file = open(self._path, "rb")

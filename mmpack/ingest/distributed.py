@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import StoreExistsError
+from mmpack.errors import MissingDependencyError, StoreExistsError
 from mmpack.ingest.pipeline import (
     IngestError,
     IngestIssue,
@@ -336,8 +336,10 @@ def _run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, don
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise ImportError(
-            "engine='dask' needs dask.distributed (pip install 'dask[distributed]')"
+        raise MissingDependencyError(
+            "engine='dask' needs dask.distributed, which is not installed",
+            "distributed",
+            "distributed",
         ) from None
     with _client(Client, LocalCluster, scheduler, n_workers) as client:
         token = secrets.token_hex(4)

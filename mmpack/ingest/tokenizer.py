@@ -33,6 +33,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from mmpack.errors import MissingDependencyError
+
 __all__ = [
     "BYTE_EOT_ID",
     "ByteTokenizer",
@@ -165,7 +167,15 @@ class HFTokenizer(Tokenizer):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from tokenizers import Tokenizer as _RustTokenizer
+        try:
+            from tokenizers import Tokenizer as _RustTokenizer
+        except ImportError:
+            raise MissingDependencyError(
+                f"the tokenizer {str(path)!r} needs the `tokenizers` package, which is not "
+                "installed",
+                "tokenizers",
+                "ingest",
+            ) from None
 
         path = Path(path)
         file = path / "tokenizer.json" if path.is_dir() else path
@@ -207,10 +217,11 @@ class TransformersTokenizer(Tokenizer):
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise ImportError(
+            raise MissingDependencyError(
                 f"{str(path)!r} holds no tokenizer.json, so it needs the `transformers` package "
-                "to load, which is not installed (pip install transformers); or save a fast "
-                "tokenizer's tokenizer.json into the folder"
+                "to load, which is not installed (or save a fast tokenizer's tokenizer.json into "
+                "the folder)",
+                "transformers",
             ) from None
         path = Path(path)
         self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
@@ -252,8 +263,9 @@ def load_tokenizer(spec: Any = None) -> Tokenizer:
         The path does not exist.
     ValueError
         The file is not a tokenizer, or the spec kind is unknown.
-    ImportError
-        A ``transformers`` folder and ``transformers`` is not installed.
+    MissingDependencyError
+        (an ``ImportError``) A ``transformers`` folder and ``transformers`` is not installed, or
+        a ``tokenizer.json`` and ``tokenizers`` (the ``ingest`` extra) is not.
     """
     if isinstance(spec, Tokenizer):
         return spec

@@ -1,0 +1,150 @@
+"""The argparse pieces of the ``mmpack`` command that its subcommands share: the types that refuse
+a bad value naming its flag (an integer in range, a token id, extensions, ``--eot``'s id) and the
+options spelled the same in every subcommand that has them (the STORE arguments, ``--seqlen``,
+``--long-docs``, ``--eot``/``--no-eot``, ``-o``/``--output``, ``--tokenizer``, switches such as
+``--overwrite``).  Nothing here imports the library.  Cost: O(1) a value parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__: list[str] = []
+
+_LONG_DOCS = ("split", "truncate", "drop")
+
+
+# --------------------------------------------------------------------------------- types
+def _int_at_least(lo: int, what: str, hi: int | None = None, why: str = ""):
+    """An argparse ``type`` for an integer in ``[lo, hi]`` (``what`` names it in the error, ``why``
+    says where ``hi`` comes from), so that a value out of range is refused naming the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected {what} >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"expected {what} <= {hi} ({why}), got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1, "an integer")
+_token_id = _int_at_least(0, "an integer token id", 2**63 - 1, "ids are int64")
+_seqlen = _int_at_least(1, "an integer", 2**31 - 1, "cu_seqlens are int32")
+_stride = _int_at_least(1, "an integer", 2**63 - 1, "token offsets are int64")
+
+
+def _extensions(text: str) -> list[str]:
+    """``--text-ext .py,.rst`` -> ``[".py", ".rst"]``."""
+    exts = [e.strip() for e in text.split(",")]
+    if not all(e.strip(".") for e in exts):
+        raise argparse.ArgumentTypeError(f"expected extensions such as .py,.rst, got {text!r}")
+    return exts
+
+
+_BARE_EOT = object()  # `pack --eot` without an id: the old switch spelling (not a str: argparse
+# would convert it with `type`)
+
+
+def _add_eot(p: argparse.ArgumentParser, default: Any, help: str, type: Any = None) -> None:
+    """``--eot ID`` / ``--no-eot``, spelled the same in every subcommand."""
+    p.add_argument(
+        "--eot",
+        type=type or _token_id,
+        nargs="?",
+        const=_BARE_EOT,
+        default=default,
+        metavar="ID",
+        help=help,
+    )
+    p.add_argument(
+        "--no-eot", dest="eot", action="store_const", const=None, help="no end-of-text token"
+    )
+
+
+def _token_id_or_store(text: str) -> int | str:
+    return "store" if text == "store" else _token_id(text)
+
+
+# --------------------------------------------------------------------------------- shared options
+def _add_store_arguments(p: argparse.ArgumentParser) -> None:
+    """STORE and how to read it (``--format``, ``--eos``, ``--dtype``, ``--metadata``)."""
+    p.add_argument(
+        "store",
+        metavar="STORE",
+        help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
+        "PREFIX.idx) or a flat token file",
+    )
+    p.add_argument(
+        "--format",
+        choices=("mmpack", "megatron", "eos-separated"),
+        default=None,
+        help="what STORE is (default: detected; a flat token file needs "
+        "--format eos-separated --eos ID)",
+    )
+    p.add_argument(
+        "--eos",
+        type=_token_id,
+        default=None,
+        metavar="ID",
+        help="end-of-sequence id that ends each document of a flat token file "
+        "(export: the id written after each document)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("uint8", "uint16", "uint32", "uint64", "int32"),
+        default=None,
+        help="token dtype of a headerless flat token file (OLMo-core: uint16 or uint32)",
+    )
+    p.add_argument(
+        "--metadata",
+        action="store_true",
+        help="a flat token file's documents from OLMo-core's NAME.csv.gz beside it "
+        "(default: found by scanning for --eos)",
+    )
+
+
+def _add_output(p: argparse.ArgumentParser, metavar: str, help: str) -> None:
+    p.add_argument("-o", "--output", required=True, metavar=metavar, help=help)
+
+
+def _add_flag(p: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """A switch such as ``--overwrite``, ``--json`` or ``--quiet``."""
+    p.add_argument(flag, action="store_true", help=help)
+
+
+def _add_count(
+    p: argparse.ArgumentParser, flag: str, default: int | None, help: str, metavar: str = "N"
+) -> None:
+    """An option taking an integer >= 1 (``--workers N``, ``--batch-size N``, ...)."""
+    p.add_argument(flag, type=_positive_int, default=default, metavar=metavar, help=help)
+
+
+def _add_optional(p: argparse.ArgumentParser, flag: str, metavar: str, help: str) -> None:
+    """An option taking a string, None when not given (``--split NAME``, ``--scheduler ...``)."""
+    p.add_argument(flag, metavar=metavar, default=None, help=help)
+
+
+def _add_tokenizer(p: argparse.ArgumentParser, help: str) -> None:
+    _add_optional(p, "--tokenizer", "PATH", help)
+
+
+def _add_seqlen(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--seqlen", type=_seqlen, required=True, metavar="N", help=help)
+
+
+def _add_long_docs(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--long-docs", choices=_LONG_DOCS, default="split", help=help)
+
+
+def _subcommand(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """A subparser that records itself as ``parser`` (errors are spelled in its flags)."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.set_defaults(parser=p)
+    return p

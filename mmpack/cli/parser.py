@@ -1,0 +1,377 @@
+"""The argument parser of the ``mmpack`` command: :func:`build_parser` and one function per
+subcommand that adds its options.
+
+An option that several subcommands share (the STORE arguments, ``--seqlen``, ``--long-docs``,
+``--eot``/``--no-eot``, ``-o``/``--output``, ``--overwrite``, ``--json``, ``--tokenizer``) is added
+by one helper of :mod:`mmpack.cli.arguments`, so it is spelled and checked the same everywhere.
+Each subparser records itself as ``parser`` (for error messages in its own terms);
+:func:`mmpack.cli.commands.main` dispatches on ``command``.  Nothing here imports the library, so
+``mmpack --help`` starts fast.  Cost: about a hundred ``add_argument`` calls, a few ms in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mmpack.cli.arguments import (
+    _add_count,
+    _add_eot,
+    _add_flag,
+    _add_long_docs,
+    _add_optional,
+    _add_output,
+    _add_seqlen,
+    _add_store_arguments,
+    _add_tokenizer,
+    _extensions,
+    _stride,
+    _subcommand,
+    _token_id,
+    _token_id_or_store,
+)
+
+__all__ = ["build_parser"]
+
+_PROG = "mmpack"
+_ALGORITHMS = ("bfd", "stream", "nextfit")
+
+
+def _benchmarks_root() -> Path | None:
+    """The source checkout holding ``benchmarks/`` next to this mmpack, if any."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "benchmarks" / "__main__.py").is_file() else None
+
+
+# --------------------------------------------------------------------------------- the parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``mmpack`` command (every option documented)."""
+    p = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Memory-mapped, random-access token stores for language-model training: "
+        "build one from text, inspect it, and view it as windows or packed rows.",
+        epilog="Run 'mmpack COMMAND --help' for the options of each command.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_build(sub)
+    _add_info(sub)
+    _add_show(sub)
+    _add_pack(sub)
+    _add_verify(sub)
+    _add_export(sub)
+    _add_join(sub)
+    _add_demo(sub)
+    if _benchmarks_root() is not None:
+        _add_bench(sub)
+    return p
+
+
+# --------------------------------------------------------------------------------- build
+def _add_build(sub: Any) -> None:
+    b = _subcommand(
+        sub,
+        "build",
+        "tokenize text files into a new store",
+        "Tokenize text into a new token store.  INPUT: files or quoted globs "
+        "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
+        ".html, .yaml: one document per file, or per line with --lines; more "
+        "extensions as text with --text-ext; .jsonl/.json records with a text "
+        "field; .parquet with a text column; optionally .gz or .zst; or a folder "
+        "saved by Hugging Face datasets).  Bad records are reported on stderr with "
+        "their file and line.  A file is all or nothing: a corrupt or truncated "
+        "compressed file, or a file whose reading fails, is skipped whole.",
+    )
+    b.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, folders or globs")
+    _add_output(b, "STORE", "the store folder to create")
+    _add_tokenizer(
+        b,
+        "a tokenizer.json, a folder holding one, or a transformers tokenizer "
+        "folder (default: byte-level, UTF-8 bytes, eot 256)",
+    )
+    _add_build_reading(b)
+    _add_build_policy(b)
+    _add_build_engine(b)
+
+
+def _add_build_reading(b: argparse.ArgumentParser) -> None:
+    """What ``build`` reads: the field, lines or whole files, the formats."""
+    b.add_argument(
+        "--field",
+        default="text",
+        metavar="NAME",
+        help="text field of JSON records / column of Parquet files (default: text)",
+    )
+    _add_flag(b, "--lines", "text files hold one document per line (default: one per file)")
+    b.add_argument(
+        "--format",
+        choices=("text", "jsonl", "json", "parquet"),
+        default=None,
+        help="format of every input file (default: from the extension)",
+    )
+    b.add_argument(
+        "--text-ext",
+        dest="text_extensions",
+        type=_extensions,
+        action="append",
+        metavar="EXTS",
+        help="also read files with these extensions as text, e.g. --text-ext "
+        ".sql,.bas (comma-separated, repeatable; the others keep their format)",
+    )
+    b.add_argument(
+        "--format-for",
+        action="append",
+        default=None,
+        metavar="PATTERN=FORMAT",
+        help="format of the files matching a glob pattern, e.g. '*.py=text' (source "
+        "files as text next to JSON lines); repeatable; others go by extension",
+    )
+
+
+def _add_build_policy(b: argparse.ArgumentParser) -> None:
+    """How ``build`` tokenizes: workers, batches, the ``on_error`` policy, the split read, the
+    template added, empty documents."""
+    _add_count(
+        b, "--workers", None, "tokenizer processes (default: the CPU count; 1 for byte-level)"
+    )
+    _add_count(b, "--batch-size", 1000, "documents per tokenizer batch (default: 1000)")
+    b.add_argument(
+        "--on-error",
+        choices=("skip-some", "skip", "fail"),
+        default="skip-some",
+        help="a bad record (invalid UTF-8 or JSON, missing or non-string field, "
+        "tokenizer failure, unreadable file) is reported and skipped; "
+        "skip-some (default) then refuses the build, nothing written, if a file "
+        "was unreadable, if no record of an INPUT could be stored, or if more "
+        "than half of all records were skipped; skip builds from whatever is "
+        "left; fail stops at the first bad record, nothing written",
+    )
+    _add_optional(
+        b,
+        "--split",
+        "NAME",
+        "read only this split of a saved Hugging Face DatasetDict (default: "
+        "every split, in name order)",
+    )
+    _add_optional(
+        b,
+        "--template",
+        "TEMPLATE",
+        "special tokens around every document: 'tokenizer' (the tokenizer's own "
+        "post-processor, e.g. BOS or [CLS] ... [SEP]) or a template such as "
+        "'<s> $A' or '[CLS] $A [SEP]' (default: none)",
+    )
+    _add_flag(b, "--skip-empty", "drop empty documents (default: store them as empty documents)")
+
+
+def _add_build_engine(b: argparse.ArgumentParser) -> None:
+    """Where ``build`` writes and runs: the backend, one local store or parts on Dask (or
+    serially) joined."""
+    b.add_argument(
+        "--backend",
+        choices=("memmap", "zarr"),
+        default="memmap",
+        help="storage backend (default: memmap)",
+    )
+    _add_flag(b, "--overwrite", "replace an existing store")
+    _add_flag(b, "--quiet", "no progress bar")
+    b.add_argument(
+        "--engine",
+        choices=("local", "dask", "serial"),
+        default="local",
+        help="local: one store, tokenized by a local process pool (default); dask: "
+        "one part per task on a Dask cluster, joined into STORE (--workers then "
+        "sizes the local cluster); serial: the same parts, one after another",
+    )
+    _add_optional(
+        b,
+        "--scheduler",
+        "ADDRESS",
+        "with --engine dask: a running scheduler (tcp://host:8786) instead of a "
+        "local cluster on 127.0.0.1",
+    )
+    _add_count(
+        b,
+        "--part-mb",
+        64,
+        "with --engine dask/serial: input megabytes per part; files are grouped "
+        "in order, never split (default: 64)",
+        metavar="MB",
+    )
+
+
+# --------------------------------------------------------------------------------- store commands
+def _add_info(sub: Any) -> None:
+    i = _subcommand(
+        sub,
+        "info",
+        "what a store holds",
+        "Counts, dtype, backend, size on disk, document-length "
+        "quantiles and a histogram of a store.",
+    )
+    _add_store_arguments(i)
+    _add_flag(i, "--json", "print JSON instead of text")
+
+
+def _add_show(sub: Any) -> None:
+    s = _subcommand(
+        sub,
+        "show",
+        "one window or packed sample",
+        "Print sample I of the window view (or of the packed view "
+        "with --packed): its arrays, the documents it comes from, "
+        "and with --decode its text, segment by segment.",
+    )
+    _add_store_arguments(s)
+    _add_seqlen(s, "tokens per sample")
+    s.add_argument(
+        "--stride",
+        type=_stride,
+        default=None,
+        metavar="S",
+        help="distance between window starts (default: seqlen; windows only)",
+    )
+    s.add_argument(
+        "-i",
+        "--index",
+        type=int,
+        required=True,
+        metavar="I",
+        help="sample index (negative counts from the end)",
+    )
+    _add_flag(
+        s, "--packed", "the packed view (whole documents best-fit into rows) instead of windows"
+    )
+    _add_eot(
+        s,
+        None,
+        "end-of-text id inserted after every document, or 'store' for the id of "
+        "the tokenizer the store records (default: none; the byte-level "
+        "tokenizer's is 256)",
+        type=_token_id_or_store,
+    )
+    s.add_argument(
+        "--pad-id", type=_token_id, default=0, metavar="ID", help="padding id (default: 0)"
+    )
+    _add_flag(s, "--keep-last", "windows: add the final partial window, padded (default: dropped)")
+    s.add_argument(
+        "--algorithm",
+        choices=_ALGORITHMS,
+        default="bfd",
+        help="packing algorithm of --packed (default: bfd)",
+    )
+    _add_long_docs(s, "documents longer than a row, with --packed (default: split)")
+    _add_flag(s, "--decode", "also print the decoded text")
+    _add_tokenizer(
+        s, "tokenizer for --decode (default: the one the store records, else byte-level)"
+    )
+
+
+def _add_pack(sub: Any) -> None:
+    k = _subcommand(
+        sub,
+        "pack",
+        "packing statistics for a sequence length",
+        "Build the packing plans (best-fit decreasing, streaming "
+        "best fit, next fit) for SEQLEN and compare them with plain "
+        "padding (one document per row) and concatenate-and-chunk: "
+        "rows, efficiency (real tokens / slots), padding, documents "
+        "cut.",
+    )
+    _add_store_arguments(k)
+    _add_seqlen(k, "tokens per row")
+    _add_eot(
+        k,
+        True,
+        "an end-of-text token (any id: only its slot counts) follows every "
+        "document (default: yes; --no-eot: none)",
+    )
+    _add_long_docs(k, "documents longer than a row (default: split)")
+    _add_count(k, "--lookahead", 1024, "open rows of the streaming algorithm (default: 1024)")
+    _add_flag(k, "--json", "print JSON instead of a table")
+
+
+def _add_verify(sub: Any) -> None:
+    v = _subcommand(
+        sub,
+        "verify",
+        "check a store's checksums",
+        "Recompute every block checksum of a store; exit 1 naming the first bad block.",
+    )
+    _add_store_arguments(v)
+
+
+def _add_export(sub: Any) -> None:
+    x = _subcommand(
+        sub,
+        "export",
+        "write a store as Megatron .bin/.idx or a flat token file",
+        "Write STORE (any store mmpack opens) in another tool's "
+        "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
+        "per document), numpy .npy or OLMo-core's headerless flat "
+        "file (+ NAME.csv.gz), each document followed by --eos.  "
+        "Files appear complete or not at all.",
+    )
+    _add_store_arguments(x)
+    x.add_argument(
+        "--to",
+        choices=("megatron", "npy", "olmo"),
+        required=True,
+        help="megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
+        "it); olmo: headerless flat file as OLMo-core reads it, plus its "
+        ".csv.gz document metadata",
+    )
+    _add_output(x, "OUT", "the Megatron prefix or the file to write")
+    _add_flag(x, "--overwrite", "replace existing files")
+
+
+# --------------------------------------------------------------------------------- join, demo, bench
+def _add_join(sub: Any) -> None:
+    j = _subcommand(
+        sub,
+        "join",
+        "join stores into one without copying tokens",
+        "Join PART stores (in order) into the store OUT: writes a "
+        "manifest (part locations relative to OUT, fingerprints, "
+        "counts) and the global document offsets (8 bytes per "
+        "document), never a token.  OUT opens like any store; a "
+        "part that later changes or goes missing is refused.",
+    )
+    j.add_argument("parts", nargs="+", metavar="PART", help="part stores, in order")
+    _add_output(j, "OUT", "the join folder")
+    _add_flag(j, "--append", "add the parts after those of the existing join OUT")
+    _add_flag(j, "--overwrite", "replace the manifest of the existing join OUT (parts are kept)")
+
+
+def _add_demo(sub: Any) -> None:
+    d = _subcommand(
+        sub,
+        "demo",
+        "the whole pipeline on the Python standard library",
+        "Build a store from the Python standard library's own "
+        "source files (byte-level tokens), then show what it holds, "
+        "window samples, packing statistics and random-access "
+        "speed.  Nothing is downloaded.",
+    )
+    _add_optional(
+        d, "--out", "DIR", "keep the store in DIR/stdlib (default: a temporary folder, removed)"
+    )
+    _add_flag(d, "--overwrite", "replace DIR/stdlib if it exists")
+
+
+def _add_bench(sub: Any) -> None:
+    n = _subcommand(
+        sub,
+        "bench",
+        "run the benchmarks (python -m benchmarks)",
+        "Run 'python -m benchmarks' of the source checkout; every "
+        "argument after 'bench' is passed on (e.g. 'mmpack bench "
+        "--quick store window'; 'mmpack bench -- --help' for "
+        "its options).",
+    )
+    n.add_argument(
+        "bench_args",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="arguments for python -m benchmarks (e.g. --quick)",
+    )

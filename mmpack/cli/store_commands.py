@@ -1,0 +1,400 @@
+"""The subcommands over an existing store: ``info`` (what it holds), ``show`` (one window or packed
+sample, as ids or decoded text), ``pack`` (packing statistics of every algorithm against padding
+and concatenate-and-chunk), ``verify`` (checksums) and ``export`` (to Megatron ``.bin/.idx`` or a
+flat EOS-separated file); and :func:`_open`, the STORE arguments opened.
+
+Each handler takes the parsed arguments and returns the exit code; library imports happen inside
+the handlers so that ``mmpack --help`` starts fast.  Cost: ``info`` reads the document lengths
+(O(documents)) and stats every file; ``show`` builds its view (``--packed``: a packing plan,
+cached in the store); ``pack`` packs with every algorithm; ``verify`` reads every byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mmpack.ingest.tokenizer import Tokenizer
+    from mmpack.views.packed import PackedDataset
+    from mmpack.views.window import WindowDataset
+
+__all__: list[str] = []
+
+
+def _open(args: argparse.Namespace):
+    """``mmpack.open`` with the --format/--eos/--dtype/--metadata options of the store
+    arguments."""
+    import mmpack
+    from mmpack.store.foreign import EosSeparatedStore
+    from mmpack.store.foreign.megatron import detect_megatron
+
+    options: dict = {}
+    path = Path(args.store)
+    flat = args.format == "eos-separated" or (
+        args.format is None and path.is_file() and detect_megatron(path) is None
+    )
+    if flat:
+        options = {"eos": args.eos} if args.eos is not None else {}
+        if args.dtype is not None:
+            options["dtype"] = args.dtype
+        if args.metadata:
+            options["metadata"] = True
+    elif args.dtype is not None or args.metadata:
+        flag = "--dtype" if args.dtype is not None else "--metadata"
+        raise ValueError(f"{flag} is for flat token files (--format eos-separated)")
+    store = mmpack.open(args.store, format=args.format, **options)
+    if (
+        args.eos is not None
+        and args.command != "export"
+        and not isinstance(store, EosSeparatedStore)
+    ):
+        raise ValueError(f"--eos is for flat token files; {args.store} is a {store.backend} store")
+    return store
+
+
+def _store_size(store) -> int:
+    files = getattr(store, "source_files", None)
+    if files is not None:
+        return sum(f.stat().st_size for f in files)
+    if "://" in store.location:  # a remote store: the bytes of its data objects
+        return store.num_tokens * store.dtype.itemsize + (len(store) + 1) * 8
+    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _length_quantiles(lens) -> dict[str, float]:
+    import numpy as np
+
+    if lens.size == 0:
+        return {}
+    qs = (0.01, 0.1, 0.5, 0.9, 0.99)
+    vals = np.quantile(lens, qs)
+    out: dict[str, float] = {"min": int(lens.min())}
+    out.update({f"p{int(q * 100)}": float(v) for q, v in zip(qs, vals)})
+    out["max"] = int(lens.max())
+    out["mean"] = float(lens.mean())
+    return out
+
+
+def _length_histogram(lens, width: int = 40) -> list[str]:
+    """Rows ``label |#### count`` over power-of-two buckets (0, 1, 2-3, 4-7, ...)."""
+    import numpy as np
+
+    if lens.size == 0:
+        return []
+    buckets = np.zeros(65, dtype=np.int64)
+    nz = lens[lens > 0]
+    buckets[0] = lens.size - nz.size
+    if nz.size:
+        b = np.floor(np.log2(nz)).astype(np.int64) + 1
+        buckets += np.bincount(b, minlength=65)[:65]
+    used = np.flatnonzero(buckets)
+    lo, hi = int(used[0]), int(used[-1])
+    top = int(buckets.max())
+    rows = []
+    for k in range(lo, hi + 1):
+        label = str(k) if k <= 1 else f"{2 ** (k - 1)}-{2**k - 1}"  # 0, 1, 2-3, 4-7, ...
+        count = int(buckets[k])
+        bar = "#" * max(int(round(width * count / top)), 1 if count else 0)
+        rows.append(f"  {label:>17} |{bar:<{width}} {count:,}")
+    return rows
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    store = _open(args)
+    lens = store.doc_lens
+    info = {
+        "path": store.location,
+        "backend": store.backend,
+        "dtype": store.dtype.name,
+        "documents": len(store),
+        "empty_documents": int((lens == 0).sum()),
+        "tokens": store.num_tokens,
+        "bytes_on_disk": _store_size(store),
+        "fingerprint": store.fingerprint,
+        "format_version": store.meta.get("version"),
+        "doc_length": _length_quantiles(lens),
+    }
+    for section in ("tokenizer", "provenance"):
+        if isinstance(store.meta.get(section), dict):
+            info[section] = store.meta[section]
+    if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
+        info["parts"] = store.part_locations
+        info["bytes_on_disk"] += sum(_store_size(p) for p in store.parts if "://" not in p.location)
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        _print_info(info, store, lens)
+    return 0
+
+
+def _print_info(info: dict, store, lens) -> None:
+    """``mmpack info`` as text: one labelled line a fact, then the length histogram."""
+    q = info["doc_length"]
+    print(f"store        {info['path']}")
+    if store.meta.get("format") == info["backend"]:  # a foreign store: its format and source
+        source = store.meta.get("source", {})
+        print(
+            f"format       {info['backend']}"
+            + (f" v{info['format_version']}" if info["format_version"] is not None else "")
+            + f", file dtype {source.get('dtype')}, served in place (read-only)"
+        )
+    else:
+        print(f"backend      {info['backend']} (format v{info['format_version']})")
+    print(f"documents    {info['documents']:,} ({info['empty_documents']:,} empty)")
+    print(
+        f"tokens       {info['tokens']:,} ({info['dtype']}, "
+        f"{store.dtype.itemsize} byte{'s' if store.dtype.itemsize > 1 else ''} each)"
+    )
+    print(f"size         {_fmt_bytes(info['bytes_on_disk'])} on disk")
+    print(f"fingerprint  {info['fingerprint']}")
+    tok = info.get("tokenizer")
+    if tok:
+        ids = ", ".join(f"{k} {v}" for k, v in tok.get("special_ids", {}).items()) or "none"
+        kept = f", copy in {tok['file']}" if tok.get("file") else ""
+        print(
+            f"tokenizer    {tok.get('kind')} (vocab {tok.get('vocab_size'):,}{kept}; "
+            f"special ids: {ids})"
+        )
+    prov = info.get("provenance")
+    if prov:
+        n_in = len(prov.get("inputs", []))
+        print(
+            f"built        {prov.get('time')} by mmpack {prov.get('mmpack_version')} from "
+            f"{n_in} input{'s' if n_in != 1 else ''}: read {prov.get('docs_read', 0):,}, "
+            f"skipped {prov.get('docs_skipped', 0):,} with errors and "
+            f"{prov.get('empty_skipped', 0):,} empty"
+        )
+    if "parts" in info:
+        print(
+            f"parts        {len(info['parts'])} ("
+            + ", ".join(info["parts"][:4])
+            + (", ..." if len(info["parts"]) > 4 else "")
+            + ")"
+        )
+    if q:
+        print(
+            "doc length   "
+            + "  ".join(f"{k} {v:,.0f}" for k, v in q.items() if k != "mean")
+            + f"  mean {q['mean']:,.1f}"
+        )
+        print("histogram    (documents per length bucket, tokens)")
+        for row in _length_histogram(lens):
+            print(row)
+
+
+# --------------------------------------------------------------------------------- show
+def _cmd_show(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    store = _open(args)
+    tok = _show_tokenizer(args, store) if args.decode else None
+    ds, what = _show_view(args, store)
+    n = len(ds)
+    if not -n <= args.index < n:
+        raise IndexError(f"sample index {args.index} is out of range: the view has {n} samples")
+    i = args.index % n
+    sample = ds[i]
+    print(what.format(i=i, n=n))
+    for key, value in sample.items():
+        arr = np.asarray(value)
+        print(f"{key:<15}{arr.tolist()}")
+    _print_origin(args, store, ds, i)
+    if tok is not None:
+        ids = np.asarray(sample["input_ids"])
+        cu = np.asarray(sample.get("cu_seqlens", [0, ids.size])).tolist()
+        for a, b in zip(cu[:-1], cu[1:]):
+            print(f"--- positions {a}..{b} ---")
+            print(tok.decode(ids[a:b]))
+    return 0
+
+
+def _show_tokenizer(args: argparse.Namespace, store) -> Tokenizer:
+    """The tokenizer of ``show --decode``: ``--tokenizer``, else the one the store records, else
+    byte-level."""
+    from mmpack.ingest.provenance import store_tokenizer
+    from mmpack.ingest.tokenizer import load_tokenizer
+    from mmpack.store.vocab import tokenizer_record
+
+    if args.tokenizer is None and tokenizer_record(store) is not None:
+        return store_tokenizer(store)  # the tokenizer the store was built with
+    return load_tokenizer(args.tokenizer)
+
+
+def _print_origin(
+    args: argparse.Namespace, store, ds: PackedDataset | WindowDataset, i: int
+) -> None:
+    """The ``from`` line of ``show``: the documents sample ``i`` comes from, token ranges."""
+    from mmpack.views.packed import PackedDataset
+    from mmpack.views.window import WindowDataset
+
+    if args.packed:
+        assert isinstance(ds, PackedDataset)
+        lens = store.doc_lens
+        pieces = [
+            f"doc {d} tokens {a}..{a + n}"
+            + (" + eot" if args.eot is not None and a + n == lens[d] else "")
+            for d, a, n in ds.locate(i)
+        ]
+    else:
+        assert isinstance(ds, WindowDataset)
+        pieces = [
+            f"doc {p['doc']} tokens {p['start']}..{p['stop']}" + (" + eot" if p["eot"] else "")
+            for p in ds.locate(i)
+        ]
+    print("from           " + "; ".join(pieces))
+
+
+def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowDataset, str]:
+    """The view ``show`` samples (packed rows with ``--packed``, else windows) and the title of a
+    sample (a format string over ``i`` and ``n``)."""
+    ds: PackedDataset | WindowDataset
+    if args.packed:
+        from mmpack.views.packed import PackedDataset
+
+        ds = PackedDataset(
+            store,
+            args.seqlen,
+            eot=args.eot,
+            pad_id=args.pad_id,
+            long_docs=args.long_docs,
+            algorithm=args.algorithm,
+        )
+        what = (
+            f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
+            f"eot {ds.eot}, pad {ds.pad_id})"
+        )
+    else:
+        from mmpack.views.window import WindowDataset
+
+        ds = WindowDataset(
+            store,
+            args.seqlen,
+            args.stride,
+            eot=args.eot,
+            pad_id=args.pad_id,
+            drop_last=not args.keep_last,
+        )
+        what = f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, eot {ds.eot})"
+    return ds, what
+
+
+# --------------------------------------------------------------------------------- pack
+_METHOD_NAMES = {
+    "bfd": "best-fit decreasing",
+    "stream": "streaming best fit",
+    "nextfit": "next fit",
+    "pad": "pad (1 doc/row)",
+    "chunk": "concat + chunk",
+}
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from mmpack.cli.demo import compare_packing
+
+    store = _open(args)
+    eot = args.eot is not None
+    rows = compare_packing(
+        store.doc_lens,
+        args.seqlen,
+        eot=eot,
+        long_docs=args.long_docs,
+        lookahead=args.lookahead,
+        algorithms=("bfd", "stream", "nextfit"),
+    )
+    if args.json:
+        eot_id = args.eot if isinstance(args.eot, int) and not isinstance(args.eot, bool) else None
+        print(
+            json.dumps(
+                {
+                    "store": store.location,
+                    "seqlen": args.seqlen,
+                    "eot": eot,
+                    "eot_id": eot_id,
+                    "long_docs": args.long_docs,
+                    "lookahead": args.lookahead,
+                    "documents": len(store),
+                    "methods": rows,
+                },
+                indent=1,
+            )
+        )
+        return 0
+    tokens = rows[0]["tokens"]
+    print(
+        f"{store.location}: {len(store):,} documents, {tokens:,} tokens to place "
+        f"({'with' if eot else 'without'} an eot per document), seqlen {args.seqlen}, "
+        f"long documents: {args.long_docs}; at least {-(-tokens // args.seqlen):,} rows"
+    )
+    print(
+        f"{'method':<22}{'rows':>12}{'efficiency':>12}{'padding':>15}{'docs cut':>11}{'time':>11}"
+    )
+    for r in rows:
+        name = _METHOD_NAMES[r["method"]]
+        t = f"{r['seconds'] * 1e3:.1f} ms" if "seconds" in r else ""
+        print(
+            f"{name:<22}{r['rows']:>12,}{r['efficiency']:>11.2%} {r['padding']:>14,}"
+            f"{r['docs_cut']:>11,}{t:>11}"
+        )
+    print(
+        f"streaming best fit keeps {args.lookahead} rows open; docs cut: documents whose tokens "
+        "land in more than one row"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------- verify
+def _cmd_verify(args: argparse.Namespace) -> int:
+    store = _open(args)
+    res = store.verify()
+    parts = f"{res['parts']} parts, " if "parts" in res else ""
+    print(
+        f"{store.location}: ok, {parts}{res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
+        f"verified; {len(store):,} documents, {store.num_tokens:,} tokens, "
+        f"fingerprint {store.fingerprint}"
+        + (
+            f"; checksums recorded in {res['sidecar']} (checked by the next verify)"
+            if res.get("recorded")
+            else ""
+        )
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------- export
+def _cmd_export(args: argparse.Namespace) -> int:
+    from mmpack.store.foreign import EosSeparatedStore, export_flat, export_megatron
+
+    store = _open(args)
+    if args.to == "megatron":
+        if args.eos is not None and not isinstance(store, EosSeparatedStore):
+            raise ValueError("--eos is for --to npy/olmo (or an eos-separated STORE)")
+        bin_path, idx_path = export_megatron(store, args.output, overwrite=args.overwrite)
+        written = f"{bin_path} and {idx_path}"
+    else:
+        if args.eos is None:
+            raise ValueError(f"--to {args.to} needs --eos ID (the id written after each document)")
+        path = export_flat(
+            store,
+            args.output,
+            eos=args.eos,
+            header=args.to == "npy",
+            metadata=args.to == "olmo",
+            overwrite=args.overwrite,
+        )
+        written = str(path) + (" and its .csv.gz document metadata" if args.to == "olmo" else "")
+    print(
+        f"{store.location}: {len(store):,} documents, {store.num_tokens:,} tokens written "
+        f"to {written}"
+    )
+    return 0

@@ -1,0 +1,265 @@
+"""What the inputs of :func:`mmpack.ingest.pipeline.ingest` are: format detection and input
+resolution.
+
+A path, a glob (its matches sorted), a list of them, a folder saved by Hugging Face ``datasets``,
+a ``datasets``-like object or an iterable becomes a list of sources
+(:mod:`mmpack.ingest.readers`), each tagged with the input as the caller named it (the unit of the
+``on_error="skip-some"`` rule).  A file's format comes from a ``format=`` pattern, else
+``format=``, else its extension (after an optional ``.gz`` or ``.zst``) looked up in the table of
+``TEXT_EXTENSIONS`` and the JSON and Parquet extensions.
+
+Cost: one ``glob`` and one ``stat`` a path; nothing is read here (a saved dataset is opened
+lazily by ``datasets.load_from_disk``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mmpack.errors import MissingDependencyError, Param, with_params
+from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile, _TextFile
+from mmpack.ingest.report import _Input
+
+__all__ = ["FORMATS", "TEXT_EXTENSIONS"]
+
+FORMATS = ("json", "jsonl", "parquet", "text")
+"""Accepted ``format`` names (``None``: from each file's extension)."""
+
+TEXT_EXTENSIONS = (
+    ".txt",
+    ".text",
+    ".md",
+    ".markdown",
+    ".rst",
+    ".adoc",
+    ".org",
+    ".tex",
+    ".py",
+    ".pyi",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".hpp",
+    ".hh",
+    ".cu",
+    ".java",
+    ".kt",
+    ".scala",
+    ".go",
+    ".rs",
+    ".rb",
+    ".php",
+    ".pl",
+    ".lua",
+    ".jl",
+    ".r",
+    ".swift",
+    ".cs",
+    ".js",
+    ".mjs",
+    ".jsx",
+    ".ts",
+    ".tsx",
+    ".sh",
+    ".bash",
+    ".sql",
+    ".html",
+    ".htm",
+    ".xml",
+    ".css",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".cfg",
+)
+"""Extensions read as text (one document per file, or per line with ``lines``) by default."""
+
+_EXTENSIONS = {
+    **dict.fromkeys(TEXT_EXTENSIONS, "text"),
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+_DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def _resolve_inputs(
+    inputs: Any,
+    *,
+    field: str,
+    lines: bool,
+    fmt: Any,
+    extensions: Mapping[str, str] = _EXTENSIONS,
+    split: str | None = None,
+) -> list:
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if isinstance(inputs, (list, tuple)):
+        sources = []
+        for item in inputs:
+            if not isinstance(item, (str, os.PathLike)):
+                raise TypeError(
+                    f"a list of inputs must hold paths or globs, got {type(item).__name__}; "
+                    "to ingest in-memory texts pass an iterator, e.g. iter(texts)"
+                )
+            sources.extend(
+                _grouped(
+                    _sources_for_path(os.fspath(item), field, lines, fmt, extensions, split),
+                    os.fspath(item),
+                )
+            )
+        return sources
+    if isinstance(inputs, bytes):
+        raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
+    if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
+        return _grouped(
+            _object_sources(inputs, field, type(inputs).__name__, split), type(inputs).__name__
+        )
+    raise TypeError(
+        f"inputs must be a path, a glob, a list of them, a dataset or an iterable of texts, "
+        f"got {type(inputs).__name__}"
+    )
+
+
+def _sources_for_path(
+    item: str,
+    field: str,
+    lines: bool,
+    fmt: Any,
+    extensions: Mapping[str, str],
+    split: str | None = None,
+) -> list:
+    if glob.has_magic(item):
+        matches = sorted(glob.glob(item, recursive=True))
+        if not matches:
+            raise FileNotFoundError(f"no file matches {item!r}")
+        paths = [Path(m) for m in matches if Path(m).is_file() or _is_saved_dataset(Path(m))]
+        if not paths:
+            raise FileNotFoundError(f"{item!r} matches only folders, no files")
+    else:
+        path = Path(item)
+        if not path.exists():
+            raise FileNotFoundError(f"input {item!r} does not exist")
+        paths = [path]
+    out = []
+    for path in paths:
+        if path.is_dir():
+            if not _is_saved_dataset(path):
+                raise ValueError(
+                    f"input {str(path)!r} is a folder but not a saved Hugging Face dataset; "
+                    f"pass its files or a glob such as '{path}/**/*.jsonl'"
+                )
+            out.extend(_object_sources(_load_saved_dataset(path), field, str(path), split))
+            continue
+        kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
+        kind = kind or _format_of(path, extensions)
+        if kind == "text":
+            out.append(_TextFile(path, lines))
+        elif kind == "parquet":
+            out.append(_ParquetFile(path, field))
+        else:
+            out.append(_JsonFile(path, field, array_ok=kind == "json"))
+    return out
+
+
+def _grouped(sources: list, name: str) -> list:
+    group = _Input(name, len(sources))
+    for src in sources:
+        src.input = group
+    return sources
+
+
+def _format_of(path: Path, extensions: Mapping[str, str] = _EXTENSIONS) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in (".gz", ".zst"):
+        suffixes = suffixes[:-1]
+    kind = extensions.get(suffixes[-1]) if suffixes else None
+    if kind is None:
+        ext = suffixes[-1] if suffixes else None
+        known = ", ".join(e for e in extensions if e not in TEXT_EXTENSIONS[3:])
+        read_as_text: tuple = (
+            ("pass ", Param("text_extensions", [ext]), " to read it as text, or ")
+            if ext
+            else ("or pass ",)
+        )
+        raise with_params(
+            ValueError,
+            f"cannot tell the format of {str(path)!r} from its extension "
+            f"({ext or 'it has none'}); known: {known}, common source and markup files "
+            "(.py, .rst, .c, .html, ...), optionally .gz or .zst; ",
+            *read_as_text,
+            Param("format"),
+            f" (one of {', '.join(FORMATS)}) for every input",
+        )
+    return kind
+
+
+def _text_extensions(exts: Any) -> dict[str, str]:
+    if isinstance(exts, (str, bytes)) or not isinstance(exts, Iterable):
+        raise TypeError(
+            f"text_extensions must be an iterable of extensions such as ['.py'], "
+            f"got {type(exts).__name__} {exts!r}"
+        )
+    out = {}
+    for ext in exts:
+        if not isinstance(ext, str) or not ext.strip(". ") or "/" in ext:
+            raise ValueError(f"text_extensions must hold extensions such as '.py', got {ext!r}")
+        out["." + ext.strip().lstrip(".").lower()] = "text"
+    return out
+
+
+def _check_format_patterns(patterns: Mapping) -> None:
+    for pattern, kind in patterns.items():
+        if not isinstance(pattern, str) or kind not in FORMATS:
+            raise ValueError(
+                f"format patterns map glob patterns to one of {FORMATS}, got {pattern!r}: {kind!r}"
+            )
+
+
+def _pattern_format(path: Path, patterns: Mapping) -> str | None:
+    import fnmatch
+
+    for pattern, kind in patterns.items():
+        if fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(str(path), pattern):
+            return kind
+    return None
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and any((path / m).is_file() for m in _DATASET_MARKERS)
+
+
+def _load_saved_dataset(path: Path):
+    try:
+        import datasets
+    except ImportError:
+        raise MissingDependencyError(
+            f"{str(path)!r} is a saved Hugging Face dataset; reading it needs the `datasets` "
+            "package, which is not installed",
+            "datasets",
+        ) from None
+    return datasets.load_from_disk(str(path))
+
+
+def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
+    """A dataset, a DatasetDict (every split, in name order, or only ``split``) or a plain
+    iterable."""
+    if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
+        if split is not None:
+            if split not in obj:
+                raise ValueError(
+                    f"split={split!r} is not a split of {name} (its splits: "
+                    f"{', '.join(sorted(map(str, obj)))})"
+                )
+            return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
+        return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
+    return [_ObjectSource(obj, field, name)]

@@ -1,0 +1,295 @@
+"""The input sources of ingestion: text files, JSON (lines, arrays, objects), Parquet, and
+datasets or iterables in memory.
+
+Each source follows the record protocol of :mod:`mmpack.ingest.records`: ``records()`` yields
+``(pos, value, count)`` in file order, ``where(pos)`` names a record (``FILE:LINE``, ``FILE row
+R``, ``NAME[i]``; ``None``: the whole source), ``check()`` finds damage before reading (None: none
+found) and ``whole`` says whether the file is one value read at once (its loss counts 1 document).
+Files are opened by :func:`_open_binary` (``.gz`` and ``.zst`` decompressed on the fly).
+
+Cost: one pass over each file, one record in memory at a time, except a JSON array or a
+multi-line JSON object (read whole) and Parquet (record batches of 1024 rows).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+from mmpack.errors import MissingDependencyError
+from mmpack.ingest.records import (
+    _BOM,
+    _READ_ERRORS,
+    _check_gzip,
+    _check_text,
+    _decodable_records,
+    _describe,
+    _ReadFailed,
+    _Reason,
+    _text_of,
+)
+
+__all__: list[str] = []
+
+
+def _open_binary(path: Path):
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix.lower() == ".zst":
+        from mmpack.ingest.compression import open_zstd
+
+        return open_zstd(path)
+    return open(path, "rb")
+
+
+class _TextFile:
+    def __init__(self, path: Path, lines: bool) -> None:
+        self.path, self.lines = path, lines
+        self.whole = not lines
+
+    def where(self, pos: int | None) -> str:
+        return str(self.path) if pos is None else f"{self.path}:{pos}"
+
+    def check(self) -> str | None:
+        return _check_gzip(self.path)
+
+    def damaged_count(self) -> int:
+        """Documents decoded from a damaged ``.gz`` before the damage (1: one document a file)."""
+        return 1 if self.whole else _decodable_records(self.path, nonblank=False)[0]
+
+    def records(self):
+        try:
+            with _open_binary(self.path) as f:
+                if not self.lines:
+                    try:
+                        yield None, f.read().decode("utf-8-sig"), 1
+                    except UnicodeDecodeError as exc:
+                        yield None, _Reason(_describe(exc)), 1
+                    return
+                n = 0
+                for n, raw in enumerate(f, 1):
+                    raw = raw[:-1] if raw.endswith(b"\n") else raw
+                    raw = raw[:-1] if raw.endswith(b"\r") else raw
+                    try:
+                        yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), 1
+                    except UnicodeDecodeError as exc:
+                        yield n, _Reason(_describe(exc)), 1
+                if n == 0:
+                    yield None, _Reason("the file holds no lines"), 0
+        except _READ_ERRORS as exc:
+            raise _ReadFailed(_describe(exc)) from None
+
+
+class _JsonFile:
+    def __init__(self, path: Path, field: str, array_ok: bool) -> None:
+        self.path, self.field, self.array_ok = path, field, array_ok
+        self._array = False
+        self.whole = False
+
+    def check(self) -> str | None:
+        return _check_gzip(self.path)
+
+    def damaged_count(self) -> int:
+        """Records decoded from a damaged ``.gz`` before the damage (1 for a JSON array)."""
+        n, head = _decodable_records(self.path, nonblank=True)
+        if self.array_ok and head.removeprefix(_BOM).lstrip().startswith(b"["):
+            self.whole = True
+            return 1
+        return n
+
+    def where(self, pos: int | None) -> str:
+        if pos is None:
+            return str(self.path)
+        return f"{self.path}[{pos}]" if self._array else f"{self.path}:{pos}"
+
+    def records(self):
+        try:
+            with _open_binary(self.path) as f:
+                self.whole = self.array_ok and self._whole_value(f)
+                if self.whole:
+                    yield from self._value_records(f)
+                else:
+                    yield from self._line_records(f)
+        except _READ_ERRORS as exc:
+            raise _ReadFailed(_describe(exc)) from None
+
+    @staticmethod
+    def _whole_value(f) -> bool:
+        """Whether a ``.json`` file is one JSON value (an array, or an object spread over
+        several lines) rather than JSON lines."""
+        head = f.peek(64).removeprefix(_BOM).lstrip()
+        if head.startswith(b"["):
+            return True
+        if not head.startswith(b"{"):
+            return False
+        first = f.readline()
+        f.seek(0)
+        try:
+            json.loads(first.removeprefix(_BOM))
+        except ValueError:
+            return True
+        return False
+
+    def _line_records(self, f):
+        n_records = 0
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            n_records += 1
+            try:
+                obj = json.loads(raw.decode("utf-8-sig" if n == 1 else "utf-8"))
+            except UnicodeDecodeError as exc:
+                yield n, _Reason(_describe(exc)), 1
+                continue
+            except ValueError as exc:
+                yield n, _Reason(f"invalid JSON ({exc})"), 1
+                continue
+            yield n, _text_of(obj, self.field), 1
+        if n_records == 0:
+            yield None, _Reason("the file holds no records"), 0
+
+    def _value_records(self, f):
+        try:
+            value = json.loads(f.read().decode("utf-8-sig"))
+        except UnicodeDecodeError as exc:
+            yield None, _Reason(_describe(exc) + "; the whole file is skipped"), 1
+            return
+        except ValueError as exc:
+            yield None, _Reason(f"invalid JSON ({exc}); the whole file is skipped"), 1
+            return
+        if not isinstance(value, list):
+            yield None, _text_of(value, self.field), 1
+            return
+        self._array = True
+        if not value:
+            yield None, _Reason("the JSON array is empty"), 0
+        for k, obj in enumerate(value):
+            yield k, _text_of(obj, self.field), 1
+
+
+class _ParquetFile:
+    whole = False
+
+    def __init__(self, path: Path, field: str) -> None:
+        self.path, self.field = path, field
+
+    def where(self, pos: int | None) -> str:
+        return str(self.path) if pos is None else f"{self.path} row {pos}"
+
+    def check(self) -> None:
+        return None
+
+    def records(self):
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise MissingDependencyError(
+                f"{str(self.path)!r} is a Parquet file; reading it needs the `pyarrow` package, "
+                "which is not installed",
+                "pyarrow",
+                "ingest",
+            ) from None
+
+        try:
+            pf = pq.ParquetFile(self.path)
+        except (OSError, pa.ArrowException) as exc:
+            yield None, _Reason(f"cannot read it as Parquet ({exc})"), 1
+            return
+        n_rows = pf.metadata.num_rows
+        schema = pf.schema_arrow
+        if self.field not in schema.names:
+            yield (
+                None,
+                _Reason(
+                    f"has no column {self.field!r} (columns: "
+                    f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
+                ),
+                n_rows,
+            )
+            return
+        typ = schema.field(self.field).type
+        is_text = (
+            pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)
+            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
+        )
+        is_binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+        if not (is_text or is_binary):
+            yield (
+                None,
+                _Reason(
+                    f"column {self.field!r} has type {typ}, not string; its "
+                    f"{n_rows} rows are skipped"
+                ),
+                n_rows,
+            )
+            return
+        if n_rows == 0:
+            yield None, _Reason("the file holds no rows"), 0
+        row = 0
+        batches = pf.iter_batches(batch_size=1024, columns=[self.field])
+        while True:
+            try:
+                rb = next(batches, None)
+            except (OSError, pa.ArrowException) as exc:
+                raise _ReadFailed(f"cannot read it as Parquet past row {row} ({exc})") from None
+            if rb is None:
+                break
+            for value in rb.column(0).to_pylist():
+                if value is None:
+                    yield row, _Reason(f"column {self.field!r} is null"), 1
+                elif is_binary:
+                    try:
+                        yield row, value.decode("utf-8"), 1
+                    except UnicodeDecodeError as exc:
+                        yield row, _Reason(_describe(exc)), 1
+                else:
+                    yield row, value, 1
+                row += 1
+
+
+class _ObjectSource:
+    whole = False
+
+    def __init__(self, obj: Any, field: str, name: str) -> None:
+        self.obj, self.field, self.name = obj, field, name
+
+    def where(self, pos: int | None) -> str:
+        return self.name if pos is None else f"{self.name}[{pos}]"
+
+    def check(self) -> None:
+        return None
+
+    def records(self):
+        obj = self.obj
+        if hasattr(obj, "iter") and callable(obj.iter):
+            pos = 0
+            for cols in obj.iter(batch_size=1000):
+                if self.field not in cols:
+                    n = len(obj) - pos if hasattr(obj, "__len__") else 1
+                    yield (
+                        None,
+                        _Reason(
+                            f"has no column {self.field!r} (columns: "
+                            f"{', '.join(map(str, cols))}); {n} rows skipped"
+                        ),
+                        n,
+                    )
+                    return
+                for value in cols[self.field]:
+                    yield pos, _check_text(value, self.field), 1
+                    pos += 1
+            return
+        for pos, item in enumerate(obj):
+            if isinstance(item, str):
+                yield pos, item, 1
+            elif isinstance(item, (bytes, bytearray)):
+                try:
+                    yield pos, bytes(item).decode("utf-8"), 1
+                except UnicodeDecodeError as exc:
+                    yield pos, _Reason(_describe(exc)), 1
+            else:
+                yield pos, _text_of(item, self.field), 1
