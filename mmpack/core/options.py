@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "Backend",
+    "DEFAULT_LOOKAHEAD",
     "LabelShift",
     "LongDocs",
     "Mode",
@@ -57,6 +58,10 @@ class PackingAlgorithm(StrEnum):
     """Online best fit with one open bin."""
 
 
+DEFAULT_LOOKAHEAD = 1024
+"""Open bins of ``PackingAlgorithm.ONLINE`` unless told otherwise."""
+
+
 class Mode(StrEnum):
     """The training objective a packed sample is prepared for."""
 
@@ -98,7 +103,7 @@ _ALIASES: dict[type, dict[str, str]] = {PackingAlgorithm: {"stream": "online"}}
 
 def parse_option(cls: type[E], value: Any, name: str) -> E:
     """``value`` (a member or its string) as a member of ``cls``; ``ValueError`` naming the
-    argument, the value and the choices otherwise.  Deprecated spellings (``"stream"`` for
+    argument, the value and the choices (sorted) otherwise.  Deprecated spellings (``"stream"`` for
     ``PackingAlgorithm.ONLINE``) are accepted with a ``DeprecationWarning``."""
     if isinstance(value, cls):
         return value
@@ -117,5 +122,5 @@ def parse_option(cls: type[E], value: Any, name: str) -> E:
             return cls(value)
         except ValueError:
             pass
-    choices = ", ".join(repr(m.value) for m in cls)
+    choices = tuple(sorted(m.value for m in cls))
     raise ValueError(f"{name} must be one of {choices}, got {value!r}")

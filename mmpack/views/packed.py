@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import INT32_MAX
+from mmpack.core.options import LabelShift, LongDocs, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
     check_index,
     check_indices,
@@ -88,13 +90,11 @@ from mmpack.views.readahead import ColdReads, prefetch_ranges
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
-MODES = ("causal", "mlm")
-"""Accepted ``mode`` values."""
+MODES = tuple(sorted(m.value for m in Mode))
+"""Accepted ``mode`` values (:class:`~mmpack.core.options.Mode`)."""
 
-LABEL_SHIFTS = ("hf", "next")
-"""Accepted ``label_shift`` values (causal mode)."""
-
-_INT32_MAX = 2**31 - 1
+LABEL_SHIFTS = tuple(sorted(m.value for m in LabelShift))
+"""Accepted ``label_shift`` values (causal mode; :class:`~mmpack.core.options.LabelShift`)."""
 
 
 class PackedDataset:
@@ -122,12 +122,13 @@ class PackedDataset:
         Seed of the MLM corruption (>= 0).
     long_docs : {"split", "truncate", "drop"}
         Documents longer than a bin (see :mod:`mmpack.views.plan`).
-    algorithm : {"bfd", "stream", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.views.plan`).
+    algorithm : {"bfd", "online", "nextfit"}
+        Packing algorithm (see :mod:`mmpack.views.plan`; ``"stream"``, the former name of
+        ``"online"``, is accepted with a ``DeprecationWarning``).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int
-        Open bins of ``algorithm="stream"``.
+        Open bins of ``algorithm="online"``.
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
@@ -160,6 +161,7 @@ class PackedDataset:
         cache: bool = True,
         check_vocab: bool = True,
     ) -> None:
+        algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
         if isinstance(store, (str, os.PathLike)):
             store = open_store(store)
         if not isinstance(store, TokenStore):
@@ -168,8 +170,8 @@ class PackedDataset:
             )
         self.store = store
         self.seqlen = check_int(seqlen, "seqlen")
-        if not 1 <= self.seqlen < _INT32_MAX:
-            raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
+        if not 1 <= self.seqlen < INT32_MAX:
+            raise ValueError(f"seqlen must be in [1, {INT32_MAX}), got {seqlen}")
         eot, pad_id, mask_id, vocab_size = (
             resolve_special(v, store, n)
             for v, n in (
@@ -181,14 +183,10 @@ class PackedDataset:
         )
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.pad_id = check_token_id(pad_id, "pad_id")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.mode = mode
-        if label_shift not in LABEL_SHIFTS:
-            raise ValueError(f"label_shift must be one of {LABEL_SHIFTS}, got {label_shift!r}")
-        self.label_shift = label_shift
+        self.mode: str = parse_option(Mode, mode, "mode").value
+        self.label_shift: str = parse_option(LabelShift, label_shift, "label_shift").value
         masking = check_masking(
-            mode == "mlm",
+            self.mode == Mode.MLM,
             mask_prob=mask_prob,
             mask_id=mask_id,
             vocab_size=vocab_size,
@@ -216,8 +214,8 @@ class PackedDataset:
             algorithm=algorithm,
             lookahead=self.lookahead,
         )
-        self.long_docs = long_docs
-        self.algorithm = algorithm
+        self.long_docs: str = parse_option(LongDocs, long_docs, "long_docs").value
+        self.algorithm: str = algorithm.value
         self.cache = bool(cache)
         self.epoch: int = 0
         self._setup()
@@ -241,13 +239,13 @@ class PackedDataset:
         specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
         self._excl = (
             excluded_ids(self.vocab_size or 0, specials, self.pad_id)
-            if self.mode == "mlm"
+            if self.mode == Mode.MLM
             else None
         )
-        if self.mode == "mlm":
+        if self.mode == Mode.MLM:
             self._label_mode = LABELS_NONE
         else:
-            self._label_mode = LABELS_NEXT if self.label_shift == "next" else LABELS_HF
+            self._label_mode = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
         self._params = np.array(
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
@@ -359,7 +357,7 @@ class PackedDataset:
                 f"bin {b} of the packing plan does not fit the store's documents; "
                 "delete <store>/cache to rebuild it"
             )
-        if self.mode == "mlm":
+        if self.mode == Mode.MLM:
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
             "input_ids": rows[0, 0],
@@ -456,7 +454,7 @@ class PackedDataset:
                 n_seg,
                 max_len,
             )
-        if self.mode == "mlm":
+        if self.mode == Mode.MLM:
             self._corrupt(idx, epochs, ids, attn, labels)
         columns = {
             "input_ids": ids,
