@@ -18,6 +18,8 @@ __all__ = [
     "Mode",
     "OnError",
     "PackingAlgorithm",
+    "ReturnTensors",
+    "SourceFormat",
     "StrEnum",
     "parse_option",
 ]
@@ -78,6 +80,26 @@ class LabelShift(StrEnum):
     """``labels[t] = input_ids[t + 1]`` (the model does not shift)."""
     HF = "hf"
     """``labels = input_ids`` (Hugging Face models shift inside)."""
+
+
+class SourceFormat(StrEnum):
+    """What the elements of a streaming packer's source are."""
+
+    AUTO = "auto"
+    """Told apart from the first non-empty element (a sequence starts with a scalar)."""
+    SEQUENCES = "sequences"
+    """Each element is one sequence of token ids."""
+    BATCHES = "batches"
+    """Each element is a batch of sequences."""
+
+
+class ReturnTensors(StrEnum):
+    """The array type of the batches a streaming packer yields."""
+
+    NP = "np"
+    """numpy arrays."""
+    PT = "pt"
+    """torch tensors (zero-copy ``torch.from_numpy``)."""
 
 
 class Backend(StrEnum):

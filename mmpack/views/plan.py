@@ -76,7 +76,7 @@ ALGORITHMS = tuple(sorted(m.value for m in PackingAlgorithm))
 LONG_DOCS = tuple(sorted(m.value for m in LongDocs))
 """Accepted ``long_docs`` policies."""
 
-_LONG_CODES = {
+_LONG_CODES: dict[str, int] = {
     LongDocs.SPLIT: _k.LONG_SPLIT,
     LongDocs.TRUNCATE: _k.LONG_TRUNCATE,
     LongDocs.DROP: _k.LONG_DROP,
