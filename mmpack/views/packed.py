@@ -66,19 +66,13 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.errors import FormatError
-from mmpack.kernels.packing import (
-    LABELS_HF,
-    LABELS_NEXT,
-    LABELS_NONE,
-    fill_rows,
-    one_bin,
-    select_pieces,
-)
+from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
+from mmpack.views.packed_gather import gather_rows, piece_ranges, read_bin
 from mmpack.views.plan import (
     DEFAULT_LOOKAHEAD,
     PackingPlan,
@@ -335,28 +329,7 @@ class PackedDataset:
             raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
         if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(b, lo, hi)
-        seqlen = self.seqlen
-        rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
-        cu = np.empty((1, hi - lo + 2), dtype=np.int32)
-        scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
-        bad = one_bin(
-            plan.bin_ptr,
-            plan.piece_doc,
-            plan.piece_start,
-            plan.piece_len,
-            self._offsets,
-            src,
-            b,
-            self._params,
-            rows,
-            cu,
-            scalars,
-        )
-        if bad >= 0:
-            raise FormatError(
-                f"bin {b} of the packing plan does not fit the store's documents; "
-                "delete <store>/cache to rebuild it"
-            )
+        rows, cu, scalars = read_bin(plan, self._offsets, src, b, self._params)
         if self.mode == Mode.MLM:
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
@@ -380,89 +353,22 @@ class PackedDataset:
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
-        plan = self._plan
-        k = idx.shape[0]
-        lo = plan.bin_ptr[idx]
-        hi = plan.bin_ptr[idx + 1]
-        counts = hi - lo
-        if k and (counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces):
-            raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
-        row_ptr = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(counts, out=row_ptr[1:])
-        total = int(row_ptr[-1])
-        starts = np.empty(total, dtype=np.int64)
-        lengths = np.empty(total, dtype=np.int64)
-        has_eot = np.empty(total, dtype=np.uint8)
-        bad = select_pieces(
-            plan.bin_ptr,
-            plan.piece_doc,
-            plan.piece_start,
-            plan.piece_len,
-            self._offsets,
-            self.seqlen,
-            int(self.eot is not None),
-            idx,
-            row_ptr,
-            starts,
-            lengths,
-            has_eot,
-        )
-        if bad >= 0:
-            raise FormatError(
-                f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
-                "delete <store>/cache to rebuild it"
-            )
-        return starts, lengths, has_eot, row_ptr, counts
+        return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
-        seqlen = self.seqlen
-        k = idx.shape[0]
-        starts, lengths, has_eot, row_ptr, counts = self._piece_ranges(idx)
-        total = int(row_ptr[-1])
-        src, src_starts = self.store.read_ranges(starts, lengths)
-        src_starts = np.asarray(src_starts, dtype=np.int64)
-        if total and (
-            src_starts.shape != (total,)
-            or src_starts.min() < 0
-            or (src_starts + lengths).max() > src.shape[0]
-        ):
-            raise FormatError("store.read_ranges returned ranges outside its buffer")
-        pool = self._pool
-        ids = pool.empty((k, seqlen), np.int64)
-        pos = pool.empty((k, seqlen), np.int64)
-        labels = pool.empty((k, seqlen), np.int64)
-        attn = pool.empty((k, seqlen), np.int64)
-        cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
-        n_seg = np.empty(k, dtype=np.int64)
-        max_len = np.empty(k, dtype=np.int64)
-        eot_id = 0 if self.eot is None else self.eot
-        if k:
-            fill_rows(
-                src,
-                src_starts,
-                lengths,
-                has_eot,
-                row_ptr,
-                eot_id,
-                self.pad_id,
-                self._label_mode,
-                ids,
-                pos,
-                labels,
-                attn,
-                cu,
-                n_seg,
-                max_len,
-            )
+        columns, cu, n_seg = gather_rows(
+            self.store,
+            self._piece_ranges(idx),
+            self._pool,
+            self.seqlen,
+            self._eot_id,
+            self.pad_id,
+            self._label_mode,
+        )
         if self.mode == Mode.MLM:
-            self._corrupt(idx, epochs, ids, attn, labels)
-        columns = {
-            "input_ids": ids,
-            "labels": labels,
-            "position_ids": pos,
-            "attention_mask": attn,
-            "max_seqlen": max_len,
-        }
+            self._corrupt(
+                idx, epochs, columns["input_ids"], columns["attention_mask"], columns["labels"]
+            )
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead
