@@ -804,7 +804,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--algorithm",
-        choices=("bfd", "online", "nextfit", "stream"),  # "stream": the deprecated "online"
+        choices=("bfd", "stream", "nextfit"),
         default="bfd",
         help="packing algorithm of --packed (default: bfd)",
     )
