@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
+from mmpack.kernels import plan_bestfit
 from mmpack.views.plan import (
     ALGORITHMS,
     LONG_DOCS,
@@ -307,7 +308,7 @@ def test_adversarial_sizes_one_per_bin():
 
 def test_bad_parameters():
     lens = np.array([1, 2, 3])
-    with pytest.raises(ValueError, match="algorithm.*bfd.*stream"):
+    with pytest.raises(ValueError, match="algorithm.*bfd.*nextfit.*online"):
         build_plan(lens, 8, eot=True, algorithm="ffd-ish")
     with pytest.raises(ValueError, match="long_docs.*drop.*split.*truncate"):
         build_plan(lens, 8, eot=True, long_docs="wrap")
@@ -325,7 +326,7 @@ def test_bad_parameters():
         build_plan(lens, 8, eot=True).pieces(5)
     with pytest.raises(TypeError):
         build_plan(lens, 8, eot=True).pieces(0.0)
-    assert set(ALGORITHMS) == {"bfd", "stream", "nextfit"}
+    assert set(ALGORITHMS) == {"bfd", "online", "nextfit"}
 
 
 def test_validate_catches_corruption():
@@ -345,24 +346,24 @@ def ref_ctz(v):
 
 @given(st.integers(1, 2**64 - 1))
 def test_ctz(v):
-    assert K._ctz(np.uint64(v)) == ref_ctz(v)
+    assert plan_bestfit._ctz(np.uint64(v)) == ref_ctz(v)
 
 
 @given(st.integers(1, 300_000), st.lists(st.integers(0, 299_999), max_size=40), st.data())
 def test_bitset_tree_successor(universe, members, data):
     members = {m for m in members if m < universe}
-    bits, off = K._tree_new(universe)
+    bits, off = plan_bestfit._tree_new(universe)
     for m in members:
-        K._tree_set(bits, off, m)
+        plan_bestfit._tree_set(bits, off, m)
     removed = (
         set(data.draw(st.lists(st.sampled_from(sorted(members)), max_size=5))) if members else set()
     )
     for m in removed:
-        K._tree_clear(bits, off, m)
+        plan_bestfit._tree_clear(bits, off, m)
     live = sorted(members - removed)
     for x in data.draw(st.lists(st.integers(0, universe + 70), max_size=20)) + [0, universe - 1]:
         expect = next((m for m in live if m >= x), -1)
-        assert K._tree_succ(bits, off, x) == expect
+        assert plan_bestfit._tree_succ(bits, off, x) == expect
 
 
 # ------------------------------------------------------------------------------- cache
@@ -523,7 +524,7 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypa
     the compression: buckets, tree and pools of ``seqlen`` entries)."""
     from mmpack.views.plan import _LONG_CODES
 
-    monkeypatch.setattr(K, "_universe", lambda rem_occ, s: s)
+    monkeypatch.setattr(plan_bestfit, "_universe", lambda rem_occ, s: s)
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
     rem = np.empty(lens.shape[0], dtype=np.int32)

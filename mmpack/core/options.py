@@ -12,11 +12,14 @@ from typing import Any, TypeVar
 
 __all__ = [
     "Backend",
+    "DEFAULT_LOOKAHEAD",
     "LabelShift",
     "LongDocs",
     "Mode",
     "OnError",
     "PackingAlgorithm",
+    "ReturnTensors",
+    "SourceFormat",
     "StrEnum",
     "parse_option",
 ]
@@ -57,6 +60,10 @@ class PackingAlgorithm(StrEnum):
     """Online best fit with one open bin."""
 
 
+DEFAULT_LOOKAHEAD = 1024
+"""Open bins of ``PackingAlgorithm.ONLINE`` unless told otherwise."""
+
+
 class Mode(StrEnum):
     """The training objective a packed sample is prepared for."""
 
@@ -73,6 +80,26 @@ class LabelShift(StrEnum):
     """``labels[t] = input_ids[t + 1]`` (the model does not shift)."""
     HF = "hf"
     """``labels = input_ids`` (Hugging Face models shift inside)."""
+
+
+class SourceFormat(StrEnum):
+    """What the elements of a streaming packer's source are."""
+
+    AUTO = "auto"
+    """Told apart from the first non-empty element (a sequence starts with a scalar)."""
+    SEQUENCES = "sequences"
+    """Each element is one sequence of token ids."""
+    BATCHES = "batches"
+    """Each element is a batch of sequences."""
+
+
+class ReturnTensors(StrEnum):
+    """The array type of the batches a streaming packer yields."""
+
+    NP = "np"
+    """numpy arrays."""
+    PT = "pt"
+    """torch tensors (zero-copy ``torch.from_numpy``)."""
 
 
 class Backend(StrEnum):
@@ -98,7 +125,7 @@ _ALIASES: dict[type, dict[str, str]] = {PackingAlgorithm: {"stream": "online"}}
 
 def parse_option(cls: type[E], value: Any, name: str) -> E:
     """``value`` (a member or its string) as a member of ``cls``; ``ValueError`` naming the
-    argument, the value and the choices otherwise.  Deprecated spellings (``"stream"`` for
+    argument, the value and the choices (sorted) otherwise.  Deprecated spellings (``"stream"`` for
     ``PackingAlgorithm.ONLINE``) are accepted with a ``DeprecationWarning``."""
     if isinstance(value, cls):
         return value
@@ -117,5 +144,5 @@ def parse_option(cls: type[E], value: Any, name: str) -> E:
             return cls(value)
         except ValueError:
             pass
-    choices = ", ".join(repr(m.value) for m in cls)
+    choices = tuple(sorted(m.value for m in cls))
     raise ValueError(f"{name} must be one of {choices}, got {value!r}")

@@ -1,9 +1,8 @@
 """Weighted mixtures of random-access datasets, by arithmetic: no per-sample table, no build step.
 
-Weights are quantized to integer quotas ``c_k`` out of ``P = 10**6`` draws (largest-remainder
-rounding, a positive weight never rounds to 0; then ``c`` and ``P`` are divided by their gcd, so
-``[0.7, 0.3]`` has period 10).  The effective weights ``q_k = c_k / P`` are exposed as
-:attr:`Mixture.weights`; they differ from the normalized weights given by at most about ``1e-6``.
+Weights become integer quotas ``c_k`` out of a period ``P`` (:mod:`mmpack.sampling.weights`); the
+effective weights ``q_k = c_k / P`` are :attr:`Mixture.weights`, within about ``1e-6`` of the
+normalized weights given.  The sources are checked and read by :mod:`mmpack.sampling.mixture_batches`.
 
 Sample ``i`` belongs to source ``k`` following Tijdeman's chairman sequence (see
 :mod:`mmpack.kernels.mixture`): every prefix of ``n`` samples holds ``n q_k`` samples of source ``k``
@@ -34,8 +33,6 @@ The source that runs out first is then seen exactly once, every other source at 
 from __future__ import annotations
 
 import functools
-import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,76 +53,23 @@ from mmpack.kernels.mixture import (
     prefix_counts,
 )
 from mmpack.kernels.permutation import permute_many_keyed
+from mmpack.sampling.mixture_batches import (
+    check_compatible_sources,
+    read_sources,
+    scatter_batches,
+    source_length,
+)
 from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
+from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
 
 __all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
 
-RESOLUTION = 10**6
-"""Weights are quantized to multiples of ``1 / RESOLUTION``."""
-
 BLOCK = 64
 """Checkpoint spacing inside a period (a lookup scans at most this many entries)."""
 
 _PERM_CACHE = 64
-
-
-def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray, int]:
-    """Integer quotas out of a period for non-negative weights.
-
-    Parameters
-    ----------
-    weights : sequence of float, shape (K,)
-        Finite, non-negative, not all zero (validated; ``ValueError`` otherwise).
-
-    Returns
-    -------
-    quotas : numpy.ndarray, int64, shape (K,)
-        ``quotas[k] > 0`` exactly where ``weights[k] > 0``; ``quotas.sum() == period``.
-    period : int
-        ``RESOLUTION`` divided by the gcd of the quotas.
-    """
-    try:
-        w = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"weights must be a sequence of numbers, got {weights!r}") from None
-    if w.ndim != 1 or w.size == 0:
-        raise ValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"weights must be finite and non-negative, got {w.tolist()}")
-    positive = w > 0  # before normalizing, which may underflow a tiny weight to 0
-    if not positive.any():
-        raise ValueError(f"weights must not all be zero, got {w.tolist()}")
-    w = _normalized(w)
-    if positive.sum() > RESOLUTION:
-        raise ValueError(
-            f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}"
-        )
-    raw = w * RESOLUTION
-    quotas = np.floor(raw).astype(np.int64)
-    quotas[positive & (quotas == 0)] = 1
-    remainder = raw - quotas
-    short = RESOLUTION - int(quotas.sum())
-    if short > 0:
-        order = np.lexsort((np.arange(w.size), -remainder))
-        quotas[order[:short]] += 1
-    while (
-        short < 0
-    ):  # the forced ones overshot: take back from quotas > 1, smallest remainder first
-        donors = np.flatnonzero(quotas > 1)
-        donors = donors[np.lexsort((donors, -quotas[donors], remainder[donors]))][:-short]
-        quotas[donors] -= 1
-        short += donors.size
-    g = math.gcd(*quotas.tolist())
-    return quotas // g, RESOLUTION // g
-
-
-def _normalized(w: np.ndarray) -> np.ndarray:
-    """``w / w.sum()`` without overflow: scaled by the largest weight first (``[1e308, 1e308,
-    3e307]`` sums to inf in float64)."""
-    w = w / w.max()
-    return w / w.sum()
 
 
 @functools.lru_cache(maxsize=16)
@@ -137,57 +81,6 @@ def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np
     seq.flags.writeable = False
     ckpt.flags.writeable = False
     return seq, ckpt
-
-
-def _scatter_batches(
-    parts: list[tuple[int, np.ndarray, SampleBatch]], n: int, src: np.ndarray
-) -> SampleBatch:
-    """One ``SampleBatch`` of ``n`` rows from per-source batches (rows ``where`` of each)."""
-    first = parts[0][2]
-    columns: dict[str, np.ndarray] = {}
-    for name, col in first.columns.items():
-        columns[name] = np.empty((n, *col.shape[1:]), dtype=col.dtype)
-    width = max(got.cu_seqlens.shape[1] for _, _, got in parts)
-    cu = np.zeros((n, width), dtype=np.int32)
-    num_cuts = np.empty(n, dtype=np.int64)
-    for _, where, got in parts:
-        for name, col in got.columns.items():
-            columns[name][where] = col
-        cu[where, : got.cu_seqlens.shape[1]] = got.cu_seqlens
-        num_cuts[where] = got.num_cuts
-    columns["source"] = src.astype(np.int64)
-    return SampleBatch(columns, cu, num_cuts)
-
-
-def _source_len(source: Any, k: int) -> int:
-    if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
-        raise TypeError(
-            f"source {k} is a {type(source).__name__}, not a random-access dataset "
-            "(it needs __len__ and __getitem__, like WindowDataset or PackedDataset)"
-        )
-    return len(source)
-
-
-_VARIABLE_LENGTH = frozenset({"cu_seqlens"})
-"""Keys whose length varies from sample to sample (one boundary per document in the sample):
-only their number of dimensions is compared."""
-
-
-def _signature(sample: Any, k: int) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
-    """Key -> (fixed shape, dtype) of a sample; a variable-length key's dimensions are None."""
-    if not isinstance(sample, dict):
-        raise TypeError(
-            f"source {k} returned a {type(sample).__name__} for sample 0; sources must return dicts"
-        )
-    sig = {}
-    for key, v in sample.items():
-        if key == "source":
-            continue
-        shape: tuple[int | None, ...] = np.shape(v)
-        if key in _VARIABLE_LENGTH:
-            shape = (None,) * len(shape)
-        sig[key] = (shape, np.asarray(v).dtype)
-    return sig
 
 
 class Mixture:
@@ -248,11 +141,11 @@ class Mixture:
             raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         if not 0 <= seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
-        lengths = np.array([_source_len(s, k) for k, s in enumerate(sources)], dtype=np.int64)
+        lengths = np.array([source_length(s, k) for k, s in enumerate(sources)], dtype=np.int64)
         empty = [k for k in range(len(sources)) if lengths[k] == 0 and quotas[k] > 0]
         if empty:
             raise ValueError(f"sources {empty} are empty but have positive weight")
-        self._check_compatible(sources, lengths)
+        check_compatible_sources(sources, lengths)
         self._sources = sources
         self._lengths = lengths
         self._quotas = quotas
@@ -275,32 +168,6 @@ class Mixture:
         elif not 0 <= num_samples <= MAX_N:
             raise ValueError(f"num_samples must be in [0, 2**62], got num_samples={num_samples}")
         self._num_samples = int(num_samples)
-
-    @staticmethod
-    def _check_compatible(sources: tuple[Any, ...], lengths: np.ndarray) -> None:
-        ref_k, ref = None, None
-        for k, source in enumerate(sources):
-            if lengths[k] == 0:
-                continue
-            sig = _signature(source[0], k)
-            if ref is None:
-                ref_k, ref = k, sig
-                continue
-            shapes = {key: s for key, (s, _) in sig.items()}
-            ref_shapes = {key: s for key, (s, _) in ref.items()}
-            if shapes != ref_shapes:
-                raise ValueError(
-                    f"sources {ref_k} and {k} have incompatible samples: source {ref_k} sample 0 has "
-                    f"keys/shapes {ref_shapes}, source {k} sample 0 has {shapes}"
-                )
-            dtypes = {key: str(d) for key, (_, d) in sig.items()}
-            ref_dtypes = {key: str(d) for key, (_, d) in ref.items()}
-            if dtypes != ref_dtypes:
-                warnings.warn(
-                    f"sources {ref_k} and {k} return different dtypes ({ref_dtypes} vs {dtypes}); "
-                    "collating a batch will promote them",
-                    stacklevel=3,
-                )
 
     def _load_tables(self) -> None:
         self._seq, self._ckpt = _period_tables(tuple(self._quotas.tolist()), self._period)
@@ -461,25 +328,9 @@ class Mixture:
         idx = check_indices(indices, len(self))
         epochs = index_epochs(indices, None)
         src, items = self.locate_many(idx)
-        parts = []
-        for k in np.unique(src).tolist():
-            where = np.flatnonzero(src == k)
-            source = self._sources[k]
-            wanted = items[where].tolist()
-            if isinstance(epochs, list):  # the epoch of each index goes on to its source
-                wanted = [
-                    j if epochs[t] is None else EpochIndex(j, epochs[t])
-                    for j, t in zip(wanted, where.tolist())
-                ]
-            elif epochs is not None:
-                wanted = [EpochIndex(j, epochs) for j in wanted]
-            if hasattr(source, "__getitems__"):
-                got = source.__getitems__(wanted)
-            else:
-                got = [source[j] for j in wanted]
-            parts.append((k, where, got))
+        parts = read_sources(self._sources, src, items, epochs)
         if parts and all(isinstance(got, SampleBatch) for _, _, got in parts):
-            return _scatter_batches(parts, idx.shape[0], src)
+            return scatter_batches(parts, idx.shape[0], src)
         out: list[dict[str, Any] | None] = [None] * idx.shape[0]
         for k, where, got in parts:
             for t, item in zip(where.tolist(), got):
@@ -550,7 +401,7 @@ class Mixture:
             "num_samples": n,
             "period": self._period,
             "weights": self.weights,
-            "requested_weights": _normalized(self._raw_weights),
+            "requested_weights": normalize_weights(self._raw_weights),
             "counts": counts,
             "proportions": counts / n if n else np.zeros(counts.size),
             "max_prefix_error": int(worst) / self._period,

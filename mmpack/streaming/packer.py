@@ -58,18 +58,14 @@ from typing import Any, cast
 
 import numpy as np
 
+from mmpack.core.constants import IGNORE_INDEX
+from mmpack.core.options import LongDocs, Mode, ReturnTensors, SourceFormat, parse_option
 from mmpack.core.validation import check_positive_int, check_seed, check_token_id
-from mmpack.kernels.streaming import (
-    bitmap_layout,
-    finish_rows,
-    place_best_fit,
-    reset_rows,
-    row_boundaries,
-    scatter_pieces,
-)
+from mmpack.kernels.streaming import bitmap_layout
 from mmpack.streaming.admission import _Admission
+from mmpack.streaming.batching import _Batching
 from mmpack.streaming.checkpoint import _Checkpointing
-from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
+from mmpack.streaming.schedules import token_schedules
 from mmpack.streaming.sources import (
     PieceBuffer,
     detect_format,
@@ -77,17 +73,14 @@ from mmpack.streaming.sources import (
     is_store_like,
     propagate_epoch,
 )
-from mmpack.views.masking import IGNORE_INDEX, check_masking, corrupt_rows, row_keys
+from mmpack.views.masking import check_masking
 
 __all__ = ["StreamingPacker"]
 
-_MODES = (None, "causal", "mlm")
-_LONG_DOCS = ("split", "truncate", "drop")
-_FORMATS = ("auto", "sequences", "batches")
 _PEEK = 64
 
 
-class StreamingPacker(_Admission, _Checkpointing):
+class StreamingPacker(_Admission, _Batching, _Checkpointing):
     """Pack a stream of variable-length token sequences into ``(rows, out_pseq_len)`` batches.
 
     Parameters
@@ -192,29 +185,23 @@ class StreamingPacker(_Admission, _Checkpointing):
             raise ValueError(
                 f"buffer_size={buffer_size} must be >= out_batch_size={out_batch_size}"
             )
-        if mode not in _MODES:
-            raise ValueError(f"mode must be None, 'causal' or 'mlm', got {mode!r}")
-        if long_docs not in _LONG_DOCS:
-            raise ValueError(f"long_docs must be one of {_LONG_DOCS}, got {long_docs!r}")
-        if source_format not in _FORMATS:
-            raise ValueError(f"source_format must be one of {_FORMATS}, got {source_format!r}")
-        if return_tensors not in ("np", "pt"):
-            raise ValueError(f"return_tensors must be 'np' or 'pt', got {return_tensors!r}")
+        self.mode: str | None = None if mode is None else parse_option(Mode, mode, "mode").value
+        self.long_docs: str = parse_option(LongDocs, long_docs, "long_docs").value
+        self.source_format: str = parse_option(SourceFormat, source_format, "source_format").value
+        self.return_tensors: str = parse_option(
+            ReturnTensors, return_tensors, "return_tensors"
+        ).value
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last must be a bool, got {drop_last!r}")
+        self.drop_last = drop_last
         self.seed = check_seed(seed)
         self.readahead = check_positive_int(
             self.buffer_size if readahead is None else readahead, "readahead"
         )
-        self.mode = mode
         self.pad_id = check_token_id(pad_id, "pad_id")
         self.ignore_index = check_token_id(ignore_index, "ignore_index")
-        self.long_docs = long_docs
-        self.drop_last = drop_last
-        self.source_format = source_format
-        self.return_tensors = return_tensors
         masking = check_masking(
-            mode == "mlm",
+            self.mode == Mode.MLM,
             mask_prob=mask_prob,
             mask_id=mask_id,
             vocab_size=vocab_size,
@@ -225,61 +212,31 @@ class StreamingPacker(_Admission, _Checkpointing):
         self.special_ids = masking.special_ids
         self.mask_id = masking.mask_id
         self.vocab_size = masking.vocab_size
-        self._excluded: np.ndarray | None = masking.excluded if mode == "mlm" else None
-
-        self.batch_size_schedule: BatchSizeWarmup | None = None
-        if (batch_size_warmup_min_size is None) != (batch_size_warmup_tokens is None):
-            raise ValueError(
-                "batch_size_warmup_min_size and batch_size_warmup_tokens go together; got "
-                f"{batch_size_warmup_min_size!r} and {batch_size_warmup_tokens!r}"
-            )
-        if batch_size_warmup_min_size is not None:
-            self.batch_size_schedule = BatchSizeWarmup(
-                batch_size_warmup_min_size,
-                self.out_batch_size,
-                batch_size_warmup_tokens,
-                world_size,
-            )
-        self.mask_prob_schedule: MaskingRatioCooldown | None = None
-        if (masking_ratio_cooldown_tokens is None) != (final_masking_ratio is None):
-            raise ValueError(
-                "masking_ratio_cooldown_tokens and final_masking_ratio go together; got "
-                f"{masking_ratio_cooldown_tokens!r} and {final_masking_ratio!r}"
-            )
-        if masking_ratio_cooldown_tokens is not None:
-            if mode != "mlm":
-                raise ValueError(f"a masking-ratio cool-down needs mode='mlm', got mode={mode!r}")
-            assert final_masking_ratio is not None  # checked above: the two go together
-            self.mask_prob_schedule = MaskingRatioCooldown(
-                self.mask_prob,
-                final_masking_ratio,
-                masking_ratio_cooldown_tokens,
-                start_tokens=masking_ratio_cooldown_start_tokens,
-                schedule=masking_cooldown_schedule_type,
-                step_size=masking_ratio_step_size,
-                world_size=world_size,
-            )
-
+        self._excluded: np.ndarray | None = masking.excluded if self.mode == Mode.MLM else None
+        self.batch_size_schedule, self.mask_prob_schedule = token_schedules(
+            self.out_batch_size,
+            self.mask_prob,
+            self.mode,
+            batch_size_warmup_min_size=batch_size_warmup_min_size,
+            batch_size_warmup_tokens=batch_size_warmup_tokens,
+            masking_ratio_cooldown_tokens=masking_ratio_cooldown_tokens,
+            masking_ratio_cooldown_start_tokens=masking_ratio_cooldown_start_tokens,
+            final_masking_ratio=final_masking_ratio,
+            masking_cooldown_schedule_type=masking_cooldown_schedule_type,
+            masking_ratio_step_size=masking_ratio_step_size,
+            world_size=world_size,
+        )
         self.source = source
-        self._indexed = False
-        self._store_like = False
-        if source_format != "batches" and is_indexable(source):
-            fmt = source_format
-            if fmt == "auto":
-                seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
-                fmt = detect_format(seq[j] for j in range(min(len(seq), _PEEK)))
-            self._indexed = fmt == "sequences"
-            self._store_like = self._indexed and is_store_like(source)
-        elif not isinstance(source, Iterable):
-            raise TypeError(f"source must be iterable, got {type(source).__name__}")
+        self._indexed, self._store_like = _source_kind(source, self.source_format)
+        self._init_state()
 
-        # Row state of the best-fit kernel.
+    def _init_state(self) -> None:
+        """The best-fit kernel's row state, the piece buffer and the position (before epoch 0)."""
         stride = self.out_batch_size
         self._level_off, self._level_len = bitmap_layout((self.out_pseq_len + 1) * stride)
         self._words = np.zeros(int(self._level_off[-1]) + 1, dtype=np.int64)
         self._remaining = np.full(stride, -1, dtype=np.int64)
         self._counts = np.zeros(stride, dtype=np.int64)
-
         self._pieces = PieceBuffer(with_objects=not self._store_like)
         self._out_row = np.empty(0, dtype=np.int64)
         self._out_off = np.empty(0, dtype=np.int64)
@@ -402,7 +359,7 @@ class StreamingPacker(_Admission, _Checkpointing):
         if not self._indexed:
             iterator = iter(self.source)
             fmt = self.source_format
-            if fmt == "auto":
+            if fmt == SourceFormat.AUTO:
                 peeked = list(itertools.islice(iterator, _PEEK))
                 fmt = detect_format(peeked)
                 iterator = itertools.chain(peeked, iterator)
@@ -419,169 +376,18 @@ class StreamingPacker(_Admission, _Checkpointing):
                 return
             yield batch
 
-    # ------------------------------------------------------------------------- one batch
-    def _next_batch(self) -> dict[str, Any] | None:
-        P = self.out_pseq_len
-        n_rows = self.out_batch_size
-        if self.batch_size_schedule is not None:
-            n_rows = self.batch_size_schedule(self.token_count)
-        if self._pieces.n < self.buffer_size + self.readahead:
-            self._read_ahead(self.buffer_size + self.readahead - self._pieces.n)
-        reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
-        processed = deferred = 0
-        while True:
-            if processed == self._pieces.n:
-                self._read_ahead(max(self.readahead, self.buffer_size - deferred))
-                if processed == self._pieces.n:
-                    break
-            n_held = self._pieces.n
-            if self._out_row.shape[0] < n_held:
-                self._out_row = _grown(self._out_row, 2 * n_held, processed)
-                self._out_off = _grown(self._out_off, 2 * n_held, processed)
-            k, d = place_best_fit(
-                self._pieces.lens[processed:],
-                self.buffer_size - deferred,
-                self._words,
-                self._level_off,
-                self._level_len,
-                self._remaining,
-                self._counts,
-                P,
-                self._out_row[processed:],
-                self._out_off[processed:],
-            )
-            processed += int(k)
-            deferred += int(d)
-            if deferred >= self.buffer_size:
-                break
 
-        counts = self._counts[:n_rows]
-        if counts.min() == 0:
-            # Only reachable with the source exhausted and nothing deferred.
-            if self.drop_last or counts.max() == 0:
-                self._pieces.keep(np.zeros(self._pieces.n, dtype=bool))
-                return None
-        return self._emit(n_rows, processed)
-
-    def _emit(self, n_rows: int, processed: int) -> dict[str, Any]:
-        P = self.out_pseq_len
-        pieces = self._pieces
-        rows = self._out_row[:processed]
-        placed = np.flatnonzero(rows >= 0)
-        p_rows = rows[placed]
-        p_offs = self._out_off[:processed][placed]
-        p_lens = pieces.lens[placed]
-        counts = self._counts[:n_rows]
-        used = P - self._remaining[:n_rows]
-        ids = np.empty((n_rows, P), dtype=np.int64)
-        attention = np.empty((n_rows, P), dtype=np.int64)
-        if pieces.objs is None:
-            flat_starts = self.source.offsets[pieces.src[placed]].astype(np.int64)
-            flat_starts += pieces.src_off[placed]
-            src, src_starts = self.source.read_ranges(flat_starts, p_lens)
-            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs, ids)
-        else:
-            objs = pieces.objs[placed][np.argsort(p_rows, kind="stable")].tolist()
-            ends = np.cumsum(counts).tolist()
-            for r in range(n_rows):
-                if counts[r]:
-                    _concat_row(objs[ends[r] - counts[r] : ends[r]], ids[r, : used[r]])
-        finish_rows(used, self.pad_id, ids, attention)
-
-        cu_flat = np.empty(placed.shape[0] + 2 * n_rows, dtype=np.int32)
-        bounds = np.empty(n_rows + 1, dtype=np.int64)
-        longest = np.empty(n_rows, dtype=np.int64)
-        row_boundaries(p_rows, p_lens, n_rows, used, P, cu_flat, bounds, longest)
-        b = bounds.tolist()
-        cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
-        max_seqlen = longest.tolist()
-
-        keep = np.ones(pieces.n, dtype=bool)
-        keep[placed] = False
-        pieces.keep(keep)
-
-        labels = None
-        mask_prob = None
-        if self.mode == "mlm":
-            mask_prob = self.mask_prob
-            if self.mask_prob_schedule is not None:
-                mask_prob = self.mask_prob_schedule(self.token_count)
-            assert self._excluded is not None
-            assert self.mask_id is not None and self.vocab_size is not None  # check_masking
-            rows_in_stream = (self.batches_emitted << 32) + np.arange(n_rows, dtype=np.int64)
-            labels = corrupt_rows(
-                ids,
-                attention,
-                row_keys(self.seed, self._epoch, rows_in_stream),
-                mask_prob=mask_prob,
-                mask_id=self.mask_id,
-                vocab_size=self.vocab_size,
-                excluded=self._excluded,
-                ignore_index=self.ignore_index,
-            )
-        elif self.mode == "causal":
-            labels = np.full_like(ids, self.ignore_index)
-            labels[:, :-1] = ids[:, 1:]
-            labels[p_rows, p_offs + p_lens - 1] = self.ignore_index
-            labels[attention == 0] = self.ignore_index
-
-        n_tokens = int(used.sum())
-        self.token_count += n_tokens
-        self.tokens_emitted += n_tokens
-        self.slots_emitted += n_rows * P
-        self.seqs_emitted += int(placed.shape[0])
-        self.batches_emitted += 1
-
-        batch: dict[str, Any] = {
-            "input_ids": ids,
-            "attention_mask": attention,
-            "labels": labels,
-            "cu_seqlens": cu_seqlens,
-            "max_seqlen": max_seqlen,
-        }
-        if self.mask_prob_schedule is not None:
-            batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
-        if self.return_tensors == "pt":
-            batch = _to_torch(batch)
-        return batch
-
-
-def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
-    try:
-        np.concatenate(pieces, out=out, casting="same_kind")
-    except TypeError as exc:
-        raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
-    if out.size and out.min() < 0:
-        for p in pieces:  # a uint64 id >= 2**63 wraps negative in the int64 row: name it
-            a = np.asarray(p)
-            if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
-                raise ValueError(
-                    f"source sequences must hold token ids < 2**63 (they are returned as int64), "
-                    f"got {int(a.max())}"
-                )
-        raise ValueError(
-            f"a source sequence has a negative token {int(out.min())}; tokens must be "
-            "non-negative integers"
-        )
-
-
-def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
-    out = np.empty(size, dtype=a.dtype)
-    out[:keep] = a[:keep]
-    return out
-
-
-def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    out: dict[str, Any] = {}
-    for key, value in batch.items():
-        if key in ("cu_seqlens",):
-            out[key] = [torch.from_numpy(x) for x in value]
-        elif key == "max_seqlen" or value is None:
-            out[key] = value
-        else:
-            out[key] = torch.from_numpy(np.ascontiguousarray(value))
-    return out
+def _source_kind(source: Any, source_format: str) -> tuple[bool, bool]:
+    """``(indexed, store_like)``: whether ``source`` is read by index as sequences (a
+    random-access source, its format given or detected from its first elements), and whether it
+    is read through ``read_ranges`` (a TokenStore-like source)."""
+    if source_format != SourceFormat.BATCHES and is_indexable(source):
+        fmt = source_format
+        if fmt == SourceFormat.AUTO:
+            seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
+            fmt = detect_format(seq[j] for j in range(min(len(seq), _PEEK)))
+        indexed = fmt == SourceFormat.SEQUENCES
+        return indexed, indexed and is_store_like(source)
+    if not isinstance(source, Iterable):
+        raise TypeError(f"source must be iterable, got {type(source).__name__}")
+    return False, False

@@ -31,7 +31,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["BatchSizeWarmup", "MaskingRatioCooldown", "parse_tokens"]
+__all__ = ["BatchSizeWarmup", "MaskingRatioCooldown", "parse_tokens", "token_schedules"]
 
 _DURATION = re.compile(
     r"^\s*(?P<num>(?:\d+(?:_\d+)*)(?:\.\d*)?|\.\d+)(?P<exp>[eE][+-]?\d+)?\s*"
@@ -233,3 +233,54 @@ class MaskingRatioCooldown:
             f"MaskingRatioCooldown({self.initial} -> {self.final}, {self.schedule}, tokens "
             f"[{self.start_tokens}, {self.end_tokens}) per rank)"
         )
+
+
+def token_schedules(
+    max_batch_size: int,
+    mask_prob: float,
+    mode: str | None,
+    *,
+    batch_size_warmup_min_size: int | None = None,
+    batch_size_warmup_tokens: Any = None,
+    masking_ratio_cooldown_tokens: Any = None,
+    masking_ratio_cooldown_start_tokens: Any = 0,
+    final_masking_ratio: float | None = None,
+    masking_cooldown_schedule_type: str = "linear",
+    masking_ratio_step_size: float | None = None,
+    world_size: int = 1,
+) -> tuple[BatchSizeWarmup | None, MaskingRatioCooldown | None]:
+    """The streaming packer's schedules from its arguments (see
+    :class:`~mmpack.streaming.packer.StreamingPacker`): a batch-size warm-up to
+    ``max_batch_size`` rows and a masking-ratio cool-down from ``mask_prob``, each ``None``
+    unless configured.  Each needs both of its two main arguments; the cool-down needs
+    ``mode="mlm"``."""
+    warmup: BatchSizeWarmup | None = None
+    if (batch_size_warmup_min_size is None) != (batch_size_warmup_tokens is None):
+        raise ValueError(
+            "batch_size_warmup_min_size and batch_size_warmup_tokens go together; got "
+            f"{batch_size_warmup_min_size!r} and {batch_size_warmup_tokens!r}"
+        )
+    if batch_size_warmup_min_size is not None:
+        warmup = BatchSizeWarmup(
+            batch_size_warmup_min_size, max_batch_size, batch_size_warmup_tokens, world_size
+        )
+    cooldown: MaskingRatioCooldown | None = None
+    if (masking_ratio_cooldown_tokens is None) != (final_masking_ratio is None):
+        raise ValueError(
+            "masking_ratio_cooldown_tokens and final_masking_ratio go together; got "
+            f"{masking_ratio_cooldown_tokens!r} and {final_masking_ratio!r}"
+        )
+    if masking_ratio_cooldown_tokens is not None:
+        if mode != "mlm":
+            raise ValueError(f"a masking-ratio cool-down needs mode='mlm', got mode={mode!r}")
+        assert final_masking_ratio is not None  # checked above: the two go together
+        cooldown = MaskingRatioCooldown(
+            mask_prob,
+            final_masking_ratio,
+            masking_ratio_cooldown_tokens,
+            start_tokens=masking_ratio_cooldown_start_tokens,
+            schedule=masking_cooldown_schedule_type,
+            step_size=masking_ratio_step_size,
+            world_size=world_size,
+        )
+    return warmup, cooldown

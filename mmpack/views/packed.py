@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import INT32_MAX
+from mmpack.core.options import LabelShift, LongDocs, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
     check_index,
     check_indices,
@@ -64,19 +66,13 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.errors import FormatError
-from mmpack.kernels.packing import (
-    LABELS_HF,
-    LABELS_NEXT,
-    LABELS_NONE,
-    fill_rows,
-    one_bin,
-    select_pieces,
-)
+from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import check_masking, corrupt_rows, excluded_ids, row_keys
+from mmpack.views.packed_gather import gather_rows, piece_ranges, read_bin
 from mmpack.views.plan import (
     DEFAULT_LOOKAHEAD,
     PackingPlan,
@@ -88,13 +84,11 @@ from mmpack.views.readahead import ColdReads, prefetch_ranges
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
-MODES = ("causal", "mlm")
-"""Accepted ``mode`` values."""
+MODES = tuple(sorted(m.value for m in Mode))
+"""Accepted ``mode`` values (:class:`~mmpack.core.options.Mode`)."""
 
-LABEL_SHIFTS = ("hf", "next")
-"""Accepted ``label_shift`` values (causal mode)."""
-
-_INT32_MAX = 2**31 - 1
+LABEL_SHIFTS = tuple(sorted(m.value for m in LabelShift))
+"""Accepted ``label_shift`` values (causal mode; :class:`~mmpack.core.options.LabelShift`)."""
 
 
 class PackedDataset:
@@ -122,12 +116,13 @@ class PackedDataset:
         Seed of the MLM corruption (>= 0).
     long_docs : {"split", "truncate", "drop"}
         Documents longer than a bin (see :mod:`mmpack.views.plan`).
-    algorithm : {"bfd", "stream", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.views.plan`).
+    algorithm : {"bfd", "online", "nextfit"}
+        Packing algorithm (see :mod:`mmpack.views.plan`; ``"stream"``, the former name of
+        ``"online"``, is accepted with a ``DeprecationWarning``).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int
-        Open bins of ``algorithm="stream"``.
+        Open bins of ``algorithm="online"``.
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
@@ -160,6 +155,7 @@ class PackedDataset:
         cache: bool = True,
         check_vocab: bool = True,
     ) -> None:
+        algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
         if isinstance(store, (str, os.PathLike)):
             store = open_store(store)
         if not isinstance(store, TokenStore):
@@ -168,8 +164,8 @@ class PackedDataset:
             )
         self.store = store
         self.seqlen = check_int(seqlen, "seqlen")
-        if not 1 <= self.seqlen < _INT32_MAX:
-            raise ValueError(f"seqlen must be in [1, {_INT32_MAX}), got {seqlen}")
+        if not 1 <= self.seqlen < INT32_MAX:
+            raise ValueError(f"seqlen must be in [1, {INT32_MAX}), got {seqlen}")
         eot, pad_id, mask_id, vocab_size = (
             resolve_special(v, store, n)
             for v, n in (
@@ -181,14 +177,10 @@ class PackedDataset:
         )
         self.eot = None if eot is None else check_token_id(eot, "eot")
         self.pad_id = check_token_id(pad_id, "pad_id")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.mode = mode
-        if label_shift not in LABEL_SHIFTS:
-            raise ValueError(f"label_shift must be one of {LABEL_SHIFTS}, got {label_shift!r}")
-        self.label_shift = label_shift
+        self.mode: str = parse_option(Mode, mode, "mode").value
+        self.label_shift: str = parse_option(LabelShift, label_shift, "label_shift").value
         masking = check_masking(
-            mode == "mlm",
+            self.mode == Mode.MLM,
             mask_prob=mask_prob,
             mask_id=mask_id,
             vocab_size=vocab_size,
@@ -216,8 +208,8 @@ class PackedDataset:
             algorithm=algorithm,
             lookahead=self.lookahead,
         )
-        self.long_docs = long_docs
-        self.algorithm = algorithm
+        self.long_docs: str = parse_option(LongDocs, long_docs, "long_docs").value
+        self.algorithm: str = algorithm.value
         self.cache = bool(cache)
         self.epoch: int = 0
         self._setup()
@@ -241,13 +233,13 @@ class PackedDataset:
         specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
         self._excl = (
             excluded_ids(self.vocab_size or 0, specials, self.pad_id)
-            if self.mode == "mlm"
+            if self.mode == Mode.MLM
             else None
         )
-        if self.mode == "mlm":
+        if self.mode == Mode.MLM:
             self._label_mode = LABELS_NONE
         else:
-            self._label_mode = LABELS_NEXT if self.label_shift == "next" else LABELS_HF
+            self._label_mode = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
         self._params = np.array(
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
@@ -337,29 +329,8 @@ class PackedDataset:
             raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
         if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(b, lo, hi)
-        seqlen = self.seqlen
-        rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
-        cu = np.empty((1, hi - lo + 2), dtype=np.int32)
-        scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
-        bad = one_bin(
-            plan.bin_ptr,
-            plan.piece_doc,
-            plan.piece_start,
-            plan.piece_len,
-            self._offsets,
-            src,
-            b,
-            self._params,
-            rows,
-            cu,
-            scalars,
-        )
-        if bad >= 0:
-            raise FormatError(
-                f"bin {b} of the packing plan does not fit the store's documents; "
-                "delete <store>/cache to rebuild it"
-            )
-        if self.mode == "mlm":
+        rows, cu, scalars = read_bin(plan, self._offsets, src, b, self._params)
+        if self.mode == Mode.MLM:
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
             "input_ids": rows[0, 0],
@@ -382,89 +353,22 @@ class PackedDataset:
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
-        plan = self._plan
-        k = idx.shape[0]
-        lo = plan.bin_ptr[idx]
-        hi = plan.bin_ptr[idx + 1]
-        counts = hi - lo
-        if k and (counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces):
-            raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
-        row_ptr = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(counts, out=row_ptr[1:])
-        total = int(row_ptr[-1])
-        starts = np.empty(total, dtype=np.int64)
-        lengths = np.empty(total, dtype=np.int64)
-        has_eot = np.empty(total, dtype=np.uint8)
-        bad = select_pieces(
-            plan.bin_ptr,
-            plan.piece_doc,
-            plan.piece_start,
-            plan.piece_len,
-            self._offsets,
-            self.seqlen,
-            int(self.eot is not None),
-            idx,
-            row_ptr,
-            starts,
-            lengths,
-            has_eot,
-        )
-        if bad >= 0:
-            raise FormatError(
-                f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
-                "delete <store>/cache to rebuild it"
-            )
-        return starts, lengths, has_eot, row_ptr, counts
+        return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
-        seqlen = self.seqlen
-        k = idx.shape[0]
-        starts, lengths, has_eot, row_ptr, counts = self._piece_ranges(idx)
-        total = int(row_ptr[-1])
-        src, src_starts = self.store.read_ranges(starts, lengths)
-        src_starts = np.asarray(src_starts, dtype=np.int64)
-        if total and (
-            src_starts.shape != (total,)
-            or src_starts.min() < 0
-            or (src_starts + lengths).max() > src.shape[0]
-        ):
-            raise FormatError("store.read_ranges returned ranges outside its buffer")
-        pool = self._pool
-        ids = pool.empty((k, seqlen), np.int64)
-        pos = pool.empty((k, seqlen), np.int64)
-        labels = pool.empty((k, seqlen), np.int64)
-        attn = pool.empty((k, seqlen), np.int64)
-        cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
-        n_seg = np.empty(k, dtype=np.int64)
-        max_len = np.empty(k, dtype=np.int64)
-        eot_id = 0 if self.eot is None else self.eot
-        if k:
-            fill_rows(
-                src,
-                src_starts,
-                lengths,
-                has_eot,
-                row_ptr,
-                eot_id,
-                self.pad_id,
-                self._label_mode,
-                ids,
-                pos,
-                labels,
-                attn,
-                cu,
-                n_seg,
-                max_len,
+        columns, cu, n_seg = gather_rows(
+            self.store,
+            self._piece_ranges(idx),
+            self._pool,
+            self.seqlen,
+            self._eot_id,
+            self.pad_id,
+            self._label_mode,
+        )
+        if self.mode == Mode.MLM:
+            self._corrupt(
+                idx, epochs, columns["input_ids"], columns["attention_mask"], columns["labels"]
             )
-        if self.mode == "mlm":
-            self._corrupt(idx, epochs, ids, attn, labels)
-        columns = {
-            "input_ids": ids,
-            "labels": labels,
-            "position_ids": pos,
-            "attention_mask": attn,
-            "max_seqlen": max_len,
-        }
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead

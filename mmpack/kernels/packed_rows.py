@@ -1,0 +1,221 @@
+"""Packed-row assembly kernels: a batch of plan bins becomes model inputs.
+
+:func:`select_pieces` turns a batch of bins into the flat token ranges of its pieces (validated
+against the document lengths; a corrupt plan is reported, never read out of bounds; a piece
+shorter than ``seqlen`` is its document's last and carries the eot); :func:`fill_rows` then
+writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
+:data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
+``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments.  Cost O(B * seqlen).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.core.constants import IGNORE_INDEX
+from mmpack.kernels._jit import njit
+
+__all__ = ["LABELS_HF", "LABELS_NEXT", "LABELS_NONE", "fill_rows", "one_bin", "select_pieces"]
+
+LABELS_NONE = 0
+LABELS_NEXT = 1
+LABELS_HF = 2
+
+
+@njit
+def select_pieces(
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    piece_len: np.ndarray,
+    offsets: np.ndarray,
+    seqlen: int,
+    eot: int,
+    bins: np.ndarray,
+    row_ptr: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+) -> int:
+    """Flat token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
+    prefix sum of their piece counts, each bin's piece range inside the piece arrays).
+
+    Returns -1, or the first row whose bin is inconsistent with the documents (a piece outside
+    its document, or more than ``seqlen`` slots); nothing is read out of bounds either way.
+    """
+    n_docs = offsets.shape[0] - 1
+    for r in range(bins.shape[0]):
+        lo = bin_ptr[bins[r]]
+        used = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            p = lo + q - row_ptr[r]
+            d = piece_doc[p]
+            s = piece_start[p]
+            ln = piece_len[p]
+            if d < 0 or d >= n_docs or s < 0 or ln < 0:
+                return r
+            dl = offsets[d + 1] - offsets[d]
+            if s > dl or ln > dl - s:
+                return r
+            e = 0
+            if eot != 0 and ln < seqlen:
+                e = 1
+            used += ln + e
+            starts[q] = offsets[d] + s
+            lengths[q] = ln
+            has_eot[q] = e
+        if used > seqlen:
+            return r
+    return -1
+
+
+@njit
+def fill_rows(
+    src: np.ndarray,
+    src_starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    eot_id: int,
+    pad_id: int,
+    label_mode: int,
+    input_ids: np.ndarray,
+    position_ids: np.ndarray,
+    labels: np.ndarray,
+    attention_mask: np.ndarray,
+    cu_seqlens: np.ndarray,
+    n_segments: np.ndarray,
+    max_seqlen: np.ndarray,
+) -> None:
+    """Write rows ``r`` of the (B, seqlen) outputs from pieces ``row_ptr[r]:row_ptr[r+1]``.
+
+    ``src[src_starts[q]:src_starts[q]+lengths[q]]`` must be in bounds and each row's pieces
+    (plus their eot) must fit in seqlen (both checked by the caller).  ``cu_seqlens`` is (B, C)
+    with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
+    (if any) being the last segment.
+    """
+    # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
+    seqlen = input_ids.shape[1]
+    for r in range(input_ids.shape[0]):
+        ids = input_ids[r]
+        pos = position_ids[r]
+        lab = labels[r]
+        att = attention_mask[r]
+        t = 0
+        seg = 0
+        longest = 0
+        cu_seqlens[r, 0] = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            s0 = t
+            n = lengths[q]
+            a = src_starts[q]
+            seg_src = src[a : a + n]
+            seg_ids = ids[s0 : s0 + n]
+            for i in range(n):
+                seg_ids[i] = seg_src[i]
+            t += n
+            if has_eot[q] != 0:
+                ids[t] = eot_id
+                t += 1
+            m = t - s0
+            seg_pos = pos[s0:t]
+            seg_att = att[s0:t]
+            for i in range(m):
+                seg_pos[i] = i
+                seg_att[i] = 1
+            seg_lab = lab[s0:t]
+            if m > 0:
+                if label_mode == LABELS_NEXT:
+                    nxt = ids[s0 + 1 : t]
+                    for i in range(m - 1):
+                        seg_lab[i] = nxt[i]
+                    seg_lab[m - 1] = IGNORE_INDEX
+                elif label_mode == LABELS_HF:
+                    cur = ids[s0:t]
+                    seg_lab[0] = IGNORE_INDEX
+                    for i in range(1, m):
+                        seg_lab[i] = cur[i]
+                else:
+                    for i in range(m):
+                        seg_lab[i] = IGNORE_INDEX
+            seg += 1
+            cu_seqlens[r, seg] = t
+            if m > longest:
+                longest = m
+        if t < seqlen:
+            for i in range(t, seqlen):
+                ids[i] = pad_id
+                pos[i] = i - t
+                lab[i] = IGNORE_INDEX
+                att[i] = 0
+            seg += 1
+            cu_seqlens[r, seg] = seqlen
+            if seqlen - t > longest:
+                longest = seqlen - t
+        n_segments[r] = seg
+        max_seqlen[r] = longest
+
+
+@njit
+def one_bin(
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    piece_len: np.ndarray,
+    offsets: np.ndarray,
+    src: np.ndarray,
+    b: int,
+    params: np.ndarray,
+    rows: np.ndarray,
+    cu_seqlens: np.ndarray,
+    scalars: np.ndarray,
+) -> int:
+    """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
+    from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
+    label_mode]``; ``rows`` (4, 1, seqlen) receives ids, positions, labels, attention mask;
+    ``scalars`` (2, 1) the segment count and the longest segment (few arguments: numba's
+    dispatch cost grows with each one, and this is the single-sample path).  Returns -1, or 0 when the bin is
+    inconsistent with the documents (nothing is read then)."""
+    seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
+    bins = np.empty(1, dtype=np.int64)
+    bins[0] = b
+    n = bin_ptr[b + 1] - bin_ptr[b]
+    row_ptr = np.zeros(2, dtype=np.int64)
+    row_ptr[1] = n
+    starts = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    has_eot = np.empty(n, dtype=np.uint8)
+    bad = select_pieces(
+        bin_ptr,
+        piece_doc,
+        piece_start,
+        piece_len,
+        offsets,
+        seqlen,
+        eot,
+        bins,
+        row_ptr,
+        starts,
+        lengths,
+        has_eot,
+    )
+    if bad >= 0:
+        return bad
+    fill_rows(
+        src,
+        starts,
+        lengths,
+        has_eot,
+        row_ptr,
+        eot_id,
+        pad_id,
+        label_mode,
+        rows[0],
+        rows[1],
+        rows[2],
+        rows[3],
+        cu_seqlens,
+        scalars[0],
+        scalars[1],
+    )
+    return -1

@@ -1,0 +1,78 @@
+"""Mixture weights as integer quotas out of a period: the arithmetic by which a
+:class:`~mmpack.sampling.mixture.Mixture` draws its sources.
+
+Weights are normalized without overflow (:func:`normalize_weights`, scaled by the largest first)
+and quantized to integer quotas ``c_k`` out of ``RESOLUTION = 10**6`` draws by largest-remainder
+rounding (:func:`quantize_weights`): a positive weight never rounds to 0 (the forced ones are
+taken back from quotas > 1, smallest remainder first), then ``c`` and the period are divided by
+their gcd, so ``[0.7, 0.3]`` has period 10.  Cost O(K log K).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["RESOLUTION", "normalize_weights", "quantize_weights"]
+
+RESOLUTION = 10**6
+"""Weights are quantized to multiples of ``1 / RESOLUTION``."""
+
+
+def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer quotas out of a period for non-negative weights.
+
+    Parameters
+    ----------
+    weights : sequence of float, shape (K,)
+        Finite, non-negative, not all zero (validated; ``ValueError`` otherwise).
+
+    Returns
+    -------
+    quotas : numpy.ndarray, int64, shape (K,)
+        ``quotas[k] > 0`` exactly where ``weights[k] > 0``; ``quotas.sum() == period``.
+    period : int
+        ``RESOLUTION`` divided by the gcd of the quotas.
+    """
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"weights must be a sequence of numbers, got {weights!r}") from None
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"weights must be finite and non-negative, got {w.tolist()}")
+    positive = w > 0  # before normalizing, which may underflow a tiny weight to 0
+    if not positive.any():
+        raise ValueError(f"weights must not all be zero, got {w.tolist()}")
+    w = normalize_weights(w)
+    if positive.sum() > RESOLUTION:
+        raise ValueError(
+            f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}"
+        )
+    raw = w * RESOLUTION
+    quotas = np.floor(raw).astype(np.int64)
+    quotas[positive & (quotas == 0)] = 1
+    remainder = raw - quotas
+    short = RESOLUTION - int(quotas.sum())
+    if short > 0:
+        order = np.lexsort((np.arange(w.size), -remainder))
+        quotas[order[:short]] += 1
+    while (
+        short < 0
+    ):  # the forced ones overshot: take back from quotas > 1, smallest remainder first
+        donors = np.flatnonzero(quotas > 1)
+        donors = donors[np.lexsort((donors, -quotas[donors], remainder[donors]))][:-short]
+        quotas[donors] -= 1
+        short += donors.size
+    g = math.gcd(*quotas.tolist())
+    return quotas // g, RESOLUTION // g
+
+
+def normalize_weights(w: np.ndarray) -> np.ndarray:
+    """``w / w.sum()`` without overflow: scaled by the largest weight first (``[1e308, 1e308,
+    3e307]`` sums to inf in float64)."""
+    w = w / w.max()
+    return w / w.sum()

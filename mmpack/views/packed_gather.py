@@ -1,0 +1,156 @@
+"""Reading bins of a packing plan as packed rows: the kernel calls of ``PackedDataset``.
+
+:func:`piece_ranges` turns a batch of bins into the flat token ranges of their pieces, checked
+against the store's documents (a corrupt plan is a :class:`~mmpack.errors.FormatError`, never an
+out-of-bounds read); :func:`gather_rows` reads those ranges through ``store.read_ranges`` (so
+every backend works) and writes the ``(B, seqlen)`` columns in one kernel call into pooled
+buffers; :func:`read_bin` does both for one bin straight from the whole flat token array (the
+single-sample path of the memmap backend).  Kernels in :mod:`mmpack.kernels.packed_rows`.  Cost:
+O(B * seqlen) plus O(pieces) bookkeeping per batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError
+from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
+from mmpack.views.buffers import BufferPool
+from mmpack.views.plan import PackingPlan
+
+__all__ = ["gather_rows", "piece_ranges", "read_bin"]
+
+
+def piece_ranges(
+    plan: PackingPlan, offsets: np.ndarray, seqlen: int, eot: bool, idx: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx`` (checked
+    indices): flat token ranges, eot flags, the prefix sum of the pieces per row and the pieces
+    per row.  ``FormatError`` when the plan does not fit the documents ``offsets`` delimit."""
+    k = idx.shape[0]
+    lo = plan.bin_ptr[idx]
+    hi = plan.bin_ptr[idx + 1]
+    counts = hi - lo
+    if k and (counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces):
+        raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+    row_ptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    total = int(row_ptr[-1])
+    starts = np.empty(total, dtype=np.int64)
+    lengths = np.empty(total, dtype=np.int64)
+    has_eot = np.empty(total, dtype=np.uint8)
+    bad = select_pieces(
+        plan.bin_ptr,
+        plan.piece_doc,
+        plan.piece_start,
+        plan.piece_len,
+        offsets,
+        seqlen,
+        int(eot),
+        idx,
+        row_ptr,
+        starts,
+        lengths,
+        has_eot,
+    )
+    if bad >= 0:
+        raise FormatError(
+            f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
+            "delete <store>/cache to rebuild it"
+        )
+    return starts, lengths, has_eot, row_ptr, counts
+
+
+def gather_rows(
+    store: Any,
+    ranges: tuple[np.ndarray, ...],
+    pool: BufferPool,
+    seqlen: int,
+    eot_id: int,
+    pad_id: int,
+    label_mode: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """``(columns, cu_seqlens, n_segments)`` of the rows whose pieces are ``ranges`` (from
+    :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
+    (int64, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
+    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries."""
+    starts, lengths, has_eot, row_ptr, counts = ranges
+    k = counts.shape[0]
+    total = int(row_ptr[-1])
+    src, src_starts = store.read_ranges(starts, lengths)
+    src_starts = np.asarray(src_starts, dtype=np.int64)
+    if total and (
+        src_starts.shape != (total,)
+        or src_starts.min() < 0
+        or (src_starts + lengths).max() > src.shape[0]
+    ):
+        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    ids = pool.empty((k, seqlen), np.int64)
+    pos = pool.empty((k, seqlen), np.int64)
+    labels = pool.empty((k, seqlen), np.int64)
+    attn = pool.empty((k, seqlen), np.int64)
+    cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
+    n_seg = np.empty(k, dtype=np.int64)
+    max_len = np.empty(k, dtype=np.int64)
+    if k:
+        fill_rows(
+            src,
+            src_starts,
+            lengths,
+            has_eot,
+            row_ptr,
+            eot_id,
+            pad_id,
+            label_mode,
+            ids,
+            pos,
+            labels,
+            attn,
+            cu,
+            n_seg,
+            max_len,
+        )
+    columns = {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": pos,
+        "attention_mask": attn,
+        "max_seqlen": max_len,
+    }
+    return columns, cu, n_seg
+
+
+def read_bin(
+    plan: PackingPlan, offsets: np.ndarray, src: np.ndarray, b: int, params: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, cu_seqlens, scalars)`` of bin ``b`` read from the flat token array ``src``:
+    ``rows`` (4, 1, seqlen) ids, positions, labels, attention mask; ``cu_seqlens`` (1, C);
+    ``scalars`` (2, 1) the segment count and the longest segment.  ``params`` as
+    :func:`~mmpack.kernels.packed_rows.one_bin` takes it; ``FormatError`` when the bin does not
+    fit the documents."""
+    seqlen = int(params[0])
+    n = int(plan.bin_ptr[b + 1] - plan.bin_ptr[b])
+    rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
+    cu = np.empty((1, n + 2), dtype=np.int32)
+    scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
+    bad = one_bin(
+        plan.bin_ptr,
+        plan.piece_doc,
+        plan.piece_start,
+        plan.piece_len,
+        offsets,
+        src,
+        b,
+        params,
+        rows,
+        cu,
+        scalars,
+    )
+    if bad >= 0:
+        raise FormatError(
+            f"bin {b} of the packing plan does not fit the store's documents; "
+            "delete <store>/cache to rebuild it"
+        )
+    return rows, cu, scalars
