@@ -274,7 +274,7 @@ def test_pack_compares_algorithms_and_baselines(seed_store):
     out = res.stdout
     for name in (
         "best-fit decreasing",
-        "streaming best fit",
+        "online best fit",
         "next fit",
         "pad (1 doc/row)",
         "concat + chunk",
@@ -284,8 +284,8 @@ def test_pack_compares_algorithms_and_baselines(seed_store):
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot")
     got = json.loads(res.stdout)
     lens = mmpack.open(seed_store).doc_lens
-    want = compare_packing(lens, 16, eot=False, algorithms=("bfd", "stream", "nextfit"))
-    assert [m["method"] for m in got["methods"]] == ["bfd", "stream", "nextfit", "pad", "chunk"]
+    want = compare_packing(lens, 16, eot=False, algorithms=("bfd", "online", "nextfit"))
+    assert [m["method"] for m in got["methods"]] == ["bfd", "online", "nextfit", "pad", "chunk"]
     for g, w in zip(got["methods"], want):
         assert (g["rows"], g["tokens"], g["padding"]) == (w["rows"], w["tokens"], w["padding"])
     pad = got["methods"][3]
@@ -428,7 +428,7 @@ def test_demo(tmp_path):
     out = res.stdout
     assert "== 1. Build" in out and "uint8" in out
     assert "seqlen 8, stride 4: 28 samples" in out
-    for method in ("bfd", "stream", "pad", "chunk"):
+    for method in ("bfd", "online", "pad", "chunk"):
         assert method in out
     assert "seqlen 2048:" in out and "seqlen 8192:" in out and "cu_seqlens [0," in out
     assert "p50" in out and "M tokens/s" in out

@@ -42,7 +42,7 @@ def compare_packing(
     eot: bool = True,
     long_docs: str = "split",
     lookahead: int = 1024,
-    algorithms: tuple[str, ...] = ("bfd", "stream"),
+    algorithms: tuple[str, ...] = ("bfd", "online"),
 ) -> list[dict[str, Any]]:
     """Rows, efficiency and padding of each packing algorithm against two baselines.
 
@@ -55,7 +55,7 @@ def compare_packing(
     long_docs : {"split", "truncate", "drop"}
         Documents longer than a row, for every method alike.
     lookahead : int
-        Open rows of ``"stream"``.
+        Open rows of ``"online"``.
     algorithms : tuple of str
         Names accepted by :func:`mmpack.views.plan.build_plan`.
 
@@ -73,7 +73,7 @@ def compare_packing(
     lens = np.asarray(doc_lens, dtype=np.int64)
     rows: list[dict[str, Any]] = []
     for algorithm in algorithms:
-        kw = {"lookahead": lookahead} if algorithm == "stream" else {}
+        kw = {"lookahead": lookahead} if algorithm == "online" else {}
         # Compile (or load from numba's cache) on a toy input so the timing is the packing only.
         build_plan(lens[:2], seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
         t0 = time.perf_counter()
@@ -245,7 +245,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
             f"   seqlen {seqlen}:  {'method':<8}{'rows':>9}{'efficiency':>12}{'padding':>14}"
             f"{'docs cut':>10}"
         )
-        names = {"bfd": "bfd", "stream": "stream", "pad": "pad", "chunk": "chunk"}
+        names = {"bfd": "bfd", "online": "online", "pad": "pad", "chunk": "chunk"}
         for r in rows:
             t = f"  ({r['seconds'] * 1e3:.1f} ms)" if "seconds" in r else ""
             say(

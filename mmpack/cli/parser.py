@@ -35,7 +35,7 @@ from mmpack.cli.arguments import (
 __all__ = ["build_parser"]
 
 _PROG = "mmpack"
-_ALGORITHMS = ("bfd", "stream", "nextfit")
+_ALGORITHMS = ("bfd", "online", "nextfit", "stream")  # "stream": the former name of "online"
 
 
 def _benchmarks_root() -> Path | None:
@@ -272,7 +272,7 @@ def _add_pack(sub: Any) -> None:
         sub,
         "pack",
         "packing statistics for a sequence length",
-        "Build the packing plans (best-fit decreasing, streaming "
+        "Build the packing plans (best-fit decreasing, online "
         "best fit, next fit) for SEQLEN and compare them with plain "
         "padding (one document per row) and concatenate-and-chunk: "
         "rows, efficiency (real tokens / slots), padding, documents "
@@ -287,7 +287,7 @@ def _add_pack(sub: Any) -> None:
         "document (default: yes; --no-eot: none)",
     )
     _add_long_docs(k, "documents longer than a row (default: split)")
-    _add_count(k, "--lookahead", 1024, "open rows of the streaming algorithm (default: 1024)")
+    _add_count(k, "--lookahead", 1024, "open rows of the online algorithm (default: 1024)")
     _add_flag(k, "--json", "print JSON instead of a table")
 
 

@@ -292,7 +292,7 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
 # --------------------------------------------------------------------------------- pack
 _METHOD_NAMES = {
     "bfd": "best-fit decreasing",
-    "stream": "streaming best fit",
+    "online": "online best fit",
     "nextfit": "next fit",
     "pad": "pad (1 doc/row)",
     "chunk": "concat + chunk",
@@ -310,7 +310,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
         eot=eot,
         long_docs=args.long_docs,
         lookahead=args.lookahead,
-        algorithms=("bfd", "stream", "nextfit"),
+        algorithms=("bfd", "online", "nextfit"),
     )
     if args.json:
         eot_id = args.eot if isinstance(args.eot, int) and not isinstance(args.eot, bool) else None
@@ -347,7 +347,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             f"{r['docs_cut']:>11,}{t:>11}"
         )
     print(
-        f"streaming best fit keeps {args.lookahead} rows open; docs cut: documents whose tokens "
+        f"online best fit keeps {args.lookahead} rows open; docs cut: documents whose tokens "
         "land in more than one row"
     )
     return 0

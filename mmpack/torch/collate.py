@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmpack.core.constants import INT32_MAX
 from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.masking import IGNORE_INDEX
@@ -50,7 +51,6 @@ __all__ = ["Collator", "TOKEN_FIELDS", "collate", "hf_inputs"]
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
 
-_INT32_MAX = np.iinfo(np.int32).max
 _RESERVED = ("cu_seqlens_rows",)
 _TORCH_NATIVE = tuple(np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
 
@@ -243,7 +243,7 @@ def _collate(
         lens = lens + 1
         seqlen = new_len
 
-    if n * seqlen > _INT32_MAX:
+    if n * seqlen > INT32_MAX:
         raise ValueError(
             f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
             "cu_seqlens FlashAttention takes; use fewer or shorter rows"
@@ -283,7 +283,7 @@ def _collate_columns(
             seqlen = col.shape[1]
     if seqlen is None:
         raise ValueError("the batch has no per-token field to collate")
-    if n * seqlen > _INT32_MAX:
+    if n * seqlen > INT32_MAX:
         raise ValueError(
             f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
             "cu_seqlens FlashAttention takes; use fewer or shorter rows"

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import INT32_MAX
 from mmpack.core.validation import check_index, check_indices, check_positive_int, check_token_id
 from mmpack.kernels.window import (
     INDEX_STEP,
@@ -41,7 +42,6 @@ from mmpack.views.readahead import ColdReads, flat_start
 
 __all__ = ["WindowDataset"]
 
-_INT32_MAX = 2**31 - 1
 _SAMPLED_INDEX_DOCS = 1 << 20
 
 
@@ -96,7 +96,7 @@ class WindowDataset:
             raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
         self.store = store
         self.seqlen = check_positive_int(seqlen, "seqlen")
-        if self.seqlen > _INT32_MAX - 1:
+        if self.seqlen > INT32_MAX - 1:
             raise ValueError(f"seqlen={seqlen} does not fit the int32 cu_seqlens")
         self.stride = self.seqlen if stride is None else check_positive_int(stride, "stride")
         eot, pad_id = resolve_special(eot, store, "eot"), resolve_special(pad_id, store, "pad_id")
