@@ -1,7 +1,7 @@
 """Kernels of the streaming best-fit packer (:mod:`mmpack.streaming.packer`).
 
 Best fit needs, for a sequence of length ``L``, the row with the *smallest* remaining space
-``>= L``, ties to the lowest row index (the seed's ``argmin`` over the fitting rows picks the first
+``>= L``, ties to the lowest row index (ModernBERT's ``argmin`` over the fitting rows picks the first
 smallest).  Each row ``r`` with remaining space ``s`` is one key ``s * stride + r`` (``stride`` =
 the largest number of rows) in a successor structure over ``(row_len + 1) * stride`` keys; the
 answer is the successor of ``L * stride``: the smallest key at or after it has the smallest
@@ -11,7 +11,7 @@ The successor structure is a hierarchical bitmap (a shallow van Emde Boas tree):
 bit per key, level ``k + 1`` one bit per 32-bit word of level ``k`` (set when that word is not
 zero), up to a single word.  Insert, remove and successor each touch at most one word per level:
 ``ceil(log32(keys))`` levels, 4 for 16 rows of 32768 tokens, i.e. O(log(rows * row_len)) with a
-tiny constant, against the O(rows) scan of the seed's ``find_best_fit`` (which also allocates
+tiny constant, against the O(rows) scan of ModernBERT's ``find_best_fit`` (which also allocates
 three arrays per call).  Words are 32-bit values held in ``int64`` so that every operation is
 plain non-negative integer arithmetic, identical with and without ``NUMBA_DISABLE_JIT``.
 

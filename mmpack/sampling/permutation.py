@@ -120,7 +120,7 @@ class Permutation:
 
     @property
     def seed(self) -> SeedLike:
-        """The seed given at construction."""
+        """The key material given at construction (``seed=``)."""
         return self._seed
 
     @property

@@ -6,9 +6,9 @@ seed's ``split_packed_batch`` does).  A row whose padding fraction exceeds ``pad
 trimmed to its last real token and the padding segment is dropped from its ``cu_seqlens``, which
 saves the attention and MLP work on that padding at the price of a dynamic shape.
 
-:func:`num_label_tokens` counts the tokens that take a loss (the seed's
+:func:`num_label_tokens` counts the tokens that take a loss (ModernBERT's
 ``get_num_tokens_in_packed_batch``); :func:`num_sequences` counts sequences from ``cu_seqlens``
-(``get_num_samples_in_packed_batch``), without the padding segments the seed also counts unless
+(``get_num_samples_in_packed_batch``), without the padding segments ModernBERT's packer also counts unless
 ``count_padding=True``.
 
 All functions take numpy arrays or torch tensors and return the same kind.  Cost: O(rows) Python
@@ -51,7 +51,7 @@ def split_packed_batch(
         trimmed after its last real token; the default 1.0 never trims.  In ``[0, 1]``.
     mark_dynamic : bool
         Mark each trimmed micro-batch's ``cu_seqlens`` (torch) as dynamic for ``torch.compile``,
-        as the seed does.
+        as ModernBERT's packer does.
 
     Returns
     -------
@@ -129,7 +129,7 @@ def num_sequences(batch: Mapping[str, Any], *, count_padding: bool = False) -> i
         ``cu_seqlens`` is one array (a micro-batch) or a list of arrays (one per row); unless
         ``count_padding``, ``attention_mask`` (same rows) tells which rows end with padding.
     count_padding : bool
-        Count each row's padding segment as a sequence too, as the seed does.
+        Count each row's padding segment as a sequence too, as ModernBERT's packer does.
     """
     cu = batch["cu_seqlens"]
     rows = list(cu) if isinstance(cu, (list, tuple)) else [cu]

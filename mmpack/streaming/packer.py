@@ -8,18 +8,18 @@ O(log(rows * row_len)) instead of a Python iteration with an O(rows) scan:
    random-access store), are checked by the token rule of :func:`mmpack.build` (one function for
    both), and are *admitted* as pieces: empty sequences are ignored (and counted),
    sequences longer than a row follow the ``long_docs`` policy (``"split"`` into pieces of at most
-   ``out_pseq_len`` tokens, every token kept; ``"truncate"``; ``"drop"``).  The seed has no policy:
+   ``out_pseq_len`` tokens, every token kept; ``"truncate"``; ``"drop"``).  ModernBERT's packer has no policy:
    a sequence longer than a row never fits, stays in its buffer forever, and once enough of them
    fill the buffer the epoch ends early, silently dropping the rest of the source.
 2. A batch of ``n_rows`` empty rows scans the pieces in order -- first those deferred by the
    previous batch, then new ones -- and puts each into the row with the smallest remaining space
    that holds it (ties to the lowest row), or defers it.  The scan stops once ``buffer_size``
-   pieces have been deferred, or when the source is exhausted.  This is exactly the seed's
+   pieces have been deferred, or when the source is exhausted.  This is exactly ModernBERT's packer's
    behaviour (it scans its buffer and refills it whenever it runs dry, until the deferred
    sequences fill it) at the granularity of single sequences instead of incoming batches; the
-   deferred pieces keep their order (the seed's ``extendleft`` reverses them).  Pieces are read
+   deferred pieces keep their order (ModernBERT's ``extendleft`` reverses them).  Pieces are read
    ahead of the scan (``readahead``, default ``buffer_size``), which never changes a decision: at
-   most ``buffer_size`` pieces are ever *buffered* in the seed's sense, so memory is bounded by
+   most ``buffer_size`` pieces are ever *buffered* in ModernBERT's sense, so memory is bounded by
    ``buffer_size + readahead`` pieces plus one incoming batch.  Admission is lazy and exact: the
    sequences read go to a queue, and exactly as many pieces as wanted are cut from its head, so a
    document of any length is admitted piece by piece (one 2**26-token document costs 0.95x the
@@ -28,7 +28,7 @@ O(log(rows * row_len)) instead of a Python iteration with an O(rows) scan:
    the position passes a sequence only once its pieces are held, so a source that raises loses
    nothing and :meth:`StreamingPacker.state_dict` taken then resumes exactly.
 3. The batch is emitted when every row holds at least one piece.  When the source runs out with
-   some row empty, the seed drops that last partial batch; so does ``drop_last=True``, while
+   some row empty, ModernBERT's packer drops that last partial batch; so does ``drop_last=True``, while
    ``drop_last=False`` emits it padded (empty rows are all padding) and ends the epoch.
 
 Held pieces are three int64 arrays (length, source index, offset in the source sequence) plus,
@@ -101,7 +101,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
     buffer_size : int
         At most this many pieces are deferred (buffered) by one batch; ``>= out_batch_size``.
     mode : {None, "causal", "mlm"}
-        ``None``: ``labels`` is ``None`` (the seed's ``suppress_masking``).  ``"mlm"``: 80/10/10
+        ``None``: ``labels`` is ``None`` (ModernBERT's ``suppress_masking``).  ``"mlm"``: 80/10/10
         masking (:mod:`mmpack.views.masking`); random tokens come from
         ``[0, vocab_size)`` minus ``special_ids``, ``mask_id`` and ``pad_id``; padding and special
         ids are never selected.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
@@ -264,7 +264,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         batch_size_warmup_min_size: int | None = None,
         **kwargs: Any,
     ) -> StreamingPacker:
-        """The seed's ``from_composer``: a global batch of ``batch_size`` sequences of
+        """ModernBERT's ``from_composer``: a global batch of ``batch_size`` sequences of
         ``max_seq_len`` becomes ``batch_size // micro_batch_size`` rows of
         ``micro_batch_size * max_seq_len`` tokens; the warm-up minimum is given in sequences
         (a multiple of ``micro_batch_size``)."""

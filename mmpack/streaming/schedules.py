@@ -1,7 +1,7 @@
 """Token-driven schedules of the streaming packer: batch-size warm-up and masking-ratio cool-down.
 
 Both are functions of the number of *real* tokens this process has emitted so far, evaluated
-before each batch is built, with the seed's (ModernBERT's) arithmetic reproduced exactly:
+before each batch is built, with ModernBERT's packer's arithmetic reproduced exactly:
 
 * :class:`BatchSizeWarmup` grows the number of rows from ``min_batch_size`` to
   ``max_batch_size``.  With ``W = ceil(warmup_tokens / world_size)`` (every rank counts only its

@@ -1,7 +1,7 @@
 """BERT-style masked-language-model corruption (80% mask / 10% random / 10% keep), one rule for
 the packed view and the streaming packer.
 
-One uniform draw ``u`` per token partitions the probability space, as in the seed's ModernBERT
+One uniform draw ``u`` per token partitions the probability space, as in ModernBERT's
 packer and Hugging Face's ``DataCollatorForLanguageModeling``: of the *maskable* tokens (not
 padding, not a special id), ``u < 0.8 p`` becomes ``mask_id``, ``0.8 p <= u < 0.9 p`` becomes a
 random token, ``0.9 p <= u < p`` keeps its value; all three are *selected* and their labels hold the
@@ -12,7 +12,7 @@ the draw of position ``t`` is a hash of (key, t) (:mod:`mmpack.kernels.masking`)
 corruption is a pure function of (seed, epoch, index) whatever batch, worker or order it is read
 in, resuming needs no generator state, and a whole batch is one kernel call that corrupts the rows
 in place (no temporaries).  Random replacements are uniform over ``[0, vocab_size)`` minus the
-excluded ids (special ids and the pad id) -- where the seed draws from ``[0, max token in the
+excluded ids (special ids and the pad id) -- where ModernBERT's packer draws from ``[0, max token in the
 batch]``, which can include the pad id and never reaches most of the vocabulary -- by drawing a
 rank among the allowed ids and mapping it through the sorted excluded ids.
 """
