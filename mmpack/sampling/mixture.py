@@ -52,7 +52,6 @@ from mmpack.kernels.mixture import (
     occurrence_position,
     prefix_counts,
 )
-from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.sampling.mixture_batches import (
     check_compatible_sources,
     read_sources,
@@ -248,23 +247,13 @@ class Mixture:
             reps, at = rep[where], pos[where]
             first, last = int(reps.min()), int(reps.max())
             if first == last:  # the usual case: the batch stays inside one pass over source k
-                out[where] = self._permutation(k, first)._map_unchecked(at)
+                out[where] = self._permutation(k, first).map_unchecked(at)
                 continue
             # several passes: derive every pass's round keys at once, one kernel call
             passes, inverse = np.unique(reps, return_inverse=True)
             keys = epoch_keys((self._seed, k), passes)
             perm = self._permutation(k, first)
-            mapped = np.empty_like(at)
-            permute_many_keyed(
-                at,
-                inverse.reshape(-1).astype(np.int64),
-                mapped,
-                perm.n,
-                perm._half_bits,
-                perm._mask,
-                keys,
-            )
-            out[where] = mapped
+            out[where] = perm.map_keyed(at, inverse.reshape(-1).astype(np.int64), keys)
         return out
 
     def locate(self, i: int) -> tuple[int, int]:

@@ -23,7 +23,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from mmpack.core.validation import check_int
-from mmpack.kernels.permutation import derive_keys, invert, invert_many, permute, permute_many
+from mmpack.kernels.permutation import (
+    derive_keys,
+    invert,
+    invert_many,
+    permute,
+    permute_many,
+    permute_many_keyed,
+)
 
 __all__ = ["MAX_N", "Permutation", "ROUNDS", "SeedLike", "epoch_keys"]
 
@@ -210,8 +217,9 @@ class Permutation:
             )
         return out
 
-    def _map_unchecked(self, arr: np.ndarray) -> np.ndarray:
-        """:meth:`map` for a C-contiguous int64 array already known to lie in ``[0, n)``."""
+    def map_unchecked(self, arr: np.ndarray) -> np.ndarray:
+        """:meth:`map` without the argument check, for hot paths (the sampler, ``Mixture``)
+        whose callers guarantee a C-contiguous int64 array with values in ``[0, n)``."""
         out = np.empty_like(arr)
         if self._n == 1:
             out[...] = 0
@@ -219,6 +227,30 @@ class Permutation:
             permute_many(
                 arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys
             )
+        return out
+
+    _map_unchecked = map_unchecked  # the name earlier callers used
+
+    def map_keyed(self, idx: np.ndarray, which: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Images of ``idx[i]`` under the permutation of this ``n`` whose round keys are
+        ``keys[which[i]]``: many epochs of one seed in one kernel call.
+
+        Parameters
+        ----------
+        idx, which : numpy.ndarray, int64, shape (m,)
+            Values in ``[0, n)``; rows of ``keys`` (both guaranteed by the caller).
+        keys : numpy.ndarray, uint64, shape (G, ROUNDS)
+            From :func:`epoch_keys`.
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape (m,)
+        """
+        out = np.empty_like(idx)
+        if self._n == 1:
+            out[...] = 0
+        elif idx.size:
+            permute_many_keyed(idx, which, out, self._n, self._half_bits, self._mask, keys)
         return out
 
     def __iter__(self) -> Iterator[int]:

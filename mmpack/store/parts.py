@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.store.backends._base import Backend
+from mmpack.store.backends import Backend
 from mmpack.store.backends._memmap import map_readonly
 from mmpack.store.format import OFFSETS_DTYPE, TOKEN_DTYPES
 from mmpack.store.opening import as_path, open_store, open_while_unchanged, reopen_pickled

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
-from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
+from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
 from mmpack.store.format import StoreMeta
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore

@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.backends import get_backend
-from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE
+from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack.store.buildfiles import BackgroundChecksum, widen_tokens, write_extra
 from mmpack.store.format import (
     BLOCK_BYTES,

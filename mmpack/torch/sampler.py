@@ -241,7 +241,7 @@ class ResumableSampler(Sampler[int]):
             order %= self._n  # padding wraps around to the start of the epoch order
         if not self._shuffle:
             return order
-        return self._permutation(epoch)._map_unchecked(order)
+        return self._permutation(epoch).map_unchecked(order)
 
     def __iter__(self) -> Iterator[int]:
         start = 0 if self._resume_at is None else self._resume_at

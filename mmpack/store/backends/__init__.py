@@ -23,11 +23,19 @@ atomic rename.
 
 from __future__ import annotations
 
-from mmpack.store.backends._base import Backend
+from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.backends._memmap import MemmapBackend
 from mmpack.store.backends._zarr import ZarrBackend
 
-__all__ = ["BACKENDS", "Backend", "MemmapBackend", "ZarrBackend", "get_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "MemmapBackend",
+    "OFFSETS_FILE",
+    "TOKENS_FILE",
+    "ZarrBackend",
+    "get_backend",
+]
 
 BACKENDS: dict[str, type[Backend]] = {"memmap": MemmapBackend, "zarr": ZarrBackend}
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError
-from mmpack.store.backends._base import Backend
+from mmpack.store.backends import Backend
 from mmpack.store.format import BLOCK_BYTES, StoreMeta, write_json_atomic
 from mmpack.store.opening import reopen_pickled
 from mmpack.store.reader import TokenStore

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.store.backends._base import Backend
+from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.transport import ObjectMissing, Transport
