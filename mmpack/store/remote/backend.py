@@ -22,7 +22,8 @@ they are, the rest are fetched as runs of adjacent blocks (one range request per
 concurrently), each block's CRC-32 is checked (a mismatch is re-fetched once, then it is a
 :class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the verified blocks
 go to the node cache and to a per-process memory LRU.  The result holds only the bytes served:
-the ranges back to back.
+the ranges back to back.  The block arithmetic (blocks touched, runs, CRCs, copying out) is
+:mod:`mmpack.store.remote.blocks`; this module owns the I/O, verification and caching.
 
 Cost (measured here, a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
 a 2048-token uint16 window (4 KiB) touches one or two blocks, so verification adds well under
@@ -49,12 +50,12 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
+from mmpack.store.remote.blocks import block_ids, crc_blocks, gather, runs_of
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["RemoteBackend"]
 
-_MAX_RUN_BYTES = 8 << 20  # a longer run of blocks is split, so big reads go out in parallel
 _AHEAD_THREADS = 4  # look-ahead batches fetched at once (each with concurrent range requests)
 MEMORY_BLOCKS_BYTES = 128 << 20
 """Verified blocks kept in memory per process (LRU): look-ahead results, and blocks a batch read,
@@ -66,11 +67,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-def _crc_blocks(data: bytes | memoryview, block: int) -> list[int]:
-    mv = memoryview(data)
-    return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
 
 
 class RemoteBackend(Backend):
@@ -152,7 +148,7 @@ class RemoteBackend(Backend):
         local = self.path / name
         if local.is_file() and local.stat().st_size == nbytes:
             data = local.read_bytes()
-            if _crc_blocks(data, block or max(nbytes, 1)) == crcs or (nbytes == 0 and not crcs):
+            if crc_blocks(data, block or max(nbytes, 1)) == crcs or (nbytes == 0 and not crcs):
                 return data
         try:
             data = self.transport.get(self.data + name)
@@ -161,7 +157,7 @@ class RemoteBackend(Backend):
                 f"{self.url}: {self.data}{name} is missing: the store is "
                 "incomplete or was deleted; rebuild it"
             ) from None
-        got = _crc_blocks(data, block or max(nbytes, 1)) if data else []
+        got = crc_blocks(data, block or max(nbytes, 1)) if data else []
         if len(data) != nbytes or (got != crcs and not (nbytes == 0 and not crcs)):
             raise FormatError(
                 f"{self.url}: {self.data}{name} ({len(data)} bytes) fails its "
@@ -189,17 +185,7 @@ class RemoteBackend(Backend):
         return src[int(at[0]) : int(at[0]) + stop - start]
 
     def _block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        item = self.meta.dtype.itemsize
-        keep = lengths > 0
-        lo = starts[keep] * item
-        hi = (starts[keep] + lengths[keep]) * item
-        first = lo // self.block
-        count = (hi - 1) // self.block - first + 1
-        if first.size == 0:
-            return np.empty(0, np.int64)
-        # shape (sum(count),): first[r], first[r] + 1, ..., last[r] for every range r
-        rep = np.repeat(first - np.cumsum(count) + count, count)
-        return np.unique(rep + np.arange(int(count.sum()), dtype=np.int64))
+        return block_ids(starts, lengths, self.meta.dtype.itemsize, self.block)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens back to back (only the bytes served are copied out of the
@@ -212,17 +198,7 @@ class RemoteBackend(Backend):
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
-        out = np.empty(int(lengths.sum()) * item, dtype=np.uint8)
-        block = self.block
-        pos = 0
-        for lo, n in zip((starts * item).tolist(), (lengths * item).tolist()):
-            while n > 0:  # a range spans one block or a few
-                b, off = divmod(lo, block)
-                take = min(n, block - off)
-                out[pos : pos + take] = np.frombuffer(blocks[b], np.uint8, take, off)
-                pos += take
-                lo += take
-                n -= take
+        out = gather(blocks, starts, lengths, item, self.block)
         return out.view(self.meta.dtype), src_starts
 
     def _get_blocks(self, ids: np.ndarray) -> list[bytes]:
@@ -307,13 +283,7 @@ class RemoteBackend(Backend):
     def _fetch(self, ids: list[int]) -> dict[int, bytes]:
         """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at
         once; verify every block (one re-fetch of a bad block, then FormatError)."""
-        runs: list[list[int]] = []
-        per_run = max(1, _MAX_RUN_BYTES // self.block)
-        for b in ids:
-            if runs and runs[-1][-1] == b - 1 and len(runs[-1]) < per_run:
-                runs[-1].append(b)
-            else:
-                runs.append([b])
+        runs = runs_of(ids, self.block)
         key = self.data + "tokens.bin"
         ranges = [(self._block_span(r[0])[0], self._block_span(r[-1])[1]) for r in runs]
         try:

@@ -1,0 +1,74 @@
+"""Check-block arithmetic of a remote store: which blocks token ranges touch, how adjacent blocks
+are grouped into range requests, the blocks' CRC-32s, and the served bytes copied out of them.
+
+A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power of 2; the last
+block may be short).  Pure functions, no I/O: :class:`~mmpack.store.remote.backend.RemoteBackend`
+does the fetching, caching and verification with them.
+
+Cost: :func:`block_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
+:func:`runs_of` is one pass over the sorted ids; :func:`gather` copies each served byte once
+(a range spans one block or a few, so its Python loop runs about once per range);
+:func:`crc_blocks` runs zlib's CRC-32 at 1.2-1.5 GB/s.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+__all__ = ["MAX_RUN_BYTES", "block_ids", "crc_blocks", "gather", "runs_of"]
+
+MAX_RUN_BYTES = 8 << 20
+"""A longer run of adjacent blocks is split, so big reads go out in parallel."""
+
+
+def crc_blocks(data: bytes | memoryview, block: int) -> list[int]:
+    """CRC-32 of every ``block`` bytes of ``data`` (the last piece may be short)."""
+    mv = memoryview(data)
+    return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
+
+
+def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
+    """The sorted, unique ids of the blocks that token ranges ``[start, start + length)`` touch
+    (empty ranges touch none)."""
+    keep = lengths > 0
+    lo = starts[keep] * itemsize
+    hi = (starts[keep] + lengths[keep]) * itemsize
+    first = lo // block
+    count = (hi - 1) // block - first + 1
+    if first.size == 0:
+        return np.empty(0, np.int64)
+    # shape (sum(count),): first[r], first[r] + 1, ..., last[r] for every range r
+    rep = np.repeat(first - np.cumsum(count) + count, count)
+    return np.unique(rep + np.arange(int(count.sum()), dtype=np.int64))
+
+
+def runs_of(ids: list[int], block: int) -> list[list[int]]:
+    """Sorted block ids grouped into runs of adjacent blocks of at most MAX_RUN_BYTES each."""
+    runs: list[list[int]] = []
+    per_run = max(1, MAX_RUN_BYTES // block)
+    for b in ids:
+        if runs and runs[-1][-1] == b - 1 and len(runs[-1]) < per_run:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
+
+
+def gather(
+    blocks: dict[int, bytes], starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
+) -> np.ndarray:
+    """The bytes of token ranges back to back, copied out of ``blocks`` (id -> block bytes,
+    holding every block the ranges touch)."""
+    out = np.empty(int(lengths.sum()) * itemsize, dtype=np.uint8)
+    pos = 0
+    for lo, n in zip((starts * itemsize).tolist(), (lengths * itemsize).tolist()):
+        while n > 0:  # a range spans one block or a few
+            b, off = divmod(lo, block)
+            take = min(n, block - off)
+            out[pos : pos + take] = np.frombuffer(blocks[b], np.uint8, take, off)
+            pos += take
+            lo += take
+            n -= take
+    return out
