@@ -14,6 +14,9 @@
     compression.py  .zst inputs
     provenance.py   the tokenizer record and provenance a build writes; the tokenizer read back
     distributed.py  one part per task on Dask (or serially), joined: build_distributed()
+    task_plan.py    inputs grouped, in order, into one task per part
+    part_build.py   the engine-neutral per-part function: inputs -> one part, atomically
+    engines.py      the Dask and serial runners, progress
 """
 
 from __future__ import annotations

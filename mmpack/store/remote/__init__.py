@@ -2,12 +2,15 @@
 
 ::
 
-    transport.py   objects under a URL: ranged GETs (concurrent), PUT, list, delete; retries;
-                   S3 (default) and file:// transports
+    transport.py   make_transport(url): the transport of a URL
+    protocol.py    the Transport interface: ranged GETs (concurrent), PUT, list, delete; retries
+    s3.py          S3Transport: S3 responses to errors, multipart uploads, listing
+    local.py       LocalTransport (file://)
     _s3http.py     the fork-safe S3 client (SigV4 over urllib3, pools per process)
     _obstore.py    gs://, az:// through obstore (refused in a forked child of a user)
     cache.py       the node's bounded block cache (atomic files, LRU by mtime, flock'd ledger)
     backend.py     RemoteBackend: verified check blocks, memory LRU, look-ahead
+    blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
     opener.py      open_url: mmpack.open(url)
     writer.py      RemoteStoreWriter / upload: build locally, upload, metadata last
 
