@@ -253,7 +253,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
                 f"{r['padding']:>14,}{r['docs_cut']:>10,}{t}"
             )
     say(
-        "   bfd: best-fit decreasing over the whole store; stream: best fit in store order over "
+        "   bfd: best-fit decreasing over the whole store; online: best fit in store order over "
         "1024 open rows;",
         "   pad: one document per row; chunk: concatenate and cut (no padding, but documents "
         "cut at row edges).",
