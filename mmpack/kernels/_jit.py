@@ -10,11 +10,16 @@ callers do, before entering them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numba
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 __all__ = ["njit"]
 
 
-def njit(func):
+def njit(func: _F) -> _F:
     """Compile ``func`` as an mmpack kernel (nopython, cached, releases the GIL)."""
-    return numba.njit(cache=True, nogil=True)(func)
+    return numba.njit(cache=True, nogil=True)(func)  # type: ignore[return-value]

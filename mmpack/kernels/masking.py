@@ -43,7 +43,7 @@ def mix64(z: np.uint64) -> np.uint64:
 
 
 @njit
-def sample_key(seed: int, epoch: int, index: int) -> np.uint64:
+def sample_key(seed: int | np.uint64, epoch: int | np.uint64, index: int) -> np.uint64:
     """The 64-bit key of sample ``index`` in ``epoch`` under ``seed`` (all >= 0)."""
     k = mix64(np.uint64(seed) + _GOLDEN)
     k = mix64(k ^ (np.uint64(epoch) + _GOLDEN))
@@ -104,7 +104,7 @@ def mlm_hashed_rows(
 
 
 @njit
-def sample_keys(seed: int, epoch: int, indices: np.ndarray, out: np.ndarray) -> None:
+def sample_keys(seed: np.uint64, epoch: np.uint64, indices: np.ndarray, out: np.ndarray) -> None:
     """:func:`sample_key` for every index."""
     for r in range(indices.shape[0]):
         out[r] = sample_key(seed, epoch, indices[r])

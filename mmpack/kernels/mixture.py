@@ -32,7 +32,7 @@ __all__ = [
 
 
 @njit
-def build_period(c, period, block, seq, ckpt):
+def build_period(c: np.ndarray, period: int, block: int, seq: np.ndarray, ckpt: np.ndarray) -> None:
     """Fill one period of the chairman sequence.
 
     Parameters
@@ -82,7 +82,9 @@ def build_period(c, period, block, seq, ckpt):
 
 
 @njit
-def _rank_in_period(r, k, seq, ckpt, block):
+def _rank_in_period(
+    r: int, k: int | np.int64, seq: np.ndarray, ckpt: np.ndarray, block: int
+) -> np.int64:
     """Draws of source ``k`` among the first ``r`` draws of a period (``0 <= r < P``)."""
     b = r // block
     total = np.int64(ckpt[b, k])
@@ -93,7 +95,16 @@ def _rank_in_period(r, k, seq, ckpt, block):
 
 
 @njit
-def locate_many(idx, c, period, block, seq, ckpt, out_src, out_occ):
+def locate_many(
+    idx: np.ndarray,
+    c: np.ndarray,
+    period: int,
+    block: int,
+    seq: np.ndarray,
+    ckpt: np.ndarray,
+    out_src: np.ndarray,
+    out_occ: np.ndarray,
+) -> None:
     """Source and occurrence number of mixture positions.
 
     ``out_src[t]`` is the source of position ``idx[t]`` and ``out_occ[t]`` how many earlier positions
@@ -109,7 +120,15 @@ def locate_many(idx, c, period, block, seq, ckpt, out_src, out_occ):
 
 
 @njit
-def prefix_counts(n, c, period, block, seq, ckpt, out):
+def prefix_counts(
+    n: int,
+    c: np.ndarray,
+    period: int,
+    block: int,
+    seq: np.ndarray,
+    ckpt: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """``out[k]`` = draws of source ``k`` among mixture positions ``[0, n)``; ``out``: int64 (K,)."""
     cycle = n // period
     r = n - cycle * period
@@ -121,7 +140,9 @@ def prefix_counts(n, c, period, block, seq, ckpt, out):
 
 
 @njit
-def occurrence_position(k, occ, c, period, block, seq, ckpt):
+def occurrence_position(
+    k: int, occ: int, c: np.ndarray, period: int, block: int, seq: np.ndarray, ckpt: np.ndarray
+) -> int:
     """Mixture position of the draw number ``occ`` (0-based) of source ``k`` (``c[k] > 0``)."""
     cycle = occ // c[k]
     target = occ - cycle * c[k]
@@ -147,7 +168,7 @@ def occurrence_position(k, occ, c, period, block, seq, ckpt):
 
 
 @njit
-def max_prefix_error(c, period, seq, limit):
+def max_prefix_error(c: np.ndarray, period: int, seq: np.ndarray, limit: int) -> np.int64:
     """Largest ``|n c_k - period * count_k(n)|`` over ``1 <= n <= limit <= period`` and all ``k``.
 
     Divide by ``period`` for the error in samples.  Returns int64.

@@ -38,7 +38,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit
-def mix64(z):
+def mix64(z: np.uint64) -> np.uint64:
     """splitmix64's finalizer: a bijection of uint64 with full avalanche."""
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
@@ -46,7 +46,7 @@ def mix64(z):
 
 
 @njit
-def derive_keys(base, epochs, out):
+def derive_keys(base: np.ndarray, epochs: np.ndarray, out: np.ndarray) -> None:
     """Round keys of several epochs: ``out[g, r] = mix64(base[r] ^ mix64(epochs[g] + (r + 1) * golden))``.
 
     ``base``: uint64 (rounds,); ``epochs``: uint64 (G,); ``out``: uint64 (G, rounds).  Distinct
@@ -58,7 +58,7 @@ def derive_keys(base, epochs, out):
 
 
 @njit
-def _encrypt(x, half_bits, mask, keys):
+def _encrypt(x: np.uint64, half_bits: np.uint64, mask: np.uint64, keys: np.ndarray) -> np.uint64:
     left = x >> half_bits
     right = x & mask
     for r in range(keys.size):
@@ -68,7 +68,7 @@ def _encrypt(x, half_bits, mask, keys):
 
 
 @njit
-def _decrypt(y, half_bits, mask, keys):
+def _decrypt(y: np.uint64, half_bits: np.uint64, mask: np.uint64, keys: np.ndarray) -> np.uint64:
     left = y >> half_bits
     right = y & mask
     for r in range(keys.size - 1, -1, -1):
@@ -78,7 +78,7 @@ def _decrypt(y, half_bits, mask, keys):
 
 
 @njit
-def permute(i, n, half_bits, mask, keys):
+def permute(i: int, n: int, half_bits: np.uint64, mask: np.uint64, keys: np.ndarray) -> np.int64:
     """Image of ``i`` (int64 in ``range(n)``) under the keyed permutation; returns int64.
 
     ``half_bits`` and ``mask = 2**half_bits - 1`` are uint64, ``keys`` is uint64 of shape (rounds,).
@@ -91,7 +91,7 @@ def permute(i, n, half_bits, mask, keys):
 
 
 @njit
-def invert(j, n, half_bits, mask, keys):
+def invert(j: int, n: int, half_bits: np.uint64, mask: np.uint64, keys: np.ndarray) -> np.int64:
     """Preimage of ``j`` (int64 in ``range(n)``): ``permute(invert(j)) == j``; returns int64."""
     bound = np.uint64(n)
     x = _decrypt(np.uint64(j), half_bits, mask, keys)
@@ -101,7 +101,14 @@ def invert(j, n, half_bits, mask, keys):
 
 
 @njit
-def permute_many(idx, out, n, half_bits, mask, keys):
+def permute_many(
+    idx: np.ndarray,
+    out: np.ndarray,
+    n: int,
+    half_bits: np.uint64,
+    mask: np.uint64,
+    keys: np.ndarray,
+) -> None:
     """``out[t] = permute(idx[t])`` for int64 arrays ``idx`` and ``out`` of the same shape (m,)."""
     bound = np.uint64(n)
     for t in range(idx.size):
@@ -112,7 +119,14 @@ def permute_many(idx, out, n, half_bits, mask, keys):
 
 
 @njit
-def invert_many(idx, out, n, half_bits, mask, keys):
+def invert_many(
+    idx: np.ndarray,
+    out: np.ndarray,
+    n: int,
+    half_bits: np.uint64,
+    mask: np.uint64,
+    keys: np.ndarray,
+) -> None:
     """``out[t] = invert(idx[t])`` for int64 arrays ``idx`` and ``out`` of the same shape (m,)."""
     bound = np.uint64(n)
     for t in range(idx.size):
@@ -123,7 +137,15 @@ def invert_many(idx, out, n, half_bits, mask, keys):
 
 
 @njit
-def permute_many_keyed(idx, group, out, n, half_bits, mask, keys):
+def permute_many_keyed(
+    idx: np.ndarray,
+    group: np.ndarray,
+    out: np.ndarray,
+    n: int,
+    half_bits: np.uint64,
+    mask: np.uint64,
+    keys: np.ndarray,
+) -> None:
     """``out[t] = permute(idx[t])`` under the round keys ``keys[group[t]]``.
 
     ``idx``, ``group``, ``out``: int64 (m,); ``keys``: uint64 (G, rounds), ``0 <= group < G``.

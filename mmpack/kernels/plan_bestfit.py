@@ -78,7 +78,7 @@ def _ctz(v: np.uint64) -> int:
 
 
 @njit
-def _tree_new(universe: int):
+def _tree_new(universe: int) -> tuple[np.ndarray, np.ndarray]:
     """A 64-ary bitset tree over ``[0, universe)``: flat words and the offset of each level."""
     nlev = 0
     size = universe

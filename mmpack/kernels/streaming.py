@@ -74,7 +74,7 @@ def bitmap_layout(n_keys: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit
-def _ctz32(b):
+def _ctz32(b: int) -> int:
     # b is a power of two below 2**32.
     n = 0
     if b & 0xFFFF == 0:
@@ -95,12 +95,12 @@ def _ctz32(b):
 
 
 @njit
-def _lowest_bit_index(w):
+def _lowest_bit_index(w: int) -> int:
     return _ctz32(w & -w)
 
 
 @njit
-def bm_insert(words, level_off, key):
+def bm_insert(words: np.ndarray, level_off: np.ndarray, key: int) -> None:
     """Set ``key`` (0 <= key < n_keys) in the bitmap."""
     x = key
     for lvl in range(level_off.shape[0]):
@@ -113,7 +113,7 @@ def bm_insert(words, level_off, key):
 
 
 @njit
-def bm_remove(words, level_off, key):
+def bm_remove(words: np.ndarray, level_off: np.ndarray, key: int) -> None:
     """Clear ``key`` (0 <= key < n_keys) from the bitmap."""
     x = key
     for lvl in range(level_off.shape[0]):
@@ -126,7 +126,7 @@ def bm_remove(words, level_off, key):
 
 
 @njit
-def bm_successor(words, level_off, level_len, q):
+def bm_successor(words: np.ndarray, level_off: np.ndarray, level_len: np.ndarray, q: int) -> int:
     """Smallest key ``>= q`` in the bitmap, or -1 (``q >= 0``)."""
     x = q
     n_levels = level_off.shape[0]
@@ -148,7 +148,14 @@ def bm_successor(words, level_off, level_len, q):
 
 
 @njit
-def reset_rows(words, level_off, remaining, counts, n_rows, row_len):
+def reset_rows(
+    words: np.ndarray,
+    level_off: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    n_rows: int,
+    row_len: int,
+) -> None:
     """Start a new batch of ``n_rows`` empty rows of ``row_len`` tokens.
 
     ``remaining`` (int64, shape (stride,)) holds each row's remaining space, -1 for rows not in
@@ -168,8 +175,17 @@ def reset_rows(words, level_off, remaining, counts, n_rows, row_len):
 
 @njit
 def place_best_fit(
-    lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
-):
+    lens: np.ndarray,
+    budget: int,
+    words: np.ndarray,
+    level_off: np.ndarray,
+    level_len: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    row_len: int,
+    out_row: np.ndarray,
+    out_off: np.ndarray,
+) -> tuple[int, int]:
     """Place pieces in order by best fit until ``budget`` of them have been deferred.
 
     Parameters
@@ -214,7 +230,14 @@ def place_best_fit(
 
 
 @njit
-def scatter_pieces(src, src_starts, lens, rows, offs, out_ids):
+def scatter_pieces(
+    src: np.ndarray,
+    src_starts: np.ndarray,
+    lens: np.ndarray,
+    rows: np.ndarray,
+    offs: np.ndarray,
+    out_ids: np.ndarray,
+) -> None:
     """``out_ids[rows[k], offs[k]:+lens[k]] = src[src_starts[k]:+lens[k]]`` for every piece k.
 
     Parameters
@@ -233,7 +256,7 @@ def scatter_pieces(src, src_starts, lens, rows, offs, out_ids):
 
 
 @njit
-def finish_rows(used, pad_id, out_ids, out_mask):
+def finish_rows(used: np.ndarray, pad_id: int, out_ids: np.ndarray, out_mask: np.ndarray) -> None:
     """Pad every row after its ``used[r]`` real tokens and write the attention mask.
 
     ``out_ids[r, used[r]:] = pad_id``; ``out_mask[r, c] = 1`` for ``c < used[r]``, else 0.
@@ -247,7 +270,16 @@ def finish_rows(used, pad_id, out_ids, out_mask):
 
 
 @njit
-def row_boundaries(rows, lens, n_rows, used, row_len, out_cu, out_bounds, out_max):
+def row_boundaries(
+    rows: np.ndarray,
+    lens: np.ndarray,
+    n_rows: int,
+    used: np.ndarray,
+    row_len: int,
+    out_cu: np.ndarray,
+    out_bounds: np.ndarray,
+    out_max: np.ndarray,
+) -> None:
     """Every row's ``cu_seqlens`` and longest segment, from pieces in placement order.
 
     Pieces of a row are placed one after the other, so in placement order their ends increase.
