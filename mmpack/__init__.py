@@ -12,7 +12,7 @@
                     │
           ResumableSampler ──▶ DataLoader ──▶ mmpack.torch.collate.collate ──▶ model
 
-Everything else is reached by module path (``mmpack.ingest.pipeline``, ``mmpack.torch.collate``,
+Everything else is reached by module path (``mmpack.ingest``, ``mmpack.torch.collate``,
 ``mmpack.torch.attention``, ``mmpack.views.plan``...).
 """
 

@@ -44,3 +44,17 @@ def test_module_all_is_sorted_and_defined(name):
     assert list(names) == sorted(names), name
     for attr in names:
         assert hasattr(module, attr), f"{name}.__all__ lists {attr!r}, which it does not define"
+
+
+def test_cli_helpers_are_public_and_load_lazily():
+    """``mmpack.cli`` exports the demo helpers without importing numpy until one is used."""
+    code = (
+        "import sys, mmpack.cli as c; before = 'numpy' in sys.modules; "
+        "f = c.compare_packing; print(before, 'numpy' in sys.modules, f.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "mmpack.cli.demo"]
+    import mmpack.cli
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mmpack.cli.nope  # noqa: B018

@@ -9,6 +9,8 @@ Run: ``.venv/bin/python -m pytest tests/test_notebooks.py -q``.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
 from pathlib import Path
 
@@ -18,6 +20,34 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _mmpack_imports(name: str) -> list[tuple[str, str]]:
+    """``(module, name)`` of every ``from mmpack... import name`` in the notebook's code cells."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mmpack":
+                found += [(node.module, alias.name) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "packing.ipynb"])
+def test_notebooks_import_from_the_public_home_of_each_name(name):
+    """Each name comes from a module that exports it, and from the shallowest one that does:
+    ``mmpack.ingest``, not ``mmpack.ingest.pipeline``; ``mmpack.cli``, not ``mmpack.cli.demo``."""
+    imports = _mmpack_imports(name)
+    assert imports  # the notebooks do use mmpack
+    for module, attr in imports:
+        assert attr in importlib.import_module(module).__all__, (module, attr)
+        parts = module.split(".")
+        for depth in range(1, len(parts)):
+            parent = ".".join(parts[:depth])
+            exported = getattr(importlib.import_module(parent), "__all__", [])
+            assert attr not in exported, f"{name}: import {attr} from {parent}, not {module}"
 
 
 def test_the_python3_kernel_runs_this_interpreter():
