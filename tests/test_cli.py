@@ -268,6 +268,20 @@ def test_show_packed_and_decode(tmp_path):
     assert segments[3] == "36..40 ---\n" + "\x00" * 4 + "\n"  # pad id 0
 
 
+def test_show_packed_marks_the_eot_where_the_row_has_one(tmp_path):
+    """A document exactly ``seqlen`` long fills a row without its eot (which comes in a
+    zero-length piece of its own): ``show --packed`` says so, as the row's tokens do."""
+    mmpack.build(tmp_path / "s", [[1] * 8, [2, 3]])
+    froms = []
+    for i in range(3):
+        res = mmpack_cmd("show", tmp_path / "s", "--packed", "--seqlen", 8, "--eot", 99, "-i", i)
+        if res.returncode != 0:
+            break
+        froms += [line for line in res.stdout.splitlines() if line.startswith("from ")]
+    pieces = sorted(p.strip() for line in froms for p in line[len("from ") :].split(";"))
+    assert pieces == ["doc 0 tokens 0..8", "doc 0 tokens 8..8 + eot", "doc 1 tokens 0..2 + eot"]
+
+
 def test_pack_compares_algorithms_and_baselines(seed_store):
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16)
     assert res.returncode == 0, res.stderr

@@ -354,14 +354,9 @@ def test_view_prefetch_asks_for_exactly_the_samples_ranges(store_path, kind):
     # the slow reading: every token of the samples comes from exactly these flat ranges
     want = set()
     for i in idx.tolist():
-        if kind == "window":
-            for piece in ds.locate(i):
-                lo = int(store.offsets[piece["doc"]])
-                want.update(range(lo + piece["start"], lo + piece["stop"]))
-        else:
-            for doc, start, length in ds.locate(i):
-                lo = int(store.offsets[doc]) + start
-                want.update(range(lo, lo + length))
+        for piece in ds.locate(i):  # the same shape for windows and packed rows
+            lo = int(store.offsets[piece["doc"]])
+            want.update(range(lo + piece["start"], lo + piece["stop"]))
     got = set()
     for s, n in zip(starts.tolist(), lengths.tolist()):
         got.update(range(s, s + n))

@@ -353,7 +353,7 @@ def test_views_plans_sampler_and_mixture_work_and_write_only_to_the_cache(tmp_pa
     packed = PackedDataset(store, 64, eot=VOCAB)
     row = packed[0]
     assert row["input_ids"].shape == (64,)
-    placed = sum(int(n) for i in range(len(packed)) for _, _, n in packed.locate(i))
+    placed = sum(p["stop"] - p["start"] for i in range(len(packed)) for p in packed.locate(i))
     assert placed == store.num_tokens
     assert any(store.cache_dir.iterdir())  # the plan went to the cache folder
     assert store.cache_dir.is_relative_to(tmp_path / "cache")

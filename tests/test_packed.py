@@ -21,10 +21,12 @@ IGNORE = -100
 def ref_sample(docs, pieces, seqlen, eot, pad_id, label_shift):
     """The contract, spelled out: segments, then padding as the last segment."""
     ids, cu, pos, labels = [], [0], [], []
-    for d, s, n in pieces:
+    for p in pieces:
+        d, s, n = p["doc"], p["start"], p["stop"] - p["start"]
         seg = [int(t) for t in docs[d][s : s + n]]
         if eot is not None and n < seqlen:  # the document's last piece carries its eot
             seg.append(eot)
+        assert p["eot"] == int(eot is not None and n < seqlen) and p["at"] == len(ids)
         ids += seg
         pos += list(range(len(seg)))
         if label_shift == "next":
@@ -116,8 +118,12 @@ def test_split_documents_reassemble(tmp_path_factory, docs, seqlen, eot):
     for i in range(len(ds)):
         sample = ds[i]
         cu = sample["cu_seqlens"]
-        for (d, s, _n), a, b in zip(ds.locate(i), cu[:-1], cu[1:]):
-            got.setdefault(d, []).append((s, sample["input_ids"][a:b].tolist()))
+        pieces = ds.locate(i)
+        assert len(cu) - 1 - len(pieces) in (0, 1)  # one segment per piece, then any padding
+        for p, a, b in zip(pieces, cu[:-1], cu[1:]):
+            assert sorted(p) == ["at", "doc", "eot", "start", "stop"]
+            assert p["at"] == a and b - a == p["stop"] - p["start"] + p["eot"]
+            got.setdefault(p["doc"], []).append((p["start"], sample["input_ids"][a:b].tolist()))
         real = int(sample["attention_mask"].sum())
         assert sample["attention_mask"][:real].all() and not sample["attention_mask"][real:].any()
         assert (sample["input_ids"][real:] == -1).all()
@@ -134,7 +140,12 @@ def test_worked_example(tmp_path):
     ds = PackedDataset(make_store(tmp_path, docs), 8, eot=99, pad_id=0)
     assert len(ds) == 4
     s = ds[3]
-    assert ds.locate(3) == [(0, 0, 3), (4, 0, 2), (2, 0, 0)]
+    assert ds.locate(3) == [
+        {"doc": 0, "start": 0, "stop": 3, "eot": 1, "at": 0},
+        {"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4},
+        {"doc": 2, "start": 0, "stop": 0, "eot": 1, "at": 7},
+    ]
+    assert ds.locate(-1) == ds.locate(3)
     assert s["input_ids"].tolist() == [1, 2, 3, 99, 10, 11, 99, 99]
     assert s["labels"].tolist() == [2, 3, 99, IGNORE, 11, 99, IGNORE, IGNORE]
     assert s["position_ids"].tolist() == [0, 1, 2, 3, 0, 1, 2, 0]

@@ -267,7 +267,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         f"   packed row {i:,} of {len(pk):,} (seqlen 2048, bfd): {len(cu) - 1} segments, "
         f"cu_seqlens {cu},",
         "   from "
-        + ", ".join(f"doc {d} [{a}:{a + n}]" for d, a, n in pk.locate(i))
+        + ", ".join(f"doc {p['doc']} [{p['start']}:{p['stop']}]" for p in pk.locate(i))
         + f"; {int(row['attention_mask'].sum()):,} real tokens",
     )
     figures["packed_rows_2048"] = len(pk)

@@ -238,20 +238,11 @@ def _print_origin(
     from mmpack.views.packed import PackedDataset
     from mmpack.views.window import WindowDataset
 
-    if args.packed:
-        assert isinstance(ds, PackedDataset)
-        lens = store.doc_lens
-        pieces = [
-            f"doc {d} tokens {a}..{a + n}"
-            + (" + eot" if args.eot is not None and a + n == lens[d] else "")
-            for d, a, n in ds.locate(i)
-        ]
-    else:
-        assert isinstance(ds, WindowDataset)
-        pieces = [
-            f"doc {p['doc']} tokens {p['start']}..{p['stop']}" + (" + eot" if p["eot"] else "")
-            for p in ds.locate(i)
-        ]
+    assert isinstance(ds, PackedDataset if args.packed else WindowDataset)
+    pieces = [
+        f"doc {p['doc']} tokens {p['start']}..{p['stop']}" + (" + eot" if p["eot"] else "")
+        for p in ds.locate(i)
+    ]
     print("from           " + "; ".join(pieces))
 
 

@@ -311,10 +311,30 @@ class PackedDataset:
         main process never reaches persistent workers)."""
         self.epoch = check_seed(epoch, "epoch")
 
-    def locate(self, i: int) -> list[tuple[int, int, int]]:
-        """``(doc, start, length)`` of every piece of sample ``i``, in order (the eot, if any,
-        follows a piece that ends its document and is not counted in ``length``)."""
-        return self._plan.pieces(check_index(i, len(self)))
+    def locate(self, i: int) -> list[dict[str, int]]:
+        """Where sample ``i`` comes from, in the shape of :meth:`WindowDataset.locate
+        <mmpack.views.window.WindowDataset.locate>`: one dict per piece, in row order, with the
+        document index ``"doc"``, the token range ``["start", "stop")`` inside it, ``"eot"`` (1 if
+        an eot follows the piece, else 0) and ``"at"``, the row position the piece starts at, so
+        it fills ``[at, at + stop - start + eot)`` (these are the row's ``cu_seqlens``).  Padding
+        is not listed.  Negative ``i`` counts from the end; ``IndexError`` outside the dataset.
+
+        Example: row ``[1, 2, 3, eot, 10, 11, eot, eot]`` of documents ``[1, 2, 3]`` (0),
+        ``[]`` (2) and ``[10, 11]`` (4) is located as ``{"doc": 0, "start": 0, "stop": 3, "eot": 1,
+        "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
+        "start": 0, "stop": 0, "eot": 1, "at": 7}``.
+        """
+        eot = self.eot is not None
+        seqlen = self.seqlen
+        at = 0
+        pieces = []
+        for doc, start, length in self._plan.pieces(check_index(i, len(self))):
+            has_eot = int(eot and length < seqlen)  # the rule of kernels.packed_rows.select_pieces
+            pieces.append(
+                {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
+            )
+            at += length + has_eot
+        return pieces
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
