@@ -655,6 +655,29 @@ def test_validation(kw, match):
         StreamingPacker([[1]], **args)
 
 
+def test_seqlen_names_the_row_length_as_out_pseq_len_does():
+    docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
+    by_name = StreamingPacker(docs, out_batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
+    by_old = StreamingPacker(docs, out_batch_size=2, out_pseq_len=8, buffer_size=4, drop_last=False)
+    both = StreamingPacker(
+        docs, out_batch_size=2, seqlen=8, out_pseq_len=8, buffer_size=4, drop_last=False
+    )
+    assert by_name.seqlen == by_name.out_pseq_len == both.seqlen == by_old.seqlen == 8
+    want = [b["input_ids"].tolist() for b in by_old]
+    assert [b["input_ids"].tolist() for b in by_name] == want
+    assert [b["input_ids"].tolist() for b in both] == want
+    fresh = StreamingPacker(docs, out_batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
+    fresh.load_state_dict(by_old.state_dict())  # the same state: a run resumes under either name
+    with pytest.raises(ValueError, match="seqlen=8 and out_pseq_len=16"):
+        StreamingPacker(docs, out_batch_size=2, seqlen=8, out_pseq_len=16, buffer_size=4)
+    with pytest.raises(TypeError, match="seqlen="):
+        StreamingPacker(docs, out_batch_size=2, buffer_size=4)
+    with pytest.raises(ValueError, match="seqlen"):
+        StreamingPacker(docs, out_batch_size=2, seqlen=0, buffer_size=4)
+    with pytest.raises(TypeError, match="seqlen"):
+        StreamingPacker(docs, out_batch_size=2, seqlen=True, buffer_size=4)
+
+
 def test_from_micro_batches():
     p = StreamingPacker.from_micro_batches(
         [[1]],

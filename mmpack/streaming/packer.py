@@ -80,6 +80,22 @@ __all__ = ["StreamingPacker"]
 _PEEK = 64
 
 
+def _row_length(seqlen: Any, out_pseq_len: Any) -> int:
+    """The row length from ``seqlen=`` or its ModernBERT name ``out_pseq_len=`` (one, or both
+    equal): ``TypeError`` when neither is given, ``ValueError`` when they differ."""
+    if seqlen is None and out_pseq_len is None:
+        raise TypeError("StreamingPacker needs the row length: seqlen= (or out_pseq_len=)")
+    if seqlen is None:
+        return check_positive_int(out_pseq_len, "out_pseq_len")
+    value = check_positive_int(seqlen, "seqlen")
+    if out_pseq_len is not None and check_positive_int(out_pseq_len, "out_pseq_len") != value:
+        raise ValueError(
+            f"seqlen={value} and out_pseq_len={out_pseq_len} name the same row length; "
+            "give one of them"
+        )
+    return value
+
+
 class StreamingPacker(_Admission, _Batching, _Checkpointing):
     """Pack a stream of variable-length token sequences into ``(rows, out_pseq_len)`` batches.
 
@@ -96,8 +112,11 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         makes :meth:`state_dict` possible.
     out_batch_size : int
         Rows per batch (the maximum, with a batch-size warm-up).
-    out_pseq_len : int
-        Tokens per row.
+    seqlen, out_pseq_len : int
+        Tokens per row (the row length).  ``seqlen`` is its name across mmpack (as in
+        :class:`~mmpack.views.window.WindowDataset` and :class:`~mmpack.views.packed.PackedDataset`);
+        ``out_pseq_len`` is ModernBERT's packer's keyword, kept so its configurations run
+        unchanged.  Give either; both only with the same value (``ValueError`` otherwise).
     buffer_size : int
         At most this many pieces are deferred (buffered) by one batch; ``>= out_batch_size``.
     mode : {None, "causal", "mlm"}
@@ -154,7 +173,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         source: Iterable[Any],
         *,
         out_batch_size: int,
-        out_pseq_len: int,
+        out_pseq_len: int | None = None,
         buffer_size: int,
         mode: str | None = None,
         pad_id: int = 0,
@@ -177,9 +196,10 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         masking_cooldown_schedule_type: str = "linear",
         masking_ratio_step_size: float | None = None,
         world_size: int = 1,
+        seqlen: int | None = None,
     ) -> None:
         self.out_batch_size = check_positive_int(out_batch_size, "out_batch_size")
-        self.out_pseq_len = check_positive_int(out_pseq_len, "out_pseq_len")
+        self.out_pseq_len = _row_length(seqlen, out_pseq_len)
         self.buffer_size = check_positive_int(buffer_size, "buffer_size")
         if self.buffer_size < self.out_batch_size:
             raise ValueError(
@@ -316,6 +336,11 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
     def epoch(self) -> int:
         """The epoch being (or last) iterated, -1 before the first."""
         return self._epoch
+
+    @property
+    def seqlen(self) -> int:
+        """Tokens per row (the same value as ``out_pseq_len``)."""
+        return self.out_pseq_len
 
     @property
     def seqs_buffered(self) -> int:

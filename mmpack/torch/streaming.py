@@ -16,7 +16,7 @@ several workers or ranks iterating copies of it would each emit the whole stream
 * **The views' batch format.**  Each packed batch is laid out as
   :func:`mmpack.torch.collate.collate` lays out the views' batches: ``input_ids``,
   ``attention_mask``, ``position_ids`` (restarting at every segment) and ``labels`` when the mode
-  has them, as int64 (or ``dtype``) ``(B, out_pseq_len)`` tensors; the flat ``cu_seqlens``
+  has them, as int64 (or ``dtype``) ``(B, seqlen)`` tensors; the flat ``cu_seqlens``
   (int32, the whole batch as one sequence), ``cu_seqlens_rows`` and ``max_seqlen`` (int).
   :func:`mmpack.torch.hf.hf_inputs` and :mod:`mmpack.torch.attention` take it as they take
   the views' batches.
@@ -68,7 +68,7 @@ class PackerDataset(IterableDataset):
     dtype : torch.dtype, default torch.int64
         Dtype of the per-token tensors (``torch.int32`` halves the transfer from workers).
     **packer_kwargs
-        Everything else :class:`StreamingPacker` takes (``out_batch_size``, ``out_pseq_len``,
+        Everything else :class:`StreamingPacker` takes (``out_batch_size``, ``seqlen``,
         ``buffer_size``, ``mode``, ...); ``return_tensors`` is managed here.  ``world_size`` is
         passed on for the packer's schedules.
 
