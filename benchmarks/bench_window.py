@@ -9,8 +9,9 @@
 * Zarr batched reads against memmap: the same shuffled batches of 32 windows (seqlen 2048 + 1) from
   one corpus written both ways (200k C4-like documents, ~93M tokens; 1M in the full run),
   ``__getitems__`` timed alternately on the two stores, a first pass (Zarr's chunk cache cold)
-  and a second pass over the same batches (chunks cached); ratio = memmap time / Zarr time
-  (target >= 0.25).  Run only this case with ``--zarr``.
+  and a second pass over the same batches (all chunks cached when the decoded store fits the
+  cache, 256 MiB by default: it does in --quick, not in the full run; ``MMPACK_ZARR_CACHE_MB``
+  sets it); ratio = memmap time / Zarr time (target >= 0.25).  Run only this case with ``--zarr``.
 * Lookup cost against the number of documents (10^4 .. 10^7, 10^8 in the full run): ns per
   window resolution (binary search over the mapped offsets), and ``ds[i]`` p50, to show the
   O(log n) curve stays flat.
@@ -166,7 +167,10 @@ def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     get_cache().clear()
     rows: list[dict[str, Any]] = []
     clock = time.perf_counter
-    for label in ("first pass, Zarr chunk cache cold", "second pass, chunks cached"):
+    for label in (
+        "first pass, Zarr chunk cache cold",
+        "second pass, same batches (cached if the store fits)",
+    ):
         secs: dict[str, list[float]] = {"memmap": [], "zarr": []}
         for row in batches:
             for name in ("memmap", "zarr"):  # alternated, so drift hits both alike
@@ -184,8 +188,8 @@ def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
                 "memmap mean ms": float(np.mean(secs["memmap"])) * 1e3,
                 "ratio": m / z,
                 "ratio of means": float(np.mean(secs["memmap"])) / float(np.mean(secs["zarr"])),
-                "target": ">= 0.25" if "cached" in label else "",
-                "met": (m / z >= 0.25) if "cached" in label else "",
+                "target": ">= 0.25" if "second" in label else "",
+                "met": (m / z >= 0.25) if "second" in label else "",
                 "cache MiB": get_cache().nbytes / 2**20,
             }
         )
