@@ -6,11 +6,17 @@
 * ``__getitems__`` of 64/128/256 windows: tokens/s against copying the same bytes window by window
   into a reused buffer (``buf[k] = raw[s:s+W]``), and against a numba loop doing that copy with the
   cast to int64 (the strictest floor: no Python per window).
+* Zarr batched reads against memmap: the same shuffled batches of 32 windows (seqlen 2048 + 1) from
+  one corpus written both ways (200k C4-like documents, ~93M tokens; 1M in the full run),
+  ``__getitems__`` timed alternately on the two stores, a first pass (Zarr's chunk cache cold)
+  and a second pass over the same batches (all chunks cached when the decoded store fits the
+  cache, 256 MiB by default: it does in --quick, not in the full run; ``MMPACK_ZARR_CACHE_MB``
+  sets it); ratio = memmap time / Zarr time (target >= 0.25).  Run only this case with ``--zarr``.
 * Lookup cost against the number of documents (10^4 .. 10^7, 10^8 in the full run): ns per
   window resolution (binary search over the mapped offsets), and ``ds[i]`` p50, to show the
   O(log n) curve stays flat.
 
-Run ``python -m benchmarks.bench_window [--quick]``.
+Run ``python -m benchmarks.bench_window [--quick] [--zarr]``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import mmap
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +55,9 @@ def _lengths(n_docs: int, mu: float, sigma: float, seed: int = 0) -> np.ndarray:
     return np.maximum(rng.lognormal(mu, sigma, size=n_docs).astype(np.int64), 1)
 
 
-def _make_store(path: Path, lens: np.ndarray) -> Any:
+def _make_store(path: Path, lens: np.ndarray, backend: str = "memmap") -> Any:
     """A store with the given document lengths; token values are a cheap deterministic pattern."""
-    with StoreWriter(path, dtype=np.uint16, fsync=False) as w:
+    with StoreWriter(path, dtype=np.uint16, fsync=False, backend=backend) as w:
         pattern = (np.arange(1 << 24) % 50000).astype(np.uint16)
         step = 1 << 16
         for a in range(0, lens.size, step):
@@ -137,6 +144,58 @@ def _access_rows(store, label: str, quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
+    """Zarr ``__getitems__`` of shuffled 32-window batches against memmap, same batches."""
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    n_docs = 200_000 if quick else 1_000_000
+    lens = _lengths(n_docs, 5.48, 1.15)
+    mem = _make_store(tmp / "zm", lens)
+    zst = _make_store(tmp / "zz", lens, backend="zarr")
+    batch, calls = 32, 300 if quick else 1000
+    dss = {
+        name: WindowDataset(st, SEQLEN, eot=EOT, labels=True)
+        for name, st in (("memmap", mem), ("zarr", zst))
+    }
+    rng = np.random.default_rng(7)
+    batches = rng.integers(0, len(dss["memmap"]), size=(calls, batch))
+    for k in range(0, calls, 8):  # same samples from both (and compiles the kernels)
+        a, b = dss["memmap"].__getitems__(batches[k]), dss["zarr"].__getitems__(batches[k])
+        assert a.columns.keys() == b.columns.keys()
+        assert all(np.array_equal(a.columns[key], b.columns[key]) for key in a.columns)
+    dss["memmap"].__getitems__(batches.ravel())  # memmap: page cache warm for both passes
+    get_cache().clear()
+    rows: list[dict[str, Any]] = []
+    clock = time.perf_counter
+    for label in (
+        "first pass, Zarr chunk cache cold",
+        "second pass, same batches (cached if the store fits)",
+    ):
+        secs: dict[str, list[float]] = {"memmap": [], "zarr": []}
+        for row in batches:
+            for name in ("memmap", "zarr"):  # alternated, so drift hits both alike
+                t0 = clock()
+                dss[name].__getitems__(row)
+                secs[name].append(clock() - t0)
+        m, z = float(np.median(secs["memmap"])), float(np.median(secs["zarr"]))
+        rows.append(
+            {
+                "case": f"zarr vs memmap __getitems__ x{batch}, {label}",
+                "tokens": zst.num_tokens,
+                "zarr p50 ms": z * 1e3,
+                "memmap p50 ms": m * 1e3,
+                "zarr mean ms": float(np.mean(secs["zarr"])) * 1e3,
+                "memmap mean ms": float(np.mean(secs["memmap"])) * 1e3,
+                "ratio": m / z,
+                "ratio of means": float(np.mean(secs["memmap"])) / float(np.mean(secs["zarr"])),
+                "target": ">= 0.25" if "second" in label else "",
+                "met": (m / z >= 0.25) if "second" in label else "",
+                "cache MiB": get_cache().nbytes / 2**20,
+            }
+        )
+    return rows
+
+
 def _scaling_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     top = 6 if quick else 8
@@ -169,15 +228,20 @@ def _scaling_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def run(quick: bool = False, zarr_only: bool = False) -> list[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-window-"))
     try:
+        if zarr_only:
+            return _zarr_rows(tmp, quick)
         n_docs = 200_000 if quick else 10_000_000
         store = _make_store(tmp / "c4", _lengths(n_docs, 5.48, 1.15))
         label = f"{n_docs:.0e} C4-like docs, {store.num_tokens / 1e9:.2f}B tokens"
         rows = _access_rows(store, label, quick)
         del store
         shutil.rmtree(tmp / "c4", ignore_errors=True)
+        rows += _zarr_rows(tmp, quick)
+        shutil.rmtree(tmp / "zm", ignore_errors=True)
+        shutil.rmtree(tmp / "zz", ignore_errors=True)
         rows += _scaling_rows(tmp, quick)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -215,4 +279,4 @@ def plot(rows: list[dict[str, Any]], out_dir: Path) -> None:
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
-    print_table("window access", run(quick="--quick" in sys.argv))
+    print_table("window access", run(quick="--quick" in sys.argv, zarr_only="--zarr" in sys.argv))

@@ -333,3 +333,134 @@ def test_open_errors(tmp_path):
         mmpack.open(tmp_path / "d")
     with pytest.raises(TypeError, match="path must be a str or os.PathLike"):
         mmpack.open(3)
+
+
+# ============================================================== Zarr batched reads: chunk cache
+def _small_chunk_zarr(tmp_path: Path, monkeypatch, num_tokens: int = 1000, chunk: int = 64):
+    """A Zarr store with ``chunk``-token chunks (many chunks from few tokens), and the flat
+    tokens it holds; the process's chunk cache starts empty."""
+    from mmpack.store.backends import _chunk_cache, _zarr
+
+    monkeypatch.setattr(_zarr, "TOKEN_CHUNK", chunk)
+    _chunk_cache.get_cache().clear()
+    flat = (np.arange(num_tokens, dtype=np.int64) * 7919 % 60000 + 1).astype(np.uint16)
+    cuts = np.arange(37, num_tokens, 37)
+    store = build(tmp_path / "z", np.split(flat, cuts), backend="zarr", fsync=False)
+    assert store._backend.chunk_tokens == chunk
+    return store, flat
+
+
+def _ranges_of(src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
+    assert src_starts.dtype == np.int64 and src_starts.shape == lengths.shape
+    return [src[a : a + n].tolist() for a, n in zip(src_starts.tolist(), lengths.tolist())]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_zarr_read_ranges_match_the_flat_tokens(tmp_path_factory, data):
+    """Any batch of ranges (empty, inside one chunk, across several chunks, repeated, unsorted),
+    read cold and then from the cache, equals slicing the flat tokens (the naive reference)."""
+    with pytest.MonkeyPatch.context() as mp:
+        store, flat = _small_chunk_zarr(tmp_path_factory.mktemp("z"), mp)
+    n = flat.size
+    pairs = data.draw(
+        st.lists(
+            st.integers(0, n).flatmap(
+                lambda s: st.tuples(st.just(s), st.integers(0, min(n - s, 300)))
+            ),
+            max_size=20,
+        )
+    )
+    starts = np.array([s for s, _ in pairs], dtype=np.int64)
+    lengths = np.array([k for _, k in pairs], dtype=np.int64)
+    expected = [flat[s : s + k].tolist() for s, k in pairs]
+    for _ in range(2):  # cold, then every chunk cached
+        src, src_starts = store.read_ranges(starts, lengths)
+        assert src.dtype == store.dtype
+        assert _ranges_of(src, src_starts, lengths) == expected
+
+
+def test_zarr_batch_fetches_missing_chunks_once_in_one_call(tmp_path, monkeypatch):
+    store, flat = _small_chunk_zarr(tmp_path, monkeypatch)
+    backend = store._backend
+    calls: list[list[int]] = []
+    fetch = type(backend)._fetch
+
+    def counting(self, ids):
+        calls.append(list(ids))
+        return fetch(self, ids)
+
+    monkeypatch.setattr(type(backend), "_fetch", counting)
+    starts = np.array([10, 500, 130, 900], dtype=np.int64)
+    lengths = np.array([100, 64, 5, 100], dtype=np.int64)
+    expected = [flat[s : s + k].tolist() for s, k in zip(starts, lengths)]
+    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == expected
+    assert calls == [[0, 1, 2, 7, 8, 14, 15]]  # every touched chunk, one concurrent call
+    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == expected
+    assert len(calls) == 1  # all from the cache
+    other = mmpack.open(tmp_path / "z")  # another reader of the same store shares the cache
+    assert _ranges_of(*other.read_ranges(starts, lengths), lengths) == expected
+    assert len(calls) == 1
+    src, _ = store.read_ranges(np.array([1], np.int64), np.array([3], np.int64))
+    with pytest.raises(ValueError, match="read-only"):
+        src[0] = 0  # a cached chunk cannot be changed through a returned buffer
+
+
+def test_zarr_cached_chunk_removed_or_truncated_is_still_an_error(tmp_path, monkeypatch):
+    store, flat = _small_chunk_zarr(tmp_path, monkeypatch)
+    starts, lengths = np.array([70, 200], np.int64), np.array([10, 10], np.int64)
+    store.read_ranges(starts, lengths)  # chunks 1 and 3 now cached
+    chunk = tmp_path / "z" / "tokens" / "c" / "3"
+    data = chunk.read_bytes()
+    chunk.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match=r"cannot read tokens .*the Zarr store is corrupt"):
+        store.read_ranges(starts, lengths)
+    chunk.unlink()
+    with pytest.raises(FormatError, match="tokens chunk 3 .* is missing"):
+        store.read_ranges(starts, lengths)
+    chunk.write_bytes(data)  # restored: readable again, same tokens
+    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == [
+        flat[70:80].tolist(),
+        flat[200:210].tolist(),
+    ]
+
+
+def test_zarr_cached_chunks_of_a_replaced_store_are_refused(tmp_path, monkeypatch):
+    store, flat = _small_chunk_zarr(tmp_path, monkeypatch)
+    starts, lengths = np.array([0, 300], np.int64), np.array([50, 50], np.int64)
+    store.read_ranges(starts, lengths)  # cached
+    new = build(tmp_path / "z", [flat[::-1]], backend="zarr", overwrite=True, fsync=False)
+    with pytest.raises(StateMismatchError, match="replaced"):
+        store.read_ranges(starts, lengths)
+    src, at = new.read_ranges(starts, lengths)  # the new store never sees the old chunks
+    assert _ranges_of(src, at, lengths) == [flat[::-1][:50].tolist(), flat[::-1][300:350].tolist()]
+
+
+def test_chunk_cache_is_bounded_lru():
+    from mmpack.store.backends._chunk_cache import ChunkCache
+
+    cache = ChunkCache(100)
+    arr = {i: (np.full(10, i, np.int32), i) for i in range(5)}  # 40 bytes each
+    cache.put_many("s", {0: arr[0], 1: arr[1]})
+    assert sorted(cache.get_many("s", [1, 0, 7])) == [0, 1]  # 0 is now the most recent
+    cache.put_many("s", {2: arr[2]})  # 120 bytes > 100: evicts 1, the least recently used
+    assert sorted(cache.get_many("s", range(5))) == [0, 2] and cache.nbytes == 80
+    cache.put_many("s", {9: (np.zeros(200, np.uint8), None)})  # larger than the bound: not kept
+    assert 9 not in cache.get_many("s", [9]) and cache.nbytes <= 100
+    assert cache.get_many("other", [0]) == {}  # keys are per store
+    with pytest.raises(ValueError, match="limit_bytes"):
+        ChunkCache(-1)
+
+
+def test_chunk_cache_limit_from_environment(monkeypatch):
+    from mmpack.store.backends import _chunk_cache
+
+    monkeypatch.setenv("MMPACK_ZARR_CACHE_MB", "3")
+    assert _chunk_cache._limit_from_env() == 3 << 20
+    monkeypatch.setenv("MMPACK_ZARR_CACHE_MB", "lots")
+    with pytest.raises(ValueError, match="MMPACK_ZARR_CACHE_MB='lots'"):
+        _chunk_cache._limit_from_env()
+    monkeypatch.setenv("MMPACK_ZARR_CACHE_MB", "0")
+    cache = _chunk_cache.ChunkCache(_chunk_cache._limit_from_env())
+    cache.put_many("s", {0: (np.zeros(1, np.uint8), None)})
+    assert len(cache) == 0
