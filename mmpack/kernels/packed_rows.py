@@ -168,18 +168,29 @@ def one_bin(
     params: np.ndarray,
     rows: np.ndarray,
     cu_seqlens: np.ndarray,
-    scalars: np.ndarray,
-) -> int:
+) -> tuple[int, int]:
     """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
     from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
-    label_mode]``; ``rows`` (4, 1, seqlen) receives ids, positions, labels, attention mask;
-    ``scalars`` (2, 1) the segment count and the longest segment (few arguments: numba's
-    dispatch cost grows with each one, and this is the single-sample path).  Returns -1, or 0 when the bin is
-    inconsistent with the documents (nothing is read then)."""
+    label_mode]``; ``rows`` (4, 1, seqlen), int64 or int32, receives ids, positions, labels,
+    attention mask; ``cu_seqlens`` (1, C) int32.  Few arguments: numba's dispatch cost grows
+    with each one, and this is the single-sample path.
+
+    Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
+    the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
+    ``bin_ptr``, a piece outside its document, more than ``seqlen`` slots), or ``(-2, 0)`` when
+    ``cu_seqlens`` has fewer than ``pieces + 2`` columns; nothing is read or written then."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
+    if b < 0 or b + 1 >= bin_ptr.shape[0]:
+        return -1, 0
+    lo = bin_ptr[b]
+    hi = bin_ptr[b + 1]
+    if lo < 0 or hi < lo or hi > piece_doc.shape[0]:
+        return -1, 0
+    n = hi - lo
+    if n + 2 > cu_seqlens.shape[1]:
+        return -2, 0
     bins = np.empty(1, dtype=np.int64)
     bins[0] = b
-    n = bin_ptr[b + 1] - bin_ptr[b]
     row_ptr = np.zeros(2, dtype=np.int64)
     row_ptr[1] = n
     starts = np.empty(n, dtype=np.int64)
@@ -200,7 +211,8 @@ def one_bin(
         has_eot,
     )
     if bad >= 0:
-        return bad
+        return -1, 0
+    scalars = np.empty(2, dtype=np.int64)
     fill_rows(
         src,
         starts,
@@ -215,7 +227,7 @@ def one_bin(
         rows[2],
         rows[3],
         cu_seqlens,
-        scalars[0],
-        scalars[1],
+        scalars[0:1],
+        scalars[1:2],
     )
-    return -1
+    return scalars[0], scalars[1]
