@@ -435,15 +435,18 @@ def test_int32_mlm_matches_int64(mlm_store):
     ]
 
 
-def test_bin_with_more_pieces_than_the_single_buffer(tmp_path):
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_bin_with_more_pieces_than_the_single_buffer(tmp_path, dtype):
     """A plan swapped in with fuller bins than the one measured at construction: the single
     sample falls back to a cu_seqlens sized from the plan, same sample."""
     docs = [[1], [2, 3], [4], [5, 6, 7], [8]]
-    ds = PackedDataset(make_store(tmp_path, docs), 16, eot=9)
+    ds = PackedDataset(make_store(tmp_path, docs), 16, eot=9, dtype=dtype)
     want = [ref_sample(docs, ds.locate(i), 16, 9, 0, "next") for i in range(len(ds))]
-    ds._cu_cols = 2  # fewer columns than any bin needs
+    assert max(len(w["cu_seqlens"]) for w in want) > 2
+    ds._cu_cols = 2  # fewer entries than any bin needs
+    ds._buflen = 4 * 16 + 2 * int(ds._one_buffer)
     for i, w in enumerate(want):
-        assert_sample(ds[i], w)
+        assert_sample(ds[i], w, dtype)
 
 
 def test_corrupt_bin_ptr_is_reported_not_read(tmp_path):

@@ -166,19 +166,21 @@ def one_bin(
     src: np.ndarray,
     b: int,
     params: np.ndarray,
-    rows: np.ndarray,
-    cu_seqlens: np.ndarray,
+    out: np.ndarray,
+    cu: np.ndarray,
 ) -> tuple[int, int]:
     """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
     from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
-    label_mode]``; ``rows`` (4, 1, seqlen), int64 or int32, receives ids, positions, labels,
-    attention mask; ``cu_seqlens`` (1, C) int32.  Few arguments: numba's dispatch cost grows
-    with each one, and this is the single-sample path.
+    label_mode]``; ``out`` (1-D, int64 or int32, at least ``4 * seqlen``) receives ids,
+    positions, labels, attention mask one after the other; ``cu`` (1-D int32, ``C`` entries; it
+    may be the tail of an int32 ``out``) the segment boundaries.  Few arguments: numba's
+    dispatch cost grows with each one, and this is the single-sample path.
 
     Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
     the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
     ``bin_ptr``, a piece outside its document, more than ``seqlen`` slots), or ``(-2, 0)`` when
-    ``cu_seqlens`` has fewer than ``pieces + 2`` columns; nothing is read or written then."""
+    ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
+    is read or written then."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
@@ -187,7 +189,7 @@ def one_bin(
     if lo < 0 or hi < lo or hi > piece_doc.shape[0]:
         return -1, 0
     n = hi - lo
-    if n + 2 > cu_seqlens.shape[1]:
+    if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
         return -2, 0
     bins = np.empty(1, dtype=np.int64)
     bins[0] = b
@@ -213,6 +215,7 @@ def one_bin(
     if bad >= 0:
         return -1, 0
     scalars = np.empty(2, dtype=np.int64)
+    rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
     fill_rows(
         src,
         starts,
@@ -226,7 +229,7 @@ def one_bin(
         rows[1],
         rows[2],
         rows[3],
-        cu_seqlens,
+        cu.reshape((1, cu.shape[0])),
         scalars[0:1],
         scalars[1:2],
     )

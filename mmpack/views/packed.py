@@ -268,6 +268,11 @@ class PackedDataset:
         # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
         counts = np.diff(self._plan.bin_ptr)
         self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
+        # The single-sample buffer: 4 * seqlen, and with int32 output cu_seqlens after them
+        # (with int64 output cu_seqlens is a second, int32 array: an int32 view of an int64
+        # buffer costs more in Python than the allocation).
+        self._one_buffer = self.dtype == np.int32
+        self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
 
     def _corrupt(
         self,
@@ -355,8 +360,10 @@ class PackedDataset:
         if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(b)
         plan = self._plan
-        rows = np.empty((4, 1, self.seqlen), dtype=self.dtype)  # ids, positions, labels, mask
-        cu = np.empty((1, self._cu_cols), dtype=np.int32)
+        seqlen = self.seqlen
+        # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
+        out = np.empty(self._buflen, dtype=self.dtype)
+        cu = out[4 * seqlen :] if self._one_buffer else np.empty(self._cu_cols, dtype=np.int32)
         n_seg, longest = one_bin(
             plan.bin_ptr,
             plan.piece_doc,
@@ -366,19 +373,20 @@ class PackedDataset:
             src,
             b,
             self._params,
-            rows,
+            out,
             cu,
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
-            rows, cu, n_seg, longest = read_bin(plan, self._offsets, src, b, self._params, rows)
+            cu, n_seg, longest = read_bin(plan, self._offsets, src, b, self._params, out)
         if self._mlm:
+            rows = out[: 4 * seqlen].reshape(4, 1, seqlen)
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
-            "input_ids": rows[0, 0],
-            "labels": rows[2, 0],
-            "position_ids": rows[1, 0],
-            "attention_mask": rows[3, 0],
-            "cu_seqlens": cu[0, : n_seg + 1],
+            "input_ids": out[:seqlen],
+            "labels": out[2 * seqlen : 3 * seqlen],
+            "position_ids": out[seqlen : 2 * seqlen],
+            "attention_mask": out[3 * seqlen : 4 * seqlen],
+            "cu_seqlens": cu[: n_seg + 1],
             "max_seqlen": longest,
         }
 

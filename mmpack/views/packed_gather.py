@@ -129,17 +129,17 @@ def read_bin(
     src: np.ndarray,
     b: int,
     params: np.ndarray,
-    rows: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """``(rows, cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array
-    ``src`` into ``rows`` ((4, 1, seqlen): ids, positions, labels, attention mask; int64 or
-    int32); ``cu_seqlens`` (1, pieces + 2) int32, its first ``n_segments + 1`` entries the
-    boundaries.  ``params`` as :func:`~mmpack.kernels.packed_rows.one_bin` takes it (the general
-    path of ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the plan's fullest
-    bin).  ``FormatError`` when the bin does not fit the plan or the documents."""
+    out: np.ndarray,
+) -> tuple[np.ndarray, int, int]:
+    """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
+    into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
+    ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
+    ``params`` as :func:`~mmpack.kernels.packed_rows.one_bin` takes it (the general path of
+    ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the plan's fullest bin).
+    ``FormatError`` when the bin does not fit the plan or the documents."""
     bin_ptr = plan.bin_ptr
     n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
-    cu = np.empty((1, max(n, 0) + 2), dtype=np.int32)
+    cu = np.empty(max(n, 0) + 2, dtype=np.int32)
     n_seg, longest = one_bin(
         bin_ptr,
         plan.piece_doc,
@@ -149,7 +149,7 @@ def read_bin(
         src,
         b,
         params,
-        rows,
+        out,
         cu,
     )
     if n_seg < 0:
@@ -157,4 +157,4 @@ def read_bin(
             f"bin {b} of the packing plan does not fit the store's documents; "
             "delete <store>/cache to rebuild it"
         )
-    return rows, cu, int(n_seg), int(longest)
+    return cu, int(n_seg), int(longest)
