@@ -480,3 +480,22 @@ def test_dtype_option_is_checked(tmp_path):
     ds = pickle.loads(pickle.dumps(PackedDataset(store, 4, eot=0, dtype="int32")))
     assert ds.dtype == np.int32
     assert_sample(ds[0], ref_sample([[1, 2, 3]], ds.locate(0), 4, 0, 0, "next"), np.int32)
+
+
+def test_int32_batches_collate_to_int32_tensors(tmp_path):
+    """An int32 view's batch collates with ``dtype=torch.int32`` to the int64 view's values."""
+    torch = pytest.importorskip("torch")
+    from mmpack.torch.collate import collate
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(1, 100, n) for n in rng.integers(1, 40, 60)]
+    store = make_store(tmp_path, docs)
+    wide = PackedDataset(store, 32, eot=0, pad_id=0)
+    narrow = PackedDataset(store, 32, eot=0, pad_id=0, dtype="int32")
+    idx = [3, 0, len(wide) - 1]
+    a = collate(wide.__getitems__(idx))
+    b = collate(narrow.__getitems__(idx), dtype=torch.int32)
+    for key in ("input_ids", "labels", "position_ids", "attention_mask"):
+        assert b[key].dtype == torch.int32, key
+        assert torch.equal(a[key], b[key].long()), key
+    assert torch.equal(a["cu_seqlens"], b["cu_seqlens"])
