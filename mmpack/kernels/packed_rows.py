@@ -191,13 +191,17 @@ def one_bin(
     n = hi - lo
     if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
         return -2, 0
-    bins = np.empty(1, dtype=np.int64)
+    # One scratch allocation: the bin, row_ptr, the two scalars, then starts, lengths, eot flags.
+    scratch = np.empty(5 + 3 * n, dtype=np.int64)
+    bins = scratch[0:1]
     bins[0] = b
-    row_ptr = np.zeros(2, dtype=np.int64)
+    row_ptr = scratch[1:3]
+    row_ptr[0] = 0
     row_ptr[1] = n
-    starts = np.empty(n, dtype=np.int64)
-    lengths = np.empty(n, dtype=np.int64)
-    has_eot = np.empty(n, dtype=np.uint8)
+    scalars = scratch[3:5]
+    starts = scratch[5 : 5 + n]
+    lengths = scratch[5 + n : 5 + 2 * n]
+    has_eot = scratch[5 + 2 * n : 5 + 3 * n]
     bad = select_pieces(
         bin_ptr,
         piece_doc,
@@ -214,7 +218,6 @@ def one_bin(
     )
     if bad >= 0:
         return -1, 0
-    scalars = np.empty(2, dtype=np.int64)
     rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
     fill_rows(
         src,
