@@ -51,14 +51,14 @@ def ref_sample(docs, pieces, seqlen, eot, pad_id, label_shift):
     }
 
 
-def assert_sample(got, want):
+def assert_sample(got, want, dtype=np.int64):
     assert set(got) == set(want)
     for key, value in want.items():
         if key == "max_seqlen":
-            assert got[key] == value
+            assert got[key] == value and type(got[key]) is int
             continue
         arr = got[key]
-        assert arr.dtype == (np.int32 if key == "cu_seqlens" else np.int64), key
+        assert arr.dtype == (np.int32 if key == "cu_seqlens" else dtype), key
         assert arr.tolist() == value, key
 
 
@@ -400,3 +400,113 @@ def test_mlm_uses_the_epoch_an_index_carries(mlm_store):
     ds.set_epoch(2)  # plain ints follow set_epoch; carried epochs do not
     assert np.array_equal(ds[5]["input_ids"], per_epoch[2][5]["input_ids"])
     assert np.array_equal(ds[EpochIndex(5, 0)]["input_ids"], per_epoch[0][5]["input_ids"])
+
+
+# ------------------------------------------------------------------------------- dtype="int32"
+@settings(max_examples=30)
+@given(
+    docs=docs_strategy,
+    seqlen=st.integers(1, 40),
+    eot=st.one_of(st.none(), st.integers(0, 1000)),
+    pad_id=st.integers(-5, 1000),
+    label_shift=st.sampled_from(["next", "hf"]),
+    backend=st.sampled_from(["memmap", "zarr"]),
+)
+def test_int32_samples_match_reference(
+    tmp_path_factory, docs, seqlen, eot, pad_id, label_shift, backend
+):
+    """dtype="int32": the reference samples as int32 arrays, single and batched."""
+    store = make_store(tmp_path_factory.mktemp("p"), docs, backend)
+    ds = PackedDataset(
+        store, seqlen, eot=eot, pad_id=pad_id, label_shift=label_shift, dtype="int32"
+    )
+    wants = [
+        ref_sample(docs, ds.locate(i), seqlen, eot, pad_id, label_shift) for i in range(len(ds))
+    ]
+    for i, want in enumerate(wants):
+        assert_sample(ds[i], want, np.int32)
+    if len(ds):
+        order = list(np.random.default_rng(0).permutation(len(ds))) + [0, -1]
+        for i, got in zip(order, ds.__getitems__(order)):
+            assert_sample(got, wants[i], np.int32)
+
+
+def test_int32_mlm_matches_int64(mlm_store):
+    """The MLM corruption of an int32 view is the int64 view's, value for value."""
+    wide, narrow = mlm_dataset(mlm_store), mlm_dataset(mlm_store, dtype="int32")
+    for i in (0, 3, len(wide) - 1):
+        a, b = wide[i], narrow[i]
+        assert b["input_ids"].dtype == np.int32 and b["labels"].dtype == np.int32
+        for key in ("input_ids", "labels", "position_ids", "attention_mask", "cu_seqlens"):
+            assert a[key].tolist() == b[key].tolist(), key
+    batch = narrow.__getitems__([0, 3])
+    assert [s["input_ids"].tolist() for s in batch] == [
+        wide[0]["input_ids"].tolist(),
+        wide[3]["input_ids"].tolist(),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_bin_with_more_pieces_than_the_single_buffer(tmp_path, dtype):
+    """A plan swapped in with fuller bins than the one measured at construction: the single
+    sample falls back to a cu_seqlens sized from the plan, same sample."""
+    docs = [[1], [2, 3], [4], [5, 6, 7], [8]]
+    ds = PackedDataset(make_store(tmp_path, docs), 16, eot=9, dtype=dtype)
+    want = [ref_sample(docs, ds.locate(i), 16, 9, 0, "next") for i in range(len(ds))]
+    assert max(len(w["cu_seqlens"]) for w in want) > 2
+    ds._cu_cols = 2  # fewer entries than any bin needs
+    ds._buflen = 4 * 16 + 2 * int(ds._one_buffer)
+    for i, w in enumerate(want):
+        assert_sample(ds[i], w, dtype)
+
+
+def test_corrupt_bin_ptr_is_reported_not_read(tmp_path):
+    ds = PackedDataset(make_store(tmp_path, [[1, 2, 3], [4, 5]]), 4)
+    plan = ds.plan
+    assert plan.bin_ptr.tolist() == [0, 1, 2]
+    for bad in ([0, 2, 1], [0, 1, 7], [-1, 1, 2]):
+        ds._plan = dataclasses.replace(plan, bin_ptr=np.array(bad, dtype=np.int64))
+        with pytest.raises(FormatError):
+            for i in range(len(ds)):
+                ds[i]
+
+
+def test_dtype_option_is_checked(tmp_path):
+    store = make_store(tmp_path, [[1, 2, 3]])
+    with pytest.raises(ValueError, match="int8"):
+        PackedDataset(store, 4, dtype="int8")
+    with pytest.raises(ValueError, match="mask_id=2147483648"):
+        PackedDataset(
+            store,
+            4,
+            mode="mlm",
+            mask_id=2**31,
+            vocab_size=2**31 + 1,
+            dtype="int32",
+            check_vocab=False,
+        )
+    wide = build(tmp_path / "wide", [[1, 2, 3]], dtype=np.uint32)
+    with pytest.raises(ValueError, match="uint32"):
+        PackedDataset(wide, 4, dtype="int32")
+    ds = pickle.loads(pickle.dumps(PackedDataset(store, 4, eot=0, dtype="int32")))
+    assert ds.dtype == np.int32
+    assert_sample(ds[0], ref_sample([[1, 2, 3]], ds.locate(0), 4, 0, 0, "next"), np.int32)
+
+
+def test_int32_batches_collate_to_int32_tensors(tmp_path):
+    """An int32 view's batch collates with ``dtype=torch.int32`` to the int64 view's values."""
+    torch = pytest.importorskip("torch")
+    from mmpack.torch.collate import collate
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(1, 100, n) for n in rng.integers(1, 40, 60)]
+    store = make_store(tmp_path, docs)
+    wide = PackedDataset(store, 32, eot=0, pad_id=0)
+    narrow = PackedDataset(store, 32, eot=0, pad_id=0, dtype="int32")
+    idx = [3, 0, len(wide) - 1]
+    a = collate(wide.__getitems__(idx))
+    b = collate(narrow.__getitems__(idx), dtype=torch.int32)
+    for key in ("input_ids", "labels", "position_ids", "attention_mask"):
+        assert b[key].dtype == torch.int32, key
+        assert torch.equal(a[key], b[key].long()), key
+    assert torch.equal(a["cu_seqlens"], b["cu_seqlens"])

@@ -65,12 +65,11 @@ def naive_windows(docs, seqlen, stride, eot, labels, drop_last, pad_id):
     return out
 
 
-def assert_samples_equal(got, want):
+def assert_samples_equal(got, want, dtype=np.int64):
     assert set(got) == set(want)
     for key in want:
         np.testing.assert_array_equal(got[key], np.asarray(want[key]), err_msg=key)
-    assert got["cu_seqlens"].dtype == np.int32
-    assert got["input_ids"].dtype == np.int64
+        assert got[key].dtype == (np.int32 if key == "cu_seqlens" else dtype), key
 
 
 # ----------------------------------------------------------------------------- the seed
@@ -272,3 +271,57 @@ def test_sampled_index_gives_identical_windows(tmp_path):
     for i in (0, 17, len(plain) - 1):
         assert plain.locate(i) == fast.locate(i)
         np.testing.assert_array_equal(plain[i]["input_ids"], fast[i]["input_ids"])
+
+
+# ----------------------------------------------------------------------------- dtype="int32"
+@given(
+    docs=st.lists(st.lists(st.integers(0, 60000), max_size=30), max_size=20),
+    seqlen=st.integers(1, 20),
+    stride=st.integers(1, 24),
+    use_eot=st.booleans(),
+    labels=st.booleans(),
+    drop_last=st.booleans(),
+    backend=st.sampled_from(BACKENDS),
+)
+def test_int32_windows_match_reference(
+    tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last, backend
+):
+    """dtype="int32": the same samples (the slow twin) as int32 arrays, single and batched."""
+    eot = 65535 if use_eot else None
+    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs, backend=backend, dtype=np.uint16)
+    kw = dict(eot=eot, labels=labels, drop_last=drop_last, pad_id=7)
+    ds = WindowDataset(store, seqlen, stride, dtype="int32", **kw)
+    want = naive_windows(docs, seqlen, stride, eot, labels, drop_last, 7)
+    assert len(ds) == len(want)
+    for i, w in enumerate(want):
+        got = ds[i]
+        assert_samples_equal(got, w, np.int32)
+        # One buffer holds the row, the positions and cu_seqlens: writing the positions leaves
+        # the rest as read (labels are a view of the row by design: row[1:]).
+        got["position_ids"][:] = -1
+        rest = {k: v for k, v in w.items() if k != "position_ids"}
+        assert_samples_equal({k: got[k] for k in rest}, rest, np.int32)
+    if want:
+        order = np.random.default_rng(0).integers(0, len(want), size=2 * len(want))
+        for got, i in zip(ds.__getitems__(order), order):
+            assert_samples_equal(got, want[i], np.int32)
+
+
+def test_dtype_option_is_checked(tmp_path):
+    small = mmpack.build(tmp_path / "u16", [[1, 2, 3]], dtype=np.uint16)
+    wide = mmpack.build(tmp_path / "u32", [[1, 2, 3]], dtype=np.uint32)
+    assert WindowDataset(small, 2).dtype == np.int64
+    assert WindowDataset(small, 2, dtype=np.int32).dtype == np.int32
+    with pytest.raises(ValueError, match="float32"):
+        WindowDataset(small, 2, dtype="float32")
+    with pytest.raises(TypeError, match="dtype"):
+        WindowDataset(small, 2, dtype=object())
+    with pytest.raises(ValueError, match="uint32"):
+        WindowDataset(wide, 2, dtype="int32")
+    with pytest.raises(ValueError, match="eot=2147483648"):
+        WindowDataset(small, 2, eot=2**31, dtype="int32", check_vocab=False)
+    with pytest.raises(ValueError, match="pad_id=-2147483649"):
+        WindowDataset(small, 2, pad_id=-(2**31) - 1, dtype="int32", check_vocab=False)
+    ds = pickle.loads(pickle.dumps(WindowDataset(small, 2, labels=True, dtype="int32")))
+    assert ds.dtype == np.int32 and ds[0]["input_ids"].dtype == np.int32
+    assert ds[0]["labels"].tolist() == [2, 3]

@@ -166,25 +166,42 @@ def one_bin(
     src: np.ndarray,
     b: int,
     params: np.ndarray,
-    rows: np.ndarray,
-    cu_seqlens: np.ndarray,
-    scalars: np.ndarray,
-) -> int:
+    out: np.ndarray,
+    cu: np.ndarray,
+) -> tuple[int, int]:
     """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
     from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
-    label_mode]``; ``rows`` (4, 1, seqlen) receives ids, positions, labels, attention mask;
-    ``scalars`` (2, 1) the segment count and the longest segment (few arguments: numba's
-    dispatch cost grows with each one, and this is the single-sample path).  Returns -1, or 0 when the bin is
-    inconsistent with the documents (nothing is read then)."""
+    label_mode]``; ``out`` (1-D, int64 or int32, at least ``4 * seqlen``) receives ids,
+    positions, labels, attention mask one after the other; ``cu`` (1-D int32, ``C`` entries; it
+    may be the tail of an int32 ``out``) the segment boundaries.  Few arguments: numba's
+    dispatch cost grows with each one, and this is the single-sample path.
+
+    Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
+    the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
+    ``bin_ptr``, a piece outside its document, more than ``seqlen`` slots), or ``(-2, 0)`` when
+    ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
+    is read or written then."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
-    bins = np.empty(1, dtype=np.int64)
+    if b < 0 or b + 1 >= bin_ptr.shape[0]:
+        return -1, 0
+    lo = bin_ptr[b]
+    hi = bin_ptr[b + 1]
+    if lo < 0 or hi < lo or hi > piece_doc.shape[0]:
+        return -1, 0
+    n = hi - lo
+    if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
+        return -2, 0
+    # One scratch allocation: the bin, row_ptr, the two scalars, then starts, lengths, eot flags.
+    scratch = np.empty(5 + 3 * n, dtype=np.int64)
+    bins = scratch[0:1]
     bins[0] = b
-    n = bin_ptr[b + 1] - bin_ptr[b]
-    row_ptr = np.zeros(2, dtype=np.int64)
+    row_ptr = scratch[1:3]
+    row_ptr[0] = 0
     row_ptr[1] = n
-    starts = np.empty(n, dtype=np.int64)
-    lengths = np.empty(n, dtype=np.int64)
-    has_eot = np.empty(n, dtype=np.uint8)
+    scalars = scratch[3:5]
+    starts = scratch[5 : 5 + n]
+    lengths = scratch[5 + n : 5 + 2 * n]
+    has_eot = scratch[5 + 2 * n : 5 + 3 * n]
     bad = select_pieces(
         bin_ptr,
         piece_doc,
@@ -200,7 +217,8 @@ def one_bin(
         has_eot,
     )
     if bad >= 0:
-        return bad
+        return -1, 0
+    rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
     fill_rows(
         src,
         starts,
@@ -214,8 +232,8 @@ def one_bin(
         rows[1],
         rows[2],
         rows[3],
-        cu_seqlens,
-        scalars[0],
-        scalars[1],
+        cu.reshape((1, cu.shape[0])),
+        scalars[0:1],
+        scalars[1:2],
     )
-    return -1
+    return scalars[0], scalars[1]

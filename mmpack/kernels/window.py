@@ -235,8 +235,9 @@ def one_window(
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
-    ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` holds the row
-    (``width``) then the positions (``seqlen``): few arguments, because numba's dispatch cost
+    ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` (int64 or
+    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the caller's
+    int32 ``cu`` may be its tail): few arguments, because numba's dispatch cost
     grows with each one and this is the single-sample path (packing the scalars took ``ds[i]``
     from 6.5 to 3.9 us in ``python -m benchmarks --quick window``)."""
     use_eot, eot, seqlen, width = params[0], params[1], params[2], params[3]
@@ -255,6 +256,6 @@ def one_window(
         total,
         pad_id,
         out[:width],
-        out[width:],
+        out[width : width + seqlen],
         cu,
     )

@@ -66,6 +66,7 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.errors import FormatError
+from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_in_vocab, resolve_special
@@ -81,6 +82,7 @@ from mmpack.views.plan import (
     plan_cache_key,
 )
 from mmpack.views.readahead import ColdReads, prefetch_ranges
+from mmpack.views.window import output_dtype
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -129,10 +131,15 @@ class PackedDataset:
         Refuse an eot, pad_id or mask_id outside the vocabulary the store records (stores built
         from text record their tokenizer); ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size``
         may also be ``"store"``: the id the store's tokenizer record gives.
+    dtype : {"int64", "int32"}
+        Integer type of the per-token arrays (``cu_seqlens`` stays int32).  ``"int32"`` halves
+        the bytes written per sample (torch embeddings accept int32 ids); it needs a store whose
+        token type fits int32 (uint8/16, int8/16/32) and ids (eot, pad_id, mask_id,
+        vocab_size - 1) below ``2**31``, else ``ValueError``.
 
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
-    ``position_ids``, ``attention_mask`` (int64, (seqlen,)), ``cu_seqlens`` (int32, (m,)) and
-    ``max_seqlen`` (int).
+    ``position_ids``, ``attention_mask`` (``dtype``, (seqlen,)), ``cu_seqlens`` (int32, (m,))
+    and ``max_seqlen`` (int).
     """
 
     def __init__(
@@ -154,6 +161,7 @@ class PackedDataset:
         lookahead: int = DEFAULT_LOOKAHEAD,
         cache: bool = True,
         check_vocab: bool = True,
+        dtype: Any = "int64",
     ) -> None:
         algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
         if isinstance(store, (str, os.PathLike)):
@@ -211,6 +219,16 @@ class PackedDataset:
         self.long_docs: str = parse_option(LongDocs, long_docs, "long_docs").value
         self.algorithm: str = algorithm.value
         self.cache = bool(cache)
+        self.dtype: np.dtype = output_dtype(
+            dtype,
+            store,
+            {
+                "eot": self.eot,
+                "pad_id": self.pad_id,
+                "mask_id": self.mask_id,
+                "vocab_size": None if self.vocab_size is None else self.vocab_size - 1,
+            },
+        )
         self.epoch: int = 0
         self._setup()
 
@@ -244,6 +262,17 @@ class PackedDataset:
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
         )
+        self._n = self._plan.n_bins
+        self._mlm = self.mode == Mode.MLM
+        # Columns of a single sample's cu_seqlens: the most pieces in a bin + 2 (one_bin
+        # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
+        counts = np.diff(self._plan.bin_ptr)
+        self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
+        # The single-sample buffer: 4 * seqlen, and with int32 output cu_seqlens after them
+        # (with int64 output cu_seqlens is a second, int32 array: an int32 view of an int64
+        # buffer costs more in Python than the allocation).
+        self._one_buffer = self.dtype == np.int32
+        self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
 
     def _corrupt(
         self,
@@ -338,27 +367,47 @@ class PackedDataset:
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
-        b = check_index(i, len(self))
-        epoch = getattr(i, "epoch", self.epoch)
+        # Hot path: a plain in-range int skips the general checks; ``one_bin`` validates the
+        # bin against the plan and the documents inside the kernel (no Python checks per call).
+        if type(i) is int and 0 <= i < self._n:
+            b, epoch = i, self.epoch
+        else:
+            b = check_index(i, len(self))
+            epoch = getattr(i, "epoch", self.epoch)
         src = self._src
         if src is None:
             return self._gather(np.array([b], dtype=np.int64), epoch)[0]
-        plan = self._plan
-        lo, hi = int(plan.bin_ptr[b]), int(plan.bin_ptr[b + 1])
-        if not 0 <= lo <= hi <= plan.n_pieces:
-            raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
         if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
-            self._before_cold_read(b, lo, hi)
-        rows, cu, scalars = read_bin(plan, self._offsets, src, b, self._params)
-        if self.mode == Mode.MLM:
+            self._before_cold_read(b)
+        plan = self._plan
+        seqlen = self.seqlen
+        # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
+        out = np.empty(self._buflen, dtype=self.dtype)
+        cu = out[4 * seqlen :] if self._one_buffer else np.empty(self._cu_cols, dtype=np.int32)
+        n_seg, longest = one_bin(
+            plan.bin_ptr,
+            plan.piece_doc,
+            plan.piece_start,
+            plan.piece_len,
+            self._offsets,
+            src,
+            b,
+            self._params,
+            out,
+            cu,
+        )
+        if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
+            cu, n_seg, longest = read_bin(plan, self._offsets, src, b, self._params, out)
+        if self._mlm:
+            rows = out[: 4 * seqlen].reshape(4, 1, seqlen)
             self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
-            "input_ids": rows[0, 0],
-            "labels": rows[2, 0],
-            "position_ids": rows[1, 0],
-            "attention_mask": rows[3, 0],
-            "cu_seqlens": cu[0, : scalars[0, 0] + 1],
-            "max_seqlen": int(scalars[1, 0]),
+            "input_ids": out[:seqlen],
+            "labels": out[2 * seqlen : 3 * seqlen],
+            "position_ids": out[seqlen : 2 * seqlen],
+            "attention_mask": out[3 * seqlen : 4 * seqlen],
+            "cu_seqlens": cu[: n_seg + 1],
+            "max_seqlen": longest,
         }
 
     def __getitems__(self, indices: Any) -> SampleBatch:
@@ -384,8 +433,9 @@ class PackedDataset:
             self._eot_id,
             self.pad_id,
             self._label_mode,
+            self.dtype,
         )
-        if self.mode == Mode.MLM:
+        if self._mlm:
             self._corrupt(
                 idx, epochs, columns["input_ids"], columns["attention_mask"], columns["labels"]
             )
@@ -399,7 +449,9 @@ class PackedDataset:
         number of requests issued.  Never changes what a read returns."""
         return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
 
-    def _before_cold_read(self, b: int, lo: int, hi: int) -> int:
+    def _before_cold_read(self, b: int) -> int:
+        bin_ptr = self._plan.bin_ptr
+        lo, hi = (int(bin_ptr[b]), int(bin_ptr[b + 1])) if b + 1 < bin_ptr.shape[0] else (0, 0)
         return self._cold.before_read(
             self.store,
             self._first_token(lo, hi),
@@ -409,7 +461,7 @@ class PackedDataset:
     def _first_token(self, lo: int, hi: int) -> int:
         """Flat position of the first token of the bin whose pieces are ``[lo, hi)`` (0 for an
         empty bin or a piece outside the store: a residency probe only)."""
-        if hi <= lo:
+        if not 0 <= lo < hi <= self._plan.n_pieces:
             return 0
         d = int(self._plan.piece_doc[lo])
         if not 0 <= d < self._offsets.shape[0] - 1:

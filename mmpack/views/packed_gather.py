@@ -71,10 +71,11 @@ def gather_rows(
     eot_id: int,
     pad_id: int,
     label_mode: int,
+    dtype: np.dtype | type = np.int64,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """``(columns, cu_seqlens, n_segments)`` of the rows whose pieces are ``ranges`` (from
     :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
-    (int64, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
+    (``dtype``, int64 or int32, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
     ``r``'s boundaries being its first ``n_segments[r] + 1`` entries."""
     starts, lengths, has_eot, row_ptr, counts = ranges
     k = counts.shape[0]
@@ -87,10 +88,10 @@ def gather_rows(
         or (src_starts + lengths).max() > src.shape[0]
     ):
         raise FormatError("store.read_ranges returned ranges outside its buffer")
-    ids = pool.empty((k, seqlen), np.int64)
-    pos = pool.empty((k, seqlen), np.int64)
-    labels = pool.empty((k, seqlen), np.int64)
-    attn = pool.empty((k, seqlen), np.int64)
+    ids = pool.empty((k, seqlen), dtype)
+    pos = pool.empty((k, seqlen), dtype)
+    labels = pool.empty((k, seqlen), dtype)
+    attn = pool.empty((k, seqlen), dtype)
     cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
     n_seg = np.empty(k, dtype=np.int64)
     max_len = np.empty(k, dtype=np.int64)
@@ -123,20 +124,24 @@ def gather_rows(
 
 
 def read_bin(
-    plan: PackingPlan, offsets: np.ndarray, src: np.ndarray, b: int, params: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(rows, cu_seqlens, scalars)`` of bin ``b`` read from the flat token array ``src``:
-    ``rows`` (4, 1, seqlen) ids, positions, labels, attention mask; ``cu_seqlens`` (1, C);
-    ``scalars`` (2, 1) the segment count and the longest segment.  ``params`` as
-    :func:`~mmpack.kernels.packed_rows.one_bin` takes it; ``FormatError`` when the bin does not
-    fit the documents."""
-    seqlen = int(params[0])
-    n = int(plan.bin_ptr[b + 1] - plan.bin_ptr[b])
-    rows = np.empty((4, 1, seqlen), dtype=np.int64)  # ids, positions, labels, attention
-    cu = np.empty((1, n + 2), dtype=np.int32)
-    scalars = np.empty((2, 1), dtype=np.int64)  # segments, longest
-    bad = one_bin(
-        plan.bin_ptr,
+    plan: PackingPlan,
+    offsets: np.ndarray,
+    src: np.ndarray,
+    b: int,
+    params: np.ndarray,
+    out: np.ndarray,
+) -> tuple[np.ndarray, int, int]:
+    """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
+    into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
+    ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
+    ``params`` as :func:`~mmpack.kernels.packed_rows.one_bin` takes it (the general path of
+    ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the plan's fullest bin).
+    ``FormatError`` when the bin does not fit the plan or the documents."""
+    bin_ptr = plan.bin_ptr
+    n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
+    cu = np.empty(max(n, 0) + 2, dtype=np.int32)
+    n_seg, longest = one_bin(
+        bin_ptr,
         plan.piece_doc,
         plan.piece_start,
         plan.piece_len,
@@ -144,13 +149,12 @@ def read_bin(
         src,
         b,
         params,
-        rows,
+        out,
         cu,
-        scalars,
     )
-    if bad >= 0:
+    if n_seg < 0:
         raise FormatError(
             f"bin {b} of the packing plan does not fit the store's documents; "
             "delete <store>/cache to rebuild it"
         )
-    return rows, cu, scalars
+    return cu, int(n_seg), int(longest)

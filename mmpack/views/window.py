@@ -40,9 +40,36 @@ from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import IGNORE_INDEX
 from mmpack.views.readahead import ColdReads, flat_start
 
-__all__ = ["WindowDataset"]
+__all__ = ["WindowDataset", "output_dtype"]
 
 _SAMPLED_INDEX_DOCS = 1 << 20
+_OUTPUT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+
+
+def output_dtype(dtype: Any, store: TokenStore, ids: dict[str, int | None]) -> np.dtype:
+    """The per-token output type a view was asked for: int64 (the default) or int32.
+
+    int32 needs every value a sample can hold to fit: the store's token type must convert to
+    int32 without loss (uint8/16, int8/16/32; not uint32 or 64-bit) and every id in ``ids``
+    (``None`` skipped) must lie in ``[-2**31, 2**31)``.  ``TypeError`` for something that is
+    not a dtype, ``ValueError`` otherwise."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"dtype must be 'int64' or 'int32', got {dtype!r}") from e
+    if dt not in _OUTPUT_DTYPES:
+        raise ValueError(f"dtype must be 'int64' or 'int32', got {dtype!r}")
+    if dt == np.int32:
+        if not np.can_cast(store.dtype, np.int32, "safe"):
+            raise ValueError(
+                f"dtype='int32' cannot hold the store's {store.dtype} tokens without loss; "
+                "use dtype='int64'"
+            )
+        info = np.iinfo(np.int32)
+        for name, value in ids.items():
+            if value is not None and not info.min <= value <= info.max:
+                raise ValueError(f"dtype='int32' cannot hold {name}={value}; use dtype='int64'")
+    return dt
 
 
 class WindowDataset:
@@ -72,11 +99,16 @@ class WindowDataset:
         Refuse an eot or pad_id outside the vocabulary the store records (stores built from
         text record their tokenizer).  ``eot`` and ``pad_id`` may also be ``"store"``: the
         store's tokenizer's own id.
+    dtype : {"int64", "int32"}
+        Integer type of ``input_ids``, ``labels`` and ``position_ids``.  ``"int32"`` halves the
+        bytes written per sample and reads a sample into one buffer (torch embeddings accept
+        int32 ids); it needs a store whose token type fits int32 (uint8/16, int8/16/32) and
+        ``eot``/``pad_id`` below ``2**31``, else ``ValueError``.
 
-    Each sample is a dict of numpy arrays: ``input_ids`` (int64, (seqlen,)), ``labels`` (int64,
-    (seqlen,), with ``labels=True``), ``position_ids`` (int64, (seqlen,), restarting at each
-    cut) and ``cu_seqlens`` (int32, (m,)): 0, every position right after a document's last
-    token (its eot when given), and seqlen.
+    Each sample is a dict of numpy arrays: ``input_ids`` (``dtype``, (seqlen,)), ``labels``
+    (``dtype``, (seqlen,), with ``labels=True``), ``position_ids`` (``dtype``, (seqlen,),
+    restarting at each cut) and ``cu_seqlens`` (int32, (m,)): 0, every position right after a
+    document's last token (its eot when given), and seqlen.
     """
 
     def __init__(
@@ -91,6 +123,7 @@ class WindowDataset:
         pad_id: int = 0,
         sampled_index: bool | None = None,
         check_vocab: bool = True,
+        dtype: Any = "int64",
     ) -> None:
         if not isinstance(store, TokenStore):
             raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
@@ -105,6 +138,7 @@ class WindowDataset:
         self.drop_last = bool(drop_last)
         self.pad_id = check_token_id(pad_id, "pad_id")
         check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id}, not check_vocab)
+        self.dtype: np.dtype = output_dtype(dtype, store, {"eot": self.eot, "pad_id": self.pad_id})
         self.sampled_index = (
             len(store) >= _SAMPLED_INDEX_DOCS if sampled_index is None else bool(sampled_index)
         )
@@ -138,6 +172,12 @@ class WindowDataset:
                 (len(self.store) - 1) // INDEX_STEP + 1 if len(self.store) else 0, dtype=np.int64
             )
             fill_sampled_index(self._offsets, self._use_eot, self._top)
+        # The single-sample buffer: the row (width), the positions (seqlen), and with int32
+        # output the cu_seqlens too (seqlen + 1): one allocation.  With int64 output cu_seqlens
+        # is a second int32 array (a view of an int64 buffer as int32 costs more than it).
+        self._one_buffer = self.dtype == np.int32
+        self._buflen = self.width + self.seqlen + (self.seqlen + 1) * int(self._one_buffer)
+        self._last_full = self.total - self.width  # windows starting after it have -100 labels
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -160,23 +200,28 @@ class WindowDataset:
         n = self._len
         if type(i) is not int or not 0 <= i < n:
             i = check_index(i, n)
-        if self._src is None:
+        src = self._src
+        if src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
-        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
-            self._before_cold_read(i * self.stride)
-        seqlen, width = self.seqlen, self.width
-        out = np.empty(width + seqlen, dtype=np.int64)  # the row, then the positions
-        cu = np.empty(seqlen + 1, dtype=np.int32)
         v = i * self.stride
-        ncu = one_window(self._src, self._offsets, self._top, self._params, v, out, cu)
-        sample: dict[str, np.ndarray] = {
+        if self._cold.step():  # cold data: request the sample's pages first (readahead.py)
+            self._before_cold_read(v)
+        seqlen, width = self.seqlen, self.width
+        out = np.empty(self._buflen, dtype=self.dtype)  # the row, the positions (, cu_seqlens)
+        cu = out[width + seqlen :] if self._one_buffer else np.empty(seqlen + 1, dtype=np.int32)
+        ncu = one_window(src, self._offsets, self._top, self._params, v, out, cu)
+        if not self.labels:
+            return {
+                "input_ids": out[:seqlen],
+                "position_ids": out[width : width + seqlen],
+                "cu_seqlens": cu[:ncu],
+            }
+        return {
             "input_ids": out[:seqlen],
-            "position_ids": out[width:],
+            "position_ids": out[width : width + seqlen],
             "cu_seqlens": cu[:ncu],
+            "labels": out[1:width] if v <= self._last_full else self._labels(out[:width], v),
         }
-        if self.labels:
-            sample["labels"] = self._labels(out[:width], v)
-        return sample
 
     def _labels(self, row: np.ndarray, v: int) -> np.ndarray:
         """``row[1:]`` (a view: labels cost no copy), except in a window that runs past the end
@@ -203,8 +248,8 @@ class WindowDataset:
         seqlen = self.seqlen
         vstarts = idx * self.stride
         pool = self._pool
-        rows = pool.empty((k, self.width), np.int64)
-        pos = pool.empty((k, seqlen), np.int64)
+        rows = pool.empty((k, self.width), self.dtype)
+        pos = pool.empty((k, seqlen), self.dtype)
         cu = pool.empty((k, seqlen + 1), np.int32)
         ncu = np.empty(k, dtype=np.int64)
         src = self._src
