@@ -47,26 +47,8 @@ def _make_store(path: Path, n_docs: int):
     return w.store
 
 
-def _tokens_per_second(ds, workers: int, batches: int) -> float:
-    sampler = ResumableSampler(len(ds), seed=0)
-    loader = DataLoader(
-        ds,
-        batch_size=BATCH,
-        sampler=sampler,
-        num_workers=workers,
-        collate_fn=collate,
-        persistent_workers=workers > 0,
-        prefetch_factor=4 if workers else None,
-    )
-    it = iter(loader)
-    for _ in range(3):  # warm-up: worker start, kernel compile/cache load
-        next(it)
-    t0 = time.perf_counter()
-    for _ in range(batches):
-        next(it)
-    elapsed = time.perf_counter() - t0
-    del it, loader
-    return batches * BATCH * SEQLEN / elapsed
+def _tokens_per_second(ds, workers: int, batches: int, collate_fn=collate) -> float:
+    return _tokens_per_second_with(ds, workers, batches, collate_fn)
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:

@@ -232,8 +232,10 @@ def index_epochs(indices: Any, default: Any) -> Any:
     """
     if not isinstance(indices, (list, tuple)):
         return getattr(indices, "epoch", default) if np.ndim(indices) == 0 else default
-    epochs = [getattr(i, "epoch", default) for i in indices]
-    first = epochs[0] if epochs else default
-    if all(e == first for e in epochs):
-        return first
-    return epochs
+    # Each epoch has its own EpochIndex subclass: the distinct types of a batch (one set built
+    # in C) decide its epochs, with no Python work per index in the usual one-epoch batch.
+    types = set(map(type, indices))
+    found = {getattr(t, "epoch", default) for t in types}
+    if len(found) <= 1:
+        return found.pop() if found else default
+    return [getattr(i, "epoch", default) for i in indices]

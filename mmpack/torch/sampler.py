@@ -258,9 +258,9 @@ class ResumableSampler(Sampler[int]):
         tagged = epoch_index_type(epoch)
         for lo in range(cursor.position, total, _CHUNK):
             chunk = self._indices(lo, min(lo + _CHUNK, total), epoch, cursor.base).tolist()
-            for index in chunk:
+            for index in map(tagged, chunk):  # one EpochIndex per index, built in C's loop
                 cursor.position += 1
-                yield tagged(index)
+                yield index
 
     # -- checkpointing -------------------------------------------------------------------------
 

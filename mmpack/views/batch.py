@@ -56,10 +56,6 @@ class SampleBatch(Sequence):
         for r in range(len(self)):
             yield self[r]
 
-    def cu_seqlens_list(self) -> list[np.ndarray]:
-        """Each sample's ``cu_seqlens`` (int32 views)."""
-        return [self.cu_seqlens[r, : self.num_cuts[r]] for r in range(len(self))]
-
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}={v.shape}" for k, v in self.columns.items())
         return f"SampleBatch({len(self)} samples: {shapes})"
