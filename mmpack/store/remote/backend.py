@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from concurrent.futures import Future
@@ -52,6 +53,7 @@ from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 from mmpack.store.remote.blocks import block_ids, crc_blocks, gather, runs_of
 from mmpack.store.remote.cache import BlockCache
+from mmpack.store.remote.cachefile import CacheFile
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["RemoteBackend"]
@@ -135,8 +137,31 @@ class RemoteBackend(Backend):
         self._ready_bytes = 0
         self._pending: dict[int, Future] = {}
         self._prefetcher: Any = None
+        self._cf: CacheFile | None = None  # this process's mapping of the node cache's file
+        self._cf_retry = 0.0
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
-        """This process's counts: range requests, bytes they fetched, blocks from the cache."""
+        """This process's counts: range requests, bytes they fetched, blocks the slow path
+        found in the node cache."""
+
+    def _cache_file(self) -> CacheFile | None:
+        """The node cache's file of this store, mapped (None without a cache, or while it
+        cannot be had: retried after a second)."""
+        if self._pid != os.getpid():
+            self._init_process_state()
+        cf = self._cf
+        if cf is not None and not cf.retired:
+            return cf
+        self._cf = None  # retired: let go (closed when the last thread using it is done)
+        if self.cache is None or time.monotonic() < self._cf_retry:
+            return None
+        with self._lock:
+            if self._cf is None:
+                self._cf = self.cache.open_file(
+                    self.fingerprint, "tokens", self.nbytes, self.block, self.meta.dtype
+                )
+                if self._cf is None:
+                    self._cf_retry = time.monotonic() + 1.0
+            return self._cf
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("RemoteBackend is not pickled; the TokenStore reopens its URL")
@@ -182,32 +207,53 @@ class RemoteBackend(Backend):
     # ------------------------------------------------------------------------------ reading
     def read_range(self, start: int, stop: int) -> np.ndarray:
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
-        return src[int(at[0]) : int(at[0]) + stop - start]
+        return np.array(src[int(at[0]) : int(at[0]) + stop - start])  # never a view of the cache
 
     def _block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return block_ids(starts, lengths, self.meta.dtype.itemsize, self.block)
 
+    def resident(self, positions: np.ndarray) -> bool:
+        """Whether the blocks holding ``positions`` are in the node cache (views then skip
+        their look-ahead requests)."""
+        cf = self._cache_file()
+        if cf is None or positions.size == 0:
+            return cf is not None
+        pos = np.clip(positions, 0, max(self.meta.num_tokens - 1, 0)) * self.meta.dtype.itemsize
+        return bool(cf.state[pos >> cf.shift].all())
+
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ranges' tokens back to back (only the bytes served are copied out of the
-        verified blocks); ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k."""
+        """The ranges' tokens: ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.
+        When the node cache holds every block they touch, ``src`` is the cache's mapped file
+        and ``src_starts`` is ``starts`` (zero copy, as the memmap backend); otherwise the
+        missing blocks are fetched and the ranges copied back to back into a new buffer."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        ids = self._block_ids(starts, lengths)
-        blocks = dict(zip(ids.tolist(), self._get_blocks(ids)))
         item = self.meta.dtype.itemsize
+        cf = self._cache_file()
+        if cf is not None and cf.covers(starts, lengths, item):  # the hit path: no Python loop
+            cf.touch()
+            return cf.tokens, starts
+        ids = self._block_ids(starts, lengths)
+        blocks = self._get_blocks(ids, cf)
+        if cf is not None and cf.covers(starts, lengths, item):
+            return cf.tokens, starts
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
         out = gather(blocks, starts, lengths, item, self.block)
         return out.view(self.meta.dtype), src_starts
 
-    def _get_blocks(self, ids: np.ndarray) -> list[bytes]:
-        if self._pid != os.getpid():
-            self._init_process_state()
-        found: dict[int, bytes] = {}
+    def _get_blocks(self, ids: np.ndarray, cf: CacheFile | None) -> dict[int, Any]:
+        """Every block of ``ids``: from memory, the node cache, a look-ahead in flight, or
+        fetched now (id -> its bytes, or a view of them in the cache's mapping)."""
+        if cf is not None:
+            self.stats["cache_hits"] += int(cf.present(ids).sum())
+        found: dict[int, Any] = {}
         waits: list[tuple[int, Future]] = []
         with self._lock:
             for b in ids.tolist():
+                if cf is not None and cf.state[b]:
+                    continue
                 data = self._ready.get(b)
                 if data is not None:
                     self._ready.move_to_end(b)
@@ -221,21 +267,16 @@ class RemoteBackend(Backend):
                 data = None
             if data is not None:
                 found[b] = data
-        missing = [b for b in ids.tolist() if b not in found]
-        fresh: dict[int, bytes] = {}
-        if missing and self.cache is not None:
-            for b in missing:
-                data = self.cache.get(self.fingerprint, b)
-                if data is not None and self._intact(b, data):
-                    fresh[b] = data
-                    self.stats["cache_hits"] += 1
-            missing = [b for b in missing if b not in fresh]
+        missing = [b for b in ids.tolist() if b not in found and (cf is None or not cf.state[b])]
         if missing:
-            fresh.update(self._fetch_shared(missing))
-        if fresh:
+            fresh = self._fetch_shared(missing, cf)
             self._remember(fresh)
             found.update(fresh)
-        return [found[b] for b in ids.tolist()]
+        if cf is not None:
+            for b in ids.tolist():
+                if b not in found:
+                    found[b] = cf.block_bytes(b)  # present: _fetch_shared stored it
+        return found
 
     def _remember(self, blocks: dict[int, bytes]) -> None:
         with self._lock:
@@ -246,31 +287,49 @@ class RemoteBackend(Backend):
             while self._ready_bytes > MEMORY_BLOCKS_BYTES:  # least recently used first
                 self._ready_bytes -= len(self._ready.popitem(last=False)[1])
 
-    def _fetch_shared(self, missing: list[int]) -> dict[int, bytes]:
-        """Fetch blocks, and with a cache, not those another process on the node is fetching:
-        wait for them to land in the cache instead (then fetch any that did not)."""
-        if self.cache is None:
+    def _fetch_shared(self, missing: list[int], cf: CacheFile | None) -> dict[int, bytes]:
+        """Fetch blocks into the node cache, not those another process or thread is fetching
+        now (their state is polled until they land, or their claim is released unfinished:
+        then they are claimed here).  Returns the blocks fetched that the cache could not keep
+        (no room), which the caller keeps in memory."""
+        if cf is None:
             return self._fetch(missing)
-        mine, theirs = self.cache.claim(self.fingerprint, missing)
+        out: dict[int, bytes] = {}
+        todo = missing
+        deadline = time.monotonic() + self.transport.read_timeout
+        delay = 0.0005
+        while todo:
+            claim = cf.claim(todo)
+            try:
+                if claim.mine:
+                    out.update(self._store(cf, self._fetch(claim.mine)))
+            finally:
+                claim.close()
+            todo = [b for b in claim.theirs if not cf.state[b]]
+            if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
+                out.update(self._fetch(todo))
+                break
+            if todo:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+        return out
+
+    def _store(self, cf: CacheFile, got: dict[int, bytes]) -> dict[int, bytes]:
+        """Write verified blocks into the cache as far as its limit allows; return the rest."""
+        assert self.cache is not None
+        ids = sorted(got)
+        sizes = [cf.charge(b) for b in ids]
+        k = self.cache.charge(cf, sizes)
+        written = 0
         try:
-            got = self._fetch(mine) if mine else {}
-            self.cache.put_many(self.fingerprint, got)
+            for b in ids[:k]:
+                cf.write(b, got[b])
+                written += 1
+        except OSError:  # the disk is full or failing: serve from memory, keep going
+            pass
         finally:
-            self.cache.release(self.fingerprint, mine)
-        if theirs:
-            landed = {
-                b: d
-                for b, d in self.cache.wait_for(
-                    self.fingerprint, theirs, self.transport.read_timeout
-                ).items()
-                if self._intact(b, d)
-            }
-            self.stats["cache_hits"] += len(landed)
-            late = [b for b in theirs if b not in landed]
-            got.update(landed)
-            if late:
-                got.update(self._fetch(late))
-        return got
+            self.cache.refund(cf, sum(sizes[written:k]))
+        return {b: got[b] for b in ids[written:]}
 
     def _block_span(self, b: int) -> tuple[int, int]:
         lo = b * self.block
@@ -320,12 +379,13 @@ class RemoteBackend(Backend):
 
     # ------------------------------------------------------------------------------ look-ahead
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """Start fetching the blocks of these ranges in the background (one thread per
-        process); a later ``read_ranges`` takes them from memory.  Errors surface there.
-        Returns the number of blocks requested."""
-        if self._pid != os.getpid():
-            self._init_process_state()
+        """Start fetching the blocks of these ranges that are neither in the node cache nor in
+        memory, in the background (a few threads per process); a later ``read_ranges`` finds
+        them there.  Errors surface there.  Returns the number of blocks requested."""
         ids = self._block_ids(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+        cf = self._cache_file()
+        if cf is not None:
+            ids = ids[~cf.present(ids)]
         with self._lock:
             todo = [b for b in ids.tolist() if b not in self._ready and b not in self._pending]
             if not todo:
@@ -342,17 +402,11 @@ class RemoteBackend(Backend):
         return len(todo)
 
     def _prefetch_job(self, todo: list[int]) -> dict[int, bytes]:
+        """The blocks fetched that went to memory (those the node cache took are there)."""
         try:
-            got: dict[int, bytes] = {}
-            need = todo
-            if self.cache is not None:
-                for b in todo:
-                    data = self.cache.get(self.fingerprint, b)
-                    if data is not None and self._intact(b, data):
-                        got[b] = data
-                need = [b for b in todo if b not in got]
-            if need:
-                got.update(self._fetch_shared(need))
+            cf = self._cache_file()
+            need = [b for b in todo if cf is None or not cf.state[b]]
+            got = self._fetch_shared(need, cf) if need else {}
             self._remember(got)
             return got
         finally:
@@ -374,4 +428,29 @@ class RemoteBackend(Backend):
                         f"{self.url}: {key} check block {b} fails its checksum: "
                         "the object is corrupt; rebuild the store"
                     )
+            self._verify_cached(start, data)
         return data
+
+    def _verify_cached(self, start: int, data: bytes) -> None:
+        """Compare the node cache's present blocks in ``[start, start + len(data))`` with the
+        verified object bytes ``data``; a differing block (local disk corruption: the cache
+        trusts blocks it verified when storing them) is dropped, then reported."""
+        cf = self._cache_file()
+        if cf is None or not data:
+            return
+        first = start // self.block
+        ids = np.arange(first, first + -(-len(data) // self.block), dtype=np.int64)
+        bad = []
+        for b in ids[cf.present(ids)].tolist():
+            lo = (b - first) * self.block
+            if not np.array_equal(
+                cf.block_bytes(b), np.frombuffer(data, np.uint8)[lo : lo + self.block]
+            ):
+                bad.append(b)
+        if bad:
+            assert self.cache is not None
+            self.cache.refund(cf, sum(cf.drop(b) for b in bad))
+            raise FormatError(
+                f"{cf.data_path}: node-cache block(s) {bad[:5]} of {self.url} differ from the "
+                "verified object (local disk corruption); dropped, they will be fetched again"
+            )
