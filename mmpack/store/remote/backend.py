@@ -233,6 +233,8 @@ class RemoteBackend(Backend):
         if cf is not None and cf.covers(starts, lengths, item):  # the hit path: no Python loop
             cf.touch()
             return cf.tokens, starts
+        if cf is not None:
+            cf.touch()
         ids = self._block_ids(starts, lengths)
         blocks = self._get_blocks(ids, cf)
         if cf is not None and cf.covers(starts, lengths, item):
