@@ -176,7 +176,7 @@ def test_ranges_go_out_concurrently_and_adjacent_blocks_merge(s3_server, tmp_pat
     store = _build_with_block(_url(), docs, s3_server.options, 4096)
     proxy = DelayProxy(s3_server.port, delay=0.1)
     try:
-        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
         n = store.num_tokens
         starts = np.arange(16, dtype=np.int64) * (n // 16)  # 16 far-apart ranges
@@ -469,7 +469,7 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
     local = mmpack.build(tmp_path / "local", docs)
     proxy = DelayProxy(s3_server.port, delay=0.05)
     try:
-        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
         ds, want = mmpack.WindowDataset(s, 256), mmpack.WindowDataset(local, 256)
         order = np.random.default_rng(0).permutation(len(ds))
@@ -631,7 +631,7 @@ def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path)
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     proxy = DelayProxy(s3_server.port, delay=0.3)
     try:
-        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
         s = mmpack.open(
             store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=1 << 30
         )

@@ -110,6 +110,46 @@ def test_covers_matches_a_naive_block_walk(tmp_path_factory, ntok, block, seed, 
         assert got == want
 
 
+def test_blocks_a_small_gap_apart_go_out_as_one_request(s3_server, tmp_path):
+    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+    starts = np.array([0, 3 * 2048, 40 * 2048], np.int64)  # blocks 0, 3 and 40 (4 KiB blocks)
+    lengths = np.full(3, 10, np.int64)
+    proxy = DelayProxy(s3_server.port, delay=0.0)
+    try:
+        for gap, requests, fetched in ((0, 3, 3), (2 * 4096, 2, 5), (64 * 4096, 1, 41)):
+            opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=gap)
+            s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path / str(gap))
+            before = proxy.requests
+            src, at = s.read_ranges(starts, lengths)
+            assert proxy.requests - before == requests
+            assert s._backend.stats["bytes_fetched"] == fetched * 4096
+            for k, a in enumerate(starts.tolist()):
+                np.testing.assert_array_equal(src[at[k] : at[k] + 10], store.read_range(a, a + 10))
+    finally:
+        proxy.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(0, 300), max_size=40),
+    st.integers(0, 6),
+    st.sampled_from([8, 4096, 1 << 20]),
+)
+def test_runs_of_covers_every_block_and_respects_the_gap(ids, gap, block):
+    from mmpack.store.remote.blocks import MAX_RUN_BYTES, runs_of
+
+    ids = sorted(ids)
+    runs = runs_of(ids, block, gap)
+    flat = [b for r in runs for b in r]
+    assert set(ids) <= set(flat) and flat == sorted(set(flat))
+    per_run = max(1, MAX_RUN_BYTES // block)
+    for r in runs:
+        assert r == list(range(r[0], r[-1] + 1)) and len(r) <= per_run
+        assert r[0] in ids and r[-1] in ids  # filled gaps lie between wanted blocks
+    for a, b in zip(runs, runs[1:]):  # runs split only where the gap is too wide or too long
+        assert b[0] - a[-1] - 1 > gap or b[0] - a[0] >= per_run
+
+
 # ----------------------------------------------------------------------------- sharing
 def test_two_processes_fill_the_cache_without_duplicate_fetches(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)

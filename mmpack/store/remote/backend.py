@@ -304,7 +304,10 @@ class RemoteBackend(Backend):
             claim = cf.claim(todo)
             try:
                 if claim.mine:
-                    out.update(self._store(cf, self._fetch(claim.mine)))
+                    got = self._fetch(claim.mine)
+                    mine = {b: got.pop(b) for b in claim.mine}
+                    out.update(got)  # blocks filling a merge gap: not claimed, kept in memory
+                    out.update(self._store(cf, mine))
             finally:
                 claim.close()
             todo = [b for b in claim.theirs if not cf.state[b]]
@@ -344,7 +347,7 @@ class RemoteBackend(Backend):
     def _fetch(self, ids: list[int]) -> dict[int, bytes]:
         """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at
         once; verify every block (one re-fetch of a bad block, then FormatError)."""
-        runs = runs_of(ids, self.block)
+        runs = runs_of(ids, self.block, self.transport.merge_gap_bytes // self.block)
         key = self.data + "tokens.bin"
         ranges = [(self._block_span(r[0])[0], self._block_span(r[-1])[1]) for r in runs]
         try:
