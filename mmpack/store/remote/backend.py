@@ -42,7 +42,6 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,8 @@ from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["RemoteBackend"]
 
-_AHEAD_THREADS = 4  # look-ahead batches fetched at once (each with concurrent range requests)
+_AHEAD_THREADS = 4  # look-ahead threads per process (each with concurrent range requests)
+_AHEAD_MAX_BLOCKS = 4096  # blocks one look-ahead thread takes from the queue at a time
 MEMORY_BLOCKS_BYTES = 128 << 20
 """Verified blocks kept in memory per process (LRU): look-ahead results, and blocks a batch read,
 which later batches of a shuffled epoch touch again (a 16 KiB block holds several windows)."""
@@ -135,7 +135,9 @@ class RemoteBackend(Backend):
         self._lock = threading.Lock()
         self._ready: OrderedDict[int, bytes] = OrderedDict()  # verified blocks in memory, LRU
         self._ready_bytes = 0
-        self._pending: dict[int, Future] = {}
+        self._queue: dict[int, None] = {}  # blocks hinted by prefetch(), not yet taken
+        self._pending: dict[int, threading.Event] = {}  # blocks a look-ahead thread fetches
+        self._drains = 0  # look-ahead threads running
         self._prefetcher: Any = None
         self._cf: CacheFile | None = None  # this process's mapping of the node cache's file
         self._cf_retry = 0.0
@@ -251,7 +253,7 @@ class RemoteBackend(Backend):
         if cf is not None:
             self.stats["cache_hits"] += int(cf.present(ids).sum())
         found: dict[int, Any] = {}
-        waits: list[tuple[int, Future]] = []
+        waits: list[threading.Event] = []
         with self._lock:
             for b in ids.tolist():
                 if cf is not None and cf.state[b]:
@@ -261,14 +263,17 @@ class RemoteBackend(Backend):
                     self._ready.move_to_end(b)
                     found[b] = data
                 elif b in self._pending:
-                    waits.append((b, self._pending[b]))
-        for b, fut in waits:
-            try:
-                data = fut.result().get(b)
-            except Exception:
-                data = None
-            if data is not None:
-                found[b] = data
+                    waits.append(self._pending[b])
+                else:
+                    self._queue.pop(b, None)  # hinted but not taken yet: fetched here, now
+        for ev in set(waits):
+            ev.wait(self.transport.read_timeout * (self.transport.retries + 1))
+        if waits:
+            with self._lock:
+                for b in ids.tolist():
+                    data = self._ready.get(b)
+                    if data is not None and b not in found:
+                        found[b] = data
         missing = [b for b in ids.tolist() if b not in found and (cf is None or not cf.state[b])]
         if missing:
             fresh = self._fetch_shared(missing, cf)
@@ -384,40 +389,61 @@ class RemoteBackend(Backend):
 
     # ------------------------------------------------------------------------------ look-ahead
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """Start fetching the blocks of these ranges that are neither in the node cache nor in
-        memory, in the background (a few threads per process); a later ``read_ranges`` finds
-        them there.  Errors surface there.  Returns the number of blocks requested."""
+        """Queue the blocks of these ranges that are neither in the node cache nor in memory
+        for the look-ahead threads (up to :data:`_AHEAD_THREADS` per process), which take
+        everything queued at once, so blocks hinted by several batches share range requests;
+        a later ``read_ranges`` finds them in the cache or memory (or waits for them, or takes
+        those still queued itself).  Errors surface there.  Returns the number of blocks
+        queued."""
         ids = self._block_ids(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         cf = self._cache_file()
         if cf is not None:
             ids = ids[~cf.present(ids)]
         with self._lock:
-            todo = [b for b in ids.tolist() if b not in self._ready and b not in self._pending]
+            todo = [
+                b
+                for b in ids.tolist()
+                if b not in self._ready and b not in self._pending and b not in self._queue
+            ]
             if not todo:
                 return 0
-            if self._prefetcher is None:
-                from concurrent.futures import ThreadPoolExecutor
+            self._queue.update(dict.fromkeys(todo))
+            if self._drains < _AHEAD_THREADS:
+                if self._prefetcher is None:
+                    from concurrent.futures import ThreadPoolExecutor
 
-                self._prefetcher = ThreadPoolExecutor(
-                    _AHEAD_THREADS, thread_name_prefix="mmpack-ahead"
-                )
-            fut = self._prefetcher.submit(self._prefetch_job, todo)
-            for b in todo:
-                self._pending[b] = fut
+                    self._prefetcher = ThreadPoolExecutor(
+                        _AHEAD_THREADS, thread_name_prefix="mmpack-ahead"
+                    )
+                self._drains += 1
+                self._prefetcher.submit(self._drain)
         return len(todo)
 
-    def _prefetch_job(self, todo: list[int]) -> dict[int, bytes]:
-        """The blocks fetched that went to memory (those the node cache took are there)."""
-        try:
-            cf = self._cache_file()
-            need = [b for b in todo if cf is None or not cf.state[b]]
-            got = self._fetch_shared(need, cf) if need else {}
-            self._remember(got)
-            return got
-        finally:
+    def _drain(self) -> None:
+        """A look-ahead thread: fetch everything queued (into the node cache, or memory for
+        what it cannot keep), again until the queue is empty."""
+        while True:
             with self._lock:
-                for b in todo:
-                    self._pending.pop(b, None)
+                take = sorted(self._queue)[:_AHEAD_MAX_BLOCKS]
+                if not take:
+                    self._drains -= 1
+                    return
+                for b in take:
+                    del self._queue[b]
+                ev = threading.Event()
+                for b in take:
+                    self._pending[b] = ev
+            try:
+                cf = self._cache_file()
+                need = [b for b in take if cf is None or not cf.state[b]]
+                self._remember(self._fetch_shared(need, cf) if need else {})
+            except Exception:  # the reader that needs these blocks fetches them and reports
+                pass
+            finally:
+                with self._lock:
+                    for b in take:
+                        self._pending.pop(b, None)
+                ev.set()
 
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
