@@ -125,6 +125,9 @@ def test_blocks_a_small_gap_apart_go_out_as_one_request(s3_server, tmp_path):
             assert s._backend.stats["bytes_fetched"] == fetched * 4096
             for k, a in enumerate(starts.tolist()):
                 np.testing.assert_array_equal(src[at[k] : at[k] + 10], store.read_range(a, a + 10))
+        cached = _open(store, opts, tmp_path / "cached")
+        cached.read_ranges(starts, lengths)  # the blocks filling the gap go to the cache too
+        assert int(cached._backend._cache_file().state.sum()) == 41
     finally:
         proxy.close()
 

@@ -311,8 +311,9 @@ class RemoteBackend(Backend):
                 if claim.mine:
                     got = self._fetch(claim.mine)
                     mine = {b: got.pop(b) for b in claim.mine}
-                    out.update(got)  # blocks filling a merge gap: not claimed, kept in memory
                     out.update(self._store(cf, mine))
+                    if got:  # blocks that filled a merge gap: cached where nobody holds them
+                        out.update(self._store_unclaimed(cf, got))
             finally:
                 claim.close()
             todo = [b for b in claim.theirs if not cf.state[b]]
@@ -323,6 +324,15 @@ class RemoteBackend(Backend):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)
         return out
+
+    def _store_unclaimed(self, cf: CacheFile, got: dict[int, bytes]) -> dict[int, bytes]:
+        claim = cf.claim(sorted(got))
+        try:
+            rest = self._store(cf, {b: got.pop(b) for b in claim.mine})
+        finally:
+            claim.close()
+        got.update(rest)
+        return got
 
     def _store(self, cf: CacheFile, got: dict[int, bytes]) -> dict[int, bytes]:
         """Write verified blocks into the cache as far as its limit allows; return the rest."""
