@@ -78,7 +78,9 @@ def test_hits_are_the_mapped_file_and_fetch_nothing(s3_server, tmp_path):
         np.testing.assert_array_equal(got.columns["input_ids"], want.columns["input_ids"])
         assert proxy.requests - before == 2  # metadata GET + tokens HEAD at open; no data
         assert again._backend.stats["bytes_fetched"] == 0
-        assert again.resident(np.array([0, store.num_tokens - 1]))
+        assert again.prefetch(starts, np.array([10, 100, 7], np.int64)) == 0  # all cached
+        fresh = _open(store, opts, tmp_path / "other")
+        assert fresh.prefetch(starts, np.array([10, 100, 7], np.int64)) == 2  # blocks 0 and last
     finally:
         proxy.close()
 

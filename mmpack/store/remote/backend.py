@@ -97,6 +97,7 @@ class RemoteBackend(BlockFetcher, Backend):
         self.cache = cache
         remote = raw.get("remote")
         itemsize = meta.dtype.itemsize
+        self.itemsize = itemsize
         self.nbytes = meta.num_tokens * itemsize
         if remote is None:
             self.data = ""
@@ -221,13 +222,11 @@ class RemoteBackend(BlockFetcher, Backend):
         return block_ids(starts, lengths, self.meta.dtype.itemsize, self.block)
 
     def resident(self, positions: np.ndarray) -> bool:
-        """Whether the blocks holding ``positions`` are in the node cache (views then skip
-        their look-ahead requests)."""
-        cf = self._cache_file()
-        if cf is None or positions.size == 0:
-            return cf is not None
-        pos = np.clip(positions, 0, max(self.meta.num_tokens - 1, 0)) * self.meta.dtype.itemsize
-        return bool(cf.state[pos >> cf.shift].all())
+        """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
+        kernel pass) when the node cache holds every block of the ranges, and otherwise queues
+        exactly the missing ones (a probe of a few positions could not tell a partly cached
+        batch from a cached one)."""
+        return False
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens: ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.

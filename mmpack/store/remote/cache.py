@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from mmpack.store.remote.cachefile import (
+    FORK_CLOSE,
     HEADER,
     CacheFile,
     boot_id,
@@ -69,10 +70,12 @@ class BlockCache:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        FORK_CLOSE.add(fd)  # a child forked meanwhile must not keep the lock alive
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            FORK_CLOSE.discard(fd)
             os.close(fd)
 
     # ------------------------------------------------------------------------------ counting
