@@ -25,7 +25,9 @@ requests per second, ``fetched/served`` bytes moved from the store per byte of t
 ``client/server ms/req`` CPU time per request of this process and of the S3 server (the bound on
 a machine whose cores they share).
 
-Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only).
+Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only);
+``python -m benchmarks.bench_remote --sweep``: the look-ahead case over ``max_concurrency``
+16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads).
 """
 
 from __future__ import annotations
@@ -232,6 +234,55 @@ def _kind_rows(kind, local, url, server, tmp, delays, quick) -> list[dict[str, A
     return rows
 
 
+def sweep() -> list[dict[str, Any]]:
+    """Window batches, 20 ms, look-ahead 8, over requests in flight and the client
+    (``python -m benchmarks.bench_remote --sweep``)."""
+    import mmpack
+
+    s3 = _server_helpers()
+    rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
+    with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
+        tmp = Path(tmp_name)
+        os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache-home")
+        server = s3.S3Server.start(tmp / "server")
+        proxy = None
+        try:
+            docs = _docs(8 << 20)
+            url = f"s3://{s3.BUCKET}/bench/store"
+            mmpack.build(url, docs, storage_options=server.options, overwrite=True)
+            local_view = _view(mmpack.build(tmp / "local", docs), "window")
+            order = np.random.default_rng(1).permutation(len(local_view))
+            batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(48)]
+            tokens = 48 * BATCH * SEQLEN
+            _epoch(local_view, batches[:2], 0, 0)
+            local_s = float(np.median([_epoch(local_view, batches, 0, 0) for _ in range(3)]))
+            proxy = _Proxy(server.port, 0.02)
+            for client in ("http", "obstore"):
+                for conc in (16, 64, 256):
+                    opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=conc)
+                    opts["client"] = client
+                    store = mmpack.open(
+                        url, storage_options=opts, cache_dir=tmp / f"c{time.time()}"
+                    )
+                    view = _view(store, "window")
+                    label = f"window 20 ms + look-ahead {DEPTH}, {client}, max_concurrency={conc}"
+                    rows.append(
+                        _remote_row(
+                            label,
+                            store,
+                            lambda v=view: _epoch(v, batches, DEPTH, 0),
+                            tokens,
+                            local_s,
+                            server,
+                        )
+                    )
+        finally:
+            if proxy is not None:
+                proxy.close()
+            server.stop()
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     import mmpack
 
@@ -269,4 +320,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
-    print_table("remote stores", run(quick="--quick" in sys.argv))
+    if "--sweep" in sys.argv:
+        print_table("remote stores: requests in flight and client", sweep())
+    else:
+        print_table("remote stores", run(quick="--quick" in sys.argv))
