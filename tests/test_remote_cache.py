@@ -172,6 +172,30 @@ def _claim_write_garbage_and_die(store, b):
     os._exit(7)
 
 
+def test_a_failed_cache_write_marks_nothing_and_refunds_its_charge(
+    s3_server, tmp_path, monkeypatch
+):
+    """The state byte is set only after the block's bytes are written: a write that fails (a
+    full disk) leaves the block absent, its charge given back, and the read still correct."""
+    import mmpack.store.remote.cachefile as cachefile
+
+    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+    s = _open(store, s3_server.options, tmp_path)
+    cf = s._backend._cache_file()
+    before = s._backend.cache.usage()
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cachefile.os, "pwrite", full)
+    np.testing.assert_array_equal(s.read_range(0, 6000), store.read_range(0, 6000))
+    assert int(cf.state.sum()) == 0 and s._backend.cache.usage() == before
+    monkeypatch.undo()
+    s2 = _open(store, s3_server.options, tmp_path)
+    np.testing.assert_array_equal(s2.read_range(0, 6000), store.read_range(0, 6000))
+    assert int(cf.state.sum()) == 3 and s._backend.cache.usage() == before + 3 * 4096
+
+
 # ----------------------------------------------------------------------------- the limit
 def test_limit_holds_in_charges_and_on_disk(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=600), s3_server.options, 4096)
