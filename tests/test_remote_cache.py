@@ -257,6 +257,45 @@ def test_an_active_store_is_not_evicted(s3_server, tmp_path):
     assert not ra._backend._cf.retired and int(rb._backend._cache_file().state.sum()) == 0
 
 
+def test_processes_evicting_each_others_stores_stay_correct_and_bounded(
+    s3_server, tmp_path, monkeypatch
+):
+    """Four processes read two stores through one small cache that holds about one store's
+    worth; with no "active" grace every charge may evict the other store: reads stay right,
+    the charged total and the disk use stay under the limit."""
+    monkeypatch.setattr(cache_mod, "ACTIVE_SECONDS", 0.0)
+    stores = [
+        _build_with_block(_url(), _corpus(n_docs=300, seed=s), s3_server.options, 4096)
+        for s in (7, 8)
+    ]
+    nblocks = -(-max(s.num_tokens for s in stores) * 2 // 4096)
+    limit = BlockCache.base_charge(nblocks) + 16 * 4096
+    ctx = mp.get_context("fork")
+    procs = [
+        ctx.Process(target=_hammer, args=(stores[k % 2], s3_server.options, tmp_path, limit, k))
+        for k in range(4)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    cache = BlockCache(tmp_path, limit)
+    assert cache.allocated() <= cache.usage() <= limit
+
+
+def _hammer(store, options, cache_dir, limit, seed):
+    s = _open(store, options, cache_dir, limit)
+    cache = s._backend.cache
+    rng = np.random.default_rng(seed)
+    for _ in range(30):
+        starts = rng.integers(0, store.num_tokens - 200, size=6)
+        src, at = s.read_ranges(starts, np.full(6, 200))
+        for k, a in enumerate(starts.tolist()):
+            np.testing.assert_array_equal(src[at[k] : at[k] + 200], store.read_range(a, a + 200))
+        assert cache.usage() <= limit
+
+
 # ----------------------------------------------------------------------------- integrity
 def test_corrupt_cached_block_is_trusted_on_reads_and_caught_by_verify(s3_server, tmp_path):
     """Blocks are verified when stored and trusted after, like a local store's disk; verify()
