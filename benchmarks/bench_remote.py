@@ -5,29 +5,36 @@ Cases (32 x 2048 windows, and packed rows of 2048, in a shuffled order):
 
 - ``local``: the memmap store (the reference);
 - ``remote`` without look-ahead: each batch's check blocks fetched when the batch is read (its
-  range requests concurrent, adjacent blocks merged);
+  range requests concurrent, blocks up to ``merge_gap_bytes`` apart merged);
 - ``remote + look-ahead K``: :class:`mmpack.views.readahead.Lookahead` hints the next K
-  batches, so their blocks are in flight while the current one is consumed;
+  batches; the look-ahead threads take every queued block at once, so several batches' blocks
+  share range requests;
+- ``... merge_gap_bytes=0``: the same without merging nearby blocks (one request per run of
+  adjacent blocks);
 - ``node cache (new reader)``: a fresh store object (as a new worker would open it) reading the
   same batches again, the node's block cache filled by a first pass (a second epoch over a
-  store the cache holds);
+  store the cache holds); timed alternately with the local store, 7 times, each time passing
+  over the batches for at least ~0.1 s, medians;
 - ``50 ms step per batch``: the look-ahead loop with a simulated 50 ms training step per batch;
   the ratio is then local step time over remote step time (what a trainer sees).
 
-The batches are the first 48 of a shuffled epoch (12 with ``--quick``), so the bytes fetched per
-byte served are those of a store much larger than what is read (blocks shared by batches are
-reused only from the per-process memory LRU).
+The batches are the first 48 of a shuffled epoch (12 with ``--quick``).  The delay proxy runs in
+its own process (in this one it would take the GIL from the client).  Columns: ``Mtok/s``
+tokens served per second, ``vs local`` the ratio to the local memmap run, ``req/s`` range
+requests per second, ``fetched/served`` bytes moved from the store per byte of tokens served,
+``client/server ms/req`` CPU time per request of this process and of the S3 server (the bound on
+a machine whose cores they share).
 
-Columns: ``Mtok/s`` tokens served per second, ``vs local`` the ratio to the local memmap run,
-``fetched/served`` bytes moved from the store per byte of tokens served (the price of verifying
-whole 64 KiB check blocks).
-
-Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only).
+Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only);
+``python -m benchmarks.bench_remote --sweep``: the look-ahead case over ``max_concurrency``
+16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads).
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -41,6 +48,7 @@ _TESTS = Path(__file__).resolve().parent.parent / "tests"
 BATCH = 32
 SEQLEN = 2048
 STEP_SECONDS = 0.05
+DEPTH = 8
 
 
 def _server_helpers() -> Any:
@@ -58,13 +66,12 @@ def _docs(n_tokens: int, seed: int = 0) -> list[np.ndarray]:
     return np.split(flat, np.cumsum(lens)[:-1])
 
 
-def _views(store: Any) -> dict[str, Any]:
+def _view(store: Any, kind: str) -> Any:
     import mmpack
 
-    return {
-        "window": mmpack.WindowDataset(store, SEQLEN, eot=50_000),
-        "packed": mmpack.PackedDataset(store, SEQLEN, eot=50_000),
-    }
+    if kind == "window":
+        return mmpack.WindowDataset(store, SEQLEN, eot=50_000)
+    return mmpack.PackedDataset(store, SEQLEN, eot=50_000)
 
 
 def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) -> float:
@@ -79,14 +86,210 @@ def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) ->
     return time.perf_counter() - t0
 
 
+def _proxy_main(target: int, delay: float, conn: Any) -> None:
+    proxy = _server_helpers().DelayProxy(target, delay, max_connections=512)
+    conn.send(proxy.port)
+    conn.recv()  # until told to stop
+    proxy.close()
+
+
+class _Proxy:
+    """The delay proxy in a child process (stopped by ``close``)."""
+
+    def __init__(self, target: int, delay: float) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_proxy_main, args=(target, delay, child), daemon=True)
+        self._proc.start()
+        self.endpoint = f"http://127.0.0.1:{self._conn.recv()}"
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (from /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _remote_row(label: str, store: Any, run: Any, tokens: int, local_s: float, server: Any) -> dict:
+    """Time ``run()``; the row with its throughput, requests and CPU per request."""
+    served = tokens * 2
+    s0, r0 = _cpu_seconds(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+    secs = run()
+    s1, r1 = _cpu_seconds(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+    stats = store._backend.stats
+    n = max(stats["requests"], 1)
+    client = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    return {
+        "case": label,
+        "Mtok/s": tokens / secs / 1e6,
+        "vs local": local_s / secs,
+        "req/s": stats["requests"] / secs,
+        "fetched/served": stats["bytes_fetched"] / served,
+        "client/server ms/req": f"{client / n * 1e3:.2f} / {(s1 - s0) / n * 1e3:.2f}",
+    }
+
+
+def _cache_rows(
+    url: str,
+    opts: dict,
+    tmp: Path,
+    kind: str,
+    local_view: Any,
+    batches: list,
+    tokens: int,
+    tag: str,
+) -> dict:
+    import mmpack
+
+    cache = tmp / f"cache-{kind}"
+    first = mmpack.open(url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30)
+    _epoch(_view(first, kind), batches, DEPTH, 0)
+    again = mmpack.open(url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30)
+    view = _view(again, kind)
+    _epoch(view, batches[:2], 0, 0)
+    passes = batches * max(1, int(0.1 / _epoch(local_view, batches, 0, 0)))  # >= ~0.1 s each
+    local_t, cache_t = [], []
+    for _ in range(7):  # interleaved: the same load on both
+        local_t.append(_epoch(local_view, passes, 0, 0) / (len(passes) // len(batches)))
+        cache_t.append(_epoch(view, passes, 0, 0) / (len(passes) // len(batches)))
+    ratio = float(np.median(local_t) / np.median(cache_t))
+    return {
+        "case": f"{tag}, same batches again, node cache (new reader)",
+        "Mtok/s": tokens / float(np.median(cache_t)) / 1e6,
+        "vs local": ratio,
+        "fetched/served": again._backend.stats["bytes_fetched"] / (tokens * 2),
+        "target": "≥ 0.8",
+        "met": ratio >= 0.8,
+    }
+
+
+def _kind_rows(kind, local, url, server, tmp, delays, quick) -> list[dict[str, Any]]:
+    import mmpack
+
+    rows: list[dict[str, Any]] = []
+    local_view = _view(local, kind)
+    order = np.random.default_rng(1).permutation(len(local_view))
+    n_batches = min(len(local_view) // BATCH, 12 if quick else 48)  # a part of an epoch
+    batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
+    tokens = n_batches * BATCH * SEQLEN
+    _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
+    local_s = float(np.median([_epoch(local_view, batches, 0, 0) for _ in range(3)]))
+    k_step = min(n_batches, 12)
+    local_step_s = _epoch(local_view, batches[:k_step], 0, STEP_SECONDS) / k_step
+    rows.append({"case": f"{kind} local memmap", "Mtok/s": tokens / local_s / 1e6, "vs local": 1.0})
+    for delay in delays:
+        proxy = _Proxy(server.port, delay)
+        try:
+            opts = dict(server.options, endpoint=proxy.endpoint)
+            tag = f"{kind} remote {delay * 1e3:.0f} ms"
+            cases = [("", 0, {}), (f" + look-ahead {DEPTH}", DEPTH, {})]
+            cases.append(
+                (f" + look-ahead {DEPTH}, merge_gap_bytes=0", DEPTH, {"merge_gap_bytes": 0})
+            )
+            for suffix, ahead, extra in cases:
+                store = mmpack.open(
+                    url, storage_options=dict(opts, **extra), cache_dir=tmp / f"c{time.time()}"
+                )
+                view = _view(store, kind)
+                row = _remote_row(
+                    tag + suffix,
+                    store,
+                    lambda v=view, a=ahead: _epoch(v, batches, a, 0),
+                    tokens,
+                    local_s,
+                    server,
+                )
+                if ahead and not extra and delay == 0.02:
+                    row.update(target="≥ 0.5", met=row["vs local"] >= 0.5)
+                rows.append(row)
+            store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"s{time.time()}")
+            step_s = _epoch(_view(store, kind), batches[:k_step], DEPTH, STEP_SECONDS) / k_step
+            rows.append(
+                {
+                    "case": f"{tag} + look-ahead {DEPTH}, {STEP_SECONDS * 1e3:.0f} ms step per batch",
+                    "vs local": local_step_s / step_s,
+                }
+            )
+            if delay == max(delays):
+                rows.append(_cache_rows(url, opts, tmp, kind, local_view, batches, tokens, tag))
+        finally:
+            proxy.close()
+    return rows
+
+
+def sweep() -> list[dict[str, Any]]:
+    """Window batches, 20 ms, look-ahead 8, over requests in flight and the client
+    (``python -m benchmarks.bench_remote --sweep``)."""
+    import mmpack
+
+    s3 = _server_helpers()
+    rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
+    with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
+        tmp = Path(tmp_name)
+        os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache-home")
+        server = s3.S3Server.start(tmp / "server")
+        proxy = None
+        try:
+            docs = _docs(8 << 20)
+            url = f"s3://{s3.BUCKET}/bench/store"
+            mmpack.build(url, docs, storage_options=server.options, overwrite=True)
+            local_view = _view(mmpack.build(tmp / "local", docs), "window")
+            order = np.random.default_rng(1).permutation(len(local_view))
+            batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(48)]
+            tokens = 48 * BATCH * SEQLEN
+            _epoch(local_view, batches[:2], 0, 0)
+            local_s = float(np.median([_epoch(local_view, batches, 0, 0) for _ in range(3)]))
+            proxy = _Proxy(server.port, 0.02)
+            for client in ("http", "obstore"):
+                for conc in (16, 64, 256):
+                    opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=conc)
+                    opts["client"] = client
+                    store = mmpack.open(
+                        url, storage_options=opts, cache_dir=tmp / f"c{time.time()}"
+                    )
+                    view = _view(store, "window")
+                    label = f"window 20 ms + look-ahead {DEPTH}, {client}, max_concurrency={conc}"
+                    rows.append(
+                        _remote_row(
+                            label,
+                            store,
+                            lambda v=view: _epoch(v, batches, DEPTH, 0),
+                            tokens,
+                            local_s,
+                            server,
+                        )
+                    )
+        finally:
+            if proxy is not None:
+                proxy.close()
+            server.stop()
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     import mmpack
 
     s3 = _server_helpers()
     n_tokens = (1 << 20) if quick else (8 << 20)
     delays = (0.02,) if quick else (0.01, 0.02)
-    depth = 8
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
     with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
         tmp = Path(tmp_name)
         saved_cache = os.environ.get("MMPACK_CACHE_DIR")
@@ -102,97 +305,22 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             rows.append(
                 {"case": "build + upload", "seconds": upload_s, "MB": local.num_tokens * 2 / 1e6}
             )
-            for kind, local_view in _views(local).items():
-                n = len(local_view)
-                order = np.random.default_rng(1).permutation(n)
-                n_batches = min(n // BATCH, 12 if quick else 48)  # a part of an epoch
-                batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
-                served = n_batches * BATCH * SEQLEN * 2
-                tokens = served // 2
-                _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
-                local_s = _epoch(local_view, batches, 0, 0)
-                k_step = min(n_batches, 12)
-                local_step_s = _epoch(local_view, batches[:k_step], 0, STEP_SECONDS) / k_step
-                rows.append(
-                    {
-                        "case": f"{kind} local memmap",
-                        "Mtok/s": tokens / local_s / 1e6,
-                        "vs local": 1.0,
-                        "batches": n_batches,
-                    }
-                )
-                for delay in delays:
-                    proxy = s3.DelayProxy(server.port, delay)
-                    try:
-                        opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=32)
-                        tag = f"{kind} remote {delay * 1e3:.0f} ms"
-                        for ahead in (0, depth):
-                            store = mmpack.open(
-                                url,
-                                storage_options=opts,
-                                cache_dir=tmp / f"c-{kind}-{delay}-{ahead}",
-                            )
-                            secs = _epoch(_views(store)[kind], batches, ahead, 0)
-                            label = tag + (f" + look-ahead {ahead}" if ahead else "")
-                            row = {
-                                "case": label,
-                                "Mtok/s": tokens / secs / 1e6,
-                                "vs local": local_s / secs,
-                                "batches": n_batches,
-                                "fetched/served": store._backend.stats["bytes_fetched"] / served,
-                            }
-                            if ahead and delay == 0.02:
-                                row.update(target="≥ 0.5", met=local_s / secs >= 0.5)
-                            rows.append(row)
-                        store = mmpack.open(
-                            url, storage_options=opts, cache_dir=tmp / f"s-{kind}-{delay}"
-                        )
-                        step_s = (
-                            _epoch(_views(store)[kind], batches[:k_step], depth, STEP_SECONDS)
-                            / k_step
-                        )
-                        rows.append(
-                            {
-                                "case": f"{tag} + look-ahead {depth}, "
-                                f"{STEP_SECONDS * 1e3:.0f} ms step per batch",
-                                "vs local": local_step_s / step_s,
-                                "batches": k_step,
-                            }
-                        )
-                        if delay == max(delays):  # the node cache: fill it, then a new reader
-                            cache = tmp / f"cache-{kind}"
-                            first = mmpack.open(
-                                url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30
-                            )
-                            _epoch(_views(first)[kind], batches, depth, 0)
-                            again = mmpack.open(
-                                url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30
-                            )
-                            secs = _epoch(_views(again)[kind], batches, 0, 0)
-                            rows.append(
-                                {
-                                    "case": f"{tag}, same batches again, node cache (new reader)",
-                                    "Mtok/s": tokens / secs / 1e6,
-                                    "vs local": local_s / secs,
-                                    "batches": n_batches,
-                                    "fetched/served": again._backend.stats["bytes_fetched"]
-                                    / served,
-                                    "target": "≥ 0.8",
-                                    "met": local_s / secs >= 0.8,
-                                }
-                            )
-                    finally:
-                        proxy.close()
+            for kind in ("window", "packed"):
+                rows.extend(_kind_rows(kind, local, url, server, tmp, delays, quick))
         finally:
             server.stop()
             if saved_cache is None:
                 os.environ.pop("MMPACK_CACHE_DIR", None)
             else:
                 os.environ["MMPACK_CACHE_DIR"] = saved_cache
+    rows.append({"case": f"load average {os.getloadavg()[0]:.1f} at the end"})
     return rows
 
 
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
-    print_table("remote stores", run(quick="--quick" in sys.argv))
+    if "--sweep" in sys.argv:
+        print_table("remote stores: requests in flight and client", sweep())
+    else:
+        print_table("remote stores", run(quick="--quick" in sys.argv))

@@ -18,6 +18,7 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | ``mixture`` | Tijdeman's assignment over one period |
 | ``store`` | offsets validation for huge indexes |
 | ``eos`` | one scan for document separators in a flat token file |
+| ``blockstate`` | the remote node cache's hit test (are a batch's blocks all present?) |
 """
 
 __all__: list[str] = []  # kernels are reached by module path

@@ -8,8 +8,10 @@
     local.py       LocalTransport (file://)
     _s3http.py     the fork-safe S3 client (SigV4 over urllib3, pools per process)
     _obstore.py    gs://, az:// through obstore (refused in a forked child of a user)
-    cache.py       the node's bounded block cache (atomic files, LRU by mtime, flock'd ledger)
-    backend.py     RemoteBackend: verified check blocks, memory LRU, look-ahead
+    cache.py       the node cache: one sparse mapped file per object, limit, LRU eviction
+    cachefile.py   one cached object: its mapping, block states, claims (OFD locks), writes
+    fetcher.py     claims, range requests, verification, memory LRU, look-ahead threads
+    backend.py     RemoteBackend: open, the zero-copy hit path, verify
     blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
     opener.py      open_url: mmpack.open(url)
     writer.py      RemoteStoreWriter / upload: build locally, upload, metadata last

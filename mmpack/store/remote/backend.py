@@ -16,14 +16,26 @@ read then moves 16 MiB: upload with ``mmpack.build(url, ...)`` instead).
 At open: the metadata is read (one GET), ``tokens.bin``'s size checked (one HEAD), and
 ``offsets.bin`` and the check table are fetched whole, verified against the metadata's CRCs and
 kept in ``<cache_dir>/stores/<fingerprint>/`` (reopening in a DataLoader worker reads them from
-there).  ``read_ranges`` turns token ranges into the set of check blocks they touch; blocks held
-by the look-ahead (:meth:`RemoteBackend.prefetch`) or the node's block cache are used as
-they are, the rest are fetched as runs of adjacent blocks (one range request per run, all runs
-concurrently), each block's CRC-32 is checked (a mismatch is re-fetched once, then it is a
-:class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the verified blocks
-go to the node cache and to a per-process memory LRU.  The result holds only the bytes served:
-the ranges back to back.  The block arithmetic (blocks touched, runs, CRCs, copying out) is
-:mod:`mmpack.store.remote.blocks`; this module owns the I/O, verification and caching.
+there).
+
+``read_ranges`` with a node cache (``cache_limit``): one kernel pass asks the cache's state array
+whether every block the ranges touch is present; if so the answer is the cache's mapped file and
+the ranges' own starts, exactly as the memmap backend answers (zero copy, no per-block Python).
+Otherwise the ranges' blocks are gathered: those present from the mapping, those in this
+process's memory LRU or in flight in a look-ahead thread from there, and the rest fetched --
+claimed in the cache first (another process's claim is waited for instead), grouped into runs
+of blocks at most ``merge_gap_bytes`` apart (the blocks between fetched too), one range request
+per run, all runs concurrently; each block's CRC-32 is checked (a mismatch is re-fetched once,
+then it is a :class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the
+verified blocks are written to the cache (or kept in memory when it has no room).  The result
+then holds only the bytes served, the ranges back to back.
+
+Look-ahead (:meth:`RemoteBackend.prefetch`): hinted blocks join a queue that up to four threads
+per process drain, each taking everything queued at once, so the blocks of several hinted
+batches share range requests.  A read takes blocks still queued itself and waits for those in
+flight.  The block arithmetic (blocks touched, runs, CRCs, copying out) is
+:mod:`mmpack.store.remote.blocks`, the cache :mod:`mmpack.store.remote.cache`; this module owns
+the I/O, verification and the read path.
 
 Cost (measured here, a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
 a 2048-token uint16 window (4 KiB) touches one or two blocks, so verification adds well under
@@ -39,27 +51,23 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
+import time
 from collections import OrderedDict
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError
+from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
-from mmpack.store.remote.blocks import block_ids, crc_blocks, gather, runs_of
+from mmpack.store.remote.blocks import block_ids, crc_blocks, gather
 from mmpack.store.remote.cache import BlockCache
+from mmpack.store.remote.cachefile import CacheFile
+from mmpack.store.remote.fetcher import BlockFetcher
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["RemoteBackend"]
-
-_AHEAD_THREADS = 4  # look-ahead batches fetched at once (each with concurrent range requests)
-MEMORY_BLOCKS_BYTES = 128 << 20
-"""Verified blocks kept in memory per process (LRU): look-ahead results, and blocks a batch read,
-which later batches of a shuffled epoch touch again (a 16 KiB block holds several windows)."""
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -69,7 +77,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-class RemoteBackend(Backend):
+class RemoteBackend(BlockFetcher, Backend):
     """The tokens of one remote store, read in verified check blocks."""
 
     name = "memmap"  # the remote layout is the memmap layout's files, as objects
@@ -89,6 +97,7 @@ class RemoteBackend(Backend):
         self.cache = cache
         remote = raw.get("remote")
         itemsize = meta.dtype.itemsize
+        self.itemsize = itemsize
         self.nbytes = meta.num_tokens * itemsize
         if remote is None:
             self.data = ""
@@ -133,10 +142,35 @@ class RemoteBackend(Backend):
         self._lock = threading.Lock()
         self._ready: OrderedDict[int, bytes] = OrderedDict()  # verified blocks in memory, LRU
         self._ready_bytes = 0
-        self._pending: dict[int, Future] = {}
+        self._queue: dict[int, None] = {}  # blocks hinted by prefetch(), not yet taken
+        self._pending: dict[int, threading.Event] = {}  # blocks a look-ahead thread fetches
+        self._drains = 0  # look-ahead threads running
         self._prefetcher: Any = None
+        self._cf: CacheFile | None = None  # this process's mapping of the node cache's file
+        self._cf_retry = 0.0
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
-        """This process's counts: range requests, bytes they fetched, blocks from the cache."""
+        """This process's counts: range requests, bytes they fetched, blocks the slow path
+        found in the node cache."""
+
+    def _cache_file(self) -> CacheFile | None:
+        """The node cache's file of this store, mapped (None without a cache, or while it
+        cannot be had: retried after a second)."""
+        if self._pid != os.getpid():
+            self._init_process_state()
+        cf = self._cf
+        if cf is not None and not cf.retired:
+            return cf
+        self._cf = None  # retired: let go (closed when the last thread using it is done)
+        if self.cache is None or time.monotonic() < self._cf_retry:
+            return None
+        with self._lock:
+            if self._cf is None:
+                self._cf = self.cache.open_file(
+                    self.fingerprint, "tokens", self.nbytes, self.block, self.meta.dtype
+                )
+                if self._cf is None:
+                    self._cf_retry = time.monotonic() + 1.0
+            return self._cf
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("RemoteBackend is not pickled; the TokenStore reopens its URL")
@@ -182,183 +216,41 @@ class RemoteBackend(Backend):
     # ------------------------------------------------------------------------------ reading
     def read_range(self, start: int, stop: int) -> np.ndarray:
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
-        return src[int(at[0]) : int(at[0]) + stop - start]
+        return np.array(src[int(at[0]) : int(at[0]) + stop - start])  # never a view of the cache
 
     def _block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return block_ids(starts, lengths, self.meta.dtype.itemsize, self.block)
 
+    def resident(self, positions: np.ndarray) -> bool:
+        """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
+        kernel pass) when the node cache holds every block of the ranges, and otherwise queues
+        exactly the missing ones (a probe of a few positions could not tell a partly cached
+        batch from a cached one)."""
+        return False
+
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ranges' tokens back to back (only the bytes served are copied out of the
-        verified blocks); ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k."""
+        """The ranges' tokens: ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.
+        When the node cache holds every block they touch, ``src`` is the cache's mapped file
+        and ``src_starts`` is ``starts`` (zero copy, as the memmap backend); otherwise the
+        missing blocks are fetched and the ranges copied back to back into a new buffer."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        ids = self._block_ids(starts, lengths)
-        blocks = dict(zip(ids.tolist(), self._get_blocks(ids)))
         item = self.meta.dtype.itemsize
+        cf = self._cache_file()
+        if cf is not None and cf.covers(starts, lengths, item):  # the hit path: no Python loop
+            cf.touch()
+            return cf.tokens, starts
+        if cf is not None:
+            cf.touch()
+        ids = self._block_ids(starts, lengths)
+        blocks = self._get_blocks(ids, cf)
+        if cf is not None and cf.covers(starts, lengths, item):
+            return cf.tokens, starts
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
         out = gather(blocks, starts, lengths, item, self.block)
         return out.view(self.meta.dtype), src_starts
-
-    def _get_blocks(self, ids: np.ndarray) -> list[bytes]:
-        if self._pid != os.getpid():
-            self._init_process_state()
-        found: dict[int, bytes] = {}
-        waits: list[tuple[int, Future]] = []
-        with self._lock:
-            for b in ids.tolist():
-                data = self._ready.get(b)
-                if data is not None:
-                    self._ready.move_to_end(b)
-                    found[b] = data
-                elif b in self._pending:
-                    waits.append((b, self._pending[b]))
-        for b, fut in waits:
-            try:
-                data = fut.result().get(b)
-            except Exception:
-                data = None
-            if data is not None:
-                found[b] = data
-        missing = [b for b in ids.tolist() if b not in found]
-        fresh: dict[int, bytes] = {}
-        if missing and self.cache is not None:
-            for b in missing:
-                data = self.cache.get(self.fingerprint, b)
-                if data is not None and self._intact(b, data):
-                    fresh[b] = data
-                    self.stats["cache_hits"] += 1
-            missing = [b for b in missing if b not in fresh]
-        if missing:
-            fresh.update(self._fetch_shared(missing))
-        if fresh:
-            self._remember(fresh)
-            found.update(fresh)
-        return [found[b] for b in ids.tolist()]
-
-    def _remember(self, blocks: dict[int, bytes]) -> None:
-        with self._lock:
-            for b, data in blocks.items():
-                if b not in self._ready:
-                    self._ready[b] = data
-                    self._ready_bytes += len(data)
-            while self._ready_bytes > MEMORY_BLOCKS_BYTES:  # least recently used first
-                self._ready_bytes -= len(self._ready.popitem(last=False)[1])
-
-    def _fetch_shared(self, missing: list[int]) -> dict[int, bytes]:
-        """Fetch blocks, and with a cache, not those another process on the node is fetching:
-        wait for them to land in the cache instead (then fetch any that did not)."""
-        if self.cache is None:
-            return self._fetch(missing)
-        mine, theirs = self.cache.claim(self.fingerprint, missing)
-        try:
-            got = self._fetch(mine) if mine else {}
-            self.cache.put_many(self.fingerprint, got)
-        finally:
-            self.cache.release(self.fingerprint, mine)
-        if theirs:
-            landed = {
-                b: d
-                for b, d in self.cache.wait_for(
-                    self.fingerprint, theirs, self.transport.read_timeout
-                ).items()
-                if self._intact(b, d)
-            }
-            self.stats["cache_hits"] += len(landed)
-            late = [b for b in theirs if b not in landed]
-            got.update(landed)
-            if late:
-                got.update(self._fetch(late))
-        return got
-
-    def _block_span(self, b: int) -> tuple[int, int]:
-        lo = b * self.block
-        return lo, min(lo + self.block, self.nbytes)
-
-    def _intact(self, b: int, data: bytes) -> bool:
-        lo, hi = self._block_span(b)
-        return len(data) == hi - lo and zlib.crc32(data) == int(self.table[b])
-
-    def _fetch(self, ids: list[int]) -> dict[int, bytes]:
-        """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at
-        once; verify every block (one re-fetch of a bad block, then FormatError)."""
-        runs = runs_of(ids, self.block)
-        key = self.data + "tokens.bin"
-        ranges = [(self._block_span(r[0])[0], self._block_span(r[-1])[1]) for r in runs]
-        try:
-            return self._fetch_runs(key, runs, ranges)
-        except ObjectMissing:
-            raise StateMismatchError(
-                f"{self.url}: {key} is gone: the store was rebuilt or deleted after it was "
-                "opened; open it again"
-            ) from None
-
-    def _fetch_runs(
-        self, key: str, runs: list[list[int]], ranges: list[tuple[int, int]]
-    ) -> dict[int, bytes]:
-        pieces = self.transport.get_ranges(key, ranges)
-        with self._lock:
-            self.stats["requests"] += len(ranges)
-            self.stats["bytes_fetched"] += sum(hi - lo for lo, hi in ranges)
-        out: dict[int, bytes] = {}
-        for run, piece in zip(runs, pieces):
-            mv = memoryview(piece)
-            for k, b in enumerate(run):
-                lo, hi = self._block_span(b)
-                data = bytes(mv[k * self.block : k * self.block + hi - lo])
-                if not self._intact(b, data):
-                    data = self.transport.get_ranges(key, [(lo, hi)])[0]
-                    if not self._intact(b, data):
-                        raise FormatError(
-                            f"{self.url}: {key} bytes {lo}..{hi} (check block {b}) fail their "
-                            f"checksum (stored {int(self.table[b]):#010x}, got "
-                            f"{zlib.crc32(data):#010x}): the object is corrupt; rebuild the store"
-                        )
-                out[b] = data
-        return out
-
-    # ------------------------------------------------------------------------------ look-ahead
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """Start fetching the blocks of these ranges in the background (one thread per
-        process); a later ``read_ranges`` takes them from memory.  Errors surface there.
-        Returns the number of blocks requested."""
-        if self._pid != os.getpid():
-            self._init_process_state()
-        ids = self._block_ids(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
-        with self._lock:
-            todo = [b for b in ids.tolist() if b not in self._ready and b not in self._pending]
-            if not todo:
-                return 0
-            if self._prefetcher is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._prefetcher = ThreadPoolExecutor(
-                    _AHEAD_THREADS, thread_name_prefix="mmpack-ahead"
-                )
-            fut = self._prefetcher.submit(self._prefetch_job, todo)
-            for b in todo:
-                self._pending[b] = fut
-        return len(todo)
-
-    def _prefetch_job(self, todo: list[int]) -> dict[int, bytes]:
-        try:
-            got: dict[int, bytes] = {}
-            need = todo
-            if self.cache is not None:
-                for b in todo:
-                    data = self.cache.get(self.fingerprint, b)
-                    if data is not None and self._intact(b, data):
-                        got[b] = data
-                need = [b for b in todo if b not in got]
-            if need:
-                got.update(self._fetch_shared(need))
-            self._remember(got)
-            return got
-        finally:
-            with self._lock:
-                for b in todo:
-                    self._pending.pop(b, None)
 
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
@@ -374,4 +266,29 @@ class RemoteBackend(Backend):
                         f"{self.url}: {key} check block {b} fails its checksum: "
                         "the object is corrupt; rebuild the store"
                     )
+            self._verify_cached(start, data)
         return data
+
+    def _verify_cached(self, start: int, data: bytes) -> None:
+        """Compare the node cache's present blocks in ``[start, start + len(data))`` with the
+        verified object bytes ``data``; a differing block (local disk corruption: the cache
+        trusts blocks it verified when storing them) is dropped, then reported."""
+        cf = self._cache_file()
+        if cf is None or not data:
+            return
+        first = start // self.block
+        ids = np.arange(first, first + -(-len(data) // self.block), dtype=np.int64)
+        bad = []
+        for b in ids[cf.present(ids)].tolist():
+            lo = (b - first) * self.block
+            if not np.array_equal(
+                cf.block_bytes(b), np.frombuffer(data, np.uint8)[lo : lo + self.block]
+            ):
+                bad.append(b)
+        if bad:
+            assert self.cache is not None
+            self.cache.refund(cf, sum(cf.drop(b) for b in bad))
+            raise FormatError(
+                f"{cf.data_path}: node-cache block(s) {bad[:5]} of {self.url} differ from the "
+                "verified object (local disk corruption); dropped, they will be fetched again"
+            )

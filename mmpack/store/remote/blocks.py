@@ -44,13 +44,14 @@ def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
     return np.unique(rep + np.arange(int(count.sum()), dtype=np.int64))
 
 
-def runs_of(ids: list[int], block: int) -> list[list[int]]:
-    """Sorted block ids grouped into runs of adjacent blocks of at most MAX_RUN_BYTES each."""
+def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
+    """Sorted block ids grouped into runs of at most MAX_RUN_BYTES each; ids at most ``gap``
+    blocks apart join one run, the blocks between them filled in (fetched too)."""
     runs: list[list[int]] = []
     per_run = max(1, MAX_RUN_BYTES // block)
     for b in ids:
-        if runs and runs[-1][-1] == b - 1 and len(runs[-1]) < per_run:
-            runs[-1].append(b)
+        if runs and b - runs[-1][-1] - 1 <= gap and b - runs[-1][0] < per_run:
+            runs[-1].extend(range(runs[-1][-1] + 1, b + 1))
         else:
             runs.append([b])
     return runs

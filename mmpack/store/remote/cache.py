@@ -1,25 +1,31 @@
-"""A bounded block cache on local disk, shared by every process of a node.
+"""A bounded cache of verified remote blocks on local disk, shared by every process of a node.
 
 Layout under ``cache_dir``::
 
-    blocks/<fingerprint>-<block>.blk   one verified check block (16 KiB by default) per file
-    blocks/.usage                      the bytes the block files hold (text), kept under the lock
-    blocks/.lock                       ``fcntl.flock`` serializing inserts and evictions
+    blocks/<fingerprint>-<object>-b<block>.data    one sparse file per remote object
+    blocks/<fingerprint>-<object>-b<block>.state   its header and per-block states
+    blocks/.lock                                   ``fcntl.flock``: creation, charging, eviction
 
-Reads take no lock: a block file is written to a temporary name and renamed into place
-(``os.replace``), so a reader sees a whole block or none, and a reader still holding a file that
-is evicted keeps its open copy.  Inserts take the lock once per batch, add the batch's size to
-``.usage`` and, when that would pass ``limit``, first evict the least recently used files (file
-mtime; a hit touches it) until the batch fits in 90% of the limit; an eviction pass recounts the
-folder, so a ledger a crashed process left stale heals.  The total never exceeds ``limit``
-(temporary files included: they are written under the lock, after the reservation).  Blocks are
-checked again when read (size and CRC-32): the cache holds no unverified byte.
+(:mod:`mmpack.store.remote.cachefile` describes the two files, the claims and the write order.)
+The store's fingerprint is in the names, so a store rebuilt under the same URL (new contents,
+new fingerprint) never meets the old one's blocks.
 
-No duplicate downloads: before fetching, a process claims each missing block with an
-``O_EXCL`` marker file (``<fingerprint>-<block>.fetching``); a block another process has
-claimed is awaited in the cache (polling, up to the read timeout) instead of fetched again, and
-fetched after all if its marker disappears without the block or is older than 30 s (a fetch
-that died).
+Accounting (exact, never under): every file's header holds ``counted``, the disk bytes charged
+to it: at creation its state file's pages plus a worst-case allowance for the data file's
+extent tree (one 4 KiB page per 340 blocks, ext4's extents per page, plus one), then each stored
+block's length rounded up to 4 KiB pages, charged before it is written and given back if the
+write does not happen.  The total is the sum of the headers (a scan of a few files, under the
+lock); a charge that would pass ``limit`` first evicts, and what still does not fit is not kept
+(served from memory instead).  A process killed between charging and writing leaves its charge
+counted (an over-count) until the file is evicted.  ``allocated()`` reads the real disk use
+(``st_blocks``) for tests.
+
+Eviction: whole files, least recently used first (``last_used`` in the header, refreshed by
+readers at most once a second), skipping files read in the last :data:`ACTIVE_SECONDS` (two
+stores read at once would otherwise evict each other over and over).  A victim is marked
+``retired``; it is deleted (and its charge freed) once no process maps it (an exclusive lock on
+byte 0 of both files succeeds).  Readers notice ``retired`` at their next read, let go and
+reopen, so a retired file still mapped is removed by a later eviction pass.
 """
 
 from __future__ import annotations
@@ -31,14 +37,28 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["BlockCache"]
+import numpy as np
 
-_CLAIM_SECONDS = 30.0  # a marker older than this belongs to a fetch that died
-_TOUCH_SECONDS = 60.0  # a hit refreshes a block's mtime when it is older than this
+from mmpack.store.remote.cachefile import (
+    FORK_CLOSE,
+    HEADER,
+    CacheFile,
+    boot_id,
+    lock_range,
+    pack_header,
+    unpack_header,
+)
+
+__all__ = ["ACTIVE_SECONDS", "BlockCache"]
+
+ACTIVE_SECONDS = 10.0
+"""A cached object read this recently is never evicted."""
+
+_BOOT = boot_id()
 
 
 class BlockCache:
-    """Blocks of verified bytes on disk, total size at most ``limit`` bytes."""
+    """Verified blocks of remote objects on disk, total at most ``limit`` bytes."""
 
     def __init__(self, root: Path, limit: int) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -47,147 +67,164 @@ class BlockCache:
         self.limit = limit
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def _path(self, fingerprint: str, block: int) -> Path:
-        return self.root / f"{fingerprint}-{block}.blk"
-
-    def get(self, fingerprint: str, block: int) -> bytes | None:
-        path = self._path(fingerprint, block)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                st = os.fstat(fd)
-                data = os.read(fd, st.st_size)
-            finally:
-                os.close(fd)
-            if time.time() - st.st_mtime > _TOUCH_SECONDS:  # LRU-ish: recency to a minute
-                os.utime(path)
-        except OSError:
-            return None
-        return data
-
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        FORK_CLOSE.add(fd)  # a child forked meanwhile must not keep the lock alive
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            FORK_CLOSE.discard(fd)
             os.close(fd)
 
-    def _usage(self) -> int:
-        try:
-            return int((self.root / ".usage").read_text() or 0)
-        except (OSError, ValueError):
-            return self._recount()
-
-    def _set_usage(self, value: int) -> None:
-        tmp = self.root / f".usage.{os.getpid()}"
-        tmp.write_text(str(value))
-        os.replace(tmp, self.root / ".usage")
-
-    def _files(self) -> list[tuple[float, int, Path]]:
+    # ------------------------------------------------------------------------------ counting
+    def _headers(self) -> list[tuple[Path, tuple | None]]:
         out = []
         for entry in os.scandir(self.root):
-            if entry.name.endswith(".blk"):
+            if entry.name.endswith(".state"):
                 try:
-                    st = entry.stat()
+                    with open(entry.path, "rb") as f:
+                        out.append((Path(entry.path), unpack_header(f.read(HEADER))))
                 except OSError:
                     continue
-                out.append((st.st_mtime, st.st_size, Path(entry.path)))
         return out
-
-    def _recount(self) -> int:
-        return sum(size for _, size, _ in self._files())
 
     def usage(self) -> int:
-        """Bytes held by block files now (a directory scan)."""
-        return self._recount()
+        """Bytes charged to the cached files now (the sum the limit bounds)."""
+        return sum(h[2] for _, h in self._headers() if h is not None)
 
-    def put_many(self, fingerprint: str, blocks: dict[int, bytes]) -> None:
-        """Store verified blocks; those that cannot fit under the limit are not kept."""
-        if self.limit == 0 or not blocks:
-            return
-        items = [(b, d) for b, d in blocks.items() if len(d) <= self.limit]
-        with self._locked():
-            used = self._usage()
-            need = sum(len(d) for _, d in items)
-            if used + need > self.limit:
-                used = self._evict(target=max(0, int(self.limit * 0.9) - need))
-                while items and used + need > self.limit:  # a batch larger than the cache
-                    need -= len(items.pop()[1])
-            for b, data in items:
-                path = self._path(fingerprint, b)
-                if path.exists():
-                    need -= len(data)
-                    continue
-                tmp = path.with_name(f".{path.name}.{os.getpid()}")
-                try:
-                    with open(tmp, "wb") as f:
-                        f.write(data)
-                    os.replace(tmp, path)
-                except OSError:
-                    tmp.unlink(missing_ok=True)
-                    need -= len(data)
-            self._set_usage(used + need)
-
-    # ------------------------------------------------------------------ no duplicate downloads
-    def claim(self, fingerprint: str, blocks: list[int]) -> tuple[list[int], list[int]]:
-        """Split ``blocks`` into those this process fetches (an ``O_EXCL`` marker file created)
-        and those another process is fetching now (a marker younger than ``_CLAIM_SECONDS``)."""
-        mine: list[int] = []
-        theirs: list[int] = []
-        now = time.time()
-        for b in blocks:
-            marker = self.root / f"{fingerprint}-{b}.fetching"
-            try:
-                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                mine.append(b)
-            except FileExistsError:
-                try:
-                    fresh = now - marker.stat().st_mtime < _CLAIM_SECONDS
-                except OSError:
-                    fresh = False
-                (theirs if fresh else mine).append(b)
-            except OSError:
-                mine.append(b)
-        return mine, theirs
-
-    def release(self, fingerprint: str, blocks: list[int]) -> None:
-        for b in blocks:
+    def allocated(self) -> int:
+        """Disk bytes the cache's files occupy now (``st_blocks``)."""
+        total = 0
+        for entry in os.scandir(self.root):
             with contextlib.suppress(OSError):
-                (self.root / f"{fingerprint}-{b}.fetching").unlink()
-
-    def wait_for(self, fingerprint: str, blocks: list[int], timeout: float) -> dict[int, bytes]:
-        """The blocks another process fetches, as they land (polling); those that do not
-        appear within ``timeout`` (or whose fetch was abandoned) are left out."""
-        out: dict[int, bytes] = {}
-        todo = list(blocks)
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while todo:
-            for b in list(todo):
-                data = self.get(fingerprint, b)
-                if data is not None:
-                    out[b] = data
-                    todo.remove(b)
-                elif not (self.root / f"{fingerprint}-{b}.fetching").exists():
-                    data = self.get(fingerprint, b)  # landed just now, or abandoned
-                    if data is not None:
-                        out[b] = data
-                    todo.remove(b)
-            if not todo or time.monotonic() > deadline:
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
-        return out
-
-    def _evict(self, target: int) -> int:
-        files = sorted(self._files())
-        total = sum(size for _, size, _ in files)
-        for _, size, path in files:
-            if total <= target:
-                break
-            with contextlib.suppress(OSError):
-                path.unlink()
-                total -= size
+                total += entry.stat().st_blocks * 512
         return total
+
+    @staticmethod
+    def base_charge(nblocks: int) -> int:
+        """Bytes charged when an object's files are created (see the module docstring)."""
+        return -(-(HEADER + nblocks) // 4096) * 4096 + (nblocks // 340 + 1) * 4096
+
+    # ------------------------------------------------------------------------------ opening
+    def open_file(
+        self, fingerprint: str, name: str, nbytes: int, block: int, dtype: np.dtype
+    ) -> CacheFile | None:
+        """The cached object ``name`` of store ``fingerprint``, mapped (created empty if absent);
+        None when it cannot be had now (no room, or being evicted)."""
+        if self.limit == 0 or nbytes <= 0:
+            return None
+        stem = self.root / f"{fingerprint}-{name}-b{block}"
+        state = stem.with_suffix(".state")
+        with self._locked():
+            if state.exists():
+                header = _read_header(state)
+                other_boot = header is not None and header[5] != _BOOT  # nobody can map it
+                usable = header is not None and header[1] == nbytes and not header[4]
+                if usable and not other_boot and stem.with_suffix(".data").exists():
+                    return _open(stem, nbytes, block, dtype)
+                if not self._remove(stem, force=other_boot):
+                    return None  # retired but still mapped somewhere
+            for entry in os.scandir(self.root):  # creation runs under the lock: a leftover is stale
+                if ".tmp" in entry.name:
+                    Path(entry.path).unlink(missing_ok=True)
+            nblocks = -(-nbytes // block)
+            charge = self.base_charge(nblocks)
+            if self._make_room(charge, keep=state) + charge > self.limit:
+                return None
+            data = stem.with_suffix(".data")
+            data.unlink(missing_ok=True)  # an unmapped leftover (no state file names it)
+            fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+            tmp = stem.with_suffix(f".tmp{os.getpid()}")
+            with open(tmp, "wb") as f:
+                f.write(pack_header(block, nbytes, charge, _BOOT) + bytes(nblocks))
+            os.replace(tmp, state)
+            return _open(stem, nbytes, block, dtype)
+
+    # ------------------------------------------------------------------------------ charging
+    def charge(self, cf: CacheFile, sizes: list[int]) -> int:
+        """Charge the first blocks of ``sizes`` (bytes each) that fit to ``cf``, evicting other
+        files first if needed; returns how many were charged."""
+        if not sizes:
+            return 0
+        with self._locked():
+            total = self._make_room(sum(sizes), keep=cf.state_path)
+            room = self.limit - total
+            k = 0
+            while k < len(sizes) and sizes[k] <= room:
+                room -= sizes[k]
+                k += 1
+            if k:
+                cf.add_counted(sum(sizes[:k]))
+            return k
+
+    def refund(self, cf: CacheFile, nbytes: int) -> None:
+        """Give back a charge whose block was not written (or whose space was freed)."""
+        if nbytes:
+            with self._locked():
+                cf.add_counted(-nbytes)
+
+    # ------------------------------------------------------------------------------ eviction
+    def _make_room(self, need: int, keep: Path) -> int:
+        """Evict files other than ``keep`` until ``need`` more bytes fit (or nothing more can
+        go); returns the total charged afterwards."""
+        headers = self._headers()
+        total = sum(h[2] for _, h in headers if h is not None)
+        if total + need <= self.limit:
+            return total
+        now = time.time()
+        victims = sorted(
+            ((h[3] if h is not None else 0.0), p)
+            for p, h in headers
+            if p != keep and (h is None or h[4] or now - h[3] >= ACTIVE_SECONDS)
+        )
+        for _, path in victims:
+            if total + need <= self.limit:
+                break
+            header = _read_header(path)
+            with contextlib.suppress(OSError):
+                with open(path, "r+b") as f:  # retired: readers let go at their next read
+                    f.seek(40)
+                    f.write(b"\x01")
+            if self._remove(path.with_suffix(""), force=False) and header is not None:
+                total -= header[2]
+        return total
+
+    def _remove(self, stem: Path, force: bool) -> bool:
+        """Delete an object's files if nobody maps them (or ``force``: a file of another boot)."""
+        fds = []
+        try:
+            for suffix in (".state", ".data"):
+                try:
+                    fd = os.open(stem.with_suffix(suffix), os.O_RDWR | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                fds.append(fd)
+                if not force and not lock_range(fd, fcntl.F_WRLCK, 0, 1):
+                    return False
+            for suffix in (".data", ".state"):
+                stem.with_suffix(suffix).unlink(missing_ok=True)
+            return True
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _read_header(path: Path) -> tuple | None:
+    try:
+        with open(path, "rb") as f:
+            return unpack_header(f.read(HEADER))
+    except OSError:
+        return None
+
+
+def _open(stem: Path, nbytes: int, block: int, dtype: np.dtype) -> CacheFile | None:
+    try:
+        return CacheFile(stem, nbytes, block, dtype)
+    except OSError:
+        return None

@@ -4,7 +4,7 @@ Owns :class:`Transport` (the public calls, each retried, over the primitives a s
 implements: ``_get`` whole or ranged, ``_size``, ``_put`` of bytes or a file, ``_list``,
 ``_delete``), :class:`ObjectMissing`, :func:`split_url`, the storage options every transport
 takes (``retries``, ``retry_backoff``, ``connect_timeout``, ``read_timeout``,
-``max_concurrency``) and ``_Transient``, the failure worth retrying.
+``max_concurrency``, ``merge_gap_bytes``) and ``_Transient``, the failure worth retrying.
 
 Retries: a primitive that raises ``_Transient`` (connection error, timeout, 429, 5xx, short
 read) is called again up to ``retries`` times after ``retry_backoff * 2**(attempt - 1)`` seconds,
@@ -32,7 +32,8 @@ OPTION_DEFAULTS = {
     "retry_backoff": 0.1,
     "connect_timeout": 5.0,
     "read_timeout": 30.0,
-    "max_concurrency": 16,
+    "max_concurrency": 64,
+    "merge_gap_bytes": 128 << 10,
 }
 """The storage options of every transport, and their defaults."""
 
@@ -79,10 +80,12 @@ class Transport:
         self.connect_timeout = float(opts["connect_timeout"])
         self.read_timeout = float(opts["read_timeout"])
         self.max_concurrency = int(opts["max_concurrency"])
-        if self.retries < 0 or self.max_concurrency < 1:
+        self.merge_gap_bytes = int(opts["merge_gap_bytes"])
+        if self.retries < 0 or self.max_concurrency < 1 or self.merge_gap_bytes < 0:
             raise ValueError(
-                f"storage_options retries={self.retries!r} must be >= 0 and "
-                f"max_concurrency={self.max_concurrency!r} >= 1"
+                f"storage_options retries={self.retries!r} and merge_gap_bytes="
+                f"{self.merge_gap_bytes!r} must be >= 0, max_concurrency="
+                f"{self.max_concurrency!r} >= 1"
             )
 
     def key_url(self, key: str) -> str:

@@ -1,0 +1,44 @@
+"""The node cache's hit test: are all the blocks that a batch's token ranges touch present?
+
+One pass over the ranges, reading the state byte of every block each range touches (a window of
+2048 uint16 tokens touches one or two 16 KiB blocks).  Measured with ``timeit`` on this 2-core VM
+(load ~6): ~2-3 us per call for 32 windows or 300 packed pieces, against 24-30 us for the same
+test as a dozen numpy calls; the hit path of :mod:`mmpack.store.remote.backend` calls it once
+per batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.kernels._jit import njit
+
+__all__ = ["all_blocks_present"]
+
+
+@njit
+def all_blocks_present(
+    state: np.ndarray, starts: np.ndarray, lengths: np.ndarray, itemsize: int, shift: int
+) -> bool:
+    """True when ``state[b] == 1`` for every block ``b`` (of ``1 << shift`` bytes) touched by
+    the token ranges ``[starts[k], starts[k] + lengths[k])`` of ``itemsize``-byte tokens.
+
+    ``state``: uint8, (nblocks,); ``starts``, ``lengths``: int64, (k,), of one length.  Empty
+    ranges touch no block; a range reaching a block outside ``state`` (or starting before 0)
+    answers False, never reading out of bounds."""
+    n = state.shape[0]
+    for k in range(starts.shape[0]):
+        length = lengths[k]
+        if length <= 0:
+            continue
+        lo = starts[k] * itemsize
+        if lo < 0:
+            return False
+        first = lo >> shift
+        last = (lo + length * itemsize - 1) >> shift
+        if last >= n:
+            return False
+        for b in range(first, last + 1):
+            if state[b] != 1:
+                return False
+    return True

@@ -1,0 +1,255 @@
+"""One remote object in the node cache: a sparse data file mapped read-only, and its block states.
+
+A cached object (a remote store's ``tokens.bin``) is two files under ``<cache_dir>/blocks/``::
+
+    <stem>.data    the object's bytes at their own offsets, a sparse file (ftruncated to the
+                   object's size; only the blocks written hold disk space)
+    <stem>.state   a 64-byte header, then one byte per check block: 0 absent, 1 present
+
+The header (little-endian) holds ``magic`` (8 bytes), ``version`` (u32), ``block`` (u32, the
+check-block size), ``nbytes`` (u64, the object's size), ``counted`` (u64, the bytes charged to
+the cache limit, written under the cache's lock), ``last_used`` (f64, ``time.time()`` of the last
+read, written by readers), ``retired`` (u8: evicted, readers let go) and the ``boot_id`` of the
+boot that created the file (a file from another boot is discarded: see below).
+
+Writing a block (:meth:`CacheFile.store`): the fetched bytes have passed their CRC-32 against the
+store's check table; the cache charges their disk space (refusing what does not fit), ``pwrite``s
+them into the data file, and only then sets the block's state byte.  Readers trust a block whose
+state byte is 1 and never look at the others, so a process killed mid-write leaves a block
+absent, never present with wrong bytes.  No ``fsync``: a kernel crash or power loss could persist
+the state page without the data page, so a file whose ``boot_id`` is not the running boot's is
+dropped when opened.  Blocks are trusted once stored, as a local store trusts its disk:
+``TokenStore.verify()`` re-hashes the cached blocks (and drops a bad one).
+
+Claims (no duplicate downloads): a process fetches only blocks it holds an exclusive
+open-file-description lock on (``fcntl(F_OFD_SETLK)`` over the blocks' state bytes, one call per
+run of adjacent blocks, each claim on its own file descriptor, so threads compete like
+processes).  A lock dies with its process, so an abandoned fetch frees its blocks at once.
+Mapping: a process that maps the files holds a shared lock on byte 0 of each (Python's ``mmap``
+keeps a duplicate of the descriptor, so the lock lasts as long as the mapping, including arrays
+still viewing it); eviction removes files only when it can lock those bytes exclusively (nobody
+maps them), so the cache's count never misses disk space still mapped.
+
+Cost: the hit test (:meth:`CacheFile.covers`) is one kernel pass over the batch's ranges
+(:func:`mmpack.kernels.blockstate.all_blocks_present`, ~1 us for 32 windows); serving a hit is
+the mapped array itself (zero copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import fcntl
+import mmap
+import os
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.kernels.blockstate import all_blocks_present
+
+__all__ = ["HEADER", "MAGIC", "CacheFile", "boot_id", "lock_range", "pack_header"]
+
+MAGIC = b"MMPKBLK2"
+VERSION = 1
+HEADER = 64
+_HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, block, nbytes, counted, last_used, retired, boot
+_F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)  # Linux; 37 is its value on every Linux arch
+FORK_CLOSE: set[int] = set()
+"""Claim descriptors open now: a forked child closes its copies at once (an OFD lock lives as
+long as any descriptor of it, so a child's copy would keep the parent's claim alive)."""
+
+
+def _close_in_child() -> None:
+    for fd in list(FORK_CLOSE):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    FORK_CLOSE.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def boot_id() -> bytes:
+    """The running boot's id (16 bytes; zeros where the system does not say)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return uuid.UUID(f.read().strip()).bytes
+    except (OSError, ValueError):
+        return bytes(16)
+
+
+def pack_header(block: int, nbytes: int, counted: int, boot: bytes) -> bytes:
+    return struct.pack(_HEADER_FMT, MAGIC, VERSION, block, nbytes, counted, time.time(), 0, boot)
+
+
+def unpack_header(raw: bytes) -> tuple[Any, ...] | None:
+    """``(block, nbytes, counted, last_used, retired, boot)``, or None for a foreign header."""
+    if len(raw) < HEADER:
+        return None
+    magic, version, *rest = struct.unpack(_HEADER_FMT, raw[:HEADER])
+    return tuple(rest) if magic == MAGIC and version == VERSION else None
+
+
+def lock_range(fd: int, kind: int, start: int, length: int) -> bool:
+    """Take an OFD lock (``fcntl.F_RDLCK``/``F_WRLCK``/``F_UNLCK``) on bytes ``[start, start +
+    length)`` of ``fd`` without waiting; False when another holder conflicts."""
+    arg = struct.pack("hhqqi4x", kind, os.SEEK_SET, start, length, 0)
+    try:
+        fcntl.fcntl(fd, _F_OFD_SETLK, arg)
+    except (BlockingIOError, PermissionError):
+        return False
+    return True
+
+
+def _load_punch() -> Any:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_FALLOCATE = _load_punch()
+_PUNCH_HOLE = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+
+
+class Claim:
+    """Blocks this process fetches (``mine``: locked here, absent) and blocks another holder is
+    fetching (``theirs``); :meth:`close` releases every lock."""
+
+    def __init__(self, fd: int, mine: list[int], theirs: list[int]) -> None:
+        self.fd, self.mine, self.theirs = fd, mine, theirs
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            FORK_CLOSE.discard(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+
+
+class CacheFile:
+    """A cached object, mapped: ``state`` (uint8, (nblocks,)) and ``data`` (uint8, (nbytes,)),
+    ``tokens`` the data as ``dtype``.  Made by :meth:`BlockCache.open_file` (under its lock)."""
+
+    def __init__(self, stem: Path, nbytes: int, block: int, dtype: np.dtype) -> None:
+        self.stem = stem
+        self.state_path = stem.with_suffix(".state")
+        self.data_path = stem.with_suffix(".data")
+        self.nbytes, self.block = nbytes, block
+        self.shift = block.bit_length() - 1
+        self.nblocks = -(-nbytes // block)
+        self._fd_state = self._fd_data = -1
+        try:
+            self._fd_state = os.open(self.state_path, os.O_RDWR | os.O_CLOEXEC)
+            self._fd_data = os.open(self.data_path, os.O_RDWR | os.O_CLOEXEC)
+            for fd in (self._fd_state, self._fd_data):  # "mapped here": held by the mappings
+                if not lock_range(fd, fcntl.F_RDLCK, 0, 1):
+                    raise OSError("the cache file is being evicted")
+        except OSError:
+            self.close()
+            raise
+        self._state_map = mmap.mmap(self._fd_state, HEADER + self.nblocks)
+        self._data_map = mmap.mmap(self._fd_data, nbytes, access=mmap.ACCESS_READ)
+        self._data_map.madvise(mmap.MADV_RANDOM)
+        self.state = np.frombuffer(self._state_map, np.uint8, self.nblocks, HEADER)
+        self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
+        self._last_used = np.frombuffer(self._state_map, np.float64, 1, 32)
+        self._retired = np.frombuffer(self._state_map, np.uint8, 1, 40)
+        self.data = np.frombuffer(self._data_map, np.uint8)
+        self.tokens = self.data.view(dtype)
+        self._touched = 0.0
+
+    # ------------------------------------------------------------------------------ reading
+    @property
+    def retired(self) -> bool:
+        """True once an eviction chose this file: let go of it (:meth:`close`) and reopen."""
+        return bool(self._retired[0])
+
+    def touch(self) -> None:
+        """Record a read (for the least-recently-used order), at most once a second."""
+        now = time.time()
+        if now - self._touched > 1.0:
+            self._touched = now
+            self._last_used[0] = now
+
+    def covers(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> bool:
+        """Whether every block that token ranges ``[starts, starts + lengths)`` (int64, (k,),
+        of one length) touch is present (one kernel pass, ~1 us for 32 windows)."""
+        return bool(all_blocks_present(self.state, starts, lengths, itemsize, self.shift))
+
+    def present(self, ids: np.ndarray) -> np.ndarray:
+        """bool, like ``ids``: which blocks are present."""
+        return self.state[ids] == 1
+
+    def block_bytes(self, b: int) -> np.ndarray:
+        """A view of block ``b``'s bytes in the mapping (meaningful only if present)."""
+        return self.data[b << self.shift : min((b + 1) << self.shift, self.nbytes)]
+
+    def charge(self, b: int) -> int:
+        """Disk bytes block ``b`` occupies (its length rounded up to whole 4 KiB pages)."""
+        n = min(self.block, self.nbytes - (b << self.shift))
+        return -(-n // 4096) * 4096
+
+    # ------------------------------------------------------------------------------ writing
+    def claim(self, ids: list[int]) -> Claim:
+        """Lock the absent ones of sorted block ids ``ids`` that nobody else holds."""
+        fd = os.open(self.state_path, os.O_RDWR | os.O_CLOEXEC)
+        FORK_CLOSE.add(fd)
+        mine: list[int] = []
+        theirs: list[int] = []
+        k = 0
+        while k < len(ids):  # one lock call per run of adjacent blocks
+            j = k
+            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+                j += 1
+            run = ids[k : j + 1]
+            if lock_range(fd, fcntl.F_WRLCK, HEADER + run[0], len(run)):
+                mine.extend(run)
+            else:
+                for b in run:
+                    (mine if lock_range(fd, fcntl.F_WRLCK, HEADER + b, 1) else theirs).append(b)
+            k = j + 1
+        state = self.state
+        return Claim(fd, [b for b in mine if not state[b]], [b for b in theirs if not state[b]])
+
+    def write(self, b: int, data: bytes) -> None:
+        """Store verified block ``b`` (claimed, its space charged): bytes first, state last."""
+        if os.pwrite(self._fd_data, data, b << self.shift) != len(data):
+            raise OSError(f"{self.data_path}: short write of block {b}")
+        self.state[b] = 1
+
+    def drop(self, b: int) -> int:
+        """Mark block ``b`` absent and free its disk space; returns the bytes freed (0 where the
+        file system cannot punch holes: the space then stays allocated and counted)."""
+        self.state[b] = 0
+        if _FALLOCATE is None:
+            return 0
+        lo = b << self.shift
+        if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(self.block, self.nbytes - lo)) != 0:
+            return 0
+        return self.charge(b)
+
+    def add_counted(self, delta: int) -> None:
+        """Change the bytes charged to this file (the caller holds the cache's lock)."""
+        self._counted[0] = max(0, int(self._counted[0]) + delta)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the descriptors (called when the last reference goes: a thread still writing
+        keeps the object alive).  The shared locks live on in the mappings' own descriptors
+        until no array views them."""
+        for fd in (getattr(self, "_fd_state", -1), getattr(self, "_fd_data", -1)):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd_state = self._fd_data = -1
