@@ -207,16 +207,20 @@ def place_best_fit(
     stride = remaining.shape[0]
     deferred = 0
     n = lens.shape[0]
+    # The largest free space: a piece longer than it is deferred without a lookup (most of
+    # the scan once the rows are nearly full); it only shrinks, and is rescanned (O(rows))
+    # when its row takes a piece.
+    widest = _widest(remaining)
     for i in range(n):
         if deferred >= budget:
             return i, deferred
         length = lens[i]
-        key = bm_successor(words, level_off, level_len, length * stride)
-        if key < 0:
+        if length > widest:
             out_row[i] = -1
             out_off[i] = -1
             deferred += 1
             continue
+        key = bm_successor(words, level_off, level_len, length * stride)
         r = key % stride
         space = key // stride
         bm_remove(words, level_off, key)
@@ -226,7 +230,17 @@ def place_best_fit(
         counts[r] += 1
         out_row[i] = r
         out_off[i] = row_len - space
+        if space == widest:
+            widest = _widest(remaining)
     return n, deferred
+
+
+@njit
+def _widest(remaining: np.ndarray) -> int:
+    widest = -1
+    for r in range(remaining.shape[0]):
+        widest = max(widest, remaining[r])
+    return widest
 
 
 @njit

@@ -134,6 +134,15 @@ class _Admission:
         the head of the queue with its admitted tokens counted in ``_head_off``."""
         P = self.out_pseq_len
         lens, head = self._q_lens, self._head_off
+        if not head and need >= lens.shape[0] and lens.min() > 0 and lens.max() <= P:
+            # The common case: every queued document is one whole piece.
+            self.seqs_consumed += lens.shape[0]
+            zeros = np.zeros(lens.shape[0], dtype=np.int64)
+            self._pieces.append(lens, self._q_src, zeros, self._q_objs)
+            self._q_lens, self._q_src = lens[:0], self._q_src[:0]
+            if self._q_objs is not None:
+                self._q_objs = self._q_objs[:0]
+            return
         n_pieces = piece_counts(lens, head, P, self.long_docs)
         ends = np.cumsum(n_pieces)
         cut = int(np.searchsorted(ends, need))  # the first document that reaches `need` pieces

@@ -19,13 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mmpack.core.options import Mode
-from mmpack.kernels.streaming import (
-    finish_rows,
-    place_best_fit,
-    reset_rows,
-    row_boundaries,
-    scatter_pieces,
-)
+from mmpack.kernels.streaming import finish_rows, place_best_fit, reset_rows, scatter_pieces
+from mmpack.kernels.streaming_batch import layout_batch, mask_rows
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.sources import PieceBuffer
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -63,6 +58,8 @@ class _Batching:
     _pieces: PieceBuffer
     _out_row: np.ndarray
     _out_off: np.ndarray
+    _store_like: bool
+    _pad_bits: int
     _counts: np.ndarray
     _remaining: np.ndarray
     _words: np.ndarray
@@ -78,21 +75,23 @@ class _Batching:
         n_rows = self.out_batch_size
         if self.batch_size_schedule is not None:
             n_rows = self.batch_size_schedule(self.token_count)
-        if self._pieces.n < self.buffer_size + self.readahead:
-            self._read_ahead(self.buffer_size + self.readahead - self._pieces.n)
+        pieces = self._pieces
+        if pieces.n < self.buffer_size + (self.readahead + 1) // 2:
+            # Top up in chunks (never changes a decision; amortises admission over batches).
+            self._read_ahead(self.buffer_size + self.readahead - pieces.n)
         reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
         processed = deferred = 0
         while True:
-            if processed == self._pieces.n:
+            if processed == pieces.n:
                 self._read_ahead(max(self.readahead, self.buffer_size - deferred))
-                if processed == self._pieces.n:
+                if processed == pieces.n:
                     break
-            n_held = self._pieces.n
+            n_held = pieces.n
             if self._out_row.shape[0] < n_held:
                 self._out_row = _grown(self._out_row, 2 * n_held, processed)
                 self._out_off = _grown(self._out_off, 2 * n_held, processed)
             k, d = place_best_fit(
-                self._pieces.lens[processed:],
+                pieces.lens[processed:],
                 self.buffer_size - deferred,
                 self._words,
                 self._level_off,
@@ -103,52 +102,56 @@ class _Batching:
                 self._out_row[processed:],
                 self._out_off[processed:],
             )
-            processed += int(k)
-            deferred += int(d)
+            processed += k
+            deferred += d
             if deferred >= self.buffer_size:
                 break
+        return self._emit(n_rows, processed, processed - deferred)
 
-        counts = self._counts[:n_rows]
-        if counts.min() == 0:
-            # Only reachable with the source exhausted and nothing deferred.
-            if self.drop_last or counts.max() == 0:
-                self._pieces.keep(np.zeros(self._pieces.n, dtype=bool))
-                return None
-        return self._emit(n_rows, processed)
+    def _new_pieces(self) -> PieceBuffer:
+        """An empty piece buffer; for an in-memory source its first slots hold the padding runs
+        of 1, 2, 4, ... tokens (``_pad_bits`` of them: a row's padding is written as the binary
+        digits of its length)."""
+        if self._store_like:
+            self._pad_bits = 0
+            return PieceBuffer(with_objects=False)
+        self._pad_bits = self.out_pseq_len.bit_length()
+        pad = np.full(1 << (self._pad_bits - 1), self.pad_id, dtype=np.int64)
+        return PieceBuffer(True, [pad[: 1 << k] for k in range(self._pad_bits)])
 
-    def _emit(self, n_rows: int, processed: int) -> dict[str, Any]:
+    def _emit(self, n_rows: int, processed: int, n_placed: int) -> dict[str, Any] | None:
         """The batch of the first ``n_rows`` rows, from the placements of the first
-        ``processed`` held pieces; the placed pieces leave the buffer."""
+        ``processed`` held pieces (``n_placed`` of them placed); the placed pieces leave the
+        buffer.  None when a row is empty and the batch is dropped (the source is exhausted)."""
         P = self.out_pseq_len
         pieces = self._pieces
-        rows = self._out_row[:processed]
-        placed = np.flatnonzero(rows >= 0)
-        p_rows = rows[placed]
-        p_offs = self._out_off[:processed][placed]
-        p_lens = pieces.lens[placed]
-        used = P - self._remaining[:n_rows]
-        ids, attention = self._write_rows(placed, p_rows, p_offs, p_lens, n_rows, used)
-
-        cu_flat = np.empty(placed.shape[0] + 2 * n_rows, dtype=np.int32)
-        bounds = np.empty(n_rows + 1, dtype=np.int64)
-        longest = np.empty(n_rows, dtype=np.int64)
-        row_boundaries(p_rows, p_lens, n_rows, used, P, cu_flat, bounds, longest)
-        b = bounds.tolist()
+        placed = np.empty((6, n_placed), dtype=np.int64)
+        cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
+        per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
+        order = np.empty(n_placed + n_rows * self._pad_bits, dtype=np.int64)
+        n_left, n_tokens, empty_rows, n_order = layout_batch(
+            self._out_row, self._out_off, processed, pieces.lens, pieces.src, pieces.src_off,
+            pieces.slot, pieces.n, self._remaining, n_rows, P, self._pad_bits, placed, cu_flat,
+            per_row, order,
+        )  # fmt: skip
+        pieces.truncate(n_left)
+        if empty_rows and (self.drop_last or empty_rows == n_rows):
+            # Only reachable with the source exhausted and nothing deferred.
+            pieces.truncate(0)
+            return None
+        used = per_row[2 * n_rows + 1 :]
+        ids, attention = self._write_rows(placed, n_rows, used, order[:n_order])
+        b = per_row[: n_rows + 1].tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
-        max_seqlen = longest.tolist()
-
-        keep = np.ones(pieces.n, dtype=bool)
-        keep[placed] = False
-        pieces.keep(keep)
-
-        labels, mask_prob = self._labels(ids, attention, p_rows, p_offs, p_lens, n_rows)
-        n_tokens = int(used.sum())
+        max_seqlen = per_row[n_rows + 1 : 2 * n_rows + 1].tolist()
+        labels, mask_prob = None, None
+        if self.mode is not None:
+            labels, mask_prob = self._labels(ids, attention, placed[0], placed[1], placed[2], n_rows)
         self.token_count += n_tokens
         self.tokens_emitted += n_tokens
         self.slots_emitted += n_rows * P
-        self.seqs_emitted += int(placed.shape[0])
+        self.seqs_emitted += n_placed
         self.batches_emitted += 1
-
         batch: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": attention,
@@ -163,33 +166,27 @@ class _Batching:
         return batch
 
     def _write_rows(
-        self,
-        placed: np.ndarray,
-        p_rows: np.ndarray,
-        p_offs: np.ndarray,
-        p_lens: np.ndarray,
-        n_rows: int,
-        used: np.ndarray,
+        self, placed: np.ndarray, n_rows: int, used: np.ndarray, order: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """``input_ids`` and ``attention_mask`` (int64, (n_rows, out_pseq_len)) of the placed
-        pieces, padding included."""
+        pieces, padding included (``placed`` and ``order``: :func:`layout_batch`'s outputs)."""
         P = self.out_pseq_len
         pieces = self._pieces
-        counts = self._counts[:n_rows]
         ids = np.empty((n_rows, P), dtype=np.int64)
         attention = np.empty((n_rows, P), dtype=np.int64)
         if pieces.objs is None:
-            flat_starts = self.source.offsets[pieces.src[placed]].astype(np.int64)
-            flat_starts += pieces.src_off[placed]
+            p_lens = placed[2]
+            flat_starts = self.source.offsets[placed[3]].astype(np.int64)
+            flat_starts += placed[4]
             src, src_starts = self.source.read_ranges(flat_starts, p_lens)
-            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs, ids)
-        else:
-            objs = pieces.objs[placed][np.argsort(p_rows, kind="stable")].tolist()
-            ends = np.cumsum(counts).tolist()
-            for r in range(n_rows):
-                if counts[r]:
-                    _concat_row(objs[ends[r] - counts[r] : ends[r]], ids[r, : used[r]])
-        finish_rows(used, self.pad_id, ids, attention)
+            starts = np.asarray(src_starts, dtype=np.int64)
+            scatter_pieces(src, starts, p_lens, placed[0], placed[1], ids)
+            finish_rows(used, self.pad_id, ids, attention)
+            return ids, attention
+        runs = pieces.objs[order].tolist()
+        _concat_checked(runs, ids.reshape(-1))
+        if mask_rows(ids, used, attention) < 0:
+            _refuse_tokens(pieces.objs[placed[5]].tolist())
         return ids, attention
 
     def _labels(
@@ -230,25 +227,30 @@ class _Batching:
         return None, None
 
 
-def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
+def _concat_checked(pieces: list[Any], out: np.ndarray) -> None:
+    """``np.concatenate(pieces, out=out)``, its errors worded for source sequences."""
     try:
         np.concatenate(pieces, out=out, casting="same_kind")
     except TypeError as exc:
         raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
     except ValueError as exc:
         raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
-    if out.size and out.min() < 0:
-        for p in pieces:  # a uint64 id >= 2**63 wraps negative in the int64 row: name it
-            a = np.asarray(p)
-            if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
-                raise ValueError(
-                    f"source sequences must hold token ids < 2**63 (they are returned as int64), "
-                    f"got {int(a.max())}"
-                )
-        raise ValueError(
-            f"a source sequence has a negative token {int(out.min())}; tokens must be "
-            "non-negative integers"
-        )
+
+
+def _refuse_tokens(pieces: list[Any]) -> None:
+    """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
+    int64 row) among ``pieces``."""
+    for p in pieces:
+        a = np.asarray(p)
+        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
+            raise ValueError(
+                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
+                f"got {int(a.max())}"
+            )
+    lowest = min(int(np.min(p)) for p in pieces if len(p))
+    raise ValueError(
+        f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
+    )
 
 
 def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:

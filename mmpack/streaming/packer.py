@@ -67,7 +67,6 @@ from mmpack.streaming.batching import _Batching
 from mmpack.streaming.checkpoint import _Checkpointing
 from mmpack.streaming.schedules import token_schedules
 from mmpack.streaming.sources import (
-    PieceBuffer,
     detect_format,
     is_indexable,
     is_store_like,
@@ -257,7 +256,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         self._words = np.zeros(int(self._level_off[-1]) + 1, dtype=np.int64)
         self._remaining = np.full(stride, -1, dtype=np.int64)
         self._counts = np.zeros(stride, dtype=np.int64)
-        self._pieces = PieceBuffer(with_objects=not self._store_like)
+        self._pieces = self._new_pieces()
         self._out_row = np.empty(0, dtype=np.int64)
         self._out_off = np.empty(0, dtype=np.int64)
         self._next_epoch = 0
@@ -375,7 +374,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
     def _start_epoch(self, epoch: int) -> None:
         self._epoch = epoch
         self._in_epoch = True
-        self._pieces = PieceBuffer(with_objects=not self._store_like)
+        self._pieces = self._new_pieces()
         self._reset_counters()
         propagate_epoch(self.source, epoch)
         self._carry = []
