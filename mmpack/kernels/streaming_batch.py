@@ -34,10 +34,7 @@ def layout_batch(
     out_row: np.ndarray,
     out_off: np.ndarray,
     processed: int,
-    lens: np.ndarray,
-    src: np.ndarray,
-    src_off: np.ndarray,
-    slot: np.ndarray,
+    held: np.ndarray,
     n_held: int,
     remaining: np.ndarray,
     n_rows: int,
@@ -54,10 +51,10 @@ def layout_batch(
     ----------
     out_row, out_off : numpy.ndarray, int64, shape (>= processed,)
         Row and start column of each scanned piece (-1 when deferred), from ``place_best_fit``.
-    lens, src, src_off, slot : numpy.ndarray, int64, shape (>= n_held,)
-        The held pieces (length, source index, offset in the source sequence, object slot);
-        ``processed <= n_held``.  Compacted in place: on return their first ``n_left`` entries
-        are the pieces that stay, in order.
+    held : numpy.ndarray, int64, shape (4, >= n_held)
+        The held pieces (rows: length, source index, offset in the source sequence, object
+        slot); ``processed <= n_held``.  Compacted in place: on return its first ``n_left``
+        columns are the pieces that stay, in order.
     remaining : numpy.ndarray, int64, shape (>= n_rows,)
         Each row's free space (the best-fit kernel's row state).
     pad_bits : int
@@ -110,10 +107,10 @@ def layout_batch(
             cursor[r] = k + 1
             placed[0, k] = r
             placed[1, k] = out_off[i]
-            placed[2, k] = lens[i]
-            placed[3, k] = src[i]
-            placed[4, k] = src_off[i]
-            placed[5, k] = slot[i]
+            placed[2, k] = held[0, i]
+            placed[3, k] = held[1, i]
+            placed[4, k] = held[2, i]
+            placed[5, k] = held[3, i]
     k = 0
     n_order = 0
     for r in range(n_rows):
@@ -145,10 +142,9 @@ def layout_batch(
     n_left = 0
     for i in range(n_held):
         if i >= processed or out_row[i] < 0:
-            lens[n_left] = lens[i]
-            src[n_left] = src[i]
-            src_off[n_left] = src_off[i]
-            slot[n_left] = slot[i]
+            if n_left != i:
+                for f in range(4):
+                    held[f, n_left] = held[f, i]
             n_left += 1
     return n_left, total, empty_rows, n_order
 
@@ -169,14 +165,15 @@ def mask_rows(ids: np.ndarray, used: np.ndarray, out_mask: np.ndarray) -> int:
     Returns
     -------
     int
-        The smallest real token (0 when there is none): negative means a bad token.
+        The bitwise or of the real tokens (0 when there is none): negative when one of them
+        is negative.
     """
-    smallest = 0
+    bits = 0
     for r in range(ids.shape[0]):
         u = used[r]
         row = ids[r]
         for c in range(u):
-            smallest = min(smallest, row[c])
+            bits |= row[c]
         out_mask[r, :u] = 1
         out_mask[r, u:] = 0
-    return smallest
+    return bits

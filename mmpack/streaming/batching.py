@@ -91,7 +91,7 @@ class _Batching:
                 self._out_row = _grown(self._out_row, 2 * n_held, processed)
                 self._out_off = _grown(self._out_off, 2 * n_held, processed)
             k, d = place_best_fit(
-                pieces.lens[processed:],
+                pieces.data[0, processed : pieces.n],
                 self.buffer_size - deferred,
                 self._words,
                 self._level_off,
@@ -129,15 +129,13 @@ class _Batching:
         cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
         per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
         order = np.empty(n_placed + n_rows * self._pad_bits, dtype=np.int64)
-        n_left, n_tokens, empty_rows, n_order = layout_batch(
-            self._out_row, self._out_off, processed, pieces.lens, pieces.src, pieces.src_off,
-            pieces.slot, pieces.n, self._remaining, n_rows, P, self._pad_bits, placed, cu_flat,
-            per_row, order,
+        pieces.n, n_tokens, empty_rows, n_order = layout_batch(
+            self._out_row, self._out_off, processed, pieces.data, pieces.n, self._remaining,
+            n_rows, P, self._pad_bits, placed, cu_flat, per_row, order,
         )  # fmt: skip
-        pieces.truncate(n_left)
         if empty_rows and (self.drop_last or empty_rows == n_rows):
             # Only reachable with the source exhausted and nothing deferred.
-            pieces.truncate(0)
+            pieces.n = 0
             return None
         used = per_row[2 * n_rows + 1 :]
         ids, attention = self._write_rows(placed, n_rows, used, order[:n_order])

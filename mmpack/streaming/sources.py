@@ -274,45 +274,60 @@ def propagate_epoch(source: Any, epoch: int) -> None:
 class PieceBuffer:
     """Held pieces in stream order: those deferred by the last batch, then those read ahead.
 
-    ``lens``, ``src``, ``src_off`` and ``slot`` are int64 arrays, one entry per piece; for an
-    in-memory source, piece ``k``'s tokens are ``objs[slot[k]]`` (a sequence or a view of one),
-    after the ``fixed`` objects that stay in the first slots (the padding runs); ``objs`` is
-    None for a store-like source, whose pieces are read by position when emitted.  A batch
-    removes its placed pieces by compacting the int64 arrays in place
-    (:func:`mmpack.kernels.streaming_batch.layout_batch`, then :meth:`truncate`); ``objs`` is
+    ``data`` is an int64 array of shape (4, capacity) whose first ``n`` columns are the pieces:
+    length, source index, offset in the source sequence, and object slot (the views ``lens``,
+    ``src``, ``src_off`` and ``slot``).  For an in-memory source piece ``k``'s tokens are
+    ``objs[slot[k]]`` (a sequence or a view of one), after the ``fixed`` objects that stay in the
+    first slots (the padding runs); ``objs`` is None for a store-like source, whose pieces are
+    read by position when emitted.  A batch removes its placed pieces by compacting ``data`` in
+    place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and setting ``n``; ``objs`` is
     compacted when pieces are appended, so a batch only reads it."""
 
     def __init__(self, with_objects: bool, fixed: Sequence[Any] = ()) -> None:
-        empty = np.empty(0, dtype=np.int64)
-        self.lens, self.src, self.src_off, self.slot = empty, empty, empty, empty
+        self.data = np.empty((4, 0), dtype=np.int64)
+        self.n = 0
         self.objs: np.ndarray | None = None
         if with_objects:
             self.objs = np.fromiter(fixed, dtype=object, count=len(fixed))
         self._fixed = len(fixed)
 
     @property
-    def n(self) -> int:
-        return self.lens.shape[0]
+    def lens(self) -> np.ndarray:
+        return self.data[0, : self.n]
+
+    @property
+    def src(self) -> np.ndarray:
+        return self.data[1, : self.n]
+
+    @property
+    def src_off(self) -> np.ndarray:
+        return self.data[2, : self.n]
+
+    @property
+    def slot(self) -> np.ndarray:
+        return self.data[3, : self.n]
 
     def append(
         self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray, objs: np.ndarray | None
     ) -> None:
-        self.lens = np.concatenate([self.lens, lens])
-        self.src = np.concatenate([self.src, src])
-        self.src_off = np.concatenate([self.src_off, src_off])
+        n, end = self.n, self.n + lens.shape[0]
         if self.objs is not None:
             assert objs is not None
             self.objs = np.concatenate([self.objs[: self._fixed], self.objs[self.slot], objs])
-        self.slot = np.arange(self._fixed, self._fixed + self.lens.shape[0], dtype=np.int64)
+        if end > self.data.shape[1]:
+            grown = np.empty((4, max(end, 2 * self.data.shape[1])), dtype=np.int64)
+            grown[:, :n] = self.data[:, :n]
+            self.data = grown
+        self.data[0, n:end] = lens
+        self.data[1, n:end] = src
+        self.data[2, n:end] = src_off
+        self.data[3, :end] = np.arange(self._fixed, self._fixed + end, dtype=np.int64)
+        self.n = end
 
     def keep(self, mask: np.ndarray) -> None:
-        self.lens, self.src, self.src_off = self.lens[mask], self.src[mask], self.src_off[mask]
-        self.slot = self.slot[mask]
-
-    def truncate(self, n: int) -> None:
-        """Keep the first ``n`` pieces (after an in-place compaction)."""
-        self.lens, self.src, self.src_off = self.lens[:n], self.src[:n], self.src_off[:n]
-        self.slot = self.slot[:n]
+        kept = self.data[:, : self.n][:, mask]
+        self.n = kept.shape[1]
+        self.data[:, : self.n] = kept
 
 
 # ----------------------------------------------------------------------------- the packer
