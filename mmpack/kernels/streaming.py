@@ -34,6 +34,8 @@ __all__ = [
     "bm_remove",
     "bm_successor",
     "finish_rows",
+    "pad_rows",
+    "place_batch",
     "place_best_fit",
     "reset_rows",
     "row_boundaries",
@@ -236,6 +238,45 @@ def place_best_fit(
 
 
 @njit
+def place_batch(
+    held: np.ndarray,
+    start: int,
+    stop: int,
+    budget: int,
+    words: np.ndarray,
+    level_off: np.ndarray,
+    level_len: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    row_len: int,
+    n_rows: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`place_best_fit` over the held pieces ``start:stop`` of a batch, after
+    :func:`reset_rows` when ``start == 0`` (one call per batch instead of two).
+
+    ``held`` is int64 of shape (>= 1, >= stop) whose row 0 holds the piece lengths; ``out`` is
+    int64 of shape (2, >= stop): the rows and start columns of the placements.  Returns the
+    pieces processed so far in the batch (``start`` plus those looked at) and those deferred.
+    """
+    if start == 0:
+        reset_rows(words, level_off, remaining, counts, n_rows, row_len)
+    k, d = place_best_fit(
+        held[0, start:stop],
+        budget,
+        words,
+        level_off,
+        level_len,
+        remaining,
+        counts,
+        row_len,
+        out[0, start:],
+        out[1, start:],
+    )
+    return start + k, d
+
+
+@njit
 def _widest(remaining: np.ndarray) -> int:
     widest = -1
     for r in range(remaining.shape[0]):
@@ -281,6 +322,13 @@ def finish_rows(used: np.ndarray, pad_id: int, out_ids: np.ndarray, out_mask: np
         out_mask[r, :u] = 1
         out_mask[r, u:] = 0
         out_ids[r, u:] = pad_id
+
+
+@njit
+def pad_rows(used: np.ndarray, pad_id: int, out_ids: np.ndarray) -> None:
+    """``out_ids[r, used[r]:] = pad_id`` for every row (int64, (n_rows, n_cols))."""
+    for r in range(out_ids.shape[0]):
+        out_ids[r, used[r] :] = pad_id
 
 
 @njit

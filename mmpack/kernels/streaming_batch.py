@@ -16,7 +16,7 @@ a fixed number of Python calls whatever its number of pieces:
 The tokens of an in-memory source are then written by one ``np.concatenate`` of the runs in
 that order straight into the ``(rows, row_len)`` batch: every token written once, padding
 included, with no Python call per row (one call per row costs about as much as the copy);
-:func:`mask_rows` writes the attention mask and checks the tokens.  O(pieces + rows) and
+:func:`token_bits` checks the tokens (:func:`layout_batch` has written the attention mask).  O(pieces + rows) and
 O(rows * row_len).
 """
 
@@ -26,13 +26,12 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["layout_batch", "mask_rows"]
+__all__ = ["layout_batch", "token_bits"]
 
 
 @njit
 def layout_batch(
-    out_row: np.ndarray,
-    out_off: np.ndarray,
+    out: np.ndarray,
     processed: int,
     held: np.ndarray,
     n_held: int,
@@ -44,13 +43,14 @@ def layout_batch(
     cu: np.ndarray,
     rows_out: np.ndarray,
     order: np.ndarray,
+    out_mask: np.ndarray,
 ) -> tuple[int, int, int, int]:
     """Lay out a batch from the placements of the first ``processed`` held pieces.
 
     Parameters
     ----------
-    out_row, out_off : numpy.ndarray, int64, shape (>= processed,)
-        Row and start column of each scanned piece (-1 when deferred), from ``place_best_fit``.
+    out : numpy.ndarray, int64, shape (2, >= processed)
+        Row and start column of each scanned piece (-1 when deferred), from ``place_batch``.
     held : numpy.ndarray, int64, shape (4, >= n_held)
         The held pieces (rows: length, source index, offset in the source sequence, object
         slot); ``processed <= n_held``.  Compacted in place: on return its first ``n_left``
@@ -72,12 +72,16 @@ def layout_batch(
     order : numpy.ndarray, int64, shape (n_placed + n_rows * pad_bits,)
         Out (with ``pad_bits``): the slots whose tokens, one after the other, are the batch --
         each row's pieces, then its padding as powers of two (the binary digits of its length).
+    out_mask : numpy.ndarray, int64, shape (n_rows, row_len)
+        Out: the attention mask, 1 on each row's real tokens, 0 on its padding.
 
     Returns
     -------
     (n_left, total, empty_rows, n_order) : (int, int, int, int)
         Held pieces left, real tokens in the batch, rows without a piece, entries of ``order``.
     """
+    out_row = out[0]
+    out_off = out[1]
     cursor = np.zeros(n_rows, dtype=np.int64)
     for i in range(processed):
         if out_row[i] >= 0:
@@ -96,6 +100,8 @@ def layout_batch(
             empty_rows += 1
         rows_out[r] = pos
         rows_out[2 * n_rows + 1 + r] = used
+        out_mask[r, :used] = 1
+        out_mask[r, used:] = 0
         pos += n + 1 + (1 if used < row_len else 0)
         cursor[r] = start
         start += n
@@ -150,30 +156,15 @@ def layout_batch(
 
 
 @njit
-def mask_rows(ids: np.ndarray, used: np.ndarray, out_mask: np.ndarray) -> int:
-    """Write the attention mask of rows holding ``used[r]`` real tokens, and check them.
+def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
+    """The bitwise or of the real tokens of a batch (negative when one of them is).
 
-    Parameters
-    ----------
-    ids : numpy.ndarray, int64, shape (n_rows, n_cols)
-        The batch (real tokens first in each row).
-    used : numpy.ndarray, int64, shape (n_rows,)
-        Real tokens per row, each in ``[0, n_cols]``.
-    out_mask : numpy.ndarray, int64, shape (n_rows, n_cols)
-        ``out_mask[r, c] = 1`` for ``c < used[r]``, else 0.
-
-    Returns
-    -------
-    int
-        The bitwise or of the real tokens (0 when there is none): negative when one of them
-        is negative.
+    ``ids`` is int64 of shape (n_rows, n_cols) with ``used[r]`` real tokens at the start of
+    row ``r`` (``used``: int64, shape (n_rows,), each in ``[0, n_cols]``); 0 when there are none.
     """
     bits = 0
     for r in range(ids.shape[0]):
-        u = used[r]
         row = ids[r]
-        for c in range(u):
+        for c in range(used[r]):
             bits |= row[c]
-        out_mask[r, :u] = 1
-        out_mask[r, u:] = 0
     return bits

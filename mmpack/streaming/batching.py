@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mmpack.core.options import Mode
-from mmpack.kernels.streaming import finish_rows, place_best_fit, reset_rows, scatter_pieces
-from mmpack.kernels.streaming_batch import layout_batch, mask_rows
+from mmpack.kernels.streaming import pad_rows, place_batch, scatter_pieces
+from mmpack.kernels.streaming_batch import layout_batch, token_bits
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.sources import PieceBuffer
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -56,8 +56,7 @@ class _Batching:
     _epoch: int
     _excluded: np.ndarray | None
     _pieces: PieceBuffer
-    _out_row: np.ndarray
-    _out_off: np.ndarray
+    _out: np.ndarray
     _store_like: bool
     _pad_bits: int
     _counts: np.ndarray
@@ -76,35 +75,25 @@ class _Batching:
         if self.batch_size_schedule is not None:
             n_rows = self.batch_size_schedule(self.token_count)
         pieces = self._pieces
-        if pieces.n < self.buffer_size + (self.readahead + 1) // 2:
+        if pieces.n < self.buffer_size + (self.readahead + 3) // 4:
             # Top up in chunks (never changes a decision; amortises admission over batches).
             self._read_ahead(self.buffer_size + self.readahead - pieces.n)
-        reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
         processed = deferred = 0
         while True:
-            if processed == pieces.n:
-                self._read_ahead(max(self.readahead, self.buffer_size - deferred))
-                if processed == pieces.n:
-                    break
-            n_held = pieces.n
-            if self._out_row.shape[0] < n_held:
-                self._out_row = _grown(self._out_row, 2 * n_held, processed)
-                self._out_off = _grown(self._out_off, 2 * n_held, processed)
-            k, d = place_best_fit(
-                pieces.data[0, processed : pieces.n],
-                self.buffer_size - deferred,
-                self._words,
-                self._level_off,
-                self._level_len,
-                self._remaining,
-                self._counts,
-                P,
-                self._out_row[processed:],
-                self._out_off[processed:],
-            )
-            processed += k
+            if self._out.shape[1] < pieces.n:
+                grown = np.empty((2, 2 * pieces.n), dtype=np.int64)
+                grown[:, :processed] = self._out[:, :processed]
+                self._out = grown
+            processed, d = place_batch(
+                pieces.data, processed, pieces.n, self.buffer_size - deferred, self._words,
+                self._level_off, self._level_len, self._remaining, self._counts, P, n_rows,
+                self._out,
+            )  # fmt: skip
             deferred += d
             if deferred >= self.buffer_size:
+                break
+            self._read_ahead(max(self.readahead, self.buffer_size - deferred))  # all were scanned
+            if processed == pieces.n:
                 break
         return self._emit(n_rows, processed, processed - deferred)
 
@@ -129,16 +118,21 @@ class _Batching:
         cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
         per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
         order = np.empty(n_placed + n_rows * self._pad_bits, dtype=np.int64)
+        ids = np.empty((n_rows, P), dtype=np.int64)
+        attention = np.empty((n_rows, P), dtype=np.int64)
         pieces.n, n_tokens, empty_rows, n_order = layout_batch(
-            self._out_row, self._out_off, processed, pieces.data, pieces.n, self._remaining,
-            n_rows, P, self._pad_bits, placed, cu_flat, per_row, order,
+            self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
+            self._pad_bits, placed, cu_flat, per_row, order, attention,
         )  # fmt: skip
         if empty_rows and (self.drop_last or empty_rows == n_rows):
             # Only reachable with the source exhausted and nothing deferred.
             pieces.n = 0
             return None
         used = per_row[2 * n_rows + 1 :]
-        ids, attention = self._write_rows(placed, n_rows, used, order[:n_order])
+        if pieces.objs is None:
+            self._read_rows(placed, used, ids)
+        else:
+            _concat_rows(pieces.objs, order[:n_order], placed[5], used, ids)
         b = per_row[: n_rows + 1].tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
         max_seqlen = per_row[n_rows + 1 : 2 * n_rows + 1].tolist()
@@ -163,29 +157,16 @@ class _Batching:
             batch = _to_torch(batch)
         return batch
 
-    def _write_rows(
-        self, placed: np.ndarray, n_rows: int, used: np.ndarray, order: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``input_ids`` and ``attention_mask`` (int64, (n_rows, out_pseq_len)) of the placed
-        pieces, padding included (``placed`` and ``order``: :func:`layout_batch`'s outputs)."""
-        P = self.out_pseq_len
-        pieces = self._pieces
-        ids = np.empty((n_rows, P), dtype=np.int64)
-        attention = np.empty((n_rows, P), dtype=np.int64)
-        if pieces.objs is None:
-            p_lens = placed[2]
-            flat_starts = self.source.offsets[placed[3]].astype(np.int64)
-            flat_starts += placed[4]
-            src, src_starts = self.source.read_ranges(flat_starts, p_lens)
-            starts = np.asarray(src_starts, dtype=np.int64)
-            scatter_pieces(src, starts, p_lens, placed[0], placed[1], ids)
-            finish_rows(used, self.pad_id, ids, attention)
-            return ids, attention
-        runs = pieces.objs[order].tolist()
-        _concat_checked(runs, ids.reshape(-1))
-        if mask_rows(ids, used, attention) < 0:
-            _refuse_tokens(pieces.objs[placed[5]].tolist())
-        return ids, attention
+    def _read_rows(self, placed: np.ndarray, used: np.ndarray, ids: np.ndarray) -> None:
+        """Write the placed pieces of a store-like source into ``ids`` (int64, (rows,
+        out_pseq_len)), padding included, straight from its mapping."""
+        p_lens = placed[2]
+        flat_starts = self.source.offsets[placed[3]].astype(np.int64)
+        flat_starts += placed[4]
+        src, src_starts = self.source.read_ranges(flat_starts, p_lens)
+        starts = np.asarray(src_starts, dtype=np.int64)
+        scatter_pieces(src, starts, p_lens, placed[0], placed[1], ids)
+        pad_rows(used, self.pad_id, ids)
 
     def _labels(
         self,
@@ -225,14 +206,20 @@ class _Batching:
         return None, None
 
 
-def _concat_checked(pieces: list[Any], out: np.ndarray) -> None:
-    """``np.concatenate(pieces, out=out)``, its errors worded for source sequences."""
+def _concat_rows(
+    objs: np.ndarray, order: np.ndarray, slots: np.ndarray, used: np.ndarray, ids: np.ndarray
+) -> None:
+    """Write a batch of an in-memory source: the runs ``objs[order]`` (pieces and padding, in
+    row-major order) by one ``np.concatenate`` into ``ids`` (int64, (rows, out_pseq_len)); then
+    check the real tokens (those of ``objs[slots]``), its errors worded for source sequences."""
     try:
-        np.concatenate(pieces, out=out, casting="same_kind")
+        np.concatenate(objs[order].tolist(), out=ids.reshape(-1), casting="same_kind")
     except TypeError as exc:
         raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
     except ValueError as exc:
         raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
+    if token_bits(ids, used) < 0:
+        _refuse_tokens(objs[slots].tolist())
 
 
 def _refuse_tokens(pieces: list[Any]) -> None:
@@ -262,10 +249,4 @@ def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         else:
             out[key] = torch.from_numpy(np.ascontiguousarray(value))
-    return out
-
-
-def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
-    out = np.empty(size, dtype=a.dtype)
-    out[:keep] = a[:keep]
     return out

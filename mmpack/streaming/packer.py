@@ -257,8 +257,7 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         self._remaining = np.full(stride, -1, dtype=np.int64)
         self._counts = np.zeros(stride, dtype=np.int64)
         self._pieces = self._new_pieces()
-        self._out_row = np.empty(0, dtype=np.int64)
-        self._out_off = np.empty(0, dtype=np.int64)
+        self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
         self._next_epoch = 0
         self._epoch = -1
         self._in_epoch = False
