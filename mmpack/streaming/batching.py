@@ -138,7 +138,9 @@ class _Batching:
         max_seqlen = per_row[n_rows + 1 : 2 * n_rows + 1].tolist()
         labels, mask_prob = None, None
         if self.mode is not None:
-            labels, mask_prob = self._labels(ids, attention, placed[0], placed[1], placed[2], n_rows)
+            labels, mask_prob = self._labels(
+                ids, attention, placed[0], placed[1], placed[2], n_rows
+            )
         self.token_count += n_tokens
         self.tokens_emitted += n_tokens
         self.slots_emitted += n_rows * P

@@ -15,9 +15,11 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+
+from mmpack.core.options import SourceFormat
 
 __all__ = [
     "PieceBuffer",
@@ -29,6 +31,7 @@ __all__ = [
     "pieces_of",
     "propagate_epoch",
     "sequences_of",
+    "source_kind",
     "split_pieces",
     "tokens_of",
 ]
@@ -250,6 +253,23 @@ def split_pieces(
     off = k * row_len
     plen = np.minimum(lens[doc] - off, row_len)
     return doc, off, plen
+
+
+def source_kind(source: Any, source_format: str, peek: int) -> tuple[bool, bool]:
+    """``(indexed, store_like)``: whether ``source`` is read by index as sequences (a
+    random-access source, its format given or detected from its first elements), and whether it
+    is read through ``read_ranges`` (a TokenStore-like source); ``peek`` elements at most are
+    looked at to detect the format."""
+    if source_format != SourceFormat.BATCHES and is_indexable(source):
+        fmt = source_format
+        if fmt == SourceFormat.AUTO:
+            seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
+            fmt = detect_format(seq[j] for j in range(min(len(seq), peek)))
+        indexed = fmt == SourceFormat.SEQUENCES
+        return indexed, indexed and is_store_like(source)
+    if not isinstance(source, Iterable):
+        raise TypeError(f"source must be iterable, got {type(source).__name__}")
+    return False, False
 
 
 def propagate_epoch(source: Any, epoch: int) -> None:
