@@ -147,8 +147,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str]) -> None:
-    rows = run(quick="--quick" in argv)
+def print_rows(rows: list[dict[str, Any]]) -> None:
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     print(f"load average {' '.join(load)}; medians; ratios to the first floor of each input")
@@ -163,6 +162,10 @@ def main(argv: list[str]) -> None:
             f"{r['modernbert_over_this_cpu']:>8.2f}"
             + (f"  efficiency {r['efficiency']:.4f}" if "efficiency" in r else "")
         )
+
+
+def main(argv: list[str]) -> None:
+    print_rows(run(quick="--quick" in argv))
 
 
 if __name__ == "__main__":
