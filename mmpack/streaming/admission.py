@@ -6,7 +6,8 @@ sources, the sequences themselves); the packer admits exactly as many *pieces* a
 split into many pieces enters piece by piece and the held pieces stay within
 ``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
 a source that raises leaves the position where it was, so a state taken then resumes with nothing
-lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (one ``cumsum`` and one
+lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
+every queued document is one whole piece, the common case; else one ``cumsum`` and one
 ``searchsorted`` per admission call, a slice per cut piece).
 """
 

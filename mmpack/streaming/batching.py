@@ -4,12 +4,16 @@ labels and counters.
 A batch of ``n_rows`` empty rows scans the held pieces in order (reading ahead when they run out)
 and the best-fit kernel (:mod:`mmpack.kernels.streaming`) puts each into the row with the
 smallest remaining space that holds it, or defers it, until ``buffer_size`` pieces are deferred
-or the source is exhausted: O(scanned * log(rows * row_len)).  Then each row is
-written by one ``np.concatenate`` of its pieces straight into the output row (a TokenStore's pieces
-are copied by a kernel straight from its memory map); a kernel writes the padding, the attention
-mask and the ``cu_seqlens``; the labels follow the mode (MLM corruption keyed by the position in
-the stream, causal labels that never cross a piece).  The placed pieces leave the buffer and the
-counters advance.  Cost: one pass over the output plus O(rows) Python calls per batch.
+or the source is exhausted: O(scanned * log(rows * row_len)), one kernel call (a piece longer
+than every row's free space is deferred without a lookup).  One layout kernel
+(:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes the
+``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
+the buffer; one ``np.concatenate`` of the pieces and of padding runs writes the whole batch (a
+TokenStore's pieces are copied by a kernel straight from its memory map); the labels follow the
+mode (MLM corruption keyed by the position in the stream, causal labels that never cross a
+piece).  The held pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising
+admission; no decision depends on it).  Cost: one pass over the output and a fixed number of
+Python calls per batch, whatever its number of pieces.
 """
 
 from __future__ import annotations

@@ -4,10 +4,13 @@ A source is an iterable of sequences, an iterable of incoming batches (lists of 
 arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a random-access store
 (:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
 from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
-*pieces* (:func:`split_pieces` applies the ``long_docs`` policy), held in a
-:class:`PieceBuffer`: three int64 arrays (length, source index, offset in the source sequence)
-plus, for in-memory sources, an object array of references to the sequences (admission copies no
-token).
+*pieces* (:func:`piece_counts` and :func:`pieces_of` apply the ``long_docs`` policy), held in a
+:class:`PieceBuffer`: one int64 array (length, source index, offset in the source sequence,
+object slot) plus, for in-memory sources, an object array of references to the sequences
+(admission copies no token).  :func:`sequences_of` checks an incoming batch by the build's token
+rule in one pass each over its types, lengths and dtypes (~0.15 us a numpy array), and converts a
+batch of lists of ints with one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns
+for one ``np.array`` per list and ~18 ns for ModernBERT's slice assignment of each list).
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
     ``sum`` adds exact ints in C and turns float, numpy scalars or anything else into another
     type (or raises): an ``int`` total means every element is an int or a bool; the bools
     (converted to 0/1) are then looked for among the 0s and 1s only.  Cost: ``sum`` ~5 ns and
-    ``np.fromiter`` ~15 ns a token, against ~27 ns for one ``np.array`` per list."""
+    ``np.fromiter`` ~15 ns a token, against ~25 ns for one ``np.array`` per list."""
     try:
         if type(sum(map(sum, items))) is not int:
             return None
@@ -343,11 +346,6 @@ class PieceBuffer:
         self.data[2, n:end] = src_off
         self.data[3, :end] = np.arange(self._fixed, self._fixed + end, dtype=np.int64)
         self.n = end
-
-    def keep(self, mask: np.ndarray) -> None:
-        kept = self.data[:, : self.n][:, mask]
-        self.n = kept.shape[1]
-        self.data[:, : self.n] = kept
 
 
 # ----------------------------------------------------------------------------- the packer
