@@ -15,7 +15,9 @@ masking (``mmpack.views.masking``; the baseline does not mask), and fed from a m
 (no Python call per document).  End to end, both packers must write the same ``int64`` output
 (and the StreamingPacker also an ``int64`` attention mask), which bounds the speed-up; the
 "placement only" rows time the decisions alone on the lengths (the seed's Python loop with
-``find_best_fit`` vs one kernel call per batch), checked to be identical.
+``find_best_fit`` vs one kernel call per batch), checked to be identical.  The rows of
+:mod:`benchmarks.bench_streaming_floor` follow: end to end against the write-once floor
+(8 x 2048, buffer 512), numpy arrays and Python lists.
 """
 
 from __future__ import annotations
@@ -287,11 +289,17 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "seconds": seconds,
                 }
             )
-    return rows
+    from benchmarks.bench_streaming_floor import run as run_floor
+
+    return rows + run_floor(quick)  # end to end against the write-once floor (8 x 2048)
 
 
 def main(argv: list[str]) -> None:
+    from benchmarks.bench_streaming_floor import print_rows
+
     rows = run(quick="--quick" in argv)
+    print_rows([r for r in rows if "shape" not in r])
+    rows = [r for r in rows if "shape" in r]
     print(
         f"{'shape':>9} {'buffer':>6} {'packer':<28} {'batches':>7} {'efficiency':>10} "
         f"{'seqs/s':>11} {'speed-up':>8}"

@@ -18,7 +18,6 @@ from mmpack.kernels.streaming import (
     bm_successor,
     place_best_fit,
     reset_rows,
-    row_boundaries,
 )
 from mmpack.streaming.packer import StreamingPacker
 
@@ -169,19 +168,6 @@ def test_place_best_fit_matches_linear_scan(n_rows, row_len, data):
     assert out_off[:processed].tolist() == offs
     assert remaining[:n_rows].tolist() == want_remaining
     assert counts[:n_rows].tolist() == want_counts
-
-
-def test_row_boundaries():
-    rows = np.array([1, 0, 1, 1], dtype=np.int64)
-    lens = np.array([3, 10, 2, 4], dtype=np.int64)
-    used = np.array([10, 9, 0], dtype=np.int64)
-    cu = np.empty(4 + 6, dtype=np.int32)
-    bounds = np.empty(4, dtype=np.int64)
-    longest = np.empty(3, dtype=np.int64)
-    row_boundaries(rows, lens, 3, used, 10, cu, bounds, longest)
-    got = [cu[bounds[r] : bounds[r + 1]].tolist() for r in range(3)]
-    assert got == [[0, 10], [0, 3, 5, 9, 10], [0, 10]]
-    assert longest.tolist() == [10, 4, 10]
 
 
 # =========================================================================== the packer vs the twin

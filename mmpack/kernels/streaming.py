@@ -17,9 +17,8 @@ plain non-negative integer arithmetic, identical with and without ``NUMBA_DISABL
 
 Memory: ``(row_len + 1) * stride / 8`` bytes, 64 KiB for 16 rows of 32768 tokens.
 
-The other kernels write an output batch: the placed pieces straight from a token source (a store's
-mapping), the padding and the attention mask (O(tokens)), and every row's ``cu_seqlens`` and
-longest segment (O(pieces + rows)).
+The other kernels write an output batch from a token source (a store's mapping): the placed
+pieces and the padding (O(tokens)); :mod:`mmpack.kernels.streaming_batch` lays the batch out.
 """
 
 from __future__ import annotations
@@ -33,10 +32,10 @@ __all__ = [
     "bm_insert",
     "bm_remove",
     "bm_successor",
-    "finish_rows",
+    "pad_rows",
+    "place_batch",
     "place_best_fit",
     "reset_rows",
-    "row_boundaries",
     "scatter_pieces",
 ]
 
@@ -207,16 +206,20 @@ def place_best_fit(
     stride = remaining.shape[0]
     deferred = 0
     n = lens.shape[0]
+    # The largest free space: a piece longer than it is deferred without a lookup (most of
+    # the scan once the rows are nearly full); it only shrinks, and is rescanned (O(rows))
+    # when its row takes a piece.
+    widest = _widest(remaining)
     for i in range(n):
         if deferred >= budget:
             return i, deferred
         length = lens[i]
-        key = bm_successor(words, level_off, level_len, length * stride)
-        if key < 0:
+        if length > widest:
             out_row[i] = -1
             out_off[i] = -1
             deferred += 1
             continue
+        key = bm_successor(words, level_off, level_len, length * stride)
         r = key % stride
         space = key // stride
         bm_remove(words, level_off, key)
@@ -226,7 +229,56 @@ def place_best_fit(
         counts[r] += 1
         out_row[i] = r
         out_off[i] = row_len - space
+        if space == widest:
+            widest = _widest(remaining)
     return n, deferred
+
+
+@njit
+def place_batch(
+    held: np.ndarray,
+    start: int,
+    stop: int,
+    budget: int,
+    words: np.ndarray,
+    level_off: np.ndarray,
+    level_len: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    row_len: int,
+    n_rows: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`place_best_fit` over the held pieces ``start:stop`` of a batch, after
+    :func:`reset_rows` when ``start == 0`` (one call per batch instead of two).
+
+    ``held`` is int64 of shape (>= 1, >= stop) whose row 0 holds the piece lengths; ``out`` is
+    int64 of shape (2, >= stop): the rows and start columns of the placements.  Returns the
+    pieces processed so far in the batch (``start`` plus those looked at) and those deferred.
+    """
+    if start == 0:
+        reset_rows(words, level_off, remaining, counts, n_rows, row_len)
+    k, d = place_best_fit(
+        held[0, start:stop],
+        budget,
+        words,
+        level_off,
+        level_len,
+        remaining,
+        counts,
+        row_len,
+        out[0, start:],
+        out[1, start:],
+    )
+    return start + k, d
+
+
+@njit
+def _widest(remaining: np.ndarray) -> int:
+    widest = -1
+    for r in range(remaining.shape[0]):
+        widest = max(widest, remaining[r])
+    return widest
 
 
 @njit
@@ -256,73 +308,7 @@ def scatter_pieces(
 
 
 @njit
-def finish_rows(used: np.ndarray, pad_id: int, out_ids: np.ndarray, out_mask: np.ndarray) -> None:
-    """Pad every row after its ``used[r]`` real tokens and write the attention mask.
-
-    ``out_ids[r, used[r]:] = pad_id``; ``out_mask[r, c] = 1`` for ``c < used[r]``, else 0.
-    Both are int64 of shape (n_rows, n_cols); ``0 <= used[r] <= n_cols``.
-    """
+def pad_rows(used: np.ndarray, pad_id: int, out_ids: np.ndarray) -> None:
+    """``out_ids[r, used[r]:] = pad_id`` for every row (int64, (n_rows, n_cols))."""
     for r in range(out_ids.shape[0]):
-        u = used[r]
-        out_mask[r, :u] = 1
-        out_mask[r, u:] = 0
-        out_ids[r, u:] = pad_id
-
-
-@njit
-def row_boundaries(
-    rows: np.ndarray,
-    lens: np.ndarray,
-    n_rows: int,
-    used: np.ndarray,
-    row_len: int,
-    out_cu: np.ndarray,
-    out_bounds: np.ndarray,
-    out_max: np.ndarray,
-) -> None:
-    """Every row's ``cu_seqlens`` and longest segment, from pieces in placement order.
-
-    Pieces of a row are placed one after the other, so in placement order their ends increase.
-    Row ``r``'s boundaries ``0, end of each piece, [row_len if the row has padding]`` are written
-    to ``out_cu[out_bounds[r]:out_bounds[r + 1]]``.
-
-    Parameters
-    ----------
-    rows, lens : numpy.ndarray, int64, shape (k,)
-        Row (in ``[0, n_rows)``) and length of each placed piece, in placement order.
-    used : numpy.ndarray, int64, shape (n_rows,)
-        Real tokens per row (the sum of its pieces' lengths).
-    out_cu : numpy.ndarray, int32, shape (k + 2 * n_rows,)
-    out_bounds : numpy.ndarray, int64, shape (n_rows + 1,)
-    out_max : numpy.ndarray, int64, shape (n_rows,)
-        Longest segment of each row, padding included (as the seed).
-    """
-    cursor = np.empty(n_rows, dtype=np.int64)
-    ends = np.zeros(n_rows, dtype=np.int64)
-    for r in range(n_rows):
-        out_max[r] = 0
-        cursor[r] = 0
-    for k in range(rows.shape[0]):
-        cursor[rows[k]] += 1
-    pos = 0
-    for r in range(n_rows):
-        out_bounds[r] = pos
-        n = cursor[r] + 1
-        if used[r] < row_len:
-            n += 1
-        out_cu[pos] = 0
-        cursor[r] = pos + 1
-        pos += n
-    out_bounds[n_rows] = pos
-    for k in range(rows.shape[0]):
-        r = rows[k]
-        ends[r] += lens[k]
-        out_cu[cursor[r]] = ends[r]
-        cursor[r] += 1
-        if lens[k] > out_max[r]:
-            out_max[r] = lens[k]
-    for r in range(n_rows):
-        if used[r] < row_len:
-            out_cu[cursor[r]] = row_len
-            if row_len - used[r] > out_max[r]:
-                out_max[r] = row_len - used[r]
+        out_ids[r, used[r] :] = pad_id

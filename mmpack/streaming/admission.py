@@ -6,7 +6,8 @@ sources, the sequences themselves); the packer admits exactly as many *pieces* a
 split into many pieces enters piece by piece and the held pieces stay within
 ``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
 a source that raises leaves the position where it was, so a state taken then resumes with nothing
-lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (one ``cumsum`` and one
+lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
+every queued document is one whole piece, the common case; else one ``cumsum`` and one
 ``searchsorted`` per admission call, a slice per cut piece).
 """
 
@@ -134,6 +135,15 @@ class _Admission:
         the head of the queue with its admitted tokens counted in ``_head_off``."""
         P = self.out_pseq_len
         lens, head = self._q_lens, self._head_off
+        if not head and need >= lens.shape[0] and lens.min() > 0 and lens.max() <= P:
+            # The common case: every queued document is one whole piece.
+            self.seqs_consumed += lens.shape[0]
+            zeros = np.zeros(lens.shape[0], dtype=np.int64)
+            self._pieces.append(lens, self._q_src, zeros, self._q_objs)
+            self._q_lens, self._q_src = lens[:0], self._q_src[:0]
+            if self._q_objs is not None:
+                self._q_objs = self._q_objs[:0]
+            return
         n_pieces = piece_counts(lens, head, P, self.long_docs)
         ends = np.cumsum(n_pieces)
         cut = int(np.searchsorted(ends, need))  # the first document that reaches `need` pieces

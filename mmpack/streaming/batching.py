@@ -4,12 +4,16 @@ labels and counters.
 A batch of ``n_rows`` empty rows scans the held pieces in order (reading ahead when they run out)
 and the best-fit kernel (:mod:`mmpack.kernels.streaming`) puts each into the row with the
 smallest remaining space that holds it, or defers it, until ``buffer_size`` pieces are deferred
-or the source is exhausted: O(scanned * log(rows * row_len)).  Then each row is
-written by one ``np.concatenate`` of its pieces straight into the output row (a TokenStore's pieces
-are copied by a kernel straight from its memory map); a kernel writes the padding, the attention
-mask and the ``cu_seqlens``; the labels follow the mode (MLM corruption keyed by the position in
-the stream, causal labels that never cross a piece).  The placed pieces leave the buffer and the
-counters advance.  Cost: one pass over the output plus O(rows) Python calls per batch.
+or the source is exhausted: O(scanned * log(rows * row_len)), one kernel call (a piece longer
+than every row's free space is deferred without a lookup).  One layout kernel
+(:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes the
+``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
+the buffer; one ``np.concatenate`` of the pieces and of padding runs writes the whole batch (a
+TokenStore's pieces are copied by a kernel straight from its memory map); the labels follow the
+mode (MLM corruption keyed by the position in the stream, causal labels that never cross a
+piece).  The held pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising
+admission; no decision depends on it).  Cost: one pass over the output and a fixed number of
+Python calls per batch, whatever its number of pieces.
 """
 
 from __future__ import annotations
@@ -19,13 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mmpack.core.options import Mode
-from mmpack.kernels.streaming import (
-    finish_rows,
-    place_best_fit,
-    reset_rows,
-    row_boundaries,
-    scatter_pieces,
-)
+from mmpack.kernels.streaming import pad_rows, place_batch, scatter_pieces
+from mmpack.kernels.streaming_batch import layout_batch, token_bits
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.sources import PieceBuffer
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -61,8 +60,9 @@ class _Batching:
     _epoch: int
     _excluded: np.ndarray | None
     _pieces: PieceBuffer
-    _out_row: np.ndarray
-    _out_off: np.ndarray
+    _out: np.ndarray
+    _store_like: bool
+    _pad_bits: int
     _counts: np.ndarray
     _remaining: np.ndarray
     _words: np.ndarray
@@ -78,77 +78,78 @@ class _Batching:
         n_rows = self.out_batch_size
         if self.batch_size_schedule is not None:
             n_rows = self.batch_size_schedule(self.token_count)
-        if self._pieces.n < self.buffer_size + self.readahead:
-            self._read_ahead(self.buffer_size + self.readahead - self._pieces.n)
-        reset_rows(self._words, self._level_off, self._remaining, self._counts, n_rows, P)
+        pieces = self._pieces
+        if pieces.n < self.buffer_size + (self.readahead + 3) // 4:
+            # Top up in chunks (never changes a decision; amortises admission over batches).
+            self._read_ahead(self.buffer_size + self.readahead - pieces.n)
         processed = deferred = 0
         while True:
-            if processed == self._pieces.n:
-                self._read_ahead(max(self.readahead, self.buffer_size - deferred))
-                if processed == self._pieces.n:
-                    break
-            n_held = self._pieces.n
-            if self._out_row.shape[0] < n_held:
-                self._out_row = _grown(self._out_row, 2 * n_held, processed)
-                self._out_off = _grown(self._out_off, 2 * n_held, processed)
-            k, d = place_best_fit(
-                self._pieces.lens[processed:],
-                self.buffer_size - deferred,
-                self._words,
-                self._level_off,
-                self._level_len,
-                self._remaining,
-                self._counts,
-                P,
-                self._out_row[processed:],
-                self._out_off[processed:],
-            )
-            processed += int(k)
-            deferred += int(d)
+            if self._out.shape[1] < pieces.n:
+                grown = np.empty((2, 2 * pieces.n), dtype=np.int64)
+                grown[:, :processed] = self._out[:, :processed]
+                self._out = grown
+            processed, d = place_batch(
+                pieces.data, processed, pieces.n, self.buffer_size - deferred, self._words,
+                self._level_off, self._level_len, self._remaining, self._counts, P, n_rows,
+                self._out,
+            )  # fmt: skip
+            deferred += d
             if deferred >= self.buffer_size:
                 break
+            self._read_ahead(max(self.readahead, self.buffer_size - deferred))  # all were scanned
+            if processed == pieces.n:
+                break
+        return self._emit(n_rows, processed, processed - deferred)
 
-        counts = self._counts[:n_rows]
-        if counts.min() == 0:
-            # Only reachable with the source exhausted and nothing deferred.
-            if self.drop_last or counts.max() == 0:
-                self._pieces.keep(np.zeros(self._pieces.n, dtype=bool))
-                return None
-        return self._emit(n_rows, processed)
+    def _new_pieces(self) -> PieceBuffer:
+        """An empty piece buffer; for an in-memory source its first slots hold the padding runs
+        of 1, 2, 4, ... tokens (``_pad_bits`` of them: a row's padding is written as the binary
+        digits of its length)."""
+        if self._store_like:
+            self._pad_bits = 0
+            return PieceBuffer(with_objects=False)
+        self._pad_bits = self.out_pseq_len.bit_length()
+        pad = np.full(1 << (self._pad_bits - 1), self.pad_id, dtype=np.int64)
+        return PieceBuffer(True, [pad[: 1 << k] for k in range(self._pad_bits)])
 
-    def _emit(self, n_rows: int, processed: int) -> dict[str, Any]:
+    def _emit(self, n_rows: int, processed: int, n_placed: int) -> dict[str, Any] | None:
         """The batch of the first ``n_rows`` rows, from the placements of the first
-        ``processed`` held pieces; the placed pieces leave the buffer."""
+        ``processed`` held pieces (``n_placed`` of them placed); the placed pieces leave the
+        buffer.  None when a row is empty and the batch is dropped (the source is exhausted)."""
         P = self.out_pseq_len
         pieces = self._pieces
-        rows = self._out_row[:processed]
-        placed = np.flatnonzero(rows >= 0)
-        p_rows = rows[placed]
-        p_offs = self._out_off[:processed][placed]
-        p_lens = pieces.lens[placed]
-        used = P - self._remaining[:n_rows]
-        ids, attention = self._write_rows(placed, p_rows, p_offs, p_lens, n_rows, used)
-
-        cu_flat = np.empty(placed.shape[0] + 2 * n_rows, dtype=np.int32)
-        bounds = np.empty(n_rows + 1, dtype=np.int64)
-        longest = np.empty(n_rows, dtype=np.int64)
-        row_boundaries(p_rows, p_lens, n_rows, used, P, cu_flat, bounds, longest)
-        b = bounds.tolist()
+        placed = np.empty((6, n_placed), dtype=np.int64)
+        cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
+        per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
+        order = np.empty(n_placed + n_rows * self._pad_bits, dtype=np.int64)
+        ids = np.empty((n_rows, P), dtype=np.int64)
+        attention = np.empty((n_rows, P), dtype=np.int64)
+        pieces.n, n_tokens, empty_rows, n_order = layout_batch(
+            self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
+            self._pad_bits, placed, cu_flat, per_row, order, attention,
+        )  # fmt: skip
+        if empty_rows and (self.drop_last or empty_rows == n_rows):
+            # Only reachable with the source exhausted and nothing deferred.
+            pieces.n = 0
+            return None
+        used = per_row[2 * n_rows + 1 :]
+        if pieces.objs is None:
+            self._read_rows(placed, used, ids)
+        else:
+            _concat_rows(pieces.objs, order[:n_order], placed[5], used, ids)
+        b = per_row[: n_rows + 1].tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
-        max_seqlen = longest.tolist()
-
-        keep = np.ones(pieces.n, dtype=bool)
-        keep[placed] = False
-        pieces.keep(keep)
-
-        labels, mask_prob = self._labels(ids, attention, p_rows, p_offs, p_lens, n_rows)
-        n_tokens = int(used.sum())
+        max_seqlen = per_row[n_rows + 1 : 2 * n_rows + 1].tolist()
+        labels, mask_prob = None, None
+        if self.mode is not None:
+            labels, mask_prob = self._labels(
+                ids, attention, placed[0], placed[1], placed[2], n_rows
+            )
         self.token_count += n_tokens
         self.tokens_emitted += n_tokens
         self.slots_emitted += n_rows * P
-        self.seqs_emitted += int(placed.shape[0])
+        self.seqs_emitted += n_placed
         self.batches_emitted += 1
-
         batch: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": attention,
@@ -162,35 +163,16 @@ class _Batching:
             batch = _to_torch(batch)
         return batch
 
-    def _write_rows(
-        self,
-        placed: np.ndarray,
-        p_rows: np.ndarray,
-        p_offs: np.ndarray,
-        p_lens: np.ndarray,
-        n_rows: int,
-        used: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``input_ids`` and ``attention_mask`` (int64, (n_rows, out_pseq_len)) of the placed
-        pieces, padding included."""
-        P = self.out_pseq_len
-        pieces = self._pieces
-        counts = self._counts[:n_rows]
-        ids = np.empty((n_rows, P), dtype=np.int64)
-        attention = np.empty((n_rows, P), dtype=np.int64)
-        if pieces.objs is None:
-            flat_starts = self.source.offsets[pieces.src[placed]].astype(np.int64)
-            flat_starts += pieces.src_off[placed]
-            src, src_starts = self.source.read_ranges(flat_starts, p_lens)
-            scatter_pieces(src, np.asarray(src_starts, dtype=np.int64), p_lens, p_rows, p_offs, ids)
-        else:
-            objs = pieces.objs[placed][np.argsort(p_rows, kind="stable")].tolist()
-            ends = np.cumsum(counts).tolist()
-            for r in range(n_rows):
-                if counts[r]:
-                    _concat_row(objs[ends[r] - counts[r] : ends[r]], ids[r, : used[r]])
-        finish_rows(used, self.pad_id, ids, attention)
-        return ids, attention
+    def _read_rows(self, placed: np.ndarray, used: np.ndarray, ids: np.ndarray) -> None:
+        """Write the placed pieces of a store-like source into ``ids`` (int64, (rows,
+        out_pseq_len)), padding included, straight from its mapping."""
+        p_lens = placed[2]
+        flat_starts = self.source.offsets[placed[3]].astype(np.int64)
+        flat_starts += placed[4]
+        src, src_starts = self.source.read_ranges(flat_starts, p_lens)
+        starts = np.asarray(src_starts, dtype=np.int64)
+        scatter_pieces(src, starts, p_lens, placed[0], placed[1], ids)
+        pad_rows(used, self.pad_id, ids)
 
     def _labels(
         self,
@@ -230,25 +212,36 @@ class _Batching:
         return None, None
 
 
-def _concat_row(pieces: list[Any], out: np.ndarray) -> None:
+def _concat_rows(
+    objs: np.ndarray, order: np.ndarray, slots: np.ndarray, used: np.ndarray, ids: np.ndarray
+) -> None:
+    """Write a batch of an in-memory source: the runs ``objs[order]`` (pieces and padding, in
+    row-major order) by one ``np.concatenate`` into ``ids`` (int64, (rows, out_pseq_len)); then
+    check the real tokens (those of ``objs[slots]``), its errors worded for source sequences."""
     try:
-        np.concatenate(pieces, out=out, casting="same_kind")
+        np.concatenate(objs[order].tolist(), out=ids.reshape(-1), casting="same_kind")
     except TypeError as exc:
         raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
     except ValueError as exc:
         raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
-    if out.size and out.min() < 0:
-        for p in pieces:  # a uint64 id >= 2**63 wraps negative in the int64 row: name it
-            a = np.asarray(p)
-            if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
-                raise ValueError(
-                    f"source sequences must hold token ids < 2**63 (they are returned as int64), "
-                    f"got {int(a.max())}"
-                )
-        raise ValueError(
-            f"a source sequence has a negative token {int(out.min())}; tokens must be "
-            "non-negative integers"
-        )
+    if token_bits(ids, used) < 0:
+        _refuse_tokens(objs[slots].tolist())
+
+
+def _refuse_tokens(pieces: list[Any]) -> None:
+    """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
+    int64 row) among ``pieces``."""
+    for p in pieces:
+        a = np.asarray(p)
+        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
+            raise ValueError(
+                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
+                f"got {int(a.max())}"
+            )
+    lowest = min(int(np.min(p)) for p in pieces if len(p))
+    raise ValueError(
+        f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
+    )
 
 
 def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:
@@ -262,10 +255,4 @@ def _to_torch(batch: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
         else:
             out[key] = torch.from_numpy(np.ascontiguousarray(value))
-    return out
-
-
-def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
-    out = np.empty(size, dtype=a.dtype)
-    out[:keep] = a[:keep]
     return out

@@ -4,18 +4,25 @@ A source is an iterable of sequences, an iterable of incoming batches (lists of 
 arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a random-access store
 (:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
 from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
-*pieces* (:func:`split_pieces` applies the ``long_docs`` policy), held in a
-:class:`PieceBuffer`: three int64 arrays (length, source index, offset in the source sequence)
-plus, for in-memory sources, an object array of references to the sequences (admission copies no
-token).
+*pieces* (:func:`piece_counts` and :func:`pieces_of` apply the ``long_docs`` policy), held in a
+:class:`PieceBuffer`: one int64 array (length, source index, offset in the source sequence,
+object slot) plus, for in-memory sources, an object array of references to the sequences
+(admission copies no token).  :func:`sequences_of` checks an incoming batch by the build's token
+rule in one pass each over its types, lengths and dtypes (~0.15 us a numpy array), and converts a
+batch of lists of ints with one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns
+for one ``np.array`` per list and ~18 ns for ModernBERT's slice assignment of each list).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import itertools
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
+
+from mmpack.core.options import SourceFormat
 
 __all__ = [
     "PieceBuffer",
@@ -27,6 +34,7 @@ __all__ = [
     "pieces_of",
     "propagate_epoch",
     "sequences_of",
+    "source_kind",
     "split_pieces",
     "tokens_of",
 ]
@@ -119,21 +127,88 @@ def _plain(item: Any) -> bool:
     return False
 
 
+_ndim = operator.attrgetter("ndim")
+_dtype = operator.attrgetter("dtype")
+
+
+def _integer_vector_lengths(items: list[np.ndarray]) -> np.ndarray | None:
+    """The lengths of numpy arrays ``items`` if all are 1-D with integer dtypes, else None
+    (~0.1 us an array: one pass each over lengths, ndims and dtypes)."""
+    try:
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    except TypeError:  # a 0-d array
+        return None
+    if sum(map(_ndim, items)) != len(items):  # every ndim >= 1 (len worked): all are 1-D
+        return None
+    if not all(d.kind in "iu" for d in set(map(_dtype, items))):
+        return None
+    return lens
+
+
+def _hides_bools(items: list[Any], flat: np.ndarray, lens: np.ndarray) -> bool:
+    """Whether a bool is among the elements of lists ``items`` (converted to ``flat``): only an
+    element converted to 0 or 1 can be one, so only those are looked at (all of them, by one
+    pass over the element types, when they are many)."""
+    cand = np.flatnonzero(flat.view(np.uint64) <= 1)
+    if not cand.size:
+        return False
+    if 8 * cand.size > flat.size:
+        return bool in set(map(type, itertools.chain.from_iterable(items)))
+    ends = np.cumsum(lens)
+    doc = np.searchsorted(ends, cand, side="right")
+    at = cand - (ends[doc] - lens[doc])
+    return any(type(items[d][q]) is bool for d, q in zip(doc.tolist(), at.tolist()))
+
+
+def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
+    """Lists/tuples of Python ints converted in one pass: views of one int64 array (an object
+    array), or None when some element is not an int (or is a bool, or does not fit int64).
+
+    ``sum`` adds exact ints in C and turns float, numpy scalars or anything else into another
+    type (or raises): an ``int`` total means every element is an int or a bool; the bools
+    (converted to 0/1) are then looked for among the 0s and 1s only.  Cost: ``sum`` ~5 ns and
+    ``np.fromiter`` ~15 ns a token, against ~25 ns for one ``np.array`` per list."""
+    try:
+        if type(sum(map(sum, items))) is not int:
+            return None
+        flat = np.fromiter(itertools.chain.from_iterable(items), np.int64, int(lens.sum()))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if _hides_bools(items, flat, lens):
+        return None
+    ends = np.cumsum(lens).tolist()
+    starts = [0, *ends[:-1]]
+    return np.fromiter(map(flat.__getitem__, map(slice, starts, ends)), object, len(items))
+
+
 def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths.
 
     Every sequence obeys the token rule of :func:`mmpack.build` (the same function checks both):
     1-D, integer ids (integral floats are converted, bools, fractions, strings and negative ids
     refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``).  Integer
-    arrays and lists of Python ints are kept as they are (no copy); anything else is converted
-    once, here."""
+    arrays are kept as they are (no copy), checked once per call (one pass over the types, ndims
+    and dtypes); lists of Python ints are converted in one pass per call (:func:`_int_lists`);
+    anything else is converted once, here, sequence by sequence."""
     from mmpack.store.tokens import as_token_array  # the one token rule (the build's)
 
-    if any(issubclass(t, Mapping) for t in set(map(type, items))):
+    n = len(items)
+    kinds = set(map(type, items))
+    if any(issubclass(t, Mapping) for t in kinds):
         items = [tokens_of(x) for x in items]
+        kinds = set(map(type, items))
+    if kinds == {np.ndarray}:
+        lens = _integer_vector_lengths(items)
+        if lens is not None:
+            return np.fromiter(items, dtype=object, count=n), lens
+    if kinds and kinds <= {list, tuple}:
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
+        objs = _int_lists(items, lens)
+        if objs is not None:
+            return objs, lens
     items = [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
-    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    return np.fromiter(items, dtype=object, count=len(items)), lens
+    lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
+    return np.fromiter(items, dtype=object, count=n), lens
 
 
 def piece_counts(lens: np.ndarray, head_off: int, row_len: int, policy: str) -> np.ndarray:
@@ -183,6 +258,23 @@ def split_pieces(
     return doc, off, plen
 
 
+def source_kind(source: Any, source_format: str, peek: int) -> tuple[bool, bool]:
+    """``(indexed, store_like)``: whether ``source`` is read by index as sequences (a
+    random-access source, its format given or detected from its first elements), and whether it
+    is read through ``read_ranges`` (a TokenStore-like source); ``peek`` elements at most are
+    looked at to detect the format."""
+    if source_format != SourceFormat.BATCHES and is_indexable(source):
+        fmt = source_format
+        if fmt == SourceFormat.AUTO:
+            seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
+            fmt = detect_format(seq[j] for j in range(min(len(seq), peek)))
+        indexed = fmt == SourceFormat.SEQUENCES
+        return indexed, indexed and is_store_like(source)
+    if not isinstance(source, Iterable):
+        raise TypeError(f"source must be iterable, got {type(source).__name__}")
+    return False, False
+
+
 def propagate_epoch(source: Any, epoch: int) -> None:
     """Tell the source, a DataLoader's sampler or batch sampler, which epoch starts."""
     seen: list[Any] = []
@@ -205,32 +297,55 @@ def propagate_epoch(source: Any, epoch: int) -> None:
 class PieceBuffer:
     """Held pieces in stream order: those deferred by the last batch, then those read ahead.
 
-    ``objs`` holds each piece's tokens (a sequence or a view of one) for in-memory sources, and is
-    None for a store-like source, whose pieces are read by position when emitted."""
+    ``data`` is an int64 array of shape (4, capacity) whose first ``n`` columns are the pieces:
+    length, source index, offset in the source sequence, and object slot (the views ``lens``,
+    ``src``, ``src_off`` and ``slot``).  For an in-memory source piece ``k``'s tokens are
+    ``objs[slot[k]]`` (a sequence or a view of one), after the ``fixed`` objects that stay in the
+    first slots (the padding runs); ``objs`` is None for a store-like source, whose pieces are
+    read by position when emitted.  A batch removes its placed pieces by compacting ``data`` in
+    place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and setting ``n``; ``objs`` is
+    compacted when pieces are appended, so a batch only reads it."""
 
-    def __init__(self, with_objects: bool) -> None:
-        empty = np.empty(0, dtype=np.int64)
-        self.lens, self.src, self.src_off = empty, empty, empty
-        self.objs: np.ndarray | None = np.empty(0, dtype=object) if with_objects else None
+    def __init__(self, with_objects: bool, fixed: Sequence[Any] = ()) -> None:
+        self.data = np.empty((4, 0), dtype=np.int64)
+        self.n = 0
+        self.objs: np.ndarray | None = None
+        if with_objects:
+            self.objs = np.fromiter(fixed, dtype=object, count=len(fixed))
+        self._fixed = len(fixed)
 
     @property
-    def n(self) -> int:
-        return self.lens.shape[0]
+    def lens(self) -> np.ndarray:
+        return self.data[0, : self.n]
+
+    @property
+    def src(self) -> np.ndarray:
+        return self.data[1, : self.n]
+
+    @property
+    def src_off(self) -> np.ndarray:
+        return self.data[2, : self.n]
+
+    @property
+    def slot(self) -> np.ndarray:
+        return self.data[3, : self.n]
 
     def append(
         self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray, objs: np.ndarray | None
     ) -> None:
-        self.lens = np.concatenate([self.lens, lens])
-        self.src = np.concatenate([self.src, src])
-        self.src_off = np.concatenate([self.src_off, src_off])
+        n, end = self.n, self.n + lens.shape[0]
         if self.objs is not None:
             assert objs is not None
-            self.objs = np.concatenate([self.objs, objs])
-
-    def keep(self, mask: np.ndarray) -> None:
-        self.lens, self.src, self.src_off = self.lens[mask], self.src[mask], self.src_off[mask]
-        if self.objs is not None:
-            self.objs = self.objs[mask]
+            self.objs = np.concatenate([self.objs[: self._fixed], self.objs[self.slot], objs])
+        if end > self.data.shape[1]:
+            grown = np.empty((4, max(end, 2 * self.data.shape[1])), dtype=np.int64)
+            grown[:, :n] = self.data[:, :n]
+            self.data = grown
+        self.data[0, n:end] = lens
+        self.data[1, n:end] = src
+        self.data[2, n:end] = src_off
+        self.data[3, :end] = np.arange(self._fixed, self._fixed + end, dtype=np.int64)
+        self.n = end
 
 
 # ----------------------------------------------------------------------------- the packer

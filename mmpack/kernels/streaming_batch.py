@@ -1,0 +1,170 @@
+"""Kernels that turn the streaming packer's placements into a batch (:mod:`mmpack.streaming`).
+
+After the best-fit kernel (:mod:`mmpack.kernels.streaming`) has placed a prefix of the held
+pieces, :func:`layout_batch` does the rest of the bookkeeping in one pass, so that a batch costs
+a fixed number of Python calls whatever its number of pieces:
+
+- the placed pieces in *row-major order* (row by row, each row's pieces by increasing offset),
+  with their row, offset, length, source index, offset in the source and object slot;
+- every row's ``cu_seqlens`` (0, the end of each piece, and ``row_len`` when the row has padding),
+  its longest segment (padding included, as ModernBERT's packer) and its real tokens;
+- the held pieces that stay (the deferred ones, then those not scanned), compacted in place;
+- the *order* of the batch's token runs: each row's pieces, then its padding written as the
+  binary digits of its length, each digit ``2**k`` a fixed view of ``2**k`` padding tokens
+  (slot ``k``).  A row of 2048 with 37 tokens of padding ends with the views of 32, 4 and 1.
+
+The tokens of an in-memory source are then written by one ``np.concatenate`` of the runs in
+that order straight into the ``(rows, row_len)`` batch: every token written once, padding
+included, with no Python call per row (one call per row costs about as much as the copy);
+:func:`token_bits` checks the tokens (:func:`layout_batch` has written the attention mask).  O(pieces + rows) and
+O(rows * row_len).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.kernels._jit import njit
+
+__all__ = ["layout_batch", "token_bits"]
+
+
+@njit
+def layout_batch(
+    out: np.ndarray,
+    processed: int,
+    held: np.ndarray,
+    n_held: int,
+    remaining: np.ndarray,
+    n_rows: int,
+    row_len: int,
+    pad_bits: int,
+    placed: np.ndarray,
+    cu: np.ndarray,
+    rows_out: np.ndarray,
+    order: np.ndarray,
+    out_mask: np.ndarray,
+) -> tuple[int, int, int, int]:
+    """Lay out a batch from the placements of the first ``processed`` held pieces.
+
+    Parameters
+    ----------
+    out : numpy.ndarray, int64, shape (2, >= processed)
+        Row and start column of each scanned piece (-1 when deferred), from ``place_batch``.
+    held : numpy.ndarray, int64, shape (4, >= n_held)
+        The held pieces (rows: length, source index, offset in the source sequence, object
+        slot); ``processed <= n_held``.  Compacted in place: on return its first ``n_left``
+        columns are the pieces that stay, in order.
+    remaining : numpy.ndarray, int64, shape (>= n_rows,)
+        Each row's free space (the best-fit kernel's row state).
+    pad_bits : int
+        Slots ``0 .. pad_bits - 1`` hold padding of ``1, 2, 4, ...`` tokens (``row_len <
+        2**pad_bits``); 0 when there are no slots (a store-like source).
+    placed : numpy.ndarray, int64, shape (6, n_placed)
+        Out: row, offset, length, source index, source offset and slot of every placed piece,
+        in row-major order (``n_placed`` is the number of ``out_row[:processed] >= 0``).
+    cu : numpy.ndarray, int32, shape (n_placed + 2 * n_rows,)
+        Out: the rows' ``cu_seqlens`` one after the other.
+    rows_out : numpy.ndarray, int64, shape (3 * n_rows + 1,)
+        Out: ``[0, n_rows]`` the bounds of each row's ``cu_seqlens`` in ``cu`` (row ``r`` is
+        ``cu[rows_out[r]:rows_out[r + 1]]``), ``[n_rows + 1, 2 n_rows + 1)`` each row's longest
+        segment, ``[2 n_rows + 1, 3 n_rows + 1)`` each row's real tokens.
+    order : numpy.ndarray, int64, shape (n_placed + n_rows * pad_bits,)
+        Out (with ``pad_bits``): the slots whose tokens, one after the other, are the batch --
+        each row's pieces, then its padding as powers of two (the binary digits of its length).
+    out_mask : numpy.ndarray, int64, shape (n_rows, row_len)
+        Out: the attention mask, 1 on each row's real tokens, 0 on its padding.
+
+    Returns
+    -------
+    (n_left, total, empty_rows, n_order) : (int, int, int, int)
+        Held pieces left, real tokens in the batch, rows without a piece, entries of ``order``.
+    """
+    out_row = out[0]
+    out_off = out[1]
+    cursor = np.zeros(n_rows, dtype=np.int64)
+    for i in range(processed):
+        if out_row[i] >= 0:
+            cursor[out_row[i]] += 1
+    # Row-major positions of the placed pieces, and cu_seqlens bounds: row r has its
+    # pieces, a leading 0 and, with padding, a trailing row_len.
+    start = 0
+    pos = 0
+    total = 0
+    empty_rows = 0
+    for r in range(n_rows):
+        n = cursor[r]
+        used = row_len - remaining[r]
+        total += used
+        if n == 0:
+            empty_rows += 1
+        rows_out[r] = pos
+        rows_out[2 * n_rows + 1 + r] = used
+        out_mask[r, :used] = 1
+        out_mask[r, used:] = 0
+        pos += n + 1 + (1 if used < row_len else 0)
+        cursor[r] = start
+        start += n
+    rows_out[n_rows] = pos
+    for i in range(processed):
+        r = out_row[i]
+        if r >= 0:
+            k = cursor[r]
+            cursor[r] = k + 1
+            placed[0, k] = r
+            placed[1, k] = out_off[i]
+            placed[2, k] = held[0, i]
+            placed[3, k] = held[1, i]
+            placed[4, k] = held[2, i]
+            placed[5, k] = held[3, i]
+    k = 0
+    n_order = 0
+    for r in range(n_rows):
+        b = rows_out[r]
+        used = rows_out[2 * n_rows + 1 + r]
+        cu[b] = 0
+        longest = 0
+        j = b + 1
+        while k < placed.shape[1] and placed[0, k] == r:
+            length = placed[2, k]
+            cu[j] = placed[1, k] + length
+            if length > longest:
+                longest = length
+            if pad_bits:
+                order[n_order] = placed[5, k]
+                n_order += 1
+            j += 1
+            k += 1
+        if used < row_len:
+            cu[j] = row_len
+            if row_len - used > longest:
+                longest = row_len - used
+            for bit in range(pad_bits - 1, -1, -1):
+                if (row_len - used) >> bit & 1:
+                    order[n_order] = bit
+                    n_order += 1
+        rows_out[n_rows + 1 + r] = longest
+    # The pieces that stay: deferred (out_row < 0) among the scanned, then the rest.
+    n_left = 0
+    for i in range(n_held):
+        if i >= processed or out_row[i] < 0:
+            if n_left != i:
+                for f in range(4):
+                    held[f, n_left] = held[f, i]
+            n_left += 1
+    return n_left, total, empty_rows, n_order
+
+
+@njit
+def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
+    """The bitwise or of the real tokens of a batch (negative when one of them is).
+
+    ``ids`` is int64 of shape (n_rows, n_cols) with ``used[r]`` real tokens at the start of
+    row ``r`` (``used``: int64, shape (n_rows,), each in ``[0, n_cols]``); 0 when there are none.
+    """
+    bits = 0
+    for r in range(ids.shape[0]):
+        row = ids[r]
+        for c in range(used[r]):
+            bits |= row[c]
+    return bits
