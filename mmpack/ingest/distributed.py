@@ -37,6 +37,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,30 +133,77 @@ def build_distributed(
         raise TypeError(f"build_distributed() got unexpected keyword arguments {sorted(unknown)}")
     out = as_path(output, "output")
     _check_output(out, overwrite)
-    base = load_tokenizer(options.get("tokenizer"))
-    options["tokenizer"] = base.spec  # picklable; every worker rebuilds the same tokenizer
-    tok = with_template(base, options.get("template"))  # what the parts apply (for the record)
+    tok = _shared_tokenizer(options)
     tasks = plan_tasks(inputs, part_bytes=part_bytes)
+    engine_run = _EngineRun(
+        RUNNERS[engine], part_function or build_part, options, scheduler, n_workers, retries
+    )
+    t0 = time.perf_counter()
+    workers, results = _build_staged(out, overwrite, tasks, tok, engine_run, progress, on_part)
+    report = _summed_report(out, tok, workers, results)
+    report.seconds = time.perf_counter() - t0
+    report.store = open_join(out)
+    _emit_issues(report, on_issue)
+    return report
+
+
+def _shared_tokenizer(options: dict[str, Any]) -> Any:
+    """The tokenizer the parts apply (with its template; for the store's record), and
+    ``options["tokenizer"]`` replaced by its picklable spec, from which every worker rebuilds
+    the same tokenizer."""
+    base = load_tokenizer(options.get("tokenizer"))
+    options["tokenizer"] = base.spec
+    return with_template(base, options.get("template"))
+
+
+@dataclass(frozen=True)
+class _EngineRun:
+    """One engine's call over the tasks: ``runner(function, tasks, part_paths, options,
+    scheduler, n_workers, retries, collect)`` (:data:`mmpack.ingest.engines.RUNNERS`)."""
+
+    runner: Callable[..., int]
+    function: Callable[..., dict[str, Any]]
+    options: dict[str, Any]
+    scheduler: str | None
+    n_workers: int | None
+    retries: int
+
+    def __call__(self, tasks: list[list[str]], part_paths: list[str], collect: Any) -> int:
+        return self.runner(
+            self.function,
+            tasks,
+            part_paths,
+            self.options,
+            self.scheduler,
+            self.n_workers,
+            self.retries,
+            collect,
+        )
+
+
+def _build_staged(
+    out: Path,
+    overwrite: bool,
+    tasks: list[list[str]],
+    tok: Any,
+    engine_run: _EngineRun,
+    progress: bool | None,
+    on_part: Callable[[int, dict[str, Any]], None] | None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Build every part in a staging folder beside ``out``, join them there and swap the folder
+    onto ``out``; a failure removes the staging folder and publishes nothing.  A progress bar
+    when ``progress`` (None: when stderr is a terminal).  Returns the engine's worker count and
+    the parts' results, in task order."""
     sizes = [sum(size_of(Path(f)) for f in t) for t in tasks]
-    if progress is None:
-        progress = stderr_is_tty()
     stage = out.parent / f".{out.name}{_STAGE_TAG}{os.getpid()}-{secrets.token_hex(4)}"
     (stage / "parts").mkdir(parents=True)
     part_paths = [str(stage / "parts" / f"part-{k:05d}") for k in range(len(tasks))]
-    t0 = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(tasks)
+    if progress is None:
+        progress = stderr_is_tty()
     bar = Progress(sum(sizes), len(tasks)) if progress else None
     try:
-        workers = RUNNERS[engine](
-            part_function or build_part,
-            tasks,
-            part_paths,
-            options,
-            scheduler,
-            n_workers,
-            retries,
-            collector(results, sizes, bar, on_part),
-        )
+        workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
         _join_parts(stage, part_paths, tasks, results, tok)
         swap_into_place(stage, out, overwrite)
     except BaseException:
@@ -164,11 +212,7 @@ def build_distributed(
     finally:
         if bar is not None:
             bar.close()
-    report = _summed_report(out, tok, workers, results)
-    report.seconds = time.perf_counter() - t0
-    report.store = open_join(out)
-    _emit_issues(report, on_issue)
-    return report
+    return workers, results  # type: ignore[return-value]  (every part done: no None left)
 
 
 def _check_output(out: Path, overwrite: bool) -> None:
@@ -248,7 +292,7 @@ def _remove_stage(stage: Path) -> None:
     warnings.warn(
         f"could not remove the staging folder {stage} of the failed build",
         IngestWarning,
-        stacklevel=3,
+        stacklevel=4,  # _remove_stage < _build_staged < build_distributed < its caller
     )
 
 
