@@ -499,7 +499,7 @@ def test_weights_whose_sum_overflows():
     s = [FakeSource(5, k) for k in range(3)]
     mixture = Mixture(s, [1e308, 1e308, 3e307], num_samples=23)
     np.testing.assert_allclose(mixture.weights, [10 / 23, 10 / 23, 3 / 23], atol=2e-6)
-    np.testing.assert_allclose(mixture.stats()["requested_weights"], [10 / 23, 10 / 23, 3 / 23])
+    np.testing.assert_allclose(mixture.stats().requested_weights, [10 / 23, 10 / 23, 3 / 23])
     assert mixture.counts(23).tolist() == [10, 10, 3]
     # scaling by the largest weight must not lose a subnormal one: still drawn (quota 1)
     assert quantize_weights([5e-324, 2.0])[0].tolist() == [1, 999999]
