@@ -85,7 +85,10 @@ def test_old_module_paths_warn_and_alias():
 # ------------------------------------------------------------------------------- house rules
 # Sizes that keep a module readable in one sitting (CONTRIBUTING.md: "modules of a few hundred
 # lines", "no function over ~80 lines except a documented numba kernel").  Measured from the
-# tree, so a new module or function is held to them the moment it is written.
+# tree, so a new module or function is held to them the moment it is written.  A function's
+# lines are its span (``end_lineno - lineno + 1``, signature and decorators' line included)
+# less its docstring: the rule bounds the code a reader holds at once, and must never push a
+# public function to document less (``ingest``'s signature and docstring alone are 91 lines).
 MAX_MODULE_LINES = 420
 MAX_FUNCTION_LINES = 80
 
@@ -94,16 +97,25 @@ MAX_FUNCTION_LINES = 80
 # ``@njit`` kernel with a slow twin in the tests; keep this list short, and drop an entry as soon
 # as its kernel fits (the test below fails on an entry that is no longer needed).
 LONG_KERNELS = {
-    ("kernels/plan_bestfit.py", "bfd"),  # best-fit-decreasing packing, one pass over the items
-    ("kernels/plan_bestfit.py", "stream"),  # online best-fit with a bounded buffer
-    ("kernels/packed_rows.py", "fill_rows"),  # gathers plan pieces into (B, seqlen) rows
+    ("kernels/plan_bestfit.py", "bfd"),  # best-fit decreasing, one pass over the sorted items
+    ("kernels/plan_bestfit.py", "stream"),  # online best fit over a bounded window of open bins
 }
 
 
 def _functions(tree: ast.AST):
+    """Every function and method of ``tree`` with its length in lines, docstring excluded."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node, node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            span = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            first = node.body[0]
+            doc = (
+                first.end_lineno - first.lineno + 1  # type: ignore[operator]
+                if isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+                else 0
+            )
+            yield node, span - doc
 
 
 def _is_jitted(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
