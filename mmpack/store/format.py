@@ -40,6 +40,8 @@ __all__ = [
     "OFFSETS_DTYPE",
     "StoreMeta",
     "TOKEN_DTYPES",
+    "check_count",
+    "check_version",
     "normalize_token_dtype",
     "smallest_token_dtype",
     "write_json_atomic",
@@ -159,25 +161,18 @@ class StoreMeta:
             raise FormatError(f"{where}: metadata is not a JSON object")
         if obj.get("format") != FORMAT_NAME:
             raise FormatError(f"{where}: format is {obj.get('format')!r}, expected {FORMAT_NAME!r}")
-        version = obj.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise FormatError(f"{where}: invalid format version {version!r}")
-        if version > FORMAT_VERSION:
-            raise FormatError(
-                f"{where}: format version {version} was written by a newer mmpack; this one "
-                f"reads versions up to {FORMAT_VERSION} (upgrade mmpack)"
-            )
+        check_version(obj.get("version"), FORMAT_VERSION, where)
         try:
             dtype = np.dtype(obj["dtype"])
             checksum = obj["checksum"]
             meta = cls(
                 backend=str(obj["backend"]),
                 dtype=dtype,
-                num_docs=_nonneg_int(obj["num_docs"], "num_docs", where),
-                num_tokens=_nonneg_int(obj["num_tokens"], "num_tokens", where),
-                block_bytes=_nonneg_int(checksum["block_bytes"], "block_bytes", where),
-                tokens_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["tokens"]),
-                offsets_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["offsets"]),
+                num_docs=check_count(obj["num_docs"], "num_docs", where),
+                num_tokens=check_count(obj["num_tokens"], "num_tokens", where),
+                block_bytes=check_count(checksum["block_bytes"], "block_bytes", where),
+                tokens_crc32=tuple(check_count(c, "checksum", where) for c in checksum["tokens"]),
+                offsets_crc32=tuple(check_count(c, "checksum", where) for c in checksum["offsets"]),
             )
         except (KeyError, TypeError) as exc:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc
@@ -202,7 +197,21 @@ class StoreMeta:
         return meta
 
 
-def _nonneg_int(value: Any, name: str, where: Path) -> int:
+def check_version(version: Any, newest: int, where: Path, what: str = "format") -> int:
+    """A ``what`` version read from a file (``where``): an int from 1 to ``newest``;
+    :class:`FormatError` otherwise (a newer version says to upgrade mmpack)."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise FormatError(f"{where}: invalid {what} version {version!r}")
+    if version > newest:
+        raise FormatError(
+            f"{where}: {what} version {version} was written by a newer mmpack; this one "
+            f"reads versions up to {newest} (upgrade mmpack)"
+        )
+    return version
+
+
+def check_count(value: Any, name: str, where: Path) -> int:
+    """A count read from a file (``where``): a non-negative int; :class:`FormatError` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise FormatError(f"{where}: {name} must be a non-negative integer, got {value!r}")
     return value

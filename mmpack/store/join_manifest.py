@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store.format import TOKEN_DTYPES
+from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
 
 __all__ = ["JOIN_FILE", "JOIN_FORMAT", "JOIN_VERSION", "manifest_fingerprint", "read_manifest"]
 
@@ -59,19 +59,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def _check_manifest(raw: Any, where: Path) -> None:
     if not isinstance(raw, dict) or raw.get("format") != JOIN_FORMAT:
         raise FormatError(f"{where}: not an mmpack join manifest")
-    version = raw.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise FormatError(f"{where}: invalid version {version!r}")
-    if version > JOIN_VERSION:
-        raise FormatError(
-            f"{where}: join version {version} was written by a newer mmpack; "
-            f"this one reads up to {JOIN_VERSION} (upgrade mmpack)"
-        )
+    check_version(raw.get("version"), JOIN_VERSION, where, "join")
     try:
         dtype = np.dtype(raw["dtype"])
         parts = raw["parts"]
-        docs = sum(_count(p["num_docs"], where) for p in parts)
-        tokens = sum(_count(p["num_tokens"], where) for p in parts)
+        docs = sum(check_count(p["num_docs"], "a part's num_docs", where) for p in parts)
+        tokens = sum(check_count(p["num_tokens"], "a part's num_tokens", where) for p in parts)
         ok = (
             dtype in TOKEN_DTYPES
             and dtype.byteorder != ">"
@@ -82,7 +75,7 @@ def _check_manifest(raw: Any, where: Path) -> None:
             and raw["num_tokens"] == tokens
             and isinstance(raw["offsets"]["file"], str)
             and "/" not in raw["offsets"]["file"]
-            and _count(raw["offsets"]["block_bytes"], where) > 0
+            and check_count(raw["offsets"]["block_bytes"], "block_bytes", where) > 0
             and all(isinstance(c, int) for c in raw["offsets"]["crc32"])
         )
     except (KeyError, TypeError) as exc:
@@ -93,12 +86,6 @@ def _check_manifest(raw: Any, where: Path) -> None:
         raise FormatError(
             f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
         )
-
-
-def _count(value: Any, where: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FormatError(f"{where}: a count must be a non-negative integer, got {value!r}")
-    return value
 
 
 def manifest_fingerprint(raw: dict[str, Any]) -> str:
