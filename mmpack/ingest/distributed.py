@@ -57,12 +57,13 @@ from mmpack.ingest.tokenizer import load_tokenizer
 from mmpack.store.join import write_join_into
 from mmpack.store.opening import as_path
 from mmpack.store.parts import open_join
-from mmpack.store.publish import swap_into_place
+from mmpack.store.publish import check_replaceable, swap_into_place
 
 __all__ = ["ENGINES", "build_distributed", "build_part", "plan_tasks"]
 
 _STAGE_TAG = ".mmpack-build-"
-_STORE_MARKERS = ("mmpack.json", "zarr.json", "mmpack-join.json")
+_COUNTS = ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written")
+"""The document and token counts of a part's result, summed over the parts."""
 
 
 def build_distributed(
@@ -216,14 +217,18 @@ def _build_staged(
 
 
 def _check_output(out: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it is a store; need its parent."""
+    """Refuse an existing ``out`` unless ``overwrite`` and it is replaceable (a store, a join or
+    an empty folder: :func:`mmpack.store.publish.check_replaceable`); need its parent."""
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
-    if out.exists() and not any((out / m).is_file() for m in _STORE_MARKERS):
-        raise StoreExistsError(
-            f"{str(out)!r} exists and is not a store; not replacing it "
-            "(overwrite=True replaces stores only)"
-        )
+    if out.exists() or out.is_symlink():
+        try:
+            check_replaceable(out)
+        except FileExistsError as exc:
+            raise StoreExistsError(
+                f"{str(out)!r} exists and is not a store; not replacing it "
+                f"(overwrite=True replaces stores only): {exc}"
+            ) from None
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
 
@@ -248,14 +253,7 @@ def _summed_report(out: Path, tok, workers: int, results) -> IngestReport:
     report = IngestReport(path=out, tokenizer=str(tok.spec), workers=workers)
     for res in results:
         assert res is not None
-        for key in (
-            "docs_read",
-            "docs_written",
-            "docs_skipped",
-            "empty_skipped",
-            "tokens_written",
-            "issues_total",
-        ):
+        for key in (*_COUNTS, "issues_total"):
             setattr(report, key, getattr(report, key) + res[key])
         report.issues.extend(res["issues"][: MAX_ISSUES - len(report.issues)])
     return report
@@ -275,7 +273,7 @@ def _provenance(tasks, results, tok) -> dict[str, Any]:
 
 class _Totals:
     def __init__(self, results) -> None:
-        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written"):
+        for key in _COUNTS:
             setattr(self, key, sum(r[key] for r in results))
 
 

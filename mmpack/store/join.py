@@ -30,6 +30,7 @@ from mmpack.store.format import (
 from mmpack.store.join_manifest import (
     JOIN_FILE,
     JOIN_FORMAT,
+    JOIN_LOCK_FILE,
     JOIN_VERSION,
     manifest_fingerprint,
     read_manifest,
@@ -41,7 +42,6 @@ from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 
 __all__ = ["join", "write_join_into"]
 
-_LOCK_FILE = ".mmpack-join.lock"
 _TMP_TAG = ".mmpack-join-tmp-"
 _COPY_DOCS = 1 << 20
 
@@ -356,7 +356,7 @@ def _location_for(store: TokenStore, out_abs: Path) -> str:
 
 @contextlib.contextmanager
 def _locked(out: Path):
-    with open(out / _LOCK_FILE, "a") as f:
+    with open(out / JOIN_LOCK_FILE, "a") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield

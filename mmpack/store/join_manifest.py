@@ -22,7 +22,15 @@ import numpy as np
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
 
-__all__ = ["JOIN_FILE", "JOIN_FORMAT", "JOIN_VERSION", "manifest_fingerprint", "read_manifest"]
+__all__ = [
+    "JOIN_FILE",
+    "JOIN_FORMAT",
+    "JOIN_LOCK_FILE",
+    "JOIN_VERSION",
+    "join_entries",
+    "manifest_fingerprint",
+    "read_manifest",
+]
 
 JOIN_FILE = "mmpack-join.json"
 """The manifest's file name inside the join folder."""
@@ -30,6 +38,8 @@ JOIN_FORMAT = "mmpack-join"
 """The manifest's ``format`` field."""
 JOIN_VERSION = 1
 """The newest manifest version this mmpack reads and the one it writes."""
+JOIN_LOCK_FILE = ".mmpack-join.lock"
+"""The lock file that serialises the appenders of one join."""
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -103,3 +113,19 @@ def manifest_fingerprint(raw: dict[str, Any]) -> str:
         separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def join_entries(path: Path) -> set[str] | None:
+    """The names a join folder holds of its own (its manifest, the offsets file it names, its
+    lock, its copy of the tokenizer, the ``parts`` of a distributed build, the plan ``cache``);
+    None when ``path`` holds no readable join.  What ``overwrite`` may replace
+    (:func:`mmpack.store.publish.check_replaceable`)."""
+    try:
+        raw = read_manifest(path)
+    except (FormatError, OSError):
+        return None
+    own = {JOIN_FILE, JOIN_LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
+    tokenizer = raw.get("tokenizer")
+    if isinstance(tokenizer, dict) and isinstance(tokenizer.get("file"), str):
+        own.add(tokenizer["file"])
+    return own
