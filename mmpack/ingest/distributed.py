@@ -213,7 +213,9 @@ def _build_staged(
     finally:
         if bar is not None:
             bar.close()
-    return workers, results  # type: ignore[return-value]  (every part done: no None left)
+    done = [res for res in results if res is not None]
+    assert len(done) == len(tasks)  # the engine returns once every part is done
+    return workers, done
 
 
 def _check_output(out: Path, overwrite: bool) -> None:
@@ -252,7 +254,6 @@ def _summed_report(out: Path, tok, workers: int, results) -> IngestReport:
     """The parts' counts summed, their issues concatenated (at most MAX_ISSUES)."""
     report = IngestReport(path=out, tokenizer=str(tok.spec), workers=workers)
     for res in results:
-        assert res is not None
         for key in (*_COUNTS, "issues_total"):
             setattr(report, key, getattr(report, key) + res[key])
         report.issues.extend(res["issues"][: MAX_ISSUES - len(report.issues)])
