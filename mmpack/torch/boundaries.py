@@ -37,7 +37,30 @@ __all__ = [
 def sample_boundaries(
     samples: Sequence[Mapping[str, Any]], seqlen: int, present: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated, validated per-row boundaries (int64) and the count of each row."""
+    """The rows' boundaries of a batch of samples, concatenated and validated.
+
+    Parameters
+    ----------
+    samples : sequence of B mappings
+        Each with ``"cu_seqlens"`` (1-D integers) when ``present``.
+    seqlen : int
+        Row length: every row must run from 0 to ``seqlen``, never decreasing.
+    present : bool
+        Whether the samples carry ``cu_seqlens``; if not, each row is one segment.
+
+    Returns
+    -------
+    rows : numpy.ndarray, int64, shape (sum(lens),)
+        Every row's boundaries, one row after the other.
+    lens : numpy.ndarray, int64, shape (B,)
+        Boundaries per row.
+
+    Raises
+    ------
+    ValueError
+        A row that is not 1-D integers of at least two values, or is malformed (the message
+        names the first bad sample).
+    """
     n = len(samples)
     if not present:
         rows = np.tile(np.array([0, seqlen], dtype=np.int64), n)
@@ -70,7 +93,21 @@ def sample_boundaries(
 
 
 def flat_boundaries(rows: np.ndarray, lens: np.ndarray, seqlen: int) -> np.ndarray:
-    """Row boundaries shifted by ``b * seqlen``, repeated values dropped (int64)."""
+    """The batch-wide ``cu_seqlens`` of the varlen kernels.
+
+    Parameters
+    ----------
+    rows, lens : numpy.ndarray, int64
+        As :func:`sample_boundaries` returns them (validated).
+    seqlen : int
+        Row length.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (segments + 1,)
+        Row ``b``'s boundaries shifted by ``b * seqlen``, concatenated, repeated values dropped:
+        strictly increasing from 0 to ``B * seqlen``.
+    """
     shift = np.repeat(np.arange(lens.shape[0], dtype=np.int64) * seqlen, lens)
     flat = rows + shift
     keep = np.empty(flat.shape[0], dtype=bool)
@@ -80,6 +117,8 @@ def flat_boundaries(rows: np.ndarray, lens: np.ndarray, seqlen: int) -> np.ndarr
 
 
 def is_one_row(x: Any) -> bool:
+    """Whether ``x`` is one row of boundaries (a 1-D array or tensor, or a non-empty sequence of
+    ints) rather than a batch of rows."""
     if isinstance(x, (torch.Tensor, np.ndarray)):
         return x.ndim == 1
     return (
@@ -98,7 +137,8 @@ def as_boundaries(
     name: str,
     device: torch.device | str | None,
 ) -> torch.Tensor:
-    """One row's boundaries as an int64 tensor on ``device`` (shape checked, values not)."""
+    """One row's boundaries as an int64 tensor on ``device`` (shape and dtype checked, values
+    not: see :func:`check_row`); ``name`` is the argument named in the ``ValueError``."""
     if isinstance(cu, torch.Tensor):
         t = cu.detach()
     else:
@@ -129,7 +169,28 @@ def check_row(
     name: str,
     device: torch.device | str | None,
 ) -> torch.Tensor:
-    """One row's boundaries as a validated int64 tensor on ``device``."""
+    """One row's boundaries as a validated int64 tensor.
+
+    Parameters
+    ----------
+    cu : torch.Tensor, numpy.ndarray or sequence of int, shape (n + 1,)
+    seqlen : int
+        Row length (a positive int).
+    name : str
+        The argument named in the error.
+    device : torch.device or str, optional
+        Where the result lives (default: where ``cu`` is, or the CPU).
+
+    Returns
+    -------
+    torch.Tensor, int64, shape (n + 1,)
+
+    Raises
+    ------
+    ValueError
+        ``seqlen`` not a positive int; boundaries not 1-D integers, not starting at 0, not
+        ending at ``seqlen`` or decreasing somewhere.
+    """
     seqlen = _check_seqlen(seqlen)
     t = as_boundaries(cu, name, device)
     steps = t[1:] - t[:-1]
@@ -148,6 +209,10 @@ def check_rows(
     device: torch.device | str | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """All rows' boundaries concatenated (int64, on one device) and each row's first index.
+
+    ``rows`` is a sequence of B rows (each as :func:`check_row` takes) or a 2-D ``(B, n + 1)``
+    array; the result is ``(flat, starts)``, int64 tensors of shapes ``(sum of row sizes,)`` and
+    ``(B,)``.  ``TypeError`` for a non-sequence, ``ValueError`` for no row or a malformed one.
 
     Validated with one host sync; a malformed row is then found and named.
     """

@@ -30,7 +30,31 @@ def stack_tokens(
     seqlen: int | None,
     dtype: torch.dtype = torch.int64,
 ) -> tuple[torch.Tensor, int]:
-    """Stack one per-token field into int64 ``(B, seqlen)``: one copy, one ``from_numpy``."""
+    """Stack one per-token field of every sample: one copy, one ``from_numpy``.
+
+    Parameters
+    ----------
+    samples : sequence of B mappings
+        Each holds ``key``: a 1-D integer array.
+    key : str
+        The field.
+    seqlen : int or None
+        The row length the batch has so far (None: take the first sample's).
+    dtype : torch.int64 or torch.int32
+        Dtype of the result.
+
+    Returns
+    -------
+    tensor : torch.Tensor, ``dtype``, shape (B, seqlen)
+    seqlen : int
+
+    Raises
+    ------
+    TypeError
+        A non-integer field.
+    ValueError
+        A field that is not 1-D, or whose length differs from the batch's.
+    """
     arrays = [np.asarray(s[key]) for s in samples]
     dtypes = {a.dtype for a in arrays}
     shapes = {a.shape for a in arrays}
@@ -61,7 +85,8 @@ def stack_tokens(
 
 
 def pad_tokens(t: torch.Tensor, new_len: int, key: str, value: int) -> torch.Tensor:
-    """Right-pad a ``(B, seqlen)`` field to ``new_len``."""
+    """``t`` (shape ``(B, seqlen)``) right-padded to ``(B, new_len)``: ``position_ids`` count on
+    from 0 in the pad, any other field takes ``value``."""
     n, seqlen = t.shape
     out = torch.empty((n, new_len), dtype=t.dtype)
     out[:, :seqlen] = t
@@ -73,7 +98,9 @@ def pad_tokens(t: torch.Tensor, new_len: int, key: str, value: int) -> torch.Ten
 
 
 def stack_extra(values: list[Any]) -> Any:
-    """Stack same-shape numbers/arrays/tensors into a ``(B, ...)`` tensor, else keep the list."""
+    """``values`` (one per sample) stacked into a ``(B, ...)`` tensor when they are same-shape
+    numbers, arrays or tensors (integers become int64; floats and bools keep a dtype torch
+    has); otherwise the list as it is."""
     if all(isinstance(v, torch.Tensor) for v in values):
         if all(v.shape == values[0].shape and v.dtype == values[0].dtype for v in values):
             t = torch.stack(values)
