@@ -161,3 +161,20 @@ def test_long_kernel_allowlist_is_needed():
             assert n > MAX_FUNCTION_LINES, (
                 f"{rel} {name} is {n} lines now; drop it from LONG_KERNELS"
             )
+
+
+def test_function_length_excludes_only_the_docstring():
+    source = '''
+def documented(x):
+    """One line,
+    and another."""
+    y = x + 1
+    return y
+
+
+def plain(x):
+    return x  # a string statement later on is code, not a docstring
+    "not a docstring"
+'''
+    lengths = {node.name: n for node, n in _functions(ast.parse(source))}
+    assert lengths == {"documented": 3, "plain": 3}
