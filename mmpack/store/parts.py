@@ -34,6 +34,9 @@ Appending parts (``append=True``) or re-joining (``overwrite=True``) writes a ne
 under a new name, then replaces the manifest with ``os.replace`` (atomic), then removes the old
 offsets file; readers that opened the old join keep their mapping, and a reader that raced the
 swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
+
+The manifest's format, checks and fingerprint are :mod:`mmpack.store.join_manifest`; this module
+owns the backend that reads through the parts and the opened :class:`JoinedStore`.
 """
 
 from __future__ import annotations

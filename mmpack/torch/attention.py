@@ -29,7 +29,8 @@ row of a mask is empty and SDPA never produces NaN.
 
 Cost: :func:`document_ids` is one ``repeat_interleave`` (``O(seqlen)``); a dense mask is one
 broadcast comparison (``O(seqlen**2)``).  Everything runs on the device of the ``device``
-argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).
+argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).  The
+boundaries are checked by :mod:`mmpack.torch.boundaries` (the rule ``collate`` applies too).
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ The cost is attention over at most one short segment per row.
 
 Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
 for the boundaries, validated vectorised (no Python loop over tokens or segments).
+
+This module owns the batch's layout; the stacking of fields is :mod:`mmpack.torch.stacking`, the
+rules of row boundaries (shared with the attention masks) are :mod:`mmpack.torch.boundaries`.
 """
 
 from __future__ import annotations
