@@ -152,6 +152,27 @@ def test_retried_task_leaves_one_part(tmp_path, cluster):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".again")] == []
 
 
+def test_overwrite_replaces_a_distributed_build_but_no_users_files(tmp_path):
+    """A distributed build is a join: ``overwrite=True`` replaces it (and an empty folder) like
+    any store, but not a join folder that also holds a user's file.  The replaceable rule has
+    one home (``mmpack.store.publish.check_replaceable``); it used to refuse a join at the
+    swap, after the whole build."""
+    inputs = _write_inputs(tmp_path / "in", n_files=3, bad_in=-1)
+    first = build_distributed(inputs, tmp_path / "out", engine="serial", part_bytes=1)
+    again = build_distributed(
+        inputs[:1], tmp_path / "out", engine="serial", part_bytes=1, overwrite=True
+    )
+    assert isinstance(again.store, JoinedStore) and len(again.store) < len(first.store)
+    (tmp_path / "empty").mkdir()
+    build_distributed(inputs, tmp_path / "empty", engine="serial", overwrite=True)
+    (tmp_path / "out" / "keep.txt").write_text("a user's file")
+    with pytest.raises(mmpack.errors.StoreExistsError, match="keep.txt"):
+        build_distributed(inputs, tmp_path / "out", engine="serial", overwrite=True)
+    assert (tmp_path / "out" / "keep.txt").read_text() == "a user's file"
+    with pytest.raises(FileExistsError, match="keep.txt"):
+        mmpack.build(tmp_path / "out", [[1, 2]], overwrite=True)
+
+
 def test_failed_build_publishes_nothing(tmp_path, cluster):
     inputs = _write_inputs(tmp_path / "in")
     for engine, kw in (("serial", {}), ("dask", {"scheduler": cluster.scheduler_address})):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import tracemalloc
 import warnings
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from mmpack.sampling.mixture import RESOLUTION, Mixture, quantize_weights
+from mmpack.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
 
@@ -167,7 +168,7 @@ def test_every_prefix_of_a_whole_period_is_within_bound(weights):
         assert err * (2 * k_pos - 2) <= period * (2 * k_pos - 3)
         assert np.cumsum(seq == k)[-1] == quotas[k]  # exact counts at the end: periodic
     stats = mixture.stats()
-    assert stats["max_prefix_error"] <= stats["error_bound"] < 1
+    assert stats.max_prefix_error <= stats.error_bound < 1
     # far prefixes (many periods plus a remainder) keep the bound
     rng = np.random.default_rng(0)
     for far in rng.integers(0, 10**15, size=50).tolist():
@@ -235,9 +236,9 @@ def test_repeats_of_a_small_source_are_fresh_permutations():
     assert len({tuple(p) for p in passes.tolist()}) >= 8
     assert mixture.repeats().tolist() == [9, 0]
     stats = mixture.stats()
-    assert stats["epochs"].tolist() == [10.0, 100 / 10**6]
-    assert stats["counts"].tolist() == [100, 100]
-    np.testing.assert_allclose(stats["proportions"], [0.5, 0.5])
+    assert stats.epochs.tolist() == [10.0, 100 / 10**6]
+    assert stats.counts.tolist() == [100, 100]
+    np.testing.assert_allclose(stats.proportions, [0.5, 0.5])
 
 
 def test_stats_fields():
@@ -245,11 +246,48 @@ def test_stats_fields():
         [FakeSource(100, k) for k in range(3)], [0.999, 0.0005, 0.0005], num_samples=5000
     )
     stats = mixture.stats()
-    assert stats["num_samples"] == 5000 and stats["period"] == 2000
-    assert abs(stats["proportions"] - stats["weights"]).max() < 1 / 5000 * 1.5
-    assert 0 < stats["max_prefix_error"] <= stats["error_bound"] == 0.75
-    np.testing.assert_allclose(stats["requested_weights"], [0.999, 0.0005, 0.0005])
-    np.testing.assert_array_equal(stats["repeats"], mixture.repeats())
+    assert stats.num_samples == 5000 and stats.period == 2000
+    assert abs(stats.proportions - stats.weights).max() < 1 / 5000 * 1.5
+    assert 0 < stats.max_prefix_error <= stats.error_bound == 0.75
+    np.testing.assert_allclose(stats.requested_weights, [0.999, 0.0005, 0.0005])
+    np.testing.assert_array_equal(stats.repeats, mixture.repeats())
+    assert isinstance(stats, MixtureStats)
+    assert list(stats.as_dict()) == [
+        "num_samples",
+        "period",
+        "weights",
+        "requested_weights",
+        "counts",
+        "proportions",
+        "max_prefix_error",
+        "error_bound",
+        "epochs",
+        "repeats",
+    ]  # the keys of the dict it was
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.period = 1  # type: ignore[misc]
+
+
+def test_stats_read_as_a_dict_still_works_with_a_warning():
+    """``Mixture.stats()`` returned a dict before it returned MixtureStats: for one release the
+    dict reads give the same values and warn (DeprecationWarning naming the attribute)."""
+    stats = Mixture([FakeSource(10, k) for k in range(2)], [0.5, 0.5], num_samples=40).stats()
+    with pytest.warns(DeprecationWarning, match=r"stats\.counts"):
+        assert stats["counts"] is stats.counts
+    with pytest.warns(DeprecationWarning, match="as_dict"):
+        assert list(stats.keys()) == list(stats.as_dict())
+    with pytest.warns(DeprecationWarning, match="as_dict"):
+        assert dict(stats.items())["period"] == stats.period
+    with pytest.warns(DeprecationWarning, match="as_dict"):
+        assert list(stats.values())[0] == 40
+    with pytest.warns(DeprecationWarning):
+        assert stats.get("num_samples") == 40 and stats.get("nope", 7) == 7
+    with pytest.warns(DeprecationWarning):
+        assert "epochs" in stats and "nope" not in stats
+    with pytest.warns(DeprecationWarning):
+        assert dict(stats)["error_bound"] == stats.error_bound  # keys() + [] (the Mapping way)
+    with pytest.raises(KeyError):
+        stats["nope"]
 
 
 # -- items -----------------------------------------------------------------------------------------------
@@ -461,7 +499,7 @@ def test_weights_whose_sum_overflows():
     s = [FakeSource(5, k) for k in range(3)]
     mixture = Mixture(s, [1e308, 1e308, 3e307], num_samples=23)
     np.testing.assert_allclose(mixture.weights, [10 / 23, 10 / 23, 3 / 23], atol=2e-6)
-    np.testing.assert_allclose(mixture.stats()["requested_weights"], [10 / 23, 10 / 23, 3 / 23])
+    np.testing.assert_allclose(mixture.stats().requested_weights, [10 / 23, 10 / 23, 3 / 23])
     assert mixture.counts(23).tolist() == [10, 10, 3]
     # scaling by the largest weight must not lose a subnormal one: still drawn (quota 1)
     assert quantize_weights([5e-324, 2.0])[0].tolist() == [1, 999999]

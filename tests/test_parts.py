@@ -302,6 +302,29 @@ def test_bad_arguments(tmp_path):
         mmpack.open(tmp_path / "j")
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda raw: raw.update(version=2), "join version 2 was written by a newer mmpack"),
+        (lambda raw: raw.update(version=True), "invalid join version True"),
+        (lambda raw: raw.update(version="1"), "invalid join version '1'"),
+        (lambda raw: raw["parts"][0].update(num_docs=-1), "num_docs must be a non-negative"),
+        (lambda raw: raw["offsets"].update(block_bytes=1.5), "block_bytes must be a non-negative"),
+    ],
+)
+def test_malformed_manifest_names_the_field(tmp_path, edit, message):
+    """The manifest's version and counts are checked by the store format's own checks (one
+    wording for the store's metadata and the join's manifest)."""
+    paths = _parts_on_disk(tmp_path, _corpus(), [0, 30, 60])
+    mmpack.join(paths, tmp_path / "j")
+    manifest = tmp_path / "j" / JOIN_FILE
+    raw = json.loads(manifest.read_text())
+    edit(raw)
+    manifest.write_text(json.dumps(raw))
+    with pytest.raises(FormatError, match=message):
+        mmpack.open(tmp_path / "j")
+
+
 def _cli(*args):
     return subprocess.run(
         [sys.executable, "-m", "mmpack", *map(str, args)],

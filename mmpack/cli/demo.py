@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -145,12 +146,11 @@ def run_demo(
     return _run(out / "stdlib", overwrite, file or sys.stdout)
 
 
+_EOT = 256  # the byte-level tokenizer's end-of-text id
+
+
 def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
-    import mmpack
-    from mmpack.ingest.pipeline import ingest
-    from mmpack.ingest.tokenizer import ByteTokenizer
-    from mmpack.views.packed import PackedDataset
-    from mmpack.views.window import WindowDataset
+    """The five sections of the demo, in order, printed to ``f``; the figures they print."""
 
     def say(*lines: str) -> None:
         for line in lines:
@@ -159,14 +159,25 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     figures: dict[str, Any] = {}
-    eot = 256
-    tok = ByteTokenizer()
+    rng = np.random.default_rng(0)  # one stream for every random choice: the output repeats
+    store, figures["build_seconds"] = _build(path, overwrite, say)
+    _describe(store, path, say)
+    figures["seed_windows"] = _windows(store, rng, say)
+    figures["packing"], figures["packed_rows_2048"] = _packing(store, say)
+    figures.update(_random_access(store, rng, say))
+    figures["seconds"] = time.perf_counter() - t_start
+    say("", f"done in {figures['seconds']:.1f} s; the store was at {path}")
+    return figures
 
-    # ------------------------------------------------------------------ 1. build
+
+def _build(path: Path, overwrite: bool, say: Callable[..., None]) -> tuple[Any, float]:
+    """1. Build the store of the standard library's sources at ``path``; it and the seconds."""
+    from mmpack.ingest.pipeline import ingest
+
     files = stdlib_sources()
     say(
         f"== 1. Build: {len(files):,} files of the Python {sys.version.split()[0]} standard "
-        f"library, one document per file, UTF-8 bytes as tokens (eot {eot})"
+        f"library, one document per file, UTF-8 bytes as tokens (eot {_EOT})"
     )
     issues: list[str] = []
     report = ingest(
@@ -182,11 +193,12 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
     for line in issues:
         say(f"   skipped {line.replace(root, '')}")
     say(f"   {report.summary()}")
-    store = report.store
-    assert store is not None  # ingest returns only once the store is written
-    figures["build_seconds"] = report.seconds
+    assert report.store is not None  # ingest returns only once the store is written
+    return report.store, report.seconds
 
-    # ------------------------------------------------------------------ 2. what it holds
+
+def _describe(store: Any, path: Path, say: Callable[..., None]) -> None:
+    """2. What the store holds: counts, size on disk, document length quantiles."""
     lens = store.doc_lens
     size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     q = np.quantile(lens, [0.1, 0.5, 0.9, 0.99])
@@ -200,7 +212,14 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         f"p90 {q[2]:,.0f}  p99 {q[3]:,.0f}  max {lens.max():,}",
     )
 
-    # ------------------------------------------------------------------ 3. windows
+
+def _windows(store: Any, rng: np.random.Generator, say: Callable[..., None]) -> int:
+    """3. Window counts for a few (seqlen, stride), the count over ModernBERT's packer's ten
+    documents, and three windows decoded; returns that count."""
+    import mmpack
+    from mmpack.ingest.tokenizer import ByteTokenizer
+    from mmpack.views.window import WindowDataset
+
     total = store.num_tokens + len(store)
     say(
         "",
@@ -208,7 +227,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         "eots): (total - seqlen) // stride + 1 samples",
     )
     for seqlen, stride in ((64, 64), (64, 32), (2048, 2048), (2048, 1024), (8192, 8192)):
-        ds = WindowDataset(store, seqlen, stride, eot=eot)
+        ds = WindowDataset(store, seqlen, stride, eot=_EOT)
         assert len(ds) == (total - seqlen) // stride + 1
         say(f"   seqlen {seqlen:>5}, stride {stride:>5}: {len(ds):>10,} samples")
     with tempfile.TemporaryDirectory(prefix="mmpack-seed-") as tmp:
@@ -219,10 +238,8 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         f"   the seed's ten documents (118 tokens with eot 420), seqlen 8, stride 4: "
         f"{n_seed} samples"
     )
-    figures["seed_windows"] = n_seed
-
-    ds = WindowDataset(store, 64, eot=eot)
-    rng = np.random.default_rng(0)
+    ds = WindowDataset(store, 64, eot=_EOT)
+    tok = ByteTokenizer()
     say("", f"   three of the {len(ds):,} windows of 64 tokens, decoded:")
     for i in sorted(rng.choice(len(ds), 3, replace=False).tolist()):
         sample = ds[i]
@@ -234,22 +251,27 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
             f"   [{i}] from {src}: cu_seqlens {sample['cu_seqlens'].tolist()}",
             f"        {tok.decode(sample['input_ids'])!r}",
         )
+    return n_seed
 
-    # ------------------------------------------------------------------ 4. packing
+
+def _packing(store: Any, say: Callable[..., None]) -> tuple[dict[int, dict[str, float]], int]:
+    """4. The packing table at seqlen 2048 and 8192 and one packed row shown; the efficiency
+    of each method per seqlen and the number of packed rows at 2048."""
+    from mmpack.views.packed import PackedDataset
+
     say("", "== 4. Packing whole documents into rows (an eot after each; long documents split)")
-    figures["packing"] = {}
+    efficiency: dict[int, dict[str, float]] = {}
     for seqlen in (2048, 8192):
-        rows = compare_packing(lens, seqlen, eot=True)
-        figures["packing"][seqlen] = {r["method"]: r["efficiency"] for r in rows}
+        rows = compare_packing(store.doc_lens, seqlen, eot=True)
+        efficiency[seqlen] = {r["method"]: r["efficiency"] for r in rows}
         say(
             f"   seqlen {seqlen}:  {'method':<8}{'rows':>9}{'efficiency':>12}{'padding':>14}"
             f"{'docs cut':>10}"
         )
-        names = {"bfd": "bfd", "online": "online", "pad": "pad", "chunk": "chunk"}
         for r in rows:
             t = f"  ({r['seconds'] * 1e3:.1f} ms)" if "seconds" in r else ""
             say(
-                f"   {'':14}{names[r['method']]:<8}{r['rows']:>9,}{r['efficiency']:>11.1%}"
+                f"   {'':14}{r['method']:<8}{r['rows']:>9,}{r['efficiency']:>11.1%}"
                 f"{r['padding']:>14,}{r['docs_cut']:>10,}{t}"
             )
     say(
@@ -258,7 +280,7 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         "   pad: one document per row; chunk: concatenate and cut (no padding, but documents "
         "cut at row edges).",
     )
-    pk = PackedDataset(store, 2048, eot=eot)
+    pk = PackedDataset(store, 2048, eot=_EOT)
     pieces = np.diff(pk.plan.bin_ptr)
     i = int(np.argmax(pieces >= 4)) if (pieces >= 4).any() else int(np.argmax(pieces))
     row = pk[i]
@@ -270,11 +292,18 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         + ", ".join(f"doc {p['doc']} [{p['start']}:{p['stop']}]" for p in pk.locate(i))
         + f"; {int(row['attention_mask'].sum()):,} real tokens",
     )
-    figures["packed_rows_2048"] = len(pk)
+    return efficiency, len(pk)
 
-    # ------------------------------------------------------------------ 5. random access
+
+def _random_access(
+    store: Any, rng: np.random.Generator, say: Callable[..., None]
+) -> dict[str, float]:
+    """5. Median time of a random window against a raw slice copy of the mapping, and the
+    token rate of random batches; those three figures."""
+    from mmpack.views.window import WindowDataset
+
     seqlen, n = 2048, 2000
-    ds = WindowDataset(store, seqlen, eot=eot)
+    ds = WindowDataset(store, seqlen, eot=_EOT)
     idx = rng.integers(0, len(ds), n)
     tokens = store.tokens
     assert tokens is not None  # a memmap store read without verify_reads maps its tokens
@@ -298,8 +327,4 @@ def _run(path: Path, overwrite: bool, f: TextIO) -> dict[str, Any]:
         "else)",
         f"   batches of {batch} windows: {tps / 1e6:,.0f}M tokens/s",
     )
-    figures.update(window_p50_us=window_us, raw_p50_us=raw_us, batch_tokens_per_s=tps)
-
-    figures["seconds"] = time.perf_counter() - t_start
-    say("", f"done in {figures['seconds']:.1f} s; the store was at {path}")
-    return figures
+    return {"window_p50_us": window_us, "raw_p50_us": raw_us, "batch_tokens_per_s": tps}

@@ -37,6 +37,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,13 @@ from mmpack.ingest.tokenizer import load_tokenizer
 from mmpack.store.join import write_join_into
 from mmpack.store.opening import as_path
 from mmpack.store.parts import open_join
-from mmpack.store.publish import swap_into_place
+from mmpack.store.publish import check_replaceable, swap_into_place
 
 __all__ = ["ENGINES", "build_distributed", "build_part", "plan_tasks"]
 
 _STAGE_TAG = ".mmpack-build-"
-_STORE_MARKERS = ("mmpack.json", "zarr.json", "mmpack-join.json")
+_COUNTS = ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written")
+"""The document and token counts of a part's result, summed over the parts."""
 
 
 def build_distributed(
@@ -132,30 +134,77 @@ def build_distributed(
         raise TypeError(f"build_distributed() got unexpected keyword arguments {sorted(unknown)}")
     out = as_path(output, "output")
     _check_output(out, overwrite)
-    base = load_tokenizer(options.get("tokenizer"))
-    options["tokenizer"] = base.spec  # picklable; every worker rebuilds the same tokenizer
-    tok = with_template(base, options.get("template"))  # what the parts apply (for the record)
+    tok = _shared_tokenizer(options)
     tasks = plan_tasks(inputs, part_bytes=part_bytes)
+    engine_run = _EngineRun(
+        RUNNERS[engine], part_function or build_part, options, scheduler, n_workers, retries
+    )
+    t0 = time.perf_counter()
+    workers, results = _build_staged(out, overwrite, tasks, tok, engine_run, progress, on_part)
+    report = _summed_report(out, tok, workers, results)
+    report.seconds = time.perf_counter() - t0
+    report.store = open_join(out)
+    _emit_issues(report, on_issue)
+    return report
+
+
+def _shared_tokenizer(options: dict[str, Any]) -> Any:
+    """The tokenizer the parts apply (with its template; for the store's record), and
+    ``options["tokenizer"]`` replaced by its picklable spec, from which every worker rebuilds
+    the same tokenizer."""
+    base = load_tokenizer(options.get("tokenizer"))
+    options["tokenizer"] = base.spec
+    return with_template(base, options.get("template"))
+
+
+@dataclass(frozen=True)
+class _EngineRun:
+    """One engine's call over the tasks: ``runner(function, tasks, part_paths, options,
+    scheduler, n_workers, retries, collect)`` (:data:`mmpack.ingest.engines.RUNNERS`)."""
+
+    runner: Callable[..., int]
+    function: Callable[..., dict[str, Any]]
+    options: dict[str, Any]
+    scheduler: str | None
+    n_workers: int | None
+    retries: int
+
+    def __call__(self, tasks: list[list[str]], part_paths: list[str], collect: Any) -> int:
+        return self.runner(
+            self.function,
+            tasks,
+            part_paths,
+            self.options,
+            self.scheduler,
+            self.n_workers,
+            self.retries,
+            collect,
+        )
+
+
+def _build_staged(
+    out: Path,
+    overwrite: bool,
+    tasks: list[list[str]],
+    tok: Any,
+    engine_run: _EngineRun,
+    progress: bool | None,
+    on_part: Callable[[int, dict[str, Any]], None] | None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """Build every part in a staging folder beside ``out``, join them there and swap the folder
+    onto ``out``; a failure removes the staging folder and publishes nothing.  A progress bar
+    when ``progress`` (None: when stderr is a terminal).  Returns the engine's worker count and
+    the parts' results, in task order."""
     sizes = [sum(size_of(Path(f)) for f in t) for t in tasks]
-    if progress is None:
-        progress = stderr_is_tty()
     stage = out.parent / f".{out.name}{_STAGE_TAG}{os.getpid()}-{secrets.token_hex(4)}"
     (stage / "parts").mkdir(parents=True)
     part_paths = [str(stage / "parts" / f"part-{k:05d}") for k in range(len(tasks))]
-    t0 = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(tasks)
+    if progress is None:
+        progress = stderr_is_tty()
     bar = Progress(sum(sizes), len(tasks)) if progress else None
     try:
-        workers = RUNNERS[engine](
-            part_function or build_part,
-            tasks,
-            part_paths,
-            options,
-            scheduler,
-            n_workers,
-            retries,
-            collector(results, sizes, bar, on_part),
-        )
+        workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
         _join_parts(stage, part_paths, tasks, results, tok)
         swap_into_place(stage, out, overwrite)
     except BaseException:
@@ -164,22 +213,24 @@ def build_distributed(
     finally:
         if bar is not None:
             bar.close()
-    report = _summed_report(out, tok, workers, results)
-    report.seconds = time.perf_counter() - t0
-    report.store = open_join(out)
-    _emit_issues(report, on_issue)
-    return report
+    done = [res for res in results if res is not None]
+    assert len(done) == len(tasks)  # the engine returns once every part is done
+    return workers, done
 
 
 def _check_output(out: Path, overwrite: bool) -> None:
-    """Refuse an existing ``out`` unless ``overwrite`` and it is a store; need its parent."""
+    """Refuse an existing ``out`` unless ``overwrite`` and it is replaceable (a store, a join or
+    an empty folder: :func:`mmpack.store.publish.check_replaceable`); need its parent."""
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
-    if out.exists() and not any((out / m).is_file() for m in _STORE_MARKERS):
-        raise StoreExistsError(
-            f"{str(out)!r} exists and is not a store; not replacing it "
-            "(overwrite=True replaces stores only)"
-        )
+    if out.exists() or out.is_symlink():
+        try:
+            check_replaceable(out)
+        except FileExistsError as exc:
+            raise StoreExistsError(
+                f"{str(out)!r} exists and is not a store; not replacing it "
+                f"(overwrite=True replaces stores only): {exc}"
+            ) from None
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
 
@@ -203,15 +254,7 @@ def _summed_report(out: Path, tok, workers: int, results) -> IngestReport:
     """The parts' counts summed, their issues concatenated (at most MAX_ISSUES)."""
     report = IngestReport(path=out, tokenizer=str(tok.spec), workers=workers)
     for res in results:
-        assert res is not None
-        for key in (
-            "docs_read",
-            "docs_written",
-            "docs_skipped",
-            "empty_skipped",
-            "tokens_written",
-            "issues_total",
-        ):
+        for key in (*_COUNTS, "issues_total"):
             setattr(report, key, getattr(report, key) + res[key])
         report.issues.extend(res["issues"][: MAX_ISSUES - len(report.issues)])
     return report
@@ -231,7 +274,7 @@ def _provenance(tasks, results, tok) -> dict[str, Any]:
 
 class _Totals:
     def __init__(self, results) -> None:
-        for key in ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written"):
+        for key in _COUNTS:
             setattr(self, key, sum(r[key] for r in results))
 
 
@@ -248,7 +291,7 @@ def _remove_stage(stage: Path) -> None:
     warnings.warn(
         f"could not remove the staging folder {stage} of the failed build",
         IngestWarning,
-        stacklevel=3,
+        stacklevel=4,  # _remove_stage < _build_staged < build_distributed < its caller
     )
 
 

@@ -23,8 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from mmpack.errors import MissingDependencyError
-from mmpack.ingest.pipeline import IngestError
+from mmpack.errors import IngestError, MissingDependencyError
 
 __all__ = ["ENGINES", "Progress", "RUNNERS", "collector", "run_dask", "run_serial", "stderr_is_tty"]
 

@@ -75,10 +75,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from mmpack.core.validation import check_positive_int
 from mmpack.errors import IngestError, IngestWarning
 from mmpack.ingest.batching import _Batch, _batches, _consume
+from mmpack.ingest.engines import stderr_is_tty
 from mmpack.ingest.inputs import (
     _EXTENSIONS,
     FORMATS,
@@ -92,7 +92,7 @@ from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePoli
 from mmpack.ingest.templates import with_template
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
 from mmpack.ingest.workers import _tokenize
-from mmpack.store.writer import StoreWriter, store_writer
+from mmpack.store.writer import store_writer
 
 __all__ = [
     "FORMATS",
@@ -198,6 +198,41 @@ def ingest(
         (an ``ImportError``) A saved dataset folder and ``datasets`` is not installed, or a
         Parquet file and ``pyarrow``; the message says what to install.
     """
+    extensions = _checked_reading(on_error, format, field, text_extensions)
+    batch_size = check_positive_int(batch_size, "batch_size")
+    batch_chars = check_positive_int(batch_chars, "batch_chars")
+    tok = with_template(load_tokenizer(tokenizer), template)
+    workers = _worker_count(workers, tok)
+    sources = _resolve_inputs(
+        inputs, field=field, lines=bool(lines), fmt=format, extensions=extensions, split=split
+    )
+    report = IngestReport(
+        path=output if isinstance(output, str) and "://" in output else Path(output),
+        tokenizer=str(tok.spec),
+        workers=workers,
+    )
+    policy = _IssuePolicy(report, on_error, on_issue, field)
+    batches = _batches(sources, report, skip_empty, batch_size, batch_chars)  # read lazily
+    _build_store(
+        output,
+        batches,
+        [source.where(None) for source in sources],
+        tok,
+        policy,
+        progress,
+        backend=backend,
+        overwrite=overwrite,
+        copy_tokenizer=copy_tokenizer,
+    )
+    policy.warn_unshown()
+    return report
+
+
+def _checked_reading(
+    on_error: Any, format: Any, field: Any, text_extensions: Iterable[str]
+) -> dict[str, str]:
+    """Check the reading options; the extension table they give (built-in, then
+    ``text_extensions`` read as text)."""
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     if isinstance(format, Mapping):
@@ -207,86 +242,60 @@ def ingest(
     extensions = {**_EXTENSIONS, **_text_extensions(text_extensions)}
     if not isinstance(field, str) or not field:
         raise ValueError(f"field must be a non-empty string, got {field!r}")
-    batch_size = _positive(batch_size, "batch_size")
-    batch_chars = _positive(batch_chars, "batch_chars")
-    tok = with_template(load_tokenizer(tokenizer), template)
+    return extensions
+
+
+def _worker_count(workers: Any, tok: Tokenizer) -> int:
+    """``workers`` checked; by default one for the byte-level tokenizer (cheaper than pickling
+    its batches to a worker), else one per CPU."""
     if workers is None:
         workers = 1 if isinstance(tok, ByteTokenizer) else (os.cpu_count() or 1)
-    workers = _positive(workers, "workers")
-    sources = _resolve_inputs(
-        inputs, field=field, lines=bool(lines), fmt=format, extensions=extensions, split=split
-    )
-    if progress is None:
-        progress = _stderr_is_tty()
+    return check_positive_int(workers, "workers")
 
-    report = IngestReport(
-        path=output if isinstance(output, str) and "://" in output else Path(output),
-        tokenizer=str(tok.spec),
-        workers=workers,
-    )
-    policy = _IssuePolicy(report, on_error, on_issue, field)
+
+def _build_store(
+    output: Any,
+    batches: Iterator[_Batch],
+    where: list[str],
+    tok: Tokenizer,
+    policy: _IssuePolicy,
+    progress: bool | None,
+    *,
+    backend: str,
+    overwrite: bool,
+    copy_tokenizer: bool,
+) -> None:
+    """Tokenize ``batches`` (in order, ``report.workers`` processes) into a new store at
+    ``output``, published once every input was read and the issue policy let it through, with
+    its tokenizer and provenance records (``where``: the inputs as named).  Each batch's issues
+    go through ``policy`` (whose warnings count this frame: keep the tokenize loop here) and its
+    count to the progress bar; the report gets the opened store and the time taken."""
+    report = policy.report
     t0 = time.perf_counter()
-    bar = _progress_bar(progress)
+    bar = _progress_bar(stderr_is_tty() if progress is None else progress)
     try:
         with store_writer(
             output, dtype=tok.token_dtype, backend=backend, overwrite=overwrite
         ) as writer:
-            batches = _batches(sources, report, skip_empty, batch_size, batch_chars)
-            _write(batches, tok, workers, writer, policy, bar, t0)
+            with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
+                for batch, (flat, lengths, failures) in encoded:
+                    _consume(batch, flat, lengths, failures, writer, report, policy.emit)
+                    for group in batch.ended:
+                        policy.input_done(group)
+                    if bar is not None:
+                        bar.update(batch.n_read)
+                        rate = report.tokens_written / (time.perf_counter() - t0)
+                        bar.set_postfix_str(f"{rate:,.0f} tokens/s", refresh=False)
             policy.all_read()
-            describe_store(
-                writer, tok, report, [s.where(None) for s in sources], copy_tokenizer=copy_tokenizer
-            )
+            describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer)
         report.store = writer.store
     finally:
         if bar is not None:
             bar.close()
         report.seconds = time.perf_counter() - t0
-    policy.warn_unshown()
-    return report
-
-
-def _write(
-    batches: Iterator[_Batch],
-    tok: Tokenizer,
-    workers: int,
-    writer: StoreWriter,
-    policy: _IssuePolicy,
-    bar: Any,
-    t0: float,
-) -> None:
-    """Tokenize the batches (in order, ``workers`` processes) into ``writer``: each batch's issues
-    go through ``policy`` and its count to the progress ``bar``."""
-    report = policy.report
-    with contextlib.closing(_tokenize(batches, tok, workers)) as encoded:
-        for batch, (flat, lengths, failures) in encoded:
-            _consume(batch, flat, lengths, failures, writer, report, policy.emit)
-            for group in batch.ended:
-                policy.input_done(group)
-            if bar is not None:
-                bar.update(batch.n_read)
-                elapsed = time.perf_counter() - t0
-                bar.set_postfix_str(
-                    f"{report.tokens_written / elapsed:,.0f} tokens/s", refresh=False
-                )
 
 
 # --------------------------------------------------------------------------------- helpers
-def _positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
-
-
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 def _progress_bar(enabled: bool):
     if not enabled:
         return None

@@ -58,12 +58,13 @@ from mmpack.sampling.mixture_batches import (
     scatter_batches,
     source_length,
 )
+from mmpack.sampling.mixture_stats import MixtureStats
 from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
 from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
 
-__all__ = ["BLOCK", "Mixture", "RESOLUTION", "quantize_weights"]
+__all__ = ["BLOCK", "Mixture", "MixtureStats", "RESOLUTION", "quantize_weights"]
 
 BLOCK = 64
 """Checkpoint spacing inside a period (a lookup scans at most this many entries)."""
@@ -367,34 +368,32 @@ class Mixture:
         lengths = np.maximum(self._lengths, 1)
         return np.where(counts > 0, (counts - 1) // lengths, 0)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> MixtureStats:
         """Realized composition of the whole mixture.
 
         Returns
         -------
-        dict
-            ``num_samples``; ``period``; ``weights`` (effective, quantized) and ``requested_weights``
-            (normalized as given); ``counts`` and ``proportions`` (realized over the whole
-            mixture); ``max_prefix_error``: the largest ``|count_k(n) - n q_k|`` over every prefix
-            ``n <= num_samples`` and source ``k`` (exact: the sequence is periodic, so one period
-            covers every prefix); ``error_bound`` (``1 - 1 / (2 K' - 2)``); ``epochs`` (expected
-            passes over each source, ``counts / len``) and ``repeats``.  Arrays are float64/int64 of
-            shape (K,).
+        MixtureStats
+            ``num_samples``, ``period``, the effective and requested ``weights``, the realized
+            ``counts`` and ``proportions``, the exact ``max_prefix_error`` over every prefix and
+            its ``error_bound``, the ``epochs`` and ``repeats`` of each source (see
+            :class:`~mmpack.sampling.mixture_stats.MixtureStats`).  It was a dict before; reading
+            it as one still works for one release, with a ``DeprecationWarning``.
         """
         n = self._num_samples
         counts = self.counts()
         limit = min(n, self._period)
         worst = max_prefix_error(self._quotas, self._period, self._seq, limit) if limit else 0
         k_pos = int((self._quotas > 0).sum())
-        return {
-            "num_samples": n,
-            "period": self._period,
-            "weights": self.weights,
-            "requested_weights": normalize_weights(self._raw_weights),
-            "counts": counts,
-            "proportions": counts / n if n else np.zeros(counts.size),
-            "max_prefix_error": int(worst) / self._period,
-            "error_bound": 1.0 - 1.0 / (2 * k_pos - 2) if k_pos > 1 else 0.0,
-            "epochs": counts / np.maximum(self._lengths, 1),
-            "repeats": self.repeats(),
-        }
+        return MixtureStats(
+            num_samples=n,
+            period=self._period,
+            weights=self.weights,
+            requested_weights=normalize_weights(self._raw_weights),
+            counts=counts,
+            proportions=counts / n if n else np.zeros(counts.size),
+            max_prefix_error=int(worst) / self._period,
+            error_bound=1.0 - 1.0 / (2 * k_pos - 2) if k_pos > 1 else 0.0,
+            epochs=counts / np.maximum(self._lengths, 1),
+            repeats=self.repeats(),
+        )

@@ -8,6 +8,7 @@
     reader.py      open_store / TokenStore: validated at open, memory-mapped, picklable
     writer.py      build / StoreWriter: streaming, validated, published atomically
     parts.py       joined stores: a manifest of parts + global offsets, read through read_ranges
+    join_manifest.py  the join's manifest: its format, checks and fingerprint (read and written)
     join.py        join(): writes a join without copying tokens, appends atomically
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
 """

@@ -27,21 +27,21 @@ from mmpack.store.format import (
     BlockChecksum,
     write_json_atomic,
 )
-from mmpack.store.parts import (
+from mmpack.store.join_manifest import (
     JOIN_FILE,
     JOIN_FORMAT,
+    JOIN_LOCK_FILE,
     JOIN_VERSION,
-    JoinedStore,
-    _fingerprint,
-    _read_manifest,
-    open_join,
+    manifest_fingerprint,
+    read_manifest,
 )
-from mmpack.store.reader import TokenStore, _as_path, open_store
+from mmpack.store.opening import as_path
+from mmpack.store.parts import JoinedStore, open_join
+from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 
 __all__ = ["join", "write_join_into"]
 
-_LOCK_FILE = ".mmpack-join.lock"
 _TMP_TAG = ".mmpack-join-tmp-"
 _COPY_DOCS = 1 << 20
 
@@ -96,24 +96,16 @@ def join(
     ValueError
         No parts, or ``out`` among them.
     """
-    out = _as_path(out, "out")
+    out = as_path(out, "out")
     if isinstance(parts, (str, bytes, os.PathLike)) or not isinstance(parts, Sequence):
         raise TypeError(f"parts must be a list of stores or paths, got {type(parts).__name__}")
     if append and overwrite:
         raise ValueError("pass append=True or overwrite=True, not both")
     if not parts and not append:
         raise ValueError("parts is empty: a join needs at least one part")
-    if extra is not None and set(extra) & _CORE_KEYS:
-        raise ValueError(
-            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
-        )
+    _check_extra(extra)
     out_abs = Path(os.path.abspath(out))
-    new = []
-    for k, item in enumerate(parts):
-        store = item if isinstance(item, TokenStore) else open_store(_part_arg(item, k))
-        if "://" not in store.location and Path(os.path.abspath(store.location)) == out_abs:
-            raise ValueError(f"part {k} is the join {str(out)!r} itself")
-        new.append(store)
+    new = _open_parts(parts, refuse=out)
     exists = out.exists() or out.is_symlink()
     if exists and not (out / JOIN_FILE).is_file():
         raise StoreExistsError(f"{str(out)!r} exists and is not a joined store; not replacing it")
@@ -124,31 +116,59 @@ def join(
         )
     if not exists and append:
         raise StoreNotFoundError(f"append=True but there is no joined store at {str(out)!r}")
-    if not exists:
-        if not out.parent.is_dir():
-            raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the join does not exist")
-        _clean_stale(out.parent, out.name)
-        tmp = out.parent / f".{out.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
-        tmp.mkdir()
-        try:
-            _publish(tmp, out_abs, [], None, new, extra, fsync, mixed_tokenizers)
-            os.rename(tmp, out)  # fails if out appeared meanwhile: nothing replaced
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return open_join(out)
+    if exists:
+        _replace_manifest(out, out_abs, new, append, extra, fsync, mixed_tokenizers)
+    else:
+        _publish_new(out, out_abs, new, extra, fsync, mixed_tokenizers)
+    return open_join(out)
+
+
+def _publish_new(
+    out: Path,
+    out_abs: Path,
+    new: list[TokenStore],
+    extra: dict[str, Any] | None,
+    fsync: bool,
+    mixed_tokenizers: bool,
+) -> None:
+    """Write a new join in a temporary folder beside ``out`` and rename it into place (which
+    fails, replacing nothing, if ``out`` appeared meanwhile)."""
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the join does not exist")
+    _clean_stale(out.parent, out.name)
+    tmp = out.parent / f".{out.name}{_TMP_TAG}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        _publish(tmp, out_abs, [], None, new, extra, fsync, mixed_tokenizers)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _replace_manifest(
+    out: Path,
+    out_abs: Path,
+    new: list[TokenStore],
+    append: bool,
+    extra: dict[str, Any] | None,
+    fsync: bool,
+    mixed_tokenizers: bool,
+) -> None:
+    """Append ``new`` to the join ``out`` (or replace its parts by them), under its lock: a new
+    offsets file, the manifest swapped atomically, then the old offsets file removed (readers
+    that mapped it keep their mapping).  ``extra=None`` keeps the join's extra sections."""
     with _locked(out):
         old_store = open_join(out) if append else None
-        old_raw = _read_manifest(out)
+        old_raw = read_manifest(out)
         kept = list(old_raw["parts"]) if append else []
         if extra is None:
             extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS | {"tokenizer"}}
         _publish(out, out_abs, kept, old_store, new, extra, fsync, mixed_tokenizers)
         old_file = old_raw["offsets"]["file"]
-        if old_file != _read_manifest(out)["offsets"]["file"]:
+        if old_file != read_manifest(out)["offsets"]["file"]:
             with contextlib.suppress(OSError):
-                (out / old_file).unlink()  # readers that mapped it keep their mapping
-    return open_join(out)
+                (out / old_file).unlink()
 
 
 def write_join_into(
@@ -164,16 +184,11 @@ def write_join_into(
     that the caller renames into place afterwards (e.g. a distributed build's staging folder,
     whose parts live inside it): part locations are recorded relative to ``folder``; ``attach``
     names small files (e.g. ``tokenizer.json``) written beside the manifest."""
-    folder = _as_path(folder, "folder")
+    folder = as_path(folder, "folder")
     if (folder / JOIN_FILE).exists():
         raise StoreExistsError(f"{str(folder)!r} already holds a join")
-    if extra is not None and set(extra) & _CORE_KEYS:
-        raise ValueError(
-            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
-        )
-    stores = [
-        p if isinstance(p, TokenStore) else open_store(_part_arg(p, k)) for k, p in enumerate(parts)
-    ]
+    _check_extra(extra)
+    stores = _open_parts(parts)
     for name, data in (attach or {}).items():
         _write_file(folder, name, data)
     _publish(
@@ -193,10 +208,31 @@ _CORE_KEYS = {
 }
 
 
-def _part_arg(item: Any, k: int) -> Any:
-    if isinstance(item, (str, os.PathLike)):
-        return item
-    raise TypeError(f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}")
+def _check_extra(extra: dict[str, Any] | None) -> None:
+    if extra is not None and set(extra) & _CORE_KEYS:
+        raise ValueError(
+            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
+        )
+
+
+def _open_parts(parts: Sequence[Any], refuse: Path | None = None) -> list[TokenStore]:
+    """Each part as an open store (a ``TokenStore`` as it is, a path or URL opened); a local
+    part at ``refuse`` (the join being written) is a ``ValueError``."""
+    refused = None if refuse is None else Path(os.path.abspath(refuse))
+    stores = []
+    for k, item in enumerate(parts):
+        if isinstance(item, TokenStore):
+            store = item
+        elif isinstance(item, (str, os.PathLike)):
+            store = open_store(item)
+        else:
+            raise TypeError(
+                f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}"
+            )
+        if "://" not in store.location and Path(os.path.abspath(store.location)) == refused:
+            raise ValueError(f"part {k} is the join {str(refuse)!r} itself")
+        stores.append(store)
+    return stores
 
 
 def _publish(
@@ -269,7 +305,7 @@ def _publish(
         "offsets": {"file": name, "block_bytes": BLOCK_BYTES, "crc32": crc.finish()},
         "parts": records,
     }
-    raw["fingerprint"] = _fingerprint(raw)
+    raw["fingerprint"] = manifest_fingerprint(raw)
     raw.update(extra or {})
     write_json_atomic(folder / JOIN_FILE, raw)
 
@@ -320,7 +356,7 @@ def _location_for(store: TokenStore, out_abs: Path) -> str:
 
 @contextlib.contextmanager
 def _locked(out: Path):
-    with open(out / _LOCK_FILE, "a") as f:
+    with open(out / JOIN_LOCK_FILE, "a") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -34,12 +34,13 @@ Appending parts (``append=True``) or re-joining (``overwrite=True``) writes a ne
 under a new name, then replaces the manifest with ``os.replace`` (atomic), then removes the old
 offsets file; readers that opened the old join keep their mapping, and a reader that raced the
 swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
+
+The manifest's format, checks and fingerprint are :mod:`mmpack.store.join_manifest`; this module
+owns the backend that reads through the parts and the opened :class:`JoinedStore`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,15 +52,12 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend
 from mmpack.store.backends._memmap import map_readonly
-from mmpack.store.format import OFFSETS_DTYPE, TOKEN_DTYPES
+from mmpack.store.format import OFFSETS_DTYPE
+from mmpack.store.join_manifest import JOIN_FILE, read_manifest
 from mmpack.store.opening import as_path, open_store, open_while_unchanged, reopen_pickled
 from mmpack.store.reader import TokenStore
 
 __all__ = ["JOIN_FILE", "JoinedStore", "PartsBackend", "detect_join", "open_join"]
-
-JOIN_FILE = "mmpack-join.json"
-JOIN_FORMAT = "mmpack-join"
-JOIN_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ class PartsBackend(Backend):
 
     @staticmethod
     def read_meta(path: Path) -> Any | None:
-        return _read_manifest(path) if (path / JOIN_FILE).is_file() else None
+        return read_manifest(path) if (path / JOIN_FILE).is_file() else None
 
     @staticmethod
     def commit(tmpdir: Path, meta: Any) -> None:
@@ -280,7 +278,7 @@ def open_join(location: Any, **options: Any) -> JoinedStore:
     path = as_path(location, "location")
     # An append may swap the manifest and offsets between our two reads.
     return open_while_unchanged(
-        path, _read_manifest, lambda raw: _open_manifest(path, raw), recheck=False
+        path, read_manifest, lambda raw: _open_manifest(path, raw), recheck=False
     )
 
 
@@ -328,77 +326,3 @@ def _resolve(folder: Path, location: str) -> str | Path:
         return location
     loc = Path(location)
     return loc if loc.is_absolute() else folder / loc
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    file = path / JOIN_FILE
-    if not path.exists():
-        raise StoreNotFoundError(f"no joined store at {str(path)!r}: the path does not exist")
-    try:
-        raw = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise StoreNotFoundError(f"{str(path)!r} holds no {JOIN_FILE}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{file} is not valid JSON: {exc}") from None
-    _check_manifest(raw, file)
-    return raw
-
-
-def _check_manifest(raw: Any, where: Path) -> None:
-    if not isinstance(raw, dict) or raw.get("format") != JOIN_FORMAT:
-        raise FormatError(f"{where}: not an mmpack join manifest")
-    version = raw.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise FormatError(f"{where}: invalid version {version!r}")
-    if version > JOIN_VERSION:
-        raise FormatError(
-            f"{where}: join version {version} was written by a newer mmpack; "
-            f"this one reads up to {JOIN_VERSION} (upgrade mmpack)"
-        )
-    try:
-        dtype = np.dtype(raw["dtype"])
-        parts = raw["parts"]
-        docs = sum(_count(p["num_docs"], where) for p in parts)
-        tokens = sum(_count(p["num_tokens"], where) for p in parts)
-        ok = (
-            dtype in TOKEN_DTYPES
-            and dtype.byteorder != ">"
-            and all(
-                isinstance(p["location"], str) and isinstance(p["fingerprint"], str) for p in parts
-            )
-            and raw["num_docs"] == docs
-            and raw["num_tokens"] == tokens
-            and isinstance(raw["offsets"]["file"], str)
-            and "/" not in raw["offsets"]["file"]
-            and _count(raw["offsets"]["block_bytes"], where) > 0
-            and all(isinstance(c, int) for c in raw["offsets"]["crc32"])
-        )
-    except (KeyError, TypeError) as exc:
-        raise FormatError(f"{where}: manifest field missing or malformed: {exc!r}") from None
-    if not ok:
-        raise FormatError(f"{where}: the manifest is inconsistent (dtype, counts or offsets)")
-    if raw.get("fingerprint") != _fingerprint(raw):
-        raise FormatError(
-            f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
-        )
-
-
-def _count(value: Any, where: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FormatError(f"{where}: a count must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _fingerprint(raw: dict[str, Any]) -> str:
-    payload = json.dumps(
-        [
-            JOIN_FORMAT,
-            raw["dtype"],
-            raw["num_docs"],
-            raw["num_tokens"],
-            [p["fingerprint"] for p in raw["parts"]],
-            raw["offsets"]["crc32"],
-        ],
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -31,6 +31,7 @@ from pathlib import Path
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
 from mmpack.store.format import StoreMeta
+from mmpack.store.join_manifest import join_entries
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore
 
@@ -137,8 +138,9 @@ _STORE_ENTRIES = {
 
 
 def check_replaceable(path: Path) -> None:
-    """Raise unless ``path`` is an mmpack store (holding only a store's own files) or an empty
-    folder: ``overwrite`` replaces stores, never a user's folder, file or link.  Called before
+    """Raise unless ``path`` is an mmpack store (holding only a store's own files; a joined
+    store counts) or an empty folder: ``overwrite`` replaces stores, never a user's folder, file
+    or link.  Called before
     any work and again right before the swap."""
     if os.path.islink(path):
         raise FileExistsError(
@@ -159,12 +161,11 @@ def check_replaceable(path: Path) -> None:
     except (FormatError, OSError):
         raw = None
     backend = raw.get("backend") if isinstance(raw, dict) else None
-    if not (isinstance(backend, str) and backend in _STORE_ENTRIES):
-        backend = None
-    extra = [e for e in entries if backend is None or e not in _STORE_ENTRIES[backend]]
-    if backend is None or extra:
+    own = _STORE_ENTRIES.get(backend) if isinstance(backend, str) else join_entries(path)
+    extra = [e for e in entries if own is None or e not in own]
+    if own is None or extra:
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
-        what = "an mmpack store with other files" if backend else "not an mmpack store"
+        what = "an mmpack store with other files" if own else "not an mmpack store"
         raise FileExistsError(
             f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: overwrite "
             "replaces only an mmpack store or an empty folder"

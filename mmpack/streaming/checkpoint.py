@@ -59,6 +59,84 @@ def _state_int(value: Any, key: str, lo: int, hi: int) -> int:
     return int(value)
 
 
+def _check_header(state: Any) -> int:
+    """The version of ``state``, a mapping of a readable version holding every field."""
+    if not isinstance(state, Mapping):
+        raise FormatError(
+            f"state must be a StreamingPacker state_dict() (a dict), got {type(state).__name__}"
+        )
+    version = state.get("version")
+    if version not in _READ_VERSIONS:
+        raise FormatError(
+            f"state must be a StreamingPacker state_dict() of version {_STATE_VERSION}, got "
+            f"version {version!r}"
+        )
+    need = [k for k in _STATE_FIELDS if k not in state]
+    if need:
+        raise FormatError(f"the state lacks the fields {need}")
+    return version
+
+
+def _check_position(out: dict[str, Any], n: int) -> None:
+    """Check (and make plain) the position fields of ``out`` in place: the epochs, the next
+    sequence and token, the token count, and the flags, consistent with a source of ``n``."""
+    for key, lo, hi in (
+        ("epoch", -1, 2**64),
+        ("next_epoch", 0, 2**64),
+        ("next_index", 0, n + 1),
+        ("next_offset", 0, 2**63),
+        ("token_count", 0, 2**63),
+    ):
+        out[key] = _state_int(out[key], key, lo, hi)
+    for key in ("in_epoch", "exhausted"):
+        if not isinstance(out[key], (bool, np.bool_)):
+            raise FormatError(f"the state's {key} must be a bool, got {out[key]!r}")
+        out[key] = bool(out[key])
+    if out["in_epoch"] and out["epoch"] < 0:
+        raise FormatError(f"the state is inside epoch {out['epoch']}; epochs count from 0")
+    if out["exhausted"] and (out["next_index"] != n or out["next_offset"]):
+        raise FormatError(
+            f"the state says the source is exhausted at sequence {out['next_index']} (token "
+            f"{out['next_offset']}), but the source holds {n} sequences"
+        )
+
+
+def _checked_pending(
+    state: Mapping[str, Any], next_index: int, next_offset: int, n: int, row_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The held pieces ``(source, offset, length)`` as int64 arrays, checked: sources already
+    admitted (before ``next_index``, or it when partly admitted), offsets >= 0, lengths in
+    ``[1, row_len]``."""
+    arrays = []
+    for key in ("pending_src", "pending_off", "pending_len"):
+        a = state[key]
+        if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in "iu":
+            raise FormatError(
+                f"the state's {key} must be a 1-D integer numpy array, got "
+                f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
+            )
+        arrays.append(a.astype(np.int64))
+    src, off, plen = arrays
+    if not src.shape == off.shape == plen.shape:
+        raise FormatError(
+            f"the state's pending arrays differ in length: {src.shape[0]}, {off.shape[0]}, "
+            f"{plen.shape[0]}"
+        )
+    if src.size and (
+        src.min() < 0
+        or src.max() >= next_index + int(next_offset > 0)
+        or src.max() >= n
+        or off.min() < 0
+        or plen.min() < 1
+        or plen.max() > row_len
+    ):
+        raise FormatError(
+            "the state's pending pieces are out of range: sources must be admitted ones "
+            f"(< next_index={next_index}), offsets >= 0, lengths in [1, {row_len}]"
+        )
+    return src, off, plen
+
+
 class _Checkpointing:
     """The checkpointing half of :class:`mmpack.streaming.packer.StreamingPacker` (a mixin: the
     packer owns the attributes and methods declared here)."""
@@ -190,19 +268,37 @@ class _Checkpointing:
 
     def _checked_state(self, state: Any) -> dict[str, Any]:
         """A validated copy of ``state`` with plain ints and int64 arrays."""
-        if not isinstance(state, Mapping):
+        version = _check_header(state)
+        self._check_same_packer(state)
+        n = len(self.source)
+        out = dict(state)
+        if version == 2:  # before next_offset: whole documents were admitted
+            out.setdefault("next_offset", 0)
+        elif "next_offset" not in state:
+            raise FormatError("the state lacks the fields ['next_offset']")
+        _check_position(out, n)
+        if out["next_offset"] and (
+            self.long_docs != "split"
+            or out["next_index"] >= n
+            or out["next_offset"] % self.out_pseq_len
+        ):
             raise FormatError(
-                f"state must be a StreamingPacker state_dict() (a dict), got {type(state).__name__}"
+                f"the state's next_offset={out['next_offset']} is not the start of a piece of "
+                f"sequence {out['next_index']}"
             )
-        version = state.get("version")
-        if version not in _READ_VERSIONS:
-            raise FormatError(
-                f"state must be a StreamingPacker state_dict() of version {_STATE_VERSION}, got "
-                f"version {version!r}"
-            )
-        need = [k for k in _STATE_FIELDS if k not in state]
-        if need:
-            raise FormatError(f"the state lacks the fields {need}")
+        counters = state["counters"]
+        if not isinstance(counters, Mapping) or set(counters) != set(_COUNTERS):
+            raise FormatError(f"the state's counters must be a dict of {list(_COUNTERS)}")
+        out["counters"] = {k: _state_int(counters[k], k, 0, 2**63) for k in _COUNTERS}
+        pending = _checked_pending(
+            state, out["next_index"], out["next_offset"], n, self.out_pseq_len
+        )
+        out["pending_src"], out["pending_off"], out["pending_len"] = pending
+        return out
+
+    def _check_same_packer(self, state: Mapping[str, Any]) -> None:
+        """``StateMismatchError`` unless ``state`` was saved by a packer with these parameters
+        over this source (same length and fingerprint)."""
         config = self._config()
         saved = state["config"]
         if not isinstance(saved, Mapping):
@@ -220,73 +316,6 @@ class _Checkpointing:
                 f"the state was saved over another source ({state['source_len']!r} sequences, "
                 f"fingerprint {state['source_fingerprint']!r}; now {n}, {fingerprint})"
             )
-        out = dict(state)
-        if version == 2:  # before next_offset: whole documents were admitted
-            out.setdefault("next_offset", 0)
-        elif "next_offset" not in state:
-            raise FormatError("the state lacks the fields ['next_offset']")
-        for key, lo, hi in (
-            ("epoch", -1, 2**64),
-            ("next_epoch", 0, 2**64),
-            ("next_index", 0, n + 1),
-            ("next_offset", 0, 2**63),
-            ("token_count", 0, 2**63),
-        ):
-            out[key] = _state_int(out[key], key, lo, hi)
-        for key in ("in_epoch", "exhausted"):
-            if not isinstance(state[key], (bool, np.bool_)):
-                raise FormatError(f"the state's {key} must be a bool, got {state[key]!r}")
-            out[key] = bool(state[key])
-        if out["in_epoch"] and out["epoch"] < 0:
-            raise FormatError(f"the state is inside epoch {out['epoch']}; epochs count from 0")
-        if out["exhausted"] and (out["next_index"] != n or out["next_offset"]):
-            raise FormatError(
-                f"the state says the source is exhausted at sequence {out['next_index']} (token "
-                f"{out['next_offset']}), but the source holds {n} sequences"
-            )
-        if out["next_offset"] and (
-            self.long_docs != "split"
-            or out["next_index"] >= n
-            or out["next_offset"] % self.out_pseq_len
-        ):
-            raise FormatError(
-                f"the state's next_offset={out['next_offset']} is not the start of a piece of "
-                f"sequence {out['next_index']}"
-            )
-        counters = state["counters"]
-        if not isinstance(counters, Mapping) or set(counters) != set(_COUNTERS):
-            raise FormatError(f"the state's counters must be a dict of {list(_COUNTERS)}")
-        out["counters"] = {k: _state_int(counters[k], k, 0, 2**63) for k in _COUNTERS}
-        arrays = []
-        for key in ("pending_src", "pending_off", "pending_len"):
-            a = state[key]
-            if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in "iu":
-                raise FormatError(
-                    f"the state's {key} must be a 1-D integer numpy array, got "
-                    f"{type(a).__name__} {getattr(a, 'dtype', '')} {getattr(a, 'shape', '')}"
-                )
-            arrays.append(a.astype(np.int64))
-        src, off, plen = arrays
-        if not src.shape == off.shape == plen.shape:
-            raise FormatError(
-                f"the state's pending arrays differ in length: {src.shape[0]}, {off.shape[0]}, "
-                f"{plen.shape[0]}"
-            )
-        if src.size and (
-            src.min() < 0
-            or src.max() >= out["next_index"] + int(out["next_offset"] > 0)
-            or src.max() >= n
-            or off.min() < 0
-            or plen.min() < 1
-            or plen.max() > self.out_pseq_len
-        ):
-            raise FormatError(
-                "the state's pending pieces are out of range: sources must be admitted ones "
-                f"(< next_index={out['next_index']}), offsets >= 0, lengths in "
-                f"[1, {self.out_pseq_len}]"
-            )
-        out["pending_src"], out["pending_off"], out["pending_len"] = src, off, plen
-        return out
 
     def _restore_epoch(self, state: dict[str, Any]) -> None:
         self._start_epoch(state["epoch"])

@@ -4,6 +4,8 @@
 
     sampler.py     ResumableSampler: shuffled, sharded, resumable, O(1) memory
     collate.py     collate / Collator: (B, seqlen) tensors plus varlen cu_seqlens
+    stacking.py    per-sample fields stacked (and padded) into batch tensors, for collate
+    boundaries.py  cu_seqlens rows validated and concatenated (numpy for collate, torch for masks)
     attention.py   block-diagonal masks for SDPA and FlexAttention from cu_seqlens
     hf.py          hf_inputs: a packed batch as keyword arguments of a transformers model
     elastic.py     elastic resume arithmetic: a sampler state saved at W1 ranks resumed at W2

@@ -29,7 +29,8 @@ row of a mask is empty and SDPA never produces NaN.
 
 Cost: :func:`document_ids` is one ``repeat_interleave`` (``O(seqlen)``); a dense mask is one
 broadcast comparison (``O(seqlen**2)``).  Everything runs on the device of the ``device``
-argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).
+argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).  The
+boundaries are checked by :mod:`mmpack.torch.boundaries` (the rule ``collate`` applies too).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from mmpack.torch.boundaries import check_row, check_rows, is_one_row
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -77,7 +80,7 @@ def document_ids(
     torch.Tensor, int64, shape (seqlen,)
         ``ids[p] = i`` where ``cu_seqlens[i] <= p < cu_seqlens[i + 1]``.
     """
-    cu = _row(cu_seqlens, seqlen, "cu_seqlens", device)
+    cu = check_row(cu_seqlens, seqlen, "cu_seqlens", device)
     lengths = cu[1:] - cu[:-1]
     segments = torch.arange(lengths.shape[0], device=cu.device)
     return torch.repeat_interleave(segments, lengths, output_size=seqlen)
@@ -105,7 +108,7 @@ def batched_document_ids(
     -------
     torch.Tensor, int64, shape (B, seqlen)
     """
-    flat, row_start = _rows(cu_seqlens_rows, seqlen, device)
+    flat, row_start = check_rows(cu_seqlens_rows, seqlen, device)
     n_rows = row_start.shape[0]
     # One repeat_interleave over the whole batch: segment k of the concatenated boundaries,
     # minus the index where its row starts, is its index within the row.
@@ -281,7 +284,7 @@ def flex_document_mask(
         or (block_size < 1)
     ):
         raise ValueError(f"block_size={block_size!r} is not accepted; give a positive int")
-    if _is_one_row(cu_seqlens_rows):
+    if is_one_row(cu_seqlens_rows):
         cu_seqlens_rows = [cu_seqlens_rows]  # type: ignore[list-item]
     ids = batched_document_ids(cu_seqlens_rows, seqlen, device=device)
     # Kernels evaluate mask_mod on whole blocks, so a row whose length is no multiple of the
@@ -310,105 +313,3 @@ def _mask_from_ids(ids: torch.Tensor, causal: bool) -> torch.Tensor:
         n = ids.shape[-1]
         mask &= torch.ones(n, n, dtype=torch.bool, device=ids.device).tril_()
     return mask
-
-
-def _is_one_row(x: Any) -> bool:
-    if isinstance(x, (torch.Tensor, np.ndarray)):
-        return x.ndim == 1
-    return (
-        isinstance(x, Sequence) and len(x) > 0 and all(isinstance(v, (int, np.integer)) for v in x)
-    )
-
-
-def _check_seqlen(seqlen: Any) -> int:
-    if isinstance(seqlen, bool) or not isinstance(seqlen, (int, np.integer)) or seqlen < 1:
-        raise ValueError(f"seqlen={seqlen!r} is not accepted; give a positive int")
-    return int(seqlen)
-
-
-def _as_boundaries(
-    cu: torch.Tensor | np.ndarray | Sequence[int],
-    name: str,
-    device: torch.device | str | None,
-) -> torch.Tensor:
-    """One row's boundaries as an int64 tensor on ``device`` (shape checked, values not)."""
-    if isinstance(cu, torch.Tensor):
-        t = cu.detach()
-    else:
-        a = np.asarray(cu)
-        if a.dtype.kind not in "iu":
-            raise ValueError(
-                f"{name} must be a 1-D integer array of boundaries, got dtype {a.dtype} "
-                f"shape {a.shape}"
-            )
-        t = torch.from_numpy(a.astype(np.int64))
-    if (
-        t.ndim != 1
-        or t.shape[0] < 2
-        or t.is_floating_point()
-        or t.is_complex()
-        or (t.dtype == torch.bool)
-    ):
-        raise ValueError(
-            f"{name} must be a 1-D integer tensor of at least 2 boundaries, got dtype {t.dtype} "
-            f"shape {tuple(t.shape)}"
-        )
-    return t.to(device=device if device is not None else t.device, dtype=torch.int64)
-
-
-def _row(
-    cu: torch.Tensor | np.ndarray | Sequence[int],
-    seqlen: int,
-    name: str,
-    device: torch.device | str | None,
-) -> torch.Tensor:
-    """One row's boundaries as a validated int64 tensor on ``device``."""
-    seqlen = _check_seqlen(seqlen)
-    t = _as_boundaries(cu, name, device)
-    steps = t[1:] - t[:-1]
-    # One host sync for all three checks.
-    if not bool(((t[0] == 0) & (t[-1] == seqlen) & (steps >= 0).all()).item()):
-        raise ValueError(
-            f"{name} = {t.tolist()} is malformed; expected non-decreasing boundaries from 0 to "
-            f"seqlen={seqlen}"
-        )
-    return t
-
-
-def _rows(
-    rows: Sequence[torch.Tensor | np.ndarray | Sequence[int]] | torch.Tensor,
-    seqlen: int,
-    device: torch.device | str | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """All rows' boundaries concatenated (int64, on one device) and each row's first index.
-
-    Validated with one host sync; a malformed row is then found and named.
-    """
-    seqlen = _check_seqlen(seqlen)
-    if isinstance(rows, (torch.Tensor, np.ndarray)):
-        if rows.ndim != 2:
-            raise ValueError(
-                "cu_seqlens_rows must be a sequence of 1-D boundaries or a 2-D (B, n + 1) "
-                f"array, got shape {tuple(rows.shape)}"
-            )
-        rows = list(rows)
-    elif not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
-        raise TypeError(
-            f"cu_seqlens_rows must be a sequence of 1-D boundaries, got {type(rows).__name__}"
-        )
-    if len(rows) == 0:
-        raise ValueError("cu_seqlens_rows is empty; give at least one row")
-    if device is None and isinstance(rows[0], torch.Tensor):
-        device = rows[0].device
-    parts = [_as_boundaries(r, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]
-    flat = torch.cat(parts)
-    counts = torch.tensor([p.shape[0] for p in parts], device=flat.device)
-    ends = torch.cumsum(counts, 0)
-    starts = ends - counts
-    steps = flat[1:] - flat[:-1]
-    steps[ends[:-1] - 1] = 0  # from one row's end to the next row's start
-    ok = (flat[starts] == 0).all() & (flat[ends - 1] == seqlen).all() & (steps >= 0).all()
-    if not bool(ok.item()):
-        for b, p in enumerate(parts):
-            _row(p, seqlen, f"cu_seqlens_rows[{b}]", None)
-    return flat, starts

@@ -31,6 +31,9 @@ The cost is attention over at most one short segment per row.
 
 Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
 for the boundaries, validated vectorised (no Python loop over tokens or segments).
+
+This module owns the batch's layout; the stacking of fields is :mod:`mmpack.torch.stacking`, the
+rules of row boundaries (shared with the attention masks) are :mod:`mmpack.torch.boundaries`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ import numpy as np
 import torch
 
 from mmpack.core.constants import INT32_MAX
+from mmpack.torch.boundaries import flat_boundaries, sample_boundaries
 from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
+from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
 from mmpack.views.batch import SampleBatch
 from mmpack.views.masking import IGNORE_INDEX
 
@@ -52,7 +57,6 @@ TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attenti
 """Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
 
 _RESERVED = ("cu_seqlens_rows",)
-_TORCH_NATIVE = tuple(np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
 
 
 def collate(
@@ -190,75 +194,101 @@ def _collate(
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
         return _collate_columns(samples, varlen=varlen, dtype=dtype)
-    if isinstance(samples, Mapping) or not isinstance(samples, Sequence):
-        raise TypeError(
-            f"samples must be a sequence of per-sample dicts, got {type(samples).__name__}"
-        )
-    n = len(samples)
-    if n == 0:
-        raise ValueError("samples is empty; a batch needs at least one sample")
-    first = samples[0]
-    for b, s in enumerate(samples):
-        if not isinstance(s, Mapping):
-            raise TypeError(f"samples[{b}] is a {type(s).__name__}, expected a mapping (dict)")
-    keys = list(first.keys())
-    key_set = set(keys)
-    for b in range(1, n):
-        if samples[b].keys() != key_set:
-            other = set(samples[b].keys())
-            raise ValueError(
-                f"samples[{b}] has keys {sorted(other)} but samples[0] has {sorted(key_set)}; "
-                f"missing {sorted(key_set - other)}, extra {sorted(other - key_set)}"
-            )
-
-    for key in _RESERVED:
-        if key in key_set:
-            raise ValueError(f"samples carry the key {key!r}, which collate produces itself")
-
+    keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
     for key in TOKEN_FIELDS:
-        if key in key_set:
-            out[key], seqlen = _stack_tokens(samples, key, seqlen, dtype)
-    cu_key = "cu_seqlens" in key_set
+        if key in keys:
+            out[key], seqlen = stack_tokens(samples, key, seqlen, dtype)
+    cu_key = "cu_seqlens" in keys
     if seqlen is None:
         if not cu_key:
             raise ValueError(
                 f"samples have none of the per-token fields {list(TOKEN_FIELDS)} and no "
                 "'cu_seqlens'; nothing to collate into a token batch"
             )
-        seqlen = int(np.asarray(first["cu_seqlens"])[-1])
-
+        seqlen = int(np.asarray(samples[0]["cu_seqlens"])[-1])
     if seqlen < 1:
         raise ValueError(f"samples have rows of length {seqlen}; a row needs at least one token")
-    rows, lens = _row_boundaries(samples, seqlen, cu_key)
+    rows, lens = sample_boundaries(samples, seqlen, cu_key)
     if pad_to_multiple_of is not None and seqlen % pad_to_multiple_of:
-        new_len = -(-seqlen // pad_to_multiple_of) * pad_to_multiple_of
-        fill = {"input_ids": pad_id, "labels": ignore_index, "attention_mask": 0}
-        for key in TOKEN_FIELDS:
-            if key in out:
-                out[key] = _pad_tokens(out[key], new_len, key, fill.get(key, 0))
-        # Each row gains a final segment [seqlen, new_len].
-        rows = np.insert(rows, np.cumsum(lens), new_len)
-        lens = lens + 1
-        seqlen = new_len
+        rows, lens, seqlen = _pad_rows(
+            out, rows, lens, seqlen, pad_to_multiple_of, pad_id, ignore_index
+        )
+    out.update(_boundary_fields(rows, lens, seqlen, varlen))
+    for key in keys:
+        if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
+            continue
+        out[key] = stack_extra([s[key] for s in samples])
+    return out
 
+
+def _common_keys(samples: Any) -> list[str]:
+    """The keys every sample has, in the first sample's order; ``TypeError`` for a batch that is
+    not a sequence of mappings, ``ValueError`` for an empty batch, differing keys or a key that
+    collate produces itself."""
+    if isinstance(samples, Mapping) or not isinstance(samples, Sequence):
+        raise TypeError(
+            f"samples must be a sequence of per-sample dicts, got {type(samples).__name__}"
+        )
+    if len(samples) == 0:
+        raise ValueError("samples is empty; a batch needs at least one sample")
+    for b, s in enumerate(samples):
+        if not isinstance(s, Mapping):
+            raise TypeError(f"samples[{b}] is a {type(s).__name__}, expected a mapping (dict)")
+    keys = list(samples[0].keys())
+    key_set = set(keys)
+    for b in range(1, len(samples)):
+        if samples[b].keys() != key_set:
+            other = set(samples[b].keys())
+            raise ValueError(
+                f"samples[{b}] has keys {sorted(other)} but samples[0] has {sorted(key_set)}; "
+                f"missing {sorted(key_set - other)}, extra {sorted(other - key_set)}"
+            )
+    for key in _RESERVED:
+        if key in key_set:
+            raise ValueError(f"samples carry the key {key!r}, which collate produces itself")
+    return keys
+
+
+def _pad_rows(
+    out: dict[str, Any],
+    rows: np.ndarray,
+    lens: np.ndarray,
+    seqlen: int,
+    multiple: int,
+    pad_id: int,
+    ignore_index: int,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Right-pad the per-token fields of ``out`` (in place) to the next multiple of ``multiple``
+    and give each row a final segment ``[seqlen, new_len]``: the new rows, counts and length."""
+    new_len = -(-seqlen // multiple) * multiple
+    fill = {"input_ids": pad_id, "labels": ignore_index, "attention_mask": 0}
+    for key in TOKEN_FIELDS:
+        if key in out:
+            out[key] = pad_tokens(out[key], new_len, key, fill.get(key, 0))
+    rows = np.insert(rows, np.cumsum(lens), new_len)
+    return rows, lens + 1, new_len
+
+
+def _boundary_fields(
+    rows: np.ndarray, lens: np.ndarray, seqlen: int, varlen: bool
+) -> dict[str, Any]:
+    """``cu_seqlens_rows``, ``cu_seqlens`` (when ``varlen``) and ``max_seqlen`` of a batch whose
+    row ``b`` has the ``lens[b]`` boundaries that follow in ``rows`` (int64, validated)."""
+    n = lens.shape[0]
     if n * seqlen > INT32_MAX:
         raise ValueError(
             f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
             "cu_seqlens FlashAttention takes; use fewer or shorter rows"
         )
-    rows32 = rows.astype(np.int32)
-    flat = _flat_boundaries(rows, lens, seqlen)
-    out["cu_seqlens_rows"] = tuple(torch.from_numpy(rows32).split(lens.tolist()))
+    flat = flat_boundaries(rows, lens, seqlen)
+    out: dict[str, Any] = {
+        "cu_seqlens_rows": tuple(torch.from_numpy(rows.astype(np.int32)).split(lens.tolist()))
+    }
     if varlen:
         out["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     out["max_seqlen"] = int(np.diff(flat).max())
-
-    for key in keys:
-        if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
-            continue
-        out[key] = _stack_extra([s[key] for s in samples])
     return out
 
 
@@ -283,112 +313,10 @@ def _collate_columns(
             seqlen = col.shape[1]
     if seqlen is None:
         raise ValueError("the batch has no per-token field to collate")
-    if n * seqlen > INT32_MAX:
-        raise ValueError(
-            f"batch of {n} rows x seqlen {seqlen} = {n * seqlen} tokens does not fit the int32 "
-            "cu_seqlens FlashAttention takes; use fewer or shorter rows"
-        )
     lens = batch.num_cuts.astype(np.int64)
     take = np.arange(batch.cu_seqlens.shape[1]) < lens[:, None]
     rows = batch.cu_seqlens[take].astype(np.int64)
-    flat = _flat_boundaries(rows, lens, seqlen)
-    out["cu_seqlens_rows"] = tuple(torch.from_numpy(rows.astype(np.int32)).split(lens.tolist()))
-    if varlen:
-        out["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
-    out["max_seqlen"] = int(np.diff(flat).max())
-    return out
-
-
-def _stack_tokens(
-    samples: Sequence[Mapping[str, Any]],
-    key: str,
-    seqlen: int | None,
-    dtype: torch.dtype = torch.int64,
-) -> tuple[torch.Tensor, int]:
-    """Stack one per-token field into int64 ``(B, seqlen)``: one copy, one ``from_numpy``."""
-    arrays = [np.asarray(s[key]) for s in samples]
-    dtypes = {a.dtype for a in arrays}
-    shapes = {a.shape for a in arrays}
-    if any(d.kind not in "iub" for d in dtypes):
-        b = next(i for i, a in enumerate(arrays) if a.dtype.kind not in "iub")
-        raise TypeError(
-            f"samples[{b}][{key!r}] has dtype {arrays[b].dtype}; per-token fields must be integers"
-        )
-    if seqlen is None and len(shapes) == 1:
-        shape = next(iter(shapes))
-        seqlen = shape[0] if len(shape) == 1 else None
-    if len(shapes) != 1 or shapes != {(seqlen,)}:
-        for b, a in enumerate(arrays):
-            if a.ndim != 1:
-                raise ValueError(f"samples[{b}][{key!r}] has shape {a.shape}; expected (seqlen,)")
-            if seqlen is None:
-                seqlen = a.shape[0]
-            if a.shape[0] != seqlen:
-                raise ValueError(
-                    f"samples[{b}][{key!r}] has length {a.shape[0]} but the batch's rows have "
-                    f"length {seqlen}; every row of a batch must have the same seqlen"
-                )
-    stacked = np.stack(
-        arrays, dtype=np.int64 if dtype == torch.int64 else np.int32, casting="unsafe"
-    )
-    assert seqlen is not None  # set from the rows above (np.stack refuses an empty batch)
-    return torch.from_numpy(stacked), int(seqlen)
-
-
-def _row_boundaries(
-    samples: Sequence[Mapping[str, Any]], seqlen: int, present: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated, validated per-row boundaries (int64) and the count of each row."""
-    n = len(samples)
-    if not present:
-        rows = np.tile(np.array([0, seqlen], dtype=np.int64), n)
-        return rows, np.full(n, 2, dtype=np.int64)
-    cus = [np.asarray(s["cu_seqlens"]) for s in samples]
-    for b, c in enumerate(cus):
-        if c.ndim != 1 or c.shape[0] < 2 or c.dtype.kind not in "iu":
-            raise ValueError(
-                f"samples[{b}]['cu_seqlens'] must be a 1-D integer array of at least 2 "
-                f"boundaries, got dtype {c.dtype} shape {c.shape}"
-            )
-    lens = np.fromiter((c.shape[0] for c in cus), dtype=np.int64, count=n)
-    rows = np.concatenate(cus).astype(np.int64, copy=False)
-    ends = np.cumsum(lens)
-    bad_first = np.flatnonzero(rows[ends - lens] != 0)
-    bad_last = np.flatnonzero(rows[ends - 1] != seqlen)
-    steps = np.diff(rows)
-    steps[ends[:-1] - 1] = 0  # the step from one row's end to the next row's start
-    bad_step = np.flatnonzero(steps < 0)
-    if bad_first.size or bad_last.size or bad_step.size:
-        if bad_step.size:
-            b = int(np.searchsorted(ends, bad_step[0], side="right"))
-        else:
-            b = int(min(bad_first.tolist() + bad_last.tolist()))
-        raise ValueError(
-            f"samples[{b}]['cu_seqlens'] = {cus[b].tolist()} is malformed; expected "
-            f"non-decreasing boundaries from 0 to the row length {seqlen}"
-        )
-    return rows, lens
-
-
-def _flat_boundaries(rows: np.ndarray, lens: np.ndarray, seqlen: int) -> np.ndarray:
-    """Row boundaries shifted by ``b * seqlen``, repeated values dropped (int64)."""
-    shift = np.repeat(np.arange(lens.shape[0], dtype=np.int64) * seqlen, lens)
-    flat = rows + shift
-    keep = np.empty(flat.shape[0], dtype=bool)
-    keep[0] = True
-    np.not_equal(flat[1:], flat[:-1], out=keep[1:])
-    return flat[keep]
-
-
-def _pad_tokens(t: torch.Tensor, new_len: int, key: str, value: int) -> torch.Tensor:
-    """Right-pad a ``(B, seqlen)`` field to ``new_len``."""
-    n, seqlen = t.shape
-    out = torch.empty((n, new_len), dtype=t.dtype)
-    out[:, :seqlen] = t
-    if key == "position_ids":
-        out[:, seqlen:] = torch.arange(new_len - seqlen, dtype=t.dtype)
-    else:
-        out[:, seqlen:] = value
+    out.update(_boundary_fields(rows, lens, seqlen, varlen))
     return out
 
 
@@ -396,28 +324,3 @@ def _token_dtype(dtype: Any) -> torch.dtype:
     if dtype not in (torch.int64, torch.int32):
         raise ValueError(f"dtype must be torch.int64 or torch.int32, got dtype={dtype!r}")
     return dtype
-
-
-def _stack_extra(values: list[Any]) -> Any:
-    """Stack same-shape numbers/arrays/tensors into a ``(B, ...)`` tensor, else keep the list."""
-    if all(isinstance(v, torch.Tensor) for v in values):
-        if all(v.shape == values[0].shape and v.dtype == values[0].dtype for v in values):
-            t = torch.stack(values)
-            if not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
-                t = t.to(torch.int64)
-            return t
-        return values
-    if not all(isinstance(v, (np.ndarray, np.generic, int, float, bool)) for v in values):
-        return values
-    arrays = [np.asarray(v) for v in values]
-    shape = arrays[0].shape
-    if any(a.shape != shape for a in arrays):
-        return values
-    kinds = {a.dtype.kind for a in arrays}
-    if kinds <= {"i", "u"}:
-        return torch.from_numpy(np.stack(arrays, dtype=np.int64, casting="unsafe"))
-    if kinds == {"f"} or kinds == {"b"}:
-        stacked = np.stack(arrays)
-        if stacked.dtype in _TORCH_NATIVE:
-            return torch.from_numpy(stacked)
-    return values

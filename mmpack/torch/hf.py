@@ -108,6 +108,26 @@ def hf_inputs(
     ValueError
         Unknown ``attn_implementation`` or ``label_shift``, or a batch lacking a needed key.
     """
+    flash = _check_request(batch, attn_implementation, label_shift)
+    input_ids = torch.as_tensor(batch["input_ids"])
+    if input_ids.ndim != 2:
+        raise ValueError(
+            f"batch['input_ids'] must have shape (B, seqlen), got {tuple(input_ids.shape)}"
+        )
+    device = input_ids.device if device is None else torch.device(device)
+    out = _token_inputs(batch, input_ids, causal=causal, label_shift=label_shift, device=device)
+    if flash:
+        return _flash_inputs(out, batch, device)
+    seqlen = input_ids.shape[1]
+    out["attention_mask"] = _attention_mask(
+        batch["cu_seqlens_rows"], seqlen, attn_implementation, causal, dtype, device
+    )
+    return out
+
+
+def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shift: str) -> bool:
+    """Refuse an unknown implementation or label shift, or a batch lacking what the
+    implementation needs; whether it is a flash (varlen) implementation."""
     if attn_implementation not in ATTN_IMPLEMENTATIONS:
         raise ValueError(
             f"attn_implementation={attn_implementation!r} is not supported; choose one of {ATTN_IMPLEMENTATIONS}"
@@ -126,13 +146,19 @@ def hf_inputs(
             f"batch lacks {missing}, needed for attn_implementation={attn_implementation!r}; "
             "build it with mmpack.torch.collate.collate(samples, varlen=True)"
         )
-    input_ids = torch.as_tensor(batch["input_ids"])
-    if input_ids.ndim != 2:
-        raise ValueError(
-            f"batch['input_ids'] must have shape (B, seqlen), got {tuple(input_ids.shape)}"
-        )
-    device = input_ids.device if device is None else torch.device(device)
-    n_rows, seqlen = input_ids.shape
+    return flash
+
+
+def _token_inputs(
+    batch: Mapping[str, Any],
+    input_ids: torch.Tensor,
+    *,
+    causal: bool,
+    label_shift: str,
+    device: torch.device,
+) -> dict[str, Any]:
+    """``input_ids``, ``position_ids`` (int64) and the labels on ``device``: ``labels`` and, for
+    labels already shifted to the next token, ``shift_labels`` (so the loss does not shift)."""
     out: dict[str, Any] = {
         "input_ids": input_ids.to(device),
         "position_ids": torch.as_tensor(batch["position_ids"]).to(device=device, dtype=torch.int64),
@@ -142,22 +168,38 @@ def hf_inputs(
         out["labels"] = labels
         if causal and label_shift == "next":
             out["shift_labels"] = labels  # already aligned: the loss must not shift again
-    if flash:
-        for key in ("input_ids", "position_ids", "labels", "shift_labels"):
-            if key in out:
-                out[key] = out[key].reshape(1, n_rows * seqlen)
-        cu = torch.as_tensor(batch["cu_seqlens"]).to(device=device, dtype=torch.int32)
-        max_len = int(batch["max_seqlen"])
-        out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
-        return out
-    rows = batch["cu_seqlens_rows"]
+    return out
+
+
+def _flash_inputs(
+    out: dict[str, Any], batch: Mapping[str, Any], device: torch.device
+) -> dict[str, Any]:
+    """The flash form: every per-token input flattened to ``(1, B * seqlen)`` plus the varlen
+    boundaries ``cu_seq_lens_q/k`` (int32) and ``max_length_q/k``."""
+    tokens = out["input_ids"].numel()  # B * seqlen
+    for key in ("input_ids", "position_ids", "labels", "shift_labels"):
+        if key in out:
+            out[key] = out[key].reshape(1, tokens)
+    cu = torch.as_tensor(batch["cu_seqlens"]).to(device=device, dtype=torch.int32)
+    max_len = int(batch["max_seqlen"])
+    out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
+    return out
+
+
+def _attention_mask(
+    rows: Any,
+    seqlen: int,
+    attn_implementation: str,
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Any:
+    """The ``attention_mask`` of a non-flash implementation: a BlockMask (flex_attention), a
+    boolean (sdpa) or an additive ``dtype`` (eager) mask of shape ``(B, 1, seqlen, seqlen)``."""
     if attn_implementation == "flex_attention":
-        out["attention_mask"] = flex_document_mask(rows, seqlen, causal=causal, device=device)
-        return out
+        return flex_document_mask(rows, seqlen, causal=causal, device=device)
     allowed = batched_block_causal_mask(rows, seqlen, causal=causal, device=device)
     if attn_implementation == "sdpa":
-        out["attention_mask"] = allowed
-    else:  # eager: additive
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
-        out["attention_mask"] = mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return out
+        return allowed
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)  # eager: additive
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)

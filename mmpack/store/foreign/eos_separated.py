@@ -232,15 +232,7 @@ def open_eos_separated(
         raise FormatError(f"{str(path)!r} is a folder; format='eos-separated' opens one token file")
     file_dtype, header, n = read_layout(path, dtype)
     view_dtype = unsigned_view_dtype(file_dtype, str(path))
-    meta_path = None
-    if metadata is True:
-        meta_path = olmo_metadata_path(path)
-    elif metadata not in (None, False):
-        if not isinstance(metadata, (str, os.PathLike)):
-            raise TypeError(f"metadata must be a bool or a path, got {type(metadata).__name__}")
-        meta_path = Path(metadata)
-    if meta_path is not None and not meta_path.is_file():
-        raise StoreNotFoundError(f"no OLMo-core metadata file at {str(meta_path)!r}")
+    meta_path = _metadata_path(path, metadata)
     if eos is None and meta_path is None:
         raise ValueError(
             f"{str(path)!r}: eos= is required to find the documents of a flat token file "
@@ -258,22 +250,7 @@ def open_eos_separated(
         "metadata": None if meta_path is None else file_identity(meta_path),
     }
     root = cache_root(cache_dir) / EosSeparatedStore.kind
-    cached = load_index(root, key, n)
-    if cached is not None:
-        offsets, record = cached
-        fingerprint = str(record["fingerprint"])
-    else:
-        if meta_path is not None:
-            offsets = _metadata_offsets(meta_path, n)
-        elif eos is not None:
-            offsets = eos_offsets(tokens, eos)
-        else:  # refused above already
-            raise ValueError("eos= is required without metadata")
-        h = hashlib.sha256(b"eos-separated\0")
-        h.update(json.dumps([view_dtype.str, n, eos, identity["head_tail_sha256"]]).encode())
-        h.update(np.ascontiguousarray(offsets).tobytes())
-        fingerprint = h.hexdigest()[:16]
-        save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
+    offsets, fingerprint = _document_index(root, key, path, tokens, meta_path, eos)
     info = {
         "version": None,
         "dtype": file_dtype.name,
@@ -281,13 +258,6 @@ def open_eos_separated(
         "eos": eos,
         "metadata": None if meta_path is None else str(meta_path),
     }
-    options: dict[str, Any] = {"eos": eos}
-    if dtype is not None:
-        options["dtype"] = np.dtype(dtype).str
-    if meta_path is not None:
-        options["metadata"] = str(meta_path)
-    if cache_dir is not None:
-        options["cache_dir"] = cache_dir
     sources = (path,) if meta_path is None else (path, meta_path)
     return EosSeparatedStore(
         path,
@@ -299,6 +269,66 @@ def open_eos_separated(
         info=info,
         location=str(path),
         cache_dir=cache_dir,
-        open_options=options,
+        open_options=_open_options(eos, dtype, meta_path, cache_dir),
         index_cache=(root, key),
     )
+
+
+def _metadata_path(path: Path, metadata: Any) -> Path | None:
+    """The OLMo-core metadata file the ``metadata`` argument names (``True``: the one beside
+    ``path``), checked to exist; None without metadata."""
+    if metadata is True:
+        meta_path = olmo_metadata_path(path)
+    elif metadata in (None, False):
+        return None
+    elif isinstance(metadata, (str, os.PathLike)):
+        meta_path = Path(metadata)
+    else:
+        raise TypeError(f"metadata must be a bool or a path, got {type(metadata).__name__}")
+    if not meta_path.is_file():
+        raise StoreNotFoundError(f"no OLMo-core metadata file at {str(meta_path)!r}")
+    return meta_path
+
+
+def _document_index(
+    root: Path,
+    key: dict[str, Any],
+    path: Path,
+    tokens: np.ndarray,
+    meta_path: Path | None,
+    eos: int | None,
+) -> tuple[np.ndarray, str]:
+    """``(offsets, fingerprint)`` of the file's documents: from the index cache under ``root``
+    when ``key`` matches, else read from the metadata or found by an EOS scan, fingerprinted
+    and cached."""
+    n = int(tokens.shape[0])
+    cached = load_index(root, key, n)
+    if cached is not None:
+        offsets, record = cached
+        return offsets, str(record["fingerprint"])
+    if meta_path is not None:
+        offsets = _metadata_offsets(meta_path, n)
+    elif eos is not None:
+        offsets = eos_offsets(tokens, eos)
+    else:  # refused by the caller already
+        raise ValueError("eos= is required without metadata")
+    h = hashlib.sha256(b"eos-separated\0")
+    h.update(json.dumps([tokens.dtype.str, n, eos, key["identity"]["head_tail_sha256"]]).encode())
+    h.update(np.ascontiguousarray(offsets).tobytes())
+    fingerprint = h.hexdigest()[:16]
+    save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
+    return offsets, fingerprint
+
+
+def _open_options(
+    eos: int | None, dtype: Any, meta_path: Path | None, cache_dir: Any
+) -> dict[str, Any]:
+    """The options that reopen the store the same way (after a pickle)."""
+    options: dict[str, Any] = {"eos": eos}
+    if dtype is not None:
+        options["dtype"] = np.dtype(dtype).str
+    if meta_path is not None:
+        options["metadata"] = str(meta_path)
+    if cache_dir is not None:
+        options["cache_dir"] = cache_dir
+    return options

@@ -1,0 +1,131 @@
+"""The manifest of a joined store (``OUT/mmpack-join.json``): its format, its checks, its
+fingerprint.
+
+The manifest records the format name and version, the token dtype (the widest of the parts'),
+the document and token counts, the global offsets file with its block CRC-32s, and the parts in
+order (location, fingerprint, dtype, counts); the layout and the publishing protocol are
+described in :mod:`mmpack.store.parts`.  :func:`read_manifest` reads and checks it (every count a
+non-negative integer, the totals the sums of the parts', the fingerprint that of the contents);
+:func:`manifest_fingerprint` is the one definition of that fingerprint, used by the writer
+(:mod:`mmpack.store.join`) and the reader alike.  Cost: one small JSON read, O(parts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError, StoreNotFoundError
+from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
+
+__all__ = [
+    "JOIN_FILE",
+    "JOIN_FORMAT",
+    "JOIN_LOCK_FILE",
+    "JOIN_VERSION",
+    "join_entries",
+    "manifest_fingerprint",
+    "read_manifest",
+]
+
+JOIN_FILE = "mmpack-join.json"
+"""The manifest's file name inside the join folder."""
+JOIN_FORMAT = "mmpack-join"
+"""The manifest's ``format`` field."""
+JOIN_VERSION = 1
+"""The newest manifest version this mmpack reads and the one it writes."""
+JOIN_LOCK_FILE = ".mmpack-join.lock"
+"""The lock file that serialises the appenders of one join."""
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The checked manifest of the join at ``path``.
+
+    Raises
+    ------
+    StoreNotFoundError
+        No such folder, or no manifest in it.
+    FormatError
+        The manifest is not JSON, not a join manifest, of a newer version, inconsistent, or
+        its fingerprint does not match its contents.
+    """
+    file = path / JOIN_FILE
+    if not path.exists():
+        raise StoreNotFoundError(f"no joined store at {str(path)!r}: the path does not exist")
+    try:
+        raw = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"{str(path)!r} holds no {JOIN_FILE}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FormatError(f"{file} is not valid JSON: {exc}") from None
+    _check_manifest(raw, file)
+    return raw
+
+
+def _check_manifest(raw: Any, where: Path) -> None:
+    if not isinstance(raw, dict) or raw.get("format") != JOIN_FORMAT:
+        raise FormatError(f"{where}: not an mmpack join manifest")
+    check_version(raw.get("version"), JOIN_VERSION, where, "join")
+    try:
+        dtype = np.dtype(raw["dtype"])
+        parts = raw["parts"]
+        docs = sum(check_count(p["num_docs"], "a part's num_docs", where) for p in parts)
+        tokens = sum(check_count(p["num_tokens"], "a part's num_tokens", where) for p in parts)
+        ok = (
+            dtype in TOKEN_DTYPES
+            and dtype.byteorder != ">"
+            and all(
+                isinstance(p["location"], str) and isinstance(p["fingerprint"], str) for p in parts
+            )
+            and raw["num_docs"] == docs
+            and raw["num_tokens"] == tokens
+            and isinstance(raw["offsets"]["file"], str)
+            and "/" not in raw["offsets"]["file"]
+            and check_count(raw["offsets"]["block_bytes"], "block_bytes", where) > 0
+            and all(isinstance(c, int) for c in raw["offsets"]["crc32"])
+        )
+    except (KeyError, TypeError) as exc:
+        raise FormatError(f"{where}: manifest field missing or malformed: {exc!r}") from None
+    if not ok:
+        raise FormatError(f"{where}: the manifest is inconsistent (dtype, counts or offsets)")
+    if raw.get("fingerprint") != manifest_fingerprint(raw):
+        raise FormatError(
+            f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
+        )
+
+
+def manifest_fingerprint(raw: dict[str, Any]) -> str:
+    """The join's fingerprint: a hash of its format, dtype, counts, the parts' fingerprints in
+    order and the offsets' checksums (extra sections such as provenance are not part of it)."""
+    payload = json.dumps(
+        [
+            JOIN_FORMAT,
+            raw["dtype"],
+            raw["num_docs"],
+            raw["num_tokens"],
+            [p["fingerprint"] for p in raw["parts"]],
+            raw["offsets"]["crc32"],
+        ],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def join_entries(path: Path) -> set[str] | None:
+    """The names a join folder holds of its own (its manifest, the offsets file it names, its
+    lock, its copy of the tokenizer, the ``parts`` of a distributed build, the plan ``cache``);
+    None when ``path`` holds no readable join.  What ``overwrite`` may replace
+    (:func:`mmpack.store.publish.check_replaceable`)."""
+    try:
+        raw = read_manifest(path)
+    except (FormatError, OSError):
+        return None
+    own = {JOIN_FILE, JOIN_LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
+    tokenizer = raw.get("tokenizer")
+    if isinstance(tokenizer, dict) and isinstance(tokenizer.get("file"), str):
+        own.add(tokenizer["file"])
+    return own
