@@ -99,6 +99,7 @@ MAX_FUNCTION_LINES = 80
 LONG_KERNELS = {
     ("kernels/plan_bestfit.py", "bfd"),  # best-fit decreasing, one pass over the sorted items
     ("kernels/plan_bestfit.py", "stream"),  # online best fit over a bounded window of open bins
+    ("kernels/streaming_batch.py", "layout_batch"),  # a packed batch's rows in one pass
 }
 
 
