@@ -33,6 +33,7 @@ new store never sees the old one's chunks.
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -43,10 +44,24 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.backends._chunk_cache import get_cache
+from mmpack.store.backends._zarr_shards import (
+    ShardReader,
+    assemble,
+    codecs_for,
+    read_layout,
+    shard_items,
+    touched_chunks,
+)
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 
+SHARDED = True
+"""New stores are written sharded (:mod:`~mmpack.store.backends._zarr_shards`); False writes the
+legacy layout below (kept readable; tests use it to make old stores)."""
+ZSTD_LEVEL = 0
+"""zstd level of each inner chunk of a sharded store (0: none, checksum only)."""
 TOKEN_CHUNK = 1 << 18
 OFFSET_CHUNK = 1 << 16
+"""Chunks of the legacy (unsharded) layout."""
 _COPY_ITEMS = 1 << 22
 
 
@@ -106,9 +121,7 @@ class ZarrBackend(Backend):
         for name, arr in (("tokens", self._tokens), ("offsets", offsets_arr)):
             if len(arr.chunks) != 1 or int(arr.chunks[0]) < 1:
                 raise FormatError(f"{path}/{name}: invalid chunk shape {arr.chunks}")
-        self._check_chunks(
-            "offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // int(offsets_arr.chunks[0]))
-        )
+        self._check_chunks("offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // _grid(offsets_arr)))
         try:
             offsets = np.asarray(offsets_arr[:], dtype=np.int64)
         except (PermissionError, MemoryError):
@@ -117,13 +130,22 @@ class ZarrBackend(Backend):
             raise _corrupt(path, "offsets", exc) from exc
         offsets.flags.writeable = False
         self._offsets = offsets
-        self.chunk_tokens = int(self._tokens.chunks[0])
+        self._layout = read_layout(_read_small(path / "tokens" / "zarr.json"))
+        self.chunk_tokens = _grid(self._tokens)  # a shard (sharded) or a chunk (legacy)
         n_chunks = -(-meta.num_tokens // self.chunk_tokens)
         self._check_chunks("tokens", self._tokens, 0, n_chunks)
         encode = self._tokens.metadata.encode_chunk_key
         self._chunk_paths = [str(path / "tokens" / encode((i,))) for i in range(n_chunks)]
-        self._cache_key = (str(path), self._stamp)
         self._stamp_path = str(path / "zarr.json")
+        self._stamp_sig: tuple[int, ...] | None = None
+        self._cache_key: tuple[Any, ...] = (str(path), self._stamp)
+        self._maps: dict[int, memoryview] = {}
+        if self._layout is not None:
+            self._cache_key += ("sharded", self._layout.inner)
+            self._verified = np.zeros(-(-meta.num_tokens // self._layout.inner), dtype=bool)
+            self._reader = ShardReader(
+                self._layout, self._read_mapped, self._index_range, str(path / "tokens")
+            )
 
     def _check_chunks(self, name: str, arr: Any, first: int, stop: int) -> None:
         """Raise :class:`FormatError` unless chunks ``[first, stop)`` of ``arr`` exist as
@@ -140,8 +162,9 @@ class ZarrBackend(Backend):
                     if st is None
                     else ("is empty" if stat.S_ISREG(st.st_mode) else "is not a regular file")
                 )
+                kind = "shard" if getattr(arr, "shards", None) else "chunk"
                 raise FormatError(
-                    f"{self.path}: {name} chunk {c} ({chunk.relative_to(self.path)}) {what}: "
+                    f"{self.path}: {name} {kind} {c} ({chunk.relative_to(self.path)}) {what}: "
                     "Zarr would read it as zeros; the store is incomplete or damaged, rebuild it"
                 )
 
@@ -169,13 +192,15 @@ class ZarrBackend(Backend):
             ("tokens", TOKENS_FILE, meta.num_tokens, meta.dtype, TOKEN_CHUNK),
             ("offsets", OFFSETS_FILE, meta.num_docs + 1, OFFSETS_DTYPE, OFFSET_CHUNK),
         ):
+            layout: dict[str, Any] = {"chunks": (chunk,)}
+            if SHARDED:
+                inner, shard = shard_items(count, np.dtype(dtype).itemsize)
+                layout = {"chunks": (inner,), "shards": (shard,)}
+                layout["compressors"] = codecs_for(ZSTD_LEVEL)
+                chunk = shard
             # Every chunk is written, even all-zero ones: a missing chunk then means damage.
             arr = group.create_array(
-                name,
-                shape=(count,),
-                dtype=dtype,
-                chunks=(chunk,),
-                config={"write_empty_chunks": True},
+                name, shape=(count,), dtype=dtype, config={"write_empty_chunks": True}, **layout
             )
             if count:  # an empty file cannot be memory-mapped
                 raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r")
@@ -192,6 +217,25 @@ class ZarrBackend(Backend):
         return self._offsets
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
+        if self._layout is not None:  # the batched path: verified chunks, cached
+            one = np.array([start, max(0, stop - start)], dtype=np.int64)
+            src, at = self.read_ranges(one[:1], one[1:])
+            return src[int(at[0]) : int(at[0]) + max(0, stop - start)]
+        return self._read_range_uncached(start, stop)
+
+    def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
+        # verify() reads the files now, never the decoded-chunk cache
+        if name == "offsets":
+            return super().raw_bytes(name, start, stop)
+        item = self.meta.dtype.itemsize
+        first, last = start // item, -(-stop // item)
+        chunk = np.ascontiguousarray(self._read_range_uncached(first, last))
+        skip = start - first * item
+        return chunk.view(np.uint8)[skip : skip + (stop - start)].tobytes()
+
+    def _read_range_uncached(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` through a plain Zarr slice (which checks every crc32c of a
+        sharded store), then every file read checked to exist."""
         if stop <= start:
             return np.empty(0, dtype=self.meta.dtype)
         self._check_unchanged()
@@ -199,7 +243,7 @@ class ZarrBackend(Backend):
             out = np.asarray(self._tokens[start:stop])
         except (PermissionError, MemoryError):
             raise
-        except Exception as exc:  # a chunk that no longer decodes (zstd, truncation)
+        except Exception as exc:  # a chunk that no longer decodes (zstd, truncation, crc)
             self._check_unchanged()
             raise _corrupt(self.path, f"tokens [{start}, {stop})", exc) from exc
         self._check_unchanged()  # the chunks read were the ones of the store opened
@@ -217,29 +261,68 @@ class ZarrBackend(Backend):
             )
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = len(starts)
-        src_starts = np.zeros(k, dtype=np.int64)
-        if k == 0:
-            return np.empty(0, dtype=self.meta.dtype), src_starts
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        c = self.chunk_tokens
-        live = lengths > 0
-        first = starts // c
-        last = (starts + lengths - 1) // c
-        # shape: (touched,) every chunk id some non-empty range touches, sorted, unique
-        counts = np.where(live, last - first + 1, 0)
-        total = int(counts.sum())
-        if total == 0:
-            return np.empty(0, dtype=self.meta.dtype), src_starts
-        run_start = np.cumsum(counts) - counts
-        ids = np.repeat(first, counts) + (np.arange(total) - np.repeat(run_start, counts))
-        uniq = np.unique(ids)
-        chunks = self._chunks(uniq)
-        if len(uniq) == 1:  # every range lies in one chunk: serve it as is (read-only)
-            src_starts[live] = starts[live] - int(uniq[0]) * c
-            return chunks[int(uniq[0])], src_starts
-        return _assemble(chunks, c, starts, lengths, first, last, live, src_starts, self.meta.dtype)
+        c = self._layout.inner if self._layout is not None else self.chunk_tokens
+        t = touched_chunks(starts, lengths, c)
+        if t.uniq.size == 0:
+            return np.empty(0, dtype=self.meta.dtype), np.zeros(starts.shape[0], np.int64)
+        chunks = self._inner_chunks(t.uniq) if self._layout is not None else self._chunks(t.uniq)
+        return assemble(chunks, t, lengths, self.meta.dtype)
+
+    def _inner_chunks(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
+        """Decoded inner chunks ``uniq`` of a sharded store, read from the memory-mapped
+        shards, every chunk's crc32c checked.  Without zstd a decoded chunk is a view of the
+        mapping: checked the first time this backend reads it (a bitmap remembers it), then
+        served as is, cache or not.  With zstd, decoded chunks go through the process's LRU."""
+        assert self._layout is not None
+        self._check_unchanged_fast()
+        opened = len(self._maps)
+        if not self._layout.zstd:
+            trusted = self._verified[uniq]
+            got = self._reader.chunks(uniq, trusted)
+            self._verified[uniq] = True
+        else:
+            cache = get_cache()
+            got = {i: e[0] for i, e in cache.get_many(self._cache_key, uniq.tolist()).items()}
+            if len(got) != uniq.size:
+                missing = uniq[~np.isin(uniq, np.fromiter(got, np.int64, len(got)))]
+                fetched = self._reader.chunks(missing)
+                cache.put_many(self._cache_key, {i: (a, None) for i, a in fetched.items()})
+                got.update(fetched)
+        if len(self._maps) != opened:  # files mapped now: they must be the store's opened
+            self._check_unchanged()
+        return got
+
+    def _shard_map(self, s: int) -> memoryview:
+        """Token shard ``s`` memory-mapped (once; read-only, like the memmap backend's
+        ``tokens.bin``): reads are slices, no copy, and forked children share the mapping."""
+        known = self._maps.get(s)
+        if known is not None:
+            return known
+        path = self._chunk_paths[s]
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except FileNotFoundError:
+            self._check_unchanged()
+            self._check_chunks("tokens", self._tokens, s, s + 1)
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                self._check_chunks("tokens", self._tokens, s, s + 1)
+            view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+        finally:
+            os.close(fd)
+        return self._maps.setdefault(s, view)
+
+    def _index_range(self, s: int) -> tuple[int, int]:
+        assert self._layout is not None
+        size = len(self._shard_map(s))
+        return max(0, size - self._layout.index_nbytes), size
+
+    def _read_mapped(self, requests: Any) -> list[list[memoryview]]:
+        return [[self._shard_map(s)[lo:hi] for lo, hi in ranges] for s, ranges in requests]
 
     def _chunks(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
         """Decoded token chunks ``uniq`` (sorted unique int64 ids), from the process's cache or
@@ -280,6 +363,13 @@ class ZarrBackend(Backend):
         """:meth:`_check_unchanged` with one ``os.read`` (~3 us instead of ~13 us); never
         blocks (a FIFO put in place of ``zarr.json`` reads as empty: replaced)."""
         stamp = self._stamp
+        try:  # unchanged inode, size and change time: the bytes compared last time
+            st = os.stat(self._stamp_path)
+            sig: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            sig = None
+        if sig is not None and sig == self._stamp_sig:
+            return
         now: bytes | None = None
         try:
             fd = os.open(self._stamp_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -297,6 +387,7 @@ class ZarrBackend(Backend):
                 f"{self.path}: the Zarr store was replaced (rebuilt) after it was opened; "
                 "open it again"
             )
+        self._stamp_sig = sig
 
     def _fetch(self, ids: list[int]) -> dict[int, np.ndarray]:
         """Chunks ``ids`` read whole, concurrently, in one call on Zarr's event loop."""
@@ -337,32 +428,14 @@ class ZarrBackend(Backend):
         return out
 
 
-def _assemble(
-    chunks: dict[int, np.ndarray],
-    c: int,
-    starts: np.ndarray,
-    lengths: np.ndarray,
-    first: np.ndarray,
-    last: np.ndarray,
-    live: np.ndarray,
-    src_starts: np.ndarray,
-    dtype: np.dtype,
-) -> tuple[np.ndarray, np.ndarray]:
-    """One buffer holding the non-empty ranges one after another, copied out of their decoded
-    chunks with one ``np.concatenate``; fills ``src_starts`` (empty ranges point at 0)."""
-    at = np.cumsum(lengths) - lengths
-    src_starts[live] = at[live]
-    pieces: list[np.ndarray] = []
-    for s, n, f, la in zip(
-        starts[live].tolist(), lengths[live].tolist(), first[live].tolist(), last[live].tolist()
-    ):
-        if f == la:
-            lo = s - f * c
-            pieces.append(chunks[f][lo : lo + n])
-            continue
-        pos, end = s, s + n
-        for ch in range(f, la + 1):
-            hi = min(end, (ch + 1) * c)
-            pieces.append(chunks[ch][pos - ch * c : hi - ch * c])
-            pos = hi
-    return np.concatenate(pieces).astype(dtype, copy=False), src_starts
+def _grid(arr: Any) -> int:
+    """Items per file of a 1-D Zarr array: its shard (sharded) or chunk (legacy)."""
+    shards = getattr(arr, "shards", None)
+    return int(shards[0] if shards else arr.chunks[0])
+
+
+def _read_small(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
