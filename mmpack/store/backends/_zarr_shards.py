@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 INNER_CHUNK_BYTES = 8 << 10
-"""Bytes of one inner chunk (decoded): the unit read, verified and cached."""
+"""Bytes of one inner chunk (decoded): the unit read, verified and cached (4096 uint16 tokens)."""
 SHARD_BYTES = 32 << 20
 """Most bytes of one shard (one file or object)."""
 MAX_RUN_CHUNKS = 8
@@ -138,6 +138,8 @@ def parse_layout(meta: dict[str, Any]) -> ShardLayout | None:
     except (KeyError, TypeError, ValueError):
         return None
     little = ("bytes", {"endian": "little"})
+    if dtype.itemsize == 1 and names[:1] == [("bytes", {})]:  # no byte order for one byte
+        names[0] = little
     if names[:1] != [little] or names[-1:] != [("crc32c", {})]:
         return None
     middle = [n for n, _ in names[1:-1]]
@@ -238,7 +240,15 @@ class ShardReader:
         if need:
             pieces = self.fetch([(s, [self.index_range(s)]) for s in need])
             for s, (raw,) in zip(need, pieces, strict=True):
-                self._indexes[s] = parse_index(raw, self.layout, self._name(s))
+                table = parse_index(raw, self.layout, self._name(s))
+                present = table[:, 0] != _EMPTY
+                data_end = self.index_range(s)[0]
+                if (table[present, 0] + table[present, 1] > data_end).any():
+                    raise FormatError(
+                        f"{self._name(s)}: the shard index points past the shard's data: the "
+                        "shard is truncated or corrupt; rebuild the store"
+                    )
+                self._indexes[s] = table
         return {s: self._indexes[s] for s in shards}
 
     def chunks(self, ids: np.ndarray, trusted: np.ndarray | None = None) -> dict[int, np.ndarray]:
