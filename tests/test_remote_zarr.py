@@ -96,7 +96,9 @@ def test_flipped_byte_in_a_remote_shard_is_an_error(s3_server, tmp_path):
     _flip_object(t, key, 516 * 2 + 100)  # inner chunk 2 of shard 1 (516 bytes a chunk)
     fresh = mmpack.open(store.location, storage_options=s3_server.options)
     shard = fresh._backend._layout.shard
-    np.testing.assert_array_equal(fresh.read_range(shard, shard + 256), store.read_range(shard, shard + 256))
+    np.testing.assert_array_equal(
+        fresh.read_range(shard, shard + 256), store.read_range(shard, shard + 256)
+    )
     with pytest.raises(FormatError, match=r"tokens/c/1 inner chunk 2 fails its checksum"):
         fresh.read_range(shard + 600, shard + 610)
     ds = mmpack.WindowDataset(fresh, 64)

@@ -1,32 +1,39 @@
 """The Zarr v3 backend: the same two arrays in a Zarr group, metadata in the group attributes.
 
-Layout: a Zarr v3 group (``zarr.json``) with arrays ``tokens`` (chunks of 2**18 tokens, Zarr's
-default zstd compression) and ``offsets`` (chunks of 2**16), and the mmpack metadata record under
-the group attribute ``"mmpack"``; plain ``zarr.open_group(path)`` reads it too.  This is the door to
-compressed and remote stores.
+Layout: a Zarr v3 group (``zarr.json``) with 1-D arrays ``tokens`` and ``offsets`` and the mmpack
+metadata record under the group attribute ``"mmpack"``; plain ``zarr.open_group(path)`` reads
+it.  New stores are sharded (:mod:`mmpack.store.backends._zarr_shards`: 8 KiB inner chunks, each
+with a crc32c, in shards of up to 32 MiB whose index has its own crc32c; zstd per inner chunk if
+:data:`ZSTD_LEVEL` > 0, off by default), so a store is a few large files or objects and every
+read is verified.  Stores of the legacy layout (chunks of 2**18 tokens, Zarr's default zstd, no
+checksum) still open and read through the path at the end of this class.
 
-Batched reads (``read_ranges``, what the views call once per batch) go through a per-process LRU
-of decoded chunks (:mod:`mmpack.store.backends._chunk_cache`, 256 MiB unless
-``MMPACK_ZARR_CACHE_MB`` says otherwise): numpy finds the chunk ids the batch's ranges touch, the
-cached ones are taken as they are, the missing ones are read whole with one concurrent call on
-Zarr's event loop (``AsyncArray.getitem`` per chunk under ``asyncio.gather``), decoded once and
-cached; the ranges are then copied out of the chunks with one ``np.concatenate`` (a batch inside
-one chunk returns that read-only chunk, no copy).  Measured (``python -m benchmarks.bench_window
---quick --zarr``: 32 windows of 2049 tokens from ~93M tokens, 2 shared cores): ~0.27 ms per batch
-with the chunks cached against ~0.10 ms for memmap (ratio ~0.4; the per-chunk Zarr path took
-~26-37 ms).  Of the cached path's time, about half is the one ``stat`` per touched chunk below.
-``read_range`` (single documents, ``verify``) still reads through a plain Zarr slice, uncached,
-so verification always reads the files.
+Batched reads of a sharded store (``read_ranges``, what the views call once per batch): numpy
+finds the inner chunks the batch's ranges touch; the shards are memory-mapped (once, read-only,
+like the memmap backend's ``tokens.bin``), each shard's index is read and checked once, and the
+chunks are slices of the mapping.  Without zstd a chunk's crc32c is checked the first time this
+reader touches it (a bitmap remembers it) and the chunk is then served as a view of the mapping,
+no cache needed; with zstd, decoded chunks go through the per-process LRU
+(:mod:`mmpack.store.backends._chunk_cache`, 256 MiB unless ``MMPACK_ZARR_CACHE_MB`` says
+otherwise).  The ranges are then copied out of the chunks with one ``np.concatenate``.
+Measured (``python -m benchmarks.bench_window --quick --zarr``: 32 windows of 2049 tokens from
+~93M tokens, 2 shared cores, medians against memmap in the same run): see the README's table
+(first touch ~0.3 of memmap, checked chunks ~0.35; zstd ~0.15 when its chunks are not cached).
+``read_range`` (single documents) takes the same path; ``verify`` reads through a plain Zarr
+slice, uncached, so verification always reads the files.  Cost of the checks: a crc32c of an
+8 KiB chunk takes ~1-3 us; a 2049-token window touches 1.5 chunks on average.
 
-Missing chunks.  Zarr reads a chunk that does not exist as the fill value (zeros) by design; a
-store must not.  mmpack writes every chunk (``write_empty_chunks``), so every chunk of both
-arrays must exist as a non-empty regular file: opening checks all of them (one ``stat`` each,
-~4k per billion tokens), and every token read checks the chunks it touches again (a chunk
-deleted after the open), raising :class:`~mmpack.errors.FormatError` instead of returning zeros.
-A cached chunk is used only while its file keeps the (inode, size, mtime) it had when decoded;
-otherwise it is read again, so a chunk removed, truncated or rewritten after caching is still an
-error (a rewrite that keeps size and mtime, e.g. ``touch -r``, is not noticed: ``verify`` is).
-Every read first compares ``zarr.json`` with the one seen at open: a store rebuilt in place is a
+Missing data.  Zarr reads a chunk or shard that does not exist as the fill value (zeros) by
+design; a store must not.  mmpack writes every chunk (``write_empty_chunks``): every shard (or
+legacy chunk) of both arrays must exist as a non-empty regular file (checked at open, one
+``stat`` each), an inner chunk absent from a shard index is a :class:`~mmpack.errors.FormatError`,
+and so is a shard index that fails its checksum or points past the shard's data.  A shard is
+mapped the first time it is read (a shard removed after the open and before that read is an
+error then; once mapped, the reader keeps the file it mapped).  Truncating a mapped shard kills
+the reader with ``SIGBUS``, as for the memmap layout: replace stores by rebuilding.  Legacy
+chunks are checked again at every read (a cached legacy chunk is used only while its file keeps
+the (inode, size, mtime) it had when decoded).  Every read first checks ``zarr.json`` against
+the one seen at open (its bytes, or an unchanged stat of it): a store rebuilt in place is a
 :class:`~mmpack.errors.StateMismatchError`, and cache entries are keyed by that content, so the
 new store never sees the old one's chunks.
 """
@@ -44,6 +51,7 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.backends._chunk_cache import get_cache
+from mmpack.store.backends._zarr_legacy import LegacyChunkReads, _corrupt
 from mmpack.store.backends._zarr_shards import (
     ShardReader,
     assemble,
@@ -81,16 +89,7 @@ def _stamp(path: Path) -> bytes | None:
         return None
 
 
-def _corrupt(path: Path, what: str, exc: BaseException) -> FormatError:
-    """The error for a Zarr read that failed inside zarr/numcodecs (bad JSON, a chunk that does
-    not decode): corruption, reported as such instead of as a codec's internal error."""
-    return FormatError(
-        f"{path}: cannot read {what} ({type(exc).__name__}: {exc}): the Zarr store is corrupt; "
-        "rebuild it"
-    )
-
-
-class ZarrBackend(Backend):
+class ZarrBackend(LegacyChunkReads, Backend):
     name = "zarr"
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
@@ -324,41 +323,6 @@ class ZarrBackend(Backend):
     def _read_mapped(self, requests: Any) -> list[list[memoryview]]:
         return [[self._shard_map(s)[lo:hi] for lo, hi in ranges] for s, ranges in requests]
 
-    def _chunks(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
-        """Decoded token chunks ``uniq`` (sorted unique int64 ids), from the process's cache or
-        read from the store with one concurrent Zarr call.  As :meth:`read_range` does, the store
-        is checked unchanged and every chunk checked to exist now as a non-empty regular file; a
-        cached chunk is used only while its file keeps the size and mtime it had when decoded
-        (else it is read again, so a truncated chunk is still a :class:`FormatError`)."""
-        ids = uniq.tolist()
-        cache = get_cache()
-        self._check_unchanged_fast()
-        entries = cache.get_many(self._cache_key, ids)
-        sigs = self._signatures(ids)  # raises FormatError for a missing/empty/odd chunk
-        got = {i: e[0] for i, e in entries.items() if e[1] == sigs[i]}
-        missing = [i for i in ids if i not in got]
-        if not missing:
-            return got
-        try:
-            fetched = self._fetch(missing)
-        except (PermissionError, MemoryError):
-            raise
-        except Exception as exc:  # a chunk that no longer decodes (zstd, truncation)
-            self._check_unchanged()
-            self._signatures(missing)
-            lo, hi = missing[0] * self.chunk_tokens, (missing[-1] + 1) * self.chunk_tokens
-            raise _corrupt(
-                self.path, f"tokens [{lo}, {min(hi, self.meta.num_tokens)})", exc
-            ) from exc
-        self._check_unchanged()  # the chunks read were the ones of the store opened
-        after = self._signatures(missing)  # and they all existed (a missing one reads as zeros)
-        cache.put_many(
-            self._cache_key,
-            {i: (fetched[i], sigs[i]) for i in missing if after[i] == sigs[i]},
-        )
-        got.update(fetched)
-        return got
-
     def _check_unchanged_fast(self) -> None:
         """:meth:`_check_unchanged` with one ``os.read`` (~3 us instead of ~13 us); never
         blocks (a FIFO put in place of ``zarr.json`` reads as empty: replaced)."""
@@ -388,44 +352,6 @@ class ZarrBackend(Backend):
                 "open it again"
             )
         self._stamp_sig = sig
-
-    def _fetch(self, ids: list[int]) -> dict[int, np.ndarray]:
-        """Chunks ``ids`` read whole, concurrently, in one call on Zarr's event loop."""
-        import asyncio
-
-        from zarr.core.sync import sync
-
-        c, n = self.chunk_tokens, self.meta.num_tokens
-        arr = self._tokens.async_array
-
-        async def read_all() -> list[Any]:
-            return await asyncio.gather(
-                *(arr.getitem(slice(i * c, min((i + 1) * c, n))) for i in ids)
-            )
-
-        out: dict[int, np.ndarray] = {}
-        for i, data in zip(ids, sync(read_all()), strict=True):
-            chunk = np.ascontiguousarray(np.asarray(data), dtype=self.meta.dtype)
-            chunk.flags.writeable = False
-            out[i] = chunk
-        return out
-
-    def _signatures(self, ids: list[int]) -> dict[int, tuple[int, int, int]]:
-        """``(inode, size, mtime_ns)`` of token chunk files ``ids``, one ``stat`` of a
-        precomputed path each; :class:`FormatError` (as :meth:`_check_chunks`) for one that is
-        missing, empty or not a regular file."""
-        paths = self._chunk_paths
-        out: dict[int, tuple[int, int, int]] = {}
-        for i in ids:
-            try:
-                st = os.stat(paths[i])
-            except FileNotFoundError:
-                st = None
-            if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                self._check_chunks("tokens", self._tokens, i, i + 1)
-                raise AssertionError("unreachable: _check_chunks raised")  # pragma: no cover
-            out[i] = (st.st_ino, st.st_size, st.st_mtime_ns)
-        return out
 
 
 def _grid(arr: Any) -> int:

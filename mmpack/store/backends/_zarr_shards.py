@@ -29,6 +29,7 @@ never data.  The decoded-chunk LRU and the gather are the callers'.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,8 +60,9 @@ MAX_RUN_CHUNKS = 8
 """Adjacent chunks merged into one read at most (each decoded chunk is a view of its run's
 bytes, which stay alive while any of its chunks is cached: this bounds that overhead)."""
 
-_EMPTY = np.uint64(2**64 - 1)  # Zarr's index entry of an absent inner chunk
-Fetch = Callable[[Sequence[tuple[int, Sequence[tuple[int, int]]]]], list[list[bytes]]]
+_EMPTY = np.uint64(2**64 - 1)
+_local = threading.local()  # Zarr's index entry of an absent inner chunk
+Fetch = Callable[[Sequence[tuple[int, Sequence[tuple[int, int]]]]], Sequence[Sequence[Any]]]
 """``fetch([(shard, [(start, stop), ...]), ...])`` -> the bytes of every range, same nesting."""
 
 
@@ -190,8 +192,11 @@ def decode_chunk(piece: memoryview, layout: ShardLayout, where: str) -> np.ndarr
     if layout.zstd:
         import zstandard
 
+        dctx = getattr(_local, "dctx", None)
+        if dctx is None:  # one context per thread: creating one costs ~100 us
+            dctx = _local.dctx = zstandard.ZstdDecompressor()
         try:
-            body = zstandard.ZstdDecompressor().decompress(body)
+            body = dctx.decompress(body)
         except zstandard.ZstdError as exc:
             raise FormatError(f"{where} does not decode ({exc}): the store is corrupt") from None
     want = layout.inner * layout.dtype.itemsize
@@ -354,6 +359,7 @@ class ShardReader:
                     )
                 out[idl[j]] = body.view(dtype)
         return out
+
 
 @dataclass(frozen=True)
 class Touched:

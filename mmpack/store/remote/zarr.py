@@ -44,7 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, RemoteAccessError, RemoteError, StateMismatchError, StoreExistsError
+from mmpack.errors import (
+    FormatError,
+    RemoteAccessError,
+    RemoteError,
+    StateMismatchError,
+    StoreExistsError,
+)
 from mmpack.store.backends import Backend
 from mmpack.store.backends._chunk_cache import get_cache
 from mmpack.store.backends._zarr_shards import (
@@ -118,7 +124,9 @@ class RemoteZarrBackend(Backend):
         for key in sorted(want):
             size = listed.get(self.data + key)
             if size != self.objects[key]:
-                what = "is missing" if size is None else f"holds {size} bytes, not {self.objects[key]}"
+                what = (
+                    "is missing" if size is None else f"holds {size} bytes, not {self.objects[key]}"
+                )
                 raise FormatError(
                     f"{self.url}: shard {self.data}{key} {what}: the store is incomplete or "
                     "was replaced; rebuild it"
@@ -141,7 +149,7 @@ class RemoteZarrBackend(Backend):
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
         block = self.meta.block_bytes
-        if crc_blocks(offsets.view(np.uint8), block) != list(self.meta.offsets_crc32):
+        if crc_blocks(offsets.tobytes(), block) != list(self.meta.offsets_crc32):
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"
