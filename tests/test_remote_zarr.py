@@ -256,3 +256,31 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
             assert (batch[key] == expect[key]).all(), key
         n += 1
     assert n == -(-len(ds) // 8)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypatch, capsys):
+    import json
+
+    from mmpack.cli.commands import main
+
+    for env, key in (
+        ("AWS_ENDPOINT_URL", "endpoint"),
+        ("AWS_ACCESS_KEY_ID", "access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+        ("AWS_REGION", "region"),
+    ):
+        monkeypatch.setenv(env, s3_server.options[key])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
+    url = _url()
+    assert main(["build", str(text), "-o", url, "--lines", "--backend", "zarr", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["info", url, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["backend"] == "zarr" and info["documents"] == 300
+    assert main(["verify", url]) == 0
+    assert capsys.readouterr().out.startswith(f"{url}: ok")
+    assert main(["show", url, "--seqlen", "16", "--packed", "-i", "3"]) == 0
+    assert "packed row 3" in capsys.readouterr().out
