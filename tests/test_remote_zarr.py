@@ -119,12 +119,15 @@ def test_flipped_byte_in_a_remote_shard_index_is_an_error(s3_server):
         fresh.read_range(0, 10)
 
 
-def test_corrupt_remote_offsets_refused_at_open(s3_server):
+def test_corrupt_remote_offsets_refused_at_open(s3_server, tmp_path):
     store = _remote(_corpus(15, n_docs=3000), s3_server.options)
     t = make_transport(store.location, s3_server.options)
     _flip_object(t, store.meta["remote"]["data"] + "/offsets/c/0", 700)
     with pytest.raises(FormatError, match="offsets/c/0 inner chunk 1 fails its checksum"):
-        mmpack.open(store.location, storage_options=s3_server.options)
+        mmpack.open(store.location, storage_options=s3_server.options, cache_dir=tmp_path / "n")
+    # the offsets the build kept locally (checked against the metadata's CRCs) still serve
+    again = mmpack.open(store.location, storage_options=s3_server.options)
+    np.testing.assert_array_equal(again.offsets, store.offsets)
 
 
 def test_missing_or_resized_remote_shard_is_an_error_at_open(s3_server):
@@ -284,3 +287,42 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
     assert capsys.readouterr().out.startswith(f"{url}: ok")
     assert main(["show", url, "--seqlen", "16", "--packed", "-i", "3"]) == 0
     assert "packed row 3" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- node cache
+def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
+    """A new reader (as a new worker or the next epoch would open it) with a filled node cache
+    fetches no shard data, index or offsets: one GET of mmpack.json and one LIST; a cache file
+    damaged in between is checked, ignored and fetched again; the cache stays under its limit."""
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(23)
+    store = _remote(docs, s3_server.options)
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+    proxy = DelayProxy(s3_server.port, delay=0.0)
+    try:
+        opts = dict(s3_server.options, endpoint=proxy.endpoint)
+        limit = 1 << 30
+
+        def reader():
+            get_cache().clear()  # as in a new process
+            return mmpack.open(
+                store.location, storage_options=opts, cache_dir=tmp_path / "c", cache_limit=limit
+            )
+
+        assert_views_equal(reader(), local)
+        before = proxy.requests
+        assert_views_equal(reader(), local)
+        assert proxy.requests - before == 2
+        blocks = sorted((tmp_path / "c" / "blocks").glob("*.blk"))
+        assert blocks and blocks[0].stat().st_size == 512 + 4
+        blocks[0].write_bytes(b"\0" * (512 + 4))
+        before = proxy.requests
+        assert_views_equal(reader(), local)
+        assert proxy.requests - before == 3  # the damaged chunk, fetched again
+        limit = 20 * 516
+        s = reader()
+        assert_views_equal(s, local)
+        assert 0 < s._backend.cache.usage() <= limit
+    finally:
+        proxy.close()

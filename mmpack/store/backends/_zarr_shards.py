@@ -29,9 +29,11 @@ never data.  The decoded-chunk LRU and the gather are the callers'.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,6 +171,14 @@ def _crc32c(data: Any) -> int:
     return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8)))
 
 
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def parse_index(raw: bytes, layout: ShardLayout, where: str) -> np.ndarray:
     """The ``(per_shard, 2)`` uint64 ``(offset, nbytes)`` table of a shard index (its crc32c
     checked); :class:`FormatError` naming ``where`` if it does not verify."""
@@ -229,11 +239,13 @@ class ShardReader:
         fetch: Fetch,
         index_range: Callable[[int], tuple[int, int]],
         where: str,
+        index_files: Path | None = None,
     ) -> None:
         self.layout = layout
         self.fetch = fetch
         self.index_range = index_range
         self.where = where.rstrip("/")
+        self.index_files = index_files
         self._indexes: dict[int, np.ndarray] = {}
 
     def _name(self, s: int) -> str:
@@ -242,19 +254,34 @@ class ShardReader:
     def indexes(self, shards: Sequence[int]) -> dict[int, np.ndarray]:
         """The index tables of ``shards``, fetched (all at once) the first time each is asked."""
         need = [s for s in shards if s not in self._indexes]
-        if need:
-            pieces = self.fetch([(s, [self.index_range(s)]) for s in need])
-            for s, (raw,) in zip(need, pieces, strict=True):
-                table = parse_index(raw, self.layout, self._name(s))
-                present = table[:, 0] != _EMPTY
-                data_end = self.index_range(s)[0]
-                if (table[present, 0] + table[present, 1] > data_end).any():
-                    raise FormatError(
-                        f"{self._name(s)}: the shard index points past the shard's data: the "
-                        "shard is truncated or corrupt; rebuild the store"
-                    )
-                self._indexes[s] = table
+        kept = {s: self._kept_index(s) for s in need} if self.index_files is not None else {}
+        fetch = [s for s in need if kept.get(s) is None]
+        pieces = self.fetch([(s, [self.index_range(s)]) for s in fetch]) if fetch else []
+        got = {s: raw for s, (raw,) in zip(fetch, pieces, strict=True)}
+        for s in need:
+            raw = kept.get(s) or got[s]
+            table = parse_index(raw, self.layout, self._name(s))
+            present = table[:, 0] != _EMPTY
+            if (table[present, 0] + table[present, 1] > self.index_range(s)[0]).any():
+                raise FormatError(
+                    f"{self._name(s)}: the shard index points past the shard's data: the "
+                    "shard is truncated or corrupt; rebuild the store"
+                )
+            self._indexes[s] = table
+            if s in got and self.index_files is not None:
+                _write_atomic(self.index_files / f"index-{s}.bin", bytes(raw))
         return {s: self._indexes[s] for s in shards}
+
+    def _kept_index(self, s: int) -> bytes | None:
+        """Shard ``s``'s index as saved in ``index_files`` (remote readers keep them there, so
+        a worker's reader does not fetch them again), if it is there and verifies."""
+        assert self.index_files is not None
+        try:
+            raw = (self.index_files / f"index-{s}.bin").read_bytes()
+            parse_index(raw, self.layout, self._name(s))
+        except (OSError, FormatError):
+            return None
+        return raw
 
     def chunks(self, ids: np.ndarray, trusted: np.ndarray | None = None) -> dict[int, np.ndarray]:
         """Decoded inner chunks ``ids`` (sorted unique int64 global chunk ids), read now;

@@ -97,7 +97,7 @@ def open_url(
     if meta.backend == "zarr":
         from mmpack.store.remote.zarr import RemoteZarrBackend
 
-        backend = RemoteZarrBackend(transport, meta, raw, folder)
+        backend = RemoteZarrBackend(transport, meta, raw, folder, cache)
     elif meta.backend == "memmap":
         backend = RemoteBackend(transport, meta, raw, folder, cache)
     else:

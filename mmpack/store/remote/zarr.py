@@ -25,9 +25,12 @@ the inner chunks a batch touches go out as concurrent range GETs (adjacent chunk
 the transport of :mod:`mmpack.store.remote.transport` (the fork-safe S3 client by default: no
 obstore runtime, so forked DataLoader workers work), each chunk checked against its crc32c; a
 mismatch is fetched once more, then it is a ``FormatError``, never data.  ``prefetch`` (the
-views' look-ahead) reads the next batches' chunks on a background thread.  Not done: the node's
-disk block cache (``cache_limit``) is not used by Zarr stores; later epochs re-read what the
-process's LRU (``MMPACK_ZARR_CACHE_MB``) no longer holds.
+views' look-ahead) reads the next batches' chunks on a background thread.  With ``cache_limit``
+the verified chunks also go to the node's block cache (:mod:`mmpack.store.remote.cache`, each
+kept with a crc32c that is checked when read back), and the offsets and shard indexes are kept
+in the store's local folder, so a new reader on the node (a worker, the next epoch) fetches
+nothing it has: one GET of ``mmpack.json`` and one LIST.  Not done: the cache's claim protocol
+(two processes missing the same chunk both fetch it).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from mmpack.store.backends._zarr_shards import (
 )
 from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta
 from mmpack.store.remote.blocks import crc_blocks
+from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["LAYOUT", "RemoteZarrBackend", "upload_zarr"]
@@ -76,9 +80,15 @@ class RemoteZarrBackend(Backend):
     name = "zarr"
 
     def __init__(
-        self, transport: Transport, meta: StoreMeta, raw: dict[str, Any], folder: Path
+        self,
+        transport: Transport,
+        meta: StoreMeta,
+        raw: dict[str, Any],
+        folder: Path,
+        cache: BlockCache | None = None,
     ) -> None:
         super().__init__(folder, meta)
+        self.cache = cache
         self.transport = transport
         self.url = transport.url
         remote = raw.get("remote")
@@ -110,6 +120,7 @@ class RemoteZarrBackend(Backend):
         offsets.flags.writeable = False
         self._offsets = offsets
         self._cache_key = ("remote", self.url, self.data, meta.fingerprint)
+        self._disk_key = f"{meta.fingerprint}-{self.data.strip('/')}"
 
     # ------------------------------------------------------------------------------ open
     def _check_objects(self, layouts: dict[str, ShardLayout]) -> None:
@@ -140,20 +151,29 @@ class RemoteZarrBackend(Backend):
         def fetch(requests: Any) -> list[list[bytes]]:
             return self._fetch([(f"{name}/{layout.key(s)}", r) for s, r in requests])
 
-        return ShardReader(layout, fetch, index_range, f"{self.url}/{self.data}{name}")
+        kept = self.path / f"zarr-{self.data.strip('/')}-{name}"  # verified when read back
+        return ShardReader(layout, fetch, index_range, f"{self.url}/{self.data}{name}", kept)
 
     def _read_offsets(self, layout: ShardLayout) -> np.ndarray:
+        block, crcs = self.meta.block_bytes, list(self.meta.offsets_crc32)
+        kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
+        try:
+            data = kept.read_bytes()
+            if len(data) == layout.count * 8 and crc_blocks(data, block) == crcs:
+                return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
+        except OSError:
+            pass
         reader = self._make_reader("offsets", layout)
         ids = np.arange(-(-layout.count // layout.inner), dtype=np.int64)
         chunks = self._verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        block = self.meta.block_bytes
-        if crc_blocks(offsets.tobytes(), block) != list(self.meta.offsets_crc32):
+        if crc_blocks(offsets.tobytes(), block) != crcs:
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"
             )
+        _write_atomic(kept, offsets.tobytes())
         return offsets
 
     def _init_process_state(self) -> None:
@@ -257,9 +277,24 @@ class RemoteZarrBackend(Backend):
         if len(got) == len(ids):
             return got
         missing = uniq[~np.isin(uniq, np.fromiter(got, np.int64, len(got)))]
-        fetched = self._verified(self._reader, missing)
-        cache.put_many(self._cache_key, {i: (a, None) for i, a in fetched.items()})
+        got.update(self._load(missing))
+        return got
+
+    def _load(self, ids: np.ndarray) -> dict[int, np.ndarray]:
+        """Chunks ``ids`` from the node's block cache (checked again) or fetched (verified),
+        then kept in both caches."""
+        got: dict[int, np.ndarray] = {}
+        if self.cache is not None:
+            for i in ids.tolist():
+                arr = _from_kept(self.cache.get(self._disk_key, i), self._layout)
+                if arr is not None:
+                    got[i] = arr
+            ids = ids[~np.isin(ids, np.fromiter(got, np.int64, len(got)))]
+        fetched = self._verified(self._reader, ids) if ids.size else {}
+        if self.cache is not None and fetched:
+            self.cache.put_many(self._disk_key, {i: _to_kept(a) for i, a in fetched.items()})
         got.update(fetched)
+        get_cache().put_many(self._cache_key, {i: (a, None) for i, a in got.items()})
         return got
 
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
@@ -283,9 +318,7 @@ class RemoteZarrBackend(Backend):
 
     def _prefetch_job(self, ids: np.ndarray) -> dict[int, np.ndarray]:
         try:
-            got = self._verified(self._reader, ids)
-            get_cache().put_many(self._cache_key, {i: (a, None) for i, a in got.items()})
-            return got
+            return self._load(ids)
         finally:
             with self._lock:
                 for i in ids.tolist():
@@ -302,6 +335,34 @@ class RemoteZarrBackend(Backend):
         src, _ = assemble(self._verified(self._reader, t.uniq), t, ln, self.meta.dtype)
         skip = start - first * item
         return np.ascontiguousarray(src).view(np.uint8)[skip : skip + (stop - start)].tobytes()
+
+
+def _to_kept(chunk: np.ndarray) -> bytes:
+    """A decoded chunk as kept in the node's block cache: its bytes and their crc32c."""
+    import google_crc32c
+
+    body = np.ascontiguousarray(chunk).view(np.uint8)
+    return body.tobytes() + int(google_crc32c.value(body)).to_bytes(4, "little")
+
+
+def _from_kept(data: bytes | None, layout: ShardLayout) -> np.ndarray | None:
+    """A chunk read back from the block cache, or None if absent or failing its crc32c."""
+    import google_crc32c
+
+    if data is None or len(data) != layout.inner * layout.dtype.itemsize + 4:
+        return None
+    body = np.frombuffer(data, dtype=np.uint8, count=len(data) - 4)
+    if int(google_crc32c.value(body)) != int.from_bytes(data[-4:], "little"):
+        return None
+    return body.view(layout.dtype)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------- upload
