@@ -326,3 +326,23 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         assert 0 < s._backend.cache.usage() <= limit
     finally:
         proxy.close()
+
+
+def test_plain_http_reads_a_remote_zarr_store(s3_server, tmp_path):
+    """Over plain HTTP (SeaweedFS's filer, with Range; no listing) the store opens read-only
+    and reads the same; a shard gone is then an error at its first read."""
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(24)
+    store = _remote(docs, s3_server.options)
+    url = f"{s3_server.filer_endpoint}/buckets/{store.location[len('s3://') :]}"
+    remote = mmpack.open(url, storage_options={"allow_http": True}, cache_dir=tmp_path / "h")
+    assert remote.backend == "zarr" and remote.fingerprint == store.fingerprint
+    assert_views_equal(remote, mmpack.build(tmp_path / "m", docs, fsync=False))
+    t = make_transport(store.location, s3_server.options)
+    t.delete([store.meta["remote"]["data"] + "/tokens/c/1"])
+    get_cache().clear()  # as in a new process
+    fresh = mmpack.open(url, storage_options={"allow_http": True}, cache_dir=tmp_path / "h2")
+    shard = fresh._backend._layout.shard
+    with pytest.raises(StateMismatchError, match="gone"):
+        fresh.read_range(shard, shard + 10)

@@ -1,29 +1,31 @@
 """Sharded Zarr arrays read in batches: shard indexes, inner-chunk runs, checksums, decoding.
 
 The layout mmpack writes (:mod:`mmpack.store.backends._zarr`), a plain Zarr v3 array: 1-D,
-``sharding_indexed`` with inner chunks of :data:`INNER_CHUNK_BYTES` (16 KiB: 8192 uint16 tokens)
+``sharding_indexed`` with inner chunks of :data:`INNER_CHUNK_BYTES` (8 KiB: 4096 uint16 tokens)
 inside shards of up to :data:`SHARD_BYTES` (32 MiB), each inner chunk encoded
 ``bytes(little) [+ zstd] + crc32c`` and the shard index (``(offset, nbytes)`` uint64 pairs, one
 per inner chunk, at the end of the shard) ``bytes(little) + crc32c``.  So a store is a few large
 objects (one per 32 MiB of tokens, e.g. 60 for a billion uint16 tokens), and every byte read is
 verified: the index and each inner chunk carry their own CRC-32C.
 
-Why these sizes.  A shuffled 2049-token window (4 KiB of uint16) touches one or two 16 KiB inner
-chunks, so a cold read moves 4-8x the bytes served (8 KiB chunks halve that but double the
-per-chunk work, which dominates a cached local read; the remote memmap layout measured 16 KiB
-check blocks as its best trade too).  32 MiB shards keep the index at 32 KiB (0.1% of the data,
-read once per shard and cached), are uploaded in one PUT (below the 256 MiB multipart threshold)
-and written from one 32 MiB buffer; larger shards would only make the first touch of a shard
-fetch a larger index.
+Why these sizes.  A shuffled 2049-token window (4 KiB of uint16) touches 1.5 inner chunks of
+8 KiB on average, so a first read checks ~3x the bytes it serves; checking is bound by memory
+bandwidth (~1-3 us per 8 KiB chunk here), so smaller chunks check fewer bytes but pay more
+per-chunk Python work: 8 KiB measured ~10% faster than 16 KiB for first-touch batches
+(``benchmarks/bench_window.py --zarr``), and the remote layout's range requests merge adjacent
+chunks anyway.  32 MiB shards keep the index at 64 KiB (0.2% of the data, read once per shard
+and kept), are uploaded in one PUT (below the 256 MiB multipart threshold) and written from one
+32 MiB buffer; larger shards only make the first touch of a shard fetch a larger index.
 
 Algorithm of :meth:`ShardReader.chunks` (one call per batch): numpy turns the wanted inner chunk
 ids into (shard, slot) pairs and looks their ``(offset, nbytes)`` up in the cached shard indexes
 (vectorised); adjacent chunks of one shard (contiguous in the object: Zarr writes them in order)
-merge into one byte range; the ranges are fetched by the caller's ``fetch`` (``os.pread`` on a
-kept file descriptor locally, concurrent range GETs remotely); each chunk's CRC-32C is checked
-(``google_crc32c``, ~0.7 us per 16 KiB), zstd decoded if the array uses it, and returned as a
-read-only array.  A missing, short or corrupt piece is a :class:`~mmpack.errors.FormatError`,
-never data.  The decoded-chunk LRU and the gather are the callers'.
+merge into one byte range of at most :data:`MAX_RUN_CHUNKS`; the ranges are read by the
+caller's ``fetch`` (slices of a memory-mapped shard locally, concurrent range GETs remotely);
+each chunk's CRC-32C is checked (``google_crc32c``), zstd decoded if the array uses it, and
+returned as a read-only array (without zstd, a view of the bytes read).  An absent chunk, a
+short read, an index or chunk failing its checksum is a :class:`~mmpack.errors.FormatError`,
+never data.  The caches and the gather (:func:`assemble`) are the callers'.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "Touched",
     "assemble",
     "codecs_for",
+    "crc32c",
     "parse_layout",
     "read_layout",
     "shard_items",
@@ -164,7 +167,8 @@ def read_layout(text: bytes | str) -> ShardLayout | None:
         return None
 
 
-def _crc32c(data: Any) -> int:
+def crc32c(data: Any) -> int:
+    """CRC-32C of a bytes-like object (Zarr's crc32c codec: ``google_crc32c``)."""
     import google_crc32c  # zarr's crc32c codec uses it: a dependency of zarr
 
     # it takes numpy arrays, not memoryview slices; frombuffer is a view (no copy)
@@ -183,7 +187,7 @@ def parse_index(raw: bytes, layout: ShardLayout, where: str) -> np.ndarray:
     """The ``(per_shard, 2)`` uint64 ``(offset, nbytes)`` table of a shard index (its crc32c
     checked); :class:`FormatError` naming ``where`` if it does not verify."""
     mv = memoryview(raw)
-    if len(mv) != layout.index_nbytes or _crc32c(mv[:-4]) != int.from_bytes(mv[-4:], "little"):
+    if len(mv) != layout.index_nbytes or crc32c(mv[:-4]) != int.from_bytes(mv[-4:], "little"):
         raise FormatError(
             f"{where}: the shard index fails its checksum ({len(mv)} bytes): the shard is "
             "corrupt or truncated; rebuild the store"
@@ -194,7 +198,7 @@ def parse_index(raw: bytes, layout: ShardLayout, where: str) -> np.ndarray:
 
 def decode_chunk(piece: memoryview, layout: ShardLayout, where: str) -> np.ndarray:
     """One inner chunk's decoded items (read-only): crc32c checked, zstd undone."""
-    if len(piece) < 4 or _crc32c(piece[:-4]) != int.from_bytes(piece[-4:], "little"):
+    if len(piece) < 4 or crc32c(piece[:-4]) != int.from_bytes(piece[-4:], "little"):
         raise FormatError(
             f"{where} fails its checksum: the store is corrupt; rebuild it (nothing was returned)"
         )

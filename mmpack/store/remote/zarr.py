@@ -60,6 +60,7 @@ from mmpack.store.backends._zarr_shards import (
     ShardLayout,
     ShardReader,
     assemble,
+    crc32c,
     parse_layout,
     touched_chunks,
 )
@@ -339,20 +340,16 @@ class RemoteZarrBackend(Backend):
 
 def _to_kept(chunk: np.ndarray) -> bytes:
     """A decoded chunk as kept in the node's block cache: its bytes and their crc32c."""
-    import google_crc32c
-
     body = np.ascontiguousarray(chunk).view(np.uint8)
-    return body.tobytes() + int(google_crc32c.value(body)).to_bytes(4, "little")
+    return body.tobytes() + crc32c(body).to_bytes(4, "little")
 
 
 def _from_kept(data: bytes | None, layout: ShardLayout) -> np.ndarray | None:
     """A chunk read back from the block cache, or None if absent or failing its crc32c."""
-    import google_crc32c
-
     if data is None or len(data) != layout.inner * layout.dtype.itemsize + 4:
         return None
     body = np.frombuffer(data, dtype=np.uint8, count=len(data) - 4)
-    if int(google_crc32c.value(body)) != int.from_bytes(data[-4:], "little"):
+    if crc32c(body) != int.from_bytes(data[-4:], "little"):
         return None
     return body.view(layout.dtype)
 
