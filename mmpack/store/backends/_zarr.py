@@ -51,14 +51,13 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.backends._chunk_cache import get_cache
+from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_legacy import LegacyChunkReads, _corrupt
 from mmpack.store.backends._zarr_shards import (
     ShardReader,
-    assemble,
     codecs_for,
     read_layout,
     shard_items,
-    touched_chunks,
 )
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 

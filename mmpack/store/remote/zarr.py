@@ -56,13 +56,12 @@ from mmpack.errors import (
 )
 from mmpack.store.backends import Backend
 from mmpack.store.backends._chunk_cache import get_cache
+from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import (
     ShardLayout,
     ShardReader,
-    assemble,
     crc32c,
     parse_layout,
-    touched_chunks,
 )
 from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta
 from mmpack.store.remote.blocks import crc_blocks
