@@ -233,6 +233,7 @@ def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
     monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(zarr_backend, "SHARDED", False)  # legacy chunks (sharded: test_zarr.py)
     monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 128)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
     mmpack.open(tmp_path / "s").verify()

@@ -341,6 +341,7 @@ def _small_chunk_zarr(tmp_path: Path, monkeypatch, num_tokens: int = 1000, chunk
     tokens it holds; the process's chunk cache starts empty."""
     from mmpack.store.backends import _chunk_cache, _zarr
 
+    monkeypatch.setattr(_zarr, "SHARDED", False)  # the legacy layout (tests/test_zarr.py: sharded)
     monkeypatch.setattr(_zarr, "TOKEN_CHUNK", chunk)
     _chunk_cache.get_cache().clear()
     flat = (np.arange(num_tokens, dtype=np.int64) * 7919 % 60000 + 1).astype(np.uint16)

@@ -307,8 +307,13 @@ def test_a_source_reusing_its_output_buffer(tmp_path, kind, buffer_tokens):
 
 # ============================================================================ item 7: Zarr chunks
 def _zarr_store(tmp_path: Path, docs=None):
+    """A store of the legacy (unsharded) Zarr layout; tests/test_zarr.py checks sharded ones."""
+    import mmpack.store.backends._zarr as zarr_backend
+
     docs = docs if docs is not None else [np.arange(j, j + 100_000) % 60000 + 1 for j in range(8)]
-    return mmpack.build(tmp_path / "z", docs, backend="zarr", fsync=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(zarr_backend, "SHARDED", False)
+        return mmpack.build(tmp_path / "z", docs, backend="zarr", fsync=False)
 
 
 @pytest.mark.parametrize("array", ["tokens", "offsets"])

@@ -75,8 +75,8 @@ def open_url(
                 pass
         if zarr:
             raise FormatError(
-                f"{location}: a Zarr store; this mmpack reads remote stores of "
-                "the memmap layout only"
+                f"{location}: a Zarr group without mmpack.json (copied, not built remotely); "
+                "build it with mmpack.build(url, docs, backend='zarr')"
             ) from None
         what = (
             "the bucket does not exist"
@@ -91,13 +91,17 @@ def open_url(
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"{transport.key_url(META_FILE)} is not valid JSON: {exc}") from None
     meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
-    if meta.backend != "memmap":
-        raise FormatError(
-            f"{location}: backend {meta.backend!r}; remote stores use the memmap layout"
-        )
     folder = root / "stores" / meta.fingerprint
     cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
-    backend = RemoteBackend(transport, meta, raw, folder, cache)
+    backend: Any
+    if meta.backend == "zarr":
+        from mmpack.store.remote.zarr import RemoteZarrBackend
+
+        backend = RemoteZarrBackend(transport, meta, raw, folder, cache)
+    elif meta.backend == "memmap":
+        backend = RemoteBackend(transport, meta, raw, folder, cache)
+    else:
+        raise FormatError(f"{location}: unknown backend {meta.backend!r}")
     options: dict[str, Any] = {
         "storage_options": storage_options,
         "cache_dir": str(root),

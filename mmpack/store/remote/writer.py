@@ -61,8 +61,8 @@ class RemoteStoreWriter(StoreWriter):
         backend: str = "memmap",
         **kwargs: Any,
     ) -> None:
-        if backend != "memmap":
-            raise ValueError(f"backend={backend!r}: remote stores use the memmap layout")
+        if backend not in ("memmap", "zarr"):
+            raise ValueError(f"backend={backend!r} is not one of ['memmap', 'zarr']")
         if (
             isinstance(check_block_bytes, bool)
             or not isinstance(check_block_bytes, int)
@@ -80,7 +80,7 @@ class RemoteStoreWriter(StoreWriter):
         _clean_dead_workdirs()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_TAG}{os.getpid()}-"))
         kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
-        super().__init__(self._workdir / "store", overwrite=overwrite, **kwargs)
+        super().__init__(self._workdir / "store", overwrite=overwrite, backend=backend, **kwargs)
 
     def __enter__(self) -> RemoteStoreWriter:
         try:
@@ -95,7 +95,17 @@ class RemoteStoreWriter(StoreWriter):
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             super().__exit__(exc_type, exc, tb)
-            if exc_type is None:
+            if exc_type is None and self.backend == "zarr":
+                from mmpack.store.remote.zarr import upload_zarr
+
+                self.store = upload_zarr(
+                    self.path,
+                    self.transport,
+                    self.url,
+                    overwrite=self.overwrite,
+                    storage_options=self.storage_options,
+                )
+            elif exc_type is None:
                 self.store = upload(
                     self.path,
                     self.transport,

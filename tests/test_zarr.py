@@ -1,0 +1,259 @@
+"""The sharded Zarr layout (``mmpack/store/backends/_zarr.py``, ``_zarr_shards.py``): every window
+and packed row equal to the memmap store's, batched reads against slicing the flat tokens,
+missing or damaged shards as errors (never zeros), the legacy unsharded layout still read, zstd.
+
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_zarr.py``.  Small inner chunks
+and shards (monkeypatched) give many shards from few tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmpack
+import mmpack.store.backends._zarr as zarr_backend
+import mmpack.store.backends._zarr_shards as shards
+from mmpack.errors import FormatError
+
+
+def _corpus(seed: int, n_docs: int = 120, high: int = 60000) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lens = np.maximum(rng.lognormal(4.5, 1.2, size=n_docs).astype(int), 0)
+    return [rng.integers(0, high, size=n) for n in lens]
+
+
+def _small(mp: pytest.MonkeyPatch, inner: int = 512, shard: int = 16 << 10, zstd: int = 0) -> None:
+    mp.setattr(shards, "INNER_CHUNK_BYTES", inner)
+    mp.setattr(shards, "SHARD_BYTES", shard)
+    mp.setattr(zarr_backend, "ZSTD_LEVEL", zstd)
+
+
+def _build(path: Path, docs, **small) -> mmpack.TokenStore:
+    with pytest.MonkeyPatch.context() as mp:
+        _small(mp, **small)
+        return mmpack.build(path, docs, backend="zarr", fsync=False)
+
+
+def assert_views_equal(store, local, seqlen: int = 64) -> None:
+    """Every window and packed row of ``store`` (batched, shuffled, and one by one) equals
+    ``local``'s."""
+    for make in (
+        lambda s: mmpack.WindowDataset(s, seqlen, seqlen // 2, eot=65535, labels=True),
+        lambda s: mmpack.PackedDataset(s, seqlen, eot=65535, pad_id=0),
+    ):
+        a, b = make(store), make(local)
+        assert len(a) == len(b)
+        order = np.random.default_rng(1).permutation(len(a))
+        for lo in range(0, len(order), 29):
+            got, want = a.__getitems__(order[lo : lo + 29]), b.__getitems__(order[lo : lo + 29])
+            for key in want.columns:
+                np.testing.assert_array_equal(got.columns[key], want.columns[key])
+            np.testing.assert_array_equal(got.num_cuts, want.num_cuts)
+        for i in range(len(a)):
+            for key, value in b[i].items():
+                np.testing.assert_array_equal(a[i][key], value)
+
+
+# ----------------------------------------------------------------------------- layout
+def test_sharded_layout_is_a_plain_zarr_group_with_checksums(tmp_path):
+    import zarr
+
+    docs = _corpus(0)
+    store = _build(tmp_path / "z", docs)
+    meta = json.loads((tmp_path / "z" / "tokens" / "zarr.json").read_text())
+    (codec,) = meta["codecs"]
+    assert codec["name"] == "sharding_indexed"
+    assert [c["name"] for c in codec["configuration"]["codecs"]] == ["bytes", "crc32c"]
+    assert [c["name"] for c in codec["configuration"]["index_codecs"]] == ["bytes", "crc32c"]
+    lay = store._backend._layout
+    assert lay is not None and lay.inner == 256 and lay.shard == 8192  # uint16: 512 B, 16 KiB
+    assert len(list((tmp_path / "z" / "tokens" / "c").iterdir())) == lay.num_shards > 2
+    group = zarr.open_group(str(tmp_path / "z"), mode="r")
+    np.testing.assert_array_equal(group["tokens"][:], np.concatenate(docs))
+
+
+def test_default_sizes():
+    """8 KiB inner chunks and 32 MiB shards (the module docstring says why); a small array
+    gets one shard just large enough."""
+    assert shards.INNER_CHUNK_BYTES == 8 << 10 and shards.SHARD_BYTES == 32 << 20
+    assert shards.shard_items(10**9, 2) == (4096, 16 << 20)
+    assert shards.shard_items(5000, 2) == (4096, 8192)
+    assert shards.shard_items(0, 8) == (1024, 1024)
+
+
+# ----------------------------------------------------------------------------- contract
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**16), inner=st.sampled_from([256, 512, 4096]))
+def test_sharded_store_equals_memmap(tmp_path_factory, seed, inner):
+    tmp = tmp_path_factory.mktemp("c")
+    docs = _corpus(seed, n_docs=60)
+    store = _build(tmp / "z", docs, inner=inner, shard=inner * 8)
+    local = mmpack.build(tmp / "m", docs, fsync=False)
+    assert store.fingerprint == local.fingerprint
+    np.testing.assert_array_equal(store.offsets, local.offsets)
+    assert_views_equal(store, local)
+    assert store.verify()["bytes"] == local.verify()["bytes"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_read_ranges_match_the_flat_tokens(tmp_path_factory, data):
+    """Any batch (empty ranges, inside one chunk, across chunks and shards, repeated,
+    unsorted), read the first time (every chunk checked) and again, equals slicing."""
+    tmp = tmp_path_factory.mktemp("r")
+    flat = (np.arange(3000, dtype=np.int64) * 7919 % 60000 + 1).astype(np.uint16)
+    store = _build(tmp / "z", np.split(flat, np.arange(37, 3000, 37)), inner=128, shard=1024)
+    n = flat.size
+    pairs = data.draw(
+        st.lists(
+            st.integers(0, n).flatmap(
+                lambda s: st.tuples(st.just(s), st.integers(0, min(n - s, 900)))
+            ),
+            max_size=20,
+        )
+    )
+    starts = np.array([s for s, _ in pairs], dtype=np.int64)
+    lengths = np.array([k for _, k in pairs], dtype=np.int64)
+    for _ in range(2):
+        src, at = store.read_ranges(starts, lengths)
+        assert src.dtype == store.dtype and at.dtype == np.int64
+        got = [src[a : a + k].tolist() for a, k in zip(at.tolist(), lengths.tolist())]
+        assert got == [flat[s : s + k].tolist() for s, k in pairs]
+
+
+def test_zstd_chunks_read_the_same_through_the_cache(tmp_path):
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(3)
+    store = _build(tmp_path / "z", docs, zstd=3)
+    assert store._backend._layout.zstd
+    get_cache().clear()
+    assert_views_equal(store, mmpack.build(tmp_path / "m", docs, fsync=False))
+    assert len(get_cache()) > 0  # decoded chunks went through the process's LRU
+
+
+def test_all_zero_inner_chunks_are_written(tmp_path):
+    """Zarr skips chunks equal to the fill value unless told; every inner chunk must exist."""
+    store = _build(tmp_path / "z", [np.zeros(5000, np.int64), [0, 0], []])
+    assert store.dtype == np.uint8  # one-byte tokens: the bytes codec has no byte order
+    index = store._backend._reader.indexes([0])[0]
+    assert (index[:, 0] != 2**64 - 1).all()
+    assert int(store.read_range(0, 5002).max()) == 0
+
+
+# ----------------------------------------------------------------------------- legacy
+def test_legacy_unsharded_store_still_reads(tmp_path, monkeypatch):
+    docs = _corpus(4)
+    monkeypatch.setattr(zarr_backend, "SHARDED", False)
+    monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 1000)
+    old = mmpack.build(tmp_path / "old", docs, backend="zarr", fsync=False)
+    monkeypatch.undo()
+    old = mmpack.open(tmp_path / "old")
+    assert old._backend._layout is None and (tmp_path / "old" / "tokens" / "c" / "3").is_file()
+    assert_views_equal(old, mmpack.build(tmp_path / "m", docs, fsync=False))
+    assert old.verify()["bytes"] > 0
+
+
+# ----------------------------------------------------------------------------- damage
+@pytest.mark.parametrize("array", ["tokens", "offsets"])
+@pytest.mark.parametrize("damage", ["removed", "emptied", "a folder"])
+def test_missing_shard_is_an_error_at_open(tmp_path, array, damage):
+    docs = _corpus(5, n_docs=3000) if array == "offsets" else _corpus(5)
+    _build(tmp_path / "z", docs)
+    shard = tmp_path / "z" / array / "c" / "1"
+    shard.unlink()
+    if damage == "emptied":
+        shard.write_bytes(b"")
+    elif damage == "a folder":
+        shard.mkdir()
+    what = {"removed": "is missing", "emptied": "is empty", "a folder": "is not a regular file"}
+    with pytest.raises(FormatError, match=f"{array} shard 1 .* {what[damage]}: Zarr would read"):
+        mmpack.open(tmp_path / "z")
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_byte_in_a_shard_is_an_error_never_data(tmp_path):
+    docs = _corpus(6)
+    store = _build(tmp_path / "z", docs)
+    inner = store._backend._layout.inner
+    _flip(tmp_path / "z" / "tokens" / "c" / "0", 512 + 4 + 10)  # inside inner chunk 1
+    fresh = mmpack.open(tmp_path / "z")
+    np.testing.assert_array_equal(fresh.read_range(0, inner), store.read_range(0, inner))
+    with pytest.raises(FormatError, match=r"tokens/c/0 inner chunk 1 fails its checksum"):
+        fresh.read_range(inner, inner + 5)
+    ds = mmpack.WindowDataset(fresh, 64)
+    with pytest.raises(FormatError, match="fails its checksum"):
+        ds.__getitems__(np.arange(len(ds)))
+    with pytest.raises(FormatError):
+        fresh.verify()
+
+
+def test_flipped_byte_in_a_shard_index_or_truncated_shard_is_an_error(tmp_path):
+    _build(tmp_path / "z", _corpus(7))
+    shard = tmp_path / "z" / "tokens" / "c" / "1"
+    good = shard.read_bytes()
+    _flip(shard, len(good) - 20)
+    store = mmpack.open(tmp_path / "z")
+    lay = store._backend._layout
+    with pytest.raises(FormatError, match="shard index fails its checksum"):
+        store.read_range(lay.shard, lay.shard + 10)
+    for cut in (len(good) // 2, len(good) // 2 + 7, 100):  # a cut at a chunk's end, or not
+        shard.write_bytes(good[:cut])
+        with pytest.raises(FormatError, match="shard index (fails its checksum|points past)"):
+            mmpack.open(tmp_path / "z").read_range(lay.shard, lay.shard + 10)
+    shard.write_bytes(good[:3])
+    with pytest.raises(FormatError, match="shard index fails its checksum"):
+        mmpack.open(tmp_path / "z").read_range(lay.shard, lay.shard + 10)
+
+
+def test_rebuilt_store_is_refused_by_the_old_reader(tmp_path):
+    from mmpack.errors import StateMismatchError
+
+    store = _build(tmp_path / "z", _corpus(8))
+    store.read_range(0, 10)
+    shutil.rmtree(tmp_path / "z")
+    _build(tmp_path / "z", _corpus(9))
+    with pytest.raises(StateMismatchError, match="replaced"):
+        store.read_ranges(np.array([0]), np.array([10]))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_fork_and_spawn(tmp_path, context):
+    """Workers forked after the parent mapped and checked shards (or spawned: the store
+    reopens by path) serve the memmap store's rows."""
+    from torch.utils.data import BatchSampler, DataLoader
+
+    from mmpack.torch.collate import collate
+
+    docs = _corpus(25)
+    store = _build(tmp_path / "z", docs)
+    ds = mmpack.PackedDataset(store, 64, eot=65535, pad_id=0)
+    ds.__getitems__([0, 1, 2])  # the parent maps shards and marks chunks checked
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+    want = mmpack.PackedDataset(local, 64, eot=65535, pad_id=0)
+    sampler = mmpack.ResumableSampler(len(ds), seed=4)
+    loader = DataLoader(
+        ds,
+        batch_sampler=BatchSampler(sampler, 8, False),
+        num_workers=2,
+        collate_fn=collate,
+        multiprocessing_context=context,
+        timeout=60,
+    )
+    order = list(sampler)
+    for b, batch in enumerate(loader):
+        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
+        for key in ("input_ids", "position_ids", "cu_seqlens"):
+            assert (batch[key] == expect[key]).all(), key
