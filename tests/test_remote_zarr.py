@@ -292,8 +292,10 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
 # ----------------------------------------------------------------------------- node cache
 def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
     """A new reader (as a new worker or the next epoch would open it) with a filled node cache
-    fetches no shard data, index or offsets: one GET of mmpack.json and one LIST; a cache file
-    damaged in between is checked, ignored and fetched again; the cache stays under its limit."""
+    fetches no shard data, index or offsets: one GET of mmpack.json and one LIST, and its
+    batches come from the cache's mapping; a cache block damaged in between is trusted by reads
+    (as a local store trusts its disk) and caught, dropped and fetched again by ``verify``; the
+    cache stays under its limit."""
     from mmpack.store.backends._chunk_cache import get_cache
 
     docs = _corpus(23)
@@ -304,24 +306,36 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         opts = dict(s3_server.options, endpoint=proxy.endpoint)
         limit = 1 << 30
 
-        def reader():
+        def reader(where="c"):
             get_cache().clear()  # as in a new process
             return mmpack.open(
-                store.location, storage_options=opts, cache_dir=tmp_path / "c", cache_limit=limit
+                store.location, storage_options=opts, cache_dir=tmp_path / where, cache_limit=limit
             )
 
         assert_views_equal(reader(), local)
         before = proxy.requests
-        assert_views_equal(reader(), local)
+        second = reader()
+        assert_views_equal(second, local)
         assert proxy.requests - before == 2
-        blocks = sorted((tmp_path / "c" / "blocks").glob("*.blk"))
-        assert blocks and blocks[0].stat().st_size == 512 + 4
-        blocks[0].write_bytes(b"\0" * (512 + 4))
+        cf = second._backend._cache_file()
+        assert cf is not None and cf.state.all()
+        src, _ = second._backend.read_ranges(np.array([0], np.int64), np.array([10], np.int64))
+        assert np.shares_memory(src, cf.tokens)  # served from the mapping, zero copy
+        data = sorted((tmp_path / "c" / "blocks").glob("*zarr-tokens*.data"))
+        assert len(data) == 1
+        with open(data[0], "r+b") as f:
+            f.seek(cf.block + 3)
+            byte = f.read(1)
+            f.seek(cf.block + 3)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        with pytest.raises(mmpack.FormatError, match="node-cache block"):
+            reader().verify()
+        assert not cf.state[1]  # dropped
         before = proxy.requests
         assert_views_equal(reader(), local)
-        assert proxy.requests - before == 3  # the damaged chunk, fetched again
-        limit = 20 * 516
-        s = reader()
+        assert proxy.requests - before == 3  # the dropped chunk, fetched again
+        limit = 20 * 4096  # a node cache smaller than the store (a fresh one)
+        s = reader("small")
         assert_views_equal(s, local)
         assert 0 < s._backend.cache.usage() <= limit
     finally:

@@ -270,25 +270,7 @@ class RemoteBackend(BlockFetcher, Backend):
         return data
 
     def _verify_cached(self, start: int, data: bytes) -> None:
-        """Compare the node cache's present blocks in ``[start, start + len(data))`` with the
-        verified object bytes ``data``; a differing block (local disk corruption: the cache
-        trusts blocks it verified when storing them) is dropped, then reported."""
+        """Check the node cache's blocks of ``[start, start + len(data))`` against ``data``."""
         cf = self._cache_file()
-        if cf is None or not data:
-            return
-        first = start // self.block
-        ids = np.arange(first, first + -(-len(data) // self.block), dtype=np.int64)
-        bad = []
-        for b in ids[cf.present(ids)].tolist():
-            lo = (b - first) * self.block
-            if not np.array_equal(
-                cf.block_bytes(b), np.frombuffer(data, np.uint8)[lo : lo + self.block]
-            ):
-                bad.append(b)
-        if bad:
-            assert self.cache is not None
-            self.cache.refund(cf, sum(cf.drop(b) for b in bad))
-            raise FormatError(
-                f"{cf.data_path}: node-cache block(s) {bad[:5]} of {self.url} differ from the "
-                "verified object (local disk corruption); dropped, they will be fetched again"
-            )
+        if cf is not None and self.cache is not None:
+            self.cache.verify_cached(cf, start, data, self.url)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mmpack.errors import FormatError
 from mmpack.store.remote.cachefile import (
     FORK_CLOSE,
     HEADER,
@@ -168,6 +169,31 @@ class BlockCache:
         if nbytes:
             with self._locked():
                 cf.add_counted(-nbytes)
+
+    def verify_cached(self, cf: CacheFile, start: int, data: bytes, url: str) -> None:
+        """Compare ``cf``'s present blocks lying wholly in bytes ``[start, start + len(data))``
+        with the verified object bytes ``data``; a differing block (local disk corruption: the
+        cache trusts blocks it verified when storing them) is dropped, then reported as a
+        :class:`~mmpack.errors.FormatError` naming the cache file."""
+        if not data:
+            return
+        first = -(-start // cf.block)
+        last = (start + len(data)) // cf.block  # exclusive; the object's short tail block too
+        if start + len(data) == cf.nbytes:
+            last = cf.nblocks
+        ids = np.arange(first, max(first, last), dtype=np.int64)
+        raw = np.frombuffer(data, np.uint8)
+        bad = []
+        for b in ids[cf.present(ids)].tolist():
+            lo = b * cf.block - start
+            if not np.array_equal(cf.block_bytes(b), raw[lo : lo + cf.block]):
+                bad.append(b)
+        if bad:
+            self.refund(cf, sum(cf.drop(b) for b in bad))
+            raise FormatError(
+                f"{cf.data_path}: node-cache block(s) {bad[:5]} of {url} differ from the "
+                "verified object (local disk corruption); dropped, they will be fetched again"
+            )
 
     # ------------------------------------------------------------------------------ eviction
     def _make_room(self, need: int, keep: Path) -> int:

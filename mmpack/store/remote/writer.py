@@ -96,7 +96,7 @@ class RemoteStoreWriter(StoreWriter):
         try:
             super().__exit__(exc_type, exc, tb)
             if exc_type is None and self.backend == "zarr":
-                from mmpack.store.remote.zarr import upload_zarr
+                from mmpack.store.remote.zarr_upload import upload_zarr
 
                 self.store = upload_zarr(
                     self.path,

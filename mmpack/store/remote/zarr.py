@@ -1,6 +1,6 @@
-"""Sharded Zarr stores on object storage: upload (objects first, metadata last) and verified reads.
+"""Sharded Zarr stores on object storage: verified reads (uploads: :mod:`.zarr_upload`).
 
-Layout of a remote Zarr store at ``URL`` (written by :func:`upload_zarr`)::
+Layout of a remote Zarr store at ``URL``::
 
     URL/mmpack.json                 the metadata record, written LAST (the commit marker), plus
                                     "remote": {"data": "data-<id>", "layout": "zarr-sharded",
@@ -8,11 +8,9 @@ Layout of a remote Zarr store at ``URL`` (written by :func:`upload_zarr`)::
                                                "objects": {"tokens/c/0": <bytes>, ...}}
     URL/data-<id>/zarr.json         a plain Zarr v3 group (``zarr.open_group`` reads it), with
     URL/data-<id>/tokens/c/<s>      the sharded arrays of :mod:`mmpack.store.backends._zarr_shards`
-    URL/data-<id>/offsets/c/<s>     (32 MiB shards of 16 KiB inner chunks, each with a crc32c)
+    URL/data-<id>/offsets/c/<s>     (32 MiB shards of 8 KiB inner chunks, each with a crc32c)
 
-The commit rule is the memmap layout's (:mod:`mmpack.store.remote.writer`): every object is
-uploaded under a fresh ``data-*`` prefix first, ``mmpack.json`` last, so an interrupted upload is
-no store, and the next build of the target removes the orphaned prefix (``clean_stale``).
+The commit rule is the memmap layout's: objects first, ``mmpack.json`` last (the commit marker).
 
 Reading (:class:`RemoteZarrBackend`): the open costs one GET (``mmpack.json``: it carries the
 arrays' metadata and every object's size), one LIST of the data prefix (every shard must exist
@@ -26,21 +24,18 @@ the transport of :mod:`mmpack.store.remote.transport` (the fork-safe S3 client b
 obstore runtime, so forked DataLoader workers work), each chunk checked against its crc32c; a
 mismatch is fetched once more, then it is a ``FormatError``, never data.  ``prefetch`` (the
 views' look-ahead) reads the next batches' chunks on a background thread.  With ``cache_limit``
-the verified chunks also go to the node's block cache (:mod:`mmpack.store.remote.cache`, each
-kept with a crc32c that is checked when read back), and the offsets and shard indexes are kept
+the decoded chunks go to the node cache (:mod:`.cache`: the token array as one sparse mapped
+file, one block per inner chunk; claims, an exact limit, blocks trusted once stored and checked
+by ``verify``); a batch whose chunks are all there is served from that mapping, zero copy.  The offsets and shard indexes are kept
 in the store's local folder, so a new reader on the node (a worker, the next epoch) fetches
-nothing it has: one GET of ``mmpack.json`` and one LIST.  Not done: the cache's claim protocol
-(two processes missing the same chunk both fetch it).
+nothing it has: one GET of ``mmpack.json`` and one LIST.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import threading
 import time
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,10 +44,7 @@ import numpy as np
 
 from mmpack.errors import (
     FormatError,
-    RemoteAccessError,
-    RemoteError,
     StateMismatchError,
-    StoreExistsError,
 )
 from mmpack.store.backends import Backend
 from mmpack.store.backends._chunk_cache import get_cache
@@ -60,15 +52,15 @@ from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import (
     ShardLayout,
     ShardReader,
-    crc32c,
     parse_layout,
 )
-from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 from mmpack.store.remote.blocks import crc_blocks
 from mmpack.store.remote.cache import BlockCache
+from mmpack.store.remote.cachefile import CacheFile
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
-__all__ = ["LAYOUT", "RemoteZarrBackend", "upload_zarr"]
+__all__ = ["LAYOUT", "RemoteZarrBackend"]
 
 LAYOUT = "zarr-sharded"
 """The ``remote.layout`` value of a remote Zarr store's ``mmpack.json``."""
@@ -182,7 +174,31 @@ class RemoteZarrBackend(Backend):
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: ThreadPoolExecutor | None = None
         self._pending: dict[int, Future] = {}
+        self._cf: CacheFile | None = None  # this process's mapping of the node cache's file
+        self._cf_retry = 0.0
         self.stats = {"requests": 0, "bytes_fetched": 0}
+
+    def _cache_file(self) -> CacheFile | None:
+        """The node cache's file of this store's tokens (one block per inner chunk), mapped;
+        None without a cache, for inner chunks that are not a power of two bytes, or while it
+        cannot be had (retried after a second)."""
+        self._here()
+        cf = self._cf
+        if cf is not None and not cf.retired:
+            return cf
+        self._cf = None
+        block = self._layout.inner * self.meta.dtype.itemsize
+        if self.cache is None or block & (block - 1) or time.monotonic() < self._cf_retry:
+            return None
+        with self._lock:
+            if self._cf is None:
+                nbytes = self.meta.num_tokens * self.meta.dtype.itemsize
+                self._cf = self.cache.open_file(
+                    self.meta.fingerprint, "zarr-tokens", nbytes, block, self.meta.dtype
+                )
+                if self._cf is None:
+                    self._cf_retry = time.monotonic() + 1.0
+            return self._cf
 
     def _here(self) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's threads are not here
@@ -252,6 +268,11 @@ class RemoteZarrBackend(Backend):
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
+        cf = self._cache_file()
+        item = self.meta.dtype.itemsize
+        if cf is not None and cf.covers(starts, lengths, item):  # the hit path: zero copy
+            cf.touch()
+            return cf.tokens, starts
         t = touched_chunks(starts, lengths, self._layout.inner)
         if t.uniq.size == 0:
             return np.empty(0, dtype=self.meta.dtype), np.zeros(starts.shape[0], np.int64)
@@ -281,21 +302,68 @@ class RemoteZarrBackend(Backend):
         return got
 
     def _load(self, ids: np.ndarray) -> dict[int, np.ndarray]:
-        """Chunks ``ids`` from the node's block cache (checked again) or fetched (verified),
-        then kept in both caches."""
+        """Chunks ``ids`` from the node cache or fetched (verified), then kept in the process's
+        LRU and, as far as its limit allows, in the node cache (only the chunks this process
+        claims: a chunk another process is fetching is waited for, then read from the cache)."""
         got: dict[int, np.ndarray] = {}
-        if self.cache is not None:
-            for i in ids.tolist():
-                arr = _from_kept(self.cache.get(self._disk_key, i), self._layout)
-                if arr is not None:
-                    got[i] = arr
-            ids = ids[~np.isin(ids, np.fromiter(got, np.int64, len(got)))]
-        fetched = self._verified(self._reader, ids) if ids.size else {}
-        if self.cache is not None and fetched:
-            self.cache.put_many(self._disk_key, {i: _to_kept(a) for i, a in fetched.items()})
-        got.update(fetched)
+        cf = self._cache_file()
+        if cf is not None:
+            have = cf.present(ids)
+            for i in ids[have].tolist():
+                got[i] = cf.block_bytes(i).view(self.meta.dtype)
+            ids = ids[~have]
+        if ids.size and cf is not None:
+            got.update(self._fetch_shared(ids, cf))
+        elif ids.size:
+            got.update(self._verified(self._reader, ids))
         get_cache().put_many(self._cache_key, {i: (a, None) for i, a in got.items()})
         return got
+
+    def _fetch_shared(self, ids: np.ndarray, cf: CacheFile) -> dict[int, np.ndarray]:
+        """Fetch the chunks this process claims (verified) into the node cache; wait for those
+        another process holds (fetched here after the read timeout, or once their claim is
+        released unfinished)."""
+        assert self.cache is not None
+        out: dict[int, np.ndarray] = {}
+        todo = sorted(ids.tolist())
+        deadline = time.monotonic() + self.transport.read_timeout
+        delay = 0.0005
+        while todo:
+            claim = cf.claim(todo)
+            try:
+                if claim.mine:
+                    mine = self._verified(self._reader, np.asarray(claim.mine, np.int64))
+                    out.update(mine)
+                    self._store(cf, mine)
+            finally:
+                claim.close()
+            todo = [b for b in claim.theirs if not cf.state[b]]
+            for b in claim.theirs:
+                if cf.state[b]:
+                    out[b] = cf.block_bytes(b).view(self.meta.dtype)
+            if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
+                out.update(self._verified(self._reader, np.asarray(todo, np.int64)))
+                break
+            if todo:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+        return out
+
+    def _store(self, cf: CacheFile, chunks: dict[int, np.ndarray]) -> None:
+        """Write verified chunks into the node cache as far as its limit allows."""
+        assert self.cache is not None
+        ids = sorted(chunks)
+        sizes = [cf.charge(b) for b in ids]
+        k = self.cache.charge(cf, sizes)
+        written = 0
+        try:
+            for b in ids[:k]:
+                cf.write(b, np.ascontiguousarray(chunks[b]).tobytes())
+                written += 1
+        except OSError:  # the disk is full or failing: served from memory, keep going
+            pass
+        finally:
+            self.cache.refund(cf, sum(sizes[written:k]))
 
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
         """Start reading the inner chunks of these ranges on a background thread (a later
@@ -304,6 +372,9 @@ class RemoteZarrBackend(Backend):
         uniq = touched_chunks(
             np.asarray(starts, np.int64), np.asarray(lengths, np.int64), self._layout.inner
         ).uniq
+        cf = self._cache_file()
+        if cf is not None:
+            uniq = uniq[~cf.present(uniq)]
         cached = get_cache().get_many(self._cache_key, uniq.tolist())
         with self._lock:
             todo = [i for i in uniq.tolist() if i not in cached and i not in self._pending]
@@ -334,23 +405,11 @@ class RemoteZarrBackend(Backend):
         t = touched_chunks(st, ln, self._layout.inner)
         src, _ = assemble(self._verified(self._reader, t.uniq), t, ln, self.meta.dtype)
         skip = start - first * item
-        return np.ascontiguousarray(src).view(np.uint8)[skip : skip + (stop - start)].tobytes()
-
-
-def _to_kept(chunk: np.ndarray) -> bytes:
-    """A decoded chunk as kept in the node's block cache: its bytes and their crc32c."""
-    body = np.ascontiguousarray(chunk).view(np.uint8)
-    return body.tobytes() + crc32c(body).to_bytes(4, "little")
-
-
-def _from_kept(data: bytes | None, layout: ShardLayout) -> np.ndarray | None:
-    """A chunk read back from the block cache, or None if absent or failing its crc32c."""
-    if data is None or len(data) != layout.inner * layout.dtype.itemsize + 4:
-        return None
-    body = np.frombuffer(data, dtype=np.uint8, count=len(data) - 4)
-    if crc32c(body) != int.from_bytes(data[-4:], "little"):
-        return None
-    return body.view(layout.dtype)
+        data = np.ascontiguousarray(src).view(np.uint8)[skip : skip + (stop - start)].tobytes()
+        cf = self._cache_file()
+        if cf is not None and self.cache is not None:
+            self.cache.verify_cached(cf, start, data, self.url)
+        return data
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -359,53 +418,3 @@ def _write_atomic(path: Path, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------------- upload
-def upload_zarr(
-    local: Path,
-    transport: Transport,
-    url: str,
-    *,
-    overwrite: bool,
-    storage_options: dict[str, Any] | None = None,
-) -> Any:
-    """Upload the local sharded Zarr store at ``local`` to ``url`` (objects under a fresh
-    ``data-*`` prefix, then ``mmpack.json``); returns it opened remotely."""
-    from mmpack.store.reader import open_store
-    from mmpack.store.remote.writer import _current_data, _exists, clean_stale
-
-    group = json.loads((local / "zarr.json").read_text())
-    raw = dict(group["attributes"]["mmpack"])
-    arrays = {n: json.loads((local / n / "zarr.json").read_text()) for n in ("tokens", "offsets")}
-    for n, a in arrays.items():
-        if parse_layout(a) is None:
-            raise ValueError(f"{local}/{n}: not the sharded Zarr layout; rebuild it")
-    files = sorted(p for p in local.rglob("*") if p.is_file())
-    rel = {p: p.relative_to(local).as_posix() for p in files}
-    previous = _current_data(transport)
-    gen = f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
-    with ThreadPoolExecutor(4) as pool:
-        for f in [pool.submit(transport.put_file, f"{gen}/{rel[p]}", p) for p in files]:
-            f.result()
-    raw["remote"] = {
-        "data": gen,
-        "layout": LAYOUT,
-        "arrays": arrays,
-        "objects": {
-            rel[p]: p.stat().st_size
-            for p in files
-            if rel[p].split("/")[0] in ("tokens", "offsets") and p.name != "zarr.json"
-        },
-    }
-    if not overwrite and _exists(transport):
-        transport.delete([f"{gen}/{rel[p]}" for p in files])
-        raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
-    transport.put(META_FILE, json.dumps(raw, indent=1).encode())  # the commit marker, last
-    try:  # the store is committed: a failed clean-up is a warning, the next build retries it
-        clean_stale(transport, keep=gen, previous=previous)
-    except (RemoteError, RemoteAccessError) as exc:
-        warnings.warn(
-            f"{url}: the store is built, but removing old data failed: {exc}", stacklevel=3
-        )
-    return open_store(url, storage_options=storage_options)
