@@ -17,10 +17,11 @@ import uuid
 
 import numpy as np
 import pytest
+from _contract import assert_views_equal
 from _s3 import BUCKET, DelayProxy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_zarr import _corpus, _small, assert_views_equal
+from test_zarr import _corpus, _small
 
 import mmpack
 from mmpack.errors import FormatError, RemoteError, StateMismatchError, StoreNotFoundError

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _contract import assert_views_equal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,26 +40,6 @@ def _build(path: Path, docs, **small) -> mmpack.TokenStore:
     with pytest.MonkeyPatch.context() as mp:
         _small(mp, **small)
         return mmpack.build(path, docs, backend="zarr", fsync=False)
-
-
-def assert_views_equal(store, local, seqlen: int = 64) -> None:
-    """Every window and packed row of ``store`` (batched, shuffled, and one by one) equals
-    ``local``'s."""
-    for make in (
-        lambda s: mmpack.WindowDataset(s, seqlen, seqlen // 2, eot=65535, labels=True),
-        lambda s: mmpack.PackedDataset(s, seqlen, eot=65535, pad_id=0),
-    ):
-        a, b = make(store), make(local)
-        assert len(a) == len(b)
-        order = np.random.default_rng(1).permutation(len(a))
-        for lo in range(0, len(order), 29):
-            got, want = a.__getitems__(order[lo : lo + 29]), b.__getitems__(order[lo : lo + 29])
-            for key in want.columns:
-                np.testing.assert_array_equal(got.columns[key], want.columns[key])
-            np.testing.assert_array_equal(got.num_cuts, want.num_cuts)
-        for i in range(len(a)):
-            for key, value in b[i].items():
-                np.testing.assert_array_equal(a[i][key], value)
 
 
 # ----------------------------------------------------------------------------- layout

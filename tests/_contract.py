@@ -1,0 +1,46 @@
+"""The store contract every layout meets, shared by the tests of each layout: a store opened
+from any backend (local memmap, local Zarr, remote memmap, remote Zarr, joined parts, ...) gives
+exactly the windows and packed rows of the reference store built from the same documents."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import mmpack
+
+
+def assert_views_equal(
+    store, reference, seqlen: int = 64, every_row: bool = True, same_fingerprint: bool = True
+) -> None:
+    """Every window and packed row of ``store`` equals ``reference``'s: shuffled batches through
+    ``__getitems__`` (every column, the cut counts and each row's ``cu_seqlens``), then single
+    rows (all of them, or the first, middle and last), the store's metadata and documents.
+    (A join of parts has its own fingerprint: ``same_fingerprint=False``.)"""
+    if same_fingerprint:
+        assert store.fingerprint == reference.fingerprint
+    assert len(store) == len(reference)
+    np.testing.assert_array_equal(store.offsets, reference.offsets)
+    for j in sorted({0, len(reference) // 2, len(reference) - 1}):
+        np.testing.assert_array_equal(store[j], reference[j])
+    for make in (
+        lambda s: mmpack.WindowDataset(s, seqlen, seqlen // 2, eot=65535, labels=True),
+        lambda s: mmpack.PackedDataset(s, seqlen, eot=65535, pad_id=0),
+    ):
+        a, b = make(store), make(reference)
+        assert len(a) == len(b)
+        order = np.random.default_rng(1).permutation(len(a))
+        for lo in range(0, len(order), 29):
+            got, want = a.__getitems__(order[lo : lo + 29]), b.__getitems__(order[lo : lo + 29])
+            assert sorted(got.columns) == sorted(want.columns)
+            for key in want.columns:
+                np.testing.assert_array_equal(got.columns[key], want.columns[key])
+            np.testing.assert_array_equal(got.num_cuts, want.num_cuts)
+            for r, n in enumerate(want.num_cuts):
+                np.testing.assert_array_equal(got.cu_seqlens[r, :n], want.cu_seqlens[r, :n])
+        rows = range(len(a)) if every_row else sorted({0, len(a) // 2, len(a) - 1})
+        for i in rows:
+            want_row = b[i]
+            got_row = a[i]
+            assert sorted(got_row) == sorted(want_row)
+            for key, value in want_row.items():
+                np.testing.assert_array_equal(got_row[key], value)
