@@ -1,0 +1,185 @@
+"""The token file of a build in progress: one pass that converts, range-checks and hashes.
+
+Tokens arrive as flat integer arrays of any dtype.  :meth:`TokenFile.append` converts them into a
+reused buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
+pass that also checks every token against the accepted range
+(:func:`mmpack.kernels.store.convert_tokens`); each full block is hashed
+(:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s here, or zlib's CRC-32,
+~1-2.5 GB/s) and written with one ``write`` of the whole buffer.  An append is all or nothing: a
+token out of range (negative, >= 2**63 or beyond a fixed dtype) rolls the file back to where the
+append began (the partial block is read back from the file when the append had completed a block)
+and returns the index of that token; the caller names the document.  Without a fixed dtype the
+file starts as uint8 and is widened in place (one sequential rewrite through the same pass, at
+most three times a build) when a valid token needs more bits; the rest of the array is checked
+first, so a rejected append never widens the store.
+
+Measured: see :mod:`mmpack.store.writer` (``python -m benchmarks.bench_store``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from mmpack.store.format import smallest_token_dtype
+from mmpack.store.integrity import block_digest
+from mmpack.store.tokens import MAX_TOKEN
+
+__all__ = ["TokenFile"]
+
+_WIDEN_STEP = 1 << 22
+
+
+class TokenFile:
+    """Append-only token file with per-block digests.
+
+    Parameters
+    ----------
+    path : Path
+        The file (created empty by ``opener``).
+    opener : callable
+        ``opener(path, mode)`` returning a binary file object (the writer's ``open``).
+    fixed : numpy.dtype or None
+        The store's token dtype when the caller fixed it; None picks the narrowest as tokens come.
+    checksum : {"xxh64", "crc32"}
+    block_bytes : int
+        Checksum block size (a multiple of 8).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        opener: Callable[[Path, str], IO[bytes]],
+        fixed: np.dtype | None,
+        checksum: str,
+        block_bytes: int,
+    ) -> None:
+        self.path = path
+        self._open = opener
+        self.fixed = fixed
+        self.checksum = checksum
+        self.block_bytes = block_bytes
+        self.valid_max = MAX_TOKEN if fixed is None else min(MAX_TOKEN, int(np.iinfo(fixed).max))
+        self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
+        self.file: IO[bytes] = opener(path, "wb")
+        self._buf = np.empty(block_bytes, dtype=np.uint8)
+        self._fill = 0  # bytes held in the buffer (the tail of the file, not yet written)
+        self.digests: list[int] = []  # one per written block
+        self.num_tokens = 0
+        self.widen_hook: Callable[[np.dtype], None] = self.widen
+        """Called to widen the file (the writer routes it through its own method)."""
+
+    # ------------------------------------------------------------------------------- appending
+    def append(self, src: np.ndarray) -> int:
+        """Append the tokens ``src`` (1-D integer array); return -1, or the index of the first
+        token out of range, in which case nothing of ``src`` stays appended."""
+        if not src.dtype.isnative:
+            src = src.astype(src.dtype.newbyteorder("="))
+        mark = self.num_tokens
+        done = 0
+        while done < src.size:
+            bad = self._convert(src[done:])
+            if bad < 0:
+                return -1
+            p = done + bad
+            value = int(src[p])
+            if 0 <= value <= self.valid_max:  # a valid token needing more bits
+                rest = self._first_invalid(src[p:])
+                if rest < 0:  # never widen for an append that is then refused
+                    self.widen_hook(smallest_token_dtype(value))
+                    done = p
+                    continue
+                p += rest
+            self._rollback(mark)
+            return p
+        return -1
+
+    def _convert(self, src: np.ndarray) -> int:
+        """Convert ``src`` into the buffer block by block; -1, or the index of the first token
+        beyond the current dtype (everything before it is appended)."""
+        from mmpack.kernels.store import convert_tokens
+
+        itemsize = self.dtype.itemsize
+        hi = min(self.valid_max, int(np.iinfo(self.dtype).max))
+        info = np.iinfo(src.dtype)
+        lo_v, hi_v = src.dtype.type(0), src.dtype.type(min(hi, int(info.max)))
+        done = 0
+        while done < src.size:
+            room = (self.block_bytes - self._fill) // itemsize
+            part = src[done : done + room]
+            out = self._buf[self._fill : self._fill + part.size * itemsize].view(self.dtype)
+            got = int(convert_tokens(part, out, lo_v, hi_v))
+            self._fill += got * itemsize
+            self.num_tokens += got
+            if self._fill == self.block_bytes:
+                self._emit()
+            if got < part.size:
+                return done + got
+            done += got
+        return -1
+
+    def _first_invalid(self, src: np.ndarray) -> int:
+        """Index of the first token of ``src`` outside ``[0, valid_max]``, or -1."""
+        top = int(np.iinfo(src.dtype).max)
+        bad = src < 0 if src.dtype.kind == "i" else np.zeros(src.shape, dtype=bool)
+        if self.valid_max < top:
+            bad |= src > src.dtype.type(self.valid_max)
+        return int(np.argmax(bad)) if bad.any() else -1
+
+    def _emit(self) -> None:
+        """Hash and write the full buffer (one block)."""
+        self.digests.append(block_digest(self.checksum, self._buf))
+        self.file.write(memoryview(self._buf))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+        self._fill = 0
+
+    def _rollback(self, num_tokens: int) -> None:
+        """Drop every token from ``num_tokens`` on (it is at most :attr:`num_tokens`)."""
+        pos = num_tokens * self.dtype.itemsize
+        written = len(self.digests) * self.block_bytes
+        if pos < written:  # blocks were completed since: read the partial block back
+            k = pos // self.block_bytes
+            self.file.flush()
+            with open(self.path, "rb") as f:
+                f.seek(k * self.block_bytes)
+                f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])
+            self.file.seek(k * self.block_bytes)
+            self.file.truncate()
+            del self.digests[k:]
+            self._fill = pos - k * self.block_bytes
+        else:
+            self._fill = pos - written
+        self.num_tokens = num_tokens
+
+    def widen(self, dtype: np.dtype) -> None:
+        """Rewrite the tokens so far as ``dtype`` into a new file through the same pass, then
+        replace the file with one rename (the old file stays whole until then)."""
+        self.file.write(memoryview(self._buf[: self._fill]))  # type: ignore[arg-type]
+        self.file.close()
+        old_dtype, count = self.dtype, self.num_tokens
+        new_path = self.path.with_name(self.path.name + ".widen")
+        self.file = self._open(new_path, "wb")
+        self.dtype, self._fill, self.num_tokens = dtype, 0, 0
+        self.digests = []
+        if count:  # an empty file cannot be memory-mapped
+            old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))
+            for lo in range(0, count, _WIDEN_STEP):
+                assert self._convert(np.asarray(old[lo : lo + _WIDEN_STEP])) < 0  # all fit
+            del old
+        os.replace(new_path, self.path)
+
+    # ------------------------------------------------------------------------------- finishing
+    def finish(self) -> list[int]:
+        """Write the last (partial) block; the digests of every block."""
+        if self._fill:
+            tail = self._buf[: self._fill]
+            self.digests.append(block_digest(self.checksum, tail))
+            self.file.write(memoryview(tail))  # type: ignore[arg-type]
+            self._fill = 0
+        return self.digests
+
+    def close(self) -> None:
+        self.file.close()
