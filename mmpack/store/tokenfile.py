@@ -5,7 +5,8 @@ reused buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dty
 pass that also checks every token against the accepted range
 (:func:`mmpack.kernels.store.convert_tokens`); each full block is hashed
 (:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s here, or zlib's CRC-32,
-~1-2.5 GB/s) and written with one ``write`` of the whole buffer.  An append is all or nothing: a
+~1-2.5 GB/s) and written with one ``write`` of the whole buffer, on a second thread while the
+next block is converted into a second buffer (the kernels and the write release the GIL).  An append is all or nothing: a
 token out of range (negative, >= 2**63 or beyond a fixed dtype) rolls the file back to where the
 append began (the partial block is read back from the file when the append had completed a block)
 and returns the index of that token; the caller names the document.  Without a fixed dtype the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
@@ -67,6 +69,9 @@ class TokenFile:
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
         self._buf = np.empty(block_bytes, dtype=np.uint8)
+        self._spare: np.ndarray | None = None  # the block being hashed and written
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
         self._fill = 0  # bytes held in the buffer (the tail of the file, not yet written)
         self.digests: list[int] = []  # one per written block
         self.num_tokens = 0
@@ -131,13 +136,30 @@ class TokenFile:
         return int(np.argmax(bad)) if bad.any() else -1
 
     def _emit(self) -> None:
-        """Hash and write the full buffer (one block)."""
-        self.digests.append(block_digest(self.checksum, self._buf))
-        self.file.write(memoryview(self._buf))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+        """Hand the full buffer (one block) to the writer thread, which hashes and writes it
+        while the next block is converted into the other buffer."""
+        self._sync()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
+        full = self._buf
+        self._pending = self._pool.submit(self._hash_and_write, full)
+        self._buf = self._spare if self._spare is not None else np.empty_like(full)
+        self._spare = full
         self._fill = 0
+
+    def _hash_and_write(self, block: np.ndarray) -> None:
+        self.digests.append(block_digest(self.checksum, block))
+        self.file.write(memoryview(block))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+
+    def _sync(self) -> None:
+        """Wait for the block in flight (its error, e.g. a full disk, is raised here)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def _rollback(self, num_tokens: int) -> None:
         """Drop every token from ``num_tokens`` on (it is at most :attr:`num_tokens`)."""
+        self._sync()
         pos = num_tokens * self.dtype.itemsize
         written = len(self.digests) * self.block_bytes
         if pos < written:  # blocks were completed since: read the partial block back
@@ -157,6 +179,7 @@ class TokenFile:
     def widen(self, dtype: np.dtype) -> None:
         """Rewrite the tokens so far as ``dtype`` into a new file through the same pass, then
         replace the file with one rename (the old file stays whole until then)."""
+        self._sync()
         self.file.write(memoryview(self._buf[: self._fill]))  # type: ignore[arg-type]
         self.file.close()
         old_dtype, count = self.dtype, self.num_tokens
@@ -169,11 +192,13 @@ class TokenFile:
             for lo in range(0, count, _WIDEN_STEP):
                 assert self._convert(np.asarray(old[lo : lo + _WIDEN_STEP])) < 0  # all fit
             del old
+        self._sync()
         os.replace(new_path, self.path)
 
     # ------------------------------------------------------------------------------- finishing
     def finish(self) -> list[int]:
         """Write the last (partial) block; the digests of every block."""
+        self._sync()
         if self._fill:
             tail = self._buf[: self._fill]
             self.digests.append(block_digest(self.checksum, tail))
@@ -182,4 +207,14 @@ class TokenFile:
         return self.digests
 
     def close(self) -> None:
-        self.file.close()
+        """Wait for the writer thread and close the file (an error of the block in flight is
+        dropped: the build is being abandoned or :meth:`finish` already raised it)."""
+        try:
+            if self._pending is not None:
+                self._pending.exception()
+                self._pending = None
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            self.file.close()

@@ -136,7 +136,7 @@ def build(
             raise TypeError(
                 f"docs must be an iterable of token sequences, got {type(docs).__name__}"
             ) from None
-        writer.add_many(iterator)
+        writer.add_many(docs if type(docs) is list or type(docs) is tuple else iterator)
     assert writer.store is not None  # set by the clean exit of the with-block
     return writer.store
 
