@@ -72,11 +72,13 @@ class TokenFile:
         self._spare: np.ndarray | None = None  # the block being hashed and written
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
+        self._allocated = 0  # bytes of disk reserved (-1: the file system cannot)
         self._fill = 0  # bytes held in the buffer (the tail of the file, not yet written)
         self.digests: list[int] = []  # one per written block
         self.num_tokens = 0
-        self.widen_hook: Callable[[np.dtype], None] = self.widen
-        """Called to widen the file (the writer routes it through its own method)."""
+        self.widen_hook: Callable[[np.dtype], None] | None = None
+        """Called instead of :meth:`widen` when set (the writer routes it through its own
+        method; :meth:`close` clears it, so no reference cycle outlives the build)."""
 
     # ------------------------------------------------------------------------------- appending
     def append(self, src: np.ndarray) -> int:
@@ -84,20 +86,25 @@ class TokenFile:
         token out of range, in which case nothing of ``src`` stays appended."""
         if not src.dtype.isnative:
             src = src.astype(src.dtype.newbyteorder("="))
+        if (
+            src.dtype == self.dtype
+            and src.dtype.kind == "u"
+            and int(np.iinfo(src.dtype).max) <= self.valid_max
+            and src.flags.c_contiguous
+        ):
+            self._append_same(src)  # every value fits: nothing to convert or check
+            return -1
         mark = self.num_tokens
-        done = 0
-        while done < src.size:
-            bad = self._convert(src[done:])
-            if bad < 0:
+        if src.size:
+            p = self._convert(src)
+            if p < 0:
                 return -1
-            p = done + bad
             value = int(src[p])
             if 0 <= value <= self.valid_max:  # a valid token needing more bits
                 rest = self._first_invalid(src[p:])
                 if rest < 0:  # never widen for an append that is then refused
-                    self.widen_hook(smallest_token_dtype(value))
-                    done = p
-                    continue
+                    (self.widen_hook or self.widen)(smallest_token_dtype(value))
+                    return self.append(src[p:])  # all valid now: cannot fail
                 p += rest
             self._rollback(mark)
             return p
@@ -127,6 +134,27 @@ class TokenFile:
             done += got
         return -1
 
+    def _append_same(self, src: np.ndarray) -> None:
+        """Append tokens already in the file's dtype: whole blocks are hashed and written
+        straight from ``src`` (no copy), the ends go through the buffer."""
+        raw = src.view(np.uint8)
+        if self._fill:
+            take = min(raw.size, self.block_bytes - self._fill)
+            self._buf[self._fill : self._fill + take] = raw[:take]
+            self._fill += take
+            raw = raw[take:]
+            if self._fill == self.block_bytes:
+                self._emit()
+        borrowed = raw.size >= self.block_bytes
+        while raw.size >= self.block_bytes:
+            self._submit(raw[: self.block_bytes])
+            raw = raw[self.block_bytes :]
+        if borrowed:
+            self._sync()  # the caller may change ``src`` once this returns
+        self._buf[: raw.size] = raw
+        self._fill += raw.size
+        self.num_tokens += src.size
+
     def _first_invalid(self, src: np.ndarray) -> int:
         """Index of the first token of ``src`` outside ``[0, valid_max]``, or -1."""
         top = int(np.iinfo(src.dtype).max)
@@ -138,17 +166,27 @@ class TokenFile:
     def _emit(self) -> None:
         """Hand the full buffer (one block) to the writer thread, which hashes and writes it
         while the next block is converted into the other buffer."""
-        self._sync()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
         full = self._buf
-        self._pending = self._pool.submit(self._hash_and_write, full)
+        self._submit(full)
         self._buf = self._spare if self._spare is not None else np.empty_like(full)
         self._spare = full
         self._fill = 0
 
+    def _submit(self, block: np.ndarray) -> None:
+        self._sync()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
+        self._pending = self._pool.submit(self._hash_and_write, block)
+
     def _hash_and_write(self, block: np.ndarray) -> None:
         self.digests.append(block_digest(self.checksum, block))
+        end = len(self.digests) * self.block_bytes
+        if end > self._allocated and self._allocated >= 0:
+            # Reserve the disk blocks ahead, as ndarray.tofile does: ext4 then writes a stream
+            # of 16 MiB blocks as fast as one large write (~2x faster than without).
+            step = min(max(64 << 20, self._allocated), 1 << 30)
+            ok = _reserve(self.file.fileno(), self._allocated, step)
+            self._allocated = self._allocated + step if ok else -1
         self.file.write(memoryview(block))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
 
     def _sync(self) -> None:
@@ -170,6 +208,7 @@ class TokenFile:
                 f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])
             self.file.seek(k * self.block_bytes)
             self.file.truncate()
+            self._allocated = min(self._allocated, k * self.block_bytes)
             del self.digests[k:]
             self._fill = pos - k * self.block_bytes
         else:
@@ -182,6 +221,7 @@ class TokenFile:
         self._sync()
         self.file.write(memoryview(self._buf[: self._fill]))  # type: ignore[arg-type]
         self.file.close()
+        self._allocated = 0
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
@@ -204,11 +244,19 @@ class TokenFile:
             self.digests.append(block_digest(self.checksum, tail))
             self.file.write(memoryview(tail))  # type: ignore[arg-type]
             self._fill = 0
+        self._trim()
         return self.digests
+
+    def _trim(self) -> None:
+        """Release the disk blocks reserved past the end of the file."""
+        if self._allocated > 0:
+            self.file.flush()
+            os.ftruncate(self.file.fileno(), self.num_tokens * self.dtype.itemsize)
 
     def close(self) -> None:
         """Wait for the writer thread and close the file (an error of the block in flight is
         dropped: the build is being abandoned or :meth:`finish` already raised it)."""
+        self.widen_hook = None
         try:
             if self._pending is not None:
                 self._pending.exception()
@@ -218,3 +266,25 @@ class TokenFile:
                 self._pool.shutdown(wait=True)
                 self._pool = None
             self.file.close()
+
+
+_libc: object = None
+
+
+def _reserve(fd: int, offset: int, length: int) -> bool:
+    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``; False where unsupported."""
+    global _libc
+    if _libc is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fallocate = lib.fallocate
+            fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+            _libc = fallocate
+        except (OSError, AttributeError):
+            _libc = False
+    if not _libc:
+        return False
+    return _libc(fd, 1, offset, length) == 0  # type: ignore[operator]
