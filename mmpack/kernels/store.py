@@ -15,6 +15,8 @@ catch every burst of up to 32 bits, which XXH64 does not promise).  Measured wit
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from mmpack.kernels._jit import njit
@@ -35,7 +37,7 @@ _STRIP = 4096
 
 
 @njit
-def convert_tokens(src: np.ndarray, out: np.ndarray, lo, hi) -> int:  # type: ignore[no-untyped-def]
+def convert_tokens(src: np.ndarray, out: np.ndarray, lo: Any, hi: Any) -> int:
     """Copy ``src`` into ``out[:src.size]`` (converting to ``out``'s dtype) up to the first value
     outside ``[lo, hi]``; return its index, or ``src.size`` when every value is in range.
 

@@ -205,7 +205,7 @@ class TokenFile:
             self.file.flush()
             with open(self.path, "rb") as f:
                 f.seek(k * self.block_bytes)
-                f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])
+                f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
             self.file.seek(k * self.block_bytes)
             self.file.truncate()
             self._allocated = min(self._allocated, k * self.block_bytes)

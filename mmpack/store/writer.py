@@ -1,23 +1,22 @@
 """Building a token store: a streaming, atomic writer.
 
-Documents stream from any iterable and are taken in chunks (:mod:`mmpack.store.gather`: a chunk
-of numpy arrays becomes one flat buffer with C-level passes, no numpy call per document); each
-chunk goes through one numba pass that converts it to the store's dtype, checks every token
-against the token rule and fills a reused buffer of one checksum block, hashed (XXH64) and
-written with one ``write`` when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by that
-block (16 MiB) and the chunk (about a quarter of ``buffer_tokens``), never by the corpus.  With
-``dtype=None`` the file starts as uint8 and is widened in place (one sequential rewrite) if a
-later token needs more bits, which happens at most three times.  The metadata is written last,
-the files are fsynced, the finished folder is opened as a store, and it is renamed onto the
-target (:mod:`mmpack.store.publish`: temporary folders and their locks, the overwrite guard, the
-``renameat2(RENAME_EXCHANGE)`` swap), so an interrupted build never leaves anything that opens
-as a store, readers of the previous store keep their mappings, and ``overwrite`` replaces only
-an mmpack store or an empty folder.  A bad document raises from the ``add`` that receives it
-(the documents before it are kept); every failure removes the temporary folder.
+Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: numpy arrays become one
+flat buffer with C-level passes, no numpy call per document); each chunk goes through one numba
+pass that converts it to the store's dtype, checks every token against the token rule and fills
+a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
+thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
+a chunk (about a quarter of ``buffer_tokens``), never by the corpus.  With ``dtype=None`` the
+file starts as uint8 and is widened in place (one sequential rewrite) if a later token needs
+more bits, at most three times.  The metadata is written last, the files are fsynced, the
+finished folder is opened as a store and renamed onto the target (:mod:`mmpack.store.publish`:
+temporary folders and their locks, the overwrite guard, the ``renameat2(RENAME_EXCHANGE)``
+swap), so an interrupted build never leaves anything that opens as a store, readers of the
+previous store keep their mappings, and ``overwrite`` replaces only an mmpack store or an empty
+folder.  A bad document raises from the ``add`` that receives it (the documents before it are
+kept); every failure removes the temporary folder.
 
-Measured (``python -m benchmarks.bench_store``, 200M C4-like uint16 tokens, a loaded 2-core VM):
-``StoreWriter.add_batch`` and ``build`` from a list of ~430k numpy arrays or a generator of them,
-against ``ndarray.tofile`` of the same bytes in the same run: see the README's benchmark table.
+Measured against ``ndarray.tofile`` of the same bytes in the same run: the README's benchmark
+table and its "Build rate" note (``python -m benchmarks.bench_store``).
 """
 
 from __future__ import annotations
@@ -286,12 +285,13 @@ class StoreWriter:
             if isinstance(got, tuple):
                 flat, lens = got
             else:
-                lens = plain_lengths(got)
-                flat = None if lens is None else concat_plain(got, int(lens.sum()))
-                if flat is None or lens is None:
+                plain = plain_lengths(got)
+                joined = None if plain is None else concat_plain(got, int(plain.sum()))
+                if joined is None or plain is None:
                     seen_tokens += self._add_one_by_one(got)
                     seen_docs += len(got)
                     continue
+                flat, lens = joined, plain
             self._write_block(flat, lens, keep_good=True)
             seen_docs += lens.size
             seen_tokens += flat.size
@@ -345,12 +345,10 @@ class StoreWriter:
         raise AssertionError(f"token {bad} was refused but passes the token rule")
 
     def _add_offsets(self, lengths: np.ndarray) -> None:
-        if not lengths.size:
-            return
-        ends = np.cumsum(lengths) + self._num_tokens
-        self._num_tokens = int(ends[-1])
-        self._num_docs += lengths.size
-        self._write_offsets(ends)
+        if lengths.size:
+            ends = np.cumsum(lengths) + self._num_tokens
+            self._num_tokens, self._num_docs = int(ends[-1]), self._num_docs + lengths.size
+            self._write_offsets(ends)
 
     def _write_offsets(self, values: np.ndarray) -> None:
         data = values.astype(OFFSETS_DTYPE, copy=False)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from collections import OrderedDict
 from concurrent.futures import Future
 from pathlib import Path
@@ -50,6 +49,7 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
+from mmpack.store.integrity import block_digest
 from mmpack.store.remote.blocks import block_ids, crc_blocks, gather, runs_of
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.transport import ObjectMissing, Transport
@@ -87,13 +87,15 @@ class RemoteBackend(Backend):
         self.url = transport.url
         self.fingerprint = meta.fingerprint
         self.cache = cache
+        self._digest_kind = "crc32"  # the check table of an upload (tokens.crc) is CRC-32
         remote = raw.get("remote")
         itemsize = meta.dtype.itemsize
         self.nbytes = meta.num_tokens * itemsize
         if remote is None:
             self.data = ""
             self.block = meta.block_bytes
-            table = np.asarray(meta.tokens_crc32, dtype=np.uint32)
+            table = np.asarray(meta.tokens_crc32, dtype=np.uint64)
+            self._digest_kind = meta.tokens_checksum  # a copied store: its own block checksums
         else:
             try:
                 self.data = str(remote["data"]).strip("/") + "/"
@@ -278,7 +280,7 @@ class RemoteBackend(Backend):
 
     def _intact(self, b: int, data: bytes) -> bool:
         lo, hi = self._block_span(b)
-        return len(data) == hi - lo and zlib.crc32(data) == int(self.table[b])
+        return len(data) == hi - lo and block_digest(self._digest_kind, data) == int(self.table[b])
 
     def _fetch(self, ids: list[int]) -> dict[int, bytes]:
         """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at
@@ -313,7 +315,8 @@ class RemoteBackend(Backend):
                         raise FormatError(
                             f"{self.url}: {key} bytes {lo}..{hi} (check block {b}) fail their "
                             f"checksum (stored {int(self.table[b]):#010x}, got "
-                            f"{zlib.crc32(data):#010x}): the object is corrupt; rebuild the store"
+                            f"{block_digest(self._digest_kind, data):#010x}): the object is "
+                            "corrupt; rebuild the store"
                         )
                 out[b] = data
         return out
