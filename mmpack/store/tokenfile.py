@@ -14,7 +14,9 @@ file starts as uint8 and is widened in place (one sequential rewrite through the
 most three times a build) when a valid token needs more bits; the rest of the array is checked
 first, so a rejected append never widens the store.
 
-Measured: see :mod:`mmpack.store.writer` (``python -m benchmarks.bench_store``).
+Measured (``python -m benchmarks.bench_store``, 200M uint16 tokens, a loaded 2-core VM):
+``add_batch`` at 0.44-0.76 of ``ndarray.tofile`` of the same bytes in the same run (0.19-0.23
+with the previous writer: ``np.concatenate`` then CRC-32 on a second thread).
 """
 
 from __future__ import annotations
