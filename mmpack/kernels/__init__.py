@@ -16,7 +16,7 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |
-| ``store`` | offsets validation for huge indexes |
+| ``store`` | offsets validation for huge indexes; the build's convert-and-check pass; XXH64 |
 | ``eos`` | one scan for document separators in a flat token file |
 | ``blockstate`` | the remote node cache's hit test (are a batch's blocks all present?) |
 """

@@ -1,12 +1,27 @@
-"""Kernels over the document index (``offsets``)."""
+"""Kernels of the store: offsets validation for huge indexes, and the build's one pass over the
+tokens (convert to the store's dtype while checking the token range) and block hash (XXH64).
+
+:func:`convert_tokens` copies ``src`` into ``out`` (the store's dtype) in strips of 4096 tokens:
+each strip is converted and range-checked without a branch per token (LLVM vectorises it), and
+only a strip holding a bad value is scanned again for the first one.  :func:`xxh64` is Yann
+Collet's XXH64 (the published algorithm, same digests as the ``xxhash`` package): four 64-bit
+lanes, each consuming one little-endian word per 32-byte stripe with a multiply-rotate-multiply
+round, then a merge and a final avalanche.  Every round is a bijection of its lane for a fixed
+input word, so a change confined to one word always changes that lane; in general a corrupted
+block goes unnoticed with probability about 2**-64 (CRC-32: 2**-32, but CRC-32 also guarantees to
+catch every burst of up to 32 bits, which XXH64 does not promise).  Measured with the build
+(``python -m benchmarks.bench_store``): see :mod:`mmpack.store.tokenfile`.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["first_decrease"]
+__all__ = ["convert_tokens", "first_decrease", "xxh64"]
 
 
 @njit
@@ -16,3 +31,121 @@ def first_decrease(offsets: np.ndarray) -> int:
         if offsets[j + 1] < offsets[j]:
             return j
     return -1
+
+
+_STRIP = 4096
+
+
+@njit
+def convert_tokens(src: np.ndarray, out: np.ndarray, lo: Any, hi: Any) -> int:
+    """Copy ``src`` into ``out[:src.size]`` (converting to ``out``'s dtype) up to the first value
+    outside ``[lo, hi]``; return its index, or ``src.size`` when every value is in range.
+
+    Parameters
+    ----------
+    src : numpy.ndarray
+        1-D integer array, shape (n,).
+    out : numpy.ndarray
+        1-D unsigned array, shape (>= n,); ``out[:returned index]`` is written (a strip may be
+        written further: the caller ignores what lies past the returned index).
+    lo, hi : scalars of ``src``'s dtype
+        The accepted range; the caller makes every value in it fit ``out``'s dtype.
+    """
+    n = src.shape[0]
+    for a in range(0, n, _STRIP):
+        s = src[a : min(a + _STRIP, n)]  # slices: unsigned indexes, so LLVM vectorises the loop
+        o = out[a : a + s.shape[0]]
+        mn = hi
+        mx = lo
+        for i in range(s.shape[0]):
+            v = s[i]
+            mn = min(mn, v)
+            mx = max(mx, v)
+            o[i] = v
+        if mn < lo or mx > hi:
+            for i in range(s.shape[0]):
+                if s[i] < lo or s[i] > hi:
+                    return a + i
+    return n
+
+
+_P1 = np.uint64(11400714785074694791)
+_P2 = np.uint64(14029467366897019727)
+_P3 = np.uint64(1609587929392839161)
+_P4 = np.uint64(9650029242287828579)
+_P5 = np.uint64(2870177450012600261)
+
+
+@njit
+def _rotl(x: np.uint64, r: int) -> np.uint64:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit
+def _round(acc: np.uint64, word: np.uint64) -> np.uint64:
+    return _rotl(acc + word * _P2, 31) * _P1
+
+
+@njit
+def _merge(acc: np.uint64, lane: np.uint64) -> np.uint64:
+    return (acc ^ _round(np.uint64(0), lane)) * _P1 + _P4
+
+
+@njit
+def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
+    """XXH64 of the bytes ``data``.
+
+    Parameters
+    ----------
+    data : numpy.ndarray
+        uint8, shape (n,): the bytes.
+    words : numpy.ndarray
+        uint64, shape (n // 8,): the same bytes read as little-endian words (the caller's view
+        of ``data``; the host is little-endian).
+    seed : numpy.uint64
+    """
+    n = data.shape[0]
+    w = 0
+    if n >= 32:
+        v1 = seed + _P1 + _P2
+        v2 = seed + _P2
+        v3 = seed
+        v4 = seed - _P1
+        stripes = n // 32
+        for s in range(stripes):
+            v1 = _round(v1, words[4 * s])
+            v2 = _round(v2, words[4 * s + 1])
+            v3 = _round(v3, words[4 * s + 2])
+            v4 = _round(v4, words[4 * s + 3])
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
+        w = 4 * stripes
+    else:
+        h = seed + _P5
+    h += np.uint64(n)
+    p = 8 * w
+    while p + 8 <= n:
+        h ^= _round(np.uint64(0), words[w])
+        h = _rotl(h, 27) * _P1 + _P4
+        w += 1
+        p += 8
+    if p + 4 <= n:
+        k = (
+            np.uint64(data[p])
+            | (np.uint64(data[p + 1]) << np.uint64(8))
+            | (np.uint64(data[p + 2]) << np.uint64(16))
+            | (np.uint64(data[p + 3]) << np.uint64(24))
+        )
+        h ^= k * _P1
+        h = _rotl(h, 23) * _P2 + _P3
+        p += 4
+    while p < n:
+        h ^= np.uint64(data[p]) * _P5
+        h = _rotl(h, 11) * _P1
+        p += 1
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h

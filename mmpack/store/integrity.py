@@ -1,5 +1,5 @@
 """Checking a store's structure and checksums: the offsets' invariants at open and the per-block
-CRC-32s, for a full :meth:`~mmpack.store.reader.TokenStore.verify` and for verify-on-read.
+checksums, for a full :meth:`~mmpack.store.reader.TokenStore.verify` and for verify-on-read.
 
 :func:`check_offsets` checks what every open checks: ``offsets`` has ``num_docs + 1`` entries,
 starts at 0, never decreases and ends at ``num_tokens`` (one O(num_docs) pass; numpy below 4M
@@ -12,8 +12,10 @@ first read that touches it) and then costs one bitmap lookup per touched block.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,27 @@ from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import StoreMeta
 
-__all__ = ["BlockChecker", "check_offsets"]
+__all__ = ["BlockChecker", "block_digest", "check_offsets"]
+
+
+def block_digest(kind: str, data: Any) -> int:
+    """Checksum of the bytes ``data`` (bytes, memoryview or numpy array) by ``kind``: ``"crc32"``
+    (zlib) or ``"xxh64"`` (XXH64 with seed 0, :func:`mmpack.kernels.store.xxh64`; numba is
+    loaded on the first call)."""
+    if kind == "crc32":
+        return zlib.crc32(data)
+    if kind != "xxh64":
+        raise ValueError(f"unknown checksum kind {kind!r}; expected 'crc32' or 'xxh64'")
+    from mmpack.kernels.store import xxh64
+
+    if isinstance(data, np.ndarray):
+        raw = data.reshape(-1).view(np.uint8)
+    else:
+        raw = np.frombuffer(data, dtype=np.uint8)
+    words = raw[: raw.size // 8 * 8].view("<u8")
+    if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
+        words = words.astype(np.uint64)
+    return int(xxh64(raw, words, np.uint64(0)))
 
 
 class BlockChecker:
@@ -81,21 +103,23 @@ class BlockChecker:
         self._verified[b] = True
 
     def check_block(self, name: str, b: int) -> int:
-        """CRC-32 block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);
+        """Checksum block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);
         :class:`FormatError` naming it on a mismatch.  Returns the block's size in bytes."""
         meta = self._meta
         if name == "offsets":
-            nbytes, crcs = (meta.num_docs + 1) * 8, meta.offsets_crc32
+            nbytes, crcs, kind = (meta.num_docs + 1) * 8, meta.offsets_crc32, "crc32"
         else:
             nbytes, crcs = meta.num_tokens * meta.dtype.itemsize, meta.tokens_crc32
+            kind = meta.tokens_checksum
         lo = b * meta.block_bytes
         hi = min(nbytes, lo + meta.block_bytes)
-        got = zlib.crc32(self._backend.raw_bytes(name, lo, hi))
+        got = block_digest(kind, self._backend.raw_bytes(name, lo, hi))
         if got != crcs[b]:
+            width = 10 if kind == "crc32" else 18
             raise FormatError(
                 f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
-                f"(stored {crcs[b]:#010x}, computed {got:#010x}): the data was modified "
-                "or corrupted; rebuild the store"
+                f"({kind}: stored {crcs[b]:#0{width}x}, computed {got:#0{width}x}): the data was "
+                "modified or corrupted; rebuild the store"
             )
         return hi - lo
 

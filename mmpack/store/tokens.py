@@ -5,11 +5,12 @@ A document is a 1-D sequence of integer token ids in ``[0, 2**63)`` (every view 
 lists, tuples, numpy arrays or torch tensors; strings, nested sequences, bools, non-integer floats
 and values that numpy would silently misread (``[1, True]``, ``[2**64 - 1, 1]``) are refused with a
 message naming the document, position and value.  :func:`as_token_array` converts one document
-(O(n), numpy; element-by-element Python only for the sequences numpy would misread).  The writer's
-fast path converts a chunk of plain documents with one ``np.concatenate``
-(:func:`plain_lengths`, :func:`concat_plain`), checks it as a block with one min/max
-(:func:`block_ok`), and only a chunk that fails goes document by document; :func:`validate_block`
-then names the first bad token (one vectorised pass).  Measured with the writer
+(O(n), numpy; element-by-element Python only for the sequences numpy would misread).  The writer
+takes chunks of numpy arrays as one flat buffer (:mod:`mmpack.store.gather`) and chunks of lists
+of Python ints with one ``np.concatenate`` (:func:`plain_lengths`, :func:`concat_plain`); the
+token rule is then checked by the build's one pass (:mod:`mmpack.store.tokenfile`), and
+:func:`validate_block` names the first bad token of the refused document.  Anything else goes
+document by document through :func:`as_token_array`.  Measured with the writer
 (``python -m benchmarks store``, see :mod:`mmpack.store.writer`).
 """
 

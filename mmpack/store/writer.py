@@ -1,24 +1,22 @@
 """Building a token store: a streaming, atomic writer.
 
-Documents stream from any iterable into raw little-endian files inside a temporary folder beside
-the target.  They are taken in chunks that numpy concatenates in one call (no Python work per
-document in the common case), buffered up to ``buffer_tokens`` (memory is bounded by the buffer,
-never by the corpus), validated as a block against the token rule (:mod:`mmpack.store.tokens`),
-written sequentially, and CRC-32-summed on a second thread while the next block is assembled
-(:mod:`mmpack.store.buildfiles`).  With ``dtype=None`` the file starts at the narrowest dtype that
-holds the first block and is widened in place (one sequential rewrite) if a later token needs
-more bits, which happens at most three times.  The metadata is written last, the files are
-fsynced, the finished folder is opened as a store, and it is renamed onto the target
-(:mod:`mmpack.store.publish`: temporary folders and their locks, the overwrite guard, the
-``renameat2(RENAME_EXCHANGE)`` swap), so an interrupted build never leaves anything that opens
-as a store, readers of the previous store keep their mappings, and ``overwrite`` replaces only
-an mmpack store or an empty folder.  A bad document raises from the ``add`` that receives it
-(the buffer is kept); every failure removes the temporary folder.
+Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: numpy arrays become one
+flat buffer with C-level passes, no numpy call per document); each chunk goes through one numba
+pass that converts it to the store's dtype, checks every token against the token rule and fills
+a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
+thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
+a chunk (about a quarter of ``buffer_tokens``), never by the corpus.  With ``dtype=None`` the
+file starts as uint8 and is widened in place (one sequential rewrite) if a later token needs
+more bits, at most three times.  The metadata is written last, the files are fsynced, the
+finished folder is opened as a store and renamed onto the target (:mod:`mmpack.store.publish`:
+temporary folders and their locks, the overwrite guard, the ``renameat2(RENAME_EXCHANGE)``
+swap), so an interrupted build never leaves anything that opens as a store, readers of the
+previous store keep their mappings, and ``overwrite`` replaces only an mmpack store or an empty
+folder.  A bad document raises from the ``add`` that receives it (the documents before it are
+kept); every failure removes the temporary folder.
 
-Measured (``python -m benchmarks store``, 200M C4-like tokens): ``StoreWriter.add_batch`` of flat
-tokens writes at about half the rate of ``ndarray.tofile`` of the same bytes; ``build`` from a
-list of ~430k numpy arrays at a fifth to a quarter (the rest is per-document Python and the
-concatenation); see the README's benchmark table.
+Measured against ``ndarray.tofile`` of the same bytes in the same run: the README's benchmark
+table and its "Build rate" note (``python -m benchmarks.bench_store``).
 """
 
 from __future__ import annotations
@@ -27,39 +25,37 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterable
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
-from mmpack.store.buildfiles import BackgroundChecksum, widen_tokens, write_extra
+from mmpack.store.buildfiles import write_extra
 from mmpack.store.format import (
     BLOCK_BYTES,
+    CHECKSUM_KINDS,
     META_FILE,
     OFFSETS_DTYPE,
     BlockChecksum,
     StoreMeta,
     normalize_token_dtype,
-    smallest_token_dtype,
 )
+from mmpack.store.gather import DocChunks
 from mmpack.store.opening import as_path
 from mmpack.store.publish import LOCK_FILE, check_replaceable, check_target, fsync_dir, stage_folder
 from mmpack.store.publish import check_new_store as _check_new_store
 from mmpack.store.publish import pid_alive as _pid_alive  # noqa: F401  (used by the remote writer)
 from mmpack.store.publish import swap_into_place as _swap_into_place
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.tokenfile import TokenFile
 from mmpack.store.tokens import (
     CHUNK_DOCS,
     MAX_TOKEN,
     as_token_array,
-    block_ok,
     checked_lengths,
-    concat_docs,
     concat_plain,
     plain_lengths,
-    snapshot_doc,
     validate_block,
 )
 
@@ -101,7 +97,8 @@ def build(
         folder is replaced: anything else at ``path`` (a folder holding other files, a file, a
         symbolic link) raises ``FileExistsError`` before any document is read.
     buffer_tokens : int
-        Tokens buffered before a write; bounds the memory used.
+        Sizes the chunks documents are taken in (about a quarter of it); with the 16 MiB block
+        being written, bounds the memory used.
     fsync : bool
         Flush the files to stable storage before the rename (survives power loss too).
     storage_options : dict, optional
@@ -138,7 +135,7 @@ def build(
             raise TypeError(
                 f"docs must be an iterable of token sequences, got {type(docs).__name__}"
             ) from None
-        writer.add_many(iterator)
+        writer.add_many(docs if type(docs) is list or type(docs) is tuple else iterator)
     assert writer.store is not None  # set by the clean exit of the with-block
     return writer.store
 
@@ -161,7 +158,8 @@ class StoreWriter:
     Use as a context manager: documents go in with :meth:`add` or :meth:`add_batch`; a clean
     exit validates the new store, commits it (rename into place) and sets ``writer.store``; an
     exception removes everything written.  A bad document raises from the :meth:`add` that
-    receives it and is not stored; the writer stays usable.
+    receives it and is not stored; the writer stays usable.  ``checksum`` names the token blocks'
+    checksum: ``"xxh64"`` (default) or ``"crc32"`` (readable by mmpack versions before XXH64).
     """
 
     def __init__(
@@ -173,7 +171,11 @@ class StoreWriter:
         overwrite: bool = False,
         buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
         fsync: bool = True,
+        checksum: str = "xxh64",
     ) -> None:
+        if checksum not in CHECKSUM_KINDS:
+            raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
+        self.checksum = checksum
         self.path = Path(os.path.abspath(as_path(path, "path")))  # immune to a later chdir
         get_backend(backend)
         self.backend = backend
@@ -202,17 +204,14 @@ class StoreWriter:
         self._tmp = tmp
         self._lock_fd: int | None = fd
         try:
-            self._tokens_file = open(self._tmp / TOKENS_FILE, "wb")
-            self._offsets_file = open(self._tmp / OFFSETS_FILE, "wb")
-            self._dtype = self.fixed_dtype
-            self._tokens_crc = BackgroundChecksum(BlockChecksum(BLOCK_BYTES))
+            self._tokens = TokenFile(
+                tmp / TOKENS_FILE, open, self.fixed_dtype, self.checksum, BLOCK_BYTES
+            )
+            self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
             self._offsets_crc = BlockChecksum(BLOCK_BYTES)
-            self._buffer: list[np.ndarray] = []
-            self._buffer_lens: list[int] = []
-            self._buffer_has_u64 = False
-            self._buffered = 0
             self._num_docs = 0
             self._num_tokens = 0
+            self._tokens.widen_hook = self._widen
             self._write_offsets(np.zeros(1, dtype=np.int64))
         except BaseException:
             self._cleanup()
@@ -229,8 +228,8 @@ class StoreWriter:
     def _cleanup(self) -> None:
         """Release everything; remove the temporary folder whatever else fails (a close that
         raises again on a full disk must not leave it behind)."""
-        steps = [getattr(getattr(self, "_tokens_crc", None), "close", None)]
-        for f in (getattr(self, "_tokens_file", None), getattr(self, "_offsets_file", None)):
+        steps = []
+        for f in (getattr(self, "_tokens", None), getattr(self, "_offsets_file", None)):
             if f is not None:
                 steps.append(f.close)
         first: BaseException | None = None
@@ -265,73 +264,60 @@ class StoreWriter:
     def add_many(self, docs: Iterable[Any]) -> None:
         """Append every document of ``docs``.
 
-        Documents are taken in chunks: a chunk of plain sequences (numpy arrays, tensors, lists
-        of Python ints) is converted by one ``np.concatenate`` (a copy, so a source that reuses
-        its output buffer cannot change what was buffered) and its values checked at once; no
-        Python work runs per document.  A chunk with anything else (strings, lists holding bools
-        or floats, scalars, uint64 arrays), or one holding a bad value, goes document by document
-        through the exact checks.  The first bad document raises, naming it: the documents before
-        it are added, it and the documents after it in ``docs`` are not (the error gives its
-        index, ``len`` of the store so far)."""
-        iterator = iter(docs)
+        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): numpy arrays of
+        one integer dtype become one flat buffer (copied as each is yielded, so a source that
+        reuses its output buffer cannot change what was taken), lists of Python ints one
+        ``np.concatenate``; a chunk is converted, checked and appended in one pass, with no
+        Python work per document.  Anything else (strings, lists holding bools or floats,
+        scalars, mixed dtypes) goes document by document through the exact checks.  The first
+        bad document raises, naming it: the documents before it are added, it and the documents
+        after it in ``docs`` are not (the error gives its index, ``len`` of the store so far)."""
+        source = DocChunks(docs)
         seen_docs = seen_tokens = 0
         while True:
-            # Chunks hold about a quarter of the buffer, so memory stays bounded by buffer_tokens
-            # whatever the documents' lengths (one document at a time when they are huge).
+            # Chunks hold about a quarter of buffer_tokens, so memory stays bounded whatever
+            # the documents' lengths (one document at a time when they are huge).
             avg = seen_tokens // seen_docs if seen_docs else 64
             size = max(1, min(CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1))))
-            chunk = [snapshot_doc(d) for d in islice(iterator, size)]
-            if not chunk:
+            got = source.take(size)
+            if got is None:
                 return
-            lens = plain_lengths(chunk)
-            flat = None if lens is None else concat_plain(chunk, int(lens.sum()))
-            if lens is not None and flat is not None and block_ok(flat, self.fixed_dtype):
-                n_tokens = flat.size
-                self._buffer.append(flat)
-                self._buffer_lens.extend(lens.tolist())
-                self._buffered += n_tokens
-                if self._buffered >= self.buffer_tokens:
-                    self._flush()
+            if isinstance(got, tuple):
+                flat, lens = got
             else:
-                n_tokens = self._add_one_by_one(chunk)
-            seen_docs += len(chunk)
-            seen_tokens += n_tokens
+                plain = plain_lengths(got)
+                joined = None if plain is None else concat_plain(got, int(plain.sum()))
+                if joined is None or plain is None:
+                    seen_tokens += self._add_one_by_one(got)
+                    seen_docs += len(got)
+                    continue
+                flat, lens = joined, plain
+            self._write_block(flat, lens, keep_good=True)
+            seen_docs += lens.size
+            seen_tokens += flat.size
 
     def _add_one_by_one(self, docs: list[Any]) -> int:
         total = 0
         for doc in docs:
-            j = self._num_docs + len(self._buffer_lens)
-            arr = as_token_array(doc, j)
-            if arr.size:
-                validate_block(arr, np.array([arr.size]), j, self.fixed_dtype)
-            # ``doc`` is already our own copy (snapshot_doc), so ``arr`` may share its memory.
-            if arr.dtype.itemsize == 8 and arr.dtype.kind == "u":
-                self._buffer_has_u64 = True
-            self._buffer.append(arr)
-            self._buffer_lens.append(arr.size)
-            self._buffered += arr.size
+            arr = as_token_array(doc, self._num_docs)
+            self._write_block(arr, np.array([arr.size], dtype=np.int64), keep_good=False)
             total += arr.size
-            if self._buffered >= self.buffer_tokens:
-                self._flush()
         return total
 
     def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append ``len(lengths)`` documents given flat: ``tokens`` (integer, shape (sum(lengths),))
         and ``lengths`` (integer, shape (k,), non-negative).  The lengths are checked exactly (no
-        wraparound of unsigned or int64 sums) before anything is written."""
+        wraparound of unsigned or int64 sums) before anything is written; a bad token refuses
+        the whole batch."""
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or not (lengths.dtype.kind in "iu" or lengths.size == 0):
             raise ValueError(
                 f"lengths must be a 1-D array of non-negative integers, got dtype {lengths.dtype} "
                 f"with shape {lengths.shape}"
             )
-        first = self._num_docs + len(self._buffer_lens)
-        tokens = as_token_array(tokens, first)
+        tokens = as_token_array(tokens, self._num_docs)
         lengths = checked_lengths(lengths, tokens.size)
-        if tokens.size:
-            validate_block(tokens, lengths, first, self.fixed_dtype)
-        self._flush()
-        self._write_block(tokens, lengths, first_doc=self._num_docs)
+        self._write_block(tokens, lengths, keep_good=False)
 
     def attach(self, name: str, data: bytes) -> None:
         """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit."""
@@ -340,36 +326,29 @@ class StoreWriter:
         self._attached[name] = bytes(data)
 
     # --------------------------------------------------------------------------- internals
-    def _flush(self) -> None:
-        if not self._buffer:
+    def _write_block(self, flat: np.ndarray, lengths: np.ndarray, keep_good: bool) -> None:
+        """Append documents given flat (``lengths`` int64, summing to ``flat.size``); a bad token
+        raises naming its document, after appending the documents before it if ``keep_good``."""
+        first = self._num_docs
+        bad = self._tokens.append(flat)
+        if bad < 0:
+            self._add_offsets(lengths)
             return
-        lengths = np.array(self._buffer_lens, dtype=np.int64)
-        first_doc = self._num_docs
-        if len(self._buffer) == 1:
-            flat = self._buffer[0]
-        else:
-            flat = concat_docs(self._buffer, lengths, first_doc, self._buffer_has_u64)
-        self._buffer.clear()
-        self._buffer_lens.clear()
-        self._buffer_has_u64 = False
-        self._buffered = 0
-        self._write_block(flat, lengths, first_doc)
+        ends = np.cumsum(lengths)
+        d = int(np.searchsorted(ends, bad, side="right"))
+        start = int(ends[d - 1]) if d else 0
+        if keep_good and d:
+            if self._tokens.append(flat[:start]) >= 0:
+                raise AssertionError("tokens accepted once were refused")
+            self._add_offsets(lengths[:d])
+        validate_block(flat[start : int(ends[d])], lengths[d : d + 1], first + d, self.fixed_dtype)
+        raise AssertionError(f"token {bad} was refused but passes the token rule")
 
-    def _write_block(self, flat: np.ndarray, lengths: np.ndarray, first_doc: int) -> None:
-        if flat.size:
-            validate_block(flat, lengths, first_doc, self.fixed_dtype)
-            needed = smallest_token_dtype(int(flat.max()))
-            if self._dtype is None:
-                self._dtype = needed
-            elif self.fixed_dtype is None and needed.itemsize > self._dtype.itemsize:
-                self._widen(needed)
-            data = flat.astype(self._dtype, copy=False)
-            self._tokens_file.write(memoryview(data))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-            self._tokens_crc.update(data)
-        self._num_tokens += flat.size
-        self._num_docs += lengths.size
-        ends = np.cumsum(lengths) + (self._num_tokens - flat.size)
-        self._write_offsets(ends)
+    def _add_offsets(self, lengths: np.ndarray) -> None:
+        if lengths.size:
+            ends = np.cumsum(lengths) + self._num_tokens
+            self._num_tokens, self._num_docs = int(ends[-1]), self._num_docs + lengths.size
+            self._write_offsets(ends)
 
     def _write_offsets(self, values: np.ndarray) -> None:
         data = values.astype(OFFSETS_DTYPE, copy=False)
@@ -377,20 +356,13 @@ class StoreWriter:
         self._offsets_crc.update(data)
 
     def _widen(self, dtype: np.dtype) -> None:
-        """Rewrite the tokens written so far with a wider dtype (sequential, chunked)."""
-        tmp, old_dtype = self._tmp, self._dtype
-        assert tmp is not None and old_dtype is not None  # inside the with-block, after a write
-        self._tokens_crc.close()
-        self._tokens_file.close()
-        crc = widen_tokens(tmp / TOKENS_FILE, old_dtype, dtype, self._num_tokens, BLOCK_BYTES)
-        self._tokens_file = open(tmp / TOKENS_FILE, "ab")
-        self._tokens_crc = BackgroundChecksum(crc)
-        self._dtype = dtype
+        """Rewrite the tokens written so far with a wider dtype (the token file's hook)."""
+        self._tokens.widen(dtype)
 
     def _commit(self) -> None:
-        self._flush()
-        dtype = self._dtype or self.fixed_dtype or np.dtype("<u1")
-        for f in (self._tokens_file, self._offsets_file):
+        digests = self._tokens.finish()
+        dtype = self._tokens.dtype
+        for f in (self._tokens.file, self._offsets_file):
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())
@@ -401,8 +373,9 @@ class StoreWriter:
             num_docs=self._num_docs,
             num_tokens=self._num_tokens,
             block_bytes=BLOCK_BYTES,
-            tokens_crc32=tuple(self._tokens_crc.finish()),
+            tokens_crc32=tuple(digests),
             offsets_crc32=tuple(self._offsets_crc.finish()),
+            tokens_checksum=self.checksum,
         )
         tmp = self._tmp
         if tmp is None:

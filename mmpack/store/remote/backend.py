@@ -95,6 +95,7 @@ class RemoteBackend(BlockFetcher, Backend):
         self.url = transport.url
         self.fingerprint = meta.fingerprint
         self.cache = cache
+        self._digest_kind = "crc32"  # the check table of an upload (tokens.crc) is CRC-32
         remote = raw.get("remote")
         itemsize = meta.dtype.itemsize
         self.itemsize = itemsize
@@ -102,7 +103,8 @@ class RemoteBackend(BlockFetcher, Backend):
         if remote is None:
             self.data = ""
             self.block = meta.block_bytes
-            table = np.asarray(meta.tokens_crc32, dtype=np.uint32)
+            table = np.asarray(meta.tokens_crc32, dtype=np.uint64)
+            self._digest_kind = meta.tokens_checksum  # a copied store: its own block checksums
         else:
             try:
                 self.data = str(remote["data"]).strip("/") + "/"

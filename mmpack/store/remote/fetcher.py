@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.store.integrity import block_digest
 from mmpack.store.remote.blocks import runs_of
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.cachefile import CacheFile
@@ -54,6 +54,7 @@ class BlockFetcher:
     itemsize: int
     nbytes: int
     table: np.ndarray
+    _digest_kind: str  # the check table's kind: "crc32" or "xxh64"
     stats: dict[str, int]
     _lock: threading.Lock
     _ready: OrderedDict[int, bytes]
@@ -75,7 +76,7 @@ class BlockFetcher:
 
     def _intact(self, b: int, data: bytes) -> bool:
         lo, hi = self._block_span(b)
-        return len(data) == hi - lo and zlib.crc32(data) == int(self.table[b])
+        return len(data) == hi - lo and block_digest(self._digest_kind, data) == int(self.table[b])
 
     def _get_blocks(self, ids: np.ndarray, cf: CacheFile | None) -> dict[int, Any]:
         """Every block of ``ids``: from memory, the node cache, a look-ahead in flight, or
@@ -214,7 +215,7 @@ class BlockFetcher:
                         raise FormatError(
                             f"{self.url}: {key} bytes {lo}..{hi} (check block {b}) fail their "
                             f"checksum (stored {int(self.table[b]):#010x}, got "
-                            f"{zlib.crc32(data):#010x}): the object is corrupt; rebuild the store"
+                            f"{block_digest(self._digest_kind, data):#010x}): the object is corrupt; rebuild the store"
                         )
                 out[b] = data
         return out

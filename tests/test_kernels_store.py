@@ -1,0 +1,155 @@
+"""The store kernels against their slow Python twins: XXH64 (the published algorithm, checked on
+known digests too) and the build's convert-and-check pass.
+
+Run: ``pytest tests/test_kernels_store.py`` (``make test`` reruns it with NUMBA_BOUNDSCHECK=1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmpack.kernels.store import convert_tokens
+from mmpack.store.integrity import block_digest
+
+_M = (1 << 64) - 1
+_P1, _P2, _P3 = 11400714785074694791, 14029467366897019727, 1609587929392839161
+_P4, _P5 = 9650029242287828579, 2870177450012600261
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M
+
+
+def _round(acc: int, word: int) -> int:
+    return (_rotl((acc + word * _P2) & _M, 31) * _P1) & _M
+
+
+def xxh64_slow(data: bytes, seed: int = 0) -> int:
+    """XXH64 in plain Python, from the specification (xxhash's doc/xxhash_spec.md)."""
+    n, p = len(data), 0
+
+    def word(i: int) -> int:
+        return int.from_bytes(data[i : i + 8], "little")
+
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed, (seed - _P1) & _M]
+        while p + 32 <= n:
+            v = [_round(v[k], word(p + 8 * k)) for k in range(4)]
+            p += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
+        for lane in v:
+            h = ((h ^ _round(0, lane)) * _P1 + _P4) & _M
+    else:
+        h = (seed + _P5) & _M
+    h = (h + n) & _M
+    while p + 8 <= n:
+        h = (_rotl(h ^ _round(0, word(p)), 27) * _P1 + _P4) & _M
+        p += 8
+    if p + 4 <= n:
+        h = (_rotl(h ^ (int.from_bytes(data[p : p + 4], "little") * _P1 & _M), 23) * _P2 + _P3) & _M
+        p += 4
+    while p < n:
+        h = (_rotl(h ^ (data[p] * _P5 & _M), 11) * _P1) & _M
+        p += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M
+    h ^= h >> 29
+    h = (h * _P3) & _M
+    return h ^ (h >> 32)
+
+
+# Digests from the reference implementation (the ``xxhash`` package, XXH64, seed 0).
+KNOWN = [
+    (b"", 0xEF46DB3751D8E999),
+    (b"a", 0xD24EC4F1A98C6E5B),
+    (b"abc", 0x44BC2CF5AD770999),
+    (b"0123456789abcdef0123456789abcdef", 0x642A94958E71E6C5),
+    (bytes(range(100)), 0x6AC1E58032166597),
+    (b"mmpack" * 11, 0xF2F2A64C3AF94610),
+]
+
+
+@pytest.mark.parametrize(("data", "digest"), KNOWN)
+def test_xxh64_known_digests(data, digest):
+    assert xxh64_slow(data) == digest
+    assert block_digest("xxh64", data) == digest
+    assert block_digest("xxh64", np.frombuffer(data, dtype=np.uint8)) == digest
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, 7))
+def test_xxh64_kernel_matches_its_twin(data, skip):
+    """Any length (every tail case), from bytes or from an unaligned numpy view."""
+    assert block_digest("xxh64", data) == xxh64_slow(data)
+    padded = np.frombuffer(bytes(skip) + data, dtype=np.uint8)[skip:]  # unaligned for skip > 0
+    assert block_digest("xxh64", padded) == xxh64_slow(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=1, max_size=200), st.data())
+def test_xxh64_detects_any_flipped_bit(data, draw):
+    i = draw.draw(st.integers(0, len(data) - 1))
+    bit = draw.draw(st.integers(0, 7))
+    flipped = bytearray(data)
+    flipped[i] ^= 1 << bit
+    assert block_digest("xxh64", bytes(flipped)) != block_digest("xxh64", data)
+
+
+def test_block_digest_crc32_and_unknown_kind():
+    import zlib
+
+    assert block_digest("crc32", b"mmpack") == zlib.crc32(b"mmpack")
+    with pytest.raises(ValueError, match="unknown checksum kind 'md5'"):
+        block_digest("md5", b"")
+
+
+# ----------------------------------------------------------------------------- convert_tokens
+def convert_slow(src: np.ndarray, out: np.ndarray, lo: int, hi: int) -> int:
+    for i, v in enumerate(src.tolist()):
+        if v < lo or v > hi:
+            return i
+        out[i] = v
+    return src.size
+
+
+_SRC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(_SRC),
+    st.sampled_from(["<u1", "<u2", "<u4", "<u8"]),
+    st.integers(0, 9000),
+    st.data(),
+)
+def test_convert_tokens_matches_its_twin(src_dtype, out_dtype, n, draw):
+    """Stops at the first value outside [lo, hi] (strips of 4096 tokens: bad values in the
+    first, a later or the last strip), and copies exactly the values before it."""
+    info, out_info = np.iinfo(src_dtype), np.iinfo(out_dtype)
+    top = min(int(info.max), int(out_info.max))
+    hi = draw.draw(st.integers(0, top))
+    rng = np.random.default_rng(draw.draw(st.integers(0, 2**32)))
+    src = rng.integers(0, hi + 1, size=n, dtype=np.uint64).astype(src_dtype)
+    for _ in range(draw.draw(st.integers(0, 3))):  # plant bad values
+        if n:
+            low = int(info.min) < 0
+            v = -1 if low and rng.random() < 0.5 else (hi + 1 if hi < int(info.max) else None)
+            if v is not None:
+                src[int(rng.integers(0, n))] = v
+    got_out = np.zeros(n, dtype=out_dtype)
+    want_out = np.zeros(n, dtype=out_dtype)
+    t = np.dtype(src_dtype).type
+    got = convert_tokens(src, got_out, t(0), t(hi))
+    want = convert_slow(src, want_out, 0, hi)
+    assert got == want
+    assert np.array_equal(got_out[:got], want_out[:want])
+
+
+def test_convert_tokens_on_a_strided_view():
+    src = np.arange(20, dtype=np.int64)[::2]
+    out = np.zeros(10, dtype=np.uint16)
+    assert convert_tokens(src, out, np.int64(0), np.int64(65535)) == 10
+    assert out.tolist() == list(range(0, 20, 2))
