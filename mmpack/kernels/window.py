@@ -17,6 +17,7 @@ from mmpack.kernels._jit import njit
 
 __all__ = [
     "INDEX_STEP",
+    "META_FIELDS",
     "copy_window",
     "fill_sampled_index",
     "find_doc",
@@ -43,6 +44,9 @@ def _arange(dst: np.ndarray) -> None:
 
 INDEX_STEP = 256
 """Stride of the sampled index: ``top[k] = voff(k * INDEX_STEP)``."""
+
+META_FIELDS = 6
+"""Scalars at the head of :func:`one_window`'s ``meta`` (the sampled index follows them)."""
 
 
 @njit
@@ -138,7 +142,9 @@ def copy_window(
     """Copy ``S[v : v + width]`` into ``row`` (length ``width``: ``seqlen``, or ``seqlen + 1``
     when the caller takes labels as ``row[1:]``), padding past the end of ``S`` with ``pad_id``;
     fill ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``) for ``row[:seqlen]``.
-    ``src[cursor]`` must be the window's first real token.  Returns the entries written to ``cu``.
+    ``src[cursor]`` must be the window's first real token; a negative ``cursor`` means ``src``
+    is the whole flat array and the cursor is taken from the document search this function
+    does anyway (one binary search per window, not two).  Returns the entries written to ``cu``.
 
     Copies run piece by piece, one tight loop per document piece over views indexed from 0, so
     the inner loops vectorise."""
@@ -146,6 +152,8 @@ def copy_window(
     filled = min(real, seqlen)
     j = find_doc(offsets, top, use_eot, v)
     r = v - (offsets[j] + j * use_eot)
+    if cursor < 0:  # flat_position(v), from the document just found
+        cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
     ncu = 1
     cu[0] = 0
     t = 0
@@ -198,13 +206,11 @@ def gather_windows(
     ncu: np.ndarray,
 ) -> None:
     """:func:`copy_window` for every ``k``, into row ``k`` of the 2-D outputs.  A negative
-    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found here."""
+    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found by
+    :func:`copy_window`'s own document search."""
     resolve = cursors.shape[0] > 0 and cursors[0] < 0
     for k in range(vstarts.shape[0]):
-        if resolve:
-            cursor = flat_position(offsets, top, use_eot, vstarts[k])
-        else:
-            cursor = cursors[k]
+        cursor = -1 if resolve else cursors[k]
         ncu[k] = copy_window(
             src,
             cursor,
@@ -225,29 +231,23 @@ def gather_windows(
 
 @njit
 def one_window(
-    src: np.ndarray,
-    offsets: np.ndarray,
-    top: np.ndarray,
-    params: np.ndarray,
-    v: int,
-    out: np.ndarray,
-    cu: np.ndarray,
+    src: np.ndarray, offsets: np.ndarray, meta: np.ndarray, v: int, out: np.ndarray, cu: np.ndarray
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
-    ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` (int64 or
-    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the caller's
-    int32 ``cu`` may be its tail): few arguments, because numba's dispatch cost
-    grows with each one and this is the single-sample path (packing the scalars took ``ds[i]``
-    from 6.5 to 3.9 us in ``python -m benchmarks --quick window``)."""
-    use_eot, eot, seqlen, width = params[0], params[1], params[2], params[3]
-    total, pad_id = params[4], params[5]
-    cursor = flat_position(offsets, top, use_eot, v)
+    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` followed by the sampled index
+    (``top``, possibly empty) and ``out`` (int64 or int32) holds the row (``width``) then the
+    positions (``seqlen``), then anything (the caller's int32 ``cu`` may be its tail): few
+    arguments, because numba's dispatch costs ~45 ns per array argument and this is the
+    single-sample path (packing the scalars took ``ds[i]`` from 6.5 to 3.9 us in
+    ``python -m benchmarks --quick window``)."""
+    use_eot, eot, seqlen, width = meta[0], meta[1], meta[2], meta[3]
+    total, pad_id = meta[4], meta[5]
     return copy_window(
         src,
-        cursor,
+        -1,
         offsets,
-        top,
+        meta[META_FIELDS:],
         use_eot,
         eot,
         v,
