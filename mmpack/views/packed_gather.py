@@ -18,9 +18,10 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
+from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
 
-__all__ = ["gather_rows", "piece_ranges", "read_bin"]
+__all__ = ["corrupt_keyed", "gather_rows", "piece_ranges", "read_bin"]
 
 
 def piece_ranges(
@@ -158,3 +159,38 @@ def read_bin(
             "delete <store>/cache to rebuild it"
         )
     return cu, int(n_seg), int(longest)
+
+
+def corrupt_keyed(
+    ds: Any,
+    idx: np.ndarray,
+    epochs: Any,
+    ids: np.ndarray,
+    attn: np.ndarray,
+    labels: np.ndarray,
+) -> None:
+    """MLM corruption of rows ``ids`` (k, seqlen) in place (labels into ``labels``), keyed by
+    (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
+    row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
+    and excluded ids)."""
+    if isinstance(epochs, list):
+        per_row = np.array(epochs, dtype=np.uint64)
+        keys = np.empty(idx.shape[0], dtype=np.uint64)
+        for e in np.unique(per_row).tolist():
+            rows = np.flatnonzero(per_row == e)
+            keys[rows] = row_keys(ds.seed, e, idx[rows])
+    else:
+        keys = row_keys(ds.seed, epochs, idx)
+    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds._excl
+    # mode="mlm" (the only caller): check_masking required mask_id and vocab_size
+    assert mask_id is not None and vocab_size is not None and excluded is not None
+    corrupt_rows(
+        ids,
+        attn,
+        keys,
+        mask_prob=ds.mask_prob,
+        mask_id=mask_id,
+        vocab_size=vocab_size,
+        excluded=excluded,
+        labels=labels,
+    )
