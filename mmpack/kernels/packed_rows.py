@@ -157,6 +157,19 @@ def fill_rows(
 
 
 @njit
+def _touch_pieces(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cu: np.ndarray) -> None:
+    """Read the first token of every piece before the copies: the pieces lie in unrelated
+    places, and their cache (and TLB) misses then overlap instead of following one another.
+    The sum goes to ``cu``'s last slot (past the entries returned, or overwritten by them) so
+    the loads are kept."""
+    acc = 0
+    for q in range(starts.shape[0]):
+        if lengths[q] > 0:
+            acc += src[starts[q]]
+    cu[cu.shape[0] - 1] = acc
+
+
+@njit
 def one_bin(
     bin_ptr: np.ndarray,
     piece_doc: np.ndarray,
@@ -184,8 +197,7 @@ def one_bin(
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
-    lo = bin_ptr[b]
-    hi = bin_ptr[b + 1]
+    lo, hi = bin_ptr[b], bin_ptr[b + 1]
     if lo < 0 or hi < lo or hi > piece_doc.shape[0]:
         return -1, 0
     n = hi - lo
@@ -196,8 +208,7 @@ def one_bin(
     bins = scratch[0:1]
     bins[0] = b
     row_ptr = scratch[1:3]
-    row_ptr[0] = 0
-    row_ptr[1] = n
+    row_ptr[0], row_ptr[1] = 0, n
     scalars = scratch[3:5]
     starts = scratch[5 : 5 + n]
     lengths = scratch[5 + n : 5 + 2 * n]
@@ -218,14 +229,7 @@ def one_bin(
     )
     if bad >= 0:
         return -1, 0
-    # The pieces lie in unrelated places: read the first token of each before the copies, so
-    # their cache (and TLB) misses overlap instead of following one another.  The sum goes to
-    # cu's last slot (past the entries returned, or overwritten by them) so the loads are kept.
-    acc = 0
-    for q in range(n):
-        if lengths[q] > 0:
-            acc += src[starts[q]]
-    cu[cu.shape[0] - 1] = acc
+    _touch_pieces(src, starts, lengths, cu)
     rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
     fill_rows(
         src,

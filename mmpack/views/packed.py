@@ -65,7 +65,14 @@ from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
 from mmpack.views.packed_config import packed_config
-from mmpack.views.packed_gather import corrupt_keyed, gather_rows, piece_ranges, read_bin
+from mmpack.views.packed_gather import (
+    bin_first_token,
+    corrupt_keyed,
+    gather_rows,
+    locate_pieces,
+    piece_ranges,
+    read_bin,
+)
 from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan
 from mmpack.views.readahead import ColdReads, prefetch_ranges
 
@@ -204,7 +211,9 @@ class PackedDataset:
         self._pool = BufferPool()
         specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
         self._mlm = self.mode == Mode.MLM
-        self._excl = excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self._mlm else None
+        self._excl = (
+            excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self._mlm else None
+        )
         if self._mlm:
             self._label_mode = LABELS_NONE
         else:
@@ -213,9 +222,8 @@ class PackedDataset:
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
         )
-        # The single-sample buffer: 4 * seqlen, and with int32 output cu_seqlens after them
-        # (with int64 output cu_seqlens is a second, int32 array: an int32 view of an int64
-        # buffer costs more in Python than the allocation).
+        # The single-sample buffer: 4 * seqlen, then cu_seqlens with int32 output (with int64
+        # a second, int32 array: an int32 view of the int64 buffer costs more than it).
         self._one_buffer = self.dtype == np.int32
         self._plan = cached_plan(
             self.store,
@@ -247,12 +255,6 @@ class PackedDataset:
             out, cu = np.empty(1, self.dtype), np.empty(1, np.int32)
             kernel = entry_point(one_bin, *arrays, self._src, 0, self._params, out, cu)
         self._fast = (kernel, *arrays, self._src, self._params, self.dtype, self._cold)
-
-    def _corrupt(
-        self, idx: np.ndarray, epochs: Any, ids: np.ndarray, attn: np.ndarray, labels: np.ndarray
-    ) -> None:
-        """MLM corruption of rows ``ids`` (k, seqlen) in place, keyed by (seed, epoch, index)."""
-        corrupt_keyed(self, idx, epochs, ids, attn, labels)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -301,17 +303,7 @@ class PackedDataset:
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        eot = self.eot is not None
-        seqlen = self.seqlen
-        at = 0
-        pieces = []
-        for doc, start, length in self._plan.pieces(check_index(i, len(self))):
-            has_eot = int(eot and length < seqlen)  # the rule of kernels.packed_rows.select_pieces
-            pieces.append(
-                {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
-            )
-            at += length + has_eot
-        return pieces
+        return locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
 
     # ------------------------------------------------------------------------------- access
     def __getitem__(self, i: int) -> dict[str, Any]:
@@ -343,7 +335,7 @@ class PackedDataset:
             cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)
         if self._mlm:
             rows = out[: 4 * seqlen].reshape(4, 1, seqlen)
-            self._corrupt(np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
+            corrupt_keyed(self, np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
             "input_ids": out[:seqlen],
             "labels": out[2 * seqlen : 3 * seqlen],
@@ -379,9 +371,8 @@ class PackedDataset:
             self.dtype,
         )
         if self._mlm:
-            self._corrupt(
-                idx, epochs, columns["input_ids"], columns["attention_mask"], columns["labels"]
-            )
+            ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
+            corrupt_keyed(self, idx, epochs, ids, attn, labels)
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead
@@ -393,23 +384,11 @@ class PackedDataset:
         return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
 
     def _before_cold_read(self, b: int) -> int:
-        bin_ptr = self._plan.bin_ptr
-        lo, hi = (int(bin_ptr[b]), int(bin_ptr[b + 1])) if b + 1 < bin_ptr.shape[0] else (0, 0)
         return self._cold.before_read(
             self.store,
-            self._first_token(lo, hi),
+            bin_first_token(self._plan, self._offsets, b),
             lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
         )
-
-    def _first_token(self, lo: int, hi: int) -> int:
-        """Flat position of the first token of the bin whose pieces are ``[lo, hi)`` (0 for an
-        empty bin or a piece outside the store: a residency probe only)."""
-        if not 0 <= lo < hi <= self._plan.n_pieces:
-            return 0
-        d = int(self._plan.piece_doc[lo])
-        if not 0 <= d < self._offsets.shape[0] - 1:
-            return 0
-        return int(self._offsets[d]) + int(self._plan.piece_start[lo])
 
     def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat token ranges ``(starts, lengths)`` (int64) of the pieces of bins ``idx``; empty

@@ -73,15 +73,8 @@ def packed_config(
     seqlen = check_int(seqlen, "seqlen")
     if not 1 <= seqlen < INT32_MAX:
         raise ValueError(f"seqlen must be in [1, {INT32_MAX}), got {seqlen}")
-    eot, pad_id, mask_id, vocab_size = (
-        resolve_special(v, store, n)
-        for v, n in (
-            (eot, "eot"),
-            (pad_id, "pad_id"),
-            (mask_id, "mask_id"),
-            (vocab_size, "vocab_size"),
-        )
-    )
+    specials = {"eot": eot, "pad_id": pad_id, "mask_id": mask_id, "vocab_size": vocab_size}
+    eot, pad_id, mask_id, vocab_size = (resolve_special(v, store, n) for n, v in specials.items())
     eot = None if eot is None else check_token_id(eot, "eot")
     pad_id = check_token_id(pad_id, "pad_id")
     mode_ = parse_option(Mode, mode, "mode").value
@@ -110,15 +103,9 @@ def packed_config(
         lookahead=lookahead,
     )
     vocab = masking.vocab_size
+    ids = {"eot": eot, "pad_id": pad_id, "mask_id": masking.mask_id}
     out_dtype = output_dtype(
-        dtype,
-        store,
-        {
-            "eot": eot,
-            "pad_id": pad_id,
-            "mask_id": masking.mask_id,
-            "vocab_size": None if vocab is None else vocab - 1,
-        },
+        dtype, store, ids | {"vocab_size": None if vocab is None else vocab - 1}
     )
     return PackedConfig(
         seqlen=seqlen,

@@ -21,7 +21,14 @@ from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
 
-__all__ = ["corrupt_keyed", "gather_rows", "piece_ranges", "read_bin"]
+__all__ = [
+    "bin_first_token",
+    "corrupt_keyed",
+    "gather_rows",
+    "locate_pieces",
+    "piece_ranges",
+    "read_bin",
+]
 
 
 def piece_ranges(
@@ -194,3 +201,31 @@ def corrupt_keyed(
         excluded=excluded,
         labels=labels,
     )
+
+
+def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
+    """Flat position of the first token of bin ``b`` (0 for an empty bin, a bin outside the
+    plan or a piece outside the store: a residency probe only, never an error)."""
+    bin_ptr = plan.bin_ptr
+    if not 0 <= b < bin_ptr.shape[0] - 1:
+        return 0
+    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
+    if not 0 <= lo < hi <= plan.n_pieces:
+        return 0
+    d = int(plan.piece_doc[lo])
+    if not 0 <= d < offsets.shape[0] - 1:
+        return 0
+    return int(offsets[d]) + int(plan.piece_start[lo])
+
+
+def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
+    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them."""
+    at = 0
+    pieces = []
+    for doc, start, length in plan.pieces(b):
+        has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
+        pieces.append(
+            {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
+        )
+        at += length + has_eot
+    return pieces

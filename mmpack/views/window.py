@@ -246,9 +246,20 @@ class WindowDataset:
         n = self._len
         if not ((type(i) is int or isinstance(i, EpochIndex)) and 0 <= i < n):
             i = check_index(i, n)
-        kernel, src, offsets, meta, stride, seqlen, width, dtype, buflen, one_buf, last_full, cold = (
-            self._fast
-        )
+        (
+            kernel,
+            src,
+            offsets,
+            meta,
+            stride,
+            seqlen,
+            width,
+            dtype,
+            buflen,
+            one_buf,
+            last_full,
+            cold,
+        ) = self._fast
         if src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
