@@ -25,43 +25,17 @@ import pstats
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view
+from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view, side_by_side
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
 Case = tuple[Callable[[Any], Any], Sequence[Any]]
-
-
-def side_by_side(
-    cases: dict[str, Case], rounds: int = 40, warm: bool = True
-) -> dict[str, np.ndarray]:
-    """Per-call seconds of every case, interleaved: round ``r`` times items
-    ``[r * k, (r + 1) * k)`` of each case in turn (``k = len(items) // rounds``), after one
-    untimed pass over all items of every case when ``warm``."""
-    clock = time.perf_counter_ns
-    if warm:
-        for fn, items in cases.values():
-            for x in items:
-                fn(x)
-    out: dict[str, list[np.ndarray]] = {name: [] for name in cases}
-    for r in range(rounds):
-        for name, (fn, items) in cases.items():
-            k = len(items) // rounds
-            chunk = items[r * k : (r + 1) * k]
-            t = np.empty(len(chunk))
-            for q, x in enumerate(chunk):
-                t0 = clock()
-                fn(x)
-                t[q] = clock() - t0
-            out[name].append(t)
-    return {name: np.concatenate(v) * 1e-9 for name, v in out.items()}
 
 
 def _views(store: Any) -> dict[str, Any]:
@@ -87,7 +61,7 @@ def single_rows(store: Any, label: str, n: int) -> list[dict[str, Any]]:
         cases[f"floor {width}"] = (lambda s, w=width: raw[s : s + w].copy(), starts)
     secs = side_by_side(cases)
     rows = []
-    for name, ds in views.items():
+    for name in views:
         width = SEQLEN + 1 if name.startswith("window") else SEQLEN
         t, f = secs[name], secs[f"floor {width}"]
         ratio = float(np.median(t) / np.median(f))

@@ -78,6 +78,8 @@ from mmpack.views.readahead import ColdReads, prefetch_ranges
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
+_INT32 = np.dtype(np.int32)
+
 MODES = tuple(sorted(m.value for m in Mode))
 """Accepted ``mode`` values (:class:`~mmpack.core.options.Mode`)."""
 
@@ -214,10 +216,8 @@ class PackedDataset:
         self._excl = (
             excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self._mlm else None
         )
-        if self._mlm:
-            self._label_mode = LABELS_NONE
-        else:
-            self._label_mode = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
+        shift = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
+        self._label_mode = LABELS_NONE if self._mlm else shift
         self._params = np.array(
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
@@ -327,7 +327,7 @@ class PackedDataset:
         seqlen = self.seqlen
         # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
         out = np.empty(self._buflen, dtype)
-        cu = out[4 * seqlen :] if self._one_buffer else np.empty(self._cu_cols, np.int32)
+        cu = out[4 * seqlen :] if self._one_buffer else np.empty(self._cu_cols, _INT32)
         n_seg, longest = kernel(  # one_bin
             bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, out, cu
         )

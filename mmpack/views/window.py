@@ -52,6 +52,7 @@ __all__ = ["WindowDataset", "output_dtype"]
 
 _SAMPLED_INDEX_DOCS = 1 << 20
 _OUTPUT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+_INT32 = np.dtype(np.int32)
 
 
 def output_dtype(dtype: Any, store: TokenStore, ids: dict[str, int | None]) -> np.dtype:
@@ -266,7 +267,7 @@ class WindowDataset:
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(v)
         out = np.empty(buflen, dtype)  # the row, the positions (, cu_seqlens)
-        cu = out[width + seqlen :] if one_buf else np.empty(seqlen + 1, np.int32)
+        cu = out[width + seqlen :] if one_buf else np.empty(seqlen + 1, _INT32)
         ncu = kernel(src, offsets, meta, v, out, cu)  # one_window
         if width == seqlen:  # labels=False
             return {
