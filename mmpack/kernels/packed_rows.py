@@ -158,14 +158,17 @@ def fill_rows(
 
 @njit
 def _touch_pieces(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cu: np.ndarray) -> None:
-    """Read the first token of every piece before the copies: the pieces lie in unrelated
-    places, and their cache (and TLB) misses then overlap instead of following one another.
-    The sum goes to ``cu``'s last slot (past the entries returned, or overwritten by them) so
-    the loads are kept."""
+    """Read one token per 64-byte line of every piece before the copies.  The pieces lie in
+    unrelated places and are too short for the hardware prefetcher to ramp up, so copying them
+    in turn waits for their cache (and TLB) misses one after another; touched first, the misses
+    are all in flight together.  The sum goes to ``cu``'s last slot (past the entries returned,
+    or overwritten by them) so the loads are kept."""
+    step = max(1, 64 // src.itemsize)
     acc = 0
     for q in range(starts.shape[0]):
-        if lengths[q] > 0:
-            acc += src[starts[q]]
+        a, n = starts[q], lengths[q]
+        for t in range(a, a + n, step):
+            acc += src[t]
     cu[cu.shape[0] - 1] = acc
 
 

@@ -37,6 +37,37 @@ def _copy_cast(src: np.ndarray, dst: np.ndarray) -> None:
 
 
 @njit
+def _flat_tokens(offsets: np.ndarray, j: int, r: int, use_eot: int, real: int) -> int:
+    """Real tokens among ``real`` stream positions from position ``r`` of document ``j`` on
+    (``real`` minus the eots among them)."""
+    if not use_eot:
+        return real
+    t = 0
+    n = 0
+    while t < real:
+        dl = offsets[j + 1] - offsets[j]
+        take = min(dl + 1 - r, real - t)
+        if r < dl:
+            n += min(dl - r, take)
+        t += take
+        j += 1
+        r = 0
+    return n
+
+
+@njit
+def _touch(src: np.ndarray, a: int, n: int) -> int:
+    """The sum of one token per 64-byte line of ``src[a : a + n]``: reading the lines before the
+    copy puts all their cache (and TLB) misses in flight together, where the copy loop, which
+    casts and stores several bytes per byte read, holds only a few (A/B in one process, random
+    2049-token windows of a 0.2 GB store: -0.27 us int64, -0.15 us int32 per window)."""
+    acc = 0
+    for t in range(a, a + n, max(1, 64 // src.itemsize)):
+        acc += src[t]
+    return acc
+
+
+@njit
 def _arange(dst: np.ndarray) -> None:
     for q in range(dst.shape[0]):
         dst[q] = q
@@ -154,6 +185,9 @@ def copy_window(
     r = v - (offsets[j] + j * use_eot)
     if cursor < 0:  # flat_position(v), from the document just found
         cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
+    # The sum lands in cu's last slot, past the entries returned (or overwritten by them), so
+    # the loads are kept.
+    cu[cu.shape[0] - 1] = _touch(src, cursor, _flat_tokens(offsets, j, r, use_eot, real))
     ncu = 1
     cu[0] = 0
     t = 0
