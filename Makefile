@@ -21,7 +21,7 @@ demo: $(STAMP)
 # out-of-bounds read on the random inputs of the property tests raises instead of passing.
 KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tests/test_batch.py \
 	tests/test_masking.py tests/test_permutation.py tests/test_mixture.py tests/test_streaming.py \
-	tests/test_foreign_eos.py
+	tests/test_foreign_eos.py tests/test_getitem_fast.py
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q

@@ -11,8 +11,10 @@ case in turn, so load on the machine hits all cases alike.  Reported: median and
 the floor's median, the ratio of medians (target <= 3).
 
 ``--profile`` adds where the nanoseconds of one call go: the same loop over the stages of the
-call, each on top of the previous (the kernel alone on preallocated buffers, + the output
-allocation, + the sample dict's views, the whole ``ds[i]``), and a cProfile of the calls.
+call, each on top of the previous (the kernel alone on preallocated buffers through its compiled
+entry, + the output allocation, + the sample dict's views, the whole ``ds[i]``; and for
+comparison the kernel called through numba's dispatcher), and a cProfile of the calls (whose
+absolute times include the profiler's own overhead).
 
 Run ``python -m benchmarks.bench_getitem [--quick] [--profile]``.
 """
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view, side_by_side
+from mmpack.kernels.packed_rows import one_bin
+from mmpack.kernels.window import one_window
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -93,6 +97,9 @@ def _stages(name: str, ds: Any, items: list[int]) -> dict[str, Case]:
         def k_only(i: int) -> Any:
             return kernel(src, offsets, meta, i * stride, buf, cu0)
 
+        def k_dispatch(i: int) -> Any:
+            return one_window(src, offsets, meta, i * stride, buf, cu0)
+
         def k_alloc(i: int) -> Any:
             out = np.empty(buflen, dtype)
             cu = out[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
@@ -116,6 +123,9 @@ def _stages(name: str, ds: Any, items: list[int]) -> dict[str, Case]:
         def k_only(i: int) -> Any:
             return kernel(*arrays[:6], i, params, buf, cu0)
 
+        def k_dispatch(i: int) -> Any:
+            return one_bin(*arrays[:6], i, params, buf, cu0)
+
         def k_alloc(i: int) -> Any:
             out = np.empty(buflen, dtype)
             cu = out[4 * seqlen :] if one else np.empty(cols, np.int32)
@@ -138,6 +148,7 @@ def _stages(name: str, ds: Any, items: list[int]) -> dict[str, Case]:
         "+ output allocation": (k_alloc, items),
         "+ sample dict of views": (k_dict, items),
         "ds[i]": (ds.__getitem__, items),
+        "(apart) the kernel through numba's dispatcher, preallocated": (k_dispatch, items),
     }
 
 

@@ -6,7 +6,10 @@ window starting at ``v`` begins in the last document ``j`` with ``voff(j) <= v``
 binary search over ``offsets`` itself (no ``voff`` array is materialised: nothing grows with the
 corpus beyond the memory-mapped index).  The real tokens of a window are consecutive in the flat
 token array, so a copy walks one cursor through the flat array and writes ``eot`` where a document
-segment ends.  Cost: O(log n_docs) to resolve plus O(width) to copy, per window.
+segment ends.  Cost: O(log n_docs) to resolve (one search per window: the copy derives its
+flat cursor from the document it found) plus O(width) to copy, per window; before copying, one
+token per cache line of the window's flat range is read, so the source's misses overlap (the
+copy, which casts, keeps only a few in flight).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ differ in length between rows, so collate with :func:`mmpack.torch.collate.colla
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
-uniform draw per token.
+uniform draw per token.  A single ``ds[i]`` calls ``one_bin``'s compiled entry (rebound when the
+plan changes) into one buffer sliced into the sample: SINGLE_PACKED_FIGURES.
 
 Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
 cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
@@ -222,8 +223,7 @@ class PackedDataset:
             [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
             dtype=np.int64,
         )
-        # The single-sample buffer: 4 * seqlen, then cu_seqlens with int32 output (with int64
-        # a second, int32 array: an int32 view of the int64 buffer costs more than it).
+        # One single-sample buffer: 4 * seqlen, + cu_seqlens with int32 output (int64: 2 arrays).
         self._one_buffer = self.dtype == np.int32
         self._plan = cached_plan(
             self.store,
@@ -250,10 +250,10 @@ class PackedDataset:
         self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
-        kernel = one_bin
-        if self._src is not None:  # one_bin's compiled code for the types __getitem__ passes
-            out, cu = np.empty(1, self.dtype), np.empty(1, np.int32)
-            kernel = entry_point(one_bin, *arrays, self._src, 0, self._params, out, cu)
+        kernel = one_bin  # its compiled code for the types __getitem__ passes (memmap backend)
+        if self._src is not None:
+            example = (self._src, 0, self._params, np.empty(1, self.dtype), np.empty(1, _INT32))
+            kernel = entry_point(one_bin, *arrays, *example)
         self._fast = (kernel, *arrays, self._src, self._params, self.dtype, self._cold)
 
     def __getstate__(self) -> dict[str, Any]:

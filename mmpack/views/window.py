@@ -13,7 +13,10 @@ Worked example (the window question of the project's seed, ``sharded.py``): docu
 Cost: O(log n_docs) per window to find its first document (binary search over the mapped
 ``offsets``), then a copy in a numba kernel that inserts the eot tokens on the fly; a batch is
 one kernel call into preallocated arrays (see ``benchmarks/`` for the measured ratios against a
-raw memory copy).
+raw memory copy).  A single ``ds[i]`` (an int or an ``EpochIndex``) skips the general checks,
+calls the kernel's compiled entry (:mod:`mmpack.kernels.entry`) with its scalars and sampled
+index packed in one array, and slices the sample out of one buffer (two with int64 output:
+cu_seqlens stays int32): SINGLE_WINDOW_FIGURES.
 """
 
 from __future__ import annotations
