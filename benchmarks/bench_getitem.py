@@ -85,12 +85,15 @@ def single_rows(store: Any, label: str, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _stages(name: str, ds: Any, items: list[int]) -> dict[str, Case]:
+def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case]:
     """``ds[i]`` rebuilt stage by stage from the view's single-sample state (see the module
-    docstring); each stage includes the ones before it."""
+    docstring); each stage includes the ones before it.  Every stage reads its own random
+    samples (``draw()``): in an interleaved round, a stage given the samples another stage just
+    read would find them in the cache."""
     seqlen = ds.seqlen
     if name.startswith("window"):
-        kernel, src, offsets, meta, stride, _, width, dtype, buflen, one, _, _ = ds._fast
+        kernel, src, offsets, meta, stride, _, _ = ds._fast
+        _, width, dtype, buflen, one = ds._layout
         buf = np.empty(buflen, dtype)
         cu0 = buf[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
 
@@ -143,12 +146,12 @@ def _stages(name: str, ds: Any, items: list[int]) -> dict[str, Case]:
             }
 
     return {
-        "loop only": (lambda i: None, items),
-        "kernel (compiled entry, preallocated)": (k_only, items),
-        "+ output allocation": (k_alloc, items),
-        "+ sample dict of views": (k_dict, items),
-        "ds[i]": (ds.__getitem__, items),
-        "(apart) the kernel through numba's dispatcher, preallocated": (k_dispatch, items),
+        "loop only": (lambda i: None, draw()),
+        "kernel (compiled entry, preallocated)": (k_only, draw()),
+        "+ output allocation": (k_alloc, draw()),
+        "+ sample dict of views": (k_dict, draw()),
+        "ds[i]": (ds.__getitem__, draw()),
+        "(apart) the kernel through numba's dispatcher, preallocated": (k_dispatch, draw()),
     }
 
 
@@ -158,10 +161,14 @@ def profile_rows(store: Any, label: str, n: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(1)
     rows = []
     for name, ds in _views(store).items():
-        items = rng.integers(0, len(ds), n).tolist()
+
+        def draw(ds: Any = ds) -> list[int]:
+            return rng.integers(0, len(ds), n).tolist()
+
+        items = draw()
         width = SEQLEN + 1 if name.startswith("window") else SEQLEN
         starts = rng.integers(0, raw.size - width, n).tolist()
-        cases = _stages(name, ds, items)
+        cases = _stages(name, ds, draw)
         cases["floor"] = (lambda s, w=width: raw[s : s + w].copy(), starts)
         secs = side_by_side(cases)
         row: dict[str, Any] = {"case": f"{name} ds[i] stages, ns ({label})"}

@@ -4,8 +4,9 @@ Each call of a numba kernel from Python first types every argument (a fingerprin
 dtype, dimensions, layout, flags) and looks the compiled version up; only then does the compiled
 wrapper unbox the arguments.  For the single-sample paths (``ds[i]``), whose arguments have the
 same types on every call, :func:`entry_point` resolves that version once, and calling it skips
-the typing: ``one_window`` (6 arrays) 1.20 -> 0.93 us per call measured while writing this
-module (2-core VM; ``/tmp`` profile of ``WindowDataset.__getitem__``).
+the typing: on random samples of a 0.2 GB store, ``one_window`` 2.35 -> 2.04 us and ``one_bin``
+3.96 -> 3.47 us per call (medians, interleaved; ``python -m benchmarks.bench_getitem --quick
+--profile``, 2-core VM, load average 4.6).
 
 The contract is strict: every later call must pass arguments of exactly the types of the
 example (same dtypes, dimensions, C-contiguity, read-only flag); the wrapper does not check
