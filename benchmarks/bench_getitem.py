@@ -13,8 +13,9 @@ the floor's median, the ratio of medians (target <= 3).
 ``--profile`` adds where the nanoseconds of one call go: the same loop over the stages of the
 call, each on top of the previous (the kernel alone on preallocated buffers through its compiled
 entry, + the output allocation, + the sample dict's views, the whole ``ds[i]``; and for
-comparison the kernel called through numba's dispatcher), and a cProfile of the calls (whose
-absolute times include the profiler's own overhead).
+comparison the kernel called through numba's dispatcher, and the cost of only writing as many
+bytes as the sample holds), and a cProfile of the calls (whose absolute times include the
+profiler's own overhead).
 
 Run ``python -m benchmarks.bench_getitem [--quick] [--profile]``.
 """
@@ -97,6 +98,8 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
         buf = np.empty(buflen, dtype)
         cu0 = buf[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
 
+        written = width + seqlen  # the row and the positions
+
         def k_only(i: int) -> Any:
             return kernel(src, offsets, meta, i * stride, buf, cu0)
 
@@ -122,6 +125,8 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
         buflen, cols, one = ds._buflen, ds._cu_cols, ds._one_buffer
         buf = np.empty(buflen, dtype)
         cu0 = buf[4 * seqlen :] if one else np.empty(cols, np.int32)
+
+        written = 4 * seqlen  # ids, positions, labels, attention mask
 
         def k_only(i: int) -> Any:
             return kernel(*arrays[:6], i, params, buf, cu0)
@@ -152,6 +157,10 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
         "+ sample dict of views": (k_dict, draw()),
         "ds[i]": (ds.__getitem__, draw()),
         "(apart) the kernel through numba's dispatcher, preallocated": (k_dispatch, draw()),
+        "(apart) writing the sample's bytes: np.empty(n).fill(1)": (
+            lambda i: np.empty(written, dtype).fill(1),
+            draw(),
+        ),
     }
 
 
