@@ -2,7 +2,8 @@
 
 A C4-like store (lognormal(5.48, 1.15); 1M documents, 100k in ``--quick``) packed into 2048-token
 bins by best-fit decreasing.  ``ds[i]`` (causal labels, attention mask, position ids, cu_seqlens)
-against ``raw[s:s+2048].copy()`` of the same mapped bytes; ``__getitems__`` of 32/128 bins against
+against ``raw[s:s+2048].copy()`` of the same mapped bytes (interleaved, after an untimed pass over
+every sample); ``__getitems__`` of 32/128 bins against
 copying the same number of bytes row by row into a reused buffer; the same with MLM corruption.
 
 Run ``python -m benchmarks.bench_packed [--quick]``.

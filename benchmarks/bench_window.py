@@ -2,7 +2,9 @@
 
 * ``ds[i]``: one window, seqlen 2048 + 1 label token, eot inserted, C4-like documents
   (lognormal(5.48, 1.15), 10M documents in the full run, 200k in ``--quick``), against the floor
-  ``raw[s:s+W].copy()`` on a plain ``np.frombuffer`` view of the same mapped bytes: p50, p99, ratio.
+  ``raw[s:s+W].copy()`` on a plain ``np.frombuffer`` view of the same mapped bytes: p50, p99, ratio;
+  int64 and ``dtype="int32"`` outputs, interleaved with the floor (:func:`side_by_side`) after an
+  untimed pass over every sample and slice (``benchmarks.bench_getitem`` profiles the same call).
 * ``__getitems__`` of 64/128/256 windows: tokens/s against copying the same bytes window by window
   into a reused buffer (``buf[k] = raw[s:s+W]``), and against a numba loop doing that copy with the
   cast to int64 (the strictest floor: no Python per window).
