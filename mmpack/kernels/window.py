@@ -6,7 +6,10 @@ window starting at ``v`` begins in the last document ``j`` with ``voff(j) <= v``
 binary search over ``offsets`` itself (no ``voff`` array is materialised: nothing grows with the
 corpus beyond the memory-mapped index).  The real tokens of a window are consecutive in the flat
 token array, so a copy walks one cursor through the flat array and writes ``eot`` where a document
-segment ends.  Cost: O(log n_docs) to resolve plus O(width) to copy, per window.
+segment ends.  Cost: O(log n_docs) to resolve (one search per window: the copy derives its
+flat cursor from the document it found) plus O(width) to copy, per window; before copying, one
+token per cache line of the window's flat range is read, so the source's misses overlap (the
+copy, which casts, keeps only a few in flight).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from mmpack.kernels._jit import njit
 
 __all__ = [
     "INDEX_STEP",
+    "META_FIELDS",
     "copy_window",
     "fill_sampled_index",
     "find_doc",
@@ -36,6 +40,38 @@ def _copy_cast(src: np.ndarray, dst: np.ndarray) -> None:
 
 
 @njit
+def _flat_tokens(offsets: np.ndarray, j: int, r: int, use_eot: int, real: int) -> int:
+    """Real tokens among ``real`` stream positions from position ``r`` of document ``j`` on
+    (``real`` minus the eots among them)."""
+    if not use_eot:
+        return real
+    t = 0
+    n = 0
+    while t < real:
+        dl = offsets[j + 1] - offsets[j]
+        take = min(dl + 1 - r, real - t)
+        if r < dl:
+            n += min(dl - r, take)
+        t += take
+        j += 1
+        r = 0
+    return n
+
+
+@njit
+def _touch(src: np.ndarray, a: int, n: int) -> int:
+    """The sum of one token per 64-byte line of ``src[a : a + n]``: reading the lines before the
+    copy puts all their cache (and TLB) misses in flight together, where the copy loop, which
+    casts and stores several bytes per byte read, holds only a few (an A/B of this kernel with
+    and without the touch, in one process while writing it, on random 2049-token windows of a
+    0.2 GB store: about -0.2 us per window; the script was not kept)."""
+    acc = 0
+    for t in range(a, a + n, max(1, 64 // src.itemsize)):
+        acc += src[t]
+    return acc
+
+
+@njit
 def _arange(dst: np.ndarray) -> None:
     for q in range(dst.shape[0]):
         dst[q] = q
@@ -43,6 +79,9 @@ def _arange(dst: np.ndarray) -> None:
 
 INDEX_STEP = 256
 """Stride of the sampled index: ``top[k] = voff(k * INDEX_STEP)``."""
+
+META_FIELDS = 6
+"""Scalars at the head of :func:`one_window`'s ``meta`` (the sampled index follows them)."""
 
 
 @njit
@@ -138,7 +177,9 @@ def copy_window(
     """Copy ``S[v : v + width]`` into ``row`` (length ``width``: ``seqlen``, or ``seqlen + 1``
     when the caller takes labels as ``row[1:]``), padding past the end of ``S`` with ``pad_id``;
     fill ``pos`` (length ``seqlen``) and ``cu`` (length ``seqlen + 1``) for ``row[:seqlen]``.
-    ``src[cursor]`` must be the window's first real token.  Returns the entries written to ``cu``.
+    ``src[cursor]`` must be the window's first real token; a negative ``cursor`` means ``src``
+    is the whole flat array and the cursor is taken from the document search this function
+    does anyway (one binary search per window, not two).  Returns the entries written to ``cu``.
 
     Copies run piece by piece, one tight loop per document piece over views indexed from 0, so
     the inner loops vectorise."""
@@ -146,6 +187,11 @@ def copy_window(
     filled = min(real, seqlen)
     j = find_doc(offsets, top, use_eot, v)
     r = v - (offsets[j] + j * use_eot)
+    if cursor < 0:  # flat_position(v), from the document just found
+        cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
+    # The sum lands in cu's last slot, past the entries returned (or overwritten by them), so
+    # the loads are kept.
+    cu[cu.shape[0] - 1] = _touch(src, cursor, _flat_tokens(offsets, j, r, use_eot, real))
     ncu = 1
     cu[0] = 0
     t = 0
@@ -198,13 +244,11 @@ def gather_windows(
     ncu: np.ndarray,
 ) -> None:
     """:func:`copy_window` for every ``k``, into row ``k`` of the 2-D outputs.  A negative
-    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found here."""
+    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found by
+    :func:`copy_window`'s own document search."""
     resolve = cursors.shape[0] > 0 and cursors[0] < 0
     for k in range(vstarts.shape[0]):
-        if resolve:
-            cursor = flat_position(offsets, top, use_eot, vstarts[k])
-        else:
-            cursor = cursors[k]
+        cursor = -1 if resolve else cursors[k]
         ncu[k] = copy_window(
             src,
             cursor,
@@ -225,29 +269,23 @@ def gather_windows(
 
 @njit
 def one_window(
-    src: np.ndarray,
-    offsets: np.ndarray,
-    top: np.ndarray,
-    params: np.ndarray,
-    v: int,
-    out: np.ndarray,
-    cu: np.ndarray,
+    src: np.ndarray, offsets: np.ndarray, meta: np.ndarray, v: int, out: np.ndarray, cu: np.ndarray
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
-    ``params`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` and ``out`` (int64 or
-    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the caller's
-    int32 ``cu`` may be its tail): few arguments, because numba's dispatch cost
-    grows with each one and this is the single-sample path (packing the scalars took ``ds[i]``
-    from 6.5 to 3.9 us in ``python -m benchmarks --quick window``)."""
-    use_eot, eot, seqlen, width = params[0], params[1], params[2], params[3]
-    total, pad_id = params[4], params[5]
-    cursor = flat_position(offsets, top, use_eot, v)
+    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` followed by the sampled index
+    (``top``, possibly empty) and ``out`` (int64 or int32) holds the row (``width``) then the
+    positions (``seqlen``), then anything (the caller's int32 ``cu`` may be its tail): few
+    arguments, because numba's dispatch costs ~45 ns per array argument and this is the
+    single-sample path (packing the scalars took ``ds[i]`` from 6.5 to 3.9 us in
+    ``python -m benchmarks --quick window``)."""
+    use_eot, eot, seqlen, width = meta[0], meta[1], meta[2], meta[3]
+    total, pad_id = meta[4], meta[5]
     return copy_window(
         src,
-        cursor,
+        -1,
         offsets,
-        top,
+        meta[META_FIELDS:],
         use_eot,
         eot,
         v,

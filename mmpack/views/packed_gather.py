@@ -18,9 +18,17 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
+from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
 
-__all__ = ["gather_rows", "piece_ranges", "read_bin"]
+__all__ = [
+    "bin_first_token",
+    "corrupt_keyed",
+    "gather_rows",
+    "locate_pieces",
+    "piece_ranges",
+    "read_bin",
+]
 
 
 def piece_ranges(
@@ -158,3 +166,66 @@ def read_bin(
             "delete <store>/cache to rebuild it"
         )
     return cu, int(n_seg), int(longest)
+
+
+def corrupt_keyed(
+    ds: Any,
+    idx: np.ndarray,
+    epochs: Any,
+    ids: np.ndarray,
+    attn: np.ndarray,
+    labels: np.ndarray,
+) -> None:
+    """MLM corruption of rows ``ids`` (k, seqlen) in place (labels into ``labels``), keyed by
+    (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
+    row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
+    and excluded ids)."""
+    if isinstance(epochs, list):
+        per_row = np.array(epochs, dtype=np.uint64)
+        keys = np.empty(idx.shape[0], dtype=np.uint64)
+        for e in np.unique(per_row).tolist():
+            rows = np.flatnonzero(per_row == e)
+            keys[rows] = row_keys(ds.seed, e, idx[rows])
+    else:
+        keys = row_keys(ds.seed, epochs, idx)
+    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds._excl
+    # mode="mlm" (the only caller): check_masking required mask_id and vocab_size
+    assert mask_id is not None and vocab_size is not None and excluded is not None
+    corrupt_rows(
+        ids,
+        attn,
+        keys,
+        mask_prob=ds.mask_prob,
+        mask_id=mask_id,
+        vocab_size=vocab_size,
+        excluded=excluded,
+        labels=labels,
+    )
+
+
+def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
+    """Flat position of the first token of bin ``b`` (0 for an empty bin, a bin outside the
+    plan or a piece outside the store: a residency probe only, never an error)."""
+    bin_ptr = plan.bin_ptr
+    if not 0 <= b < bin_ptr.shape[0] - 1:
+        return 0
+    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
+    if not 0 <= lo < hi <= plan.n_pieces:
+        return 0
+    d = int(plan.piece_doc[lo])
+    if not 0 <= d < offsets.shape[0] - 1:
+        return 0
+    return int(offsets[d]) + int(plan.piece_start[lo])
+
+
+def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
+    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them."""
+    at = 0
+    pieces = []
+    for doc, start, length in plan.pieces(b):
+        has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
+        pieces.append(
+            {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
+        )
+        at += length + has_eot
+    return pieces
