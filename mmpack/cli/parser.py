@@ -38,6 +38,80 @@ _PROG = "mmpack"
 _ALGORITHMS = ("bfd", "online", "nextfit", "stream")  # "stream": the former name of "online"
 
 
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "build": (
+        "tokenize text files into a new store",
+        "Tokenize text into a new token store.  INPUT: files or quoted globs "
+        "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
+        ".html, .yaml: one document per file, or per line with --lines; more "
+        "extensions as text with --text-ext; .jsonl/.json records with a text "
+        "field; .parquet with a text column; optionally .gz or .zst; or a folder "
+        "saved by Hugging Face datasets).  Bad records are reported on stderr with "
+        "their file and line.  A file is all or nothing: a corrupt or truncated "
+        "compressed file, or a file whose reading fails, is skipped whole.",
+    ),
+    "info": (
+        "what a store holds",
+        "Counts, dtype, backend, size on disk, document-length "
+        "quantiles and a histogram of a store.",
+    ),
+    "show": (
+        "one window or packed sample",
+        "Print sample I of the window view (or of the packed view "
+        "with --packed): its arrays, the documents it comes from, "
+        "and with --decode its text, segment by segment.",
+    ),
+    "pack": (
+        "packing statistics for a sequence length",
+        "Build the packing plans (best-fit decreasing, online "
+        "best fit, next fit) for SEQLEN and compare them with plain "
+        "padding (one document per row) and concatenate-and-chunk: "
+        "rows, efficiency (real tokens / slots), padding, documents "
+        "cut.",
+    ),
+    "verify": (
+        "check a store's checksums",
+        "Recompute every block checksum of a store; exit 1 naming the first bad block.",
+    ),
+    "export": (
+        "write a store as Megatron .bin/.idx or a flat token file",
+        "Write STORE (any store mmpack opens) in another tool's "
+        "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
+        "per document), numpy .npy or OLMo-core's headerless flat "
+        "file (+ NAME.csv.gz), each document followed by --eos.  "
+        "Files appear complete or not at all.",
+    ),
+    "join": (
+        "join stores into one without copying tokens",
+        "Join PART stores (in order) into the store OUT: writes a "
+        "manifest (part locations relative to OUT, fingerprints, "
+        "counts) and the global document offsets (8 bytes per "
+        "document), never a token.  OUT opens like any store; a "
+        "part that later changes or goes missing is refused.",
+    ),
+    "demo": (
+        "the whole pipeline on the Python standard library",
+        "Build a store from the Python standard library's own "
+        "source files (byte-level tokens), then show what it holds, "
+        "window samples, packing statistics and random-access "
+        "speed.  Nothing is downloaded.",
+    ),
+    "bench": (
+        "run the benchmarks (python -m benchmarks)",
+        "Run 'python -m benchmarks' of the source checkout; every "
+        "argument after 'bench' is passed on (e.g. 'mmpack bench "
+        "--quick store window'; 'mmpack bench -- --help' for "
+        "its options).",
+    ),
+}
+"""Each subcommand's one-line help (``mmpack --help``) and description (``mmpack NAME --help``)."""
+
+
+def _command(sub: Any, name: str) -> argparse.ArgumentParser:
+    """The subparser ``name``, its help and description from :data:`_COMMANDS`."""
+    return _subcommand(sub, name, *_COMMANDS[name])
+
+
 def _benchmarks_root() -> Path | None:
     """The source checkout holding ``benchmarks/`` next to this mmpack, if any."""
     root = Path(__file__).resolve().parents[2]
@@ -69,19 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------------- build
 def _add_build(sub: Any) -> None:
-    b = _subcommand(
-        sub,
-        "build",
-        "tokenize text files into a new store",
-        "Tokenize text into a new token store.  INPUT: files or quoted globs "
-        "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
-        ".html, .yaml: one document per file, or per line with --lines; more "
-        "extensions as text with --text-ext; .jsonl/.json records with a text "
-        "field; .parquet with a text column; optionally .gz or .zst; or a folder "
-        "saved by Hugging Face datasets).  Bad records are reported on stderr with "
-        "their file and line.  A file is all or nothing: a corrupt or truncated "
-        "compressed file, or a file whose reading fails, is skipped whole.",
-    )
+    b = _command(sub, "build")
     b.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, folders or globs")
     _add_output(b, "STORE", "the store folder to create")
     _add_tokenizer(
@@ -202,26 +264,13 @@ def _add_build_engine(b: argparse.ArgumentParser) -> None:
 
 # --------------------------------------------------------------------------------- store commands
 def _add_info(sub: Any) -> None:
-    i = _subcommand(
-        sub,
-        "info",
-        "what a store holds",
-        "Counts, dtype, backend, size on disk, document-length "
-        "quantiles and a histogram of a store.",
-    )
+    i = _command(sub, "info")
     _add_store_arguments(i)
     _add_flag(i, "--json", "print JSON instead of text")
 
 
 def _add_show(sub: Any) -> None:
-    s = _subcommand(
-        sub,
-        "show",
-        "one window or packed sample",
-        "Print sample I of the window view (or of the packed view "
-        "with --packed): its arrays, the documents it comes from, "
-        "and with --decode its text, segment by segment.",
-    )
+    s = _command(sub, "show")
     _add_store_arguments(s)
     _add_seqlen(s, "tokens per sample")
     s.add_argument(
@@ -268,16 +317,7 @@ def _add_show(sub: Any) -> None:
 
 
 def _add_pack(sub: Any) -> None:
-    k = _subcommand(
-        sub,
-        "pack",
-        "packing statistics for a sequence length",
-        "Build the packing plans (best-fit decreasing, online "
-        "best fit, next fit) for SEQLEN and compare them with plain "
-        "padding (one document per row) and concatenate-and-chunk: "
-        "rows, efficiency (real tokens / slots), padding, documents "
-        "cut.",
-    )
+    k = _command(sub, "pack")
     _add_store_arguments(k)
     _add_seqlen(k, "tokens per row")
     _add_eot(
@@ -292,26 +332,12 @@ def _add_pack(sub: Any) -> None:
 
 
 def _add_verify(sub: Any) -> None:
-    v = _subcommand(
-        sub,
-        "verify",
-        "check a store's checksums",
-        "Recompute every block checksum of a store; exit 1 naming the first bad block.",
-    )
+    v = _command(sub, "verify")
     _add_store_arguments(v)
 
 
 def _add_export(sub: Any) -> None:
-    x = _subcommand(
-        sub,
-        "export",
-        "write a store as Megatron .bin/.idx or a flat token file",
-        "Write STORE (any store mmpack opens) in another tool's "
-        "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
-        "per document), numpy .npy or OLMo-core's headerless flat "
-        "file (+ NAME.csv.gz), each document followed by --eos.  "
-        "Files appear complete or not at all.",
-    )
+    x = _command(sub, "export")
     _add_store_arguments(x)
     x.add_argument(
         "--to",
@@ -327,16 +353,7 @@ def _add_export(sub: Any) -> None:
 
 # --------------------------------------------------------------------------------- join, demo, bench
 def _add_join(sub: Any) -> None:
-    j = _subcommand(
-        sub,
-        "join",
-        "join stores into one without copying tokens",
-        "Join PART stores (in order) into the store OUT: writes a "
-        "manifest (part locations relative to OUT, fingerprints, "
-        "counts) and the global document offsets (8 bytes per "
-        "document), never a token.  OUT opens like any store; a "
-        "part that later changes or goes missing is refused.",
-    )
+    j = _command(sub, "join")
     j.add_argument("parts", nargs="+", metavar="PART", help="part stores, in order")
     _add_output(j, "OUT", "the join folder")
     _add_flag(j, "--append", "add the parts after those of the existing join OUT")
@@ -344,15 +361,7 @@ def _add_join(sub: Any) -> None:
 
 
 def _add_demo(sub: Any) -> None:
-    d = _subcommand(
-        sub,
-        "demo",
-        "the whole pipeline on the Python standard library",
-        "Build a store from the Python standard library's own "
-        "source files (byte-level tokens), then show what it holds, "
-        "window samples, packing statistics and random-access "
-        "speed.  Nothing is downloaded.",
-    )
+    d = _command(sub, "demo")
     _add_optional(
         d, "--out", "DIR", "keep the store in DIR/stdlib (default: a temporary folder, removed)"
     )
@@ -360,15 +369,7 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    n = _subcommand(
-        sub,
-        "bench",
-        "run the benchmarks (python -m benchmarks)",
-        "Run 'python -m benchmarks' of the source checkout; every "
-        "argument after 'bench' is passed on (e.g. 'mmpack bench "
-        "--quick store window'; 'mmpack bench -- --help' for "
-        "its options).",
-    )
+    n = _command(sub, "bench")
     n.add_argument(
         "bench_args",
         nargs=argparse.REMAINDER,
