@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.cli.arguments import (
+    _add_choice,
     _add_count,
     _add_eot,
     _add_flag,
@@ -165,11 +166,12 @@ def _add_build_reading(b: argparse.ArgumentParser) -> None:
         help="text field of JSON records / column of Parquet files (default: text)",
     )
     _add_flag(b, "--lines", "text files hold one document per line (default: one per file)")
-    b.add_argument(
+    _add_choice(
+        b,
         "--format",
-        choices=("text", "jsonl", "json", "parquet"),
-        default=None,
-        help="format of every input file (default: from the extension)",
+        ("text", "jsonl", "json", "parquet"),
+        None,
+        "format of every input file (default: from the extension)",
     )
     b.add_argument(
         "--text-ext",
@@ -197,11 +199,12 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         b, "--workers", None, "tokenizer processes (default: the CPU count; 1 for byte-level)"
     )
     _add_count(b, "--batch-size", 1000, "documents per tokenizer batch (default: 1000)")
-    b.add_argument(
+    _add_choice(
+        b,
         "--on-error",
-        choices=("skip-some", "skip", "fail"),
-        default="skip-some",
-        help="a bad record (invalid UTF-8 or JSON, missing or non-string field, "
+        ("skip-some", "skip", "fail"),
+        "skip-some",
+        "a bad record (invalid UTF-8 or JSON, missing or non-string field, "
         "tokenizer failure, unreadable file) is reported and skipped; "
         "skip-some (default) then refuses the build, nothing written, if a file "
         "was unreadable, if no record of an INPUT could be stored, or if more "
@@ -229,19 +232,21 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
 def _add_build_engine(b: argparse.ArgumentParser) -> None:
     """Where ``build`` writes and runs: the backend, one local store or parts on Dask (or
     serially) joined."""
-    b.add_argument(
+    _add_choice(
+        b,
         "--backend",
-        choices=("memmap", "zarr"),
-        default="memmap",
-        help="storage backend (default: memmap)",
+        ("memmap", "zarr"),
+        "memmap",
+        "storage backend (default: memmap)",
     )
     _add_flag(b, "--overwrite", "replace an existing store")
     _add_flag(b, "--quiet", "no progress bar")
-    b.add_argument(
+    _add_choice(
+        b,
         "--engine",
-        choices=("local", "dask", "serial"),
-        default="local",
-        help="local: one store, tokenized by a local process pool (default); dask: "
+        ("local", "dask", "serial"),
+        "local",
+        "local: one store, tokenized by a local process pool (default); dask: "
         "one part per task on a Dask cluster, joined into STORE (--workers then "
         "sizes the local cluster); serial: the same parts, one after another",
     )
@@ -303,11 +308,12 @@ def _add_show(sub: Any) -> None:
         "--pad-id", type=_token_id, default=0, metavar="ID", help="padding id (default: 0)"
     )
     _add_flag(s, "--keep-last", "windows: add the final partial window, padded (default: dropped)")
-    s.add_argument(
+    _add_choice(
+        s,
         "--algorithm",
-        choices=_ALGORITHMS,
-        default="bfd",
-        help="packing algorithm of --packed (default: bfd)",
+        _ALGORITHMS,
+        "bfd",
+        "packing algorithm of --packed (default: bfd)",
     )
     _add_long_docs(s, "documents longer than a row, with --packed (default: split)")
     _add_flag(s, "--decode", "also print the decoded text")
@@ -339,13 +345,15 @@ def _add_verify(sub: Any) -> None:
 def _add_export(sub: Any) -> None:
     x = _command(sub, "export")
     _add_store_arguments(x)
-    x.add_argument(
+    _add_choice(
+        x,
         "--to",
-        choices=("megatron", "npy", "olmo"),
-        required=True,
-        help="megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
+        ("megatron", "npy", "olmo"),
+        None,
+        "megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
         "it); olmo: headerless flat file as OLMo-core reads it, plus its "
         ".csv.gz document metadata",
+        required=True,
     )
     _add_output(x, "OUT", "the Megatron prefix or the file to write")
     _add_flag(x, "--overwrite", "replace existing files")
