@@ -7,7 +7,9 @@ cache before they are fetched (a block another process or thread holds is waited
 fetched as runs of blocks at most ``merge_gap_bytes`` apart (one range request per run, all runs
 concurrently, the transport's ``max_concurrency`` at a time), CRC-checked (a mismatch is fetched
 once more, then it is a :class:`~mmpack.errors.FormatError`), written to the cache as far as its
-limit allows, the rest kept in a per-process memory LRU of :data:`MEMORY_BLOCKS_BYTES`.
+limit allows, the rest kept in a per-process memory LRU of :data:`MEMORY_BLOCKS_BYTES`.  The
+claim-fetch-store loop is :meth:`~mmpack.store.remote.cache.BlockCache.fetch_shared`, which the
+remote Zarr backend uses too.
 
 Look-ahead: :meth:`BlockFetcher.prefetch` queues hinted blocks; up to :data:`_AHEAD_THREADS`
 threads per process drain the queue, each taking everything queued at once, so the blocks of
