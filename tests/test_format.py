@@ -163,3 +163,37 @@ def test_write_json_atomic_leaves_only_the_file(tmp_path):
     write_json_atomic(target, {"a": 2})
     assert json.loads(target.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_dtype_check_has_one_wording(tmp_path):
+    from mmpack.store.foreign.eos_separated import read_layout
+    from mmpack.store.format import normalize_token_dtype
+
+    (tmp_path / "t.bin").write_bytes(bytes(8))
+    np.save(tmp_path / "t.npy", np.zeros(4, np.uint16))
+    for call in (
+        lambda: normalize_token_dtype("junk"),
+        lambda: read_layout(tmp_path / "t.bin", "junk"),  # headerless
+        lambda: read_layout(tmp_path / "t.npy", "junk"),  # .npy: was numpy's own wording
+    ):
+        with pytest.raises(TypeError, match=r"^dtype='junk' is not a numpy dtype$"):
+            call()
+
+
+def test_write_bytes_atomic_replaces_whole_and_leaves_no_temporary(tmp_path, monkeypatch):
+    import os
+
+    from mmpack.store.format import write_bytes_atomic
+
+    path = tmp_path / "sub" / "f.bin"
+    write_bytes_atomic(path, b"old")
+    write_bytes_atomic(path, b"new!")
+    assert path.read_bytes() == b"new!" and os.listdir(path.parent) == ["f.bin"]
+
+    def fail(src, dst):
+        raise OSError("replace failed")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="replace failed"):
+        write_bytes_atomic(path, b"half")
+    assert path.read_bytes() == b"new!" and os.listdir(path.parent) == ["f.bin"]

@@ -287,3 +287,18 @@ def test_pickles_small_and_equal():
     assert len(blob) < 300
     back = pickle.loads(blob)
     assert back == perm and back[12345] == perm[12345] and repr(back) == repr(perm)
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_N + 1])
+def test_permutation_and_sampler_word_a_bad_n_alike(bad):
+    from mmpack.torch.sampler import ResumableSampler
+
+    with pytest.raises(ValueError) as perm:
+        Permutation(bad, seed=0)
+    with pytest.raises(ValueError) as sampler:
+        ResumableSampler(bad)
+    assert str(perm.value) == str(sampler.value) == f"n must be in [0, 2**62], got n={bad}"
+    with pytest.raises(ValueError, match=r"epoch must be in \[0, 2\*\*64\), got epoch=-1"):
+        Permutation(3, seed=0, epoch=-1)
+    with pytest.raises(ValueError, match=r"epoch must be in \[0, 2\*\*64\), got epoch=-1"):
+        ResumableSampler(3).set_epoch(-1)

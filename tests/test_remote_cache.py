@@ -391,3 +391,30 @@ def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
     cf = _open(store, s3_server.options, tmp_path)._backend._cache_file()
     ids = s._backend._block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
     assert cf.present(ids).all()
+
+
+def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_path):
+    """The one claim loop both remote backends use: blocks fetched here are stored (the
+    merge-gap extras too, where nobody holds them); what the limit refuses is reported."""
+    block = 4096
+    cache = BlockCache(tmp_path, GiB)
+    cf = cache.open_file("a" * 16, "tokens", 8 * block, block, np.dtype("<u2"))
+    assert cf is not None
+    asked: list[list[int]] = []
+
+    def fetch(ids: list[int]) -> dict[int, bytes]:
+        asked.append(list(ids))
+        return {b: bytes([b]) * block for b in range(ids[0], ids[-1] + 1)}  # fills gaps
+
+    fetched, unstored = cache.fetch_shared(cf, [1, 3], fetch, timeout=5.0)
+    assert asked == [[1, 3]] and sorted(fetched) == [1, 2, 3] and unstored == []
+    assert cf.present(np.arange(8)).tolist() == [b in (1, 2, 3) for b in range(8)]
+    assert bytes(cf.block_bytes(2)) == bytes([2]) * block
+    again, rest = cache.fetch_shared(cf, [2], fetch, timeout=5.0)  # present: nothing claimed
+    assert again == {} and rest == [] and len(asked) == 1
+    full = BlockCache(tmp_path / "full", cache.base_charge(8) + block)  # room for one block
+    cf2 = full.open_file("b" * 16, "tokens", 8 * block, block, np.dtype("<u2"))
+    assert cf2 is not None
+    fetched, unstored = full.fetch_shared(cf2, [5, 6], fetch, timeout=5.0)
+    assert sorted(fetched) == [5, 6] and unstored == [6]
+    assert cf2.present(np.array([5, 6])).tolist() == [True, False]

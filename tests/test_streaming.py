@@ -926,3 +926,11 @@ def test_version_2_states_still_load():
     resumed.load_state_dict(old)
     for x, y in zip(head + list(resumed), full, strict=True):
         _same(x, y)
+
+
+@given(st.integers(1, 2**32 - 1))
+def test_lowest_bit_index_matches_slow_twin(w):
+    from mmpack.kernels.streaming import _ctz32, _lowest_bit_index
+
+    assert _lowest_bit_index(w) == (w & -w).bit_length() - 1
+    assert _ctz32(1 << 31) == 31 and _ctz32(1) == 0

@@ -81,11 +81,12 @@ def _add_store_arguments(p: argparse.ArgumentParser) -> None:
         help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
         "PREFIX.idx) or a flat token file",
     )
-    p.add_argument(
+    _add_choice(
+        p,
         "--format",
-        choices=("mmpack", "megatron", "eos-separated"),
-        default=None,
-        help="what STORE is (default: detected; a flat token file needs "
+        ("mmpack", "megatron", "eos-separated"),
+        None,
+        "what STORE is (default: detected; a flat token file needs "
         "--format eos-separated --eos ID)",
     )
     p.add_argument(
@@ -96,11 +97,12 @@ def _add_store_arguments(p: argparse.ArgumentParser) -> None:
         help="end-of-sequence id that ends each document of a flat token file "
         "(export: the id written after each document)",
     )
-    p.add_argument(
+    _add_choice(
+        p,
         "--dtype",
-        choices=("uint8", "uint16", "uint32", "uint64", "int32"),
-        default=None,
-        help="token dtype of a headerless flat token file (OLMo-core: uint16 or uint32)",
+        ("uint8", "uint16", "uint32", "uint64", "int32"),
+        None,
+        "token dtype of a headerless flat token file (OLMo-core: uint16 or uint32)",
     )
     p.add_argument(
         "--metadata",
@@ -126,6 +128,18 @@ def _add_count(
     p.add_argument(flag, type=_positive_int, default=default, metavar=metavar, help=help)
 
 
+def _add_choice(
+    p: argparse.ArgumentParser,
+    flag: str,
+    choices: tuple[str, ...],
+    default: str | None,
+    help: str,
+    required: bool = False,
+) -> None:
+    """An option taking one of ``choices`` (``--backend``, ``--engine``, ``--on-error``, ...)."""
+    p.add_argument(flag, choices=choices, default=default, required=required, help=help)
+
+
 def _add_optional(p: argparse.ArgumentParser, flag: str, metavar: str, help: str) -> None:
     """An option taking a string, None when not given (``--split NAME``, ``--scheduler ...``)."""
     p.add_argument(flag, metavar=metavar, default=None, help=help)
@@ -140,7 +154,7 @@ def _add_seqlen(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def _add_long_docs(p: argparse.ArgumentParser, help: str) -> None:
-    p.add_argument("--long-docs", choices=_LONG_DOCS, default="split", help=help)
+    _add_choice(p, "--long-docs", _LONG_DOCS, "split", help)
 
 
 def _subcommand(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:

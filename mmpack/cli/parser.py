@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.cli.arguments import (
+    _add_choice,
     _add_count,
     _add_eot,
     _add_flag,
@@ -36,6 +37,80 @@ __all__ = ["build_parser"]
 
 _PROG = "mmpack"
 _ALGORITHMS = ("bfd", "online", "nextfit", "stream")  # "stream": the former name of "online"
+
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "build": (
+        "tokenize text files into a new store",
+        "Tokenize text into a new token store.  INPUT: files or quoted globs "
+        "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
+        ".html, .yaml: one document per file, or per line with --lines; more "
+        "extensions as text with --text-ext; .jsonl/.json records with a text "
+        "field; .parquet with a text column; optionally .gz or .zst; or a folder "
+        "saved by Hugging Face datasets).  Bad records are reported on stderr with "
+        "their file and line.  A file is all or nothing: a corrupt or truncated "
+        "compressed file, or a file whose reading fails, is skipped whole.",
+    ),
+    "info": (
+        "what a store holds",
+        "Counts, dtype, backend, size on disk, document-length "
+        "quantiles and a histogram of a store.",
+    ),
+    "show": (
+        "one window or packed sample",
+        "Print sample I of the window view (or of the packed view "
+        "with --packed): its arrays, the documents it comes from, "
+        "and with --decode its text, segment by segment.",
+    ),
+    "pack": (
+        "packing statistics for a sequence length",
+        "Build the packing plans (best-fit decreasing, online "
+        "best fit, next fit) for SEQLEN and compare them with plain "
+        "padding (one document per row) and concatenate-and-chunk: "
+        "rows, efficiency (real tokens / slots), padding, documents "
+        "cut.",
+    ),
+    "verify": (
+        "check a store's checksums",
+        "Recompute every block checksum of a store; exit 1 naming the first bad block.",
+    ),
+    "export": (
+        "write a store as Megatron .bin/.idx or a flat token file",
+        "Write STORE (any store mmpack opens) in another tool's "
+        "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
+        "per document), numpy .npy or OLMo-core's headerless flat "
+        "file (+ NAME.csv.gz), each document followed by --eos.  "
+        "Files appear complete or not at all.",
+    ),
+    "join": (
+        "join stores into one without copying tokens",
+        "Join PART stores (in order) into the store OUT: writes a "
+        "manifest (part locations relative to OUT, fingerprints, "
+        "counts) and the global document offsets (8 bytes per "
+        "document), never a token.  OUT opens like any store; a "
+        "part that later changes or goes missing is refused.",
+    ),
+    "demo": (
+        "the whole pipeline on the Python standard library",
+        "Build a store from the Python standard library's own "
+        "source files (byte-level tokens), then show what it holds, "
+        "window samples, packing statistics and random-access "
+        "speed.  Nothing is downloaded.",
+    ),
+    "bench": (
+        "run the benchmarks (python -m benchmarks)",
+        "Run 'python -m benchmarks' of the source checkout; every "
+        "argument after 'bench' is passed on (e.g. 'mmpack bench "
+        "--quick store window'; 'mmpack bench -- --help' for "
+        "its options).",
+    ),
+}
+"""Each subcommand's one-line help (``mmpack --help``) and description (``mmpack NAME --help``)."""
+
+
+def _command(sub: Any, name: str) -> argparse.ArgumentParser:
+    """The subparser ``name``, its help and description from :data:`_COMMANDS`."""
+    return _subcommand(sub, name, *_COMMANDS[name])
 
 
 def _benchmarks_root() -> Path | None:
@@ -69,19 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------------- build
 def _add_build(sub: Any) -> None:
-    b = _subcommand(
-        sub,
-        "build",
-        "tokenize text files into a new store",
-        "Tokenize text into a new token store.  INPUT: files or quoted globs "
-        "(.txt/.md and common source and markup files such as .py, .rst, .c, .js, "
-        ".html, .yaml: one document per file, or per line with --lines; more "
-        "extensions as text with --text-ext; .jsonl/.json records with a text "
-        "field; .parquet with a text column; optionally .gz or .zst; or a folder "
-        "saved by Hugging Face datasets).  Bad records are reported on stderr with "
-        "their file and line.  A file is all or nothing: a corrupt or truncated "
-        "compressed file, or a file whose reading fails, is skipped whole.",
-    )
+    b = _command(sub, "build")
     b.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, folders or globs")
     _add_output(b, "STORE", "the store folder to create")
     _add_tokenizer(
@@ -103,11 +166,12 @@ def _add_build_reading(b: argparse.ArgumentParser) -> None:
         help="text field of JSON records / column of Parquet files (default: text)",
     )
     _add_flag(b, "--lines", "text files hold one document per line (default: one per file)")
-    b.add_argument(
+    _add_choice(
+        b,
         "--format",
-        choices=("text", "jsonl", "json", "parquet"),
-        default=None,
-        help="format of every input file (default: from the extension)",
+        ("text", "jsonl", "json", "parquet"),
+        None,
+        "format of every input file (default: from the extension)",
     )
     b.add_argument(
         "--text-ext",
@@ -135,11 +199,12 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         b, "--workers", None, "tokenizer processes (default: the CPU count; 1 for byte-level)"
     )
     _add_count(b, "--batch-size", 1000, "documents per tokenizer batch (default: 1000)")
-    b.add_argument(
+    _add_choice(
+        b,
         "--on-error",
-        choices=("skip-some", "skip", "fail"),
-        default="skip-some",
-        help="a bad record (invalid UTF-8 or JSON, missing or non-string field, "
+        ("skip-some", "skip", "fail"),
+        "skip-some",
+        "a bad record (invalid UTF-8 or JSON, missing or non-string field, "
         "tokenizer failure, unreadable file) is reported and skipped; "
         "skip-some (default) then refuses the build, nothing written, if a file "
         "was unreadable, if no record of an INPUT could be stored, or if more "
@@ -167,19 +232,21 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
 def _add_build_engine(b: argparse.ArgumentParser) -> None:
     """Where ``build`` writes and runs: the backend, one local store or parts on Dask (or
     serially) joined."""
-    b.add_argument(
+    _add_choice(
+        b,
         "--backend",
-        choices=("memmap", "zarr"),
-        default="memmap",
-        help="storage backend (default: memmap)",
+        ("memmap", "zarr"),
+        "memmap",
+        "storage backend (default: memmap)",
     )
     _add_flag(b, "--overwrite", "replace an existing store")
     _add_flag(b, "--quiet", "no progress bar")
-    b.add_argument(
+    _add_choice(
+        b,
         "--engine",
-        choices=("local", "dask", "serial"),
-        default="local",
-        help="local: one store, tokenized by a local process pool (default); dask: "
+        ("local", "dask", "serial"),
+        "local",
+        "local: one store, tokenized by a local process pool (default); dask: "
         "one part per task on a Dask cluster, joined into STORE (--workers then "
         "sizes the local cluster); serial: the same parts, one after another",
     )
@@ -202,26 +269,13 @@ def _add_build_engine(b: argparse.ArgumentParser) -> None:
 
 # --------------------------------------------------------------------------------- store commands
 def _add_info(sub: Any) -> None:
-    i = _subcommand(
-        sub,
-        "info",
-        "what a store holds",
-        "Counts, dtype, backend, size on disk, document-length "
-        "quantiles and a histogram of a store.",
-    )
+    i = _command(sub, "info")
     _add_store_arguments(i)
     _add_flag(i, "--json", "print JSON instead of text")
 
 
 def _add_show(sub: Any) -> None:
-    s = _subcommand(
-        sub,
-        "show",
-        "one window or packed sample",
-        "Print sample I of the window view (or of the packed view "
-        "with --packed): its arrays, the documents it comes from, "
-        "and with --decode its text, segment by segment.",
-    )
+    s = _command(sub, "show")
     _add_store_arguments(s)
     _add_seqlen(s, "tokens per sample")
     s.add_argument(
@@ -254,11 +308,12 @@ def _add_show(sub: Any) -> None:
         "--pad-id", type=_token_id, default=0, metavar="ID", help="padding id (default: 0)"
     )
     _add_flag(s, "--keep-last", "windows: add the final partial window, padded (default: dropped)")
-    s.add_argument(
+    _add_choice(
+        s,
         "--algorithm",
-        choices=_ALGORITHMS,
-        default="bfd",
-        help="packing algorithm of --packed (default: bfd)",
+        _ALGORITHMS,
+        "bfd",
+        "packing algorithm of --packed (default: bfd)",
     )
     _add_long_docs(s, "documents longer than a row, with --packed (default: split)")
     _add_flag(s, "--decode", "also print the decoded text")
@@ -268,16 +323,7 @@ def _add_show(sub: Any) -> None:
 
 
 def _add_pack(sub: Any) -> None:
-    k = _subcommand(
-        sub,
-        "pack",
-        "packing statistics for a sequence length",
-        "Build the packing plans (best-fit decreasing, online "
-        "best fit, next fit) for SEQLEN and compare them with plain "
-        "padding (one document per row) and concatenate-and-chunk: "
-        "rows, efficiency (real tokens / slots), padding, documents "
-        "cut.",
-    )
+    k = _command(sub, "pack")
     _add_store_arguments(k)
     _add_seqlen(k, "tokens per row")
     _add_eot(
@@ -292,34 +338,22 @@ def _add_pack(sub: Any) -> None:
 
 
 def _add_verify(sub: Any) -> None:
-    v = _subcommand(
-        sub,
-        "verify",
-        "check a store's checksums",
-        "Recompute every block checksum of a store; exit 1 naming the first bad block.",
-    )
+    v = _command(sub, "verify")
     _add_store_arguments(v)
 
 
 def _add_export(sub: Any) -> None:
-    x = _subcommand(
-        sub,
-        "export",
-        "write a store as Megatron .bin/.idx or a flat token file",
-        "Write STORE (any store mmpack opens) in another tool's "
-        "format: Megatron-LM's PREFIX.bin + PREFIX.idx (one sequence "
-        "per document), numpy .npy or OLMo-core's headerless flat "
-        "file (+ NAME.csv.gz), each document followed by --eos.  "
-        "Files appear complete or not at all.",
-    )
+    x = _command(sub, "export")
     _add_store_arguments(x)
-    x.add_argument(
+    _add_choice(
+        x,
         "--to",
-        choices=("megatron", "npy", "olmo"),
-        required=True,
-        help="megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
+        ("megatron", "npy", "olmo"),
+        None,
+        "megatron: PREFIX.bin + PREFIX.idx; npy: numpy .npy (np.load reads "
         "it); olmo: headerless flat file as OLMo-core reads it, plus its "
         ".csv.gz document metadata",
+        required=True,
     )
     _add_output(x, "OUT", "the Megatron prefix or the file to write")
     _add_flag(x, "--overwrite", "replace existing files")
@@ -327,16 +361,7 @@ def _add_export(sub: Any) -> None:
 
 # --------------------------------------------------------------------------------- join, demo, bench
 def _add_join(sub: Any) -> None:
-    j = _subcommand(
-        sub,
-        "join",
-        "join stores into one without copying tokens",
-        "Join PART stores (in order) into the store OUT: writes a "
-        "manifest (part locations relative to OUT, fingerprints, "
-        "counts) and the global document offsets (8 bytes per "
-        "document), never a token.  OUT opens like any store; a "
-        "part that later changes or goes missing is refused.",
-    )
+    j = _command(sub, "join")
     j.add_argument("parts", nargs="+", metavar="PART", help="part stores, in order")
     _add_output(j, "OUT", "the join folder")
     _add_flag(j, "--append", "add the parts after those of the existing join OUT")
@@ -344,15 +369,7 @@ def _add_join(sub: Any) -> None:
 
 
 def _add_demo(sub: Any) -> None:
-    d = _subcommand(
-        sub,
-        "demo",
-        "the whole pipeline on the Python standard library",
-        "Build a store from the Python standard library's own "
-        "source files (byte-level tokens), then show what it holds, "
-        "window samples, packing statistics and random-access "
-        "speed.  Nothing is downloaded.",
-    )
+    d = _command(sub, "demo")
     _add_optional(
         d, "--out", "DIR", "keep the store in DIR/stdlib (default: a temporary folder, removed)"
     )
@@ -360,15 +377,7 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_bench(sub: Any) -> None:
-    n = _subcommand(
-        sub,
-        "bench",
-        "run the benchmarks (python -m benchmarks)",
-        "Run 'python -m benchmarks' of the source checkout; every "
-        "argument after 'bench' is passed on (e.g. 'mmpack bench "
-        "--quick store window'; 'mmpack bench -- --help' for "
-        "its options).",
-    )
+    n = _command(sub, "bench")
     n.add_argument(
         "bench_args",
         nargs=argparse.REMAINDER,

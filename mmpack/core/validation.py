@@ -28,6 +28,8 @@ __all__ = [
     "EpochIndex",
     "MAX_INT",
     "check_bool",
+    "check_dtype",
+    "check_in_range",
     "check_index",
     "check_indices",
     "check_int",
@@ -79,6 +81,24 @@ def check_int_range(value: Any, name: str, lo: int | None, hi: int | None = None
     elif v >= hi:
         raise ValueError(f"{name} must be < {_power(hi)}, got {v}")
     return v
+
+
+def check_in_range(value: Any, name: str, lo: int, hi: int, *, closed: bool = False) -> int:
+    """:func:`check_int`, then ``ValueError`` unless ``lo <= value < hi`` (``<= hi`` when
+    ``closed``), worded with the interval: ``n must be in [0, 2**62], got n=-1``."""
+    v = check_int(value, name)
+    if not (lo <= v <= hi if closed else lo <= v < hi):
+        interval = f"[{_power(lo)}, {_power(hi)}{']' if closed else ')'}"
+        raise ValueError(f"{name} must be in {interval}, got {name}={v}")
+    return v
+
+
+def check_dtype(value: Any, name: str = "dtype") -> np.dtype:
+    """``np.dtype(value)``; ``TypeError`` naming the value when numpy does not read it as one."""
+    try:
+        return np.dtype(value)
+    except TypeError as exc:
+        raise TypeError(f"{name}={value!r} is not a numpy dtype") from exc
 
 
 def _power(v: int) -> str:

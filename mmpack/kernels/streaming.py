@@ -74,22 +74,14 @@ def bitmap_layout(n_keys: int) -> tuple[np.ndarray, np.ndarray]:
 
 @njit
 def _ctz32(b: int) -> int:
-    # b is a power of two below 2**32.
+    # b is a power of two below 2**32: a binary search over halves of 16, 8, 4, 2, 1 bits.
     n = 0
-    if b & 0xFFFF == 0:
-        n += 16
-        b >>= 16
-    if b & 0xFF == 0:
-        n += 8
-        b >>= 8
-    if b & 0xF == 0:
-        n += 4
-        b >>= 4
-    if b & 0x3 == 0:
-        n += 2
-        b >>= 2
-    if b & 0x1 == 0:
-        n += 1
+    half = 16
+    while half:
+        if b & ((1 << half) - 1) == 0:
+            n += half
+            b >>= half
+        half >>= 1
     return n
 
 

@@ -40,9 +40,9 @@ import numpy as np
 
 from mmpack.core.validation import (
     EpochIndex,
+    check_in_range,
     check_index,
     check_indices,
-    check_int,
     index_epochs,
 )
 from mmpack.kernels.mixture import (
@@ -350,9 +350,9 @@ class Mixture:
         -------
         numpy.ndarray, int64, shape (K,)
         """
-        n = self._num_samples if n is None else check_int(n, "n")
-        if not 0 <= n <= MAX_N:
-            raise ValueError(f"n must be in [0, 2**62], got {n}")
+        if n is not None:
+            n = check_in_range(n, "n", 0, MAX_N, closed=True)
+        n = self._num_samples if n is None else n
         out = np.empty(self._quotas.size, dtype=np.int64)
         prefix_counts(n, self._quotas, self._period, BLOCK, self._seq, self._ckpt, out)
         return out

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from mmpack.core.validation import check_int
+from mmpack.core.validation import check_in_range, check_int
 from mmpack.kernels.permutation import (
     derive_keys,
     invert,
@@ -103,12 +103,8 @@ class Permutation:
     """
 
     def __init__(self, n: int, *, seed: SeedLike, epoch: int = 0) -> None:
-        n = check_int(n, "n")
-        if not 0 <= n <= MAX_N:
-            raise ValueError(f"n must be in [0, 2**62], got {n}")
-        epoch = check_int(epoch, "epoch")
-        if not 0 <= epoch < 2**64:
-            raise ValueError(f"epoch must be in [0, 2**64), got {epoch}")
+        n = check_in_range(n, "n", 0, MAX_N, closed=True)
+        epoch = check_in_range(epoch, "epoch", 0, 2**64)
         words = _seed_words(seed)
         self._n = n
         self._seed = seed

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import check_dtype
 from mmpack.errors import FormatError
 
 __all__ = [
@@ -75,10 +77,7 @@ def smallest_token_dtype(max_token: int) -> np.dtype:
 
 def normalize_token_dtype(dtype: Any) -> np.dtype:
     """Validate a user-given token dtype and return its little-endian form."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"dtype={dtype!r} is not a numpy dtype") from exc
+    dt = check_dtype(dtype)
     if dt.kind != "u":
         raise ValueError(
             f"dtype={dtype!r} is not supported: token dtypes are unsigned integers "
@@ -238,6 +237,19 @@ def write_json_atomic(path: Path, obj: Any) -> None:
             json.dump(obj, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (its folder created) via a temporary file unique to this
+    process and thread, then ``os.replace``: a reader sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

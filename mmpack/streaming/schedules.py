@@ -240,20 +240,21 @@ def token_schedules(
     mask_prob: float,
     mode: str | None,
     *,
-    batch_size_warmup_min_size: int | None = None,
-    batch_size_warmup_tokens: Any = None,
-    masking_ratio_cooldown_tokens: Any = None,
-    masking_ratio_cooldown_start_tokens: Any = 0,
-    final_masking_ratio: float | None = None,
-    masking_cooldown_schedule_type: str = "linear",
-    masking_ratio_step_size: float | None = None,
-    world_size: int = 1,
+    batch_size_warmup_min_size: int | None,
+    batch_size_warmup_tokens: Any,
+    masking_ratio_cooldown_tokens: Any,
+    masking_ratio_cooldown_start_tokens: Any,
+    final_masking_ratio: float | None,
+    masking_cooldown_schedule_type: str,
+    masking_ratio_step_size: float | None,
+    world_size: int,
 ) -> tuple[BatchSizeWarmup | None, MaskingRatioCooldown | None]:
     """The streaming packer's schedules from its arguments (see
     :class:`~mmpack.streaming.packer.StreamingPacker`): a batch-size warm-up to
     ``max_batch_size`` rows and a masking-ratio cool-down from ``mask_prob``, each ``None``
     unless configured.  Each needs both of its two main arguments; the cool-down needs
-    ``mode="mlm"``."""
+    ``mode="mlm"``.  The keyword arguments have no defaults here: the packer's signature is
+    their one home."""
     warmup: BatchSizeWarmup | None = None
     if (batch_size_warmup_min_size is None) != (batch_size_warmup_tokens is None):
         raise ValueError(

@@ -33,7 +33,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from mmpack.core.validation import EpochIndex, check_int, check_int_range, epoch_index_type
+from mmpack.core.validation import (
+    EpochIndex,
+    check_in_range,
+    check_int,
+    check_int_range,
+    epoch_index_type,
+)
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.permutation import MAX_N, Permutation
 from mmpack.torch import elastic
@@ -119,12 +125,8 @@ class ResumableSampler(Sampler[int]):
         world_size: int = 1,
         drop_last: bool = False,
     ) -> None:
-        n = check_int(n, "n")
-        if not 0 <= n <= MAX_N:
-            raise ValueError(f"n must be in [0, 2**62], got n={n}")
-        seed = check_int(seed, "seed")
-        if not 0 <= seed < 2**64:
-            raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
+        n = check_in_range(n, "n", 0, MAX_N, closed=True)
+        seed = check_in_range(seed, "seed", 0, 2**64)
         world_size = check_int(world_size, "world_size")
         rank = check_int(rank, "rank")
         if world_size < 1:
@@ -194,9 +196,7 @@ class ResumableSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next ``iter()`` (``epoch >= 0``)."""
-        epoch = check_int(epoch, "epoch")
-        if not 0 <= epoch < 2**64:
-            raise ValueError(f"epoch must be in [0, 2**64), got epoch={epoch}")
+        epoch = check_in_range(epoch, "epoch", 0, 2**64)
         if epoch != self._epoch:
             self._resume_at = None
             self._resume_base = 0

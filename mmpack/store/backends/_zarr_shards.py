@@ -32,7 +32,6 @@ callers'.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError
+from mmpack.store.format import write_bytes_atomic
 
 __all__ = [
     "INNER_CHUNK_BYTES",
@@ -173,14 +173,6 @@ def crc32c(data: Any) -> int:
     return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8)))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def parse_index(raw: bytes, layout: ShardLayout, where: str) -> np.ndarray:
     """The ``(per_shard, 2)`` uint64 ``(offset, nbytes)`` table of a shard index (its crc32c
     checked); :class:`FormatError` naming ``where`` if it does not verify."""
@@ -271,7 +263,7 @@ class ShardReader:
                 )
             self._indexes[s] = table
             if s in got and self.index_files is not None:
-                _write_atomic(self.index_files / f"index-{s}.bin", bytes(raw))
+                write_bytes_atomic(self.index_files / f"index-{s}.bin", bytes(raw))
         return {s: self._indexes[s] for s in shards}
 
     def _kept_index(self, s: int) -> bytes | None:

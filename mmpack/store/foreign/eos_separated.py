@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.validation import check_int_range
+from mmpack.core.validation import check_dtype, check_int_range
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.foreign._store import (
     ForeignStore,
@@ -107,7 +107,7 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
                     f"{path}: {size} bytes, but its .npy header says {shape[0]} "
                     f"items of {file_dtype} after {header} header bytes"
                 )
-            if dtype is not None and np.dtype(dtype) != file_dtype:
+            if dtype is not None and check_dtype(dtype) != file_dtype:
                 raise ValueError(
                     f"dtype={dtype!r} disagrees with the .npy header of {path} "
                     f"({file_dtype}); omit dtype for a .npy file"
@@ -118,10 +118,7 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
             f"{path} has no .npy header (OLMo-core writes headerless files): pass dtype= "
             "(OLMo-core uses uint16 for vocabularies up to 65536 ids, else uint32)"
         )
-    try:
-        file_dtype = np.dtype(dtype)
-    except TypeError as exc:
-        raise TypeError(f"dtype={dtype!r} is not a numpy dtype") from exc
+    file_dtype = check_dtype(dtype)
     if size % file_dtype.itemsize:
         raise FormatError(
             f"{path} holds {size} bytes, not a whole number of {file_dtype} "

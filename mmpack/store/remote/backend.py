@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -60,7 +59,8 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.remote.base import RemoteBase
 from mmpack.store.remote.blocks import block_ids, crc_blocks, gather
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.cachefile import CacheFile
@@ -70,14 +70,7 @@ from mmpack.store.remote.transport import ObjectMissing, Transport
 __all__ = ["RemoteBackend"]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-class RemoteBackend(BlockFetcher, Backend):
+class RemoteBackend(RemoteBase, BlockFetcher, Backend):
     """The tokens of one remote store, read in verified check blocks."""
 
     name = "memmap"  # the remote layout is the memmap layout's files, as objects
@@ -154,28 +147,8 @@ class RemoteBackend(BlockFetcher, Backend):
         """This process's counts: range requests, bytes they fetched, blocks the slow path
         found in the node cache."""
 
-    def _cache_file(self) -> CacheFile | None:
-        """The node cache's file of this store, mapped (None without a cache, or while it
-        cannot be had: retried after a second)."""
-        if self._pid != os.getpid():
-            self._init_process_state()
-        cf = self._cf
-        if cf is not None and not cf.retired:
-            return cf
-        self._cf = None  # retired: let go (closed when the last thread using it is done)
-        if self.cache is None or time.monotonic() < self._cf_retry:
-            return None
-        with self._lock:
-            if self._cf is None:
-                self._cf = self.cache.open_file(
-                    self.fingerprint, "tokens", self.nbytes, self.block, self.meta.dtype
-                )
-                if self._cf is None:
-                    self._cf_retry = time.monotonic() + 1.0
-            return self._cf
-
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("RemoteBackend is not pickled; the TokenStore reopens its URL")
+    def _cache_file_spec(self) -> tuple[str, str, int, int, np.dtype]:
+        return self.fingerprint, "tokens", self.nbytes, self.block, self.meta.dtype
 
     # ------------------------------------------------------------------------------ open
     def _verified_object(self, name: str, nbytes: int, crcs: list[int], block: int | None) -> bytes:
@@ -200,20 +173,8 @@ class RemoteBackend(BlockFetcher, Backend):
                 "checksum: the object is corrupt or was replaced; rebuild the store"
             )
         self.path.mkdir(parents=True, exist_ok=True)
-        _write_atomic(local, data)
+        write_bytes_atomic(local, data)
         return data
-
-    @staticmethod
-    def read_meta(path: Path) -> Any | None:
-        return None
-
-    @staticmethod
-    def commit(tmpdir: Path, meta: StoreMeta) -> None:
-        raise NotImplementedError("remote stores are written by mmpack.store.remote.writer")
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self._offsets
 
     # ------------------------------------------------------------------------------ reading
     def read_range(self, start: int, stop: int) -> np.ndarray:

@@ -34,8 +34,9 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -56,6 +57,8 @@ ACTIVE_SECONDS = 10.0
 """A cached object read this recently is never evicted."""
 
 _BOOT = boot_id()
+
+T = TypeVar("T")
 
 
 class BlockCache:
@@ -169,6 +172,86 @@ class BlockCache:
         if nbytes:
             with self._locked():
                 cf.add_counted(-nbytes)
+
+    # ------------------------------------------------------------------------------ storing
+    def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
+        """Write verified ``blocks`` (bytes, or arrays written as their bytes; claimed by the
+        caller) into ``cf`` in block order as far as the limit allows; returns the ids not
+        written (no room, or a full or failing disk: the caller serves them from memory)."""
+        ids = sorted(blocks)
+        sizes = [cf.charge(b) for b in ids]
+        k = self.charge(cf, sizes)
+        written = 0
+        try:
+            for b in ids[:k]:
+                data = blocks[b]
+                cf.write(
+                    b, data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
+                )
+                written += 1
+        except OSError:  # the disk is full or failing: served from memory, keep going
+            pass
+        finally:
+            self.refund(cf, sum(sizes[written:k]))
+        return ids[written:]
+
+    def fetch_shared(
+        self,
+        cf: CacheFile,
+        ids: list[int],
+        fetch: Callable[[list[int]], dict[int, T]],
+        timeout: float,
+    ) -> tuple[dict[int, T], list[int]]:
+        """Fetch the absent blocks ``ids`` (sorted) into ``cf``, shared with every process of the
+        node: the blocks this process claims are fetched here (``fetch(ids)`` returns them
+        verified, and maybe blocks around them, which are stored where nobody holds them); those
+        another process holds are polled until they land, claimed here once their claim is
+        released unfinished, and fetched here after ``timeout`` seconds (a stuck claim).
+
+        Returns
+        -------
+        fetched : dict
+            Every block fetched here.
+        unstored : list of int
+            The ids of ``fetched`` not kept in ``cf``; every other id of ``ids`` is in ``cf``.
+        """
+        fetched: dict[int, T] = {}
+        unstored: list[int] = []
+        todo = ids
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while todo:
+            claim = cf.claim(todo)
+            try:
+                if claim.mine:
+                    got = fetch(claim.mine)
+                    fetched.update(got)
+                    unstored += self.store(cf, {b: got[b] for b in claim.mine})
+                    extra = sorted(set(got).difference(claim.mine))
+                    if extra:  # blocks that filled a merge gap: cached where nobody holds them
+                        unstored += self._store_unclaimed(cf, {b: got[b] for b in extra})
+            finally:
+                claim.close()
+            todo = [b for b in claim.theirs if not cf.state[b]]
+            if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
+                got = fetch(todo)
+                fetched.update(got)
+                unstored += list(got)
+                break
+            if todo:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+        return fetched, unstored
+
+    def _store_unclaimed(self, cf: CacheFile, blocks: dict[int, Any]) -> list[int]:
+        """:meth:`store` of the ``blocks`` nobody claims now; returns the ids not stored."""
+        claim = cf.claim(sorted(blocks))
+        try:
+            rest = self.store(cf, {b: blocks[b] for b in claim.mine})
+        finally:
+            claim.close()
+        mine = set(claim.mine)
+        return sorted(rest + [b for b in blocks if b not in mine])
 
     def verify_cached(self, cf: CacheFile, start: int, data: bytes, url: str) -> None:
         """Compare ``cf``'s present blocks lying wholly in bytes ``[start, start + len(data))``

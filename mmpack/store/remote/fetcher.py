@@ -7,7 +7,9 @@ cache before they are fetched (a block another process or thread holds is waited
 fetched as runs of blocks at most ``merge_gap_bytes`` apart (one range request per run, all runs
 concurrently, the transport's ``max_concurrency`` at a time), CRC-checked (a mismatch is fetched
 once more, then it is a :class:`~mmpack.errors.FormatError`), written to the cache as far as its
-limit allows, the rest kept in a per-process memory LRU of :data:`MEMORY_BLOCKS_BYTES`.
+limit allows, the rest kept in a per-process memory LRU of :data:`MEMORY_BLOCKS_BYTES`.  The
+claim-fetch-store loop is :meth:`~mmpack.store.remote.cache.BlockCache.fetch_shared`, which the
+remote Zarr backend uses too.
 
 Look-ahead: :meth:`BlockFetcher.prefetch` queues hinted blocks; up to :data:`_AHEAD_THREADS`
 threads per process drain the queue, each taking everything queued at once, so the blocks of
@@ -20,7 +22,6 @@ reads merges are rarer).
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from typing import Any
 
@@ -126,61 +127,16 @@ class BlockFetcher:
                 self._ready_bytes -= len(self._ready.popitem(last=False)[1])
 
     def _fetch_shared(self, missing: list[int], cf: CacheFile | None) -> dict[int, bytes]:
-        """Fetch blocks into the node cache, not those another process or thread is fetching
-        now (their state is polled until they land, or their claim is released unfinished:
-        then they are claimed here).  Returns the blocks fetched that the cache could not keep
-        (no room), which the caller keeps in memory."""
+        """Fetch blocks into the node cache (:meth:`BlockCache.fetch_shared`: not those another
+        process or thread is fetching now).  Returns the blocks fetched that the cache could not
+        keep (no room), which the caller keeps in memory."""
         if cf is None:
             return self._fetch(missing)
-        out: dict[int, bytes] = {}
-        todo = missing
-        deadline = time.monotonic() + self.transport.read_timeout
-        delay = 0.0005
-        while todo:
-            claim = cf.claim(todo)
-            try:
-                if claim.mine:
-                    got = self._fetch(claim.mine)
-                    mine = {b: got.pop(b) for b in claim.mine}
-                    out.update(self._store(cf, mine))
-                    if got:  # blocks that filled a merge gap: cached where nobody holds them
-                        out.update(self._store_unclaimed(cf, got))
-            finally:
-                claim.close()
-            todo = [b for b in claim.theirs if not cf.state[b]]
-            if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
-                out.update(self._fetch(todo))
-                break
-            if todo:
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
-        return out
-
-    def _store_unclaimed(self, cf: CacheFile, got: dict[int, bytes]) -> dict[int, bytes]:
-        claim = cf.claim(sorted(got))
-        try:
-            rest = self._store(cf, {b: got.pop(b) for b in claim.mine})
-        finally:
-            claim.close()
-        got.update(rest)
-        return got
-
-    def _store(self, cf: CacheFile, got: dict[int, bytes]) -> dict[int, bytes]:
-        """Write verified blocks into the cache as far as its limit allows; return the rest."""
         assert self.cache is not None
-        ids = sorted(got)
-        sizes = [cf.charge(b) for b in ids]
-        k = self.cache.charge(cf, sizes)
-        written = 0
-        try:
-            for b in ids[:k]:
-                cf.write(b, got[b])
-                written += 1
-        except OSError:  # the disk is full or failing: serve from memory, keep going
-            pass
-        finally:
-            self.cache.refund(cf, sum(sizes[written:k]))
-        return {b: got[b] for b in ids[written:]}
+        fetched, unstored = self.cache.fetch_shared(
+            cf, missing, self._fetch, self.transport.read_timeout
+        )
+        return {b: fetched[b] for b in unstored}
 
     def _fetch(self, ids: list[int]) -> dict[int, bytes]:
         """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at

@@ -40,7 +40,13 @@ from mmpack.store.format import META_FILE
 from mmpack.store.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.store.writer import StoreWriter
 
-__all__ = ["CHECK_BLOCK_BYTES", "RemoteStoreWriter", "clean_stale"]
+__all__ = [
+    "CHECK_BLOCK_BYTES",
+    "RemoteStoreWriter",
+    "clean_stale",
+    "commit_generation",
+    "new_generation",
+]
 
 CHECK_BLOCK_BYTES = 16 << 10
 STALE_SECONDS = 15 * 60
@@ -171,8 +177,7 @@ def upload(
     raw = json.loads((local / META_FILE).read_text())
     if raw.get("backend") != "memmap":
         raise ValueError(f"{local}: only memmap stores are uploaded")
-    previous = _current_data(transport)
-    gen = f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
+    previous, gen = new_generation(transport)
     table = check_table(local / "tokens.bin", check_block_bytes)
     (local / "tokens.crc").write_bytes(table)
     with ThreadPoolExecutor(3) as pool:
@@ -188,17 +193,46 @@ def upload(
         "check_object": "tokens.crc",
         "check_crc32": zlib.crc32(table),
     }
+    objects = [f"{gen}/{n}" for n in ("tokens.bin", "offsets.bin", "tokens.crc")]
+    commit_generation(transport, url, raw, gen, previous, objects, overwrite=overwrite)
+    return open_store(url, storage_options=storage_options)
+
+
+def new_generation(transport: Transport) -> tuple[str | None, str]:
+    """The ``data-*`` prefix the committed store at ``transport`` names (``None``: none), and a
+    fresh one for a new build's objects."""
+    return _current_data(transport), f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
+
+
+def commit_generation(
+    transport: Transport,
+    url: str,
+    raw: dict[str, Any],
+    gen: str,
+    previous: str | None,
+    objects: list[str],
+    *,
+    overwrite: bool,
+) -> None:
+    """Commit the uploaded generation ``gen`` (its ``objects``) by writing ``mmpack.json``
+    (``raw``) last, then remove the stale generations (a failure there is a warning).
+
+    Raises
+    ------
+    StoreExistsError
+        ``overwrite`` is false and a store appeared at ``url`` during the build (``objects``
+        are deleted first).
+    """
     if not overwrite and _exists(transport):
-        transport.delete([f"{gen}/{n}" for n in ("tokens.bin", "offsets.bin", "tokens.crc")])
+        transport.delete(objects)
         raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
     transport.put(META_FILE, json.dumps(raw, indent=1).encode())  # the commit marker, last
     try:  # the store is committed: a failed clean-up is a warning, the next build retries it
         clean_stale(transport, keep=gen, previous=previous)
     except (RemoteError, RemoteAccessError) as exc:
         warnings.warn(
-            f"{url}: the store is built, but removing old data failed: {exc}", stacklevel=3
+            f"{url}: the store is built, but removing old data failed: {exc}", stacklevel=4
         )
-    return open_store(url, storage_options=storage_options)
 
 
 def _current_data(transport: Transport) -> str | None:

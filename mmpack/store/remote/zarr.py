@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,8 @@ from mmpack.store.backends._zarr_shards import (
     ShardReader,
     parse_layout,
 )
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.remote.base import RemoteBase
 from mmpack.store.remote.blocks import crc_blocks
 from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.cachefile import CacheFile
@@ -66,7 +66,7 @@ LAYOUT = "zarr-sharded"
 """The ``remote.layout`` value of a remote Zarr store's ``mmpack.json``."""
 
 
-class RemoteZarrBackend(Backend):
+class RemoteZarrBackend(RemoteBase, Backend):
     """The tokens of one remote sharded Zarr store, read in verified inner chunks."""
 
     name = "zarr"
@@ -165,7 +165,7 @@ class RemoteZarrBackend(Backend):
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"
             )
-        _write_atomic(kept, offsets.tobytes())
+        write_bytes_atomic(kept, offsets.tobytes())
         return offsets
 
     def _init_process_state(self) -> None:
@@ -178,46 +178,14 @@ class RemoteZarrBackend(Backend):
         self._cf_retry = 0.0
         self.stats = {"requests": 0, "bytes_fetched": 0}
 
-    def _cache_file(self) -> CacheFile | None:
-        """The node cache's file of this store's tokens (one block per inner chunk), mapped;
-        None without a cache, for inner chunks that are not a power of two bytes, or while it
-        cannot be had (retried after a second)."""
-        self._here()
-        cf = self._cf
-        if cf is not None and not cf.retired:
-            return cf
-        self._cf = None
+    def _cache_file_spec(self) -> tuple[str, str, int, int, np.dtype] | None:
+        """One cache block per inner chunk; None for inner chunks that are not a power of two
+        bytes."""
         block = self._layout.inner * self.meta.dtype.itemsize
-        if self.cache is None or block & (block - 1) or time.monotonic() < self._cf_retry:
+        if block & (block - 1):
             return None
-        with self._lock:
-            if self._cf is None:
-                nbytes = self.meta.num_tokens * self.meta.dtype.itemsize
-                self._cf = self.cache.open_file(
-                    self.meta.fingerprint, "zarr-tokens", nbytes, block, self.meta.dtype
-                )
-                if self._cf is None:
-                    self._cf_retry = time.monotonic() + 1.0
-            return self._cf
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():  # a forked child: the parent's threads are not here
-            self._init_process_state()
-
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("RemoteZarrBackend is not pickled; the TokenStore reopens its URL")
-
-    @staticmethod
-    def read_meta(path: Path) -> Any | None:
-        return None
-
-    @staticmethod
-    def commit(tmpdir: Path, meta: StoreMeta) -> None:
-        raise NotImplementedError("remote stores are written by mmpack.store.remote.writer")
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self._offsets
+        nbytes = self.meta.num_tokens * self.meta.dtype.itemsize
+        return self.meta.fingerprint, "zarr-tokens", nbytes, block, self.meta.dtype
 
     # ------------------------------------------------------------------------------ fetching
     def _fetch(self, tasks: list[tuple[str, list[tuple[int, int]]]]) -> list[list[bytes]]:
@@ -321,49 +289,18 @@ class RemoteZarrBackend(Backend):
 
     def _fetch_shared(self, ids: np.ndarray, cf: CacheFile) -> dict[int, np.ndarray]:
         """Fetch the chunks this process claims (verified) into the node cache; wait for those
-        another process holds (fetched here after the read timeout, or once their claim is
-        released unfinished)."""
+        another process holds (:meth:`BlockCache.fetch_shared`), then read them from there."""
         assert self.cache is not None
-        out: dict[int, np.ndarray] = {}
-        todo = sorted(ids.tolist())
-        deadline = time.monotonic() + self.transport.read_timeout
-        delay = 0.0005
-        while todo:
-            claim = cf.claim(todo)
-            try:
-                if claim.mine:
-                    mine = self._verified(self._reader, np.asarray(claim.mine, np.int64))
-                    out.update(mine)
-                    self._store(cf, mine)
-            finally:
-                claim.close()
-            todo = [b for b in claim.theirs if not cf.state[b]]
-            for b in claim.theirs:
-                if cf.state[b]:
-                    out[b] = cf.block_bytes(b).view(self.meta.dtype)
-            if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
-                out.update(self._verified(self._reader, np.asarray(todo, np.int64)))
-                break
-            if todo:
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
-        return out
-
-    def _store(self, cf: CacheFile, chunks: dict[int, np.ndarray]) -> None:
-        """Write verified chunks into the node cache as far as its limit allows."""
-        assert self.cache is not None
-        ids = sorted(chunks)
-        sizes = [cf.charge(b) for b in ids]
-        k = self.cache.charge(cf, sizes)
-        written = 0
-        try:
-            for b in ids[:k]:
-                cf.write(b, np.ascontiguousarray(chunks[b]).tobytes())
-                written += 1
-        except OSError:  # the disk is full or failing: served from memory, keep going
-            pass
-        finally:
-            self.cache.refund(cf, sum(sizes[written:k]))
+        fetched, _ = self.cache.fetch_shared(
+            cf,
+            sorted(ids.tolist()),
+            lambda todo: self._verified(self._reader, np.asarray(todo, np.int64)),
+            self.transport.read_timeout,
+        )
+        for b in ids.tolist():
+            if b not in fetched:  # another process stored it
+                fetched[b] = cf.block_bytes(b).view(self.meta.dtype)
+        return fetched
 
     def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
         """Start reading the inner chunks of these ranges on a background thread (a later
@@ -410,11 +347,3 @@ class RemoteZarrBackend(Backend):
         if cf is not None and self.cache is not None:
             self.cache.verify_cached(cf, start, data, self.url)
         return data
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

@@ -11,16 +11,11 @@ build of the same target removes them).  The layout is described in
 from __future__ import annotations
 
 import json
-import secrets
-import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
 from mmpack.store.backends._zarr_shards import parse_layout
-from mmpack.store.format import META_FILE
 from mmpack.store.remote.transport import Transport
 from mmpack.store.remote.zarr import LAYOUT
 
@@ -38,7 +33,7 @@ def upload_zarr(
     """Upload the local sharded Zarr store at ``local`` to ``url`` (objects under a fresh
     ``data-*`` prefix, then ``mmpack.json``); returns it opened remotely."""
     from mmpack.store.reader import open_store
-    from mmpack.store.remote.writer import _current_data, _exists, clean_stale
+    from mmpack.store.remote.writer import commit_generation, new_generation
 
     group = json.loads((local / "zarr.json").read_text())
     raw = dict(group["attributes"]["mmpack"])
@@ -48,8 +43,7 @@ def upload_zarr(
             raise ValueError(f"{local}/{n}: not the sharded Zarr layout; rebuild it")
     files = sorted(p for p in local.rglob("*") if p.is_file())
     rel = {p: p.relative_to(local).as_posix() for p in files}
-    previous = _current_data(transport)
-    gen = f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
+    previous, gen = new_generation(transport)
     with ThreadPoolExecutor(4) as pool:
         for f in [pool.submit(transport.put_file, f"{gen}/{rel[p]}", p) for p in files]:
             f.result()
@@ -63,14 +57,6 @@ def upload_zarr(
             if rel[p].split("/")[0] in ("tokens", "offsets") and p.name != "zarr.json"
         },
     }
-    if not overwrite and _exists(transport):
-        transport.delete([f"{gen}/{rel[p]}" for p in files])
-        raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
-    transport.put(META_FILE, json.dumps(raw, indent=1).encode())  # the commit marker, last
-    try:  # the store is committed: a failed clean-up is a warning, the next build retries it
-        clean_stale(transport, keep=gen, previous=previous)
-    except (RemoteError, RemoteAccessError) as exc:
-        warnings.warn(
-            f"{url}: the store is built, but removing old data failed: {exc}", stacklevel=3
-        )
+    objects = [f"{gen}/{rel[p]}" for p in files]
+    commit_generation(transport, url, raw, gen, previous, objects, overwrite=overwrite)
     return open_store(url, storage_options=storage_options)
