@@ -53,7 +53,7 @@ import numpy as np
 
 from mmpack.kernels.blockstate import all_blocks_present
 
-__all__ = ["HEADER", "MAGIC", "CacheFile", "boot_id", "lock_range", "pack_header"]
+__all__ = ["CacheFile", "HEADER", "MAGIC", "boot_id", "lock_range", "pack_header"]
 
 MAGIC = b"MMPKBLK2"
 VERSION = 1
