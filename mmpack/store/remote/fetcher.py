@@ -34,7 +34,7 @@ from mmpack.store.remote.cache import BlockCache
 from mmpack.store.remote.cachefile import CacheFile
 from mmpack.store.remote.transport import ObjectMissing, Transport
 
-__all__ = ["MEMORY_BLOCKS_BYTES", "BlockFetcher"]
+__all__ = ["BlockFetcher", "MEMORY_BLOCKS_BYTES"]
 
 _AHEAD_THREADS = 4  # look-ahead threads per process (each with concurrent range requests)
 _AHEAD_MAX_BLOCKS = 4096  # blocks one look-ahead thread takes from the queue at a time
