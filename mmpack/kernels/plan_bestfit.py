@@ -154,8 +154,9 @@ def _tree_succ(bits: np.ndarray, off: np.ndarray, x: int) -> int:
 def _grow(a: np.ndarray, need: int) -> np.ndarray:
     if need <= a.shape[0]:
         return a
-    b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
-    b[: a.shape[0]] = a
+    b = np.empty(max(need, 2 * a.shape[0]), dtype=np.int64)
+    for i in range(a.shape[0]):  # not ``b[:n] = a``: its shape check compiles a formatted error
+        b[i] = a[i]
     return b
 
 
