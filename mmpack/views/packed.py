@@ -211,7 +211,7 @@ class PackedDataset:
         plan_cache_key(
             "",
             self.seqlen,
-            eot=self.eot is not None,
+            add_eot=self.eot is not None,
             long_docs=long_docs,
             algorithm=algorithm,
             lookahead=self.lookahead,
@@ -237,7 +237,7 @@ class PackedDataset:
         self._plan = cached_plan(
             self.store,
             self.seqlen,
-            eot=self.eot is not None,
+            add_eot=self.eot is not None,
             long_docs=self.long_docs,
             algorithm=self.algorithm,
             lookahead=self.lookahead,
