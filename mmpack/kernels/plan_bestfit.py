@@ -98,7 +98,10 @@ def _tree_new(universe: int) -> tuple[np.ndarray, np.ndarray]:
         acc += words
         size = words
     off[nlev] = acc
-    return np.zeros(acc, dtype=np.uint64), off
+    bits = np.empty(acc, dtype=np.uint64)
+    for i in range(acc):
+        bits[i] = _U0
+    return bits, off
 
 
 @njit
@@ -152,6 +155,15 @@ def _tree_succ(bits: np.ndarray, off: np.ndarray, x: int) -> int:
 
 # --------------------------------------------------------------------------------- best fit
 @njit
+def _filled(n: int, value: int) -> np.ndarray:
+    """int64, shape (n,), every entry ``value`` (``np.full`` compiles one more overload)."""
+    a = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        a[i] = value
+    return a
+
+
+@njit
 def _grow(a: np.ndarray, need: int) -> np.ndarray:
     """``a`` (int64, shape (3, cap)) with room for ``need`` columns."""
     if need <= a.shape[1]:
@@ -161,27 +173,6 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
         for i in range(a.shape[1]):
             b[r, i] = a[r, i]
     return b
-
-
-@njit
-def _push_group(
-    head: np.ndarray, bits: np.ndarray, off: np.ndarray, groups: np.ndarray, gi: int, i: int
-) -> None:
-    """Put group ``gi`` on top of bucket ``i`` (a stack of groups)."""
-    if head[i] < 0:
-        _tree_set(bits, off, i)
-    groups[_NEXT, gi] = head[i]
-    head[i] = gi
-
-
-@njit
-def _pop_group(
-    head: np.ndarray, bits: np.ndarray, off: np.ndarray, groups: np.ndarray, i: int
-) -> None:
-    """Take the top group off bucket ``i``."""
-    head[i] = groups[_NEXT, head[i]]
-    if head[i] < 0:
-        _tree_clear(bits, off, i)
 
 
 @njit
@@ -197,7 +188,7 @@ def bfd_groups(count: np.ndarray, seqlen: int, univ: int) -> tuple[np.ndarray, n
     groups = np.empty((3, 1024), dtype=np.int64)
     n_nodes = 0
     n_groups = 0
-    head = np.full(univ, -1, dtype=np.int64)  # by free space - shift
+    head = _filled(univ, -1)  # top group of each bucket, by free space - shift
     bits, off = _tree_new(univ)
     for size in range(univ - 1, 0, -1):
         c = count[size]
@@ -243,8 +234,13 @@ def _bfd_step(
     t = min(g, c // q)
     rest = c - t * q if t < g else 0
     move = src >= 0 and t == g
-    if move:
-        _pop_group(head, bits, off, groups, f - shift)
+    left = g - t - (1 if rest > 0 else 0)  # source bins taking nothing (0 when it moves)
+    if src >= 0 and not move:
+        groups[_COUNT, src] = left
+    if src >= 0 and left == 0:  # the source group leaves its bucket (top of its stack)
+        head[f - shift] = groups[_NEXT, src]
+        if head[f - shift] < 0:
+            _tree_clear(bits, off, f - shift)
     for take, bins in ((q, t), (rest, 1)):
         if take == 0 or bins == 0:
             continue
@@ -258,67 +254,15 @@ def _bfd_step(
         groups[_NODE, gi] = n_nodes
         n_nodes += 1
         dest = f - take * size - shift
-        if dest + shift > 0:
-            _push_group(head, bits, off, groups, gi, dest)
-    if move:
-        return c - q * g, n_nodes, n_groups
-    if src >= 0:
-        left = g - t - (1 if rest > 0 else 0)
-        groups[_COUNT, src] = left
-        if left == 0:
-            _pop_group(head, bits, off, groups, f - shift)
-    return 0, n_nodes, n_groups
+        if dest + shift > 0:  # on top of the stack of bucket dest
+            if head[dest] < 0:
+                _tree_set(bits, off, dest)
+            groups[_NEXT, gi] = head[dest]
+            head[dest] = gi
+    return (c - q * g if move else 0), n_nodes, n_groups
 
 
 # --------------------------------------------------------------------------------- online
-@njit
-def _take_head(
-    head: np.ndarray, tail: np.ndarray, nxt: np.ndarray, prv: np.ndarray, bits, off, i: int
-) -> int:
-    """Unlink and return the bin at the head of bucket ``i`` (the most recently filled)."""
-    b = head[i]
-    q = nxt[b]
-    head[i] = q
-    if q >= 0:
-        prv[q] = -1
-    else:
-        tail[i] = -1
-        _tree_clear(bits, off, i)
-    return b
-
-
-@njit
-def _take_tail(
-    head: np.ndarray, tail: np.ndarray, nxt: np.ndarray, prv: np.ndarray, bits, off, i: int
-) -> int:
-    """Unlink and return the bin at the tail of bucket ``i`` (the first to reach it)."""
-    c = tail[i]
-    pc = prv[c]
-    tail[i] = pc
-    if pc >= 0:
-        nxt[pc] = -1
-    else:
-        head[i] = -1
-        _tree_clear(bits, off, i)
-    return c
-
-
-@njit
-def _put_head(
-    head: np.ndarray, tail: np.ndarray, nxt: np.ndarray, prv: np.ndarray, bits, off, i: int, b: int
-) -> None:
-    """Link bin ``b`` at the head of bucket ``i``."""
-    h = head[i]
-    nxt[b] = h
-    prv[b] = -1
-    if h >= 0:
-        prv[h] = b
-    else:
-        tail[i] = b
-        _tree_set(bits, off, i)
-    head[i] = b
-
-
 @njit
 def online_place(
     item_size: np.ndarray, seqlen: int, univ: int, window: int
@@ -328,12 +272,12 @@ def online_place(
     n_items; bins are numbered ``0..n_bins`` in the order they opened) and ``n_bins``."""
     n_items = item_size.shape[0]
     item_bin = np.empty(n_items, dtype=np.int64)
-    emit_rank = np.full(n_items, -1, dtype=np.int64)
-    nxt = np.empty(n_items, dtype=np.int64)
+    emit_rank = _filled(n_items, -1)
+    nxt = np.empty(n_items, dtype=np.int64)  # buckets are doubly linked lists of bins
     prv = np.empty(n_items, dtype=np.int64)
     shift = seqlen - univ  # buckets by free space - shift (module docstring)
-    head = np.full(univ, -1, dtype=np.int64)
-    tail = np.full(univ, -1, dtype=np.int64)
+    head = _filled(univ, -1)
+    tail = _filled(univ, -1)
     bits, off = _tree_new(univ)
     nbins = 0
     nemit = 0
@@ -347,12 +291,25 @@ def online_place(
             nbins += 1
             continue
         i = _tree_succ(bits, off, max(0, size - shift))
-        if i >= 0:
+        if i >= 0:  # the head of bucket i: the bin that reached that free space last
             f = i + shift
-            b = _take_head(head, tail, nxt, prv, bits, off, i)
+            b = head[i]
+            head[i] = nxt[b]
+            if head[i] >= 0:
+                prv[head[i]] = -1
+            else:
+                tail[i] = -1
+                _tree_clear(bits, off, i)
         else:
-            if nopen == window:  # close the fullest open bin
-                c = _take_tail(head, tail, nxt, prv, bits, off, _tree_succ(bits, off, 1))
+            if nopen == window:  # close the fullest open bin: the tail of its bucket
+                i = _tree_succ(bits, off, 1)
+                c = tail[i]
+                tail[i] = prv[c]
+                if tail[i] >= 0:
+                    nxt[tail[i]] = -1
+                else:
+                    head[i] = -1
+                    _tree_clear(bits, off, i)
                 emit_rank[c] = nemit
                 nemit += 1
                 nopen -= 1
@@ -365,8 +322,16 @@ def online_place(
             emit_rank[b] = nemit
             nemit += 1
             nopen -= 1
-        else:
-            _put_head(head, tail, nxt, prv, bits, off, f - size - shift, b)
+        else:  # b goes to the head of bucket g
+            g = f - size - shift
+            nxt[b] = head[g]
+            prv[b] = -1
+            if head[g] >= 0:
+                prv[head[g]] = b
+            else:
+                tail[g] = b
+                _tree_set(bits, off, g)
+            head[g] = b
     for b in range(nbins):
         if emit_rank[b] < 0:
             emit_rank[b] = nemit

@@ -91,7 +91,9 @@ def emit_by_rank(
     """Write the items bin by bin, bins in emission order (bin ``b`` is output bin
     ``emit_rank[b]``), items of a bin in document order; returns ``n_bins``."""
     n_items = item_bin.shape[0]
-    fill = np.zeros(n_bins + 1, dtype=np.int64)
+    fill = np.empty(n_bins + 1, dtype=np.int64)
+    for r in range(n_bins + 1):
+        fill[r] = 0
     for i in range(n_items):
         fill[emit_rank[item_bin[i]] + 1] += 1
     for r in range(n_bins):

@@ -150,7 +150,9 @@ def bfd_items(
     n = rem_occ.shape[0]
     nb = 0
     p = 0
-    count = np.zeros(univ + 1, dtype=np.int64)
+    count = np.empty(univ + 1, dtype=np.int64)  # np.empty + loops: fewer overloads to compile
+    for size in range(univ + 1):
+        count[size] = 0
     for d in range(n):
         k = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
         for j in range(k):
@@ -170,12 +172,14 @@ def bfd_items(
             nb += 1
         elif r > 0:
             count[r] += 1
-    pool = np.zeros(univ + 1, dtype=np.int64)
+    pool = np.empty(univ + 1, dtype=np.int64)
+    cursor = np.empty(univ + 1, dtype=np.int64)
     m = 0
-    for size in range(1, univ):
+    for size in range(univ + 1):
         pool[size] = m
-        m += count[size]
-    cursor = pool.copy()
+        cursor[size] = m
+        if 0 < size < univ:
+            m += count[size]
     order = np.empty(m, dtype=np.int64)
     order_start = np.empty(m, dtype=np.int64)
     for d in range(n):
