@@ -376,7 +376,9 @@ def test_universe_recorded_by_item_sizes(case):
     small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
     rem = np.empty(len(lens), dtype=np.int32)
     counts = np.zeros(K.N_STATS, dtype=np.int64)
-    K.item_sizes(np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts)
+    K.item_sizes(
+        np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts
+    )
     assert counts[K.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
 
 

@@ -96,27 +96,3 @@ def test_plan_eot_attribute_is_a_deprecated_alias():
     with pytest.warns(DeprecationWarning, match=r"PackingPlan.eot is deprecated") as rec:
         assert plan.eot is True
     assert rec[0].filename == __file__
-
-
-# ------------------------------------------------------------------------------- first-call cost
-def test_plan_kernels_see_one_signature_whatever_the_input(monkeypatch):
-    """A list, a writable int32 array and a store's read-only int64 lengths reach the plan
-    kernels as the same read-only int64 array type: each kernel compiles once per process (and
-    one numba cache entry serves them all)."""
-    import numba
-
-    from mmpack.kernels import packing as K
-
-    seen = []
-    real = K.item_sizes
-
-    def spy(doc_lens, *args):
-        seen.append(numba.typeof(doc_lens))
-        return real(doc_lens, *args)
-
-    monkeypatch.setattr(K, "item_sizes", spy)
-    frozen = np.array([4, 2, 9], dtype=np.int64)
-    frozen.flags.writeable = False
-    for lens in ([4, 2, 9], np.array([4, 2, 9], dtype=np.int32), np.array([4, 2, 9]), frozen):
-        build_plan(lens, 8, add_eot=True)
-    assert len(set(seen)) == 1 and seen[0].dtype == numba.int64 and not seen[0].mutable

@@ -159,7 +159,9 @@ class PackingPlan:
     def eot(self) -> bool:
         """Deprecated name of :attr:`add_eot` (``eot`` is a token id elsewhere in mmpack)."""
         warnings.warn(
-            "PackingPlan.eot is deprecated; use PackingPlan.add_eot", DeprecationWarning, stacklevel=2
+            "PackingPlan.eot is deprecated; use PackingPlan.add_eot",
+            DeprecationWarning,
+            stacklevel=2,
         )
         return self.add_eot
 
