@@ -187,8 +187,8 @@ def bfd_groups(count: np.ndarray, seqlen: int, univ: int) -> tuple[np.ndarray, n
     nodes = np.empty((3, 1024), dtype=np.int64)
     groups = np.empty((3, 1024), dtype=np.int64)
     # Not literal zeros: a Literal[int](0) argument would compile _bfd_step a second time.
-    n_nodes = np.int64(0)
-    n_groups = np.int64(0)
+    n_nodes = int(np.int64(0))
+    n_groups = int(np.int64(0))
     head = _filled(univ, -1)  # top group of each bucket, by free space - shift
     bits, off = _tree_new(univ)
     for size in range(univ - 1, 0, -1):
@@ -303,7 +303,7 @@ def online_place(
                 _tree_clear(bits, off, i)
         else:
             if nopen == window:  # close the fullest open bin: the tail of its bucket
-                i = _tree_succ(bits, off, np.int64(1))  # a literal 1: a second compile
+                i = _tree_succ(bits, off, int(np.int64(1)))  # a literal 1: a second compile
                 c = tail[i]
                 tail[i] = prv[c]
                 if tail[i] >= 0:

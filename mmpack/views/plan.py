@@ -220,7 +220,7 @@ def build_plan(
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
-    eot: bool = _NO_VALUE,
+    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """Pack documents of the given lengths into bins of ``seqlen`` slots.
 

@@ -85,7 +85,7 @@ def plan_cache_key(
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
-    eot: bool = _NO_VALUE,
+    eot: Any = _NO_VALUE,
 ) -> dict[str, Any]:
     """Everything a cached plan depends on: canonical option names (``"online"``, never the
     deprecated ``"stream"``) and ``lookahead`` only for ``"online"``.  Validates the parameters
@@ -286,7 +286,7 @@ def cached_plan(
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
     cache: bool = True,
-    eot: bool = _NO_VALUE,
+    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """:func:`build_plan` over ``store.doc_lens``, kept in ``<store>/cache/plan-<key>.mmplan``.
 
