@@ -152,9 +152,7 @@ def stream(
     :func:`bfd`, bins numbered in emission order."""
     if univ is None:
         univ = universe(rem_occ, seqlen)
-    item_doc, item_start, item_len, item_size = online_items(
-        doc_lens, rem_occ, seqlen, eot, long_mode
-    )
-    item_bin, emit_rank, n_bins = online_place(item_size, seqlen, univ, window)
+    item_doc, item_start, item_len = online_items(doc_lens, rem_occ, seqlen, eot, long_mode)
+    item_bin, emit_rank, n_bins = online_place(item_len, eot, seqlen, univ, window)
     out = (bin_ptr, piece_doc, piece_start, piece_len)
     return emit_by_rank(item_doc, item_start, item_len, item_bin, emit_rank, n_bins, *out)

@@ -266,12 +266,12 @@ def _bfd_step(
 # --------------------------------------------------------------------------------- online
 @njit
 def online_place(
-    item_size: np.ndarray, seqlen: int, univ: int, window: int
+    item_len: np.ndarray, eot: int, seqlen: int, univ: int, window: int
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Online best fit of items (slots, int64, document order) over at most ``window`` open
-    bins (see the module docstring).  Returns each item's bin, each bin's emission rank (int64,
+    """Online best fit of items (tokens, int64, document order; an item takes ``min(seqlen,
+    tokens + eot)`` slots) over at most ``window`` open bins (see the module docstring).  Returns each item's bin, each bin's emission rank (int64,
     n_items; bins are numbered ``0..n_bins`` in the order they opened) and ``n_bins``."""
-    n_items = item_size.shape[0]
+    n_items = item_len.shape[0]
     item_bin = np.empty(n_items, dtype=np.int64)
     emit_rank = _filled(n_items, -1)
     nxt = np.empty(n_items, dtype=np.int64)  # buckets are doubly linked lists of bins
@@ -284,7 +284,7 @@ def online_place(
     nemit = 0
     nopen = 0
     for k in range(n_items):
-        size = item_size[k]
+        size = min(seqlen, item_len[k] + eot)  # slots
         if size == seqlen:
             item_bin[k] = nbins
             emit_rank[nbins] = nemit

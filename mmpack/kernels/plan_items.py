@@ -194,10 +194,10 @@ def bfd_items(
 @njit
 def online_items(
     doc_lens: np.ndarray, rem_occ: np.ndarray, seqlen: int, eot: int, long_mode: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every item in document order: its document, first token, tokens and slots (int64 arrays
-    of n_items each; an item of fewer than ``seqlen`` slots ends its document and carries the
-    eot)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every item in document order: its document, first token and tokens (int64 arrays of
+    n_items each).  An item of fewer than ``seqlen`` tokens ends its document and is followed
+    by the eot, so its slots are ``min(seqlen, tokens + eot)``."""
     n = rem_occ.shape[0]
     n_items = 0
     for d in range(n):
@@ -205,7 +205,6 @@ def online_items(
     item_doc = np.empty(n_items, dtype=np.int64)
     item_start = np.empty(n_items, dtype=np.int64)
     item_len = np.empty(n_items, dtype=np.int64)
-    item_size = np.empty(n_items, dtype=np.int64)
     k = 0
     for d in range(n):
         nf = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
@@ -213,13 +212,10 @@ def online_items(
             item_doc[k] = d
             item_start[k] = j * seqlen
             item_len[k] = seqlen
-            item_size[k] = seqlen
             k += 1
-        r = rem_occ[d]
-        if r > 0:
+        if rem_occ[d] > 0:
             item_doc[k] = d
             item_start[k] = nf * seqlen
-            item_len[k] = r - eot
-            item_size[k] = r
+            item_len[k] = rem_occ[d] - eot
             k += 1
-    return item_doc, item_start, item_len, item_size
+    return item_doc, item_start, item_len
