@@ -249,19 +249,7 @@ def build_plan(
     add_eot = add_eot_argument(add_eot, eot, "build_plan")
     algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
     seqlen, long_docs, algorithm, lookahead = _check_params(seqlen, long_docs, algorithm, lookahead)
-    lens = np.ascontiguousarray(doc_lens)
-    if lens.ndim != 1 or not (lens.dtype.kind in "iu" or lens.size == 0):
-        raise TypeError(
-            f"doc_lens must be a 1-D integer array, got dtype {lens.dtype} with shape {lens.shape}"
-        )
-    # One kernel signature whatever the caller passes (a store's read-only int64 offsets
-    # diff, a writable list or array): each plan kernel compiles once per process.
-    lens = lens.astype(np.int64, copy=False).view()
-    lens.flags.writeable = False
-    if lens.size and lens.min() < 0:
-        raise ValueError(
-            f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
-        )
+    lens = _check_doc_lens(doc_lens)
     e = int(add_eot)
     n = lens.shape[0]
     mode = _LONG_CODES[long_docs]
@@ -297,6 +285,24 @@ def build_plan(
         lookahead=lookahead if algorithm == PackingAlgorithm.ONLINE else None,
         stats=stats,
     )
+
+
+def _check_doc_lens(doc_lens: Any) -> np.ndarray:
+    """``doc_lens`` as a read-only int64 array, checked (1-D, integers, all >= 0)."""
+    lens = np.ascontiguousarray(doc_lens)
+    if lens.ndim != 1 or not (lens.dtype.kind in "iu" or lens.size == 0):
+        raise TypeError(
+            f"doc_lens must be a 1-D integer array, got dtype {lens.dtype} with shape {lens.shape}"
+        )
+    # One kernel signature whatever the caller passes (a store's read-only int64 offsets
+    # diff, a writable list or array): each plan kernel compiles once per process.
+    lens = lens.astype(np.int64, copy=False).view()
+    lens.flags.writeable = False
+    if lens.size and lens.min() < 0:
+        raise ValueError(
+            f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
+        )
+    return lens
 
 
 def _make_stats(counts: np.ndarray, n_docs: int, n_bins: int, n_pieces: int, seqlen: int):
