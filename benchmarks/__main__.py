@@ -29,6 +29,7 @@ TOPICS = {
     "foreign": "benchmarks.bench_foreign",
     "remote": "benchmarks.bench_remote",
     "cold": "benchmarks.bench_cold",
+    "first_call": "benchmarks.bench_first_call",
     "ingest": "benchmarks.bench_ingest",
     "join": "benchmarks.bench_join",
 }

@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import json
 import mmap
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_first_call import first_call_rows
 from benchmarks.bench_window import _lengths, _make_store
 from mmpack.store.backends._memmap import mapping_of
 from mmpack.views.packed import PackedDataset
@@ -286,64 +285,6 @@ def _batch_rows(store: Any, view: Any, name: str, batch: int, quick: bool) -> li
             "vs warm": out["warm"] / out["lookahead"],
         },
     ]
-
-
-# ------------------------------------------------------------------------------------ first call
-_FIRST_CALL = r"""
-import json, sys, time
-t0 = time.perf_counter()
-import mmpack
-t1 = time.perf_counter()
-store = mmpack.open(sys.argv[1])
-t2 = time.perf_counter()
-ds = mmpack.WindowDataset(store, 2048, eot=50256, labels=True)
-ds[0]
-t3 = time.perf_counter()
-pk = mmpack.PackedDataset(store, 2048, eot=50256, cache=False)
-t4 = time.perf_counter()
-pk[0]
-t5 = time.perf_counter()
-print(json.dumps({"import mmpack": t1 - t0, "open": t2 - t1, "first window sample": t3 - t2,
-                  "packed plan": t4 - t3, "first packed sample": t5 - t4, "total": t5 - t0}))
-"""
-
-
-def _python(code: str, *args: str, env: dict[str, str] | None = None) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-c", code, *args], check=True, env=env, stdout=subprocess.DEVNULL
-    )
-    return time.perf_counter() - t0
-
-
-def first_call_rows(store_path: Path, tmp: Path) -> list[dict[str, Any]]:
-    """Seconds from ``import mmpack`` to the first samples in fresh interpreters."""
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    rows: list[dict[str, Any]] = []
-    cache = tmp / "numba-cache"
-    for label in ("numba cache cold", "numba cache warm"):
-        if label.endswith("cold"):
-            shutil.rmtree(cache, ignore_errors=True)
-        e = dict(env, NUMBA_CACHE_DIR=str(cache))
-        res = subprocess.run(
-            [sys.executable, "-c", _FIRST_CALL, str(store_path)],
-            env=e,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        figures = json.loads(res.stdout.strip().splitlines()[-1])
-        rows.append({"case": f"first call, {label}", **{f"{k} s": v for k, v in figures.items()}})
-    rows.append(
-        {
-            "case": "first call, for scale",
-            "python -c pass s": _python("pass", env=env),
-            "import numpy s": _python("import numpy", env=env),
-            "import numba s": _python("import numba", env=env),
-        }
-    )
-    return rows
 
 
 # ------------------------------------------------------------------------------------ scans

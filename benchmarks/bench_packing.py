@@ -83,8 +83,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     dists = ["lognormal(5.48,1.15)", "lognormal(6.4,1.3)", "gamma(5,20)", "adversarial"]
     warm = np.array([1, 5, 3000, 0], dtype=np.int64)
     for algorithm in ("bfd", "stream"):
-        build_plan(warm, 2048, eot=True, algorithm=algorithm)  # compile outside the timings
-        build_plan(warm, 2048, eot=False, algorithm=algorithm)
+        build_plan(warm, 2048, add_eot=True, algorithm=algorithm)  # compile outside the timings
+        build_plan(warm, 2048, add_eot=False, algorithm=algorithm)
     rows: list[dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-packing-"))
     for dist in dists:
@@ -93,11 +93,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 lens = _lengths(dist, n, seqlen)
                 eot = dist != "adversarial"
                 repeats = 3 if n <= 1_000_000 else 2
-                plan = build_plan(lens, seqlen, eot=eot)
-                t_bfd = _median_seconds(lambda: build_plan(lens, seqlen, eot=eot), repeats)
-                stream = build_plan(lens, seqlen, eot=eot, algorithm="stream")
+                plan = build_plan(lens, seqlen, add_eot=eot)
+                t_bfd = _median_seconds(lambda: build_plan(lens, seqlen, add_eot=eot), repeats)
+                stream = build_plan(lens, seqlen, add_eot=eot, algorithm="stream")
                 t_stream = _median_seconds(
-                    lambda: build_plan(lens, seqlen, eot=eot, algorithm="stream"), 1
+                    lambda: build_plan(lens, seqlen, add_eot=eot, algorithm="stream"), 1
                 )
                 s, ss = plan.stats, stream.stats
                 row: dict[str, Any] = {
@@ -118,8 +118,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 if n >= 1_000_000 and seqlen == 2048:
                     store = _DirStore(tmp / f"{dist}-{n}", lens)
                     store.path.mkdir()
-                    cached_plan(store, seqlen, eot=eot)
-                    t_open = _median_seconds(lambda: cached_plan(store, seqlen, eot=eot), 5)
+                    cached_plan(store, seqlen, add_eot=eot)
+                    t_open = _median_seconds(lambda: cached_plan(store, seqlen, add_eot=eot), 5)
                     row["reopen ms"] = t_open * 1e3
                 if n >= 1_000_000:
                     fast = n / t_bfd >= TARGET_DOCS_PER_S

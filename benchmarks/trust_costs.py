@@ -36,8 +36,8 @@ def _median_ms(fn, reps: int) -> float:
 def bench_plan(tmp: str) -> None:
     rng = np.random.default_rng(0)
     lens = rng.integers(0, 3000, 10_000_000)
-    plan = build_plan(lens, 2048, eot=True)
-    key = plan_cache_key("f" * 16, 2048, eot=True)
+    plan = build_plan(lens, 2048, add_eot=True)
+    key = plan_cache_key("f" * 16, 2048, add_eot=True)
     path = f"{tmp}/p.mmplan"
     save_plan(plan, path, key)
     ms = _median_ms(lambda: load_plan(path, key), 7)

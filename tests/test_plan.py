@@ -171,7 +171,7 @@ cases = st.tuples(
 @given(cases)
 def test_bfd_matches_reference(case):
     lens, seqlen, eot, long_docs = case
-    plan = build_plan(np.array(lens, dtype=np.int64), seqlen, eot=eot, long_docs=long_docs)
+    plan = build_plan(np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs)
     check_valid(plan, lens, seqlen, eot, long_docs)
     ref = ref_bfd(lens, seqlen, eot, long_docs)
     got = plan_bins(plan)
@@ -192,7 +192,7 @@ def test_stream_identical_to_reference(case, window):
     plan = build_plan(
         np.array(lens, dtype=np.int64),
         seqlen,
-        eot=eot,
+        add_eot=eot,
         long_docs=long_docs,
         algorithm="stream",
         lookahead=window,
@@ -204,7 +204,7 @@ def test_stream_identical_to_reference(case, window):
 @given(cases)
 def test_nextfit_is_stream_with_one_open_bin(case):
     lens, seqlen, eot, long_docs = case
-    plan = build_plan(np.array(lens), seqlen, eot=eot, long_docs=long_docs, algorithm="nextfit")
+    plan = build_plan(np.array(lens), seqlen, add_eot=eot, long_docs=long_docs, algorithm="nextfit")
     check_valid(plan, lens, seqlen, eot, long_docs)
     assert plan_bins(plan) == ref_stream(lens, seqlen, eot, long_docs, 1)
     assert plan.lookahead is None
@@ -213,7 +213,7 @@ def test_nextfit_is_stream_with_one_open_bin(case):
 @settings(max_examples=25)
 @given(st.lists(st.integers(1, 2000), min_size=1, max_size=400), st.integers(64, 1024))
 def test_bfd_wide_sizes(lens, seqlen):
-    plan = build_plan(np.array(lens), seqlen, eot=True)
+    plan = build_plan(np.array(lens), seqlen, add_eot=True)
     check_valid(plan, lens, seqlen, True, "split")
     assert plan.n_bins == len(ref_bfd(lens, seqlen, True, "split"))
 
@@ -222,8 +222,8 @@ def test_bfd_is_deterministic_and_pure():
     rng = np.random.default_rng(1)
     lens = rng.integers(0, 5000, 20_000)
     keep = lens.copy()
-    a = build_plan(lens, 1024, eot=True)
-    b = build_plan(lens, 1024, eot=True)
+    a = build_plan(lens, 1024, add_eot=True)
+    b = build_plan(lens, 1024, add_eot=True)
     assert np.array_equal(lens, keep)
     for name in ("bin_ptr", "piece_doc", "piece_start", "piece_len"):
         assert np.array_equal(getattr(a, name), getattr(b, name))
@@ -234,7 +234,7 @@ def test_bfd_is_deterministic_and_pure():
 def test_worked_example():
     # Docs of 3, 5, 0, 9, 2, 7 tokens with eot, seqlen 8: doc 3 (10 slots) is split into a full
     # piece of 8 and a remainder of 1 token + eot; the empty doc is a lone eot.
-    plan = build_plan(np.array([3, 5, 0, 9, 2, 7]), 8, eot=True)
+    plan = build_plan(np.array([3, 5, 0, 9, 2, 7]), 8, add_eot=True)
     assert [plan.pieces(i) for i in range(plan.n_bins)] == [
         [(3, 0, 8)],
         [(5, 0, 7)],
@@ -250,7 +250,7 @@ def test_worked_example():
 
 def test_long_doc_policies():
     lens = np.array([20, 3, 16, 0])
-    split = build_plan(lens, 8, eot=True)
+    split = build_plan(lens, 8, add_eot=True)
     assert sorted(p for b in range(split.n_bins) for p in split.pieces(b)) == [
         (0, 0, 8),
         (0, 8, 8),
@@ -261,7 +261,7 @@ def test_long_doc_policies():
         (2, 16, 0),
         (3, 0, 0),
     ]
-    trunc = build_plan(lens, 8, eot=True, long_docs="truncate")
+    trunc = build_plan(lens, 8, add_eot=True, long_docs="truncate")
     assert sorted(p for b in range(trunc.n_bins) for p in trunc.pieces(b)) == [
         (0, 0, 7),
         (1, 0, 3),
@@ -269,17 +269,17 @@ def test_long_doc_policies():
         (3, 0, 0),
     ]
     assert trunc.stats.lost_tokens == 13 + 9 and trunc.stats.n_truncated == 2
-    drop = build_plan(lens, 8, eot=False, long_docs="drop")
+    drop = build_plan(lens, 8, add_eot=False, long_docs="drop")
     assert [drop.pieces(b) for b in range(drop.n_bins)] == [[(1, 0, 3)]]
     assert drop.stats.n_dropped == 2 and drop.stats.lost_tokens == 36 and drop.stats.n_empty == 1
 
 
 def test_empty_input_and_all_empty_docs():
     for lens in (np.array([], dtype=np.int64), np.zeros(5, dtype=np.int64)):
-        plan = build_plan(lens, 16, eot=False)
+        plan = build_plan(lens, 16, add_eot=False)
         assert plan.n_bins == 0 and plan.n_pieces == 0 and len(plan) == 0
         assert plan.stats.efficiency == 1.0
-    plan = build_plan(np.zeros(5, dtype=np.int64), 2, eot=True)
+    plan = build_plan(np.zeros(5, dtype=np.int64), 2, add_eot=True)
     assert plan.n_bins == 3 and plan.stats.n_tokens == 5
 
 
@@ -291,47 +291,47 @@ def test_bfd_lognormal_within_one_percent_of_lower_bound():
     allows 1%."""
     rng = np.random.default_rng(0)
     lens = rng.lognormal(5.48, 1.15, 200_000).astype(np.int64)
-    plan = build_plan(lens, 2048, eot=True)
+    plan = build_plan(lens, 2048, add_eot=True)
     s = plan.stats
     assert s.n_long > 1000 and s.n_split == s.n_long
     assert s.n_bins <= 1.01 * s.lower_bound_bins
     assert s.excess_bins < 1e-3
     plan.validate(lens)
-    stream = build_plan(lens, 2048, eot=True, algorithm="stream")
+    stream = build_plan(lens, 2048, add_eot=True, algorithm="stream")
     assert stream.stats.n_bins <= 1.01 * s.lower_bound_bins  # measured: excess 2e-3
 
 
 def test_adversarial_sizes_one_per_bin():
-    plan = build_plan(np.full(1000, 513), 1024, eot=False)
+    plan = build_plan(np.full(1000, 513), 1024, add_eot=False)
     assert plan.n_bins == 1000 and plan.stats.lower_bound_bins == 501
 
 
 def test_bad_parameters():
     lens = np.array([1, 2, 3])
     with pytest.raises(ValueError, match="algorithm.*bfd.*nextfit.*online"):
-        build_plan(lens, 8, eot=True, algorithm="ffd-ish")
+        build_plan(lens, 8, add_eot=True, algorithm="ffd-ish")
     with pytest.raises(ValueError, match="long_docs.*drop.*split.*truncate"):
-        build_plan(lens, 8, eot=True, long_docs="wrap")
+        build_plan(lens, 8, add_eot=True, long_docs="wrap")
     with pytest.raises(ValueError, match="seqlen"):
-        build_plan(lens, 0, eot=True)
+        build_plan(lens, 0, add_eot=True)
     with pytest.raises(TypeError, match="seqlen"):
-        build_plan(lens, 8.0, eot=True)
+        build_plan(lens, 8.0, add_eot=True)
     with pytest.raises(ValueError, match="lookahead"):
-        build_plan(lens, 8, eot=True, algorithm="stream", lookahead=0)
+        build_plan(lens, 8, add_eot=True, algorithm="stream", lookahead=0)
     with pytest.raises(ValueError, match="doc_lens"):
-        build_plan(np.array([1, -2]), 8, eot=True)
+        build_plan(np.array([1, -2]), 8, add_eot=True)
     with pytest.raises(TypeError, match="doc_lens"):
-        build_plan(np.array([1.5]), 8, eot=True)
+        build_plan(np.array([1.5]), 8, add_eot=True)
     with pytest.raises(IndexError):
-        build_plan(lens, 8, eot=True).pieces(5)
+        build_plan(lens, 8, add_eot=True).pieces(5)
     with pytest.raises(TypeError):
-        build_plan(lens, 8, eot=True).pieces(0.0)
+        build_plan(lens, 8, add_eot=True).pieces(0.0)
     assert set(ALGORITHMS) == {"bfd", "online", "nextfit"}
 
 
 def test_validate_catches_corruption():
     lens = np.array([5, 6, 7, 3])
-    plan = build_plan(lens, 8, eot=True)
+    plan = build_plan(lens, 8, add_eot=True)
     plan.validate(lens)
     with pytest.raises(FormatError):
         plan.validate(lens - 1)
@@ -366,6 +366,22 @@ def test_bitset_tree_successor(universe, members, data):
         assert plan_bestfit._tree_succ(bits, off, x) == expect
 
 
+@given(cases)
+def test_universe_recorded_by_item_sizes(case):
+    """``stats[ST_UNIVERSE]`` is ``min(seqlen, 1 + slots of the items smaller than seqlen)``,
+    as is :func:`packing.universe` (numpy), for every long-document policy."""
+    from mmpack.views.plan import _LONG_CODES
+
+    lens, seqlen, eot, long_docs = case
+    small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
+    rem = np.empty(len(lens), dtype=np.int32)
+    counts = np.zeros(K.N_STATS, dtype=np.int64)
+    K.item_sizes(
+        np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts
+    )
+    assert counts[K.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
+
+
 # ------------------------------------------------------------------------------- cache
 class FakeStore:
     def __init__(self, path, lens, fingerprint="0123456789abcdef"):
@@ -379,9 +395,9 @@ def same_plan(a, b):
     return all(
         np.array_equal(getattr(a, n), getattr(b, n))
         for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len")
-    ) and (a.seqlen, a.eot, a.long_docs, a.algorithm, a.lookahead, a.stats) == (
+    ) and (a.seqlen, a.add_eot, a.long_docs, a.algorithm, a.lookahead, a.stats) == (
         b.seqlen,
-        b.eot,
+        b.add_eot,
         b.long_docs,
         b.algorithm,
         b.lookahead,
@@ -392,8 +408,8 @@ def same_plan(a, b):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_save_load_round_trip(tmp_path, algorithm):
     lens = np.random.default_rng(2).integers(0, 3000, 5000)
-    plan = build_plan(lens, 1024, eot=True, algorithm=algorithm, lookahead=7)
-    key = plan_cache_key("f" * 16, 1024, eot=True, algorithm=algorithm, lookahead=7)
+    plan = build_plan(lens, 1024, add_eot=True, algorithm=algorithm, lookahead=7)
+    key = plan_cache_key("f" * 16, 1024, add_eot=True, algorithm=algorithm, lookahead=7)
     save_plan(plan, tmp_path / "p.mmplan", key)
     assert [p.name for p in tmp_path.iterdir()] == ["p.mmplan"]  # no temporary file left
     back = load_plan(tmp_path / "p.mmplan", key)
@@ -405,8 +421,8 @@ def test_save_load_round_trip(tmp_path, algorithm):
 
 
 def test_load_rejects_damaged_files(tmp_path):
-    plan = build_plan(np.array([3, 4, 5]), 8, eot=False)
-    key = plan_cache_key("x", 8, eot=False)
+    plan = build_plan(np.array([3, 4, 5]), 8, add_eot=False)
+    key = plan_cache_key("x", 8, add_eot=False)
     path = tmp_path / "p.mmplan"
     save_plan(plan, path, key)
     raw = path.read_bytes()
@@ -421,33 +437,33 @@ def test_load_rejects_damaged_files(tmp_path):
 def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     rng = np.random.default_rng(3)
     store = FakeStore(tmp_path, rng.integers(0, 4000, 300_000))
-    first = cached_plan(store, 2048, eot=True)
+    first = cached_plan(store, 2048, add_eot=True)
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
     t0 = time.perf_counter()
-    again = cached_plan(store, 2048, eot=True)
+    again = cached_plan(store, 2048, add_eot=True)
     elapsed = time.perf_counter() - t0
     assert same_plan(first, again)
     assert elapsed < 0.05, f"reopening a cached plan took {elapsed * 1e3:.1f} ms"
     # Other parameters get other files.
-    cached_plan(store, 2048, eot=False)
-    cached_plan(store, 2048, eot=True, algorithm="stream", lookahead=8)
+    cached_plan(store, 2048, add_eot=False)
+    cached_plan(store, 2048, add_eot=True, algorithm="stream", lookahead=8)
     assert len(list((tmp_path / "cache").iterdir())) == 3
     # A file whose recorded key does not match (e.g. copied from another store) is never used.
-    impostor = build_plan(np.array([1, 2]), 2048, eot=True)
-    save_plan(impostor, files[0], plan_cache_key("feedfacefeedface", 2048, eot=True))
+    impostor = build_plan(np.array([1, 2]), 2048, add_eot=True)
+    save_plan(impostor, files[0], plan_cache_key("feedfacefeedface", 2048, add_eot=True))
     with pytest.warns(UserWarning, match="rebuilding"):
-        rebuilt = cached_plan(store, 2048, eot=True)
+        rebuilt = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, rebuilt)
-    assert same_plan(first, cached_plan(store, 2048, eot=True))  # the file was replaced
+    assert same_plan(first, cached_plan(store, 2048, add_eot=True))  # the file was replaced
     files[0].write_bytes(b"garbage")
     with pytest.warns(UserWarning, match="rebuilding"):
-        assert same_plan(first, cached_plan(store, 2048, eot=True))
+        assert same_plan(first, cached_plan(store, 2048, add_eot=True))
 
 
 def test_cached_plan_on_read_only_store(tmp_path, monkeypatch):
     store = FakeStore(tmp_path / "missing-parent" / "s", [5, 6, 7])  # cache dir cannot be made
-    plan = cached_plan(store, 8, eot=True)
+    plan = cached_plan(store, 8, add_eot=True)
     assert plan.n_bins == 3
     store = FakeStore(tmp_path, [5, 6, 7])
 
@@ -459,14 +475,14 @@ def test_cached_plan_on_read_only_store(tmp_path, monkeypatch):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plan = cached_plan(store, 8, eot=True)
+        plan = cached_plan(store, 8, add_eot=True)
     assert plan.n_bins == 3
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []  # temp file cleaned up
 
 
 def test_cache_false_neither_reads_nor_writes(tmp_path):
     store = FakeStore(tmp_path, [5, 6, 7])
-    cached_plan(store, 8, eot=True, cache=False)
+    cached_plan(store, 8, add_eot=True, cache=False)
     assert not (tmp_path / "cache").exists()
 
 
@@ -506,8 +522,8 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
 
 
 def test_a_damaged_plan_header_is_detected(tmp_path):
-    plan = build_plan(np.array([3, 4, 5]), 8, eot=False)
-    key = plan_cache_key("x", 8, eot=False)
+    plan = build_plan(np.array([3, 4, 5]), 8, add_eot=False)
+    key = plan_cache_key("x", 8, add_eot=False)
     path = tmp_path / "p.mmplan"
     save_plan(plan, path, key)
     raw = bytearray(path.read_bytes())
@@ -519,12 +535,11 @@ def test_a_damaged_plan_header_is_detected(tmp_path):
 
 
 # ------------------------------------------------------------------------------- memory follows the store
-def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypatch):
-    """The kernels run as Python with the index universe forced to ``seqlen`` (the layout before
-    the compression: buckets, tree and pools of ``seqlen`` entries)."""
+def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
+    """The kernels with the index universe forced to ``seqlen`` (the layout before the
+    compression: buckets, tree and pools of ``seqlen`` entries)."""
     from mmpack.views.plan import _LONG_CODES
 
-    monkeypatch.setattr(plan_bestfit, "_universe", lambda rem_occ, s: s)
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
     rem = np.empty(lens.shape[0], dtype=np.int32)
@@ -537,13 +552,10 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window, monkeypa
         np.empty(n_items, np.int64),
         np.empty(n_items, np.int32),
     ]
-    bfd = getattr(K.bfd, "py_func", K.bfd)  # plain functions under NUMBA_DISABLE_JIT=1
-    stream = getattr(K.stream, "py_func", K.stream)
     if algorithm == "bfd":
-        nb = bfd(lens, rem, seqlen, e, mode, *out)
+        nb = K.bfd(lens, rem, seqlen, e, mode, *out, univ=seqlen)
     else:
-        nb = stream(lens, rem, seqlen, e, mode, window, *out)
-    monkeypatch.undo()
+        nb = K.stream(lens, rem, seqlen, e, mode, window, *out, univ=seqlen)
     return [out[0][: nb + 1]] + out[1:]
 
 
@@ -562,15 +574,14 @@ def test_compressed_index_gives_identical_plans(lens, seqlen, eot, long_docs, al
     plan = build_plan(
         np.array(lens, dtype=np.int64),
         seqlen,
-        eot=eot,
+        add_eot=eot,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=window,
     )
-    with pytest.MonkeyPatch.context() as mp:
-        ref = _plan_uncompressed(
-            lens, seqlen, eot, long_docs, algorithm, 1 if algorithm == "nextfit" else window, mp
-        )
+    ref = _plan_uncompressed(
+        lens, seqlen, eot, long_docs, algorithm, 1 if algorithm == "nextfit" else window
+    )
     for got, want in zip((plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len), ref):
         assert np.array_equal(got, want)
 
@@ -582,9 +593,9 @@ import numpy as np
 from mmpack.views.plan import build_plan
 for alg in ("bfd", "stream", "nextfit"):
     for long_docs in ("split", "truncate"):
-        p = build_plan(np.array([5, 7, 9]), 2**28, eot=True, algorithm=alg, long_docs=long_docs)
+        p = build_plan(np.array([5, 7, 9]), 2**28, add_eot=True, algorithm=alg, long_docs=long_docs)
         assert p.n_bins == 1 and sorted(p.piece_doc.tolist()) == [0, 1, 2], (alg, p)
-p = build_plan(np.array([2**29 + 3, 4]), 2**28, eot=False)  # a split document: two full pieces
+p = build_plan(np.array([2**29 + 3, 4]), 2**28, add_eot=False)  # a split document: two full pieces
 assert p.n_bins == 3 and sorted(p.piece_len.tolist()) == [3, 4, 2**28, 2**28], p
 print("ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """

@@ -76,9 +76,9 @@ def compare_packing(
     for algorithm in algorithms:
         kw = {"lookahead": lookahead} if algorithm == "online" else {}
         # Compile (or load from numba's cache) on a toy input so the timing is the packing only.
-        build_plan(lens[:2], seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
+        build_plan(lens[:2], seqlen, add_eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
         t0 = time.perf_counter()
-        plan = build_plan(lens, seqlen, eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
+        plan = build_plan(lens, seqlen, add_eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
         seconds = time.perf_counter() - t0
         st = plan.stats
         rows.append(

@@ -8,9 +8,10 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | module | kernels |
 |---|---|
 | ``window`` | window resolution (binary search, sampled index) and copies with eot insertion |
-| ``packing`` | the packing kernels by one path (re-exports the three below) |
+| ``packing`` | the packing kernels by one path, and the plan drivers chaining the three below |
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
 | ``plan_bestfit`` | best-fit decreasing and online best fit over a bitset tree |
+| ``plan_emit`` | placements to the CSR plan |
 | ``packed_rows`` | packed-row assembly: bins to model inputs |
 | ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
 | ``masking`` | counter-based MLM corruption of whole batches |

@@ -1,7 +1,11 @@
-"""Placement kernels of the packing plan: best-fit decreasing (:func:`bfd`) and order-keeping
-online best fit (:func:`stream`, the plan algorithm ``"online"``) over a 64-ary bitset tree.
+"""Placement kernels of the packing plan over a 64-ary bitset tree: best-fit decreasing's packing
+loop (:func:`bfd_groups`) and order-keeping online best fit (:func:`online_place`, the plan
+algorithm ``"online"``).
 
-Items and their sizes come from :mod:`mmpack.kernels.plan_items`; a bin holds ``S`` slots.
+The drivers :func:`mmpack.kernels.packing.bfd` and :func:`~mmpack.kernels.packing.stream` chain
+them with the item kernels of :mod:`mmpack.kernels.plan_items` and the output passes of
+:mod:`mmpack.kernels.plan_emit`.  A bin holds ``S`` slots.  Jitted functions here call only
+jitted functions of this module (numba's cache does not follow callees across files).
 
 Free-space index.  Open bins are kept in buckets indexed by their free space ``f`` in
 ``[1, S)``; a 64-ary bitset tree over ``f`` (one bit per non-empty bucket, one bit per non-zero
@@ -12,22 +16,23 @@ tree, size pools and paths are indexed by ``f - D`` with ``D = S - U``, ``U = mi
 (a monotone shift: every decision, hence every plan, is unchanged).  Three documents at
 ``S = 2**28`` then take a few words instead of 10 GB.
 
-Best-fit decreasing (:func:`bfd`).  Items of size ``S`` each fill a bin, in document order.  The
-others are counting-sorted by size (O(n + S), no comparison sort) and taken in decreasing size;
-each goes to the open bin with the smallest free space that holds it, a new bin when none does.
-Equal sizes being interchangeable, the kernel works on size classes and on groups of identical
-bins (see :func:`bfd`), so its packing loop costs O(steps * log_64 S) with steps bounded by the
-number of items but in practice by a function of ``S`` alone; the output pass is sequential,
-O(n).  Among bins with equal free space the most recently moved group is chosen (each bucket is a
-stack of groups); the number of bins and the multiset of bin fills do not depend on that choice.
+Best-fit decreasing.  Items of size ``S`` each fill a bin, in document order.  The others are
+counting-sorted by size (O(n + S), no comparison sort) and taken in decreasing size; each goes to
+the open bin with the smallest free space that holds it, a new bin when none does.  Equal sizes
+being interchangeable, :func:`bfd_groups` works on size classes and on groups of identical bins
+(see :func:`mmpack.kernels.packing.bfd`), so its loop costs O(steps * log_64 S) with steps bounded
+by the number of items but in practice by a function of ``S`` alone; the output pass is
+sequential, O(n).  Among bins with equal free space the most recently moved group is chosen (each
+bucket is a stack of groups); the number of bins and the multiset of bin fills do not depend on
+that choice.
 
-Online best fit (:func:`stream`).  Items in document order; size-``S`` items are emitted at once
-as bins of their own; every other item goes to the best-fitting of at most ``window`` open bins
-(ties as above).  When none fits and the window is full, the fullest open bin (ties: the one that
-reached its free space first, each bucket being a queue at that end) is closed and emitted before a
-new bin opens; a bin left with no free space is emitted at once; at the end the open bins are
-emitted in the order they were opened.  Bins are numbered in emission order, so the data order is
-kept up to the window.  ``window = 1`` is next fit.  Cost O(n log_64 S + S).
+Online best fit.  Items in document order; size-``S`` items are emitted at once as bins of their
+own; every other item goes to the best-fitting of at most ``window`` open bins (ties as above).
+When none fits and the window is full, the fullest open bin (ties: the one that reached its free
+space first, each bucket being a queue at that end) is closed and emitted before a new bin opens;
+a bin left with no free space is emitted at once; at the end the open bins are emitted in the
+order they were opened.  Bins are numbered in emission order, so the data order is kept up to the
+window.  ``window = 1`` is next fit.  Cost O(n log_64 S + S).
 """
 
 from __future__ import annotations
@@ -35,21 +40,17 @@ from __future__ import annotations
 import numpy as np
 
 from mmpack.kernels._jit import njit
-from mmpack.kernels.plan_items import LONG_SPLIT
+from mmpack.kernels.plan_emit import GROUP_COUNT as _COUNT
+from mmpack.kernels.plan_emit import GROUP_NODE as _NODE
+from mmpack.kernels.plan_emit import NODE_PARENT as _PARENT
+from mmpack.kernels.plan_emit import NODE_SIZE as _SIZE
+from mmpack.kernels.plan_emit import NODE_TAKE as _TAKE
 
-__all__ = ["bfd", "n_full_pieces", "stream"]
+__all__ = ["bfd_groups", "online_place"]
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
-
-
-@njit
-def n_full_pieces(n: int, seqlen: int, eot: int, long_mode: int) -> int:
-    """Full pieces a document of ``n`` tokens is split into before its last item."""
-    t = n + eot
-    if long_mode == LONG_SPLIT and t > seqlen:
-        return (t - 1) // seqlen
-    return 0
+_NEXT = 2  # row of the group table: the next group in the same bucket (-1: none)
 
 
 # --------------------------------------------------------------------------------- bitset tree
@@ -97,7 +98,10 @@ def _tree_new(universe: int) -> tuple[np.ndarray, np.ndarray]:
         acc += words
         size = words
     off[nlev] = acc
-    return np.zeros(acc, dtype=np.uint64), off
+    bits = np.empty(acc, dtype=np.uint64)
+    for i in range(acc):
+        bits[i] = _U0
+    return bits, off
 
 
 @njit
@@ -151,329 +155,186 @@ def _tree_succ(bits: np.ndarray, off: np.ndarray, x: int) -> int:
 
 # --------------------------------------------------------------------------------- best fit
 @njit
+def _filled(n: int, value: int) -> np.ndarray:
+    """int64, shape (n,), every entry ``value`` (``np.full`` compiles one more overload)."""
+    a = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        a[i] = value
+    return a
+
+
+@njit
 def _grow(a: np.ndarray, need: int) -> np.ndarray:
-    if need <= a.shape[0]:
+    """``a`` (int64, shape (3, cap)) with room for ``need`` columns."""
+    if need <= a.shape[1]:
         return a
-    b = np.empty(max(need, 2 * a.shape[0]), dtype=a.dtype)
-    b[: a.shape[0]] = a
+    b = np.empty((3, max(need, 2 * a.shape[1])), dtype=np.int64)
+    for r in range(3):  # not ``b[:, :n] = a``: its shape check compiles a formatted error
+        for i in range(a.shape[1]):
+            b[r, i] = a[r, i]
     return b
 
 
 @njit
-def _universe(rem_occ: np.ndarray, seqlen: int) -> int:
-    """``min(seqlen, T + 1)``, ``T`` the slots of all items smaller than ``seqlen``: bounds every
-    item size and every open bin's used slots."""
-    total = 0
-    for d in range(rem_occ.shape[0]):
-        r = rem_occ[d]
-        if 0 < r < seqlen:
-            total += r
-            if total >= seqlen:
-                return seqlen
-    return total + 1
+def bfd_groups(count: np.ndarray, seqlen: int, univ: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Best-fit decreasing's packing loop over size classes (``count[L]`` items of size ``L``,
+    largest first), on groups of identical bins (see :func:`~mmpack.kernels.packing.bfd`).
 
-
-@njit
-def _push_group(
-    head: np.ndarray, bits: np.ndarray, off: np.ndarray, grp_next: np.ndarray, gi: int, i: int
-) -> None:
-    """Put group ``gi`` on top of bucket ``i`` (a stack of groups)."""
-    if head[i] < 0:
-        _tree_set(bits, off, i)
-    grp_next[gi] = head[i]
-    head[i] = gi
-
-
-@njit
-def _pop_group(
-    head: np.ndarray, bits: np.ndarray, off: np.ndarray, grp_next: np.ndarray, i: int
-) -> None:
-    """Take the top group off bucket ``i``."""
-    head[i] = grp_next[head[i]]
-    if head[i] < 0:
-        _tree_clear(bits, off, i)
-
-
-@njit
-def bfd(
-    doc_lens: np.ndarray,
-    rem_occ: np.ndarray,
-    seqlen: int,
-    eot: int,
-    long_mode: int,
-    bin_ptr: np.ndarray,
-    piece_doc: np.ndarray,
-    piece_start: np.ndarray,
-    piece_len: np.ndarray,
-) -> int:
-    """Best-fit decreasing over size classes; writes the CSR plan, returns the number of bins.
-
-    ``bin_ptr`` needs room for n_items + 1 entries, the piece arrays for n_items, where
-    n_items = (full pieces) + count(rem_occ > 0); ``rem_occ`` comes from :func:`item_sizes`.
-
-    Items of one size are interchangeable and best fit gives a chosen bin of free space ``f``
-    ``f // L`` items of size ``L`` in a row, so bins are handled in *groups* of identical bins
-    (same sizes placed, same free space): each step moves or splits a whole group, and the steps
-    per size are the groups it exhausts plus one.  A group's contents are a path in a tree of
-    ``(size, count)`` nodes.  At the end groups are emitted in creation order, and the documents
-    of each size are dealt, in document order, to the bins in output order.
+    Returns the node table and the group table (int64, shape (3, capacity); rows ``_PARENT,
+    _SIZE, _TAKE`` and ``_COUNT, _NODE, _NEXT``) and the number of groups, in creation order.
     """
-    n = rem_occ.shape[0]
-    nb = 0
-    p = 0
-    for d in range(n):
-        k = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
-        for j in range(k):
-            bin_ptr[nb] = p
-            piece_doc[p] = d
-            piece_start[p] = j * seqlen
-            piece_len[p] = seqlen
-            p += 1
-            nb += 1
-        if rem_occ[d] == seqlen:
-            bin_ptr[nb] = p
-            piece_doc[p] = d
-            piece_start[p] = k * seqlen
-            piece_len[p] = seqlen - eot
-            p += 1
-            nb += 1
-
-    # Index universe: sizes and used slots of open bins are < U (see the module docstring).
-    univ = _universe(rem_occ, seqlen)
     shift = seqlen - univ
-    # Counting sort of the other items: pool of size L is order[pool[L]:pool[L] + count[L]].
-    count = np.zeros(univ + 1, dtype=np.int64)
-    for d in range(n):
-        r = rem_occ[d]
-        if 0 < r < seqlen:
-            count[r] += 1
-    pool = np.zeros(univ + 1, dtype=np.int64)
-    m = 0
-    for size in range(1, univ):
-        pool[size] = m
-        m += count[size]
-    cursor = pool.copy()
-    order = np.empty(m, dtype=np.int64)
-    order_start = np.empty(m, dtype=np.int64)
-    for d in range(n):
-        r = rem_occ[d]
-        if 0 < r < seqlen:
-            order[cursor[r]] = d
-            order_start[cursor[r]] = n_full_pieces(doc_lens[d], seqlen, eot, long_mode) * seqlen
-            cursor[r] += 1
-
-    cap = 1024
-    node_parent = np.empty(cap, dtype=np.int64)
-    node_size = np.empty(cap, dtype=np.int64)
-    node_take = np.empty(cap, dtype=np.int64)
-    grp_count = np.empty(cap, dtype=np.int64)
-    grp_node = np.empty(cap, dtype=np.int64)
-    grp_next = np.empty(cap, dtype=np.int64)
-    n_nodes = 0
-    n_grps = 0
-    head = np.full(univ, -1, dtype=np.int64)  # by free space - shift
+    nodes = np.empty((3, 1024), dtype=np.int64)
+    groups = np.empty((3, 1024), dtype=np.int64)
+    # Not literal zeros: a Literal[int](0) argument would compile _bfd_step a second time.
+    n_nodes = int(np.int64(0))
+    n_groups = int(np.int64(0))
+    head = _filled(univ, -1)  # top group of each bucket, by free space - shift
     bits, off = _tree_new(univ)
     for size in range(univ - 1, 0, -1):
         c = count[size]
         while c > 0:
-            # At most two new nodes and groups per step.
-            if n_nodes + 2 > node_parent.shape[0]:
-                node_parent = _grow(node_parent, n_nodes + 2)
-                node_size = _grow(node_size, n_nodes + 2)
-                node_take = _grow(node_take, n_nodes + 2)
-            if n_grps + 2 > grp_count.shape[0]:
-                grp_count = _grow(grp_count, n_grps + 2)
-                grp_node = _grow(grp_node, n_grps + 2)
-                grp_next = _grow(grp_next, n_grps + 2)
-            f = _tree_succ(bits, off, max(0, size - shift))
-            if f < 0:
-                parent = -1
-                f = seqlen
-                g = c  # as many fresh bins as needed
-                src = -1
-            else:
-                f += shift
-                src = head[f - shift]
-                parent = grp_node[src]
-                g = grp_count[src]
-            q = f // size
-            t = min(g, c // q)
-            rest = c - t * q if t < g else 0
-            # The whole group takes q items each and moves down (it stays one group), or
-            # t fresh or split-off bins take q items each and one more bin takes the rest.
-            move = src >= 0 and t == g
-            if move:
-                _pop_group(head, bits, off, grp_next, f - shift)
-            for take, bins in ((q, t), (rest, 1)):
-                if take == 0 or bins == 0:
-                    continue
-                gi = src if move else n_grps
-                if not move:
-                    grp_count[gi] = bins
-                    n_grps += 1
-                node_parent[n_nodes] = parent
-                node_size[n_nodes] = size
-                node_take[n_nodes] = take
-                grp_node[gi] = n_nodes
-                n_nodes += 1
-                dest = f - take * size - shift
-                if dest + shift > 0:
-                    _push_group(head, bits, off, grp_next, gi, dest)
-            if move:
-                c -= q * g
-                continue
-            if src >= 0:
-                left = g - t - (1 if rest > 0 else 0)
-                grp_count[src] = left
-                if left == 0:
-                    _pop_group(head, bits, off, grp_next, f - shift)
-            c = 0
-
-    path = np.empty(univ, dtype=np.int64)  # a bin holds at most u <= univ - 1 items
-    for gi in range(n_grps):
-        depth = 0
-        v = grp_node[gi]
-        while v >= 0:
-            path[depth] = v
-            depth += 1
-            v = node_parent[v]
-        for _ in range(grp_count[gi]):
-            bin_ptr[nb] = p
-            nb += 1
-            for lev in range(depth - 1, -1, -1):
-                v = path[lev]
-                size = node_size[v]
-                k = pool[size]
-                for _ in range(node_take[v]):
-                    piece_doc[p] = order[k]
-                    piece_start[p] = order_start[k]
-                    piece_len[p] = size - eot
-                    k += 1
-                    p += 1
-                pool[size] = k
-    bin_ptr[nb] = p
-    return nb
+            nodes = _grow(nodes, n_nodes + 2)  # at most two new nodes and groups per step
+            groups = _grow(groups, n_groups + 2)
+            c, n_nodes, n_groups = _bfd_step(
+                nodes, groups, n_nodes, n_groups, head, bits, off, size, c, seqlen, shift
+            )
+    return nodes, groups, n_groups
 
 
 @njit
-def stream(
-    doc_lens: np.ndarray,
-    rem_occ: np.ndarray,
+def _bfd_step(
+    nodes: np.ndarray,
+    groups: np.ndarray,
+    n_nodes: int,
+    n_groups: int,
+    head: np.ndarray,
+    bits: np.ndarray,
+    off: np.ndarray,
+    size: int,
+    c: int,
     seqlen: int,
-    eot: int,
-    long_mode: int,
-    window: int,
-    bin_ptr: np.ndarray,
-    piece_doc: np.ndarray,
-    piece_start: np.ndarray,
-    piece_len: np.ndarray,
-) -> int:
-    """Order-preserving best fit over at most ``window`` (>= 1) open bins; same contract as
-    :func:`bfd`, bins numbered in emission order."""
-    n = rem_occ.shape[0]
-    n_items = 0
-    for d in range(n):
-        n_items += n_full_pieces(doc_lens[d], seqlen, eot, long_mode) + (1 if rem_occ[d] > 0 else 0)
-    item_doc = np.empty(n_items, dtype=np.int64)
-    item_start = np.empty(n_items, dtype=np.int64)
-    item_len = np.empty(n_items, dtype=np.int64)
+    shift: int,
+) -> tuple[int, int, int]:
+    """The ``c`` items of ``size`` left go to the best-fitting group (fresh bins if none fits):
+    the whole group takes ``q`` items each and moves down (it stays one group), or ``t`` fresh
+    or split-off bins take ``q`` items each and one more bin takes the rest.  Returns the items
+    still to place and the node and group counts."""
+    f = _tree_succ(bits, off, max(0, size - shift))
+    if f < 0:
+        parent = -1
+        f = seqlen
+        g = c  # as many fresh bins as needed
+        src = -1
+    else:
+        f += shift
+        src = head[f - shift]
+        parent = groups[_NODE, src]
+        g = groups[_COUNT, src]
+    q = f // size
+    t = min(g, c // q)
+    rest = c - t * q if t < g else 0
+    move = src >= 0 and t == g
+    left = g - t - (1 if rest > 0 else 0)  # source bins taking nothing (0 when it moves)
+    if src >= 0 and not move:
+        groups[_COUNT, src] = left
+    if src >= 0 and left == 0:  # the source group leaves its bucket (top of its stack)
+        head[f - shift] = groups[_NEXT, src]
+        if head[f - shift] < 0:
+            _tree_clear(bits, off, f - shift)
+    for take, bins in ((q, t), (rest, 1)):
+        if take == 0 or bins == 0:
+            continue
+        gi = src if move else n_groups
+        if not move:
+            groups[_COUNT, gi] = bins
+            n_groups += 1
+        nodes[_PARENT, n_nodes] = parent
+        nodes[_SIZE, n_nodes] = size
+        nodes[_TAKE, n_nodes] = take
+        groups[_NODE, gi] = n_nodes
+        n_nodes += 1
+        dest = f - take * size - shift
+        if dest + shift > 0:  # on top of the stack of bucket dest
+            if head[dest] < 0:
+                _tree_set(bits, off, dest)
+            groups[_NEXT, gi] = head[dest]
+            head[dest] = gi
+    return (c - q * g if move else 0), n_nodes, n_groups
+
+
+# --------------------------------------------------------------------------------- online
+@njit
+def online_place(
+    item_len: np.ndarray, eot: int, seqlen: int, univ: int, window: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Online best fit of items (tokens, int64, document order; an item takes ``min(seqlen,
+    tokens + eot)`` slots) over at most ``window`` open bins (see the module docstring).  Returns each item's bin, each bin's emission rank (int64,
+    n_items; bins are numbered ``0..n_bins`` in the order they opened) and ``n_bins``."""
+    n_items = item_len.shape[0]
     item_bin = np.empty(n_items, dtype=np.int64)
-    emit_rank = np.full(n_items, -1, dtype=np.int64)
-    nxt = np.empty(n_items, dtype=np.int64)
+    emit_rank = _filled(n_items, -1)
+    nxt = np.empty(n_items, dtype=np.int64)  # buckets are doubly linked lists of bins
     prv = np.empty(n_items, dtype=np.int64)
-    univ = _universe(rem_occ, seqlen)  # buckets by free space - shift (module docstring)
-    shift = seqlen - univ
-    head = np.full(univ, -1, dtype=np.int64)
-    tail = np.full(univ, -1, dtype=np.int64)
+    shift = seqlen - univ  # buckets by free space - shift (module docstring)
+    head = _filled(univ, -1)
+    tail = _filled(univ, -1)
     bits, off = _tree_new(univ)
     nbins = 0
     nemit = 0
     nopen = 0
-    k = 0
-    for d in range(n):
-        nf = n_full_pieces(doc_lens[d], seqlen, eot, long_mode)
-        for j in range(nf + (1 if rem_occ[d] > 0 else 0)):
-            if j < nf:
-                size = seqlen
-                item_start[k] = j * seqlen
-                item_len[k] = seqlen
+    for k in range(n_items):
+        size = min(seqlen, item_len[k] + eot)  # slots
+        if size == seqlen:
+            item_bin[k] = nbins
+            emit_rank[nbins] = nemit
+            nemit += 1
+            nbins += 1
+            continue
+        i = _tree_succ(bits, off, max(0, size - shift))
+        if i >= 0:  # the head of bucket i: the bin that reached that free space last
+            f = i + shift
+            b = head[i]
+            head[i] = nxt[b]
+            if head[i] >= 0:
+                prv[head[i]] = -1
             else:
-                size = rem_occ[d]
-                item_start[k] = nf * seqlen
-                item_len[k] = size - eot
-            item_doc[k] = d
-            if size == seqlen:
-                item_bin[k] = nbins
-                emit_rank[nbins] = nemit
-                nemit += 1
-                nbins += 1
-                k += 1
-                continue
-            i = _tree_succ(bits, off, max(0, size - shift))
-            if i >= 0:
-                f = i + shift
-                b = head[i]
-                # unlink the head of bucket f
-                q = nxt[b]
-                head[i] = q
-                if q >= 0:
-                    prv[q] = -1
+                tail[i] = -1
+                _tree_clear(bits, off, i)
+        else:
+            if nopen == window:  # close the fullest open bin: the tail of its bucket
+                i = _tree_succ(bits, off, int(np.int64(1)))  # a literal 1: a second compile
+                c = tail[i]
+                tail[i] = prv[c]
+                if tail[i] >= 0:
+                    nxt[tail[i]] = -1
                 else:
-                    tail[i] = -1
+                    head[i] = -1
                     _tree_clear(bits, off, i)
-            else:
-                if nopen == window:
-                    g0 = _tree_succ(bits, off, 1)
-                    c = tail[g0]
-                    pc = prv[c]
-                    tail[g0] = pc
-                    if pc >= 0:
-                        nxt[pc] = -1
-                    else:
-                        head[g0] = -1
-                        _tree_clear(bits, off, g0)
-                    emit_rank[c] = nemit
-                    nemit += 1
-                    nopen -= 1
-                b = nbins
-                nbins += 1
-                nopen += 1
-                f = seqlen
-            item_bin[k] = b
-            g = f - size
-            if g == 0:
-                emit_rank[b] = nemit
+                emit_rank[c] = nemit
                 nemit += 1
                 nopen -= 1
+            b = nbins
+            nbins += 1
+            nopen += 1
+            f = seqlen
+        item_bin[k] = b
+        if f == size:
+            emit_rank[b] = nemit
+            nemit += 1
+            nopen -= 1
+        else:  # b goes to the head of bucket g
+            g = f - size - shift
+            nxt[b] = head[g]
+            prv[b] = -1
+            if head[g] >= 0:
+                prv[head[g]] = b
             else:
-                g -= shift
-                h = head[g]
-                nxt[b] = h
-                prv[b] = -1
-                if h >= 0:
-                    prv[h] = b
-                else:
-                    tail[g] = b
-                    _tree_set(bits, off, g)
-                head[g] = b
-            k += 1
+                tail[g] = b
+                _tree_set(bits, off, g)
+            head[g] = b
     for b in range(nbins):
         if emit_rank[b] < 0:
             emit_rank[b] = nemit
             nemit += 1
-
-    fill = np.zeros(nbins + 1, dtype=np.int64)
-    for i in range(n_items):
-        fill[emit_rank[item_bin[i]] + 1] += 1
-    for r in range(nbins):
-        fill[r + 1] += fill[r]
-    for r in range(nbins + 1):
-        bin_ptr[r] = fill[r]
-    for i in range(n_items):
-        r = emit_rank[item_bin[i]]
-        q = fill[r]
-        fill[r] += 1
-        piece_doc[q] = item_doc[i]
-        piece_start[q] = item_start[i]
-        piece_len[q] = item_len[i]
-    return nbins
+    return item_bin, emit_rank, nbins

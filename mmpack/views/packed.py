@@ -229,7 +229,7 @@ class PackedDataset:
         self._plan = cached_plan(
             self.store,
             self.seqlen,
-            eot=self.eot is not None,
+            add_eot=self.eot is not None,
             long_docs=self.long_docs,
             algorithm=self.algorithm,
             lookahead=self.lookahead,

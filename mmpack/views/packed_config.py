@@ -97,7 +97,7 @@ def packed_config(
     plan_cache_key(
         "",
         seqlen,
-        eot=eot is not None,
+        add_eot=eot is not None,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,

@@ -39,6 +39,7 @@ the cache live in :mod:`mmpack.views.plan_file`; their names are re-exported her
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,9 @@ from mmpack.core.validation import check_index
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
 from mmpack.views.plan_file import (
+    _NO_VALUE,
     PLAN_FORMAT_VERSION,
+    add_eot_argument,
     cached_plan,
     load_plan,
     plan_cache_key,
@@ -124,9 +127,9 @@ class PackingPlan:
         First token of the piece inside its document.
     piece_len : numpy.ndarray, int32, shape (n_pieces,)
         Tokens taken from the document (the eot, if any, is extra).
-    seqlen, eot, long_docs, algorithm, lookahead
+    seqlen, add_eot, long_docs, algorithm, lookahead
         The parameters the plan was built with, by their canonical names (``lookahead`` is None
-        unless ``"online"``).
+        unless ``"online"``; ``eot`` is a deprecated read-only alias of ``add_eot``).
     stats : PackingStats
     """
 
@@ -135,7 +138,7 @@ class PackingPlan:
     piece_start: np.ndarray
     piece_len: np.ndarray
     seqlen: int
-    eot: bool
+    add_eot: bool
     long_docs: str
     algorithm: str
     lookahead: int | None
@@ -152,6 +155,16 @@ class PackingPlan:
     def __len__(self) -> int:
         return self.n_bins
 
+    @property
+    def eot(self) -> bool:
+        """Deprecated name of :attr:`add_eot` (``eot`` is a token id elsewhere in mmpack)."""
+        warnings.warn(
+            "PackingPlan.eot is deprecated; use PackingPlan.add_eot",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.add_eot
+
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
         i = check_index(i, self.n_bins, "bin")
@@ -162,8 +175,9 @@ class PackingPlan:
         ]
 
     def piece_has_eot(self) -> np.ndarray:
-        """bool, shape (n_pieces,): whether an eot follows each piece (``eot and len < seqlen``)."""
-        if not self.eot:
+        """bool, shape (n_pieces,): whether an eot follows each piece (``add_eot and len <
+        seqlen``)."""
+        if not self.add_eot:
             return np.zeros(self.n_pieces, dtype=bool)
         return self.piece_len < self.seqlen
 
@@ -202,10 +216,11 @@ def build_plan(
     doc_lens: np.ndarray,
     seqlen: int,
     *,
-    eot: bool,
+    add_eot: bool = _NO_VALUE,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
+    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """Pack documents of the given lengths into bins of ``seqlen`` slots.
 
@@ -215,32 +230,27 @@ def build_plan(
         Token counts, all >= 0.
     seqlen : int
         Slots per bin, >= 1.
-    eot : bool
-        Whether an end-of-text token follows every document (it takes a slot).
+    add_eot : bool
+        Whether an end-of-text token follows every document (it takes a slot; which token is
+        the caller's business).  Required.
     long_docs : {"split", "truncate", "drop"}
     algorithm : {"bfd", "online", "nextfit"}
         ``"stream"`` is accepted for ``"online"`` with a ``DeprecationWarning``.
     lookahead : int
         Open bins of ``"online"`` (>= 1); ignored otherwise.
+    eot : bool
+        Deprecated name of ``add_eot`` (``DeprecationWarning``).
 
     Returns
     -------
     PackingPlan
         A pure function of the arguments (same input, identical arrays).
     """
+    add_eot = add_eot_argument(add_eot, eot, "build_plan")
     algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
     seqlen, long_docs, algorithm, lookahead = _check_params(seqlen, long_docs, algorithm, lookahead)
-    lens = np.ascontiguousarray(doc_lens)
-    if lens.ndim != 1 or not (lens.dtype.kind in "iu" or lens.size == 0):
-        raise TypeError(
-            f"doc_lens must be a 1-D integer array, got dtype {lens.dtype} with shape {lens.shape}"
-        )
-    lens = lens.astype(np.int64, copy=False)
-    if lens.size and lens.min() < 0:
-        raise ValueError(
-            f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
-        )
-    e = int(bool(eot))
+    lens = _check_doc_lens(doc_lens)
+    e = int(add_eot)
     n = lens.shape[0]
     mode = _LONG_CODES[long_docs]
     rem_occ = np.empty(n, dtype=np.int32)
@@ -251,13 +261,13 @@ def build_plan(
     piece_doc = np.empty(n_items, dtype=np.int64)
     piece_start = np.empty(n_items, dtype=np.int64)
     piece_len = np.empty(n_items, dtype=np.int32)
+    out = (bin_ptr, piece_doc, piece_start, piece_len)
+    univ = int(counts[_k.ST_UNIVERSE])
     if algorithm == PackingAlgorithm.BFD:
-        n_bins = _k.bfd(lens, rem_occ, seqlen, e, mode, bin_ptr, piece_doc, piece_start, piece_len)
+        n_bins = _k.bfd(lens, rem_occ, seqlen, e, mode, *out, univ=univ)
     else:
         window = 1 if algorithm == PackingAlgorithm.NEXTFIT else lookahead
-        n_bins = _k.stream(
-            lens, rem_occ, seqlen, e, mode, window, bin_ptr, piece_doc, piece_start, piece_len
-        )
+        n_bins = _k.stream(lens, rem_occ, seqlen, e, mode, window, *out, univ=univ)
     bin_ptr = bin_ptr[: n_bins + 1].copy() if n_bins + 1 < bin_ptr.shape[0] else bin_ptr
     arrays: tuple[np.ndarray, ...] = (bin_ptr, piece_doc, piece_start, piece_len)
     for a in arrays:
@@ -269,12 +279,30 @@ def build_plan(
         piece_start,
         piece_len,
         seqlen=seqlen,
-        eot=bool(eot),
+        add_eot=add_eot,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead if algorithm == PackingAlgorithm.ONLINE else None,
         stats=stats,
     )
+
+
+def _check_doc_lens(doc_lens: Any) -> np.ndarray:
+    """``doc_lens`` as a read-only int64 array, checked (1-D, integers, all >= 0)."""
+    lens = np.ascontiguousarray(doc_lens)
+    if lens.ndim != 1 or not (lens.dtype.kind in "iu" or lens.size == 0):
+        raise TypeError(
+            f"doc_lens must be a 1-D integer array, got dtype {lens.dtype} with shape {lens.shape}"
+        )
+    # One kernel signature whatever the caller passes (a store's read-only int64 offsets
+    # diff, a writable list or array): each plan kernel compiles once per process.
+    lens = lens.astype(np.int64, copy=False).view()
+    lens.flags.writeable = False
+    if lens.size and lens.min() < 0:
+        raise ValueError(
+            f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
+        )
+    return lens
 
 
 def _make_stats(counts: np.ndarray, n_docs: int, n_bins: int, n_pieces: int, seqlen: int):

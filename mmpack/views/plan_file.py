@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PLAN_FORMAT_VERSION", "cached_plan", "load_plan", "plan_cache_key", "save_plan"]
 
+_NO_VALUE: Any = object()
+
 PLAN_FORMAT_VERSION = 2
 """Version of the plan algorithms and file layout; part of every cache key (2: checksums)."""
 
@@ -54,27 +56,52 @@ _ARRAYS = (
 )
 
 
+def add_eot_argument(add_eot: Any, eot: Any, func: str) -> bool:
+    """``add_eot`` of the plan functions, or the deprecated ``eot=`` spelling of it (with a
+    ``DeprecationWarning`` at the caller of ``func``): exactly one of the two must be given.
+
+    ``eot`` is a token id everywhere else in mmpack (``WindowDataset(eot=50256)``); here the flag
+    only says whether a slot for an end-of-text token follows every document.
+    """
+    if eot is not _NO_VALUE:
+        if add_eot is not _NO_VALUE:
+            raise TypeError(f"{func}() got both add_eot= and its deprecated name eot=")
+        warnings.warn(
+            f"{func}(eot=...) is deprecated; use add_eot=... (eot is a token id elsewhere)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        add_eot = eot
+    elif add_eot is _NO_VALUE:
+        raise TypeError(f"{func}() missing required keyword argument: 'add_eot'")
+    return bool(add_eot)
+
+
 def plan_cache_key(
     fingerprint: str,
     seqlen: int,
     *,
-    eot: bool,
+    add_eot: bool = _NO_VALUE,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
+    eot: Any = _NO_VALUE,
 ) -> dict[str, Any]:
     """Everything a cached plan depends on: canonical option names (``"online"``, never the
     deprecated ``"stream"``) and ``lookahead`` only for ``"online"``.  Validates the parameters
-    with the messages of :func:`~mmpack.views.plan.build_plan`."""
+    with the messages of :func:`~mmpack.views.plan.build_plan`.  ``add_eot`` is recorded under
+    its former name ``"eot"``, so plans cached before the rename keep their key; ``eot=`` is the
+    deprecated name of ``add_eot=``."""
     from mmpack.views.plan import _check_params
 
+    add_eot = add_eot_argument(add_eot, eot, "plan_cache_key")
     algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
     seqlen, long_docs, algorithm, lookahead = _check_params(seqlen, long_docs, algorithm, lookahead)
     return {
         "format": PLAN_FORMAT_VERSION,
         "fingerprint": str(fingerprint),
         "seqlen": seqlen,
-        "eot": bool(eot),
+        "eot": add_eot,
         "long_docs": long_docs,
         "algorithm": algorithm,
         "lookahead": lookahead if algorithm == PackingAlgorithm.ONLINE else None,
@@ -89,7 +116,8 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
     Layout: ``MMPKPLAN``, a little-endian uint64 header length, a JSON header (``key``, the plan
-    parameters, the statistics, each array's dtype/shape/offset/CRC-32), the little-endian
+    parameters, ``add_eot`` under its former name ``"eot"``, the statistics, each array's
+    dtype/shape/offset/CRC-32), the little-endian
     uint32 CRC-32 of the header, then the raw arrays, each aligned to 64 bytes.
     """
     path = Path(path)
@@ -99,7 +127,7 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
         "key": key,
         "plan": {
             "seqlen": plan.seqlen,
-            "eot": plan.eot,
+            "eot": plan.add_eot,
             "long_docs": plan.long_docs,
             "algorithm": plan.algorithm,
             "lookahead": plan.lookahead,
@@ -191,7 +219,7 @@ def load_plan(path: str | os.PathLike[str], key: dict[str, Any] | None = None) -
     return PackingPlan(
         **arrays,
         seqlen=int(params["seqlen"]),
-        eot=bool(params["eot"]),
+        add_eot=bool(params["eot"]),
         long_docs=str(params["long_docs"]),
         algorithm="online"
         if algorithm == "stream"
@@ -253,26 +281,29 @@ def cached_plan(
     store: Any,
     seqlen: int,
     *,
-    eot: bool,
+    add_eot: bool = _NO_VALUE,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
     cache: bool = True,
+    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """:func:`build_plan` over ``store.doc_lens``, kept in ``<store>/cache/plan-<key>.mmplan``.
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
     warning.  If the store folder is not writable the plan is computed in memory, silently.
-    ``cache=False`` neither reads nor writes the cache.
+    ``cache=False`` neither reads nor writes the cache.  ``eot=`` is the deprecated name of
+    ``add_eot=``.
     """
     from mmpack.views.plan import build_plan
 
+    add_eot = add_eot_argument(add_eot, eot, "cached_plan")
     algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
     key = plan_cache_key(
         store.fingerprint,
         seqlen,
-        eot=eot,
+        add_eot=add_eot,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
@@ -288,7 +319,7 @@ def cached_plan(
     plan = build_plan(
         store.doc_lens,
         seqlen,
-        eot=eot,
+        add_eot=add_eot,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
