@@ -48,7 +48,7 @@ def piece_ranges(
     total = int(row_ptr[-1])
     starts = np.empty(total, dtype=np.int64)
     lengths = np.empty(total, dtype=np.int64)
-    has_eot = np.empty(total, dtype=np.uint8)
+    has_eot = np.empty(total, dtype=np.int64)  # as one_bin's scratch: one compile of the kernels
     bad = select_pieces(
         plan.bin_ptr,
         plan.piece_doc,
