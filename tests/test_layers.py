@@ -97,8 +97,6 @@ MAX_FUNCTION_LINES = 80
 # ``@njit`` kernel with a slow twin in the tests; keep this list short, and drop an entry as soon
 # as its kernel fits (the test below fails on an entry that is no longer needed).
 LONG_KERNELS = {
-    ("kernels/plan_bestfit.py", "bfd"),  # best-fit decreasing, one pass over the sorted items
-    ("kernels/plan_bestfit.py", "stream"),  # online best fit over a bounded window of open bins
     ("kernels/streaming_batch.py", "layout_batch"),  # a packed batch's rows in one pass
 }
 

@@ -238,3 +238,20 @@ def test_dataloader_workers_fork_and_spawn(tmp_path, context):
         expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
         for key in ("input_ids", "position_ids", "cu_seqlens"):
             assert (batch[key] == expect[key]).all(), key
+
+
+@pytest.mark.parametrize("array", ["tokens", "offsets"])
+@pytest.mark.parametrize("field", ["shard", "inner"])
+def test_zero_sized_shards_or_chunks_are_refused_at_open(tmp_path, array, field):
+    """A ``zarr.json`` edited to shards or inner chunks of 0 items is a FormatError naming the
+    store (found by tests/test_fuzz.py: it was a ZeroDivisionError)."""
+    _build(tmp_path / "z", _corpus(5))
+    meta_file = tmp_path / "z" / array / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    if field == "shard":
+        meta["chunk_grid"]["configuration"]["chunk_shape"] = [0]
+    else:
+        meta["codecs"][0]["configuration"]["chunk_shape"] = [0]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(FormatError, match=str(tmp_path / "z")):
+        mmpack.open(tmp_path / "z")

@@ -117,7 +117,7 @@ class ZarrBackend(LegacyChunkReads, Backend):
                     f"metadata ({count} items of {dtype})"
                 )
         for name, arr in (("tokens", self._tokens), ("offsets", offsets_arr)):
-            if len(arr.chunks) != 1 or int(arr.chunks[0]) < 1:
+            if len(arr.chunks) != 1 or int(arr.chunks[0]) < 1 or _grid(arr) < 1:
                 raise FormatError(f"{path}/{name}: invalid chunk shape {arr.chunks}")
         self._check_chunks("offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // _grid(offsets_arr)))
         try:

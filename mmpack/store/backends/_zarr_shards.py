@@ -150,7 +150,7 @@ def parse_layout(meta: dict[str, Any]) -> ShardLayout | None:
     middle = [n for n, _ in names[1:-1]]
     if middle not in ([], ["zstd"]) or index != [little, ("crc32c", {})]:
         return None
-    if conf.get("index_location", "end") != "end" or shard % inner or inner < 1:
+    if conf.get("index_location", "end") != "end" or inner < 1 or shard < 1 or shard % inner:
         return None
     sep = str(enc.get("separator", "/" if enc_name == "default" else "."))
     prefix = "c" + sep if enc_name == "default" else ""
