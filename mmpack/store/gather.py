@@ -104,8 +104,8 @@ class DocChunks:
                 if dt is None and d.dtype.kind in "iu":
                     dt = d.dtype
                 if d.dtype is dt:
-                    try:
-                        push(write(d))  # the bytes as they are now (an error: not contiguous)
+                    try:  # the bytes as they are now (an error: not contiguous)
+                        push(write(d))  # type: ignore[arg-type]  # numpy stubs: no __buffer__
                     except (BufferError, TypeError, ValueError):
                         pass
                     else:
