@@ -1,7 +1,8 @@
 """Building a token store: a streaming, atomic writer.
 
-Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: numpy arrays become one
-flat buffer with C-level passes, no numpy call per document); each chunk goes through one numba
+Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: a list of arrays in
+the store's dtype is copied once, straight into the checksum block; other arrays become one flat
+buffer with C-level passes, no numpy call per document); each chunk goes through one numba
 pass that converts it to the store's dtype, checks every token against the token rule and fills
 a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
 thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
@@ -264,8 +265,9 @@ class StoreWriter:
     def add_many(self, docs: Iterable[Any]) -> None:
         """Append every document of ``docs``.
 
-        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): numpy arrays of
-        one integer dtype become one flat buffer (copied as each is yielded, so a source that
+        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): a list of
+        arrays in the store's dtype is copied straight into the checksum block; numpy arrays of
+        one integer dtype otherwise become one flat buffer (copied as each is yielded, so a source that
         reuses its output buffer cannot change what was taken), lists of Python ints one
         ``np.concatenate``; a chunk is converted, checked and appended in one pass, with no
         Python work per document.  Anything else (strings, lists holding bools or floats,
