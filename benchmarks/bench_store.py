@@ -9,7 +9,12 @@ per-pair wall-clock ratios, ``cpu ratio`` the same with process CPU time (all th
 machine loaded by other work disturbs less.  Memory: tracemalloc peak of a generator build,
 against the corpus size.
 
-Run ``python -m benchmarks.bench_store [--quick]``.
+``--profile`` prints instead where a build's time goes, each stage measured alone and
+alternated with ``tofile`` (medians, ms): the main thread's CPU time taking the documents and
+copying them into the checksum blocks (hashing and writing stubbed out), XXH64 of every 16 MiB
+block, and the whole build (wall and process CPU).
+
+Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
 """
 
 from __future__ import annotations
@@ -132,7 +137,62 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
+    """Where the time of a list and a generator build goes (see the module docstring)."""
+    from unittest import mock
+
+    from mmpack.store.format import BLOCK_BYTES
+    from mmpack.store.integrity import block_digest
+    from mmpack.store.tokenfile import TokenFile
+
+    docs, flat = _corpus(20_000_000 if quick else 200_000_000)
+    raw = flat.view(np.uint8)
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
+
+    def gather(gen: bool) -> float:  # the main thread alone: take, check, copy, offsets
+        with mock.patch.object(TokenFile, "_hash_and_write", lambda self, b: None):
+            w = StoreWriter(tmp / "g", overwrite=True, fsync=False).__enter__()
+            try:
+                c = time.thread_time()
+                w.add_many((d for d in docs) if gen else docs)
+                return time.thread_time() - c
+            finally:
+                w._cleanup()  # discarded, never committed
+
+    stages: dict[str, list[float]] = {}
+    try:
+        build(tmp / "warm", docs[:100], fsync=False)
+        for _ in range(repeats):
+            for name, fn in [
+                ("tofile", lambda: flat.tofile(tmp / "raw.bin")),
+                (
+                    "hash (XXH64, 16 MiB blocks)",
+                    lambda: [
+                        block_digest("xxh64", raw[a : a + BLOCK_BYTES])
+                        for a in range(0, raw.size, BLOCK_BYTES)
+                    ],
+                ),
+                ("build(list)", lambda: build(tmp / "s", docs, overwrite=True, fsync=False)),
+                (
+                    "build(generator)",
+                    lambda: build(tmp / "s", (d for d in docs), overwrite=True, fsync=False),
+                ),
+            ]:
+                wall, cpu = _seconds(fn)
+                stages.setdefault(name + ": wall", []).append(wall)
+                stages.setdefault(name + ": CPU", []).append(cpu)
+            for gen in (False, True):
+                key = f"gather+copy ({'generator' if gen else 'list'}), main-thread CPU"
+                stages.setdefault(key, []).append(gather(gen))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [{"stage": k, "ms (median)": float(np.median(v)) * 1e3} for k, v in stages.items()]
+
+
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
-    print_table("store build", run(quick="--quick" in sys.argv))
+    if "--profile" in sys.argv:
+        print_table("store build profile", profile(quick="--quick" in sys.argv))
+    else:
+        print_table("store build", run(quick="--quick" in sys.argv))

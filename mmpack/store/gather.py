@@ -1,31 +1,48 @@
 """Taking documents in chunks for the writer, with as little Python work per document as the
 source allows.
 
-A chunk of 1-D integer numpy arrays of one dtype becomes one flat array of their bytes and their
-lengths: from a list or tuple (which nothing can change while it is read) with C-level passes
-only (``set(map(type, ...))`` and friends, one ``b"".join``, ``np.fromiter(map(len, ...))``:
-~0.15 us a document); from an iterator, each array's bytes are appended to the chunk's buffer
-the moment it is yielded (one ``bytearray.extend``, ~0.3 us a document), so a source that refills
-and yields one array again cannot change what was taken.  Anything else (lists of ints, tensors,
-strided or mixed arrays) comes back as a list of documents, each one the writer's own copy when
-it came from an iterator (:func:`mmpack.store.tokens.snapshot_doc`).
+From a list or tuple (which nothing can change while it is read), a chunk of 1-D integer numpy
+arrays comes back as :class:`Arrays`: the documents themselves (no copy) and their lengths, with
+two C-level passes (``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document);
+the token file copies them once, straight into its checksum block, with ``np.concatenate(...,
+out=, casting="no")`` (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From an
+iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
+(one ``write``, ~0.2 us a document with the loop), so a source that refills and yields one array
+again cannot change what was taken; the chunk comes back flat (a view of that buffer; two
+buffers alternate, so the previous chunk stays valid while the next is taken).  Anything else
+(lists of ints, tensors, strided or mixed arrays) comes back as a list of documents, each one
+the writer's own copy when it came from an iterator (:func:`mmpack.store.tokens.snapshot_doc`).
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from itertools import islice
-from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from mmpack.store.tokens import snapshot_doc
 
-__all__ = ["DocChunks"]
+__all__ = ["Arrays", "DocChunks"]
 
-_dtype_of = attrgetter("dtype")
-_ndim_of = attrgetter("ndim")
+
+class Arrays(NamedTuple):
+    """Documents of a list or tuple: numpy arrays whose first is 1-D native integer, and their
+    lengths (int64, shape (k,)); the others are checked by whoever copies them."""
+
+    docs: list[np.ndarray]
+    lengths: np.ndarray
+
+    def flat(self) -> np.ndarray | None:
+        """The tokens back to back (one copy), or None unless every document is a 1-D array of
+        the first one's dtype."""
+        try:
+            flat = np.concatenate(self.docs, dtype=self.docs[0].dtype, casting="no")
+        except (TypeError, ValueError):
+            return None
+        return flat if flat.ndim == 1 else None
 
 
 class DocChunks:
@@ -37,72 +54,80 @@ class DocChunks:
             self._seq, self._pos = docs, 0
         else:
             self._it = iter(docs)
+            self._bufs = [io.BytesIO(), io.BytesIO()]
+            self._flip = 0
 
-    def take(self, size: int) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
-        """The next ``size`` documents at most: ``(flat, lengths)`` (``flat`` 1-D integer, any
-        dtype; ``lengths`` int64, shape (k,)) when they are plain arrays of one dtype, else the
-        list of documents; None when none are left."""
-        if self._seq is not None:
-            chunk = self._seq[self._pos : self._pos + size]
-            self._pos += len(chunk)
-            if not chunk:
-                return None
-            flat = _join_arrays(chunk)
-            if flat is None:
+    def take(self, size: int) -> Arrays | tuple[np.ndarray, np.ndarray] | list[Any] | None:
+        """The next ``size`` documents at most: :class:`Arrays` (from a list or tuple of arrays),
+        ``(flat, lengths)`` (``flat`` 1-D integer, any dtype; ``lengths`` int64, shape (k,))
+        when an iterator yields plain arrays of one dtype, else the list of documents; None
+        when none are left."""
+        if self._seq is None:
+            return self._take_from_iterator(size)
+        chunk = self._seq[self._pos : self._pos + size]
+        self._pos += len(chunk)
+        if not chunk:
+            return None
+        first = chunk[0]
+        if (
+            set(map(type, chunk)) == {np.ndarray}
+            and first.dtype.kind in "iu"
+            and first.dtype.isnative
+            and first.ndim == 1
+        ):
+            try:
+                lens = np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
+            except TypeError:  # a 0-d array
                 return list(chunk)
-            return flat, np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
-        return self._take_from_iterator(size)
+            return Arrays(list(chunk), lens)
+        return list(chunk)
+
+    def _buffer(self) -> io.BytesIO:
+        """The buffer of the chunk being taken (the other one may still be in use)."""
+        self._flip ^= 1
+        buf = self._bufs[self._flip]
+        buf.seek(0)
+        try:
+            buf.write(b"")  # raises while a view of it is alive
+        except BufferError:
+            buf = self._bufs[self._flip] = io.BytesIO()
+        return buf
 
     def _take_from_iterator(self, size: int) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
-        buf = bytearray()
-        lens: list[int] = []  # -1: a document kept in ``others``
+        buf = self._buffer()
+        sizes: list[int] = []  # bytes of each document, -1: a document kept in ``others``
         others: list[Any] = []
-        extend, push, nd = buf.extend, lens.append, np.ndarray
+        write, push, nd = buf.write, sizes.append, np.ndarray
         dt: np.dtype | None = None
         for d in islice(self._it, size):
             if type(d) is nd and d.ndim == 1:
                 if dt is None and d.dtype.kind in "iu":
                     dt = d.dtype
                 if d.dtype is dt:
-                    try:
-                        extend(d)  # the bytes as they are now (an error: not contiguous)
-                    except (BufferError, TypeError):
+                    try:  # the bytes as they are now (an error: not contiguous)
+                        push(write(d))  # type: ignore[arg-type]  # numpy stubs: no __buffer__
+                    except (BufferError, TypeError, ValueError):
                         pass
                     else:
-                        push(len(d))
                         continue
             others.append(snapshot_doc(d))
             push(-1)
-        if not lens:
+        if not sizes:
             return None
+        lens = np.array(sizes, dtype=np.int64)
+        total = int(lens.sum()) + len(others)
+        flat = np.frombuffer(buf.getbuffer(), dtype=np.uint8, count=total)
         if not others:
             assert dt is not None
-            return np.frombuffer(buf, dtype=dt), np.array(lens, dtype=np.int64)
+            return flat.view(dt), lens // dt.itemsize
         docs: list[Any] = []
         pos = k = 0
-        for n in lens:
+        for n in sizes:
             if n < 0:
                 docs.append(others[k])
                 k += 1
             else:
                 assert dt is not None
-                docs.append(np.frombuffer(buf, dtype=dt, count=n, offset=pos))
-                pos += n * dt.itemsize
+                docs.append(flat[pos : pos + n].view(dt))
+                pos += n
         return docs
-
-
-def _join_arrays(chunk: list[Any] | tuple[Any, ...]) -> np.ndarray | None:
-    """The chunk's tokens back to back if every document is a contiguous 1-D integer
-    ``numpy.ndarray`` of one dtype, else None."""
-    if set(map(type, chunk)) != {np.ndarray}:
-        return None
-    dtypes = set(map(_dtype_of, chunk))
-    if len(dtypes) != 1 or set(map(_ndim_of, chunk)) != {1}:
-        return None
-    dt = dtypes.pop()
-    if dt.kind not in "iu":
-        return None
-    try:
-        return np.frombuffer(b"".join(chunk), dtype=dt)
-    except (BufferError, TypeError):  # a strided view
-        return None

@@ -1,7 +1,8 @@
 """Building a token store: a streaming, atomic writer.
 
-Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: numpy arrays become one
-flat buffer with C-level passes, no numpy call per document); each chunk goes through one numba
+Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: a list of arrays in
+the store's dtype is copied once, straight into the checksum block; other arrays become one flat
+buffer with C-level passes, no numpy call per document); each chunk goes through one numba
 pass that converts it to the store's dtype, checks every token against the token rule and fills
 a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
 thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
@@ -41,7 +42,7 @@ from mmpack.store.format import (
     StoreMeta,
     normalize_token_dtype,
 )
-from mmpack.store.gather import DocChunks
+from mmpack.store.gather import Arrays, DocChunks
 from mmpack.store.opening import as_path
 from mmpack.store.publish import LOCK_FILE, check_replaceable, check_target, fsync_dir, stage_folder
 from mmpack.store.publish import check_new_store as _check_new_store
@@ -50,7 +51,6 @@ from mmpack.store.publish import swap_into_place as _swap_into_place
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.tokenfile import TokenFile
 from mmpack.store.tokens import (
-    CHUNK_DOCS,
     MAX_TOKEN,
     as_token_array,
     checked_lengths,
@@ -62,6 +62,7 @@ from mmpack.store.tokens import (
 __all__ = ["MAX_TOKEN", "StoreWriter", "build", "check_replaceable", "store_writer"]
 
 _DEFAULT_BUFFER_TOKENS = 1 << 23
+_CHUNK_DOCS = 8192  # documents per chunk at most (lists of arrays: no copy, fewer passes)
 # Names a store's own files take (either backend): never attached.
 _RESERVED = (TOKENS_FILE, OFFSETS_FILE, META_FILE, "zarr.json", "tokens", "offsets", "cache")
 
@@ -264,8 +265,9 @@ class StoreWriter:
     def add_many(self, docs: Iterable[Any]) -> None:
         """Append every document of ``docs``.
 
-        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): numpy arrays of
-        one integer dtype become one flat buffer (copied as each is yielded, so a source that
+        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): a list of
+        arrays in the store's dtype is copied straight into the checksum block; numpy arrays of
+        one integer dtype otherwise become one flat buffer (copied as each is yielded, so a source that
         reuses its output buffer cannot change what was taken), lists of Python ints one
         ``np.concatenate``; a chunk is converted, checked and appended in one pass, with no
         Python work per document.  Anything else (strings, lists holding bools or floats,
@@ -273,36 +275,34 @@ class StoreWriter:
         bad document raises, naming it: the documents before it are added, it and the documents
         after it in ``docs`` are not (the error gives its index, ``len`` of the store so far)."""
         source = DocChunks(docs)
-        seen_docs = seen_tokens = 0
         while True:
             # Chunks hold about a quarter of buffer_tokens, so memory stays bounded whatever
             # the documents' lengths (one document at a time when they are huge).
-            avg = seen_tokens // seen_docs if seen_docs else 64
-            size = max(1, min(CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1))))
-            got = source.take(size)
+            avg = self._num_tokens // self._num_docs if self._num_docs else 64
+            got = source.take(max(1, min(_CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1)))))
             if got is None:
                 return
+            if isinstance(got, Arrays):
+                if self._tokens.append_arrays(got.docs, got.lengths):
+                    self._add_offsets(got.lengths)  # copied straight into the checksum block
+                    continue
+                joined = got.flat()
+                got = got.docs if joined is None else (joined, got.lengths)
             if isinstance(got, tuple):
                 flat, lens = got
             else:
                 plain = plain_lengths(got)
                 joined = None if plain is None else concat_plain(got, int(plain.sum()))
                 if joined is None or plain is None:
-                    seen_tokens += self._add_one_by_one(got)
-                    seen_docs += len(got)
+                    self._add_one_by_one(got)
                     continue
                 flat, lens = joined, plain
             self._write_block(flat, lens, keep_good=True)
-            seen_docs += lens.size
-            seen_tokens += flat.size
 
-    def _add_one_by_one(self, docs: list[Any]) -> int:
-        total = 0
+    def _add_one_by_one(self, docs: list[Any]) -> None:
         for doc in docs:
             arr = as_token_array(doc, self._num_docs)
             self._write_block(arr, np.array([arr.size], dtype=np.int64), keep_good=False)
-            total += arr.size
-        return total
 
     def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Append ``len(lengths)`` documents given flat: ``tokens`` (integer, shape (sum(lengths),))

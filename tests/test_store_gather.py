@@ -1,0 +1,139 @@
+"""Documents copied straight into the token file's checksum block (``TokenFile.append_arrays``)
+and taken from iterators through reused buffers (``DocChunks``), against naive concatenation.
+
+Run: ``pytest tests/test_store_gather.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmpack
+from mmpack.store.gather import Arrays, DocChunks
+from mmpack.store.integrity import block_digest
+from mmpack.store.tokenfile import TokenFile
+
+_BLOCK = 64  # bytes: documents of a few tokens cross block boundaries
+
+
+def _file(tmp_path, dtype="<u2", block=_BLOCK):
+    return TokenFile(tmp_path / "t.bin", open, np.dtype(dtype), "xxh64", block)
+
+
+def _finish(tf):
+    digests = tf.finish()
+    tf.close()
+    return np.fromfile(tf.path, dtype=tf.dtype), digests
+
+
+def _lens(docs):
+    return np.array([len(d) for d in docs], dtype=np.int64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 50), min_size=0, max_size=40), min_size=1, max_size=30),
+    st.integers(0, 40),
+)
+def test_append_arrays_matches_concatenation(tmp_path_factory, docs, head):
+    """Any split of the documents over blocks (after ``head`` tokens already in the file)
+    gives the bytes and block digests of the naive concatenation."""
+    tmp = tmp_path_factory.mktemp("a")
+    arrays = [np.array(d, dtype=np.uint16) for d in docs]
+    tf = _file(tmp)
+    assert tf.append(np.arange(head, dtype=np.uint16)) == -1
+    total = sum(len(d) for d in docs)
+    assert tf.append_arrays(arrays, _lens(arrays)) is (total > 0)
+    data, digests = _finish(tf)
+    expected = np.concatenate([np.arange(head, dtype=np.uint16)] + (arrays if total else []))
+    assert data.tolist() == expected.tolist()
+    raw = expected.tobytes()
+    assert digests == [
+        block_digest("xxh64", raw[a : a + _BLOCK]) for a in range(0, len(raw), _BLOCK)
+    ]
+
+
+def test_strided_documents_are_copied_as_values(tmp_path):
+    base = np.arange(200, dtype=np.uint16)
+    docs = [base[::2], base[1:40:3], base[::-1][:30]]
+    tf = _file(tmp_path)
+    assert tf.append_arrays(docs, _lens(docs))
+    data, _ = _finish(tf)
+    assert data.tolist() == np.concatenate(docs).tolist()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.arange(5, dtype=np.int64),  # another dtype
+        np.arange(6, dtype=np.uint16).reshape(2, 3),  # 2-D
+        np.arange(5, dtype=np.dtype(">u2")),  # other byte order
+    ],
+)
+def test_a_document_of_another_kind_rolls_back_everything(tmp_path, bad):
+    """A bad document after whole blocks were written: nothing of the call stays appended and
+    the blocks before it are intact."""
+    tf = _file(tmp_path)
+    assert tf.append(np.arange(7, dtype=np.uint16)) == -1
+    good = [np.arange(50, dtype=np.uint16) + i for i in range(3)]  # 300 bytes: several blocks
+    docs = [*good, bad, np.arange(3, dtype=np.uint16)]
+    assert tf.append_arrays(docs, _lens(docs)) is False
+    assert tf.num_tokens == 7
+    assert tf.append(np.arange(3, dtype=np.uint16)) == -1
+    data, digests = _finish(tf)
+    assert data.tolist() == list(range(7)) + [0, 1, 2]
+    assert digests == [block_digest("xxh64", data.tobytes())]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "docs"),
+    [
+        ("<u1", [np.arange(3, dtype=np.uint16)]),  # needs conversion (and widening)
+        ("<u2", [np.arange(3, dtype=np.int16)]),  # signed: needs a range check
+        ("<u8", [np.arange(3, dtype=np.uint64)]),  # uint64 holds values beyond the token rule
+        ("<u2", [np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.float64)]),  # no tokens
+    ],
+)
+def test_refused_when_values_need_checking(tmp_path, dtype, docs):
+    tf = _file(tmp_path, dtype)
+    assert tf.append_arrays(docs, _lens(docs)) is False
+    assert tf.num_tokens == 0
+    tf.close()
+
+
+def test_list_chunks_are_documents_not_copies():
+    docs = [np.arange(3, dtype=np.uint16), np.arange(2, dtype=np.uint16)]
+    got = DocChunks(docs).take(10)
+    assert isinstance(got, Arrays)
+    assert got.docs[0] is docs[0] and got.lengths.tolist() == [3, 2]
+    mixed = [np.arange(3, dtype=np.uint16), np.arange(2, dtype=np.int64)]
+    got = DocChunks(mixed).take(10)
+    assert isinstance(got, Arrays) and got.flat() is None  # the writer then goes doc by doc
+    assert isinstance(DocChunks([np.arange(3), [1, 2]]).take(10), list)
+
+
+def test_iterator_chunks_survive_a_live_view_of_the_buffer():
+    """A chunk still referenced two takes later: its buffer is not written over."""
+    source = DocChunks(np.full(4, j, dtype=np.uint16) for j in range(6))
+    first, _ = source.take(2)
+    second, _ = source.take(2)
+    third, _ = source.take(2)
+    assert first.tolist() == [0] * 4 + [1] * 4
+    assert second.tolist() == [2] * 4 + [3] * 4
+    assert third.tolist() == [4] * 4 + [5] * 4
+
+
+@pytest.mark.parametrize("source", ["list", "generator"])
+def test_build_mixed_and_strided_sources(tmp_path, source):
+    """Whole builds through both paths: strided arrays, mixed dtypes, lists, empty documents."""
+    base = np.arange(3000, dtype=np.uint16) % 700
+    docs = [base[i : i + 37] for i in range(0, 2000, 37)] + [base[::5], np.zeros(0, np.uint16)]
+    docs += [np.arange(4, dtype=np.int64), [1, 2, 3], base[:9]]
+    expected = [np.asarray(d).tolist() for d in docs]
+    src = docs if source == "list" else iter(docs)
+    store = mmpack.build(tmp_path / "s", src, fsync=False, buffer_tokens=512)
+    assert [d.tolist() for d in store] == expected
+    store.verify()
