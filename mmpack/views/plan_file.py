@@ -7,10 +7,10 @@ checked on every load.
 (each with its digest in the header), written to a temporary file and renamed into place
 (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  Loading checks every
 digest, so a damaged plan is rebuilt (with a warning) instead of silently duplicating or
-dropping documents.  The check reads the arrays once (about 23 bytes per C4-like document).  Format 3
-digests each array with XXH64 (:func:`mmpack.store.integrity.block_digest`, ~11 GB/s), format 2
-with CRC-32 (~4 GB/s); format-2 files still load (checked with CRC-32) and :func:`cached_plan`
-rewrites them as format 3.  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load
+dropping documents.  The check reads the arrays once (about 23 bytes per C4-like document).
+Format 3 digests each array with XXH64 (:func:`mmpack.store.integrity.block_digest`, ~11 GB/s),
+format 2 with CRC-32 (~4 GB/s); format-2 files still load (checked with CRC-32) and
+:func:`cached_plan` rewrites them as format 3.  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load
 1.0, ``python -m benchmarks.bench_packing --reopen``, medians of 7 interleaved): 10^6 documents
 2.5-3.6 ms against 5.5-11.3 ms for format 2; 10^7 documents (227-360 MB) 19-30 ms against
 52-80 ms (2.2-3.4x); the header alone costs 0.2 ms.
