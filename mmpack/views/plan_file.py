@@ -10,10 +10,10 @@ digest, so a damaged plan is rebuilt (with a warning) instead of silently duplic
 dropping documents.  The check reads the arrays once (about 23 bytes per C4-like document).
 Format 3 digests each array with XXH64 (:func:`mmpack.store.integrity.block_digest`, ~11 GB/s),
 format 2 with CRC-32 (~4 GB/s); format-2 files still load (checked with CRC-32) and
-:func:`cached_plan` rewrites them as format 3.  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load
-1.0, ``python -m benchmarks.bench_packing --reopen``, medians of 7 interleaved): 10^6 documents
-2.5-3.6 ms against 5.5-11.3 ms for format 2; 10^7 documents (227-360 MB) 19-30 ms against
-52-80 ms (2.2-3.4x); the header alone costs 0.2 ms.
+:func:`cached_plan` rewrites them as format 3. Reopening a cached plan (L=2048, page cache warm,
+2-core VM at load 1.0, ``python -m benchmarks.bench_packing --reopen``, medians of 7 interleaved):
+10^6 documents 2.5-3.6 ms against 5.5-11.3 ms for format 2; 10^7 documents (227-360 MB) 19-30 ms
+against 52-80 ms (2.2-3.4x); the header alone costs 0.2 ms.
 
 The plan itself (:class:`~mmpack.views.plan.PackingPlan`) and its algorithms live in
 :mod:`mmpack.views.plan`, which re-exports this module's names; they are imported here when a
@@ -319,7 +319,8 @@ def cached_plan(
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
-    warning.  A format-2 file (CRC-32 digests) is checked, used and rewritten as format 3.  If the store folder is not writable the plan is computed in memory, silently.
+    warning. A format-2 file (CRC-32 digests) is checked, used and rewritten as format 3. If the
+    store folder is not writable the plan is computed in memory, silently.
     ``cache=False`` neither reads nor writes the cache.  ``eot=`` is the deprecated name of
     ``add_eot=``.
     """
