@@ -2,7 +2,7 @@
 
 Three measurements, each printed as medians side by side:
 
-- ``plan``: loading a cached 10M-document packing plan, which now CRC-32s its arrays;
+- ``plan``: loading a cached 10M-document packing plan, which checks its arrays (XXH64 each, plan format 3);
 - ``verify_reads``: random ``WindowDataset`` batches (64 windows of 2048) over 100M uint16
   tokens with ``mmpack.open(..., verify_reads=True)`` against the plain memory map, plus the
   one-time cost of checking each 16 MiB block on first touch, and a full ``verify()``;
@@ -48,7 +48,7 @@ def bench_plan(tmp: str) -> None:
         + plan.piece_len.nbytes
     )
     print(
-        f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + CRC-32 "
+        f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + XXH64 "
         f"of every array, page cache warm) median {ms:.1f} ms"
     )
 
