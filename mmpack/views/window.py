@@ -16,9 +16,12 @@ one kernel call into preallocated arrays (see ``benchmarks/`` for the measured r
 raw memory copy).  A single ``ds[i]`` (an int or an ``EpochIndex``) skips the general checks,
 calls the kernel's compiled entry (:mod:`mmpack.kernels.entry`) with its scalars and sampled
 index packed in one array, and slices the sample out of one buffer (two with int64 output:
-cu_seqlens stays int32): 3.46 us against 1.04 us for ``raw[s:s+2049].copy()`` on 200k C4-like
-documents (3.3x, int32 3.0x; 3.3x on 2M and 10M documents; it was 3.6-3.9x), measured by
-``python -m benchmarks.bench_getitem --quick`` on a 2-core VM at load average 4.6.
+cu_seqlens stays int32) with slice objects built once: 3.41 us against 1.09 us for
+``raw[s:s+2049].copy()`` on 2M C4-like documents (3.12x; int32 2.92x; 200k documents 3.23x and
+2.98x), ``python -m benchmarks.bench_getitem --quick --profile`` on a 2-core VM at load average
+2.6 (it was 3.32x and 3.05x, measured interleaved with this version in one process).  What
+remains is bytes: an int64 sample writes 32 KiB (row and positions), the floor 4 KiB, and
+writing 32 KiB alone costs ~0.75 us here (the profile's stages show the rest).
 """
 
 from __future__ import annotations
