@@ -94,7 +94,8 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
     seqlen = ds.seqlen
     if name.startswith("window"):
         kernel, src, offsets, meta, stride, _, _ = ds._fast
-        _, width, dtype, buflen, one = ds._layout
+        dtype, buflen, one, _, _ = ds._layout
+        width = ds.width
         buf = np.empty(buflen, dtype)
         cu0 = buf[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
 

@@ -9,7 +9,9 @@ token array, so a copy walks one cursor through the flat array and writes ``eot`
 segment ends.  Cost: O(log n_docs) to resolve (one search per window: the copy derives its
 flat cursor from the document it found) plus O(width) to copy, per window; before copying, one
 token per cache line of the window's flat range is read, so the source's misses overlap (the
-copy, which casts, keeps only a few in flight).
+copy, which casts, keeps only a few in flight); with a sampled index and the whole flat array
+as source, one token per page of the window's possible flat range is read before the search
+of ``offsets``, so the page walks of both overlap.
 """
 
 from __future__ import annotations
@@ -72,6 +74,17 @@ def _touch(src: np.ndarray, a: int, n: int) -> int:
 
 
 @njit
+def _touch_pages(src: np.ndarray, a: int, n: int) -> int:
+    """The sum of one token per 4 KiB page of ``src[a : a + n]`` and of its last token."""
+    acc = 0
+    for t in range(a, a + n, max(1, 4096 // src.itemsize)):
+        acc += src[t]
+    if n > 0:
+        acc += src[a + n - 1]
+    return acc
+
+
+@njit
 def _arange(dst: np.ndarray) -> None:
     for q in range(dst.shape[0]):
         dst[q] = q
@@ -96,12 +109,11 @@ def fill_sampled_index(offsets: np.ndarray, use_eot: int, out: np.ndarray) -> No
 
 
 @njit
-def find_doc(offsets: np.ndarray, top: np.ndarray, use_eot: int, v: int) -> int:
-    """The document containing virtual position ``v`` (``0 <= v < len(S)``): the largest ``j``
-    with ``offsets[j] + j * use_eot <= v`` (empty documents without eot are skipped).  With a
-    sampled index ``top`` (non-empty), the search first narrows to ``INDEX_STEP`` documents."""
+def _bracket(offsets: np.ndarray, top: np.ndarray, v: int) -> tuple[int, int]:
+    """Documents ``[lo, hi)`` with ``voff(lo) <= v < voff(hi)``, narrowed by the sampled index
+    ``top`` to at most ``INDEX_STEP`` documents when it is non-empty (else all of them)."""
     lo = 0
-    hi = offsets.shape[0] - 1  # invariant: voff(lo) <= v < voff(hi)
+    hi = offsets.shape[0] - 1
     if top.shape[0] > 1:
         a, b = 0, top.shape[0]  # largest k with top[k] <= v
         while b - a > 1:
@@ -112,6 +124,13 @@ def find_doc(offsets: np.ndarray, top: np.ndarray, use_eot: int, v: int) -> int:
                 b = mid
         lo = a * INDEX_STEP
         hi = min(lo + INDEX_STEP, hi)
+    return lo, hi
+
+
+@njit
+def _search(offsets: np.ndarray, use_eot: int, v: int, lo: int, hi: int) -> int:
+    """The largest ``j`` in ``[lo, hi)`` with ``offsets[j] + j * use_eot <= v`` (given
+    ``voff(lo) <= v < voff(hi)``)."""
     while hi - lo > 1:
         mid = (lo + hi) >> 1
         if offsets[mid] + mid * use_eot <= v:
@@ -119,6 +138,15 @@ def find_doc(offsets: np.ndarray, top: np.ndarray, use_eot: int, v: int) -> int:
         else:
             hi = mid
     return lo
+
+
+@njit
+def find_doc(offsets: np.ndarray, top: np.ndarray, use_eot: int, v: int) -> int:
+    """The document containing virtual position ``v`` (``0 <= v < len(S)``): the largest ``j``
+    with ``offsets[j] + j * use_eot <= v`` (empty documents without eot are skipped).  With a
+    sampled index ``top`` (non-empty), the search first narrows to ``INDEX_STEP`` documents."""
+    lo, hi = _bracket(offsets, top, v)
+    return _search(offsets, use_eot, v, lo, hi)
 
 
 @njit
@@ -185,13 +213,25 @@ def copy_window(
     the inner loops vectorise."""
     real = min(width, total - v)
     filled = min(real, seqlen)
-    j = find_doc(offsets, top, use_eot, v)
+    lo, hi = _bracket(offsets, top, v)
+    acc = 0
+    if cursor < 0 and hi - lo < offsets.shape[0] - 1:
+        # The window's flat start lies in [v - (hi - 1) * use_eot, v - lo * use_eot] (one eot
+        # per document before it): read one token per page of that range plus the window
+        # before searching ``offsets``, so the page walks of ``src`` overlap the search's
+        # misses instead of following them (random windows of a 2M-document store:
+        # kernel alone 2.22 -> 2.08 us, interleaved A/B of the two kernels in one process).
+        a = max(0, min(v - (hi - 1) * use_eot, src.shape[0]))
+        b = max(a, min(v - lo * use_eot + width, src.shape[0]))
+        acc = _touch_pages(src, a, b - a)
+    j = _search(offsets, use_eot, v, lo, hi)
     r = v - (offsets[j] + j * use_eot)
     if cursor < 0:  # flat_position(v), from the document just found
         cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
     # The sum lands in cu's last slot, past the entries returned (or overwritten by them), so
     # the loads are kept.
-    cu[cu.shape[0] - 1] = _touch(src, cursor, _flat_tokens(offsets, j, r, use_eot, real))
+    acc += _touch(src, cursor, _flat_tokens(offsets, j, r, use_eot, real))
+    cu[cu.shape[0] - 1] = acc
     ncu = 1
     cu[0] = 0
     t = 0

@@ -256,6 +256,9 @@ class PackedDataset:
             example = (self._src, 0, self._params, np.empty(1, self.dtype), np.empty(1, _INT32))
             kernel = entry_point(one_bin, *arrays, *example)
         self._fast = (kernel, *arrays, self._src, self._params, self.dtype, self._cold)
+        q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
+        views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
+        self._layout = (self._buflen, self._one_buffer, self._cu_cols, slice(4 * q, None), *views)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -310,37 +313,34 @@ class PackedDataset:
     def __getitem__(self, i: int) -> dict[str, Any]:
         # Hot path: an in-range int or EpochIndex skips the checks (one_bin validates the bin).
         n = self._n
-        if type(i) is int and 0 <= i < n:
-            b, epoch = i, self.epoch
-        elif isinstance(i, EpochIndex) and 0 <= i < n:
-            b, epoch = int(i), i.epoch
-        else:
-            b = check_index(i, n)
-            epoch = getattr(i, "epoch", self.epoch)
+        b = i if type(i) is int and 0 <= i < n else None
+        if b is None:  # (the epoch, which only MLM reads, is looked up when needed)
+            b = int(i) if isinstance(i, EpochIndex) and 0 <= i < n else check_index(i, n)
         kernel, bin_ptr, piece_doc, piece_start, piece_len, offsets, src, params, dtype, cold = (
             self._fast
         )
         if src is None:
-            return self._gather(np.array([b], dtype=np.int64), epoch)[0]
+            return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(b)
-        seqlen = self.seqlen
         # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
-        out = np.empty(self._buflen, dtype)
-        cu = out[4 * seqlen :] if self._one_buffer else np.empty(self._cu_cols, _INT32)
+        buflen, one_buf, cu_cols, cu_at, ids, lab, pos, att = self._layout
+        out = np.empty(buflen, dtype)
+        cu = out[cu_at] if one_buf else np.empty(cu_cols, _INT32)
         n_seg, longest = kernel(  # one_bin
             bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
             cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)
         if self._mlm:
-            rows = out[: 4 * seqlen].reshape(4, 1, seqlen)
+            rows = out[: 4 * self.seqlen].reshape(4, 1, self.seqlen)
+            epoch = getattr(i, "epoch", self.epoch)
             corrupt_keyed(self, np.array([b], dtype=np.int64), epoch, rows[0], rows[3], rows[2])
         return {
-            "input_ids": out[:seqlen],
-            "labels": out[2 * seqlen : 3 * seqlen],
-            "position_ids": out[seqlen : 2 * seqlen],
-            "attention_mask": out[3 * seqlen : 4 * seqlen],
+            "input_ids": out[ids],
+            "labels": out[lab],
+            "position_ids": out[pos],
+            "attention_mask": out[att],
             "cu_seqlens": cu[: n_seg + 1],
             "max_seqlen": longest,
         }

@@ -16,9 +16,12 @@ one kernel call into preallocated arrays (see ``benchmarks/`` for the measured r
 raw memory copy).  A single ``ds[i]`` (an int or an ``EpochIndex``) skips the general checks,
 calls the kernel's compiled entry (:mod:`mmpack.kernels.entry`) with its scalars and sampled
 index packed in one array, and slices the sample out of one buffer (two with int64 output:
-cu_seqlens stays int32): 3.46 us against 1.04 us for ``raw[s:s+2049].copy()`` on 200k C4-like
-documents (3.3x, int32 3.0x; 3.3x on 2M and 10M documents; it was 3.6-3.9x), measured by
-``python -m benchmarks.bench_getitem --quick`` on a 2-core VM at load average 4.6.
+cu_seqlens stays int32) with slice objects built once: 3.41 us against 1.09 us for
+``raw[s:s+2049].copy()`` on 2M C4-like documents (3.12x; int32 2.92x; 200k documents 3.23x and
+2.98x), ``python -m benchmarks.bench_getitem --quick --profile`` on a 2-core VM at load average
+2.6 (it was 3.32x and 3.05x, measured interleaved with this version in one process).  What
+remains is bytes: an int64 sample writes 32 KiB (row and positions), the floor 4 KiB, and
+writing 32 KiB alone costs ~0.75 us here (the profile's stages show the rest).
 """
 
 from __future__ import annotations
@@ -199,7 +202,12 @@ class WindowDataset:
             kernel = entry_point(one_window, self._src, self._offsets, self._meta, 0, out, cu)
         # What ds[i] reads, in two attributes (tuples unpack faster than attribute lookups).
         self._fast = (kernel, self._src, self._offsets, self._meta, self.stride, last, self._cold)
-        self._layout = (self.seqlen, self.width, self.dtype, self._buflen, self._one_buffer)
+        # The sample's views as slice objects built once (indexing with a prebuilt slice skips
+        # building it per call: ~15 ns a view).
+        w, sl = self.width, self.seqlen
+        self._layout = (self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1)
+        labels = slice(1, w) if self.labels else None
+        self._slices = (slice(sl), slice(w, w + sl), labels, slice(w))
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -225,26 +233,23 @@ class WindowDataset:
         if not ((type(i) is int or isinstance(i, EpochIndex)) and 0 <= i < n):
             i = check_index(i, n)
         kernel, src, offsets, meta, stride, last_full, cold = self._fast
-        seqlen, width, dtype, buflen, one_buf = self._layout
+        dtype, buflen, one_buf, cu_at, cu_len = self._layout
         if src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(v)
         out = np.empty(buflen, dtype)  # the row, the positions (, cu_seqlens)
-        cu = out[width + seqlen :] if one_buf else np.empty(seqlen + 1, _INT32)
+        cu = out[cu_at:] if one_buf else np.empty(cu_len, _INT32)
         ncu = kernel(src, offsets, meta, v, out, cu)  # one_window
-        if width == seqlen:  # labels=False
-            return {
-                "input_ids": out[:seqlen],
-                "position_ids": out[width : width + seqlen],
-                "cu_seqlens": cu[:ncu],
-            }
+        ids, pos, labels, row = self._slices
+        if labels is None:
+            return {"input_ids": out[ids], "position_ids": out[pos], "cu_seqlens": cu[:ncu]}
         return {
-            "input_ids": out[:seqlen],
-            "position_ids": out[width : width + seqlen],
+            "input_ids": out[ids],
+            "position_ids": out[pos],
             "cu_seqlens": cu[:ncu],
-            "labels": out[1:width] if v <= last_full else self._labels(out[:width], v),
+            "labels": out[labels] if v <= last_full else self._labels(out[row], v),
         }
 
     def _labels(self, row: np.ndarray, v: int) -> np.ndarray:
