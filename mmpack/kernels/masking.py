@@ -12,7 +12,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["mix64", "mlm_hashed_rows", "sample_key", "sample_keys"]
+__all__ = ["mix64", "mlm_hashed_rows", "mlm_indexed_rows", "sample_key", "sample_keys"]
 
 
 @njit
@@ -183,3 +183,26 @@ def sample_keys(seed: np.uint64, epoch: np.uint64, indices: np.ndarray, out: np.
     """:func:`sample_key` for every index."""
     for r in range(indices.shape[0]):
         out[r] = sample_key(seed, epoch, indices[r])
+
+
+@njit
+def mlm_indexed_rows(
+    ids: np.ndarray,
+    maskable: np.ndarray,
+    seed: np.uint64,
+    epoch: np.uint64,
+    indices: np.ndarray,
+    excluded: np.ndarray,
+    n_allowed: int,
+    mask_prob: float,
+    mask_id: int,
+    ignore_index: int,
+    labels: np.ndarray,
+) -> None:
+    """:func:`mlm_hashed_rows` with the keys of samples ``indices`` (int64, (k,)) under
+    (``seed``, ``epoch``): one call instead of two on the single-sample path."""
+    keys = np.empty(indices.shape[0], dtype=np.uint64)
+    sample_keys(seed, epoch, indices, keys)
+    mlm_hashed_rows(
+        ids, maskable, keys, excluded, n_allowed, mask_prob, mask_id, ignore_index, labels
+    )
