@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError
 from mmpack.core.constants import IGNORE_INDEX
+from mmpack.errors import FormatError
 from mmpack.kernels.masking import mlm_indexed_rows
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
