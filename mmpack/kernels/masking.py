@@ -5,8 +5,8 @@ corruption is a pure function of its key (see :mod:`mmpack.views.masking` for th
 
 Per row the kernel runs branch-free passes that LLVM vectorises (hashes; "not selectable" flags
 from the mask and one compare per excluded id, or a bit table / binary search when there are more
-than 16; the compacted positions of random replacements; labels and masks as selects), then the
-few random replacements.  The draw ``u = (h >> 11) * 2**-53`` is compared as the integer
+than 16; labels and masks as selects), then the random replacements behind one rarely taken
+branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredictable jumps).  The draw ``u = (h >> 11) * 2**-53`` is compared as the integer
 ``h >> 11`` against ``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).  With
 random keys a per-token branch on ``u`` is mispredicted often: the earlier one-pass loop took
 ~14 us per 2048-token row (mask_prob 0.3), this ~4 us; packed MLM ``ds[i]`` went from 24.6 to
@@ -150,9 +150,9 @@ def mlm_hashed_rows(
 
     Branch-free passes per row (the draws compared as the integer ``h >> 11`` against
     ``ceil(p * 2**53)``, the same test as the float one, exactly): hashes, unselectable flags,
-    the positions of random replacements (compacted), labels and masks; then the few
-    replacements.  With random keys a per-token branch is mispredicted on a sizeable fraction
-    of the tokens: the one-pass branching loop took ~14 us per 2048-token row, this ~5 us.
+    labels and masks; then the random replacements behind one branch taken for ~0.1 p of the
+    tokens.  With random keys a branch on ``u < p`` is mispredicted on a sizeable fraction of
+    the tokens: the one-pass branching loop took ~14 us per 2048-token row, this ~4 us.
     """
     t_sel = _threshold(mask_prob)
     t_mask = _threshold(0.8 * mask_prob)
@@ -163,7 +163,7 @@ def mlm_hashed_rows(
     length = ids.shape[1]
     hs = np.empty(length, dtype=np.uint64)
     off = np.empty(length, dtype=np.bool_)  # not selectable: padding or an excluded id
-    picked = np.empty(length, dtype=np.int64)
+    width = t_rand - t_mask  # 0.9 p >= 0.8 p in floating point too
     for r in range(ids.shape[0]):
         row = ids[r]
         lab = labels[r]
@@ -171,22 +171,17 @@ def mlm_hashed_rows(
         for t in range(length):
             hs[t] = mix64(key + np.uint64(t + 1) * _GOLDEN)
         _flag_unselectable(row, maskable[r], excluded, bits, off)
-        n_rand = 0
-        for t in range(length):
-            m = hs[t] >> np.uint64(11)
-            picked[n_rand] = t
-            n_rand += (m >= t_mask) & (m < t_rand) & (not off[t])
         for t in range(length):
             m = hs[t] >> np.uint64(11)
             tok = row[t]
             sel = (m < t_sel) & (not off[t])
             lab[t] = tok if sel else ignore_index
             row[t] = mask_id if sel & (m < t_mask) else tok
-        for j in range(n_rand):
-            t = picked[j]
-            h2 = mix64(hs[t] ^ _REPLACE)
-            rank = int(float(h2 >> np.uint64(11)) * _INV53 * n_allowed)
-            row[t] = _allowed_id(min(rank, n_allowed - 1), excluded)
+        for t in range(length):  # one rarely taken branch: t_mask <= m < t_rand (wraps)
+            if (hs[t] >> np.uint64(11)) - t_mask < width and not off[t]:
+                h2 = mix64(hs[t] ^ _REPLACE)
+                rank = int(float(h2 >> np.uint64(11)) * _INV53 * n_allowed)
+                row[t] = _allowed_id(min(rank, n_allowed - 1), excluded)
 
 
 @njit
