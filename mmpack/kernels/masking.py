@@ -1,4 +1,4 @@
-"""The MLM corruption kernel: one pass over a batch of rows, in place, with counter-based draws.
+"""The MLM corruption kernel: one call per batch of rows, in place, with counter-based draws.
 
 Every random number is a splitmix64 hash of the row's key and the token position, so a row's
 corruption is a pure function of its key (see :mod:`mmpack.views.masking` for the rule).
@@ -6,13 +6,13 @@ corruption is a pure function of its key (see :mod:`mmpack.views.masking` for th
 Per row the kernel runs branch-free passes that LLVM vectorises (hashes; "not selectable" flags
 from the mask and one compare per excluded id, or a bit table / binary search when there are more
 than 16; labels and masks as selects), then the random replacements behind one rarely taken
-branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredictable jumps).  The draw ``u = (h >> 11) * 2**-53`` is compared as the integer
-``h >> 11`` against ``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).  With
+branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredictable jumps).
+The draw ``u = (h >> 11) * 2**-53`` is compared as the integer ``h >> 11`` against ``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).  With
 random keys a per-token branch on ``u`` is mispredicted often: the earlier one-pass loop took
-~14 us per 2048-token row (mask_prob 0.3), this ~4 us; packed MLM ``ds[i]`` went from 24.6 to
-11.3 us (causal: 4.1 us) and ``__getitems__`` x128 from 105 to 260 Mtok/s (causal 476), measured
-interleaved against the previous kernel on a 2-core machine under load (``/tmp`` harness;
-``python -m benchmarks.bench_packed --quick`` prints the mlm rows).
+~14 us per 2048-token row (mask_prob 0.3), this ~4 us.  Packed MLM ``ds[i]``: 24.9 -> 10.8 us
+(causal 4.3 us); ``__getitems__`` x32: 102 -> 307 Mtok/s, x128: 100 -> 210 Mtok/s (causal 625
+and 324), measured interleaved against the previous kernel in one process on a shared 2-core
+machine (load 2.1); ``python -m benchmarks.bench_packed --quick`` prints the mlm rows.
 """
 
 from __future__ import annotations
