@@ -8,11 +8,14 @@ from the mask and one compare per excluded id, or a bit table / binary search wh
 than 16; labels and masks as selects), then the random replacements behind one rarely taken
 branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredictable jumps).
 The draw ``u = (h >> 11) * 2**-53`` is compared as the integer ``h >> 11`` against
-``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).  With random keys a per-token branch on ``u`` is mispredicted often: the earlier one-pass loop
-took ~14 us per 2048-token row (mask_prob 0.3), this ~4 us.  Packed MLM ``ds[i]``: 24.9 -> 10.8 us
-(causal 4.3 us); ``__getitems__`` x32: 102 -> 307 Mtok/s, x128: 100 -> 210 Mtok/s (causal 625
-and 324), measured interleaved against the previous kernel in one process on a shared 2-core
-machine (load 2.1); ``python -m benchmarks.bench_packed --quick`` prints the mlm rows.
+``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).
+
+Cost: with random keys a per-token branch on ``u`` is mispredicted often; the earlier one-pass
+loop took ~14 us per 2048-token row (mask_prob 0.3), this ~4 us.  Packed MLM ``ds[i]``:
+24.9 -> 10.8 us (causal 4.3 us); ``__getitems__`` x32: 102 -> 307 Mtok/s, x128: 100 -> 210
+Mtok/s (causal 625 and 324), measured interleaved against the previous kernel in one process on
+a shared 2-core machine (load 2.1); ``python -m benchmarks.bench_packed --quick`` prints the mlm
+rows.
 """
 
 from __future__ import annotations
