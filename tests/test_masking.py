@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mmpack.kernels.masking import _threshold, mlm_indexed_rows
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
 
 M64 = (1 << 64) - 1
@@ -138,3 +139,81 @@ def test_no_allowed_id_is_an_error():
             vocab_size=2,
             excluded=np.array([0, 1]),
         )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 3),
+    length=st.integers(0, 70),
+    mask_prob=st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.15, 0.3, 0.5, 1.0])),
+    n_specials=st.integers(0, 40),
+    wide=st.booleans(),
+    dtype=st.sampled_from([np.int64, np.int32]),
+    seed=st.integers(0, 2**64 - 1),
+)
+def test_every_exclusion_path_matches_reference(
+    rows, length, mask_prob, n_specials, wide, dtype, seed
+):
+    """The kernel checks exclusion three ways (one compare per id up to 16 ids, a bit table
+    over their span, a binary search when the span exceeds 2**20 ids): each against the twin,
+    with int32 and int64 rows, bool masks, and tokens outside ``[0, vocab_size)``."""
+    vocab = (1 << 20) + 300 if wide else 300
+    rng = np.random.default_rng(seed % 2**32)
+    specials = rng.integers(0, 200, size=n_specials).tolist()
+    if wide:
+        specials.append(vocab - 7)  # a span over 2**20 ids: the search path beyond 16 ids
+    ex = excluded_ids(vocab, specials, pad_id=0)
+    pool = np.concatenate([ex, rng.integers(-3, 210, size=8), [vocab - 7, vocab + 2]])
+    ids = rng.choice(pool, size=(rows, length)).astype(dtype)
+    maskable = rng.integers(0, 2, size=(rows, length)).astype(bool)
+    keys = row_keys(seed, 3, np.arange(rows))
+    want = reference(ids.astype(np.int64), maskable, keys.tolist(), mask_prob, 299, vocab, ex)
+    got = ids.copy()
+    labels = corrupt_rows(
+        got, maskable, keys, mask_prob=mask_prob, mask_id=299, vocab_size=vocab, excluded=ex
+    )
+    assert got.dtype == labels.dtype == dtype
+    np.testing.assert_array_equal(got, want[0])
+    np.testing.assert_array_equal(labels, want[1])
+
+
+@given(p=st.floats(0, 1), delta=st.integers(-2, 2))
+def test_integer_threshold_is_the_float_comparison(p, delta):
+    """The kernel compares the 53-bit draw ``m`` as an integer against ``_threshold(p)``;
+    that is exactly ``m * 2**-53 < p``, also next to the boundary."""
+    t = int(_threshold(p))
+    m = min(max(t + delta, 0), 2**53 - 1)
+    assert (m < t) == (m * 2.0**-53 < p)
+    assert (m < int(_threshold(0.8 * p))) == (m * 2.0**-53 < 0.8 * p)
+
+
+@given(
+    rows=st.integers(0, 3),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**40),
+    mask_prob=st.floats(0, 1),
+)
+def test_indexed_kernel_is_keys_then_rows(rows, seed, epoch, mask_prob):
+    """The one-call path of ``PackedDataset`` (keys computed in the kernel) corrupts exactly
+    as :func:`row_keys` then :func:`corrupt_rows`."""
+    rng = np.random.default_rng(seed % 2**32)
+    ids = rng.integers(0, 120, size=(rows, 40))
+    maskable = rng.integers(0, 2, size=(rows, 40))
+    index = rng.integers(0, 2**40, size=rows)
+    ex = excluded_ids(120, [3, 7], pad_id=0)
+    want = ids.copy()
+    want_labels = corrupt_rows(
+        want,
+        maskable,
+        row_keys(seed, epoch, index),
+        mask_prob=mask_prob,
+        mask_id=1,
+        vocab_size=120,
+        excluded=ex,
+    )
+    labels = np.empty_like(ids)
+    mlm_indexed_rows(
+        ids, maskable, np.uint64(seed), np.uint64(epoch), index, ex, 117, mask_prob, 1, -100, labels
+    )
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_array_equal(labels, want_labels)

@@ -172,7 +172,6 @@ def corrupt_rows(
         maskable,
         keys,
         excluded,
-        excluded - np.arange(excluded.size),
         n_allowed,
         float(mask_prob),
         int(mask_id),

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import IGNORE_INDEX
 from mmpack.errors import FormatError
+from mmpack.kernels.masking import mlm_indexed_rows
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -180,17 +182,31 @@ def corrupt_keyed(
     (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
     row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
     and excluded ids)."""
-    if isinstance(epochs, list):
-        per_row = np.array(epochs, dtype=np.uint64)
-        keys = np.empty(idx.shape[0], dtype=np.uint64)
-        for e in np.unique(per_row).tolist():
-            rows = np.flatnonzero(per_row == e)
-            keys[rows] = row_keys(ds.seed, e, idx[rows])
-    else:
-        keys = row_keys(ds.seed, epochs, idx)
     mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds._excl
     # mode="mlm" (the only caller): check_masking required mask_id and vocab_size
     assert mask_id is not None and vocab_size is not None and excluded is not None
+    if vocab_size <= excluded.size:  # check_masking refused it too; never reached the kernel
+        raise ValueError(f"vocab_size={vocab_size} leaves no id for random replacement")
+    if not isinstance(epochs, list):  # one kernel call: keys and corruption
+        mlm_indexed_rows(
+            ids,
+            attn,
+            np.uint64(ds.seed),
+            np.uint64(epochs),
+            np.ascontiguousarray(idx, dtype=np.int64),
+            excluded,
+            vocab_size - excluded.size,
+            float(ds.mask_prob),
+            int(mask_id),
+            IGNORE_INDEX,
+            labels,
+        )
+        return
+    per_row = np.array(epochs, dtype=np.uint64)
+    keys = np.empty(idx.shape[0], dtype=np.uint64)
+    for e in np.unique(per_row).tolist():
+        rows = np.flatnonzero(per_row == e)
+        keys[rows] = row_keys(ds.seed, e, idx[rows])
     corrupt_rows(
         ids,
         attn,
