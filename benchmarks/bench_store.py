@@ -154,7 +154,7 @@ def _copy_floors(docs: list[np.ndarray], chunk: int = 4096) -> dict[str, float]:
     c = time.thread_time()
     for a in range(0, len(docs), chunk):
         buf.seek(0)
-        np.array(list(map(buf.write, docs[a : a + chunk])), dtype=np.int64)
+        np.array(list(map(buf.write, docs[a : a + chunk])), dtype=np.int64)  # type: ignore[arg-type]  # numpy stubs: no __buffer__
     out["floor: map(BytesIO.write) per document, main-thread CPU"] = time.thread_time() - c
     nd, dt = np.ndarray, docs[0].dtype
     c = time.thread_time()
