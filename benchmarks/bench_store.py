@@ -20,7 +20,11 @@ Python ``for`` loop with the checks a generator needs (``type``, ``ndim``, ``dty
 (~146-148 ms) is ~2.2x the first floor (~67 ms) and ~1.5x the second (~95 ms): per array
 ``np.concatenate`` costs ~170 ns (list), and a generator's chunk is copied twice (chunk buffer,
 then block).  Copying straight into the block as an anonymous ``mmap`` with ``mmap.write``
-measured ~195-205 ms against ~150 ms for today's paths (same run): not a way there.
+measured ~195-205 ms against ~150 ms for today's paths (same run), and with a ``BytesIO``
+holding the block (handed to the writer thread without a copy) a generator's main thread took
+163-167 ms against 159-176 ms (three alternating processes, load ~3.9): ``mmap.write`` costs
+more a document than ``BytesIO.write``, and the per-document ``dtype``/``ndim`` checks and
+block bookkeeping cost about what the saved copy did.  Neither way reaches 0.5 of ``tofile``.
 
 Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
 """
