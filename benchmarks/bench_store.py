@@ -12,13 +12,26 @@ against the corpus size.
 ``--profile`` prints instead where a build's time goes, each stage measured alone and
 alternated with ``tofile`` (medians, ms): the main thread's CPU time taking the documents and
 copying them into the checksum blocks (hashing and writing stubbed out), XXH64 of every 16 MiB
-block, and the whole build (wall and process CPU).
+block, the whole build (wall and process CPU), and two floors of any per-document copy from
+Python, main-thread CPU: ``list(map(BytesIO.write, chunk))`` (one C-level buffer export and copy
+a document, no check, in 4096-document chunks into a reused buffer) and the same through a
+Python ``for`` loop with the checks a generator needs (``type``, ``ndim``, ``dtype``).  Measured
+(2026-11-30, 430k documents, 400 MB, load ~2.5): the list and generator paths' main thread
+(~146-148 ms) is ~2.2x the first floor (~67 ms) and ~1.5x the second (~95 ms): per array
+``np.concatenate`` costs ~170 ns (list), and a generator's chunk is copied twice (chunk buffer,
+then block).  Copying straight into the block as an anonymous ``mmap`` with ``mmap.write``
+measured ~195-205 ms against ~150 ms for today's paths (same run), and with a ``BytesIO``
+holding the block (handed to the writer thread without a copy) a generator's main thread took
+163-167 ms against 159-176 ms (three alternating processes, load ~3.9): ``mmap.write`` costs
+more a document than ``BytesIO.write``, and the per-document ``dtype``/``ndim`` checks and
+block bookkeeping cost about what the saved copy did.  Neither way reaches 0.5 of ``tofile``.
 
 Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 import sys
 import tempfile
@@ -137,6 +150,30 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def _copy_floors(docs: list[np.ndarray], chunk: int = 4096) -> dict[str, float]:
+    """Main-thread CPU seconds of the two per-document copy floors (module docstring)."""
+    buf = io.BytesIO()
+    buf.write(bytes(2 * max(d.nbytes for d in docs) + (32 << 20)))  # reused, never regrown
+    out: dict[str, float] = {}
+    c = time.thread_time()
+    for a in range(0, len(docs), chunk):
+        buf.seek(0)
+        np.array(list(map(buf.write, docs[a : a + chunk])), dtype=np.int64)  # type: ignore[arg-type]  # numpy stubs: no __buffer__
+    out["floor: map(BytesIO.write) per document, main-thread CPU"] = time.thread_time() - c
+    nd, dt = np.ndarray, docs[0].dtype
+    c = time.thread_time()
+    for a in range(0, len(docs), chunk):
+        buf.seek(0)
+        sizes: list[int] = []
+        push, write = sizes.append, buf.write
+        for d in docs[a : a + chunk]:
+            if type(d) is nd and d.ndim == 1 and d.dtype is dt:
+                push(write(d))  # type: ignore[arg-type]  # numpy stubs: no __buffer__
+        np.array(sizes, dtype=np.int64)
+    out["floor: checked loop + BytesIO.write, main-thread CPU"] = time.thread_time() - c
+    return out
+
+
 def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     """Where the time of a list and a generator build goes (see the module docstring)."""
     from unittest import mock
@@ -184,6 +221,8 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
             for gen in (False, True):
                 key = f"gather+copy ({'generator' if gen else 'list'}), main-thread CPU"
                 stages.setdefault(key, []).append(gather(gen))
+            for name, floor in _copy_floors(docs).items():
+                stages.setdefault(name, []).append(floor)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [{"stage": k, "ms (median)": float(np.median(v)) * 1e3} for k, v in stages.items()]
