@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_streaming import make_docs, ref_pack, ref_place, rows_of
 
+import mmpack
 from mmpack.kernels.streaming import (
     bitmap_layout,
     pad_rows,
@@ -284,3 +285,16 @@ def test_padding_of_every_length(row_len):
         used = int(b["attention_mask"].sum())
         assert (b["input_ids"][0, used:] == -3).all()
         assert b["input_ids"][0, :used].min() >= 1
+
+
+@pytest.mark.parametrize("big", [2**63, 2**63 + 5, 2**64 + 5, 10**30])
+def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big):
+    """A Python-list sequence holding an id that does not fit int64 is the build's ValueError
+    naming the value (it was a TypeError about casting dtype('O') or float64)."""
+    seqs = [[1, 2, 3], [4, big, 6], [7, 8]] * 3
+    with pytest.raises(ValueError, match=str(big)) as packed:
+        for _ in StreamingPacker(seqs, seqlen=8, out_batch_size=2, buffer_size=4):
+            pass
+    with pytest.raises(ValueError, match=str(big)) as built:
+        mmpack.build(tmp_path / "s", seqs)
+    assert type(packed.value) is type(built.value)

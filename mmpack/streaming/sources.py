@@ -117,14 +117,9 @@ def batch_items(batch: Any) -> list[Any]:
 
 
 def _plain(item: Any) -> bool:
-    """Tokens numpy can be trusted with as they are: an integer numpy array, or a list/tuple of
-    Python ints (numpy would read ``[1, True]`` as integers: such lists take the exact path)."""
-    t = type(item)
-    if t is np.ndarray:
-        return item.ndim == 1 and item.dtype.kind in "iu"
-    if t is list or t is tuple:
-        return set(map(type, item)) <= {int}
-    return False
+    """Tokens numpy can be trusted with as they are: a 1-D integer numpy array (lists go through
+    the one-pass check of :func:`_int_lists` or the build's exact rule)."""
+    return type(item) is np.ndarray and item.ndim == 1 and item.dtype.kind in "iu"
 
 
 _ndim = operator.attrgetter("ndim")
@@ -206,6 +201,7 @@ def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarr
         objs = _int_lists(items, lens)
         if objs is not None:
             return objs, lens
+    # Lists that missed the one-pass path (bools, ids past int64, other types) take the exact rule.
     items = [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
     lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
     return np.fromiter(items, dtype=object, count=n), lens
