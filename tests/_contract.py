@@ -44,3 +44,43 @@ def assert_views_equal(
             assert sorted(got_row) == sorted(want_row)
             for key, value in want_row.items():
                 np.testing.assert_array_equal(got_row[key], value)
+
+
+def assert_workers_serve(
+    ds,
+    want,
+    context: str,
+    *,
+    seed: int = 3,
+    lookahead: bool = False,
+    keys=("input_ids", "position_ids", "cu_seqlens"),
+) -> None:
+    """A DataLoader with two workers (``context``: "fork" or "spawn") over ``ds`` yields, batch by
+    batch in the sampler's order, what ``want`` (the same view over the reference store) gives:
+    a store the parent already used must reopen (spawn) or survive the fork in each worker.
+    With ``lookahead``, batches come through :class:`~mmpack.views.readahead.Lookahead`."""
+    from torch.utils.data import BatchSampler, DataLoader
+
+    from mmpack.torch.collate import collate
+    from mmpack.views.readahead import Lookahead
+
+    sampler = mmpack.ResumableSampler(len(ds), seed=seed)
+    batches = BatchSampler(sampler, 8, False)
+    if lookahead:
+        batches = Lookahead(batches, ds, depth=2, num_workers=2)
+    loader = DataLoader(
+        ds,
+        batch_sampler=batches,
+        num_workers=2,
+        collate_fn=collate,
+        multiprocessing_context=context,
+        timeout=60,
+    )
+    order = list(sampler)
+    n = 0
+    for b, batch in enumerate(loader):
+        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
+        for key in keys:
+            assert (batch[key] == expect[key]).all(), key
+        n += 1
+    assert n == -(-len(ds) // 8)

@@ -247,3 +247,16 @@ class DelayProxy:
         self._stop.set()
         self._listener.close()
         self._thread.join(timeout=5)
+
+
+def use_server_env(monkeypatch, server: S3Server) -> None:
+    """Point the standard ``AWS_*`` variables at ``server`` (what the CLI reads: it has no
+    storage-options flags), plain HTTP allowed."""
+    for env, key in (
+        ("AWS_ENDPOINT_URL", "endpoint"),
+        ("AWS_ACCESS_KEY_ID", "access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+        ("AWS_REGION", "region"),
+    ):
+        monkeypatch.setenv(env, server.options[key])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")

@@ -16,8 +16,8 @@ import uuid
 
 import numpy as np
 import pytest
-from _contract import assert_views_equal
-from _s3 import BUCKET, DelayProxy, S3Server
+from _contract import assert_views_equal, assert_workers_serve
+from _s3 import BUCKET, DelayProxy, S3Server, use_server_env
 
 import mmpack
 from mmpack.errors import (
@@ -325,35 +325,13 @@ def _hammer_cache(url, options, cache_dir, limit, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
-    from torch.utils.data import DataLoader
-
-    from mmpack.torch.collate import collate
-
     docs = _corpus()
     store = mmpack.build(_url(), docs, storage_options=s3_server.options)
     local = mmpack.build(tmp_path / "local", docs)
     ds = mmpack.PackedDataset(store, 128, eot=65535, pad_id=0)
     ds.__getitems__([0, 1, 2])  # the parent uses the client before the workers fork
     want = mmpack.PackedDataset(local, 128, eot=65535, pad_id=0)
-    from torch.utils.data import BatchSampler
-
-    from mmpack.views.readahead import Lookahead
-
-    sampler = mmpack.ResumableSampler(len(ds), seed=3)
-    batches = Lookahead(BatchSampler(sampler, 8, False), ds, depth=2, num_workers=2)
-    loader = DataLoader(
-        ds,
-        batch_sampler=batches,
-        num_workers=2,
-        collate_fn=collate,
-        multiprocessing_context=context,
-        timeout=60,
-    )
-    order = list(sampler)
-    for b, batch in enumerate(loader):
-        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
-        for key in ("input_ids", "position_ids", "cu_seqlens"):
-            assert (batch[key] == expect[key]).all(), key
+    assert_workers_serve(ds, want, context, lookahead=True)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -419,14 +397,7 @@ def test_server_stopped_mid_read(tmp_path):
 def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     from mmpack.cli.commands import main
 
-    for env, key in (
-        ("AWS_ENDPOINT_URL", "endpoint"),
-        ("AWS_ACCESS_KEY_ID", "access_key_id"),
-        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
-        ("AWS_REGION", "region"),
-    ):
-        monkeypatch.setenv(env, s3_server.options[key])
-    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"
     text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
     url = _url()

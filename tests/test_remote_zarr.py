@@ -17,8 +17,8 @@ import uuid
 
 import numpy as np
 import pytest
-from _contract import assert_views_equal
-from _s3 import BUCKET, DelayProxy
+from _contract import assert_views_equal, assert_workers_serve
+from _s3 import BUCKET, DelayProxy, use_server_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_zarr import _corpus, _small
@@ -233,33 +233,13 @@ def test_ranges_go_out_concurrently_and_lookahead_changes_nothing(s3_server, tmp
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
-    from torch.utils.data import BatchSampler, DataLoader
-
-    from mmpack.torch.collate import collate
-
     docs = _corpus(22)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
     ds = mmpack.PackedDataset(store, 64, eot=65535, pad_id=0)
     ds.__getitems__([0, 1, 2])  # the parent uses the client (and its pools) before the fork
     want = mmpack.PackedDataset(local, 64, eot=65535, pad_id=0)
-    sampler = mmpack.ResumableSampler(len(ds), seed=3)
-    loader = DataLoader(
-        ds,
-        batch_sampler=BatchSampler(sampler, 8, False),
-        num_workers=2,
-        collate_fn=collate,
-        multiprocessing_context=context,
-        timeout=60,
-    )
-    order = list(sampler)
-    n = 0
-    for b, batch in enumerate(loader):
-        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
-        for key in ("input_ids", "position_ids", "cu_seqlens"):
-            assert (batch[key] == expect[key]).all(), key
-        n += 1
-    assert n == -(-len(ds) // 8)
+    assert_workers_serve(ds, want, context)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -268,14 +248,7 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
 
     from mmpack.cli.commands import main
 
-    for env, key in (
-        ("AWS_ENDPOINT_URL", "endpoint"),
-        ("AWS_ACCESS_KEY_ID", "access_key_id"),
-        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
-        ("AWS_REGION", "region"),
-    ):
-        monkeypatch.setenv(env, s3_server.options[key])
-    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"
     text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
     url = _url()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _contract import assert_views_equal
+from _contract import assert_views_equal, assert_workers_serve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -214,30 +214,13 @@ def test_rebuilt_store_is_refused_by_the_old_reader(tmp_path):
 def test_dataloader_workers_fork_and_spawn(tmp_path, context):
     """Workers forked after the parent mapped and checked shards (or spawned: the store
     reopens by path) serve the memmap store's rows."""
-    from torch.utils.data import BatchSampler, DataLoader
-
-    from mmpack.torch.collate import collate
-
     docs = _corpus(25)
     store = _build(tmp_path / "z", docs)
     ds = mmpack.PackedDataset(store, 64, eot=65535, pad_id=0)
     ds.__getitems__([0, 1, 2])  # the parent maps shards and marks chunks checked
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
     want = mmpack.PackedDataset(local, 64, eot=65535, pad_id=0)
-    sampler = mmpack.ResumableSampler(len(ds), seed=4)
-    loader = DataLoader(
-        ds,
-        batch_sampler=BatchSampler(sampler, 8, False),
-        num_workers=2,
-        collate_fn=collate,
-        multiprocessing_context=context,
-        timeout=60,
-    )
-    order = list(sampler)
-    for b, batch in enumerate(loader):
-        expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
-        for key in ("input_ids", "position_ids", "cu_seqlens"):
-            assert (batch[key] == expect[key]).all(), key
+    assert_workers_serve(ds, want, context, seed=4)
 
 
 @pytest.mark.parametrize("array", ["tokens", "offsets"])
