@@ -260,3 +260,35 @@ def use_server_env(monkeypatch, server: S3Server) -> None:
     ):
         monkeypatch.setenv(env, server.options[key])
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+
+
+def build_crashing_before_commit(monkeypatch, build) -> None:
+    """Run ``build()`` with every ``mmpack.json`` PUT failing (a crash just before the commit
+    marker), expect its ``RemoteError``, then let PUTs through again."""
+    import pytest
+
+    from mmpack.errors import RemoteError
+    from mmpack.store.remote import transport as tr
+
+    real_put = tr.Transport.put
+
+    def failing_put(self, key, data):
+        if key == "mmpack.json":
+            raise RemoteError("simulated crash before the commit")
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(tr.Transport, "put", failing_put)
+    with pytest.raises(RemoteError, match="simulated"):
+        build()
+    monkeypatch.setattr(tr.Transport, "put", real_put)
+
+
+def run_processes(ctx, target, args_list, timeout: float) -> None:
+    """Start one ``ctx.Process(target, args)`` per entry of ``args_list``, all at once, and
+    require each to exit 0 within ``timeout`` seconds."""
+    procs = [ctx.Process(target=target, args=args) for args in args_list]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"

@@ -17,7 +17,14 @@ import uuid
 import numpy as np
 import pytest
 from _contract import assert_views_equal, assert_workers_serve
-from _s3 import BUCKET, DelayProxy, S3Server, use_server_env
+from _s3 import (
+    BUCKET,
+    DelayProxy,
+    S3Server,
+    build_crashing_before_commit,
+    run_processes,
+    use_server_env,
+)
 
 import mmpack
 from mmpack.errors import (
@@ -205,21 +212,12 @@ def test_remote_build_refuses_existing_and_overwrites(s3_server, tmp_path):
 
 
 def test_interrupted_upload_is_no_store_and_is_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.store.remote import transport as tr
     from mmpack.store.remote import writer as rw
 
     url = _url()
-    real_put = tr.Transport.put
-
-    def failing_put(self, key, data):
-        if key == "mmpack.json":
-            raise RemoteError("simulated crash before the commit")
-        return real_put(self, key, data)
-
-    monkeypatch.setattr(tr.Transport, "put", failing_put)
-    with pytest.raises(RemoteError, match="simulated"):
-        mmpack.build(url, _corpus(), storage_options=s3_server.options)
-    monkeypatch.setattr(tr.Transport, "put", real_put)
+    build_crashing_before_commit(
+        monkeypatch, lambda: mmpack.build(url, _corpus(), storage_options=s3_server.options)
+    )
     t = make_transport(url, s3_server.options)
     leftover = {k.split("/")[0] for k, _, _ in t.list_prefix("data-")}
     assert len(leftover) == 1
@@ -294,18 +292,12 @@ def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     limit = 12 * 4096
     ctx = mp.get_context("fork")
-    procs = [
-        ctx.Process(
-            target=_hammer_cache,
-            args=(store.location, s3_server.options, str(tmp_path), limit, seed),
-        )
-        for seed in range(2)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_processes(
+        ctx,
+        _hammer_cache,
+        [(store.location, s3_server.options, str(tmp_path), limit, seed) for seed in range(2)],
+        60,
+    )
     from mmpack.store.remote.cache import BlockCache
 
     cache = BlockCache(tmp_path, limit)
@@ -595,12 +587,7 @@ def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path)
         before = proxy.requests
         ctx = mp.get_context("fork")
         want = [store.read_range(int(a), int(a) + 50) for a in starts]
-        procs = [ctx.Process(target=_read_ranges, args=(s, starts, want)) for _ in range(2)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        run_processes(ctx, _read_ranges, [(s, starts, want)] * 2, 30)
         assert proxy.requests - before == 8  # 8 blocks, each fetched by one of the two
     finally:
         proxy.close()

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import pytest
-from _s3 import DelayProxy
+from _s3 import DelayProxy, run_processes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_remote import _build_with_block, _corpus, _url
@@ -125,12 +125,7 @@ def test_two_processes_fill_the_cache_without_duplicate_fetches(s3_server, tmp_p
         blocks = s._backend._block_ids(starts, np.full(24, 500, np.int64))
         before = proxy.requests
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_read_all, args=(s, starts, want)) for _ in range(3)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(60)
-            assert p.exitcode == 0
+        run_processes(ctx, _read_all, [(s, starts, want)] * 3, 60)
         fetched = proxy.requests - before
         runs = 1 + int((np.diff(blocks) > 1).sum())
         assert fetched <= runs + 3  # each block by one process (a run may split between them)
@@ -271,15 +266,12 @@ def test_processes_evicting_each_others_stores_stay_correct_and_bounded(
     nblocks = -(-max(s.num_tokens for s in stores) * 2 // 4096)
     limit = BlockCache.base_charge(nblocks) + 16 * 4096
     ctx = mp.get_context("fork")
-    procs = [
-        ctx.Process(target=_hammer, args=(stores[k % 2], s3_server.options, tmp_path, limit, k))
-        for k in range(4)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    run_processes(
+        ctx,
+        _hammer,
+        [(stores[k % 2], s3_server.options, tmp_path, limit, k) for k in range(4)],
+        120,
+    )
     cache = BlockCache(tmp_path, limit)
     assert cache.allocated() <= cache.usage() <= limit
 

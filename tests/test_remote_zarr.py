@@ -18,13 +18,13 @@ import uuid
 import numpy as np
 import pytest
 from _contract import assert_views_equal, assert_workers_serve
-from _s3 import BUCKET, DelayProxy, use_server_env
+from _s3 import BUCKET, DelayProxy, build_crashing_before_commit, use_server_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_zarr import _corpus, _small
 
 import mmpack
-from mmpack.errors import FormatError, RemoteError, StateMismatchError, StoreNotFoundError
+from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.remote.transport import make_transport
 
 
@@ -146,21 +146,10 @@ def test_missing_or_resized_remote_shard_is_an_error_at_open(s3_server):
 
 # ----------------------------------------------------------------------------- builds
 def test_interrupted_remote_zarr_build_is_invisible_and_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.store.remote import transport as tr
     from mmpack.store.remote import writer as rw
 
     url = _url()
-    real_put = tr.Transport.put
-
-    def failing_put(self, key, data):
-        if key == "mmpack.json":
-            raise RemoteError("simulated crash before the commit")
-        return real_put(self, key, data)
-
-    monkeypatch.setattr(tr.Transport, "put", failing_put)
-    with pytest.raises(RemoteError, match="simulated"):
-        _remote(_corpus(17), s3_server.options, url)
-    monkeypatch.setattr(tr.Transport, "put", real_put)
+    build_crashing_before_commit(monkeypatch, lambda: _remote(_corpus(17), s3_server.options, url))
     t = make_transport(url, s3_server.options)
     leftover = {k.split("/")[0] for k, _, _ in t.list_prefix("data-")}
     assert len(leftover) == 1 and any(k.endswith("tokens/c/0") for k, _, _ in t.list_prefix(""))
