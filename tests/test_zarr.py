@@ -238,3 +238,32 @@ def test_zero_sized_shards_or_chunks_are_refused_at_open(tmp_path, array, field)
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(FormatError, match=str(tmp_path / "z")):
         mmpack.open(tmp_path / "z")
+
+
+@pytest.mark.parametrize("zstd", [False, True])
+def test_rebuild_between_the_check_and_the_shard_mapping_is_a_state_mismatch(
+    tmp_path, monkeypatch, zstd
+):
+    """The race CI found (tests/test_concurrency.py): the folder is swapped after a read's
+    ``zarr.json`` check passed and before the shard is mapped, so the new store's shard is
+    parsed with the old layout.  The reader must say "replaced", never "corrupt"."""
+    from mmpack.errors import StateMismatchError
+    from mmpack.store.backends import _zarr
+
+    level = 3 if zstd else 0
+    store = _build(tmp_path / "z", _corpus(8), zstd=level)
+    real = _zarr.ZarrBackend._check_unchanged_fast
+    swapped = []
+
+    def check_then_swap(self):
+        real(self)
+        if not swapped:  # the rebuild lands right after the check, before the mapping
+            swapped.append(True)
+            with pytest.MonkeyPatch.context() as mp:  # other shard sizes, like a real rebuild
+                _small(mp, inner=1024, shard=32 << 10, zstd=level)
+                mmpack.build(tmp_path / "z", _corpus(9), backend="zarr", overwrite=True, fsync=False)
+
+    monkeypatch.setattr(_zarr.ZarrBackend, "_check_unchanged_fast", check_then_swap)
+    with pytest.raises(StateMismatchError, match="replaced"):
+        store.read_range(0, 10)
+    assert swapped

@@ -276,6 +276,19 @@ class ZarrBackend(LegacyChunkReads, Backend):
         assert self._layout is not None
         self._check_unchanged_fast()
         opened = len(self._maps)
+        try:
+            got = self._decode_inner(uniq)
+        except (FormatError, FileNotFoundError):
+            # A shard mapped after a rebuild swapped the folder is the new store's: its index
+            # fails against the old layout.  That is a replaced store, not a damaged one.
+            self._check_unchanged()
+            raise
+        if len(self._maps) != opened:  # files mapped now: they must be the store's opened
+            self._check_unchanged()
+        return got
+
+    def _decode_inner(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
+        assert self._layout is not None
         if not self._layout.zstd:
             trusted = self._verified[uniq]
             got = self._reader.chunks(uniq, trusted)
@@ -288,8 +301,6 @@ class ZarrBackend(LegacyChunkReads, Backend):
                 fetched = self._reader.chunks(missing)
                 cache.put_many(self._cache_key, {i: (a, None) for i, a in fetched.items()})
                 got.update(fetched)
-        if len(self._maps) != opened:  # files mapped now: they must be the store's opened
-            self._check_unchanged()
         return got
 
     def _shard_map(self, s: int) -> memoryview:
