@@ -261,7 +261,9 @@ def test_rebuild_between_the_check_and_the_shard_mapping_is_a_state_mismatch(
             swapped.append(True)
             with pytest.MonkeyPatch.context() as mp:  # other shard sizes, like a real rebuild
                 _small(mp, inner=1024, shard=32 << 10, zstd=level)
-                mmpack.build(tmp_path / "z", _corpus(9), backend="zarr", overwrite=True, fsync=False)
+                mmpack.build(
+                    tmp_path / "z", _corpus(9), backend="zarr", overwrite=True, fsync=False
+                )
 
     monkeypatch.setattr(_zarr.ZarrBackend, "_check_unchanged_fast", check_then_swap)
     with pytest.raises(StateMismatchError, match="replaced"):
