@@ -47,6 +47,7 @@ from mmpack.kernels.window import (
     flat_position,
     gather_windows,
     one_window,
+    one_window_flat,
     window_ranges,
 )
 from mmpack.store.reader import TokenStore
@@ -191,23 +192,28 @@ class WindowDataset:
         if n_top:
             fill_sampled_index(self._offsets, self._use_eot, self._top)
         # The single-sample buffer: the row (width), the positions (seqlen), and with int32
-        # output the cu_seqlens too (seqlen + 1): one allocation.  With int64 output cu_seqlens
-        # is a second int32 array (a view of an int64 buffer as int32 costs more than it).
+        # output the cu_seqlens too (seqlen + 1): one allocation, one kernel argument fewer.
+        # With int64 output cu_seqlens is a second int32 array (a view of an int64 buffer as
+        # int32 costs more than it: ndarray.view ~250 ns, np.empty ~150 ns).
         self._one_buffer = self.dtype == np.int32
         self._buflen = self.width + self.seqlen + (self.seqlen + 1) * int(self._one_buffer)
         self._last_full = last = self.total - self.width  # windows after it have -100 labels
-        kernel = one_window  # its compiled code for the types __getitem__ passes (memmap backend)
+        kernel: Any = None  # its compiled code for the types __getitem__ passes (memmap backend)
         if self._src is not None:
             out, cu = np.empty(1, self.dtype), np.empty(1, _INT32)
-            kernel = entry_point(one_window, self._src, self._offsets, self._meta, 0, out, cu)
-        # What ds[i] reads, in two attributes (tuples unpack faster than attribute lookups).
-        self._fast = (kernel, self._src, self._offsets, self._meta, self.stride, last, self._cold)
-        # The sample's views as slice objects built once (indexing with a prebuilt slice skips
-        # building it per call: ~15 ns a view).
+            if self._one_buffer:
+                kernel = entry_point(one_window_flat, self._src, self._offsets, self._meta, 0, out)
+            else:
+                kernel = entry_point(one_window, self._src, self._offsets, self._meta, 0, out, cu)
+        # What ds[i] reads, in one tuple (unpacking it is faster than attribute lookups), with
+        # the sample's views as slice objects built once (~15 ns a view saved).
         w, sl = self.width, self.seqlen
-        self._layout = (self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1)
         labels = slice(1, w) if self.labels else None
-        self._slices = (slice(sl), slice(w, w + sl), labels, slice(w))
+        self._fast = (
+            *(kernel, self._src, self._offsets, self._meta, self.stride, last, self._cold),
+            *(self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1),
+            *(slice(sl), slice(w, w + sl), labels),
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -232,24 +238,41 @@ class WindowDataset:
         n = self._len
         if not ((type(i) is int or isinstance(i, EpochIndex)) and 0 <= i < n):
             i = check_index(i, n)
-        kernel, src, offsets, meta, stride, last_full, cold = self._fast
-        dtype, buflen, one_buf, cu_at, cu_len = self._layout
+        (
+            kernel,
+            src,
+            offsets,
+            meta,
+            stride,
+            last_full,
+            cold,
+            dtype,
+            buflen,
+            one_buf,
+            cu_at,
+            cu_len,
+            ids,
+            pos,
+            labels,
+        ) = self._fast
         if src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(v)
         out = np.empty(buflen, dtype)  # the row, the positions (, cu_seqlens)
-        cu = out[cu_at:] if one_buf else np.empty(cu_len, _INT32)
-        ncu = kernel(src, offsets, meta, v, out, cu)  # one_window
-        ids, pos, labels, row = self._slices
+        if one_buf:
+            cu = out[cu_at : cu_at + kernel(src, offsets, meta, v, out)]  # one_window_flat
+        else:
+            cu = np.empty(cu_len, _INT32)
+            cu = cu[: kernel(src, offsets, meta, v, out, cu)]  # one_window
         if labels is None:
-            return {"input_ids": out[ids], "position_ids": out[pos], "cu_seqlens": cu[:ncu]}
+            return {"input_ids": out[ids], "position_ids": out[pos], "cu_seqlens": cu}
         return {
             "input_ids": out[ids],
             "position_ids": out[pos],
-            "cu_seqlens": cu[:ncu],
-            "labels": out[labels] if v <= last_full else self._labels(out[row], v),
+            "cu_seqlens": cu,
+            "labels": out[labels] if v <= last_full else self._labels(out[: self.width], v),
         }
 
     def _labels(self, row: np.ndarray, v: int) -> np.ndarray:
