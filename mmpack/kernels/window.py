@@ -16,9 +16,13 @@ of ``offsets``, so the page walks of both overlap.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numba
 import numpy as np
 
 from mmpack.kernels._jit import njit
+from mmpack.kernels.entry import address
 
 __all__ = [
     "INDEX_STEP",
@@ -29,7 +33,8 @@ __all__ = [
     "flat_position",
     "gather_windows",
     "one_window",
-    "one_window_flat",
+    "one_window_at",
+    "one_window_at_flat",
     "window_ranges",
 ]
 
@@ -94,8 +99,10 @@ def _arange(dst: np.ndarray) -> None:
 INDEX_STEP = 256
 """Stride of the sampled index: ``top[k] = voff(k * INDEX_STEP)``."""
 
-META_FIELDS = 6
-"""Scalars at the head of :func:`one_window`'s ``meta`` (the sampled index follows them)."""
+META_FIELDS = 10
+"""Fields at the head of :func:`one_window`'s ``meta`` (the sampled index follows them):
+``use_eot, eot, seqlen, width, total, pad_id`` then, for :func:`one_window_at`, the address and
+length of the token array and of ``offsets`` (0 where unused)."""
 
 
 @njit
@@ -314,7 +321,8 @@ def one_window(
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
-    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` followed by the sampled index
+    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id, ...]`` (:data:`META_FIELDS`
+    fields) followed by the sampled index
     (``top``, possibly empty) and ``out`` (int64 or int32) holds the row (``width``) then the
     positions (``seqlen``), then anything (the caller's int32 ``cu`` may be its tail): few
     arguments, because numba's dispatch costs ~45 ns per array argument and this is the
@@ -341,13 +349,22 @@ def one_window(
 
 
 @njit
-def one_window_flat(
-    src: np.ndarray, offsets: np.ndarray, meta: np.ndarray, v: int, out: np.ndarray
-) -> int:
-    """:func:`one_window` with ``cu`` in ``out`` itself: ``out`` (int32, the output type whose
+def one_window_at(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray, cu: np.ndarray) -> int:
+    """:func:`one_window` with the token and offsets arrays given as addresses in ``meta``:
+    ``meta[6:8]`` the address and length of the flat token array (of ``dtype``), ``meta[8:10]``
+    those of ``offsets`` (int64), both C-contiguous and alive for the call (the caller's
+    responsibility: :class:`mmpack.views.window.WindowDataset` holds both for its lifetime and
+    checks them before writing their addresses).  Two array arguments instead of four: ~40 ns
+    a call each through the compiled entry (:mod:`mmpack.kernels.entry`).  Compiled code only."""
+    src = numba.carray(address(meta[6]), meta[7], dtype)
+    offsets = numba.carray(address(meta[8]), meta[9], np.int64)
+    return one_window(src, offsets, meta, v, out, cu)
+
+
+@njit
+def one_window_at_flat(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray) -> int:
+    """:func:`one_window_at` with ``cu`` in ``out`` itself: ``out`` (int32, the output type whose
     cu_seqlens share the buffer) holds the row (``width``), the positions (``seqlen``) and then
-    ``cu`` (``seqlen + 1``).  One array argument fewer than :func:`one_window` (~40 ns a call
-    through the compiled entry)."""
-    width, seqlen = meta[3], meta[2]
-    cut = width + seqlen
-    return one_window(src, offsets, meta, v, out, out[cut : cut + seqlen + 1])
+    ``cu`` (``seqlen + 1``): one array argument fewer again."""
+    cut = meta[3] + meta[2]
+    return one_window_at(meta, dtype, v, out, out[cut : cut + meta[2] + 1])

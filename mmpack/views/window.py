@@ -26,6 +26,7 @@ writing 32 KiB alone costs ~0.75 us here (the profile's stages show the rest).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,8 @@ from mmpack.kernels.window import (
     flat_position,
     gather_windows,
     one_window,
-    one_window_flat,
+    one_window_at,
+    one_window_at_flat,
     window_ranges,
 )
 from mmpack.store.reader import TokenStore
@@ -88,6 +90,23 @@ def output_dtype(dtype: Any, store: TokenStore, ids: dict[str, int | None]) -> n
             if value is not None and not info.min <= value <= info.max:
                 raise ValueError(f"dtype='int32' cannot hold {name}={value}; use dtype='int64'")
     return dt
+
+
+def _on_arrays(
+    src: np.ndarray,
+    offsets: np.ndarray,
+    meta: np.ndarray,
+    dtype: Any,
+    v: int,
+    out: np.ndarray,
+    cu: np.ndarray | None = None,
+) -> int:
+    """:func:`one_window_at` (``cu`` given) or :func:`one_window_at_flat` (``cu`` in ``out``)
+    computed by :func:`one_window` on the arrays themselves."""
+    if cu is None:
+        cut = int(meta[3] + meta[2])
+        cu = out[cut : cut + int(meta[2]) + 1]
+    return int(one_window(src, offsets, meta, v, out, cu))
 
 
 class WindowDataset:
@@ -187,7 +206,7 @@ class WindowDataset:
         # kernel argument fewer on the single-sample path.
         self._meta = np.empty(META_FIELDS + n_top, dtype=np.int64)
         scalars = [self._use_eot, self._eot, self.seqlen, self.width, self.total, self.pad_id]
-        self._meta[:META_FIELDS] = scalars
+        self._meta[:META_FIELDS] = scalars + [0] * (META_FIELDS - len(scalars))
         self._top = self._meta[META_FIELDS:]
         if n_top:
             fill_sampled_index(self._offsets, self._use_eot, self._top)
@@ -198,22 +217,45 @@ class WindowDataset:
         self._one_buffer = self.dtype == np.int32
         self._buflen = self.width + self.seqlen + (self.seqlen + 1) * int(self._one_buffer)
         self._last_full = last = self.total - self.width  # windows after it have -100 labels
-        kernel: Any = None  # its compiled code for the types __getitem__ passes (memmap backend)
-        if self._src is not None:
-            out, cu = np.empty(1, self.dtype), np.empty(1, _INT32)
-            if self._one_buffer:
-                kernel = entry_point(one_window_flat, self._src, self._offsets, self._meta, 0, out)
-            else:
-                kernel = entry_point(one_window, self._src, self._offsets, self._meta, 0, out, cu)
+        kernel = None if self._src is None else self._single_kernel()  # memmap backend
         # What ds[i] reads, in one tuple (unpacking it is faster than attribute lookups), with
         # the sample's views as slice objects built once (~15 ns a view saved).
         w, sl = self.width, self.seqlen
         labels = slice(1, w) if self.labels else None
         self._fast = (
-            *(kernel, self._src, self._offsets, self._meta, self.stride, last, self._cold),
+            *(kernel, self._meta, None if self._src is None else self._src.dtype),
+            *(self.stride, last, self._cold),
             *(self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1),
             *(slice(sl), slice(w, w + sl), labels),
         )
+
+    def _single_kernel(self) -> Any:
+        """What ``ds[i]`` calls as ``kernel(meta, src_dtype, v, out[, cu])``: the compiled entry
+        of :func:`one_window_at` (:func:`one_window_at_flat` with int32 output), after writing
+        the addresses of the token and offsets mappings into ``meta`` (this view holds both
+        arrays for its lifetime); :func:`one_window` on the arrays themselves, called the same
+        way, where numba does not compile (``NUMBA_DISABLE_JIT``) or an array is not a plain
+        C-contiguous one of native byte order."""
+        src, offsets, meta = self._src, self._offsets, self._meta
+        assert src is not None
+        plain = all(
+            a.ndim == 1 and a.flags.c_contiguous and a.dtype.isnative for a in (src, offsets)
+        )
+        if plain and offsets.dtype == np.int64:
+            out, cu = (np.empty(1, self.dtype),), (np.empty(1, _INT32),)
+            if self._one_buffer:
+                entry = entry_point(one_window_at_flat, meta, src.dtype, 0, *out)
+            else:
+                entry = entry_point(one_window_at, meta, src.dtype, 0, *out, *cu)
+            if entry not in (one_window_at, one_window_at_flat):
+                meta[6:META_FIELDS] = [
+                    src.ctypes.data,
+                    src.shape[0],
+                    offsets.ctypes.data,
+                    offsets.shape[0],
+                ]
+                return entry
+        return partial(_on_arrays, src, offsets)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -240,9 +282,8 @@ class WindowDataset:
             i = check_index(i, n)
         (
             kernel,
-            src,
-            offsets,
             meta,
+            src_dtype,
             stride,
             last_full,
             cold,
@@ -255,17 +296,17 @@ class WindowDataset:
             pos,
             labels,
         ) = self._fast
-        if src is None:
+        if kernel is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(v)
         out = np.empty(buflen, dtype)  # the row, the positions (, cu_seqlens)
         if one_buf:
-            cu = out[cu_at : cu_at + kernel(src, offsets, meta, v, out)]  # one_window_flat
+            cu = out[cu_at : cu_at + kernel(meta, src_dtype, v, out)]  # one_window_at_flat
         else:
             cu = np.empty(cu_len, _INT32)
-            cu = cu[: kernel(src, offsets, meta, v, out, cu)]  # one_window
+            cu = cu[: kernel(meta, src_dtype, v, out, cu)]  # one_window_at
         if labels is None:
             return {"input_ids": out[ids], "position_ids": out[pos], "cu_seqlens": cu}
         return {
