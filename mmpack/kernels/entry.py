@@ -26,7 +26,7 @@ lifetime) and validates their dtype, contiguity and length before writing their 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numba
 from numba.core import cgutils, types
@@ -35,11 +35,7 @@ from numba.extending import intrinsic
 __all__ = ["address", "entry_point"]
 
 
-@intrinsic
-def address(typingctx: Any, addr: Any) -> Any:
-    """``address(a)`` inside a kernel: the integer ``a`` (an ``ndarray.ctypes.data``) as a
-    ``voidptr`` for ``numba.carray(address(a), n, dtype)``.  Compiled code only (an intrinsic
-    has no Python version): callers fall back to array arguments under ``NUMBA_DISABLE_JIT``."""
+def _address(typingctx: Any, addr: Any) -> Any:
     if not isinstance(addr, types.Integer):
         return None
 
@@ -47,6 +43,12 @@ def address(typingctx: Any, addr: Any) -> Any:
         return builder.inttoptr(args[0], cgutils.voidptr_t)
 
     return types.voidptr(addr), codegen
+
+
+address = cast(Callable[[Any], Any], intrinsic(_address))
+"""``address(a)`` inside a kernel: the integer ``a`` (an ``ndarray.ctypes.data``) as a
+``voidptr`` for ``numba.carray(address(a), n, dtype)``.  Compiled code only (an intrinsic has no
+Python version): callers fall back to array arguments under ``NUMBA_DISABLE_JIT``."""
 
 
 def entry_point(kernel: Callable[..., Any], *example: Any) -> Callable[..., Any]:
