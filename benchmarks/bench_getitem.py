@@ -93,7 +93,8 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
     read would find them in the cache."""
     seqlen = ds.seqlen
     if name.startswith("window"):
-        kernel, meta, sdt, stride, _, _, dtype, buflen, one, cu_at, cu_len = ds._fast[:11]
+        kernel, meta, sdt, stride, _, _, layout = ds._fast
+        dtype, buflen, one, cu_at, cu_len = layout[:5]
         width = ds.width
         buf = np.empty(buflen, dtype)
         cu0 = np.empty(cu_len, np.int32)

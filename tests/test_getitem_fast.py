@@ -21,7 +21,8 @@ from mmpack.core.validation import EpochIndex
 from mmpack.kernels.entry import entry_point
 from mmpack.kernels.window import one_window
 from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset, _on_arrays
+from mmpack.views.window import WindowDataset
+from mmpack.views.window_single import on_arrays
 
 corpora = st.lists(st.lists(st.integers(0, 30000), max_size=40), min_size=1, max_size=25)
 
@@ -180,7 +181,7 @@ def test_address_kernels_match_the_array_kernel(
         for v in range(0, ds.total):
             want, cu_want = np.full(cut, -1, ds.dtype), np.full(seqlen + 1, -1, np.int32)
             n_want = one_window(ds._src, ds._offsets, meta, v, want, cu_want)
-            for fn in (kernel, partial(_on_arrays, ds._src, ds._offsets)):
+            for fn in (kernel, partial(on_arrays, ds._src, ds._offsets)):
                 got = np.full(n, -1, ds.dtype)
                 if ds._one_buffer:
                     n_got = fn(meta, sdt, v, got)
@@ -196,12 +197,12 @@ def test_without_numba_the_single_path_falls_back_to_arrays(tmp_path, monkeypatc
     """Where numba does not compile (entry_point returns the kernel itself), ds[i] calls
     one_window on the arrays (the address kernels have no Python version) and gives the same
     samples."""
-    import mmpack.views.window as window_mod
+    import mmpack.views.window_single as single
 
     store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5], [6, 7, 8, 9]], dtype=np.uint16)
     for dtype in ("int64", "int32"):
         fast = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
-        monkeypatch.setattr(window_mod, "entry_point", lambda kernel, *example: kernel)
+        monkeypatch.setattr(single, "entry_point", lambda kernel, *example: kernel)
         slow = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
         monkeypatch.undo()
         assert isinstance(slow._fast[0], partial) and not isinstance(fast._fast[0], partial)

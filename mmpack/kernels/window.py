@@ -12,6 +12,18 @@ token per cache line of the window's flat range is read, so the source's misses 
 copy, which casts, keeps only a few in flight); with a sampled index and the whole flat array
 as source, one token per page of the window's possible flat range is read before the search
 of ``offsets``, so the page walks of both overlap.
+
+Single samples (``ds[i]``) go through :func:`one_window_at` / :func:`one_window_at_flat`, which
+take the token and offsets mappings as addresses in ``meta`` (two or one array arguments
+through the compiled entry instead of four or three; see :mod:`mmpack.kernels.entry`).  Where
+the ~2 us of :func:`one_window` go on random 2049-token windows of a 2M-document store (int64
+output, an A/B of kernel variants in one process, 2-core VM, load average ~1.5): ~0.2 us
+calling the entry, ~0.1 us the sampled-index search, ~0.37 us the search of ``offsets`` (a
+page walk and cache miss the raw copy does not pay), ~0.55 us the token misses (the raw copy
+pays them too), ~0.33 us the cast copy and ~0.34 us the positions (16 KiB written each).
+Tried and not kept (no gain measured): prefetching every line of the ``offsets`` bracket or of
+the window's possible flat range before the search, software prefetch (``llvm.prefetch``)
+instead of reading the lines, writing the positions in the copy loop or before it.
 """
 
 from __future__ import annotations
@@ -322,9 +334,9 @@ def one_window(
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
     ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id, ...]`` (:data:`META_FIELDS`
-    fields) followed by the sampled index
-    (``top``, possibly empty) and ``out`` (int64 or int32) holds the row (``width``) then the
-    positions (``seqlen``), then anything (the caller's int32 ``cu`` may be its tail): few
+    fields) followed by the sampled index (``top``, possibly empty) and ``out`` (int64 or
+    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the
+    caller's int32 ``cu`` may be its tail): few
     arguments, because numba's dispatch costs ~45 ns per array argument and this is the
     single-sample path (packing the scalars took ``ds[i]`` from 6.5 to 3.9 us in
     ``python -m benchmarks --quick window``)."""

@@ -26,7 +26,6 @@ writing 32 KiB alone costs ~0.75 us here (the profile's stages show the rest).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,6 @@ from mmpack.core.validation import (
     check_positive_int,
     check_token_id,
 )
-from mmpack.kernels.entry import entry_point
 from mmpack.kernels.window import (
     INDEX_STEP,
     META_FIELDS,
@@ -47,9 +45,6 @@ from mmpack.kernels.window import (
     find_doc,
     flat_position,
     gather_windows,
-    one_window,
-    one_window_at,
-    one_window_at_flat,
     window_ranges,
 )
 from mmpack.store.reader import TokenStore
@@ -58,6 +53,7 @@ from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import IGNORE_INDEX
 from mmpack.views.readahead import ColdReads, flat_start
+from mmpack.views.window_single import single_kernel
 
 __all__ = ["WindowDataset", "output_dtype"]
 
@@ -90,23 +86,6 @@ def output_dtype(dtype: Any, store: TokenStore, ids: dict[str, int | None]) -> n
             if value is not None and not info.min <= value <= info.max:
                 raise ValueError(f"dtype='int32' cannot hold {name}={value}; use dtype='int64'")
     return dt
-
-
-def _on_arrays(
-    src: np.ndarray,
-    offsets: np.ndarray,
-    meta: np.ndarray,
-    dtype: Any,
-    v: int,
-    out: np.ndarray,
-    cu: np.ndarray | None = None,
-) -> int:
-    """:func:`one_window_at` (``cu`` given) or :func:`one_window_at_flat` (``cu`` in ``out``)
-    computed by :func:`one_window` on the arrays themselves."""
-    if cu is None:
-        cut = int(meta[3] + meta[2])
-        cu = out[cut : cut + int(meta[2]) + 1]
-    return int(one_window(src, offsets, meta, v, out, cu))
 
 
 class WindowDataset:
@@ -217,45 +196,17 @@ class WindowDataset:
         self._one_buffer = self.dtype == np.int32
         self._buflen = self.width + self.seqlen + (self.seqlen + 1) * int(self._one_buffer)
         self._last_full = last = self.total - self.width  # windows after it have -100 labels
-        kernel = None if self._src is None else self._single_kernel()  # memmap backend
+        kernel = None  # memmap backend: the compiled entry of one_window_at(_flat)
+        if self._src is not None:
+            kernel = single_kernel(self._src, self._offsets, self._meta, self.dtype)
         # What ds[i] reads, in one tuple (unpacking it is faster than attribute lookups), with
         # the sample's views as slice objects built once (~15 ns a view saved).
         w, sl = self.width, self.seqlen
         labels = slice(1, w) if self.labels else None
-        self._fast = (
-            *(kernel, self._meta, None if self._src is None else self._src.dtype),
-            *(self.stride, last, self._cold),
-            *(self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1),
-            *(slice(sl), slice(w, w + sl), labels),
-        )
-
-    def _single_kernel(self) -> Any:
-        """What ``ds[i]`` calls as ``kernel(meta, src_dtype, v, out[, cu])``: the compiled entry
-        of :func:`one_window_at` (:func:`one_window_at_flat` with int32 output), after writing
-        the addresses of the token and offsets mappings into ``meta`` (this view holds both
-        arrays for its lifetime); :func:`one_window` on the arrays themselves, called the same
-        way, where numba does not compile (``NUMBA_DISABLE_JIT``) or an array is not a plain
-        C-contiguous one of native byte order."""
-        src, offsets, meta = self._src, self._offsets, self._meta
-        assert src is not None
-        plain = all(
-            a.ndim == 1 and a.flags.c_contiguous and a.dtype.isnative for a in (src, offsets)
-        )
-        if plain and offsets.dtype == np.int64:
-            out, cu = (np.empty(1, self.dtype),), (np.empty(1, _INT32),)
-            if self._one_buffer:
-                entry = entry_point(one_window_at_flat, meta, src.dtype, 0, *out)
-            else:
-                entry = entry_point(one_window_at, meta, src.dtype, 0, *out, *cu)
-            if entry not in (one_window_at, one_window_at_flat):
-                meta[6:META_FIELDS] = [
-                    src.ctypes.data,
-                    src.shape[0],
-                    offsets.ctypes.data,
-                    offsets.shape[0],
-                ]
-                return entry
-        return partial(_on_arrays, src, offsets)
+        buf = (self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1)
+        layout = (*buf, slice(sl), slice(w, w + sl), labels)
+        sdt = None if self._src is None else self._src.dtype
+        self._fast = (kernel, self._meta, sdt, self.stride, last, self._cold, layout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -280,22 +231,8 @@ class WindowDataset:
         n = self._len
         if not ((type(i) is int or isinstance(i, EpochIndex)) and 0 <= i < n):
             i = check_index(i, n)
-        (
-            kernel,
-            meta,
-            src_dtype,
-            stride,
-            last_full,
-            cold,
-            dtype,
-            buflen,
-            one_buf,
-            cu_at,
-            cu_len,
-            ids,
-            pos,
-            labels,
-        ) = self._fast
+        kernel, meta, src_dtype, stride, last_full, cold, layout = self._fast
+        dtype, buflen, one_buf, cu_at, cu_len, ids, pos, labels = layout
         if kernel is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
