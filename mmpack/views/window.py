@@ -14,14 +14,18 @@ Cost: O(log n_docs) per window to find its first document (binary search over th
 ``offsets``), then a copy in a numba kernel that inserts the eot tokens on the fly; a batch is
 one kernel call into preallocated arrays (see ``benchmarks/`` for the measured ratios against a
 raw memory copy).  A single ``ds[i]`` (an int or an ``EpochIndex``) skips the general checks,
-calls the kernel's compiled entry (:mod:`mmpack.kernels.entry`) with its scalars and sampled
-index packed in one array, and slices the sample out of one buffer (two with int64 output:
-cu_seqlens stays int32) with slice objects built once: 3.41 us against 1.09 us for
-``raw[s:s+2049].copy()`` on 2M C4-like documents (3.12x; int32 2.92x; 200k documents 3.23x and
-2.98x), ``python -m benchmarks.bench_getitem --quick --profile`` on a 2-core VM at load average
-2.6 (it was 3.32x and 3.05x, measured interleaved with this version in one process).  What
-remains is bytes: an int64 sample writes 32 KiB (row and positions), the floor 4 KiB, and
-writing 32 KiB alone costs ~0.75 us here (the profile's stages show the rest).
+calls the compiled entry (:mod:`mmpack.kernels.entry`) of a kernel that takes the token and
+offsets mappings as addresses in ``meta`` (:mod:`mmpack.views.window_single`), with int32
+output writes the whole sample (cu_seqlens included) into one buffer, and slices it with slice
+objects built once; the cold-data check is one C-level call.  On random 2049-token windows,
+``python -m benchmarks.bench_getitem --quick --profile`` (2-core VM, load average 2.9-3.0):
+int64 3.26 us against 1.04 us for ``raw[s:s+2049].copy()`` on 200k C4-like documents (3.14x;
+2M documents 2.99x), int32 2.76x and 2.70x (before these changes, an A/B in one process
+whose script was not kept: int64 3.12-3.24x, int32 2.89-3.02x).  Where an int64 call goes (``--profile``, 2M
+documents): the kernel on preallocated buffers 2.1 us (the ``offsets`` search ~0.37 us, the
+token misses ~0.55 us, writing 32 KiB of row and positions ~0.65 us; see
+:mod:`mmpack.kernels.window`), the two allocations +0.66 us (each ``np.empty`` plus its free
+costs ~0.3 us next to the kernel, ~0.14 us alone), the dict of views +0.52 us.
 """
 
 from __future__ import annotations
