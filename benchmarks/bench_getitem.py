@@ -36,7 +36,7 @@ import numpy as np
 
 from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view, side_by_side
 from mmpack.kernels.packed_rows import one_bin
-from mmpack.kernels.window import one_window
+from mmpack.kernels.window import one_window_at, one_window_at_flat
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -93,31 +93,44 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
     read would find them in the cache."""
     seqlen = ds.seqlen
     if name.startswith("window"):
-        kernel, src, offsets, meta, stride, _, _ = ds._fast
-        dtype, buflen, one, _, _ = ds._layout
+        kernel, meta, sdt, stride, _, _, layout = ds._fast
+        dtype, buflen, one, cu_at, cu_len = layout[:5]
         width = ds.width
         buf = np.empty(buflen, dtype)
-        cu0 = buf[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
+        cu0 = np.empty(cu_len, np.int32)
 
         written = width + seqlen  # the row and the positions
 
-        def k_only(i: int) -> Any:
-            return kernel(src, offsets, meta, i * stride, buf, cu0)
+        if one:  # int32: cu_seqlens in the same buffer (one_window_at_flat)
 
-        def k_dispatch(i: int) -> Any:
-            return one_window(src, offsets, meta, i * stride, buf, cu0)
+            def k_only(i: int) -> Any:
+                return kernel(meta, sdt, i * stride, buf)
 
-        def k_alloc(i: int) -> Any:
-            out = np.empty(buflen, dtype)
-            cu = out[width + seqlen :] if one else np.empty(seqlen + 1, np.int32)
-            return out, cu, kernel(src, offsets, meta, i * stride, out, cu)
+            def k_dispatch(i: int) -> Any:
+                return one_window_at_flat(meta, sdt, i * stride, buf)
+
+            def k_alloc(i: int) -> Any:
+                out = np.empty(buflen, dtype)
+                return out, out[cu_at : cu_at + kernel(meta, sdt, i * stride, out)]
+
+        else:
+
+            def k_only(i: int) -> Any:
+                return kernel(meta, sdt, i * stride, buf, cu0)
+
+            def k_dispatch(i: int) -> Any:
+                return one_window_at(meta, sdt, i * stride, buf, cu0)
+
+            def k_alloc(i: int) -> Any:
+                out, cu = np.empty(buflen, dtype), np.empty(cu_len, np.int32)
+                return out, cu[: kernel(meta, sdt, i * stride, out, cu)]
 
         def k_dict(i: int) -> Any:
-            out, cu, ncu = k_alloc(i)
+            out, cu = k_alloc(i)
             return {
                 "input_ids": out[:seqlen],
                 "position_ids": out[width : width + seqlen],
-                "cu_seqlens": cu[:ncu],
+                "cu_seqlens": cu,
                 "labels": out[1:width],
             }
 

@@ -9,6 +9,8 @@ random stores and every option that changes the layout.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,7 @@ from mmpack.kernels.entry import entry_point
 from mmpack.kernels.window import one_window
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
+from mmpack.views.window_single import on_arrays
 
 corpora = st.lists(st.lists(st.integers(0, 30000), max_size=40), min_size=1, max_size=25)
 
@@ -143,3 +146,67 @@ def test_entry_point_is_the_compiled_kernel(tmp_path):
         return x
 
     assert entry_point(plain, 1) is plain
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    docs=corpora,
+    seqlen=st.integers(1, 12),
+    use_eot=st.booleans(),
+    labels=st.booleans(),
+    sampled_index=st.booleans(),
+    token_dtype=st.sampled_from([np.uint16, np.uint32]),
+)
+def test_address_kernels_match_the_array_kernel(
+    tmp_path_factory, docs, seqlen, use_eot, labels, sampled_index, token_dtype
+):
+    """one_window_at(_flat), which rebuild the token and offsets arrays from the addresses in
+    ``meta``, give what one_window gives on the arrays, at every window start, for each token
+    dtype (each its own compiled version); so does the fallback used without numba."""
+    store = mmpack.build(tmp_path_factory.mktemp("a") / "s", docs, dtype=token_dtype)
+    for dtype in ("int64", "int32") if token_dtype == np.uint16 else ("int64",):
+        ds = WindowDataset(
+            store,
+            seqlen,
+            eot=9 if use_eot else None,
+            labels=labels,
+            sampled_index=sampled_index,
+            dtype=dtype,
+        )
+        if len(ds) == 0:
+            continue
+        assert ds._meta[6] == ds._src.ctypes.data and ds._meta[9] == ds._offsets.shape[0]
+        kernel, meta, sdt = ds._fast[:3]
+        n, cut = ds._buflen, ds.width + ds.seqlen
+        for v in range(0, ds.total):
+            want, cu_want = np.full(cut, -1, ds.dtype), np.full(seqlen + 1, -1, np.int32)
+            n_want = one_window(ds._src, ds._offsets, meta, v, want, cu_want)
+            for fn in (kernel, partial(on_arrays, ds._src, ds._offsets)):
+                got = np.full(n, -1, ds.dtype)
+                if ds._one_buffer:
+                    n_got = fn(meta, sdt, v, got)
+                    cu_got = got[cut:]
+                else:
+                    cu_got = np.full(seqlen + 1, -1, np.int32)
+                    n_got = fn(meta, sdt, v, got, cu_got)
+                assert n_got == n_want and got[:cut].tolist() == want.tolist()
+                assert cu_got[:n_got].tolist() == cu_want[:n_want].tolist()
+
+
+def test_without_numba_the_single_path_falls_back_to_arrays(tmp_path, monkeypatch):
+    """Where numba does not compile (entry_point returns the kernel itself), ds[i] calls
+    one_window on the arrays (the address kernels have no Python version) and gives the same
+    samples."""
+    import mmpack.views.window_single as single
+
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5], [6, 7, 8, 9]], dtype=np.uint16)
+    for dtype in ("int64", "int32"):
+        fast = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
+        monkeypatch.setattr(single, "entry_point", lambda kernel, *example: kernel)
+        slow = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
+        monkeypatch.undo()
+        assert isinstance(slow._fast[0], partial) and not isinstance(fast._fast[0], partial)
+        assert slow._meta[6:10].tolist() == [0, 0, 0, 0]
+        for i in range(len(fast)):
+            assert_same(slow[i], fast[i])
+            assert_same(fast[i], fast.__getitems__([i])[0])

@@ -12,13 +12,29 @@ token per cache line of the window's flat range is read, so the source's misses 
 copy, which casts, keeps only a few in flight); with a sampled index and the whole flat array
 as source, one token per page of the window's possible flat range is read before the search
 of ``offsets``, so the page walks of both overlap.
+
+Single samples (``ds[i]``) go through :func:`one_window_at` / :func:`one_window_at_flat`, which
+take the token and offsets mappings as addresses in ``meta`` (two or one array arguments
+through the compiled entry instead of four or three; see :mod:`mmpack.kernels.entry`).  Where
+the ~2 us of :func:`one_window` go on random 2049-token windows of a 2M-document store (int64
+output, an A/B of kernel variants in one process, 2-core VM, load average ~1.5): ~0.2 us
+calling the entry, ~0.1 us the sampled-index search, ~0.37 us the search of ``offsets`` (a
+page walk and cache miss the raw copy does not pay), ~0.55 us the token misses (the raw copy
+pays them too), ~0.33 us the cast copy and ~0.34 us the positions (16 KiB written each).
+Tried and not kept (no gain measured): prefetching every line of the ``offsets`` bracket or of
+the window's possible flat range before the search, software prefetch (``llvm.prefetch``)
+instead of reading the lines, writing the positions in the copy loop or before it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numba
 import numpy as np
 
 from mmpack.kernels._jit import njit
+from mmpack.kernels.entry import address
 
 __all__ = [
     "INDEX_STEP",
@@ -29,6 +45,8 @@ __all__ = [
     "flat_position",
     "gather_windows",
     "one_window",
+    "one_window_at",
+    "one_window_at_flat",
     "window_ranges",
 ]
 
@@ -93,8 +111,10 @@ def _arange(dst: np.ndarray) -> None:
 INDEX_STEP = 256
 """Stride of the sampled index: ``top[k] = voff(k * INDEX_STEP)``."""
 
-META_FIELDS = 6
-"""Scalars at the head of :func:`one_window`'s ``meta`` (the sampled index follows them)."""
+META_FIELDS = 10
+"""Fields at the head of :func:`one_window`'s ``meta`` (the sampled index follows them):
+``use_eot, eot, seqlen, width, total, pad_id`` then, for :func:`one_window_at`, the address and
+length of the token array and of ``offsets`` (0 where unused)."""
 
 
 @njit
@@ -313,9 +333,10 @@ def one_window(
 ) -> int:
     """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
 
-    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id]`` followed by the sampled index
-    (``top``, possibly empty) and ``out`` (int64 or int32) holds the row (``width``) then the
-    positions (``seqlen``), then anything (the caller's int32 ``cu`` may be its tail): few
+    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id, ...]`` (:data:`META_FIELDS`
+    fields) followed by the sampled index (``top``, possibly empty) and ``out`` (int64 or
+    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the
+    caller's int32 ``cu`` may be its tail): few
     arguments, because numba's dispatch costs ~45 ns per array argument and this is the
     single-sample path (packing the scalars took ``ds[i]`` from 6.5 to 3.9 us in
     ``python -m benchmarks --quick window``)."""
@@ -337,3 +358,25 @@ def one_window(
         out[width : width + seqlen],
         cu,
     )
+
+
+@njit
+def one_window_at(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray, cu: np.ndarray) -> int:
+    """:func:`one_window` with the token and offsets arrays given as addresses in ``meta``:
+    ``meta[6:8]`` the address and length of the flat token array (of ``dtype``), ``meta[8:10]``
+    those of ``offsets`` (int64), both C-contiguous and alive for the call (the caller's
+    responsibility: :class:`mmpack.views.window.WindowDataset` holds both for its lifetime and
+    checks them before writing their addresses).  Two array arguments instead of four: ~40 ns
+    a call each through the compiled entry (:mod:`mmpack.kernels.entry`).  Compiled code only."""
+    src = numba.carray(address(meta[6]), meta[7], dtype)
+    offsets = numba.carray(address(meta[8]), meta[9], np.int64)
+    return one_window(src, offsets, meta, v, out, cu)
+
+
+@njit
+def one_window_at_flat(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray) -> int:
+    """:func:`one_window_at` with ``cu`` in ``out`` itself: ``out`` (int32, the output type whose
+    cu_seqlens share the buffer) holds the row (``width``), the positions (``seqlen``) and then
+    ``cu`` (``seqlen + 1``): one array argument fewer again."""
+    cut = meta[3] + meta[2]
+    return one_window_at(meta, dtype, v, out, out[cut : cut + meta[2] + 1])
