@@ -26,7 +26,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["layout_batch", "token_bits"]
+__all__ = ["layout_batch", "token_bits", "write_pieces"]
 
 
 @njit
@@ -167,4 +167,48 @@ def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
         row = ids[r]
         for c in range(used[r]):
             bits |= row[c]
+    return bits
+
+
+@njit
+def write_pieces(
+    chunk: np.ndarray, base: int, placed: np.ndarray, n_rows: int, ids: np.ndarray
+) -> int:
+    """Copy the placed pieces whose tokens lie in ``chunk`` into their rows of ``ids``.
+
+    Parameters
+    ----------
+    chunk : numpy.ndarray, integer (any width), shape (m,)
+        Tokens at global positions ``base .. base + m`` (an incoming batch's sequences).
+    placed : numpy.ndarray, int64, shape (6, n_placed)
+        From :func:`layout_batch`: row, offset, length, source index, source offset and global
+        position of every placed piece.  Pieces whose positions are not all in the chunk are
+        skipped (another chunk holds them); the others are written
+        ``ids[row, offset:offset + length] = chunk[position - base:][:length]``.
+    n_rows : int
+        Rows of the batch: a piece with ``row >= n_rows`` or past the row's end is skipped
+        (never written out of bounds; :func:`layout_batch` gives none).
+    ids : numpy.ndarray, int64, shape (>= n_rows, row_len)
+
+    Returns
+    -------
+    int
+        The bitwise or of the tokens written, as int64 (negative when one of them is negative,
+        or is a uint64 id ``>= 2**63``); 0 when none is written.
+    """
+    bits = 0
+    m = chunk.shape[0]
+    row_len = ids.shape[1]
+    for k in range(placed.shape[1]):
+        r = placed[0, k]
+        o = placed[1, k]
+        length = placed[2, k]
+        s = placed[5, k] - base
+        if s < 0 or s + length > m or r < 0 or r >= n_rows or o < 0 or o + length > row_len:
+            continue
+        row = ids[r]
+        for t in range(length):
+            v = np.int64(chunk[s + t])
+            bits |= v
+            row[o + t] = v
     return bits

@@ -5,29 +5,32 @@ arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a rand
 (:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
 from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
 *pieces* (:func:`piece_counts` and :func:`pieces_of` apply the ``long_docs`` policy), held in a
-:class:`PieceBuffer`: one int64 array (length, source index, offset in the source sequence,
-object slot) plus, for in-memory sources, an object array of references to the sequences
-(admission copies no token).  :func:`sequences_of` checks an incoming batch by the build's token
-rule in one pass each over its types, lengths and dtypes (~0.15 us a numpy array), and converts a
-batch of lists of ints with one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns
-for one ``np.array`` per list and ~18 ns for ModernBERT's slice assignment of each list).
+:class:`~mmpack.streaming.pieces.PieceBuffer` (one int64 column per piece, pointing into the
+incoming batches' token chunks).  :func:`flat_sequences` checks an incoming batch by the build's
+token rule in one pass each over its types, lengths and dtypes and joins it into one chunk by
+one ``np.concatenate`` (~0.25 us a numpy array in all), or converts a batch of lists of ints with
+one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns for one ``np.array`` per list
+and ~18 ns for ModernBERT's slice assignment of each list); :func:`sequences_of` is the same
+check keeping one object per sequence.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from mmpack.core.options import SourceFormat
+from mmpack.streaming.pieces import PieceBuffer
 
 __all__ = [
     "PieceBuffer",
     "batch_items",
     "detect_format",
+    "flat_sequences",
     "is_indexable",
     "is_store_like",
     "piece_counts",
@@ -155,9 +158,10 @@ def _hides_bools(items: list[Any], flat: np.ndarray, lens: np.ndarray) -> bool:
     return any(type(items[d][q]) is bool for d, q in zip(doc.tolist(), at.tolist()))
 
 
-def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
-    """Lists/tuples of Python ints converted in one pass: views of one int64 array (an object
-    array), or None when some element is not an int (or is a bool, or does not fit int64).
+def _int_lists_flat(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
+    """Lists/tuples of Python ints converted in one pass into one int64 array (the lists one
+    after the other), or None when some element is not an int (or is a bool, or does not fit
+    int64).
 
     ``sum`` adds exact ints in C and turns float, numpy scalars or anything else into another
     type (or raises): an ``int`` total means every element is an int or a bool; the bools
@@ -171,9 +175,58 @@ def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
         return None
     if _hides_bools(items, flat, lens):
         return None
+    return flat
+
+
+def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
+    """:func:`_int_lists_flat` as views of the one array (an object array), or None."""
+    flat = _int_lists_flat(items, lens)
+    if flat is None:
+        return None
     ends = np.cumsum(lens).tolist()
     starts = [0, *ends[:-1]]
     return np.fromiter(map(flat.__getitem__, map(slice, starts, ends)), object, len(items))
+
+
+def _concat_ints(arrays: list[np.ndarray]) -> np.ndarray:
+    """1-D integer arrays one after the other in one integer array (their common dtype).
+
+    int64 with uint64 (which numpy promotes to float64) gives int64: a uint64 id ``>= 2**63``
+    among them is refused here (``ValueError`` naming it), as the packer refuses it when alone.
+    """
+    if not arrays:
+        return np.empty(0, dtype=np.int64)
+    flat = np.concatenate(arrays)
+    if flat.dtype.kind in "iu":
+        return flat
+    for a in arrays:
+        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
+            raise ValueError(
+                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
+                f"got {int(a.max())}"
+            )
+    return np.concatenate(arrays, dtype=np.int64, casting="unsafe")
+
+
+def _checked(items: list[Any]) -> tuple[list[Any], str]:
+    """``items`` with dicts replaced by their ``input_ids``, and ``"arrays"`` when all are 1-D
+    integer numpy arrays, ``"lists"`` when all are lists/tuples, else ``""``."""
+    kinds = set(map(type, items))
+    if any(issubclass(t, Mapping) for t in kinds):
+        items = [tokens_of(x) for x in items]
+        kinds = set(map(type, items))
+    if kinds == {np.ndarray}:
+        return items, "arrays"
+    if kinds and kinds <= {list, tuple}:
+        return items, "lists"
+    return items, ""
+
+
+def _exact(items: list[Any], first: int) -> list[np.ndarray]:
+    """Every item by the build's exact token rule (sequence ``first + j`` named in errors)."""
+    from mmpack.store.tokens import as_token_array  # the one token rule (the build's)
+
+    return [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
 
 
 def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -185,26 +238,52 @@ def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarr
     arrays are kept as they are (no copy), checked once per call (one pass over the types, ndims
     and dtypes); lists of Python ints are converted in one pass per call (:func:`_int_lists`);
     anything else is converted once, here, sequence by sequence."""
-    from mmpack.store.tokens import as_token_array  # the one token rule (the build's)
-
     n = len(items)
-    kinds = set(map(type, items))
-    if any(issubclass(t, Mapping) for t in kinds):
-        items = [tokens_of(x) for x in items]
-        kinds = set(map(type, items))
-    if kinds == {np.ndarray}:
+    items, kind = _checked(items)
+    if kind == "arrays":
         lens = _integer_vector_lengths(items)
         if lens is not None:
             return np.fromiter(items, dtype=object, count=n), lens
-    if kinds and kinds <= {list, tuple}:
+    if kind == "lists":
         lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
         objs = _int_lists(items, lens)
         if objs is not None:
             return objs, lens
     # Lists that missed the one-pass path (bools, ids past int64, other types) take the exact rule.
-    items = [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
+    items = _exact(items, first)
     lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
     return np.fromiter(items, dtype=object, count=n), lens
+
+
+def flat_sequences(
+    items: list[Any], first: int = 0, spare: Callable[[np.dtype, int], np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens of ``items`` one after the other in one 1-D integer array, and the lengths.
+
+    The same token rule and errors as :func:`sequences_of` (sequence ``first + j`` named), in
+    one pass per incoming batch: 1-D integer arrays are checked by one pass each over their
+    lengths, ndims and dtypes and joined by one ``np.concatenate`` (their common dtype; ~0.1 us
+    an array plus the copy); lists of Python ints by one ``np.fromiter`` (int64); anything else
+    is converted sequence by sequence by the build's rule, then joined.  ``spare(dtype, n)``,
+    when given, provides the array that 1-D integer arrays of one common integer dtype are
+    joined into (e.g. a reused buffer)."""
+    n = len(items)
+    items, kind = _checked(items)
+    if kind == "arrays":
+        lens = _integer_vector_lengths(items)
+        if lens is not None:
+            dtype = np.result_type(*set(map(_dtype, items))) if n else np.dtype(np.int64)
+            if spare is None or dtype.kind not in "iu":
+                return _concat_ints(items), lens
+            return np.concatenate(items, out=spare(dtype, int(lens.sum()))), lens
+    if kind == "lists":
+        lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
+        flat = _int_lists_flat(items, lens)
+        if flat is not None:
+            return flat, lens
+    arrays = _exact(items, first)
+    lens = np.fromiter(map(len, arrays), dtype=np.int64, count=n)
+    return _concat_ints(arrays), lens
 
 
 def piece_counts(lens: np.ndarray, head_off: int, row_len: int, policy: str) -> np.ndarray:
@@ -287,61 +366,3 @@ def propagate_epoch(source: Any, epoch: int) -> None:
         set_epoch = getattr(obj, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-
-
-# ----------------------------------------------------------------------------- held pieces
-class PieceBuffer:
-    """Held pieces in stream order: those deferred by the last batch, then those read ahead.
-
-    ``data`` is an int64 array of shape (4, capacity) whose first ``n`` columns are the pieces:
-    length, source index, offset in the source sequence, and object slot (the views ``lens``,
-    ``src``, ``src_off`` and ``slot``).  For an in-memory source piece ``k``'s tokens are
-    ``objs[slot[k]]`` (a sequence or a view of one), after the ``fixed`` objects that stay in the
-    first slots (the padding runs); ``objs`` is None for a store-like source, whose pieces are
-    read by position when emitted.  A batch removes its placed pieces by compacting ``data`` in
-    place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and setting ``n``; ``objs`` is
-    compacted when pieces are appended, so a batch only reads it."""
-
-    def __init__(self, with_objects: bool, fixed: Sequence[Any] = ()) -> None:
-        self.data = np.empty((4, 0), dtype=np.int64)
-        self.n = 0
-        self.objs: np.ndarray | None = None
-        if with_objects:
-            self.objs = np.fromiter(fixed, dtype=object, count=len(fixed))
-        self._fixed = len(fixed)
-
-    @property
-    def lens(self) -> np.ndarray:
-        return self.data[0, : self.n]
-
-    @property
-    def src(self) -> np.ndarray:
-        return self.data[1, : self.n]
-
-    @property
-    def src_off(self) -> np.ndarray:
-        return self.data[2, : self.n]
-
-    @property
-    def slot(self) -> np.ndarray:
-        return self.data[3, : self.n]
-
-    def append(
-        self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray, objs: np.ndarray | None
-    ) -> None:
-        n, end = self.n, self.n + lens.shape[0]
-        if self.objs is not None:
-            assert objs is not None
-            self.objs = np.concatenate([self.objs[: self._fixed], self.objs[self.slot], objs])
-        if end > self.data.shape[1]:
-            grown = np.empty((4, max(end, 2 * self.data.shape[1])), dtype=np.int64)
-            grown[:, :n] = self.data[:, :n]
-            self.data = grown
-        self.data[0, n:end] = lens
-        self.data[1, n:end] = src
-        self.data[2, n:end] = src_off
-        self.data[3, :end] = np.arange(self._fixed, self._fixed + end, dtype=np.int64)
-        self.n = end
-
-
-# ----------------------------------------------------------------------------- the packer
