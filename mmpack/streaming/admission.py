@@ -23,8 +23,8 @@ import numpy as np
 from mmpack.streaming.sources import (
     PieceBuffer,
     batch_items,
-    piece_counts,
     flat_sequences,
+    piece_counts,
     pieces_of,
 )
 

@@ -25,8 +25,8 @@ import numpy as np
 from mmpack.core.options import Mode
 from mmpack.kernels.streaming import pad_rows, place_batch, scatter_pieces
 from mmpack.kernels.streaming_batch import layout_batch, write_pieces
-from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.streaming.pieces import PieceBuffer
+from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
 from mmpack.views.masking import corrupt_rows, row_keys
 
 __all__: list[str] = []
