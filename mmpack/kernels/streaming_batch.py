@@ -146,13 +146,18 @@ def layout_batch(
         rows_out[n_rows + 1 + r] = longest
     # The pieces that stay: deferred (out_row < 0) among the scanned, then the rest.
     n_left = 0
-    for i in range(n_held):
-        if i >= processed or out_row[i] < 0:
+    for i in range(processed):
+        if out_row[i] < 0:
             if n_left != i:
                 for f in range(4):
                     held[f, n_left] = held[f, i]
             n_left += 1
-    return n_left, total, empty_rows, n_order
+    if n_left != processed:  # the pieces not scanned move down as one block, field by field
+        for f in range(4):
+            field = held[f]
+            for i in range(processed, n_held):
+                field[n_left + i - processed] = field[i]
+    return n_left + n_held - processed, total, empty_rows, n_order
 
 
 @njit
