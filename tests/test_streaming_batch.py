@@ -407,3 +407,34 @@ def test_pieces_from_many_chunks_keep_placements(incoming):
         batches, source_format="batches", out_batch_size=3, out_pseq_len=40, buffer_size=9
     )
     assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: np.asarray(d, dtype=">i4"),  # non-native byte order
+        lambda d: np.repeat(np.asarray(d, dtype=np.int32), 2)[::2],  # not contiguous
+        lambda d: np.asarray(d, dtype=np.uint16),
+        lambda d: np.asarray(d, dtype=np.int64),
+    ],
+)
+def test_arrays_of_any_layout_give_the_same_batches(make):
+    """Arrays joined by their bytes (one native dtype, contiguous) or by np.concatenate (other
+    byte orders, strided views) give the seed's batches."""
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 200)]
+    packer = StreamingPacker(
+        [make(d) for d in docs], out_batch_size=3, out_pseq_len=40, buffer_size=9
+    )
+    assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
+
+
+def test_two_d_arrays_in_a_batch_are_refused_by_name():
+    flat, _ = flat_sequences([np.arange(3), np.arange(2)], 0)
+    assert flat.tolist() == [0, 1, 2, 0, 1]
+    for items in (
+        [np.ones((2, 1), dtype=np.int64), np.ones((3, 1), dtype=np.int64)],
+        [np.ones((2, 2), dtype=np.int32)] * 2,
+    ):
+        with pytest.raises(TypeError, match="document 0 has shape"):
+            flat_sequences(items, 0)
