@@ -8,8 +8,9 @@ or the source is exhausted: O(scanned * log(rows * row_len)), one kernel call (a
 than every row's free space is deferred without a lookup).  One layout kernel
 (:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes the
 ``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
-the buffer; one ``np.concatenate`` of the pieces and of padding runs writes the whole batch (a
-TokenStore's pieces are copied by a kernel straight from its memory map); the labels follow the
+the buffer; one write kernel per live token chunk copies the placed pieces into the rows and
+checks their tokens, one more writes the padding (a TokenStore's pieces are copied by a kernel
+straight from its memory map); the labels follow the
 mode (MLM corruption keyed by the position in the stream, causal labels that never cross a
 piece).  The held pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising
 admission; no decision depends on it).  Cost: one pass over the output and a fixed number of
