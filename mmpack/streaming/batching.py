@@ -32,6 +32,7 @@ from mmpack.views.masking import corrupt_rows, row_keys
 
 __all__: list[str] = []
 
+_I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
 _NO_ORDER = np.empty(0, dtype=np.int64)  # layout_batch's padding order (unused: no pad slots)
 
 
@@ -114,10 +115,10 @@ class _Batching:
         buffer.  None when a row is empty and the batch is dropped (the source is exhausted)."""
         P = self.out_pseq_len
         pieces = self._pieces
-        placed = np.empty((6, n_placed), dtype=np.int64)
-        cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
-        per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
-        both = np.empty((2, n_rows, P), dtype=np.int64)  # one allocation: ids, attention mask
+        placed = np.empty((6, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
+        cu_flat = np.empty(n_placed + 2 * n_rows, _I32)
+        per_row = np.empty(3 * n_rows + 1, _I64)
+        both = np.empty((2, n_rows, P), _I64)  # one allocation: ids, attention mask
         ids, attention = both[0], both[1]
         pieces.n, n_tokens, empty_rows, _ = layout_batch(
             self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
