@@ -438,3 +438,18 @@ def test_two_d_arrays_in_a_batch_are_refused_by_name():
     ):
         with pytest.raises(TypeError, match="document 0 has shape"):
             flat_sequences(items, 0)
+
+
+def test_chunks_are_released_as_the_stream_moves_on():
+    """The live token chunks stay few (those of the held and queued pieces), whatever the
+    stream's length (187 incoming batches, each one chunk)."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in rng.integers(1, 60, 3000)]
+    batches = [docs[i : i + 16] for i in range(0, len(docs), 16)]
+    packer = StreamingPacker(
+        batches, source_format="batches", out_batch_size=4, out_pseq_len=64, buffer_size=8
+    )
+    live = []
+    for _ in packer:
+        live.append(len(packer._pieces.chunks))
+    assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
