@@ -118,8 +118,8 @@ class _Batching:
         placed = np.empty((6, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
         cu_flat = np.empty(n_placed + 2 * n_rows, _I32)
         per_row = np.empty(3 * n_rows + 1, _I64)
-        both = np.empty((2, n_rows, P), _I64)  # one allocation: ids, attention mask
-        ids, attention = both[0], both[1]
+        ids = np.empty((n_rows, P), _I64)
+        attention = np.empty((n_rows, P), _I64)
         pieces.n, n_tokens, empty_rows, _ = layout_batch(
             self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
             0, placed, cu_flat, per_row, _NO_ORDER, attention,
