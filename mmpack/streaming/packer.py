@@ -33,23 +33,23 @@ O(log(rows * row_len)) instead of a Python iteration with an O(rows) scan:
 
 Held pieces are one int64 array (length, source index, offset, global token position per
 piece).  For an in-memory source each incoming batch of sequences is joined into one token
-*chunk* when read (:mod:`mmpack.streaming.pieces`; one ``b"".join`` of the arrays' bytes, or one
-``np.concatenate``, or one ``np.fromiter`` for lists of ints), and a piece is its position in
-the chunks: no Python object per sequence.  Per batch a fixed number of calls whatever the
+*chunk* when read (:mod:`mmpack.streaming.pieces`), and a piece is its position in the chunks:
+no Python object per sequence.  Per batch a fixed number of calls whatever the
 number of pieces: one placement kernel, one layout kernel (row-major order, ``cu_seqlens``,
 attention mask, compaction of the held pieces), one write kernel per live chunk (usually 2-3)
 copying every placed token once into the int64 rows and checking it, one padding kernel (a
-TokenStore's pieces are copied by a kernel straight from its memory map).  Per incoming batch
-of sequences: one pass each over their types, dtypes, lengths (and ndims), then the join.
+TokenStore's pieces are copied by a kernel straight from its memory map).  Per incoming batch:
+one pass each over the dtypes, lengths and ndims, then the join (:mod:`.incoming`).
 Measured (``python -m benchmarks.bench_streaming_floor``; 30k lognormal sequences, 8 x 2048,
-buffer 512; thread CPU time, medians of 11 interleaved runs, load average ~2 on 2 cores):
-1.6-1.7x the write-once floor (a Python loop writing each sequence once into int64 rows;
-0.030 s against 0.018 s), ~5x faster than ModernBERT's packer on int32 numpy arrays; on
-Python lists 0.96x the floor of one ``np.array`` per list and 1.2x faster than ModernBERT's
-packer.  Where the rest goes (per output batch of ~40 pieces, ~25 us): the best-fit scan of
-up to ``buffer_size`` deferred pieces (~3 us), the layout and the attention mask (~5 us),
-writing 16K tokens (~4.5 us), the batch's arrays and ``cu_seqlens`` views (~6 us of Python);
-per sequence ~0.2 us (checks and the join).
+buffer 512; thread CPU time, medians of 11 interleaved runs, 2 shared cores at load 2.5-3.4):
+1.54-1.63x the write-once floor (a Python loop writing each sequence once into int64 rows:
+0.027-0.029 s against 0.018 s; 1.88x before the token chunks), 5.5-5.7x faster than
+ModernBERT's packer on int32 numpy arrays; on Python lists 0.97x the floor of one ``np.array``
+per list, 1.16-1.24x faster than ModernBERT's packer.  Where the time goes (per output batch
+of ~40 pieces, ~25 us): writing its 16K tokens from 2-3 chunks (~5 us), the layout and the
+attention mask (~4 us), the best-fit scan of up to ``buffer_size`` deferred pieces (~3.5 us),
+the batch's arrays, ``cu_seqlens`` views and bookkeeping in Python (~8 us); per sequence
+~0.25 us (the passes over dtypes, lengths and ndims, and the join, which reads the source).
 
 Outputs: ``input_ids``, ``attention_mask`` (int64, ``(n_rows, out_pseq_len)``; the mask comes
 from the piece positions, so a real token equal to ``pad_id`` is still attended), ``labels``
