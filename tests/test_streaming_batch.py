@@ -302,9 +302,10 @@ def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big
 
 
 # =========================================================================== token chunks
-def ref_write_pieces(chunk, base, placed, n_rows, ids):
+def ref_write_pieces(chunk, base, placed, n_rows, ids, used, pad_id):
     """write_pieces in plain Python: the pieces wholly inside the chunk (and inside a row) are
-    copied; returns the bitwise or of the copied tokens as int64."""
+    copied, then the padding of the rows in ``used`` written; returns the bitwise or of the
+    copied tokens as int64."""
     bits = 0
     row_len = ids.shape[1]
     for r, o, n, _, _, g in placed.T.tolist():
@@ -316,6 +317,9 @@ def ref_write_pieces(chunk, base, placed, n_rows, ids):
             v = v - 2**64 if v >= 2**63 else v  # the int64 row wraps a uint64 id >= 2**63
             bits |= v
             ids[r, o + t] = v
+    for r, u in enumerate(used.tolist()[:n_rows]):
+        for c in range(min(max(u, 0), row_len), row_len):
+            ids[r, c] = pad_id
     return bits
 
 
@@ -328,7 +332,8 @@ def ref_write_pieces(chunk, base, placed, n_rows, ids):
 )
 def test_write_pieces_matches_twin(dtype, n_chunk, base, data):
     """Pieces of any position (inside, across or outside the chunk, past a row) are written
-    exactly when wholly inside the chunk and the row; the or of their tokens is returned."""
+    exactly when wholly inside the chunk and the row, then the padding of the rows in ``used``
+    (clamped, none with an empty ``used``); the or of the tokens is returned."""
     info = np.iinfo(dtype)
     chunk = np.array(
         data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=n_chunk,
@@ -343,10 +348,14 @@ def test_write_pieces_matches_twin(dtype, n_chunk, base, data):
         for _ in range(n)
     ]  # fmt: skip
     placed = np.array(cols, dtype=np.int64).reshape(n, 6).T.copy()
+    used = np.array(
+        data.draw(st.lists(st.integers(-2, row_len + 2), max_size=n_rows + 1)), dtype=np.int64
+    )
+    pad_id = data.draw(st.integers(-5, 5))
     got = np.full((n_rows, row_len), -7, dtype=np.int64)
     want = got.copy()
-    assert write_pieces(chunk, base, placed, n_rows, got) == ref_write_pieces(
-        chunk, base, placed, n_rows, want
+    assert write_pieces(chunk, base, placed, n_rows, got, used, pad_id) == ref_write_pieces(
+        chunk, base, placed, n_rows, want, used, pad_id
     )
     assert (got == want).all()
 

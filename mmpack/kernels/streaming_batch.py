@@ -187,9 +187,16 @@ def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
 
 @njit
 def write_pieces(
-    chunk: np.ndarray, base: int, placed: np.ndarray, n_rows: int, ids: np.ndarray
+    chunk: np.ndarray,
+    base: int,
+    placed: np.ndarray,
+    n_rows: int,
+    ids: np.ndarray,
+    used: np.ndarray,
+    pad_id: int,
 ) -> int:
-    """Copy the placed pieces whose tokens lie in ``chunk`` into their rows of ``ids``.
+    """Copy the placed pieces whose tokens lie in ``chunk`` into their rows of ``ids``, then
+    write the padding of the rows given in ``used``.
 
     Parameters
     ----------
@@ -204,6 +211,10 @@ def write_pieces(
         Rows of the batch: a piece with ``row >= n_rows`` or past the row's end is skipped
         (never written out of bounds; :func:`layout_batch` gives none).
     ids : numpy.ndarray, int64, shape (>= n_rows, row_len)
+    used : numpy.ndarray, int64, shape (n_pad,)
+        ``ids[r, used[r]:] = pad_id`` for ``r < min(n_pad, n_rows)`` (a ``used[r]`` outside
+        ``[0, row_len]`` is clamped to it); an empty ``used`` writes no padding (a batch's
+        second chunk).
 
     Returns
     -------
@@ -226,4 +237,8 @@ def write_pieces(
             v = np.int64(chunk[s + t])
             bits |= v
             row[o + t] = v
+    for r in range(min(used.shape[0], n_rows)):
+        row = ids[r]
+        for c in range(min(max(used[r], 0), row_len), row_len):
+            row[c] = pad_id
     return int(bits)

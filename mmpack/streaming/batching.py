@@ -33,7 +33,7 @@ from mmpack.views.masking import corrupt_rows, row_keys
 __all__: list[str] = []
 
 _I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
-_NO_ORDER = np.empty(0, dtype=np.int64)  # layout_batch's padding order (unused: no pad slots)
+_NO_ORDER = np.empty(0, dtype=np.int64)  # an empty int64 (layout_batch's order, write's pad)
 
 
 class _Batching:
@@ -169,9 +169,12 @@ class _Batching:
         chunks = pieces.chunks
         assert chunks is not None
         bits = 0
+        pad = used  # the first call writes the padding too
         for base, chunk in chunks:  # a few (0.35 us a call that writes nothing)
-            bits |= write_pieces(chunk, base, placed, n_rows, ids)
-        pad_rows(used, self.pad_id, ids)
+            bits |= write_pieces(chunk, base, placed, n_rows, ids, pad, self.pad_id)
+            pad = _NO_ORDER
+        if pad is used:  # no chunk (only when no piece is placed)
+            pad_rows(used, self.pad_id, ids)
         if bits < 0:
             _refuse_tokens([pieces.tokens(g, n) for g, n in zip(placed[5], placed[2])])
         if pieces.n:
