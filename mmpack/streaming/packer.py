@@ -41,15 +41,16 @@ copying every placed token once into the int64 rows and checking it, one padding
 TokenStore's pieces are copied by a kernel straight from its memory map).  Per incoming batch:
 one pass each over the dtypes, lengths and ndims, then the join (:mod:`.incoming`).
 Measured (``python -m benchmarks.bench_streaming_floor``; 30k lognormal sequences, 8 x 2048,
-buffer 512; thread CPU time, medians of 11 interleaved runs, 2 shared cores at load 2.5-3.4):
-1.54-1.63x the write-once floor (a Python loop writing each sequence once into int64 rows:
-0.027-0.029 s against 0.018 s; 1.88x before the token chunks), 5.5-5.7x faster than
-ModernBERT's packer on int32 numpy arrays; on Python lists 0.97x the floor of one ``np.array``
-per list, 1.16-1.24x faster than ModernBERT's packer.  Where the time goes (per output batch
-of ~40 pieces, ~25 us): writing its 16K tokens from 2-3 chunks (~5 us), the layout and the
-attention mask (~4 us), the best-fit scan of up to ``buffer_size`` deferred pieces (~3.5 us),
-the batch's arrays, ``cu_seqlens`` views and bookkeeping in Python (~8 us); per sequence
-~0.25 us (the passes over dtypes, lengths and ndims, and the join, which reads the source).
+buffer 512; thread CPU time, medians of 11 interleaved runs, 2 shared cores at load 2.4-2.8):
+1.42x the write-once floor (a Python loop writing each sequence once into int64 rows: 0.025 s
+against 0.018 s; 1.81-1.91x before the token chunks), 6.1x faster than ModernBERT's packer
+on int32 numpy arrays; on Python lists 0.94-0.97x the floor of one ``np.array`` per list,
+1.2x faster than ModernBERT's packer.  Under heavier load the ratio drifts up (1.6x at load
+3.4).  Where the time goes (per output batch of ~40 pieces, ~22 us): writing its 16K tokens
+and padding from 2-3 chunks (~4.5 us), the layout and the attention mask (~4 us), the
+best-fit scan of up to ``buffer_size`` deferred pieces (~3.5 us), the batch's arrays,
+``cu_seqlens`` views and bookkeeping in Python (~8 us); per sequence ~0.25 us (the passes
+over dtypes, lengths and ndims, and the join, which reads the source).
 
 Outputs: ``input_ids``, ``attention_mask`` (int64, ``(n_rows, out_pseq_len)``; the mask comes
 from the piece positions, so a real token equal to ``pad_id`` is still attended), ``labels``
