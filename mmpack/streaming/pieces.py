@@ -1,8 +1,9 @@
 """The streaming packer's held pieces and the token chunks they point into.
 
 Each incoming batch of an in-memory source becomes one *chunk*: its sequences' tokens, one after
-the other, in one 1-D integer array (made by one ``np.concatenate`` or one ``np.fromiter`` per
-incoming batch, in :func:`mmpack.streaming.sources.flat_sequences`).  Chunks are numbered by
+the other, in one 1-D integer array of their dtype (one ``b"".join``, ``np.concatenate`` or
+``np.fromiter`` per incoming batch, in :func:`mmpack.streaming.incoming.flat_sequences`): a copy
+of the tokens read, held while any of its pieces is.  Chunks are numbered by
 *global token positions*: a chunk added when ``g`` tokens were added before it holds positions
 ``[g, g + len(chunk))``, so a piece is an int64 column (length, source index, offset in its
 source sequence, global position of its first token) and holding it costs no Python object.
