@@ -16,10 +16,11 @@ from mmpack.kernels.streaming import (
     place_batch,
     reset_rows,
 )
-from mmpack.kernels.streaming_batch import layout_batch, token_bits
+from mmpack.kernels.streaming_batch import layout_batch, token_bits, write_pieces
 from mmpack.store.tokens import as_token_array
 from mmpack.streaming.packer import StreamingPacker
-from mmpack.streaming.sources import sequences_of
+from mmpack.streaming.pieces import PieceBuffer
+from mmpack.streaming.sources import flat_sequences, sequences_of
 
 
 # =========================================================================== slow twins
@@ -298,3 +299,166 @@ def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big
     with pytest.raises(ValueError, match=str(big)) as built:
         mmpack.build(tmp_path / "s", seqs)
     assert type(packed.value) is type(built.value)
+
+
+# =========================================================================== token chunks
+def ref_write_pieces(chunk, base, placed, n_rows, ids, used, pad_id):
+    """write_pieces in plain Python: the pieces wholly inside the chunk (and inside a row) are
+    copied, then the padding of the rows in ``used`` written; returns the bitwise or of the
+    copied tokens as int64."""
+    bits = 0
+    row_len = ids.shape[1]
+    for r, o, n, _, _, g in placed.T.tolist():
+        s = g - base
+        if s < 0 or s + n > len(chunk) or not 0 <= r < n_rows or o < 0 or o + n > row_len:
+            continue
+        for t in range(n):
+            v = int(chunk[s + t])
+            v = v - 2**64 if v >= 2**63 else v  # the int64 row wraps a uint64 id >= 2**63
+            bits |= v
+            ids[r, o + t] = v
+    for r, u in enumerate(used.tolist()[:n_rows]):
+        for c in range(min(max(u, 0), row_len), row_len):
+            ids[r, c] = pad_id
+    return bits
+
+
+@settings(max_examples=80)
+@given(
+    dtype=st.sampled_from([np.int8, np.int32, np.uint16, np.int64, np.uint64]),
+    n_chunk=st.integers(0, 30),
+    base=st.integers(0, 50),
+    data=st.data(),
+)
+def test_write_pieces_matches_twin(dtype, n_chunk, base, data):
+    """Pieces of any position (inside, across or outside the chunk, past a row) are written
+    exactly when wholly inside the chunk and the row, then the padding of the rows in ``used``
+    (clamped, none with an empty ``used``); the or of the tokens is returned."""
+    info = np.iinfo(dtype)
+    chunk = np.array(
+        data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=n_chunk,
+                           max_size=n_chunk)),
+        dtype=dtype,
+    )  # fmt: skip
+    n_rows, row_len = 3, 8
+    n = data.draw(st.integers(0, 6))
+    cols = [
+        [data.draw(st.integers(-1, 3)), data.draw(st.integers(-1, 8)),
+         data.draw(st.integers(0, 8)), 0, 0, data.draw(st.integers(0, 90))]
+        for _ in range(n)
+    ]  # fmt: skip
+    placed = np.array(cols, dtype=np.int64).reshape(n, 6).T.copy()
+    used = np.array(
+        data.draw(st.lists(st.integers(-2, row_len + 2), max_size=n_rows + 1)), dtype=np.int64
+    )
+    pad_id = data.draw(st.integers(-5, 5))
+    got = np.full((n_rows, row_len), -7, dtype=np.int64)
+    want = got.copy()
+    assert write_pieces(chunk, base, placed, n_rows, got, used, pad_id) == ref_write_pieces(
+        chunk, base, placed, n_rows, want, used, pad_id
+    )
+    assert (got == want).all()
+
+
+def test_flat_sequences_joins_and_checks_like_sequences_of():
+    items = [
+        np.arange(4, dtype=np.int32),
+        np.arange(3, dtype=np.uint8),
+        np.arange(0, dtype=np.int8),
+    ]
+    flat, lens = flat_sequences(items, 0)
+    assert flat.tolist() == [0, 1, 2, 3, 0, 1, 2] and lens.tolist() == [4, 3, 0]
+    assert flat.dtype == np.int32
+    flat, lens = flat_sequences([[5, 6], (7,), []], 0)
+    assert flat.tolist() == [5, 6, 7] and flat.dtype == np.int64 and lens.tolist() == [2, 1, 0]
+    # int64 with uint64 (numpy would give float64): int64, an id >= 2**63 refused naming it
+    flat, _ = flat_sequences([np.arange(2), np.arange(2, dtype=np.uint64)], 0)
+    assert flat.dtype == np.int64 and flat.tolist() == [0, 1, 0, 1]
+    with pytest.raises(ValueError, match=str(2**63 + 1)):
+        flat_sequences([np.arange(2), np.array([2**63 + 1], dtype=np.uint64)], 0)
+    with pytest.raises(ValueError, match="document 11 has a non-integer token True"):
+        flat_sequences([[1, 2]] * 10 + [[3, True]], 1)
+    with pytest.raises(TypeError, match="document 1 has shape"):
+        flat_sequences([np.arange(3), np.ones((2, 2), dtype=np.int64)], 0)
+    spare = np.full(10, -1, dtype=np.int32)
+    flat, _ = flat_sequences(items, 0, lambda dt, n: spare[:n] if dt == np.int32 else None)
+    assert flat.base is spare and spare[:7].tolist() == [0, 1, 2, 3, 0, 1, 2]
+
+
+def test_piece_buffer_releases_and_reuses_chunks():
+    buf = PieceBuffer(with_chunks=True)
+    a = buf.spare(np.dtype(np.int32), 5)
+    a[:] = range(5)
+    assert buf.add_chunk(a) == 0
+    assert buf.add_chunk(np.arange(10, 13, dtype=np.int64)) == 5
+    assert buf.tokens(1, 3).tolist() == [1, 2, 3] and buf.tokens(5, 3).tolist() == [10, 11, 12]
+    buf.release(4)  # position 4 is still referenced: nothing is released
+    assert len(buf.chunks) == 2
+    buf.release(5)
+    assert [b for b, _ in buf.chunks] == [5]
+    again = buf.spare(np.dtype(np.int32), 4)  # the released buffer, reused
+    assert again.base is a.base
+    assert buf.spare(np.dtype(np.int64), 4).base is not a.base
+    buf.release(None)
+    assert buf.chunks == []
+
+
+@pytest.mark.parametrize("incoming", [3, 50])
+def test_pieces_from_many_chunks_keep_placements(incoming):
+    """Pieces deferred across incoming batches (many live chunks, some of other dtypes) are
+    written from the right chunk: the batches equal the seed's packer's."""
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 300)]
+    kinds = [np.int32, np.uint16, np.int64]
+    arrays = [np.asarray(d, dtype=kinds[j // 7 % 3]) for j, d in enumerate(docs)]
+    batches = [arrays[i : i + incoming] for i in range(0, len(arrays), incoming)]
+    packer = StreamingPacker(
+        batches, source_format="batches", out_batch_size=3, out_pseq_len=40, buffer_size=9
+    )
+    assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: np.asarray(d, dtype=">i4"),  # non-native byte order
+        lambda d: np.repeat(np.asarray(d, dtype=np.int32), 2)[::2],  # not contiguous
+        lambda d: np.asarray(d, dtype=np.uint16),
+        lambda d: np.asarray(d, dtype=np.int64),
+    ],
+)
+def test_arrays_of_any_layout_give_the_same_batches(make):
+    """Arrays joined by their bytes (one native dtype, contiguous) or by np.concatenate (other
+    byte orders, strided views) give the seed's batches."""
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 200)]
+    packer = StreamingPacker(
+        [make(d) for d in docs], out_batch_size=3, out_pseq_len=40, buffer_size=9
+    )
+    assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
+
+
+def test_two_d_arrays_in_a_batch_are_refused_by_name():
+    flat, _ = flat_sequences([np.arange(3), np.arange(2)], 0)
+    assert flat.tolist() == [0, 1, 2, 0, 1]
+    for items in (
+        [np.ones((2, 1), dtype=np.int64), np.ones((3, 1), dtype=np.int64)],
+        [np.ones((2, 2), dtype=np.int32)] * 2,
+    ):
+        with pytest.raises(TypeError, match="document 0 has shape"):
+            flat_sequences(items, 0)
+
+
+def test_chunks_are_released_as_the_stream_moves_on():
+    """The live token chunks stay few (those of the held and queued pieces), whatever the
+    stream's length (187 incoming batches, each one chunk)."""
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in rng.integers(1, 60, 3000)]
+    batches = [docs[i : i + 16] for i in range(0, len(docs), 16)]
+    packer = StreamingPacker(
+        batches, source_format="batches", out_batch_size=4, out_pseq_len=64, buffer_size=8
+    )
+    live = []
+    for _ in packer:
+        live.append(len(packer._pieces.chunks))
+    assert len(batches) > 150 and len(live) > 100 and max(live) <= 4

@@ -5,7 +5,7 @@ pieces, :func:`layout_batch` does the rest of the bookkeeping in one pass, so th
 a fixed number of Python calls whatever its number of pieces:
 
 - the placed pieces in *row-major order* (row by row, each row's pieces by increasing offset),
-  with their row, offset, length, source index, offset in the source and object slot;
+  with their row, offset, length, source index, offset in the source and position (or slot);
 - every row's ``cu_seqlens`` (0, the end of each piece, and ``row_len`` when the row has padding),
   its longest segment (padding included, as ModernBERT's packer) and its real tokens;
 - the held pieces that stay (the deferred ones, then those not scanned), compacted in place;
@@ -13,11 +13,12 @@ a fixed number of Python calls whatever its number of pieces:
   binary digits of its length, each digit ``2**k`` a fixed view of ``2**k`` padding tokens
   (slot ``k``).  A row of 2048 with 37 tokens of padding ends with the views of 32, 4 and 1.
 
-The tokens of an in-memory source are then written by one ``np.concatenate`` of the runs in
-that order straight into the ``(rows, row_len)`` batch: every token written once, padding
-included, with no Python call per row (one call per row costs about as much as the copy);
-:func:`token_bits` checks the tokens (:func:`layout_batch` has written the attention mask).  O(pieces + rows) and
-O(rows * row_len).
+The tokens of an in-memory source are then written by :func:`write_pieces`, one call per
+token chunk (an incoming batch's sequences one after the other, in any integer dtype): every
+placed token copied once into the int64 ``(rows, row_len)`` batch and or-ed into a check value
+(negative when a token is), ~2.5 us for a batch of 16K tokens in cache.  The ``order`` of runs
+(pieces, then padding as powers of two) serves a writer of runs; :func:`token_bits` checks the
+real tokens of a written batch.  O(pieces + rows) and O(rows * row_len).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["layout_batch", "token_bits"]
+__all__ = ["layout_batch", "token_bits", "write_pieces"]
 
 
 @njit
@@ -52,17 +53,18 @@ def layout_batch(
     out : numpy.ndarray, int64, shape (2, >= processed)
         Row and start column of each scanned piece (-1 when deferred), from ``place_batch``.
     held : numpy.ndarray, int64, shape (4, >= n_held)
-        The held pieces (rows: length, source index, offset in the source sequence, object
-        slot); ``processed <= n_held``.  Compacted in place: on return its first ``n_left``
-        columns are the pieces that stay, in order.
+        The held pieces (rows: length, source index, offset in the source sequence, and an
+        int64 carried along: a run slot, or the packer's global token position);
+        ``processed <= n_held``.  Compacted in place: on return its first ``n_left`` columns
+        are the pieces that stay, in order.
     remaining : numpy.ndarray, int64, shape (>= n_rows,)
         Each row's free space (the best-fit kernel's row state).
     pad_bits : int
         Slots ``0 .. pad_bits - 1`` hold padding of ``1, 2, 4, ...`` tokens (``row_len <
         2**pad_bits``); 0 when there are no slots (a store-like source).
     placed : numpy.ndarray, int64, shape (6, n_placed)
-        Out: row, offset, length, source index, source offset and slot of every placed piece,
-        in row-major order (``n_placed`` is the number of ``out_row[:processed] >= 0``).
+        Out: row, offset, length, source index, source offset and slot (position) of every
+        placed piece, in row-major order (``n_placed`` is the number of ``out_row[:processed] >= 0``).
     cu : numpy.ndarray, int32, shape (n_placed + 2 * n_rows,)
         Out: the rows' ``cu_seqlens`` one after the other.
     rows_out : numpy.ndarray, int64, shape (3 * n_rows + 1,)
@@ -145,14 +147,27 @@ def layout_batch(
                     n_order += 1
         rows_out[n_rows + 1 + r] = longest
     # The pieces that stay: deferred (out_row < 0) among the scanned, then the rest.
+    # (Field rows as 1-D views, the four moves written out: 2x faster than held[f, i].)
+    h0 = held[0]
+    h1 = held[1]
+    h2 = held[2]
+    h3 = held[3]
     n_left = 0
-    for i in range(n_held):
-        if i >= processed or out_row[i] < 0:
-            if n_left != i:
-                for f in range(4):
-                    held[f, n_left] = held[f, i]
+    for i in range(processed):
+        if out_row[i] < 0:
+            h0[n_left] = h0[i]
+            h1[n_left] = h1[i]
+            h2[n_left] = h2[i]
+            h3[n_left] = h3[i]
             n_left += 1
-    return n_left, total, empty_rows, n_order
+    shift = processed - n_left
+    if shift:  # the pieces not scanned move down as one block (forward: never overwritten)
+        for i in range(processed, n_held):
+            h0[i - shift] = h0[i]
+            h1[i - shift] = h1[i]
+            h2[i - shift] = h2[i]
+            h3[i - shift] = h3[i]
+    return n_left + n_held - processed, total, empty_rows, n_order
 
 
 @njit
@@ -168,3 +183,62 @@ def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
         for c in range(used[r]):
             bits |= row[c]
     return bits
+
+
+@njit
+def write_pieces(
+    chunk: np.ndarray,
+    base: int,
+    placed: np.ndarray,
+    n_rows: int,
+    ids: np.ndarray,
+    used: np.ndarray,
+    pad_id: int,
+) -> int:
+    """Copy the placed pieces whose tokens lie in ``chunk`` into their rows of ``ids``, then
+    write the padding of the rows given in ``used``.
+
+    Parameters
+    ----------
+    chunk : numpy.ndarray, integer (any width), shape (m,)
+        Tokens at global positions ``base .. base + m`` (an incoming batch's sequences).
+    placed : numpy.ndarray, int64, shape (6, n_placed)
+        From :func:`layout_batch`: row, offset, length, source index, source offset and global
+        position of every placed piece.  Pieces whose positions are not all in the chunk are
+        skipped (another chunk holds them); the others are written
+        ``ids[row, offset:offset + length] = chunk[position - base:][:length]``.
+    n_rows : int
+        Rows of the batch: a piece with ``row >= n_rows`` or past the row's end is skipped
+        (never written out of bounds; :func:`layout_batch` gives none).
+    ids : numpy.ndarray, int64, shape (>= n_rows, row_len)
+    used : numpy.ndarray, int64, shape (n_pad,)
+        ``ids[r, used[r]:] = pad_id`` for ``r < min(n_pad, n_rows)`` (a ``used[r]`` outside
+        ``[0, row_len]`` is clamped to it); an empty ``used`` writes no padding (a batch's
+        second chunk).
+
+    Returns
+    -------
+    int
+        The bitwise or of the tokens written, as int64 (negative when one of them is negative,
+        or is a uint64 id ``>= 2**63``); 0 when none is written.
+    """
+    bits = np.int64(0)
+    m = chunk.shape[0]
+    row_len = ids.shape[1]
+    for k in range(placed.shape[1]):
+        r = placed[0, k]
+        o = placed[1, k]
+        length = placed[2, k]
+        s = placed[5, k] - base
+        if s < 0 or s + length > m or r < 0 or r >= n_rows or o < 0 or o + length > row_len:
+            continue
+        row = ids[r]
+        for t in range(length):
+            v = np.int64(chunk[s + t])
+            bits |= v
+            row[o + t] = v
+    for r in range(min(used.shape[0], n_rows)):
+        row = ids[r]
+        for c in range(min(max(used[r], 0), row_len), row_len):
+            row[c] = pad_id
+    return int(bits)

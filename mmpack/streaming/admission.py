@@ -1,14 +1,15 @@
 """How the streaming packer takes sequences in: read into a queue, admitted as pieces lazily.
 
 Sequences read from the source wait in a queue (lengths, source indices and, for in-memory
-sources, the sequences themselves); the packer admits exactly as many *pieces* as a batch needs
+sources, their global positions in the token chunks of :mod:`mmpack.streaming.pieces`: each
+incoming batch is joined into one chunk when read); the packer admits exactly as many *pieces* as a batch needs
 (:func:`mmpack.streaming.sources.piece_counts` applies the ``long_docs`` policy), so a document
 split into many pieces enters piece by piece and the held pieces stay within
 ``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
 a source that raises leaves the position where it was, so a state taken then resumes with nothing
 lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
 every queued document is one whole piece, the common case; else one ``cumsum`` and one
-``searchsorted`` per admission call, a slice per cut piece).
+``searchsorted`` per admission call); a piece is an int64 column, no Python object.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import numpy as np
 from mmpack.streaming.sources import (
     PieceBuffer,
     batch_items,
+    flat_sequences,
     piece_counts,
     pieces_of,
-    sequences_of,
 )
 
 __all__: list[str] = []
@@ -56,7 +57,7 @@ class _Admission:
         self._head_off = 0  # tokens of the queue's first document already admitted as pieces
         self._q_lens = np.empty(0, dtype=np.int64)
         self._q_src = np.empty(0, dtype=np.int64)
-        self._q_objs: np.ndarray | None = None if self._store_like else np.empty(0, dtype=object)
+        self._q_pos = np.empty(0, dtype=np.int64)  # global position of each queued sequence
         self._exhausted = False  # the source has no more sequences to read
 
     def _read_ahead(self, want: int) -> None:
@@ -86,27 +87,32 @@ class _Admission:
             if j0 >= j1:
                 self._exhausted = True
                 return
-            objs = None
             if self._store_like:
                 lens = np.asarray(
                     source.offsets[j0 + 1 : j1 + 1] - source.offsets[j0:j1], dtype=np.int64
                 )
+                self._queue(lens, np.zeros_like(lens), j0, j1)
+                return
+            if isinstance(source, (list, tuple)):
+                docs = list(source[j0:j1])
             else:
-                if isinstance(source, (list, tuple)):
-                    docs = list(source[j0:j1])
-                else:
-                    docs = [source[j] for j in range(j0, j1)]
-                objs, lens = sequences_of(docs, j0)
+                docs = [source[j] for j in range(j0, j1)]
         else:
-            items = self._read_iterated(n_docs)
-            if not items:
+            docs = self._read_iterated(n_docs)
+            if not docs:
                 self._exhausted = True
                 return
-            objs, lens = sequences_of(items, j0)
-            j1 = j0 + len(items)
+            j1 = j0 + len(docs)
+        flat, lens = flat_sequences(docs, j0, self._pieces.spare)
+        # Commit (flat_sequences raised, if at all, before anything changed).
+        base = self._pieces.add_chunk(flat)
+        self._queue(lens, base + np.cumsum(lens) - lens, j0, j1)
+
+    def _queue(self, lens: np.ndarray, pos: np.ndarray, j0: int, j1: int) -> None:
+        """Queue source sequences ``j0 .. j1`` of lengths ``lens`` at global positions ``pos``."""
         self._q_lens = lens
         self._q_src = np.arange(j0, j1, dtype=np.int64)
-        self._q_objs = objs
+        self._q_pos = pos
         self._read_index = j1
 
     def _read_iterated(self, n_docs: int) -> list[Any]:
@@ -139,10 +145,8 @@ class _Admission:
             # The common case: every queued document is one whole piece.
             self.seqs_consumed += lens.shape[0]
             zeros = np.zeros(lens.shape[0], dtype=np.int64)
-            self._pieces.append(lens, self._q_src, zeros, self._q_objs)
-            self._q_lens, self._q_src = lens[:0], self._q_src[:0]
-            if self._q_objs is not None:
-                self._q_objs = self._q_objs[:0]
+            self._pieces.append(lens, self._q_src, zeros, self._q_pos)
+            self._q_lens, self._q_src, self._q_pos = lens[:0], self._q_src[:0], self._q_pos[:0]
             return
         n_pieces = piece_counts(lens, head, P, self.long_docs)
         ends = np.cumsum(n_pieces)
@@ -158,11 +162,7 @@ class _Admission:
             used[n_docs] = partial
         m = used.shape[0]
         doc, off, plen = pieces_of(lens[:m], head, used, P)
-        piece_objs = None
-        if self._q_objs is not None:
-            piece_objs = self._q_objs[:m][doc]
-            for k in np.flatnonzero((off > 0) | (plen < lens[doc])).tolist():
-                piece_objs[k] = piece_objs[k][off[k] : off[k] + plen[k]]  # a slice: O(piece)
+        pos = self._q_pos[:m][doc] + off  # 0 + offset for a store-like source (unused)
         # Commit: count the documents whose admission starts here, hold their pieces.
         fresh = lens[int(head > 0) : m]
         self.seqs_consumed += fresh.shape[0]
@@ -178,8 +178,7 @@ class _Admission:
             else:
                 self.seqs_dropped += long.shape[0]
                 self.tokens_discarded += excess + P * long.shape[0]
-        self._pieces.append(plen, self._q_src[doc], off, piece_objs)
+        self._pieces.append(plen, self._q_src[doc], off, pos)
         self._head_off = int(off[-1] + plen[-1]) if partial else 0
         self._q_lens, self._q_src = lens[n_docs:], self._q_src[n_docs:]
-        if self._q_objs is not None:
-            self._q_objs = self._q_objs[n_docs:]
+        self._q_pos = self._q_pos[n_docs:]

@@ -8,8 +8,9 @@ or the source is exhausted: O(scanned * log(rows * row_len)), one kernel call (a
 than every row's free space is deferred without a lookup).  One layout kernel
 (:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes the
 ``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
-the buffer; one ``np.concatenate`` of the pieces and of padding runs writes the whole batch (a
-TokenStore's pieces are copied by a kernel straight from its memory map); the labels follow the
+the buffer; one write kernel per live token chunk copies the placed pieces into the rows and
+checks their tokens, one more writes the padding (a TokenStore's pieces are copied by a kernel
+straight from its memory map); the labels follow the
 mode (MLM corruption keyed by the position in the stream, causal labels that never cross a
 piece).  The held pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising
 admission; no decision depends on it).  Cost: one pass over the output and a fixed number of
@@ -24,12 +25,15 @@ import numpy as np
 
 from mmpack.core.options import Mode
 from mmpack.kernels.streaming import pad_rows, place_batch, scatter_pieces
-from mmpack.kernels.streaming_batch import layout_batch, token_bits
+from mmpack.kernels.streaming_batch import layout_batch, write_pieces
+from mmpack.streaming.pieces import PieceBuffer
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown
-from mmpack.streaming.sources import PieceBuffer
 from mmpack.views.masking import corrupt_rows, row_keys
 
 __all__: list[str] = []
+
+_I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
+_NO_ORDER = np.empty(0, dtype=np.int64)  # an empty int64 (layout_batch's order, write's pad)
 
 
 class _Batching:
@@ -62,7 +66,7 @@ class _Batching:
     _pieces: PieceBuffer
     _out: np.ndarray
     _store_like: bool
-    _pad_bits: int
+    _q_pos: np.ndarray
     _counts: np.ndarray
     _remaining: np.ndarray
     _words: np.ndarray
@@ -102,15 +106,8 @@ class _Batching:
         return self._emit(n_rows, processed, processed - deferred)
 
     def _new_pieces(self) -> PieceBuffer:
-        """An empty piece buffer; for an in-memory source its first slots hold the padding runs
-        of 1, 2, 4, ... tokens (``_pad_bits`` of them: a row's padding is written as the binary
-        digits of its length)."""
-        if self._store_like:
-            self._pad_bits = 0
-            return PieceBuffer(with_objects=False)
-        self._pad_bits = self.out_pseq_len.bit_length()
-        pad = np.full(1 << (self._pad_bits - 1), self.pad_id, dtype=np.int64)
-        return PieceBuffer(True, [pad[: 1 << k] for k in range(self._pad_bits)])
+        """An empty piece buffer (with token chunks for an in-memory source)."""
+        return PieceBuffer(with_chunks=not self._store_like)
 
     def _emit(self, n_rows: int, processed: int, n_placed: int) -> dict[str, Any] | None:
         """The batch of the first ``n_rows`` rows, from the placements of the first
@@ -118,28 +115,27 @@ class _Batching:
         buffer.  None when a row is empty and the batch is dropped (the source is exhausted)."""
         P = self.out_pseq_len
         pieces = self._pieces
-        placed = np.empty((6, n_placed), dtype=np.int64)
-        cu_flat = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
-        per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
-        order = np.empty(n_placed + n_rows * self._pad_bits, dtype=np.int64)
-        ids = np.empty((n_rows, P), dtype=np.int64)
-        attention = np.empty((n_rows, P), dtype=np.int64)
-        pieces.n, n_tokens, empty_rows, n_order = layout_batch(
+        placed = np.empty((6, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
+        cu_flat = np.empty(n_placed + 2 * n_rows, _I32)
+        per_row = np.empty(3 * n_rows + 1, _I64)
+        ids = np.empty((n_rows, P), _I64)
+        attention = np.empty((n_rows, P), _I64)
+        pieces.n, n_tokens, empty_rows, _ = layout_batch(
             self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
-            self._pad_bits, placed, cu_flat, per_row, order, attention,
+            0, placed, cu_flat, per_row, _NO_ORDER, attention,
         )  # fmt: skip
         if empty_rows and (self.drop_last or empty_rows == n_rows):
             # Only reachable with the source exhausted and nothing deferred.
             pieces.n = 0
             return None
         used = per_row[2 * n_rows + 1 :]
-        if pieces.objs is None:
+        if pieces.chunks is None:
             self._read_rows(placed, used, ids)
         else:
-            _concat_rows(pieces.objs, order[:n_order], placed[5], used, ids)
-        b = per_row[: n_rows + 1].tolist()
+            self._write_rows(placed, n_rows, used, ids)
+        b = per_row.tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
-        max_seqlen = per_row[n_rows + 1 : 2 * n_rows + 1].tolist()
+        max_seqlen = b[n_rows + 1 : 2 * n_rows + 1]
         labels, mask_prob = None, None
         if self.mode is not None:
             labels, mask_prob = self._labels(
@@ -162,6 +158,31 @@ class _Batching:
         if self.return_tensors == "pt":
             batch = _to_torch(batch)
         return batch
+
+    def _write_rows(
+        self, placed: np.ndarray, n_rows: int, used: np.ndarray, ids: np.ndarray
+    ) -> None:
+        """Write the placed pieces of an in-memory source (and the padding) into ``ids`` (int64,
+        (rows, out_pseq_len)): one kernel call per live chunk, each token copied once; then
+        check the tokens written and release the chunks no longer referenced."""
+        pieces = self._pieces
+        chunks = pieces.chunks
+        assert chunks is not None
+        bits = 0
+        pad = used  # the first call writes the padding too
+        for base, chunk in chunks:  # a few (0.35 us a call that writes nothing)
+            bits |= write_pieces(chunk, base, placed, n_rows, ids, pad, self.pad_id)
+            pad = _NO_ORDER
+        if pad is used:  # no chunk (only when no piece is placed)
+            pad_rows(used, self.pad_id, ids)
+        if bits < 0:
+            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(placed[5], placed[2])])
+        if pieces.n:
+            oldest: int | None = int(pieces.data[3, 0])
+        else:
+            oldest = int(self._q_pos[0]) if self._q_pos.shape[0] else None
+        if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
+            pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
 
     def _read_rows(self, placed: np.ndarray, used: np.ndarray, ids: np.ndarray) -> None:
         """Write the placed pieces of a store-like source into ``ids`` (int64, (rows,
@@ -210,22 +231,6 @@ class _Batching:
             labels[attention == 0] = self.ignore_index
             return labels, None
         return None, None
-
-
-def _concat_rows(
-    objs: np.ndarray, order: np.ndarray, slots: np.ndarray, used: np.ndarray, ids: np.ndarray
-) -> None:
-    """Write a batch of an in-memory source: the runs ``objs[order]`` (pieces and padding, in
-    row-major order) by one ``np.concatenate`` into ``ids`` (int64, (rows, out_pseq_len)); then
-    check the real tokens (those of ``objs[slots]``), its errors worded for source sequences."""
-    try:
-        np.concatenate(objs[order].tolist(), out=ids.reshape(-1), casting="same_kind")
-    except TypeError as exc:
-        raise TypeError(f"source sequences must hold integer token ids: {exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"source sequences must be 1-D sequences of token ids: {exc}") from None
-    if token_bits(ids, used) < 0:
-        _refuse_tokens(objs[slots].tolist())
 
 
 def _refuse_tokens(pieces: list[Any]) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.streaming.sources import PieceBuffer, sequences_of, tokens_of
+from mmpack.streaming.pieces import PieceBuffer
+from mmpack.streaming.sources import flat_sequences, tokens_of
 
 __all__: list[str] = []
 
@@ -336,18 +337,20 @@ class _Checkpointing:
             doc_lens = np.diff(self.source.offsets)[src]
             if np.any(off + plen > doc_lens):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
-            self._pieces.append(plen, src, off, None)
+            self._pieces.append(plen, src, off, np.zeros_like(plen))
             return
-        objs = np.empty(src.shape[0], dtype=object)
+        tokens: list[np.ndarray] = []
         docs: dict[int, Any] = {}
-        for k, (j, o, n) in enumerate(zip(src.tolist(), off.tolist(), plen.tolist())):
+        for j, o, n in zip(src.tolist(), off.tolist(), plen.tolist()):
             doc = docs.get(j)
             if doc is None:
-                doc = docs[j] = sequences_of([self.source[j]], j)[0][0]
+                doc = docs[j] = flat_sequences([self.source[j]], j)[0]
             if o + n > len(doc):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
-            objs[k] = doc if (o == 0 and n == len(doc)) else doc[o : o + n]
-        self._pieces.append(plen, src, off, objs)
+            tokens.append(doc[o : o + n])
+        flat, _ = flat_sequences(tokens)
+        base = self._pieces.add_chunk(flat)
+        self._pieces.append(plen, src, off, base + np.cumsum(plen) - plen)
 
     def _doc_len(self, j: int) -> int:
         source: Any = self.source

@@ -5,29 +5,28 @@ arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a rand
 (:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
 from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
 *pieces* (:func:`piece_counts` and :func:`pieces_of` apply the ``long_docs`` policy), held in a
-:class:`PieceBuffer`: one int64 array (length, source index, offset in the source sequence,
-object slot) plus, for in-memory sources, an object array of references to the sequences
-(admission copies no token).  :func:`sequences_of` checks an incoming batch by the build's token
-rule in one pass each over its types, lengths and dtypes (~0.15 us a numpy array), and converts a
-batch of lists of ints with one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns
-for one ``np.array`` per list and ~18 ns for ModernBERT's slice assignment of each list).
+:class:`~mmpack.streaming.pieces.PieceBuffer` (one int64 column per piece, pointing into the
+incoming batches' token chunks).  How an incoming batch becomes tokens (:func:`flat_sequences`,
+:func:`sequences_of`: the build's token rule, one pass per incoming batch) lives in
+:mod:`mmpack.streaming.incoming`; the names stay importable from here.
 """
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from mmpack.core.options import SourceFormat
+from mmpack.streaming.incoming import flat_sequences, sequences_of, tokens_of
+from mmpack.streaming.pieces import PieceBuffer
 
 __all__ = [
     "PieceBuffer",
     "batch_items",
     "detect_format",
+    "flat_sequences",
     "is_indexable",
     "is_store_like",
     "piece_counts",
@@ -99,10 +98,6 @@ def is_store_like(source: Any) -> bool:
     )
 
 
-def tokens_of(item: Any) -> Any:
-    return item["input_ids"] if isinstance(item, Mapping) else item
-
-
 def batch_items(batch: Any) -> list[Any]:
     if isinstance(batch, Mapping):
         batch = tokens_of(batch)
@@ -114,97 +109,6 @@ def batch_items(batch: Any) -> list[Any]:
         f"an incoming batch must be a list of sequences, a 2-D array or a dict whose "
         f"'input_ids' is one of those; got {type(batch).__name__}"
     )
-
-
-def _plain(item: Any) -> bool:
-    """Tokens numpy can be trusted with as they are: a 1-D integer numpy array (lists go through
-    the one-pass check of :func:`_int_lists` or the build's exact rule)."""
-    return type(item) is np.ndarray and item.ndim == 1 and item.dtype.kind in "iu"
-
-
-_ndim = operator.attrgetter("ndim")
-_dtype = operator.attrgetter("dtype")
-
-
-def _integer_vector_lengths(items: list[np.ndarray]) -> np.ndarray | None:
-    """The lengths of numpy arrays ``items`` if all are 1-D with integer dtypes, else None
-    (~0.1 us an array: one pass each over lengths, ndims and dtypes)."""
-    try:
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    except TypeError:  # a 0-d array
-        return None
-    if sum(map(_ndim, items)) != len(items):  # every ndim >= 1 (len worked): all are 1-D
-        return None
-    if not all(d.kind in "iu" for d in set(map(_dtype, items))):
-        return None
-    return lens
-
-
-def _hides_bools(items: list[Any], flat: np.ndarray, lens: np.ndarray) -> bool:
-    """Whether a bool is among the elements of lists ``items`` (converted to ``flat``): only an
-    element converted to 0 or 1 can be one, so only those are looked at (all of them, by one
-    pass over the element types, when they are many)."""
-    cand = np.flatnonzero(flat.view(np.uint64) <= 1)
-    if not cand.size:
-        return False
-    if 8 * cand.size > flat.size:
-        return bool in set(map(type, itertools.chain.from_iterable(items)))
-    ends = np.cumsum(lens)
-    doc = np.searchsorted(ends, cand, side="right")
-    at = cand - (ends[doc] - lens[doc])
-    return any(type(items[d][q]) is bool for d, q in zip(doc.tolist(), at.tolist()))
-
-
-def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
-    """Lists/tuples of Python ints converted in one pass: views of one int64 array (an object
-    array), or None when some element is not an int (or is a bool, or does not fit int64).
-
-    ``sum`` adds exact ints in C and turns float, numpy scalars or anything else into another
-    type (or raises): an ``int`` total means every element is an int or a bool; the bools
-    (converted to 0/1) are then looked for among the 0s and 1s only.  Cost: ``sum`` ~5 ns and
-    ``np.fromiter`` ~15 ns a token, against ~25 ns for one ``np.array`` per list."""
-    try:
-        if type(sum(map(sum, items))) is not int:
-            return None
-        flat = np.fromiter(itertools.chain.from_iterable(items), np.int64, int(lens.sum()))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if _hides_bools(items, flat, lens):
-        return None
-    ends = np.cumsum(lens).tolist()
-    starts = [0, *ends[:-1]]
-    return np.fromiter(map(flat.__getitem__, map(slice, starts, ends)), object, len(items))
-
-
-def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths.
-
-    Every sequence obeys the token rule of :func:`mmpack.build` (the same function checks both):
-    1-D, integer ids (integral floats are converted, bools, fractions, strings and negative ids
-    refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``).  Integer
-    arrays are kept as they are (no copy), checked once per call (one pass over the types, ndims
-    and dtypes); lists of Python ints are converted in one pass per call (:func:`_int_lists`);
-    anything else is converted once, here, sequence by sequence."""
-    from mmpack.store.tokens import as_token_array  # the one token rule (the build's)
-
-    n = len(items)
-    kinds = set(map(type, items))
-    if any(issubclass(t, Mapping) for t in kinds):
-        items = [tokens_of(x) for x in items]
-        kinds = set(map(type, items))
-    if kinds == {np.ndarray}:
-        lens = _integer_vector_lengths(items)
-        if lens is not None:
-            return np.fromiter(items, dtype=object, count=n), lens
-    if kinds and kinds <= {list, tuple}:
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
-        objs = _int_lists(items, lens)
-        if objs is not None:
-            return objs, lens
-    # Lists that missed the one-pass path (bools, ids past int64, other types) take the exact rule.
-    items = [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
-    lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
-    return np.fromiter(items, dtype=object, count=n), lens
 
 
 def piece_counts(lens: np.ndarray, head_off: int, row_len: int, policy: str) -> np.ndarray:
@@ -287,61 +191,3 @@ def propagate_epoch(source: Any, epoch: int) -> None:
         set_epoch = getattr(obj, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-
-
-# ----------------------------------------------------------------------------- held pieces
-class PieceBuffer:
-    """Held pieces in stream order: those deferred by the last batch, then those read ahead.
-
-    ``data`` is an int64 array of shape (4, capacity) whose first ``n`` columns are the pieces:
-    length, source index, offset in the source sequence, and object slot (the views ``lens``,
-    ``src``, ``src_off`` and ``slot``).  For an in-memory source piece ``k``'s tokens are
-    ``objs[slot[k]]`` (a sequence or a view of one), after the ``fixed`` objects that stay in the
-    first slots (the padding runs); ``objs`` is None for a store-like source, whose pieces are
-    read by position when emitted.  A batch removes its placed pieces by compacting ``data`` in
-    place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and setting ``n``; ``objs`` is
-    compacted when pieces are appended, so a batch only reads it."""
-
-    def __init__(self, with_objects: bool, fixed: Sequence[Any] = ()) -> None:
-        self.data = np.empty((4, 0), dtype=np.int64)
-        self.n = 0
-        self.objs: np.ndarray | None = None
-        if with_objects:
-            self.objs = np.fromiter(fixed, dtype=object, count=len(fixed))
-        self._fixed = len(fixed)
-
-    @property
-    def lens(self) -> np.ndarray:
-        return self.data[0, : self.n]
-
-    @property
-    def src(self) -> np.ndarray:
-        return self.data[1, : self.n]
-
-    @property
-    def src_off(self) -> np.ndarray:
-        return self.data[2, : self.n]
-
-    @property
-    def slot(self) -> np.ndarray:
-        return self.data[3, : self.n]
-
-    def append(
-        self, lens: np.ndarray, src: np.ndarray, src_off: np.ndarray, objs: np.ndarray | None
-    ) -> None:
-        n, end = self.n, self.n + lens.shape[0]
-        if self.objs is not None:
-            assert objs is not None
-            self.objs = np.concatenate([self.objs[: self._fixed], self.objs[self.slot], objs])
-        if end > self.data.shape[1]:
-            grown = np.empty((4, max(end, 2 * self.data.shape[1])), dtype=np.int64)
-            grown[:, :n] = self.data[:, :n]
-            self.data = grown
-        self.data[0, n:end] = lens
-        self.data[1, n:end] = src
-        self.data[2, n:end] = src_off
-        self.data[3, :end] = np.arange(self._fixed, self._fixed + end, dtype=np.int64)
-        self.n = end
-
-
-# ----------------------------------------------------------------------------- the packer
