@@ -74,6 +74,65 @@ def select_pieces(
 
 
 @njit
+def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots): what
+    does not depend on the tokens, written while the token loads are in flight."""
+    for i in range(pos.shape[0]):
+        pos[i] = i
+    for i in range(att.shape[0]):
+        att[i] = 1
+
+
+@njit
+def _segment_tokens(
+    seg_src: np.ndarray, e: int, eot_id: int, label_mode: int, ids: np.ndarray, lab: np.ndarray
+) -> None:
+    """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
+    ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots.  Labels are read from the
+    source (not from the ids just written), so the loops are plain vectorised copies:
+    ``LABELS_NEXT`` the next token (-100 at the segment's last slot), ``LABELS_HF`` the token
+    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere."""
+    n = seg_src.shape[0]
+    for i in range(n):
+        ids[i] = seg_src[i]
+    if e != 0:
+        ids[n] = eot_id
+    m = n + e
+    if m == 0:
+        return
+    if label_mode == LABELS_NEXT:
+        for i in range(n - 1):
+            lab[i] = seg_src[i + 1]
+        if e != 0 and n > 0:
+            lab[n - 1] = eot_id
+        lab[m - 1] = IGNORE_INDEX
+    elif label_mode == LABELS_HF:
+        lab[0] = IGNORE_INDEX
+        for i in range(1, n):
+            lab[i] = seg_src[i]
+        if e != 0 and n > 0:
+            lab[n] = eot_id
+    else:
+        for i in range(m):
+            lab[i] = IGNORE_INDEX
+
+
+@njit
+def _padding(
+    pad_id: int, ids: np.ndarray, pos: np.ndarray, lab: np.ndarray, att: np.ndarray
+) -> None:
+    """The padding segment (views of its slots): ``pad_id``, positions from 0, -100, mask 0."""
+    for i in range(ids.shape[0]):
+        ids[i] = pad_id
+    for i in range(pos.shape[0]):
+        pos[i] = i
+    for i in range(lab.shape[0]):
+        lab[i] = IGNORE_INDEX
+    for i in range(att.shape[0]):
+        att[i] = 0
+
+
+@njit
 def fill_rows(
     src: np.ndarray,
     src_starts: np.ndarray,
@@ -110,70 +169,21 @@ def fill_rows(
         longest = 0
         cu_seqlens[r, 0] = 0
         for q in range(row_ptr[r], row_ptr[r + 1]):
-            s0 = t
-            n = lengths[q]
-            a = src_starts[q]
-            seg_src = src[a : a + n]
-            seg_ids = ids[s0 : s0 + n]
-            for i in range(n):
-                seg_ids[i] = seg_src[i]
-            t += n
-            if has_eot[q] != 0:
-                ids[t] = eot_id
-                t += 1
-            m = t - s0
-            seg_pos = pos[s0:t]
-            seg_att = att[s0:t]
-            for i in range(m):
-                seg_pos[i] = i
-                seg_att[i] = 1
-            seg_lab = lab[s0:t]
-            if m > 0:
-                if label_mode == LABELS_NEXT:
-                    nxt = ids[s0 + 1 : t]
-                    for i in range(m - 1):
-                        seg_lab[i] = nxt[i]
-                    seg_lab[m - 1] = IGNORE_INDEX
-                elif label_mode == LABELS_HF:
-                    cur = ids[s0:t]
-                    seg_lab[0] = IGNORE_INDEX
-                    for i in range(1, m):
-                        seg_lab[i] = cur[i]
-                else:
-                    for i in range(m):
-                        seg_lab[i] = IGNORE_INDEX
+            a, n, e = src_starts[q], lengths[q], has_eot[q]
+            m = n + e
+            _segment_layout(pos[t : t + m], att[t : t + m])
+            _segment_tokens(src[a : a + n], e, eot_id, label_mode, ids[t : t + m], lab[t : t + m])
+            t += m
             seg += 1
             cu_seqlens[r, seg] = t
-            if m > longest:
-                longest = m
+            longest = max(longest, m)
         if t < seqlen:
-            for i in range(t, seqlen):
-                ids[i] = pad_id
-                pos[i] = i - t
-                lab[i] = IGNORE_INDEX
-                att[i] = 0
+            _padding(pad_id, ids[t:], pos[t:], lab[t:], att[t:])
             seg += 1
             cu_seqlens[r, seg] = seqlen
-            if seqlen - t > longest:
-                longest = seqlen - t
+            longest = max(longest, seqlen - t)
         n_segments[r] = seg
         max_seqlen[r] = longest
-
-
-@njit
-def _touch_pieces(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cu: np.ndarray) -> None:
-    """Read one token per 64-byte line of every piece before the copies.  The pieces lie in
-    unrelated places and are too short for the hardware prefetcher to ramp up, so copying them
-    in turn waits for their cache (and TLB) misses one after another; touched first, the misses
-    are all in flight together.  The sum goes to ``cu``'s last slot (past the entries returned,
-    or overwritten by them) so the loads are kept."""
-    step = max(1, 64 // src.itemsize)
-    acc = 0
-    for q in range(starts.shape[0]):
-        a, n = starts[q], lengths[q]
-        for t in range(a, a + n, step):
-            acc += src[t]
-    cu[cu.shape[0] - 1] = acc
 
 
 @njit
@@ -189,18 +199,25 @@ def one_bin(
     out: np.ndarray,
     cu: np.ndarray,
 ) -> tuple[int, int]:
-    """:func:`select_pieces` then :func:`fill_rows` for the single bin ``b``, reading straight
-    from the whole flat token array ``src``.  ``params`` is ``[seqlen, eot, eot_id, pad_id,
-    label_mode]``; ``out`` (1-D, int64 or int32, at least ``4 * seqlen``) receives ids,
-    positions, labels, attention mask one after the other; ``cu`` (1-D int32, ``C`` entries; it
-    may be the tail of an int32 ``out``) the segment boundaries.  Few arguments: numba's
-    dispatch cost grows with each one, and this is the single-sample path.
+    """The rows of the single bin ``b`` (the rule of :func:`select_pieces` then
+    :func:`fill_rows`), reading straight from the whole flat token array ``src``.  ``params``
+    is ``[seqlen, eot, eot_id, pad_id, label_mode]``; ``out`` (1-D, int64 or int32, at least
+    ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other; ``cu``
+    (1-D int32, ``C`` entries; it may be the tail of an int32 ``out``) the segment boundaries.
+    Few arguments: numba's dispatch cost grows with each one, and this is the single-sample
+    path.  No allocation.
+
+    Three passes: (1) check every piece against the documents, write ``cu`` and read one token
+    per cache line of every piece (the pieces lie in unrelated places and are too short for the
+    hardware prefetcher; touched together, their misses overlap); (2) positions, attention mask
+    and padding, which need no token, so they are written while those loads are in flight;
+    (3) ids and labels.
 
     Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
     the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
     ``bin_ptr``, a piece outside its document, more than ``seqlen`` slots), or ``(-2, 0)`` when
     ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
-    is read or written then."""
+    is read out of bounds then, nor written to ``out`` (``cu`` may be)."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
@@ -210,49 +227,49 @@ def one_bin(
     n = hi - lo
     if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
         return -2, 0
-    # One scratch allocation: the bin, row_ptr, the two scalars, then starts, lengths, eot flags.
-    scratch = np.empty(5 + 3 * n, dtype=np.int64)
-    bins = scratch[0:1]
-    bins[0] = b
-    row_ptr = scratch[1:3]
-    row_ptr[0], row_ptr[1] = 0, n
-    scalars = scratch[3:5]
-    starts = scratch[5 : 5 + n]
-    lengths = scratch[5 + n : 5 + 2 * n]
-    has_eot = scratch[5 + 2 * n : 5 + 3 * n]
-    bad = select_pieces(
-        bin_ptr,
-        piece_doc,
-        piece_start,
-        piece_len,
-        offsets,
-        seqlen,
-        eot,
-        bins,
-        row_ptr,
-        starts,
-        lengths,
-        has_eot,
+    n_docs = offsets.shape[0] - 1
+    step = max(1, 64 // src.itemsize)
+    acc = 0
+    t = 0
+    longest = 0
+    cu[0] = 0
+    for q in range(n):  # (1) the rule of select_pieces, piece by piece
+        p = lo + q
+        d, s, ln = piece_doc[p], piece_start[p], piece_len[p]
+        if d < 0 or d >= n_docs or s < 0 or ln < 0:
+            return -1, 0
+        a = offsets[d]
+        if s > offsets[d + 1] - a or ln > offsets[d + 1] - a - s:
+            return -1, 0
+        m = ln + 1 if eot != 0 and ln < seqlen else ln
+        if m > seqlen - t:
+            return -1, 0
+        for k in range(a + s, a + s + ln, step):
+            acc += src[k]
+        t += m
+        cu[q + 1] = t
+        longest = max(longest, m)
+    cu[cu.shape[0] - 1] = acc  # keeps the loads (a slot past n + 1, or overwritten below)
+    ids, pos, lab, att = (
+        out[:seqlen],
+        out[seqlen : 2 * seqlen],
+        out[2 * seqlen : 3 * seqlen],
+        out[3 * seqlen : 4 * seqlen],
     )
-    if bad >= 0:
-        return -1, 0
-    _touch_pieces(src, starts, lengths, cu)
-    rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
-    fill_rows(
-        src,
-        starts,
-        lengths,
-        has_eot,
-        row_ptr,
-        eot_id,
-        pad_id,
-        label_mode,
-        rows[0],
-        rows[1],
-        rows[2],
-        rows[3],
-        cu.reshape((1, cu.shape[0])),
-        scalars[0:1],
-        scalars[1:2],
-    )
-    return scalars[0], scalars[1]
+    for q in range(n):  # (2)
+        _segment_layout(pos[cu[q] : cu[q + 1]], att[cu[q] : cu[q + 1]])
+    n_seg = n
+    if t < seqlen:
+        _padding(pad_id, ids[t:], pos[t:], lab[t:], att[t:])
+        n_seg += 1
+        cu[n_seg] = seqlen
+        longest = max(longest, seqlen - t)
+    for q in range(n):  # (3)
+        p = lo + q
+        a = offsets[piece_doc[p]] + piece_start[p]
+        ln = piece_len[p]
+        e = cu[q + 1] - cu[q] - ln
+        _segment_tokens(
+            src[a : a + ln], e, eot_id, label_mode, ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
+        )
+    return n_seg, longest
