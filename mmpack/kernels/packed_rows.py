@@ -201,9 +201,10 @@ def one_bin(
 ) -> tuple[int, int]:
     """The rows of the single bin ``b`` (the rule of :func:`select_pieces` then
     :func:`fill_rows`), reading straight from the whole flat token array ``src``.  ``params``
-    is ``[seqlen, eot, eot_id, pad_id, label_mode]``; ``out`` (1-D, int64 or int32, at least
-    ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other; ``cu``
-    (1-D int32, ``C`` entries; it may be the tail of an int32 ``out``) the segment boundaries.
+    is ``[seqlen, eot, eot_id, pad_id, label_mode, cu_at]``; ``out`` (1-D, int64 or int32, at
+    least ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other;
+    ``cu[cu_at:]`` (1-D int32, ``C`` entries) the segment boundaries: with int32 output ``cu``
+    may be ``out`` itself and ``cu_at >= 4 * seqlen`` (one array unboxed less per call).
     Few arguments: numba's dispatch cost grows with each one, and this is the single-sample
     path.  No allocation.
 
@@ -219,6 +220,7 @@ def one_bin(
     ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
     is read out of bounds then, nor written to ``out`` (``cu`` may be)."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
+    cu = cu[params[5] :]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
     lo, hi = bin_ptr[b], bin_ptr[b + 1]
