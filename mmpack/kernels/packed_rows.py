@@ -16,7 +16,12 @@ chain of dependent misses ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, ~0.8 u
 token lines (~5 pieces in unrelated places) and the rest writing 4 x 2048 x 4 (or 8) bytes; on
 a bin already in cache it takes ~1.3 (int32) / ~1.5 us (int64).  Reading one token per cache
 line of every piece first, so that their misses overlap, measured no gain on warm data and was
-dropped (same-run A/B of variants of this kernel, load average ~2.5-3 on the 2-core VM).
+dropped; copying the plan arrays and offsets into transparent huge pages gained nothing either
+(the chain is cache misses, not TLB misses).  A plan that stored each piece as one record of
+(flat token start, length, document), checked against ``offsets`` after the copy, measured
+-0.25 us (int64) / -0.3 us (int32) per bin: one dependent read and two arguments fewer (a plan
+format change, not made).  Same-run A/B of variants of this kernel on preallocated buffers,
+load average ~2.5-3 on the 2-core VM.
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ differ in length between rows, so collate with :func:`mmpack.torch.collate.colla
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
-uniform draw per token.  A single ``ds[i]`` (one compiled ``one_bin`` call into one buffer) takes
-4.9 us against 1.03 us for a 2048-token slice copy (4.8x, int32 4.1x; bound by the bytes written
-and 4 dependent random reads: ``python -m benchmarks.bench_getitem --quick --profile``).
+uniform draw per token.  A single ``ds[i]`` (one compiled ``one_bin`` call into one buffer)
+takes ~4.4 us int64 / ~3.9 us int32 against a 1.0 us random 2048-token slice copy (~4.4x /
+~3.8x; ``python -m benchmarks.bench_getitem --quick --profile``): ~1.35 us of Python objects,
+the writes, and ~1.5 us of dependent and scattered cache misses (:mod:`mmpack.kernels.packed_rows`).
 
 Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
 cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
