@@ -137,8 +137,9 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
     else:
         kernel, *arrays, params, dtype, _ = ds._fast
         buflen, cols, one = ds._buflen, ds._cu_cols, ds._one_buffer
+        cu_at = int(params[5])  # one_bin writes cu_seqlens at cu[cu_at:] (int32: cu is out)
         buf = np.empty(buflen, dtype)
-        cu0 = buf[4 * seqlen :] if one else np.empty(cols, np.int32)
+        cu0 = buf if one else np.empty(cols, np.int32)
 
         written = 4 * seqlen  # ids, positions, labels, attention mask
 
@@ -150,7 +151,7 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
 
         def k_alloc(i: int) -> Any:
             out = np.empty(buflen, dtype)
-            cu = out[4 * seqlen :] if one else np.empty(cols, np.int32)
+            cu = out if one else np.empty(cols, np.int32)
             return out, cu, kernel(*arrays[:6], i, params, out, cu)
 
         def k_dict(i: int) -> Any:
@@ -160,7 +161,7 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
                 "labels": out[2 * seqlen : 3 * seqlen],
                 "position_ids": out[seqlen : 2 * seqlen],
                 "attention_mask": out[3 * seqlen : 4 * seqlen],
-                "cu_seqlens": cu[: n_seg + 1],
+                "cu_seqlens": cu[cu_at : cu_at + n_seg + 1],
                 "max_seqlen": longest,
             }
 

@@ -40,9 +40,10 @@ differ in length between rows, so collate with :func:`mmpack.torch.collate.colla
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
-uniform draw per token.  A single ``ds[i]`` (one compiled ``one_bin`` call into one buffer) takes
-4.9 us against 1.03 us for a 2048-token slice copy (4.8x, int32 4.1x; bound by the bytes written
-and 4 dependent random reads: ``python -m benchmarks.bench_getitem --quick --profile``).
+uniform draw per token.  A single ``ds[i]`` (one compiled ``one_bin`` call into one buffer)
+takes ~4.4 us int64 / ~3.9 us int32 against a 1.0 us random 2048-token slice copy (~4.4x /
+~3.8x; ``python -m benchmarks.bench_getitem --quick --profile``): ~1.35 us of Python objects,
+the writes, and ~1.5 us of dependent and scattered cache misses (:mod:`mmpack.kernels.packed_rows`).
 
 Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
 cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
@@ -220,12 +221,12 @@ class PackedDataset:
         )
         shift = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
         self._label_mode = LABELS_NONE if self._mlm else shift
-        self._params = np.array(
-            [self.seqlen, int(self.eot is not None), self._eot_id, self.pad_id, self._label_mode],
-            dtype=np.int64,
-        )
         # One single-sample buffer: 4 * seqlen, + cu_seqlens with int32 output (int64: 2 arrays).
         self._one_buffer = self.dtype == np.int32
+        cu_at = 4 * self.seqlen if self._one_buffer else 0  # where one_bin writes cu_seqlens
+        eot = (int(self.eot is not None), self._eot_id)
+        params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at]
+        self._params = np.array(params, dtype=np.int64)
         self._plan = cached_plan(
             self.store,
             self.seqlen,
@@ -258,7 +259,8 @@ class PackedDataset:
         self._fast = (kernel, *arrays, self._src, self._params, self.dtype, self._cold)
         q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
         views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
-        self._layout = (self._buflen, self._one_buffer, self._cu_cols, slice(4 * q, None), *views)
+        cu_at = int(self._params[5])
+        self._layout = (self._buflen, self._one_buffer, self._cu_cols, cu_at, *views)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -326,12 +328,13 @@ class PackedDataset:
         # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
         buflen, one_buf, cu_cols, cu_at, ids, lab, pos, att = self._layout
         out = np.empty(buflen, dtype)
-        cu = out[cu_at] if one_buf else np.empty(cu_cols, _INT32)
+        cu = out if one_buf else np.empty(cu_cols, _INT32)  # cu_seqlens at cu[cu_at:]
         n_seg, longest = kernel(  # one_bin
             bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
             cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)
+            cu_at = 0
         if self._mlm:
             rows = out[: 4 * self.seqlen].reshape(4, 1, self.seqlen)
             epoch = getattr(i, "epoch", self.epoch)
@@ -341,7 +344,7 @@ class PackedDataset:
             "labels": out[lab],
             "position_ids": out[pos],
             "attention_mask": out[att],
-            "cu_seqlens": cu[: n_seg + 1],
+            "cu_seqlens": cu[cu_at : cu_at + n_seg + 1],
             "max_seqlen": longest,
         }
 

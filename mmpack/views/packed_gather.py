@@ -144,12 +144,15 @@ def read_bin(
     """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
     into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
     ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
-    ``params`` as :func:`~mmpack.kernels.packed_rows.one_bin` takes it (the general path of
-    ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the plan's fullest bin).
+    ``params`` as :func:`~mmpack.kernels.packed_rows.one_bin` takes it, but for its ``cu_at``
+    (the general path of ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the
+    plan's fullest bin).
     ``FormatError`` when the bin does not fit the plan or the documents."""
     bin_ptr = plan.bin_ptr
     n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
     cu = np.empty(max(n, 0) + 2, dtype=np.int32)
+    params = params.copy()
+    params[5] = 0  # cu_seqlens in their own array
     n_seg, longest = one_bin(
         bin_ptr,
         plan.piece_doc,

@@ -1,0 +1,211 @@
+"""The packed-row kernels (mmpack.kernels.packed_rows) against their slow Python twin.
+
+:func:`one_bin` (the single-sample path) and :func:`select_pieces` + :func:`fill_rows` (the
+batch path) are compared with :func:`twin_bin`, a plain-Python spelling of the contract, on
+random documents and random plans -- corrupt ones included (pieces outside their document,
+bins over ``seqlen``, a ``bin_ptr`` out of range or decreasing) -- for every label mode, with
+and without eot, int64 and int32 outputs, and ``cu_seqlens`` in its own array or in the tail of
+an int32 output (``cu_at``).  Rerun with ``NUMBA_BOUNDSCHECK=1`` by ``make test``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmpack.kernels.packed_rows import (
+    LABELS_HF,
+    LABELS_NEXT,
+    LABELS_NONE,
+    fill_rows,
+    one_bin,
+    select_pieces,
+)
+
+IGNORE = -100
+
+
+def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, cu_room):
+    """``(code, sample)``: ``code`` is what ``one_bin`` returns ((-1, 0) corrupt, (-2, 0) no
+    room for ``cu_seqlens``), ``sample`` (ids, positions, labels, mask, cu) when it succeeds."""
+    seqlen, eot, eot_id, pad_id, mode = (int(v) for v in params[:5])
+    if not 0 <= b < len(bin_ptr) - 1:
+        return (-1, 0), None
+    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
+    if lo < 0 or hi < lo or hi > len(piece_doc):
+        return (-1, 0), None
+    if hi - lo + 2 > cu_room:
+        return (-2, 0), None
+    segments = []
+    for p in range(lo, hi):
+        d, s, n = int(piece_doc[p]), int(piece_start[p]), int(piece_len[p])
+        if not 0 <= d < len(offsets) - 1 or s < 0 or n < 0:
+            return (-1, 0), None
+        a, z = int(offsets[d]), int(offsets[d + 1])
+        if s + n > z - a:
+            return (-1, 0), None
+        segments.append([int(t) for t in src[a + s : a + s + n]] + [eot_id] * (eot and n < seqlen))
+    if sum(map(len, segments)) > seqlen:
+        return (-1, 0), None
+    ids, pos, lab, att, cu = [], [], [], [], [0]
+    for seg in segments:
+        ids += seg
+        pos += range(len(seg))
+        att += [1] * len(seg)
+        if seg and mode == LABELS_NEXT:
+            lab += seg[1:] + [IGNORE]
+        elif seg and mode == LABELS_HF:
+            lab += [IGNORE] + seg[1:]
+        else:
+            lab += [IGNORE] * len(seg)
+        cu.append(len(ids))
+    pad = seqlen - len(ids)
+    if pad:
+        ids += [pad_id] * pad
+        pos += range(pad)
+        lab += [IGNORE] * pad
+        att += [0] * pad
+        cu.append(seqlen)
+    longest = max(b - a for a, b in zip(cu, cu[1:]))
+    return (len(cu) - 1, longest), (ids, pos, lab, att, cu)
+
+
+@st.composite
+def cases(draw):
+    doc = st.lists(st.integers(0, 60000), min_size=draw(st.sampled_from([0, 1, 3])), max_size=9)
+    docs = draw(st.lists(doc, min_size=1, max_size=8))
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum([len(d) for d in docs], out=offsets[1:])
+    src = np.array([t for d in docs for t in d], dtype=np.uint16)
+    seqlen = draw(st.integers(1, 16))
+    corrupt = draw(st.integers(0, 3)) == 0
+    wild = st.integers(-3, 30) if corrupt else None
+    pieces = []
+    for _ in range(draw(st.integers(0, 8))):
+        d = draw(st.integers(0, len(docs) - 1) if wild is None else wild)
+        dl = len(docs[d]) if 0 <= d < len(docs) else 0
+        s = draw(st.sampled_from([0, 0, dl // 2, dl]) if wild is None else wild)
+        n = draw(st.sampled_from([dl - s, dl - s, max(dl - s - 1, 0), 0]) if wild is None else wild)
+        pieces.append((d, s, n))
+    cuts = sorted(draw(st.lists(st.integers(0, len(pieces)), max_size=5)))
+    bin_ptr = [0, *cuts, len(pieces)]
+    if corrupt and draw(st.booleans()):
+        bin_ptr = draw(st.lists(st.integers(-2, len(pieces) + 2), min_size=1, max_size=6))
+    arr = np.array(pieces, dtype=np.int64).reshape(-1, 3)
+    plan = (
+        np.array(bin_ptr, dtype=np.int64),
+        np.ascontiguousarray(arr[:, 0]),
+        np.ascontiguousarray(arr[:, 1]),
+        np.ascontiguousarray(arr[:, 2]).astype(np.int32),
+    )
+    eot = draw(st.booleans())
+    mode = draw(st.sampled_from([LABELS_NONE, LABELS_NEXT, LABELS_HF]))
+    params = [seqlen, int(eot), draw(st.integers(0, 70000)), draw(st.integers(0, 70000)), mode]
+    return plan, offsets, src, params
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=cases(), dtype=st.sampled_from([np.int64, np.int32]), data=st.data())
+def test_one_bin_matches_its_twin(case, dtype, data):
+    plan, offsets, src, params = case
+    seqlen = params[0]
+    n_bins = len(plan[0]) - 1
+    b = data.draw(st.one_of(st.integers(0, max(n_bins - 1, 0)), st.integers(-1, n_bins + 1)))
+    room = data.draw(st.one_of(st.just(12), st.integers(0, 12)))  # cu_seqlens entries
+    in_out = dtype == np.int32 and data.draw(st.booleans())
+    if in_out:  # cu_seqlens in the tail of the output, as PackedDataset does for int32
+        out = np.full(4 * seqlen + room, 77, dtype=dtype)
+        cu_arr, cu_at = out, 4 * seqlen
+    else:
+        out = np.full(4 * seqlen, 77, dtype=dtype)
+        cu_at = data.draw(st.integers(0, 3))
+        cu_arr = np.full(cu_at + room, 77, dtype=np.int32)
+    p = np.array([*params, cu_at], dtype=np.int64)
+    code, want = twin_bin(*plan, offsets, src, b, p, room)
+    got = one_bin(*plan, offsets, src, b, p, out, cu_arr)
+    assert tuple(got) == code
+    if want is None:
+        assert (out[: 4 * seqlen] == 77).all()  # nothing written to the rows
+        return
+    ids, pos, lab, att, cu = want
+    rows = out[: 4 * seqlen].reshape(4, seqlen)
+    assert [r.tolist() for r in rows] == [ids, pos, lab, att]
+    assert cu_arr[cu_at : cu_at + len(cu)].tolist() == cu
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=cases(), dtype=st.sampled_from([np.int64, np.int32]), data=st.data())
+def test_batch_kernels_match_the_twin(case, dtype, data):
+    """select_pieces + fill_rows over a batch of bins give the twin's rows (corrupt bins are
+    reported by select_pieces, as the twin's code -1)."""
+    plan, offsets, src, params = case
+    bin_ptr = plan[0]
+    n_bins = len(bin_ptr) - 1
+    if n_bins < 1 or (np.diff(bin_ptr) < 0).any() or bin_ptr.min() < 0:
+        return  # piece_ranges refuses these before the kernels (tests/test_packed.py)
+    if bin_ptr.max() > len(plan[1]):
+        return
+    seqlen, eot, eot_id, pad_id, mode = params
+    idx = np.array(data.draw(st.lists(st.integers(0, n_bins - 1), max_size=5)), dtype=np.int64)
+    counts = bin_ptr[idx + 1] - bin_ptr[idx]
+    row_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    total = int(row_ptr[-1])
+    starts, lengths, has_eot = (np.empty(total, dtype=np.int64) for _ in range(3))
+    bad = select_pieces(*plan, offsets, seqlen, eot, idx, row_ptr, starts, lengths, has_eot)
+    p = np.array([*params, 0], dtype=np.int64)
+    twins = [twin_bin(*plan, offsets, src, int(b), p, 10**6) for b in idx]
+    first_bad = next((r for r, (code, _) in enumerate(twins) if code[0] < 0), -1)
+    assert bad == first_bad
+    if bad >= 0:
+        return
+    k = len(idx)
+    ids, pos, lab, att = (np.empty((k, seqlen), dtype=dtype) for _ in range(4))
+    cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
+    n_seg, longest = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+    if k:
+        fill_rows(
+            src,
+            starts,
+            lengths,
+            has_eot,
+            row_ptr,
+            eot_id,
+            pad_id,
+            mode,
+            ids,
+            pos,
+            lab,
+            att,
+            cu,
+            n_seg,
+            longest,
+        )
+    for r, ((n, m), want) in enumerate(twins):
+        assert (n_seg[r], longest[r]) == (n, m)
+        assert [ids[r].tolist(), pos[r].tolist(), lab[r].tolist(), att[r].tolist()] == list(
+            want[:4]
+        )
+        assert cu[r, : n + 1].tolist() == want[4]
+
+
+def test_worked_example():
+    """One document [5, 6] and eot 99 in an 8-slot bin, every label mode."""
+    plan = (np.array([0, 1]), np.array([0]), np.array([0]), np.array([2], dtype=np.int32))
+    offsets, src = np.array([0, 2]), np.array([5, 6], dtype=np.uint16)
+    want = {
+        LABELS_NEXT: [6, 99, -100, -100, -100, -100, -100, -100],
+        LABELS_HF: [-100, 6, 99, -100, -100, -100, -100, -100],
+        LABELS_NONE: [-100] * 8,
+    }
+    for mode, labels in want.items():
+        out, cu = np.zeros(32, dtype=np.int64), np.zeros(4, dtype=np.int32)
+        got = one_bin(*plan, offsets, src, 0, np.array([8, 1, 99, 0, mode, 0]), out, cu)
+        assert tuple(got) == (2, 5) and cu[:3].tolist() == [0, 3, 8]
+        assert out.reshape(4, 8).tolist() == [
+            [5, 6, 99, 0, 0, 0, 0, 0],
+            [0, 1, 2, 0, 1, 2, 3, 4],
+            labels,
+            [1, 1, 1, 0, 0, 0, 0, 0],
+        ]
