@@ -78,7 +78,7 @@ docs_strategy = st.lists(st.lists(st.integers(1, 500), max_size=40), min_size=1,
     pad_id=st.integers(-5, 1000),
     label_shift=st.sampled_from(["next", "hf"]),
     long_docs=st.sampled_from(["split", "truncate", "drop"]),
-    algorithm=st.sampled_from(["bfd", "stream"]),
+    algorithm=st.sampled_from(["bfd", "online"]),
     backend=st.sampled_from(["memmap", "zarr"]),
 )
 def test_samples_match_reference(

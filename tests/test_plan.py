@@ -194,7 +194,7 @@ def test_stream_identical_to_reference(case, window):
         seqlen,
         add_eot=eot,
         long_docs=long_docs,
-        algorithm="stream",
+        algorithm="online",
         lookahead=window,
     )
     check_valid(plan, lens, seqlen, eot, long_docs)
@@ -297,7 +297,7 @@ def test_bfd_lognormal_within_one_percent_of_lower_bound():
     assert s.n_bins <= 1.01 * s.lower_bound_bins
     assert s.excess_bins < 1e-3
     plan.validate(lens)
-    stream = build_plan(lens, 2048, add_eot=True, algorithm="stream")
+    stream = build_plan(lens, 2048, add_eot=True, algorithm="online")
     assert stream.stats.n_bins <= 1.01 * s.lower_bound_bins  # measured: excess 2e-3
 
 
@@ -317,7 +317,7 @@ def test_bad_parameters():
     with pytest.raises(TypeError, match="seqlen"):
         build_plan(lens, 8.0, add_eot=True)
     with pytest.raises(ValueError, match="lookahead"):
-        build_plan(lens, 8, add_eot=True, algorithm="stream", lookahead=0)
+        build_plan(lens, 8, add_eot=True, algorithm="online", lookahead=0)
     with pytest.raises(ValueError, match="doc_lens"):
         build_plan(np.array([1, -2]), 8, add_eot=True)
     with pytest.raises(TypeError, match="doc_lens"):
@@ -447,7 +447,7 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     assert elapsed < 0.05, f"reopening a cached plan took {elapsed * 1e3:.1f} ms"
     # Other parameters get other files.
     cached_plan(store, 2048, add_eot=False)
-    cached_plan(store, 2048, add_eot=True, algorithm="stream", lookahead=8)
+    cached_plan(store, 2048, add_eot=True, algorithm="online", lookahead=8)
     assert len(list((tmp_path / "cache").iterdir())) == 3
     # A file whose recorded key does not match (e.g. copied from another store) is never used.
     impostor = build_plan(np.array([1, 2]), 2048, add_eot=True)
@@ -565,7 +565,7 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     st.integers(1, 3000),
     st.booleans(),
     st.sampled_from(LONG_DOCS),
-    st.sampled_from(["bfd", "stream", "nextfit"]),
+    st.sampled_from(["bfd", "online", "nextfit"]),
     st.integers(1, 5),
 )
 def test_compressed_index_gives_identical_plans(lens, seqlen, eot, long_docs, algorithm, window):
@@ -591,7 +591,7 @@ import resource
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
 import numpy as np
 from mmpack.views.plan import build_plan
-for alg in ("bfd", "stream", "nextfit"):
+for alg in ("bfd", "online", "nextfit"):
     for long_docs in ("split", "truncate"):
         p = build_plan(np.array([5, 7, 9]), 2**28, add_eot=True, algorithm=alg, long_docs=long_docs)
         assert p.n_bins == 1 and sorted(p.piece_doc.tolist()) == [0, 1, 2], (alg, p)

@@ -96,3 +96,12 @@ def test_plan_eot_attribute_is_a_deprecated_alias():
     with pytest.warns(DeprecationWarning, match=r"PackingPlan.eot is deprecated") as rec:
         assert plan.eot is True
     assert rec[0].filename == __file__
+
+
+def test_algorithm_stream_is_a_deprecated_alias_of_online():
+    """``algorithm="stream"`` (easily confused with StreamingPacker) still builds the
+    ``"online"`` plan, and says so once at the caller."""
+    want = build_plan(LENS, 16, add_eot=True, algorithm="online", lookahead=4)
+    with pytest.warns(DeprecationWarning, match="algorithm='stream' is deprecated"):
+        got = build_plan(LENS, 16, add_eot=True, algorithm="stream", lookahead=4)
+    assert same(got, want)

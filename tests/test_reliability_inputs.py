@@ -923,7 +923,7 @@ TABLE: list[Row] = [
         "lookahead=2**70",
         ValueError,
         "lookahead must be <= 2**62",
-        lambda e: PackedDataset(e.store, 4, algorithm="stream", lookahead=2**70),
+        lambda e: PackedDataset(e.store, 4, algorithm="online", lookahead=2**70),
     ),
     Row(
         "ResumableSampler",
