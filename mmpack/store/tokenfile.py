@@ -31,19 +31,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from mmpack.store.blockwriter import BlockWriter
 from mmpack.store.format import smallest_token_dtype
-from mmpack.store.integrity import block_digest
 from mmpack.store.tokens import MAX_TOKEN
 
 __all__ = ["TokenFile"]
 
 _WIDEN_STEP = 1 << 22
+_DIRECT_BYTES = 1 << 20
+_DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
 
 
 class TokenFile:
@@ -75,25 +77,26 @@ class TokenFile:
         self.fixed = fixed
         self.checksum = checksum
         self.block_bytes = block_bytes
+        self.direct_bytes = min(_DIRECT_BYTES, block_bytes)
+        """Appends of at least this many bytes in the file's dtype are written straight from
+        the caller's buffers; smaller ones are copied into the staging block."""
         self.valid_max = MAX_TOKEN if fixed is None else min(MAX_TOKEN, int(np.iinfo(fixed).max))
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
-        self._buf = np.empty(block_bytes, dtype=np.uint8)
-        self._spare: np.ndarray | None = None  # the block being hashed and written
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
-        self._allocated = 0  # bytes of disk reserved (-1: the file system cannot)
-        self._fill = 0  # bytes held in the buffer (the tail of the file, not yet written)
-        self.digests: list[int] = []  # one per written block
+        self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
+        self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
+        self._spare: np.ndarray | None = None  # the staging block being written
+        self._fill = 0  # bytes held in the staging block (after the bytes handed over)
         self.num_tokens = 0
         self.widen_hook: Callable[[np.dtype], None] | None = None
         """Called instead of :meth:`widen` when set (the writer routes it through its own
         method; :meth:`close` clears it, so no reference cycle outlives the build)."""
 
     # ------------------------------------------------------------------------------- appending
-    def append(self, src: np.ndarray) -> int:
+    def append(self, src: np.ndarray, owned: bool = False) -> int:
         """Append the tokens ``src`` (1-D integer array); return -1, or the index of the first
-        token out of range, in which case nothing of ``src`` stays appended."""
+        token out of range, in which case nothing of ``src`` stays appended.  ``owned``: the
+        caller never changes ``src`` again, so it may still be being written on return."""
         if not src.dtype.isnative:
             src = src.astype(src.dtype.newbyteorder("="))
         if (
@@ -102,7 +105,7 @@ class TokenFile:
             and int(np.iinfo(src.dtype).max) <= self.valid_max
             and src.flags.c_contiguous
         ):
-            self._append_same(src)  # every value fits: nothing to convert or check
+            self._append_same(src, owned)  # every value fits: nothing to convert or check
             return -1
         mark = self.num_tokens
         if src.size:
@@ -123,19 +126,36 @@ class TokenFile:
     def append_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
         """Append the tokens of ``docs`` back to back when every one is a 1-D array of the
         file's dtype whose every value is valid (an unsigned dtype no wider than the token
-        rule allows): one ``np.concatenate`` per checksum block copies them straight into the
-        block.  ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
-        they were appended; on False nothing of them is (the caller converts and checks)."""
+        rule allows); ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
+        they were appended; on False nothing of them is (the caller converts and checks).
+
+        At least :attr:`direct_bytes` in all are written straight from the documents (their
+        dtypes and dimensions checked with two C-level passes, ``os.pwritev`` on the writer
+        thread); the caller must not change them before :meth:`sync`.  Fewer are copied into
+        the staging block with ``np.concatenate(..., out=, casting="no")``."""
         dt = self.dtype
         if dt.kind != "u" or int(np.iinfo(dt).max) > self.valid_max:
             return False
         if not docs or docs[0].dtype != dt:
             return False
+        total = int(lengths.sum())
+        if not total:
+            return False  # nothing would check the documents
+        if total * dt.itemsize < self.direct_bytes:
+            return self._copy_arrays(docs, lengths)
+        if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
+            return False
+        self._hand_over()
+        self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
+        self.num_tokens += total
+        return True
+
+    def _copy_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
+        """:meth:`append_arrays` through the staging block: one ``np.concatenate`` per block."""
+        dt = self.dtype
         ends = np.cumsum(lengths)
         starts = ends - lengths
         total, n, itemsize = int(ends[-1]), len(docs), dt.itemsize
-        if not total:
-            return False  # nothing would check the documents
         mark, pos, i, cut = self.num_tokens, 0, 0, 0  # docs[i][:cut] are in already
         try:
             while pos < total:
@@ -155,14 +175,14 @@ class TokenFile:
                 self.num_tokens += stop - pos
                 pos = stop
                 if self._fill == self.block_bytes:
-                    self._emit()
+                    self._hand_over()
         except (TypeError, ValueError):
             self._rollback(mark)
             return False
         return True
 
     def _convert(self, src: np.ndarray) -> int:
-        """Convert ``src`` into the buffer block by block; -1, or the index of the first token
+        """Convert ``src`` into the staging block by block; -1, or the index of the first token
         beyond the current dtype (everything before it is appended)."""
         from mmpack.kernels.store import convert_tokens
 
@@ -179,31 +199,29 @@ class TokenFile:
             self._fill += got * itemsize
             self.num_tokens += got
             if self._fill == self.block_bytes:
-                self._emit()
+                self._hand_over()
             if got < part.size:
                 return done + got
             done += got
         return -1
 
-    def _append_same(self, src: np.ndarray) -> None:
-        """Append tokens already in the file's dtype: whole blocks are hashed and written
-        straight from ``src`` (no copy), the ends go through the buffer."""
+    def _append_same(self, src: np.ndarray, owned: bool) -> None:
+        """Append tokens already in the file's dtype: at least :attr:`direct_bytes` are written
+        straight from ``src`` (no copy), fewer copied into the staging block."""
         raw = src.view(np.uint8)
-        if self._fill:
-            take = min(raw.size, self.block_bytes - self._fill)
-            self._buf[self._fill : self._fill + take] = raw[:take]
-            self._fill += take
-            raw = raw[take:]
-            if self._fill == self.block_bytes:
-                self._emit()
-        borrowed = raw.size >= self.block_bytes
-        while raw.size >= self.block_bytes:
-            self._submit(raw[: self.block_bytes])
-            raw = raw[self.block_bytes :]
-        if borrowed:
-            self._sync()  # the caller may change ``src`` once this returns
-        self._buf[: raw.size] = raw
-        self._fill += raw.size
+        if raw.size >= self.direct_bytes:
+            self._hand_over()
+            self._out.submit([raw], np.array([raw.size], dtype=np.int64))
+            if not owned:
+                self._out.sync()  # the caller may change ``src`` once this returns
+        else:
+            while raw.size:
+                take = min(raw.size, self.block_bytes - self._fill)
+                self._buf[self._fill : self._fill + take] = raw[:take]
+                self._fill += take
+                raw = raw[take:]
+                if self._fill == self.block_bytes:
+                    self._hand_over()
         self.num_tokens += src.size
 
     def _first_invalid(self, src: np.ndarray) -> int:
@@ -214,128 +232,62 @@ class TokenFile:
             bad |= src > src.dtype.type(self.valid_max)
         return int(np.argmax(bad)) if bad.any() else -1
 
-    def _emit(self) -> None:
-        """Hand the full buffer (one block) to the writer thread, which hashes and writes it
-        while the next block is converted into the other buffer."""
+    def _hand_over(self) -> None:
+        """Hand what the staging block holds to the writer thread, which writes it while the
+        next tokens go into the other staging block."""
+        if not self._fill:
+            return
         full = self._buf
-        self._submit(full)
+        self._out.submit([full[: self._fill]], np.array([self._fill], dtype=np.int64))
         self._buf = self._spare if self._spare is not None else np.empty_like(full)
-        self._spare = full
+        self._spare = full  # reused once the next submit has waited for this one
         self._fill = 0
 
-    def _submit(self, block: np.ndarray) -> None:
-        self._sync()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
-        self._pending = self._pool.submit(self._hash_and_write, block)
-
-    def _hash_and_write(self, block: np.ndarray) -> None:
-        self.digests.append(block_digest(self.checksum, block))
-        end = len(self.digests) * self.block_bytes
-        if end > self._allocated and self._allocated >= 0:
-            # Reserve the disk blocks ahead, as ndarray.tofile does: ext4 then writes a stream
-            # of 16 MiB blocks as fast as one large write (~2x faster than without).
-            step = min(max(64 << 20, self._allocated), 1 << 30)
-            ok = _reserve(self.file.fileno(), self._allocated, step)
-            self._allocated = self._allocated + step if ok else -1
-        self.file.write(memoryview(block))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-
-    def _sync(self) -> None:
-        """Wait for the block in flight (its error, e.g. a full disk, is raised here)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+    def sync(self) -> None:
+        """Wait until no buffer of the caller's is being written (its error is raised here)."""
+        self._out.sync()
 
     def _rollback(self, num_tokens: int) -> None:
         """Drop every token from ``num_tokens`` on (it is at most :attr:`num_tokens`)."""
-        self._sync()
         pos = num_tokens * self.dtype.itemsize
-        written = len(self.digests) * self.block_bytes
-        if pos < written:  # blocks were completed since: read the partial block back
-            k = pos // self.block_bytes
-            self.file.flush()
-            with open(self.path, "rb") as f:
-                f.seek(k * self.block_bytes)
-                f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-            self.file.seek(k * self.block_bytes)
-            self.file.truncate()
-            self._allocated = min(self._allocated, k * self.block_bytes)
-            del self.digests[k:]
-            self._fill = pos - k * self.block_bytes
-        else:
-            self._fill = pos - written
+        if pos >= self._out.end:
+            self._fill = pos - self._out.end
+        else:  # bytes were handed over since: cut the file
+            self._out.truncate(pos)
+            self._fill = 0
         self.num_tokens = num_tokens
 
     def widen(self, dtype: np.dtype) -> None:
         """Rewrite the tokens so far as ``dtype`` into a new file through the same pass, then
         replace the file with one rename (the old file stays whole until then)."""
-        self._sync()
-        self.file.write(memoryview(self._buf[: self._fill]))  # type: ignore[arg-type]
+        self._hand_over()
+        self._out.sync()
+        self._out.close()
         self.file.close()
-        self._allocated = 0
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
+        self._out = BlockWriter(self.file.fileno(), new_path, self.checksum, self.block_bytes)
         self.dtype, self._fill, self.num_tokens = dtype, 0, 0
-        self.digests = []
         if count:  # an empty file cannot be memory-mapped
             old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))
             for lo in range(0, count, _WIDEN_STEP):
                 assert self._convert(np.asarray(old[lo : lo + _WIDEN_STEP])) < 0  # all fit
             del old
-        self._sync()
+        self._out.sync()
         os.replace(new_path, self.path)
 
     # ------------------------------------------------------------------------------- finishing
     def finish(self) -> list[int]:
-        """Write the last (partial) block; the digests of every block."""
-        self._sync()
-        if self._fill:
-            tail = self._buf[: self._fill]
-            self.digests.append(block_digest(self.checksum, tail))
-            self.file.write(memoryview(tail))  # type: ignore[arg-type]
-            self._fill = 0
-        self._trim()
-        return self.digests
-
-    def _trim(self) -> None:
-        """Release the disk blocks reserved past the end of the file."""
-        if self._allocated > 0:
-            self.file.flush()
-            os.ftruncate(self.file.fileno(), self.num_tokens * self.dtype.itemsize)
+        """Write the last (partial) staging block; the digests of every block."""
+        self._hand_over()
+        return self._out.digests()
 
     def close(self) -> None:
-        """Wait for the writer thread and close the file (an error of the block in flight is
+        """Wait for the writer threads and close the file (an error of the block in flight is
         dropped: the build is being abandoned or :meth:`finish` already raised it)."""
         self.widen_hook = None
         try:
-            if self._pending is not None:
-                self._pending.exception()
-                self._pending = None
+            self._out.close()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
             self.file.close()
-
-
-_libc: object = None
-
-
-def _reserve(fd: int, offset: int, length: int) -> bool:
-    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``; False where unsupported."""
-    global _libc
-    if _libc is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fallocate = lib.fallocate
-            fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            _libc = fallocate
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
-        return False
-    return _libc(fd, 1, offset, length) == 0  # type: ignore[operator]

@@ -274,7 +274,12 @@ class StoreWriter:
         scalars, mixed dtypes) goes document by document through the exact checks.  The first
         bad document raises, naming it: the documents before it are added, it and the documents
         after it in ``docs`` are not (the error gives its index, ``len`` of the store so far)."""
-        source = DocChunks(docs)
+        try:
+            self._add_chunks(DocChunks(docs))
+        finally:
+            self._tokens.sync()  # no document of the caller's is still being written
+
+    def _add_chunks(self, source: DocChunks) -> None:
         while True:
             # Chunks hold about a quarter of buffer_tokens, so memory stays bounded whatever
             # the documents' lengths (one document at a time when they are huge).
@@ -297,7 +302,7 @@ class StoreWriter:
                     self._add_one_by_one(got)
                     continue
                 flat, lens = joined, plain
-            self._write_block(flat, lens, keep_good=True)
+            self._write_block(flat, lens, keep_good=True, owned=True)
 
     def _add_one_by_one(self, docs: list[Any]) -> None:
         for doc in docs:
@@ -326,11 +331,14 @@ class StoreWriter:
         self._attached[name] = bytes(data)
 
     # --------------------------------------------------------------------------- internals
-    def _write_block(self, flat: np.ndarray, lengths: np.ndarray, keep_good: bool) -> None:
+    def _write_block(
+        self, flat: np.ndarray, lengths: np.ndarray, keep_good: bool, owned: bool = False
+    ) -> None:
         """Append documents given flat (``lengths`` int64, summing to ``flat.size``); a bad token
-        raises naming its document, after appending the documents before it if ``keep_good``."""
+        raises naming its document, after appending the documents before it if ``keep_good``.
+        ``owned``: nothing changes ``flat`` again (it may still be being written on return)."""
         first = self._num_docs
-        bad = self._tokens.append(flat)
+        bad = self._tokens.append(flat, owned)
         if bad < 0:
             self._add_offsets(lengths)
             return
