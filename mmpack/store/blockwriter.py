@@ -32,7 +32,6 @@ __all__ = ["BlockWriter"]
 
 _IOV_MAX = 1024  # buffers per pwritev (Linux's IOV_MAX)
 _PIECE = 16 << 20  # a single large buffer is written in slices of this size (hashes overlap)
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class BlockWriter:
@@ -126,7 +125,7 @@ class BlockWriter:
             mm = mmap.mmap(
                 self._rfd,
                 size + lo - base,
-                flags=mmap.MAP_SHARED | _POPULATE,
+                flags=mmap.MAP_SHARED,
                 prot=mmap.PROT_READ,
                 offset=base,
             )
