@@ -174,21 +174,59 @@ def _copy_floors(docs: list[np.ndarray], chunk: int = 4096) -> dict[str, float]:
     return out
 
 
+def _threads_cpu(fn) -> dict[str, float]:
+    """Run ``fn`` (a build); seconds of wall, process CPU, and the CPU time of each thread: the
+    caller's (``main``), the writer's (``pwritev``) and the hasher's (block digests read back
+    from the file)."""
+    from unittest import mock
+
+    from mmpack.store.blockwriter import BlockWriter
+
+    acc = {"writer": 0.0, "hasher": 0.0}
+
+    def timed(orig, key):
+        def run(*args, **kwargs):
+            c = time.thread_time()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                acc[key] += time.thread_time() - c
+
+        return run
+
+    with (
+        mock.patch.object(BlockWriter, "_write", timed(BlockWriter._write, "writer")),
+        mock.patch.object(BlockWriter, "_digest", timed(BlockWriter._digest, "hasher")),
+    ):
+        w0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+        fn()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        main = time.thread_time() - m0
+    return {
+        "wall": wall,
+        "CPU": cpu,
+        "main-thread CPU": main,
+        **{k + " CPU": v for k, v in acc.items()},
+    }
+
+
 def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     """Where the time of a list and a generator build goes (see the module docstring)."""
     from unittest import mock
 
+    from mmpack.store.blockwriter import BlockWriter
     from mmpack.store.format import BLOCK_BYTES
     from mmpack.store.integrity import block_digest
-    from mmpack.store.tokenfile import TokenFile
 
     docs, flat = _corpus(20_000_000 if quick else 200_000_000)
     raw = flat.view(np.uint8)
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
 
-    def gather(gen: bool) -> float:  # the main thread alone: take, check, copy, offsets
-        with mock.patch.object(TokenFile, "_hash_and_write", lambda self, b: None):
-            w = StoreWriter(tmp / "g", overwrite=True, fsync=False).__enter__()
+    def gather(gen: bool) -> float:  # the main thread alone: take, check, hand over, offsets
+        with mock.patch.object(
+            BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()
+        ):
+            w = StoreWriter(tmp / "g", overwrite=True, fsync=False, dtype=flat.dtype).__enter__()
             try:
                 c = time.thread_time()
                 w.add_many((d for d in docs) if gen else docs)
@@ -203,23 +241,27 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
             for name, fn in [
                 ("tofile", lambda: flat.tofile(tmp / "raw.bin")),
                 (
-                    "hash (XXH64, 16 MiB blocks)",
+                    "hash in memory (XXH64, 16 MiB blocks)",
                     lambda: [
                         block_digest("xxh64", raw[a : a + BLOCK_BYTES])
                         for a in range(0, raw.size, BLOCK_BYTES)
                     ],
                 ),
+            ]:
+                wall, cpu = _seconds(fn)
+                stages.setdefault(name + ": wall", []).append(wall)
+                stages.setdefault(name + ": CPU", []).append(cpu)
+            for name, fn in [
                 ("build(list)", lambda: build(tmp / "s", docs, overwrite=True, fsync=False)),
                 (
                     "build(generator)",
                     lambda: build(tmp / "s", (d for d in docs), overwrite=True, fsync=False),
                 ),
             ]:
-                wall, cpu = _seconds(fn)
-                stages.setdefault(name + ": wall", []).append(wall)
-                stages.setdefault(name + ": CPU", []).append(cpu)
+                for key, value in _threads_cpu(fn).items():
+                    stages.setdefault(f"{name}: {key}", []).append(value)
             for gen in (False, True):
-                key = f"gather+copy ({'generator' if gen else 'list'}), main-thread CPU"
+                key = f"take+check+hand over ({'generator' if gen else 'list'}), main-thread CPU"
                 stages.setdefault(key, []).append(gather(gen))
             for name, floor in _copy_floors(docs).items():
                 stages.setdefault(name, []).append(floor)
