@@ -1,5 +1,5 @@
-"""Documents copied straight into the token file's checksum block (``TokenFile.append_arrays``)
-and taken from iterators through reused buffers (``DocChunks``), against naive concatenation.
+"""Documents appended to the token file as they are (``TokenFile.append_arrays``: written straight
+from the arrays, or copied into the staging block when small) and taken from iterators through reused buffers (``DocChunks``), against naive concatenation.
 
 Run: ``pytest tests/test_store_gather.py``.
 """

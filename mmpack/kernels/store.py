@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["convert_tokens", "first_decrease", "xxh64"]
+__all__ = ["array_spans", "convert_tokens", "first_decrease", "xxh64"]
 
 
 @njit
@@ -149,3 +152,78 @@ def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
     h *= _P3
     h ^= h >> np.uint64(32)
     return h
+
+
+# ------------------------------------------------------------------ numpy arrays' own fields
+# Offsets in a 64-bit CPython object of numpy's PyArrayObject_fields (numpy's ABI: the
+# PyArray_DATA/NDIM/DIMS/STRIDES/DESCR macros compiled into every extension read them there):
+# ob_type 8, data 16, nd 24 (C int), dimensions 32, strides 40, descr 56.  The caller checks them
+# on live arrays first (:func:`mmpack.store.spans.layout_ok`) and never calls the kernel otherwise.
+_OB_TYPE, _DATA, _ND, _DIMS, _STRIDES, _DESCR = 8, 16, 24, 32, 40, 56
+
+
+@intrinsic
+def _word(typingctx: Any, addr: Any) -> Any:
+    """The int64 stored at address ``addr`` (an int64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        ptr = builder.inttoptr(args[0], cgutils.voidptr_t)
+        return builder.load(builder.bitcast(ptr, context.get_value_type(types.int64).as_pointer()))
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
+def _int32(typingctx: Any, addr: Any) -> Any:
+    """The int32 stored at address ``addr`` (an int64), as int64."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        ptr = builder.inttoptr(args[0], cgutils.voidptr_t)
+        i32 = context.get_value_type(types.int32)
+        value = builder.load(builder.bitcast(ptr, i32.as_pointer()))
+        return builder.sext(value, context.get_value_type(types.int64))
+
+    return types.int64(types.int64), codegen
+
+
+@njit
+def array_spans(
+    ids: np.ndarray,
+    type_addr: int,
+    descr_addr: int,
+    itemsize: int,
+    addrs: np.ndarray,
+    nbytes: np.ndarray,
+) -> int:
+    """The memory of each array of a list, read from the array objects themselves.
+
+    Parameters
+    ----------
+    ids : numpy.ndarray
+        int64, shape (n,): ``id()`` of each object (alive: the caller holds the list).
+    type_addr : int
+        ``id(numpy.ndarray)``: an object of another type is reported, its fields never read.
+    descr_addr : int
+        ``id()`` of the expected dtype object.
+    itemsize : int
+    addrs, nbytes : numpy.ndarray
+        int64, shape (n,): written with each array's data address and size in bytes.
+
+    Returns
+    -------
+    int
+        -1, or the index of the first object that is not a 1-D contiguous ``numpy.ndarray``
+        with that very dtype object (``addrs``/``nbytes`` are then written up to it only).
+    """
+    for i in range(ids.shape[0]):
+        obj = ids[i]
+        if _word(obj + _OB_TYPE) != type_addr or _word(obj + _DESCR) != descr_addr:
+            return i
+        if _int32(obj + _ND) != 1:
+            return i
+        n = _word(_word(obj + _DIMS))
+        if n > 1 and _word(_word(obj + _STRIDES)) != itemsize:
+            return i
+        addrs[i] = _word(obj + _DATA)
+        nbytes[i] = n * itemsize
+    return -1

@@ -18,6 +18,7 @@ Cost: see :mod:`mmpack.store.tokenfile`.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,6 +73,39 @@ class BlockWriter:
             self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-hash")
         offset, self.end = self.end, self.end + int(ends[-1])
         self._pending = self._pool.submit(self._write, pieces, ends, offset)
+
+    def submit_iovecs(self, iov: np.ndarray, keep: Any) -> None:
+        """Write the memory ranges ``iov`` (uint64, shape (k, 2): address, bytes) back to back
+        at :attr:`end` with ``pwritev`` through ``ctypes`` (the GIL released for each call);
+        ``keep`` (the objects owning that memory) is held until they are written."""
+        self.sync()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
+            self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-hash")
+        nbytes = int(iov[:, 1].sum())
+        offset, self.end = self.end, self.end + nbytes
+        self._pending = self._pool.submit(self._write_iov, iov, [keep], offset, nbytes)
+
+    def _write_iov(self, iov: np.ndarray, keep: list[Any], offset: int, nbytes: int) -> None:
+        try:
+            self._reserve(offset + nbytes)
+            for a in range(0, iov.shape[0], _IOV_MAX):
+                part = np.ascontiguousarray(iov[a : a + _IOV_MAX])
+                want = int(part[:, 1].sum())
+                done = 0
+                while done < want:
+                    n = pwritev_raw(self.fd, part, offset)
+                    done, offset = done + n, offset + n
+                    if done < want:  # a short write: drop what was written
+                        ends = np.cumsum(part[:, 1])
+                        k = int(np.searchsorted(ends, np.uint64(n), "right"))
+                        used = n - (int(ends[k - 1]) if k else 0)
+                        part = part[k:].copy()
+                        part[0, 0] += np.uint64(used)
+                        part[0, 1] -= np.uint64(used)
+                self._hash_done(offset)
+        finally:
+            keep.clear()
 
     def sync(self) -> None:
         """Wait for the list in flight (its error, e.g. a full disk, is raised here)."""
@@ -191,6 +225,48 @@ class BlockWriter:
             if self._rfd >= 0:
                 os.close(self._rfd)
                 self._rfd = -1
+
+
+_pwritev: Any = None
+
+
+def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
+    """``pwritev(fd, iov, len(iov), offset)`` from libc (``iov``: uint64, shape (k, 2),
+    C-contiguous, k <= 1024); the bytes written (> 0).  Retries on EINTR; OSError otherwise."""
+    global _pwritev
+    if _pwritev is None:
+        import ctypes
+        import ctypes.util
+
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = lib.pwritev
+        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+        fn.restype = ctypes.c_ssize_t
+        _pwritev = fn
+    import ctypes
+
+    while True:
+        n = int(_pwritev(fd, iov.ctypes.data, iov.shape[0], offset))
+        if n > 0:
+            return n
+        err = ctypes.get_errno()
+        if n < 0 and err == errno.EINTR:
+            continue
+        if n == 0:
+            err = errno.ENOSPC  # nothing written and no error: treat as a full disk
+        raise OSError(err, os.strerror(err))
+
+
+def pwritev_available() -> bool:
+    """Whether libc's ``pwritev`` can be called (Linux, the BSDs, macOS 11+)."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return hasattr(lib, "pwritev")
+    except OSError:
+        return False
 
 
 _libc: object = None

@@ -4,8 +4,8 @@ source allows.
 From a list or tuple (which nothing can change while it is read), a chunk of 1-D integer numpy
 arrays comes back as :class:`Arrays`: the documents themselves (no copy) and their lengths, with
 two C-level passes (``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document);
-the token file copies them once, straight into its checksum block, with ``np.concatenate(...,
-out=, casting="no")`` (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From an
+the token file writes them straight to the file (``os.pwritev``;
+:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From an
 iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
 (one ``write``, ~0.2 us a document with the loop), so a source that refills and yields one array
 again cannot change what was taken; the chunk comes back flat (a view of that buffer; two

@@ -1,30 +1,46 @@
-"""The token file of a build in progress: one pass that converts, range-checks and hashes.
+"""The token file of a build in progress: one pass that converts and range-checks, written and
+hashed on background threads.
 
 Tokens arrive as flat integer arrays of any dtype.  :meth:`TokenFile.append` converts them into a
-reused buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
+staging buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
 pass that also checks every token against the accepted range
-(:func:`mmpack.kernels.store.convert_tokens`); each full block is hashed
-(:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s here, or zlib's CRC-32,
-~1-2.5 GB/s) and written with one ``write`` of the whole buffer, on a second thread while the
-next block is converted into a second buffer (the kernels and the write release the GIL).  An append is all or nothing: a
-token out of range (negative, >= 2**63 or beyond a fixed dtype) rolls the file back to where the
-append began (the partial block is read back from the file when the append had completed a block)
-and returns the index of that token; the caller names the document.  Without a fixed dtype the
-file starts as uint8 and is widened in place (one sequential rewrite through the same pass, at
-most three times a build) when a valid token needs more bits; the rest of the array is checked
-first, so a rejected append never widens the store.
+(:func:`mmpack.kernels.store.convert_tokens`); a full staging block is handed to
+:class:`mmpack.store.blockwriter.BlockWriter`, which writes it on a writer thread while the next
+block is converted into a second buffer, and hashes every complete block of the file on a hash
+thread (:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s in memory here,
+~8.5 GB/s read back from the page cache, or zlib's CRC-32).  Tokens already in the file's dtype
+with every value valid (an unsigned dtype no wider than the token rule) skip the pass: at least
+``direct_bytes`` (1 MiB) are written straight from the caller's array, fewer are copied into the
+staging block.  An append is all or nothing: a token out of range (negative, >= 2**63 or beyond a
+fixed dtype) rolls the file back to where the append began (bytes already handed over are cut
+from the file, after both threads are done with them) and returns the index of that token; the
+caller names the document.  Without a fixed dtype the file starts as uint8 and is widened in
+place (one sequential rewrite through the same pass, at most three times a build) when a valid
+token needs more bits; the rest of the array is checked first, so a rejected append never widens
+the store.
 
-Documents given as a list of arrays in the file's dtype skip the conversion pass:
-:meth:`TokenFile.append_arrays` copies them with one ``np.concatenate(..., out=, casting="no")``
-per block straight into the buffer (one copy; ``casting="no"`` and the 1-D ``out`` check every
-document's dtype and shape, and a refusal rolls back like a bad token).
+Documents given as a list of arrays in the file's dtype skip the conversion pass too:
+:meth:`TokenFile.append_arrays` checks their dtypes and dimensions with two C-level passes
+(``set(map(attrgetter("dtype"), docs))``, the same for ``ndim``: ~30 ns a document each) and hands
+the documents themselves to the writer thread, which writes them with ``os.pwritev`` (1024 a
+call; the kernel copies them into the page cache, a strided one is made contiguous there): no copy
+in Python.  The caller waits (:meth:`TokenFile.sync`) before it returns to code that could change
+them.  Under ``direct_bytes`` in all they are copied into the staging block with one
+``np.concatenate(..., out=, casting="no")`` per block.
 
-Measured (``python -m benchmarks.bench_store``, 200M uint16 tokens, a loaded 2-core VM):
-``add_batch`` at 0.44-0.76 of ``ndarray.tofile`` of the same bytes in the same run (0.19-0.23
-with the previous writer: ``np.concatenate`` then CRC-32 on a second thread).  A build from a
-list of 430k arrays costs (``--profile``, CPU ms): taking and copying the documents 138 (~150 ns
-a document for numpy to take each array, plus the copy), XXH64 34, the write itself ~72 (as
-much as all of ``tofile``): 0.23-0.32 of ``tofile`` in wall time at load average 3.5-4.4.
+Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents,
+a 2-core VM shared with other work, load average 2.6): ``tofile`` 87 ms wall, 84 ms CPU (its
+truncation of the previous file included); a build from the list: 264 ms CPU, of which the
+caller's thread 108 (taking and checking the documents 68, replacing the previous store ~30),
+the writer's ``pwritev`` 103 (~100 ns a document more than one large ``write``: the kernel walks
+one iovec per document) and the hasher 47 (XXH64 read back through a mapping of the file, 34 in
+memory); from a generator: 326 ms CPU, the caller's thread 203 (copying each document as it is
+yielded, 145; the floor of that copy from Python is ~100), the writer 77, the hasher 42.  The
+previous design (documents copied into the block with ``np.concatenate``, ~150 ns a document,
+then hashed and written on one thread) spent about as much CPU in all (~251 ms) but 158 of it on
+the caller's thread.  On a machine this loaded the wall-clock ratio to ``tofile`` follows the CPU
+ratio (0.3-0.4 for lists and generators, see ``benchmarks/bench_store.py``); with two idle cores
+the caller's thread and the writer overlap.
 """
 
 from __future__ import annotations
@@ -37,8 +53,9 @@ from typing import IO
 
 import numpy as np
 
-from mmpack.store.blockwriter import BlockWriter
+from mmpack.store.blockwriter import BlockWriter, pwritev_available
 from mmpack.store.format import smallest_token_dtype
+from mmpack.store.spans import array_iovecs
 from mmpack.store.tokens import MAX_TOKEN
 
 __all__ = ["TokenFile"]
@@ -46,6 +63,7 @@ __all__ = ["TokenFile"]
 _WIDEN_STEP = 1 << 22
 _DIRECT_BYTES = 1 << 20
 _DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
+_RAW_PWRITEV = pwritev_available()
 
 
 class TokenFile:
@@ -143,10 +161,15 @@ class TokenFile:
             return False  # nothing would check the documents
         if total * dt.itemsize < self.direct_bytes:
             return self._copy_arrays(docs, lengths)
-        if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
-            return False
-        self._hand_over()
-        self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
+        iov = array_iovecs(docs, dt) if _RAW_PWRITEV else None
+        if iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
+            self._hand_over()
+            self._out.submit_iovecs(iov, docs)
+        else:  # another dtype object, strided documents, or no libc pwritev: check in Python
+            if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
+                return False
+            self._hand_over()
+            self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
         self.num_tokens += total
         return True
 

@@ -1,12 +1,15 @@
 """Building a token store: a streaming, atomic writer.
 
 Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: a list of arrays in
-the store's dtype is copied once, straight into the checksum block; other arrays become one flat
-buffer with C-level passes, no numpy call per document); each chunk goes through one numba
-pass that converts it to the store's dtype, checks every token against the token rule and fills
-a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
-thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
-a chunk (about a quarter of ``buffer_tokens``), never by the corpus.  With ``dtype=None`` the
+the store's dtype is written straight from the arrays with ``os.pwritev`` on a writer thread;
+other arrays become one flat buffer with C-level passes, no numpy call per document); a chunk in
+the store's dtype is written as it is, others go through one numba pass that converts them to
+the store's dtype, checks every token against the token rule and fills a reused buffer of one
+checksum block, written on the writer thread when full; a hash thread digests (XXH64) each block
+of the file once it is written (:mod:`mmpack.store.tokenfile`, :mod:`mmpack.store.blockwriter`).
+Memory is bounded by two blocks (32 MiB) and a chunk (about a quarter of ``buffer_tokens``),
+never by the corpus; no document of the caller's is still being written when ``add_many``
+returns.  With ``dtype=None`` the
 file starts as uint8 and is widened in place (one sequential rewrite) if a later token needs
 more bits, at most three times.  The metadata is written last, the files are fsynced, the
 finished folder is opened as a store and renamed onto the target (:mod:`mmpack.store.publish`:
