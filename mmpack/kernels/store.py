@@ -155,10 +155,12 @@ def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
 
 
 # ------------------------------------------------------------------ numpy arrays' own fields
-# Offsets in a 64-bit CPython object of numpy's PyArrayObject_fields (numpy's ABI: the
-# PyArray_DATA/NDIM/DIMS/STRIDES/DESCR macros compiled into every extension read them there):
-# ob_type 8, data 16, nd 24 (C int), dimensions 32, strides 40, descr 56.  The caller checks them
-# on live arrays first (:func:`mmpack.store.spans.layout_ok`) and never calls the kernel otherwise.
+# Offsets in 64-bit CPython objects: a list's ob_size 16 and ob_item 24 (the PyList_GET_SIZE and
+# PyList_GET_ITEM macros), and numpy's PyArrayObject_fields (numpy's ABI: the PyArray_DATA...
+# macros compiled into every extension read them there): ob_type 8, data 16, nd 24 (C int),
+# dimensions 32, strides 40, descr 56.  The caller checks them on live objects first
+# (:func:`mmpack.store.spans.layout_ok`) and never calls the kernel otherwise.
+_LIST_SIZE, _LIST_ITEMS = 16, 24
 _OB_TYPE, _DATA, _ND, _DIMS, _STRIDES, _DESCR = 8, 16, 24, 32, 40, 56
 
 
@@ -168,7 +170,8 @@ def _word(typingctx: Any, addr: Any) -> Any:
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         ptr = builder.inttoptr(args[0], cgutils.voidptr_t)
-        return builder.load(builder.bitcast(ptr, context.get_value_type(types.int64).as_pointer()))
+        i64 = context.get_value_type(types.int64)
+        return builder.load(builder.bitcast(ptr, i64.as_pointer()))
 
     return types.int64(types.int64), codegen
 
@@ -186,21 +189,23 @@ def _int32(typingctx: Any, addr: Any) -> Any:
     return types.int64(types.int64), codegen
 
 
-@njit
+# Holds the GIL (unlike every other kernel): no Python thread may reshape an array or change the
+# list while their fields are read.
+@numba.njit(cache=True, nogil=False)
 def array_spans(
-    ids: np.ndarray,
+    list_addr: int,
     type_addr: int,
     descr_addr: int,
     itemsize: int,
     addrs: np.ndarray,
     nbytes: np.ndarray,
 ) -> int:
-    """The memory of each array of a list, read from the array objects themselves.
+    """The memory of each array of a list, read from the list and array objects themselves.
 
     Parameters
     ----------
-    ids : numpy.ndarray
-        int64, shape (n,): ``id()`` of each object (alive: the caller holds the list).
+    list_addr : int
+        ``id()`` of a ``list`` (exactly) of ``addrs.shape[0]`` objects, held by the caller.
     type_addr : int
         ``id(numpy.ndarray)``: an object of another type is reported, its fields never read.
     descr_addr : int
@@ -213,17 +218,22 @@ def array_spans(
     -------
     int
         -1, or the index of the first object that is not a 1-D contiguous ``numpy.ndarray``
-        with that very dtype object (``addrs``/``nbytes`` are then written up to it only).
+        with that very dtype object (``addrs``/``nbytes`` are then written up to it only); 0
+        when the list does not hold ``n`` objects.
     """
-    for i in range(ids.shape[0]):
-        obj = ids[i]
+    n = addrs.shape[0]
+    if _word(list_addr + _LIST_SIZE) != n:
+        return 0
+    items = _word(list_addr + _LIST_ITEMS)
+    for i in range(n):
+        obj = _word(items + 8 * i)
         if _word(obj + _OB_TYPE) != type_addr or _word(obj + _DESCR) != descr_addr:
             return i
         if _int32(obj + _ND) != 1:
             return i
-        n = _word(_word(obj + _DIMS))
-        if n > 1 and _word(_word(obj + _STRIDES)) != itemsize:
+        size = _word(_word(obj + _DIMS))
+        if size > 1 and _word(_word(obj + _STRIDES)) != itemsize:
             return i
         addrs[i] = _word(obj + _DATA)
-        nbytes[i] = n * itemsize
+        nbytes[i] = size * itemsize
     return -1

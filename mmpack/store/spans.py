@@ -1,19 +1,20 @@
-"""Where the documents of a list of arrays lie in memory, found in one GIL-free pass.
+"""Where the documents of a list of arrays lie in memory, found in one pass with no Python work
+per document.
 
 Writing a list of numpy arrays to a file takes, per document, a buffer export in Python
-(``os.pwritev``: ~40 ns) and one iovec in the kernel (~100 ns more than a single large write).
-:func:`array_iovecs` instead takes ``id()`` of every document with one C-level pass
-(``np.fromiter(map(id, docs))``, ~35 ns a document) and reads each array object's own fields
-(data address, dimensions, strides, dtype object) with a numba kernel
-(:func:`mmpack.kernels.store.array_spans`, ~10 ns a document), then merges documents that
-follow each other in memory (slices of one array, the usual output of ``np.split``) into one
-iovec.  The offsets of those fields are numpy's ABI (the ``PyArray_DATA``... macros compiled into
-every extension read them); :func:`layout_ok` checks them on live arrays of several shapes with
-``ctypes`` and runs the kernel on them once, and where anything differs (another Python
-implementation, a free-threaded build with a larger object header, a 32-bit build) the caller
-never uses this path.  An object is read past its header only once its type is exactly
-``numpy.ndarray``; the caller holds the list, so every array and its memory stay alive until the
-write is done.
+(``os.pwritev``: ~40 ns, plus ~30 ns a C-level check of its dtype and ~30 of its ``ndim``) and
+one iovec in the kernel (~100 ns more than a single large write).  :func:`array_iovecs` instead
+reads the list object's item array and each array object's own fields (data address, dimensions,
+strides, dtype object) with a numba kernel (:func:`mmpack.kernels.store.array_spans`, ~10 ns a
+document; it holds the GIL, so no Python thread reshapes an array meanwhile), then merges
+documents that follow each other in memory (slices of one array, the usual output of
+``np.split``) into one iovec.  The offsets of those fields are CPython's and numpy's ABI (the
+``PyList_GET_ITEM`` and ``PyArray_DATA``... macros compiled into every extension read them
+there); :func:`layout_ok` checks them on live objects of several shapes with ``ctypes`` and runs
+the kernel on them once, and where anything differs (another Python implementation, a
+free-threaded build with another object header, a 32-bit build) this path is never used.  An
+object is read past its header only once its type is exactly ``numpy.ndarray``; the caller holds
+the list, so every array and its memory stay alive until the write is done.
 """
 
 from __future__ import annotations
@@ -67,12 +68,23 @@ def _probe() -> bool:
                 return False
             if word(word(at + 40) + 8 * k) != a.strides[k]:
                 return False
-    ids = np.fromiter(map(id, probes), dtype=np.int64, count=len(probes))
+    for k in range(len(probes)):  # a list's size and items
+        rest = probes[k:]
+        if ctypes.c_int64.from_address(id(rest) + 16).value != len(rest):
+            return False
+        items = ctypes.c_int64.from_address(id(rest) + 24).value
+        if any(
+            ctypes.c_int64.from_address(items + 8 * j).value != id(x) for j, x in enumerate(rest)
+        ):
+            return False
     addrs, nbytes = np.zeros(len(probes), np.int64), np.zeros(len(probes), np.int64)
     want = [0, 1, 2, 3, 4, 5, 6, 7]  # what the kernel must report from each start
     plain = {0, 1, 4}  # 1-D contiguous uint16
     for start in range(len(probes)):
-        got = int(array_spans(ids[start:], id(np.ndarray), id(base.dtype), 2, addrs, nbytes))
+        rest = probes[start:]
+        got = int(
+            array_spans(id(rest), id(np.ndarray), id(base.dtype), 2, addrs[: len(rest)], nbytes)
+        )
         expect = next((j - start for j in want[start:] if j not in plain), -1)
         if got != expect:
             return False
@@ -83,31 +95,30 @@ def _probe() -> bool:
     return True
 
 
-def array_iovecs(docs: list[Any], dtype: np.dtype) -> np.ndarray | None:
-    """The iovecs of ``docs`` back to back: uint64, shape (k, 2) (address, bytes), documents
-    adjacent in memory merged and empty ones left out; None unless every document is a 1-D
-    contiguous ``numpy.ndarray`` with the dtype object of ``docs[0]``, which must equal
-    ``dtype`` (the caller then checks them the slow way), or :func:`layout_ok` is false."""
+def array_iovecs(docs: list[Any], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """The iovecs of ``docs`` back to back and each document's size: ``(iov, nbytes)``, ``iov``
+    uint64, shape (k, 2) (address, bytes; documents adjacent in memory merged, empty ones left
+    out), ``nbytes`` int64, shape (len(docs),); None unless every document is a 1-D contiguous
+    ``numpy.ndarray`` whose dtype is the very object ``dtype`` (the caller then checks them the
+    slow way), or when :func:`layout_ok` is false."""
     if not docs or not layout_ok():
-        return None
-    first = docs[0].dtype
-    if first != dtype:
         return None
     from mmpack.kernels.store import array_spans
 
-    n = len(docs)
-    ids = np.fromiter(map(id, docs), dtype=np.int64, count=n)
+    held = docs if type(docs) is list else list(docs)
+    n = len(held)
     addrs, nbytes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    if array_spans(ids, id(np.ndarray), id(first), first.itemsize, addrs, nbytes) >= 0:
+    if array_spans(id(held), id(np.ndarray), id(dtype), dtype.itemsize, addrs, nbytes) >= 0:
         return None
+    sizes = nbytes
     keep = nbytes > 0
     if not keep.all():
         addrs, nbytes = addrs[keep], nbytes[keep]
     if not addrs.size:
-        return np.empty((0, 2), dtype=np.uint64)
+        return np.empty((0, 2), dtype=np.uint64), sizes
     follows = addrs[1:] == addrs[:-1] + nbytes[:-1]
     heads = np.flatnonzero(np.concatenate([[True], ~follows]))
     iov = np.empty((heads.size, 2), dtype=np.uint64)
     iov[:, 0] = addrs[heads]
     iov[:, 1] = np.add.reduceat(nbytes, heads)
-    return iov
+    return iov, sizes

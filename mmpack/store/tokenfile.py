@@ -141,11 +141,14 @@ class TokenFile:
             return p
         return -1
 
-    def append_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
+    def append_arrays(
+        self, docs: list[np.ndarray], lengths: np.ndarray, iov: np.ndarray | None = None
+    ) -> bool:
         """Append the tokens of ``docs`` back to back when every one is a 1-D array of the
         file's dtype whose every value is valid (an unsigned dtype no wider than the token
         rule allows); ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
         they were appended; on False nothing of them is (the caller converts and checks).
+        ``iov``: where they lie, from :func:`mmpack.store.spans.array_iovecs`, when known.
 
         At least :attr:`direct_bytes` in all are written straight from the documents (their
         dtypes and dimensions checked with two C-level passes, ``os.pwritev`` on the writer
@@ -161,8 +164,10 @@ class TokenFile:
             return False  # nothing would check the documents
         if total * dt.itemsize < self.direct_bytes:
             return self._copy_arrays(docs, lengths)
-        iov = array_iovecs(docs, dt) if _RAW_PWRITEV else None
-        if iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
+        if iov is None and _RAW_PWRITEV:
+            spans = array_iovecs(docs, docs[0].dtype)
+            iov = None if spans is None else spans[0]
+        if _RAW_PWRITEV and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
             self._hand_over()
             self._out.submit_iovecs(iov, docs)
         else:  # another dtype object, strided documents, or no libc pwritev: check in Python

@@ -291,7 +291,7 @@ class StoreWriter:
             if got is None:
                 return
             if isinstance(got, Arrays):
-                if self._tokens.append_arrays(got.docs, got.lengths):
+                if self._tokens.append_arrays(got.docs, got.lengths, got.iov):
                     self._add_offsets(got.lengths)  # copied straight into the checksum block
                     continue
                 joined = got.flat()
