@@ -196,6 +196,7 @@ def _threads_cpu(fn) -> dict[str, float]:
 
     with (
         mock.patch.object(BlockWriter, "_write", timed(BlockWriter._write, "writer")),
+        mock.patch.object(BlockWriter, "_write_iov", timed(BlockWriter._write_iov, "writer")),
         mock.patch.object(BlockWriter, "_digest", timed(BlockWriter._digest, "hasher")),
     ):
         w0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
@@ -223,8 +224,11 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
 
     def gather(gen: bool) -> float:  # the main thread alone: take, check, hand over, offsets
-        with mock.patch.object(
-            BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()
+        with (
+            mock.patch.object(BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()),
+            mock.patch.object(
+                BlockWriter, "_write_iov", lambda self, iov, keep, at, n: keep.clear()
+            ),
         ):
             w = StoreWriter(tmp / "g", overwrite=True, fsync=False, dtype=flat.dtype).__enter__()
             try:
