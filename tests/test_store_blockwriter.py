@@ -202,3 +202,75 @@ def test_builds_through_every_path_verify(tmp_path, checksum):
     store = mmpack.build(tmp_path / "t", iter(docs), fsync=False, buffer_tokens=1 << 16)
     assert len(store) == len(docs)
     store.verify()
+
+
+# ------------------------------------------------------ documents located by the objects' fields
+def test_array_iovecs_merge_documents_adjacent_in_memory():
+    from mmpack.store.spans import array_iovecs
+
+    flat = np.arange(100, dtype=np.uint16)
+    docs = np.split(flat, [10, 10, 35, 90])  # one empty document
+    got = array_iovecs(docs, flat.dtype)
+    assert got is not None
+    iov, sizes = got
+    assert iov.tolist() == [[flat.ctypes.data, 200]]
+    assert sizes.tolist() == [20, 0, 50, 110, 20]
+    apart = [np.arange(5, dtype=np.uint16), np.arange(3, dtype=np.uint16)]
+    got = array_iovecs(apart, apart[0].dtype)
+    assert got is not None
+    assert int(got[0][:, 1].sum()) == 16 and got[1].tolist() == [10, 6]
+    assert got[0][0, 0] == apart[0].ctypes.data
+    assert array_iovecs([flat[::2]], flat.dtype) is None  # strided: the slow way
+
+
+@pytest.mark.parametrize("layout", [True, False])
+def test_with_and_without_the_objects_fields(tmp_path, monkeypatch, layout):
+    """Where the field layout cannot be trusted, the documents go through ``os.pwritev``: the
+    same file and digests."""
+    import mmpack.store.spans as spans
+
+    monkeypatch.setattr(spans, "_LAYOUT", layout)
+    flat = (np.arange(3000, dtype=np.uint16) * 31) % 1000
+    docs = [*np.split(flat, [100, 1000, 1000, 2500]), np.arange(77, dtype=np.uint16)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 256)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 256)
+
+
+def test_short_raw_pwritev_is_completed(tmp_path, monkeypatch):
+    real = BW.pwritev_raw
+    calls = []
+
+    def short(fd, iov, offset):
+        calls.append(iov.shape[0])
+        first = iov[:1].copy()
+        first[0, 1] = max(1, int(first[0, 1]) // 3)
+        return real(fd, first, offset)
+
+    monkeypatch.setattr(BW, "pwritev_raw", short)
+    docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(40)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
+    assert tf.append_arrays(docs, np.full(40, 30, dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert calls  # the raw path ran
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 64)
+
+
+def test_a_failing_raw_pwritev_fails_the_build_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    def full(fd, iov, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(BW, "pwritev_raw", full)
+    docs = [np.arange(j, j + 3000, dtype=np.uint16) for j in range(200)]
+    with pytest.raises(OSError, match="No space"):
+        mmpack.build(tmp_path / "s", docs, fsync=False, dtype=np.uint16)
+    assert os.listdir(tmp_path) == []
