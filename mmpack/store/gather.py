@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from itertools import islice
+from itertools import islice, tee
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from mmpack.store.spans import array_iovecs
+from mmpack.store.spans import array_iovecs, layout_ok
 from mmpack.store.tokens import snapshot_doc
 
 __all__ = ["Arrays", "DocChunks"]
@@ -62,6 +62,7 @@ class DocChunks:
             self._it = iter(docs)
             self._bufs = [io.BytesIO(), io.BytesIO()]
             self._flip = 0
+            self._plain = layout_ok()  # every document so far a plain array of one dtype
 
     def take(self, size: int) -> Arrays | tuple[np.ndarray, np.ndarray] | list[Any] | None:
         """The next ``size`` documents at most: :class:`Arrays` (from a list or tuple of arrays),
@@ -97,6 +98,53 @@ class DocChunks:
             return Arrays(list(chunk), lens)
         return list(chunk)
 
+    def _take_plain(
+        self, buf: io.BytesIO, size: int
+    ) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
+        """:meth:`_take_from_iterator` with no Python work per document: each document's bytes
+        are written to ``buf`` the moment it is yielded (``map(buf.write, ...)``), and the
+        objects, kept by ``tee``, are checked afterwards in one pass
+        (:func:`mmpack.kernels.store.array_spans`).  The first chunk that is not all 1-D
+        contiguous arrays of one dtype object ends this path for the source: its documents
+        come back as a list, each one the copy taken when it was yielded."""
+        seen, taken = tee(islice(self._it, size))
+        sizes: list[int] = []
+        try:
+            sizes.extend(map(buf.write, taken))  # type: ignore[arg-type]
+            failed = False
+        except (BufferError, TypeError, ValueError):  # not a buffer, or not contiguous
+            failed = True
+        docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
+        if not docs:
+            return None
+        first = docs[0]
+        total = sum(sizes)
+        view = np.frombuffer(buf.getbuffer(), dtype=np.uint8, count=total)
+        if not failed and type(first) is np.ndarray and first.dtype.kind in "iu":
+            from mmpack.kernels.store import array_spans
+
+            dt = first.dtype
+            n = len(docs)
+            addrs, nbytes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            if array_spans(id(docs), id(np.ndarray), id(dt), dt.itemsize, addrs, nbytes) < 0:
+                lens = np.array(sizes, dtype=np.int64)
+                if (nbytes == lens).all() and dt.isnative:
+                    return view.view(dt), lens // dt.itemsize
+        self._plain = False
+        out: list[Any] = []
+        pos = 0
+        for d, n in zip(docs, sizes):  # copied when yielded: rebuilt from those bytes
+            if isinstance(d, np.ndarray) and n == d.nbytes:
+                out.append(
+                    np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
+                )
+            else:
+                out.append(d if not isinstance(d, np.ndarray) else snapshot_doc(d))
+            pos += n
+        if failed:
+            out.append(snapshot_doc(docs[-1]))  # still as yielded: nothing was taken since
+        return out
+
     def _buffer(self) -> io.BytesIO:
         """The buffer of the chunk being taken (the other one may still be in use)."""
         self._flip ^= 1
@@ -110,6 +158,8 @@ class DocChunks:
 
     def _take_from_iterator(self, size: int) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
         buf = self._buffer()
+        if self._plain:
+            return self._take_plain(buf, size)
         sizes: list[int] = []  # bytes of each document, -1: a document kept in ``others``
         others: list[Any] = []
         write, push, nd = buf.write, sizes.append, np.ndarray
