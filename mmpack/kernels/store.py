@@ -1,5 +1,6 @@
-"""Kernels of the store: offsets validation for huge indexes, and the build's one pass over the
-tokens (convert to the store's dtype while checking the token range) and block hash (XXH64).
+"""Kernels of the store: offsets validation for huge indexes, the build's one pass over the
+tokens (convert to the store's dtype while checking the token range), the block hash (XXH64) and
+the pass that reads where a list's numpy arrays lie in memory (:func:`array_spans`).
 
 :func:`convert_tokens` copies ``src`` into ``out`` (the store's dtype) in strips of 4096 tokens:
 each strip is converted and range-checked without a branch per token (LLVM vectorises it), and

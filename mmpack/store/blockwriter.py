@@ -3,7 +3,10 @@
 :class:`BlockWriter` takes lists of buffers (the documents of a list of arrays, a chunk taken
 from an iterator, a full staging block) and writes each list with ``os.pwritev`` at the file's
 end on a writer thread (at most ``IOV_MAX`` buffers a call; the kernel copies them into the page
-cache, so nothing is copied in Python).  Whenever the written bytes complete a checksum block, a
+cache, so nothing is copied in Python), or, for documents located by
+:func:`mmpack.store.spans.array_iovecs`, with libc's ``pwritev`` through ``ctypes`` from their
+addresses (:meth:`BlockWriter.submit_iovecs`: no buffer export, the GIL released during each
+call).  Whenever the written bytes complete a checksum block, a
 second thread hashes that block from the file itself (a read-only ``mmap`` of the range, pages
 already in the page cache; ``pread`` where a file cannot be mapped): the digest is of the bytes
 the file holds, whatever the pieces were.  The caller's thread only hands buffers over; at most

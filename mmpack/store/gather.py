@@ -2,19 +2,22 @@
 source allows.
 
 From a list or tuple (which nothing can change while it is read), a chunk of 1-D integer numpy
-arrays comes back as :class:`Arrays`: the documents themselves (no copy) and their lengths, with
-one pass over the array objects themselves (:func:`mmpack.store.spans.array_iovecs`: ~45 ns a
-document, which also gives where each lies in memory) or, where that cannot be used (strided
-arrays, equal dtypes that are not one object), two C-level passes (``set(map(type, ...))``,
-``np.fromiter(map(len, ...))``: ~60 ns a document); the token file writes them straight to the
-file (``pwritev``;
-:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From an
-iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
-(one ``write``, ~0.2 us a document with the loop), so a source that refills and yields one array
-again cannot change what was taken; the chunk comes back flat (a view of that buffer; two
-buffers alternate, so the previous chunk stays valid while the next is taken).  Anything else
-(lists of ints, tensors, strided or mixed arrays) comes back as a list of documents, each one
-the writer's own copy when it came from an iterator (:func:`mmpack.store.tokens.snapshot_doc`).
+arrays comes back as :class:`Arrays`: the documents themselves (no copy), their lengths and
+where they lie in memory, from one pass over the list and array objects themselves
+(:func:`mmpack.store.spans.array_iovecs`: ~50 ns a document with the slicing), or, where that
+cannot be used (strided arrays, equal dtypes that are not one object), from two C-level passes
+(``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document); the token file
+writes them straight to the file (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From
+an iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
+(``map(buf.write, ...)``, the objects kept by ``itertools.tee`` and checked afterwards with one
+kernel pass: ~0.29 us a document in all, the generator's own cost included), so a source that
+refills and yields one array again cannot change what was taken; the first chunk that is not all
+1-D contiguous arrays of one dtype object comes back as a list of the copies taken when each was
+yielded and switches the source to a Python loop with a check per document (~0.35 us).  A plain
+chunk comes back flat (a view of that buffer; two buffers alternate, so the previous chunk stays
+valid while the next is taken).  Anything else (lists of ints, tensors, strided or mixed arrays)
+comes back as a list of documents, each one the writer's own copy when it came from an iterator
+(:func:`mmpack.store.tokens.snapshot_doc`).
 """
 
 from __future__ import annotations

@@ -20,27 +20,29 @@ token needs more bits; the rest of the array is checked first, so a rejected app
 the store.
 
 Documents given as a list of arrays in the file's dtype skip the conversion pass too:
-:meth:`TokenFile.append_arrays` checks their dtypes and dimensions with two C-level passes
-(``set(map(attrgetter("dtype"), docs))``, the same for ``ndim``: ~30 ns a document each) and hands
-the documents themselves to the writer thread, which writes them with ``os.pwritev`` (1024 a
-call; the kernel copies them into the page cache, a strided one is made contiguous there): no copy
-in Python.  The caller waits (:meth:`TokenFile.sync`) before it returns to code that could change
-them.  Under ``direct_bytes`` in all they are copied into the staging block with one
-``np.concatenate(..., out=, casting="no")`` per block.
+:meth:`TokenFile.append_arrays` finds where each lies in memory with one pass over the list and
+array objects themselves (:func:`mmpack.store.spans.array_iovecs`: no Python work per document;
+documents adjacent in memory merged into one iovec) and the writer thread writes them with libc's
+``pwritev`` through ``ctypes`` (1024 iovecs a call, the GIL released): no copy in Python, and the
+caller's thread is free while the kernel copies them into the page cache.  Where that pass cannot
+be used (strided documents, equal dtypes that are not one object, an unknown object layout) two
+C-level passes check dtypes and dimensions (``set(map(attrgetter("dtype"), docs))``, the same for
+``ndim``: ~30 ns a document each) and ``os.pwritev`` writes the documents (a strided one made
+contiguous on the writer thread).  The caller waits (:meth:`TokenFile.sync`) before it returns
+to code that could change them.  Under ``direct_bytes`` in all they are copied into the staging
+block with one ``np.concatenate(..., out=, casting="no")`` per block.
 
 Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents,
-a 2-core VM shared with other work, load average 2.6): ``tofile`` 87 ms wall, 84 ms CPU (its
-truncation of the previous file included); a build from the list: 264 ms CPU, of which the
-caller's thread 108 (taking and checking the documents 68, replacing the previous store ~30),
-the writer's ``pwritev`` 103 (~100 ns a document more than one large ``write``: the kernel walks
-one iovec per document) and the hasher 47 (XXH64 read back through a mapping of the file, 34 in
-memory); from a generator: 326 ms CPU, the caller's thread 203 (copying each document as it is
-yielded, 145; the floor of that copy from Python is ~100), the writer 77, the hasher 42.  The
-previous design (documents copied into the block with ``np.concatenate``, ~150 ns a document,
-then hashed and written on one thread) spent about as much CPU in all (~251 ms) but 158 of it on
-the caller's thread.  On a machine this loaded the wall-clock ratio to ``tofile`` follows the CPU
-ratio (0.3-0.4 for lists and generators, see ``benchmarks/bench_store.py``); with two idle cores
-the caller's thread and the writer overlap.
+a 2-core VM shared with other work, load average ~3): ``tofile`` 83 ms CPU (its truncation of
+the previous file included); a build from the list: 192 ms CPU, of which the caller's thread 69
+(taking the documents 21, replacing the previous store ~30), the writer 71 (one ``pwritev`` of
+merged iovecs; ~100 ns a document more where documents are apart in memory) and the hasher 41
+(XXH64 read back through a mapping of the file, 34 in memory); from a generator: 300 ms CPU,
+the caller's thread 177 (copying each document as it is yielded, 124: the floor of a copy a
+document from Python is ~68), the writer 73, the hasher 40.  Before (documents copied into the
+block with ``np.concatenate``, ~150 ns a document, hashed and written on one thread): 251 ms CPU
+for the list, 158 of it on the caller's thread.  The wall-clock ratios to ``tofile`` are in
+``benchmarks/bench_store.py``.
 """
 
 from __future__ import annotations
