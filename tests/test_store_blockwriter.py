@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import mmpack
 import mmpack.store.blockwriter as BW
+import mmpack.store.spans as spans
 from mmpack.store.blockwriter import BlockWriter
 from mmpack.store.integrity import block_digest
 from mmpack.store.tokenfile import TokenFile
@@ -105,17 +106,21 @@ def test_a_large_buffer_is_written_in_slices(tmp_path, monkeypatch):
 def test_short_writes_are_completed(tmp_path, monkeypatch):
     """``pwritev`` may write less than asked (a signal, a nearly full disk): the rest follows."""
     real = os.pwritev
+    calls = []
 
     def short(fd, buffers, offset):
+        calls.append(len(buffers))
         first = memoryview(np.ascontiguousarray(buffers[0])).cast("B")
         return real(fd, [first[: max(1, len(first) // 2)]], offset)
 
     monkeypatch.setattr(BW.os, "pwritev", short)
+    monkeypatch.setattr(spans, "_LAYOUT", False)  # the documents go through os.pwritev
     docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(20)]
     tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 64)
     assert tf.append_arrays(docs, np.full(20, 30, dtype=np.int64))
     digests = tf.finish()
     tf.close()
+    assert calls
     expected = np.concatenate(docs).tobytes()
     assert (tmp_path / "t.bin").read_bytes() == expected
     assert digests == _naive(expected, 64, "crc32")
@@ -227,8 +232,6 @@ def test_array_iovecs_merge_documents_adjacent_in_memory():
 def test_with_and_without_the_objects_fields(tmp_path, monkeypatch, layout):
     """Where the field layout cannot be trusted, the documents go through ``os.pwritev``: the
     same file and digests."""
-    import mmpack.store.spans as spans
-
     monkeypatch.setattr(spans, "_LAYOUT", layout)
     flat = (np.arange(3000, dtype=np.uint16) * 31) % 1000
     docs = [*np.split(flat, [100, 1000, 1000, 2500]), np.arange(77, dtype=np.uint16)]

@@ -165,8 +165,7 @@ _LIST_SIZE, _LIST_ITEMS = 16, 24
 _OB_TYPE, _DATA, _ND, _DIMS, _STRIDES, _DESCR = 8, 16, 24, 32, 40, 56
 
 
-@intrinsic
-def _word(typingctx: Any, addr: Any) -> Any:
+def _word_typed(typingctx: Any, addr: Any) -> Any:
     """The int64 stored at address ``addr`` (an int64)."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -177,8 +176,7 @@ def _word(typingctx: Any, addr: Any) -> Any:
     return types.int64(types.int64), codegen
 
 
-@intrinsic
-def _int32(typingctx: Any, addr: Any) -> Any:
+def _int32_typed(typingctx: Any, addr: Any) -> Any:
     """The int32 stored at address ``addr`` (an int64), as int64."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -188,6 +186,10 @@ def _int32(typingctx: Any, addr: Any) -> Any:
         return builder.sext(value, context.get_value_type(types.int64))
 
     return types.int64(types.int64), codegen
+
+
+_word: Any = intrinsic(_word_typed)
+_int32: Any = intrinsic(_int32_typed)
 
 
 # Holds the GIL (unlike every other kernel): no Python thread may reshape an array or change the

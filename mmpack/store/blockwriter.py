@@ -137,12 +137,12 @@ class BlockWriter:
 
     def _pwrite(self, group: list[Any], want: int, offset: int) -> None:
         try:
-            n = os.pwritev(self.fd, group, offset)
+            n = _pwritev(self.fd, group, offset)
         except (BufferError, ValueError):  # a strided array: write its values
             group = [np.ascontiguousarray(p) for p in group]
-            n = os.pwritev(self.fd, group, offset)
+            n = _pwritev(self.fd, group, offset)
         if n < want:  # a short write (a signal, a nearly full disk): write the rest
-            rest = memoryview(b"".join(group))[n:]  # type: ignore[arg-type]
+            rest = memoryview(b"".join(group))[n:]
             while rest:
                 k = os.pwrite(self.fd, rest, offset + n)
                 n, rest = n + k, rest[k:]
@@ -171,7 +171,7 @@ class BlockWriter:
             assert len(data) == size
             return block_digest(self.checksum, data)
         try:
-            view = np.frombuffer(mm, dtype=np.uint8)  # type: ignore[call-overload]
+            view = np.frombuffer(mm, dtype=np.uint8)
             digest = block_digest(self.checksum, view[lo - base :])
             del view
             return digest
@@ -230,14 +230,21 @@ class BlockWriter:
                 self._rfd = -1
 
 
-_pwritev: Any = None
+def _pwritev(fd: int, buffers: list[Any], offset: int) -> int:
+    """``os.pwritev``, or one ``os.pwrite`` of the joined buffers where the platform lacks it."""
+    if hasattr(os, "pwritev"):
+        return os.pwritev(fd, buffers, offset)
+    return os.pwrite(fd, b"".join(buffers), offset)  # pragma: no cover  (not Linux/BSD/macOS 11+)
+
+
+_libc_pwritev: Any = None
 
 
 def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
     """``pwritev(fd, iov, len(iov), offset)`` from libc (``iov``: uint64, shape (k, 2),
     C-contiguous, k <= 1024); the bytes written (> 0).  Retries on EINTR; OSError otherwise."""
-    global _pwritev
-    if _pwritev is None:
+    global _libc_pwritev
+    if _libc_pwritev is None:
         import ctypes
         import ctypes.util
 
@@ -245,11 +252,11 @@ def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
         fn = lib.pwritev
         fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
         fn.restype = ctypes.c_ssize_t
-        _pwritev = fn
+        _libc_pwritev = fn
     import ctypes
 
     while True:
-        n = int(_pwritev(fd, iov.ctypes.data, iov.shape[0], offset))
+        n = int(_libc_pwritev(fd, iov.ctypes.data, iov.shape[0], offset))
         if n > 0:
             return n
         err = ctypes.get_errno()

@@ -85,9 +85,10 @@ class DocChunks:
             and first.dtype.isnative
             and first.ndim == 1
         ):
-            spans = array_iovecs(chunk, first.dtype)  # one pass, no Python work per document
+            docs = list(chunk)
+            spans = array_iovecs(docs, first.dtype)  # one pass, no Python work per document
             if spans is not None:
-                return Arrays(list(chunk), spans[1] // first.dtype.itemsize, spans[0])
+                return Arrays(docs, spans[1] // first.dtype.itemsize, spans[0])
         if (
             set(map(type, chunk)) == {np.ndarray}
             and first.dtype.kind in "iu"
@@ -113,7 +114,7 @@ class DocChunks:
         seen, taken = tee(islice(self._it, size))
         sizes: list[int] = []
         try:
-            sizes.extend(map(buf.write, taken))  # type: ignore[arg-type]
+            sizes.extend(map(buf.write, taken))
             failed = False
         except (BufferError, TypeError, ValueError):  # not a buffer, or not contiguous
             failed = True
