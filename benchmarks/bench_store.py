@@ -10,21 +10,32 @@ machine loaded by other work disturbs less.  Memory: tracemalloc peak of a gener
 against the corpus size.
 
 ``--profile`` prints instead where a build's time goes, each stage measured alone and
-alternated with ``tofile`` (medians, ms): the main thread's CPU time taking the documents and
-copying them into the checksum blocks (hashing and writing stubbed out), XXH64 of every 16 MiB
-block, the whole build (wall and process CPU), and two floors of any per-document copy from
-Python, main-thread CPU: ``list(map(BytesIO.write, chunk))`` (one C-level buffer export and copy
-a document, no check, in 4096-document chunks into a reused buffer) and the same through a
-Python ``for`` loop with the checks a generator needs (``type``, ``ndim``, ``dtype``).  Measured
-(2026-11-30, 430k documents, 400 MB, load ~2.5): the list and generator paths' main thread
-(~146-148 ms) is ~2.2x the first floor (~67 ms) and ~1.5x the second (~95 ms): per array
-``np.concatenate`` costs ~170 ns (list), and a generator's chunk is copied twice (chunk buffer,
-then block).  Copying straight into the block as an anonymous ``mmap`` with ``mmap.write``
-measured ~195-205 ms against ~150 ms for today's paths (same run), and with a ``BytesIO``
-holding the block (handed to the writer thread without a copy) a generator's main thread took
-163-167 ms against 159-176 ms (three alternating processes, load ~3.9): ``mmap.write`` costs
-more a document than ``BytesIO.write``, and the per-document ``dtype``/``ndim`` checks and
-block bookkeeping cost about what the saved copy did.  Neither way reaches 0.5 of ``tofile``.
+alternated with ``tofile`` (medians, ms): XXH64 of every 16 MiB block in memory; the whole build
+from the list and from a generator (wall, process CPU, and the CPU time of each thread: the
+caller's, the writer's (``pwritev``) and the hasher's (blocks read back from the file)); the
+caller's thread alone taking, checking and handing over the documents (writes stubbed out); and
+two floors of any per-document copy from Python, main-thread CPU: ``list(map(BytesIO.write,
+chunk))`` (one C-level buffer export and copy a document, no check, in 4096-document chunks into
+a reused buffer) and the same through a Python ``for`` loop with the checks a generator needs
+(``type``, ``ndim``, ``dtype``).
+
+Measured (2026-11-30, 430k documents, 400 MB, a 2-core VM loaded by other work, load 2.4-3.2),
+``--profile``: ``tofile`` 83 ms CPU; build(list) 192 ms CPU: caller's thread 69 (taking the
+documents 21: one kernel pass over the list and array objects, no Python work per document;
+replacing the previous store ~30), writer 71, hasher 41; build(generator) 300 ms CPU: caller's
+thread 177 (taking 124 against the 68 ms floor of one copy a document from Python; the
+generator itself and ``tee`` make most of the rest), writer 73, hasher 40.  Before this design
+(documents copied into the block by ``np.concatenate``, then hashed and written on one thread)
+the caller's thread took ~158 ms of a ~251 ms total for the list.  Alternating processes of the
+old and the new writer (paired ratios to ``tofile``, 5 pairs each): list 0.25-0.33 before,
+0.47-0.93 after (CPU ratio 0.42-0.52); generator 0.28-0.29 before, 0.28-0.30 after; ``add_batch``
+0.48-0.61 before, 0.58-0.62 after.  On a machine this loaded the generator's caller's thread
+(~180 ms of CPU with replacing the previous store) alone exceeds twice ``tofile``: its target is
+missed by the per-document cost of a Python generator and one buffer copy a document.  Tried
+and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
+``BytesIO`` holding the block (no gain: the per-document checks cost what the copy saved), a
+``dict.setdefault`` pass-through instead of ``tee`` (slower), ``MAP_POPULATE`` when hashing from
+the file (+7 ms).
 
 Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
 """
