@@ -188,8 +188,22 @@ def _int32_typed(typingctx: Any, addr: Any) -> Any:
     return types.int64(types.int64), codegen
 
 
-_word: Any = intrinsic(_word_typed)
-_int32: Any = intrinsic(_int32_typed)
+def _word_py(addr: int) -> int:
+    import ctypes
+
+    return int(ctypes.c_int64.from_address(addr).value)
+
+
+def _int32_py(addr: int) -> int:
+    import ctypes
+
+    return int(ctypes.c_int32.from_address(addr).value)
+
+
+# Kernels run as Python under NUMBA_DISABLE_JIT=1: they then read the same words with ctypes.
+_NO_JIT = bool(getattr(numba.config, "DISABLE_JIT", False))
+_word: Any = _word_py if _NO_JIT else intrinsic(_word_typed)
+_int32: Any = _int32_py if _NO_JIT else intrinsic(_int32_typed)
 
 
 # Holds the GIL (unlike every other kernel): no Python thread may reshape an array or change the
