@@ -29,7 +29,9 @@ generator itself and ``tee`` make most of the rest), writer 73, hasher 40.  Befo
 the caller's thread took ~158 ms of a ~251 ms total for the list.  Alternating processes of the
 old and the new writer (paired ratios to ``tofile``, 5 pairs each): list 0.25-0.33 before,
 0.47-0.93 after (CPU ratio 0.42-0.52); generator 0.28-0.29 before, 0.28-0.30 after; ``add_batch``
-0.48-0.61 before, 0.58-0.62 after.  On a machine this loaded the generator's caller's thread
+0.48-0.61 before, 0.58-0.62 after.  Full runs of this benchmark after the change: at load
+2.4-2.7 list 0.490 (CPU 0.465), generator 0.254 (0.281), ``add_batch`` 0.320 (0.536); at load
+4.7-4.8 list 0.469 (0.425), generator 0.282 (0.286), ``add_batch`` 0.679 (0.591).  On a machine this loaded the generator's caller's thread
 (~180 ms of CPU with replacing the previous store) alone exceeds twice ``tofile``: its target is
 missed by the per-document cost of a Python generator and one buffer copy a document.  Tried
 and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
