@@ -21,7 +21,9 @@ Cost: see :mod:`mmpack.store.tokenfile`.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import mmap
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -221,9 +223,10 @@ class BlockWriter:
                 self._pending.exception()
                 self._pending = None
         finally:
+            self._wait_hashes()  # nothing reads the file once this returns
             for pool in (self._pool, self._hasher):
-                if pool is not None:
-                    pool.shutdown(wait=True)
+                if pool is not None:  # idle: its thread ends by itself (no join to wait for)
+                    pool.shutdown(wait=False)
             self._pool = self._hasher = None
             if self._rfd >= 0:
                 os.close(self._rfd)
@@ -237,26 +240,24 @@ def _pwritev(fd: int, buffers: list[Any], offset: int) -> int:
     return os.pwrite(fd, b"".join(buffers), offset)  # pragma: no cover  (not Linux/BSD/macOS 11+)
 
 
-_libc_pwritev: Any = None
+@functools.cache
+def _libc_function(name: str) -> Any:
+    """libc's function ``name`` through ``ctypes`` (the symbols the interpreter already links:
+    no ``ldconfig`` lookup, which spawns a process), or None where it is missing."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
     """``pwritev(fd, iov, len(iov), offset)`` from libc (``iov``: uint64, shape (k, 2),
     C-contiguous, k <= 1024); the bytes written (> 0).  Retries on EINTR; OSError otherwise."""
-    global _libc_pwritev
-    if _libc_pwritev is None:
-        import ctypes
-        import ctypes.util
-
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = lib.pwritev
-        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
-        fn.restype = ctypes.c_ssize_t
-        _libc_pwritev = fn
-    import ctypes
-
+    fn = _libc_function("pwritev")
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+    fn.restype = ctypes.c_ssize_t
     while True:
-        n = int(_libc_pwritev(fd, iov.ctypes.data, iov.shape[0], offset))
+        n = int(fn(fd, iov.ctypes.data, iov.shape[0], offset))
         if n > 0:
             return n
         err = ctypes.get_errno()
@@ -269,33 +270,13 @@ def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
 
 def pwritev_available() -> bool:
     """Whether libc's ``pwritev`` can be called (Linux, the BSDs, macOS 11+)."""
-    try:
-        import ctypes
-        import ctypes.util
-
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return hasattr(lib, "pwritev")
-    except OSError:
-        return False
-
-
-_libc: object = None
+    return _libc_function("pwritev") is not None
 
 
 def _reserve(fd: int, offset: int, length: int) -> bool:
     """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``; False where unsupported."""
-    global _libc
-    if _libc is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fallocate = lib.fallocate
-            fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            _libc = fallocate
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
+    fn = _libc_function("fallocate")
+    if fn is None:
         return False
-    return _libc(fd, 1, offset, length) == 0  # type: ignore[operator]
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return bool(fn(fd, 1, offset, length) == 0)

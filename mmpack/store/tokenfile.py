@@ -65,7 +65,6 @@ __all__ = ["TokenFile"]
 _WIDEN_STEP = 1 << 22
 _DIRECT_BYTES = 1 << 20
 _DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
-_RAW_PWRITEV = pwritev_available()
 
 
 class TokenFile:
@@ -166,10 +165,11 @@ class TokenFile:
             return False  # nothing would check the documents
         if total * dt.itemsize < self.direct_bytes:
             return self._copy_arrays(docs, lengths)
-        if iov is None and _RAW_PWRITEV:
+        raw = pwritev_available()
+        if iov is None and raw:
             spans = array_iovecs(docs, docs[0].dtype)
             iov = None if spans is None else spans[0]
-        if _RAW_PWRITEV and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
+        if raw and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
             self._hand_over()
             self._out.submit_iovecs(iov, docs)
         else:  # another dtype object, strided documents, or no libc pwritev: check in Python
