@@ -31,7 +31,13 @@ old and the new writer (paired ratios to ``tofile``, 5 pairs each): list 0.25-0.
 0.47-0.93 after (CPU ratio 0.42-0.52); generator 0.28-0.29 before, 0.28-0.30 after; ``add_batch``
 0.48-0.61 before, 0.58-0.62 after.  Full runs of this benchmark after the change: at load
 2.4-2.7 list 0.490 (CPU 0.465), generator 0.254 (0.281), ``add_batch`` 0.320 (0.536); at load
-4.7-4.8 list 0.469 (0.425), generator 0.282 (0.286), ``add_batch`` 0.679 (0.591).  On a machine this loaded the generator's caller's thread
+4.7-4.8 list 0.469 (0.425), generator 0.282 (0.286), ``add_batch`` 0.679 (0.591); and with the
+per-build fixed cost cut (libc looked up once: the swap spawned ``ldconfig`` every overwrite,
+~10 ms; a 100-document build 24 -> 8 ms), at load 1.6-1.8: list 0.590 (0.468), generator 0.376
+(0.280), ``add_batch`` 0.736 (0.565); ``--profile`` then: ``tofile`` 98 ms, build(list) 154 ms
+wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 CPU (caller
+189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  On a
+machine this loaded the generator's caller's thread
 (~180 ms of CPU with replacing the previous store) alone exceeds twice ``tofile``: its target is
 missed by the per-document cost of a Python generator and one buffer copy a document.  Tried
 and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
