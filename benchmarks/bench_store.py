@@ -36,8 +36,9 @@ per-build fixed cost cut (libc looked up once: the swap spawned ``ldconfig`` eve
 ~10 ms; a 100-document build 24 -> 8 ms), at load 1.6-1.8: list 0.590 (0.468), generator 0.376
 (0.280), ``add_batch`` 0.736 (0.565); ``--profile`` then: ``tofile`` 98 ms, build(list) 154 ms
 wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 CPU (caller
-189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  On a
-machine this loaded the generator's caller's thread
+189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  The
+final old/new alternation at load 1.0: list 0.382 -> 0.585 (CPU 0.265 -> 0.481), generator
+0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687.  On a machine this loaded the generator's caller's thread
 (~180 ms of CPU with replacing the previous store) alone exceeds twice ``tofile``: its target is
 missed by the per-document cost of a Python generator and one buffer copy a document.  Tried
 and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
