@@ -1,7 +1,9 @@
 """Store build: tokens/s writing a store, against ``ndarray.tofile`` of the same tokens.
 
 Corpus: C4-like document lengths, lognormal(mu=5.48, sigma=1.15) (median ~240 tokens), uint16
-tokens.  Cases: ``build`` from a list of numpy arrays, from a generator of Python lists' worth of
+tokens.  Cases: ``build`` from a list of numpy arrays (slices of one array, as
+``np.split`` gives: adjacent in memory), from a list of separately allocated copies of them,
+from a generator of Python lists' worth of
 arrays, and ``StoreWriter.add_batch`` of flat tokens; each with ``fsync=False`` so that it is
 compared with ``tofile`` (which does not fsync either), and ``build`` once with the default
 ``fsync=True``.  Each pair (``tofile``, case) runs alternately; ``ratio`` is the median of the
@@ -38,9 +40,12 @@ per-build fixed cost cut (libc looked up once: the swap spawned ``ldconfig`` eve
 wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 CPU (caller
 189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  The
 final old/new alternation at load 1.0: list 0.382 -> 0.585 (CPU 0.265 -> 0.481), generator
-0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687.  On a machine this loaded the generator's caller's thread
-(~180 ms of CPU with replacing the previous store) alone exceeds twice ``tofile``: its target is
-missed by the per-document cost of a Python generator and one buffer copy a document.  Tried
+0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687; a list of separately allocated
+arrays (one iovec each: ~100 ns a document more in the kernel) 0.342 -> 0.442 (0.257 -> 0.360).
+Missed: the generator, whose caller's thread (~180-190 ms of CPU: ~140 taking the documents, a
+generator's resume and one buffer export and copy a document, which a source that may refill its
+array requires the moment it yields; ~30 replacing the previous store) alone is about twice
+``tofile``; and separately allocated arrays, by the kernel's per-iovec cost.  Tried
 and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
 ``BytesIO`` holding the block (no gain: the per-document checks cost what the copy saved), a
 ``dict.setdefault`` pass-through instead of ``tee`` (slower), ``MAP_POPULATE`` when hashing from
@@ -116,6 +121,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         def from_list(fsync: bool = False) -> None:
             build(target, docs, overwrite=True, fsync=fsync)
 
+        separate = [d.copy() for d in docs]  # each its own allocation: apart in memory
+
+        def from_separate() -> None:
+            build(target, separate, overwrite=True, fsync=False)
+
         def from_generator() -> None:
             build(target, (d for d in docs), overwrite=True, fsync=False)
 
@@ -131,6 +141,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         ntok = flat.size
         for name, fn in [
             ("build(list of arrays)", from_list),
+            ("build(list of separately allocated arrays)", from_separate),
             ("build(generator)", from_generator),
             ("StoreWriter.add_batch", from_batches),
             ("build(list), fsync=True", lambda: from_list(True)),
