@@ -215,3 +215,26 @@ def test_array_spans_refuses_a_list_of_another_length():
     docs = [np.arange(3, dtype=np.uint16)] * 4
     out = np.zeros(3, dtype=np.int64)
     assert array_spans(id(docs), id(np.ndarray), id(docs[0].dtype), 2, out, out.copy()) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=20),
+    st.integers(1, 50),
+)
+def test_copy_spans_matches_joining_the_ranges(pieces, out_size):
+    """Any ranges, copied into outputs of any size one after another: their bytes joined."""
+    from mmpack.kernels.store import copy_spans
+
+    arrays = [np.frombuffer(p, dtype=np.uint8).copy() for p in pieces]
+    iov = np.array([[a.ctypes.data, a.size] for a in arrays], dtype=np.int64)
+    state = np.zeros(2, dtype=np.int64)
+    got = b""
+    while True:
+        out = np.zeros(out_size, dtype=np.uint8)
+        n = int(copy_spans(iov, state, out))
+        got += out[:n].tobytes()
+        if n < out_size:
+            break
+    assert got == b"".join(pieces)
+    assert state.tolist() == [len(pieces), 0]

@@ -255,9 +255,9 @@ def test_short_raw_pwritev_is_completed(tmp_path, monkeypatch):
         return real(fd, first, offset)
 
     monkeypatch.setattr(BW, "pwritev_raw", short)
-    docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(40)]
+    docs = np.split(np.arange(12_000, dtype=np.uint16), range(30, 12_000, 30))  # one iovec
     tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
-    assert tf.append_arrays(docs, np.full(40, 30, dtype=np.int64))
+    assert tf.append_arrays(docs, np.full(400, 30, dtype=np.int64))
     digests = tf.finish()
     tf.close()
     assert calls  # the raw path ran
@@ -273,7 +273,7 @@ def test_a_failing_raw_pwritev_fails_the_build_and_leaves_nothing(tmp_path, monk
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(BW, "pwritev_raw", full)
-    docs = [np.arange(j, j + 3000, dtype=np.uint16) for j in range(200)]
+    docs = np.split(np.arange(600_000, dtype=np.uint16), range(3000, 600_000, 3000))
     with pytest.raises(OSError, match="No space"):
         mmpack.build(tmp_path / "s", docs, fsync=False, dtype=np.uint16)
     assert os.listdir(tmp_path) == []
@@ -293,3 +293,24 @@ def test_a_build_looks_libc_up_once_per_process(tmp_path, monkeypatch):
     monkeypatch.setattr(ctypes.util, "find_library", spawn)
     store = mmpack.build(tmp_path / "s", docs, fsync=False, overwrite=True)
     assert len(store) == 200
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_documents_apart_are_copied_adjacent_ones_written_from_place(tmp_path, monkeypatch, apart):
+    """Separately allocated documents are copied into the staging block by one kernel pass
+    (fewer syscall iovecs); slices of one array go to ``pwritev`` as one iovec: the same file."""
+    flat = (np.arange(40_000, dtype=np.uint16) * 13) % 3000
+    docs = np.split(flat, range(7, 40_000, 7))
+    if apart:
+        docs = [d.copy() for d in docs]
+    used = []
+    real = BW.pwritev_raw
+    monkeypatch.setattr(BW, "pwritev_raw", lambda *a: used.append(1) or real(*a))
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 4096)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert bool(used) is not apart
+    expected = flat.tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 4096, "crc32")

@@ -25,7 +25,7 @@ from numba.extending import intrinsic
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["array_spans", "convert_tokens", "first_decrease", "xxh64"]
+__all__ = ["array_spans", "convert_tokens", "copy_spans", "first_decrease", "xxh64"]
 
 
 @njit
@@ -254,3 +254,58 @@ def array_spans(
         addrs[i] = _word(obj + _DATA)
         nbytes[i] = size * itemsize
     return -1
+
+
+def _bytes_at_typed(typingctx: Any, addr: Any) -> Any:
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
+
+    return types.CPointer(types.uint8)(types.int64), codegen
+
+
+def _bytes_at_py(addr: int) -> int:  # NUMBA_DISABLE_JIT: numba.carray then reads via ctypes
+    import ctypes
+
+    return ctypes.cast(int(addr), ctypes.POINTER(ctypes.c_uint8))  # type: ignore[return-value]
+
+
+_bytes_at: Any = _bytes_at_py if _NO_JIT else intrinsic(_bytes_at_typed)
+
+
+# Holds the GIL, like array_spans: no Python thread frees or reshapes an array while it is read.
+@numba.njit(cache=True, nogil=False)
+def copy_spans(iov: np.ndarray, state: np.ndarray, out: np.ndarray) -> int:
+    """Copy the memory ranges ``iov`` back to back into ``out``, from where ``state`` says.
+
+    Parameters
+    ----------
+    iov : numpy.ndarray
+        int64, shape (k, 2): (address, bytes) of live memory (numpy arrays the caller holds;
+        from :func:`array_spans`).
+    state : numpy.ndarray
+        int64, shape (2,): the row and the bytes of it already copied; advanced in place.
+    out : numpy.ndarray
+        uint8, shape (m,): filled from its start.
+
+    Returns
+    -------
+    int
+        The bytes written into ``out`` (``m`` unless the ranges ran out).
+    """
+    row, skip = state[0], state[1]
+    pos = 0
+    m = out.shape[0]
+    while row < iov.shape[0] and pos < m:
+        take = min(iov[row, 1] - skip, m - pos)
+        src = numba.carray(_bytes_at(iov[row, 0] + skip), (take,))
+        dst = out[pos : pos + take]
+        for j in range(take):
+            dst[j] = src[j]
+        pos += take
+        skip += take
+        if skip == iov[row, 1]:
+            row += 1
+            skip = 0
+    state[0] = row
+    state[1] = skip
+    return pos

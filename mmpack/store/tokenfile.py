@@ -64,6 +64,7 @@ __all__ = ["TokenFile"]
 
 _WIDEN_STEP = 1 << 22
 _DIRECT_BYTES = 1 << 20
+_SPAN_BYTES = 16 << 10  # pieces smaller than this on average are copied, not one iovec each
 _DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
 
 
@@ -170,8 +171,11 @@ class TokenFile:
             spans = array_iovecs(docs, docs[0].dtype)
             iov = None if spans is None else spans[0]
         if raw and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
-            self._hand_over()
-            self._out.submit_iovecs(iov, docs)
+            if iov.shape[0] * _SPAN_BYTES > total * dt.itemsize:  # small pieces: copy them
+                self._copy_spans(iov)
+            else:
+                self._hand_over()
+                self._out.submit_iovecs(iov, docs)
         else:  # another dtype object, strided documents, or no libc pwritev: check in Python
             if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
                 return False
@@ -179,6 +183,20 @@ class TokenFile:
             self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
         self.num_tokens += total
         return True
+
+    def _copy_spans(self, iov: np.ndarray) -> None:
+        """Copy the memory ranges ``iov`` (uint64, shape (k, 2), from
+        :func:`mmpack.store.spans.array_iovecs`) into the staging block, one kernel pass a block
+        (:func:`mmpack.kernels.store.copy_spans`): cheaper than the kernel's per-iovec cost of
+        ``pwritev`` when documents lie apart in memory, and done on the caller's thread, which
+        has nothing else to do meanwhile."""
+        from mmpack.kernels.store import copy_spans
+
+        spans, state = iov.view(np.int64), np.zeros(2, dtype=np.int64)
+        while state[0] < spans.shape[0]:
+            self._fill += int(copy_spans(spans, state, self._buf[self._fill :]))
+            if self._fill == self.block_bytes:
+                self._hand_over()
 
     def _copy_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
         """:meth:`append_arrays` through the staging block: one ``np.concatenate`` per block."""
