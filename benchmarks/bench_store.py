@@ -41,11 +41,17 @@ wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 
 189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  The
 final old/new alternation at load 1.0: list 0.382 -> 0.585 (CPU 0.265 -> 0.481), generator
 0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687; a list of separately allocated
-arrays (one iovec each: ~100 ns a document more in the kernel) 0.342 -> 0.442 (0.257 -> 0.360).
-Missed: the generator, whose caller's thread (~180-190 ms of CPU: ~140 taking the documents, a
-generator's resume and one buffer export and copy a document, which a source that may refill its
-array requires the moment it yields; ~30 replacing the previous store) alone is about twice
-``tofile``; and separately allocated arrays, by the kernel's per-iovec cost.  Tried
+arrays 0.342 -> 0.442 (0.257 -> 0.360) with one iovec each (~100 ns a document more in the
+kernel), 0.517 once they are copied into the staging block by one kernel pass instead.  Full run
+at load 1.0, final: list 0.614 (CPU 0.490), separately allocated 0.513 (0.358), generator 0.431
+(0.327), ``add_batch`` 0.816 (0.607); ``--profile``: ``tofile`` 82 ms; build(list) 137 wall, 171
+CPU (caller 56: taking 19, replacing the previous store ~30; writer 68; hasher 43);
+build(generator) 222 wall, 287 CPU (caller 160: taking 109 against the 67 ms floor of one copy a
+document; writer 70; hasher 41).  Missed: the generator (by ~0.07 at load 1, more when loaded):
+its caller's thread alone (~160 ms: a generator's resume and one buffer export and copy a
+document, which a source that may refill its array requires the moment it yields, plus ~30
+replacing the previous store, which ``tofile`` pays too as its truncation) is about twice
+``tofile``; the writer and hasher threads (~110 ms) overlap it only where a core is free.  Tried
 and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
 ``BytesIO`` holding the block (no gain: the per-document checks cost what the copy saved), a
 ``dict.setdefault`` pass-through instead of ``tee`` (slower), ``MAP_POPULATE`` when hashing from

@@ -32,17 +32,20 @@ contiguous on the writer thread).  The caller waits (:meth:`TokenFile.sync`) bef
 to code that could change them.  Under ``direct_bytes`` in all they are copied into the staging
 block with one ``np.concatenate(..., out=, casting="no")`` per block.
 
-Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents,
-a 2-core VM shared with other work, load average ~3): ``tofile`` 83 ms CPU (its truncation of
-the previous file included); a build from the list: 192 ms CPU, of which the caller's thread 69
-(taking the documents 21, replacing the previous store ~30), the writer 71 (one ``pwritev`` of
-merged iovecs; ~100 ns a document more where documents are apart in memory) and the hasher 41
-(XXH64 read back through a mapping of the file, 34 in memory); from a generator: 300 ms CPU,
-the caller's thread 177 (copying each document as it is yielded, 124: the floor of a copy a
-document from Python is ~68), the writer 73, the hasher 40.  Before (documents copied into the
-block with ``np.concatenate``, ~150 ns a document, hashed and written on one thread): 251 ms CPU
-for the list, 158 of it on the caller's thread.  The wall-clock ratios to ``tofile`` are in
-``benchmarks/bench_store.py``.
+Documents that lie apart in memory (separately allocated arrays: more iovecs than one per 16 KiB)
+are instead copied into the staging block from their addresses by one kernel pass a block
+(:func:`mmpack.kernels.store.copy_spans`, ~35 ms for 400 MB in 430k pieces), cheaper than the
+kernel's ~100 ns per iovec, on the caller's thread, which is otherwise idle.
+
+Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents, a
+2-core VM, load 1.0): ``tofile`` 82 ms (its truncation of the previous file included); a build
+from the list: 137 ms wall, 171 CPU: the caller's thread 56 (taking the documents 19, replacing
+the previous store ~30), the writer 68, the hasher 43 (XXH64 read back through a mapping of the
+file; 34 in memory); from a generator: 222 wall, 287 CPU: the caller's thread 160 (copying each
+document as it is yielded, 109; the floor of a copy a document from Python is ~67), the writer
+70, the hasher 41.  Before (documents copied into the block with ``np.concatenate``, ~150 ns a
+document, hashed and written on one thread): ~251 ms CPU for the list, 158 of it on the caller's
+thread.  Ratios to ``tofile``: ``benchmarks/bench_store.py``.
 """
 
 from __future__ import annotations
