@@ -1,7 +1,9 @@
 """Store build: tokens/s writing a store, against ``ndarray.tofile`` of the same tokens.
 
 Corpus: C4-like document lengths, lognormal(mu=5.48, sigma=1.15) (median ~240 tokens), uint16
-tokens.  Cases: ``build`` from a list of numpy arrays, from a generator of Python lists' worth of
+tokens.  Cases: ``build`` from a list of numpy arrays (slices of one array, as
+``np.split`` gives: adjacent in memory), from a list of separately allocated copies of them,
+from a generator of Python lists' worth of
 arrays, and ``StoreWriter.add_batch`` of flat tokens; each with ``fsync=False`` so that it is
 compared with ``tofile`` (which does not fsync either), and ``build`` once with the default
 ``fsync=True``.  Each pair (``tofile``, case) runs alternately; ``ratio`` is the median of the
@@ -10,21 +12,50 @@ machine loaded by other work disturbs less.  Memory: tracemalloc peak of a gener
 against the corpus size.
 
 ``--profile`` prints instead where a build's time goes, each stage measured alone and
-alternated with ``tofile`` (medians, ms): the main thread's CPU time taking the documents and
-copying them into the checksum blocks (hashing and writing stubbed out), XXH64 of every 16 MiB
-block, the whole build (wall and process CPU), and two floors of any per-document copy from
-Python, main-thread CPU: ``list(map(BytesIO.write, chunk))`` (one C-level buffer export and copy
-a document, no check, in 4096-document chunks into a reused buffer) and the same through a
-Python ``for`` loop with the checks a generator needs (``type``, ``ndim``, ``dtype``).  Measured
-(2026-11-30, 430k documents, 400 MB, load ~2.5): the list and generator paths' main thread
-(~146-148 ms) is ~2.2x the first floor (~67 ms) and ~1.5x the second (~95 ms): per array
-``np.concatenate`` costs ~170 ns (list), and a generator's chunk is copied twice (chunk buffer,
-then block).  Copying straight into the block as an anonymous ``mmap`` with ``mmap.write``
-measured ~195-205 ms against ~150 ms for today's paths (same run), and with a ``BytesIO``
-holding the block (handed to the writer thread without a copy) a generator's main thread took
-163-167 ms against 159-176 ms (three alternating processes, load ~3.9): ``mmap.write`` costs
-more a document than ``BytesIO.write``, and the per-document ``dtype``/``ndim`` checks and
-block bookkeeping cost about what the saved copy did.  Neither way reaches 0.5 of ``tofile``.
+alternated with ``tofile`` (medians, ms): XXH64 of every 16 MiB block in memory; the whole build
+from the list and from a generator (wall, process CPU, and the CPU time of each thread: the
+caller's, the writer's (``pwritev``) and the hasher's (blocks read back from the file)); the
+caller's thread alone taking, checking and handing over the documents (writes stubbed out); and
+two floors of any per-document copy from Python, main-thread CPU: ``list(map(BytesIO.write,
+chunk))`` (one C-level buffer export and copy a document, no check, in 4096-document chunks into
+a reused buffer) and the same through a Python ``for`` loop with the checks a generator needs
+(``type``, ``ndim``, ``dtype``).
+
+Measured (2026-11-30, 430k documents, 400 MB, a 2-core VM loaded by other work, load 2.4-3.2),
+``--profile``: ``tofile`` 83 ms CPU; build(list) 192 ms CPU: caller's thread 69 (taking the
+documents 21: one kernel pass over the list and array objects, no Python work per document;
+replacing the previous store ~30), writer 71, hasher 41; build(generator) 300 ms CPU: caller's
+thread 177 (taking 124 against the 68 ms floor of one copy a document from Python; the
+generator itself and ``tee`` make most of the rest), writer 73, hasher 40.  Before this design
+(documents copied into the block by ``np.concatenate``, then hashed and written on one thread)
+the caller's thread took ~158 ms of a ~251 ms total for the list.  Alternating processes of the
+old and the new writer (paired ratios to ``tofile``, 5 pairs each): list 0.25-0.33 before,
+0.47-0.93 after (CPU ratio 0.42-0.52); generator 0.28-0.29 before, 0.28-0.30 after; ``add_batch``
+0.48-0.61 before, 0.58-0.62 after.  Full runs of this benchmark after the change: at load
+2.4-2.7 list 0.490 (CPU 0.465), generator 0.254 (0.281), ``add_batch`` 0.320 (0.536); at load
+4.7-4.8 list 0.469 (0.425), generator 0.282 (0.286), ``add_batch`` 0.679 (0.591); and with the
+per-build fixed cost cut (libc looked up once: the swap spawned ``ldconfig`` every overwrite,
+~10 ms; a 100-document build 24 -> 8 ms), at load 1.6-1.8: list 0.590 (0.468), generator 0.376
+(0.280), ``add_batch`` 0.736 (0.565); ``--profile`` then: ``tofile`` 98 ms, build(list) 154 ms
+wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 CPU (caller
+189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  The
+final old/new alternation at load 1.0: list 0.382 -> 0.585 (CPU 0.265 -> 0.481), generator
+0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687; a list of separately allocated
+arrays 0.342 -> 0.442 (0.257 -> 0.360) with one iovec each (~100 ns a document more in the
+kernel), 0.517 once they are copied into the staging block by one kernel pass instead.  Full run
+at load 1.0, final: list 0.614 (CPU 0.490), separately allocated 0.513 (0.358), generator 0.431
+(0.327), ``add_batch`` 0.816 (0.607); ``--profile``: ``tofile`` 82 ms; build(list) 137 wall, 171
+CPU (caller 56: taking 19, replacing the previous store ~30; writer 68; hasher 43);
+build(generator) 222 wall, 287 CPU (caller 160: taking 109 against the 67 ms floor of one copy a
+document; writer 70; hasher 41).  Missed: the generator (by ~0.07 at load 1, more when loaded):
+its caller's thread alone (~160 ms: a generator's resume and one buffer export and copy a
+document, which a source that may refill its array requires the moment it yields, plus ~30
+replacing the previous store, which ``tofile`` pays too as its truncation) is about twice
+``tofile``; the writer and hasher threads (~110 ms) overlap it only where a core is free.  Tried
+and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
+``BytesIO`` holding the block (no gain: the per-document checks cost what the copy saved), a
+``dict.setdefault`` pass-through instead of ``tee`` (slower), ``MAP_POPULATE`` when hashing from
+the file (+7 ms).
 
 Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
 """
@@ -96,6 +127,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         def from_list(fsync: bool = False) -> None:
             build(target, docs, overwrite=True, fsync=fsync)
 
+        separate = [d.copy() for d in docs]  # each its own allocation: apart in memory
+
+        def from_separate() -> None:
+            build(target, separate, overwrite=True, fsync=False)
+
         def from_generator() -> None:
             build(target, (d for d in docs), overwrite=True, fsync=False)
 
@@ -111,6 +147,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         ntok = flat.size
         for name, fn in [
             ("build(list of arrays)", from_list),
+            ("build(list of separately allocated arrays)", from_separate),
             ("build(generator)", from_generator),
             ("StoreWriter.add_batch", from_batches),
             ("build(list), fsync=True", lambda: from_list(True)),
@@ -174,21 +211,63 @@ def _copy_floors(docs: list[np.ndarray], chunk: int = 4096) -> dict[str, float]:
     return out
 
 
+def _threads_cpu(fn) -> dict[str, float]:
+    """Run ``fn`` (a build); seconds of wall, process CPU, and the CPU time of each thread: the
+    caller's (``main``), the writer's (``pwritev``) and the hasher's (block digests read back
+    from the file)."""
+    from unittest import mock
+
+    from mmpack.store.blockwriter import BlockWriter
+
+    acc = {"writer": 0.0, "hasher": 0.0}
+
+    def timed(orig, key):
+        def run(*args, **kwargs):
+            c = time.thread_time()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                acc[key] += time.thread_time() - c
+
+        return run
+
+    with (
+        mock.patch.object(BlockWriter, "_write", timed(BlockWriter._write, "writer")),
+        mock.patch.object(BlockWriter, "_write_iov", timed(BlockWriter._write_iov, "writer")),
+        mock.patch.object(BlockWriter, "_digest", timed(BlockWriter._digest, "hasher")),
+    ):
+        w0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+        fn()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        main = time.thread_time() - m0
+    return {
+        "wall": wall,
+        "CPU": cpu,
+        "main-thread CPU": main,
+        **{k + " CPU": v for k, v in acc.items()},
+    }
+
+
 def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     """Where the time of a list and a generator build goes (see the module docstring)."""
     from unittest import mock
 
+    from mmpack.store.blockwriter import BlockWriter
     from mmpack.store.format import BLOCK_BYTES
     from mmpack.store.integrity import block_digest
-    from mmpack.store.tokenfile import TokenFile
 
     docs, flat = _corpus(20_000_000 if quick else 200_000_000)
     raw = flat.view(np.uint8)
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
 
-    def gather(gen: bool) -> float:  # the main thread alone: take, check, copy, offsets
-        with mock.patch.object(TokenFile, "_hash_and_write", lambda self, b: None):
-            w = StoreWriter(tmp / "g", overwrite=True, fsync=False).__enter__()
+    def gather(gen: bool) -> float:  # the main thread alone: take, check, hand over, offsets
+        with (
+            mock.patch.object(BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()),
+            mock.patch.object(
+                BlockWriter, "_write_iov", lambda self, iov, keep, at, n: keep.clear()
+            ),
+        ):
+            w = StoreWriter(tmp / "g", overwrite=True, fsync=False, dtype=flat.dtype).__enter__()
             try:
                 c = time.thread_time()
                 w.add_many((d for d in docs) if gen else docs)
@@ -203,23 +282,27 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
             for name, fn in [
                 ("tofile", lambda: flat.tofile(tmp / "raw.bin")),
                 (
-                    "hash (XXH64, 16 MiB blocks)",
+                    "hash in memory (XXH64, 16 MiB blocks)",
                     lambda: [
                         block_digest("xxh64", raw[a : a + BLOCK_BYTES])
                         for a in range(0, raw.size, BLOCK_BYTES)
                     ],
                 ),
+            ]:
+                wall, cpu = _seconds(fn)
+                stages.setdefault(name + ": wall", []).append(wall)
+                stages.setdefault(name + ": CPU", []).append(cpu)
+            for name, fn in [
                 ("build(list)", lambda: build(tmp / "s", docs, overwrite=True, fsync=False)),
                 (
                     "build(generator)",
                     lambda: build(tmp / "s", (d for d in docs), overwrite=True, fsync=False),
                 ),
             ]:
-                wall, cpu = _seconds(fn)
-                stages.setdefault(name + ": wall", []).append(wall)
-                stages.setdefault(name + ": CPU", []).append(cpu)
+                for key, value in _threads_cpu(fn).items():
+                    stages.setdefault(f"{name}: {key}", []).append(value)
             for gen in (False, True):
-                key = f"gather+copy ({'generator' if gen else 'list'}), main-thread CPU"
+                key = f"take+check+hand over ({'generator' if gen else 'list'}), main-thread CPU"
                 stages.setdefault(key, []).append(gather(gen))
             for name, floor in _copy_floors(docs).items():
                 stages.setdefault(name, []).append(floor)

@@ -153,3 +153,88 @@ def test_convert_tokens_on_a_strided_view():
     out = np.zeros(10, dtype=np.uint16)
     assert convert_tokens(src, out, np.int64(0), np.int64(65535)) == 10
     assert out.tolist() == list(range(0, 20, 2))
+
+
+# ---------------------------------------------------------------- array_spans (objects' fields)
+def _spans_slow(docs: list, dtype: np.dtype) -> tuple[int, list[int], list[int]]:
+    """Twin of ``array_spans`` from numpy's attributes: (index of the first object that is not
+    a 1-D contiguous ndarray with that very dtype object or -1, data addresses, sizes)."""
+    addrs, sizes = [], []
+    for i, d in enumerate(docs):
+        if type(d) is not np.ndarray or d.dtype is not dtype or d.ndim != 1:
+            return i, addrs, sizes
+        if d.size > 1 and d.strides[0] != dtype.itemsize:
+            return i, addrs, sizes
+        addrs.append(d.ctypes.data)
+        sizes.append(d.nbytes)
+    return -1, addrs, sizes
+
+
+_BASE = np.arange(4096, dtype=np.uint16)
+_KINDS = {
+    "slice": lambda n: _BASE[n : 2 * n + 1],
+    "fresh": lambda n: np.arange(n, dtype=np.uint16),
+    "empty": lambda n: np.zeros(0, dtype=np.uint16),
+    "one of a strided": lambda n: _BASE[n::4096],
+    "strided": lambda n: _BASE[:: 2 + n % 3][: n + 2],
+    "reversed": lambda n: _BASE[n + 2 :: -1],
+    "2-D": lambda n: np.zeros((2, n + 1), dtype=np.uint16),
+    "0-d": lambda n: np.uint16(n) * np.ones((), dtype=np.uint16),
+    "other dtype": lambda n: np.arange(n, dtype=np.int64),
+    "other byte order": lambda n: np.arange(n, dtype=">u2"),
+    "equal dtype, another object": lambda n: np.arange(n, dtype=np.uint16).view(
+        np.dtype([("f", "<u2")])
+    )["f"],
+    "subclass": lambda n: np.arange(n, dtype=np.uint16).view(np.memmap),
+    "list": lambda n: list(range(n)),
+    "bytes": lambda n: bytes(n),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(_KINDS)), st.integers(0, 50)), max_size=30))
+def test_array_spans_matches_numpy_attributes(kinds):
+    from mmpack.kernels.store import array_spans
+    from mmpack.store.spans import layout_ok
+
+    assert layout_ok()  # this platform must run the fast path, or it is never tested
+    docs = [_KINDS[k](n) for k, n in kinds]
+    dtype = _BASE.dtype
+    addrs = np.full(len(docs), -7, dtype=np.int64)
+    sizes = np.full(len(docs), -7, dtype=np.int64)
+    got = array_spans(id(docs), id(np.ndarray), id(dtype), dtype.itemsize, addrs, sizes)
+    bad, want_addrs, want_sizes = _spans_slow(docs, dtype)
+    assert got == bad
+    k = len(want_addrs)
+    assert addrs[:k].tolist() == want_addrs and sizes[:k].tolist() == want_sizes
+
+
+def test_array_spans_refuses_a_list_of_another_length():
+    from mmpack.kernels.store import array_spans
+
+    docs = [np.arange(3, dtype=np.uint16)] * 4
+    out = np.zeros(3, dtype=np.int64)
+    assert array_spans(id(docs), id(np.ndarray), id(docs[0].dtype), 2, out, out.copy()) == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=20),
+    st.integers(1, 50),
+)
+def test_copy_spans_matches_joining_the_ranges(pieces, out_size):
+    """Any ranges, copied into outputs of any size one after another: their bytes joined."""
+    from mmpack.kernels.store import copy_spans
+
+    arrays = [np.frombuffer(p, dtype=np.uint8).copy() for p in pieces]
+    iov = np.array([[a.ctypes.data, a.size] for a in arrays], dtype=np.int64)
+    state = np.zeros(2, dtype=np.int64)
+    got = b""
+    while True:
+        out = np.zeros(out_size, dtype=np.uint8)
+        n = int(copy_spans(iov, state, out))
+        got += out[:n].tobytes()
+        if n < out_size:
+            break
+    assert got == b"".join(pieces)
+    assert state.tolist() == [len(pieces), 0]

@@ -1,5 +1,5 @@
-"""Documents copied straight into the token file's checksum block (``TokenFile.append_arrays``)
-and taken from iterators through reused buffers (``DocChunks``), against naive concatenation.
+"""Documents appended to the token file as they are (``TokenFile.append_arrays``: written straight
+from the arrays, or copied into the staging block when small) and taken from iterators through reused buffers (``DocChunks``), against naive concatenation.
 
 Run: ``pytest tests/test_store_gather.py``.
 """
@@ -137,3 +137,64 @@ def test_build_mixed_and_strided_sources(tmp_path, source):
     store = mmpack.build(tmp_path / "s", src, fsync=False, buffer_tokens=512)
     assert [d.tolist() for d in store] == expected
     store.verify()
+
+
+def _docs_of(got):
+    """The documents of one ``take`` result, as lists of ints."""
+    if isinstance(got, tuple):
+        flat, lens = got
+        ends = np.cumsum(lens)
+        return [flat[e - n : e].tolist() for e, n in zip(ends.tolist(), lens.tolist())]
+    return [np.asarray(d).tolist() for d in got]
+
+
+_SHARED = np.zeros(5, dtype=np.uint16)  # a source refilling this one array and yielding it
+
+
+def _make(kind, j):
+    if kind == "plain":
+        return np.arange(j, j + j % 7, dtype=np.uint16)
+    if kind == "reused":
+        _SHARED[:] = j
+        return _SHARED
+    if kind == "strided":
+        return np.arange(j, j + 20, dtype=np.uint16)[::3]
+    if kind == "list":
+        return list(range(j % 5))
+    if kind == "2-D":
+        return np.full((2, 2), j, dtype=np.uint16)
+    return np.arange(j % 4, dtype=np.int64)  # another dtype
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from(["plain", "reused", "strided", "list", "2-D", "int64"]), max_size=40),
+    st.integers(1, 9),
+)
+def test_iterator_chunks_hold_each_document_as_yielded(kinds, size):
+    """Any mix of documents from a generator (one array refilled and yielded again among them):
+    the chunks hold every document as it was when yielded, in order, whichever path took it."""
+    expected = []
+
+    def source():
+        for j, kind in enumerate(kinds):
+            d = _make(kind, j)
+            expected.append(np.asarray(d).tolist())
+            yield d
+
+    chunks = DocChunks(source())
+    got = []
+    while (part := chunks.take(size)) is not None:
+        got += _docs_of(part)
+    assert got == expected
+
+
+def test_a_plain_generator_stays_on_the_fast_path():
+    chunks = DocChunks(np.arange(j % 9, dtype=np.uint16) for j in range(100))
+    assert chunks._plain
+    while chunks.take(16) is not None:
+        pass
+    assert chunks._plain
+    chunks = DocChunks(iter([np.arange(3, dtype=np.uint16), [1, 2]]))
+    assert _docs_of(chunks.take(5)) == [[0, 1, 2], [1, 2]]
+    assert not chunks._plain

@@ -2,27 +2,34 @@
 source allows.
 
 From a list or tuple (which nothing can change while it is read), a chunk of 1-D integer numpy
-arrays comes back as :class:`Arrays`: the documents themselves (no copy) and their lengths, with
-two C-level passes (``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document);
-the token file copies them once, straight into its checksum block, with ``np.concatenate(...,
-out=, casting="no")`` (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From an
-iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
-(one ``write``, ~0.2 us a document with the loop), so a source that refills and yields one array
-again cannot change what was taken; the chunk comes back flat (a view of that buffer; two
-buffers alternate, so the previous chunk stays valid while the next is taken).  Anything else
-(lists of ints, tensors, strided or mixed arrays) comes back as a list of documents, each one
-the writer's own copy when it came from an iterator (:func:`mmpack.store.tokens.snapshot_doc`).
+arrays comes back as :class:`Arrays`: the documents themselves (no copy), their lengths and
+where they lie in memory, from one pass over the list and array objects themselves
+(:func:`mmpack.store.spans.array_iovecs`: ~50 ns a document with the slicing), or, where that
+cannot be used (strided arrays, equal dtypes that are not one object), from two C-level passes
+(``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document); the token file
+writes them straight to the file (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From
+an iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
+(``map(buf.write, ...)``, the objects kept by ``itertools.tee`` and checked afterwards with one
+kernel pass: ~0.29 us a document in all, the generator's own cost included), so a source that
+refills and yields one array again cannot change what was taken; the first chunk that is not all
+1-D contiguous arrays of one dtype object comes back as a list of the copies taken when each was
+yielded and switches the source to a Python loop with a check per document (~0.35 us).  A plain
+chunk comes back flat (a view of that buffer; two buffers alternate, so the previous chunk stays
+valid while the next is taken).  Anything else (lists of ints, tensors, strided or mixed arrays)
+comes back as a list of documents, each one the writer's own copy when it came from an iterator
+(:func:`mmpack.store.tokens.snapshot_doc`).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from itertools import islice
+from itertools import islice, tee
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from mmpack.store.spans import array_iovecs, layout_ok
 from mmpack.store.tokens import snapshot_doc
 
 __all__ = ["Arrays", "DocChunks"]
@@ -34,6 +41,8 @@ class Arrays(NamedTuple):
 
     docs: list[np.ndarray]
     lengths: np.ndarray
+    iov: np.ndarray | None = None
+    """Where they lie in memory when known (:func:`mmpack.store.spans.array_iovecs`)."""
 
     def flat(self) -> np.ndarray | None:
         """The tokens back to back (one copy), or None unless every document is a 1-D array of
@@ -56,6 +65,7 @@ class DocChunks:
             self._it = iter(docs)
             self._bufs = [io.BytesIO(), io.BytesIO()]
             self._flip = 0
+            self._plain = layout_ok()  # every document so far a plain array of one dtype
 
     def take(self, size: int) -> Arrays | tuple[np.ndarray, np.ndarray] | list[Any] | None:
         """The next ``size`` documents at most: :class:`Arrays` (from a list or tuple of arrays),
@@ -70,6 +80,16 @@ class DocChunks:
             return None
         first = chunk[0]
         if (
+            type(first) is np.ndarray
+            and first.dtype.kind in "iu"
+            and first.dtype.isnative
+            and first.ndim == 1
+        ):
+            docs = list(chunk)
+            spans = array_iovecs(docs, first.dtype)  # one pass, no Python work per document
+            if spans is not None:
+                return Arrays(docs, spans[1] // first.dtype.itemsize, spans[0])
+        if (
             set(map(type, chunk)) == {np.ndarray}
             and first.dtype.kind in "iu"
             and first.dtype.isnative
@@ -81,6 +101,53 @@ class DocChunks:
                 return list(chunk)
             return Arrays(list(chunk), lens)
         return list(chunk)
+
+    def _take_plain(
+        self, buf: io.BytesIO, size: int
+    ) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
+        """:meth:`_take_from_iterator` with no Python work per document: each document's bytes
+        are written to ``buf`` the moment it is yielded (``map(buf.write, ...)``), and the
+        objects, kept by ``tee``, are checked afterwards in one pass
+        (:func:`mmpack.kernels.store.array_spans`).  The first chunk that is not all 1-D
+        contiguous arrays of one dtype object ends this path for the source: its documents
+        come back as a list, each one the copy taken when it was yielded."""
+        seen, taken = tee(islice(self._it, size))
+        sizes: list[int] = []
+        try:
+            sizes.extend(map(buf.write, taken))
+            failed = False
+        except (BufferError, TypeError, ValueError):  # not a buffer, or not contiguous
+            failed = True
+        docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
+        if not docs:
+            return None
+        first = docs[0]
+        total = sum(sizes)
+        view = np.frombuffer(buf.getbuffer(), dtype=np.uint8, count=total)
+        if not failed and type(first) is np.ndarray and first.dtype.kind in "iu":
+            from mmpack.kernels.store import array_spans
+
+            dt = first.dtype
+            n = len(docs)
+            addrs, nbytes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            if array_spans(id(docs), id(np.ndarray), id(dt), dt.itemsize, addrs, nbytes) < 0:
+                lens = np.array(sizes, dtype=np.int64)
+                if (nbytes == lens).all() and dt.isnative:
+                    return view.view(dt), lens // dt.itemsize
+        self._plain = False
+        out: list[Any] = []
+        pos = 0
+        for d, n in zip(docs, sizes):  # copied when yielded: rebuilt from those bytes
+            if isinstance(d, np.ndarray) and n == d.nbytes:
+                out.append(
+                    np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
+                )
+            else:
+                out.append(d if not isinstance(d, np.ndarray) else snapshot_doc(d))
+            pos += n
+        if failed:
+            out.append(snapshot_doc(docs[-1]))  # still as yielded: nothing was taken since
+        return out
 
     def _buffer(self) -> io.BytesIO:
         """The buffer of the chunk being taken (the other one may still be in use)."""
@@ -95,6 +162,8 @@ class DocChunks:
 
     def _take_from_iterator(self, size: int) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
         buf = self._buffer()
+        if self._plain:
+            return self._take_plain(buf, size)
         sizes: list[int] = []  # bytes of each document, -1: a document kept in ``others``
         others: list[Any] = []
         write, push, nd = buf.write, sizes.append, np.ndarray

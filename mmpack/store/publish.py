@@ -22,6 +22,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import shutil
@@ -280,11 +281,16 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    """libc, looked up once (``find_library`` spawns ``ldconfig``: ~10 ms a build)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
 def _renameat2_exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.renameat2
+        fn = _libc().renameat2
     except (OSError, AttributeError):
         return False
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]

@@ -1,49 +1,74 @@
-"""The token file of a build in progress: one pass that converts, range-checks and hashes.
+"""The token file of a build in progress: one pass that converts and range-checks, written and
+hashed on background threads.
 
 Tokens arrive as flat integer arrays of any dtype.  :meth:`TokenFile.append` converts them into a
-reused buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
+staging buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
 pass that also checks every token against the accepted range
-(:func:`mmpack.kernels.store.convert_tokens`); each full block is hashed
-(:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s here, or zlib's CRC-32,
-~1-2.5 GB/s) and written with one ``write`` of the whole buffer, on a second thread while the
-next block is converted into a second buffer (the kernels and the write release the GIL).  An append is all or nothing: a
-token out of range (negative, >= 2**63 or beyond a fixed dtype) rolls the file back to where the
-append began (the partial block is read back from the file when the append had completed a block)
-and returns the index of that token; the caller names the document.  Without a fixed dtype the
-file starts as uint8 and is widened in place (one sequential rewrite through the same pass, at
-most three times a build) when a valid token needs more bits; the rest of the array is checked
-first, so a rejected append never widens the store.
+(:func:`mmpack.kernels.store.convert_tokens`); a full staging block is handed to
+:class:`mmpack.store.blockwriter.BlockWriter`, which writes it on a writer thread while the next
+block is converted into a second buffer, and hashes every complete block of the file on a hash
+thread (:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s in memory here,
+~8.5 GB/s read back from the page cache, or zlib's CRC-32).  Tokens already in the file's dtype
+with every value valid (an unsigned dtype no wider than the token rule) skip the pass: at least
+``direct_bytes`` (1 MiB) are written straight from the caller's array, fewer are copied into the
+staging block.  An append is all or nothing: a token out of range (negative, >= 2**63 or beyond a
+fixed dtype) rolls the file back to where the append began (bytes already handed over are cut
+from the file, after both threads are done with them) and returns the index of that token; the
+caller names the document.  Without a fixed dtype the file starts as uint8 and is widened in
+place (one sequential rewrite through the same pass, at most three times a build) when a valid
+token needs more bits; the rest of the array is checked first, so a rejected append never widens
+the store.
 
-Documents given as a list of arrays in the file's dtype skip the conversion pass:
-:meth:`TokenFile.append_arrays` copies them with one ``np.concatenate(..., out=, casting="no")``
-per block straight into the buffer (one copy; ``casting="no"`` and the 1-D ``out`` check every
-document's dtype and shape, and a refusal rolls back like a bad token).
+Documents given as a list of arrays in the file's dtype skip the conversion pass too:
+:meth:`TokenFile.append_arrays` finds where each lies in memory with one pass over the list and
+array objects themselves (:func:`mmpack.store.spans.array_iovecs`: no Python work per document;
+documents adjacent in memory merged into one iovec) and the writer thread writes them with libc's
+``pwritev`` through ``ctypes`` (1024 iovecs a call, the GIL released): no copy in Python, and the
+caller's thread is free while the kernel copies them into the page cache.  Where that pass cannot
+be used (strided documents, equal dtypes that are not one object, an unknown object layout) two
+C-level passes check dtypes and dimensions (``set(map(attrgetter("dtype"), docs))``, the same for
+``ndim``: ~30 ns a document each) and ``os.pwritev`` writes the documents (a strided one made
+contiguous on the writer thread).  The caller waits (:meth:`TokenFile.sync`) before it returns
+to code that could change them.  Under ``direct_bytes`` in all they are copied into the staging
+block with one ``np.concatenate(..., out=, casting="no")`` per block.
 
-Measured (``python -m benchmarks.bench_store``, 200M uint16 tokens, a loaded 2-core VM):
-``add_batch`` at 0.44-0.76 of ``ndarray.tofile`` of the same bytes in the same run (0.19-0.23
-with the previous writer: ``np.concatenate`` then CRC-32 on a second thread).  A build from a
-list of 430k arrays costs (``--profile``, CPU ms): taking and copying the documents 138 (~150 ns
-a document for numpy to take each array, plus the copy), XXH64 34, the write itself ~72 (as
-much as all of ``tofile``): 0.23-0.32 of ``tofile`` in wall time at load average 3.5-4.4.
+Documents that lie apart in memory (separately allocated arrays: more iovecs than one per 16 KiB)
+are instead copied into the staging block from their addresses by one kernel pass a block
+(:func:`mmpack.kernels.store.copy_spans`, ~35 ms for 400 MB in 430k pieces), cheaper than the
+kernel's ~100 ns per iovec, on the caller's thread, which is otherwise idle.
+
+Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents, a
+2-core VM, load 1.0): ``tofile`` 82 ms (its truncation of the previous file included); a build
+from the list: 137 ms wall, 171 CPU: the caller's thread 56 (taking the documents 19, replacing
+the previous store ~30), the writer 68, the hasher 43 (XXH64 read back through a mapping of the
+file; 34 in memory); from a generator: 222 wall, 287 CPU: the caller's thread 160 (copying each
+document as it is yielded, 109; the floor of a copy a document from Python is ~67), the writer
+70, the hasher 41.  Before (documents copied into the block with ``np.concatenate``, ~150 ns a
+document, hashed and written on one thread): ~251 ms CPU for the list, 158 of it on the caller's
+thread.  Ratios to ``tofile``: ``benchmarks/bench_store.py``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from operator import attrgetter
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from mmpack.store.blockwriter import BlockWriter, pwritev_available
 from mmpack.store.format import smallest_token_dtype
-from mmpack.store.integrity import block_digest
+from mmpack.store.spans import array_iovecs
 from mmpack.store.tokens import MAX_TOKEN
 
 __all__ = ["TokenFile"]
 
 _WIDEN_STEP = 1 << 22
+_DIRECT_BYTES = 1 << 20
+_SPAN_BYTES = 16 << 10  # pieces smaller than this on average are copied, not one iovec each
+_DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
 
 
 class TokenFile:
@@ -75,25 +100,26 @@ class TokenFile:
         self.fixed = fixed
         self.checksum = checksum
         self.block_bytes = block_bytes
+        self.direct_bytes = min(_DIRECT_BYTES, block_bytes)
+        """Appends of at least this many bytes in the file's dtype are written straight from
+        the caller's buffers; smaller ones are copied into the staging block."""
         self.valid_max = MAX_TOKEN if fixed is None else min(MAX_TOKEN, int(np.iinfo(fixed).max))
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
-        self._buf = np.empty(block_bytes, dtype=np.uint8)
-        self._spare: np.ndarray | None = None  # the block being hashed and written
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: Future[None] | None = None
-        self._allocated = 0  # bytes of disk reserved (-1: the file system cannot)
-        self._fill = 0  # bytes held in the buffer (the tail of the file, not yet written)
-        self.digests: list[int] = []  # one per written block
+        self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
+        self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
+        self._spare: np.ndarray | None = None  # the staging block being written
+        self._fill = 0  # bytes held in the staging block (after the bytes handed over)
         self.num_tokens = 0
         self.widen_hook: Callable[[np.dtype], None] | None = None
         """Called instead of :meth:`widen` when set (the writer routes it through its own
         method; :meth:`close` clears it, so no reference cycle outlives the build)."""
 
     # ------------------------------------------------------------------------------- appending
-    def append(self, src: np.ndarray) -> int:
+    def append(self, src: np.ndarray, owned: bool = False) -> int:
         """Append the tokens ``src`` (1-D integer array); return -1, or the index of the first
-        token out of range, in which case nothing of ``src`` stays appended."""
+        token out of range, in which case nothing of ``src`` stays appended.  ``owned``: the
+        caller never changes ``src`` again, so it may still be being written on return."""
         if not src.dtype.isnative:
             src = src.astype(src.dtype.newbyteorder("="))
         if (
@@ -102,7 +128,7 @@ class TokenFile:
             and int(np.iinfo(src.dtype).max) <= self.valid_max
             and src.flags.c_contiguous
         ):
-            self._append_same(src)  # every value fits: nothing to convert or check
+            self._append_same(src, owned)  # every value fits: nothing to convert or check
             return -1
         mark = self.num_tokens
         if src.size:
@@ -120,22 +146,67 @@ class TokenFile:
             return p
         return -1
 
-    def append_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
+    def append_arrays(
+        self, docs: list[np.ndarray], lengths: np.ndarray, iov: np.ndarray | None = None
+    ) -> bool:
         """Append the tokens of ``docs`` back to back when every one is a 1-D array of the
         file's dtype whose every value is valid (an unsigned dtype no wider than the token
-        rule allows): one ``np.concatenate`` per checksum block copies them straight into the
-        block.  ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
-        they were appended; on False nothing of them is (the caller converts and checks)."""
+        rule allows); ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
+        they were appended; on False nothing of them is (the caller converts and checks).
+        ``iov``: where they lie, from :func:`mmpack.store.spans.array_iovecs`, when known.
+
+        At least :attr:`direct_bytes` in all are written straight from the documents (their
+        dtypes and dimensions checked with two C-level passes, ``os.pwritev`` on the writer
+        thread); the caller must not change them before :meth:`sync`.  Fewer are copied into
+        the staging block with ``np.concatenate(..., out=, casting="no")``."""
         dt = self.dtype
         if dt.kind != "u" or int(np.iinfo(dt).max) > self.valid_max:
             return False
         if not docs or docs[0].dtype != dt:
             return False
+        total = int(lengths.sum())
+        if not total:
+            return False  # nothing would check the documents
+        if total * dt.itemsize < self.direct_bytes:
+            return self._copy_arrays(docs, lengths)
+        raw = pwritev_available()
+        if iov is None and raw:
+            spans = array_iovecs(docs, docs[0].dtype)
+            iov = None if spans is None else spans[0]
+        if raw and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
+            if iov.shape[0] * _SPAN_BYTES > total * dt.itemsize:  # small pieces: copy them
+                self._copy_spans(iov)
+            else:
+                self._hand_over()
+                self._out.submit_iovecs(iov, docs)
+        else:  # another dtype object, strided documents, or no libc pwritev: check in Python
+            if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
+                return False
+            self._hand_over()
+            self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
+        self.num_tokens += total
+        return True
+
+    def _copy_spans(self, iov: np.ndarray) -> None:
+        """Copy the memory ranges ``iov`` (uint64, shape (k, 2), from
+        :func:`mmpack.store.spans.array_iovecs`) into the staging block, one kernel pass a block
+        (:func:`mmpack.kernels.store.copy_spans`): cheaper than the kernel's per-iovec cost of
+        ``pwritev`` when documents lie apart in memory, and done on the caller's thread, which
+        has nothing else to do meanwhile."""
+        from mmpack.kernels.store import copy_spans
+
+        spans, state = iov.view(np.int64), np.zeros(2, dtype=np.int64)
+        while state[0] < spans.shape[0]:
+            self._fill += int(copy_spans(spans, state, self._buf[self._fill :]))
+            if self._fill == self.block_bytes:
+                self._hand_over()
+
+    def _copy_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
+        """:meth:`append_arrays` through the staging block: one ``np.concatenate`` per block."""
+        dt = self.dtype
         ends = np.cumsum(lengths)
         starts = ends - lengths
         total, n, itemsize = int(ends[-1]), len(docs), dt.itemsize
-        if not total:
-            return False  # nothing would check the documents
         mark, pos, i, cut = self.num_tokens, 0, 0, 0  # docs[i][:cut] are in already
         try:
             while pos < total:
@@ -155,14 +226,14 @@ class TokenFile:
                 self.num_tokens += stop - pos
                 pos = stop
                 if self._fill == self.block_bytes:
-                    self._emit()
+                    self._hand_over()
         except (TypeError, ValueError):
             self._rollback(mark)
             return False
         return True
 
     def _convert(self, src: np.ndarray) -> int:
-        """Convert ``src`` into the buffer block by block; -1, or the index of the first token
+        """Convert ``src`` into the staging block by block; -1, or the index of the first token
         beyond the current dtype (everything before it is appended)."""
         from mmpack.kernels.store import convert_tokens
 
@@ -179,31 +250,29 @@ class TokenFile:
             self._fill += got * itemsize
             self.num_tokens += got
             if self._fill == self.block_bytes:
-                self._emit()
+                self._hand_over()
             if got < part.size:
                 return done + got
             done += got
         return -1
 
-    def _append_same(self, src: np.ndarray) -> None:
-        """Append tokens already in the file's dtype: whole blocks are hashed and written
-        straight from ``src`` (no copy), the ends go through the buffer."""
+    def _append_same(self, src: np.ndarray, owned: bool) -> None:
+        """Append tokens already in the file's dtype: at least :attr:`direct_bytes` are written
+        straight from ``src`` (no copy), fewer copied into the staging block."""
         raw = src.view(np.uint8)
-        if self._fill:
-            take = min(raw.size, self.block_bytes - self._fill)
-            self._buf[self._fill : self._fill + take] = raw[:take]
-            self._fill += take
-            raw = raw[take:]
-            if self._fill == self.block_bytes:
-                self._emit()
-        borrowed = raw.size >= self.block_bytes
-        while raw.size >= self.block_bytes:
-            self._submit(raw[: self.block_bytes])
-            raw = raw[self.block_bytes :]
-        if borrowed:
-            self._sync()  # the caller may change ``src`` once this returns
-        self._buf[: raw.size] = raw
-        self._fill += raw.size
+        if raw.size >= self.direct_bytes:
+            self._hand_over()
+            self._out.submit([raw], np.array([raw.size], dtype=np.int64))
+            if not owned:
+                self._out.sync()  # the caller may change ``src`` once this returns
+        else:
+            while raw.size:
+                take = min(raw.size, self.block_bytes - self._fill)
+                self._buf[self._fill : self._fill + take] = raw[:take]
+                self._fill += take
+                raw = raw[take:]
+                if self._fill == self.block_bytes:
+                    self._hand_over()
         self.num_tokens += src.size
 
     def _first_invalid(self, src: np.ndarray) -> int:
@@ -214,128 +283,62 @@ class TokenFile:
             bad |= src > src.dtype.type(self.valid_max)
         return int(np.argmax(bad)) if bad.any() else -1
 
-    def _emit(self) -> None:
-        """Hand the full buffer (one block) to the writer thread, which hashes and writes it
-        while the next block is converted into the other buffer."""
+    def _hand_over(self) -> None:
+        """Hand what the staging block holds to the writer thread, which writes it while the
+        next tokens go into the other staging block."""
+        if not self._fill:
+            return
         full = self._buf
-        self._submit(full)
+        self._out.submit([full[: self._fill]], np.array([self._fill], dtype=np.int64))
         self._buf = self._spare if self._spare is not None else np.empty_like(full)
-        self._spare = full
+        self._spare = full  # reused once the next submit has waited for this one
         self._fill = 0
 
-    def _submit(self, block: np.ndarray) -> None:
-        self._sync()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
-        self._pending = self._pool.submit(self._hash_and_write, block)
-
-    def _hash_and_write(self, block: np.ndarray) -> None:
-        self.digests.append(block_digest(self.checksum, block))
-        end = len(self.digests) * self.block_bytes
-        if end > self._allocated and self._allocated >= 0:
-            # Reserve the disk blocks ahead, as ndarray.tofile does: ext4 then writes a stream
-            # of 16 MiB blocks as fast as one large write (~2x faster than without).
-            step = min(max(64 << 20, self._allocated), 1 << 30)
-            ok = _reserve(self.file.fileno(), self._allocated, step)
-            self._allocated = self._allocated + step if ok else -1
-        self.file.write(memoryview(block))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-
-    def _sync(self) -> None:
-        """Wait for the block in flight (its error, e.g. a full disk, is raised here)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+    def sync(self) -> None:
+        """Wait until no buffer of the caller's is being written (its error is raised here)."""
+        self._out.sync()
 
     def _rollback(self, num_tokens: int) -> None:
         """Drop every token from ``num_tokens`` on (it is at most :attr:`num_tokens`)."""
-        self._sync()
         pos = num_tokens * self.dtype.itemsize
-        written = len(self.digests) * self.block_bytes
-        if pos < written:  # blocks were completed since: read the partial block back
-            k = pos // self.block_bytes
-            self.file.flush()
-            with open(self.path, "rb") as f:
-                f.seek(k * self.block_bytes)
-                f.readinto(memoryview(self._buf)[: pos - k * self.block_bytes])  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-            self.file.seek(k * self.block_bytes)
-            self.file.truncate()
-            self._allocated = min(self._allocated, k * self.block_bytes)
-            del self.digests[k:]
-            self._fill = pos - k * self.block_bytes
-        else:
-            self._fill = pos - written
+        if pos >= self._out.end:
+            self._fill = pos - self._out.end
+        else:  # bytes were handed over since: cut the file
+            self._out.truncate(pos)
+            self._fill = 0
         self.num_tokens = num_tokens
 
     def widen(self, dtype: np.dtype) -> None:
         """Rewrite the tokens so far as ``dtype`` into a new file through the same pass, then
         replace the file with one rename (the old file stays whole until then)."""
-        self._sync()
-        self.file.write(memoryview(self._buf[: self._fill]))  # type: ignore[arg-type]
+        self._hand_over()
+        self._out.sync()
+        self._out.close()
         self.file.close()
-        self._allocated = 0
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
+        self._out = BlockWriter(self.file.fileno(), new_path, self.checksum, self.block_bytes)
         self.dtype, self._fill, self.num_tokens = dtype, 0, 0
-        self.digests = []
         if count:  # an empty file cannot be memory-mapped
             old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))
             for lo in range(0, count, _WIDEN_STEP):
                 assert self._convert(np.asarray(old[lo : lo + _WIDEN_STEP])) < 0  # all fit
             del old
-        self._sync()
+        self._out.sync()
         os.replace(new_path, self.path)
 
     # ------------------------------------------------------------------------------- finishing
     def finish(self) -> list[int]:
-        """Write the last (partial) block; the digests of every block."""
-        self._sync()
-        if self._fill:
-            tail = self._buf[: self._fill]
-            self.digests.append(block_digest(self.checksum, tail))
-            self.file.write(memoryview(tail))  # type: ignore[arg-type]
-            self._fill = 0
-        self._trim()
-        return self.digests
-
-    def _trim(self) -> None:
-        """Release the disk blocks reserved past the end of the file."""
-        if self._allocated > 0:
-            self.file.flush()
-            os.ftruncate(self.file.fileno(), self.num_tokens * self.dtype.itemsize)
+        """Write the last (partial) staging block; the digests of every block."""
+        self._hand_over()
+        return self._out.digests()
 
     def close(self) -> None:
-        """Wait for the writer thread and close the file (an error of the block in flight is
+        """Wait for the writer threads and close the file (an error of the block in flight is
         dropped: the build is being abandoned or :meth:`finish` already raised it)."""
         self.widen_hook = None
         try:
-            if self._pending is not None:
-                self._pending.exception()
-                self._pending = None
+            self._out.close()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
             self.file.close()
-
-
-_libc: object = None
-
-
-def _reserve(fd: int, offset: int, length: int) -> bool:
-    """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``; False where unsupported."""
-    global _libc
-    if _libc is None:
-        import ctypes
-        import ctypes.util
-
-        try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fallocate = lib.fallocate
-            fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            _libc = fallocate
-        except (OSError, AttributeError):
-            _libc = False
-    if not _libc:
-        return False
-    return _libc(fd, 1, offset, length) == 0  # type: ignore[operator]

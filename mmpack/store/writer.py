@@ -1,12 +1,11 @@
 """Building a token store: a streaming, atomic writer.
 
-Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`: a list of arrays in
-the store's dtype is copied once, straight into the checksum block; other arrays become one flat
-buffer with C-level passes, no numpy call per document); each chunk goes through one numba
-pass that converts it to the store's dtype, checks every token against the token rule and fills
-a reused buffer of one checksum block, hashed (XXH64) and written with one ``write`` on a second
-thread when full (:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and
-a chunk (about a quarter of ``buffer_tokens``), never by the corpus.  With ``dtype=None`` the
+Documents stream from any iterable in chunks (:mod:`mmpack.store.gather`); a chunk in the
+store's dtype is written as it is (a list of arrays straight from the arrays), others go through
+one numba pass that converts, checks every token against the token rule and fills a reused
+block; a writer thread writes, a hash thread digests (XXH64) each block of the file
+(:mod:`mmpack.store.tokenfile`).  Memory is bounded by two blocks (32 MiB) and a chunk (about a
+quarter of ``buffer_tokens``), never by the corpus.  With ``dtype=None`` the
 file starts as uint8 and is widened in place (one sequential rewrite) if a later token needs
 more bits, at most three times.  The metadata is written last, the files are fsynced, the
 finished folder is opened as a store and renamed onto the target (:mod:`mmpack.store.publish`:
@@ -275,29 +274,32 @@ class StoreWriter:
         bad document raises, naming it: the documents before it are added, it and the documents
         after it in ``docs`` are not (the error gives its index, ``len`` of the store so far)."""
         source = DocChunks(docs)
-        while True:
-            # Chunks hold about a quarter of buffer_tokens, so memory stays bounded whatever
-            # the documents' lengths (one document at a time when they are huge).
-            avg = self._num_tokens // self._num_docs if self._num_docs else 64
-            got = source.take(max(1, min(_CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1)))))
-            if got is None:
-                return
-            if isinstance(got, Arrays):
-                if self._tokens.append_arrays(got.docs, got.lengths):
-                    self._add_offsets(got.lengths)  # copied straight into the checksum block
-                    continue
-                joined = got.flat()
-                got = got.docs if joined is None else (joined, got.lengths)
-            if isinstance(got, tuple):
-                flat, lens = got
-            else:
-                plain = plain_lengths(got)
-                joined = None if plain is None else concat_plain(got, int(plain.sum()))
-                if joined is None or plain is None:
-                    self._add_one_by_one(got)
-                    continue
-                flat, lens = joined, plain
-            self._write_block(flat, lens, keep_good=True)
+        try:
+            while True:
+                # Chunks hold about a quarter of buffer_tokens, so memory stays bounded whatever
+                # the documents' lengths (one document at a time when they are huge).
+                avg = self._num_tokens // self._num_docs if self._num_docs else 64
+                got = source.take(max(1, min(_CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1)))))
+                if got is None:
+                    return
+                if isinstance(got, Arrays):
+                    if self._tokens.append_arrays(got.docs, got.lengths, got.iov):
+                        self._add_offsets(got.lengths)  # written straight from the documents
+                        continue
+                    joined = got.flat()
+                    got = got.docs if joined is None else (joined, got.lengths)
+                if isinstance(got, tuple):
+                    flat, lens = got
+                else:
+                    plain = plain_lengths(got)
+                    joined = None if plain is None else concat_plain(got, int(plain.sum()))
+                    if joined is None or plain is None:
+                        self._add_one_by_one(got)
+                        continue
+                    flat, lens = joined, plain
+                self._write_block(flat, lens, keep_good=True, owned=True)
+        finally:
+            self._tokens.sync()  # no document of the caller's is still being written
 
     def _add_one_by_one(self, docs: list[Any]) -> None:
         for doc in docs:
@@ -326,11 +328,14 @@ class StoreWriter:
         self._attached[name] = bytes(data)
 
     # --------------------------------------------------------------------------- internals
-    def _write_block(self, flat: np.ndarray, lengths: np.ndarray, keep_good: bool) -> None:
+    def _write_block(
+        self, flat: np.ndarray, lengths: np.ndarray, keep_good: bool, owned: bool = False
+    ) -> None:
         """Append documents given flat (``lengths`` int64, summing to ``flat.size``); a bad token
-        raises naming its document, after appending the documents before it if ``keep_good``."""
+        raises naming its document, after appending the documents before it if ``keep_good``.
+        ``owned``: nothing changes ``flat`` again (it may still be being written on return)."""
         first = self._num_docs
-        bad = self._tokens.append(flat)
+        bad = self._tokens.append(flat, owned)
         if bad < 0:
             self._add_offsets(lengths)
             return

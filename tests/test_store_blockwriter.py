@@ -1,0 +1,316 @@
+"""Documents written straight to the token file (``BlockWriter``: ``pwritev`` on a writer thread,
+blocks hashed from the file on a hash thread) against the naive concatenation and its digests:
+any pieces, strided arrays, truncation, short writes, files that cannot be mapped, and the
+caller's buffers changed once the writer returns.
+
+Run: ``pytest tests/test_store_blockwriter.py``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmpack
+import mmpack.store.blockwriter as BW
+import mmpack.store.spans as spans
+from mmpack.store.blockwriter import BlockWriter
+from mmpack.store.integrity import block_digest
+from mmpack.store.tokenfile import TokenFile
+from mmpack.store.writer import StoreWriter
+
+
+def _naive(raw: bytes, block: int, kind: str = "xxh64") -> list[int]:
+    return [block_digest(kind, raw[a : a + block]) for a in range(0, len(raw), block)]
+
+
+def _piece(values: list[int], strided: bool) -> np.ndarray:
+    if strided:  # every other element of a larger array: not contiguous
+        return np.repeat(np.array(values, dtype=np.uint16), 2)[::2]
+    return np.array(values, dtype=np.uint16)
+
+
+def _written(path, bw: BlockWriter) -> tuple[bytes, list[int]]:
+    digests = bw.digests()
+    bw.close()
+    with open(path, "rb") as f:
+        return f.read(), digests
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 65535), max_size=50), st.booleans()),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([8, 24, 64, 4096]),
+    st.sampled_from(["xxh64", "crc32"]),
+    st.data(),
+)
+def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, block, kind, data):
+    """Lists of pieces (some strided, some empty), with a cut back to any earlier length between
+    calls: the file holds the naive bytes and every block's digest is the naive one."""
+    path = tmp_path_factory.mktemp("bw") / "t.bin"
+    expected = b""
+    with open(path, "wb") as f:
+        bw = BlockWriter(f.fileno(), path, kind, block)
+        for values, strided in calls:
+            n = data.draw(st.integers(1, 3))
+            pieces = [_piece(values[j::n], strided) for j in range(n)]
+            ends = np.cumsum([p.nbytes for p in pieces]).astype(np.int64)
+            if ends[-1]:
+                bw.submit(pieces, ends)
+                expected += b"".join(p.tobytes() for p in _copy_pieces(values, n, strided))
+            if data.draw(st.booleans()):
+                cut = data.draw(st.integers(0, len(expected)))
+                bw.truncate(cut)
+                expected = expected[:cut]
+        raw, digests = _written(path, bw)
+    assert raw == expected
+    assert digests == _naive(expected, block, kind)
+
+
+def _copy_pieces(values: list[int], n: int, strided: bool) -> list[np.ndarray]:
+    return [np.ascontiguousarray(_piece(values[j::n], strided)) for j in range(n)]
+
+
+def test_more_pieces_than_one_pwritev_takes(tmp_path):
+    docs = [np.full(j % 7, j, dtype=np.uint16) for j in range(3000)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 256)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 256)
+
+
+def test_a_large_buffer_is_written_in_slices(tmp_path, monkeypatch):
+    monkeypatch.setattr(BW, "_PIECE", 96)
+    data = (np.arange(1000, dtype=np.uint16) * 7).tobytes()
+    path = tmp_path / "t.bin"
+    with open(path, "wb") as f:
+        bw = BlockWriter(f.fileno(), path, "xxh64", 64)
+        bw.submit([np.frombuffer(data, dtype=np.uint8)], np.array([len(data)], dtype=np.int64))
+        raw, digests = _written(path, bw)
+    assert raw == data
+    assert digests == _naive(data, 64)
+
+
+def test_short_writes_are_completed(tmp_path, monkeypatch):
+    """``pwritev`` may write less than asked (a signal, a nearly full disk): the rest follows."""
+    real = os.pwritev
+    calls = []
+
+    def short(fd, buffers, offset):
+        calls.append(len(buffers))
+        first = memoryview(np.ascontiguousarray(buffers[0])).cast("B")
+        return real(fd, [first[: max(1, len(first) // 2)]], offset)
+
+    monkeypatch.setattr(BW.os, "pwritev", short)
+    monkeypatch.setattr(spans, "_LAYOUT", False)  # the documents go through os.pwritev
+    docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(20)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 64)
+    assert tf.append_arrays(docs, np.full(20, 30, dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert calls
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 64, "crc32")
+
+
+def test_a_file_that_cannot_be_mapped_is_hashed_by_reading(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    docs = [np.arange(j, j + 50, dtype=np.uint16) for j in range(10)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 128)
+    assert tf.append_arrays(docs, np.full(10, 50, dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert digests == _naive(np.concatenate(docs).tobytes(), 128)
+
+
+def test_a_refused_append_after_direct_writes_cuts_the_file(tmp_path):
+    """Blocks written straight from the documents, then an append converted over several blocks
+    and refused at its last token: the file is cut back, and what follows is hashed right."""
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
+    docs = [np.arange(j, j + 40, dtype=np.uint16) for j in range(5)]
+    assert tf.append_arrays(docs, np.full(5, 40, dtype=np.int64))
+    bad = np.arange(100, dtype=np.int64)
+    bad[-1] = -1
+    assert tf.append(bad) == 99
+    assert tf.num_tokens == 200
+    assert tf.append(np.arange(7, dtype=np.uint16)) == -1
+    digests = tf.finish()
+    tf.close()
+    expected = np.concatenate([*docs, np.arange(7, dtype=np.uint16)]).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 64)
+
+
+def test_widening_after_direct_writes(tmp_path):
+    tf = TokenFile(tmp_path / "t.bin", open, None, "xxh64", 64)
+    docs = [np.arange(j, j + 100, dtype=np.uint8) for j in range(3)]
+    assert tf.append_arrays(docs, np.full(3, 100, dtype=np.int64))
+    assert tf.append(np.array([300, 5], dtype=np.int64)) == -1
+    digests = tf.finish()
+    tf.close()
+    assert tf.dtype == np.uint16
+    expected = np.concatenate([*docs, np.array([300, 5])]).astype("<u2").tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 64)
+    assert not (tmp_path / "t.bin.widen").exists()
+
+
+@pytest.mark.parametrize("how", ["add_many", "add_batch"])
+def test_the_callers_arrays_may_change_once_the_writer_returns(tmp_path, how):
+    """Documents written straight from the caller's arrays are on disk before ``add_many`` or
+    ``add_batch`` returns: changing the arrays then changes nothing stored."""
+    docs = [np.full(5000, j, dtype=np.uint16) for j in range(200)]  # 2 MB: written directly
+    expected = [d.tolist() for d in docs]
+    with StoreWriter(tmp_path / "s", dtype=np.uint16, fsync=False) as w:
+        if how == "add_many":
+            w.add_many(docs)
+            for d in docs:
+                d[:] = 9
+        else:
+            flat = np.concatenate(docs)
+            w.add_batch(flat, np.full(200, 5000))
+            flat[:] = 9
+    assert w.store is not None
+    assert [d.tolist() for d in w.store] == expected
+    w.store.verify()
+
+
+@pytest.mark.parametrize("checksum", ["xxh64", "crc32"])
+def test_builds_through_every_path_verify(tmp_path, checksum):
+    """A list of arrays (direct), a generator (its chunk buffers written directly), strided and
+    small documents: the stores hold the documents and pass ``verify()``."""
+    base = np.arange(400_000, dtype=np.uint16) % 5000
+    docs = [base[a : a + 997] for a in range(0, 390_000, 997)] + [base[::3][:50], base[:3]]
+    expected = [d.tolist() for d in docs]
+    for k, src in enumerate([docs, iter(docs)]):
+        with StoreWriter(tmp_path / f"s{k}", fsync=False, checksum=checksum) as w:
+            w.add_many(src)
+        assert w.store is not None
+        assert [d.tolist() for d in w.store] == expected
+        w.store.verify()
+    store = mmpack.build(tmp_path / "t", iter(docs), fsync=False, buffer_tokens=1 << 16)
+    assert len(store) == len(docs)
+    store.verify()
+
+
+# ------------------------------------------------------ documents located by the objects' fields
+def test_array_iovecs_merge_documents_adjacent_in_memory():
+    from mmpack.store.spans import array_iovecs
+
+    flat = np.arange(100, dtype=np.uint16)
+    docs = np.split(flat, [10, 10, 35, 90])  # one empty document
+    got = array_iovecs(docs, flat.dtype)
+    assert got is not None
+    iov, sizes = got
+    assert iov.tolist() == [[flat.ctypes.data, 200]]
+    assert sizes.tolist() == [20, 0, 50, 110, 20]
+    apart = [np.arange(5, dtype=np.uint16), np.arange(3, dtype=np.uint16)]
+    got = array_iovecs(apart, apart[0].dtype)
+    assert got is not None
+    assert int(got[0][:, 1].sum()) == 16 and got[1].tolist() == [10, 6]
+    assert got[0][0, 0] == apart[0].ctypes.data
+    assert array_iovecs([flat[::2]], flat.dtype) is None  # strided: the slow way
+
+
+@pytest.mark.parametrize("layout", [True, False])
+def test_with_and_without_the_objects_fields(tmp_path, monkeypatch, layout):
+    """Where the field layout cannot be trusted, the documents go through ``os.pwritev``: the
+    same file and digests."""
+    monkeypatch.setattr(spans, "_LAYOUT", layout)
+    flat = (np.arange(3000, dtype=np.uint16) * 31) % 1000
+    docs = [*np.split(flat, [100, 1000, 1000, 2500]), np.arange(77, dtype=np.uint16)]
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 256)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 256)
+
+
+def test_short_raw_pwritev_is_completed(tmp_path, monkeypatch):
+    real = BW.pwritev_raw
+    calls = []
+
+    def short(fd, iov, offset):
+        calls.append(iov.shape[0])
+        first = iov[:1].copy()
+        first[0, 1] = max(1, int(first[0, 1]) // 3)
+        return real(fd, first, offset)
+
+    monkeypatch.setattr(BW, "pwritev_raw", short)
+    docs = np.split(np.arange(12_000, dtype=np.uint16), range(30, 12_000, 30))  # one iovec
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
+    assert tf.append_arrays(docs, np.full(400, 30, dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert calls  # the raw path ran
+    expected = np.concatenate(docs).tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 64)
+
+
+def test_a_failing_raw_pwritev_fails_the_build_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    def full(fd, iov, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(BW, "pwritev_raw", full)
+    docs = np.split(np.arange(600_000, dtype=np.uint16), range(3000, 600_000, 3000))
+    with pytest.raises(OSError, match="No space"):
+        mmpack.build(tmp_path / "s", docs, fsync=False, dtype=np.uint16)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_build_looks_libc_up_once_per_process(tmp_path, monkeypatch):
+    """``ctypes.util.find_library`` spawns ``ldconfig`` (~10 ms): a second build never calls it."""
+    import ctypes.util
+
+    docs = [np.arange(j, j + 3000, dtype=np.uint16) for j in range(200)]
+    mmpack.build(tmp_path / "s", docs, fsync=False)
+    mmpack.build(tmp_path / "s", docs, fsync=False, overwrite=True)  # the swap's libc lookup
+
+    def spawn(name):
+        raise AssertionError(f"find_library({name!r}) during a build")
+
+    monkeypatch.setattr(ctypes.util, "find_library", spawn)
+    store = mmpack.build(tmp_path / "s", docs, fsync=False, overwrite=True)
+    assert len(store) == 200
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_documents_apart_are_copied_adjacent_ones_written_from_place(tmp_path, monkeypatch, apart):
+    """Separately allocated documents are copied into the staging block by one kernel pass
+    (fewer syscall iovecs); slices of one array go to ``pwritev`` as one iovec: the same file."""
+    flat = (np.arange(40_000, dtype=np.uint16) * 13) % 3000
+    docs = np.split(flat, range(7, 40_000, 7))
+    if apart:
+        docs = [d.copy() for d in docs]
+    used = []
+    real = BW.pwritev_raw
+    monkeypatch.setattr(BW, "pwritev_raw", lambda *a: used.append(1) or real(*a))
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 4096)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    assert bool(used) is not apart
+    expected = flat.tobytes()
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 4096, "crc32")
