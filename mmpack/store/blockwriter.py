@@ -65,6 +65,7 @@ class BlockWriter:
         self._pending: Future[None] | None = None
         self._hashes: list[Future[int]] = []  # one per complete block (the writer appends)
         self._allocated = 0  # bytes of disk reserved (-1: the file system cannot)
+        self._failed: BaseException | None = None  # a write that failed: the file has a gap
 
     # ------------------------------------------------------------------------------ writing
     def submit(self, pieces: list[Any], ends: np.ndarray) -> None:
@@ -113,10 +114,21 @@ class BlockWriter:
             keep.clear()
 
     def sync(self) -> None:
-        """Wait for the list in flight (its error, e.g. a full disk, is raised here)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
+        """Wait for the list in flight (its error, e.g. a full disk, is raised here, and again
+        by every later call: the file then lacks bytes counted in :attr:`end`).  The job stays
+        in flight until it is done, so an interrupted wait (``KeyboardInterrupt``) leaves it for
+        :meth:`close` to wait for before the file is closed."""
+        if self._failed is not None:
+            raise self._failed
+        pending = self._pending
+        if pending is None:
+            return
+        try:
             pending.result()
+        finally:
+            if pending.done():
+                self._pending = None
+                self._failed = pending.exception()
 
     def _write(self, pieces: list[Any], ends: np.ndarray, offset: int) -> None:
         try:
@@ -147,6 +159,8 @@ class BlockWriter:
             rest = memoryview(b"".join(group))[n:]
             while rest:
                 k = os.pwrite(self.fd, rest, offset + n)
+                if k <= 0:  # nothing written and no error: a full disk, never a loop
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 n, rest = n + k, rest[k:]
 
     def _hash_done(self, written: int) -> None:

@@ -54,6 +54,15 @@ class Arrays(NamedTuple):
         return flat if flat.ndim == 1 else None
 
 
+def _c_buffer(obj: Any) -> bool:
+    """Whether ``obj`` exports a C-contiguous buffer (what ``io.BytesIO.write`` takes)."""
+    try:
+        with memoryview(obj) as view:
+            return view.c_contiguous
+    except (BufferError, TypeError, ValueError):
+        return False
+
+
 class DocChunks:
     """The documents of ``docs`` in chunks (see :meth:`take`)."""
 
@@ -113,12 +122,15 @@ class DocChunks:
         come back as a list, each one the copy taken when it was yielded."""
         seen, taken = tee(islice(self._it, size))
         sizes: list[int] = []
+        error: BaseException | None = None
         try:
             sizes.extend(map(buf.write, taken))
-            failed = False
-        except (BufferError, TypeError, ValueError):  # not a buffer, or not contiguous
-            failed = True
+        except (BufferError, TypeError, ValueError) as exc:  # not a buffer, or not contiguous
+            error = exc  # ... or the source's own error
+        failed = error is not None
         docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
+        if failed and (len(docs) == len(sizes) or _c_buffer(docs[-1])):
+            raise error  # type: ignore[misc]  # the source raised it, not ``buf.write``
         if not docs:
             return None
         first = docs[0]
