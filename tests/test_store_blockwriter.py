@@ -409,3 +409,34 @@ def test_a_write_that_makes_no_progress_raises(tmp_path, monkeypatch):
             bw.sync()
         bw.close()
     assert info.value.errno == errno.ENOSPC
+
+
+def test_documents_stay_alive_until_written_when_the_callers_list_is_cleared(tmp_path, monkeypatch):
+    """The writer holds its own references to the documents it writes from their addresses:
+    the caller clearing its list (another thread, or after ``append_arrays`` returns) frees
+    none of them while ``pwritev`` reads them."""
+    import gc
+    import threading
+
+    go = threading.Event()
+    real = BW.pwritev_raw
+
+    def held(fd, iov, offset):
+        assert go.wait(5)
+        return real(fd, iov, offset)
+
+    monkeypatch.setattr(BW, "pwritev_raw", held)
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(1, 60_000, 40_000).astype(np.uint16) for _ in range(40)]  # apart
+    expected = np.concatenate(docs).tobytes()
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 1 << 16)
+    assert tf.append_arrays(docs, np.full(40, 40_000, dtype=np.int64))
+    docs.clear()
+    gc.collect()
+    junk = [np.full(40_000, 7, dtype=np.uint16) for _ in range(40)]  # reuse the freed memory
+    go.set()
+    digests = tf.finish()
+    tf.close()
+    del junk
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 1 << 16)
