@@ -22,6 +22,7 @@ comes back as a list of documents, each one the writer's own copy when it came f
 
 from __future__ import annotations
 
+import array
 import io
 from collections.abc import Iterable
 from itertools import islice, tee
@@ -129,8 +130,8 @@ class DocChunks:
             error = exc  # ... or the source's own error
         failed = error is not None
         docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
-        if failed and (len(docs) == len(sizes) or _c_buffer(docs[-1])):
-            raise error  # type: ignore[misc]  # the source raised it, not ``buf.write``
+        if error is not None and (len(docs) == len(sizes) or _c_buffer(docs[-1])):
+            raise error  # the source raised it, not ``buf.write``
         if not docs:
             return None
         first = docs[0]
@@ -154,6 +155,8 @@ class DocChunks:
                 out.append(
                     np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
                 )
+            elif isinstance(d, array.array):  # a buffer the source may refill too
+                out.append(array.array(d.typecode, bytes(view[pos : pos + n])))
             else:
                 out.append(d if not isinstance(d, np.ndarray) else snapshot_doc(d))
             pos += n
