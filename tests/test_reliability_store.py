@@ -708,3 +708,73 @@ def test_a_refused_document_after_direct_writes_rolls_back_exactly(tmp_path, mon
     assert (tmp_path / "s" / "tokens.bin").read_bytes() == np.concatenate(kept).tobytes()
     assert np.array_equal(w.store.doc_lens, [d.size for d in kept])
     w.store.verify()
+
+
+def _writer_threads() -> int:
+    import threading
+
+    return sum(t.name.startswith(("mmpack-write", "mmpack-hash")) for t in threading.enumerate())
+
+
+def _settled(count: Callable[[], int], most: int) -> int:
+    """``count()`` once it is at most ``most`` (threads end by themselves), or after 2 s."""
+    deadline = time.monotonic() + 2
+    while count() > most and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count()
+
+
+def test_many_builds_leak_no_thread_descriptor_or_folder(tmp_path):
+    """200 builds through every path (list, apart, generator, failing source): the writer and
+    hash threads end, no descriptor stays open, no temporary folder stays behind."""
+    flat = (np.arange(30_000, dtype=np.uint16) * 5) % 4000
+    slices = np.split(flat, range(40, flat.size, 40))
+    apart = [d.copy() for d in slices]
+
+    def failing():
+        yield from slices[:10]
+        raise RuntimeError("source failed")
+
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    mmpack.build(tmp_path / "warm", slices, fsync=False)
+    before = fds()
+    for j in range(50):
+        mmpack.build(tmp_path / "a", slices, fsync=False, overwrite=True)
+        mmpack.build(tmp_path / "b", apart, fsync=False, overwrite=True)
+        mmpack.build(tmp_path / "c", iter(apart), fsync=False, overwrite=True)
+        with pytest.raises(RuntimeError, match="source failed"):
+            mmpack.build(tmp_path / "d", failing(), fsync=False)
+    assert _settled(_writer_threads, 0) == 0
+    assert _settled(fds, before) <= before
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c", "warm"]
+
+
+@pytest.mark.parametrize("where", ["source", "write"])
+def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, where):
+    """``KeyboardInterrupt`` from the source or while the writer thread writes: it propagates,
+    no store and no temporary folder stay, and the writer threads end."""
+    import mmpack.store.blockwriter as BW
+
+    flat = (np.arange(1_200_000, dtype=np.uint16) * 3) % 9000  # 2.4 MB: written from place
+    docs = [d.copy() for d in np.split(flat, range(700, flat.size, 700))]
+
+    def source():
+        for j, d in enumerate(docs):
+            if where == "source" and j == 400:
+                raise KeyboardInterrupt
+            yield d
+
+    if where == "write":
+        real = BW.pwritev_raw
+
+        def interrupted(*a):
+            os.kill(os.getpid(), signal.SIGINT)  # handled by the main thread, waiting for this
+            time.sleep(0.3)
+            return real(*a)
+
+        monkeypatch.setattr(BW, "pwritev_raw", interrupted)
+        docs = np.split(flat, range(700, flat.size, 700))  # adjacent: written from place
+    with pytest.raises(KeyboardInterrupt):
+        mmpack.build(tmp_path / "s", source() if where == "source" else docs, dtype=np.uint16)
+    assert os.listdir(tmp_path) == []
+    assert _settled(_writer_threads, 0) == 0
