@@ -738,7 +738,7 @@ def test_many_builds_leak_no_thread_descriptor_or_folder(tmp_path):
     fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
     mmpack.build(tmp_path / "warm", slices, fsync=False)
     before = fds()
-    for j in range(50):
+    for _ in range(50):
         mmpack.build(tmp_path / "a", slices, fsync=False, overwrite=True)
         mmpack.build(tmp_path / "b", apart, fsync=False, overwrite=True)
         mmpack.build(tmp_path / "c", iter(apart), fsync=False, overwrite=True)
