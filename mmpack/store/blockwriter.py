@@ -14,7 +14,9 @@ one list is in flight (:meth:`submit` waits for the previous one), so a caller r
 changing its buffers waits with :meth:`sync` first.  Disk space is reserved ahead
 (``fallocate(FALLOC_FL_KEEP_SIZE)``, as ``ndarray.tofile`` does: ext4 then writes a stream of
 pieces as fast as one large write).  :meth:`truncate` drops bytes from the end (a rolled back
-append): it waits for both threads first, so no hash ever maps a range being cut.
+append): it waits for both threads first, so no hash ever maps a range being cut.  A failed
+write (a full disk, EIO) is raised by :meth:`sync` and again by every later call: the file then
+lacks bytes counted in :attr:`BlockWriter.end`, so nothing built on it may be published.
 
 Cost: see :mod:`mmpack.store.tokenfile`.
 """

@@ -11,9 +11,11 @@ writes them straight to the file (:meth:`mmpack.store.tokenfile.TokenFile.append
 an iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
 (``map(buf.write, ...)``, the objects kept by ``itertools.tee`` and checked afterwards with one
 kernel pass: ~0.29 us a document in all, the generator's own cost included), so a source that
-refills and yields one array again cannot change what was taken; the first chunk that is not all
-1-D contiguous arrays of one dtype object comes back as a list of the copies taken when each was
-yielded and switches the source to a Python loop with a check per document (~0.35 us).  A plain
+refills and yields one array (or ``array.array``) again cannot change what was taken; an error
+of the source's own (even a ``ValueError`` or ``TypeError``, which ``write`` also raises for an
+object it refuses) propagates; the first chunk that is not all 1-D contiguous arrays of one
+dtype object comes back as a list of the copies taken when each was yielded and switches the
+source to a Python loop with a check per document (~0.35 us).  A plain
 chunk comes back flat (a view of that buffer; two buffers alternate, so the previous chunk stays
 valid while the next is taken).  Anything else (lists of ints, tensors, strided or mixed arrays)
 comes back as a list of documents, each one the writer's own copy when it came from an iterator
