@@ -267,3 +267,15 @@ def test_a_source_refilling_one_array_array_keeps_each_document(tmp_path, head):
     assert got == want
     store = mmpack.build(tmp_path / "s", source(), fsync=False)
     assert [list(map(int, store[j])) for j in range(len(store))] == want
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_generator_of_object_arrays_builds_as_the_list_does(tmp_path, order):
+    """An object-dtype array (Python ints) is accepted from a list; from a generator its bytes
+    (``io.BytesIO.write`` takes them: object pointers) are not rebuilt into an array: the
+    document itself is checked, as from the list."""
+    docs = [np.arange(5, dtype=np.uint16), np.array([1, 2, 300], dtype=object)][::order]
+    want = [list(map(int, d)) for d in docs]
+    for name, source in [("list", docs), ("generator", iter(docs))]:
+        store = mmpack.build(tmp_path / name, source, fsync=False)
+        assert [list(map(int, store[j])) for j in range(len(store))] == want

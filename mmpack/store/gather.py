@@ -153,7 +153,7 @@ class DocChunks:
         out: list[Any] = []
         pos = 0
         for d, n in zip(docs, sizes):  # copied when yielded: rebuilt from those bytes
-            if isinstance(d, np.ndarray) and n == d.nbytes:
+            if isinstance(d, np.ndarray) and n == d.nbytes and not d.dtype.hasobject:
                 out.append(
                     np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
                 )
