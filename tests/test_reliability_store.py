@@ -629,3 +629,152 @@ def test_kill_after_random_delays(tmp_path, backend):
     mmpack.build(target, [[1]], backend=backend, overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["store"]
     assert "previous" in states
+
+
+# ---------------------------------------------- the build's write paths against the naive file
+def _path_sources() -> dict[str, tuple[Callable[[StoreWriter], None], list[np.ndarray]]]:
+    """Each write path of a build: how it adds its documents, and the documents."""
+    rng = np.random.default_rng(11)
+    flat = rng.integers(0, 60_000, 200_000).astype(np.uint16)
+    slices = np.split(flat, range(53, flat.size, 53))
+    apart = [d.copy() for d in slices]
+    wide = [d.astype(np.uint32) * (1 if j < 2000 else 70) for j, d in enumerate(slices)]
+
+    def batch(w: StoreWriter) -> None:
+        w.add_batch(flat, np.diff(np.r_[0, np.arange(53, flat.size, 53), flat.size]))
+
+    return {
+        "list": (lambda w: w.add_many(slices), slices),
+        "apart": (lambda w: w.add_many(apart), apart),
+        "generator": (lambda w: w.add_many(iter(apart)), apart),
+        "add_batch": (batch, slices),
+        "widening": (lambda w: w.add_many(wide), wide),
+        "widening generator": (lambda w: w.add_many(iter(wide)), wide),
+    }
+
+
+@pytest.mark.parametrize("checksum", ["xxh64", "crc32"])
+@pytest.mark.parametrize("path", list(_path_sources()))
+def test_every_write_path_gives_the_naive_file_and_verify_finds_a_flip(
+    tmp_path, monkeypatch, path, checksum
+):
+    """Blocks are hashed from the file on the hash thread: the digests are those of the naive
+    concatenation (so nothing is hashed before it is written), and a byte flipped later in any
+    block is found by ``verify``."""
+    from mmpack.store.integrity import block_digest
+
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 4096)
+    add, docs = _path_sources()[path]
+    with StoreWriter(tmp_path / "s", fsync=False, checksum=checksum) as w:
+        add(w)
+    store = w.store
+    assert store is not None
+    naive = np.concatenate(docs).astype(store.dtype).tobytes()
+    f = tmp_path / "s" / "tokens.bin"
+    assert f.read_bytes() == naive
+    want = [block_digest(checksum, naive[a : a + 4096]) for a in range(0, len(naive), 4096)]
+    assert list(store.meta["checksum"]["tokens"]) == want
+    assert np.array_equal(store.doc_lens, [d.size for d in docs])
+    data = bytearray(naive)
+    for pos in (0, len(data) // 2 + 3, len(data) - 1):
+        data[pos] ^= 0x10
+        f.write_bytes(data)
+        with pytest.raises(FormatError, match=rf"tokens block {pos // 4096} "):
+            mmpack.open(tmp_path / "s").verify()
+        data[pos] ^= 0x10
+    f.write_bytes(data)
+    mmpack.open(tmp_path / "s").verify()
+
+
+@pytest.mark.parametrize("source", ["list", "apart", "generator"])
+def test_a_refused_document_after_direct_writes_rolls_back_exactly(tmp_path, monkeypatch, source):
+    """A bad token in the middle of a chunk whose documents were already handed to the writer
+    (several blocks written): the documents before it are kept, nothing of it or after it, and
+    documents added afterwards follow them exactly."""
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 4096)
+    flat = (np.arange(300_000, dtype=np.uint16) * 7) % 50_000
+    docs: list[np.ndarray] = np.split(flat, range(101, flat.size, 101))
+    if source != "list":
+        docs = [d.copy() for d in docs]
+    bad = [d.astype(np.int64) for d in docs[:3]]
+    bad[1][7] = -1
+    mixed = docs[:2000] + bad + docs[2000:]
+    with StoreWriter(tmp_path / "s", dtype=np.uint16, fsync=False) as w:
+        with pytest.raises(ValueError, match="-1"):
+            w.add_many(mixed if source != "generator" else iter(mixed))
+        assert len(w._tokens.path.read_bytes()) <= (2001 * 101) * 2  # nothing past it survives
+        w.add_many(docs[5:9])
+    kept = docs[:2000] + [bad[0].astype(np.uint16)] + docs[5:9]
+    assert (tmp_path / "s" / "tokens.bin").read_bytes() == np.concatenate(kept).tobytes()
+    assert np.array_equal(w.store.doc_lens, [d.size for d in kept])
+    w.store.verify()
+
+
+def _writer_threads() -> int:
+    import threading
+
+    return sum(t.name.startswith(("mmpack-write", "mmpack-hash")) for t in threading.enumerate())
+
+
+def _settled(count: Callable[[], int], most: int) -> int:
+    """``count()`` once it is at most ``most`` (threads end by themselves), or after 2 s."""
+    deadline = time.monotonic() + 2
+    while count() > most and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count()
+
+
+def test_many_builds_leak_no_thread_descriptor_or_folder(tmp_path):
+    """200 builds through every path (list, apart, generator, failing source): the writer and
+    hash threads end, no descriptor stays open, no temporary folder stays behind."""
+    flat = (np.arange(30_000, dtype=np.uint16) * 5) % 4000
+    slices = np.split(flat, range(40, flat.size, 40))
+    apart = [d.copy() for d in slices]
+
+    def failing():
+        yield from slices[:10]
+        raise RuntimeError("source failed")
+
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    mmpack.build(tmp_path / "warm", slices, fsync=False)
+    before = fds()
+    for _ in range(50):
+        mmpack.build(tmp_path / "a", slices, fsync=False, overwrite=True)
+        mmpack.build(tmp_path / "b", apart, fsync=False, overwrite=True)
+        mmpack.build(tmp_path / "c", iter(apart), fsync=False, overwrite=True)
+        with pytest.raises(RuntimeError, match="source failed"):
+            mmpack.build(tmp_path / "d", failing(), fsync=False)
+    assert _settled(_writer_threads, 0) == 0
+    assert _settled(fds, before) <= before
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c", "warm"]
+
+
+@pytest.mark.parametrize("where", ["source", "write"])
+def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, where):
+    """``KeyboardInterrupt`` from the source or while the writer thread writes: it propagates,
+    no store and no temporary folder stay, and the writer threads end."""
+    import mmpack.store.blockwriter as BW
+
+    flat = (np.arange(1_200_000, dtype=np.uint16) * 3) % 9000  # 2.4 MB: written from place
+    docs = [d.copy() for d in np.split(flat, range(700, flat.size, 700))]
+
+    def source():
+        for j, d in enumerate(docs):
+            if where == "source" and j == 400:
+                raise KeyboardInterrupt
+            yield d
+
+    if where == "write":
+        real = BW.pwritev_raw
+
+        def interrupted(*a):
+            os.kill(os.getpid(), signal.SIGINT)  # handled by the main thread, waiting for this
+            time.sleep(0.3)
+            return real(*a)
+
+        monkeypatch.setattr(BW, "pwritev_raw", interrupted)
+        docs = np.split(flat, range(700, flat.size, 700))  # adjacent: written from place
+    with pytest.raises(KeyboardInterrupt):
+        mmpack.build(tmp_path / "s", source() if where == "source" else docs, dtype=np.uint16)
+    assert os.listdir(tmp_path) == []
+    assert _settled(_writer_threads, 0) == 0

@@ -8,6 +8,7 @@ Run: ``pytest tests/test_store_blockwriter.py``.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
@@ -314,3 +315,128 @@ def test_documents_apart_are_copied_adjacent_ones_written_from_place(tmp_path, m
     expected = flat.tobytes()
     assert (tmp_path / "t.bin").read_bytes() == expected
     assert digests == _naive(expected, 4096, "crc32")
+
+
+# ------------------------------------------------------------------ review: errors of the threads
+def _fail_first_write(monkeypatch) -> dict[str, int]:
+    """Both write functions fail with EIO the first time either is called."""
+    import errno
+
+    state = {"fail": 1}
+    real, real_raw = BW._pwritev, BW.pwritev_raw
+
+    def gate() -> None:
+        if state["fail"]:
+            state["fail"] -= 1
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(BW, "_pwritev", lambda *a: gate() or real(*a))
+    monkeypatch.setattr(BW, "pwritev_raw", lambda *a: gate() or real_raw(*a))
+    return state
+
+
+@pytest.mark.parametrize("how", ["list", "array", "generator"])
+def test_a_failed_write_is_never_published_even_if_caught(tmp_path, monkeypatch, how):
+    """A write error raised by one ``add`` leaves a gap in the file (its bytes were counted):
+    catching it and going on must not publish a store whose gap reads as zeros (the digests,
+    taken from the file, would match them)."""
+    state = _fail_first_write(monkeypatch)
+    a = np.arange(1 << 20, dtype=np.uint16) % 1000 + 1
+    docs = {"list": np.split(a, 64), "array": [a], "generator": iter(np.split(a, 64))}[how]
+    with pytest.raises(OSError, match="Input/output"):
+        with StoreWriter(tmp_path / "s", dtype=np.uint16, fsync=False) as w:
+            with pytest.raises(OSError, match="Input/output"):
+                w.add_many(docs)
+            assert state["fail"] == 0
+            w.add(a[::-1].copy())
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_interrupted_wait_is_waited_for_before_the_file_closes(tmp_path, monkeypatch):
+    """``KeyboardInterrupt`` while waiting for the writer: the write still in flight is waited
+    for by ``close`` (else it would go on writing to a closed, maybe reused, descriptor)."""
+    import signal
+    import threading
+    import time
+
+    started, finished = threading.Event(), threading.Event()
+    real = BW._pwritev
+
+    def slow(*a):
+        started.set()
+        time.sleep(0.4)
+        n = real(*a)
+        finished.set()
+        return n
+
+    monkeypatch.setattr(BW, "_pwritev", slow)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with open(tmp_path / "t.bin", "wb") as f:
+            bw = BlockWriter(f.fileno(), tmp_path / "t.bin", "xxh64", 64)
+            bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
+            assert started.wait(5)
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            with pytest.raises(KeyboardInterrupt):
+                bw.sync()
+            bw.close()
+            assert finished.is_set()  # close waited for the write
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_write_that_makes_no_progress_raises(tmp_path, monkeypatch):
+    """A short write followed by writes of 0 bytes (no error) raises instead of looping."""
+    calls = []
+
+    def nothing(fd, data, offset):
+        calls.append(1)
+        if len(calls) > 100:
+            raise AssertionError("the writer loops on writes of 0 bytes")
+        return 0
+
+    monkeypatch.setattr(BW, "_pwritev", lambda fd, bufs, offset: 0)
+    monkeypatch.setattr(BW.os, "pwrite", nothing)
+    with open(tmp_path / "t.bin", "wb") as f:
+        bw = BlockWriter(f.fileno(), tmp_path / "t.bin", "xxh64", 64)
+        bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
+        with pytest.raises(OSError) as info:
+            bw.sync()
+        bw.close()
+    assert info.value.errno == errno.ENOSPC
+
+
+def test_documents_stay_alive_until_written_when_the_callers_list_is_cleared(tmp_path, monkeypatch):
+    """The writer holds its own references to the documents it writes from their addresses:
+    the caller clearing its list (another thread, or after ``append_arrays`` returns) frees
+    none of them while ``pwritev`` reads them."""
+    import gc
+    import threading
+
+    go = threading.Event()
+    real = BW.pwritev_raw
+
+    def held(fd, iov, offset):
+        assert go.wait(5)
+        return real(fd, iov, offset)
+
+    monkeypatch.setattr(BW, "pwritev_raw", held)
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(1, 60_000, 40_000).astype(np.uint16) for _ in range(40)]  # apart
+    expected = np.concatenate(docs).tobytes()
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 1 << 16)
+    assert tf.append_arrays(docs, np.full(40, 40_000, dtype=np.int64))
+    docs.clear()
+    gc.collect()
+    junk = [np.full(40_000, 7, dtype=np.uint16) for _ in range(40)]  # reuse the freed memory
+    go.set()
+    digests = tf.finish()
+    tf.close()
+    del junk
+    assert (tmp_path / "t.bin").read_bytes() == expected
+    assert digests == _naive(expected, 1 << 16)

@@ -6,6 +6,8 @@ Run: ``pytest tests/test_store_gather.py``.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -198,3 +200,82 @@ def test_a_plain_generator_stays_on_the_fast_path():
     chunks = DocChunks(iter([np.arange(3, dtype=np.uint16), [1, 2]]))
     assert _docs_of(chunks.take(5)) == [[0, 1, 2], [1, 2]]
     assert not chunks._plain
+
+
+class _Raises:
+    """An iterator yielding ``good`` arrays, then raising ``exc`` (and, if ``more``, going on
+    yielding arrays afterwards, as an iterator class may)."""
+
+    def __init__(self, good: int, exc: BaseException, more: bool) -> None:
+        self.k, self.good, self.exc, self.more = 0, good, exc, more
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.k += 1
+        if self.k == self.good + 1:
+            raise self.exc
+        if self.k > self.good + 1 and not self.more:
+            raise StopIteration
+        return np.arange(5, dtype=np.uint16) + self.k
+
+
+def _generator(good: int, exc: BaseException):
+    for k in range(good):
+        yield np.arange(5, dtype=np.uint16) + k
+    raise exc
+
+
+@pytest.mark.parametrize("exc", [ValueError("boom"), TypeError("boom"), BufferError("boom")])
+@pytest.mark.parametrize("good", [0, 3])
+@pytest.mark.parametrize("kind", ["generator", "iterator", "iterator going on"])
+def test_a_source_raising_midway_fails_the_build(tmp_path, exc, good, kind):
+    """The source's own ValueError/TypeError/BufferError propagates (it is not taken for a
+    document ``io.BytesIO.write`` refused: no silent end, no repeated document)."""
+    if kind == "generator":
+        source = _generator(good, exc)
+    else:
+        source = _Raises(good, exc, more=kind == "iterator going on")
+    with pytest.raises(type(exc), match="boom"):
+        mmpack.build(tmp_path / "s", source, fsync=False)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("head", ["array.array", "ndarray"])
+def test_a_source_refilling_one_array_array_keeps_each_document(tmp_path, head):
+    """``array.array`` documents from a source that refills and yields one buffer again: each
+    document is what was yielded, on the fast path's first chunk (rebuilt from the bytes taken
+    when yielded) and on the per-document path after it (a copy taken when yielded)."""
+    import array
+
+    def source():
+        if head == "ndarray":
+            yield np.arange(4, dtype=np.uint16)
+        buf = array.array("H", [0] * 4)
+        for i in range(9):
+            buf[:] = array.array("H", [i * 10 + j for j in range(4)])
+            yield buf
+
+    want = ([[0, 1, 2, 3]] if head == "ndarray" else []) + [
+        [i * 10 + j for j in range(4)] for i in range(9)
+    ]
+    chunks, got = DocChunks(source()), []
+    while (c := chunks.take(3)) is not None:
+        assert isinstance(c, list)
+        got += [list(map(int, d)) for d in c]
+    assert got == want
+    store = mmpack.build(tmp_path / "s", source(), fsync=False)
+    assert [list(map(int, store[j])) for j in range(len(store))] == want
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_a_generator_of_object_arrays_builds_as_the_list_does(tmp_path, order):
+    """An object-dtype array (Python ints) is accepted from a list; from a generator its bytes
+    (``io.BytesIO.write`` takes them: object pointers) are not rebuilt into an array: the
+    document itself is checked, as from the list."""
+    docs = [np.arange(5, dtype=np.uint16), np.array([1, 2, 300], dtype=object)][::order]
+    want = [list(map(int, d)) for d in docs]
+    for name, source in [("list", docs), ("generator", iter(docs))]:
+        store = mmpack.build(tmp_path / name, source, fsync=False)
+        assert [list(map(int, store[j])) for j in range(len(store))] == want

@@ -14,7 +14,9 @@ one list is in flight (:meth:`submit` waits for the previous one), so a caller r
 changing its buffers waits with :meth:`sync` first.  Disk space is reserved ahead
 (``fallocate(FALLOC_FL_KEEP_SIZE)``, as ``ndarray.tofile`` does: ext4 then writes a stream of
 pieces as fast as one large write).  :meth:`truncate` drops bytes from the end (a rolled back
-append): it waits for both threads first, so no hash ever maps a range being cut.
+append): it waits for both threads first, so no hash ever maps a range being cut.  A failed
+write (a full disk, EIO) is raised by :meth:`sync` and again by every later call: the file then
+lacks bytes counted in :attr:`BlockWriter.end`, so nothing built on it may be published.
 
 Cost: see :mod:`mmpack.store.tokenfile`.
 """
@@ -65,6 +67,7 @@ class BlockWriter:
         self._pending: Future[None] | None = None
         self._hashes: list[Future[int]] = []  # one per complete block (the writer appends)
         self._allocated = 0  # bytes of disk reserved (-1: the file system cannot)
+        self._failed: BaseException | None = None  # a write that failed: the file has a gap
 
     # ------------------------------------------------------------------------------ writing
     def submit(self, pieces: list[Any], ends: np.ndarray) -> None:
@@ -113,10 +116,21 @@ class BlockWriter:
             keep.clear()
 
     def sync(self) -> None:
-        """Wait for the list in flight (its error, e.g. a full disk, is raised here)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
+        """Wait for the list in flight (its error, e.g. a full disk, is raised here, and again
+        by every later call: the file then lacks bytes counted in :attr:`end`).  The job stays
+        in flight until it is done, so an interrupted wait (``KeyboardInterrupt``) leaves it for
+        :meth:`close` to wait for before the file is closed."""
+        if self._failed is not None:
+            raise self._failed
+        pending = self._pending
+        if pending is None:
+            return
+        try:
             pending.result()
+        finally:
+            if pending.done():
+                self._pending = None
+                self._failed = pending.exception()
 
     def _write(self, pieces: list[Any], ends: np.ndarray, offset: int) -> None:
         try:
@@ -147,6 +161,8 @@ class BlockWriter:
             rest = memoryview(b"".join(group))[n:]
             while rest:
                 k = os.pwrite(self.fd, rest, offset + n)
+                if k <= 0:  # nothing written and no error: a full disk, never a loop
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 n, rest = n + k, rest[k:]
 
     def _hash_done(self, written: int) -> None:

@@ -11,9 +11,11 @@ writes them straight to the file (:meth:`mmpack.store.tokenfile.TokenFile.append
 an iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
 (``map(buf.write, ...)``, the objects kept by ``itertools.tee`` and checked afterwards with one
 kernel pass: ~0.29 us a document in all, the generator's own cost included), so a source that
-refills and yields one array again cannot change what was taken; the first chunk that is not all
-1-D contiguous arrays of one dtype object comes back as a list of the copies taken when each was
-yielded and switches the source to a Python loop with a check per document (~0.35 us).  A plain
+refills and yields one array (or ``array.array``) again cannot change what was taken; an error
+of the source's own (even a ``ValueError`` or ``TypeError``, which ``write`` also raises for an
+object it refuses) propagates; the first chunk that is not all 1-D contiguous arrays of one
+dtype object comes back as a list of the copies taken when each was yielded and switches the
+source to a Python loop with a check per document (~0.35 us).  A plain
 chunk comes back flat (a view of that buffer; two buffers alternate, so the previous chunk stays
 valid while the next is taken).  Anything else (lists of ints, tensors, strided or mixed arrays)
 comes back as a list of documents, each one the writer's own copy when it came from an iterator
@@ -22,6 +24,7 @@ comes back as a list of documents, each one the writer's own copy when it came f
 
 from __future__ import annotations
 
+import array
 import io
 from collections.abc import Iterable
 from itertools import islice, tee
@@ -52,6 +55,15 @@ class Arrays(NamedTuple):
         except (TypeError, ValueError):
             return None
         return flat if flat.ndim == 1 else None
+
+
+def _c_buffer(obj: Any) -> bool:
+    """Whether ``obj`` exports a C-contiguous buffer (what ``io.BytesIO.write`` takes)."""
+    try:
+        with memoryview(obj) as view:
+            return view.c_contiguous
+    except (BufferError, TypeError, ValueError):
+        return False
 
 
 class DocChunks:
@@ -113,12 +125,15 @@ class DocChunks:
         come back as a list, each one the copy taken when it was yielded."""
         seen, taken = tee(islice(self._it, size))
         sizes: list[int] = []
+        error: BaseException | None = None
         try:
             sizes.extend(map(buf.write, taken))
-            failed = False
-        except (BufferError, TypeError, ValueError):  # not a buffer, or not contiguous
-            failed = True
+        except (BufferError, TypeError, ValueError) as exc:  # not a buffer, or not contiguous
+            error = exc  # ... or the source's own error
+        failed = error is not None
         docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
+        if error is not None and (len(docs) == len(sizes) or _c_buffer(docs[-1])):
+            raise error  # the source raised it, not ``buf.write``
         if not docs:
             return None
         first = docs[0]
@@ -138,10 +153,12 @@ class DocChunks:
         out: list[Any] = []
         pos = 0
         for d, n in zip(docs, sizes):  # copied when yielded: rebuilt from those bytes
-            if isinstance(d, np.ndarray) and n == d.nbytes:
+            if isinstance(d, np.ndarray) and n == d.nbytes and not d.dtype.hasobject:
                 out.append(
                     np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
                 )
+            elif isinstance(d, array.array):  # a buffer the source may refill too
+                out.append(array.array(d.typecode, bytes(view[pos : pos + n])))
             else:
                 out.append(d if not isinstance(d, np.ndarray) else snapshot_doc(d))
             pos += n

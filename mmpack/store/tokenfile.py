@@ -178,7 +178,8 @@ class TokenFile:
                 self._copy_spans(iov)
             else:
                 self._hand_over()
-                self._out.submit_iovecs(iov, docs)
+                self._out.submit_iovecs(iov, list(docs))  # its own references: the caller's
+                # list may be cleared meanwhile, the arrays must live until written
         else:  # another dtype object, strided documents, or no libc pwritev: check in Python
             if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
                 return False

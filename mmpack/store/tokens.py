@@ -16,6 +16,7 @@ document by document through :func:`as_token_array`.  Measured with the writer
 
 from __future__ import annotations
 
+import array
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,8 @@ def snapshot_doc(doc: Any) -> Any:
     t = type(doc)
     if t is np.ndarray or t is list:
         return doc.copy()
+    if isinstance(doc, array.array):  # a reused array.array: its slice is a copy
+        return doc[:]
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor: shares its storage
         return doc.detach().cpu().clone()
     if isinstance(doc, (np.ndarray, list)):  # subclasses (np.memmap)
