@@ -462,3 +462,32 @@ def test_chunks_are_released_as_the_stream_moves_on():
     for _ in packer:
         live.append(len(packer._pieces.chunks))
     assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
+
+
+@pytest.mark.parametrize("per_batch", [3, 10, 40])
+def test_a_source_refilling_its_arrays_between_batches_is_read_as_yielded(per_batch):
+    """A source that reuses one buffer for every incoming batch (refilled on the next ``next()``)
+    gives the batches of fresh arrays: sequences read across incoming batches are copied before
+    the source is asked for the next one.  Every emitted batch is kept to the end, so a batch
+    sharing memory with a later one would differ too."""
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(0, 90, 600)]
+
+    def refilled():
+        buf = np.empty(90 * per_batch, dtype=np.int32)
+        for i in range(0, len(docs), per_batch):
+            out, p = [], 0
+            for d in docs[i : i + per_batch]:
+                buf[p : p + len(d)] = d
+                out.append(buf[p : p + len(d)])
+                p += len(d)
+            yield out
+            buf[:] = 0  # the source reuses its buffer
+
+    for long_docs in ("split", "drop"):
+        packer = StreamingPacker(
+            refilled(), source_format="batches", out_batch_size=4, out_pseq_len=64,
+            buffer_size=12, long_docs=long_docs, drop_last=False,
+        )  # fmt: skip
+        kept = list(packer)
+        assert [rows_of(b) for b in kept] == ref_pack(docs, 4, 64, 12, long_docs, False)

@@ -31,6 +31,15 @@ from mmpack.streaming.sources import (
 __all__: list[str] = []
 
 
+def _copied(items: list[Any], first: int) -> list[np.ndarray]:
+    """Sequences ``items`` (numbered from ``first``) as views of one joined copy: the tokens of
+    an incoming batch stay as read when the source reuses its arrays for the next batch (taken
+    only when a read spans incoming batches: each token of those is copied twice)."""
+    flat, lens = flat_sequences(items, first)
+    ends = np.cumsum(lens)
+    return list(map(flat.__getitem__, map(slice, (ends - lens).tolist(), ends.tolist())))
+
+
 class _Admission:
     """The admission half of :class:`mmpack.streaming.packer.StreamingPacker` (a mixin: the
     packer owns the attributes declared here)."""
@@ -121,7 +130,11 @@ class _Admission:
             return list(itertools.islice(self._iterator, n_docs))
         items = self._carry[:n_docs]
         del self._carry[:n_docs]
+        owned = 0  # items[:owned] are copies (the source may refill its arrays on next())
         while len(items) < n_docs:
+            if owned < len(items):
+                items[owned:] = _copied(items[owned:], self._read_index + owned)
+                owned = len(items)
             try:
                 batch = next(self._iterator)
             except StopIteration:
