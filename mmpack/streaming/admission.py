@@ -89,6 +89,8 @@ class _Admission:
     def _fill_queue(self, n_docs: int) -> None:
         """Read up to ``n_docs`` sequences into the (empty) queue; mark the source exhausted when
         none is left."""
+        if self._pieces.chunks:  # the queue is empty: only the held pieces refer to chunks
+            self._pieces.release_unheld()
         j0 = self._read_index
         source: Any = self.source
         if self._indexed:

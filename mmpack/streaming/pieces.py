@@ -106,6 +106,26 @@ class PieceBuffer:
             del self._pool[:-_POOL]
             del chunks[:k], self._owners[:k]
 
+    def release_unheld(self) -> None:
+        """With no queued sequence: drop the chunks that no held piece lies in, before the
+        first held piece and after the last (a chunk whose sequences were all dropped or empty
+        goes at once, instead of staying until the next batch is written)."""
+        chunks = self.chunks
+        if not chunks:
+            return
+        if not self.n:
+            self.release(None)
+            return
+        end = int(self.data[3, self.n - 1] + self.data[0, self.n - 1])
+        k = len(chunks)
+        while k and chunks[k - 1][0] >= end:
+            k -= 1
+        if k < len(chunks):
+            self._pool.extend(b for b in self._owners[k:] if b is not None)
+            del self._pool[:-_POOL]
+            del chunks[k:], self._owners[k:]
+        self.release(int(self.data[3, 0]))
+
     def tokens(self, pos: int, length: int) -> np.ndarray:
         """The tokens at global positions ``pos .. pos + length`` (a view of one chunk)."""
         assert self.chunks is not None
