@@ -493,16 +493,13 @@ def test_a_source_refilling_its_arrays_between_batches_is_read_as_yielded(per_ba
         assert [rows_of(b) for b in kept] == ref_pack(docs, 4, 64, 12, long_docs, False)
 
 
-@pytest.mark.parametrize("long_docs", ["drop", "split"])
-def test_chunks_of_dropped_sequences_are_not_held(long_docs):
-    """A long stretch of sequences that give no piece (dropped, or empty) keeps no chunks
+def test_chunks_of_dropped_sequences_are_not_held():
+    """A long stretch of sequences that give no piece (dropped) keeps no chunks
     alive while the packer reads on for pieces: the live chunks stay bounded by the held
     pieces (before: one per incoming batch of the stretch, 1463 here, all their tokens held
     until the next batch was written)."""
     rng = np.random.default_rng(6)
     lengths = np.where(np.arange(4000) % 400 == 0, 8, 100)  # 1 short per 400 long
-    if long_docs == "split":
-        lengths = np.where(lengths == 100, 0, lengths)  # empty instead of long
     docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in lengths]
     seen = []
 
@@ -513,9 +510,9 @@ def test_chunks_of_dropped_sequences_are_not_held(long_docs):
 
     packer = StreamingPacker(
         source(), source_format="batches", out_batch_size=2, out_pseq_len=64, buffer_size=4,
-        long_docs=long_docs, drop_last=False,
+        long_docs="drop", drop_last=False,
     )  # fmt: skip
     got = [rows_of(b) for b in packer]
-    assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, long_docs, False)
+    assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, "drop", False)
     # At most one chunk per held piece (buffer_size + readahead = 8) and the newest two.
     assert len(seen) == 400 and max(seen) <= 10
