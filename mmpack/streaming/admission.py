@@ -7,7 +7,9 @@ incoming batch is joined into one chunk when read); the packer admits exactly as
 split into many pieces enters piece by piece and the held pieces stay within
 ``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
 a source that raises leaves the position where it was, so a state taken then resumes with nothing
-lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
+lost.  An iterated source of incoming batches may refill its arrays for the next batch: the
+sequences of a read that spans incoming batches are copied before the next one is asked for.
+Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
 every queued document is one whole piece, the common case; else one ``cumsum`` and one
 ``searchsorted`` per admission call); a piece is an int64 column, no Python object.
 """

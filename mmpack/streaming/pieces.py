@@ -9,7 +9,9 @@ of the tokens read, held while any of its pieces is.  Chunks are numbered by
 source sequence, global position of its first token) and holding it costs no Python object.
 A chunk is released once no held piece and no queued sequence lies in it (pieces and queued
 sequences are in stream order, hence by increasing position: the live chunks are those from the
-one holding the oldest live position on).  A piece deferred by a batch is placed by one of the
+one holding the oldest live position on), and, before the next chunk is read, when it lies after
+the last held piece (its sequences were all dropped: a long stretch of dropped sequences holds
+one chunk, not all of them, :meth:`PieceBuffer.release_unheld`).  A piece deferred by a batch is placed by one of the
 next ``buffer_size / rows`` batches (the first ``rows`` pieces scanned always fit), so the live
 chunks hold the tokens of about that many batches plus one incoming batch.
 """
