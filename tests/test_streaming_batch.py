@@ -516,3 +516,20 @@ def test_chunks_of_dropped_sequences_are_not_held():
     assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, "drop", False)
     # At most one chunk per held piece (buffer_size + readahead = 8) and the newest two.
     assert len(seen) == 400 and max(seen) <= 10
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_a_source_refilling_one_2d_array_is_read_as_yielded(as_dict):
+    """The same with one 2-D array (or a dict holding it) refilled for every incoming batch."""
+    docs = np.random.default_rng(2).integers(1, 60000, size=(294, 24))
+
+    def refilled():
+        buf = np.empty((7, 24), dtype=np.int32)
+        for i in range(0, len(docs), 7):
+            buf[:] = docs[i : i + 7]
+            yield {"input_ids": buf} if as_dict else buf
+
+    packer = StreamingPacker(
+        refilled(), source_format="batches", out_batch_size=3, out_pseq_len=64, buffer_size=9
+    )
+    assert [rows_of(b) for b in packer] == ref_pack(docs.tolist(), 3, 64, 9)
