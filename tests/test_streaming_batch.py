@@ -464,35 +464,6 @@ def test_chunks_are_released_as_the_stream_moves_on():
     assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
 
 
-@pytest.mark.parametrize("per_batch", [3, 10, 40])
-def test_a_source_refilling_its_arrays_between_batches_is_read_as_yielded(per_batch):
-    """A source that reuses one buffer for every incoming batch (refilled on the next ``next()``)
-    gives the batches of fresh arrays: sequences read across incoming batches are copied before
-    the source is asked for the next one.  Every emitted batch is kept to the end, so a batch
-    sharing memory with a later one would differ too."""
-    rng = np.random.default_rng(4)
-    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(0, 90, 600)]
-
-    def refilled():
-        buf = np.empty(90 * per_batch, dtype=np.int32)
-        for i in range(0, len(docs), per_batch):
-            out, p = [], 0
-            for d in docs[i : i + per_batch]:
-                buf[p : p + len(d)] = d
-                out.append(buf[p : p + len(d)])
-                p += len(d)
-            yield out
-            buf[:] = 0  # the source reuses its buffer
-
-    for long_docs in ("split", "drop"):
-        packer = StreamingPacker(
-            refilled(), source_format="batches", out_batch_size=4, out_pseq_len=64,
-            buffer_size=12, long_docs=long_docs, drop_last=False,
-        )  # fmt: skip
-        kept = list(packer)
-        assert [rows_of(b) for b in kept] == ref_pack(docs, 4, 64, 12, long_docs, False)
-
-
 def test_chunks_of_dropped_sequences_are_not_held():
     """A long stretch of sequences that give no piece (dropped) keeps no chunks
     alive while the packer reads on for pieces: the live chunks stay bounded by the held
@@ -516,20 +487,3 @@ def test_chunks_of_dropped_sequences_are_not_held():
     assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, "drop", False)
     # At most one chunk per held piece (buffer_size + readahead = 8) and the newest two.
     assert len(seen) == 400 and max(seen) <= 10
-
-
-@pytest.mark.parametrize("as_dict", [False, True])
-def test_a_source_refilling_one_2d_array_is_read_as_yielded(as_dict):
-    """The same with one 2-D array (or a dict holding it) refilled for every incoming batch."""
-    docs = np.random.default_rng(2).integers(1, 60000, size=(294, 24))
-
-    def refilled():
-        buf = np.empty((7, 24), dtype=np.int32)
-        for i in range(0, len(docs), 7):
-            buf[:] = docs[i : i + 7]
-            yield {"input_ids": buf} if as_dict else buf
-
-    packer = StreamingPacker(
-        refilled(), source_format="batches", out_batch_size=3, out_pseq_len=64, buffer_size=9
-    )
-    assert [rows_of(b) for b in packer] == ref_pack(docs.tolist(), 3, 64, 9)
