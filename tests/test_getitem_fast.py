@@ -210,3 +210,40 @@ def test_without_numba_the_single_path_falls_back_to_arrays(tmp_path, monkeypatc
         for i in range(len(fast)):
             assert_same(slow[i], fast[i])
             assert_same(fast[i], fast.__getitems__([i])[0])
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_copies_of_a_view_read_by_their_own_addresses(tmp_path, dtype):
+    """``ds[i]`` reads the mappings by the addresses in ``meta``: a copy, a deep copy and an
+    unpickled view each rebuild theirs (none shares the original's ``meta``), and read the same
+    samples once the original and its store are gone, also from threads sharing one view."""
+    import copy
+    import gc
+    import pickle
+    import threading
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 30000, int(n)).tolist() for n in rng.integers(1, 200, 300)]
+    store = mmpack.build(tmp_path / "s", docs)
+    ds = WindowDataset(store, 32, eot=1, labels=True, dtype=dtype)
+    want = list(ds.__getitems__(list(range(len(ds)))))
+    views = [copy.copy(ds), copy.deepcopy(ds), pickle.loads(pickle.dumps(ds))]
+    assert all(v._meta is not ds._meta for v in views)
+    del ds, store
+    gc.collect()
+    for v in views:
+        for i in range(0, len(v), 5):
+            assert_same(v[i], want[i])
+    wrong = []
+
+    def read(seed):
+        for i in np.random.default_rng(seed).integers(0, len(views[0]), 500).tolist():
+            if views[0][i]["input_ids"].tolist() != want[i]["input_ids"].tolist():
+                wrong.append(i)
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []

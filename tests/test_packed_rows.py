@@ -11,6 +11,7 @@ an int32 output (``cu_at``).  Rerun with ``NUMBA_BOUNDSCHECK=1`` by ``make test`
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -209,3 +210,35 @@ def test_worked_example():
             labels,
             [1, 1, 1, 0, 0, 0, 0, 0],
         ]
+
+
+_CORRUPTIONS = {
+    "doc past the store": lambda p: {"piece_doc": p.piece_doc + 50},
+    "negative doc": lambda p: {"piece_doc": p.piece_doc - 50},
+    "start past its document": lambda p: {"piece_start": p.piece_start + 1000},
+    "bin longer than seqlen": lambda p: {"piece_len": (p.piece_len + 3).astype(np.int32)},
+    "decreasing bin_ptr": lambda p: {"bin_ptr": p.bin_ptr[::-1].copy()},
+    "bin_ptr past the pieces": lambda p: {"bin_ptr": p.bin_ptr * 100},
+}
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+@pytest.mark.parametrize("corruption", sorted(_CORRUPTIONS))
+def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, corruption):
+    """``ds[i]`` (one_bin through its compiled entry) and ``__getitems__`` of every bin of a
+    corrupt plan raise the documented ``FormatError`` (rerun with NUMBA_BOUNDSCHECK=1 by
+    ``make test``: no out-of-bounds access on the way)."""
+    import dataclasses
+
+    import mmpack
+    from mmpack.errors import FormatError
+    from mmpack.views.packed import PackedDataset
+
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
+    ds = PackedDataset(store, 8, eot=0, cache=False, dtype=dtype)
+    ds._plan = dataclasses.replace(ds._plan, **_CORRUPTIONS[corruption](ds._plan))
+    for i in range(len(ds)):
+        with pytest.raises(FormatError, match="packing plan"):
+            ds[i]
+        with pytest.raises(FormatError, match="packing plan"):
+            ds.__getitems__([i])

@@ -462,3 +462,28 @@ def test_chunks_are_released_as_the_stream_moves_on():
     for _ in packer:
         live.append(len(packer._pieces.chunks))
     assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
+
+
+def test_chunks_of_dropped_sequences_are_not_held():
+    """A long stretch of sequences that give no piece (dropped) keeps no chunks
+    alive while the packer reads on for pieces: the live chunks stay bounded by the held
+    pieces (before: one per incoming batch of the stretch, 1463 here, all their tokens held
+    until the next batch was written)."""
+    rng = np.random.default_rng(6)
+    lengths = np.where(np.arange(4000) % 400 == 0, 8, 100)  # 1 short per 400 long
+    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in lengths]
+    seen = []
+
+    def source():
+        for i in range(0, len(docs), 10):
+            seen.append(len(packer._pieces.chunks))
+            yield docs[i : i + 10]
+
+    packer = StreamingPacker(
+        source(), source_format="batches", out_batch_size=2, out_pseq_len=64, buffer_size=4,
+        long_docs="drop", drop_last=False,
+    )  # fmt: skip
+    got = [rows_of(b) for b in packer]
+    assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, "drop", False)
+    # At most one chunk per held piece (buffer_size + readahead = 8) and the newest two.
+    assert len(seen) == 400 and max(seen) <= 10

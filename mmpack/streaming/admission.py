@@ -7,8 +7,11 @@ incoming batch is joined into one chunk when read); the packer admits exactly as
 split into many pieces enters piece by piece and the held pieces stay within
 ``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
 a source that raises leaves the position where it was, so a state taken then resumes with nothing
-lost.  Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when
-every queued document is one whole piece, the common case; else one ``cumsum`` and one
+lost.  The sequences of an iterated source are joined once a read has all it wants, which may
+be after the source was asked for its next incoming batch: a source must not refill the arrays
+it yielded (copying each incoming batch first measured 1.1x-1.7x the packer's time with incoming
+batches of 128 to 16 sequences).  Cost per admitted piece: O(1) numpy work amortised over the
+batch (a min and a max when every queued document is one whole piece, the common case; else one ``cumsum`` and one
 ``searchsorted`` per admission call); a piece is an int64 column, no Python object.
 """
 
@@ -80,6 +83,8 @@ class _Admission:
     def _fill_queue(self, n_docs: int) -> None:
         """Read up to ``n_docs`` sequences into the (empty) queue; mark the source exhausted when
         none is left."""
+        if self._pieces.chunks:  # the queue is empty: only the held pieces refer to chunks
+            self._pieces.release_unheld()
         j0 = self._read_index
         source: Any = self.source
         if self._indexed:

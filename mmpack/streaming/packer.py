@@ -114,7 +114,9 @@ class StreamingPacker(_Admission, _Batching, _Checkpointing):
         starts with a scalar, a batch with a sequence).  A random-access source of sequences --
         a :class:`~mmpack.store.reader.TokenStore` (read through ``read_ranges``, without a Python call
         per document), a view, a map-style dataset, a list -- is read by index, which is what
-        makes :meth:`state_dict` possible.
+        makes :meth:`state_dict` possible.  Sequences are held (not copied) until joined, which
+        may be after the next incoming batch is asked for: a source must not refill the arrays
+        it yielded (as with ModernBERT's packer, which holds them in its buffer).
     out_batch_size : int
         Rows per batch (the maximum, with a batch-size warm-up).
     seqlen, out_pseq_len : int

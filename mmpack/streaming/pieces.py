@@ -9,7 +9,9 @@ of the tokens read, held while any of its pieces is.  Chunks are numbered by
 source sequence, global position of its first token) and holding it costs no Python object.
 A chunk is released once no held piece and no queued sequence lies in it (pieces and queued
 sequences are in stream order, hence by increasing position: the live chunks are those from the
-one holding the oldest live position on).  A piece deferred by a batch is placed by one of the
+one holding the oldest live position on), and, before the next chunk is read, when it lies after
+the last held piece (its sequences were all dropped: a long stretch of dropped sequences holds
+one chunk, not all of them, :meth:`PieceBuffer.release_unheld`).  A piece deferred by a batch is placed by one of the
 next ``buffer_size / rows`` batches (the first ``rows`` pieces scanned always fit), so the live
 chunks hold the tokens of about that many batches plus one incoming batch.
 """
@@ -105,6 +107,26 @@ class PieceBuffer:
             self._pool.extend(b for b in self._owners[:k] if b is not None)
             del self._pool[:-_POOL]
             del chunks[:k], self._owners[:k]
+
+    def release_unheld(self) -> None:
+        """With no queued sequence: drop the chunks that no held piece lies in, before the
+        first held piece and after the last (a chunk whose sequences were all dropped or empty
+        goes at once, instead of staying until the next batch is written)."""
+        chunks = self.chunks
+        if not chunks:
+            return
+        if not self.n:
+            self.release(None)
+            return
+        end = int(self.data[3, self.n - 1] + self.data[0, self.n - 1])
+        k = len(chunks)
+        while k and chunks[k - 1][0] >= end:
+            k -= 1
+        if k < len(chunks):
+            self._pool.extend(b for b in self._owners[k:] if b is not None)
+            del self._pool[:-_POOL]
+            del chunks[k:], self._owners[k:]
+        self.release(int(self.data[3, 0]))
 
     def tokens(self, pos: int, length: int) -> np.ndarray:
         """The tokens at global positions ``pos .. pos + length`` (a view of one chunk)."""
