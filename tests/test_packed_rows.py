@@ -242,3 +242,23 @@ def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, 
             ds[i]
         with pytest.raises(FormatError, match="packing plan"):
             ds.__getitems__([i])
+
+
+@pytest.mark.parametrize("field", ["piece_start", "piece_len"])
+def test_a_plan_whose_piece_arrays_differ_in_length_is_refused(tmp_path, field):
+    """The row kernels check a bin's range against ``piece_doc`` only and then index every
+    piece array: a plan whose ``piece_start``/``piece_len`` is shorter is refused when it is
+    installed (a ``FormatError`` naming the shapes), before any kernel reads past its end."""
+    import dataclasses
+
+    import mmpack
+    from mmpack.errors import FormatError
+    from mmpack.views.packed import PackedDataset
+
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
+    ds = PackedDataset(store, 8, eot=0, cache=False)
+    short = dataclasses.replace(ds._plan, **{field: getattr(ds._plan, field)[:1].copy()})
+    with pytest.raises(FormatError, match="one length"):
+        ds._plan = short
+    with pytest.raises(FormatError, match="one length"):
+        short.validate(store.doc_lens)

@@ -440,3 +440,22 @@ def test_documents_stay_alive_until_written_when_the_callers_list_is_cleared(tmp
     del junk
     assert (tmp_path / "t.bin").read_bytes() == expected
     assert digests == _naive(expected, 1 << 16)
+
+
+def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkeypatch):
+    """A failure after the file is opened (here the writer's threads cannot start) closes the
+    file before the error propagates: no descriptor is left behind."""
+    opened = []
+
+    def opener(path, mode):
+        f = open(path, mode)
+        opened.append(f)
+        return f
+
+    def cannot_start(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr("mmpack.store.tokenfile.BlockWriter", cannot_start)
+    with pytest.raises(RuntimeError, match="new thread"):
+        TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), "xxh64", 256)
+    assert len(opened) == 1 and opened[0].closed

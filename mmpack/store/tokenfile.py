@@ -106,8 +106,12 @@ class TokenFile:
         self.valid_max = MAX_TOKEN if fixed is None else min(MAX_TOKEN, int(np.iinfo(fixed).max))
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
-        self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
-        self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
+        try:
+            self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
+            self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
+        except BaseException:  # (MemoryError, a thread that cannot start): no descriptor leaks
+            self.file.close()
+            raise
         self._spare: np.ndarray | None = None  # the staging block being written
         self._fill = 0  # bytes held in the staging block (after the bytes handed over)
         self.num_tokens = 0

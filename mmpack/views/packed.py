@@ -244,6 +244,7 @@ class PackedDataset:
     @_plan.setter
     def _plan(self, plan: PackingPlan) -> None:
         """Install ``plan`` and what the single-sample path derives from it."""
+        plan.check_shapes()  # O(1): the row kernels index every piece array by bin_ptr's range
         self._plan_now = plan
         self._n = plan.n_bins
         # Columns of a single sample's cu_seqlens: the most pieces in a bin + 2 (one_bin

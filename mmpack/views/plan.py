@@ -181,12 +181,22 @@ class PackingPlan:
             return np.zeros(self.n_pieces, dtype=bool)
         return self.piece_len < self.seqlen
 
+    def check_shapes(self) -> None:
+        """Raise :class:`FormatError` unless ``bin_ptr`` and the piece arrays are 1-D and the
+        piece arrays of one length: the row kernels check each bin's range in ``bin_ptr``
+        against ``piece_doc`` only, then index all three.  O(1)."""
+        p = (self.piece_doc, self.piece_start, self.piece_len)
+        if any(a.ndim != 1 for a in (*p, self.bin_ptr)) or len({a.shape[0] for a in p}) != 1:
+            shapes = ", ".join(str(a.shape) for a in p)
+            raise FormatError(f"plan: piece arrays must be 1-D of one length, got shapes {shapes}")
+
     def validate(self, doc_lens: np.ndarray) -> None:
         """Check the plan against the documents; raise :class:`FormatError` if a piece lies
         outside its document, a piece followed by an eot does not end its document (or, when
         truncating, does not start it), or a bin holds more than ``seqlen`` slots.  O(n_pieces).
         """
         doc_lens = np.asarray(doc_lens, dtype=np.int64)
+        self.check_shapes()
         bp = self.bin_ptr
         n = self.n_pieces
         if bp.shape[0] < 1 or bp[0] != 0 or bp[-1] != n or np.any(np.diff(bp) < 0):
