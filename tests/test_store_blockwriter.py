@@ -30,6 +30,18 @@ def _naive(raw: bytes, block: int, kind: str = "xxh64") -> list[int]:
     return [block_digest(kind, raw[a : a + block]) for a in range(0, len(raw), block)]
 
 
+def _write_arrays_and_check(path, docs, block: int, kind: str = "xxh64") -> None:
+    """``TokenFile.append_arrays`` of ``docs`` gives the file and block digests of their naive
+    concatenation."""
+    tf = TokenFile(path, open, np.dtype("<u2"), kind, block)
+    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
+    digests = tf.finish()
+    tf.close()
+    expected = np.concatenate(docs).tobytes() if docs else b""
+    assert path.read_bytes() == expected
+    assert digests == _naive(expected, block, kind)
+
+
 def _piece(values: list[int], strided: bool) -> np.ndarray:
     if strided:  # every other element of a larger array: not contiguous
         return np.repeat(np.array(values, dtype=np.uint16), 2)[::2]
@@ -83,13 +95,7 @@ def _copy_pieces(values: list[int], n: int, strided: bool) -> list[np.ndarray]:
 
 def test_more_pieces_than_one_pwritev_takes(tmp_path):
     docs = [np.full(j % 7, j, dtype=np.uint16) for j in range(3000)]
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 256)
-    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
-    digests = tf.finish()
-    tf.close()
-    expected = np.concatenate(docs).tobytes()
-    assert (tmp_path / "t.bin").read_bytes() == expected
-    assert digests == _naive(expected, 256)
+    _write_arrays_and_check(tmp_path / "t.bin", docs, 256)
 
 
 def test_a_large_buffer_is_written_in_slices(tmp_path, monkeypatch):
@@ -236,13 +242,7 @@ def test_with_and_without_the_objects_fields(tmp_path, monkeypatch, layout):
     monkeypatch.setattr(spans, "_LAYOUT", layout)
     flat = (np.arange(3000, dtype=np.uint16) * 31) % 1000
     docs = [*np.split(flat, [100, 1000, 1000, 2500]), np.arange(77, dtype=np.uint16)]
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 256)
-    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
-    digests = tf.finish()
-    tf.close()
-    expected = np.concatenate(docs).tobytes()
-    assert (tmp_path / "t.bin").read_bytes() == expected
-    assert digests == _naive(expected, 256)
+    _write_arrays_and_check(tmp_path / "t.bin", docs, 256)
 
 
 def test_short_raw_pwritev_is_completed(tmp_path, monkeypatch):
@@ -307,14 +307,8 @@ def test_documents_apart_are_copied_adjacent_ones_written_from_place(tmp_path, m
     used = []
     real = BW.pwritev_raw
     monkeypatch.setattr(BW, "pwritev_raw", lambda *a: used.append(1) or real(*a))
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 4096)
-    assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
-    digests = tf.finish()
-    tf.close()
+    _write_arrays_and_check(tmp_path / "t.bin", docs, 4096, "crc32")
     assert bool(used) is not apart
-    expected = flat.tobytes()
-    assert (tmp_path / "t.bin").read_bytes() == expected
-    assert digests == _naive(expected, 4096, "crc32")
 
 
 # ------------------------------------------------------------------ review: errors of the threads

@@ -165,7 +165,7 @@ def test_pad_rows():
     long_docs=st.sampled_from(["split", "truncate", "drop"]),
     drop_last=st.booleans(),
     readahead=st.integers(1, 9),
-    kind=st.sampled_from(["int32", "uint16", "int64", "mixed", "tuples"]),
+    kind=st.sampled_from(["lists", "int32", "uint16", "int64", "mixed", "tuples"]),
     pad_id=st.integers(-2, 3),
 )
 def test_numpy_and_list_sources_match_seed_twin(
@@ -177,7 +177,9 @@ def test_numpy_and_list_sources_match_seed_twin(
     want = ref_pack(docs, n_rows, row_len, n_rows + extra, long_docs, drop_last)
     dtypes = [np.int32, np.uint16, np.int64, np.uint32]
     source: list
-    if kind == "tuples":
+    if kind == "lists":
+        source = docs
+    elif kind == "tuples":
         source = [tuple(d) for d in docs]
     elif kind == "mixed":
         source = [np.asarray(d, dtype=dtypes[j % 4]) for j, d in enumerate(docs)]
