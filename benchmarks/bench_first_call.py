@@ -157,6 +157,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
+    from benchmarks.timing import load_average
 
-    print(f"load average: {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load average: {load_average()}")
     print_table("first call", run(quick="--quick" in sys.argv[1:]))

@@ -226,12 +226,11 @@ def run(quick: bool = False, profile: bool = False) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
+    from benchmarks.timing import load_average
 
-    with open("/proc/loadavg") as f:
-        print("load average before:", f.read().strip())
+    print("load average before:", load_average())
     result = run(quick="--quick" in sys.argv, profile="--profile" in sys.argv)
-    with open("/proc/loadavg") as f:
-        print("load average after:", f.read().strip())
+    print("load average after:", load_average())
     print_table("single ds[i] against the raw slice copy", [r for r in result if "ratio" in r])
     stages = [r for r in result if "ratio" not in r]
     if stages:

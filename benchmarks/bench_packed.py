@@ -110,10 +110,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
+    from benchmarks.timing import load_average
 
-    with open("/proc/loadavg") as f:
-        print("load average before:", f.read().strip())
+    print("load average before:", load_average())
     result = run(quick="--quick" in sys.argv)
-    with open("/proc/loadavg") as f:
-        print("load average after:", f.read().strip())
+    print("load average after:", load_average())
     print_table("packed access", result)

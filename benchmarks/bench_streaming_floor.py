@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.timing import load_average
 from mmpack.streaming.packer import StreamingPacker
 
 ROWS, ROW_LEN, BUFFER, INCOMING = 8, 2048, 512, 512
@@ -148,9 +149,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    print(f"load average {' '.join(load)}; medians; ratios to the first floor of each input")
+    print(f"load average {load_average()}; medians; ratios to the first floor of each input")
     print(
         f"{'input':<6} {'case':<30} {'wall s':>8} {'x floor':>8} {'cpu s':>8} {'x floor':>8} "
         f"{'MB/this':>8}"

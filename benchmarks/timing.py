@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,3 +38,8 @@ def per_item_seconds(fn: Callable[[Any], Any], items: Any, warmup: int = 100) ->
 
 def median_p99(seconds: np.ndarray) -> tuple[float, float]:
     return float(np.median(seconds)), float(np.percentile(seconds, 99))
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, for a benchmark to print next to its figures."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())

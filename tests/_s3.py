@@ -249,6 +249,15 @@ class DelayProxy:
         self._thread.join(timeout=5)
 
 
+def isolate_cache_and_env(tmp_path, monkeypatch) -> None:
+    """A node cache of the test's own (``MMPACK_CACHE_DIR`` under ``tmp_path``) and no ``AWS_*``
+    variable inherited from the environment: the remote tests' autouse setup."""
+    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache-home"))
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+
+
 def use_server_env(monkeypatch, server: S3Server) -> None:
     """Point the standard ``AWS_*`` variables at ``server`` (what the CLI reads: it has no
     storage-options flags), plain HTTP allowed."""

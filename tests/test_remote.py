@@ -22,6 +22,7 @@ from _s3 import (
     DelayProxy,
     S3Server,
     build_crashing_before_commit,
+    isolate_cache_and_env,
     run_processes,
     use_server_env,
 )
@@ -46,10 +47,7 @@ def _corpus(n_docs: int = 200, seed: int = 0, vocab: int = 50_000) -> list[np.nd
 
 @pytest.fixture(autouse=True)
 def _cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache-home"))
-    for k in list(os.environ):
-        if k.startswith("AWS_"):
-            monkeypatch.delenv(k)
+    isolate_cache_and_env(tmp_path, monkeypatch)
 
 
 def _url(name: str = "s") -> str:

@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 import pytest
-from _s3 import DelayProxy, run_processes
+from _contract import assert_workers_serve
+from _s3 import DelayProxy, isolate_cache_and_env, run_processes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_remote import _build_with_block, _corpus, _url
@@ -30,10 +31,7 @@ GiB = 1 << 30
 
 @pytest.fixture(autouse=True)
 def _cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache-home"))
-    for k in list(os.environ):
-        if k.startswith("AWS_"):
-            monkeypatch.delenv(k)
+    isolate_cache_and_env(tmp_path, monkeypatch)
 
 
 def _open(store, options, cache_dir, limit=GiB):
@@ -353,11 +351,6 @@ def test_a_cache_file_from_another_boot_is_discarded(s3_server, tmp_path, monkey
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
-    from torch.utils.data import BatchSampler, DataLoader
-
-    from mmpack.torch.collate import collate
-    from mmpack.views.readahead import Lookahead
-
     docs = _corpus()
     store = mmpack.build(_url(), docs, storage_options=s3_server.options)
     s = _open(store, s3_server.options, tmp_path)
@@ -365,21 +358,8 @@ def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
     ds = mmpack.WindowDataset(s, 128)
     ds.__getitems__([0, 1, 2])  # the parent maps the cache before the workers start
     want = mmpack.WindowDataset(local, 128)
-    sampler = mmpack.ResumableSampler(len(ds), seed=3)
-    order = list(sampler)
     for _ in range(2):  # the second pass is served by the cache the first one filled
-        batches = Lookahead(BatchSampler(sampler, 8, False), ds, depth=2, num_workers=2)
-        loader = DataLoader(
-            ds,
-            batch_sampler=batches,
-            num_workers=2,
-            collate_fn=collate,
-            multiprocessing_context=context,
-            timeout=60,
-        )
-        for b, batch in enumerate(loader):
-            expect = collate(want.__getitems__(order[b * 8 : (b + 1) * 8]))
-            assert (batch["input_ids"] == expect["input_ids"]).all()
+        assert_workers_serve(ds, want, context, seed=3, lookahead=True, keys=("input_ids",))
     cf = _open(store, s3_server.options, tmp_path)._backend._cache_file()
     ids = s._backend._block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
     assert cf.present(ids).all()
