@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import mmpack
-from mmpack.store.foreign.megatron import MAGIC
+from mmpack.formats.megatron import MAGIC
 
 
 def _seconds(fn) -> float:
@@ -98,7 +98,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         first, numpy_scan = [], []
         for _ in range(repeats):
             shutil.rmtree(tmp / "cache", ignore_errors=True)
-            mmpack.store.foreign.eos_separated.eos_offsets(np.zeros(1, np.uint16), 0)
+            mmpack.formats.eos_separated.eos_offsets(np.zeros(1, np.uint16), 0)
             numpy_scan.append(
                 _seconds(lambda: (np.memmap(path, dtype=np.uint16, mode="r") == 0).nonzero())
             )

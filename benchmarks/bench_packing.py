@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from mmpack.views import plan_file
-from mmpack.views.plan import build_plan, cached_plan, load_plan, plan_cache_key
+from mmpack.views.plan import build_plan
+from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key
 
 TARGET_DOCS_PER_S = 10e6
 

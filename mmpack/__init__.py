@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmpack.core.moved import install as _install_moved
 from mmpack.errors import FormatError, MmpackError, StateMismatchError
 
 __all__ = [
@@ -41,7 +40,11 @@ __all__ = [
 
 assert sorted(__all__) == __all__
 
-_install_moved()  # old module paths (mmpack.writer, mmpack.collate...) keep working, with a warning
+# The adapters beside the store core register their kinds of store (URLs, other tools' formats,
+# joins) in mmpack.store.registry; their package files import nothing heavy.
+import mmpack.formats  # noqa: E402
+import mmpack.joins  # noqa: E402  (first: a join folder is detected before other formats)
+import mmpack.remote  # noqa: E402, F401
 
 # Everything but the errors loads on first use, so ``import mmpack`` (and ``mmpack --help``)
 # never pays for numba, zarr or torch.
@@ -54,7 +57,7 @@ _LAZY: dict[str, str | tuple[str, str]] = {
     "TokenStore": "mmpack.store.reader",
     "WindowDataset": "mmpack.views.window",
     "build": "mmpack.store.writer",
-    "join": "mmpack.store.join",
+    "join": "mmpack.joins.join",
     "open": ("mmpack.store.reader", "open_store"),
 }
 

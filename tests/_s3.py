@@ -139,7 +139,7 @@ class S3Server:
 
     def _bucket_ready(self) -> bool:
         # The S3 port answers before the -bucket= bucket exists: wait for a signed HEAD of it.
-        from mmpack.store.remote._s3http import S3Config, S3Http
+        from mmpack.remote._s3http import S3Config, S3Http
 
         http = S3Http(
             BUCKET, S3Config(self.options), max_concurrency=1, connect_timeout=1, read_timeout=2
@@ -277,7 +277,7 @@ def build_crashing_before_commit(monkeypatch, build) -> None:
     import pytest
 
     from mmpack.errors import RemoteError
-    from mmpack.store.remote import transport as tr
+    from mmpack.remote import transport as tr
 
     real_put = tr.Transport.put
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.formats import eos_separated as eos_mod
+from mmpack.formats.eos_separated import EosSeparatedStore, open_eos_separated
 from mmpack.kernels.eos import find_eos
-from mmpack.store.foreign import EosSeparatedStore, open_eos_separated
-from mmpack.store.foreign import eos_separated as eos_mod
 from mmpack.views.window import WindowDataset
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import mmpack
 from mmpack.cli.commands import main
 from mmpack.errors import StoreExistsError
-from mmpack.store.foreign import export_flat, export_megatron
+from mmpack.formats.export import export_flat, export_megatron
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
@@ -30,7 +30,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def _store(tmp_path, docs, dtype=None, name="store"):
-    return mmpack.store.build(tmp_path / name, docs, dtype=dtype, overwrite=True, fsync=False)
+    return mmpack.build(tmp_path / name, docs, dtype=dtype, overwrite=True, fsync=False)
 
 
 # ----------------------------------------------------------------------------- Megatron

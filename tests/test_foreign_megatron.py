@@ -31,8 +31,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.store.foreign import MegatronStore, open_megatron
-from mmpack.store.foreign.megatron import HEADER_BYTES
+from mmpack.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -162,9 +161,7 @@ def test_windows_reproduce_gptdataset_shuffled_through_its_indexes(tmp_path):
     seqlen = 16
     gpt = _gpt(prefix, seqlen, tmp_path / "megatron-cache")
     store = mmpack.open(prefix)
-    reordered = mmpack.store.build(
-        tmp_path / "reordered", [store[int(d)] for d in gpt.document_index]
-    )
+    reordered = mmpack.build(tmp_path / "reordered", [store[int(d)] for d in gpt.document_index])
     windows = WindowDataset(reordered, seqlen, labels=True)
     assert len(windows) == len(gpt)
     for i in range(len(gpt)):
@@ -297,7 +294,7 @@ def test_verify_records_a_sidecar_then_catches_an_in_place_change(tmp_path):
 
 
 def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch):
-    from mmpack.store.foreign.megatron import MegatronIndex
+    from mmpack.formats.megatron import MegatronIndex
 
     data = _data_dir(tmp_path)
     n = 200_000  # one document of n one-token sequences: a 2.4 MB .idx
@@ -357,7 +354,7 @@ def test_views_plans_sampler_and_mixture_work_and_write_only_to_the_cache(tmp_pa
     assert placed == store.num_tokens
     assert any(store.cache_dir.iterdir())  # the plan went to the cache folder
     assert store.cache_dir.is_relative_to(tmp_path / "cache")
-    native = mmpack.store.build(tmp_path / "native", docs)
+    native = mmpack.build(tmp_path / "native", docs)
     mix = Mixture([WindowDataset(store, 16), WindowDataset(native, 16)], [0.5, 0.5])
     windows = {tuple(w["input_ids"].tolist()) for w in WindowDataset(native, 16)}
     items = [mix[i] for i in range(20)]

@@ -166,7 +166,7 @@ def test_write_json_atomic_leaves_only_the_file(tmp_path):
 
 
 def test_dtype_check_has_one_wording(tmp_path):
-    from mmpack.store.foreign.eos_separated import read_layout
+    from mmpack.formats.eos_separated import read_layout
     from mmpack.store.format import normalize_token_dtype
 
     (tmp_path / "t.bin").write_bytes(bytes(8))

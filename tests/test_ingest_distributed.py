@@ -20,7 +20,7 @@ from _text_corpora import stdlib_texts, train_bpe
 import mmpack
 from mmpack.ingest.distributed import build_distributed, build_part, plan_tasks
 from mmpack.ingest.pipeline import IngestError, ingest
-from mmpack.store.parts import JoinedStore
+from mmpack.joins.parts import JoinedStore
 
 distributed = pytest.importorskip("dask.distributed")
 

@@ -1,4 +1,4 @@
-"""Joined stores (mmpack.store.parts, mmpack.store.join): every read equals the single store built
+"""Joined stores (mmpack.joins.parts, mmpack.joins.join): every read equals the single store built
 from the parts' documents in order; the manifest is small, refuses changed or missing parts and is
 published atomically.
 
@@ -27,8 +27,8 @@ from mmpack.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
+from mmpack.joins.parts import JOIN_FILE, JoinedStore
 from mmpack.sampling.mixture import Mixture
-from mmpack.store.parts import JOIN_FILE, JoinedStore
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 

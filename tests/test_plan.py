@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
 from mmpack.kernels import plan_bestfit
-from mmpack.views.plan import (
-    ALGORITHMS,
-    LONG_DOCS,
-    build_plan,
-    cached_plan,
-    load_plan,
-    plan_cache_key,
-    save_plan,
-)
+from mmpack.views.plan import ALGORITHMS, LONG_DOCS, build_plan
+from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key, save_plan
 
 
 # ------------------------------------------------------------------------------- reference

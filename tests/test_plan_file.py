@@ -15,7 +15,8 @@ from test_plan import FakeStore, same_plan
 
 from mmpack.errors import FormatError
 from mmpack.views import plan_file
-from mmpack.views.plan import build_plan, cached_plan, load_plan, plan_cache_key, save_plan
+from mmpack.views.plan import build_plan
+from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key, save_plan
 
 ARRAYS = ["bin_ptr", "piece_doc", "piece_start", "piece_len"]
 
@@ -101,6 +102,16 @@ def test_a_digest_of_the_wrong_kind_or_an_unknown_format_is_rejected(tmp_path):
         load_plan(path, key)
 
 
-def test_the_cache_key_keeps_its_version_so_format_2_caches_are_found():
-    """The algorithms did not change with format 3: cached plans keep their key and file name."""
-    assert plan_cache_key("f" * 16, 2048, add_eot=True)["format"] == 2
+def test_the_cache_key_names_every_parameter_once():
+    key = plan_cache_key("f" * 16, 2048, add_eot=True, algorithm="online", lookahead=3)
+    assert key == {
+        "format": 3,
+        "fingerprint": "f" * 16,
+        "seqlen": 2048,
+        "add_eot": True,
+        "long_docs": "split",
+        "algorithm": "online",
+        "lookahead": 3,
+    }
+    with pytest.raises(TypeError, match="add_eot must be a bool"):
+        plan_cache_key("f" * 16, 2048, add_eot=1)

@@ -36,7 +36,7 @@ from mmpack.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
-from mmpack.store.remote.transport import make_transport
+from mmpack.remote.transport import make_transport
 
 
 def _corpus(n_docs: int = 200, seed: int = 0, vocab: int = 50_000) -> list[np.ndarray]:
@@ -88,7 +88,7 @@ def test_s3_store_equals_local(s3_server, tmp_path, check_block_bytes):
 
 
 def _build_with_block(url, docs, options, block):
-    from mmpack.store.remote.writer import RemoteStoreWriter
+    from mmpack.remote.writer import RemoteStoreWriter
 
     with RemoteStoreWriter(url, storage_options=options, check_block_bytes=block) as w:
         w.add_many(docs)
@@ -210,7 +210,7 @@ def test_remote_build_refuses_existing_and_overwrites(s3_server, tmp_path):
 
 
 def test_interrupted_upload_is_no_store_and_is_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.store.remote import writer as rw
+    from mmpack.remote import upload as rw
 
     url = _url()
     build_crashing_before_commit(
@@ -296,7 +296,7 @@ def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
         [(store.location, s3_server.options, str(tmp_path), limit, seed) for seed in range(2)],
         60,
     )
-    from mmpack.store.remote.cache import BlockCache
+    from mmpack.remote.cache import BlockCache
 
     cache = BlockCache(tmp_path, limit)
     assert 0 < cache.allocated() <= cache.usage() <= limit
@@ -494,7 +494,7 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
     finally:
         proxy.close()
     # Throttling (503 SlowDown) twice, then success: retried with backoff, data correct.
-    from mmpack.store.remote._s3http import S3Http
+    from mmpack.remote._s3http import S3Http
 
     real = S3Http.request
     calls = {"n": 0}
@@ -517,7 +517,7 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
 
 
 def test_multipart_upload(s3_server, tmp_path, monkeypatch):
-    from mmpack.store.remote.transport import S3Transport
+    from mmpack.remote.transport import S3Transport
 
     used = []
     real = S3Transport._put_multipart
@@ -672,7 +672,7 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
 
     from _s3 import ACCESS_KEY, SECRET_KEY
 
-    from mmpack.store.remote import writer as rw
+    from mmpack.remote import upload as rw
 
     url = _url()
     tmpdir = tmp_path / "tmp"
@@ -711,7 +711,7 @@ def test_sigv4_matches_the_aws_documentation_examples():
     examples (GET Bucket lifecycle, GET Bucket list objects), byte for byte."""
     import datetime as dt
 
-    from mmpack.store.remote._s3http import sign_v4
+    from mmpack.remote._s3http import sign_v4
 
     kw = {
         "access_key": "AKIAIOSFODNN7EXAMPLE",

@@ -1,4 +1,4 @@
-"""Sharded Zarr stores on object storage (``mmpack/store/remote/zarr.py``), against a real S3
+"""Sharded Zarr stores on object storage (``mmpack/remote/zarr.py``), against a real S3
 server (SeaweedFS, ``tests/_s3.py``) and ``file://``: every window and packed row equal to the
 local memmap store's, a flipped byte in a shard or its index an error (never data), a missing
 shard refused at open, atomic builds (an interrupted one is no store and is cleaned by the next),
@@ -25,7 +25,7 @@ from test_zarr import _corpus, _small
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.store.remote.transport import make_transport
+from mmpack.remote.transport import make_transport
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +146,7 @@ def test_missing_or_resized_remote_shard_is_an_error_at_open(s3_server):
 
 # ----------------------------------------------------------------------------- builds
 def test_interrupted_remote_zarr_build_is_invisible_and_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.store.remote import writer as rw
+    from mmpack.remote import upload as rw
 
     url = _url()
     build_crashing_before_commit(monkeypatch, lambda: _remote(_corpus(17), s3_server.options, url))

@@ -73,7 +73,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed
-        from mmpack.store.parts import JoinedStore
+        from mmpack.joins.parts import JoinedStore
 
         report = build_distributed(
             args.inputs,
@@ -117,7 +117,7 @@ def _formats(args: argparse.Namespace):
 
 # --------------------------------------------------------------------------------- join
 def _cmd_join(args: argparse.Namespace) -> int:
-    from mmpack.store.join import join
+    from mmpack.joins.join import join
 
     store = join(args.parts, args.output, append=args.append, overwrite=args.overwrite)
     index = sum(f.stat().st_size for f in Path(args.output).iterdir() if f.is_file())

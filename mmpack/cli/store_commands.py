@@ -28,8 +28,8 @@ def _open(args: argparse.Namespace):
     """``mmpack.open`` with the --format/--eos/--dtype/--metadata options of the store
     arguments."""
     import mmpack
-    from mmpack.store.foreign import EosSeparatedStore
-    from mmpack.store.foreign.megatron import detect_megatron
+    from mmpack.formats.eos_separated import EosSeparatedStore
+    from mmpack.formats.megatron import detect_megatron
 
     options: dict = {}
     path = Path(args.store)
@@ -364,7 +364,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- export
 def _cmd_export(args: argparse.Namespace) -> int:
-    from mmpack.store.foreign import EosSeparatedStore, export_flat, export_megatron
+    from mmpack.formats.eos_separated import EosSeparatedStore
+    from mmpack.formats.export import export_flat, export_megatron
 
     store = _open(args)
     if args.to == "megatron":

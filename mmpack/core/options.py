@@ -120,26 +120,12 @@ class OnError(StrEnum):
     """Stop; nothing is written."""
 
 
-_ALIASES: dict[type, dict[str, str]] = {PackingAlgorithm: {"stream": "online"}}
-
-
 def parse_option(cls: type[E], value: Any, name: str) -> E:
     """``value`` (a member or its string) as a member of ``cls``; ``ValueError`` naming the
-    argument, the value and the choices (sorted) otherwise.  Deprecated spellings (``"stream"`` for
-    ``PackingAlgorithm.ONLINE``) are accepted with a ``DeprecationWarning``."""
+    argument, the value and the choices (sorted) otherwise."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
-        alias = _ALIASES.get(cls, {}).get(value)
-        if alias is not None:
-            import warnings
-
-            warnings.warn(
-                f"{name}={value!r} is deprecated; use {name}={alias!r}",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            value = alias
         try:
             return cls(value)
         except ValueError:

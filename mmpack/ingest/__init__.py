@@ -2,8 +2,8 @@
 
 ::
 
-    tokenizer.py    byte-level, tokenizers and transformers tokenizers behind one interface
-    templates.py    special-token templates (the tokenizer's post-processor, or "<s> $A")
+    tokenizer.py    byte-level, tokenizers and transformers tokenizers behind one interface;
+                    special-token templates (the tokenizer's post-processor, or "<s> $A")
     pipeline.py     ingest(): the API, from inputs to a store
     inputs.py       format detection and input resolution (paths, globs, datasets, iterables)
     readers.py      the sources: text, JSON, Parquet, datasets and iterables in memory

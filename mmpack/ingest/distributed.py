@@ -15,7 +15,7 @@ runs :func:`build_part`, a plain function of ``(inputs, part path, options)`` th
 call: it tokenizes its files with :func:`~mmpack.ingest.pipeline.ingest` (one process) into ONE
 store at a name fixed by the task's index, written atomically with ``overwrite=True``, so a task
 that the engine retries or runs twice leaves exactly one, identical, part.  The driver joins the
-parts in task order (:mod:`mmpack.store.join`; no token is copied) inside the staging folder and
+parts in task order (:mod:`mmpack.joins.join`; no token is copied) inside the staging folder and
 renames it onto ``OUT``: a failed build publishes nothing and removes its staging folder.  The
 result's documents and tokens are those of ``ingest`` over the same inputs, whatever the number of
 workers or the order in which tasks finish (tested).
@@ -52,11 +52,10 @@ from mmpack.ingest.provenance import (
     tokenizer_record_of,
 )
 from mmpack.ingest.task_plan import DEFAULT_PART_BYTES, plan_tasks, size_of
-from mmpack.ingest.templates import with_template
-from mmpack.ingest.tokenizer import load_tokenizer
-from mmpack.store.join import write_join_into
+from mmpack.ingest.tokenizer import load_tokenizer, with_template
+from mmpack.joins.join import write_join_into
+from mmpack.joins.parts import open_join
 from mmpack.store.opening import as_path
-from mmpack.store.parts import open_join
 from mmpack.store.publish import check_replaceable, swap_into_place
 
 __all__ = ["ENGINES", "build_distributed", "build_part", "plan_tasks"]
@@ -120,7 +119,7 @@ def build_distributed(
     Returns
     -------
     IngestReport
-        Summed over the parts; ``store`` is the opened :class:`~mmpack.store.parts.JoinedStore`.
+        Summed over the parts; ``store`` is the opened :class:`~mmpack.joins.parts.JoinedStore`.
 
     Raises
     ------

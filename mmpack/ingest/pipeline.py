@@ -89,8 +89,7 @@ from mmpack.ingest.inputs import (
 )
 from mmpack.ingest.provenance import describe_store
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
-from mmpack.ingest.templates import with_template
-from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer
+from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
 from mmpack.store.writer import store_writer
 
@@ -177,7 +176,7 @@ def ingest(
         of them (``ValueError`` naming the splits if one lacks it); other inputs are read whole.
     template : str, optional
         Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
-        or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:mod:`mmpack.ingest.templates`).
+        or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:class:`mmpack.ingest.tokenizer.TemplateTokenizer`).
 
     Returns
     -------

@@ -3,7 +3,7 @@
 One pass over the ranges, reading the state byte of every block each range touches (a window of
 2048 uint16 tokens touches one or two 16 KiB blocks).  Measured with ``timeit`` on this 2-core VM
 (load ~6): ~2-3 us per call for 32 windows or 300 packed pieces, against 24-30 us for the same
-test as a dozen numpy calls; the hit path of :mod:`mmpack.store.remote.backend` calls it once
+test as a dozen numpy calls; the hit path of :mod:`mmpack.remote.backend` calls it once
 per batch.
 """
 

@@ -1,21 +1,26 @@
-"""The store layer: the on-disk format, storage backends, reading (:func:`open_store`,
-:class:`TokenStore`) and atomic writing (:func:`build`, :class:`StoreWriter`).
+"""The store core: mmpack's local format, written and read.
 
 ::
 
     format.py      metadata record, little-endian dtypes, block checksums, fingerprint
     backends/      where the two arrays live (memmap, Zarr v3) behind one reading interface
-    reader.py      open_store / TokenStore: validated at open, memory-mapped, picklable
+    opening.py     open_store (``mmpack.open``): dispatch, the unchanged-while-opening loop
+    reader.py      TokenStore: validated at open, memory-mapped, picklable
+    integrity.py   block checksums: verify(), verify_reads, the digests a build writes
     writer.py      build / StoreWriter: streaming, validated, published atomically
-    parts.py       joined stores: a manifest of parts + global offsets, read through read_ranges
-    join_manifest.py  the join's manifest: its format, checks and fingerprint (read and written)
-    join.py        join(): writes a join without copying tokens, appends atomically
+    tokenfile.py   the token file a build streams into (convert, check, hash, write)
+    blockwriter.py the writer thread and the hash thread behind tokenfile
+    gather.py      the documents a build takes from lists, arrays and generators
+    tokens.py      one document's tokens checked and converted (the rules of ``build``)
+    buildfiles.py  the offsets and metadata files a build writes before it commits
+    publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
+    registry.py    the kinds of store the adapters add (URLs, other formats, joins)
+
+The adapters beside the core (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`)
+import from it and register in :mod:`mmpack.store.registry`; the core imports none of them.
+Its public names are reached through :mod:`mmpack` (``mmpack.build``, ``mmpack.open``,
+``mmpack.TokenStore``) or by module path.
 """
 
-from __future__ import annotations
-
-from mmpack.store.reader import TokenStore, open_store
-from mmpack.store.writer import StoreWriter, build
-
-__all__ = ["StoreWriter", "TokenStore", "build", "open_store"]
+__all__: list[str] = []

@@ -32,9 +32,9 @@ from pathlib import Path
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
 from mmpack.store.format import StoreMeta
-from mmpack.store.join_manifest import join_entries
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore
+from mmpack.store.registry import OWNERS, load
 
 __all__ = [
     "LOCK_FILE",
@@ -139,8 +139,8 @@ _STORE_ENTRIES = {
 
 
 def check_replaceable(path: Path) -> None:
-    """Raise unless ``path`` is an mmpack store (holding only a store's own files; a joined
-    store counts) or an empty folder: ``overwrite`` replaces stores, never a user's folder, file
+    """Raise unless ``path`` is an mmpack store (holding only a store's own files; a kind of
+    store an adapter registered, such as a join, counts) or an empty folder: ``overwrite`` replaces stores, never a user's folder, file
     or link.  Called before
     any work and again right before the swap."""
     if os.path.islink(path):
@@ -162,7 +162,7 @@ def check_replaceable(path: Path) -> None:
     except (FormatError, OSError):
         raw = None
     backend = raw.get("backend") if isinstance(raw, dict) else None
-    own = _STORE_ENTRIES.get(backend) if isinstance(backend, str) else join_entries(path)
+    own = _STORE_ENTRIES.get(backend) if isinstance(backend, str) else _owned_entries(path)
     extra = [e for e in entries if own is None or e not in own]
     if own is None or extra:
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
@@ -171,6 +171,15 @@ def check_replaceable(path: Path) -> None:
             f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: overwrite "
             "replaces only an mmpack store or an empty folder"
         )
+
+
+def _owned_entries(path: Path) -> set[str] | None:
+    """The entries of ``path`` that a registered kind of store (a join) holds of its own."""
+    for entry in OWNERS:
+        own = load(entry)(path)
+        if own is not None:
+            return set(own)
+    return None
 
 
 # --------------------------------------------------------------------------------- the rename

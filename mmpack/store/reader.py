@@ -14,8 +14,9 @@ windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-
 plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
 ``verify()`` of the same 200 MB: 0.29-0.56 s).
 
-Opening (the registry of kinds of store, :func:`open_store`) lives in :mod:`mmpack.store.opening`
-and the checksum and offsets checks in :mod:`mmpack.store.integrity`; both are re-exported here.
+:func:`open_store` dispatches locations that are not a local mmpack folder to the openers the
+adapters registered (:mod:`mmpack.store.registry`); the checksum and offsets checks live in
+:mod:`mmpack.store.integrity`.
 
 Cold data: the token mapping is advised for random access at open (a page fault then reads its
 own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
@@ -25,6 +26,7 @@ read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Meas
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,14 +34,20 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.validation import check_index, check_int
+from mmpack.errors import StateMismatchError
 from mmpack.store.backends import Backend, get_backend
 from mmpack.store.format import StoreMeta
 from mmpack.store.integrity import BlockChecker, check_offsets
-from mmpack.store.opening import DETECTORS, OPENERS, open_store, reopen_pickled
-from mmpack.store.opening import as_path as _as_path  # noqa: F401  (imported from here by join, ingest)
-from mmpack.store.opening import read_raw_meta as _read_raw_meta  # noqa: F401  (the old private name)
+from mmpack.store.opening import (
+    as_path,
+    call_opener,
+    is_mmpack_folder,
+    open_while_unchanged,
+    read_raw_meta,
+)
+from mmpack.store.registry import DETECTORS, load
 
-__all__ = ["DETECTORS", "OPENERS", "TokenStore", "open_store"]
+__all__ = ["TokenStore", "open_store", "reopen_pickled"]
 
 _PATTERNS = ("normal", "random", "sequential")
 _SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
@@ -318,3 +326,87 @@ class TokenStore:
             f"TokenStore({self._location!r}, backend={self.backend!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    verify_reads: bool = False,
+    **options: Any,
+) -> TokenStore:
+    """Open the store at ``path`` read-only.
+
+    Opening checks the structure (metadata, file types and sizes, the offsets, Zarr chunks),
+    never the tokens' content: that is :meth:`TokenStore.verify`, or, with ``verify_reads=True``,
+    each 16 MiB token block the first time a read touches it (the offsets at open).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A local store folder, or a URL (see :data:`mmpack.store.registry.OPENERS`).
+    format : str, optional
+        ``None`` (default) detects the kind of store; ``"mmpack"`` requires mmpack's own layout;
+        other names open stores written by other tools in place (see
+        :data:`mmpack.store.registry.OPENERS`).
+    verify_reads : bool
+        Local mmpack stores: check each token block's checksum the first time a read touches it.
+    **options
+        Passed to the opener of that kind (e.g. ``storage_options`` for a URL).
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing at ``path``.
+    FormatError
+        ``path`` is not a store, or its metadata disagrees with its files.
+    """
+    if verify_reads:
+        options["verify_reads"] = True  # every opener decides whether it can
+    if isinstance(path, str) and "://" in path:
+        return call_opener("url", path, format=format, **options)
+    if format not in (None, "mmpack"):
+        return call_opener(format, path, **options)
+    path = as_path(path, "path")
+    if format is None and not is_mmpack_folder(path):
+        for entry in DETECTORS:
+            kind = load(entry)(path)
+            if kind is not None:
+                return call_opener(kind, path, **options)
+    options.pop("verify_reads", None)
+    if options:
+        raise TypeError(f"unexpected options for a local mmpack store: {sorted(options)}")
+    # Absolute now: a later os.chdir must not point the store (its Zarr chunks, its plan cache)
+    # at another folder.  Links are kept (not resolved): the path names what the user named.
+    path = Path(os.path.abspath(path))
+    # A rebuild with overwrite=True may swap the folder between reading the metadata and
+    # mapping the files: re-read the metadata afterwards and retry if it changed.
+    return open_while_unchanged(
+        path,
+        read_raw_meta,
+        lambda raw: TokenStore(
+            path, StoreMeta.from_json(raw, path), raw, verify_reads=bool(verify_reads)
+        ),
+        recheck=True,
+    )
+
+
+def reopen_pickled(
+    location: Any, fingerprint: str, what: str, change: str, /, **options: Any
+) -> TokenStore:
+    """Reopen a pickled store at ``location`` (``open_store(location, **options)``) and refuse it
+    unless its fingerprint is still ``fingerprint``.
+
+    Raises
+    ------
+    StateMismatchError
+        The content changed since pickling; the message reads ``"{what} at {location} {change}
+        after this object was pickled (fingerprint <then> then, <now> now)"``.
+    """
+    current = open_store(location, **options)
+    if current.fingerprint != fingerprint:
+        raise StateMismatchError(
+            f"{what} at {location} {change} after this object was pickled "
+            f"(fingerprint {fingerprint} then, {current.fingerprint} now)"
+        )
+    return current

@@ -45,9 +45,9 @@ from mmpack.store.gather import Arrays, DocChunks
 from mmpack.store.opening import as_path
 from mmpack.store.publish import LOCK_FILE, check_replaceable, check_target, fsync_dir, stage_folder
 from mmpack.store.publish import check_new_store as _check_new_store
-from mmpack.store.publish import pid_alive as _pid_alive  # noqa: F401  (used by the remote writer)
 from mmpack.store.publish import swap_into_place as _swap_into_place
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.registry import WRITERS, load
 from mmpack.store.tokenfile import TokenFile
 from mmpack.store.tokens import (
     MAX_TOKEN,
@@ -84,7 +84,7 @@ def build(
     ----------
     path : str or os.PathLike
         Target folder; must not exist unless ``overwrite=True``.  A URL (``s3://bucket/name``,
-        ``file:///path``...) builds locally, then uploads (:mod:`mmpack.store.remote.writer`).
+        ``file:///path``...) builds locally, then uploads (:mod:`mmpack.remote.writer`).
     docs : iterable of 1-D integer sequences
         Lists, tuples, numpy arrays, torch tensors, a generator over a corpus larger than memory.
         Empty documents are kept.
@@ -103,7 +103,7 @@ def build(
         Flush the files to stable storage before the rename (survives power loss too).
     storage_options : dict, optional
         For a URL target: endpoint, credentials and client settings (see
-        :func:`mmpack.store.remote.opener.open_url`).
+        :func:`mmpack.remote.opener.open_url`).
 
     Raises
     ------
@@ -142,11 +142,12 @@ def build(
 
 def store_writer(path: str | os.PathLike[str], **kwargs: Any) -> StoreWriter:
     """A :class:`StoreWriter` for a local ``path``, or its remote twin
-    (:class:`mmpack.store.remote.writer.RemoteStoreWriter`) for a URL."""
+    (:class:`mmpack.remote.writer.RemoteStoreWriter`) for a URL."""
     if isinstance(path, str) and "://" in path:
-        from mmpack.store.remote.writer import RemoteStoreWriter
-
-        return RemoteStoreWriter(path, **kwargs)
+        entry = WRITERS.get("url")
+        if entry is None:
+            raise ValueError(f"{path!r} is a URL; this mmpack writes local stores only")
+        return load(entry)(path, **kwargs)
     if "storage_options" in kwargs:
         raise TypeError(f"storage_options is for URL targets; {str(path)!r} is a local path")
     return StoreWriter(path, **kwargs)

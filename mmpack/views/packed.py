@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.options import LabelShift, Mode, PackingAlgorithm, parse_option
+from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import EpochIndex, check_index, check_indices, check_seed, index_epochs
 from mmpack.errors import FormatError
 from mmpack.kernels.entry import entry_point
@@ -76,7 +76,8 @@ from mmpack.views.packed_gather import (
     piece_ranges,
     read_bin,
 )
-from mmpack.views.plan import DEFAULT_LOOKAHEAD, PackingPlan, PackingStats, cached_plan
+from mmpack.views.plan import PackingPlan, PackingStats
+from mmpack.views.plan_file import cached_plan
 from mmpack.views.readahead import ColdReads, prefetch_ranges
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
@@ -116,8 +117,7 @@ class PackedDataset:
     long_docs : {"split", "truncate", "drop"}
         Documents longer than a bin (see :mod:`mmpack.views.plan`).
     algorithm : {"bfd", "online", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.views.plan`; ``"stream"``, the former name of
-        ``"online"``, is accepted with a ``DeprecationWarning``).
+        Packing algorithm (see :mod:`mmpack.views.plan`).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int

@@ -20,7 +20,7 @@ from mmpack.core.validation import check_int, check_int_range, check_seed, check
 from mmpack.store.reader import TokenStore
 from mmpack.store.vocab import check_in_vocab, resolve_special
 from mmpack.views.masking import check_masking
-from mmpack.views.plan import plan_cache_key
+from mmpack.views.plan_file import plan_cache_key
 from mmpack.views.window import output_dtype
 
 __all__ = ["PackedConfig", "packed_config"]
@@ -68,7 +68,7 @@ def packed_config(
     dtype: Any,
 ) -> PackedConfig:
     """Check the arguments of ``PackedDataset(store, seqlen, ...)`` (``algorithm`` already parsed
-    by the constructor, so a deprecated name warns at its caller).  ``TypeError`` or
+    by the constructor).  ``TypeError`` or
     ``ValueError`` naming the argument, as the constructor documents."""
     seqlen = check_int(seqlen, "seqlen")
     if not 1 <= seqlen < INT32_MAX:

@@ -24,22 +24,20 @@ Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
   documents first, so shuffling is the sampler's job.
 - ``"online"``: best fit in store order over at most ``lookahead`` open bins (the fullest closes
   when the window is full); bins come out in the order they were closed, so data order is kept up
-  to the window.  ModernBERT's packer is this idea with a batch-sized window.  ``"stream"`` is
-  its former name, still accepted with a ``DeprecationWarning``.
+  to the window.  ModernBERT's packer is this idea with a batch-sized window.
 - ``"nextfit"``: ``"online"`` with one open bin.
 
 Option names are the :class:`~mmpack.core.options.LongDocs` and
 :class:`~mmpack.core.options.PackingAlgorithm` values, checked by
 :func:`~mmpack.core.options.parse_option`; a plan records the canonical names.
 
-:func:`cached_plan` keeps a plan in the store's cache folder, checksummed (the file format and
-the cache live in :mod:`mmpack.views.plan_file`; their names are re-exported here).
+The plan's file format and the cache of plans in a store's cache folder
+(:func:`~mmpack.views.plan_file.cached_plan`) live in :mod:`mmpack.views.plan_file`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,32 +47,20 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm, p
 from mmpack.core.validation import check_index
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
-from mmpack.views.plan_file import (
-    _NO_VALUE,
-    PLAN_FORMAT_VERSION,
-    add_eot_argument,
-    cached_plan,
-    load_plan,
-    plan_cache_key,
-    save_plan,
-)
 
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_LOOKAHEAD",
     "LONG_DOCS",
-    "PLAN_FORMAT_VERSION",
     "PackingPlan",
     "PackingStats",
     "build_plan",
-    "cached_plan",
-    "load_plan",
-    "plan_cache_key",
-    "save_plan",
+    "check_add_eot",
+    "check_params",
 ]
 
 ALGORITHMS = tuple(sorted(m.value for m in PackingAlgorithm))
-"""Accepted ``algorithm`` names (and the deprecated ``"stream"``, meaning ``"online"``)."""
+"""Accepted ``algorithm`` names."""
 
 LONG_DOCS = tuple(sorted(m.value for m in LongDocs))
 """Accepted ``long_docs`` policies."""
@@ -155,16 +141,6 @@ class PackingPlan:
     def __len__(self) -> int:
         return self.n_bins
 
-    @property
-    def eot(self) -> bool:
-        """Deprecated name of :attr:`add_eot` (``eot`` is a token id elsewhere in mmpack)."""
-        warnings.warn(
-            "PackingPlan.eot is deprecated; use PackingPlan.add_eot",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.add_eot
-
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
         i = check_index(i, self.n_bins, "bin")
@@ -226,11 +202,10 @@ def build_plan(
     doc_lens: np.ndarray,
     seqlen: int,
     *,
-    add_eot: bool = _NO_VALUE,
+    add_eot: bool,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
-    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """Pack documents of the given lengths into bins of ``seqlen`` slots.
 
@@ -245,20 +220,16 @@ def build_plan(
         the caller's business).  Required.
     long_docs : {"split", "truncate", "drop"}
     algorithm : {"bfd", "online", "nextfit"}
-        ``"stream"`` is accepted for ``"online"`` with a ``DeprecationWarning``.
     lookahead : int
         Open bins of ``"online"`` (>= 1); ignored otherwise.
-    eot : bool
-        Deprecated name of ``add_eot`` (``DeprecationWarning``).
 
     Returns
     -------
     PackingPlan
         A pure function of the arguments (same input, identical arrays).
     """
-    add_eot = add_eot_argument(add_eot, eot, "build_plan")
-    algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
-    seqlen, long_docs, algorithm, lookahead = _check_params(seqlen, long_docs, algorithm, lookahead)
+    add_eot = check_add_eot(add_eot)
+    seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
     lens = _check_doc_lens(doc_lens)
     e = int(add_eot)
     n = lens.shape[0]
@@ -341,7 +312,17 @@ def _make_stats(counts: np.ndarray, n_docs: int, n_bins: int, n_pieces: int, seq
     )
 
 
-def _check_params(
+def check_add_eot(add_eot: Any) -> bool:
+    """``add_eot`` checked: a bool (a slot for an end-of-text token follows every document)."""
+    if not isinstance(add_eot, (bool, np.bool_)):
+        raise TypeError(
+            f"add_eot must be a bool (whether an eot slot follows every document), got "
+            f"{type(add_eot).__name__} {add_eot!r}"
+        )
+    return bool(add_eot)
+
+
+def check_params(
     seqlen: Any, long_docs: Any, algorithm: Any, lookahead: Any
 ) -> tuple[int, str, str, int]:
     """The plan parameters checked, options as their canonical names (plain strings)."""

@@ -16,8 +16,7 @@ format 2 with CRC-32 (~4 GB/s); format-2 files still load (checked with CRC-32) 
 against 52-80 ms (2.2-3.4x); the header alone costs 0.2 ms.
 
 The plan itself (:class:`~mmpack.views.plan.PackingPlan`) and its algorithms live in
-:mod:`mmpack.views.plan`, which re-exports this module's names; they are imported here when a
-function runs, since ``plan`` imports this module.
+:mod:`mmpack.views.plan`.
 """
 
 from __future__ import annotations
@@ -31,20 +30,17 @@ import tempfile
 import warnings
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm, parse_option
+from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.integrity import block_digest
-
-if TYPE_CHECKING:
-    from mmpack.views.plan import PackingPlan
+from mmpack.views.plan import PackingPlan, PackingStats, build_plan, check_add_eot, check_params
 
 __all__ = ["PLAN_FORMAT_VERSION", "cached_plan", "load_plan", "plan_cache_key", "save_plan"]
 
-_NO_VALUE: Any = object()
 
 PLAN_FORMAT_VERSION = 3
 """Version of the plan file layout written (2: a CRC-32 per array; 3: an XXH64 per array).
@@ -54,9 +50,8 @@ _DIGEST_KINDS = {2: "crc32", 3: "xxh64"}
 """The array digest of each readable file format: its header field and
 :func:`~mmpack.store.integrity.block_digest` kind."""
 
-_KEY_VERSION = 2
-"""Version of the plan algorithms, recorded as ``"format"`` in every cache key: unchanged by
-format 3, so plans cached as format 2 keep their key (and file name)."""
+_KEY_VERSION = 3
+"""Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key."""
 
 _MAGIC = b"MMPKPLAN"
 _ALIGN = 64
@@ -68,52 +63,25 @@ _ARRAYS = (
 )
 
 
-def add_eot_argument(add_eot: Any, eot: Any, func: str) -> bool:
-    """``add_eot`` of the plan functions, or the deprecated ``eot=`` spelling of it (with a
-    ``DeprecationWarning`` at the caller of ``func``): exactly one of the two must be given.
-
-    ``eot`` is a token id everywhere else in mmpack (``WindowDataset(eot=50256)``); here the flag
-    only says whether a slot for an end-of-text token follows every document.
-    """
-    if eot is not _NO_VALUE:
-        if add_eot is not _NO_VALUE:
-            raise TypeError(f"{func}() got both add_eot= and its deprecated name eot=")
-        warnings.warn(
-            f"{func}(eot=...) is deprecated; use add_eot=... (eot is a token id elsewhere)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        add_eot = eot
-    elif add_eot is _NO_VALUE:
-        raise TypeError(f"{func}() missing required keyword argument: 'add_eot'")
-    return bool(add_eot)
-
-
 def plan_cache_key(
     fingerprint: str,
     seqlen: int,
     *,
-    add_eot: bool = _NO_VALUE,
+    add_eot: bool,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
-    eot: Any = _NO_VALUE,
 ) -> dict[str, Any]:
-    """Everything a cached plan depends on: canonical option names (``"online"``, never the
-    deprecated ``"stream"``) and ``lookahead`` only for ``"online"``.  Validates the parameters
-    with the messages of :func:`~mmpack.views.plan.build_plan`.  ``add_eot`` is recorded under
-    its former name ``"eot"``, so plans cached before the rename keep their key; ``eot=`` is the
-    deprecated name of ``add_eot=``."""
-    from mmpack.views.plan import _check_params
-
-    add_eot = add_eot_argument(add_eot, eot, "plan_cache_key")
-    algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
-    seqlen, long_docs, algorithm, lookahead = _check_params(seqlen, long_docs, algorithm, lookahead)
+    """Everything a cached plan depends on: canonical option names and ``lookahead`` only for
+    ``"online"``.  Validates the parameters with the messages of
+    :func:`~mmpack.views.plan.build_plan`."""
+    add_eot = check_add_eot(add_eot)
+    seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
     return {
         "format": _KEY_VERSION,
         "fingerprint": str(fingerprint),
         "seqlen": seqlen,
-        "eot": add_eot,
+        "add_eot": add_eot,
         "long_docs": long_docs,
         "algorithm": algorithm,
         "lookahead": lookahead if algorithm == PackingAlgorithm.ONLINE else None,
@@ -205,8 +173,6 @@ def load_plan(path: str | os.PathLike[str], key: dict[str, Any] | None = None) -
 
 def _read_plan(path: Path, key: dict[str, Any] | None) -> tuple[PackingPlan, int]:
     """:func:`load_plan`, and the file format it read."""
-    from mmpack.views.plan import PackingPlan, PackingStats
-
     size = path.stat().st_size
     header, data_start = _read_header(path, size)
     try:
@@ -308,12 +274,11 @@ def cached_plan(
     store: Any,
     seqlen: int,
     *,
-    add_eot: bool = _NO_VALUE,
+    add_eot: bool,
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
     cache: bool = True,
-    eot: Any = _NO_VALUE,
 ) -> PackingPlan:
     """:func:`build_plan` over ``store.doc_lens``, kept in ``<store>/cache/plan-<key>.mmplan``.
 
@@ -321,13 +286,8 @@ def cached_plan(
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
     warning. A format-2 file (CRC-32 digests) is checked, used and rewritten as format 3. If the
     store folder is not writable the plan is computed in memory, silently.
-    ``cache=False`` neither reads nor writes the cache.  ``eot=`` is the deprecated name of
-    ``add_eot=``.
+    ``cache=False`` neither reads nor writes the cache.
     """
-    from mmpack.views.plan import build_plan
-
-    add_eot = add_eot_argument(add_eot, eot, "cached_plan")
-    algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm")  # warns at the caller
     key = plan_cache_key(
         store.fingerprint,
         seqlen,

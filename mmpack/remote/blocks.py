@@ -2,7 +2,7 @@
 are grouped into range requests, the blocks' CRC-32s, and the served bytes copied out of them.
 
 A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power of 2; the last
-block may be short).  Pure functions, no I/O: :class:`~mmpack.store.remote.backend.RemoteBackend`
+block may be short).  Pure functions, no I/O: :class:`~mmpack.remote.backend.RemoteBackend`
 does the fetching, caching and verification with them.
 
 Cost: :func:`block_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);

@@ -6,7 +6,7 @@ Layout under ``cache_dir``::
     blocks/<fingerprint>-<object>-b<block>.state   its header and per-block states
     blocks/.lock                                   ``fcntl.flock``: creation, charging, eviction
 
-(:mod:`mmpack.store.remote.cachefile` describes the two files, the claims and the write order.)
+(:mod:`mmpack.remote.cachefile` describes the two files, the claims and the write order.)
 The store's fingerprint is in the names, so a store rebuilt under the same URL (new contents,
 new fingerprint) never meets the old one's blocks.
 
@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from mmpack.errors import FormatError
-from mmpack.store.remote.cachefile import (
+from mmpack.remote.cachefile import (
     FORK_CLOSE,
     HEADER,
     CacheFile,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import RemoteAccessError
-from mmpack.store.remote.transport import (
-    _OPTION_DEFAULTS,
+from mmpack.remote.protocol import (
+    OPTION_DEFAULTS,
     ObjectMissing,
     Transport,
     _Transient,
@@ -36,7 +36,7 @@ class ObstoreTransport(Transport):
         self._store_options = {
             k: v
             for k, v in options.items()
-            if k not in _OPTION_DEFAULTS
+            if k not in OPTION_DEFAULTS
             and k not in ("client", "multipart_threshold", "multipart_chunk")
         }
         self._pid = -1

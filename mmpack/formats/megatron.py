@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store.foreign._store import (
+from mmpack.formats.foreign import (
     ForeignStore,
     cache_root,
     file_identity,
@@ -254,7 +254,7 @@ def open_megatron(
         The prefix, or the path of the ``.bin`` or the ``.idx``.
     cache_dir : str or os.PathLike, optional
         Root of the local cache for plans and checksum sidecars (default ``~/.cache/mmpack``,
-        see :func:`mmpack.store.foreign.cache_root`).
+        see :func:`mmpack.formats.foreign.cache_root`).
 
     Raises
     ------

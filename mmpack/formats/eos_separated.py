@@ -41,7 +41,7 @@ import numpy as np
 
 from mmpack.core.validation import check_dtype, check_int_range
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store.foreign._store import (
+from mmpack.formats.foreign import (
     ForeignStore,
     cache_root,
     file_identity,

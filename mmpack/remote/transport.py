@@ -4,7 +4,7 @@
 prefix; keys are relative to it (``"mmpack.json"``, ``"data-<id>/tokens.bin"``):
 
 - ``s3://bucket/prefix`` -> :class:`S3Transport`: the fork-safe SigV4 client of
-  :mod:`mmpack.store.remote._s3http` (the default, and the only one tested against a server);
+  :mod:`mmpack.remote._s3http` (the default, and the only one tested against a server);
 - ``file:///path`` -> :class:`LocalTransport`: ``os.pread`` and atomic renames (tests, NFS);
 - ``https://host/path`` (``http://`` with ``allow_http``) -> the S3 transport, unsigned and
   read-only (any web server that honours ``Range``);
@@ -19,28 +19,24 @@ backoff (``retry_backoff`` * 2**attempt, jittered), then raised as one
 :class:`~mmpack.errors.RemoteAccessError`; a missing bucket or key is :class:`ObjectMissing`
 (the caller turns it into the right error for what was missing).
 
-Modules: :mod:`~mmpack.store.remote.protocol` (:class:`Transport`, its options and retries),
-:mod:`~mmpack.store.remote.s3` (:class:`S3Transport`, fault mapping, multipart),
-:mod:`~mmpack.store.remote.local` (:class:`LocalTransport`),
-:mod:`~mmpack.store.remote._obstore`; this module owns the choice by scheme.
+Modules: :mod:`~mmpack.remote.protocol` (:class:`Transport`, its options and retries),
+:mod:`~mmpack.remote.s3` (:class:`S3Transport`, fault mapping, multipart),
+:mod:`~mmpack.remote.local` (:class:`LocalTransport`),
+:mod:`~mmpack.remote._obstore`; this module owns the choice by scheme.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mmpack.store.remote.local import LocalTransport
-from mmpack.store.remote.protocol import (
+from mmpack.remote.local import LocalTransport
+from mmpack.remote.protocol import (
     OPTION_DEFAULTS,
     ObjectMissing,
     Transport,
-    _Transient,  # noqa: F401  (imported from here by the obstore transport)
     split_url,
 )
-from mmpack.store.remote.protocol import (
-    OPTION_DEFAULTS as _OPTION_DEFAULTS,  # noqa: F401  (imported from here by the obstore transport)
-)
-from mmpack.store.remote.s3 import S3Transport
+from mmpack.remote.s3 import S3Transport
 
 __all__ = [
     "LocalTransport",
@@ -76,7 +72,7 @@ def make_transport(url: str, storage_options: dict[str, Any] | None) -> Transpor
             raise ValueError(
                 f"storage_options client={options['client']!r} is not 'http' or 'obstore'"
             )
-        from mmpack.store.remote._obstore import ObstoreTransport
+        from mmpack.remote._obstore import ObstoreTransport
 
         return ObstoreTransport(url, options)
     raise ValueError(

@@ -1,11 +1,11 @@
-"""What the two remote backends share: :class:`~mmpack.store.remote.backend.RemoteBackend`
-(memmap objects) and :class:`~mmpack.store.remote.zarr.RemoteZarrBackend` (sharded Zarr).
+"""What the two remote backends share: :class:`~mmpack.remote.backend.RemoteBackend`
+(memmap objects) and :class:`~mmpack.remote.zarr.RemoteZarrBackend` (sharded Zarr).
 
 Each holds per-process state (threads, locks, the mapping of its node-cache file) that a forked
 child rebuilds (:meth:`RemoteBase._here`), maps its node-cache file on first use (let go once it
 is retired by an eviction, retried a second after an open that failed), is never pickled (the
 :class:`~mmpack.store.reader.TokenStore` reopens its URL), and is read-only (remote stores are
-written by :mod:`mmpack.store.remote.writer`).  Cost: one ``os.getpid()`` and an attribute read
+written by :mod:`mmpack.remote.writer`).  Cost: one ``os.getpid()`` and an attribute read
 per call of :meth:`RemoteBase._cache_file` once the file is mapped.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.remote.cache import BlockCache
+from mmpack.remote.cachefile import CacheFile
 from mmpack.store.format import StoreMeta
-from mmpack.store.remote.cache import BlockCache
-from mmpack.store.remote.cachefile import CacheFile
 
 __all__ = ["RemoteBase"]
 
@@ -78,7 +78,7 @@ class RemoteBase:
 
     @staticmethod
     def commit(tmpdir: Path, meta: StoreMeta) -> None:
-        raise NotImplementedError("remote stores are written by mmpack.store.remote.writer")
+        raise NotImplementedError("remote stores are written by mmpack.remote.writer")
 
     @property
     def offsets(self) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Reading a store from object storage: verified blocks fetched by concurrent range requests.
 
-Layout of a remote store at ``URL`` (written by :mod:`mmpack.store.remote.writer`)::
+Layout of a remote store at ``URL`` (written by :mod:`mmpack.remote.writer`)::
 
     URL/mmpack.json            the metadata record, written LAST (the commit marker), plus
                                "remote": {"data": "data-<id>", "check_block_bytes": 16384,
@@ -34,7 +34,7 @@ Look-ahead (:meth:`RemoteBackend.prefetch`): hinted blocks join a queue that up 
 per process drain, each taking everything queued at once, so the blocks of several hinted
 batches share range requests.  A read takes blocks still queued itself and waits for those in
 flight.  The block arithmetic (blocks touched, runs, CRCs, copying out) is
-:mod:`mmpack.store.remote.blocks`, the cache :mod:`mmpack.store.remote.cache`; this module owns
+:mod:`mmpack.remote.blocks`, the cache :mod:`mmpack.remote.cache`; this module owns
 the I/O, verification and the read path.
 
 Cost (measured here, a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
@@ -58,14 +58,14 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError
+from mmpack.remote.base import RemoteBase
+from mmpack.remote.blocks import block_ids, crc_blocks, gather
+from mmpack.remote.cache import BlockCache
+from mmpack.remote.cachefile import CacheFile
+from mmpack.remote.fetcher import BlockFetcher
+from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
-from mmpack.store.remote.base import RemoteBase
-from mmpack.store.remote.blocks import block_ids, crc_blocks, gather
-from mmpack.store.remote.cache import BlockCache
-from mmpack.store.remote.cachefile import CacheFile
-from mmpack.store.remote.fetcher import BlockFetcher
-from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["RemoteBackend"]
 

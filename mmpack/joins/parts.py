@@ -35,7 +35,7 @@ under a new name, then replaces the manifest with ``os.replace`` (atomic), then 
 offsets file; readers that opened the old join keep their mapping, and a reader that raced the
 swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
 
-The manifest's format, checks and fingerprint are :mod:`mmpack.store.join_manifest`; this module
+The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`; this module
 owns the backend that reads through the parts and the opened :class:`JoinedStore`.
 """
 
@@ -50,12 +50,12 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
+from mmpack.joins.manifest import JOIN_FILE, read_manifest
 from mmpack.store.backends import Backend
 from mmpack.store.backends._memmap import map_readonly
 from mmpack.store.format import OFFSETS_DTYPE
-from mmpack.store.join_manifest import JOIN_FILE, read_manifest
-from mmpack.store.opening import as_path, open_store, open_while_unchanged, reopen_pickled
-from mmpack.store.reader import TokenStore
+from mmpack.store.opening import as_path, open_while_unchanged
+from mmpack.store.reader import TokenStore, open_store, reopen_pickled
 
 __all__ = ["JOIN_FILE", "JoinedStore", "PartsBackend", "detect_join", "open_join"]
 

@@ -1,6 +1,6 @@
 """Writing joined stores: :func:`join` (``mmpack.join``, ``mmpack join PART... -o OUT``).
 
-The layout, the cost and the publishing protocol are described in :mod:`mmpack.store.parts`:
+The layout, the cost and the publishing protocol are described in :mod:`mmpack.joins.parts`:
 ``join`` reads only the parts' metadata and offsets, writes the global offsets (8 bytes per
 document) under a fresh name and then the manifest, atomically (a new join: temporary folder
 renamed into place; an append or overwrite: ``os.replace`` of the manifest under a lock).
@@ -21,13 +21,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import StoreExistsError, StoreNotFoundError
-from mmpack.store.format import (
-    BLOCK_BYTES,
-    OFFSETS_DTYPE,
-    BlockChecksum,
-    write_json_atomic,
-)
-from mmpack.store.join_manifest import (
+from mmpack.joins.manifest import (
     JOIN_FILE,
     JOIN_FORMAT,
     JOIN_LOCK_FILE,
@@ -35,8 +29,14 @@ from mmpack.store.join_manifest import (
     manifest_fingerprint,
     read_manifest,
 )
+from mmpack.joins.parts import JoinedStore, open_join
+from mmpack.store.format import (
+    BLOCK_BYTES,
+    OFFSETS_DTYPE,
+    BlockChecksum,
+    write_json_atomic,
+)
 from mmpack.store.opening import as_path
-from mmpack.store.parts import JoinedStore, open_join
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 

@@ -29,8 +29,7 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import BLOCK_BYTES, StoreMeta, write_json_atomic
-from mmpack.store.opening import reopen_pickled
-from mmpack.store.reader import TokenStore
+from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
     "CHECKSUM_FILE",
@@ -190,7 +189,7 @@ class FlatBackend(Backend):
 
     @staticmethod
     def commit(tmpdir: Path, meta: StoreMeta) -> None:
-        raise TypeError("foreign stores are read-only; write mmpack stores with mmpack.store.build")
+        raise TypeError("foreign stores are read-only; write mmpack stores with mmpack.build")
 
     @property
     def offsets(self) -> np.ndarray:

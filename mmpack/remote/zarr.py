@@ -1,4 +1,4 @@
-"""Sharded Zarr stores on object storage: verified reads (uploads: :mod:`.zarr_upload`).
+"""Sharded Zarr stores on object storage: verified reads (uploads: :mod:`mmpack.remote.upload`).
 
 Layout of a remote Zarr store at ``URL``::
 
@@ -20,7 +20,7 @@ format's offsets CRCs).  Batched reads run the local backend's path
 (:class:`~mmpack.store.backends._zarr_shards.ShardReader` and the process's decoded-chunk LRU):
 each shard's index is fetched once (one range GET of its last ``16 * chunks + 4`` bytes), then
 the inner chunks a batch touches go out as concurrent range GETs (adjacent chunks merged) through
-the transport of :mod:`mmpack.store.remote.transport` (the fork-safe S3 client by default: no
+the transport of :mod:`mmpack.remote.transport` (the fork-safe S3 client by default: no
 obstore runtime, so forked DataLoader workers work), each chunk checked against its crc32c; a
 mismatch is fetched once more, then it is a ``FormatError``, never data.  ``prefetch`` (the
 views' look-ahead) reads the next batches' chunks on a background thread.  With ``cache_limit``
@@ -45,6 +45,11 @@ from mmpack.errors import (
     FormatError,
     StateMismatchError,
 )
+from mmpack.remote.base import RemoteBase
+from mmpack.remote.blocks import crc_blocks
+from mmpack.remote.cache import BlockCache
+from mmpack.remote.cachefile import CacheFile
+from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.backends import Backend
 from mmpack.store.backends._chunk_cache import get_cache
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
@@ -54,11 +59,6 @@ from mmpack.store.backends._zarr_shards import (
     parse_layout,
 )
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
-from mmpack.store.remote.base import RemoteBase
-from mmpack.store.remote.blocks import crc_blocks
-from mmpack.store.remote.cache import BlockCache
-from mmpack.store.remote.cachefile import CacheFile
-from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["LAYOUT", "RemoteZarrBackend"]
 

@@ -14,11 +14,13 @@
     backend.py     RemoteBackend: open, the zero-copy hit path, verify
     blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
     opener.py      open_url: mmpack.open(url)
-    writer.py      RemoteStoreWriter / upload: build locally, upload, metadata last
+    writer.py      RemoteStoreWriter: build locally, then upload
+    upload.py      upload, upload_zarr: objects under a fresh data-* prefix, metadata last
 
-``mmpack.open(url)`` reaches :func:`~mmpack.store.remote.opener.open_url` through the ``"url"``
-entry of :data:`mmpack.store.reader.OPENERS`; ``mmpack.build(url, ...)`` uses
-:class:`~mmpack.store.remote.writer.RemoteStoreWriter`.  Fork safety: the S3 client keeps its
+Registered in :mod:`mmpack.store.registry` when this package is imported (``import mmpack``
+does): ``mmpack.open(url)`` reaches :func:`~mmpack.remote.opener.open_url` through the ``"url"``
+opener, ``mmpack.build(url, ...)`` :class:`~mmpack.remote.writer.RemoteStoreWriter` through the
+``"url"`` writer.  Fork safety: the S3 client keeps its
 connection and thread pools per process (keyed by ``os.getpid()``), so DataLoader workers work
 under fork and spawn; obstore (gs://, az://) is refused with a clear error in a forked child of
 a process that used it.
@@ -26,4 +28,9 @@ a process that used it.
 
 from __future__ import annotations
 
+from mmpack.store.registry import register_opener, register_writer
+
 __all__: list[str] = []
+
+register_opener("url", "mmpack.remote.opener:open_url")
+register_writer("url", "mmpack.remote.writer:RemoteStoreWriter")

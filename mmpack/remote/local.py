@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import RemoteError
-from mmpack.store.remote.protocol import ObjectMissing, Transport
+from mmpack.remote.protocol import ObjectMissing, Transport
 
 __all__ = ["LocalTransport"]
 

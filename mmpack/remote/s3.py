@@ -2,10 +2,10 @@
 
 Owns :class:`S3Transport` (``s3://bucket/prefix``, and ``https://`` read-only through the same
 client, unsigned), the mapping of S3 answers to errors, multipart uploads and the
-ListObjectsV2 paging.  The signing and the connection pools are :mod:`mmpack.store.remote._s3http`.
+ListObjectsV2 paging.  The signing and the connection pools are :mod:`mmpack.remote._s3http`.
 
 Faults: connection errors, timeouts, 408, 429 and 5xx are ``_Transient`` (retried by
-:class:`~mmpack.store.remote.protocol.Transport`); 401/403 a
+:class:`~mmpack.remote.protocol.Transport`); 401/403 a
 :class:`~mmpack.errors.RemoteAccessError`; 404 :class:`ObjectMissing` with S3's code; any other
 status >= 300 a :class:`~mmpack.errors.RemoteError`.  A ranged GET shorter than asked is
 transient.  Cost: one request per call; ranges of one object go out concurrently on the client's
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import RemoteAccessError, RemoteError
-from mmpack.store.remote.protocol import ObjectMissing, Transport, _Transient
+from mmpack.remote.protocol import ObjectMissing, Transport, _Transient
 
 __all__ = ["RETRY_STATUS", "S3Transport"]
 
@@ -34,7 +34,7 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 class S3Transport(Transport):
     def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, Any]) -> None:
         super().__init__(url, options)
-        from mmpack.store.remote._s3http import S3Config, S3Http
+        from mmpack.remote._s3http import S3Config, S3Http
 
         self.prefix = prefix
         self.multipart_threshold = int(options.get("multipart_threshold", 256 << 20))

@@ -1,14 +1,14 @@
 """Fetching a remote store's check blocks: the node cache's claims, range requests, verification,
 the per-process memory LRU and the look-ahead threads.
 
-:class:`BlockFetcher` is the half of :class:`~mmpack.store.remote.backend.RemoteBackend` that
+:class:`BlockFetcher` is the half of :class:`~mmpack.remote.backend.RemoteBackend` that
 moves blocks (the other half opens the store and serves reads).  Blocks are claimed in the node
 cache before they are fetched (a block another process or thread holds is waited for instead),
 fetched as runs of blocks at most ``merge_gap_bytes`` apart (one range request per run, all runs
 concurrently, the transport's ``max_concurrency`` at a time), CRC-checked (a mismatch is fetched
 once more, then it is a :class:`~mmpack.errors.FormatError`), written to the cache as far as its
 limit allows, the rest kept in a per-process memory LRU of :data:`MEMORY_BLOCKS_BYTES`.  The
-claim-fetch-store loop is :meth:`~mmpack.store.remote.cache.BlockCache.fetch_shared`, which the
+claim-fetch-store loop is :meth:`~mmpack.remote.cache.BlockCache.fetch_shared`, which the
 remote Zarr backend uses too.
 
 Look-ahead: :meth:`BlockFetcher.prefetch` queues hinted blocks; up to :data:`_AHEAD_THREADS`
@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.remote.blocks import runs_of
+from mmpack.remote.cache import BlockCache
+from mmpack.remote.cachefile import CacheFile
+from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.integrity import block_digest
-from mmpack.store.remote.blocks import runs_of
-from mmpack.store.remote.cache import BlockCache
-from mmpack.store.remote.cachefile import CacheFile
-from mmpack.store.remote.transport import ObjectMissing, Transport
 
 __all__ = ["BlockFetcher", "MEMORY_BLOCKS_BYTES"]
 

@@ -28,8 +28,8 @@ import numpy as np
 
 from mmpack.core.validation import check_int_range
 from mmpack.errors import StoreExistsError
-from mmpack.store.foreign.eos_separated import olmo_metadata_path
-from mmpack.store.foreign.megatron import MAGIC, megatron_paths
+from mmpack.formats.eos_separated import olmo_metadata_path
+from mmpack.formats.megatron import MAGIC, megatron_paths
 from mmpack.store.reader import TokenStore
 
 __all__ = ["MEGATRON_EXPORT_DTYPES", "export_flat", "export_megatron"]

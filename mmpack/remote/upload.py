@@ -1,20 +1,20 @@
-"""Building a store on object storage: build locally, upload, publish the metadata last.
+"""Uploading a finished local store to object storage, committed by its metadata written last.
 
-``RemoteStoreWriter`` (what ``mmpack.build(url, ...)``, ``StoreWriter``'s URL twin and
-``mmpack build -o URL`` use) writes the store into a local temporary folder with the ordinary
-atomic writer, computes the CRC-32 of every ``check_block_bytes`` (16 KiB) block of
-``tokens.bin`` (one sequential pass, ~1 GB/s), uploads ``tokens.bin``, ``offsets.bin`` and that
-table concurrently (multipart above 256 MiB) under a fresh ``URL/data-<time>-<random>/``, and
-only then PUTs ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores
-make visible atomically.  So:
+Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only
+then PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make
+visible atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends
+``tokens.bin``, ``offsets.bin`` and the table of CRC-32s of every ``check_block_bytes`` (16 KiB)
+block of ``tokens.bin`` (one sequential pass, ~1 GB/s) concurrently, multipart above 256 MiB; a
+sharded Zarr store (:func:`upload_zarr`) sends its shards four at a time (a shard is at most
+32 MiB) and records every shard's size in the metadata (the layout is described in
+:mod:`mmpack.remote.zarr`, which reads it).
 
 - an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
-  opens as a store (readers of a previous store keep reading theirs); the local copy of a killed
-  build (``$TMPDIR/mmpack-upload-<pid>-*``) is removed by the next remote build on the machine;
+  opens as a store (readers of a previous store keep reading theirs);
 - the next build of the same target deletes every ``data-*`` generation that its new metadata
   does not name and that was last written more than ``stale_seconds`` ago (default 0 for the
   generation the previous metadata named, 15 minutes for unnamed ones, so a concurrent
-  builder's upload in progress is left alone);
+  builder's upload in progress is left alone; :func:`clean_stale`);
 - overwriting: readers of the old store that still have blocks to fetch get a clear
   :class:`~mmpack.errors.StateMismatchError` ("rebuilt after it was opened") once its data is
   deleted, never the new store's bytes (every block is checked against the CRCs of the store
@@ -24,28 +24,31 @@ make visible atomically.  So:
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
-import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
+from mmpack.remote.transport import ObjectMissing, Transport
+from mmpack.remote.zarr import LAYOUT
+from mmpack.store.backends._zarr_shards import parse_layout
 from mmpack.store.format import META_FILE
-from mmpack.store.remote.transport import ObjectMissing, Transport, make_transport
-from mmpack.store.writer import StoreWriter
 
 __all__ = [
     "CHECK_BLOCK_BYTES",
-    "RemoteStoreWriter",
+    "STALE_SECONDS",
+    "check_table",
     "clean_stale",
     "commit_generation",
     "new_generation",
+    "remote_store_exists",
+    "upload",
+    "upload_zarr",
 ]
 
 CHECK_BLOCK_BYTES = 16 << 10
@@ -53,92 +56,9 @@ STALE_SECONDS = 15 * 60
 """An unnamed ``data-*`` generation younger than this may be a concurrent build's upload."""
 
 
-class RemoteStoreWriter(StoreWriter):
-    """:class:`~mmpack.store.writer.StoreWriter` for a URL target (same arguments, plus
-    ``storage_options`` and ``check_block_bytes``)."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        storage_options: dict[str, Any] | None = None,
-        check_block_bytes: int = CHECK_BLOCK_BYTES,
-        overwrite: bool = False,
-        backend: str = "memmap",
-        **kwargs: Any,
-    ) -> None:
-        if backend not in ("memmap", "zarr"):
-            raise ValueError(f"backend={backend!r} is not one of ['memmap', 'zarr']")
-        if (
-            isinstance(check_block_bytes, bool)
-            or not isinstance(check_block_bytes, int)
-            or check_block_bytes < 4096
-            or check_block_bytes & (check_block_bytes - 1)
-        ):
-            raise ValueError(
-                f"check_block_bytes must be a power of two >= 4096, got {check_block_bytes!r}"
-            )
-        self.url = url.rstrip("/")
-        self.transport = make_transport(self.url, storage_options)
-        self.transport._writable()
-        self.storage_options = storage_options
-        self.check_block_bytes = check_block_bytes
-        _clean_dead_workdirs()
-        self._workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_TAG}{os.getpid()}-"))
-        kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
-        super().__init__(self._workdir / "store", overwrite=overwrite, backend=backend, **kwargs)
-
-    def __enter__(self) -> RemoteStoreWriter:
-        try:
-            if not self.overwrite and _exists(self.transport):
-                raise StoreExistsError(f"{self.url!r} exists; pass overwrite=True to replace it")
-            super().__enter__()
-        except BaseException:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            raise
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            super().__exit__(exc_type, exc, tb)
-            if exc_type is None and self.backend == "zarr":
-                from mmpack.store.remote.zarr_upload import upload_zarr
-
-                self.store = upload_zarr(
-                    self.path,
-                    self.transport,
-                    self.url,
-                    overwrite=self.overwrite,
-                    storage_options=self.storage_options,
-                )
-            elif exc_type is None:
-                self.store = upload(
-                    self.path,
-                    self.transport,
-                    self.url,
-                    overwrite=self.overwrite,
-                    check_block_bytes=self.check_block_bytes,
-                    storage_options=self.storage_options,
-                )
-        finally:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-
-
-_WORKDIR_TAG = "mmpack-upload-"
-
-
-def _clean_dead_workdirs() -> None:
-    """Remove the local copies that killed remote builds left in the temp folder (their pid
-    is dead), as the local writer does for its temporary folders."""
-    from mmpack.store.writer import _pid_alive
-
-    for entry in Path(tempfile.gettempdir()).glob(_WORKDIR_TAG + "*"):
-        pid = entry.name[len(_WORKDIR_TAG) :].split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _exists(transport: Transport) -> bool:
+def remote_store_exists(transport: Transport) -> bool:
+    """Whether a committed store (its ``mmpack.json``) is at ``transport``; ``FileNotFoundError``
+    when its bucket does not exist."""
     try:
         transport.size(META_FILE)
         return True
@@ -170,7 +90,6 @@ def upload(
 ) -> Any:
     """Upload the local memmap store at ``local`` to ``url``; returns it opened remotely."""
     import zlib
-    from concurrent.futures import ThreadPoolExecutor
 
     from mmpack.store.reader import open_store
 
@@ -223,7 +142,7 @@ def commit_generation(
         ``overwrite`` is false and a store appeared at ``url`` during the build (``objects``
         are deleted first).
     """
-    if not overwrite and _exists(transport):
+    if not overwrite and remote_store_exists(transport):
         transport.delete(objects)
         raise StoreExistsError(f"{url!r} appeared during the build; not replacing it")
     transport.put(META_FILE, json.dumps(raw, indent=1).encode())  # the commit marker, last
@@ -264,3 +183,42 @@ def clean_stale(
             doomed.extend(k for k, _ in items)
     transport.delete(doomed)
     return doomed
+
+
+def upload_zarr(
+    local: Path,
+    transport: Transport,
+    url: str,
+    *,
+    overwrite: bool,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """Upload the local sharded Zarr store at ``local`` to ``url`` (objects under a fresh
+    ``data-*`` prefix, then ``mmpack.json``); returns it opened remotely."""
+    from mmpack.store.reader import open_store
+
+    group = json.loads((local / "zarr.json").read_text())
+    raw = dict(group["attributes"]["mmpack"])
+    arrays = {n: json.loads((local / n / "zarr.json").read_text()) for n in ("tokens", "offsets")}
+    for n, a in arrays.items():
+        if parse_layout(a) is None:
+            raise ValueError(f"{local}/{n}: not the sharded Zarr layout; rebuild it")
+    files = sorted(p for p in local.rglob("*") if p.is_file())
+    rel = {p: p.relative_to(local).as_posix() for p in files}
+    previous, gen = new_generation(transport)
+    with ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(transport.put_file, f"{gen}/{rel[p]}", p) for p in files]:
+            f.result()
+    raw["remote"] = {
+        "data": gen,
+        "layout": LAYOUT,
+        "arrays": arrays,
+        "objects": {
+            rel[p]: p.stat().st_size
+            for p in files
+            if rel[p].split("/")[0] in ("tokens", "offsets") and p.name != "zarr.json"
+        },
+    }
+    objects = [f"{gen}/{rel[p]}" for p in files]
+    commit_generation(transport, url, raw, gen, previous, objects, overwrite=overwrite)
+    return open_store(url, storage_options=storage_options)

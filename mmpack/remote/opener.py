@@ -1,8 +1,8 @@
-"""``mmpack.open(url)``: the ``"url"`` opener of :data:`mmpack.store.reader.OPENERS`.
+"""``mmpack.open(url)``: the ``"url"`` opener of :data:`mmpack.store.registry.OPENERS`.
 
 Reads ``URL/mmpack.json`` (one GET; a missing one is :class:`~mmpack.errors.StoreNotFoundError`,
 whatever data objects an interrupted upload left), validates it, and builds a
-:class:`~mmpack.store.remote.backend.RemoteBackend` under a local folder keyed by the store's
+:class:`~mmpack.remote.backend.RemoteBackend` under a local folder keyed by the store's
 fingerprint, where its index, check table and packing plans live.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import FormatError, StoreNotFoundError
+from mmpack.remote.backend import RemoteBackend
+from mmpack.remote.cache import BlockCache
+from mmpack.remote.transport import ObjectMissing, make_transport
 from mmpack.store.format import META_FILE, StoreMeta
-from mmpack.store.remote.backend import RemoteBackend
-from mmpack.store.remote.cache import BlockCache
-from mmpack.store.remote.transport import ObjectMissing, make_transport
 
 __all__ = ["default_cache_dir", "open_url"]
 
@@ -95,7 +95,7 @@ def open_url(
     cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
     backend: Any
     if meta.backend == "zarr":
-        from mmpack.store.remote.zarr import RemoteZarrBackend
+        from mmpack.remote.zarr import RemoteZarrBackend
 
         backend = RemoteZarrBackend(transport, meta, raw, folder, cache)
     elif meta.backend == "memmap":

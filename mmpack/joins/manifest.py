@@ -4,10 +4,10 @@ fingerprint.
 The manifest records the format name and version, the token dtype (the widest of the parts'),
 the document and token counts, the global offsets file with its block CRC-32s, and the parts in
 order (location, fingerprint, dtype, counts); the layout and the publishing protocol are
-described in :mod:`mmpack.store.parts`.  :func:`read_manifest` reads and checks it (every count a
+described in :mod:`mmpack.joins.parts`.  :func:`read_manifest` reads and checks it (every count a
 non-negative integer, the totals the sums of the parts', the fingerprint that of the contents);
 :func:`manifest_fingerprint` is the one definition of that fingerprint, used by the writer
-(:mod:`mmpack.store.join`) and the reader alike.  Cost: one small JSON read, O(parts).
+(:mod:`mmpack.joins.join`) and the reader alike.  Cost: one small JSON read, O(parts).
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def join_entries(path: Path) -> set[str] | None:
     """The names a join folder holds of its own (its manifest, the offsets file it names, its
     lock, its copy of the tokenizer, the ``parts`` of a distributed build, the plan ``cache``);
     None when ``path`` holds no readable join.  What ``overwrite`` may replace
-    (:func:`mmpack.store.publish.check_replaceable`)."""
+    (:func:`mmpack.store.publish.check_replaceable`, through
+    :data:`mmpack.store.registry.OWNERS`)."""
     try:
         raw = read_manifest(path)
     except (FormatError, OSError):
