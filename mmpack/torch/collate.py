@@ -13,7 +13,7 @@ turns a list of them into
 
       row 0 cu_seqlens  [0, 3, 8]           documents of 3 and 5 tokens
       row 1 cu_seqlens  [0, 2, 6, 8]        2 and 4 tokens, then 2 tokens of padding
-      shifted by b*8    [0, 3, 8] [8, 10, 14, 16]
+      shifted by b*8    [0, 3, 8], [8, 10, 14, 16]
       batch cu_seqlens  [0, 3, 8, 10, 14, 16]      (the repeated 8 is dropped)
       max_seqlen        5
 

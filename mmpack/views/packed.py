@@ -134,6 +134,8 @@ class PackedDataset:
         token type fits int32 (uint8/16, int8/16/32) and ids (eot, pad_id, mask_id,
         vocab_size - 1) below ``2**31``, else ``ValueError``.
 
+    Notes
+    -----
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
     ``position_ids``, ``attention_mask`` (``dtype``, (seqlen,)), ``cu_seqlens`` (int32, (m,))
     and ``max_seqlen`` (int).

@@ -160,6 +160,8 @@ class Lookahead:
         its workers round robin: ``b + W, b + 2W, ...``).  A wrong guess costs bandwidth, never
         correctness.
 
+    Notes
+    -----
     Use it as ``DataLoader(ds, batch_sampler=Lookahead(BatchSampler(sampler, B, False), ds),
     collate_fn=collate)``.  The wrapped iterable is drawn ahead of what is yielded; a resumable
     sampler's position therefore runs ahead by as many batches (as it already does under a

@@ -125,6 +125,8 @@ class WindowDataset:
         int32 ids); it needs a store whose token type fits int32 (uint8/16, int8/16/32) and
         ``eot``/``pad_id`` below ``2**31``, else ``ValueError``.
 
+    Notes
+    -----
     Each sample is a dict of numpy arrays: ``input_ids`` (``dtype``, (seqlen,)), ``labels``
     (``dtype``, (seqlen,), with ``labels=True``), ``position_ids`` (``dtype``, (seqlen,),
     restarting at each cut) and ``cu_seqlens`` (int32, (m,)): 0, every position right after a
