@@ -41,9 +41,11 @@ __all__ = [
 assert sorted(__all__) == __all__
 
 # The adapters beside the store core register their kinds of store (URLs, other tools' formats,
-# joins) in mmpack.store.registry; their package files import nothing heavy.
+# joins) in mmpack.store.registry; their package files import nothing heavy.  The detectors
+# they register answer for disjoint kinds of path (a folder holding mmpack-join.json, a
+# Megatron PREFIX with PREFIX.idx beside it, a .npy file), so their order does not matter.
 import mmpack.formats  # noqa: E402
-import mmpack.joins  # noqa: E402  (first: a join folder is detected before other formats)
+import mmpack.joins  # noqa: E402
 import mmpack.remote  # noqa: E402, F401
 
 # Everything but the errors loads on first use, so ``import mmpack`` (and ``mmpack --help``)
