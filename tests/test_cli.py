@@ -27,6 +27,7 @@ import mmpack
 import mmpack.errors
 from mmpack.cli.commands import build_parser, main
 from mmpack.cli.demo import compare_packing
+from mmpack.ingest.distributed import build_distributed
 from mmpack.ingest.tokenizer import load_tokenizer
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
@@ -224,6 +225,58 @@ def test_info(corpus, tmp_path):
     assert info["doc_length"]["max"] == lens.max()
     assert info["doc_length"]["p50"] == pytest.approx(np.quantile(lens, 0.5))
     assert info["bytes_on_disk"] >= tokens + 8 * (n + 1)
+
+
+def _files_bytes(*folders):
+    """Bytes of every file under ``folders``, each file counted once."""
+    seen = {
+        f.resolve(): f.stat().st_size for d in folders for f in Path(d).rglob("*") if f.is_file()
+    }
+    return sum(seen.values())
+
+
+def _info_json(store, capsys):
+    capsys.readouterr()
+    assert main(["info", str(store), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_info_counts_each_file_of_a_joined_store_once(tmp_path, capsys):
+    """A distributed build keeps its parts inside the join folder: they were counted once in the
+    folder and again as parts (1.3 MiB for 0.67 MiB of files)."""
+    for k in range(3):
+        (tmp_path / f"in{k}.txt").write_text(f"document {k} " * 500)
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "in0.txt"),
+                "-o",
+                str(tmp_path / "one"),
+                "--engine",
+                "serial",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.rstrip().endswith("(1 part, engine serial)")
+    report = build_distributed(
+        sorted(map(str, tmp_path.glob("in*.txt"))),
+        tmp_path / "three",
+        engine="serial",
+        part_bytes=1,
+    )
+    assert len(report.store.parts) == 3
+    for built in ("one", "three"):
+        assert _info_json(tmp_path / built, capsys)["bytes_on_disk"] == _files_bytes(
+            tmp_path / built
+        )
+    a = mmpack.build(tmp_path / "a", [[1, 2, 3]] * 50)
+    b = mmpack.build(tmp_path / "b", [[4, 5]] * 70)
+    mmpack.join([a.path, b.path, a.path], tmp_path / "j")  # parts outside it, one named twice
+    info = _info_json(tmp_path / "j", capsys)
+    assert info["bytes_on_disk"] == _files_bytes(tmp_path / "j", a.path, b.path)
 
 
 def test_show_windows_the_seed_example(seed_store):

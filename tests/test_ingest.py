@@ -461,7 +461,7 @@ def test_overwrite_backend_and_report(tmp_path):
     assert texts_of(mmpack.open(tmp_path / "s")) == ["abcd"]
     assert report.tokenizer.startswith("byte-level") and report.seconds > 0
     summary = report.summary()
-    assert "read 1 documents: wrote 1 (4 tokens, uint8)" in summary and "1 worker" in summary
+    assert "read 1 document: wrote 1 (4 tokens, uint8)" in summary and "(1 worker)" in summary
     assert str(IngestIssue("f.txt:3", "bad")) == "f.txt:3: bad"
 
 

@@ -73,6 +73,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed
+        from mmpack.ingest.report import counted
         from mmpack.joins.parts import JoinedStore
 
         report = build_distributed(
@@ -85,7 +86,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             **options,
         )
         assert isinstance(report.store, JoinedStore)  # build_distributed opens the joined parts
-        print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
+        parts = counted(len(report.store.parts), "part")
+        print(report.summary() + f" ({parts}, engine {args.engine})")
         return 0
     report = ingest(
         args.inputs,

@@ -56,12 +56,24 @@ def _open(args: argparse.Namespace):
 
 
 def _store_size(store) -> int:
-    files = getattr(store, "source_files", None)
-    if files is not None:
-        return sum(f.stat().st_size for f in files)
-    if "://" in store.location:  # a remote store: the bytes of its data objects
-        return store.num_tokens * store.dtype.itemsize + (len(store) + 1) * 8
-    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
+    """Bytes of the files a store reads, each file counted once: a join's own folder and its
+    parts (a distributed build keeps them inside its folder; a part may be named twice);
+    a remote store counts the bytes of its data objects."""
+    sizes: dict[tuple[int, int], int] = {}
+    remote = 0
+    pending = [store]
+    while pending:
+        s = pending.pop()
+        files = getattr(s, "source_files", None)
+        if files is None and "://" in s.location:
+            remote += s.num_tokens * s.dtype.itemsize + (len(s) + 1) * 8
+        else:
+            for f in files if files is not None else s.path.rglob("*"):
+                st = f.stat()
+                if f.is_file():
+                    sizes[(st.st_dev, st.st_ino)] = st.st_size
+        pending.extend(getattr(s, "parts", ()) if hasattr(s, "part_locations") else ())
+    return remote + sum(sizes.values())
 
 
 def _fmt_bytes(n: float) -> str:
@@ -128,9 +140,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for section in ("tokenizer", "provenance"):
         if isinstance(store.meta.get(section), dict):
             info[section] = store.meta[section]
-    if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
+    if hasattr(store, "part_locations"):  # a joined store (its size counts its parts)
         info["parts"] = store.part_locations
-        info["bytes_on_disk"] += sum(_store_size(p) for p in store.parts if "://" not in p.location)
     if args.json:
         print(json.dumps(info, indent=1))
     else:
