@@ -313,10 +313,14 @@ def test_datasets_like_objects(tmp_path):
     assert ds.batch_sizes == [1000]
     assert len(report.store) == 2499 and [i.where for i in issues] == ["FakeDataset[1234]"]
     assert texts_of(report.store)[1233:1235] == ["doc 1233", "doc 1235"]
-    # A DatasetDict: every split, in name order.
+    # A DatasetDict: one split is used; of several, the one named by split=, else refused.
     splits = {"train": FakeDataset([{"text": "t"}]), "test": FakeDataset([{"text": "e"}])}
-    report, _ = quiet_ingest(splits, tmp_path / "t")
-    assert texts_of(report.store) == ["e", "t"]
+    with pytest.raises(ValueError, match=r"dict holds several splits \(test, train\)"):
+        quiet_ingest(splits, tmp_path / "t")
+    report, _ = quiet_ingest(splits, tmp_path / "t", split="train")
+    assert texts_of(report.store) == ["t"]
+    report, _ = quiet_ingest({"test": splits["test"]}, tmp_path / "one")
+    assert texts_of(report.store) == ["e"]
     # A missing column skips the whole dataset, loudly.
     report, issues = quiet_ingest(FakeDataset([{"body": "x"}] * 3), tmp_path / "u")
     assert (

@@ -215,8 +215,8 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         b,
         "--split",
         "NAME",
-        "read only this split of a saved Hugging Face DatasetDict (default: "
-        "every split, in name order)",
+        "the split of a saved Hugging Face DatasetDict to build (needed when it has several; "
+        "one split is used)",
     )
     _add_optional(
         b,

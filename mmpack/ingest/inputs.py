@@ -251,15 +251,31 @@ def _load_saved_dataset(path: Path):
 
 
 def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
-    """A dataset, a DatasetDict (every split, in name order, or only ``split``) or a plain
-    iterable."""
+    """A dataset, a DatasetDict (its one split, or the split ``split`` names) or a plain
+    iterable.
+
+    Raises
+    ------
+    ValueError
+        A DatasetDict of several splits and no ``split`` (a store of train and validation
+        together is never what was meant), or ``split`` is not one of its splits; the message
+        names its splits.
+    """
     if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
-        if split is not None:
-            if split not in obj:
-                raise ValueError(
-                    f"split={split!r} is not a split of {name} (its splits: "
-                    f"{', '.join(sorted(map(str, obj)))})"
-                )
-            return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
-        return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
+        names = sorted(map(str, obj))
+        if split is None and len(obj) == 1:
+            split = next(iter(obj))
+        if split is None:
+            raise with_params(
+                ValueError,
+                f"{name} holds several splits ({', '.join(names)}); build one split per store: "
+                "choose it with ",
+                Param("split", names[0]),
+                " (or another of them)",
+            )
+        if split not in obj:
+            raise ValueError(
+                f"split={split!r} is not a split of {name} (its splits: {', '.join(names)})"
+            )
+        return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
     return [_ObjectSource(obj, field, name)]

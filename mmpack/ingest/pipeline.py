@@ -23,7 +23,8 @@ as text with ``text_extensions=``; or forced with ``format=``, for every file or
   records); ``.json``: a JSON array of objects or one object (read whole), or JSON lines;
 - ``.parquet``: the ``field`` column (string, or binary holding UTF-8), read in record batches;
 - a folder saved by Hugging Face ``datasets`` (``save_to_disk``; needs ``datasets``, imported
-  only then; every split of a ``DatasetDict``, in name order);
+  only then; of a ``DatasetDict`` its one split, or the split ``split=`` names: one of several
+  is never guessed, nor are several built together);
 - in the API also a ``datasets``-like object (anything with ``.iter(batch_size=)`` yielding
   column dicts, or iterable of dicts) and any other iterable of strings or dicts (e.g. a
   generator, or ``iter(list_of_texts)``; a list or tuple means paths).
@@ -172,8 +173,9 @@ def ingest(
         Copy the tokenizer's ``tokenizer.json`` into the store (default); the metadata records
         the tokenizer and the provenance either way (:mod:`mmpack.ingest.provenance`).
     split : str, optional
-        Read only this split of every ``DatasetDict`` (saved folder or object) instead of all
-        of them (``ValueError`` naming the splits if one lacks it); other inputs are read whole.
+        The split of every ``DatasetDict`` (saved folder or object) to read; needed when one
+        holds several (``ValueError`` naming them otherwise, or if one lacks it); a DatasetDict
+        of one split is read without it; other inputs are read whole.
     template : str, optional
         Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
         or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:class:`mmpack.ingest.tokenizer.TemplateTokenizer`).
@@ -192,7 +194,8 @@ def ingest(
     FileNotFoundError
         An input path, or a glob with no match.
     ValueError
-        An input of unknown format, a folder that is not a saved dataset, a bad argument.
+        An input of unknown format, a folder that is not a saved dataset, a DatasetDict of
+        several splits and no ``split`` (or without the split named), a bad argument.
     MissingDependencyError
         (an ``ImportError``) A saved dataset folder and ``datasets`` is not installed, or a
         Parquet file and ``pyarrow``; the message says what to install.
