@@ -167,6 +167,44 @@ def test_build_lines_skip_empty_overwrite(tmp_path):
     assert store.backend == "zarr" and store.doc_lens.tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("engine", ["local", "serial"])
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_rebuild_never_reads_its_output(tmp_path, capsys, engine, backend):
+    """`build 'in/**/*.json*' -o in/out --overwrite` read the store it replaced (mmpack.json, and
+    with --format-for '*.bin=text' its tokens.bin) as documents."""
+    (tmp_path / "in").mkdir()
+    for k in range(2):
+        (tmp_path / "in" / f"{k}.jsonl").write_text(
+            "".join(json.dumps({"text": f"doc {k}.{j}"}) + "\n" for j in range(3))
+        )
+    out = tmp_path / "in" / "out"
+    base = ["-o", str(out), "--engine", engine, "--backend", backend, "--quiet"]
+    base += ["--on-error", "skip"]
+    expected = [f"doc {k}.{j}" for k in range(2) for j in range(3)]
+    tok = load_tokenizer(None)
+    for pattern in ("in/**/*.json*", "in/**/*"):
+        for _ in range(2):  # the second build replaces the first, which lies under the glob
+            argv = [*base, "--overwrite", "--format-for", "*.bin=text", "--format-for", "*=jsonl"]
+            assert main(["build", str(tmp_path / pattern), *argv]) == 0, capsys.readouterr().err
+            assert "skipped 0 with errors" in capsys.readouterr().out
+            store = mmpack.open(out)
+            assert [tok.decode(d) for d in store] == expected
+    inside = (
+        out / "parts"
+        if engine == "serial"
+        else out / ("tokens.bin" if backend == "memmap" else "zarr.json")
+    )
+    for named in (inside, out):
+        argv = ["build", str(tmp_path / "in" / "0.jsonl"), str(named), *base, "--overwrite"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"mmpack: error: input {str(named)!r} lies inside --output {str(out)}"
+        )
+        assert "output=" not in err and len(err.strip().splitlines()) == 1
+    assert [tok.decode(d) for d in mmpack.open(out)] == expected  # untouched
+
+
 @pytest.mark.slow
 def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, monkeypatch):
     root, texts = corpus

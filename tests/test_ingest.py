@@ -830,3 +830,24 @@ def test_a_read_error_never_stores_part_of_a_file(
 def monkeypatch_session():
     with pytest.MonkeyPatch.context() as mp:
         yield mp
+
+
+def test_nothing_of_the_output_or_its_temporary_folders_is_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("abc")
+    quiet_ingest("a.txt", "out")
+    stale = tmp_path / ".out.mmpack-tmp-999999-0123abcd"  # a dead build's folder beside it
+    stale.mkdir()
+    (stale / "left.txt").write_text("left")
+    (tmp_path / "out.txt").write_text("a sibling, not the output")
+    for named in ("out", "out/tokens.bin", "./out/../out/mmpack.json", str(stale / "left.txt")):
+        with pytest.raises(ValueError, match=r"lies inside output='out', the store this build"):
+            quiet_ingest(["a.txt", named], "out", overwrite=True)
+    (tmp_path / "link").symlink_to(tmp_path / "out")
+    with pytest.raises(ValueError, match="lies inside output="):
+        quiet_ingest(["a.txt", "link/offsets.bin"], tmp_path / "out", overwrite=True)
+    for pattern in ("out/*", ".*/*.txt", "**/*.bin"):
+        with pytest.raises(FileNotFoundError, match=r"matches only the store being built"):
+            quiet_ingest(["a.txt", pattern], "out", overwrite=True)
+    report, _ = quiet_ingest(["*.txt", "out/../*.txt"], "out", overwrite=True)
+    assert texts_of(report.store) == ["abc", "a sibling, not the output"] * 2

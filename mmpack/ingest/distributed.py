@@ -134,7 +134,7 @@ def build_distributed(
     out = as_path(output, "output")
     _check_output(out, overwrite)
     tok = _shared_tokenizer(options)
-    tasks = plan_tasks(inputs, part_bytes=part_bytes)
+    tasks = plan_tasks(inputs, part_bytes=part_bytes, output=out)
     engine_run = _EngineRun(
         RUNNERS[engine], part_function or build_part, options, scheduler, n_workers, retries
     )

@@ -134,7 +134,9 @@ def ingest(
     Parameters
     ----------
     inputs : path, glob, list of paths/globs, datasets-like object, or iterable of str / dict
-        See the module docstring for the formats.  A list or tuple always means paths.
+        See the module docstring for the formats.  A list or tuple always means paths.  A
+        glob's matches inside ``output`` (the store an ``overwrite`` replaces) are never read;
+        a path named inside it is refused (``ValueError``).
     output : str or os.PathLike
         The store folder (written atomically by :class:`~mmpack.store.writer.StoreWriter`).
     tokenizer : None, "byte", path, TokenizerSpec or Tokenizer
@@ -205,11 +207,18 @@ def ingest(
     batch_chars = check_positive_int(batch_chars, "batch_chars")
     tok = with_template(load_tokenizer(tokenizer), template)
     workers = _worker_count(workers, tok)
+    where = output if isinstance(output, str) and "://" in output else Path(output)
     sources = _resolve_inputs(
-        inputs, field=field, lines=bool(lines), fmt=format, extensions=extensions, split=split
+        inputs,
+        field=field,
+        lines=bool(lines),
+        fmt=format,
+        extensions=extensions,
+        split=split,
+        output=where if isinstance(where, Path) else None,
     )
     report = IngestReport(
-        path=output if isinstance(output, str) and "://" in output else Path(output),
+        path=where,
         tokenizer=str(tok.spec),
         workers=workers,
     )

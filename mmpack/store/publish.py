@@ -43,6 +43,7 @@ __all__ = [
     "check_target",
     "clean_stale",
     "fsync_dir",
+    "inside_build",
     "pid_alive",
     "stage_folder",
     "swap_into_place",
@@ -132,6 +133,23 @@ def check_new_store(tmp: Path, meta: StoreMeta) -> None:
 
 
 # --------------------------------------------------------------------------------- the target
+def inside_build(path: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the store folder ``target``, lies inside it (its files, a join's
+    parts, its cache), or lies in a temporary folder of a build of it beside it (``.<name>.mmpack-
+    tmp-*``, ``-new-``, ``-old-``, ``-build-``): what a build of ``target`` replaces or writes,
+    never to be read as its input.  Both paths are compared resolved (symbolic links followed,
+    ``..`` removed); two ``realpath`` calls, no other system call."""
+    where = Path(os.path.realpath(path))
+    out = Path(os.path.realpath(target))
+    if where == out or out in where.parents:
+        return True
+    prefix = f".{out.name}.mmpack-"
+    for folder in (where, *where.parents):
+        if folder.parent == out.parent:
+            return folder.name.startswith(prefix)
+    return False
+
+
 _STORE_ENTRIES = {
     "memmap": {"mmpack.json", TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE},
     "zarr": {"zarr.json", "tokens", "offsets", "cache", LOCK_FILE},
