@@ -10,8 +10,8 @@ a ``datasets``-like object or an iterable becomes a list of sources
 ever an input: a glob's matches inside it (its files, a join's parts, its cache) or inside its
 builds' temporary folders are left out, and such a path named explicitly is refused.
 
-Cost: one ``glob`` and one ``stat`` a path (and two ``realpath`` a path when the output is local); nothing is read here (a saved dataset is opened
-lazily by ``datasets.load_from_disk``).
+Cost: one ``glob`` and one ``stat`` a path (and two ``realpath`` a path when the output is
+local); nothing is read here (a saved dataset is opened lazily by ``datasets.load_from_disk``).
 """
 
 from __future__ import annotations
