@@ -95,7 +95,11 @@ def test_meta_json_round_trip_and_fingerprint():
     obj = json.loads(json.dumps(meta.to_json()))
     assert obj["format"] == FORMAT_NAME and obj["version"] == FORMAT_VERSION
     back = StoreMeta.from_json(obj, "x")
-    assert back == meta
+    assert back == meta and "files" not in obj
+    listed = _meta(files=("tokenizer.json",))
+    assert listed.to_json()["files"] == ["tokenizer.json"]
+    assert StoreMeta.from_json(listed.to_json(), "x") == listed
+    assert listed.fingerprint == meta.fingerprint  # the files a build wrote are not content
     assert len(meta.fingerprint) == 16 and int(meta.fingerprint, 16) >= 0
     # the fingerprint identifies content, not the backend it is stored in
     assert _meta(backend="zarr").fingerprint == meta.fingerprint
@@ -142,6 +146,12 @@ BAD_META = [
     (["checksum", "offsets"], None, "missing or malformed"),
     (["checksum", "tokens"], [1, 2, 9], "fingerprint"),
     (["fingerprint"], "0" * 16, "fingerprint"),
+    (["files"], "tokenizer.json", "files must be a list of file names"),
+    (["files"], ["sub/tokenizer.json"], "files must be a list of file names"),
+    (["files"], [".mmpack-lock"], "files must be a list of file names"),
+    (["files"], [""], "files must be a list of file names"),
+    (["files"], [3], "files must be a list of file names"),
+    (["files"], ["a.json", "a.json"], "files lists a name twice"),
 ]
 
 

@@ -92,6 +92,7 @@ from mmpack.ingest.provenance import describe_store
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
+from mmpack.store.publish import check_target
 from mmpack.store.writer import store_writer
 
 __all__ = [
@@ -208,6 +209,8 @@ def ingest(
     tok = with_template(load_tokenizer(tokenizer), template)
     workers = _worker_count(workers, tok)
     where = output if isinstance(output, str) and "://" in output else Path(output)
+    if isinstance(where, Path):  # the target first: an input is never read from what it holds
+        check_target(where, bool(overwrite))
     sources = _resolve_inputs(
         inputs,
         field=field,

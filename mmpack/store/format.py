@@ -48,6 +48,7 @@ __all__ = [
     "check_count",
     "check_version",
     "normalize_token_dtype",
+    "plain_file_name",
     "smallest_token_dtype",
     "write_json_atomic",
 ]
@@ -127,6 +128,10 @@ class StoreMeta:
     tokens_checksum: str = "crc32"
     """How ``tokens_crc32`` was computed (one of :data:`CHECKSUM_KINDS`; the offsets' blocks are
     CRC-32 in every store)."""
+    files: tuple[str, ...] = ()
+    """The files a build wrote into the store folder besides its layout's (e.g.
+    ``tokenizer.json``), sorted: the store's own, which ``overwrite`` replaces with it
+    (:func:`mmpack.store.publish.check_replaceable`).  Not part of the fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -145,7 +150,7 @@ class StoreMeta:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "backend": self.backend,
@@ -158,8 +163,11 @@ class StoreMeta:
                 "tokens": list(self.tokens_crc32),
                 "offsets": list(self.offsets_crc32),
             },
-            "fingerprint": self.fingerprint,
         }
+        if self.files:
+            record["files"] = list(self.files)
+        record["fingerprint"] = self.fingerprint
+        return record
 
     @classmethod
     def from_json(cls, obj: Any, where: Path) -> StoreMeta:
@@ -181,6 +189,7 @@ class StoreMeta:
                 tokens_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["tokens"]),
                 offsets_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["offsets"]),
                 tokens_checksum=str(checksum.get("algorithm")),
+                files=_listed_files(obj.get("files", []), where),
             )
         except (KeyError, TypeError) as exc:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc
@@ -203,6 +212,26 @@ class StoreMeta:
         if stated is not None and stated != meta.fingerprint:
             raise FormatError(f"{where}: fingerprint {stated!r} does not match the metadata")
         return meta
+
+
+def plain_file_name(name: Any) -> bool:
+    """Whether ``name`` may name a file of a store folder: a non-empty string with no path
+    separator or NUL, not hidden (``.``-names are mmpack's temporary and lock files)."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith(".")
+        and not any(c in name for c in "/\\\0")
+    )
+
+
+def _listed_files(files: Any, where: Path) -> tuple[str, ...]:
+    """The ``files`` field of a metadata record: a list of distinct plain file names."""
+    if not isinstance(files, list) or not all(map(plain_file_name, files)):
+        raise FormatError(f"{where}: files must be a list of file names, got {files!r}")
+    if len(set(files)) != len(files):
+        raise FormatError(f"{where}: files lists a name twice: {files!r}")
+    return tuple(files)
 
 
 def check_version(version: Any, newest: int, where: Path, what: str = "format") -> int:
