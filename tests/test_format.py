@@ -83,7 +83,7 @@ def _meta(**kw) -> StoreMeta:
         num_docs=3,
         num_tokens=10,
         block_bytes=8,
-        tokens_crc32=(1, 2, 3),
+        tokens_digests=(1, 2, 3),
         offsets_crc32=(4, 5, 6, 7),
     )
     base.update(kw)
@@ -105,7 +105,7 @@ def test_meta_json_round_trip_and_fingerprint():
     assert _meta(backend="zarr").fingerprint == meta.fingerprint
     for change in (
         dict(num_docs=4, offsets_crc32=(4, 5, 6, 7, 8)),
-        dict(tokens_crc32=(1, 2, 4)),
+        dict(tokens_digests=(1, 2, 4)),
         dict(dtype=np.dtype("<u1"), num_tokens=20),
     ):
         assert _meta(**change).fingerprint != meta.fingerprint

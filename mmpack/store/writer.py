@@ -388,7 +388,7 @@ class StoreWriter:
             num_docs=self._num_docs,
             num_tokens=self._num_tokens,
             block_bytes=BLOCK_BYTES,
-            tokens_crc32=tuple(digests),
+            tokens_digests=tuple(digests),
             offsets_crc32=tuple(self._offsets_crc.finish()),
             tokens_checksum=self.checksum,
             files=tuple(sorted(self._attached)),
