@@ -11,6 +11,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -576,6 +577,66 @@ def test_flag_speller_maps_every_build_parameter():
     assert spell(Param("format")) == "--format"
     assert spell(Param("text_extensions", [".a", ".b"])) == "--text-ext .a,.b"
     assert spell(Param("dtype", "uint8")) == "dtype='uint8'"  # no such flag: Python spelling
+    show = build_parser()._subparsers._group_actions[0].choices["show"]
+    spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(show)
+    assert spell(Param("eot", None)) == "--no-eot" and spell(Param("eot", 7)) == "--eot 7"
+    assert spell(Param("eot", "store")) == "--eot store" and spell(Param("eot")) == "--eot"
+    assert spell(Param("check_vocab", False)) == "--no-check-vocab"
+    assert spell(Param("pad_id", 3)) == "--pad-id 3"
+
+
+def test_more_messages_name_flags(tmp_path, bpe, capsys):
+    """Messages that reached the command in Python terms: `pass overwrite=True` from a
+    distributed build, `overwrite replaces only ...`, `template='tokenizer'`, `eot=300 is
+    outside the vocabulary ... check_vocab=False`, `pass mixed_tokenizers=True`."""
+
+    def error(*argv):
+        capsys.readouterr()
+        assert main([str(a) for a in argv]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("mmpack: error: ") and len(err.strip().splitlines()) == 1, err
+        assert not re.search(r"\b[a-z_]+=", err), err  # no Python keyword spelling
+        return err
+
+    (tmp_path / "a.txt").write_text("some text")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet"]) == 0
+    serial = ("--engine", "serial", "--quiet")
+    assert "exists; pass --overwrite to replace it" in error(
+        "build", tmp_path / "a.txt", "-o", tmp_path / "s", *serial
+    )
+    for engine in (("--quiet",), serial):
+        assert "refusing to replace it: --overwrite replaces only an mmpack store" in error(
+            "build", tmp_path / "a.txt", "-o", tmp_path / "user", "--overwrite", *engine
+        )
+    assert "--template tokenizer: the byte-level tokenizer has no post-processor" in error(
+        "build", tmp_path / "a.txt", "-o", tmp_path / "t", "--template", "tokenizer"
+    )
+    err = error("show", tmp_path / "s", "--seqlen", 4, "-i", 0, "--eot", 300)
+    assert "--eot 300 is outside the vocabulary of the store's tokenizer (257 ids" in err
+    assert "pass --eot store to use the tokenizer's own id, or --no-check-vocab if" in err
+    argv = ["show", str(tmp_path / "s"), "--seqlen", "4", "-i", "0", "--eot", "300"]
+    assert main([*argv, "--no-check-vocab"]) == 0
+    assert "eot 300" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "a.txt"),
+                "-o",
+                str(tmp_path / "b"),
+                "--tokenizer",
+                str(bpe),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    parts = [str(tmp_path / "s"), str(tmp_path / "b")]
+    err = error("join", *parts, "-o", tmp_path / "j")
+    assert "different tokenizers" in err and "pass --mixed-tokenizers if that is intended" in err
+    assert main(["join", *parts, "-o", str(tmp_path / "j"), "--mixed-tokenizers"]) == 0
 
 
 def test_wrong_field_fails_unless_skip_is_explicit(tmp_path):

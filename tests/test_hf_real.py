@@ -107,6 +107,10 @@ def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("mmpack: error: ") and "several splits (train, validation)" in err
     assert "--split train" in err and "split=" not in err and not (tmp_path / "s").exists()
+    argv = ["build", str(tmp_path / "dd"), "-o", str(tmp_path / "s"), "--split", "test"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "--split test is not a split of" in err and "(its splits: train, validation)" in err
     with pytest.raises(ValueError, match="several splits"):
         build_distributed([tmp_path / "dd"], tmp_path / "d", engine="serial")
     assert (

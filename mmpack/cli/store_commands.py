@@ -271,6 +271,7 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
             pad_id=args.pad_id,
             long_docs=args.long_docs,
             algorithm=args.algorithm,
+            check_vocab=args.check_vocab,
         )
         what = (
             f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
@@ -286,6 +287,7 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
             eot=args.eot,
             pad_id=args.pad_id,
             drop_last=not args.keep_last,
+            check_vocab=args.check_vocab,
         )
         what = f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, eot {ds.eot})"
     return ds, what

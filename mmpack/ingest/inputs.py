@@ -309,8 +309,10 @@ def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -
                 " (or another of them)",
             )
         if split not in obj:
-            raise ValueError(
-                f"split={split!r} is not a split of {name} (its splits: {', '.join(names)})"
+            raise with_params(
+                ValueError,
+                Param("split", split),
+                f" is not a split of {name} (its splits: {', '.join(names)})",
             )
         return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
     return [_ObjectSource(obj, field, name)]

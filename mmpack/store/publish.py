@@ -161,6 +161,9 @@ the plan ``cache`` and the builder's lock); the other files a build writes are l
 metadata (:attr:`~mmpack.store.format.StoreMeta.files`)."""
 
 
+_ONLY_STORES = (Param("overwrite", True), " replaces only an mmpack store or an empty folder")
+
+
 def check_replaceable(path: Path) -> None:
     """Raise unless ``path`` is an mmpack store holding only its own files, or an empty folder:
     ``overwrite`` replaces stores, never a user's folder, file or link.  A store's own files are
@@ -168,15 +171,19 @@ def check_replaceable(path: Path) -> None:
     its build (``"files"``, e.g. ``tokenizer.json``); a kind of store an adapter registered (a
     join) names its own.  Called before any work and again right before the swap."""
     if os.path.islink(path):
-        raise FileExistsError(
-            f"{str(path)!r} is a symbolic link; refusing to replace it (overwrite replaces only "
-            "an mmpack store or an empty folder)"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is a symbolic link; refusing to replace it (",
+            *_ONLY_STORES,
+            ")",
         )
     if not path.is_dir():
         what = "a file" if path.is_file() else "not a folder"
-        raise FileExistsError(
-            f"{str(path)!r} is {what}, not a store; refusing to replace it (overwrite replaces "
-            "only an mmpack store or an empty folder)"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is {what}, not a store; refusing to replace it (",
+            *_ONLY_STORES,
+            ")",
         )
     entries = sorted(os.listdir(path))
     if not entries:
@@ -195,9 +202,10 @@ def check_replaceable(path: Path) -> None:
     if own is None or extra:
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
         what = "an mmpack store with other files" if own else "not an mmpack store"
-        raise FileExistsError(
-            f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: overwrite "
-            "replaces only an mmpack store or an empty folder"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: ",
+            *_ONLY_STORES,
         )
 
 
