@@ -56,24 +56,26 @@ def _open(args: argparse.Namespace):
 
 
 def _store_size(store) -> int:
-    """Bytes of the files a store reads, each file counted once: a join's own folder and its
-    parts (a distributed build keeps them inside its folder; a part may be named twice);
-    a remote store counts the bytes of its data objects."""
+    """Bytes of the files a store reads, each counted once: a join's own folder and its parts (a
+    distributed build keeps them inside its folder; a part may be named twice); a remote store
+    counts the bytes of its data objects (a remote join: its offsets, then its parts)."""
     sizes: dict[tuple[int, int], int] = {}
-    remote = 0
+    remote: dict[str, int] = {}
     pending = [store]
     while pending:
         s = pending.pop()
         files = getattr(s, "source_files", None)
+        joined = hasattr(s, "part_locations")  # its tokens are its parts'
         if files is None and "://" in s.location:
-            remote += s.num_tokens * s.dtype.itemsize + (len(s) + 1) * 8
+            tokens = 0 if joined else s.num_tokens * s.dtype.itemsize
+            remote[s.location] = tokens + (len(s) + 1) * 8
         else:
             for f in files if files is not None else s.path.rglob("*"):
-                st = f.stat()
                 if f.is_file():
+                    st = f.stat()
                     sizes[(st.st_dev, st.st_ino)] = st.st_size
-        pending.extend(getattr(s, "parts", ()) if hasattr(s, "part_locations") else ())
-    return remote + sum(sizes.values())
+        pending.extend(s.parts if joined else ())
+    return sum(remote.values()) + sum(sizes.values())
 
 
 def _fmt_bytes(n: float) -> str:
