@@ -11,6 +11,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import mmpack
 import mmpack.errors
 from mmpack.cli.commands import build_parser, main
 from mmpack.cli.demo import compare_packing
+from mmpack.ingest.distributed import build_distributed
 from mmpack.ingest.tokenizer import load_tokenizer
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
@@ -166,6 +168,44 @@ def test_build_lines_skip_empty_overwrite(tmp_path):
     assert store.backend == "zarr" and store.doc_lens.tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("engine", ["local", "serial"])
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_rebuild_never_reads_its_output(tmp_path, capsys, engine, backend):
+    """`build 'in/**/*.json*' -o in/out --overwrite` read the store it replaced (mmpack.json, and
+    with --format-for '*.bin=text' its tokens.bin) as documents."""
+    (tmp_path / "in").mkdir()
+    for k in range(2):
+        (tmp_path / "in" / f"{k}.jsonl").write_text(
+            "".join(json.dumps({"text": f"doc {k}.{j}"}) + "\n" for j in range(3))
+        )
+    out = tmp_path / "in" / "out"
+    base = ["-o", str(out), "--engine", engine, "--backend", backend, "--quiet"]
+    base += ["--on-error", "skip"]
+    expected = [f"doc {k}.{j}" for k in range(2) for j in range(3)]
+    tok = load_tokenizer(None)
+    for pattern in ("in/**/*.json*", "in/**/*"):
+        for _ in range(2):  # the second build replaces the first, which lies under the glob
+            argv = [*base, "--overwrite", "--format-for", "*.bin=text", "--format-for", "*=jsonl"]
+            assert main(["build", str(tmp_path / pattern), *argv]) == 0, capsys.readouterr().err
+            assert "skipped 0 with errors" in capsys.readouterr().out
+            store = mmpack.open(out)
+            assert [tok.decode(d) for d in store] == expected
+    inside = (
+        out / "parts"
+        if engine == "serial"
+        else out / ("tokens.bin" if backend == "memmap" else "zarr.json")
+    )
+    for named in (inside, out):
+        argv = ["build", str(tmp_path / "in" / "0.jsonl"), str(named), *base, "--overwrite"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"mmpack: error: input {str(named)!r} lies inside --output {str(out)}"
+        )
+        assert "output=" not in err and len(err.strip().splitlines()) == 1
+    assert [tok.decode(d) for d in mmpack.open(out)] == expected  # untouched
+
+
 @pytest.mark.slow
 def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, monkeypatch):
     root, texts = corpus
@@ -224,6 +264,58 @@ def test_info(corpus, tmp_path):
     assert info["doc_length"]["max"] == lens.max()
     assert info["doc_length"]["p50"] == pytest.approx(np.quantile(lens, 0.5))
     assert info["bytes_on_disk"] >= tokens + 8 * (n + 1)
+
+
+def _files_bytes(*folders):
+    """Bytes of every file under ``folders``, each file counted once."""
+    seen = {
+        f.resolve(): f.stat().st_size for d in folders for f in Path(d).rglob("*") if f.is_file()
+    }
+    return sum(seen.values())
+
+
+def _info_json(store, capsys):
+    capsys.readouterr()
+    assert main(["info", str(store), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_info_counts_each_file_of_a_joined_store_once(tmp_path, capsys):
+    """A distributed build keeps its parts inside the join folder: they were counted once in the
+    folder and again as parts (1.3 MiB for 0.67 MiB of files)."""
+    for k in range(3):
+        (tmp_path / f"in{k}.txt").write_text(f"document {k} " * 500)
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "in0.txt"),
+                "-o",
+                str(tmp_path / "one"),
+                "--engine",
+                "serial",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.rstrip().endswith("(1 part, engine serial)")
+    report = build_distributed(
+        sorted(map(str, tmp_path.glob("in*.txt"))),
+        tmp_path / "three",
+        engine="serial",
+        part_bytes=1,
+    )
+    assert len(report.store.parts) == 3
+    for built in ("one", "three"):
+        assert _info_json(tmp_path / built, capsys)["bytes_on_disk"] == _files_bytes(
+            tmp_path / built
+        )
+    a = mmpack.build(tmp_path / "a", [[1, 2, 3]] * 50)
+    b = mmpack.build(tmp_path / "b", [[4, 5]] * 70)
+    mmpack.join([a.path, b.path, a.path], tmp_path / "j")  # parts outside it, one named twice
+    info = _info_json(tmp_path / "j", capsys)
+    assert info["bytes_on_disk"] == _files_bytes(tmp_path / "j", a.path, b.path)
 
 
 def test_show_windows_the_seed_example(seed_store):
@@ -485,6 +577,66 @@ def test_flag_speller_maps_every_build_parameter():
     assert spell(Param("format")) == "--format"
     assert spell(Param("text_extensions", [".a", ".b"])) == "--text-ext .a,.b"
     assert spell(Param("dtype", "uint8")) == "dtype='uint8'"  # no such flag: Python spelling
+    show = build_parser()._subparsers._group_actions[0].choices["show"]
+    spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(show)
+    assert spell(Param("eot", None)) == "--no-eot" and spell(Param("eot", 7)) == "--eot 7"
+    assert spell(Param("eot", "store")) == "--eot store" and spell(Param("eot")) == "--eot"
+    assert spell(Param("check_vocab", False)) == "--no-check-vocab"
+    assert spell(Param("pad_id", 3)) == "--pad-id 3"
+
+
+def test_more_messages_name_flags(tmp_path, bpe, capsys):
+    """Messages that reached the command in Python terms: `pass overwrite=True` from a
+    distributed build, `overwrite replaces only ...`, `template='tokenizer'`, `eot=300 is
+    outside the vocabulary ... check_vocab=False`, `pass mixed_tokenizers=True`."""
+
+    def error(*argv):
+        capsys.readouterr()
+        assert main([str(a) for a in argv]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("mmpack: error: ") and len(err.strip().splitlines()) == 1, err
+        assert not re.search(r"\b[a-z_]+=", err), err  # no Python keyword spelling
+        return err
+
+    (tmp_path / "a.txt").write_text("some text")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet"]) == 0
+    serial = ("--engine", "serial", "--quiet")
+    assert "exists; pass --overwrite to replace it" in error(
+        "build", tmp_path / "a.txt", "-o", tmp_path / "s", *serial
+    )
+    for engine in (("--quiet",), serial):
+        assert "refusing to replace it: --overwrite replaces only an mmpack store" in error(
+            "build", tmp_path / "a.txt", "-o", tmp_path / "user", "--overwrite", *engine
+        )
+    assert "--template tokenizer: the byte-level tokenizer has no post-processor" in error(
+        "build", tmp_path / "a.txt", "-o", tmp_path / "t", "--template", "tokenizer"
+    )
+    err = error("show", tmp_path / "s", "--seqlen", 4, "-i", 0, "--eot", 300)
+    assert "--eot 300 is outside the vocabulary of the store's tokenizer (257 ids" in err
+    assert "pass --eot store to use the tokenizer's own id, or --no-check-vocab if" in err
+    argv = ["show", str(tmp_path / "s"), "--seqlen", "4", "-i", "0", "--eot", "300"]
+    assert main([*argv, "--no-check-vocab"]) == 0
+    assert "eot 300" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "a.txt"),
+                "-o",
+                str(tmp_path / "b"),
+                "--tokenizer",
+                str(bpe),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    parts = [str(tmp_path / "s"), str(tmp_path / "b")]
+    err = error("join", *parts, "-o", tmp_path / "j")
+    assert "different tokenizers" in err and "pass --mixed-tokenizers if that is intended" in err
+    assert main(["join", *parts, "-o", str(tmp_path / "j"), "--mixed-tokenizers"]) == 0
 
 
 def test_wrong_field_fails_unless_skip_is_explicit(tmp_path):

@@ -208,6 +208,14 @@ def test_refusals_stay_and_bad_offsets_are_named():
     assert list(s) == Permutation(10, seed=1).map(np.array([4, 7], dtype=np.int64)).tolist()
 
 
+@pytest.mark.parametrize("field", ["world_size", "position"])
+def test_resume_point_names_a_missing_field(field):
+    state = ResumableSampler(10, world_size=2).state_dict()
+    del state[field]
+    with pytest.raises(FormatError, match=field):
+        elastic.resume_point(state, 10, 3, False)
+
+
 def _loader(n, rank, world, num_workers, batch_size=4):
     from torchdata.stateful_dataloader import StatefulDataLoader
 

@@ -83,7 +83,7 @@ def _meta(**kw) -> StoreMeta:
         num_docs=3,
         num_tokens=10,
         block_bytes=8,
-        tokens_crc32=(1, 2, 3),
+        tokens_digests=(1, 2, 3),
         offsets_crc32=(4, 5, 6, 7),
     )
     base.update(kw)
@@ -95,13 +95,17 @@ def test_meta_json_round_trip_and_fingerprint():
     obj = json.loads(json.dumps(meta.to_json()))
     assert obj["format"] == FORMAT_NAME and obj["version"] == FORMAT_VERSION
     back = StoreMeta.from_json(obj, "x")
-    assert back == meta
+    assert back == meta and "files" not in obj
+    listed = _meta(files=("tokenizer.json",))
+    assert listed.to_json()["files"] == ["tokenizer.json"]
+    assert StoreMeta.from_json(listed.to_json(), "x") == listed
+    assert listed.fingerprint == meta.fingerprint  # the files a build wrote are not content
     assert len(meta.fingerprint) == 16 and int(meta.fingerprint, 16) >= 0
     # the fingerprint identifies content, not the backend it is stored in
     assert _meta(backend="zarr").fingerprint == meta.fingerprint
     for change in (
         dict(num_docs=4, offsets_crc32=(4, 5, 6, 7, 8)),
-        dict(tokens_crc32=(1, 2, 4)),
+        dict(tokens_digests=(1, 2, 4)),
         dict(dtype=np.dtype("<u1"), num_tokens=20),
     ):
         assert _meta(**change).fingerprint != meta.fingerprint
@@ -142,6 +146,12 @@ BAD_META = [
     (["checksum", "offsets"], None, "missing or malformed"),
     (["checksum", "tokens"], [1, 2, 9], "fingerprint"),
     (["fingerprint"], "0" * 16, "fingerprint"),
+    (["files"], "tokenizer.json", "files must be a list of file names"),
+    (["files"], ["sub/tokenizer.json"], "files must be a list of file names"),
+    (["files"], [".mmpack-lock"], "files must be a list of file names"),
+    (["files"], [""], "files must be a list of file names"),
+    (["files"], [3], "files must be a list of file names"),
+    (["files"], ["a.json", "a.json"], "files lists a name twice"),
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from _text_corpora import stdlib_files, stdlib_texts
 
+from mmpack import open as mmpack_open
 from mmpack.ingest.pipeline import ingest
 from mmpack.ingest.tokenizer import load_tokenizer
 
@@ -75,9 +76,12 @@ def test_saved_dataset_dict_and_split(tmp_path):
         }
     )
     dd.save_to_disk(str(tmp_path / "dd"))
-    every = ingest(tmp_path / "dd", tmp_path / "all").store
     bytes_of = [list(t.encode()) for t in TEXTS[:9]]
-    assert _docs(every) == bytes_of[:6] + bytes_of[6:9]  # every split, in name order
+    for given in (tmp_path / "dd", dd):  # several splits, none chosen: refused, naming them
+        with pytest.raises(ValueError, match=r"several splits \(train, validation\)") as info:
+            ingest(given, tmp_path / "all")
+        assert "split='train'" in str(info.value)
+    assert not (tmp_path / "all").exists()
     val = ingest(tmp_path / "dd", tmp_path / "val", split="validation").store
     assert _docs(val) == bytes_of[6:9]
     assert val.meta["provenance"]["inputs"] == [f"{tmp_path / 'dd'}['validation']"]
@@ -85,6 +89,49 @@ def test_saved_dataset_dict_and_split(tmp_path):
         ingest(tmp_path / "dd", tmp_path / "x", split="test")
     mem = ingest(dd, tmp_path / "mem", split="train").store
     assert _docs(mem) == bytes_of[:6]
+
+
+def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
+    from mmpack.cli.commands import main
+    from mmpack.ingest.distributed import build_distributed
+
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": TEXTS[:4]}),
+            "validation": datasets.Dataset.from_dict({"text": TEXTS[4:6]}),
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "dd"))
+    capsys.readouterr()  # the progress bar of save_to_disk
+    assert main(["build", str(tmp_path / "dd"), "-o", str(tmp_path / "s"), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mmpack: error: ") and "several splits (train, validation)" in err
+    assert "--split train" in err and "split=" not in err and not (tmp_path / "s").exists()
+    argv = ["build", str(tmp_path / "dd"), "-o", str(tmp_path / "s"), "--split", "test"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "--split test is not a split of" in err and "(its splits: train, validation)" in err
+    with pytest.raises(ValueError, match="several splits"):
+        build_distributed([tmp_path / "dd"], tmp_path / "d", engine="serial")
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "dd"),
+                "-o",
+                str(tmp_path / "s"),
+                "--split",
+                "validation",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert _docs(mmpack_open(tmp_path / "s")) == [list(t.encode()) for t in TEXTS[4:6]]
+    one = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": TEXTS[:3]})})
+    one.save_to_disk(str(tmp_path / "one"))  # one split: used
+    assert main(["build", str(tmp_path / "one"), "-o", str(tmp_path / "o"), "--quiet"]) == 0
+    assert _docs(mmpack_open(tmp_path / "o")) == [list(t.encode()) for t in TEXTS[:3]]
 
 
 def test_in_memory_dataset_and_iterable_dataset(tmp_path):

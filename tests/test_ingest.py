@@ -313,10 +313,14 @@ def test_datasets_like_objects(tmp_path):
     assert ds.batch_sizes == [1000]
     assert len(report.store) == 2499 and [i.where for i in issues] == ["FakeDataset[1234]"]
     assert texts_of(report.store)[1233:1235] == ["doc 1233", "doc 1235"]
-    # A DatasetDict: every split, in name order.
+    # A DatasetDict: one split is used; of several, the one named by split=, else refused.
     splits = {"train": FakeDataset([{"text": "t"}]), "test": FakeDataset([{"text": "e"}])}
-    report, _ = quiet_ingest(splits, tmp_path / "t")
-    assert texts_of(report.store) == ["e", "t"]
+    with pytest.raises(ValueError, match=r"dict holds several splits \(test, train\)"):
+        quiet_ingest(splits, tmp_path / "t")
+    report, _ = quiet_ingest(splits, tmp_path / "t", split="train")
+    assert texts_of(report.store) == ["t"]
+    report, _ = quiet_ingest({"test": splits["test"]}, tmp_path / "one")
+    assert texts_of(report.store) == ["e"]
     # A missing column skips the whole dataset, loudly.
     report, issues = quiet_ingest(FakeDataset([{"body": "x"}] * 3), tmp_path / "u")
     assert (
@@ -461,7 +465,7 @@ def test_overwrite_backend_and_report(tmp_path):
     assert texts_of(mmpack.open(tmp_path / "s")) == ["abcd"]
     assert report.tokenizer.startswith("byte-level") and report.seconds > 0
     summary = report.summary()
-    assert "read 1 documents: wrote 1 (4 tokens, uint8)" in summary and "1 worker" in summary
+    assert "read 1 document: wrote 1 (4 tokens, uint8)" in summary and "(1 worker)" in summary
     assert str(IngestIssue("f.txt:3", "bad")) == "f.txt:3: bad"
 
 
@@ -826,3 +830,24 @@ def test_a_read_error_never_stores_part_of_a_file(
 def monkeypatch_session():
     with pytest.MonkeyPatch.context() as mp:
         yield mp
+
+
+def test_nothing_of_the_output_or_its_temporary_folders_is_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("abc")
+    quiet_ingest("a.txt", "out")
+    stale = tmp_path / ".out.mmpack-tmp-999999-0123abcd"  # a dead build's folder beside it
+    stale.mkdir()
+    (stale / "left.txt").write_text("left")
+    (tmp_path / "out.txt").write_text("a sibling, not the output")
+    for named in ("out", "out/tokens.bin", "./out/../out/mmpack.json", str(stale / "left.txt")):
+        with pytest.raises(ValueError, match=r"lies inside output='out', the store this build"):
+            quiet_ingest(["a.txt", named], "out", overwrite=True)
+    (tmp_path / "link").symlink_to(tmp_path / "out")
+    with pytest.raises(ValueError, match="lies inside output="):
+        quiet_ingest(["a.txt", "link/offsets.bin"], tmp_path / "out", overwrite=True)
+    for pattern in ("out/*", ".*/*.txt", "**/*.bin"):
+        with pytest.raises(FileNotFoundError, match=r"matches only the store being built"):
+            quiet_ingest(["a.txt", pattern], "out", overwrite=True)
+    report, _ = quiet_ingest(["*.txt", "out/../*.txt"], "out", overwrite=True)
+    assert texts_of(report.store) == ["abc", "a sibling, not the output"] * 2

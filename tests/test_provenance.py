@@ -225,3 +225,77 @@ def test_appending_to_a_distributed_join_keeps_its_tokenizer_copy(tmp_path, json
     assert store_tokenizer(joined).decode(joined[0][:5]) == load_tokenizer(bpe).decode(
         joined[0][:5]
     )
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_store_built_with_a_tokenizer_can_be_rebuilt_over(tmp_path, jsonl, bpe, backend):
+    """Every file a build writes into a store is the store's own: a store built with a tokenizer
+    (its copy of tokenizer.json) is replaced by --overwrite, through the CLI and the API."""
+    out = tmp_path / "s"
+    for _ in range(2):
+        r = _cli(
+            "build",
+            jsonl,
+            "-o",
+            out,
+            "--tokenizer",
+            bpe,
+            "--backend",
+            backend,
+            "--overwrite",
+            "--quiet",
+        )
+        assert r.returncode == 0, r.stderr
+    assert mmpack.open(out).meta["files"] == ["tokenizer.json"]
+    for kw in ({"backend": backend}, {"backend": "memmap" if backend == "zarr" else "zarr"}):
+        store = ingest([jsonl], out, tokenizer=bpe, overwrite=True, **kw).store
+        assert (
+            store.backend == kw["backend"]
+            and (out / "tokenizer.json").read_bytes() == bpe.read_bytes()
+        )
+    store = ingest([jsonl], out, overwrite=True).store  # byte-level: no copy is left behind
+    assert not (out / "tokenizer.json").exists() and "files" not in store.meta
+    ingest([jsonl], out, tokenizer=bpe, overwrite=True)
+    r = _cli(
+        "build",
+        jsonl,
+        "-o",
+        out,
+        "--engine",
+        "serial",
+        "--tokenizer",
+        bpe,
+        "--overwrite",
+        "--quiet",
+    )
+    assert r.returncode == 0, r.stderr  # a join replaces the store, then is replaced in turn
+    for engine in ("serial", "local"):
+        r = _cli(
+            "build",
+            jsonl,
+            "-o",
+            out,
+            "--engine",
+            engine,
+            "--tokenizer",
+            bpe,
+            "--overwrite",
+            "--quiet",
+        )
+        assert r.returncode == 0, r.stderr
+    assert mmpack.open(out).meta["tokenizer"]["file"] == "tokenizer.json"
+
+
+def test_overwrite_still_refuses_files_the_store_does_not_list(tmp_path, jsonl, bpe):
+    out = tmp_path / "s"
+    ingest([jsonl], out, tokenizer=bpe)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"other files \(it holds notes.txt\)"):
+        ingest([jsonl], out, tokenizer=bpe, overwrite=True)
+    (out / "notes.txt").unlink()
+    (out / "tokenizer.json").unlink()
+    (out / "tokenizer.json").mkdir()  # a listed name that is not the file the build wrote
+    (out / "tokenizer.json" / "keep").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"other files \(it holds tokenizer.json\)"):
+        ingest([jsonl], out, tokenizer=bpe, overwrite=True)
+    assert (out / "tokenizer.json" / "keep").read_text() == "mine"

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, MmpackError, StoreExistsError, StoreNotFoundError
+from mmpack.ingest.pipeline import ingest
 from mmpack.sampling.mixture import Mixture
 from mmpack.store.writer import StoreWriter
 from mmpack.streaming.packer import StreamingPacker
@@ -87,6 +88,27 @@ def _sampler_state_after(n_drawn, consumed):
     for _ in range(n_drawn):
         next(it)
     return sampler.state_dict(consumed=consumed)
+
+
+def _sampler_state(**changes):
+    """A ResumableSampler state with ``changes`` (``KeyError``: the field removed)."""
+    state = {**ResumableSampler(10).state_dict(), **changes}
+    return {k: v for k, v in state.items() if v is not KeyError}
+
+
+class _Split:
+    """A datasets-like split (``.iter(batch_size)`` of column dicts)."""
+
+    def iter(self, batch_size):
+        yield {"text": ["a document"]}
+
+
+def _build_over_store_with(env: Env, name: str) -> Any:
+    (env.tmp / "store" / name).write_text("a user's file")
+    try:
+        return mmpack.build(env.tmp / "store", [[1]], overwrite=True, fsync=False)
+    finally:
+        (env.tmp / "store" / name).unlink()
 
 
 def _add_batch(env: Env, tokens: Any, lengths: Any) -> None:
@@ -316,6 +338,13 @@ TABLE: list[Row] = [
         FileExistsError,
         "is not an mmpack store (it holds empty, file, link, store); refusing to replace it",
         lambda e: mmpack.build(e.tmp, [[1]], overwrite=True, fsync=False),
+    ),
+    Row(
+        "mmpack.build",
+        "path is a store holding a file it does not list, overwrite=True",
+        FileExistsError,
+        "is an mmpack store with other files (it holds notes.txt); refusing to replace it",
+        lambda e: _build_over_store_with(e, "notes.txt"),
     ),
     Row(
         "mmpack.build",
@@ -704,6 +733,64 @@ TABLE: list[Row] = [
         TypeError,
         "consumed must be an integer, got float 2.0",
         lambda e: _sampler_state_after(4, 2.0),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "a state without world_size",
+        FormatError,
+        "sampler state lacks the fields ['world_size']",
+        lambda e: ResumableSampler(10).load_state_dict(_sampler_state(world_size=KeyError)),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "n=10.0 in the state",
+        FormatError,
+        "sampler state field n must be an int, got 10.0",
+        lambda e: ResumableSampler(10).load_state_dict(_sampler_state(n=10.0)),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "shuffle=1 in the state",
+        FormatError,
+        "sampler state field shuffle must be a bool, got 1",
+        lambda e: ResumableSampler(10).load_state_dict(_sampler_state(shuffle=1)),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "rank=2 in a state of world_size=2",
+        FormatError,
+        "sampler state has rank=2, expected 0 <= rank < world_size=2",
+        lambda e: ResumableSampler(10).load_state_dict(_sampler_state(world_size=2, rank=2)),
+    ),
+    # ------------------------------------------------------------------ mmpack.ingest
+    Row(
+        "mmpack.ingest.ingest",
+        "an input inside the output, overwrite=True",
+        ValueError,
+        "lies inside output=",
+        lambda e: ingest([e.tmp / "store" / "tokens.bin"], e.tmp / "store", overwrite=True),
+    ),
+    Row(
+        "mmpack.ingest.ingest",
+        "a glob matching only the output, overwrite=True",
+        FileNotFoundError,
+        "matches only the store being built",
+        lambda e: ingest(str(e.tmp / "store" / "*"), e.tmp / "store", overwrite=True),
+    ),
+    Row(
+        "mmpack.ingest.ingest",
+        "a DatasetDict of two splits, no split",
+        ValueError,
+        "dict holds several splits (test, train); build one split per store: choose it with "
+        "split='test'",
+        lambda e: ingest({"train": _Split(), "test": _Split()}, e.tmp / "new"),
+    ),
+    Row(
+        "mmpack.ingest.ingest",
+        "split= not among the DatasetDict's",
+        ValueError,
+        "split='dev' is not a split of dict (its splits: test, train)",
+        lambda e: ingest({"train": _Split(), "test": _Split()}, e.tmp / "new", split="dev"),
     ),
     # ------------------------------------------------------------------ Mixture
     Row(

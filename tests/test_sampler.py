@@ -317,6 +317,73 @@ def test_malformed_states():
         s.load_state_dict([1, 2])
 
 
+_STATE_FIELDS = (
+    "version",
+    "n",
+    "seed",
+    "shuffle",
+    "world_size",
+    "rank",
+    "drop_last",
+    "epoch",
+    "position",
+)
+
+
+@pytest.mark.parametrize("field", _STATE_FIELDS)
+def test_a_state_missing_any_field_is_a_format_error_naming_it(field):
+    good = ResumableSampler(10, world_size=2).state_dict()
+    with pytest.raises(FormatError, match=field):
+        ResumableSampler(10, world_size=2).load_state_dict(
+            {k: v for k, v in good.items() if k != field}
+        )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("version", True),
+        ("version", "1"),
+        ("n", 10.0),
+        ("n", "10"),
+        ("n", True),
+        ("seed", 0.0),
+        ("seed", None),
+        ("shuffle", 1),
+        ("shuffle", "True"),
+        ("drop_last", 0),
+        ("world_size", 2.0),
+        ("world_size", "2"),
+        ("world_size", None),
+        ("rank", 1.0),
+        ("rank", "0"),
+        ("rank", -1),
+        ("rank", 2),
+        ("epoch", 0.0),
+        ("epoch", "0"),
+        ("position", 1.0),
+        ("offset", "0"),
+        ("offset", None),
+    ],
+)
+def test_a_mistyped_state_field_is_a_format_error_naming_it(field, value):
+    good = ResumableSampler(10, world_size=2).state_dict()
+    with pytest.raises(FormatError, match=rf"\b{field}\b") as info:
+        ResumableSampler(10, world_size=2).load_state_dict({**good, field: value})
+    assert repr(value) in str(info.value)
+
+
+def test_numpy_scalars_in_a_state_load():
+    s = ResumableSampler(10, world_size=2)
+    it = iter(s)
+    next(it)
+    state = s.state_dict()
+    cast = {k: (np.bool_(v) if isinstance(v, bool) else np.int64(v)) for k, v in state.items()}
+    fresh = ResumableSampler(10, world_size=2)
+    fresh.load_state_dict(cast)
+    assert fresh.state_dict() == state
+
+
 # -- huge n ------------------------------------------------------------------------------------------
 
 

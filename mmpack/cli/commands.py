@@ -73,6 +73,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed
+        from mmpack.ingest.report import counted
         from mmpack.joins.parts import JoinedStore
 
         report = build_distributed(
@@ -85,7 +86,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             **options,
         )
         assert isinstance(report.store, JoinedStore)  # build_distributed opens the joined parts
-        print(report.summary() + f" ({len(report.store.parts)} parts, engine {args.engine})")
+        parts = counted(len(report.store.parts), "part")
+        print(report.summary() + f" ({parts}, engine {args.engine})")
         return 0
     report = ingest(
         args.inputs,
@@ -119,7 +121,13 @@ def _formats(args: argparse.Namespace):
 def _cmd_join(args: argparse.Namespace) -> int:
     from mmpack.joins.join import join
 
-    store = join(args.parts, args.output, append=args.append, overwrite=args.overwrite)
+    store = join(
+        args.parts,
+        args.output,
+        append=args.append,
+        overwrite=args.overwrite,
+        mixed_tokenizers=args.mixed_tokenizers,
+    )
     index = sum(f.stat().st_size for f in Path(args.output).iterdir() if f.is_file())
     token_bytes = store.num_tokens * store.dtype.itemsize
     share = f" ({index / token_bytes:.2%} of the token bytes)" if token_bytes else ""
@@ -153,17 +161,23 @@ def _flag_speller(parser: argparse.ArgumentParser):
     """Spell a :class:`~mmpack.errors.Param` as the flag of ``parser`` whose ``dest`` is its name
     (``--overwrite``, ``--on-error skip``, ``--text-ext .sql``); the Python spelling when the
     subcommand has no such flag."""
-    actions: dict[str, argparse.Action] = {}
+    actions: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
-        if action.option_strings and not action.option_strings[0].startswith("--no-"):
-            actions.setdefault(action.dest, action)
+        if action.option_strings:
+            actions.setdefault(action.dest, []).append(action)
 
     def spell(param) -> str:
-        action = actions.get(param.name)
-        if action is None:
+        candidates = actions.get(param.name)
+        if not candidates:
             return str(param)
+        for action in candidates:  # a switch that sets this very value: --overwrite, --no-eot
+            if param.has_value and action.nargs == 0 and _same(action.const, param.value):
+                return max(action.option_strings, key=len)
+        action = next(
+            (a for a in candidates if not a.option_strings[0].startswith("--no-")), candidates[0]
+        )
         flag = max(action.option_strings, key=len)
-        if not param.has_value or (action.nargs == 0 and param.value is True):
+        if not param.has_value:
             return flag
         value = param.value
         if isinstance(value, (list, tuple)):
@@ -171,6 +185,11 @@ def _flag_speller(parser: argparse.ArgumentParser):
         return f"{flag} {value}"
 
     return spell
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type (``True`` is not ``1``)."""
+    return type(a) is type(b) and a == b
 
 
 _IO_HINTS = {

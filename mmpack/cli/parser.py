@@ -215,8 +215,8 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         b,
         "--split",
         "NAME",
-        "read only this split of a saved Hugging Face DatasetDict (default: "
-        "every split, in name order)",
+        "the split of a saved Hugging Face DatasetDict to build (needed when it has several; "
+        "one split is used)",
     )
     _add_optional(
         b,
@@ -320,6 +320,12 @@ def _add_show(sub: Any) -> None:
     _add_tokenizer(
         s, "tokenizer for --decode (default: the one the store records, else byte-level)"
     )
+    s.add_argument(
+        "--no-check-vocab",
+        dest="check_vocab",
+        action="store_false",
+        help="accept --eot/--pad-id ids outside the vocabulary the store records",
+    )
 
 
 def _add_pack(sub: Any) -> None:
@@ -366,6 +372,11 @@ def _add_join(sub: Any) -> None:
     _add_output(j, "OUT", "the join folder")
     _add_flag(j, "--append", "add the parts after those of the existing join OUT")
     _add_flag(j, "--overwrite", "replace the manifest of the existing join OUT (parts are kept)")
+    _add_flag(
+        j,
+        "--mixed-tokenizers",
+        "join parts built with different tokenizers (their ids then mean different things)",
+    )
 
 
 def _add_demo(sub: Any) -> None:

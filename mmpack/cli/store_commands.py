@@ -56,12 +56,26 @@ def _open(args: argparse.Namespace):
 
 
 def _store_size(store) -> int:
-    files = getattr(store, "source_files", None)
-    if files is not None:
-        return sum(f.stat().st_size for f in files)
-    if "://" in store.location:  # a remote store: the bytes of its data objects
-        return store.num_tokens * store.dtype.itemsize + (len(store) + 1) * 8
-    return sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
+    """Bytes of the files a store reads, each counted once: a join's own folder and its parts (a
+    distributed build keeps them inside its folder; a part may be named twice); a remote store
+    counts the bytes of its data objects (a remote join: its offsets, then its parts)."""
+    sizes: dict[tuple[int, int], int] = {}
+    remote: dict[str, int] = {}
+    pending = [store]
+    while pending:
+        s = pending.pop()
+        files = getattr(s, "source_files", None)
+        joined = hasattr(s, "part_locations")  # its tokens are its parts'
+        if files is None and "://" in s.location:
+            tokens = 0 if joined else s.num_tokens * s.dtype.itemsize
+            remote[s.location] = tokens + (len(s) + 1) * 8
+        else:
+            for f in files if files is not None else s.path.rglob("*"):
+                if f.is_file():
+                    st = f.stat()
+                    sizes[(st.st_dev, st.st_ino)] = st.st_size
+        pending.extend(s.parts if joined else ())
+    return sum(remote.values()) + sum(sizes.values())
 
 
 def _fmt_bytes(n: float) -> str:
@@ -128,9 +142,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for section in ("tokenizer", "provenance"):
         if isinstance(store.meta.get(section), dict):
             info[section] = store.meta[section]
-    if hasattr(store, "part_locations"):  # a joined store: its size is its parts' sizes
+    if hasattr(store, "part_locations"):  # a joined store (its size counts its parts)
         info["parts"] = store.part_locations
-        info["bytes_on_disk"] += sum(_store_size(p) for p in store.parts if "://" not in p.location)
     if args.json:
         print(json.dumps(info, indent=1))
     else:
@@ -260,6 +273,7 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
             pad_id=args.pad_id,
             long_docs=args.long_docs,
             algorithm=args.algorithm,
+            check_vocab=args.check_vocab,
         )
         what = (
             f"packed row {{i}} of {{n}} (seqlen {args.seqlen}, {args.algorithm}, "
@@ -275,6 +289,7 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
             eot=args.eot,
             pad_id=args.pad_id,
             drop_last=not args.keep_last,
+            check_vocab=args.check_vocab,
         )
         what = f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, eot {ds.eot})"
     return ds, what

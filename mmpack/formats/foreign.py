@@ -232,7 +232,7 @@ class ForeignStore(TokenStore):
             num_docs=num_docs,
             num_tokens=int(tokens.shape[0]),
             block_bytes=BLOCK_BYTES,
-            tokens_crc32=(),
+            tokens_digests=(),
             offsets_crc32=(),
         )
         raw = {

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import StoreExistsError
+from mmpack.errors import Param, StoreExistsError, with_params
 from mmpack.ingest.engines import ENGINES, RUNNERS, Progress, collector, stderr_is_tty
 from mmpack.ingest.part_build import MAX_ISSUES, OPTION_NAMES, build_part
 from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning
@@ -134,7 +134,7 @@ def build_distributed(
     out = as_path(output, "output")
     _check_output(out, overwrite)
     tok = _shared_tokenizer(options)
-    tasks = plan_tasks(inputs, part_bytes=part_bytes)
+    tasks = plan_tasks(inputs, part_bytes=part_bytes, output=out)
     engine_run = _EngineRun(
         RUNNERS[engine], part_function or build_part, options, scheduler, n_workers, retries
     )
@@ -221,14 +221,21 @@ def _check_output(out: Path, overwrite: bool) -> None:
     """Refuse an existing ``out`` unless ``overwrite`` and it is replaceable (a store, a join or
     an empty folder: :func:`mmpack.store.publish.check_replaceable`); need its parent."""
     if (out.exists() or out.is_symlink()) and not overwrite:
-        raise StoreExistsError(f"{str(out)!r} exists; pass overwrite=True to replace it")
+        raise with_params(
+            StoreExistsError,
+            f"{str(out)!r} exists; pass ",
+            Param("overwrite", True),
+            " to replace it",
+        )
     if out.exists() or out.is_symlink():
         try:
             check_replaceable(out)
         except FileExistsError as exc:
-            raise StoreExistsError(
-                f"{str(out)!r} exists and is not a store; not replacing it "
-                f"(overwrite=True replaces stores only): {exc}"
+            parts = getattr(exc, "message_parts", (str(exc),))
+            raise with_params(
+                StoreExistsError,
+                f"{str(out)!r} exists and is not a store; not replacing it: ",
+                *parts,
             ) from None
     if not out.parent.is_dir():
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from mmpack.errors import IngestError, MissingDependencyError
+from mmpack.errors import IngestError, MissingDependencyError, Param, with_params
 
 __all__ = ["ENGINES", "Progress", "RUNNERS", "collector", "run_dask", "run_serial", "stderr_is_tty"]
 
@@ -31,7 +31,7 @@ __all__ = ["ENGINES", "Progress", "RUNNERS", "collector", "run_dask", "run_seria
 def run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
     """Run the tasks in order in this process; returns 1 (the workers used)."""
     if scheduler is not None:
-        raise ValueError("scheduler= is for engine='dask'")
+        raise with_params(ValueError, Param("scheduler"), " is for ", Param("engine", "dask"))
     for k, (inputs, path) in enumerate(zip(tasks, part_paths)):
         for attempt in range(retries + 1):
             try:
@@ -52,7 +52,7 @@ def run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, done
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise MissingDependencyError(
-            "engine='dask' needs dask.distributed, which is not installed",
+            "the Dask engine needs dask.distributed, which is not installed",
             "distributed",
             "distributed",
         ) from None

@@ -6,10 +6,12 @@ a ``datasets``-like object or an iterable becomes a list of sources
 (:mod:`mmpack.ingest.readers`), each tagged with the input as the caller named it (the unit of the
 ``on_error="skip-some"`` rule).  A file's format comes from a ``format=`` pattern, else
 ``format=``, else its extension (after an optional ``.gz`` or ``.zst``) looked up in the table of
-``TEXT_EXTENSIONS`` and the JSON and Parquet extensions.
+``TEXT_EXTENSIONS`` and the JSON and Parquet extensions.  Nothing of the store being built is
+ever an input: a glob's matches inside it (its files, a join's parts, its cache) or inside its
+builds' temporary folders are left out, and such a path named explicitly is refused.
 
-Cost: one ``glob`` and one ``stat`` a path; nothing is read here (a saved dataset is opened
-lazily by ``datasets.load_from_disk``).
+Cost: one ``glob`` and one ``stat`` a path (and two ``realpath`` a path when the output is
+local); nothing is read here (a saved dataset is opened lazily by ``datasets.load_from_disk``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from mmpack.errors import MissingDependencyError, Param, with_params
 from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile, _TextFile
 from mmpack.ingest.report import _Input
+from mmpack.store.publish import inside_build
 
 __all__ = ["FORMATS", "TEXT_EXTENSIONS"]
 
@@ -100,7 +103,11 @@ def _resolve_inputs(
     fmt: Any,
     extensions: Mapping[str, str] = _EXTENSIONS,
     split: str | None = None,
+    output: Path | None = None,
 ) -> list:
+    """The sources of ``inputs``, each tagged with its input as named; nothing of the store
+    ``output`` (or of its builds' temporary folders) is ever one of them
+    (:func:`_paths_of`)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -111,9 +118,10 @@ def _resolve_inputs(
                     f"a list of inputs must hold paths or globs, got {type(item).__name__}; "
                     "to ingest in-memory texts pass an iterator, e.g. iter(texts)"
                 )
+            paths = _paths_of(os.fspath(item), output)
             sources.extend(
                 _grouped(
-                    _sources_for_path(os.fspath(item), field, lines, fmt, extensions, split),
+                    _sources_for_paths(paths, field, lines, fmt, extensions, split),
                     os.fspath(item),
                 )
             )
@@ -130,26 +138,53 @@ def _resolve_inputs(
     )
 
 
-def _sources_for_path(
-    item: str,
+def _paths_of(item: str, output: Path | None) -> list[Path]:
+    """The paths an input names: itself, or a glob's matches (sorted; files and saved datasets),
+    leaving out whatever belongs to ``output``, the store being built (its files, its parts, its
+    builds' temporary folders: :func:`~mmpack.store.publish.inside_build`).
+
+    Raises
+    ------
+    FileNotFoundError
+        The path does not exist, or the glob matches nothing (outside ``output``) or only folders.
+    ValueError
+        A path named explicitly lies inside ``output``.
+    """
+    if glob.has_magic(item):
+        matches = sorted(glob.glob(item, recursive=True))
+        if not matches:
+            raise FileNotFoundError(f"no file matches {item!r}")
+        if output is not None:
+            matches = [m for m in matches if not inside_build(m, output)]
+            if not matches:
+                raise FileNotFoundError(
+                    f"{item!r} matches only the store being built ({str(output)!r}) and what "
+                    "lies in it, which is never read as input"
+                )
+        paths = [Path(m) for m in matches if Path(m).is_file() or _is_saved_dataset(Path(m))]
+        if not paths:
+            raise FileNotFoundError(f"{item!r} matches only folders, no files")
+        return paths
+    if output is not None and inside_build(item, output):
+        raise with_params(
+            ValueError,
+            f"input {item!r} lies inside ",
+            Param("output", str(output)),
+            ", the store this build writes (and replaces): its files are never read as input",
+        )
+    if not Path(item).exists():
+        raise FileNotFoundError(f"input {item!r} does not exist")
+    return [Path(item)]
+
+
+def _sources_for_paths(
+    paths: list[Path],
     field: str,
     lines: bool,
     fmt: Any,
     extensions: Mapping[str, str],
     split: str | None = None,
 ) -> list:
-    if glob.has_magic(item):
-        matches = sorted(glob.glob(item, recursive=True))
-        if not matches:
-            raise FileNotFoundError(f"no file matches {item!r}")
-        paths = [Path(m) for m in matches if Path(m).is_file() or _is_saved_dataset(Path(m))]
-        if not paths:
-            raise FileNotFoundError(f"{item!r} matches only folders, no files")
-    else:
-        path = Path(item)
-        if not path.exists():
-            raise FileNotFoundError(f"input {item!r} does not exist")
-        paths = [path]
     out = []
     for path in paths:
         if path.is_dir():
@@ -251,15 +286,33 @@ def _load_saved_dataset(path: Path):
 
 
 def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
-    """A dataset, a DatasetDict (every split, in name order, or only ``split``) or a plain
-    iterable."""
+    """A dataset, a DatasetDict (its one split, or the split ``split`` names) or a plain
+    iterable.
+
+    Raises
+    ------
+    ValueError
+        A DatasetDict of several splits and no ``split`` (a store of train and validation
+        together is never what was meant), or ``split`` is not one of its splits; the message
+        names its splits.
+    """
     if isinstance(obj, Mapping) and obj and all(hasattr(v, "iter") for v in obj.values()):
-        if split is not None:
-            if split not in obj:
-                raise ValueError(
-                    f"split={split!r} is not a split of {name} (its splits: "
-                    f"{', '.join(sorted(map(str, obj)))})"
-                )
-            return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
-        return [_ObjectSource(obj[k], field, f"{name}[{k!r}]") for k in sorted(obj)]
+        names = sorted(map(str, obj))
+        if split is None and len(obj) == 1:
+            split = next(iter(obj))
+        if split is None:
+            raise with_params(
+                ValueError,
+                f"{name} holds several splits ({', '.join(names)}); build one split per store: "
+                "choose it with ",
+                Param("split", names[0]),
+                " (or another of them)",
+            )
+        if split not in obj:
+            raise with_params(
+                ValueError,
+                Param("split", split),
+                f" is not a split of {name} (its splits: {', '.join(names)})",
+            )
+        return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
     return [_ObjectSource(obj, field, name)]

@@ -23,7 +23,8 @@ as text with ``text_extensions=``; or forced with ``format=``, for every file or
   records); ``.json``: a JSON array of objects or one object (read whole), or JSON lines;
 - ``.parquet``: the ``field`` column (string, or binary holding UTF-8), read in record batches;
 - a folder saved by Hugging Face ``datasets`` (``save_to_disk``; needs ``datasets``, imported
-  only then; every split of a ``DatasetDict``, in name order);
+  only then; of a ``DatasetDict`` its one split, or the split ``split=`` names: one of several
+  is never guessed, nor are several built together);
 - in the API also a ``datasets``-like object (anything with ``.iter(batch_size=)`` yielding
   column dicts, or iterable of dicts) and any other iterable of strings or dicts (e.g. a
   generator, or ``iter(list_of_texts)``; a list or tuple means paths).
@@ -91,6 +92,7 @@ from mmpack.ingest.provenance import describe_store
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
+from mmpack.store.publish import check_target
 from mmpack.store.writer import store_writer
 
 __all__ = [
@@ -133,7 +135,9 @@ def ingest(
     Parameters
     ----------
     inputs : path, glob, list of paths/globs, datasets-like object, or iterable of str / dict
-        See the module docstring for the formats.  A list or tuple always means paths.
+        See the module docstring for the formats.  A list or tuple always means paths.  A
+        glob's matches inside ``output`` (the store an ``overwrite`` replaces) are never read;
+        a path named inside it is refused (``ValueError``).
     output : str or os.PathLike
         The store folder (written atomically by :class:`~mmpack.store.writer.StoreWriter`).
     tokenizer : None, "byte", path, TokenizerSpec or Tokenizer
@@ -172,8 +176,9 @@ def ingest(
         Copy the tokenizer's ``tokenizer.json`` into the store (default); the metadata records
         the tokenizer and the provenance either way (:mod:`mmpack.ingest.provenance`).
     split : str, optional
-        Read only this split of every ``DatasetDict`` (saved folder or object) instead of all
-        of them (``ValueError`` naming the splits if one lacks it); other inputs are read whole.
+        The split of every ``DatasetDict`` (saved folder or object) to read; needed when one
+        holds several (``ValueError`` naming them otherwise, or if one lacks it); a DatasetDict
+        of one split is read without it; other inputs are read whole.
     template : str, optional
         Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
         or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:class:`mmpack.ingest.tokenizer.TemplateTokenizer`).
@@ -192,7 +197,8 @@ def ingest(
     FileNotFoundError
         An input path, or a glob with no match.
     ValueError
-        An input of unknown format, a folder that is not a saved dataset, a bad argument.
+        An input of unknown format, a folder that is not a saved dataset, a DatasetDict of
+        several splits and no ``split`` (or without the split named), a bad argument.
     MissingDependencyError
         (an ``ImportError``) A saved dataset folder and ``datasets`` is not installed, or a
         Parquet file and ``pyarrow``; the message says what to install.
@@ -202,11 +208,20 @@ def ingest(
     batch_chars = check_positive_int(batch_chars, "batch_chars")
     tok = with_template(load_tokenizer(tokenizer), template)
     workers = _worker_count(workers, tok)
+    where = output if isinstance(output, str) and "://" in output else Path(output)
+    if isinstance(where, Path):  # the target first: an input is never read from what it holds
+        check_target(where, bool(overwrite))
     sources = _resolve_inputs(
-        inputs, field=field, lines=bool(lines), fmt=format, extensions=extensions, split=split
+        inputs,
+        field=field,
+        lines=bool(lines),
+        fmt=format,
+        extensions=extensions,
+        split=split,
+        output=where if isinstance(where, Path) else None,
     )
     report = IngestReport(
-        path=output if isinstance(output, str) and "://" in output else Path(output),
+        path=where,
         tokenizer=str(tok.spec),
         workers=workers,
     )

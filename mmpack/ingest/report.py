@@ -19,7 +19,7 @@ from pathlib import Path
 from mmpack.errors import IngestError, IngestWarning, Param, with_params
 from mmpack.store.writer import TokenStore
 
-__all__ = ["IngestIssue", "IngestReport", "ON_ERROR"]
+__all__ = ["IngestIssue", "IngestReport", "ON_ERROR", "counted"]
 
 ON_ERROR = ("skip-some", "skip", "fail")
 """Accepted ``on_error`` policies (see the module docstring)."""
@@ -84,18 +84,22 @@ class IngestReport:
         """One line: the counts, the store and the throughput."""
         dtype = self.store.dtype.name if self.store is not None else "?"
         lost = (
-            f" ({self.files_lost} unreadable file{'s' if self.files_lost != 1 else ''} "
-            "skipped whole)"
+            f" ({counted(self.files_lost, 'unreadable file')} skipped whole)"
             if self.files_lost
             else ""
         )
         return (
-            f"read {self.docs_read} documents: wrote {self.docs_written} "
-            f"({self.tokens_written} tokens, {dtype}), skipped {self.docs_skipped} with errors"
-            f"{lost} and {self.empty_skipped} empty; {self.seconds:.2f} s, "
+            f"read {counted(self.docs_read, 'document')}: wrote {self.docs_written} "
+            f"({counted(self.tokens_written, 'token')}, {dtype}), skipped {self.docs_skipped} "
+            f"with errors{lost} and {self.empty_skipped} empty; {self.seconds:.2f} s, "
             f"{self.docs_per_s:,.0f} docs/s, {self.tokens_per_s:,.0f} tokens/s "
-            f"({self.workers} worker{'s' if self.workers != 1 else ''}) -> {self.path}"
+            f"({counted(self.workers, 'worker')}) -> {self.path}"
         )
+
+
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in agreement: ``"1 part"``, ``"2 parts"``, ``"0 parts"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _refuse(report: IngestReport, *parts) -> None:

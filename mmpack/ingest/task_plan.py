@@ -9,10 +9,11 @@ about ``part_bytes`` of input: small files are grouped, a file is never split.  
 
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 from typing import Any
+
+from mmpack.ingest.inputs import _paths_of
 
 __all__ = ["DEFAULT_PART_BYTES", "plan_tasks", "size_of"]
 
@@ -20,7 +21,9 @@ DEFAULT_PART_BYTES = 64 << 20
 """Input bytes per task unless ``part_bytes`` says otherwise (64 MiB)."""
 
 
-def plan_tasks(inputs: Any, *, part_bytes: int = DEFAULT_PART_BYTES) -> list[list[str]]:
+def plan_tasks(
+    inputs: Any, *, part_bytes: int = DEFAULT_PART_BYTES, output: Any = None
+) -> list[list[str]]:
     """Cut the input files, in order, into tasks of about ``part_bytes`` bytes each.
 
     Parameters
@@ -28,6 +31,11 @@ def plan_tasks(inputs: Any, *, part_bytes: int = DEFAULT_PART_BYTES) -> list[lis
     inputs : path, glob, or list of paths/globs
         As for :func:`~mmpack.ingest.pipeline.ingest` (in-memory iterables cannot be sent to
         workers: build those with ``ingest``).
+    part_bytes : int
+        Input bytes per task.
+    output : path, optional
+        The store being built: a glob's matches inside it (or in its builds' temporary
+        folders) are left out, and a path named inside it is refused, as ``ingest`` does.
 
     Returns
     -------
@@ -43,7 +51,7 @@ def plan_tasks(inputs: Any, *, part_bytes: int = DEFAULT_PART_BYTES) -> list[lis
         )
     if isinstance(part_bytes, bool) or not isinstance(part_bytes, int) or part_bytes < 1:
         raise ValueError(f"part_bytes must be a positive integer, got {part_bytes!r}")
-    files = _expand(inputs)
+    files = _expand(inputs, None if output is None else Path(output))
     tasks: list[list[str]] = []
     size = 0
     for f in files:
@@ -55,22 +63,14 @@ def plan_tasks(inputs: Any, *, part_bytes: int = DEFAULT_PART_BYTES) -> list[lis
     return tasks
 
 
-def _expand(inputs: list[Any] | tuple[Any, ...]) -> list[str]:
-    """The paths in the order given, each glob's matches sorted (files and dataset folders)."""
+def _expand(inputs: list[Any] | tuple[Any, ...], output: Path | None) -> list[str]:
+    """The paths in the order given, each glob's matches sorted (files and dataset folders),
+    nothing of ``output`` among them (:func:`mmpack.ingest.inputs._paths_of`)."""
     files: list[str] = []
     for item in inputs:
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(f"inputs must be paths or globs, got {type(item).__name__}")
-        item = os.fspath(item)
-        if glob.has_magic(item):
-            matches = sorted(glob.glob(item, recursive=True))
-            if not matches:
-                raise FileNotFoundError(f"no file matches {item!r}")
-            files.extend(m for m in matches if Path(m).is_file() or _is_dataset_dir(Path(m)))
-        elif not Path(item).exists():
-            raise FileNotFoundError(f"input {item!r} does not exist")
-        else:
-            files.append(item)
+        files.extend(str(p) for p in _paths_of(os.fspath(item), output))
     return files
 
 
@@ -82,9 +82,3 @@ def size_of(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _is_dataset_dir(path: Path) -> bool:
-    return path.is_dir() and any(
-        (path / m).is_file() for m in ("dataset_info.json", "state.json", "dataset_dict.json")
-    )

@@ -44,7 +44,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from mmpack.errors import MissingDependencyError
+from mmpack.errors import MissingDependencyError, Param, with_params
 
 __all__ = [
     "BYTE_EOT_ID",
@@ -338,14 +338,17 @@ class TemplateTokenizer(Tokenizer):
         self.prefix = self.suffix = np.empty(0, dtype=np.int64)
         if template == "tokenizer":
             if isinstance(base, ByteTokenizer):
-                raise ValueError(
-                    "template='tokenizer': the byte-level tokenizer has no "
-                    "post-processor; give a template such as '$A <|endoftext|>'"
+                raise with_params(
+                    ValueError,
+                    Param("template", "tokenizer"),
+                    ": the byte-level tokenizer has no post-processor; give a template such as "
+                    "'$A <|endoftext|>'",
                 )
             if not isinstance(base, (HFTokenizer, TransformersTokenizer)):
-                raise TypeError(
-                    f"template='tokenizer' needs a Hugging Face tokenizer, got "
-                    f"{type(base).__name__}"
+                raise with_params(
+                    TypeError,
+                    Param("template", "tokenizer"),
+                    f" needs a Hugging Face tokenizer, got {type(base).__name__}",
                 )
             self._post = True
             return

@@ -96,7 +96,7 @@ class RemoteBackend(RemoteBase, BlockFetcher, Backend):
         if remote is None:
             self.data = ""
             self.block = meta.block_bytes
-            table = np.asarray(meta.tokens_crc32, dtype=np.uint64)
+            table = np.asarray(meta.tokens_digests, dtype=np.uint64)
             self._digest_kind = meta.tokens_checksum  # a copied store: its own block checksums
         else:
             try:

@@ -10,12 +10,14 @@ All on-disk dtypes are explicitly little-endian so that a store written on one m
 identically on any other (numpy's native order would silently differ on a big-endian host).
 
 Integrity: the little-endian bytes of each array are cut into blocks of ``block_bytes`` (16 MiB)
-and a checksum of every block is recorded: the offsets' blocks always by CRC-32, the tokens'
-blocks by the record's ``algorithm``: ``"xxh64"`` (what builds write, ~12 GB/s here) or
-``"crc32"`` (zlib's, ~1-2.5 GB/s here; what stores written before XXH64 hold, and still read
-and verify).  ``verify()`` recomputes them and reports the first byte range that differs.  The *fingerprint* is a hash of
-the dtype, the counts and every checksum: it identifies the content cheaply (no data is read) and
-keys packing plans and sampler states to the exact data they were made for.
+and a digest of every block is recorded (``checksum.tokens``, ``checksum.offsets``;
+:attr:`StoreMeta.tokens_digests`, :attr:`StoreMeta.offsets_crc32`): the offsets' blocks always
+by CRC-32, the tokens' blocks by the record's ``checksum.algorithm``: ``"xxh64"`` (XXH64, what
+builds write by default, ~12 GB/s here) or ``"crc32"`` (zlib's, ~1-2.5 GB/s here; stores written
+with ``checksum="crc32"``).  ``verify()`` recomputes them and reports the first byte range that
+differs.  The *fingerprint* is a hash of the dtype, the counts and every digest: it identifies the
+content cheaply (no data is read) and keys packing plans and sampler states to the exact data
+they were made for.  ``files`` lists the files a build wrote besides the layout's own.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "check_count",
     "check_version",
     "normalize_token_dtype",
+    "plain_file_name",
     "smallest_token_dtype",
     "write_json_atomic",
 ]
@@ -57,7 +60,7 @@ FORMAT_VERSION = 1
 META_FILE = "mmpack.json"
 BLOCK_BYTES = 16 << 20
 CHECKSUM_KINDS = ("crc32", "xxh64")
-"""Checksums of the token blocks: ``crc32`` (zlib's), ``xxh64`` (XXH64, seed 0)."""
+"""Digests of the token blocks: ``crc32`` (zlib's), ``xxh64`` (XXH64, seed 0)."""
 
 # Explicit little-endian: the bytes on disk must not depend on the writing machine.
 TOKEN_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8"))
@@ -122,11 +125,17 @@ class StoreMeta:
     num_docs: int
     num_tokens: int
     block_bytes: int
-    tokens_crc32: tuple[int, ...]
+    tokens_digests: tuple[int, ...]
+    """The digest of every ``block_bytes`` of the tokens' bytes, by ``tokens_checksum``."""
     offsets_crc32: tuple[int, ...]
+    """The CRC-32 of every ``block_bytes`` of the offsets' bytes (CRC-32 in every store)."""
     tokens_checksum: str = "crc32"
-    """How ``tokens_crc32`` was computed (one of :data:`CHECKSUM_KINDS`; the offsets' blocks are
-    CRC-32 in every store)."""
+    """The algorithm of ``tokens_digests``: one of :data:`CHECKSUM_KINDS` (builds write
+    ``"xxh64"``)."""
+    files: tuple[str, ...] = ()
+    """The files a build wrote into the store folder besides its layout's (e.g.
+    ``tokenizer.json``), sorted: the store's own, which ``overwrite`` replaces with it
+    (:func:`mmpack.store.publish.check_replaceable`).  Not part of the fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -136,16 +145,16 @@ class StoreMeta:
             self.num_docs,
             self.num_tokens,
             self.block_bytes,
-            list(self.tokens_crc32),
+            list(self.tokens_digests),
             list(self.offsets_crc32),
         ]
-        if self.tokens_checksum != "crc32":  # CRC-32 stores keep the fingerprint they had
+        if self.tokens_checksum != "crc32":  # a CRC-32 record's fingerprint omits the algorithm
             fields.append(self.tokens_checksum)
         payload = json.dumps(fields, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "backend": self.backend,
@@ -155,11 +164,14 @@ class StoreMeta:
             "checksum": {
                 "algorithm": self.tokens_checksum,
                 "block_bytes": self.block_bytes,
-                "tokens": list(self.tokens_crc32),
+                "tokens": list(self.tokens_digests),
                 "offsets": list(self.offsets_crc32),
             },
-            "fingerprint": self.fingerprint,
         }
+        if self.files:
+            record["files"] = list(self.files)
+        record["fingerprint"] = self.fingerprint
+        return record
 
     @classmethod
     def from_json(cls, obj: Any, where: Path) -> StoreMeta:
@@ -178,9 +190,10 @@ class StoreMeta:
                 num_docs=_nonneg_int(obj["num_docs"], "num_docs", where),
                 num_tokens=_nonneg_int(obj["num_tokens"], "num_tokens", where),
                 block_bytes=_nonneg_int(checksum["block_bytes"], "block_bytes", where),
-                tokens_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["tokens"]),
+                tokens_digests=tuple(_nonneg_int(c, "checksum", where) for c in checksum["tokens"]),
                 offsets_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["offsets"]),
                 tokens_checksum=str(checksum.get("algorithm")),
+                files=_listed_files(obj.get("files", []), where),
             )
         except (KeyError, TypeError) as exc:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc
@@ -190,19 +203,39 @@ class StoreMeta:
             raise FormatError(f"{where}: unsupported checksum record {checksum.get('algorithm')!r}")
         if meta.backend not in KNOWN_BACKENDS:
             raise FormatError(f"{where}: unknown backend {meta.backend!r}")
-        for name, nbytes, crcs in (
-            ("tokens", meta.num_tokens * dtype.itemsize, meta.tokens_crc32),
+        for name, nbytes, digests in (
+            ("tokens", meta.num_tokens * dtype.itemsize, meta.tokens_digests),
             ("offsets", (meta.num_docs + 1) * 8, meta.offsets_crc32),
         ):
-            if len(crcs) != -(-nbytes // meta.block_bytes):
+            if len(digests) != -(-nbytes // meta.block_bytes):
                 raise FormatError(
-                    f"{where}: {len(crcs)} {name} checksums for {nbytes} bytes "
+                    f"{where}: {len(digests)} {name} checksums for {nbytes} bytes "
                     f"(block size {meta.block_bytes})"
                 )
         stated = obj.get("fingerprint")
         if stated is not None and stated != meta.fingerprint:
             raise FormatError(f"{where}: fingerprint {stated!r} does not match the metadata")
         return meta
+
+
+def plain_file_name(name: Any) -> bool:
+    """Whether ``name`` may name a file of a store folder: a non-empty string with no path
+    separator or NUL, not hidden (``.``-names are mmpack's temporary and lock files)."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and not name.startswith(".")
+        and not any(c in name for c in "/\\\0")
+    )
+
+
+def _listed_files(files: Any, where: Path) -> tuple[str, ...]:
+    """The ``files`` field of a metadata record: a list of distinct plain file names."""
+    if not isinstance(files, list) or not all(map(plain_file_name, files)):
+        raise FormatError(f"{where}: files must be a list of file names, got {files!r}")
+    if len(set(files)) != len(files):
+        raise FormatError(f"{where}: files lists a name twice: {files!r}")
+    return tuple(files)
 
 
 def check_version(version: Any, newest: int, where: Path, what: str = "format") -> int:

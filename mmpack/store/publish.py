@@ -26,23 +26,26 @@ import functools
 import os
 import secrets
 import shutil
+import stat
 import time
 from pathlib import Path
 
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
-from mmpack.store.format import StoreMeta
+from mmpack.store.format import META_FILE, StoreMeta, plain_file_name
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore
 from mmpack.store.registry import OWNERS, load
 
 __all__ = [
+    "LAYOUT_ENTRIES",
     "LOCK_FILE",
     "check_new_store",
     "check_replaceable",
     "check_target",
     "clean_stale",
     "fsync_dir",
+    "inside_build",
     "pid_alive",
     "stage_folder",
     "swap_into_place",
@@ -132,27 +135,55 @@ def check_new_store(tmp: Path, meta: StoreMeta) -> None:
 
 
 # --------------------------------------------------------------------------------- the target
-_STORE_ENTRIES = {
-    "memmap": {"mmpack.json", TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE},
-    "zarr": {"zarr.json", "tokens", "offsets", "cache", LOCK_FILE},
+def inside_build(path: str | os.PathLike[str], target: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the store folder ``target``, lies inside it (its files, a join's
+    parts, its cache), or lies in a temporary folder of a build of it beside it (``.<name>.mmpack-
+    tmp-*``, ``-new-``, ``-old-``, ``-build-``): what a build of ``target`` replaces or writes,
+    never to be read as its input.  Both paths are compared resolved (symbolic links followed,
+    ``..`` removed); two ``realpath`` calls, no other system call."""
+    where = Path(os.path.realpath(path))
+    out = Path(os.path.realpath(target))
+    if where == out or out in where.parents:
+        return True
+    prefix = f".{out.name}.mmpack-"
+    for folder in (where, *where.parents):
+        if folder.parent == out.parent:
+            return folder.name.startswith(prefix)
+    return False
+
+
+LAYOUT_ENTRIES = {
+    "memmap": frozenset({META_FILE, TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE}),
+    "zarr": frozenset({"zarr.json", "tokens", "offsets", "cache", LOCK_FILE}),
 }
+"""The entries each local layout writes into a store folder itself (its metadata, its arrays,
+the plan ``cache`` and the builder's lock); the other files a build writes are listed in the
+metadata (:attr:`~mmpack.store.format.StoreMeta.files`)."""
+
+
+_ONLY_STORES = (Param("overwrite", True), " replaces only an mmpack store or an empty folder")
 
 
 def check_replaceable(path: Path) -> None:
-    """Raise unless ``path`` is an mmpack store (holding only a store's own files; a kind of
-    store an adapter registered, such as a join, counts) or an empty folder: ``overwrite`` replaces stores, never a user's folder, file
-    or link.  Called before
-    any work and again right before the swap."""
+    """Raise unless ``path`` is an mmpack store holding only its own files, or an empty folder:
+    ``overwrite`` replaces stores, never a user's folder, file or link.  A store's own files are
+    its layout's (:data:`LAYOUT_ENTRIES`) and the regular files its metadata lists as written by
+    its build (``"files"``, e.g. ``tokenizer.json``); a kind of store an adapter registered (a
+    join) names its own.  Called before any work and again right before the swap."""
     if os.path.islink(path):
-        raise FileExistsError(
-            f"{str(path)!r} is a symbolic link; refusing to replace it (overwrite replaces only "
-            "an mmpack store or an empty folder)"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is a symbolic link; refusing to replace it (",
+            *_ONLY_STORES,
+            ")",
         )
     if not path.is_dir():
         what = "a file" if path.is_file() else "not a folder"
-        raise FileExistsError(
-            f"{str(path)!r} is {what}, not a store; refusing to replace it (overwrite replaces "
-            "only an mmpack store or an empty folder)"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is {what}, not a store; refusing to replace it (",
+            *_ONLY_STORES,
+            ")",
         )
     entries = sorted(os.listdir(path))
     if not entries:
@@ -162,15 +193,37 @@ def check_replaceable(path: Path) -> None:
     except (FormatError, OSError):
         raw = None
     backend = raw.get("backend") if isinstance(raw, dict) else None
-    own = _STORE_ENTRIES.get(backend) if isinstance(backend, str) else _owned_entries(path)
+    own: set[str] | frozenset[str] | None
+    if isinstance(backend, str) and backend in LAYOUT_ENTRIES:
+        own = LAYOUT_ENTRIES[backend] | _listed_files(path, raw)
+    else:
+        own = None if isinstance(backend, str) else _owned_entries(path)
     extra = [e for e in entries if own is None or e not in own]
     if own is None or extra:
         shown = ", ".join(extra[:5]) + (f", ... ({len(extra)} entries)" if len(extra) > 5 else "")
         what = "an mmpack store with other files" if own else "not an mmpack store"
-        raise FileExistsError(
-            f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: overwrite "
-            "replaces only an mmpack store or an empty folder"
+        raise with_params(
+            FileExistsError,
+            f"{str(path)!r} is {what} (it holds {shown}); refusing to replace it: ",
+            *_ONLY_STORES,
         )
+
+
+def _listed_files(path: Path, raw: dict) -> set[str]:
+    """The names the metadata of the store ``path`` lists as files its build wrote, that are
+    regular files there (a folder or a link of that name is not what the build wrote); none
+    when the list is malformed."""
+    names = raw.get("files", [])
+    if not isinstance(names, list) or not all(map(plain_file_name, names)):
+        return set()
+    return {n for n in names if stat.S_ISREG(_lstat_mode(path / n))}
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def _owned_entries(path: Path) -> set[str] | None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from mmpack.errors import Param, with_params
+
 __all__ = [
     "STORE",
     "check_in_vocab",
@@ -83,11 +85,16 @@ def check_in_vocab(store: Any, ids: dict[str, int | None], allow: bool) -> None:
     vocab = rec["vocab_size"]
     for name, value in ids.items():
         if value is not None and value >= vocab:
-            raise ValueError(
-                f"{name}={value} is outside the vocabulary of the store's tokenizer "
-                f"({vocab} ids, {rec.get('kind')}; its eot is "
-                f"{(rec.get('special_ids') or {}).get('eot')}); pass {name}='store' to use the "
-                "tokenizer's own id, or check_vocab=False if this id is intended"
+            raise with_params(
+                ValueError,
+                Param(name, value),
+                f" is outside the vocabulary of the store's tokenizer ({vocab} ids, "
+                f"{rec.get('kind')}; its eot is {(rec.get('special_ids') or {}).get('eot')}); "
+                "pass ",
+                Param(name, "store"),
+                " to use the tokenizer's own id, or ",
+                Param("check_vocab", False),
+                " if this id is intended",
             )
 
 
@@ -104,8 +111,10 @@ def check_same_tokenizer(stores: Iterable[Any], allow: bool, what: str) -> None:
         if first is None:
             first = (k, ident)
         elif ident != first[1]:
-            raise ValueError(
+            raise with_params(
+                ValueError,
                 f"{what} {first[0]} and {k} come from stores with different tokenizers "
-                f"({first[1]} and {ident}): their token ids mean different things; pass "
-                "mixed_tokenizers=True if that is intended"
+                f"({first[1]} and {ident}): their token ids mean different things; pass ",
+                Param("mixed_tokenizers", True),
+                " if that is intended",
             )

@@ -35,15 +35,22 @@ from mmpack.store.buildfiles import write_extra
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
-    META_FILE,
     OFFSETS_DTYPE,
     BlockChecksum,
     StoreMeta,
     normalize_token_dtype,
+    plain_file_name,
 )
 from mmpack.store.gather import Arrays, DocChunks
 from mmpack.store.opening import as_path
-from mmpack.store.publish import LOCK_FILE, check_replaceable, check_target, fsync_dir, stage_folder
+from mmpack.store.publish import (
+    LAYOUT_ENTRIES,
+    LOCK_FILE,
+    check_replaceable,
+    check_target,
+    fsync_dir,
+    stage_folder,
+)
 from mmpack.store.publish import check_new_store as _check_new_store
 from mmpack.store.publish import swap_into_place as _swap_into_place
 from mmpack.store.reader import TokenStore, open_store
@@ -62,8 +69,8 @@ __all__ = ["MAX_TOKEN", "StoreWriter", "build", "check_replaceable", "store_writ
 
 _DEFAULT_BUFFER_TOKENS = 1 << 23
 _CHUNK_DOCS = 8192  # documents per chunk at most (lists of arrays: no copy, fewer passes)
-# Names a store's own files take (either backend): never attached.
-_RESERVED = (TOKENS_FILE, OFFSETS_FILE, META_FILE, "zarr.json", "tokens", "offsets", "cache")
+# Names a layout's own entries take (either backend): never attached.
+_RESERVED = frozenset().union(*LAYOUT_ENTRIES.values())
 
 
 # --------------------------------------------------------------------------------- building
@@ -323,8 +330,10 @@ class StoreWriter:
         self._write_block(tokens, lengths, keep_good=False)
 
     def attach(self, name: str, data: bytes) -> None:
-        """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit."""
-        if not isinstance(name, str) or "/" in name or name.startswith(".") or name in _RESERVED:
+        """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit;
+        the metadata lists it (:attr:`~mmpack.store.format.StoreMeta.files`), so the store owns
+        it: ``overwrite`` replaces it with the store."""
+        if not plain_file_name(name) or name in _RESERVED:
             raise ValueError(f"cannot attach a file named {name!r} to a store")
         self._attached[name] = bytes(data)
 
@@ -379,9 +388,10 @@ class StoreWriter:
             num_docs=self._num_docs,
             num_tokens=self._num_tokens,
             block_bytes=BLOCK_BYTES,
-            tokens_crc32=tuple(digests),
+            tokens_digests=tuple(digests),
             offsets_crc32=tuple(self._offsets_crc.finish()),
             tokens_checksum=self.checksum,
+            files=tuple(sorted(self._attached)),
         )
         tmp = self._tmp
         if tmp is None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from mmpack.errors import FormatError
 
-__all__ = ["resume_point", "resumed_positions", "sampler_state", "share_length"]
+__all__ = ["int_field", "resume_point", "resumed_positions", "sampler_state", "share_length"]
 
 
 def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
@@ -64,7 +64,16 @@ def resumed_positions(
     return global_position + rank + world_size * np.arange(count, dtype=np.int64)
 
 
-def _int_field(state: dict[str, Any], name: str) -> int:
+def int_field(state: dict[str, Any], name: str) -> int:
+    """Field ``name`` of a sampler state as a plain int (a Python or NumPy integer, not a bool).
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        The field is missing or not an integer; the message names it and its value.
+    """
+    if name not in state:
+        raise FormatError(f"sampler state lacks the field {name!r}")
     value = state[name]
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise FormatError(f"sampler state field {name} must be an int, got {value!r}")
@@ -84,13 +93,13 @@ def resume_point(
     mmpack.errors.FormatError
         The state's ``world_size``, ``position`` or ``offset`` are not ints or out of range.
     """
-    saved_ws = _int_field(state, "world_size")
+    saved_ws = int_field(state, "world_size")
     if saved_ws < 1:
         raise FormatError(f"sampler state has world_size={saved_ws}, expected >= 1")
-    offset = _int_field(state, "offset") if "offset" in state else 0  # older states: always 0
+    offset = int_field(state, "offset") if "offset" in state else 0  # older states: always 0
     if not 0 <= offset <= n:
         raise FormatError(f"sampler state has offset={offset}, expected 0 <= offset <= n={n}")
-    position = _int_field(state, "position")
+    position = int_field(state, "position")
     limit = share_length(n, offset, saved_ws, drop_last)
     if not 0 <= position <= limit:
         raise FormatError(

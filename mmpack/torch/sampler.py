@@ -51,12 +51,51 @@ STATE_VERSION = 1
 
 _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
+_INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position")
+_BOOL_FIELDS = ("shuffle", "drop_last")
 
 
 def _check_bool(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def _checked_state(state: Any) -> dict[str, Any]:
+    """The fields of a saved sampler state as plain ints and bools (``offset`` only when present).
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        ``state`` is not a dict, lacks a field, holds a field of the wrong type (naming it and
+        its value), is of another version, or records a rank outside its world size.
+    """
+    if not isinstance(state, dict):
+        raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
+    missing = [k for k in ("version", *_INT_FIELDS, *_BOOL_FIELDS) if k not in state]
+    if missing:
+        raise FormatError(f"sampler state lacks the fields {missing}")
+    version = elastic.int_field(state, "version")
+    if version != STATE_VERSION:
+        raise FormatError(
+            f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}"
+        )
+    out: dict[str, Any] = {"version": version}
+    for name in _INT_FIELDS + (("offset",) if "offset" in state else ()):
+        out[name] = elastic.int_field(state, name)
+    for name in _BOOL_FIELDS:
+        value = state[name]
+        if not isinstance(value, (bool, np.bool_)):
+            raise FormatError(f"sampler state field {name} must be a bool, got {value!r}")
+        out[name] = bool(value)
+    if out["world_size"] < 1:
+        raise FormatError(f"sampler state has world_size={out['world_size']}, expected >= 1")
+    if not 0 <= out["rank"] < out["world_size"]:
+        raise FormatError(
+            f"sampler state has rank={out['rank']}, expected 0 <= rank < world_size="
+            f"{out['world_size']}"
+        )
+    return out
 
 
 class _Cursor:
@@ -335,28 +374,18 @@ class ResumableSampler(Sampler[int]):
         mmpack.errors.StateMismatchError
             The state belongs to another ``n``, ``seed``, ``shuffle`` or ``drop_last``.
         mmpack.errors.FormatError
-            The state is not a dict of this format or version, or its position is out of range.
+            The state is not a dict of this format or version, a field is missing or not of its
+            type (ints, bools for ``shuffle`` and ``drop_last``; NumPy scalars count), or its
+            rank, epoch, offset or position is out of range; the message names the field.
         """
-        if not isinstance(state, dict):
-            raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
-        version = state.get("version")
-        if version != STATE_VERSION:
-            raise FormatError(
-                f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}"
-            )
-        missing = [k for k in (*_CHECKED_FIELDS, "epoch", "position") if k not in state]
-        if missing:
-            raise FormatError(f"sampler state lacks the fields {missing}")
+        state = _checked_state(state)
         for field in _CHECKED_FIELDS:
             saved, ours = state[field], getattr(self, "_" + field)
-            if saved != ours or isinstance(saved, bool) != isinstance(ours, bool):
+            if saved != ours:
                 raise StateMismatchError(
                     f"sampler state was saved with {field}={saved!r} but this sampler has {field}={ours!r}"
                 )
-        epoch, position = state["epoch"], state["position"]
-        for name, value in (("epoch", epoch), ("position", position)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise FormatError(f"sampler state field {name} must be an int, got {value!r}")
+        epoch = state["epoch"]
         if not 0 <= epoch < 2**64:
             raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")
         self._epoch = int(epoch)
