@@ -116,20 +116,25 @@ def test_blocks_are_checked_once_per_reader(s3_server, tmp_path, filled, monkeyp
     from mmpack.remote import cachefile
 
     store, local = filled
-    calls: list[int] = []
-    real = cachefile.block_digest
+    checked: list[int] = []
+    real = cachefile.check_ranges
 
-    def counting(kind, data):
-        calls.append(len(data))
-        return real(kind, data)
+    def counting(data, words, state, digests, done, *args):
+        before = done.copy()
+        n = real(data, words, state, digests, done, *args)
+        checked.extend(np.flatnonzero(done != before).tolist())
+        return n
 
-    monkeypatch.setattr(cachefile, "block_digest", counting)
+    monkeypatch.setattr(cachefile, "check_ranges", counting)
     fresh = _open(store, s3_server.options, tmp_path)
     starts, lengths = np.array([0, 3000, 9000], np.int64), np.array([50, 50, 50], np.int64)
     for _ in range(3):
         src, at = fresh.read_ranges(starts, lengths)
         assert src is fresh._backend.node_cache.mapped.tokens
-    assert calls == [BLOCK] * 3  # blocks 0, 1 and 4, each once
+        for k in range(3):
+            a = int(starts[k])
+            np.testing.assert_array_equal(src[at[k] : at[k] + 50], local.read_range(a, a + 50))
+    assert checked == [0, 1, 4]  # each once
 
 
 # ----------------------------------------------------------------------------- stopped holders

@@ -341,6 +341,35 @@ def test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader(s3_server, tmp_pat
     assert fresh._backend.stats["bytes_fetched"] > 0
 
 
+def test_a_full_disk_under_cache_dir_serves_remote_zarr_from_memory(
+    s3_server, tmp_path, monkeypatch
+):
+    """Nothing under ``cache_dir`` can be written: the offsets, shard indexes and chunks are
+    kept in memory, every view equal to the local store's, with one warning."""
+    import warnings
+
+    from test_remote_cache_faults import full_disk
+
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(26)
+    store = _remote(docs, s3_server.options)
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+    get_cache().clear()
+    cache_dir = tmp_path / "full"
+    full_disk(monkeypatch, cache_dir)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        s = mmpack.open(
+            store.location, storage_options=s3_server.options, cache_dir=cache_dir,
+            cache_limit=1 << 30,
+        )  # fmt: skip
+        assert_views_equal(s, local)
+    msgs = [str(w.message) for w in rec if "node cache" in str(w.message)]
+    assert len(msgs) == 1 and "No space left on device" in msgs[0], msgs
+    assert not cache_dir.exists()
+
+
 def test_plain_http_reads_a_remote_zarr_store(s3_server, tmp_path):
     """Over plain HTTP (SeaweedFS's filer, with Range; no listing) the store opens read-only
     and reads the same; a shard gone is then an error at its first read."""

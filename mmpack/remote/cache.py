@@ -24,11 +24,12 @@ The lock is never waited for without a bound: it is tried without blocking, agai
 backoff (0.1 ms doubling to 5 ms) for at most :data:`LOCK_WAIT_SECONDS`; past that (a process
 stopped or paused while it held the lock) this process marks the lock stuck, warns once and
 reads around the cache (blocks fetched and served from memory, nothing charged or stored), and
-tries the lock only without waiting until it is free again.  The cache's own files are damaged
-or cannot be written (a full disk, a read-only folder): every ``OSError`` of the cache is caught
-the same way, with one warning per cache folder and kind of fault per process
-(:func:`warn_once`).  A state or data file of the wrong size (truncated) is discarded when it is
-opened and fetched again.
+tries the lock only without waiting until it is free again.  Where the cache's folder or files
+cannot be written (a full disk, a read-only folder) every ``OSError`` of the cache is met the
+same way: read around, with one warning per cache folder and kind of fault per process
+(:func:`warn_once`); a block whose write failed stays absent and its charge is given back
+(kept, an over-count, where the lock cannot be had).  A state or data file of the wrong size
+(truncated) is discarded when a reader opens it, and its blocks are fetched again.
 
 Eviction: whole files, least recently used first (``last_used`` in the header, refreshed by
 readers at most once a second), skipping files read in the last :data:`ACTIVE_SECONDS` (two
@@ -94,8 +95,8 @@ def warn_once(root: Path, exc: OSError) -> None:
     _WARNED.add((str(root), kind))
     if kind == "lock":
         text = (
-            f"{exc}: another process holds it (stopped or paused?); reading around the cache "
-            "(blocks fetched and served from memory) until it is free"
+            f"{exc.strerror}: another process holds it (stopped or paused?); reading around the "
+            "cache (blocks fetched and served from memory) until it is free"
         )
     else:
         what = exc.strerror or str(exc)
@@ -330,10 +331,9 @@ class BlockCache:
         mine = set(claim.mine)
         return sorted(rest + [b for b in blocks if b not in mine])
 
-    def check(self, cf: CacheFile, ids: np.ndarray, url: str) -> None:
-        """:meth:`CacheFile.check` of ``ids``; a block that fails (its bytes changed on disk) is
-        dropped, with a warning, so the caller fetches it again."""
-        bad = cf.check(ids)
+    def drop_bad(self, cf: CacheFile, bad: list[int], url: str) -> None:
+        """Drop blocks ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with
+        a warning, so the caller fetches them again."""
         if bad:
             self.refund(cf, sum(cf.drop(b) for b in bad))
             warnings.warn(

@@ -25,7 +25,6 @@ from typing import TypeVar
 
 import numpy as np
 
-from mmpack.remote.blocks import block_ids
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cachefile import CacheFile
 
@@ -99,15 +98,13 @@ class CachedObject:
         cf.touch()
         if cf.serves(starts, lengths, self.itemsize):  # the hit path: one kernel pass
             return cf
-        if not cf.covers(starts, lengths, self.itemsize):
-            return None
-        self.cache.check(cf, block_ids(starts, lengths, self.itemsize, self.block), self.url)
+        self.cache.drop_bad(cf, cf.check(starts, lengths, self.itemsize), self.url)
         return cf if cf.serves(starts, lengths, self.itemsize) else None
 
     def held(self, cf: CacheFile, ids: np.ndarray) -> np.ndarray:
-        """bool, like ``ids`` (int64): which blocks ``cf`` may serve (present and checked; those
-        not checked yet are checked now, a bad one dropped)."""
-        self.cache.check(cf, ids, self.url)
+        """bool, like ``ids`` (int64, each in ``[0, nblocks)``): which blocks ``cf`` may serve
+        (present and checked; those not checked yet are checked now, a bad one dropped)."""
+        self.cache.drop_bad(cf, cf.check_blocks(ids), self.url)
         return cf.checked[ids] == 1
 
     def fetch_shared(

@@ -31,12 +31,14 @@ file whose ``boot_id`` is not the running boot's is dropped when opened.
 Checking on first serve: each mapping (one per reader: a :class:`CacheFile` per open store per
 process) keeps a bitmap ``checked`` in process memory.  A block is served from the mapping only
 once it is checked here: written by this reader, or its XXH64 recomputed and equal to the
-recorded one (:meth:`CacheFile.check`); a block that fails is dropped and fetched again by the
-caller.  So a byte changed on disk after a block was stored is never served by a reader that
-had not served that block before.  Cost: one XXH64 per block per reader, ~5 us for a 16 KiB block
-(``block_digest`` at ~10 GB/s plus its call), once; the hit test is then one kernel pass over
-``checked`` instead of the state bytes.  ``TokenStore.verify()`` compares every cached block
-with the object itself (and drops a bad one).
+recorded one (:meth:`CacheFile.check`, one kernel call for a batch's ranges:
+:func:`mmpack.kernels.blockstate.check_ranges`); a block that fails is dropped and fetched again
+by the caller.  So a byte changed on disk after a block was stored is never served by a reader
+that had not served that block before; ``TokenStore.verify()`` compares every cached block with
+the object itself (and drops a bad one).  Cost: one XXH64 of the whole block per block per
+reader, once (~1.6 us for 16 KiB at ~10 GB/s on an idle core, plus the first touch of its
+pages; ``python -m benchmarks.trust_costs node_cache`` measures a new reader's first pass); the
+hit test is then one kernel pass over ``checked`` instead of the state bytes.
 
 Claims (no duplicate downloads): a process fetches only blocks it holds an exclusive
 open-file-description lock on (``fcntl(F_OFD_SETLK)`` over the blocks' state bytes, one call per
@@ -47,7 +49,8 @@ its blocks at once; a stopped one holds them until the waiter's bound
 holds a shared lock on byte 0 of each (Python's ``mmap`` keeps a duplicate of the descriptor, so
 the lock lasts as long as the mapping, including arrays still viewing it); eviction removes
 files only when it can lock those bytes exclusively (nobody maps them), so the cache's count
-never misses disk space still mapped.
+never misses disk space still mapped (a damaged file is the exception: it is removed at once,
+marked retired for a reader that still maps it, which lets go at its next read).
 
 Cost: the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
 (:func:`mmpack.kernels.blockstate.all_blocks_present`, ~1 us for 32 windows); serving a hit is
@@ -63,6 +66,7 @@ import fcntl
 import mmap
 import os
 import struct
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -70,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.blockstate import all_blocks_present
+from mmpack.kernels.blockstate import all_blocks_present, check_ranges
 from mmpack.store.integrity import block_digest
 
 __all__ = [
@@ -214,11 +218,15 @@ class CacheFile:
             self._state_map, "<u8", self.nblocks, _digests_at(self.nblocks)
         )
         self.checked = np.zeros(self.nblocks, np.uint8)
-        """1 for the blocks this reader may serve: written by it, or checked (process memory)."""
+        """1 for the blocks this reader may serve (written by it, or checked), 2 for a block
+        found bad and not dropped yet, else 0 (process memory)."""
         self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
         self._last_used = np.frombuffer(self._state_map, np.float64, 1, 32)
         self._retired = np.frombuffer(self._state_map, np.uint8, 1, 40)
         self.data = np.frombuffer(self._data_map, np.uint8)
+        self._words = self.data[: nbytes // 8 * 8].view("<u8")  # the kernel's view of the bytes
+        if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
+            self._words = self._words.astype(np.uint64)
         self.tokens = self.data.view(dtype)
         self._touched = 0.0
 
@@ -249,18 +257,22 @@ class CacheFile:
         """bool, like ``ids``: which blocks are present."""
         return self.state[ids] == 1
 
-    def check(self, ids: np.ndarray) -> list[int]:
-        """Check the present blocks of ``ids`` (int64) this reader has not checked yet: their
-        XXH64 against the recorded one.  Marks the good ones checked; returns the bad ones
-        (the caller drops them).  Afterwards ``checked[b]`` is 1 for every present, good ``b``."""
-        todo = ids[(self.state[ids] == 1) & (self.checked[ids] == 0)]
-        bad = []
-        for b in todo.tolist():
-            if block_digest("xxh64", self.block_bytes(b)) == int(self.digests[b]):
-                self.checked[b] = 1
-            else:
-                bad.append(b)
-        return bad
+    def check(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> list[int]:
+        """Check the present blocks that token ranges ``[starts, starts + lengths)`` (int64,
+        (k,), of one length) touch and this reader has not checked yet: their XXH64 against the
+        recorded one (one kernel call, :func:`~mmpack.kernels.blockstate.check_ranges`).  Marks
+        the good ones checked; returns the bad ones, sorted (the caller drops them)."""
+        bound = int(lengths.clip(0).sum()) * itemsize // self.block + 2 * lengths.shape[0]
+        bad = np.empty(min(self.nblocks, bound), np.int64)
+        n = check_ranges(
+            self.data, self._words, self.state, self.digests, self.checked,
+            starts, lengths, itemsize, self.shift, bad,
+        )  # fmt: skip
+        return sorted(bad[:n].tolist())
+
+    def check_blocks(self, ids: np.ndarray) -> list[int]:
+        """:meth:`check` of whole blocks ``ids`` (int64); returns the bad ones."""
+        return self.check(ids << self.shift, np.full(ids.shape[0], self.block, np.int64), 1)
 
     def block_bytes(self, b: int) -> np.ndarray:
         """A view of block ``b``'s bytes in the mapping (meaningful only if present)."""
