@@ -66,7 +66,7 @@ from mmpack.remote.cachefile import (
     unpack_header,
 )
 
-__all__ = ["ACTIVE_SECONDS", "LOCK_WAIT_SECONDS", "BlockCache", "CacheLockTimeout", "warn_once"]
+__all__ = ["ACTIVE_SECONDS", "BlockCache", "CacheLockTimeout", "LOCK_WAIT_SECONDS", "warn_once"]
 
 ACTIVE_SECONDS = 10.0
 """A cached object read this recently is never evicted."""

@@ -28,7 +28,7 @@ import numpy as np
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cachefile import CacheFile
 
-__all__ = ["RETRY_SECONDS", "CachedObject"]
+__all__ = ["CachedObject", "RETRY_SECONDS"]
 
 RETRY_SECONDS = 1.0
 """How long a reader that could not map its cache file goes without trying again."""
