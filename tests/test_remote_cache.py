@@ -2,7 +2,8 @@
 real S3 server (SeaweedFS, ``tests/_s3.py``): one sparse mapped file per store object with a
 per-block state array; hits served zero-copy from the mapping; no duplicate downloads across
 processes; the limit (charged and real disk use); eviction; a crash mid-write; a corrupt cached
-block (trusted on reads, caught and dropped by ``verify``); a store rebuilt under the same URL;
+block (served by a reader that already checked it, caught and dropped by ``verify``; a new
+reader's check: ``test_remote_cache_faults.py``); a store rebuilt under the same URL;
 a file from another boot; DataLoader workers under fork and spawn with the cache.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache.py``.
@@ -292,8 +293,8 @@ def _hammer(store, options, cache_dir, limit, seed):
 
 # ----------------------------------------------------------------------------- integrity
 def test_corrupt_cached_block_is_trusted_on_reads_and_caught_by_verify(s3_server, tmp_path):
-    """Blocks are verified when stored and trusted after, like a local store's disk; verify()
-    re-hashes the cached blocks against the object, drops a bad one and reports it."""
+    """A reader checks a block once (here: when it stored it) and serves it as mapped after;
+    verify() compares the cached blocks with the object, drops a bad one and reports it."""
     docs = _corpus(n_docs=400)
     store = _build_with_block(_url(), docs, s3_server.options, 4096)
     local = mmpack.build(tmp_path / "local", docs)
@@ -307,7 +308,7 @@ def test_corrupt_cached_block_is_trusted_on_reads_and_caught_by_verify(s3_server
         byte = f.read(1)
         f.seek(20)
         f.write(bytes([byte[0] ^ 0xFF]))
-    assert s.read_range(0, 3000)[10] != want[10]  # trusted, as a local store trusts its disk
+    assert s.read_range(0, 3000)[10] != want[10]  # this reader checked block 0 already
     before = s._backend.cache.usage()
     with pytest.raises(FormatError, match=r"node-cache block.*\[0\].*dropped"):
         s.verify()

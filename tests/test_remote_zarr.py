@@ -256,8 +256,9 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
 def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
     """A new reader (as a new worker or the next epoch would open it) with a filled node cache
     fetches no shard data, index or offsets: one GET of mmpack.json and one LIST, and its
-    batches come from the cache's mapping; a cache block damaged in between is trusted by reads
-    (as a local store trusts its disk) and caught, dropped and fetched again by ``verify``; the
+    batches come from the cache's mapping; a cache block damaged in between is caught, dropped
+    and fetched again by ``verify`` (a new reader's check on serving:
+    ``test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader``); the
     cache stays under its limit."""
     from mmpack.store.backends._chunk_cache import get_cache
 

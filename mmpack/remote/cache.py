@@ -344,8 +344,8 @@ class BlockCache:
 
     def verify_cached(self, cf: CacheFile, start: int, data: bytes, url: str) -> None:
         """Compare ``cf``'s present blocks lying wholly in bytes ``[start, start + len(data))``
-        with the verified object bytes ``data``; a differing block (local disk corruption: the
-        cache trusts blocks it verified when storing them) is dropped, then reported as a
+        with the verified object bytes ``data``; a differing block (local disk corruption after
+        this or any reader checked it) is dropped, then reported as a
         :class:`~mmpack.errors.FormatError` naming the cache file."""
         if not data:
             return
