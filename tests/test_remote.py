@@ -437,7 +437,7 @@ def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
         blocks = {
             int(x)
             for b in batches
-            for x in ds.store._backend._block_ids(*ds._ranges(np.asarray(b) * ds.stride))
+            for x in ds.store._backend.fetcher.block_ids(*ds._ranges(np.asarray(b) * ds.stride))
         }
         assert proxy.requests - before <= len(blocks)  # no block fetched twice
     finally:

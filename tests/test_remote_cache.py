@@ -2,7 +2,8 @@
 real S3 server (SeaweedFS, ``tests/_s3.py``): one sparse mapped file per store object with a
 per-block state array; hits served zero-copy from the mapping; no duplicate downloads across
 processes; the limit (charged and real disk use); eviction; a crash mid-write; a corrupt cached
-block (trusted on reads, caught and dropped by ``verify``); a store rebuilt under the same URL;
+block (served by a reader that already checked it, caught and dropped by ``verify``; a new
+reader's check: ``test_remote_cache_faults.py``); a store rebuilt under the same URL;
 a file from another boot; DataLoader workers under fork and spawn with the cache.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache.py``.
@@ -66,7 +67,7 @@ def test_hits_are_the_mapped_file_and_fetch_nothing(s3_server, tmp_path):
         again = _open(store, opts, tmp_path)  # a new reader (another worker would do the same)
         starts = np.array([0, 5, store.num_tokens - 7], np.int64)
         src, at = again.read_ranges(starts, np.array([10, 100, 7], np.int64))
-        cf = again._backend._cf
+        cf = again._backend.node_cache.mapped
         assert src is cf.tokens and at is not None and (at == starts).all()  # zero copy
         for k, n in enumerate((10, 100, 7)):
             np.testing.assert_array_equal(
@@ -120,7 +121,7 @@ def test_two_processes_fill_the_cache_without_duplicate_fetches(s3_server, tmp_p
             np.int64
         )
         want = [store.read_range(int(a), int(a) + 500) for a in starts]
-        blocks = s._backend._block_ids(starts, np.full(24, 500, np.int64))
+        blocks = s._backend.fetcher.block_ids(starts, np.full(24, 500, np.int64))
         before = proxy.requests
         ctx = mp.get_context("fork")
         run_processes(ctx, _read_all, [(s, starts, want)] * 3, 60)
@@ -129,7 +130,7 @@ def test_two_processes_fill_the_cache_without_duplicate_fetches(s3_server, tmp_p
         assert fetched <= runs + 3  # each block by one process (a run may split between them)
         assert fetched >= 1
         s2 = _open(store, opts, tmp_path)
-        assert s2._backend._cache_file().present(blocks).all()
+        assert s2._backend.node_cache.file().present(blocks).all()
     finally:
         proxy.close()
 
@@ -145,7 +146,7 @@ def test_a_fetch_killed_mid_write_leaves_the_block_absent(s3_server, tmp_path):
     setting the state byte: the block is not served; its claim died with it."""
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     s = _open(store, s3_server.options, tmp_path)
-    cf = s._backend._cache_file()
+    cf = s._backend.node_cache.file()
     ctx = mp.get_context("fork")
     p = ctx.Process(target=_claim_write_garbage_and_die, args=(s, 3))
     p.start()
@@ -158,7 +159,7 @@ def test_a_fetch_killed_mid_write_leaves_the_block_absent(s3_server, tmp_path):
 
 
 def _claim_write_garbage_and_die(store, b):
-    cf = store._backend._cache_file()
+    cf = store._backend.node_cache.file()
     claim = cf.claim([b])
     assert claim.mine == [b]
     os.pwrite(cf._fd_data, b"\xff" * cf.block, b * cf.block)
@@ -174,7 +175,7 @@ def test_a_failed_cache_write_marks_nothing_and_refunds_its_charge(
 
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     s = _open(store, s3_server.options, tmp_path)
-    cf = s._backend._cache_file()
+    cf = s._backend.node_cache.file()
     before = s._backend.cache.usage()
 
     def full(*args):
@@ -203,7 +204,7 @@ def test_limit_holds_in_charges_and_on_disk(s3_server, tmp_path):
         for k, a in enumerate(starts.tolist()):
             np.testing.assert_array_equal(src[at[k] : at[k] + 300], store.read_range(a, a + 300))
         assert cache.allocated() <= cache.usage() <= limit
-    cf = s._backend._cache_file()
+    cf = s._backend.node_cache.file()
     assert int(cf.state.sum()) == 7 and cache.usage() == base + 7 * 4096
 
 
@@ -218,8 +219,9 @@ def test_least_recently_used_store_is_evicted_once_unmapped(s3_server, tmp_path,
     cache = ra._backend.cache
     rb = _open(b, s3_server.options, tmp_path, limit)
     got = rb.read_ranges(np.arange(10, dtype=np.int64) * 2048, np.full(10, 10, np.int64))
-    assert got[0] is not rb._backend._cf.tokens  # a's file is mapped: retired, not yet removed
-    assert ra._backend._cf.retired and cache.allocated() <= cache.usage() <= limit
+    b_file = rb._backend.node_cache.mapped
+    assert got[0] is not b_file.tokens  # a's file is mapped: retired, not yet removed
+    assert ra._backend.node_cache.mapped.retired and cache.allocated() <= cache.usage() <= limit
     want = [a.read_range(k * 2048, k * 2048 + 10) for k in range(10)]
     src, at = ra.read_ranges(np.arange(10, dtype=np.int64) * 2048, np.full(10, 10, np.int64))
     for k in range(10):  # the retired file's reader lets go and still reads right
@@ -231,7 +233,7 @@ def test_least_recently_used_store_is_evicted_once_unmapped(s3_server, tmp_path,
     rb.read_ranges(np.arange(10, 20, dtype=np.int64) * 2048, np.full(10, 10, np.int64))
     assert not [n for n in _files(tmp_path) if n.startswith(a.fingerprint)]
     assert cache.allocated() <= cache.usage() <= limit
-    assert int(rb._backend._cache_file().state.sum()) >= 10
+    assert int(rb._backend.node_cache.file().state.sum()) >= 10
 
 
 def test_an_active_store_is_not_evicted(s3_server, tmp_path):
@@ -247,7 +249,10 @@ def test_an_active_store_is_not_evicted(s3_server, tmp_path):
         np.testing.assert_array_equal(
             src[at[k] : at[k] + 10], b.read_range(k * 2048, k * 2048 + 10)
         )
-    assert not ra._backend._cf.retired and int(rb._backend._cache_file().state.sum()) == 0
+    assert (
+        not ra._backend.node_cache.mapped.retired
+        and int(rb._backend.node_cache.file().state.sum()) == 0
+    )
 
 
 def test_processes_evicting_each_others_stores_stay_correct_and_bounded(
@@ -288,22 +293,22 @@ def _hammer(store, options, cache_dir, limit, seed):
 
 # ----------------------------------------------------------------------------- integrity
 def test_corrupt_cached_block_is_trusted_on_reads_and_caught_by_verify(s3_server, tmp_path):
-    """Blocks are verified when stored and trusted after, like a local store's disk; verify()
-    re-hashes the cached blocks against the object, drops a bad one and reports it."""
+    """A reader checks a block once (here: when it stored it) and serves it as mapped after;
+    verify() compares the cached blocks with the object, drops a bad one and reports it."""
     docs = _corpus(n_docs=400)
     store = _build_with_block(_url(), docs, s3_server.options, 4096)
     local = mmpack.build(tmp_path / "local", docs)
     s = _open(store, s3_server.options, tmp_path)
     want = local.read_range(0, 3000)
     np.testing.assert_array_equal(s.read_range(0, 3000), want)
-    cf = s._backend._cache_file()
+    cf = s._backend.node_cache.file()
     assert cf.state[0] and cf.state[1]
     with open(cf.data_path, "r+b") as f:  # flip a byte of token 10 behind the cache's back
         f.seek(20)
         byte = f.read(1)
         f.seek(20)
         f.write(bytes([byte[0] ^ 0xFF]))
-    assert s.read_range(0, 3000)[10] != want[10]  # trusted, as a local store trusts its disk
+    assert s.read_range(0, 3000)[10] != want[10]  # this reader checked block 0 already
     before = s._backend.cache.usage()
     with pytest.raises(FormatError, match=r"node-cache block.*\[0\].*dropped"):
         s.verify()
@@ -341,7 +346,7 @@ def test_a_cache_file_from_another_boot_is_discarded(s3_server, tmp_path, monkey
     del s
     monkeypatch.setattr(cache_mod, "_BOOT", b"\x01" * 16)  # "after a reboot"
     s2 = _open(store, s3_server.options, tmp_path)
-    cf = s2._backend._cache_file()
+    cf = s2._backend.node_cache.file()
     assert int(cf.state.sum()) == 0  # nothing trusted from the other boot
     np.testing.assert_array_equal(s2.read_range(0, 5000), want)
     assert s2._backend.stats["bytes_fetched"] > 0
@@ -360,8 +365,8 @@ def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
     want = mmpack.WindowDataset(local, 128)
     for _ in range(2):  # the second pass is served by the cache the first one filled
         assert_workers_serve(ds, want, context, seed=3, lookahead=True, keys=("input_ids",))
-    cf = _open(store, s3_server.options, tmp_path)._backend._cache_file()
-    ids = s._backend._block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
+    cf = _open(store, s3_server.options, tmp_path)._backend.node_cache.file()
+    ids = s._backend.fetcher.block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
     assert cf.present(ids).all()
 
 

@@ -195,7 +195,7 @@ def test_ranges_go_out_concurrently_and_lookahead_changes_nothing(s3_server, tmp
         n = store.num_tokens
         starts = np.arange(16, dtype=np.int64) * (n // 16)  # 16 far-apart ranges
         lengths = np.full(16, 100, dtype=np.int64)
-        s._backend._reader.indexes(list(range(s._backend._layout.num_shards)))
+        s._backend.fetcher.reader.indexes(list(range(s._backend._layout.num_shards)))
         before, t0 = proxy.requests, time.perf_counter()
         src, at = s.read_ranges(starts, lengths)
         elapsed = time.perf_counter() - t0
@@ -256,8 +256,9 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
 def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
     """A new reader (as a new worker or the next epoch would open it) with a filled node cache
     fetches no shard data, index or offsets: one GET of mmpack.json and one LIST, and its
-    batches come from the cache's mapping; a cache block damaged in between is trusted by reads
-    (as a local store trusts its disk) and caught, dropped and fetched again by ``verify``; the
+    batches come from the cache's mapping; a cache block damaged in between is caught, dropped
+    and fetched again by ``verify`` (a new reader's check on serving:
+    ``test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader``); the
     cache stays under its limit."""
     from mmpack.store.backends._chunk_cache import get_cache
 
@@ -280,7 +281,7 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         second = reader()
         assert_views_equal(second, local)
         assert proxy.requests - before == 2
-        cf = second._backend._cache_file()
+        cf = second._backend.node_cache.file()
         assert cf is not None and cf.state.all()
         src, _ = second._backend.read_ranges(np.array([0], np.int64), np.array([10], np.int64))
         assert np.shares_memory(src, cf.tokens)  # served from the mapping, zero copy
@@ -303,6 +304,71 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         assert 0 < s._backend.cache.usage() <= limit
     finally:
         proxy.close()
+
+
+def test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader(s3_server, tmp_path):
+    """A flipped byte in the node cache's file of decoded chunks is never served: a new reader
+    checks each cached chunk (against the digest the cache recorded when it stored it) the
+    first time it serves it, drops a bad one with a warning and fetches it again."""
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(25)
+    store = _remote(docs, s3_server.options)
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+
+    def reader():
+        get_cache().clear()  # as in a new process
+        return mmpack.open(
+            store.location,
+            storage_options=s3_server.options,
+            cache_dir=tmp_path,
+            cache_limit=1 << 30,
+        )
+
+    assert_views_equal(reader(), local)
+    data = sorted((tmp_path / "blocks").glob("*zarr-tokens*.data"))
+    assert len(data) == 1
+    block = 256 * 2  # one inner chunk of 256 uint16 tokens
+    for offset in (3, 5 * block + 1):
+        with open(data[0], "r+b") as f:
+            f.seek(offset)
+            byte = f.read(1)
+            f.seek(offset)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.warns(UserWarning, match=r"node cache.*fail.*checksum.*fetched again"):
+        fresh = reader()
+        np.testing.assert_array_equal(fresh.read_range(0, 2000), local.read_range(0, 2000))
+        assert_views_equal(fresh, local)
+    assert fresh._backend.stats["bytes_fetched"] > 0
+
+
+def test_a_full_disk_under_cache_dir_serves_remote_zarr_from_memory(
+    s3_server, tmp_path, monkeypatch
+):
+    """Nothing under ``cache_dir`` can be written: the offsets, shard indexes and chunks are
+    kept in memory, every view equal to the local store's, with one warning."""
+    import warnings
+
+    from test_remote_cache_faults import full_disk
+
+    from mmpack.store.backends._chunk_cache import get_cache
+
+    docs = _corpus(26)
+    store = _remote(docs, s3_server.options)
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+    get_cache().clear()
+    cache_dir = tmp_path / "full"
+    full_disk(monkeypatch, cache_dir)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        s = mmpack.open(
+            store.location, storage_options=s3_server.options, cache_dir=cache_dir,
+            cache_limit=1 << 30,
+        )  # fmt: skip
+        assert_views_equal(s, local)
+    msgs = [str(w.message) for w in rec if "node cache" in str(w.message)]
+    assert len(msgs) == 1 and "No space left on device" in msgs[0], msgs
+    assert not cache_dir.exists()
 
 
 def test_plain_http_reads_a_remote_zarr_store(s3_server, tmp_path):

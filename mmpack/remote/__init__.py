@@ -8,11 +8,17 @@
     local.py       LocalTransport (file://)
     _s3http.py     the fork-safe S3 client (SigV4 over urllib3, pools per process)
     _obstore.py    gs://, az:// through obstore (refused in a forked child of a user)
-    cache.py       the node cache: one sparse mapped file per object, limit, LRU eviction
-    cachefile.py   one cached object: its mapping, block states, claims (OFD locks), writes
-    fetcher.py     claims, range requests, verification, memory LRU, look-ahead threads
-    backend.py     RemoteBackend: open, the zero-copy hit path, verify
+    cache.py       the node cache: one sparse mapped file per object, limit, LRU eviction,
+                   the bounded lock, faults read around with one warning
+    cachefile.py   one cached object: its mapping, block states and digests, claims (OFD
+                   locks), writes, the per-reader check of blocks before they are served
+    cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
+    fetcher.py     BlockFetcher: range requests, verification, memory LRU, look-ahead threads
+    backend.py     RemoteBackend: open, the Backend reading interface by delegation, verify
     blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
+    zarrfetch.py   ChunkFetcher: a remote Zarr store's chunks (requests, LRU, cache, look-ahead)
+    zarr.py        RemoteZarrBackend: open, the Backend reading interface by delegation
+    base.py        RemoteStoreBackend: the read-only parts both backends share
     opener.py      open_url: mmpack.open(url)
     writer.py      RemoteStoreWriter: build locally, then upload
     upload.py      upload, upload_zarr: objects under a fresh data-* prefix, metadata last

@@ -19,6 +19,7 @@ from mmpack.remote.protocol import (
     ObjectMissing,
     Transport,
     _Transient,
+    require_client,
 )
 
 __all__ = ["ObstoreTransport"]
@@ -33,6 +34,7 @@ class ObstoreTransport(Transport):
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         super().__init__(url, options)
+        require_client("obstore", url)
         self._store_options = {
             k: v
             for k, v in options.items()

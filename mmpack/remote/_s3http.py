@@ -5,7 +5,8 @@ hung on its first request once the parent had used obstore, even with a new stor
 keeps its connection pool and thread pool per process (keyed by ``os.getpid()``), so a forked
 child builds its own on first use and never touches the parent's sockets or threads.  Loopback
 cost per 4 KiB range GET measured against SeaweedFS: urllib3 1.8 ms p50, obstore 1.6 ms
-(``/work/shared/RECIPES.md``); ranges go out concurrently, ``max_concurrency`` at a time.
+(``python -m benchmarks.bench_remote --sweep`` compares the two clients); ranges go out
+concurrently, ``max_concurrency`` at a time.
 
 Requests are signed with SigV4 (``x-amz-content-sha256`` is the SHA-256 of the body), addressed
 path-style (``endpoint/bucket/key``) when an endpoint is given, virtual-hosted on AWS otherwise.

@@ -18,26 +18,24 @@ At open: the metadata is read (one GET), ``tokens.bin``'s size checked (one HEAD
 kept in ``<cache_dir>/stores/<fingerprint>/`` (reopening in a DataLoader worker reads them from
 there).
 
-``read_ranges`` with a node cache (``cache_limit``): one kernel pass asks the cache's state array
-whether every block the ranges touch is present; if so the answer is the cache's mapped file and
-the ranges' own starts, exactly as the memmap backend answers (zero copy, no per-block Python).
-Otherwise the ranges' blocks are gathered: those present from the mapping, those in this
-process's memory LRU or in flight in a look-ahead thread from there, and the rest fetched --
-claimed in the cache first (another process's claim is waited for instead), grouped into runs
-of blocks at most ``merge_gap_bytes`` apart (the blocks between fetched too), one range request
-per run, all runs concurrently; each block's CRC-32 is checked (a mismatch is re-fetched once,
-then it is a :class:`~mmpack.errors.FormatError`: a corrupt object never yields data), and the
-verified blocks are written to the cache (or kept in memory when it has no room).  The result
-then holds only the bytes served, the ranges back to back.
+``read_ranges`` with a node cache (``cache_limit``): one kernel pass asks whether every block
+the ranges touch is in the cache and checked by this reader; if so the answer is the cache's
+mapped file and the ranges' own starts, exactly as the memmap backend answers (zero copy, no
+per-block Python).  A present block not checked yet is checked first (once per reader: its
+XXH64 against the one the cache recorded when it stored it; a bad one is dropped and fetched
+again).  Otherwise the ranges' blocks are gathered (:meth:`BlockFetcher.blocks`: from the
+mapping, this process's memory, a look-ahead in flight, or fetched, verified and stored) and
+copied out, the ranges back to back.
 
-Look-ahead (:meth:`RemoteBackend.prefetch`): hinted blocks join a queue that up to four threads
-per process drain, each taking everything queued at once, so the blocks of several hinted
-batches share range requests.  A read takes blocks still queued itself and waits for those in
-flight.  The block arithmetic (blocks touched, runs, CRCs, copying out) is
-:mod:`mmpack.remote.blocks`, the cache :mod:`mmpack.remote.cache`; this module owns
-the I/O, verification and the read path.
+The parts, each owning its state: :class:`~mmpack.remote.fetcher.BlockFetcher` (range requests,
+verification, the memory LRU, the look-ahead threads), :class:`~mmpack.remote.cached.CachedObject`
+(this reader's mapping of the node cache's file), :mod:`mmpack.remote.blocks` (the block
+arithmetic).  :class:`RemoteBackend` opens the store and implements the
+:class:`~mmpack.store.backends.Backend` reading interface by delegating to them.  The index
+objects (``offsets.bin``, the check table) are kept in the store's local folder when it can be
+written, else in memory only (one warning, :func:`~mmpack.remote.cache.warn_once`).
 
-Cost (measured here, a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
+Cost (measured on a loaded 2-core VM): CRC-32 runs at 1.2-1.5 GB/s, ~12 us per 16 KiB block;
 a 2048-token uint16 window (4 KiB) touches one or two blocks, so verification adds well under
 0.1 ms to a request that takes ~2 ms on loopback.  Blocks are 16 KiB by default: a shuffled
 window moves 4-8x the bytes it serves on a first touch (64 KiB blocks moved 16-32x, and read
@@ -49,29 +47,28 @@ changes it.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import FormatError
-from mmpack.remote.base import RemoteBase
-from mmpack.remote.blocks import block_ids, crc_blocks, gather
-from mmpack.remote.cache import BlockCache
-from mmpack.remote.cachefile import CacheFile
+from mmpack.remote.base import RemoteStoreBackend
+from mmpack.remote.blocks import crc_blocks, gather
+from mmpack.remote.cache import BlockCache, warn_once
+from mmpack.remote.cached import CachedObject
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
-from mmpack.store.backends import Backend
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
 
-__all__ = ["RemoteBackend"]
+__all__ = ["RemoteBackend", "verified_object"]
 
 
-class RemoteBackend(RemoteBase, BlockFetcher, Backend):
-    """The tokens of one remote store, read in verified check blocks."""
+class RemoteBackend(RemoteStoreBackend):
+    """The tokens of one remote store, read in verified check blocks.
+
+    ``folder`` is ``<cache_dir>/stores/<fingerprint>`` (the index objects are kept there);
+    ``cache`` the node cache under ``cache_dir``, or None."""
 
     name = "memmap"  # the remote layout is the memmap layout's files, as objects
 
@@ -86,103 +83,93 @@ class RemoteBackend(RemoteBase, BlockFetcher, Backend):
         super().__init__(folder, meta)
         self.transport = transport
         self.url = transport.url
-        self.fingerprint = meta.fingerprint
         self.cache = cache
-        self._digest_kind = "crc32"  # the check table of an upload (tokens.crc) is CRC-32
+        self.cache_dir = folder.parent.parent
+        digest = "crc32"  # the check table of an upload (tokens.crc) is CRC-32
         remote = raw.get("remote")
-        itemsize = meta.dtype.itemsize
-        self.itemsize = itemsize
-        self.nbytes = meta.num_tokens * itemsize
+        nbytes = meta.num_tokens * meta.dtype.itemsize
         if remote is None:
-            self.data = ""
+            data = ""
             self.block = meta.block_bytes
             table = np.asarray(meta.tokens_digests, dtype=np.uint64)
-            self._digest_kind = meta.tokens_checksum  # a copied store: its own block checksums
+            digest = meta.tokens_checksum  # a copied store: its own block checksums
         else:
             try:
-                self.data = str(remote["data"]).strip("/") + "/"
+                data = str(remote["data"]).strip("/") + "/"
                 self.block = int(remote["check_block_bytes"])
                 check_object, check_crc = str(remote["check_object"]), int(remote["check_crc32"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
             if self.block < 8 or self.block & (self.block - 1):
                 raise FormatError(f"{self.url}: check_block_bytes {self.block} is not a power of 2")
-            raw_table = self._verified_object(
-                check_object, (-(-self.nbytes // self.block)) * 4, [check_crc], None
+            raw_table = self._index(
+                data, check_object, (-(-nbytes // self.block)) * 4, [check_crc], None
             )
             table = np.frombuffer(raw_table, dtype="<u4")
-        self.table = table
-        try:
-            size = transport.size(self.data + "tokens.bin")
-        except ObjectMissing:
-            raise FormatError(
-                f"{self.url}: {self.data}tokens.bin is missing: the store is "
-                "incomplete or was deleted; rebuild it"
-            ) from None
-        if size != self.nbytes:
-            raise FormatError(
-                f"{self.url}: {self.data}tokens.bin holds {size} bytes but the "
-                f"metadata says {self.nbytes}: it is truncated or was replaced"
-            )
-        raw_offsets = self._verified_object(
-            "offsets.bin", (meta.num_docs + 1) * 8, list(meta.offsets_crc32), meta.block_bytes
+        self._check_size(data + "tokens.bin", nbytes)
+        raw_offsets = self._index(
+            data,
+            "offsets.bin",
+            (meta.num_docs + 1) * 8,
+            list(meta.offsets_crc32),
+            meta.block_bytes,
         )
-        offsets = np.frombuffer(raw_offsets, dtype=OFFSETS_DTYPE)
-        self._offsets = offsets  # frombuffer of bytes: read-only
-        self._pid = -1
-        self._init_process_state()
-
-    def _init_process_state(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._ready: OrderedDict[int, bytes] = OrderedDict()  # verified blocks in memory, LRU
-        self._ready_bytes = 0
-        self._queue: dict[int, None] = {}  # blocks hinted by prefetch(), not yet taken
-        self._pending: dict[int, threading.Event] = {}  # blocks a look-ahead thread fetches
-        self._drains = 0  # look-ahead threads running
-        self._prefetcher: Any = None
-        self._cf: CacheFile | None = None  # this process's mapping of the node cache's file
-        self._cf_retry = 0.0
-        self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
-        """This process's counts: range requests, bytes they fetched, blocks the slow path
-        found in the node cache."""
-
-    def _cache_file_spec(self) -> tuple[str, str, int, int, np.dtype]:
-        return self.fingerprint, "tokens", self.nbytes, self.block, self.meta.dtype
+        self._offsets = np.frombuffer(raw_offsets, dtype=OFFSETS_DTYPE)  # of bytes: read-only
+        self.node_cache = (
+            None
+            if cache is None
+            else CachedObject(
+                cache, meta.fingerprint, "tokens", nbytes, self.block, meta.dtype, self.url
+            )
+        )
+        """This reader's view of the tokens in the node cache (None without a cache)."""
+        self.fetcher = BlockFetcher(
+            transport,
+            data + "tokens.bin",
+            table,
+            digest,
+            self.block,
+            nbytes,
+            meta.dtype.itemsize,
+            self.node_cache,
+        )
 
     # ------------------------------------------------------------------------------ open
-    def _verified_object(self, name: str, nbytes: int, crcs: list[int], block: int | None) -> bytes:
-        """Object ``data/name`` (``nbytes``), from the local folder if present and intact,
-        else fetched, checked against ``crcs`` (per ``block`` bytes, or whole) and saved."""
-        local = self.path / name
-        if local.is_file() and local.stat().st_size == nbytes:
-            data = local.read_bytes()
-            if crc_blocks(data, block or max(nbytes, 1)) == crcs or (nbytes == 0 and not crcs):
-                return data
+    def _check_size(self, key: str, nbytes: int) -> None:
         try:
-            data = self.transport.get(self.data + name)
+            size = self.transport.size(key)
         except ObjectMissing:
             raise FormatError(
-                f"{self.url}: {self.data}{name} is missing: the store is "
-                "incomplete or was deleted; rebuild it"
+                f"{self.url}: {key} is missing: the store is incomplete or was deleted; rebuild it"
             ) from None
-        got = crc_blocks(data, block or max(nbytes, 1)) if data else []
-        if len(data) != nbytes or (got != crcs and not (nbytes == 0 and not crcs)):
+        if size != nbytes:
             raise FormatError(
-                f"{self.url}: {self.data}{name} ({len(data)} bytes) fails its "
-                "checksum: the object is corrupt or was replaced; rebuild the store"
+                f"{self.url}: {key} holds {size} bytes but the metadata says {nbytes}: it is "
+                "truncated or was replaced"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(local, data)
-        return data
+
+    def _index(
+        self, data: str, name: str, nbytes: int, crcs: list[int], block: int | None
+    ) -> bytes:
+        """Index object ``data + name``, kept locally as ``name`` (:func:`verified_object`)."""
+        local = self.path / name
+        return verified_object(
+            self.transport, data + name, local, nbytes, crcs, block, self.cache_dir
+        )
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._offsets
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """This process's counts (:attr:`BlockFetcher.stats`)."""
+        return self.fetcher.stats
 
     # ------------------------------------------------------------------------------ reading
     def read_range(self, start: int, stop: int) -> np.ndarray:
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
         return np.array(src[int(at[0]) : int(at[0]) + stop - start])  # never a view of the cache
-
-    def _block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        return block_ids(starts, lengths, self.meta.dtype.itemsize, self.block)
 
     def resident(self, positions: np.ndarray) -> bool:
         """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
@@ -191,6 +178,10 @@ class RemoteBackend(RemoteBase, BlockFetcher, Backend):
         batch from a cached one)."""
         return False
 
+    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
+        """:meth:`BlockFetcher.prefetch`: queue the ranges' missing blocks for look-ahead."""
+        return self.fetcher.prefetch(starts, lengths)
+
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens: ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.
         When the node cache holds every block they touch, ``src`` is the cache's mapped file
@@ -198,42 +189,71 @@ class RemoteBackend(RemoteBase, BlockFetcher, Backend):
         missing blocks are fetched and the ranges copied back to back into a new buffer."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        item = self.meta.dtype.itemsize
-        cf = self._cache_file()
-        if cf is not None and cf.covers(starts, lengths, item):  # the hit path: no Python loop
-            cf.touch()
-            return cf.tokens, starts
-        if cf is not None:
-            cf.touch()
-        ids = self._block_ids(starts, lengths)
-        blocks = self._get_blocks(ids, cf)
-        if cf is not None and cf.covers(starts, lengths, item):
-            return cf.tokens, starts
+        fetcher = self.fetcher
+        src = fetcher.cached(starts, lengths)
+        if src is not None:  # the hit path: no Python loop
+            return src, starts
+        blocks = fetcher.blocks(fetcher.block_ids(starts, lengths))
+        src = fetcher.cached(starts, lengths)
+        if src is not None:  # every block is in the cache now
+            return src, starts
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
-        out = gather(blocks, starts, lengths, item, self.block)
+        out = gather(blocks, starts, lengths, self.meta.dtype.itemsize, self.block)
         return out.view(self.meta.dtype), src_starts
 
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
+        """For ``verify``: the bytes read from the server now (never the cache); whole check
+        blocks are checked against the table, and the node cache's copies against them."""
         if name == "offsets":
             return self._offsets.view(np.uint8)[start:stop].tobytes()
-        key = self.data + "tokens.bin"
+        key = self.fetcher.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
         if start % self.block == 0:  # verify() reads whole coarse blocks: check the fine table too
             for k in range(0, len(data), self.block):
                 b = (start + k) // self.block
-                if not self._intact(b, data[k : k + self.block]):
+                if not self.fetcher.intact(b, data[k : k + self.block]):
                     raise FormatError(
                         f"{self.url}: {key} check block {b} fails its checksum: "
                         "the object is corrupt; rebuild the store"
                     )
-            self._verify_cached(start, data)
+            if self.node_cache is not None:
+                self.node_cache.verify(start, data)
         return data
 
-    def _verify_cached(self, start: int, data: bytes) -> None:
-        """Check the node cache's blocks of ``[start, start + len(data))`` against ``data``."""
-        cf = self._cache_file()
-        if cf is not None and self.cache is not None:
-            self.cache.verify_cached(cf, start, data, self.url)
+
+def verified_object(
+    transport: Transport,
+    key: str,
+    local: Path,
+    nbytes: int,
+    crcs: list[int],
+    block: int | None,
+    cache_dir: Path,
+) -> bytes:
+    """Object ``key`` (``nbytes``) from its local copy ``local`` if present and intact, else
+    fetched, checked against ``crcs`` (CRC-32 per ``block`` bytes, or of the whole) and kept at
+    ``local``, or in memory only where that cannot be written (one warning)."""
+    if local.is_file() and local.stat().st_size == nbytes:
+        data = local.read_bytes()
+        if crc_blocks(data, block or max(nbytes, 1)) == crcs or (nbytes == 0 and not crcs):
+            return data
+    try:
+        data = transport.get(key)
+    except ObjectMissing:
+        raise FormatError(
+            f"{transport.url}: {key} is missing: the store is incomplete or was deleted; rebuild it"
+        ) from None
+    got = crc_blocks(data, block or max(nbytes, 1)) if data else []
+    if len(data) != nbytes or (got != crcs and not (nbytes == 0 and not crcs)):
+        raise FormatError(
+            f"{transport.url}: {key} ({len(data)} bytes) fails its checksum: the object is "
+            "corrupt or was replaced; rebuild the store"
+        )
+    try:
+        write_bytes_atomic(local, data)
+    except OSError as exc:  # a full disk, a read-only cache_dir: kept in memory
+        warn_once(cache_dir, exc)
+    return data

@@ -20,6 +20,17 @@ lock); a charge that would pass ``limit`` first evicts, and what still does not 
 counted (an over-count) until the file is evicted.  ``allocated()`` reads the real disk use
 (``st_blocks``) for tests.
 
+The lock is never waited for without a bound: it is tried without blocking, again with a
+backoff (0.1 ms doubling to 5 ms) for at most :data:`LOCK_WAIT_SECONDS`; past that (a process
+stopped or paused while it held the lock) this process marks the lock stuck, warns once and
+reads around the cache (blocks fetched and served from memory, nothing charged or stored), and
+tries the lock only without waiting until it is free again.  Where the cache's folder or files
+cannot be written (a full disk, a read-only folder) every ``OSError`` of the cache is met the
+same way: read around, with one warning per cache folder and kind of fault per process
+(:func:`warn_once`); a block whose write failed stays absent and its charge is given back
+(kept, an over-count, where the lock cannot be had).  A state or data file of the wrong size
+(truncated) is discarded when a reader opens it, and its blocks are fetched again.
+
 Eviction: whole files, least recently used first (``last_used`` in the header, refreshed by
 readers at most once a second), skipping files read in the last :data:`ACTIVE_SECONDS` (two
 stores read at once would otherwise evict each other over and over).  A victim is marked
@@ -31,9 +42,11 @@ reopen, so a retired file still mapped is removed by a later eviction pass.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,18 +58,51 @@ from mmpack.remote.cachefile import (
     FORK_CLOSE,
     HEADER,
     CacheFile,
+    DamagedCacheFile,
     boot_id,
     lock_range,
     pack_header,
+    state_file_size,
     unpack_header,
 )
 
-__all__ = ["ACTIVE_SECONDS", "BlockCache"]
+__all__ = ["ACTIVE_SECONDS", "BlockCache", "CacheLockTimeout", "LOCK_WAIT_SECONDS", "warn_once"]
 
 ACTIVE_SECONDS = 10.0
 """A cached object read this recently is never evicted."""
 
+LOCK_WAIT_SECONDS = 10.0
+"""The longest a process waits for the cache's lock (held for milliseconds by a running
+process); past it the holder is taken as stopped and the cache is read around."""
+
 _BOOT = boot_id()
+_STUCK: set[str] = set()
+"""Lock files found held past :data:`LOCK_WAIT_SECONDS` by this process: tried without waiting
+until they are free."""
+_WARNED: set[tuple[str, str]] = set()
+
+
+class CacheLockTimeout(TimeoutError):
+    """The cache's lock was held by another process past :data:`LOCK_WAIT_SECONDS`."""
+
+
+def warn_once(root: Path, exc: OSError) -> None:
+    """Warn that the node cache under ``root`` is read around because of ``exc``: once per
+    process, cache folder and kind of fault (the lock, or the disk)."""
+    kind = "lock" if isinstance(exc, CacheLockTimeout) else "disk"
+    if (str(root), kind) in _WARNED:
+        return
+    _WARNED.add((str(root), kind))
+    if kind == "lock":
+        text = (
+            f"{exc.strerror}: another process holds it (stopped or paused?); reading around the "
+            "cache (blocks fetched and served from memory) until it is free"
+        )
+    else:
+        what = exc.strerror or str(exc)
+        text = f"cannot write under {root} ({what}): serving from memory (blocks fetched, not kept)"
+    warnings.warn(f"mmpack node cache: {text}", stacklevel=3)
+
 
 T = TypeVar("T")
 
@@ -67,16 +113,19 @@ class BlockCache:
     def __init__(self, root: Path, limit: int) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"cache_limit must be a non-negative integer (bytes), got {limit!r}")
-        self.root = Path(root) / "blocks"
+        self.cache_dir = Path(root)
+        self.root = self.cache_dir / "blocks"  # created by the first open_file
         self.limit = limit
-        self.root.mkdir(parents=True, exist_ok=True)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Hold the cache's lock; :class:`CacheLockTimeout` past :data:`LOCK_WAIT_SECONDS` (at
+        once while this process finds it stuck)."""
+        path = self.root / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         FORK_CLOSE.add(fd)  # a child forked meanwhile must not keep the lock alive
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_bounded(fd, str(path))
             yield
         finally:
             FORK_CLOSE.discard(fd)
@@ -84,7 +133,9 @@ class BlockCache:
 
     # ------------------------------------------------------------------------------ counting
     def _headers(self) -> list[tuple[Path, tuple | None]]:
-        out = []
+        out: list[tuple[Path, tuple | None]] = []
+        if not self.root.is_dir():
+            return out
         for entry in os.scandir(self.root):
             if entry.name.endswith(".state"):
                 try:
@@ -101,6 +152,8 @@ class BlockCache:
     def allocated(self) -> int:
         """Disk bytes the cache's files occupy now (``st_blocks``)."""
         total = 0
+        if not self.root.is_dir():
+            return total
         for entry in os.scandir(self.root):
             with contextlib.suppress(OSError):
                 total += entry.stat().st_blocks * 512
@@ -109,46 +162,63 @@ class BlockCache:
     @staticmethod
     def base_charge(nblocks: int) -> int:
         """Bytes charged when an object's files are created (see the module docstring)."""
-        return -(-(HEADER + nblocks) // 4096) * 4096 + (nblocks // 340 + 1) * 4096
+        return -(-state_file_size(nblocks) // 4096) * 4096 + (nblocks // 340 + 1) * 4096
 
     # ------------------------------------------------------------------------------ opening
     def open_file(
         self, fingerprint: str, name: str, nbytes: int, block: int, dtype: np.dtype
     ) -> CacheFile | None:
-        """The cached object ``name`` of store ``fingerprint``, mapped (created empty if absent);
-        None when it cannot be had now (no room, or being evicted)."""
+        """The cached object ``name`` of store ``fingerprint``, mapped (created empty if absent,
+        or if its files are damaged or from another boot); None when it cannot be had now (no
+        room, or being evicted).  ``OSError`` when the cache cannot be used: its folder or files
+        cannot be written (:class:`CacheLockTimeout`: its lock is held by a stopped process)."""
         if self.limit == 0 or nbytes <= 0:
             return None
+        self.root.mkdir(parents=True, exist_ok=True)
         stem = self.root / f"{fingerprint}-{name}-b{block}"
-        state = stem.with_suffix(".state")
         with self._locked():
-            if state.exists():
-                header = _read_header(state)
+            if stem.with_suffix(".state").exists():
+                header = _read_header(stem.with_suffix(".state"))
                 other_boot = header is not None and header[5] != _BOOT  # nobody can map it
                 usable = header is not None and header[1] == nbytes and not header[4]
                 if usable and not other_boot and stem.with_suffix(".data").exists():
-                    return _open(stem, nbytes, block, dtype)
+                    try:
+                        return _open(stem, nbytes, block, dtype)
+                    except DamagedCacheFile:  # truncated or extended: useless to everyone
+                        _retire(stem.with_suffix(".state"))
+                        other_boot = True
                 if not self._remove(stem, force=other_boot):
                     return None  # retired but still mapped somewhere
-            for entry in os.scandir(self.root):  # creation runs under the lock: a leftover is stale
-                if ".tmp" in entry.name:
-                    Path(entry.path).unlink(missing_ok=True)
-            nblocks = -(-nbytes // block)
-            charge = self.base_charge(nblocks)
-            if self._make_room(charge, keep=state) + charge > self.limit:
-                return None
-            data = stem.with_suffix(".data")
-            data.unlink(missing_ok=True)  # an unmapped leftover (no state file names it)
+            return self._create(stem, nbytes, block, dtype)
+
+    def _create(self, stem: Path, nbytes: int, block: int, dtype: np.dtype) -> CacheFile | None:
+        """Create an object's empty files (under the lock); None where the limit has no room."""
+        for entry in os.scandir(self.root):  # creation runs under the lock: a leftover is stale
+            if ".tmp" in entry.name:
+                Path(entry.path).unlink(missing_ok=True)
+        nblocks = -(-nbytes // block)
+        charge = self.base_charge(nblocks)
+        state = stem.with_suffix(".state")
+        if self._make_room(charge, keep=state) + charge > self.limit:
+            return None
+        data = stem.with_suffix(".data")
+        tmp = stem.with_suffix(f".tmp{os.getpid()}")
+        data.unlink(missing_ok=True)  # an unmapped leftover (no state file names it)
+        try:
             fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
                 os.ftruncate(fd, nbytes)
             finally:
                 os.close(fd)
-            tmp = stem.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                f.write(pack_header(block, nbytes, charge, _BOOT) + bytes(nblocks))
+            with open(tmp, "wb") as f:  # written whole: the mapping never meets a hole
+                f.write(pack_header(block, nbytes, charge, _BOOT))
+                f.write(bytes(state_file_size(nblocks) - HEADER))
             os.replace(tmp, state)
-            return _open(stem, nbytes, block, dtype)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            data.unlink(missing_ok=True)
+            raise
+        return _open(stem, nbytes, block, dtype)
 
     # ------------------------------------------------------------------------------ charging
     def charge(self, cf: CacheFile, sizes: list[int]) -> int:
@@ -168,10 +238,14 @@ class BlockCache:
             return k
 
     def refund(self, cf: CacheFile, nbytes: int) -> None:
-        """Give back a charge whose block was not written (or whose space was freed)."""
+        """Give back a charge whose block was not written (or whose space was freed); where the
+        lock cannot be had the charge stays (an over-count until the file is evicted)."""
         if nbytes:
-            with self._locked():
-                cf.add_counted(-nbytes)
+            try:
+                with self._locked():
+                    cf.add_counted(-nbytes)
+            except OSError as exc:
+                warn_once(self.cache_dir, exc)
 
     # ------------------------------------------------------------------------------ storing
     def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
@@ -180,7 +254,11 @@ class BlockCache:
         written (no room, or a full or failing disk: the caller serves them from memory)."""
         ids = sorted(blocks)
         sizes = [cf.charge(b) for b in ids]
-        k = self.charge(cf, sizes)
+        try:
+            k = self.charge(cf, sizes)
+        except OSError as exc:  # the lock is stuck: nothing is stored
+            warn_once(self.cache_dir, exc)
+            return ids
         written = 0
         try:
             for b in ids[:k]:
@@ -189,8 +267,8 @@ class BlockCache:
                     b, data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
                 )
                 written += 1
-        except OSError:  # the disk is full or failing: served from memory, keep going
-            pass
+        except OSError as exc:  # the disk is full or failing: served from memory, keep going
+            warn_once(self.cache_dir, exc)
         finally:
             self.refund(cf, sum(sizes[written:k]))
         return ids[written:]
@@ -253,10 +331,21 @@ class BlockCache:
         mine = set(claim.mine)
         return sorted(rest + [b for b in blocks if b not in mine])
 
+    def drop_bad(self, cf: CacheFile, bad: list[int], url: str) -> None:
+        """Drop blocks ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with
+        a warning, so the caller fetches them again."""
+        if bad:
+            self.refund(cf, sum(cf.drop(b) for b in bad))
+            warnings.warn(
+                f"mmpack node cache: block(s) {bad[:5]} of {url} in {cf.data_path} fail their "
+                "checksum (changed on disk); dropped, fetched again",
+                stacklevel=4,
+            )
+
     def verify_cached(self, cf: CacheFile, start: int, data: bytes, url: str) -> None:
         """Compare ``cf``'s present blocks lying wholly in bytes ``[start, start + len(data))``
-        with the verified object bytes ``data``; a differing block (local disk corruption: the
-        cache trusts blocks it verified when storing them) is dropped, then reported as a
+        with the verified object bytes ``data``; a differing block (local disk corruption after
+        this or any reader checked it) is dropped, then reported as a
         :class:`~mmpack.errors.FormatError` naming the cache file."""
         if not data:
             return
@@ -296,10 +385,7 @@ class BlockCache:
             if total + need <= self.limit:
                 break
             header = _read_header(path)
-            with contextlib.suppress(OSError):
-                with open(path, "r+b") as f:  # retired: readers let go at their next read
-                    f.seek(40)
-                    f.write(b"\x01")
+            _retire(path)  # readers let go at their next read
             if self._remove(path.with_suffix(""), force=False) and header is not None:
                 total -= header[2]
         return total
@@ -324,6 +410,35 @@ class BlockCache:
                 os.close(fd)
 
 
+def _lock_bounded(fd: int, path: str) -> None:
+    """``flock(fd, LOCK_EX)`` waiting at most :data:`LOCK_WAIT_SECONDS` (not at all while
+    ``path`` is stuck)."""
+    deadline = time.monotonic() + (0.0 if path in _STUCK else LOCK_WAIT_SECONDS)
+    delay = 0.0001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _STUCK.add(path)
+                raise CacheLockTimeout(
+                    errno.ETIMEDOUT, f"{path} held for over {LOCK_WAIT_SECONDS:g} s"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.005)
+        else:
+            _STUCK.discard(path)
+            return
+
+
+def _retire(state: Path) -> None:
+    """Mark a state file retired (its readers let go at their next read), if it can be."""
+    with contextlib.suppress(OSError):
+        with open(state, "r+b") as f:
+            f.seek(40)
+            f.write(b"\x01")
+
+
 def _read_header(path: Path) -> tuple | None:
     try:
         with open(path, "rb") as f:
@@ -333,7 +448,10 @@ def _read_header(path: Path) -> tuple | None:
 
 
 def _open(stem: Path, nbytes: int, block: int, dtype: np.dtype) -> CacheFile | None:
+    """The mapped object; None while it is being evicted (``DamagedCacheFile`` passes)."""
     try:
         return CacheFile(stem, nbytes, block, dtype)
+    except DamagedCacheFile:
+        raise
     except OSError:
         return None

@@ -1,36 +1,58 @@
-"""One remote object in the node cache: a sparse data file mapped read-only, and its block states.
+r"""One remote object in the node cache: a sparse data file mapped read-only, its block states
+and digests, and which blocks this reader has checked.
 
-A cached object (a remote store's ``tokens.bin``) is two files under ``<cache_dir>/blocks/``::
+A cached object (a remote store's ``tokens.bin``, or a remote Zarr store's decoded token chunks)
+is two files under ``<cache_dir>/blocks/``::
 
     <stem>.data    the object's bytes at their own offsets, a sparse file (ftruncated to the
                    object's size; only the blocks written hold disk space)
-    <stem>.state   a 64-byte header, then one byte per check block: 0 absent, 1 present
+    <stem>.state   a 64-byte header, one byte per block (0 absent, 1 present), zeros up to a
+                   multiple of 8, then the XXH64 of every block (u64 LE; meaningful if present)
 
 The header (little-endian) holds ``magic`` (8 bytes), ``version`` (u32), ``block`` (u32, the
-check-block size), ``nbytes`` (u64, the object's size), ``counted`` (u64, the bytes charged to
-the cache limit, written under the cache's lock), ``last_used`` (f64, ``time.time()`` of the last
+block size), ``nbytes`` (u64, the object's size), ``counted`` (u64, the bytes charged to the
+cache limit, written under the cache's lock), ``last_used`` (f64, ``time.time()`` of the last
 read, written by readers), ``retired`` (u8: evicted, readers let go) and the ``boot_id`` of the
-boot that created the file (a file from another boot is discarded: see below).
+boot that created the file (a file from another boot is discarded: see below).  Both files have
+exactly the sizes the header implies (:func:`state_file_size`, ``nbytes``); a file of any other
+size is damaged (:class:`DamagedCacheFile`) and is discarded by
+:meth:`~mmpack.remote.cache.BlockCache.open_file`.  The state file is written whole at creation
+and never extended, so its writable mapping never meets an unallocated page (which a full disk
+would turn into ``SIGBUS``).
 
-Writing a block (:meth:`CacheFile.store`): the fetched bytes have passed their CRC-32 against the
-store's check table; the cache charges their disk space (refusing what does not fit), ``pwrite``s
-them into the data file, and only then sets the block's state byte.  Readers trust a block whose
-state byte is 1 and never look at the others, so a process killed mid-write leaves a block
-absent, never present with wrong bytes.  No ``fsync``: a kernel crash or power loss could persist
-the state page without the data page, so a file whose ``boot_id`` is not the running boot's is
-dropped when opened.  Blocks are trusted once stored, as a local store trusts its disk:
-``TokenStore.verify()`` re-hashes the cached blocks (and drops a bad one).
+Writing a block (:meth:`CacheFile.write`): the fetched bytes have passed their checksum against
+the store's (CRC-32 or XXH64 per check block, crc32c per Zarr chunk); the cache charges their
+disk space (refusing what does not fit), ``pwrite``\ s them into the data file, records their
+XXH64, and only then sets the block's state byte.  A block whose state byte is 0 is never read,
+so a process killed mid-write leaves a block absent, never present with wrong bytes.  No
+``fsync``: a kernel crash or power loss could persist the state page without the data page, so a
+file whose ``boot_id`` is not the running boot's is dropped when opened.
+
+Checking on first serve: each mapping (one per reader: a :class:`CacheFile` per open store per
+process) keeps a bitmap ``checked`` in process memory.  A block is served from the mapping only
+once it is checked here: written by this reader, or its XXH64 recomputed and equal to the
+recorded one (:meth:`CacheFile.check`, one kernel call for a batch's ranges:
+:func:`mmpack.kernels.blockstate.check_ranges`); a block that fails is dropped and fetched again
+by the caller.  So a byte changed on disk after a block was stored is never served by a reader
+that had not served that block before; ``TokenStore.verify()`` compares every cached block with
+the object itself (and drops a bad one).  Cost: one XXH64 of the whole block per block per
+reader, once (~1.6 us for 16 KiB at ~10 GB/s on an idle core, plus the first touch of its
+pages; ``python -m benchmarks.trust_costs node_cache`` measures a new reader's first pass); the
+hit test is then one kernel pass over ``checked`` instead of the state bytes.
 
 Claims (no duplicate downloads): a process fetches only blocks it holds an exclusive
 open-file-description lock on (``fcntl(F_OFD_SETLK)`` over the blocks' state bytes, one call per
 run of adjacent blocks, each claim on its own file descriptor, so threads compete like
-processes).  A lock dies with its process, so an abandoned fetch frees its blocks at once.
-Mapping: a process that maps the files holds a shared lock on byte 0 of each (Python's ``mmap``
-keeps a duplicate of the descriptor, so the lock lasts as long as the mapping, including arrays
-still viewing it); eviction removes files only when it can lock those bytes exclusively (nobody
-maps them), so the cache's count never misses disk space still mapped.
+processes; never a blocking call).  A lock dies with its process, so an abandoned fetch frees
+its blocks at once; a stopped one holds them until the waiter's bound
+(:meth:`~mmpack.remote.cache.BlockCache.fetch_shared`).  Mapping: a process that maps the files
+holds a shared lock on byte 0 of each (Python's ``mmap`` keeps a duplicate of the descriptor, so
+the lock lasts as long as the mapping, including arrays still viewing it); eviction removes
+files only when it can lock those bytes exclusively (nobody maps them), so the cache's count
+never misses disk space still mapped (a damaged file is the exception: it is removed at once,
+marked retired for a reader that still maps it, which lets go at its next read).
 
-Cost: the hit test (:meth:`CacheFile.covers`) is one kernel pass over the batch's ranges
+Cost: the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
 (:func:`mmpack.kernels.blockstate.all_blocks_present`, ~1 us for 32 windows); serving a hit is
 the mapped array itself (zero copy).
 """
@@ -44,6 +66,7 @@ import fcntl
 import mmap
 import os
 import struct
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -51,12 +74,22 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.blockstate import all_blocks_present
+from mmpack.kernels.blockstate import all_blocks_present, check_ranges
+from mmpack.store.integrity import block_digest
 
-__all__ = ["CacheFile", "HEADER", "MAGIC", "boot_id", "lock_range", "pack_header"]
+__all__ = [
+    "CacheFile",
+    "DamagedCacheFile",
+    "HEADER",
+    "MAGIC",
+    "boot_id",
+    "lock_range",
+    "pack_header",
+    "state_file_size",
+]
 
 MAGIC = b"MMPKBLK2"
-VERSION = 1
+VERSION = 2
 HEADER = 64
 _HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, block, nbytes, counted, last_used, retired, boot
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)  # Linux; 37 is its value on every Linux arch
@@ -82,6 +115,19 @@ def boot_id() -> bytes:
             return uuid.UUID(f.read().strip()).bytes
     except (OSError, ValueError):
         return bytes(16)
+
+
+class DamagedCacheFile(OSError):
+    """A cache file whose size is not the one its object implies (truncated, extended)."""
+
+
+def _digests_at(nblocks: int) -> int:
+    return -(-(HEADER + nblocks) // 8) * 8
+
+
+def state_file_size(nblocks: int) -> int:
+    """Bytes of the state file of an object of ``nblocks`` blocks (header, states, digests)."""
+    return _digests_at(nblocks) + 8 * nblocks
 
 
 def pack_header(block: int, nbytes: int, counted: int, boot: bytes) -> bytes:
@@ -147,23 +193,40 @@ class CacheFile:
         self.shift = block.bit_length() - 1
         self.nblocks = -(-nbytes // block)
         self._fd_state = self._fd_data = -1
+        state_size = state_file_size(self.nblocks)
         try:
             self._fd_state = os.open(self.state_path, os.O_RDWR | os.O_CLOEXEC)
             self._fd_data = os.open(self.data_path, os.O_RDWR | os.O_CLOEXEC)
+            for fd, want, path in (
+                (self._fd_state, state_size, self.state_path),
+                (self._fd_data, nbytes, self.data_path),
+            ):
+                size = os.fstat(fd).st_size
+                if size != want:
+                    raise DamagedCacheFile(f"{path} holds {size} bytes, not {want}")
             for fd in (self._fd_state, self._fd_data):  # "mapped here": held by the mappings
                 if not lock_range(fd, fcntl.F_RDLCK, 0, 1):
                     raise OSError("the cache file is being evicted")
+            self._state_map = mmap.mmap(self._fd_state, state_size)
+            self._data_map = mmap.mmap(self._fd_data, nbytes, access=mmap.ACCESS_READ)
         except OSError:
             self.close()
             raise
-        self._state_map = mmap.mmap(self._fd_state, HEADER + self.nblocks)
-        self._data_map = mmap.mmap(self._fd_data, nbytes, access=mmap.ACCESS_READ)
         self._data_map.madvise(mmap.MADV_RANDOM)
         self.state = np.frombuffer(self._state_map, np.uint8, self.nblocks, HEADER)
+        self.digests = np.frombuffer(
+            self._state_map, "<u8", self.nblocks, _digests_at(self.nblocks)
+        )
+        self.checked = np.zeros(self.nblocks, np.uint8)
+        """1 for the blocks this reader may serve (written by it, or checked), 2 for a block
+        found bad and not dropped yet, else 0 (process memory)."""
         self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
         self._last_used = np.frombuffer(self._state_map, np.float64, 1, 32)
         self._retired = np.frombuffer(self._state_map, np.uint8, 1, 40)
         self.data = np.frombuffer(self._data_map, np.uint8)
+        self._words = self.data[: nbytes // 8 * 8].view("<u8")  # the kernel's view of the bytes
+        if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
+            self._words = self._words.astype(np.uint64)
         self.tokens = self.data.view(dtype)
         self._touched = 0.0
 
@@ -185,9 +248,31 @@ class CacheFile:
         of one length) touch is present (one kernel pass, ~1 us for 32 windows)."""
         return bool(all_blocks_present(self.state, starts, lengths, itemsize, self.shift))
 
+    def serves(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> bool:
+        """:meth:`covers` of the blocks checked by this reader (a present block it has not
+        checked yet answers False): whether the mapping may serve the ranges as they are."""
+        return bool(all_blocks_present(self.checked, starts, lengths, itemsize, self.shift))
+
     def present(self, ids: np.ndarray) -> np.ndarray:
         """bool, like ``ids``: which blocks are present."""
         return self.state[ids] == 1
+
+    def check(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> list[int]:
+        """Check the present blocks that token ranges ``[starts, starts + lengths)`` (int64,
+        (k,), of one length) touch and this reader has not checked yet: their XXH64 against the
+        recorded one (one kernel call, :func:`~mmpack.kernels.blockstate.check_ranges`).  Marks
+        the good ones checked; returns the bad ones, sorted (the caller drops them)."""
+        bound = int(lengths.clip(0).sum()) * itemsize // self.block + 2 * lengths.shape[0]
+        bad = np.empty(min(self.nblocks, bound), np.int64)
+        n = check_ranges(
+            self.data, self._words, self.state, self.digests, self.checked,
+            starts, lengths, itemsize, self.shift, bad,
+        )  # fmt: skip
+        return sorted(bad[:n].tolist())
+
+    def check_blocks(self, ids: np.ndarray) -> list[int]:
+        """:meth:`check` of whole blocks ``ids`` (int64); returns the bad ones."""
+        return self.check(ids << self.shift, np.full(ids.shape[0], self.block, np.int64), 1)
 
     def block_bytes(self, b: int) -> np.ndarray:
         """A view of block ``b``'s bytes in the mapping (meaningful only if present)."""
@@ -221,15 +306,22 @@ class CacheFile:
         return Claim(fd, [b for b in mine if not state[b]], [b for b in theirs if not state[b]])
 
     def write(self, b: int, data: bytes) -> None:
-        """Store verified block ``b`` (claimed, its space charged): bytes first, state last."""
-        if os.pwrite(self._fd_data, data, b << self.shift) != len(data):
+        """Store verified block ``b`` (claimed, its space charged; bytes past the object's end
+        are not written): bytes first, then their digest, the state byte last; the block is
+        checked for this reader."""
+        lo = b << self.shift
+        mv = memoryview(data)[: min(self.block, self.nbytes - lo)]  # a padded last chunk
+        if os.pwrite(self._fd_data, mv, lo) != len(mv):
             raise OSError(f"{self.data_path}: short write of block {b}")
+        self.digests[b] = block_digest("xxh64", mv)
         self.state[b] = 1
+        self.checked[b] = 1
 
     def drop(self, b: int) -> int:
         """Mark block ``b`` absent and free its disk space; returns the bytes freed (0 where the
         file system cannot punch holes: the space then stays allocated and counted)."""
         self.state[b] = 0
+        self.checked[b] = 0
         if _FALLOCATE is None:
             return 0
         lo = b << self.shift

@@ -16,6 +16,7 @@ Any other exception passes through at once.  Cost: a failing call waits at most
 from __future__ import annotations
 
 import functools
+import importlib
 import random
 import time
 import urllib.parse
@@ -23,9 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import RemoteError
+from mmpack.errors import MissingDependencyError, RemoteError
 
-__all__ = ["OPTION_DEFAULTS", "ObjectMissing", "Transport", "split_url"]
+__all__ = ["OPTION_DEFAULTS", "ObjectMissing", "Transport", "require_client", "split_url"]
 
 OPTION_DEFAULTS = {
     "retries": 4,
@@ -46,6 +47,18 @@ class ObjectMissing(FileNotFoundError):
         super().__init__(f"{url}: {code}")
         self.url = url
         self.code = code
+
+
+def require_client(module: str, url: str) -> None:
+    """Import ``module``, the client a transport of ``url`` needs (``urllib3``, ``obstore``);
+    a :class:`~mmpack.errors.MissingDependencyError` naming the ``remote`` extra if it is not
+    installed."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise MissingDependencyError(
+            f"{url}: object storage needs {module}, which is not installed", module, "remote"
+        ) from None
 
 
 def split_url(url: str) -> tuple[str, str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import RemoteAccessError, RemoteError
-from mmpack.remote.protocol import ObjectMissing, Transport, _Transient
+from mmpack.remote.protocol import ObjectMissing, Transport, _Transient, require_client
 
 __all__ = ["RETRY_STATUS", "S3Transport"]
 
@@ -34,6 +34,7 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 class S3Transport(Transport):
     def __init__(self, url: str, bucket: str, prefix: str, options: dict[str, Any]) -> None:
         super().__init__(url, options)
+        require_client("urllib3", url)
         from mmpack.remote._s3http import S3Config, S3Http
 
         self.prefix = prefix

@@ -31,6 +31,7 @@ callers'.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -263,7 +264,8 @@ class ShardReader:
                 )
             self._indexes[s] = table
             if s in got and self.index_files is not None:
-                write_bytes_atomic(self.index_files / f"index-{s}.bin", bytes(raw))
+                with contextlib.suppress(OSError):  # a copy for later readers, where it fits
+                    write_bytes_atomic(self.index_files / f"index-{s}.bin", bytes(raw))
         return {s: self._indexes[s] for s in shards}
 
     def _kept_index(self, s: int) -> bytes | None:
