@@ -21,6 +21,7 @@ import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
+from mmpack.store.publish import LOCK_FILE
 
 __all__ = [
     "JOIN_FILE",
@@ -117,7 +118,8 @@ def manifest_fingerprint(raw: dict[str, Any]) -> str:
 
 def join_entries(path: Path) -> set[str] | None:
     """The names a join folder holds of its own (its manifest, the offsets file it names, its
-    lock, its copy of the tokenizer, the ``parts`` of a distributed build, the plan ``cache``);
+    lock, its copy of the tokenizer, the ``parts`` of a distributed build and the builder's lock
+    file a build killed right after publishing leaves, the plan ``cache``);
     None when ``path`` holds no readable join.  What ``overwrite`` may replace
     (:func:`mmpack.store.publish.check_replaceable`, through
     :data:`mmpack.store.registry.OWNERS`)."""
@@ -125,7 +127,7 @@ def join_entries(path: Path) -> set[str] | None:
         raw = read_manifest(path)
     except (FormatError, OSError):
         return None
-    own = {JOIN_FILE, JOIN_LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
+    own = {JOIN_FILE, JOIN_LOCK_FILE, LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
     tokenizer = raw.get("tokenizer")
     if isinstance(tokenizer, dict) and isinstance(tokenizer.get("file"), str):
         own.add(tokenizer["file"])

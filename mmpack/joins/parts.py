@@ -24,10 +24,13 @@ loaded 2-core machine): a batch of 32 random 2048-token windows costs 1.7x the s
 Cost.  ``join`` reads only the parts' metadata and offsets and writes ``8 * (num_docs + 1)`` bytes
 plus the manifest: against the token bytes that is ``8 / (itemsize * mean document length)``,
 e.g. 0.8% for uint16 tokens and 500-token documents, 0.04% for 10k-token documents (the README's
-figure comes from ``python -m benchmarks.bench_join``).  Opening maps the offsets and opens every
-part (its metadata only), refusing a part that is missing or whose fingerprint differs from the
-manifest's.  ``verify()`` verifies every part, the offsets' checksums and their agreement with the
-parts' own offsets.
+figure comes from ``python -m benchmarks.bench_join``).  Opening (:mod:`mmpack.joins.opening`)
+maps the offsets and opens every part (its metadata only; a part's mappings hold no file
+descriptor, so a join of 10,000 parts opens under a limit of 1024 open files), refusing a part
+that is missing or whose fingerprint differs from the manifest's, and a join that contains
+itself.  ``verify()`` verifies every part, the offsets' checksums and their agreement with the
+parts' own offsets.  With ``verify_reads=True`` every part checks its own blocks on first read
+and the offsets' checksums are checked at open.
 
 Publishing.  A new join is written in a temporary folder beside ``OUT`` and renamed into place.
 Appending parts (``append=True``) or re-joining (``overwrite=True``) writes a new offsets file
@@ -35,8 +38,9 @@ under a new name, then replaces the manifest with ``os.replace`` (atomic), then 
 offsets file; readers that opened the old join keep their mapping, and a reader that raced the
 swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
 
-The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`; this module
-owns the backend that reads through the parts and the opened :class:`JoinedStore`.
+The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`, opening is
+:mod:`mmpack.joins.opening`; this module owns the backend that reads through the parts and the
+opened :class:`JoinedStore`.
 """
 
 from __future__ import annotations
@@ -49,15 +53,19 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
+from mmpack.errors import FormatError
 from mmpack.joins.manifest import JOIN_FILE, read_manifest
 from mmpack.store.backends import Backend
-from mmpack.store.backends._memmap import map_readonly
-from mmpack.store.format import OFFSETS_DTYPE
-from mmpack.store.opening import as_path, open_while_unchanged
-from mmpack.store.reader import TokenStore, open_store, reopen_pickled
+from mmpack.store.reader import TokenStore, reopen_pickled
 
-__all__ = ["JOIN_FILE", "JoinedStore", "PartsBackend", "detect_join", "open_join"]
+__all__ = [
+    "JOIN_FILE",
+    "PARTS_CHECK_THEIR_OWN",
+    "JoinMeta",
+    "JoinedStore",
+    "PartsBackend",
+    "check_global_offsets",
+]
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,37 @@ def _copy_pieces(
     dst[np.repeat(dst_at, lengths) + within] = src[np.repeat(src_at, lengths) + within]
 
 
+def check_global_offsets(path: Path, raw: dict[str, Any], offsets: np.ndarray) -> int:
+    """Check the CRC-32 of every block of the global offsets (int64, shape (num_docs + 1,))
+    against the manifest ``raw``; :class:`FormatError` naming the first bad block.  Returns the
+    number of blocks checked."""
+    rec = raw["offsets"]
+    data = np.ascontiguousarray(offsets).view(np.uint8)
+    block = int(rec["block_bytes"])
+    for b, stored in enumerate(rec["crc32"]):
+        got = zlib.crc32(memoryview(data[b * block : (b + 1) * block]))  # type: ignore[arg-type]
+        if got != stored:
+            raise FormatError(
+                f"{path}: global offsets block {b} fails its checksum (stored "
+                f"{stored:#010x}, computed {got:#010x}); run mmpack join again"
+            )
+    return len(rec["crc32"])
+
+
+class _PartsCheckTheirOwn:
+    """The read checker of a join opened with ``verify_reads``: nothing to do here, since every
+    part was opened with ``verify_reads`` and checks the blocks its reads touch."""
+
+    def verify_span(self, start: int, stop: int) -> None:
+        return None
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        return None
+
+
+PARTS_CHECK_THEIR_OWN = _PartsCheckTheirOwn()
+
+
 # --------------------------------------------------------------------------------- the store
 class JoinedStore(TokenStore):
     """A :class:`TokenStore` made of parts (open with ``mmpack.open(OUT)``; write with
@@ -214,18 +253,8 @@ class JoinedStore(TokenStore):
                 ) from exc
             blocks += res["blocks"]
             nbytes += res["bytes"]
-        rec = self._raw_meta["offsets"]
-        raw = np.ascontiguousarray(self.offsets).view(np.uint8)
-        block = int(rec["block_bytes"])
-        for b, stored in enumerate(rec["crc32"]):
-            got = zlib.crc32(memoryview(raw[b * block : (b + 1) * block]))  # type: ignore[arg-type]
-            if got != stored:
-                raise FormatError(
-                    f"{self.path}: global offsets block {b} fails its checksum (stored "
-                    f"{stored:#010x}, computed {got:#010x}); run mmpack join again"
-                )
-            blocks += 1
-        nbytes += raw.shape[0]
+        blocks += check_global_offsets(self.path, self._raw_meta, self.offsets)
+        nbytes += self.offsets.nbytes
         doc = 0
         for k, part in enumerate(self.parts):
             n = len(part)
@@ -240,11 +269,18 @@ class JoinedStore(TokenStore):
         return {"parts": len(self.parts), "blocks": blocks, "bytes": nbytes}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self._location, "fingerprint": self.fingerprint}
+        options = dict(self._open_options)  # the caller's, for the remote parts (in memory only)
+        if self.verify_reads:
+            options["verify_reads"] = True
+        return {"location": self._location, "fingerprint": self.fingerprint, "options": options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         current = reopen_pickled(
-            state["location"], state["fingerprint"], "the joined store", "changed"
+            state["location"],
+            state["fingerprint"],
+            "the joined store",
+            "changed",
+            **state.get("options", {}),
         )
         self.__dict__.update(current.__dict__)
 
@@ -253,76 +289,3 @@ class JoinedStore(TokenStore):
             f"JoinedStore({str(self._path)!r}, parts={len(self.parts)}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
-
-
-# --------------------------------------------------------------------------------- opening
-def detect_join(path: Path) -> str | None:
-    """The ``DETECTORS`` entry: ``"parts"`` for a folder holding ``mmpack-join.json``."""
-    return "parts" if (Path(path) / JOIN_FILE).is_file() else None
-
-
-def open_join(location: Any, **options: Any) -> JoinedStore:
-    """Open the joined store at ``location`` (the ``OPENERS["parts"]`` entry).
-
-    Raises
-    ------
-    StoreNotFoundError
-        No join there, or a part is missing (the message names it).
-    StateMismatchError
-        A part's fingerprint differs from the manifest's (it was rebuilt or modified).
-    FormatError
-        A malformed manifest or offsets file.
-    """
-    if options:
-        raise TypeError(f"unexpected options for a joined store: {sorted(options)}")
-    path = as_path(location, "location")
-    # An append may swap the manifest and offsets between our two reads.
-    return open_while_unchanged(
-        path, read_manifest, lambda raw: _open_manifest(path, raw), recheck=False
-    )
-
-
-def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
-    dtype = np.dtype(raw["dtype"])
-    parts = []
-    for k, rec in enumerate(raw["parts"]):
-        where = _resolve(path, rec["location"])
-        try:
-            part = open_store(where)
-        except StoreNotFoundError:
-            raise StoreNotFoundError(
-                f"{path}: part {k} ({rec['location']}) is missing; restore it or join the "
-                "remaining parts again"
-            ) from None
-        if (
-            part.fingerprint != rec["fingerprint"]
-            or len(part) != rec["num_docs"]
-            or (part.num_tokens != rec["num_tokens"])
-        ):
-            raise StateMismatchError(
-                f"{path}: part {k} ({rec['location']}) has fingerprint {part.fingerprint} "
-                f"({len(part)} documents, {part.num_tokens} tokens) but was joined with "
-                f"{rec['fingerprint']} ({rec['num_docs']} documents, {rec['num_tokens']} tokens): "
-                "it changed after the join; run mmpack join again"
-            )
-        parts.append(part)
-    offsets = map_readonly(path / raw["offsets"]["file"], OFFSETS_DTYPE, raw["num_docs"] + 1)
-    meta = JoinMeta(
-        dtype=dtype,
-        num_docs=raw["num_docs"],
-        num_tokens=raw["num_tokens"],
-        fingerprint=raw["fingerprint"],
-    )
-    backend = PartsBackend(path, meta, parts, offsets)
-    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=doc_starts[1:])
-    if not np.array_equal(offsets[doc_starts], backend.token_starts):
-        raise FormatError(f"{path}: the global offsets do not match the parts' sizes")
-    return JoinedStore(path, meta, raw, backend, location=str(path), cache_dir=path / "cache")  # type: ignore[arg-type]
-
-
-def _resolve(folder: Path, location: str) -> str | Path:
-    if "://" in location:
-        return location
-    loc = Path(location)
-    return loc if loc.is_absolute() else folder / loc

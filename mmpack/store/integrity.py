@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,7 +23,20 @@ from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import StoreMeta
 
-__all__ = ["BlockChecker", "block_digest", "check_offsets"]
+__all__ = ["BlockChecker", "ReadChecker", "block_digest", "check_offsets"]
+
+
+class ReadChecker(Protocol):
+    """What a store with ``verify_reads`` asks before serving tokens: check (once) every block
+    that flat token ranges touch, raising :class:`FormatError` naming the first bad one.
+    :class:`BlockChecker` checks a store's own block checksums; a kind of store without them
+    (a join, another tool's files) brings its own (:class:`TokenStore`'s ``read_checker``)."""
+
+    def verify_span(self, start: int, stop: int) -> None:
+        """Tokens ``[start, stop)`` (validated ints)."""
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Ranges ``[starts, starts + lengths)`` (int64, shape (k,), validated)."""
 
 
 def block_digest(kind: str, data: Any) -> int:

@@ -12,7 +12,9 @@ the block, ~10 ms; then a bitmap lookup).  Views then read through :meth:`TokenS
 (``python -m benchmarks.trust_costs verify_reads``, 100M uint16 tokens, batches of 64 random
 windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-0.122 ms for the
 plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
-``verify()`` of the same 200 MB: 0.29-0.56 s).
+``verify()`` of the same 200 MB: 0.29-0.56 s).  Kinds of store without block checksums of their
+own pass a ``read_checker`` (a :class:`~mmpack.store.integrity.ReadChecker`): a join lets its
+parts check their own blocks, another tool's files are checked against their checksum sidecar.
 
 :func:`open_store` dispatches locations that are not a local mmpack folder to the openers the
 adapters registered (:mod:`mmpack.store.registry`); the checksum and offsets checks live in
@@ -37,7 +39,7 @@ from mmpack.core.validation import check_index, check_int
 from mmpack.errors import StateMismatchError
 from mmpack.store.backends import Backend, get_backend
 from mmpack.store.format import StoreMeta
-from mmpack.store.integrity import BlockChecker, check_offsets
+from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
 from mmpack.store.opening import (
     as_path,
     call_opener,
@@ -75,6 +77,7 @@ class TokenStore:
         cache_dir: Path | None = None,
         open_options: dict[str, Any] | None = None,
         verify_reads: bool = False,
+        read_checker: ReadChecker | None = None,
     ) -> None:
         self._path = path
         self._meta = meta
@@ -88,8 +91,11 @@ class TokenStore:
         self._doc_lens: np.ndarray | None = None
         check_offsets(self._backend.offsets, meta, path)
         self._verify_reads = bool(verify_reads)
-        self._blocks = BlockChecker(path, meta, self._backend, track_reads=self._verify_reads)
-        if verify_reads:
+        own = self._verify_reads and read_checker is None
+        self._blocks = BlockChecker(path, meta, self._backend, track_reads=own)
+        # what checks a read's blocks first: this store's checksums, or the kind's own checker
+        self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
+        if own:
             for b in range(len(meta.offsets_crc32)):
                 self._blocks.check_block("offsets", b)
 
@@ -148,6 +154,12 @@ class TokenStore:
         return dict(self._raw_meta)
 
     @property
+    def open_options(self) -> dict[str, Any]:
+        """The options this store was opened with besides its location (what a pickle reopens
+        it with, e.g. a remote store's ``storage_options``); never written to disk by mmpack."""
+        return dict(self._open_options)
+
+    @property
     def verify_reads(self) -> bool:
         """Whether each token block is checksummed the first time it is read."""
         return self._verify_reads
@@ -168,7 +180,7 @@ class TokenStore:
         j = check_index(j, self._meta.num_docs, "document")
         lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
         if self._verify_reads:
-            self._blocks.verify_span(lo, hi)
+            self._reads.verify_span(lo, hi)
         return self._backend.read_range(lo, hi)
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -198,7 +210,7 @@ class TokenStore:
         if not 0 <= start <= stop <= self.num_tokens:
             raise IndexError(f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]")
         if self._verify_reads:
-            self._blocks.verify_span(start, stop)
+            self._reads.verify_span(start, stop)
         return self._backend.read_range(start, stop)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +228,7 @@ class TokenStore:
         src_starts : numpy.ndarray, int64, shape (k,)
         """
         if self._verify_reads and len(starts):
-            self._blocks.verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+            self._reads.verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         return self._backend.read_ranges(starts, lengths)
 
     # ----------------------------------------------------------------------------- cold data
@@ -350,7 +362,10 @@ def open_store(
         other names open stores written by other tools in place (see
         :data:`mmpack.store.registry.OPENERS`).
     verify_reads : bool
-        Local mmpack stores: check each token block's checksum the first time a read touches it.
+        Check each token block the first time a read touches it: a local mmpack store against
+        its checksums, a join through its parts, another tool's files against their checksum
+        sidecar (:mod:`mmpack.formats.sidecar`).  Remote stores check every block they fetch
+        and take no such option.
     **options
         Passed to the opener of that kind (e.g. ``storage_options`` for a URL).
 
