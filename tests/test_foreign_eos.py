@@ -357,7 +357,7 @@ def _verify_in_read_only_cache(path, cache):
     )
     mount = (
         f"mount --bind {cache} {cache} && mount -o remount,bind,ro {cache} && "
-        f"{sys.executable} -c \"$0\""
+        f'{sys.executable} -c "$0"'
     )
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", mount, script],

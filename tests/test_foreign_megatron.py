@@ -322,7 +322,10 @@ def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch)
     # keeps no ctime would allow): served, until verify() parses the .idx again and removes it
     k = 49_995
     _corrupt(prefix, HEADER_BYTES + 4 * 200_000 + 8 * k, struct.pack("<q", 4 * k + 4))
-    key = {"idx": foreign.file_identity(data / "c.idx"), "bin_size": (data / "c.bin").stat().st_size}
+    key = {
+        "idx": foreign.file_identity(data / "c.idx"),
+        "bin_size": (data / "c.bin").stat().st_size,
+    }
     foreign.save_index(
         tmp_path / "cache" / "megatron", key, first.offsets, {"fingerprint": first.fingerprint}
     )

@@ -239,3 +239,28 @@ def test_remote_parts_open_with_the_callers_storage_options(s3_server, tmp_path,
     assert mmpack.join([tmp_path / "j"], tmp_path / "outer", storage_options=opts).verify()
     appended = mmpack.join([tmp_path / "local"], tmp_path / "j", append=True, storage_options=opts)
     assert len(appended) == 80 + 30
+
+
+# ----------------------------------------------------------------------------- foreign parts
+def test_parts_in_other_tools_formats_reopen_with_their_options(tmp_path, monkeypatch):
+    """An EOS-separated part needs its ``eos`` to be opened again: the manifest records the
+    part's format and options (never its cache folder), so the join reopens, pickles and
+    verifies on read."""
+    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache"))
+    flat = np.array([5, 6, 0, 7, 0, 8, 9, 9, 0], dtype=np.uint32)
+    np.save(tmp_path / "olmo.npy", flat)
+    olmo = mmpack.open(tmp_path / "olmo.npy", eos=0, cache_dir=tmp_path / "mine")
+    mmpack.build(tmp_path / "native", [[1, 2], [3]])
+    joined = mmpack.join([olmo, tmp_path / "native"], tmp_path / "j")
+    part = json.loads((tmp_path / "j" / JOIN_FILE).read_text())["parts"][0]
+    assert part["format"] == "eos-separated" and part["options"] == {"eos": 0}
+    for store in (
+        joined,
+        mmpack.open(tmp_path / "j"),
+        mmpack.open(tmp_path / "j", verify_reads=True),
+        pickle.loads(pickle.dumps(mmpack.open(tmp_path / "j", verify_reads=True))),
+    ):
+        assert [d.tolist() for d in store] == [[5, 6, 0], [7, 0], [8, 9, 9, 0], [1, 2], [3]]
+    _edit_manifest(tmp_path / "j", lambda raw: raw["parts"][0].update(options=[1]))
+    with pytest.raises(FormatError, match="inconsistent"):
+        mmpack.open(tmp_path / "j")

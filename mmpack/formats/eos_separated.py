@@ -252,15 +252,16 @@ def open_eos_separated(
     tokens = map_tokens(path, view_dtype, header, n)
     started = time.time_ns()  # before the identity: see recently_changed
     identity = file_identity(path)
+    meta_identity = None if meta_path is None else file_identity(meta_path)
     key = {
         "identity": identity,
         "header": header,
         "dtype": file_dtype.str,
         "eos": eos,
-        "metadata": None if meta_path is None else file_identity(meta_path),
+        "metadata": meta_identity,
     }
     root = cache_root(cache_dir) / EosSeparatedStore.kind
-    cache = not recently_changed(started, identity, key["metadata"])
+    cache = not recently_changed(started, identity, meta_identity)
     offsets, fingerprint = _document_index(root, key, path, tokens, meta_path, eos, cache)
     info = {
         "version": None,

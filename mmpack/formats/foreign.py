@@ -157,7 +157,11 @@ def _map_npy(path: Path) -> np.ndarray:
             else np.lib.format.read_array_header_2_0(f)
         )
         header = f.tell()
-        if len(shape) != 1 or fortran or os.fstat(f.fileno()).st_size != header + shape[0] * dtype.itemsize:
+        if (
+            len(shape) != 1
+            or fortran
+            or os.fstat(f.fileno()).st_size != header + shape[0] * dtype.itemsize
+        ):
             raise ValueError(f"{path}: not a whole 1-D array")
         if shape[0] == 0:
             return np.empty(0, dtype=dtype)
@@ -343,7 +347,7 @@ class ForeignStore(TokenStore):
     @property
     def _mapped(self) -> np.ndarray:
         """The mapped tokens (also with ``verify_reads``, where :attr:`tokens` is None)."""
-        return self._backend.tokens  # type: ignore[attr-defined, no-any-return]
+        return self._backend.tokens  # type: ignore[attr-defined]
 
     def _recorded(self) -> tuple[dict[str, Sums] | None, str]:
         """The recorded sums (the sidecar's, else those kept in memory, else None) and where

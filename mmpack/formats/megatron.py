@@ -275,7 +275,8 @@ def open_megatron(
         bin_size = os.stat(bin_path).st_size
     except FileNotFoundError:
         raise StoreNotFoundError(f"{bin_path} is missing (its .idx is there)") from None
-    key = {"idx": file_identity(idx_path), "bin_size": bin_size}
+    idx_identity = file_identity(idx_path)
+    key = {"idx": idx_identity, "bin_size": bin_size}
     root = cache_root(cache_dir) / MegatronStore.kind
     cached = load_index(root, key, bin_size // dtype.itemsize)
     if cached is not None and cached[0].shape[0] == index.document_count + 1:
@@ -286,7 +287,7 @@ def open_megatron(
         offsets, num_tokens = index.token_offsets()
         _check_bin(bin_path, num_tokens, index.dtype)
         fingerprint = _fingerprint(index, bin_size)
-        if not recently_changed(started, key["idx"]):
+        if not recently_changed(started, idx_identity):
             save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(idx_path)})
     _check_bin(bin_path, num_tokens, index.dtype)
     tokens = map_tokens(bin_path, dtype, 0, num_tokens)

@@ -71,7 +71,9 @@ def load_sidecar(sidecar: Path) -> dict[str, Sums] | None:
         raw = json.loads(sidecar.read_text())
         if raw.get("algorithm", "crc32") != "crc32" or raw.get("block_bytes") != BLOCK_BYTES:
             raise ValueError("another algorithm or block size")
-        return {name: (int(size), [int(c) for c in crcs]) for name, (size, crcs) in raw["files"].items()}
+        return {
+            name: (int(size), [int(c) for c in crcs]) for name, (size, crcs) in raw["files"].items()
+        }
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FormatError(
             f"{sidecar}: unreadable checksum sidecar ({exc}); delete it to record a new one"
@@ -174,7 +176,9 @@ class SidecarReads:
         if stop <= start:
             return
         itemsize, h = self._tokens.dtype.itemsize, len(self._header)
-        for b in range((h + start * itemsize) // BLOCK_BYTES, (h + stop * itemsize - 1) // BLOCK_BYTES + 1):
+        for b in range(
+            (h + start * itemsize) // BLOCK_BYTES, (h + stop * itemsize - 1) // BLOCK_BYTES + 1
+        ):
             if not self._done[b]:
                 self._check_block(b)
 
@@ -205,4 +209,3 @@ class SidecarReads:
         first, end = max(0, lo - h) // itemsize, -(-max(0, hi - h) // itemsize)
         check_ids_nonnegative(self._tokens[first:end], self._file_dtype, self._source, first)
         self._done[b] = True
-

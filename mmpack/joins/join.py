@@ -39,6 +39,7 @@ from mmpack.store.format import (
 )
 from mmpack.store.opening import as_path
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.registry import OPENERS
 from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 
 __all__ = ["join", "write_join_into"]
@@ -379,6 +380,7 @@ def _publish(
             "dtype": p.dtype.str,
             "num_docs": len(p),
             "num_tokens": p.num_tokens,
+            **_reopening(p),
         }
         for p in new
     ]
@@ -395,6 +397,21 @@ def _publish(
     raw["fingerprint"] = manifest_fingerprint(raw)
     raw.update(extra or {})
     write_json_atomic(folder / JOIN_FILE, raw)
+
+
+def _reopening(store: TokenStore) -> dict[str, Any]:
+    """What a part in another tool's format needs to be opened again besides its location (its
+    ``format`` and options such as ``eos``; never a cache folder or credentials), as manifest
+    fields; nothing for mmpack's own stores and joins."""
+    kind = store.meta.get("format")
+    if not isinstance(kind, str) or kind not in OPENERS or "://" in store.location:
+        return {}
+    options = {
+        k: v for k, v in store.open_options.items() if k not in ("cache_dir", "verify_reads")
+    }
+    if isinstance(options.get("metadata"), str):
+        options["metadata"] = os.path.abspath(options["metadata"])
+    return {"format": kind, "options": options}
 
 
 def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:

@@ -3,7 +3,8 @@ fingerprint.
 
 The manifest records the format name and version, the token dtype (the widest of the parts'),
 the document and token counts, the global offsets file with its block CRC-32s, and the parts in
-order (location, fingerprint, dtype, counts); the layout and the publishing protocol are
+order (location, fingerprint, dtype, counts; and the ``format`` and open ``options`` of a part in
+another tool's format, such as its ``eos``); the layout and the publishing protocol are
 described in :mod:`mmpack.joins.parts`.  :func:`read_manifest` reads and checks it (every count a
 non-negative integer, the totals the sums of the parts', the fingerprint that of the contents);
 :func:`manifest_fingerprint` is the one definition of that fingerprint, used by the writer
@@ -82,6 +83,7 @@ def _check_manifest(raw: Any, where: Path) -> None:
             and all(
                 isinstance(p["location"], str) and isinstance(p["fingerprint"], str) for p in parts
             )
+            and all(_reopening_ok(p) for p in parts)
             and raw["num_docs"] == docs
             and raw["num_tokens"] == tokens
             and isinstance(raw["offsets"]["file"], str)
@@ -97,6 +99,23 @@ def _check_manifest(raw: Any, where: Path) -> None:
         raise FormatError(
             f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
         )
+
+
+_CALLERS_OPTIONS = {"format", "verify_reads", "cache_dir", "storage_options", "cache_limit"}
+"""Options a part's record never holds: they are the caller's (:mod:`mmpack.joins.opening`)."""
+
+
+def _reopening_ok(part: dict[str, Any]) -> bool:
+    """A part in another tool's format records its ``format`` and JSON ``options`` (e.g.
+    ``eos``) together; a part of mmpack's own records neither."""
+    if "format" not in part and "options" not in part:
+        return True
+    options = part.get("options")
+    return (
+        isinstance(part.get("format"), str)
+        and isinstance(options, dict)
+        and all(isinstance(k, str) and k not in _CALLERS_OPTIONS for k in options)
+    )
 
 
 def manifest_fingerprint(raw: dict[str, Any]) -> str:

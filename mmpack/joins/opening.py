@@ -58,7 +58,7 @@ class PartOptions:
     verify_reads: bool = False
     remote: dict[str, Any] = field(default_factory=dict)
 
-    def for_part(self, where: str | Path) -> dict[str, Any]:
+    def for_part(self, where: str | os.PathLike[str]) -> dict[str, Any]:
         """The keywords ``open_store`` takes for the part at ``where``."""
         if isinstance(where, str) and "://" in where:
             return dict(self.remote)
@@ -162,8 +162,9 @@ def _open_manifest(path: Path, raw: dict[str, Any], options: PartOptions) -> Joi
 
 def _open_part(path: Path, k: int, rec: dict[str, Any], options: PartOptions) -> TokenStore:
     where = resolve_part(path, rec["location"])
+    own = {"format": rec["format"], **rec["options"]} if "format" in rec else {}
     try:
-        part = open_store(where, **options.for_part(where))
+        part = open_store(where, **own, **options.for_part(where))
     except StoreNotFoundError:
         raise StoreNotFoundError(
             f"{path}: part {k} ({rec['location']}) is missing; restore it or join the "

@@ -3,7 +3,8 @@
 A join is a folder holding a small manifest and one index::
 
     OUT/mmpack-join.json       format "mmpack-join", the parts in order (location, relative to OUT
-                               where local; fingerprint; dtype; documents; tokens), the counts,
+                               where local; fingerprint; dtype; documents; tokens; for another
+                               tool's files their format and options, e.g. eos), the counts,
                                the fingerprint of the join
     OUT/offsets-<id>.bin       int64 (num_docs + 1,): the global document offsets, the parts'
                                offsets shifted by the tokens before them; CRC-32 in the manifest

@@ -194,7 +194,9 @@ class MemmapBackend(Backend):
         except OSError:  # a refused hint: the reads themselves will fault the pages in
             return 0
 
-    def _will_need(self, mm: FileMapping | mmap.mmap, starts: np.ndarray, lengths: np.ndarray) -> int:
+    def _will_need(
+        self, mm: FileMapping | mmap.mmap, starts: np.ndarray, lengths: np.ndarray
+    ) -> int:
         will_need = mm.madvise
         flag = mmap.MADV_WILLNEED
         itemsize = self.meta.dtype.itemsize
