@@ -158,6 +158,7 @@ class SidecarReads:
         self._crcs: list[int] = []
         self._where: object = None
         self._done = np.zeros(-(-self._size // BLOCK_BYTES), dtype=bool)
+        self._pending = int(self._done.shape[0])
 
     def expect(self, recorded: dict[str, Sums], where: object) -> None:
         """Check reads against ``recorded`` (the sums of the sidecar ``where``)."""
@@ -172,8 +173,11 @@ class SidecarReads:
             )
         self._crcs, self._where = list(crcs), where
 
+    def all_checked(self) -> bool:
+        return self._pending == 0
+
     def verify_span(self, start: int, stop: int) -> None:
-        if stop <= start:
+        if stop <= start or not self._pending:
             return
         itemsize, h = self._tokens.dtype.itemsize, len(self._header)
         for b in range(
@@ -183,6 +187,8 @@ class SidecarReads:
                 self._check_block(b)
 
     def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        if not self._pending:
+            return
         keep = lengths > 0
         starts, lengths = starts[keep], lengths[keep]
         if not starts.size:
@@ -208,4 +214,6 @@ class SidecarReads:
             raise _block_error(self._source.name, b, self._size, self._crcs[b], got, self._where)
         first, end = max(0, lo - h) // itemsize, -(-max(0, hi - h) // itemsize)
         check_ids_nonnegative(self._tokens[first:end], self._file_dtype, self._source, first)
-        self._done[b] = True
+        if not self._done[b]:
+            self._done[b] = True
+            self._pending -= 1

@@ -94,8 +94,11 @@ class PartsBackend(Backend):
         self._offsets = offsets
         self.token_starts = np.zeros(len(self.parts) + 1, dtype=np.int64)
         np.cumsum([p.num_tokens for p in self.parts], out=self.token_starts[1:])
-        maps = [p.tokens for p in self.parts]
+        maps = [p.mapping() for p in self.parts]
         self._maps = maps if all(m is not None for m in maps) else None
+        # parts opened with verify_reads whose blocks are not all checked yet: a range is read
+        # from a part's mapping only after that part checked it (check_reads)
+        self._unchecked = {k for k, p in enumerate(self.parts) if p.verify_reads}
 
     @staticmethod
     def read_meta(path: Path) -> Any | None:
@@ -150,6 +153,8 @@ class PartsBackend(Backend):
         dst = out_starts[rng] + (lo - starts[rng])
         maps = self._maps
         if maps is not None:  # every part a memmap: one slice copy per piece, no call per part
+            if self._unchecked:
+                self._check_parts(part, lo - ts[part], hi - lo)
             for p, a, d, n in zip(
                 part.tolist(), (lo - ts[part]).tolist(), dst.tolist(), (hi - lo).tolist()
             ):
@@ -169,6 +174,16 @@ class PartsBackend(Backend):
                 src, src_starts = store.read_ranges(local, n)
                 _copy_pieces(src, np.asarray(src_starts, dtype=np.int64), buf, dst[group], n)
         return buf, out_starts
+
+    def _check_parts(self, part: np.ndarray, local: np.ndarray, n: np.ndarray) -> None:
+        """Let every touched part that has unchecked blocks check its pieces (``part``,
+        ``local`` starts and lengths ``n``: int64, shape (pieces,)); a part whose blocks are
+        all checked is never asked again."""
+        for p in np.unique(part).tolist():
+            if p in self._unchecked:
+                mine = part == p
+                if self.parts[p].check_reads(local[mine], n[mine]):
+                    self._unchecked.discard(p)
 
 
 def _copy_pieces(
@@ -212,6 +227,9 @@ class _PartsCheckTheirOwn:
 
     def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
         return None
+
+    def all_checked(self) -> bool:
+        return True
 
 
 PARTS_CHECK_THEIR_OWN = _PartsCheckTheirOwn()

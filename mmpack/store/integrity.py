@@ -38,6 +38,9 @@ class ReadChecker(Protocol):
     def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
         """Ranges ``[starts, starts + lengths)`` (int64, shape (k,), validated)."""
 
+    def all_checked(self) -> bool:
+        """Whether every block has been checked (later reads need no check)."""
+
 
 def block_digest(kind: str, data: Any) -> int:
     """Checksum of the bytes ``data`` (bytes, memoryview or numpy array) by ``kind``: ``"crc32"``
@@ -82,11 +85,17 @@ class BlockChecker:
         self._meta = meta
         self._backend = backend
         self._verified = np.zeros(len(meta.tokens_crc32) if track_reads else 0, dtype=bool)
+        self._pending = int(self._verified.shape[0])  # blocks not verified yet
+
+    def all_checked(self) -> bool:
+        return self._pending == 0
 
     def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
         """Checksum every not yet verified token block that ranges ``[starts, starts+lengths)``
         (int64, shape (k,)) touch (ranges are short next to a block: usually one or two blocks
-        each)."""
+        each).  Once every block is verified a call returns at once."""
+        if not self._pending:
+            return
         keep = lengths > 0
         if not keep.all():
             starts, lengths = starts[keep], lengths[keep]
@@ -104,7 +113,7 @@ class BlockChecker:
 
     def verify_span(self, start: int, stop: int) -> None:
         """Checksum every not yet verified token block that flat tokens ``[start, stop)`` touch."""
-        if stop <= start:
+        if stop <= start or not self._pending:
             return
         per_block = self._meta.block_bytes // self._meta.dtype.itemsize
         for b in range(start // per_block, (stop - 1) // per_block + 1):
@@ -113,7 +122,9 @@ class BlockChecker:
 
     def _verify_token_block(self, b: int) -> None:
         self.check_block("tokens", b)
-        self._verified[b] = True
+        if not self._verified[b]:
+            self._verified[b] = True
+            self._pending -= 1
 
     def check_block(self, name: str, b: int) -> int:
         """Checksum block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);

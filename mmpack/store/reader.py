@@ -172,6 +172,23 @@ class TokenStore:
             return None  # every read must pass through the block checker
         return getattr(self._backend, "tokens", None)
 
+    def mapping(self) -> np.ndarray | None:
+        """The backend's whole mapped token array, also with ``verify_reads`` (where
+        :attr:`tokens` hides it): for a reader that passes every range through
+        :meth:`check_reads` before reading it from the mapping (a join).  None when the backend
+        does not map its tokens."""
+        return getattr(self._backend, "tokens", None)
+
+    def check_reads(self, starts: np.ndarray, lengths: np.ndarray) -> bool:
+        """With ``verify_reads``, check (once) every block that flat ranges ``[starts, starts +
+        lengths)`` (int64, shape (k,), validated) touch; return whether every block of the store
+        is now checked (always True without ``verify_reads``)."""
+        if not self._verify_reads:
+            return True
+        if len(starts):
+            self._reads.verify_ranges(starts, lengths)
+        return self._reads.all_checked()
+
     # ----------------------------------------------------------------------------- access
     def __len__(self) -> int:
         return self._meta.num_docs
