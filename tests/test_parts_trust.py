@@ -191,6 +191,11 @@ def test_verify_reads_checks_every_parts_blocks_on_first_read(tmp_path):
         WindowDataset(mmpack.open(tmp_path / "j", verify_reads=True), 16)[len(a) // 2]
     with pytest.raises(FormatError, match="fails its checksum"):
         pickle.loads(pickle.dumps(store)).read_range(lo, lo + 5)
+    # a join of memmap parts only reads from their mappings, each range checked by its part
+    flat = mmpack.open(mmpack.join(paths, tmp_path / "flat").path, verify_reads=True)
+    np.testing.assert_array_equal(flat.read_range(0, lo), single.read_range(0, lo))
+    with pytest.raises(FormatError, match=r"p1: tokens block 0 .* fails its checksum"):
+        flat.read_range(lo - 5, lo + 5)  # across parts 0 and 1
     # without verify_reads the flipped byte is served (the documented default)
     assert mmpack.open(tmp_path / "j").read_range(lo, lo + 5).size == 5
 

@@ -119,8 +119,8 @@ def open_join(
     if real in chain:
         cycle = " -> ".join((*chain[chain.index(real) :], real))
         raise FormatError(
-            f"{path}: the join contains itself ({cycle}): a join cannot be its own part; "
-            "join its parts again"
+            f"{os.path.normpath(path)}: the join contains itself ({cycle}): a join cannot be "
+            "its own part; join its parts again"
         )
     token = _OPENING.set((*chain, real))
     try:  # an append may swap the manifest and offsets between our two reads
