@@ -53,9 +53,9 @@ from mmpack.store.format import BLOCK_BYTES, StoreMeta
 from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
-    "INDEX_SETTLE_NS",
     "FlatBackend",
     "ForeignStore",
+    "INDEX_SETTLE_NS",
     "TokenSource",
     "cache_root",
     "drop_index",

@@ -61,9 +61,9 @@ from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
     "JOIN_FILE",
-    "PARTS_CHECK_THEIR_OWN",
     "JoinMeta",
     "JoinedStore",
+    "PARTS_CHECK_THEIR_OWN",
     "PartsBackend",
     "check_global_offsets",
 ]
