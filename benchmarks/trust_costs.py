@@ -12,6 +12,9 @@ Three measurements, each printed as medians side by side:
   whose node cache holds every block, read by a new reader in shuffled batches of 32 windows of
   2048: its first pass checks every cached block once (XXH64), against a first pass whose
   blocks are marked checked beforehand (the same page faults, no hashing) and a later pass.
+- ``join``: opening a join of 1,000 small parts (each part's files mapped and closed), and random
+  ``WindowDataset`` batches over a join of 32 parts (100M uint16 tokens) with
+  ``verify_reads=True`` against the plain join, paired medians.
 """
 
 from __future__ import annotations
@@ -162,17 +165,50 @@ def bench_node_cache(tmp: str) -> None:
     )
 
 
+def bench_join(tmp: str) -> None:
+    rng = np.random.default_rng(0)
+    mmpack.build(f"{tmp}/small", [[1, 2, 3], [4, 5]], fsync=False)
+    for k in range(1000):
+        shutil.copytree(f"{tmp}/small", f"{tmp}/many/p{k}")
+    mmpack.join([f"{tmp}/many/p{k}" for k in range(1000)], f"{tmp}/many-j", fsync=False)
+    print(
+        f"join: open of 1,000 parts, median {_median_ms(lambda: mmpack.open(f'{tmp}/many-j'), 5):.0f} ms"
+    )
+    per_part = 100_000_000 // 32
+    for k in range(32):
+        left, docs = per_part, []
+        while left > 0:
+            n = min(left, int(rng.integers(100, 4000)))
+            left -= n
+            docs.append(rng.integers(0, 50000, n, dtype=np.uint16))
+        mmpack.build(f"{tmp}/p{k}", docs, fsync=False)
+    mmpack.join([f"{tmp}/p{k}" for k in range(32)], f"{tmp}/j", fsync=False)
+    for _ in range(2):
+        plain = _window_batches(mmpack.open(f"{tmp}/j"), 300, 1)
+        store = mmpack.open(f"{tmp}/j", verify_reads=True)
+        first = _window_batches(store, 300, 1)
+        steady = _window_batches(store, 300, 2)
+        print(
+            f"join verify_reads: plain median {np.median(plain) * 1e3:.3f} ms/batch | "
+            f"verify_reads steady {np.median(steady) * 1e3:.3f} ms/batch "
+            f"({np.median(steady) / np.median(plain):.2f}x) | first 300 batches "
+            f"{first.sum():.2f} s vs {plain.sum():.2f} s plain"
+        )
+
+
 def main(argv: list[str]) -> None:
-    topics = argv or ["plan", "verify_reads", "build", "node_cache"]
+    topics = argv or ["plan", "verify_reads", "build", "node_cache", "join"]
+    benches = {
+        "plan": bench_plan,
+        "verify_reads": bench_verify_reads,
+        "build": bench_build,
+        "node_cache": bench_node_cache,
+        "join": bench_join,
+    }
     for topic in topics:
         tmp = tempfile.mkdtemp(prefix="mmpack-bench-")
         try:
-            {
-                "plan": bench_plan,
-                "verify_reads": bench_verify_reads,
-                "build": bench_build,
-                "node_cache": bench_node_cache,
-            }[topic](tmp)
+            benches[topic](tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -7,11 +7,11 @@ Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_foreig
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import shutil
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -31,7 +31,9 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
+from mmpack.formats import foreign
 from mmpack.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
+from mmpack.store.backends._memmap import mapping_of
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -42,8 +44,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
-    """Every derived file goes to a cache inside the test's folder, never ~/.cache."""
+    """Every derived file goes to a cache inside the test's folder, never ~/.cache; the files a
+    test writes are cached although they are seconds old."""
     monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(foreign, "INDEX_SETTLE_NS", 0)
 
 
 def _data_dir(tmp_path):
@@ -190,10 +194,7 @@ def test_opening_copies_no_byte_of_the_bin(tmp_path):
     assert grown < 8 << 20, f"opening grew RSS by {grown} bytes"
     tokens = store.tokens
     assert not tokens.flags.writeable and not tokens.flags.owndata
-    base = tokens
-    while not isinstance(base, mmap.mmap):
-        base = base.base
-    assert len(base) == os.path.getsize(data / "big.bin")  # the file's own mapping
+    assert mapping_of(tokens).length == os.path.getsize(data / "big.bin")  # the file's mapping
     assert np.shares_memory(store[0], tokens) and np.shares_memory(store[1], tokens)
     np.testing.assert_array_equal(store[1], np.arange(5))
     np.testing.assert_array_equal(store.doc_lens, [n, 5])
@@ -293,17 +294,21 @@ def test_verify_records_a_sidecar_then_catches_an_in_place_change(tmp_path):
         again.verify()
 
 
+def _long_index(data, n=200_000):
+    """One document of ``n`` one-token sequences: a 2.4 MB .idx."""
+    b = IndexedDatasetBuilder(str(data / "c.bin"), dtype=np.int32)
+    b.add_document(torch.arange(n, dtype=torch.int32), [1] * n)
+    b.finalize(str(data / "c.idx"))
+    return str(data / "c")
+
+
 def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch):
     from mmpack.formats.megatron import MegatronIndex
 
     data = _data_dir(tmp_path)
-    n = 200_000  # one document of n one-token sequences: a 2.4 MB .idx
-    b = IndexedDatasetBuilder(str(data / "c.bin"), dtype=np.int32)
-    b.add_document(torch.arange(n, dtype=torch.int32), [1] * n)
-    b.finalize(str(data / "c.idx"))
-    prefix = str(data / "c")
+    prefix = _long_index(data)
     first = mmpack.open(prefix)
-    assert list((tmp_path / "cache" / "megatron").glob("index-*.npy"))
+    (index,) = (tmp_path / "cache" / "megatron").glob("index-*.npy")
 
     def no_parse(self):
         raise AssertionError("parsed again")
@@ -313,20 +318,77 @@ def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch)
         again = mmpack.open(prefix)
     np.testing.assert_array_equal(again.offsets, first.offsets)
     assert again.fingerprint == first.fingerprint
-    # a pointer in the middle of the .idx edited behind the cache, its identity (size, mtime,
-    # inode, first and last MiB) kept: served from the cache, but verify() parses it again
-    st = os.stat(prefix + ".idx")
+    # the .idx edited and its cached index left under the new key (what a file system that
+    # keeps no ctime would allow): served, until verify() parses the .idx again and removes it
     k = 49_995
-    at = HEADER_BYTES + 4 * n + 8 * k
-    assert 1 << 20 < at < st.st_size - (1 << 20)
-    _corrupt(prefix, at, struct.pack("<q", 4 * k + 4))
-    os.utime(prefix + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns))
+    _corrupt(prefix, HEADER_BYTES + 4 * 200_000 + 8 * k, struct.pack("<q", 4 * k + 4))
+    key = {
+        "idx": foreign.file_identity(data / "c.idx"),
+        "bin_size": (data / "c.bin").stat().st_size,
+    }
+    foreign.save_index(
+        tmp_path / "cache" / "megatron", key, first.offsets, {"fingerprint": first.fingerprint}
+    )
     stale = mmpack.open(prefix)
     assert stale.fingerprint == first.fingerprint
     with pytest.raises(FormatError, match=f"sequence {k} starts at byte {4 * k + 4}.*removed"):
         stale.verify()
     with pytest.raises(FormatError, match=f"sequence {k} starts at byte"):  # cache dropped
         mmpack.open(prefix)
+    assert index.exists()  # the first one's entry, under the old key, is never used again
+
+
+def test_an_idx_rewritten_with_its_mtime_restored_is_parsed_again(tmp_path, monkeypatch):
+    """A pointer in the middle of the .idx edited, its size, mtime, inode and first and last
+    MiB kept: the kernel's new ctime gives it a new cache key, so the open parses it again."""
+    monkeypatch.setattr(foreign, "INDEX_SETTLE_NS", 50_000_000)
+    data = _data_dir(tmp_path)
+    prefix = _long_index(data)
+    time.sleep(0.1)
+    mmpack.open(prefix)
+    assert list((tmp_path / "cache" / "megatron").glob("index-*.npy"))
+    st = os.stat(prefix + ".idx")
+    k = 49_995
+    at = HEADER_BYTES + 4 * 200_000 + 8 * k
+    assert 1 << 20 < at < st.st_size - (1 << 20)
+    _corrupt(prefix, at, struct.pack("<q", 4 * k + 4))
+    os.utime(prefix + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(FormatError, match=f"sequence {k} starts at byte {4 * k + 4}"):
+        mmpack.open(prefix)
+
+
+def test_verify_reads_checks_the_bin_blocks_on_first_read(tmp_path):
+    data = _data_dir(tmp_path)
+    n = 5 << 20  # 20 MiB of int32 tokens: .bin blocks 0 and 1
+    b = IndexedDatasetBuilder(str(data / "c.bin"), dtype=np.int32)
+    b.add_document(torch.arange(n, dtype=torch.int32) % 1000, [n // 2, n - n // 2])
+    b.add_item(torch.arange(7, dtype=torch.int32))
+    b.end_document()
+    b.finalize(str(data / "c.idx"))
+    prefix = str(data / "c")
+    store = mmpack.open(prefix, verify_reads=True)  # records the sidecar: both files read
+    assert store.verify_reads and store.tokens is None
+    assert store.read_range(0, 10).tolist() == list(range(10))  # block 0 checked
+    with open(prefix + ".bin", "r+b") as f:  # block 1, same size: the fingerprint is unchanged
+        f.seek((17 << 20) + 40)
+        f.write(struct.pack("<i", 999))
+    with pytest.raises(FormatError, match=r"c\.bin block 1 .* differs from the checksum"):
+        store.read_range(n - 10, n)  # the open store's mapping sees the new bytes
+    fresh = mmpack.open(prefix, verify_reads=True)
+    assert fresh.read_range(0, 10).tolist() == list(range(10))  # block 0 is fine
+    with pytest.raises(FormatError, match="block 1 .* differs"):
+        WindowDataset(fresh, 4096)[len(WindowDataset(fresh, 4096)) - 1]
+    with pytest.raises(FormatError, match="block 1 .* differs"):
+        pickle.loads(pickle.dumps(fresh)).read_range(n - 10, n)
+    assert mmpack.open(prefix).read_range(n - 10, n).size == 10  # unchecked by default
+
+
+def test_verify_reads_refuses_negative_ids_in_the_blocks_it_reads(tmp_path):
+    prefix = build_megatron(_data_dir(tmp_path) / "c", [np.array([3, -2, 5])])
+    with pytest.raises(FormatError, match=r"1 negative token ids \(the first at token 1: -2"):
+        mmpack.open(prefix, verify_reads=True)  # recording the sidecar verifies everything
+    store = mmpack.open(prefix)
+    assert int(store[0][1]) == 2**32 - 2  # the default serves the mapping
 
 
 def test_verify_refuses_negative_ids(tmp_path):

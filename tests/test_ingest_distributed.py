@@ -284,3 +284,95 @@ def test_progress_shows_parts_documents_tokens(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "building parts" in err and "parts 8/8" in err
     assert f"{got.docs_written:,} docs" in err and f"{got.tokens_written:,} tokens" in err
+
+
+# ----------------------------------------------------------------------------- staging, limits
+_KILLED_BUILD = """
+import sys, time
+from mmpack.ingest.distributed import build_distributed
+
+def never_done(inputs, part_path, options):
+    time.sleep(600)
+
+build_distributed(sys.argv[1], sys.argv[2], engine="serial", part_function=never_done)
+"""
+
+
+def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path):
+    import fcntl
+    import signal
+    import time
+
+    source = tmp_path / "a.txt"
+    source.write_text("one document\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BUILD, str(source), str(out)],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".out.mmpack-build-*/parts")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no staging folder"
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (stale,) = tmp_path.glob(".out.mmpack-build-*")
+    # kept: a live build of the same output (its lock held), and any other output's folder
+    live = tmp_path / f".out.mmpack-build-{os.getpid()}-0123abcd"
+    live.mkdir()
+    fd = os.open(live / ".mmpack-lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    other = tmp_path / f".out2.mmpack-build-{proc.pid}-0123abcd"
+    other.mkdir()
+    try:
+        report = build_distributed(str(source), out, engine="serial")
+    finally:
+        os.close(fd)
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert len(report.store) == 1 and sorted(os.listdir(out)) == sorted(
+        ["mmpack-join.json", report.store.meta["offsets"]["file"], "parts"]
+    )
+    build_distributed(str(source), out, engine="serial", overwrite=True)  # replaceable as built
+
+
+_MANY_PARTS_BUILD = """
+import os, resource, shutil, sys
+from pathlib import Path
+import mmpack
+from mmpack.ingest.distributed import build_distributed
+
+root, n = Path(sys.argv[1]), int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+(root / "in").mkdir()
+for k in range(n):
+    (root / "in" / f"{k:05d}.txt").write_text(f"document {k}\\n")
+template = mmpack.build(root / "template", [list(b"part")], fsync=False)
+
+def copy_part(inputs, part_path, options):  # one store per task, quickly: a copy
+    shutil.copytree(template.path, part_path)
+    return {"docs_read": 1, "docs_written": 1, "docs_skipped": 0, "empty_skipped": 0,
+            "tokens_written": 4, "issues": [], "issues_total": 0,
+            "fingerprint": template.fingerprint, "seconds": 0.0}
+
+report = build_distributed(str(root / "in" / "*.txt"), root / "out", engine="serial",
+                           part_bytes=1, part_function=copy_part)
+store = mmpack.open(root / "out")
+assert len(store) == n and store.read_range(0, store.num_tokens).tobytes() == b"part" * n
+print("parts", len(store.parts))
+"""
+
+
+def test_a_build_of_1100_parts_joins_under_1024_open_files(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _MANY_PARTS_BUILD, str(tmp_path), "1100"],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["parts", "1100"]
+    assert not list(tmp_path.glob(".out.mmpack-build-*"))

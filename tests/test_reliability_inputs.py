@@ -111,6 +111,38 @@ def _build_over_store_with(env: Env, name: str) -> Any:
         (env.tmp / "store" / name).unlink()
 
 
+def _elsewhere(call: Callable[[Path], Any]) -> Any:
+    """``call(folder)`` in a temporary folder of its own, removed afterwards (a row's own
+    folder must hold nothing new)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return call(Path(tmp))
+
+
+def _open_negative_npy(tmp: Path) -> Any:
+    np.save(tmp / "t.npy", np.array([5, -1, 0], dtype=np.int32))
+    return mmpack.open(tmp / "t.npy", eos=0, cache_dir=tmp / "cache")
+
+
+def _join_into_a_part(tmp: Path) -> Any:
+    mmpack.build(tmp / "p", [[1, 2]], fsync=False)
+    mmpack.join([tmp / "p"], tmp / "A", fsync=False)
+    mmpack.join([tmp / "A"], tmp / "B", fsync=False)
+    return mmpack.join([tmp / "B"], tmp / "A", overwrite=True, fsync=False)
+
+
+def _open_cyclic_join(tmp: Path) -> Any:
+    import json
+
+    mmpack.build(tmp / "p", [[1, 2]], fsync=False)
+    mmpack.join([tmp / "p"], tmp / "A", fsync=False)
+    mmpack.join([tmp / "A"], tmp / "B", fsync=False)
+    manifest = tmp / "A" / "mmpack-join.json"
+    raw = json.loads(manifest.read_text())
+    raw["parts"][0]["location"] = "../B"
+    manifest.write_text(json.dumps(raw))
+    return mmpack.open(tmp / "B")
+
+
 def _add_batch(env: Env, tokens: Any, lengths: Any) -> None:
     with StoreWriter(env.tmp / "new", fsync=False) as w:
         w.add_batch(np.asarray(tokens), lengths)
@@ -416,6 +448,27 @@ TABLE: list[Row] = [
         TypeError,
         "path must be a str or os.PathLike, got NoneType",
         lambda e: mmpack.open(None),
+    ),
+    Row(
+        "mmpack.open",
+        "an int32 .npy holding -1 (eos=0)",
+        FormatError,
+        "1 negative token ids (the first at token 1: -1; the file's dtype is int32)",
+        lambda e: _elsewhere(_open_negative_npy),
+    ),
+    Row(
+        "mmpack.open",
+        "a join whose manifest names a join holding it",
+        FormatError,
+        "the join contains itself",
+        lambda e: _elsewhere(_open_cyclic_join),
+    ),
+    Row(
+        "mmpack.join",
+        "a part holding the join (overwrite=True)",
+        ValueError,
+        "contains the join",
+        lambda e: _elsewhere(_join_into_a_part),
     ),
     # ------------------------------------------------------------------ TokenStore
     Row(

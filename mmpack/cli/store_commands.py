@@ -370,6 +370,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         f"fingerprint {store.fingerprint}"
         + (
             f"; checksums recorded in {res['sidecar']} (checked by the next verify)"
+            if res.get("recorded") and res.get("sidecar")
+            else "; the checksums could not be kept (the cache folder is not writable)"
             if res.get("recorded")
             else ""
         )

@@ -3,7 +3,10 @@
 ::
 
     foreign.py         ForeignStore: a TokenStore over another tool's files (mapped, read-only);
-                       cache folder, checksum sidecar, pickling by reopening
+                       cache folder, the cached index's key, pickling by reopening
+    sidecar.py         the checksum sidecar: recorded by the first verify(), checked by later
+                       ones and, with verify_reads=True, by every read's blocks
+    token_ids.py       signed files served unsigned; the check that no id is negative
     megatron.py        Megatron-LM PREFIX.bin + PREFIX.idx  (format="megatron", auto-detected)
     eos_separated.py   flat token files with EOS between documents, OLMo-core / Dolma and .npy
                        (format="eos-separated", eos=ID)

@@ -16,11 +16,16 @@ With ``metadata=True`` (or a path) the ``.csv.gz`` gives the documents instead o
 ranges must be contiguous from 0 (a tail after the last range again forms a final document).
 
 Finding the documents is ONE pass over the file: a numba kernel writes the positions of ``eos``
-in chunks of 4 Mi tokens (:func:`mmpack.kernels.eos.find_eos`).  The resulting ``offsets`` is
+in chunks of 4 Mi tokens (:func:`mmpack.kernels.eos.find_eos`).  A signed file (an int32
+``.npy``) is served as its unsigned twin, so the same first open checks that no id is negative
+(:mod:`mmpack.formats.token_ids`; one more pass, signed files only, with or without metadata)
+and refuses the file otherwise; ``verify()`` checks it again.  The resulting ``offsets`` is
 cached in ``cache_root()/eos-separated/index-<key>.npy`` where the key hashes the file's identity
-(size, mtime_ns, inode, SHA-256 of its first and last MiB), the header offset, dtype and ``eos``:
-reopening the same file costs two small reads; a replaced or rewritten file is scanned again.
-Nothing is written beside the user's file.  Cost (``python -m benchmarks.bench_foreign``, 200 M
+(size, mtime_ns, ctime_ns, inode, SHA-256 of its first and last MiB; what this trusts is in
+:mod:`mmpack.formats.foreign`), the header offset, dtype and ``eos``: reopening the same file
+costs two small reads; a replaced or rewritten file (any write sets a new ctime) is scanned
+again, and a file changed less than 2 s before the open is not cached.  Nothing is written
+beside the user's file.  Cost (``python -m benchmarks.bench_foreign``, 200 M
 uint16 tokens, 2 shared cores, medians of 5): the first open takes 0.42 s, the same as numpy's
 ``(np.memmap(path) == eos).nonzero()`` (OLMo-core's way, 0.41 s; ratio 1.03) while also writing
 the cached index; a reopen takes 0.015 s.
@@ -34,6 +39,7 @@ import gzip
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +49,15 @@ from mmpack.core.validation import check_dtype, check_int_range
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.formats.foreign import (
     ForeignStore,
+    TokenSource,
     cache_root,
     file_identity,
     load_index,
     map_tokens,
+    recently_changed,
     save_index,
-    unsigned_view_dtype,
 )
+from mmpack.formats.token_ids import check_ids_nonnegative, unsigned_view_dtype
 
 __all__ = [
     "EosSeparatedStore",
@@ -179,10 +187,10 @@ class EosSeparatedStore(ForeignStore):
 
     def _check_structure(self) -> dict[str, Any]:
         src = self.meta["source"]
+        check_ids_nonnegative(self._mapped, self._token_source.file_dtype, self.location)
         if src["eos"] is None or src["metadata"] is not None:
             return {}
-        tokens = self.tokens if self.tokens is not None else np.empty(0, self.dtype)
-        found = eos_offsets(tokens, src["eos"])
+        found = eos_offsets(self._mapped, src["eos"])
         if not np.array_equal(found, self.offsets):
             raise FormatError(
                 f"{self.location}: the EOS positions changed since the index was "
@@ -198,6 +206,7 @@ def open_eos_separated(
     dtype: Any = None,
     metadata: bool | str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    verify_reads: bool = False,
 ) -> EosSeparatedStore:
     """Open a flat token file read-only, in place, its documents separated by ``eos``.
 
@@ -214,13 +223,16 @@ def open_eos_separated(
         from that file; default: scan for ``eos``.
     cache_dir : str or os.PathLike, optional
         Root of the local cache (index, plans, checksum sidecar); default ``~/.cache/mmpack``.
+    verify_reads : bool
+        Check each 16 MiB block of the file against the checksum sidecar the first time a read
+        touches it (recording the sidecar now, one read of the file, if there is none yet).
 
     Raises
     ------
     ValueError
         ``eos`` missing or outside the dtype, ``dtype`` missing for a headerless file.
     FormatError
-        A file or metadata that is not understood.
+        A file or metadata that is not understood, or a signed file holding a negative id.
     """
     if not isinstance(location, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(location).__name__}")
@@ -238,16 +250,19 @@ def open_eos_separated(
     if eos is not None:
         eos = check_int_range(eos, "eos", 0, int(np.iinfo(view_dtype).max) + 1)
     tokens = map_tokens(path, view_dtype, header, n)
+    started = time.time_ns()  # before the identity: see recently_changed
     identity = file_identity(path)
+    meta_identity = None if meta_path is None else file_identity(meta_path)
     key = {
         "identity": identity,
         "header": header,
         "dtype": file_dtype.str,
         "eos": eos,
-        "metadata": None if meta_path is None else file_identity(meta_path),
+        "metadata": meta_identity,
     }
     root = cache_root(cache_dir) / EosSeparatedStore.kind
-    offsets, fingerprint = _document_index(root, key, path, tokens, meta_path, eos)
+    cache = not recently_changed(started, identity, meta_identity)
+    offsets, fingerprint = _document_index(root, key, path, tokens, meta_path, eos, cache)
     info = {
         "version": None,
         "dtype": file_dtype.name,
@@ -263,12 +278,21 @@ def open_eos_separated(
         offsets=np.asarray(offsets, dtype=np.int64),
         fingerprint=fingerprint,
         source_files=sources,
+        token_source=TokenSource(path, _header_bytes(path, header), file_dtype),
         info=info,
         location=str(path),
         cache_dir=cache_dir,
         open_options=_open_options(eos, dtype, meta_path, cache_dir),
         index_cache=(root, key),
+        verify_reads=verify_reads,
     )
+
+
+def _header_bytes(path: Path, header: int) -> bytes:
+    if not header:
+        return b""
+    with open(path, "rb") as f:
+        return f.read(header)
 
 
 def _metadata_path(path: Path, metadata: Any) -> Path | None:
@@ -294,15 +318,17 @@ def _document_index(
     tokens: np.ndarray,
     meta_path: Path | None,
     eos: int | None,
+    cache: bool,
 ) -> tuple[np.ndarray, str]:
     """``(offsets, fingerprint)`` of the file's documents: from the index cache under ``root``
-    when ``key`` matches, else read from the metadata or found by an EOS scan, fingerprinted
-    and cached."""
+    when ``key`` matches, else read from the metadata or found by an EOS scan (a signed file
+    checked for negative ids first), fingerprinted and cached when ``cache``."""
     n = int(tokens.shape[0])
     cached = load_index(root, key, n)
     if cached is not None:
         offsets, record = cached
         return offsets, str(record["fingerprint"])
+    check_ids_nonnegative(tokens, np.dtype(key["dtype"]), path)
     if meta_path is not None:
         offsets = _metadata_offsets(meta_path, n)
     elif eos is not None:
@@ -313,7 +339,8 @@ def _document_index(
     h.update(json.dumps([tokens.dtype.str, n, eos, key["identity"]["head_tail_sha256"]]).encode())
     h.update(np.ascontiguousarray(offsets).tobytes())
     fingerprint = h.hexdigest()[:16]
-    save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
+    if cache:
+        save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(path)})
     return offsets, fingerprint
 
 

@@ -1,15 +1,26 @@
 """What the foreign stores share: a store over files another tool wrote, served in place.
 
-The files are mapped read-only (no byte is copied); ``offsets`` is derived from the other
-tool's index (Megatron) or from one scan of the tokens (EOS-separated files).  Nothing is ever
-written beside the user's files: derived indexes, packing plans and checksum sidecars live in a
-local cache folder, ``cache_root() / <kind> / <fingerprint>``, where ``cache_root()`` is the
-``cache_dir=`` open option, else ``$MMPACK_CACHE_DIR``, else ``$XDG_CACHE_HOME/mmpack``, else
-``~/.cache/mmpack``.
+The files are mapped read-only (no byte is copied, no file descriptor kept); ``offsets`` is
+derived from the other tool's index (Megatron) or from one scan of the tokens (EOS-separated
+files).  Nothing is ever written beside the user's files: derived indexes, packing plans and
+checksum sidecars live in a local cache folder, ``cache_root() / <kind> / <fingerprint>``, where
+``cache_root()`` is the ``cache_dir=`` open option, else ``$MMPACK_CACHE_DIR``, else
+``$XDG_CACHE_HOME/mmpack``, else ``~/.cache/mmpack``.
+
+The derived index is cached under a key of the source files' identities (:func:`file_identity`):
+size, mtime, inode, **ctime** and a SHA-256 of the first and last MiB.  The key trusts the
+kernel's ctime: every write, truncation, ``utime`` (``touch``) or rename sets it to the current
+time, and no system call sets it back, so a file rewritten in any way (even in its middle with
+its mtime restored) gets a new key and is read afresh.  One race remains with any timestamp: a
+write in the same clock tick as the scan that read the file; so a file whose ctime is less than
+:data:`INDEX_SETTLE_NS` (2 s) older than the open is not cached (it is read again on every open
+until it settles).  What defeats the key: changing the bytes without the kernel (a raw block
+device, a file system that does not keep ctime) or setting the system clock back; ``verify()``
+still re-derives the index from the files and removes a stale cache entry.
 
 ``verify()`` checks the structure again, then reads every byte of the source files and compares
-CRC-32s of 16 MiB blocks with a sidecar (``checksums.json`` in the store's cache folder).  The
-first ``verify()`` records the sidecar (the files are trusted then); later ones check against it.
+CRC-32s of 16 MiB blocks with a sidecar (:mod:`mmpack.formats.sidecar`); ``verify_reads=True``
+checks each block of the token file against it on first read.
 """
 
 from __future__ import annotations
@@ -20,32 +31,45 @@ import json
 import os
 import uuid
 import warnings
-import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import FormatError
+from mmpack.formats.sidecar import (
+    CHECKSUM_FILE,
+    SidecarReads,
+    Sums,
+    compare_sums,
+    file_sums,
+    load_sidecar,
+    save_sidecar,
+)
 from mmpack.store.backends import Backend
-from mmpack.store.format import BLOCK_BYTES, StoreMeta, write_json_atomic
+from mmpack.store.backends._mapping import map_file
+from mmpack.store.format import BLOCK_BYTES, StoreMeta
 from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
-    "CHECKSUM_FILE",
     "FlatBackend",
     "ForeignStore",
+    "INDEX_SETTLE_NS",
+    "TokenSource",
     "cache_root",
     "drop_index",
     "file_identity",
     "load_index",
     "map_tokens",
+    "recently_changed",
     "save_index",
-    "unsigned_view_dtype",
 ]
 
-CHECKSUM_FILE = "checksums.json"
 _IDENTITY_BYTES = 1 << 20
+INDEX_SETTLE_NS = 2_000_000_000
+"""A source file whose ctime is less than this before an open is not cached (see the module
+docstring: a write in the clock tick of the scan would keep its ctime)."""
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -64,8 +88,9 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def file_identity(path: Path) -> dict[str, Any]:
-    """Size, mtime_ns, inode and a SHA-256 of the first and last MiB of ``path``: cheap (two
-    small reads) and changes whenever the file is replaced or rewritten in the usual ways."""
+    """Size, mtime_ns, inode, ctime_ns and a SHA-256 of the first and last MiB of ``path``:
+    cheap (one ``fstat``, two small reads); any change of the file's bytes through the kernel
+    sets a new ctime (see the module docstring for what this trusts)."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         h = hashlib.sha256(f.read(_IDENTITY_BYTES))
@@ -75,9 +100,20 @@ def file_identity(path: Path) -> dict[str, Any]:
     return {
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
         "inode": st.st_ino,
         "head_tail_sha256": h.hexdigest(),
     }
+
+
+def recently_changed(started_ns: int, *identities: dict[str, Any] | None) -> bool:
+    """Whether a file of ``identities`` (:func:`file_identity`, read after ``started_ns``, a
+    ``time.time_ns()``) changed less than :data:`INDEX_SETTLE_NS` before: its index must not be
+    cached (a ctime in the future, another machine's clock, counts as recent)."""
+    return any(
+        ident is not None and started_ns - int(ident["ctime_ns"]) < INDEX_SETTLE_NS
+        for ident in identities
+    )
 
 
 def _index_files(root: Path, key: dict[str, Any]) -> tuple[Path, Path]:
@@ -96,7 +132,7 @@ def load_index(
         record = json.loads(record_file.read_text())
         if record.get("key") != json.loads(json.dumps(key)):
             return None
-        offsets = np.load(index_file, mmap_mode="r")
+        offsets = _map_npy(index_file)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if (
@@ -108,6 +144,28 @@ def load_index(
     ):
         return None
     return offsets.view(np.ndarray), record
+
+
+def _map_npy(path: Path) -> np.ndarray:
+    """A 1-D ``.npy`` file mapped read-only without keeping its descriptor (``np.load`` with
+    ``mmap_mode`` keeps one per file)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        shape, fortran, dtype = (
+            np.lib.format.read_array_header_1_0(f)
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0(f)
+        )
+        header = f.tell()
+        if (
+            len(shape) != 1
+            or fortran
+            or os.fstat(f.fileno()).st_size != header + shape[0] * dtype.itemsize
+        ):
+            raise ValueError(f"{path}: not a whole 1-D array")
+        if shape[0] == 0:
+            return np.empty(0, dtype=dtype)
+        return map_file(f.fileno(), header, shape[0] * dtype.itemsize).view(dtype)
 
 
 def drop_index(root: Path, key: dict[str, Any]) -> None:
@@ -148,26 +206,13 @@ def save_index(
     return index_file
 
 
-def unsigned_view_dtype(dtype: np.dtype, where: str) -> np.dtype:
-    """The little-endian unsigned dtype of the same width that serves a file's tokens.
-
-    Token ids are never negative, so an int32 file (Megatron's default) is served as ``<u4``
-    over the same bytes (zero copy); ``verify()`` checks that no stored id is negative."""
-    if dtype.kind not in "ui":
-        raise FormatError(f"{where}: tokens of dtype {dtype} are not token ids (integers expected)")
-    if dtype.byteorder == ">" or (dtype.byteorder == "=" and np.little_endian is False):
-        raise FormatError(f"{where}: big-endian tokens ({dtype.str}) are not supported")
-    return np.dtype(f"<u{dtype.itemsize}")
-
-
 def map_tokens(path: Path, dtype: np.dtype, offset: int, count: int) -> np.ndarray:
     """``count`` items of ``dtype`` at byte ``offset`` of ``path`` as a read-only mapping (no
-    copy: the array's base is the file's mmap)."""
+    copy, no file descriptor kept: :mod:`mmpack.store.backends._mapping`)."""
     if count == 0:
         return np.empty(0, dtype=dtype)
     with open(path, "rb") as f:
-        arr = np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=(count,))
-    return arr.view(np.ndarray)
+        return map_file(f.fileno(), offset, count * dtype.itemsize).view(dtype)
 
 
 class FlatBackend(Backend):
@@ -202,10 +247,24 @@ class FlatBackend(Backend):
         return self.tokens, starts
 
 
+@dataclass(frozen=True)
+class TokenSource:
+    """The file a foreign store's tokens are mapped from: its path, its bytes before the first
+    token (a ``.npy`` header; empty otherwise) and its own dtype (signed files are served
+    unsigned: :mod:`mmpack.formats.token_ids`)."""
+
+    path: Path
+    header: bytes
+    file_dtype: np.dtype
+
+
 class ForeignStore(TokenStore):
     """A :class:`TokenStore` over files written by another tool (read-only, mapped in place).
 
     Subclasses set ``kind`` (the ``format=`` name) and implement :meth:`_check_structure`.
+    With ``verify_reads`` every block of the token file is checked against the checksum sidecar
+    the first time a read touches it (the sidecar is recorded now, reading every file once, if
+    there is none yet; the other source files, consumed at open, are checked in full now).
     """
 
     kind = "foreign"
@@ -219,11 +278,13 @@ class ForeignStore(TokenStore):
         offsets: np.ndarray,
         fingerprint: str,
         source_files: tuple[Path, ...],
+        token_source: TokenSource,
         info: dict[str, Any],
         location: str,
         cache_dir: str | os.PathLike[str] | None,
         open_options: dict[str, Any],
         index_cache: tuple[Path, dict[str, Any]] | None = None,
+        verify_reads: bool = False,
     ) -> None:
         num_docs = int(offsets.shape[0]) - 1
         meta = StoreMeta(
@@ -248,7 +309,14 @@ class ForeignStore(TokenStore):
         self._fingerprint = fingerprint
         self._index_cache = index_cache
         self._source_files = source_files
+        self._token_source = token_source
+        self._sums: dict[str, Sums] | None = None  # recorded sums kept in memory
         backend = FlatBackend(path, meta, tokens, offsets)
+        reads = None
+        if verify_reads:
+            reads = SidecarReads(
+                token_source.path, token_source.header, tokens, token_source.file_dtype
+            )
         super().__init__(
             path,
             meta,
@@ -257,7 +325,11 @@ class ForeignStore(TokenStore):
             location=location,
             cache_dir=cache_root(cache_dir) / self.kind / fingerprint,
             open_options=open_options,
+            verify_reads=verify_reads,
+            read_checker=reads,
         )
+        if reads is not None:
+            self._start_verified_reads(reads)
 
     @property
     def fingerprint(self) -> str:
@@ -272,9 +344,37 @@ class ForeignStore(TokenStore):
     def _check_structure(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @property
+    def _mapped(self) -> np.ndarray:
+        """The mapped tokens (also with ``verify_reads``, where :attr:`tokens` is None)."""
+        return self._backend.tokens  # type: ignore[attr-defined]
+
+    def _recorded(self) -> tuple[dict[str, Sums] | None, str]:
+        """The recorded sums (the sidecar's, else those kept in memory, else None) and where
+        they are (for messages)."""
+        sidecar = self.cache_dir / CHECKSUM_FILE
+        on_disk = load_sidecar(sidecar)
+        if on_disk is not None or self._sums is None:
+            return on_disk, str(sidecar)
+        return self._sums, "memory (the sidecar could not be kept)"
+
+    def _start_verified_reads(self, reads: SidecarReads) -> None:
+        recorded, where = self._recorded()
+        if recorded is None:
+            self.verify()  # records the sums (the files are trusted now)
+            recorded, where = self._recorded()
+            assert recorded is not None
+        else:
+            others = {
+                p.name: file_sums(p) for p in self._source_files if p != self._token_source.path
+            }
+            compare_sums(others, recorded, where)
+        reads.expect(recorded, where)
+
     def verify(self) -> dict[str, Any]:
         """Check the structure, then every byte of the source files against the checksum sidecar
-        (recorded by the first call; ``"recorded": True`` says so).
+        (recorded by the first call, ``"recorded": True``; ``"sidecar"`` is None when the cache
+        folder cannot be written, with a warning: the sums are then kept in memory).
 
         Raises
         ------
@@ -293,60 +393,30 @@ class ForeignStore(TokenStore):
                 "afresh)"
             ) from None
         sidecar = self.cache_dir / CHECKSUM_FILE
-        current = {p.name: _file_crcs(p) for p in self._source_files}
-        recorded = None
-        if sidecar.is_file():
-            try:
-                recorded = json.loads(sidecar.read_text())["files"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise FormatError(
-                    f"{sidecar}: unreadable checksum sidecar ({exc}); delete it to record a new one"
-                ) from None
+        current = {p.name: file_sums(p) for p in self._source_files}
+        recorded, where = self._recorded()
+        kept = self._sums is None or sidecar.is_file()
         if recorded is not None:
-            for name, (size, crcs) in current.items():
-                if name not in recorded:
-                    raise FormatError(f"{sidecar} has no checksums for {name}; delete it")
-                rsize, rcrcs = recorded[name]
-                if rsize != size:
-                    raise FormatError(
-                        f"{name} holds {size} bytes but {rsize} when its checksums "
-                        "were recorded: the file was modified"
-                    )
-                for b, (got, want) in enumerate(zip(crcs, rcrcs)):
-                    if got != want:
-                        lo = b * BLOCK_BYTES
-                        raise FormatError(
-                            f"{name} block {b} (bytes {lo}..{min(size, lo + BLOCK_BYTES)}) "
-                            f"differs from the checksum recorded in {sidecar} "
-                            f"({want:#010x} then, {got:#010x} now): the file was modified or "
-                            "corrupted"
-                        )
+            compare_sums(current, recorded, where)
         else:
-            sidecar.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(
-                sidecar,
-                {
-                    "algorithm": "crc32",
-                    "block_bytes": BLOCK_BYTES,
-                    "fingerprint": self.fingerprint,
-                    "files": current,
-                },
-            )
-        blocks = sum(len(c) for _, c in current.values())
-        nbytes = sum(s for s, _ in current.values())
+            self._sums = current
+            kept = save_sidecar(sidecar, self.fingerprint, current)
         return {
-            "blocks": blocks,
-            "bytes": nbytes,
+            "blocks": sum(len(c) for _, c in current.values()),
+            "bytes": sum(size for size, _ in current.values()),
             "recorded": recorded is None,
-            "sidecar": str(sidecar),
+            "sidecar": str(sidecar) if kept else None,
             **extra,
         }
 
     def __getstate__(self) -> dict[str, Any]:
+        options = dict(self._open_options)
+        if self.verify_reads:
+            options["verify_reads"] = True
         return {
             "kind": self.kind,
             "location": self._location,
-            "options": self._open_options,
+            "options": options,
             "fingerprint": self._fingerprint,
         }
 
@@ -366,22 +436,3 @@ class ForeignStore(TokenStore):
             f"{type(self).__name__}({self._location!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
-
-
-def _file_crcs(path: Path) -> tuple[int, list[int]]:
-    crcs = []
-    size = 0
-    buf = bytearray(BLOCK_BYTES)
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            n = 0
-            while n < BLOCK_BYTES:  # fill the whole block: short reads must not shift blocks
-                got = f.readinto(memoryview(buf)[n:])
-                if not got:
-                    break
-                n += got
-            if not n:
-                break
-            crcs.append(zlib.crc32(memoryview(buf)[:n]))
-            size += n
-    return size, crcs

@@ -27,17 +27,21 @@ are contiguous in order (``pointers[k + 1] == pointers[k] + lengths[k] * itemsiz
 builder always writes them so, and anything else is refused rather than served through
 ``read_ranges``), and the ``.bin`` holds exactly the tokens indexed.  Signed token dtypes (int32,
 Megatron's default) are served as the unsigned dtype of the same width over the same bytes;
-``verify()`` checks that no id is negative.
+``verify()`` checks that no id is negative, and so does ``verify_reads=True`` in every block it
+reads (opening reads no byte of the ``.bin``, so it cannot).
 
 Fingerprint: SHA-256 of the ``.idx`` bytes and the ``.bin`` size (the index is ~20 bytes per
 sequence); a ``.bin`` rewritten in place with the same size is caught by ``verify()``'s checksum
-sidecar, an ``.idx`` changed behind the cache by ``verify()``'s full re-parse.
+sidecar (and by ``verify_reads=True`` on the first read of the block), an ``.idx`` changed behind
+the cache by ``verify()``'s full re-parse.
 
 Cost (``python -m benchmarks.bench_foreign``, 10,000,000 sequences, a 200 MB ``.idx``, 2 shared
 cores): the first open validates and hashes the index (1.27 s, median of 5) and caches ``offsets``
 and the fingerprint in ``cache_root()/megatron/index-<key>.npy``, keyed by the ``.idx``'s identity
-(size, mtime_ns, inode, first and last MiB) and the ``.bin`` size; a reopen (each DataLoader
-worker unpickling the store) maps the cached ``offsets`` instead (0.038 s).  megatron-core's
+(size, mtime_ns, ctime_ns, inode, first and last MiB; any write sets a new ctime, see
+:mod:`mmpack.formats.foreign` for what this trusts) and the ``.bin`` size; a reopen (each
+DataLoader worker unpickling the store) maps the cached ``offsets`` instead (0.038 s).  An
+``.idx`` changed less than 2 s before the open is not cached.  megatron-core's
 ``IndexedDataset`` opens the same files in 0.0004 s because it validates nothing.
 """
 
@@ -46,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +59,16 @@ import numpy as np
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.formats.foreign import (
     ForeignStore,
+    TokenSource,
     cache_root,
     file_identity,
     load_index,
     map_tokens,
+    recently_changed,
     save_index,
-    unsigned_view_dtype,
 )
+from mmpack.formats.token_ids import check_ids_nonnegative, unsigned_view_dtype
+from mmpack.store.backends._mapping import map_file
 
 __all__ = [
     "DTYPE_CODES",
@@ -139,7 +147,7 @@ class MegatronIndex:
                 )
             if docs < 1:
                 raise FormatError(f"{idx_path}: an empty document index (it must start with 0)")
-            raw = np.memmap(f, dtype=np.uint8, mode="r").view(np.ndarray)
+            raw = map_file(f.fileno(), 0, size)  # no descriptor kept
         self.path = idx_path
         self.size = size
         self.version = version
@@ -208,18 +216,7 @@ class MegatronStore(ForeignStore):
         size = _check_bin(bin_path, num_tokens, index.dtype)
         if _fingerprint(index, size) != self.fingerprint:
             raise FormatError(f"{idx_path} changed since the store was opened")
-        negative = 0
-        if index.dtype.kind == "i":
-            view = self.tokens if self.tokens is not None else np.empty(0, self.dtype)
-            step = 1 << 24
-            limit = 1 << (8 * index.dtype.itemsize - 1)
-            for lo in range(0, view.shape[0], step):
-                negative += int(np.count_nonzero(view[lo : lo + step] >= limit))
-            if negative:
-                raise FormatError(
-                    f"{bin_path}: {negative} negative token ids (the file's dtype is "
-                    f"{index.dtype}); token ids must be >= 0"
-                )
+        check_ids_nonnegative(self._mapped, index.dtype, bin_path)
         return {"sequences": index.sequence_count}
 
 
@@ -244,7 +241,10 @@ def _fingerprint(index: MegatronIndex, bin_size: int) -> str:
 
 
 def open_megatron(
-    location: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
+    location: str | os.PathLike[str],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    verify_reads: bool = False,
 ) -> MegatronStore:
     """Open the Megatron dataset ``PREFIX`` (``PREFIX.bin`` + ``PREFIX.idx``) read-only, in place.
 
@@ -255,6 +255,10 @@ def open_megatron(
     cache_dir : str or os.PathLike, optional
         Root of the local cache for plans and checksum sidecars (default ``~/.cache/mmpack``,
         see :func:`mmpack.formats.foreign.cache_root`).
+    verify_reads : bool
+        Check each 16 MiB block of the ``.bin`` against the checksum sidecar the first time a
+        read touches it (and its ids for negative ones; the ``.idx`` is checked in full now),
+        recording the sidecar now, one read of both files, if there is none yet.
 
     Raises
     ------
@@ -264,13 +268,15 @@ def open_megatron(
         Anything not understood (see the module docstring), a multimodal index, float tokens.
     """
     prefix, bin_path, idx_path = megatron_paths(location)
+    started = time.time_ns()  # before the identity: see recently_changed
     index = MegatronIndex(idx_path)
     dtype = unsigned_view_dtype(index.dtype, str(idx_path))
     try:
         bin_size = os.stat(bin_path).st_size
     except FileNotFoundError:
         raise StoreNotFoundError(f"{bin_path} is missing (its .idx is there)") from None
-    key = {"idx": file_identity(idx_path), "bin_size": bin_size}
+    idx_identity = file_identity(idx_path)
+    key = {"idx": idx_identity, "bin_size": bin_size}
     root = cache_root(cache_dir) / MegatronStore.kind
     cached = load_index(root, key, bin_size // dtype.itemsize)
     if cached is not None and cached[0].shape[0] == index.document_count + 1:
@@ -281,7 +287,8 @@ def open_megatron(
         offsets, num_tokens = index.token_offsets()
         _check_bin(bin_path, num_tokens, index.dtype)
         fingerprint = _fingerprint(index, bin_size)
-        save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(idx_path)})
+        if not recently_changed(started, idx_identity):
+            save_index(root, key, offsets, {"fingerprint": fingerprint, "source": str(idx_path)})
     _check_bin(bin_path, num_tokens, index.dtype)
     tokens = map_tokens(bin_path, dtype, 0, num_tokens)
     info = {
@@ -300,9 +307,11 @@ def open_megatron(
         offsets=offsets,
         fingerprint=fingerprint,
         source_files=(idx_path, bin_path),
+        token_source=TokenSource(bin_path, b"", index.dtype),
         info=info,
         location=str(prefix),
         cache_dir=cache_dir,
         open_options=options,
         index_cache=(root, key),
+        verify_reads=verify_reads,
     )

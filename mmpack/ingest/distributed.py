@@ -18,7 +18,9 @@ that the engine retries or runs twice leaves exactly one, identical, part.  The 
 parts in task order (:mod:`mmpack.joins.join`; no token is copied) inside the staging folder and
 renames it onto ``OUT``: a failed build publishes nothing and removes its staging folder.  The
 result's documents and tokens are those of ``ingest`` over the same inputs, whatever the number of
-workers or the order in which tasks finish (tested).
+workers or the order in which tasks finish (tested).  The staging folder carries its driver's
+lock (:func:`mmpack.store.publish.stage_folder`): a killed build's folder is removed by the next
+build of the same output, a live one's never.
 
 Engines: ``"dask"`` (``dask.distributed``: a ``LocalCluster`` on 127.0.0.1 unless ``scheduler``
 names one; its workers must see the same file system and have mmpack installed) and ``"serial"``
@@ -31,8 +33,8 @@ owns the driver: checks, staging, the join and the atomic publish, and the summe
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 import shutil
 import time
 import warnings
@@ -54,13 +56,18 @@ from mmpack.ingest.provenance import (
 from mmpack.ingest.task_plan import DEFAULT_PART_BYTES, plan_tasks, size_of
 from mmpack.ingest.tokenizer import load_tokenizer, with_template
 from mmpack.joins.join import write_join_into
-from mmpack.joins.parts import open_join
+from mmpack.joins.opening import open_join
 from mmpack.store.opening import as_path
-from mmpack.store.publish import check_replaceable, swap_into_place
+from mmpack.store.publish import (
+    BUILD_TAG,
+    LOCK_FILE,
+    check_replaceable,
+    stage_folder,
+    swap_into_place,
+)
 
 __all__ = ["ENGINES", "build_distributed", "build_part", "plan_tasks"]
 
-_STAGE_TAG = ".mmpack-build-"
 _COUNTS = ("docs_read", "docs_written", "docs_skipped", "empty_skipped", "tokens_written")
 """The document and token counts of a part's result, summed over the parts."""
 
@@ -195,21 +202,24 @@ def _build_staged(
     when ``progress`` (None: when stderr is a terminal).  Returns the engine's worker count and
     the parts' results, in task order."""
     sizes = [sum(size_of(Path(f)) for f in t) for t in tasks]
-    stage = out.parent / f".{out.name}{_STAGE_TAG}{os.getpid()}-{secrets.token_hex(4)}"
-    (stage / "parts").mkdir(parents=True)
+    stage, lock_fd = stage_folder(out, tag=BUILD_TAG)  # killed builds' folders removed first
     part_paths = [str(stage / "parts" / f"part-{k:05d}") for k in range(len(tasks))]
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     if progress is None:
         progress = stderr_is_tty()
     bar = Progress(sum(sizes), len(tasks)) if progress else None
     try:
+        (stage / "parts").mkdir()
         workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
         _join_parts(stage, part_paths, tasks, results, tok)
         swap_into_place(stage, out, overwrite)
+        with contextlib.suppress(OSError):  # a kill before this leaves a harmless empty file
+            (out / LOCK_FILE).unlink()
     except BaseException:
         _remove_stage(stage)
         raise
     finally:
+        os.close(lock_fd)
         if bar is not None:
             bar.close()
     done = [res for res in results if res is not None]

@@ -3,7 +3,8 @@
 ::
 
     manifest.py    OUT/mmpack-join.json: its format, checks and fingerprint (read and written)
-    parts.py       JoinedStore and the backend that reads through the parts; open_join
+    parts.py       JoinedStore and the backend that reads through the parts
+    opening.py     open_join/detect_join: each part opened with the caller's options; cycles
     join.py        join(): writes a join without copying tokens, appends atomically
 
 Registered in :mod:`mmpack.store.registry` when this package is imported (``import mmpack``
@@ -18,6 +19,6 @@ from mmpack.store.registry import register_detector, register_opener, register_o
 
 __all__: list[str] = []
 
-register_opener("parts", "mmpack.joins.parts:open_join")
-register_detector("mmpack.joins.parts:detect_join")
+register_opener("parts", "mmpack.joins.opening:open_join")
+register_detector("mmpack.joins.opening:detect_join")
 register_owner("mmpack.joins.manifest:join_entries")

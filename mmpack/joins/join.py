@@ -29,7 +29,8 @@ from mmpack.joins.manifest import (
     manifest_fingerprint,
     read_manifest,
 )
-from mmpack.joins.parts import JoinedStore, open_join
+from mmpack.joins.opening import PartOptions, open_join, part_open_error
+from mmpack.joins.parts import JoinedStore
 from mmpack.store.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
@@ -38,6 +39,7 @@ from mmpack.store.format import (
 )
 from mmpack.store.opening import as_path
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.registry import OPENERS
 from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
 
 __all__ = ["join", "write_join_into"]
@@ -56,6 +58,7 @@ def join(
     extra: dict[str, Any] | None = None,
     mixed_tokenizers: bool = False,
     fsync: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> JoinedStore:
     """Join ``parts`` (complete stores, in order) into the store ``out`` without copying tokens.
 
@@ -81,6 +84,10 @@ def join(
         Allow parts whose recorded tokenizers differ (refused by default: their ids mean
         different things).  When every part records the same tokenizer, the join records it
         too (and holds a copy of its ``tokenizer.json``).
+    storage_options : dict, optional
+        Opens the parts given as URLs and the join's remote parts (never stored in the manifest;
+        ``mmpack.open(out, storage_options=...)`` reopens them).  Default: the options the remote
+        parts given as stores were opened with (they must agree).
 
     Returns
     -------
@@ -94,7 +101,10 @@ def join(
     StoreNotFoundError, StateMismatchError
         A part (or a part of the existing join when appending) is missing or changed.
     ValueError
-        No parts, or ``out`` among them.
+        No parts, ``out`` among them or inside one of them (a join cannot contain itself), or
+        remote parts opened with different ``storage_options``.  Nothing is written then.
+    OSError
+        A part cannot be opened (the message names it, and the limit when one was reached).
     """
     out = as_path(out, "out")
     if isinstance(parts, (str, bytes, os.PathLike)) or not isinstance(parts, Sequence):
@@ -105,7 +115,9 @@ def join(
         raise ValueError("parts is empty: a join needs at least one part")
     _check_extra(extra)
     out_abs = Path(os.path.abspath(out))
-    new = _open_parts(parts, refuse=out)
+    new = _open_parts(parts, refuse=out, storage_options=storage_options)
+    _refuse_cycles(new, out)
+    remote = _remote_options(new, storage_options)
     exists = out.exists() or out.is_symlink()
     if exists and not (out / JOIN_FILE).is_file():
         raise StoreExistsError(f"{str(out)!r} exists and is not a joined store; not replacing it")
@@ -117,10 +129,11 @@ def join(
     if not exists and append:
         raise StoreNotFoundError(f"append=True but there is no joined store at {str(out)!r}")
     if exists:
-        _replace_manifest(out, out_abs, new, append, extra, fsync, mixed_tokenizers)
+        _replace_manifest(out, out_abs, new, append, extra, fsync, mixed_tokenizers, remote)
     else:
         _publish_new(out, out_abs, new, extra, fsync, mixed_tokenizers)
-    return open_join(out)
+    del new  # the parts' mappings, before the join maps them again
+    return open_join(out, **remote)
 
 
 def _publish_new(
@@ -154,12 +167,14 @@ def _replace_manifest(
     extra: dict[str, Any] | None,
     fsync: bool,
     mixed_tokenizers: bool,
+    remote: dict[str, Any],
 ) -> None:
     """Append ``new`` to the join ``out`` (or replace its parts by them), under its lock: a new
     offsets file, the manifest swapped atomically, then the old offsets file removed (readers
-    that mapped it keep their mapping).  ``extra=None`` keeps the join's extra sections."""
+    that mapped it keep their mapping).  ``extra=None`` keeps the join's extra sections;
+    ``remote`` opens the existing join's remote parts."""
     with _locked(out):
-        old_store = open_join(out) if append else None
+        old_store = open_join(out, **remote) if append else None
         old_raw = read_manifest(out)
         kept = list(old_raw["parts"]) if append else []
         if extra is None:
@@ -215,16 +230,29 @@ def _check_extra(extra: dict[str, Any] | None) -> None:
         )
 
 
-def _open_parts(parts: Sequence[Any], refuse: Path | None = None) -> list[TokenStore]:
-    """Each part as an open store (a ``TokenStore`` as it is, a path or URL opened); a local
-    part at ``refuse`` (the join being written) is a ``ValueError``."""
+def _open_parts(
+    parts: Sequence[Any],
+    refuse: Path | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> list[TokenStore]:
+    """Each part as an open store (a ``TokenStore`` as it is, a path or URL opened, a URL with
+    ``storage_options``); a local part at ``refuse`` (the join being written) is a
+    ``ValueError``."""
     refused = None if refuse is None else Path(os.path.abspath(refuse))
     stores = []
     for k, item in enumerate(parts):
         if isinstance(item, TokenStore):
             store = item
         elif isinstance(item, (str, os.PathLike)):
-            store = open_store(item)
+            remote = isinstance(item, str) and "://" in item
+            given = {"storage_options": storage_options} if storage_options is not None else {}
+            try:
+                store = open_store(item, **PartOptions(remote=given).for_part(item))
+            except OSError as exc:
+                err = part_open_error(f"part {k} ({item})", exc, remote=remote)
+                if err is exc:
+                    raise
+                raise err from exc
         else:
             raise TypeError(
                 f"part {k} must be a path, URL or TokenStore, got {type(item).__name__}"
@@ -233,6 +261,66 @@ def _open_parts(parts: Sequence[Any], refuse: Path | None = None) -> list[TokenS
             raise ValueError(f"part {k} is the join {str(refuse)!r} itself")
         stores.append(store)
     return stores
+
+
+def _refuse_cycles(stores: list[TokenStore], out: Path) -> None:
+    """``ValueError`` if a part is a join that holds ``out`` (at any depth): the join would
+    contain itself, and every open of it would recurse."""
+    target = os.path.realpath(out)
+    for k, store in enumerate(stores):
+        trail = _trail_to(store, target, [os.path.normpath(store.location)])
+        if trail is not None:
+            raise ValueError(
+                f"part {k} ({store.location}) contains the join {str(out)!r} itself "
+                f"({' -> '.join(trail)}): a join cannot contain itself; nothing was written"
+            )
+
+
+def _trail_to(store: TokenStore, target: str, trail: list[str]) -> list[str] | None:
+    """The locations from ``store`` down to the part at real path ``target``, or None."""
+    if not isinstance(store, JoinedStore):
+        return None
+    for part in store.parts:
+        here = [*trail, os.path.normpath(part.location)]
+        if "://" not in part.location and os.path.realpath(part.location) == target:
+            return here
+        found = _trail_to(part, target, here)
+        if found is not None:
+            return found
+    return None
+
+
+def _holds_remote(store: TokenStore) -> bool:
+    if "://" in store.location:
+        return True
+    return isinstance(store, JoinedStore) and any(_holds_remote(p) for p in store.parts)
+
+
+def _remote_options(stores: list[TokenStore], given: dict[str, Any] | None) -> dict[str, Any]:
+    """The options the join's remote parts open with: ``given``, else those the remote parts
+    (and the joins holding some) were opened with, which must agree; ``ValueError`` before
+    anything is written otherwise."""
+    found = {
+        k: s.open_options.get("storage_options") for k, s in enumerate(stores) if _holds_remote(s)
+    }
+    if given is not None:
+        other = [k for k, v in found.items() if v is not None and v != given]
+        if other:
+            raise ValueError(
+                f"part {other[0]} ({stores[other[0]].location}) was opened with other "
+                "storage_options than the storage_options given to join: a join opens all its "
+                "remote parts with one storage_options"
+            )
+        return {"storage_options": given}
+    values = [(k, v) for k, v in found.items() if v is not None]
+    clash = [k for k, v in values if v != values[0][1]]
+    if clash:
+        raise ValueError(
+            f"parts {values[0][0]} and {clash[0]} were opened with different storage_options: "
+            "a join opens all its remote parts with the one storage_options given to "
+            "mmpack.open; pass storage_options= to join"
+        )
+    return {"storage_options": values[0][1]} if values else {}
 
 
 def _publish(
@@ -292,6 +380,7 @@ def _publish(
             "dtype": p.dtype.str,
             "num_docs": len(p),
             "num_tokens": p.num_tokens,
+            **_reopening(p),
         }
         for p in new
     ]
@@ -308,6 +397,21 @@ def _publish(
     raw["fingerprint"] = manifest_fingerprint(raw)
     raw.update(extra or {})
     write_json_atomic(folder / JOIN_FILE, raw)
+
+
+def _reopening(store: TokenStore) -> dict[str, Any]:
+    """What a part in another tool's format needs to be opened again besides its location (its
+    ``format`` and options such as ``eos``; never a cache folder or credentials), as manifest
+    fields; nothing for mmpack's own stores and joins."""
+    kind = store.meta.get("format")
+    if not isinstance(kind, str) or kind not in OPENERS or "://" in store.location:
+        return {}
+    options = {
+        k: v for k, v in store.open_options.items() if k not in ("cache_dir", "verify_reads")
+    }
+    if isinstance(options.get("metadata"), str):
+        options["metadata"] = os.path.abspath(options["metadata"])
+    return {"format": kind, "options": options}
 
 
 def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:

@@ -3,7 +3,8 @@ fingerprint.
 
 The manifest records the format name and version, the token dtype (the widest of the parts'),
 the document and token counts, the global offsets file with its block CRC-32s, and the parts in
-order (location, fingerprint, dtype, counts); the layout and the publishing protocol are
+order (location, fingerprint, dtype, counts; and the ``format`` and open ``options`` of a part in
+another tool's format, such as its ``eos``); the layout and the publishing protocol are
 described in :mod:`mmpack.joins.parts`.  :func:`read_manifest` reads and checks it (every count a
 non-negative integer, the totals the sums of the parts', the fingerprint that of the contents);
 :func:`manifest_fingerprint` is the one definition of that fingerprint, used by the writer
@@ -21,6 +22,7 @@ import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
+from mmpack.store.publish import LOCK_FILE
 
 __all__ = [
     "JOIN_FILE",
@@ -81,6 +83,7 @@ def _check_manifest(raw: Any, where: Path) -> None:
             and all(
                 isinstance(p["location"], str) and isinstance(p["fingerprint"], str) for p in parts
             )
+            and all(_reopening_ok(p) for p in parts)
             and raw["num_docs"] == docs
             and raw["num_tokens"] == tokens
             and isinstance(raw["offsets"]["file"], str)
@@ -96,6 +99,23 @@ def _check_manifest(raw: Any, where: Path) -> None:
         raise FormatError(
             f"{where}: fingerprint {raw.get('fingerprint')!r} does not match the manifest"
         )
+
+
+_CALLERS_OPTIONS = {"format", "verify_reads", "cache_dir", "storage_options", "cache_limit"}
+"""Options a part's record never holds: they are the caller's (:mod:`mmpack.joins.opening`)."""
+
+
+def _reopening_ok(part: dict[str, Any]) -> bool:
+    """A part in another tool's format records its ``format`` and JSON ``options`` (e.g.
+    ``eos``) together; a part of mmpack's own records neither."""
+    if "format" not in part and "options" not in part:
+        return True
+    options = part.get("options")
+    return (
+        isinstance(part.get("format"), str)
+        and isinstance(options, dict)
+        and all(isinstance(k, str) and k not in _CALLERS_OPTIONS for k in options)
+    )
 
 
 def manifest_fingerprint(raw: dict[str, Any]) -> str:
@@ -117,7 +137,8 @@ def manifest_fingerprint(raw: dict[str, Any]) -> str:
 
 def join_entries(path: Path) -> set[str] | None:
     """The names a join folder holds of its own (its manifest, the offsets file it names, its
-    lock, its copy of the tokenizer, the ``parts`` of a distributed build, the plan ``cache``);
+    lock, its copy of the tokenizer, the ``parts`` of a distributed build and the builder's lock
+    file a build killed right after publishing leaves, the plan ``cache``);
     None when ``path`` holds no readable join.  What ``overwrite`` may replace
     (:func:`mmpack.store.publish.check_replaceable`, through
     :data:`mmpack.store.registry.OWNERS`)."""
@@ -125,7 +146,7 @@ def join_entries(path: Path) -> set[str] | None:
         raw = read_manifest(path)
     except (FormatError, OSError):
         return None
-    own = {JOIN_FILE, JOIN_LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
+    own = {JOIN_FILE, JOIN_LOCK_FILE, LOCK_FILE, raw["offsets"]["file"], "parts", "cache"}
     tokenizer = raw.get("tokenizer")
     if isinstance(tokenizer, dict) and isinstance(tokenizer.get("file"), str):
         own.add(tokenizer["file"])

@@ -3,7 +3,8 @@
 A join is a folder holding a small manifest and one index::
 
     OUT/mmpack-join.json       format "mmpack-join", the parts in order (location, relative to OUT
-                               where local; fingerprint; dtype; documents; tokens), the counts,
+                               where local; fingerprint; dtype; documents; tokens; for another
+                               tool's files their format and options, e.g. eos), the counts,
                                the fingerprint of the join
     OUT/offsets-<id>.bin       int64 (num_docs + 1,): the global document offsets, the parts'
                                offsets shifted by the tokens before them; CRC-32 in the manifest
@@ -24,10 +25,13 @@ loaded 2-core machine): a batch of 32 random 2048-token windows costs 1.7x the s
 Cost.  ``join`` reads only the parts' metadata and offsets and writes ``8 * (num_docs + 1)`` bytes
 plus the manifest: against the token bytes that is ``8 / (itemsize * mean document length)``,
 e.g. 0.8% for uint16 tokens and 500-token documents, 0.04% for 10k-token documents (the README's
-figure comes from ``python -m benchmarks.bench_join``).  Opening maps the offsets and opens every
-part (its metadata only), refusing a part that is missing or whose fingerprint differs from the
-manifest's.  ``verify()`` verifies every part, the offsets' checksums and their agreement with the
-parts' own offsets.
+figure comes from ``python -m benchmarks.bench_join``).  Opening (:mod:`mmpack.joins.opening`)
+maps the offsets and opens every part (its metadata only; a part's mappings hold no file
+descriptor, so a join of 10,000 parts opens under a limit of 1024 open files), refusing a part
+that is missing or whose fingerprint differs from the manifest's, and a join that contains
+itself.  ``verify()`` verifies every part, the offsets' checksums and their agreement with the
+parts' own offsets.  With ``verify_reads=True`` every part checks its own blocks on first read
+and the offsets' checksums are checked at open.
 
 Publishing.  A new join is written in a temporary folder beside ``OUT`` and renamed into place.
 Appending parts (``append=True``) or re-joining (``overwrite=True``) writes a new offsets file
@@ -35,8 +39,9 @@ under a new name, then replaces the manifest with ``os.replace`` (atomic), then 
 offsets file; readers that opened the old join keep their mapping, and a reader that raced the
 swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
 
-The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`; this module
-owns the backend that reads through the parts and the opened :class:`JoinedStore`.
+The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`, opening is
+:mod:`mmpack.joins.opening`; this module owns the backend that reads through the parts and the
+opened :class:`JoinedStore`.
 """
 
 from __future__ import annotations
@@ -49,15 +54,19 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
+from mmpack.errors import FormatError
 from mmpack.joins.manifest import JOIN_FILE, read_manifest
 from mmpack.store.backends import Backend
-from mmpack.store.backends._memmap import map_readonly
-from mmpack.store.format import OFFSETS_DTYPE
-from mmpack.store.opening import as_path, open_while_unchanged
-from mmpack.store.reader import TokenStore, open_store, reopen_pickled
+from mmpack.store.reader import TokenStore, reopen_pickled
 
-__all__ = ["JOIN_FILE", "JoinedStore", "PartsBackend", "detect_join", "open_join"]
+__all__ = [
+    "JOIN_FILE",
+    "JoinMeta",
+    "JoinedStore",
+    "PARTS_CHECK_THEIR_OWN",
+    "PartsBackend",
+    "check_global_offsets",
+]
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,11 @@ class PartsBackend(Backend):
         self._offsets = offsets
         self.token_starts = np.zeros(len(self.parts) + 1, dtype=np.int64)
         np.cumsum([p.num_tokens for p in self.parts], out=self.token_starts[1:])
-        maps = [p.tokens for p in self.parts]
+        maps = [p.mapping() for p in self.parts]
         self._maps = maps if all(m is not None for m in maps) else None
+        # parts opened with verify_reads whose blocks are not all checked yet: a range is read
+        # from a part's mapping only after that part checked it (check_reads)
+        self._unchecked = {k for k, p in enumerate(self.parts) if p.verify_reads}
 
     @staticmethod
     def read_meta(path: Path) -> Any | None:
@@ -141,6 +153,8 @@ class PartsBackend(Backend):
         dst = out_starts[rng] + (lo - starts[rng])
         maps = self._maps
         if maps is not None:  # every part a memmap: one slice copy per piece, no call per part
+            if self._unchecked:
+                self._check_parts(part, lo - ts[part], hi - lo)
             for p, a, d, n in zip(
                 part.tolist(), (lo - ts[part]).tolist(), dst.tolist(), (hi - lo).tolist()
             ):
@@ -161,6 +175,16 @@ class PartsBackend(Backend):
                 _copy_pieces(src, np.asarray(src_starts, dtype=np.int64), buf, dst[group], n)
         return buf, out_starts
 
+    def _check_parts(self, part: np.ndarray, local: np.ndarray, n: np.ndarray) -> None:
+        """Let every touched part that has unchecked blocks check its pieces (``part``,
+        ``local`` starts and lengths ``n``: int64, shape (pieces,)); a part whose blocks are
+        all checked is never asked again."""
+        for p in np.unique(part).tolist():
+            if p in self._unchecked:
+                mine = part == p
+                if self.parts[p].check_reads(local[mine], n[mine]):
+                    self._unchecked.discard(p)
+
 
 def _copy_pieces(
     src: np.ndarray, src_at: np.ndarray, dst: np.ndarray, dst_at: np.ndarray, lengths: np.ndarray
@@ -175,6 +199,40 @@ def _copy_pieces(
         return
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     dst[np.repeat(dst_at, lengths) + within] = src[np.repeat(src_at, lengths) + within]
+
+
+def check_global_offsets(path: Path, raw: dict[str, Any], offsets: np.ndarray) -> int:
+    """Check the CRC-32 of every block of the global offsets (int64, shape (num_docs + 1,))
+    against the manifest ``raw``; :class:`FormatError` naming the first bad block.  Returns the
+    number of blocks checked."""
+    rec = raw["offsets"]
+    data = np.ascontiguousarray(offsets).view(np.uint8)
+    block = int(rec["block_bytes"])
+    for b, stored in enumerate(rec["crc32"]):
+        got = zlib.crc32(memoryview(data[b * block : (b + 1) * block]))  # type: ignore[arg-type]
+        if got != stored:
+            raise FormatError(
+                f"{path}: global offsets block {b} fails its checksum (stored "
+                f"{stored:#010x}, computed {got:#010x}); run mmpack join again"
+            )
+    return len(rec["crc32"])
+
+
+class _PartsCheckTheirOwn:
+    """The read checker of a join opened with ``verify_reads``: nothing to do here, since every
+    part was opened with ``verify_reads`` and checks the blocks its reads touch."""
+
+    def verify_span(self, start: int, stop: int) -> None:
+        return None
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        return None
+
+    def all_checked(self) -> bool:
+        return True
+
+
+PARTS_CHECK_THEIR_OWN = _PartsCheckTheirOwn()
 
 
 # --------------------------------------------------------------------------------- the store
@@ -214,18 +272,8 @@ class JoinedStore(TokenStore):
                 ) from exc
             blocks += res["blocks"]
             nbytes += res["bytes"]
-        rec = self._raw_meta["offsets"]
-        raw = np.ascontiguousarray(self.offsets).view(np.uint8)
-        block = int(rec["block_bytes"])
-        for b, stored in enumerate(rec["crc32"]):
-            got = zlib.crc32(memoryview(raw[b * block : (b + 1) * block]))  # type: ignore[arg-type]
-            if got != stored:
-                raise FormatError(
-                    f"{self.path}: global offsets block {b} fails its checksum (stored "
-                    f"{stored:#010x}, computed {got:#010x}); run mmpack join again"
-                )
-            blocks += 1
-        nbytes += raw.shape[0]
+        blocks += check_global_offsets(self.path, self._raw_meta, self.offsets)
+        nbytes += self.offsets.nbytes
         doc = 0
         for k, part in enumerate(self.parts):
             n = len(part)
@@ -240,11 +288,18 @@ class JoinedStore(TokenStore):
         return {"parts": len(self.parts), "blocks": blocks, "bytes": nbytes}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self._location, "fingerprint": self.fingerprint}
+        options = dict(self._open_options)  # the caller's, for the remote parts (in memory only)
+        if self.verify_reads:
+            options["verify_reads"] = True
+        return {"location": self._location, "fingerprint": self.fingerprint, "options": options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         current = reopen_pickled(
-            state["location"], state["fingerprint"], "the joined store", "changed"
+            state["location"],
+            state["fingerprint"],
+            "the joined store",
+            "changed",
+            **state.get("options", {}),
         )
         self.__dict__.update(current.__dict__)
 
@@ -253,76 +308,3 @@ class JoinedStore(TokenStore):
             f"JoinedStore({str(self._path)!r}, parts={len(self.parts)}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
-
-
-# --------------------------------------------------------------------------------- opening
-def detect_join(path: Path) -> str | None:
-    """The ``DETECTORS`` entry: ``"parts"`` for a folder holding ``mmpack-join.json``."""
-    return "parts" if (Path(path) / JOIN_FILE).is_file() else None
-
-
-def open_join(location: Any, **options: Any) -> JoinedStore:
-    """Open the joined store at ``location`` (the ``OPENERS["parts"]`` entry).
-
-    Raises
-    ------
-    StoreNotFoundError
-        No join there, or a part is missing (the message names it).
-    StateMismatchError
-        A part's fingerprint differs from the manifest's (it was rebuilt or modified).
-    FormatError
-        A malformed manifest or offsets file.
-    """
-    if options:
-        raise TypeError(f"unexpected options for a joined store: {sorted(options)}")
-    path = as_path(location, "location")
-    # An append may swap the manifest and offsets between our two reads.
-    return open_while_unchanged(
-        path, read_manifest, lambda raw: _open_manifest(path, raw), recheck=False
-    )
-
-
-def _open_manifest(path: Path, raw: dict[str, Any]) -> JoinedStore:
-    dtype = np.dtype(raw["dtype"])
-    parts = []
-    for k, rec in enumerate(raw["parts"]):
-        where = _resolve(path, rec["location"])
-        try:
-            part = open_store(where)
-        except StoreNotFoundError:
-            raise StoreNotFoundError(
-                f"{path}: part {k} ({rec['location']}) is missing; restore it or join the "
-                "remaining parts again"
-            ) from None
-        if (
-            part.fingerprint != rec["fingerprint"]
-            or len(part) != rec["num_docs"]
-            or (part.num_tokens != rec["num_tokens"])
-        ):
-            raise StateMismatchError(
-                f"{path}: part {k} ({rec['location']}) has fingerprint {part.fingerprint} "
-                f"({len(part)} documents, {part.num_tokens} tokens) but was joined with "
-                f"{rec['fingerprint']} ({rec['num_docs']} documents, {rec['num_tokens']} tokens): "
-                "it changed after the join; run mmpack join again"
-            )
-        parts.append(part)
-    offsets = map_readonly(path / raw["offsets"]["file"], OFFSETS_DTYPE, raw["num_docs"] + 1)
-    meta = JoinMeta(
-        dtype=dtype,
-        num_docs=raw["num_docs"],
-        num_tokens=raw["num_tokens"],
-        fingerprint=raw["fingerprint"],
-    )
-    backend = PartsBackend(path, meta, parts, offsets)
-    doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=doc_starts[1:])
-    if not np.array_equal(offsets[doc_starts], backend.token_starts):
-        raise FormatError(f"{path}: the global offsets do not match the parts' sizes")
-    return JoinedStore(path, meta, raw, backend, location=str(path), cache_dir=path / "cache")  # type: ignore[arg-type]
-
-
-def _resolve(folder: Path, location: str) -> str | Path:
-    if "://" in location:
-        return location
-    loc = Path(location)
-    return loc if loc.is_absolute() else folder / loc

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import fcntl
 import mmap
 import os
@@ -74,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.libc import libc_function
 from mmpack.kernels.blockstate import all_blocks_present, check_ranges
 from mmpack.store.integrity import block_digest
 
@@ -154,13 +154,9 @@ def lock_range(fd: int, kind: int, start: int, length: int) -> bool:
 
 
 def _load_punch() -> Any:
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
+    return libc_function(
+        "fallocate", ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    )
 
 
 _FALLOCATE = _load_punch()

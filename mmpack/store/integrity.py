@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,7 +25,23 @@ from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import StoreMeta
 
-__all__ = ["BlockChecker", "block_digest", "check_offsets"]
+__all__ = ["BlockChecker", "ReadChecker", "block_digest", "check_offsets"]
+
+
+class ReadChecker(Protocol):
+    """What a store with ``verify_reads`` asks before serving tokens: check (once) every block
+    that flat token ranges touch, raising :class:`FormatError` naming the first bad one.
+    :class:`BlockChecker` checks a store's own block checksums; a kind of store without them
+    (a join, another tool's files) brings its own (:class:`TokenStore`'s ``read_checker``)."""
+
+    def verify_span(self, start: int, stop: int) -> None:
+        """Tokens ``[start, stop)`` (validated ints)."""
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """Ranges ``[starts, starts + lengths)`` (int64, shape (k,), validated)."""
+
+    def all_checked(self) -> bool:
+        """Whether every block has been checked (later reads need no check)."""
 
 
 def block_digest(kind: str, data: Any) -> int:
@@ -72,11 +88,17 @@ class BlockChecker:
         self._meta = meta
         self._backend = backend
         self._verified = np.zeros(len(meta.tokens_digests) if track_reads else 0, dtype=bool)
+        self._pending = int(self._verified.shape[0])  # blocks not verified yet
+
+    def all_checked(self) -> bool:
+        return self._pending == 0
 
     def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
         """Checksum every not yet verified token block that ranges ``[starts, starts+lengths)``
         (int64, shape (k,)) touch (ranges are short next to a block: usually one or two blocks
-        each)."""
+        each).  Once every block is verified a call returns at once."""
+        if not self._pending:
+            return
         keep = lengths > 0
         if not keep.all():
             starts, lengths = starts[keep], lengths[keep]
@@ -94,7 +116,7 @@ class BlockChecker:
 
     def verify_span(self, start: int, stop: int) -> None:
         """Checksum every not yet verified token block that flat tokens ``[start, stop)`` touch."""
-        if stop <= start:
+        if stop <= start or not self._pending:
             return
         per_block = self._meta.block_bytes // self._meta.dtype.itemsize
         for b in range(start // per_block, (stop - 1) // per_block + 1):
@@ -103,7 +125,9 @@ class BlockChecker:
 
     def _verify_token_block(self, b: int) -> None:
         self.check_block("tokens", b)
-        self._verified[b] = True
+        if not self._verified[b]:
+            self._verified[b] = True
+            self._pending -= 1
 
     def check_block(self, name: str, b: int) -> int:
         """Checksum block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);

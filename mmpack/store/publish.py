@@ -1,13 +1,14 @@
 """Atomic publishing of a store folder: where a build writes, how it replaces a target, and
 how the leftovers of dead builders are found.
 
-A builder writes into ``.<name>.mmpack-tmp-<pid>-<8 hex>`` beside the target.  The folder is
-staged as ``.<name>.mmpack-new-...``, gets its lock file ``.mmpack-lock`` (held with ``flock`` for
-the builder's lifetime), then is renamed to its ``-tmp-`` name (:func:`stage_folder`), so every
-``-tmp-`` folder a cleaner sees carries its builder's lock.  :func:`clean_stale` removes only the
-folders of exactly that target name (compared as strings, never as glob patterns) whose lock it
-can take: one ``listdir`` of the parent plus one ``open``/``flock`` per candidate, valid across
-PID namespaces.  Before the swap :func:`check_new_store` opens the finished folder as a store
+A builder writes into ``.<name>.mmpack-tmp-<pid>-<8 hex>`` beside the target (a distributed
+build into ``.<name>.mmpack-build-<pid>-<8 hex>``, its parts inside).  The folder is staged as
+``.<name>.mmpack-new-...``, gets its lock file ``.mmpack-lock`` (held with ``flock`` for the
+builder's lifetime), then is renamed to its ``-tmp-`` (``-build-``) name (:func:`stage_folder`),
+so every such folder a cleaner sees carries its builder's lock.  :func:`clean_stale` removes only
+the folders of exactly that target name (compared as strings, never as glob patterns) whose lock
+it can take: one ``listdir`` of the parent plus one ``open``/``flock`` per candidate, valid across
+PID namespaces; a killed build of either kind is cleaned by the next build of its target.  Before the swap :func:`check_new_store` opens the finished folder as a store
 (metadata and offsets, O(num_docs)) and :func:`check_replaceable` re-checks that the target is
 a store or an empty folder (one ``listdir``); :func:`swap_into_place` then renames the folder
 onto a free target, or exchanges it with an existing store in one ``renameat2(RENAME_EXCHANGE)``
@@ -19,10 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
-import functools
 import os
 import secrets
 import shutil
@@ -30,6 +29,7 @@ import stat
 import time
 from pathlib import Path
 
+from mmpack.core.libc import libc_function
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
 from mmpack.store.format import META_FILE, StoreMeta, plain_file_name
@@ -38,6 +38,7 @@ from mmpack.store.reader import TokenStore
 from mmpack.store.registry import OWNERS, load
 
 __all__ = [
+    "BUILD_TAG",
     "LAYOUT_ENTRIES",
     "LOCK_FILE",
     "check_new_store",
@@ -52,11 +53,14 @@ __all__ = [
 ]
 
 _TMP_TAG = ".mmpack-tmp-"
+BUILD_TAG = ".mmpack-build-"
+"""The tag of a distributed build's staging folder (:func:`stage_folder` with ``tag=``)."""
 _OLD_TAG = ".mmpack-old-"
 _NEW_TAG = ".mmpack-new-"
 LOCK_FILE = ".mmpack-lock"
 """The builder's lock file inside its temporary folder (removed from the published store)."""
 _NO_LOCK_GRACE_S = 60.0
+_LOCKED_TAGS = (_TMP_TAG, BUILD_TAG)
 
 
 def check_target(path: Path, overwrite: bool) -> None:
@@ -90,11 +94,12 @@ def check_target(path: Path, overwrite: bool) -> None:
         raise FileNotFoundError(f"parent folder {str(parent)!r} of the store does not exist")
 
 
-def stage_folder(target: Path) -> tuple[Path, int]:
+def stage_folder(target: Path, tag: str = _TMP_TAG) -> tuple[Path, int]:
     """Create the temporary folder of a build of ``target`` and take its lock.
 
     Stale folders of dead builders of ``target`` are removed first.  The folder appears under
-    its temporary name already holding its builder's lock: it is staged under a name no cleaner
+    its temporary name (``.<name><tag><pid>-<8 hex>``; ``tag`` is ``.mmpack-tmp-`` or
+    :data:`BUILD_TAG`) already holding its builder's lock: it is staged under a name no cleaner
     of live folders looks at, locked, then renamed.
 
     Returns
@@ -103,17 +108,19 @@ def stage_folder(target: Path) -> tuple[Path, int]:
         The temporary folder, and the fd of its lock file (holding its ``flock`` where the file
         system has one); the caller closes the fd once the folder is published or removed.
     """
+    if tag not in _LOCKED_TAGS:
+        raise ValueError(f"tag must be one of {_LOCKED_TAGS}, got {tag!r}")
     parent = target.parent
     clean_stale(parent, target.name)
-    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-    staging = parent / f".{target.name}{_NEW_TAG}{tag}"
+    suffix = f"{os.getpid()}-{secrets.token_hex(4)}"
+    staging = parent / f".{target.name}{_NEW_TAG}{suffix}"
     staging.mkdir()
     try:
         fd = _take_lock(staging / LOCK_FILE)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    tmp = parent / f".{target.name}{_TMP_TAG}{tag}"
+    tmp = parent / f".{target.name}{tag}{suffix}"
     try:
         os.rename(staging, tmp)
     except BaseException:
@@ -294,15 +301,15 @@ def clean_stale(parent: Path, name: str) -> None:
     """Remove temporary folders left by dead builders of ``parent/name``.  Names are compared
     exactly (``a*`` or ``corpus[v2]`` are names, not patterns); a temporary folder is removed
     only once its builder's lock is taken (see :func:`_builder_dead`)."""
-    tmp_prefix, old_prefix = f".{name}{_TMP_TAG}", f".{name}{_OLD_TAG}"
-    new_prefix = f".{name}{_NEW_TAG}"
+    locked = [f".{name}{tag}" for tag in _LOCKED_TAGS]
+    old_prefix, new_prefix = f".{name}{_OLD_TAG}", f".{name}{_NEW_TAG}"
     try:
         entries = os.listdir(parent)
     except OSError:
         return
     for entry in entries:
         folder = parent / entry
-        if entry.startswith(tmp_prefix) and _tagged(entry[len(tmp_prefix) :]):
+        if any(entry.startswith(p) and _tagged(entry[len(p) :]) for p in locked):
             dead, fd = _builder_dead(folder)
             try:
                 if dead:
@@ -343,19 +350,15 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-@functools.lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL:
-    """libc, looked up once (``find_library`` spawns ``ldconfig``: ~10 ms a build)."""
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
 def _renameat2_exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux ``renameat2``); False where unsupported."""
-    try:
-        fn = _libc().renameat2
-    except (OSError, AttributeError):
+    fn = libc_function(
+        "renameat2",
+        ctypes.c_int,
+        [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint],
+    )
+    if fn is None:
         return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     return rc == 0
 

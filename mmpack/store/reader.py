@@ -13,7 +13,9 @@ then a bitmap lookup).  Views then read through :meth:`TokenStore.read_ranges`
 (``python -m benchmarks.trust_costs verify_reads``, 100M uint16 tokens, batches of 64 random
 windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-0.122 ms for the
 plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
-``verify()`` of the same 200 MB: 0.29-0.56 s).
+``verify()`` of the same 200 MB: 0.29-0.56 s).  Kinds of store without block checksums of their
+own pass a ``read_checker`` (a :class:`~mmpack.store.integrity.ReadChecker`): a join lets its
+parts check their own blocks, another tool's files are checked against their checksum sidecar.
 
 :func:`open_store` dispatches locations that are not a local mmpack folder to the openers the
 adapters registered (:mod:`mmpack.store.registry`); the checksum and offsets checks live in
@@ -38,7 +40,7 @@ from mmpack.core.validation import check_index, check_int
 from mmpack.errors import StateMismatchError
 from mmpack.store.backends import Backend, get_backend
 from mmpack.store.format import StoreMeta
-from mmpack.store.integrity import BlockChecker, check_offsets
+from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
 from mmpack.store.opening import (
     as_path,
     call_opener,
@@ -76,6 +78,7 @@ class TokenStore:
         cache_dir: Path | None = None,
         open_options: dict[str, Any] | None = None,
         verify_reads: bool = False,
+        read_checker: ReadChecker | None = None,
     ) -> None:
         self._path = path
         self._meta = meta
@@ -89,8 +92,11 @@ class TokenStore:
         self._doc_lens: np.ndarray | None = None
         check_offsets(self._backend.offsets, meta, path)
         self._verify_reads = bool(verify_reads)
-        self._blocks = BlockChecker(path, meta, self._backend, track_reads=self._verify_reads)
-        if verify_reads:
+        own = self._verify_reads and read_checker is None
+        self._blocks = BlockChecker(path, meta, self._backend, track_reads=own)
+        # what checks a read's blocks first: this store's checksums, or the kind's own checker
+        self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
+        if own:
             for b in range(len(meta.offsets_crc32)):
                 self._blocks.check_block("offsets", b)
 
@@ -149,6 +155,12 @@ class TokenStore:
         return dict(self._raw_meta)
 
     @property
+    def open_options(self) -> dict[str, Any]:
+        """The options this store was opened with besides its location (what a pickle reopens
+        it with, e.g. a remote store's ``storage_options``); never written to disk by mmpack."""
+        return dict(self._open_options)
+
+    @property
     def verify_reads(self) -> bool:
         """Whether each token block is checksummed the first time it is read."""
         return self._verify_reads
@@ -161,6 +173,23 @@ class TokenStore:
             return None  # every read must pass through the block checker
         return getattr(self._backend, "tokens", None)
 
+    def mapping(self) -> np.ndarray | None:
+        """The backend's whole mapped token array, also with ``verify_reads`` (where
+        :attr:`tokens` hides it): for a reader that passes every range through
+        :meth:`check_reads` before reading it from the mapping (a join).  None when the backend
+        does not map its tokens."""
+        return getattr(self._backend, "tokens", None)
+
+    def check_reads(self, starts: np.ndarray, lengths: np.ndarray) -> bool:
+        """With ``verify_reads``, check (once) every block that flat ranges ``[starts, starts +
+        lengths)`` (int64, shape (k,), validated) touch; return whether every block of the store
+        is now checked (always True without ``verify_reads``)."""
+        if not self._verify_reads:
+            return True
+        if len(starts):
+            self._reads.verify_ranges(starts, lengths)
+        return self._reads.all_checked()
+
     # ----------------------------------------------------------------------------- access
     def __len__(self) -> int:
         return self._meta.num_docs
@@ -169,7 +198,7 @@ class TokenStore:
         j = check_index(j, self._meta.num_docs, "document")
         lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
         if self._verify_reads:
-            self._blocks.verify_span(lo, hi)
+            self._reads.verify_span(lo, hi)
         return self._backend.read_range(lo, hi)
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -199,7 +228,7 @@ class TokenStore:
         if not 0 <= start <= stop <= self.num_tokens:
             raise IndexError(f"token range [{start}, {stop}) is outside [0, {self.num_tokens}]")
         if self._verify_reads:
-            self._blocks.verify_span(start, stop)
+            self._reads.verify_span(start, stop)
         return self._backend.read_range(start, stop)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +246,7 @@ class TokenStore:
         src_starts : numpy.ndarray, int64, shape (k,)
         """
         if self._verify_reads and len(starts):
-            self._blocks.verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+            self._reads.verify_ranges(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
         return self._backend.read_ranges(starts, lengths)
 
     # ----------------------------------------------------------------------------- cold data
@@ -351,7 +380,10 @@ def open_store(
         other names open stores written by other tools in place (see
         :data:`mmpack.store.registry.OPENERS`).
     verify_reads : bool
-        Local mmpack stores: check each token block's checksum the first time a read touches it.
+        Check each token block the first time a read touches it: a local mmpack store against
+        its checksums, a join through its parts, another tool's files against their checksum
+        sidecar (:mod:`mmpack.formats.sidecar`).  Remote stores check every block they fetch
+        and take no such option.
     **options
         Passed to the opener of that kind (e.g. ``storage_options`` for a URL).
 

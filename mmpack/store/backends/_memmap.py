@@ -1,7 +1,8 @@
-"""The default backend: raw little-endian arrays mapped with ``numpy.memmap``.
+"""The default backend: raw little-endian arrays mapped read-only.
 
 Layout: ``mmpack.json`` (metadata), ``tokens.bin``, ``offsets.bin``.  Opening maps both files
-read-only (no data is read); a range read is a slice of the mapping, so random access costs a
+read-only (no data is read) and closes them: the mappings hold no file descriptor
+(:mod:`mmpack.store.backends._mapping`), so a process may hold thousands of stores; a range read is a slice of the mapping, so random access costs a
 page-cache copy and nothing else.
 
 Cold data (pages not in the page cache).  With the kernel's default advice every page fault on a
@@ -23,7 +24,6 @@ The offsets mapping keeps the default advice: it is scanned in full at open and 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import mmap
 import os
@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.libc import libc_function
 from mmpack.errors import FormatError
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
+from mmpack.store.backends._mapping import FileMapping, map_file
 from mmpack.store.format import META_FILE, OFFSETS_DTYPE, StoreMeta, write_json_atomic
 
 
@@ -53,8 +55,7 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
             f"{path} is not a regular file (mode {stat.filemode(st.st_mode)}): "
             "the store is damaged; rebuild it"
         )
-    f = os.fdopen(fd, "rb")
-    with f:  # size and mapping from one open file: a concurrent rebuild cannot slip between
+    try:  # size and mapping from one open file: a concurrent rebuild cannot slip between
         actual = st.st_size
         if actual != expected:
             raise FormatError(
@@ -63,8 +64,13 @@ def map_readonly(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
             )
         if count == 0:
             return np.empty(0, dtype=dtype)
-        arr = np.memmap(f, dtype=dtype, mode="r", shape=(count,))
-    return arr.view(np.ndarray)
+        try:
+            raw = map_file(fd, 0, expected)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        os.close(fd)  # the mapping holds no descriptor (see mmpack.store.backends._mapping)
+    return raw.view(dtype)
 
 
 ADVICE: dict[str, int] = {
@@ -79,23 +85,20 @@ _PROBES = 2  # pages asked about by resident(): ~5 us each (mincore through ctyp
 _FEW = 4  # prefetch() requests up to this many ranges one by one, without merging
 
 
-def mapping_of(arr: np.ndarray) -> mmap.mmap | None:
-    """The ``mmap.mmap`` object under ``arr`` (a view of a ``numpy.memmap``), or None."""
+def mapping_of(arr: np.ndarray) -> FileMapping | mmap.mmap | None:
+    """The mapping under ``arr`` (a view of :func:`map_readonly`'s :class:`FileMapping`, or of a
+    ``numpy.memmap``'s ``mmap.mmap``), or None."""
     base: Any = arr
-    while base is not None and not isinstance(base, mmap.mmap):
+    while base is not None and not isinstance(base, (FileMapping, mmap.mmap)):
         base = getattr(base, "base", None)
     return base
 
 
 def _load_mincore() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.mincore
-    except (OSError, AttributeError):  # not a POSIX libc: residency unknown
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
+    # None where the C library has none: residency unknown
+    return libc_function(
+        "mincore", ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    )
 
 
 _MINCORE = _load_mincore()
@@ -187,7 +190,9 @@ class MemmapBackend(Backend):
         except OSError:  # a refused hint: the reads themselves will fault the pages in
             return 0
 
-    def _will_need(self, mm: mmap.mmap, starts: np.ndarray, lengths: np.ndarray) -> int:
+    def _will_need(
+        self, mm: FileMapping | mmap.mmap, starts: np.ndarray, lengths: np.ndarray
+    ) -> int:
         will_need = mm.madvise
         flag = mmap.MADV_WILLNEED
         itemsize = self.meta.dtype.itemsize
