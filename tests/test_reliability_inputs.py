@@ -66,7 +66,7 @@ class Row:
 
 
 def _stream(source, **kw):
-    params = dict(out_batch_size=1, out_pseq_len=4, buffer_size=4)
+    params = dict(batch_size=1, seqlen=4, buffer_size=4)
     params.update(kw)
     return StreamingPacker(source, **params)
 
@@ -800,17 +800,17 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker",
-        "out_batch_size=0",
+        "batch_size=0",
         ValueError,
         "out_batch_size must be >= 1, got 0",
-        lambda e: _stream([[1]], out_batch_size=0),
+        lambda e: _stream([[1]], batch_size=0),
     ),
     Row(
         "StreamingPacker",
-        "out_pseq_len=0",
+        "seqlen=0",
         ValueError,
         "out_pseq_len must be >= 1, got 0",
-        lambda e: _stream([[1]], out_pseq_len=0),
+        lambda e: _stream([[1]], seqlen=0),
     ),
     Row(
         "StreamingPacker",
@@ -905,10 +905,10 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker",
-        "out_pseq_len=2**70",
+        "seqlen=2**70",
         ValueError,
         "out_pseq_len must be <= 2**62, got 1180591620717411303424",
-        lambda e: _stream([[1]], out_pseq_len=2**70),
+        lambda e: _stream([[1]], seqlen=2**70),
     ),
     # ------------------------------------------------------------------ huge integers anywhere
     Row(
