@@ -29,7 +29,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.errors import FormatError, MmpackError, StoreExistsError, StoreNotFoundError
+from mmpack.errors import (
+    FormatError,
+    MmpackError,
+    StateMismatchError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
 from mmpack.sampling.mixture import Mixture
 from mmpack.store.writer import StoreWriter
 from mmpack.streaming.packer import StreamingPacker
@@ -71,14 +77,14 @@ def _stream(source, **kw):
     return StreamingPacker(source, **params)
 
 
-def _packer_state(**changes):
+def _packer_state(_into=None, **changes):
     """A StreamingPacker state taken after one batch, with ``changes`` applied, loaded into a
-    fresh packer of the same source."""
+    fresh packer of the same source (made with the extra arguments ``_into``)."""
     docs = [[1, 2, 3]] * 20
     packer = _stream(docs, buffer_size=2, readahead=2)
     next(iter(packer))
     state = {**packer.state_dict(), **changes}
-    return _stream(docs, buffer_size=2, readahead=2).load_state_dict(state)
+    return _stream(docs, buffer_size=2, readahead=2, **(_into or {})).load_state_dict(state)
 
 
 def _sampler_state_after(n_drawn, consumed):
@@ -802,15 +808,29 @@ TABLE: list[Row] = [
         "StreamingPacker",
         "batch_size=0",
         ValueError,
-        "out_batch_size must be >= 1, got 0",
+        "batch_size must be >= 1, got 0",
         lambda e: _stream([[1]], batch_size=0),
     ),
     Row(
         "StreamingPacker",
         "seqlen=0",
         ValueError,
-        "out_pseq_len must be >= 1, got 0",
+        "seqlen must be >= 1, got 0",
         lambda e: _stream([[1]], seqlen=0),
+    ),
+    Row(
+        "StreamingPacker",
+        "rank=2, world_size=2",
+        ValueError,
+        "rank must satisfy 0 <= rank < world_size, got rank=2, world_size=2",
+        lambda e: _stream([[1]], rank=2, world_size=2),
+    ),
+    Row(
+        "StreamingPacker",
+        "eot=-1",
+        ValueError,
+        "eot must be a token id >= 0",
+        lambda e: _stream([[1]], eot=-1),
     ),
     Row(
         "StreamingPacker",
@@ -891,6 +911,13 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker.load_state_dict",
+        "a state of another shard",
+        StateMismatchError,
+        "the state was saved by shard 0 of 1; this packer is shard 1 of 2",
+        lambda e: _packer_state(_into={"rank": 1, "world_size": 2}),
+    ),
+    Row(
+        "StreamingPacker.load_state_dict",
         "pending_len as a list",
         FormatError,
         "pending_len must be a 1-D integer numpy array",
@@ -907,7 +934,7 @@ TABLE: list[Row] = [
         "StreamingPacker",
         "seqlen=2**70",
         ValueError,
-        "out_pseq_len must be <= 2**62, got 1180591620717411303424",
+        "seqlen must be <= 2**62, got 1180591620717411303424",
         lambda e: _stream([[1]], seqlen=2**70),
     ),
     # ------------------------------------------------------------------ huge integers anywhere

@@ -253,13 +253,26 @@ def test_spawned_workers_learn_their_shard():
     assert Counter(s for b in loader for s in _packer_segments(b)) == _want(docs)
 
 
+class WarmupOfTheWorker(IterableDataset):
+    """Iterates its packer in each worker, then yields the worker's warm-up duration."""
+
+    def __init__(self, packer):
+        self.packer = packer
+
+    def __iter__(self):
+        for _ in self.packer:
+            pass
+        yield self.packer.batch_size_schedule.warmup_tokens
+
+
 def test_schedules_are_divided_by_every_consumer():
-    """A warm-up over T tokens is reached after T / (ranks * workers) tokens of each consumer."""
+    """A warm-up over T tokens is reached after T / (ranks * workers) tokens of each consumer
+    (every consumer counts only the tokens it emits)."""
     kw = _kwargs(batch_size_warmup_min_size=1, batch_size_warmup_tokens=6000)
     assert StreamingPacker(_docs(), **kw).batch_size_schedule.warmup_tokens == 6000
     assert StreamingPacker(_docs(), world_size=3, **kw).batch_size_schedule.warmup_tokens == 2000
-    loader = DataLoader(StreamingPacker(_docs(), world_size=3, **kw), batch_size=None)
-    assert next(iter(loader))["input_ids"].shape[0] == 1
+    ds = WarmupOfTheWorker(StreamingPacker(_docs(), world_size=3, **kw))
+    assert list(DataLoader(ds, batch_size=None, num_workers=2)) == [1000, 1000]
 
 
 # =========================================================================== StatefulDataLoader
