@@ -312,6 +312,18 @@ def test_stateful_dataloader_resumes_without_replay(tmp_path, caplog, wrap, work
             assert _tolists(head + rest, key) == _tolists(full, key)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stateful_dataloader_over_an_opaque_source_says_why(workers):
+    """An opaque iterable has no position to restore: its state (taken by the loader when asked,
+    or by its workers as they start) is refused with the packer's TypeError."""
+    packer = StreamingPacker(Opaque(_docs()), **_kwargs())
+    loader = StatefulDataLoader(packer, batch_size=None, num_workers=workers)
+    with pytest.raises(TypeError, match="random-access source"):
+        it = iter(loader)
+        next(it)
+        loader.state_dict()
+
+
 def test_a_state_of_another_worker_count_is_refused(tmp_path):
     docs = _docs(60, seed=9)
     packer = StreamingPacker(docs, **_kwargs())
