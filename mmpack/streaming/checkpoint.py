@@ -37,7 +37,7 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.streaming.admission import Position
 from mmpack.streaming.stats import COUNTER_FIELDS, AdmissionCounts, EmissionCounts
 
-__all__ = ["STATE_FIELDS", "STATE_VERSION", "Expected", "PackerState"]
+__all__ = ["Expected", "PackerState", "STATE_FIELDS", "STATE_VERSION"]
 
 STATE_VERSION = 4
 STATE_FIELDS = (

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COUNTER_FIELDS", "AdmissionCounts", "EmissionCounts", "StreamingStats"]
+__all__ = ["AdmissionCounts", "COUNTER_FIELDS", "EmissionCounts", "StreamingStats"]
 
 
 @dataclass
