@@ -1,7 +1,7 @@
 """Streaming packer vs the seed's linear-scan best fit, on the same lognormal stream.
 
 Both packers see the same sequences (lengths ~ lognormal(mu=5.48, sigma=1.15), rounded, clipped to
-``[1, out_pseq_len]``, as int32 numpy arrays), the same buffer size and the same output shapes,
+``[1, seqlen]``, as int32 numpy arrays), the same buffer size and the same output shapes,
 and neither masks (masking costs the same in both and is measured separately).  The baseline
 re-implements the seed's ``GreedyBestFitSequencePacker._create_batch``: a deque buffer refilled
 when it runs dry, one Python iteration per buffered sequence calling a numba ``find_best_fit``
@@ -195,18 +195,19 @@ def _run_linear(seqs, bs, P, buf, max_batches):
 
 
 def _run_packer(source, bs, P, buf, max_batches, **kw):
-    packer = StreamingPacker(source, out_batch_size=bs, out_pseq_len=P, buffer_size=buf, **kw)
+    packer = StreamingPacker(source, batch_size=bs, seqlen=P, buffer_size=buf, **kw)
     n_batches = 0
     for _ in packer:
         n_batches += 1
         if n_batches == max_batches:
             break
-    return n_batches, packer.seqs_emitted, packer.tokens_emitted
+    stats = packer.stats()
+    return n_batches, stats.n_pieces, stats.n_tokens
 
 
 def _check_same_placements(seqs, bs, P, buf, n_batches: int) -> None:
     ref = linear_scan_batches(seqs, bs, P, buf)
-    packer = StreamingPacker(seqs, out_batch_size=bs, out_pseq_len=P, buffer_size=buf)
+    packer = StreamingPacker(seqs, batch_size=bs, seqlen=P, buffer_size=buf)
     for _, (want, got) in zip(range(n_batches), zip(ref, packer)):
         assert np.array_equal(want[0], got["input_ids"]), "placements differ"
         assert [list(x) for x in want[1]] == [x.tolist() for x in got["cu_seqlens"]]

@@ -72,7 +72,7 @@ def floor_lists_per_batch(seqs: list[list[int]]) -> int:
 
 
 def packer(seqs: list[Any]) -> int:
-    p = StreamingPacker(seqs, out_batch_size=ROWS, out_pseq_len=ROW_LEN, buffer_size=BUFFER)
+    p = StreamingPacker(seqs, batch_size=ROWS, seqlen=ROW_LEN, buffer_size=BUFFER)
     return sum(1 for _ in p)
 
 
@@ -103,9 +103,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     n_seqs, repeats = (6000, 3) if quick else (30000, 11)
     arrays = _stream(n_seqs, ROW_LEN)
     lists = [a.tolist() for a in arrays]
-    p = StreamingPacker(arrays, out_batch_size=ROWS, out_pseq_len=ROW_LEN, buffer_size=BUFFER)
+    p = StreamingPacker(arrays, batch_size=ROWS, seqlen=ROW_LEN, buffer_size=BUFFER)
     n_batches = sum(1 for _ in p)
-    efficiency = p.efficiency
+    efficiency = p.stats().efficiency
     rows: list[dict[str, Any]] = []
     for kind, seqs, floors in (
         ("numpy", arrays, {"floor (write-once)": floor_arrays}),

@@ -1,10 +1,10 @@
 """StreamingPacker per-batch time on one long document vs the same tokens as short documents.
 
 One document of ``2**26`` tokens (int32 numpy array) split by ``long_docs="split"`` into
-``2**20`` pieces of ``out_pseq_len = 64``, against the same tokens as ``2**20`` documents of 64
+``2**20`` pieces of ``seqlen = 64``, against the same tokens as ``2**20`` documents of 64
 tokens (views of the same array); 16 rows per batch, ``buffer_size=512``.  Pieces are admitted
-lazily, so both must cost the same per batch (the ratio is the point: before the lazy admission
-the long document admitted all its pieces at once and every batch copied the piece buffer).
+lazily, so both must cost the same per batch (the ratio is the point: admitting every piece of
+the long document at once would copy the held pieces at every batch).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_streaming_long_doc.py [batches]``; prints the median
 and p99 per-batch time of each (over ``batches`` batches after 50 warm-up batches) and the
@@ -26,7 +26,7 @@ P = 64
 
 
 def per_batch(source, batches: int) -> np.ndarray:
-    packer = StreamingPacker(source, out_batch_size=16, out_pseq_len=P, buffer_size=512)
+    packer = StreamingPacker(source, batch_size=16, seqlen=P, buffer_size=512)
     it = iter(packer)
     t_first = time.perf_counter()
     for _ in itertools.islice(it, 50):  # warm-up (and the first batch's admission)
@@ -37,7 +37,7 @@ def per_batch(source, batches: int) -> np.ndarray:
         t0 = time.perf_counter()
         next(it)
         out[k] = time.perf_counter() - t0
-    print(f"    first 50 batches {first * 1e3:.1f} ms, pieces held {packer.seqs_buffered}")
+    print(f"    first 50 batches {first * 1e3:.1f} ms, pieces held {packer.stats().n_held}")
     return out
 
 

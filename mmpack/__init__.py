@@ -67,10 +67,15 @@ _LAZY: dict[str, str | tuple[str, str]] = {
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
+        import importlib.util
 
         entry = _LAZY[name]
         module, attr = entry if isinstance(entry, tuple) else (entry, name)
         value = getattr(importlib.import_module(module), attr)
+        if name == "StreamingPacker" and importlib.util.find_spec("torch") is not None:
+            # With torch installed the packer is a DataLoader dataset from the first use:
+            # the torch layer registers it as an IterableDataset.
+            importlib.import_module("mmpack.torch.streaming")
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mmpack' has no attribute {name!r}")

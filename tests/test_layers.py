@@ -137,12 +137,9 @@ def test_imports_flow_one_way(module, path):
         )
 
 
-TORCH_PENDING = {"streaming.batching", "streaming.microbatch"}  # being moved into mmpack/torch/
-
-
 @pytest.mark.parametrize(("module", "path"), list(_modules()), ids=lambda x: str(x))
 def test_torch_is_imported_only_in_the_torch_layer(module, path):
-    if module.split(".")[0] == "torch" or module in TORCH_PENDING:
+    if module.split(".")[0] == "torch":
         return
     lines = _torch_imports(path)
     assert not lines, (

@@ -1,4 +1,5 @@
-"""Per-row micro-batches and the seed's batch counters, on numpy and torch."""
+"""Per-row micro-batches and the seed's batch counters, on numpy (mmpack.streaming.microbatch)
+and torch (mmpack.torch.microbatch, on the tensors of mmpack.torch.streaming.as_tensors)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,31 @@ import numpy as np
 import pytest
 import torch
 
-from mmpack.streaming.microbatch import num_label_tokens, num_sequences, split_packed_batch
+from mmpack.streaming import microbatch as np_micro
+from mmpack.streaming.microbatch import num_label_tokens, num_sequences
 from mmpack.streaming.packer import StreamingPacker
+from mmpack.torch import microbatch as torch_micro
+from mmpack.torch.streaming import as_tensors
+
+
+def split_packed_batch(batch, *args, **kw):
+    """The split of the batch's kind: numpy arrays or torch tensors."""
+    is_torch = isinstance(batch["input_ids"], torch.Tensor)
+    return (torch_micro if is_torch else np_micro).split_packed_batch(batch, *args, **kw)
 
 
 def packed(return_tensors="np", mode="causal", **kw):
     docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33, 34, 35, 36, 37], [40]]
     args = dict(
-        out_batch_size=3,
-        out_pseq_len=8,
+        batch_size=3,
+        seqlen=8,
         buffer_size=4,
         mode=mode,
         drop_last=False,
-        return_tensors=return_tensors,
     )
     args.update(kw)
     (batch,) = list(StreamingPacker(docs, **args))
-    return batch
+    return as_tensors(batch) if return_tensors == "pt" else batch
 
 
 @pytest.mark.parametrize("rt", ["np", "pt"])
@@ -57,9 +66,7 @@ def test_split_trims_rows_over_the_tolerance(rt):
 def test_split_empty_row_and_no_labels():
     docs = [[1, 2, 3]]
     batch = next(
-        iter(
-            StreamingPacker(docs, out_batch_size=2, out_pseq_len=4, buffer_size=2, drop_last=False)
-        )
+        iter(StreamingPacker(docs, batch_size=2, seqlen=4, buffer_size=2, drop_last=False))
     )
     micro = split_packed_batch(batch, padding_tolerance=0.1)
     assert micro[1]["input_ids"].shape == (0,) and micro[1]["cu_seqlens"].tolist() == [0]
@@ -102,3 +109,27 @@ def test_counts_mixed_types():
     labels = torch.tensor([[1, -100], [-100, -100]])
     assert num_label_tokens({"labels": labels}) == 1
     assert num_label_tokens({"labels": np.array([5, -1, -1])}, ignore_index=-1) == 1
+
+
+def test_torch_split_marks_trimmed_rows_dynamic(monkeypatch):
+    marked = []
+    monkeypatch.setattr(torch._dynamo, "mark_dynamic", lambda t, dim: marked.append((t, dim)))
+    batch = packed("pt")
+    micro = torch_micro.split_packed_batch(batch, padding_tolerance=0.0, mark_dynamic=True)
+    assert [m["input_ids"].shape[0] for m in micro] == [6, 8, 0]
+    assert [id(t) for t, _ in marked] == [id(micro[0]["cu_seqlens"]), id(micro[2]["cu_seqlens"])]
+    assert all(isinstance(m["input_ids"], torch.Tensor) for m in micro)
+    assert torch_micro.split_packed_batch(batch, mark_dynamic=False) and len(marked) == 2
+
+
+def test_as_tensors_is_zero_copy():
+    batch = packed("np", mode="mlm", mask_id=3, vocab_size=100, masking_ratio_cooldown_tokens=10,
+                   final_masking_ratio=0.1)  # fmt: skip
+    tensors = as_tensors(batch)
+    for key in ("input_ids", "labels", "attention_mask"):
+        assert isinstance(tensors[key], torch.Tensor) and tensors[key].dtype == torch.int64
+        assert tensors[key].data_ptr() == batch[key].ctypes.data
+    assert all(c.dtype == torch.int32 for c in tensors["cu_seqlens"])
+    assert tensors["mask_prob"].dtype == torch.float32 and tensors["mask_prob"].ndim == 0
+    assert tensors["max_seqlen"] == batch["max_seqlen"]
+    assert as_tensors(packed("np", mode=None))["labels"] is None

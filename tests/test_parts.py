@@ -358,7 +358,7 @@ def test_streaming_packer_reads_a_join(tmp_path):
     out = []
     for store in (single, joined):
         packer = mmpack.StreamingPacker(
-            store, out_batch_size=4, out_pseq_len=48, buffer_size=16, mode="causal", drop_last=False
+            store, batch_size=4, seqlen=48, buffer_size=16, mode="causal", drop_last=False
         )
         out.append(
             [

@@ -29,7 +29,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.errors import FormatError, MmpackError, StoreExistsError, StoreNotFoundError
+from mmpack.errors import (
+    FormatError,
+    MmpackError,
+    StateMismatchError,
+    StoreExistsError,
+    StoreNotFoundError,
+)
 from mmpack.ingest.pipeline import ingest
 from mmpack.sampling.mixture import Mixture
 from mmpack.store.writer import StoreWriter
@@ -67,19 +73,19 @@ class Row:
 
 
 def _stream(source, **kw):
-    params = dict(out_batch_size=1, out_pseq_len=4, buffer_size=4)
+    params = dict(batch_size=1, seqlen=4, buffer_size=4)
     params.update(kw)
     return StreamingPacker(source, **params)
 
 
-def _packer_state(**changes):
+def _packer_state(_into=None, **changes):
     """A StreamingPacker state taken after one batch, with ``changes`` applied, loaded into a
-    fresh packer of the same source."""
+    fresh packer of the same source (made with the extra arguments ``_into``)."""
     docs = [[1, 2, 3]] * 20
     packer = _stream(docs, buffer_size=2, readahead=2)
     next(iter(packer))
     state = {**packer.state_dict(), **changes}
-    return _stream(docs, buffer_size=2, readahead=2).load_state_dict(state)
+    return _stream(docs, buffer_size=2, readahead=2, **(_into or {})).load_state_dict(state)
 
 
 def _sampler_state_after(n_drawn, consumed):
@@ -940,17 +946,31 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker",
-        "out_batch_size=0",
+        "batch_size=0",
         ValueError,
-        "out_batch_size must be >= 1, got 0",
-        lambda e: _stream([[1]], out_batch_size=0),
+        "batch_size must be >= 1, got 0",
+        lambda e: _stream([[1]], batch_size=0),
     ),
     Row(
         "StreamingPacker",
-        "out_pseq_len=0",
+        "seqlen=0",
         ValueError,
-        "out_pseq_len must be >= 1, got 0",
-        lambda e: _stream([[1]], out_pseq_len=0),
+        "seqlen must be >= 1, got 0",
+        lambda e: _stream([[1]], seqlen=0),
+    ),
+    Row(
+        "StreamingPacker",
+        "rank=2, world_size=2",
+        ValueError,
+        "rank must satisfy 0 <= rank < world_size, got rank=2, world_size=2",
+        lambda e: _stream([[1]], rank=2, world_size=2),
+    ),
+    Row(
+        "StreamingPacker",
+        "eot=-1",
+        ValueError,
+        "eot must be a token id >= 0",
+        lambda e: _stream([[1]], eot=-1),
     ),
     Row(
         "StreamingPacker",
@@ -1031,6 +1051,13 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker.load_state_dict",
+        "a state of another shard",
+        StateMismatchError,
+        "the state was saved by shard 0 of 1; this packer is shard 1 of 2",
+        lambda e: _packer_state(_into={"rank": 1, "world_size": 2}),
+    ),
+    Row(
+        "StreamingPacker.load_state_dict",
         "pending_len as a list",
         FormatError,
         "pending_len must be a 1-D integer numpy array",
@@ -1045,10 +1072,10 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker",
-        "out_pseq_len=2**70",
+        "seqlen=2**70",
         ValueError,
-        "out_pseq_len must be <= 2**62, got 1180591620717411303424",
-        lambda e: _stream([[1]], out_pseq_len=2**70),
+        "seqlen must be <= 2**62, got 1180591620717411303424",
+        lambda e: _stream([[1]], seqlen=2**70),
     ),
     # ------------------------------------------------------------------ huge integers anywhere
     Row(

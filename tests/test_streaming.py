@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 import numpy as np
@@ -179,7 +180,7 @@ def test_deferred_sequences_keep_their_order():
     # Row of 10: a(6) fits, b(5) and c(5) do not, d(4) fills the row.  The next batch must take
     # b before c; the seed's extendleft would hand back c first.
     docs = [[1] * 6, [2] * 5, [3] * 5, [4] * 4, [5] * 10]
-    packer = StreamingPacker(docs, out_batch_size=1, out_pseq_len=10, buffer_size=3)
+    packer = StreamingPacker(docs, batch_size=1, seqlen=10, buffer_size=3)
     batches = [rows_of(b) for b in packer]
     assert batches[0] == [[[1] * 6, [4] * 4]]
     assert batches[1] == [[[2] * 5, [3] * 5]]
@@ -190,7 +191,7 @@ def test_deferred_sequences_keep_their_order():
 def test_batch_layout_and_padding():
     docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
     packer = StreamingPacker(
-        docs, out_batch_size=2, out_pseq_len=8, buffer_size=4, drop_last=False, pad_id=-7
+        docs, batch_size=2, seqlen=8, buffer_size=4, drop_last=False, pad_id=-7
     )
     for batch in packer:
         ids, mask = batch["input_ids"], batch["attention_mask"]
@@ -212,37 +213,34 @@ def test_batch_layout_and_padding():
 def test_every_token_emitted_once_without_drop_last():
     rng = np.random.default_rng(1)
     docs = [rng.integers(0, 100, size=int(n)) for n in rng.integers(0, 40, size=300)]
-    packer = StreamingPacker(
-        docs, out_batch_size=3, out_pseq_len=32, buffer_size=10, drop_last=False
-    )
+    packer = StreamingPacker(docs, batch_size=3, seqlen=32, buffer_size=10, drop_last=False)
     pieces = [tuple(s) for b in packer for row in rows_of(b) for s in row]
     want = []
     for d in docs:
         want += [tuple(d[k : k + 32].tolist()) for k in range(0, len(d), 32)]
     assert sorted(pieces) == sorted(want)
-    assert packer.seqs_consumed == 300
-    assert packer.seqs_empty == sum(len(d) == 0 for d in docs)
-    assert packer.seqs_emitted == len(want)
-    assert packer.tokens_emitted == sum(len(d) for d in docs)
-    assert packer.efficiency == packer.tokens_emitted / packer.slots_emitted
+    stats = packer.stats()
+    assert stats.n_docs == 300
+    assert stats.n_empty == sum(len(d) == 0 for d in docs)
+    assert stats.n_pieces == len(want)
+    assert stats.n_tokens == sum(len(d) for d in docs)
+    assert stats.efficiency == stats.n_tokens / (stats.n_rows * 32)
+    assert stats.padding_tokens == stats.n_rows * 32 - stats.n_tokens
+    assert stats.n_batches == len(list(packer)) and stats.n_rows == 3 * stats.n_batches
 
 
 def test_drop_last():
     docs = make_docs([5, 5, 5])  # 3 rows wanted, 2 rows fill, then one partial batch
-    assert [
-        rows_of(b) for b in StreamingPacker(docs, out_batch_size=2, out_pseq_len=5, buffer_size=4)
-    ] == [[[docs[0]], [docs[1]]]]
+    assert [rows_of(b) for b in StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4)] == [
+        [[docs[0]], [docs[1]]]
+    ]
     got = [
         rows_of(b)
-        for b in StreamingPacker(
-            docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False
-        )
+        for b in StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False)
     ]
     assert got == [[[docs[0]], [docs[1]]], [[docs[2]], []]]
     last = list(
-        StreamingPacker(
-            docs, out_batch_size=2, out_pseq_len=5, buffer_size=4, drop_last=False, mode="causal"
-        )
+        StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False, mode="causal")
     )[-1]
     assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
     assert not last["attention_mask"][1].any() and (last["labels"][1] == -100).all()
@@ -250,47 +248,43 @@ def test_drop_last():
 
 def test_long_sequences():
     doc = list(range(1, 24))  # 23 tokens, rows of 10
-    split = StreamingPacker(
-        [doc], out_batch_size=1, out_pseq_len=10, buffer_size=3, drop_last=False
-    )
+    split = StreamingPacker([doc], batch_size=1, seqlen=10, buffer_size=3, drop_last=False)
     assert [rows_of(b) for b in split] == [[[doc[:10]]], [[doc[10:20]]], [[doc[20:]]]]
-    assert split.seqs_split == 1 and split.seqs_emitted == 3
+    assert split.stats().n_split == 1 and split.stats().n_pieces == 3
 
     trunc = StreamingPacker(
         [doc, [7, 7]],
-        out_batch_size=1,
-        out_pseq_len=10,
+        batch_size=1,
+        seqlen=10,
         buffer_size=3,
         long_docs="truncate",
         drop_last=False,
     )
     assert [rows_of(b) for b in trunc] == [[[doc[:10]]], [[[7, 7]]]]
-    assert trunc.seqs_truncated == 1 and trunc.tokens_discarded == 13
+    assert trunc.stats().n_truncated == 1 and trunc.stats().lost_tokens == 13
 
     drop = StreamingPacker(
         [doc, [7, 7]],
-        out_batch_size=1,
-        out_pseq_len=10,
+        batch_size=1,
+        seqlen=10,
         buffer_size=3,
         long_docs="drop",
         drop_last=False,
     )
     assert [rows_of(b) for b in drop] == [[[[7, 7]]]]
-    assert drop.seqs_dropped == 1 and drop.tokens_discarded == 23
+    assert drop.stats().n_dropped == 1 and drop.stats().lost_tokens == 23
 
 
 def test_empty_sequences_are_ignored_and_counted():
     docs = [[], [1, 2], np.array([], dtype=np.int64), [3], torch.tensor([], dtype=torch.long)]
-    p = StreamingPacker(docs, out_batch_size=1, out_pseq_len=3, buffer_size=2)
+    p = StreamingPacker(docs, batch_size=1, seqlen=3, buffer_size=2)
     assert [rows_of(b) for b in p] == [[[[1, 2], [3]]]]
-    assert p.seqs_empty == 3 and p.seqs_consumed == 5
+    assert p.stats().n_empty == 3 and p.stats().n_docs == 5
 
 
 def test_causal_labels():
     docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33]]
-    p = StreamingPacker(
-        docs, out_batch_size=2, out_pseq_len=5, buffer_size=3, mode="causal", drop_last=False
-    )
+    p = StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=3, mode="causal", drop_last=False)
     (batch,) = list(p)
     assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
     assert batch["labels"].tolist() == [
@@ -301,8 +295,8 @@ def test_causal_labels():
 
 def mlm_packer(docs, **kw):
     args = dict(
-        out_batch_size=2,
-        out_pseq_len=64,
+        batch_size=2,
+        seqlen=64,
         buffer_size=8,
         mode="mlm",
         mask_id=3,
@@ -323,7 +317,7 @@ def test_mlm_masking():
         for n in rng.integers(5, 30, size=40)
     ]
     p = mlm_packer(docs)
-    plain = StreamingPacker(docs, out_batch_size=2, out_pseq_len=64, buffer_size=8, drop_last=False)
+    plain = StreamingPacker(docs, batch_size=2, seqlen=64, buffer_size=8, drop_last=False)
     n_selected = n_real = 0
     for batch, ref in zip(p, plain):
         ids, labels, orig = batch["input_ids"], batch["labels"], ref["input_ids"]
@@ -357,27 +351,12 @@ def test_mlm_reseeds_per_epoch_and_set_epoch():
     assert jumped.epoch == 1
 
 
-def test_return_tensors_pt():
-    p = mlm_packer(
-        [list(range(4, 30))] * 6,
-        return_tensors="pt",
-        masking_ratio_cooldown_tokens=100,
-        final_masking_ratio=0.1,
-    )
-    batch = next(iter(p))
-    for key in ("input_ids", "labels", "attention_mask"):
-        assert isinstance(batch[key], torch.Tensor) and batch[key].dtype == torch.int64
-    assert all(isinstance(c, torch.Tensor) and c.dtype == torch.int32 for c in batch["cu_seqlens"])
-    assert batch["mask_prob"].dtype == torch.float32 and batch["mask_prob"].item() == 0.5
-    assert all(isinstance(m, int) for m in batch["max_seqlen"])
-
-
 # =========================================================================== sources
 def expected_rows(docs, **kw):
     return [rows_of(b) for b in StreamingPacker(docs, **kw)]
 
 
-KW = dict(out_batch_size=2, out_pseq_len=12, buffer_size=4, drop_last=False)
+KW = dict(batch_size=2, seqlen=12, buffer_size=4, drop_last=False)
 
 
 @pytest.fixture
@@ -463,10 +442,15 @@ def test_epoch_reaches_dataloader_sampler(docs):
 def test_counters_reset_each_epoch(docs):
     p = StreamingPacker(docs, **KW)
     list(p)
-    a = (p.seqs_consumed, p.seqs_emitted, p.tokens_emitted, p.efficiency)
+    a = p.stats()
     list(p)
-    assert (p.seqs_consumed, p.seqs_emitted, p.tokens_emitted, p.efficiency) == a
-    assert np.isnan(StreamingPacker(docs, **KW).efficiency)
+    b = p.stats()
+    assert b.epoch == a.epoch + 1 and b.token_count == 2 * a.token_count
+    assert dataclasses.replace(b, epoch=a.epoch, token_count=a.token_count) == a
+    assert np.isnan(StreamingPacker(docs, **KW).stats().efficiency)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.n_docs = 0  # type: ignore[misc]
+    assert a.as_dict()["n_docs"] == a.n_docs
 
 
 def test_stale_iterator(docs):
@@ -483,8 +467,8 @@ def test_batch_size_warmup():
     docs = [[5] * 10] * 200
     p = StreamingPacker(
         docs,
-        out_batch_size=4,
-        out_pseq_len=10,
+        batch_size=4,
+        seqlen=10,
         buffer_size=8,
         batch_size_warmup_min_size=1,
         batch_size_warmup_tokens="120tok",
@@ -492,14 +476,14 @@ def test_batch_size_warmup():
     # thresholds: ceil(120/6 * [1, 3]) = [20, 60]; the count is checked before each batch
     sizes = [b["input_ids"].shape[0] for _, b in zip(range(8), p)]
     assert sizes == [1, 1, 2, 2, 3, 3, 4, 4]
-    assert p.token_count == 200
+    assert p.stats().token_count == 200
 
 
 def test_mask_prob_cooldown_in_batches():
     p = mlm_packer(
         [list(range(4, 68))] * 20,
-        out_pseq_len=64,
-        out_batch_size=1,
+        seqlen=64,
+        batch_size=1,
         masking_ratio_cooldown_tokens="256tok",
         final_masking_ratio=0.1,
         masking_cooldown_schedule_type="stair",
@@ -535,8 +519,8 @@ def test_exact_resume(kind, tmp_path):
 
         source = build(tmp_path / "s", docs)
     kw = dict(
-        out_batch_size=3,
-        out_pseq_len=40,
+        batch_size=3,
+        seqlen=40,
         buffer_size=6,
         mode="mlm",
         mask_id=3,
@@ -568,7 +552,7 @@ def test_exact_resume(kind, tmp_path):
         assert len(seen) + len(rest) == len(full)
         for x, y in zip(seen + rest, full):
             _same(x, y)
-        assert b.token_count == ref.token_count
+        assert b.stats().token_count == ref.stats().token_count
 
 
 def test_state_needs_an_indexable_source(docs):
@@ -596,8 +580,8 @@ def test_state_mismatch(docs):
     "kw, match",
     [
         ({"buffer_size": 1}, "buffer_size"),
-        ({"out_pseq_len": 0}, "out_pseq_len"),
-        ({"out_batch_size": 0}, "out_batch_size"),
+        ({"seqlen": 0}, "seqlen"),
+        ({"batch_size": 0}, "batch_size"),
         ({"mode": "bert"}, "mode"),
         ({"mode": "mlm"}, "mask_id and vocab_size"),
         ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
@@ -605,57 +589,53 @@ def test_state_mismatch(docs):
         ({"mask_prob": -0.1}, "mask_prob"),
         ({"long_docs": "wrap"}, "long_docs"),
         ({"source_format": "rows"}, "source_format"),
-        ({"return_tensors": "tf"}, "return_tensors"),
         ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
         ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
         ({"seed": -1}, "seed"),
     ],
 )
 def test_validation(kw, match):
-    args = dict(out_batch_size=2, out_pseq_len=8, buffer_size=4)
+    args = dict(batch_size=2, seqlen=8, buffer_size=4)
     args.update(kw)
     with pytest.raises(ValueError, match=match):
         StreamingPacker([[1]], **args)
 
 
-def test_seqlen_names_the_row_length_as_out_pseq_len_does():
+def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
+    """One name per parameter, as in the views: ``seqlen`` (ModernBERT's ``out_pseq_len`` and
+    ``out_batch_size`` are not taken), ``seed=0`` by default."""
     docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
-    by_name = StreamingPacker(docs, out_batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
-    by_old = StreamingPacker(docs, out_batch_size=2, out_pseq_len=8, buffer_size=4, drop_last=False)
-    both = StreamingPacker(
-        docs, out_batch_size=2, seqlen=8, out_pseq_len=8, buffer_size=4, drop_last=False
-    )
-    assert by_name.seqlen == by_name.out_pseq_len == both.seqlen == by_old.seqlen == 8
-    want = [b["input_ids"].tolist() for b in by_old]
-    assert [b["input_ids"].tolist() for b in by_name] == want
-    assert [b["input_ids"].tolist() for b in both] == want
-    fresh = StreamingPacker(docs, out_batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
-    fresh.load_state_dict(by_old.state_dict())  # the same state: a run resumes under either name
-    with pytest.raises(ValueError, match="seqlen=8 and out_pseq_len=16"):
-        StreamingPacker(docs, out_batch_size=2, seqlen=8, out_pseq_len=16, buffer_size=4)
-    with pytest.raises(TypeError, match="seqlen="):
-        StreamingPacker(docs, out_batch_size=2, buffer_size=4)
-    with pytest.raises(ValueError, match="seqlen"):
-        StreamingPacker(docs, out_batch_size=2, seqlen=0, buffer_size=4)
+    p = StreamingPacker(docs, batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
+    assert p.seqlen == 8 and p.batch_size == 2 and p.config.seed == 0
+    for old in ({"out_pseq_len": 8}, {"out_batch_size": 2}, {"return_tensors": "np"}):
+        with pytest.raises(TypeError, match=next(iter(old))):
+            StreamingPacker(docs, **{"batch_size": 2, "seqlen": 8, "buffer_size": 4, **old})
     with pytest.raises(TypeError, match="seqlen"):
-        StreamingPacker(docs, out_batch_size=2, seqlen=True, buffer_size=4)
+        StreamingPacker(docs, batch_size=2, buffer_size=4)
+    with pytest.raises(ValueError, match="seqlen"):
+        StreamingPacker(docs, batch_size=2, seqlen=0, buffer_size=4)
+    with pytest.raises(TypeError, match="seqlen"):
+        StreamingPacker(docs, batch_size=2, seqlen=True, buffer_size=4)
+    mlm = dict(batch_size=2, seqlen=8, buffer_size=4, mode="mlm", mask_id=3, vocab_size=50)
+    default = [b["input_ids"].tolist() for b in StreamingPacker(docs, **mlm)]
+    assert default == [b["input_ids"].tolist() for b in StreamingPacker(docs, seed=0, **mlm)]
 
 
 def test_from_micro_batches():
     p = StreamingPacker.from_micro_batches(
         [[1]],
-        batch_size=512,
+        global_batch_size=512,
         micro_batch_size=32,
         max_seq_len=1024,
         batch_size_warmup_min_size=64,
         batch_size_warmup_tokens="1e6tok",
     )
-    assert (p.out_batch_size, p.out_pseq_len, p.buffer_size) == (16, 32768, 5120)
+    assert (p.batch_size, p.seqlen, p.buffer_size) == (16, 32768, 5120)
     assert p.batch_size_schedule.min_batch_size == 2
     with pytest.raises(ValueError, match="multiple"):
         StreamingPacker.from_micro_batches(
             [[1]],
-            batch_size=512,
+            global_batch_size=512,
             micro_batch_size=32,
             max_seq_len=8,
             batch_size_warmup_min_size=48,
@@ -681,8 +661,8 @@ class _Flaky:
 
 
 STATE_KW = {
-    "out_batch_size": 3,
-    "out_pseq_len": 40,
+    "batch_size": 3,
+    "seqlen": 40,
     "buffer_size": 6,
     "mode": "mlm",
     "mask_id": 3,
@@ -743,7 +723,7 @@ _DELETE = object()
         ({"in_epoch": "yes"}, "in_epoch must be a bool"),
         ({"config": None}, "config must be a dict"),
         ({"counters": _DELETE}, "lacks the fields"),
-        ({"counters": {"seqs_consumed": 1}}, "counters"),
+        ({"counters": {"n_docs": 1}}, "counters"),
         ({"token_count": -1}, "token_count"),
         ({"next_offset": 5}, "next_offset"),
         ({"next_offset": -40}, "next_offset"),
@@ -800,8 +780,8 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
 
         source = build(tmp_path / "s", docs)
     kw = {
-        "out_batch_size": 4,
-        "out_pseq_len": 64,
+        "batch_size": 4,
+        "seqlen": 64,
         "buffer_size": 8,
         "readahead": 3,
         "drop_last": False,
@@ -811,12 +791,12 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
     batches, held = [], []
     for batch in packer:
         batches.append(batch)
-        held.append(packer.seqs_buffered)
+        held.append(packer.stats().n_held)
     assert max(held) <= bound, max(held)
     assert [rows_of(b) for b in batches] == expected_rows(docs, **{**kw, "readahead": 1000})
     pieces = [s for b in batches for row in rows_of(b) for s in row]
     assert [t for s in pieces for t in s] == [7, 8, 9, *doc.tolist(), 5, 6]
-    assert packer.seqs_split == 1 and packer.seqs_consumed == 3
+    assert packer.stats().n_split == 1 and packer.stats().n_docs == 3
 
     mid = StreamingPacker(source, **kw)
     it = iter(mid)
@@ -843,8 +823,8 @@ def test_lazy_admission_does_not_change_placements(readahead):
         rows_of(b)
         for b in StreamingPacker(
             docs,
-            out_batch_size=3,
-            out_pseq_len=24,
+            batch_size=3,
+            seqlen=24,
             buffer_size=7,
             readahead=readahead,
             drop_last=False,
@@ -888,21 +868,22 @@ def test_float_lists_are_tokens_like_for_build():
         list(StreamingPacker([[1.5, 2.0]], **KW))
 
 
-def test_version_2_states_still_load():
-    """Version 2 (before next_offset) admitted whole documents: its states are version 3 states
-    with next_offset 0."""
+def test_one_state_schema():
+    """The state is one schema (version 4, every field of mmpack.streaming.checkpoint); a state
+    of any other version is refused as malformed, even when its fields would fit."""
+    from mmpack.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
+
     rng = np.random.default_rng(3)
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]
-    full = list(StreamingPacker(docs, **STATE_KW))
     packer = StreamingPacker(docs, **STATE_KW)
-    head = _take(iter(packer), 4)
+    _take(iter(packer), 4)
     state = packer.state_dict()
-    assert state["version"] == 3 and state["next_offset"] == 0
-    old = _tampered(state, version=2, next_offset=_DELETE)
-    resumed = StreamingPacker(docs, **STATE_KW)
-    resumed.load_state_dict(old)
-    for x, y in zip(head + list(resumed), full, strict=True):
-        _same(x, y)
+    assert state["version"] == STATE_VERSION == 4
+    assert set(state) == {"version", *STATE_FIELDS}
+    assert state["config"]["seqlen"] == 40 and state["shard"] == [0, 1]
+    for version in (2, 3, 5, None):
+        with pytest.raises(FormatError, match="version"):
+            StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, version=version))
 
 
 @given(st.integers(1, 2**32 - 1))

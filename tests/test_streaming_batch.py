@@ -18,9 +18,9 @@ from mmpack.kernels.streaming import (
 )
 from mmpack.kernels.streaming_batch import layout_batch, token_bits, write_pieces
 from mmpack.store.tokens import as_token_array
+from mmpack.streaming.incoming import flat_sequences, sequences_of
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.streaming.pieces import PieceBuffer
-from mmpack.streaming.sources import flat_sequences, sequences_of
 
 
 # =========================================================================== slow twins
@@ -187,8 +187,8 @@ def test_numpy_and_list_sources_match_seed_twin(
         source = [np.asarray(d, dtype=kind) for d in docs]
     packer = StreamingPacker(
         source,
-        out_batch_size=n_rows,
-        out_pseq_len=row_len,
+        batch_size=n_rows,
+        seqlen=row_len,
         buffer_size=n_rows + extra,
         long_docs=long_docs,
         drop_last=drop_last,
@@ -265,7 +265,7 @@ def test_negative_tokens_are_refused_whatever_the_padding(source_kind):
     if source_kind == "array":
         good = [np.asarray(d, dtype=np.int32) for d in good]
         bad = [np.asarray(d, dtype=np.int32) for d in bad]
-    kw = dict(out_batch_size=1, out_pseq_len=8, buffer_size=2, drop_last=False, pad_id=-1)
+    kw = dict(batch_size=1, seqlen=8, buffer_size=2, drop_last=False, pad_id=-1)
     assert [rows_of(b) for b in StreamingPacker(good, **kw)] == [[[[1, 2, 3], [4, 5]]]]
     with pytest.raises(ValueError, match="negative token -5"):
         list(StreamingPacker(bad, **kw))
@@ -274,7 +274,7 @@ def test_negative_tokens_are_refused_whatever_the_padding(source_kind):
 def test_uint64_tokens_beyond_int64_are_refused():
     docs = [np.array([2**63 + 1, 3], dtype=np.uint64)]
     with pytest.raises(ValueError, match=r"< 2\*\*63"):
-        list(StreamingPacker(docs, out_batch_size=1, out_pseq_len=4, buffer_size=1))
+        list(StreamingPacker(docs, batch_size=1, seqlen=4, buffer_size=1))
 
 
 @pytest.mark.parametrize("row_len", [1, 2, 3, 1024, 1025])
@@ -282,7 +282,7 @@ def test_padding_of_every_length(row_len):
     """Padding is written as the binary digits of its length: every length from 0 to row_len."""
     docs = [list(range(1, n + 1)) for n in range(1, row_len + 1)][:40]
     packer = StreamingPacker(
-        docs, out_batch_size=1, out_pseq_len=row_len, buffer_size=1, drop_last=False, pad_id=-3
+        docs, batch_size=1, seqlen=row_len, buffer_size=1, drop_last=False, pad_id=-3
     )
     for b in packer:
         used = int(b["attention_mask"].sum())
@@ -296,7 +296,7 @@ def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big
     naming the value (it was a TypeError about casting dtype('O') or float64)."""
     seqs = [[1, 2, 3], [4, big, 6], [7, 8]] * 3
     with pytest.raises(ValueError, match=str(big)) as packed:
-        for _ in StreamingPacker(seqs, seqlen=8, out_batch_size=2, buffer_size=4):
+        for _ in StreamingPacker(seqs, seqlen=8, batch_size=2, buffer_size=4):
             pass
     with pytest.raises(ValueError, match=str(big)) as built:
         mmpack.build(tmp_path / "s", seqs)
@@ -415,7 +415,7 @@ def test_pieces_from_many_chunks_keep_placements(incoming):
     arrays = [np.asarray(d, dtype=kinds[j // 7 % 3]) for j, d in enumerate(docs)]
     batches = [arrays[i : i + incoming] for i in range(0, len(arrays), incoming)]
     packer = StreamingPacker(
-        batches, source_format="batches", out_batch_size=3, out_pseq_len=40, buffer_size=9
+        batches, source_format="batches", batch_size=3, seqlen=40, buffer_size=9
     )
     assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
 
@@ -434,9 +434,7 @@ def test_arrays_of_any_layout_give_the_same_batches(make):
     byte orders, strided views) give the seed's batches."""
     rng = np.random.default_rng(9)
     docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 200)]
-    packer = StreamingPacker(
-        [make(d) for d in docs], out_batch_size=3, out_pseq_len=40, buffer_size=9
-    )
+    packer = StreamingPacker([make(d) for d in docs], batch_size=3, seqlen=40, buffer_size=9)
     assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
 
 
@@ -458,11 +456,11 @@ def test_chunks_are_released_as_the_stream_moves_on():
     docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in rng.integers(1, 60, 3000)]
     batches = [docs[i : i + 16] for i in range(0, len(docs), 16)]
     packer = StreamingPacker(
-        batches, source_format="batches", out_batch_size=4, out_pseq_len=64, buffer_size=8
+        batches, source_format="batches", batch_size=4, seqlen=64, buffer_size=8
     )
     live = []
     for _ in packer:
-        live.append(len(packer._pieces.chunks))
+        live.append(len(packer._admission.pieces.chunks))
     assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
 
 
@@ -478,11 +476,11 @@ def test_chunks_of_dropped_sequences_are_not_held():
 
     def source():
         for i in range(0, len(docs), 10):
-            seen.append(len(packer._pieces.chunks))
+            seen.append(len(packer._admission.pieces.chunks))
             yield docs[i : i + 10]
 
     packer = StreamingPacker(
-        source(), source_format="batches", out_batch_size=2, out_pseq_len=64, buffer_size=4,
+        source(), source_format="batches", batch_size=2, seqlen=64, buffer_size=4,
         long_docs="drop", drop_last=False,
     )  # fmt: skip
     got = [rows_of(b) for b in packer]

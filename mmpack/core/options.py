@@ -18,7 +18,6 @@ __all__ = [
     "Mode",
     "OnError",
     "PackingAlgorithm",
-    "ReturnTensors",
     "SourceFormat",
     "StrEnum",
     "parse_option",
@@ -91,15 +90,6 @@ class SourceFormat(StrEnum):
     """Each element is one sequence of token ids."""
     BATCHES = "batches"
     """Each element is a batch of sequences."""
-
-
-class ReturnTensors(StrEnum):
-    """The array type of the batches a streaming packer yields."""
-
-    NP = "np"
-    """numpy arrays."""
-    PT = "pt"
-    """torch tensors (zero-copy ``torch.from_numpy``)."""
 
 
 class Backend(StrEnum):

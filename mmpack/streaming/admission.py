@@ -1,58 +1,134 @@
-"""How the streaming packer takes sequences in: read into a queue, admitted as pieces lazily.
+"""Admission: the streaming packer's reading of its source, and the pieces it holds.
 
-Sequences read from the source wait in a queue (lengths, source indices and, for in-memory
-sources, their global positions in the token chunks of :mod:`mmpack.streaming.pieces`: each
-incoming batch is joined into one chunk when read); the packer admits exactly as many *pieces* as a batch needs
-(:func:`mmpack.streaming.sources.piece_counts` applies the ``long_docs`` policy), so a document
-split into many pieces enters piece by piece and the held pieces stay within
-``buffer_size + readahead`` whatever its length.  Every step commits only once it has succeeded:
-a source that raises leaves the position where it was, so a state taken then resumes with nothing
-lost.  The sequences of an iterated source are joined once a read has all it wants, which may
-be after the source was asked for its next incoming batch: a source must not refill the arrays
-it yielded (copying each incoming batch first measured 1.1x-1.7x the packer's time with incoming
-batches of 128 to 16 sequences).  Cost per admitted piece: O(1) numpy work amortised over the
-batch (a min and a max when every queued document is one whole piece, the common case; else one ``cumsum`` and one
+:class:`Admission` owns everything between the source and the best-fit scan: the source of the
+epoch (read by index, through ``read_ranges`` for a TokenStore, or iterated), the queue of
+sequences read but not yet admitted, the :class:`~mmpack.streaming.pieces.PieceBuffer` of held
+pieces, and the counts of what the ``long_docs`` policy did.  Sequences read from the source
+wait in the queue (lengths, source indices and, for in-memory sources, their global positions in
+the token chunks of :mod:`mmpack.streaming.pieces`: each incoming batch is joined into one chunk
+when read); the packer admits exactly as many *pieces* as a batch needs
+(:func:`mmpack.streaming.sources.piece_counts` applies the policy), so a document split into many
+pieces enters piece by piece and the held pieces stay within ``buffer_size + readahead`` whatever
+its length.  Every step commits only once it has succeeded: a source that raises leaves the
+position where it was, so a state taken then resumes with nothing lost.  The sequences of an
+iterated source are joined once a read has all it wants, which may be after the source was asked
+for its next incoming batch: a source must not refill the arrays it yielded (copying each
+incoming batch first measured 1.1x-1.7x the packer's time with incoming batches of 128 to 16
+sequences).
+
+The other parts talk to it through :attr:`Admission.pieces` (the placement scan reads the held
+pieces and compacts them once placed), :meth:`~Admission.read_ahead`,
+:meth:`~Admission.oldest_position` (which token chunks are still referenced),
+:meth:`~Admission.read_ranges` (a TokenStore's tokens) and :meth:`~Admission.position` /
+:meth:`~Admission.restore` (the position a state records).
+
+Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when every
+queued document is one whole piece, the common case; else one ``cumsum`` and one
 ``searchsorted`` per admission call); a piece is an int64 column, no Python object.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mmpack.streaming.sources import (
-    PieceBuffer,
-    batch_items,
-    flat_sequences,
-    piece_counts,
-    pieces_of,
-)
+from mmpack.core.options import SourceFormat
+from mmpack.errors import StateMismatchError
+from mmpack.streaming.incoming import flat_sequences, tokens_of
+from mmpack.streaming.pieces import PieceBuffer
+from mmpack.streaming.sources import PEEK, batch_items, detect_format, piece_counts, pieces_of
+from mmpack.streaming.stats import AdmissionCounts
 
-__all__: list[str] = []
+__all__ = ["Admission", "Position"]
 
 
-class _Admission:
-    """The admission half of :class:`mmpack.streaming.packer.StreamingPacker` (a mixin: the
-    packer owns the attributes declared here)."""
+@dataclass(frozen=True, eq=False)
+class Position:
+    """Where admission stands in a random-access source: the first sequence (and the token in
+    it) not yet admitted, whether the source is exhausted, and the held pieces (source index,
+    offset in that sequence, length; int64 arrays of one length)."""
 
-    source: Any
-    out_pseq_len: int
-    long_docs: str
-    seqs_consumed: int
-    seqs_empty: int
-    seqs_split: int
-    seqs_truncated: int
-    seqs_dropped: int
-    tokens_discarded: int
-    _indexed: bool
-    _store_like: bool
-    _pieces: PieceBuffer
-    _iterator: Iterator[Any] | None
-    _iter_format: str
-    _carry: list[Any]
+    next_index: int
+    next_offset: int
+    exhausted: bool
+    pending_src: np.ndarray
+    pending_off: np.ndarray
+    pending_len: np.ndarray
+
+
+class Admission:
+    """Reads a source into held pieces of at most ``seqlen`` tokens, by the ``long_docs``
+    policy.  :meth:`start` begins an epoch over a source; the rest is driven by the placement
+    scan (:meth:`read_ahead`)."""
+
+    def __init__(self, seqlen: int, long_docs: str) -> None:
+        self._seqlen = seqlen
+        self._long_docs = long_docs
+        self._source: Any = None
+        self._indexed = True
+        self._store_like = False
+        self._iterator: Iterator[Any] | None = None
+        self._iter_format = SourceFormat.SEQUENCES.value
+        self._carry: list[Any] = []  # sequences of an incoming batch read but not yet queued
+        self._pieces = PieceBuffer(with_chunks=True)
+        self._counts = AdmissionCounts()
+        self._reset_queue()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_iterator"], state["_carry"] = None, []  # a live iteration is not carried over
+        return state
+
+    # ------------------------------------------------------------------------- what others read
+    @property
+    def pieces(self) -> PieceBuffer:
+        """The held pieces, in stream order (the placement scan compacts them once placed)."""
+        return self._pieces
+
+    @property
+    def counts(self) -> AdmissionCounts:
+        """A copy of this epoch's counts."""
+        return dataclasses.replace(self._counts)
+
+    def oldest_position(self) -> int | None:
+        """The oldest global token position still referenced (by a held piece, else by the
+        queue), None when nothing is: the token chunks before it can go."""
+        if self._pieces.n:
+            return int(self._pieces.data[3, 0])
+        return int(self._q_pos[0]) if self._q_pos.shape[0] else None
+
+    def read_ranges(self, src: np.ndarray, off: np.ndarray, lens: np.ndarray) -> tuple[Any, Any]:
+        """A TokenStore source's tokens of pieces (source index, offset, length; int64): its
+        ``read_ranges`` over the flat token ranges, ``(tokens, start of each range in them)``."""
+        flat_starts = self._source.offsets[src].astype(np.int64)
+        flat_starts += off
+        return self._source.read_ranges(flat_starts, lens)
+
+    # ------------------------------------------------------------------------- an epoch
+    def start(self, source: Any, *, indexed: bool, store_like: bool, source_format: str) -> None:
+        """Begin an epoch over ``source``: nothing held, nothing queued, counts at zero; an
+        iterated source is iterated anew (its format told from its first elements when
+        ``source_format`` is ``"auto"``)."""
+        self._source, self._indexed, self._store_like = source, indexed, store_like
+        self._pieces = PieceBuffer(with_chunks=not store_like)
+        self._counts = AdmissionCounts()
+        self._carry = []
+        self._reset_queue()
+        self._iterator = None
+        if not indexed:
+            iterator = iter(source)
+            fmt = source_format
+            if fmt == SourceFormat.AUTO:
+                peeked = list(itertools.islice(iterator, PEEK))
+                fmt = detect_format(peeked)
+                iterator = itertools.chain(peeked, iterator)
+            self._iter_format = fmt
+            self._iterator = iterator
 
     def _reset_queue(self) -> None:
         """Empty the queue of documents read from the source but not yet admitted as pieces."""
@@ -63,14 +139,14 @@ class _Admission:
         self._q_pos = np.empty(0, dtype=np.int64)  # global position of each queued sequence
         self._exhausted = False  # the source has no more sequences to read
 
-    def _read_ahead(self, want: int) -> None:
+    def read_ahead(self, want: int) -> None:
         """Admit exactly ``want`` more pieces, unless the source runs out first.
 
         Documents are read into a queue and admitted piece by piece, so a long document split
         into many pieces is admitted lazily (the held pieces stay within
         ``buffer_size + readahead``, whatever the document's length).  Each step commits only
-        once it has succeeded: a source that raises leaves the position where it was, and
-        :meth:`state_dict` taken then resumes with nothing lost."""
+        once it has succeeded: a source that raises leaves the position where it was, and a
+        state taken then resumes with nothing lost."""
         target = self._pieces.n + want
         while self._pieces.n < target:
             if self._q_lens.shape[0] == 0:
@@ -86,7 +162,7 @@ class _Admission:
         if self._pieces.chunks:  # the queue is empty: only the held pieces refer to chunks
             self._pieces.release_unheld()
         j0 = self._read_index
-        source: Any = self.source
+        source: Any = self._source
         if self._indexed:
             j1 = min(len(source), j0 + n_docs)
             if j0 >= j1:
@@ -122,7 +198,7 @@ class _Admission:
 
     def _read_iterated(self, n_docs: int) -> list[Any]:
         assert self._iterator is not None
-        if self._iter_format == "sequences":
+        if self._iter_format == SourceFormat.SEQUENCES:
             return list(itertools.islice(self._iterator, n_docs))
         items = self._carry[:n_docs]
         del self._carry[:n_docs]
@@ -144,16 +220,16 @@ class _Admission:
         """Admit the next ``need`` pieces of the queued documents (fewer if the queue holds
         fewer), applying the empty/long-sequence policies; a document cut by ``need`` stays at
         the head of the queue with its admitted tokens counted in ``_head_off``."""
-        P = self.out_pseq_len
+        P = self._seqlen
         lens, head = self._q_lens, self._head_off
         if not head and need >= lens.shape[0] and lens.min() > 0 and lens.max() <= P:
             # The common case: every queued document is one whole piece.
-            self.seqs_consumed += lens.shape[0]
+            self._counts.n_docs += lens.shape[0]
             zeros = np.zeros(lens.shape[0], dtype=np.int64)
             self._pieces.append(lens, self._q_src, zeros, self._q_pos)
             self._q_lens, self._q_src, self._q_pos = lens[:0], self._q_src[:0], self._q_pos[:0]
             return
-        n_pieces = piece_counts(lens, head, P, self.long_docs)
+        n_pieces = piece_counts(lens, head, P, self._long_docs)
         ends = np.cumsum(n_pieces)
         cut = int(np.searchsorted(ends, need))  # the first document that reaches `need` pieces
         if cut >= lens.shape[0]:
@@ -169,21 +245,83 @@ class _Admission:
         doc, off, plen = pieces_of(lens[:m], head, used, P)
         pos = self._q_pos[:m][doc] + off  # 0 + offset for a store-like source (unused)
         # Commit: count the documents whose admission starts here, hold their pieces.
-        fresh = lens[int(head > 0) : m]
-        self.seqs_consumed += fresh.shape[0]
-        self.seqs_empty += int(np.count_nonzero(fresh == 0))
-        long = fresh[fresh > P]
-        if long.size:
-            excess = int((long - P).sum())
-            if self.long_docs == "split":
-                self.seqs_split += long.shape[0]
-            elif self.long_docs == "truncate":
-                self.seqs_truncated += long.shape[0]
-                self.tokens_discarded += excess
-            else:
-                self.seqs_dropped += long.shape[0]
-                self.tokens_discarded += excess + P * long.shape[0]
+        self._count(lens[int(head > 0) : m])
         self._pieces.append(plen, self._q_src[doc], off, pos)
         self._head_off = int(off[-1] + plen[-1]) if partial else 0
         self._q_lens, self._q_src = lens[n_docs:], self._q_src[n_docs:]
         self._q_pos = self._q_pos[n_docs:]
+
+    def _count(self, fresh: np.ndarray) -> None:
+        """Count the documents of lengths ``fresh`` whose admission starts now."""
+        P, counts = self._seqlen, self._counts
+        counts.n_docs += fresh.shape[0]
+        counts.n_empty += int(np.count_nonzero(fresh == 0))
+        long = fresh[fresh > P]
+        if long.size:
+            excess = int((long - P).sum())
+            if self._long_docs == "split":
+                counts.n_split += long.shape[0]
+            elif self._long_docs == "truncate":
+                counts.n_truncated += long.shape[0]
+                counts.lost_tokens += excess
+            else:
+                counts.n_dropped += long.shape[0]
+                counts.lost_tokens += excess + P * long.shape[0]
+
+    # ------------------------------------------------------------------------- position
+    def position(self) -> Position:
+        """Where admission stands (a random-access source only): restoring it with
+        :meth:`restore` makes the same pieces held and the same sequences read next."""
+        assert self._indexed
+        pieces = self._pieces
+        queued = self._q_lens.shape[0] > 0
+        return Position(
+            next_index=int(self._q_src[0]) if queued else self._read_index,
+            next_offset=self._head_off,
+            exhausted=self._exhausted and not queued,
+            pending_src=pieces.src.copy(),
+            pending_off=pieces.src_off.copy(),
+            pending_len=pieces.lens.copy(),
+        )
+
+    def restore(self, position: Position, counts: AdmissionCounts) -> None:
+        """After :meth:`start`: hold the pieces of ``position`` (read again from the source) and
+        continue from its next sequence, with ``counts``.  :class:`StateMismatchError` when the
+        pieces or the next offset lie outside this source."""
+        assert self._indexed
+        self._read_pieces(position.pending_src, position.pending_off, position.pending_len)
+        if position.next_offset and position.next_offset >= self._doc_len(position.next_index):
+            raise StateMismatchError(
+                f"the state's next_offset={position.next_offset} lies past the end of source "
+                f"sequence {position.next_index}"
+            )
+        self._read_index = position.next_index
+        self._head_off = position.next_offset
+        self._exhausted = position.exhausted
+        self._counts = dataclasses.replace(counts)
+
+    def _read_pieces(self, src: np.ndarray, off: np.ndarray, plen: np.ndarray) -> None:
+        if self._store_like:
+            doc_lens = np.diff(self._source.offsets)[src]
+            if np.any(off + plen > doc_lens):
+                raise StateMismatchError("the state's pending pieces lie outside the source")
+            self._pieces.append(plen, src, off, np.zeros_like(plen))
+            return
+        tokens: list[np.ndarray] = []
+        docs: dict[int, Any] = {}
+        for j, o, n in zip(src.tolist(), off.tolist(), plen.tolist()):
+            doc = docs.get(j)
+            if doc is None:
+                doc = docs[j] = flat_sequences([self._source[j]], j)[0]
+            if o + n > len(doc):
+                raise StateMismatchError("the state's pending pieces lie outside the source")
+            tokens.append(doc[o : o + n])
+        flat, _ = flat_sequences(tokens)
+        base = self._pieces.add_chunk(flat)
+        self._pieces.append(plen, src, off, base + np.cumsum(plen) - plen)
+
+    def _doc_len(self, j: int) -> int:
+        source: Any = self._source
+        if self._store_like:
+            return int(source.offsets[j + 1] - source.offsets[j])
+        return len(tokens_of(source[j]))

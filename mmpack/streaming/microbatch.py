@@ -1,34 +1,31 @@
 """Packed batches to per-row micro-batches, and the counts a trainer logs about them.
 
-A packed batch (from :class:`~mmpack.streaming.packer.StreamingPacker`) already holds one micro-batch's
-worth of tokens per row, so :func:`split_packed_batch` returns one micro-batch per row (as the
-seed's ``split_packed_batch`` does).  A row whose padding fraction exceeds ``padding_tolerance`` is
-trimmed to its last real token and the padding segment is dropped from its ``cu_seqlens``, which
-saves the attention and MLP work on that padding at the price of a dynamic shape.
+A packed batch (from :class:`~mmpack.streaming.packer.StreamingPacker`) already holds one
+micro-batch's worth of tokens per row, so :func:`split_packed_batch` returns one micro-batch per
+row (as ModernBERT's ``split_packed_batch`` does).  A row whose padding fraction exceeds
+``padding_tolerance`` is trimmed to its last real token and the padding segment is dropped from
+its ``cu_seqlens``, which saves the attention and MLP work on that padding at the price of a
+dynamic shape.  :func:`split_rows` is the same split over arrays of any kind with numpy's
+indexing (:func:`mmpack.torch.microbatch.split_packed_batch` splits torch tensors with it).
 
 :func:`num_label_tokens` counts the tokens that take a loss (ModernBERT's
 ``get_num_tokens_in_packed_batch``); :func:`num_sequences` counts sequences from ``cu_seqlens``
-(``get_num_samples_in_packed_batch``), without the padding segments ModernBERT's packer also counts unless
-``count_padding=True``.
+(``get_num_samples_in_packed_batch``), without the padding segments ModernBERT's packer also
+counts unless ``count_padding=True``; both read any array with numpy's operators.
 
-All functions take numpy arrays or torch tensors and return the same kind.  Cost: O(rows) Python
-calls plus one pass over each row's attention mask.
+Cost: O(rows) Python calls plus one pass over each row's attention mask.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from mmpack.views.masking import IGNORE_INDEX
+from mmpack.core.constants import IGNORE_INDEX
 
-__all__ = ["num_label_tokens", "num_sequences", "split_packed_batch"]
-
-
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+__all__ = ["num_label_tokens", "num_sequences", "split_packed_batch", "split_rows"]
 
 
 def _count_nonzero(x: Any) -> int:
@@ -36,30 +33,37 @@ def _count_nonzero(x: Any) -> int:
 
 
 def split_packed_batch(
-    batch: Mapping[str, Any], padding_tolerance: float = 1.0, *, mark_dynamic: bool = False
+    batch: Mapping[str, Any], padding_tolerance: float = 1.0
 ) -> list[dict[str, Any]]:
-    """One micro-batch per row of a packed batch.
+    """One micro-batch per row of a packed batch of numpy arrays.
 
     Parameters
     ----------
     batch : mapping
         ``input_ids``, ``attention_mask`` and ``labels`` (or ``None``) of shape
-        ``(rows, out_pseq_len)``, ``cu_seqlens`` (one int32 array per row), ``max_seqlen`` (one
-        int per row), optionally ``mask_prob``.
+        ``(rows, seqlen)``, ``cu_seqlens`` (one int32 array per row), ``max_seqlen`` (one int
+        per row), optionally ``mask_prob``.
     padding_tolerance : float
         A row whose padding fraction (padding tokens / row length) is *greater* than this is
         trimmed after its last real token; the default 1.0 never trims.  In ``[0, 1]``.
-    mark_dynamic : bool
-        Mark each trimmed micro-batch's ``cu_seqlens`` (torch) as dynamic for ``torch.compile``,
-        as ModernBERT's packer does.
 
     Returns
     -------
     list of dict
         Per row: ``input_ids``, ``labels``, ``attention_mask`` of shape ``(n,)`` (``n`` =
-        ``out_pseq_len``, or the real tokens of a trimmed row), ``cu_seqlens`` (ending at ``n``),
-        ``max_seqlen`` (recomputed for a trimmed row), and a copy of ``mask_prob`` if present.
+        ``seqlen``, or the real tokens of a trimmed row; views of the batch), ``cu_seqlens``
+        (ending at ``n``), ``max_seqlen`` (recomputed for a trimmed row), and a copy of
+        ``mask_prob`` if present.
     """
+    return [micro for micro, _ in split_rows(batch, padding_tolerance, np.copy)]
+
+
+def split_rows(
+    batch: Mapping[str, Any], padding_tolerance: float, copy: Callable[[Any], Any]
+) -> list[tuple[dict[str, Any], bool]]:
+    """:func:`split_packed_batch` over arrays of any kind with numpy's indexing and operators:
+    per row, the micro-batch and whether it was trimmed; ``copy(mask_prob)`` gives each
+    micro-batch its own ``mask_prob``."""
     if not 0.0 <= padding_tolerance <= 1.0:
         raise ValueError(f"padding_tolerance must be in [0, 1], got {padding_tolerance!r}")
     for key in ("input_ids", "attention_mask", "cu_seqlens", "max_seqlen"):
@@ -78,7 +82,8 @@ def split_packed_batch(
         cu = batch["cu_seqlens"][r]
         real = _count_nonzero(mask)
         micro: dict[str, Any] = {}
-        if 1.0 - real / row_len > padding_tolerance:
+        trimmed = 1.0 - real / row_len > padding_tolerance
+        if trimmed:
             # Pieces fill each row from column 0, so the real tokens are exactly [0, real).
             cu = cu[:-1]
             micro["input_ids"] = ids[r, :real]
@@ -86,10 +91,6 @@ def split_packed_batch(
             micro["attention_mask"] = mask[:real]
             micro["cu_seqlens"] = cu
             micro["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
-            if mark_dynamic and _is_torch(cu):
-                import torch
-
-                torch._dynamo.mark_dynamic(cu, 0)
         else:
             micro["input_ids"] = ids[r]
             micro["labels"] = None if labels is None else labels[r]
@@ -97,9 +98,8 @@ def split_packed_batch(
             micro["cu_seqlens"] = cu
             micro["max_seqlen"] = int(batch["max_seqlen"][r])
         if "mask_prob" in batch:
-            mp = batch["mask_prob"]
-            micro["mask_prob"] = mp.clone() if _is_torch(mp) else np.array(mp, copy=True)
-        out.append(micro)
+            micro["mask_prob"] = copy(batch["mask_prob"])
+        out.append((micro, trimmed))
     return out
 
 

@@ -34,7 +34,8 @@ class PieceBuffer:
     ``k``'s tokens are at global positions ``pos[k] .. pos[k] + lens[k]`` of the chunks
     (:meth:`tokens`); a store-like source has no chunks (its pieces are read by source index
     and offset when emitted, and ``pos`` is 0).  A batch removes its placed pieces by compacting
-    ``data`` in place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and setting ``n``.
+    ``data`` in place (:func:`mmpack.kernels.streaming_batch.layout_batch`) and calling
+    :meth:`keep`.
     """
 
     def __init__(self, with_chunks: bool) -> None:
@@ -62,6 +63,11 @@ class PieceBuffer:
     @property
     def pos(self) -> np.ndarray:
         return self.data[3, : self.n]
+
+    def keep(self, n: int) -> None:
+        """Hold only the first ``n`` pieces of ``data`` (after a kernel compacted it in place)."""
+        assert 0 <= n <= self.n
+        self.n = n
 
     def spare(self, dtype: np.dtype, n: int) -> np.ndarray:
         """An uninitialised 1-D array of ``n`` elements of ``dtype`` for the next chunk, from a

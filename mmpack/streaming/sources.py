@@ -1,14 +1,14 @@
-"""What the streaming packer reads: source formats, sequences, and the buffer of held pieces.
+"""What the streaming packer reads: source formats, and how sequences become pieces.
 
 A source is an iterable of sequences, an iterable of incoming batches (lists of sequences, 2-D
-arrays, or dicts whose ``input_ids`` is one of those, as in the seed), or a random-access store
-(:class:`mmpack.TokenStore`, read through ``read_ranges``).  :func:`detect_format` tells sequences
-from batches by peeking at the nesting depth of the first elements.  Sequences are admitted as
-*pieces* (:func:`piece_counts` and :func:`pieces_of` apply the ``long_docs`` policy), held in a
-:class:`~mmpack.streaming.pieces.PieceBuffer` (one int64 column per piece, pointing into the
-incoming batches' token chunks).  How an incoming batch becomes tokens (:func:`flat_sequences`,
-:func:`sequences_of`: the build's token rule, one pass per incoming batch) lives in
-:mod:`mmpack.streaming.incoming`; the names stay importable from here.
+arrays, or dicts whose ``input_ids`` is one of those, as in ModernBERT's packer), or a
+random-access source of sequences (a :class:`mmpack.TokenStore`, read through ``read_ranges``; a
+view, a list, a map-style dataset).  :func:`source_kind` tells them apart and
+:func:`detect_format` tells sequences from batches by peeking at the nesting depth of the first
+``PEEK`` elements.  Sequences are admitted as *pieces* of at most a row (:func:`piece_counts` and
+:func:`pieces_of` apply the ``long_docs`` policy); how an incoming batch becomes tokens (the
+build's token rule, one pass per incoming batch) is :mod:`mmpack.streaming.incoming`.  All of it
+is O(1) per element, O(pieces) per admission.
 """
 
 from __future__ import annotations
@@ -19,24 +19,22 @@ from typing import Any, cast
 import numpy as np
 
 from mmpack.core.options import SourceFormat
-from mmpack.streaming.incoming import flat_sequences, sequences_of, tokens_of
-from mmpack.streaming.pieces import PieceBuffer
+from mmpack.streaming.incoming import tokens_of
 
 __all__ = [
-    "PieceBuffer",
+    "PEEK",
     "batch_items",
     "detect_format",
-    "flat_sequences",
     "is_indexable",
     "is_store_like",
     "piece_counts",
     "pieces_of",
     "propagate_epoch",
-    "sequences_of",
     "source_kind",
-    "split_pieces",
-    "tokens_of",
 ]
+
+PEEK = 64
+"""Elements of a source looked at to tell sequences from incoming batches."""
 
 
 def _is_scalar(x: Any) -> bool:
@@ -140,25 +138,7 @@ def pieces_of(
     return doc, off, plen
 
 
-def split_pieces(
-    lens: np.ndarray, row_len: int, policy: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pieces of documents of lengths ``lens``: (document index, offset in it, length), int64."""
-    if policy == "split":
-        n_pieces = -(-lens // row_len)
-    else:
-        n_pieces = (lens > 0).astype(np.int64)
-        if policy == "drop":
-            n_pieces[lens > row_len] = 0
-    doc = np.repeat(np.arange(lens.shape[0], dtype=np.int64), n_pieces)
-    first = np.cumsum(n_pieces) - n_pieces
-    k = np.arange(doc.shape[0], dtype=np.int64) - first[doc]
-    off = k * row_len
-    plen = np.minimum(lens[doc] - off, row_len)
-    return doc, off, plen
-
-
-def source_kind(source: Any, source_format: str, peek: int) -> tuple[bool, bool]:
+def source_kind(source: Any, source_format: str, peek: int = PEEK) -> tuple[bool, bool]:
     """``(indexed, store_like)``: whether ``source`` is read by index as sequences (a
     random-access source, its format given or detected from its first elements), and whether it
     is read through ``read_ranges`` (a TokenStore-like source); ``peek`` elements at most are

@@ -9,6 +9,13 @@
     attention.py   block-diagonal masks for SDPA and FlexAttention from cu_seqlens
     hf.py          hf_inputs: a packed batch as keyword arguments of a transformers model
     elastic.py     elastic resume arithmetic: a sampler state saved at W1 ranks resumed at W2
+    streaming.py   StreamingPacker as a DataLoader dataset (its consumers, tensors, PackerDataset)
+    microbatch.py  packed batches of tensors split into per-row micro-batches
+
+Importing the layer registers :class:`~mmpack.streaming.packer.StreamingPacker` as a torch
+``IterableDataset`` and tells it its rank and DataLoader worker (:mod:`mmpack.torch.streaming`).
 """
+
+import mmpack.torch.streaming  # noqa: F401  (registers the packer with torch)
 
 __all__: list[str] = []
