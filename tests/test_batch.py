@@ -58,10 +58,10 @@ def test_collate_fast_path_equals_per_sample_path(tmp_path, kind):
         else:
             assert fast[key] == slow[key], key
     # Tensors never alias each other: editing inputs in place leaves labels alone.
-    if "labels" in fast:
-        before = fast["labels"].clone()
+    if "targets" in fast:
+        before = fast["targets"].clone()
         fast["input_ids"].fill_(-5)
-        assert torch.equal(fast["labels"], before)
+        assert torch.equal(fast["targets"], before)
 
 
 def test_default_collate_works_on_fixed_length_fields(tmp_path):

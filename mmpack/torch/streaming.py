@@ -15,8 +15,8 @@ several workers or ranks iterating copies of it would each emit the whole stream
   batches: the shards pack independently.
 * **The views' batch format.**  Each packed batch is laid out as
   :func:`mmpack.torch.collate.collate` lays out the views' batches: ``input_ids``,
-  ``attention_mask``, ``position_ids`` (restarting at every segment) and ``labels`` when the mode
-  has them, as int64 (or ``dtype``) ``(B, seqlen)`` tensors; the flat ``cu_seqlens``
+  ``attention_mask``, ``position_ids`` (restarting at every segment) and the labels as
+  ``targets`` when the mode has them, as int64 (or ``dtype``) ``(B, seqlen)`` tensors; the flat ``cu_seqlens``
   (int32, the whole batch as one sequence), ``cu_seqlens_rows`` and ``max_seqlen`` (int).
   :func:`mmpack.torch.hf.hf_inputs` and :mod:`mmpack.torch.attention` take it as they take
   the views' batches.
@@ -46,7 +46,7 @@ from mmpack.streaming.sources import (
     is_store_like,
     tokens_of,
 )
-from mmpack.torch.collate import collate
+from mmpack.torch.collate import BATCH_TOKEN_FIELDS, collate
 
 __all__ = ["PackerDataset"]
 
@@ -183,7 +183,7 @@ class PackerDataset(IterableDataset):
             rows.append(row)
         out = collate(rows)
         if self.dtype != torch.int64:
-            for key in ("input_ids", "attention_mask", "position_ids", "labels"):
+            for key in BATCH_TOKEN_FIELDS:
                 if key in out:
                     out[key] = out[key].to(self.dtype)
         if "mask_prob" in batch:
