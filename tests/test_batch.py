@@ -91,5 +91,5 @@ def test_mixture_of_views_returns_one_batch(tmp_path):
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     fast = collate(batch)
     slow = collate([mix[i] for i in idx])
-    for key in ("input_ids", "labels", "position_ids", "cu_seqlens", "source"):
+    for key in ("input_ids", "targets", "position_ids", "cu_seqlens", "source"):
         assert torch.equal(fast[key], slow[key]), key

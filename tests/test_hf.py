@@ -218,6 +218,9 @@ def test_hf_inputs_validation(store):
         hf_inputs(batch, "sdpa", label_shift="left")
     with pytest.raises(ValueError, match="cu_seqlens"):
         hf_inputs({k: v for k, v in batch.items() if k != "cu_seqlens"}, "flash_attention_2")
+    renamed = {("labels" if k == "targets" else k): v for k, v in batch.items()}
+    with pytest.raises(ValueError, match="'labels' but no 'targets'"):
+        hf_inputs(renamed, "sdpa")
     mask = hf_inputs(batch, "eager", mask_dtype=torch.float64)["attention_mask"]
     assert mask.dtype == torch.float64 and mask.shape == (3, 1, SEQLEN, SEQLEN)
     assert set(mask.unique().tolist()) == {0.0, torch.finfo(torch.float64).min}

@@ -157,6 +157,10 @@ def test_the_views_default_to_the_ids_the_store_records(tmp_path, jsonl, bpe):
     )
     byte = ingest([jsonl], tmp_path / "b").store  # records eot 256 and no pad
     assert (mmpack.WindowDataset(byte, 16).eot, mmpack.PackedDataset(byte, 64).pad_id) == (256, 0)
+    # documents built with a template carry its tokens (here their own eot): none is added
+    closed = ingest(iter(["ab", "c"]), tmp_path / "t", template="$A 256").store
+    window = mmpack.WindowDataset(closed, 5)
+    assert window.eot is None and window[0]["input_ids"].tolist() == [97, 98, 256, 99, 256]
 
 
 def test_mixtures_and_joins_refuse_different_tokenizers(tmp_path, jsonl, bpe, other_bpe):

@@ -111,7 +111,8 @@ def hf_inputs(
     Raises
     ------
     ValueError
-        Unknown ``attn_implementation`` or ``label_shift``, or a batch lacking a needed key.
+        Unknown ``attn_implementation`` or ``label_shift``, a batch lacking a needed key, or
+        one with ``labels`` instead of ``targets`` (not a collate batch).
     """
     flash = _check_request(batch, attn_implementation, label_shift)
     input_ids = torch.as_tensor(batch["input_ids"])
@@ -145,6 +146,11 @@ def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shi
     needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (
         ["cu_seqlens", "max_seqlen"] if flash else []
     )
+    if "labels" in batch and TARGETS not in batch:
+        raise ValueError(
+            f"batch has 'labels' but no {TARGETS!r}: hf_inputs takes a batch of "
+            f"mmpack.torch.collate.collate, which carries the samples' labels as {TARGETS!r}"
+        )
     missing = [key for key in needed if key not in batch]
     if missing:
         raise ValueError(

@@ -104,7 +104,8 @@ class PackedDataset:
     eot : int, "store" or None, default "store"
         End-of-text id appended to every document (it takes a slot of the bin).  ``"store"``:
         the eot the store's tokenizer records (stores built from text record their tokenizer);
-        a store that records none gets no eot (what ``eot=None`` asks for).
+        a store that records none, or whose documents were built with a special-token template
+        (they carry its tokens), gets no eot (what ``eot=None`` asks for).
     pad_id : int or "store", default "store"
         Id of the padding after the last piece; ``"store"``: the pad id the store's tokenizer
         records, else 0.

@@ -108,7 +108,8 @@ class WindowDataset:
     eot : int, "store" or None, default "store"
         End-of-text id inserted after every document (not stored on disk).  ``"store"``: the eot
         the store's tokenizer records (stores built from text record their tokenizer); a store
-        that records none gets no eot, the plain concatenation (what ``eot=None`` asks for).
+        that records none, or whose documents were built with a special-token template (they
+        carry its tokens), gets no eot: the plain concatenation (what ``eot=None`` asks for).
     labels : bool
         Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``).
     drop_last : bool
