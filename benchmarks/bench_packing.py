@@ -12,7 +12,7 @@ tokens (2048 .. 32768) with an eot after every document:
 Columns: ``bfd Mdocs/s`` (median of repeats after a compile warm-up; the whole ``build_plan``
 call), ``bins/lower`` (bins over ``ceil(tokens / L)``) and ``excess`` (that ratio minus 1), ``efficiency`` (real tokens incl. eot
 over ``bins * L``), ``frac_long`` / ``frac_split`` (documents longer than a bin / split), the same
-for ``algorithm="stream"`` (1024 open bins), and ``reopen ms``: loading the cached plan file
+for ``algorithm="online"`` (1024 open bins), and ``reopen ms``: loading the cached plan file
 (format 3, XXH64 per array) with :func:`cached_plan`, with ``reopen ms fmt2`` the same file
 written as format 2 (CRC-32 per array) loaded the same way, timed interleaved (median of 7 each).
 ``chunk frac_split`` is the fraction of documents concatenate-and-chunk would cut.
@@ -120,7 +120,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     seqlens = [2048, 32768] if quick else [2048, 8192, 32768]
     dists = ["lognormal(5.48,1.15)", "lognormal(6.4,1.3)", "gamma(5,20)", "adversarial"]
     warm = np.array([1, 5, 3000, 0], dtype=np.int64)
-    for algorithm in ("bfd", "stream"):
+    for algorithm in ("bfd", "online"):
         build_plan(warm, 2048, add_eot=True, algorithm=algorithm)  # compile outside the timings
         build_plan(warm, 2048, add_eot=False, algorithm=algorithm)
     rows: list[dict[str, Any]] = []
@@ -133,9 +133,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 repeats = 3 if n <= 1_000_000 else 2
                 plan = build_plan(lens, seqlen, add_eot=eot)
                 t_bfd = _median_seconds(lambda: build_plan(lens, seqlen, add_eot=eot), repeats)
-                stream = build_plan(lens, seqlen, add_eot=eot, algorithm="stream")
+                stream = build_plan(lens, seqlen, add_eot=eot, algorithm="online")
                 t_stream = _median_seconds(
-                    lambda: build_plan(lens, seqlen, add_eot=eot, algorithm="stream"), 1
+                    lambda: build_plan(lens, seqlen, add_eot=eot, algorithm="online"), 1
                 )
                 s, ss = plan.stats, stream.stats
                 row: dict[str, Any] = {

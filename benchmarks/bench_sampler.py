@@ -10,7 +10,7 @@ rate where that reads better (``p99`` is then the rate at the slow tail, so it i
 * ``memory``: tracemalloc peak while building a sampler over 10**11 and drawing 100 000 indices;
 * ``resume``: ``load_state_dict`` + first index at position 0 and at n/2 (n = 10**11): equal
   times, as nothing is replayed;
-* ``mixture``: ``locate_many`` (8192 random positions per call) and scalar ``locate`` on a
+* ``mixture``: ``source_of_many`` (8192 random positions per call) and scalar ``source_of`` on a
   3-source mixture of 10**6 and of 10**9 samples: the same cost, as lookups do not depend on length;
   then sources so small that a batch spans thousands of passes (one permutation per pass touched).
 
@@ -157,15 +157,15 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for num_samples in (10**6, 10**9):
         mixture = Mixture(sources, [0.5, 0.3, 0.2], num_samples=num_samples, seed=0)
         positions = rng.integers(0, num_samples, CHUNK)
-        times = _times(lambda: mixture.locate_many(positions), calls)
+        times = _times(lambda: mixture.source_of_many(positions), calls)
         medians[num_samples] = float(np.median(times))
-        rows.append(_rate_row("mixture.locate_many (3 sources)", num_samples, times, CHUNK))
+        rows.append(_rate_row("mixture.source_of_many (3 sources)", num_samples, times, CHUNK))
         scalar = iter(rng.integers(0, num_samples, 10 * calls + 10).tolist())
         rows.append(
             _rate_row(
-                "mixture.locate (scalar)",
+                "mixture.source_of (scalar)",
                 num_samples,
-                _times(lambda: mixture.locate(next(scalar)), 10 * calls),
+                _times(lambda: mixture.source_of(next(scalar)), 10 * calls),
                 1,
             )
         )
@@ -187,9 +187,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     positions = rng.integers(0, 10**9, CHUNK)
     rows.append(
         _rate_row(
-            "mixture.locate_many (small sources, ~5000 passes)",
+            "mixture.source_of_many (small sources, ~5000 passes)",
             10**9,
-            _times(lambda: small.locate_many(positions), calls),
+            _times(lambda: small.source_of_many(positions), calls),
             CHUNK,
         )
     )

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import pkgutil
 import subprocess
 import sys
@@ -58,3 +60,130 @@ def test_cli_helpers_are_public_and_load_lazily():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mmpack.cli.nope  # noqa: B018
+
+
+# -- one name per concept --------------------------------------------------------------------------
+REQUIRED = inspect.Parameter.empty
+
+
+def _public_callables() -> dict[str, object]:
+    """Every public class and function whose parameters name the shared concepts."""
+    import mmpack.torch.attention as attention
+    from mmpack.cli.demo import compare_packing
+    from mmpack.torch.collate import Collator, collate
+    from mmpack.torch.hf import hf_inputs
+    from mmpack.torch.streaming import PackerDataset
+    from mmpack.torch.transfer import SharedCollator
+    from mmpack.views.plan import build_plan
+    from mmpack.views.plan_file import cached_plan, plan_cache_key
+
+    found = {
+        name: getattr(mmpack, name)
+        for name in ("WindowDataset", "PackedDataset", "Mixture", "ResumableSampler")
+    }
+    found |= {"Permutation": mmpack.Permutation, "StreamingPacker": mmpack.StreamingPacker}
+    found |= {"join": mmpack.join, "collate": collate, "Collator": Collator}
+    found |= {"SharedCollator": SharedCollator, "PackerDataset": PackerDataset}
+    found |= {"hf_inputs": hf_inputs, "build_plan": build_plan, "cached_plan": cached_plan}
+    found |= {"plan_cache_key": plan_cache_key, "compare_packing": compare_packing}
+    for name in attention.__all__:
+        if callable(getattr(attention, name)) and name[0].islower():
+            found[f"attention.{name}"] = getattr(attention, name)
+    return found
+
+
+def _parameters(obj) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(obj).parameters)
+
+
+# (callable, parameter, default): the same concept has the same keyword and the same default in
+# every public signature.  Token ids are ``eot`` / ``pad_id`` (an int, or "store" where a store is
+# read: the id its tokenizer records, else no eot and pad 0); a bool about an eot is ``add_eot``;
+# seeds default to 0; per-token integer types are ``dtype``, int64 by default.  ``drop_last``
+# drops an incomplete tail everywhere; the views and the packer drop theirs by default, the
+# sampler (as torch's DistributedSampler) does not.
+SHARED = [
+    *[(c, "seqlen", REQUIRED) for c in ("WindowDataset", "PackedDataset", "build_plan")],
+    *[(c, "seqlen", REQUIRED) for c in ("cached_plan", "plan_cache_key", "compare_packing")],
+    ("StreamingPacker", "seqlen", REQUIRED),
+    *[(c, "seed", 0) for c in ("PackedDataset", "Mixture", "ResumableSampler", "Permutation")],
+    ("StreamingPacker", "seed", 0),
+    ("WindowDataset", "eot", "store"),
+    ("PackedDataset", "eot", "store"),
+    ("StreamingPacker", "eot", None),
+    ("WindowDataset", "pad_id", "store"),
+    ("PackedDataset", "pad_id", "store"),
+    ("Collator", "pad_id", 0),
+    ("StreamingPacker", "pad_id", 0),
+    *[(c, "add_eot", REQUIRED) for c in ("build_plan", "cached_plan", "plan_cache_key")],
+    ("compare_packing", "add_eot", True),
+    *[(c, "dtype", "int64") for c in ("WindowDataset", "PackedDataset", "collate", "Collator")],
+    *[(c, "dtype", "int64") for c in ("SharedCollator", "PackerDataset")],
+    ("WindowDataset", "drop_last", True),
+    ("StreamingPacker", "drop_last", True),
+    ("ResumableSampler", "drop_last", False),
+    *[(c, "long_docs", "split") for c in ("PackedDataset", "build_plan", "cached_plan")],
+    *[(c, "long_docs", "split") for c in ("plan_cache_key", "compare_packing", "StreamingPacker")],
+    *[(c, "algorithm", "bfd") for c in ("PackedDataset", "build_plan", "cached_plan")],
+    ("plan_cache_key", "algorithm", "bfd"),
+    *[(c, "lookahead", 1024) for c in ("PackedDataset", "build_plan", "cached_plan")],
+    *[(c, "lookahead", 1024) for c in ("plan_cache_key", "compare_packing")],
+    *[(c, "label_shift", "next") for c in ("PackedDataset", "hf_inputs")],
+    *[(c, "check_vocab", True) for c in ("WindowDataset", "PackedDataset")],
+    *[(c, "mixed_tokenizers", False) for c in ("Mixture", "join")],
+    *[(c, "ignore_index", -100) for c in ("Collator", "StreamingPacker")],
+]
+
+
+def _same_default(got, want) -> bool:
+    if want == "int64" and got is not REQUIRED and got is not None:
+        import numpy as np
+
+        return np.dtype(str(got).removeprefix("torch.")) == np.int64  # "int64" or torch.int64
+    return type(got) is type(want) and got == want or got is want
+
+
+@pytest.mark.parametrize(("owner", "name", "default"), SHARED)
+def test_shared_concepts_have_one_name_and_one_default(owner, name, default):
+    params = _parameters(_public_callables()[owner])
+    assert name in params, f"{owner} has no {name}= (it takes {sorted(params)})"
+    got = params[name].default
+    assert _same_default(got, default), f"{owner}({name}=) defaults to {got!r}, not {default!r}"
+
+
+# Other spellings of those concepts, in no public signature (a bool about an eot is add_eot, an
+# eot argument is never a bool).
+OTHER_SPELLINGS = {"seq_len", "max_len", "out_pseq_len", "eot_id", "pad_token_id", "pad", "rng"}
+
+
+@pytest.mark.parametrize(
+    "owner",
+    sorted(_public_callables()),
+)
+def test_no_other_spelling_of_a_shared_concept(owner):
+    params = _parameters(_public_callables()[owner])
+    assert not OTHER_SPELLINGS & set(params), sorted(OTHER_SPELLINGS & set(params))
+    if "eot" in params:
+        assert not isinstance(params["eot"].default, bool), f"{owner}(eot=bool): use add_eot"
+    for name in ("eot", "pad_id"):  # ids of the views: an int, "store" or (eot) None
+        assert params.get(name, inspect.Parameter("x", 1, default=0)).default in (0, None, "store")
+
+
+def test_the_views_take_an_id_store_or_none(tmp_path):
+    """Every store-backed view accepts the same values for ``eot`` and ``pad_id`` and shows the
+    ids in use."""
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5]])
+    for view in (mmpack.WindowDataset, mmpack.PackedDataset):
+        for eot, pad_id, want in [
+            (9, 8, (9, 8)),
+            ("store", "store", (None, 0)),
+            (None, 7, (None, 7)),
+        ]:
+            ds = view(store, 4, eot=eot, pad_id=pad_id)
+            assert (ds.eot, ds.pad_id) == want and f"eot={want[0]}, pad_id={want[1]}" in repr(ds)
+        assert view(str(tmp_path / "s"), 4).store.fingerprint == store.fingerprint  # a path too
+    views = [mmpack.WindowDataset(store, 2), mmpack.PackedDataset(store, 4)]
+    for view in (*views, mmpack.Mixture(views[:1], [1.0])):  # every view's stats(): one shape
+        stats = view.stats()
+        assert dataclasses.is_dataclass(stats) and type(stats).__dataclass_params__.frozen
+        assert isinstance(stats.as_dict(), dict)

@@ -58,10 +58,10 @@ def test_collate_fast_path_equals_per_sample_path(tmp_path, kind):
         else:
             assert fast[key] == slow[key], key
     # Tensors never alias each other: editing inputs in place leaves labels alone.
-    if "labels" in fast:
-        before = fast["labels"].clone()
+    if "targets" in fast:
+        before = fast["targets"].clone()
         fast["input_ids"].fill_(-5)
-        assert torch.equal(fast["labels"], before)
+        assert torch.equal(fast["targets"], before)
 
 
 def test_default_collate_works_on_fixed_length_fields(tmp_path):
@@ -91,5 +91,5 @@ def test_mixture_of_views_returns_one_batch(tmp_path):
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     fast = collate(batch)
     slow = collate([mix[i] for i in idx])
-    for key in ("input_ids", "labels", "position_ids", "cu_seqlens", "source"):
+    for key in ("input_ids", "targets", "position_ids", "cu_seqlens", "source"):
         assert torch.equal(fast[key], slow[key]), key

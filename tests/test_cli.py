@@ -322,7 +322,7 @@ def test_show_windows_the_seed_example(seed_store):
     res = mmpack_cmd("show", seed_store, "--seqlen", 8, "--stride", 4, "-i", 27, "--eot", 420)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0] == "window 27 of 28 (seqlen 8, stride 4, eot 420)"
+    assert lines[0] == "window 27 of 28 (seqlen 8, stride 4, eot 420, pad 0)"
     # The stream is 118 tokens; window 27 is S[108:116]: the last document's tokens 0..7.
     assert lines[1] == "input_ids      [0, 1, 2, 3, 4, 5, 6, 7]"
     assert "doc 9 tokens 0..8" in res.stdout
@@ -386,11 +386,14 @@ def test_pack_compares_algorithms_and_baselines(seed_store):
         "concat + chunk",
     ):
         assert name in out
-    assert "118 tokens to place (with an eot per document), seqlen 16" in out
+    # the seed store records no tokenizer: by default (eot 'store'), as its views, no eot
+    assert "108 tokens to place (without an eot), seqlen 16" in out
+    res = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--eot", 420)
+    assert "118 tokens to place (with an eot (420) per document), seqlen 16" in res.stdout
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot")
     got = json.loads(res.stdout)
     lens = mmpack.open(seed_store).doc_lens
-    want = compare_packing(lens, 16, eot=False, algorithms=("bfd", "online", "nextfit"))
+    want = compare_packing(lens, 16, add_eot=False, algorithms=("bfd", "online", "nextfit"))
     assert [m["method"] for m in got["methods"]] == ["bfd", "online", "nextfit", "pad", "chunk"]
     for g, w in zip(got["methods"], want):
         assert (g["rows"], g["tokens"], g["padding"]) == (w["rows"], w["tokens"], w["padding"])
@@ -399,7 +402,7 @@ def test_pack_compares_algorithms_and_baselines(seed_store):
 
 
 def test_compare_packing_baselines_by_hand():
-    rows = {r["method"]: r for r in compare_packing([3, 0, 9, 4], 5, eot=True)}
+    rows = {r["method"]: r for r in compare_packing([3, 0, 9, 4], 5, add_eot=True)}
     # slots 4, 1, 10, 5 -> 20 tokens; padding: 1 + 1 + 2 + 1 rows
     assert (rows["pad"]["rows"], rows["pad"]["tokens"], rows["pad"]["docs_cut"]) == (5, 20, 1)
     # chunk: [0,4) [4,5) [5,15) [15,20) over rows of 5 -> only the 10-slot document is cut
@@ -779,24 +782,62 @@ def test_source_files_are_text_without_format(tmp_path):
 
 
 def test_eot_is_an_id_in_show_and_pack(seed_store):
-    """Issue 13 item 16: `show --eot ID` took an id but `pack --eot` was a switch."""
-    base = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json")
+    """Issue 13 item 16: `show --eot ID` took an id but `pack --eot` was a switch; the switch
+    spelling (`pack --eot` without an id) is refused now, as in `show`."""
+    base = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--eot", 7)
     with_id = mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--eot", 420)
     assert with_id.returncode == 0, with_id.stderr
     a, b = json.loads(base.stdout), json.loads(with_id.stdout)
     assert [m["rows"] for m in a["methods"]] == [m["rows"] for m in b["methods"]]
-    assert (a["eot"], a["eot_id"], b["eot"], b["eot_id"]) == (True, None, True, 420)
+    assert (a["add_eot"], a["eot"], b["add_eot"], b["eot"]) == (True, 7, True, 420)
     none = json.loads(mmpack_cmd("pack", seed_store, "--seqlen", 16, "--json", "--no-eot").stdout)
-    assert (none["eot"], none["eot_id"]) == (False, None)
-    old = mmpack_cmd("pack", seed_store, "--eot", "--seqlen", 16, "--json")
-    assert old.returncode == 0 and "deprecated" in old.stderr
-    assert [m["rows"] for m in json.loads(old.stdout)["methods"]] == [
-        m["rows"] for m in a["methods"]
-    ]
+    assert (none["add_eot"], none["eot"]) == (False, None)
+    for command in (["pack"], ["show", "-i", "0"]):
+        res = mmpack_cmd(*command, seed_store, "--seqlen", 8, "--eot")
+        assert res.returncode == 2 and "--eot: expected one argument" in res.stderr
     res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--no-eot")
     assert res.returncode == 0 and "eot None" in res.stdout
-    res = mmpack_cmd("show", seed_store, "--seqlen", 8, "-i", 0, "--eot")
-    assert res.returncode == 2 and "--eot: expected an id" in res.stderr
+
+
+def test_every_eot_and_pad_flag_takes_the_same_values(tmp_path):
+    """Issue 23 item 21: `pack --eot store` and `show --pad-id store` were refused though
+    `show --eot store` worked, and the out-of-vocabulary hint named `check_vocab=False`, which
+    no flag spelled.  `--eot ID|store`, `--no-eot` and `--pad-id ID|store` now mean the same in
+    every subcommand (default `store`, as the views), and the hint names the flags."""
+    tok = {"kind": "byte", "identity": "byte", "source": None, "vocab_size": 300}
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5], [6]])
+    meta = json.loads((tmp_path / "s" / "mmpack.json").read_text())
+    meta["tokenizer"] = tok | {"special_ids": {"eot": 256, "pad": 257}}
+    (tmp_path / "s" / "mmpack.json").write_text(json.dumps(meta))
+    assert mmpack.open(tmp_path / "s").fingerprint == store.fingerprint  # not part of it
+    for argv in (["--eot", "store"], [], ["--eot", 256]):
+        res = mmpack_cmd("pack", tmp_path / "s", "--seqlen", 4, "--json", *argv)
+        assert res.returncode == 0, res.stderr
+        assert (json.loads(res.stdout)["add_eot"], json.loads(res.stdout)["eot"]) == (True, 256)
+    for argv in (["--eot", "store", "--pad-id", "store"], []):
+        res = mmpack_cmd("show", tmp_path / "s", "--seqlen", 4, "-i", 1, *argv)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines()[0] == "window 1 of 2 (seqlen 4, stride 4, eot 256, pad 257)"
+        res = mmpack_cmd("show", tmp_path / "s", "--packed", "--seqlen", 4, "-i", 0, *argv)
+        assert "eot 256, pad 257)" in res.stdout.splitlines()[0]
+    res = mmpack_cmd("show", tmp_path / "s", "--seqlen", 4, "-i", 0, "--eot", 1000)
+    assert_one_line_error(
+        res, "--eot 1000 is outside the vocabulary", "pass --eot store", "or --no-check-vocab"
+    )
+    assert "check_vocab" not in res.stderr
+    res = mmpack_cmd("show", tmp_path / "s", "--seqlen", 4, "-i", 0, "--pad-id", 999)
+    assert_one_line_error(res, "--pad-id 999 is outside", "--pad-id store", "--no-check-vocab")
+    res = mmpack_cmd(
+        "show", tmp_path / "s", "--seqlen", 4, "-i", 0, "--eot", 1000, "--no-check-vocab"
+    )
+    assert res.returncode == 0 and "eot 1000, pad 257)" in res.stdout
+    info = mmpack_cmd("info", tmp_path / "s")
+    assert "views        eot 256, pad 257 by default" in info.stdout
+    plain = mmpack.build(tmp_path / "plain", [[1, 2, 3]])
+    info = json.loads(mmpack_cmd("info", plain.path, "--json").stdout)
+    assert info["view_defaults"] == {"eot": None, "pad_id": 0}
+    res = mmpack_cmd("show", plain.path, "--seqlen", 2, "-i", 0, "--eot", "store")
+    assert res.returncode == 0 and "eot None, pad 0)" in res.stdout  # nothing recorded: none
 
 
 def test_a_closed_pipe_is_not_an_error(seed_store, monkeypatch, capfd):

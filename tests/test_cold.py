@@ -574,7 +574,7 @@ def test_mixture_prefetch_asks_each_source_for_its_items(store_path):
     idx = np.arange(40)
     evict(store)
     assert mix.prefetch(idx) > 0
-    src, items = mix.locate_many(idx)
+    src, items = mix.source_of_many(idx)
     for k in (0, 1):
         assert asked[k] == items[src == k].tolist()
     with pytest.raises(IndexError):

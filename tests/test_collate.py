@@ -14,8 +14,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.torch.collate import TOKEN_FIELDS, Collator, collate
-from mmpack.views.masking import IGNORE_INDEX
+from mmpack.core.constants import IGNORE_INDEX
+from mmpack.torch.boundaries import position_boundaries
+from mmpack.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS, Collator, collate
 
 
 def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:
@@ -87,11 +88,12 @@ def test_stacks_token_fields_as_int64():
     rng = np.random.default_rng(0)
     samples = [_row(rng, [3, 5]), _row(rng, [2, 4], pad=2)]
     batch = collate(samples)
-    for key in TOKEN_FIELDS:
-        assert batch[key].dtype == torch.int64
-        assert batch[key].shape == (2, 8)
-        assert batch[key].is_contiguous()
-        np.testing.assert_array_equal(batch[key].numpy(), np.stack([s[key] for s in samples]))
+    for key, out in zip(TOKEN_FIELDS, BATCH_TOKEN_FIELDS):
+        assert batch[out].dtype == torch.int64
+        assert batch[out].shape == (2, 8)
+        assert batch[out].is_contiguous()
+        np.testing.assert_array_equal(batch[out].numpy(), np.stack([s[key] for s in samples]))
+    assert "labels" not in batch and TARGETS == "targets"  # labels ride as "targets"
 
 
 def test_worked_example_from_the_docstring():
@@ -148,6 +150,28 @@ def test_samples_without_cu_seqlens_are_one_segment_per_row():
     assert batch["cu_seqlens"].tolist() == [0, 6, 12, 18]
     assert batch["max_seqlen"] == 6
     assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [[0, 6]] * 3
+
+
+def _position_reference(pos: np.ndarray) -> list[int]:
+    """Obviously-right cuts of one row: 0, every t whose position does not continue t - 1, end."""
+    return [0] + [t for t in range(1, len(pos)) if pos[t] != pos[t - 1] + 1] + [len(pos)]
+
+
+@given(_batches())
+def test_samples_without_cu_seqlens_are_cut_where_their_positions_restart(batch_spec):
+    """What transformers' Trainer leaves of a view's sample (it drops ``cu_seqlens``, which its
+    model's forward does not name): the rows keep their documents, read from position_ids."""
+    seqlen, rows = batch_spec
+    samples = _samples_from_rows(seqlen, rows)
+    with_cu = collate(samples)
+    without = collate([{k: v for k, v in s.items() if k != "cu_seqlens"} for s in samples])
+    assert torch.equal(without["cu_seqlens"], with_cu["cu_seqlens"])
+    assert without["max_seqlen"] == with_cu["max_seqlen"]
+    got = [r.tolist() for r in without["cu_seqlens_rows"]]
+    assert got == [_position_reference(s["position_ids"]) for s in samples]
+    assert got == [sorted(set(r.tolist())) for r in rows]  # the rows without empty segments
+    flat, lens = position_boundaries(np.stack([s["position_ids"] for s in samples]))
+    assert lens.tolist() == [len(r) for r in got] and flat.tolist() == sum(got, [])
 
 
 def test_narrow_and_readonly_integer_inputs():
@@ -209,7 +233,7 @@ def test_pad_to_multiple_of_adds_one_padding_segment_per_row():
     batch = Collator(pad_to_multiple_of=8, pad_id=7)(samples)
     assert batch["input_ids"].shape == (2, 16)
     assert (batch["input_ids"][:, 10:] == 7).all()
-    assert (batch["labels"][:, 10:] == IGNORE_INDEX).all()
+    assert (batch["targets"][:, 10:] == IGNORE_INDEX).all()
     assert (batch["attention_mask"][:, 10:] == 0).all()
     assert batch["position_ids"][:, 10:].tolist() == [list(range(6))] * 2
     np.testing.assert_array_equal(batch["input_ids"][0, :10].numpy(), samples[0]["input_ids"])
@@ -224,7 +248,7 @@ def test_pad_to_multiple_of_is_a_no_op_on_aligned_rows():
     a = collate(samples)
     b = Collator(pad_to_multiple_of=4)(samples)
     assert a.keys() == b.keys()
-    for key in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+    for key in ("input_ids", "targets", "position_ids", "cu_seqlens"):
         assert torch.equal(a[key], b[key])
 
 
@@ -281,6 +305,11 @@ def test_works_as_dataloader_collate_fn_with_getitems():
         ),
         ([{"input_ids": np.arange(4), "cu_seqlens": np.array([4])}], ValueError, "at least 2"),
         ([{"input_ids": np.arange(4), "cu_seqlens_rows": 1}], ValueError, "cu_seqlens_rows"),
+        (
+            [{"input_ids": np.arange(4), "labels": np.arange(4), "targets": np.arange(4)}],
+            ValueError,
+            "'targets', which collate produces",
+        ),
         ([{"source": 1}], ValueError, "nothing to collate"),
         ([{"input_ids": np.arange(0)}], ValueError, "length 0"),
     ],

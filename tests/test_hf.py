@@ -20,6 +20,7 @@ from mmpack.store.writer import build
 from mmpack.torch.collate import collate
 from mmpack.torch.hf import hf_inputs
 from mmpack.views.packed import PackedDataset
+from mmpack.views.window import WindowDataset
 
 VOCAB, SEQLEN, MASK_ID, EOT = 97, 32, 96, 95
 
@@ -62,7 +63,7 @@ def _per_document(model, batch, causal):
     for row, a, b in _segments(batch):
         with torch.no_grad():
             logits = model(input_ids=batch["input_ids"][row : row + 1, a:b]).logits
-        total += _ce_sum(logits, batch["labels"][row : row + 1, a:b])
+        total += _ce_sum(logits, batch["targets"][row : row + 1, a:b])
     return total
 
 
@@ -115,14 +116,14 @@ def test_causal_lm_packed_loss_equals_per_document_loss(store, attn):
     dtype = torch.float32 if attn == "flex_attention" else torch.float64  # CPU flex: no float64
     model = _llama(attn, dtype)
     reference = _per_document(model, batch, causal=True)
-    ours, hf_loss = _packed(model, hf_inputs(batch, attn, dtype=dtype))
+    ours, hf_loss = _packed(model, hf_inputs(batch, attn, mask_dtype=dtype))
     assert ours == pytest.approx(reference, rel=1e-6)
     assert hf_loss == pytest.approx(
         reference, rel=1e-6
     )  # transformers computes its loss in float32  # transformers' own loss, not shifted twice
     # the naive call (tokens only) attends across documents and shifts the labels again
     with torch.no_grad():
-        naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["labels"])
+        naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["targets"])
     assert abs(naive - reference) > 1e-3 * abs(reference)
 
 
@@ -136,28 +137,28 @@ def test_causal_lm_hf_label_convention(store):
         with torch.no_grad():
             out = model(
                 input_ids=batch["input_ids"][row : row + 1, a:b],
-                labels=batch["labels"][row : row + 1, a:b],
+                labels=batch["targets"][row : row + 1, a:b],
             )
-        reference += out.loss.item() * int((batch["labels"][row, a + 1 : b] != -100).sum())
+        reference += out.loss.item() * int((batch["targets"][row, a + 1 : b] != -100).sum())
     with torch.no_grad():
         out = model(**kwargs)
-    n_targets = int((batch["labels"][:, 1:] != -100).sum())
+    n_targets = int((batch["targets"][:, 1:] != -100).sum())
     assert out.loss.item() * n_targets == pytest.approx(reference, rel=1e-6)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_masked_lm_packed_loss_equals_per_document_loss(store, attn):
     batch = _batch(store, mode="mlm", mask_id=MASK_ID, vocab_size=VOCAB, mask_prob=0.3, seed=1)
-    assert int((batch["labels"] != -100).sum()) > 5
+    assert int((batch["targets"] != -100).sum()) > 5
     model = _bert(attn)
     reference = _per_document(model, batch, causal=False)
-    ours, hf_loss = _packed(model, hf_inputs(batch, attn, causal=False, dtype=torch.float64))
+    ours, hf_loss = _packed(model, hf_inputs(batch, attn, causal=False, mask_dtype=torch.float64))
     assert ours == pytest.approx(reference, rel=1e-6)
     assert hf_loss == pytest.approx(
         reference, rel=1e-6
     )  # transformers computes its loss in float32
     with torch.no_grad():
-        naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["labels"])
+        naive = _ce_sum(model(input_ids=batch["input_ids"]).logits, batch["targets"])
     assert abs(naive - reference) > 1e-3 * abs(reference)
 
 
@@ -217,6 +218,119 @@ def test_hf_inputs_validation(store):
         hf_inputs(batch, "sdpa", label_shift="left")
     with pytest.raises(ValueError, match="cu_seqlens"):
         hf_inputs({k: v for k, v in batch.items() if k != "cu_seqlens"}, "flash_attention_2")
-    mask = hf_inputs(batch, "eager", dtype=torch.float64)["attention_mask"]
+    renamed = {("labels" if k == "targets" else k): v for k, v in batch.items()}
+    with pytest.raises(ValueError, match="'labels' but no 'targets'"):
+        hf_inputs(renamed, "sdpa")
+    mask = hf_inputs(batch, "eager", mask_dtype=torch.float64)["attention_mask"]
     assert mask.dtype == torch.float64 and mask.shape == (3, 1, SEQLEN, SEQLEN)
     assert set(mask.unique().tolist()) == {0.0, torch.finfo(torch.float64).min}
+
+
+# -- a collate batch is not a transformers input (issue 23 item 18) -----------------------------
+
+
+def _targets_count(kwargs):
+    labels = kwargs.get("shift_labels", kwargs["labels"])
+    return int((labels != -100).sum())
+
+
+@pytest.mark.parametrize("kind", ["packed", "packed_hf_shift", "window", "mlm"])
+def test_a_collate_batch_gives_a_transformers_model_no_loss(store, kind):
+    """``Trainer(train_dataset=PackedDataset, data_collator=collate)`` trained another objective
+    without a word: the model shifted mmpack's shifted labels again and let the documents of a
+    row attend to each other.  A transformers model takes any keyword and computes a loss only
+    from ``labels``; a collate batch carries the labels as ``targets``, so ``model(**batch)``
+    gives no loss (and the Trainer stops on it) where it gave a wrong one."""
+    causal, shift = kind != "mlm", "hf" if kind == "packed_hf_shift" else "next"
+    if kind == "window":
+        window = WindowDataset(store, SEQLEN, eot=EOT, labels=True)
+        batch = collate([window[i] for i in range(3)])
+    elif kind == "mlm":
+        batch = _batch(store, mode="mlm", mask_id=MASK_ID, vocab_size=VOCAB, seed=1)
+    else:
+        batch = _batch(store, label_shift=shift)
+    model = _llama("sdpa") if causal else _bert("sdpa")
+    assert "labels" not in batch and batch["targets"].shape == batch["input_ids"].shape
+    with torch.no_grad():
+        out = model(**batch)
+    assert out.loss is None and out.logits.shape[:2] == batch["input_ids"].shape
+    # the trap the name closes: the same batch with the labels under the model's name gives
+    # another loss than the documents' (hf_inputs gives theirs; equal ones agree to ~1e-7)
+    right = hf_inputs(batch, "sdpa", causal=causal, label_shift=shift)
+    with torch.no_grad():
+        wrong = model(**{**batch, "labels": batch["targets"]}).loss.item()
+        good = model(**right).loss.item()
+    assert abs(wrong - good) > 1e-5 * abs(good)
+
+
+def _trainer_batches(ds, collator, model):
+    """What transformers' ``Trainer`` feeds its model: a DataLoader over the dataset (its
+    ``__getitems__`` batches) whose collator is wrapped in ``RemoveColumnsCollator``
+    (``remove_unused_columns=True``, the default), which drops every sample key the model's
+    ``forward`` does not name: a view's ``cu_seqlens`` and ``max_seqlen``."""
+    import inspect
+
+    from transformers.trainer_utils import RemoveColumnsCollator
+
+    columns = [*inspect.signature(model.forward).parameters, "label", "label_ids", "labels"]
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=3, collate_fn=RemoveColumnsCollator(collator, columns)
+    )
+    return iter(loader)
+
+
+def test_the_trainer_feeding_path_keeps_the_documents_apart(store):
+    """Through the Trainer's own collator wrapper: ``collate`` gives no loss, and
+    ``hf_inputs(collate(samples))`` gives the per-document loss although the wrapper dropped the
+    samples' ``cu_seqlens`` (collate reads the rows' documents from their position_ids)."""
+    ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=0)
+    model = _llama("sdpa")
+    plain = next(_trainer_batches(ds, collate, model))
+    with torch.no_grad():
+        assert model(**plain).loss is None
+    bridged = next(_trainer_batches(ds, lambda s: hf_inputs(collate(s), "sdpa"), model))
+    batch = _batch(store)  # the same three samples, collated with their cu_seqlens
+    assert torch.equal(plain["cu_seqlens"], batch["cu_seqlens"])
+    reference = _per_document(model, batch, causal=True)
+    ours, hf_loss = _packed(model, bridged)
+    assert ours == pytest.approx(reference, rel=1e-6) and hf_loss == pytest.approx(
+        reference, rel=1e-6
+    )
+
+
+def test_trainer_train_stops_on_collate_and_trains_through_hf_inputs(store, tmp_path):
+    """``Trainer.train()`` itself (it needs ``accelerate``): with ``data_collator=collate`` it
+    stops at the first step ("did not return a loss"); with ``hf_inputs`` its first logged loss is
+    the documents' own."""
+    pytest.importorskip("accelerate")
+    ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=0)
+    model = _llama("sdpa", torch.float32)
+    first = hf_inputs(_batch(store), "sdpa")
+    with torch.no_grad():
+        reference = _per_document(model, _batch(store), causal=True) / _targets_count(first)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=3,
+        train_sampling_strategy="sequential",
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    model.train()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds, data_collator=collate)
+    with pytest.raises(ValueError, match="did not return a loss.*targets"):
+        trainer.train()
+    trainer = transformers.Trainer(
+        model=model,
+        args=args,
+        train_dataset=ds,
+        data_collator=lambda samples: hf_inputs(collate(samples), "sdpa"),
+    )
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    assert losses[0] == pytest.approx(reference, rel=1e-3)

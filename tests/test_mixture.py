@@ -133,7 +133,7 @@ def test_matches_sequential_reference(weights, sizes, num_samples, seed):
     sources = [FakeSource(sizes[k], k) for k in range(len(weights))]
     mixture = Mixture(sources, weights, num_samples=num_samples, seed=seed)
     ref = reference_assignment(mixture.quotas.tolist(), mixture.period, num_samples)
-    src, items = mixture.locate_many(np.arange(num_samples))
+    src, items = mixture.source_of_many(np.arange(num_samples))
     assert src.tolist() == [k for k, _ in ref]
     assert items.tolist() == [reference_item(mixture, k, o) for k, o in ref]
     counts = np.zeros(len(weights), dtype=np.int64)
@@ -143,7 +143,7 @@ def test_matches_sequential_reference(weights, sizes, num_samples, seed):
         assert np.abs(counts - n * mixture.weights).max() <= 1.5
     np.testing.assert_array_equal(mixture.counts(), counts)
     for i in range(0, num_samples, 37):
-        assert mixture.locate(i) == (src[i], items[i])
+        assert mixture.source_of(i) == (src[i], items[i])
 
 
 _SKEWED = [
@@ -189,7 +189,7 @@ def test_occurrence_position_inverts_locate(weights, data):
 def test_zero_weight_source_is_never_drawn():
     sources = [FakeSource(10, 0), FakeSource(0, 1), FakeSource(10, 2)]
     mixture = Mixture(sources, [1.0, 0.0, 3.0], num_samples=1000)
-    src, _ = mixture.locate_many(np.arange(1000))
+    src, _ = mixture.source_of_many(np.arange(1000))
     assert set(src.tolist()) == {0, 2}
     assert mixture.counts().tolist() == [250, 0, 750]
 
@@ -197,7 +197,7 @@ def test_zero_weight_source_is_never_drawn():
 def test_lookup_does_not_depend_on_position():
     mixture = Mixture([FakeSource(1000, k) for k in range(3)], [0.2, 0.3, 0.5], num_samples=2**62)
     far = np.arange(2**62 - 1000, 2**62, dtype=np.int64)
-    src, items = mixture.locate_many(far)
+    src, items = mixture.source_of_many(far)
     assert ((items >= 0) & (items < 1000)).all()
     c = mixture.counts(2**62 - 1000)
     for i in range(0, 1000, 97):
@@ -228,7 +228,7 @@ def test_default_length_is_longest_prefix_without_repeats(weights, sizes):
 def test_repeats_of_a_small_source_are_fresh_permutations():
     small, big = FakeSource(10, 0), FakeSource(10**6, 1)
     mixture = Mixture([small, big], [0.5, 0.5], num_samples=200, seed=3)
-    src, items = mixture.locate_many(np.arange(200))
+    src, items = mixture.source_of_many(np.arange(200))
     drawn = items[src == 0]
     passes = drawn.reshape(10, 10)
     for p in passes:
@@ -268,26 +268,41 @@ def test_stats_fields():
         stats.period = 1  # type: ignore[misc]
 
 
-def test_stats_read_as_a_dict_still_works_with_a_warning():
-    """``Mixture.stats()`` returned a dict before it returned MixtureStats: for one release the
-    dict reads give the same values and warn (DeprecationWarning naming the attribute)."""
+def test_stats_is_a_dataclass_not_a_dict():
+    """``Mixture.stats()`` has the one shape of every ``stats()``: attributes and ``as_dict()``;
+    the dict reads it once also offered (with a DeprecationWarning) are gone."""
     stats = Mixture([FakeSource(10, k) for k in range(2)], [0.5, 0.5], num_samples=40).stats()
-    with pytest.warns(DeprecationWarning, match=r"stats\.counts"):
-        assert stats["counts"] is stats.counts
-    with pytest.warns(DeprecationWarning, match="as_dict"):
-        assert list(stats.keys()) == list(stats.as_dict())
-    with pytest.warns(DeprecationWarning, match="as_dict"):
-        assert dict(stats.items())["period"] == stats.period
-    with pytest.warns(DeprecationWarning, match="as_dict"):
-        assert list(stats.values())[0] == 40
-    with pytest.warns(DeprecationWarning):
-        assert stats.get("num_samples") == 40 and stats.get("nope", 7) == 7
-    with pytest.warns(DeprecationWarning):
-        assert "epochs" in stats and "nope" not in stats
-    with pytest.warns(DeprecationWarning):
-        assert dict(stats)["error_bound"] == stats.error_bound  # keys() + [] (the Mapping way)
-    with pytest.raises(KeyError):
-        stats["nope"]
+    assert stats.as_dict()["period"] == stats.period
+    for read in (
+        lambda: stats["counts"],
+        lambda: stats.keys(),
+        lambda: stats.get("counts"),
+        lambda: "counts" in stats,
+        lambda: dict(stats),
+    ):
+        with pytest.raises((TypeError, AttributeError)):
+            read()
+
+
+def test_locate_is_the_sources_locate_and_source_of_the_pair():
+    """``Mixture.locate`` returned ``(source, item)`` where the views' ``locate`` returns a list
+    of dicts: the pair is ``source_of`` now, and ``locate`` the source's list, tagged."""
+
+    class Located(FakeSource):
+        def locate(self, j):
+            return [{"doc": j, "start": 0, "stop": 1, "eot": 0, "at": 0, "source": -1}]
+
+    mixture = Mixture([Located(5, 0), Located(7, 1)], [0.5, 0.5], num_samples=12, seed=4)
+    for i in range(-12, 12):
+        k, j = mixture.source_of(i)
+        assert mixture.locate(i) == [
+            {"doc": j, "start": 0, "stop": 1, "eot": 0, "at": 0, "source": k}
+        ]
+    with pytest.raises(IndexError):
+        mixture.locate(12)
+    plain = Mixture([FakeSource(5, 0)], [1.0], num_samples=3)
+    with pytest.raises(TypeError, match=r"source 0 \(FakeSource\) has no locate\(\).*source_of"):
+        plain.locate(0)
 
 
 # -- items -----------------------------------------------------------------------------------------------
@@ -297,7 +312,7 @@ def test_items_come_back_unchanged_from_the_right_source():
     sources = [FakeSource(7, 0), FakeSource(50, 1), FakeSource(3, 2)]
     mixture = Mixture(sources, [0.3, 0.5, 0.2], num_samples=400, seed=1)
     for i in range(400):
-        k, j = mixture.locate(i)
+        k, j = mixture.source_of(i)
         item = mixture[i]
         assert type(item["source"]) is int and item["source"] == k
         np.testing.assert_array_equal(item["x"], [k, j])
@@ -326,7 +341,7 @@ def test_index_errors():
         with pytest.raises(IndexError, match="out of range"):
             mixture[bad]
         with pytest.raises(IndexError):
-            mixture.locate_many(np.array([0, bad]))
+            mixture.source_of_many(np.array([0, bad]))
         with pytest.raises(IndexError):
             mixture.__getitems__([0, bad])
     for bad in (1.0, True, "1", None):
@@ -335,7 +350,7 @@ def test_index_errors():
     with pytest.raises(TypeError):
         mixture.__getitems__([0.5])
     with pytest.raises(TypeError):
-        mixture.locate_many(np.array([0.5]))
+        mixture.source_of_many(np.array([0.5]))
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -397,7 +412,7 @@ def test_memory_does_not_depend_on_num_samples():
     Mixture(sources, [0.2, 0.3, 0.5], num_samples=10)  # compile the kernels
     tracemalloc.start()
     mixture = Mixture(sources, [1, 1, 1], num_samples=10**15)
-    mixture.locate_many(np.arange(10**15 - 4096, 10**15))
+    mixture.source_of_many(np.arange(10**15 - 4096, 10**15))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert mixture.period == 10**6
@@ -412,7 +427,7 @@ def test_pickles_small_and_identical():
     assert len(blob) < 2000
     back = pickle.loads(blob)
     idx = np.arange(10**9 - 1000, 10**9, 7)
-    for a, b in zip(mixture.locate_many(idx), back.locate_many(idx)):
+    for a, b in zip(mixture.source_of_many(idx), back.source_of_many(idx)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -471,11 +486,13 @@ def test_mixture_of_views_of_different_stores(tmp_path, kind):
     mixture = Mixture(views, [0.5, 0.5], num_samples=40, seed=3)
     batch = mixture.__getitems__(list(range(40)))
     for i in range(40):
-        k, j = mixture.locate(i)
+        k, j = mixture.source_of(i)
         want = views[k][j]
         for key, value in want.items():
             np.testing.assert_array_equal(batch[i][key], value)
         assert int(batch[i]["source"]) == k
+        # locate has the views' shape, each piece also naming its source
+        assert mixture.locate(i) == [{**p, "source": k} for p in views[k].locate(j)]
     from mmpack.torch.collate import collate
 
     loader = DataLoader(mixture, batch_size=8, collate_fn=collate)
@@ -540,7 +557,7 @@ def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
             r.set_epoch(epoch)
         batch = mixture.__getitems__([EpochIndex(i, epoch) for i in range(20)])
         for i in range(20):
-            k, j = mixture.locate(i)
+            k, j = mixture.source_of(i)
             np.testing.assert_array_equal(batch[i]["input_ids"], refs[k][j]["input_ids"])
             np.testing.assert_array_equal(
                 mixture[EpochIndex(i, epoch)]["labels"], refs[k][j]["labels"]

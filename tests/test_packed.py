@@ -506,7 +506,7 @@ def test_int32_batches_collate_to_int32_tensors(tmp_path):
     idx = [3, 0, len(wide) - 1]
     a = collate(wide.__getitems__(idx))
     b = collate(narrow.__getitems__(idx), dtype=torch.int32)
-    for key in ("input_ids", "labels", "position_ids", "attention_mask"):
+    for key in ("input_ids", "targets", "position_ids", "attention_mask"):
         assert b[key].dtype == torch.int32, key
         assert torch.equal(a[key], b[key].long()), key
     assert torch.equal(a["cu_seqlens"], b["cu_seqlens"])

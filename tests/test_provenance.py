@@ -123,11 +123,44 @@ def test_views_take_ids_from_the_store(tmp_path, jsonl, bpe):
     assert mmpack.WindowDataset(store, 32, eot=50256, check_vocab=False).eot == 50256
     plain = mmpack.build(tmp_path / "plain", [[1, 2, 3]])
     with pytest.raises(ValueError, match="records no tokenizer"):
-        mmpack.WindowDataset(plain, 2, eot="store")
+        mmpack.PackedDataset(plain, 4, mode="mlm", mask_id="store", vocab_size=10)
     assert mmpack.WindowDataset(plain, 2, eot=50256).eot == 50256  # nothing recorded: no check
+    # "store" on a store that records nothing: no eot and pad 0, what the views always did
+    assert (mmpack.WindowDataset(plain, 2, eot="store", pad_id="store").eot, 0) == (None, 0)
     byte = ingest([jsonl], tmp_path / "b").store
-    with pytest.raises(ValueError, match="no pad token"):
-        mmpack.WindowDataset(byte, 8, pad_id="store")
+    assert mmpack.WindowDataset(byte, 8, pad_id="store").pad_id == 0  # byte-level: no pad
+    with pytest.raises(ValueError, match="no mask token"):
+        mmpack.PackedDataset(byte, 8, mode="mlm", mask_id="store", vocab_size=257)
+
+
+def test_the_views_default_to_the_ids_the_store_records(tmp_path, jsonl, bpe):
+    """Issue 23 item 19: a store built with a tokenizer records its eot and pad, yet
+    ``WindowDataset(store, 16)`` joined documents with no separator and ``PackedDataset`` padded
+    with 0 (this tokenizer's eot): ``eot="store"`` and ``pad_id="store"`` are the defaults."""
+    store = ingest([jsonl], tmp_path / "s", tokenizer=bpe).store  # eot 0, pad 2
+    window = mmpack.WindowDataset(store, 16, drop_last=False)
+    packed = mmpack.PackedDataset(store, 64)
+    assert (window.eot, window.pad_id, packed.eot, packed.pad_id) == (0, 2, 0, 2)
+    assert "eot=0, pad_id=2" in repr(window) and "eot=0, pad_id=2" in repr(packed)
+    explicit = mmpack.WindowDataset(store, 16, eot=0, pad_id=2, drop_last=False)
+    for i in (0, len(window) - 1):
+        np.testing.assert_array_equal(window[i]["input_ids"], explicit[i]["input_ids"])
+    assert window.stats().eot_tokens == len(store)
+    row = packed[len(packed) - 1]  # best-fit decreasing: the last bin is the emptiest
+    pad = row["attention_mask"] == 0
+    assert pad.any() and (row["input_ids"][pad] == 2).all()
+    cu = row["cu_seqlens"]
+    assert row["input_ids"][cu[1] - 1] == 0  # the first document ends with the eot
+    none = mmpack.WindowDataset(store, 16, eot=None)  # still available explicitly
+    assert none.eot is None and none.stats().stream_tokens == window.stats().stream_tokens - len(
+        store
+    )
+    byte = ingest([jsonl], tmp_path / "b").store  # records eot 256 and no pad
+    assert (mmpack.WindowDataset(byte, 16).eot, mmpack.PackedDataset(byte, 64).pad_id) == (256, 0)
+    # documents built with a template carry its tokens (here their own eot): none is added
+    closed = ingest(iter(["ab", "c"]), tmp_path / "t", template="$A 256").store
+    window = mmpack.WindowDataset(closed, 5)
+    assert window.eot is None and window[0]["input_ids"].tolist() == [97, 98, 256, 99, 256]
 
 
 def test_mixtures_and_joins_refuse_different_tokenizers(tmp_path, jsonl, bpe, other_bpe):
@@ -168,7 +201,7 @@ def test_cli_info_and_show_decode_without_tokenizer(tmp_path, jsonl, bpe):
     assert r.returncode == 0, r.stderr
     store = mmpack.open(tmp_path / "s")
     expected = load_tokenizer(bpe).decode(store[0][:39])
-    assert "eot 0)" in r.stdout and expected in r.stdout
+    assert "eot 0, pad 2)" in r.stdout and expected in r.stdout
     (tmp_path / "s" / "tokenizer.json").write_text(bpe.read_text().replace("<mask>", "<MASK>"))
     r = _cli("show", tmp_path / "s", "--seqlen", 40, "-i", 0, "--decode")
     assert r.returncode == 1 and "does not match the tokenizer recorded" in r.stderr

@@ -532,10 +532,17 @@ TABLE: list[Row] = [
     # ------------------------------------------------------------------ WindowDataset
     Row(
         "WindowDataset",
-        "store is a path",
+        "store is neither a store nor a path",
         TypeError,
-        "store must be a TokenStore (mmpack.open), got str",
-        lambda e: WindowDataset(str(e.tmp / "store"), 2),
+        "store must be a TokenStore or a path to one, got list",
+        lambda e: WindowDataset([[1, 2]], 2),
+    ),
+    Row(
+        "WindowDataset",
+        "a path to no store",
+        FileNotFoundError,
+        "no mmpack store",
+        lambda e: WindowDataset(str(e.tmp / "nowhere"), 2),
     ),
     Row(
         "WindowDataset",

@@ -66,7 +66,7 @@ def _expected_batches(ds, order, batch_size, epoch=0):
 def _assert_batches_equal(got, want):
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        for key in ("input_ids", "position_ids", "labels", "cu_seqlens"):
+        for key in ("input_ids", "position_ids", "targets", "cu_seqlens"):
             if key in w:
                 assert torch.equal(g[key], w[key]), key
 
@@ -112,7 +112,7 @@ _RESUME_SCRIPT = textwrap.dedent(
     loader = StatefulDataLoader(ds, batch_size=4, sampler=sampler, num_workers=workers,
                                 collate_fn=collate)
     loader.load_state_dict(state)
-    out = [{k: b[k].tolist() for k in ("input_ids", "labels")} for b in loader]
+    out = [{k: b[k].tolist() for k in ("input_ids", "targets")} for b in loader]
     json.dump(out, open(sys.argv[2], "w"))
     """
 )
@@ -136,7 +136,7 @@ def test_stateful_dataloader_resumes_in_a_fresh_process(tmp_path, kind, workers)
             collate_fn=collate,
         )
 
-    full = [{k: b[k].tolist() for k in ("input_ids", "labels")} for b in loader()]
+    full = [{k: b[k].tolist() for k in ("input_ids", "targets")} for b in loader()]
     interrupted = loader()
     it = iter(interrupted)
     k = 3
@@ -156,7 +156,7 @@ def test_stateful_dataloader_resumes_in_a_fresh_process(tmp_path, kind, workers)
 
 
 def _mlm_batches(loader):
-    return [{k: b[k].tolist() for k in ("input_ids", "labels")} for b in loader]
+    return [{k: b[k].tolist() for k in ("input_ids", "targets")} for b in loader]
 
 
 def test_mlm_masks_differ_per_epoch_with_persistent_workers(tmp_path):
@@ -204,7 +204,7 @@ def test_resumed_loader_masks_as_the_epoch_it_resumes(tmp_path, workers):
     epoch1 = _mlm_batches(run)
     # the single-process reference: plain ints in epoch 1's order, the dataset set to epoch 1
     reference = [
-        {k: b[k].tolist() for k in ("input_ids", "labels")}
+        {k: b[k].tolist() for k in ("input_ids", "targets")}
         for b in _expected_batches(ds, list(sampler), 4, epoch=1)
     ]
     assert epoch1 == reference

@@ -136,12 +136,12 @@ def test_batch_format_is_the_views_collate_layout():
         "input_ids",
         "attention_mask",
         "position_ids",
-        "labels",
+        "targets",
         "cu_seqlens",
         "cu_seqlens_rows",
         "max_seqlen",
     }
-    for key in ("input_ids", "attention_mask", "position_ids", "labels"):
+    for key in ("input_ids", "attention_mask", "position_ids", "targets"):
         assert batch[key].shape == (ROWS, SEQLEN) and batch[key].dtype == torch.int64
     # position_ids restart at every segment; the flat cu_seqlens are collate's
     rows = []
@@ -155,7 +155,7 @@ def test_batch_format_is_the_views_collate_layout():
     assert batch["cu_seqlens"].tolist() == again["cu_seqlens"].tolist()
     assert batch["max_seqlen"] == again["max_seqlen"]
     # causal labels: next token inside a segment (the eot is predicted), -100 at each end
-    ids, labels = batch["input_ids"], batch["labels"]
+    ids, labels = batch["input_ids"], batch["targets"]
     for r, cu in enumerate(batch["cu_seqlens_rows"]):
         cu = cu.tolist()
         for a, b in zip(cu[:-1], cu[1:]):
@@ -178,11 +178,11 @@ def test_int32_and_epochs():
         docs, dtype=torch.int32, mode="mlm", mask_id=5000, vocab_size=6000, **_kwargs()
     )
     first = [b for b in DataLoader(ds, batch_size=None)]
-    assert first[0]["input_ids"].dtype == torch.int32 and first[0]["labels"].dtype == torch.int32
+    assert first[0]["input_ids"].dtype == torch.int32 and first[0]["targets"].dtype == torch.int32
     ds.set_epoch(1)
     second = [b for b in DataLoader(ds, batch_size=None)]
     assert any(
-        not torch.equal(a["labels"], b["labels"]) for a, b in zip(first, second)
+        not torch.equal(a["targets"], b["targets"]) for a, b in zip(first, second)
     )  # new masks
 
 

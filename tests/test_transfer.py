@@ -40,7 +40,7 @@ def dataset(tmp_path_factory):
 def _same(got, want, dtype):
     assert set(got) == set(want)
     for key, value in want.items():
-        if key in ("input_ids", "labels", "position_ids", "attention_mask"):
+        if key in ("input_ids", "targets", "position_ids", "attention_mask"):
             assert got[key].dtype == dtype and torch.equal(got[key].long(), value), key
         elif key == "cu_seqlens_rows":
             assert [r.tolist() for r in got[key]] == [r.tolist() for r in value]
@@ -99,7 +99,7 @@ def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, mo
     assert pool.flags.tolist() == [1, 1] and len(pool.buffers) == 2
     third = _through_pickle(collator(samples))  # both slots held: an untracked buffer
     assert pool.flags.tolist() == [1, 1] and len(pool.buffers) == 2
-    keep = first["labels"]  # one view keeps the whole batch's buffer alive
+    keep = first["targets"]  # one view keeps the whole batch's buffer alive
     del first, second, third
     gc.collect()
     assert pool.flags.tolist() == [1, 0]

@@ -171,6 +171,59 @@ def test_locate_reconstructs_the_window(tmp_path_factory, docs, seqlen, stride, 
         assert rebuilt == want.tolist()
 
 
+@given(
+    docs=corpora,
+    seqlen=st.integers(1, 12),
+    stride=st.integers(1, 20),
+    use_eot=st.booleans(),
+    labels=st.booleans(),
+    drop_last=st.booleans(),
+)
+def test_stats_count_what_the_samples_hold(
+    tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last
+):
+    """``stats()`` against the samples themselves: the stream tokens some window holds (its
+    ``width`` tokens, the label token included), the pad tokens of ``input_ids``, the eots."""
+    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs)
+    eot = 7 if use_eot else None
+    ds = WindowDataset(store, seqlen, stride, eot=eot, labels=labels, drop_last=drop_last)
+    stats = ds.stats()
+    stream, _ = naive_stream(docs, eot)
+    width = seqlen + int(labels)
+    covered = np.zeros(len(stream), dtype=bool)
+    for i in range(len(ds)):
+        covered[i * stride : i * stride + width] = True
+    samples = naive_windows(docs, seqlen, stride, eot, labels, drop_last, -1)
+    padding = sum(s["input_ids"].count(-1) for s in samples)
+    assert stats == type(stats)(
+        seqlen=seqlen,
+        stride=stride,
+        n_samples=len(ds),
+        n_full=sum(i * stride + width <= len(stream) for i in range(len(ds))),
+        n_partial=sum(i * stride + width > len(stream) for i in range(len(ds))),
+        n_docs=len(docs),
+        n_tokens=sum(len(d) for d in docs),
+        eot_tokens=len(docs) if use_eot else 0,
+        stream_tokens=len(stream),
+        covered_tokens=int(covered.sum()),
+        dropped_tokens=int((~covered).sum()),
+        padding_tokens=padding,
+    )
+    assert stats.as_dict()["covered_tokens"] == stats.covered_tokens
+    with pytest.raises(AttributeError):
+        stats.n_samples = 0  # frozen, as every view's stats()
+
+
+def test_a_path_is_opened_as_packed_dataset_opens_it(tmp_path):
+    store = mmpack.build(tmp_path / "s", SEED_DOCS)
+    for path in (tmp_path / "s", str(tmp_path / "s")):
+        ds = WindowDataset(path, 8, 4, eot=420)
+        assert len(ds) == 28 and ds.store.fingerprint == store.fingerprint
+        assert_samples_equal(ds[2], WindowDataset(store, 8, 4, eot=420)[2])
+    with pytest.raises(FileNotFoundError):
+        WindowDataset(tmp_path / "nope", 8)
+
+
 # ----------------------------------------------------------------------------- contract details
 def test_bad_parameters(tmp_path):
     store = mmpack.build(tmp_path / "s", [[1, 2, 3]])

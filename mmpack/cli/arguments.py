@@ -1,8 +1,8 @@
 """The argparse pieces of the ``mmpack`` command that its subcommands share: the types that refuse
-a bad value naming its flag (an integer in range, a token id, extensions, ``--eot``'s id) and the
+a bad value naming its flag (an integer in range, a token id or ``store``, extensions) and the
 options spelled the same in every subcommand that has them (the STORE arguments, ``--seqlen``,
-``--long-docs``, ``--eot``/``--no-eot``, ``-o``/``--output``, ``--tokenizer``, switches such as
-``--overwrite``).  Nothing here imports the library.  Cost: O(1) a value parsed.
+``--long-docs``, ``--eot``/``--no-eot``, ``--pad-id``, ``--no-check-vocab``, ``-o``/``--output``,
+``--tokenizer``, switches such as ``--overwrite``).  Nothing here imports the library.  Cost: O(1) a value parsed.
 """
 
 from __future__ import annotations
@@ -48,28 +48,49 @@ def _extensions(text: str) -> list[str]:
     return exts
 
 
-_BARE_EOT = object()  # `pack --eot` without an id: the old switch spelling (not a str: argparse
-# would convert it with `type`)
+def _token_id_or_store(text: str) -> int | str:
+    """An id, or ``store``: the id the store's tokenizer records (what the views take)."""
+    return "store" if text == "store" else _token_id(text)
 
 
-def _add_eot(p: argparse.ArgumentParser, default: Any, help: str, type: Any = None) -> None:
-    """``--eot ID`` / ``--no-eot``, spelled the same in every subcommand."""
+def _add_eot(p: argparse.ArgumentParser, help: str) -> None:
+    """``--eot ID|store`` / ``--no-eot``, spelled, typed and defaulted the same in every
+    subcommand: the default ``store`` is the eot the store's tokenizer records, none if it
+    records none (as the views default)."""
     p.add_argument(
         "--eot",
-        type=type or _token_id,
-        nargs="?",
-        const=_BARE_EOT,
-        default=default,
+        type=_token_id_or_store,
+        default="store",
         metavar="ID",
-        help=help,
+        help=help + " (an id, or 'store': the store's tokenizer's eot, none if the store "
+        "records none; default: store)",
     )
     p.add_argument(
         "--no-eot", dest="eot", action="store_const", const=None, help="no end-of-text token"
     )
 
 
-def _token_id_or_store(text: str) -> int | str:
-    return "store" if text == "store" else _token_id(text)
+def _add_pad_id(p: argparse.ArgumentParser) -> None:
+    """``--pad-id ID|store``: the padding id, defaulting as the views do."""
+    p.add_argument(
+        "--pad-id",
+        type=_token_id_or_store,
+        default="store",
+        metavar="ID",
+        help="padding id (an id, or 'store': the store's tokenizer's pad, 0 if the store "
+        "records none; default: store)",
+    )
+
+
+def _add_check_vocab(p: argparse.ArgumentParser) -> None:
+    """``--no-check-vocab``: accept an ``--eot``/``--pad-id`` outside the store's recorded
+    vocabulary."""
+    p.add_argument(
+        "--no-check-vocab",
+        dest="check_vocab",
+        action="store_false",
+        help="accept an --eot or --pad-id outside the vocabulary of the store's tokenizer",
+    )
 
 
 # --------------------------------------------------------------------------------- shared options

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mmpack.cli.arguments import _BARE_EOT
 from mmpack.cli.parser import _PROG, _benchmarks_root, build_parser
 from mmpack.cli.store_commands import (
     _cmd_export,
@@ -159,7 +158,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _flag_speller(parser: argparse.ArgumentParser):
     """Spell a :class:`~mmpack.errors.Param` as the flag of ``parser`` whose ``dest`` is its name
-    (``--overwrite``, ``--on-error skip``, ``--text-ext .sql``); the Python spelling when the
+    (``--overwrite``, ``--on-error skip``, ``--text-ext .sql``, ``--eot store``), or as its
+    ``--no-`` flag when the value is the one that flag sets (``check_vocab=False`` ->
+    ``--no-check-vocab``, ``eot=None`` -> ``--no-eot``); the Python spelling when the
     subcommand has no such flag."""
     actions: dict[str, list[argparse.Action]] = {}
     for action in parser._actions:
@@ -244,18 +245,6 @@ def main(argv: list[str] | None = None) -> int:
         args.bench_args = argv[2:] if argv[1:2] == ["--"] else argv[1:]
     else:
         args = parser.parse_args(argv)
-    if getattr(args, "eot", None) is _BARE_EOT:
-        if args.command != "pack":
-            args.parser.error(
-                "argument --eot: expected an id (e.g. --eot 256, the byte-level "
-                "tokenizer's), or --no-eot"
-            )
-        print(
-            f"{_PROG}: note: 'pack --eot' without an id is deprecated; an eot is counted by "
-            "default (give its id as in 'show --eot ID', or --no-eot for none)",
-            file=sys.stderr,
-        )
-        args.eot = True
     from mmpack.errors import MmpackError
 
     try:

@@ -40,7 +40,7 @@ def compare_packing(
     doc_lens: Any,
     seqlen: int,
     *,
-    eot: bool = True,
+    add_eot: bool = True,
     long_docs: str = "split",
     lookahead: int = 1024,
     algorithms: tuple[str, ...] = ("bfd", "online"),
@@ -51,7 +51,7 @@ def compare_packing(
     ----------
     doc_lens : array-like of int, shape (n_docs,)
     seqlen : int
-    eot : bool
+    add_eot : bool
         An end-of-text token follows every document (takes a slot).
     long_docs : {"split", "truncate", "drop"}
         Documents longer than a row, for every method alike.
@@ -76,9 +76,13 @@ def compare_packing(
     for algorithm in algorithms:
         kw = {"lookahead": lookahead} if algorithm == "online" else {}
         # Compile (or load from numba's cache) on a toy input so the timing is the packing only.
-        build_plan(lens[:2], seqlen, add_eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
+        build_plan(
+            lens[:2], seqlen, add_eot=add_eot, long_docs=long_docs, algorithm=algorithm, **kw
+        )
         t0 = time.perf_counter()
-        plan = build_plan(lens, seqlen, add_eot=eot, long_docs=long_docs, algorithm=algorithm, **kw)
+        plan = build_plan(
+            lens, seqlen, add_eot=add_eot, long_docs=long_docs, algorithm=algorithm, **kw
+        )
         seconds = time.perf_counter() - t0
         st = plan.stats
         rows.append(
@@ -90,7 +94,7 @@ def compare_packing(
                 "seconds": seconds,
             }
         )
-    slots = lens + int(eot)
+    slots = lens + int(add_eot)
     if long_docs == "truncate":
         slots = np.minimum(slots, seqlen)
     elif long_docs == "drop":
@@ -262,7 +266,7 @@ def _packing(store: Any, say: Callable[..., None]) -> tuple[dict[int, dict[str, 
     say("", "== 4. Packing whole documents into rows (an eot after each; long documents split)")
     efficiency: dict[int, dict[str, float]] = {}
     for seqlen in (2048, 8192):
-        rows = compare_packing(store.doc_lens, seqlen, eot=True)
+        rows = compare_packing(store.doc_lens, seqlen, add_eot=True)
         efficiency[seqlen] = {r["method"]: r["efficiency"] for r in rows}
         say(
             f"   seqlen {seqlen}:  {'method':<8}{'rows':>9}{'efficiency':>12}{'padding':>14}"

@@ -2,7 +2,8 @@
 subcommand that adds its options.
 
 An option that several subcommands share (the STORE arguments, ``--seqlen``, ``--long-docs``,
-``--eot``/``--no-eot``, ``-o``/``--output``, ``--overwrite``, ``--json``, ``--tokenizer``) is added
+``--eot``/``--no-eot``, ``--pad-id``, ``-o``/``--output``, ``--overwrite``, ``--json``,
+``--tokenizer``) is added
 by one helper of :mod:`mmpack.cli.arguments`, so it is spelled and checked the same everywhere.
 Each subparser records itself as ``parser`` (for error messages in its own terms);
 :func:`mmpack.cli.commands.main` dispatches on ``command``.  Nothing here imports the library, so
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.cli.arguments import (
+    _add_check_vocab,
     _add_choice,
     _add_count,
     _add_eot,
@@ -23,20 +25,19 @@ from mmpack.cli.arguments import (
     _add_long_docs,
     _add_optional,
     _add_output,
+    _add_pad_id,
     _add_seqlen,
     _add_store_arguments,
     _add_tokenizer,
     _extensions,
     _stride,
     _subcommand,
-    _token_id,
-    _token_id_or_store,
 )
 
 __all__ = ["build_parser"]
 
 _PROG = "mmpack"
-_ALGORITHMS = ("bfd", "online", "nextfit", "stream")  # "stream": the former name of "online"
+_ALGORITHMS = ("bfd", "online", "nextfit")
 
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -296,17 +297,9 @@ def _add_show(sub: Any) -> None:
     _add_flag(
         s, "--packed", "the packed view (whole documents best-fit into rows) instead of windows"
     )
-    _add_eot(
-        s,
-        None,
-        "end-of-text id inserted after every document, or 'store' for the id of "
-        "the tokenizer the store records (default: none; the byte-level "
-        "tokenizer's is 256)",
-        type=_token_id_or_store,
-    )
-    s.add_argument(
-        "--pad-id", type=_token_id, default=0, metavar="ID", help="padding id (default: 0)"
-    )
+    _add_eot(s, "end-of-text id inserted after every document")
+    _add_pad_id(s)
+    _add_check_vocab(s)
     _add_flag(s, "--keep-last", "windows: add the final partial window, padded (default: dropped)")
     _add_choice(
         s,
@@ -332,12 +325,7 @@ def _add_pack(sub: Any) -> None:
     k = _command(sub, "pack")
     _add_store_arguments(k)
     _add_seqlen(k, "tokens per row")
-    _add_eot(
-        k,
-        True,
-        "an end-of-text token (any id: only its slot counts) follows every "
-        "document (default: yes; --no-eot: none)",
-    )
+    _add_eot(k, "an end-of-text token follows every document (only its slot counts)")
     _add_long_docs(k, "documents longer than a row (default: split)")
     _add_count(k, "--lookahead", 1024, "open rows of the online algorithm (default: 1024)")
     _add_flag(k, "--json", "print JSON instead of a table")

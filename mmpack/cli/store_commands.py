@@ -142,6 +142,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for section in ("tokenizer", "provenance"):
         if isinstance(store.meta.get(section), dict):
             info[section] = store.meta[section]
+    info["view_defaults"] = _view_defaults(store)
     if hasattr(store, "part_locations"):  # a joined store (its size counts its parts)
         info["parts"] = store.part_locations
     if args.json:
@@ -149,6 +150,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         _print_info(info, store, lens)
     return 0
+
+
+def _view_defaults(store) -> dict:
+    """The eot and pad id the views take by default (``"store"`` resolved)."""
+    from mmpack.store.vocab import resolve_special
+
+    return {name: resolve_special("store", store, name) for name in ("eot", "pad_id")}
 
 
 def _print_info(info: dict, store, lens) -> None:
@@ -179,6 +187,11 @@ def _print_info(info: dict, store, lens) -> None:
             f"tokenizer    {tok.get('kind')} (vocab {tok.get('vocab_size'):,}{kept}; "
             f"special ids: {ids})"
         )
+    views = info["view_defaults"]
+    print(
+        f"views        eot {views['eot']}, pad {views['pad_id']} by default (eot/pad_id 'store': "
+        "the ids the store's tokenizer records, else no eot and pad 0)"
+    )
     prov = info.get("provenance")
     if prov:
         n_in = len(prov.get("inputs", []))
@@ -291,7 +304,10 @@ def _show_view(args: argparse.Namespace, store) -> tuple[PackedDataset | WindowD
             drop_last=not args.keep_last,
             check_vocab=args.check_vocab,
         )
-        what = f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, eot {ds.eot})"
+        what = (
+            f"window {{i}} of {{n}} (seqlen {args.seqlen}, stride {ds.stride}, eot {ds.eot}, "
+            f"pad {ds.pad_id})"
+        )
     return ds, what
 
 
@@ -307,26 +323,27 @@ _METHOD_NAMES = {
 
 def _cmd_pack(args: argparse.Namespace) -> int:
     from mmpack.cli.demo import compare_packing
+    from mmpack.store.vocab import resolve_special
 
     store = _open(args)
-    eot = args.eot is not None
+    eot = resolve_special(args.eot, store, "eot")  # "store": the recorded eot, else none
+    add_eot = eot is not None
     rows = compare_packing(
         store.doc_lens,
         args.seqlen,
-        eot=eot,
+        add_eot=add_eot,
         long_docs=args.long_docs,
         lookahead=args.lookahead,
         algorithms=("bfd", "online", "nextfit"),
     )
     if args.json:
-        eot_id = args.eot if isinstance(args.eot, int) and not isinstance(args.eot, bool) else None
         print(
             json.dumps(
                 {
                     "store": store.location,
                     "seqlen": args.seqlen,
+                    "add_eot": add_eot,
                     "eot": eot,
-                    "eot_id": eot_id,
                     "long_docs": args.long_docs,
                     "lookahead": args.lookahead,
                     "documents": len(store),
@@ -339,7 +356,8 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     tokens = rows[0]["tokens"]
     print(
         f"{store.location}: {len(store):,} documents, {tokens:,} tokens to place "
-        f"({'with' if eot else 'without'} an eot per document), seqlen {args.seqlen}, "
+        f"({f'with an eot ({eot}) per document' if add_eot else 'without an eot'}), "
+        f"seqlen {args.seqlen}, "
         f"long documents: {args.long_docs}; at least {-(-tokens // args.seqlen):,} rows"
     )
     print(

@@ -15,7 +15,7 @@ deficit" rule, ``argmax n q_k - count_k``, reached 1.44 on the same vectors).  T
 period ``P``; one period is built once (O(P K), about 10 ms at ``P = 10**6``, at most ~1.5 MB) and
 random access locates position ``i`` by a checkpoint read plus a scan of at most 64 entries, so a
 lookup costs the same for any ``num_samples`` (no dependence on ``i`` at all): measured about
-12 M lookups/s through :meth:`Mixture.locate_many` at ``num_samples = 10**6`` and ``10**9`` alike
+12 M lookups/s through :meth:`Mixture.source_of_many` at ``num_samples = 10**6`` and ``10**9`` alike
 (6 M/s when a batch touches thousands of passes over small sources), 3.5 us per scalar lookup.
 
 Occurrence ``o`` of source ``k`` (the number of earlier samples drawn from ``k``) is item
@@ -257,16 +257,17 @@ class Mixture:
             out[where] = perm.map_keyed(at, inverse.reshape(-1).astype(np.int64), keys)
         return out
 
-    def locate(self, i: int) -> tuple[int, int]:
-        """``(k, j)``: sample ``i`` of the mixture is item ``j`` of source ``k``."""
+    def source_of(self, i: int) -> tuple[int, int]:
+        """``(k, j)``: sample ``i`` of the mixture is item ``j`` of source ``k`` (negative ``i``
+        counts from the end; ``IndexError`` outside the mixture)."""
         i = check_index(i, self._num_samples)
         src, occ = self._locate_unchecked(np.array([i], dtype=np.int64))
         k, o = int(src[0]), int(occ[0])
         length = int(self._lengths[k])
         return k, self._permutation(k, o // length)[o % length]
 
-    def locate_many(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised :meth:`locate`.
+    def source_of_many(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised :meth:`source_of`.
 
         Parameters
         ----------
@@ -290,6 +291,28 @@ class Mixture:
         src, occ = self._locate_unchecked(arr)
         return src, self._items_of(src, occ)
 
+    def locate(self, i: int) -> list[dict[str, int]]:
+        """Where sample ``i`` comes from, in the shape of the views' ``locate``
+        (:meth:`WindowDataset.locate <mmpack.views.window.WindowDataset.locate>`): its source's
+        ``locate`` of the item it draws, each dict also naming ``"source"`` (the int ``k``,
+        replacing any ``"source"`` the dict had).  :meth:`source_of` gives ``(source, item)``.
+
+        Raises
+        ------
+        IndexError
+            ``i`` outside the mixture.
+        TypeError
+            The source has no ``locate`` method.
+        """
+        k, j = self.source_of(i)
+        locate = getattr(self._sources[k], "locate", None)
+        if locate is None:
+            raise TypeError(
+                f"source {k} ({type(self._sources[k]).__name__}) has no locate(); "
+                f"Mixture.source_of({i}) = {(k, j)} names its item"
+            )
+        return [{**piece, "source": k} for piece in locate(j)]
+
     def _locate_unchecked(self, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         src = np.empty_like(arr)
         occ = np.empty_like(arr)
@@ -305,7 +328,7 @@ class Mixture:
         return out
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        k, j = self.locate(i)
+        k, j = self.source_of(i)
         epoch = getattr(i, "epoch", None)
         return self._tag(self._sources[k][j if epoch is None else EpochIndex(j, epoch)], k)
 
@@ -317,7 +340,7 @@ class Mixture:
         ``source`` column: no Python work per sample.  Otherwise, a list of dicts."""
         idx = check_indices(indices, len(self))
         epochs = index_epochs(indices, None)
-        src, items = self.locate_many(idx)
+        src, items = self.source_of_many(idx)
         parts = read_sources(self._sources, src, items, epochs)
         if parts and all(isinstance(got, SampleBatch) for _, _, got in parts):
             return scatter_batches(parts, idx.shape[0], src)
@@ -333,7 +356,7 @@ class Mixture:
         :mod:`mmpack.views.readahead`; what :class:`~mmpack.views.readahead.Lookahead` calls).
         Returns the number of requests the sources issued."""
         idx = check_indices(indices, len(self))
-        src, items = self.locate_many(idx)
+        src, items = self.source_of_many(idx)
         issued = 0
         for k in np.unique(src).tolist():
             prefetch = getattr(self._sources[k], "prefetch", None)
@@ -377,8 +400,7 @@ class Mixture:
             ``num_samples``, ``period``, the effective and requested ``weights``, the realized
             ``counts`` and ``proportions``, the exact ``max_prefix_error`` over every prefix and
             its ``error_bound``, the ``epochs`` and ``repeats`` of each source (see
-            :class:`~mmpack.sampling.mixture_stats.MixtureStats`).  It was a dict before; reading
-            it as one still works for one release, with a ``DeprecationWarning``.
+            :class:`~mmpack.sampling.mixture_stats.MixtureStats`).
         """
         n = self._num_samples
         counts = self.counts()

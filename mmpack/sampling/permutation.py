@@ -90,7 +90,7 @@ class Permutation:
     ----------
     n : int
         Size of the domain, ``0 <= n <= 2**62``.
-    seed : int or tuple of int
+    seed : int or tuple of int, default 0
         Key material; each int in ``[0, 2**64)``.  Tuples let callers derive independent streams,
         e.g. ``(seed, source_index)``.
     epoch : int, default 0
@@ -102,7 +102,7 @@ class Permutation:
     a whole int64 array at once.  The object pickles as its three parameters.
     """
 
-    def __init__(self, n: int, *, seed: SeedLike, epoch: int = 0) -> None:
+    def __init__(self, n: int, *, seed: SeedLike = 0, epoch: int = 0) -> None:
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         epoch = check_in_range(epoch, "epoch", 0, 2**64)
         words = _seed_words(seed)

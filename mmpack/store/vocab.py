@@ -8,9 +8,12 @@ metadata record (``mmpack.json``, the Zarr attributes, or a join's manifest), wr
      "vocab_size": 2000, "special_ids": {"eot": 0, "bos": 1, "pad": 2, "mask": 3, "unk": 4}}
 
 ``identity`` tells tokenizers apart (``"byte"`` for the byte-level rule, the SHA-256 of
-``tokenizer.json`` otherwise).  Views take ``eot="store"`` (and ``pad_id`` / ``mask_id`` /
-``vocab_size``) to read these; an explicit id outside the recorded vocabulary, and a mixture or
-join of stores with different tokenizers, are refused unless the caller opts in.
+``tokenizer.json`` otherwise).  Views take ``eot="store"`` and ``pad_id="store"`` by default:
+the ids the record gives, or, for a store that records none (or a tokenizer without that token),
+no eot and pad 0 (:data:`FALLBACK`); a store built with a special-token template gets no eot (its
+documents carry the template's tokens).  ``mask_id="store"`` and ``vocab_size="store"`` read the
+record too, and are refused where it has none.  An explicit id outside the recorded vocabulary,
+and a mixture or join of stores with different tokenizers, are refused unless the caller opts in.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from mmpack.errors import Param, with_params
 
 __all__ = [
+    "FALLBACK",
     "STORE",
     "check_in_vocab",
     "check_same_tokenizer",
@@ -31,6 +35,9 @@ __all__ = [
 
 STORE = "store"
 """The value that makes a view take an id from the store's tokenizer record."""
+
+FALLBACK: dict[str, int | None] = {"eot": None, "pad_id": 0}
+"""What ``"store"`` gives for these ids on a store that records none: no eot, pad 0."""
 
 _ROLES = {"eot": "eot", "pad_id": "pad", "mask_id": "mask", "bos": "bos", "unk": "unk"}
 
@@ -51,34 +58,47 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     """``value``, or the id the store records for ``name`` (``"eot"``, ``"pad_id"``,
     ``"mask_id"``, ``"vocab_size"``) when ``value == "store"``.
 
+    For ``"eot"`` and ``"pad_id"`` (the views' defaults are ``"store"``), a store that records
+    no tokenizer, or whose tokenizer has no such token, gives :data:`FALLBACK` (``None``: no
+    eot; ``0``).  A store built with a special-token template (``"template"`` in the record)
+    gives no eot either: its documents carry the tokens the template chose (an eot of their own,
+    a BOS, ``[CLS] ... [SEP]``), and a view adds none on top.
+
     Raises
     ------
     ValueError
-        ``"store"`` on a store that records no tokenizer, or whose tokenizer has no such id.
+        ``mask_id="store"`` or ``vocab_size="store"`` on a store that records no tokenizer, or
+        whose tokenizer has no such id.
     """
     if not (isinstance(value, str) and value == STORE):
         return value
     rec = tokenizer_record(store)
+    if name == "eot" and rec is not None and rec.get("template") is not None:
+        return FALLBACK[name]  # the template put the documents' own special tokens in
+    if name == "vocab_size":
+        got = None if rec is None else rec.get("vocab_size")
+    else:
+        got = None if rec is None else (rec.get("special_ids") or {}).get(_ROLES.get(name, name))
+    if got is not None:
+        return int(got)
+    if name in FALLBACK:
+        return FALLBACK[name]
     where = getattr(store, "location", "the store")
     if rec is None:
         raise ValueError(
-            f"{name}='store' but {where} records no tokenizer (it was not built from text by "
-            f"mmpack >= this version); pass {name} explicitly"
+            f"{name}='store' but {where} records no tokenizer (it was not built from text); "
+            f"pass {name} explicitly"
         )
-    if name == "vocab_size":
-        got = rec.get("vocab_size")
-    else:
-        got = (rec.get("special_ids") or {}).get(_ROLES.get(name, name))
-    if got is None:
-        raise ValueError(
-            f"{name}='store' but the tokenizer of {where} has no {_ROLES.get(name, name)} "
-            f"token; pass {name} explicitly"
-        )
-    return int(got)
+    raise ValueError(
+        f"{name}='store' but the tokenizer of {where} has no {_ROLES.get(name, name)} "
+        f"token; pass {name} explicitly"
+    )
 
 
 def check_in_vocab(store: Any, ids: dict[str, int | None], allow: bool) -> None:
-    """Raise ``ValueError`` if an id of ``ids`` lies outside the store's recorded vocabulary."""
+    """Raise ``ValueError`` if an id of ``ids`` lies outside the store's recorded vocabulary
+    (the message names ``name='store'`` and ``check_vocab=False`` as :class:`~mmpack.errors.Param`
+    parts, which the ``mmpack`` command spells as its flags)."""
     rec = tokenizer_record(store)
     if allow or rec is None or not isinstance(rec.get("vocab_size"), int):
         return
@@ -88,10 +108,10 @@ def check_in_vocab(store: Any, ids: dict[str, int | None], allow: bool) -> None:
             raise with_params(
                 ValueError,
                 Param(name, value),
-                f" is outside the vocabulary of the store's tokenizer ({vocab} ids, "
-                f"{rec.get('kind')}; its eot is {(rec.get('special_ids') or {}).get('eot')}); "
-                "pass ",
-                Param(name, "store"),
+                " is outside the vocabulary of the store's tokenizer "
+                f"({vocab} ids, {rec.get('kind')}; its eot is "
+                f"{(rec.get('special_ids') or {}).get('eot')}); pass ",
+                Param(name, STORE),
                 " to use the tokenizer's own id, or ",
                 Param("check_vocab", False),
                 " if this id is intended",

@@ -8,6 +8,9 @@ checks that rule and concatenates the rows the same way, so it lives here once:
   of samples, concatenated and validated in a few vectorised passes, naming the first bad sample;
   :func:`flat_boundaries` shifts row ``b`` by ``b * seqlen`` and drops repeated values, giving the
   batch-wide ``cu_seqlens`` of the varlen kernels (worked example in :mod:`mmpack.torch.collate`).
+* :func:`position_boundaries` (numpy): the rows of samples that carry ``position_ids`` but no
+  ``cu_seqlens``, cut where the positions restart (as transformers' packed-sequence detection
+  reads them).
 * :func:`check_row` / :func:`check_rows` (torch, for :mod:`mmpack.torch.attention`): the same
   check on the device the masks are built on, one host sync per call; :func:`as_boundaries`
   converts one row to an int64 tensor, :func:`is_one_row` tells a single row from a batch of rows.
@@ -30,6 +33,7 @@ __all__ = [
     "check_rows",
     "flat_boundaries",
     "is_one_row",
+    "position_boundaries",
     "sample_boundaries",
 ]
 
@@ -90,6 +94,32 @@ def sample_boundaries(
             f"non-decreasing boundaries from 0 to the row length {seqlen}"
         )
     return rows, lens
+
+
+def position_boundaries(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' boundaries read from their positions: a segment starts at 0 and wherever
+    ``positions[b, t] != positions[b, t - 1] + 1``.
+
+    Parameters
+    ----------
+    positions : numpy.ndarray, integer, shape (B, seqlen)
+
+    Returns
+    -------
+    rows, lens : numpy.ndarray, int64
+        As :func:`sample_boundaries` returns them (no empty segments).  Cost: O(B * seqlen).
+    """
+    n, seqlen = positions.shape
+    pos = positions.astype(np.int64, copy=False)
+    restarts = pos[:, 1:] != pos[:, :-1] + 1  # (B, seqlen - 1): a segment starts at t + 1
+    row, col = np.nonzero(restarts)
+    rows_of = np.concatenate([np.arange(n), row, np.arange(n)])
+    cut_at = np.concatenate(
+        [np.zeros(n, dtype=np.int64), col.astype(np.int64) + 1, np.full(n, seqlen, np.int64)]
+    )
+    order = np.lexsort((cut_at, rows_of))
+    lens = np.bincount(row, minlength=n).astype(np.int64) + 2
+    return cut_at[order], lens
 
 
 def flat_boundaries(rows: np.ndarray, lens: np.ndarray, seqlen: int) -> np.ndarray:

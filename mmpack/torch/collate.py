@@ -21,7 +21,26 @@ turns a list of them into
   in the same row-major order, so the flat form of every field needs no copy: pass
   ``input_ids.view(1, -1)`` and ``position_ids.view(1, -1)`` to a "padding-free" model;
 * ``cu_seqlens_rows``: the per-row boundaries (a tuple of B int32 tensors), for building
-  per-row masks (:mod:`mmpack.torch.attention`).
+  per-row masks (:mod:`mmpack.torch.attention`);
+* ``targets``: the samples' ``labels``, under a name of their own.
+
+Not a transformers input.  A transformers model called with ``model(**batch)`` (as its
+``Trainer`` calls it) reads ``labels`` as targets to shift by one, and a 2-D ``attention_mask``
+(or none) as attention across the whole row: mmpack's causal labels are shifted already
+(``label_shift="next"``) and a row holds several documents, so the loss would be another
+objective (a tiny Llama trained that way: held-out loss 5.67 against 4.65).  Every other
+keyword of a batch is accepted and ignored by such a model, so no key can make it refuse one;
+what it never does is compute a loss without ``labels``.  The batch therefore carries the labels
+as ``targets``: a transformers model returns ``loss=None`` for it and ``Trainer`` stops at the
+first step ("The model did not return a loss from the inputs"), while
+:func:`mmpack.torch.hf.hf_inputs` turns the batch into that model's right inputs (``labels`` /
+``shift_labels``, per-document masks or varlen boundaries).  A loop of one's own reads
+``batch["targets"]``.
+
+Samples without ``cu_seqlens``.  A row is cut where its ``position_ids`` restart (``p[t] !=
+p[t - 1] + 1``), as mmpack's views number positions, so a sample whose ``cu_seqlens`` was dropped
+(``Trainer`` drops the columns its model's ``forward`` does not name) keeps its documents; a
+sample with neither is one segment ``[0, seqlen]``.
 
 Padding.  A row's trailing padding is its own segment in ``cu_seqlens`` (mmpack keeps it so that
 the segments tile all ``B * seqlen`` tokens, which is what the varlen kernels index with).
@@ -44,19 +63,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmpack.core.constants import INT32_MAX
-from mmpack.torch.boundaries import flat_boundaries, sample_boundaries
-from mmpack.torch.hf import hf_inputs  # re-exported: mmpack.torch.collate.hf_inputs
+from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
+from mmpack.torch.boundaries import flat_boundaries, position_boundaries, sample_boundaries
 from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
 from mmpack.views.batch import SampleBatch
-from mmpack.views.masking import IGNORE_INDEX
 
-__all__ = ["Collator", "TOKEN_FIELDS", "collate", "hf_inputs"]
+__all__ = ["BATCH_TOKEN_FIELDS", "Collator", "TARGETS", "TOKEN_FIELDS", "collate"]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
-"""Per-token fields: 1-D integer arrays of the row's length, stacked to int64 ``(B, seqlen)``."""
+"""Per-token fields of a sample: 1-D integer arrays of the row's length, stacked to
+``(B, seqlen)``."""
 
-_RESERVED = ("cu_seqlens_rows",)
+TARGETS = "targets"
+"""The batch key of the samples' ``labels`` (never ``labels``: see the module docstring)."""
+
+BATCH_TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", TARGETS, "attention_mask")
+"""The per-token keys of a batch, :data:`TOKEN_FIELDS` with ``labels`` carried as ``targets``."""
 
 
 def collate(
@@ -70,7 +92,8 @@ def collate(
         ``B >= 1`` samples with the same keys.  Per-token fields (:data:`TOKEN_FIELDS`, those
         present) are 1-D integer arrays of one common length ``seqlen``.  ``cu_seqlens`` (1-D
         integers, ``0 = c[0] <= c[1] <= ... <= c[-1] = seqlen``) gives the row's segments; a
-        sample without it is one segment ``[0, seqlen]``.
+        sample without it is cut where its ``position_ids`` restart, or is one segment
+        ``[0, seqlen]`` without them.
     varlen : bool
         Also give the batch-wide ``cu_seqlens`` for varlen attention kernels.
     dtype : torch.dtype, default torch.int64
@@ -80,9 +103,10 @@ def collate(
     Returns
     -------
     dict
-        ``input_ids``, ``position_ids``, ``labels``, ``attention_mask`` : torch.Tensor, int64,
+        ``input_ids``, ``position_ids``, ``targets``, ``attention_mask`` : torch.Tensor, int64,
         shape (B, seqlen)
-            Those present in the samples.
+            Those present in the samples; ``targets`` holds the samples' ``labels`` (not a
+            transformers model's ``labels``: :func:`~mmpack.torch.hf.hf_inputs` makes those).
         ``cu_seqlens`` : torch.Tensor, int32, shape (n_segments + 1,)
             Only when ``varlen``.  Row ``b``'s boundaries shifted by ``b * seqlen``, concatenated,
             repeated values dropped: strictly increasing from 0 to ``B * seqlen``.  Padding
@@ -100,8 +124,9 @@ def collate(
     Raises
     ------
     ValueError
-        Empty batch, differing keys or row lengths, malformed ``cu_seqlens``, or
-        ``B * seqlen`` beyond int32.
+        Empty batch, differing keys or row lengths, malformed ``cu_seqlens``, a sample carrying
+        a key collate produces (``cu_seqlens_rows``, ``targets``), or ``B * seqlen`` beyond
+        int32.
     TypeError
         A sample that is not a mapping, or a per-token field that is not integer.
     """
@@ -210,7 +235,10 @@ def _collate(
         seqlen = int(np.asarray(samples[0]["cu_seqlens"])[-1])
     if seqlen < 1:
         raise ValueError(f"samples have rows of length {seqlen}; a row needs at least one token")
-    rows, lens = sample_boundaries(samples, seqlen, cu_key)
+    if not cu_key and "position_ids" in out:  # e.g. a view's sample whose cu_seqlens was dropped
+        rows, lens = position_boundaries(out["position_ids"].numpy())
+    else:
+        rows, lens = sample_boundaries(samples, seqlen, cu_key)
     if pad_to_multiple_of is not None and seqlen % pad_to_multiple_of:
         rows, lens, seqlen = _pad_rows(
             out, rows, lens, seqlen, pad_to_multiple_of, pad_id, ignore_index
@@ -220,7 +248,16 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
-    return out
+    return _labels_as_targets(out)
+
+
+def _labels_as_targets(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with ``labels`` renamed :data:`TARGETS`, in its place among the keys."""
+    if "labels" not in out:
+        return out
+    if TARGETS in out:
+        raise ValueError(f"the batch has both 'labels' and {TARGETS!r}; collate makes {TARGETS!r}")
+    return {(TARGETS if key == "labels" else key): value for key, value in out.items()}
 
 
 def _common_keys(samples: Any) -> list[str]:
@@ -245,9 +282,9 @@ def _common_keys(samples: Any) -> list[str]:
                 f"samples[{b}] has keys {sorted(other)} but samples[0] has {sorted(key_set)}; "
                 f"missing {sorted(key_set - other)}, extra {sorted(other - key_set)}"
             )
-    for key in _RESERVED:
-        if key in key_set:
-            raise ValueError(f"samples carry the key {key!r}, which collate produces itself")
+    if "cu_seqlens_rows" in key_set or {"labels", TARGETS} <= key_set:
+        key = "cu_seqlens_rows" if "cu_seqlens_rows" in key_set else TARGETS
+        raise ValueError(f"samples carry the key {key!r}, which collate produces itself")
     return keys
 
 
@@ -317,7 +354,7 @@ def _collate_columns(
     take = np.arange(batch.cu_seqlens.shape[1]) < lens[:, None]
     rows = batch.cu_seqlens[take].astype(np.int64)
     out.update(_boundary_fields(rows, lens, seqlen, varlen))
-    return out
+    return _labels_as_targets(out)
 
 
 def _token_dtype(dtype: Any) -> torch.dtype:

@@ -20,17 +20,19 @@ to one forward per document, for the attention implementation the model runs:
 ``sdpa``               a 4-D boolean ``attention_mask`` ``(B, 1, seqlen, seqlen)``, True where a
                        query may attend (block-diagonal, causal within a document for a causal
                        LM); transformers passes a 4-D mask through unchanged.
-``eager``              the same mask, additive: ``0`` where allowed, ``finfo(dtype).min``
+``eager``              the same mask, additive: ``0`` where allowed, ``finfo(mask_dtype).min``
                        elsewhere (eager attention adds the mask to the scores).
 ``flex_attention``     a FlexAttention ``BlockMask`` (:func:`mmpack.torch.attention.flex_document_mask`).
 =====================  ======================================================================
 
 Every form also carries ``position_ids`` restarting at each document (rotary and absolute position
-embeddings then see each document from position 0).  Labels: mmpack's causal views shift labels
-already (``label_shift="next"``: ``labels[t]`` is token ``t + 1``, ``-100`` at each document's
-end); transformers' causal-LM loss shifts ``labels`` again, unless ``shift_labels`` is given, so
-the helper passes them as ``shift_labels`` (and as ``labels``, which turns the loss on).  With
-``label_shift="hf"`` views, or for a masked LM (``causal=False``), ``labels`` pass unchanged.
+embeddings then see each document from position 0).  Labels: the batch carries the samples'
+labels as ``targets`` (so that the batch itself never gives a transformers model a loss: see
+:mod:`mmpack.torch.collate`).  mmpack's causal views shift labels already (``label_shift="next"``:
+``labels[t]`` is token ``t + 1``, ``-100`` at each document's end); transformers' causal-LM loss
+shifts ``labels`` again, unless ``shift_labels`` is given, so the helper passes them as
+``shift_labels`` (and as ``labels``, which turns the loss on).  With ``label_shift="hf"`` views,
+or for a masked LM (``causal=False``), they pass as ``labels``.
 Padding is a segment of its own (attends to itself, labels ``-100``): it changes no real token.
 
 Caveat: a model that mixes attention kinds per layer (ModernBERT's sliding-window layers) gets the
@@ -48,6 +50,7 @@ from typing import Any
 import torch
 
 from mmpack.torch.attention import batched_block_causal_mask, flex_document_mask
+from mmpack.torch.collate import TARGETS
 
 __all__ = ["ATTN_IMPLEMENTATIONS", "hf_inputs"]
 
@@ -69,7 +72,7 @@ def hf_inputs(
     *,
     causal: bool = True,
     label_shift: str = "next",
-    dtype: torch.dtype = torch.float32,
+    mask_dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``model(**kwargs)`` of a transformers causal-LM or masked-LM model.
@@ -80,7 +83,8 @@ def hf_inputs(
         A batch of :func:`mmpack.torch.collate.collate`: ``input_ids`` and ``position_ids``
         (int, shape (B, seqlen)), ``cu_seqlens_rows`` (B row boundaries), and for the flash
         forms the batch-wide ``cu_seqlens`` (int32) and ``max_seqlen`` (``collate(varlen=True)``,
-        the default); ``labels`` (B, seqlen) is passed on when present.
+        the default); ``targets`` (B, seqlen), the samples' labels, become the model's labels
+        when present.
     attn_implementation : str
         The model's ``config._attn_implementation``: one of :data:`ATTN_IMPLEMENTATIONS`.
     causal : bool, default True
@@ -88,7 +92,7 @@ def hf_inputs(
     label_shift : {"next", "hf"}, default "next"
         How the batch's causal labels are aligned (the views' ``label_shift``); ignored when
         ``causal=False``.
-    dtype : torch.dtype, default torch.float32
+    mask_dtype : torch.dtype, default torch.float32
         Dtype of the additive mask for ``eager`` (the model's compute dtype).
     device : torch.device or str, optional
         Where the tensors go (default: where ``input_ids`` is).
@@ -96,9 +100,10 @@ def hf_inputs(
     Returns
     -------
     dict
-        ``input_ids``, ``position_ids`` (int64) and, when the batch has labels, ``labels`` (and
-        ``shift_labels`` for ``label_shift="next"`` causal batches), plus per implementation:
-        ``attention_mask`` (sdpa: bool (B, 1, seqlen, seqlen); eager: ``dtype``, same shape;
+        ``input_ids``, ``position_ids`` (int64) and, when the batch has ``targets``, ``labels``
+        (and ``shift_labels`` for ``label_shift="next"`` causal batches), plus per
+        implementation: ``attention_mask`` (sdpa: bool (B, 1, seqlen, seqlen); eager:
+        ``mask_dtype``, same shape;
         flex_attention: BlockMask) or, for flash, everything flattened to shape
         (1, B * seqlen) with ``cu_seq_lens_q``, ``cu_seq_lens_k`` (int32) and ``max_length_q``,
         ``max_length_k`` (int).
@@ -106,7 +111,8 @@ def hf_inputs(
     Raises
     ------
     ValueError
-        Unknown ``attn_implementation`` or ``label_shift``, or a batch lacking a needed key.
+        Unknown ``attn_implementation`` or ``label_shift``, a batch lacking a needed key, or
+        one with ``labels`` instead of ``targets`` (not a collate batch).
     """
     flash = _check_request(batch, attn_implementation, label_shift)
     input_ids = torch.as_tensor(batch["input_ids"])
@@ -120,7 +126,7 @@ def hf_inputs(
         return _flash_inputs(out, batch, device)
     seqlen = input_ids.shape[1]
     out["attention_mask"] = _attention_mask(
-        batch["cu_seqlens_rows"], seqlen, attn_implementation, causal, dtype, device
+        batch["cu_seqlens_rows"], seqlen, attn_implementation, causal, mask_dtype, device
     )
     return out
 
@@ -140,6 +146,11 @@ def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shi
     needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (
         ["cu_seqlens", "max_seqlen"] if flash else []
     )
+    if "labels" in batch and TARGETS not in batch:
+        raise ValueError(
+            f"batch has 'labels' but no {TARGETS!r}: hf_inputs takes a batch of "
+            f"mmpack.torch.collate.collate, which carries the samples' labels as {TARGETS!r}"
+        )
     missing = [key for key in needed if key not in batch]
     if missing:
         raise ValueError(
@@ -163,8 +174,8 @@ def _token_inputs(
         "input_ids": input_ids.to(device),
         "position_ids": torch.as_tensor(batch["position_ids"]).to(device=device, dtype=torch.int64),
     }
-    if batch.get("labels") is not None:
-        labels = torch.as_tensor(batch["labels"]).to(device=device, dtype=torch.int64)
+    if batch.get(TARGETS) is not None:
+        labels = torch.as_tensor(batch[TARGETS]).to(device=device, dtype=torch.int64)
         out["labels"] = labels
         if causal and label_shift == "next":
             out["shift_labels"] = labels  # already aligned: the loss must not shift again

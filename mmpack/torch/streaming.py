@@ -19,8 +19,8 @@ batches (a random-access source; an opaque iterable has no position to restore, 
 
 :class:`PackerDataset` is the packer with the views' batch layout: each packed batch laid out as
 :func:`mmpack.torch.collate.collate` lays out the views' batches (``input_ids``,
-``attention_mask``, ``position_ids`` restarting at every segment and ``labels`` when the mode has
-them, as int64 or ``dtype`` ``(B, seqlen)`` tensors; the flat ``cu_seqlens`` (int32, the whole
+``attention_mask``, ``position_ids`` restarting at every segment and the labels as ``targets`` when the mode
+has them, as int64 or ``dtype`` ``(B, seqlen)`` tensors; the flat ``cu_seqlens`` (int32, the whole
 batch as one sequence), ``cu_seqlens_rows`` and ``max_seqlen``), which
 :func:`mmpack.torch.hf.hf_inputs` and :mod:`mmpack.torch.attention` take as they take the views'.
 
@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.streaming.shards import Consumer, set_consumer_provider
-from mmpack.torch.collate import collate
+from mmpack.torch.collate import BATCH_TOKEN_FIELDS, collate
 
 __all__ = ["PackerDataset", "as_tensors", "torch_consumer"]
 
@@ -138,7 +138,7 @@ class PackerDataset(IterableDataset):
             rows.append(row)
         out = collate(rows)
         if self.dtype != torch.int64:
-            for key in ("input_ids", "attention_mask", "position_ids", "labels"):
+            for key in BATCH_TOKEN_FIELDS:
                 if key in out:
                     out[key] = out[key].to(self.dtype)
         if "mask_prob" in batch:

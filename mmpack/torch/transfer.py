@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from mmpack.torch.collate import TOKEN_FIELDS, Collator
+from mmpack.torch.collate import BATCH_TOKEN_FIELDS, Collator
 
 __all__ = ["SharedCollator"]
 
@@ -103,7 +103,7 @@ class SharedCollator:
             self._pool = _Pool(
                 self._flags[worker] if tracked else torch.zeros(self.slots, dtype=torch.int32)
             )
-        names = [k for k in TOKEN_FIELDS if k in out]
+        names = [k for k in BATCH_TOKEN_FIELDS if k in out]
         if not names:
             return out
         first = out[names[0]]

@@ -3,6 +3,7 @@
 ::
 
     window.py      WindowDataset: (seqlen, stride) windows over the concatenated documents
+    window_stats.py  WindowStats: what the windows cover (WindowDataset.stats())
     plan.py        the packing plan (best-fit decreasing), its file format and cache
     packed.py      PackedDataset: one sample per bin of a plan
     masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer

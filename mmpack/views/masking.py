@@ -35,7 +35,6 @@ from mmpack.core.validation import (
 from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
 
 __all__ = [
-    "IGNORE_INDEX",
     "MaskingOptions",
     "check_masking",
     "corrupt_rows",

@@ -2,8 +2,8 @@
 
 Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.views.plan`; built once
 per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
-pieces in order, each followed by ``eot`` when ``eot`` is given and the piece ends its document,
-then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
+pieces in order, each followed by ``eot`` when the view has one (by default the store's) and
+the piece ends its document, then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
 if any, is the last segment:
 
 - ``cu_seqlens`` (int32): ``0``, the end of every segment, ``seqlen``; ``max_seqlen`` (int): the
@@ -64,6 +64,7 @@ from mmpack.kernels.entry import entry_point
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.vocab import STORE
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
@@ -100,10 +101,14 @@ class PackedDataset:
         The store (a path is opened with :func:`mmpack.open`).
     seqlen : int
         Tokens per sample, in ``[1, 2**31 - 1)``.
-    eot : int, optional
-        End-of-text id appended to every document (it takes a slot of the bin).
-    pad_id : int
-        Id of the padding after the last piece.
+    eot : int, "store" or None, default "store"
+        End-of-text id appended to every document (it takes a slot of the bin).  ``"store"``:
+        the eot the store's tokenizer records (stores built from text record their tokenizer);
+        a store that records none, or whose documents were built with a special-token template
+        (they carry its tokens), gets no eot (what ``eot=None`` asks for).
+    pad_id : int or "store", default "store"
+        Id of the padding after the last piece; ``"store"``: the pad id the store's tokenizer
+        records, else 0.
     mode : {"causal", "mlm"}
     mask_prob : float
         MLM selection probability in ``[0, 1]``.
@@ -125,9 +130,9 @@ class PackedDataset:
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
-        Refuse an eot, pad_id or mask_id outside the vocabulary the store records (stores built
-        from text record their tokenizer); ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size``
-        may also be ``"store"``: the id the store's tokenizer record gives.
+        Refuse an eot, pad_id or mask_id outside the vocabulary the store records; ``mask_id``
+        and ``vocab_size`` may also be ``"store"``: the ids the store's tokenizer record gives
+        (refused when it has none).
     dtype : {"int64", "int32"}
         Integer type of the per-token arrays (``cu_seqlens`` stays int32).  ``"int32"`` halves
         the bytes written per sample (torch embeddings accept int32 ids); it needs a store whose
@@ -138,7 +143,8 @@ class PackedDataset:
     -----
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
     ``position_ids``, ``attention_mask`` (``dtype``, (seqlen,)), ``cu_seqlens`` (int32, (m,))
-    and ``max_seqlen`` (int).
+    and ``max_seqlen`` (int).  ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size`` hold the
+    ids in use (``"store"`` resolved); ``repr`` shows the eot and pad.
     """
 
     seqlen: int
@@ -162,12 +168,12 @@ class PackedDataset:
         store: TokenStore | str | os.PathLike[str],
         seqlen: int,
         *,
-        eot: int | None = None,
-        pad_id: int = 0,
+        eot: int | str | None = STORE,
+        pad_id: int | str = STORE,
         mode: str = "causal",
         mask_prob: float = 0.3,
-        mask_id: int | None = None,
-        vocab_size: int | None = None,
+        mask_id: int | str | None = None,
+        vocab_size: int | str | None = None,
         special_ids: Iterable[int] = (),
         seed: int = 0,
         long_docs: str = "split",
@@ -279,7 +285,7 @@ class PackedDataset:
     def __repr__(self) -> str:
         return (
             f"PackedDataset({self.store!r}, seqlen={self.seqlen}, eot={self.eot}, "
-            f"mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}) "
+            f"pad_id={self.pad_id}, mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}) "
             f"-> {len(self)} bins, efficiency {self._plan.stats.efficiency:.4f}"
         )
 

@@ -115,7 +115,7 @@ class PackingPlan:
         Tokens taken from the document (the eot, if any, is extra).
     seqlen, add_eot, long_docs, algorithm, lookahead
         The parameters the plan was built with, by their canonical names (``lookahead`` is None
-        unless ``"online"``; ``eot`` is a deprecated read-only alias of ``add_eot``).
+        unless ``"online"``).
     stats : PackingStats
     """
 

@@ -37,7 +37,14 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.integrity import block_digest
-from mmpack.views.plan import PackingPlan, PackingStats, build_plan, check_add_eot, check_params
+from mmpack.views.plan import (
+    ALGORITHMS,
+    PackingPlan,
+    PackingStats,
+    build_plan,
+    check_add_eot,
+    check_params,
+)
 
 __all__ = ["PLAN_FORMAT_VERSION", "cached_plan", "load_plan", "plan_cache_key", "save_plan"]
 
@@ -96,7 +103,7 @@ def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, An
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
     Layout (format 3): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
-    (``"format": 3``, ``key``, the plan parameters, ``add_eot`` under its former name ``"eot"``,
+    (``"format": 3``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``),
     the statistics, each array's dtype/shape/offset and ``"xxh64"``: the XXH64 (seed 0) of its
     little-endian bytes), the little-endian uint32 CRC-32 of the header, then the raw arrays,
     each aligned to 64 bytes.  Format 2 is the same with ``"crc32"`` in place of ``"xxh64"``.
@@ -207,14 +214,14 @@ def _read_plan(path: Path, key: dict[str, Any] | None) -> tuple[PackingPlan, int
     ):
         raise FormatError(f"{path}: plan arrays are inconsistent with each other")
     algorithm = str(params["algorithm"])
+    if algorithm not in ALGORITHMS:
+        raise FormatError(f"{path}: plan of unknown algorithm {algorithm!r}")
     plan = PackingPlan(
         **arrays,
         seqlen=int(params["seqlen"]),
         add_eot=bool(params["eot"]),
         long_docs=str(params["long_docs"]),
-        algorithm="online"
-        if algorithm == "stream"
-        else algorithm,  # files written before the rename
+        algorithm=algorithm,
         lookahead=params["lookahead"],
         stats=stats,
     )

@@ -1,7 +1,8 @@
 """The window view: exact (seqlen, stride) samples over the concatenated stream.
 
 Semantics (the contract).  The virtual stream ``S`` is ``doc0, eot, doc1, eot, ..., eot`` when
-``eot`` is given (an eot after every document, none stored on disk), else the plain concatenation.
+the view has an eot (an eot after every document, none stored on disk: by default the one the
+store's tokenizer records), else the plain concatenation.
 ``W = seqlen`` (``seqlen + 1`` with ``labels=True``); window ``i`` is ``S[i*stride : i*stride + W]``
 and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
 ``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
@@ -30,11 +31,12 @@ costs ~0.3 us next to the kernel, ~0.14 us alone), the dict of views +0.52 us.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
-from mmpack.core.constants import INT32_MAX
+from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
 from mmpack.core.validation import (
     EpochIndex,
     check_index,
@@ -51,13 +53,13 @@ from mmpack.kernels.window import (
     gather_windows,
     window_ranges,
 )
-from mmpack.store.reader import TokenStore
-from mmpack.store.vocab import check_in_vocab, resolve_special
+from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
-from mmpack.views.masking import IGNORE_INDEX
 from mmpack.views.readahead import ColdReads, flat_start
 from mmpack.views.window_single import single_kernel
+from mmpack.views.window_stats import WindowStats
 
 __all__ = ["WindowDataset", "output_dtype"]
 
@@ -97,28 +99,31 @@ class WindowDataset:
 
     Parameters
     ----------
-    store : TokenStore
+    store : TokenStore, str or os.PathLike
+        The store (a path is opened with :func:`mmpack.open`).
     seqlen : int
         Tokens per sample (>= 1).
     stride : int, optional
         Distance between window starts (default ``seqlen``; larger skips tokens).
-    eot : int, optional
-        End-of-text id inserted after every document (not stored on disk).
+    eot : int, "store" or None, default "store"
+        End-of-text id inserted after every document (not stored on disk).  ``"store"``: the eot
+        the store's tokenizer records (stores built from text record their tokenizer); a store
+        that records none, or whose documents were built with a special-token template (they
+        carry its tokens), gets no eot: the plain concatenation (what ``eot=None`` asks for).
     labels : bool
         Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``).
     drop_last : bool
         ``False`` adds a final window padded with ``pad_id`` (labels ``-100``) so that, with
         ``stride <= seqlen``, no token is left out.
-    pad_id : int
-        Padding id of that final window.
+    pad_id : int or "store", default "store"
+        Padding id of that final window; ``"store"``: the pad id the store's tokenizer records,
+        else 0.
     sampled_index : bool, optional
         Keep every 256th document start in memory as a first search level (8 bytes per 256
         documents, built at construction by one strided read of ``offsets``), so a lookup stays
         in cache on huge stores.  Default: on from 2**20 documents.
     check_vocab : bool
-        Refuse an eot or pad_id outside the vocabulary the store records (stores built from
-        text record their tokenizer).  ``eot`` and ``pad_id`` may also be ``"store"``: the
-        store's tokenizer's own id.
+        Refuse an eot or pad_id outside the vocabulary the store records.
     dtype : {"int64", "int32"}
         Integer type of ``input_ids``, ``labels`` and ``position_ids``.  ``"int32"`` halves the
         bytes written per sample and reads a sample into one buffer (torch embeddings accept
@@ -130,35 +135,40 @@ class WindowDataset:
     Each sample is a dict of numpy arrays: ``input_ids`` (``dtype``, (seqlen,)), ``labels``
     (``dtype``, (seqlen,), with ``labels=True``), ``position_ids`` (``dtype``, (seqlen,),
     restarting at each cut) and ``cu_seqlens`` (int32, (m,)): 0, every position right after a
-    document's last token (its eot when given), and seqlen.
+    document's last token (its eot when given), and seqlen.  ``eot`` and ``pad_id`` hold the
+    ids in use (``"store"`` resolved); ``repr`` shows them.
     """
 
     def __init__(
         self,
-        store: TokenStore,
+        store: TokenStore | str | os.PathLike[str],
         seqlen: int,
         stride: int | None = None,
         *,
-        eot: int | None = None,
+        eot: int | str | None = STORE,
         labels: bool = False,
         drop_last: bool = True,
-        pad_id: int = 0,
+        pad_id: int | str = STORE,
         sampled_index: bool | None = None,
         check_vocab: bool = True,
         dtype: Any = "int64",
     ) -> None:
+        if isinstance(store, (str, os.PathLike)):
+            store = open_store(store)
         if not isinstance(store, TokenStore):
-            raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
+            raise TypeError(
+                f"store must be a TokenStore or a path to one, got {type(store).__name__}"
+            )
         self.store = store
         self.seqlen = check_positive_int(seqlen, "seqlen")
         if self.seqlen > INT32_MAX - 1:
             raise ValueError(f"seqlen={seqlen} does not fit the int32 cu_seqlens")
         self.stride = self.seqlen if stride is None else check_positive_int(stride, "stride")
         eot, pad_id = resolve_special(eot, store, "eot"), resolve_special(pad_id, store, "pad_id")
-        self.eot = None if eot is None else check_token_id(eot, "eot")
+        self.eot: int | None = None if eot is None else check_token_id(eot, "eot")
         self.labels = bool(labels)
         self.drop_last = bool(drop_last)
-        self.pad_id = check_token_id(pad_id, "pad_id")
+        self.pad_id: int = check_token_id(pad_id, "pad_id")
         check_in_vocab(store, {"eot": self.eot, "pad_id": self.pad_id}, not check_vocab)
         self.dtype: np.dtype = output_dtype(dtype, store, {"eot": self.eot, "pad_id": self.pad_id})
         self.sampled_index = (
@@ -227,7 +237,34 @@ class WindowDataset:
     def __repr__(self) -> str:
         return (
             f"WindowDataset({self.store!r}, seqlen={self.seqlen}, stride={self.stride}, "
-            f"eot={self.eot}, labels={self.labels}, drop_last={self.drop_last}) -> {len(self)} samples"
+            f"eot={self.eot}, pad_id={self.pad_id}, labels={self.labels}, "
+            f"drop_last={self.drop_last}) -> {len(self)} samples"
+        )
+
+    def stats(self) -> WindowStats:
+        """What the windows cover, in O(1) (see :class:`WindowStats`)."""
+        n, stride, width, total = self._len, self.stride, self.width, self.total
+        last = (n - 1) * stride  # where the last window starts
+        if n == 0:
+            covered = 0
+        elif stride <= width:  # windows overlap or touch: one run from 0
+            covered = min(last + width, total)
+        else:  # disjoint windows, the last one possibly cut by the stream's end
+            covered = (n - 1) * width + min(width, total - last)
+        partial = n - self.num_full
+        return WindowStats(
+            seqlen=self.seqlen,
+            stride=stride,
+            n_samples=n,
+            n_full=self.num_full,
+            n_partial=partial,
+            n_docs=len(self.store),
+            n_tokens=self.store.num_tokens,
+            eot_tokens=total - self.store.num_tokens,
+            stream_tokens=total,
+            covered_tokens=covered,
+            dropped_tokens=total - covered,
+            padding_tokens=max(0, last + self.seqlen - total) if partial else 0,
         )
 
     # ------------------------------------------------------------------------------- access
