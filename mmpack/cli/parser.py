@@ -313,12 +313,6 @@ def _add_show(sub: Any) -> None:
     _add_tokenizer(
         s, "tokenizer for --decode (default: the one the store records, else byte-level)"
     )
-    s.add_argument(
-        "--no-check-vocab",
-        dest="check_vocab",
-        action="store_false",
-        help="accept --eot/--pad-id ids outside the vocabulary the store records",
-    )
 
 
 def _add_pack(sub: Any) -> None:
