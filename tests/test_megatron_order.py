@@ -163,7 +163,6 @@ def test_samples_equal_the_stream_spelled_out(tmp_path_factory, data):
     ``stream[j * seqlen : j * seqlen + seqlen + extra]`` padded, ``j = shuffle_index[i]``, the
     stream being the store's sequences concatenated in document index order."""
     tmp = tmp_path_factory.mktemp("stream")
-    os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache")
     lens = data.draw(st.lists(st.integers(0, 12), min_size=1, max_size=8), label="lens")
     if sum(lens) == 0:
         return
