@@ -28,6 +28,7 @@ TOPICS = {
     "sampler": "benchmarks.bench_sampler",
     "e2e": "benchmarks.bench_e2e",
     "foreign": "benchmarks.bench_foreign",
+    "megatron_order": "benchmarks.bench_megatron_order",
     "remote": "benchmarks.bench_remote",
     "cold": "benchmarks.bench_cold",
     "first_call": "benchmarks.bench_first_call",

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_LOOKAHEAD",
     "LabelShift",
     "LongDocs",
+    "MegatronSplit",
     "Mode",
     "OnError",
     "PackingAlgorithm",
@@ -108,6 +109,17 @@ class OnError(StrEnum):
     """Report it and go on."""
     FAIL = "fail"
     """Stop; nothing is written."""
+
+
+class MegatronSplit(StrEnum):
+    """Which of megatron-core's three dataset splits (its ``Split`` enum) an order reproduces."""
+
+    TRAIN = "train"
+    """The first part of the ``split`` string (``969`` of ``"969,30,1"``)."""
+    VALID = "valid"
+    """The second part; the only split that may keep a last, partial sample."""
+    TEST = "test"
+    """The third part."""
 
 
 def parse_option(cls: type[E], value: Any, name: str) -> E:

@@ -11,6 +11,7 @@
     eos_separated.py   flat token files with EOS between documents, OLMo-core / Dolma and .npy
                        (format="eos-separated", eos=ID)
     export.py          export_megatron / export_flat: atomic writers of those formats
+    megatron_order.py  megatron-core GPTDataset's document, sample and shuffle index over a store
 
 Registered in :mod:`mmpack.store.registry` when this package is imported (``import mmpack``
 does).  ``mmpack.open(PREFIX)`` finds a Megatron dataset when ``PREFIX.idx`` exists;

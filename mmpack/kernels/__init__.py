@@ -20,6 +20,7 @@ test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
 | ``store`` | offsets validation for huge indexes; the build's convert-and-check pass; XXH64 |
 | ``eos`` | one scan for document separators in a flat token file |
 | ``blockstate`` | the remote node cache's hit test (are a batch's blocks all present?) |
+| ``megatron_order`` | megatron-core GPTDataset's sample index; its samples' token ranges and copies |
 """
 
 __all__: list[str] = []  # kernels are reached by module path

@@ -15,6 +15,7 @@
     buildfiles.py  the offsets and metadata files a build writes before it commits
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
+    arrayfile.py   named arrays in one checksummed file (derived indexes kept in a cache)
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
 
 The adapters beside the core (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`)

@@ -10,6 +10,7 @@
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
     buffers.py     pooled output buffers for batched gathers
     readahead.py   cold data: prefetch(indices), Lookahead batches, single-read cold mode
+    megatron_gpt.py MegatronGPTDataset: megatron-core GPTDataset's samples, in its order
 """
 
 __all__: list[str] = []

@@ -1,0 +1,166 @@
+"""Named arrays in one checksummed file: a derived index written once, mapped when read back.
+
+Layout: ``MMPKARRS``, a little-endian uint64 header length, a JSON header (``"format": 1``, the
+caller's ``key``, each array's dtype, shape, offset and XXH64 (seed 0) of its bytes), the
+little-endian uint32 CRC-32 of the header, then the raw C-order arrays, each aligned to 64
+bytes.  :func:`save_arrays` writes a temporary file in the same folder and renames it into
+place (a reader sees no file or the whole file); :func:`load_arrays` maps every array read-only
+and checks its digest (one read of the file, ~11 GB/s), so a damaged file is refused, never
+served.  The key is compared whole: a file written for other data or other parameters is
+refused with :class:`~mmpack.errors.StateMismatchError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.store.integrity import block_digest
+
+__all__ = ["ARRAY_FILE_FORMAT", "load_arrays", "save_arrays"]
+
+ARRAY_FILE_FORMAT = 1
+"""Version of the layout written and read."""
+
+_MAGIC = b"MMPKARRS"
+_ALIGN = 64
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def save_arrays(
+    path: str | os.PathLike[str],
+    key: dict[str, Any],
+    arrays: dict[str, Any],
+    info: dict[str, Any] | None = None,
+) -> None:
+    """Write ``arrays`` (name -> numpy array of a fixed-size dtype) under ``key``, with ``info``
+    (both JSON-able: what the file is for, and facts about its arrays), to ``path`` atomically
+    (temporary file beside it, fsync, rename); its folder must exist."""
+    path = Path(path)
+    data = {}
+    for name, arr in arrays.items():
+        a = np.ascontiguousarray(arr)
+        data[name] = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    layout: dict[str, dict[str, Any]] = {
+        name: {
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "offset": 0,
+            "xxh64": block_digest("xxh64", arr),
+        }
+        for name, arr in data.items()
+    }
+    header: dict[str, Any] = {
+        "format": ARRAY_FILE_FORMAT,
+        "key": key,
+        "info": info or {},
+        "arrays": layout,
+    }
+    # Offsets depend on the header's length, which depends on the offsets: reserve digits.
+    reserve = 16 + len(json.dumps(header).encode()) + 4 + 24 * len(data)
+    pos = data_start = _round_up(reserve, _ALIGN)
+    offsets: dict[str, int] = {}
+    for name, arr in data.items():
+        layout[name]["offset"] = offsets[name] = pos
+        pos = _round_up(pos + arr.nbytes, _ALIGN)
+    blob = json.dumps(header).encode()
+    if 16 + len(blob) + 4 > data_start:  # cannot happen: an offset adds at most 20 digits
+        raise AssertionError("array file header overflow")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + struct.pack("<Q", len(blob)) + blob)
+            f.write(struct.pack("<I", zlib.crc32(blob)))
+            for name, arr in data.items():
+                f.seek(offsets[name])
+                f.write(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+            f.truncate(pos)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_arrays(
+    path: str | os.PathLike[str], key: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays :func:`save_arrays` wrote to ``path`` under ``key``, mapped read-only, each
+    digest checked, and the ``info`` written with them.
+
+    Raises
+    ------
+    FormatError
+        Not such a file, another format version, a failed checksum, or arrays that do not fit
+        the file.
+    StateMismatchError
+        The file was written under another key.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if len(head) != 16 or head[:8] != _MAGIC:
+            raise FormatError(f"{path} is not an mmpack array file")
+        (hlen,) = struct.unpack("<Q", head[8:])
+        if hlen > size - 20:
+            raise FormatError(f"{path}: truncated array file header")
+        blob = f.read(hlen)
+        (stored_crc,) = struct.unpack("<I", f.read(4))
+    if zlib.crc32(blob) != stored_crc:
+        raise FormatError(f"{path}: the array file header fails its checksum (damaged file)")
+    try:
+        header = json.loads(blob)
+        version, stored_key, layout = header["format"], header["key"], header["arrays"]
+        info = header["info"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise FormatError(f"{path}: unreadable array file header ({exc})") from None
+    if version != ARRAY_FILE_FORMAT:
+        raise FormatError(f"{path}: array file format {version!r}, this mmpack reads 1")
+    if stored_key != json.loads(json.dumps(key)):
+        raise StateMismatchError(
+            f"{path} was written for {stored_key}, not for {key}: other data or other parameters"
+        )
+    if not isinstance(layout, dict) or not isinstance(info, dict):
+        raise FormatError(f"{path}: unreadable array file header (arrays, info)")
+    arrays = {name: _map(path, size, 20 + hlen, name, spec) for name, spec in layout.items()}
+    return arrays, info
+
+
+def _map(path: Path, size: int, data_start: int, name: str, spec: Any) -> np.ndarray:
+    try:
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(int(n) for n in spec["shape"])
+        offset = int(spec["offset"])
+        stored = int(spec["xxh64"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"{path}: bad layout of array {name!r} ({exc})") from None
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if (
+        dtype.hasobject
+        or any(n < 0 for n in shape)
+        or offset < data_start
+        or offset + count * dtype.itemsize > size
+    ):
+        raise FormatError(f"{path}: array {name!r} does not fit the file")
+    if count == 0:
+        arr = np.empty(shape, dtype=dtype)
+    else:
+        arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape).view(np.ndarray)
+    if block_digest("xxh64", arr) != stored:
+        raise FormatError(f"{path}: array {name!r} fails its checksum (damaged file)")
+    return arr

@@ -1,0 +1,72 @@
+"""The checksummed array file (:mod:`mmpack.store.arrayfile`): round trip, mapped read-only,
+and every damage refused."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.store.arrayfile import load_arrays, save_arrays
+
+KEY = {"what": "test", "n": 3}
+
+
+def _arrays():
+    return {
+        "a": np.arange(10, dtype=np.int32),
+        "pairs": np.arange(12, dtype=np.int64).reshape(6, 2),
+        "u": np.array([7, 8, 9], dtype=np.uint32),
+        "empty": np.empty(0, dtype=np.int64),
+    }
+
+
+def test_round_trip_is_mapped_and_exact(tmp_path):
+    path = tmp_path / "x.mmarr"
+    save_arrays(path, KEY, _arrays(), {"epochs": 2})
+    got, info = load_arrays(path, dict(KEY))
+    assert info == {"epochs": 2}
+    for name, want in _arrays().items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape
+        np.testing.assert_array_equal(got[name], want)
+    assert not got["a"].flags.writeable  # a read-only mapping of the file
+    assert os.listdir(tmp_path) == ["x.mmarr"]  # no temporary file left
+
+
+def _header(raw):
+    return json.loads(raw[16 : 16 + int.from_bytes(raw[8:16], "little")])
+
+
+@pytest.mark.parametrize("where", ["header", "data", "magic", "truncated"])
+def test_damage_is_refused(tmp_path, where):
+    path = tmp_path / "x.mmarr"
+    save_arrays(path, KEY, _arrays())
+    raw = bytearray(path.read_bytes())
+    if where == "header":
+        raw[20] ^= 1
+    elif where == "data":
+        raw[_header(raw)["arrays"]["pairs"]["offset"] + 9] ^= 1
+    elif where == "magic":
+        raw[0] ^= 1
+    else:
+        raw = raw[: _header(raw)["arrays"]["u"]["offset"] + 4]
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError):
+        load_arrays(path, KEY)
+
+
+def test_another_key_is_refused(tmp_path):
+    path = tmp_path / "x.mmarr"
+    save_arrays(path, KEY, _arrays())
+    with pytest.raises(StateMismatchError, match="other data or other parameters"):
+        load_arrays(path, {**KEY, "n": 4})
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    path = tmp_path / "x.mmarr"
+    with pytest.raises(TypeError):
+        save_arrays(path, {"bad": object()}, _arrays())  # the key is not JSON
+    assert os.listdir(tmp_path) == []
