@@ -72,18 +72,21 @@ def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, blo
     expected = b""
     with open(path, "wb") as f:
         bw = BlockWriter(f.fileno(), path, kind, block)
-        for values, strided in calls:
-            n = data.draw(st.integers(1, 3))
-            pieces = [_piece(values[j::n], strided) for j in range(n)]
-            ends = np.cumsum([p.nbytes for p in pieces]).astype(np.int64)
-            if ends[-1]:
-                bw.submit(pieces, ends)
-                expected += b"".join(p.tobytes() for p in _copy_pieces(values, n, strided))
-            if data.draw(st.booleans()):
-                cut = data.draw(st.integers(0, len(expected)))
-                bw.truncate(cut)
-                expected = expected[:cut]
-        raw, digests = _written(path, bw)
+        try:  # an example aborted by a draw must not leave its writer running
+            for values, strided in calls:
+                n = data.draw(st.integers(1, 3))
+                pieces = [_piece(values[j::n], strided) for j in range(n)]
+                ends = np.cumsum([p.nbytes for p in pieces]).astype(np.int64)
+                if ends[-1]:
+                    bw.submit(pieces, ends)
+                    expected += b"".join(p.tobytes() for p in _copy_pieces(values, n, strided))
+                if data.draw(st.booleans()):
+                    cut = data.draw(st.integers(0, len(expected)))
+                    bw.truncate(cut)
+                    expected = expected[:cut]
+            raw, digests = _written(path, bw)
+        finally:
+            bw.close()
     assert raw == expected
     assert digests == _naive(expected, block, kind)
 
@@ -383,3 +386,49 @@ def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkey
     with pytest.raises(RuntimeError, match="new thread"):
         TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), "xxh64", 256)
     assert len(opened) == 1 and opened[0].closed
+
+
+def test_a_write_in_flight_never_reaches_a_file_that_reuses_its_descriptor(tmp_path, monkeypatch):
+    """The owner closes its file while a write is still in flight (an exception between
+    ``submit`` and ``close``, e.g. a test example aborted mid-way) and the descriptor number is
+    reused by the next file opened: the write lands in its own file, never in the new one."""
+    import threading
+
+    go, started = threading.Event(), threading.Event()
+    real = BW._pwritev
+
+    def held(fd, buffers, offset):
+        started.set()
+        assert go.wait(5)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(BW, "_pwritev", held)
+    with open(tmp_path / "a.bin", "wb") as f:
+        bw = BlockWriter(f.fileno(), tmp_path / "a.bin", "xxh64", 8)
+        bw.submit([np.array([0, 0, 0], dtype=np.uint16)], np.array([6], dtype=np.int64))
+        assert started.wait(5)
+        reused = f.fileno()
+    with open(tmp_path / "b.bin", "wb") as g:  # most likely the number the first file had
+        g.write(b"\xe5\xc4")
+        g.flush()
+        go.set()
+        bw.sync()
+        assert g.fileno() == reused  # else this test proves nothing
+    bw.close()
+    assert (tmp_path / "b.bin").read_bytes() == b"\xe5\xc4"
+    assert (tmp_path / "a.bin").read_bytes() == bytes(6)
+
+
+def test_closing_an_abandoned_writer_gives_back_the_disk_reserved(tmp_path):
+    """A writer closed without :meth:`digests` (a build being abandoned) releases the disk it
+    reserved past the file's end; the bytes written stay."""
+    path = tmp_path / "t.bin"
+    with open(path, "wb") as f:
+        bw = BlockWriter(f.fileno(), path, "xxh64", 64)
+        bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
+        bw.sync()
+        reserved = os.stat(path).st_blocks * 512
+        bw.close()
+    assert path.read_bytes() == np.arange(100, dtype=np.uint16).tobytes()
+    if reserved > 1 << 20:  # the file system took the reservation
+        assert os.stat(path).st_blocks * 512 < 1 << 20

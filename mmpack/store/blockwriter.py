@@ -23,6 +23,7 @@ Cost: see :mod:`mmpack.store.tokenfile`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -48,7 +49,10 @@ class BlockWriter:
     Parameters
     ----------
     fd : int
-        The file, open for writing (written with ``pwrite``; its position is not used).
+        The file, open for writing (its position is not used).  The writer writes through its
+        own duplicate of the descriptor, closed by :meth:`close`: a write still in flight when
+        the caller closes its file (an exception between :meth:`submit` and :meth:`close`) lands
+        in this file, never in another file that reuses the descriptor's number.
     path : Path
         The same file, opened again read-only for hashing.
     checksum : {"xxh64", "crc32"}
@@ -57,11 +61,16 @@ class BlockWriter:
     """
 
     def __init__(self, fd: int, path: Path, checksum: str, block_bytes: int) -> None:
-        self.fd = fd
         self.checksum = checksum
         self.block_bytes = block_bytes
         self.end = 0  # bytes handed over: the file's length once the writer is done
+        self.fd = self._rfd = -1
         self._rfd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self.fd = os.dup(fd)  # the writer's own (non-inheritable) descriptor of the file
+        except BaseException:
+            self._close_fds()
+            raise
         self._pool: ThreadPoolExecutor | None = None
         self._hasher: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
@@ -196,11 +205,15 @@ class BlockWriter:
         out = [h.result() for h in self._hashes]
         if self._allocated > 0:  # release the disk reserved past the end
             os.ftruncate(self.fd, self.end)
+            self._allocated = 0
         return out
 
     def close(self) -> None:
         """Wait for both threads (an error in flight is dropped: the caller is abandoning the
-        file or :meth:`digests` already raised it) and close the read descriptor."""
+        file or :meth:`digests` already raised it), release the disk reserved past the file's
+        end if :meth:`digests` did not, and close the writer's descriptors.  An interrupted
+        wait (``KeyboardInterrupt``) leaves the descriptors to the write still in flight: they
+        are closed when the writer object goes."""
         try:
             if self._pending is not None:
                 self._pending.exception()
@@ -211,9 +224,25 @@ class BlockWriter:
                 if pool is not None:  # idle: its thread ends by itself (no join to wait for)
                     pool.shutdown(wait=False)
             self._pool = self._hasher = None
-            if self._rfd >= 0:
-                os.close(self._rfd)
-                self._rfd = -1
+            if self._pending is None:
+                if self._allocated > 0 and self.fd >= 0:  # an abandoned file: give it back
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self.fd, os.fstat(self.fd).st_size)
+                    self._allocated = 0
+                self._close_fds()
+
+    def _close_fds(self) -> None:
+        for name in ("fd", "_rfd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
+
+    def __del__(self) -> None:
+        # An abandoned writer (never closed): no thread holds it any more, so nothing is in
+        # flight on its descriptors.
+        with contextlib.suppress(OSError):
+            self._close_fds()
 
 
 def _pwritev(fd: int, buffers: list[Any], offset: int) -> int:
