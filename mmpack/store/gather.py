@@ -14,7 +14,10 @@ copy, in C); every other object is copied by :func:`mmpack.store.tokens.snapshot
 arrays and their subclasses, ``memoryview``, ctypes arrays and any other buffer-protocol object,
 lists, ``array.array``, tensors).  A chunk of plain arrays comes back flat (a view of that buffer;
 two buffers alternate, so the previous chunk stays valid while the next is taken), a mixed one as
-the list of documents.  An error the source raises propagates as it is.
+the list of documents.  An error the source raises propagates as it is.  The first chunk of an
+iterator holds at most :data:`FIRST_TAKE` documents: the writer sizes the later ones from the
+documents' average length so far (about a quarter of its ``buffer_tokens``), and before any is
+known its guess could take a whole corpus of long documents into one buffer.
 
 Cost per document: a list, ~60 ns of C-level checks (no copy); an iterator, one Python loop
 step with a few checks and a copy (~0.35 us with the generator's own resume).  Measured with the
@@ -32,7 +35,10 @@ import numpy as np
 
 from mmpack.store.tokens import snapshot_doc
 
-__all__ = ["Arrays", "DocChunks"]
+__all__ = ["FIRST_TAKE", "Arrays", "DocChunks"]
+
+FIRST_TAKE = 16
+"""Documents in the first chunk taken from an iterator, at most."""
 
 
 class Arrays(NamedTuple):
@@ -70,6 +76,7 @@ class DocChunks:
             self._it = iter(docs)
             self._bufs = [io.BytesIO(), io.BytesIO()]
             self._flip = 0
+            self._first = True
 
     def take(self, size: int) -> Arrays | tuple[np.ndarray, np.ndarray] | list[Any] | None:
         """The next ``size`` documents at most: :class:`Arrays` (from a list or tuple of arrays),
@@ -77,6 +84,9 @@ class DocChunks:
         when an iterator yields plain arrays of one dtype, else the list of documents; None
         when none are left."""
         if self._seq is None:
+            if self._first:
+                self._first = False
+                size = min(size, FIRST_TAKE)
             return self._take_from_iterator(size)
         chunk = self._seq[self._pos : self._pos + size]
         self._pos += len(chunk)

@@ -271,7 +271,8 @@ class StoreWriter:
         integer dtype otherwise become one flat buffer, lists of Python ints one
         ``np.concatenate``; a chunk is converted, checked and appended in one pass, with no
         Python work per document.  Anything else (strings, lists holding bools or floats,
-        scalars, tensors, mixed dtypes) goes document by document through the exact checks
+        scalars, mixed dtypes, tensors numpy cannot read: one that requires grad, a ``meta``
+        one) goes document by document through the exact checks
         (:func:`~mmpack.store.tokens.as_token_array`), the same for a list and a generator.  The
         first bad document raises, naming it: the documents before it are added, it and the
         documents after it in ``docs`` are not (the error gives its index, ``len`` of the store
