@@ -35,7 +35,7 @@ import numpy as np
 
 from mmpack.store.tokens import snapshot_doc
 
-__all__ = ["FIRST_TAKE", "Arrays", "DocChunks"]
+__all__ = ["Arrays", "DocChunks", "FIRST_TAKE"]
 
 FIRST_TAKE = 16
 """Documents in the first chunk taken from an iterator, at most."""

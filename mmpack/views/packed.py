@@ -340,7 +340,7 @@ class PackedDataset:
             "position_ids": out[pos],
             "attention_mask": out[att],
             "cu_seqlens": cu[cu_at : cu_at + n_seg + 1],
-            "max_seqlen": longest,
+            "max_seqlen": int(longest),  # an int also where numba does not compile
         }
 
     def __getitems__(self, indices: Any) -> SampleBatch:
