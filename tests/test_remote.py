@@ -391,7 +391,7 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     text = tmp_path / "in.txt"
     text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
     url = _url()
-    assert main(["build", str(text), "-o", url, "--lines", "--quiet"]) == 0
+    assert main(["build", str(text), "-o", url, "--lines", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["info", url, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -45,6 +45,7 @@ __all__ = [
     "KNOWN_BACKENDS",
     "META_FILE",
     "OFFSETS_DTYPE",
+    "RECORD_KEYS",
     "StoreMeta",
     "TOKEN_DTYPES",
     "check_count",
@@ -65,6 +66,14 @@ CHECKSUM_KINDS = ("crc32", "xxh64")
 # Explicit little-endian: the bytes on disk must not depend on the writing machine.
 TOKEN_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8"))
 OFFSETS_DTYPE = np.dtype("<i8")
+
+RECORD_KEYS = frozenset(
+    ("format", "version", "backend", "dtype", "num_docs", "num_tokens", "checksum", "files")
+    + ("fingerprint", "remote")
+)
+"""The keys of a metadata record that describe the store itself (:meth:`StoreMeta.to_json`, and
+the ``"remote"`` record of a store's objects); the others are optional sections
+(``"tokenizer"``, ``"provenance"``...)."""
 
 KNOWN_BACKENDS: set[str] = {"memmap", "zarr"}
 """Backend names a metadata record may carry (a backend module adds its own name here)."""
