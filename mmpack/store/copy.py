@@ -15,7 +15,8 @@ provenance, whatever a builder added) and the files the build attached
 (:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``).  An mmpack
 store keeps its token checksum algorithm and its layout (``backend=`` changes it: a memmap store
 copied to Zarr or back), so its copy has the same block digests and the same fingerprint (which
-does not cover the layout).  A join is copied as one flattened store (its documents in order,
+does not cover the layout; a store written with blocks other than 16 MiB, which mmpack's
+builds never write, is re-blocked, so its fingerprint changes).  A join is copied as one flattened store (its documents in order,
 its tokenizer record and provenance; a self-contained store, where copying the manifest and its
 parts would leave a join whose parts may lie anywhere); its fingerprint is the flat store's.
 Another tool's files (Megatron ``.bin/.idx``, a flat EOS-separated file) are copied as an
@@ -108,19 +109,23 @@ def copy_store(
         ``src`` and ``dst`` are the same store, or ``dst`` lies inside ``src``.
     """
     remote_dst = isinstance(dst, str) and "://" in dst
-    source = src if isinstance(src, TokenStore) else open_source(src, storage_options)
+    if isinstance(src, TokenStore):
+        source = src
+    else:
+        url = isinstance(src, str) and "://" in src
+        source = open_source(src, storage_options if url else None)
     _check_distinct(source, dst)
     own = source.meta.get("format") == FORMAT_NAME
-    expected = StoreMeta.from_json(source.meta, Path(source.path)) if own else None
-    if expected is not None and expected.block_bytes != BLOCK_BYTES:
-        expected = None  # its blocks cannot be compared: the read checks stand alone
+    recorded = StoreMeta.from_json(source.meta, Path(source.path)) if own else None
+    expected = recorded if recorded is not None and recorded.block_bytes == BLOCK_BYTES else None
+    # (a store of another block size is re-blocked: its blocks were checked as they were read)
     files = {name: source.read_attached(name) for name in source.attached_files}
     extra = _sections(source, files)
     options: dict[str, Any] = {
         "dtype": source.dtype,
         "backend": backend or (source.backend if own else "memmap"),
         "overwrite": overwrite,
-        "checksum": expected.tokens_checksum if expected is not None else "xxh64",
+        "checksum": recorded.tokens_checksum if recorded is not None else "xxh64",
         "check": _verifier(source, expected, files, progress),
     }
     if remote_dst:
