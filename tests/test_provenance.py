@@ -276,7 +276,7 @@ def test_a_store_built_with_a_tokenizer_can_be_rebuilt_over(tmp_path, jsonl, bpe
             "--backend",
             backend,
             "--overwrite",
-            "--quiet",
+            "--no-progress",
         )
         assert r.returncode == 0, r.stderr
     assert mmpack.open(out).meta["files"] == ["tokenizer.json"]
@@ -299,7 +299,7 @@ def test_a_store_built_with_a_tokenizer_can_be_rebuilt_over(tmp_path, jsonl, bpe
         "--tokenizer",
         bpe,
         "--overwrite",
-        "--quiet",
+        "--no-progress",
     )
     assert r.returncode == 0, r.stderr  # a join replaces the store, then is replaced in turn
     for engine in ("serial", "local"):
@@ -313,7 +313,7 @@ def test_a_store_built_with_a_tokenizer_can_be_rebuilt_over(tmp_path, jsonl, bpe
             "--tokenizer",
             bpe,
             "--overwrite",
-            "--quiet",
+            "--no-progress",
         )
         assert r.returncode == 0, r.stderr
     assert mmpack.open(out).meta["tokenizer"]["file"] == "tokenizer.json"
