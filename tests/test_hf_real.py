@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import numpy as np
 import pytest
+import transformers
 from _text_corpora import stdlib_files, stdlib_texts
 
 from mmpack import open as mmpack_open
 from mmpack.ingest.pipeline import ingest
 from mmpack.ingest.tokenizer import load_tokenizer
 
-datasets = pytest.importorskip("datasets")
-transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf
 
 TEXTS = [t[:3000] for t in stdlib_texts(60_000)] + ["", "short one"]
 
@@ -199,7 +200,8 @@ def test_templates_by_flag(tmp_path):
 
 
 def test_zstd_inputs(tmp_path):
-    zstandard = pytest.importorskip("zstandard")
+    import zstandard
+
     lines = "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
     (tmp_path / "a.jsonl").write_text(lines)
     cctx = zstandard.ZstdCompressor()
