@@ -201,10 +201,9 @@ def test_refusals_stay_and_bad_offsets_are_named():
         s.load_state_dict({**state, "offset": 3, "position": 5})
     with pytest.raises(FormatError, match="world_size=0"):
         s.load_state_dict({**state, "world_size": 0})
-    old = {k: v for k, v in state.items() if k != "offset"}  # a state written before "offset"
-    s.load_state_dict(
-        {**old, "position": 2}
-    )  # global position 4 at world size 3: rank 0 takes 4, 7
+    with pytest.raises(FormatError, match="offset"):  # every field is required
+        s.load_state_dict({k: v for k, v in state.items() if k != "offset"})
+    s.load_state_dict({**state, "position": 2})  # global position 4 at world size 3: 4, 7
     assert list(s) == Permutation(10, seed=1).map(np.array([4, 7], dtype=np.int64)).tolist()
 
 

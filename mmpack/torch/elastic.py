@@ -97,7 +97,7 @@ def resume_point(
     saved_ws = int_field(state, "world_size")
     if saved_ws < 1:
         raise FormatError(f"sampler state has world_size={saved_ws}, expected >= 1")
-    offset = int_field(state, "offset") if "offset" in state else 0  # older states: always 0
+    offset = int_field(state, "offset")
     if not 0 <= offset <= n:
         raise FormatError(f"sampler state has offset={offset}, expected 0 <= offset <= n={n}")
     position = int_field(state, "position")

@@ -51,7 +51,7 @@ STATE_VERSION = 1
 
 _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
-_INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position")
+_INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position", "offset")
 _BOOL_FIELDS = ("shuffle", "drop_last")
 
 
@@ -62,7 +62,7 @@ def _check_bool(value: object, name: str) -> bool:
 
 
 def _checked_state(state: Any) -> dict[str, Any]:
-    """The fields of a saved sampler state as plain ints and bools (``offset`` only when present).
+    """The fields of a saved sampler state as plain ints and bools.
 
     Raises
     ------
@@ -81,7 +81,7 @@ def _checked_state(state: Any) -> dict[str, Any]:
             f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}"
         )
     out: dict[str, Any] = {"version": version}
-    for name in _INT_FIELDS + (("offset",) if "offset" in state else ()):
+    for name in _INT_FIELDS:
         out[name] = elastic.int_field(state, name)
     for name in _BOOL_FIELDS:
         value = state[name]
