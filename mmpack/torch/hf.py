@@ -66,9 +66,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.torch.attention import batched_block_causal_mask, flex_document_mask
