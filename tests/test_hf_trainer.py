@@ -12,6 +12,7 @@ Run: ``pytest tests/test_hf_trainer.py``.
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -256,6 +257,28 @@ def test_encoder_collator_needs_its_model_and_matching_implementation(store):
     with pytest.raises(ValueError, match="attn_implementation='flash'"):
         DataCollator("flash")
     DataCollator("flash_attention_2", causal=False)  # varlen boundaries: no hook needed
+    bert = _model(False, "sdpa")
+    collator = DataCollator("sdpa", causal=False, model=bert)
+    assert pickle.loads(pickle.dumps(collator)).causal is False  # holds no model: spawn workers
+    batch = collator([_view(store, False)[0]])
+    with pytest.raises(ValueError, match="needs its .* 'input_ids'"):
+        bert(
+            inputs_embeds=torch.zeros(1, SEQLEN, 32, dtype=torch.float64),
+            **batch | {"input_ids": None},
+        )
+
+
+def test_causal_lm_with_labels_in_the_hf_convention(store):
+    """``label_shift="hf"`` views: labels pass unshifted, the model shifts them (hf_inputs')."""
+    ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=0, label_shift="hf")
+    model = _model(True, "sdpa").eval()
+    samples = [ds[i] for i in range(B)]
+    ours = DataCollator("sdpa", label_shift="hf")(samples)
+    assert "shift_labels" not in ours
+    with torch.no_grad():
+        a = model(**ours).loss.item()
+        b = model(**hf_inputs(collate(samples), "sdpa", label_shift="hf")).loss.item()
+    assert a == pytest.approx(b, rel=1e-12)
 
 
 def test_causal_positions_must_restart_at_the_boundaries(store):
@@ -353,3 +376,19 @@ def test_trainer_resume_from_checkpoint_gives_the_same_batches(store, tmp_path, 
     expected = collate([ds[int(i)] for i in list(sampler)[:B]])["input_ids"]
     assert torch.equal(whole.inputs[0], expected)
     assert not torch.equal(whole.inputs[0], whole.inputs[steps_per_epoch])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["llama", "bert"])
+def test_flex_attention_inputs_are_those_of_hf_inputs(store, kind):
+    """FlexAttention (compiled on CPU, float32): transformers' own BlockMask for the causal LM,
+    the hook's for BERT, give hf_inputs' logits."""
+    causal = kind == "llama"
+    ds = _view(store, causal)
+    model = _model(causal, "flex_attention").float().eval()
+    samples = [ds[i] for i in range(B)]
+    ours = DataCollator("flex_attention", causal=causal, model=model)(samples)
+    theirs = hf_inputs(collate(samples), "flex_attention", causal=causal)
+    with torch.no_grad():
+        a, b = model(**ours), model(**theirs)
+    assert torch.allclose(a.logits, b.logits, rtol=1e-5, atol=1e-5)

@@ -52,7 +52,10 @@ positions, labels and boundaries.  The mask is made where the model runs, on its
   mask of the model's implementation on the device of the embeddings.  A model called with its
   default ``use_cache=True`` makes an (empty) cache first and then skips that detection, so the
   batch carries ``use_cache=False``.  The collator checks that the rows' positions restart exactly
-  at their ``cu_seqlens`` (true of mmpack's views), which makes transformers' documents hf_inputs';
+  at their ``cu_seqlens`` (true of mmpack's views), which makes transformers' documents hf_inputs'.
+  This holds for the models whose forward passes ``position_ids`` to ``create_causal_mask`` (Llama,
+  Mistral, Qwen2, GPT-2 and most decoders of transformers 5); for another, use the flash layout
+  or :func:`hf_inputs` (whose mask is explicit);
 * masked LMs (``causal=False``), ``sdpa`` / ``eager`` / ``flex_attention``: transformers' encoder
   masks ignore positions, so the collator is given the model and installs on it a forward
   pre-hook (:meth:`torch.nn.Module.register_forward_pre_hook`, ``with_kwargs=True``) that pops the
@@ -382,7 +385,12 @@ class _EncoderMask:
         rows = kwargs.pop(_ROWS, None)
         if rows is None:
             return None  # not a DataCollator batch
-        input_ids = kwargs["input_ids"]
+        input_ids = kwargs.get("input_ids")
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+            raise ValueError(
+                f"a DataCollator batch with {_ROWS!r} needs its (B, seqlen) 'input_ids' tensor "
+                "to build the mask from; got a call without it"
+            )
         dtype = getattr(module, "dtype", torch.float32)
         kwargs["attention_mask"] = _attention_mask(
             rows, input_ids.shape[1], self.attn_implementation, False, dtype, input_ids.device
