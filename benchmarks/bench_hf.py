@@ -7,6 +7,7 @@ Cases, on a C4-like store (lognormal(5.48, 1.15) document lengths), rows of ``B 
 * ``DataCollator("sdpa")`` (causal: the mask is made by transformers on the model's device) and
   ``DataCollator("sdpa", causal=False)`` (masked LM: made by the collator's hook on the model);
 * ``DataCollator("flash_attention_2")``: the flat varlen layout;
+* ``collate`` itself (not a model's inputs), for scale;
 * transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``, the same flat
   layout from per-document samples (a dataset of the store's documents, as many per batch as a
   packed batch holds on average): the comparable case for the flash layout.  The sdpa layout
@@ -106,6 +107,7 @@ def _cases(store, rows: int, seqlen: int):
     per_batch = max(1, round(rows * seqlen / float(np.mean(store.doc_lens))))
     flat = DataCollatorWithFlattening(return_flash_attn_kwargs=True)
     return [
+        ("collate (mmpack's batch, for scale)", "-", causal, rows, collate),
         ("hf_inputs(collate(s), 'sdpa') (dense mask)", "sdpa", causal, rows, _DenseMask()),
         ("DataCollator('sdpa')", "sdpa", causal, rows, DataCollator("sdpa")),
         (
