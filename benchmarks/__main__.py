@@ -27,6 +27,7 @@ TOPICS = {
     "streaming": "benchmarks.bench_streaming",
     "sampler": "benchmarks.bench_sampler",
     "e2e": "benchmarks.bench_e2e",
+    "hf": "benchmarks.bench_hf",
     "foreign": "benchmarks.bench_foreign",
     "megatron_order": "benchmarks.bench_megatron_order",
     "remote": "benchmarks.bench_remote",

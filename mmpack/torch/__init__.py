@@ -7,7 +7,7 @@
     stacking.py    per-sample fields stacked (and padded) into batch tensors, for collate
     boundaries.py  cu_seqlens rows validated and concatenated (numpy for collate, torch for masks)
     attention.py   block-diagonal masks for SDPA and FlexAttention from cu_seqlens
-    hf.py          hf_inputs: a packed batch as keyword arguments of a transformers model
+    hf.py          hf_inputs, DataCollator: packed batches as a transformers model's inputs (Trainer)
     elastic.py     elastic resume arithmetic: a sampler state saved at W1 ranks resumed at W2
     streaming.py   StreamingPacker as a DataLoader dataset (its consumers, tensors, PackerDataset)
     microbatch.py  packed batches of tensors split into per-row micro-batches

@@ -40,19 +40,44 @@ same 4-D mask in every layer, i.e. no window: fine while documents are shorter t
 
 Cost: the dense masks are ``B * seqlen**2`` bools (bytes) or floats; the flash form is free (views
 of the batch tensors); the BlockMask is ``O(B * (seqlen / 128)**2)``.
+
+:class:`DataCollator` is the ``data_collator`` of ``transformers.Trainer``: the same model inputs,
+but no dense mask is made where it runs (a DataLoader worker), only ``O(B * seqlen)`` tokens,
+positions, labels and boundaries.  The mask is made where the model runs, on its device:
+
+* causal LMs, ``sdpa`` / ``eager`` / ``flex_attention``: by transformers itself.  Its
+  ``masking_utils.create_causal_mask``, given no ``attention_mask``, no cache and
+  ``position_ids``, finds the documents where the positions restart
+  (``find_packed_sequence_indices``: ``diff(position_ids) != 1``) and builds the block-causal
+  mask of the model's implementation on the device of the embeddings.  A model called with its
+  default ``use_cache=True`` makes an (empty) cache first and then skips that detection, so the
+  batch carries ``use_cache=False``.  The collator checks that the rows' positions restart exactly
+  at their ``cu_seqlens`` (true of mmpack's views), which makes transformers' documents hf_inputs'.
+  This holds for the models whose forward passes ``position_ids`` to ``create_causal_mask`` (Llama,
+  Mistral, Qwen2, GPT-2 and most decoders of transformers 5); for another, use the flash layout
+  or :func:`hf_inputs` (whose mask is explicit);
+* masked LMs (``causal=False``), ``sdpa`` / ``eager`` / ``flex_attention``: transformers' encoder
+  masks ignore positions, so the collator is given the model and installs on it a forward
+  pre-hook (:meth:`torch.nn.Module.register_forward_pre_hook`, ``with_kwargs=True``) that pops the
+  batch's ``cu_seqlens_rows`` (B int32 rows, moved to the device with the batch by ``Trainer``)
+  and passes the mask hf_inputs would, built on the device of ``input_ids``;
+* ``flash_attention_*``: the varlen boundaries are the whole mask; the batch is hf_inputs'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
+from mmpack.core.constants import IGNORE_INDEX
 from mmpack.torch.attention import batched_block_causal_mask, flex_document_mask
-from mmpack.torch.collate import TARGETS
+from mmpack.torch.boundaries import flat_boundaries, position_boundaries
+from mmpack.torch.collate import TARGETS, Collator
 
-__all__ = ["ATTN_IMPLEMENTATIONS", "hf_inputs"]
+__all__ = ["ATTN_IMPLEMENTATIONS", "DataCollator", "hf_inputs"]
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
     "eager",
@@ -64,6 +89,7 @@ ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
 """The ``attn_implementation`` names :func:`hf_inputs` accepts (those of transformers)."""
 
 _LABEL_SHIFTS = ("next", "hf")
+_ROWS = "cu_seqlens_rows"
 
 
 def hf_inputs(
@@ -134,15 +160,7 @@ def hf_inputs(
 def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shift: str) -> bool:
     """Refuse an unknown implementation or label shift, or a batch lacking what the
     implementation needs; whether it is a flash (varlen) implementation."""
-    if attn_implementation not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(
-            f"attn_implementation={attn_implementation!r} is not supported; choose one of {ATTN_IMPLEMENTATIONS}"
-        )
-    if label_shift not in _LABEL_SHIFTS:
-        raise ValueError(
-            f"label_shift={label_shift!r} is not supported; choose one of {_LABEL_SHIFTS}"
-        )
-    flash = attn_implementation.startswith("flash_attention")
+    flash = _check_names(attn_implementation, label_shift)
     needed = ["input_ids", "position_ids", "cu_seqlens_rows"] + (
         ["cu_seqlens", "max_seqlen"] if flash else []
     )
@@ -158,6 +176,19 @@ def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shi
             "build it with mmpack.torch.collate.collate(samples, varlen=True)"
         )
     return flash
+
+
+def _check_names(attn_implementation: str, label_shift: str) -> bool:
+    """Refuse an unknown implementation or label shift; whether it is a flash implementation."""
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation={attn_implementation!r} is not supported; choose one of {ATTN_IMPLEMENTATIONS}"
+        )
+    if label_shift not in _LABEL_SHIFTS:
+        raise ValueError(
+            f"label_shift={label_shift!r} is not supported; choose one of {_LABEL_SHIFTS}"
+        )
+    return attn_implementation.startswith("flash_attention")
 
 
 def _token_inputs(
@@ -214,3 +245,154 @@ def _attention_mask(
         return allowed
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)  # eager: additive
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+class DataCollator:
+    """The ``data_collator`` of ``transformers.Trainer`` for mmpack's views (see the module doc).
+
+    ``model(**collator(samples))`` gives the loss ``model(**hf_inputs(collate(samples), ...))``
+    gives, the per-document loss; the batch holds no dense mask (it is built on the model's
+    device in the process that runs the model), so it is cheap to make in a DataLoader worker.
+
+    Parameters
+    ----------
+    attn_implementation : str
+        The model's ``config._attn_implementation``: one of :data:`ATTN_IMPLEMENTATIONS`.
+    causal : bool, default True
+        Causal LM, or masked LM (``causal=False``, e.g. BERT): then ``model`` is needed, except
+        for the flash implementations.
+    label_shift : {"next", "hf"}, default "next"
+        As for :func:`hf_inputs`.
+    model : torch.nn.Module, optional
+        The model the batches feed.  Checked against ``attn_implementation``; for a masked LM
+        (non-flash) the collator installs on it the forward pre-hook that turns the batch's
+        ``cu_seqlens_rows`` into hf_inputs' ``attention_mask`` (in the model's dtype, on the
+        device of ``input_ids``).  The collator keeps no reference to it.
+    pad_to_multiple_of, pad_id, ignore_index
+        As for :class:`mmpack.torch.collate.Collator`.
+
+    Returns (``__call__``)
+    ----------------------
+    dict
+        ``input_ids``, ``position_ids`` (int64, (B, seqlen)), ``labels`` (and ``shift_labels``
+        for causal ``label_shift="next"``), plus: causal, non-flash: ``use_cache=False``; masked
+        LM, non-flash: ``cu_seqlens_rows`` (tuple of B int32 tensors); flash: hf_inputs' flat
+        form ((1, B * seqlen) tensors, ``cu_seq_lens_q/k``, ``max_length_q/k``).
+
+    Raises
+    ------
+    ValueError
+        Unknown ``attn_implementation`` or ``label_shift``; a masked LM without ``model``; a
+        model whose implementation is another; (``__call__``) a causal batch whose positions do
+        not restart exactly at its rows' ``cu_seqlens`` (transformers would see other documents).
+    """
+
+    def __init__(
+        self,
+        attn_implementation: str,
+        *,
+        causal: bool = True,
+        label_shift: str = "next",
+        model: torch.nn.Module | None = None,
+        pad_to_multiple_of: int | None = None,
+        pad_id: int = 0,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> None:
+        self._flash = _check_names(attn_implementation, label_shift)
+        self.attn_implementation = attn_implementation
+        self.causal = bool(causal)
+        self.label_shift = label_shift
+        self._collator = Collator(
+            pad_to_multiple_of=pad_to_multiple_of, pad_id=pad_id, ignore_index=ignore_index
+        )
+        if model is not None:
+            _check_model(model, attn_implementation)
+        if not self.causal and not self._flash:
+            if model is None:
+                raise ValueError(
+                    f"DataCollator({attn_implementation!r}, causal=False) needs model=: a masked "
+                    "LM's block-diagonal mask is built on the model's device by a hook the "
+                    "collator installs on it (transformers' encoder masks ignore positions)"
+                )
+            model.register_forward_pre_hook(_EncoderMask(attn_implementation), with_kwargs=True)
+
+    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        batch = self._collator(samples)
+        if self._flash:
+            return hf_inputs(
+                batch, self.attn_implementation, causal=self.causal, label_shift=self.label_shift
+            )
+        input_ids = batch["input_ids"]
+        out = _token_inputs(
+            batch,
+            input_ids,
+            causal=self.causal,
+            label_shift=self.label_shift,
+            device=input_ids.device,
+        )
+        if self.causal:
+            _check_restarts(batch)
+            out["use_cache"] = False  # else an empty cache turns transformers' detection off
+        else:
+            out[_ROWS] = batch[_ROWS]
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"DataCollator({self.attn_implementation!r}, causal={self.causal}, "
+            f"label_shift={self.label_shift!r})"
+        )
+
+
+def _check_model(model: torch.nn.Module, attn_implementation: str) -> None:
+    """Refuse a model whose (known) attention implementation is not ``attn_implementation``."""
+    config = getattr(model, "config", None)
+    theirs = getattr(config, "_attn_implementation", None)
+    if theirs in ATTN_IMPLEMENTATIONS and theirs != attn_implementation:
+        raise ValueError(
+            f"the model runs attn_implementation={theirs!r} but the collator was made for "
+            f"{attn_implementation!r}; give DataCollator(model.config._attn_implementation, ...)"
+        )
+
+
+def _check_restarts(batch: Mapping[str, Any]) -> None:
+    """Refuse a batch whose documents, read from restarting positions as transformers reads
+    them, are not its ``cu_seqlens`` segments (``O(B * seqlen)``)."""
+    positions = batch["position_ids"].numpy()
+    seqlen = positions.shape[1]
+    read = flat_boundaries(*position_boundaries(positions), seqlen)
+    given = batch["cu_seqlens"].numpy()
+    if read.shape != given.shape or not np.array_equal(read, given):
+        row = int(np.setxor1d(read, given)[0]) // seqlen
+        raise ValueError(
+            f"row {row} of the batch has position_ids that do not restart exactly at its "
+            f"cu_seqlens {batch[_ROWS][row].tolist()}; transformers finds a causal LM's "
+            "documents where positions restart, so give samples whose positions restart at "
+            "every document (as mmpack's views number them)"
+        )
+
+
+class _EncoderMask:
+    """Forward pre-hook: the batch's ``cu_seqlens_rows`` become hf_inputs' bidirectional mask,
+    built on the device of ``input_ids`` in the model's dtype (eager's additive mask)."""
+
+    def __init__(self, attn_implementation: str) -> None:
+        self.attn_implementation = attn_implementation
+
+    def __call__(
+        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        rows = kwargs.pop(_ROWS, None)
+        if rows is None:
+            return None  # not a DataCollator batch
+        input_ids = kwargs.get("input_ids")
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+            raise ValueError(
+                f"a DataCollator batch with {_ROWS!r} needs its (B, seqlen) 'input_ids' tensor "
+                "to build the mask from; got a call without it"
+            )
+        dtype = getattr(module, "dtype", torch.float32)
+        kwargs["attention_mask"] = _attention_mask(
+            rows, input_ids.shape[1], self.attn_implementation, False, dtype, input_ids.device
+        )
+        return args, kwargs
