@@ -153,7 +153,7 @@ def test_mixture_blocks_read_one_span_per_source(lengths, per, weights, num_samp
         occ = np.arange(min(int(mixture.counts()[k]), 50), dtype=np.int64)
         expected = [mixture._occurrence_position(k, int(o)) for o in occ]
         assert mixture._positions_of(k, occ).tolist() == expected
-        for o, i in zip(occ.tolist()[:5], expected[:5]):
+        for i in expected[:5]:
             assert mixture.source_of(i) == (k, int(items[i]))
 
 
