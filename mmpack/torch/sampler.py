@@ -27,6 +27,10 @@ epoch to the DataLoader workers): measured about 0.84 M indices/s through ``iter
 runs, 2-core shared machine), against 10-40 M/s through the vectorised
 :meth:`ResumableSampler.indices`.  ``state_dict`` and ``load_state_dict`` are O(1):
 resuming at position ``n / 2`` of ``n = 10**11`` costs the same 0.8 ms as at position 0 (one chunk).
+The block-window order adds its bounds (8 bytes per block) and, once per epoch, window offsets
+built in O(blocks); through ``iter`` it runs at the global order's rate, through ``indices`` at
+about half of it for windows larger than a chunk (``python -m benchmarks.bench_sampler``,
+``blocks`` rows).
 """
 
 from __future__ import annotations
