@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from mmpack.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
 from mmpack.sampling.block_order import uniform_bounds
+from mmpack.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
 

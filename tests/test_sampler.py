@@ -247,7 +247,7 @@ def test_state_dict_tracks_the_latest_iterator(order):
         "epoch",
         "position",
         "offset",
-    } | ({"window_blocks", "block_bounds"} if order == "blocks" else set())
+    } | ({"window_blocks", "bounds_digest"} if order == "blocks" else set())
     assert all(type(v) in (int, bool) for k, v in state.items() if k != "shuffle")
     assert state["shuffle"] == (True if order == "global" else "blocks")
 
@@ -422,7 +422,7 @@ _STATE_FIELDS = (
 @pytest.mark.parametrize(
     "order, field",
     [("global", f) for f in _STATE_FIELDS]
-    + [("blocks", f) for f in (*_STATE_FIELDS, "window_blocks", "block_bounds")],
+    + [("blocks", f) for f in (*_STATE_FIELDS, "window_blocks", "bounds_digest")],
 )
 def test_a_state_missing_any_field_is_a_format_error_naming_it(order, field):
     good = make(10, order, world_size=2).state_dict()
@@ -458,8 +458,8 @@ def test_a_state_missing_any_field_is_a_format_error_naming_it(order, field):
         ("shuffle", "block"),
         ("window_blocks", 2.0),
         ("window_blocks", "3"),
-        ("block_bounds", None),
-        ("block_bounds", [0, 10]),
+        ("bounds_digest", None),
+        ("bounds_digest", [0, 10]),
     ],
 )
 @orders

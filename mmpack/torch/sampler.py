@@ -62,7 +62,7 @@ STATE_VERSION = 1
 _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
 _INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position")
-_BLOCK_FIELDS = ("window_blocks", "block_bounds")
+_BLOCK_FIELDS = ("window_blocks", "bounds_digest")
 BLOCKS = "blocks"
 """``shuffle=BLOCKS`` selects the block-window order."""
 
@@ -390,7 +390,7 @@ class ResumableSampler(Sampler[int]):
             ``{"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch",
             "position", "offset"}``, all plain Python ints and bools; with ``shuffle="blocks"``
             ``shuffle`` is the str ``"blocks"`` and the state also records ``window_blocks`` and
-            ``block_bounds`` (a 64-bit digest of the bounds, an int).  The ranks together have
+            ``bounds_digest`` (a 64-bit digest of the bounds, an int).  The ranks together have
             consumed the first ``offset + position * world_size`` positions of the epoch order.
             Before any ``iter()`` (or right after ``load_state_dict``) it describes where the next
             ``iter()`` starts.
@@ -415,7 +415,7 @@ class ResumableSampler(Sampler[int]):
         }
         if self._order is not None:
             state["window_blocks"] = self._order.window_blocks
-            state["block_bounds"] = self._order.digest
+            state["bounds_digest"] = self._order.digest
         return state
 
     def _consumed_position(self, consumed: int) -> tuple[int, int, int]:
@@ -441,10 +441,10 @@ class ResumableSampler(Sampler[int]):
                 f"sampler state was saved with window_blocks={state['window_blocks']} but this "
                 f"sampler has window_blocks={order.window_blocks}"
             )
-        if state["block_bounds"] != order.digest:
+        if state["bounds_digest"] != order.digest:
             raise StateMismatchError(
                 f"sampler state was saved with other block_bounds (digest "
-                f"{state['block_bounds']:#x}) than this sampler's ({order.n_blocks} blocks, "
+                f"{state['bounds_digest']:#x}) than this sampler's ({order.n_blocks} blocks, "
                 f"digest {order.digest:#x})"
             )
 
