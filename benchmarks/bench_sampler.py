@@ -7,6 +7,10 @@ rate where that reads better (``p99`` is then the rate at the slow tail, so it i
 * ``sampler.indices``: vectorised positions -> indices, 8192 per call, at n = 10**6 and 10**11;
 * ``sampler iter``: the Python iterator a DataLoader pulls from, timed per 8192 ``next`` calls;
 * ``permutation.map``: the raw keyed permutation, 8192 indices per call;
+* ``blocks``: the same two sampler figures in the block-window order (``shuffle="blocks"``,
+  256 blocks a window) for blocks of 1000 samples at n = 10**6 and 10**11 and of 8 samples at
+  n = 10**6 (a chunk of 8192 positions then spans 4 windows), and the first lookup of an epoch,
+  which builds its window offsets (one pass over the block ids), for 10**5 and 10**6 blocks;
 * ``memory``: tracemalloc peak while building a sampler over 10**11 and drawing 100 000 indices;
 * ``resume``: ``load_state_dict`` + first index at position 0 and at n/2 (n = 10**11): equal
   times, as nothing is replayed;
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.sampling.block_order import BlockOrder, uniform_bounds
 from mmpack.sampling.mixture import Mixture
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
@@ -81,6 +86,34 @@ class _Source:
         return {"x": np.array([j], dtype=np.int64)}
 
 
+def _block_rows(calls: int) -> list[dict[str, Any]]:
+    """The sampler's figures in the block-window order, and the cost of an epoch's start."""
+    rows = []
+    for n, size in ((10**6, 1000), (10**11, 1000 * 10**6 // 1000), (10**6, 8)):
+        bounds = uniform_bounds(n, size)
+        sampler = ResumableSampler(n, seed=1, shuffle="blocks", block_bounds=bounds)
+        starts = itertools.cycle(range(0, len(sampler) - CHUNK, CHUNK))
+        case = f"blocks of {size}: sampler.indices"
+        rows.append(
+            _rate_row(
+                case, n, _times(lambda: sampler.indices(s := next(starts), s + CHUNK), calls), CHUNK
+            )
+        )
+        it = itertools.chain.from_iterable(itertools.repeat(sampler))
+
+        def pull() -> None:
+            for _ in range(CHUNK):
+                next(it)
+
+        rows.append(_rate_row(f"blocks of {size}: sampler iter", n, _times(pull, calls), CHUNK))
+    for n_blocks in (10**5, 10**6):
+        order = BlockOrder(n_blocks * 100, uniform_bounds(n_blocks * 100, 100), seed=3)
+        epochs = itertools.count()
+        times = _times(lambda: order.window_offsets(next(epochs)), max(3, calls // 20))
+        rows.append(_time_row(f"epoch start ({n_blocks:,} blocks)", n_blocks * 100, times, "ms"))
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Measure everything; one dict per figure (``case``, ``n``, ``unit``, ``median``, ``p99``)."""
     calls = 40 if quick else 300
@@ -108,6 +141,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         perm = Permutation(n, seed=1)
         idx = rng.integers(0, n, CHUNK)
         rows.append(_rate_row("permutation.map", n, _times(lambda: perm.map(idx), calls), CHUNK))
+
+    rows += _block_rows(calls)
 
     n = 10**11
     tracemalloc.start()

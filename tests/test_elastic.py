@@ -1,7 +1,8 @@
 """Elastic resume of :class:`ResumableSampler` (state saved at world size W1, loaded at W2).
 
-The naive model below materialises the epoch order as a list and deals it with Python slicing;
-the sampler must agree with it index for index.  Run: ``pytest tests/test_elastic.py``.
+The naive model below materialises the epoch order as a list (``_orders.epoch_order``: the global
+order or the block-window order) and deals it with Python slicing; the sampler must agree with it
+index for index, in every order.  Run: ``pytest tests/test_elastic.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from _datasets import IndexDataset
+from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
 
-
-def epoch_order(n, *, seed, epoch, shuffle):
-    return list(Permutation(n, seed=seed, epoch=epoch)) if shuffle else list(range(n))
+orders = pytest.mark.parametrize("order", ORDERS)
+SHUFFLES = st.sampled_from([False, True, "blocks"])
 
 
 def naive_deal(order, start, world_size, drop_last):
@@ -50,8 +51,9 @@ def draw(sampler, k):
 
 
 def make(n, w, drop_last, shuffle=True, seed=3):
+    kw = sampler_kwargs(n, shuffle)
     return [
-        ResumableSampler(n, seed=seed, rank=r, world_size=w, drop_last=drop_last, shuffle=shuffle)
+        ResumableSampler(n, seed=seed, rank=r, world_size=w, drop_last=drop_last, **kw)
         for r in range(w)
     ]
 
@@ -61,7 +63,7 @@ def make(n, w, drop_last, shuffle=True, seed=3):
     w1=st.integers(1, 6),
     w2=st.integers(1, 6),
     drop_last=st.booleans(),
-    shuffle=st.booleans(),
+    shuffle=SHUFFLES,
     epoch=st.integers(0, 2**40),
     data=st.data(),
 )
@@ -106,14 +108,15 @@ def test_elastic_resume_matches_naive_model(n, w1, w2, drop_last, shuffle, epoch
     n=st.integers(1, 300),
     sizes=st.lists(st.integers(1, 5), min_size=2, max_size=4),
     drop_last=st.booleans(),
+    shuffle=st.sampled_from([True, "blocks"]),
     data=st.data(),
 )
-def test_chained_elastic_resumes_consume_the_epoch_exactly(n, sizes, drop_last, data):
+def test_chained_elastic_resumes_consume_the_epoch_exactly(n, sizes, drop_last, shuffle, data):
     """W1 -> W2 -> W3 ...: each stage draws some rounds, saves, and the next stage loads."""
-    order = epoch_order(n, seed=3, epoch=0, shuffle=True)
+    order = epoch_order(n, seed=3, epoch=0, shuffle=shuffle)
     state, consumed, g = None, [], 0
     for stage, w in enumerate(sizes):
-        ranks = make(n, w, drop_last)
+        ranks = make(n, w, drop_last, shuffle)
         if state is not None:
             for s in ranks:
                 s.load_state_dict(state)
@@ -160,7 +163,8 @@ def test_worked_example_from_the_docstring():
     assert [list(s) for s in last] == [[7, 9], [8, 0]]  # 0: padding, the epoch's first position
 
 
-def test_mixture_source_resumes_elastically():
+@orders
+def test_mixture_source_resumes_elastically(order):
     from mmpack.sampling.mixture import Mixture
 
     class Source:
@@ -175,16 +179,29 @@ def test_mixture_source_resumes_elastically():
 
     mixture = Mixture([Source(40, 0), Source(25, 1)], [0.6, 0.4], num_samples=97, seed=2)
     n = len(mixture)
-    full = [tuple(mixture[i]["tokens"]) for i in epoch_order(n, seed=3, epoch=0, shuffle=True)]
-    old = make(n, 4, False)
+    full = [tuple(mixture[i]["tokens"]) for i in epoch_order(n, seed=3, epoch=0, order=order)]
+    shuffle = True if order == "global" else "blocks"
+    old = make(n, 4, False, shuffle)
     heads = [[tuple(mixture[i]["tokens"]) for i in draw(s, 9)] for s in old]
-    new = make(n, 3, False)
+    new = make(n, 3, False, shuffle)
     for s in new:
         s.load_state_dict(old[2].state_dict())
     tails = [[tuple(mixture[i]["tokens"]) for i in s] for s in new]
     got = [x for h in heads for x in h] + [x for t in tails for x in t]
     pad = len(got) - n
     assert 0 <= pad < 3 and Counter(got) == Counter(full + full[:pad])
+
+
+def test_a_block_order_state_refuses_another_order_at_any_world_size():
+    bounds = order_kwargs("blocks", 10)
+    state = ResumableSampler(10, seed=1, world_size=2, **bounds).state_dict()
+    for kw in (
+        {"shuffle": True},
+        {**bounds, "window_blocks": 4},
+        {**bounds, "block_bounds": [0, 10]},
+    ):
+        with pytest.raises(StateMismatchError):
+            ResumableSampler(10, seed=1, world_size=3, **kw).load_state_dict(state)
 
 
 def test_refusals_stay_and_bad_offsets_are_named():
@@ -215,24 +232,25 @@ def test_resume_point_names_a_missing_field(field):
         elastic.resume_point(state, 10, 3, False)
 
 
-def _loader(n, rank, world, num_workers, batch_size=4):
+def _loader(n, rank, world, num_workers, order, batch_size=4):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    sampler = ResumableSampler(n, seed=5, rank=rank, world_size=world)
+    sampler = ResumableSampler(n, seed=5, rank=rank, world_size=world, **order_kwargs(order, n))
     return sampler, StatefulDataLoader(
         IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers
     )
 
 
+@orders
 @pytest.mark.parametrize(
     "w1, w2, workers1, workers2", [(3, 2, 0, 0), (2, 3, 1, 0), (4, 3, 0, 1), (2, 3, 1, 1)]
 )
-def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2):
+def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2, order):
     n, k = 61, 3
     seen = []
     states = []
     for r in range(w1):
-        _, loader = _loader(n, r, w1, workers1)
+        _, loader = _loader(n, r, w1, workers1, order)
         it = iter(loader)
         seen += [i for _ in range(k) for i in next(it).reshape(-1).tolist()]
         states.append(loader.state_dict())
@@ -240,7 +258,7 @@ def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2):
     saved = states[0]  # every rank's loader state holds the same sampler position
     assert all(elastic.sampler_state(s)["position"] == 4 * k for s in states)
     for r in range(w2):
-        sampler, loader = _loader(n, r, w2, workers2)
+        sampler, loader = _loader(n, r, w2, workers2, order)
         if workers1 == workers2:
             loader.load_state_dict(saved)  # the whole loader state, when num_workers matches
         else:
@@ -248,9 +266,8 @@ def test_stateful_dataloader_recipe_w1_to_w2(w1, w2, workers1, workers2):
         seen += [i for b in loader for i in b.reshape(-1).tolist()]
         sampler.set_epoch(1)  # later epochs: the ordinary W2 deal
         following = [i for b in loader for i in b.reshape(-1).tolist()]
-        assert (
-            following == naive_deal(epoch_order(n, seed=5, epoch=1, shuffle=True), 0, w2, False)[r]
-        )
+        nxt = epoch_order(n, seed=5, epoch=1, order=order)
+        assert following == naive_deal(nxt, 0, w2, False)[r]
     counts = Counter(seen)
     assert set(counts) == set(range(n))
     assert sum(counts.values()) - n < w2  # only padding repeats
@@ -261,17 +278,19 @@ def test_sampler_state_not_found_is_named():
         elastic.sampler_state({"_snapshot": {}})
 
 
-def test_loaded_position_survives_a_plain_dataloader_with_workers():
+@orders
+def test_loaded_position_survives_a_plain_dataloader_with_workers(order):
     """torch's worker iterator calls iter(sampler) twice and draws from the second only."""
     from torch.utils.data import DataLoader
 
-    old = ResumableSampler(30, seed=4, world_size=2)
+    kw = order_kwargs(order, 30)
+    old = ResumableSampler(30, seed=4, world_size=2, **kw)
     draw(old, 6)
-    sampler = ResumableSampler(30, seed=4, world_size=3, rank=1)
+    sampler = ResumableSampler(30, seed=4, world_size=3, rank=1, **kw)
     sampler.load_state_dict(old.state_dict())  # global position 12: rank 1 of 3 takes 13, 16, ...
     got = [
         i
         for b in DataLoader(IndexDataset(30), sampler=sampler, batch_size=2, num_workers=1)
         for i in b.reshape(-1).tolist()
     ]
-    assert got == Permutation(30, seed=4).map(np.arange(13, 30, 3, dtype=np.int64)).tolist()
+    assert got == [epoch_order(30, seed=4, epoch=0, order=order)[p] for p in range(13, 30, 3)]

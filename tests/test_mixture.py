@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+from mmpack.sampling.block_order import uniform_bounds
 from mmpack.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
@@ -38,6 +39,10 @@ class PlainSource:
             "x": np.array([self.tag, j], dtype=np.int64),
             "y": np.full(self.width, j, dtype=np.int64),
         }
+
+    def block_bounds(self, block_bytes: int) -> np.ndarray:
+        """Blocks of 4 items (for ``Mixture(block_bytes=...)``)."""
+        return uniform_bounds(self.n, 4)
 
 
 class FakeSource(PlainSource):
@@ -431,10 +436,15 @@ def test_pickles_small_and_identical():
         np.testing.assert_array_equal(a, b)
 
 
-def test_works_with_resumable_sampler_and_dataloader():
+@pytest.mark.parametrize("order", ["global", "blocks"])
+def test_works_with_resumable_sampler_and_dataloader(order):
     sources = [FakeSource(20, 0), FakeSource(40, 1), FakeSource(60, 2)]
-    mixture = Mixture(sources, [0.2, 0.3, 0.5], num_samples=120, seed=5)
-    sampler = ResumableSampler(len(mixture), seed=1)
+    blocks = {} if order == "global" else {"block_bytes": 1}
+    mixture = Mixture(sources, [0.2, 0.3, 0.5], num_samples=120, seed=5, **blocks)
+    kw = {}
+    if order == "blocks":
+        kw = {"shuffle": "blocks", "block_bounds": mixture.block_bounds(1), "window_blocks": 4}
+    sampler = ResumableSampler(len(mixture), seed=1, **kw)
     loader = DataLoader(mixture, sampler=sampler, batch_size=8)
     batches = list(loader)
     assert batches[0]["x"].shape == (8, 2) and batches[0]["source"].shape == (8,)
@@ -446,7 +456,7 @@ def test_works_with_resumable_sampler_and_dataloader():
     # resuming the sampler resumes the mixture stream
     it = iter(sampler)
     head = [next(it) for _ in range(50)]
-    fresh = ResumableSampler(len(mixture), seed=1)
+    fresh = ResumableSampler(len(mixture), seed=1, **kw)
     fresh.load_state_dict(sampler.state_dict())
     rest = torch.cat([b["x"] for b in DataLoader(mixture, sampler=fresh, batch_size=8)]).tolist()
     assert [mixture[i]["x"].tolist() for i in head] + rest == flat_x

@@ -783,8 +783,47 @@ TABLE: list[Row] = [
         "ResumableSampler",
         "shuffle='yes'",
         TypeError,
-        "shuffle must be a bool, got str 'yes'",
+        "shuffle must be a bool or 'blocks', got str 'yes'",
         lambda e: ResumableSampler(3, shuffle="yes"),
+    ),
+    Row(
+        "ResumableSampler",
+        "shuffle='blocks' without block_bounds",
+        ValueError,
+        "shuffle='blocks' needs block_bounds",
+        lambda e: ResumableSampler(3, shuffle="blocks"),
+    ),
+    Row(
+        "ResumableSampler",
+        "block_bounds not ending at n",
+        ValueError,
+        "block_bounds must end at n=10 (the number of samples), got block_bounds[-1]=9",
+        lambda e: ResumableSampler(10, shuffle="blocks", block_bounds=[0, 4, 9]),
+    ),
+    Row(
+        "ResumableSampler",
+        "block_bounds not increasing",
+        ValueError,
+        "block_bounds must be strictly increasing, got block_bounds[2]=4 after block_bounds[1]=4",
+        lambda e: ResumableSampler(10, shuffle="blocks", block_bounds=[0, 4, 4, 10]),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "a global-order state into a block-order sampler",
+        StateMismatchError,
+        "sampler state was saved with shuffle=True but this sampler has shuffle='blocks'",
+        lambda e: ResumableSampler(10, shuffle="blocks", block_bounds=[0, 5, 10]).load_state_dict(
+            ResumableSampler(10).state_dict()
+        ),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "a block-order state of other block bounds",
+        StateMismatchError,
+        "sampler state was saved with other block_bounds",
+        lambda e: ResumableSampler(10, shuffle="blocks", block_bounds=[0, 5, 10]).load_state_dict(
+            ResumableSampler(10, shuffle="blocks", block_bounds=[0, 4, 10]).state_dict()
+        ),
     ),
     Row(
         "ResumableSampler.load_state_dict",
@@ -825,7 +864,7 @@ TABLE: list[Row] = [
         "ResumableSampler.load_state_dict",
         "shuffle=1 in the state",
         FormatError,
-        "sampler state field shuffle must be a bool, got 1",
+        "sampler state field shuffle must be a bool or 'blocks', got 1",
         lambda e: ResumableSampler(10).load_state_dict(_sampler_state(shuffle=1)),
     ),
     Row(
@@ -886,6 +925,27 @@ TABLE: list[Row] = [
         ValueError,
         "got [1.0, nan]",
         lambda e: Mixture([e.ds, e.ds], [1, float("nan")]),
+    ),
+    Row(
+        "WindowDataset.block_bounds",
+        "block_bytes=0",
+        ValueError,
+        "block_bytes must be >= 1, got 0",
+        lambda e: e.ds.block_bounds(0),
+    ),
+    Row(
+        "Mixture.block_bounds",
+        "a mixture built without block_bytes",
+        ValueError,
+        "block_bounds(4096) needs a mixture built with Mixture(..., block_bytes=4096)",
+        lambda e: Mixture([e.ds], [1.0]).block_bounds(4096),
+    ),
+    Row(
+        "Mixture",
+        "block_bytes with a source without block_bounds",
+        TypeError,
+        "Mixture(block_bytes=4096) needs sources with block_bounds(); source 0 (list) has none",
+        lambda e: Mixture([[{"x": np.zeros(2)}] * 3], [1.0], block_bytes=4096),
     ),
     Row(
         "Mixture",

@@ -27,6 +27,7 @@ from mmpack.core.constants import UINT64_LIMIT
 __all__ = [
     "EpochIndex",
     "MAX_INT",
+    "check_block_bounds",
     "check_bool",
     "check_dtype",
     "check_in_range",
@@ -149,6 +150,51 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def check_block_bounds(bounds: Any, n: int, name: str = "block_bounds") -> np.ndarray:
+    """Cuts of ``range(n)`` into blocks of consecutive ids: ``[0, b1, ..., n]``.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (n_blocks + 1,)
+        A read-only copy; strictly increasing from 0 to ``n`` (``[0]`` alone for ``n = 0``).
+
+    Raises
+    ------
+    TypeError
+        Not a one-dimensional array of integers (bools refused).
+    ValueError
+        Empty, not starting at 0, not ending at ``n``, or not strictly increasing; the message
+        names the first offending value and where it stands.
+    """
+    arr = np.asarray(bounds)
+    if arr.ndim == 1 and arr.size == 0:
+        raise ValueError(f"{name} must hold at least one value (0), got an empty array")
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1:
+        raise TypeError(
+            f"{name} must be a one-dimensional integer array, got dtype {arr.dtype} "
+            f"and shape {arr.shape}"
+        )
+    if arr.dtype == np.uint64 and int(arr.max()) >= MAX_INT:
+        raise ValueError(f"{name} holds {int(arr.max())}, past 2**62")
+    out = np.array(arr, dtype=np.int64, copy=True)
+    if int(out[0]) != 0:
+        raise ValueError(f"{name} must start at 0, got {name}[0]={int(out[0])}")
+    if int(out[-1]) != n:
+        raise ValueError(
+            f"{name} must end at n={n} (the number of samples), got {name}[-1]={int(out[-1])}"
+        )
+    steps = np.diff(out)
+    bad = np.flatnonzero(steps <= 0)
+    if bad.size:
+        j = int(bad[0]) + 1
+        raise ValueError(
+            f"{name} must be strictly increasing, got {name}[{j}]={int(out[j])} after "
+            f"{name}[{j - 1}]={int(out[j - 1])}"
+        )
+    out.flags.writeable = False
+    return out
 
 
 def check_index(i: Any, n: int, what: str = "sample") -> int:

@@ -22,6 +22,9 @@ Occurrence ``o`` of source ``k`` (the number of earlier samples drawn from ``k``
 ``Permutation(len_k, seed=(seed, k), epoch=o // len_k)[o % len_k]`` of the source: every pass over a
 source, the first included, is its own keyed permutation, so a source only partly used draws a
 uniform subset (not a prefix of a possibly sorted source) and a small source repeats reshuffled.
+With ``block_bytes`` each pass visits the source's blocks in a keyed order instead, the items of
+a block in order, and :meth:`Mixture.block_bounds` gives the mixture's blocks (see
+:mod:`mmpack.sampling.mixture_blocks`).
 
 ``num_samples`` defaults to the longest prefix in which no source is drawn beyond its length: the
 position of the ``(len_k + 1)``-th draw of the source that runs out first,
@@ -58,6 +61,7 @@ from mmpack.sampling.mixture_batches import (
     scatter_batches,
     source_length,
 )
+from mmpack.sampling.mixture_blocks import BlockPasses, mixture_bounds
 from mmpack.sampling.mixture_stats import MixtureStats
 from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
 from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
@@ -104,6 +108,12 @@ class Mixture:
         Key of the per-source permutations, ``0 <= seed < 2**64``.
     mixed_tokenizers : bool, default False
         Allow sources whose stores record different tokenizers (refused by default).
+    block_bytes : int, optional
+        Keep the sources' locality: every source of positive weight gives
+        ``block_bounds(block_bytes)``, each pass over a source visits its blocks in a keyed order
+        (the items of a block in order) instead of its items in a keyed order, and
+        :meth:`block_bounds` gives the mixture's blocks for
+        ``ResumableSampler(shuffle="blocks")`` (:mod:`mmpack.sampling.mixture_blocks`).
 
     Notes
     -----
@@ -124,6 +134,7 @@ class Mixture:
         num_samples: int | None = None,
         seed: int = 0,
         mixed_tokenizers: bool = False,
+        block_bytes: int | None = None,
     ) -> None:
         sources = tuple(sources)
         if not sources:
@@ -153,6 +164,11 @@ class Mixture:
         self._seed = int(seed)
         self._raw_weights = np.asarray(weights, dtype=np.float64)
         self._perms: dict[tuple[int, int], Permutation] = {}
+        self._blocks = (
+            None
+            if block_bytes is None
+            else BlockPasses(sources, lengths, quotas, block_bytes, self._seed)
+        )
         self._load_tables()
         if num_samples is None:
             ends = [
@@ -237,6 +253,8 @@ class Mixture:
 
     def _items_of(self, src: np.ndarray, occ: np.ndarray) -> np.ndarray:
         """Source item numbers of draws ``occ`` of sources ``src`` (int64 arrays of shape (m,))."""
+        if self._blocks is not None:
+            return self._blocks.items(src, occ, self._lengths)
         lengths = self._lengths[src]
         rep = occ // lengths
         pos = occ - rep * lengths
@@ -263,6 +281,8 @@ class Mixture:
         i = check_index(i, self._num_samples)
         src, occ = self._locate_unchecked(np.array([i], dtype=np.int64))
         k, o = int(src[0]), int(occ[0])
+        if self._blocks is not None:
+            return k, int(self._blocks.items(src, occ, self._lengths)[0])
         length = int(self._lengths[k])
         return k, self._permutation(k, o // length)[o % length]
 
@@ -318,6 +338,40 @@ class Mixture:
         occ = np.empty_like(arr)
         locate_many(arr, self._quotas, self._period, BLOCK, self._seq, self._ckpt, src, occ)
         return src, occ
+
+    # -- locality ------------------------------------------------------------------------------
+
+    def block_bounds(self, block_bytes: int) -> np.ndarray:
+        """Bounds of the mixture's blocks: runs of consecutive positions that read, in each
+        source, one contiguous span inside one of its ``block_bytes`` blocks (so at most one
+        span per source; see :mod:`mmpack.sampling.mixture_blocks`).
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape (n_blocks + 1,)
+            ``[0, ..., len(self)]``, strictly increasing; blocks of unequal sizes.
+
+        Raises
+        ------
+        ValueError
+            The mixture was not built with this ``block_bytes`` (its sources' items are then in
+            another order, without that locality).
+        """
+        if self._blocks is None or block_bytes != self._blocks.block_bytes:
+            built = None if self._blocks is None else self._blocks.block_bytes
+            raise ValueError(
+                f"block_bounds({block_bytes!r}) needs a mixture built with "
+                f"Mixture(..., block_bytes={block_bytes!r}); this one has block_bytes={built!r}"
+            )
+        return mixture_bounds(
+            self._blocks, self._lengths, self.counts(), self._positions_of, self._num_samples
+        )
+
+    def _positions_of(self, k: int, occ: np.ndarray) -> np.ndarray:
+        """Mixture positions of draws ``occ`` (int64, (m,)) of source ``k`` (positive quota)."""
+        inside = np.flatnonzero(self._seq == k).astype(np.int64)  # one period's draws of k
+        cycle, target = np.divmod(occ, int(self._quotas[k]))
+        return cycle * self._period + inside[target]
 
     # -- items ---------------------------------------------------------------------------------
 

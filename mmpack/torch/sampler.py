@@ -1,7 +1,11 @@
 """A resumable, distributed, O(1)-memory sampler over ``range(n)``.
 
-Epoch ``e`` visits ``range(n)`` in the order of ``Permutation(n, seed=seed, epoch=e)`` (or in
-order when ``shuffle=False``): a pure function of ``(seed, epoch, n)``, never materialised.  With
+Epoch ``e`` visits ``range(n)`` in the order of ``Permutation(n, seed=seed, epoch=e)`` (the
+global order), in the block-window order of :class:`~mmpack.sampling.block_order.BlockOrder` with
+``shuffle="blocks"`` (blocks of consecutive samples permuted, then the samples inside windows of
+``window_blocks`` blocks), or in order when ``shuffle=False``: a pure function of
+``(seed, epoch, position)`` (and the block bounds), never materialised.  Everything below is
+about epoch *positions* and holds for every order.  With
 ``world_size`` ranks the epoch order is cut like :class:`torch.utils.data.DistributedSampler` cuts
 it: it is padded by wrapping around to its own start up to ``world_size * ceil(n / world_size)``
 positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
@@ -23,6 +27,10 @@ epoch to the DataLoader workers): measured about 0.84 M indices/s through ``iter
 runs, 2-core shared machine), against 10-40 M/s through the vectorised
 :meth:`ResumableSampler.indices`.  ``state_dict`` and ``load_state_dict`` are O(1):
 resuming at position ``n / 2`` of ``n = 10**11`` costs the same 0.8 ms as at position 0 (one chunk).
+The block-window order adds its bounds (8 bytes per block) and, once per epoch, window offsets
+built in O(blocks); through ``iter`` it runs at the global order's rate, through ``indices`` at
+about half of it for windows larger than a chunk (``python -m benchmarks.bench_sampler``,
+``blocks`` rows).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from mmpack.core.constants import WINDOW_BLOCKS
 from mmpack.core.validation import (
     EpochIndex,
     check_in_range,
@@ -41,6 +50,7 @@ from mmpack.core.validation import (
     epoch_index_type,
 )
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.permutation import MAX_N, Permutation
 from mmpack.torch import elastic
 
@@ -52,12 +62,22 @@ STATE_VERSION = 1
 _CHUNK = 8192
 _CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
 _INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position", "offset")
-_BOOL_FIELDS = ("shuffle", "drop_last")
+_BLOCK_FIELDS = ("window_blocks", "bounds_digest")
+BLOCKS = "blocks"
+"""``shuffle=BLOCKS`` selects the block-window order."""
 
 
 def _check_bool(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _check_shuffle(value: object) -> bool | str:
+    if isinstance(value, str) and value == BLOCKS:
+        return BLOCKS
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"shuffle must be a bool or 'blocks', got {type(value).__name__} {value!r}")
     return bool(value)
 
 
@@ -72,7 +92,7 @@ def _checked_state(state: Any) -> dict[str, Any]:
     """
     if not isinstance(state, dict):
         raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
-    missing = [k for k in ("version", *_INT_FIELDS, *_BOOL_FIELDS) if k not in state]
+    missing = [k for k in ("version", *_INT_FIELDS, "shuffle", "drop_last") if k not in state]
     if missing:
         raise FormatError(f"sampler state lacks the fields {missing}")
     version = elastic.int_field(state, "version")
@@ -83,11 +103,17 @@ def _checked_state(state: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"version": version}
     for name in _INT_FIELDS:
         out[name] = elastic.int_field(state, name)
-    for name in _BOOL_FIELDS:
-        value = state[name]
-        if not isinstance(value, (bool, np.bool_)):
-            raise FormatError(f"sampler state field {name} must be a bool, got {value!r}")
-        out[name] = bool(value)
+    value = state["drop_last"]
+    if not isinstance(value, (bool, np.bool_)):
+        raise FormatError(f"sampler state field drop_last must be a bool, got {value!r}")
+    out["drop_last"] = bool(value)
+    value = state["shuffle"]
+    if isinstance(value, str) and value == BLOCKS:
+        for name in _BLOCK_FIELDS:
+            out[name] = elastic.int_field(state, name)
+    elif not isinstance(value, (bool, np.bool_)):
+        raise FormatError(f"sampler state field shuffle must be a bool or 'blocks', got {value!r}")
+    out["shuffle"] = value if isinstance(value, str) else bool(value)
     if out["world_size"] < 1:
         raise FormatError(f"sampler state has world_size={out['world_size']}, expected >= 1")
     if not 0 <= out["rank"] < out["world_size"]:
@@ -118,8 +144,11 @@ class ResumableSampler(Sampler[int]):
     ----------
     n : int
         Number of samples of the dataset, ``0 <= n <= 2**62``.
-    shuffle : bool, default True
-        Visit each epoch in a keyed pseudo-random order; ``False`` visits ``0, 1, ..., n-1``.
+    shuffle : bool or "blocks", default True
+        ``True``: visit each epoch in a keyed pseudo-random order of all samples (the global
+        order); ``"blocks"``: in the block-window order over ``block_bounds`` (reads whole blocks
+        of consecutive samples, see :mod:`mmpack.sampling.block_order`); ``False``: visit
+        ``0, 1, ..., n-1``.
     seed : int, default 0
         Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
     rank, world_size : int, default 0 and 1
@@ -129,6 +158,16 @@ class ResumableSampler(Sampler[int]):
         dropped.  ``False``: every rank gets ``ceil(n / world_size)`` indices, the last ranks'
         shares being completed with the first indices of the epoch order (as in
         ``DistributedSampler``).
+    block_bounds : array-like of int, shape (B + 1,), optional
+        With ``shuffle="blocks"`` (and only then, where it is required): ``[0, b_1, ..., n]``,
+        strictly increasing, cutting ``range(n)`` into blocks of consecutive samples, e.g. a
+        view's ``block_bounds(block_bytes)``.
+    window_blocks : int, default 256
+        With ``shuffle="blocks"``: blocks per window, ``W >= 1``.  Two samples of one window share
+        a block with probability ``(S - 1) / (W S - 1) < 1 / W`` for blocks of ``S`` samples,
+        whatever ``S``: at the default, below 0.4%, so a batch of ``b = 32`` holds on average
+        fewer than 2 of its 496 pairs from one block, while a window still reads only 256 whole
+        blocks (a fetcher holding the current and the next window keeps ``2 W`` blocks).
 
     Notes
     -----
@@ -163,6 +202,8 @@ class ResumableSampler(Sampler[int]):
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        block_bounds: Any = None,
+        window_blocks: int = WINDOW_BLOCKS,
     ) -> None:
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         seed = check_in_range(seed, "seed", 0, 2**64)
@@ -176,7 +217,18 @@ class ResumableSampler(Sampler[int]):
                 f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
         self._n = n
-        self._shuffle = _check_bool(shuffle, "shuffle")
+        self._shuffle = _check_shuffle(shuffle)
+        self._order: BlockOrder | None = None
+        if self._shuffle == BLOCKS:
+            if block_bounds is None:
+                raise ValueError(
+                    "shuffle='blocks' needs block_bounds (e.g. ds.block_bounds(2**22))"
+                )
+            self._order = BlockOrder(n, block_bounds, window_blocks=window_blocks, seed=seed)
+        elif block_bounds is not None:
+            raise ValueError(
+                f"block_bounds is only used with shuffle='blocks', got shuffle={self._shuffle!r}"
+            )
         self._seed = seed
         self._rank = rank
         self._world_size = world_size
@@ -203,8 +255,13 @@ class ResumableSampler(Sampler[int]):
         return self._seed
 
     @property
-    def shuffle(self) -> bool:
+    def shuffle(self) -> bool | str:
         return self._shuffle
+
+    @property
+    def block_order(self) -> BlockOrder | None:
+        """The block-window order (``shuffle="blocks"``), else ``None``."""
+        return self._order
 
     @property
     def rank(self) -> int:
@@ -229,9 +286,16 @@ class ResumableSampler(Sampler[int]):
 
     def __repr__(self) -> str:
         return (
-            f"ResumableSampler(n={self._n}, shuffle={self._shuffle}, seed={self._seed}, rank={self._rank}, "
-            f"world_size={self._world_size}, drop_last={self._drop_last}, epoch={self._epoch})"
+            f"ResumableSampler(n={self._n}, shuffle={self._shuffle!r}, seed={self._seed}, "
+            f"rank={self._rank}, world_size={self._world_size}, drop_last={self._drop_last}, "
+            f"epoch={self._epoch}{self._order_repr()})"
         )
+
+    def _order_repr(self) -> str:
+        order = self._order
+        if order is None:
+            return ""
+        return f", blocks={order.n_blocks}, window_blocks={order.window_blocks}"
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next ``iter()`` (``epoch >= 0``)."""
@@ -278,6 +342,8 @@ class ResumableSampler(Sampler[int]):
         order += self._rank + base
         if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= self._n:
             order %= self._n  # padding wraps around to the start of the epoch order
+        if self._order is not None:
+            return self._order.map_unchecked(order, epoch)
         if not self._shuffle:
             return order
         return self._permutation(epoch).map_unchecked(order)
@@ -322,7 +388,9 @@ class ResumableSampler(Sampler[int]):
         -------
         dict
             ``{"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch",
-            "position", "offset"}``, all plain Python ints and bools.  The ranks together have
+            "position", "offset"}``, all plain Python ints and bools; with ``shuffle="blocks"``
+            ``shuffle`` is the str ``"blocks"`` and the state also records ``window_blocks`` and
+            ``bounds_digest`` (a 64-bit digest of the bounds, an int).  The ranks together have
             consumed the first ``offset + position * world_size`` positions of the epoch order.
             Before any ``iter()`` (or right after ``load_state_dict``) it describes where the next
             ``iter()`` starts.
@@ -333,7 +401,7 @@ class ResumableSampler(Sampler[int]):
             epoch, position, base = self._epoch, self._resume_at or 0, self._resume_base
         else:
             epoch, position, base = self._cursor.epoch, self._cursor.position, self._cursor.base
-        return {
+        state = {
             "version": STATE_VERSION,
             "n": self._n,
             "seed": self._seed,
@@ -345,6 +413,10 @@ class ResumableSampler(Sampler[int]):
             "position": position,
             "offset": base,
         }
+        if self._order is not None:
+            state["window_blocks"] = self._order.window_blocks
+            state["bounds_digest"] = self._order.digest
+        return state
 
     def _consumed_position(self, consumed: int) -> tuple[int, int, int]:
         """``(epoch, position, offset)`` after ``consumed`` indices of the most recent iterator."""
@@ -361,6 +433,21 @@ class ResumableSampler(Sampler[int]):
             )
         return epoch, start + consumed, base
 
+    def _check_same_blocks(self, state: dict[str, Any]) -> None:
+        order = self._order
+        assert order is not None
+        if state["window_blocks"] != order.window_blocks:
+            raise StateMismatchError(
+                f"sampler state was saved with window_blocks={state['window_blocks']} but this "
+                f"sampler has window_blocks={order.window_blocks}"
+            )
+        if state["bounds_digest"] != order.digest:
+            raise StateMismatchError(
+                f"sampler state was saved with other block_bounds (digest "
+                f"{state['bounds_digest']:#x}) than this sampler's ({order.n_blocks} blocks, "
+                f"digest {order.digest:#x})"
+            )
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` yields the rest of the saved epoch.
 
@@ -372,7 +459,8 @@ class ResumableSampler(Sampler[int]):
         Raises
         ------
         mmpack.errors.StateMismatchError
-            The state belongs to another ``n``, ``seed``, ``shuffle`` or ``drop_last``.
+            The state belongs to another ``n``, ``seed``, ``shuffle`` or ``drop_last``, or (block
+            order) another ``window_blocks`` or other block bounds.
         mmpack.errors.FormatError
             The state is not a dict of this format or version, a field is missing or not of its
             type (ints, bools for ``shuffle`` and ``drop_last``; NumPy scalars count), or its
@@ -385,6 +473,8 @@ class ResumableSampler(Sampler[int]):
                 raise StateMismatchError(
                     f"sampler state was saved with {field}={saved!r} but this sampler has {field}={ours!r}"
                 )
+        if self._order is not None:
+            self._check_same_blocks(state)
         epoch = state["epoch"]
         if not 0 <= epoch < 2**64:
             raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")

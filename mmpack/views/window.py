@@ -395,6 +395,33 @@ class WindowDataset:
             return 0
         return self.store.prefetch(*self._ranges(vstarts))
 
+    # ------------------------------------------------------------------------------- locality
+    def block_bounds(self, block_bytes: int) -> np.ndarray:
+        """Bounds of blocks of consecutive windows that read one contiguous span of at most
+        ``block_bytes`` bytes of the store's tokens (for ``ResumableSampler(shuffle="blocks")``).
+
+        Windows ``a .. b - 1`` read the stream ``S[a * stride : (b - 1) * stride + width]``, so
+        a block of ``k`` windows reads at most ``(k - 1) * stride + width`` stored tokens (fewer
+        when eot tokens, which are not stored, fall inside).  Every block holds
+        ``k = max(1, (block_bytes // itemsize - width) // stride + 1)`` windows, the last one
+        the rest: blocks of equal size, so the sampler's closed-form quality bound holds as it
+        is stated.  A window wider than ``block_bytes`` makes blocks of one window.
+
+        Parameters
+        ----------
+        block_bytes : int
+            ``>= 1``; sizes of a few MiB make one large read per block.
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape (ceil(len(self) / k) + 1,)
+            ``[0, k, 2 k, ..., len(self)]``.
+        """
+        block_bytes = check_positive_int(block_bytes, "block_bytes")
+        tokens = block_bytes // self.store.dtype.itemsize
+        per_block = max(1, (tokens - self.width) // self.stride + 1)
+        return np.append(np.arange(0, self._len, per_block, dtype=np.int64), np.int64(self._len))
+
     # ------------------------------------------------------------------------------- debugging
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the
