@@ -127,6 +127,14 @@ class PackedDataset:
         Causal label convention (see the module docstring).
     lookahead : int
         Open bins of ``algorithm="online"``.
+    region_tokens : int, "auto" or None
+        None (default): one plan over the whole store.  An int ``R``: the plan is built per
+        region of about ``R`` tokens of consecutive documents (no document cut by a region
+        edge), bins numbered region by region, so consecutive samples read one contiguous span
+        of the store (what a block-local sample order fetches in one piece); ``"auto"``:
+        ``DEFAULT_REGION_BINS * seqlen`` tokens (2048 bins a region, about 0.03% more bins than
+        the whole-store plan).  See :mod:`mmpack.views.plan`; a large store's region plan can be
+        built in parallel beforehand (:func:`mmpack.ingest.region_plan.build_region_plan`).
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
@@ -160,6 +168,7 @@ class PackedDataset:
     lookahead: int
     long_docs: str
     algorithm: str
+    region_tokens: int | None
     cache: bool
     dtype: np.dtype
 
@@ -180,6 +189,7 @@ class PackedDataset:
         algorithm: str = "bfd",
         label_shift: str = "next",
         lookahead: int = DEFAULT_LOOKAHEAD,
+        region_tokens: int | str | None = None,
         cache: bool = True,
         check_vocab: bool = True,
         dtype: Any = "int64",
@@ -207,6 +217,7 @@ class PackedDataset:
             algorithm=algo,
             label_shift=label_shift,
             lookahead=lookahead,
+            region_tokens=region_tokens,
             cache=cache,
             check_vocab=check_vocab,
             dtype=dtype,
@@ -242,6 +253,7 @@ class PackedDataset:
             long_docs=self.long_docs,
             algorithm=self.algorithm,
             lookahead=self.lookahead,
+            region_tokens=self.region_tokens,
             cache=self.cache,
         )
 
@@ -283,9 +295,10 @@ class PackedDataset:
         return self._plan.n_bins
 
     def __repr__(self) -> str:
+        regions = "" if self.region_tokens is None else f", region_tokens={self.region_tokens}"
         return (
             f"PackedDataset({self.store!r}, seqlen={self.seqlen}, eot={self.eot}, "
-            f"pad_id={self.pad_id}, mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}) "
+            f"pad_id={self.pad_id}, mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}{regions}) "
             f"-> {len(self)} bins, efficiency {self._plan.stats.efficiency:.4f}"
         )
 
