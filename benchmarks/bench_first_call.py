@@ -12,15 +12,6 @@ kernel called from Python, the median seconds numba spent compiling it (its jitt
 the numpy overloads first compiled for it included) in the cold runs, from numba's
 ``numba:compile`` events; ``for scale``: ``python -c pass``, ``import numpy``, ``import numba``.
 
-Measured (2.3M documents, load average ~3 on the 2-core VM, medians of 3, this tree against the
-one before issue 18 interleaved): cold 6.4 s against 12.5 s, of which the plan kernels compile in
-2.9 s against 6.9 s (``bfd`` compiled a formatted shape-mismatch error for one slice assignment,
-~2 s, and ``_bfd_step``/``_tree_succ`` twice, once for a literal argument); warm 0.61 s against
-0.86 s, 0.26 s of it ``import numba``.  The last full run (``python -m benchmarks``, idle
-machine): cold 6.5 s, warm 0.54 s; still ours: ``window.one_window_at`` 1.9 s (the single-sample
-kernel that takes the mappings by address; ``one_window`` compiled in 1.3 s),
-``plan_bestfit.bfd_groups`` 1.8 s and ``packed_rows.one_bin`` 1.1 s cold.
-
 Run ``python -m benchmarks.bench_first_call [--quick]`` (or ``python -m benchmarks first_call``).
 """
 

@@ -11,11 +11,10 @@ case in turn, so load on the machine hits all cases alike.  Reported: median and
 the floor's median, the ratio of medians (target <= 3).
 
 ``--profile`` adds where the nanoseconds of one call go: the same loop over the stages of the
-call, each on top of the previous (the kernel alone on preallocated buffers through its compiled
-entry, + the output allocation, + the sample dict's views, the whole ``ds[i]``; and for
-comparison the kernel called through numba's dispatcher, and the cost of only writing as many
-bytes as the sample holds), and a cProfile of the calls (whose absolute times include the
-profiler's own overhead).
+call, each on top of the previous (the kernel alone on preallocated buffers, + the output
+allocation, + the sample dict's views, the whole ``ds[i]``; and for comparison the cost of only
+writing as many bytes as the sample holds), and a cProfile of the calls (whose absolute times
+include the profiler's own overhead).
 
 Run ``python -m benchmarks.bench_getitem [--quick] [--profile]``.
 """
@@ -36,7 +35,7 @@ import numpy as np
 
 from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view, side_by_side
 from mmpack.kernels.packed_rows import one_bin
-from mmpack.kernels.window import one_window_at, one_window_at_flat
+from mmpack.kernels.window import one_window
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -93,37 +92,25 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
     read would find them in the cache."""
     seqlen = ds.seqlen
     if name.startswith("window"):
-        kernel, meta, sdt, stride, _, _, layout = ds._fast
+        src, offsets, meta, stride, _, _, layout = ds._fast
         dtype, buflen, one, cu_at, cu_len = layout[:5]
         width = ds.width
         buf = np.empty(buflen, dtype)
-        cu0 = np.empty(cu_len, np.int32)
+        cu0 = buf if one else np.empty(cu_len, np.int32)  # int32: cu_seqlens in the same buffer
 
         written = width + seqlen  # the row and the positions
 
-        if one:  # int32: cu_seqlens in the same buffer (one_window_at_flat)
+        def k_only(i: int) -> Any:
+            return one_window(src, offsets, meta, i * stride, buf, cu0)
 
-            def k_only(i: int) -> Any:
-                return kernel(meta, sdt, i * stride, buf)
-
-            def k_dispatch(i: int) -> Any:
-                return one_window_at_flat(meta, sdt, i * stride, buf)
-
-            def k_alloc(i: int) -> Any:
-                out = np.empty(buflen, dtype)
-                return out, out[cu_at : cu_at + kernel(meta, sdt, i * stride, out)]
-
-        else:
-
-            def k_only(i: int) -> Any:
-                return kernel(meta, sdt, i * stride, buf, cu0)
-
-            def k_dispatch(i: int) -> Any:
-                return one_window_at(meta, sdt, i * stride, buf, cu0)
-
-            def k_alloc(i: int) -> Any:
-                out, cu = np.empty(buflen, dtype), np.empty(cu_len, np.int32)
-                return out, cu[: kernel(meta, sdt, i * stride, out, cu)]
+        def k_alloc(i: int) -> Any:
+            out = np.empty(buflen, dtype)
+            if one:
+                return out, out[
+                    cu_at : cu_at + one_window(src, offsets, meta, i * stride, out, out)
+                ]
+            cu = np.empty(cu_len, np.int32)
+            return out, cu[: one_window(src, offsets, meta, i * stride, out, cu)]
 
         def k_dict(i: int) -> Any:
             out, cu = k_alloc(i)
@@ -135,7 +122,7 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
             }
 
     else:
-        kernel, *arrays, params, dtype, _ = ds._fast
+        *arrays, params, dtype, _ = ds._fast
         buflen, cols, one = ds._buflen, ds._cu_cols, ds._one_buffer
         cu_at = int(params[5])  # one_bin writes cu_seqlens at cu[cu_at:] (int32: cu is out)
         buf = np.empty(buflen, dtype)
@@ -144,15 +131,12 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
         written = 4 * seqlen  # ids, positions, labels, attention mask
 
         def k_only(i: int) -> Any:
-            return kernel(*arrays[:6], i, params, buf, cu0)
-
-        def k_dispatch(i: int) -> Any:
             return one_bin(*arrays[:6], i, params, buf, cu0)
 
         def k_alloc(i: int) -> Any:
             out = np.empty(buflen, dtype)
             cu = out if one else np.empty(cols, np.int32)
-            return out, cu, kernel(*arrays[:6], i, params, out, cu)
+            return out, cu, one_bin(*arrays[:6], i, params, out, cu)
 
         def k_dict(i: int) -> Any:
             out, cu, (n_seg, longest) = k_alloc(i)
@@ -167,11 +151,10 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
 
     return {
         "loop only": (lambda i: None, draw()),
-        "kernel (compiled entry, preallocated)": (k_only, draw()),
+        "kernel (preallocated)": (k_only, draw()),
         "+ output allocation": (k_alloc, draw()),
         "+ sample dict of views": (k_dict, draw()),
         "ds[i]": (ds.__getitem__, draw()),
-        "(apart) the kernel through numba's dispatcher, preallocated": (k_dispatch, draw()),
         "(apart) writing the sample's bytes: np.empty(n).fill(1)": (
             lambda i: np.empty(written, dtype).fill(1),
             draw(),

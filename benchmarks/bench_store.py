@@ -1,63 +1,33 @@
 """Store build: tokens/s writing a store, against ``ndarray.tofile`` of the same tokens.
 
 Corpus: C4-like document lengths, lognormal(mu=5.48, sigma=1.15) (median ~240 tokens), uint16
-tokens.  Cases: ``build`` from a list of numpy arrays (slices of one array, as
-``np.split`` gives: adjacent in memory), from a list of separately allocated copies of them,
-from a generator of Python lists' worth of
-arrays, and ``StoreWriter.add_batch`` of flat tokens; each with ``fsync=False`` so that it is
-compared with ``tofile`` (which does not fsync either), and ``build`` once with the default
-``fsync=True``.  Each pair (``tofile``, case) runs alternately; ``ratio`` is the median of the
-per-pair wall-clock ratios, ``cpu ratio`` the same with process CPU time (all threads), which a
-machine loaded by other work disturbs less.  Memory: tracemalloc peak of a generator build,
-against the corpus size.
+tokens.  Cases: ``build`` from a list of numpy arrays (slices of one array, as ``np.split``
+gives: adjacent in memory), from a list of separately allocated copies of them, from a
+generator of the arrays, and ``StoreWriter.add_batch`` of flat tokens; each with
+``fsync=False`` so that it is compared with ``tofile`` (which does not fsync either), and
+``build`` once with the default ``fsync=True``.  Each pair (``tofile``, case) runs alternately;
+``ratio`` is the median of the per-pair wall-clock ratios, ``cpu ratio`` the same with process
+CPU time (all threads), which a machine loaded by other work disturbs less.  Memory: tracemalloc
+peak of a generator build, against the corpus size.
 
-``--profile`` prints instead where a build's time goes, each stage measured alone and
-alternated with ``tofile`` (medians, ms): XXH64 of every 16 MiB block in memory; the whole build
-from the list and from a generator (wall, process CPU, and the CPU time of each thread: the
-caller's, the writer's (``pwritev``) and the hasher's (blocks read back from the file)); the
-caller's thread alone taking, checking and handing over the documents (writes stubbed out); and
-two floors of any per-document copy from Python, main-thread CPU: ``list(map(BytesIO.write,
-chunk))`` (one C-level buffer export and copy a document, no check, in 4096-document chunks into
-a reused buffer) and the same through a Python ``for`` loop with the checks a generator needs
-(``type``, ``ndim``, ``dtype``).
+``--stdlib`` builds a real tokenized corpus instead: the Python standard library's ``.py`` files
+(one document each, ~1,800 documents, ~9M tokens) tokenized by a byte-level BPE of 8000 ids
+trained locally (``tokenizers``; nothing is downloaded; tokenizing is not timed), built from a
+list of uint16 arrays (one allocation each, as a tokenizer's output converted document by
+document gives) and from a generator of them, and the same as int64 arrays (what
+``np.array(ids)`` gives) with ``dtype=None``; paired with ``tofile`` as above.
 
-Measured (2026-11-30, 430k documents, 400 MB, a 2-core VM loaded by other work, load 2.4-3.2),
-``--profile``: ``tofile`` 83 ms CPU; build(list) 192 ms CPU: caller's thread 69 (taking the
-documents 21: one kernel pass over the list and array objects, no Python work per document;
-replacing the previous store ~30), writer 71, hasher 41; build(generator) 300 ms CPU: caller's
-thread 177 (taking 124 against the 68 ms floor of one copy a document from Python; the
-generator itself and ``tee`` make most of the rest), writer 73, hasher 40.  Before this design
-(documents copied into the block by ``np.concatenate``, then hashed and written on one thread)
-the caller's thread took ~158 ms of a ~251 ms total for the list.  Alternating processes of the
-old and the new writer (paired ratios to ``tofile``, 5 pairs each): list 0.25-0.33 before,
-0.47-0.93 after (CPU ratio 0.42-0.52); generator 0.28-0.29 before, 0.28-0.30 after; ``add_batch``
-0.48-0.61 before, 0.58-0.62 after.  Full runs of this benchmark after the change: at load
-2.4-2.7 list 0.490 (CPU 0.465), generator 0.254 (0.281), ``add_batch`` 0.320 (0.536); at load
-4.7-4.8 list 0.469 (0.425), generator 0.282 (0.286), ``add_batch`` 0.679 (0.591); and with the
-per-build fixed cost cut (libc looked up once: the swap spawned ``ldconfig`` every overwrite,
-~10 ms; a 100-document build 24 -> 8 ms), at load 1.6-1.8: list 0.590 (0.468), generator 0.376
-(0.280), ``add_batch`` 0.736 (0.565); ``--profile`` then: ``tofile`` 98 ms, build(list) 154 ms
-wall, 188 CPU (caller 64, writer 78, hasher 41), build(generator) 245 wall, 327 CPU (caller
-189: taking the documents 141, the floor of one copy a document 72; writer 89, hasher 41).  The
-final old/new alternation at load 1.0: list 0.382 -> 0.585 (CPU 0.265 -> 0.481), generator
-0.372 -> 0.381 (0.260 -> 0.299), ``add_batch`` 0.568 -> 0.687; a list of separately allocated
-arrays 0.342 -> 0.442 (0.257 -> 0.360) with one iovec each (~100 ns a document more in the
-kernel), 0.517 once they are copied into the staging block by one kernel pass instead.  Full run
-at load 1.0, final: list 0.614 (CPU 0.490), separately allocated 0.513 (0.358), generator 0.431
-(0.327), ``add_batch`` 0.816 (0.607); ``--profile``: ``tofile`` 82 ms; build(list) 137 wall, 171
-CPU (caller 56: taking 19, replacing the previous store ~30; writer 68; hasher 43);
-build(generator) 222 wall, 287 CPU (caller 160: taking 109 against the 67 ms floor of one copy a
-document; writer 70; hasher 41).  Missed: the generator (by ~0.07 at load 1, more when loaded):
-its caller's thread alone (~160 ms: a generator's resume and one buffer export and copy a
-document, which a source that may refill its array requires the moment it yields, plus ~30
-replacing the previous store, which ``tofile`` pays too as its truncation) is about twice
-``tofile``; the writer and hasher threads (~110 ms) overlap it only where a core is free.  Tried
-and dropped: an anonymous ``mmap`` with ``mmap.write`` as the block (~200 ms against ~150), a
-``BytesIO`` holding the block (no gain: the per-document checks cost what the copy saved), a
-``dict.setdefault`` pass-through instead of ``tee`` (slower), ``MAP_POPULATE`` when hashing from
-the file (+7 ms).
+``--profile`` prints where a build's time goes, each stage measured alone and alternated with
+``tofile`` (medians, ms): XXH64 of every 16 MiB block in memory; the whole build from the list
+and from a generator (wall, process CPU, and the CPU time of each thread: the caller's, the
+writer's (``pwritev``) and the hasher's (blocks read back from the file)); the caller's thread
+alone taking, checking and handing over the documents (writes stubbed out); and two floors of
+any per-document copy from Python, main-thread CPU: ``list(map(BytesIO.write, chunk))`` (one
+C-level buffer export and copy a document, no check, in 4096-document chunks into a reused
+buffer) and the same through a Python ``for`` loop with the checks a generator needs (``type``,
+``ndim``, ``dtype``).
 
-Run ``python -m benchmarks.bench_store [--quick] [--profile]``.
+Run ``python -m benchmarks.bench_store [--quick] [--profile | --stdlib]``.
 """
 
 from __future__ import annotations
@@ -233,7 +203,6 @@ def _threads_cpu(fn) -> dict[str, float]:
 
     with (
         mock.patch.object(BlockWriter, "_write", timed(BlockWriter._write, "writer")),
-        mock.patch.object(BlockWriter, "_write_iov", timed(BlockWriter._write_iov, "writer")),
         mock.patch.object(BlockWriter, "_digest", timed(BlockWriter._digest, "hasher")),
     ):
         w0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
@@ -261,11 +230,8 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
 
     def gather(gen: bool) -> float:  # the main thread alone: take, check, hand over, offsets
-        with (
-            mock.patch.object(BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()),
-            mock.patch.object(
-                BlockWriter, "_write_iov", lambda self, iov, keep, at, n: keep.clear()
-            ),
+        with mock.patch.object(
+            BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()
         ):
             w = StoreWriter(tmp / "g", overwrite=True, fsync=False, dtype=flat.dtype).__enter__()
             try:
@@ -311,10 +277,78 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     return [{"stage": k, "ms (median)": float(np.median(v)) * 1e3} for k, v in stages.items()]
 
 
+def _stdlib_corpus(max_bytes: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """The standard library's sources (up to ``max_bytes`` of text) tokenized: one uint16 array
+    per file, each its own allocation, and the tokens back to back."""
+    from tokenizers import Tokenizer
+
+    from benchmarks.bench_ingest import _train
+    from mmpack.cli.demo import stdlib_sources
+
+    texts: list[str] = []
+    for path in stdlib_sources():
+        try:
+            texts.append(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, OSError):
+            continue
+        if sum(map(len, texts)) >= max_bytes:
+            break
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-tok-"))
+    try:
+        tok = Tokenizer.from_file(str(_train(texts, tmp)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    docs = [np.array(e.ids, dtype=np.uint16) for e in tok.encode_batch(texts)]
+    return docs, np.concatenate(docs)
+
+
+def stdlib_rows(quick: bool = False, repeats: int = 7) -> list[dict[str, Any]]:
+    """Builds of the tokenized standard library against ``tofile`` (see the module docstring)."""
+    docs, flat = _stdlib_corpus(8_000_000 if quick else 1 << 40)
+    wide = [d.astype(np.int64) for d in docs]
+    tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-store-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        target = tmp / "s"
+
+        def case(src: list[np.ndarray], gen: bool, dtype: Any):
+            def run() -> None:
+                items = (d for d in src) if gen else src
+                build(target, items, overwrite=True, fsync=False, dtype=dtype)
+
+            return run
+
+        build(tmp / "warm", docs[:100], fsync=False)  # compile the open-time kernel
+        for name, fn in [
+            ("build(list of uint16 arrays), dtype=uint16", case(docs, False, np.uint16)),
+            ("build(generator of uint16 arrays), dtype=uint16", case(docs, True, np.uint16)),
+            ("build(list of int64 arrays)", case(wide, False, None)),
+            ("build(generator of int64 arrays)", case(wide, True, None)),
+        ]:
+            fn()  # the first build of a case pays its first-use costs
+            t, floor, ratio, cpu_ratio = _paired(fn, lambda: flat.tofile(tmp / "raw.bin"), repeats)
+            rows.append(
+                {
+                    "case": f"stdlib, {len(docs)} documents: {name}",
+                    "tokens": flat.size,
+                    "ms (median)": t * 1e3,
+                    "Mtok/s": flat.size / t / 1e6,
+                    "floor Mtok/s (tofile)": flat.size / floor / 1e6,
+                    "ratio": ratio,
+                    "cpu ratio": cpu_ratio,
+                }
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
 if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
     if "--profile" in sys.argv:
         print_table("store build profile", profile(quick="--quick" in sys.argv))
+    elif "--stdlib" in sys.argv:
+        print_table("store build, tokenized stdlib", stdlib_rows(quick="--quick" in sys.argv))
     else:
         print_table("store build", run(quick="--quick" in sys.argv))

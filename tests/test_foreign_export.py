@@ -170,7 +170,10 @@ def test_cli_on_megatron_and_flat_files(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["export", "{meg}", "--to", "megatron", "-o", "{meg}"], "exists; pass overwrite=True"),
+        (
+            ["export", "{meg}", "--to", "megatron", "-o", "{meg}"],
+            "exists; pass --overwrite to replace it",
+        ),
         (["export", "{meg}", "--to", "npy", "-o", "{tmp}/x.npy"], "--to npy needs --eos"),
         (["info", "{tmp}/n.npy"], "eos= is required"),
         (["info", "{meg}", "--dtype", "uint16"], "--dtype is for flat token files"),

@@ -1,15 +1,15 @@
-"""The single-sample fast path (``ds[i]``) against the batched path (``__getitems__``).
+"""The single-sample path (``ds[i]``) against the batched path (``__getitems__``), and its
+window kernel against the naive stream.
 
-``ds[i]`` calls a kernel's compiled entry directly (:mod:`mmpack.kernels.entry`), skips the
-general index checks for ints and ``EpochIndex``, and slices one buffer into the sample; the
+``ds[i]`` skips the general index checks for ints and ``EpochIndex``, makes one ordinary call of
+its view's kernel (:func:`mmpack.kernels.window.one_window`,
+:func:`mmpack.kernels.packed_rows.one_bin`) into one buffer and slices it into the sample; the
 batch path is a separate kernel over pooled 2-D arrays.  Both must give the same sample: keys,
 dtypes, shapes, values (MLM corruption included, keyed by the epoch an index carries), for
 random stores and every option that changes the layout.
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import numpy as np
 import pytest
@@ -18,11 +18,9 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.core.validation import EpochIndex
-from mmpack.kernels.entry import entry_point
-from mmpack.kernels.window import one_window
+from mmpack.kernels.window import META_FIELDS, one_window
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
-from mmpack.views.window_single import on_arrays
 
 corpora = st.lists(st.lists(st.integers(0, 30000), max_size=40), min_size=1, max_size=25)
 
@@ -127,28 +125,21 @@ def test_epoch_index_out_of_range_is_refused(tmp_path):
             ds[True]
 
 
-def test_entry_point_is_the_compiled_kernel(tmp_path):
-    """The entry resolved for the single path gives what the dispatcher gives; a function that
-    numba does not compile (NUMBA_DISABLE_JIT, or a plain function) is returned as is."""
-    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5], [6, 7, 8, 9]], dtype=np.uint16)
-    ds = WindowDataset(store, 3, eot=10, labels=True)
-    args = (ds._src, ds._offsets, ds._meta)
-    entry = entry_point(one_window, *args, 0, np.empty(1, np.int64), np.empty(1, np.int32))
-    for v in range(0, ds.total - ds.width + 1):
-        got, want = np.empty(7, np.int64), np.empty(7, np.int64)
-        cu_got, cu_want = np.empty(4, np.int32), np.empty(4, np.int32)
-        n_got = entry(*args, v, got, cu_got)
-        n_want = one_window(*args, v, want, cu_want)
-        assert n_got == n_want and got.tolist() == want.tolist()
-        assert cu_got[:n_got].tolist() == cu_want[:n_want].tolist()
-
-    def plain(x):
-        return x
-
-    assert entry_point(plain, 1) is plain
+def _naive_window(stream: list[int], ends: list[int], v: int, seqlen: int, width: int, pad: int):
+    """Row, positions and cu_seqlens of the window at ``v`` of the virtual stream ``stream``
+    (``ends``: positions right after each document, its eot included), padded past the end."""
+    window = stream[v : v + width]
+    row = window + [pad] * (width - len(window))
+    real = min(len(window), seqlen)
+    cuts = sorted(
+        {e - v for e in ends if 0 < e - v < seqlen} | ({real} if real < seqlen else set())
+    )
+    cu = [0, *cuts, seqlen]
+    pos = [p for a, b in zip(cu[:-1], cu[1:]) for p in range(b - a)]
+    return row, pos, cu
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     docs=corpora,
     seqlen=st.integers(1, 12),
@@ -157,65 +148,47 @@ def test_entry_point_is_the_compiled_kernel(tmp_path):
     sampled_index=st.booleans(),
     token_dtype=st.sampled_from([np.uint16, np.uint32]),
 )
-def test_address_kernels_match_the_array_kernel(
+def test_the_single_window_kernel_matches_the_naive_stream(
     tmp_path_factory, docs, seqlen, use_eot, labels, sampled_index, token_dtype
 ):
-    """one_window_at(_flat), which rebuild the token and offsets arrays from the addresses in
-    ``meta``, give what one_window gives on the arrays, at every window start, for each token
-    dtype (each its own compiled version); so does the fallback used without numba."""
-    store = mmpack.build(tmp_path_factory.mktemp("a") / "s", docs, dtype=token_dtype)
+    """``one_window`` (the kernel of a window view's ``ds[i]``) at every start of the virtual
+    stream, into either layout (cu_seqlens in their own int32 array, or after the row and the
+    positions in one int32 buffer), against the stream built the obvious way."""
+    store = mmpack.build(tmp_path_factory.mktemp("k") / "s", docs, dtype=token_dtype)
+    eot = 9 if use_eot else None
+    stream, ends = [], []
+    for d in docs:
+        stream += d + ([eot] if use_eot else [])
+        if use_eot or d:
+            ends.append(len(stream))
     for dtype in ("int64", "int32") if token_dtype == np.uint16 else ("int64",):
         ds = WindowDataset(
-            store,
-            seqlen,
-            eot=9 if use_eot else None,
-            labels=labels,
-            sampled_index=sampled_index,
-            dtype=dtype,
+            store, seqlen, eot=eot, labels=labels, sampled_index=sampled_index, dtype=dtype
         )
-        if len(ds) == 0:
-            continue
-        assert ds._meta[6] == ds._src.ctypes.data and ds._meta[9] == ds._offsets.shape[0]
-        kernel, meta, sdt = ds._fast[:3]
-        n, cut = ds._buflen, ds.width + ds.seqlen
-        for v in range(0, ds.total):
-            want, cu_want = np.full(cut, -1, ds.dtype), np.full(seqlen + 1, -1, np.int32)
-            n_want = one_window(ds._src, ds._offsets, meta, v, want, cu_want)
-            for fn in (kernel, partial(on_arrays, ds._src, ds._offsets)):
-                got = np.full(n, -1, ds.dtype)
-                if ds._one_buffer:
-                    n_got = fn(meta, sdt, v, got)
-                    cu_got = got[cut:]
-                else:
-                    cu_got = np.full(seqlen + 1, -1, np.int32)
-                    n_got = fn(meta, sdt, v, got, cu_got)
-                assert n_got == n_want and got[:cut].tolist() == want.tolist()
-                assert cu_got[:n_got].tolist() == cu_want[:n_want].tolist()
-
-
-def test_without_numba_the_single_path_falls_back_to_arrays(tmp_path, monkeypatch):
-    """Where numba does not compile (entry_point returns the kernel itself), ds[i] calls
-    one_window on the arrays (the address kernels have no Python version) and gives the same
-    samples."""
-    import mmpack.views.window_single as single
-
-    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4, 5], [6, 7, 8, 9]], dtype=np.uint16)
-    for dtype in ("int64", "int32"):
-        fast = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
-        monkeypatch.setattr(single, "entry_point", lambda kernel, *example: kernel)
-        slow = WindowDataset(store, 3, eot=10, labels=True, dtype=dtype)
-        monkeypatch.undo()
-        assert isinstance(slow._fast[0], partial) and not isinstance(fast._fast[0], partial)
-        assert slow._meta[6:10].tolist() == [0, 0, 0, 0]
-        for i in range(len(fast)):
-            assert_same(slow[i], fast[i])
-            assert_same(fast[i], fast.__getitems__([i])[0])
+        width = ds.width
+        for v in range(len(stream)):
+            row, pos, cu = _naive_window(stream, ends, v, seqlen, width, ds.pad_id)
+            meta = ds._meta.copy()
+            if dtype == "int32":
+                meta[META_FIELDS - 1] = width + seqlen
+                out = np.full(width + 2 * seqlen + 1, -1, np.int32)
+                n = one_window(ds._src, ds._offsets, meta, v, out, out)
+                got_cu = out[width + seqlen : width + seqlen + n]
+            else:
+                meta[META_FIELDS - 1] = 0
+                out, got_cu = (
+                    np.full(width + seqlen, -1, np.int64),
+                    np.full(seqlen + 1, -1, np.int32),
+                )
+                n = one_window(ds._src, ds._offsets, meta, v, out, got_cu)
+                got_cu = got_cu[:n]
+            assert out[:width].tolist() == row and out[width : width + seqlen].tolist() == pos
+            assert got_cu.tolist() == cu
 
 
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 def test_copies_of_a_view_read_by_their_own_addresses(tmp_path, dtype):
-    """``ds[i]`` reads the mappings by the addresses in ``meta``: a copy, a deep copy and an
-    unpickled view each rebuild theirs (none shares the original's ``meta``), and read the same
+    """A copy, a deep copy and an unpickled view each rebuild their own state and read the same
     samples once the original and its store are gone, also from threads sharing one view."""
     import copy
     import gc
@@ -228,7 +201,6 @@ def test_copies_of_a_view_read_by_their_own_addresses(tmp_path, dtype):
     ds = WindowDataset(store, 32, eot=1, labels=True, dtype=dtype)
     want = list(ds.__getitems__(list(range(len(ds)))))
     views = [copy.copy(ds), copy.deepcopy(ds), pickle.loads(pickle.dumps(ds))]
-    assert all(v._meta is not ds._meta for v in views)
     del ds, store
     gc.collect()
     for v in views:

@@ -268,7 +268,7 @@ def test_masks_positions_and_padding_equal_gptdataset(tmp_path, reset, pad):
         num_samples=100,
         index_split="valid",
         pad_id=gpt._pad_token_id,
-        eod=EOD,
+        eot=EOD,
         **flags,
         **keep,
     )
@@ -384,7 +384,7 @@ def test_continue_a_megatron_run_from_step_k(tmp_path):
     assert len(ours) == steps - k
     for theirs, mine in zip(megatron[k:], ours):
         torch.testing.assert_close(mine["input_ids"], theirs["tokens"])
-        torch.testing.assert_close(mine["labels"], theirs["labels"])
+        torch.testing.assert_close(mine["targets"], theirs["labels"])
         torch.testing.assert_close(mine["loss_mask"], theirs["loss_mask"])
         torch.testing.assert_close(mine["position_ids"], theirs["position_ids"])
 
@@ -468,7 +468,7 @@ def test_a_changed_index_is_refused(tmp_path):
         ({"sequences": [0, 999]}, ValueError, r"sequences must lie in \[0, 40\)"),
         ({"sequences": [[0]]}, TypeError, "1-D integer array"),
         ({"sequences": []}, ValueError, "holds no token"),
-        ({"reset_position_ids": True}, ValueError, "need eod="),
+        ({"reset_position_ids": True}, ValueError, "need eot="),
         ({"eod_mask_loss": 1}, TypeError, "eod_mask_loss must be a bool"),
         ({"add_extra_token": "yes"}, TypeError, "add_extra_token must be a bool"),
         ({"pad_id": "x"}, TypeError, "pad_id must be an integer"),

@@ -225,7 +225,7 @@ _CORRUPTIONS = {
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 @pytest.mark.parametrize("corruption", sorted(_CORRUPTIONS))
 def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, corruption):
-    """``ds[i]`` (one_bin through its compiled entry) and ``__getitems__`` of every bin of a
+    """``ds[i]`` (one ``one_bin`` call) and ``__getitems__`` of every bin of a
     corrupt plan raise the documented ``FormatError`` (rerun with NUMBA_BOUNDSCHECK=1 by
     ``make test``: no out-of-bounds access on the way)."""
     import dataclasses

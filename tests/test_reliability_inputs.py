@@ -217,6 +217,13 @@ TABLE: list[Row] = [
     ),
     Row(
         "mmpack.build",
+        "a tensor on the meta device (list or generator)",
+        ValueError,
+        "document 1 is a tensor on the 'meta' device",
+        lambda e: e.build([[1], torch.empty(3, dtype=torch.int64, device="meta")]),
+    ),
+    Row(
+        "mmpack.build",
         "a token >= 2**64",
         ValueError,
         "token 18446744073709551616 at position 1 that does not fit in int64",

@@ -401,6 +401,10 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     assert main(["show", url, "--seqlen", "16", "--packed", "-i", "3"]) == 0
     assert "packed row 3" in capsys.readouterr().out
     assert main(["pack", url, "--seqlen", "64"]) == 0
+    capsys.readouterr()
+    assert main(["build", str(text), "-o", url, "--lines", "--quiet"]) == 1  # the URL exists
+    err = capsys.readouterr().err
+    assert "pass --overwrite to replace it" in err and "overwrite=True" not in err, err
     assert main(["info", url + "-missing"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no mmpack store" in err

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 import mmpack
 import mmpack.store.blockwriter as BW
-import mmpack.store.spans as spans
 from mmpack.store.blockwriter import BlockWriter
 from mmpack.store.integrity import block_digest
 from mmpack.store.tokenfile import TokenFile
@@ -73,18 +72,21 @@ def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, blo
     expected = b""
     with open(path, "wb") as f:
         bw = BlockWriter(f.fileno(), path, kind, block)
-        for values, strided in calls:
-            n = data.draw(st.integers(1, 3))
-            pieces = [_piece(values[j::n], strided) for j in range(n)]
-            ends = np.cumsum([p.nbytes for p in pieces]).astype(np.int64)
-            if ends[-1]:
-                bw.submit(pieces, ends)
-                expected += b"".join(p.tobytes() for p in _copy_pieces(values, n, strided))
-            if data.draw(st.booleans()):
-                cut = data.draw(st.integers(0, len(expected)))
-                bw.truncate(cut)
-                expected = expected[:cut]
-        raw, digests = _written(path, bw)
+        try:  # an example aborted by a draw must not leave its writer running
+            for values, strided in calls:
+                n = data.draw(st.integers(1, 3))
+                pieces = [_piece(values[j::n], strided) for j in range(n)]
+                ends = np.cumsum([p.nbytes for p in pieces]).astype(np.int64)
+                if ends[-1]:
+                    bw.submit(pieces, ends)
+                    expected += b"".join(p.tobytes() for p in _copy_pieces(values, n, strided))
+                if data.draw(st.booleans()):
+                    cut = data.draw(st.integers(0, len(expected)))
+                    bw.truncate(cut)
+                    expected = expected[:cut]
+            raw, digests = _written(path, bw)
+        finally:
+            bw.close()
     assert raw == expected
     assert digests == _naive(expected, block, kind)
 
@@ -121,7 +123,6 @@ def test_short_writes_are_completed(tmp_path, monkeypatch):
         return real(fd, [first[: max(1, len(first) // 2)]], offset)
 
     monkeypatch.setattr(BW.os, "pwritev", short)
-    monkeypatch.setattr(spans, "_LAYOUT", False)  # the documents go through os.pwritev
     docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(20)]
     tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 64)
     assert tf.append_arrays(docs, np.full(20, 30, dtype=np.int64))
@@ -216,64 +217,12 @@ def test_builds_through_every_path_verify(tmp_path, checksum):
     store.verify()
 
 
-# ------------------------------------------------------ documents located by the objects' fields
-def test_array_iovecs_merge_documents_adjacent_in_memory():
-    from mmpack.store.spans import array_iovecs
-
-    flat = np.arange(100, dtype=np.uint16)
-    docs = np.split(flat, [10, 10, 35, 90])  # one empty document
-    got = array_iovecs(docs, flat.dtype)
-    assert got is not None
-    iov, sizes = got
-    assert iov.tolist() == [[flat.ctypes.data, 200]]
-    assert sizes.tolist() == [20, 0, 50, 110, 20]
-    apart = [np.arange(5, dtype=np.uint16), np.arange(3, dtype=np.uint16)]
-    got = array_iovecs(apart, apart[0].dtype)
-    assert got is not None
-    assert int(got[0][:, 1].sum()) == 16 and got[1].tolist() == [10, 6]
-    assert got[0][0, 0] == apart[0].ctypes.data
-    assert array_iovecs([flat[::2]], flat.dtype) is None  # strided: the slow way
-
-
-@pytest.mark.parametrize("layout", [True, False])
-def test_with_and_without_the_objects_fields(tmp_path, monkeypatch, layout):
-    """Where the field layout cannot be trusted, the documents go through ``os.pwritev``: the
-    same file and digests."""
-    monkeypatch.setattr(spans, "_LAYOUT", layout)
-    flat = (np.arange(3000, dtype=np.uint16) * 31) % 1000
-    docs = [*np.split(flat, [100, 1000, 1000, 2500]), np.arange(77, dtype=np.uint16)]
-    _write_arrays_and_check(tmp_path / "t.bin", docs, 256)
-
-
-def test_short_raw_pwritev_is_completed(tmp_path, monkeypatch):
-    real = BW.pwritev_raw
-    calls = []
-
-    def short(fd, iov, offset):
-        calls.append(iov.shape[0])
-        first = iov[:1].copy()
-        first[0, 1] = max(1, int(first[0, 1]) // 3)
-        return real(fd, first, offset)
-
-    monkeypatch.setattr(BW, "pwritev_raw", short)
-    docs = np.split(np.arange(12_000, dtype=np.uint16), range(30, 12_000, 30))  # one iovec
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
-    assert tf.append_arrays(docs, np.full(400, 30, dtype=np.int64))
-    digests = tf.finish()
-    tf.close()
-    assert calls  # the raw path ran
-    expected = np.concatenate(docs).tobytes()
-    assert (tmp_path / "t.bin").read_bytes() == expected
-    assert digests == _naive(expected, 64)
-
-
-def test_a_failing_raw_pwritev_fails_the_build_and_leaves_nothing(tmp_path, monkeypatch):
-    import errno
-
-    def full(fd, iov, offset):
+# ------------------------------------------------------------------ failures and lifetimes
+def test_a_failing_pwritev_fails_the_build_and_leaves_nothing(tmp_path, monkeypatch):
+    def full(fd, buffers, offset):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(BW, "pwritev_raw", full)
+    monkeypatch.setattr(BW, "_pwritev", full)
     docs = np.split(np.arange(600_000, dtype=np.uint16), range(3000, 600_000, 3000))
     with pytest.raises(OSError, match="No space"):
         mmpack.build(tmp_path / "s", docs, fsync=False, dtype=np.uint16)
@@ -296,28 +245,13 @@ def test_a_build_looks_libc_up_once_per_process(tmp_path, monkeypatch):
     assert len(store) == 200
 
 
-@pytest.mark.parametrize("apart", [True, False])
-def test_documents_apart_are_copied_adjacent_ones_written_from_place(tmp_path, monkeypatch, apart):
-    """Separately allocated documents are copied into the staging block by one kernel pass
-    (fewer syscall iovecs); slices of one array go to ``pwritev`` as one iovec: the same file."""
-    flat = (np.arange(40_000, dtype=np.uint16) * 13) % 3000
-    docs = np.split(flat, range(7, 40_000, 7))
-    if apart:
-        docs = [d.copy() for d in docs]
-    used = []
-    real = BW.pwritev_raw
-    monkeypatch.setattr(BW, "pwritev_raw", lambda *a: used.append(1) or real(*a))
-    _write_arrays_and_check(tmp_path / "t.bin", docs, 4096, "crc32")
-    assert bool(used) is not apart
-
-
 # ------------------------------------------------------------------ review: errors of the threads
 def _fail_first_write(monkeypatch) -> dict[str, int]:
-    """Both write functions fail with EIO the first time either is called."""
+    """The write fails with EIO the first time it is called."""
     import errno
 
     state = {"fail": 1}
-    real, real_raw = BW._pwritev, BW.pwritev_raw
+    real = BW._pwritev
 
     def gate() -> None:
         if state["fail"]:
@@ -325,7 +259,6 @@ def _fail_first_write(monkeypatch) -> dict[str, int]:
             raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(BW, "_pwritev", lambda *a: gate() or real(*a))
-    monkeypatch.setattr(BW, "pwritev_raw", lambda *a: gate() or real_raw(*a))
     return state
 
 
@@ -406,20 +339,20 @@ def test_a_write_that_makes_no_progress_raises(tmp_path, monkeypatch):
 
 
 def test_documents_stay_alive_until_written_when_the_callers_list_is_cleared(tmp_path, monkeypatch):
-    """The writer holds its own references to the documents it writes from their addresses:
-    the caller clearing its list (another thread, or after ``append_arrays`` returns) frees
-    none of them while ``pwritev`` reads them."""
+    """The writer holds its own references to the documents it writes: the caller clearing
+    its list (another thread, or after ``append_arrays`` returns) frees none of them while
+    ``pwritev`` reads them."""
     import gc
     import threading
 
     go = threading.Event()
-    real = BW.pwritev_raw
+    real = BW._pwritev
 
-    def held(fd, iov, offset):
+    def held(fd, buffers, offset):
         assert go.wait(5)
-        return real(fd, iov, offset)
+        return real(fd, buffers, offset)
 
-    monkeypatch.setattr(BW, "pwritev_raw", held)
+    monkeypatch.setattr(BW, "_pwritev", held)
     rng = np.random.default_rng(5)
     docs = [rng.integers(1, 60_000, 40_000).astype(np.uint16) for _ in range(40)]  # apart
     expected = np.concatenate(docs).tobytes()
@@ -453,3 +386,49 @@ def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkey
     with pytest.raises(RuntimeError, match="new thread"):
         TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), "xxh64", 256)
     assert len(opened) == 1 and opened[0].closed
+
+
+def test_a_write_in_flight_never_reaches_a_file_that_reuses_its_descriptor(tmp_path, monkeypatch):
+    """The owner closes its file while a write is still in flight (an exception between
+    ``submit`` and ``close``, e.g. a test example aborted mid-way) and the descriptor number is
+    reused by the next file opened: the write lands in its own file, never in the new one."""
+    import threading
+
+    go, started = threading.Event(), threading.Event()
+    real = BW._pwritev
+
+    def held(fd, buffers, offset):
+        started.set()
+        assert go.wait(5)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(BW, "_pwritev", held)
+    with open(tmp_path / "a.bin", "wb") as f:
+        bw = BlockWriter(f.fileno(), tmp_path / "a.bin", "xxh64", 8)
+        bw.submit([np.array([0, 0, 0], dtype=np.uint16)], np.array([6], dtype=np.int64))
+        assert started.wait(5)
+        reused = f.fileno()
+    with open(tmp_path / "b.bin", "wb") as g:  # most likely the number the first file had
+        g.write(b"\xe5\xc4")
+        g.flush()
+        go.set()
+        bw.sync()
+        assert g.fileno() == reused  # else this test proves nothing
+    bw.close()
+    assert (tmp_path / "b.bin").read_bytes() == b"\xe5\xc4"
+    assert (tmp_path / "a.bin").read_bytes() == bytes(6)
+
+
+def test_closing_an_abandoned_writer_gives_back_the_disk_reserved(tmp_path):
+    """A writer closed without :meth:`digests` (a build being abandoned) releases the disk it
+    reserved past the file's end; the bytes written stay."""
+    path = tmp_path / "t.bin"
+    with open(path, "wb") as f:
+        bw = BlockWriter(f.fileno(), path, "xxh64", 64)
+        bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
+        bw.sync()
+        reserved = os.stat(path).st_blocks * 512
+        bw.close()
+    assert path.read_bytes() == np.arange(100, dtype=np.uint16).tobytes()
+    if reserved > 1 << 20:  # the file system took the reservation
+        assert os.stat(path).st_blocks * 512 < 1 << 20

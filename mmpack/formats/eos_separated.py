@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.validation import check_dtype, check_int_range
-from mmpack.errors import FormatError, StoreNotFoundError
+from mmpack.errors import FormatError, Param, StoreNotFoundError, with_params
 from mmpack.formats.foreign import (
     ForeignStore,
     TokenSource,
@@ -122,9 +122,11 @@ def read_layout(path: Path, dtype: Any = None) -> tuple[np.dtype, int, int]:
                 )
             return file_dtype, header, int(shape[0])
     if dtype is None:
-        raise ValueError(
-            f"{path} has no .npy header (OLMo-core writes headerless files): pass dtype= "
-            "(OLMo-core uses uint16 for vocabularies up to 65536 ids, else uint32)"
+        raise with_params(
+            ValueError,
+            f"{path} has no .npy header (OLMo-core writes headerless files): pass ",
+            Param("dtype"),
+            " (OLMo-core uses uint16 for vocabularies up to 65536 ids, else uint32)",
         )
     file_dtype = check_dtype(dtype)
     if size % file_dtype.itemsize:

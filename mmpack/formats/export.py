@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.validation import check_int_range
-from mmpack.errors import StoreExistsError
+from mmpack.errors import Param, StoreExistsError, with_params
 from mmpack.formats.eos_separated import olmo_metadata_path
 from mmpack.formats.megatron import MAGIC, megatron_paths
 from mmpack.store.reader import TokenStore
@@ -54,7 +54,9 @@ def _check_store(store: Any) -> TokenStore:
 def _targets_free(paths: list[Path], overwrite: bool) -> None:
     for p in paths:
         if p.exists() and not overwrite:
-            raise StoreExistsError(f"{p} exists; pass overwrite=True (--overwrite) to replace it")
+            raise with_params(
+                StoreExistsError, f"{p} exists; pass ", Param("overwrite", True), " to replace it"
+            )
         if p.is_dir():
             raise IsADirectoryError(f"{p} is a folder; the export writes a file there")
 

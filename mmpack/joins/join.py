@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import StoreExistsError, StoreNotFoundError
+from mmpack.errors import Param, StoreExistsError, StoreNotFoundError, with_params
 from mmpack.joins.manifest import (
     JOIN_FILE,
     JOIN_FORMAT,
@@ -110,7 +110,14 @@ def join(
     if isinstance(parts, (str, bytes, os.PathLike)) or not isinstance(parts, Sequence):
         raise TypeError(f"parts must be a list of stores or paths, got {type(parts).__name__}")
     if append and overwrite:
-        raise ValueError("pass append=True or overwrite=True, not both")
+        raise with_params(
+            ValueError,
+            "pass ",
+            Param("append", True),
+            " or ",
+            Param("overwrite", True),
+            ", not both",
+        )
     if not parts and not append:
         raise ValueError("parts is empty: a join needs at least one part")
     _check_extra(extra)
@@ -122,12 +129,20 @@ def join(
     if exists and not (out / JOIN_FILE).is_file():
         raise StoreExistsError(f"{str(out)!r} exists and is not a joined store; not replacing it")
     if exists and not (append or overwrite):
-        raise StoreExistsError(
-            f"{str(out)!r} exists; pass append=True (CLI --append) to add parts or "
-            "overwrite=True (--overwrite) to replace its manifest"
+        raise with_params(
+            StoreExistsError,
+            f"{str(out)!r} exists; pass ",
+            Param("append", True),
+            " to add parts or ",
+            Param("overwrite", True),
+            " to replace its manifest",
         )
     if not exists and append:
-        raise StoreNotFoundError(f"append=True but there is no joined store at {str(out)!r}")
+        raise with_params(
+            StoreNotFoundError,
+            Param("append", True),
+            f" but there is no joined store at {str(out)!r}",
+        )
     if exists:
         _replace_manifest(out, out_abs, new, append, extra, fsync, mixed_tokenizers, remote)
     else:

@@ -9,19 +9,11 @@ writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``l
 Both write a segment with the same two helpers (:func:`_segment_layout`, :func:`_segment_tokens`:
 plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
 
-Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens, random bins of a 0.2 GB store) is
-bound by memory, not by the loops: the kernel alone takes ~2.5 us (int32) / ~3.0 us (int64)
-through its compiled entry, of which ~0.45 us is the call (10 arguments unboxed), ~0.55 us the
-chain of dependent misses ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, ~0.8 us the scattered
-token lines (~5 pieces in unrelated places) and the rest writing 4 x 2048 x 4 (or 8) bytes; on
-a bin already in cache it takes ~1.3 (int32) / ~1.5 us (int64).  Reading one token per cache
-line of every piece first, so that their misses overlap, measured no gain on warm data and was
-dropped; copying the plan arrays and offsets into transparent huge pages gained nothing either
-(the chain is cache misses, not TLB misses).  A plan that stored each piece as one record of
-(flat token start, length, document), checked against ``offsets`` after the copy, measured
--0.25 us (int64) / -0.3 us (int32) per bin: one dependent read and two arguments fewer (a plan
-format change, not made).  Same-run A/B of variants of this kernel on preallocated buffers,
-load average ~2.5-3 on the 2-core VM.
+Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens) is bound by memory, not by the
+loops: the chain of dependent reads ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, the
+scattered token lines of its pieces, and writing four rows of ``seqlen`` values; numba's
+dispatch types each of :func:`one_bin`'s ten arguments on every call.  Measured, stage by
+stage, with ``python -m benchmarks.bench_getitem --quick --profile``.
 """
 
 from __future__ import annotations

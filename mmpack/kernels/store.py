@@ -1,6 +1,5 @@
 """Kernels of the store: offsets validation for huge indexes, the build's one pass over the
-tokens (convert to the store's dtype while checking the token range), the block hash (XXH64) and
-the pass that reads where a list's numpy arrays lie in memory (:func:`array_spans`).
+tokens (convert to the store's dtype while checking the token range) and the block hash (XXH64).
 
 :func:`convert_tokens` copies ``src`` into ``out`` (the store's dtype) in strips of 4096 tokens:
 each strip is converted and range-checked without a branch per token (LLVM vectorises it), and
@@ -18,14 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["array_spans", "convert_tokens", "copy_spans", "first_decrease", "xxh64"]
+__all__ = ["convert_tokens", "first_decrease", "xxh64"]
 
 
 @njit
@@ -153,159 +149,3 @@ def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
     h *= _P3
     h ^= h >> np.uint64(32)
     return h
-
-
-# ------------------------------------------------------------------ numpy arrays' own fields
-# Offsets in 64-bit CPython objects: a list's ob_size 16 and ob_item 24 (the PyList_GET_SIZE and
-# PyList_GET_ITEM macros), and numpy's PyArrayObject_fields (numpy's ABI: the PyArray_DATA...
-# macros compiled into every extension read them there): ob_type 8, data 16, nd 24 (C int),
-# dimensions 32, strides 40, descr 56.  The caller checks them on live objects first
-# (:func:`mmpack.store.spans.layout_ok`) and never calls the kernel otherwise.
-_LIST_SIZE, _LIST_ITEMS = 16, 24
-_OB_TYPE, _DATA, _ND, _DIMS, _STRIDES, _DESCR = 8, 16, 24, 32, 40, 56
-
-
-def _word_typed(typingctx: Any, addr: Any) -> Any:
-    """The int64 stored at address ``addr`` (an int64)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        ptr = builder.inttoptr(args[0], cgutils.voidptr_t)
-        i64 = context.get_value_type(types.int64)
-        return builder.load(builder.bitcast(ptr, i64.as_pointer()))
-
-    return types.int64(types.int64), codegen
-
-
-def _int32_typed(typingctx: Any, addr: Any) -> Any:
-    """The int32 stored at address ``addr`` (an int64), as int64."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        ptr = builder.inttoptr(args[0], cgutils.voidptr_t)
-        i32 = context.get_value_type(types.int32)
-        value = builder.load(builder.bitcast(ptr, i32.as_pointer()))
-        return builder.sext(value, context.get_value_type(types.int64))
-
-    return types.int64(types.int64), codegen
-
-
-def _word_py(addr: int) -> int:
-    import ctypes
-
-    return int(ctypes.c_int64.from_address(addr).value)
-
-
-def _int32_py(addr: int) -> int:
-    import ctypes
-
-    return int(ctypes.c_int32.from_address(addr).value)
-
-
-# Kernels run as Python under NUMBA_DISABLE_JIT=1: they then read the same words with ctypes.
-_NO_JIT = bool(getattr(numba.config, "DISABLE_JIT", False))
-_word: Any = _word_py if _NO_JIT else intrinsic(_word_typed)
-_int32: Any = _int32_py if _NO_JIT else intrinsic(_int32_typed)
-
-
-# Holds the GIL (unlike every other kernel): no Python thread may reshape an array or change the
-# list while their fields are read.
-@numba.njit(cache=True, nogil=False)
-def array_spans(
-    list_addr: int,
-    type_addr: int,
-    descr_addr: int,
-    itemsize: int,
-    addrs: np.ndarray,
-    nbytes: np.ndarray,
-) -> int:
-    """The memory of each array of a list, read from the list and array objects themselves.
-
-    Parameters
-    ----------
-    list_addr : int
-        ``id()`` of a ``list`` (exactly) of ``addrs.shape[0]`` objects, held by the caller.
-    type_addr : int
-        ``id(numpy.ndarray)``: an object of another type is reported, its fields never read.
-    descr_addr : int
-        ``id()`` of the expected dtype object.
-    itemsize : int
-    addrs, nbytes : numpy.ndarray
-        int64, shape (n,): written with each array's data address and size in bytes.
-
-    Returns
-    -------
-    int
-        -1, or the index of the first object that is not a 1-D contiguous ``numpy.ndarray``
-        with that very dtype object (``addrs``/``nbytes`` are then written up to it only); 0
-        when the list does not hold ``n`` objects.
-    """
-    n = addrs.shape[0]
-    if _word(list_addr + _LIST_SIZE) != n:
-        return 0
-    items = _word(list_addr + _LIST_ITEMS)
-    for i in range(n):
-        obj = _word(items + 8 * i)
-        if _word(obj + _OB_TYPE) != type_addr or _word(obj + _DESCR) != descr_addr:
-            return i
-        if _int32(obj + _ND) != 1:
-            return i
-        size = _word(_word(obj + _DIMS))
-        if size > 1 and _word(_word(obj + _STRIDES)) != itemsize:
-            return i
-        addrs[i] = _word(obj + _DATA)
-        nbytes[i] = size * itemsize
-    return -1
-
-
-def _bytes_at_typed(typingctx: Any, addr: Any) -> Any:
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
-
-    return types.CPointer(types.uint8)(types.int64), codegen
-
-
-def _bytes_at_py(addr: int) -> int:  # NUMBA_DISABLE_JIT: numba.carray then reads via ctypes
-    import ctypes
-
-    return ctypes.cast(int(addr), ctypes.POINTER(ctypes.c_uint8))  # type: ignore[return-value]
-
-
-_bytes_at: Any = _bytes_at_py if _NO_JIT else intrinsic(_bytes_at_typed)
-
-
-# Holds the GIL, like array_spans: no Python thread frees or reshapes an array while it is read.
-@numba.njit(cache=True, nogil=False)
-def copy_spans(iov: np.ndarray, state: np.ndarray, out: np.ndarray) -> int:
-    """Copy the memory ranges ``iov`` back to back into ``out``, from where ``state`` says.
-
-    Parameters
-    ----------
-    iov : numpy.ndarray
-        int64, shape (k, 2): (address, bytes) of live memory (numpy arrays the caller holds;
-        from :func:`array_spans`).
-    state : numpy.ndarray
-        int64, shape (2,): the row and the bytes of it already copied; advanced in place.
-    out : numpy.ndarray
-        uint8, shape (m,): filled from its start.
-
-    Returns
-    -------
-    int
-        The bytes written into ``out`` (``m`` unless the ranges ran out).
-    """
-    row, skip = state[0], state[1]
-    pos = 0
-    m = out.shape[0]
-    while row < iov.shape[0] and pos < m:
-        take = min(iov[row, 1] - skip, m - pos)
-        src = numba.carray(_bytes_at(iov[row, 0] + skip), (take,))
-        dst = out[pos : pos + take]
-        for j in range(take):
-            dst[j] = src[j]
-        pos += take
-        skip += take
-        if skip == iov[row, 1]:
-            row += 1
-            skip = 0
-    state[0] = row
-    state[1] = skip
-    return pos

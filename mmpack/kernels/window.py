@@ -13,28 +13,20 @@ copy, which casts, keeps only a few in flight); with a sampled index and the who
 as source, one token per page of the window's possible flat range is read before the search
 of ``offsets``, so the page walks of both overlap.
 
-Single samples (``ds[i]``) go through :func:`one_window_at` / :func:`one_window_at_flat`, which
-take the token and offsets mappings as addresses in ``meta`` (two or one array arguments
-through the compiled entry instead of four or three; see :mod:`mmpack.kernels.entry`).  Where
-the ~2 us of :func:`one_window` go on random 2049-token windows of a 2M-document store (int64
-output, an A/B of kernel variants in one process, 2-core VM, load average ~1.5): ~0.2 us
-calling the entry, ~0.1 us the sampled-index search, ~0.37 us the search of ``offsets`` (a
-page walk and cache miss the raw copy does not pay), ~0.55 us the token misses (the raw copy
-pays them too), ~0.33 us the cast copy and ~0.34 us the positions (16 KiB written each).
-Tried and not kept (no gain measured): prefetching every line of the ``offsets`` bracket or of
-the window's possible flat range before the search, software prefetch (``llvm.prefetch``)
-instead of reading the lines, writing the positions in the copy loop or before it.
+A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few
+arguments (the scalars and the sampled index in one ``meta`` array, the row and positions in one
+output buffer, ``cu_seqlens`` at an offset of a second one, which may be the output buffer
+itself), through numba's ordinary dispatch, which types each array argument on every call
+(~40 ns each).  Its cost on random 2049-token windows: ``python -m benchmarks.bench_getitem
+--quick --profile`` (the kernel alone, the allocation, the sample's dict, against a raw slice
+copy of as many tokens).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numba
 import numpy as np
 
 from mmpack.kernels._jit import njit
-from mmpack.kernels.entry import address
 
 __all__ = [
     "INDEX_STEP",
@@ -45,8 +37,6 @@ __all__ = [
     "flat_position",
     "gather_windows",
     "one_window",
-    "one_window_at",
-    "one_window_at_flat",
     "window_ranges",
 ]
 
@@ -82,9 +72,7 @@ def _flat_tokens(offsets: np.ndarray, j: int, r: int, use_eot: int, real: int) -
 def _touch(src: np.ndarray, a: int, n: int) -> int:
     """The sum of one token per 64-byte line of ``src[a : a + n]``: reading the lines before the
     copy puts all their cache (and TLB) misses in flight together, where the copy loop, which
-    casts and stores several bytes per byte read, holds only a few (an A/B of this kernel with
-    and without the touch, in one process while writing it, on random 2049-token windows of a
-    0.2 GB store: about -0.2 us per window; the script was not kept)."""
+    casts and stores several bytes per byte read, holds only a few."""
     acc = 0
     for t in range(a, a + n, max(1, 64 // src.itemsize)):
         acc += src[t]
@@ -111,10 +99,9 @@ def _arange(dst: np.ndarray) -> None:
 INDEX_STEP = 256
 """Stride of the sampled index: ``top[k] = voff(k * INDEX_STEP)``."""
 
-META_FIELDS = 10
+META_FIELDS = 7
 """Fields at the head of :func:`one_window`'s ``meta`` (the sampled index follows them):
-``use_eot, eot, seqlen, width, total, pad_id`` then, for :func:`one_window_at`, the address and
-length of the token array and of ``offsets`` (0 where unused)."""
+``use_eot, eot, seqlen, width, total, pad_id, cu_at``."""
 
 
 @njit
@@ -239,8 +226,7 @@ def copy_window(
         # The window's flat start lies in [v - (hi - 1) * use_eot, v - lo * use_eot] (one eot
         # per document before it): read one token per page of that range plus the window
         # before searching ``offsets``, so the page walks of ``src`` overlap the search's
-        # misses instead of following them (random windows of a 2M-document store:
-        # kernel alone 2.22 -> 2.08 us, interleaved A/B of the two kernels in one process).
+        # misses instead of following them.
         a = max(0, min(v - (hi - 1) * use_eot, src.shape[0]))
         b = max(a, min(v - lo * use_eot + width, src.shape[0]))
         acc = _touch_pages(src, a, b - a)
@@ -331,17 +317,27 @@ def gather_windows(
 def one_window(
     src: np.ndarray, offsets: np.ndarray, meta: np.ndarray, v: int, out: np.ndarray, cu: np.ndarray
 ) -> int:
-    """:func:`copy_window` for a single window read straight from the whole flat array ``src``.
+    """:func:`copy_window` of the single window at virtual position ``v``, read straight from
+    the whole flat token array ``src``; returns the entries written to ``cu_seqlens``.
 
-    ``meta`` is ``[use_eot, eot, seqlen, width, total, pad_id, ...]`` (:data:`META_FIELDS`
-    fields) followed by the sampled index (``top``, possibly empty) and ``out`` (int64 or
-    int32) holds the row (``width``) then the positions (``seqlen``), then anything (the
-    caller's int32 ``cu`` may be its tail): few
-    arguments, because numba's dispatch costs ~45 ns per array argument and this is the
-    single-sample path (packing the scalars took ``ds[i]`` from 6.5 to 3.9 us in
-    ``python -m benchmarks --quick window``)."""
+    Parameters
+    ----------
+    src : ndarray, (n_tokens,)
+        The flat token array.
+    offsets : ndarray, int64, (n_docs + 1,)
+    meta : ndarray, int64, (META_FIELDS + n_top,)
+        ``[use_eot, eot, seqlen, width, total, pad_id, cu_at]`` then the sampled index
+        (``top``, possibly empty).
+    v : int
+        The window's start in the virtual stream, ``0 <= v < total``.
+    out : ndarray, int64 or int32, (>= width + seqlen,)
+        Receives the row (``width``) then the positions (``seqlen``).
+    cu : ndarray, int32, (>= cu_at + seqlen + 1,)
+        Receives ``cu_seqlens`` from ``cu[cu_at]`` on.  With int32 output the caller may pass
+        ``out`` itself with ``cu_at >= width + seqlen``: one buffer for the whole sample.
+    """
     use_eot, eot, seqlen, width = meta[0], meta[1], meta[2], meta[3]
-    total, pad_id = meta[4], meta[5]
+    total, pad_id, cu_at = meta[4], meta[5], meta[6]
     return copy_window(
         src,
         -1,
@@ -356,27 +352,5 @@ def one_window(
         pad_id,
         out[:width],
         out[width : width + seqlen],
-        cu,
+        cu[cu_at : cu_at + seqlen + 1],
     )
-
-
-@njit
-def one_window_at(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray, cu: np.ndarray) -> int:
-    """:func:`one_window` with the token and offsets arrays given as addresses in ``meta``:
-    ``meta[6:8]`` the address and length of the flat token array (of ``dtype``), ``meta[8:10]``
-    those of ``offsets`` (int64), both C-contiguous and alive for the call (the caller's
-    responsibility: :class:`mmpack.views.window.WindowDataset` holds both for its lifetime and
-    checks them before writing their addresses).  Two array arguments instead of four: ~40 ns
-    a call each through the compiled entry (:mod:`mmpack.kernels.entry`).  Compiled code only."""
-    src = numba.carray(address(meta[6]), meta[7], dtype)
-    offsets = numba.carray(address(meta[8]), meta[9], np.int64)
-    return one_window(src, offsets, meta, v, out, cu)
-
-
-@njit
-def one_window_at_flat(meta: np.ndarray, dtype: Any, v: int, out: np.ndarray) -> int:
-    """:func:`one_window_at` with ``cu`` in ``out`` itself: ``out`` (int32, the output type whose
-    cu_seqlens share the buffer) holds the row (``width``), the positions (``seqlen``) and then
-    ``cu`` (``seqlen + 1``): one array argument fewer again."""
-    cut = meta[3] + meta[2]
-    return one_window_at(meta, dtype, v, out, out[cut : cut + meta[2] + 1])

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import StoreExistsError
+from mmpack.errors import Param, StoreExistsError, with_params
 from mmpack.remote.transport import make_transport
 from mmpack.remote.upload import CHECK_BLOCK_BYTES, remote_store_exists, upload, upload_zarr
 from mmpack.store.writer import StoreWriter
@@ -61,7 +61,12 @@ class RemoteStoreWriter(StoreWriter):
     def __enter__(self) -> RemoteStoreWriter:
         try:
             if not self.overwrite and remote_store_exists(self.transport):
-                raise StoreExistsError(f"{self.url!r} exists; pass overwrite=True to replace it")
+                raise with_params(
+                    StoreExistsError,
+                    f"{self.url!r} exists; pass ",
+                    Param("overwrite", True),
+                    " to replace it",
+                )
             super().__enter__()
         except BaseException:
             shutil.rmtree(self._workdir, ignore_errors=True)

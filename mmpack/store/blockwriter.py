@@ -2,27 +2,28 @@
 
 :class:`BlockWriter` takes lists of buffers (the documents of a list of arrays, a chunk taken
 from an iterator, a full staging block) and writes each list with ``os.pwritev`` at the file's
-end on a writer thread (at most ``IOV_MAX`` buffers a call; the kernel copies them into the page
-cache, so nothing is copied in Python), or, for documents located by
-:func:`mmpack.store.spans.array_iovecs`, with libc's ``pwritev`` through ``ctypes`` from their
-addresses (:meth:`BlockWriter.submit_iovecs`: no buffer export, the GIL released during each
-call).  Whenever the written bytes complete a checksum block, a
-second thread hashes that block from the file itself (a read-only ``mmap`` of the range, pages
-already in the page cache; ``pread`` where a file cannot be mapped): the digest is of the bytes
-the file holds, whatever the pieces were.  The caller's thread only hands buffers over; at most
-one list is in flight (:meth:`submit` waits for the previous one), so a caller reusing or
-changing its buffers waits with :meth:`sync` first.  Disk space is reserved ahead
-(``fallocate(FALLOC_FL_KEEP_SIZE)``, as ``ndarray.tofile`` does: ext4 then writes a stream of
-pieces as fast as one large write).  :meth:`truncate` drops bytes from the end (a rolled back
-append): it waits for both threads first, so no hash ever maps a range being cut.  A failed
-write (a full disk, EIO) is raised by :meth:`sync` and again by every later call: the file then
-lacks bytes counted in :attr:`BlockWriter.end`, so nothing built on it may be published.
+end on a writer thread (at most ``IOV_MAX`` buffers a call, each taken through the buffer
+protocol; the kernel copies them into the page cache, so nothing is copied in Python; a strided
+array is made contiguous on the writer thread).  Whenever the written bytes complete a checksum
+block, a second thread hashes that block from the file itself (a read-only ``mmap`` of the
+range, pages already in the page cache; ``pread`` where a file cannot be mapped): the digest is
+of the bytes the file holds, whatever the pieces were.  The caller's thread only hands buffers
+over; at most one list is in flight (:meth:`BlockWriter.submit` waits for the previous one), and
+the writer holds its own references to the buffers until they are written, so a caller reusing
+or changing its buffers waits with :meth:`BlockWriter.sync` first.  Disk space is reserved
+ahead (``fallocate(FALLOC_FL_KEEP_SIZE)`` through ``ctypes``, as ``ndarray.tofile`` does: ext4
+then writes a stream of pieces as fast as one large write).  :meth:`BlockWriter.truncate` drops
+bytes from the end (a rolled back append): it waits for both threads first, so no hash ever maps
+a range being cut.  A failed write (a full disk, EIO) is raised by :meth:`BlockWriter.sync` and
+again by every later call: the file then lacks bytes counted in :attr:`BlockWriter.end`, so
+nothing built on it may be published.
 
 Cost: see :mod:`mmpack.store.tokenfile`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -48,7 +49,10 @@ class BlockWriter:
     Parameters
     ----------
     fd : int
-        The file, open for writing (written with ``pwrite``; its position is not used).
+        The file, open for writing (its position is not used).  The writer writes through its
+        own duplicate of the descriptor, closed by :meth:`close`: a write still in flight when
+        the caller closes its file (an exception between :meth:`submit` and :meth:`close`) lands
+        in this file, never in another file that reuses the descriptor's number.
     path : Path
         The same file, opened again read-only for hashing.
     checksum : {"xxh64", "crc32"}
@@ -57,11 +61,16 @@ class BlockWriter:
     """
 
     def __init__(self, fd: int, path: Path, checksum: str, block_bytes: int) -> None:
-        self.fd = fd
         self.checksum = checksum
         self.block_bytes = block_bytes
         self.end = 0  # bytes handed over: the file's length once the writer is done
+        self.fd = self._rfd = -1
         self._rfd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self.fd = os.dup(fd)  # the writer's own (non-inheritable) descriptor of the file
+        except BaseException:
+            self._close_fds()
+            raise
         self._pool: ThreadPoolExecutor | None = None
         self._hasher: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
@@ -81,39 +90,6 @@ class BlockWriter:
             self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-hash")
         offset, self.end = self.end, self.end + int(ends[-1])
         self._pending = self._pool.submit(self._write, pieces, ends, offset)
-
-    def submit_iovecs(self, iov: np.ndarray, keep: Any) -> None:
-        """Write the memory ranges ``iov`` (uint64, shape (k, 2): address, bytes) back to back
-        at :attr:`end` with ``pwritev`` through ``ctypes`` (the GIL released for each call);
-        ``keep`` (the objects owning that memory) is held until they are written."""
-        self.sync()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-write")
-            self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmpack-hash")
-        nbytes = int(iov[:, 1].sum())
-        offset, self.end = self.end, self.end + nbytes
-        self._pending = self._pool.submit(self._write_iov, iov, [keep], offset, nbytes)
-
-    def _write_iov(self, iov: np.ndarray, keep: list[Any], offset: int, nbytes: int) -> None:
-        try:
-            self._reserve(offset + nbytes)
-            for a in range(0, iov.shape[0], _IOV_MAX):
-                part = np.ascontiguousarray(iov[a : a + _IOV_MAX])
-                want = int(part[:, 1].sum())
-                done = 0
-                while done < want:
-                    n = pwritev_raw(self.fd, part, offset)
-                    done, offset = done + n, offset + n
-                    if done < want:  # a short write: drop what was written
-                        ends = np.cumsum(part[:, 1])
-                        k = int(np.searchsorted(ends, np.uint64(n), "right"))
-                        used = n - (int(ends[k - 1]) if k else 0)
-                        part = part[k:].copy()
-                        part[0, 0] += np.uint64(used)
-                        part[0, 1] -= np.uint64(used)
-                self._hash_done(offset)
-        finally:
-            keep.clear()
 
     def sync(self) -> None:
         """Wait for the list in flight (its error, e.g. a full disk, is raised here, and again
@@ -229,11 +205,15 @@ class BlockWriter:
         out = [h.result() for h in self._hashes]
         if self._allocated > 0:  # release the disk reserved past the end
             os.ftruncate(self.fd, self.end)
+            self._allocated = 0
         return out
 
     def close(self) -> None:
         """Wait for both threads (an error in flight is dropped: the caller is abandoning the
-        file or :meth:`digests` already raised it) and close the read descriptor."""
+        file or :meth:`digests` already raised it), release the disk reserved past the file's
+        end if :meth:`digests` did not, and close the writer's descriptors.  An interrupted
+        wait (``KeyboardInterrupt``) leaves the descriptors to the write still in flight: they
+        are closed when the writer object goes."""
         try:
             if self._pending is not None:
                 self._pending.exception()
@@ -244,9 +224,25 @@ class BlockWriter:
                 if pool is not None:  # idle: its thread ends by itself (no join to wait for)
                     pool.shutdown(wait=False)
             self._pool = self._hasher = None
-            if self._rfd >= 0:
-                os.close(self._rfd)
-                self._rfd = -1
+            if self._pending is None:
+                if self._allocated > 0 and self.fd >= 0:  # an abandoned file: give it back
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self.fd, os.fstat(self.fd).st_size)
+                    self._allocated = 0
+                self._close_fds()
+
+    def _close_fds(self) -> None:
+        for name in ("fd", "_rfd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
+
+    def __del__(self) -> None:
+        # An abandoned writer (never closed): no thread holds it any more, so nothing is in
+        # flight on its descriptors.
+        with contextlib.suppress(OSError):
+            self._close_fds()
 
 
 def _pwritev(fd: int, buffers: list[Any], offset: int) -> int:
@@ -257,42 +253,19 @@ def _pwritev(fd: int, buffers: list[Any], offset: int) -> int:
 
 
 @functools.cache
-def _libc_function(name: str) -> Any:
-    """libc's function ``name`` through ``ctypes`` (the symbols the interpreter already links:
+def _fallocate() -> Any:
+    """libc's ``fallocate`` through ``ctypes`` (from the symbols the interpreter already links:
     no ``ldconfig`` lookup, which spawns a process), or None where it is missing."""
     try:
-        return getattr(ctypes.CDLL(None, use_errno=True), name)
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
     except (OSError, AttributeError):
         return None
-
-
-def pwritev_raw(fd: int, iov: np.ndarray, offset: int) -> int:
-    """``pwritev(fd, iov, len(iov), offset)`` from libc (``iov``: uint64, shape (k, 2),
-    C-contiguous, k <= 1024); the bytes written (> 0).  Retries on EINTR; OSError otherwise."""
-    fn = _libc_function("pwritev")
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
-    fn.restype = ctypes.c_ssize_t
-    while True:
-        n = int(fn(fd, iov.ctypes.data, iov.shape[0], offset))
-        if n > 0:
-            return n
-        err = ctypes.get_errno()
-        if n < 0 and err == errno.EINTR:
-            continue
-        if n == 0:
-            err = errno.ENOSPC  # nothing written and no error: treat as a full disk
-        raise OSError(err, os.strerror(err))
-
-
-def pwritev_available() -> bool:
-    """Whether libc's ``pwritev`` can be called (Linux, the BSDs, macOS 11+)."""
-    return _libc_function("pwritev") is not None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def _reserve(fd: int, offset: int, length: int) -> bool:
     """``fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length)``; False where unsupported."""
-    fn = _libc_function("fallocate")
-    if fn is None:
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    return bool(fn(fd, 1, offset, length) == 0)
+    fn = _fallocate()
+    return fn is not None and bool(fn(fd, 1, offset, length) == 0)

@@ -1,41 +1,44 @@
-"""Taking documents in chunks for the writer, with as little Python work per document as the
-source allows.
+"""Taking documents in chunks for the writer, each as it was when the source gave it.
 
-From a list or tuple (which nothing can change while it is read), a chunk of 1-D integer numpy
-arrays comes back as :class:`Arrays`: the documents themselves (no copy), their lengths and
-where they lie in memory, from one pass over the list and array objects themselves
-(:func:`mmpack.store.spans.array_iovecs`: ~50 ns a document with the slicing), or, where that
-cannot be used (strided arrays, equal dtypes that are not one object), from two C-level passes
-(``set(map(type, ...))``, ``np.fromiter(map(len, ...))``: ~60 ns a document); the token file
-writes them straight to the file (:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  From
-an iterator, each array's bytes are written to a reused ``io.BytesIO`` the moment it is yielded
-(``map(buf.write, ...)``, the objects kept by ``itertools.tee`` and checked afterwards with one
-kernel pass: ~0.29 us a document in all, the generator's own cost included), so a source that
-refills and yields one array (or ``array.array``) again cannot change what was taken; an error
-of the source's own (even a ``ValueError`` or ``TypeError``, which ``write`` also raises for an
-object it refuses) propagates; the first chunk that is not all 1-D contiguous arrays of one
-dtype object comes back as a list of the copies taken when each was yielded and switches the
-source to a Python loop with a check per document (~0.35 us).  A plain
-chunk comes back flat (a view of that buffer; two buffers alternate, so the previous chunk stays
-valid while the next is taken).  Anything else (lists of ints, tensors, strided or mixed arrays)
-comes back as a list of documents, each one the writer's own copy when it came from an iterator
-(:func:`mmpack.store.tokens.snapshot_doc`).
+From a list or tuple (which nothing changes while the build reads it), a chunk of 1-D native
+integer numpy arrays comes back as :class:`Arrays`: the documents themselves (no copy) and their
+lengths, from two C-level passes (``set(map(type, ...))``, ``np.fromiter(map(len, ...))``); the
+token file checks their dtypes and writes them straight from the arrays
+(:meth:`mmpack.store.tokenfile.TokenFile.append_arrays`).  Anything else comes back as the list
+of documents, for the writer's checks (:mod:`mmpack.store.tokens`).
+
+From an iterator, each document is taken the moment it is yielded, so a source that refills one
+buffer and yields it (or a view of it) again cannot change what was taken: a 1-D numpy array of
+the chunk's integer dtype has its bytes written to a reused ``io.BytesIO`` (one buffer export and
+copy, in C); every other object is copied by :func:`mmpack.store.tokens.snapshot_doc` (numpy
+arrays and their subclasses, ``memoryview``, ctypes arrays and any other buffer-protocol object,
+lists, ``array.array``, tensors).  A chunk of plain arrays comes back flat (a view of that buffer;
+two buffers alternate, so the previous chunk stays valid while the next is taken), a mixed one as
+the list of documents.  An error the source raises propagates as it is.  The first chunk of an
+iterator holds at most :data:`FIRST_TAKE` documents: the writer sizes the later ones from the
+documents' average length so far (about a quarter of its ``buffer_tokens``), and before any is
+known its guess could take a whole corpus of long documents into one buffer.
+
+Cost per document: a list, ~60 ns of C-level checks (no copy); an iterator, one Python loop
+step with a few checks and a copy (~0.35 us with the generator's own resume).  Measured with the
+whole build: ``python -m benchmarks.bench_store``.
 """
 
 from __future__ import annotations
 
-import array
 import io
 from collections.abc import Iterable
-from itertools import islice, tee
+from itertools import islice
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from mmpack.store.spans import array_iovecs, layout_ok
 from mmpack.store.tokens import snapshot_doc
 
-__all__ = ["Arrays", "DocChunks"]
+__all__ = ["Arrays", "DocChunks", "FIRST_TAKE"]
+
+FIRST_TAKE = 16
+"""Documents in the first chunk taken from an iterator, at most."""
 
 
 class Arrays(NamedTuple):
@@ -44,8 +47,6 @@ class Arrays(NamedTuple):
 
     docs: list[np.ndarray]
     lengths: np.ndarray
-    iov: np.ndarray | None = None
-    """Where they lie in memory when known (:func:`mmpack.store.spans.array_iovecs`)."""
 
     def flat(self) -> np.ndarray | None:
         """The tokens back to back (one copy), or None unless every document is a 1-D array of
@@ -57,13 +58,11 @@ class Arrays(NamedTuple):
         return flat if flat.ndim == 1 else None
 
 
-def _c_buffer(obj: Any) -> bool:
-    """Whether ``obj`` exports a C-contiguous buffer (what ``io.BytesIO.write`` takes)."""
-    try:
-        with memoryview(obj) as view:
-            return view.c_contiguous
-    except (BufferError, TypeError, ValueError):
-        return False
+def _plain_array(doc: Any) -> bool:
+    """Whether ``doc`` is exactly a 1-D numpy array of native integers."""
+    return (
+        type(doc) is np.ndarray and doc.ndim == 1 and doc.dtype.kind in "iu" and doc.dtype.isnative
+    )
 
 
 class DocChunks:
@@ -77,7 +76,7 @@ class DocChunks:
             self._it = iter(docs)
             self._bufs = [io.BytesIO(), io.BytesIO()]
             self._flip = 0
-            self._plain = layout_ok()  # every document so far a plain array of one dtype
+            self._first = True
 
     def take(self, size: int) -> Arrays | tuple[np.ndarray, np.ndarray] | list[Any] | None:
         """The next ``size`` documents at most: :class:`Arrays` (from a list or tuple of arrays),
@@ -85,86 +84,21 @@ class DocChunks:
         when an iterator yields plain arrays of one dtype, else the list of documents; None
         when none are left."""
         if self._seq is None:
+            if self._first:
+                self._first = False
+                size = min(size, FIRST_TAKE)
             return self._take_from_iterator(size)
         chunk = self._seq[self._pos : self._pos + size]
         self._pos += len(chunk)
         if not chunk:
             return None
-        first = chunk[0]
-        if (
-            type(first) is np.ndarray
-            and first.dtype.kind in "iu"
-            and first.dtype.isnative
-            and first.ndim == 1
-        ):
-            docs = list(chunk)
-            spans = array_iovecs(docs, first.dtype)  # one pass, no Python work per document
-            if spans is not None:
-                return Arrays(docs, spans[1] // first.dtype.itemsize, spans[0])
-        if (
-            set(map(type, chunk)) == {np.ndarray}
-            and first.dtype.kind in "iu"
-            and first.dtype.isnative
-            and first.ndim == 1
-        ):
+        if _plain_array(chunk[0]) and set(map(type, chunk)) == {np.ndarray}:
             try:
                 lens = np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
             except TypeError:  # a 0-d array
                 return list(chunk)
             return Arrays(list(chunk), lens)
         return list(chunk)
-
-    def _take_plain(
-        self, buf: io.BytesIO, size: int
-    ) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
-        """:meth:`_take_from_iterator` with no Python work per document: each document's bytes
-        are written to ``buf`` the moment it is yielded (``map(buf.write, ...)``), and the
-        objects, kept by ``tee``, are checked afterwards in one pass
-        (:func:`mmpack.kernels.store.array_spans`).  The first chunk that is not all 1-D
-        contiguous arrays of one dtype object ends this path for the source: its documents
-        come back as a list, each one the copy taken when it was yielded."""
-        seen, taken = tee(islice(self._it, size))
-        sizes: list[int] = []
-        error: BaseException | None = None
-        try:
-            sizes.extend(map(buf.write, taken))
-        except (BufferError, TypeError, ValueError) as exc:  # not a buffer, or not contiguous
-            error = exc  # ... or the source's own error
-        failed = error is not None
-        docs = list(islice(seen, len(sizes) + failed))  # every object yielded, a failing one last
-        if error is not None and (len(docs) == len(sizes) or _c_buffer(docs[-1])):
-            raise error  # the source raised it, not ``buf.write``
-        if not docs:
-            return None
-        first = docs[0]
-        total = sum(sizes)
-        view = np.frombuffer(buf.getbuffer(), dtype=np.uint8, count=total)
-        if not failed and type(first) is np.ndarray and first.dtype.kind in "iu":
-            from mmpack.kernels.store import array_spans
-
-            dt = first.dtype
-            n = len(docs)
-            addrs, nbytes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-            if array_spans(id(docs), id(np.ndarray), id(dt), dt.itemsize, addrs, nbytes) < 0:
-                lens = np.array(sizes, dtype=np.int64)
-                if (nbytes == lens).all() and dt.isnative:
-                    return view.view(dt), lens // dt.itemsize
-        self._plain = False
-        out: list[Any] = []
-        pos = 0
-        for d, n in zip(docs, sizes):  # copied when yielded: rebuilt from those bytes
-            if isinstance(d, np.ndarray) and n == d.nbytes and not d.dtype.hasobject:
-                out.append(
-                    np.frombuffer(bytes(view[pos : pos + n]), dtype=d.dtype).reshape(d.shape)
-                )
-            elif isinstance(d, array.array):  # a buffer the source may refill too
-                out.append(array.array(d.typecode, bytes(view[pos : pos + n])))
-            else:
-                out.append(d if not isinstance(d, np.ndarray) else snapshot_doc(d))
-            pos += n
-        if failed:
-            out.append(snapshot_doc(docs[-1]))  # still as yielded: nothing was taken since
-        return out
 
     def _buffer(self) -> io.BytesIO:
         """The buffer of the chunk being taken (the other one may still be in use)."""
@@ -179,15 +113,13 @@ class DocChunks:
 
     def _take_from_iterator(self, size: int) -> tuple[np.ndarray, np.ndarray] | list[Any] | None:
         buf = self._buffer()
-        if self._plain:
-            return self._take_plain(buf, size)
         sizes: list[int] = []  # bytes of each document, -1: a document kept in ``others``
         others: list[Any] = []
         write, push, nd = buf.write, sizes.append, np.ndarray
         dt: np.dtype | None = None
         for d in islice(self._it, size):
             if type(d) is nd and d.ndim == 1:
-                if dt is None and d.dtype.kind in "iu":
+                if dt is None and d.dtype.kind in "iu" and d.dtype.isnative:
                     dt = d.dtype
                 if d.dtype is dt:
                     try:  # the bytes as they are now (an error: not contiguous)

@@ -61,7 +61,8 @@ def block_digest(kind: str, data: Any) -> int:
     words = raw[: raw.size // 8 * 8].view("<u8")
     if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
         words = words.astype(np.uint64)
-    return int(xxh64(raw, words, np.uint64(0)))
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
+        return int(xxh64(raw, words, np.uint64(0)))
 
 
 class BlockChecker:

@@ -19,33 +19,19 @@ place (one sequential rewrite through the same pass, at most three times a build
 token needs more bits; the rest of the array is checked first, so a rejected append never widens
 the store.
 
-Documents given as a list of arrays in the file's dtype skip the conversion pass too:
-:meth:`TokenFile.append_arrays` finds where each lies in memory with one pass over the list and
-array objects themselves (:func:`mmpack.store.spans.array_iovecs`: no Python work per document;
-documents adjacent in memory merged into one iovec) and the writer thread writes them with libc's
-``pwritev`` through ``ctypes`` (1024 iovecs a call, the GIL released): no copy in Python, and the
-caller's thread is free while the kernel copies them into the page cache.  Where that pass cannot
-be used (strided documents, equal dtypes that are not one object, an unknown object layout) two
-C-level passes check dtypes and dimensions (``set(map(attrgetter("dtype"), docs))``, the same for
-``ndim``: ~30 ns a document each) and ``os.pwritev`` writes the documents (a strided one made
-contiguous on the writer thread).  The caller waits (:meth:`TokenFile.sync`) before it returns
-to code that could change them.  Under ``direct_bytes`` in all they are copied into the staging
-block with one ``np.concatenate(..., out=, casting="no")`` per block.
+Documents given as a list of arrays in the file's dtype skip the conversion pass too
+(:meth:`TokenFile.append_arrays`): two C-level passes check their dtypes and dimensions
+(``set(map(attrgetter("dtype"), docs))``, the same for ``ndim``), then the writer thread writes
+them with ``os.pwritev`` straight from the arrays (each taken through the buffer protocol; a
+strided one made contiguous on the writer thread): no copy in Python, and the caller's thread is
+free while the kernel copies them into the page cache.  The caller waits
+(:meth:`TokenFile.sync`) before it returns to code that could change them.  Under
+``direct_bytes`` in all they are copied into the staging block with one
+``np.concatenate(..., out=, casting="no")`` per block.
 
-Documents that lie apart in memory (separately allocated arrays: more iovecs than one per 16 KiB)
-are instead copied into the staging block from their addresses by one kernel pass a block
-(:func:`mmpack.kernels.store.copy_spans`, ~35 ms for 400 MB in 430k pieces), cheaper than the
-kernel's ~100 ns per iovec, on the caller's thread, which is otherwise idle.
-
-Measured (``python -m benchmarks.bench_store --profile``, 200M uint16 tokens, 430k documents, a
-2-core VM, load 1.0): ``tofile`` 82 ms (its truncation of the previous file included); a build
-from the list: 137 ms wall, 171 CPU: the caller's thread 56 (taking the documents 19, replacing
-the previous store ~30), the writer 68, the hasher 43 (XXH64 read back through a mapping of the
-file; 34 in memory); from a generator: 222 wall, 287 CPU: the caller's thread 160 (copying each
-document as it is yielded, 109; the floor of a copy a document from Python is ~67), the writer
-70, the hasher 41.  Before (documents copied into the block with ``np.concatenate``, ~150 ns a
-document, hashed and written on one thread): ~251 ms CPU for the list, 158 of it on the caller's
-thread.  Ratios to ``tofile``: ``benchmarks/bench_store.py``.
+Measured against ``ndarray.tofile`` of the same bytes, with where a build's time goes (the
+caller's thread, the writer, the hasher): ``python -m benchmarks.bench_store [--profile]``; on a
+real tokenized corpus: ``python -m benchmarks.bench_store --stdlib``.
 """
 
 from __future__ import annotations
@@ -58,16 +44,14 @@ from typing import IO
 
 import numpy as np
 
-from mmpack.store.blockwriter import BlockWriter, pwritev_available
+from mmpack.store.blockwriter import BlockWriter
 from mmpack.store.format import smallest_token_dtype
-from mmpack.store.spans import array_iovecs
 from mmpack.store.tokens import MAX_TOKEN
 
 __all__ = ["TokenFile"]
 
 _WIDEN_STEP = 1 << 22
 _DIRECT_BYTES = 1 << 20
-_SPAN_BYTES = 16 << 10  # pieces smaller than this on average are copied, not one iovec each
 _DTYPE, _NDIM = attrgetter("dtype"), attrgetter("ndim")
 
 
@@ -150,19 +134,16 @@ class TokenFile:
             return p
         return -1
 
-    def append_arrays(
-        self, docs: list[np.ndarray], lengths: np.ndarray, iov: np.ndarray | None = None
-    ) -> bool:
+    def append_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
         """Append the tokens of ``docs`` back to back when every one is a 1-D array of the
         file's dtype whose every value is valid (an unsigned dtype no wider than the token
         rule allows); ``lengths`` (int64, shape (len(docs),)) are their lengths.  Return whether
         they were appended; on False nothing of them is (the caller converts and checks).
-        ``iov``: where they lie, from :func:`mmpack.store.spans.array_iovecs`, when known.
 
-        At least :attr:`direct_bytes` in all are written straight from the documents (their
-        dtypes and dimensions checked with two C-level passes, ``os.pwritev`` on the writer
-        thread); the caller must not change them before :meth:`sync`.  Fewer are copied into
-        the staging block with ``np.concatenate(..., out=, casting="no")``."""
+        At least :attr:`direct_bytes` in all are written straight from the documents
+        (``os.pwritev`` on the writer thread); the caller must not change them before
+        :meth:`sync`.  Fewer are copied into the staging block with
+        ``np.concatenate(..., out=, casting="no")``."""
         dt = self.dtype
         if dt.kind != "u" or int(np.iinfo(dt).max) > self.valid_max:
             return False
@@ -173,38 +154,13 @@ class TokenFile:
             return False  # nothing would check the documents
         if total * dt.itemsize < self.direct_bytes:
             return self._copy_arrays(docs, lengths)
-        raw = pwritev_available()
-        if iov is None and raw:
-            spans = array_iovecs(docs, docs[0].dtype)
-            iov = None if spans is None else spans[0]
-        if raw and iov is not None and int(iov[:, 1].sum()) == total * dt.itemsize:
-            if iov.shape[0] * _SPAN_BYTES > total * dt.itemsize:  # small pieces: copy them
-                self._copy_spans(iov)
-            else:
-                self._hand_over()
-                self._out.submit_iovecs(iov, list(docs))  # its own references: the caller's
-                # list may be cleared meanwhile, the arrays must live until written
-        else:  # another dtype object, strided documents, or no libc pwritev: check in Python
-            if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
-                return False
-            self._hand_over()
-            self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
+        if set(map(_DTYPE, docs)) != {dt} or set(map(_NDIM, docs)) != {1}:
+            return False
+        self._hand_over()
+        # The writer's own list: the arrays live until written, whatever the caller's list does.
+        self._out.submit(list(docs), np.cumsum(lengths) * dt.itemsize)
         self.num_tokens += total
         return True
-
-    def _copy_spans(self, iov: np.ndarray) -> None:
-        """Copy the memory ranges ``iov`` (uint64, shape (k, 2), from
-        :func:`mmpack.store.spans.array_iovecs`) into the staging block, one kernel pass a block
-        (:func:`mmpack.kernels.store.copy_spans`): cheaper than the kernel's per-iovec cost of
-        ``pwritev`` when documents lie apart in memory, and done on the caller's thread, which
-        has nothing else to do meanwhile."""
-        from mmpack.kernels.store import copy_spans
-
-        spans, state = iov.view(np.int64), np.zeros(2, dtype=np.int64)
-        while state[0] < spans.shape[0]:
-            self._fill += int(copy_spans(spans, state, self._buf[self._fill :]))
-            if self._fill == self.block_bytes:
-                self._hand_over()
 
     def _copy_arrays(self, docs: list[np.ndarray], lengths: np.ndarray) -> bool:
         """:meth:`append_arrays` through the staging block: one ``np.concatenate`` per block."""

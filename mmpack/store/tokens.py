@@ -69,7 +69,7 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
             "(tokenize text first, e.g. with mmpack.ingest.pipeline)"
         )
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor
-        doc = doc.detach().cpu().numpy()
+        doc = _tensor_values(doc, j)
     try:
         arr = np.asarray(doc)
     except (OverflowError, ValueError) as exc:
@@ -114,6 +114,21 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
     )
 
 
+def _tensor_values(doc: Any, j: int) -> np.ndarray:
+    """The values of tensor document ``j`` as a numpy array (detached from autograd, copied to
+    the CPU); ``ValueError`` for a tensor without data (``meta``), ``TypeError`` for one whose
+    values torch cannot give (the message names the document)."""
+    if getattr(doc, "is_meta", False):
+        raise ValueError(
+            f"document {j} is a tensor on the 'meta' device, which holds no values; "
+            "documents need their token ids"
+        )
+    try:
+        return np.asarray(doc.detach().cpu().numpy())
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+        raise TypeError(f"document {j}: cannot read the tensor's values ({exc})") from None
+
+
 def _exact_tokens(values: Any, j: int) -> np.ndarray:
     """Document ``j`` from a sequence of Python/numpy scalars, checked one by one (slow path for
     sequences numpy would misread: bools, mixed huge ints, objects)."""
@@ -153,22 +168,32 @@ CHUNK_DOCS = 1024
 
 
 def snapshot_doc(doc: Any) -> Any:
-    """A copy of a mutable document taken the moment the source yields it: a source that
-    refills one output buffer (array, tensor or list) and yields it again must not change the
-    documents already taken.  ``.copy()`` of a numpy document costs about 0.6 us (200k uint16
-    arrays of 1-900 tokens: chunking alone 0.09-0.18 s, with the copies 0.22-0.28 s); a whole
-    build of 300k such arrays is not measurably slower (``python -m benchmarks.trust_costs
-    build``: 2.57-3.87 s against 3.13-3.93 s before, runs alternated on a loaded 2-core VM)."""
+    """A copy of a mutable document, taken the moment the source yields it: a source that
+    refills one output buffer (an array, a tensor, a list, or any object exporting a buffer:
+    ``memoryview``, ctypes arrays...) and yields it, or a view of it, again must not change the
+    documents already taken.  Immutable documents (``bytes``, ``str``, tuples, numpy scalars)
+    and tensors without data (``meta``) are returned as they are; so is an object numpy cannot
+    read (the writer refuses it as it would refuse the original).  O(n): one copy."""
     t = type(doc)
     if t is np.ndarray or t is list:
         return doc.copy()
+    if t is tuple or t is bytes or t is str or isinstance(doc, np.generic):
+        return doc
     if isinstance(doc, array.array):  # a reused array.array: its slice is a copy
         return doc[:]
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor: shares its storage
-        return doc.detach().cpu().clone()
-    if isinstance(doc, (np.ndarray, list)):  # subclasses (np.memmap)
-        return np.array(doc) if isinstance(doc, np.ndarray) else list(doc)
-    return doc
+        return doc if getattr(doc, "is_meta", False) else doc.detach().cpu().clone()
+    if isinstance(doc, np.ndarray):  # subclasses (np.memmap)
+        return np.array(doc)
+    if isinstance(doc, list):
+        return list(doc)
+    if isinstance(doc, bytearray):  # refused by the writer, under its own name
+        return bytearray(doc)
+    try:
+        with memoryview(doc) as view:
+            return np.array(view)  # a copy with the view's item type and shape
+    except (TypeError, ValueError, NotImplementedError):  # not a buffer, or one numpy cannot read
+        return doc
 
 
 def plain_lengths(chunk: list[Any]) -> np.ndarray | None:
@@ -195,8 +220,8 @@ def concat_plain(docs: list[Any], total: int) -> np.ndarray | None:
     through float64)."""
     try:
         flat = np.concatenate(docs)
-    except (TypeError, ValueError, OverflowError):
-        return None
+    except (TypeError, ValueError, OverflowError, RuntimeError, NotImplementedError):
+        return None  # e.g. a tensor numpy cannot read: the writer's checks name the document
     if (
         flat.ndim != 1
         or flat.size != total

@@ -272,15 +272,18 @@ class StoreWriter:
     def add_many(self, docs: Iterable[Any]) -> None:
         """Append every document of ``docs``.
 
-        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`): a list of
-        arrays in the store's dtype is copied straight into the checksum block; numpy arrays of
-        one integer dtype otherwise become one flat buffer (copied as each is yielded, so a source that
-        reuses its output buffer cannot change what was taken), lists of Python ints one
+        Documents are taken in chunks (:class:`~mmpack.store.gather.DocChunks`), each as it
+        was when the source gave it (from an iterator, a copy taken when it is yielded): a list
+        of arrays in the store's dtype is written straight from the arrays; numpy arrays of one
+        integer dtype otherwise become one flat buffer, lists of Python ints one
         ``np.concatenate``; a chunk is converted, checked and appended in one pass, with no
         Python work per document.  Anything else (strings, lists holding bools or floats,
-        scalars, mixed dtypes) goes document by document through the exact checks.  The first
-        bad document raises, naming it: the documents before it are added, it and the documents
-        after it in ``docs`` are not (the error gives its index, ``len`` of the store so far)."""
+        scalars, mixed dtypes, tensors numpy cannot read: one that requires grad, a ``meta``
+        one) goes document by document through the exact checks
+        (:func:`~mmpack.store.tokens.as_token_array`), the same for a list and a generator.  The
+        first bad document raises, naming it: the documents before it are added, it and the
+        documents after it in ``docs`` are not (the error gives its index, ``len`` of the store
+        so far)."""
         source = DocChunks(docs)
         try:
             while True:
@@ -291,7 +294,7 @@ class StoreWriter:
                 if got is None:
                     return
                 if isinstance(got, Arrays):
-                    if self._tokens.append_arrays(got.docs, got.lengths, got.iov):
+                    if self._tokens.append_arrays(got.docs, got.lengths):
                         self._add_offsets(got.lengths)  # written straight from the documents
                         continue
                     joined = got.flat()

@@ -89,19 +89,20 @@ class MegatronGPTDataset:
     pad_id : int
         The pad id ``GPTDataset`` uses: the tokenizer's ``pad``, or -1 when it has none or when
         it equals its ``eod``/``eos`` (megatron-core then falls back to -1).
-    eod : int, optional
-        The tokenizer's ``eod``, needed by the three options below.
+    eot : int, optional
+        The tokenizer's end-of-document id (what Megatron calls ``eod``), needed by the three
+        options below.
     reset_position_ids, reset_attention_mask, eod_mask_loss : bool
         As megatron-core's options of those names.
     cache : bool
         Keep the order in the store's cache folder (see
         :func:`~mmpack.formats.megatron_order.cached_order`).
 
+    Notes
+    -----
     Each sample is a dict of numpy arrays of length ``seqlen``: ``input_ids``, ``labels``,
     ``position_ids`` (int64), ``loss_mask`` (float32) and ``cu_seqlens`` (int32).
 
-    Notes
-    -----
     To continue a Megatron run from its checkpoint's ``consumed_train_samples`` (``c``), resume
     a non-shuffling sampler at position ``c``: with ``s = ResumableSampler(len(ds),
     shuffle=False)``, ``s.load_state_dict({**s.state_dict(), "position": c})`` (a state of world
@@ -124,7 +125,7 @@ class MegatronGPTDataset:
         add_extra_token: bool = True,
         drop_last_partial_validation_sequence: bool = True,
         pad_id: int = _PAD_TOKEN_ID,
-        eod: int | None = None,
+        eot: int | None = None,
         reset_position_ids: bool = False,
         reset_attention_mask: bool = False,
         eod_mask_loss: bool = False,
@@ -139,13 +140,13 @@ class MegatronGPTDataset:
             raise ValueError("give split= or sequences=, not both")
         self.split = split
         self.pad_id = check_token_id(pad_id, "pad_id")
-        self.eod = None if eod is None else check_token_id(eod, "eod")
+        self.eot = None if eot is None else check_token_id(eot, "eot")
         self.reset_position_ids = check_bool(reset_position_ids, "reset_position_ids")
         self.reset_attention_mask = check_bool(reset_attention_mask, "reset_attention_mask")
         self.eod_mask_loss = check_bool(eod_mask_loss, "eod_mask_loss")
-        if self.eod is None and (reset_position_ids or reset_attention_mask or eod_mask_loss):
+        if self.eot is None and (reset_position_ids or reset_attention_mask or eod_mask_loss):
             raise ValueError(
-                "reset_position_ids, reset_attention_mask and eod_mask_loss need eod= "
+                "reset_position_ids, reset_attention_mask and eod_mask_loss need eot= "
                 "(the tokenizer's end-of-document id)"
             )
         self.cache = check_bool(cache, "cache")
@@ -177,7 +178,7 @@ class MegatronGPTDataset:
         self.width = self.seqlen + self.extra
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("store", "seqlen", "index_split", "split", "pad_id", "eod", "cache", "_options")
+        keep = ("store", "seqlen", "index_split", "split", "pad_id", "eot", "cache", "_options")
         state = {k: self.__dict__[k] for k in keep}
         state.update(
             {k: self.__dict__[k] for k in self.__dict__ if k.startswith(("reset_", "eod_"))}
@@ -252,7 +253,7 @@ class MegatronGPTDataset:
             labels[:, :-1] = rows[:, 1:]
             labels[:, -1] = pad
         loss_mask = np.ones((k, n), dtype=np.float32)
-        eods = tokens == self.eod if self.eod is not None else None
+        eods = tokens == self.eot if self.eot is not None else None
         if self.eod_mask_loss and eods is not None:
             loss_mask[eods] = 0.0
         positions = np.broadcast_to(np.arange(n, dtype=np.int64), (k, n))

@@ -40,10 +40,11 @@ differ in length between rows, so collate with :func:`mmpack.torch.collate.colla
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
 from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
-uniform draw per token.  A single ``ds[i]`` (one compiled ``one_bin`` call into one buffer)
-takes ~4.4 us int64 / ~3.9 us int32 against a 1.0 us random 2048-token slice copy (~4.4x /
-~3.8x; ``python -m benchmarks.bench_getitem --quick --profile``): ~1.35 us of Python objects,
-the writes, and ~1.5 us of dependent and scattered cache misses (:mod:`mmpack.kernels.packed_rows`).
+uniform draw per token.  A single ``ds[i]`` is one ordinary call of
+:func:`~mmpack.kernels.packed_rows.one_bin` into one new buffer (ids, positions, labels,
+attention mask; with int32 output ``cu_seqlens`` too, else a second, int32, buffer) and the
+sample's views of it; measured against a raw 2048-token slice copy, with where the time goes:
+``python -m benchmarks.bench_getitem --quick --profile``.
 
 Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
 cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
@@ -60,7 +61,6 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import EpochIndex, check_index, check_indices, check_seed, index_epochs
 from mmpack.errors import FormatError
-from mmpack.kernels.entry import entry_point
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
@@ -273,11 +273,7 @@ class PackedDataset:
         self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
-        kernel = one_bin  # its compiled code for the types __getitem__ passes (memmap backend)
-        if self._src is not None:
-            example = (self._src, 0, self._params, np.empty(1, self.dtype), np.empty(1, _INT32))
-            kernel = entry_point(one_bin, *arrays, *example)
-        self._fast = (kernel, *arrays, self._src, self._params, self.dtype, self._cold)
+        self._fast = (*arrays, self._src, self._params, self.dtype, self._cold)
         q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
         views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
         cu_at = int(self._params[5])
@@ -340,9 +336,7 @@ class PackedDataset:
         b = i if type(i) is int and 0 <= i < n else None
         if b is None:  # (the epoch, which only MLM reads, is looked up when needed)
             b = int(i) if isinstance(i, EpochIndex) and 0 <= i < n else check_index(i, n)
-        kernel, bin_ptr, piece_doc, piece_start, piece_len, offsets, src, params, dtype, cold = (
-            self._fast
-        )
+        bin_ptr, piece_doc, piece_start, piece_len, offsets, src, params, dtype, cold = self._fast
         if src is None:
             return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
@@ -351,7 +345,7 @@ class PackedDataset:
         buflen, one_buf, cu_cols, cu_at, ids, lab, pos, att = self._layout
         out = np.empty(buflen, dtype)
         cu = out if one_buf else np.empty(cu_cols, _INT32)  # cu_seqlens at cu[cu_at:]
-        n_seg, longest = kernel(  # one_bin
+        n_seg, longest = one_bin(
             bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
@@ -367,7 +361,7 @@ class PackedDataset:
             "position_ids": out[pos],
             "attention_mask": out[att],
             "cu_seqlens": cu[cu_at : cu_at + n_seg + 1],
-            "max_seqlen": longest,
+            "max_seqlen": int(longest),  # an int also where numba does not compile
         }
 
     def __getitems__(self, indices: Any) -> SampleBatch:

@@ -13,20 +13,13 @@ Worked example (the window question of the project's seed, ``sharded.py``): docu
 
 Cost: O(log n_docs) per window to find its first document (binary search over the mapped
 ``offsets``), then a copy in a numba kernel that inserts the eot tokens on the fly; a batch is
-one kernel call into preallocated arrays (see ``benchmarks/`` for the measured ratios against a
-raw memory copy).  A single ``ds[i]`` (an int or an ``EpochIndex``) skips the general checks,
-calls the compiled entry (:mod:`mmpack.kernels.entry`) of a kernel that takes the token and
-offsets mappings as addresses in ``meta`` (:mod:`mmpack.views.window_single`), with int32
-output writes the whole sample (cu_seqlens included) into one buffer, and slices it with slice
-objects built once; the cold-data check is one C-level call.  On random 2049-token windows,
-``python -m benchmarks.bench_getitem --quick --profile`` (2-core VM, load average 2.9-3.0):
-int64 3.26 us against 1.04 us for ``raw[s:s+2049].copy()`` on 200k C4-like documents (3.14x;
-2M documents 2.99x), int32 2.76x and 2.70x (before these changes, an A/B in one process
-whose script was not kept: int64 3.12-3.24x, int32 2.89-3.02x).  Where an int64 call goes (``--profile``, 2M
-documents): the kernel on preallocated buffers 2.1 us (the ``offsets`` search ~0.37 us, the
-token misses ~0.55 us, writing 32 KiB of row and positions ~0.65 us; see
-:mod:`mmpack.kernels.window`), the two allocations +0.66 us (each ``np.empty`` plus its free
-costs ~0.3 us next to the kernel, ~0.14 us alone), the dict of views +0.52 us.
+one kernel call into preallocated arrays.  A single ``ds[i]`` (an int or an ``EpochIndex``)
+skips the general checks and makes one ordinary call of
+:func:`~mmpack.kernels.window.one_window` on the token and offsets mappings into one new buffer
+(row and positions; with int32 output ``cu_seqlens`` too, else a second, int32, buffer), then
+slices the sample out of it with slice objects built once; the cold-data check is one C-level
+call.  Measured against ``raw[s:s+2049].copy()`` of as many tokens, with where the time goes:
+``python -m benchmarks.bench_getitem --quick --profile``.
 """
 
 from __future__ import annotations
@@ -51,6 +44,7 @@ from mmpack.kernels.window import (
     find_doc,
     flat_position,
     gather_windows,
+    one_window,
     window_ranges,
 )
 from mmpack.store.reader import TokenStore, open_store
@@ -58,7 +52,6 @@ from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.readahead import ColdReads, flat_start
-from mmpack.views.window_single import single_kernel
 from mmpack.views.window_stats import WindowStats
 
 __all__ = ["WindowDataset", "output_dtype"]
@@ -197,32 +190,27 @@ class WindowDataset:
         n_top = 0
         if self.sampled_index and len(self.store):
             n_top = (len(self.store) - 1) // INDEX_STEP + 1
-        # One array of one_window's scalars then the sampled index (empty without one): one
-        # kernel argument fewer on the single-sample path.
+        # one_window's scalars then the sampled index, in one array (one argument).
         self._meta = np.empty(META_FIELDS + n_top, dtype=np.int64)
-        scalars = [self._use_eot, self._eot, self.seqlen, self.width, self.total, self.pad_id]
-        self._meta[:META_FIELDS] = scalars + [0] * (META_FIELDS - len(scalars))
         self._top = self._meta[META_FIELDS:]
         if n_top:
             fill_sampled_index(self._offsets, self._use_eot, self._top)
         # The single-sample buffer: the row (width), the positions (seqlen), and with int32
-        # output the cu_seqlens too (seqlen + 1): one allocation, one kernel argument fewer.
-        # With int64 output cu_seqlens is a second int32 array (a view of an int64 buffer as
-        # int32 costs more than it: ndarray.view ~250 ns, np.empty ~150 ns).
+        # output the cu_seqlens too (seqlen + 1): one allocation.  With int64 output
+        # cu_seqlens is a second, int32, array.
         self._one_buffer = self.dtype == np.int32
         self._buflen = self.width + self.seqlen + (self.seqlen + 1) * int(self._one_buffer)
+        cu_at = self.width + self.seqlen if self._one_buffer else 0
+        scalars = [self._use_eot, self._eot, self.seqlen, self.width, self.total, self.pad_id]
+        self._meta[:META_FIELDS] = [*scalars, cu_at]
         self._last_full = last = self.total - self.width  # windows after it have -100 labels
-        kernel = None  # memmap backend: the compiled entry of one_window_at(_flat)
-        if self._src is not None:
-            kernel = single_kernel(self._src, self._offsets, self._meta, self.dtype)
         # What ds[i] reads, in one tuple (unpacking it is faster than attribute lookups), with
-        # the sample's views as slice objects built once (~15 ns a view saved).
+        # the sample's views as slice objects built once.
         w, sl = self.width, self.seqlen
         labels = slice(1, w) if self.labels else None
-        buf = (self.dtype, self._buflen, self._one_buffer, w + sl, sl + 1)
+        buf = (self.dtype, self._buflen, self._one_buffer, cu_at, sl + 1)
         layout = (*buf, slice(sl), slice(w, w + sl), labels)
-        sdt = None if self._src is None else self._src.dtype
-        self._fast = (kernel, self._meta, sdt, self.stride, last, self._cold, layout)
+        self._fast = (self._src, self._offsets, self._meta, self.stride, last, self._cold, layout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -274,19 +262,19 @@ class WindowDataset:
         n = self._len
         if not ((type(i) is int or isinstance(i, EpochIndex)) and 0 <= i < n):
             i = check_index(i, n)
-        kernel, meta, src_dtype, stride, last_full, cold, layout = self._fast
+        src, offsets, meta, stride, last_full, cold, layout = self._fast
         dtype, buflen, one_buf, cu_at, cu_len, ids, pos, labels = layout
-        if kernel is None:
+        if src is None:
             return self._gather(np.array([i], dtype=np.int64))[0]
         v = i * stride  # a plain int, also for an EpochIndex
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(v)
         out = np.empty(buflen, dtype)  # the row, the positions (, cu_seqlens)
         if one_buf:
-            cu = out[cu_at : cu_at + kernel(meta, src_dtype, v, out)]  # one_window_at_flat
+            cu = out[cu_at : cu_at + one_window(src, offsets, meta, v, out, out)]
         else:
             cu = np.empty(cu_len, _INT32)
-            cu = cu[: kernel(meta, src_dtype, v, out, cu)]  # one_window_at
+            cu = cu[: one_window(src, offsets, meta, v, out, cu)]
         if labels is None:
             return {"input_ids": out[ids], "position_ids": out[pos], "cu_seqlens": cu}
         return {
