@@ -381,13 +381,14 @@ class FakeStore:
         self.path = path
         self.cache_dir = Path(path) / "cache"
         self.doc_lens = np.asarray(lens, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.doc_lens)]).astype(np.int64)
         self.fingerprint = fingerprint
 
 
 def same_plan(a, b):
     return all(
         np.array_equal(getattr(a, n), getattr(b, n))
-        for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len")
+        for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc")
     ) and (a.seqlen, a.add_eot, a.long_docs, a.algorithm, a.lookahead, a.stats) == (
         b.seqlen,
         b.add_eot,

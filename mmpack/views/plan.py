@@ -51,7 +51,6 @@ The plan's file format and the cache of plans in a store's cache folder
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +60,7 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm, p
 from mmpack.core.validation import check_index, check_region_tokens
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
+from mmpack.views.plan_stats import COUNTED, PackingStats, stats_of
 from mmpack.views.region_cuts import region_edges, whole_store_edges
 
 __all__ = [
@@ -68,12 +68,11 @@ __all__ = [
     "DEFAULT_LOOKAHEAD",
     "LONG_DOCS",
     "PackingPlan",
-    "PackingStats",
     "build_plan",
     "check_add_eot",
     "check_params",
-    "merge_stats",
     "pack_regions",
+    "plan_of_offsets",
 ]
 
 ALGORITHMS = tuple(sorted(m.value for m in PackingAlgorithm))
@@ -90,36 +89,6 @@ _LONG_CODES: dict[str, int] = {
 
 
 # --------------------------------------------------------------------------------- types
-@dataclass(frozen=True)
-class PackingStats:
-    """What a plan achieved.  Tokens count the eot tokens placed; ``lower_bound_bins`` is
-    ``ceil(n_tokens / seqlen)``, the fewest bins any packing of the placed tokens could use
-    (over all regions together); ``n_regions`` counts the regions packed (1 for the whole
-    store, 0 without documents)."""
-
-    seqlen: int
-    n_docs: int
-    n_bins: int
-    n_pieces: int
-    n_tokens: int
-    padding_tokens: int
-    efficiency: float
-    lower_bound_bins: int
-    excess_bins: float
-    n_empty: int
-    n_long: int
-    n_split: int
-    n_truncated: int
-    n_dropped: int
-    lost_tokens: int
-    frac_long: float
-    frac_split: float
-    n_regions: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 @dataclass(frozen=True, eq=False)
 class PackingPlan:
     """Bins of document pieces, CSR-style.
@@ -281,17 +250,43 @@ def build_plan(
     PackingPlan
         A pure function of the arguments (same input, identical arrays).
     """
+    lens = _check_doc_lens(doc_lens)
+    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return plan_of_offsets(
+        offsets,
+        seqlen,
+        add_eot=add_eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        region_tokens=region_tokens,
+    )
+
+
+def plan_of_offsets(
+    offsets: np.ndarray,
+    seqlen: int,
+    *,
+    add_eot: bool,
+    long_docs: str = "split",
+    algorithm: str = "bfd",
+    lookahead: int = DEFAULT_LOOKAHEAD,
+    region_tokens: int | str | None = None,
+) -> PackingPlan:
+    """:func:`build_plan` of the documents of a store's ``offsets`` (int64, shape (n_docs + 1,),
+    ``offsets[0] == 0``, non-decreasing; e.g. memory-mapped).  Region by region, the lengths of
+    one region at a time: besides the plan it returns, the memory held is one region's lengths
+    and packing state (the whole store's with ``region_tokens=None``)."""
     add_eot = check_add_eot(add_eot)
     seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
     region_tokens = check_region_tokens(region_tokens, seqlen)
-    lens = _check_doc_lens(doc_lens)
+    n_docs = int(offsets.shape[0]) - 1
     if region_tokens is None:
-        edges = whole_store_edges(lens.shape[0])
+        edges = whole_store_edges(n_docs)
     else:
-        offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lens, out=offsets[1:])
         edges = region_edges(offsets, region_tokens)
-    return _pack(lens, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
+    return _pack(offsets, 0, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
 
 
 def pack_regions(
@@ -331,11 +326,24 @@ def pack_regions(
             f"edges must be strictly increasing document indices >= 0 spanning the "
             f"{lens.shape[0]} lengths given, got {edges!r}"
         )
-    return _pack(lens, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
+    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    first = int(edges[0])
+    return _pack(
+        offsets, first, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens
+    )
+
+
+def _region_lens(offsets: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Lengths of documents ``[a, b)`` of ``offsets`` (read-only int64: one kernel signature)."""
+    lens = np.diff(np.asarray(offsets[a : b + 1], dtype=np.int64))
+    lens.flags.writeable = False
+    return lens
 
 
 def _pack(
-    lens: np.ndarray,
+    offsets: np.ndarray,
+    base: int,
     edges: np.ndarray,
     seqlen: int,
     add_eot: bool,
@@ -344,17 +352,21 @@ def _pack(
     lookahead: int,
     region_tokens: int | None,
 ) -> PackingPlan:
-    """:func:`pack_regions` on checked arguments: one pass of ``item_sizes`` per region (each
-    region its own universe of sizes), then each region's placement written into its slice of
-    the plan arrays, its bins and documents shifted to the plan's numbering."""
-    e, mode, first = int(add_eot), _LONG_CODES[long_docs], int(edges[0])
+    """Pack the regions ``edges`` (store numbering) of the documents of ``offsets`` (entry ``j``
+    is document ``base + j``'s start) on checked arguments, two passes over the regions: the
+    first counts each region's items (``item_sizes``, each region its own universe of sizes) to
+    size the plan arrays, the second recomputes them and writes each region's placement into
+    its slice of the plan, its bins and documents shifted to the plan's numbering.  One
+    region's lengths and sizes are held at a time."""
+    e, mode = int(add_eot), _LONG_CODES[long_docs]
     n_reg = edges.shape[0] - 1
-    local = edges - first
-    rem_occ = np.empty(lens.shape[0], dtype=np.int32)
+    local = edges - base
+    widest = int(np.diff(local).max(initial=0))
+    rem_occ = np.empty(widest, dtype=np.int32)
     counts = np.zeros((max(n_reg, 1), _k.N_STATS), dtype=np.int64)  # row 0 of no region: zeros
     for r in range(n_reg):
         a, b = int(local[r]), int(local[r + 1])
-        _k.item_sizes(lens[a:b], seqlen, e, mode, rem_occ[a:b], counts[r])
+        _k.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
     items = counts[:, _k.ST_FULL_PIECES] + counts[:, _k.ST_PLACED_DOCS]
     n_items = int(items.sum())
     bin_ptr = np.zeros(n_items + 1, dtype=np.int64)
@@ -363,26 +375,35 @@ def _pack(
     piece_len = np.empty(n_items, dtype=np.int32)
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
     window = 1 if algorithm == PackingAlgorithm.NEXTFIT else lookahead
+    scratch = np.zeros(_k.N_STATS, dtype=np.int64)
     nb = p = 0
     for r in range(n_reg):
         a, b, m = int(local[r]), int(local[r + 1]), int(items[r])
-        out = (bin_ptr[nb : nb + m + 1], piece_doc[p : p + m], piece_start[p : p + m])
-        out += (piece_len[p : p + m],)
+        lens, occ = _region_lens(offsets, a, b), rem_occ[: b - a]
+        if n_reg > 1:  # the first pass's sizes are those of the last region only
+            _k.item_sizes(lens, seqlen, e, mode, occ, scratch)
+        out = (
+            bin_ptr[nb : nb + m + 1],
+            piece_doc[p : p + m],
+            piece_start[p : p + m],
+            piece_len[p : p + m],
+        )
         univ = int(counts[r, _k.ST_UNIVERSE])
         if algorithm == PackingAlgorithm.BFD:
-            k = _k.bfd(lens[a:b], rem_occ[a:b], seqlen, e, mode, *out, univ=univ)
+            k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
         else:
-            k = _k.stream(lens[a:b], rem_occ[a:b], seqlen, e, mode, window, *out, univ=univ)
+            k = _k.stream(lens, occ, seqlen, e, mode, window, *out, univ=univ)
         bin_ptr[nb : nb + k + 1] += p
-        piece_doc[p : p + m] += first + a
+        piece_doc[p : p + m] += base + a
         nb, p = nb + k, p + m
         region_bin[r + 1] = nb
     bin_ptr = bin_ptr[: nb + 1].copy() if nb + 1 < bin_ptr.shape[0] else bin_ptr
     arrays = (bin_ptr, piece_doc, piece_start, piece_len, region_bin, edges.copy())
     for arr in arrays:
         arr.flags.writeable = False
-    sums = {name: int(counts[:, slot].sum()) for name, slot in _COUNTED.items()}
-    sums |= {"n_docs": lens.shape[0], "n_bins": nb, "n_pieces": n_items, "n_regions": n_reg}
+    sums = {name: int(counts[:, slot].sum()) for name, slot in COUNTED.items()}
+    sums |= {"n_docs": int(local[-1] - local[0]), "n_bins": nb, "n_pieces": n_items}
+    sums["n_regions"] = n_reg
     return PackingPlan(
         *arrays,
         seqlen=seqlen,
@@ -391,7 +412,7 @@ def _pack(
         algorithm=algorithm,
         lookahead=lookahead if algorithm == PackingAlgorithm.ONLINE else None,
         region_tokens=region_tokens,
-        stats=_stats_of(sums, seqlen),
+        stats=stats_of(sums, seqlen),
     )
 
 
@@ -411,53 +432,6 @@ def _check_doc_lens(doc_lens: Any) -> np.ndarray:
             f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
         )
     return lens
-
-
-_COUNTED = {
-    "n_tokens": _k.ST_TOKENS,
-    "n_empty": _k.ST_EMPTY,
-    "n_long": _k.ST_LONG,
-    "n_split": _k.ST_SPLIT,
-    "n_truncated": _k.ST_TRUNCATED,
-    "n_dropped": _k.ST_DROPPED,
-    "lost_tokens": _k.ST_LOST_TOKENS,
-}
-"""The statistics that are counts of ``item_sizes``, and their slots."""
-
-_SUMMED = ("n_docs", "n_bins", "n_pieces", *_COUNTED, "n_regions")
-"""The statistics that add up over regions; the others derive from them."""
-
-
-def merge_stats(parts: list[PackingStats], seqlen: int) -> PackingStats:
-    """The statistics of a plan joined from parts (consecutive regions): counts added, the
-    ratios and the lower bound recomputed from the sums (equal to those of one plan built
-    over all the regions)."""
-    return _stats_of({name: sum(getattr(s, name) for s in parts) for name in _SUMMED}, seqlen)
-
-
-def _stats_of(sums: dict[str, int], seqlen: int) -> PackingStats:
-    tokens, n_bins, n_docs = sums["n_tokens"], sums["n_bins"], sums["n_docs"]
-    lower = -(-tokens // seqlen)
-    return PackingStats(
-        seqlen=seqlen,
-        n_docs=n_docs,
-        n_bins=n_bins,
-        n_pieces=sums["n_pieces"],
-        n_tokens=tokens,
-        padding_tokens=n_bins * seqlen - tokens,
-        efficiency=tokens / (n_bins * seqlen) if n_bins else 1.0,
-        lower_bound_bins=lower,
-        excess_bins=n_bins / lower - 1.0 if lower else 0.0,
-        n_empty=sums["n_empty"],
-        n_long=sums["n_long"],
-        n_split=sums["n_split"],
-        n_truncated=sums["n_truncated"],
-        n_dropped=sums["n_dropped"],
-        lost_tokens=sums["lost_tokens"],
-        frac_long=sums["n_long"] / n_docs if n_docs else 0.0,
-        frac_split=sums["n_split"] / n_docs if n_docs else 0.0,
-        n_regions=sums["n_regions"],
-    )
 
 
 def check_add_eot(add_eot: Any) -> bool:

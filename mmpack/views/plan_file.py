@@ -46,11 +46,11 @@ from mmpack.store.integrity import block_digest
 from mmpack.views.plan import (
     ALGORITHMS,
     PackingPlan,
-    PackingStats,
-    build_plan,
     check_add_eot,
     check_params,
+    plan_of_offsets,
 )
+from mmpack.views.plan_stats import PackingStats
 
 __all__ = [
     "ARRAYS",
@@ -370,7 +370,8 @@ def cached_plan(
     region_tokens: int | str | None = None,
     cache: bool = True,
 ) -> PackingPlan:
-    """:func:`build_plan` over ``store.doc_lens``, kept in ``<store>/cache/plan-<key>.mmplan``.
+    """:func:`~mmpack.views.plan.plan_of_offsets` over ``store.offsets`` (one region's lengths in
+    memory at a time), kept in ``<store>/cache/plan-<key>.mmplan``.
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
@@ -395,8 +396,8 @@ def cached_plan(
             warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
         except OSError:
             pass
-    plan = build_plan(
-        store.doc_lens,
+    plan = plan_of_offsets(
+        store.offsets,
         seqlen,
         add_eot=add_eot,
         long_docs=long_docs,

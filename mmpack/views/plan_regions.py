@@ -19,7 +19,7 @@ over the store's offsets, reads the offsets of those documents only, packs them
 plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
 the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces
 and to its ``region_bin`` the bins of the parts before it, in chunks of
-:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan.merge_stats`);
+:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan_stats.merge_stats`);
 the digests are computed over the written file (:func:`~mmpack.views.plan_file.write_plan_file`).
 The result is byte for byte the file :func:`~mmpack.views.plan_file.cached_plan` writes for the
 same parameters (tested), in the same place, so a :class:`~mmpack.views.packed.PackedDataset`
@@ -46,7 +46,7 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.core.validation import check_int_range
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.views.plan import PackingPlan, merge_stats, pack_regions
+from mmpack.views.plan import PackingPlan, pack_regions
 from mmpack.views.plan_file import (
     ARRAYS,
     load_plan,
@@ -56,12 +56,13 @@ from mmpack.views.plan_file import (
     save_plan,
     write_plan_file,
 )
+from mmpack.views.plan_stats import merge_stats
 from mmpack.views.region_cuts import n_region_slots, region_edges
 
 __all__ = [
     "JOIN_CHUNK",
-    "TASK_TOKENS",
     "Runner",
+    "TASK_TOKENS",
     "build_part",
     "build_plan_in_parts",
     "join_parts",
@@ -143,7 +144,7 @@ def join_parts(
     for name in ("bin_ptr", "region_bin", "region_doc"):  # CSR: one end entry for all
         shapes[name] -= len(parts) - 1
     bases = {"bin_ptr": "piece_doc", "region_bin": "bin_ptr"}  # what each CSR array counts
-    dtypes = dict(ARRAYS)
+    dtypes: dict[str, np.dtype] = dict(ARRAYS)
 
     def fill(name: str, f: BinaryIO) -> None:
         base = 0

@@ -9,13 +9,19 @@ empty slots are not regions.  The edge of slot ``k`` is the first document start
 ``k * R``: one binary search over the offsets, O(log n) per cut, so the edges of slots
 ``[lo, hi)`` cost O((hi - lo) log n) and read only the offsets those searches touch (a
 memory-mapped store's offsets are never read whole).
+
+Blocks (:func:`region_blocks`).  The bins of a region hold documents from anywhere in it, so the
+smallest set of bins that reads one contiguous span of the store is a region; a block is a run
+of whole consecutive regions: regions are taken left to right into the current block while its
+span stays within ``block_bytes``; a region larger than ``block_bytes`` is a block of its own.
+Adjacent regions read adjacent spans, so a block reads one contiguous span.  O(n_regions).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["n_region_slots", "region_edges", "whole_store_edges"]
+__all__ = ["n_region_slots", "region_blocks", "region_edges", "whole_store_edges"]
 
 
 def n_region_slots(num_tokens: int, region_tokens: int) -> int:
@@ -65,3 +71,45 @@ def region_edges(
     keep = np.ones(edges.shape[0], dtype=bool)
     keep[1:] = edges[1:] > edges[:-1]
     return edges[keep]
+
+
+def region_blocks(
+    region_bin: np.ndarray,
+    region_doc: np.ndarray,
+    offsets: np.ndarray,
+    itemsize: int,
+    block_bytes: int,
+) -> np.ndarray:
+    """Bin bounds of blocks of whole consecutive regions, each reading at most ``block_bytes``
+    unless it is one region larger than that (see the module docstring).
+
+    Parameters
+    ----------
+    region_bin, region_doc : numpy.ndarray, int64, shape (n_regions + 1,)
+        A plan's regions (:class:`~mmpack.views.plan.PackingPlan`).
+    offsets : numpy.ndarray, int64, shape (n_docs + 1,)
+        The store's document offsets, in tokens.
+    itemsize : int
+        Bytes per token.
+    block_bytes : int
+        ``>= 1``.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (n_blocks + 1,)
+        ``[0, ..., n_bins]``, strictly increasing (regions without bins add no block; ``[0]``
+        for a plan without bins): block ``j`` is bins ``[bounds[j], bounds[j + 1])``.
+    """
+    span = (np.asarray(offsets[region_doc], dtype=np.int64) * int(itemsize)).tolist()
+    rb = np.asarray(region_bin, dtype=np.int64).tolist()
+    cuts = [0]
+    start = 0  # first region of the current block
+    for r in range(1, len(rb) - 1):
+        if span[r + 1] - span[start] > block_bytes:  # region r starts a block
+            cuts.append(rb[r])
+            start = r
+    cuts.append(rb[-1])
+    bounds = np.asarray(cuts, dtype=np.int64)
+    keep = np.ones(bounds.shape[0], dtype=bool)
+    keep[1:] = bounds[1:] > bounds[:-1]
+    return bounds[keep]
