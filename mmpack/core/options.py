@@ -67,11 +67,12 @@ DEFAULT_LOOKAHEAD = 1024
 
 DEFAULT_REGION_BINS = 2048
 """Bins per region of a plan packed per region with ``region_tokens="auto"``: regions of
-``DEFAULT_REGION_BINS * seqlen`` tokens.  A region's packing costs about half a bin more than
-packing its documents with the whole store's (its last bin is part empty), so the cost in bins is
-about ``0.6 / DEFAULT_REGION_BINS`` at any ``seqlen``: measured +0.028% against whole-store best fit
-on 10^6 and 10^7 C4-like documents at seqlen 2048 and 8192 (``python -m benchmarks.bench_packing
---regions``), and a region holds about 2048 samples whatever the row length."""
+``DEFAULT_REGION_BINS * seqlen`` tokens.  A region packed on its own costs 0.6-0.8 bins more
+than its share of the whole-store best fit (its last bins are part empty), so the cost in bins
+is about ``0.7 / DEFAULT_REGION_BINS`` at any ``seqlen``: measured +0.027% to +0.039% on 10^6
+and 10^7 documents of lognormal lengths (C4-like and longer web documents) at seqlen 2048 and
+8192, against +0.05% to +0.08% at 1024 bins a region (``python -m benchmarks regions``); a
+region holds about 2048 samples whatever the row length."""
 
 
 class Mode(StrEnum):

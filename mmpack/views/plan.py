@@ -37,9 +37,11 @@ document belongs to the region its first token falls in, so no region edge cuts 
 the algorithm on its own, bins numbered region by region: consecutive bins then read one
 contiguous span of the store, which a block-local sample order can fetch in one piece, and each
 region can be packed in another process (:mod:`mmpack.views.plan_regions`).  Cost: the
-algorithm's over each region plus ~20 us of Python per region; bins: about half a bin more per
-region than whole-store best fit (+0.03% at ``"auto"``, ``python -m benchmarks.bench_packing
---regions``).
+algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
+of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
+takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
+parts can run in parallel); bins: 0.6-0.8 bins more per region than whole-store best fit
+(+0.03-0.04% at ``"auto"``, ``python -m benchmarks regions``).
 
 Option names are the :class:`~mmpack.core.options.LongDocs` and
 :class:`~mmpack.core.options.PackingAlgorithm` values, checked by
