@@ -149,6 +149,19 @@ class S3Server:
         except Exception:
             return False
 
+    def create_bucket(self, name: str) -> str:
+        """Create the bucket ``name`` (a signed PUT of the bucket; an existing one is kept) and
+        return it."""
+        from mmpack.remote._s3http import S3Config, S3Http
+
+        http = S3Http(
+            name, S3Config(self.options), max_concurrency=1, connect_timeout=5, read_timeout=10
+        )
+        status = http.request("PUT", "").status
+        if status not in (200, 409):
+            raise RuntimeError(f"creating bucket {name!r}: HTTP {status}")
+        return name
+
     def stop(self) -> None:
         if self.proc.poll() is not None:
             return

@@ -28,6 +28,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that uses the S3 server carries the ``s3`` marker (``-m "not s3"`` works)."""
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.s3)
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A SeaweedFS S3 server on 127.0.0.1 (``tests/_s3.py``), started once per session and

@@ -139,7 +139,7 @@ def test_build_on_error_fail_leaves_nothing(corpus, tmp_path):
         "content",
         "--on-error",
         "fail",
-        "--quiet",
+        "--no-progress",
     )
     assert_one_line_error(res, "bad.jsonl:1: field 'content' is missing", "(--on-error fail)")
     assert "on_error" not in res.stderr
@@ -179,7 +179,7 @@ def test_a_rebuild_never_reads_its_output(tmp_path, capsys, engine, backend):
             "".join(json.dumps({"text": f"doc {k}.{j}"}) + "\n" for j in range(3))
         )
     out = tmp_path / "in" / "out"
-    base = ["-o", str(out), "--engine", engine, "--backend", backend, "--quiet"]
+    base = ["-o", str(out), "--engine", engine, "--backend", backend, "--no-progress"]
     base += ["--on-error", "skip"]
     expected = [f"doc {k}.{j}" for k in range(2) for j in range(3)]
     tok = load_tokenizer(None)
@@ -222,7 +222,7 @@ def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, mo
             workers,
             "--batch-size",
             3,
-            "--quiet",
+            "--no-progress",
             "-o",
             tmp_path / name,
         )
@@ -294,7 +294,7 @@ def test_info_counts_each_file_of_a_joined_store_once(tmp_path, capsys):
                 str(tmp_path / "one"),
                 "--engine",
                 "serial",
-                "--quiet",
+                "--no-progress",
             ]
         )
         == 0
@@ -604,12 +604,12 @@ def test_more_messages_name_flags(tmp_path, bpe, capsys):
     (tmp_path / "a.txt").write_text("some text")
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "notes.txt").write_text("mine")
-    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet"]) == 0
-    serial = ("--engine", "serial", "--quiet")
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--no-progress"]) == 0
+    serial = ("--engine", "serial", "--no-progress")
     assert "exists; pass --overwrite to replace it" in error(
         "build", tmp_path / "a.txt", "-o", tmp_path / "s", *serial
     )
-    for engine in (("--quiet",), serial):
+    for engine in (("--no-progress",), serial):
         assert "refusing to replace it: --overwrite replaces only an mmpack store" in error(
             "build", tmp_path / "a.txt", "-o", tmp_path / "user", "--overwrite", *engine
         )
@@ -631,7 +631,7 @@ def test_more_messages_name_flags(tmp_path, bpe, capsys):
                 str(tmp_path / "b"),
                 "--tokenizer",
                 str(bpe),
-                "--quiet",
+                "--no-progress",
             ]
         )
         == 0
@@ -677,7 +677,7 @@ def test_an_input_with_no_record_stored_fails(corpus, tmp_path):
         "bad.jsonl",
         "--field",
         "content",
-        "--quiet",
+        "--no-progress",
         "-o",
         tmp_path / "s",
         cwd=root,
@@ -709,7 +709,7 @@ def test_damaged_gzip_counts_documents_and_stores_none(tmp_path, how):
         "--lines",
         "-o",
         tmp_path / "s",
-        "--quiet",
+        "--no-progress",
     )
     assert res.returncode == 1 and not (tmp_path / "s").exists()
     assert "skipped whole" in res.stderr and "Pass --on-error skip" in res.stderr
@@ -720,7 +720,7 @@ def test_damaged_gzip_counts_documents_and_stores_none(tmp_path, how):
         "--lines",
         "-o",
         tmp_path / "s",
-        "--quiet",
+        "--no-progress",
         "--on-error",
         "skip",
     )
@@ -744,7 +744,7 @@ def test_read_only_and_full_disk_are_one_line(tmp_path, monkeypatch, capsys, err
 
     monkeypatch.setattr(mmpack.store.writer.StoreWriter, "add_batch", fail)
     (tmp_path / "a.txt").write_text("x")
-    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet"]) == 1
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--no-progress"]) == 1
     out = capsys.readouterr()
     [line] = out.err.strip().splitlines()
     assert line.startswith(f"mmpack: error: {os.strerror(err)}: '") and "Errno" not in line
@@ -769,7 +769,7 @@ def test_source_files_are_text_without_format(tmp_path):
         ".bas",
         "-o",
         "s",
-        "--quiet",
+        "--no-progress",
         cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr

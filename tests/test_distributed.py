@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mmpack.sampling.permutation import Permutation
@@ -25,9 +24,7 @@ if str(TESTS) not in sys.path:
 
 import _dist
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or not dist.is_gloo_available(), reason="no gloo"
-)
+pytestmark = pytest.mark.distributed
 
 N, SEED, BATCH = 83, 9, 4
 

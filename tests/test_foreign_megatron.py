@@ -39,7 +39,10 @@ from mmpack.views.window import WindowDataset
 
 VOCAB = 1000
 # megatron-core's builder calls numpy.array(tensor, ...) the numpy-2 way torch warns about
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+pytestmark = [
+    pytest.mark.megatron,
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+]
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
+import transformers
 
 from mmpack.store.writer import build
 from mmpack.torch.collate import collate
@@ -302,7 +301,8 @@ def test_trainer_train_stops_on_collate_and_trains_through_hf_inputs(store, tmp_
     """``Trainer.train()`` itself (it needs ``accelerate``): with ``data_collator=collate`` it
     stops at the first step ("did not return a loss"); with ``hf_inputs`` its first logged loss is
     the documents' own."""
-    pytest.importorskip("accelerate")
+    import accelerate  # noqa: F401
+
     ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=0)
     model = _llama("sdpa", torch.float32)
     first = hf_inputs(_batch(store), "sdpa")

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 
+import datasets
 import numpy as np
 import pytest
+import transformers
 from _text_corpora import stdlib_files, stdlib_texts
 
 from mmpack import open as mmpack_open
 from mmpack.ingest.pipeline import ingest
 from mmpack.ingest.tokenizer import load_tokenizer
 
-datasets = pytest.importorskip("datasets")
-transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf
 
 TEXTS = [t[:3000] for t in stdlib_texts(60_000)] + ["", "short one"]
 
@@ -103,7 +104,7 @@ def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
     )
     dd.save_to_disk(str(tmp_path / "dd"))
     capsys.readouterr()  # the progress bar of save_to_disk
-    assert main(["build", str(tmp_path / "dd"), "-o", str(tmp_path / "s"), "--quiet"]) == 1
+    assert main(["build", str(tmp_path / "dd"), "-o", str(tmp_path / "s"), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("mmpack: error: ") and "several splits (train, validation)" in err
     assert "--split train" in err and "split=" not in err and not (tmp_path / "s").exists()
@@ -122,7 +123,7 @@ def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
                 str(tmp_path / "s"),
                 "--split",
                 "validation",
-                "--quiet",
+                "--no-progress",
             ]
         )
         == 0
@@ -130,7 +131,7 @@ def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
     assert _docs(mmpack_open(tmp_path / "s")) == [list(t.encode()) for t in TEXTS[4:6]]
     one = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": TEXTS[:3]})})
     one.save_to_disk(str(tmp_path / "one"))  # one split: used
-    assert main(["build", str(tmp_path / "one"), "-o", str(tmp_path / "o"), "--quiet"]) == 0
+    assert main(["build", str(tmp_path / "one"), "-o", str(tmp_path / "o"), "--no-progress"]) == 0
     assert _docs(mmpack_open(tmp_path / "o")) == [list(t.encode()) for t in TEXTS[:3]]
 
 
@@ -199,7 +200,8 @@ def test_templates_by_flag(tmp_path):
 
 
 def test_zstd_inputs(tmp_path):
-    zstandard = pytest.importorskip("zstandard")
+    import zstandard
+
     lines = "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
     (tmp_path / "a.jsonl").write_text(lines)
     cctx = zstandard.ZstdCompressor()
@@ -242,7 +244,7 @@ def test_per_pattern_formats_source_files_next_to_jsonl(tmp_path):
             str(tmp_path / "c"),
             "--format-for",
             "*.bas=text",
-            "--quiet",
+            "--no-progress",
         ],
         capture_output=True,
         text=True,

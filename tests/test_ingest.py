@@ -473,8 +473,8 @@ def test_progress_bar_on_stderr(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("abc")
     ingest(tmp_path / "a.txt", tmp_path / "s", progress=True)
     err = capsys.readouterr().err
-    assert "tokenizing" in err and "docs" in err and "tokens/s" in err
-    ingest(tmp_path / "a.txt", tmp_path / "t")  # default: stderr is not a terminal here
+    assert "building" in err and "100%" in err and "docs" in err and "tokens/s" in err
+    ingest(tmp_path / "a.txt", tmp_path / "t")  # default: no bar in a library call
     assert capsys.readouterr().err == ""
 
 

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+import dask.distributed as distributed
 import numpy as np
 import pytest
 from _text_corpora import stdlib_texts, train_bpe
@@ -22,7 +23,7 @@ from mmpack.ingest.distributed import build_distributed, build_part, plan_tasks
 from mmpack.ingest.pipeline import IngestError, ingest
 from mmpack.joins.parts import JoinedStore
 
-distributed = pytest.importorskip("dask.distributed")
+pytestmark = pytest.mark.dask
 
 
 def _write_inputs(root, n_files=7, bad_in=3):

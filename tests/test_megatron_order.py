@@ -51,7 +51,10 @@ with warnings.catch_warnings():
 VOCAB = 1000
 EOD = VOCAB - 1
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+pytestmark = [
+    pytest.mark.megatron,
+    pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+]
 
 
 @pytest.fixture(autouse=True)

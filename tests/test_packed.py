@@ -356,7 +356,8 @@ def test_corrupt_plan_is_reported_not_read(tmp_path):
 
 
 def test_dataloader_with_collate(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from mmpack.torch.collate import collate
 
     rng = np.random.default_rng(1)
@@ -495,7 +496,8 @@ def test_dtype_option_is_checked(tmp_path):
 
 def test_int32_batches_collate_to_int32_tensors(tmp_path):
     """An int32 view's batch collates with ``dtype=torch.int32`` to the int64 view's values."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from mmpack.torch.collate import collate
 
     rng = np.random.default_rng(3)

@@ -197,7 +197,8 @@ def test_mixture_sampler_and_pickle(tmp_path):
 
 
 def test_dataloader_workers(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from mmpack.torch.collate import collate
 
     docs = _corpus()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -434,11 +433,12 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     first = cached_plan(store, 2048, add_eot=True)
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
-    t0 = time.perf_counter()
-    again = cached_plan(store, 2048, add_eot=True)
-    elapsed = time.perf_counter() - t0
+    import mmpack.views.plan_file as plan_file
+
+    with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
+        mp.setattr(plan_file, "build_plan", lambda *a, **k: pytest.fail("plan computed again"))
+        again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
-    assert elapsed < 0.05, f"reopening a cached plan took {elapsed * 1e3:.1f} ms"
     # Other parameters get other files.
     cached_plan(store, 2048, add_eot=False)
     cached_plan(store, 2048, add_eot=True, algorithm="online", lookahead=8)

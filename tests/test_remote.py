@@ -391,7 +391,7 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     text = tmp_path / "in.txt"
     text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
     url = _url()
-    assert main(["build", str(text), "-o", url, "--lines", "--quiet"]) == 0
+    assert main(["build", str(text), "-o", url, "--lines", "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["info", url, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -402,7 +402,7 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     assert "packed row 3" in capsys.readouterr().out
     assert main(["pack", url, "--seqlen", "64"]) == 0
     capsys.readouterr()
-    assert main(["build", str(text), "-o", url, "--lines", "--quiet"]) == 1  # the URL exists
+    assert main(["build", str(text), "-o", url, "--lines", "--no-progress"]) == 1  # the URL exists
     err = capsys.readouterr().err
     assert "pass --overwrite to replace it" in err and "overwrite=True" not in err, err
     assert main(["info", url + "-missing"]) == 1
@@ -528,7 +528,7 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
     monkeypatch.setattr(
         S3Transport,
         "_put_multipart",
-        lambda self, key, path, size: used.append(key) or real(self, key, path, size),
+        lambda self, key, path, size, *rest: used.append(key) or real(self, key, path, size, *rest),
     )
     rng = np.random.default_rng(7)
     docs = [rng.integers(0, 60_000, size=n, dtype=np.uint16) for n in [3_000_000, 2_500_000, 17]]

@@ -241,7 +241,9 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
     text = tmp_path / "in.txt"
     text.write_text("\n".join(f"line {i} of some text to tokenize" for i in range(300)))
     url = _url()
-    assert main(["build", str(text), "-o", url, "--lines", "--backend", "zarr", "--quiet"]) == 0
+    assert (
+        main(["build", str(text), "-o", url, "--lines", "--backend", "zarr", "--no-progress"]) == 0
+    )
     capsys.readouterr()
     assert main(["info", url, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

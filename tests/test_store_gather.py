@@ -316,7 +316,8 @@ def test_a_source_refilling_one_buffer_gives_every_document(tmp_path, kind, chun
 
 
 def _tensor_cases():
-    torch = pytest.importorskip("torch")
+    import torch
+
     grad = torch.tensor([3.0, 4.0], requires_grad=True)
     return {
         "requires grad": (grad, [3, 4]),

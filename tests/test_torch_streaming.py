@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -342,7 +341,7 @@ def test_torch_consumer_outside_a_worker():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
+@pytest.mark.distributed
 def test_ranks_of_a_process_group_share_the_source(tmp_path):
     """Two real ranks (gloo, file rendezvous, loopback): ``DataLoader(StreamingPacker(store))``
     with a worker each takes its rank from torch.distributed; together they emit every document

@@ -2,7 +2,7 @@
 a bad value naming its flag (an integer in range, a token id or ``store``, extensions) and the
 options spelled the same in every subcommand that has them (the STORE arguments, ``--seqlen``,
 ``--long-docs``, ``--eot``/``--no-eot``, ``--pad-id``, ``--no-check-vocab``, ``-o``/``--output``,
-``--tokenizer``, switches such as ``--overwrite``).  Nothing here imports the library.  Cost: O(1) a value parsed.
+``--tokenizer``, ``--progress``/``--no-progress``, switches such as ``--overwrite``).  Nothing here imports the library.  Cost: O(1) a value parsed.
 """
 
 from __future__ import annotations
@@ -94,12 +94,13 @@ def _add_check_vocab(p: argparse.ArgumentParser) -> None:
 
 
 # --------------------------------------------------------------------------------- shared options
-def _add_store_arguments(p: argparse.ArgumentParser) -> None:
-    """STORE and how to read it (``--format``, ``--eos``, ``--dtype``, ``--metadata``)."""
+def _add_store_arguments(p: argparse.ArgumentParser, metavar: str = "STORE") -> None:
+    """STORE (named ``metavar`` in the help) and how to read it (``--format``, ``--eos``,
+    ``--dtype``, ``--metadata``)."""
     p.add_argument(
         "store",
-        metavar="STORE",
-        help="an mmpack store folder, a Megatron dataset prefix (PREFIX.bin + "
+        metavar=metavar,
+        help="an mmpack store folder or URL, a Megatron dataset prefix (PREFIX.bin + "
         "PREFIX.idx) or a flat token file",
     )
     _add_choice(
@@ -138,8 +139,20 @@ def _add_output(p: argparse.ArgumentParser, metavar: str, help: str) -> None:
 
 
 def _add_flag(p: argparse.ArgumentParser, flag: str, help: str) -> None:
-    """A switch such as ``--overwrite``, ``--json`` or ``--quiet``."""
+    """A switch such as ``--overwrite``, ``--json`` or ``--lines``."""
     p.add_argument(flag, action="store_true", help=help)
+
+
+def _add_progress(p: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress``: a bar on stderr with a total and an ETA (default:
+    when stderr is a terminal, so a pipe or a log file never gets one)."""
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr with a total and an ETA (default: when stderr is a "
+        "terminal)",
+    )
 
 
 def _add_count(

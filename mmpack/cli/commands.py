@@ -4,7 +4,8 @@ Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
 (checksums), ``join`` (stores joined without copying tokens, :func:`mmpack.join`), ``export`` (to
-Megatron ``.bin/.idx`` or a flat EOS-separated file), ``demo`` (the whole pipeline on the Python
+Megatron ``.bin/.idx`` or a flat EOS-separated file), ``cp`` (a store copied, local or on object
+storage, :func:`mmpack.store.copy.copy_store`), ``demo`` (the whole pipeline on the Python
 standard library's sources) and ``bench`` (``python -m benchmarks`` of a source checkout).  The
 parser is :mod:`mmpack.cli.parser`; the subcommands over an existing store are
 :mod:`mmpack.cli.store_commands`; this module holds :func:`main`, the others and the error
@@ -34,6 +35,7 @@ from typing import Any
 
 from mmpack.cli.parser import _PROG, _benchmarks_root, build_parser
 from mmpack.cli.store_commands import (
+    _cmd_cp,
     _cmd_export,
     _cmd_info,
     _cmd_pack,
@@ -67,7 +69,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         split=args.split,
         template=args.template,
-        progress=False if args.quiet else None,
+        progress=args.progress,
         on_issue=on_issue,
     )
     if args.engine != "local":
@@ -229,6 +231,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "pack": _cmd_pack,
         "verify": _cmd_verify,
         "export": _cmd_export,
+        "cp": _cmd_cp,
         "join": _cmd_join,
         "demo": _cmd_demo,
         "bench": _cmd_bench,

@@ -26,6 +26,7 @@ from mmpack.cli.arguments import (
     _add_optional,
     _add_output,
     _add_pad_id,
+    _add_progress,
     _add_seqlen,
     _add_store_arguments,
     _add_tokenizer,
@@ -83,6 +84,16 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "file (+ NAME.csv.gz), each document followed by --eos.  "
         "Files appear complete or not at all.",
     ),
+    "cp": (
+        "copy a store, local or on object storage, with its metadata",
+        "Copy the store SRC to DST (local folders and s3://, gs://, az://, file:// "
+        "URLs, in any direction, also between buckets): every document, the "
+        "metadata (the tokenizer record, the provenance, the files the build "
+        "attached such as tokenizer.json), every block checksum compared with "
+        "SRC's and checked again at DST before it is published atomically "
+        "(nothing opens at DST until the copy is complete and verified).  A join is "
+        "copied as one flattened store, another tool's files as an mmpack store.",
+    ),
     "join": (
         "join stores into one without copying tokens",
         "Join PART stores (in order) into the store OUT: writes a "
@@ -136,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_pack(sub)
     _add_verify(sub)
     _add_export(sub)
+    _add_cp(sub)
     _add_join(sub)
     _add_demo(sub)
     if _benchmarks_root() is not None:
@@ -241,7 +253,7 @@ def _add_build_engine(b: argparse.ArgumentParser) -> None:
         "storage backend (default: memmap)",
     )
     _add_flag(b, "--overwrite", "replace an existing store")
-    _add_flag(b, "--quiet", "no progress bar")
+    _add_progress(b)
     _add_choice(
         b,
         "--engine",
@@ -328,6 +340,7 @@ def _add_pack(sub: Any) -> None:
 def _add_verify(sub: Any) -> None:
     v = _command(sub, "verify")
     _add_store_arguments(v)
+    _add_progress(v)
 
 
 def _add_export(sub: Any) -> None:
@@ -345,6 +358,26 @@ def _add_export(sub: Any) -> None:
     )
     _add_output(x, "OUT", "the Megatron prefix or the file to write")
     _add_flag(x, "--overwrite", "replace existing files")
+    _add_progress(x)
+
+
+def _add_cp(sub: Any) -> None:
+    c = _command(sub, "cp")
+    _add_store_arguments(c, "SRC")
+    c.add_argument(
+        "destination",
+        metavar="DST",
+        help="the store to create: a folder, or a URL (s3://bucket/prefix, file:///path, ...)",
+    )
+    _add_choice(
+        c,
+        "--backend",
+        ("memmap", "zarr"),
+        None,
+        "layout of the copy (default: SRC's; memmap for a join or another tool's files)",
+    )
+    _add_flag(c, "--overwrite", "replace an existing store at DST")
+    _add_progress(c)
 
 
 # --------------------------------------------------------------------------------- join, demo, bench

@@ -1,7 +1,8 @@
 """The subcommands over an existing store: ``info`` (what it holds), ``show`` (one window or packed
 sample, as ids or decoded text), ``pack`` (packing statistics of every algorithm against padding
-and concatenate-and-chunk), ``verify`` (checksums) and ``export`` (to Megatron ``.bin/.idx`` or a
-flat EOS-separated file); and :func:`_open`, the STORE arguments opened.
+and concatenate-and-chunk), ``verify`` (checksums), ``export`` (to Megatron ``.bin/.idx`` or a
+flat EOS-separated file) and ``cp`` (a copy, local or remote); and :func:`_open`, the STORE
+arguments opened.
 
 Each handler takes the parsed arguments and returns the exit code; library imports happen inside
 the handlers so that ``mmpack --help`` starts fast.  Cost: ``info`` reads the document lengths
@@ -24,13 +25,14 @@ if TYPE_CHECKING:
 __all__: list[str] = []
 
 
-def _open(args: argparse.Namespace):
-    """``mmpack.open`` with the --format/--eos/--dtype/--metadata options of the store
-    arguments."""
+def _open(args: argparse.Namespace, opener=None):
+    """``mmpack.open`` (or ``opener``, called the same way) with the
+    --format/--eos/--dtype/--metadata options of the store arguments."""
     import mmpack
     from mmpack.formats.eos_separated import EosSeparatedStore
     from mmpack.formats.megatron import detect_megatron
 
+    opener = mmpack.open if opener is None else opener
     options: dict = {}
     path = Path(args.store)
     flat = args.format == "eos-separated" or (
@@ -45,7 +47,7 @@ def _open(args: argparse.Namespace):
     elif args.dtype is not None or args.metadata:
         flag = "--dtype" if args.dtype is not None else "--metadata"
         raise ValueError(f"{flag} is for flat token files (--format eos-separated)")
-    store = mmpack.open(args.store, format=args.format, **options)
+    store = opener(args.store, format=args.format, **options)
     if (
         args.eos is not None
         and args.command != "export"
@@ -380,7 +382,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------- verify
 def _cmd_verify(args: argparse.Namespace) -> int:
     store = _open(args)
-    res = store.verify()
+    res = store.verify(progress=args.progress)
     parts = f"{res['parts']} parts, " if "parts" in res else ""
     print(
         f"{store.location}: ok, {parts}{res['blocks']} checksum blocks, {_fmt_bytes(res['bytes'])} "
@@ -406,7 +408,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.to == "megatron":
         if args.eos is not None and not isinstance(store, EosSeparatedStore):
             raise ValueError("--eos is for --to npy/olmo (or an eos-separated STORE)")
-        bin_path, idx_path = export_megatron(store, args.output, overwrite=args.overwrite)
+        bin_path, idx_path = export_megatron(
+            store, args.output, overwrite=args.overwrite, progress=args.progress
+        )
         written = f"{bin_path} and {idx_path}"
     else:
         if args.eos is None:
@@ -418,10 +422,33 @@ def _cmd_export(args: argparse.Namespace) -> int:
             header=args.to == "npy",
             metadata=args.to == "olmo",
             overwrite=args.overwrite,
+            progress=args.progress,
         )
         written = str(path) + (" and its .csv.gz document metadata" if args.to == "olmo" else "")
     print(
         f"{store.location}: {len(store):,} documents, {store.num_tokens:,} tokens written "
         f"to {written}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------------- cp
+def _cmd_cp(args: argparse.Namespace) -> int:
+    from mmpack.store.copy import copy_store, open_source
+
+    source = _open(args, open_source)
+    copy = copy_store(
+        source,
+        args.destination,
+        overwrite=args.overwrite,
+        backend=args.backend,
+        progress=args.progress,
+    )
+    parts = getattr(source, "part_locations", None)
+    what = f"{len(parts)} parts flattened, " if parts is not None else ""
+    print(
+        f"{source.location} -> {copy.location}: {what}{len(copy):,} documents, "
+        f"{copy.num_tokens:,} tokens ({copy.dtype.name}, {copy.backend}), "
+        f"{_fmt_bytes(copy.nbytes)} copied and verified; fingerprint {copy.fingerprint}"
     )
     return 0

@@ -1,4 +1,12 @@
-"""The bottom layer's rules: argument validation shared by every entry point (one wording per
-mistake), and the map of module paths that moved (old paths keep working, with a warning)."""
+"""The bottom layer's rules, imported by every layer above and importing none of them.
+
+::
+
+    constants.py   numbers every layer agrees on (IGNORE_INDEX, INT32_MAX, UINT64_LIMIT)
+    options.py     options that take one of a few names, as StrEnums (one error message)
+    validation.py  argument checks shared by every entry point (one wording per mistake)
+    libc.py        the system calls the standard library does not wrap (ctypes, one home)
+    progress.py    progress bars with a total and an ETA, quiet unless asked
+"""
 
 __all__: list[str] = []

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.progress import progress_bar
 from mmpack.core.validation import check_int_range
 from mmpack.errors import Param, StoreExistsError, with_params
 from mmpack.formats.eos_separated import olmo_metadata_path
@@ -77,7 +78,11 @@ def _doc_blocks(store: TokenStore) -> Iterator[tuple[int, int]]:
 
 
 def export_megatron(
-    store: TokenStore, prefix: str | os.PathLike[str], *, overwrite: bool = False
+    store: TokenStore,
+    prefix: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    progress: Any = False,
 ) -> tuple[Path, Path]:
     """Write ``store`` as the Megatron dataset ``PREFIX.bin`` + ``PREFIX.idx``.
 
@@ -88,6 +93,10 @@ def export_megatron(
         The dataset prefix (a trailing ``.bin``/``.idx`` is dropped).
     overwrite : bool
         Replace existing files.
+    progress : bool, None or Progress
+        A bar over the store's token bytes read, with an ETA
+        (:func:`mmpack.core.progress.progress_bar`): none by default; ``None`` when stderr is a
+        terminal.
 
     Returns
     -------
@@ -112,8 +121,9 @@ def export_megatron(
         )
     limit = np.iinfo(out_dtype).max
     tmp_bin, tmp_idx = _tmp(bin_path), _tmp(idx_path)
+    token_bytes = store.num_tokens * store.dtype.itemsize
     try:
-        with open(tmp_bin, "wb") as f:
+        with open(tmp_bin, "wb") as f, progress_bar(progress, token_bytes, desc="exporting") as bar:
             for lo in range(0, store.num_tokens, _BLOCK_TOKENS):
                 chunk = store.read_range(lo, min(store.num_tokens, lo + _BLOCK_TOKENS))
                 if out_dtype.kind == "i" and chunk.size and int(chunk.max()) > limit:
@@ -122,6 +132,7 @@ def export_megatron(
                         f"{out_dtype.name} (the widest unsigned-compatible code)"
                     )
                 f.write(np.ascontiguousarray(chunk).tobytes())
+                bar.update(chunk.size * store.dtype.itemsize)
             f.flush()
             os.fsync(f.fileno())
         num_docs = len(store)
@@ -160,6 +171,7 @@ def export_flat(
     header: bool = True,
     metadata: bool = False,
     overwrite: bool = False,
+    progress: Any = False,
 ) -> Path:
     """Write ``store`` as one flat token file, each document followed by ``eos``.
 
@@ -176,6 +188,8 @@ def export_flat(
         Also write OLMo-core's ``NAME.csv.gz`` (``start,end`` per document, EOS included).
     overwrite : bool
         Replace existing files.
+    progress : bool, None or Progress
+        A bar over the store's token bytes read (as :func:`export_megatron`).
 
     Raises
     ------
@@ -193,8 +207,9 @@ def export_flat(
     out_ends = store.offsets[1:] + np.cumsum(needs, dtype=np.int64)
     tmp = _tmp(path)
     tmp_meta = _tmp(meta_path) if meta_path else None
+    token_bytes = store.num_tokens * store.dtype.itemsize
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb") as f, progress_bar(progress, token_bytes, desc="exporting") as bar:
             if header:
                 np.lib.format.write_array_header_1_0(
                     f, {"descr": store.dtype.str, "fortran_order": False, "shape": (total,)}
@@ -213,6 +228,7 @@ def export_flat(
                     )
                 at = (ends - lo)[needs[a:b]]
                 f.write(np.insert(chunk, at, store.dtype.type(eos)).astype(store.dtype).tobytes())
+                bar.update(chunk.size * store.dtype.itemsize)
             f.flush()
             os.fsync(f.fileno())
         if tmp_meta is not None and meta_path is not None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.progress import progress_bar
 from mmpack.errors import FormatError
 from mmpack.formats.sidecar import (
     CHECKSUM_FILE,
@@ -337,6 +338,12 @@ class ForeignStore(TokenStore):
         return self._fingerprint
 
     @property
+    def extra(self) -> dict[str, Any]:
+        """Empty: another tool's files carry no optional mmpack sections (their record
+        describes the files, ``"source"``)."""
+        return {}
+
+    @property
     def source_files(self) -> tuple[Path, ...]:
         """The user's files this store reads (never written by mmpack)."""
         return self._source_files
@@ -371,10 +378,11 @@ class ForeignStore(TokenStore):
             compare_sums(others, recorded, where)
         reads.expect(recorded, where)
 
-    def verify(self) -> dict[str, Any]:
+    def verify(self, *, progress: Any = False) -> dict[str, Any]:
         """Check the structure, then every byte of the source files against the checksum sidecar
         (recorded by the first call, ``"recorded": True``; ``"sidecar"`` is None when the cache
         folder cannot be written, with a warning: the sums are then kept in memory).
+        ``progress``: a bar over the source files' bytes (as :meth:`TokenStore.verify`).
 
         Raises
         ------
@@ -393,7 +401,9 @@ class ForeignStore(TokenStore):
                 "afresh)"
             ) from None
         sidecar = self.cache_dir / CHECKSUM_FILE
-        current = {p.name: file_sums(p) for p in self._source_files}
+        total = sum(p.stat().st_size for p in self._source_files)
+        with progress_bar(progress, total, desc="verifying") as bar:
+            current = {p.name: file_sums(p, bar.update) for p in self._source_files}
         recorded, where = self._recorded()
         kept = self._sums is None or sidecar.is_file()
         if recorded is not None:

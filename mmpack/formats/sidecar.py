@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import warnings
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +43,9 @@ Sums = tuple[int, list[int]]
 """A file's ``(size, CRC-32 of each BLOCK_BYTES block)``."""
 
 
-def file_sums(path: Path) -> Sums:
-    """Read ``path`` once: its size and the CRC-32 of each 16 MiB block."""
+def file_sums(path: Path, on_block: Callable[[int], None] | None = None) -> Sums:
+    """Read ``path`` once: its size and the CRC-32 of each 16 MiB block (``on_block`` is told
+    each block's size: a progress bar)."""
     crcs = []
     size = 0
     buf = bytearray(BLOCK_BYTES)
@@ -59,6 +61,8 @@ def file_sums(path: Path) -> Sums:
                 break
             crcs.append(zlib.crc32(memoryview(buf)[:n]))
             size += n
+            if on_block is not None:
+                on_block(n)
     return size, crcs
 
 

@@ -30,10 +30,43 @@ class _Batch:
     issues: list[tuple[int, IngestIssue, Any]]  # (documents of the batch before it, issue, src)
     n_read: int = 0
     ended: list = dc_field(default_factory=list)  # inputs whose last record is in this batch
+    read_to: int = 0  # how far reading the inputs had got when the batch was cut (_InputMeter)
+
+
+class _InputMeter:
+    """The total and the progress of reading the inputs: in bytes on disk when every source
+    has a size (files, saved datasets: known before reading), else in documents (``total``:
+    the sources' lengths where all have one, else None)."""
+
+    def __init__(self, sources: list) -> None:
+        sizes: list[int | None] = [getattr(s, "nbytes", None) for s in sources]
+        lengths: list[int | None] = [getattr(s, "length", None) for s in sources]
+        self.total: int | None = None
+        self.unit = "B" if all(n is not None for n in sizes) else " docs"
+        if self.unit == "B":
+            self.total = sum(n or 0 for n in sizes)
+        elif all(n is not None for n in lengths):
+            self.total = sum(n or 0 for n in lengths)
+        self._done = 0  # bytes of the sources read to their end
+
+    def position(self, src: Any, report: IngestReport) -> int:
+        """Bytes read so far, ``src`` being read now (documents read without sizes)."""
+        if self.unit != "B":
+            return report.docs_read
+        return self._done + (src.read_bytes() if src is not None else 0)
+
+    def finished(self, src: Any) -> None:
+        if self.unit == "B":
+            self._done += src.nbytes
 
 
 def _batches(
-    sources, report: IngestReport, skip_empty: bool, batch_size: int, batch_chars: int
+    sources,
+    report: IngestReport,
+    skip_empty: bool,
+    batch_size: int,
+    batch_chars: int,
+    meter: _InputMeter | None = None,
 ) -> Iterator[_Batch]:
     """Group the records of every source into batches; read issues ride with their batch so that
     they are reported in input order, whatever the number of workers.
@@ -41,7 +74,9 @@ def _batches(
     A source that fails to read (a corrupt ``.gz`` found by the check before reading, or an error
     part-way) is taken out whole: its records are removed from the batch being filled and one
     ``file_lost`` issue stands for them.  If some of them already left in a batch, the build stops
-    (:class:`IngestError`): a file is never stored in part."""
+    (:class:`IngestError`): a file is never stored in part.  ``meter`` (the progress bar's)
+    gives each batch its ``read_to``."""
+    meter = meter if meter is not None else _InputMeter(sources)
     batch = _Batch([], [], [])
     chars = 0
     for src in sources:
@@ -59,7 +94,7 @@ def _batches(
                     src,
                 )
             )
-            _source_done(src, batch)
+            _source_done(src, batch, meter)
             continue
         mark = (len(batch.texts), len(batch.issues), chars)
         sent = False
@@ -80,6 +115,7 @@ def _batches(
                     batch.where.append(_Where(src, pos))
                     chars += len(value)
                     if len(batch.texts) >= batch_size or chars >= batch_chars:
+                        batch.read_to = meter.position(src, report)
                         yield batch
                         sent = True
                         batch, chars = _Batch([], [], []), 0
@@ -104,12 +140,14 @@ def _batches(
                     src,
                 )
             )
-        _source_done(src, batch)
+        _source_done(src, batch, meter)
     if batch.texts or batch.issues or batch.n_read or batch.ended:
+        batch.read_to = meter.position(None, report)
         yield batch
 
 
-def _source_done(src, batch: _Batch) -> None:
+def _source_done(src, batch: _Batch, meter: _InputMeter) -> None:
+    meter.finished(src)
     src.input.left -= 1
     if src.input.left == 0:
         batch.ended.append(src.input)

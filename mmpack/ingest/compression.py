@@ -57,6 +57,11 @@ class _ZstdRaw(io.RawIOBase):
             self._file.close()
         self._reader = self._file = None
 
+    @property
+    def compressed(self) -> Any:
+        """The compressed file being read (its position: the build's progress)."""
+        return self._file
+
     def readable(self) -> bool:
         return True
 

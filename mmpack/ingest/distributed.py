@@ -24,7 +24,7 @@ build of the same output, a live one's never.
 
 Engines: ``"dask"`` (``dask.distributed``: a ``LocalCluster`` on 127.0.0.1 unless ``scheduler``
 names one; its workers must see the same file system and have mmpack installed) and ``"serial"``
-(the tasks one after another in this process).  A Ray recipe is in the README.
+(the tasks one after another in this process).  A Ray recipe is in ``docs/distributed.md``.
 
 Modules: :mod:`mmpack.ingest.task_plan` (:func:`plan_tasks`), :mod:`mmpack.ingest.part_build`
 (:func:`build_part`), :mod:`mmpack.ingest.engines` (the runners and the progress bar); this module
@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import Param, StoreExistsError, with_params
-from mmpack.ingest.engines import ENGINES, RUNNERS, Progress, collector, stderr_is_tty
+from mmpack.ingest.engines import ENGINES, RUNNERS, PartsProgress, collector
+from mmpack.ingest.inputs import size_of
 from mmpack.ingest.part_build import MAX_ISSUES, OPTION_NAMES, build_part
 from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning
 from mmpack.ingest.provenance import (
@@ -53,7 +54,7 @@ from mmpack.ingest.provenance import (
     tokenizer_files,
     tokenizer_record_of,
 )
-from mmpack.ingest.task_plan import DEFAULT_PART_BYTES, plan_tasks, size_of
+from mmpack.ingest.task_plan import DEFAULT_PART_BYTES, plan_tasks
 from mmpack.ingest.tokenizer import load_tokenizer, with_template
 from mmpack.joins.join import write_join_into
 from mmpack.joins.opening import open_join
@@ -82,7 +83,7 @@ def build_distributed(
     part_bytes: int = DEFAULT_PART_BYTES,
     retries: int = 1,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: bool | None = False,
     on_issue: Callable[[IngestIssue], None] | None = None,
     on_part: Callable[[int, dict[str, Any]], None] | None = None,
     part_function: Callable[[Sequence[str], str, dict[str, Any]], dict[str, Any]] | None = None,
@@ -108,9 +109,11 @@ def build_distributed(
         Times the engine may rerun a failed task (a retried task rewrites the same part).
     overwrite : bool
         Replace an existing store at ``output`` (atomically).
-    progress : bool, optional
-        A progress bar on stderr (input bytes, parts, documents, tokens, ETA); default: when
-        stderr is a terminal.
+    progress : bool or None
+        A bar on stderr over the input bytes on disk of the parts done (compressed sizes for
+        ``.gz``/``.zst``), with parts, documents, tokens and an ETA; none by default; ``None``:
+        when stderr is a terminal (what ``mmpack build --engine dask`` does unless told
+        ``--progress`` or ``--no-progress``).
     on_issue : callable, optional
         Called with every skipped record, in input order (default: a warning for the first 20).
     on_part : callable, optional
@@ -199,15 +202,13 @@ def _build_staged(
 ) -> tuple[int, list[dict[str, Any]]]:
     """Build every part in a staging folder beside ``out``, join them there and swap the folder
     onto ``out``; a failure removes the staging folder and publishes nothing.  A progress bar
-    when ``progress`` (None: when stderr is a terminal).  Returns the engine's worker count and
+    as ``progress`` asks (:class:`~mmpack.ingest.engines.PartsProgress`).  Returns the engine's worker count and
     the parts' results, in task order."""
     sizes = [sum(size_of(Path(f)) for f in t) for t in tasks]
     stage, lock_fd = stage_folder(out, tag=BUILD_TAG)  # killed builds' folders removed first
     part_paths = [str(stage / "parts" / f"part-{k:05d}") for k in range(len(tasks))]
     results: list[dict[str, Any] | None] = [None] * len(tasks)
-    if progress is None:
-        progress = stderr_is_tty()
-    bar = Progress(sum(sizes), len(tasks)) if progress else None
+    bar = PartsProgress(progress, sum(sizes), len(tasks))
     try:
         (stage / "parts").mkdir()
         workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
@@ -220,8 +221,7 @@ def _build_staged(
         raise
     finally:
         os.close(lock_fd)
-        if bar is not None:
-            bar.close()
+        bar.close()
     done = [res for res in results if res is not None]
     assert len(done) == len(tasks)  # the engine returns once every part is done
     return workers, done

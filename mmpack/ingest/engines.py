@@ -1,7 +1,7 @@
 """The engines that run a distributed build's tasks, and the driver's progress bar.
 
 Owns the runners (``run(fn, tasks, part_paths, options, scheduler, n_workers, retries, done)``,
-returning the number of workers used), :data:`ENGINES`, and :class:`Progress`.
+returning the number of workers used), :data:`ENGINES`, and :class:`PartsProgress`.
 
 - ``"serial"``: the tasks one after another in this process; a task that raises anything but an
   :class:`~mmpack.ingest.pipeline.IngestError` (a bad record fails the same way every time) is
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from mmpack.core.progress import progress_bar
 from mmpack.errors import IngestError, MissingDependencyError, Param, with_params
 
-__all__ = ["ENGINES", "Progress", "RUNNERS", "collector", "run_dask", "run_serial", "stderr_is_tty"]
+__all__ = ["ENGINES", "PartsProgress", "RUNNERS", "collector", "run_dask", "run_serial"]
 
 
 def run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
@@ -129,37 +129,20 @@ def collector(results, sizes, bar, on_part):
     return done
 
 
-def stderr_is_tty() -> bool:
-    """Whether stderr is a terminal (the default for a progress bar)."""
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+class PartsProgress:
+    """The driver's bar over the input bytes of the parts done, with parts, documents and tokens
+    (:func:`mmpack.core.progress.progress_bar`: ``progress`` True, False or None)."""
 
-
-class Progress:
-    """A tqdm bar over input bytes with parts, documents and tokens done (tqdm gives the ETA)."""
-
-    def __init__(self, total_bytes: int, parts: int) -> None:
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(
-            total=total_bytes,
-            unit="B",
-            unit_scale=True,
-            desc="building parts",
-            file=sys.stderr,
-            smoothing=0.1,
-        )
+    def __init__(self, progress: bool | None, total_bytes: int, parts: int) -> None:
+        self._bar = progress_bar(progress, total_bytes, desc="building parts")
         self._parts, self._done, self._docs, self._tokens = parts, 0, 0, 0
 
     def update(self, nbytes: int, res: dict[str, Any]) -> None:
         self._done += 1
         self._docs += res["docs_written"]
         self._tokens += res["tokens_written"]
-        self._bar.set_postfix_str(
-            f"parts {self._done}/{self._parts}, {self._docs:,} docs, {self._tokens:,} tokens",
-            refresh=False,
+        self._bar.note(
+            f"parts {self._done}/{self._parts}, {self._docs:,} docs, {self._tokens:,} tokens"
         )
         self._bar.update(nbytes)
 

@@ -27,7 +27,7 @@ from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile, _TextF
 from mmpack.ingest.report import _Input
 from mmpack.store.publish import inside_build
 
-__all__ = ["FORMATS", "TEXT_EXTENSIONS"]
+__all__ = ["FORMATS", "TEXT_EXTENSIONS", "size_of"]
 
 FORMATS = ("json", "jsonl", "parquet", "text")
 """Accepted ``format`` names (``None``: from each file's extension)."""
@@ -193,7 +193,8 @@ def _sources_for_paths(
                     f"input {str(path)!r} is a folder but not a saved Hugging Face dataset; "
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
-            out.extend(_object_sources(_load_saved_dataset(path), field, str(path), split))
+            dataset = _load_saved_dataset(path)
+            out.extend(_object_sources(dataset, field, str(path), split, size_of(path)))
             continue
         kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
         kind = kind or _format_of(path, extensions)
@@ -285,9 +286,21 @@ def _load_saved_dataset(path: Path):
     return datasets.load_from_disk(str(path))
 
 
-def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -> list:
+def size_of(path: Path) -> int:
+    """Bytes of a file on disk, or of every file under a folder; 0 if it cannot be read."""
+    try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _object_sources(
+    obj: Any, field: str, name: str, split: str | None = None, nbytes: int | None = None
+) -> list:
     """A dataset, a DatasetDict (its one split, or the split ``split`` names) or a plain
-    iterable.
+    iterable; ``nbytes``: the size on disk of a saved dataset's folder (its progress).
 
     Raises
     ------
@@ -314,5 +327,5 @@ def _object_sources(obj: Any, field: str, name: str, split: str | None = None) -
                 Param("split", split),
                 f" is not a split of {name} (its splits: {', '.join(names)})",
             )
-        return [_ObjectSource(obj[split], field, f"{name}[{split!r}]")]
-    return [_ObjectSource(obj, field, name)]
+        return [_ObjectSource(obj[split], field, f"{name}[{split!r}]", nbytes)]
+    return [_ObjectSource(obj, field, name, nbytes)]

@@ -55,6 +55,12 @@ Empty documents (empty text) are written as empty documents (the store keeps the
 and packed views then see a lone end-of-text) unless ``skip_empty=True``, which counts them in
 ``empty_skipped``.
 
+Progress (``progress=True``; the ``mmpack build`` command's default on a terminal): a bar over
+the inputs' bytes on disk, their total known before reading (compressed sizes for ``.gz`` and
+``.zst``; the bytes read are the position in the compressed file), advanced as each batch's
+documents are written, with the documents written, tokens/s and an ETA; an in-memory dataset
+counts documents instead (against its length where it has one).
+
 Cost: reading and batching run at disk speed in the main process; tokenization scales with the
 workers (the byte-level tokenizer is cheaper than the pickling that a worker would need, so its
 default is one worker).
@@ -70,16 +76,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mmpack.core.progress import Progress, progress_bar
 from mmpack.core.validation import check_positive_int
 from mmpack.errors import IngestError, IngestWarning
-from mmpack.ingest.batching import _Batch, _batches, _consume
-from mmpack.ingest.engines import stderr_is_tty
+from mmpack.ingest.batching import _Batch, _batches, _consume, _InputMeter
 from mmpack.ingest.inputs import (
     _EXTENSIONS,
     FORMATS,
@@ -124,7 +129,7 @@ def ingest(
     skip_empty: bool = False,
     backend: str = "memmap",
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: bool | None = False,
     on_issue: Callable[[IngestIssue], None] | None = None,
     copy_tokenizer: bool = True,
     split: str | None = None,
@@ -168,8 +173,11 @@ def ingest(
     backend : {"memmap", "zarr"}
     overwrite : bool
         Replace an existing store.
-    progress : bool, optional
-        A tqdm bar (documents/s, tokens/s) on stderr; default: when stderr is a terminal.
+    progress : bool or None
+        A bar on stderr over the inputs' bytes on disk (compressed sizes for ``.gz``/``.zst``),
+        with the documents written, tokens/s and an ETA (documents, for an in-memory dataset),
+        then, for a URL ``output``, over the upload; none by default; ``None``: when stderr is a
+        terminal (what ``mmpack build`` does unless told ``--progress`` or ``--no-progress``).
     on_issue : callable, optional
         Called with every :class:`IngestIssue` (default: a warning for each of the first 20).
     copy_tokenizer : bool
@@ -226,14 +234,16 @@ def ingest(
         workers=workers,
     )
     policy = _IssuePolicy(report, on_error, on_issue, field)
-    batches = _batches(sources, report, skip_empty, batch_size, batch_chars)  # read lazily
+    meter = _InputMeter(sources)
+    batches = _batches(sources, report, skip_empty, batch_size, batch_chars, meter)  # lazily
+    bar = progress_bar(progress, meter.total, desc="building", unit=meter.unit)
     _build_store(
         output,
         batches,
         [source.where(None) for source in sources],
         tok,
         policy,
-        progress,
+        bar,
         backend=backend,
         overwrite=overwrite,
         copy_tokenizer=copy_tokenizer,
@@ -273,7 +283,7 @@ def _build_store(
     where: list[str],
     tok: Tokenizer,
     policy: _IssuePolicy,
-    progress: bool | None,
+    bar: Progress,
     *,
     backend: str,
     overwrite: bool,
@@ -283,36 +293,28 @@ def _build_store(
     ``output``, published once every input was read and the issue policy let it through, with
     its tokenizer and provenance records (``where``: the inputs as named).  Each batch's issues
     go through ``policy`` (whose warnings count this frame: keep the tokenize loop here) and its
-    count to the progress bar; the report gets the opened store and the time taken."""
+    reading position to the progress ``bar`` (closed here); the report gets the opened store and
+    the time taken."""
     report = policy.report
     t0 = time.perf_counter()
-    bar = _progress_bar(stderr_is_tty() if progress is None else progress)
+    remote = {"progress": bar.enabled} if isinstance(output, str) and "://" in output else {}
     try:
         with store_writer(
-            output, dtype=tok.token_dtype, backend=backend, overwrite=overwrite
+            output, dtype=tok.token_dtype, backend=backend, overwrite=overwrite, **remote
         ) as writer:
             with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
                 for batch, (flat, lengths, failures) in encoded:
                     _consume(batch, flat, lengths, failures, writer, report, policy.emit)
                     for group in batch.ended:
                         policy.input_done(group)
-                    if bar is not None:
-                        bar.update(batch.n_read)
+                    if bar.enabled:
+                        bar.advance_to(batch.read_to)
                         rate = report.tokens_written / (time.perf_counter() - t0)
-                        bar.set_postfix_str(f"{rate:,.0f} tokens/s", refresh=False)
+                        bar.note(f"{report.docs_written:,} docs, {rate:,.0f} tokens/s")
             policy.all_read()
             describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer)
+            bar.close()  # before the upload's own bar, if any
         report.store = writer.store
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         report.seconds = time.perf_counter() - t0
-
-
-# --------------------------------------------------------------------------------- helpers
-def _progress_bar(enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(unit=" docs", unit_scale=True, desc="tokenizing", file=sys.stderr, smoothing=0.1)

@@ -44,7 +44,45 @@ def _open_binary(path: Path):
     return open(path, "rb")
 
 
-class _TextFile:
+def _disk_position(f: Any) -> int:
+    """How far reading the file under ``f`` got, in bytes on disk: the compressed file's
+    position for ``.gz`` (``GzipFile.fileobj``) and ``.zst`` (its raw reader's ``compressed``),
+    the file's own otherwise."""
+    inner = getattr(f, "fileobj", None)
+    if inner is None:
+        inner = getattr(getattr(f, "raw", None), "compressed", None)
+    return int((inner if inner is not None else f).tell())
+
+
+class _OnDisk:
+    """What a file source tells the build's progress bar: its size on disk (the compressed
+    size of a ``.gz``/``.zst``, known before reading) and the bytes of it read so far (the
+    position of the file being read; one ``lseek``, asked once a batch)."""
+
+    path: Path
+    _reading: Any = None
+    _size: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        if self._size is None:
+            try:
+                self._size = self.path.stat().st_size
+            except OSError:
+                self._size = 0
+        return self._size
+
+    def read_bytes(self) -> int:
+        f = self._reading
+        if f is None:
+            return 0
+        try:
+            return min(_disk_position(f), self.nbytes)
+        except (OSError, ValueError, AttributeError):
+            return 0
+
+
+class _TextFile(_OnDisk):
     def __init__(self, path: Path, lines: bool) -> None:
         self.path, self.lines = path, lines
         self.whole = not lines
@@ -62,6 +100,7 @@ class _TextFile:
     def records(self):
         try:
             with _open_binary(self.path) as f:
+                self._reading = f
                 if not self.lines:
                     try:
                         yield None, f.read().decode("utf-8-sig"), 1
@@ -82,7 +121,7 @@ class _TextFile:
             raise _ReadFailed(_describe(exc)) from None
 
 
-class _JsonFile:
+class _JsonFile(_OnDisk):
     def __init__(self, path: Path, field: str, array_ok: bool) -> None:
         self.path, self.field, self.array_ok = path, field, array_ok
         self._array = False
@@ -107,6 +146,7 @@ class _JsonFile:
     def records(self):
         try:
             with _open_binary(self.path) as f:
+                self._reading = f
                 self.whole = self.array_ok and self._whole_value(f)
                 if self.whole:
                     yield from self._value_records(f)
@@ -169,11 +209,17 @@ class _JsonFile:
             yield k, _text_of(obj, self.field), 1
 
 
-class _ParquetFile:
+class _ParquetFile(_OnDisk):
     whole = False
+    _row = 0
+    _rows = 0
 
     def __init__(self, path: Path, field: str) -> None:
         self.path, self.field = path, field
+
+    def read_bytes(self) -> int:
+        """The share of the file's bytes of the rows read so far."""
+        return self.nbytes * self._row // self._rows if self._rows else 0
 
     def where(self, pos: int | None) -> str:
         return str(self.path) if pos is None else f"{self.path} row {pos}"
@@ -230,6 +276,7 @@ class _ParquetFile:
         if n_rows == 0:
             yield None, _Reason("the file holds no rows"), 0
         row = 0
+        self._rows = n_rows
         batches = pf.iter_batches(batch_size=1024, columns=[self.field])
         while True:
             try:
@@ -249,13 +296,29 @@ class _ParquetFile:
                 else:
                     yield row, value, 1
                 row += 1
+                self._row = row
 
 
 class _ObjectSource:
-    whole = False
+    """A dataset or an iterable.  For the progress bar: ``nbytes``, the size on disk of a saved
+    dataset's folder (None in memory), and ``length``, its number of rows where it has one."""
 
-    def __init__(self, obj: Any, field: str, name: str) -> None:
+    whole = False
+    _pos = 0
+
+    def __init__(self, obj: Any, field: str, name: str, nbytes: int | None = None) -> None:
         self.obj, self.field, self.name = obj, field, name
+        self.nbytes = nbytes
+        try:
+            self.length: int | None = len(obj)
+        except TypeError:
+            self.length = None
+
+    def read_bytes(self) -> int:
+        """The share of ``nbytes`` of the rows read so far."""
+        if not self.nbytes or not self.length:
+            return 0
+        return self.nbytes * min(self._pos, self.length) // self.length
 
     def where(self, pos: int | None) -> str:
         return self.name if pos is None else f"{self.name}[{pos}]"
@@ -282,8 +345,10 @@ class _ObjectSource:
                 for value in cols[self.field]:
                     yield pos, _check_text(value, self.field), 1
                     pos += 1
+                    self._pos = pos
             return
         for pos, item in enumerate(obj):
+            self._pos = pos + 1
             if isinstance(item, str):
                 yield pos, item, 1
             elif isinstance(item, (bytes, bytearray)):

@@ -1,6 +1,6 @@
 """Task planning for distributed ingestion: the input files, in order, cut into tasks by size.
 
-Owns :func:`plan_tasks` (and the input-size measure the driver's progress bar shares).  The
+Owns :func:`plan_tasks` (inputs are measured by :func:`mmpack.ingest.inputs.size_of`).  The
 inputs are expanded exactly as :func:`mmpack.ingest.pipeline.ingest` expands them (paths in the
 order given, each glob's matches sorted); the file list is then cut, in order, into tasks of
 about ``part_bytes`` of input: small files are grouped, a file is never split.  Cost: one
@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mmpack.ingest.inputs import _paths_of
+from mmpack.ingest.inputs import _paths_of, size_of
 
-__all__ = ["DEFAULT_PART_BYTES", "plan_tasks", "size_of"]
+__all__ = ["DEFAULT_PART_BYTES", "plan_tasks"]
 
 DEFAULT_PART_BYTES = 64 << 20
 """Input bytes per task unless ``part_bytes`` says otherwise (64 MiB)."""
@@ -72,13 +72,3 @@ def _expand(inputs: list[Any] | tuple[Any, ...], output: Path | None) -> list[st
             raise TypeError(f"inputs must be paths or globs, got {type(item).__name__}")
         files.extend(str(p) for p in _paths_of(os.fspath(item), output))
     return files
-
-
-def size_of(path: Path) -> int:
-    """Bytes of a file, or of every file under a folder; 0 if it cannot be read."""
-    try:
-        if path.is_dir():
-            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        return path.stat().st_size
-    except OSError:
-        return 0

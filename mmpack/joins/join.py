@@ -26,6 +26,7 @@ from mmpack.joins.manifest import (
     JOIN_FORMAT,
     JOIN_LOCK_FILE,
     JOIN_VERSION,
+    MANIFEST_KEYS,
     manifest_fingerprint,
     read_manifest,
 )
@@ -193,7 +194,7 @@ def _replace_manifest(
         old_raw = read_manifest(out)
         kept = list(old_raw["parts"]) if append else []
         if extra is None:
-            extra = {k: v for k, v in old_raw.items() if k not in _CORE_KEYS | {"tokenizer"}}
+            extra = {k: v for k, v in old_raw.items() if k not in MANIFEST_KEYS | {"tokenizer"}}
         _publish(out, out_abs, kept, old_store, new, extra, fsync, mixed_tokenizers)
         old_file = old_raw["offsets"]["file"]
         if old_file != read_manifest(out)["offsets"]["file"]:
@@ -226,22 +227,10 @@ def write_join_into(
     )
 
 
-_CORE_KEYS = {
-    "format",
-    "version",
-    "dtype",
-    "num_docs",
-    "num_tokens",
-    "offsets",
-    "parts",
-    "fingerprint",
-}
-
-
 def _check_extra(extra: dict[str, Any] | None) -> None:
-    if extra is not None and set(extra) & _CORE_KEYS:
+    if extra is not None and set(extra) & MANIFEST_KEYS:
         raise ValueError(
-            f"extra may not set the manifest's own keys {sorted(set(extra) & _CORE_KEYS)}"
+            f"extra may not set the manifest's own keys {sorted(set(extra) & MANIFEST_KEYS)}"
         )
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "JOIN_FORMAT",
     "JOIN_LOCK_FILE",
     "JOIN_VERSION",
+    "MANIFEST_KEYS",
     "join_entries",
     "manifest_fingerprint",
     "read_manifest",
@@ -42,6 +43,11 @@ JOIN_VERSION = 1
 """The newest manifest version this mmpack reads and the one it writes."""
 JOIN_LOCK_FILE = ".mmpack-join.lock"
 """The lock file that serialises the appenders of one join."""
+MANIFEST_KEYS = frozenset(
+    ("format", "version", "dtype", "num_docs", "num_tokens", "offsets", "parts", "fingerprint")
+)
+"""The manifest's own keys; the others are optional sections (``"tokenizer"``,
+``"provenance"``, a caller's ``extra``)."""
 
 
 def read_manifest(path: Path) -> dict[str, Any]:

@@ -24,8 +24,8 @@ loaded 2-core machine): a batch of 32 random 2048-token windows costs 1.7x the s
 
 Cost.  ``join`` reads only the parts' metadata and offsets and writes ``8 * (num_docs + 1)`` bytes
 plus the manifest: against the token bytes that is ``8 / (itemsize * mean document length)``,
-e.g. 0.8% for uint16 tokens and 500-token documents, 0.04% for 10k-token documents (the README's
-figure comes from ``python -m benchmarks.bench_join``).  Opening (:mod:`mmpack.joins.opening`)
+e.g. 0.8% for uint16 tokens and 500-token documents, 0.04% for 10k-token documents (the benchmarks
+page's figure comes from ``python -m benchmarks.bench_join``).  Opening (:mod:`mmpack.joins.opening`)
 maps the offsets and opens every part (its metadata only; a part's mappings hold no file
 descriptor, so a join of 10,000 parts opens under a limit of 1024 open files), refusing a part
 that is missing or whose fingerprint differs from the manifest's, and a join that contains
@@ -54,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.progress import progress_bar
 from mmpack.errors import FormatError
-from mmpack.joins.manifest import JOIN_FILE, read_manifest
+from mmpack.joins.manifest import JOIN_FILE, MANIFEST_KEYS, read_manifest
 from mmpack.store.backends import Backend
 from mmpack.store.reader import TokenStore, reopen_pickled
 
@@ -258,22 +259,42 @@ class JoinedStore(TokenStore):
         """int64, shape (parts + 1,): the global token index where each part begins."""
         return self._backend.token_starts
 
-    def verify(self) -> dict[str, int]:
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The manifest's optional sections (``"tokenizer"``, ``"provenance"``, a ``join``'s
+        ``extra``)."""
+        return {k: v for k, v in self._raw_meta.items() if k not in MANIFEST_KEYS}
+
+    @property
+    def attached_files(self) -> tuple[str, ...]:
+        """The copy of the shared tokenizer's ``tokenizer.json`` in a local join's folder, when
+        the manifest's tokenizer record names one that is there."""
+        rec = self._raw_meta.get("tokenizer")
+        name = rec.get("file") if isinstance(rec, dict) else None
+        if not isinstance(name, str) or "://" in self.location or not (self.path / name).is_file():
+            return ()
+        return (name,)
+
+    def verify(self, *, progress: Any = False) -> dict[str, int]:
         """Verify every part's checksums, the global offsets' checksums, and that the global
         offsets are the parts' offsets shifted; raise :class:`FormatError` naming the first
-        defect.  Returns ``{"parts", "blocks", "bytes"}``."""
+        defect.  Returns ``{"parts", "blocks", "bytes"}``.  ``progress``: one bar over the
+        bytes of every part and of the global offsets (as :meth:`TokenStore.verify`)."""
         blocks = nbytes = 0
-        for k, part in enumerate(self.parts):
-            try:
-                res = part.verify()
-            except FormatError as exc:
-                raise FormatError(
-                    f"{self.path}: part {k} ({self.part_locations[k]}): {exc}"
-                ) from exc
-            blocks += res["blocks"]
-            nbytes += res["bytes"]
-        blocks += check_global_offsets(self.path, self._raw_meta, self.offsets)
-        nbytes += self.offsets.nbytes
+        total = sum(p.nbytes for p in self.parts) + self.offsets.nbytes
+        with progress_bar(progress, total, desc="verifying") as bar:
+            for k, part in enumerate(self.parts):
+                try:
+                    res = part.verify(progress=bar)
+                except FormatError as exc:
+                    raise FormatError(
+                        f"{self.path}: part {k} ({self.part_locations[k]}): {exc}"
+                    ) from exc
+                blocks += res["blocks"]
+                nbytes += res["bytes"]
+            blocks += check_global_offsets(self.path, self._raw_meta, self.offsets)
+            nbytes += self.offsets.nbytes
+            bar.update(self.offsets.nbytes)
         doc = 0
         for k, part in enumerate(self.parts):
             n = len(part)

@@ -15,11 +15,10 @@ one place and holds the two plan drivers, plain Python that chains them:
   ``cu_seqlens`` (:func:`select_pieces`, :func:`fill_rows`, :func:`one_bin`; O(B * seqlen)).
 
 First-call cost: with numba's cache empty, a fresh process compiles the ``bfd`` plan's kernels in
-2.9 s (``item_sizes`` 0.22, ``bfd_items`` 0.60, ``bfd_groups`` 1.79, ``emit_groups`` 0.28; 6.0 s
-before issue 18, of which ~2 s compiled the formatted error of a slice assignment's shape check
-and ~0.4 s a second, literal-typed specialization); ``"online"`` then adds about 1.2 s of CPU.
-With the cache filled they load in milliseconds (``python -m benchmarks.bench_first_call
---quick``, load average ~3 on the 2-core VM, medians of 3 fresh interpreters).
+about 3 s (``bfd_groups`` the largest part; no kernel formats an error message or compiles a
+second, literal-typed specialization, which would add seconds); ``"online"`` then adds about
+1.2 s of CPU.  With the cache filled they load in milliseconds (``python -m
+benchmarks.bench_first_call --quick``: medians of fresh interpreters).
 """
 
 from __future__ import annotations

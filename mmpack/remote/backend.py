@@ -106,6 +106,7 @@ class RemoteBackend(RemoteStoreBackend):
                 data, check_object, (-(-nbytes // self.block)) * 4, [check_crc], None
             )
             table = np.frombuffer(raw_table, dtype="<u4")
+        self.data = data
         self._check_size(data + "tokens.bin", nbytes)
         raw_offsets = self._index(
             data,

@@ -16,10 +16,10 @@ from typing import Any
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.remote.backend import RemoteBackend
 from mmpack.remote.cache import BlockCache
-from mmpack.remote.transport import ObjectMissing, make_transport
+from mmpack.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.store.format import META_FILE, StoreMeta
 
-__all__ = ["default_cache_dir", "open_url"]
+__all__ = ["default_cache_dir", "open_record", "open_url"]
 
 
 def default_cache_dir() -> Path:
@@ -56,8 +56,6 @@ def open_url(
         Bytes of fetched blocks kept in ``cache_dir`` for later epochs, shared by every process
         on the node; None or 0 keeps none.
     """
-    from mmpack.store.reader import TokenStore
-
     if format not in (None, "mmpack"):
         raise ValueError(f"format={format!r}: remote stores are mmpack's own layout")
     transport = make_transport(location, storage_options)
@@ -90,6 +88,31 @@ def open_url(
         raw = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FormatError(f"{transport.key_url(META_FILE)} is not valid JSON: {exc}") from None
+    return open_record(
+        transport,
+        raw,
+        location,
+        storage_options=storage_options,
+        cache_dir=root,
+        cache_limit=cache_limit,
+    )
+
+
+def open_record(
+    transport: Transport,
+    raw: Any,
+    location: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: Path | None = None,
+    cache_limit: int | None = None,
+) -> Any:
+    """The store that the metadata record ``raw`` describes at ``transport``: what
+    :func:`open_url` opens once it has read ``mmpack.json``, and what an upload checks before it
+    writes that record (:func:`mmpack.remote.upload.upload`'s ``check``)."""
+    from mmpack.store.reader import TokenStore
+
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
     folder = root / "stores" / meta.fingerprint
     cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)

@@ -147,9 +147,13 @@ class Transport:
         self._writable()
         self._retry(key, lambda: self._put(key, data, None))
 
-    def put_file(self, key: str, path: Path) -> None:
+    def put_file(self, key: str, path: Path, on_bytes: Callable[[int], None] | None = None) -> None:
+        """PUT the local file ``path`` as ``key``; ``on_bytes`` is told the bytes sent as they
+        are acknowledged (a progress bar)."""
         self._writable()
         self._retry(key, lambda: self._put(key, None, path))
+        if on_bytes is not None:
+            on_bytes(path.stat().st_size)
 
     def list_prefix(self, prefix: str = "") -> list[tuple[str, int, float]]:
         """``(key, size, mtime)`` of every object whose key starts with ``prefix``."""

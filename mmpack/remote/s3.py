@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,16 +102,19 @@ class S3Transport(Transport):
     def _size(self, key: str) -> int:
         return int(self._call("HEAD", key).headers.get("Content-Length", -1))
 
-    def put_file(self, key: str, path: Path) -> None:
+    def put_file(self, key: str, path: Path, on_bytes: Callable[[int], None] | None = None) -> None:
         self._writable()
         size = path.stat().st_size
         if size <= self.multipart_threshold:
-            return super().put_file(key, path)
-        return self._put_multipart(key, path, size)
+            return super().put_file(key, path, on_bytes)
+        return self._put_multipart(key, path, size, on_bytes)
 
-    def _put_multipart(self, key: str, path: Path, size: int) -> None:
+    def _put_multipart(
+        self, key: str, path: Path, size: int, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
         """Multipart upload (parts of ``multipart_chunk`` bytes, 4 at a time, each retried);
-        aborted on failure, so no part is left billed and nothing becomes visible."""
+        aborted on failure, so no part is left billed and nothing becomes visible.  Each part
+        sent is told to ``on_bytes``."""
         body = self._retry(key, lambda: self._call("POST", key, query={"uploads": ""}).data)
         upload_id = _xml(body.decode(), "UploadId")
         if not upload_id:
@@ -128,6 +131,8 @@ class S3Transport(Transport):
                     "PUT", key, query={"partNumber": str(n), "uploadId": upload_id}, body=data
                 ),
             )
+            if on_bytes is not None:
+                on_bytes(len(data))
             return resp.headers.get("ETag", "")
 
         from concurrent.futures import ThreadPoolExecutor

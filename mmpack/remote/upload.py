@@ -3,11 +3,15 @@
 Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only
 then PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make
 visible atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends
-``tokens.bin``, ``offsets.bin`` and the table of CRC-32s of every ``check_block_bytes`` (16 KiB)
-block of ``tokens.bin`` (one sequential pass, ~1 GB/s) concurrently, multipart above 256 MiB; a
-sharded Zarr store (:func:`upload_zarr`) sends its shards four at a time (a shard is at most
+``tokens.bin``, ``offsets.bin``, the table of CRC-32s of every ``check_block_bytes`` (16 KiB)
+block of ``tokens.bin`` (one sequential pass, ~1 GB/s) and the files its build attached (its
+``"files"``, e.g. ``tokenizer.json``) concurrently, multipart above 256 MiB; a sharded Zarr store
+(:func:`upload_zarr`) sends its shards (and attached files) four at a time (a shard is at most
 32 MiB) and records every shard's size in the metadata (the layout is described in
-:mod:`mmpack.remote.zarr`, which reads it).
+:mod:`mmpack.remote.zarr`, which reads it).  An attached file ``NAME`` is the object
+``URL/data-<id>/NAME`` in both layouts.  A ``check`` (a copy's verification) gets the uploaded
+store opened from its objects before the metadata is written: it reads them back from the
+server, and a failure deletes them.
 
 - an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
   opens as a store (readers of a previous store keep reading theirs);
@@ -23,16 +27,19 @@ sharded Zarr store (:func:`upload_zarr`) sends its shards four at a time (a shar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mmpack.core.progress import progress_bar
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
 from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.remote.zarr import LAYOUT
@@ -87,8 +94,14 @@ def upload(
     overwrite: bool,
     check_block_bytes: int = CHECK_BLOCK_BYTES,
     storage_options: dict[str, Any] | None = None,
+    check: Callable[[Any], None] | None = None,
+    progress: Any = False,
 ) -> Any:
-    """Upload the local memmap store at ``local`` to ``url``; returns it opened remotely."""
+    """Upload the local memmap store at ``local`` to ``url``; returns it opened remotely.
+
+    ``check`` is called with the uploaded store, opened from its objects, before its metadata
+    is written (whatever it raises deletes the objects and publishes nothing); ``progress`` a
+    bar over the bytes uploaded (:func:`mmpack.core.progress.progress_bar`)."""
     import zlib
 
     from mmpack.store.reader import open_store
@@ -99,22 +112,57 @@ def upload(
     previous, gen = new_generation(transport)
     table = check_table(local / "tokens.bin", check_block_bytes)
     (local / "tokens.crc").write_bytes(table)
-    with ThreadPoolExecutor(3) as pool:
-        futures = [
-            pool.submit(transport.put_file, f"{gen}/{name}", local / name)
-            for name in ("tokens.bin", "offsets.bin", "tokens.crc")
-        ]
-        for f in futures:
-            f.result()
+    names = ["tokens.bin", "offsets.bin", "tokens.crc", *raw.get("files", [])]  # + attached
+    _put_files(transport, {f"{gen}/{n}": local / n for n in names}, 3, progress)
     raw["remote"] = {
         "data": gen,
         "check_block_bytes": check_block_bytes,
         "check_object": "tokens.crc",
         "check_crc32": zlib.crc32(table),
     }
-    objects = [f"{gen}/{n}" for n in ("tokens.bin", "offsets.bin", "tokens.crc")]
+    objects = [f"{gen}/{n}" for n in names]
+    _check_uncommitted(transport, url, raw, objects, check, storage_options)
     commit_generation(transport, url, raw, gen, previous, objects, overwrite=overwrite)
     return open_store(url, storage_options=storage_options)
+
+
+def _put_files(
+    transport: Transport, files: dict[str, Path], threads: int, progress: Any = False
+) -> None:
+    """PUT each local file under its key, ``threads`` at a time (a bar over their bytes)."""
+    total = sum(p.stat().st_size for p in files.values())
+    with (
+        progress_bar(progress, total, desc="uploading") as bar,
+        ThreadPoolExecutor(threads) as pool,
+    ):
+        futures = [
+            pool.submit(transport.put_file, key, path, bar.update) for key, path in files.items()
+        ]
+        for f in futures:
+            f.result()
+
+
+def _check_uncommitted(
+    transport: Transport,
+    url: str,
+    raw: dict[str, Any],
+    objects: list[str],
+    check: Callable[[Any], None] | None,
+    storage_options: dict[str, Any] | None,
+) -> None:
+    """``check(store)``, the store ``raw`` describes opened from the uploaded ``objects`` before
+    any metadata names them; on any failure the objects are deleted (nothing of them could
+    ever open) and the error raised."""
+    if check is None:
+        return
+    from mmpack.remote.opener import open_record
+
+    try:
+        check(open_record(transport, raw, url, storage_options=storage_options))
+    except BaseException:
+        with contextlib.suppress(RemoteError, RemoteAccessError, OSError):
+            transport.delete(objects)
+        raise
 
 
 def new_generation(transport: Transport) -> tuple[str | None, str]:
@@ -192,9 +240,12 @@ def upload_zarr(
     *,
     overwrite: bool,
     storage_options: dict[str, Any] | None = None,
+    check: Callable[[Any], None] | None = None,
+    progress: Any = False,
 ) -> Any:
     """Upload the local sharded Zarr store at ``local`` to ``url`` (objects under a fresh
-    ``data-*`` prefix, then ``mmpack.json``); returns it opened remotely."""
+    ``data-*`` prefix, then ``mmpack.json``); returns it opened remotely.  ``check`` and
+    ``progress`` as for :func:`upload`."""
     from mmpack.store.reader import open_store
 
     group = json.loads((local / "zarr.json").read_text())
@@ -206,9 +257,7 @@ def upload_zarr(
     files = sorted(p for p in local.rglob("*") if p.is_file())
     rel = {p: p.relative_to(local).as_posix() for p in files}
     previous, gen = new_generation(transport)
-    with ThreadPoolExecutor(4) as pool:
-        for f in [pool.submit(transport.put_file, f"{gen}/{rel[p]}", p) for p in files]:
-            f.result()
+    _put_files(transport, {f"{gen}/{rel[p]}": p for p in files}, 4, progress)
     raw["remote"] = {
         "data": gen,
         "layout": LAYOUT,
@@ -220,5 +269,6 @@ def upload_zarr(
         },
     }
     objects = [f"{gen}/{rel[p]}" for p in files]
+    _check_uncommitted(transport, url, raw, objects, check, storage_options)
     commit_generation(transport, url, raw, gen, previous, objects, overwrite=overwrite)
     return open_store(url, storage_options=storage_options)

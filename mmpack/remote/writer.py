@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ __all__ = ["RemoteStoreWriter"]
 
 class RemoteStoreWriter(StoreWriter):
     """:class:`~mmpack.store.writer.StoreWriter` for a URL target (same arguments, plus
-    ``storage_options`` and ``check_block_bytes``)."""
+    ``storage_options``, ``check_block_bytes`` and ``progress``: a bar over the upload,
+    :func:`mmpack.core.progress.progress_bar`).  ``check`` is called with the uploaded store,
+    opened from its objects before the metadata is written (not with the local copy)."""
 
     def __init__(
         self,
@@ -35,6 +38,8 @@ class RemoteStoreWriter(StoreWriter):
         check_block_bytes: int = CHECK_BLOCK_BYTES,
         overwrite: bool = False,
         backend: str = "memmap",
+        check: Callable[[Any], None] | None = None,
+        progress: Any = False,
         **kwargs: Any,
     ) -> None:
         if backend not in ("memmap", "zarr"):
@@ -53,6 +58,8 @@ class RemoteStoreWriter(StoreWriter):
         self.transport._writable()
         self.storage_options = storage_options
         self.check_block_bytes = check_block_bytes
+        self.remote_check = check
+        self.progress = progress
         _clean_dead_workdirs()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_TAG}{os.getpid()}-"))
         kwargs["fsync"] = False  # the local copy is temporary: durability is the upload's
@@ -76,22 +83,21 @@ class RemoteStoreWriter(StoreWriter):
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             super().__exit__(exc_type, exc, tb)
+            common: dict[str, Any] = {
+                "overwrite": self.overwrite,
+                "storage_options": self.storage_options,
+                "check": self.remote_check,
+                "progress": self.progress,
+            }
             if exc_type is None and self.backend == "zarr":
-                self.store = upload_zarr(
-                    self.path,
-                    self.transport,
-                    self.url,
-                    overwrite=self.overwrite,
-                    storage_options=self.storage_options,
-                )
+                self.store = upload_zarr(self.path, self.transport, self.url, **common)
             elif exc_type is None:
                 self.store = upload(
                     self.path,
                     self.transport,
                     self.url,
-                    overwrite=self.overwrite,
                     check_block_bytes=self.check_block_bytes,
-                    storage_options=self.storage_options,
+                    **common,
                 )
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)

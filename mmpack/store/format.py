@@ -45,6 +45,7 @@ __all__ = [
     "KNOWN_BACKENDS",
     "META_FILE",
     "OFFSETS_DTYPE",
+    "RECORD_KEYS",
     "StoreMeta",
     "TOKEN_DTYPES",
     "check_count",
@@ -65,6 +66,14 @@ CHECKSUM_KINDS = ("crc32", "xxh64")
 # Explicit little-endian: the bytes on disk must not depend on the writing machine.
 TOKEN_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8"))
 OFFSETS_DTYPE = np.dtype("<i8")
+
+RECORD_KEYS = frozenset(
+    ("format", "version", "backend", "dtype", "num_docs", "num_tokens", "checksum", "files")
+    + ("fingerprint", "remote")
+)
+"""The keys of a metadata record that describe the store itself (:meth:`StoreMeta.to_json`, and
+the ``"remote"`` record of a store's objects); the others are optional sections
+(``"tokenizer"``, ``"provenance"``...)."""
 
 KNOWN_BACKENDS: set[str] = {"memmap", "zarr"}
 """Backend names a metadata record may carry (a backend module adds its own name here)."""
@@ -187,11 +196,11 @@ class StoreMeta:
             meta = cls(
                 backend=str(obj["backend"]),
                 dtype=dtype,
-                num_docs=_nonneg_int(obj["num_docs"], "num_docs", where),
-                num_tokens=_nonneg_int(obj["num_tokens"], "num_tokens", where),
-                block_bytes=_nonneg_int(checksum["block_bytes"], "block_bytes", where),
-                tokens_digests=tuple(_nonneg_int(c, "checksum", where) for c in checksum["tokens"]),
-                offsets_crc32=tuple(_nonneg_int(c, "checksum", where) for c in checksum["offsets"]),
+                num_docs=check_count(obj["num_docs"], "num_docs", where),
+                num_tokens=check_count(obj["num_tokens"], "num_tokens", where),
+                block_bytes=check_count(checksum["block_bytes"], "block_bytes", where),
+                tokens_digests=tuple(check_count(c, "checksum", where) for c in checksum["tokens"]),
+                offsets_crc32=tuple(check_count(c, "checksum", where) for c in checksum["offsets"]),
                 tokens_checksum=str(checksum.get("algorithm")),
                 files=_listed_files(obj.get("files", []), where),
             )
@@ -256,10 +265,6 @@ def check_count(value: Any, name: str, where: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise FormatError(f"{where}: {name} must be a non-negative integer, got {value!r}")
     return value
-
-
-# StoreMeta.from_json's name for it (kept while another branch edits those lines).
-_nonneg_int = check_count
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,14 +152,18 @@ class BlockChecker:
             )
         return hi - lo
 
-    def check_all(self) -> dict[str, int]:
-        """Every block of the offsets, then of the tokens; ``{"blocks", "bytes"}`` checked."""
+    def check_all(self, on_block: Callable[[int], None] | None = None) -> dict[str, int]:
+        """Every block of the offsets, then of the tokens; ``{"blocks", "bytes"}`` checked.
+        ``on_block`` is told each checked block's size in bytes (a progress bar)."""
         meta = self._meta
         checked_blocks = checked_bytes = 0
         for name, digests in (("offsets", meta.offsets_crc32), ("tokens", meta.tokens_digests)):
             for b in range(len(digests)):
-                checked_bytes += self.check_block(name, b)
+                size = self.check_block(name, b)
+                checked_bytes += size
                 checked_blocks += 1
+                if on_block is not None:
+                    on_block(size)
         return {"blocks": checked_blocks, "bytes": checked_bytes}
 
 

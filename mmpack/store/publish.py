@@ -131,14 +131,14 @@ def stage_folder(target: Path, tag: str = _TMP_TAG) -> tuple[Path, int]:
     return tmp, fd
 
 
-def check_new_store(tmp: Path, meta: StoreMeta) -> None:
+def check_new_store(tmp: Path, meta: StoreMeta) -> TokenStore:
     """Open the finished temporary folder as a store (metadata, file sizes, offsets from 0,
-    never decreasing, ending at num_tokens): a store that would fail its own open is never
-    renamed into place."""
+    never decreasing, ending at num_tokens) and return it: a store that would fail its own open
+    is never renamed into place."""
     raw = read_raw_meta(tmp)
     if StoreMeta.from_json(raw, tmp).fingerprint != meta.fingerprint:
         raise FormatError(f"{tmp}: the metadata written does not read back; nothing was replaced")
-    TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    return TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
 
 
 # --------------------------------------------------------------------------------- the target

@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.progress import progress_bar
 from mmpack.core.validation import check_index, check_int
 from mmpack.errors import StateMismatchError
 from mmpack.store.backends import Backend, get_backend
-from mmpack.store.format import StoreMeta
+from mmpack.store.format import RECORD_KEYS, StoreMeta
 from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
 from mmpack.store.opening import (
     as_path,
@@ -53,6 +54,7 @@ from mmpack.store.registry import DETECTORS, load
 __all__ = ["TokenStore", "open_store", "reopen_pickled"]
 
 _PATTERNS = ("normal", "random", "sequential")
+
 _SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
 _SCAN_CHUNK_BYTES = 1 << 21  # per request (several in flight; one WILLNEED reads <= 8 MiB here)
 
@@ -153,6 +155,36 @@ class TokenStore:
     def meta(self) -> dict[str, Any]:
         """The metadata record as stored."""
         return dict(self._raw_meta)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The optional sections of the metadata record (``"tokenizer"``, ``"provenance"``,
+        whatever a builder added through :attr:`StoreWriter.extra
+        <mmpack.store.writer.StoreWriter.extra>`): the record without the keys of the store's
+        own structure (what a copy carries over)."""
+        return {k: v for k, v in self._raw_meta.items() if k not in RECORD_KEYS}
+
+    @property
+    def attached_files(self) -> tuple[str, ...]:
+        """The files the store's build attached (``tokenizer.json``...), sorted; read them with
+        :meth:`read_attached`."""
+        return tuple(getattr(self._meta, "files", ()))
+
+    def read_attached(self, name: str) -> bytes:
+        """The bytes of the attached file ``name`` (one of :attr:`attached_files`), from the
+        store folder or the store's objects.
+
+        Raises
+        ------
+        KeyError
+            The store has no attached file of that name.
+        """
+        if name not in self.attached_files:
+            raise KeyError(
+                f"{self._location} has no attached file {name!r} (it has "
+                f"{list(self.attached_files)})"
+            )
+        return self._backend.read_file(name)
 
     @property
     def open_options(self) -> dict[str, Any]:
@@ -318,20 +350,31 @@ class TokenStore:
         return int(self._backend.prefetch_range(start, stop))
 
     # ----------------------------------------------------------------------------- integrity
-    def verify(self) -> dict[str, int]:
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the store's two arrays: ``num_tokens * itemsize`` of tokens and
+        ``8 * (num_docs + 1)`` of offsets (what :meth:`verify` reads and a copy moves)."""
+        return self.num_tokens * self.dtype.itemsize + (len(self) + 1) * 8
+
+    def verify(self, *, progress: Any = False) -> dict[str, int]:
         """Recompute every block checksum; raise :class:`FormatError` naming the first bad block.
+
+        Parameters
+        ----------
+        progress : bool, None or Progress
+            A bar over the :attr:`nbytes` checked, with an ETA
+            (:func:`mmpack.core.progress.progress_bar`): none by default; ``None`` when stderr
+            is a terminal.
 
         Returns a summary ``{"blocks": ..., "bytes": ...}`` when everything matches.
         """
         previous = self._backend.advise("sequential")  # a scan: full read-ahead
         try:
-            return self._verify()
+            with progress_bar(progress, self.nbytes, desc="verifying") as bar:
+                check_offsets(self.offsets, self._meta, self._path)
+                return self._blocks.check_all(bar.update)
         finally:
             self._backend.advise(previous)
-
-    def _verify(self) -> dict[str, int]:
-        check_offsets(self.offsets, self._meta, self._path)
-        return self._blocks.check_all()
 
     # ----------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -15,8 +15,8 @@ previous store keep their mappings, and ``overwrite`` replaces only an mmpack st
 folder.  A bad document raises from the ``add`` that receives it (the documents before it are
 kept); every failure removes the temporary folder.
 
-Measured against ``ndarray.tofile`` of the same bytes in the same run: the README's benchmark
-table and its "Build rate" note (``python -m benchmarks.bench_store``).
+Measured against ``ndarray.tofile`` of the same bytes in the same run: the benchmarks page's build
+table (``docs/benchmarks.md``, from ``python -m benchmarks.bench_store``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,9 @@ class StoreWriter:
     exception removes everything written.  A bad document raises from the :meth:`add` that
     receives it and is not stored; the writer stays usable.  ``checksum`` names the token blocks'
     checksum: ``"xxh64"`` (default) or ``"crc32"`` (readable by mmpack versions before XXH64).
+    ``check``, when given, is called with the finished store opened from its temporary folder,
+    right before it is published (for a URL target: opened from its uploaded objects, before
+    the metadata is written); whatever it raises publishes nothing (a copy verifies itself so).
     """
 
     def __init__(
@@ -180,6 +183,7 @@ class StoreWriter:
         buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
         fsync: bool = True,
         checksum: str = "xxh64",
+        check: Callable[[TokenStore], None] | None = None,
     ) -> None:
         if checksum not in CHECKSUM_KINDS:
             raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
@@ -197,6 +201,7 @@ class StoreWriter:
         self.overwrite = bool(overwrite)
         self.buffer_tokens = buffer_tokens
         self.fsync = fsync
+        self.check = check
         self.store: TokenStore | None = None
         self._tmp: Path | None = None
         self.extra: dict[str, Any] = {}
@@ -407,7 +412,12 @@ class StoreWriter:
                     os.fsync(f.fileno())
         if self.extra:
             write_extra(tmp, self.backend, meta, self.extra)
-        _check_new_store(tmp, meta)  # the complete new store, before it replaces anything
+        finished = _check_new_store(
+            tmp, meta
+        )  # the complete new store, before it replaces anything
+        if self.check is not None:
+            self.check(finished)
+        del finished
         if self.fsync:
             fsync_dir(tmp)
         _swap_into_place(tmp, self.path, self.overwrite)

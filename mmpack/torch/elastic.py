@@ -30,7 +30,8 @@ multiple of ``W2``: the resumed epoch then starts at that global offset (the sta
 and after ``k`` more draws per rank its state records ``offset = G, position = k`` (global
 position ``G + k * W2``), so it can be resumed elastically again.
 
-Cost: O(1) arithmetic, no replay; the StatefulDataLoader recipe is in the README ("Elastic resume").
+Cost: O(1) arithmetic, no replay; the StatefulDataLoader recipe is in ``docs/guide/sampler.md``
+("Elastic resume").
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@
 
     window.py      WindowDataset: (seqlen, stride) windows over the concatenated documents
     window_stats.py  WindowStats: what the windows cover (WindowDataset.stats())
-    plan.py        the packing plan (best-fit decreasing), its file format and cache
+    plan.py        the packing plan (best-fit decreasing or online), over document lengths
+    plan_file.py   the plan's file format and its cache in the store's cache folder
     packed.py      PackedDataset: one sample per bin of a plan
+    packed_config.py  PackedDataset's options, checked once
+    packed_gather.py  batched reads of packed rows
     masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
     buffers.py     pooled output buffers for batched gathers

@@ -7,7 +7,7 @@ store's tokenizer records), else the plain concatenation.
 and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
 ``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
 
-Worked example (the window question of the project's seed, ``sharded.py``): documents of lengths 3 and 2 with eot 9 give
+Worked example: documents of lengths 3 and 2 with eot 9 give
 ``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
 ``S[0:4]`` and ``S[2:6]``; window 1 is ``a 9 b b`` with ``cu_seqlens = [0, 2, 4]``.
 

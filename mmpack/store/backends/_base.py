@@ -74,6 +74,11 @@ class Backend(abc.ABC):
         one = np.array([start, stop - start], dtype=np.int64)
         return self.prefetch(one[:1], one[1:])
 
+    def read_file(self, name: str) -> bytes:
+        """The bytes of the file ``name`` that the store's build attached (a plain name its
+        metadata lists, e.g. ``tokenizer.json``); local layouts keep it in the store folder."""
+        return (self.path / name).read_bytes()
+
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """Little-endian bytes ``[start, stop)`` of array ``name`` ("tokens" or "offsets"),
         for checksum verification."""

@@ -17,7 +17,7 @@ no cache needed; with zstd, decoded chunks go through the per-process LRU
 (:mod:`mmpack.store.backends._chunk_cache`, 256 MiB unless ``MMPACK_ZARR_CACHE_MB`` says
 otherwise).  The ranges are then copied out of the chunks with one ``np.concatenate``.
 Measured (``python -m benchmarks.bench_window --quick --zarr``: 32 windows of 2049 tokens from
-~93M tokens, 2 shared cores, medians against memmap in the same run): see the README's table
+~93M tokens, 2 shared cores, medians against memmap in the same run): see ``docs/benchmarks.md``
 (first touch ~0.3 of memmap, checked chunks ~0.35; zstd ~0.15 when its chunks are not cached).
 ``read_range`` (single documents) takes the same path; ``verify`` reads through a plain Zarr
 slice, uncached, so verification always reads the files.  Cost of the checks: a crc32c of an

@@ -1,14 +1,15 @@
-"""The legacy (unsharded) Zarr layout's batched reads, kept so that old stores still read.
+"""Batched reads of the unsharded Zarr layout (``tokens`` in plain chunks of 2**18 tokens,
+Zarr's default zstd, no per-chunk checksum; the sharded layout of
+:mod:`~mmpack.store.backends._zarr_shards` is what builds write).
 
-Legacy stores (written before sharding: ``tokens`` in chunks of 2**18 tokens, Zarr's default zstd,
-no checksum) are read through a per-process LRU of decoded chunks
+Chunks are read through a per-process LRU of decoded chunks
 (:mod:`mmpack.store.backends._chunk_cache`): numpy finds the chunk ids a batch touches, the cached
 ones are taken as they are, the missing ones are read whole with one concurrent call on Zarr's
 event loop (``AsyncArray.getitem`` per chunk under ``asyncio.gather``), decoded once and cached.
 Every chunk is checked to exist now as a non-empty regular file (one ``stat`` each: Zarr reads a
 missing one as zeros), and a cached chunk is used only while its file keeps the (inode, size,
-mtime) it had when decoded.  Measured before sharding (``python -m benchmarks.bench_window
---quick --zarr``): ~0.4 of memmap with every chunk cached, ~0.02 when the store did not fit.
+mtime) it had when decoded.  Cost (``python -m benchmarks.bench_window --quick --zarr`` with the
+unsharded layout): ~0.4 of memmap with every chunk cached, ~0.02 when the store does not fit.
 """
 
 from __future__ import annotations

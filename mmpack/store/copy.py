@@ -1,0 +1,272 @@
+"""Copying a store: local or on object storage, in any direction, with all its metadata,
+verified at the destination and published atomically (``mmpack cp SRC DST``).
+
+The copy reads the source through the :class:`~mmpack.store.reader.TokenStore` interface and
+writes it with the build's writer (:func:`mmpack.store.writer.store_writer`: a local folder, or
+a URL through the writer the remote adapter registers), so it is published exactly as a build:
+a local copy is written in a temporary folder beside ``dst`` and renamed into place (swapped with
+the store it replaces, with ``overwrite``); a remote copy uploads its objects under a fresh
+``data-*`` prefix and writes ``mmpack.json`` last.  Nothing at ``dst`` opens until the copy is
+complete and verified; an interrupted copy leaves nothing that opens.
+
+What is copied.  Every document, in the source's dtype; the metadata's optional sections
+(:attr:`TokenStore.extra <mmpack.store.reader.TokenStore.extra>`: the tokenizer record, the
+provenance, whatever a builder added) and the files the build attached
+(:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``).  An mmpack
+store keeps its token checksum algorithm and its layout (``backend=`` changes it: a memmap store
+copied to Zarr or back), so its copy has the same block digests and the same fingerprint (which
+does not cover the layout; a store written with blocks other than 16 MiB, which mmpack's
+builds never write, is re-blocked, so its fingerprint changes).  A join is copied as one flattened store (its documents in order,
+its tokenizer record and provenance; a self-contained store, where copying the manifest and its
+parts would leave a join whose parts may lie anywhere); its fingerprint is the flat store's.
+Another tool's files (Megatron ``.bin/.idx``, a flat EOS-separated file) are copied as an
+mmpack store of their documents, with the fingerprint of an mmpack store.
+
+Verification.  A local source is opened with ``verify_reads=True``: every block is checked
+against the source's own checksums (a join: its parts'; another tool's files: their checksum
+sidecar) before its tokens are copied, so a damaged source is refused, naming its first bad
+block, and nothing is published.  A remote source checks every block it fetches.  For an mmpack
+source the block digests the copy computed must then equal the source's recorded ones (so the
+copy holds exactly the source's bytes).  Before it is published, the copy is opened from the
+destination (its temporary folder; for a URL from the uploaded objects, before any metadata
+names them) and verified: every block read back and checked, every attached file compared.
+
+Cost: the source is read once (twice for another tool's files without a checksum sidecar, whose
+sums are recorded first) and the destination once more to verify it; a remote destination is
+written locally first, then uploaded (the build's path).  Memory: one chunk of about 16 Mi
+tokens (a longer document is read whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.core.progress import progress_bar
+from mmpack.errors import FormatError
+from mmpack.store.format import BLOCK_BYTES, FORMAT_NAME, StoreMeta
+from mmpack.store.publish import inside_build
+from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.writer import store_writer
+
+__all__ = ["copy_store", "open_source"]
+
+_CHUNK_TOKENS = 1 << 24
+
+
+def copy_store(
+    src: str | os.PathLike[str] | TokenStore,
+    dst: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    backend: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool | None = False,
+) -> TokenStore:
+    """Copy the store ``src`` to ``dst`` (see the module docstring) and return the copy opened.
+
+    Parameters
+    ----------
+    src : path, URL or TokenStore
+        The store to copy: anything ``mmpack.open`` opens (opened by :func:`open_source`), or an
+        opened store, read as it was opened (another tool's flat file, for example, opened with
+        its ``eos``).
+    dst : path or URL
+        The store to create (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file://``, or a
+        folder); must not exist unless ``overwrite``.
+    overwrite : bool
+        Replace the store at ``dst`` (atomically), as :func:`mmpack.build` does: only an mmpack
+        store or an empty folder is replaced.
+    backend : {"memmap", "zarr"}, optional
+        The copy's layout; default the source's (memmap for a join or another tool's files).
+    storage_options : dict, optional
+        Endpoint, credentials and client settings for a URL ``src`` and ``dst``
+        (:func:`mmpack.remote.opener.open_url`).
+    progress : bool or None
+        Bars on stderr (copying, uploading, verifying) over the bytes each step moves, with an
+        ETA (:func:`mmpack.core.progress.progress_bar`); none by default; ``None``: when stderr
+        is a terminal (``mmpack cp``'s default).
+
+    Returns
+    -------
+    TokenStore
+        The copy, opened from ``dst``.
+
+    Raises
+    ------
+    StoreExistsError
+        ``dst`` exists and ``overwrite`` is false.
+    FileExistsError
+        ``overwrite`` is true but ``dst`` is not an mmpack store or an empty folder.
+    FormatError
+        The source is damaged (a block fails its checksum), or the copy does not verify at the
+        destination; nothing is published.
+    ValueError
+        ``src`` and ``dst`` are the same store, or ``dst`` lies inside ``src``.
+    """
+    remote_dst = isinstance(dst, str) and "://" in dst
+    if isinstance(src, TokenStore):
+        source = src
+    else:
+        url = isinstance(src, str) and "://" in src
+        source = open_source(src, storage_options if url else None)
+    _check_distinct(source, dst)
+    own = source.meta.get("format") == FORMAT_NAME
+    recorded = StoreMeta.from_json(source.meta, Path(source.path)) if own else None
+    expected = recorded if recorded is not None and recorded.block_bytes == BLOCK_BYTES else None
+    # (a store of another block size is re-blocked: its blocks were checked as they were read)
+    files = {name: source.read_attached(name) for name in source.attached_files}
+    extra = _sections(source, files)
+    options: dict[str, Any] = {
+        "dtype": source.dtype,
+        "backend": backend or (source.backend if own else "memmap"),
+        "overwrite": overwrite,
+        "checksum": recorded.tokens_checksum if recorded is not None else "xxh64",
+        "check": _verifier(source, expected, files, progress),
+    }
+    if remote_dst:
+        options.update(storage_options=storage_options, progress=progress)
+    with store_writer(dst, **options) as writer:
+        writer.extra.update(extra)
+        for name, data in files.items():
+            writer.attach(name, data)
+        _stream(source, writer, progress)
+    assert writer.store is not None  # set by the clean exit of the with-block
+    return writer.store
+
+
+def open_source(
+    location: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> TokenStore:
+    """Open ``location`` to be copied: a local store with ``verify_reads=True`` (each block
+    checked before it is read), a URL with ``storage_options`` (its reads are always checked);
+    ``options`` go to ``mmpack.open`` (``format``, ``eos``, ...)."""
+    if isinstance(location, str) and "://" in location:
+        return open_store(location, storage_options=storage_options, **options)
+    if storage_options is not None:
+        raise TypeError(f"storage_options is for URLs; {str(location)!r} is a local path")
+    return open_store(location, verify_reads=True, **options)
+
+
+def _check_distinct(source: TokenStore, dst: str | os.PathLike[str]) -> None:
+    """Refuse a copy onto its own source, or into it (what ``dst`` replaces must not be read)."""
+    where = source.location
+    if isinstance(dst, str) and "://" in dst:
+        same = where.rstrip("/") == dst.rstrip("/")
+    else:
+        same = "://" not in where and inside_build(os.fspath(dst), where)
+        same = same or ("://" not in where and inside_build(where, os.fspath(dst)))
+    if same:
+        raise ValueError(
+            f"cannot copy {where!r} to {os.fspath(dst)!r}: one is the other or lies inside it "
+            "(a copy never replaces what it reads)"
+        )
+
+
+def _sections(source: TokenStore, files: dict[str, bytes]) -> dict[str, Any]:
+    """The source's optional metadata sections, as the copy records them: a tokenizer record
+    that names a file the copy does not hold (a join's parts held it) no longer names it; the
+    file it names must still hash to the recorded identity (:class:`FormatError` otherwise)."""
+    extra = source.extra
+    rec = extra.get("tokenizer")
+    name = rec.get("file") if isinstance(rec, dict) else None
+    if isinstance(rec, dict) and name and name not in files:
+        extra["tokenizer"] = {k: v for k, v in rec.items() if k != "file"}
+    elif isinstance(rec, dict) and name in files:
+        identity = str(rec.get("identity"))
+        digest = "sha256:" + hashlib.sha256(files[name]).hexdigest()
+        if identity.startswith("sha256:") and digest != identity:
+            raise FormatError(
+                f"{source.location}: its {name} does not match the tokenizer recorded at build "
+                f"({identity}): it was modified; nothing was copied"
+            )
+    return extra
+
+
+def _stream(source: TokenStore, writer: Any, progress: bool | None) -> None:
+    """Every document of ``source`` into ``writer``, in chunks of about ``_CHUNK_TOKENS`` tokens
+    (whole documents), the next chunk requested while this one is written."""
+    offsets = source.offsets
+    n, item = len(source), source.dtype.itemsize
+    previous = source.advise("sequential")
+    try:
+        with progress_bar(progress, source.nbytes, desc="copying") as bar:
+            a = 0
+            b = _chunk_end(offsets, a, n)
+            while a < n:
+                lo, hi = int(offsets[a]), int(offsets[b])
+                after = _chunk_end(offsets, b, n)
+                if b < n:
+                    source.prefetch_range(hi, int(offsets[after]))
+                writer.add_batch(source.read_range(lo, hi), np.diff(offsets[a : b + 1]))
+                bar.update((hi - lo) * item)
+                a, b = b, after
+            bar.update((n + 1) * 8)
+    finally:
+        source.advise(previous)
+
+
+def _chunk_end(offsets: np.ndarray, a: int, n: int) -> int:
+    """The document after the chunk that starts at document ``a``: about ``_CHUNK_TOKENS``
+    tokens, at least one document (``n`` when ``a == n``)."""
+    if a >= n:
+        return n
+    b = int(np.searchsorted(offsets, int(offsets[a]) + _CHUNK_TOKENS, side="right")) - 1
+    return min(max(b, a + 1), n)
+
+
+def _verifier(
+    source: TokenStore,
+    expected: StoreMeta | None,
+    files: dict[str, bytes],
+    progress: bool | None,
+):
+    """The writer's ``check``: the finished copy, opened from the destination before it is
+    published, holds the source's block digests (an mmpack source), verifies (every block read
+    back) and holds the attached files byte for byte."""
+
+    def check(copy: TokenStore) -> None:
+        if expected is not None:
+            _compare_digests(expected, StoreMeta.from_json(copy.meta, Path(copy.path)), source)
+        copy.verify(progress=progress)
+        for name, data in files.items():
+            if copy.read_attached(name) != data:
+                raise FormatError(
+                    f"{copy.location}: the copy of {name} differs from the source's; nothing "
+                    "was published"
+                )
+
+    return check
+
+
+def _compare_digests(expected: StoreMeta, got: StoreMeta, source: TokenStore) -> None:
+    """:class:`FormatError` naming the first block whose digest, computed on the bytes read
+    from ``source``, differs from the one ``source`` records."""
+    if (got.dtype, got.num_docs, got.num_tokens) != (
+        expected.dtype,
+        expected.num_docs,
+        expected.num_tokens,
+    ):
+        raise FormatError(
+            f"{source.location}: the copy holds {got.num_docs} documents and {got.num_tokens} "
+            f"tokens ({got.dtype}) but the source records {expected.num_docs} and "
+            f"{expected.num_tokens} ({expected.dtype}); nothing was published"
+        )
+    for name, want, have in (
+        ("offsets", expected.offsets_crc32, got.offsets_crc32),
+        ("tokens", expected.tokens_digests, got.tokens_digests),
+    ):
+        for b, (w, h) in enumerate(zip(want, have)):
+            if w != h:
+                lo = b * expected.block_bytes
+                raise FormatError(
+                    f"{source.location}: {name} block {b} (bytes {lo}..{lo + expected.block_bytes}"
+                    ") as read differs from its recorded checksum: the source is damaged or "
+                    "changed during the copy; nothing was published"
+                )

@@ -1,0 +1,41 @@
+"""The tree speaks of itself only: no file of the package, its docs, benchmarks, tests or build
+files names an absolute path of a machine (a home folder, a checkout, an interpreter install).
+Paths a test makes live under pytest's ``tmp_path``; the docs use relative paths."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MACHINE_PATH = re.compile(
+    r"(?<![\w.])/(?:home|root|Users|work|opt|srv|mnt)/[\w.]|\.pyenv/|site-packages/"
+)
+
+
+def _tracked() -> list[Path]:
+    out = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    return [ROOT / p for p in out.split("\0") if p and not p.startswith("benchmarks/results/")]
+
+
+def test_no_file_names_a_path_of_a_machine():
+    hits = []
+    for path in _tracked():
+        if path.suffix not in {".py", ".md", ".toml", ".txt", ".yml", ".yaml", ".cfg", ""}:
+            continue
+        if not path.is_file():
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if MACHINE_PATH.search(line) and path.name != "test_sources.py":
+                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not hits, "paths of a machine:\n" + "\n".join(hits)
+
+
+def test_the_pattern_sees_machine_paths():
+    for bad in ("/home/me/x", "see /root/.cache", "/work/checkout/m", ".pyenv/versions/3.11"):
+        assert MACHINE_PATH.search(bad), bad
+    for fine in ("docs/guide/views.md", "s3://bucket/work/x", "mmpack.store/opt"):
+        assert not MACHINE_PATH.search(fine), fine
