@@ -436,7 +436,7 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     import mmpack.views.plan_file as plan_file
 
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
-        mp.setattr(plan_file, "build_plan", lambda *a, **k: pytest.fail("plan computed again"))
+        mp.setattr(plan_file, "plan_of_offsets", lambda *a, **k: pytest.fail("plan computed again"))
         again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
     # Other parameters get other files.

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
 
+from mmpack.ingest.region_plan import build_region_plan
 from mmpack.store.writer import build
 from mmpack.views.packed import PackedDataset
 from mmpack.views.plan import LONG_DOCS, build_plan, plan_of_offsets
@@ -242,9 +243,9 @@ def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
         assert [p.name for p in (b / "cache").iterdir()] == [plan_path(b, key).name]
 
 
+@pytest.mark.dask
 def test_regions_built_on_a_dask_local_cluster_give_the_serial_plan(tmp_path):
-    distributed = pytest.importorskip("dask.distributed")
-    from mmpack.ingest.region_plan import build_region_plan
+    import dask.distributed as distributed
 
     rng = np.random.default_rng(11)
     docs = [rng.integers(0, 1000, int(n)) for n in rng.lognormal(4, 1, 3000).astype(int)]
