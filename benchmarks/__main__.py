@@ -23,6 +23,7 @@ TOPICS = {
     "store": "benchmarks.bench_store",
     "window": "benchmarks.bench_window",
     "packing": "benchmarks.bench_packing",
+    "regions": "benchmarks.bench_regions",
     "packed": "benchmarks.bench_packed",
     "streaming": "benchmarks.bench_streaming",
     "sampler": "benchmarks.bench_sampler",

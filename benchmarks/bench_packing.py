@@ -13,14 +13,13 @@ Columns: ``bfd Mdocs/s`` (median of repeats after a compile warm-up; the whole `
 call), ``bins/lower`` (bins over ``ceil(tokens / L)``) and ``excess`` (that ratio minus 1), ``efficiency`` (real tokens incl. eot
 over ``bins * L``), ``frac_long`` / ``frac_split`` (documents longer than a bin / split), the same
 for ``algorithm="online"`` (1024 open bins), and ``reopen ms``: loading the cached plan file
-(format 3, XXH64 per array) with :func:`cached_plan`, with ``reopen ms fmt2`` the same file
-written as format 2 (CRC-32 per array) loaded the same way, timed interleaved (median of 7 each).
+(format 4, XXH64 per array) with :func:`cached_plan` (median of 7).
 ``chunk frac_split`` is the fraction of documents concatenate-and-chunk would cut.
 Target (``met``): BFD at least 10M documents/s at N >= 10^6, and at most 1e-4 bins over the lower
 bound on the lognormal corpora (1% on gamma).
 
 Run ``python -m benchmarks.bench_packing [--quick]``; ``--reopen`` measures only the reopen
-columns (N = 10^6 and 10^7, L = 2048).
+columns (N = 10^6 and 10^7, L = 2048).  Plans per region: :mod:`benchmarks.bench_regions`.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.views import plan_file
 from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key
+from mmpack.views.plan_file import cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 
@@ -69,6 +67,7 @@ class _DirStore:
         self.path = path
         self.cache_dir = path / "cache"
         self.doc_lens = doc_lens
+        self.offsets = np.concatenate([[0], np.cumsum(doc_lens)]).astype(np.int64)
         self.fingerprint = "bench0000000000a"
 
 
@@ -83,22 +82,12 @@ def _chunk_split_fraction(lens: np.ndarray, seqlen: int, eot: bool) -> float:
 
 
 def _reopen_ms(folder: Path, lens: np.ndarray, seqlen: int, eot: bool) -> dict[str, float]:
-    """Median ms of :func:`cached_plan` reopening its file (format 3), and of the same steps on
-    the plan written as format 2 (key, then :func:`load_plan`), interleaved."""
+    """Median ms of :func:`cached_plan` reopening its file (7 repeats)."""
     store = _DirStore(folder, lens)
     store.path.mkdir()
-    plan = cached_plan(store, seqlen, add_eot=eot)
-    fmt2 = folder / "plan-format2.mmplan"
-    plan_file._write_plan(plan, fmt2, plan_cache_key(store.fingerprint, seqlen, add_eot=eot), 2)
-
-    def reopen_fmt2() -> None:
-        load_plan(fmt2, plan_cache_key(store.fingerprint, seqlen, add_eot=eot))
-
-    t3, t2 = [], []
-    for _ in range(7):
-        t3.append(_median_seconds(lambda: cached_plan(store, seqlen, add_eot=eot), 1))
-        t2.append(_median_seconds(reopen_fmt2, 1))
-    return {"reopen ms": float(np.median(t3)) * 1e3, "reopen ms fmt2": float(np.median(t2)) * 1e3}
+    cached_plan(store, seqlen, add_eot=eot)
+    t = [_median_seconds(lambda: cached_plan(store, seqlen, add_eot=eot), 1) for _ in range(7)]
+    return {"reopen ms": float(np.median(t)) * 1e3}
 
 
 def run_reopen() -> list[dict[str, Any]]:
@@ -110,7 +99,6 @@ def run_reopen() -> list[dict[str, Any]]:
             lens = _lengths(dist, n, 2048)
             row: dict[str, Any] = {"case": f"{dist} N={n:.0e} L=2048"}
             row.update(_reopen_ms(tmp / f"{dist}-{n}", lens, 2048, dist != "adversarial"))
-            row["fmt2/fmt3"] = row["reopen ms fmt2"] / row["reopen ms"]
             rows.append(row)
     return rows
 

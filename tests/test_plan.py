@@ -380,13 +380,14 @@ class FakeStore:
         self.path = path
         self.cache_dir = Path(path) / "cache"
         self.doc_lens = np.asarray(lens, dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.doc_lens)]).astype(np.int64)
         self.fingerprint = fingerprint
 
 
 def same_plan(a, b):
     return all(
         np.array_equal(getattr(a, n), getattr(b, n))
-        for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len")
+        for n in ("bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc")
     ) and (a.seqlen, a.add_eot, a.long_docs, a.algorithm, a.lookahead, a.stats) == (
         b.seqlen,
         b.add_eot,
@@ -435,7 +436,7 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     import mmpack.views.plan_file as plan_file
 
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
-        mp.setattr(plan_file, "build_plan", lambda *a, **k: pytest.fail("plan computed again"))
+        mp.setattr(plan_file, "plan_of_offsets", lambda *a, **k: pytest.fail("plan computed again"))
         again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
     # Other parameters get other files.

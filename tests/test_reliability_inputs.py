@@ -723,6 +723,27 @@ TABLE: list[Row] = [
         lambda e: PackedDataset(e.store, 4, mode="x"),
     ),
     Row(
+        "PackedDataset",
+        "region_tokens=0",
+        ValueError,
+        "region_tokens must be >= 1, got 0",
+        lambda e: PackedDataset(e.store, 4, region_tokens=0),
+    ),
+    Row(
+        "PackedDataset",
+        "region_tokens='big'",
+        ValueError,
+        "region_tokens must be an integer >= 1, 'auto' or None, got 'big'",
+        lambda e: PackedDataset(e.store, 4, region_tokens="big"),
+    ),
+    Row(
+        "PackedDataset.block_bounds",
+        "block_bytes=0",
+        ValueError,
+        "block_bytes must be >= 1, got 0",
+        lambda e: PackedDataset(e.store, 4).block_bounds(0),
+    ),
+    Row(
         "PackedDataset[i]",
         "i out of range",
         IndexError,

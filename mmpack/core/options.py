@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 __all__ = [
     "Backend",
     "DEFAULT_LOOKAHEAD",
+    "DEFAULT_REGION_BINS",
     "LabelShift",
     "LongDocs",
     "MegatronSplit",
@@ -53,7 +54,8 @@ class PackingAlgorithm(StrEnum):
     """How a packing plan places documents into bins."""
 
     BFD = "bfd"
-    """Best-fit decreasing over the whole store (fewest bins; the default)."""
+    """Best-fit decreasing over the whole store, or over each region (fewest bins; the
+    default)."""
     ONLINE = "online"
     """Best fit in store order over a window of ``lookahead`` open bins (keeps data order)."""
     NEXTFIT = "nextfit"
@@ -62,6 +64,15 @@ class PackingAlgorithm(StrEnum):
 
 DEFAULT_LOOKAHEAD = 1024
 """Open bins of ``PackingAlgorithm.ONLINE`` unless told otherwise."""
+
+DEFAULT_REGION_BINS = 2048
+"""Bins per region of a plan packed per region with ``region_tokens="auto"``: regions of
+``DEFAULT_REGION_BINS * seqlen`` tokens.  A region packed on its own costs 0.6-0.8 bins more
+than its share of the whole-store best fit (its last bins are part empty), so the cost in bins
+is about ``0.7 / DEFAULT_REGION_BINS`` at any ``seqlen``: measured +0.027% to +0.039% on 10^6
+and 10^7 documents of lognormal lengths (C4-like and longer web documents) at seqlen 2048 and
+8192, against +0.05% to +0.08% at 1024 bins a region (``python -m benchmarks regions``); a
+region holds about 2048 samples whatever the row length."""
 
 
 class Mode(StrEnum):

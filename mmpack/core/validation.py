@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import UINT64_LIMIT
+from mmpack.core.options import DEFAULT_REGION_BINS
 
 __all__ = [
     "EpochIndex",
@@ -37,6 +38,7 @@ __all__ = [
     "check_int_range",
     "check_positive_int",
     "check_probability",
+    "check_region_tokens",
     "check_seed",
     "check_token_id",
     "check_token_ids",
@@ -109,6 +111,21 @@ def _power(v: int) -> str:
 def check_positive_int(value: Any, name: str) -> int:
     """:func:`check_int`, then ``ValueError`` unless ``1 <= value <= 2**62``."""
     return check_int_range(value, name, 1)
+
+
+def check_region_tokens(value: Any, seqlen: int) -> int | None:
+    """``region_tokens`` of a packing plan: None (one region, the whole store), ``"auto"``
+    (:data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``, ``seqlen`` already checked)
+    or an integer in ``[1, 2**62]``, as an int or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value != "auto":
+            raise ValueError(
+                f"region_tokens must be an integer >= 1, 'auto' or None, got {value!r}"
+            )
+        return DEFAULT_REGION_BINS * int(seqlen)
+    return check_int_range(value, "region_tokens", 1)
 
 
 def check_token_id(value: Any, name: str) -> int:

@@ -17,6 +17,7 @@
     task_plan.py    inputs grouped, in order, into one task per part
     part_build.py   the engine-neutral per-part function: inputs -> one part, atomically
     engines.py      the Dask and serial runners, progress
+    region_plan.py  a store's packing plan per region built on the engines: build_region_plan()
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ class PackedConfig:
     lookahead: int
     long_docs: str
     algorithm: str
+    region_tokens: int | None
     cache: bool
     dtype: np.dtype
 
@@ -63,6 +64,7 @@ def packed_config(
     algorithm: PackingAlgorithm,
     label_shift: Any,
     lookahead: Any,
+    region_tokens: Any,
     cache: Any,
     check_vocab: Any,
     dtype: Any,
@@ -93,14 +95,16 @@ def packed_config(
     )
     seed = check_seed(seed)
     lookahead = check_int_range(lookahead, "lookahead", None)
-    # Validates long_docs, algorithm and lookahead with the messages of mmpack.views.plan.
-    plan_cache_key(
+    # Validates long_docs, algorithm, lookahead and region_tokens with the messages of
+    # mmpack.views.plan, and resolves region_tokens="auto".
+    key = plan_cache_key(
         "",
         seqlen,
         add_eot=eot is not None,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
+        region_tokens=region_tokens,
     )
     vocab = masking.vocab_size
     ids = {"eot": eot, "pad_id": pad_id, "mask_id": masking.mask_id}
@@ -121,6 +125,7 @@ def packed_config(
         lookahead=lookahead,
         long_docs=parse_option(LongDocs, long_docs, "long_docs").value,
         algorithm=algorithm.value,
+        region_tokens=key["region_tokens"],
         cache=bool(cache),
         dtype=out_dtype,
     )

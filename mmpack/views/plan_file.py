@@ -2,18 +2,22 @@
 checked on every load.
 
 :func:`cached_plan` keys a plan by the store fingerprint and every parameter
-(:func:`plan_cache_key`; the algorithm by its canonical name) and keeps it in
-``<store>/cache/plan-<key>.mmplan``: a JSON header (with its own CRC-32) then the raw arrays
-(each with its digest in the header), written to a temporary file and renamed into place
-(:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  Loading checks every
-digest, so a damaged plan is rebuilt (with a warning) instead of silently duplicating or
-dropping documents.  The check reads the arrays once (about 23 bytes per C4-like document).
-Format 3 digests each array with XXH64 (:func:`mmpack.store.integrity.block_digest`, ~11 GB/s),
-format 2 with CRC-32 (~4 GB/s); format-2 files still load (checked with CRC-32) and
-:func:`cached_plan` rewrites them as format 3. Reopening a cached plan (L=2048, page cache warm,
-2-core VM at load 1.0, ``python -m benchmarks.bench_packing --reopen``, medians of 7 interleaved):
-10^6 documents 2.5-3.6 ms against 5.5-11.3 ms for format 2; 10^7 documents (227-360 MB) 19-30 ms
-against 52-80 ms (2.2-3.4x); the header alone costs 0.2 ms.
+(:func:`plan_cache_key`; the algorithm by its canonical name, ``region_tokens`` resolved) and
+keeps it in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`): a JSON header (with its own
+CRC-32) then the raw arrays, each with its XXH64 in the header
+(:func:`mmpack.store.integrity.block_digest`, ~11 GB/s), written to a temporary file and renamed
+into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  Loading
+checks every digest, so a damaged plan is rebuilt (with a warning) instead of silently
+duplicating or dropping documents.  The check reads the arrays once (about 23 bytes per C4-like
+document).  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load 1.0, ``python -m
+benchmarks.bench_packing --reopen``, medians of 7): 10^6 documents 2.5-3.6 ms, 10^7 documents
+(227-360 MB) 19-30 ms; the header alone costs 0.2 ms.
+
+The header's room is reserved from what is known before the arrays are (the key, the parameters,
+the statistics, the array shapes; offsets and digests at their widest), so a file is the same
+bytes whether its arrays were in memory (:func:`save_plan`) or streamed in from parts
+(:func:`write_plan_file`, which :mod:`mmpack.views.plan_regions` joins region plans with).  A
+plan is a cache: a file of another format version is refused and rebuilt.
 
 The plan itself (:class:`~mmpack.views.plan.PackingPlan`) and its algorithms live in
 :mod:`mmpack.views.plan`.
@@ -29,45 +33,58 @@ import struct
 import tempfile
 import warnings
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
+from mmpack.core.validation import check_region_tokens
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.integrity import block_digest
 from mmpack.views.plan import (
     ALGORITHMS,
     PackingPlan,
-    PackingStats,
-    build_plan,
     check_add_eot,
     check_params,
+    plan_of_offsets,
 )
+from mmpack.views.plan_stats import PackingStats
 
-__all__ = ["PLAN_FORMAT_VERSION", "cached_plan", "load_plan", "plan_cache_key", "save_plan"]
+__all__ = [
+    "ARRAYS",
+    "PLAN_FORMAT_VERSION",
+    "cached_plan",
+    "load_plan",
+    "plan_cache_key",
+    "plan_params",
+    "plan_path",
+    "save_plan",
+    "write_plan_file",
+]
 
 
-PLAN_FORMAT_VERSION = 3
-"""Version of the plan file layout written (2: a CRC-32 per array; 3: an XXH64 per array).
-Formats 2 and 3 are read."""
+PLAN_FORMAT_VERSION = 4
+"""Version of the plan file layout (4: the region arrays and ``region_tokens``; an XXH64 per
+array).  Only this version is read."""
 
-_DIGEST_KINDS = {2: "crc32", 3: "xxh64"}
-"""The array digest of each readable file format: its header field and
-:func:`~mmpack.store.integrity.block_digest` kind."""
-
-_KEY_VERSION = 3
+_KEY_VERSION = 4
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key."""
 
 _MAGIC = b"MMPKPLAN"
 _ALIGN = 64
-_ARRAYS = (
+_WIDEST = 2**64 - 1
+"""The widest value an offset or a digest takes in the header (20 digits)."""
+ARRAYS = (
     ("bin_ptr", np.dtype("<i8")),
     ("piece_doc", np.dtype("<i8")),
     ("piece_start", np.dtype("<i8")),
     ("piece_len", np.dtype("<i4")),
+    ("region_bin", np.dtype("<i8")),
+    ("region_doc", np.dtype("<i8")),
 )
+"""The arrays of a plan file, in file order, and their on-disk dtypes."""
 
 
 def plan_cache_key(
@@ -78,10 +95,11 @@ def plan_cache_key(
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
+    region_tokens: int | str | None = None,
 ) -> dict[str, Any]:
-    """Everything a cached plan depends on: canonical option names and ``lookahead`` only for
-    ``"online"``.  Validates the parameters with the messages of
-    :func:`~mmpack.views.plan.build_plan`."""
+    """Everything a cached plan depends on: canonical option names, ``lookahead`` only for
+    ``"online"``, ``region_tokens`` resolved (``"auto"`` and the number it stands for share a
+    plan).  Validates the parameters with the messages of :func:`~mmpack.views.plan.build_plan`."""
     add_eot = check_add_eot(add_eot)
     seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
     return {
@@ -92,68 +110,83 @@ def plan_cache_key(
         "long_docs": long_docs,
         "algorithm": algorithm,
         "lookahead": lookahead if algorithm == PackingAlgorithm.ONLINE else None,
+        "region_tokens": check_region_tokens(region_tokens, seqlen),
     }
 
 
-def _key_digest(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+def plan_path(cache_dir: str | os.PathLike[str], key: dict[str, Any]) -> Path:
+    """Where the plan of ``key`` is cached: ``cache_dir/plan-<16 hex digits of its SHA-256>.mmplan``."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"plan-{digest}.mmplan"
+
+
+def plan_params(plan: PackingPlan) -> dict[str, Any]:
+    """The parameters a plan file records (``add_eot`` under ``"eot"``)."""
+    return {
+        "seqlen": plan.seqlen,
+        "eot": plan.add_eot,
+        "long_docs": plan.long_docs,
+        "algorithm": plan.algorithm,
+        "lookahead": plan.lookahead,
+        "region_tokens": plan.region_tokens,
+    }
 
 
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
-    Layout (format 3): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
-    (``"format": 3``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``),
-    the statistics, each array's dtype/shape/offset and ``"xxh64"``: the XXH64 (seed 0) of its
-    little-endian bytes), the little-endian uint32 CRC-32 of the header, then the raw arrays,
-    each aligned to 64 bytes.  Format 2 is the same with ``"crc32"`` in place of ``"xxh64"``.
+    Layout (format 4): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
+    (``"format": 4``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
+    statistics, each array's dtype/shape/offset and ``"xxh64"``: the XXH64 (seed 0) of its
+    little-endian bytes), the little-endian uint32 CRC-32 of the header, then the raw arrays
+    (:data:`ARRAYS`), each aligned to 64 bytes.
     """
-    _write_plan(plan, Path(path), key, PLAN_FORMAT_VERSION)
+    arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=dt) for name, dt in ARRAYS}
+
+    def fill(name: str, f: BinaryIO) -> None:
+        f.write(memoryview(arrays[name]).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+
+    shapes = {name: arr.shape[0] for name, arr in arrays.items()}
+    write_plan_file(path, key, plan_params(plan), plan.stats, shapes, fill)
 
 
-def _write_plan(plan: PackingPlan, path: Path, key: dict[str, Any], version: int) -> None:
-    """:func:`save_plan` in file format ``version`` (2 or 3; tests write format 2 with it)."""
-    digest = _DIGEST_KINDS[version]
-    arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=dt) for name, dt in _ARRAYS}
-    header: dict[str, Any] = {
-        "format": version,
-        "key": key,
-        "plan": {
-            "seqlen": plan.seqlen,
-            "eot": plan.add_eot,
-            "long_docs": plan.long_docs,
-            "algorithm": plan.algorithm,
-            "lookahead": plan.lookahead,
-        },
-        "stats": plan.stats.as_dict(),
-        "arrays": {},
-    }
-    # Offsets depend on the header's length, which depends on the offsets: reserve digits.
-    for name, arr in arrays.items():
-        header["arrays"][name] = {
-            "dtype": arr.dtype.str,
-            "shape": list(arr.shape),
-            "offset": 0,
-            digest: block_digest(digest, arr),
-        }
-    blob = json.dumps(header).encode()
-    data_start = _round_up(16 + len(blob) + 4 + 32 * len(arrays), _ALIGN)
-    pos = data_start
-    for name, arr in arrays.items():
-        header["arrays"][name]["offset"] = pos
-        pos = _round_up(pos + arr.nbytes, _ALIGN)
-    blob = json.dumps(header).encode()
-    if 16 + len(blob) + 4 > data_start:  # cannot happen: offsets add at most 20 digits each
-        raise AssertionError("plan header overflow")
+def write_plan_file(
+    path: str | os.PathLike[str],
+    key: dict[str, Any],
+    params: dict[str, Any],
+    stats: PackingStats,
+    shapes: dict[str, int],
+    fill: Callable[[str, BinaryIO], None],
+) -> None:
+    """Write a plan file atomically from its parts: ``fill(name, f)`` writes array ``name``
+    (``shapes[name]`` entries of its :data:`ARRAYS` dtype, little-endian) at ``f``'s position,
+    in as many writes as it likes; each digest is then computed over the bytes written (read
+    back through a mapping), so no array need ever be in memory whole."""
+    path = Path(path)
+    header, data_start, end = _layout(key, params, stats, shapes)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + struct.pack("<Q", len(blob)) + blob)
-            f.write(struct.pack("<I", zlib.crc32(blob)))
-            for name, arr in arrays.items():
-                f.seek(header["arrays"][name]["offset"])
-                f.write(memoryview(arr).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-            f.truncate(pos)
+        with os.fdopen(fd, "w+b") as f:
+            for name, dt in ARRAYS:
+                spec = header["arrays"][name]
+                f.seek(spec["offset"])
+                fill(name, f)
+                if f.tell() != spec["offset"] + shapes[name] * dt.itemsize:
+                    raise AssertionError(f"plan array {name!r} was written with the wrong size")
+            f.truncate(end)
+            f.flush()
+            for name, dt in ARRAYS:
+                spec = header["arrays"][name]
+                spec["xxh64"] = block_digest(
+                    "xxh64", _mapped(tmp, spec["offset"], dt, shapes[name])
+                )
+            blob = json.dumps(header).encode()
+            if 20 + len(blob) > data_start:  # cannot happen: the room was reserved at the widest
+                raise AssertionError("plan header overflow")
+            f.seek(0)
+            f.write(
+                _MAGIC + struct.pack("<Q", len(blob)) + blob + struct.pack("<I", zlib.crc32(blob))
+            )
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -163,23 +196,59 @@ def _write_plan(plan: PackingPlan, path: Path, key: dict[str, Any], version: int
         raise
 
 
-def load_plan(path: str | os.PathLike[str], key: dict[str, Any] | None = None) -> PackingPlan:
+def _layout(
+    key: dict[str, Any], params: dict[str, Any], stats: PackingStats, shapes: dict[str, int]
+) -> tuple[dict[str, Any], int, int]:
+    """The header (digests still missing), where the arrays start and where the file ends: the
+    room for the header is that of the header with every offset and digest at its widest."""
+    header: dict[str, Any] = {
+        "format": PLAN_FORMAT_VERSION,
+        "key": key,
+        "plan": params,
+        "stats": stats.as_dict(),
+        "arrays": {
+            name: {
+                "dtype": dt.str,
+                "shape": [int(shapes[name])],
+                "offset": _WIDEST,
+                "xxh64": _WIDEST,
+            }
+            for name, dt in ARRAYS
+        },
+    }
+    data_start = _round_up(20 + len(json.dumps(header).encode()), _ALIGN)
+    pos = data_start
+    for name, dt in ARRAYS:
+        spec = header["arrays"][name]
+        spec["offset"] = pos
+        del spec["xxh64"]
+        pos = _round_up(pos + int(shapes[name]) * dt.itemsize, _ALIGN)
+    return header, data_start, pos
+
+
+def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndarray:
+    """``length`` entries of ``dt`` at ``offset`` of the file, read-only (mapped when not empty)."""
+    if length == 0:
+        return np.empty(0, dtype=dt)
+    return np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(length,)).view(np.ndarray)
+
+
+def load_plan(
+    path: str | os.PathLike[str], key: dict[str, Any] | None = None, *, part: bool = False
+) -> PackingPlan:
     """Memory-map a plan written by :func:`save_plan` (cost: reading the header and checking
-    every array's digest: XXH64 for format 3, CRC-32 for format 2).
+    every array's XXH64).  ``part=True`` reads the plan of some regions of a store
+    (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start at document 0.
 
     Raises
     ------
     FormatError
-        Not a plan file, an unknown format version, a failed checksum, or arrays inconsistent
-        with the file.
+        Not a plan file, another format version, a failed checksum, or arrays inconsistent with
+        the file or with each other.
     StateMismatchError
         ``key`` is given and differs from the one recorded (other data or other parameters).
     """
-    return _read_plan(Path(path), key)[0]
-
-
-def _read_plan(path: Path, key: dict[str, Any] | None) -> tuple[PackingPlan, int]:
-    """:func:`load_plan`, and the file format it read."""
+    path = Path(path)
     size = path.stat().st_size
     header, data_start = _read_header(path, size)
     try:
@@ -190,20 +259,42 @@ def _read_plan(path: Path, key: dict[str, Any] | None) -> tuple[PackingPlan, int
         layout = header["arrays"]
     except (KeyError, TypeError) as exc:
         raise FormatError(f"{path}: unreadable plan header ({exc})") from None
-    if not isinstance(version, int) or version not in _DIGEST_KINDS:
+    if version != PLAN_FORMAT_VERSION:
         raise FormatError(
-            f"{path}: plan format {version!r}, this mmpack reads {sorted(_DIGEST_KINDS)}"
+            f"{path}: plan format {version!r}, this mmpack reads {PLAN_FORMAT_VERSION}"
         )
     if key is not None and stored_key != key:
         raise StateMismatchError(
             f"{path} was built for {stored_key}, not for {key}: other data or other parameters"
         )
-    digest = _DIGEST_KINDS[version]
-    arrays = {
-        name: _map_array(path, size, data_start, layout, name, dt, digest) for name, dt in _ARRAYS
-    }
+    arrays = {name: _map_array(path, size, data_start, layout, name, dt) for name, dt in ARRAYS}
+    _check_consistent(path, arrays, stats, part)
+    try:
+        algorithm = str(params["algorithm"])
+        region_tokens = params["region_tokens"]
+        plan = PackingPlan(
+            **arrays,
+            seqlen=int(params["seqlen"]),
+            add_eot=bool(params["eot"]),
+            long_docs=str(params["long_docs"]),
+            algorithm=algorithm,
+            lookahead=params["lookahead"],
+            region_tokens=None if region_tokens is None else int(region_tokens),
+            stats=stats,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"{path}: unreadable plan parameters ({exc})") from None
+    if algorithm not in ALGORITHMS:
+        raise FormatError(f"{path}: plan of unknown algorithm {algorithm!r}")
+    return plan
+
+
+def _check_consistent(
+    path: Path, arrays: dict[str, np.ndarray], stats: PackingStats, part: bool
+) -> None:
+    """The O(n_regions) checks that the row kernels and the region readers rely on."""
     n_pieces = arrays["piece_doc"].shape[0]
-    bp = arrays["bin_ptr"]
+    bp, rb, rd = arrays["bin_ptr"], arrays["region_bin"], arrays["region_doc"]
     if (
         bp.shape[0] < 1
         or int(bp[0]) != 0
@@ -211,21 +302,16 @@ def _read_plan(path: Path, key: dict[str, Any] | None) -> tuple[PackingPlan, int
         or arrays["piece_start"].shape[0] != n_pieces
         or arrays["piece_len"].shape[0] != n_pieces
         or stats.n_bins != bp.shape[0] - 1
+        or rb.shape != rd.shape
+        or rb.shape[0] != stats.n_regions + 1
+        or int(rb[0]) != 0
+        or int(rb[-1]) != stats.n_bins
+        or np.any(np.diff(rb) < 0)
+        or np.any(np.diff(rd) <= 0)
+        or int(rd[-1]) - int(rd[0]) != stats.n_docs
+        or (not part and int(rd[0]) != 0)
     ):
         raise FormatError(f"{path}: plan arrays are inconsistent with each other")
-    algorithm = str(params["algorithm"])
-    if algorithm not in ALGORITHMS:
-        raise FormatError(f"{path}: plan of unknown algorithm {algorithm!r}")
-    plan = PackingPlan(
-        **arrays,
-        seqlen=int(params["seqlen"]),
-        add_eot=bool(params["eot"]),
-        long_docs=str(params["long_docs"]),
-        algorithm=algorithm,
-        lookahead=params["lookahead"],
-        stats=stats,
-    )
-    return plan, version
 
 
 def _read_header(path: Path, size: int) -> tuple[dict[str, Any], int]:
@@ -251,27 +337,23 @@ def _read_header(path: Path, size: int) -> tuple[dict[str, Any], int]:
 
 
 def _map_array(
-    path: Path, size: int, data_start: int, layout: Any, name: str, dt: np.dtype, digest: str
+    path: Path, size: int, data_start: int, layout: Any, name: str, dt: np.dtype
 ) -> np.ndarray:
-    """Array ``name`` of a plan file, memory-mapped read-only, its place and its ``digest``
-    (``"crc32"`` or ``"xxh64"``) checked."""
+    """Array ``name`` of a plan file, memory-mapped read-only, its place and XXH64 checked."""
     try:
         spec = layout[name]
         dtype = np.dtype(spec["dtype"])
         (length,) = spec["shape"]
         offset = int(spec["offset"])
-        stored = int(spec[digest])
+        stored = int(spec["xxh64"])
     except (KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"{path}: bad layout of {name!r} ({exc})") from None
     if dtype != dt or length < 0 or offset < data_start or offset + length * dt.itemsize > size:
         raise FormatError(f"{path}: array {name!r} does not fit the file")
-    if length == 0:
-        arr = np.empty(0, dtype=dt)
-    else:
-        arr = np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(length,)).view(np.ndarray)
-    if block_digest(digest, arr) != stored:
+    arr = _mapped(path, offset, dt, length)
+    if block_digest("xxh64", arr) != stored:
         raise FormatError(
-            f"{path}: plan array {name!r} fails its checksum ({digest}; damaged file: it would "
+            f"{path}: plan array {name!r} fails its checksum (xxh64; damaged file: it would "
             "place documents wrongly)"
         )
     return arr
@@ -285,15 +367,17 @@ def cached_plan(
     long_docs: str = "split",
     algorithm: str = "bfd",
     lookahead: int = DEFAULT_LOOKAHEAD,
+    region_tokens: int | str | None = None,
     cache: bool = True,
 ) -> PackingPlan:
-    """:func:`build_plan` over ``store.doc_lens``, kept in ``<store>/cache/plan-<key>.mmplan``.
+    """:func:`~mmpack.views.plan.plan_of_offsets` over ``store.offsets`` (one region's lengths in
+    memory at a time), kept in ``<store>/cache/plan-<key>.mmplan``.
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
-    warning. A format-2 file (CRC-32 digests) is checked, used and rewritten as format 3. If the
-    store folder is not writable the plan is computed in memory, silently.
-    ``cache=False`` neither reads nor writes the cache.
+    warning.  A plan of regions built in parallel (:func:`mmpack.ingest.region_plan.build_region_plan`)
+    is the same file, found here.  If the store folder is not writable the plan is computed in
+    memory, silently.  ``cache=False`` neither reads nor writes the cache.
     """
     key = plan_cache_key(
         store.fingerprint,
@@ -302,26 +386,24 @@ def cached_plan(
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
+        region_tokens=region_tokens,
     )
-    path = Path(store.cache_dir) / f"plan-{_key_digest(key)}.mmplan"
+    path = plan_path(store.cache_dir, key)
     if cache and path.is_file():
         try:
-            plan, version = _read_plan(path, key)
-            if version != PLAN_FORMAT_VERSION:
-                with contextlib.suppress(OSError):  # the mapped old file stays valid (POSIX)
-                    save_plan(plan, path, key)
-            return plan
+            return load_plan(path, key)
         except (FormatError, StateMismatchError) as exc:
             warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
         except OSError:
             pass
-    plan = build_plan(
-        store.doc_lens,
+    plan = plan_of_offsets(
+        store.offsets,
         seqlen,
         add_eot=add_eot,
         long_docs=long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
+        region_tokens=key["region_tokens"],
     )
     if cache:
         try:

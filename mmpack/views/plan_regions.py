@@ -1,0 +1,250 @@
+"""A plan packed per region, built in parts: each part packs some regions from the offsets alone,
+the parts are joined into the cached plan file without any process holding every length.
+
+::
+
+    offsets ──region slots [0, K) cut into tasks──▶ task 0: slots [0, s)   task 1: [s, 2s)  ...
+                                                      │ build_part (any engine)  │
+                                                      ▼                          ▼
+    <cache>/.plan-parts-*/                          part-00000.mmplan      part-00001.mmplan
+                                                      └──── join_parts (streamed, offsets fixed) ──▶
+    <cache>/plan-<key>.mmplan  (the file cached_plan finds: the same bytes as a serial build)
+
+Algorithm.  A plan packed per region (:mod:`mmpack.views.plan`) is the concatenation of its
+regions' plans, and each region's plan depends on its documents' lengths only, so the region
+slots (:mod:`mmpack.views.region_cuts`) are cut into tasks of consecutive slots and each task is
+an independent call of :func:`build_part`: it finds its slots' document edges by binary search
+over the store's offsets, reads the offsets of those documents only, packs them
+(:func:`~mmpack.views.plan.pack_regions`; documents keep the store's numbering) and writes a part
+plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
+the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces
+and to its ``region_bin`` the bins of the parts before it, in chunks of
+:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan_stats.merge_stats`);
+the digests are computed over the written file (:func:`~mmpack.views.plan_file.write_plan_file`).
+The result is byte for byte the file :func:`~mmpack.views.plan_file.cached_plan` writes for the
+same parameters (tested), in the same place, so a :class:`~mmpack.views.packed.PackedDataset`
+with that ``region_tokens`` opens it.
+
+Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
+regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
+join copies the plan arrays once (about 23 bytes per C4-like document) through a buffer of
+:data:`JOIN_CHUNK` entries and reads them once more for the digests.  The engines that run the
+tasks (serially, on Dask) are the ingestion layer's (:mod:`mmpack.ingest.region_plan`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from mmpack.core.options import DEFAULT_LOOKAHEAD
+from mmpack.core.validation import check_int_range
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.views.plan import PackingPlan, pack_regions
+from mmpack.views.plan_file import (
+    ARRAYS,
+    load_plan,
+    plan_cache_key,
+    plan_params,
+    plan_path,
+    save_plan,
+    write_plan_file,
+)
+from mmpack.views.plan_stats import merge_stats
+from mmpack.views.region_cuts import n_region_slots, region_edges
+
+__all__ = [
+    "JOIN_CHUNK",
+    "Runner",
+    "TASK_TOKENS",
+    "build_part",
+    "build_plan_in_parts",
+    "join_parts",
+    "part_key",
+    "region_tasks",
+]
+
+JOIN_CHUNK = 1 << 20
+"""Entries of one array copied at a time by :func:`join_parts` (8 MiB of int64)."""
+
+TASK_TOKENS = 1 << 30
+"""Tokens of the regions one task packs by default (about 4 * 10^6 C4-like documents: 32 MiB of
+offsets read and ~100 MB of plan written per task)."""
+
+Runner = Callable[
+    [Callable[..., dict[str, Any]], list[Any], list[str], dict[str, Any], Callable[..., None]],
+    Any,
+]
+"""``run(fn, tasks, part_paths, options, done)``: call ``fn(task, path, options)`` for every task
+(in any order, anywhere that sees ``path``'s folder) and ``done(k, result)`` with each result."""
+
+_PLAN_OPTIONS = ("seqlen", "add_eot", "long_docs", "algorithm", "lookahead", "region_tokens")
+
+
+def region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> list[list[int]]:
+    """The tasks of a store of ``num_tokens`` tokens: ``[lo, hi)`` ranges of consecutive region
+    slots, ``regions_per_task`` slots each (the last the rest), covering ``[0, K)``."""
+    k = n_region_slots(num_tokens, region_tokens)
+    return [[lo, min(lo + regions_per_task, k)] for lo in range(0, k, regions_per_task)]
+
+
+def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Pack region slots ``[lo, hi)`` of ``options["store"]`` and write them to the plan file
+    ``path`` (atomically); an engine-neutral task (:data:`Runner`).
+
+    ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
+    worker by its location), the plan parameters of :func:`~mmpack.views.plan.build_plan`
+    (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
+    :func:`part_key`).  Reads the store's offsets at
+    O(hi - lo) binary searches and over the part's documents only.  Returns the part's
+    ``n_docs``, ``n_bins`` and ``n_regions``.
+    """
+    lo, hi = (int(v) for v in slots)
+    store = options["store"]
+    offsets = store.offsets
+    edges = region_edges(offsets, options["region_tokens"], lo, hi)
+    first, last = int(edges[0]), int(edges[-1])
+    lens = np.diff(np.asarray(offsets[first : last + 1], dtype=np.int64))
+    params = {name: options[name] for name in _PLAN_OPTIONS}
+    plan = pack_regions(lens, edges, **params)
+    save_plan(plan, path, part_key(options["key"], (lo, hi)))
+    s = plan.stats
+    return {"n_docs": s.n_docs, "n_bins": s.n_bins, "n_regions": s.n_regions}
+
+
+def join_parts(
+    part_paths: Sequence[str | Path], part_keys: Sequence[dict[str, Any]], path: Path, key: dict
+) -> None:
+    """Join the part plans (in order: consecutive regions from document 0 to the end) into the
+    plan file ``path`` with ``key``, streamed (:data:`JOIN_CHUNK` entries at a time).
+
+    Raises
+    ------
+    FormatError
+        A part is damaged, or the parts do not follow each other (a part's first document is
+        not where the previous one ended, or the first is not document 0).
+    StateMismatchError
+        A part was built for another key.
+    """
+    parts = [load_plan(p, k, part=True) for p, k in zip(part_paths, part_keys)]
+    doc = 0
+    for p, part in zip(part_paths, parts):
+        if int(part.region_doc[0]) != doc:
+            raise FormatError(f"{p}: the part starts at document {part.region_doc[0]}, not {doc}")
+        doc = int(part.region_doc[-1])
+    first = parts[0]
+    stats = merge_stats([p.stats for p in parts], first.seqlen)
+    shapes = {name: sum(getattr(p, name).shape[0] for p in parts) for name, _ in ARRAYS}
+    for name in ("bin_ptr", "region_bin", "region_doc"):  # CSR: one end entry for all
+        shapes[name] -= len(parts) - 1
+    bases = {"bin_ptr": "piece_doc", "region_bin": "bin_ptr"}  # what each CSR array counts
+    dtypes: dict[str, np.dtype] = dict(ARRAYS)
+
+    def fill(name: str, f: BinaryIO) -> None:
+        base = 0
+        for k, part in enumerate(parts):
+            arr = getattr(part, name)
+            csr = name in ("bin_ptr", "region_bin", "region_doc")
+            stop = arr.shape[0] - (1 if csr and k < len(parts) - 1 else 0)
+            for lo in range(0, stop, JOIN_CHUNK):
+                chunk = arr[lo : min(lo + JOIN_CHUNK, stop)]
+                if name in bases:
+                    chunk = chunk + base
+                f.write(np.ascontiguousarray(chunk, dtype=dtypes[name]).tobytes())
+            if name in bases:
+                counted = getattr(part, bases[name]).shape[0]
+                base += counted - (1 if name == "region_bin" else 0)
+
+    write_plan_file(path, key, plan_params(first), stats, shapes, fill)
+
+
+def part_key(key: dict[str, Any], slots: Sequence[int]) -> dict[str, Any]:
+    """The key of the part plan of slots ``[lo, hi)`` of the plan of ``key``."""
+    return {"part_of": key, "slots": [int(v) for v in slots]}
+
+
+def build_plan_in_parts(
+    store: Any,
+    seqlen: int,
+    *,
+    add_eot: bool,
+    long_docs: str = "split",
+    algorithm: str = "bfd",
+    lookahead: int = DEFAULT_LOOKAHEAD,
+    region_tokens: int | str = "auto",
+    regions_per_task: int | None = None,
+    run: Runner | None = None,
+) -> PackingPlan:
+    """The plan :func:`~mmpack.views.plan_file.cached_plan` gives for ``region_tokens``, built in
+    parts by ``run`` (default: one after another in this process) and cached in the store's
+    cache folder; an existing sound cached plan is returned as it is.
+
+    Parameters
+    ----------
+    store : TokenStore
+        Its ``offsets``, ``fingerprint`` and ``cache_dir`` are used; ``run`` may pickle it.
+    seqlen, add_eot, long_docs, algorithm, lookahead
+        As :func:`~mmpack.views.plan.build_plan`.
+    region_tokens : int or "auto"
+        Tokens per region (``"auto"``: ``DEFAULT_REGION_BINS * seqlen``).
+    regions_per_task : int, optional
+        Region slots per task (default: about :data:`TASK_TOKENS` tokens a task).
+    run : Runner, optional
+        Runs the tasks; the part files go to a temporary folder inside the cache folder, which
+        every worker must see, removed afterwards.
+
+    Returns
+    -------
+    PackingPlan
+        The cached plan, memory-mapped.
+
+    Raises
+    ------
+    ValueError
+        ``region_tokens`` is None (one region is not built in parts) or a bad value, or another
+        parameter is (the messages of :func:`~mmpack.views.plan.build_plan`).
+    """
+    key = plan_cache_key(
+        store.fingerprint,
+        seqlen,
+        add_eot=add_eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        region_tokens=region_tokens,
+    )
+    r = key["region_tokens"]
+    if r is None:
+        raise ValueError("region_tokens must be an integer >= 1 or 'auto' to build in parts")
+    per_task = max(1, TASK_TOKENS // r) if regions_per_task is None else regions_per_task
+    per_task = check_int_range(per_task, "regions_per_task", 1)
+    path = plan_path(store.cache_dir, key)
+    with contextlib.suppress(FormatError, StateMismatchError, OSError):
+        return load_plan(path, key)
+    tasks = region_tasks(int(store.offsets[-1]), r, per_task)
+    options = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
+    options |= {"store": store, "key": key, "region_tokens": r, "lookahead": int(lookahead)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=path.parent, prefix=".plan-parts-"))
+    try:
+        paths = [str(folder / f"part-{k:05d}.mmplan") for k in range(len(tasks))]
+        done: dict[int, dict[str, Any]] = {}
+        if run is None:
+            for k, (task, part) in enumerate(zip(tasks, paths)):
+                done[k] = build_part(task, part, options)
+        else:
+            run(build_part, tasks, paths, options, done.__setitem__)
+        if len(done) != len(tasks):
+            raise RuntimeError(
+                f"{len(tasks) - len(done)} of {len(tasks)} plan parts were not built"
+            )
+        join_parts(paths, [part_key(key, t) for t in tasks], path, key)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return load_plan(path, key)

@@ -1,0 +1,299 @@
+"""Plans packed per region (mmpack.views.plan, region_cuts, plan_regions; ingest.region_plan)
+against slow, obviously right twins: the region cuts, each region packed on its own by the
+reference packers of test_plan, the blocks of whole regions; built in parts (serially and on a
+Dask LocalCluster on 127.0.0.1) to the same file as one serial build; one region's lengths in
+memory at a time."""
+
+from __future__ import annotations
+
+import tempfile
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
+
+from mmpack.ingest.region_plan import build_region_plan
+from mmpack.store.writer import build
+from mmpack.views.packed import PackedDataset
+from mmpack.views.plan import LONG_DOCS, build_plan, plan_of_offsets
+from mmpack.views.plan_file import cached_plan, plan_cache_key, plan_path
+from mmpack.views.plan_regions import build_plan_in_parts
+from mmpack.views.region_cuts import region_blocks, region_edges
+
+
+# ------------------------------------------------------------------------------- reference
+def ref_regions(lens, region_tokens):
+    """Region edges, document by document: a document belongs to the slot its first token falls
+    in (the last slot for one starting at the very end); empty slots are not regions."""
+    total = sum(int(n) for n in lens)
+    k = max(1, -(-total // region_tokens))
+    slots, pos = [], 0
+    for n in lens:
+        slots.append(min(pos // region_tokens, k - 1))
+        pos += int(n)
+    edges = [0] + [d for d in range(1, len(lens)) if slots[d] != slots[d - 1]]
+    return edges + [len(lens)] if lens else [0]
+
+
+def ref_region_blocks(region_bin, region_doc, offsets, itemsize, block_bytes):
+    """Greedy blocks of whole regions, one region at a time."""
+    bounds, start = [0], 0
+    for r in range(1, len(region_bin) - 1):
+        if (offsets[region_doc[r + 1]] - offsets[region_doc[start]]) * itemsize > block_bytes:
+            bounds.append(region_bin[r])
+            start = r
+    bounds.append(region_bin[-1])
+    return [b for i, b in enumerate(bounds) if i == 0 or b > bounds[i - 1]]
+
+
+def _shifted(bins, first):
+    return [[(d + first, s, n, slots) for d, s, n, slots in b] for b in bins]
+
+
+region_cases = st.tuples(
+    st.lists(st.integers(0, 60), max_size=80),
+    st.integers(1, 24),
+    st.booleans(),
+    st.sampled_from(LONG_DOCS),
+    st.integers(1, 300),
+)
+
+
+# ------------------------------------------------------------------------------- properties
+@given(region_cases)
+def test_regions_match_the_reference_cuts_and_bfd_of_each_region(case):
+    lens, seqlen, eot, long_docs, r_tokens = case
+    arr = np.array(lens, dtype=np.int64)
+    plan = build_plan(arr, seqlen, add_eot=eot, long_docs=long_docs, region_tokens=r_tokens)
+    # Every document's tokens exactly once, in order; no bin over capacity; statistics.
+    check_valid(plan, lens, seqlen, eot, long_docs)
+    edges = ref_regions(lens, r_tokens)
+    assert plan.region_doc.tolist() == edges and plan.n_regions == len(edges) - 1
+    assert plan.region_tokens == r_tokens and plan.stats.n_regions == plan.n_regions
+    bins = plan_bins(plan)
+    for r in range(plan.n_regions):
+        a, b = edges[r], edges[r + 1]
+        got = bins[plan.region_bin[r] : plan.region_bin[r + 1]]
+        # No bin crosses a region edge.
+        assert all(a <= d < b for bin_ in got for d, *_ in bin_)
+        # Each region is the whole-store BFD of its documents, exactly (the kernel) ...
+        alone = build_plan(arr[a:b], seqlen, add_eot=eot, long_docs=long_docs)
+        assert got == _shifted(plan_bins(alone), a)
+        # ... and the reference BFD's bins up to ties (the rules of test_bfd_matches_reference).
+        ref = _shifted(ref_bfd(lens[a:b], seqlen, eot, long_docs), a)
+        assert len(got) == len(ref)
+        assert sorted(sum(p[3] for p in x) for x in got) == sorted(
+            sum(p[3] for p in x) for x in ref
+        )
+        assert Counter(p for x in got for p in x) == Counter(p for x in ref for p in x)
+
+
+@given(region_cases, st.integers(1, 6), st.sampled_from(["online", "nextfit"]))
+def test_streaming_algorithms_pack_each_region_like_the_reference(case, window, algorithm):
+    lens, seqlen, eot, long_docs, r_tokens = case
+    plan = build_plan(
+        np.array(lens, dtype=np.int64),
+        seqlen,
+        add_eot=eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=window,
+        region_tokens=r_tokens,
+    )
+    check_valid(plan, lens, seqlen, eot, long_docs)
+    w = 1 if algorithm == "nextfit" else window
+    edges = ref_regions(lens, r_tokens)
+    want = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        want += _shifted(ref_stream(lens[a:b], seqlen, eot, long_docs, w), a)
+    assert plan_bins(plan) == want
+
+
+@given(st.lists(st.integers(0, 50), max_size=60), st.integers(1, 400), st.data())
+def test_region_edges_of_any_slot_range_are_the_reference_cut_there(lens, r_tokens, data):
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    whole = region_edges(offsets, r_tokens)
+    assert whole.tolist() == ref_regions(lens, r_tokens)
+    k = max(1, -(-int(offsets[-1]) // r_tokens))
+    lo = data.draw(st.integers(0, k))
+    hi = data.draw(st.integers(lo, k))
+    part = region_edges(offsets, r_tokens, lo, hi).tolist()
+    # The slots' edges, empty slots removed: consecutive ranges join into the whole cut.
+    mid = region_edges(offsets, r_tokens, 0, lo).tolist()
+    rest = region_edges(offsets, r_tokens, hi, k).tolist()
+    assert mid[-1] == part[0] and part[-1] == rest[0]
+    assert mid + part[1:] + rest[1:] == whole.tolist()
+
+
+def test_no_region_is_one_region_and_auto_is_2048_bins_of_tokens():
+    lens = np.random.default_rng(3).integers(0, 900, 5000)
+    whole = build_plan(lens, 512, add_eot=True)
+    assert whole.n_regions == 1 and whole.region_doc.tolist() == [0, 5000]
+    auto = build_plan(lens, 512, add_eot=True, region_tokens="auto")
+    assert auto.region_tokens == 2048 * 512
+    assert same_plan(build_plan(lens, 512, add_eot=True, region_tokens=2048 * 512), auto)
+    assert auto.n_regions == 3  # 2.3M tokens
+    empty = build_plan(np.zeros(0, np.int64), 8, add_eot=True, region_tokens=4)
+    assert empty.n_regions == 0 and empty.n_bins == 0 and empty.region_doc.tolist() == [0]
+
+
+def test_a_document_longer_than_a_region_stays_whole_in_the_region_it_starts_in():
+    lens = [3, 100, 2, 2]  # starts 0, 3 (slot 0), 103, 105 (slot 10); slots 1-9 empty
+    plan = build_plan(np.array(lens), 8, add_eot=True, region_tokens=10)
+    assert plan.region_doc.tolist() == [0, 2, 4]
+    check_valid(plan, lens, 8, True, "split")
+    first = sum(plan_bins(plan)[: plan.region_bin[1]], [])
+    assert {d for d, *_ in first} == {0, 1} and sum(p[2] for p in first if p[0] == 1) == 100
+
+
+# ------------------------------------------------------------------------------- blocks
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5)), max_size=30),
+    st.integers(1, 4),
+    st.integers(1, 200),
+)
+def test_region_blocks_match_the_greedy_reference(regions, itemsize, block_bytes):
+    docs = [d for d, _ in regions]
+    region_doc = np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)
+    region_bin = np.concatenate([[0], np.cumsum([b for _, b in regions])]).astype(np.int64)
+    lens = np.random.default_rng(len(regions)).integers(0, 9, int(region_doc[-1]))
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    got = region_blocks(region_bin, region_doc, offsets, itemsize, block_bytes)
+    assert got.dtype == np.int64
+    want = ref_region_blocks(
+        region_bin.tolist(), region_doc.tolist(), offsets, itemsize, block_bytes
+    )
+    assert got.tolist() == want
+    assert got[0] == 0 and got[-1] == region_bin[-1] and np.all(np.diff(got) > 0)
+    assert set(got.tolist()) <= set(region_bin.tolist())  # blocks follow region edges
+
+
+def test_block_bounds_of_a_packed_view_read_one_span_each(tmp_path):
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(1, 50_000, int(n), dtype=np.int64) for n in rng.integers(0, 300, 400)]
+    store = build(tmp_path / "s", docs, dtype=np.uint16)
+    ds = PackedDataset(store, 64, eot=0, pad_id=1, region_tokens=2000)
+    plan = ds.plan
+    assert plan.n_regions > 20
+    for block_bytes in (1, 4000, 20_000, 10**9):
+        bounds = ds.block_bounds(block_bytes)
+        assert bounds.dtype == np.int64 and bounds[0] == 0 and bounds[-1] == len(ds)
+        assert np.all(np.diff(bounds) > 0)
+        assert set(bounds.tolist()) <= set(plan.region_bin.tolist())
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            pieces = [p for i in range(lo, hi) for p in ds.locate(int(i))]
+            first = min(p["doc"] for p in pieces)
+            last = max(p["doc"] for p in pieces)
+            span = int(store.offsets[last + 1] - store.offsets[first]) * 2
+            regions = np.searchsorted(plan.region_bin, [lo, hi])
+            if regions[1] - regions[0] > 1:  # more than one region: within the budget
+                assert span <= block_bytes
+    assert len(ds.block_bounds(1)) == plan.n_regions + 1  # every region has bins here
+    assert ds.block_bounds(10**9).tolist() == [0, len(ds)]
+    whole = PackedDataset(store, 64, eot=0, pad_id=1, region_tokens=None)
+    assert whole.block_bounds(1).tolist() == [0, len(whole)]
+    for bad, err in [(0, ValueError), (1.5, TypeError), ("1", TypeError)]:
+        with pytest.raises(err, match="block_bytes"):
+            ds.block_bounds(bad)
+
+
+def test_packed_view_defaults_to_auto_regions_and_reads_every_document_once(tmp_path):
+    docs = [np.arange(1, 1 + n) for n in range(0, 90)]
+    store = build(tmp_path / "s", docs)
+    ds = PackedDataset(store, 16, eot=0, pad_id=-1)
+    assert ds.region_tokens == 2048 * 16 and ds.plan.n_regions == 1
+    small = PackedDataset(store, 16, eot=0, pad_id=-1, region_tokens=300)
+    assert "region_tokens=300" in repr(small) and small.plan.n_regions > 5
+    seen = Counter()
+    for i in range(len(small)):
+        row = small[i]["input_ids"]
+        for p in small.locate(i):
+            got = row[p["at"] : p["at"] + p["stop"] - p["start"]]
+            assert got.tolist() == docs[p["doc"]][p["start"] : p["stop"]].tolist()
+            seen[p["doc"]] += p["stop"] - p["start"]
+    assert all(seen[d] == len(docs[d]) for d in range(1, 90))
+
+
+# ------------------------------------------------------------------------------- parts
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 400), min_size=0, max_size=120),
+    st.integers(1, 64),
+    st.integers(1, 2000),
+    st.integers(1, 7),
+    st.sampled_from(["bfd", "online"]),
+)
+def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
+    lens, seqlen, r_tokens, per_task, algorithm
+):
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp, "a"), Path(tmp, "b")
+        store_a, store_b = FakeStore(a, lens), FakeStore(b, lens)
+        opts = dict(add_eot=True, algorithm=algorithm, region_tokens=r_tokens)
+        serial = cached_plan(store_a, seqlen, **opts)
+        parts = build_plan_in_parts(store_b, seqlen, regions_per_task=per_task, **opts)
+        assert same_plan(serial, parts)
+        key = plan_cache_key(store_a.fingerprint, seqlen, **opts)
+        assert plan_path(a / "cache", key).read_bytes() == plan_path(b / "cache", key).read_bytes()
+        assert [p.name for p in (b / "cache").iterdir()] == [plan_path(b, key).name]
+
+
+@pytest.mark.dask
+def test_regions_built_on_a_dask_local_cluster_give_the_serial_plan(tmp_path):
+    import dask.distributed as distributed
+
+    rng = np.random.default_rng(11)
+    docs = [rng.integers(0, 1000, int(n)) for n in rng.lognormal(4, 1, 3000).astype(int)]
+    store = build(tmp_path / "s", docs)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        plan = build_region_plan(
+            store,
+            128,
+            add_eot=True,
+            region_tokens=5000,
+            regions_per_task=3,
+            scheduler=cluster.scheduler_address,
+        )
+    assert plan.n_regions > 20
+    want = build_plan(store.doc_lens, 128, add_eot=True, region_tokens=5000)
+    assert same_plan(plan, want)
+    ds = PackedDataset(store, 128, eot=0, region_tokens=5000)  # opens the file the cluster built
+    assert same_plan(ds.plan, want) and ds.plan.bin_ptr.base is not None
+    with pytest.raises(ValueError, match="engine must be one of"):
+        build_region_plan(store, 128, add_eot=True, engine="spark")
+
+
+def test_building_in_parts_refuses_one_region(tmp_path):
+    with pytest.raises(ValueError, match="region_tokens must be an integer"):
+        build_plan_in_parts(FakeStore(tmp_path, [1, 2]), 8, add_eot=True, region_tokens=None)
+
+
+# ------------------------------------------------------------------------------- memory
+def test_a_region_plan_holds_one_regions_lengths_at_a_time(tmp_path):
+    n = 1_000_000
+    lens = np.random.default_rng(2).lognormal(5.48, 1.15, n).astype(np.int64)
+    path = tmp_path / "offsets"
+    np.concatenate([[0], np.cumsum(lens)]).astype(np.int64).tofile(path)
+    offsets = np.memmap(path, dtype=np.int64, mode="r")
+    plan_of_offsets(offsets, 2048, add_eot=True, region_tokens="auto")  # compile, warm
+    tracemalloc.start()
+    try:
+        plan = plan_of_offsets(offsets, 2048, add_eot=True, region_tokens="auto")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = sum(
+        getattr(plan, a).nbytes
+        for a in ("bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc")
+    )
+    # The output, its bin_ptr trimmed once (a copy), one region's state; all the lengths and
+    # sizes at once would add 12 bytes a document (12 MB).
+    extra = peak - out - 8 * (plan.n_pieces + 1)
+    assert plan.n_regions > 100 and extra < 2_000_000, extra
