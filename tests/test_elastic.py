@@ -1,7 +1,7 @@
 """Elastic resume of :class:`ResumableSampler` (state saved at world size W1, loaded at W2).
 
-The naive model below materialises the epoch order as a list and deals it with Python slicing;
-the sampler must agree with it index for index.  Run: ``pytest tests/test_elastic.py``.
+The naive model (``naive_deal`` in ``tests/reference.py``) materialises the epoch order as a
+list and deals it with Python slicing; the sampler must agree with it index for index.  Run: ``pytest tests/test_elastic.py``.
 """
 
 from __future__ import annotations
@@ -25,23 +25,11 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from _datasets import IndexDataset
+from reference import naive_deal
 
 
 def epoch_order(n, *, seed, epoch, shuffle):
     return list(Permutation(n, seed=seed, epoch=epoch)) if shuffle else list(range(n))
-
-
-def naive_deal(order, start, world_size, drop_last):
-    """Lists: rank r takes remaining positions start+r, start+r+W, ...; pad by wrapping or drop."""
-    n = len(order)
-    rest = order[start:] if start < n else []
-    if drop_last:
-        rest = rest[: len(rest) // world_size * world_size]
-    else:
-        want = -(-len(rest) // world_size) * world_size
-        wrapped = order * (want // max(n, 1) + 1) if n else []
-        rest = rest + wrapped[: want - len(rest)]
-    return [rest[r::world_size] for r in range(world_size)]
 
 
 def draw(sampler, k):
