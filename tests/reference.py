@@ -40,7 +40,9 @@ class Pair:
     ``inputs(rng, size)`` draws a random input of about ``size`` elements (a tuple of
     arguments, never written to); ``run_kernel(*args)`` runs the kernel (or ``via``, the public
     function wrapping it) on fresh outputs and returns what it computed as plain values;
-    ``run_reference(*args)`` returns the same from the twin.  ``bench_size`` is the ``size`` of
+    ``run_reference(*args)`` returns the same from the twin.  Where turning the kernel's
+    outputs into those values is work of its own, ``run_kernel`` returns the raw outputs and
+    ``finish`` converts them (the benchmark times ``run_kernel`` alone).  ``bench_size`` is the ``size`` of
     the benchmark's moderate input; ``slow`` marks entries whose twin is slow even on small
     inputs."""
 
@@ -52,6 +54,12 @@ class Pair:
     run_reference: Callable[..., Any]
     bench_size: int = 2_000
     slow: bool = False
+    finish: Callable[[Any], Any] | None = None
+
+    def kernel_values(self, args: tuple[Any, ...]) -> Any:
+        """What the kernel side computed on ``args``, as the twin's values."""
+        raw = self.run_kernel(*args)
+        return raw if self.finish is None else self.finish(raw)
 
 
 def assert_same(got: Any, want: Any, path: str = "result") -> None:
@@ -538,8 +546,10 @@ def _mixture_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     from mmpack.sampling.mixture import Mixture
 
     k = int(rng.integers(2, 6))
-    weights = rng.random(k) * (rng.random(k) < 0.8)
-    weights[int(rng.integers(0, k))] += 0.1
+    # Weights of a period that divides the quantization's resolution: short periods and ones
+    # of several checkpoint blocks, each built in a fraction of a second without the JIT too.
+    period = int(rng.choice([10, 40, 125, 1000, 5000, 20000]))
+    weights = rng.multinomial(period, rng.dirichlet(np.ones(k))) / period
     lengths = rng.integers(1, 40, k)
     n = int(rng.integers(0, 4 * size + 1))
     seed = int(rng.integers(0, 2**63))
@@ -661,7 +671,10 @@ def _megatron_samples_kernel(sizes, di, seqlen, extra, total, n):
     return rows
 
 
-def _megatron_samples_ref(sizes, di, seqlen, extra, total, n):
+def ref_megatron_samples(sizes, di, seqlen, extra, total, n):
+    """Samples ``n - 1 .. 0`` of megatron-core's order: sample ``j`` is ``S[j * seqlen : j *
+    seqlen + seqlen + extra]`` padded with -1, ``S`` the sequences of the document index
+    concatenated (token ``t`` of the flat array stored as ``3 t + 1``)."""
     first = [sum(int(v) for v in sizes[:s]) for s in range(sizes.size)]
     stream = [3 * (first[s] + o) + 1 for s in di.tolist() for o in range(int(sizes[s]))]
     width = seqlen + extra
@@ -772,13 +785,19 @@ def _one_bin_kernel(plan, offsets, src, params, room):
     for b in range(-1, len(plan[0]) + 1):
         rows = np.full(4 * seqlen, 77, dtype=np.int64)
         cu = np.full(room, 77, dtype=np.int32)
-        code = tuple(int(v) for v in one_bin(*plan, offsets, src, b, p, rows, cu))
+        out.append((one_bin(*plan, offsets, src, b, p, rows, cu), rows.reshape(4, seqlen), cu))
+    return out
+
+
+def _finish_bins(raw):
+    out = []
+    for code, rows, cu in raw:
+        code = tuple(int(v) for v in code)
         if code[0] < 0:
             assert (rows == 77).all()
             out.append((code, None))
         else:
-            r = rows.reshape(4, seqlen)
-            out.append((code, (*(_ints(x) for x in r), _ints(cu[: code[0] + 1]))))
+            out.append((code, (*(_ints(x) for x in rows), _ints(cu[: code[0] + 1]))))
     return out
 
 
@@ -815,18 +834,19 @@ def _fill_rows_kernel(plan, offsets, src, params, room):
         src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, mode, ids, pos, lab, att, cu,
         n_seg, longest,
     )  # fmt: skip
+    return ids, pos, lab, att, cu, n_seg, longest
+
+
+def _finish_rows(raw):
+    if raw is None or isinstance(raw, int):
+        return raw
+    ids, pos, lab, att, cu, n_seg, longest = raw
     return [
         (
             (int(n_seg[r]), int(longest[r])),
-            (
-                _ints(ids[r]),
-                _ints(pos[r]),
-                _ints(lab[r]),
-                _ints(att[r]),
-                _ints(cu[r, : n_seg[r] + 1]),
-            ),
+            (*(_ints(x[r]) for x in (ids, pos, lab, att)), _ints(cu[r, : n_seg[r] + 1])),
         )
-        for r in range(k)
+        for r in range(len(n_seg))
     ]
 
 
@@ -891,6 +911,11 @@ def _bfd_kernel(lens, seqlen, eot, long_docs, window):
     from mmpack.views.plan import build_plan
 
     plan = build_plan(np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs)
+    return plan, seqlen
+
+
+def _finish_bfd(raw):
+    plan, seqlen = raw
     return _bfd_canonical(_plan_bins(plan), seqlen)
 
 
@@ -907,7 +932,7 @@ def _online_kernel(lens, seqlen, eot, long_docs, window):
         np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs,
         algorithm="online", lookahead=window,
     )  # fmt: skip
-    return _plan_bins(plan)
+    return plan
 
 
 def _online_ref(lens, seqlen, eot, long_docs, window):
@@ -1154,11 +1179,13 @@ def _packer_kernel(docs, n_rows, row_len, buffer_size, long_docs, drop_last):
         docs, batch_size=n_rows, seqlen=row_len, buffer_size=buffer_size, long_docs=long_docs,
         drop_last=drop_last, pad_id=-3,
     )  # fmt: skip
-    out = []
-    for b in packer:
+    return list(packer)
+
+
+def _finish_packer(batches):
+    for b in batches:
         assert (b["input_ids"][b["attention_mask"] == 0] == -3).all()
-        out.append(rows_of(b))
-    return out
+    return [rows_of(b) for b in batches]
 
 
 def _write_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
@@ -1282,9 +1309,12 @@ def _one_window_kernel(docs, use_eot, seqlen, labels, sampled, vs):
     out = []
     for v in vs.tolist():
         row, cu = np.full(width + seqlen, -1, np.int64), np.full(seqlen + 1, -1, np.int32)
-        n = one_window(src, offsets, meta, v, row, cu)
-        out.append((_ints(row[:width]), _ints(row[width:]), _ints(cu[:n])))
+        out.append((row, cu, width, one_window(src, offsets, meta, v, row, cu)))
     return out
+
+
+def _finish_windows(raw):
+    return [(_ints(row[:w]), _ints(row[w:]), _ints(cu[:n])) for row, cu, w, n in raw]
 
 
 def _window_ref(docs, use_eot, seqlen, labels, sampled, vs):
@@ -1303,7 +1333,12 @@ def _gather_kernel(docs, use_eot, seqlen, labels, sampled, vs):
     gather_windows(
         src, cursors, offsets, top, use_eot, 9, vs, seqlen, width, total, 0, rows, pos, cu, ncu
     )
-    return [(_ints(rows[r]), _ints(pos[r]), _ints(cu[r, : ncu[r]])) for r in range(k)]
+    return rows, pos, cu, ncu
+
+
+def _finish_gather(raw):
+    rows, pos, cu, ncu = raw
+    return [(_ints(rows[r]), _ints(pos[r]), _ints(cu[r, : ncu[r]])) for r in range(len(ncu))]
 
 
 def _find_doc_kernel(docs, use_eot, seqlen, labels, sampled, vs):
@@ -1350,7 +1385,8 @@ def _sampled_kernel(docs, use_eot, seqlen, labels, sampled, vs):
     return _ints(_window_arrays(docs, use_eot, True)[2])
 
 
-def _sampled_ref(docs, use_eot, seqlen, labels, sampled, vs):
+def ref_sampled_index(docs, use_eot, seqlen, labels, sampled, vs):
+    """The virtual start of every ``INDEX_STEP``-th document."""
     from mmpack.kernels.window import INDEX_STEP
 
     offsets = np.cumsum([0] + [len(d) for d in docs]).tolist()
@@ -1520,15 +1556,29 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "megatron_order.copy_pieces",
-        "ref_stream (megatron's samples)",
+        "ref_megatron_samples",
         _megatron_inputs,
         _megatron_samples_kernel,
-        _megatron_samples_ref,
+        ref_megatron_samples,
         bench_size=200,
     ),
     # packed rows and plans
-    _pair("packed_rows.one_bin", "twin_bin", _packed_inputs, _one_bin_kernel, _one_bin_ref),
-    _pair("packed_rows.fill_rows", "twin_bin", _packed_inputs, _fill_rows_kernel, _fill_rows_ref),
+    _pair(
+        "packed_rows.one_bin",
+        "twin_bin",
+        _packed_inputs,
+        _one_bin_kernel,
+        _one_bin_ref,
+        finish=_finish_bins,
+    ),
+    _pair(
+        "packed_rows.fill_rows",
+        "twin_bin",
+        _packed_inputs,
+        _fill_rows_kernel,
+        _fill_rows_ref,
+        finish=_finish_rows,
+    ),
     _pair(
         "plan_bestfit.bfd_groups",
         "test_plan.ref_bfd",
@@ -1538,6 +1588,7 @@ PAIRS: list[Pair] = [
         via=f"{_VIEW}.plan.build_plan(algorithm='bfd')",
         bench_size=300,
         slow=True,
+        finish=_finish_bfd,
     ),
     _pair(
         "plan_bestfit.online_place",
@@ -1547,6 +1598,7 @@ PAIRS: list[Pair] = [
         _online_ref,
         via=f"{_VIEW}.plan.build_plan(algorithm='online')",
         bench_size=300,
+        finish=_plan_bins,
     ),
     # streaming packer
     _pair(
@@ -1567,6 +1619,7 @@ PAIRS: list[Pair] = [
         via="mmpack.streaming.packer.StreamingPacker",
         bench_size=300,
         slow=True,
+        finish=_finish_packer,
     ),
     _pair(
         "streaming_batch.write_pieces", "ref_write_pieces", _write_inputs, _write_kernel, _write_ref
@@ -1582,6 +1635,7 @@ PAIRS: list[Pair] = [
         _one_window_kernel,
         _window_ref,
         bench_size=300,
+        finish=_finish_windows,
     ),
     _pair(
         "window.gather_windows",
@@ -1590,6 +1644,7 @@ PAIRS: list[Pair] = [
         _gather_kernel,
         _window_ref,
         bench_size=300,
+        finish=_finish_gather,
     ),
     _pair(
         "window.find_doc",
@@ -1617,10 +1672,10 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "window.fill_sampled_index",
-        "offsets[j] + j * use_eot",
+        "ref_sampled_index",
         _window_inputs,
         _sampled_kernel,
-        _sampled_ref,
+        ref_sampled_index,
         bench_size=300,
     ),
 ]
