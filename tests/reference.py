@@ -42,9 +42,9 @@ class Pair:
     function wrapping it) on fresh outputs and returns what it computed as plain values;
     ``run_reference(*args)`` returns the same from the twin.  Where turning the kernel's
     outputs into those values is work of its own, ``run_kernel`` returns the raw outputs and
-    ``finish`` converts them (the benchmark times ``run_kernel`` alone).  ``bench_size`` is the ``size`` of
-    the benchmark's moderate input; ``slow`` marks entries whose twin is slow even on small
-    inputs."""
+    ``finish`` converts them (the benchmark times ``run_kernel`` alone).  ``bench_size`` is the
+    ``size`` of the benchmark's moderate input; ``slow`` marks the entries whose comparison
+    takes longest (pytest's ``slow`` marker)."""
 
     kernel: str
     via: str
@@ -1196,9 +1196,9 @@ def _write_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     )
     n_rows, row_len = 3, 8 + size // 4
     n = int(rng.integers(0, size + 1))
-    cols = [
-        [int(rng.integers(-1, 4)), int(rng.integers(-1, row_len + 1)), int(rng.integers(0, row_len + 1)), 0, 0,
-         int(rng.integers(0, chunk.size + 40))]
+    cols = [  # row, offset, length, (unused), (unused), position in the corpus
+        [int(rng.integers(-1, 4)), int(rng.integers(-1, row_len + 1)),
+         int(rng.integers(0, row_len + 1)), 0, 0, int(rng.integers(0, chunk.size + 40))]
         for _ in range(n)
     ]  # fmt: skip
     placed = np.array(cols, dtype=np.int64).reshape(n, 6).T.copy()
@@ -1286,7 +1286,8 @@ def _window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     seqlen, labels = int(rng.integers(1, 13)), int(rng.integers(0, 2))
     stream, _ = ref_stream(docs, 9 if use_eot else None)
     vs = rng.integers(0, max(len(stream), 1), int(rng.integers(0, size + 1)) if stream else 0)
-    return docs, use_eot, seqlen, labels, bool(rng.integers(0, 2)), vs
+    sampled = bool(rng.integers(0, 2))
+    return docs, use_eot, seqlen, labels, sampled, vs, _window_arrays(docs, use_eot, sampled)
 
 
 def _window_arrays(docs, use_eot, sampled):
@@ -1300,10 +1301,10 @@ def _window_arrays(docs, use_eot, sampled):
     return src, offsets, top, int(offsets[-1]) + len(docs) * use_eot
 
 
-def _one_window_kernel(docs, use_eot, seqlen, labels, sampled, vs):
+def _one_window_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     from mmpack.kernels.window import one_window
 
-    src, offsets, top, total = _window_arrays(docs, use_eot, sampled)
+    src, offsets, top, total = arrays
     width = seqlen + labels
     meta = np.array([use_eot, 9, seqlen, width, total, 0, 0, *top.tolist()], dtype=np.int64)
     out = []
@@ -1317,15 +1318,15 @@ def _finish_windows(raw):
     return [(_ints(row[:w]), _ints(row[w:]), _ints(cu[:n])) for row, cu, w, n in raw]
 
 
-def _window_ref(docs, use_eot, seqlen, labels, sampled, vs):
+def _window_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     stream, ends = ref_stream(docs, 9 if use_eot else None)
     return [ref_window(stream, ends, v, seqlen, seqlen + labels, 0) for v in vs.tolist()]
 
 
-def _gather_kernel(docs, use_eot, seqlen, labels, sampled, vs):
+def _gather_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     from mmpack.kernels.window import gather_windows
 
-    src, offsets, top, total = _window_arrays(docs, use_eot, sampled)
+    src, offsets, top, total = arrays
     width, k = seqlen + labels, vs.size
     rows, pos = np.empty((k, width), np.int64), np.empty((k, seqlen), np.int64)
     cu, ncu = np.empty((k, seqlen + 1), np.int32), np.empty(k, np.int64)
@@ -1341,28 +1342,28 @@ def _finish_gather(raw):
     return [(_ints(rows[r]), _ints(pos[r]), _ints(cu[r, : ncu[r]])) for r in range(len(ncu))]
 
 
-def _find_doc_kernel(docs, use_eot, seqlen, labels, sampled, vs):
+def _find_doc_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     from mmpack.kernels.window import find_doc
 
-    _, offsets, top, _ = _window_arrays(docs, use_eot, sampled)
+    _, offsets, top, _ = arrays
     return [int(find_doc(offsets, top, use_eot, v)) for v in vs.tolist()]
 
 
-def _find_doc_ref(docs, use_eot, seqlen, labels, sampled, vs):
+def _find_doc_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     offsets = np.cumsum([0] + [len(d) for d in docs]).tolist()
     return [ref_find_doc(offsets, use_eot, v) for v in vs.tolist()]
 
 
-def _ranges_kernel(docs, use_eot, seqlen, labels, sampled, vs):
+def _ranges_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     from mmpack.kernels.window import window_ranges
 
-    _, offsets, top, total = _window_arrays(docs, use_eot, sampled)
+    _, offsets, top, total = arrays
     start, length = np.empty(vs.size, np.int64), np.empty(vs.size, np.int64)
     window_ranges(offsets, top, use_eot, vs, seqlen + labels, total, start, length)
     return _ints(start), _ints(length)
 
 
-def _ranges_ref(docs, use_eot, seqlen, labels, sampled, vs):
+def _ranges_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     offsets = np.cumsum([0] + [len(d) for d in docs]).tolist()
     flat = ref_flat_positions(offsets, use_eot)
     total = len(flat) - 1
@@ -1370,22 +1371,27 @@ def _ranges_ref(docs, use_eot, seqlen, labels, sampled, vs):
     return [flat[v] for v in vs.tolist()], [b - flat[v] for v, b in zip(vs.tolist(), ends)]
 
 
-def _flat_kernel(docs, use_eot, seqlen, labels, sampled, vs):
+def _flat_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     from mmpack.kernels.window import flat_position
 
-    _, offsets, top, total = _window_arrays(docs, use_eot, sampled)
+    _, offsets, top, total = arrays
     return [int(flat_position(offsets, top, use_eot, v)) for v in range(total + 1)]
 
 
-def _flat_ref(docs, use_eot, seqlen, labels, sampled, vs):
+def _flat_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     return ref_flat_positions(np.cumsum([0] + [len(d) for d in docs]).tolist(), use_eot)
 
 
-def _sampled_kernel(docs, use_eot, seqlen, labels, sampled, vs):
-    return _ints(_window_arrays(docs, use_eot, True)[2])
+def _sampled_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
+    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index
+
+    offsets = arrays[1]
+    top = np.zeros((offsets.size - 2) // INDEX_STEP + 1, np.int64)
+    fill_sampled_index(offsets, use_eot, top)
+    return _ints(top)
 
 
-def ref_sampled_index(docs, use_eot, seqlen, labels, sampled, vs):
+def ref_sampled_index(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     """The virtual start of every ``INDEX_STEP``-th document."""
     from mmpack.kernels.window import INDEX_STEP
 
