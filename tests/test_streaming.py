@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import ref_pack, ref_place, ref_successor, rows_of
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels.streaming import (
@@ -24,92 +24,6 @@ from mmpack.streaming.packer import StreamingPacker
 
 
 # =========================================================================== reference twins
-def ref_successor(keys: set[int], q: int) -> int:
-    above = [k for k in keys if k >= q]
-    return min(above) if above else -1
-
-
-def ref_place(lens, budget, remaining, row_len):
-    """Linear-scan best fit (the seed's find_best_fit: first smallest fitting row)."""
-    remaining = list(remaining)
-    counts = [0] * len(remaining)
-    rows, offs, deferred = [], [], 0
-    for length in lens:
-        if deferred >= budget:
-            break
-        fits = [r for r in range(len(remaining)) if remaining[r] >= length]
-        if not fits:
-            rows.append(-1)
-            offs.append(-1)
-            deferred += 1
-            continue
-        best = min(fits, key=lambda r: (remaining[r], r))
-        rows.append(best)
-        offs.append(row_len - remaining[best])
-        remaining[best] -= length
-        counts[best] += 1
-    return rows, offs, deferred, remaining, counts
-
-
-def ref_pack(docs, n_rows, row_len, buffer_size, long_docs="split", drop_last=True):
-    """The seed's GreedyBestFitSequencePacker in plain Python: a deque refilled whenever it runs
-    dry (up to buffer_size held), linear-scan best fit, deferred sequences put back IN ORDER
-    (the seed's extendleft reverses them), plus the long/empty-sequence policies."""
-
-    def pieces():
-        for d in docs:
-            d = list(d)
-            if len(d) > row_len:
-                if long_docs == "split":
-                    yield from (d[k : k + row_len] for k in range(0, len(d), row_len))
-                elif long_docs == "truncate":
-                    yield d[:row_len]
-            elif d:
-                yield d
-
-    source, buffer, out, exhausted = pieces(), deque(), [], False
-    while True:
-        remaining = [row_len] * n_rows
-        rows: list[list[list[int]]] = [[] for _ in range(n_rows)]
-        deferred = []
-        while True:
-            if not buffer:
-                room = buffer_size - len(deferred)
-                while room > 0 and not exhausted:
-                    try:
-                        buffer.append(next(source))
-                        room -= 1
-                    except StopIteration:
-                        exhausted = True
-                if not buffer:
-                    break
-            seq = buffer.popleft()
-            fits = [r for r in range(n_rows) if remaining[r] >= len(seq)]
-            if fits:
-                best = min(fits, key=lambda r: (remaining[r], r))
-                rows[best].append(seq)
-                remaining[best] -= len(seq)
-            else:
-                deferred.append(seq)
-        buffer.extend(deferred)
-        if all(rows):
-            out.append(rows)
-            continue
-        if not drop_last and any(rows):
-            out.append(rows)
-        return out
-
-
-def rows_of(batch) -> list[list[list[int]]]:
-    """The sequences of each row of an emitted batch, read back through cu_seqlens."""
-    out = []
-    for r, cu in enumerate(batch["cu_seqlens"]):
-        used = int(batch["attention_mask"][r].sum())
-        cu = [int(c) for c in cu]
-        out.append([batch["input_ids"][r, a:b].tolist() for a, b in zip(cu, cu[1:]) if a < used])
-    return out
-
-
 def make_docs(lengths, base=1):
     return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]
 
