@@ -8,9 +8,7 @@ public function that wraps it, against its twin on the same random input) or lis
 
 A twin is written for the reader: Python integers and lists, one element at a time, the
 specification spelled out (exact fractions, the stream built token by token, linear scans where
-the kernel searches).  Twins that other test modules still define are imported from them inside
-the entry that uses them (``test_plan.ref_bfd``, ``test_plan.ref_stream``,
-``test_window.naive_stream``).
+the kernel searches).
 
 Run: ``pytest tests/test_reference.py`` (``make test`` reruns it with ``NUMBA_BOUNDSCHECK=1`` and
 with ``NUMBA_DISABLE_JIT=1``).
@@ -921,7 +919,6 @@ def _finish_bfd(raw):
 
 
 def _bfd_ref(lens, seqlen, eot, long_docs, window):
-    from test_plan import ref_bfd  # the lead moves it here once test_plan.py is free
 
     return _bfd_canonical(ref_bfd(lens, seqlen, eot, long_docs), seqlen)
 
@@ -937,7 +934,6 @@ def _online_kernel(lens, seqlen, eot, long_docs, window):
 
 
 def _online_ref(lens, seqlen, eot, long_docs, window):
-    from test_plan import ref_stream  # the lead moves it here once test_plan.py is free
 
     return ref_stream(lens, seqlen, eot, long_docs, window)
 
@@ -1307,7 +1303,6 @@ def _finish_windows(raw):
 
 
 def _window_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from test_window import naive_stream  # the lead moves it here once test_window.py is free
 
     stream, ends = naive_stream(docs, 9 if use_eot else None)
     return [ref_window(stream, ends, v, seqlen, seqlen + labels, 0) for v in vs.tolist()]
@@ -1429,6 +1424,90 @@ def _occurrence_ref(mixture, draws):
 
 
 _VIEW = "mmpack.views"
+
+
+# ------------------------------------------------------------------ packing plans, windows
+def ref_items(doc_lens, seqlen, eot, long_docs):
+    """Items in document order: (doc, start, n_tokens, slots); eot rides on slots < seqlen."""
+    e = int(eot)
+    items = []
+    for d, n in enumerate(doc_lens):
+        n = int(n)
+        t = n + e
+        if t == 0:
+            continue
+        if t <= seqlen:
+            items.append((d, 0, n, t))
+        elif long_docs == "split":
+            start = 0
+            while n + e - start > seqlen:
+                items.append((d, start, seqlen, seqlen))
+                start += seqlen
+            items.append((d, start, n - start, n - start + e))
+        elif long_docs == "truncate":
+            items.append((d, 0, seqlen - e, seqlen))
+    return items
+
+
+def ref_bfd(doc_lens, seqlen, eot, long_docs):
+    """Per-item best-fit decreasing, O(items * bins): lists of items per bin."""
+    items = ref_items(doc_lens, seqlen, eot, long_docs)
+    items.sort(key=lambda it: -it[3])  # stable: document order among equal sizes
+    bins, free = [], []
+    for it in items:
+        fits = [b for b in range(len(bins)) if free[b] >= it[3]]
+        if fits:
+            b = min(fits, key=lambda b: free[b])
+        else:
+            bins.append([])
+            free.append(seqlen)
+            b = len(bins) - 1
+        bins[b].append(it)
+        free[b] -= it[3]
+    return bins
+
+
+def ref_stream(doc_lens, seqlen, eot, long_docs, window):
+    """Per-item streaming best fit with the kernel's tie rules (stamps: when a bin last changed)."""
+    emitted, open_bins, clock = [], [], 0
+    for it in ref_items(doc_lens, seqlen, eot, long_docs):
+        size = it[3]
+        if size == seqlen:
+            emitted.append([it])
+            continue
+        fits = [b for b in open_bins if b["free"] >= size]
+        if fits:
+            b = min(fits, key=lambda b: (b["free"], -b["stamp"]))
+        else:
+            if len(open_bins) == window:
+                c = min(open_bins, key=lambda b: (b["free"], b["stamp"]))
+                open_bins.remove(c)
+                emitted.append(c["items"])
+            b = {"free": seqlen, "items": [], "stamp": 0, "id": clock}
+            open_bins.append(b)
+        b["items"].append(it)
+        b["free"] -= size
+        clock += 1
+        b["stamp"] = clock
+        if b["free"] == 0:
+            open_bins.remove(b)
+            emitted.append(b["items"])
+    emitted += [b["items"] for b in sorted(open_bins, key=lambda b: b["id"])]
+    return emitted
+
+
+def naive_stream(docs, eot):
+    stream = []
+    ends = []  # stream positions right after a document's last token (incl. its eot)
+    for d in docs:
+        stream.extend(int(t) for t in d)
+        if eot is not None:
+            stream.append(eot)
+        if eot is not None or len(d):
+            ends.append(len(stream))
+    return stream, ends
+
+
 PAIRS: list[Pair] = [
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
@@ -1577,7 +1656,7 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "plan_bestfit.bfd_groups",
-        "test_plan.ref_bfd",
+        "ref_bfd",
         _plan_inputs,
         _bfd_kernel,
         _bfd_ref,
@@ -1588,7 +1667,7 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "plan_bestfit.online_place",
-        "test_plan.ref_stream",
+        "ref_stream",
         _plan_inputs,
         _online_kernel,
         _online_ref,

@@ -26,11 +26,6 @@ from reference import COVERED_BY, PAIRS, Pair, assert_same, xxh64_slow
 
 import mmpack.kernels
 
-# The twins tests/reference.py still borrows from test_plan.py and test_window.py, imported here:
-# a module defining @given tests must not be imported for the first time inside a running one.
-importlib.import_module("test_plan")
-importlib.import_module("test_window")
-
 KERNELS = Path(mmpack.kernels.__file__).parent
 
 
