@@ -31,15 +31,16 @@ from typing import Any
 import numpy as np
 
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
-from mmpack.store.buildfiles import write_extra
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
+    META_FILE,
     OFFSETS_DTYPE,
     BlockChecksum,
     StoreMeta,
     normalize_token_dtype,
     plain_file_name,
+    write_json_atomic,
 )
 from mmpack.store.gather import Arrays, DocChunks
 from mmpack.store.opening import as_path
@@ -427,3 +428,19 @@ class StoreWriter:
             fsync_dir(self.path.parent)
         self._tmp = None
         self.store = open_store(self.path)
+
+
+def write_extra(tmp: Path, backend: str, meta: StoreMeta, extra: dict[str, Any]) -> None:
+    """Rewrite the committed metadata record of the store at ``tmp`` with the optional ``extra``
+    sections (the tokenizer record, provenance...), which may not replace the record's own keys."""
+    core = meta.to_json()
+    clash = set(extra) & set(core)
+    if clash:
+        raise ValueError(f"extra metadata may not replace the record's own keys {sorted(clash)}")
+    record = {**core, **extra}
+    if backend == "zarr":
+        from mmpack.store.backends._zarr import _zarr  # zarr stays imported by its backend only
+
+        _zarr().open_group(str(tmp), mode="a").attrs["mmpack"] = record
+    else:
+        write_json_atomic(tmp / META_FILE, record)
