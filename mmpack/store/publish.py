@@ -32,7 +32,7 @@ from pathlib import Path
 from mmpack.core.libc import libc_function
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
-from mmpack.store.format import META_FILE, StoreMeta, plain_file_name
+from mmpack.store.format import LOSS_MASK_STORE, META_FILE, StoreMeta, plain_file_name
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore
 from mmpack.store.registry import OWNERS, load
@@ -138,7 +138,9 @@ def check_new_store(tmp: Path, meta: StoreMeta) -> None:
     raw = read_raw_meta(tmp)
     if StoreMeta.from_json(raw, tmp).fingerprint != meta.fingerprint:
         raise FormatError(f"{tmp}: the metadata written does not read back; nothing was replaced")
-    TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    store = TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    if store.has_loss_mask:
+        assert store.loss_mask is not None  # opened and checked against the metadata
 
 
 # --------------------------------------------------------------------------------- the target
@@ -160,11 +162,13 @@ def inside_build(path: str | os.PathLike[str], target: str | os.PathLike[str]) -
 
 
 LAYOUT_ENTRIES = {
-    "memmap": frozenset({META_FILE, TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE}),
-    "zarr": frozenset({"zarr.json", "tokens", "offsets", "cache", LOCK_FILE}),
+    "memmap": frozenset(
+        {META_FILE, TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE, LOSS_MASK_STORE}
+    ),
+    "zarr": frozenset({"zarr.json", "tokens", "offsets", "cache", LOCK_FILE, LOSS_MASK_STORE}),
 }
 """The entries each local layout writes into a store folder itself (its metadata, its arrays,
-the plan ``cache`` and the builder's lock); the other files a build writes are listed in the
+the plan ``cache``, the builder's lock and the loss mask store); the other files a build writes are listed in the
 metadata (:attr:`~mmpack.store.format.StoreMeta.files`)."""
 
 
