@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _contract import assert_views_equal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_store_contract import LAYOUTS
@@ -54,7 +55,7 @@ def _mask_of(doc: dict) -> np.ndarray:
     seed=st.integers(0, 2**32 - 1),
 )
 def test_every_layout_keeps_the_mask(layout, lengths, seed, s3_server, tmp_path_factory):
-    docs = masked_docs(np.random.default_rng(seed), lengths)
+    docs = masked_docs(np.random.default_rng(seed), [*lengths, 40])  # a window at least
     tmp = tmp_path_factory.mktemp(layout)
     reference = mmpack.build(tmp / "reference", docs, fsync=False)
     store = LAYOUTS[layout](tmp, docs, s3=s3_server)
@@ -78,6 +79,10 @@ def test_every_layout_keeps_the_mask(layout, lengths, seed, s3_server, tmp_path_
     assert checked["bytes"] >= own["bytes"] + store.offsets.nbytes + store.num_tokens * 2
     again = pickle.loads(pickle.dumps(mask))
     np.testing.assert_array_equal(again[len(docs) - 1], _mask_of(docs[-1]))
+    # the views' labels (the mask read through read_ranges off the mapping) are the reference's
+    assert_views_equal(
+        store, reference, seqlen=16, every_row=False, same_fingerprint=layout != "joined-parts"
+    )
 
 
 def test_the_mask_is_part_of_the_fingerprint(tmp_path):

@@ -70,6 +70,7 @@ from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
 from mmpack.views.packed_config import packed_config
 from mmpack.views.packed_gather import (
+    apply_loss_mask,
     bin_first_token,
     corrupt_keyed,
     gather_rows,
@@ -219,6 +220,7 @@ class PackedDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._mask = self.store.loss_mask  # the per-token loss mask, or None
         self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
@@ -261,7 +263,8 @@ class PackedDataset:
         self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
-        self._fast = (*arrays, self._src, self._params, self.dtype, self._cold)
+        src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
+        self._fast = (*arrays, src, self._params, self.dtype, self._cold)
         q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
         views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
         cu_at = int(self._params[5])
@@ -366,9 +369,10 @@ class PackedDataset:
         return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
+        ranges = self._piece_ranges(idx)
         columns, cu, n_seg = gather_rows(
             self.store,
-            self._piece_ranges(idx),
+            ranges,
             self._pool,
             self.seqlen,
             self._eot_id,
@@ -376,9 +380,16 @@ class PackedDataset:
             self._label_mode,
             self.dtype,
         )
+        ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
+        maskable = attn
+        if self._mask is not None:  # labels -100 where the target is not a target
+            pool, mode, q = self._pool, self._label_mode, self.seqlen
+            targets = apply_loss_mask(
+                self._mask, ranges, pool, q, mode, self.dtype, None if self._mlm else labels
+            )
+            maskable = attn * targets  # MLM selects only target tokens
         if self._mlm:
-            ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
-            corrupt_keyed(self, idx, epochs, ids, attn, labels)
+            corrupt_keyed(self, idx, epochs, ids, maskable, labels)
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead

@@ -24,6 +24,7 @@ from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
 
 __all__ = [
+    "apply_loss_mask",
     "bin_first_token",
     "corrupt_keyed",
     "gather_rows",
@@ -131,6 +132,27 @@ def gather_rows(
         "max_seqlen": max_len,
     }
     return columns, cu, n_seg
+
+
+def apply_loss_mask(
+    mask: Any,
+    ranges: tuple[np.ndarray, ...],
+    pool: BufferPool,
+    seqlen: int,
+    label_mode: int,
+    dtype: np.dtype | type,
+    labels: np.ndarray | None,
+) -> np.ndarray:
+    """Read the loss mask (``mask``: the store's ``loss_mask``) of the rows whose pieces are
+    ``ranges`` with :func:`gather_rows` (eot 1: an eot is a target; padding 0), and set
+    ``labels`` (``dtype``, (B, seqlen), in place; None in MLM mode) to -100 wherever the label's
+    target token is not a target: the mask rows' own labels, made by the same ``label_mode``,
+    are then 0.  Returns the mask rows (``dtype``, (B, seqlen)): 1 where the token at that
+    position is a target."""
+    columns, _, _ = gather_rows(mask, ranges, pool, seqlen, 1, 0, label_mode, dtype)
+    if labels is not None:
+        labels[columns["labels"] == 0] = IGNORE_INDEX
+    return columns["input_ids"]
 
 
 def read_bin(

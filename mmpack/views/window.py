@@ -183,6 +183,7 @@ class WindowDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._pool = BufferPool()
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._mask = self.store.loss_mask if self.labels else None  # per-token, or None
         self._cold = ColdReads()
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
@@ -210,7 +211,8 @@ class WindowDataset:
         labels = slice(1, w) if self.labels else None
         buf = (self.dtype, self._buflen, self._one_buffer, cu_at, sl + 1)
         layout = (*buf, slice(sl), slice(w, w + sl), labels)
-        self._fast = (self._src, self._offsets, self._meta, self.stride, last, self._cold, layout)
+        src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
+        self._fast = (src, self._offsets, self._meta, self.stride, last, self._cold, layout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -345,8 +347,47 @@ class WindowDataset:
                 labels = labels.copy()
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
+            if self._mask is not None:
+                labels = self._masked(labels, vstarts, tail.size > 0)
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
+
+    def _masked(self, labels: np.ndarray, vstarts: np.ndarray, owned: bool) -> np.ndarray:
+        """``labels`` ((k, seqlen), a copy unless ``owned``) with -100 wherever the target token
+        is not a target: the loss mask's windows at ``vstarts`` read by the same kernel (eot 1,
+        an eot is a target; padding 0), shifted by one like the labels."""
+        assert self._mask is not None
+        k, pool = vstarts.shape[0], self._pool
+        flags = pool.empty((k, self.width), self.dtype)
+        pos = pool.empty((k, self.seqlen), self.dtype)
+        cu = pool.empty((k, self.seqlen + 1), np.int32)
+        ncu = np.empty(k, dtype=np.int64)
+        src = self._mask.tokens
+        if src is not None:
+            cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
+        else:
+            src, cursors = self._mask.read_ranges(*self._ranges(vstarts))
+        if k:
+            gather_windows(
+                src,
+                cursors,
+                self._offsets,
+                self._top,
+                self._use_eot,
+                1,
+                vstarts,
+                self.seqlen,
+                self.width,
+                self.total,
+                0,
+                flags,
+                pos,
+                cu,
+                ncu,
+            )
+        out = labels if owned else labels.copy()
+        out[flags[:, 1:] == 0] = IGNORE_INDEX
+        return out
 
     # ------------------------------------------------------------------------------- read-ahead
     def prefetch(self, indices: Any) -> int:
