@@ -34,6 +34,7 @@ TOPICS = {
     "first_call": "benchmarks.bench_first_call",
     "ingest": "benchmarks.bench_ingest",
     "join": "benchmarks.bench_join",
+    "lossmask": "benchmarks.bench_lossmask",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

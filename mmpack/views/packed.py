@@ -16,6 +16,11 @@ if any, is the last segment:
   split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
   convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
   first position and on padding;
+- a store with a per-token loss mask (``store.loss_mask``, :mod:`mmpack.store.lossmask`): every
+  label whose target token is not a target (mask 0) is ``-100`` too (an eot the view appends is
+  a target); ``mode="mlm"`` selects only target tokens.  The mask's rows are read through the
+  same ``read_ranges`` and row kernel as the tokens (eot 1, padding 0), so ``ds[i]`` of a masked
+  store takes the batch path;
 - ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the

@@ -7,6 +7,11 @@ store's tokenizer records), else the plain concatenation.
 and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
 ``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
 
+Loss masks.  Over a store with a per-token loss mask (``store.loss_mask``), a label whose target
+token is not a target (mask 0) is ``-100``; an eot the view inserts is a target, padding is
+``-100`` as always.  The mask's windows are read by the same kernel (eot 1, padding 0): one more
+call per batch, and ``ds[i]`` takes the batch path.
+
 Worked example (the window question of the project's seed, ``sharded.py``): documents of lengths 3 and 2 with eot 9 give
 ``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
 ``S[0:4]`` and ``S[2:6]``; window 1 is ``a 9 b b`` with ``cu_seqlens = [0, 2, 4]``.
@@ -104,7 +109,8 @@ class WindowDataset:
         that records none, or whose documents were built with a special-token template (they
         carry its tokens), gets no eot: the plain concatenation (what ``eot=None`` asks for).
     labels : bool
-        Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``).
+        Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``);
+        ``-100`` where the store's loss mask says the next token is not a target.
     drop_last : bool
         ``False`` adds a final window padded with ``pad_id`` (labels ``-100``) so that, with
         ``stride <= seqlen``, no token is left out.
