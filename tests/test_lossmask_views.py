@@ -189,3 +189,105 @@ def test_a_view_reads_the_mask_after_pickling(tmp_path):
     again = pickle.loads(pickle.dumps(ds))
     np.testing.assert_array_equal(again[0]["labels"], ds[0]["labels"])
     assert again[0]["labels"].tolist() == [2, 3, 0, IGNORE, IGNORE, 0, IGNORE, IGNORE]
+
+
+# ------------------------------------------------------------------------------------ kernels
+def twin_masked_window_labels(mask, base, offsets, use_eot, vstarts, seqlen, total, rows, ignore):
+    """Per virtual position: its target flag (a document token's mask, 1 for an eot)."""
+    flags, owner = [], []  # owner: the flat position of a document token, -1 for an eot
+    for j in range(len(offsets) - 1):
+        for f in range(offsets[j], offsets[j + 1]):
+            owner.append(f)
+        if use_eot:
+            owner.append(-1)
+    assert len(owner) == total
+    out = np.empty((len(vstarts), seqlen), dtype=rows.dtype)
+    for k, v in enumerate(vstarts):
+        for t in range(seqlen):
+            q = v + t + 1
+            if q >= total:
+                out[k, t] = ignore
+                continue
+            f = owner[q]
+            flags = 1 if f < 0 else mask[base[k] + f]
+            out[k, t] = rows[k, t + 1] if flags else ignore
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lens=st.lists(st.integers(0, 9), min_size=1, max_size=700),
+    use_eot=st.integers(0, 1),
+    seqlen=st.integers(1, 20),
+    sampled=st.booleans(),
+    shift=st.integers(0, 5),
+    data=st.data(),
+)
+def test_masked_window_labels_kernel_matches_its_twin(lens, use_eot, seqlen, sampled, shift, data):
+    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, masked_window_labels
+
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    total = int(offsets[-1]) + use_eot * len(lens)
+    if total == 0:
+        return
+    n = int(offsets[-1])
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    mask = rng.integers(0, 2, size=n + shift).astype(np.uint8)  # read at base[k] = shift
+    k = data.draw(st.integers(1, 6))
+    vstarts = rng.integers(0, total, size=k).astype(np.int64)
+    base = np.full(k, shift, dtype=np.int64)
+    rows = rng.integers(0, 1000, size=(k, seqlen + 1)).astype(np.int64)
+    top = np.empty((len(lens) - 1) // INDEX_STEP + 1 if sampled else 0, dtype=np.int64)
+    if sampled:
+        fill_sampled_index(offsets, use_eot, top)
+    got = np.empty((k, seqlen), dtype=np.int64)
+    masked_window_labels(
+        mask, base, offsets, top, use_eot, vstarts, seqlen, total, rows, IGNORE, got
+    )
+    want = twin_masked_window_labels(
+        mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, fill, out):
+    """Lay each row's pieces out position by position, then fill where a token's mask is 0."""
+    out = out.copy()
+    for r in range(len(row_ptr) - 1):
+        laid = []  # (position, mask value) of every piece token in the row
+        at = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            laid += [(at + i, mask[mask_starts[q] + i]) for i in range(lengths[q])]
+            at += lengths[q] + has_eot[q]
+        for p, m in laid:
+            if m == 0 and p - shift >= 0:
+                out[r, p - shift] = fill
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows_pieces=st.lists(
+        st.lists(st.tuples(st.integers(0, 8), st.integers(0, 1)), max_size=5),
+        min_size=1,
+        max_size=6,
+    ),
+    shift=st.integers(0, 1),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_mask_pieces_kernel_matches_its_twin(rows_pieces, shift, seed):
+    from mmpack.kernels.packed_rows import mask_pieces
+
+    rng = np.random.default_rng(seed)
+    lengths = np.array([n for row in rows_pieces for n, _ in row], dtype=np.int64)
+    has_eot = np.array([e for row in rows_pieces for _, e in row], dtype=np.int64)
+    row_ptr = np.zeros(len(rows_pieces) + 1, dtype=np.int64)
+    np.cumsum([len(row) for row in rows_pieces], out=row_ptr[1:])
+    seqlen = max([int(sum(n + e for n, e in row)) for row in rows_pieces] + [1])
+    mask = rng.integers(0, 2, size=int(lengths.sum()) + 50).astype(np.uint8)
+    mask_starts = rng.integers(0, 51, size=lengths.shape[0]).astype(np.int64)
+    out = rng.integers(0, 1000, size=(len(rows_pieces), seqlen)).astype(np.int64)
+    want = twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
+    mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
+    np.testing.assert_array_equal(out, want)

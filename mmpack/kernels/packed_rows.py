@@ -5,7 +5,8 @@ against the document lengths; a corrupt plan is reported, never read out of boun
 shorter than ``seqlen`` is its document's last and carries the eot); :func:`fill_rows` then
 writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
 :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
-``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation.
+``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation;
+:func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces).
 Both write a segment with the same two helpers (:func:`_segment_layout`, :func:`_segment_tokens`:
 plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
 
@@ -23,7 +24,15 @@ import numpy as np
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels._jit import njit
 
-__all__ = ["LABELS_HF", "LABELS_NEXT", "LABELS_NONE", "fill_rows", "one_bin", "select_pieces"]
+__all__ = [
+    "LABELS_HF",
+    "LABELS_NEXT",
+    "LABELS_NONE",
+    "fill_rows",
+    "mask_pieces",
+    "one_bin",
+    "select_pieces",
+]
 
 LABELS_NONE = 0
 LABELS_NEXT = 1
@@ -272,3 +281,41 @@ def one_bin(
             src[a : a + ln], e, eot_id, label_mode, ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
         )
     return n_seg, longest
+
+
+@njit
+def mask_pieces(
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    shift: int,
+    fill: int,
+    out: np.ndarray,
+) -> None:
+    """Write ``fill`` into ``out[r, p - shift]`` for every position ``p`` of row ``r`` that holds
+    a piece's token whose loss mask is 0 (positions before 0 skipped): with ``shift=1`` the
+    causal labels that predict it (``label_shift="next"``), with ``shift=0`` its own label
+    (``"hf"``) or its MLM eligibility.
+
+    Parameters
+    ----------
+    mask : ndarray, uint8
+        Piece ``q``'s mask is ``mask[mask_starts[q] : mask_starts[q] + lengths[q]]``
+        (validated).
+    lengths, has_eot : ndarray, int64, (pieces,)
+        The pieces in row order (:func:`select_pieces`); a piece with an eot takes one more
+        position.
+    row_ptr : ndarray, int64, (rows + 1,)
+    out : ndarray, (rows, seqlen)
+    """
+    for r in range(row_ptr.shape[0] - 1):
+        at = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            a = mask_starts[q]
+            for i in range(lengths[q]):
+                p = at + i - shift
+                if mask[a + i] == 0 and p >= 0:
+                    out[r, p] = fill
+            at += lengths[q] + has_eot[q]

@@ -18,9 +18,9 @@ if any, is the last segment:
   first position and on padding;
 - a store with a per-token loss mask (``store.loss_mask``, :mod:`mmpack.store.lossmask`): every
   label whose target token is not a target (mask 0) is ``-100`` too (an eot the view appends is
-  a target); ``mode="mlm"`` selects only target tokens.  The mask's rows are read through the
-  same ``read_ranges`` and row kernel as the tokens (eot 1, padding 0), so ``ds[i]`` of a masked
-  store takes the batch path;
+  a target); ``mode="mlm"`` selects only target tokens.  The pieces' masks are read with one
+  ``read_ranges`` and applied in one pass (:func:`~mmpack.kernels.packed_rows.mask_pieces`);
+  ``ds[i]`` of a masked store takes the batch path;
 - ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
@@ -388,11 +388,9 @@ class PackedDataset:
         ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
         maskable = attn
         if self._mask is not None:  # labels -100 where the target is not a target
-            pool, mode, q = self._pool, self._label_mode, self.seqlen
-            targets = apply_loss_mask(
-                self._mask, ranges, pool, q, mode, self.dtype, None if self._mlm else labels
-            )
-            maskable = attn * targets  # MLM selects only target tokens
+            maskable = attn.copy() if self._mlm else None  # MLM selects only target tokens
+            shift = int(self._label_mode == LABELS_NEXT)
+            apply_loss_mask(self._mask, ranges, shift, None if self._mlm else labels, maskable)
         if self._mlm:
             corrupt_keyed(self, idx, epochs, ids, maskable, labels)
         return SampleBatch(columns, cu, n_seg + 1)

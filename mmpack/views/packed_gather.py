@@ -18,6 +18,7 @@ import numpy as np
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.errors import FormatError
 from mmpack.kernels.masking import mlm_indexed_rows
+from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -137,22 +138,27 @@ def gather_rows(
 def apply_loss_mask(
     mask: Any,
     ranges: tuple[np.ndarray, ...],
-    pool: BufferPool,
-    seqlen: int,
-    label_mode: int,
-    dtype: np.dtype | type,
+    label_shift: int,
     labels: np.ndarray | None,
-) -> np.ndarray:
-    """Read the loss mask (``mask``: the store's ``loss_mask``) of the rows whose pieces are
-    ``ranges`` with :func:`gather_rows` (eot 1: an eot is a target; padding 0), and set
-    ``labels`` (``dtype``, (B, seqlen), in place; None in MLM mode) to -100 wherever the label's
-    target token is not a target: the mask rows' own labels, made by the same ``label_mode``,
-    are then 0.  Returns the mask rows (``dtype``, (B, seqlen)): 1 where the token at that
-    position is a target."""
-    columns, _, _ = gather_rows(mask, ranges, pool, seqlen, 1, 0, label_mode, dtype)
+    maskable: np.ndarray | None,
+) -> None:
+    """Apply the loss mask (``mask``: the store's ``loss_mask``) to the rows whose pieces are
+    ``ranges`` (from :func:`piece_ranges`), in place: ``labels`` ((B, seqlen)) get -100 wherever
+    the token they predict is not a target (``label_shift`` 1: the causal labels, shifted; 0:
+    the ``"hf"`` labels, each its own token's), ``maskable`` ((B, seqlen), MLM eligibility) 0
+    on tokens that are not targets.  The pieces' masks are read with one ``read_ranges``; one
+    pass of :func:`~mmpack.kernels.packed_rows.mask_pieces` each."""
+    starts, lengths, has_eot, row_ptr, _ = ranges
+    src, at = mask.read_ranges(starts, lengths)
+    at = np.asarray(at, dtype=np.int64)
+    if at.shape[0] and (
+        at.shape != lengths.shape or at.min() < 0 or (at + lengths).max() > src.shape[0]
+    ):
+        raise FormatError("the loss mask's read_ranges returned ranges outside its buffer")
     if labels is not None:
-        labels[columns["labels"] == 0] = IGNORE_INDEX
-    return columns["input_ids"]
+        mask_pieces(src, at, lengths, has_eot, row_ptr, label_shift, IGNORE_INDEX, labels)
+    if maskable is not None:
+        mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
 
 
 def read_bin(

@@ -9,8 +9,9 @@ and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order. 
 
 Loss masks.  Over a store with a per-token loss mask (``store.loss_mask``), a label whose target
 token is not a target (mask 0) is ``-100``; an eot the view inserts is a target, padding is
-``-100`` as always.  The mask's windows are read by the same kernel (eot 1, padding 0): one more
-call per batch, and ``ds[i]`` takes the batch path.
+``-100`` as always.  The labels are then written by one more kernel pass
+(:func:`~mmpack.kernels.window.masked_window_labels`: the window's mask bytes, read from the
+mask's mapping or its ``read_ranges``), and ``ds[i]`` takes the batch path.
 
 Worked example (the window question of the project's seed, ``sharded.py``): documents of lengths 3 and 2 with eot 9 give
 ``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
@@ -42,6 +43,7 @@ from mmpack.core.validation import (
     check_positive_int,
     check_token_id,
 )
+from mmpack.errors import FormatError
 from mmpack.kernels.window import (
     INDEX_STEP,
     META_FIELDS,
@@ -49,6 +51,7 @@ from mmpack.kernels.window import (
     find_doc,
     flat_position,
     gather_windows,
+    masked_window_labels,
     one_window,
     window_ranges,
 )
@@ -346,54 +349,50 @@ class WindowDataset:
                 ncu,
             )
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
-        if self.labels:
+        if self.labels and self._mask is not None:
+            columns["labels"] = self._masked(rows, vstarts)
+        elif self.labels:
             labels = rows[:, 1:]
             tail = np.flatnonzero(vstarts + self.width > self.total)
             if tail.size:  # windows past the stream's end (drop_last=False): -100 labels
                 labels = labels.copy()
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
-            if self._mask is not None:
-                labels = self._masked(labels, vstarts, tail.size > 0)
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
 
-    def _masked(self, labels: np.ndarray, vstarts: np.ndarray, owned: bool) -> np.ndarray:
-        """``labels`` ((k, seqlen), a copy unless ``owned``) with -100 wherever the target token
-        is not a target: the loss mask's windows at ``vstarts`` read by the same kernel (eot 1,
-        an eot is a target; padding 0), shifted by one like the labels."""
+    def _masked(self, rows: np.ndarray, vstarts: np.ndarray) -> np.ndarray:
+        """The labels ((k, seqlen)) of the windows ``rows`` at ``vstarts``: the next tokens,
+        ``-100`` where one is not a target (the loss mask's 0) or lies past the stream's end
+        (:func:`~mmpack.kernels.window.masked_window_labels`, one pass; an eot is a target)."""
         assert self._mask is not None
-        k, pool = vstarts.shape[0], self._pool
-        flags = pool.empty((k, self.width), self.dtype)
-        pos = pool.empty((k, self.seqlen), self.dtype)
-        cu = pool.empty((k, self.seqlen + 1), np.int32)
-        ncu = np.empty(k, dtype=np.int64)
+        k = vstarts.shape[0]
         src = self._mask.tokens
-        if src is not None:
-            cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
+        if src is not None:  # the whole mapped mask: flat positions index it
+            base = np.zeros(k, dtype=np.int64)
         else:
-            src, cursors = self._mask.read_ranges(*self._ranges(vstarts))
+            starts, lengths = self._ranges(vstarts)
+            src, at = self._mask.read_ranges(starts, lengths)
+            at = np.asarray(at, dtype=np.int64)
+            if k and (at.shape != (k,) or at.min() < 0 or (at + lengths).max() > src.shape[0]):
+                raise FormatError("the loss mask's read_ranges returned ranges outside its buffer")
+            base = at - starts
+        labels = self._pool.empty((k, self.seqlen), self.dtype)
         if k:
-            gather_windows(
+            masked_window_labels(
                 src,
-                cursors,
+                base,
                 self._offsets,
                 self._top,
                 self._use_eot,
-                1,
                 vstarts,
                 self.seqlen,
-                self.width,
                 self.total,
-                0,
-                flags,
-                pos,
-                cu,
-                ncu,
+                rows,
+                IGNORE_INDEX,
+                labels,
             )
-        out = labels if owned else labels.copy()
-        out[flags[:, 1:] == 0] = IGNORE_INDEX
-        return out
+        return labels
 
     # ------------------------------------------------------------------------------- read-ahead
     def prefetch(self, indices: Any) -> int:
