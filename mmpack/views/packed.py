@@ -388,9 +388,12 @@ class PackedDataset:
         ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
         maskable = attn
         if self._mask is not None:  # labels -100 where the target is not a target
-            maskable = attn.copy() if self._mlm else None  # MLM selects only target tokens
             shift = int(self._label_mode == LABELS_NEXT)
-            apply_loss_mask(self._mask, ranges, shift, None if self._mlm else labels, maskable)
+            if self._mlm:  # MLM selects only target tokens
+                maskable = attn.copy()
+                apply_loss_mask(self._mask, ranges, shift, None, maskable)
+            else:
+                apply_loss_mask(self._mask, ranges, shift, labels, None)
         if self._mlm:
             corrupt_keyed(self, idx, epochs, ids, maskable, labels)
         return SampleBatch(columns, cu, n_seg + 1)
