@@ -151,3 +151,47 @@ def test_bad_records_and_templates_are_refused(tok):
     )
     with pytest.raises(TypeError, match="must be a transformers tokenizer"):
         list(chat_documents([], object()))
+
+
+def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
+    from mmpack.cli.commands import main
+
+    folder = tmp_path / "tok"
+    tok.save_pretrained(folder)
+    convs = [[("user", "what is two plus two"), ("assistant", "four")], [("user", "hello")]]
+    records = _jsonl(tmp_path / "chat.jsonl", convs)
+    argv = ["build", str(tmp_path / "chat.jsonl"), "-o", str(tmp_path / "s")]
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "assistant"]) == 0, (
+        capsys.readouterr().err
+    )
+    assert "2 conversations" in capsys.readouterr().out
+    store = mmpack.open(tmp_path / "s")
+    for j, doc in enumerate(chat_documents(records, folder)):
+        np.testing.assert_array_equal(store[j], doc["input_ids"])
+        np.testing.assert_array_equal(store.loss_mask[j], doc["loss_mask"])
+    (tmp_path / "bad.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "hi"}]}\n{oops\n'
+    )
+    bad = [
+        "build",
+        str(tmp_path / "bad.jsonl"),
+        "-o",
+        str(tmp_path / "b"),
+        "--tokenizer",
+        str(folder),
+    ]
+    assert main([*bad, "--loss-on", "all"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2: not a JSON record" in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()
+    assert main([*bad, "--loss-on", "all", "--lines"]) == 1
+    assert "--loss-on reads JSON lines of chat records; drop --lines" in capsys.readouterr().err
+    assert main(bad[:4] + ["--loss-on", "all"]) == 1
+    assert "--loss-on needs --tokenizer" in capsys.readouterr().err
+    plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    plain.save_pretrained(tmp_path / "plain")
+    assert main(bad[:4] + ["--tokenizer", str(tmp_path / "plain"), "--loss-on", "assistant"]) == 1
+    assert "--loss-on assistant needs a chat template with {% generation %}" in (
+        capsys.readouterr().err
+    )
