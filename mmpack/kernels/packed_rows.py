@@ -37,6 +37,7 @@ __all__ = [
 LABELS_NONE = 0
 LABELS_NEXT = 1
 LABELS_HF = 2
+_NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
 
 
 @njit
@@ -97,13 +98,20 @@ def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
 
 @njit
 def _segment_tokens(
-    seg_src: np.ndarray, e: int, eot_id: int, label_mode: int, ids: np.ndarray, lab: np.ndarray
+    seg_src: np.ndarray,
+    e: int,
+    eot_id: int,
+    label_mode: int,
+    ids: np.ndarray,
+    lab: np.ndarray,
+    seg_mask: np.ndarray,
 ) -> None:
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
     ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots.  Labels are read from the
     source (not from the ids just written), so the loops are plain vectorised copies:
     ``LABELS_NEXT`` the next token (-100 at the segment's last slot), ``LABELS_HF`` the token
-    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere."""
+    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere.  A non-empty ``seg_mask``
+    (uint8, (n,): the piece's loss mask) makes a label -100 where its token's mask is 0."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
@@ -112,16 +120,25 @@ def _segment_tokens(
     m = n + e
     if m == 0:
         return
+    masked = seg_mask.shape[0] > 0
     if label_mode == LABELS_NEXT:
-        for i in range(n - 1):
-            lab[i] = seg_src[i + 1]
+        if masked:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1] if seg_mask[i + 1] != 0 else IGNORE_INDEX
+        else:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1]
         if e != 0 and n > 0:
             lab[n - 1] = eot_id
         lab[m - 1] = IGNORE_INDEX
     elif label_mode == LABELS_HF:
         lab[0] = IGNORE_INDEX
-        for i in range(1, n):
-            lab[i] = seg_src[i]
+        if masked:
+            for i in range(1, n):
+                lab[i] = seg_src[i] if seg_mask[i] != 0 else IGNORE_INDEX
+        else:
+            for i in range(1, n):
+                lab[i] = seg_src[i]
         if e != 0 and n > 0:
             lab[n] = eot_id
     else:
@@ -161,16 +178,21 @@ def fill_rows(
     cu_seqlens: np.ndarray,
     n_segments: np.ndarray,
     max_seqlen: np.ndarray,
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
 ) -> None:
     """Write rows ``r`` of the (B, seqlen) outputs from pieces ``row_ptr[r]:row_ptr[r+1]``.
 
     ``src[src_starts[q]:src_starts[q]+lengths[q]]`` must be in bounds and each row's pieces
-    (plus their eot) must fit in seqlen (both checked by the caller).  ``cu_seqlens`` is (B, C)
+    (plus their eot) must fit in seqlen (both checked by the caller).  With a loss mask
+    (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
+    arrays for none), a causal label is -100 where the token it holds has mask 0.  ``cu_seqlens`` is (B, C)
     with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
     (if any) being the last segment.
     """
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
+    masked = mask_starts.shape[0] > 0
     for r in range(input_ids.shape[0]):
         ids = input_ids[r]
         pos = position_ids[r]
@@ -184,7 +206,9 @@ def fill_rows(
             a, n, e = src_starts[q], lengths[q], has_eot[q]
             m = n + e
             _segment_layout(pos[t : t + m], att[t : t + m])
-            _segment_tokens(src[a : a + n], e, eot_id, label_mode, ids[t : t + m], lab[t : t + m])
+            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+            seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
+            _segment_tokens(src[a : a + n], e, eot_id, label_mode, seg_ids, seg_lab, seg_mask)
             t += m
             seg += 1
             cu_seqlens[r, seg] = t
@@ -277,9 +301,8 @@ def one_bin(
         a = offsets[piece_doc[p]] + piece_start[p]
         ln = piece_len[p]
         e = cu[q + 1] - cu[q] - ln
-        _segment_tokens(
-            src[a : a + ln], e, eot_id, label_mode, ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
-        )
+        seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
+        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, seg_ids, seg_lab, _NO_MASK)
     return n_seg, longest
 
 

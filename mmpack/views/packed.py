@@ -19,8 +19,9 @@ if any, is the last segment:
 - a store with a per-token loss mask (``store.loss_mask``, :mod:`mmpack.store.lossmask`): every
   label whose target token is not a target (mask 0) is ``-100`` too (an eot the view appends is
   a target); ``mode="mlm"`` selects only target tokens.  The pieces' masks are read with one
-  ``read_ranges`` and applied in one pass (:func:`~mmpack.kernels.packed_rows.mask_pieces`);
-  ``ds[i]`` of a masked store takes the batch path;
+  ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
+  :func:`~mmpack.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
+  batch path;
 - ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
@@ -75,11 +76,11 @@ from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
 from mmpack.views.packed_config import packed_config
 from mmpack.views.packed_gather import (
-    apply_loss_mask,
     bin_first_token,
     corrupt_keyed,
     gather_rows,
     locate_pieces,
+    mlm_targets,
     piece_ranges,
     read_bin,
 )
@@ -384,18 +385,13 @@ class PackedDataset:
             self.pad_id,
             self._label_mode,
             self.dtype,
+            None if self._mlm else self._mask,  # causal labels -100 where not a target
         )
-        ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
-        maskable = attn
-        if self._mask is not None:  # labels -100 where the target is not a target
-            shift = int(self._label_mode == LABELS_NEXT)
-            if self._mlm:  # MLM selects only target tokens
-                maskable = attn.copy()
-                apply_loss_mask(self._mask, ranges, shift, None, maskable)
-            else:
-                apply_loss_mask(self._mask, ranges, shift, labels, None)
         if self._mlm:
-            corrupt_keyed(self, idx, epochs, ids, maskable, labels)
+            ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
+            if self._mask is not None:  # MLM selects only target tokens
+                attn = mlm_targets(self._mask, ranges, attn)
+            corrupt_keyed(self, idx, epochs, ids, attn, labels)
         return SampleBatch(columns, cu, n_seg + 1)
 
     # ------------------------------------------------------------------------------- read-ahead

@@ -25,11 +25,11 @@ from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
 
 __all__ = [
-    "apply_loss_mask",
     "bin_first_token",
     "corrupt_keyed",
     "gather_rows",
     "locate_pieces",
+    "mlm_targets",
     "piece_ranges",
     "read_bin",
 ]
@@ -84,22 +84,22 @@ def gather_rows(
     pad_id: int,
     label_mode: int,
     dtype: np.dtype | type = np.int64,
+    mask: Any = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """``(columns, cu_seqlens, n_segments)`` of the rows whose pieces are ``ranges`` (from
     :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
     (``dtype``, int64 or int32, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
-    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries."""
+    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries.  With ``mask`` (the
+    store's ``loss_mask``), read with the same ranges, a causal label is -100 where the token
+    it predicts is not a target (in the same pass)."""
     starts, lengths, has_eot, row_ptr, counts = ranges
     k = counts.shape[0]
     total = int(row_ptr[-1])
-    src, src_starts = store.read_ranges(starts, lengths)
-    src_starts = np.asarray(src_starts, dtype=np.int64)
-    if total and (
-        src_starts.shape != (total,)
-        or src_starts.min() < 0
-        or (src_starts + lengths).max() > src.shape[0]
-    ):
-        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    src, src_starts = _checked_read(store, starts, lengths, total)
+    if mask is not None:
+        mask_src, mask_starts = _checked_read(mask, starts, lengths, total)
+    else:
+        mask_src, mask_starts = np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
     ids = pool.empty((k, seqlen), dtype)
     pos = pool.empty((k, seqlen), dtype)
     labels = pool.empty((k, seqlen), dtype)
@@ -124,6 +124,8 @@ def gather_rows(
             cu,
             n_seg,
             max_len,
+            mask_src,
+            mask_starts,
         )
     columns = {
         "input_ids": ids,
@@ -135,30 +137,31 @@ def gather_rows(
     return columns, cu, n_seg
 
 
-def apply_loss_mask(
-    mask: Any,
-    ranges: tuple[np.ndarray, ...],
-    label_shift: int,
-    labels: np.ndarray | None,
-    maskable: np.ndarray | None,
-) -> None:
-    """Apply the loss mask (``mask``: the store's ``loss_mask``) to the rows whose pieces are
-    ``ranges`` (from :func:`piece_ranges`), in place: ``labels`` ((B, seqlen)) get -100 wherever
-    the token they predict is not a target (``label_shift`` 1: the causal labels, shifted; 0:
-    the ``"hf"`` labels, each its own token's), ``maskable`` ((B, seqlen), MLM eligibility) 0
-    on tokens that are not targets.  The pieces' masks are read with one ``read_ranges``; one
-    pass of :func:`~mmpack.kernels.packed_rows.mask_pieces` each."""
-    starts, lengths, has_eot, row_ptr, _ = ranges
-    src, at = mask.read_ranges(starts, lengths)
-    at = np.asarray(at, dtype=np.int64)
-    if at.shape[0] and (
-        at.shape != lengths.shape or at.min() < 0 or (at + lengths).max() > src.shape[0]
+def _checked_read(
+    store: Any, starts: np.ndarray, lengths: np.ndarray, total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``store.read_ranges(starts, lengths)``, its answer checked to lie inside its buffer."""
+    src, src_starts = store.read_ranges(starts, lengths)
+    src_starts = np.asarray(src_starts, dtype=np.int64)
+    if total and (
+        src_starts.shape != (total,)
+        or src_starts.min() < 0
+        or (src_starts + lengths).max() > src.shape[0]
     ):
-        raise FormatError("the loss mask's read_ranges returned ranges outside its buffer")
-    if labels is not None:
-        mask_pieces(src, at, lengths, has_eot, row_ptr, label_shift, IGNORE_INDEX, labels)
-    if maskable is not None:
-        mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
+        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    return src, src_starts
+
+
+def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> np.ndarray:
+    """A copy of the rows' attention mask ``attn`` ((B, seqlen)) with 0 on every token whose
+    loss mask (``mask``: the store's ``loss_mask``) is 0: what MLM may select.  One
+    ``read_ranges`` of the pieces' masks, one pass of
+    :func:`~mmpack.kernels.packed_rows.mask_pieces`."""
+    starts, lengths, has_eot, row_ptr, _ = ranges
+    src, at = _checked_read(mask, starts, lengths, int(row_ptr[-1]))
+    maskable = attn.copy()
+    mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
+    return maskable
 
 
 def read_bin(
