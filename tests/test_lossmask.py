@@ -228,6 +228,21 @@ def test_a_bad_document_leaves_the_writer_usable(tmp_path):
     assert [store.loss_mask[j].tolist() for j in range(len(store))] == [[0, 1], [1], [0]]
 
 
+def test_flat_batches_carry_no_mask(tmp_path):
+    from mmpack.store.writer import StoreWriter
+
+    with StoreWriter(tmp_path / "s") as w:
+        w.add({"input_ids": [1, 2], "loss_mask": [0, 1]})
+        with pytest.raises(ValueError, match="document 1 has no loss_mask"):
+            w.add_batch(np.array([3, 4, 5]), np.array([1, 2]))
+    assert len(w.store) == 1 and w.store.loss_mask[0].tolist() == [0, 1]
+    with StoreWriter(tmp_path / "t") as w:
+        w.add_batch(np.array([3, 4, 5]), np.array([1, 2]))
+        with pytest.raises(ValueError, match="document 2 has a loss_mask but documents 0 to 1"):
+            w.add({"input_ids": [1], "loss_mask": [1]})
+    assert not w.store.has_loss_mask
+
+
 def test_a_changed_mask_fails_verify(tmp_path):
     store = mmpack.build(tmp_path / "s", [{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}])
     path = tmp_path / "s" / LOSS_MASK_STORE / "tokens.bin"

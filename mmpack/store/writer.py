@@ -386,6 +386,8 @@ class StoreWriter:
         and ``lengths`` (integer, shape (k,), non-negative).  The lengths are checked exactly (no
         wraparound of unsigned or int64 sums) before anything is written; a bad token refuses
         the whole batch."""
+        if self._mask is not None:  # flat documents carry no mask
+            raise mix_error(self._num_docs, False, 0)
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or not (lengths.dtype.kind in "iu" or lengths.size == 0):
             raise ValueError(
