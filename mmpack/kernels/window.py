@@ -387,6 +387,10 @@ def masked_window_labels(
         Written.
     """
     for k in range(vstarts.shape[0]):
+        lab = labels[k]  # 1-D views: LLVM vectorises the copies (not the 2-D indexing)
+        row = rows[k]
+        for q in range(seqlen):  # the next tokens, then -100 where they are not targets
+            lab[q] = row[q + 1]
         v0 = vstarts[k] + 1  # the target of label 0
         t = 0
         j = find_doc(offsets, top, use_eot, v0) if v0 < total else 0
@@ -394,17 +398,14 @@ def masked_window_labels(
             v = v0 + t
             if v >= total:
                 for q in range(t, seqlen):
-                    labels[k, q] = ignore
+                    lab[q] = ignore
                 break
             doc_v = offsets[j] + j * use_eot
             dl = offsets[j + 1] - offsets[j]
-            stop = min(doc_v + dl + use_eot, v0 + seqlen, total)
+            stop = min(doc_v + dl, v0 + seqlen, total)  # the document's tokens (not its eot)
             b = base[k] + offsets[j] - doc_v  # mask index of virtual position q is b + q
             for q in range(v, stop):
-                tt = q - v0
-                if q - doc_v < dl and mask[b + q] == 0:
-                    labels[k, tt] = ignore
-                else:
-                    labels[k, tt] = rows[k, tt + 1]
-            t = max(t, stop - v0)
+                if mask[b + q] == 0:
+                    lab[q - v0] = ignore
+            t = max(t, min(doc_v + dl + use_eot, v0 + seqlen, total) - v0)
             j += 1
