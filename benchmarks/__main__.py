@@ -37,6 +37,7 @@ TOPICS = {
     "ingest": "benchmarks.bench_ingest",
     "join": "benchmarks.bench_join",
     "kernels": "benchmarks.bench_kernels",
+    "lossmask": "benchmarks.bench_lossmask",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -12,6 +12,7 @@
     blockwriter.py the writer thread and the hash thread behind tokenfile
     gather.py      the documents a build takes from lists, arrays and generators
     tokens.py      one document's tokens checked and converted (the rules of ``build``)
+    lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     arrayfile.py   named arrays in one checksummed file (derived indexes kept in a cache)
