@@ -830,9 +830,24 @@ def _fill_rows_kernel(plan, offsets, src, params, room):
     cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
     n_seg, longest = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
     fill_rows(
-        src, starts, lengths, has_eot, row_ptr, eot_id, pad_id, mode, ids, pos, lab, att, cu,
-        n_seg, longest,
-    )  # fmt: skip
+        src,
+        starts,
+        lengths,
+        has_eot,
+        row_ptr,
+        eot_id,
+        pad_id,
+        mode,
+        ids,
+        pos,
+        lab,
+        att,
+        cu,
+        n_seg,
+        longest,
+        np.empty(0, np.uint8),
+        np.empty(0, np.int64),
+    )  # fmt: skip  (no loss mask: tests/test_lossmask_views.py compares the masked rows)
     return ids, pos, lab, att, cu, n_seg, longest
 
 
@@ -1508,6 +1523,109 @@ def naive_stream(docs, eot):
     return stream, ends
 
 
+# ------------------------------------------------------------------------------ loss masks
+def twin_masked_window_labels(mask, base, offsets, use_eot, vstarts, seqlen, total, rows, ignore):
+    """Per virtual position: its target flag (a document token's mask, 1 for an eot)."""
+    flags, owner = [], []  # owner: the flat position of a document token, -1 for an eot
+    for j in range(len(offsets) - 1):
+        for f in range(offsets[j], offsets[j + 1]):
+            owner.append(f)
+        if use_eot:
+            owner.append(-1)
+    assert len(owner) == total
+    out = np.empty((len(vstarts), seqlen), dtype=rows.dtype)
+    for k, v in enumerate(vstarts):
+        for t in range(seqlen):
+            q = v + t + 1
+            if q >= total:
+                out[k, t] = ignore
+                continue
+            f = owner[q]
+            flags = 1 if f < 0 else mask[base[k] + f]
+            out[k, t] = rows[k, t + 1] if flags else ignore
+    return out
+
+
+def twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, fill, out):
+    """Lay each row's pieces out position by position, then fill where a token's mask is 0."""
+    out = out.copy()
+    for r in range(len(row_ptr) - 1):
+        laid = []  # (position, mask value) of every piece token in the row
+        at = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            laid += [(at + i, mask[mask_starts[q] + i]) for i in range(lengths[q])]
+            at += lengths[q] + has_eot[q]
+        for p, m in laid:
+            if m == 0 and p - shift >= 0:
+                out[r, p - shift] = fill
+    return out
+
+
+def _masked_window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    lens = rng.integers(0, 10, size=max(1, size // 5)).astype(np.int64)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    use_eot = int(rng.integers(0, 2))
+    total = int(offsets[-1]) + use_eot * len(lens)
+    if total == 0:
+        lens[0], use_eot = 1, 1
+        offsets[1:] += 1
+        total = int(offsets[-1]) + len(lens)
+    shift = int(rng.integers(0, 4))
+    mask = rng.integers(0, 2, size=int(offsets[-1]) + shift).astype(np.uint8)
+    k = int(rng.integers(1, 7))
+    seqlen = int(rng.integers(1, 21))
+    vstarts = rng.integers(0, total, size=k).astype(np.int64)
+    base = np.full(k, shift, dtype=np.int64)
+    rows = rng.integers(0, 1000, size=(k, seqlen + 1)).astype(np.int64)
+    return mask, base, offsets, use_eot, vstarts, seqlen, total, rows
+
+
+def _masked_window_kernel(mask, base, offsets, use_eot, vstarts, seqlen, total, rows):
+    from mmpack.kernels.window import masked_window_labels
+
+    out = np.empty((len(vstarts), seqlen), dtype=np.int64)
+    top = np.empty(0, dtype=np.int64)  # no sampled index: the kernel searches the offsets
+    masked_window_labels(
+        mask, base, offsets, top, use_eot, vstarts, seqlen, total, rows, IGNORE, out
+    )
+    return out
+
+
+def _masked_window_ref(mask, base, offsets, use_eot, vstarts, seqlen, total, rows):
+    return twin_masked_window_labels(
+        mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
+    )
+
+
+def _mask_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    n_rows = int(rng.integers(1, 7))
+    per = rng.integers(0, 6, size=n_rows)
+    lengths = rng.integers(0, 9, size=int(per.sum())).astype(np.int64)
+    has_eot = rng.integers(0, 2, size=lengths.shape[0]).astype(np.int64)
+    row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(per, out=row_ptr[1:])
+    widths = [int((lengths + has_eot)[row_ptr[r] : row_ptr[r + 1]].sum()) for r in range(n_rows)]
+    seqlen = max(widths + [1])
+    mask = rng.integers(0, 2, size=int(lengths.sum()) + 50).astype(np.uint8)
+    mask_starts = rng.integers(0, 51, size=lengths.shape[0]).astype(np.int64)
+    shift = int(rng.integers(0, 2))
+    out = rng.integers(0, 1000, size=(n_rows, seqlen)).astype(np.int64)
+    return mask, mask_starts, lengths, has_eot, row_ptr, shift, out
+
+
+def _mask_pieces_kernel(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
+    from mmpack.kernels.packed_rows import mask_pieces
+
+    got = out.copy()
+    mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, got)
+    return got
+
+
+def _mask_pieces_ref(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
+    return twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
+
+
 PAIRS: list[Pair] = [
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
@@ -1701,6 +1819,23 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "streaming_batch.token_bits", "ref_token_bits", _bits_inputs, _bits_kernel, ref_token_bits
+    ),
+    # loss masks
+    _pair(
+        "window.masked_window_labels",
+        "twin_masked_window_labels",
+        _masked_window_inputs,
+        _masked_window_kernel,
+        _masked_window_ref,
+        bench_size=500,
+    ),
+    _pair(
+        "packed_rows.mask_pieces",
+        "twin_mask_pieces",
+        _mask_pieces_inputs,
+        _mask_pieces_kernel,
+        _mask_pieces_ref,
+        bench_size=500,
     ),
     # windows
     _pair(

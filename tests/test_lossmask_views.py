@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import twin_mask_pieces, twin_masked_window_labels
 
 import mmpack
 
@@ -192,26 +193,6 @@ def test_a_view_reads_the_mask_after_pickling(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ kernels
-def twin_masked_window_labels(mask, base, offsets, use_eot, vstarts, seqlen, total, rows, ignore):
-    """Per virtual position: its target flag (a document token's mask, 1 for an eot)."""
-    flags, owner = [], []  # owner: the flat position of a document token, -1 for an eot
-    for j in range(len(offsets) - 1):
-        for f in range(offsets[j], offsets[j + 1]):
-            owner.append(f)
-        if use_eot:
-            owner.append(-1)
-    assert len(owner) == total
-    out = np.empty((len(vstarts), seqlen), dtype=rows.dtype)
-    for k, v in enumerate(vstarts):
-        for t in range(seqlen):
-            q = v + t + 1
-            if q >= total:
-                out[k, t] = ignore
-                continue
-            f = owner[q]
-            flags = 1 if f < 0 else mask[base[k] + f]
-            out[k, t] = rows[k, t + 1] if flags else ignore
-    return out
 
 
 @settings(max_examples=80, deadline=None)
@@ -249,21 +230,6 @@ def test_masked_window_labels_kernel_matches_its_twin(lens, use_eot, seqlen, sam
         mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
     )
     np.testing.assert_array_equal(got, want)
-
-
-def twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, fill, out):
-    """Lay each row's pieces out position by position, then fill where a token's mask is 0."""
-    out = out.copy()
-    for r in range(len(row_ptr) - 1):
-        laid = []  # (position, mask value) of every piece token in the row
-        at = 0
-        for q in range(row_ptr[r], row_ptr[r + 1]):
-            laid += [(at + i, mask[mask_starts[q] + i]) for i in range(lengths[q])]
-            at += lengths[q] + has_eot[q]
-        for p, m in laid:
-            if m == 0 and p - shift >= 0:
-                out[r, p - shift] = fill
-    return out
 
 
 @settings(max_examples=80, deadline=None)
