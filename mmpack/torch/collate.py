@@ -66,6 +66,7 @@ import torch
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
 from mmpack.torch.boundaries import flat_boundaries, position_boundaries, sample_boundaries
 from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
+from mmpack.torch.transfer import share_batch
 from mmpack.views.batch import SampleBatch
 
 __all__ = ["BATCH_TOKEN_FIELDS", "Collator", "TARGETS", "TOKEN_FIELDS", "collate"]
@@ -218,7 +219,9 @@ def _collate(
     dtype: torch.dtype = torch.int64,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        return _collate_columns(samples, varlen=varlen, dtype=dtype)
+        return share_batch(
+            _collate_columns(samples, varlen=varlen, dtype=dtype), BATCH_TOKEN_FIELDS
+        )
     keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
@@ -248,7 +251,7 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
-    return _labels_as_targets(out)
+    return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)
 
 
 def _labels_as_targets(out: dict[str, Any]) -> dict[str, Any]:

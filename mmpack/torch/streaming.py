@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.streaming.shards import Consumer, set_consumer_provider
-from mmpack.torch.collate import BATCH_TOKEN_FIELDS, collate
+from mmpack.torch.collate import collate
 
 __all__ = ["PackerDataset", "as_tensors", "torch_consumer"]
 
@@ -136,11 +136,7 @@ class PackerDataset(IterableDataset):
             if batch.get("labels") is not None:
                 row["labels"] = batch["labels"][r]
             rows.append(row)
-        out = collate(rows)
-        if self.dtype != torch.int64:
-            for key in BATCH_TOKEN_FIELDS:
-                if key in out:
-                    out[key] = out[key].to(self.dtype)
+        out = collate(rows, dtype=self.dtype)
         if "mask_prob" in batch:
             out["mask_prob"] = torch.as_tensor(batch["mask_prob"])
         return out
