@@ -6,8 +6,10 @@ Run: ``pytest tests/test_transfer.py``.
 
 from __future__ import annotations
 
+import copy
 import gc
 import io
+import os
 import pickle
 from multiprocessing.reduction import (
     ForkingPickler,  # torch registers its tensor reducers here
@@ -41,7 +43,9 @@ def dataset(tmp_path_factory):
 def as_worker(monkeypatch):
     """This process acts as DataLoader worker 0 (and, unpickling, as the main process)."""
     monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))
-    monkeypatch.setattr(transfer, "_POOL", None)
+    pool = transfer._Pool()
+    pool.token = (os.getppid(), 1)  # as if made in another (live) process
+    monkeypatch.setattr(transfer, "_POOL", pool)
     monkeypatch.setattr(transfer, "_REMOTES", {})
 
 
@@ -194,3 +198,21 @@ def test_the_buffers_of_exited_workers_are_forgotten(monkeypatch):
     monkeypatch.setattr(transfer, "_REMOTES", remotes)
     transfer._forget_exited_workers()
     assert list(remotes) == [(transfer.os.getpid(), 2)]
+
+
+def test_copies_in_the_worker_keep_the_protocol(dataset, as_worker):
+    """``copy.copy`` (torch's default_convert, batch_size=None) still ships by the buffer; a
+    deep copy (a pickle read back where it was made) is values of its own and frees nothing."""
+    samples = [dataset[i] for i in range(BATCH)]
+    want = collate(samples)
+    shallow = copy.copy(collate(samples))
+    assert type(shallow) is transfer._SharedBatch and _flags()[:2] == [1, 1]
+    pool = transfer._POOL
+    pool.token = (os.getpid(), 2)  # unpickled where it was made
+    deep = copy.deepcopy(collate(samples))
+    assert type(deep) is dict and torch.equal(deep["input_ids"], want["input_ids"])
+    assert deep["input_ids"].untyped_storage().data_ptr() != pool.buffers[2][1].data_ptr()
+    assert transfer._REMOTES == {} and int(pool.state[0, transfer._ACK]) == 0
+    pool.token = (os.getppid(), 1)
+    got = _through_pickle(shallow)
+    _same(got, want, torch.int64)

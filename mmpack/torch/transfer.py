@@ -27,8 +27,9 @@ loop still holds is therefore never overwritten; when no slot is free the worker
 buffer that is never reused.  ``pin_memory=True`` copies the batch to pinned memory and drops the
 shared one at once, which frees it early.
 
-A caller may change the batch in the worker before it is sent: keys added, removed or renamed go
-as they are; a per-token view still in the dict (under any key) goes by the buffer.  A value that
+A caller may change the batch in the worker before it is sent (``copy.copy`` keeps the path, as
+torch's ``default_convert`` does with ``batch_size=None``; a pickle read back in the worker, as
+``copy.deepcopy`` does, gives copies of the values): keys added, removed or renamed go as they are; a per-token view still in the dict (under any key) goes by the buffer.  A value that
 shares the buffer's memory without being one of those views keeps the slot busy for good (it is
 sent by torch's own path; nothing it sees is ever overwritten).  The main process forgets the
 buffers of workers that have exited when a new worker's first batch arrives.
@@ -152,6 +153,12 @@ class _SharedBatch(dict):
         self._views = views  # row i of the buffer (identity tells them apart from other values)
         self._ship = (pool, slot, generation, buf)
 
+    def __copy__(self) -> _SharedBatch:
+        # What torch's default_convert makes of the batch (DataLoader(..., batch_size=None)):
+        # the same values, still sent through the buffer.
+        pool, slot, generation, buf = self._ship
+        return _SharedBatch(dict(self), self._views, pool, slot, generation, buf)
+
     def __reduce__(self) -> tuple[Any, ...]:
         pool, slot, generation, buf = self._ship
         by_id = {id(v): i for i, v in enumerate(self._views)}
@@ -199,6 +206,10 @@ def _rebuild(
     layout: list[tuple[str, int]],
     others: dict[str, Any],
 ) -> dict[str, Any]:
+    if token[0] == os.getpid():  # unpickled where it was made (a deep copy): values of its own
+        buf = buf if buf is not None else _POOL.buffers[slot][1]  # type: ignore[union-attr]
+        small = _from_wire_all(others)
+        return {key: (buf[row].clone() if row >= 0 else small[key]) for key, row in layout}
     remote = _REMOTES.get(token)
     if remote is None and state is not None:
         _forget_exited_workers()
