@@ -48,8 +48,14 @@ FlashAttention treats it as one more sequence: padding tokens attend among thems
 real document, and no real token attends to them; their labels are ``-100`` so they take no loss.
 The cost is attention over at most one short segment per row.
 
+In a DataLoader worker the batch leaves through a reused shared buffer
+(:func:`mmpack.torch.transfer.share_batch`): the same keys, shapes and dtypes, the per-token
+tensors views of one ``(fields, B, seqlen)`` buffer, sent without a new shared-memory segment or a
+file descriptor per batch.  Outside a worker it is a plain dict.
+
 Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
-for the boundaries, validated vectorised (no Python loop over tokens or segments).
+for the boundaries, validated vectorised (no Python loop over tokens or segments); in a worker
+one more copy of the per-token fields into the shared buffer.
 
 This module owns the batch's layout; the stacking of fields is :mod:`mmpack.torch.stacking`, the
 rules of row boundaries (shared with the attention masks) are :mod:`mmpack.torch.boundaries`.
