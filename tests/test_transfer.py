@@ -216,3 +216,27 @@ def test_copies_in_the_worker_keep_the_protocol(dataset, as_worker):
     pool.token = (os.getppid(), 1)
     got = _through_pickle(shallow)
     _same(got, want, torch.int64)
+
+
+def test_spawned_and_non_persistent_workers(dataset):
+    """Workers started by "spawn", and new worker processes every epoch: the same batches, held
+    ones never overwritten, and the main process forgets the buffers of exited workers."""
+    want = _reference(dataset)
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH,
+        sampler=ResumableSampler(len(dataset), seed=3),
+        num_workers=1,
+        collate_fn=collate,
+        drop_last=True,
+        multiprocessing_context="spawn",
+    )
+    held = list(loader)
+    for got, ref in zip(held, want):
+        _same(got, ref, torch.int64)
+    again = list(loader)  # another worker process
+    for got, ref in zip(held + again, want + want):
+        _same(got, ref, torch.int64)
+    third = next(iter(loader))  # registering a third worker forgets the two exited ones
+    assert len(transfer._REMOTES) == 1
+    _same(third, want[0], torch.int64)
