@@ -25,7 +25,8 @@ the buffer) and arms a ``weakref.finalize`` on that tensor: when the last view o
 collected, the slot's flag in the shared array marks it free for the worker.  A batch the training
 loop still holds is therefore never overwritten; when no slot is free the worker sends a fresh
 buffer that is never reused.  ``pin_memory=True`` copies the batch to pinned memory and drops the
-shared one at once, which frees it early.
+shared one at once, which frees it early.  A batch the main process passes on to another process
+must be copied first (``clone``): the buffer is reused once the main process drops its views.
 
 A caller may change the batch in the worker before it is sent (``copy.copy`` keeps the path, as
 torch's ``default_convert`` does with ``batch_size=None``; a pickle read back in the worker, as
