@@ -161,6 +161,9 @@ class ResumableLoader(StatefulDataLoader):
             raise TypeError(
                 f"ResumableLoader needs a ResumableSampler, got {type(sampler).__name__}"
             )
+        # torchdata's own per-step snapshots (of workers and sampler) are never read: the state is
+        # the sampler's (see state_dict), so none are taken.
+        options.setdefault("snapshot_every_n_steps", None)
         super().__init__(dataset, sampler=sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
 

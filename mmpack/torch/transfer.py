@@ -171,8 +171,9 @@ class _SharedBatch(dict):
             row = by_id.get(id(value), -1)
             layout.append((key, row))
             if row < 0:
-                others[key] = _to_wire(value)
-                shares = shares or _shares(value, ptr)
+                others[key] = wired = _to_wire(value)
+                # a value sent by value is a copy; one torch sends may map the buffer
+                shares = shares or (not isinstance(wired, _Wire) and _shares(value, ptr))
         used = any(row >= 0 for _, row in layout)
         if slot >= 0 and not used and not shares:
             pool.state[0, slot] = _FREE  # nothing of this batch lives in the buffer
@@ -271,15 +272,20 @@ def _shares(value: Any, ptr: int) -> bool:
 
 
 class _Wire:
-    """A small tensor (or tuple of tensors) sent by value: numpy arrays pickle as bytes."""
+    """A small tensor, or a tuple of small 1-D tensors of one dtype (``cu_seqlens_rows``), sent by
+    value: one numpy array (pickled as bytes) and, for a tuple, the lengths to split it at."""
 
-    __slots__ = ("arrays", "is_tuple")
+    __slots__ = ("array", "lengths")
 
-    def __init__(self, arrays: list[np.ndarray], is_tuple: bool) -> None:
-        self.arrays, self.is_tuple = arrays, is_tuple
+    def __init__(self, array: np.ndarray, lengths: list[int] | None) -> None:
+        self.array, self.lengths = array, lengths
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Wire, (self.arrays, self.is_tuple))
+        return (_Wire, (self.array, self.lengths))
+
+    def value(self) -> Any:
+        tensor = torch.from_numpy(self.array)
+        return tensor if self.lengths is None else tuple(tensor.split(self.lengths))
 
 
 def _small(value: Any) -> bool:
@@ -293,17 +299,15 @@ def _small(value: Any) -> bool:
 
 def _to_wire(value: Any) -> Any:
     if _small(value):
-        return _Wire([value.numpy()], False)
-    if isinstance(value, tuple) and value and all(_small(v) for v in value):
-        return _Wire([v.numpy() for v in value], True)
+        return _Wire(value.numpy(), None)
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(_small(v) and v.ndim == 1 and v.dtype == value[0].dtype for v in value)
+    ):
+        return _Wire(torch.cat(value).numpy(), [int(v.shape[0]) for v in value])
     return value
 
 
 def _from_wire_all(small: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in small.items():
-        if isinstance(value, _Wire):
-            tensors = [torch.from_numpy(a) for a in value.arrays]
-            value = tuple(tensors) if value.is_tuple else tensors[0]
-        out[key] = value
-    return out
+    return {k: (v.value() if isinstance(v, _Wire) else v) for k, v in small.items()}
