@@ -110,7 +110,7 @@ def test_batch_layout_and_padding():
     for batch in packer:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         assert ids.shape == mask.shape == (2, 8) and ids.dtype == mask.dtype == np.int64
-        assert batch["labels"] is None
+        assert batch["targets"] is None
         for r, cu in enumerate(batch["cu_seqlens"]):
             used = int(mask[r].sum())
             assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == 8
@@ -157,7 +157,7 @@ def test_drop_last():
         StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False, mode="causal")
     )[-1]
     assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
-    assert not last["attention_mask"][1].any() and (last["labels"][1] == -100).all()
+    assert not last["attention_mask"][1].any() and (last["targets"][1] == -100).all()
 
 
 def test_long_sequences():
@@ -201,7 +201,7 @@ def test_causal_labels():
     p = StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=3, mode="causal", drop_last=False)
     (batch,) = list(p)
     assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
-    assert batch["labels"].tolist() == [
+    assert batch["targets"].tolist() == [
         [11, 12, -100, 21, -100],
         [31, 32, 33, -100, -100],
     ]
@@ -234,7 +234,7 @@ def test_mlm_masking():
     plain = StreamingPacker(docs, batch_size=2, seqlen=64, buffer_size=8, drop_last=False)
     n_selected = n_real = 0
     for batch, ref in zip(p, plain):
-        ids, labels, orig = batch["input_ids"], batch["labels"], ref["input_ids"]
+        ids, labels, orig = batch["input_ids"], batch["targets"], ref["input_ids"]
         mask = batch["attention_mask"].astype(bool)
         assert (batch["attention_mask"] == ref["attention_mask"]).all()
         selected = labels != -100
