@@ -405,7 +405,11 @@ class TokenStore:
             (:func:`mmpack.core.progress.progress_bar`): none by default; ``None`` when stderr
             is a terminal.
 
-        Returns a summary ``{"blocks": ..., "bytes": ...}`` when everything matches.
+        Returns
+        -------
+        dict
+            ``{"blocks": ..., "bytes": ...}`` checked (the loss mask's included), when
+            everything matches.
         """
         previous = self._backend.advise("sequential")  # a scan: full read-ahead
         try:
