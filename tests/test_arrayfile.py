@@ -1,4 +1,4 @@
-"""The checksummed array file (:mod:`mmpack.store.arrayfile`): round trip, mapped read-only,
+"""The checksummed array file (:mod:`mmpack.formats.arrayfile`): round trip, mapped read-only,
 and every damage refused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.store.arrayfile import load_arrays, save_arrays
+from mmpack.formats.arrayfile import load_arrays, save_arrays
 
 KEY = {"what": "test", "n": 3}
 

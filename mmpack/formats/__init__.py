@@ -12,6 +12,7 @@
                        (format="eos-separated", eos=ID)
     export.py          export_megatron / export_flat: atomic writers of those formats
     megatron_order.py  megatron-core GPTDataset's document, sample and shuffle index over a store
+    arrayfile.py       named arrays in one checksummed file (the cached Megatron order)
 
 Registered in :mod:`mmpack.store.registry` when this package is imported (``import mmpack``
 does).  ``mmpack.open(PREFIX)`` finds a Megatron dataset when ``PREFIX.idx`` exists;

@@ -32,7 +32,7 @@ sample index is one merge pass in numba.  ``python -m benchmarks.bench_megatron_
 (10^6 sequences of 1..64 tokens, 10^6 samples of 64 tokens asked: 2 epochs, 1,016,378 samples;
 medians of 5 alternating with megatron-core's own ``GPTDataset`` construction, 2 shared cores
 at load ~10): the three arrays in 0.155 s against 0.212 s for megatron-core (0.73x).
-:func:`cached_order` keeps them in the store's cache folder (:mod:`mmpack.store.arrayfile`: a
+:func:`cached_order` keeps them in the store's cache folder (:mod:`mmpack.formats.arrayfile`: a
 checksummed file, mapped when read back), keyed by the store's fingerprint and every parameter,
 so a second view or a DataLoader worker maps them instead of recomputing (0.023 s in the same
 run, digests and ranges checked).
@@ -56,9 +56,9 @@ import numpy as np
 from mmpack.core.options import MegatronSplit, parse_option
 from mmpack.core.validation import check_bool, check_in_range, check_int_range, check_positive_int
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.formats.arrayfile import load_arrays, save_arrays
 from mmpack.formats.megatron import MegatronStore, read_index
 from mmpack.kernels.megatron_order import fill_sample_index
-from mmpack.store.arrayfile import load_arrays, save_arrays
 from mmpack.store.integrity import block_digest
 from mmpack.store.reader import TokenStore
 

@@ -15,7 +15,6 @@
     lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
-    arrayfile.py   named arrays in one checksummed file (derived indexes kept in a cache)
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
     copy.py        copy_store (``mmpack cp``): a store copied with its metadata, verified
 
