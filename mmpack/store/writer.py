@@ -30,8 +30,16 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.permutation_keys import SeedLike
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack.store.buildfiles import write_extra
+from mmpack.store.doc_order import (
+    ORDER_SECTION,
+    UNSHUFFLED,
+    check_shuffle_docs,
+    order_record,
+    write_in_order,
+)
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
@@ -84,6 +92,7 @@ def build(
     buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
     fsync: bool = True,
     storage_options: dict[str, Any] | None = None,
+    shuffle_docs: SeedLike | None = None,
 ) -> TokenStore:
     """Build a store at ``path`` from ``docs`` and return it opened.
 
@@ -111,6 +120,13 @@ def build(
     storage_options : dict, optional
         For a URL target: endpoint, credentials and client settings (see
         :func:`mmpack.remote.opener.open_url`).
+    shuffle_docs : int or tuple of int, optional
+        Write the documents in a keyed order: document ``j`` of the store is document
+        ``Permutation(n_docs, seed=(DOC_ORDER_STREAM, shuffle_docs))[j]`` of ``docs``
+        (:mod:`mmpack.store.doc_order`), so that neighbouring documents are a random sample of
+        the corpus.  Exact, O(1) extra memory; costs twice the token bytes on disk while the
+        build runs and one more sequential write plus a random read of every document.  The
+        metadata records it (the ``"order"`` section).  Default None: the order of ``docs``.
 
     Raises
     ------
@@ -118,7 +134,8 @@ def build(
         A negative, non-integer or too large token (>= 2**63, or beyond ``dtype``; the message
         names the document, position and value), or a bad argument.  Nothing is left on disk.
     TypeError
-        A document that is not a 1-D sequence of integers.
+        A document that is not a 1-D sequence of integers, or a ``shuffle_docs`` that is not an
+        integer (or a tuple of them).
     StoreExistsError
         ``path`` exists and ``overwrite`` is false.
     FileExistsError
@@ -132,6 +149,7 @@ def build(
         overwrite=overwrite,
         buffer_tokens=buffer_tokens,
         fsync=fsync,
+        shuffle_docs=shuffle_docs,
         **remote,
     ) as writer:
         if isinstance(docs, (str, bytes)):
@@ -171,6 +189,9 @@ class StoreWriter:
     ``check``, when given, is called with the finished store opened from its temporary folder,
     right before it is published (for a URL target: opened from its uploaded objects, before
     the metadata is written); whatever it raises publishes nothing (a copy verifies itself so).
+    ``shuffle_docs`` (a seed: an int or a tuple of ints) writes the documents in a keyed order
+    (:mod:`mmpack.store.doc_order`): they go in order into a temporary store inside the
+    writer's temporary folder, and the commit writes them out in the permuted order.
     """
 
     def __init__(
@@ -184,7 +205,9 @@ class StoreWriter:
         fsync: bool = True,
         checksum: str = "xxh64",
         check: Callable[[TokenStore], None] | None = None,
+        shuffle_docs: SeedLike | None = None,
     ) -> None:
+        self.shuffle_docs = check_shuffle_docs(shuffle_docs)
         if checksum not in CHECKSUM_KINDS:
             raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
         self.checksum = checksum
@@ -209,6 +232,7 @@ class StoreWriter:
         ``"provenance"``): readers that do not know them ignore them, and they are not part of
         the fingerprint."""
         self._attached: dict[str, bytes] = {}
+        self._unshuffled: StoreWriter | None = None
 
     # --------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> StoreWriter:
@@ -217,19 +241,31 @@ class StoreWriter:
         self._tmp = tmp
         self._lock_fd: int | None = fd
         try:
-            self._tokens = TokenFile(
-                tmp / TOKENS_FILE, open, self.fixed_dtype, self.checksum, BLOCK_BYTES
-            )
-            self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
-            self._offsets_crc = BlockChecksum(BLOCK_BYTES)
-            self._num_docs = 0
-            self._num_tokens = 0
-            self._tokens.widen_hook = self._widen
-            self._write_offsets(np.zeros(1, dtype=np.int64))
+            if self.shuffle_docs is None:
+                self._open_files(self.fixed_dtype)
+            else:  # the documents go in order into a store of its own first
+                self._unshuffled = StoreWriter(
+                    tmp / UNSHUFFLED,
+                    dtype=self.fixed_dtype,
+                    buffer_tokens=self.buffer_tokens,
+                    fsync=False,
+                    checksum=self.checksum,
+                ).__enter__()
         except BaseException:
             self._cleanup()
             raise
         return self
+
+    def _open_files(self, dtype: np.dtype | None) -> None:
+        tmp = self._tmp
+        assert tmp is not None
+        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, self.checksum, BLOCK_BYTES)
+        self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
+        self._offsets_crc = BlockChecksum(BLOCK_BYTES)
+        self._num_docs = 0
+        self._num_tokens = 0
+        self._tokens.widen_hook = self._widen
+        self._write_offsets(np.zeros(1, dtype=np.int64))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -242,6 +278,9 @@ class StoreWriter:
         """Release everything; remove the temporary folder whatever else fails (a close that
         raises again on a full disk must not leave it behind)."""
         steps = []
+        inner, self._unshuffled = self._unshuffled, None
+        if inner is not None:  # its own temporary folder and lock, inside this one
+            steps.append(inner._cleanup)
         for f in (getattr(self, "_tokens", None), getattr(self, "_offsets_file", None)):
             if f is not None:
                 steps.append(f.close)
@@ -289,6 +328,9 @@ class StoreWriter:
         first bad document raises, naming it: the documents before it are added, it and the
         documents after it in ``docs`` are not (the error gives its index, ``len`` of the store
         so far)."""
+        if self._unshuffled is not None:
+            self._unshuffled.add_many(docs)
+            return
         source = DocChunks(docs)
         try:
             while True:
@@ -327,6 +369,9 @@ class StoreWriter:
         and ``lengths`` (integer, shape (k,), non-negative).  The lengths are checked exactly (no
         wraparound of unsigned or int64 sums) before anything is written; a bad token refuses
         the whole batch."""
+        if self._unshuffled is not None:
+            self._unshuffled.add_batch(tokens, lengths)
+            return
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or not (lengths.dtype.kind in "iu" or lengths.size == 0):
             raise ValueError(
@@ -382,7 +427,26 @@ class StoreWriter:
         """Rewrite the tokens written so far with a wider dtype (the token file's hook)."""
         self._tokens.widen(dtype)
 
+    def _write_shuffled(self) -> None:
+        """Publish the temporary store of the documents in order, write them into this store in
+        the keyed order (:func:`~mmpack.store.doc_order.write_in_order`), remove it."""
+        inner, seed = self._unshuffled, self.shuffle_docs
+        assert inner is not None and seed is not None
+        self._unshuffled = None
+        inner.__exit__(None, None, None)  # published inside this build's temporary folder
+        src, inner.store = inner.store, None
+        assert src is not None
+        try:
+            self._open_files(src.dtype)
+            write_in_order(src, self.add_many, seed, self.buffer_tokens // 4)
+        finally:
+            del src
+            shutil.rmtree(inner.path, ignore_errors=True)
+        self.extra[ORDER_SECTION] = order_record(seed)
+
     def _commit(self) -> None:
+        if self._unshuffled is not None:
+            self._write_shuffled()
         digests = self._tokens.finish()
         dtype = self._tokens.dtype
         for f in (self._tokens.file, self._offsets_file):
