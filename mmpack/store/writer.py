@@ -13,7 +13,10 @@ temporary folders and their locks, the overwrite guard, the ``renameat2(RENAME_E
 swap), so an interrupted build never leaves anything that opens as a store, readers of the
 previous store keep their mappings, and ``overwrite`` replaces only an mmpack store or an empty
 folder.  A bad document raises from the ``add`` that receives it (the documents before it are
-kept); every failure removes the temporary folder.
+kept); every failure removes the temporary folder.  With ``shuffle_docs`` the documents go in
+order into a temporary store inside the temporary folder, and the commit rewrites them in a
+keyed order (:mod:`mmpack.store.doc_order`: twice the token bytes on disk while it runs, one
+more write and a random read of every document).
 
 Measured against ``ndarray.tofile`` of the same bytes in the same run: the benchmarks page's build
 table (``docs/benchmarks.md``, from ``python -m benchmarks.bench_store``).
@@ -121,12 +124,10 @@ def build(
         For a URL target: endpoint, credentials and client settings (see
         :func:`mmpack.remote.opener.open_url`).
     shuffle_docs : int or tuple of int, optional
-        Write the documents in a keyed order: document ``j`` of the store is document
-        ``Permutation(n_docs, seed=(DOC_ORDER_STREAM, shuffle_docs))[j]`` of ``docs``
-        (:mod:`mmpack.store.doc_order`), so that neighbouring documents are a random sample of
-        the corpus.  Exact, O(1) extra memory; costs twice the token bytes on disk while the
-        build runs and one more sequential write plus a random read of every document.  The
-        metadata records it (the ``"order"`` section).  Default None: the order of ``docs``.
+        Store document ``Permutation(n_docs, seed=(DOC_ORDER_STREAM, shuffle_docs))[j]`` of
+        ``docs`` at ``j`` (:mod:`mmpack.store.doc_order`; recorded as the ``"order"`` section):
+        exact, O(1) extra memory, twice the token bytes on disk while the build runs and one
+        more write plus a random read of every document.  Default: the order of ``docs``.
 
     Raises
     ------
