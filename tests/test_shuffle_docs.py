@@ -215,9 +215,7 @@ def test_failure_during_the_shuffle_pass_leaves_nothing(tmp_path, monkeypatch, e
 
         real(src, add_then_fail, seed, budget)
 
-    import mmpack.store.writer as W
-
-    monkeypatch.setattr(W, "write_in_order", failing)
+    monkeypatch.setattr(DO, "write_in_order", failing)
     build(tmp_path / "s", _corpus(4, 50))  # an existing store, replaced only by a success
     with pytest.raises(error, match="failed mid-shuffle"):
         build(tmp_path / "s", _corpus(4, 500), shuffle_docs=1, overwrite=True, buffer_tokens=40)
@@ -233,15 +231,15 @@ def test_failure_during_the_shuffle_pass_leaves_nothing(tmp_path, monkeypatch, e
 _KILLED_BUILD = """
 import sys, time
 import numpy as np
-import mmpack, mmpack.store.writer as W
-real = W.write_in_order
+import mmpack, mmpack.store.doc_order as D
+real = D.write_in_order
 def slow(src, add, seed, budget):
     def add_slowly(docs):
         add(docs)
         print("shuffling", flush=True)
         time.sleep(60)
     real(src, add_slowly, seed, budget)
-W.write_in_order = slow
+D.write_in_order = slow
 mmpack.build(sys.argv[1], [[k % 200] * 5 for k in range(3000)], shuffle_docs=3, buffer_tokens=400)
 """
 

@@ -21,6 +21,7 @@ plus ``ROUNDS`` multiply-xorshift mixes per document for the order.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "doc_order",
     "doc_order_key",
     "order_record",
+    "rewrite",
     "write_in_order",
 ]
 
@@ -131,3 +133,24 @@ def write_in_order(
             add([tokens[a:b] for a, b in zip(starts[lo:hi], ends[lo:hi])])
             lo = hi
         pos += ids.size
+
+
+def rewrite(
+    inner: Any,
+    open_files: Callable[[np.dtype], None],
+    add: Callable[[list[np.ndarray]], None],
+    seed: SeedLike,
+    budget: int,
+) -> None:
+    """The commit of a shuffled build: publish the store of the documents in order that the
+    writer ``inner`` (a :class:`~mmpack.store.writer.StoreWriter` inside the build's temporary
+    folder) wrote, open the final store's files in its dtype (``open_files``), hand its documents
+    to ``add`` in the keyed order of ``seed`` (:func:`write_in_order`), then remove it."""
+    inner.__exit__(None, None, None)
+    src, inner.store = inner.store, None
+    try:
+        open_files(src.dtype)
+        write_in_order(src, add, seed, budget)
+    finally:
+        del src
+        shutil.rmtree(inner.path, ignore_errors=True)

@@ -13,10 +13,8 @@ temporary folders and their locks, the overwrite guard, the ``renameat2(RENAME_E
 swap), so an interrupted build never leaves anything that opens as a store, readers of the
 previous store keep their mappings, and ``overwrite`` replaces only an mmpack store or an empty
 folder.  A bad document raises from the ``add`` that receives it (the documents before it are
-kept); every failure removes the temporary folder.  With ``shuffle_docs`` the documents go in
-order into a temporary store inside the temporary folder, and the commit rewrites them in a
-keyed order (:mod:`mmpack.store.doc_order`: twice the token bytes on disk while it runs, one
-more write and a random read of every document).
+kept); every failure removes the temporary folder.  ``shuffle_docs``: the documents are stored
+in a keyed order (:mod:`mmpack.store.doc_order`, which states the algorithm and its cost).
 
 Measured against ``ndarray.tofile`` of the same bytes in the same run: the benchmarks page's build
 table (``docs/benchmarks.md``, from ``python -m benchmarks.bench_store``).
@@ -34,15 +32,9 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.permutation_keys import SeedLike
+from mmpack.store import doc_order
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack.store.buildfiles import write_extra
-from mmpack.store.doc_order import (
-    ORDER_SECTION,
-    UNSHUFFLED,
-    check_shuffle_docs,
-    order_record,
-    write_in_order,
-)
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
@@ -124,10 +116,9 @@ def build(
         For a URL target: endpoint, credentials and client settings (see
         :func:`mmpack.remote.opener.open_url`).
     shuffle_docs : int or tuple of int, optional
-        Store document ``Permutation(n_docs, seed=(DOC_ORDER_STREAM, shuffle_docs))[j]`` of
-        ``docs`` at ``j`` (:mod:`mmpack.store.doc_order`; recorded as the ``"order"`` section):
-        exact, O(1) extra memory, twice the token bytes on disk while the build runs and one
-        more write plus a random read of every document.  Default: the order of ``docs``.
+        Store the documents in a keyed random order of this seed (:mod:`mmpack.store.doc_order`:
+        exact, O(1) extra memory, twice the token bytes on disk while the build runs, one more
+        write and a random read of every document).  Default: the order of ``docs``.
 
     Raises
     ------
@@ -135,8 +126,7 @@ def build(
         A negative, non-integer or too large token (>= 2**63, or beyond ``dtype``; the message
         names the document, position and value), or a bad argument.  Nothing is left on disk.
     TypeError
-        A document that is not a 1-D sequence of integers, or a ``shuffle_docs`` that is not an
-        integer (or a tuple of them).
+        A document that is not a 1-D sequence of integers; a ``shuffle_docs`` that is not one.
     StoreExistsError
         ``path`` exists and ``overwrite`` is false.
     FileExistsError
@@ -190,9 +180,8 @@ class StoreWriter:
     ``check``, when given, is called with the finished store opened from its temporary folder,
     right before it is published (for a URL target: opened from its uploaded objects, before
     the metadata is written); whatever it raises publishes nothing (a copy verifies itself so).
-    ``shuffle_docs`` (a seed: an int or a tuple of ints) writes the documents in a keyed order
-    (:mod:`mmpack.store.doc_order`): they go in order into a temporary store inside the
-    writer's temporary folder, and the commit writes them out in the permuted order.
+    ``shuffle_docs`` (an int or a tuple of ints) stores the documents in a keyed order: they go
+    into a temporary store first, the commit rewrites them (:mod:`mmpack.store.doc_order`).
     """
 
     def __init__(
@@ -208,7 +197,7 @@ class StoreWriter:
         check: Callable[[TokenStore], None] | None = None,
         shuffle_docs: SeedLike | None = None,
     ) -> None:
-        self.shuffle_docs = check_shuffle_docs(shuffle_docs)
+        self.shuffle_docs = doc_order.check_shuffle_docs(shuffle_docs)
         if checksum not in CHECKSUM_KINDS:
             raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
         self.checksum = checksum
@@ -245,17 +234,21 @@ class StoreWriter:
             if self.shuffle_docs is None:
                 self._open_files(self.fixed_dtype)
             else:  # the documents go in order into a store of its own first
-                self._unshuffled = StoreWriter(
-                    tmp / UNSHUFFLED,
-                    dtype=self.fixed_dtype,
-                    buffer_tokens=self.buffer_tokens,
-                    fsync=False,
-                    checksum=self.checksum,
-                ).__enter__()
+                self._unshuffled = self._temporary_writer(tmp / doc_order.UNSHUFFLED).__enter__()
         except BaseException:
             self._cleanup()
             raise
         return self
+
+    def _temporary_writer(self, path: Path) -> StoreWriter:
+        """A writer of this one's settings for a store removed by the commit (never fsynced)."""
+        return StoreWriter(
+            path,
+            dtype=self.fixed_dtype,
+            buffer_tokens=self.buffer_tokens,
+            fsync=False,
+            checksum=self.checksum,
+        )
 
     def _open_files(self, dtype: np.dtype | None) -> None:
         tmp = self._tmp
@@ -428,26 +421,11 @@ class StoreWriter:
         """Rewrite the tokens written so far with a wider dtype (the token file's hook)."""
         self._tokens.widen(dtype)
 
-    def _write_shuffled(self) -> None:
-        """Publish the temporary store of the documents in order, write them into this store in
-        the keyed order (:func:`~mmpack.store.doc_order.write_in_order`), remove it."""
-        inner, seed = self._unshuffled, self.shuffle_docs
-        assert inner is not None and seed is not None
-        self._unshuffled = None
-        inner.__exit__(None, None, None)  # published inside this build's temporary folder
-        src, inner.store = inner.store, None
-        assert src is not None
-        try:
-            self._open_files(src.dtype)
-            write_in_order(src, self.add_many, seed, self.buffer_tokens // 4)
-        finally:
-            del src
-            shutil.rmtree(inner.path, ignore_errors=True)
-        self.extra[ORDER_SECTION] = order_record(seed)
-
     def _commit(self) -> None:
-        if self._unshuffled is not None:
-            self._write_shuffled()
+        inner, seed, self._unshuffled = self._unshuffled, self.shuffle_docs, None
+        if inner is not None and seed is not None:  # rewritten in the keyed order
+            doc_order.rewrite(inner, self._open_files, self.add_many, seed, self.buffer_tokens // 4)
+            self.extra[doc_order.ORDER_SECTION] = doc_order.order_record(seed)
         digests = self._tokens.finish()
         dtype = self._tokens.dtype
         for f in (self._tokens.file, self._offsets_file):
