@@ -310,6 +310,19 @@ def test_cli_flag_and_info(tmp_path):
     assert "order" not in _cli("info", tmp_path / "ref").stdout.split("doc length")[0]
 
 
+def test_cli_flag_with_the_serial_engine(tmp_path):
+    inputs = _parts_inputs(tmp_path / "in")
+    res = _cli(
+        "build", *inputs, "-o", tmp_path / "s", "--engine", "serial", "--part-mb", "1",
+        "--shuffle-docs", "4",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    got = _docs_of(mmpack.open(tmp_path / "s"))
+    ref = _docs_of(ingest(inputs, tmp_path / "ref").store)
+    assert sorted(map(tuple, got)) == sorted(map(tuple, ref))
+    assert "parts in a keyed order (--shuffle-docs 4)" in _cli("info", tmp_path / "s").stdout
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
