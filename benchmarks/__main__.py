@@ -36,6 +36,8 @@ TOPICS = {
     "first_call": "benchmarks.bench_first_call",
     "ingest": "benchmarks.bench_ingest",
     "join": "benchmarks.bench_join",
+    "kernels": "benchmarks.bench_kernels",
+    "lossmask": "benchmarks.bench_lossmask",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

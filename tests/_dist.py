@@ -66,3 +66,28 @@ def _gather(values: list[int]) -> list[list[int]]:
     gathered: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, values)
     return gathered  # type: ignore[return-value]
+
+
+def run_loader_rank(rank: int, world_size: int, job: dict) -> None:
+    """``mmpack.torch.loader`` under an initialised group: its sampler's rank and world size, and
+    the samples it gives (one epoch, 1 worker), gathered."""
+    import mmpack.torch
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{job['init_file']}", rank=rank, world_size=world_size
+    )
+    try:
+        loader = mmpack.torch.loader(
+            IndexDataset(job["n"]),
+            job["batch_size"],
+            seed=job["seed"],
+            num_workers=1,
+            collate=torch.utils.data.default_collate,
+        )
+        ranks = _gather([loader.sampler.rank, loader.sampler.world_size])
+        seen = _gather(_flat(loader))
+        if rank == 0:
+            Path(job["out"]).write_text(json.dumps({"ranks": ranks, "seen": seen}))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -2,6 +2,8 @@
 
 Run the suite with ``make test``.  ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs every
 property test with fewer examples so CI stays within its time budget; nothing is skipped.
+``HYPOTHESIS_PROFILE=nojit`` is the kernel tests' run as plain Python (``NUMBA_DISABLE_JIT=1``,
+``make test``'s last step): each property test compares kernel and twin on a few examples.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ settings.register_profile(
 settings.register_profile(
     "ci",
     max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "nojit",
+    max_examples=8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -72,8 +72,8 @@ def _public_callables() -> dict[str, object]:
     from mmpack.cli.demo import compare_packing
     from mmpack.torch.collate import Collator, collate
     from mmpack.torch.hf import hf_inputs
+    from mmpack.torch.loading import loader
     from mmpack.torch.streaming import PackerDataset
-    from mmpack.torch.transfer import SharedCollator
     from mmpack.views.plan import build_plan
     from mmpack.views.plan_file import cached_plan, plan_cache_key
 
@@ -83,7 +83,7 @@ def _public_callables() -> dict[str, object]:
     }
     found |= {"Permutation": mmpack.Permutation, "StreamingPacker": mmpack.StreamingPacker}
     found |= {"join": mmpack.join, "collate": collate, "Collator": Collator}
-    found |= {"SharedCollator": SharedCollator, "PackerDataset": PackerDataset}
+    found |= {"PackerDataset": PackerDataset, "loader": loader}
     found |= {"hf_inputs": hf_inputs, "build_plan": build_plan, "cached_plan": cached_plan}
     found |= {"plan_cache_key": plan_cache_key, "compare_packing": compare_packing}
     for name in attention.__all__:
@@ -118,10 +118,12 @@ SHARED = [
     *[(c, "add_eot", REQUIRED) for c in ("build_plan", "cached_plan", "plan_cache_key")],
     ("compare_packing", "add_eot", True),
     *[(c, "dtype", "int64") for c in ("WindowDataset", "PackedDataset", "collate", "Collator")],
-    *[(c, "dtype", "int64") for c in ("SharedCollator", "PackerDataset")],
+    ("PackerDataset", "dtype", "int64"),
     ("WindowDataset", "drop_last", True),
     ("StreamingPacker", "drop_last", True),
     ("ResumableSampler", "drop_last", False),
+    ("loader", "drop_last", False),
+    ("loader", "seed", 0),
     *[(c, "long_docs", "split") for c in ("PackedDataset", "build_plan", "cached_plan")],
     *[(c, "long_docs", "split") for c in ("plan_cache_key", "compare_packing", "StreamingPacker")],
     *[(c, "algorithm", "bfd") for c in ("PackedDataset", "build_plan", "cached_plan")],

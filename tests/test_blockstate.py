@@ -6,22 +6,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import all_blocks_present_slow, check_ranges_slow
 
 from mmpack.kernels.blockstate import all_blocks_present, check_ranges
 from mmpack.store.integrity import block_digest
-
-
-def _twin(state, starts, lengths, itemsize, shift):
-    for a, n in zip(starts.tolist(), lengths.tolist()):
-        if n <= 0:
-            continue
-        lo, hi = a * itemsize, (a + n) * itemsize
-        if lo < 0:
-            return False
-        for b in range(lo // (1 << shift), (hi - 1) // (1 << shift) + 1):
-            if b >= state.shape[0] or state[b] != 1:
-                return False
-    return True
 
 
 @settings(max_examples=300, deadline=None)
@@ -35,7 +23,7 @@ def test_all_blocks_present_matches_its_twin(state, ranges, itemsize, shift):
     state = np.array(state, dtype=np.uint8)
     starts = np.array([a for a, _ in ranges], dtype=np.int64)
     lengths = np.array([n for _, n in ranges], dtype=np.int64)
-    assert all_blocks_present(state, starts, lengths, itemsize, shift) == _twin(
+    assert all_blocks_present(state, starts, lengths, itemsize, shift) == all_blocks_present_slow(
         state, starts, lengths, itemsize, shift
     )
 
@@ -46,24 +34,6 @@ def test_no_ranges_and_full_state():
     state = np.ones(4, np.uint8)
     assert all_blocks_present(state, np.array([0, 8191], np.int64), np.array([8192, 1]), 2, 14)
     assert not all_blocks_present(state, np.array([32767], np.int64), np.array([2]), 2, 14)
-
-
-def _check_twin(data: bytes, state, digests, checked, starts, lengths, itemsize, shift):
-    """Each touched block hashed on its own by ``block_digest``; returns (bad ids, checked)."""
-    checked = checked.copy()
-    bad = []
-    for a, n in zip(starts.tolist(), lengths.tolist()):
-        lo = a * itemsize
-        if n <= 0 or lo < 0:
-            continue
-        for b in range(lo >> shift, min((lo + n * itemsize - 1) >> shift, state.size - 1) + 1):
-            if checked[b] != 0 or state[b] != 1:
-                continue
-            ok = block_digest("xxh64", data[b << shift : (b + 1) << shift]) == int(digests[b])
-            checked[b] = 1 if ok else 2
-            if not ok:
-                bad.append(b)
-    return bad, checked
 
 
 @settings(max_examples=200, deadline=None)
@@ -89,7 +59,7 @@ def test_check_ranges_matches_its_twin(data, shift, itemsize, draw):
     bad = np.empty(nblocks, np.int64)
     out = checked.copy()
     n = check_ranges(raw, words, state, digests, out, starts, lengths, itemsize, shift, bad)
-    want_bad, want_checked = _check_twin(
+    want_bad, want_checked = check_ranges_slow(
         data, state, digests, checked, starts, lengths, itemsize, shift
     )
     assert bad[:n].tolist() == want_bad

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.distributed
 N, SEED, BATCH = 83, 9, 4
 
 
-def _spawn(tmp_path: Path, world: int, name: str, **job) -> dict:
+def _spawn(tmp_path: Path, world: int, name: str, fn=_dist.run_rank, **job) -> dict:
     job = {
         "n": N,
         "seed": SEED,
@@ -41,7 +41,7 @@ def _spawn(tmp_path: Path, world: int, name: str, **job) -> dict:
     before = os.environ.get("GLOO_SOCKET_IFNAME")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on loopback only (inherited by ranks)
     try:
-        ctx = mp.spawn(_dist.run_rank, args=(world, job), nprocs=world, join=False)
+        ctx = mp.spawn(fn, args=(world, job), nprocs=world, join=False)
         while not ctx.join():  # raises if a rank fails (and terminates the others)
             pass
     finally:
@@ -102,3 +102,11 @@ def test_save_on_four_resume_on_fewer_is_exact(four_ranks, tmp_path, world):
     assert 0 <= pad < world
     assert Counter(head + tail) == Counter(order + order[:pad])  # union exact; padding named
     assert sorted(head) == sorted(order[:consumed])
+
+
+def test_the_loader_takes_its_rank_and_world_size_from_torch_distributed(tmp_path):
+    out = _spawn(tmp_path, 2, "loader", fn=_dist.run_loader_rank)
+    assert out["ranks"] == [[0, 2], [1, 2]]
+    shares = out["seen"]
+    assert sorted(set(shares[0]) | set(shares[1])) == list(range(N))
+    assert len(shares[0]) == len(shares[1]) == -(-N // 2)  # so only the padding repeats

@@ -1,8 +1,9 @@
 """Elastic resume of :class:`ResumableSampler` (state saved at world size W1, loaded at W2).
 
-The naive model below materialises the epoch order as a list (``_orders.epoch_order``: the global
-order or the block-window order) and deals it with Python slicing; the sampler must agree with it
-index for index, in every order.  Run: ``pytest tests/test_elastic.py``.
+The naive model materialises the epoch order as a list (``_orders.epoch_order``: the global
+order or the block-window order) and deals it with Python slicing (``naive_deal`` in
+``tests/reference.py``); the sampler must agree with it index for index, in every order.
+Run: ``pytest tests/test_elastic.py``.
 """
 
 from __future__ import annotations
@@ -27,22 +28,10 @@ if str(TESTS) not in sys.path:
 
 from _datasets import IndexDataset
 from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
+from reference import naive_deal
 
 orders = pytest.mark.parametrize("order", ORDERS)
 SHUFFLES = st.sampled_from([False, True, "blocks"])
-
-
-def naive_deal(order, start, world_size, drop_last):
-    """Lists: rank r takes remaining positions start+r, start+r+W, ...; pad by wrapping or drop."""
-    n = len(order)
-    rest = order[start:] if start < n else []
-    if drop_last:
-        rest = rest[: len(rest) // world_size * world_size]
-    else:
-        want = -(-len(rest) // world_size) * world_size
-        wrapped = order * (want // max(n, 1) + 1) if n else []
-        rest = rest + wrapped[: want - len(rest)]
-    return [rest[r::world_size] for r in range(world_size)]
 
 
 def draw(sampler, k):

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import find_eos_slow
 
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError
@@ -40,11 +41,6 @@ def _cache(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the kernel
-def find_eos_slow(tokens, eos, base):
-    """The specification of :func:`find_eos`."""
-    return [base + i for i, t in enumerate(tokens.tolist()) if t == eos]
-
-
 def eos_documents_slow(tokens, eos):
     """Documents of a flat file: each ends with its eos; a tail without one is the last."""
     docs, cur = [], []

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack.store.backends._zarr as zarr_backend
+import mmpack.store.backends._zarr_shards as shards
 import mmpack.store.writer
 from mmpack.errors import FormatError
 from mmpack.store.format import StoreMeta
@@ -52,8 +52,8 @@ def _corpus() -> list[np.ndarray]:
 def _build(tmp: Path, backend: str, monkeypatch) -> tuple[Path, list[np.ndarray]]:
     # Small checksum blocks and chunks, so that the store has many of each.
     monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 1024)
-    monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 1024)
-    monkeypatch.setattr(zarr_backend, "OFFSET_CHUNK", 16)
+    monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 128)
+    monkeypatch.setattr(shards, "SHARD_BYTES", 2048)
     docs = _corpus()
     mmpack.build(tmp / backend, docs, backend=backend, fsync=False)
     return tmp / backend, docs

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import ref_window
 
 import mmpack
 from mmpack.core.validation import EpochIndex
@@ -125,20 +126,6 @@ def test_epoch_index_out_of_range_is_refused(tmp_path):
             ds[True]
 
 
-def _naive_window(stream: list[int], ends: list[int], v: int, seqlen: int, width: int, pad: int):
-    """Row, positions and cu_seqlens of the window at ``v`` of the virtual stream ``stream``
-    (``ends``: positions right after each document, its eot included), padded past the end."""
-    window = stream[v : v + width]
-    row = window + [pad] * (width - len(window))
-    real = min(len(window), seqlen)
-    cuts = sorted(
-        {e - v for e in ends if 0 < e - v < seqlen} | ({real} if real < seqlen else set())
-    )
-    cu = [0, *cuts, seqlen]
-    pos = [p for a, b in zip(cu[:-1], cu[1:]) for p in range(b - a)]
-    return row, pos, cu
-
-
 @settings(max_examples=30, deadline=None)
 @given(
     docs=corpora,
@@ -167,7 +154,7 @@ def test_the_single_window_kernel_matches_the_naive_stream(
         )
         width = ds.width
         for v in range(len(stream)):
-            row, pos, cu = _naive_window(stream, ends, v, seqlen, width, ds.pad_id)
+            row, pos, cu = ref_window(stream, ends, v, seqlen, width, ds.pad_id)
             meta = ds._meta.copy()
             if dtype == "int32":
                 meta[META_FIELDS - 1] = width + seqlen

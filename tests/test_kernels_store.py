@@ -10,56 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import convert_slow, xxh64_slow
 
 from mmpack.kernels.store import convert_tokens
 from mmpack.store.integrity import block_digest
-
-_M = (1 << 64) - 1
-_P1, _P2, _P3 = 11400714785074694791, 14029467366897019727, 1609587929392839161
-_P4, _P5 = 9650029242287828579, 2870177450012600261
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (64 - r))) & _M
-
-
-def _round(acc: int, word: int) -> int:
-    return (_rotl((acc + word * _P2) & _M, 31) * _P1) & _M
-
-
-def xxh64_slow(data: bytes, seed: int = 0) -> int:
-    """XXH64 in plain Python, from the specification (xxhash's doc/xxhash_spec.md)."""
-    n, p = len(data), 0
-
-    def word(i: int) -> int:
-        return int.from_bytes(data[i : i + 8], "little")
-
-    if n >= 32:
-        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed, (seed - _P1) & _M]
-        while p + 32 <= n:
-            v = [_round(v[k], word(p + 8 * k)) for k in range(4)]
-            p += 32
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
-        for lane in v:
-            h = ((h ^ _round(0, lane)) * _P1 + _P4) & _M
-    else:
-        h = (seed + _P5) & _M
-    h = (h + n) & _M
-    while p + 8 <= n:
-        h = (_rotl(h ^ _round(0, word(p)), 27) * _P1 + _P4) & _M
-        p += 8
-    if p + 4 <= n:
-        h = (_rotl(h ^ (int.from_bytes(data[p : p + 4], "little") * _P1 & _M), 23) * _P2 + _P3) & _M
-        p += 4
-    while p < n:
-        h = (_rotl(h ^ (data[p] * _P5 & _M), 11) * _P1) & _M
-        p += 1
-    h ^= h >> 33
-    h = (h * _P2) & _M
-    h ^= h >> 29
-    h = (h * _P3) & _M
-    return h ^ (h >> 32)
-
 
 # Digests from the reference implementation (the ``xxhash`` package, XXH64, seed 0).
 KNOWN = [
@@ -107,14 +61,6 @@ def test_block_digest_crc32_and_unknown_kind():
 
 
 # ----------------------------------------------------------------------------- convert_tokens
-def convert_slow(src: np.ndarray, out: np.ndarray, lo: int, hi: int) -> int:
-    for i, v in enumerate(src.tolist()):
-        if v < lo or v > hi:
-            return i
-        out[i] = v
-    return src.size
-
-
 _SRC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 
 

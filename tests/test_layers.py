@@ -216,7 +216,7 @@ def later():
 # lines are its span (``end_lineno - lineno + 1``: from its ``def`` line to its last line)
 # less its docstring: the rule bounds the code a reader holds at once, and must never push a
 # public function to document less (``ingest``'s signature and docstring alone are 91 lines).
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 550
 MAX_FUNCTION_LINES = 80
 
 # Numba kernels may be longer: a jitted loop cannot call a Python helper, and splitting a kernel

@@ -7,53 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import mlm_slow, sample_key_slow
 
 from mmpack.kernels.masking import _threshold, mlm_indexed_rows
 from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
-
-M64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-REPLACE = 0xD1B54A32D192ED03
-
-
-def mix64(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def key(seed: int, epoch: int, index: int) -> int:
-    k = mix64((seed + GOLDEN) & M64)
-    k = mix64(k ^ ((epoch + GOLDEN) & M64))
-    return mix64(k ^ ((index + GOLDEN) & M64))
-
-
-def reference(ids, maskable, keys, p, mask_id, vocab, excluded, ignore=-100):
-    """The specification, one token at a time with Python integers."""
-    allowed = [t for t in range(vocab) if t not in set(excluded.tolist())]
-    out, labels = [], []
-    for row, can, k in zip(ids.tolist(), maskable.tolist(), keys):
-        orow, lrow = [], []
-        for t, tok in enumerate(row):
-            h = mix64((k + (t + 1) * GOLDEN) & M64)
-            u = (h >> 11) * 2.0**-53
-            if u >= p or not can[t] or tok in excluded:
-                orow.append(tok)
-                lrow.append(ignore)
-                continue
-            lrow.append(tok)
-            if u < 0.8 * p:
-                orow.append(mask_id)
-            elif u < 0.9 * p:
-                rank = min(
-                    int((mix64(h ^ REPLACE) >> 11) * 2.0**-53 * len(allowed)), len(allowed) - 1
-                )
-                orow.append(allowed[rank])
-            else:
-                orow.append(tok)
-        out.append(orow)
-        labels.append(lrow)
-    return np.array(out, dtype=np.int64), np.array(labels, dtype=np.int64)
 
 
 @given(
@@ -71,8 +28,8 @@ def test_kernel_matches_reference(rows, length, mask_prob, specials, seed, epoch
     maskable = rng.integers(0, 2, size=(rows, length))
     ex = excluded_ids(vocab, specials, pad_id=0)
     keys = row_keys(seed, epoch, np.arange(rows) + 7)
-    assert keys.tolist() == [key(seed, epoch, i + 7) for i in range(rows)]
-    want = reference(ids, maskable, keys.tolist(), mask_prob, 99, vocab, ex)
+    assert keys.tolist() == [sample_key_slow(seed, epoch, i + 7) for i in range(rows)]
+    want = mlm_slow(ids, maskable, keys.tolist(), mask_prob, 99, vocab, ex)
     got_ids = ids.copy()
     labels = corrupt_rows(
         got_ids, maskable, keys, mask_prob=mask_prob, mask_id=99, vocab_size=vocab, excluded=ex
@@ -167,7 +124,7 @@ def test_every_exclusion_path_matches_reference(
     ids = rng.choice(pool, size=(rows, length)).astype(dtype)
     maskable = rng.integers(0, 2, size=(rows, length)).astype(bool)
     keys = row_keys(seed, 3, np.arange(rows))
-    want = reference(ids.astype(np.int64), maskable, keys.tolist(), mask_prob, 299, vocab, ex)
+    want = mlm_slow(ids.astype(np.int64), maskable, keys.tolist(), mask_prob, 299, vocab, ex)
     got = ids.copy()
     labels = corrupt_rows(
         got, maskable, keys, mask_prob=mask_prob, mask_id=299, vocab_size=vocab, excluded=ex

@@ -31,6 +31,7 @@ from _megatron import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import ref_sample_index
 
 import mmpack
 from mmpack.errors import FormatError
@@ -115,24 +116,6 @@ def _assert_same_samples(view, gpt, limit=800):
 
 
 # ----------------------------------------------------------------------------- the sample index
-def _twin_sample_index(sizes, document_index, seqlen, extra, n):
-    """The sample index from the stream spelled out token by token: every token's (entry,
-    offset); a boundary names the token at ``p`` (``extra`` 1) or the one before it, plus one."""
-    owner = [(k, o) for k, s in enumerate(document_index) for o in range(int(sizes[s]))]
-    last = len(document_index) - 1
-    out = [(0, 0)]
-    for i in range(1, n + 1):
-        p = i * seqlen
-        if p + extra > len(owner):
-            out.append((last, int(sizes[document_index[last]]) - extra))
-        elif extra:
-            out.append(owner[p])
-        else:
-            k, o = owner[p - 1]
-            out.append((k, o + 1))
-    return np.array(out, dtype=np.int32).reshape(-1, 2)
-
-
 @settings(max_examples=300)
 @given(
     sizes=st.lists(st.integers(0, 9), min_size=1, max_size=8),
@@ -154,7 +137,7 @@ def test_sample_index_kernel_equals_its_twin_and_megatrons_helper(
     n = megatron_order._num_samples(total, seqlen, extra, drop_last)
     ours = np.empty((n + 1, 2), dtype=np.int32)
     fill_sample_index(sizes, di, seqlen, extra, total, ours)
-    np.testing.assert_array_equal(ours, _twin_sample_index(sizes, di, seqlen, extra, n))
+    np.testing.assert_array_equal(ours, ref_sample_index(sizes, di, seqlen, extra, n))
     theirs = build_sample_idx_int32(sizes, di, seqlen, epochs, total // epochs, drop_last, extra)
     np.testing.assert_array_equal(ours, theirs)
 

@@ -58,7 +58,7 @@ def test_split_trims_rows_over_the_tolerance(rt):
     micro = split_packed_batch(batch, padding_tolerance=0.0)
     assert [m["input_ids"].shape[0] for m in micro] == [6, 8, 0]
     assert micro[0]["cu_seqlens"].tolist() == [0, 3, 5, 6] and micro[0]["max_seqlen"] == 3
-    assert micro[0]["labels"].tolist() == [11, 12, -100, 21, -100, -100]
+    assert micro[0]["targets"].tolist() == [11, 12, -100, 21, -100, -100]
     for m in micro:
         assert int(m["cu_seqlens"][-1]) == m["input_ids"].shape[0] == m["attention_mask"].sum()
 
@@ -70,7 +70,7 @@ def test_split_empty_row_and_no_labels():
     )
     micro = split_packed_batch(batch, padding_tolerance=0.1)
     assert micro[1]["input_ids"].shape == (0,) and micro[1]["cu_seqlens"].tolist() == [0]
-    assert micro[1]["max_seqlen"] == 0 and micro[0]["labels"] is None
+    assert micro[1]["max_seqlen"] == 0 and micro[0]["targets"] is None
     with pytest.raises(ValueError, match="padding_tolerance"):
         split_packed_batch(batch, padding_tolerance=2)
 
@@ -95,11 +95,11 @@ def test_counts(rt):
     # causal labels: every token but each sequence's last one
     assert num_label_tokens(batch) == (3 + 2 + 8 + 1) - 4
     micro = split_packed_batch(batch)
-    assert num_label_tokens({"labels": [m["labels"] for m in micro]}) == 10
+    assert num_label_tokens({"targets": [m["targets"] for m in micro]}) == 10
     assert num_sequences(batch) == 4
     assert num_sequences(batch, count_padding=True) == 6  # the seed counts padding segments
     assert sum(num_sequences(m) for m in micro) == 4
-    with pytest.raises(TypeError, match="labels"):
+    with pytest.raises(TypeError, match="targets"):
         num_label_tokens(packed(rt, mode=None))
     with pytest.raises(KeyError, match="attention_mask"):
         num_sequences({"cu_seqlens": batch["cu_seqlens"]})
@@ -107,8 +107,8 @@ def test_counts(rt):
 
 def test_counts_mixed_types():
     labels = torch.tensor([[1, -100], [-100, -100]])
-    assert num_label_tokens({"labels": labels}) == 1
-    assert num_label_tokens({"labels": np.array([5, -1, -1])}, ignore_index=-1) == 1
+    assert num_label_tokens({"targets": labels}) == 1
+    assert num_label_tokens({"targets": np.array([5, -1, -1])}, ignore_index=-1) == 1
 
 
 def test_torch_split_marks_trimmed_rows_dynamic(monkeypatch):
@@ -126,10 +126,10 @@ def test_as_tensors_is_zero_copy():
     batch = packed("np", mode="mlm", mask_id=3, vocab_size=100, masking_ratio_cooldown_tokens=10,
                    final_masking_ratio=0.1)  # fmt: skip
     tensors = as_tensors(batch)
-    for key in ("input_ids", "labels", "attention_mask"):
+    for key in ("input_ids", "targets", "attention_mask"):
         assert isinstance(tensors[key], torch.Tensor) and tensors[key].dtype == torch.int64
         assert tensors[key].data_ptr() == batch[key].ctypes.data
     assert all(c.dtype == torch.int32 for c in tensors["cu_seqlens"])
     assert tensors["mask_prob"].dtype == torch.float32 and tensors["mask_prob"].ndim == 0
     assert tensors["max_seqlen"] == batch["max_seqlen"]
-    assert as_tensors(packed("np", mode=None))["labels"] is None
+    assert as_tensors(packed("np", mode=None))["targets"] is None

@@ -6,18 +6,17 @@ import dataclasses
 import pickle
 import tracemalloc
 import warnings
-from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import reference_assignment, reference_item
 from torch.utils.data import DataLoader
 
 from mmpack.sampling.block_order import uniform_bounds
 from mmpack.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
-from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
 
 # -- fake sources ------------------------------------------------------------------------------------
@@ -58,26 +57,6 @@ class FakeSource(PlainSource):
 
 
 # -- the obviously-right reference ---------------------------------------------------------------------
-
-
-def reference_assignment(quotas: list[int], period: int, n: int) -> list[tuple[int, int]]:
-    """Tijdeman's chairman rule walked sequentially with exact fractions: ``(source, occurrence)``."""
-    q = [Fraction(c, period) for c in quotas]
-    k_pos = sum(c > 0 for c in quotas)
-    s = Fraction(1, 2 * k_pos - 2) if k_pos > 1 else Fraction(0)
-    counts = [0] * len(q)
-    out = []
-    for t in range(1, n + 1):
-        eligible = [k for k in range(len(q)) if q[k] > 0 and t * q[k] - counts[k] >= s]
-        k = min(eligible, key=lambda k: ((counts[k] + 1 - s) / q[k], k))
-        out.append((k, counts[k]))
-        counts[k] += 1
-    return out
-
-
-def reference_item(mixture: Mixture, k: int, occ: int) -> int:
-    length = len(mixture.sources[k])
-    return Permutation(length, seed=(mixture.seed, k), epoch=occ // length)[occ % length]
 
 
 def bound_numerator_ok(quotas, period, counts, n) -> bool:

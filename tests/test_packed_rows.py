@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import twin_bin
 
 from mmpack.kernels.packed_rows import (
     LABELS_HF,
@@ -25,51 +26,6 @@ from mmpack.kernels.packed_rows import (
 )
 
 IGNORE = -100
-
-
-def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, cu_room):
-    """``(code, sample)``: ``code`` is what ``one_bin`` returns ((-1, 0) corrupt, (-2, 0) no
-    room for ``cu_seqlens``), ``sample`` (ids, positions, labels, mask, cu) when it succeeds."""
-    seqlen, eot, eot_id, pad_id, mode = (int(v) for v in params[:5])
-    if not 0 <= b < len(bin_ptr) - 1:
-        return (-1, 0), None
-    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
-    if lo < 0 or hi < lo or hi > len(piece_doc):
-        return (-1, 0), None
-    if hi - lo + 2 > cu_room:
-        return (-2, 0), None
-    segments = []
-    for p in range(lo, hi):
-        d, s, n = int(piece_doc[p]), int(piece_start[p]), int(piece_len[p])
-        if not 0 <= d < len(offsets) - 1 or s < 0 or n < 0:
-            return (-1, 0), None
-        a, z = int(offsets[d]), int(offsets[d + 1])
-        if s + n > z - a:
-            return (-1, 0), None
-        segments.append([int(t) for t in src[a + s : a + s + n]] + [eot_id] * (eot and n < seqlen))
-    if sum(map(len, segments)) > seqlen:
-        return (-1, 0), None
-    ids, pos, lab, att, cu = [], [], [], [], [0]
-    for seg in segments:
-        ids += seg
-        pos += range(len(seg))
-        att += [1] * len(seg)
-        if seg and mode == LABELS_NEXT:
-            lab += seg[1:] + [IGNORE]
-        elif seg and mode == LABELS_HF:
-            lab += [IGNORE] + seg[1:]
-        else:
-            lab += [IGNORE] * len(seg)
-        cu.append(len(ids))
-    pad = seqlen - len(ids)
-    if pad:
-        ids += [pad_id] * pad
-        pos += range(pad)
-        lab += [IGNORE] * pad
-        att += [0] * pad
-        cu.append(seqlen)
-    longest = max(b - a for a, b in zip(cu, cu[1:]))
-    return (len(cu) - 1, longest), (ids, pos, lab, att, cu)
 
 
 @st.composite
@@ -182,6 +138,8 @@ def test_batch_kernels_match_the_twin(case, dtype, data):
             cu,
             n_seg,
             longest,
+            np.zeros(0, dtype=np.uint8),  # no loss mask
+            np.zeros(0, dtype=np.int64),
         )
     for r, ((n, m), want) in enumerate(twins):
         assert (n_seg[r], longest[r]) == (n, m)

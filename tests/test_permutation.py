@@ -9,55 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import ref_keys, ref_permute
 
 from mmpack.core.permutation_keys import MAX_N, ROUNDS, epoch_keys
 from mmpack.kernels.permutation import permute_many_keyed
 from mmpack.sampling.permutation import Permutation
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
-
-_MASK64 = 2**64 - 1
-
-
-def ref_mix64(z: int) -> int:
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def ref_keys(seed, epoch: int) -> list[int]:
-    parts = seed if isinstance(seed, tuple) else (seed,)
-    words = [len(parts)]
-    for s in parts:
-        words += [s % 2**32, s // 2**32]
-    base = [int(k) for k in np.random.SeedSequence(words).generate_state(ROUNDS, np.uint64)]
-    golden = 0x9E3779B97F4A7C15
-    return [
-        ref_mix64(b ^ ref_mix64((epoch + (r + 1) * golden) % 2**64)) for r, b in enumerate(base)
-    ]
-
-
-def ref_permute(i: int, n: int, seed, epoch: int = 0, inverse: bool = False) -> int:
-    """Balanced Feistel over the smallest even bit width holding n - 1, with cycle-walking."""
-    if n == 1:
-        return 0
-    bits = len(bin(n - 1)) - 2
-    half = max(1, (bits + 1) // 2)
-    mask = 2**half - 1
-    keys = ref_keys(seed, epoch)
-    x = i
-    while True:
-        left, right = x >> half, x & mask
-        if not inverse:
-            for key in keys:
-                left, right = right, left ^ (ref_mix64(right ^ key) & mask)
-        else:
-            for key in reversed(keys):
-                left, right = right ^ (ref_mix64(left ^ key) & mask), left
-        x = (left << half) | right
-        if x < n:
-            return x
-
 
 # -- bijection ---------------------------------------------------------------------------------------
 

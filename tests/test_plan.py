@@ -10,82 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import ref_bfd, ref_items, ref_stream
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
 from mmpack.kernels import plan_bestfit
 from mmpack.views.plan import ALGORITHMS, LONG_DOCS, build_plan
 from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key, save_plan
-
-
-# ------------------------------------------------------------------------------- reference
-def ref_items(doc_lens, seqlen, eot, long_docs):
-    """Items in document order: (doc, start, n_tokens, slots); eot rides on slots < seqlen."""
-    e = int(eot)
-    items = []
-    for d, n in enumerate(doc_lens):
-        n = int(n)
-        t = n + e
-        if t == 0:
-            continue
-        if t <= seqlen:
-            items.append((d, 0, n, t))
-        elif long_docs == "split":
-            start = 0
-            while n + e - start > seqlen:
-                items.append((d, start, seqlen, seqlen))
-                start += seqlen
-            items.append((d, start, n - start, n - start + e))
-        elif long_docs == "truncate":
-            items.append((d, 0, seqlen - e, seqlen))
-    return items
-
-
-def ref_bfd(doc_lens, seqlen, eot, long_docs):
-    """Per-item best-fit decreasing, O(items * bins): lists of items per bin."""
-    items = ref_items(doc_lens, seqlen, eot, long_docs)
-    items.sort(key=lambda it: -it[3])  # stable: document order among equal sizes
-    bins, free = [], []
-    for it in items:
-        fits = [b for b in range(len(bins)) if free[b] >= it[3]]
-        if fits:
-            b = min(fits, key=lambda b: free[b])
-        else:
-            bins.append([])
-            free.append(seqlen)
-            b = len(bins) - 1
-        bins[b].append(it)
-        free[b] -= it[3]
-    return bins
-
-
-def ref_stream(doc_lens, seqlen, eot, long_docs, window):
-    """Per-item streaming best fit with the kernel's tie rules (stamps: when a bin last changed)."""
-    emitted, open_bins, clock = [], [], 0
-    for it in ref_items(doc_lens, seqlen, eot, long_docs):
-        size = it[3]
-        if size == seqlen:
-            emitted.append([it])
-            continue
-        fits = [b for b in open_bins if b["free"] >= size]
-        if fits:
-            b = min(fits, key=lambda b: (b["free"], -b["stamp"]))
-        else:
-            if len(open_bins) == window:
-                c = min(open_bins, key=lambda b: (b["free"], b["stamp"]))
-                open_bins.remove(c)
-                emitted.append(c["items"])
-            b = {"free": seqlen, "items": [], "stamp": 0, "id": clock}
-            open_bins.append(b)
-        b["items"].append(it)
-        b["free"] -= size
-        clock += 1
-        b["stamp"] = clock
-        if b["free"] == 0:
-            open_bins.remove(b)
-            emitted.append(b["items"])
-    emitted += [b["items"] for b in sorted(open_bins, key=lambda b: b["id"])]
-    return emitted
 
 
 def plan_bins(plan):

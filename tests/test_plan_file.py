@@ -10,7 +10,7 @@ import zlib
 
 import numpy as np
 import pytest
-from test_kernels_store import xxh64_slow
+from reference import xxh64_slow
 from test_plan import FakeStore, same_plan
 
 from mmpack.errors import FormatError

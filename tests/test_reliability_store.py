@@ -32,6 +32,7 @@ import pytest
 
 import mmpack
 import mmpack.store.backends._zarr as zarr_backend
+import mmpack.store.backends._zarr_shards as shards
 import mmpack.store.format
 import mmpack.store.publish
 import mmpack.store.writer
@@ -233,8 +234,8 @@ def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
     monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 256)
-    monkeypatch.setattr(zarr_backend, "SHARDED", False)  # legacy chunks (sharded: test_zarr.py)
-    monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 128)
+    monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 256)  # shards of one 128-token chunk
+    monkeypatch.setattr(shards, "SHARD_BYTES", 256)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
     mmpack.open(tmp_path / "s").verify()
     # a value changed through zarr itself: every chunk still decodes, the checksum differs

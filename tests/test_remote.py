@@ -752,3 +752,11 @@ def test_plain_http_is_read_only_and_reads_the_same(s3_server, tmp_path):
     _assert_views_equal(remote, mmpack.build(tmp_path / "local", docs))
     with pytest.raises(ValueError, match="read-only"):
         mmpack.build(url + "-new", docs, storage_options={"allow_http": True})
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_store_without_tokens_opens_remotely(tmp_path, backend):
+    # The check table of no tokens is empty: its whole-object CRC-32 is that of no bytes.
+    store = mmpack.build(f"file://{tmp_path}/empty", [[], []], backend=backend)
+    assert (len(store), store.num_tokens) == (2, 0)
+    assert mmpack.open(store.location)[1].tolist() == []

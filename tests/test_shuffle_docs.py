@@ -140,6 +140,27 @@ def test_tuple_seed_is_the_part_key(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_each_document_keeps_its_loss_mask(tmp_path, backend):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(1, 500, size=int(n)) for n in rng.integers(0, 40, size=120)]
+    masks = [rng.integers(0, 2, size=d.size).astype(np.uint8) for d in docs]
+    store = build(
+        tmp_path / "s",
+        [{"input_ids": d, "loss_mask": m} for d, m in zip(docs, masks)],
+        backend=backend,
+        shuffle_docs=5,
+        fsync=False,
+    )
+    order = DO.doc_order(len(docs), 5, 0, len(docs))
+    assert store.has_loss_mask and len(store.loss_mask) == len(docs)
+    for j, i in enumerate(order.tolist()):
+        assert store[j].tolist() == docs[i].tolist()
+        assert store.loss_mask[j].tolist() == masks[i].tolist()
+    store.verify()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no temporary store left
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
 def test_backends_dtypes_long_and_empty_documents(tmp_path, backend):
     docs = [[]] * 5 + _corpus(2, 200) + [list(range(5000))] + [[2**40, 1]] + [[]]
     store = build(tmp_path / "s", docs, backend=backend, shuffle_docs=3, buffer_tokens=64)

@@ -338,12 +338,14 @@ def test_open_errors(tmp_path):
 
 # ============================================================== Zarr batched reads: chunk cache
 def _small_chunk_zarr(tmp_path: Path, monkeypatch, num_tokens: int = 1000, chunk: int = 64):
-    """A Zarr store with ``chunk``-token chunks (many chunks from few tokens), and the flat
-    tokens it holds; the process's chunk cache starts empty."""
-    from mmpack.store.backends import _chunk_cache, _zarr
+    """A Zarr store of zstd-compressed ``chunk``-token shards of one inner chunk each (many
+    chunks from few tokens, decoded through the process's chunk cache), and the flat tokens it
+    holds; the cache starts empty."""
+    from mmpack.store.backends import _chunk_cache, _zarr, _zarr_shards
 
-    monkeypatch.setattr(_zarr, "SHARDED", False)  # the legacy layout (tests/test_zarr.py: sharded)
-    monkeypatch.setattr(_zarr, "TOKEN_CHUNK", chunk)
+    monkeypatch.setattr(_zarr_shards, "INNER_CHUNK_BYTES", 2 * chunk)  # uint16 tokens
+    monkeypatch.setattr(_zarr_shards, "SHARD_BYTES", 2 * chunk)
+    monkeypatch.setattr(_zarr, "ZSTD_LEVEL", 3)
     _chunk_cache.get_cache().clear()
     flat = (np.arange(num_tokens, dtype=np.int64) * 7919 % 60000 + 1).astype(np.uint16)
     cuts = np.arange(37, num_tokens, 37)
@@ -380,51 +382,6 @@ def test_zarr_read_ranges_match_the_flat_tokens(tmp_path_factory, data):
         src, src_starts = store.read_ranges(starts, lengths)
         assert src.dtype == store.dtype
         assert _ranges_of(src, src_starts, lengths) == expected
-
-
-def test_zarr_batch_fetches_missing_chunks_once_in_one_call(tmp_path, monkeypatch):
-    store, flat = _small_chunk_zarr(tmp_path, monkeypatch)
-    backend = store._backend
-    calls: list[list[int]] = []
-    fetch = type(backend)._fetch
-
-    def counting(self, ids):
-        calls.append(list(ids))
-        return fetch(self, ids)
-
-    monkeypatch.setattr(type(backend), "_fetch", counting)
-    starts = np.array([10, 500, 130, 900], dtype=np.int64)
-    lengths = np.array([100, 64, 5, 100], dtype=np.int64)
-    expected = [flat[s : s + k].tolist() for s, k in zip(starts, lengths)]
-    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == expected
-    assert calls == [[0, 1, 2, 7, 8, 14, 15]]  # every touched chunk, one concurrent call
-    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == expected
-    assert len(calls) == 1  # all from the cache
-    other = mmpack.open(tmp_path / "z")  # another reader of the same store shares the cache
-    assert _ranges_of(*other.read_ranges(starts, lengths), lengths) == expected
-    assert len(calls) == 1
-    src, _ = store.read_ranges(np.array([1], np.int64), np.array([3], np.int64))
-    with pytest.raises(ValueError, match="read-only"):
-        src[0] = 0  # a cached chunk cannot be changed through a returned buffer
-
-
-def test_zarr_cached_chunk_removed_or_truncated_is_still_an_error(tmp_path, monkeypatch):
-    store, flat = _small_chunk_zarr(tmp_path, monkeypatch)
-    starts, lengths = np.array([70, 200], np.int64), np.array([10, 10], np.int64)
-    store.read_ranges(starts, lengths)  # chunks 1 and 3 now cached
-    chunk = tmp_path / "z" / "tokens" / "c" / "3"
-    data = chunk.read_bytes()
-    chunk.write_bytes(data[: len(data) // 2])
-    with pytest.raises(FormatError, match=r"cannot read tokens .*the Zarr store is corrupt"):
-        store.read_ranges(starts, lengths)
-    chunk.unlink()
-    with pytest.raises(FormatError, match="tokens chunk 3 .* is missing"):
-        store.read_ranges(starts, lengths)
-    chunk.write_bytes(data)  # restored: readable again, same tokens
-    assert _ranges_of(*store.read_ranges(starts, lengths), lengths) == [
-        flat[70:80].tolist(),
-        flat[200:210].tolist(),
-    ]
 
 
 def test_zarr_cached_chunks_of_a_replaced_store_are_refused(tmp_path, monkeypatch):

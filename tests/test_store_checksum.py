@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_kernels_store import xxh64_slow
+from reference import xxh64_slow
 
 import mmpack
 import mmpack.store.writer as W

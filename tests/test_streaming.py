@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import ref_pack, ref_place, ref_successor, rows_of
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels.streaming import (
@@ -24,92 +24,6 @@ from mmpack.streaming.packer import StreamingPacker
 
 
 # =========================================================================== reference twins
-def ref_successor(keys: set[int], q: int) -> int:
-    above = [k for k in keys if k >= q]
-    return min(above) if above else -1
-
-
-def ref_place(lens, budget, remaining, row_len):
-    """Linear-scan best fit (the seed's find_best_fit: first smallest fitting row)."""
-    remaining = list(remaining)
-    counts = [0] * len(remaining)
-    rows, offs, deferred = [], [], 0
-    for length in lens:
-        if deferred >= budget:
-            break
-        fits = [r for r in range(len(remaining)) if remaining[r] >= length]
-        if not fits:
-            rows.append(-1)
-            offs.append(-1)
-            deferred += 1
-            continue
-        best = min(fits, key=lambda r: (remaining[r], r))
-        rows.append(best)
-        offs.append(row_len - remaining[best])
-        remaining[best] -= length
-        counts[best] += 1
-    return rows, offs, deferred, remaining, counts
-
-
-def ref_pack(docs, n_rows, row_len, buffer_size, long_docs="split", drop_last=True):
-    """The seed's GreedyBestFitSequencePacker in plain Python: a deque refilled whenever it runs
-    dry (up to buffer_size held), linear-scan best fit, deferred sequences put back IN ORDER
-    (the seed's extendleft reverses them), plus the long/empty-sequence policies."""
-
-    def pieces():
-        for d in docs:
-            d = list(d)
-            if len(d) > row_len:
-                if long_docs == "split":
-                    yield from (d[k : k + row_len] for k in range(0, len(d), row_len))
-                elif long_docs == "truncate":
-                    yield d[:row_len]
-            elif d:
-                yield d
-
-    source, buffer, out, exhausted = pieces(), deque(), [], False
-    while True:
-        remaining = [row_len] * n_rows
-        rows: list[list[list[int]]] = [[] for _ in range(n_rows)]
-        deferred = []
-        while True:
-            if not buffer:
-                room = buffer_size - len(deferred)
-                while room > 0 and not exhausted:
-                    try:
-                        buffer.append(next(source))
-                        room -= 1
-                    except StopIteration:
-                        exhausted = True
-                if not buffer:
-                    break
-            seq = buffer.popleft()
-            fits = [r for r in range(n_rows) if remaining[r] >= len(seq)]
-            if fits:
-                best = min(fits, key=lambda r: (remaining[r], r))
-                rows[best].append(seq)
-                remaining[best] -= len(seq)
-            else:
-                deferred.append(seq)
-        buffer.extend(deferred)
-        if all(rows):
-            out.append(rows)
-            continue
-        if not drop_last and any(rows):
-            out.append(rows)
-        return out
-
-
-def rows_of(batch) -> list[list[list[int]]]:
-    """The sequences of each row of an emitted batch, read back through cu_seqlens."""
-    out = []
-    for r, cu in enumerate(batch["cu_seqlens"]):
-        used = int(batch["attention_mask"][r].sum())
-        cu = [int(c) for c in cu]
-        out.append([batch["input_ids"][r, a:b].tolist() for a, b in zip(cu, cu[1:]) if a < used])
-    return out
-
-
 def make_docs(lengths, base=1):
     return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]
 
@@ -196,7 +110,7 @@ def test_batch_layout_and_padding():
     for batch in packer:
         ids, mask = batch["input_ids"], batch["attention_mask"]
         assert ids.shape == mask.shape == (2, 8) and ids.dtype == mask.dtype == np.int64
-        assert batch["labels"] is None
+        assert batch["targets"] is None
         for r, cu in enumerate(batch["cu_seqlens"]):
             used = int(mask[r].sum())
             assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == 8
@@ -243,7 +157,7 @@ def test_drop_last():
         StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False, mode="causal")
     )[-1]
     assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
-    assert not last["attention_mask"][1].any() and (last["labels"][1] == -100).all()
+    assert not last["attention_mask"][1].any() and (last["targets"][1] == -100).all()
 
 
 def test_long_sequences():
@@ -287,7 +201,7 @@ def test_causal_labels():
     p = StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=3, mode="causal", drop_last=False)
     (batch,) = list(p)
     assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
-    assert batch["labels"].tolist() == [
+    assert batch["targets"].tolist() == [
         [11, 12, -100, 21, -100],
         [31, 32, 33, -100, -100],
     ]
@@ -320,7 +234,7 @@ def test_mlm_masking():
     plain = StreamingPacker(docs, batch_size=2, seqlen=64, buffer_size=8, drop_last=False)
     n_selected = n_real = 0
     for batch, ref in zip(p, plain):
-        ids, labels, orig = batch["input_ids"], batch["labels"], ref["input_ids"]
+        ids, labels, orig = batch["input_ids"], batch["targets"], ref["input_ids"]
         mask = batch["attention_mask"].astype(bool)
         assert (batch["attention_mask"] == ref["attention_mask"]).all()
         selected = labels != -100

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_streaming import make_docs, ref_pack, ref_place, rows_of
+from reference import ref_layout, ref_pack, ref_place, ref_write_pieces, rows_of
+from test_streaming import make_docs
 
 import mmpack
 from mmpack.kernels.streaming import (
@@ -24,29 +25,6 @@ from mmpack.streaming.pieces import PieceBuffer
 
 
 # =========================================================================== slow twins
-def ref_layout(rows, offs, lens, remaining, n_rows, row_len, pad_bits):
-    """The batch layout in plain Python: placed pieces row by row (by offset), each row's
-    cu_seqlens, longest segment (padding included), real tokens, and the run order (pieces,
-    then padding as binary digits, largest first; none without padding slots)."""
-    placed, cu, longest, used, order = [], [], [], [], []
-    for r in range(n_rows):
-        mine = sorted((offs[i], i) for i in range(len(rows)) if rows[i] == r)
-        u = row_len - remaining[r]
-        bounds = [0] + [o + lens[i] for o, i in mine]
-        segs = [lens[i] for _, i in mine]
-        if u < row_len:
-            bounds.append(row_len)
-            segs.append(row_len - u)
-        placed += [i for _, i in mine]
-        cu.append(bounds)
-        longest.append(max(segs, default=0))
-        used.append(u)
-        if pad_bits:  # no run order without padding slots (a store-like source)
-            order += [("piece", i) for _, i in mine]
-            order += [("pad", b) for b in reversed(range(pad_bits)) if (row_len - u) >> b & 1]
-    return placed, cu, longest, used, order
-
-
 @settings(max_examples=80)
 @given(
     n_rows=st.integers(1, 5),
@@ -304,27 +282,6 @@ def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big
 
 
 # =========================================================================== token chunks
-def ref_write_pieces(chunk, base, placed, n_rows, ids, used, pad_id):
-    """write_pieces in plain Python: the pieces wholly inside the chunk (and inside a row) are
-    copied, then the padding of the rows in ``used`` written; returns the bitwise or of the
-    copied tokens as int64."""
-    bits = 0
-    row_len = ids.shape[1]
-    for r, o, n, _, _, g in placed.T.tolist():
-        s = g - base
-        if s < 0 or s + n > len(chunk) or not 0 <= r < n_rows or o < 0 or o + n > row_len:
-            continue
-        for t in range(n):
-            v = int(chunk[s + t])
-            v = v - 2**64 if v >= 2**63 else v  # the int64 row wraps a uint64 id >= 2**63
-            bits |= v
-            ids[r, o + t] = v
-    for r, u in enumerate(used.tolist()[:n_rows]):
-        for c in range(min(max(u, 0), row_len), row_len):
-            ids[r, c] = pad_id
-    return bits
-
-
 @settings(max_examples=80)
 @given(
     dtype=st.sampled_from([np.int8, np.int32, np.uint16, np.int64, np.uint64]),

@@ -1,12 +1,15 @@
-"""SharedCollator: batches from workers in reused shared buffers, never overwritten while held.
+"""collate in DataLoader workers: batches in reused shared buffers, each buffer's descriptor sent
+once, never overwritten while held.
 
 Run: ``pytest tests/test_transfer.py``.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import io
+import os
 import pickle
 from multiprocessing.reduction import (
     ForkingPickler,  # torch registers its tensor reducers here
@@ -21,9 +24,8 @@ from torch.utils.data import DataLoader
 
 from mmpack.store.writer import build
 from mmpack.torch import transfer
-from mmpack.torch.collate import collate
+from mmpack.torch.collate import Collator, collate
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.transfer import SharedCollator
 from mmpack.views.packed import PackedDataset
 
 SEQLEN, BATCH = 64, 4
@@ -35,6 +37,16 @@ def dataset(tmp_path_factory):
     docs = [rng.integers(1, 1000, size=int(n)) for n in rng.integers(1, 90, size=300)]
     store = build(tmp_path_factory.mktemp("t") / "s", docs)
     return PackedDataset(store, SEQLEN, eot=1001, pad_id=1002)
+
+
+@pytest.fixture
+def as_worker(monkeypatch):
+    """This process acts as DataLoader worker 0 (and, unpickling, as the main process)."""
+    monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))
+    pool = transfer._Pool()
+    pool.token = (os.getppid(), 1)  # as if made in another (live) process
+    monkeypatch.setattr(transfer, "_POOL", pool)
+    monkeypatch.setattr(transfer, "_REMOTES", {})
 
 
 def _same(got, want, dtype):
@@ -66,11 +78,11 @@ def test_same_batches_as_collate_even_when_all_are_held(dataset, dtype, workers)
         batch_size=BATCH,
         sampler=ResumableSampler(len(dataset), seed=3),
         num_workers=workers,
-        collate_fn=SharedCollator(dtype=dtype, slots=3),
+        collate_fn=collate if dtype == torch.int64 else Collator(dtype=dtype),
         drop_last=True,
     )
     held = list(loader)  # every batch kept alive: no buffer may be reused under them
-    assert len(held) == len(want) > 3 * max(workers, 1) * 2
+    assert len(held) == len(want) > transfer.SLOTS * max(workers, 1) + 4
     for got, ref in zip(held, want):
         _same(got, ref, dtype)
     # and a loop that drops each batch at once sees the same values (buffers reused)
@@ -85,54 +97,147 @@ def _through_pickle(batch):
     return pickle.loads(buf.getvalue())
 
 
-def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, monkeypatch):
-    monkeypatch.setattr(
-        transfer, "get_worker_info", lambda: SimpleNamespace(id=0)
-    )  # act as worker 0
-    collator = SharedCollator(dtype=torch.int32, slots=2)
+def _flags():
+    return transfer._POOL.state[0, :3].tolist()
+
+
+def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, as_worker):
     samples = [dataset[i] for i in range(BATCH)]
-    first = _through_pickle(collator(samples))
-    pool = collator._pool
-    assert type(first) is dict and pool.flags.tolist() == [1, 0]
-    assert first["input_ids"].dtype == torch.int32
-    second = _through_pickle(collator(samples))
-    assert pool.flags.tolist() == [1, 1] and len(pool.buffers) == 2
-    third = _through_pickle(collator(samples))  # both slots held: an untracked buffer
-    assert pool.flags.tolist() == [1, 1] and len(pool.buffers) == 2
+    first = _through_pickle(collate(samples))
+    pool = transfer._POOL
+    assert type(first) is dict and _flags() == [1, 0, 0]
+    assert first["input_ids"].dtype == torch.int64
+    second = _through_pickle(collate(samples))
+    assert _flags() == [1, 1, 0] and len(pool.buffers) == 2
     keep = first["targets"]  # one view keeps the whole batch's buffer alive
-    del first, second, third
+    del first, second
     gc.collect()
-    assert pool.flags.tolist() == [1, 0]
+    assert _flags() == [1, 0, 0]
     before = pool.buffers[1]
-    fourth = _through_pickle(collator(samples))
-    assert pool.buffers[1] is before and pool.flags.tolist() == [1, 1]  # reused, not reallocated
-    del keep, fourth
+    third = _through_pickle(collate(samples))
+    assert pool.buffers[1] is before and _flags() == [1, 1, 0]  # reused, not reallocated
+    del keep, third
     gc.collect()
-    assert pool.flags.tolist() == [0, 0]
+    assert _flags() == [0, 0, 0]
+
+
+def test_every_slot_held_gives_fresh_buffers(dataset, as_worker):
+    samples = [dataset[i] for i in range(BATCH)]
+    held = [_through_pickle(collate(samples)) for _ in range(transfer.SLOTS + 2)]
+    assert len(transfer._POOL.buffers) == transfer.SLOTS
+    assert all(torch.equal(b["input_ids"], held[0]["input_ids"]) for b in held)
+    del held
+    gc.collect()
+    assert transfer._POOL.state[0, : transfer.SLOTS].sum() == 0
+
+
+def test_a_buffer_is_sent_once_then_only_its_key(dataset, as_worker):
+    samples = [dataset[i] for i in range(BATCH)]
+    batch = collate(samples)
+    args = batch.__reduce__()[1]
+    assert args[1] is not None and args[4] is not None  # the shared state and the buffer
+    got = _through_pickle(batch)
+    del got
+    gc.collect()
+    again = collate(samples)
+    token, state, slot, generation, buf, *_ = again.__reduce__()[1]
+    assert state is None and buf is None and slot == 0 and generation == 1  # the key alone
+    _same(_through_pickle(again), collate(samples), torch.int64)
+
+
+def test_a_batch_changed_in_the_worker_arrives_as_changed(dataset, as_worker, monkeypatch):
+    """Keys renamed, added and removed go as they are; a per-token view under a new key still
+    goes by the buffer; a value sharing the buffer otherwise keeps its slot busy for good."""
+    samples = [dataset[i] for i in range(BATCH)]
+    want = collate(samples)
+    batch = collate(samples)
+    batch["labels"] = batch.pop("targets")
+    del batch["max_seqlen"]
+    batch["extra"] = torch.arange(3)
+    got = _through_pickle(batch)
+    assert list(got) == [k for k in want if k not in ("targets", "max_seqlen")] + [
+        "labels",
+        "extra",
+    ]
+    assert torch.equal(got["labels"], want["targets"]) and got["extra"].tolist() == [0, 1, 2]
+    assert batch.__reduce__()[1][5][-2] == ("labels", 2)  # row 2 of the buffer
+    del got
+    gc.collect()
+    assert _flags()[:2] == [1, 0]  # want holds slot 0; batch's slot 1 is free again
+
+    monkeypatch.setattr(transfer, "_SMALL_BYTES", 0)  # torch's own path, not a copy by value
+    sharing = collate(samples)
+    sharing["head"] = sharing["input_ids"][:, :2]
+    got = _through_pickle(sharing)
+    assert torch.equal(got["head"], want["input_ids"][:, :2])
+    del got, sharing
+    gc.collect()
+    busy = transfer._POOL.state[0, : transfer.SLOTS].tolist()
+    assert busy.count(1) == 2  # want's, and that slot for good: nothing received is overwritten
 
 
 def test_validation():
-    with pytest.raises(ValueError, match="slots=0"):
-        SharedCollator(slots=0)
     with pytest.raises(ValueError, match="dtype"):
-        SharedCollator(dtype=torch.float32)
+        Collator(dtype=torch.float32)
     with pytest.raises(ValueError, match="dtype"):
         collate([{"input_ids": np.arange(3)}], dtype=torch.int16)
 
 
-def test_a_slot_still_held_from_an_earlier_worker_is_not_taken(dataset, monkeypatch):
-    """Non-persistent workers: the next epoch's worker 0 must skip slots its predecessor's
-    batches still hold."""
-    monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))
-    collator = SharedCollator(slots=2)
+def test_outside_a_worker_the_batch_is_a_plain_dict(dataset):
+    batch = collate([dataset[0]])
+    assert type(batch) is dict
+    assert transfer.share_batch(batch, ["input_ids"]) is batch
+
+
+def test_the_buffers_of_exited_workers_are_forgotten(monkeypatch):
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # exited and reaped: its pid names no process
+    remotes = {(dead.pid, 1): object(), (transfer.os.getpid(), 2): object()}
+    monkeypatch.setattr(transfer, "_REMOTES", remotes)
+    transfer._forget_exited_workers()
+    assert list(remotes) == [(transfer.os.getpid(), 2)]
+
+
+def test_copies_in_the_worker_keep_the_protocol(dataset, as_worker):
+    """``copy.copy`` (torch's default_convert, batch_size=None) still ships by the buffer; a
+    deep copy (a pickle read back where it was made) is values of its own and frees nothing."""
     samples = [dataset[i] for i in range(BATCH)]
-    old = _through_pickle(collator(samples))
-    collator._pool = None  # a new worker process with the same id
-    new = _through_pickle(collator(samples))
-    assert collator._flags[0].tolist() == [1, 1] and list(collator._pool.buffers) == [1]
-    expected = old["input_ids"].clone()
-    del new
-    gc.collect()
-    again = _through_pickle(collator(samples))  # reuses slot 1, never slot 0
-    assert list(collator._pool.buffers) == [1] and torch.equal(old["input_ids"], expected)
-    del old, again
+    want = collate(samples)
+    shallow = copy.copy(collate(samples))
+    assert type(shallow) is transfer._SharedBatch and _flags()[:2] == [1, 1]
+    pool = transfer._POOL
+    pool.token = (os.getpid(), 2)  # unpickled where it was made
+    deep = copy.deepcopy(collate(samples))
+    assert type(deep) is dict and torch.equal(deep["input_ids"], want["input_ids"])
+    assert deep["input_ids"].untyped_storage().data_ptr() != pool.buffers[2][1].data_ptr()
+    assert transfer._REMOTES == {} and int(pool.state[0, transfer._ACK]) == 0
+    pool.token = (os.getppid(), 1)
+    got = _through_pickle(shallow)
+    _same(got, want, torch.int64)
+
+
+def test_spawned_and_non_persistent_workers(dataset):
+    """Workers started by "spawn", and new worker processes every epoch: the same batches, held
+    ones never overwritten, and the main process forgets the buffers of exited workers."""
+    want = _reference(dataset)
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH,
+        sampler=ResumableSampler(len(dataset), seed=3),
+        num_workers=1,
+        collate_fn=collate,
+        drop_last=True,
+        multiprocessing_context="spawn",
+    )
+    held = list(loader)
+    for got, ref in zip(held, want):
+        _same(got, ref, torch.int64)
+    again = list(loader)  # another worker process
+    for got, ref in zip(held + again, want + want):
+        _same(got, ref, torch.int64)
+    third = next(iter(loader))  # registering a third worker forgets the two exited ones
+    assert len(transfer._REMOTES) == 1
+    _same(third, want[0], torch.int64)

@@ -307,12 +307,13 @@ def test_a_source_reusing_its_output_buffer(tmp_path, kind, buffer_tokens):
 
 # ============================================================================ item 7: Zarr chunks
 def _zarr_store(tmp_path: Path, docs=None):
-    """A store of the legacy (unsharded) Zarr layout; tests/test_zarr.py checks sharded ones."""
-    import mmpack.store.backends._zarr as zarr_backend
+    """A Zarr store whose token shards hold 2**18 tokens (uint16: 512 KiB), so 8 documents of
+    100,000 tokens lie in 4 shards; tests/test_zarr.py checks the shards' own structure."""
+    import mmpack.store.backends._zarr_shards as shards
 
     docs = docs if docs is not None else [np.arange(j, j + 100_000) % 60000 + 1 for j in range(8)]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(zarr_backend, "SHARDED", False)
+        mp.setattr(shards, "SHARD_BYTES", 1 << 19)
         return mmpack.build(tmp_path / "z", docs, backend="zarr", fsync=False)
 
 
@@ -329,23 +330,23 @@ def test_zarr_missing_chunk_is_an_error_at_open(tmp_path, array, damage):
     what = {"removed": "is missing", "emptied": "is empty", "a folder": "is not a regular file"}[
         damage
     ]
-    with pytest.raises(FormatError, match=f"{array} chunk .* {what}: Zarr would read it as zeros"):
+    with pytest.raises(FormatError, match=f"{array} shard .* {what}: Zarr would read it as zeros"):
         mmpack.open(tmp_path / "z")
 
 
 def test_zarr_chunk_removed_after_open_is_an_error_at_read(tmp_path):
     from mmpack.views.window import WindowDataset
 
-    store = _zarr_store(tmp_path)
-    expected = store[3].copy()
+    expected = _zarr_store(tmp_path)[3].copy()
+    store = mmpack.open(tmp_path / "z")  # opened, no shard mapped yet (a mapped one is kept)
     ds = WindowDataset(store, 4096)
     (tmp_path / "z" / "tokens" / "c" / "1").unlink()  # tokens [262144, 524288)
     assert store[0].tolist() == list(np.arange(0, 100_000) % 60000 + 1)  # chunk 0 is fine
-    with pytest.raises(FormatError, match="tokens chunk 1 .* is missing"):
+    with pytest.raises(FormatError, match="tokens shard 1 .* is missing"):
         store[3]  # tokens [300000, 400000)
-    with pytest.raises(FormatError, match="tokens chunk 1"):
+    with pytest.raises(FormatError, match="tokens shard 1"):
         ds[300_000 // 4096]
-    with pytest.raises(FormatError, match="tokens chunk 1"):
+    with pytest.raises(FormatError, match="tokens shard 1|cannot read tokens"):
         store.verify()
     assert expected.min() > 0  # what zarr would have returned instead: zeros
 
@@ -383,7 +384,7 @@ def test_zarr_truncated_chunk_is_an_error_at_read(tmp_path):
     chunk = tmp_path / "z" / "tokens" / "c" / "1"
     chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
     store = mmpack.open(tmp_path / "z")  # present and non-empty: the structure is fine
-    with pytest.raises(FormatError, match=r"cannot read tokens .*the Zarr store is corrupt"):
+    with pytest.raises(FormatError, match="shard index (fails its checksum|points past)"):
         store[3]
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import naive_stream
 
 import mmpack
 from mmpack.views.window import WindowDataset
@@ -23,18 +24,6 @@ SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
 
 
 # ----------------------------------------------------------------------------- the reference
-def naive_stream(docs, eot):
-    stream = []
-    ends = []  # stream positions right after a document's last token (incl. its eot)
-    for d in docs:
-        stream.extend(int(t) for t in d)
-        if eot is not None:
-            stream.append(eot)
-        if eot is not None or len(d):
-            ends.append(len(stream))
-    return stream, ends
-
-
 def naive_windows(docs, seqlen, stride, eot, labels, drop_last, pad_id):
     """Every sample of the window view, computed in the most direct way."""
     stream, ends = naive_stream(docs, eot)

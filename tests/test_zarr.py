@@ -1,6 +1,6 @@
 """The sharded Zarr layout (``mmpack/store/backends/_zarr.py``, ``_zarr_shards.py``): every window
 and packed row equal to the memmap store's, batched reads against slicing the flat tokens,
-missing or damaged shards as errors (never zeros), the legacy unsharded layout still read, zstd.
+missing or damaged shards as errors (never zeros), a tokens array of another layout refused, zstd.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_zarr.py``.  Small inner chunks
 and shards (monkeypatched) give many shards from few tokens.
@@ -129,17 +129,20 @@ def test_all_zero_inner_chunks_are_written(tmp_path):
     assert int(store.read_range(0, 5002).max()) == 0
 
 
-# ----------------------------------------------------------------------------- legacy
-def test_legacy_unsharded_store_still_reads(tmp_path, monkeypatch):
-    docs = _corpus(4)
-    monkeypatch.setattr(zarr_backend, "SHARDED", False)
-    monkeypatch.setattr(zarr_backend, "TOKEN_CHUNK", 1000)
-    old = mmpack.build(tmp_path / "old", docs, backend="zarr", fsync=False)
-    monkeypatch.undo()
-    old = mmpack.open(tmp_path / "old")
-    assert old._backend._layout is None and (tmp_path / "old" / "tokens" / "c" / "3").is_file()
-    assert_views_equal(old, mmpack.build(tmp_path / "m", docs, fsync=False))
-    assert old.verify()["bytes"] > 0
+# ----------------------------------------------------------------------------- layout
+def test_a_tokens_array_of_another_layout_is_refused_at_open(tmp_path):
+    """A group whose tokens are a plain chunked array (no shards, no crc32c per chunk) is not
+    an mmpack store: refused at open, naming what it expects, never read unchecked."""
+    import zarr
+
+    _build(tmp_path / "z", _corpus(4))
+    group = zarr.open_group(str(tmp_path / "z"), mode="r+")
+    tokens = np.asarray(group["tokens"][:])
+    del group["tokens"]
+    plain = group.create_array("tokens", shape=tokens.shape, dtype=tokens.dtype, chunks=(1000,))
+    plain[:] = tokens
+    with pytest.raises(FormatError, match="not mmpack's sharded Zarr layout"):
+        mmpack.open(tmp_path / "z")
 
 
 # ----------------------------------------------------------------------------- damage

@@ -57,6 +57,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     if args.scheduler is not None and args.engine != "dask":
         raise ValueError("--scheduler needs --engine dask")
+    if args.loss_on is not None:
+        return _build_chat(args)
     options: dict[str, Any] = dict(  # what both engines take, as ingest() keywords
         tokenizer=args.tokenizer,
         field=args.field,
@@ -99,6 +101,49 @@ def _cmd_build(args: argparse.Namespace) -> int:
         **options,
     )
     print(report.summary())
+    return 0
+
+
+def _build_chat(args: argparse.Namespace) -> int:
+    """``build --loss-on``: chat records to a store with a loss mask (mmpack.ingest.chat)."""
+    import numpy as np
+
+    from mmpack.ingest.chat import build_chat
+
+    if args.tokenizer is None:
+        raise ValueError("--loss-on needs --tokenizer: a transformers folder with a chat template")
+    given = [
+        flag
+        for flag, on in (
+            ("--engine", args.engine != "local"),
+            ("--template", args.template is not None),
+            ("--lines", args.lines),
+            ("--format", args.format is not None or bool(args.format_for)),
+            ("--split", args.split is not None),
+        )
+        if on
+    ]
+    if given:
+        raise ValueError(f"--loss-on reads JSON lines of chat records; drop {', '.join(given)}")
+    store = build_chat(
+        args.inputs,
+        args.output,
+        args.tokenizer,
+        loss_on=args.loss_on,
+        backend=args.backend,
+        overwrite=args.overwrite,
+    )
+    mask = store.loss_mask
+    assert mask is not None
+    step = 1 << 24
+    targets = sum(
+        int(np.count_nonzero(mask.read_range(lo, min(lo + step, mask.num_tokens))))
+        for lo in range(0, mask.num_tokens, step)
+    )
+    print(
+        f"built {store.location}: {len(store):,} conversations, {store.num_tokens:,} tokens, "
+        f"{targets:,} of them targets (--loss-on {args.loss_on})"
+    )
     return 0
 
 

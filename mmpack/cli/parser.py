@@ -251,6 +251,16 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         "corpus; needs twice the token bytes on disk while it runs (with --engine dask/serial: "
         "each part shuffled, the parts joined in a keyed order)",
     )
+    _add_choice(
+        b,
+        "--loss-on",
+        ("assistant", "all", "completion"),
+        None,
+        "build a fine-tuning store with a per-token loss mask from JSON lines of chat "
+        'records ({"messages": [{"role", "content"}, ...]}, or {"prompt", "completion"} '
+        "with completion), tokenized with the --tokenizer folder's chat template: the "
+        "assistant's tokens, all of them, or the completion's are the targets",
+    )
 
 
 def _add_build_engine(b: argparse.ArgumentParser) -> None:

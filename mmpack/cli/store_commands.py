@@ -138,6 +138,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "tokens": store.num_tokens,
         "bytes_on_disk": _store_size(store),
         "fingerprint": store.fingerprint,
+        "loss_mask": store.has_loss_mask,
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
@@ -181,6 +182,8 @@ def _print_info(info: dict, store, lens) -> None:
     )
     print(f"size         {_fmt_bytes(info['bytes_on_disk'])} on disk")
     print(f"fingerprint  {info['fingerprint']}")
+    if info["loss_mask"]:
+        print("loss mask    yes (one 0/1 value per token, 1 = the token is a target)")
     tok = info.get("tokenizer")
     if tok:
         ids = ", ".join(f"{k} {v}" for k, v in tok.get("special_ids", {}).items()) or "none"

@@ -46,9 +46,18 @@ MEGATRON_EXPORT_DTYPES: dict[int, tuple[int, np.dtype]] = {
 _BLOCK_TOKENS = 1 << 24
 
 
-def _check_store(store: Any) -> TokenStore:
+def _check_store(store: Any, what: str) -> TokenStore:
+    """``store`` as a :class:`TokenStore` that ``what`` (the target format) can hold: neither
+    Megatron's ``.bin``/``.idx`` nor a flat file has a place for a per-token loss mask
+    (megatron-core derives its loss mask from the eod and pad ids at read time), so a store with
+    one is refused rather than exported without it."""
     if not isinstance(store, TokenStore):
         raise TypeError(f"store must be a TokenStore (mmpack.open), got {type(store).__name__}")
+    if store.has_loss_mask:
+        raise ValueError(
+            f"{store.location} has a per-token loss mask, which {what} cannot hold (it would be "
+            "lost); train from the mmpack store, whose views turn the mask into labels"
+        )
     return store
 
 
@@ -107,9 +116,10 @@ def export_megatron(
     StoreExistsError
         A target exists and ``overwrite`` is False.
     ValueError
-        A document longer than 2**31 - 1 tokens, or an id that the Megatron dtype cannot hold.
+        A document longer than 2**31 - 1 tokens, an id that the Megatron dtype cannot hold, or
+        a store with a loss mask (Megatron's files have no place for one).
     """
-    store = _check_store(store)
+    store = _check_store(store, "Megatron's .bin/.idx")
     _, bin_path, idx_path = megatron_paths(prefix)
     _targets_free([bin_path, idx_path], overwrite)
     code, out_dtype = MEGATRON_EXPORT_DTYPES[store.dtype.itemsize]
@@ -194,9 +204,10 @@ def export_flat(
     Raises
     ------
     ValueError
-        ``eos`` out of range, or a document holds ``eos`` before its end.
+        ``eos`` out of range, a document holds ``eos`` before its end, or the store has a loss
+        mask (a flat file has no place for one).
     """
-    store = _check_store(store)
+    store = _check_store(store, "a flat EOS-separated file")
     eos = check_int_range(eos, "eos", 0, int(np.iinfo(store.dtype).max) + 1)
     path = Path(path)
     meta_path = olmo_metadata_path(path) if metadata else None

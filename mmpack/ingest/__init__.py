@@ -5,6 +5,7 @@
     tokenizer.py    byte-level, tokenizers and transformers tokenizers behind one interface;
                     special-token templates (the tokenizer's post-processor, or "<s> $A")
     pipeline.py     ingest(): the API, from inputs to a store
+    chat.py         chat and prompt/completion records -> documents with loss masks
     inputs.py       format detection and input resolution (paths, globs, datasets, iterables)
     readers.py      the sources: text, JSON, Parquet, datasets and iterables in memory
     records.py      the record/reason protocol; damaged .gz checks

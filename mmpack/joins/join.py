@@ -31,7 +31,7 @@ from mmpack.joins.manifest import (
     read_manifest,
 )
 from mmpack.joins.opening import PartOptions, open_join, part_open_error
-from mmpack.joins.parts import JoinedStore
+from mmpack.joins.parts import JoinedStore, joined_mask_fingerprint
 from mmpack.store.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
@@ -340,6 +340,7 @@ def _publish(
     """Write a new offsets file and then the manifest (atomically) into ``folder``."""
     every = (list(old.parts) if old is not None else []) + list(new)
     check_same_tokenizer(every, mixed_tokenizers, "parts")
+    joined_mask_fingerprint(every, "", out_abs)  # refuses parts with and without loss masks
     extra = dict(extra or {})
     if "tokenizer" not in extra:
         rec, data = _common_tokenizer(every)

@@ -38,6 +38,7 @@ from mmpack.joins.parts import (
     JoinMeta,
     PartsBackend,
     check_global_offsets,
+    joined_mask_fingerprint,
 )
 from mmpack.store.backends._memmap import map_readonly
 from mmpack.store.format import OFFSETS_DTYPE
@@ -141,6 +142,7 @@ def _open_manifest(path: Path, raw: dict[str, Any], options: PartOptions) -> Joi
         num_docs=raw["num_docs"],
         num_tokens=raw["num_tokens"],
         fingerprint=raw["fingerprint"],
+        loss_mask=_mask_fingerprint(parts, raw["fingerprint"], path),
     )
     backend = PartsBackend(path, meta, parts, offsets)
     doc_starts = np.zeros(len(parts) + 1, dtype=np.int64)
@@ -158,6 +160,13 @@ def _open_manifest(path: Path, raw: dict[str, Any], options: PartOptions) -> Joi
         verify_reads=options.verify_reads,
         read_checker=PARTS_CHECK_THEIR_OWN,
     )
+
+
+def _mask_fingerprint(parts: list[TokenStore], fingerprint: str, path: Path) -> str | None:
+    try:
+        return joined_mask_fingerprint(parts, fingerprint, path)
+    except ValueError as exc:  # parts that mmpack.join would have refused
+        raise FormatError(f"{exc}; the join is damaged") from None
 
 
 def _open_part(path: Path, k: int, rec: dict[str, Any], options: PartOptions) -> TokenStore:

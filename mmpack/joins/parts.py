@@ -46,6 +46,7 @@ opened :class:`JoinedStore`.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "PARTS_CHECK_THEIR_OWN",
     "PartsBackend",
     "check_global_offsets",
+    "joined_mask_fingerprint",
 ]
 
 
@@ -79,6 +81,28 @@ class JoinMeta:
     num_tokens: int
     fingerprint: str
     backend: str = "parts"
+    loss_mask: str | None = None
+    """The fingerprint of the join's loss mask (every part has one), or None (none has)."""
+
+
+def joined_mask_fingerprint(
+    parts: Sequence[TokenStore], fingerprint: str, where: Any
+) -> str | None:
+    """The fingerprint of the loss mask of the join ``fingerprint`` of ``parts``: derived from
+    the join's (which covers every part's, their masks included) when every part has a loss
+    mask, None when none has; ``ValueError`` naming the first part that differs from part 0
+    otherwise (a store has a mask for every document or for none)."""
+    flags = [p.has_loss_mask for p in parts]
+    if any(flags) and not all(flags):
+        k = flags.index(not flags[0])
+        has = ("has a loss mask", "has none") if flags[k] else ("has no loss mask", "has one")
+        raise ValueError(
+            f"{where}: part {k} ({parts[k].location}) {has[0]} but part 0 "
+            f"({parts[0].location}) {has[1]}; join stores that all have loss masks, or none"
+        )
+    if not flags or not flags[0]:
+        return None
+    return hashlib.sha256(f"mmpack-join-loss-mask:{fingerprint}".encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------- the backend
@@ -308,6 +332,30 @@ class JoinedStore(TokenStore):
             doc += n
         return {"parts": len(self.parts), "blocks": blocks, "bytes": nbytes}
 
+    def _open_loss_mask(self) -> TokenStore:
+        """The join of the parts' loss masks, with the join's offsets (nothing is written)."""
+        meta = JoinMeta(
+            dtype=np.dtype("<u1"),
+            num_docs=len(self),
+            num_tokens=self.num_tokens,
+            fingerprint=self._meta.loss_mask,  # type: ignore[arg-type]
+        )
+        masks = [p.loss_mask for p in self.parts]  # every part has one (checked at open)
+        backend = PartsBackend(self._path, meta, masks, self.offsets)  # type: ignore[arg-type]
+        mask = JoinedMask(
+            self._path,
+            meta,  # type: ignore[arg-type]
+            self._raw_meta,
+            backend,
+            location=self._location,
+            cache_dir=self.cache_dir,
+            open_options=self._open_options,
+            verify_reads=self.verify_reads,
+            read_checker=PARTS_CHECK_THEIR_OWN,
+        )
+        mask._joined = self
+        return mask
+
     def __getstate__(self) -> dict[str, Any]:
         options = dict(self._open_options)  # the caller's, for the remote parts (in memory only)
         if self.verify_reads:
@@ -329,3 +377,20 @@ class JoinedStore(TokenStore):
             f"JoinedStore({str(self._path)!r}, parts={len(self.parts)}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
+
+
+class JoinedMask(JoinedStore):
+    """The loss mask of a :class:`JoinedStore` (its ``loss_mask``): the parts' masks read
+    through the join's offsets.  Pickles as the join it belongs to."""
+
+    _joined: JoinedStore
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"join": self._joined}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        mask = state["join"].loss_mask
+        self.__dict__.update(mask.__dict__)
+
+    def __repr__(self) -> str:
+        return f"JoinedMask({str(self._path)!r}, parts={len(self.parts)}, docs={len(self)})"

@@ -1,9 +1,9 @@
 """Numba kernels: small pure functions over arrays, one module per family of kernels.
 
 Kernels that call each other live in the same module (numba's cache does not notice edits to a
-jitted function in another file).  Every kernel has a slow, obviously right Python twin in the
-test module of its family (``tests/test_window.py``, ``tests/test_plan.py``,
-``tests/test_masking.py``...), compared by hypothesis on random inputs.
+jitted function in another file).  Every kernel has a slow, obviously right Python twin,
+paired with it in one table (``PAIRS`` in ``tests/reference.py``) that the tests compare by
+hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times side by side.
 
 | module | kernels |
 |---|---|

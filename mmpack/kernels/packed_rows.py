@@ -5,7 +5,8 @@ against the document lengths; a corrupt plan is reported, never read out of boun
 shorter than ``seqlen`` is its document's last and carries the eot); :func:`fill_rows` then
 writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
 :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
-``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation.
+``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation;
+:func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces).
 Both write a segment with the same two helpers (:func:`_segment_layout`, :func:`_segment_tokens`:
 plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
 
@@ -23,11 +24,20 @@ import numpy as np
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels._jit import njit
 
-__all__ = ["LABELS_HF", "LABELS_NEXT", "LABELS_NONE", "fill_rows", "one_bin", "select_pieces"]
+__all__ = [
+    "LABELS_HF",
+    "LABELS_NEXT",
+    "LABELS_NONE",
+    "fill_rows",
+    "mask_pieces",
+    "one_bin",
+    "select_pieces",
+]
 
 LABELS_NONE = 0
 LABELS_NEXT = 1
 LABELS_HF = 2
+_NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
 
 
 @njit
@@ -88,13 +98,20 @@ def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
 
 @njit
 def _segment_tokens(
-    seg_src: np.ndarray, e: int, eot_id: int, label_mode: int, ids: np.ndarray, lab: np.ndarray
+    seg_src: np.ndarray,
+    e: int,
+    eot_id: int,
+    label_mode: int,
+    ids: np.ndarray,
+    lab: np.ndarray,
+    seg_mask: np.ndarray,
 ) -> None:
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
     ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots.  Labels are read from the
     source (not from the ids just written), so the loops are plain vectorised copies:
     ``LABELS_NEXT`` the next token (-100 at the segment's last slot), ``LABELS_HF`` the token
-    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere."""
+    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere.  A non-empty ``seg_mask``
+    (uint8, (n,): the piece's loss mask) makes a label -100 where its token's mask is 0."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
@@ -103,16 +120,25 @@ def _segment_tokens(
     m = n + e
     if m == 0:
         return
+    masked = seg_mask.shape[0] > 0
     if label_mode == LABELS_NEXT:
-        for i in range(n - 1):
-            lab[i] = seg_src[i + 1]
+        if masked:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1] if seg_mask[i + 1] != 0 else IGNORE_INDEX
+        else:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1]
         if e != 0 and n > 0:
             lab[n - 1] = eot_id
         lab[m - 1] = IGNORE_INDEX
     elif label_mode == LABELS_HF:
         lab[0] = IGNORE_INDEX
-        for i in range(1, n):
-            lab[i] = seg_src[i]
+        if masked:
+            for i in range(1, n):
+                lab[i] = seg_src[i] if seg_mask[i] != 0 else IGNORE_INDEX
+        else:
+            for i in range(1, n):
+                lab[i] = seg_src[i]
         if e != 0 and n > 0:
             lab[n] = eot_id
     else:
@@ -152,16 +178,21 @@ def fill_rows(
     cu_seqlens: np.ndarray,
     n_segments: np.ndarray,
     max_seqlen: np.ndarray,
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
 ) -> None:
     """Write rows ``r`` of the (B, seqlen) outputs from pieces ``row_ptr[r]:row_ptr[r+1]``.
 
     ``src[src_starts[q]:src_starts[q]+lengths[q]]`` must be in bounds and each row's pieces
-    (plus their eot) must fit in seqlen (both checked by the caller).  ``cu_seqlens`` is (B, C)
+    (plus their eot) must fit in seqlen (both checked by the caller).  With a loss mask
+    (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
+    arrays for none), a causal label is -100 where the token it holds has mask 0.  ``cu_seqlens`` is (B, C)
     with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
     (if any) being the last segment.
     """
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
+    masked = mask_starts.shape[0] > 0
     for r in range(input_ids.shape[0]):
         ids = input_ids[r]
         pos = position_ids[r]
@@ -175,7 +206,9 @@ def fill_rows(
             a, n, e = src_starts[q], lengths[q], has_eot[q]
             m = n + e
             _segment_layout(pos[t : t + m], att[t : t + m])
-            _segment_tokens(src[a : a + n], e, eot_id, label_mode, ids[t : t + m], lab[t : t + m])
+            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+            seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
+            _segment_tokens(src[a : a + n], e, eot_id, label_mode, seg_ids, seg_lab, seg_mask)
             t += m
             seg += 1
             cu_seqlens[r, seg] = t
@@ -268,7 +301,44 @@ def one_bin(
         a = offsets[piece_doc[p]] + piece_start[p]
         ln = piece_len[p]
         e = cu[q + 1] - cu[q] - ln
-        _segment_tokens(
-            src[a : a + ln], e, eot_id, label_mode, ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
-        )
+        seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
+        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, seg_ids, seg_lab, _NO_MASK)
     return n_seg, longest
+
+
+@njit
+def mask_pieces(
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    shift: int,
+    fill: int,
+    out: np.ndarray,
+) -> None:
+    """Write ``fill`` into ``out[r, p - shift]`` for every position ``p`` of row ``r`` that holds
+    a piece's token whose loss mask is 0 (positions before 0 skipped): with ``shift=1`` the
+    causal labels that predict it (``label_shift="next"``), with ``shift=0`` its own label
+    (``"hf"``) or its MLM eligibility.
+
+    Parameters
+    ----------
+    mask : ndarray, uint8
+        Piece ``q``'s mask is ``mask[mask_starts[q] : mask_starts[q] + lengths[q]]``
+        (validated).
+    lengths, has_eot : ndarray, int64, (pieces,)
+        The pieces in row order (:func:`select_pieces`); a piece with an eot takes one more
+        position.
+    row_ptr : ndarray, int64, (rows + 1,)
+    out : ndarray, (rows, seqlen)
+    """
+    for r in range(row_ptr.shape[0] - 1):
+        at = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            a = mask_starts[q]
+            for i in range(lengths[q]):
+                p = at + i - shift
+                if mask[a + i] == 0 and p >= 0:
+                    out[r, p] = fill
+            at += lengths[q] + has_eot[q]

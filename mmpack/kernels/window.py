@@ -36,6 +36,7 @@ __all__ = [
     "find_doc",
     "flat_position",
     "gather_windows",
+    "masked_window_labels",
     "one_window",
     "window_ranges",
 ]
@@ -354,3 +355,57 @@ def one_window(
         out[width : width + seqlen],
         cu[cu_at : cu_at + seqlen + 1],
     )
+
+
+@njit
+def masked_window_labels(
+    mask: np.ndarray,
+    base: np.ndarray,
+    offsets: np.ndarray,
+    top: np.ndarray,
+    use_eot: int,
+    vstarts: np.ndarray,
+    seqlen: int,
+    total: int,
+    rows: np.ndarray,
+    ignore: int,
+    labels: np.ndarray,
+) -> None:
+    """The labels of windows whose loss mask is ``mask``: ``labels[k, t] = rows[k, t + 1]``
+    where the token at virtual position ``vstarts[k] + t + 1`` is a target, ``ignore`` where it
+    is not (its mask is 0) or lies past ``total``; an eot (``use_eot``) is a target.
+
+    Parameters
+    ----------
+    mask : ndarray, uint8
+        The mask of flat token ``f`` of window ``k`` is ``mask[base[k] + f]``.
+    base : ndarray, int64, (k,)
+        Validated: every flat token of window ``k`` lies inside ``mask`` that way.
+    rows : ndarray, (k, seqlen + 1)
+        The windows' tokens (:func:`gather_windows`).
+    labels : ndarray, (k, seqlen)
+        Written.
+    """
+    for k in range(vstarts.shape[0]):
+        lab = labels[k]  # 1-D views: LLVM vectorises the copies (not the 2-D indexing)
+        row = rows[k]
+        for q in range(seqlen):  # the next tokens, then -100 where they are not targets
+            lab[q] = row[q + 1]
+        v0 = vstarts[k] + 1  # the target of label 0
+        t = 0
+        j = find_doc(offsets, top, use_eot, v0) if v0 < total else 0
+        while t < seqlen:
+            v = v0 + t
+            if v >= total:
+                for q in range(t, seqlen):
+                    lab[q] = ignore
+                break
+            doc_v = offsets[j] + j * use_eot
+            dl = offsets[j + 1] - offsets[j]
+            stop = min(doc_v + dl, v0 + seqlen, total)  # the document's tokens (not its eot)
+            b = base[k] + offsets[j] - doc_v  # mask index of virtual position q is b + q
+            for q in range(v, stop):
+                if mask[b + q] == 0:
+                    lab[q - v0] = ignore
+            t = max(t, min(doc_v + dl + use_eot, v0 + seqlen, total) - v0)
+            j += 1

@@ -47,6 +47,7 @@ changes it.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +238,13 @@ def verified_object(
     """Object ``key`` (``nbytes``) from its local copy ``local`` if present and intact, else
     fetched, checked against ``crcs`` (CRC-32 per ``block`` bytes, or of the whole) and kept at
     ``local``, or in memory only where that cannot be written (one warning)."""
+
+    def checksums(data: bytes) -> list[int]:  # the whole object's: also that of no bytes
+        return crc_blocks(data, block) if block else [zlib.crc32(data)]
+
     if local.is_file() and local.stat().st_size == nbytes:
         data = local.read_bytes()
-        if crc_blocks(data, block or max(nbytes, 1)) == crcs or (nbytes == 0 and not crcs):
+        if checksums(data) == crcs:
             return data
     try:
         data = transport.get(key)
@@ -247,8 +252,7 @@ def verified_object(
         raise FormatError(
             f"{transport.url}: {key} is missing: the store is incomplete or was deleted; rebuild it"
         ) from None
-    got = crc_blocks(data, block or max(nbytes, 1)) if data else []
-    if len(data) != nbytes or (got != crcs and not (nbytes == 0 and not crcs)):
+    if len(data) != nbytes or checksums(data) != crcs:
         raise FormatError(
             f"{transport.url}: {key} ({len(data)} bytes) fails its checksum: the object is "
             "corrupt or was replaced; rebuild the store"

@@ -1,5 +1,9 @@
 """Uploading a finished local store to object storage, committed by its metadata written last.
 
+A store with a loss mask uploads its mask store first, as a store of its own at
+``URL/loss_mask`` (:data:`~mmpack.store.format.LOSS_MASK_STORE`), so the store's metadata,
+written last, never names a mask that is not there.
+
 Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only
 then PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make
 visible atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends
@@ -41,10 +45,10 @@ import numpy as np
 
 from mmpack.core.progress import progress_bar
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
-from mmpack.remote.transport import ObjectMissing, Transport
+from mmpack.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.remote.zarr import LAYOUT
 from mmpack.store.backends._zarr_shards import parse_layout
-from mmpack.store.format import META_FILE
+from mmpack.store.format import LOSS_MASK_STORE, META_FILE
 
 __all__ = [
     "CHECK_BLOCK_BYTES",
@@ -109,6 +113,15 @@ def upload(
     raw = json.loads((local / META_FILE).read_text())
     if raw.get("backend") != "memmap":
         raise ValueError(f"{local}: only memmap stores are uploaded")
+    if "loss_mask" in raw:
+        upload(
+            local / LOSS_MASK_STORE,
+            make_transport(f"{url}/{LOSS_MASK_STORE}", storage_options),
+            f"{url}/{LOSS_MASK_STORE}",
+            overwrite=True,
+            check_block_bytes=check_block_bytes,
+            storage_options=storage_options,
+        )
     previous, gen = new_generation(transport)
     table = check_table(local / "tokens.bin", check_block_bytes)
     (local / "tokens.crc").write_bytes(table)
@@ -254,8 +267,17 @@ def upload_zarr(
     for n, a in arrays.items():
         if parse_layout(a) is None:
             raise ValueError(f"{local}/{n}: not the sharded Zarr layout; rebuild it")
+    if "loss_mask" in raw:
+        upload_zarr(
+            local / LOSS_MASK_STORE,
+            make_transport(f"{url}/{LOSS_MASK_STORE}", storage_options),
+            f"{url}/{LOSS_MASK_STORE}",
+            overwrite=True,
+            storage_options=storage_options,
+        )
     files = sorted(p for p in local.rglob("*") if p.is_file())
     rel = {p: p.relative_to(local).as_posix() for p in files}
+    files = [p for p in files if rel[p].split("/")[0] != LOSS_MASK_STORE]
     previous, gen = new_generation(transport)
     _put_files(transport, {f"{gen}/{rel[p]}": p for p in files}, 4, progress)
     raw["remote"] = {

@@ -154,7 +154,7 @@ class Permutation:
         numpy.ndarray, int64, same shape as ``idx``
         """
         arr = self._check_array(idx, "idx")
-        return self._map_unchecked(arr)
+        return self.map_unchecked(arr)
 
     def inverse_map(self, values: np.ndarray) -> np.ndarray:
         """Preimages of an array of values; int64 array of the same shape (see :meth:`map`)."""
@@ -179,8 +179,6 @@ class Permutation:
                 arr.reshape(-1), out.reshape(-1), self._n, self._half_bits, self._mask, self._keys
             )
         return out
-
-    _map_unchecked = map_unchecked  # the name earlier callers used
 
     def map_keyed(self, idx: np.ndarray, which: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Images of ``idx[i]`` under the permutation of this ``n`` whose round keys are
@@ -208,7 +206,7 @@ class Permutation:
         """Yield ``perm[0], perm[1], ...`` (computed in vectorised chunks)."""
         for start in range(0, self._n, _CHUNK):
             stop = min(start + _CHUNK, self._n)
-            yield from self._map_unchecked(np.arange(start, stop, dtype=np.int64)).tolist()
+            yield from self.map_unchecked(np.arange(start, stop, dtype=np.int64)).tolist()
 
 
 def _rebuild(n: int, seed: SeedLike, epoch: int) -> Permutation:

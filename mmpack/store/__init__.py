@@ -13,11 +13,12 @@
     blockwriter.py the writer thread and the hash thread behind tokenfile
     gather.py      the documents a build takes from lists, arrays and generators
     tokens.py      one document's tokens checked and converted (the rules of ``build``)
-    buildfiles.py  the offsets and metadata files a build writes before it commits
+    lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     arrayfile.py   named arrays in one checksummed file (derived indexes kept in a cache)
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
+    copy.py        copy_store (``mmpack cp``): a store copied with its metadata, verified
 
 The adapters beside the core (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`)
 import from it and register in :mod:`mmpack.store.registry`; the core imports none of them.

@@ -110,16 +110,20 @@ def doc_order(n: int, seed: SeedLike, start: int, stop: int) -> np.ndarray:
 
 
 def write_in_order(
-    src: TokenStore, add: Callable[[list[np.ndarray]], None], seed: SeedLike, budget: int
+    src: TokenStore, add: Callable[[list[Any]], None], seed: SeedLike, budget: int
 ) -> None:
     """Hand every document of ``src`` to ``add`` in the keyed order of ``seed``, in lists of at
     most :data:`CHUNK_DOCS` documents and about ``budget`` tokens (views of ``src``'s tokens,
-    valid while ``src`` is open)."""
+    valid while ``src`` is open; with a loss mask, ``{"input_ids", "loss_mask"}`` dicts of
+    views of both)."""
     n = len(src)
     offsets = src.offsets
     tokens = src.tokens
     if tokens is None:
         raise RuntimeError(f"{src.location}: the temporary store has no token mapping")
+    mask = src.loss_mask.tokens if src.loss_mask is not None else None  # same offsets
+    if src.loss_mask is not None and mask is None:
+        raise RuntimeError(f"{src.location}: the temporary store's loss mask has no mapping")
     pos = 0
     while pos < n:
         ids = doc_order(n, seed, pos, min(n, pos + CHUNK_DOCS))
@@ -130,7 +134,11 @@ def write_in_order(
         while lo < ids.size:
             done = int(sizes[lo - 1]) if lo else 0
             hi = max(lo + 1, int(np.searchsorted(sizes, done + max(budget, 1), side="right")))
-            add([tokens[a:b] for a, b in zip(starts[lo:hi], ends[lo:hi])])
+            spans = zip(starts[lo:hi], ends[lo:hi])
+            if mask is None:
+                add([tokens[a:b] for a, b in spans])
+            else:  # each document with its loss mask
+                add([{"input_ids": tokens[a:b], "loss_mask": mask[a:b]} for a, b in spans])
             lo = hi
         pos += ids.size
 
@@ -138,7 +146,7 @@ def write_in_order(
 def rewrite(
     inner: Any,
     open_files: Callable[[np.dtype], None],
-    add: Callable[[list[np.ndarray]], None],
+    add: Callable[[list[Any]], None],
     seed: SeedLike,
     budget: int,
 ) -> None:

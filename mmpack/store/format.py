@@ -18,6 +18,12 @@ with ``checksum="crc32"``).  ``verify()`` recomputes them and reports the first 
 differs.  The *fingerprint* is a hash of the dtype, the counts and every digest: it identifies the
 content cheaply (no data is read) and keys packing plans and sampler states to the exact data
 they were made for.  ``files`` lists the files a build wrote besides the layout's own.
+
+Per-token loss masks: a store built from documents that carry one (``{"input_ids": ...,
+"loss_mask": ...}``) holds its mask as a second store of the same layout in its folder
+(:data:`LOSS_MASK_STORE`): ``uint8`` tokens 0 or 1, one per token, with the same offsets, block
+digests of its own.  The record names the mask store's fingerprint (``loss_mask``), and the
+store's fingerprint covers it, so a mask that changed is a different store.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "KNOWN_BACKENDS",
+    "LOSS_MASK_STORE",
     "META_FILE",
     "OFFSETS_DTYPE",
     "RECORD_KEYS",
@@ -59,6 +66,8 @@ __all__ = [
 FORMAT_NAME = "mmpack-token-store"
 FORMAT_VERSION = 1
 META_FILE = "mmpack.json"
+LOSS_MASK_STORE = "loss_mask"
+"""The folder (or object prefix) of a store's loss mask store, inside the store's own."""
 BLOCK_BYTES = 16 << 20
 CHECKSUM_KINDS = ("crc32", "xxh64")
 """Digests of the token blocks: ``crc32`` (zlib's), ``xxh64`` (XXH64, seed 0)."""
@@ -145,6 +154,9 @@ class StoreMeta:
     """The files a build wrote into the store folder besides its layout's (e.g.
     ``tokenizer.json``), sorted: the store's own, which ``overwrite`` replaces with it
     (:func:`mmpack.store.publish.check_replaceable`).  Not part of the fingerprint."""
+    loss_mask: str | None = None
+    """The fingerprint of the store's loss mask store (:data:`LOSS_MASK_STORE`), or None for a
+    store without a loss mask.  Part of the fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -159,6 +171,8 @@ class StoreMeta:
         ]
         if self.tokens_checksum != "crc32":  # a CRC-32 record's fingerprint omits the algorithm
             fields.append(self.tokens_checksum)
+        if self.loss_mask is not None:
+            fields.append(["loss_mask", self.loss_mask])
         payload = json.dumps(fields, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -179,6 +193,8 @@ class StoreMeta:
         }
         if self.files:
             record["files"] = list(self.files)
+        if self.loss_mask is not None:
+            record["loss_mask"] = {"store": LOSS_MASK_STORE, "fingerprint": self.loss_mask}
         record["fingerprint"] = self.fingerprint
         return record
 
@@ -203,6 +219,7 @@ class StoreMeta:
                 offsets_crc32=tuple(check_count(c, "checksum", where) for c in checksum["offsets"]),
                 tokens_checksum=str(checksum.get("algorithm")),
                 files=_listed_files(obj.get("files", []), where),
+                loss_mask=_loss_mask_record(obj.get("loss_mask"), where),
             )
         except (KeyError, TypeError) as exc:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc
@@ -245,6 +262,23 @@ def _listed_files(files: Any, where: Path) -> tuple[str, ...]:
     if len(set(files)) != len(files):
         raise FormatError(f"{where}: files lists a name twice: {files!r}")
     return tuple(files)
+
+
+def _loss_mask_record(rec: Any, where: Path) -> str | None:
+    """The ``loss_mask`` field of a metadata record: absent, or ``{"store": "loss_mask",
+    "fingerprint": <16 hex digits>}``; the fingerprint is returned."""
+    if rec is None:
+        return None
+    fp = rec.get("fingerprint") if isinstance(rec, dict) else None
+    if (
+        not isinstance(rec, dict)
+        or rec.get("store") != LOSS_MASK_STORE
+        or not isinstance(fp, str)
+        or len(fp) != 16
+        or any(c not in "0123456789abcdef" for c in fp)
+    ):
+        raise FormatError(f"{where}: malformed loss_mask record {rec!r}")
+    return fp
 
 
 def check_version(version: Any, newest: int, where: Path, what: str = "format") -> int:

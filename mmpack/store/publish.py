@@ -28,11 +28,18 @@ import shutil
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 from mmpack.core.libc import libc_function
 from mmpack.errors import FormatError, Param, StoreExistsError, with_params
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE
-from mmpack.store.format import META_FILE, StoreMeta, plain_file_name
+from mmpack.store.format import (
+    LOSS_MASK_STORE,
+    META_FILE,
+    StoreMeta,
+    plain_file_name,
+    write_json_atomic,
+)
 from mmpack.store.opening import read_raw_meta
 from mmpack.store.reader import TokenStore
 from mmpack.store.registry import OWNERS, load
@@ -138,7 +145,10 @@ def check_new_store(tmp: Path, meta: StoreMeta) -> TokenStore:
     raw = read_raw_meta(tmp)
     if StoreMeta.from_json(raw, tmp).fingerprint != meta.fingerprint:
         raise FormatError(f"{tmp}: the metadata written does not read back; nothing was replaced")
-    return TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    store = TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    if store.has_loss_mask and store.loss_mask is None:  # opening it checks it against the record
+        raise FormatError(f"{tmp}: the loss mask written does not read back; nothing was replaced")
+    return store
 
 
 # --------------------------------------------------------------------------------- the target
@@ -160,11 +170,13 @@ def inside_build(path: str | os.PathLike[str], target: str | os.PathLike[str]) -
 
 
 LAYOUT_ENTRIES = {
-    "memmap": frozenset({META_FILE, TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE}),
-    "zarr": frozenset({"zarr.json", "tokens", "offsets", "cache", LOCK_FILE}),
+    "memmap": frozenset(
+        {META_FILE, TOKENS_FILE, OFFSETS_FILE, "cache", LOCK_FILE, LOSS_MASK_STORE}
+    ),
+    "zarr": frozenset({"zarr.json", "tokens", "offsets", "cache", LOCK_FILE, LOSS_MASK_STORE}),
 }
 """The entries each local layout writes into a store folder itself (its metadata, its arrays,
-the plan ``cache`` and the builder's lock); the other files a build writes are listed in the
+the plan ``cache``, the builder's lock and the loss mask store); the other files a build writes are listed in the
 metadata (:attr:`~mmpack.store.format.StoreMeta.files`)."""
 
 
@@ -390,3 +402,19 @@ def fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def write_extra(tmp: Path, backend: str, meta: StoreMeta, extra: dict[str, Any]) -> None:
+    """Rewrite the committed metadata record of the store at ``tmp`` with the optional ``extra``
+    sections (the tokenizer record, provenance...), which may not replace the record's own keys."""
+    core = meta.to_json()
+    clash = set(extra) & set(core)
+    if clash:
+        raise ValueError(f"extra metadata may not replace the record's own keys {sorted(clash)}")
+    record = {**core, **extra}
+    if backend == "zarr":
+        from mmpack.store.backends._zarr import _zarr  # zarr stays imported by its backend only
+
+        _zarr().open_group(str(tmp), mode="a").attrs["mmpack"] = record
+    else:
+        write_json_atomic(tmp / META_FILE, record)

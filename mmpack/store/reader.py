@@ -38,10 +38,11 @@ import numpy as np
 
 from mmpack.core.progress import progress_bar
 from mmpack.core.validation import check_index, check_int
-from mmpack.errors import StateMismatchError
+from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend, get_backend
-from mmpack.store.format import RECORD_KEYS, StoreMeta
+from mmpack.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
 from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
+from mmpack.store.lossmask import check_mask_store
 from mmpack.store.opening import (
     as_path,
     call_opener,
@@ -92,6 +93,7 @@ class TokenStore:
         self._cache_dir = cache_dir
         self._open_options = dict(open_options or {})
         self._doc_lens: np.ndarray | None = None
+        self._loss_mask: TokenStore | None = None
         check_offsets(self._backend.offsets, meta, path)
         self._verify_reads = bool(verify_reads)
         own = self._verify_reads and read_checker is None
@@ -221,6 +223,43 @@ class TokenStore:
         if len(starts):
             self._reads.verify_ranges(starts, lengths)
         return self._reads.all_checked()
+
+    @property
+    def has_loss_mask(self) -> bool:
+        """Whether the store holds a per-token loss mask (from its metadata; nothing is read)."""
+        return getattr(self._meta, "loss_mask", None) is not None
+
+    @property
+    def loss_mask(self) -> TokenStore | None:
+        """The per-token loss mask, or None: a store of ``uint8`` tokens, 1 where the token is
+        a target and 0 where it is not, with this store's offsets (``store.loss_mask[j]`` is
+        document j's mask; ``read_ranges`` reads it as the tokens are read).  Opened on first
+        use, with this store's options, and checked against the fingerprint the metadata names
+        (:func:`~mmpack.store.lossmask.check_mask_store`)."""
+        if self._loss_mask is None and self.has_loss_mask:
+            self._loss_mask = self._open_loss_mask()
+        return self._loss_mask
+
+    def _open_loss_mask(self) -> TokenStore:
+        """Open the loss mask store that the metadata names (see :attr:`loss_mask`)."""
+        location = self._location
+        where: str | Path = (
+            location.rstrip("/") + "/" + LOSS_MASK_STORE
+            if "://" in location
+            else self._path / LOSS_MASK_STORE
+        )
+        options = dict(self._open_options)
+        if self._verify_reads:
+            options["verify_reads"] = True
+        try:
+            mask = open_store(where, format="mmpack", **options)
+        except StoreNotFoundError:
+            raise FormatError(
+                f"{location}: its loss mask store {str(where)!r} is missing: the store is "
+                "incomplete; rebuild it"
+            ) from None
+        check_mask_store(self, mask, self._meta.loss_mask)  # type: ignore[arg-type]
+        return mask
 
     # ----------------------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -366,13 +405,22 @@ class TokenStore:
             (:func:`mmpack.core.progress.progress_bar`): none by default; ``None`` when stderr
             is a terminal.
 
-        Returns a summary ``{"blocks": ..., "bytes": ...}`` when everything matches.
+        Returns
+        -------
+        dict
+            ``{"blocks": ..., "bytes": ...}`` checked (the loss mask's included), when
+            everything matches.
         """
         previous = self._backend.advise("sequential")  # a scan: full read-ahead
         try:
             with progress_bar(progress, self.nbytes, desc="verifying") as bar:
                 check_offsets(self.offsets, self._meta, self._path)
-                return self._blocks.check_all(bar.update)
+                done = self._blocks.check_all(bar.update)
+            mask = self.loss_mask
+            if mask is not None:  # the mask store: its own offsets check and block digests
+                extra = mask.verify()
+                done = {k: done[k] + extra[k] for k in done}
+            return done
         finally:
             self._backend.advise(previous)
 

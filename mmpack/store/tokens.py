@@ -31,6 +31,7 @@ __all__ = [
     "concat_plain",
     "plain_lengths",
     "snapshot_doc",
+    "tensor_values",
     "validate_block",
 ]
 
@@ -69,7 +70,7 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
             "(tokenize text first, e.g. with mmpack.ingest.pipeline)"
         )
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor
-        doc = _tensor_values(doc, j)
+        doc = tensor_values(doc, j)
     try:
         arr = np.asarray(doc)
     except (OverflowError, ValueError) as exc:
@@ -114,7 +115,7 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
     )
 
 
-def _tensor_values(doc: Any, j: int) -> np.ndarray:
+def tensor_values(doc: Any, j: int) -> np.ndarray:
     """The values of tensor document ``j`` as a numpy array (detached from autograd, copied to
     the CPU); ``ValueError`` for a tensor without data (``meta``), ``TypeError`` for one whose
     values torch cannot give (the message names the document)."""
@@ -177,6 +178,8 @@ def snapshot_doc(doc: Any) -> Any:
     t = type(doc)
     if t is np.ndarray or t is list:
         return doc.copy()
+    if t is dict:  # a document with a loss mask: each value as it is now
+        return {k: snapshot_doc(v) for k, v in doc.items()}
     if t is tuple or t is bytes or t is str or isinstance(doc, np.generic):
         return doc
     if isinstance(doc, array.array):  # a reused array.array: its slice is a copy

@@ -34,10 +34,10 @@ import numpy as np
 from mmpack.core.permutation_keys import SeedLike
 from mmpack.store import doc_order
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
-from mmpack.store.buildfiles import write_extra
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
+    LOSS_MASK_STORE,
     OFFSETS_DTYPE,
     BlockChecksum,
     StoreMeta,
@@ -45,6 +45,7 @@ from mmpack.store.format import (
     plain_file_name,
 )
 from mmpack.store.gather import Arrays, DocChunks
+from mmpack.store.lossmask import mix_error, split_document
 from mmpack.store.opening import as_path
 from mmpack.store.publish import (
     LAYOUT_ENTRIES,
@@ -53,6 +54,7 @@ from mmpack.store.publish import (
     check_target,
     fsync_dir,
     stage_folder,
+    write_extra,
 )
 from mmpack.store.publish import check_new_store as _check_new_store
 from mmpack.store.publish import swap_into_place as _swap_into_place
@@ -63,6 +65,7 @@ from mmpack.store.tokens import (
     MAX_TOKEN,
     as_token_array,
     checked_lengths,
+    concat_docs,
     concat_plain,
     plain_lengths,
     validate_block,
@@ -96,9 +99,12 @@ def build(
     path : str or os.PathLike
         Target folder; must not exist unless ``overwrite=True``.  A URL (``s3://bucket/name``,
         ``file:///path``...) builds locally, then uploads (:mod:`mmpack.remote.writer`).
-    docs : iterable of 1-D integer sequences
+    docs : iterable of 1-D integer sequences, or of dicts
         Lists, tuples, numpy arrays, torch tensors, a generator over a corpus larger than memory.
-        Empty documents are kept.
+        Empty documents are kept.  A document with a per-token loss mask is a dict
+        ``{"input_ids": tokens, "loss_mask": mask}`` (``mask``: one 0/1 value per token, 1 =
+        the token is a target; :mod:`mmpack.store.lossmask`): the store then holds the mask
+        (``store.loss_mask``), and every document must have one.
     dtype : numpy dtype, optional
         Unsigned token dtype.  Default: the narrowest of uint8/16/32/64 that holds the largest
         token.
@@ -124,7 +130,9 @@ def build(
     ------
     ValueError
         A negative, non-integer or too large token (>= 2**63, or beyond ``dtype``; the message
-        names the document, position and value), or a bad argument.  Nothing is left on disk.
+        names the document, position and value), a loss mask of another length than its
+        document or with a value other than 0/1, a mix of documents with and without a loss
+        mask, or a bad argument.  Nothing is left on disk.
     TypeError
         A document that is not a 1-D sequence of integers; a ``shuffle_docs`` that is not one.
     StoreExistsError
@@ -223,6 +231,7 @@ class StoreWriter:
         the fingerprint."""
         self._attached: dict[str, bytes] = {}
         self._unshuffled: StoreWriter | None = None
+        self._mask: StoreWriter | None = None  # the loss mask store's writer, once a mask came
 
     # --------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> StoreWriter:
@@ -275,6 +284,9 @@ class StoreWriter:
         inner, self._unshuffled = self._unshuffled, None
         if inner is not None:  # its own temporary folder and lock, inside this one
             steps.append(inner._cleanup)
+        mask, self._mask = getattr(self, "_mask", None), None
+        if mask is not None:  # a build abandoned: the mask writer removes its own files
+            steps.append(lambda: mask.__exit__(RuntimeError, None, None))
         for f in (getattr(self, "_tokens", None), getattr(self, "_offsets_file", None)):
             if f is not None:
                 steps.append(f.close)
@@ -334,6 +346,9 @@ class StoreWriter:
                 got = source.take(max(1, min(_CHUNK_DOCS, self.buffer_tokens // (4 * max(avg, 1)))))
                 if got is None:
                     return
+                if self._mask is not None or (type(got) is list and dict in set(map(type, got))):
+                    self._add_masked(got)
+                    continue
                 if isinstance(got, Arrays):
                     if self._tokens.append_arrays(got.docs, got.lengths):
                         self._add_offsets(got.lengths)  # written straight from the documents
@@ -353,6 +368,55 @@ class StoreWriter:
         finally:
             self._tokens.sync()  # no document of the caller's is still being written
 
+    def _add_masked(self, got: Any) -> None:
+        """Append a chunk of which some documents are dicts (:mod:`mmpack.store.lossmask`), or
+        any chunk once the store has a loss mask: the tokens as one block, the masks of the
+        documents accepted to the mask store's writer.  The first bad document (a bad token or
+        mask, or a mask where the documents before it have none, or the other way round) raises,
+        after the documents before it are appended."""
+        if isinstance(got, Arrays):
+            got = got.docs
+        elif isinstance(got, tuple):  # plain documents given flat
+            raise mix_error(self._num_docs, False, 0)
+        tokens: list[np.ndarray] = []
+        masks: list[np.ndarray] = []
+        try:
+            for doc in got:
+                j = self._num_docs + len(tokens)
+                arr, mask = (
+                    split_document(doc, j) if type(doc) is dict else (as_token_array(doc, j), None)
+                )
+                if mask is not None and self._mask is None:
+                    if j:
+                        raise mix_error(j, True, j)
+                    self._mask = StoreWriter(
+                        self._tmp / LOSS_MASK_STORE,  # type: ignore[operator]  # set by __enter__
+                        dtype=np.uint8,
+                        backend=self.backend,
+                        fsync=self.fsync,
+                        checksum=self.checksum,
+                    ).__enter__()
+                elif mask is None and self._mask is not None:
+                    raise mix_error(j, False, 0)
+                tokens.append(arr)
+                if mask is not None:
+                    masks.append(mask)
+        finally:
+            self._flush_masked(tokens, masks)
+
+    def _flush_masked(self, tokens: list[np.ndarray], masks: list[np.ndarray]) -> None:
+        if not tokens:
+            return
+        first = self._num_docs
+        lens = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        flat = concat_docs(tokens, lens, first, any(t.dtype == np.uint64 for t in tokens))
+        try:
+            self._write_block(flat, lens, keep_good=True, owned=True)
+        finally:
+            done = self._num_docs - first  # the documents accepted, their masks with them
+            if self._mask is not None and done:
+                self._mask.add_batch(np.concatenate(masks[:done]), lens[:done])
+
     def _add_one_by_one(self, docs: list[Any]) -> None:
         for doc in docs:
             arr = as_token_array(doc, self._num_docs)
@@ -366,6 +430,8 @@ class StoreWriter:
         if self._unshuffled is not None:
             self._unshuffled.add_batch(tokens, lengths)
             return
+        if self._mask is not None:  # flat documents carry no mask
+            raise mix_error(self._num_docs, False, 0)
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or not (lengths.dtype.kind in "iu" or lengths.size == 0):
             raise ValueError(
@@ -426,6 +492,12 @@ class StoreWriter:
         if inner is not None and seed is not None:  # rewritten in the keyed order
             doc_order.rewrite(inner, self._open_files, self.add_many, seed, self.buffer_tokens // 4)
             self.extra[doc_order.ORDER_SECTION] = doc_order.order_record(seed)
+        mask_fingerprint = None
+        if self._mask is not None:  # the loss mask store first, into this store's folder
+            mask, self._mask = self._mask, None
+            mask.__exit__(None, None, None)
+            assert mask.store is not None and len(mask.store) == self._num_docs
+            mask_fingerprint = mask.store.fingerprint
         digests = self._tokens.finish()
         dtype = self._tokens.dtype
         for f in (self._tokens.file, self._offsets_file):
@@ -443,6 +515,7 @@ class StoreWriter:
             offsets_crc32=tuple(self._offsets_crc.finish()),
             tokens_checksum=self.checksum,
             files=tuple(sorted(self._attached)),
+            loss_mask=mask_fingerprint,
         )
         tmp = self._tmp
         if tmp is None:

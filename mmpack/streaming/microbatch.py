@@ -40,7 +40,7 @@ def split_packed_batch(
     Parameters
     ----------
     batch : mapping
-        ``input_ids``, ``attention_mask`` and ``labels`` (or ``None``) of shape
+        ``input_ids``, ``attention_mask`` and ``targets`` (the labels, or ``None``) of shape
         ``(rows, seqlen)``, ``cu_seqlens`` (one int32 array per row), ``max_seqlen`` (one int
         per row), optionally ``mask_prob``.
     padding_tolerance : float
@@ -50,7 +50,7 @@ def split_packed_batch(
     Returns
     -------
     list of dict
-        Per row: ``input_ids``, ``labels``, ``attention_mask`` of shape ``(n,)`` (``n`` =
+        Per row: ``input_ids``, ``targets``, ``attention_mask`` of shape ``(n,)`` (``n`` =
         ``seqlen``, or the real tokens of a trimmed row; views of the batch), ``cu_seqlens``
         (ending at ``n``), ``max_seqlen`` (recomputed for a trimmed row), and a copy of
         ``mask_prob`` if present.
@@ -69,7 +69,7 @@ def split_rows(
     for key in ("input_ids", "attention_mask", "cu_seqlens", "max_seqlen"):
         if key not in batch:
             raise KeyError(f"a packed batch needs {key!r}; got keys {sorted(batch)}")
-    ids, attention, labels = batch["input_ids"], batch["attention_mask"], batch.get("labels")
+    ids, attention, labels = batch["input_ids"], batch["attention_mask"], batch.get("targets")
     n_rows, row_len = ids.shape
     if len(batch["cu_seqlens"]) != n_rows or len(batch["max_seqlen"]) != n_rows:
         raise ValueError(
@@ -87,13 +87,13 @@ def split_rows(
             # Pieces fill each row from column 0, so the real tokens are exactly [0, real).
             cu = cu[:-1]
             micro["input_ids"] = ids[r, :real]
-            micro["labels"] = None if labels is None else labels[r, :real]
+            micro["targets"] = None if labels is None else labels[r, :real]
             micro["attention_mask"] = mask[:real]
             micro["cu_seqlens"] = cu
             micro["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
         else:
             micro["input_ids"] = ids[r]
-            micro["labels"] = None if labels is None else labels[r]
+            micro["targets"] = None if labels is None else labels[r]
             micro["attention_mask"] = mask
             micro["cu_seqlens"] = cu
             micro["max_seqlen"] = int(batch["max_seqlen"][r])
@@ -106,17 +106,18 @@ def split_rows(
 def num_label_tokens(batch: Mapping[str, Any], ignore_index: int = IGNORE_INDEX) -> int:
     """Number of label positions that are not ``ignore_index`` (tokens that take a loss).
 
-    ``batch["labels"]`` is an array/tensor or a list of them (e.g. split micro-batches' labels).
+    ``batch["targets"]`` (the labels: a packer's, or a ``collate`` batch's) is an array/tensor or
+    a list of them (e.g. split micro-batches' targets).
     """
-    labels = batch.get("labels") if isinstance(batch, Mapping) else None
+    labels = batch.get("targets") if isinstance(batch, Mapping) else None
     if labels is None:
-        raise TypeError("the batch has no labels (a packer with mode=None); nothing to count")
+        raise TypeError("the batch has no targets (a packer with mode=None); nothing to count")
     if isinstance(labels, (list, tuple)):
         return sum(int((x != ignore_index).sum()) for x in labels)
     if hasattr(labels, "shape"):
         return int((labels != ignore_index).sum())
     raise TypeError(
-        f"labels must be an array, a tensor or a list of them, got {type(labels).__name__}"
+        f"targets must be an array, a tensor or a list of them, got {type(labels).__name__}"
     )
 
 

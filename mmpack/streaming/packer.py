@@ -54,8 +54,9 @@ tokens and padding (~4.5 us), the layout and the attention mask (~4 us), the bes
 sequence ~0.25 us (the passes over dtypes, lengths and ndims, and the join).
 
 Outputs (numpy): ``input_ids``, ``attention_mask`` (int64, ``(rows, seqlen)``; the mask comes
-from the piece positions, so a real token equal to ``pad_id`` is still attended), ``labels``
-(``None``, MLM labels or causal labels), ``cu_seqlens`` (one int32 array per row: 0, the end of
+from the piece positions, so a real token equal to ``pad_id`` is still attended), ``targets``
+(the labels: ``None``, MLM labels or causal labels already shifted, under the key
+:func:`mmpack.torch.collate.collate` gives them), ``cu_seqlens`` (one int32 array per row: 0, the end of
 each piece, and ``seqlen`` when the row has padding -- the padding is one more segment, as in
 ModernBERT's packer), ``max_seqlen`` (one int per row, the longest segment, padding included),
 and ``mask_prob`` (float32 scalar) when a masking cool-down is active.  torch tensors come from
@@ -113,10 +114,10 @@ class StreamingPacker:
     buffer_size : int
         At most this many pieces are deferred (buffered) by one batch; ``>= batch_size``.
     mode : {None, "causal", "mlm"}
-        ``None``: ``labels`` is ``None`` (ModernBERT's ``suppress_masking``).  ``"mlm"``: 80/10/10
+        ``None``: ``targets`` is ``None`` (ModernBERT's ``suppress_masking``).  ``"mlm"``: 80/10/10
         masking (:mod:`mmpack.views.masking`); random tokens come from ``[0, vocab_size)`` minus
         ``special_ids``, ``eot``, ``mask_id`` and ``pad_id``; padding, special ids and the eot are
-        never selected.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
+        never selected.  ``"causal"``: ``targets[t] = input_ids[t + 1]`` inside a piece,
         ``ignore_index`` at each piece's last token and on padding.
     pad_id : int
         Token id written into padding.

@@ -178,7 +178,7 @@ class Placement:
         batch: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": attention,
-            "labels": labels,
+            "targets": labels,
             "cu_seqlens": cu_seqlens,
             "max_seqlen": max_seqlen,
         }

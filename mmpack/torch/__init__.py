@@ -11,11 +11,26 @@
     elastic.py     elastic resume arithmetic: a sampler state saved at W1 ranks resumed at W2
     streaming.py   StreamingPacker as a DataLoader dataset (its consumers, tensors, PackerDataset)
     microbatch.py  packed batches of tensors split into per-row micro-batches
+    transfer.py    batches out of DataLoader workers through reused shared buffers, sent once
+    loading.py     loader(): a resumable StatefulDataLoader over a view, in one call
 
 Importing the layer registers :class:`~mmpack.streaming.packer.StreamingPacker` as a torch
 ``IterableDataset`` and tells it its rank and DataLoader worker (:mod:`mmpack.torch.streaming`).
+
+``mmpack.torch.loader`` is :func:`mmpack.torch.loading.loader` (imported on first use: it needs
+torchdata).
 """
+
+from typing import Any
 
 import mmpack.torch.streaming  # noqa: F401  (registers the packer with torch)
 
-__all__: list[str] = []
+__all__ = ["loader"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "loader":
+        from mmpack.torch.loading import loader
+
+        return loader
+    raise AttributeError(f"module 'mmpack.torch' has no attribute {name!r}")

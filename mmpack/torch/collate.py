@@ -48,8 +48,14 @@ FlashAttention treats it as one more sequence: padding tokens attend among thems
 real document, and no real token attends to them; their labels are ``-100`` so they take no loss.
 The cost is attention over at most one short segment per row.
 
+In a DataLoader worker the batch leaves through a reused shared buffer
+(:func:`mmpack.torch.transfer.share_batch`): the same keys, shapes and dtypes, the per-token
+tensors views of one ``(fields, B, seqlen)`` buffer, sent without a new shared-memory segment or a
+file descriptor per batch.  Outside a worker it is a plain dict.
+
 Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
-for the boundaries, validated vectorised (no Python loop over tokens or segments).
+for the boundaries, validated vectorised (no Python loop over tokens or segments); in a worker
+one more copy of the per-token fields into the shared buffer.
 
 This module owns the batch's layout; the stacking of fields is :mod:`mmpack.torch.stacking`, the
 rules of row boundaries (shared with the attention masks) are :mod:`mmpack.torch.boundaries`.
@@ -66,6 +72,7 @@ import torch
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
 from mmpack.torch.boundaries import flat_boundaries, position_boundaries, sample_boundaries
 from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
+from mmpack.torch.transfer import share_batch
 from mmpack.views.batch import SampleBatch
 
 __all__ = ["BATCH_TOKEN_FIELDS", "Collator", "TARGETS", "TOKEN_FIELDS", "collate"]
@@ -218,7 +225,9 @@ def _collate(
     dtype: torch.dtype = torch.int64,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        return _collate_columns(samples, varlen=varlen, dtype=dtype)
+        return share_batch(
+            _collate_columns(samples, varlen=varlen, dtype=dtype), BATCH_TOKEN_FIELDS
+        )
     keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
@@ -248,7 +257,7 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
-    return _labels_as_targets(out)
+    return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)
 
 
 def _labels_as_targets(out: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def split_packed_batch(
     Parameters
     ----------
     batch : mapping
-        ``input_ids``, ``attention_mask`` and ``labels`` (or ``None``) tensors of shape
+        ``input_ids``, ``attention_mask`` and ``targets`` (or ``None``) tensors of shape
         ``(rows, seqlen)``, ``cu_seqlens`` (one int32 tensor per row), ``max_seqlen`` (one int
         per row), optionally ``mask_prob`` (a tensor).
     padding_tolerance : float
@@ -42,7 +42,7 @@ def split_packed_batch(
     Returns
     -------
     list of dict
-        Per row: ``input_ids``, ``labels``, ``attention_mask`` of shape ``(n,)`` (views of the
+        Per row: ``input_ids``, ``targets``, ``attention_mask`` of shape ``(n,)`` (views of the
         batch), ``cu_seqlens`` (ending at ``n``), ``max_seqlen``, and a clone of ``mask_prob``.
     """
     out = []

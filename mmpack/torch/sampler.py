@@ -280,6 +280,13 @@ class ResumableSampler(Sampler[int]):
         """The epoch the next ``iter()`` walks."""
         return self._epoch
 
+    @property
+    def handed_out(self) -> int:
+        """Indices the most recent iterator has handed out (0 while a loaded state waits)."""
+        if self._resume_at is not None:
+            return 0
+        return self._cursor.position - self._cursor.start
+
     def __len__(self) -> int:
         """Number of indices this rank gets per epoch."""
         return self._num_samples

@@ -39,7 +39,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.streaming.shards import Consumer, set_consumer_provider
-from mmpack.torch.collate import BATCH_TOKEN_FIELDS, collate
+from mmpack.torch.collate import collate
 
 __all__ = ["PackerDataset", "as_tensors", "torch_consumer"]
 
@@ -61,7 +61,7 @@ IterableDataset.register(StreamingPacker)
 
 def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     """A packer batch with its arrays as torch tensors (zero-copy ``torch.from_numpy``):
-    ``input_ids``, ``attention_mask``, ``labels`` and ``mask_prob`` tensors, ``cu_seqlens`` a list
+    ``input_ids``, ``attention_mask``, ``targets`` and ``mask_prob`` tensors, ``cu_seqlens`` a list
     of int32 tensors; ``max_seqlen`` (ints) and a ``None`` label as they are."""
     out: dict[str, Any] = {}
     for key, value in batch.items():
@@ -133,14 +133,10 @@ class PackerDataset(IterableDataset):
                 "position_ids": positions,
                 "cu_seqlens": batch["cu_seqlens"][r],
             }
-            if batch.get("labels") is not None:
-                row["labels"] = batch["labels"][r]
+            if batch.get("targets") is not None:
+                row["labels"] = batch["targets"][r]  # a sample's name; collate gives "targets"
             rows.append(row)
-        out = collate(rows)
-        if self.dtype != torch.int64:
-            for key in BATCH_TOKEN_FIELDS:
-                if key in out:
-                    out[key] = out[key].to(self.dtype)
+        out = collate(rows, dtype=self.dtype)
         if "mask_prob" in batch:
             out["mask_prob"] = torch.as_tensor(batch["mask_prob"])
         return out

@@ -1,208 +1,313 @@
-"""Batches that cross from DataLoader workers cheaply: one reused shared-memory buffer per batch.
+"""Batches that cross from DataLoader workers cheaply: reused shared buffers, sent once.
 
 Where the time goes.  A worker's batch reaches the training loop through a pickle: every tensor
-is moved into a *new* shared-memory segment (``share_memory_``: create, fault in every page, copy)
-and re-mapped by the main process (fault in every page again); small tensors pay a segment each.
-On the 2-core machine this was written on, three int64 ``(32, 2048)`` tensors per batch through 2
-workers deliver about 6-12 Mtok/s whatever the dataset does (the *naive floor*), against
-~150-190 Mtok/s for mmpack with no worker.
+is moved into a *new* shared-memory segment (``share_memory_``: create, fault in every page, copy),
+its file descriptor is handed over by the worker's resource-sharer thread (a socket connection per
+tensor, served when that thread gets the worker's GIL), and the main process maps it and faults in
+every page again.  Three int64 ``(32, 2048)`` tensors per batch through 2 workers (the *naive
+floor*) deliver a small fraction of what mmpack's views give with no worker at all.
 
-What :class:`SharedCollator` does instead, per batch, in the worker:
+What :func:`share_batch` does instead, in a worker (:func:`mmpack.torch.collate.collate` calls it
+on every batch it makes there, so ``DataLoader(view, num_workers=k, collate_fn=collate)`` takes
+this path with nothing to configure):
 
-1. collate as :func:`mmpack.torch.collate.collate` (same keys, same values), with ``dtype=``
-   (``torch.int32`` halves the bytes);
-2. copy the per-token fields into **one** ``(fields, B, seqlen)`` buffer taken from a per-worker
-   pool of shared-memory buffers: a buffer is reused once the main process has dropped every
-   tensor of the batch it carried, so in steady state no segment is created and no page of the
-   worker's side faults;
-3. send the small fields (boundaries, ``max_seqlen``) by value inside the pickle (no segment).
+1. copy the batch's per-token tensors into **one** ``(fields, B, seqlen)`` buffer taken from the
+   worker's pool of :data:`SLOTS` shared-memory buffers; a buffer is reused once the main process
+   has dropped every tensor of the batch it carried, so in steady state no segment is created and
+   no page faults on either side;
+2. send each buffer's descriptor **once**: the main process keeps the buffers it received (keyed
+   by the worker's token, slot and generation) and acknowledges them in a small shared array, and
+   later batches in that slot carry only the key;
+3. send the small fields (boundaries, ``max_seqlen``) by value inside the pickle.
 
-The main process rebuilds the same dict (the per-token tensors are views of the one buffer) and
-arms a ``weakref.finalize`` on the buffer: when the last of those views is collected, a flag in a
-small shared array marks the buffer free for its worker.  A batch the training loop still holds
-is therefore never overwritten; when none is free the worker allocates another buffer (up to
-``slots`` per worker, then fresh untracked buffers).  ``pin_memory=True`` copies the batch to
-pinned memory and drops the shared one at once, which frees it early.
+The main process rebuilds the same dict (the per-token tensors are views of a fresh tensor over
+the buffer) and arms a ``weakref.finalize`` on that tensor: when the last view of the batch is
+collected, the slot's flag in the shared array marks it free for the worker.  A batch the training
+loop still holds is therefore never overwritten; when no slot is free the worker sends a fresh
+buffer that is never reused.  ``pin_memory=True`` copies the batch to pinned memory and drops the
+shared one at once, which frees it early.  A batch the main process passes on to another process
+must be copied first (``clone``): the buffer is reused once the main process drops its views.
 
-With no worker (``num_workers=0``) it is :func:`collate` with ``dtype``: nothing is shared.
-Measured figures (``python -m benchmarks.bench_e2e --workers``) are in the README.
+A caller may change the batch in the worker before it is sent (``copy.copy`` keeps the path, as
+torch's ``default_convert`` does with ``batch_size=None``; a pickle read back in the worker, as
+``copy.deepcopy`` does, gives copies of the values): keys added, removed or renamed go as they are; a per-token view still in the dict (under any key) goes by the buffer.  A value that
+shares the buffer's memory without being one of those views keeps the slot busy for good (it is
+sent by torch's own path; nothing it sees is ever overwritten).  The main process forgets the
+buffers of workers that have exited when a new worker's first batch arrives.
+
+Cost per batch, steady state: one copy of the per-token fields in the worker, a pickle of the
+small fields and the key, and no descriptor, no segment, no page fault.  With no worker
+(``get_worker_info() is None``) the batch is returned unchanged.  Measured figures:
+``python -m benchmarks.bench_e2e --workers`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
+import secrets
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from mmpack.torch.collate import BATCH_TOKEN_FIELDS, Collator
+__all__ = ["SLOTS", "share_batch"]
 
-__all__ = ["SharedCollator"]
+SLOTS = 16
+"""Reusable buffers per worker: more than the batches alive at once per worker (the
+DataLoader's ``prefetch_factor`` plus those the loop holds); beyond them, fresh buffers."""
 
 _FREE, _BUSY = 0, 1
-_MAX_WORKERS = 256
-_FLAGS: dict[tuple[int, int], torch.Tensor] = {}  # (pid, serial) of the collator -> its flags
-_SERIAL = itertools.count()
+_ACK = SLOTS  # column of the flags row: 1 once the main process holds the shared state
+_SMALL_BYTES = 1 << 16  # tensors up to this size go by value inside the pickle
+
+_POOL: _Pool | None = None  # this worker process's pool
+_REMOTES: dict[tuple[int, int], _Remote] = {}  # main process: token -> a worker's buffers
 
 
-class SharedCollator:
-    """A :class:`~mmpack.torch.collate.Collator` whose batches leave workers in reused shared buffers.
+def share_batch(batch: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """``batch`` ready to leave a DataLoader worker through a reused shared buffer.
 
     Parameters
     ----------
-    dtype : torch.dtype, default torch.int64
-        Dtype of the per-token tensors (``torch.int32`` halves the transfer).
-    slots : int, default 16
-        Reusable buffers per worker (beyond them, batches get fresh buffers, never reused).  Needs
-        to exceed the batches alive at once per worker: ``prefetch_factor`` plus those the loop
-        holds.
-    **collate_options
-        ``varlen``, ``pad_to_multiple_of``, ``pad_id``, ``ignore_index``: as for
-        :class:`~mmpack.torch.collate.Collator`.
+    batch : dict
+        A batch; its CPU tensors under ``names`` of the first one's shape and dtype go in the
+        buffer, the other values as they are (small tensors by value).
+    names : sequence of str
+        The per-token keys, in the order they are laid out in the buffer.
 
-    Returns (``__call__``)
-    ----------------------
+    Returns
+    -------
     dict
-        Exactly what :func:`mmpack.torch.collate.collate` returns (per-token tensors of ``dtype``),
-        the per-token tensors being views of one ``(fields, B, seqlen)`` tensor.
+        ``batch`` itself outside a worker; in a worker an equal dict (the per-token values views
+        of one ``(len(names), B, seqlen)`` shared buffer) that pickles as described in the module
+        docstring and unpickles as a plain dict.
     """
-
-    def __init__(
-        self, *, dtype: torch.dtype = torch.int64, slots: int = 16, **collate_options: Any
-    ) -> None:
-        if isinstance(slots, bool) or not isinstance(slots, (int, np.integer)) or slots < 1:
-            raise ValueError(f"slots must be an int >= 1, got slots={slots!r}")
-        self._collator = Collator(dtype=dtype, **collate_options)
-        self.dtype = dtype
-        self.slots = int(slots)
-        self._pool: _Pool | None = None
-        # The free/busy flags of every worker's buffers, made here in the main process: workers
-        # inherit them (fork) or receive them once (spawn); batches carry only this key.
-        self._key = (os.getpid(), next(_SERIAL))
-        self._flags = torch.zeros(_MAX_WORKERS, self.slots, dtype=torch.int32).share_memory_()
-        _FLAGS[self._key] = self._flags
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_pool"] = None  # each worker process builds its own
-        return state
-
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        out = self._collator(samples)
-        info = get_worker_info()
-        if info is None:
-            return out  # main process: nothing crosses a process boundary
-        worker = int(info.id)
-        if self._pool is None:
-            tracked = worker < _MAX_WORKERS
-            self._pool = _Pool(
-                self._flags[worker] if tracked else torch.zeros(self.slots, dtype=torch.int32)
-            )
-        names = [k for k in BATCH_TOKEN_FIELDS if k in out]
-        if not names:
-            return out
-        first = out[names[0]]
-        buf, slot = self._pool.acquire((len(names), *first.shape), self.dtype)
-        for i, name in enumerate(names):
-            buf[i].copy_(out.pop(name))
-        small = {key: _to_wire(value) for key, value in out.items()}
-        return _SharedBatch(
-            buf, names, small, (*self._key, worker, slot if worker < _MAX_WORKERS else -1)
-        )
+    if get_worker_info() is None:
+        return batch
+    present = [name for name in names if isinstance(batch.get(name), torch.Tensor)]
+    if not present:
+        return batch
+    first = batch[present[0]]
+    present = [name for name in present if _same_layout(batch[name], first)]
+    global _POOL
+    if _POOL is None or _POOL.pid != os.getpid():
+        _POOL = _Pool()
+    slot, generation, buf = _POOL.acquire((len(present), *first.shape), first.dtype)
+    for i, name in enumerate(present):
+        buf[i].copy_(batch[name])
+    views = [buf[i] for i in range(len(present))]
+    by_name = dict(zip(present, views))
+    items = {key: by_name.get(key, value) for key, value in batch.items()}
+    return _SharedBatch(items, views, _POOL, slot, generation, buf)
 
 
 class _Pool:
-    """A worker's shared buffers (by slot) and its row of the shared free/busy flags.
+    """A worker's shared buffers by slot, and the shared state the main process writes.
 
-    A slot is taken only while its flag is free: a slot still busy with a batch of an earlier
-    worker of the same id (non-persistent workers) is left alone until the main process frees it.
+    ``state[0, slot]`` is the slot's flag (free/busy), ``state[0, SLOTS]`` is 1 once the main
+    process holds ``state``; ``state[1, slot]`` is the generation of the slot's buffer the main
+    process holds (0: none).
     """
 
-    def __init__(self, flags: torch.Tensor) -> None:
-        self.flags = flags
-        self.buffers: dict[int, torch.Tensor] = {}
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.token = (self.pid, secrets.randbits(62))
+        self.state = torch.zeros(2, SLOTS + 1, dtype=torch.int64).share_memory_()
+        self.buffers: dict[int, tuple[int, torch.Tensor]] = {}
+        self.generations = 0
 
-    def acquire(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int]:
-        flags = self.flags.numpy()
-        for slot, buf in self.buffers.items():
+    def acquire(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[int, int, torch.Tensor]:
+        """``(slot, generation, buffer)``: a free buffer of this shape and dtype, marked busy;
+        slot -1 for a fresh buffer outside the pool (every slot busy)."""
+        flags = self.state[0].numpy()
+        for slot, (generation, buf) in self.buffers.items():
             if flags[slot] == _FREE and buf.shape == shape and buf.dtype == dtype:
                 flags[slot] = _BUSY
-                return buf, slot
+                return slot, generation, buf
         buf = torch.empty(shape, dtype=dtype).share_memory_()
-        free = np.flatnonzero(flags == _FREE)
-        if free.size:
-            slot = int(free[0])
-            self.buffers[slot] = buf
-            flags[slot] = _BUSY
-            return buf, slot
-        return buf, -1  # every slot busy: a buffer that is never reused
+        free = [slot for slot in range(SLOTS) if flags[slot] == _FREE]
+        if not free:
+            return -1, 0, buf
+        slot = min(free, key=lambda s: s in self.buffers)  # an empty slot before a used one
+        self.generations += 1
+        self.buffers[slot] = (self.generations, buf)
+        flags[slot] = _BUSY
+        return slot, self.generations, buf
 
 
 class _SharedBatch(dict):
-    """The worker-side batch; unpickles in the main process as a plain dict (see module doc)."""
+    """The worker-side batch; pickles as ``_rebuild(...)`` (see the module docstring)."""
 
     def __init__(
         self,
+        items: dict[str, Any],
+        views: list[torch.Tensor],
+        pool: _Pool,
+        slot: int,
+        generation: int,
         buf: torch.Tensor,
-        names: list[str],
-        small: dict[str, Any],
-        where: tuple[int, int, int, int],
     ) -> None:
-        super().__init__({name: buf[i] for i, name in enumerate(names)}, **_from_wire_all(small))
-        self._wire = (buf, names, small, where)
+        super().__init__(items)
+        self._views = views  # row i of the buffer (identity tells them apart from other values)
+        self._ship = (pool, slot, generation, buf)
+
+    def __copy__(self) -> _SharedBatch:
+        # What torch's default_convert makes of the batch (DataLoader(..., batch_size=None)):
+        # the same values, still sent through the buffer.
+        pool, slot, generation, buf = self._ship
+        return _SharedBatch(dict(self), self._views, pool, slot, generation, buf)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, self._wire)
+        pool, slot, generation, buf = self._ship
+        by_id = {id(v): i for i, v in enumerate(self._views)}
+        layout: list[tuple[str, int]] = []  # (key, row of the buffer or -1)
+        others: dict[str, Any] = {}
+        ptr = buf.untyped_storage().data_ptr()
+        shares = False
+        for key, value in self.items():
+            row = by_id.get(id(value), -1)
+            layout.append((key, row))
+            if row < 0:
+                others[key] = wired = _to_wire(value)
+                # a value sent by value is a copy; one torch sends may map the buffer
+                shares = shares or (not isinstance(wired, _Wire) and _shares(value, ptr))
+        used = any(row >= 0 for _, row in layout)
+        if slot >= 0 and not used and not shares:
+            pool.state[0, slot] = _FREE  # nothing of this batch lives in the buffer
+        if not used:
+            return (_plain, (layout, others))
+        if shares and slot >= 0:
+            slot = -1  # the main process never frees it: the worker never reuses it
+        state = None if pool.state[0, _ACK] else pool.state
+        held = slot >= 0 and int(pool.state[1, slot]) == generation
+        return (
+            _rebuild,
+            (pool.token, state, slot, generation, None if held else buf, layout, others),
+        )
+
+
+class _Remote:
+    """What the main process holds of one worker: its shared state and the buffers it sent."""
+
+    __slots__ = ("buffers", "state")
+
+    def __init__(self, state: torch.Tensor) -> None:
+        self.state = state
+        self.buffers: dict[int, tuple[int, torch.Tensor]] = {}
 
 
 def _rebuild(
-    buf: torch.Tensor, names: list[str], small: dict[str, Any], where: tuple[int, int, int, int]
+    token: tuple[int, int],
+    state: torch.Tensor | None,
+    slot: int,
+    generation: int,
+    buf: torch.Tensor | None,
+    layout: list[tuple[str, int]],
+    others: dict[str, Any],
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        name: buf[i] for i, name in enumerate(names)
-    }  # views: they keep buf alive
-    out.update(_from_wire_all(small))
-    pid, serial, worker, slot = where
-    flags = _FLAGS.get((pid, serial))
-    if flags is not None and slot >= 0:  # else: nobody here can free it; the worker never reuses it
-        weakref.finalize(buf, _release, flags, worker, slot)
-    return out
+    if token[0] == os.getpid():  # unpickled where it was made (a deep copy): values of its own
+        buf = buf if buf is not None else _POOL.buffers[slot][1]  # type: ignore[union-attr]
+        small = _from_wire_all(others)
+        return {key: (buf[row].clone() if row >= 0 else small[key]) for key, row in layout}
+    remote = _REMOTES.get(token)
+    if remote is None and state is not None:
+        _forget_exited_workers()
+        remote = _REMOTES[token] = _Remote(state)
+        state[0, _ACK] = 1
+    if buf is None:  # the main process holds it: the worker saw the acknowledgement
+        held = None if remote is None else remote.buffers.get(slot)
+        if held is None or held[0] != generation:
+            raise RuntimeError(
+                f"a DataLoader worker (pid {token[0]}) sent a batch in its shared buffer {slot} "
+                f"generation {generation}, which this process does not hold; was the batch "
+                "unpickled in another process than the one its worker sends to?"
+            )
+        buf = held[1]
+    elif slot >= 0 and remote is not None:
+        remote.buffers[slot] = (generation, buf)
+        remote.state[1, slot] = generation
+    # A fresh tensor over the buffer for this batch alone: its views keep it alive, and when the
+    # last is collected the slot is free.
+    root = torch.empty(0, dtype=buf.dtype).set_(
+        buf.untyped_storage(), buf.storage_offset(), buf.shape, buf.stride()
+    )
+    if slot >= 0 and remote is not None:
+        weakref.finalize(root, _release, remote.state, slot)
+    small = _from_wire_all(others)
+    return {key: (root[row] if row >= 0 else small[key]) for key, row in layout}
 
 
-def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
-    flags[worker, slot] = _FREE
+def _plain(layout: list[tuple[str, int]], others: dict[str, Any]) -> dict[str, Any]:
+    small = _from_wire_all(others)
+    return {key: small[key] for key, _ in layout}
+
+
+def _release(state: torch.Tensor, slot: int) -> None:
+    state[0, slot] = _FREE
+
+
+def _forget_exited_workers() -> None:
+    """Drop the buffers of workers whose process has exited (their batches are gone)."""
+    for token in list(_REMOTES):
+        try:
+            os.kill(token[0], 0)
+        except ProcessLookupError:
+            del _REMOTES[token]
+        except PermissionError:
+            pass  # a live process (of another user, the pid reused): kept
+
+
+def _same_layout(value: torch.Tensor, first: torch.Tensor) -> bool:
+    return value.shape == first.shape and value.dtype == first.dtype and value.device.type == "cpu"
+
+
+def _shares(value: Any, ptr: int) -> bool:
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return any(
+        isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr for v in values
+    )
 
 
 class _Wire:
-    """A small tensor (or tuple of tensors) sent by value: numpy arrays pickle as bytes."""
+    """A small tensor, or a tuple of small 1-D tensors of one dtype (``cu_seqlens_rows``), sent by
+    value: one numpy array (pickled as bytes) and, for a tuple, the lengths to split it at."""
 
-    __slots__ = ("arrays", "is_tuple")
+    __slots__ = ("array", "lengths")
 
-    def __init__(self, arrays: list[np.ndarray], is_tuple: bool) -> None:
-        self.arrays, self.is_tuple = arrays, is_tuple
+    def __init__(self, array: np.ndarray, lengths: list[int] | None) -> None:
+        self.array, self.lengths = array, lengths
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Wire, (self.arrays, self.is_tuple))
+        return (_Wire, (self.array, self.lengths))
+
+    def value(self) -> Any:
+        tensor = torch.from_numpy(self.array)
+        return tensor if self.lengths is None else tuple(tensor.split(self.lengths))
+
+
+def _small(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.device.type == "cpu"
+        and not value.requires_grad
+        and value.untyped_storage().nbytes() <= _SMALL_BYTES
+    )
 
 
 def _to_wire(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return _Wire([value.numpy()], False)
-    if isinstance(value, tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
-        return _Wire([v.numpy() for v in value], True)
+    if _small(value):
+        return _Wire(value.numpy(), None)
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(_small(v) and v.ndim == 1 and v.dtype == value[0].dtype for v in value)
+    ):
+        return _Wire(torch.cat(value).numpy(), [int(v.shape[0]) for v in value])
     return value
 
 
 def _from_wire_all(small: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in small.items():
-        if isinstance(value, _Wire):
-            tensors = [torch.from_numpy(a) for a in value.arrays]
-            value = tuple(tensors) if value.is_tuple else tensors[0]
-        out[key] = value
-    return out
+    return {k: (v.value() if isinstance(v, _Wire) else v) for k, v in small.items()}

@@ -16,6 +16,12 @@ if any, is the last segment:
   split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
   convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
   first position and on padding;
+- a store with a per-token loss mask (``store.loss_mask``, :mod:`mmpack.store.lossmask`): every
+  label whose target token is not a target (mask 0) is ``-100`` too (an eot the view appends is
+  a target); ``mode="mlm"`` selects only target tokens.  The pieces' masks are read with one
+  ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
+  :func:`~mmpack.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
+  batch path;
 - ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
@@ -81,6 +87,7 @@ from mmpack.views.packed_gather import (
     corrupt_keyed,
     gather_rows,
     locate_pieces,
+    mlm_targets,
     piece_ranges,
     read_bin,
 )
@@ -240,6 +247,7 @@ class PackedDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._mask = self.store.loss_mask  # the per-token loss mask, or None
         self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
@@ -283,7 +291,8 @@ class PackedDataset:
         self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
-        self._fast = (*arrays, self._src, self._params, self.dtype, self._cold)
+        src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
+        self._fast = (*arrays, src, self._params, self.dtype, self._cold)
         q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
         views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
         cu_at = int(self._params[5])
@@ -416,18 +425,22 @@ class PackedDataset:
         return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
+        ranges = self._piece_ranges(idx)
         columns, cu, n_seg = gather_rows(
             self.store,
-            self._piece_ranges(idx),
+            ranges,
             self._pool,
             self.seqlen,
             self._eot_id,
             self.pad_id,
             self._label_mode,
             self.dtype,
+            None if self._mlm else self._mask,  # causal labels -100 where not a target
         )
         if self._mlm:
             ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
+            if self._mask is not None:  # MLM selects only target tokens
+                attn = mlm_targets(self._mask, ranges, attn)
             corrupt_keyed(self, idx, epochs, ids, attn, labels)
         return SampleBatch(columns, cu, n_seg + 1)
 

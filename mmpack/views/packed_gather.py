@@ -18,6 +18,7 @@ import numpy as np
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.errors import FormatError
 from mmpack.kernels.masking import mlm_indexed_rows
+from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import corrupt_rows, row_keys
@@ -28,6 +29,7 @@ __all__ = [
     "corrupt_keyed",
     "gather_rows",
     "locate_pieces",
+    "mlm_targets",
     "piece_ranges",
     "read_bin",
 ]
@@ -82,22 +84,22 @@ def gather_rows(
     pad_id: int,
     label_mode: int,
     dtype: np.dtype | type = np.int64,
+    mask: Any = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """``(columns, cu_seqlens, n_segments)`` of the rows whose pieces are ``ranges`` (from
     :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
     (``dtype``, int64 or int32, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
-    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries."""
+    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries.  With ``mask`` (the
+    store's ``loss_mask``), read with the same ranges, a causal label is -100 where the token
+    it predicts is not a target (in the same pass)."""
     starts, lengths, has_eot, row_ptr, counts = ranges
     k = counts.shape[0]
     total = int(row_ptr[-1])
-    src, src_starts = store.read_ranges(starts, lengths)
-    src_starts = np.asarray(src_starts, dtype=np.int64)
-    if total and (
-        src_starts.shape != (total,)
-        or src_starts.min() < 0
-        or (src_starts + lengths).max() > src.shape[0]
-    ):
-        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    src, src_starts = _checked_read(store, starts, lengths, total)
+    if mask is not None:
+        mask_src, mask_starts = _checked_read(mask, starts, lengths, total)
+    else:
+        mask_src, mask_starts = np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
     ids = pool.empty((k, seqlen), dtype)
     pos = pool.empty((k, seqlen), dtype)
     labels = pool.empty((k, seqlen), dtype)
@@ -122,6 +124,8 @@ def gather_rows(
             cu,
             n_seg,
             max_len,
+            mask_src,
+            mask_starts,
         )
     columns = {
         "input_ids": ids,
@@ -131,6 +135,33 @@ def gather_rows(
         "max_seqlen": max_len,
     }
     return columns, cu, n_seg
+
+
+def _checked_read(
+    store: Any, starts: np.ndarray, lengths: np.ndarray, total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``store.read_ranges(starts, lengths)``, its answer checked to lie inside its buffer."""
+    src, src_starts = store.read_ranges(starts, lengths)
+    src_starts = np.asarray(src_starts, dtype=np.int64)
+    if total and (
+        src_starts.shape != (total,)
+        or src_starts.min() < 0
+        or (src_starts + lengths).max() > src.shape[0]
+    ):
+        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    return src, src_starts
+
+
+def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> np.ndarray:
+    """A copy of the rows' attention mask ``attn`` ((B, seqlen)) with 0 on every token whose
+    loss mask (``mask``: the store's ``loss_mask``) is 0: what MLM may select.  One
+    ``read_ranges`` of the pieces' masks, one pass of
+    :func:`~mmpack.kernels.packed_rows.mask_pieces`."""
+    starts, lengths, has_eot, row_ptr, _ = ranges
+    src, at = _checked_read(mask, starts, lengths, int(row_ptr[-1]))
+    maskable = attn.copy()
+    mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
+    return maskable
 
 
 def read_bin(

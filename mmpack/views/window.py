@@ -7,6 +7,12 @@ store's tokenizer records), else the plain concatenation.
 and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
 ``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
 
+Loss masks.  Over a store with a per-token loss mask (``store.loss_mask``), a label whose target
+token is not a target (mask 0) is ``-100``; an eot the view inserts is a target, padding is
+``-100`` as always.  The labels are then written by one more kernel pass
+(:func:`~mmpack.kernels.window.masked_window_labels`: the window's mask bytes, read from the
+mask's mapping or its ``read_ranges``), and ``ds[i]`` takes the batch path.
+
 Worked example: documents of lengths 3 and 2 with eot 9 give
 ``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
 ``S[0:4]`` and ``S[2:6]``; window 1 is ``a 9 b b`` with ``cu_seqlens = [0, 2, 4]``.
@@ -37,6 +43,7 @@ from mmpack.core.validation import (
     check_positive_int,
     check_token_id,
 )
+from mmpack.errors import FormatError
 from mmpack.kernels.window import (
     INDEX_STEP,
     META_FIELDS,
@@ -44,6 +51,7 @@ from mmpack.kernels.window import (
     find_doc,
     flat_position,
     gather_windows,
+    masked_window_labels,
     one_window,
     window_ranges,
 )
@@ -104,7 +112,8 @@ class WindowDataset:
         that records none, or whose documents were built with a special-token template (they
         carry its tokens), gets no eot: the plain concatenation (what ``eot=None`` asks for).
     labels : bool
-        Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``).
+        Also return the next tokens as ``labels`` (each window then reads ``seqlen + 1``);
+        ``-100`` where the store's loss mask says the next token is not a target.
     drop_last : bool
         ``False`` adds a final window padded with ``pad_id`` (labels ``-100``) so that, with
         ``stride <= seqlen``, no token is left out.
@@ -183,6 +192,7 @@ class WindowDataset:
         """Per-process state, rebuilt after unpickling (never pickled)."""
         self._pool = BufferPool()
         self._src = self.store.tokens  # the mapping (memmap backend) or None
+        self._mask = self.store.loss_mask if self.labels else None  # per-token, or None
         self._cold = ColdReads()
         self._offsets = self.store.offsets
         self._use_eot = int(self.eot is not None)
@@ -210,7 +220,8 @@ class WindowDataset:
         labels = slice(1, w) if self.labels else None
         buf = (self.dtype, self._buflen, self._one_buffer, cu_at, sl + 1)
         layout = (*buf, slice(sl), slice(w, w + sl), labels)
-        self._fast = (self._src, self._offsets, self._meta, self.stride, last, self._cold, layout)
+        src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
+        self._fast = (src, self._offsets, self._meta, self.stride, last, self._cold, layout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k == "_len"}
@@ -338,7 +349,9 @@ class WindowDataset:
                 ncu,
             )
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
-        if self.labels:
+        if self.labels and self._mask is not None:
+            columns["labels"] = self._masked(rows, vstarts)
+        elif self.labels:
             labels = rows[:, 1:]
             tail = np.flatnonzero(vstarts + self.width > self.total)
             if tail.size:  # windows past the stream's end (drop_last=False): -100 labels
@@ -347,6 +360,39 @@ class WindowDataset:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
+
+    def _masked(self, rows: np.ndarray, vstarts: np.ndarray) -> np.ndarray:
+        """The labels ((k, seqlen)) of the windows ``rows`` at ``vstarts``: the next tokens,
+        ``-100`` where one is not a target (the loss mask's 0) or lies past the stream's end
+        (:func:`~mmpack.kernels.window.masked_window_labels`, one pass; an eot is a target)."""
+        assert self._mask is not None
+        k = vstarts.shape[0]
+        src = self._mask.tokens
+        if src is not None:  # the whole mapped mask: flat positions index it
+            base = np.zeros(k, dtype=np.int64)
+        else:
+            starts, lengths = self._ranges(vstarts)
+            src, at = self._mask.read_ranges(starts, lengths)
+            at = np.asarray(at, dtype=np.int64)
+            if k and (at.shape != (k,) or at.min() < 0 or (at + lengths).max() > src.shape[0]):
+                raise FormatError("the loss mask's read_ranges returned ranges outside its buffer")
+            base = at - starts
+        labels = self._pool.empty((k, self.seqlen), self.dtype)
+        if k:
+            masked_window_labels(
+                src,
+                base,
+                self._offsets,
+                self._top,
+                self._use_eot,
+                vstarts,
+                self.seqlen,
+                self.total,
+                rows,
+                IGNORE_INDEX,
+                labels,
+            )
+        return labels
 
     # ------------------------------------------------------------------------------- read-ahead
     def prefetch(self, indices: Any) -> int:

@@ -1,6 +1,6 @@
 """Which fixed-size chunks a batch of token ranges touches, and the ranges copied out of them.
 
-Shared by the Zarr backends (:mod:`mmpack.store.backends._zarr`, the legacy path and
+Shared by the Zarr backends (:mod:`mmpack.store.backends._zarr` and
 :mod:`mmpack.remote.zarr`).  :func:`touched_chunks` is vectorised (numpy: one ``unique``
 over the chunk ids, one segment per (range, chunk)); :func:`assemble` copies the served bytes
 once, with one ``np.concatenate`` over the segments (about 1 us a range in Python here).

@@ -2,11 +2,10 @@
 
 Layout: a Zarr v3 group (``zarr.json``) with 1-D arrays ``tokens`` and ``offsets`` and the mmpack
 metadata record under the group attribute ``"mmpack"``; plain ``zarr.open_group(path)`` reads
-it.  New stores are sharded (:mod:`mmpack.store.backends._zarr_shards`: 8 KiB inner chunks, each
+it.  Both arrays are sharded (:mod:`mmpack.store.backends._zarr_shards`: 8 KiB inner chunks, each
 with a crc32c, in shards of up to 32 MiB whose index has its own crc32c; zstd per inner chunk if
 :data:`ZSTD_LEVEL` > 0, off by default), so a store is a few large files or objects and every
-read is verified.  Stores of the legacy layout (chunks of 2**18 tokens, Zarr's default zstd, no
-checksum) still open and read through the path at the end of this class.
+read is verified.  A group whose ``tokens`` array is not of this layout is refused at open.
 
 Batched reads of a sharded store (``read_ranges``, what the views call once per batch): numpy
 finds the inner chunks the batch's ranges touch; the shards are memory-mapped (once, read-only,
@@ -24,15 +23,13 @@ slice, uncached, so verification always reads the files.  Cost of the checks: a 
 8 KiB chunk takes ~1-3 us; a 2049-token window touches 1.5 chunks on average.
 
 Missing data.  Zarr reads a chunk or shard that does not exist as the fill value (zeros) by
-design; a store must not.  mmpack writes every chunk (``write_empty_chunks``): every shard (or
-legacy chunk) of both arrays must exist as a non-empty regular file (checked at open, one
+design; a store must not.  mmpack writes every chunk (``write_empty_chunks``): every shard of both
+arrays must exist as a non-empty regular file (checked at open, one
 ``stat`` each), an inner chunk absent from a shard index is a :class:`~mmpack.errors.FormatError`,
 and so is a shard index that fails its checksum or points past the shard's data.  A shard is
 mapped the first time it is read (a shard removed after the open and before that read is an
 error then; once mapped, the reader keeps the file it mapped).  Truncating a mapped shard kills
-the reader with ``SIGBUS``, as for the memmap layout: replace stores by rebuilding.  Legacy
-chunks are checked again at every read (a cached legacy chunk is used only while its file keeps
-the (inode, size, mtime) it had when decoded).  Every read first checks ``zarr.json`` against
+the reader with ``SIGBUS``, as for the memmap layout: replace stores by rebuilding.  Every read first checks ``zarr.json`` against
 the one seen at open (its bytes, or an unchanged stat of it): a store rebuilt in place is a
 :class:`~mmpack.errors.StateMismatchError`, and cache entries are keyed by that content, so the
 new store never sees the old one's chunks.
@@ -52,7 +49,6 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack.store.backends._chunk_cache import get_cache
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
-from mmpack.store.backends._zarr_legacy import LegacyChunkReads, _corrupt
 from mmpack.store.backends._zarr_shards import (
     ShardReader,
     codecs_for,
@@ -61,14 +57,8 @@ from mmpack.store.backends._zarr_shards import (
 )
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta
 
-SHARDED = True
-"""New stores are written sharded (:mod:`~mmpack.store.backends._zarr_shards`); False writes the
-legacy layout below (kept readable; tests use it to make old stores)."""
 ZSTD_LEVEL = 0
 """zstd level of each inner chunk of a sharded store (0: none, checksum only)."""
-TOKEN_CHUNK = 1 << 18
-OFFSET_CHUNK = 1 << 16
-"""Chunks of the legacy (unsharded) layout."""
 _COPY_ITEMS = 1 << 22
 
 
@@ -88,7 +78,16 @@ def _stamp(path: Path) -> bytes | None:
         return None
 
 
-class ZarrBackend(LegacyChunkReads, Backend):
+def _corrupt(path: Path, what: str, exc: BaseException) -> FormatError:
+    """The error for a Zarr read that failed inside zarr/numcodecs (bad JSON, a chunk that does
+    not decode): corruption, reported as such instead of as a codec's internal error."""
+    return FormatError(
+        f"{path}: cannot read {what} ({type(exc).__name__}: {exc}): the Zarr store is corrupt; "
+        "rebuild it"
+    )
+
+
+class ZarrBackend(Backend):
     name = "zarr"
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
@@ -128,8 +127,14 @@ class ZarrBackend(LegacyChunkReads, Backend):
             raise _corrupt(path, "offsets", exc) from exc
         offsets.flags.writeable = False
         self._offsets = offsets
-        self._layout = read_layout(_read_small(path / "tokens" / "zarr.json"))
-        self.chunk_tokens = _grid(self._tokens)  # a shard (sharded) or a chunk (legacy)
+        layout = read_layout(_read_small(path / "tokens" / "zarr.json"))
+        if layout is None:
+            raise FormatError(
+                f"{path}/tokens: not mmpack's sharded Zarr layout (8 KiB inner chunks with a "
+                "crc32c each, in shards); rebuild the store"
+            )
+        self._layout = layout
+        self.chunk_tokens = _grid(self._tokens)  # items per shard
         n_chunks = -(-meta.num_tokens // self.chunk_tokens)
         self._check_chunks("tokens", self._tokens, 0, n_chunks)
         encode = self._tokens.metadata.encode_chunk_key
@@ -138,12 +143,11 @@ class ZarrBackend(LegacyChunkReads, Backend):
         self._stamp_sig: tuple[int, ...] | None = None
         self._cache_key: tuple[Any, ...] = (str(path), self._stamp)
         self._maps: dict[int, memoryview] = {}
-        if self._layout is not None:
-            self._cache_key += ("sharded", self._layout.inner)
-            self._verified = np.zeros(-(-meta.num_tokens // self._layout.inner), dtype=bool)
-            self._reader = ShardReader(
-                self._layout, self._read_mapped, self._index_range, str(path / "tokens")
-            )
+        self._cache_key += ("sharded", layout.inner)
+        self._verified = np.zeros(-(-meta.num_tokens // layout.inner), dtype=bool)
+        self._reader = ShardReader(
+            layout, self._read_mapped, self._index_range, str(path / "tokens")
+        )
 
     def _check_chunks(self, name: str, arr: Any, first: int, stop: int) -> None:
         """Raise :class:`FormatError` unless chunks ``[first, stop)`` of ``arr`` exist as
@@ -186,19 +190,20 @@ class ZarrBackend(LegacyChunkReads, Backend):
     def commit(tmpdir: Path, meta: StoreMeta) -> None:
         zarr = _zarr()
         group = zarr.open_group(str(tmpdir), mode="a")
-        for name, fname, count, dtype, chunk in (
-            ("tokens", TOKENS_FILE, meta.num_tokens, meta.dtype, TOKEN_CHUNK),
-            ("offsets", OFFSETS_FILE, meta.num_docs + 1, OFFSETS_DTYPE, OFFSET_CHUNK),
+        for name, fname, count, dtype in (
+            ("tokens", TOKENS_FILE, meta.num_tokens, meta.dtype),
+            ("offsets", OFFSETS_FILE, meta.num_docs + 1, OFFSETS_DTYPE),
         ):
-            layout: dict[str, Any] = {"chunks": (chunk,)}
-            if SHARDED:
-                inner, shard = shard_items(count, np.dtype(dtype).itemsize)
-                layout = {"chunks": (inner,), "shards": (shard,)}
-                layout["compressors"] = codecs_for(ZSTD_LEVEL)
-                chunk = shard
+            inner, chunk = shard_items(count, np.dtype(dtype).itemsize)
             # Every chunk is written, even all-zero ones: a missing chunk then means damage.
             arr = group.create_array(
-                name, shape=(count,), dtype=dtype, config={"write_empty_chunks": True}, **layout
+                name,
+                shape=(count,),
+                dtype=dtype,
+                chunks=(inner,),
+                shards=(chunk,),
+                compressors=codecs_for(ZSTD_LEVEL),
+                config={"write_empty_chunks": True},
             )
             if count:  # an empty file cannot be memory-mapped
                 raw = np.memmap(tmpdir / fname, dtype=dtype, mode="r")
@@ -215,11 +220,9 @@ class ZarrBackend(LegacyChunkReads, Backend):
         return self._offsets
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
-        if self._layout is not None:  # the batched path: verified chunks, cached
-            one = np.array([start, max(0, stop - start)], dtype=np.int64)
-            src, at = self.read_ranges(one[:1], one[1:])
-            return src[int(at[0]) : int(at[0]) + max(0, stop - start)]
-        return self._read_range_uncached(start, stop)
+        one = np.array([start, max(0, stop - start)], dtype=np.int64)  # the batched path
+        src, at = self.read_ranges(one[:1], one[1:])
+        return src[int(at[0]) : int(at[0]) + max(0, stop - start)]
 
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         # verify() reads the files now, never the decoded-chunk cache
@@ -261,19 +264,16 @@ class ZarrBackend(LegacyChunkReads, Backend):
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        c = self._layout.inner if self._layout is not None else self.chunk_tokens
-        t = touched_chunks(starts, lengths, c)
+        t = touched_chunks(starts, lengths, self._layout.inner)
         if t.uniq.size == 0:
             return np.empty(0, dtype=self.meta.dtype), np.zeros(starts.shape[0], np.int64)
-        chunks = self._inner_chunks(t.uniq) if self._layout is not None else self._chunks(t.uniq)
-        return assemble(chunks, t, lengths, self.meta.dtype)
+        return assemble(self._inner_chunks(t.uniq), t, lengths, self.meta.dtype)
 
     def _inner_chunks(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
         """Decoded inner chunks ``uniq`` of a sharded store, read from the memory-mapped
         shards, every chunk's crc32c checked.  Without zstd a decoded chunk is a view of the
         mapping: checked the first time this backend reads it (a bitmap remembers it), then
         served as is, cache or not.  With zstd, decoded chunks go through the process's LRU."""
-        assert self._layout is not None
         self._check_unchanged_fast()
         opened = len(self._maps)
         try:
@@ -288,7 +288,6 @@ class ZarrBackend(LegacyChunkReads, Backend):
         return got
 
     def _decode_inner(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
-        assert self._layout is not None
         if not self._layout.zstd:
             trusted = self._verified[uniq]
             got = self._reader.chunks(uniq, trusted)
@@ -326,7 +325,6 @@ class ZarrBackend(LegacyChunkReads, Backend):
         return self._maps.setdefault(s, view)
 
     def _index_range(self, s: int) -> tuple[int, int]:
-        assert self._layout is not None
         size = len(self._shard_map(s))
         return max(0, size - self._layout.index_nbytes), size
 
@@ -365,7 +363,7 @@ class ZarrBackend(LegacyChunkReads, Backend):
 
 
 def _grid(arr: Any) -> int:
-    """Items per file of a 1-D Zarr array: its shard (sharded) or chunk (legacy)."""
+    """Items per file of a 1-D Zarr array: its shard (or its chunk, for an unsharded array)."""
     shards = getattr(arr, "shards", None)
     return int(shards[0] if shards else arr.chunks[0])
 

@@ -1,0 +1,197 @@
+"""Chat records to packed rows (``mmpack.ingest.chat``): conversations in JSON lines tokenized
+with a chat template written here (``{% generation %}`` marks the assistant's tokens) by a
+tokenizer trained here (nothing is downloaded), stored with their masks, and packed into rows
+whose labels equal a naive reference written from TRL's documented rule (``assistant_only_loss``
+/ ``completion_only_loss``: a token takes a loss only where its mask is 1; packed sequences
+never predict across their boundaries)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmpack
+from mmpack.ingest.chat import chat_documents
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+IGNORE = -100
+TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' %}<|im_start|>assistant\n"
+    "{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WORDS = ["hello", "there", "how", "are", "you", "fine", "two", "plus", "four", "is", "what"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    raw = tokenizers.Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 20
+    raw.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=320,
+            special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    fast.chat_template = TEMPLATE
+    return fast
+
+
+sentences = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+conversations = st.lists(
+    st.lists(
+        st.tuples(st.sampled_from(["system", "user", "assistant"]), sentences),
+        min_size=1,
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _jsonl(path, convs):
+    with open(path, "w") as f:
+        for conv in convs:
+            f.write(json.dumps({"messages": [{"role": r, "content": c} for r, c in conv]}) + "\n")
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def trl_rule_labels(ids, mask, pieces, seqlen):
+    """Labels of one packed row by the documented rule, for models that shift inside
+    (``label_shift="hf"``): a token's label is itself where its mask is 1, else -100, and the
+    first token of every packed sequence is -100 (no prediction across sequences)."""
+    out = []
+    for p in pieces:
+        seg = list(range(p["start"], p["stop"]))
+        d = p["doc"]
+        out += [IGNORE] + [int(ids[d][t]) if mask[d][t] else IGNORE for t in seg[1:]]
+    return out + [IGNORE] * (seqlen - len(out))
+
+
+@settings(max_examples=15, deadline=None)
+@given(convs=conversations, seqlen=st.integers(8, 64))
+def test_packed_rows_take_the_loss_on_assistant_tokens_only(tok, tmp_path_factory, convs, seqlen):
+    tmp = tmp_path_factory.mktemp("chat")
+    records = _jsonl(tmp / "chat.jsonl", convs)
+    docs = list(chat_documents(records, tok))
+    store = mmpack.build(tmp / "s", iter(docs), fsync=False)
+    ids = [d["input_ids"] for d in docs]
+    mask = [d["loss_mask"] for d in docs]
+    for j, conv in enumerate(convs):  # the targets are the assistant turns, <|im_end|> included
+        said = "".join(c + "<|im_end|>" for r, c in conv if r == "assistant")
+        assert tok.decode(ids[j][mask[j] == 1]) == said
+        np.testing.assert_array_equal(store.loss_mask[j], mask[j])
+    packed = mmpack.PackedDataset(store, seqlen, eot=None, label_shift="hf", cache=False)
+    for i in range(len(packed)):
+        want = trl_rule_labels(ids, mask, packed.locate(i), seqlen)
+        np.testing.assert_array_equal(packed[i]["labels"], want)
+
+
+def test_loss_on_all_and_completion(tok, tmp_path):
+    conv = {
+        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "fine"}]
+    }
+    (doc,) = chat_documents([conv], tok, loss_on="all")
+    assert doc["loss_mask"].tolist() == [1] * len(doc["input_ids"])
+    (plain,) = chat_documents(
+        [{"prompt": "what is two", "completion": " four"}], tok, loss_on="completion"
+    )
+    head = tok("what is two", add_special_tokens=False)["input_ids"]
+    tail = tok(" four", add_special_tokens=False)["input_ids"]
+    assert plain["input_ids"].tolist() == head + tail
+    assert plain["loss_mask"].tolist() == [0] * len(head) + [1] * len(tail)
+    pair = {
+        "prompt": [{"role": "user", "content": "what is two plus two"}],
+        "completion": [{"role": "assistant", "content": "four"}],
+    }
+    (chat,) = chat_documents([pair], tok, loss_on="completion")
+    assert tok.decode(chat["input_ids"][chat["loss_mask"] == 1]) == "four<|im_end|>"
+    store = mmpack.build(tmp_path / "s", chat_documents([pair, pair], tok, loss_on="completion"))
+    assert store.has_loss_mask and len(store) == 2
+
+
+def test_bad_records_and_templates_are_refused(tok):
+    with pytest.raises(ValueError, match="loss_on must be one of"):
+        list(chat_documents([], tok, loss_on="prompt"))
+    with pytest.raises(ValueError, match=r"record 1 has keys \['text'\]"):
+        list(
+            chat_documents([{"messages": [{"role": "user", "content": "hi"}]}, {"text": "x"}], tok)
+        )
+    with pytest.raises(ValueError, match=r"record 0: messages\[0\] must be a dict with 'role'"):
+        list(chat_documents([{"messages": [{"content": "hi"}]}], tok))
+    with pytest.raises(ValueError, match="record 0: messages must be a non-empty list"):
+        list(chat_documents([{"messages": []}], tok))
+    with pytest.raises(ValueError, match="takes {'prompt': ..., 'completion': ...}"):
+        list(chat_documents([{"messages": []}], tok, loss_on="completion"))
+    plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
+    with pytest.raises(ValueError, match="has no chat template"):
+        list(chat_documents([], plain))
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match=r"needs a chat template with \{% generation %\}"):
+        list(chat_documents([], plain))
+    assert list(
+        chat_documents([{"messages": [{"role": "user", "content": "hi"}]}], plain, loss_on="all")
+    )
+    with pytest.raises(TypeError, match="must be a transformers tokenizer"):
+        list(chat_documents([], object()))
+
+
+def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
+    from mmpack.cli.commands import main
+
+    folder = tmp_path / "tok"
+    tok.save_pretrained(folder)
+    convs = [[("user", "what is two plus two"), ("assistant", "four")], [("user", "hello")]]
+    records = _jsonl(tmp_path / "chat.jsonl", convs)
+    argv = ["build", str(tmp_path / "chat.jsonl"), "-o", str(tmp_path / "s")]
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "assistant"]) == 0, (
+        capsys.readouterr().err
+    )
+    assert "2 conversations" in capsys.readouterr().out
+    store = mmpack.open(tmp_path / "s")
+    for j, doc in enumerate(chat_documents(records, folder)):
+        np.testing.assert_array_equal(store[j], doc["input_ids"])
+        np.testing.assert_array_equal(store.loss_mask[j], doc["loss_mask"])
+    (tmp_path / "bad.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "hi"}]}\n{oops\n'
+    )
+    bad = [
+        "build",
+        str(tmp_path / "bad.jsonl"),
+        "-o",
+        str(tmp_path / "b"),
+        "--tokenizer",
+        str(folder),
+    ]
+    assert main([*bad, "--loss-on", "all"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2: not a JSON record" in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()
+    assert main([*bad, "--loss-on", "all", "--lines"]) == 1
+    assert "--loss-on reads JSON lines of chat records; drop --lines" in capsys.readouterr().err
+    assert main(bad[:4] + ["--loss-on", "all"]) == 1
+    assert "--loss-on needs --tokenizer" in capsys.readouterr().err
+    plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    plain.save_pretrained(tmp_path / "plain")
+    assert main(bad[:4] + ["--tokenizer", str(tmp_path / "plain"), "--loss-on", "assistant"]) == 1
+    assert "--loss-on assistant needs a chat template with {% generation %}" in (
+        capsys.readouterr().err
+    )

@@ -1,0 +1,190 @@
+"""mmpack.torch.loader: one call to a resumable StatefulDataLoader; its state resumes exactly after
+a kill, at another worker count and at another world size.
+
+Window ``i`` of the store below holds the tokens ``4i .. 4i + 3``, so ``input_ids[:, 0] // 4`` names
+the samples of a batch.
+
+Run: ``pytest tests/test_loader.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import mmpack
+import mmpack.torch
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.torch.collate import Collator, collate
+from mmpack.torch.loading import ResumableLoader
+from mmpack.torch.sampler import ResumableSampler
+
+N, SEQLEN = 50, 4
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("loader") / "w.mmpack"
+    mmpack.build(path, [np.arange(N * SEQLEN + 1, dtype=np.int32)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def view(store_path):
+    return mmpack.WindowDataset(mmpack.open(store_path), seqlen=SEQLEN, stride=SEQLEN)
+
+
+def _ids(batch) -> list[int]:
+    return (batch["input_ids"][:, 0] // SEQLEN).tolist()
+
+
+def test_one_call_gives_a_stateful_loader_with_the_sampler_and_collate(view):
+    loader = mmpack.torch.loader(view, 8, seed=5)
+    assert isinstance(loader, StatefulDataLoader) and isinstance(loader, ResumableLoader)
+    assert isinstance(loader.sampler, ResumableSampler) and loader.sampler.seed == 5
+    assert loader.collate_fn is collate and loader.num_workers == 0
+    assert loader.pin_memory == torch.cuda.is_available()
+    order = list(ResumableSampler(N, seed=5))
+    batches = list(loader)
+    assert [i for b in batches for i in _ids(b)] == order
+    want = collate([view[i] for i in order[:8]])
+    assert batches[0]["input_ids"].dtype == torch.int64
+    assert torch.equal(batches[0]["input_ids"], want["input_ids"])
+    assert batches[0]["cu_seqlens"].tolist() == want["cu_seqlens"].tolist()
+
+
+def test_workers_are_persistent_and_give_the_same_batches(view):
+    loader = mmpack.torch.loader(view, 8, num_workers=2, collate=Collator(dtype=torch.int32))
+    assert loader.persistent_workers and loader.num_workers == 2
+    first = [_ids(b) for b in loader]
+    assert [i for b in first for i in b] == list(ResumableSampler(N, seed=0))
+    second = [i for b in loader for i in _ids(b)]
+    assert second == list(ResumableSampler(N, seed=0)._indices(0, N, 1))  # the next epoch
+
+
+def test_every_complete_pass_is_the_next_epoch_and_set_epoch_chooses(view):
+    loader = mmpack.torch.loader(view, 16, shuffle=True)
+    passes = [[i for b in loader for i in _ids(b)] for _ in range(2)]
+    sampler = ResumableSampler(N, seed=0)
+    assert passes[0] == list(sampler)
+    sampler.set_epoch(1)
+    assert passes[1] == list(sampler)
+    assert loader.state_dict()["sampler"]["epoch"] == 2
+    assert loader.state_dict()["sampler"]["position"] == 0
+    loader.set_epoch(0)
+    assert [i for b in loader for i in _ids(b)] == passes[0]
+
+
+def _run(loader, batches=None):
+    out = []
+    for batch in loader:
+        out.append(_ids(batch))
+        if batches is not None and len(out) == batches:
+            break
+    return out
+
+
+@pytest.mark.parametrize("saved_workers, resumed_workers", [(2, 0), (2, 1), (0, 2), (2, 2)])
+def test_a_state_loads_at_another_worker_count_exactly(view, saved_workers, resumed_workers):
+    full = _run(mmpack.torch.loader(view, 4, seed=1, num_workers=saved_workers))
+    first = mmpack.torch.loader(view, 4, seed=1, num_workers=saved_workers)
+    seen = _run(first, 3)  # the workers have prefetched more than 3 batches
+    state = first.state_dict()
+    assert state["sampler"]["position"] == 12 and state["num_workers"] == saved_workers
+    resumed = mmpack.torch.loader(view, 4, seed=1, num_workers=resumed_workers)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["sampler"] == state["sampler"]
+    assert seen + _run(resumed) == full
+
+
+def test_a_plain_stateful_dataloader_state_is_refused_with_a_clear_error(view):
+    plain = StatefulDataLoader(view, batch_size=4, num_workers=2, collate_fn=collate)
+    it = iter(plain)
+    next(it)
+    state = plain.state_dict()
+    del it
+    loader = mmpack.torch.loader(view, 4, num_workers=0)
+    with pytest.raises(FormatError, match="not a state of mmpack.torch.loader"):
+        loader.load_state_dict(state)
+    with pytest.raises(FormatError, match="not a state"):
+        loader.load_state_dict([1, 2])
+    good = loader.state_dict()
+    with pytest.raises(FormatError, match="version 7"):
+        loader.load_state_dict({**good, "version": 7})
+    with pytest.raises(StateMismatchError, match="seed"):
+        mmpack.torch.loader(view, 4, seed=9).load_state_dict(good)
+
+
+def test_elastic_resume_through_the_sampler(view):
+    """Two ranks take 3 batches each; rank 0's state resumes on three ranks: every sample not yet
+    seen comes exactly once (plus the padding that evens the ranks' shares)."""
+    ranks = [mmpack.torch.loader(view, 4, rank=r, world_size=2) for r in range(2)]
+    seen = [i for loader in ranks for b in _run(loader, 3) for i in b]
+    state = ranks[0].state_dict()
+    rest = []
+    for r in range(3):
+        resumed = mmpack.torch.loader(view, 4, rank=r, world_size=3, num_workers=r % 2)
+        resumed.load_state_dict(state)
+        rest += [i for b in _run(resumed) for i in b]
+    assert len(set(seen)) == len(seen) == 24
+    unseen = set(range(N)) - set(seen)
+    assert sorted(i for i in rest if i in unseen) == sorted(unseen)  # each exactly once
+    assert len(rest) - len(unseen) <= 2  # padding: at most W2 - 1 repeats of seen samples
+
+
+def test_bad_arguments(view):
+    with pytest.raises(ValueError, match="batch_size"):
+        mmpack.torch.loader(view, 0)
+    with pytest.raises(ValueError, match="num_workers"):
+        mmpack.torch.loader(view, 2, num_workers=-1)
+    with pytest.raises(TypeError, match="map-style"):
+        mmpack.torch.loader(iter(range(3)), 2)
+    with pytest.raises(TypeError, match="collate"):
+        mmpack.torch.loader(view, 2, collate="collate")
+    with pytest.raises(ValueError, match="rank"):
+        mmpack.torch.loader(view, 2, rank=2, world_size=2)
+
+
+_CHILD = """
+import json, os, signal, sys
+import torch, mmpack, mmpack.torch
+view = mmpack.WindowDataset(mmpack.open(sys.argv[1]), seqlen=4, stride=4)
+loader = mmpack.torch.loader(view, 4, seed=2, num_workers=2)
+out = open(sys.argv[2], "w")
+for k, batch in enumerate(loader):
+    torch.save(loader.state_dict(), sys.argv[3] + ".tmp")
+    os.replace(sys.argv[3] + ".tmp", sys.argv[3])
+    out.write(json.dumps((batch["input_ids"][:, 0] // 4).tolist()) + "\\n")
+    out.flush()
+    if k == 4:
+        os.kill(os.getpid(), signal.SIGKILL)  # killed mid-epoch, workers and all
+"""
+
+
+def test_killed_mid_epoch_resumes_exactly(store_path, view, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(_CHILD))
+    seen_file, state_file = tmp_path / "seen.jsonl", tmp_path / "state.pt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(store_path), str(seen_file), str(state_file)],
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
+    assert len(seen) == 5
+    resumed = mmpack.torch.loader(view, 4, seed=2, num_workers=1)
+    resumed.load_state_dict(torch.load(state_file))
+    assert seen + _run(resumed) == _run(mmpack.torch.loader(view, 4, seed=2))
