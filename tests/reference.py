@@ -397,7 +397,7 @@ def _mlm_ref(ids, maskable, seed, epoch, index, p, vocab, ex):
 # =========================================================================== permutation
 @lru_cache(maxsize=4096)
 def _keys_cached(seed: Any, epoch: int) -> tuple[int, ...]:
-    from mmpack.sampling.permutation import ROUNDS
+    from mmpack.core.permutation_keys import ROUNDS
 
     parts = seed if isinstance(seed, tuple) else (seed,)
     words = [len(parts)]
@@ -480,8 +480,9 @@ def _keyed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _keyed_kernel(n, seed, epochs, idx, group):
+    from mmpack.core.permutation_keys import epoch_keys
     from mmpack.kernels.permutation import permute_many_keyed
-    from mmpack.sampling.permutation import Permutation, epoch_keys
+    from mmpack.sampling.permutation import Permutation
 
     perm, out = Permutation(n, seed=seed), np.empty_like(idx)
     permute_many_keyed(idx, group, out, n, perm._half_bits, perm._mask, epoch_keys(seed, epochs))
@@ -497,7 +498,7 @@ def _derive_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _derive_kernel(seed, epochs):
-    from mmpack.sampling.permutation import epoch_keys
+    from mmpack.core.permutation_keys import epoch_keys
 
     return [_ints(row) for row in epoch_keys(seed, epochs)]
 

@@ -1,4 +1,5 @@
-"""Specification of :mod:`mmpack.sampling.permutation` and :mod:`mmpack.kernels.permutation`."""
+"""Specification of :mod:`mmpack.sampling.permutation`, :mod:`mmpack.core.permutation_keys` and
+:mod:`mmpack.kernels.permutation`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reference import ref_keys, ref_permute
 
+from mmpack.core.permutation_keys import MAX_N, ROUNDS, epoch_keys
 from mmpack.kernels.permutation import permute_many_keyed
-from mmpack.sampling.permutation import MAX_N, ROUNDS, Permutation, epoch_keys
+from mmpack.sampling.permutation import Permutation
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
 

@@ -259,6 +259,20 @@ TABLE: list[Row] = [
     ),
     Row(
         "mmpack.build",
+        "shuffle_docs=-1",
+        ValueError,
+        "shuffle_docs must be made of ints in [0, 2**64), got -1",
+        lambda e: e.build([[1]], shuffle_docs=-1),
+    ),
+    Row(
+        "mmpack.build",
+        "shuffle_docs='7'",
+        TypeError,
+        "shuffle_docs must be an integer, got str '7'",
+        lambda e: e.build([[1]], shuffle_docs="7"),
+    ),
+    Row(
+        "mmpack.build",
         "a non-integer float token",
         ValueError,
         "non-integer token 1.5 at position 0",

@@ -38,6 +38,7 @@ _positive_int = _int_at_least(1, "an integer")
 _token_id = _int_at_least(0, "an integer token id", 2**63 - 1, "ids are int64")
 _seqlen = _int_at_least(1, "an integer", 2**31 - 1, "cu_seqlens are int32")
 _stride = _int_at_least(1, "an integer", 2**63 - 1, "token offsets are int64")
+_seed = _int_at_least(0, "an integer seed", 2**64 - 1, "seeds are 64-bit keys")
 
 
 def _extensions(text: str) -> list[str]:

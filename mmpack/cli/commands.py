@@ -71,6 +71,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         split=args.split,
         template=args.template,
+        shuffle_docs=args.shuffle_docs,
         progress=args.progress,
         on_issue=on_issue,
     )

@@ -31,6 +31,7 @@ from mmpack.cli.arguments import (
     _add_store_arguments,
     _add_tokenizer,
     _extensions,
+    _seed,
     _stride,
     _subcommand,
 )
@@ -240,6 +241,16 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         "'<s> $A' or '[CLS] $A [SEP]' (default: none)",
     )
     _add_flag(b, "--skip-empty", "drop empty documents (default: store them as empty documents)")
+    b.add_argument(
+        "--shuffle-docs",
+        type=_seed,
+        default=None,
+        metavar="SEED",
+        help="store the documents in a keyed random order of SEED (an integer >= 0) instead "
+        "of the input order, so that neighbouring documents are a random sample of the "
+        "corpus; needs twice the token bytes on disk while it runs (with --engine dask/serial: "
+        "each part shuffled, the parts joined in a keyed order)",
+    )
     _add_choice(
         b,
         "--loss-on",

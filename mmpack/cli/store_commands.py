@@ -142,7 +142,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
-    for section in ("tokenizer", "provenance"):
+    for section in ("tokenizer", "provenance", "order"):
         if isinstance(store.meta.get(section), dict):
             info[section] = store.meta[section]
     info["view_defaults"] = _view_defaults(store)
@@ -206,6 +206,9 @@ def _print_info(info: dict, store, lens) -> None:
             f"skipped {prov.get('docs_skipped', 0):,} with errors and "
             f"{prov.get('empty_skipped', 0):,} empty"
         )
+    order = info.get("order")
+    if order:
+        print(f"order        {_order_line(order)}")
     if "parts" in info:
         print(
             f"parts        {len(info['parts'])} ("
@@ -222,6 +225,17 @@ def _print_info(info: dict, store, lens) -> None:
         print("histogram    (documents per length bucket, tokens)")
         for row in _length_histogram(lens):
             print(row)
+
+
+def _order_line(order: dict) -> str:
+    """The ``"order"`` section (a build's ``--shuffle-docs``) in words."""
+    seed = order.get("seed")
+    if order.get("parts"):
+        return (
+            f"documents keyed within each of {order.get('part_count')} parts, parts in a "
+            f"keyed order (--shuffle-docs {seed})"
+        )
+    return f"documents in a keyed random order (--shuffle-docs {seed})"
 
 
 # --------------------------------------------------------------------------------- show

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["IGNORE_INDEX", "INT32_MAX", "UINT64_LIMIT", "WINDOW_BLOCKS"]
+__all__ = ["DOC_ORDER_STREAM", "IGNORE_INDEX", "INT32_MAX", "UINT64_LIMIT", "WINDOW_BLOCKS"]
 
 IGNORE_INDEX = -100
 """Label of a position that takes no loss (PyTorch's ``CrossEntropyLoss`` default)."""
@@ -16,3 +16,8 @@ UINT64_LIMIT = 2**64
 WINDOW_BLOCKS = 256
 """Default blocks per window of the block-window order (:mod:`mmpack.sampling.block_order`):
 two samples of a window then share a block with probability below ``1 / 256``."""
+
+DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
+"""The first int of the key of a build's document order (``shuffle_docs=``,
+:mod:`mmpack.store.doc_order`): the order of ``shuffle_docs=s`` is the permutation of the key
+``(DOC_ORDER_STREAM, s)``, never one a sampler draws from a plain seed ``s``."""

@@ -40,6 +40,7 @@ __all__ = [
     "check_probability",
     "check_region_tokens",
     "check_seed",
+    "check_seed_parts",
     "check_token_id",
     "check_token_ids",
     "epoch_index_type",
@@ -160,6 +161,19 @@ def check_probability(value: Any, name: str) -> float:
 def check_seed(value: Any, name: str = "seed") -> int:
     """A key in ``[0, 2**64)`` (seeds and epochs)."""
     return check_int_range(value, name, 0, UINT64_LIMIT)
+
+
+def check_seed_parts(value: Any, name: str = "seed") -> tuple[int, ...]:
+    """The ints of a seed given as an int or a tuple of ints, each in ``[0, 2**64)``
+    (:class:`~mmpack.sampling.permutation.Permutation`'s ``seed=``, a build's ``shuffle_docs=``);
+    ``TypeError`` for a part that is not an integer, ``ValueError`` for one out of range, both
+    naming ``name`` and the value."""
+    parts = value if isinstance(value, tuple) else (value,)
+    ints = tuple(check_int(s, name) for s in parts)
+    for s in ints:
+        if not 0 <= s < UINT64_LIMIT:
+            raise ValueError(f"{name} must be made of ints in [0, 2**64), got {value!r}")
+    return ints
 
 
 def check_bool(value: Any, name: str) -> bool:

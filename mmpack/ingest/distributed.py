@@ -18,7 +18,14 @@ that the engine retries or runs twice leaves exactly one, identical, part.  The 
 parts in task order (:mod:`mmpack.joins.join`; no token is copied) inside the staging folder and
 renames it onto ``OUT``: a failed build publishes nothing and removes its staging folder.  The
 result's documents and tokens are those of ``ingest`` over the same inputs, whatever the number of
-workers or the order in which tasks finish (tested).  The staging folder carries its driver's
+workers or the order in which tasks finish (tested).
+
+With ``shuffle_docs=seed`` each part is built with ``shuffle_docs=(seed, k)`` (``k`` its task
+index: its documents in a keyed order of their own, :mod:`mmpack.store.doc_order`) and the parts
+are joined in the keyed order ``doc_order(n_parts, seed)``: the result holds every document once,
+a neighbourhood of documents comes from one part's random sample, but the order is not the
+document-level permutation one local build of the same seed writes (a document never moves to
+another part).  The staging folder carries its driver's
 lock (:func:`mmpack.store.publish.stage_folder`): a killed build's folder is removed by the next
 build of the same output, a live one's never.
 
@@ -58,6 +65,7 @@ from mmpack.ingest.task_plan import DEFAULT_PART_BYTES, plan_tasks
 from mmpack.ingest.tokenizer import load_tokenizer, with_template
 from mmpack.joins.join import write_join_into
 from mmpack.joins.opening import open_join
+from mmpack.store.doc_order import ORDER_SECTION, check_shuffle_docs, doc_order, order_record
 from mmpack.store.opening import as_path
 from mmpack.store.publish import (
     BUILD_TAG,
@@ -124,7 +132,9 @@ def build_distributed(
     **options
         :func:`~mmpack.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
         ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
-        ``split``, ``template``.
+        ``split``, ``template``, ``shuffle_docs`` (each part shuffled with the key
+        ``(shuffle_docs, part index)``, the parts joined in a keyed order: see the module
+        docstring; not one document-level permutation across parts).
 
     Returns
     -------
@@ -143,13 +153,20 @@ def build_distributed(
         raise TypeError(f"build_distributed() got unexpected keyword arguments {sorted(unknown)}")
     out = as_path(output, "output")
     _check_output(out, overwrite)
+    seed = check_shuffle_docs(options.pop("shuffle_docs", None))
     tok = _shared_tokenizer(options)
     tasks = plan_tasks(inputs, part_bytes=part_bytes, output=out)
+    per_task = [options] * len(tasks)
+    if seed is not None:
+        parts = seed if isinstance(seed, tuple) else (seed,)
+        per_task = [{**options, "shuffle_docs": (*parts, k)} for k in range(len(tasks))]
     engine_run = _EngineRun(
-        RUNNERS[engine], part_function or build_part, options, scheduler, n_workers, retries
+        RUNNERS[engine], part_function or build_part, per_task, scheduler, n_workers, retries
     )
     t0 = time.perf_counter()
-    workers, results = _build_staged(out, overwrite, tasks, tok, engine_run, progress, on_part)
+    workers, results = _build_staged(
+        out, overwrite, tasks, tok, engine_run, progress, on_part, seed
+    )
     report = _summed_report(out, tok, workers, results)
     report.seconds = time.perf_counter() - t0
     report.store = open_join(out)
@@ -173,7 +190,7 @@ class _EngineRun:
 
     runner: Callable[..., int]
     function: Callable[..., dict[str, Any]]
-    options: dict[str, Any]
+    options: list[dict[str, Any]]
     scheduler: str | None
     n_workers: int | None
     retries: int
@@ -199,9 +216,11 @@ def _build_staged(
     engine_run: _EngineRun,
     progress: bool | None,
     on_part: Callable[[int, dict[str, Any]], None] | None,
+    seed: Any = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Build every part in a staging folder beside ``out``, join them there and swap the folder
-    onto ``out``; a failure removes the staging folder and publishes nothing.  A progress bar
+    onto ``out`` (in the keyed order of ``seed`` when given); a failure removes the staging
+    folder and publishes nothing.  A progress bar
     as ``progress`` asks (:class:`~mmpack.ingest.engines.PartsProgress`).  Returns the engine's worker count and
     the parts' results, in task order."""
     sizes = [sum(size_of(Path(f)) for f in t) for t in tasks]
@@ -212,7 +231,7 @@ def _build_staged(
     try:
         (stage / "parts").mkdir()
         workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
-        _join_parts(stage, part_paths, tasks, results, tok)
+        _join_parts(stage, part_paths, tasks, results, tok, seed)
         swap_into_place(stage, out, overwrite)
         with contextlib.suppress(OSError):  # a kill before this leaves a harmless empty file
             (out / LOCK_FILE).unlink()
@@ -251,16 +270,21 @@ def _check_output(out: Path, overwrite: bool) -> None:
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
 
 
-def _join_parts(stage: Path, part_paths: list[str], tasks, results, tok) -> None:
-    """Write the join record (tokenizer record, provenance, tokenizer files) into ``stage``."""
+def _join_parts(stage: Path, part_paths: list[str], tasks, results, tok, seed) -> None:
+    """Write the join record (tokenizer record, provenance, tokenizer files) into ``stage``;
+    the parts in task order, or in the keyed order of ``seed`` (recorded as ``"order"``)."""
     data = tokenizer_files(tok)
     store_extra = {
         "tokenizer": tokenizer_record_of(tok, copied=data is not None),
         "provenance": _provenance(tasks, results, tok),
     }
+    joined = part_paths
+    if seed is not None:
+        joined = [part_paths[k] for k in doc_order(len(part_paths), seed, 0, len(part_paths))]
+        store_extra[ORDER_SECTION] = order_record(seed, parts=len(part_paths))
     write_join_into(
         stage,
-        part_paths,
+        joined,
         extra=store_extra,
         attach={TOKENIZER_FILE: data} if data is not None else None,
     )

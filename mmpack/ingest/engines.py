@@ -1,7 +1,7 @@
 """The engines that run a distributed build's tasks, and the driver's progress bar.
 
 Owns the runners (``run(fn, tasks, part_paths, options, scheduler, n_workers, retries, done)``,
-returning the number of workers used), :data:`ENGINES`, and :class:`PartsProgress`.
+``options`` one dict per task, returning the number of workers used), :data:`ENGINES`, and :class:`PartsProgress`.
 
 - ``"serial"``: the tasks one after another in this process; a task that raises anything but an
   :class:`~mmpack.ingest.pipeline.IngestError` (a bad record fails the same way every time) is
@@ -32,10 +32,10 @@ def run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, do
     """Run the tasks in order in this process; returns 1 (the workers used)."""
     if scheduler is not None:
         raise with_params(ValueError, Param("scheduler"), " is for ", Param("engine", "dask"))
-    for k, (inputs, path) in enumerate(zip(tasks, part_paths)):
+    for k, (inputs, path, opts) in enumerate(zip(tasks, part_paths, options)):
         for attempt in range(retries + 1):
             try:
-                result = fn(inputs, path, options)
+                result = fn(inputs, path, opts)
                 break
             except IngestError:  # a bad record fails the same way every time
                 raise
@@ -63,12 +63,12 @@ def run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, done
                 fn,
                 inputs,
                 path,
-                options,
+                opts,
                 key=f"mmpack-part-{token}-{k:05d}",
                 pure=False,
                 retries=retries,
             ): k
-            for k, (inputs, path) in enumerate(zip(tasks, part_paths))
+            for k, (inputs, path, opts) in enumerate(zip(tasks, part_paths, options))
         }
         try:
             for future in as_completed(futures):

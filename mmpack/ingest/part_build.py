@@ -30,6 +30,7 @@ OPTION_NAMES = frozenset(
         "backend",
         "split",
         "template",
+        "shuffle_docs",
     }
 )
 """The :func:`~mmpack.ingest.pipeline.ingest` keywords a part build passes on."""

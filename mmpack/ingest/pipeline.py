@@ -97,6 +97,7 @@ from mmpack.ingest.provenance import describe_store
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
+from mmpack.store.doc_order import check_shuffle_docs
 from mmpack.store.publish import check_target
 from mmpack.store.writer import store_writer
 
@@ -134,6 +135,7 @@ def ingest(
     copy_tokenizer: bool = True,
     split: str | None = None,
     template: str | None = None,
+    shuffle_docs: Any = None,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -190,6 +192,11 @@ def ingest(
     template : str, optional
         Special tokens around every document: ``"tokenizer"`` (the tokenizer's post-processor)
         or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:class:`mmpack.ingest.tokenizer.TemplateTokenizer`).
+    shuffle_docs : int or tuple of int, optional
+        Store the documents in a keyed order of this seed instead of the input order
+        (:func:`mmpack.store.writer.build`'s ``shuffle_docs``; the metadata's ``"order"``
+        section records it; the provenance still lists the inputs and counts, which do not
+        depend on the order).
 
     Returns
     -------
@@ -216,6 +223,7 @@ def ingest(
     batch_chars = check_positive_int(batch_chars, "batch_chars")
     tok = with_template(load_tokenizer(tokenizer), template)
     workers = _worker_count(workers, tok)
+    shuffle_docs = check_shuffle_docs(shuffle_docs)
     where = output if isinstance(output, str) and "://" in output else Path(output)
     if isinstance(where, Path):  # the target first: an input is never read from what it holds
         check_target(where, bool(overwrite))
@@ -247,6 +255,7 @@ def ingest(
         backend=backend,
         overwrite=overwrite,
         copy_tokenizer=copy_tokenizer,
+        shuffle_docs=shuffle_docs,
     )
     policy.warn_unshown()
     return report
@@ -288,6 +297,7 @@ def _build_store(
     backend: str,
     overwrite: bool,
     copy_tokenizer: bool,
+    shuffle_docs: Any,
 ) -> None:
     """Tokenize ``batches`` (in order, ``report.workers`` processes) into a new store at
     ``output``, published once every input was read and the issue policy let it through, with
@@ -300,7 +310,12 @@ def _build_store(
     remote = {"progress": bar.enabled} if isinstance(output, str) and "://" in output else {}
     try:
         with store_writer(
-            output, dtype=tok.token_dtype, backend=backend, overwrite=overwrite, **remote
+            output,
+            dtype=tok.token_dtype,
+            backend=backend,
+            overwrite=overwrite,
+            shuffle_docs=shuffle_docs,
+            **remote,
         ) as writer:
             with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
                 for batch, (flat, lengths, failures) in encoded:

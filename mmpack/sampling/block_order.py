@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import WINDOW_BLOCKS
+from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import check_block_bounds, check_in_range, check_seed
-from mmpack.sampling.permutation import MAX_N, Permutation
+from mmpack.sampling.permutation import Permutation
 
 __all__ = ["BlockOrder", "bounds_digest", "uniform_bounds"]
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.permutation_keys import MAX_N, epoch_keys
 from mmpack.core.validation import (
     EpochIndex,
     check_in_range,
@@ -63,7 +64,7 @@ from mmpack.sampling.mixture_batches import (
 )
 from mmpack.sampling.mixture_blocks import BlockPasses, mixture_bounds
 from mmpack.sampling.mixture_stats import MixtureStats
-from mmpack.sampling.permutation import MAX_N, Permutation, epoch_keys
+from mmpack.sampling.permutation import Permutation
 from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch

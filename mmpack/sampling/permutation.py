@@ -2,11 +2,11 @@
 
 :class:`Permutation` is a bijection of ``range(n)`` computed on the fly, never materialised: a
 balanced Feistel network over the smallest even number of bits that holds ``n - 1`` (at least 2),
-:data:`ROUNDS` rounds whose round function is splitmix64's finalizer applied to ``half ^ round_key``,
+:data:`~mmpack.core.permutation_keys.ROUNDS` rounds whose round function is splitmix64's finalizer applied to ``half ^ round_key``,
 and cycle-walking to stay inside ``range(n)`` (see :mod:`mmpack.kernels.permutation`).  The round
 keys of a seed are drawn from :class:`numpy.random.SeedSequence` (once per seed, cached), and those
 of an epoch are ``mix64(base_r ^ mix64(epoch + (r + 1) * 0x9E3779B97F4A7C15))`` (so many epochs'
-keys can be derived in one vectorised call, see :func:`epoch_keys`): a permutation is a pure
+keys can be derived in one vectorised call; :mod:`mmpack.core.permutation_keys` owns them): a permutation is a pure
 function of ``(n, seed, epoch)``, identical on every machine and in every process.
 
 Cost: O(1) memory (eight 64-bit keys); one index costs ``ROUNDS`` mixes per encryption and fewer
@@ -17,14 +17,19 @@ and 10**6).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 
 import numpy as np
 
+from mmpack.core.permutation_keys import (
+    MAX_N,
+    SeedLike,
+    epoch_keys,
+    feistel_width,
+    seed_words,
+)
 from mmpack.core.validation import check_in_range, check_int
 from mmpack.kernels.permutation import (
-    derive_keys,
     invert,
     invert_many,
     permute,
@@ -32,55 +37,9 @@ from mmpack.kernels.permutation import (
     permute_many_keyed,
 )
 
-__all__ = ["MAX_N", "Permutation", "ROUNDS", "SeedLike", "epoch_keys"]
-
-MAX_N = 2**62
-"""Largest supported domain size."""
-
-ROUNDS = 8
-"""Feistel rounds (4 suffice for a pseudo-random permutation in theory; 8 leave a wide margin)."""
-
-SeedLike = int | tuple[int, ...]
+__all__ = ["Permutation"]
 
 _CHUNK = 8192
-
-
-def _seed_words(seed: SeedLike) -> tuple[int, ...]:
-    """Encode a seed as uint32 words, injectively (a length, then 2 words per int)."""
-    parts = (seed,) if not isinstance(seed, tuple) else seed
-    ints = [check_int(s, "seed") for s in parts]
-    for s in ints:
-        if not 0 <= s < 2**64:
-            raise ValueError(f"seed must be made of ints in [0, 2**64), got {seed!r}")
-    words = [len(ints)]
-    for s in ints:
-        words += [s & 0xFFFFFFFF, s >> 32]
-    return tuple(words)
-
-
-@functools.lru_cache(maxsize=256)
-def _base_keys(words: tuple[int, ...]) -> np.ndarray:
-    keys = np.random.SeedSequence(list(words)).generate_state(ROUNDS, np.uint64)
-    keys.flags.writeable = False
-    return keys
-
-
-def epoch_keys(seed: SeedLike, epochs: np.ndarray) -> np.ndarray:
-    """Round keys of ``Permutation(n, seed=seed, epoch=e)`` for each ``e`` in ``epochs``.
-
-    Parameters
-    ----------
-    epochs : numpy.ndarray, integer, shape (G,)
-        Values in ``[0, 2**64)`` (not validated).
-
-    Returns
-    -------
-    numpy.ndarray, uint64, shape (G, ROUNDS)
-    """
-    base = _base_keys(_seed_words(seed))
-    out = np.empty((len(epochs), ROUNDS), dtype=np.uint64)
-    derive_keys(base, np.asarray(epochs).astype(np.uint64), out)
-    return out
 
 
 class Permutation:
@@ -105,16 +64,12 @@ class Permutation:
     def __init__(self, n: int, *, seed: SeedLike = 0, epoch: int = 0) -> None:
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         epoch = check_in_range(epoch, "epoch", 0, 2**64)
-        words = _seed_words(seed)
+        seed_words(seed)  # checked before anything else is computed
         self._n = n
         self._seed = seed
         self._epoch = epoch
-        half_bits = max(1, ((n - 1).bit_length() + 1) // 2) if n > 1 else 1
-        self._half_bits = np.uint64(half_bits)
-        self._mask = np.uint64((1 << half_bits) - 1)
-        self._keys = np.empty((1, ROUNDS), dtype=np.uint64)
-        derive_keys(_base_keys(words), np.array([epoch], dtype=np.uint64), self._keys)
-        self._keys = self._keys[0]
+        self._half_bits, self._mask = feistel_width(n)
+        self._keys = epoch_keys(seed, np.array([epoch], dtype=np.uint64))[0]
 
     @property
     def n(self) -> int:
@@ -199,7 +154,7 @@ class Permutation:
         numpy.ndarray, int64, same shape as ``idx``
         """
         arr = self._check_array(idx, "idx")
-        return self._map_unchecked(arr)
+        return self.map_unchecked(arr)
 
     def inverse_map(self, values: np.ndarray) -> np.ndarray:
         """Preimages of an array of values; int64 array of the same shape (see :meth:`map`)."""
@@ -225,8 +180,6 @@ class Permutation:
             )
         return out
 
-    _map_unchecked = map_unchecked  # the name earlier callers used
-
     def map_keyed(self, idx: np.ndarray, which: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Images of ``idx[i]`` under the permutation of this ``n`` whose round keys are
         ``keys[which[i]]``: many epochs of one seed in one kernel call.
@@ -236,7 +189,7 @@ class Permutation:
         idx, which : numpy.ndarray, int64, shape (m,)
             Values in ``[0, n)``; rows of ``keys`` (both guaranteed by the caller).
         keys : numpy.ndarray, uint64, shape (G, ROUNDS)
-            From :func:`epoch_keys`.
+            From :func:`mmpack.core.permutation_keys.epoch_keys`.
 
         Returns
         -------
@@ -253,7 +206,7 @@ class Permutation:
         """Yield ``perm[0], perm[1], ...`` (computed in vectorised chunks)."""
         for start in range(0, self._n, _CHUNK):
             stop = min(start + _CHUNK, self._n)
-            yield from self._map_unchecked(np.arange(start, stop, dtype=np.int64)).tolist()
+            yield from self.map_unchecked(np.arange(start, stop, dtype=np.int64)).tolist()
 
 
 def _rebuild(n: int, seed: SeedLike, epoch: int) -> Permutation:

@@ -8,6 +8,7 @@
     reader.py      TokenStore: validated at open, memory-mapped, picklable
     integrity.py   block checksums: verify(), verify_reads, the digests a build writes
     writer.py      build / StoreWriter: streaming, validated, published atomically
+    doc_order.py   a build's keyed document order (``shuffle_docs``): the order, the rewrite
     tokenfile.py   the token file a build streams into (convert, check, hash, write)
     blockwriter.py the writer thread and the hash thread behind tokenfile
     gather.py      the documents a build takes from lists, arrays and generators

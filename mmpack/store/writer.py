@@ -13,7 +13,8 @@ temporary folders and their locks, the overwrite guard, the ``renameat2(RENAME_E
 swap), so an interrupted build never leaves anything that opens as a store, readers of the
 previous store keep their mappings, and ``overwrite`` replaces only an mmpack store or an empty
 folder.  A bad document raises from the ``add`` that receives it (the documents before it are
-kept); every failure removes the temporary folder.
+kept); every failure removes the temporary folder.  ``shuffle_docs``: the documents are stored
+in a keyed order (:mod:`mmpack.store.doc_order`, which states the algorithm and its cost).
 
 Measured against ``ndarray.tofile`` of the same bytes in the same run: the benchmarks page's build
 table (``docs/benchmarks.md``, from ``python -m benchmarks.bench_store``).
@@ -30,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.permutation_keys import SeedLike
+from mmpack.store import doc_order
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack.store.format import (
     BLOCK_BYTES,
@@ -87,6 +90,7 @@ def build(
     buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
     fsync: bool = True,
     storage_options: dict[str, Any] | None = None,
+    shuffle_docs: SeedLike | None = None,
 ) -> TokenStore:
     """Build a store at ``path`` from ``docs`` and return it opened.
 
@@ -117,6 +121,10 @@ def build(
     storage_options : dict, optional
         For a URL target: endpoint, credentials and client settings (see
         :func:`mmpack.remote.opener.open_url`).
+    shuffle_docs : int or tuple of int, optional
+        Store the documents in a keyed random order of this seed (:mod:`mmpack.store.doc_order`:
+        exact, O(1) extra memory, twice the token bytes on disk while the build runs, one more
+        write and a random read of every document).  Default: the order of ``docs``.
 
     Raises
     ------
@@ -126,7 +134,7 @@ def build(
         document or with a value other than 0/1, a mix of documents with and without a loss
         mask, or a bad argument.  Nothing is left on disk.
     TypeError
-        A document that is not a 1-D sequence of integers.
+        A document that is not a 1-D sequence of integers; a ``shuffle_docs`` that is not one.
     StoreExistsError
         ``path`` exists and ``overwrite`` is false.
     FileExistsError
@@ -140,6 +148,7 @@ def build(
         overwrite=overwrite,
         buffer_tokens=buffer_tokens,
         fsync=fsync,
+        shuffle_docs=shuffle_docs,
         **remote,
     ) as writer:
         if isinstance(docs, (str, bytes)):
@@ -179,6 +188,8 @@ class StoreWriter:
     ``check``, when given, is called with the finished store opened from its temporary folder,
     right before it is published (for a URL target: opened from its uploaded objects, before
     the metadata is written); whatever it raises publishes nothing (a copy verifies itself so).
+    ``shuffle_docs`` (an int or a tuple of ints) stores the documents in a keyed order: they go
+    into a temporary store first, the commit rewrites them (:mod:`mmpack.store.doc_order`).
     """
 
     def __init__(
@@ -192,7 +203,9 @@ class StoreWriter:
         fsync: bool = True,
         checksum: str = "xxh64",
         check: Callable[[TokenStore], None] | None = None,
+        shuffle_docs: SeedLike | None = None,
     ) -> None:
+        self.shuffle_docs = doc_order.check_shuffle_docs(shuffle_docs)
         if checksum not in CHECKSUM_KINDS:
             raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
         self.checksum = checksum
@@ -217,6 +230,7 @@ class StoreWriter:
         ``"provenance"``): readers that do not know them ignore them, and they are not part of
         the fingerprint."""
         self._attached: dict[str, bytes] = {}
+        self._unshuffled: StoreWriter | None = None
         self._mask: StoreWriter | None = None  # the loss mask store's writer, once a mask came
 
     # --------------------------------------------------------------------------- lifecycle
@@ -226,19 +240,35 @@ class StoreWriter:
         self._tmp = tmp
         self._lock_fd: int | None = fd
         try:
-            self._tokens = TokenFile(
-                tmp / TOKENS_FILE, open, self.fixed_dtype, self.checksum, BLOCK_BYTES
-            )
-            self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
-            self._offsets_crc = BlockChecksum(BLOCK_BYTES)
-            self._num_docs = 0
-            self._num_tokens = 0
-            self._tokens.widen_hook = self._widen
-            self._write_offsets(np.zeros(1, dtype=np.int64))
+            if self.shuffle_docs is None:
+                self._open_files(self.fixed_dtype)
+            else:  # the documents go in order into a store of its own first
+                self._unshuffled = self._temporary_writer(tmp / doc_order.UNSHUFFLED).__enter__()
         except BaseException:
             self._cleanup()
             raise
         return self
+
+    def _temporary_writer(self, path: Path) -> StoreWriter:
+        """A writer of this one's settings for a store removed by the commit (never fsynced)."""
+        return StoreWriter(
+            path,
+            dtype=self.fixed_dtype,
+            buffer_tokens=self.buffer_tokens,
+            fsync=False,
+            checksum=self.checksum,
+        )
+
+    def _open_files(self, dtype: np.dtype | None) -> None:
+        tmp = self._tmp
+        assert tmp is not None
+        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, self.checksum, BLOCK_BYTES)
+        self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
+        self._offsets_crc = BlockChecksum(BLOCK_BYTES)
+        self._num_docs = 0
+        self._num_tokens = 0
+        self._tokens.widen_hook = self._widen
+        self._write_offsets(np.zeros(1, dtype=np.int64))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -251,6 +281,9 @@ class StoreWriter:
         """Release everything; remove the temporary folder whatever else fails (a close that
         raises again on a full disk must not leave it behind)."""
         steps = []
+        inner, self._unshuffled = self._unshuffled, None
+        if inner is not None:  # its own temporary folder and lock, inside this one
+            steps.append(inner._cleanup)
         mask, self._mask = getattr(self, "_mask", None), None
         if mask is not None:  # a build abandoned: the mask writer removes its own files
             steps.append(lambda: mask.__exit__(RuntimeError, None, None))
@@ -301,6 +334,9 @@ class StoreWriter:
         first bad document raises, naming it: the documents before it are added, it and the
         documents after it in ``docs`` are not (the error gives its index, ``len`` of the store
         so far)."""
+        if self._unshuffled is not None:
+            self._unshuffled.add_many(docs)
+            return
         source = DocChunks(docs)
         try:
             while True:
@@ -391,6 +427,9 @@ class StoreWriter:
         and ``lengths`` (integer, shape (k,), non-negative).  The lengths are checked exactly (no
         wraparound of unsigned or int64 sums) before anything is written; a bad token refuses
         the whole batch."""
+        if self._unshuffled is not None:
+            self._unshuffled.add_batch(tokens, lengths)
+            return
         if self._mask is not None:  # flat documents carry no mask
             raise mix_error(self._num_docs, False, 0)
         lengths = np.asarray(lengths)
@@ -449,6 +488,10 @@ class StoreWriter:
         self._tokens.widen(dtype)
 
     def _commit(self) -> None:
+        inner, seed, self._unshuffled = self._unshuffled, self.shuffle_docs, None
+        if inner is not None and seed is not None:  # rewritten in the keyed order
+            doc_order.rewrite(inner, self._open_files, self.add_many, seed, self.buffer_tokens // 4)
+            self.extra[doc_order.ORDER_SECTION] = doc_order.order_record(seed)
         mask_fingerprint = None
         if self._mask is not None:  # the loss mask store first, into this store's folder
             mask, self._mask = self._mask, None

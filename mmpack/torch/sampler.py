@@ -42,6 +42,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from mmpack.core.constants import WINDOW_BLOCKS
+from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import (
     EpochIndex,
     check_in_range,
@@ -51,7 +52,7 @@ from mmpack.core.validation import (
 )
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.block_order import BlockOrder
-from mmpack.sampling.permutation import MAX_N, Permutation
+from mmpack.sampling.permutation import Permutation
 from mmpack.torch import elastic
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
