@@ -73,7 +73,7 @@ def build_region_plan(
     def run(
         fn: Any, tasks: list[Any], paths: list[str], options: dict[str, Any], done: Any
     ) -> None:
-        runner(fn, tasks, paths, options, scheduler, n_workers, retries, done)
+        runner(fn, tasks, paths, [options] * len(tasks), scheduler, n_workers, retries, done)
 
     return build_plan_in_parts(
         store,
