@@ -1,4 +1,4 @@
-"""Copying stores (``mmpack.store.copy.copy_store``, ``mmpack cp``): local, ``file://`` and S3
+"""Copying stores (``mmpack.ingest.copy.copy_store``, ``mmpack cp``): local, ``file://`` and S3
 (SeaweedFS, ``tests/_s3.py``) in every direction and between buckets, with every metadata field,
 the attached ``tokenizer.json`` and the fingerprint kept; memmap and Zarr layouts; joins
 flattened and other tools' files copied as mmpack stores; a damaged source refused; a copy that
@@ -27,10 +27,10 @@ import mmpack
 from mmpack.cli.commands import main
 from mmpack.errors import FormatError, StoreExistsError, StoreNotFoundError
 from mmpack.formats.export import export_megatron
+from mmpack.ingest.copy import copy_store
 from mmpack.ingest.pipeline import ingest
 from mmpack.ingest.provenance import store_tokenizer
 from mmpack.remote.transport import make_transport
-from mmpack.store.copy import copy_store
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +136,7 @@ def test_empty_and_documentless_stores(tmp_path):
 
 
 def test_chunks_cut_at_documents_and_a_long_document_whole(tmp_path, monkeypatch):
-    import mmpack.store.copy as copy_module
+    import mmpack.ingest.copy as copy_module
 
     monkeypatch.setattr(copy_module, "_CHUNK_TOKENS", 100)
     rng = np.random.default_rng(1)
@@ -355,7 +355,7 @@ def test_overwrite_rules_are_a_builds(tmp_path, s3_server):
 _KILLED_COPY = """
 import os, signal, sys
 import mmpack.remote.upload as up
-import mmpack.store.copy as copy
+import mmpack.ingest.copy as copy
 import mmpack.store.writer as w
 copy._CHUNK_TOKENS = 20_000
 where = sys.argv[3]
@@ -375,7 +375,7 @@ copy.copy_store(sys.argv[1], sys.argv[2])
 
 @pytest.mark.parametrize("where", ["stream", "commit"])
 def test_a_killed_copy_leaves_nothing_that_opens(tmp_path, where, monkeypatch):
-    import mmpack.store.copy as copy_module
+    import mmpack.ingest.copy as copy_module
 
     rng = np.random.default_rng(4)
     source = mmpack.build(tmp_path / "s", [rng.integers(0, 60_000, size=5000) for _ in range(40)])

@@ -23,11 +23,11 @@ from mmpack.cli.commands import main
 from mmpack.core.progress import Progress, progress_bar
 from mmpack.formats.export import export_flat, export_megatron
 from mmpack.ingest.batching import _batches, _InputMeter
+from mmpack.ingest.copy import copy_store
 from mmpack.ingest.distributed import build_distributed
 from mmpack.ingest.inputs import _resolve_inputs
 from mmpack.ingest.pipeline import ingest
 from mmpack.ingest.report import IngestReport
-from mmpack.store.copy import copy_store
 
 _ETA = re.compile(r"100%.*<")  # a total (a percentage) and an estimated time left
 

@@ -5,7 +5,7 @@ Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.pipeline.
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
 (checksums), ``join`` (stores joined without copying tokens, :func:`mmpack.join`), ``export`` (to
 Megatron ``.bin/.idx`` or a flat EOS-separated file), ``cp`` (a store copied, local or on object
-storage, :func:`mmpack.store.copy.copy_store`), ``demo`` (the whole pipeline on the Python
+storage, :func:`mmpack.ingest.copy.copy_store`), ``demo`` (the whole pipeline on the Python
 standard library's sources) and ``bench`` (``python -m benchmarks`` of a source checkout).  The
 parser is :mod:`mmpack.cli.parser`; the subcommands over an existing store are
 :mod:`mmpack.cli.store_commands`; this module holds :func:`main`, the others and the error

@@ -451,7 +451,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- cp
 def _cmd_cp(args: argparse.Namespace) -> int:
-    from mmpack.store.copy import copy_store, open_source
+    from mmpack.ingest.copy import copy_store, open_source
 
     source = _open(args, open_source)
     copy = copy_store(

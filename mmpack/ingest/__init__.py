@@ -1,4 +1,4 @@
-"""The ingestion layer: raw text -> tokenized documents -> a store.
+"""The ingestion layer: raw text -> tokenized documents -> a store (and a store copied to another).
 
 ::
 
@@ -19,6 +19,7 @@
     part_build.py   the engine-neutral per-part function: inputs -> one part, atomically
     engines.py      the Dask and serial runners, progress
     region_plan.py  a store's packing plan per region built on the engines: build_region_plan()
+    copy.py         copy_store (``mmpack cp``): a store copied, local or remote, with its metadata
 """
 
 from __future__ import annotations

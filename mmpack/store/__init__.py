@@ -17,7 +17,6 @@
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
-    copy.py        copy_store (``mmpack cp``): a store copied with its metadata, verified
 
 The adapters beside the core (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`)
 import from it and register in :mod:`mmpack.store.registry`; the core imports none of them.
