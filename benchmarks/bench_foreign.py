@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import mmpack
+from mmpack.formats.eos_separated import eos_offsets
 from mmpack.formats.foreign import INDEX_SETTLE_NS
 from mmpack.formats.megatron import MAGIC
 
@@ -101,7 +102,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         first, numpy_scan = [], []
         for _ in range(repeats):
             shutil.rmtree(tmp / "cache", ignore_errors=True)
-            mmpack.formats.eos_separated.eos_offsets(np.zeros(1, np.uint16), 0)
+            eos_offsets(np.zeros(1, np.uint16), 0)
             numpy_scan.append(
                 _seconds(lambda: (np.memmap(path, dtype=np.uint16, mode="r") == 0).nonzero())
             )
