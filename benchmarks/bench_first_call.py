@@ -1,9 +1,9 @@
 """First-call cost: a fresh interpreter from ``import mmpack`` to the first window sample and to the
 first packed plan and sample, with numba's cache empty (cold) and filled (warm).
 
-Each case runs ``REPEATS`` fresh interpreters (a new empty ``NUMBA_CACHE_DIR`` per cold run, the
-cache it filled for the warm run after it) over a C4-like store (lognormal(5.48, 1.15) lengths,
-uint16; 2.3M documents in the full run, 200k in ``--quick``), and prints the median of each phase:
+Each case runs ``REPEATS`` fresh interpreters, one with ``--quick`` (a new empty
+``NUMBA_CACHE_DIR`` per cold run, the cache it filled for the warm run after it) over a C4-like store (lognormal(5.48, 1.15) lengths,
+uint16; 2.3M documents in the full run, 50k in ``--quick``), and prints the median of each phase:
 ``import mmpack`` (numba, zarr and torch are not imported), ``import numba`` (what the first
 kernel use pays; reported apart so the kernel phases show mmpack's own cost), ``open``, the first
 ``WindowDataset(store, 2048, eot=50256, labels=True)[0]``, the ``PackedDataset(store, 2048,
@@ -138,10 +138,10 @@ def first_call_rows(store: Path, tmp: Path, repeats: int = REPEATS) -> list[dict
 def run(quick: bool = False) -> list[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-first-call-"))
     try:
-        n_docs = 200_000 if quick else 2_300_000
+        n_docs = 50_000 if quick else 2_300_000
         store = _make_store(tmp / "c4", _lengths(n_docs, 5.48, 1.15))
         rows = [{"case": f"store: {n_docs:,} C4-like docs, {store.num_tokens / 1e9:.2f}B tokens"}]
-        return rows + first_call_rows(store.path, tmp)
+        return rows + first_call_rows(store.path, tmp, repeats=1 if quick else REPEATS)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

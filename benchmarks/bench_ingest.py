@@ -95,7 +95,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     from mmpack.ingest.distributed import build_distributed
     from mmpack.ingest.pipeline import ingest
 
-    texts = _texts(2_000_000 if quick else 8_000_000)
+    texts = _texts(500_000 if quick else 8_000_000)
     repeats = 2 if quick else 3
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-ingest-"))
     rows: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """Window random access against the physical floor, measured side by side.
 
 * ``ds[i]``: one window, seqlen 2048 + 1 label token, eot inserted, C4-like documents
-  (lognormal(5.48, 1.15), 10M documents in the full run, 200k in ``--quick``), against the floor
+  (lognormal(5.48, 1.15), 10M documents in the full run, 50k in ``--quick``), against the floor
   ``raw[s:s+W].copy()`` on a plain ``np.frombuffer`` view of the same mapped bytes: p50, p99, ratio;
   int64 and ``dtype="int32"`` outputs, interleaved with the floor (:func:`side_by_side`) after an
   untimed pass over every sample and slice (``benchmarks.bench_getitem`` profiles the same call).
@@ -9,15 +9,15 @@
   into a reused buffer (``buf[k] = raw[s:s+W]``), and against a numba loop doing that copy with the
   cast to int64 (the strictest floor: no Python per window).
 * Zarr batched reads against memmap: the same 300 shuffled batches of 32 windows (seqlen 2048 + 1)
-  from one corpus written three ways (memmap, sharded Zarr, sharded Zarr with zstd; 200k C4-like
-  documents, ~93M tokens; 1M in the full run), ``__getitems__`` timed alternately, two passes
+  from one corpus written three ways (memmap, sharded Zarr, sharded Zarr with zstd; 1M C4-like
+  documents, ~465M tokens, in the full run; 50k in ``--quick``), ``__getitems__`` timed alternately, two passes
   over the same batches with a fresh Zarr reader: for the default sharded store the first pass
   checks every chunk's crc32c on first touch, the second reads checked chunks (no cache is
   involved, whatever ``MMPACK_ZARR_CACHE_MB`` says); for zstd, decoded chunks go through the
   LRU (256 MiB by default; the second pass is cached only when the decoded store fits it:
   --quick, not the full run); ratio = memmap time / Zarr time (target >= 0.25).  Run only this
   case with ``--zarr``.
-* Lookup cost against the number of documents (10^4 .. 10^7, 10^8 in the full run): ns per
+* Lookup cost against the number of documents (10^4 .. 10^8 in the full run, 10^4 .. 10^5 in ``--quick``): ns per
   window resolution (binary search over the mapped offsets), and ``ds[i]`` p50, to show the
   O(log n) curve stays flat.
 
@@ -188,7 +188,7 @@ def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     and a zstd one (decoded chunks through the LRU: cached when the store fits it)."""
     import mmpack.store.backends._zarr as zarr_backend
 
-    n_docs = 200_000 if quick else 1_000_000
+    n_docs = 50_000 if quick else 1_000_000
     lens = _lengths(n_docs, 5.48, 1.15)
     mem = _make_store(tmp / "zm", lens)
     zst = _make_store(tmp / "zz", lens, backend="zarr")
@@ -249,7 +249,7 @@ def _zarr_pair(mem: Any, zst: Any, name: str, labels: tuple[str, str]) -> list[d
 
 def _scaling_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    top = 6 if quick else 8
+    top = 5 if quick else 8
     for exp in range(4, top + 1):
         n_docs = 10**exp
         # Short documents (mean ~20 tokens) keep the 10^8-document store at ~4 GB.
@@ -284,7 +284,7 @@ def run(quick: bool = False, zarr_only: bool = False) -> list[dict[str, Any]]:
     try:
         if zarr_only:
             return _zarr_rows(tmp, quick)
-        n_docs = 200_000 if quick else 10_000_000
+        n_docs = 50_000 if quick else 10_000_000
         store = _make_store(tmp / "c4", _lengths(n_docs, 5.48, 1.15))
         label = f"{n_docs:.0e} C4-like docs, {store.num_tokens / 1e9:.2f}B tokens"
         rows = _access_rows(store, label, quick)
