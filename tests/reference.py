@@ -805,20 +805,30 @@ def _one_bin_ref(plan, offsets, src, params, room):
     return [twin_bin(*plan, offsets, src, b, params, room) for b in range(-1, len(plan[0]) + 1)]
 
 
-def _fill_rows_kernel(plan, offsets, src, params, room):
+def _fill_rows_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    """``_packed_inputs`` plus the bins a batch asks for (any order, repeats allowed) and the
+    output dtype (int64, or int32 as ``PackedDataset(dtype="int32")`` fills)."""
+    plan, offsets, src, params, _ = _packed_inputs(rng, size)
+    n_bins = len(plan[0]) - 1
+    idx = rng.integers(0, max(n_bins, 1), int(rng.integers(0, 6))).astype(np.int64)
+    return plan, offsets, src, params, idx, rng.choice([np.int64, np.int32])
+
+
+def _refused_before_the_kernels(bin_ptr: np.ndarray, n_pieces: int) -> bool:
+    """What mmpack.views.packed_gather.piece_ranges refuses before calling the kernels."""
+    return bool(
+        len(bin_ptr) < 2 or (np.diff(bin_ptr) < 0).any() or bin_ptr.min() < 0
+        or bin_ptr.max() > n_pieces
+    )  # fmt: skip
+
+
+def _fill_rows_kernel(plan, offsets, src, params, idx, dtype):
     from mmpack.kernels.packed_rows import fill_rows, select_pieces
 
     bin_ptr = plan[0]
-    n_bins = len(bin_ptr) - 1
-    if (
-        n_bins < 1
-        or (np.diff(bin_ptr) < 0).any()
-        or bin_ptr.min() < 0
-        or bin_ptr.max() > len(plan[1])
-    ):
-        return None  # refused before the kernels (mmpack.views.packed_gather.piece_ranges)
+    if _refused_before_the_kernels(bin_ptr, len(plan[1])):
+        return None
     seqlen, eot, eot_id, pad_id, mode = params
-    idx = np.arange(n_bins, dtype=np.int64)[::-1].copy()
     counts = bin_ptr[idx + 1] - bin_ptr[idx]
     row_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
     np.cumsum(counts, out=row_ptr[1:])
@@ -827,28 +837,29 @@ def _fill_rows_kernel(plan, offsets, src, params, room):
     if bad >= 0:
         return int(bad)
     k = len(idx)
-    ids, pos, lab, att = (np.empty((k, seqlen), dtype=np.int64) for _ in range(4))
+    ids, pos, lab, att = (np.empty((k, seqlen), dtype=dtype) for _ in range(4))
     cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
     n_seg, longest = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
-    fill_rows(
-        src,
-        starts,
-        lengths,
-        has_eot,
-        row_ptr,
-        eot_id,
-        pad_id,
-        mode,
-        ids,
-        pos,
-        lab,
-        att,
-        cu,
-        n_seg,
-        longest,
-        np.empty(0, np.uint8),
-        np.empty(0, np.int64),
-    )  # fmt: skip  (no loss mask: tests/test_lossmask_views.py compares the masked rows)
+    if k:
+        fill_rows(
+            src,
+            starts,
+            lengths,
+            has_eot,
+            row_ptr,
+            eot_id,
+            pad_id,
+            mode,
+            ids,
+            pos,
+            lab,
+            att,
+            cu,
+            n_seg,
+            longest,
+            np.empty(0, np.uint8),
+            np.empty(0, np.int64),
+        )  # fmt: skip  (no loss mask: tests/test_lossmask_views.py compares the masked rows)
     return ids, pos, lab, att, cu, n_seg, longest
 
 
@@ -865,17 +876,10 @@ def _finish_rows(raw):
     ]
 
 
-def _fill_rows_ref(plan, offsets, src, params, room):
-    bin_ptr = plan[0]
-    n_bins = len(bin_ptr) - 1
-    if (
-        n_bins < 1
-        or (np.diff(bin_ptr) < 0).any()
-        or bin_ptr.min() < 0
-        or bin_ptr.max() > len(plan[1])
-    ):
+def _fill_rows_ref(plan, offsets, src, params, idx, dtype):
+    if _refused_before_the_kernels(plan[0], len(plan[1])):
         return None
-    twins = [twin_bin(*plan, offsets, src, b, params, 10**6) for b in reversed(range(n_bins))]
+    twins = [twin_bin(*plan, offsets, src, int(b), params, 10**6) for b in idx]
     bad = next((r for r, (code, _) in enumerate(twins) if code[0] < 0), -1)
     return bad if bad >= 0 else twins
 
@@ -1768,7 +1772,7 @@ PAIRS: list[Pair] = [
     _pair(
         "packed_rows.fill_rows",
         "twin_bin",
-        _packed_inputs,
+        _fill_rows_inputs,
         _fill_rows_kernel,
         _fill_rows_ref,
         finish=_finish_rows,

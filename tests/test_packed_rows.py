@@ -20,9 +20,7 @@ from mmpack.kernels.packed_rows import (
     LABELS_HF,
     LABELS_NEXT,
     LABELS_NONE,
-    fill_rows,
     one_bin,
-    select_pieces,
 )
 
 IGNORE = -100
@@ -91,62 +89,8 @@ def test_one_bin_matches_its_twin(case, dtype, data):
     assert cu_arr[cu_at : cu_at + len(cu)].tolist() == cu
 
 
-@settings(max_examples=150, deadline=None)
-@given(case=cases(), dtype=st.sampled_from([np.int64, np.int32]), data=st.data())
-def test_batch_kernels_match_the_twin(case, dtype, data):
-    """select_pieces + fill_rows over a batch of bins give the twin's rows (corrupt bins are
-    reported by select_pieces, as the twin's code -1)."""
-    plan, offsets, src, params = case
-    bin_ptr = plan[0]
-    n_bins = len(bin_ptr) - 1
-    if n_bins < 1 or (np.diff(bin_ptr) < 0).any() or bin_ptr.min() < 0:
-        return  # piece_ranges refuses these before the kernels (tests/test_packed.py)
-    if bin_ptr.max() > len(plan[1]):
-        return
-    seqlen, eot, eot_id, pad_id, mode = params
-    idx = np.array(data.draw(st.lists(st.integers(0, n_bins - 1), max_size=5)), dtype=np.int64)
-    counts = bin_ptr[idx + 1] - bin_ptr[idx]
-    row_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
-    np.cumsum(counts, out=row_ptr[1:])
-    total = int(row_ptr[-1])
-    starts, lengths, has_eot = (np.empty(total, dtype=np.int64) for _ in range(3))
-    bad = select_pieces(*plan, offsets, seqlen, eot, idx, row_ptr, starts, lengths, has_eot)
-    p = np.array([*params, 0], dtype=np.int64)
-    twins = [twin_bin(*plan, offsets, src, int(b), p, 10**6) for b in idx]
-    first_bad = next((r for r, (code, _) in enumerate(twins) if code[0] < 0), -1)
-    assert bad == first_bad
-    if bad >= 0:
-        return
-    k = len(idx)
-    ids, pos, lab, att = (np.empty((k, seqlen), dtype=dtype) for _ in range(4))
-    cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
-    n_seg, longest = np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
-    if k:
-        fill_rows(
-            src,
-            starts,
-            lengths,
-            has_eot,
-            row_ptr,
-            eot_id,
-            pad_id,
-            mode,
-            ids,
-            pos,
-            lab,
-            att,
-            cu,
-            n_seg,
-            longest,
-            np.zeros(0, dtype=np.uint8),  # no loss mask
-            np.zeros(0, dtype=np.int64),
-        )
-    for r, ((n, m), want) in enumerate(twins):
-        assert (n_seg[r], longest[r]) == (n, m)
-        assert [ids[r].tolist(), pos[r].tolist(), lab[r].tolist(), att[r].tolist()] == list(
-            want[:4]
-        )
-        assert cu[r, : n + 1].tolist() == want[4]
+# select_pieces + fill_rows over a batch of bins against the twin: tests/reference.py
+# ("packed_rows.fill_rows"), run by tests/test_reference.py.
 
 
 def test_worked_example():

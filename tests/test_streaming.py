@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import ref_pack, ref_place, ref_successor, rows_of
+from reference import ref_pack, ref_successor, rows_of
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels.streaming import (
@@ -17,8 +17,6 @@ from mmpack.kernels.streaming import (
     bm_insert,
     bm_remove,
     bm_successor,
-    place_best_fit,
-    reset_rows,
 )
 from mmpack.streaming.packer import StreamingPacker
 
@@ -57,32 +55,8 @@ def test_bitmap_layout():
         bitmap_layout(0)
 
 
-@given(st.integers(1, 6), st.integers(1, 40), st.data())
-def test_place_best_fit_matches_linear_scan(n_rows, row_len, data):
-    stride = n_rows + data.draw(st.integers(0, 2))
-    init = data.draw(st.lists(st.integers(0, row_len), min_size=n_rows, max_size=n_rows))
-    lens = np.array(data.draw(st.lists(st.integers(1, row_len), max_size=60)), dtype=np.int64)
-    budget = data.draw(st.integers(0, 70))
-    level_off, level_len = bitmap_layout((row_len + 1) * stride)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
-    remaining = np.full(stride, -1, dtype=np.int64)
-    counts = np.zeros(stride, dtype=np.int64)
-    reset_rows(words, level_off, remaining, counts, n_rows, row_len)
-    for r, s in enumerate(init):  # arbitrary starting spaces
-        bm_remove(words, level_off, row_len * stride + r)
-        bm_insert(words, level_off, s * stride + r)
-        remaining[r] = s
-    out_row = np.empty(len(lens), dtype=np.int64)
-    out_off = np.empty(len(lens), dtype=np.int64)
-    processed, deferred = place_best_fit(
-        lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
-    )
-    rows, offs, want_deferred, want_remaining, want_counts = ref_place(lens, budget, init, row_len)
-    assert processed == len(rows) and deferred == want_deferred
-    assert out_row[:processed].tolist() == rows
-    assert out_off[:processed].tolist() == offs
-    assert remaining[:n_rows].tolist() == want_remaining
-    assert counts[:n_rows].tolist() == want_counts
+# place_best_fit against a linear scan (ref_place): tests/reference.py ("streaming.place_best_fit"),
+# run by tests/test_reference.py.
 
 
 # =========================================================================== the packer vs the twin
