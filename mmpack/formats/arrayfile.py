@@ -7,7 +7,8 @@ bytes.  :func:`save_arrays` writes a temporary file in the same folder and renam
 place (a reader sees no file or the whole file); :func:`load_arrays` maps every array read-only
 and checks its digest (one read of the file, ~11 GB/s), so a damaged file is refused, never
 served.  The key is compared whole: a file written for other data or other parameters is
-refused with :class:`~mmpack.errors.StateMismatchError`.
+refused with :class:`~mmpack.errors.StateMismatchError`.  The header and arrays are read by
+:mod:`mmpack.store.checked_file`, as plan files are.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
 from mmpack.store.integrity import block_digest
 
 __all__ = ["ARRAY_FILE_FORMAT", "load_arrays", "save_arrays"]
@@ -69,14 +71,14 @@ def save_arrays(
         "arrays": layout,
     }
     # Offsets depend on the header's length, which depends on the offsets: reserve digits.
-    reserve = 16 + len(json.dumps(header).encode()) + 4 + 24 * len(data)
+    reserve = HEADER_PREFIX + len(json.dumps(header).encode()) + 24 * len(data)
     pos = data_start = _round_up(reserve, _ALIGN)
     offsets: dict[str, int] = {}
     for name, arr in data.items():
         layout[name]["offset"] = offsets[name] = pos
         pos = _round_up(pos + arr.nbytes, _ALIGN)
     blob = json.dumps(header).encode()
-    if 16 + len(blob) + 4 > data_start:  # cannot happen: an offset adds at most 20 digits
+    if HEADER_PREFIX + len(blob) > data_start:  # cannot happen: an offset adds at most 20 digits
         raise AssertionError("array file header overflow")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -111,23 +113,11 @@ def load_arrays(
         The file was written under another key.
     """
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(16)
-        if len(head) != 16 or head[:8] != _MAGIC:
-            raise FormatError(f"{path} is not an mmpack array file")
-        (hlen,) = struct.unpack("<Q", head[8:])
-        if hlen > size - 20:
-            raise FormatError(f"{path}: truncated array file header")
-        blob = f.read(hlen)
-        (stored_crc,) = struct.unpack("<I", f.read(4))
-    if zlib.crc32(blob) != stored_crc:
-        raise FormatError(f"{path}: the array file header fails its checksum (damaged file)")
+    header, data_start, size = read_header(path, _MAGIC, "array file")
     try:
-        header = json.loads(blob)
         version, stored_key, layout = header["format"], header["key"], header["arrays"]
         info = header["info"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise FormatError(f"{path}: unreadable array file header ({exc})") from None
     if version != ARRAY_FILE_FORMAT:
         raise FormatError(f"{path}: array file format {version!r}, this mmpack reads 1")
@@ -137,30 +127,8 @@ def load_arrays(
         )
     if not isinstance(layout, dict) or not isinstance(info, dict):
         raise FormatError(f"{path}: unreadable array file header (arrays, info)")
-    arrays = {name: _map(path, size, 20 + hlen, name, spec) for name, spec in layout.items()}
+    arrays = {
+        name: map_array(path, size, data_start, name, spec, "array file")
+        for name, spec in layout.items()
+    }
     return arrays, info
-
-
-def _map(path: Path, size: int, data_start: int, name: str, spec: Any) -> np.ndarray:
-    try:
-        dtype = np.dtype(spec["dtype"])
-        shape = tuple(int(n) for n in spec["shape"])
-        offset = int(spec["offset"])
-        stored = int(spec["xxh64"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise FormatError(f"{path}: bad layout of array {name!r} ({exc})") from None
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if (
-        dtype.hasobject
-        or any(n < 0 for n in shape)
-        or offset < data_start
-        or offset + count * dtype.itemsize > size
-    ):
-        raise FormatError(f"{path}: array {name!r} does not fit the file")
-    if count == 0:
-        arr = np.empty(shape, dtype=dtype)
-    else:
-        arr = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape).view(np.ndarray)
-    if block_digest("xxh64", arr) != stored:
-        raise FormatError(f"{path}: array {name!r} fails its checksum (damaged file)")
-    return arr

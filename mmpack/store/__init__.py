@@ -7,6 +7,7 @@
     opening.py     open_store (``mmpack.open``): dispatch, the unchanged-while-opening loop
     reader.py      TokenStore: validated at open, memory-mapped, picklable
     integrity.py   block checksums: verify(), verify_reads, the digests a build writes
+    checked_file.py  named arrays behind a checksummed header (plans, cached orders): the reader
     writer.py      build / StoreWriter: streaming, validated, published atomically
     doc_order.py   a build's keyed document order (``shuffle_docs``): the order, the rewrite
     tokenfile.py   the token file a build streams into (convert, check, hash, write)
