@@ -17,9 +17,11 @@ $(STAMP): requirements-dev.txt pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mmpack demo
 
-# Kernel test modules again, twice: with numba's bounds checking on (its own compile cache), so
-# any out-of-bounds read on the random inputs of the property tests raises instead of passing;
-# and with the JIT off, so every kernel runs as the plain Python its source reads as.
+# Kernel test modules again, with numba's bounds checking on (its own compile cache), so any
+# out-of-bounds read on the random inputs of the property tests raises instead of passing; then
+# the table of every kernel against its twin (tests/test_reference.py, which fails when a kernel
+# is missing from it) with the JIT off, so every kernel runs as the plain Python its source reads
+# as.
 KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tests/test_batch.py \
 	tests/test_masking.py tests/test_permutation.py tests/test_mixture.py tests/test_streaming.py \
 	tests/test_streaming_batch.py tests/test_foreign_eos.py tests/test_blockstate.py \
@@ -29,7 +31,7 @@ KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tes
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q
 	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(VENV)/numba-boundscheck $(PY) -m pytest -n 2 -q $(KERNEL_TESTS)
-	NUMBA_DISABLE_JIT=1 HYPOTHESIS_PROFILE=nojit $(PY) -m pytest -n 2 -q $(KERNEL_TESTS)
+	NUMBA_DISABLE_JIT=1 HYPOTHESIS_PROFILE=nojit $(PY) -m pytest -n 2 -q tests/test_reference.py
 
 # Lint, formatting and types (CI runs this before the tests).
 lint: $(STAMP)

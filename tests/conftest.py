@@ -2,8 +2,8 @@
 
 Run the suite with ``make test``.  ``HYPOTHESIS_PROFILE=ci`` (set by ``.ci/run``) runs every
 property test with fewer examples so CI stays within its time budget; nothing is skipped.
-``HYPOTHESIS_PROFILE=nojit`` is the kernel tests' run as plain Python (``NUMBA_DISABLE_JIT=1``,
-``make test``'s last step): each property test compares kernel and twin on a few examples.
+``HYPOTHESIS_PROFILE=nojit`` is the run of the kernel/twin table (tests/test_reference.py) as
+plain Python (``NUMBA_DISABLE_JIT=1``, ``make test``'s last step): a few examples per kernel.
 """
 
 from __future__ import annotations
