@@ -15,42 +15,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.ingest.chat import chat_documents
+from _chat import (
+    IGNORE,
+    PAIRS,
+    RECORDS,
+    WORDS,
+    make_tokenizer,
+    packed_rows_carry,
+    save_dataset,
+    write_jsonl,
+    write_parquet,
+)
+from mmpack.errors import IngestError
+from mmpack.ingest.chat import build_chat, chat_documents
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-IGNORE = -100
-TEMPLATE = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'assistant' %}<|im_start|>assistant\n"
-    "{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-WORDS = ["hello", "there", "how", "are", "you", "fine", "two", "plus", "four", "is", "what"]
-
 
 @pytest.fixture(scope="module")
 def tok():
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    raw = tokenizers.Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 20
-    raw.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=320,
-            special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
-    fast.chat_template = TEMPLATE
-    return fast
+    return make_tokenizer()
 
 
 sentences = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
@@ -112,11 +97,11 @@ def test_loss_on_all_and_completion(tok, tmp_path):
     assert doc["loss_mask"].tolist() == [1] * len(doc["input_ids"])
     (plain,) = chat_documents(
         [{"prompt": "what is two", "completion": " four"}], tok, loss_on="completion"
-    )
-    head = tok("what is two", add_special_tokens=False)["input_ids"]
-    tail = tok(" four", add_special_tokens=False)["input_ids"]
-    assert plain["input_ids"].tolist() == head + tail
-    assert plain["loss_mask"].tolist() == [0] * len(head) + [1] * len(tail)
+    )  # TRL's rule: the eos ends the completion, the prompt is the common prefix
+    head = tok("what is two")["input_ids"]
+    whole = tok("what is two four<|endoftext|>")["input_ids"]
+    assert plain["input_ids"].tolist() == whole and whole[: len(head)] == head
+    assert plain["loss_mask"].tolist() == [0] * len(head) + [1] * (len(whole) - len(head))
     pair = {
         "prompt": [{"role": "user", "content": "what is two plus two"}],
         "completion": [{"role": "assistant", "content": "four"}],
@@ -130,7 +115,7 @@ def test_loss_on_all_and_completion(tok, tmp_path):
 def test_bad_records_and_templates_are_refused(tok):
     with pytest.raises(ValueError, match="loss_on must be one of"):
         list(chat_documents([], tok, loss_on="prompt"))
-    with pytest.raises(ValueError, match=r"record 1 has keys \['text'\]"):
+    with pytest.raises(ValueError, match=r"record 1: the record has keys \['text'\]"):
         list(
             chat_documents([{"messages": [{"role": "user", "content": "hi"}]}, {"text": "x"}], tok)
         )
@@ -138,8 +123,12 @@ def test_bad_records_and_templates_are_refused(tok):
         list(chat_documents([{"messages": [{"content": "hi"}]}], tok))
     with pytest.raises(ValueError, match="record 0: messages must be a non-empty list"):
         list(chat_documents([{"messages": []}], tok))
-    with pytest.raises(ValueError, match="takes {'prompt': ..., 'completion': ...}"):
+    with pytest.raises(ValueError, match=r"messages\[0\] has the unknown role 'robot'"):
+        list(chat_documents([{"messages": [{"role": "robot", "content": "hi"}]}], tok))
+    with pytest.raises(ValueError, match=r"a pair is \{'prompt': ..., 'completion': ...\}"):
         list(chat_documents([{"messages": []}], tok, loss_on="completion"))
+    with pytest.raises(ValueError, match="must both be strings or both lists of messages"):
+        list(chat_documents([{"prompt": "a", "completion": []}], tok, loss_on="completion"))
     plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
     with pytest.raises(ValueError, match="has no chat template"):
         list(chat_documents([], plain))
@@ -180,12 +169,19 @@ def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
         "--tokenizer",
         str(folder),
     ]
-    assert main([*bad, "--loss-on", "all"]) == 1
+    assert main([*bad, "--loss-on", "all", "--on-error", "fail"]) == 1
     err = capsys.readouterr().err
-    assert "bad.jsonl:2: not a JSON record" in err and "Traceback" not in err
+    assert "bad.jsonl:2: invalid JSON" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists()
+    assert main([*bad, "--loss-on", "all"]) == 0  # skip-some: one bad record of two, reported
+    out = capsys.readouterr()
+    assert "skipped: " in out.err and "bad.jsonl:2: invalid JSON" in out.err
+    assert "1 conversations" in out.out and mmpack.open(tmp_path / "b").has_loss_mask
+    bad[3] += "2"
     assert main([*bad, "--loss-on", "all", "--lines"]) == 1
-    assert "--loss-on reads JSON lines of chat records; drop --lines" in capsys.readouterr().err
+    assert "--loss-on reads chat records (messages, or prompt and completion); drop --lines" in (
+        capsys.readouterr().err
+    )
     assert main(bad[:4] + ["--loss-on", "all"]) == 1
     assert "--loss-on needs --tokenizer" in capsys.readouterr().err
     plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
