@@ -191,3 +191,96 @@ def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
     assert "--loss-on assistant needs a chat template with {% generation %}" in (
         capsys.readouterr().err
     )
+
+
+def _same_documents(store, docs) -> None:
+    assert len(store) == len(docs) and store.has_loss_mask
+    for j, doc in enumerate(docs):
+        np.testing.assert_array_equal(store[j], doc["input_ids"])
+        np.testing.assert_array_equal(store.loss_mask[j], doc["loss_mask"])
+
+
+@pytest.fixture(scope="module")
+def folder(tok, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tok"
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("loss_on", ["assistant", "completion"])
+def test_parquet_saved_datasets_and_workers_build_the_same_store(folder, tmp_path, loss_on):
+    """JSON lines, Parquet and a saved Hugging Face dataset of the same records, with one
+    worker, two workers and the serial engine (two parts joined): the same documents and masks
+    as chat_documents, and the report counts them."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("datasets")
+    records = (RECORDS if loss_on == "assistant" else PAIRS[:2]) * 3
+    want = list(chat_documents(records, folder, loss_on=loss_on))
+    write_jsonl(tmp_path / "a.jsonl", records)
+    write_parquet(tmp_path / "a.parquet", records)
+    save_dataset(tmp_path / "saved", records)
+    for k, (src, opts) in enumerate(
+        [
+            ("a.jsonl", {"workers": 2, "batch_size": 2}),
+            ("a.parquet", {"workers": 1}),
+            ("saved", {"workers": 2, "batch_size": 5}),
+        ]
+    ):
+        report = build_chat(tmp_path / src, tmp_path / f"s{k}", folder, loss_on=loss_on, **opts)
+        assert (report.docs_read, report.docs_written, report.docs_skipped) == (len(records),) * 2 + (0,)
+        _same_documents(report.store, want)
+    (tmp_path / "b.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[:5]))
+    (tmp_path / "c.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[5:]))
+    parts = build_chat(
+        [tmp_path / "b.jsonl", tmp_path / "c.jsonl"],
+        tmp_path / "joined",
+        folder,
+        loss_on=loss_on,
+        engine="serial",
+        part_bytes=1,
+    )
+    assert len(parts.store.parts) == 2 and parts.docs_written == len(records)
+    _same_documents(mmpack.open(tmp_path / "joined"), want)
+
+
+def test_bad_chat_records_are_issues_named_by_file_and_line(folder, tmp_path):
+    """In a file, a bad record is an issue naming its line (or Parquet row): skipped and
+    reported under skip-some, the build refused with nothing written under fail."""
+    pytest.importorskip("pyarrow")
+    bad = [RECORDS[0], {"text": "x"}, {"messages": [{"role": "robot", "content": "hi"}]}]
+    write_jsonl(tmp_path / "bad.jsonl", bad + RECORDS * 2)
+    issues = []
+    report = build_chat(tmp_path / "bad.jsonl", tmp_path / "s", folder, on_issue=issues.append)
+    assert report.docs_written == 9 and report.docs_skipped == 2
+    assert [str(i) for i in issues] == [
+        f"{tmp_path / 'bad.jsonl'}:2: the record has keys ['text']; a conversation is "
+        "{'messages': [messages]}",
+        f"{tmp_path / 'bad.jsonl'}:3: messages[0] has the unknown role 'robot' (known: system, "
+        "developer, user, assistant, tool)",
+    ]
+    write_parquet(tmp_path / "bad.parquet", [{"messages": m["messages"]} for m in RECORDS] + [
+        {"messages": [{"role": "robot", "content": "hi"}]}
+    ])  # fmt: skip
+    with pytest.raises(IngestError, match=r"bad.parquet row 4: messages\[0\] has the unknown role"):
+        build_chat(tmp_path / "bad.parquet", tmp_path / "p", folder, on_error="fail")
+    assert not (tmp_path / "p").exists()
+    write_parquet(tmp_path / "text.parquet", [{"text": "hello"}] * 3)
+    with pytest.raises(IngestError, match="holds no 'messages' column of chat records"):
+        build_chat(tmp_path / "text.parquet", tmp_path / "t", folder, on_issue=issues.append)
+    (tmp_path / "a.txt").write_text("hello\n")
+    with pytest.raises(ValueError, match="is read as text, but loss_on='all' reads chat records"):
+        build_chat(tmp_path / "a.txt", tmp_path / "t", folder, loss_on="all")
+    assert not (tmp_path / "t").exists()
+
+
+def test_chat_packed_rows_carry_the_masks_of_every_input(folder, tmp_path):
+    """The packed rows of a chat store built from a saved dataset: every row's labels are the
+    documents' masked ids (hf shift), whatever the row boundaries."""
+    pytest.importorskip("datasets")
+    save_dataset(tmp_path / "saved", RECORDS * 4)
+    store = build_chat(tmp_path / "saved", tmp_path / "s", folder).store
+    docs = list(chat_documents(RECORDS * 4, folder))
+    labels = [np.where(d["loss_mask"] == 1, d["input_ids"], IGNORE) for d in docs]
+    for seqlen in (16, 64):
+        packed = mmpack.PackedDataset(store, seqlen, eot=None, label_shift="hf", cache=False)
+        assert packed_rows_carry(packed, labels, seqlen) == len(packed) > 0
