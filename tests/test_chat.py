@@ -11,10 +11,6 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import mmpack
 from _chat import (
     IGNORE,
     PAIRS,
@@ -26,6 +22,10 @@ from _chat import (
     write_jsonl,
     write_parquet,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmpack
 from mmpack.errors import IngestError
 from mmpack.ingest.chat import build_chat, chat_documents
 
@@ -227,7 +227,9 @@ def test_parquet_saved_datasets_and_workers_build_the_same_store(folder, tmp_pat
         ]
     ):
         report = build_chat(tmp_path / src, tmp_path / f"s{k}", folder, loss_on=loss_on, **opts)
-        assert (report.docs_read, report.docs_written, report.docs_skipped) == (len(records),) * 2 + (0,)
+        assert (report.docs_read, report.docs_written, report.docs_skipped) == (
+            len(records),
+        ) * 2 + (0,)
         _same_documents(report.store, want)
     (tmp_path / "b.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[:5]))
     (tmp_path / "c.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[5:]))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-import mmpack
 from _chat import PAIRS, RECORDS, make_tokenizer, packed_rows_carry, write_jsonl
 from _s3 import BUCKET, use_server_env
+
+import mmpack
 from mmpack.ingest.chat import build_chat
 
 pytest.importorskip("transformers")
@@ -73,7 +73,9 @@ def test_packed_rows_equal_trls_labels_through_the_api_and_the_cli(folder, tmp_p
     records, loss_on, options = CASES[case]
     labels = trl_labels(folder, tmp_path, records, options)
     write_jsonl(tmp_path / "chat.jsonl", records)
-    _check(build_chat(tmp_path / "chat.jsonl", tmp_path / "api", folder, loss_on=loss_on).store, labels)
+    _check(
+        build_chat(tmp_path / "chat.jsonl", tmp_path / "api", folder, loss_on=loss_on).store, labels
+    )
     argv = ["build", str(tmp_path / "chat.jsonl"), "-o", str(tmp_path / "cli")]
     assert main([*argv, "--tokenizer", str(folder), "--loss-on", loss_on, "--workers", "2"]) == 0
     _check(mmpack.open(tmp_path / "cli"), labels)

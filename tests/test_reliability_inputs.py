@@ -175,9 +175,7 @@ def _chat_build(env: Env, records: list[Any], template: Any = "chat", **kw: Any)
             tok.save_pretrained(tmp / "tok")
         finally:
             tok.chat_template = saved
-        return ingest(
-            iter(records), env.tmp / "new", tokenizer=tmp / "tok", on_error="fail", **kw
-        )
+        return ingest(iter(records), env.tmp / "new", tokenizer=tmp / "tok", on_error="fail", **kw)
 
     return _elsewhere(run)
 

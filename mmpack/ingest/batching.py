@@ -209,8 +209,7 @@ def _consume(
     if lengths.size and masks is not None:
         ends = np.cumsum(lengths).tolist()
         writer.add_many(
-            {"input_ids": flat[a:b], "loss_mask": masks[a:b]}
-            for a, b in zip([0, *ends[:-1]], ends)
+            {"input_ids": flat[a:b], "loss_mask": masks[a:b]} for a, b in zip([0, *ends[:-1]], ends)
         )
     elif lengths.size:
         writer.add_batch(flat, lengths)

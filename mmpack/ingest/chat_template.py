@@ -90,9 +90,13 @@ def _messages_problem(messages: Any, key: str) -> str | None:
         if not isinstance(msg, dict) or not {"role", "content"} <= set(msg):
             return f"{key}[{m}] must be a dict with 'role' and 'content', got {msg!r}"
         if msg["role"] not in CHAT_ROLES:
-            return f"{key}[{m}] has the unknown role {msg['role']!r} (known: {', '.join(CHAT_ROLES)})"
+            return (
+                f"{key}[{m}] has the unknown role {msg['role']!r} (known: {', '.join(CHAT_ROLES)})"
+            )
         if not isinstance(msg["content"], (str, list)):
-            return f"{key}[{m}]['content'] must be a string or a list of parts, got {msg['content']!r}"
+            return (
+                f"{key}[{m}]['content'] must be a string or a list of parts, got {msg['content']!r}"
+            )
     return None
 
 
@@ -225,7 +229,7 @@ class ChatTokenizer(Tokenizer):
         out = []
         for record in records:
             ids, mask = encode_record(self._tok, record, self.loss_on)
-            out.append((_id_array(ids, dtype, self), mask))
+            out.append((_id_array(ids.tolist(), dtype, self), mask))
         return out
 
     def encode_batch(self, texts: list[Any]) -> list[np.ndarray]:

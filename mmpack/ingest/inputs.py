@@ -199,9 +199,7 @@ def _sources_for_paths(
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
             dataset = _load_saved_dataset(path)
-            out.extend(
-                _object_sources(dataset, field, str(path), split, size_of(path), loss_on)
-            )
+            out.extend(_object_sources(dataset, field, str(path), split, size_of(path), loss_on))
             continue
         kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
         kind = kind or _format_of(path, extensions)
