@@ -34,7 +34,16 @@ import numpy as np
 from mmpack.errors import Param, with_params
 from mmpack.ingest.tokenizer import Tokenizer, _id_array
 
-__all__ = ["CHAT_ROLES", "LOSS_ON", "ChatRecord", "ChatTokenizer", "record_problem"]
+__all__ = [
+    "CHAT_ROLES",
+    "ChatRecord",
+    "ChatTokenizer",
+    "LOSS_ON",
+    "chat_template_tokenizer",
+    "checked_record",
+    "encode_record",
+    "record_problem",
+]
 
 LOSS_ON = ("all", "assistant", "completion")
 """Accepted ``loss_on`` values."""

@@ -264,9 +264,7 @@ def copy_window(
     # the loads are kept.
     masked = lab.shape[0] > 0
     n_flat = _flat_tokens(offsets, j, r, use_eot, real)
-    acc += _touch(src, cursor, n_flat)
-    if masked:
-        acc += _touch(mask, cursor + mshift, n_flat)
+    acc += _touch(src, cursor, n_flat) + (_touch(mask, cursor + mshift, n_flat) if masked else 0)
     cu[cu.shape[0] - 1] = acc
     ncu = 1
     cu[0] = 0
