@@ -177,6 +177,15 @@ def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
     out = capsys.readouterr()
     assert "skipped: " in out.err and "bad.jsonl:2: invalid JSON" in out.err
     assert "1 conversations" in out.out and mmpack.open(tmp_path / "b").has_loss_mask
+    engine = ["--engine", "serial", "--overwrite"]
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "all", *engine]) == 0
+    assert "(1 part, engine serial)" in capsys.readouterr().out
+    rebuilt = mmpack.open(tmp_path / "s")
+    assert rebuilt.loss_mask[0].tolist() == [1] * len(rebuilt[0])
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "all", "--template", "<s> $A"])
+    assert "--loss-on reads chat records (messages, or prompt and completion); drop --template" in (
+        capsys.readouterr().err
+    )
     bad[3] += "2"
     assert main([*bad, "--loss-on", "all", "--lines"]) == 1
     assert "--loss-on reads chat records (messages, or prompt and completion); drop --lines" in (
@@ -286,3 +295,12 @@ def test_chat_packed_rows_carry_the_masks_of_every_input(folder, tmp_path):
     for seqlen in (16, 64):
         packed = mmpack.PackedDataset(store, seqlen, eot=None, label_shift="hf", cache=False)
         assert packed_rows_carry(packed, labels, seqlen) == len(packed) > 0
+
+
+def test_a_chat_build_takes_no_special_token_template(folder, tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    with pytest.raises(ValueError, match="loss_on='all' takes no template="):
+        build_chat(
+            tmp_path / "a.jsonl", tmp_path / "s", folder, loss_on="all", template="<|im_start|> $A"
+        )
+    assert not (tmp_path / "s").exists()

@@ -207,7 +207,8 @@ class ChatTokenizer(Tokenizer):
     Raises
     ------
     ValueError
-        ``loss_on`` unknown, a base that is not a tokenizer folder, or (from
+        ``loss_on`` unknown, a base with a special-token template or not loaded from a
+        tokenizer folder, or (from
         :func:`chat_template_tokenizer`) a template missing or without ``{% generation %}``.
     """
 
@@ -215,7 +216,15 @@ class ChatTokenizer(Tokenizer):
         if loss_on not in LOSS_ON:
             raise ValueError(f"loss_on must be one of {list(LOSS_ON)}, got {loss_on!r}")
         path = base.spec.path
-        if getattr(base, "template", None) is not None or path is None or not os.path.isdir(path):
+        if getattr(base, "template", None) is not None:
+            raise with_params(
+                ValueError,
+                Param("loss_on", loss_on),
+                " takes no ",
+                Param("template"),
+                ": the chat template places the special tokens",
+            )
+        if path is None or not os.path.isdir(path):
             raise with_params(
                 ValueError,
                 Param("loss_on", loss_on),
