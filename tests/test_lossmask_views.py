@@ -204,7 +204,7 @@ def test_a_view_reads_the_mask_after_pickling(tmp_path):
     shift=st.integers(0, 5),
     data=st.data(),
 )
-def test_masked_window_labels_kernel_matches_its_twin(lens, use_eot, seqlen, sampled, shift, data):
+def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled, shift, data):
     from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, gather_masked_windows
 
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
