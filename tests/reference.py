@@ -1587,20 +1587,30 @@ def _masked_window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...
 
 
 def _masked_window_kernel(mask, base, offsets, use_eot, vstarts, seqlen, total, rows):
-    from mmpack.kernels.window import masked_window_labels
+    from mmpack.kernels.window import gather_masked_windows
 
-    out = np.empty((len(vstarts), seqlen), dtype=np.int64)
+    src = np.arange(int(offsets[-1]), dtype=np.int64) * 7 + 3  # token of flat position f
+    k = len(vstarts)
+    rows = np.empty((k, seqlen + 1), np.int64)
+    pos, out = np.empty((k, seqlen), np.int64), np.empty((k, seqlen), np.int64)
+    cu, ncu = np.empty((k, seqlen + 1), np.int32), np.empty(k, np.int64)
     top = np.empty(0, dtype=np.int64)  # no sampled index: the kernel searches the offsets
-    masked_window_labels(
-        mask, base, offsets, top, use_eot, vstarts, seqlen, total, rows, IGNORE, out
-    )
-    return out
+    gather_masked_windows(
+        src, np.full(1, -1, np.int64), mask, base, offsets, top, use_eot, 9, vstarts, seqlen,
+        total, 0, IGNORE, rows, pos, cu, ncu, out,
+    )  # fmt: skip
+    return rows, out
 
 
 def _masked_window_ref(mask, base, offsets, use_eot, vstarts, seqlen, total, rows):
-    return twin_masked_window_labels(
+    docs = [np.arange(offsets[j], offsets[j + 1]) * 7 + 3 for j in range(len(offsets) - 1)]
+    stream, ends = naive_stream(docs, 9 if use_eot else None)
+    windows = [ref_window(stream, ends, v, seqlen, seqlen + 1, 0)[0] for v in vstarts.tolist()]
+    rows = np.array(windows, dtype=np.int64).reshape(len(vstarts), seqlen + 1)
+    labels = twin_masked_window_labels(
         mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
     )
+    return rows, labels
 
 
 def _mask_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
@@ -1827,7 +1837,7 @@ PAIRS: list[Pair] = [
     ),
     # loss masks
     _pair(
-        "window.masked_window_labels",
+        "window.gather_masked_windows",
         "twin_masked_window_labels",
         _masked_window_inputs,
         _masked_window_kernel,
@@ -1927,6 +1937,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "streaming.place_batch": (
         "streaming.scatter_pieces", "streaming.pad_rows", "streaming_batch.layout_batch",
     ),
+    "window.gather_masked_windows": ("window._mask_labels",),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

@@ -11,46 +11,31 @@ import json
 
 import numpy as np
 import pytest
+from _chat import (
+    IGNORE,
+    PAIRS,
+    RECORDS,
+    WORDS,
+    make_tokenizer,
+    packed_rows_carry,
+    save_dataset,
+    write_jsonl,
+    write_parquet,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.ingest.chat import chat_documents
+from mmpack.errors import IngestError
+from mmpack.ingest.chat import build_chat, chat_documents
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-IGNORE = -100
-TEMPLATE = (
-    "{% for m in messages %}"
-    "{% if m['role'] == 'assistant' %}<|im_start|>assistant\n"
-    "{% generation %}{{ m['content'] }}<|im_end|>{% endgeneration %}\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-WORDS = ["hello", "there", "how", "are", "you", "fine", "two", "plus", "four", "is", "what"]
-
 
 @pytest.fixture(scope="module")
 def tok():
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    raw = tokenizers.Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 20
-    raw.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=320,
-            special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
-    fast.chat_template = TEMPLATE
-    return fast
+    return make_tokenizer()
 
 
 sentences = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
@@ -112,11 +97,11 @@ def test_loss_on_all_and_completion(tok, tmp_path):
     assert doc["loss_mask"].tolist() == [1] * len(doc["input_ids"])
     (plain,) = chat_documents(
         [{"prompt": "what is two", "completion": " four"}], tok, loss_on="completion"
-    )
-    head = tok("what is two", add_special_tokens=False)["input_ids"]
-    tail = tok(" four", add_special_tokens=False)["input_ids"]
-    assert plain["input_ids"].tolist() == head + tail
-    assert plain["loss_mask"].tolist() == [0] * len(head) + [1] * len(tail)
+    )  # TRL's rule: the eos ends the completion, the prompt is the common prefix
+    head = tok("what is two")["input_ids"]
+    whole = tok("what is two four<|endoftext|>")["input_ids"]
+    assert plain["input_ids"].tolist() == whole and whole[: len(head)] == head
+    assert plain["loss_mask"].tolist() == [0] * len(head) + [1] * (len(whole) - len(head))
     pair = {
         "prompt": [{"role": "user", "content": "what is two plus two"}],
         "completion": [{"role": "assistant", "content": "four"}],
@@ -130,7 +115,7 @@ def test_loss_on_all_and_completion(tok, tmp_path):
 def test_bad_records_and_templates_are_refused(tok):
     with pytest.raises(ValueError, match="loss_on must be one of"):
         list(chat_documents([], tok, loss_on="prompt"))
-    with pytest.raises(ValueError, match=r"record 1 has keys \['text'\]"):
+    with pytest.raises(ValueError, match=r"record 1: the record has keys \['text'\]"):
         list(
             chat_documents([{"messages": [{"role": "user", "content": "hi"}]}, {"text": "x"}], tok)
         )
@@ -138,8 +123,12 @@ def test_bad_records_and_templates_are_refused(tok):
         list(chat_documents([{"messages": [{"content": "hi"}]}], tok))
     with pytest.raises(ValueError, match="record 0: messages must be a non-empty list"):
         list(chat_documents([{"messages": []}], tok))
-    with pytest.raises(ValueError, match="takes {'prompt': ..., 'completion': ...}"):
+    with pytest.raises(ValueError, match=r"messages\[0\] has the unknown role 'robot'"):
+        list(chat_documents([{"messages": [{"role": "robot", "content": "hi"}]}], tok))
+    with pytest.raises(ValueError, match=r"a pair is \{'prompt': ..., 'completion': ...\}"):
         list(chat_documents([{"messages": []}], tok, loss_on="completion"))
+    with pytest.raises(ValueError, match="must both be strings or both lists of messages"):
+        list(chat_documents([{"prompt": "a", "completion": []}], tok, loss_on="completion"))
     plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
     with pytest.raises(ValueError, match="has no chat template"):
         list(chat_documents([], plain))
@@ -180,12 +169,28 @@ def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
         "--tokenizer",
         str(folder),
     ]
-    assert main([*bad, "--loss-on", "all"]) == 1
+    assert main([*bad, "--loss-on", "all", "--on-error", "fail"]) == 1
     err = capsys.readouterr().err
-    assert "bad.jsonl:2: not a JSON record" in err and "Traceback" not in err
+    assert "bad.jsonl:2: invalid JSON" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists()
+    assert main([*bad, "--loss-on", "all"]) == 0  # skip-some: one bad record of two, reported
+    out = capsys.readouterr()
+    assert "skipped: " in out.err and "bad.jsonl:2: invalid JSON" in out.err
+    assert "1 conversations" in out.out and mmpack.open(tmp_path / "b").has_loss_mask
+    engine = ["--engine", "serial", "--overwrite"]
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "all", *engine]) == 0
+    assert "(1 part, engine serial)" in capsys.readouterr().out
+    rebuilt = mmpack.open(tmp_path / "s")
+    assert rebuilt.loss_mask[0].tolist() == [1] * len(rebuilt[0])
+    assert main([*argv, "--tokenizer", str(folder), "--loss-on", "all", "--template", "<s> $A"])
+    assert "--loss-on reads chat records (messages, or prompt and completion); drop --template" in (
+        capsys.readouterr().err
+    )
+    bad[3] += "2"
     assert main([*bad, "--loss-on", "all", "--lines"]) == 1
-    assert "--loss-on reads JSON lines of chat records; drop --lines" in capsys.readouterr().err
+    assert "--loss-on reads chat records (messages, or prompt and completion); drop --lines" in (
+        capsys.readouterr().err
+    )
     assert main(bad[:4] + ["--loss-on", "all"]) == 1
     assert "--loss-on needs --tokenizer" in capsys.readouterr().err
     plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
@@ -195,3 +200,107 @@ def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
     assert "--loss-on assistant needs a chat template with {% generation %}" in (
         capsys.readouterr().err
     )
+
+
+def _same_documents(store, docs) -> None:
+    assert len(store) == len(docs) and store.has_loss_mask
+    for j, doc in enumerate(docs):
+        np.testing.assert_array_equal(store[j], doc["input_ids"])
+        np.testing.assert_array_equal(store.loss_mask[j], doc["loss_mask"])
+
+
+@pytest.fixture(scope="module")
+def folder(tok, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tok"
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("loss_on", ["assistant", "completion"])
+def test_parquet_saved_datasets_and_workers_build_the_same_store(folder, tmp_path, loss_on):
+    """JSON lines, Parquet and a saved Hugging Face dataset of the same records, with one
+    worker, two workers and the serial engine (two parts joined): the same documents and masks
+    as chat_documents, and the report counts them."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("datasets")
+    records = (RECORDS if loss_on == "assistant" else PAIRS[:2]) * 3
+    want = list(chat_documents(records, folder, loss_on=loss_on))
+    write_jsonl(tmp_path / "a.jsonl", records)
+    write_parquet(tmp_path / "a.parquet", records)
+    save_dataset(tmp_path / "saved", records)
+    for k, (src, opts) in enumerate(
+        [
+            ("a.jsonl", {"workers": 2, "batch_size": 2}),
+            ("a.parquet", {"workers": 1}),
+            ("saved", {"workers": 2, "batch_size": 5}),
+        ]
+    ):
+        report = build_chat(tmp_path / src, tmp_path / f"s{k}", folder, loss_on=loss_on, **opts)
+        assert (report.docs_read, report.docs_written, report.docs_skipped) == (
+            len(records),
+        ) * 2 + (0,)
+        _same_documents(report.store, want)
+    (tmp_path / "b.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[:5]))
+    (tmp_path / "c.jsonl").write_text("".join(open(tmp_path / "a.jsonl").readlines()[5:]))
+    parts = build_chat(
+        [tmp_path / "b.jsonl", tmp_path / "c.jsonl"],
+        tmp_path / "joined",
+        folder,
+        loss_on=loss_on,
+        engine="serial",
+        part_bytes=1,
+    )
+    assert len(parts.store.parts) == 2 and parts.docs_written == len(records)
+    _same_documents(mmpack.open(tmp_path / "joined"), want)
+
+
+def test_bad_chat_records_are_issues_named_by_file_and_line(folder, tmp_path):
+    """In a file, a bad record is an issue naming its line (or Parquet row): skipped and
+    reported under skip-some, the build refused with nothing written under fail."""
+    pytest.importorskip("pyarrow")
+    bad = [RECORDS[0], {"text": "x"}, {"messages": [{"role": "robot", "content": "hi"}]}]
+    write_jsonl(tmp_path / "bad.jsonl", bad + RECORDS * 2)
+    issues = []
+    report = build_chat(tmp_path / "bad.jsonl", tmp_path / "s", folder, on_issue=issues.append)
+    assert report.docs_written == 9 and report.docs_skipped == 2
+    assert [str(i) for i in issues] == [
+        f"{tmp_path / 'bad.jsonl'}:2: the record has keys ['text']; a conversation is "
+        "{'messages': [messages]}",
+        f"{tmp_path / 'bad.jsonl'}:3: messages[0] has the unknown role 'robot' (known: system, "
+        "developer, user, assistant, tool)",
+    ]
+    write_parquet(tmp_path / "bad.parquet", [{"messages": m["messages"]} for m in RECORDS] + [
+        {"messages": [{"role": "robot", "content": "hi"}]}
+    ])  # fmt: skip
+    with pytest.raises(IngestError, match=r"bad.parquet row 4: messages\[0\] has the unknown role"):
+        build_chat(tmp_path / "bad.parquet", tmp_path / "p", folder, on_error="fail")
+    assert not (tmp_path / "p").exists()
+    write_parquet(tmp_path / "text.parquet", [{"text": "hello"}] * 3)
+    with pytest.raises(IngestError, match="holds no 'messages' column of chat records"):
+        build_chat(tmp_path / "text.parquet", tmp_path / "t", folder, on_issue=issues.append)
+    (tmp_path / "a.txt").write_text("hello\n")
+    with pytest.raises(ValueError, match="is read as text, but loss_on='all' reads chat records"):
+        build_chat(tmp_path / "a.txt", tmp_path / "t", folder, loss_on="all")
+    assert not (tmp_path / "t").exists()
+
+
+def test_chat_packed_rows_carry_the_masks_of_every_input(folder, tmp_path):
+    """The packed rows of a chat store built from a saved dataset: every row's labels are the
+    documents' masked ids (hf shift), whatever the row boundaries."""
+    pytest.importorskip("datasets")
+    save_dataset(tmp_path / "saved", RECORDS * 4)
+    store = build_chat(tmp_path / "saved", tmp_path / "s", folder).store
+    docs = list(chat_documents(RECORDS * 4, folder))
+    labels = [np.where(d["loss_mask"] == 1, d["input_ids"], IGNORE) for d in docs]
+    for seqlen in (16, 64):
+        packed = mmpack.PackedDataset(store, seqlen, eot=None, label_shift="hf", cache=False)
+        assert packed_rows_carry(packed, labels, seqlen) == len(packed) > 0
+
+
+def test_a_chat_build_takes_no_special_token_template(folder, tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    with pytest.raises(ValueError, match="loss_on='all' takes no template="):
+        build_chat(
+            tmp_path / "a.jsonl", tmp_path / "s", folder, loss_on="all", template="<|im_start|> $A"
+        )
+    assert not (tmp_path / "s").exists()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import twin_mask_pieces, twin_masked_window_labels
+from reference import naive_stream, ref_window, twin_mask_pieces, twin_masked_window_labels
 
 import mmpack
 
@@ -204,8 +204,8 @@ def test_a_view_reads_the_mask_after_pickling(tmp_path):
     shift=st.integers(0, 5),
     data=st.data(),
 )
-def test_masked_window_labels_kernel_matches_its_twin(lens, use_eot, seqlen, sampled, shift, data):
-    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, masked_window_labels
+def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled, shift, data):
+    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, gather_masked_windows
 
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
@@ -214,18 +214,28 @@ def test_masked_window_labels_kernel_matches_its_twin(lens, use_eot, seqlen, sam
         return
     n = int(offsets[-1])
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    mask = rng.integers(0, 2, size=n + shift).astype(np.uint8)  # read at base[k] = shift
+    mask = rng.integers(0, 2, size=n + shift).astype(np.uint8)  # read at mshift[k] = shift
+    src = rng.integers(0, 1000, size=n).astype(np.int64)
     k = data.draw(st.integers(1, 6))
     vstarts = rng.integers(0, total, size=k).astype(np.int64)
     base = np.full(k, shift, dtype=np.int64)
-    rows = rng.integers(0, 1000, size=(k, seqlen + 1)).astype(np.int64)
     top = np.empty((len(lens) - 1) // INDEX_STEP + 1 if sampled else 0, dtype=np.int64)
     if sampled:
         fill_sampled_index(offsets, use_eot, top)
-    got = np.empty((k, seqlen), dtype=np.int64)
-    masked_window_labels(
-        mask, base, offsets, top, use_eot, vstarts, seqlen, total, rows, IGNORE, got
-    )
+    rows = np.empty((k, seqlen + 1), dtype=np.int64)
+    pos, got = np.empty((k, seqlen), dtype=np.int64), np.empty((k, seqlen), dtype=np.int64)
+    cu, ncu = np.empty((k, seqlen + 1), dtype=np.int32), np.empty(k, dtype=np.int64)
+    cursors = np.full(1, -1, dtype=np.int64)
+    gather_masked_windows(
+        src, cursors, mask, base, offsets, top, use_eot, 9, vstarts, seqlen, total, 0, IGNORE,
+        rows, pos, cu, ncu, got,
+    )  # fmt: skip
+    docs = [src[offsets[j] : offsets[j + 1]] for j in range(len(lens))]
+    stream, ends = naive_stream(docs, 9 if use_eot else None)
+    for r, v in enumerate(vstarts.tolist()):
+        row, positions, cuts = ref_window(stream, ends, v, seqlen, seqlen + 1, 0)
+        assert rows[r].tolist() == row and pos[r].tolist() == positions
+        assert cu[r, : ncu[r]].tolist() == cuts
     want = twin_masked_window_labels(
         mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
     )

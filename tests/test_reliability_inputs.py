@@ -11,6 +11,7 @@ the kernels never index out of bounds.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 import mmpack
 from mmpack.errors import (
     FormatError,
+    IngestError,
     MmpackError,
     StateMismatchError,
     StoreExistsError,
@@ -154,9 +156,82 @@ def _add_batch(env: Env, tokens: Any, lengths: Any) -> None:
         w.add_batch(np.asarray(tokens), lengths)
 
 
+@functools.cache
+def _chat_tokenizer() -> Any:
+    from _chat import make_tokenizer
+
+    return make_tokenizer()
+
+
+def _chat_build(env: Env, records: list[Any], template: Any = "chat", **kw: Any) -> Any:
+    """``ingest`` of chat ``records`` into ``env``'s folder with a tokenizer folder saved
+    elsewhere (its chat template replaced by ``template``, None: removed)."""
+    tok = _chat_tokenizer()
+
+    def run(tmp: Path) -> Any:
+        saved = tok.chat_template
+        try:
+            tok.chat_template = saved if template == "chat" else template
+            tok.save_pretrained(tmp / "tok")
+        finally:
+            tok.chat_template = saved
+        return ingest(iter(records), env.tmp / "new", tokenizer=tmp / "tok", on_error="fail", **kw)
+
+    return _elsewhere(run)
+
+
+_HI = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]
+
+
 TABLE: list[Row] = [
     # ------------------------------------------------------------------ mmpack.build: documents
     Row("mmpack.build", "docs=None", TypeError, "got NoneType", lambda e: e.build(None)),
+    Row(
+        "mmpack.build",
+        "a loss mask of another length than its tokens",
+        ValueError,
+        "document 0: loss_mask has 2 values but input_ids has 3 tokens",
+        lambda e: e.build([{"input_ids": [1, 2, 3], "loss_mask": [1, 0]}]),
+    ),
+    Row(
+        "mmpack.build",
+        "a loss mask holding a value other than 0/1",
+        ValueError,
+        "document 0: loss_mask[1] is 2; a loss mask holds 0 (not a target) or 1",
+        lambda e: e.build([{"input_ids": [1, 2], "loss_mask": [0, 2]}]),
+    ),
+    Row(
+        "ingest(loss_on=)",
+        "a chat record without messages",
+        IngestError,
+        "list_iterator[0]: the record has keys ['text']; a conversation is {'messages'",
+        lambda e: _chat_build(e, [{"text": "hi"}], loss_on="assistant"),
+    ),
+    Row(
+        "ingest(loss_on=)",
+        "a chat message of an unknown role",
+        IngestError,
+        "list_iterator[1]: messages[0] has the unknown role 'robot'",
+        lambda e: _chat_build(
+            e, [{"messages": _HI}, {"messages": [{"role": "robot", "content": "x"}]}], loss_on="all"
+        ),
+    ),
+    Row(
+        "ingest(loss_on=)",
+        "a tokenizer without a chat template",
+        ValueError,
+        "the tokenizer has no chat template",
+        lambda e: _chat_build(e, [{"messages": _HI}], template=None, loss_on="all"),
+    ),
+    Row(
+        "ingest(loss_on=)",
+        "loss_on='assistant', a template without {% generation %}",
+        ValueError,
+        "loss_on='assistant' needs a chat template with {% generation %}",
+        lambda e: _chat_build(
+            e, [{"messages": _HI}], template="{{ messages[0]['content'] }}", loss_on="assistant"
+        ),
+    ),
     Row("mmpack.build", "docs is a str", TypeError, "not a string", lambda e: e.build("text")),
     Row("mmpack.build", "docs is an int", TypeError, "got int", lambda e: e.build(5)),
     Row(

@@ -58,7 +58,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.scheduler is not None and args.engine != "dask":
         raise ValueError("--scheduler needs --engine dask")
     if args.loss_on is not None:
-        return _build_chat(args)
+        _check_chat_flags(args)
     options: dict[str, Any] = dict(  # what both engines take, as ingest() keywords
         tokenizer=args.tokenizer,
         field=args.field,
@@ -75,6 +75,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         progress=args.progress,
         on_issue=on_issue,
     )
+    if args.loss_on is not None:
+        options["loss_on"] = args.loss_on
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed
         from mmpack.ingest.report import counted
@@ -92,6 +94,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         assert isinstance(report.store, JoinedStore)  # build_distributed opens the joined parts
         parts = counted(len(report.store.parts), "part")
         print(report.summary() + f" ({parts}, engine {args.engine})")
+        _print_targets(report.store, args.loss_on)
         return 0
     report = ingest(
         args.inputs,
@@ -101,38 +104,36 @@ def _cmd_build(args: argparse.Namespace) -> int:
         **options,
     )
     print(report.summary())
+    _print_targets(report.store, args.loss_on)
     return 0
 
 
-def _build_chat(args: argparse.Namespace) -> int:
-    """``build --loss-on``: chat records to a store with a loss mask (mmpack.ingest.chat)."""
-    import numpy as np
-
-    from mmpack.ingest.chat import build_chat
-
+def _check_chat_flags(args: argparse.Namespace) -> None:
+    """``build --loss-on``: a --tokenizer, and none of the flags of plain text."""
     if args.tokenizer is None:
         raise ValueError("--loss-on needs --tokenizer: a transformers folder with a chat template")
     given = [
         flag
         for flag, on in (
-            ("--engine", args.engine != "local"),
             ("--template", args.template is not None),
             ("--lines", args.lines),
-            ("--format", args.format is not None or bool(args.format_for)),
-            ("--split", args.split is not None),
+            ("--field", args.field != "text"),
         )
         if on
     ]
     if given:
-        raise ValueError(f"--loss-on reads JSON lines of chat records; drop {', '.join(given)}")
-    store = build_chat(
-        args.inputs,
-        args.output,
-        args.tokenizer,
-        loss_on=args.loss_on,
-        backend=args.backend,
-        overwrite=args.overwrite,
-    )
+        raise ValueError(
+            f"--loss-on reads chat records (messages, or prompt and completion); drop "
+            f"{', '.join(given)}"
+        )
+
+
+def _print_targets(store: Any, loss_on: str | None) -> None:
+    """A chat build's second line: the conversations and how many tokens are targets."""
+    if loss_on is None:
+        return
+    import numpy as np
+
     mask = store.loss_mask
     assert mask is not None
     step = 1 << 24
@@ -141,10 +142,9 @@ def _build_chat(args: argparse.Namespace) -> int:
         for lo in range(0, mask.num_tokens, step)
     )
     print(
-        f"built {store.location}: {len(store):,} conversations, {store.num_tokens:,} tokens, "
-        f"{targets:,} of them targets (--loss-on {args.loss_on})"
+        f"{len(store):,} conversations, {store.num_tokens:,} tokens, {targets:,} of them "
+        f"targets (--loss-on {loss_on})"
     )
-    return 0
 
 
 def _formats(args: argparse.Namespace):

@@ -256,10 +256,12 @@ def _add_build_policy(b: argparse.ArgumentParser) -> None:
         "--loss-on",
         ("assistant", "all", "completion"),
         None,
-        "build a fine-tuning store with a per-token loss mask from JSON lines of chat "
-        'records ({"messages": [{"role", "content"}, ...]}, or {"prompt", "completion"} '
-        "with completion), tokenized with the --tokenizer folder's chat template: the "
-        "assistant's tokens, all of them, or the completion's are the targets",
+        "build a fine-tuning store with a per-token loss mask from chat records "
+        '({"messages": [{"role", "content"}, ...]}, or {"prompt", "completion"} with '
+        "completion) in JSON lines, JSON, Parquet or a saved Hugging Face dataset, tokenized "
+        "with the --tokenizer folder's chat template: the assistant's tokens, all of them, "
+        "or the completion's are the targets (as TRL's assistant_only_loss, no mask, "
+        "completion_only_loss)",
     )
 
 

@@ -5,7 +5,9 @@
     tokenizer.py    byte-level, tokenizers and transformers tokenizers behind one interface;
                     special-token templates (the tokenizer's post-processor, or "<s> $A")
     pipeline.py     ingest(): the API, from inputs to a store
-    chat.py         chat and prompt/completion records -> documents with loss masks
+    chat.py         chat and prompt/completion records -> documents with loss masks, stores
+    chat_template.py  a record's checks, ids and mask (TRL's rules); ChatTokenizer for ingest
+    chat_readers.py the sources of chat records: JSON, Parquet, datasets and iterables
     inputs.py       format detection and input resolution (paths, globs, datasets, iterables)
     readers.py      the sources: text, JSON, Parquet, datasets and iterables in memory
     records.py      the record/reason protocol; damaged .gz checks

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
+import numpy as np
+
 from mmpack.ingest.records import _ReadFailed, _Reason
 from mmpack.ingest.report import IngestIssue, IngestReport, _refuse
 from mmpack.store.writer import StoreWriter
@@ -25,7 +27,7 @@ __all__: list[str] = []
 
 @dataclass
 class _Batch:
-    texts: list[str]
+    texts: list[Any]  # texts, or a chat build's records
     where: list[Callable[[], str]]
     issues: list[tuple[int, IngestIssue, Any]]  # (documents of the batch before it, issue, src)
     n_read: int = 0
@@ -180,8 +182,17 @@ class _Where:
 
 
 def _consume(
-    batch: _Batch, flat, lengths, failures, writer: StoreWriter, report: IngestReport, emit
+    batch: _Batch,
+    flat,
+    lengths,
+    failures,
+    writer: StoreWriter,
+    report: IngestReport,
+    emit,
+    masks=None,
 ) -> None:
+    """Report a tokenized batch's issues in position order and write its documents (with their
+    loss masks, ``masks`` flat like ``flat``, for a chat build)."""
     events = list(batch.issues)
     events += [
         (k, IngestIssue(batch.where[k](), reason), batch.where[k].src) for k, reason in failures
@@ -195,7 +206,12 @@ def _consume(
         if st.first is None and issue.is_error:
             st.first = issue
         emit(issue)
-    if lengths.size:
+    if lengths.size and masks is not None:
+        ends = np.cumsum(lengths).tolist()
+        writer.add_many(
+            {"input_ids": flat[a:b], "loss_mask": masks[a:b]} for a, b in zip([0, *ends[:-1]], ends)
+        )
+    elif lengths.size:
         writer.add_batch(flat, lengths)
     report.docs_written += int(lengths.size)
     report.tokens_written += int(flat.size)

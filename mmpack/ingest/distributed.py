@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import Param, StoreExistsError, with_params
+from mmpack.ingest.chat_template import ChatTokenizer
 from mmpack.ingest.engines import ENGINES, RUNNERS, PartsProgress, collector
 from mmpack.ingest.inputs import size_of
 from mmpack.ingest.part_build import MAX_ISSUES, OPTION_NAMES, build_part
@@ -132,7 +133,8 @@ def build_distributed(
     **options
         :func:`~mmpack.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
         ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
-        ``split``, ``template``, ``shuffle_docs`` (each part shuffled with the key
+        ``split``, ``template``, ``loss_on`` (chat records, :mod:`mmpack.ingest.chat`),
+        ``shuffle_docs`` (each part shuffled with the key
         ``(shuffle_docs, part index)``, the parts joined in a keyed order: see the module
         docstring; not one document-level permutation across parts).
 
@@ -180,6 +182,8 @@ def _shared_tokenizer(options: dict[str, Any]) -> Any:
     the same tokenizer."""
     base = load_tokenizer(options.get("tokenizer"))
     options["tokenizer"] = base.spec
+    if options.get("loss_on") is not None:  # a chat build: its template checked before any part
+        return ChatTokenizer(with_template(base, options.get("template")), options["loss_on"])
     return with_template(base, options.get("template"))
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack.errors import MissingDependencyError, Param, with_params
+from mmpack.ingest.chat_readers import _ChatJsonFile, _ChatObjectSource, _ChatParquetFile
 from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile, _TextFile
 from mmpack.ingest.report import _Input
 from mmpack.store.publish import inside_build
@@ -104,10 +105,12 @@ def _resolve_inputs(
     extensions: Mapping[str, str] = _EXTENSIONS,
     split: str | None = None,
     output: Path | None = None,
+    loss_on: str | None = None,
 ) -> list:
     """The sources of ``inputs``, each tagged with its input as named; nothing of the store
     ``output`` (or of its builds' temporary folders) is ever one of them
-    (:func:`_paths_of`)."""
+    (:func:`_paths_of`).  With ``loss_on`` the sources read chat records
+    (:mod:`mmpack.ingest.chat_readers`)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -121,7 +124,7 @@ def _resolve_inputs(
             paths = _paths_of(os.fspath(item), output)
             sources.extend(
                 _grouped(
-                    _sources_for_paths(paths, field, lines, fmt, extensions, split),
+                    _sources_for_paths(paths, field, lines, fmt, extensions, split, loss_on),
                     os.fspath(item),
                 )
             )
@@ -130,7 +133,8 @@ def _resolve_inputs(
         raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
     if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
         return _grouped(
-            _object_sources(inputs, field, type(inputs).__name__, split), type(inputs).__name__
+            _object_sources(inputs, field, type(inputs).__name__, split, None, loss_on),
+            type(inputs).__name__,
         )
     raise TypeError(
         f"inputs must be a path, a glob, a list of them, a dataset or an iterable of texts, "
@@ -184,6 +188,7 @@ def _sources_for_paths(
     fmt: Any,
     extensions: Mapping[str, str],
     split: str | None = None,
+    loss_on: str | None = None,
 ) -> list:
     out = []
     for path in paths:
@@ -194,17 +199,33 @@ def _sources_for_paths(
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
             dataset = _load_saved_dataset(path)
-            out.extend(_object_sources(dataset, field, str(path), split, size_of(path)))
+            out.extend(_object_sources(dataset, field, str(path), split, size_of(path), loss_on))
             continue
         kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
         kind = kind or _format_of(path, extensions)
-        if kind == "text":
+        if loss_on is not None:
+            out.append(_chat_source(path, kind, loss_on))
+        elif kind == "text":
             out.append(_TextFile(path, lines))
         elif kind == "parquet":
             out.append(_ParquetFile(path, field))
         else:
             out.append(_JsonFile(path, field, array_ok=kind == "json"))
     return out
+
+
+def _chat_source(path: Path, kind: str, loss_on: str) -> Any:
+    """The source of chat records in the file ``path`` of format ``kind``."""
+    if kind == "text":
+        raise with_params(
+            ValueError,
+            f"{str(path)!r} is read as text, but ",
+            Param("loss_on", loss_on),
+            " reads chat records: JSON lines, JSON, Parquet or a saved Hugging Face dataset",
+        )
+    if kind == "parquet":
+        return _ChatParquetFile(path, loss_on)
+    return _ChatJsonFile(path, loss_on, array_ok=kind == "json")
 
 
 def _grouped(sources: list, name: str) -> list:
@@ -297,7 +318,12 @@ def size_of(path: Path) -> int:
 
 
 def _object_sources(
-    obj: Any, field: str, name: str, split: str | None = None, nbytes: int | None = None
+    obj: Any,
+    field: str,
+    name: str,
+    split: str | None = None,
+    nbytes: int | None = None,
+    loss_on: str | None = None,
 ) -> list:
     """A dataset, a DatasetDict (its one split, or the split ``split`` names) or a plain
     iterable; ``nbytes``: the size on disk of a saved dataset's folder (its progress).
@@ -327,5 +353,7 @@ def _object_sources(
                 Param("split", split),
                 f" is not a split of {name} (its splits: {', '.join(names)})",
             )
-        return [_ObjectSource(obj[split], field, f"{name}[{split!r}]", nbytes)]
+        obj, name = obj[split], f"{name}[{split!r}]"
+    if loss_on is not None:
+        return [_ChatObjectSource(obj, loss_on, name, nbytes)]
     return [_ObjectSource(obj, field, name, nbytes)]

@@ -31,6 +31,7 @@ OPTION_NAMES = frozenset(
         "split",
         "template",
         "shuffle_docs",
+        "loss_on",
     }
 )
 """The :func:`~mmpack.ingest.pipeline.ingest` keywords a part build passes on."""

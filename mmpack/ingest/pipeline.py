@@ -85,6 +85,7 @@ from mmpack.core.progress import Progress, progress_bar
 from mmpack.core.validation import check_positive_int
 from mmpack.errors import IngestError, IngestWarning
 from mmpack.ingest.batching import _Batch, _batches, _consume, _InputMeter
+from mmpack.ingest.chat_template import ChatTokenizer
 from mmpack.ingest.inputs import (
     _EXTENSIONS,
     FORMATS,
@@ -136,6 +137,7 @@ def ingest(
     split: str | None = None,
     template: str | None = None,
     shuffle_docs: Any = None,
+    loss_on: str | None = None,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -197,6 +199,12 @@ def ingest(
         (:func:`mmpack.store.writer.build`'s ``shuffle_docs``; the metadata's ``"order"``
         section records it; the provenance still lists the inputs and counts, which do not
         depend on the order).
+    loss_on : {"assistant", "all", "completion"}, optional
+        A fine-tuning build: the inputs hold chat records (``{"messages": [...]}``, or
+        ``{"prompt", "completion"}`` for ``"completion"``; JSON lines, JSON, Parquet, saved
+        datasets, datasets or iterables of dicts; ``field`` and ``lines`` are unused), tokenized
+        with the ``tokenizer`` folder's chat template into documents with a loss mask
+        (:mod:`mmpack.ingest.chat_template`; a bad record is an issue like any other).
 
     Returns
     -------
@@ -222,6 +230,8 @@ def ingest(
     batch_size = check_positive_int(batch_size, "batch_size")
     batch_chars = check_positive_int(batch_chars, "batch_chars")
     tok = with_template(load_tokenizer(tokenizer), template)
+    if loss_on is not None:  # refused here (no template, no generation markers) before reading
+        tok = ChatTokenizer(tok, loss_on)
     workers = _worker_count(workers, tok)
     shuffle_docs = check_shuffle_docs(shuffle_docs)
     where = output if isinstance(output, str) and "://" in output else Path(output)
@@ -235,6 +245,7 @@ def ingest(
         extensions=extensions,
         split=split,
         output=where if isinstance(where, Path) else None,
+        loss_on=loss_on,
     )
     report = IngestReport(
         path=where,
@@ -318,8 +329,8 @@ def _build_store(
             **remote,
         ) as writer:
             with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
-                for batch, (flat, lengths, failures) in encoded:
-                    _consume(batch, flat, lengths, failures, writer, report, policy.emit)
+                for batch, (flat, lengths, failures, masks) in encoded:
+                    _consume(batch, flat, lengths, failures, writer, report, policy.emit, masks)
                     for group in batch.ended:
                         policy.input_done(group)
                     if bar.enabled:

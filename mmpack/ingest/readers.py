@@ -130,6 +130,10 @@ class _JsonFile(_OnDisk):
     def check(self) -> str | None:
         return _check_gzip(self.path)
 
+    def _value(self, obj: Any) -> Any:
+        """The document of a JSON value: its text (a chat source: the record)."""
+        return _text_of(obj, self.field)
+
     def damaged_count(self) -> int:
         """Records decoded from a damaged ``.gz`` before the damage (1 for a JSON array)."""
         n, head = _decodable_records(self.path, nonblank=True)
@@ -186,7 +190,7 @@ class _JsonFile(_OnDisk):
             except ValueError as exc:
                 yield n, _Reason(f"invalid JSON ({exc})"), 1
                 continue
-            yield n, _text_of(obj, self.field), 1
+            yield n, self._value(obj), 1
         if n_records == 0:
             yield None, _Reason("the file holds no records"), 0
 
@@ -200,13 +204,13 @@ class _JsonFile(_OnDisk):
             yield None, _Reason(f"invalid JSON ({exc}); the whole file is skipped"), 1
             return
         if not isinstance(value, list):
-            yield None, _text_of(value, self.field), 1
+            yield None, self._value(value), 1
             return
         self._array = True
         if not value:
             yield None, _Reason("the JSON array is empty"), 0
         for k, obj in enumerate(value):
-            yield k, _text_of(obj, self.field), 1
+            yield k, self._value(obj), 1
 
 
 class _ParquetFile(_OnDisk):
@@ -245,39 +249,15 @@ class _ParquetFile(_OnDisk):
             yield None, _Reason(f"cannot read it as Parquet ({exc})"), 1
             return
         n_rows = pf.metadata.num_rows
-        schema = pf.schema_arrow
-        if self.field not in schema.names:
-            yield (
-                None,
-                _Reason(
-                    f"has no column {self.field!r} (columns: "
-                    f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
-                ),
-                n_rows,
-            )
-            return
-        typ = schema.field(self.field).type
-        is_text = (
-            pa.types.is_string(typ)
-            or pa.types.is_large_string(typ)
-            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
-        )
-        is_binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
-        if not (is_text or is_binary):
-            yield (
-                None,
-                _Reason(
-                    f"column {self.field!r} has type {typ}, not string; its "
-                    f"{n_rows} rows are skipped"
-                ),
-                n_rows,
-            )
+        columns = self._columns(pf.schema_arrow, n_rows)
+        if isinstance(columns, _Reason):
+            yield None, columns, n_rows
             return
         if n_rows == 0:
             yield None, _Reason("the file holds no rows"), 0
         row = 0
         self._rows = n_rows
-        batches = pf.iter_batches(batch_size=1024, columns=[self.field])
+        batches = pf.iter_batches(batch_size=1024, columns=columns)
         while True:
             try:
                 rb = next(batches, None)
@@ -285,18 +265,47 @@ class _ParquetFile(_OnDisk):
                 raise _ReadFailed(f"cannot read it as Parquet past row {row} ({exc})") from None
             if rb is None:
                 break
-            for value in rb.column(0).to_pylist():
-                if value is None:
-                    yield row, _Reason(f"column {self.field!r} is null"), 1
-                elif is_binary:
-                    try:
-                        yield row, value.decode("utf-8"), 1
-                    except UnicodeDecodeError as exc:
-                        yield row, _Reason(_describe(exc)), 1
-                else:
-                    yield row, value, 1
+            for value in self._values(rb):
+                yield row, value, 1
                 row += 1
                 self._row = row
+
+    _binary = False
+
+    def _columns(self, schema: Any, n_rows: int) -> list[str] | _Reason:
+        """The columns to read, or why the file's rows are all skipped."""
+        import pyarrow as pa
+
+        if self.field not in schema.names:
+            return _Reason(
+                f"has no column {self.field!r} (columns: {', '.join(schema.names)}); its "
+                f"{n_rows} rows are skipped"
+            )
+        typ = schema.field(self.field).type
+        is_text = (
+            pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)
+            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
+        )
+        self._binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+        if not (is_text or self._binary):
+            return _Reason(
+                f"column {self.field!r} has type {typ}, not string; its {n_rows} rows are skipped"
+            )
+        return [self.field]
+
+    def _values(self, rb: Any):
+        """The document (or the reason it has none) of each row of a record batch."""
+        for value in rb.column(0).to_pylist():
+            if value is None:
+                yield _Reason(f"column {self.field!r} is null")
+            elif self._binary:
+                try:
+                    yield value.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield _Reason(_describe(exc))
+            else:
+                yield value
 
 
 class _ObjectSource:
@@ -331,30 +340,33 @@ class _ObjectSource:
         if hasattr(obj, "iter") and callable(obj.iter):
             pos = 0
             for cols in obj.iter(batch_size=1000):
-                if self.field not in cols:
+                values = self._cells(cols)
+                if isinstance(values, _Reason):
                     n = len(obj) - pos if hasattr(obj, "__len__") else 1
-                    yield (
-                        None,
-                        _Reason(
-                            f"has no column {self.field!r} (columns: "
-                            f"{', '.join(map(str, cols))}); {n} rows skipped"
-                        ),
-                        n,
-                    )
+                    yield None, _Reason(f"{values.msg}; {n} rows skipped"), n
                     return
-                for value in cols[self.field]:
-                    yield pos, _check_text(value, self.field), 1
+                for value in values:
+                    yield pos, value, 1
                     pos += 1
                     self._pos = pos
             return
         for pos, item in enumerate(obj):
             self._pos = pos + 1
-            if isinstance(item, str):
-                yield pos, item, 1
-            elif isinstance(item, (bytes, bytearray)):
-                try:
-                    yield pos, bytes(item).decode("utf-8"), 1
-                except UnicodeDecodeError as exc:
-                    yield pos, _Reason(_describe(exc)), 1
-            else:
-                yield pos, _text_of(item, self.field), 1
+            yield pos, self._item(item), 1
+
+    def _cells(self, cols: Any) -> Any:
+        """The documents of a batch of a dataset's columns, or why it has none."""
+        if self.field not in cols:
+            return _Reason(f"has no column {self.field!r} (columns: {', '.join(map(str, cols))})")
+        return (_check_text(value, self.field) for value in cols[self.field])
+
+    def _item(self, item: Any) -> Any:
+        """The document of an item of an iterable (or the reason it has none)."""
+        if isinstance(item, str):
+            return item
+        if isinstance(item, (bytes, bytearray)):
+            try:
+                return bytes(item).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return _Reason(_describe(exc))
+        return _text_of(item, self.field)

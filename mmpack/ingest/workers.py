@@ -2,7 +2,8 @@
 
 :func:`_tokenize` tokenizes in this process when there is one worker or one batch; otherwise it
 forks (where the platform can) a pool of ``workers`` processes, each rebuilding the tokenizer
-once from its picklable spec and running it single-threaded, with at most ``2 * workers`` batches
+once from its picklable spec (a chat build's :class:`~mmpack.ingest.chat_template.ChatTokenizer` from its spec and
+``loss_on``) and running it single-threaded, with at most ``2 * workers`` batches
 in flight, consumed in submission order: the output is the same with one worker or many.  A batch
 that fails to tokenize is retried text by text to find the texts that fail (:func:`_encode`).
 """
@@ -15,10 +16,12 @@ import multiprocessing
 import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from mmpack.ingest.batching import _Batch
+from mmpack.ingest.chat_template import ChatTokenizer
 from mmpack.ingest.records import _describe
 from mmpack.ingest.tokenizer import Tokenizer, TokenizerSpec, load_tokenizer
 
@@ -27,10 +30,12 @@ __all__: list[str] = []
 _worker_tokenizer: Tokenizer | None = None
 
 
-def _init_worker(spec: TokenizerSpec) -> None:
+def _init_worker(spec: TokenizerSpec, loss_on: str | None = None) -> None:
     global _worker_tokenizer
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     _worker_tokenizer = load_tokenizer(spec)
+    if loss_on is not None:  # a chat build: the folder's template around it
+        _worker_tokenizer = ChatTokenizer(_worker_tokenizer, loss_on)
 
 
 def _worker_encode(texts: list[str]):
@@ -38,21 +43,29 @@ def _worker_encode(texts: list[str]):
     return _encode(_worker_tokenizer, texts)
 
 
-def _encode(tok: Tokenizer, texts: list[str]):
-    """Tokenize a batch -> (flat tokens, lengths int64 (k',), failures [(index, reason)])."""
+def _encode(tok: Tokenizer, texts: list[Any]):
+    """Tokenize a batch -> (flat tokens, lengths int64 (k',), failures [(index, reason)],
+    flat loss mask uint8 or None).  A :class:`~mmpack.ingest.chat_template.ChatTokenizer`
+    encodes chat records into ids and masks; any other tokenizer texts (no mask)."""
+    masked = isinstance(tok, ChatTokenizer)
+    encode: Any = tok.encode_masked if isinstance(tok, ChatTokenizer) else tok.encode_batch
     try:
-        arrays = tok.encode_batch(texts)
+        arrays = encode(texts)
         failures: list[tuple[int, str]] = []
     except Exception:  # find the texts that fail, one at a time
         arrays, failures = [], []
         for k, text in enumerate(texts):
             try:
-                arrays.append(tok.encode_batch([text])[0])
+                arrays.append(encode([text])[0])
             except Exception as exc:
                 failures.append((k, f"cannot tokenize: {_describe(exc)}"))
+    masks = None
+    if masked:
+        masks = np.concatenate([m for _, m in arrays]) if arrays else np.empty(0, np.uint8)
+        arrays = [ids for ids, _ in arrays]
     lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
     flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=tok.token_dtype)
-    return flat, lengths, failures
+    return flat, lengths, failures, masks
 
 
 def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
@@ -68,8 +81,9 @@ def _tokenize(batches: Iterator[_Batch], tok: Tokenizer, workers: int):
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    loss_on = tok.loss_on if isinstance(tok, ChatTokenizer) else None
     pool = ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(tok.spec,)
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(tok.spec, loss_on)
     )
     try:
         pending: collections.deque = collections.deque()

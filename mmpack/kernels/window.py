@@ -35,8 +35,8 @@ __all__ = [
     "fill_sampled_index",
     "find_doc",
     "flat_position",
+    "gather_masked_windows",
     "gather_windows",
-    "masked_window_labels",
     "one_window",
     "window_ranges",
 ]
@@ -95,6 +95,21 @@ def _touch_pages(src: np.ndarray, a: int, n: int) -> int:
 def _arange(dst: np.ndarray) -> None:
     for q in range(dst.shape[0]):
         dst[q] = q
+
+
+@njit
+def _mask_labels(
+    row: np.ndarray, mask: np.ndarray, m: int, t: int, n: int, ignore: int, lab: np.ndarray
+) -> None:
+    """The labels whose targets are ``row[t : t + n]`` (tokens whose masks are
+    ``mask[m : m + n]``): ``lab[q - 1] = row[q]`` where the mask is not 0, else ``ignore``
+    (``row[0]`` is no label's target).  Views indexed from 0, so LLVM vectorises the select."""
+    lo = 1 if t == 0 else 0
+    got = row[t + lo : t + n]
+    flag = mask[m + lo : m + n]
+    out = lab[t + lo - 1 : t + n - 1]
+    for q in range(out.shape[0]):
+        out[q] = got[q] if flag[q] != 0 else ignore
 
 
 INDEX_STEP = 256
@@ -209,6 +224,10 @@ def copy_window(
     row: np.ndarray,
     pos: np.ndarray,
     cu: np.ndarray,
+    mask: np.ndarray,
+    mshift: int,
+    ignore: int,
+    lab: np.ndarray,
 ) -> int:
     """Copy ``S[v : v + width]`` into ``row`` (length ``width``: ``seqlen``, or ``seqlen + 1``
     when the caller takes labels as ``row[1:]``), padding past the end of ``S`` with ``pad_id``;
@@ -216,6 +235,12 @@ def copy_window(
     ``src[cursor]`` must be the window's first real token; a negative ``cursor`` means ``src``
     is the whole flat array and the cursor is taken from the document search this function
     does anyway (one binary search per window, not two).  Returns the entries written to ``cu``.
+
+    With a non-empty ``lab`` (length ``seqlen``, and ``width == seqlen + 1``) the labels are
+    written in the same pass: ``lab[t] = row[t + 1]`` where that token is a target, ``ignore``
+    where it is not or lies past the end of ``S``.  The token read from ``src[c]`` is a target
+    where ``mask[c + mshift] != 0``; an eot is one.  An empty ``lab`` writes no labels (``mask``
+    is then not read).
 
     Copies run piece by piece, one tight loop per document piece over views indexed from 0, so
     the inner loops vectorise."""
@@ -237,7 +262,9 @@ def copy_window(
         cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
     # The sum lands in cu's last slot, past the entries returned (or overwritten by them), so
     # the loads are kept.
-    acc += _touch(src, cursor, _flat_tokens(offsets, j, r, use_eot, real))
+    masked = lab.shape[0] > 0
+    n_flat = _flat_tokens(offsets, j, r, use_eot, real)
+    acc += _touch(src, cursor, n_flat) + (_touch(mask, cursor + mshift, n_flat) if masked else 0)
     cu[cu.shape[0] - 1] = acc
     ncu = 1
     cu[0] = 0
@@ -251,11 +278,15 @@ def copy_window(
             continue
         n = min(dl - r, real - t) if r < dl else 0
         _copy_cast(src[cursor : cursor + n], row[t : t + n])
+        if masked and n:
+            _mask_labels(row, mask, cursor + mshift, t, n, ignore, lab)
         cursor += n
         t += n
         r += n
         if t < real and r == dl and use_eot:
             row[t] = eot
+            if masked and t:
+                lab[t - 1] = eot
             t += 1
             r += 1
         if r == seg and t < seqlen:
@@ -267,6 +298,8 @@ def copy_window(
     cu[ncu] = seqlen
     ncu += 1
     row[real:width] = pad_id
+    if masked:
+        lab[max(real - 1, 0) :] = ignore  # their targets lie past the end of S
     for c in range(ncu - 1):
         _arange(pos[cu[c] : cu[c + 1]])
     return ncu
@@ -311,6 +344,10 @@ def gather_windows(
             rows[k],
             pos[k],
             cu[k],
+            src[:0],
+            0,
+            0,
+            rows[k][:0],
         )
 
 
@@ -354,58 +391,70 @@ def one_window(
         out[:width],
         out[width : width + seqlen],
         cu[cu_at : cu_at + seqlen + 1],
+        src[:0],
+        0,
+        0,
+        out[:0],
     )
 
 
 @njit
-def masked_window_labels(
+def gather_masked_windows(
+    src: np.ndarray,
+    cursors: np.ndarray,
     mask: np.ndarray,
-    base: np.ndarray,
+    mshift: np.ndarray,
     offsets: np.ndarray,
     top: np.ndarray,
     use_eot: int,
+    eot: int,
     vstarts: np.ndarray,
     seqlen: int,
     total: int,
-    rows: np.ndarray,
+    pad_id: int,
     ignore: int,
+    rows: np.ndarray,
+    pos: np.ndarray,
+    cu: np.ndarray,
+    ncu: np.ndarray,
     labels: np.ndarray,
 ) -> None:
-    """The labels of windows whose loss mask is ``mask``: ``labels[k, t] = rows[k, t + 1]``
-    where the token at virtual position ``vstarts[k] + t + 1`` is a target, ``ignore`` where it
-    is not (its mask is 0) or lies past ``total``; an eot (``use_eot``) is a target.
+    """:func:`gather_windows` of windows with labels (``width = seqlen + 1``) over a store with
+    a loss mask, the labels written in the copy's own pass (:func:`copy_window`):
+    ``labels[k, t] = rows[k, t + 1]`` where the token at virtual position ``vstarts[k] + t + 1``
+    is a target, ``ignore`` where it is not (its mask is 0) or lies past ``total``; an eot is a
+    target.
 
     Parameters
     ----------
     mask : ndarray, uint8
-        The mask of flat token ``f`` of window ``k`` is ``mask[base[k] + f]``.
-    base : ndarray, int64, (k,)
-        Validated: every flat token of window ``k`` lies inside ``mask`` that way.
+        The mask of the token read from ``src[c]`` for window ``k`` is ``mask[c + mshift[k]]``.
+    mshift : ndarray, int64, (k,)
+        Validated: every token of window ``k`` has its mask inside ``mask`` that way.
     rows : ndarray, (k, seqlen + 1)
-        The windows' tokens (:func:`gather_windows`).
     labels : ndarray, (k, seqlen)
-        Written.
+        Written, with ``rows``, ``pos``, ``cu`` and ``ncu`` as by :func:`gather_windows`.
     """
+    resolve = cursors.shape[0] > 0 and cursors[0] < 0
     for k in range(vstarts.shape[0]):
-        lab = labels[k]  # 1-D views: LLVM vectorises the copies (not the 2-D indexing)
-        row = rows[k]
-        for q in range(seqlen):  # the next tokens, then -100 where they are not targets
-            lab[q] = row[q + 1]
-        v0 = vstarts[k] + 1  # the target of label 0
-        t = 0
-        j = find_doc(offsets, top, use_eot, v0) if v0 < total else 0
-        while t < seqlen:
-            v = v0 + t
-            if v >= total:
-                for q in range(t, seqlen):
-                    lab[q] = ignore
-                break
-            doc_v = offsets[j] + j * use_eot
-            dl = offsets[j + 1] - offsets[j]
-            stop = min(doc_v + dl, v0 + seqlen, total)  # the document's tokens (not its eot)
-            b = base[k] + offsets[j] - doc_v  # mask index of virtual position q is b + q
-            for q in range(v, stop):
-                if mask[b + q] == 0:
-                    lab[q - v0] = ignore
-            t = max(t, min(doc_v + dl + use_eot, v0 + seqlen, total) - v0)
-            j += 1
+        cursor = -1 if resolve else cursors[k]
+        ncu[k] = copy_window(
+            src,
+            cursor,
+            offsets,
+            top,
+            use_eot,
+            eot,
+            vstarts[k],
+            seqlen,
+            seqlen + 1,
+            total,
+            pad_id,
+            rows[k],
+            pos[k],
+            cu[k],
+            mask,
+            mshift[k],
+            ignore,
+            labels[k],
+        )

@@ -9,9 +9,10 @@ and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order. 
 
 Loss masks.  Over a store with a per-token loss mask (``store.loss_mask``), a label whose target
 token is not a target (mask 0) is ``-100``; an eot the view inserts is a target, padding is
-``-100`` as always.  The labels are then written by one more kernel pass
-(:func:`~mmpack.kernels.window.masked_window_labels`: the window's mask bytes, read from the
-mask's mapping or its ``read_ranges``), and ``ds[i]`` takes the batch path.
+``-100`` as always.  The labels are then written in the copy's own pass
+(:func:`~mmpack.kernels.window.gather_masked_windows`: the window's mask bytes, read from the
+mask's mapping or its ``read_ranges``, select between the next token and ``-100``), and ``ds[i]``
+takes the batch path.
 
 Worked example: documents of lengths 3 and 2 with eot 9 give
 ``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
@@ -50,8 +51,8 @@ from mmpack.kernels.window import (
     fill_sampled_index,
     find_doc,
     flat_position,
+    gather_masked_windows,
     gather_windows,
-    masked_window_labels,
     one_window,
     window_ranges,
 )
@@ -330,6 +331,10 @@ class WindowDataset:
             cursors = np.full(1, -1, dtype=np.int64)  # the kernel resolves them in the mapping
         else:
             src, cursors = self.store.read_ranges(*self._ranges(vstarts))
+        columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
+        if self.labels and self._mask is not None:
+            columns["labels"] = self._masked(src, cursors, vstarts, rows, pos, cu, ncu)
+            return SampleBatch(columns, cu, ncu)
         if k:
             gather_windows(
                 src,
@@ -348,10 +353,7 @@ class WindowDataset:
                 cu,
                 ncu,
             )
-        columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
-        if self.labels and self._mask is not None:
-            columns["labels"] = self._masked(rows, vstarts)
-        elif self.labels:
+        if self.labels:
             labels = rows[:, 1:]
             tail = np.flatnonzero(vstarts + self.width > self.total)
             if tail.size:  # windows past the stream's end (drop_last=False): -100 labels
@@ -361,35 +363,51 @@ class WindowDataset:
             columns["labels"] = labels
         return SampleBatch(columns, cu, ncu)
 
-    def _masked(self, rows: np.ndarray, vstarts: np.ndarray) -> np.ndarray:
-        """The labels ((k, seqlen)) of the windows ``rows`` at ``vstarts``: the next tokens,
-        ``-100`` where one is not a target (the loss mask's 0) or lies past the stream's end
-        (:func:`~mmpack.kernels.window.masked_window_labels`, one pass; an eot is a target)."""
+    def _masked(self, src, cursors, vstarts, rows, pos, cu, ncu) -> np.ndarray:
+        """Copy the windows at ``vstarts`` (as :func:`~mmpack.kernels.window.gather_windows`,
+        from ``src`` at ``cursors``) and write their labels ((k, seqlen)) in the same pass: the
+        next tokens, ``-100`` where one is not a target (the loss mask's 0) or lies past the
+        stream's end (:func:`~mmpack.kernels.window.gather_masked_windows`; an eot is a
+        target).  The mask is read from its mapping, or from its ``read_ranges``."""
         assert self._mask is not None
         k = vstarts.shape[0]
-        src = self._mask.tokens
-        if src is not None:  # the whole mapped mask: flat positions index it
-            base = np.zeros(k, dtype=np.int64)
+        mask = self._mask.tokens
+        resolved = cursors.shape[0] > 0 and cursors[0] < 0  # src: the whole mapped tokens
+        if mask is not None and mask.shape[0] < self.store.num_tokens:
+            raise FormatError(
+                f"the loss mask holds {mask.shape[0]} values for {self.store.num_tokens} tokens"
+            )
+        if mask is not None:  # flat positions index it: shift = flat - src index
+            mshift = np.zeros(k, dtype=np.int64)
+            if not resolved and k:
+                mshift = self._ranges(vstarts)[0] - cursors
         else:
             starts, lengths = self._ranges(vstarts)
-            src, at = self._mask.read_ranges(starts, lengths)
+            mask, at = self._mask.read_ranges(starts, lengths)
             at = np.asarray(at, dtype=np.int64)
-            if k and (at.shape != (k,) or at.min() < 0 or (at + lengths).max() > src.shape[0]):
+            if k and (at.shape != (k,) or at.min() < 0 or (at + lengths).max() > mask.shape[0]):
                 raise FormatError("the loss mask's read_ranges returned ranges outside its buffer")
-            base = at - starts
+            mshift = at - (starts if resolved else cursors)
         labels = self._pool.empty((k, self.seqlen), self.dtype)
         if k:
-            masked_window_labels(
+            gather_masked_windows(
                 src,
-                base,
+                cursors,
+                mask,
+                mshift,
                 self._offsets,
                 self._top,
                 self._use_eot,
+                self._eot,
                 vstarts,
                 self.seqlen,
                 self.total,
-                rows,
+                self.pad_id,
                 IGNORE_INDEX,
+                rows,
+                pos,
+                cu,
+                ncu,
                 labels,
             )
         return labels

@@ -1,0 +1,78 @@
+"""The sources of a chat build (``ingest(..., loss_on=)``): JSON lines / JSON, Parquet and
+datasets of chat records, read as :mod:`mmpack.ingest.readers` reads text but yielding each
+checked record (:class:`~mmpack.ingest.chat_template.ChatRecord`) instead of a text.
+
+A record is ``{"messages": [...]}`` (``loss_on="completion"``: ``{"prompt", "completion"}``): a
+JSON object, a Parquet row of those columns (``messages`` a list of structs of ``role`` and
+``content``), a dataset row.  A bad record is a reason naming what is wrong
+(:func:`~mmpack.ingest.chat_template.record_problem`), reported with its file and line or row
+like any bad record.  Cost: the readers', plus one check per record (O(messages)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmpack.ingest.chat_template import checked_record
+from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile
+from mmpack.ingest.records import _Reason
+
+__all__: list[str] = []
+
+
+def _chat_keys(loss_on: str) -> list[str]:
+    return ["prompt", "completion"] if loss_on == "completion" else ["messages"]
+
+
+def _record(obj: Any, loss_on: str) -> Any:
+    got = checked_record(obj, loss_on)
+    return _Reason(got) if isinstance(got, str) else got
+
+
+class _ChatJsonFile(_JsonFile):
+    def __init__(self, path: Any, loss_on: str, array_ok: bool) -> None:
+        super().__init__(path, "messages", array_ok)
+        self.loss_on = loss_on
+
+    def _value(self, obj: Any) -> Any:
+        return _record(obj, self.loss_on)
+
+
+class _ChatParquetFile(_ParquetFile):
+    def __init__(self, path: Any, loss_on: str) -> None:
+        super().__init__(path, "messages")
+        self.loss_on = loss_on
+
+    def _columns(self, schema: Any, n_rows: int) -> list[str] | _Reason:
+        keys = _chat_keys(self.loss_on)
+        missing = [k for k in keys if k not in schema.names]
+        if missing:
+            return _Reason(
+                f"holds no {' or '.join(map(repr, missing))} column of chat records (columns: "
+                f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
+            )
+        return keys
+
+    def _values(self, rb: Any):
+        for row in rb.to_pylist():
+            yield _record(row, self.loss_on)
+
+
+class _ChatObjectSource(_ObjectSource):
+    def __init__(self, obj: Any, loss_on: str, name: str, nbytes: int | None = None) -> None:
+        super().__init__(obj, "messages", name, nbytes)
+        self.loss_on = loss_on
+
+    def _cells(self, cols: Any) -> Any:
+        keys = _chat_keys(self.loss_on)
+        missing = [k for k in keys if k not in cols]
+        if missing:
+            return _Reason(
+                f"holds no {' or '.join(map(repr, missing))} column of chat records (columns: "
+                f"{', '.join(map(str, cols))})"
+            )
+        rows = zip(*(cols[k] for k in keys))
+        return (_record(dict(zip(keys, row)), self.loss_on) for row in rows)
+
+    def _item(self, item: Any) -> Any:
+        return _record(item, self.loss_on)
