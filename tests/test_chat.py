@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+import transformers
 from _chat import (
     IGNORE,
     PAIRS,
@@ -28,9 +29,6 @@ from hypothesis import strategies as st
 import mmpack
 from mmpack.errors import IngestError
 from mmpack.ingest.chat import build_chat, chat_documents
-
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
@@ -221,8 +219,6 @@ def test_parquet_saved_datasets_and_workers_build_the_same_store(folder, tmp_pat
     """JSON lines, Parquet and a saved Hugging Face dataset of the same records, with one
     worker, two workers and the serial engine (two parts joined): the same documents and masks
     as chat_documents, and the report counts them."""
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("datasets")
     records = (RECORDS if loss_on == "assistant" else PAIRS[:2]) * 3
     want = list(chat_documents(records, folder, loss_on=loss_on))
     write_jsonl(tmp_path / "a.jsonl", records)
@@ -257,7 +253,6 @@ def test_parquet_saved_datasets_and_workers_build_the_same_store(folder, tmp_pat
 def test_bad_chat_records_are_issues_named_by_file_and_line(folder, tmp_path):
     """In a file, a bad record is an issue naming its line (or Parquet row): skipped and
     reported under skip-some, the build refused with nothing written under fail."""
-    pytest.importorskip("pyarrow")
     bad = [RECORDS[0], {"text": "x"}, {"messages": [{"role": "robot", "content": "hi"}]}]
     write_jsonl(tmp_path / "bad.jsonl", bad + RECORDS * 2)
     issues = []
@@ -287,7 +282,6 @@ def test_bad_chat_records_are_issues_named_by_file_and_line(folder, tmp_path):
 def test_chat_packed_rows_carry_the_masks_of_every_input(folder, tmp_path):
     """The packed rows of a chat store built from a saved dataset: every row's labels are the
     documents' masked ids (hf shift), whatever the row boundaries."""
-    pytest.importorskip("datasets")
     save_dataset(tmp_path / "saved", RECORDS * 4)
     store = build_chat(tmp_path / "saved", tmp_path / "s", folder).store
     docs = list(chat_documents(RECORDS * 4, folder))

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import uuid
 
+import datasets
 import pytest
+import transformers
 from _chat import PAIRS, RECORDS, make_tokenizer, packed_rows_carry, write_jsonl
 from _s3 import BUCKET, use_server_env
 
 import mmpack
 from mmpack.ingest.chat import build_chat
-
-pytest.importorskip("transformers")
-pytest.importorskip("datasets")
-trl = pytest.importorskip("trl")
 
 CASES = {  # name: (records, loss_on, TRL's options)
     "assistant": (RECORDS, "assistant", {"assistant_only_loss": True}),
@@ -38,8 +36,6 @@ def folder(tmp_path_factory):
 def trl_labels(folder, tmp_path, records, options) -> list[list[int]]:
     """The ``labels`` column TRL's SFT data path makes for ``records`` (no truncation, no
     packing: one list per record), with the tokenizer saved in ``folder``."""
-    import datasets
-    import transformers
     from trl import SFTConfig, SFTTrainer
 
     tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

@@ -301,7 +301,6 @@ def test_trainer_train_stops_on_collate_and_trains_through_hf_inputs(store, tmp_
     """``Trainer.train()`` itself (it needs ``accelerate``): with ``data_collator=collate`` it
     stops at the first step ("did not return a loss"); with ``hf_inputs`` its first logged loss is
     the documents' own."""
-    import accelerate  # noqa: F401
 
     ds = PackedDataset(store, SEQLEN, eot=EOT, pad_id=0)
     model = _llama("sdpa", torch.float32)

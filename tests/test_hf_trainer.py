@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import pickle
 
+import accelerate  # noqa: F401
 import numpy as np
 import pytest
 import torch
-
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+import transformers
 
 from mmpack.store.writer import build
 from mmpack.torch.collate import collate

@@ -17,9 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
-tomllib = pytest.importorskip("tomllib")  # Python >= 3.11 (the test environment's)
+import tomllib  # Python >= 3.11 (the test environment's)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

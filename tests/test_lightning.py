@@ -15,11 +15,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import lightning  # noqa: F401
 import numpy as np
 import pytest
-
-pytest.importorskip("lightning")
-
 from _lightning import Recorder, Windows, trainer
 
 import mmpack

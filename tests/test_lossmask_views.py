@@ -6,7 +6,6 @@ unchanged.  MLM selects only target tokens.  ``collate`` and ``hf_inputs`` carry
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import naive_stream, ref_window, twin_mask_pieces, twin_masked_window_labels
@@ -162,7 +161,8 @@ def test_mlm_selects_only_target_tokens(tmp_path_factory, pairs, seqlen, seed):
 
 # ------------------------------------------------------------------------------- torch side
 def test_collate_and_hf_inputs_carry_the_masked_labels(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from mmpack.torch.collate import collate
     from mmpack.torch.hf import hf_inputs
 

@@ -367,7 +367,8 @@ def test_cli_bad_seed_is_one_line(tmp_path, value, message):
 
 @pytest.fixture(scope="module")
 def cluster():
-    distributed = pytest.importorskip("dask.distributed")
+    import dask.distributed as distributed
+
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
     ) as c:
