@@ -596,7 +596,7 @@ def _prefix_error_kernel(mixture, n):
     from mmpack.kernels.mixture import max_prefix_error
 
     limit = min(n, mixture.period)
-    return int(max_prefix_error(mixture._quotas, mixture.period, mixture._seq, limit))
+    return int(max_prefix_error(mixture.quotas, mixture.period, mixture._seq, limit))
 
 
 def _prefix_error_ref(mixture, n):
