@@ -77,7 +77,7 @@ from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weig
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
 
-__all__ = ["BLOCK", "Mixture", "MixtureStats", "RESOLUTION", "Schedule", "quantize_weights"]
+__all__ = ["BLOCK", "Mixture", "MixtureStats", "RESOLUTION", "quantize_weights"]
 
 BLOCK = 64
 """Checkpoint spacing inside a period (a lookup scans at most this many entries)."""

@@ -156,27 +156,29 @@ class Schedule:
         Returns
         -------
         starts : list of int
-            Strictly increasing from 0; the last piece has no end.
+            Strictly increasing from 0; the last piece has no end.  Consecutive pieces of equal
+            weights are merged.
         weights : numpy.ndarray, float64, shape (n_pieces, K)
             Normalized weights of each piece (a linear segment's pieces: their midpoints').
         """
-        if self.interpolate == "constant":
-            return list(self._starts), np.stack(self._weights)
         starts: list[int] = []
         rows: list[np.ndarray] = []
         for j in range(len(self._starts) - 1):
             lo, hi = self._starts[j], self._starts[j + 1]
-            n = min(hi - lo, LINEAR_PIECES)
+            n = min(hi - lo, LINEAR_PIECES) if self.interpolate == "linear" else 1
             bounds = [lo + (hi - lo) * t // n for t in range(n + 1)]
             for a, b in zip(bounds[:-1], bounds[1:]):
                 starts.append(a)
-                rows.append(self.weights_at_fraction(j, (a + b) / 2))
+                rows.append(normalize_weights(self._segment_weights(j, (a + b) / 2)))
         starts.append(self._starts[-1])
         rows.append(self._weights[-1])
-        return starts, np.stack([normalize_weights(r) for r in rows])
+        keep = [0] + [j for j in range(1, len(rows)) if not np.array_equal(rows[j], rows[j - 1])]
+        return [starts[j] for j in keep], np.stack([rows[j] for j in keep])
 
-    def weights_at_fraction(self, j: int, x: float) -> np.ndarray:
-        """Linear weights of segment ``j`` at the (possibly fractional) position ``x``."""
+    def _segment_weights(self, j: int, x: float) -> np.ndarray:
+        """Weights of segment ``j`` at the (possibly fractional) position ``x``."""
+        if self.interpolate == "constant":
+            return self._weights[j]
         lo, hi = self._starts[j], self._starts[j + 1]
         return self._weights[j] + (self._weights[j + 1] - self._weights[j]) * ((x - lo) / (hi - lo))
 

@@ -263,8 +263,9 @@ class SchedulePlan:
         return out
 
     def max_prefix_error(self, n: int) -> float:
-        """Largest ``|count_k - nominal integral_k|`` over positions ``[0, n]`` (samples): each
-        run's error repeats with its period, so at most one period of each run is scanned."""
+        """Largest ``|count_k - nominal integral_k|`` over positions ``[0, n]`` (samples): a
+        body's error repeats with its period, so one period of it is scanned, and a tail (shorter
+        than ``SCHEDULE_RESOLUTION``) is scanned whole."""
         worst = 0.0
         ends = [*self.starts[1:].tolist(), n]
         k_src = self.quotas.shape[1]
@@ -272,7 +273,8 @@ class SchedulePlan:
             limit = min(ends[j], n) - start
             if limit < 0:
                 break
-            r = np.arange(min(limit, period) + 1)
+            periodic = np.array_equal(rate, self.quotas[j] / period)  # a body; a tail drifts
+            r = np.arange((min(limit, period) if periodic else limit) + 1)
             cum = _cumulative(self._seqs[self._table[j]], k_src)
             cycle, at = np.divmod(phase + r, period)
             got = self.base[j] + cycle[:, None] * self.quotas[j] + cum[at]

@@ -89,10 +89,14 @@ def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
         token = int((counts * tokens_per_sample(mixture.sources)).sum())
     starts, rows = _sample_pieces(schedule, mixture.sources, (p, token))
     if p == 0:
-        return SchedulePlan(*plan_pieces(starts, rows))
+        return SchedulePlan(plan_pieces(starts, rows))
     old = mixture._plan
-    prefix = ([0], [mixture.quotas], [mixture.period]) if old is None else old.truncated(p)
-    return SchedulePlan(*plan_pieces(starts, rows, prefix, counts))
+    if old is None:
+        zero = np.zeros(len(mixture.sources))
+        prefix = [(0, mixture.quotas, mixture.period, 0, zero, mixture.weights)]
+    else:
+        prefix = old.truncated(p)
+    return SchedulePlan(plan_pieces(starts, rows, prefix, counts))
 
 
 def source_digest(source: Any, length: int) -> tuple[Any, ...]:
