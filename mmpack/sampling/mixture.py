@@ -186,7 +186,7 @@ class Mixture:
         if num_samples is None:
             drawn = self._quotas > 0 if self._plan is None else self._plan.positive
             ends = [
-                self._occurrence_position(k, int(self._lengths[k])) for k in np.flatnonzero(drawn)
+                self._occurrence_position(int(k), int(self._lengths[k])) for k in drawn.nonzero()[0]
             ]
             return min([MAX_N, *(e for e in ends if e is not None)])
         elif isinstance(num_samples, (bool, np.bool_)) or not isinstance(

@@ -215,19 +215,19 @@ class SchedulePlan:
     @property
     def positive(self) -> np.ndarray:
         """Sources drawn by some run; bool, shape (K,)."""
-        return (self.quotas > 0).any(axis=0)
+        return np.asarray((self.quotas > 0).any(axis=0))
 
     def locate(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Source and occurrence of positions ``idx`` (int64, (m,), ``>= 0``)."""
         src = np.empty_like(idx)
         occ = np.empty_like(idx)
-        locate_runs(idx, *self._args(), src, occ)
+        locate_runs(idx, *self._args(), src, occ)  # type: ignore[call-arg]
         return src, occ
 
     def counts(self, n: int) -> np.ndarray:
         """Draws of each source among positions ``[0, n)``; int64, (K,)."""
         out = np.empty(self.quotas.shape[1], np.int64)
-        run_counts(n, *self._args(), out)
+        run_counts(n, *self._args(), out)  # type: ignore[call-arg]
         return out
 
     def rate(self, j: int) -> np.ndarray:
