@@ -8,7 +8,7 @@
        WindowDataset    PackedDataset       StreamingPacker (sources that can't be indexed)
      (seqlen, stride)  (best-fit bins)
              └──────┬────────┘
-                 Mixture (weighted, random access)
+                 Mixture (weighted, random access; weights may follow a Schedule)
                     │
           ResumableSampler ──▶ DataLoader ──▶ mmpack.torch.collate.collate ──▶ model
 
@@ -29,6 +29,7 @@ __all__ = [
     "PackedDataset",
     "Permutation",
     "ResumableSampler",
+    "Schedule",
     "StateMismatchError",
     "StreamingPacker",
     "TokenStore",
@@ -55,6 +56,7 @@ _LAZY: dict[str, str | tuple[str, str]] = {
     "PackedDataset": "mmpack.views.packed",
     "Permutation": "mmpack.sampling.permutation",
     "ResumableSampler": "mmpack.torch.sampler",
+    "Schedule": "mmpack.sampling.schedule",
     "StreamingPacker": "mmpack.streaming.packer",
     "TokenStore": "mmpack.store.reader",
     "WindowDataset": "mmpack.views.window",

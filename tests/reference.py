@@ -596,7 +596,7 @@ def _prefix_error_kernel(mixture, n):
     from mmpack.kernels.mixture import max_prefix_error
 
     limit = min(n, mixture.period)
-    return int(max_prefix_error(mixture._quotas, mixture.period, mixture._seq, limit))
+    return int(max_prefix_error(mixture.quotas, mixture.period, mixture._seq, limit))
 
 
 def _prefix_error_ref(mixture, n):
@@ -606,6 +606,118 @@ def _prefix_error_ref(mixture, n):
         counts[k] += 1
         worst = max(worst, *(abs(m * c - period * counts[j]) for j, c in enumerate(quotas)))
     return worst
+
+
+# =========================================================================== mixture schedules
+def reference_tail(x: list[Fraction], total: int, allowed: list[bool]) -> list[int]:
+    """Integer quotas >= 0 summing to ``total``, 0 where not allowed: from max(floor(x), 0), one
+    draw at a time to the largest ``x - t`` (taken back from the smallest)."""
+    t = [max(0, x[k].__floor__()) if allowed[k] else 0 for k in range(len(x))]
+    while sum(t) != total:
+        if sum(t) < total:
+            k = max((k for k in range(len(x)) if allowed[k]), key=lambda k: (x[k] - t[k], -k))
+            t[k] += 1
+        else:
+            k = min((k for k in range(len(x)) if t[k] > 0), key=lambda k: (x[k] - t[k], k))
+            t[k] -= 1
+    return t
+
+
+def reference_schedule_walk(
+    starts: list[int],
+    quotas: list[list[int]],
+    periods: list[int],
+    n: int,
+    counts: list[int] | None = None,
+) -> list[tuple[int, int]]:
+    """The first ``n`` draws ``(source, occurrence)`` of quantized pieces, walked one position at
+    a time: each piece is ``L // P`` whole chairman periods, then a tail whose quotas bring the
+    counts to the integral of the quantized weights rounded (:func:`reference_tail`)."""
+    k_src = len(quotas[0])
+    have = list(counts or [0] * k_src)
+    nominal = [Fraction(h) for h in have]
+    out: list[tuple[int, int]] = []
+
+    def walk(q: list[int], period: int, length: int) -> None:
+        seq = reference_assignment(q, period, min(length, period)) if length else []
+        for t in range(length):
+            k = seq[t % period][0]
+            out.append((k, have[k]))
+            have[k] += 1
+
+    for j, start in enumerate(starts):
+        room = n - len(out)
+        if room <= 0:
+            break
+        c, period = quotas[j], periods[j]
+        if j + 1 == len(starts):
+            walk(c, period, room)
+            break
+        length = starts[j + 1] - start
+        m = length // period
+        walk(c, period, min(m * period, room))
+        nominal = [nominal[k] + Fraction(length * c[k], period) for k in range(k_src)]
+        rest = length - m * period
+        if rest and len(out) < n:
+            t = reference_tail(
+                [nominal[k] - have[k] for k in range(k_src)], rest, [v > 0 for v in c]
+            )
+            walk(t, rest, min(rest, n - len(out)))
+    return out[:n]
+
+
+def _schedule_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    from mmpack.sampling.mixture import Mixture
+    from mmpack.sampling.schedule import Schedule
+
+    k = int(rng.integers(2, 5))
+    n_points = int(rng.integers(2, 6))
+    points, start = [], 0
+    for _ in range(n_points):
+        w = rng.integers(0, 5, k).astype(float)
+        w[int(rng.integers(k))] += 1
+        points.append((start, (w / 100 if rng.random() < 0.3 else w).tolist()))
+        start += int(rng.integers(1, 3 * size + 2))
+    schedule = Schedule(points, interpolate=str(rng.choice(["constant", "linear"])))
+    n = int(rng.integers(0, start + 2 * size + 2))
+    lengths = rng.integers(1, 30, k)
+    mixture = Mixture([_Source(int(m)) for m in lengths], schedule, num_samples=max(n, 1),
+                      seed=int(rng.integers(0, 2**63)))  # fmt: skip
+    return mixture, schedule, n
+
+
+def _schedule_walk(schedule, n):
+    from mmpack.core.constants import SCHEDULE_RESOLUTION
+    from mmpack.sampling.weights import quantize_weights
+
+    starts, weights = schedule.pieces()
+    quantized = [quantize_weights(w, SCHEDULE_RESOLUTION) for w in weights]
+    return reference_schedule_walk(
+        starts, [c.tolist() for c, _ in quantized], [p for _, p in quantized], n
+    )
+
+
+def _schedule_locate_kernel(mixture, schedule, n):
+    src, items = mixture.source_of_many(np.arange(n))
+    return _ints(src), _ints(items)
+
+
+def _schedule_locate_ref(mixture, schedule, n):
+    walk = _schedule_walk(schedule, n)
+    return [k for k, _ in walk], [reference_item(mixture, k, o) for k, o in walk]
+
+
+def _schedule_counts_kernel(mixture, schedule, n):
+    return [_ints(mixture.counts(m)) for m in range(n + 1)]
+
+
+def _schedule_counts_ref(mixture, schedule, n):
+    counts = [0] * len(mixture.sources)
+    out = [list(counts)]
+    for k, _ in _schedule_walk(schedule, n):
+        counts[k] += 1
+        out.append(list(counts))
+    return out
 
 
 # =========================================================================== megatron order
@@ -1753,6 +1865,25 @@ PAIRS: list[Pair] = [
         _prefix_error_ref,
         bench_size=100,
     ),
+    # mixture schedules
+    _pair(
+        "schedule.locate_runs",
+        "reference_schedule_walk, reference_item",
+        _schedule_inputs,
+        _schedule_locate_kernel,
+        _schedule_locate_ref,
+        via="mmpack.sampling.mixture.Mixture.source_of_many",
+        bench_size=30,
+    ),
+    _pair(
+        "schedule.run_counts",
+        "reference_schedule_walk",
+        _schedule_inputs,
+        _schedule_counts_kernel,
+        _schedule_counts_ref,
+        via="mmpack.sampling.mixture.Mixture.counts",
+        bench_size=30,
+    ),
     # megatron-core's order
     _pair(
         "megatron_order.fill_sample_index",
@@ -1917,6 +2048,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "permutation.permute_many": ("permutation._encrypt", "permutation.permute"),
     "permutation.invert_many": ("permutation._decrypt", "permutation.invert"),
     "mixture.locate_many": ("mixture.build_period", "mixture._rank_in_period"),
+    "schedule.locate_runs": ("schedule._run_of",),
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
         "packed_rows._segment_layout", "packed_rows._segment_tokens", "packed_rows._padding",

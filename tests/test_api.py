@@ -25,6 +25,7 @@ def test_public_names_resolve():
     for name in mmpack.__all__:
         assert getattr(mmpack, name) is not None, name
     assert mmpack.open.__name__ == "open_store"
+    assert mmpack.Schedule.__module__ == "mmpack.sampling.schedule"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mmpack.nope  # noqa: B018
 

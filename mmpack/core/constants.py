@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["DOC_ORDER_STREAM", "IGNORE_INDEX", "INT32_MAX", "UINT64_LIMIT", "WINDOW_BLOCKS"]
+__all__ = [
+    "DOC_ORDER_STREAM",
+    "IGNORE_INDEX",
+    "INT32_MAX",
+    "LINEAR_PIECES",
+    "SCHEDULE_RESOLUTION",
+    "UINT64_LIMIT",
+    "WINDOW_BLOCKS",
+]
 
 IGNORE_INDEX = -100
 """Label of a position that takes no loss (PyTorch's ``CrossEntropyLoss`` default)."""
@@ -21,3 +29,12 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 """The first int of the key of a build's document order (``shuffle_docs=``,
 :mod:`mmpack.store.doc_order`): the order of ``shuffle_docs=s`` is the permutation of the key
 ``(DOC_ORDER_STREAM, s)``, never one a sampler draws from a plain seed ``s``."""
+
+SCHEDULE_RESOLUTION = 10**4
+"""The weights of each piece of a mixture schedule (:mod:`mmpack.sampling.schedule`) are
+quantized to multiples of ``1 / SCHEDULE_RESOLUTION``: a piece's chairman table then holds at most
+this many draws, so a schedule of thousands of pieces keeps every table in memory."""
+
+LINEAR_PIECES = 16
+"""A linear segment of a mixture schedule is drawn as this many constant pieces of equal length
+(fewer when the segment is shorter), each at the weights of its midpoint."""

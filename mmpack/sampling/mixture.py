@@ -31,6 +31,13 @@ position of the ``(len_k + 1)``-th draw of the source that runs out first,
 ``min_k position(source k, occurrence len_k)``, which is ``min_k len_k / q_k`` up to one sample
 (capped at ``2**62``).
 The source that runs out first is then seen exactly once, every other source at most once.
+
+``weights`` may be a :class:`~mmpack.sampling.schedule.Schedule`: the positions are then dealt by
+the runs of :mod:`mmpack.sampling.schedule_plan` (a schedule of one constant piece is its weight
+vector, drawn as above), :meth:`Mixture.with_schedule` changes the schedule from a position on,
+and the default ``num_samples`` is the same rule: the first position at which some source would be
+drawn beyond its length under the schedule.  :attr:`Mixture.fingerprint` digests everything that
+decides which sample a position holds.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.permutation_keys import MAX_N, epoch_keys
+from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import (
     EpochIndex,
     check_in_range,
@@ -52,7 +59,6 @@ from mmpack.core.validation import (
 from mmpack.kernels.mixture import (
     build_period,
     locate_many,
-    max_prefix_error,
     occurrence_position,
     prefix_counts,
 )
@@ -63,8 +69,10 @@ from mmpack.sampling.mixture_batches import (
     source_length,
 )
 from mmpack.sampling.mixture_blocks import BlockPasses, mixture_bounds
-from mmpack.sampling.mixture_stats import MixtureStats
-from mmpack.sampling.permutation import Permutation
+from mmpack.sampling.mixture_items import SourcePasses
+from mmpack.sampling.mixture_stats import MixtureStats, period_error
+from mmpack.sampling.schedule import Schedule
+from mmpack.sampling.schedule_weights import changed_mixture, mixture_fingerprint, resolve_weights
 from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
@@ -73,8 +81,6 @@ __all__ = ["BLOCK", "Mixture", "MixtureStats", "RESOLUTION", "quantize_weights"]
 
 BLOCK = 64
 """Checkpoint spacing inside a period (a lookup scans at most this many entries)."""
-
-_PERM_CACHE = 64
 
 
 @functools.lru_cache(maxsize=16)
@@ -99,9 +105,11 @@ class Mixture:
         all non-empty sources must agree on the keys and array shapes of their sample 0 (the
         length of ``cu_seqlens``, which varies from sample to sample, is not compared; a
         difference of dtypes is a warning).
-    weights : sequence of float, shape (len(sources),)
+    weights : sequence of float, shape (len(sources),), or Schedule
         Non-negative, finite, not all zero; normalized and quantized (see the module docstring).
-        A zero weight means the source is never drawn.
+        A zero weight means the source is never drawn.  A
+        :class:`~mmpack.sampling.schedule.Schedule` of ``len(sources)`` weights makes them a
+        function of the position (:mod:`mmpack.sampling.schedule_plan`).
     num_samples : int, optional
         Length of the mixture (any ``0 <= num_samples <= 2**62``; sources repeat as needed).
         Default: the longest prefix in which no source repeats (see the module docstring).
@@ -144,17 +152,14 @@ class Mixture:
         check_same_tokenizer(
             [getattr(s, "store", None) for s in sources], mixed_tokenizers, "sources"
         )
-        quotas, period = quantize_weights(weights)
-        if quotas.size != len(sources):
-            raise ValueError(
-                f"weights has {quotas.size} entries but there are {len(sources)} sources"
-            )
+        quotas, period, plan = resolve_weights(weights, sources)
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
         if not 0 <= seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got seed={seed}")
         lengths = np.array([source_length(s, k) for k, s in enumerate(sources)], dtype=np.int64)
-        empty = [k for k in range(len(sources)) if lengths[k] == 0 and quotas[k] > 0]
+        drawn = quotas > 0 if plan is None else plan.positive
+        empty = [k for k in range(len(sources)) if lengths[k] == 0 and drawn[k]]
         if empty:
             raise ValueError(f"sources {empty} are empty but have positive weight")
         check_compatible_sources(sources, lengths)
@@ -163,19 +168,27 @@ class Mixture:
         self._quotas = quotas
         self._period = int(period)
         self._seed = int(seed)
-        self._raw_weights = np.asarray(weights, dtype=np.float64)
-        self._perms: dict[tuple[int, int], Permutation] = {}
+        self._plan = plan
+        given = weights.spec() if isinstance(weights, Schedule) else tuple(map(float, weights))
+        self._history: tuple[tuple[int, Any], ...] = ((0, given),)
+        self._raw_weights = self.weights if isinstance(weights, Schedule) else np.array(given)
+        self._passes = SourcePasses(lengths, self._seed)
         self._blocks = (
             None
             if block_bytes is None
-            else BlockPasses(sources, lengths, quotas, block_bytes, self._seed)
+            else BlockPasses(sources, lengths, drawn.astype(np.int64), block_bytes, self._seed)
         )
         self._load_tables()
+        self._explicit_length = num_samples is not None
+        self._num_samples = self._check_length(num_samples)
+
+    def _check_length(self, num_samples: Any) -> int:
         if num_samples is None:
+            drawn = self._quotas > 0 if self._plan is None else self._plan.positive
             ends = [
-                self._occurrence_position(int(k), int(lengths[k])) for k in np.flatnonzero(quotas)
+                self._occurrence_position(int(k), int(self._lengths[k])) for k in drawn.nonzero()[0]
             ]
-            num_samples = min(min(ends), MAX_N)
+            return min([MAX_N, *(e for e in ends if e is not None)])
         elif isinstance(num_samples, (bool, np.bool_)) or not isinstance(
             num_samples, (int, np.integer)
         ):
@@ -184,16 +197,16 @@ class Mixture:
             )
         elif not 0 <= num_samples <= MAX_N:
             raise ValueError(f"num_samples must be in [0, 2**62], got num_samples={num_samples}")
-        self._num_samples = int(num_samples)
+        return int(num_samples)
 
     def _load_tables(self) -> None:
-        self._seq, self._ckpt = _period_tables(tuple(self._quotas.tolist()), self._period)
+        if self._plan is None:
+            self._seq, self._ckpt = _period_tables(tuple(self._quotas.tolist()), self._period)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         for key in ("_seq", "_ckpt"):
-            state.pop(key)
-        state["_perms"] = {}
+            state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -208,7 +221,8 @@ class Mixture:
 
     @property
     def weights(self) -> np.ndarray:
-        """Effective (quantized) weights ``quotas / period``; float64, shape (K,), summing to 1."""
+        """Effective (quantized) weights ``quotas / period``; float64, shape (K,), summing to 1
+        (with a schedule: those at position 0; :meth:`weights_at` gives any position's)."""
         return self._quotas / self._period
 
     @property
@@ -225,6 +239,42 @@ class Mixture:
     def seed(self) -> int:
         return self._seed
 
+    @property
+    def schedule(self) -> tuple[tuple[int, Any], ...]:
+        """``((from_position, weights or Schedule.spec()), ...)``: the weights given, then every
+        :meth:`with_schedule` change, in order."""
+        return self._history
+
+    def weights_at(self, position: int) -> np.ndarray:
+        """Effective weights of the run holding ``position`` (constant weights: :attr:`weights`);
+        float64, shape (K,)."""
+        position = check_in_range(position, "position", 0, MAX_N, closed=True)
+        if self._plan is None:
+            return self.weights
+        return self._plan.rate(self._plan.run_of(position))
+
+    @property
+    def fingerprint(self) -> str:
+        """Hex digest of everything that decides which sample each position holds: each source's
+        store fingerprint (else its type and length) and ``seqlen``, the weights or schedule and
+        every :meth:`with_schedule` change, ``seed``, ``num_samples`` and ``block_bytes``."""
+        return mixture_fingerprint(self)
+
+    def with_schedule(
+        self, new: Schedule | Sequence[float], *, from_position: int, num_samples: int | None = None
+    ) -> Mixture:
+        """This mixture up to ``from_position``, then the weights of ``new`` (a schedule of
+        global positions: its weights at positions ``>= from_position`` apply; a weight vector is a
+        constant schedule).  Every sample before ``from_position`` is the same; the counts entering
+        it carry over (each source's passes continue without repetition) and the new schedule's
+        nominal integral starts from them.  ``num_samples``: default this mixture's when it was
+        given, else the default rule over the new schedule.
+        """
+        p = check_in_range(from_position, "from_position", 0, MAX_N, closed=True)
+        return changed_mixture(
+            self, new if isinstance(new, Schedule) else Schedule([(0, list(new))]), p, num_samples
+        )
+
     def __len__(self) -> int:
         return self._num_samples
 
@@ -234,47 +284,22 @@ class Mixture:
 
     # -- locating ------------------------------------------------------------------------------
 
-    def _occurrence_position(self, k: int, occ: int) -> int:
-        """Position of draw number ``occ`` of source ``k`` (a Python int, possibly beyond int64)."""
+    def _occurrence_position(self, k: int, occ: int) -> int | None:
+        """Position of draw number ``occ`` of source ``k`` (a Python int, possibly beyond int64;
+        None where a schedule never draws it that often)."""
+        if self._plan is not None:
+            return self._plan.occurrence_position(k, occ)
         cycle, target = divmod(occ, int(self._quotas[k]))
         inside = occurrence_position(
             k, target, self._quotas, self._period, BLOCK, self._seq, self._ckpt
         )
         return cycle * self._period + int(inside)
 
-    def _permutation(self, k: int, rep: int) -> Permutation:
-        perm = self._perms.get((k, rep))
-        if perm is None:
-            if len(self._perms) >= _PERM_CACHE:
-                self._perms.clear()
-            perm = self._perms[(k, rep)] = Permutation(
-                int(self._lengths[k]), seed=(self._seed, k), epoch=rep
-            )
-        return perm
-
     def _items_of(self, src: np.ndarray, occ: np.ndarray) -> np.ndarray:
         """Source item numbers of draws ``occ`` of sources ``src`` (int64 arrays of shape (m,))."""
         if self._blocks is not None:
             return self._blocks.items(src, occ, self._lengths)
-        lengths = self._lengths[src]
-        rep = occ // lengths
-        pos = occ - rep * lengths
-        out = np.empty_like(occ)
-        if occ.size == 0:
-            return out
-        for k in np.unique(src).tolist():
-            where = np.flatnonzero(src == k)
-            reps, at = rep[where], pos[where]
-            first, last = int(reps.min()), int(reps.max())
-            if first == last:  # the usual case: the batch stays inside one pass over source k
-                out[where] = self._permutation(k, first).map_unchecked(at)
-                continue
-            # several passes: derive every pass's round keys at once, one kernel call
-            passes, inverse = np.unique(reps, return_inverse=True)
-            keys = epoch_keys((self._seed, k), passes)
-            perm = self._permutation(k, first)
-            out[where] = perm.map_keyed(at, inverse.reshape(-1).astype(np.int64), keys)
-        return out
+        return self._passes.items(src, occ)
 
     def source_of(self, i: int) -> tuple[int, int]:
         """``(k, j)``: sample ``i`` of the mixture is item ``j`` of source ``k`` (negative ``i``
@@ -285,7 +310,7 @@ class Mixture:
         if self._blocks is not None:
             return k, int(self._blocks.items(src, occ, self._lengths)[0])
         length = int(self._lengths[k])
-        return k, self._permutation(k, o // length)[o % length]
+        return k, self._passes.permutation(k, o // length)[o % length]
 
     def source_of_many(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised :meth:`source_of`.
@@ -335,6 +360,8 @@ class Mixture:
         return [{**piece, "source": k} for piece in locate(j)]
 
     def _locate_unchecked(self, arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._plan is not None:
+            return self._plan.locate(arr)
         src = np.empty_like(arr)
         occ = np.empty_like(arr)
         locate_many(arr, self._quotas, self._period, BLOCK, self._seq, self._ckpt, src, occ)
@@ -370,6 +397,8 @@ class Mixture:
 
     def _positions_of(self, k: int, occ: np.ndarray) -> np.ndarray:
         """Mixture positions of draws ``occ`` (int64, (m,)) of source ``k`` (positive quota)."""
+        if self._plan is not None:
+            return self._plan.positions_of(k, occ)
         inside = np.flatnonzero(self._seq == k).astype(np.int64)  # one period's draws of k
         cycle, target = np.divmod(occ, int(self._quotas[k]))
         return cycle * self._period + inside[target]
@@ -431,6 +460,8 @@ class Mixture:
         if n is not None:
             n = check_in_range(n, "n", 0, MAX_N, closed=True)
         n = self._num_samples if n is None else n
+        if self._plan is not None:
+            return self._plan.counts(n)
         out = np.empty(self._quotas.size, dtype=np.int64)
         prefix_counts(n, self._quotas, self._period, BLOCK, self._seq, self._ckpt, out)
         return out
@@ -457,20 +488,8 @@ class Mixture:
             its ``error_bound``, the ``epochs`` and ``repeats`` of each source (see
             :class:`~mmpack.sampling.mixture_stats.MixtureStats`).
         """
-        n = self._num_samples
-        counts = self.counts()
-        limit = min(n, self._period)
-        worst = max_prefix_error(self._quotas, self._period, self._seq, limit) if limit else 0
-        k_pos = int((self._quotas > 0).sum())
-        return MixtureStats(
-            num_samples=n,
-            period=self._period,
-            weights=self.weights,
-            requested_weights=normalize_weights(self._raw_weights),
-            counts=counts,
-            proportions=counts / n if n else np.zeros(counts.size),
-            max_prefix_error=int(worst) / self._period,
-            error_bound=1.0 - 1.0 / (2 * k_pos - 2) if k_pos > 1 else 0.0,
-            epochs=counts / np.maximum(self._lengths, 1),
-            repeats=self.repeats(),
-        )
+        if self._plan is not None:
+            worst, bound = self._plan.max_prefix_error(len(self)), self._plan.error_bound()
+        else:
+            worst, bound = period_error(self._quotas, self._period, self._seq, len(self))
+        return MixtureStats.of(self, normalize_weights(self._raw_weights), worst, bound)

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MixtureStats"]
+from mmpack.kernels.mixture import max_prefix_error
+
+__all__ = ["MixtureStats", "period_error"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,7 +27,7 @@ class MixtureStats:
     num_samples : int
         Samples in the mixture.
     period : int
-        Length of the source-assignment cycle.
+        Length of the source-assignment cycle (with a schedule: that of its first run).
     weights : numpy.ndarray, float64, shape (K,)
         Effective weights (quantized to ``quotas / period``).
     requested_weights : numpy.ndarray, float64, shape (K,)
@@ -36,7 +38,9 @@ class MixtureStats:
         ``counts / num_samples`` (zeros for an empty mixture).
     max_prefix_error : float
         The largest ``|count_k(n) - n q_k|`` over every prefix ``n <= num_samples`` and source
-        ``k`` (exact: the sequence is periodic, so one period covers every prefix).
+        ``k`` (exact: the sequence is periodic, so one period covers every prefix).  With a
+        schedule: against the effective integral of each run
+        (:mod:`mmpack.sampling.schedule_plan`).
     error_bound : float
         ``1 - 1 / (2 K' - 2)`` for ``K'`` sources of positive weight (0 for one).
     epochs : numpy.ndarray, float64, shape (K,)
@@ -59,3 +63,31 @@ class MixtureStats:
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (the arrays themselves, not copies)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def of(cls, mixture: Any, requested: np.ndarray, worst: float, bound: float) -> MixtureStats:
+        """The stats of ``mixture`` (a :class:`~mmpack.sampling.mixture.Mixture`) given its
+        requested weights and its prefix error and bound."""
+        n = len(mixture)
+        counts = mixture.counts()
+        lengths = np.array([len(s) for s in mixture.sources], dtype=np.int64)
+        return cls(
+            num_samples=n,
+            period=mixture.period,
+            weights=mixture.weights,
+            requested_weights=requested,
+            counts=counts,
+            proportions=counts / n if n else np.zeros(counts.size),
+            max_prefix_error=worst,
+            error_bound=bound,
+            epochs=counts / np.maximum(lengths, 1),
+            repeats=mixture.repeats(),
+        )
+
+
+def period_error(quotas: np.ndarray, period: int, seq: np.ndarray, n: int) -> tuple[float, float]:
+    """``(max_prefix_error, error_bound)`` of a constant mixture of ``n`` samples (in samples)."""
+    limit = min(n, period)
+    got = max_prefix_error(quotas, period, seq, limit) if limit else 0
+    k_pos = int((quotas > 0).sum())
+    return int(got) / period, 1.0 - 1.0 / (2 * k_pos - 2) if k_pos > 1 else 0.0

@@ -21,20 +21,24 @@ RESOLUTION = 10**6
 """Weights are quantized to multiples of ``1 / RESOLUTION``."""
 
 
-def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray, int]:
+def quantize_weights(
+    weights: Sequence[float] | np.ndarray, resolution: int = RESOLUTION
+) -> tuple[np.ndarray, int]:
     """Integer quotas out of a period for non-negative weights.
 
     Parameters
     ----------
     weights : sequence of float, shape (K,)
         Finite, non-negative, not all zero (validated; ``ValueError`` otherwise).
+    resolution : int, default RESOLUTION
+        Quotas are out of ``resolution`` draws before the gcd reduction.
 
     Returns
     -------
     quotas : numpy.ndarray, int64, shape (K,)
         ``quotas[k] > 0`` exactly where ``weights[k] > 0``; ``quotas.sum() == period``.
     period : int
-        ``RESOLUTION`` divided by the gcd of the quotas.
+        ``resolution`` divided by the gcd of the quotas.
     """
     try:
         w = np.asarray(weights, dtype=np.float64)
@@ -48,15 +52,15 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
     if not positive.any():
         raise ValueError(f"weights must not all be zero, got {w.tolist()}")
     w = normalize_weights(w)
-    if positive.sum() > RESOLUTION:
+    if positive.sum() > resolution:
         raise ValueError(
-            f"at most {RESOLUTION} sources may have a positive weight, got {int(positive.sum())}"
+            f"at most {resolution} sources may have a positive weight, got {int(positive.sum())}"
         )
-    raw = w * RESOLUTION
+    raw = w * resolution
     quotas = np.floor(raw).astype(np.int64)
     quotas[positive & (quotas == 0)] = 1
     remainder = raw - quotas
-    short = RESOLUTION - int(quotas.sum())
+    short = resolution - int(quotas.sum())
     if short > 0:
         order = np.lexsort((np.arange(w.size), -remainder))
         quotas[order[:short]] += 1
@@ -68,7 +72,7 @@ def quantize_weights(weights: Sequence[float] | np.ndarray) -> tuple[np.ndarray,
         quotas[donors] -= 1
         short += donors.size
     g = math.gcd(*quotas.tolist())
-    return quotas // g, RESOLUTION // g
+    return quotas // g, resolution // g
 
 
 def normalize_weights(w: np.ndarray) -> np.ndarray:

@@ -1,0 +1,103 @@
+"""Mixture schedules: index rate of a 100-segment schedule against constant weights.
+
+Four sources of 10**8 samples, a mixture of 10**9 samples; the constant mixture has the weights
+of the schedule's first segment.  Schedules: 100 constant segments of 10**7 positions with random
+weights, and 100 linear points (1600 constant pieces).  Each timed call is
+``source_of_many`` on 8192 positions, either *consecutive* (a run starting at a random offset, as a
+sequential or block order reads) or *random*; a call of the constant mixture and one of the
+schedule alternate, so both see the same machine, and each row gives both medians and their ratio
+(schedule / constant; 1 is equal speed).  Construction time of each schedule is reported too.
+
+Run ``python -m benchmarks.bench_schedule [--quick]`` (``--quick`` takes a few seconds).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from mmpack.sampling.mixture import Mixture
+from mmpack.sampling.schedule import Schedule
+
+CHUNK = 8192
+N = 10**9
+
+
+class _Source:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return {"x": np.zeros(1, np.int64)}
+
+
+def _schedule(rng: np.random.Generator, interpolate: str) -> Schedule:
+    points = [(s * N // 100, rng.dirichlet(np.ones(4)).tolist()) for s in range(100)]
+    return Schedule(points, interpolate=interpolate)
+
+
+def _side_by_side(a: Mixture, b: Mixture, batches: list[np.ndarray]) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and ``b``, calls alternating."""
+    ta, tb = [], []
+    for idx in [batches[0], *batches]:  # the first pair warms up
+        t0 = time.perf_counter()
+        a.source_of_many(idx)
+        t1 = time.perf_counter()
+        b.source_of_many(idx)
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return float(np.median(ta[1:])), float(np.median(tb[1:]))
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(0)
+    calls = 30 if quick else 300
+    sources = [_Source(10**8) for _ in range(4)]
+    rows = []
+    for interpolate in ("constant", "linear"):
+        schedule = _schedule(rng, interpolate)
+        t0 = time.perf_counter()
+        scheduled = Mixture(sources, schedule, num_samples=N)
+        build = time.perf_counter() - t0
+        constant = Mixture(sources, schedule.pieces()[1][0].tolist(), num_samples=N)
+        for kind in ("consecutive", "random"):
+            if kind == "random":
+                batches = [rng.integers(0, N, CHUNK) for _ in range(calls)]
+            else:
+                batches = [int(s) + np.arange(CHUNK) for s in rng.integers(0, N - CHUNK, calls)]
+            tc, ts = _side_by_side(constant, scheduled, batches)
+            rows.append(
+                {
+                    "case": f"100 {interpolate} segments, {kind} positions",
+                    "runs": int(scheduled._plan.starts.size),
+                    "build_s": build,
+                    "constant_idx_per_s": CHUNK / tc,
+                    "schedule_idx_per_s": CHUNK / ts,
+                    "ratio": tc / ts,
+                    "calls": calls,
+                }
+            )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    t0 = time.perf_counter()
+    rows = run(quick="--quick" in argv)
+    for r in rows:
+        print(
+            f"{r['case']:<46} runs {r['runs']:>5}  build {r['build_s']:.2f} s  constant "
+            f"{r['constant_idx_per_s']:>12,.0f}/s  schedule {r['schedule_idx_per_s']:>12,.0f}/s  "
+            f"ratio {r['ratio']:.3f}"
+        )
+    print(f"({time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,226 @@
+"""Mixture weights that change along the run: :class:`Schedule`, a piecewise-constant or
+piecewise-linear function of the mixture position (samples) or of the tokens consumed.
+
+A schedule is a list of points ``(start, weights)``, starts strictly increasing from 0; each
+weight vector is normalized.  ``interpolate="constant"`` holds a point's weights until the next
+point; ``"linear"`` interpolates the normalized weights between two points and holds the last
+point's weights after it.  A :class:`~mmpack.sampling.mixture.Mixture` draws a schedule as
+constant *pieces* (:meth:`Schedule.pieces`): a constant segment is one piece, a linear segment of
+``L`` positions is ``min(L, LINEAR_PIECES)`` pieces of (nearly) equal length, each at the weights
+of its midpoint (the midpoint rule integrates a linear function exactly, so the pieces' integral
+matches the linear schedule's at every piece boundary).  How the mixture turns pieces into draws,
+with its prefix bound and cost, is :mod:`mmpack.sampling.schedule_plan`.
+
+``unit="tokens"``: starts are tokens consumed.  The mixture converts each piece to samples with its
+sources' tokens per sample ``l_k`` (their ``seqlen``): a piece of token weights ``u`` has sample
+weights ``u_k / l_k`` (normalized) and ``sum_k u_k / l_k`` samples per token, so a piece of ``T``
+tokens lasts ``T * sum_k u_k / l_k`` samples; piece boundaries are the cumulative sums, rounded to
+the nearest sample (pieces that round to no sample are dropped).  Cost: O(points + pieces) for
+everything here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from mmpack.core.constants import LINEAR_PIECES
+from mmpack.sampling.weights import normalize_weights
+
+__all__ = ["Schedule"]
+
+_INTERPOLATE = ("constant", "linear")
+_UNITS = ("samples", "tokens")
+
+
+def _check_weights(w: Any, i: int) -> np.ndarray:
+    try:
+        arr = np.asarray(w, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"points[{i}] weights must be a sequence of numbers, got {w!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"points[{i}] weights must be a non-empty 1-D sequence, got {w!r}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"points[{i}] weights must be finite and non-negative, got {arr.tolist()}")
+    if not np.any(arr > 0):
+        raise ValueError(f"points[{i}] weights must not all be zero, got {arr.tolist()}")
+    return arr
+
+
+def _check_start(x: Any, i: int, previous: int | None) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError(f"points[{i}] start must be an int, got {type(x).__name__} {x!r}")
+    x = int(x)
+    if previous is None and x != 0:
+        raise ValueError(f"the first point must start at 0, got points[0] start {x}")
+    if previous is not None and x <= previous:
+        raise ValueError(
+            f"starts must be strictly increasing, got points[{i}] start {x} after {previous}"
+        )
+    if x > 2**62:
+        raise ValueError(f"points[{i}] start must be at most 2**62, got {x}")
+    return x
+
+
+class Schedule:
+    """Mixture weights as a function of the position.
+
+    Parameters
+    ----------
+    points : sequence of (int, sequence of float)
+        ``(start, weights)`` pairs: starts strictly increasing from 0, weight vectors of one
+        length ``K``, each finite, non-negative and not all zero.
+    interpolate : {"constant", "linear"}, default "constant"
+    unit : {"samples", "tokens"}, default "samples"
+        What a start counts: mixture positions, or tokens consumed (see the module docstring).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A point, a start or a weight that breaks the rules above, named.
+    """
+
+    def __init__(
+        self,
+        points: Sequence[tuple[int, Sequence[float]]],
+        *,
+        interpolate: str = "constant",
+        unit: str = "samples",
+    ) -> None:
+        if interpolate not in _INTERPOLATE:
+            raise ValueError(f"interpolate must be one of {_INTERPOLATE}, got {interpolate!r}")
+        if unit not in _UNITS:
+            raise ValueError(f"unit must be one of {_UNITS}, got {unit!r}")
+        if isinstance(points, (str, bytes)) or not isinstance(points, Sequence) or not points:
+            raise TypeError(
+                f"points must be a non-empty sequence of (start, weights), got {points!r}"
+            )
+        starts: list[int] = []
+        weights: list[np.ndarray] = []
+        for i, point in enumerate(points):
+            if not isinstance(point, (tuple, list)) or len(point) != 2:
+                raise TypeError(f"points[{i}] must be a (start, weights) pair, got {point!r}")
+            starts.append(_check_start(point[0], i, starts[-1] if starts else None))
+            weights.append(_check_weights(point[1], i))
+            if weights[-1].size != weights[0].size:
+                raise ValueError(
+                    f"points[{i}] has {weights[-1].size} weights, points[0] has {weights[0].size}"
+                )
+        self._starts = tuple(starts)
+        self._weights = tuple(normalize_weights(w) for w in weights)
+        self._raw = tuple(tuple(float(v) for v in w) for w in weights)
+        self.interpolate = interpolate
+        self.unit = unit
+
+    @property
+    def num_sources(self) -> int:
+        return int(self._weights[0].size)
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        return self._starts
+
+    def spec(self) -> tuple[Any, ...]:
+        """Everything that defines the schedule, as plain values (for equality and digests)."""
+        return (self.interpolate, self.unit, tuple(zip(self._starts, self._raw)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Schedule) and other.spec() == self.spec()
+
+    def __hash__(self) -> int:
+        return hash(self.spec())
+
+    def __repr__(self) -> str:
+        pts = ", ".join(f"({s}, {list(w)})" for s, w in zip(self._starts, self._raw))
+        return f"Schedule([{pts}], interpolate={self.interpolate!r}, unit={self.unit!r})"
+
+    def weights_at(self, x: int) -> np.ndarray:
+        """The normalized weights the schedule gives at position ``x >= 0``; float64, (K,)."""
+        j = int(np.searchsorted(self._starts, x, side="right")) - 1
+        w = self._weights[j]
+        if self.interpolate == "linear" and j + 1 < len(self._starts):
+            lo, hi = self._starts[j], self._starts[j + 1]
+            w = w + (self._weights[j + 1] - w) * ((x - lo) / (hi - lo))
+        return w
+
+    def is_constant(self) -> bool:
+        """Whether every position gets the same weights."""
+        return all(np.array_equal(w, self._weights[0]) for w in self._weights)
+
+    def pieces(self) -> tuple[list[int], np.ndarray]:
+        """The constant pieces the schedule is drawn as, in its own unit.
+
+        Returns
+        -------
+        starts : list of int
+            Strictly increasing from 0; the last piece has no end.  Consecutive pieces of equal
+            weights are merged.
+        weights : numpy.ndarray, float64, shape (n_pieces, K)
+            Normalized weights of each piece (a linear segment's pieces: their midpoints').
+        """
+        starts: list[int] = []
+        rows: list[np.ndarray] = []
+        for j in range(len(self._starts) - 1):
+            lo, hi = self._starts[j], self._starts[j + 1]
+            n = min(hi - lo, LINEAR_PIECES) if self.interpolate == "linear" else 1
+            bounds = [lo + (hi - lo) * t // n for t in range(n + 1)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                starts.append(a)
+                rows.append(normalize_weights(self._segment_weights(j, (a + b) / 2)))
+        starts.append(self._starts[-1])
+        rows.append(self._weights[-1])
+        keep = [0] + [j for j in range(1, len(rows)) if not np.array_equal(rows[j], rows[j - 1])]
+        return [starts[j] for j in keep], np.stack([rows[j] for j in keep])
+
+    def _segment_weights(self, j: int, x: float) -> np.ndarray:
+        """Weights of segment ``j`` at the (possibly fractional) position ``x``."""
+        if self.interpolate == "constant":
+            return self._weights[j]
+        lo, hi = self._starts[j], self._starts[j + 1]
+        return self._weights[j] + (self._weights[j + 1] - self._weights[j]) * ((x - lo) / (hi - lo))
+
+
+def token_pieces_to_samples(
+    starts: list[int], weights: np.ndarray, tokens_per_sample: np.ndarray, origin: tuple[int, int]
+) -> tuple[list[int], np.ndarray]:
+    """Pieces in tokens -> pieces in samples (see the module docstring).
+
+    Parameters
+    ----------
+    starts, weights
+        :meth:`Schedule.pieces` of a ``unit="tokens"`` schedule.
+    tokens_per_sample : numpy.ndarray, int64, shape (K,)
+        Positive.
+    origin : (int, int)
+        ``(sample, token)``: the sample position at which ``token`` tokens have been consumed;
+        pieces before it are cut (``(0, 0)`` for a whole mixture).
+
+    Returns
+    -------
+    starts : list of int
+        Sample positions, strictly increasing, the first ``origin[0]``.
+    weights : numpy.ndarray, float64, shape (n, K)
+        Normalized sample weights.
+    """
+    per = weights / tokens_per_sample[None, :].astype(np.float64)
+    rate = per.sum(axis=1)  # samples per token of each piece
+    sample_w = per / rate[:, None]
+    s0, t0 = origin
+    out_starts: list[int] = []
+    out_w: list[np.ndarray] = []
+    pos = float(s0)
+    j0 = max(int(np.searchsorted(starts, t0, side="right")) - 1, 0)
+    for j in range(j0, len(starts)):
+        a = max(starts[j], t0)
+        at = int(math.floor(pos + 0.5))
+        if not out_starts or at > out_starts[-1]:
+            out_starts.append(at)
+            out_w.append(sample_w[j])
+        else:
+            out_w[-1] = sample_w[j]  # the previous piece rounded to no sample
+        if j + 1 < len(starts):
+            pos += (starts[j + 1] - a) * float(rate[j])
+    return out_starts, np.stack(out_w)

@@ -1,0 +1,365 @@
+"""Mixture schedules against a naive list model: the walk of :func:`reference.reference_schedule_walk`
+(every position, one at a time), the prefix bounds, schedule changes, resume and elastic resume
+through the sampler, a mixture of views of two stores, the fingerprint."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from _orders import epoch_order
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import naive_deal, reference_item, reference_schedule_walk
+
+import mmpack
+from mmpack.core.constants import SCHEDULE_RESOLUTION
+from mmpack.sampling.mixture import Mixture
+from mmpack.sampling.schedule import Schedule
+from mmpack.sampling.weights import quantize_weights
+from mmpack.torch.sampler import ResumableSampler
+
+
+class Src:
+    """``n`` samples; sample ``i`` of source ``k`` holds ``[k, i]``."""
+
+    def __init__(self, n: int, k: int = 0, seqlen: int | None = None) -> None:
+        self.n, self.k = n, k
+        if seqlen is not None:
+            self.seqlen = seqlen
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return {"tokens": np.array([self.k, int(i)], dtype=np.int64)}
+
+
+def _quantized(schedule: Schedule):
+    starts, weights = schedule.pieces()
+    q = [quantize_weights(w, SCHEDULE_RESOLUTION) for w in weights]
+    return starts, [c.tolist() for c, _ in q], [p for _, p in q]
+
+
+def walk(schedule: Schedule, n: int) -> list[tuple[int, int]]:
+    return reference_schedule_walk(*_quantized(schedule), n)
+
+
+@st.composite
+def schedules(draw, k_min=2, k_max=8, max_points=8, max_gap=200):
+    k = draw(st.integers(k_min, k_max))
+    n_points = draw(st.integers(2, max_points))
+    points, start = [], 0
+    for _ in range(n_points):
+        kind = draw(st.sampled_from(["uniform", "sparse", "round"]))
+        rng = np.random.default_rng(draw(st.integers(0, 2**32)))
+        w = rng.random(k) if kind != "sparse" else rng.random(k) * (rng.random(k) < 0.5)
+        if kind == "round":
+            w = np.round(w, 1)
+        if w.sum() == 0:
+            w[0] = 1.0
+        points.append((start, w.tolist()))
+        start += draw(st.integers(1, max_gap))
+    return Schedule(points, interpolate=draw(st.sampled_from(["constant", "linear"])))
+
+
+def _mixture(schedule, lengths, n, seed=1, **kw):
+    return Mixture(
+        [Src(m, k) for k, m in enumerate(lengths)], schedule, num_samples=n, seed=seed, **kw
+    )
+
+
+# ----------------------------------------------------------------------------- Schedule itself
+@pytest.mark.parametrize(
+    ("points", "kw", "error", "match"),
+    [
+        ([], {}, TypeError, "non-empty sequence"),
+        ([(1, [1.0])], {}, ValueError, "must start at 0"),
+        ([(0, [1.0]), (0, [1.0])], {}, ValueError, "strictly increasing"),
+        ([(0, [1.0, 2.0]), (5, [1.0])], {}, ValueError, "points\\[1\\] has 1 weights"),
+        ([(0, [1.0, -1.0])], {}, ValueError, "non-negative"),
+        ([(0, [1.0, float("nan")])], {}, ValueError, "finite"),
+        ([(0, [0.0, 0.0])], {}, ValueError, "must not all be zero"),
+        ([(0.0, [1.0])], {}, TypeError, "start must be an int"),
+        ([(0, "ab")], {}, TypeError, "sequence of numbers"),
+        ([(0, [1.0])], {"interpolate": "cubic"}, ValueError, "interpolate"),
+        ([(0, [1.0])], {"unit": "bytes"}, ValueError, "unit"),
+        ([0], {}, TypeError, "pair"),
+    ],
+)
+def test_bad_schedules_are_refused_by_name(points, kw, error, match):
+    with pytest.raises(error, match=match):
+        Schedule(points, **kw)
+
+
+def test_schedule_must_match_the_sources_and_tokens_need_seqlen():
+    with pytest.raises(ValueError, match="3 weights but there are 2 sources"):
+        Mixture([Src(5), Src(5)], Schedule([(0, [1, 1, 1]), (4, [1, 0, 1])]))
+    tokens = Schedule([(0, [1, 1]), (40, [1, 3])], unit="tokens")
+    with pytest.raises(TypeError, match="source 0 .* seqlen=None"):
+        Mixture([Src(5), Src(5)], tokens)
+
+
+def test_linear_pieces_integrate_the_linear_schedule_at_their_bounds():
+    s = Schedule([(0, [0.8, 0.2]), (1000, [0.2, 0.8])], interpolate="linear")
+    starts, w = s.pieces()
+    assert starts[0] == 0 and starts[-1] == 1000 and len(starts) == 17
+    ends = [*starts[1:-1], 1000]
+    integral = sum((b - a) * w[j, 0] for j, (a, b) in enumerate(zip(starts[:-1], ends)))
+    assert integral == pytest.approx(500.0)  # (0.8 + 0.2) / 2 * 1000
+    np.testing.assert_allclose(s.weights_at(500), [0.5, 0.5])
+    np.testing.assert_allclose(s.weights_at(5000), [0.2, 0.8])
+
+
+# ----------------------------------------------------------------------------- the list model
+@given(schedule=schedules(k_max=5, max_points=6, max_gap=80), data=st.data())
+def test_positions_match_the_naive_walk(schedule, data):
+    k = schedule.num_sources
+    lengths = data.draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))
+    n = data.draw(st.integers(1, schedule.starts[-1] + 60))
+    mixture = _mixture(schedule, lengths, n)
+    ref = walk(schedule, n)
+    src, items = mixture.source_of_many(np.arange(n))
+    assert src.tolist() == [s for s, _ in ref]
+    assert items.tolist() == [reference_item(mixture, s, o) for s, o in ref]
+    i = data.draw(st.integers(0, n - 1))
+    assert mixture.source_of(i) == (int(src[i]), int(items[i]))
+    assert mixture[i]["tokens"].tolist() == [int(src[i]), int(items[i])]
+    batch = mixture.__getitems__(list(range(n))[::-1])
+    assert [b["source"] for b in batch] == src[::-1].tolist()
+    for m in {0, i, n}:
+        assert mixture.counts(m).tolist() == np.bincount(src[:m], minlength=k).tolist()
+
+
+@given(schedule=schedules(k_max=4, max_points=5, max_gap=60), data=st.data())
+def test_default_length_is_the_longest_prefix_without_a_repeat(schedule, data):
+    k = schedule.num_sources
+    lengths = data.draw(st.lists(st.integers(1, 25), min_size=k, max_size=k))
+    mixture = Mixture([Src(m, j) for j, m in enumerate(lengths)], schedule)
+    n = len(mixture)
+    ref = walk(schedule, n + 1)
+    assert all(o < lengths[s] for s, o in ref[:n])  # no source repeats in the mixture
+    assert ref[n][1] == lengths[ref[n][0]]  # and the next position would repeat one
+
+
+def _prefix_errors(mixture, schedule, n):
+    """Worst |count - integral| against the nominal integral and each run's effective one."""
+    src, _ = mixture.source_of_many(np.arange(n))
+    k = len(mixture.sources)
+    counts = np.zeros((n + 1, k))
+    np.add.at(counts, (np.arange(1, n + 1), src), 1)
+    counts = np.cumsum(counts, axis=0)
+    starts, quotas, periods = _quantized(schedule)
+    rates = np.zeros((n, k))
+    for j, a in enumerate(starts):
+        b = starts[j + 1] if j + 1 < len(starts) else n
+        rates[a : min(b, n)] = np.array(quotas[j]) / periods[j]
+    nominal = np.vstack([np.zeros(k), np.cumsum(rates, axis=0)])
+    plan = mixture._plan
+    pos = np.arange(n + 1)
+    run = np.searchsorted(plan.starts, pos, side="right") - 1
+    effective = plan.enter[run] + (pos - plan.starts[run])[:, None] * (
+        plan.quotas[run] / plan.periods[run][:, None]
+    )
+    return float(np.abs(counts - nominal).max()), float(np.abs(counts - effective).max())
+
+
+@settings(deadline=None)
+@given(schedule=schedules(max_points=24, max_gap=400))
+def test_prefix_error_stays_within_the_bounds(schedule):
+    n = schedule.starts[-1] + 500
+    mixture = _mixture(schedule, [10**6] * schedule.num_sources, n)
+    if mixture._plan is None:  # every piece had the same weights: a constant mixture
+        return
+    nominal, effective = _prefix_errors(mixture, schedule, n)
+    stats = mixture.stats()
+    assert effective <= stats.error_bound + 1e-9 < 1
+    assert nominal < 2.0  # measured worst 1.63 (module docstring of schedule_plan)
+    assert stats.max_prefix_error == pytest.approx(nominal, abs=1e-6)
+
+
+def test_one_constant_piece_is_the_weight_vector_bit_for_bit():
+    w = [0.123457, 0.5, 0.376543]
+    a = Mixture([Src(50, k) for k in range(3)], w, seed=9)
+    b = Mixture([Src(50, k) for k in range(3)], Schedule([(0, w), (10, w)]), seed=9)
+    assert b._plan is None and len(a) == len(b)
+    for x, y in zip(a.source_of_many(np.arange(len(a))), b.source_of_many(np.arange(len(b)))):
+        assert x.tolist() == y.tolist()
+
+
+# ----------------------------------------------------------------------------- schedule changes
+@given(schedule=schedules(k_max=5, max_points=5, max_gap=60), data=st.data())
+def test_with_schedule_keeps_the_past_and_continues_every_pass(schedule, data):
+    k = schedule.num_sources
+    lengths = data.draw(st.lists(st.integers(1, 20), min_size=k, max_size=k))
+    n = schedule.starts[-1] + 150
+    first = _mixture(schedule, lengths, n)
+    p1 = data.draw(st.integers(0, n))
+    new1 = data.draw(schedules(k_min=k, k_max=k, max_points=4, max_gap=60))
+    second = first.with_schedule(new1, from_position=p1)
+    p2 = data.draw(st.integers(p1, n))
+    new2 = Schedule([(0, np.arange(1.0, k + 1).tolist())])
+    third = second.with_schedule(new2, from_position=p2)
+    a, b, c = (m.source_of_many(np.arange(n)) for m in (first, second, third))
+    for x, y in zip(a, b):
+        assert x[:p1].tolist() == y[:p1].tolist()
+    for x, y in zip(b, c):
+        assert x[:p2].tolist() == y[:p2].tolist()
+    # the occurrences of each source run 0, 1, 2, ...: every pass is a permutation of the source
+    src, occ = third._locate_unchecked(np.arange(n, dtype=np.int64))
+    for s in range(k):
+        assert occ[src == s].tolist() == list(range(int((src == s).sum())))
+        items = c[1][src == s]
+        for start in range(0, items.size, lengths[s]):
+            chunk = items[start : start + lengths[s]].tolist()
+            assert len(set(chunk)) == len(chunk)
+    assert len({first.fingerprint, second.fingerprint, third.fingerprint}) == 3
+    assert [p for p, _ in third.schedule] == [0, p1, p2]
+
+
+def test_with_schedule_refuses_a_bad_position_and_accepts_a_weight_vector():
+    mixture = Mixture([Src(40), Src(40)], [0.5, 0.5])
+    with pytest.raises(ValueError, match="from_position"):
+        mixture.with_schedule([1, 0], from_position=-1)
+    changed = mixture.with_schedule([1, 0], from_position=10)
+    src, _ = changed.source_of_many(np.arange(len(changed)))
+    assert (src[10:] == 0).all() and src[:10].tolist() == mixture.source_of_many(np.arange(10))[
+        0
+    ].tolist()
+
+
+# ----------------------------------------------------------------------------- the sampler
+def _served(mixture, indices):
+    return [tuple(mixture[i]["tokens"].tolist()) for i in indices]
+
+
+@settings(deadline=None, max_examples=15)
+@given(
+    w1=st.integers(1, 6),
+    w2=st.integers(1, 6),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_resume_and_elastic_resume_across_a_schedule_change(w1, w2, shuffle, drop_last, data):
+    sched = Schedule([(0, [0.6, 0.3, 0.1]), (40, [0.2, 0.3, 0.5])], interpolate="linear")
+    base = Mixture([Src(60, 0), Src(45, 1), Src(30, 2)], sched, num_samples=120, seed=4)
+    mixture = base.with_schedule(Schedule([(0, [0.1, 0.1, 0.8])]), from_position=70)
+    n = len(mixture)
+    model = [tuple(x) for x in zip(*(a.tolist() for a in mixture.source_of_many(np.arange(n))))]
+    order = epoch_order(n, seed=3, epoch=0, shuffle=shuffle)
+
+    def make(w):
+        return [ResumableSampler(n, shuffle=shuffle, seed=3, rank=r, world_size=w,
+                                 drop_last=drop_last) for r in range(w)]  # fmt: skip
+
+    old = make(w1)
+    k = data.draw(st.integers(0, len(old[0])))
+    iters = [iter(s) for s in old]
+    heads = [[next(it) for _ in range(k)] for it in iters]
+    assert heads == [share[:k] for share in naive_deal(order, 0, w1, drop_last)]
+    new = make(w2)
+    for s in new:
+        s.load_state_dict(old[data.draw(st.integers(0, w1 - 1))].state_dict())
+    tails = [list(s) for s in new]
+    assert tails == naive_deal(order, k * w1, w2, drop_last)
+    served = [x for h in heads for x in _served(mixture, h)]
+    served += [x for t in tails for x in _served(mixture, t)]
+    want = [model[i] for share in naive_deal(order, 0, w1, drop_last) for i in share[:k]]
+    want += [model[i] for share in naive_deal(order, k * w1, w2, drop_last) for i in share]
+    assert served == want  # order and multiset of the list model
+    assert Counter(served) == Counter(want)
+
+
+# ----------------------------------------------------------------------------- views of two stores
+def test_a_schedule_over_views_of_two_stores(tmp_path):
+    rng = np.random.default_rng(0)
+    a = mmpack.build(tmp_path / "a", [rng.integers(0, 50, int(m)) for m in rng.integers(5, 40, 60)])
+    b = mmpack.build(tmp_path / "b", [rng.integers(0, 50, int(m)) for m in rng.integers(5, 40, 80)])
+    views = [mmpack.WindowDataset(a, seqlen=16), mmpack.WindowDataset(b, seqlen=16)]
+    sched = Schedule([(0, [3, 1]), (20, [1, 1]), (60, [1, 3])], interpolate="linear")
+    mixture = Mixture(views, sched, seed=5)
+    n = len(mixture)
+    src, items = mixture.source_of_many(np.arange(n))
+    ref = walk(sched, n)
+    assert src.tolist() == [k for k, _ in ref]
+    assert items.tolist() == [reference_item(mixture, k, o) for k, o in ref]
+    batch = mixture.__getitems__(list(range(n)))
+    assert batch.columns["source"].tolist() == src.tolist()
+    for i in range(n):
+        want = views[int(src[i])][int(items[i])]["input_ids"]
+        assert np.array_equal(batch.columns["input_ids"][i], want)
+    assert mixture.locate(3)[0]["source"] == int(src[3])
+    assert mixture.prefetch(list(range(n))) >= 0
+    later = mixture.with_schedule(Schedule([(0, [1, 0])]), from_position=n // 2)
+    assert later.source_of_many(np.arange(n // 2))[0].tolist() == src[: n // 2].tolist()
+    assert mixture.fingerprint != Mixture(views[::-1], sched, seed=5).fingerprint
+
+
+def test_a_token_schedule_converts_with_each_source_seqlen():
+    sources = [Src(10**5, 0, seqlen=32), Src(10**5, 1, seqlen=8)]
+    sched = Schedule([(0, [0.5, 0.5]), (32_000, [0.8, 0.2])], unit="tokens")
+    mixture = Mixture(sources, sched, num_samples=4000)
+    # 0.5 / 32 + 0.5 / 8 = 0.078125 samples per token: 32 000 tokens last 2500 samples,
+    # drawn 1:4 (sample weights 0.2, 0.8); then token weights 0.8, 0.2 are samples 1:1
+    assert mixture._plan.starts.tolist()[-1] == 2500
+    np.testing.assert_allclose(mixture.weights_at(0), [0.2, 0.8])
+    np.testing.assert_allclose(mixture.weights_at(2500), [0.5, 0.5])
+    counts = mixture.counts(2500)
+    assert (counts * [32, 8]).tolist() == [16_000, 16_000]
+    later = mixture.with_schedule(
+        Schedule([(0, [1, 1]), (48_000, [0, 1])], unit="tokens"), from_position=2500
+    )  # at 2500 samples, 32 000 tokens are consumed: 16 000 more at 1:4 is 1250 samples
+    assert later._plan.starts.tolist()[-1] == 3750
+
+
+def test_block_bounds_work_with_a_schedule(tmp_path):
+    rng = np.random.default_rng(1)
+    a = mmpack.build(tmp_path / "a", [rng.integers(0, 50, 30) for _ in range(60)])
+    views = [mmpack.WindowDataset(a, seqlen=8), mmpack.WindowDataset(a, seqlen=8, stride=4)]
+    sched = Schedule([(0, [1, 1]), (100, [1, 4])])
+    mixture = Mixture(views, sched, seed=2, block_bytes=256)
+    bounds = mixture.block_bounds(256)
+    assert bounds[0] == 0 and bounds[-1] == len(mixture) and (np.diff(bounds) > 0).all()
+    src, items = mixture.source_of_many(np.arange(len(mixture)))
+    for s in range(2):
+        drawn = items[src == s]
+        assert len(set(drawn.tolist())) == drawn.size  # no repeat within the default length
+
+
+# ----------------------------------------------------------------------------- fingerprint
+def test_fingerprint_changes_with_each_input_and_survives_pickling(tmp_path):
+    from reference import _Source as R  # importable without the test's own imports
+
+    sched = Schedule([(0, [0.7, 0.3]), (50, [0.5, 0.5])])
+    base = Mixture([R(40), R(30)], sched, seed=1)
+    variants = [
+        Mixture([R(41), R(30)], sched, seed=1),
+        Mixture([R(40), R(30)], Schedule([(0, [0.7, 0.3]), (51, [0.5, 0.5])]), seed=1),
+        Mixture([R(40), R(30)], sched, seed=2),
+        Mixture([R(40), R(30)], sched, seed=1, num_samples=10),
+        Mixture([R(40), R(30)], [0.7, 0.3], seed=1),
+        base.with_schedule([0.2, 0.8], from_position=20),
+    ]
+    prints = {base.fingerprint, *(m.fingerprint for m in variants)}
+    assert len(prints) == len(variants) + 1
+    assert pickle.loads(pickle.dumps(base)).fingerprint == base.fingerprint
+    changed = variants[-1]
+    again = pickle.loads(pickle.dumps(changed))
+    assert again.fingerprint == changed.fingerprint
+    assert again.source_of_many(np.arange(len(again)))[1].tolist() == (
+        changed.source_of_many(np.arange(len(changed)))[1].tolist()
+    )
+    code = (
+        "import sys, pickle; sys.path.insert(0, 'tests'); "
+        "print(pickle.load(open(sys.argv[1], 'rb')).fingerprint)"
+    )
+    path = tmp_path / "m.pkl"
+    path.write_bytes(pickle.dumps(changed))
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert out.stdout.strip() == changed.fingerprint
