@@ -11,6 +11,10 @@ it: it is padded by wrapping around to its own start up to ``world_size * ceil(n
 positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
 ``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
 
+Skips and replays (:meth:`ResumableSampler.skip`, :meth:`ResumableSampler.replay`) edit the
+sequence an epoch deals, its *stream*, before it is dealt (:mod:`mmpack.torch.sampler_edits`
+defines global positions and the stream); without edits the stream is the epoch order.
+
 Resuming is arithmetic: the state is ``(epoch, offset, position)``, where ``position`` counts the
 indices the current iterator has handed out and ``offset`` (0 except in an epoch resumed at another
 world size) is the epoch position its shares start at, so that ``offset + position * world_size``
@@ -342,22 +346,7 @@ class ResumableSampler(Sampler[int]):
         length = self._edits.length(epoch)
         if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= length:
             index %= length  # padding wraps around to the start of the stream
-        if self._edits.empty:
-            return self._map(index, epoch), None, [epoch]
-        stream = self._edits.stream(epoch)
-        if stream.simple:
-            return self._map(index, epoch), None, [epoch]
-        piece, positions = stream.locate(index)
-        epochs = sorted(set(stream.epochs))
-        if len(epochs) == 1:
-            return self._map(positions, epochs[0]), None, epochs
-        ids = np.array([epochs.index(e) for e in stream.epochs], dtype=np.int64)[piece]
-        out = np.empty_like(positions)
-        for k, e in enumerate(epochs):
-            mask = ids == k
-            if mask.any():
-                out[mask] = self._map(np.ascontiguousarray(positions[mask]), e)
-        return out, ids, epochs
+        return self._edits.samples(index, epoch, self._map)
 
     def _chunk(self, start: int, stop: int, epoch: int, base: int) -> tuple[list[int], Any]:
         """The samples (a list :meth:`_Cursor.cut` may truncate) and an iterator tagging them

@@ -25,6 +25,7 @@ the pieces' cumulative lengths.  Nothing of size ``n`` is materialised.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +178,28 @@ class EditLog:
             tuple(rids),
             tuple(first),
         )
+
+    def samples(
+        self, index: np.ndarray, epoch: int, sample_of: Callable[[np.ndarray, int], np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        """``(samples, epoch id of each or None, epochs)`` at stream indices ``index`` of
+        ``epoch`` (int64, in ``[0, length)``); ``sample_of(positions, e)`` maps epoch positions of
+        epoch ``e`` to samples.  Sample ``k`` was drawn for epoch ``epochs[ids[k]]`` (``epochs[0]``
+        for every sample when ``ids`` is None)."""
+        stream = None if self.empty else self.stream(epoch)
+        if stream is None or stream.simple:
+            return sample_of(index, epoch), None, [epoch]
+        piece, positions = stream.locate(index)
+        epochs = sorted(set(stream.epochs))
+        if len(epochs) == 1:
+            return sample_of(positions, epochs[0]), None, epochs
+        ids = np.array([epochs.index(e) for e in stream.epochs], dtype=np.int64)[piece]
+        out = np.empty_like(positions)
+        for k, e in enumerate(epochs):
+            mask = ids == k
+            if mask.any():
+                out[mask] = sample_of(np.ascontiguousarray(positions[mask]), e)
+        return out, ids, epochs
 
     # -- where edits go ---------------------------------------------------------------------------
 
