@@ -1,9 +1,9 @@
 """Skips and replays of :class:`ResumableSampler`, against a naive list model.
 
-The model keeps epoch ``e``'s stream as a plain Python list of global positions (``e * n + j``,
-skipped ones removed, replayed ranges inserted where they were asked for) and deals it with
-``naive_deal`` (``tests/reference.py``); a global position ``p`` holds sample
-``epoch_order(epoch = p // n)[p % n]`` (``tests/_orders.py``).  A run is a random program of
+The model (``_orders.StreamModel``) keeps epoch ``e``'s stream as a plain Python list of global
+positions (``e * n + j``, skipped ones removed, replayed ranges inserted where they were asked
+for) and deals it with ``naive_deal`` (``tests/reference.py``); a global position ``p`` holds
+sample ``epoch_order(epoch = p // n)[p % n]``.  A run is a random program of
 draws, skips, replays (valid and refused), state round trips through JSON into samplers of
 another world size (elastic resume, W1 -> W2 in 1..6) and epoch changes; every rank must serve
 what the model deals it, with the epoch each sample was first drawn for.
@@ -28,73 +28,9 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from _orders import epoch_order, sampler_kwargs
-from reference import naive_deal
+from _orders import StreamModel, sampler_kwargs, served_samples
 
 SEED = 3
-
-
-class Model:
-    """The sampler's stream as lists: what each rank is dealt, and where edits go."""
-
-    def __init__(self, n, world_size, drop_last):
-        self.n, self.w, self.drop_last = n, world_size, drop_last
-        self.skipped: set[int] = set()
-        self.pending: dict[int, list[int]] = {}  # replays asked for at the end of an epoch
-        self.epoch = -1
-        self.next_epoch()
-
-    def next_epoch(self):
-        self.epoch += 1
-        e, n = self.epoch, self.n
-        own = [p for p in range(e * n, (e + 1) * n) if p not in self.skipped]
-        ahead = self.pending.pop(e, [])
-        self.stream, self.original = ahead + own, [False] * len(ahead) + [True] * len(own)
-        self.base, self.drawn = 0, 0
-        self.mark = (0, len(ahead))  # (G, end of the replays asked for at G, none started)
-
-    @property
-    def g(self):
-        return self.base + self.drawn * self.w
-
-    def shares(self):
-        return naive_deal(self.stream, self.base, self.w, self.drop_last)
-
-    def left(self):
-        return len(self.shares()[0]) - self.drawn
-
-    def draw(self, k):
-        k = min(k, self.left())
-        out = [share[self.drawn : self.drawn + k] for share in self.shares()]
-        self.drawn += k
-        return out
-
-    def frontier(self):
-        served = [p for p, o in zip(self.stream[: self.g], self.original, strict=False) if o]
-        return max(served) + 1 if served else self.epoch * self.n
-
-    def skip(self, a, b):
-        if a < self.frontier():
-            raise ValueError
-        self.skipped |= set(range(a, b))
-        keep = [(p, o) for p, o in zip(self.stream, self.original, strict=True)]
-        head, tail = keep[: self.g], [(p, o) for p, o in keep[self.g :] if p not in self.skipped]
-        self.stream, self.original = [p for p, _ in head + tail], [o for _, o in head + tail]
-
-    def replay(self, a, b):
-        if b > self.frontier():
-            raise ValueError
-        again = [p for p in range(a, b) if p not in self.skipped]
-        if self.left() <= 0:
-            self.pending.setdefault(self.epoch + 1, []).extend(again)
-            return
-        at = self.mark[1] if self.mark[0] == self.g else self.g
-        self.stream[at:at] = again
-        self.original[at:at] = [False] * len(again)
-        self.mark = (self.g, at + len(again))
-
-    def resume(self, world_size):
-        self.base, self.drawn, self.w = self.g, 0, world_size
 
 
 class Run:
@@ -121,16 +57,6 @@ class Run:
             getattr(s, name)(a, b)
 
 
-def _served(n, shuffle, positions, cache={}):  # noqa: B006 - the epoch orders, computed once
-    out = []
-    for p in positions:
-        key = (n, shuffle, p // n)
-        if key not in cache:
-            cache[key] = epoch_order(n, seed=SEED, epoch=p // n, shuffle=shuffle)
-        out.append((cache[key][p % n], p // n))
-    return out
-
-
 def _edit(data, model, name):
     """A range for ``name``: valid mostly, sometimes refused (the run must refuse it too)."""
     n, front = model.n, model.frontier()
@@ -152,12 +78,12 @@ def _edit(data, model, name):
 def test_skips_and_replays_match_the_list_model_under_elastic_resume(
     n, w1, drop_last, shuffle, data
 ):
-    model, run = Model(n, w1, drop_last), Run(n, w1, drop_last, shuffle)
+    model, run = StreamModel(n, w1, drop_last), Run(n, w1, drop_last, shuffle)
     for _ in range(data.draw(st.integers(1, 12))):
         op = data.draw(st.sampled_from(["draw", "draw", "skip", "replay", "resume", "epoch"]))
         if op == "draw":
             k = data.draw(st.integers(0, 6))
-            expected = [_served(n, shuffle, share) for share in model.draw(k)]
+            expected = [served_samples(n, shuffle, SEED, share) for share in model.draw(k)]
             assert run.draw(k) == expected
         elif op in ("skip", "replay"):
             a, b = _edit(data, model, op)
@@ -175,13 +101,15 @@ def test_skips_and_replays_match_the_list_model_under_elastic_resume(
             model.resume(w2)
             run = Run(n, w2, drop_last, shuffle, state=state)
         else:  # finish the epoch, then the next one
-            assert run.draw(10**6) == [_served(n, shuffle, sh) for sh in model.draw(10**6)]
+            assert run.draw(10**6) == [
+                served_samples(n, shuffle, SEED, sh) for sh in model.draw(10**6)
+            ]
             model.next_epoch()
             run = Run(n, model.w, drop_last, shuffle, state=run.ranks[0].state_dict())
             for s in run.ranks:
                 s.set_epoch(model.epoch)
             run.its = [iter(s) for s in run.ranks]
-    rest = [_served(n, shuffle, share) for share in model.draw(10**6)]
+    rest = [served_samples(n, shuffle, SEED, share) for share in model.draw(10**6)]
     assert run.draw(10**6) == rest
     assert len({len(r) for r in rest}) == 1  # ranks stay in step
 
