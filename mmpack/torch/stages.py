@@ -179,11 +179,12 @@ class Stages:
         """The stage sampler's ``(epoch, position, offset)`` after ``d`` more draws."""
         n, ws, dl = len(self._views[s]), self._world_size, self._samplers[s].drop_last
         rest = elastic.share_length(n, base, ws, dl) - position
-        if d < rest:
-            return epoch, position + d, base
+        if d <= rest:  # an epoch drawn to its end stays the point (another world size may deal
+            return epoch, position + d, base  # a tail this one dropped)
         d -= rest
         per_epoch = elastic.share_length(n, 0, ws, dl)
-        return epoch + 1 + d // per_epoch, d % per_epoch, 0
+        epoch, d = epoch + 1 + (d - 1) // per_epoch, (d - 1) % per_epoch + 1
+        return epoch, d, 0
 
     def _advance(self, point: Point, k: int) -> Point:
         """The point ``k`` batches after ``point``."""
