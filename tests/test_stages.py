@@ -205,3 +205,29 @@ def test_a_dataloader_gets_each_stage_at_its_seqlen_and_batch_size(tmp_path):
     shapes = [tuple(b["input_ids"].shape) for b in loader]
     assert shapes == [(6, 8)] * 4 + [(2, 32)] * 3
     assert stages.stage == 2 and len(loader) == 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stateful_dataloader_resumes_the_stages_exactly(tmp_path, workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from mmpack.torch.collate import collate
+
+    store = mmpack.build(tmp_path / "s.mmpack", [np.arange(3000, dtype=np.int32)])
+
+    def loader():
+        short, long = mmpack.WindowDataset(store, seqlen=8), mmpack.WindowDataset(store, seqlen=32)
+        stages = mmpack.Stages([(6 * 5, short, 6), (2 * 4, long, 2)])
+        return StatefulDataLoader(
+            stages.dataset, batch_sampler=stages, collate_fn=collate, num_workers=workers
+        )
+
+    full = [b["input_ids"][:, 0].tolist() for b in loader()]
+    first = loader()
+    it = iter(first)
+    head = [next(it)["input_ids"][:, 0].tolist() for _ in range(6)]  # the stage changes at 5
+    state = first.state_dict()
+    del it
+    again = loader()
+    again.load_state_dict(state)
+    assert len(full) == 9 and head + [b["input_ids"][:, 0].tolist() for b in again] == full
