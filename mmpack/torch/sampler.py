@@ -133,6 +133,9 @@ class ResumableSampler(Sampler[int]):
         whatever ``S``: at the default, below 0.4%, so a batch of ``b = 32`` holds on average
         fewer than 2 of its 496 pairs from one block, while a window still reads only 256 whole
         blocks (a fetcher holding the current and the next window keeps ``2 W`` blocks).
+    fingerprint : str, optional
+        Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
+        records it and ``load_state_dict`` refuses a state saved with another.
 
     Notes
     -----

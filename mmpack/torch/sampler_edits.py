@@ -234,6 +234,8 @@ class EditLog:
                 f"cannot replay [{start}, {stop}): only consumed positions can be replayed, and "
                 f"global positions from {front} on are not (epoch {epoch}, stream index {index})"
             )
+        if stop - start > 2**62:
+            raise ValueError(f"cannot replay [{start}, {stop}): more than 2**62 positions")
         pieces(self.n, start, stop)  # refuses a range over too many epochs
         if not more:
             epoch, index = epoch + 1, 0
