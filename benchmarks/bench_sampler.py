@@ -18,7 +18,11 @@ rate where that reads better (``p99`` is then the rate at the slow tail, so it i
   3-source mixture of 10**6 and of 10**9 samples: the same cost, as lookups do not depend on length;
   then sources so small that a batch spans thousands of passes (one permutation per pass touched).
 
-Run ``python -m benchmarks.bench_sampler [--quick]`` (``--quick`` takes about 10 s).
+* ``skips``: ``indices`` and ``iter`` with 100 skipped ranges of 1000 positions in the epoch
+  against none (n = 10**6), side by side, and the ratio of the rates.
+
+Run ``python -m benchmarks.bench_sampler [--quick] [--skips]`` (``--quick`` takes about 10 s;
+``--skips`` runs only the skip rows).
 """
 
 from __future__ import annotations
@@ -114,9 +118,48 @@ def _block_rows(calls: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def _skip_rows(calls: int) -> list[dict[str, Any]]:
+    """The sampler with 100 skipped ranges in its epoch against none, measured side by side."""
+    n = 10**6
+    plain = ResumableSampler(n, seed=1)
+    edited = ResumableSampler(n, seed=1)
+    for k in range(100):  # 100 ranges of 1000 positions, spread over the epoch
+        edited.skip(k * (n // 100) + 5000, k * (n // 100) + 6000)
+    rows, medians = [], {}
+    for label, sampler in (("none", plain), ("100 ranges", edited)):
+        starts = itertools.cycle(range(0, len(sampler) - CHUNK, CHUNK))
+        times = _times(lambda: sampler.indices(s := next(starts), s + CHUNK), calls)
+        medians["indices", label] = float(np.median(times))
+        rows.append(_rate_row(f"skips ({label}): sampler.indices", n, times, CHUNK))
+        it = itertools.chain.from_iterable(itertools.repeat(sampler))
+
+        def pull() -> None:
+            for _ in range(CHUNK):
+                next(it)
+
+        times = _times(pull, calls)
+        medians["iter", label] = float(np.median(times))
+        rows.append(_rate_row(f"skips ({label}): sampler iter", n, times, CHUNK))
+    for path in ("indices", "iter"):
+        ratio = medians[path, "none"] / medians[path, "100 ranges"]
+        rows.append(
+            {
+                "case": f"skips: {path} rate, 100 ranges : none",
+                "n": n,
+                "unit": "x",
+                "median": ratio,
+                "p99": ratio,
+                "calls": calls,
+            }
+        )
+    return rows
+
+
+def run(quick: bool = False, only: str | None = None) -> list[dict[str, Any]]:
     """Measure everything; one dict per figure (``case``, ``n``, ``unit``, ``median``, ``p99``)."""
     calls = 40 if quick else 300
+    if only == "skips":
+        return _skip_rows(calls)
     rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
 
@@ -143,6 +186,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rows.append(_rate_row("permutation.map", n, _times(lambda: perm.map(idx), calls), CHUNK))
 
     rows += _block_rows(calls)
+    rows += _skip_rows(calls)
 
     n = 10**11
     tracemalloc.start()
@@ -233,7 +277,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> None:
     t0 = time.perf_counter()
-    rows = run(quick="--quick" in argv)
+    rows = run(quick="--quick" in argv, only="skips" if "--skips" in argv else None)
     print(f"{'case':<46} {'n':>15} {'median':>14} {'p99':>14}  unit")
     for r in rows:
         print(

@@ -4,11 +4,14 @@
 permutation of all samples) and ``"blocks"`` (the block-window order).  :func:`naive_block_order`
 is the block-window order written the obvious way, over lists: permute the blocks, deal them into
 windows of ``W``, list each window's samples block after block, permute that list.
+:class:`StreamModel` is a sampler's stream of global positions (``e * n + j``) as lists, with its
+skips, replays and elastic resumes; :func:`served_samples` maps global positions to samples.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from reference import naive_deal
 
 from mmpack.sampling.permutation import Permutation
 
@@ -67,3 +70,78 @@ def sampler_kwargs(n, shuffle):
     if shuffle == "blocks":
         return order_kwargs("blocks", n)
     return {"shuffle": shuffle}
+
+
+def served_samples(n, shuffle, seed, positions, cache={}):  # noqa: B006 - epoch orders, computed once
+    """``(sample, epoch)`` at each global position (``p`` is position ``p % n`` of epoch ``p // n``)."""
+    out = []
+    for p in positions:
+        key = (n, shuffle, seed, p // n)
+        if key not in cache:
+            cache[key] = epoch_order(n, seed=seed, epoch=p // n, shuffle=shuffle)
+        out.append((cache[key][p % n], p // n))
+    return out
+
+
+class StreamModel:
+    """A sampler's stream as lists: what each rank is dealt (global positions), where skips and
+    replays go, and how an elastic resume deals the rest."""
+
+    def __init__(self, n, world_size, drop_last):
+        self.n, self.w, self.drop_last = n, world_size, drop_last
+        self.skipped: set[int] = set()
+        self.pending: dict[int, list[int]] = {}  # replays asked for at the end of an epoch
+        self.epoch = -1
+        self.next_epoch()
+
+    def next_epoch(self):
+        self.epoch += 1
+        e, n = self.epoch, self.n
+        own = [p for p in range(e * n, (e + 1) * n) if p not in self.skipped]
+        ahead = self.pending.pop(e, [])
+        self.stream, self.original = ahead + own, [False] * len(ahead) + [True] * len(own)
+        self.base, self.drawn = 0, 0
+        self.mark = (0, len(ahead))  # (G, end of the replays asked for at G, none started)
+
+    @property
+    def g(self):
+        return self.base + self.drawn * self.w
+
+    def shares(self):
+        return naive_deal(self.stream, self.base, self.w, self.drop_last)
+
+    def left(self):
+        return len(self.shares()[0]) - self.drawn
+
+    def draw(self, k):
+        k = min(k, self.left())
+        out = [share[self.drawn : self.drawn + k] for share in self.shares()]
+        self.drawn += k
+        return out
+
+    def frontier(self):
+        served = [p for p, o in zip(self.stream[: self.g], self.original, strict=False) if o]
+        return max(served) + 1 if served else self.epoch * self.n
+
+    def skip(self, a, b):
+        if a < self.frontier():
+            raise ValueError
+        self.skipped |= set(range(a, b))
+        keep = [(p, o) for p, o in zip(self.stream, self.original, strict=True)]
+        head, tail = keep[: self.g], [(p, o) for p, o in keep[self.g :] if p not in self.skipped]
+        self.stream, self.original = [p for p, _ in head + tail], [o for _, o in head + tail]
+
+    def replay(self, a, b):
+        if b > self.frontier():
+            raise ValueError
+        again = [p for p in range(a, b) if p not in self.skipped]
+        if self.left() <= 0:
+            self.pending.setdefault(self.epoch + 1, []).extend(again)
+            return
+        at = self.mark[1] if self.mark[0] == self.g else self.g
+        self.stream[at:at] = again
+        self.original[at:at] = [False] * len(again)
+        self.mark = (self.g, at + len(again))
+
+    def resume(self, world_size):
+        self.base, self.drawn, self.w = self.g, 0, world_size

@@ -80,7 +80,7 @@ def _public_callables() -> dict[str, object]:
 
     found = {
         name: getattr(mmpack, name)
-        for name in ("WindowDataset", "PackedDataset", "Mixture", "ResumableSampler")
+        for name in ("WindowDataset", "PackedDataset", "Mixture", "ResumableSampler", "Stages")
     }
     found |= {"Permutation": mmpack.Permutation, "StreamingPacker": mmpack.StreamingPacker}
     found |= {"join": mmpack.join, "collate": collate, "Collator": Collator}
@@ -108,6 +108,7 @@ SHARED = [
     *[(c, "seqlen", REQUIRED) for c in ("cached_plan", "plan_cache_key", "compare_packing")],
     ("StreamingPacker", "seqlen", REQUIRED),
     *[(c, "seed", 0) for c in ("PackedDataset", "Mixture", "ResumableSampler", "Permutation")],
+    ("Stages", "seed", 0),
     ("StreamingPacker", "seed", 0),
     ("WindowDataset", "eot", "store"),
     ("PackedDataset", "eot", "store"),
@@ -123,6 +124,7 @@ SHARED = [
     ("WindowDataset", "drop_last", True),
     ("StreamingPacker", "drop_last", True),
     ("ResumableSampler", "drop_last", False),
+    ("Stages", "drop_last", False),
     ("loader", "drop_last", False),
     ("loader", "seed", 0),
     *[(c, "long_docs", "split") for c in ("PackedDataset", "build_plan", "cached_plan")],

@@ -70,7 +70,7 @@ def test_workers_are_persistent_and_give_the_same_batches(view):
     first = [_ids(b) for b in loader]
     assert [i for b in first for i in b] == list(ResumableSampler(N, seed=0))
     second = [i for b in loader for i in _ids(b)]
-    assert second == list(ResumableSampler(N, seed=0)._indices(0, N, 1))  # the next epoch
+    assert second == list(ResumableSampler(N, seed=0).indices(0, N, epoch=1))  # the next epoch
 
 
 def test_every_complete_pass_is_the_next_epoch_and_set_epoch_chooses(view):

@@ -98,6 +98,14 @@ def _sampler_state_after(n_drawn, consumed):
     return sampler.state_dict(consumed=consumed)
 
 
+def _sampler_drawn(k):
+    sampler = ResumableSampler(10, shuffle=False)
+    it = iter(sampler)
+    for _ in range(k):
+        next(it)
+    return sampler
+
+
 def _sampler_state(**changes):
     """A ResumableSampler state with ``changes`` (``KeyError``: the field removed)."""
     state = {**ResumableSampler(10).state_dict(), **changes}
@@ -983,6 +991,57 @@ TABLE: list[Row] = [
         FormatError,
         "sampler state has rank=2, expected 0 <= rank < world_size=2",
         lambda e: ResumableSampler(10).load_state_dict(_sampler_state(world_size=2, rank=2)),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "a state of another fingerprint",
+        StateMismatchError,
+        "sampler state was saved with fingerprint='a' but this sampler has fingerprint='b'",
+        lambda e: ResumableSampler(10, fingerprint="b").load_state_dict(
+            ResumableSampler(10, fingerprint="a").state_dict()
+        ),
+    ),
+    Row(
+        "ResumableSampler.load_state_dict",
+        "unsorted skips in the state",
+        FormatError,
+        "sampler state field skips must hold sorted, disjoint ranges",
+        lambda e: ResumableSampler(10).load_state_dict(_sampler_state(skips=[[5, 6], [1, 2]])),
+    ),
+    Row(
+        "ResumableSampler.skip",
+        "a consumed range",
+        ValueError,
+        "cannot skip [0, 2): global positions below 3 are already consumed",
+        lambda e: _sampler_drawn(3).skip(0, 2),
+    ),
+    Row(
+        "ResumableSampler.skip",
+        "start >= stop",
+        ValueError,
+        "skip needs 0 <= start < stop <= 2**64 * n, got start=4, stop=4",
+        lambda e: ResumableSampler(10).skip(4, 4),
+    ),
+    Row(
+        "ResumableSampler.replay",
+        "a range not consumed yet",
+        ValueError,
+        "cannot replay [0, 5): only consumed positions can be replayed",
+        lambda e: _sampler_drawn(3).replay(0, 5),
+    ),
+    Row(
+        "Stages",
+        "unit='steps'",
+        ValueError,
+        "unit must be 'samples' or 'tokens', got unit='steps'",
+        lambda e: mmpack.Stages([(10, e.ds, 2)], unit="steps"),
+    ),
+    Row(
+        "Stages",
+        "batch_size=0",
+        ValueError,
+        "stages[0] batch_size must be >= 1, got 0",
+        lambda e: mmpack.Stages([(10, e.ds, 0)]),
     ),
     # ------------------------------------------------------------------ mmpack.ingest
     Row(

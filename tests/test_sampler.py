@@ -28,6 +28,7 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.block_order import BlockOrder, uniform_bounds
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch.sampler import ResumableSampler
+from mmpack.torch.sampler_state import STATE_FIELDS, STATE_VERSION
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -236,20 +237,14 @@ def test_state_dict_tracks_the_latest_iterator(order):
     _draw(s, 3)  # a new iterator restarts the epoch
     assert s.state_dict()["position"] == 3
     state = s.state_dict()
-    assert set(state) == {
-        "version",
-        "n",
-        "seed",
-        "shuffle",
-        "world_size",
-        "rank",
-        "drop_last",
-        "epoch",
-        "position",
-        "offset",
-    } | ({"window_blocks", "bounds_digest"} if order == "blocks" else set())
-    assert all(type(v) in (int, bool) for k, v in state.items() if k != "shuffle")
+    assert tuple(state) == STATE_FIELDS  # one schema for every order
+    plain = {
+        k: v for k, v in state.items() if k not in ("shuffle", "skips", "replays", "fingerprint")
+    }
+    blocks = order == "blocks"
+    assert all(type(v) in (int, bool) or (v is None and not blocks) for v in plain.values())
     assert state["shuffle"] == (True if order == "global" else "blocks")
+    assert state["skips"] == state["replays"] == []
 
 
 @orders
@@ -395,7 +390,7 @@ def test_malformed_states(order):
     s = make(10, order)
     good = s.state_dict()
     with pytest.raises(FormatError, match="version"):
-        s.load_state_dict({**good, "version": 2})
+        s.load_state_dict({**good, "version": STATE_VERSION + 1})
     with pytest.raises(FormatError, match="position"):
         s.load_state_dict({k: v for k, v in good.items() if k != "position"})
     with pytest.raises(FormatError, match="position=11"):
@@ -406,24 +401,7 @@ def test_malformed_states(order):
         s.load_state_dict([1, 2])
 
 
-_STATE_FIELDS = (
-    "version",
-    "n",
-    "seed",
-    "shuffle",
-    "world_size",
-    "rank",
-    "drop_last",
-    "epoch",
-    "position",
-)
-
-
-@pytest.mark.parametrize(
-    "order, field",
-    [("global", f) for f in _STATE_FIELDS]
-    + [("blocks", f) for f in (*_STATE_FIELDS, "window_blocks", "bounds_digest")],
-)
+@pytest.mark.parametrize("order, field", [(o, f) for o in ORDERS for f in STATE_FIELDS])
 def test_a_state_missing_any_field_is_a_format_error_naming_it(order, field):
     good = make(10, order, world_size=2).state_dict()
     with pytest.raises(FormatError, match=field):
@@ -458,15 +436,22 @@ def test_a_state_missing_any_field_is_a_format_error_naming_it(order, field):
         ("shuffle", "block"),
         ("window_blocks", 2.0),
         ("window_blocks", "3"),
-        ("bounds_digest", None),
         ("bounds_digest", [0, 10]),
+        ("fingerprint", 3),
+        ("skips", [[1, 2, 3]]),
+        ("skips", [[5, 3]]),
+        ("skips", [[4, 6], [1, 2]]),
+        ("skips", [[1.0, 2]]),
+        ("skips", "none"),
+        ("replays", [[0, 0, 2]]),
+        ("replays", [[0, 0, 2, 2]]),
+        ("replays", [[0, -1, 0, 2]]),
+        ("replays", [[0, 99, 0, 2]]),
     ],
 )
 @orders
 def test_a_mistyped_state_field_is_a_format_error_naming_it(field, value, order):
     good = make(10, order, world_size=2).state_dict()
-    if field not in good:
-        return  # a field of the other order
     with pytest.raises(FormatError, match=rf"\b{field}\b") as info:
         make(10, order, world_size=2).load_state_dict({**good, field: value})
     assert repr(value) in str(info.value)
@@ -479,7 +464,11 @@ def test_numpy_scalars_in_a_state_load(order):
     next(it)
     state = s.state_dict()
     cast = {
-        k: v if isinstance(v, str) else np.bool_(v) if isinstance(v, bool) else np.uint64(v)
+        k: v
+        if isinstance(v, (str, list)) or v is None
+        else np.bool_(v)
+        if isinstance(v, bool)
+        else np.uint64(v)
         for k, v in state.items()
     }
     fresh = make(10, order, world_size=2)

@@ -30,6 +30,11 @@ multiple of ``W2``: the resumed epoch then starts at that global offset (the sta
 and after ``k`` more draws per rank its state records ``offset = G, position = k`` (global
 position ``G + k * W2``), so it can be resumed elastically again.
 
+With skips or replays (:mod:`mmpack.torch.sampler_edits`) the same rule deals the epoch's
+*stream* instead of its order: ``n`` above is then the stream's length and padding wraps around to
+the stream's start.  Skipped and replayed positions are global positions, which no world size
+changes, so the stream, and every rule above, is the same at every world size.
+
 Cost: O(1) arithmetic, no replay; the StatefulDataLoader recipe is in ``docs/guide/sampler.md``
 ("Elastic resume").
 """

@@ -11,6 +11,10 @@ it: it is padded by wrapping around to its own start up to ``world_size * ceil(n
 positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
 ``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
 
+Skips and replays (:meth:`ResumableSampler.skip`, :meth:`ResumableSampler.replay`) edit the
+sequence an epoch deals, its *stream*, before it is dealt (:mod:`mmpack.torch.sampler_edits`
+defines global positions and the stream); without edits the stream is the epoch order.
+
 Resuming is arithmetic: the state is ``(epoch, offset, position)``, where ``position`` counts the
 indices the current iterator has handed out and ``offset`` (0 except in an epoch resumed at another
 world size) is the epoch position its shares start at, so that ``offset + position * world_size``
@@ -35,6 +39,7 @@ about half of it for windows larger than a chunk (``python -m benchmarks.bench_s
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,20 +55,16 @@ from mmpack.core.validation import (
     check_int_range,
     epoch_index_type,
 )
-from mmpack.errors import FormatError, StateMismatchError
+from mmpack.errors import FormatError
 from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch import elastic
+from mmpack.torch.sampler_edits import EditLog
+from mmpack.torch.sampler_state import STATE_VERSION, check_config, checked_state
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
-STATE_VERSION = 1
-"""Version of the dict written by :meth:`ResumableSampler.state_dict`."""
-
 _CHUNK = 8192
-_CHECKED_FIELDS = ("n", "seed", "shuffle", "drop_last")
-_INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position", "offset")
-_BLOCK_FIELDS = ("window_blocks", "bounds_digest")
 BLOCKS = "blocks"
 """``shuffle=BLOCKS`` selects the block-window order."""
 
@@ -82,60 +83,23 @@ def _check_shuffle(value: object) -> bool | str:
     return bool(value)
 
 
-def _checked_state(state: Any) -> dict[str, Any]:
-    """The fields of a saved sampler state as plain ints and bools.
-
-    Raises
-    ------
-    mmpack.errors.FormatError
-        ``state`` is not a dict, lacks a field, holds a field of the wrong type (naming it and
-        its value), is of another version, or records a rank outside its world size.
-    """
-    if not isinstance(state, dict):
-        raise FormatError(f"sampler state must be a dict, got {type(state).__name__}")
-    missing = [k for k in ("version", *_INT_FIELDS, "shuffle", "drop_last") if k not in state]
-    if missing:
-        raise FormatError(f"sampler state lacks the fields {missing}")
-    version = elastic.int_field(state, "version")
-    if version != STATE_VERSION:
-        raise FormatError(
-            f"sampler state has version {version!r}; this mmpack reads version {STATE_VERSION}"
-        )
-    out: dict[str, Any] = {"version": version}
-    for name in _INT_FIELDS:
-        out[name] = elastic.int_field(state, name)
-    value = state["drop_last"]
-    if not isinstance(value, (bool, np.bool_)):
-        raise FormatError(f"sampler state field drop_last must be a bool, got {value!r}")
-    out["drop_last"] = bool(value)
-    value = state["shuffle"]
-    if isinstance(value, str) and value == BLOCKS:
-        for name in _BLOCK_FIELDS:
-            out[name] = elastic.int_field(state, name)
-    elif not isinstance(value, (bool, np.bool_)):
-        raise FormatError(f"sampler state field shuffle must be a bool or 'blocks', got {value!r}")
-    out["shuffle"] = value if isinstance(value, str) else bool(value)
-    if out["world_size"] < 1:
-        raise FormatError(f"sampler state has world_size={out['world_size']}, expected >= 1")
-    if not 0 <= out["rank"] < out["world_size"]:
-        raise FormatError(
-            f"sampler state has rank={out['rank']}, expected 0 <= rank < world_size="
-            f"{out['world_size']}"
-        )
-    return out
-
-
 class _Cursor:
     """Where one iterator stands: the epoch it walks, the position it started at and how many
     indices it has handed out (``position``, counted from the start of the epoch)."""
 
-    __slots__ = ("base", "epoch", "position", "start")
+    __slots__ = ("base", "chunk", "chunk_lo", "epoch", "position", "start")
 
     def __init__(self, epoch: int, position: int, base: int = 0) -> None:
         self.epoch = epoch
         self.position = position
         self.start = position
-        self.base = base  # global epoch position of this rank-set's first draw (elastic resume)
+        self.base = base  # stream index of this rank-set's first draw (elastic resume)
+        self.chunk: list[int] = []  # the indices being handed out, from position chunk_lo
+        self.chunk_lo = position
+
+    def cut(self) -> None:
+        """Drop the chunk's indices not handed out yet: the next draw recomputes them (an edit)."""
+        del self.chunk[self.position - self.chunk_lo :]
 
 
 class ResumableSampler(Sampler[int]):
@@ -169,6 +133,9 @@ class ResumableSampler(Sampler[int]):
         whatever ``S``: at the default, below 0.4%, so a batch of ``b = 32`` holds on average
         fewer than 2 of its 496 pairs from one block, while a window still reads only 256 whole
         blocks (a fetcher holding the current and the next window keeps ``2 W`` blocks).
+    fingerprint : str, optional
+        Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
+        records it and ``load_state_dict`` refuses a state saved with another.
 
     Notes
     -----
@@ -205,6 +172,7 @@ class ResumableSampler(Sampler[int]):
         drop_last: bool = False,
         block_bounds: Any = None,
         window_blocks: int = WINDOW_BLOCKS,
+        fingerprint: str | None = None,
     ) -> None:
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         seed = check_in_range(seed, "seed", 0, 2**64)
@@ -230,14 +198,16 @@ class ResumableSampler(Sampler[int]):
             raise ValueError(
                 f"block_bounds is only used with shuffle='blocks', got shuffle={self._shuffle!r}"
             )
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise TypeError(
+                f"fingerprint must be a str or None, got {type(fingerprint).__name__} {fingerprint!r}"
+            )
+        self._fingerprint = fingerprint
+        self._edits = EditLog(n)
         self._seed = seed
         self._rank = rank
         self._world_size = world_size
         self._drop_last = _check_bool(drop_last, "drop_last")
-        if drop_last:
-            self._num_samples = n // world_size
-        else:
-            self._num_samples = -(-n // world_size)
         self._epoch = 0
         self._perm: Permutation | None = None
         self._resume_at: int | None = None
@@ -265,6 +235,16 @@ class ResumableSampler(Sampler[int]):
         return self._order
 
     @property
+    def fingerprint(self) -> str | None:
+        """The dataset configuration the state records and checks (``None``: not checked)."""
+        return self._fingerprint
+
+    @property
+    def skips(self) -> list[tuple[int, int]]:
+        """The skipped ranges of global positions, sorted and merged."""
+        return [(a, b) for a, b in self._edits.skips]
+
+    @property
     def rank(self) -> int:
         return self._rank
 
@@ -289,8 +269,12 @@ class ResumableSampler(Sampler[int]):
         return self._cursor.position - self._cursor.start
 
     def __len__(self) -> int:
-        """Number of indices this rank gets per epoch."""
-        return self._num_samples
+        """Number of indices this rank gets in the current epoch (its stream dealt from 0)."""
+        return self._share(self._epoch)
+
+    def _share(self, epoch: int, base: int = 0) -> int:
+        length = self._edits.length(epoch)
+        return elastic.share_length(length, base, self._world_size, self._drop_last)
 
     def __repr__(self) -> str:
         return (
@@ -337,24 +321,45 @@ class ResumableSampler(Sampler[int]):
         """
         start = check_int(start, "start")
         stop = check_int(stop, "stop")
-        if not 0 <= start <= stop <= self._num_samples:
-            raise IndexError(
-                f"positions must satisfy 0 <= start <= stop <= {self._num_samples}, got start={start}, stop={stop}"
-            )
         epoch = self._epoch if epoch is None else check_int(epoch, "epoch")
-        return self._indices(start, stop, epoch)
+        share = self._share(epoch)
+        if not 0 <= start <= stop <= share:
+            raise IndexError(
+                f"positions must satisfy 0 <= start <= stop <= {share}, got start={start}, stop={stop}"
+            )
+        return self._lookup(start, stop, epoch)[0]
 
-    def _indices(self, start: int, stop: int, epoch: int, base: int = 0) -> np.ndarray:
-        order = np.arange(start, stop, dtype=np.int64)
-        order *= self._world_size
-        order += self._rank + base
-        if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= self._n:
-            order %= self._n  # padding wraps around to the start of the epoch order
+    def _map(self, positions: np.ndarray, epoch: int) -> np.ndarray:
+        """Samples at epoch positions ``positions`` of ``epoch`` (int64, in ``[0, n)``)."""
         if self._order is not None:
-            return self._order.map_unchecked(order, epoch)
+            return self._order.map_unchecked(positions, epoch)
         if not self._shuffle:
-            return order
-        return self._permutation(epoch).map_unchecked(order)
+            return positions
+        return self._permutation(epoch).map_unchecked(positions)
+
+    def _lookup(
+        self, start: int, stop: int, epoch: int, base: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        """``(samples, epoch id of each or None, epochs)`` at this rank's share positions
+        ``[start, stop)`` of ``epoch``'s stream dealt from ``base``; sample ``k`` belongs to epoch
+        ``epochs[ids[k]]`` (``epochs[0]`` for every sample when ``ids`` is None)."""
+        index = np.arange(start, stop, dtype=np.int64)
+        index *= self._world_size
+        index += self._rank + base
+        length = self._edits.length(epoch)
+        if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= length:
+            index %= length  # padding wraps around to the start of the stream
+        return self._edits.samples(index, epoch, self._map)
+
+    def _chunk(self, start: int, stop: int, epoch: int, base: int) -> tuple[list[int], Any]:
+        """The samples (a list :meth:`_Cursor.cut` may truncate) and an iterator tagging them
+        with their epochs, one :class:`EpochIndex` at a time."""
+        samples, ids, epochs = self._lookup(start, stop, epoch, base)
+        chunk = samples.tolist()
+        if ids is None:
+            return chunk, map(epoch_index_type(epochs[0]), chunk)
+        types = [epoch_index_type(e) for e in epochs]
+        return chunk, map(operator.call, [types[k] for k in ids.tolist()], chunk)
 
     def __iter__(self) -> Iterator[int]:
         start = 0 if self._resume_at is None else self._resume_at
@@ -366,19 +371,40 @@ class ResumableSampler(Sampler[int]):
         # not the first created (a DataLoader with workers creates one it never draws from).
         if resumed and self._resume_at is not None:
             self._resume_at, self._resume_base = None, 0
-        total = elastic.share_length(self._n, cursor.base, self._world_size, self._drop_last)
         epoch = cursor.epoch
-        tagged = epoch_index_type(epoch)
-        for lo in range(cursor.position, total, _CHUNK):
-            chunk = self._indices(lo, min(lo + _CHUNK, total), epoch, cursor.base).tolist()
-            for index in map(tagged, chunk):  # one EpochIndex per index, built in C's loop
+        while True:  # one chunk a turn; an edit cuts the chunk, and the next turn sees it
+            lo = cursor.position
+            total = self._share(epoch, cursor.base)
+            if lo >= total:
+                return
+            cursor.chunk, tagged = self._chunk(lo, min(lo + _CHUNK, total), epoch, cursor.base)
+            cursor.chunk_lo = lo
+            for index in tagged:  # over a list iterator: it stops where cut() truncates
                 cursor.position += 1
                 yield index
 
     # -- checkpointing -------------------------------------------------------------------------
 
+    def _where(self) -> tuple[int, int, int]:
+        """``(epoch, position, offset)`` where the next draw stands (what ``state_dict`` saves)."""
+        if self._resume_at is not None or self._cursor.epoch != self._epoch:
+            return self._epoch, self._resume_at or 0, self._resume_base
+        return self._cursor.epoch, self._cursor.position, self._cursor.base
+
+    def _config(self) -> dict[str, Any]:
+        order = self._order
+        return {
+            "n": self._n,
+            "seed": self._seed,
+            "shuffle": self._shuffle,
+            "drop_last": self._drop_last,
+            "window_blocks": None if order is None else order.window_blocks,
+            "bounds_digest": None if order is None else order.digest,
+            "fingerprint": self._fingerprint,
+        }
+
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """A small dict recording where the most recent iterator stands.
+        """A small dict recording where the most recent iterator stands, and the edits.
 
         Parameters
         ----------
@@ -395,36 +421,29 @@ class ResumableSampler(Sampler[int]):
         Returns
         -------
         dict
-            ``{"version", "n", "seed", "shuffle", "world_size", "rank", "drop_last", "epoch",
-            "position", "offset"}``, all plain Python ints and bools; with ``shuffle="blocks"``
-            ``shuffle`` is the str ``"blocks"`` and the state also records ``window_blocks`` and
-            ``bounds_digest`` (a 64-bit digest of the bounds, an int).  The ranks together have
-            consumed the first ``offset + position * world_size`` positions of the epoch order.
-            Before any ``iter()`` (or right after ``load_state_dict``) it describes where the next
+            The fields of :mod:`mmpack.torch.sampler_state` (its table), plain Python values:
+            ``{"version", "n", "seed", "shuffle", "drop_last", "window_blocks",
+            "bounds_digest", "fingerprint", "world_size", "rank", "epoch", "position", "offset",
+            "skips", "replays"}``.  The ranks together have consumed the first
+            ``offset + position * world_size`` indices of the epoch's stream.  Before any
+            ``iter()`` (or right after ``load_state_dict``) it describes where the next
             ``iter()`` starts.
         """
         if consumed is not None:
             epoch, position, base = self._consumed_position(check_int(consumed, "consumed"))
-        elif self._resume_at is not None or self._cursor.epoch != self._epoch:
-            epoch, position, base = self._epoch, self._resume_at or 0, self._resume_base
         else:
-            epoch, position, base = self._cursor.epoch, self._cursor.position, self._cursor.base
-        state = {
+            epoch, position, base = self._where()
+        return {
             "version": STATE_VERSION,
-            "n": self._n,
-            "seed": self._seed,
-            "shuffle": self._shuffle,
+            **self._config(),
             "world_size": self._world_size,
             "rank": self._rank,
-            "drop_last": self._drop_last,
             "epoch": epoch,
             "position": position,
             "offset": base,
+            "skips": [list(r) for r in self._edits.skips],
+            "replays": [list(r) for r in self._edits.replays],
         }
-        if self._order is not None:
-            state["window_blocks"] = self._order.window_blocks
-            state["bounds_digest"] = self._order.digest
-        return state
 
     def _consumed_position(self, consumed: int) -> tuple[int, int, int]:
         """``(epoch, position, offset)`` after ``consumed`` indices of the most recent iterator."""
@@ -441,52 +460,86 @@ class ResumableSampler(Sampler[int]):
             )
         return epoch, start + consumed, base
 
-    def _check_same_blocks(self, state: dict[str, Any]) -> None:
-        order = self._order
-        assert order is not None
-        if state["window_blocks"] != order.window_blocks:
-            raise StateMismatchError(
-                f"sampler state was saved with window_blocks={state['window_blocks']} but this "
-                f"sampler has window_blocks={order.window_blocks}"
-            )
-        if state["bounds_digest"] != order.digest:
-            raise StateMismatchError(
-                f"sampler state was saved with other block_bounds (digest "
-                f"{state['bounds_digest']:#x}) than this sampler's ({order.n_blocks} blocks, "
-                f"digest {order.digest:#x})"
-            )
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``iter()`` yields the rest of the saved epoch.
 
         The state may come from any ``world_size`` (elastic resume): this sampler's ranks together
-        then yield the epoch positions the saving ranks had not consumed, rank ``r`` taking
+        then yield the stream indices the saving ranks had not consumed, rank ``r`` taking
         ``G + r, G + r + world_size, ...`` with ``G = offset + position * saved world_size``
-        (:func:`mmpack.torch.elastic.resumed_positions`); later epochs are dealt as usual.
+        (:func:`mmpack.torch.elastic.resumed_positions`); later epochs are dealt as usual.  The
+        state's skips and replays replace this sampler's.
 
         Raises
         ------
         mmpack.errors.StateMismatchError
-            The state belongs to another ``n``, ``seed``, ``shuffle`` or ``drop_last``, or (block
-            order) another ``window_blocks`` or other block bounds.
+            The state belongs to another configuration: ``n``, ``seed``, ``shuffle``,
+            ``drop_last``, ``fingerprint`` or (block order) ``window_blocks`` or block bounds.
         mmpack.errors.FormatError
-            The state is not a dict of this format or version, a field is missing or not of its
-            type (ints, bools for ``shuffle`` and ``drop_last``; NumPy scalars count), or its
-            rank, epoch, offset or position is out of range; the message names the field.
+            The state is not a dict of this format or version, a field is missing, unknown or
+            not of its type (NumPy scalars count), or its rank, epoch, offset, position or edits
+            are out of range; the message names the field and its value.
         """
-        state = _checked_state(state)
-        for field in _CHECKED_FIELDS:
-            saved, ours = state[field], getattr(self, "_" + field)
-            if saved != ours:
-                raise StateMismatchError(
-                    f"sampler state was saved with {field}={saved!r} but this sampler has {field}={ours!r}"
-                )
-        if self._order is not None:
-            self._check_same_blocks(state)
-        epoch = state["epoch"]
-        if not 0 <= epoch < 2**64:
-            raise FormatError(f"sampler state has epoch={epoch}, expected 0 <= epoch < 2**64")
-        self._epoch = int(epoch)
-        self._resume_at, self._resume_base = elastic.resume_point(
-            state, self._n, self._world_size, self._drop_last
-        )
+        state = checked_state(state)
+        config = self._config()
+        config["n_blocks"] = None if self._order is None else self._order.n_blocks
+        check_config(state, config)
+        edits = EditLog(self._n)
+        edits.set(state["skips"], state["replays"])
+        if self._n == 0 and not edits.empty:
+            raise FormatError(f"sampler state of n=0 has edits {state['skips'] + state['replays']}")
+        try:
+            for replay in edits.replays:
+                edits.stream(replay[0])
+        except ValueError as e:
+            raise FormatError(f"sampler state field replays={state['replays']!r}: {e}") from None
+        length = edits.length(state["epoch"])
+        point = elastic.resume_point(state, length, self._world_size, self._drop_last)
+        self._edits, self._epoch = edits, state["epoch"]
+        self._resume_at, self._resume_base = point
+        self._cursor.cut()
+
+    # -- skips and replays -----------------------------------------------------------------------
+
+    def _stream_point(self) -> tuple[int, int, bool]:
+        """``(epoch, G, more)``: the stream index ``G`` the ranks' next draws start at, and
+        whether this world size draws anything more of that epoch."""
+        epoch, position, base = self._where()
+        more = self._share(epoch, base) > position
+        return epoch, base + position * self._world_size, more
+
+    def skip(self, start: int, stop: int) -> None:
+        """Never serve global positions ``[start, stop)`` (of the current or a later epoch).
+
+        Global position ``e * n + j`` is position ``j`` of epoch ``e``'s order, before dealing
+        (padding is no global position, so positions do not depend on the world size).  Skipped
+        positions leave the epoch's stream before it is dealt: ranks stay in step, an iterator in
+        progress continues without them, and the state records them, so a resumed run at any
+        world size skips them too.
+
+        Raises
+        ------
+        ValueError
+            ``start >= stop``, negative, or a position of the range is already consumed (lies
+            below the first position the ranks have not served); the message names the values.
+        """
+        epoch, g, _ = self._stream_point()
+        self._edits.add_skip(start, stop, epoch, g)
+        self._cursor.cut()
+
+    def replay(self, start: int, stop: int) -> None:
+        """Serve the consumed global positions ``[start, stop)`` again, next.
+
+        The range is served right after what the ranks have consumed (before the rest of the
+        epoch; at the start of the next epoch if this one has nothing left at this world size),
+        after any replay asked for at the same point and not started yet, in order of global
+        position, without its skipped positions.  Each replayed index carries the epoch it was
+        first drawn for.  The state records it, so resumes at any world size serve it exactly.
+
+        Raises
+        ------
+        ValueError
+            ``start >= stop``, negative, or the range reaches positions not consumed yet; the
+            message names the values.
+        """
+        self._edits.add_replay(start, stop, *self._stream_point())
+        self._cursor.cut()
