@@ -31,6 +31,7 @@ call.  Measured against ``raw[s:s+2049].copy()`` of as many tokens, with where t
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,7 @@ from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
+from mmpack.views.provenance import parent_located, window_provenance
 from mmpack.views.readahead import ColdReads, flat_start
 from mmpack.views.window_stats import WindowStats
 
@@ -359,7 +361,7 @@ class WindowDataset:
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
-        return SampleBatch(columns, cu, ncu)
+        return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts))
 
     def _masked(self, rows: np.ndarray, vstarts: np.ndarray) -> np.ndarray:
         """The labels ((k, seqlen)) of the windows ``rows`` at ``vstarts``: the next tokens,
@@ -501,4 +503,4 @@ class WindowDataset:
                 )
             v = max(v, stop_v)
             j += 1
-        return pieces
+        return parent_located(self.store, pieces)

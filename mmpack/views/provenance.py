@@ -1,0 +1,152 @@
+"""Where the samples of a batch come from: the document pieces of every row, as flat arrays.
+
+A batch's provenance is its samples' ``locate`` lists laid end to end, one entry per document
+piece, in row order, as a dict of int64 arrays of one length ``m``:
+
+``sample``
+    The row (``0 .. B - 1``) the piece is in; non-decreasing.
+``doc``
+    The document (of the parent store when the store is a subset of one: :func:`parent_docs`).
+``start``, ``stop``
+    The token range ``[start, stop)`` of the piece inside its document.
+``eot``
+    1 when the document's eot follows the piece in the row, else 0.
+``at``
+    The row position the piece starts at: it fills ``[at, at + stop - start + eot)``.
+``source``
+    Only from a :class:`~mmpack.sampling.mixture.Mixture`: the source the row was drawn from.
+
+and ``cu_docs`` (int64, (B + 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.
+A window lists every document it spans (the first and last possibly cut; an entry with
+``start == stop`` and ``eot=1`` is a window that holds only that document's eot); a packed row
+lists its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns for the
+row's index ``i`` (``tests/test_provenance_batches.py`` checks it on random stores).
+
+A view's ``__getitems__`` hands its :class:`~mmpack.views.batch.SampleBatch` the means to compute
+this (:func:`window_provenance`, :func:`packed_provenance`, a mixture's :func:`merged_provenance`)
+without computing it: a batch pays for its provenance only when someone asks
+(:meth:`SampleBatch.provenance <mmpack.views.batch.SampleBatch.provenance>`, what
+``collate(..., provenance=True)`` calls).  Kernels in :mod:`mmpack.kernels.provenance`.  Cost: a
+window batch two kernel passes of O(log n_docs + documents spanned) per row; a packed batch one
+pass over its pieces, reusing the ranges the read already checked; a mixture's, its sources' plus
+an O(m log m) stable sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mmpack.kernels.provenance import bin_pieces, window_pieces
+
+__all__ = [
+    "PIECE_FIELDS",
+    "Provenance",
+    "merged_provenance",
+    "packed_provenance",
+    "parent_docs",
+    "parent_located",
+    "window_provenance",
+]
+
+PIECE_FIELDS: tuple[str, ...] = ("sample", "doc", "start", "stop", "eot", "at")
+"""The per-piece arrays of every provenance (a mixture's adds ``source``)."""
+
+Provenance = dict[str, np.ndarray]
+"""``{"sample", "doc", "start", "stop", "eot", "at"[, "source"]: int64 (m,), "cu_docs": int64
+(B + 1,)}`` (see the module docstring)."""
+
+
+def parent_docs(store: Any, doc: np.ndarray) -> np.ndarray:
+    """Document ids ``doc`` (int64, (m,)) of ``store`` as ids of the store it is a subset of:
+    ``store.parent_doc_ids[doc]`` when the store has such an array (int64, (len(store),)), else
+    ``doc`` itself.  Every document id a view reports goes through here."""
+    ids = getattr(store, "parent_doc_ids", None)
+    if ids is None:
+        return doc
+    return np.asarray(ids, dtype=np.int64)[doc]
+
+
+def parent_located(store: Any, pieces: list[dict[str, int]]) -> list[dict[str, int]]:
+    """A ``locate`` list of ``store`` with each ``"doc"`` mapped by :func:`parent_docs`."""
+    if getattr(store, "parent_doc_ids", None) is None:
+        return pieces
+    docs = parent_docs(store, np.array([p["doc"] for p in pieces], dtype=np.int64)).tolist()
+    return [{**p, "doc": d} for p, d in zip(pieces, docs)]
+
+
+def _assembled(row_ptr: np.ndarray, columns: dict[str, np.ndarray]) -> Provenance:
+    """The provenance dict of pieces ``columns`` grouped by rows ``row_ptr`` ((B + 1,))."""
+    counts = np.diff(row_ptr)
+    out = {"sample": np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)}
+    out.update(columns)
+    out["cu_docs"] = row_ptr
+    return out
+
+
+def window_provenance(ds: Any, vstarts: np.ndarray) -> Provenance:
+    """The provenance of the windows of ``ds`` (a ``WindowDataset``) starting at virtual
+    positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``)."""
+    k = vstarts.shape[0]
+    offsets, top, use_eot = ds.store.offsets, ds._top, int(ds.eot is not None)
+    args = (offsets, top, use_eot, vstarts, ds.width, ds.total)
+    row_ptr = np.zeros(k + 1, dtype=np.int64)
+    empty = np.empty(0, dtype=np.int64)
+    if k:
+        window_pieces(*args, 0, row_ptr, empty, empty, empty, empty, empty)
+    np.cumsum(row_ptr, out=row_ptr)
+    m = int(row_ptr[-1])
+    cols = {name: np.empty(m, dtype=np.int64) for name in PIECE_FIELDS[1:]}
+    if k:
+        window_pieces(*args, 1, row_ptr, *cols.values())
+    cols["doc"] = parent_docs(ds.store, cols["doc"])
+    return _assembled(row_ptr, cols)
+
+
+def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) -> Provenance:
+    """The provenance of bins ``idx`` (int64, (B,), checked) of ``ds`` (a ``PackedDataset``),
+    from the ``(starts, lengths, has_eot, row_ptr, counts)`` its read checked
+    (:func:`~mmpack.views.packed_gather.piece_ranges`)."""
+    _, lengths, has_eot, row_ptr, _ = ranges
+    plan = ds.plan
+    m = int(row_ptr[-1])
+    doc, start, stop, at = (np.empty(m, dtype=np.int64) for _ in range(4))
+    if idx.shape[0]:
+        bin_pieces(
+            plan.bin_ptr,
+            plan.piece_doc,
+            plan.piece_start,
+            idx,
+            row_ptr,
+            lengths,
+            has_eot,
+            doc,
+            start,
+            stop,
+            at,
+        )
+    cols = {"doc": parent_docs(ds.store, doc), "start": start, "stop": stop}
+    cols.update(eot=has_eot.astype(np.int64, copy=False), at=at)
+    return _assembled(row_ptr, cols)
+
+
+def merged_provenance(
+    parts: Sequence[tuple[int, np.ndarray, Callable[[], Provenance]]], n: int
+) -> Provenance:
+    """The provenance of a batch of ``n`` rows gathered from several sources: ``parts`` holds,
+    per source ``k``, the batch rows ``where`` (int64) it filled and its own batch's provenance
+    function; the pieces of each row keep their order and gain ``source``."""
+    pieces: dict[str, list[np.ndarray]] = {name: [] for name in (*PIECE_FIELDS, "source")}
+    for k, where, provenance in parts:
+        got = provenance()
+        for name in PIECE_FIELDS:
+            pieces[name].append(where[got["sample"]] if name == "sample" else got[name])
+        pieces["source"].append(np.full(got["sample"].shape[0], k, dtype=np.int64))
+    cat = {name: np.concatenate(arrays) for name, arrays in pieces.items()}
+    order = np.argsort(cat["sample"], kind="stable")
+    cols = {name: arr[order] for name, arr in cat.items() if name != "sample"}
+    row_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cat["sample"], minlength=n), out=row_ptr[1:])
+    return _assembled(row_ptr, cols)
