@@ -38,6 +38,7 @@ TOPICS = {
     "join": "benchmarks.bench_join",
     "kernels": "benchmarks.bench_kernels",
     "lossmask": "benchmarks.bench_lossmask",
+    "provenance": "benchmarks.bench_provenance",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -1655,16 +1655,21 @@ def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     _, offsets, top, total = arrays
     vs = np.ascontiguousarray(vs, dtype=np.int64)
     row_ptr = np.zeros(vs.shape[0] + 1, np.int64)
-    empty = np.empty(0, np.int64)
     args = (offsets, top, use_eot, vs, seqlen + labels, total)
-    window_pieces(*args, 0, row_ptr, empty, empty, empty, empty, empty)
-    np.cumsum(row_ptr, out=row_ptr)
-    cols = [np.full(int(row_ptr[-1]), -1, np.int64) for _ in range(5)]
-    window_pieces(*args, 1, row_ptr, *cols)
-    return [
-        list(zip(*(_ints(c[row_ptr[k] : row_ptr[k + 1]]) for c in cols)))
-        for k in range(vs.shape[0])
-    ]
+    window_pieces(*args, 0, row_ptr, np.empty((6, 0), np.int64))
+    out = np.full((6, int(row_ptr[-1])), -1, np.int64)
+    window_pieces(*args, 1, row_ptr, out)
+    return _pieces_by_row(row_ptr, out)
+
+
+def _pieces_by_row(row_ptr, out):
+    """Per row ``k``: its pieces as tuples of rows 1.. of ``out``; row 0 (the row) checked."""
+    rows = []
+    for k in range(row_ptr.shape[0] - 1):
+        cols = out[:, row_ptr[k] : row_ptr[k + 1]]
+        assert (cols[0] == k).all()
+        rows.append([tuple(_ints(c)) for c in cols[1:].T])
+    return rows
 
 
 def _window_pieces_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
@@ -1697,24 +1702,22 @@ def _bin_pieces_kernel(bin_ptr, pieces, has_eot, bins):
     which = which.astype(np.int64)
     lengths = np.ascontiguousarray(arr[which, 2])
     eot = np.array(has_eot, dtype=np.int64)[which]
-    cols = [np.full(int(row_ptr[-1]), -1, np.int64) for _ in range(4)]
+    out = np.full((6, int(row_ptr[-1])), -1, np.int64)
     doc_col = np.ascontiguousarray(arr[:, 0])
     start_col = np.ascontiguousarray(arr[:, 1]).astype(np.int32)
-    bin_pieces(bin_ptr, doc_col, start_col, bins, row_ptr, lengths, eot, *cols)
-    return [
-        list(zip(*(_ints(c[row_ptr[r] : row_ptr[r + 1]]) for c in cols)))
-        for r in range(bins.shape[0])
-    ]
+    bin_pieces(bin_ptr, doc_col, start_col, bins, row_ptr, lengths, eot, out)
+    return _pieces_by_row(row_ptr, out)
 
 
 def twin_bin_pieces(bin_ptr, pieces, has_eot, bins):
-    """Per bin: (doc, start, stop, at) of each piece, ``at`` the slots of the pieces before it."""
+    """Per bin: (doc, start, stop, eot, at) of each piece, ``at`` the slots of the pieces before
+    it."""
     out = []
     for b in bins.tolist():
         at, row = 0, []
         for p in range(int(bin_ptr[b]), int(bin_ptr[b + 1])):
             d, s, n = pieces[p]
-            row.append((d, s, s + n, at))
+            row.append((d, s, s + n, has_eot[p], at))
             at += n + has_eot[p]
         out.append(row)
     return out

@@ -54,6 +54,8 @@ __all__ = [
 PIECE_FIELDS: tuple[str, ...] = ("sample", "doc", "start", "stop", "eot", "at")
 """The per-piece arrays of every provenance (a mixture's adds ``source``)."""
 
+_NONE = np.empty((len(PIECE_FIELDS), 0), dtype=np.int64)  # the counting pass writes nothing
+
 Provenance = dict[str, np.ndarray]
 """``{"sample", "doc", "start", "stop", "eot", "at"[, "source"]: int64 (m,), "cu_docs": int64
 (B + 1,)}`` (see the module docstring)."""
@@ -77,11 +79,10 @@ def parent_located(store: Any, pieces: list[dict[str, int]]) -> list[dict[str, i
     return [{**p, "doc": d} for p, d in zip(pieces, docs)]
 
 
-def _assembled(row_ptr: np.ndarray, columns: dict[str, np.ndarray]) -> Provenance:
-    """The provenance dict of pieces ``columns`` grouped by rows ``row_ptr`` ((B + 1,))."""
-    counts = np.diff(row_ptr)
-    out = {"sample": np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)}
-    out.update(columns)
+def _assembled(row_ptr: np.ndarray, block: np.ndarray) -> Provenance:
+    """The provenance dict of the pieces ``block`` ((6, m), rows :data:`PIECE_FIELDS`) grouped
+    by rows ``row_ptr`` ((B + 1,))."""
+    out = dict(zip(PIECE_FIELDS, block))
     out["cu_docs"] = row_ptr
     return out
 
@@ -90,19 +91,15 @@ def window_provenance(ds: Any, vstarts: np.ndarray) -> Provenance:
     """The provenance of the windows of ``ds`` (a ``WindowDataset``) starting at virtual
     positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``)."""
     k = vstarts.shape[0]
-    offsets, top, use_eot = ds.store.offsets, ds._top, int(ds.eot is not None)
-    args = (offsets, top, use_eot, vstarts, ds.width, ds.total)
+    args = (ds.store.offsets, ds._top, int(ds.eot is not None), vstarts, ds.width, ds.total)
     row_ptr = np.zeros(k + 1, dtype=np.int64)
-    empty = np.empty(0, dtype=np.int64)
     if k:
-        window_pieces(*args, 0, row_ptr, empty, empty, empty, empty, empty)
-    np.cumsum(row_ptr, out=row_ptr)
-    m = int(row_ptr[-1])
-    cols = {name: np.empty(m, dtype=np.int64) for name in PIECE_FIELDS[1:]}
+        window_pieces(*args, 0, row_ptr, _NONE)
+    block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if k:
-        window_pieces(*args, 1, row_ptr, *cols.values())
-    cols["doc"] = parent_docs(ds.store, cols["doc"])
-    return _assembled(row_ptr, cols)
+        window_pieces(*args, 1, row_ptr, block)
+    block[1] = parent_docs(ds.store, block[1])
+    return _assembled(row_ptr, block)
 
 
 def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) -> Provenance:
@@ -111,25 +108,12 @@ def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) 
     (:func:`~mmpack.views.packed_gather.piece_ranges`)."""
     _, lengths, has_eot, row_ptr, _ = ranges
     plan = ds.plan
-    m = int(row_ptr[-1])
-    doc, start, stop, at = (np.empty(m, dtype=np.int64) for _ in range(4))
+    block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if idx.shape[0]:
-        bin_pieces(
-            plan.bin_ptr,
-            plan.piece_doc,
-            plan.piece_start,
-            idx,
-            row_ptr,
-            lengths,
-            has_eot,
-            doc,
-            start,
-            stop,
-            at,
-        )
-    cols = {"doc": parent_docs(ds.store, doc), "start": start, "stop": stop}
-    cols.update(eot=has_eot.astype(np.int64, copy=False), at=at)
-    return _assembled(row_ptr, cols)
+        args = (plan.bin_ptr, plan.piece_doc, plan.piece_start, idx, row_ptr, lengths, has_eot)
+        bin_pieces(*args, block)
+    block[1] = parent_docs(ds.store, block[1])
+    return _assembled(row_ptr, block)
 
 
 def merged_provenance(
@@ -146,7 +130,8 @@ def merged_provenance(
         pieces["source"].append(np.full(got["sample"].shape[0], k, dtype=np.int64))
     cat = {name: np.concatenate(arrays) for name, arrays in pieces.items()}
     order = np.argsort(cat["sample"], kind="stable")
-    cols = {name: arr[order] for name, arr in cat.items() if name != "sample"}
+    out = {name: arr[order] for name, arr in cat.items()}
     row_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(cat["sample"], minlength=n), out=row_ptr[1:])
-    return _assembled(row_ptr, cols)
+    out["cu_docs"] = row_ptr
+    return out
