@@ -39,8 +39,7 @@ def rows_of(prov, n_rows, keys=KEYS):
     assert (np.repeat(np.arange(n_rows), np.diff(cu)) == prov["sample"]).all()
     assert all(prov[k].dtype == np.int64 for k in prov)
     return [
-        [{k: int(prov[k][q]) for k in keys} for q in range(cu[r], cu[r + 1])]
-        for r in range(n_rows)
+        [{k: int(prov[k][q]) for k in keys} for q in range(cu[r], cu[r + 1])] for r in range(n_rows)
     ]
 
 

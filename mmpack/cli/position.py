@@ -87,7 +87,7 @@ def _sampler(args: argparse.Namespace, ds: Any, n: int, world: int, rank: int) -
     """The ``ResumableSampler`` of rank ``rank`` of the run ``args`` describes."""
     from mmpack.torch.sampler import ResumableSampler
 
-    shuffle = {"true": True, "false": False, "blocks": "blocks", None: True}[args.shuffle]
+    shuffle: Any = "blocks" if args.shuffle == "blocks" else args.shuffle != "false"
     options: dict[str, Any] = {}
     if shuffle == "blocks":
         options["block_bounds"] = ds.block_bounds(args.block_bytes or _BLOCK_BYTES)

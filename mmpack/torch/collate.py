@@ -254,10 +254,10 @@ def _collate(
     provenance: bool = False,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        out = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        columns = _collate_columns(samples, varlen=varlen, dtype=dtype)
         if provenance:
-            out[PROVENANCE] = _provenance(samples)
-        return share_batch(out, BATCH_TOKEN_FIELDS)
+            columns[PROVENANCE] = _provenance(samples)
+        return share_batch(columns, BATCH_TOKEN_FIELDS)
     keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
