@@ -1650,7 +1650,7 @@ def twin_window_pieces(docs, use_eot, width, v):
 
 
 def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.provenance import window_pieces
+    from mmpack.kernels.window import window_pieces
 
     _, offsets, top, total = arrays
     vs = np.ascontiguousarray(vs, dtype=np.int64)
@@ -1692,7 +1692,7 @@ def _bin_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _bin_pieces_kernel(bin_ptr, pieces, has_eot, bins):
-    from mmpack.kernels.provenance import bin_pieces
+    from mmpack.kernels.packed_rows import bin_pieces
 
     arr = np.array(pieces, dtype=np.int64).reshape(-1, 3)
     counts = bin_ptr[bins + 1] - bin_ptr[bins]
@@ -1979,7 +1979,7 @@ PAIRS: list[Pair] = [
     ),
     # provenance
     _pair(
-        "provenance.window_pieces",
+        "window.window_pieces",
         "twin_window_pieces",
         _window_inputs,
         _window_pieces_kernel,
@@ -1988,7 +1988,7 @@ PAIRS: list[Pair] = [
         bench_size=300,
     ),
     _pair(
-        "provenance.bin_pieces",
+        "packed_rows.bin_pieces",
         "twin_bin_pieces",
         _bin_pieces_inputs,
         _bin_pieces_kernel,

@@ -37,6 +37,13 @@ first step ("The model did not return a loss from the inputs"), while
 ``shift_labels``, per-document masks or varlen boundaries).  A loop of one's own reads
 ``batch["targets"]``.
 
+Provenance.  ``provenance=True`` adds ``provenance``: the documents and token ranges every row
+holds, one entry per document piece in row order, as flat int64 tensors (``sample``, ``doc``,
+``start``, ``stop``, ``eot``, ``at``, from a mixture ``source``; ``cu_docs`` of ``B + 1`` row
+offsets), entry for entry what the view's ``locate`` gives (:mod:`mmpack.views.provenance`).  It
+needs a view's :class:`~mmpack.views.batch.SampleBatch`, which computes it only then; in a
+DataLoader worker it goes by value with the other small fields.
+
 Samples without ``cu_seqlens``.  A row is cut where its ``position_ids`` restart (``p[t] !=
 p[t - 1] + 1``), as mmpack's views number positions, so a sample whose ``cu_seqlens`` was dropped
 (``Trainer`` drops the columns its model's ``forward`` does not name) keeps its documents; a

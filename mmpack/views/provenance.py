@@ -26,10 +26,11 @@ A view's ``__getitems__`` hands its :class:`~mmpack.views.batch.SampleBatch` the
 this (:func:`window_provenance`, :func:`packed_provenance`, a mixture's :func:`merged_provenance`)
 without computing it: a batch pays for its provenance only when someone asks
 (:meth:`SampleBatch.provenance <mmpack.views.batch.SampleBatch.provenance>`, what
-``collate(..., provenance=True)`` calls).  Kernels in :mod:`mmpack.kernels.provenance`.  Cost: a
-window batch two kernel passes of O(log n_docs + documents spanned) per row; a packed batch one
-pass over its pieces, reusing the ranges the read already checked; a mixture's, its sources' plus
-an O(m log m) stable sort.
+``collate(..., provenance=True)`` calls).  Kernels: :func:`~mmpack.kernels.window.window_pieces`
+and :func:`~mmpack.kernels.packed_rows.bin_pieces`, each writing one ``(6, m)`` int64 array whose
+rows are :data:`PIECE_FIELDS`.  Cost: a window batch two kernel passes of O(log n_docs +
+documents spanned) per row; a packed batch one pass over its pieces, reusing the ranges the read
+already checked; a mixture's, its sources' plus an O(m log m) stable sort.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.provenance import bin_pieces, window_pieces
+from mmpack.kernels.packed_rows import bin_pieces
+from mmpack.kernels.window import window_pieces
 
 __all__ = [
     "PIECE_FIELDS",
