@@ -102,7 +102,7 @@ def scatter_batches(
     columns["source"] = src.astype(np.int64)
     provenance = None
     if all(got.provenance_of is not None for _, _, got in parts):
-        sources = [(k, where, got.provenance) for k, where, got in parts]
+        sources = [(k, where, got.provenance_pieces) for k, where, got in parts]
         provenance = partial(merged_provenance, sources, n)
     return SampleBatch(columns, cu, num_cuts, provenance)
 

@@ -307,7 +307,10 @@ def _provenance(samples: Any) -> dict[str, torch.Tensor]:
             "DataLoader passes its collate_fn); a list of per-sample dicts does not say where "
             "its samples come from"
         )
-    return {name: torch.from_numpy(arr) for name, arr in samples.provenance().items()}
+    pieces = samples.provenance_pieces()
+    out = dict(zip(pieces.fields, torch.from_numpy(pieces.block).unbind(0)))
+    out["cu_docs"] = torch.from_numpy(pieces.cu_docs)
+    return out
 
 
 def _labels_as_targets(out: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.views.provenance import Pieces
+
 __all__ = ["SampleBatch"]
 
 
@@ -30,9 +32,10 @@ class SampleBatch(Sequence):
         Row ``r`` holds the sample's ``cu_seqlens`` in its first ``num_cuts[r]`` entries.
     num_cuts : numpy.ndarray, int64, shape (k,)
     provenance_of : callable, optional
-        Computes the batch's provenance when called with no argument (a view passes a
-        ``functools.partial`` of :mod:`mmpack.views.provenance`); ``None``: the dataset that
-        made the batch does not record where its samples come from.
+        Computes the batch's provenance (a :class:`~mmpack.views.provenance.Pieces`) when
+        called with no argument (a view passes a ``functools.partial`` of
+        :mod:`mmpack.views.provenance`); ``None``: the dataset that made the batch does not
+        record where its samples come from.
     """
 
     __slots__ = ("columns", "cu_seqlens", "num_cuts", "provenance_of")
@@ -42,7 +45,7 @@ class SampleBatch(Sequence):
         columns: dict[str, np.ndarray],
         cu_seqlens: np.ndarray,
         num_cuts: np.ndarray,
-        provenance_of: Callable[[], dict[str, np.ndarray]] | None = None,
+        provenance_of: Callable[[], Pieces] | None = None,
     ) -> None:
         self.columns = columns
         self.cu_seqlens = cu_seqlens
@@ -60,6 +63,10 @@ class SampleBatch(Sequence):
         ValueError
             The dataset that made the batch does not record provenance.
         """
+        return self.provenance_pieces().as_dict()
+
+    def provenance_pieces(self) -> Pieces:
+        """:meth:`provenance` as computed: the fields in one ``(fields, m)`` int64 array."""
         if self.provenance_of is None:
             raise ValueError(
                 "this batch does not record where its samples come from; provenance is given "

@@ -18,8 +18,9 @@ piece, in row order, as a dict of int64 arrays of one length ``m``:
 
 and ``cu_docs`` (int64, (B + 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.
 A window lists every document it spans (the first and last possibly cut; an entry with
-``start == stop`` and ``eot=1`` is a window that holds only that document's eot); a packed row
-lists its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns for the
+``start == stop`` and ``eot=1`` is a window that holds only that document's eot; with
+``labels=True`` the span includes the last label's token, as ``locate`` does); a packed row lists
+its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns for the
 row's index ``i`` (``tests/test_provenance_batches.py`` checks it on random stores).
 
 A view's ``__getitems__`` hands its :class:`~mmpack.views.batch.SampleBatch` the means to compute
@@ -36,7 +37,7 @@ already checked; a mixture's, its sources' plus an O(m log m) stable sort.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from mmpack.kernels.window import window_pieces
 
 __all__ = [
     "PIECE_FIELDS",
+    "Pieces",
     "Provenance",
     "merged_provenance",
     "packed_provenance",
@@ -61,6 +63,22 @@ _NONE = np.empty((len(PIECE_FIELDS), 0), dtype=np.int64)  # the counting pass wr
 Provenance = dict[str, np.ndarray]
 """``{"sample", "doc", "start", "stop", "eot", "at"[, "source"]: int64 (m,), "cu_docs": int64
 (B + 1,)}`` (see the module docstring)."""
+
+
+class Pieces(NamedTuple):
+    """A batch's provenance as computed: ``block`` (int64, (len(fields), m)) holds one field a
+    row, named by ``fields`` (:data:`PIECE_FIELDS`, a mixture's also ``source``); ``cu_docs``
+    (int64, (B + 1,)) the rows' offsets into it."""
+
+    fields: tuple[str, ...]
+    block: np.ndarray
+    cu_docs: np.ndarray
+
+    def as_dict(self) -> Provenance:
+        """The :data:`Provenance` dict (the fields are views of ``block``)."""
+        out = dict(zip(self.fields, self.block))
+        out["cu_docs"] = self.cu_docs
+        return out
 
 
 def parent_docs(store: Any, doc: np.ndarray) -> np.ndarray:
@@ -81,30 +99,28 @@ def parent_located(store: Any, pieces: list[dict[str, int]]) -> list[dict[str, i
     return [{**p, "doc": d} for p, d in zip(pieces, docs)]
 
 
-def _assembled(row_ptr: np.ndarray, block: np.ndarray) -> Provenance:
-    """The provenance dict of the pieces ``block`` ((6, m), rows :data:`PIECE_FIELDS`) grouped
-    by rows ``row_ptr`` ((B + 1,))."""
-    out = dict(zip(PIECE_FIELDS, block))
-    out["cu_docs"] = row_ptr
-    return out
+def _finished(store: Any, block: np.ndarray, cu_docs: np.ndarray) -> Pieces:
+    """``Pieces`` of the kernel's ``block``, its documents mapped by :func:`parent_docs`."""
+    if getattr(store, "parent_doc_ids", None) is not None:
+        block[1] = parent_docs(store, block[1])
+    return Pieces(PIECE_FIELDS, block, cu_docs)
 
 
-def window_provenance(ds: Any, vstarts: np.ndarray) -> Provenance:
+def window_provenance(ds: Any, vstarts: np.ndarray) -> Pieces:
     """The provenance of the windows of ``ds`` (a ``WindowDataset``) starting at virtual
     positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``)."""
     k = vstarts.shape[0]
-    args = (ds.store.offsets, ds._top, int(ds.eot is not None), vstarts, ds.width, ds.total)
+    args = (ds._offsets, ds._top, ds._use_eot, vstarts, ds.width, ds.total)
     row_ptr = np.zeros(k + 1, dtype=np.int64)
     if k:
         window_pieces(*args, 0, row_ptr, _NONE)
     block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if k:
         window_pieces(*args, 1, row_ptr, block)
-    block[1] = parent_docs(ds.store, block[1])
-    return _assembled(row_ptr, block)
+    return _finished(ds.store, block, row_ptr)
 
 
-def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) -> Provenance:
+def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) -> Pieces:
     """The provenance of bins ``idx`` (int64, (B,), checked) of ``ds`` (a ``PackedDataset``),
     from the ``(starts, lengths, has_eot, row_ptr, counts)`` its read checked
     (:func:`~mmpack.views.packed_gather.piece_ranges`)."""
@@ -114,26 +130,26 @@ def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) 
     if idx.shape[0]:
         args = (plan.bin_ptr, plan.piece_doc, plan.piece_start, idx, row_ptr, lengths, has_eot)
         bin_pieces(*args, block)
-    block[1] = parent_docs(ds.store, block[1])
-    return _assembled(row_ptr, block)
+    return _finished(ds.store, block, row_ptr)
 
 
 def merged_provenance(
-    parts: Sequence[tuple[int, np.ndarray, Callable[[], Provenance]]], n: int
-) -> Provenance:
+    parts: Sequence[tuple[int, np.ndarray, Callable[[], Pieces]]], n: int
+) -> Pieces:
     """The provenance of a batch of ``n`` rows gathered from several sources: ``parts`` holds,
-    per source ``k``, the batch rows ``where`` (int64) it filled and its own batch's provenance
-    function; the pieces of each row keep their order and gain ``source``."""
-    pieces: dict[str, list[np.ndarray]] = {name: [] for name in (*PIECE_FIELDS, "source")}
-    for k, where, provenance in parts:
-        got = provenance()
-        for name in PIECE_FIELDS:
-            pieces[name].append(where[got["sample"]] if name == "sample" else got[name])
-        pieces["source"].append(np.full(got["sample"].shape[0], k, dtype=np.int64))
-    cat = {name: np.concatenate(arrays) for name, arrays in pieces.items()}
-    order = np.argsort(cat["sample"], kind="stable")
-    out = {name: arr[order] for name, arr in cat.items()}
-    row_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cat["sample"], minlength=n), out=row_ptr[1:])
-    out["cu_docs"] = row_ptr
-    return out
+    per source ``k``, the batch rows ``where`` (int64) it filled and its own batch's
+    :class:`Pieces` function; the pieces of each row keep their order and gain ``source``."""
+    got = [(k, where, pieces()) for k, where, pieces in parts]
+    width = len(PIECE_FIELDS)
+    cat = np.empty((width + 1, sum(p.block.shape[1] for _, _, p in got)), dtype=np.int64)
+    a = 0
+    for k, where, p in got:
+        b = a + p.block.shape[1]
+        cat[:width, a:b] = p.block
+        cat[0, a:b] = where[p.block[0]]  # the source's batch rows -> the mixture's
+        cat[width, a:b] = k
+        a = b
+    block = cat[:, np.argsort(cat[0], kind="stable")]
+    cu_docs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cat[0], minlength=n), out=cu_docs[1:])
+    return Pieces((*PIECE_FIELDS, "source"), block, cu_docs)
