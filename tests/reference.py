@@ -1655,10 +1655,11 @@ def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     _, offsets, top, total = arrays
     vs = np.ascontiguousarray(vs, dtype=np.int64)
     row_ptr = np.zeros(vs.shape[0] + 1, np.int64)
+    first = np.full(vs.shape[0], -1, np.int64)
     args = (offsets, top, use_eot, vs, seqlen + labels, total)
-    window_pieces(*args, 0, row_ptr, np.empty((6, 0), np.int64))
+    window_pieces(*args, 0, first, row_ptr, np.empty((6, 0), np.int64))
     out = np.full((6, int(row_ptr[-1])), -1, np.int64)
-    window_pieces(*args, 1, row_ptr, out)
+    window_pieces(*args, 1, first, row_ptr, out)
     return _pieces_by_row(row_ptr, out)
 
 

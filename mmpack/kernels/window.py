@@ -15,7 +15,7 @@ of ``offsets``, so the page walks of both overlap.
 
 :func:`window_pieces` lists the documents a window spans (its provenance, what ``locate`` says of
 it): the first found by the same search, then a walk through ``offsets`` to the window's end; it
-runs once to count and once to write.  Cost: O(log n_docs + documents spanned) per window.
+runs once to count (and keep each window's first document) and once to write.  Cost: O(log n_docs + documents spanned) per window.
 
 A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few
 arguments (the scalars and the sampled index in one ``meta`` array, the row and positions in one
@@ -425,22 +425,29 @@ def window_pieces(
     width: int,
     total: int,
     fill: int,
+    first: np.ndarray,
     row_ptr: np.ndarray,
     out: np.ndarray,
 ) -> None:
     """The document pieces of the windows ``S[v : min(v + width, total)]``, ``v`` in ``vstarts``
     (each ``0 <= v < total``).
 
-    ``fill=0``: ``row_ptr`` (int64, (K + 1,), ``row_ptr[0] = 0``) becomes the prefix sum of the
-    pieces per window (``out`` untouched, may be empty).  ``fill=1``: given that ``row_ptr``,
-    piece ``q`` of window ``k`` is column ``row_ptr[k] + q`` of ``out`` (int64, (6, row_ptr[K])),
-    whose rows are the window ``k``, the document, ``start``, ``stop``, ``eot`` and ``at``.
+    ``fill=0``: ``first[k]`` (int64, (K,)) becomes the first document of window ``k`` and
+    ``row_ptr`` (int64, (K + 1,), ``row_ptr[0] = 0``) the prefix sum of the pieces per window
+    (``out`` untouched, may be empty).  ``fill=1``: given those ``first`` and ``row_ptr`` (no
+    search again), piece ``q`` of window ``k`` is column ``row_ptr[k] + q`` of ``out`` (int64,
+    (6, row_ptr[K])), whose rows are the window ``k``, the document, ``start``, ``stop``,
+    ``eot`` and ``at``.
     """
     for k in range(vstarts.shape[0]):
         v0 = vstarts[k]
         v = v0
         end = min(v0 + width, total)
-        j = find_doc(offsets, top, use_eot, v0)
+        if fill:
+            j = first[k]
+        else:
+            j = find_doc(offsets, top, use_eot, v0)
+            first[k] = j
         q = row_ptr[k]
         while v < end:
             doc_v0 = offsets[j] + j * use_eot

@@ -112,11 +112,12 @@ def window_provenance(ds: Any, vstarts: np.ndarray) -> Pieces:
     k = vstarts.shape[0]
     args = (ds._offsets, ds._top, ds._use_eot, vstarts, ds.width, ds.total)
     row_ptr = np.zeros(k + 1, dtype=np.int64)
+    first = np.empty(k, dtype=np.int64)
     if k:
-        window_pieces(*args, 0, row_ptr, _NONE)
+        window_pieces(*args, 0, first, row_ptr, _NONE)
     block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if k:
-        window_pieces(*args, 1, row_ptr, block)
+        window_pieces(*args, 1, first, row_ptr, block)
     return _finished(ds.store, block, row_ptr)
 
 
