@@ -39,6 +39,7 @@ TOPICS = {
     "kernels": "benchmarks.bench_kernels",
     "lossmask": "benchmarks.bench_lossmask",
     "schedule": "benchmarks.bench_schedule",
+    "provenance": "benchmarks.bench_provenance",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

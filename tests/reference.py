@@ -1753,6 +1753,103 @@ def _mask_pieces_ref(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
     return twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
 
 
+# ------------------------------------------------------------------------------ provenance
+def twin_window_pieces(docs, use_eot, width, v):
+    """The pieces of the window ``S[v : v + width]``, from the stream built token by token: each
+    position's owner (document, token offset or ``None`` for its eot), grouped in runs."""
+    owners = []
+    for j, d in enumerate(docs):
+        owners.extend((j, t) for t in range(len(d)))
+        if use_eot:
+            owners.append((j, None))
+    pieces = []
+    for p in range(v, min(v + width, len(owners))):
+        j, t = owners[p]
+        if not pieces or pieces[-1]["doc"] != j:
+            first = len(docs[j]) if t is None else t
+            pieces.append({"doc": j, "start": first, "stop": first, "eot": 0, "at": p - v})
+        if t is None:
+            pieces[-1]["eot"] = 1
+        else:
+            pieces[-1]["stop"] = t + 1
+    return [(q["doc"], q["start"], q["stop"], q["eot"], q["at"]) for q in pieces]
+
+
+def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
+    from mmpack.kernels.window import window_pieces
+
+    _, offsets, top, total = arrays
+    vs = np.ascontiguousarray(vs, dtype=np.int64)
+    row_ptr = np.zeros(vs.shape[0] + 1, np.int64)
+    first = np.full(vs.shape[0], -1, np.int64)
+    args = (offsets, top, use_eot, vs, seqlen + labels, total)
+    window_pieces(*args, 0, first, row_ptr, np.empty((6, 0), np.int64))
+    out = np.full((6, int(row_ptr[-1])), -1, np.int64)
+    window_pieces(*args, 1, first, row_ptr, out)
+    return _pieces_by_row(row_ptr, out)
+
+
+def _pieces_by_row(row_ptr, out):
+    """Per row ``k``: its pieces as tuples of rows 1.. of ``out``; row 0 (the row) checked."""
+    rows = []
+    for k in range(row_ptr.shape[0] - 1):
+        cols = out[:, row_ptr[k] : row_ptr[k + 1]]
+        assert (cols[0] == k).all()
+        rows.append([tuple(_ints(c)) for c in cols[1:].T])
+    return rows
+
+
+def _window_pieces_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
+    return [twin_window_pieces(docs, use_eot, seqlen + labels, v) for v in vs.tolist()]
+
+
+def _bin_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    """A valid plan of random pieces (the kernel's callers check plans first) and bins of it."""
+    doc_lens = rng.integers(0, 20, int(rng.integers(1, 9))).tolist()
+    pieces = []
+    for _ in range(int(rng.integers(0, size + 2))):
+        d = int(rng.integers(0, len(doc_lens)))
+        s = int(rng.integers(0, doc_lens[d] + 1))
+        pieces.append((d, s, int(rng.integers(0, doc_lens[d] - s + 1))))
+    cuts = sorted(rng.integers(0, len(pieces) + 1, int(rng.integers(0, 6))).tolist())
+    bin_ptr = np.array([0, *cuts, len(pieces)], np.int64)
+    bins = rng.integers(0, bin_ptr.shape[0] - 1, int(rng.integers(0, size + 1))).astype(np.int64)
+    has_eot = rng.integers(0, 2, len(pieces)).tolist()
+    return bin_ptr, pieces, has_eot, bins
+
+
+def _bin_pieces_kernel(bin_ptr, pieces, has_eot, bins):
+    from mmpack.kernels.packed_rows import bin_pieces
+
+    arr = np.array(pieces, dtype=np.int64).reshape(-1, 3)
+    counts = bin_ptr[bins + 1] - bin_ptr[bins]
+    row_ptr = np.zeros(bins.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    which = np.concatenate([np.arange(bin_ptr[b], bin_ptr[b + 1]) for b in bins] + [[]])
+    which = which.astype(np.int64)
+    lengths = np.ascontiguousarray(arr[which, 2])
+    eot = np.array(has_eot, dtype=np.int64)[which]
+    out = np.full((6, int(row_ptr[-1])), -1, np.int64)
+    doc_col = np.ascontiguousarray(arr[:, 0])
+    start_col = np.ascontiguousarray(arr[:, 1]).astype(np.int32)
+    bin_pieces(bin_ptr, doc_col, start_col, bins, row_ptr, lengths, eot, out)
+    return _pieces_by_row(row_ptr, out)
+
+
+def twin_bin_pieces(bin_ptr, pieces, has_eot, bins):
+    """Per bin: (doc, start, stop, eot, at) of each piece, ``at`` the slots of the pieces before
+    it."""
+    out = []
+    for b in bins.tolist():
+        at, row = 0, []
+        for p in range(int(bin_ptr[b]), int(bin_ptr[b + 1])):
+            d, s, n = pieces[p]
+            row.append((d, s, s + n, has_eot[p], at))
+            at += n + has_eot[p]
+        out.append(row)
+    return out
+
+
 PAIRS: list[Pair] = [
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
@@ -2024,6 +2121,25 @@ PAIRS: list[Pair] = [
         _window_inputs,
         _flat_kernel,
         _flat_ref,
+        bench_size=300,
+    ),
+    # provenance
+    _pair(
+        "window.window_pieces",
+        "twin_window_pieces",
+        _window_inputs,
+        _window_pieces_kernel,
+        _window_pieces_ref,
+        via=f"{_VIEW}.provenance.window_provenance",
+        bench_size=300,
+    ),
+    _pair(
+        "packed_rows.bin_pieces",
+        "twin_bin_pieces",
+        _bin_pieces_inputs,
+        _bin_pieces_kernel,
+        twin_bin_pieces,
+        via=f"{_VIEW}.provenance.packed_provenance",
         bench_size=300,
     ),
     _pair(

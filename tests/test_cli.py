@@ -30,6 +30,7 @@ from mmpack.cli.commands import build_parser, main
 from mmpack.cli.demo import compare_packing
 from mmpack.ingest.distributed import build_distributed
 from mmpack.ingest.tokenizer import load_tokenizer
+from mmpack.torch.sampler import ResumableSampler
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
 SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
@@ -372,6 +373,95 @@ def test_show_packed_marks_the_eot_where_the_row_has_one(tmp_path):
         froms += [line for line in res.stdout.splitlines() if line.startswith("from ")]
     pieces = sorted(p.strip() for line in froms for p in line[len("from ") :].split(";"))
     assert pieces == ["doc 0 tokens 0..8", "doc 0 tokens 8..8 + eot", "doc 1 tokens 0..2 + eot"]
+
+
+# ----------------------------------------------------------------------------- show --position
+def _served(store, capsys, *argv):
+    """``show --position ...`` in process: (exit code, the sample it names, stdout, stderr)."""
+    code = main(["show", str(store), *map(str, argv)])
+    out, err = capsys.readouterr()
+    found = re.search(r"-> sample (\d+)$", out.splitlines()[0]) if code == 0 else None
+    return code, int(found.group(1)) if found else None, out, err
+
+
+def _run_order(n, epochs, world, drop_last=False, **options):
+    """The naive list model of a run: every (global position -> sample) over ``epochs``, from
+    each rank's own iterator, interleaved as the ranks consume the epoch order together."""
+    served = []
+    for epoch in range(epochs):
+        shares = []
+        for rank in range(world):
+            sampler = ResumableSampler(
+                n, rank=rank, world_size=world, drop_last=drop_last, **options
+            )
+            sampler.set_epoch(epoch)
+            shares.append([int(i) for i in sampler])
+        served += [shares[g % world][g // world] for g in range(world * len(shares[0]))]
+    return served
+
+
+@pytest.mark.parametrize(
+    "world, shuffle, packed, drop_last",
+    [
+        (1, "true", False, False),
+        (3, "true", True, False),
+        (4, "false", False, True),
+        (2, "blocks", False, False),
+        (3, "blocks", True, True),
+    ],
+)
+def test_show_position_names_what_the_run_served(
+    seed_store, capsys, world, shuffle, packed, drop_last
+):
+    view = ["--seqlen", 8, "--stride", 3, "--eot", 420] + (["--packed"] if packed else [])
+    ds = (
+        mmpack.PackedDataset(seed_store, 8, eot=420)
+        if packed
+        else mmpack.WindowDataset(seed_store, 8, 3, eot=420)
+    )
+    run = ["--seed", 11, "--shuffle", shuffle, "--world-size", world]
+    options: dict = {"seed": 11, "shuffle": {"true": True, "false": False}.get(shuffle, shuffle)}
+    if shuffle == "blocks":
+        run += ["--block-bytes", 16, "--window-blocks", 2]
+        options.update(block_bounds=ds.block_bounds(16), window_blocks=2)
+    if drop_last:
+        run.append("--drop-last")
+    want = _run_order(len(ds), 2, world, drop_last, **options)
+    epoch_length = len(want) // 2
+    for p in sorted({0, 1, epoch_length - 1, epoch_length, len(want) - 1, len(want) // 3}):
+        code, got, out, err = _served(seed_store, capsys, *view, *run, "--position", p)
+        assert code == 0, err
+        assert got == want[p], p
+        # the rest is what show -i prints of that sample
+        assert main(["show", str(seed_store), *map(str, view), "-i", str(got)]) == 0
+        assert out.split("\n", 1)[1] == capsys.readouterr().out
+        # --epoch: a position of that epoch; --rank: that rank's own samples
+        e, g = divmod(p, epoch_length)
+        assert _served(seed_store, capsys, *view, *run, "--epoch", e, "--position", g)[1] == got
+        t, r = divmod(g, world)
+        own = e * (epoch_length // world) + t
+        argv = [*view, *run, "--rank", r, "--position", own]
+        assert _served(seed_store, capsys, *argv)[1] == got
+
+
+def test_show_position_refusals_are_one_line(seed_store, capsys):
+    view = ["--seqlen", 8, "--eot", 420]
+    cases = [
+        (["-i", 0, "--seed", 3], "--seed describes the run of --position"),
+        (["--position", 0, "--block-bytes", 64], "--block-bytes is for --shuffle blocks"),
+        (["--position", 20, "--epoch", 0], "past epoch 0, which has 14 positions"),
+        (["--position", 0, "--rank", 2, "--world-size", 2], "--rank 2 needs --world-size"),
+        (["--position", 0, "--world-size", 20, "--drop-last"], "give no rank any"),
+    ]
+    for argv, message in cases:
+        code, _, _, err = _served(seed_store, capsys, *view, *argv)
+        assert code == 1 and err.count("\n") == 1 and message in err, err
+    with pytest.raises(SystemExit):  # argparse: -i and --position are exclusive
+        main(["show", str(seed_store), "--seqlen", "8", "-i", "0", "--position", "0"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert_one_line_error(  # as users run it
+        mmpack_cmd("show", seed_store, *view, "--position", 14, "--epoch", 0), "past epoch 0"
+    )
 
 
 def test_pack_compares_algorithms_and_baselines(seed_store):

@@ -31,6 +31,8 @@ from mmpack.cli.arguments import (
     _add_store_arguments,
     _add_tokenizer,
     _extensions,
+    _int_at_least,
+    _positive_int,
     _seed,
     _stride,
     _subcommand,
@@ -62,7 +64,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "show": (
         "one window or packed sample",
         "Print sample I of the window view (or of the packed view "
-        "with --packed): its arrays, the documents it comes from, "
+        "with --packed), or with --position P the sample a ResumableSampler "
+        "run served at global position P: its arrays, the documents it comes from, "
         "and with --decode its text, segment by segment.",
     ),
     "pack": (
@@ -321,13 +324,23 @@ def _add_show(sub: Any) -> None:
         metavar="S",
         help="distance between window starts (default: seqlen; windows only)",
     )
-    s.add_argument(
+    which = s.add_mutually_exclusive_group(required=True)
+    which.add_argument(
         "-i",
         "--index",
         type=int,
-        required=True,
+        default=None,
         metavar="I",
         help="sample index (negative counts from the end)",
+    )
+    which.add_argument(
+        "--position",
+        type=_int_at_least(0, "an integer position"),
+        default=None,
+        metavar="P",
+        help="the sample a ResumableSampler run served at global position P: epoch * epoch "
+        "length + position in the epoch order (the run is described by --seed, --shuffle, "
+        "--world-size, --rank, --epoch, --drop-last)",
     )
     _add_flag(
         s, "--packed", "the packed view (whole documents best-fit into rows) instead of windows"
@@ -347,6 +360,56 @@ def _add_show(sub: Any) -> None:
     _add_flag(s, "--decode", "also print the decoded text")
     _add_tokenizer(
         s, "tokenizer for --decode (default: the one the store records, else byte-level)"
+    )
+    _add_run(s.add_argument_group("the run of --position (a ResumableSampler's parameters)"))
+
+
+def _add_run(g: Any) -> None:
+    """The options of ``show --position`` that describe the sampler of a run (``None``: not
+    given, so that ``show -i`` can refuse them)."""
+    g.add_argument("--seed", type=_seed, default=None, metavar="S", help="sampler seed (default 0)")
+    g.add_argument(
+        "--shuffle",
+        choices=("true", "false", "blocks"),
+        default=None,
+        help="sampler order: keyed shuffle (default), in order, or block-window order",
+    )
+    g.add_argument(
+        "--block-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="B",
+        help="--shuffle blocks: the view's block_bounds(B) (default 4194304)",
+    )
+    g.add_argument(
+        "--window-blocks",
+        type=_positive_int,
+        default=None,
+        metavar="W",
+        help="--shuffle blocks: blocks per window (default 256)",
+    )
+    g.add_argument(
+        "--world-size", type=_positive_int, default=None, metavar="W", help="ranks (default 1)"
+    )
+    g.add_argument(
+        "--rank",
+        type=_int_at_least(0, "an integer rank"),
+        default=None,
+        metavar="R",
+        help="P counts rank R's own samples (default: P counts all ranks' positions)",
+    )
+    g.add_argument(
+        "--epoch",
+        type=_int_at_least(0, "an integer epoch", 2**64 - 1, "epochs are 64-bit keys"),
+        default=None,
+        metavar="E",
+        help="P is a position of epoch E (default: P runs on across epochs)",
+    )
+    g.add_argument(
+        "--drop-last",
+        action="store_true",
+        default=None,
+        help="the sampler dropped the tail of each epoch (drop_last=True)",
     )
 
 

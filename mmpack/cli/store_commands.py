@@ -1,5 +1,6 @@
 """The subcommands over an existing store: ``info`` (what it holds), ``show`` (one window or packed
-sample, as ids or decoded text), ``pack`` (packing statistics of every algorithm against padding
+sample, as ids or decoded text; by index, or the one a run served at a position:
+:mod:`mmpack.cli.position`), ``pack`` (packing statistics of every algorithm against padding
 and concatenate-and-chunk), ``verify`` (checksums), ``export`` (to Megatron ``.bin/.idx`` or a
 flat EOS-separated file) and ``cp`` (a copy, local or remote); and :func:`_open`, the STORE
 arguments opened.
@@ -242,13 +243,20 @@ def _order_line(order: dict) -> str:
 def _cmd_show(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from mmpack.cli.position import check_run_flags, served_at
+
+    check_run_flags(args)
     store = _open(args)
     tok = _show_tokenizer(args, store) if args.decode else None
     ds, what = _show_view(args, store)
     n = len(ds)
-    if not -n <= args.index < n:
+    if args.position is not None:
+        i, line = served_at(args, ds)
+        print(line)
+    elif not -n <= args.index < n:
         raise IndexError(f"sample index {args.index} is out of range: the view has {n} samples")
-    i = args.index % n
+    else:
+        i = args.index % n
     sample = ds[i]
     print(what.format(i=i, n=n))
     for key, value in sample.items():

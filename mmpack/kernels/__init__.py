@@ -7,12 +7,12 @@ hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times sid
 
 | module | kernels |
 |---|---|
-| ``window`` | window resolution (binary search, sampled index) and copies with eot insertion |
+| ``window`` | window resolution (binary search, sampled index), copies with eot insertion, the documents a window spans |
 | ``packing`` | the packing kernels by one path, and the plan drivers chaining the three below |
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
 | ``plan_bestfit`` | best-fit decreasing and online best fit over a bitset tree |
 | ``plan_emit`` | placements to the CSR plan |
-| ``packed_rows`` | packed-row assembly: bins to model inputs |
+| ``packed_rows`` | packed-row assembly: bins to model inputs; the pieces' documents and positions |
 | ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |

@@ -6,7 +6,9 @@ shorter than ``seqlen`` is its document's last and carries the eot); :func:`fill
 writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
 :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
 ``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation;
-:func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces).
+:func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
+:func:`bin_pieces` gives the pieces' documents and row positions (the batch's provenance, from
+the lengths :func:`select_pieces` checked).
 Both write a segment with the same two helpers (:func:`_segment_layout`, :func:`_segment_tokens`:
 plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
 
@@ -28,6 +30,7 @@ __all__ = [
     "LABELS_HF",
     "LABELS_NEXT",
     "LABELS_NONE",
+    "bin_pieces",
     "fill_rows",
     "mask_pieces",
     "one_bin",
@@ -342,3 +345,34 @@ def mask_pieces(
                 if mask[a + i] == 0 and p >= 0:
                     out[r, p] = fill
             at += lengths[q] + has_eot[q]
+
+
+@njit
+def bin_pieces(
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    bins: np.ndarray,
+    row_ptr: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The pieces of packed bins ``bins`` (checked: ``row_ptr`` is the prefix sum of their piece
+    counts, ``lengths`` and ``has_eot`` (int64, (row_ptr[-1],)) their lengths and eot flags as
+    :func:`~mmpack.kernels.packed_rows.select_pieces` wrote them): piece ``q`` of row ``r`` is
+    column ``row_ptr[r] + q`` of ``out`` (int64, (6, row_ptr[-1])), whose rows are the row ``r``,
+    the document, ``start``, ``stop``, ``eot`` and ``at`` (the lengths and eots of the pieces
+    before it in the row)."""
+    for r in range(bins.shape[0]):
+        lo = bin_ptr[bins[r]] - row_ptr[r]
+        a = 0
+        for p in range(row_ptr[r], row_ptr[r + 1]):
+            s = piece_start[lo + p]
+            out[0, p] = r
+            out[1, p] = piece_doc[lo + p]
+            out[2, p] = s
+            out[3, p] = s + lengths[p]
+            out[4, p] = has_eot[p]
+            out[5, p] = a
+            a += lengths[p] + has_eot[p]

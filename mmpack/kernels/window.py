@@ -13,6 +13,10 @@ copy, which casts, keeps only a few in flight); with a sampled index and the who
 as source, one token per page of the window's possible flat range is read before the search
 of ``offsets``, so the page walks of both overlap.
 
+:func:`window_pieces` lists the documents a window spans (its provenance, what ``locate`` says of
+it): the first found by the same search, then a walk through ``offsets`` to the window's end; it
+runs once to count (and keep each window's first document) and once to write.  Cost: O(log n_docs + documents spanned) per window.
+
 A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few
 arguments (the scalars and the sampled index in one ``meta`` array, the row and positions in one
 output buffer, ``cu_seqlens`` at an offset of a second one, which may be the output buffer
@@ -38,6 +42,7 @@ __all__ = [
     "gather_masked_windows",
     "gather_windows",
     "one_window",
+    "window_pieces",
     "window_ranges",
 ]
 
@@ -458,3 +463,56 @@ def gather_masked_windows(
             ignore,
             labels[k],
         )
+
+
+@njit
+def window_pieces(
+    offsets: np.ndarray,
+    top: np.ndarray,
+    use_eot: int,
+    vstarts: np.ndarray,
+    width: int,
+    total: int,
+    fill: int,
+    first: np.ndarray,
+    row_ptr: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The document pieces of the windows ``S[v : min(v + width, total)]``, ``v`` in ``vstarts``
+    (each ``0 <= v < total``).
+
+    ``fill=0``: ``first[k]`` (int64, (K,)) becomes the first document of window ``k`` and
+    ``row_ptr`` (int64, (K + 1,), ``row_ptr[0] = 0``) the prefix sum of the pieces per window
+    (``out`` untouched, may be empty).  ``fill=1``: given those ``first`` and ``row_ptr`` (no
+    search again), piece ``q`` of window ``k`` is column ``row_ptr[k] + q`` of ``out`` (int64,
+    (6, row_ptr[K])), whose rows are the window ``k``, the document, ``start``, ``stop``,
+    ``eot`` and ``at``.
+    """
+    for k in range(vstarts.shape[0]):
+        v0 = vstarts[k]
+        v = v0
+        end = min(v0 + width, total)
+        if fill:
+            j = first[k]
+        else:
+            j = find_doc(offsets, top, use_eot, v0)
+            first[k] = j
+        q = row_ptr[k]
+        while v < end:
+            doc_v0 = offsets[j] + j * use_eot
+            dl = offsets[j + 1] - offsets[j]
+            seg_end = doc_v0 + dl + use_eot
+            stop_v = min(seg_end, end)
+            if stop_v > v:
+                if fill:
+                    out[0, q] = k
+                    out[1, q] = j
+                    out[2, q] = min(v - doc_v0, dl)
+                    out[3, q] = min(stop_v - doc_v0, dl)
+                    out[4, q] = 1 if use_eot and stop_v == seg_end else 0
+                    out[5, q] = v - v0
+                q += 1
+                v = stop_v
+            j += 1
+        if not fill:
+            row_ptr[k + 1] = q

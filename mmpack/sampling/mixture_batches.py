@@ -8,19 +8,22 @@ dtypes is a warning): one sample read per source.  A batch of positions, once lo
 with one ``__getitems__`` call per source drawn (:func:`read_sources`), and when every source
 answers with a :class:`~mmpack.views.batch.SampleBatch` the parts are scattered into one batch
 with a ``source`` column (:func:`scatter_batches`): O(rows * row width) copies, no Python work
-per sample.
+per sample; the batch's provenance, when asked, is its sources' merged
+(:func:`~mmpack.views.provenance.merged_provenance`).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from mmpack.core.validation import EpochIndex
 from mmpack.views.batch import SampleBatch
+from mmpack.views.provenance import merged_provenance
 
 __all__ = ["check_compatible_sources", "read_sources", "scatter_batches", "source_length"]
 
@@ -97,7 +100,11 @@ def scatter_batches(
         cu[where, : got.cu_seqlens.shape[1]] = got.cu_seqlens
         num_cuts[where] = got.num_cuts
     columns["source"] = src.astype(np.int64)
-    return SampleBatch(columns, cu, num_cuts)
+    provenance = None
+    if all(got.provenance_of is not None for _, _, got in parts):
+        sources = [(k, where, got.provenance_pieces) for k, where, got in parts]
+        provenance = partial(merged_provenance, sources, n)
+    return SampleBatch(columns, cu, num_cuts, provenance)
 
 
 def source_length(source: Any, k: int) -> int:

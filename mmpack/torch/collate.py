@@ -37,6 +37,13 @@ first step ("The model did not return a loss from the inputs"), while
 ``shift_labels``, per-document masks or varlen boundaries).  A loop of one's own reads
 ``batch["targets"]``.
 
+Provenance.  ``provenance=True`` adds ``provenance``: the documents and token ranges every row
+holds, one entry per document piece in row order, as flat int64 tensors (``sample``, ``doc``,
+``start``, ``stop``, ``eot``, ``at``, from a mixture ``source``; ``cu_docs`` of ``B + 1`` row
+offsets), entry for entry what the view's ``locate`` gives (:mod:`mmpack.views.provenance`).  It
+needs a view's :class:`~mmpack.views.batch.SampleBatch`, which computes it only then; in a
+DataLoader worker it goes by value with the other small fields.
+
 Samples without ``cu_seqlens``.  A row is cut where its ``position_ids`` restart (``p[t] !=
 p[t - 1] + 1``), as mmpack's views number positions, so a sample whose ``cu_seqlens`` was dropped
 (``Trainer`` drops the columns its model's ``forward`` does not name) keeps its documents; a
@@ -75,11 +82,14 @@ from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
 from mmpack.torch.transfer import share_batch
 from mmpack.views.batch import SampleBatch
 
-__all__ = ["BATCH_TOKEN_FIELDS", "Collator", "TARGETS", "TOKEN_FIELDS", "collate"]
+__all__ = ["BATCH_TOKEN_FIELDS", "Collator", "PROVENANCE", "TARGETS", "TOKEN_FIELDS", "collate"]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields of a sample: 1-D integer arrays of the row's length, stacked to
 ``(B, seqlen)``."""
+
+PROVENANCE = "provenance"
+"""The batch key of ``collate(..., provenance=True)``'s per-piece tensors."""
 
 TARGETS = "targets"
 """The batch key of the samples' ``labels`` (never ``labels``: see the module docstring)."""
@@ -89,7 +99,11 @@ BATCH_TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", TARGETS, "at
 
 
 def collate(
-    samples: Sequence[Mapping[str, Any]], *, varlen: bool = True, dtype: torch.dtype = torch.int64
+    samples: Sequence[Mapping[str, Any]],
+    *,
+    varlen: bool = True,
+    dtype: torch.dtype = torch.int64,
+    provenance: bool = False,
 ) -> dict[str, Any]:
     """Collate mmpack samples into a batch (a ``torch.utils.data.DataLoader`` ``collate_fn``).
 
@@ -106,6 +120,11 @@ def collate(
     dtype : torch.dtype, default torch.int64
         Dtype of the per-token tensors: ``torch.int32`` halves the bytes a batch moves from a
         DataLoader worker (torch embeddings accept int32 ids; token ids and labels fit).
+    provenance : bool, default False
+        Also give, under ``provenance``, where every sample comes from (the documents and token
+        ranges it holds); ``samples`` must then be the batch a view's ``__getitems__`` returns
+        (:class:`~mmpack.views.batch.SampleBatch`, what a ``DataLoader`` hands its
+        ``collate_fn``), of a ``WindowDataset``, a ``PackedDataset`` or a ``Mixture`` of them.
 
     Returns
     -------
@@ -127,13 +146,20 @@ def collate(
             Stacked into a tensor of shape ``(B, ...)`` when every value is a same-shape numpy
             array, tensor or number (integers become int64, floats and bools keep their dtype);
             otherwise kept as a list of the B values.
+        ``provenance`` : dict of torch.Tensor, int64
+            Only with ``provenance=True``: one entry per document piece, in row order, the rows'
+            ``locate`` lists end to end: ``sample`` (the row), ``doc``, ``start``, ``stop``,
+            ``eot``, ``at``, and from a mixture ``source``, each of shape (m,); ``cu_docs``
+            (B + 1,), row ``b`` owning entries ``cu_docs[b]:cu_docs[b + 1]``
+            (:mod:`mmpack.views.provenance`).
 
     Raises
     ------
     ValueError
         Empty batch, differing keys or row lengths, malformed ``cu_seqlens``, a sample carrying
         a key collate produces (``cu_seqlens_rows``, ``targets``), or ``B * seqlen`` beyond
-        int32.
+        int32; ``provenance=True`` for samples that do not record it (a list of per-sample
+        dicts, or a batch of another dataset).
     TypeError
         A sample that is not a mapping, or a per-token field that is not integer.
     """
@@ -144,6 +170,7 @@ def collate(
         pad_id=0,
         ignore_index=IGNORE_INDEX,
         dtype=_token_dtype(dtype),
+        provenance=bool(provenance),
     )
 
 
@@ -162,6 +189,10 @@ class Collator:
         Token id written into ``input_ids`` padding.
     ignore_index : int
         Label written into ``labels`` padding.
+    dtype : torch.dtype, default torch.int64
+        As in :func:`collate`.
+    provenance : bool, default False
+        As in :func:`collate`: every batch also says where its samples come from.
     """
 
     def __init__(
@@ -172,6 +203,7 @@ class Collator:
         pad_id: int = 0,
         ignore_index: int = IGNORE_INDEX,
         dtype: torch.dtype = torch.int64,
+        provenance: bool = False,
     ) -> None:
         self._dtype = _token_dtype(dtype)
         if pad_to_multiple_of is not None and (
@@ -187,6 +219,7 @@ class Collator:
         self._multiple = None if pad_to_multiple_of is None else int(pad_to_multiple_of)
         self._pad_id = int(pad_id)
         self._ignore_index = int(ignore_index)
+        self._provenance = bool(provenance)
 
     @property
     def varlen(self) -> bool:
@@ -206,12 +239,14 @@ class Collator:
             pad_id=self._pad_id,
             ignore_index=self._ignore_index,
             dtype=self._dtype,
+            provenance=self._provenance,
         )
 
     def __repr__(self) -> str:
         return (
             f"Collator(varlen={self._varlen}, pad_to_multiple_of={self._multiple}, "
-            f"pad_id={self._pad_id}, ignore_index={self._ignore_index})"
+            f"pad_id={self._pad_id}, ignore_index={self._ignore_index}, "
+            f"provenance={self._provenance})"
         )
 
 
@@ -223,11 +258,13 @@ def _collate(
     pad_id: int,
     ignore_index: int,
     dtype: torch.dtype = torch.int64,
+    provenance: bool = False,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        return share_batch(
-            _collate_columns(samples, varlen=varlen, dtype=dtype), BATCH_TOKEN_FIELDS
-        )
+        columns = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        if provenance:
+            columns[PROVENANCE] = _provenance(samples)
+        return share_batch(columns, BATCH_TOKEN_FIELDS)
     keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
@@ -257,7 +294,23 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
+    if provenance:
+        out[PROVENANCE] = _provenance(samples)
     return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)
+
+
+def _provenance(samples: Any) -> dict[str, torch.Tensor]:
+    """The batch's :data:`PROVENANCE` value: its samples' provenance as int64 tensors."""
+    if not isinstance(samples, SampleBatch):
+        raise ValueError(
+            "collate(provenance=True) needs the batch a view's __getitems__ returns (what a "
+            "DataLoader passes its collate_fn); a list of per-sample dicts does not say where "
+            "its samples come from"
+        )
+    pieces = samples.provenance_pieces()
+    out = dict(zip(pieces.fields, torch.from_numpy(pieces.block).unbind(0)))
+    out["cu_docs"] = torch.from_numpy(pieces.cu_docs)
+    return out
 
 
 def _labels_as_targets(out: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,8 @@ this path with nothing to configure):
 2. send each buffer's descriptor **once**: the main process keeps the buffers it received (keyed
    by the worker's token, slot and generation) and acknowledges them in a small shared array, and
    later batches in that slot carry only the key;
-3. send the small fields (boundaries, ``max_seqlen``) by value inside the pickle.
+3. send the small fields (boundaries, ``max_seqlen``, a dict of small tensors such as a
+   batch's ``provenance``) by value inside the pickle.
 
 The main process rebuilds the same dict (the per-token tensors are views of a fresh tensor over
 the buffer) and arms a ``weakref.finalize`` on that tensor: when the last view of the batch is
@@ -300,6 +301,8 @@ def _small(value: Any) -> bool:
 def _to_wire(value: Any) -> Any:
     if _small(value):
         return _Wire(value.numpy(), None)
+    if isinstance(value, dict) and value and all(map(_small, value.values())):
+        return {k: _Wire(v.numpy(), None) for k, v in value.items()}  # e.g. a provenance
     if (
         isinstance(value, tuple)
         and value
@@ -310,4 +313,12 @@ def _to_wire(value: Any) -> Any:
 
 
 def _from_wire_all(small: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.value() if isinstance(v, _Wire) else v) for k, v in small.items()}
+    return {k: _from_wire(v) for k, v in small.items()}
+
+
+def _from_wire(value: Any) -> Any:
+    if isinstance(value, _Wire):
+        return value.value()
+    if isinstance(value, dict) and value and all(isinstance(v, _Wire) for v in value.values()):
+        return {k: v.value() for k, v in value.items()}
+    return value

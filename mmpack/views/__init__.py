@@ -11,6 +11,7 @@
     packed_gather.py  batched reads of packed rows
     masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
+    provenance.py  where a batch's samples come from: documents and token ranges, flat arrays
     buffers.py     pooled output buffers for batched gathers
     readahead.py   cold data: prefetch(indices), Lookahead batches, single-read cold mode
     megatron_gpt.py MegatronGPTDataset: megatron-core GPTDataset's samples, in its order

@@ -10,10 +10,12 @@ unchanged; :func:`mmpack.torch.collate.collate` takes the columns directly, with
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+
+from mmpack.views.provenance import Pieces
 
 __all__ = ["SampleBatch"]
 
@@ -29,16 +31,48 @@ class SampleBatch(Sequence):
     cu_seqlens : numpy.ndarray, int32, shape (k, m)
         Row ``r`` holds the sample's ``cu_seqlens`` in its first ``num_cuts[r]`` entries.
     num_cuts : numpy.ndarray, int64, shape (k,)
+    provenance_of : callable, optional
+        Computes the batch's provenance (a :class:`~mmpack.views.provenance.Pieces`) when
+        called with no argument (a view passes a ``functools.partial`` of
+        :mod:`mmpack.views.provenance`); ``None``: the dataset that made the batch does not
+        record where its samples come from.
     """
 
-    __slots__ = ("columns", "cu_seqlens", "num_cuts")
+    __slots__ = ("columns", "cu_seqlens", "num_cuts", "provenance_of")
 
     def __init__(
-        self, columns: dict[str, np.ndarray], cu_seqlens: np.ndarray, num_cuts: np.ndarray
+        self,
+        columns: dict[str, np.ndarray],
+        cu_seqlens: np.ndarray,
+        num_cuts: np.ndarray,
+        provenance_of: Callable[[], Pieces] | None = None,
     ) -> None:
         self.columns = columns
         self.cu_seqlens = cu_seqlens
         self.num_cuts = num_cuts
+        self.provenance_of = provenance_of
+
+    def provenance(self) -> dict[str, np.ndarray]:
+        """Where the batch's samples come from: the document pieces of every row, as flat int64
+        arrays (``sample``, ``doc``, ``start``, ``stop``, ``eot``, ``at``, from a mixture
+        ``source``; ``cu_docs`` (k + 1,)), the rows' ``locate`` lists end to end (see
+        :mod:`mmpack.views.provenance`).  Computed at each call.
+
+        Raises
+        ------
+        ValueError
+            The dataset that made the batch does not record provenance.
+        """
+        return self.provenance_pieces().as_dict()
+
+    def provenance_pieces(self) -> Pieces:
+        """:meth:`provenance` as computed: the fields in one ``(fields, m)`` int64 array."""
+        if self.provenance_of is None:
+            raise ValueError(
+                "this batch does not record where its samples come from; provenance is given "
+                "for batches of WindowDataset, PackedDataset and Mixtures of them"
+            )
+        return self.provenance_of()
 
     def __len__(self) -> int:
         return self.num_cuts.shape[0]

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,7 @@ from mmpack.views.packed_gather import (
 from mmpack.views.plan import PackingPlan
 from mmpack.views.plan_file import cached_plan
 from mmpack.views.plan_stats import PackingStats
+from mmpack.views.provenance import packed_provenance, parent_located
 from mmpack.views.readahead import ColdReads, prefetch_ranges
 from mmpack.views.region_cuts import region_blocks
 
@@ -346,7 +348,8 @@ class PackedDataset:
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        return locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
+        pieces = locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
+        return parent_located(self.store, pieces)
 
     def block_bounds(self, block_bytes: int) -> np.ndarray:
         """Bounds of blocks of consecutive samples that each read one contiguous byte span of
@@ -442,7 +445,7 @@ class PackedDataset:
             if self._mask is not None:  # MLM selects only target tokens
                 attn = mlm_targets(self._mask, ranges, attn)
             corrupt_keyed(self, idx, epochs, ids, attn, labels)
-        return SampleBatch(columns, cu, n_seg + 1)
+        return SampleBatch(columns, cu, n_seg + 1, partial(packed_provenance, self, idx, ranges))
 
     # ------------------------------------------------------------------------------- read-ahead
     def prefetch(self, indices: Any) -> int:

@@ -32,6 +32,7 @@ call.  Measured against ``raw[s:s+2049].copy()`` of as many tokens, with where t
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,7 @@ from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
+from mmpack.views.provenance import parent_located, window_provenance
 from mmpack.views.readahead import ColdReads, flat_start
 from mmpack.views.window_stats import WindowStats
 
@@ -361,7 +363,7 @@ class WindowDataset:
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
-        return SampleBatch(columns, cu, ncu)
+        return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts))
 
     def _masked(self, src, cursors, vstarts, rows, pos, cu, ncu) -> np.ndarray:
         """Copy the windows at ``vstarts`` (as :func:`~mmpack.kernels.window.gather_windows`,
@@ -519,4 +521,4 @@ class WindowDataset:
                 )
             v = max(v, stop_v)
             j += 1
-        return pieces
+        return parent_located(self.store, pieces)

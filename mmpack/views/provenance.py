@@ -1,0 +1,156 @@
+"""Where the samples of a batch come from: the document pieces of every row, as flat arrays.
+
+A batch's provenance is its samples' ``locate`` lists laid end to end, one entry per document
+piece, in row order, as a dict of int64 arrays of one length ``m``:
+
+``sample``
+    The row (``0 .. B - 1``) the piece is in; non-decreasing.
+``doc``
+    The document (of the parent store when the store is a subset of one: :func:`parent_docs`).
+``start``, ``stop``
+    The token range ``[start, stop)`` of the piece inside its document.
+``eot``
+    1 when the document's eot follows the piece in the row, else 0.
+``at``
+    The row position the piece starts at: it fills ``[at, at + stop - start + eot)``.
+``source``
+    Only from a :class:`~mmpack.sampling.mixture.Mixture`: the source the row was drawn from.
+
+and ``cu_docs`` (int64, (B + 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.
+A window lists every document it spans (the first and last possibly cut; an entry with
+``start == stop`` and ``eot=1`` is a window that holds only that document's eot; with
+``labels=True`` the span includes the last label's token, as ``locate`` does); a packed row lists
+its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns for the
+row's index ``i`` (``tests/test_provenance_batches.py`` checks it on random stores).
+
+A view's ``__getitems__`` hands its :class:`~mmpack.views.batch.SampleBatch` the means to compute
+this (:func:`window_provenance`, :func:`packed_provenance`, a mixture's :func:`merged_provenance`)
+without computing it: a batch pays for its provenance only when someone asks
+(:meth:`SampleBatch.provenance <mmpack.views.batch.SampleBatch.provenance>`, what
+``collate(..., provenance=True)`` calls).  Kernels: :func:`~mmpack.kernels.window.window_pieces`
+and :func:`~mmpack.kernels.packed_rows.bin_pieces`, each writing one ``(6, m)`` int64 array whose
+rows are :data:`PIECE_FIELDS`.  Cost: a window batch two kernel passes of O(log n_docs +
+documents spanned) per row; a packed batch one pass over its pieces, reusing the ranges the read
+already checked; a mixture's, its sources' plus an O(m log m) stable sort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from mmpack.kernels.packed_rows import bin_pieces
+from mmpack.kernels.window import window_pieces
+
+__all__ = [
+    "PIECE_FIELDS",
+    "Pieces",
+    "Provenance",
+    "merged_provenance",
+    "packed_provenance",
+    "parent_docs",
+    "parent_located",
+    "window_provenance",
+]
+
+PIECE_FIELDS: tuple[str, ...] = ("sample", "doc", "start", "stop", "eot", "at")
+"""The per-piece arrays of every provenance (a mixture's adds ``source``)."""
+
+_NONE = np.empty((len(PIECE_FIELDS), 0), dtype=np.int64)  # the counting pass writes nothing
+
+Provenance = dict[str, np.ndarray]
+"""``{"sample", "doc", "start", "stop", "eot", "at"[, "source"]: int64 (m,), "cu_docs": int64
+(B + 1,)}`` (see the module docstring)."""
+
+
+class Pieces(NamedTuple):
+    """A batch's provenance as computed: ``block`` (int64, (len(fields), m)) holds one field a
+    row, named by ``fields`` (:data:`PIECE_FIELDS`, a mixture's also ``source``); ``cu_docs``
+    (int64, (B + 1,)) the rows' offsets into it."""
+
+    fields: tuple[str, ...]
+    block: np.ndarray
+    cu_docs: np.ndarray
+
+    def as_dict(self) -> Provenance:
+        """The :data:`Provenance` dict (the fields are views of ``block``)."""
+        out = dict(zip(self.fields, self.block))
+        out["cu_docs"] = self.cu_docs
+        return out
+
+
+def parent_docs(store: Any, doc: np.ndarray) -> np.ndarray:
+    """Document ids ``doc`` (int64, (m,)) of ``store`` as ids of the store it is a subset of:
+    ``store.parent_doc_ids[doc]`` when the store has such an array (int64, (len(store),)), else
+    ``doc`` itself.  Every document id a view reports goes through here."""
+    ids = getattr(store, "parent_doc_ids", None)
+    if ids is None:
+        return doc
+    return np.asarray(ids, dtype=np.int64)[doc]
+
+
+def parent_located(store: Any, pieces: list[dict[str, int]]) -> list[dict[str, int]]:
+    """A ``locate`` list of ``store`` with each ``"doc"`` mapped by :func:`parent_docs`."""
+    if getattr(store, "parent_doc_ids", None) is None:
+        return pieces
+    docs = parent_docs(store, np.array([p["doc"] for p in pieces], dtype=np.int64)).tolist()
+    return [{**p, "doc": d} for p, d in zip(pieces, docs)]
+
+
+def _finished(store: Any, block: np.ndarray, cu_docs: np.ndarray) -> Pieces:
+    """``Pieces`` of the kernel's ``block``, its documents mapped by :func:`parent_docs`."""
+    if getattr(store, "parent_doc_ids", None) is not None:
+        block[1] = parent_docs(store, block[1])
+    return Pieces(PIECE_FIELDS, block, cu_docs)
+
+
+def window_provenance(ds: Any, vstarts: np.ndarray) -> Pieces:
+    """The provenance of the windows of ``ds`` (a ``WindowDataset``) starting at virtual
+    positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``)."""
+    k = vstarts.shape[0]
+    args = (ds._offsets, ds._top, ds._use_eot, vstarts, ds.width, ds.total)
+    row_ptr = np.zeros(k + 1, dtype=np.int64)
+    first = np.empty(k, dtype=np.int64)
+    if k:
+        window_pieces(*args, 0, first, row_ptr, _NONE)
+    block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
+    if k:
+        window_pieces(*args, 1, first, row_ptr, block)
+    return _finished(ds.store, block, row_ptr)
+
+
+def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) -> Pieces:
+    """The provenance of bins ``idx`` (int64, (B,), checked) of ``ds`` (a ``PackedDataset``),
+    from the ``(starts, lengths, has_eot, row_ptr, counts)`` its read checked
+    (:func:`~mmpack.views.packed_gather.piece_ranges`)."""
+    _, lengths, has_eot, row_ptr, _ = ranges
+    plan = ds.plan
+    block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
+    if idx.shape[0]:
+        args = (plan.bin_ptr, plan.piece_doc, plan.piece_start, idx, row_ptr, lengths, has_eot)
+        bin_pieces(*args, block)
+    return _finished(ds.store, block, row_ptr)
+
+
+def merged_provenance(
+    parts: Sequence[tuple[int, np.ndarray, Callable[[], Pieces]]], n: int
+) -> Pieces:
+    """The provenance of a batch of ``n`` rows gathered from several sources: ``parts`` holds,
+    per source ``k``, the batch rows ``where`` (int64) it filled and its own batch's
+    :class:`Pieces` function; the pieces of each row keep their order and gain ``source``."""
+    got = [(k, where, pieces()) for k, where, pieces in parts]
+    width = len(PIECE_FIELDS)
+    cat = np.empty((width + 1, sum(p.block.shape[1] for _, _, p in got)), dtype=np.int64)
+    a = 0
+    for k, where, p in got:
+        b = a + p.block.shape[1]
+        cat[:width, a:b] = p.block
+        cat[0, a:b] = where[p.block[0]]  # the source's batch rows -> the mixture's
+        cat[width, a:b] = k
+        a = b
+    block = cat[:, np.argsort(cat[0], kind="stable")]
+    cu_docs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cat[0], minlength=n), out=cu_docs[1:])
+    return Pieces((*PIECE_FIELDS, "source"), block, cu_docs)
