@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["DOC_ORDER_STREAM", "IGNORE_INDEX", "INT32_MAX", "UINT64_LIMIT", "WINDOW_BLOCKS"]
+__all__ = [
+    "DOC_ORDER_STREAM",
+    "IGNORE_INDEX",
+    "INT32_MAX",
+    "SPLIT_STREAM",
+    "UINT64_LIMIT",
+    "WINDOW_BLOCKS",
+]
 
 IGNORE_INDEX = -100
 """Label of a position that takes no loss (PyTorch's ``CrossEntropyLoss`` default)."""
@@ -21,3 +28,7 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 """The first int of the key of a build's document order (``shuffle_docs=``,
 :mod:`mmpack.store.doc_order`): the order of ``shuffle_docs=s`` is the permutation of the key
 ``(DOC_ORDER_STREAM, s)``, never one a sampler draws from a plain seed ``s``."""
+
+SPLIT_STREAM = 0x73706C6974646F63  # "splitdoc" in ASCII
+"""The first int of the key of ``store.split(fractions, seed)`` (:mod:`mmpack.store.subset`): the
+documents' hash keys are drawn from ``(SPLIT_STREAM, seed)``, never from a sampler's plain seed."""

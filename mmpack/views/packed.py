@@ -340,13 +340,15 @@ class PackedDataset:
         an eot follows the piece, else 0) and ``"at"``, the row position the piece starts at, so
         it fills ``[at, at + stop - start + eot)`` (these are the row's ``cu_seqlens``).  Padding
         is not listed.  Negative ``i`` counts from the end; ``IndexError`` outside the dataset.
+        Over a subset (:mod:`mmpack.store.subset`), ``"doc"`` is the parent store's id.
 
         Example: row ``[1, 2, 3, eot, 10, 11, eot, eot]`` of documents ``[1, 2, 3]`` (0),
         ``[]`` (2) and ``[10, 11]`` (4) is located as ``{"doc": 0, "start": 0, "stop": 3, "eot": 1,
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        return locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
+        b, ids = check_index(i, len(self)), getattr(self.store, "parent_doc_ids", None)
+        return locate_pieces(self._plan, b, self.seqlen, self.eot, ids)
 
     def block_bounds(self, block_bytes: int) -> np.ndarray:
         """Bounds of blocks of consecutive samples that each read one contiguous byte span of

@@ -268,11 +268,15 @@ def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
     return int(offsets[d]) + int(plan.piece_start[lo])
 
 
-def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
-    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them."""
+def locate_pieces(
+    plan: PackingPlan, b: int, seqlen: int, eot: int | None, doc_ids: np.ndarray | None = None
+) -> list[dict[str, int]]:
+    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them; with
+    ``doc_ids`` (a subset's ``parent_doc_ids``), ``"doc"`` is the parent store's id."""
     at = 0
     pieces = []
     for doc, start, length in plan.pieces(b):
+        doc = doc if doc_ids is None else int(doc_ids[doc])
         has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
         pieces.append(
             {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}

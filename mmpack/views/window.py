@@ -473,7 +473,7 @@ class WindowDataset:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the
         document index, the token range ``[start, stop)`` inside it, whether its eot is included,
         and the window positions ``[at, at + stop - start + eot)`` it fills (``labels=True``
-        windows include the label token)."""
+        windows include the label token).  Over a subset, ``"doc"`` is the parent store's id."""
         n = self._len
         if type(i) is not int or not 0 <= i < n:
             i = check_index(i, n)
@@ -482,6 +482,7 @@ class WindowDataset:
         offsets = self.store.offsets
         use_eot = int(self.eot is not None)
         j = int(find_doc(offsets, self._top, use_eot, v))
+        ids = getattr(self.store, "parent_doc_ids", None)  # a subset: the parent's ids
         pieces = []
         while v < end:
             doc_v0 = int(offsets[j]) + j * use_eot
@@ -492,7 +493,7 @@ class WindowDataset:
                 start = v - doc_v0
                 pieces.append(
                     {
-                        "doc": j,
+                        "doc": j if ids is None else int(ids[j]),
                         "start": min(start, dl),
                         "stop": min(stop_v - doc_v0, dl),
                         "eot": int(use_eot and stop_v == seg_end),
