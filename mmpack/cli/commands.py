@@ -75,6 +75,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         progress=args.progress,
         on_issue=on_issue,
     )
+    if args.fields is not None:  # not with the distributed engines yet: refused there
+        options["fields"] = args.fields
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed
         from mmpack.ingest.report import counted

@@ -62,7 +62,10 @@ def apply_subset(store: Any, args: argparse.Namespace) -> Any:
         for text in wheres:
             for name, value in _pairs(text, "--where", "\0"):
                 cond[name] = _value(value)
-        store = store.where(**cond)
+        try:
+            store = store.where(**cond)
+        except (KeyError, TypeError) as exc:  # a flag's mistake: the CLI's error, in its words
+            raise ValueError(f"--where {' '.join(wheres)}: {exc.args[0]}") from None
     split, part = getattr(args, "split", None), getattr(args, "split_part", None)
     if (split is None) != (part is None):
         raise ValueError("--split and --split-part go together (the fractions, the part read)")

@@ -31,6 +31,7 @@ class _Batch:
     n_read: int = 0
     ended: list = dc_field(default_factory=list)  # inputs whose last record is in this batch
     read_to: int = 0  # how far reading the inputs had got when the batch was cut (_InputMeter)
+    values: list = dc_field(default_factory=list)  # per text, its fields= values (if named)
 
 
 class _InputMeter:
@@ -111,6 +112,9 @@ def _batches(
                         stats.empty += 1
                         n_empty += 1
                         continue
+                    if type(value) is not str:  # a record's fields= values (a _Keyed text)
+                        batch.values.append(value.values)  # type: ignore[attr-defined]
+                        value = str(value)
                     batch.texts.append(value)
                     batch.where.append(_Where(src, pos))
                     chars += len(value)
@@ -132,7 +136,7 @@ def _batches(
                     "is written (a file is never stored in part)",
                 )
             k, i, chars = mark
-            del batch.texts[k:], batch.where[k:], batch.issues[i:]
+            del batch.texts[k:], batch.where[k:], batch.issues[i:], batch.values[k:]
             batch.issues.append(
                 (
                     len(batch.texts),
@@ -180,8 +184,20 @@ class _Where:
 
 
 def _consume(
-    batch: _Batch, flat, lengths, failures, writer: StoreWriter, report: IngestReport, emit
+    batch: _Batch,
+    flat,
+    lengths,
+    failures,
+    writer: StoreWriter,
+    report: IngestReport,
+    emit,
+    rows: list,
 ) -> None:
+    """Report ``batch``'s issues, write its documents, and append to ``rows`` the fields=
+    values of each document written."""
+    if batch.values:
+        failed = {k for k, _ in failures}
+        rows.extend(v for k, v in enumerate(batch.values) if k not in failed)
     events = list(batch.issues)
     events += [
         (k, IngestIssue(batch.where[k](), reason), batch.where[k].src) for k, reason in failures

@@ -336,14 +336,27 @@ class Fields(Mapping[str, np.ndarray]):
         return f"Fields({self.kinds})"
 
 
+def _kinds_of(parts: list[Fields]) -> dict[str, str]:
+    """The field kinds of the first part with documents (an empty part's strings read as
+    ints: it had no value to tell)."""
+    for p in parts:
+        if p.kinds and any(len(p[n]) for n in p.kinds):
+            return p.kinds
+    return parts[0].kinds if parts else {}
+
+
 def check_same_fields(parts: list[Fields], where: Any) -> None:
-    """``ValueError`` naming the first of ``parts`` whose field names or kinds (metadata only)
-    differ from part 0's: a join's documents all have the same fields."""
+    """``ValueError`` naming the first of ``parts`` whose field names, or kinds (a part without
+    documents has any), differ from the others': a join's documents all have the same fields."""
+    want = _kinds_of(parts)
     for k, p in enumerate(parts):
-        if p.kinds != parts[0].kinds:
+        same = sorted(p.kinds) == sorted(want) and all(
+            p.kinds[n] == want[n] or not len(p[n]) for n in want
+        )
+        if not same:
             raise ValueError(
-                f"{where}: part {k} has fields {p.kinds} but part 0 has {parts[0].kinds}; "
-                "join stores with the same fields"
+                f"{where}: part {k} has fields {p.kinds} but the others have {want}; join "
+                "stores with the same fields"
             )
 
 
@@ -352,12 +365,11 @@ def concat_fields(parts: list[Fields], where: Any) -> dict[str, Field]:
     fields over the sorted union of the parts' tables, codes remapped).  ``ValueError`` as
     :func:`check_same_fields`.  O(documents + categories)."""
     check_same_fields(parts, where)
-    if not parts:
-        return {}
     out: dict[str, Field] = {}
-    for name, kind in parts[0].kinds.items():
+    for name, kind in _kinds_of(parts).items():
         if kind != "category":
-            out[name] = Field(np.concatenate([p[name] for p in parts]))
+            dtype = _DTYPES[kind]
+            out[name] = Field(np.concatenate([p[name].astype(dtype) for p in parts]))
             continue
         table = sorted(set().union(*(p.categories(name) or () for p in parts)))
         index = {c: i for i, c in enumerate(table)}
