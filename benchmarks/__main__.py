@@ -38,6 +38,7 @@ TOPICS = {
     "join": "benchmarks.bench_join",
     "kernels": "benchmarks.bench_kernels",
     "lossmask": "benchmarks.bench_lossmask",
+    "subset": "benchmarks.bench_subset",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

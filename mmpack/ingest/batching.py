@@ -113,7 +113,7 @@ def _batches(
                         n_empty += 1
                         continue
                     if type(value) is not str:  # a record's fields= values (a _Keyed text)
-                        batch.values.append(value.values)  # type: ignore[attr-defined]
+                        batch.values.append(value.values)
                         value = str(value)
                     batch.texts.append(value)
                     batch.where.append(_Where(src, pos))

@@ -344,7 +344,9 @@ def _build_store(
                         bar.note(f"{report.docs_written:,} docs, {rate:,.0f} tokens/s")
             policy.all_read()
             if fields:  # written by the commit, in the stored order
-                writer.fields = check_fields({k: [r[i] for r in rows] for i, k in enumerate(fields)})
+                writer.fields = check_fields(
+                    {k: [r[i] for r in rows] for i, k in enumerate(fields)}
+                )
             describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer)
             bar.close()  # before the upload's own bar, if any
         report.store = writer.store

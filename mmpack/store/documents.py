@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.store.fields import Fields, read_field
+from mmpack.store.format import StoreMeta
 from mmpack.store.registry import SUBSETS, load
 
 __all__ = ["DocumentSets"]
@@ -25,13 +26,15 @@ class DocumentSets:
     """Fields and subsets of a store's documents (a base of ``TokenStore``)."""
 
     _fields: Fields | None = None
-    _meta: Any
+    _meta: StoreMeta
     _backend: Any
     _location: str
 
-    parent_doc_ids: np.ndarray | None = None
-    """The parent document id of each document (int64, shape (num_docs,)) for a subset; None
-    for a store that holds its own tokens (its ids are its own)."""
+    @property
+    def parent_doc_ids(self) -> np.ndarray | None:
+        """The parent document id of each document (int64, shape (num_docs,)) for a subset;
+        None for a store that holds its own tokens (its ids are its own)."""
+        return None
 
     @property
     def fields(self) -> Fields:

@@ -51,7 +51,11 @@ FIELD_FILE = "field.{}.bin"
 MAX_CATEGORY_CHARS = 1024
 """The longest string a categorical field holds (fields are short labels, not text)."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
-_DTYPES = {"int": np.dtype("<i8"), "float": np.dtype("<f8"), "category": np.dtype("<i4")}
+_DTYPES: dict[str, np.dtype] = {
+    "int": np.dtype("<i8"),
+    "float": np.dtype("<f8"),
+    "category": np.dtype("<i4"),
+}
 
 
 def check_field_name(name: Any) -> str:
@@ -322,8 +326,8 @@ class Fields(Mapping[str, np.ndarray]):
             rec: dict[str, Any] = {"kind": kind, "dtype": values.dtype.name}
             cats = self.categories(name)
             if cats is not None:
-                counts = np.bincount(values, minlength=len(cats)) if values.size else []
-                best = np.argsort(-np.asarray(counts), kind="stable")[:top]
+                counts = np.bincount(values, minlength=len(cats))
+                best = np.argsort(-counts, kind="stable")[:top]
                 rec["categories"] = len(cats)
                 rec["top"] = {cats[int(k)]: int(counts[int(k)]) for k in best}
             elif values.size:

@@ -6,11 +6,12 @@ in the parent's order: it holds the parent document id of each of its documents
 (:attr:`SubsetStore.parent_doc_ids`, int64, sorted, unique) and its own offsets (the cumulative
 lengths of those documents); no token is copied.  Every view, plan, sampler and mixture takes it
 as a store.  A read of subset token ranges maps each range to the parent's tokens: one
-``searchsorted`` over the subset's offsets for the first and last document of every range; when
-every range lies inside one document (packed rows always; windows mostly) the ranges are
-shifted and the parent's ``read_ranges`` answer is returned as it is (zero copy for a memmap
-parent), else the ranges are cut at document boundaries, read in one parent call and copied
-into one buffer.  Building a subset costs O(documents selected) (a gather and a cumulative sum);
+kernel call (:func:`~mmpack.kernels.subset.parent_starts`, a binary search over the subset's
+offsets per range) finds the document of every range's start; when every range lies inside one
+document (packed rows always; windows mostly) the shifted ranges go to the parent's
+``read_ranges`` and its answer is returned as it is (zero copy for a memmap parent), else the
+ranges are cut at document boundaries, read in one parent call and copied into one buffer.
+Building a subset costs O(documents selected) (a gather and a cumulative sum);
 its fingerprint, a hash of the parent's and of the id array (O(documents selected), computed on
 first use), keys the plans of the subset apart from the parent's and from any other subset's.
 A subset of a subset is a subset of the first parent (ids compose), so ``parent_doc_ids``
@@ -36,6 +37,7 @@ import numpy as np
 
 from mmpack.core.constants import SPLIT_STREAM
 from mmpack.core.permutation_keys import epoch_keys, seed_words
+from mmpack.kernels.subset import parent_starts
 from mmpack.store.backends import Backend
 from mmpack.store.fields import Fields
 from mmpack.store.reader import TokenStore
@@ -110,11 +112,12 @@ class SubsetBackend(Backend):
     def offsets(self) -> np.ndarray:
         return self._offsets
 
-    def _doc_of(self, positions: np.ndarray, side: str) -> np.ndarray:
-        """The document holding each position (``side="right"``: the token at it; ``"left"``:
-        the token before it), clipped to the documents."""
-        d = np.searchsorted(self._offsets, positions, side=side) - 1  # type: ignore[call-overload]
-        return np.clip(d, 0, max(self._offsets.shape[0] - 2, 0))
+    def _doc_of(self, positions: np.ndarray) -> np.ndarray:
+        """The document holding the token at each position in ``[0, num_tokens]`` (the last
+        document for ``num_tokens``): int64, shape positions.shape."""
+        d = np.searchsorted(self._offsets, positions, side="right")
+        d -= 1
+        return np.minimum(d, self._offsets.shape[0] - 2, out=d)
 
     def pieces(
         self, starts: np.ndarray, lengths: np.ndarray
@@ -123,12 +126,12 @@ class SubsetBackend(Backend):
         ``[starts, starts + lengths)`` (int64, shape (k,)) cut at document boundaries (piece q
         is ``length[q]`` tokens at offset ``at[q]`` of range ``range[q]``, in order):
         ``one_doc`` when every range lies in one document (the pieces are then the ranges)."""
+        out = np.empty(starts.shape[0], dtype=np.int64)
+        if parent_starts(self._offsets, self.shift, starts, lengths, out) < 0:
+            return True, starts, starts, out, lengths  # the usual case: one kernel call
         ends = starts + lengths
-        first = self._doc_of(starts, "right")
-        last = np.where(lengths > 0, self._doc_of(ends, "left"), first)
-        if np.array_equal(first, last):
-            k = starts.shape[0]
-            return True, np.arange(k), np.zeros(k, np.int64), starts + self.shift[first], lengths
+        first = self._doc_of(starts)
+        last = np.where(lengths > 0, self._doc_of(np.maximum(ends - 1, 0)), first)
         n_pieces = np.where(lengths > 0, last - first + 1, 0)
         rng = np.repeat(np.arange(starts.shape[0], dtype=np.int64), n_pieces)
         base = np.cumsum(n_pieces) - n_pieces
@@ -172,8 +175,8 @@ class SubsetBackend(Backend):
     def resident(self, positions: np.ndarray) -> bool:
         if self._offsets.shape[0] == 1 or positions.size == 0:
             return True
-        pos = np.minimum(positions, max(int(self._offsets[-1]) - 1, 0))
-        return self.parent.resident(pos + self.shift[self._doc_of(pos, "right")])
+        pos = np.minimum(positions, self._offsets[-1])
+        return self.parent.resident(pos + self.shift[self._doc_of(pos)])
 
     def advise(self, pattern: str) -> str:
         return self.parent.advise(pattern)
