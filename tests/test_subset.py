@@ -171,7 +171,7 @@ def test_a_mixture_weighs_subsets_of_one_store_and_samplers_run_over_them(tmp_pa
     even, odd = store.where(src=0), store.where(src=1)
     views = [mmpack.WindowDataset(s, 4, eot=0) for s in (even, odd)]
     mix = Mixture(views, [0.75, 0.25], seed=0)
-    for i in range(len(mix)):
+    for i in range(0, len(mix), max(1, len(mix) // 40)):
         source, _ = mix.source_of(i)
         assert (int(mix[i]["input_ids"][0]) - 1) % 2 == source or mix[i]["input_ids"][0] == 0
     sampler = mmpack.ResumableSampler(len(views[0]), seed=0)
