@@ -58,6 +58,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.scheduler is not None and args.engine != "dask":
         raise ValueError("--scheduler needs --engine dask")
     if args.loss_on is not None:
+        if args.fields is not None:
+            raise ValueError("--fields is not read with --loss-on (chat records) yet")
         return _build_chat(args)
     options: dict[str, Any] = dict(  # what both engines take, as ingest() keywords
         tokenizer=args.tokenizer,
