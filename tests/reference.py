@@ -1429,6 +1429,38 @@ def twin_parent_starts(offsets, shift, starts, lengths) -> tuple[int, list[int]]
     return -1, found
 
 
+def twin_split_parts(ids, keys, thresholds) -> list[int]:
+    """Each id's part: its hash in Python integers (``id ^ k0``, then twice ``z -> mix(z +
+    golden) ^ k``), then the first part whose threshold is not below it."""
+    out = []
+    for d in ids.tolist():
+        z = d ^ int(keys[0])
+        for r in (1, 2):
+            z = mix64_slow((z + GOLDEN) & M64) ^ int(keys[r])
+        out.append(
+            next(p for p, t in enumerate(thresholds.tolist()) if z <= t or p == len(thresholds) - 1)
+        )
+    return out
+
+
+def _split_parts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    n = int(rng.integers(0, size + 1))
+    ids = rng.integers(0, 2**62, size=n).astype(np.int64)
+    keys = rng.integers(0, 2**64, size=8, dtype=np.uint64)
+    parts = int(rng.integers(1, 5))
+    thresholds = np.sort(rng.integers(0, 2**64, size=parts, dtype=np.uint64))
+    thresholds[-1] = np.uint64(2**64 - 1)
+    return ids, keys, thresholds
+
+
+def _split_parts_kernel(ids, keys, thresholds):
+    from mmpack.kernels.subset import split_parts
+
+    out = np.zeros(ids.shape[0], dtype=np.int64)
+    split_parts(ids, keys, thresholds, out)
+    return out.tolist()
+
+
 def _parent_starts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     docs = int(rng.integers(1, 12))
     lens = rng.choice([0, 1, 3, 8], size=docs)
@@ -1864,6 +1896,14 @@ PAIRS: list[Pair] = [
         _parent_starts_inputs,
         _parent_starts_kernel,
         twin_parent_starts,
+        bench_size=500,
+    ),
+    _pair(
+        "subset.split_parts",
+        "twin_split_parts",
+        _split_parts_inputs,
+        _split_parts_kernel,
+        twin_split_parts,
         bench_size=500,
     ),
     # loss masks

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.sampling.mixture import Mixture
-from mmpack.store.subset import SubsetStore, split_hashes
+from mmpack.store.subset import SubsetStore, split_keys
 
 
 @pytest.fixture(autouse=True)
@@ -153,15 +153,17 @@ def test_split_is_disjoint_covering_seeded_and_stable_when_appending(tmp_path):
     assert len(a.split({"all": 1.0})["all"]) == 3000
 
 
-def test_split_hash_is_a_plain_function_of_id_and_seed():
-    ids = np.arange(10, dtype=np.int64)
-    with np.errstate(over="ignore"):
-        h = split_hashes(ids, 0)
-        assert np.array_equal(h, split_hashes(ids, 0)) and not np.array_equal(
-            h, split_hashes(ids, 1)
-        )
-        assert np.array_equal(split_hashes(ids[5:], 0), h[5:])
-    assert len(set(h.tolist())) == 10
+def test_split_parts_are_a_plain_function_of_id_and_seed():
+    from mmpack.kernels.subset import split_parts
+
+    ids = np.arange(1000, dtype=np.int64)
+    half = np.array([2**63, 2**64 - 1], dtype=np.uint64)
+    a, b, c = (np.empty(1000, dtype=np.int64) for _ in range(3))
+    split_parts(ids, split_keys(0), half, a)
+    split_parts(ids, split_keys(1), half, b)
+    split_parts(ids[500:], split_keys(0), half, c[500:])
+    assert not np.array_equal(a, b) and np.array_equal(a[500:], c[500:])
+    assert 400 < int(a.sum()) < 600  # about half in each part
 
 
 def test_a_mixture_weighs_subsets_of_one_store(tmp_path):

@@ -1,9 +1,12 @@
-"""A subset's token ranges mapped onto its parent's tokens (:mod:`mmpack.store.subset`).
+"""Subsets (:mod:`mmpack.store.subset`): their token ranges mapped onto the parent's tokens,
+and the parts of ``split``.
 
 :func:`parent_starts`: for each range ``[s, s + n)`` of a subset's flat tokens, the document
 holding ``s`` (binary search over the subset's offsets, O(log docs)) and, when the range ends
-inside it, the parent position of ``s`` (``s + shift[doc]``).  O(k log docs) for k ranges, no
-allocation; the caller validates every input.
+inside it, the parent position of ``s`` (``s + shift[doc]``).  O(k log docs) for k ranges.
+:func:`split_parts`: the part of every document id, by its keyed hash (two rounds of
+SplitMix64's finaliser, keyed) against the parts' upper thresholds: O(ids * parts), one pass.
+No allocation; the callers validate every input.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["parent_starts"]
+__all__ = ["parent_starts", "split_parts"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 @njit
@@ -45,3 +53,30 @@ def parent_starts(
             return k
         out[k] = s + shift[lo]
     return -1
+
+
+@njit
+def split_parts(ids: np.ndarray, keys: np.ndarray, thresholds: np.ndarray, out: np.ndarray) -> None:
+    """``out[i]`` = the first part ``p`` with ``h(ids[i]) <= thresholds[p]``, where ``h(d)`` is
+    ``d ^ keys[0]`` passed twice through ``z -> mix(z + golden) ^ key`` (``keys[1]``, then
+    ``keys[2]``; ``mix`` SplitMix64's finaliser).
+
+    Parameters
+    ----------
+    ids : int64, shape (n,), non-negative
+    keys : uint64, shape (>= 3,)
+    thresholds : uint64, shape (parts,), non-decreasing, the last ``2**64 - 1``
+    out : int64, shape (n,), written
+    """
+    last = thresholds.shape[0] - 1
+    for i in range(ids.shape[0]):
+        z = np.uint64(ids[i]) ^ keys[0]
+        for r in range(1, 3):
+            z = z + _GOLDEN
+            z = (z ^ (z >> _S30)) * _M1
+            z = (z ^ (z >> _S27)) * _M2
+            z = (z ^ (z >> _S31)) ^ keys[r]
+        p = 0
+        while p < last and z > thresholds[p]:
+            p += 1
+        out[i] = p

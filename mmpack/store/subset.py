@@ -19,12 +19,13 @@ always name documents of the store that holds the tokens.  The loss mask and the
 subset are the parent's restricted to it.
 
 ``split(fractions, seed)``: document ``d`` of the parent goes to the part whose cumulative
-fraction interval holds ``h(d) / 2**64``, ``h`` a keyed 64-bit mix (SplitMix64's finaliser) of
-``d ^ k0`` then ``^ k1``, the keys drawn from ``(SPLIT_STREAM, seed)``.  A document's part
+fraction interval holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of
+SplitMix64's finaliser, :func:`~mmpack.kernels.subset.split_parts`), the keys drawn from
+``(SPLIT_STREAM, seed)``.  A document's part
 depends only on its parent id, the seed and the fractions, never on the number of documents:
 appending documents (``join(..., append=True)``, a build that adds parts at the end) keeps every
-earlier document in its part.  Cost: O(documents) numpy passes (about 0.3 s per 10^7 documents
-here, see ``benchmarks/bench_subset.py``).
+earlier document in its part.  Cost: one kernel pass over the ids, then one subset per part
+(``benchmarks/bench_subset.py`` times 10^7 documents).
 """
 
 from __future__ import annotations
@@ -37,12 +38,20 @@ import numpy as np
 
 from mmpack.core.constants import SPLIT_STREAM
 from mmpack.core.permutation_keys import epoch_keys, seed_words
-from mmpack.kernels.subset import parent_starts
+from mmpack.kernels.subset import parent_starts, split_parts
 from mmpack.store.backends import Backend
 from mmpack.store.fields import Fields
 from mmpack.store.reader import TokenStore
 
-__all__ = ["SubsetStore", "check_doc_ids", "select", "split", "split_parts", "where"]
+__all__ = [
+    "SubsetStore",
+    "check_doc_ids",
+    "select",
+    "split",
+    "split_fractions",
+    "split_keys",
+    "where",
+]
 
 
 class _SubsetMeta:
@@ -365,7 +374,7 @@ def _field_value(name: str, value: Any, categories: tuple[str, ...] | None) -> A
     return value
 
 
-def split_parts(fractions: Any) -> tuple[list[str], np.ndarray]:
+def split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
     """``fractions`` checked: a non-empty dict of names to fractions in ``[0, 1]`` summing to 1
     (within 1e-9).  Returns the names and the upper thresholds of their 64-bit hash intervals
     (uint64, the last one ``2**64 - 1``)."""
@@ -394,25 +403,18 @@ def split_parts(fractions: Any) -> tuple[list[str], np.ndarray]:
     return names, thresholds
 
 
-def split_hashes(ids: np.ndarray, seed: Any) -> np.ndarray:
-    """The keyed 64-bit hash of every parent document id (uint64, shape ids.shape)."""
-    keys = epoch_keys((SPLIT_STREAM, *seed_words(seed)), np.zeros(1, dtype=np.uint64))[0]
-    z = ids.astype(np.uint64) ^ keys[0]
-    for key in (keys[1], keys[2]):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = (z ^ (z >> np.uint64(31))) ^ key
-    return z
+def split_keys(seed: Any) -> np.ndarray:
+    """The hash keys of ``split(..., seed)`` (uint64, shape (ROUNDS,)): drawn from
+    ``(SPLIT_STREAM, seed)``, never a sampler's keys of a plain seed."""
+    return epoch_keys((SPLIT_STREAM, *seed_words(seed)), np.zeros(1, dtype=np.uint64))[0]
 
 
 def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetStore]:
     """Disjoint subsets of ``store`` covering it, by the keyed hash of each document's parent id
     (see the module docstring and :meth:`TokenStore.split`)."""
-    names, thresholds = split_parts(fractions)
+    names, thresholds = split_fractions(fractions)
     parent, composed = _root(store)
     ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
-    with np.errstate(over="ignore"):
-        h = split_hashes(ids, seed)
-    part = np.searchsorted(thresholds, h, side="left")
+    part = np.empty(ids.shape[0], dtype=np.int64)
+    split_parts(ids, split_keys(seed), thresholds, part)
     return {name: SubsetStore(parent, ids[part == k]) for k, name in enumerate(names)}
