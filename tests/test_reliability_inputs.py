@@ -1253,7 +1253,7 @@ TABLE: list[Row] = [
     Row(
         "TokenStore.where",
         "an unknown field",
-        KeyError,
+        ValueError,
         "the store has no field 'source'",
         lambda e: e.store.where(source=3),
     ),

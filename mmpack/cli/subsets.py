@@ -64,7 +64,7 @@ def apply_subset(store: Any, args: argparse.Namespace) -> Any:
                 cond[name] = _value(value)
         try:
             store = store.where(**cond)
-        except (KeyError, TypeError) as exc:  # a flag's mistake: the CLI's error, in its words
+        except TypeError as exc:  # a flag's mistake: the CLI's error, in its words
             raise ValueError(f"--where {' '.join(wheres)}: {exc.args[0]}") from None
     split, part = getattr(args, "split", None), getattr(args, "split_part", None)
     if (split is None) != (part is None):

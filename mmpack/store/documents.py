@@ -88,11 +88,9 @@ class DocumentSets:
 
         Raises
         ------
-        KeyError
-            No field of that name.
         ValueError
-            A mask of another shape or dtype, or a string that is not one of the field's
-            categories.
+            No field of that name, a mask of another shape or dtype, or a string that is not
+            one of the field's categories.
         TypeError
             A string for a numeric field, or a value that is neither a number nor a string.
         """

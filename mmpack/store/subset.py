@@ -98,16 +98,14 @@ class SubsetBackend(Backend):
 
     name = "subset"
 
-    def __init__(self, parent: TokenStore, meta: _SubsetMeta, lens: np.ndarray) -> None:
+    def __init__(self, parent: TokenStore, meta: _SubsetMeta, offsets: np.ndarray) -> None:
         super().__init__(parent.path, meta)  # type: ignore[arg-type]
         self.parent = parent
-        ids = meta._ids
-        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lens, out=offsets[1:])
         offsets.flags.writeable = False
         self._offsets = offsets
         # shape (docs,): parent position of subset position p in document d is p + shift[d]
-        self.shift = parent.offsets[ids] - offsets[:-1] if ids.size else offsets[:0]
+        self.shift = parent.offsets[meta._ids]
+        self.shift -= offsets[:-1]
 
     @staticmethod
     def read_meta(path: Any) -> Any:
@@ -204,9 +202,10 @@ class SubsetStore(TokenStore):
         ids.flags.writeable = False
         self._parent = parent
         self._ids = ids
-        lens = parent.doc_lens[ids]
-        meta = _SubsetMeta(parent, ids, int(lens.sum()))
-        backend = SubsetBackend(parent, meta, lens)
+        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+        np.cumsum(parent.doc_lens[ids], out=offsets[1:])
+        meta = _SubsetMeta(parent, ids, int(offsets[-1]))
+        backend = SubsetBackend(parent, meta, offsets)
         raw = {"format": "mmpack-subset", "parent": parent.location, **parent.extra}
         super().__init__(
             parent.path,
@@ -349,7 +348,7 @@ def where(store: TokenStore, mask: Any = None, **equal: Any) -> SubsetStore:
     fields = store.fields
     for name, value in equal.items():
         if name not in fields:
-            raise KeyError(f"where(): the store has no field {name!r} (it has {sorted(fields)})")
+            raise ValueError(f"where(): the store has no field {name!r} (it has {sorted(fields)})")
         keep &= fields[name] == _field_value(name, value, fields.categories(name))
     return _subset(store, np.flatnonzero(keep).astype(np.int64))
 
@@ -417,4 +416,8 @@ def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetS
     ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
     part = np.empty(ids.shape[0], dtype=np.int64)
     split_parts(ids, split_keys(seed), thresholds, part)
+    if composed is None:  # ids is arange: the positions are the ids
+        return {
+            name: SubsetStore(parent, np.flatnonzero(part == k)) for k, name in enumerate(names)
+        }
     return {name: SubsetStore(parent, ids[part == k]) for k, name in enumerate(names)}
