@@ -225,3 +225,10 @@ def test_region_plans_megatron_and_workers_take_subsets(tmp_path):
                 np.testing.assert_array_equal(a[i][key], value)
     ds = mmpack.PackedDataset(sub, 64, eot=0)  # a ResumableSampler's batches, two workers
     assert_workers_serve(ds, mmpack.PackedDataset(just, 64, eot=0), "fork")
+
+
+def test_a_join_refuses_a_subset_as_a_part(tmp_path):
+    store = mmpack.build(tmp_path / "s", [[1], [2], [3]])
+    with pytest.raises(ValueError, match="part 0 is a subset"):
+        mmpack.join([store.select([1])], tmp_path / "j")
+    assert not (tmp_path / "j").exists()
