@@ -40,6 +40,7 @@ TOPICS = {
     "lossmask": "benchmarks.bench_lossmask",
     "schedule": "benchmarks.bench_schedule",
     "provenance": "benchmarks.bench_provenance",
+    "subset": "benchmarks.bench_subset",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

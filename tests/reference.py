@@ -1530,6 +1530,74 @@ def naive_deal(order, start, world_size, drop_last):
     return [rest[r::world_size] for r in range(world_size)]
 
 
+# =========================================================================== subsets
+def twin_parent_starts(offsets, shift, starts, lengths) -> tuple[int, list[int]]:
+    """Each range's parent start by a linear scan for the document holding its first token
+    (the last document for a start at the end); stops at the first range that crosses into
+    the next document: ``(its index or -1, the starts found before it)``."""
+    offsets = [int(v) for v in offsets]
+    found = []
+    for k, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        d = max(j for j in range(len(offsets) - 1) if offsets[j] <= s)
+        if s + n > offsets[d + 1]:
+            return k, found
+        found.append(s + int(shift[d]))
+    return -1, found
+
+
+def twin_split_parts(ids, keys, thresholds) -> list[int]:
+    """Each id's part: its hash in Python integers (``id ^ k0``, then twice ``z -> mix(z +
+    golden) ^ k``), then the first part whose threshold is not below it."""
+    out = []
+    for d in ids.tolist():
+        z = d ^ int(keys[0])
+        for r in (1, 2):
+            z = mix64_slow((z + GOLDEN) & M64) ^ int(keys[r])
+        out.append(
+            next(p for p, t in enumerate(thresholds.tolist()) if z <= t or p == len(thresholds) - 1)
+        )
+    return out
+
+
+def _split_parts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    n = int(rng.integers(0, size + 1))
+    ids = rng.integers(0, 2**62, size=n).astype(np.int64)
+    keys = rng.integers(0, 2**64, size=8, dtype=np.uint64)
+    parts = int(rng.integers(1, 5))
+    thresholds = np.sort(rng.integers(0, 2**64, size=parts, dtype=np.uint64))
+    thresholds[-1] = np.uint64(2**64 - 1)
+    return ids, keys, thresholds
+
+
+def _split_parts_kernel(ids, keys, thresholds):
+    from mmpack.kernels.subset import split_parts
+
+    out = np.zeros(ids.shape[0], dtype=np.int64)
+    split_parts(ids, keys, thresholds, out)
+    return out.tolist()
+
+
+def _parent_starts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    docs = int(rng.integers(1, 12))
+    lens = rng.choice([0, 1, 3, 8], size=docs)
+    offsets = np.zeros(docs + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    shift = rng.integers(0, 1000, size=docs).astype(np.int64)
+    k = int(rng.integers(0, max(2, size // 50)))
+    total = int(offsets[-1])
+    starts = rng.integers(0, total + 1, size=k).astype(np.int64)
+    lengths = np.minimum(rng.integers(0, 4, size=k), total - starts).astype(np.int64)
+    return offsets, shift, starts, lengths
+
+
+def _parent_starts_kernel(offsets, shift, starts, lengths):
+    from mmpack.kernels.subset import parent_starts
+
+    out = np.zeros(starts.shape[0], dtype=np.int64)
+    bad = parent_starts(offsets, shift, starts, lengths, out)
+    return int(bad), out[: bad if bad >= 0 else starts.shape[0]].tolist()
+
+
 # =========================================================================== PAIRS, COVERED_BY
 def _pair(
     kernel: str, reference: str, inputs: Any, run_kernel: Any, run_reference: Any, **kw: Any
@@ -2062,6 +2130,23 @@ PAIRS: list[Pair] = [
     ),
     _pair(
         "streaming_batch.token_bits", "ref_token_bits", _bits_inputs, _bits_kernel, ref_token_bits
+    ),
+    # subsets
+    _pair(
+        "subset.parent_starts",
+        "twin_parent_starts",
+        _parent_starts_inputs,
+        _parent_starts_kernel,
+        twin_parent_starts,
+        bench_size=500,
+    ),
+    _pair(
+        "subset.split_parts",
+        "twin_split_parts",
+        _split_parts_inputs,
+        _split_parts_kernel,
+        twin_split_parts,
+        bench_size=500,
     ),
     # loss masks
     _pair(

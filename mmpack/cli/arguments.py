@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mmpack.cli.subsets import add_subset_arguments
+
 __all__: list[str] = []
 
 _LONG_DOCS = ("split", "truncate", "drop")
@@ -97,7 +99,7 @@ def _add_check_vocab(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------- shared options
 def _add_store_arguments(p: argparse.ArgumentParser, metavar: str = "STORE") -> None:
     """STORE (named ``metavar`` in the help) and how to read it (``--format``, ``--eos``,
-    ``--dtype``, ``--metadata``)."""
+    ``--dtype``, ``--metadata``, and the subset options of :mod:`mmpack.cli.subsets`)."""
     p.add_argument(
         "store",
         metavar=metavar,
@@ -133,6 +135,7 @@ def _add_store_arguments(p: argparse.ArgumentParser, metavar: str = "STORE") -> 
         help="a flat token file's documents from OLMo-core's NAME.csv.gz beside it "
         "(default: found by scanning for --eos)",
     )
+    add_subset_arguments(p)  # --where, --split (a subset of the store's documents)
 
 
 def _add_output(p: argparse.ArgumentParser, metavar: str, help: str) -> None:

@@ -182,6 +182,14 @@ def _add_build_reading(b: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="text field of JSON records / column of Parquet files (default: text)",
     )
+    b.add_argument(
+        "--fields",
+        type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
+        default=None,
+        metavar="KEY,...",
+        help="keys of JSON records stored as per-document fields (numbers, or strings as "
+        "categories), e.g. source,lang,quality; a record lacking one is a bad record",
+    )
     _add_flag(b, "--lines", "text files hold one document per line (default: one per file)")
     _add_choice(
         b,

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mmpack.cli.subsets import apply_subset
+
 if TYPE_CHECKING:
     from mmpack.ingest.tokenizer import Tokenizer
     from mmpack.views.packed import PackedDataset
@@ -55,7 +57,7 @@ def _open(args: argparse.Namespace, opener=None):
         and not isinstance(store, EosSeparatedStore)
     ):
         raise ValueError(f"--eos is for flat token files; {args.store} is a {store.backend} store")
-    return store
+    return apply_subset(store, args)
 
 
 def _store_size(store) -> int:
@@ -140,6 +142,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "bytes_on_disk": _store_size(store),
         "fingerprint": store.fingerprint,
         "loss_mask": store.has_loss_mask,
+        "fields": store.fields.summary(),
         "format_version": store.meta.get("version"),
         "doc_length": _length_quantiles(lens),
     }
@@ -174,6 +177,9 @@ def _print_info(info: dict, store, lens) -> None:
             + (f" v{info['format_version']}" if info["format_version"] is not None else "")
             + f", file dtype {source.get('dtype')}, served in place (read-only)"
         )
+    elif info["backend"] == "subset":
+        parent = store.parent
+        print(f"subset       {len(store):,} of the {len(parent):,} documents of {parent.location}")
     else:
         print(f"backend      {info['backend']} (format v{info['format_version']})")
     print(f"documents    {info['documents']:,} ({info['empty_documents']:,} empty)")
@@ -185,6 +191,13 @@ def _print_info(info: dict, store, lens) -> None:
     print(f"fingerprint  {info['fingerprint']}")
     if info["loss_mask"]:
         print("loss mask    yes (one 0/1 value per token, 1 = the token is a target)")
+    for name, rec in info["fields"].items():
+        if "top" in rec:
+            top = ", ".join(f"{k!r} {v:,}" for k, v in rec["top"].items())
+            what = f"{rec['categories']:,} categories (most frequent: {top})"
+        else:
+            what = ", ".join(f"{k} {rec[k]:.6g}" for k in ("min", "max", "mean") if k in rec)
+        print(f"field        {name}: {rec['kind']} ({rec['dtype']}){': ' + what if what else ''}")
     tok = info.get("tokenizer")
     if tok:
         ids = ", ".join(f"{k} {v}" for k, v in tok.get("special_ids", {}).items()) or "none"

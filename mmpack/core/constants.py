@@ -8,6 +8,7 @@ __all__ = [
     "INT32_MAX",
     "LINEAR_PIECES",
     "SCHEDULE_RESOLUTION",
+    "SPLIT_STREAM",
     "UINT64_LIMIT",
     "WINDOW_BLOCKS",
 ]
@@ -38,3 +39,6 @@ this many draws, so a schedule of thousands of pieces keeps every table in memor
 LINEAR_PIECES = 16
 """A linear segment of a mixture schedule is drawn as this many constant pieces of equal length
 (fewer when the segment is shorter), each at the weights of its midpoint."""
+SPLIT_STREAM = 0x73706C6974646F63  # "splitdoc" in ASCII
+"""The first int of the key of ``store.split(fractions, seed)`` (:mod:`mmpack.store.subset`): the
+documents' hash keys are drawn from ``(SPLIT_STREAM, seed)``, never from a sampler's plain seed."""

@@ -33,6 +33,7 @@ class _Batch:
     n_read: int = 0
     ended: list = dc_field(default_factory=list)  # inputs whose last record is in this batch
     read_to: int = 0  # how far reading the inputs had got when the batch was cut (_InputMeter)
+    values: list = dc_field(default_factory=list)  # per text, its fields= values (if named)
 
 
 class _InputMeter:
@@ -113,6 +114,9 @@ def _batches(
                         stats.empty += 1
                         n_empty += 1
                         continue
+                    if type(value) is not str:  # a record's fields= values (a _Keyed text)
+                        batch.values.append(value.values)
+                        value = str(value)
                     batch.texts.append(value)
                     batch.where.append(_Where(src, pos))
                     chars += len(value)
@@ -134,7 +138,7 @@ def _batches(
                     "is written (a file is never stored in part)",
                 )
             k, i, chars = mark
-            del batch.texts[k:], batch.where[k:], batch.issues[i:]
+            del batch.texts[k:], batch.where[k:], batch.issues[i:], batch.values[k:]
             batch.issues.append(
                 (
                     len(batch.texts),
@@ -189,10 +193,15 @@ def _consume(
     writer: StoreWriter,
     report: IngestReport,
     emit,
+    rows: list,
     masks=None,
 ) -> None:
-    """Report a tokenized batch's issues in position order and write its documents (with their
-    loss masks, ``masks`` flat like ``flat``, for a chat build)."""
+    """Report a tokenized batch's issues in position order, write its documents (with their
+    loss masks, ``masks`` flat like ``flat``, for a chat build), and append to ``rows`` the
+    fields= values of each document written."""
+    if batch.values:
+        failed = {k for k, _ in failures}
+        rows.extend(v for k, v in enumerate(batch.values) if k not in failed)
     events = list(batch.issues)
     events += [
         (k, IngestIssue(batch.where[k](), reason), batch.where[k].src) for k, reason in failures

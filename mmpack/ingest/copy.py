@@ -12,7 +12,9 @@ complete and verified; an interrupted copy leaves nothing that opens.
 What is copied.  Every document, in the source's dtype; the metadata's optional sections
 (:attr:`TokenStore.extra <mmpack.store.reader.TokenStore.extra>`: the tokenizer record, the
 provenance, whatever a builder added) and the files the build attached
-(:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``).  An mmpack
+(:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``), and the
+per-document fields (``store.fields``, :mod:`mmpack.store.fields`; a subset's are the parent's
+restricted to it, a join's the parts' concatenated).  An mmpack
 store keeps its token checksum algorithm and its layout (``backend=`` changes it: a memmap store
 copied to Zarr or back), so its copy has the same block digests and the same fingerprint (which
 does not cover the layout; a store written with blocks other than 16 MiB, which mmpack's
@@ -127,6 +129,7 @@ def copy_store(
         "overwrite": overwrite,
         "checksum": recorded.tokens_checksum if recorded is not None else "xxh64",
         "check": _verifier(source, expected, files, progress),
+        "fields": {name: source.fields.field(name) for name in source.fields},
     }
     if remote_dst:
         options.update(storage_options=storage_options, progress=progress)

@@ -21,6 +21,7 @@ OPTION_NAMES = frozenset(
     {
         "tokenizer",
         "field",
+        "fields",
         "lines",
         "format",
         "batch_size",

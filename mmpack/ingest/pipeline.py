@@ -95,10 +95,13 @@ from mmpack.ingest.inputs import (
     _text_extensions,
 )
 from mmpack.ingest.provenance import describe_store
+from mmpack.ingest.readers import _ParquetFile
+from mmpack.ingest.records import _TextField
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
 from mmpack.store.doc_order import check_shuffle_docs
+from mmpack.store.fields import check_field_name, check_fields
 from mmpack.store.publish import check_target
 from mmpack.store.writer import store_writer
 
@@ -138,6 +141,7 @@ def ingest(
     template: str | None = None,
     shuffle_docs: Any = None,
     loss_on: str | None = None,
+    fields: Iterable[str] | None = None,
 ) -> IngestReport:
     """Tokenize text inputs into a new token store at ``output``.
 
@@ -205,6 +209,12 @@ def ingest(
         datasets, datasets or iterables of dicts; ``field`` and ``lines`` are unused), tokenized
         with the ``tokenizer`` folder's chat template into documents with a loss mask
         (:mod:`mmpack.ingest.chat_template`; a bad record is an issue like any other).
+    fields : iterable of str, optional
+        Keys of JSON records (or of the dicts an iterable yields) stored as per-document fields
+        (``store.fields[key]``; :mod:`mmpack.store.fields`: numbers, or strings as categories).
+        A record lacking one, or holding ``null``, a list or an object there, is a bad record
+        (an issue; ``on_error`` decides), never a silent missing value.  Parquet files and
+        datasets are refused with ``fields``.
 
     Returns
     -------
@@ -237,9 +247,10 @@ def ingest(
     where = output if isinstance(output, str) and "://" in output else Path(output)
     if isinstance(where, Path):  # the target first: an input is never read from what it holds
         check_target(where, bool(overwrite))
+    keys = _field_keys(fields, field)
     sources = _resolve_inputs(
         inputs,
-        field=field,
+        field=_TextField(field, keys) if keys else field,
         lines=bool(lines),
         fmt=format,
         extensions=extensions,
@@ -247,6 +258,8 @@ def ingest(
         output=where if isinstance(where, Path) else None,
         loss_on=loss_on,
     )
+    if keys:
+        _check_keyed_sources(sources)
     report = IngestReport(
         path=where,
         tokenizer=str(tok.spec),
@@ -267,6 +280,7 @@ def ingest(
         overwrite=overwrite,
         copy_tokenizer=copy_tokenizer,
         shuffle_docs=shuffle_docs,
+        fields=keys,
     )
     policy.warn_unshown()
     return report
@@ -309,6 +323,7 @@ def _build_store(
     overwrite: bool,
     copy_tokenizer: bool,
     shuffle_docs: Any,
+    fields: tuple[str, ...] = (),
 ) -> None:
     """Tokenize ``batches`` (in order, ``report.workers`` processes) into a new store at
     ``output``, published once every input was read and the issue policy let it through, with
@@ -328,9 +343,12 @@ def _build_store(
             shuffle_docs=shuffle_docs,
             **remote,
         ) as writer:
+            rows: list[tuple] = []  # the fields= values of each document written
             with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
                 for batch, (flat, lengths, failures, masks) in encoded:
-                    _consume(batch, flat, lengths, failures, writer, report, policy.emit, masks)
+                    _consume(
+                        batch, flat, lengths, failures, writer, report, policy.emit, rows, masks
+                    )
                     for group in batch.ended:
                         policy.input_done(group)
                     if bar.enabled:
@@ -338,9 +356,35 @@ def _build_store(
                         rate = report.tokens_written / (time.perf_counter() - t0)
                         bar.note(f"{report.docs_written:,} docs, {rate:,.0f} tokens/s")
             policy.all_read()
+            if fields:  # written by the commit, in the stored order
+                writer.fields = check_fields(
+                    {k: [r[i] for r in rows] for i, k in enumerate(fields)}
+                )
             describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer)
             bar.close()  # before the upload's own bar, if any
         report.store = writer.store
     finally:
         bar.close()
         report.seconds = time.perf_counter() - t0
+
+
+def _field_keys(fields: Any, text_field: str) -> tuple[str, ...]:
+    """``ingest``'s ``fields`` checked: field names, none twice, not the text field."""
+    if fields is None:
+        return ()
+    if isinstance(fields, str):
+        raise TypeError(f"fields must be a list of key names, got the string {fields!r}")
+    keys = tuple(check_field_name(k) for k in fields)
+    if len(set(keys)) != len(keys) or text_field in keys:
+        raise ValueError(f"fields {list(keys)!r} names a key twice, or the text field")
+    return keys
+
+
+def _check_keyed_sources(sources: list) -> None:
+    """``fields=`` reads JSON records and dicts: refuse a Parquet file or a dataset."""
+    for src in sources:
+        if isinstance(src, _ParquetFile) or hasattr(getattr(src, "obj", None), "iter"):
+            raise ValueError(
+                f"{src.where(None)}: fields= reads the keys of JSON records (and of dicts an "
+                "iterable yields); Parquet files and datasets are not read with fields"
+            )

@@ -10,7 +10,8 @@ length are checked at the end; one more decompression, +35-42% of a byte-level b
 ``.jsonl.gz``); a damaged one is skipped whole, and :func:`_decodable_records` counts the records
 decoded before the damage (64 KiB pieces, the damaged piece byte by byte; memory: one piece's
 output).  The text of a JSON record or a dataset cell is checked by :func:`_text_of` and
-:func:`_check_text` (O(1) a record).
+:func:`_check_text` (O(1) a record); with ``ingest(fields=...)`` the text field's name is a
+:class:`_TextField` naming the keys, and the text a :class:`_Keyed` carrying their values.
 """
 
 from __future__ import annotations
@@ -59,13 +60,49 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _TextField(str):
+    """The text field's name, carrying the keys ``ingest(fields=...)`` names (``keys``): each
+    record's values of them ride with its text (:class:`_Keyed`)."""
+
+    keys: tuple[str, ...] = ()
+
+    def __new__(cls, name: str, keys: tuple[str, ...]) -> _TextField:
+        out = super().__new__(cls, name)
+        out.keys = keys
+        return out
+
+
+class _Keyed(str):
+    """A record's text with the values of the keys its text field names (``values``)."""
+
+    values: tuple[Any, ...] = ()
+
+
+_FIELD_TYPES = (str, int, float, bool)
+
+
 def _text_of(obj: Any, field: str) -> str | _Reason:
-    """The text of a record, or the reason it has none."""
+    """The text of a record, or the reason it has none (a record lacking one of the keys
+    ``fields=`` names, or holding a value there that is not a number or a string, has none)."""
     if not isinstance(obj, Mapping):
         return _Reason(f"the record is a {_json_type(obj)}, not an object with a {field!r} field")
     if field not in obj:
         return _Reason(f"field {field!r} is missing")
-    return _check_text(obj[field], field)
+    text = _check_text(obj[field], field)
+    keys = getattr(field, "keys", ())
+    if not keys or isinstance(text, _Reason):
+        return text
+    for key in keys:
+        if key not in obj:
+            return _Reason(f"field {key!r} (named by fields=) is missing")
+        if not isinstance(obj[key], _FIELD_TYPES):
+            return _Reason(
+                f"field {key!r} (named by fields=) holds a {_json_type(obj[key])}, not a number "
+                "or a string"
+            )
+    keyed = _Keyed(text)
+    keyed.values = tuple(obj[key] for key in keys)
+    return keyed
 
 
 def _check_text(value: Any, field: str) -> str | _Reason:

@@ -245,6 +245,12 @@ def _open_parts(
     refused = None if refuse is None else Path(os.path.abspath(refuse))
     stores = []
     for k, item in enumerate(parts):
+        if isinstance(item, TokenStore) and item.parent_doc_ids is not None:
+            raise ValueError(
+                f"part {k} is a subset of {item.location} ({len(item)} documents); a join's "
+                "parts are whole stores: copy the subset into one first (mmpack cp --where / "
+                "--split, mmpack.ingest.copy.copy_store)"
+            )
         if isinstance(item, TokenStore):
             store = item
         elif isinstance(item, (str, os.PathLike)):

@@ -59,6 +59,7 @@ from mmpack.core.progress import progress_bar
 from mmpack.errors import FormatError
 from mmpack.joins.manifest import JOIN_FILE, MANIFEST_KEYS, read_manifest
 from mmpack.store.backends import Backend
+from mmpack.store.fields import Fields, check_same_fields, concat_fields
 from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
@@ -91,7 +92,8 @@ def joined_mask_fingerprint(
     """The fingerprint of the loss mask of the join ``fingerprint`` of ``parts``: derived from
     the join's (which covers every part's, their masks included) when every part has a loss
     mask, None when none has; ``ValueError`` naming the first part that differs from part 0
-    otherwise (a store has a mask for every document or for none)."""
+    otherwise (a store has a mask for every document or for none), or whose fields
+    (:func:`~mmpack.store.fields.check_same_fields`) differ from part 0's."""
     flags = [p.has_loss_mask for p in parts]
     if any(flags) and not all(flags):
         k = flags.index(not flags[0])
@@ -100,6 +102,7 @@ def joined_mask_fingerprint(
             f"{where}: part {k} ({parts[k].location}) {has[0]} but part 0 "
             f"({parts[0].location}) {has[1]}; join stores that all have loss masks, or none"
         )
+    check_same_fields([p.fields for p in parts], where)  # and the same fields
     if not flags or not flags[0]:
         return None
     return hashlib.sha256(f"mmpack-join-loss-mask:{fingerprint}".encode()).hexdigest()[:16]
@@ -331,6 +334,10 @@ class JoinedStore(TokenStore):
                 )
             doc += n
         return {"parts": len(self.parts), "blocks": blocks, "bytes": nbytes}
+
+    def _open_fields(self) -> Fields:
+        """The parts' fields concatenated (:func:`~mmpack.store.fields.concat_fields`)."""
+        return Fields.of(concat_fields([p.fields for p in self.parts], self.location))
 
     def _open_loss_mask(self) -> TokenStore:
         """The join of the parts' loss masks, with the join's offsets (nothing is written)."""

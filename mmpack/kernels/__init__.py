@@ -21,6 +21,7 @@ hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times sid
 | ``eos`` | one scan for document separators in a flat token file |
 | ``blockstate`` | the remote node cache's hit test (are a batch's blocks all present?) |
 | ``megatron_order`` | megatron-core GPTDataset's sample index; its samples' token ranges and copies |
+| ``subset`` | a subset's token ranges mapped onto its parent's tokens |
 """
 
 __all__: list[str] = []  # kernels are reached by module path

@@ -125,7 +125,8 @@ def upload(
     previous, gen = new_generation(transport)
     table = check_table(local / "tokens.bin", check_block_bytes)
     (local / "tokens.crc").write_bytes(table)
-    names = ["tokens.bin", "offsets.bin", "tokens.crc", *raw.get("files", [])]  # + attached
+    columns = [f["file"] for f in raw.get("fields", [])]  # the per-document fields' files
+    names = ["tokens.bin", "offsets.bin", "tokens.crc", *raw.get("files", []), *columns]
     _put_files(transport, {f"{gen}/{n}": local / n for n in names}, 3, progress)
     raw["remote"] = {
         "data": gen,

@@ -15,6 +15,9 @@
     gather.py      the documents a build takes from lists, arrays and generators
     tokens.py      one document's tokens checked and converted (the rules of ``build``)
     lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks
+    fields.py      per-document fields: columns, categories, their files and records
+    documents.py   what every store offers over its documents: fields, select / where / split
+    subset.py      SubsetStore: a store over some documents of another, no token copied
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
@@ -25,4 +28,8 @@ Its public names are reached through :mod:`mmpack` (``mmpack.build``, ``mmpack.o
 ``mmpack.TokenStore``) or by module path.
 """
 
+from mmpack.store.registry import register_subsets
+
 __all__: list[str] = []
+
+register_subsets("mmpack.store.subset")

@@ -24,6 +24,11 @@ Per-token loss masks: a store built from documents that carry one (``{"input_ids
 (:data:`LOSS_MASK_STORE`): ``uint8`` tokens 0 or 1, one per token, with the same offsets, block
 digests of its own.  The record names the mask store's fingerprint (``loss_mask``), and the
 store's fingerprint covers it, so a mask that changed is a different store.
+
+Per-document fields (:mod:`mmpack.store.fields`): one little-endian file per field,
+``field.<name>.bin`` (``num_docs`` values: ``<i8``, ``<f8``, or ``<i4`` codes into a table of
+strings), named with its CRC-32 and its table in the record's ``fields`` list, which the
+fingerprint covers.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import numpy as np
 
 from mmpack.core.validation import check_dtype
 from mmpack.errors import FormatError
+from mmpack.store.fields import FieldSpec, fields_record, parse_fields_record
 
 __all__ = [
     "BLOCK_BYTES",
@@ -78,7 +84,7 @@ OFFSETS_DTYPE = np.dtype("<i8")
 
 RECORD_KEYS = frozenset(
     ("format", "version", "backend", "dtype", "num_docs", "num_tokens", "checksum", "files")
-    + ("fingerprint", "remote")
+    + ("fingerprint", "remote", "fields")
 )
 """The keys of a metadata record that describe the store itself (:meth:`StoreMeta.to_json`, and
 the ``"remote"`` record of a store's objects); the others are optional sections
@@ -157,6 +163,9 @@ class StoreMeta:
     loss_mask: str | None = None
     """The fingerprint of the store's loss mask store (:data:`LOSS_MASK_STORE`), or None for a
     store without a loss mask.  Part of the fingerprint."""
+    fields: tuple[FieldSpec, ...] = ()
+    """The per-document fields (:mod:`mmpack.store.fields`), in order.  Part of the
+    fingerprint."""
 
     @property
     def fingerprint(self) -> str:
@@ -173,6 +182,8 @@ class StoreMeta:
             fields.append(self.tokens_checksum)
         if self.loss_mask is not None:
             fields.append(["loss_mask", self.loss_mask])
+        if self.fields:
+            fields.append(["fields", fields_record(self.fields)])
         payload = json.dumps(fields, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -195,6 +206,8 @@ class StoreMeta:
             record["files"] = list(self.files)
         if self.loss_mask is not None:
             record["loss_mask"] = {"store": LOSS_MASK_STORE, "fingerprint": self.loss_mask}
+        if self.fields:
+            record["fields"] = fields_record(self.fields)
         record["fingerprint"] = self.fingerprint
         return record
 
@@ -220,6 +233,7 @@ class StoreMeta:
                 tokens_checksum=str(checksum.get("algorithm")),
                 files=_listed_files(obj.get("files", []), where),
                 loss_mask=_loss_mask_record(obj.get("loss_mask"), where),
+                fields=parse_fields_record(obj.get("fields"), where),
             )
         except (KeyError, TypeError) as exc:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc

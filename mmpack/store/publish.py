@@ -229,10 +229,14 @@ def check_replaceable(path: Path) -> None:
 
 
 def _listed_files(path: Path, raw: dict) -> set[str]:
-    """The names the metadata of the store ``path`` lists as files its build wrote, that are
+    """The names the metadata of the store ``path`` lists as files its build wrote (attached
+    files, field columns), that are
     regular files there (a folder or a link of that name is not what the build wrote); none
     when the list is malformed."""
     names = raw.get("files", [])
+    fields = raw.get("fields", [])
+    if isinstance(names, list) and isinstance(fields, list):  # and the fields' columns
+        names = names + [r.get("file") for r in fields if isinstance(r, dict)]
     if not isinstance(names, list) or not all(map(plain_file_name, names)):
         return set()
     return {n for n in names if stat.S_ISREG(_lstat_mode(path / n))}

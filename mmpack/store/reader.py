@@ -40,6 +40,8 @@ from mmpack.core.progress import progress_bar
 from mmpack.core.validation import check_index, check_int
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend, get_backend
+from mmpack.store.documents import DocumentSets
+from mmpack.store.fields import read_field
 from mmpack.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
 from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
 from mmpack.store.lossmask import check_mask_store
@@ -60,14 +62,14 @@ _SCAN_AHEAD_BYTES = 1 << 24  # kept requested ahead of a scan by __iter__
 _SCAN_CHUNK_BYTES = 1 << 21  # per request (several in flight; one WILLNEED reads <= 8 MiB here)
 
 
-class TokenStore:
+class TokenStore(DocumentSets):
     """A read-only, memory-mapped token store.  Create with :func:`build`, open with
     :func:`open_store` (``mmpack.open``).
 
     ``len(store)`` is the number of documents, ``store[j]`` document ``j`` as a 1-D array of
     ``store.dtype`` (a view of the mapping for the memmap backend).  Pickling keeps only the path
     and the metadata; the receiving process maps the files again and refuses a store that was
-    rebuilt in between.
+    rebuilt in between.  Fields and subsets: :class:`~mmpack.store.documents.DocumentSets`.
     """
 
     def __init__(
@@ -420,6 +422,8 @@ class TokenStore:
             if mask is not None:  # the mask store: its own offsets check and block digests
                 extra = mask.verify()
                 done = {k: done[k] + extra[k] for k in done}
+            for spec in getattr(self._meta, "fields", ()):  # each column against its CRC-32
+                read_field(self._backend, spec, len(self), False, True)
             return done
         finally:
             self._backend.advise(previous)

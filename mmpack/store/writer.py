@@ -34,6 +34,7 @@ import numpy as np
 from mmpack.core.permutation_keys import SeedLike
 from mmpack.store import doc_order
 from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
+from mmpack.store.fields import check_fields, commit_fields
 from mmpack.store.format import (
     BLOCK_BYTES,
     CHECKSUM_KINDS,
@@ -91,6 +92,7 @@ def build(
     fsync: bool = True,
     storage_options: dict[str, Any] | None = None,
     shuffle_docs: SeedLike | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> TokenStore:
     """Build a store at ``path`` from ``docs`` and return it opened.
 
@@ -125,6 +127,8 @@ def build(
         Store the documents in a keyed random order of this seed (:mod:`mmpack.store.doc_order`:
         exact, O(1) extra memory, twice the token bytes on disk while the build runs, one more
         write and a random read of every document).  Default: the order of ``docs``.
+    fields : dict, optional
+        ``{name: values}``, one value per document: ints, floats, short strings (categories).
 
     Raises
     ------
@@ -132,7 +136,7 @@ def build(
         A negative, non-integer or too large token (>= 2**63, or beyond ``dtype``; the message
         names the document, position and value), a loss mask of another length than its
         document or with a value other than 0/1, a mix of documents with and without a loss
-        mask, or a bad argument.  Nothing is left on disk.
+        mask, a field of another length, or a bad argument.  Nothing is left on disk.
     TypeError
         A document that is not a 1-D sequence of integers; a ``shuffle_docs`` that is not one.
     StoreExistsError
@@ -149,6 +153,7 @@ def build(
         buffer_tokens=buffer_tokens,
         fsync=fsync,
         shuffle_docs=shuffle_docs,
+        fields=fields,
         **remote,
     ) as writer:
         if isinstance(docs, (str, bytes)):
@@ -204,8 +209,10 @@ class StoreWriter:
         checksum: str = "xxh64",
         check: Callable[[TokenStore], None] | None = None,
         shuffle_docs: SeedLike | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         self.shuffle_docs = doc_order.check_shuffle_docs(shuffle_docs)
+        self.fields = check_fields(fields)  # written by the commit (mmpack.store.fields)
         if checksum not in CHECKSUM_KINDS:
             raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
         self.checksum = checksum
@@ -287,13 +294,10 @@ class StoreWriter:
         mask, self._mask = getattr(self, "_mask", None), None
         if mask is not None:  # a build abandoned: the mask writer removes its own files
             steps.append(lambda: mask.__exit__(RuntimeError, None, None))
-        for f in (getattr(self, "_tokens", None), getattr(self, "_offsets_file", None)):
-            if f is not None:
-                steps.append(f.close)
+        files = (getattr(self, "_tokens", None), getattr(self, "_offsets_file", None))
+        steps.extend(f.close for f in files if f is not None)
         first: BaseException | None = None
         for step in steps:
-            if step is None:
-                continue
             try:
                 step()
             except Exception as exc:
@@ -498,6 +502,9 @@ class StoreWriter:
             mask.__exit__(None, None, None)
             assert mask.store is not None and len(mask.store) == self._num_docs
             mask_fingerprint = mask.store.fingerprint
+        n, tmp = self._num_docs, self._tmp
+        order = None if seed is None else doc_order.doc_order(n, seed, 0, n)
+        specs = commit_fields(tmp, self.fields, n, order, self.fsync)  # type: ignore[arg-type]
         digests = self._tokens.finish()
         dtype = self._tokens.dtype
         for f in (self._tokens.file, self._offsets_file):
@@ -516,8 +523,8 @@ class StoreWriter:
             tokens_checksum=self.checksum,
             files=tuple(sorted(self._attached)),
             loss_mask=mask_fingerprint,
+            fields=specs,
         )
-        tmp = self._tmp
         if tmp is None:
             raise RuntimeError("StoreWriter committed outside its with-block")
         get_backend(self.backend).commit(tmp, meta)
@@ -528,9 +535,7 @@ class StoreWriter:
                     os.fsync(f.fileno())
         if self.extra:
             write_extra(tmp, self.backend, meta, self.extra)
-        finished = _check_new_store(
-            tmp, meta
-        )  # the complete new store, before it replaces anything
+        finished = _check_new_store(tmp, meta)  # the complete new store, before it replaces any
         if self.check is not None:
             self.check(finished)
         del finished

@@ -342,6 +342,7 @@ class PackedDataset:
         an eot follows the piece, else 0) and ``"at"``, the row position the piece starts at, so
         it fills ``[at, at + stop - start + eot)`` (these are the row's ``cu_seqlens``).  Padding
         is not listed.  Negative ``i`` counts from the end; ``IndexError`` outside the dataset.
+        Over a subset (:mod:`mmpack.store.subset`), ``"doc"`` is the parent store's id.
 
         Example: row ``[1, 2, 3, eot, 10, 11, eot, eot]`` of documents ``[1, 2, 3]`` (0),
         ``[]`` (2) and ``[10, 11]`` (4) is located as ``{"doc": 0, "start": 0, "stop": 3, "eot": 1,

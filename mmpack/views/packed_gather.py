@@ -269,7 +269,8 @@ def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
 
 
 def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
-    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them."""
+    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them (ids of
+    the view's store: ``PackedDataset.locate`` maps a subset's to its parent's)."""
     at = 0
     pieces = []
     for doc, start, length in plan.pieces(b):

@@ -493,7 +493,7 @@ class WindowDataset:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the
         document index, the token range ``[start, stop)`` inside it, whether its eot is included,
         and the window positions ``[at, at + stop - start + eot)`` it fills (``labels=True``
-        windows include the label token)."""
+        windows include the label token).  Over a subset, ``"doc"`` is the parent store's id."""
         n = self._len
         if type(i) is not int or not 0 <= i < n:
             i = check_index(i, n)

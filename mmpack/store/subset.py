@@ -1,0 +1,423 @@
+"""Subsets of a store without rewriting: ``store.select(doc_ids)``, ``store.where(...)``,
+``store.split(...)``.
+
+A subset is a :class:`~mmpack.store.reader.TokenStore` over some documents of a parent store,
+in the parent's order: it holds the parent document id of each of its documents
+(:attr:`SubsetStore.parent_doc_ids`, int64, sorted, unique) and its own offsets (the cumulative
+lengths of those documents); no token is copied.  Every view, plan, sampler and mixture takes it
+as a store.  A read of subset token ranges maps each range to the parent's tokens: one
+kernel call (:func:`~mmpack.kernels.subset.parent_starts`, a binary search over the subset's
+offsets per range) finds the document of every range's start; when every range lies inside one
+document (packed rows always; windows mostly) the shifted ranges go to the parent's
+``read_ranges`` and its answer is returned as it is (zero copy for a memmap parent), else the
+ranges are cut at document boundaries, read in one parent call and copied into one buffer.
+Building a subset costs O(documents selected) (a gather and a cumulative sum);
+its fingerprint, a hash of the parent's and of the id array (O(documents selected), computed on
+first use), keys the plans of the subset apart from the parent's and from any other subset's.
+A subset of a subset is a subset of the first parent (ids compose), so ``parent_doc_ids``
+always name documents of the store that holds the tokens.  The loss mask and the fields of a
+subset are the parent's restricted to it.
+
+``split(fractions, seed)``: document ``d`` of the parent goes to the part whose cumulative
+fraction interval holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of
+SplitMix64's finaliser, :func:`~mmpack.kernels.subset.split_parts`), the keys drawn from
+``(SPLIT_STREAM, seed)``.  A document's part
+depends only on its parent id, the seed and the fractions, never on the number of documents:
+appending documents (``join(..., append=True)``, a build that adds parts at the end) keeps every
+earlier document in its part.  Cost: one kernel pass over the ids, then one subset per part
+(``benchmarks/bench_subset.py`` times 10^7 documents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+
+from mmpack.core.constants import SPLIT_STREAM
+from mmpack.core.permutation_keys import epoch_keys, seed_words
+from mmpack.kernels.subset import parent_starts, split_parts
+from mmpack.store.backends import Backend
+from mmpack.store.fields import Fields
+from mmpack.store.reader import TokenStore
+
+__all__ = [
+    "SubsetStore",
+    "check_doc_ids",
+    "select",
+    "split",
+    "split_fractions",
+    "split_keys",
+    "where",
+]
+
+
+class _SubsetMeta:
+    """What :class:`TokenStore` reads of a subset's metadata; the fingerprint is computed on
+    first use (a hash of the id array)."""
+
+    backend = "subset"
+    fields = ()
+
+    def __init__(self, parent: TokenStore, ids: np.ndarray, num_tokens: int) -> None:
+        self.dtype = parent.dtype
+        self.num_docs = int(ids.shape[0])
+        self.num_tokens = num_tokens
+        self.loss_mask = getattr(parent._meta, "loss_mask", None)  # has_loss_mask reads it
+        self._parent_fp = parent.fingerprint
+        self._ids = ids
+        self._fp: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fp is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"mmpack-subset:{self._parent_fp}:".encode())
+            h.update(np.ascontiguousarray(self._ids, dtype="<i8").data)
+            self._fp = h.hexdigest()[:16]
+        return self._fp
+
+
+class _ParentChecks:
+    """The read checker of a subset: the parent checks the blocks its reads touch."""
+
+    def verify_span(self, start: int, stop: int) -> None:
+        return None
+
+    def verify_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        return None
+
+    def all_checked(self) -> bool:
+        return True
+
+
+class SubsetBackend(Backend):
+    """Reads subset token ranges from the parent (see the module docstring)."""
+
+    name = "subset"
+
+    def __init__(self, parent: TokenStore, meta: _SubsetMeta, offsets: np.ndarray) -> None:
+        super().__init__(parent.path, meta)  # type: ignore[arg-type]
+        self.parent = parent
+        offsets.flags.writeable = False
+        self._offsets = offsets
+        # shape (docs,): parent position of subset position p in document d is p + shift[d]
+        self.shift = parent.offsets[meta._ids]
+        self.shift -= offsets[:-1]
+
+    @staticmethod
+    def read_meta(path: Any) -> Any:
+        return None
+
+    @staticmethod
+    def commit(tmpdir: Any, meta: Any) -> None:
+        raise TypeError("a subset is made by store.select / where / split, not written")
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._offsets
+
+    def _doc_of(self, positions: np.ndarray) -> np.ndarray:
+        """The document holding the token at each position in ``[0, num_tokens]`` (the last
+        document for ``num_tokens``): int64, shape positions.shape."""
+        d = np.searchsorted(self._offsets, positions, side="right")
+        d -= 1
+        return np.minimum(d, self._offsets.shape[0] - 2, out=d)
+
+    def pieces(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(one_doc, range, at, parent_start, length)`` of every piece of the ranges
+        ``[starts, starts + lengths)`` (int64, shape (k,)) cut at document boundaries (piece q
+        is ``length[q]`` tokens at offset ``at[q]`` of range ``range[q]``, in order):
+        ``one_doc`` when every range lies in one document (the pieces are then the ranges)."""
+        out = np.empty(starts.shape[0], dtype=np.int64)
+        if parent_starts(self._offsets, self.shift, starts, lengths, out) < 0:
+            return True, starts, starts, out, lengths  # the usual case: one kernel call
+        ends = starts + lengths
+        first = self._doc_of(starts)
+        last = np.where(lengths > 0, self._doc_of(np.maximum(ends - 1, 0)), first)
+        n_pieces = np.where(lengths > 0, last - first + 1, 0)
+        rng = np.repeat(np.arange(starts.shape[0], dtype=np.int64), n_pieces)
+        base = np.cumsum(n_pieces) - n_pieces
+        doc = first[rng] + (np.arange(rng.shape[0], dtype=np.int64) - base[rng])
+        lo = np.maximum(starts[rng], self._offsets[doc])
+        hi = np.minimum(ends[rng], self._offsets[doc + 1])
+        keep = hi > lo
+        rng, doc, lo, hi = rng[keep], doc[keep], lo[keep], hi[keep]
+        return False, rng, lo - starts[rng], lo + self.shift[doc], hi - lo
+
+    def read_range(self, start: int, stop: int) -> np.ndarray:
+        src, at = self.read_ranges(
+            np.array([start], dtype=np.int64), np.array([stop - start], dtype=np.int64)
+        )
+        return src[int(at[0]) : int(at[0]) + stop - start]
+
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        k = starts.shape[0]
+        if k == 0 or self._offsets.shape[0] == 1:
+            return np.empty(0, dtype=self.meta.dtype), np.zeros(k, dtype=np.int64)
+        one_doc, rng, off, lo, n = self.pieces(starts, lengths)
+        if one_doc:
+            return self.parent.read_ranges(lo, n)
+        src, at = self.parent.read_ranges(lo, n)
+        at = np.asarray(at, dtype=np.int64)
+        out_starts = np.cumsum(lengths) - lengths
+        buf = np.empty(int(lengths.sum()), dtype=self.meta.dtype)
+        dst = out_starts[rng] + off
+        within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        buf[np.repeat(dst, n) + within] = src[np.repeat(at, n) + within]
+        return buf, out_starts
+
+    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
+        if self._offsets.shape[0] == 1:
+            return 0
+        _, _, _, lo, n = self.pieces(np.asarray(starts, np.int64), np.asarray(lengths, np.int64))
+        return self.parent.prefetch(lo, n) if lo.size else 0
+
+    def resident(self, positions: np.ndarray) -> bool:
+        if self._offsets.shape[0] == 1 or positions.size == 0:
+            return True
+        pos = np.minimum(positions, self._offsets[-1])
+        return self.parent.resident(pos + self.shift[self._doc_of(pos)])
+
+    def advise(self, pattern: str) -> str:
+        return self.parent.advise(pattern)
+
+    def read_file(self, name: str) -> bytes:
+        return self.parent.read_attached(name)
+
+
+class SubsetStore(TokenStore):
+    """A subset of a store's documents (see the module docstring): made by
+    :meth:`TokenStore.select`, :meth:`~TokenStore.where` and :meth:`~TokenStore.split`."""
+
+    _backend: SubsetBackend
+
+    def __init__(self, parent: TokenStore, ids: np.ndarray) -> None:
+        ids.flags.writeable = False
+        self._parent = parent
+        self._ids = ids
+        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+        np.cumsum(parent.doc_lens[ids], out=offsets[1:])
+        meta = _SubsetMeta(parent, ids, int(offsets[-1]))
+        backend = SubsetBackend(parent, meta, offsets)
+        raw = {"format": "mmpack-subset", "parent": parent.location, **parent.extra}
+        super().__init__(
+            parent.path,
+            meta,  # type: ignore[arg-type]
+            raw,
+            backend,
+            location=parent.location,
+            cache_dir=parent.cache_dir,
+            open_options=parent.open_options,
+            verify_reads=parent.verify_reads,
+            read_checker=_ParentChecks(),
+        )
+
+    @property
+    def parent(self) -> TokenStore:
+        """The store that holds the tokens (never itself a subset)."""
+        return self._parent
+
+    @property
+    def parent_doc_ids(self) -> np.ndarray:
+        """int64, shape (num_docs,), sorted, unique, read-only: the parent document id of each
+        of the subset's documents."""
+        return self._ids
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits: a hash of the parent's fingerprint and :attr:`parent_doc_ids`."""
+        return self._meta.fingerprint
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return self._parent.extra
+
+    @property
+    def attached_files(self) -> tuple[str, ...]:
+        return self._parent.attached_files
+
+    def read_attached(self, name: str) -> bytes:
+        return self._parent.read_attached(name)
+
+    def _open_loss_mask(self) -> TokenStore:
+        mask = self._parent.loss_mask
+        assert mask is not None
+        return SubsetStore(mask, self._ids)
+
+    def _open_fields(self) -> Fields:
+        parent = self._parent.fields
+        ids = self._ids
+        loaders = {name: (lambda name=name: parent[name][ids]) for name in parent}
+        return Fields(loaders, {name: parent.categories(name) for name in parent}, parent.kinds)
+
+    def verify(self, *, progress: Any = False) -> dict[str, int]:
+        """Verify the parent store (the subset holds no data of its own)."""
+        return self._parent.verify(progress=progress)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"parent": self._parent, "ids": np.asarray(self._ids)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        fresh = SubsetStore(state["parent"], np.array(state["ids"], dtype=np.int64))
+        self.__dict__.update(fresh.__dict__)
+
+    def __repr__(self) -> str:
+        return (
+            f"SubsetStore({self._parent.location!r}, docs={len(self)} of {len(self._parent)}, "
+            f"tokens={self.num_tokens}, dtype={self.dtype.name})"
+        )
+
+
+# --------------------------------------------------------------------------------- making them
+def check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
+    """Document ids given to ``select``: a 1-D sequence of ints in ``[0, n)``, strictly
+    increasing.  Returns them as int64 (a new array).
+
+    Raises
+    ------
+    TypeError
+        Not a 1-D sequence of integers (bools and floats included).
+    IndexError
+        An id outside ``[0, n)`` (named).
+    ValueError
+        Ids not strictly increasing (the first repeated or out-of-order id is named).
+    """
+    if isinstance(doc_ids, (str, bytes)):
+        raise TypeError(f"doc_ids must be a 1-D sequence of document ids, got {doc_ids!r}")
+    arr = np.array(doc_ids)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TypeError(
+            f"doc_ids must be a 1-D sequence of integer document ids, got dtype {arr.dtype} "
+            f"shape {arr.shape} (a boolean mask over documents goes to where())"
+        )
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n):
+        bad = arr[(arr < 0) | (arr >= n)][0]
+        raise IndexError(f"document id {int(bad)} is out of range for a store of {n} documents")
+    arr = arr.astype(np.int64)
+    if arr.size > 1:
+        step = np.diff(arr)
+        if (step <= 0).any():
+            p = int(np.argmax(step <= 0)) + 1
+            what = "repeated" if step[p - 1] == 0 else "out of order"
+            raise ValueError(
+                f"doc_ids must be sorted and unique: id {int(arr[p])} at position {p} is {what} "
+                "(sort them with numpy.unique)"
+            )
+    return arr
+
+
+def _root(store: TokenStore) -> tuple[TokenStore, np.ndarray | None]:
+    if isinstance(store, SubsetStore):
+        return store.parent, store.parent_doc_ids
+    return store, None
+
+
+def select(store: TokenStore, doc_ids: Any) -> SubsetStore:
+    """The subset of ``store``'s documents ``doc_ids`` (see :meth:`TokenStore.select`)."""
+    ids = check_doc_ids(doc_ids, len(store))
+    return _subset(store, ids)
+
+
+def _subset(store: TokenStore, ids: np.ndarray) -> SubsetStore:
+    parent, composed = _root(store)
+    return SubsetStore(parent, ids if composed is None else composed[ids])
+
+
+def where(store: TokenStore, mask: Any = None, **equal: Any) -> SubsetStore:
+    """The documents of ``store`` where ``mask`` is true and every field named in ``equal``
+    equals its value (see :meth:`TokenStore.where`)."""
+    n = len(store)
+    keep = np.ones(n, dtype=bool)
+    if mask is not None:
+        m = np.asarray(mask)
+        if m.dtype != np.bool_ or m.shape != (n,):
+            raise ValueError(
+                f"where() takes a boolean mask of shape ({n},), one per document; got dtype "
+                f"{m.dtype} shape {m.shape}"
+            )
+        keep &= m
+    fields = store.fields
+    for name, value in equal.items():
+        if name not in fields:
+            raise ValueError(f"where(): the store has no field {name!r} (it has {sorted(fields)})")
+        keep &= fields[name] == _field_value(name, value, fields.categories(name))
+    return _subset(store, np.flatnonzero(keep).astype(np.int64))
+
+
+def _field_value(name: str, value: Any, categories: tuple[str, ...] | None) -> Any:
+    if isinstance(value, str):
+        if categories is None:
+            raise TypeError(f"where(): field {name!r} holds numbers, got the string {value!r}")
+        k = int(np.searchsorted(np.array(categories, dtype=object), value))
+        if k == len(categories) or categories[k] != value:
+            raise ValueError(
+                f"where(): field {name!r} has no category {value!r} (it has "
+                f"{list(categories)[:10]})"
+            )
+        return k
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"where(): field {name!r} compares with a number or a string, got {value!r}"
+        )
+    return value
+
+
+def split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
+    """``fractions`` checked: a non-empty dict of names to fractions in ``[0, 1]`` summing to 1
+    (within 1e-9).  Returns the names and the upper thresholds of their 64-bit hash intervals
+    (uint64, the last one ``2**64 - 1``)."""
+    if not isinstance(fractions, dict) or not fractions:
+        raise TypeError(
+            f"split() takes a dict of part names to fractions, e.g. {{'train': 0.99, "
+            f"'validation': 0.01}}; got {fractions!r}"
+        )
+    names = list(fractions)
+    values = []
+    for name, f in fractions.items():
+        if not isinstance(name, str):
+            raise TypeError(f"split(): part names are strings, got {name!r}")
+        if isinstance(f, (bool, np.bool_)) or not isinstance(f, (int, float, np.number)):
+            raise TypeError(f"split(): fraction of {name!r} is {f!r}, not a number")
+        if not math.isfinite(float(f)) or not 0 <= float(f) <= 1:
+            raise ValueError(f"split(): fraction of {name!r} is {f!r}; fractions lie in [0, 1]")
+        values.append(float(f))
+    total = math.fsum(values)
+    if abs(total - 1.0) > 1e-9:
+        raise ValueError(f"split(): the fractions {fractions!r} sum to {total!r}, not 1")
+    cum = np.cumsum(np.array(values, dtype=np.float64)) / total
+    bounds = np.minimum(np.floor(cum * 2.0**64), 2.0**64 - 1).astype(np.float64)
+    thresholds = np.array([int(b) if b < 2.0**64 else 2**64 - 1 for b in bounds], dtype=np.uint64)
+    thresholds[-1] = np.uint64(2**64 - 1)
+    return names, thresholds
+
+
+def split_keys(seed: Any) -> np.ndarray:
+    """The hash keys of ``split(..., seed)`` (uint64, shape (ROUNDS,)): drawn from
+    ``(SPLIT_STREAM, seed)``, never a sampler's keys of a plain seed."""
+    return epoch_keys((SPLIT_STREAM, *seed_words(seed)), np.zeros(1, dtype=np.uint64))[0]
+
+
+def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetStore]:
+    """Disjoint subsets of ``store`` covering it, by the keyed hash of each document's parent id
+    (see the module docstring and :meth:`TokenStore.split`)."""
+    names, thresholds = split_fractions(fractions)
+    parent, composed = _root(store)
+    ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
+    part = np.empty(ids.shape[0], dtype=np.int64)
+    split_parts(ids, split_keys(seed), thresholds, part)
+    if composed is None:  # ids is arange: the positions are the ids
+        return {
+            name: SubsetStore(parent, np.flatnonzero(part == k)) for k, name in enumerate(names)
+        }
+    return {name: SubsetStore(parent, ids[part == k]) for k, name in enumerate(names)}
