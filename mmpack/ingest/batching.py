@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.ingest.records import _ReadFailed, _Reason
+from mmpack.ingest.records import _Keyed, _ReadFailed, _Reason
 from mmpack.ingest.report import IngestIssue, IngestReport, _refuse
 from mmpack.store.writer import StoreWriter
 
@@ -114,7 +114,7 @@ def _batches(
                         stats.empty += 1
                         n_empty += 1
                         continue
-                    if type(value) is not str:  # a record's fields= values (a _Keyed text)
+                    if isinstance(value, _Keyed):  # a record's text with its fields= values
                         batch.values.append(value.values)
                         value = str(value)
                     batch.texts.append(value)
