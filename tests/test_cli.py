@@ -426,20 +426,23 @@ def test_show_position_names_what_the_run_served(
         options.update(block_bounds=ds.block_bounds(16), window_blocks=2)
     if drop_last:
         run.append("--drop-last")
-    want = _run_order(len(ds), 2, world, drop_last, **options)
-    epoch_length = len(want) // 2
-    for p in sorted({0, 1, epoch_length - 1, epoch_length, len(want) - 1, len(want) // 3}):
+    want = _run_order(len(ds), 2, world, drop_last, **options)  # what the ranks served, in turn
+    n, served = len(ds), len(want) // 2  # global positions per epoch, positions served per epoch
+    for p in sorted({0, 1, n - 1, n, 2 * n - 1, 2 * n // 3}):
+        e, g = divmod(p, n)  # the sampler's global position: epoch e, epoch position g
         code, got, out, err = _served(seed_store, capsys, *view, *run, "--position", p)
+        if g >= served:  # dropped by --drop-last: served by no rank
+            assert code == 1 and "no rank served it" in err, err
+            continue
         assert code == 0, err
-        assert got == want[p], p
+        assert got == want[e * served + g], p
         # the rest is what show -i prints of that sample
         assert main(["show", str(seed_store), *map(str, view), "-i", str(got)]) == 0
         assert out.split("\n", 1)[1] == capsys.readouterr().out
         # --epoch: a position of that epoch; --rank: that rank's own samples
-        e, g = divmod(p, epoch_length)
         assert _served(seed_store, capsys, *view, *run, "--epoch", e, "--position", g)[1] == got
         t, r = divmod(g, world)
-        own = e * (epoch_length // world) + t
+        own = e * (served // world) + t
         argv = [*view, *run, "--rank", r, "--position", own]
         assert _served(seed_store, capsys, *argv)[1] == got
 

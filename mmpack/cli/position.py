@@ -1,18 +1,19 @@
 """``mmpack show --position P``: which sample a training run served at a global position.
 
 A run's :class:`~mmpack.torch.sampler.ResumableSampler` walks epoch 0's order, then epoch 1's,
-and so on.  Epoch ``e``'s order has ``L`` positions, what all ranks together consume in the
-epoch: the view's ``n`` samples rounded up to a multiple of the world size ``W`` (the padding
-wraps around to the start of the order), or down with ``--drop-last``.  Rank ``r`` takes
-positions ``r, r + W, r + 2 W, ...`` of it.  The *global position* is
+and so on, each an order of the view's ``n`` samples.  The *global position* is the sampler's own
+(what :meth:`ResumableSampler.skip <mmpack.torch.sampler.ResumableSampler.skip>` and ``replay``
+take):
 
-    ``P = e * L + g``: position ``g`` of epoch ``e``'s order,
+    ``P = e * n + g``: position ``g`` of epoch ``e``'s order,
 
-served by rank ``g % W`` as its ``(g // W)``-th sample of the epoch.  With ``--epoch E`` the
-position is ``g`` itself (``0 <= P < L``); with ``--rank R``, ``P`` counts rank ``R``'s own
-samples instead (``e * (L / W) + t``, at epoch position ``g = t * W + R``), what a rank's step
-counter times its batch size gives.  An epoch resumed at another world size (elastic resume)
-keeps its order, so ``g`` still names the same sample; only ``L`` (the padding) may differ.
+served by rank ``g % W`` of a run of ``W`` ranks, as its ``(g // W)``-th sample of the epoch (the
+positions padding adds to fill the last round, or ``--drop-last`` removes, are not global
+positions; one that ``--drop-last`` drops was served by no rank).  With ``--epoch E`` the
+position is ``g`` itself (``0 <= P < n``); with ``--rank R``, ``P`` counts rank ``R``'s own
+samples instead (``e * len(sampler) + t``, at epoch position ``g = t * W + R``), what a rank's
+step counter times its batch size gives.  A run's skips and replays are not known here: the
+position is that of a run without them.
 
 The sample is then the one the sampler itself computes (:meth:`ResumableSampler.indices
 <mmpack.torch.sampler.ResumableSampler.indices>`, the same arithmetic as its iterator), shown as
@@ -67,13 +68,19 @@ def served_at(args: argparse.Namespace, ds: Any) -> tuple[int, str]:
         raise ValueError(
             f"with --drop-last and --world-size {world} the view's {n} samples give no rank any"
         )
-    epoch, step = _epoch_step(args, share * world if args.rank is None else share)
     if args.rank is None:
-        rank, t, g = step % world, step // world, step
+        epoch, g = _epoch_step(args, n)
+        rank, t = g % world, g // world
+        if t >= share:
+            raise ValueError(
+                f"epoch position {g} is dropped by --drop-last at --world-size {world} "
+                f"(each rank serves {share} of the {n} samples): no rank served it"
+            )
         if rank:
             sampler = _sampler(args, ds, n, world, rank)
     else:
-        rank, t = args.rank, step
+        epoch, t = _epoch_step(args, share)
+        rank = args.rank
         g = t * world + rank
     index = int(sampler.indices(t, t + 1, epoch=epoch)[0])
     line = (
