@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["DOC_ORDER_STREAM", "IGNORE_INDEX", "INT32_MAX", "UINT64_LIMIT", "WINDOW_BLOCKS"]
+__all__ = [
+    "DOC_ORDER_STREAM",
+    "FETCH_BLOCK_BYTES",
+    "IGNORE_INDEX",
+    "INT32_MAX",
+    "UINT64_LIMIT",
+    "WINDOW_BLOCKS",
+]
 
 IGNORE_INDEX = -100
 """Label of a position that takes no loss (PyTorch's ``CrossEntropyLoss`` default)."""
@@ -21,3 +28,6 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 """The first int of the key of a build's document order (``shuffle_docs=``,
 :mod:`mmpack.store.doc_order`): the order of ``shuffle_docs=s`` is the permutation of the key
 ``(DOC_ORDER_STREAM, s)``, never one a sampler draws from a plain seed ``s``."""
+
+FETCH_BLOCK_BYTES = 4 << 20
+"""Bytes per block of ``loader(shuffle="blocks")`` (``view.block_bounds``): one large read each."""

@@ -331,6 +331,17 @@ class BlockCache:
         mine = set(claim.mine)
         return sorted(rest + [b for b in blocks if b not in mine])
 
+    def drop_blocks(self, cf: CacheFile, ids: list[int]) -> int:
+        """Drop present blocks ``ids`` of ``cf`` (nobody may read them: the caller holds their
+        pins exclusively), give back their charge and count the drop in the header, so other
+        readers forget them; returns how many were dropped."""
+        if not ids:
+            return 0
+        with self._locked():
+            cf.add_counted(-sum(cf.drop(b) for b in ids))
+            cf.count_drop()
+        return len(ids)
+
     def drop_bad(self, cf: CacheFile, bad: list[int], url: str) -> None:
         """Drop blocks ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with
         a warning, so the caller fetches them again."""
