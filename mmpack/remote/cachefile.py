@@ -359,12 +359,15 @@ class CacheFile:
     def __del__(self) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, _close: Any = os.close) -> None:
         """Close the descriptors (called when the last reference goes: a thread still writing
-        keeps the object alive).  The shared locks live on in the mappings' own descriptors
+        keeps the object alive; ``os.close`` is bound early, so this also runs while the
+        interpreter shuts down).  The shared locks live on in the mappings' own descriptors
         until no array views them."""
         for fd in (getattr(self, "_fd_state", -1), getattr(self, "_fd_data", -1)):
             if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                try:
+                    _close(fd)
+                except OSError:
+                    pass
         self._fd_state = self._fd_data = -1

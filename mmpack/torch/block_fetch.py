@@ -164,7 +164,8 @@ class WindowFetcher:
             self.spans.pin(k, spans)
             claimed = threading.Event()
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="mmpack-window")
+                # two jobs: the next window's parts queue right behind the current one's
+                self._pool = ThreadPoolExecutor(2, thread_name_prefix="mmpack-window")
             self._jobs[k] = self._pool.submit(self._fetch, k, spans, claimed)
             if wait_claim and k == key:
                 claimed.wait(30.0)
