@@ -249,9 +249,10 @@ class BlockCache:
 
     # ------------------------------------------------------------------------------ storing
     def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
-        """Write verified ``blocks`` (bytes, or arrays written as their bytes; claimed by the
-        caller) into ``cf`` in block order as far as the limit allows; returns the ids not
-        written (no room, or a full or failing disk: the caller serves them from memory)."""
+        """Write verified ``blocks`` (bytes or memoryviews, or arrays written as their bytes;
+        claimed by the caller) into ``cf`` in block order as far as the limit allows; returns
+        the ids not written (no room, or a full or failing disk: the caller serves them from
+        memory)."""
         ids = sorted(blocks)
         sizes = [cf.charge(b) for b in ids]
         try:
@@ -263,9 +264,9 @@ class BlockCache:
         try:
             for b in ids[:k]:
                 data = blocks[b]
-                cf.write(
-                    b, data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
-                )
+                if not isinstance(data, (bytes, memoryview)):
+                    data = np.ascontiguousarray(data).tobytes()
+                cf.write(b, data)
                 written += 1
         except OSError as exc:  # the disk is full or failing: served from memory, keep going
             warn_once(self.cache_dir, exc)

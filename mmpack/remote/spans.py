@@ -155,9 +155,7 @@ class SpanFetcher:
                 ) from None
             moved += b - a
             mv = memoryview(data)
-            blocks = {
-                k: bytes(mv[(k - lo) * f.block : (k - lo + 1) * f.block]) for k in range(lo, hi)
-            }
+            blocks = {k: mv[(k - lo) * f.block : (k - lo + 1) * f.block] for k in range(lo, hi)}
             bad = [k for k, v in blocks.items() if not f.intact(k, v)]
             with self._lock:
                 self._stats["requests"] += 1
