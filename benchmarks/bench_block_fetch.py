@@ -190,7 +190,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     s3 = _server_helpers()
     n_tokens = (8 << 20) if quick else (48 << 20)
-    window_blocks = WINDOW_BLOCKS if quick else 4 * WINDOW_BLOCKS
+    window_blocks = WINDOW_BLOCKS
     rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
     with tempfile.TemporaryDirectory(prefix="mmpack-bench-blocks-") as tmp_name:
         tmp = Path(tmp_name)
