@@ -230,3 +230,20 @@ def test_the_fetcher_needs_a_block_order_and_a_node_cache(stores, s3_server, tmp
     assert WindowFetcher.auto(rview, ResumableSampler(len(rview))) is None
     with pytest.raises(ValueError, match="shuffle='blocks'"):
         WindowFetcher(rview, ResumableSampler(len(rview)))
+
+
+@pytest.mark.parametrize("kind", ["window", "packed"])
+def test_a_blocks_token_span_holds_every_range_of_its_samples(kind, tmp_path):
+    local = mmpack.build(tmp_path / "s", _corpus(n_docs=800, seed=4))
+    if kind == "window":
+        view = mmpack.WindowDataset(local, SEQLEN, eot=65535)
+    else:
+        view = mmpack.PackedDataset(local, SEQLEN, eot=65535, region_tokens=2048)
+    bounds = view.block_bounds(BLOCK)
+    assert len(bounds) > 3
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        a, b = view.token_span(lo, hi)
+        starts, lengths = view._ranges(np.arange(lo, hi) * (view.stride if kind == "window" else 1))
+        keep = lengths > 0
+        assert (starts[keep] >= a).all() and (starts[keep] + lengths[keep] <= b).all()
+        assert a == starts[keep].min() and b == (starts[keep] + lengths[keep]).max()
