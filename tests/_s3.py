@@ -186,6 +186,7 @@ class DelayProxy:
         self.target_port = target_port
         self.delay = delay
         self.requests = 0
+        self.bytes_down = 0  # bytes the server sent back (bodies and headers)
         self._sem = threading.BoundedSemaphore(max_connections)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
@@ -223,6 +224,7 @@ class DelayProxy:
                     data = upstream.recv(1 << 16)
                     if not data:
                         break
+                    self.bytes_down += len(data)
                     client.sendall(data)
             except OSError:
                 pass

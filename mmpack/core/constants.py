@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "DOC_ORDER_STREAM",
+    "FETCH_BLOCK_BYTES",
     "IGNORE_INDEX",
     "INT32_MAX",
     "LINEAR_PIECES",
@@ -30,6 +31,9 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 """The first int of the key of a build's document order (``shuffle_docs=``,
 :mod:`mmpack.store.doc_order`): the order of ``shuffle_docs=s`` is the permutation of the key
 ``(DOC_ORDER_STREAM, s)``, never one a sampler draws from a plain seed ``s``."""
+
+FETCH_BLOCK_BYTES = 4 << 20
+"""Bytes per block of ``loader(shuffle="blocks")`` (``view.block_bounds``): one large read each."""
 
 SCHEDULE_RESOLUTION = 10**4
 """The weights of each piece of a mixture schedule (:mod:`mmpack.sampling.schedule`) are

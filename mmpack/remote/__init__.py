@@ -14,6 +14,7 @@
                    locks), writes, the per-reader check of blocks before they are served
     cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
     fetcher.py     BlockFetcher: range requests, verification, memory LRU, look-ahead threads
+    spans.py       SpanFetcher: whole token spans into the node cache in parts; pins, drops
     backend.py     RemoteBackend: open, the Backend reading interface by delegation, verify
     blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
     zarrfetch.py   ChunkFetcher: a remote Zarr store's chunks (requests, LRU, cache, look-ahead)

@@ -59,6 +59,7 @@ from mmpack.remote.blocks import crc_blocks, gather
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.fetcher import BlockFetcher
+from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
 
@@ -135,6 +136,8 @@ class RemoteBackend(RemoteStoreBackend):
             meta.dtype.itemsize,
             self.node_cache,
         )
+        self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
+        """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
 
     # ------------------------------------------------------------------------------ open
     def _check_size(self, key: str, nbytes: int) -> None:

@@ -249,9 +249,10 @@ class BlockCache:
 
     # ------------------------------------------------------------------------------ storing
     def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
-        """Write verified ``blocks`` (bytes, or arrays written as their bytes; claimed by the
-        caller) into ``cf`` in block order as far as the limit allows; returns the ids not
-        written (no room, or a full or failing disk: the caller serves them from memory)."""
+        """Write verified ``blocks`` (bytes or memoryviews, or arrays written as their bytes;
+        claimed by the caller) into ``cf`` in block order as far as the limit allows; returns
+        the ids not written (no room, or a full or failing disk: the caller serves them from
+        memory)."""
         ids = sorted(blocks)
         sizes = [cf.charge(b) for b in ids]
         try:
@@ -263,9 +264,9 @@ class BlockCache:
         try:
             for b in ids[:k]:
                 data = blocks[b]
-                cf.write(
-                    b, data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
-                )
+                if not isinstance(data, (bytes, memoryview)):
+                    data = np.ascontiguousarray(data).tobytes()
+                cf.write(b, data)
                 written += 1
         except OSError as exc:  # the disk is full or failing: served from memory, keep going
             warn_once(self.cache_dir, exc)
@@ -330,6 +331,17 @@ class BlockCache:
             claim.close()
         mine = set(claim.mine)
         return sorted(rest + [b for b in blocks if b not in mine])
+
+    def drop_blocks(self, cf: CacheFile, ids: list[int]) -> int:
+        """Drop present blocks ``ids`` of ``cf`` (nobody may read them: the caller holds their
+        pins exclusively), give back their charge and count the drop in the header, so other
+        readers forget them; returns how many were dropped."""
+        if not ids:
+            return 0
+        with self._locked():
+            cf.add_counted(-sum(cf.drop(b) for b in ids))
+            cf.count_drop()
+        return len(ids)
 
     def drop_bad(self, cf: CacheFile, bad: list[int], url: str) -> None:
         """Drop blocks ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with

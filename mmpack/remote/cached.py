@@ -96,6 +96,7 @@ class CachedObject:
         if cf is None:
             return None
         cf.touch()
+        cf.forget_dropped()
         if cf.serves(starts, lengths, self.itemsize):  # the hit path: one kernel pass
             return cf
         self.cache.drop_bad(cf, cf.check(starts, lengths, self.itemsize), self.url)
@@ -104,6 +105,7 @@ class CachedObject:
     def held(self, cf: CacheFile, ids: np.ndarray) -> np.ndarray:
         """bool, like ``ids`` (int64, each in ``[0, nblocks)``): which blocks ``cf`` may serve
         (present and checked; those not checked yet are checked now, a bad one dropped)."""
+        cf.forget_dropped()
         self.cache.drop_bad(cf, cf.check_blocks(ids), self.url)
         return cf.checked[ids] == 1
 

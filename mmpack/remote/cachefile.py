@@ -12,9 +12,10 @@ is two files under ``<cache_dir>/blocks/``::
 The header (little-endian) holds ``magic`` (8 bytes), ``version`` (u32), ``block`` (u32, the
 block size), ``nbytes`` (u64, the object's size), ``counted`` (u64, the bytes charged to the
 cache limit, written under the cache's lock), ``last_used`` (f64, ``time.time()`` of the last
-read, written by readers), ``retired`` (u8: evicted, readers let go) and the ``boot_id`` of the
-boot that created the file (a file from another boot is discarded: see below).  Both files have
-exactly the sizes the header implies (:func:`state_file_size`, ``nbytes``); a file of any other
+read, written by readers), ``retired`` (u8: evicted, readers let go), ``drops`` (u32 at byte 44:
+how many times blocks were dropped, so that other readers forget the blocks they had checked,
+see :meth:`CacheFile.forget_dropped`) and the ``boot_id`` of the boot that created the file (a
+file from another boot is discarded: see below).  Both files have exactly the sizes the header implies (:func:`state_file_size`, ``nbytes``); a file of any other
 size is damaged (:class:`DamagedCacheFile`) and is discarded by
 :meth:`~mmpack.remote.cache.BlockCache.open_file`.  The state file is written whole at creation
 and never extended, so its writable mapping never meets an unallocated page (which a full disk
@@ -51,6 +52,10 @@ the lock lasts as long as the mapping, including arrays still viewing it); evict
 files only when it can lock those bytes exclusively (nobody maps them), so the cache's count
 never misses disk space still mapped (a damaged file is the exception: it is removed at once,
 marked retired for a reader that still maps it, which lets go at its next read).
+
+Pins: bytes past the end of the state file (:meth:`CacheFile.pin_offset`, one per block) carry
+OFD locks only: shared while a window of blocks is in use, exclusive while it is dropped
+(:mod:`mmpack.remote.spans`).
 
 Cost: the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
 (:func:`mmpack.kernels.blockstate.all_blocks_present`, ~1 us for 32 windows); serving a hit is
@@ -219,6 +224,8 @@ class CacheFile:
         self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
         self._last_used = np.frombuffer(self._state_map, np.float64, 1, 32)
         self._retired = np.frombuffer(self._state_map, np.uint8, 1, 40)
+        self._drops = np.frombuffer(self._state_map, np.uint32, 1, 44)
+        self._drops_seen = int(self._drops[0])
         self.data = np.frombuffer(self._data_map, np.uint8)
         self._words = self.data[: nbytes // 8 * 8].view("<u8")  # the kernel's view of the bytes
         if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
@@ -231,6 +238,26 @@ class CacheFile:
     def retired(self) -> bool:
         """True once an eviction chose this file: let go of it (:meth:`close`) and reopen."""
         return bool(self._retired[0])
+
+    def forget_dropped(self) -> None:
+        """After another process dropped blocks (the header's ``drops`` count moved), forget
+        the checks of every block not present now, so they are fetched again rather than
+        served from a punched hole (one u32 read; O(nblocks) when the count moved)."""
+        drops = int(self._drops[0])
+        if drops != self._drops_seen:
+            self._drops_seen = drops
+            self.checked[self.state != 1] = 0
+
+    def count_drop(self) -> None:
+        """Record that blocks were dropped (the caller holds the cache's lock and has marked
+        them absent first)."""
+        self._drops[0] = (int(self._drops[0]) + 1) & 0xFFFFFFFF
+        self._drops_seen = int(self._drops[0])
+
+    def pin_offset(self, b: int) -> int:
+        """The byte of the state file, past its end, whose OFD lock pins block ``b`` (a shared
+        lock: a window in use; an exclusive one: a window being dropped)."""
+        return state_file_size(self.nblocks) + b
 
     def touch(self) -> None:
         """Record a read (for the least-recently-used order), at most once a second."""
@@ -332,12 +359,15 @@ class CacheFile:
     def __del__(self) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, _close: Any = os.close) -> None:
         """Close the descriptors (called when the last reference goes: a thread still writing
-        keeps the object alive).  The shared locks live on in the mappings' own descriptors
+        keeps the object alive; ``os.close`` is bound early, so this also runs while the
+        interpreter shuts down).  The shared locks live on in the mappings' own descriptors
         until no array views them."""
         for fd in (getattr(self, "_fd_state", -1), getattr(self, "_fd_data", -1)):
             if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                try:
+                    _close(fd)
+                except OSError:
+                    pass
         self._fd_state = self._fd_data = -1

@@ -141,7 +141,7 @@ class BlockFetcher:
         cf = self.node.serves(starts, lengths)
         return None if cf is None else cf.tokens
 
-    def intact(self, b: int, data: bytes) -> bool:
+    def intact(self, b: int, data: bytes | memoryview) -> bool:
         """Whether ``data`` is block ``b`` as the table records it."""
         lo, hi = self._span(b)
         return len(data) == hi - lo and block_digest(self.digest, data) == int(self.table[b])

@@ -209,6 +209,13 @@ class TokenStore(DocumentSets):
             return None  # every read must pass through the block checker
         return getattr(self._backend, "tokens", None)
 
+    @property
+    def span_fetcher(self) -> Any:
+        """The backend's fetcher of whole token spans into a shared node cache (a remote store
+        opened with a ``cache_limit``: :class:`mmpack.remote.spans.SpanFetcher`), else None.
+        What a block-window order's look-ahead drives (``mmpack.torch.block_fetch``)."""
+        return getattr(self._backend, "span_fetcher", None)
+
     def mapping(self) -> np.ndarray | None:
         """The backend's whole mapped token array, also with ``verify_reads`` (where
         :attr:`tokens` hides it): for a reader that passes every range through

@@ -39,8 +39,10 @@ from typing import Any
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.validation import check_bool, check_int_range, check_positive_int
 from mmpack.errors import FormatError
+from mmpack.torch.block_fetch import WindowFetcher
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 
@@ -58,11 +60,13 @@ def loader(
     *,
     seed: int = 0,
     num_workers: int = 0,
-    shuffle: bool = True,
+    shuffle: bool | str = True,
     drop_last: bool = False,
     collate: Callable[[Any], Any] = default_collate,
     rank: int | None = None,
     world_size: int | None = None,
+    block_bytes: int = FETCH_BLOCK_BYTES,
+    window_blocks: int = WINDOW_BLOCKS,
 ) -> ResumableLoader:
     """A resumable, sharded DataLoader over ``view`` (see the module docstring).
 
@@ -76,8 +80,11 @@ def loader(
         Key of the sampler's permutations (the same on every rank).
     num_workers : int, default 0
         DataLoader worker processes (see the module docstring for why none by default).
-    shuffle : bool, default True
-        A keyed pseudo-random order per epoch; ``False`` visits the samples in order.
+    shuffle : bool or "blocks", default True
+        A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
+        ``view.block_bounds(block_bytes)`` (over a remote store opened with a ``cache_limit``
+        the loader then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False``
+        visits the samples in order.
     drop_last : bool, default False
         ``True``: every rank gets the same number of full batches and nothing repeats (the
         sampler drops the tail that does not fill a round of ranks, the loader the last partial
@@ -88,6 +95,9 @@ def loader(
     rank, world_size : int, optional
         This process's share; default ``torch.distributed``'s when a process group is
         initialised, else 0 of 1.
+    block_bytes, window_blocks : int
+        With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
+        (default 256).
 
     Returns
     -------
@@ -115,13 +125,19 @@ def loader(
     if not callable(collate):
         raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
     rank, world_size = _rank_and_world(rank, world_size)
+    blocks: dict[str, Any] = {}
+    if shuffle == "blocks":
+        if not callable(getattr(view, "block_bounds", None)):
+            raise TypeError(f"shuffle='blocks' needs a view with block_bounds, got {view!r}")
+        blocks = dict(block_bounds=view.block_bounds(block_bytes), window_blocks=window_blocks)
     sampler = ResumableSampler(
         len(view),
-        shuffle=shuffle,
+        shuffle=shuffle,  # type: ignore[arg-type]  # the sampler takes "blocks" too
         seed=seed,
         rank=rank,
         world_size=world_size,
         drop_last=drop_last,
+        **blocks,
     )
     return ResumableLoader(
         view,
@@ -151,7 +167,10 @@ class ResumableLoader(StatefulDataLoader):
 
     Build it with :func:`loader`; ``sampler`` must be a
     :class:`~mmpack.torch.sampler.ResumableSampler` (the other arguments are the
-    ``StatefulDataLoader``'s).
+    ``StatefulDataLoader``'s).  With a block-window sampler over a remote store opened with
+    a ``cache_limit`` it drives a :class:`~mmpack.torch.block_fetch.WindowFetcher`
+    (:attr:`window_fetcher`): whole blocks of the current and next window fetched into the node
+    cache, windows dropped once the loop leaves them.
     """
 
     sampler: ResumableSampler
@@ -166,6 +185,8 @@ class ResumableLoader(StatefulDataLoader):
         options.setdefault("snapshot_every_n_steps", None)
         super().__init__(dataset, sampler=sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
+        self.window_fetcher = WindowFetcher.auto(dataset, sampler)
+        """The whole-block fetcher this loader drives, or None (:mod:`mmpack.torch.block_fetch`)."""
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass walk epoch ``epoch`` (the sampler's ``set_epoch``)."""
@@ -176,8 +197,14 @@ class ResumableLoader(StatefulDataLoader):
 
     def _pass(self) -> Iterator[Any]:
         self._yielded = 0
+        fetcher = self.window_fetcher
+        if fetcher is not None:
+            fetcher.start()
+        size = int(self.batch_size or 1)
         for batch in super().__iter__():
             self._yielded += 1
+            if fetcher is not None:  # the batch is read: its window may go once left
+                fetcher.consumed(min(self._yielded * size, self.sampler.handed_out))
             yield batch
         self._yielded = None
         self.sampler.set_epoch(self.sampler.epoch + 1)

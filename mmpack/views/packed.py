@@ -456,6 +456,16 @@ class PackedDataset:
         number of requests issued.  Never changes what a read returns."""
         return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
 
+    def token_span(self, lo: int, hi: int) -> tuple[int, int]:
+        """The flat token span ``[start, stop)`` that bins ``lo .. hi - 1`` read together
+        (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`: whole
+        regions); ``(0, 0)`` for bins that read nothing."""
+        starts, lengths = self._ranges(np.arange(lo, hi, dtype=np.int64))
+        keep = lengths > 0
+        if not keep.any():
+            return 0, 0
+        return int(starts[keep].min()), int((starts[keep] + lengths[keep]).max())
+
     def _before_cold_read(self, b: int) -> int:
         return self._cold.before_read(
             self.store,

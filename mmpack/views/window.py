@@ -489,6 +489,12 @@ class WindowDataset:
         return np.append(np.arange(0, self._len, per_block, dtype=np.int64), np.int64(self._len))
 
     # ------------------------------------------------------------------------------- debugging
+    def token_span(self, lo: int, hi: int) -> tuple[int, int]:
+        """The flat token span ``[start, stop)`` that windows ``lo .. hi - 1`` read together
+        (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`)."""
+        starts, lengths = self._ranges(np.array([lo, hi - 1], dtype=np.int64) * self.stride)
+        return int(starts[0]), int(starts[1] + lengths[1])
+
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the
         document index, the token range ``[start, stop)`` inside it, whether its eot is included,

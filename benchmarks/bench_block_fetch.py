@@ -1,0 +1,228 @@
+"""One fetch per block: a first epoch in the block-window order from S3 (SeaweedFS on loopback
+behind a proxy adding 20 ms to every request) against a local memmap store read in the same
+order, the bare transfer floor, and the global order from S3 in the same run.
+
+Cases (windows of 2048 tokens, batches of 32, ``mmpack.torch.loader``, ``num_workers=0`` unless
+said, a fresh node cache each):
+
+- ``local memmap, blocks``: the local store through the same loader and order (the reference);
+- ``S3 20 ms, blocks``: ``loader(view, 32, shuffle="blocks", block_bytes=1 MiB,
+  window_blocks=WB)`` over the remote store opened with a node cache: the loader's
+  :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
+  spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
+- ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
+  the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads);
+- ``S3 20 ms, global order + look-ahead 8``: today's path for ``shuffle=True`` (the first
+  batches of its epoch only: it is slow), against the local store in the global order.
+
+Columns: ``s`` seconds of the epoch (or of the batches timed), ``vs local`` / ``vs floor`` their
+ratios (higher is better, 1 = as fast), ``first batch s`` from the loader's ``iter`` to the first
+batch, ``fetched/served`` bytes moved per byte of tokens the batches hold, ``req/sample`` range
+requests per sample served, ``cache peak / 2 windows`` the node cache's largest holding (sampled
+after every batch) over the bytes of the two largest consecutive windows, ``fetches/block``
+check blocks fetched per check block the epoch's windows read (both without the first window of
+the next epoch, which the fetcher fetches while the loop is in the last one).
+
+Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 16 MB, under 20 s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.bench_remote import _docs, _Proxy, _server_helpers
+
+BATCH = 32
+SEQLEN = 2048
+BLOCK_BYTES = 1 << 20
+WINDOW_BLOCKS = 8
+
+
+def _loader(view: Any, shuffle: Any, window_blocks: int, workers: int = 0) -> Any:
+    from mmpack.torch import loader
+
+    return loader(
+        view,
+        BATCH,
+        shuffle=shuffle,
+        block_bytes=BLOCK_BYTES,
+        window_blocks=window_blocks,
+        seed=1,
+        num_workers=workers,
+    )
+
+
+def _epoch(ld: Any, limit: int | None = None, watch: Any = None) -> tuple[float, float, int]:
+    """Seconds of a pass (or of its first ``limit`` batches), to the first batch, and the peak of
+    ``watch()`` after each batch."""
+    t0 = time.perf_counter()
+    first, peak = 0.0, 0
+    for k, _ in enumerate(ld):
+        if k == 0:
+            first = time.perf_counter() - t0
+        if watch is not None:
+            peak = max(peak, watch())
+        if limit is not None and k + 1 >= limit:
+            break
+    return time.perf_counter() - t0, first, peak
+
+
+def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
+    """Seconds to fetch the check blocks of ``spans`` in the span fetcher's parts, concurrently,
+    with nothing else."""
+    sf = store.span_fetcher
+    f = sf.fetcher
+    parts = []
+    for a, b in spans:
+        b0, b1 = sf.block_range(a, b)
+        for lo in range(b0, b1, sf.part_blocks):
+            parts.append((lo * f.block, min(min(lo + sf.part_blocks, b1) * f.block, f.nbytes)))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(f.transport.max_concurrency) as pool:
+        list(pool.map(lambda r: f.transport.get_ranges(f.key, [r]), parts))
+    return time.perf_counter() - t0
+
+
+def _blocks_rows(url, opts, tmp, local, window_blocks, workers) -> list[dict[str, Any]]:
+    import mmpack
+
+    tag = f"window_blocks={window_blocks}, {workers} workers"
+    local_ld = _loader(mmpack.WindowDataset(local, SEQLEN), "blocks", window_blocks)
+    _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
+    local_s = _epoch(local_ld)[0]
+    store = mmpack.open(
+        url, storage_options=opts, cache_dir=tmp / f"c{time.time()}", cache_limit=8 << 30
+    )
+    view = mmpack.WindowDataset(store, SEQLEN)
+    ld = _loader(view, "blocks", window_blocks, workers)
+    fetcher = ld.window_fetcher
+    assert fetcher is not None
+    cf = fetcher.spans.cache
+    block = store.span_fetcher.fetcher.block
+    secs, first, peak = _epoch(ld, watch=lambda: int(cf.state.sum()) * block)
+    fetcher.wait()
+    order = fetcher.order
+    windows = [fetcher.window_spans(0, w) for w in range(order.n_windows)]
+    wbytes = [
+        sum(b1 - b0 for b0, b1 in (fetcher.spans.block_range(a, b) for a, b in w)) * block
+        for w in windows
+    ]
+    two = max([a + b for a, b in zip(wbytes, wbytes[1:])] or wbytes)
+    stats, reads = fetcher.spans.stats, store._backend.stats
+    served = len(view) * SEQLEN * 2  # bytes of tokens the batches hold
+    fetched = stats["bytes_fetched"] + reads["bytes_fetched"]
+    ahead = fetcher._jobs[(1, 0)].result()  # the next epoch's first window, fetched ahead
+    fetched_epoch = fetched - ahead
+    wanted = sum(wbytes)
+    fetcher.close()
+    floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"f{time.time()}",
+                              cache_limit=8 << 30)  # fmt: skip
+    floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
+    floor_s = _floor(floor_store, [s for w in windows for s in w])
+    return [
+        {"case": f"local memmap, blocks, {tag}", "s": local_s, "vs local": 1.0},
+        {"case": f"transfer floor, {tag}", "s": floor_s, "MB/s": sum(wbytes) / floor_s / 1e6},
+        {
+            "case": f"S3 20 ms, blocks, {tag}",
+            "s": secs,
+            "MB/s": fetched_epoch / secs / 1e6,
+            "vs local": local_s / secs,
+            "vs floor": floor_s / secs,
+            "first batch s": first,
+            "fetched/served": fetched_epoch / served,
+            "req/sample": (stats["requests"] + reads["requests"]) / len(view),
+            "cache peak / 2 windows": peak / two if workers == 0 else "",
+            "fetches/block": fetched_epoch / wanted,
+            "target": "≥ 0.8 of both, first batch ≤ 2 s, ≤ 1.1 fetched/served",
+            "met": local_s / secs >= 0.8
+            and floor_s / secs >= 0.8
+            and first <= 2.0
+            and fetched_epoch / served <= 1.1,
+        },
+    ]
+
+
+def _global_rows(url, opts, tmp, local, n_batches) -> list[dict[str, Any]]:
+    import mmpack
+    from mmpack.torch.sampler import ResumableSampler
+    from mmpack.views.readahead import Lookahead
+
+    def batches(view: Any) -> list[np.ndarray]:
+        order = np.fromiter(ResumableSampler(len(view), seed=1), np.int64)
+        return [order[k * BATCH : (k + 1) * BATCH] for k in range(n_batches)]
+
+    def run(view: Any, ahead: int) -> float:
+        src = batches(view)
+        t0 = time.perf_counter()
+        for idx in Lookahead(src, view, ahead) if ahead else src:
+            view.__getitems__(idx)
+        return time.perf_counter() - t0
+
+    lv = mmpack.WindowDataset(local, SEQLEN)
+    run(lv, 0)
+    local_s = run(lv, 0)
+    store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"g{time.time()}")
+    rv = mmpack.WindowDataset(store, SEQLEN)
+    secs = run(rv, 8)
+    st = store._backend.stats
+    served = n_batches * BATCH * SEQLEN * 2
+    return [
+        {
+            "case": f"S3 20 ms, global order + look-ahead 8 ({n_batches} batches)",
+            "s": secs,
+            "vs local": local_s / secs,
+            "fetched/served": st["bytes_fetched"] / served,
+            "req/sample": st["requests"] / (n_batches * BATCH),
+        }
+    ]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    import mmpack
+
+    s3 = _server_helpers()
+    n_tokens = (8 << 20) if quick else (48 << 20)
+    window_blocks = WINDOW_BLOCKS
+    rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
+    with tempfile.TemporaryDirectory(prefix="mmpack-bench-blocks-") as tmp_name:
+        tmp = Path(tmp_name)
+        saved = os.environ.get("MMPACK_CACHE_DIR")
+        os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache-home")
+        server = s3.S3Server.start(tmp / "server")
+        proxy = None
+        try:
+            docs = _docs(n_tokens)
+            url = f"s3://{s3.BUCKET}/bench/blocks"
+            mmpack.build(url, docs, storage_options=server.options, overwrite=True)
+            local = mmpack.build(tmp / "local", docs)
+            rows.append({"case": f"store: {local.num_tokens * 2 / 1e6:.0f} MB of tokens"})
+            proxy = _Proxy(server.port, 0.02)
+            opts = dict(server.options, endpoint=proxy.endpoint)
+            rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 0))
+            if not quick:
+                rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 2)[2:])
+            rows.extend(_global_rows(url, opts, tmp, local, 8 if quick else 24))
+        finally:
+            if proxy is not None:
+                proxy.close()
+            server.stop()
+            if saved is None:
+                os.environ.pop("MMPACK_CACHE_DIR", None)
+            else:
+                os.environ["MMPACK_CACHE_DIR"] = saved
+    rows.append({"case": f"load average {os.getloadavg()[0]:.1f} at the end"})
+    return rows
+
+
+if __name__ == "__main__":
+    from benchmarks.__main__ import print_table
+
+    print_table("one fetch per block", run(quick="--quick" in sys.argv))

@@ -1,0 +1,233 @@
+"""Whole byte spans of a remote store's tokens fetched into the node cache in large parts, pinned
+while in use and dropped once consumed: the transport under a block-window order.
+
+:class:`SpanFetcher` serves one remote store (its :class:`~mmpack.remote.fetcher.BlockFetcher`
+and node cache).  It knows nothing of samplers: its caller (``mmpack.torch.block_fetch``) turns
+the windows of a block-window order into token spans, in the order a window first needs them,
+and calls
+
+- :meth:`~SpanFetcher.fetch`: claim every absent check block of the spans in the node cache
+  (the claims of :class:`~mmpack.remote.cachefile.CacheFile`: a block another process of the node
+  holds is left to it), cut the claimed runs into parts of at most ``part_bytes`` (each part one
+  range request inside one span), fetch the parts ``max_concurrency`` at a time in that order,
+  check every check block of a part against the store's table (a part with a bad block is
+  fetched once more, then it is a :class:`~mmpack.errors.FormatError`), and store it in the
+  node cache as it lands (a reader waiting on a claimed block gets it as soon as its part is in);
+- :meth:`~SpanFetcher.pin`: hold shared OFD locks on bytes past the end of the state file, one
+  per check block of the spans (:meth:`CacheFile.pin_offset`), on a descriptor of its own per
+  pin, so that no process of the node drops them while this one reads them;
+  :meth:`~SpanFetcher.unpin` closes that descriptor;
+- :meth:`~SpanFetcher.drop`: for each span, take the exclusive lock on its pin bytes (the whole
+  span at once, else block by block: a check block shared with a span someone still pins stays),
+  mark the blocks absent, punch their holes and give back their charge (under the cache's lock),
+  and count the drop in the header, so that other readers forget their checks of those blocks
+  (:meth:`CacheFile.forget_dropped`) and fetch them again if they ever need them.
+
+Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` range requests moving ``s`` bytes plus at
+most one check block at each end (bytes fetched per byte of the span <= 1 + 2 * block / s); the
+checksums run at the table's speed (CRC-32, ~1.3 GB/s per thread, in the fetch threads); a pin or
+a drop is one ``fcntl`` per span (one per check block where a whole-span lock conflicts).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError, StateMismatchError
+from mmpack.remote.cachefile import FORK_CLOSE, CacheFile, lock_range
+from mmpack.remote.fetcher import BlockFetcher
+from mmpack.remote.transport import ObjectMissing
+
+__all__ = ["PART_BYTES", "SpanFetcher"]
+
+PART_BYTES = 4 << 20
+"""Bytes of one range request of a span (a span is cut into parts fetched concurrently)."""
+
+_PIN_TRIES = 200  # a drop holds its exclusive lock for milliseconds: retried 5 ms apart
+
+
+class SpanFetcher:
+    """Whole token spans of the store behind ``fetcher`` into its node cache (see the module
+    docstring); ``part_bytes`` bytes per range request at most."""
+
+    def __init__(self, fetcher: BlockFetcher, part_bytes: int = PART_BYTES) -> None:
+        if isinstance(part_bytes, bool) or not isinstance(part_bytes, int) or part_bytes < 1:
+            raise ValueError(f"part_bytes must be an integer >= 1, got {part_bytes!r}")
+        self.fetcher = fetcher
+        self.part_blocks = max(1, part_bytes // fetcher.block)
+        self._pid = -1
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():  # a forked child: no pins, no pool, counts from zero
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._pins: dict[Any, int] = {}
+            self._pool: ThreadPoolExecutor | None = None
+            self._stats = {"spans": 0, "parts": 0, "requests": 0, "bytes_fetched": 0,
+                           "refetched": 0, "blocks_dropped": 0}  # fmt: skip
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """This process's counts: spans asked for, parts fetched, range requests (parts plus
+        re-fetches), bytes they moved, parts fetched again after a bad checksum, check blocks
+        dropped."""
+        self._here()
+        return self._stats
+
+    @property
+    def cache(self) -> CacheFile | None:
+        """The node cache's file of the tokens (None without a node cache, or while it cannot
+        be had: then nothing is fetched ahead and readers fetch what they read)."""
+        node = self.fetcher.node
+        return None if node is None else node.file()
+
+    def block_range(self, start: int, stop: int) -> tuple[int, int]:
+        """The check blocks ``[b0, b1)`` that tokens ``[start, stop)`` touch."""
+        f = self.fetcher
+        if stop <= start:
+            return 0, 0
+        return start * f.itemsize // f.block, -(-(stop * f.itemsize) // f.block)
+
+    # ------------------------------------------------------------------------------ fetch
+    def fetch(self, spans: list[tuple[int, int]], claimed: threading.Event | None = None) -> int:
+        """Fetch the absent check blocks of token spans ``[(start, stop), ...]`` (in the order
+        given: the order they are needed) into the node cache, except those another process
+        fetches now; ``claimed`` is set once the blocks are claimed (before any is fetched).
+        Returns the bytes fetched."""
+        self._here()
+        cf = self.cache
+        if cf is None or not spans:
+            return 0
+        ranges = [self.block_range(a, b) for a, b in spans]
+        ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
+        claim = cf.claim(ids[~cf.present(ids)].tolist())
+        if claimed is not None:
+            claimed.set()
+        try:
+            parts = self._parts(ranges, set(claim.mine))
+            with self._lock:
+                self._stats["spans"] += len(spans)
+                if self._pool is None:
+                    workers = self.fetcher.transport.max_concurrency
+                    self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mmpack-span")
+            pool = self._pool
+            done = [pool.submit(self._fetch_part, cf, lo, hi) for lo, hi in parts]
+            return sum(d.result() for d in done)  # FIFO: parts go out in the order needed
+        finally:
+            claim.close()
+
+    def _parts(self, ranges: list[tuple[int, int]], mine: set[int]) -> list[tuple[int, int]]:
+        """Runs of claimed blocks ``[lo, hi)`` of each span in turn, at most ``part_blocks`` each
+        (a block shared by two spans goes with the first)."""
+        parts: list[tuple[int, int]] = []
+        for b0, b1 in ranges:
+            lo = -1
+            for b in range(b0, b1 + 1):
+                take = b < b1 and b in mine
+                if take:
+                    mine.discard(b)
+                if lo >= 0 and (not take or b - lo == self.part_blocks):
+                    parts.append((lo, b))
+                    lo = -1
+                if take and lo < 0:
+                    lo = b
+        return parts
+
+    def _fetch_part(self, cf: CacheFile, lo: int, hi: int) -> int:
+        """Fetch check blocks ``[lo, hi)`` in one range request, check them (once more on a bad
+        one), store them; returns the bytes fetched."""
+        f = self.fetcher
+        a, b = lo * f.block, min(hi * f.block, f.nbytes)
+        moved = 0
+        for attempt in range(2):
+            try:
+                data = f.transport.get_ranges(f.key, [(a, b)])[0]
+            except ObjectMissing:
+                raise StateMismatchError(
+                    f"{f.url}: {f.key} is gone: the store was rebuilt or deleted after it was "
+                    "opened; open it again"
+                ) from None
+            moved += b - a
+            mv = memoryview(data)
+            blocks = {k: mv[(k - lo) * f.block : (k - lo + 1) * f.block] for k in range(lo, hi)}
+            bad = [k for k, v in blocks.items() if not f.intact(k, v)]
+            with self._lock:
+                self._stats["requests"] += 1
+                self._stats["bytes_fetched"] += b - a
+                self._stats["parts"] += attempt == 0
+                self._stats["refetched"] += bool(bad)
+            if not bad:
+                f.node.cache.store(cf, blocks)  # type: ignore[union-attr]
+                return moved
+        raise FormatError(
+            f"{f.url}: {f.key} bytes {a}..{b} (check blocks {bad[:5]}) fail their checksum twice: "
+            "the object is corrupt; rebuild the store"
+        )
+
+    # ------------------------------------------------------------------------------ pins
+    def pin(self, key: Any, spans: list[tuple[int, int]]) -> None:
+        """Pin the check blocks of token spans under ``key`` (until :meth:`unpin`): no process
+        of the node drops them meanwhile."""
+        self._here()
+        cf = self.cache
+        if cf is None or key in self._pins:
+            return
+        fd = os.open(cf.state_path, os.O_RDWR | os.O_CLOEXEC)
+        FORK_CLOSE.add(fd)
+        self._pins[key] = fd
+        for a, b in spans:
+            b0, b1 = self.block_range(a, b)
+            for _ in range(_PIN_TRIES):  # a drop of this span elsewhere holds it for ms
+                if b1 <= b0 or lock_range(fd, fcntl.F_RDLCK, cf.pin_offset(b0), b1 - b0):
+                    break
+                threading.Event().wait(0.005)
+
+    def unpin(self, key: Any) -> None:
+        """Release the pins taken under ``key`` (nothing if none)."""
+        self._here()
+        fd = self._pins.pop(key, -1)
+        if fd >= 0:
+            FORK_CLOSE.discard(fd)
+            os.close(fd)
+
+    @property
+    def pinned(self) -> list[Any]:
+        """The keys pinned by this process now."""
+        self._here()
+        return list(self._pins)
+
+    def drop(self, spans: list[tuple[int, int]]) -> int:
+        """Drop the present check blocks of token spans that no process of the node pins (see
+        the module docstring); returns how many were dropped."""
+        self._here()
+        cf = self.cache
+        node = self.fetcher.node
+        if cf is None or node is None or not spans:
+            return 0
+        fd = os.open(cf.state_path, os.O_RDWR | os.O_CLOEXEC)
+        FORK_CLOSE.add(fd)
+        try:
+            ids: list[int] = []
+            for a, b in spans:
+                b0, b1 = self.block_range(a, b)
+                if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(b0), b1 - b0):
+                    ids.extend(range(b0, b1))
+                else:  # some block of it is pinned: drop the others
+                    ids.extend(
+                        k
+                        for k in range(b0, b1)
+                        if lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(k), 1)
+                    )
+            dropped = node.cache.drop_blocks(cf, [k for k in ids if cf.state[k]])
+            with self._lock:
+                self._stats["blocks_dropped"] += dropped
+            return dropped
+        finally:
+            FORK_CLOSE.discard(fd)
+            os.close(fd)

@@ -1,0 +1,204 @@
+"""One fetch per block: a block-window order drives whole-block fetches of a remote store.
+
+With ``ResumableSampler(shuffle="blocks", block_bounds=view.block_bounds(B))`` the sampler
+knows, for every epoch, which blocks each window reads and in which order it first needs them.
+:class:`WindowFetcher` turns that into transport: when the loop stands in window ``w`` of epoch
+``e``, the blocks of ``w`` and of the window after it (``w + 1``, or window 0 of ``e + 1``) are
+fetched as whole token spans (each block's samples read one span of about ``B`` bytes), in the
+order the window first needs them, into the node cache, by
+:class:`~mmpack.remote.spans.SpanFetcher` (parts of a few MiB fetched concurrently, each checked
+against the store's checksums).  The two windows are pinned; once the loop leaves a window it is
+unpinned and dropped, unless another process of the node (another rank, another loader) still
+pins it: the last one to leave drops it.  So the node cache holds at most the two windows of the
+ranks' positions (ranks of one step stand in the same window or at a window edge), and every
+block is fetched once per node per epoch: the first process to claim a block fetches it, the
+others, and every DataLoader worker, read it from the shared node cache (a reader that needs a
+block being fetched waits for its part).
+
+:class:`~mmpack.torch.loading.ResumableLoader` (:func:`~mmpack.torch.loading.loader`) makes one
+itself when its sampler has a block-window order and its dataset a remote store opened with a
+``cache_limit`` (:meth:`WindowFetcher.auto`), and tells it where the loop stands after every
+batch it yields: the default path is the fast one.  A plain loop drives one with
+:meth:`~WindowFetcher.start` and :meth:`~WindowFetcher.consumed`.
+
+Cost per window, in this process: one :meth:`BlockOrder.map` of the window's positions, one sort
+of their block ids, one ``token_span`` per block (a few microseconds each), one ``fcntl`` per
+block to pin and one to drop; the transfer itself runs in a background thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from mmpack.torch.sampler import ResumableSampler
+
+__all__ = ["WindowFetcher"]
+
+Key = tuple[int, int]  # (epoch, window)
+
+
+class WindowFetcher:
+    """Whole blocks of the current and next window of ``sampler`` fetched into ``view``'s node
+    cache (see the module docstring).
+
+    Parameters
+    ----------
+    view : WindowDataset or PackedDataset
+        Over a remote store opened with ``cache_limit`` (its ``store.span_fetcher``), with
+        ``token_span(lo, hi)``.
+    sampler : ResumableSampler
+        With ``shuffle="blocks"`` over (about) ``view.block_bounds(B)``.
+
+    Raises
+    ------
+    ValueError
+        The sampler has no block-window order, or the view's store no span fetcher (a local
+        store, or a remote one opened without a node cache).
+    """
+
+    def __init__(self, view: Any, sampler: ResumableSampler) -> None:
+        order = sampler.block_order
+        if order is None:
+            raise ValueError(
+                f"WindowFetcher needs a sampler with shuffle='blocks', got shuffle="
+                f"{sampler.shuffle!r}"
+            )
+        spans = getattr(getattr(view, "store", None), "span_fetcher", None)
+        if spans is None or not callable(getattr(view, "token_span", None)):
+            raise ValueError(
+                f"WindowFetcher needs a view over a remote store opened with a cache_limit, got "
+                f"{type(view).__name__}"
+            )
+        self.view, self.sampler, self.order, self.spans = view, sampler, order, spans
+        self._lock = threading.Lock()
+        self._live: dict[Key, list[tuple[int, int]]] = {}
+        self._jobs: dict[Key, Future[int]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._base = self._first = 0
+        self._epoch = -1
+        self.current: Key | None = None
+        """The window the loop stands in (None before :meth:`start`)."""
+
+    @classmethod
+    def auto(cls, view: Any, sampler: Any) -> WindowFetcher | None:
+        """A fetcher where one applies (a block-window sampler over a view of a remote store
+        with a node cache), else None."""
+        if not isinstance(sampler, ResumableSampler) or sampler.block_order is None:
+            return None
+        if getattr(getattr(view, "store", None), "span_fetcher", None) is None:
+            return None
+        if not callable(getattr(view, "token_span", None)):
+            return None
+        return cls(view, sampler)
+
+    # ------------------------------------------------------------------------------ windows
+    def window_spans(self, epoch: int, window: int) -> list[tuple[int, int]]:
+        """Token spans ``(start, stop)`` of the blocks of ``window`` of ``epoch``, in the order
+        the window's positions first need them."""
+        order = self.order
+        offsets = order.window_offsets(epoch)
+        positions = np.arange(int(offsets[window]), int(offsets[window + 1]), dtype=np.int64)
+        samples = order.map(positions, epoch)
+        blocks = np.searchsorted(order.bounds, samples, side="right") - 1
+        ids, first = np.unique(blocks, return_index=True)
+        bounds = order.bounds
+        return [
+            self.view.token_span(int(bounds[j]), int(bounds[j + 1]))
+            for j in ids[np.argsort(first)].tolist()
+        ]
+
+    def _next(self, key: Key) -> Key:
+        epoch, w = key
+        return (epoch, w + 1) if w + 1 < self.order.n_windows else (epoch + 1, 0)
+
+    def _window_at(self, position: int) -> Key:
+        """The window of the rank's ``position``-th index of the pass (counted from its start)."""
+        n = self.order.n
+        g = self._base + (self._first + position) * self.sampler.world_size + self.sampler.rank
+        g = min(g, n - 1)  # the padding past the epoch's end wraps to its start: stay at the end
+        return self._epoch, int(self.order.window_of(np.array([g], np.int64), self._epoch)[0])
+
+    # ------------------------------------------------------------------------------ driving
+    def start(self) -> None:
+        """A pass of the sampler begins (call before the first index is drawn): where it starts
+        is read from ``sampler.state_dict()``; the first window's blocks are claimed before
+        this returns (readers then wait for their parts instead of fetching small ranges)."""
+        state = self.sampler.state_dict()
+        self._epoch, self._first, self._base = state["epoch"], state["position"], state["offset"]
+        if self.order.n_blocks:
+            self._goto(self._window_at(0), wait_claim=True)
+
+    def consumed(self, count: int) -> None:
+        """The loop has been given the first ``count`` indices of the pass (their samples are
+        read): move to the window of the next one, dropping those left behind."""
+        if self.order.n_blocks and self.current is not None:
+            key = self._window_at(count)
+            if key != self.current:
+                self._goto(key, wait_claim=False)
+
+    def close(self) -> None:
+        """Unpin and drop every window this fetcher holds (nothing another process pins)."""
+        with self._lock:
+            keys = list(self._live)
+        for key in keys:
+            self._release(key)
+        self.current = None
+
+    def _goto(self, key: Key, wait_claim: bool) -> None:
+        wanted = [key, self._next(key)]
+        with self._lock:
+            gone = [k for k in self._live if k not in wanted]
+        for k in gone:
+            self._release(k)
+        self.current = key
+        for k in wanted:
+            with self._lock:
+                if k in self._live:
+                    continue
+                spans = self.window_spans(*k)
+                self._live[k] = spans
+            self.spans.pin(k, spans)
+            claimed = threading.Event()
+            if self._pool is None:
+                # two jobs: the next window's parts queue right behind the current one's
+                self._pool = ThreadPoolExecutor(2, thread_name_prefix="mmpack-window")
+            self._jobs[k] = self._pool.submit(self._fetch, k, spans, claimed)
+            if wait_claim and k == key:
+                claimed.wait(30.0)
+
+    def _fetch(self, key: Key, spans: list[tuple[int, int]], claimed: threading.Event) -> int:
+        """The background job of one window: fetch it unless it was left meanwhile (then drop
+        what it stored)."""
+        try:
+            with self._lock:
+                if key not in self._live:
+                    return 0
+            return int(self.spans.fetch(spans, claimed=claimed))
+        finally:
+            claimed.set()
+            with self._lock:
+                left = key not in self._live
+            if left:
+                self.spans.drop(spans)
+
+    def _release(self, key: Key) -> None:
+        with self._lock:
+            spans = self._live.pop(key, None)
+        self.spans.unpin(key)
+        if spans is not None:
+            self.spans.drop(spans)
+
+    @property
+    def live(self) -> list[Key]:
+        """The windows this fetcher holds (pinned) now."""
+        with self._lock:
+            return list(self._live)
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Wait for the fetches under way (errors surface here; readers meet them too)."""
+        for job in list(self._jobs.values()):
+            job.result(timeout)
