@@ -247,3 +247,22 @@ def test_a_blocks_token_span_holds_every_range_of_its_samples(kind, tmp_path):
         keep = lengths > 0
         assert (starts[keep] >= a).all() and (starts[keep] + lengths[keep] <= b).all()
         assert a == starts[keep].min() and b == (starts[keep] + lengths[keep]).max()
+
+
+def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
+    """With the first window's positions skipped, the pass starts in window 1: the fetcher
+    fetches that window first (not the skipped one) and the batches equal the local store's
+    under the same skip."""
+    remote, local = stores
+    store = _open(remote, s3_server.options, tmp_path)
+    ld, ref = _loader(store), _loader(local)
+    f = ld.window_fetcher
+    first = int(f.order.window_offsets(0)[1])  # the positions of window 0
+    for one in (ld, ref):
+        one.sampler.skip(0, first)
+    got = iter(ld)
+    np.testing.assert_array_equal(_ids(next(got)), _ids(next(iter(ref))))
+    assert f.current == (0, 1)
+    for a, b in zip(got, list(ref)[1:], strict=True):
+        np.testing.assert_array_equal(_ids(a), _ids(b))
+    f.wait()

@@ -117,10 +117,16 @@ class WindowFetcher:
 
     def _window_at(self, position: int) -> Key:
         """The window of the rank's ``position``-th index of the pass (counted from its start)."""
-        n = self.order.n
+        stream = self.sampler.stream(self._epoch)  # the epoch's positions after skips/replays
         g = self._base + (self._first + position) * self.sampler.world_size + self.sampler.rank
-        g = min(g, n - 1)  # the padding past the epoch's end wraps to its start: stay at the end
-        return self._epoch, int(self.order.window_of(np.array([g], np.int64), self._epoch)[0])
+        g = min(g, stream.length - 1)  # padding past the end wraps to the start: stay at the end
+        epoch = self._epoch
+        if g < 0:  # an epoch whose every position is skipped
+            return epoch, 0
+        if not stream.simple:  # stream index g -> (epoch, epoch position) of what it serves
+            piece, at = stream.locate(np.array([max(g, 0)], np.int64))
+            epoch, g = int(stream.epochs[int(piece[0])]), int(at[0])
+        return epoch, int(self.order.window_of(np.array([g], np.int64), epoch)[0])
 
     # ------------------------------------------------------------------------------ driving
     def start(self) -> None:

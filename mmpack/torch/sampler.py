@@ -239,6 +239,11 @@ class ResumableSampler(Sampler[int]):
         """The dataset configuration the state records and checks (``None``: not checked)."""
         return self._fingerprint
 
+    def stream(self, epoch: int) -> Any:
+        """Epoch ``epoch``'s stream: its epoch positions after skips and replays (a
+        :class:`~mmpack.torch.sampler_edits.Stream`), before it is dealt to the ranks."""
+        return self._edits.stream(epoch)
+
     @property
     def skips(self) -> list[tuple[int, int]]:
         """The skipped ranges of global positions, sorted and merged."""
