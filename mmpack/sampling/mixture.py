@@ -57,7 +57,6 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.kernels.mixture import (
-    build_period,
     locate_many,
     occurrence_position,
     prefix_counts,
@@ -73,25 +72,20 @@ from mmpack.sampling.mixture_items import SourcePasses
 from mmpack.sampling.mixture_stats import MixtureStats, period_error
 from mmpack.sampling.schedule import Schedule
 from mmpack.sampling.schedule_weights import changed_mixture, mixture_fingerprint, resolve_weights
-from mmpack.sampling.weights import RESOLUTION, normalize_weights, quantize_weights
+from mmpack.sampling.weights import (
+    BLOCK,
+    RESOLUTION,
+    chairman_table,
+    normalize_weights,
+    quantize_weights,
+)
 from mmpack.store.vocab import check_same_tokenizer
 from mmpack.views.batch import SampleBatch
 
-__all__ = ["BLOCK", "Mixture", "MixtureStats", "RESOLUTION", "quantize_weights"]
+__all__ = ["Mixture", "MixtureStats", "RESOLUTION", "quantize_weights"]
 
-BLOCK = 64
-"""Checkpoint spacing inside a period (a lookup scans at most this many entries)."""
-
-
-@functools.lru_cache(maxsize=16)
-def _period_tables(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np.ndarray]:
-    c = np.asarray(quotas, dtype=np.int64)
-    seq = np.empty(period, dtype=np.uint8 if c.size <= 256 else np.int32)
-    ckpt = np.empty((period // BLOCK + 1, c.size), dtype=np.int32)
-    build_period(c, period, BLOCK, seq, ckpt)
-    seq.flags.writeable = False
-    ckpt.flags.writeable = False
-    return seq, ckpt
+# The period tables of the weight vectors in use (up to ~1.5 MB each at P = 10**6).
+_period_tables = functools.lru_cache(maxsize=16)(chairman_table)
 
 
 class Mixture:

@@ -56,27 +56,15 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import SCHEDULE_RESOLUTION
-from mmpack.kernels.mixture import build_period, occurrence_position
+from mmpack.kernels.mixture import occurrence_position
 from mmpack.kernels.mixture import prefix_counts as table_counts
 from mmpack.kernels.schedule import locate_runs, run_counts
-from mmpack.sampling.weights import quantize_weights
+from mmpack.sampling.weights import BLOCK, chairman_table, quantize_weights
+
+# The pieces' tables (at most SCHEDULE_RESOLUTION draws each).
+_table = functools.lru_cache(maxsize=256)(chairman_table)
 
 __all__ = ["SchedulePlan", "plan_pieces"]
-
-BLOCK = 64
-"""Checkpoint spacing of the run tables."""
-
-
-@functools.lru_cache(maxsize=256)
-def _table(key: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """``(seq, ckpt)`` of the chairman table of ``key = (period, *quotas)``, read-only."""
-    period, c = key[0], np.array(key[1:], dtype=np.int64)
-    seq = np.empty(period, dtype=np.uint8 if c.size <= 256 else np.int32)
-    ckpt = np.empty((period // BLOCK + 1, c.size), dtype=np.int32)
-    build_period(c, period, BLOCK, seq, ckpt)
-    seq.flags.writeable = False
-    ckpt.flags.writeable = False
-    return seq, ckpt
 
 
 def _cumulative(seq: np.ndarray, k_src: int) -> np.ndarray:
@@ -185,7 +173,7 @@ class SchedulePlan:
             key = (int(self.periods[j]), *self.quotas[j].tolist())
             if key not in keys:
                 keys[key] = len(self._seqs)
-                seq, ckpt = _table(key)
+                seq, ckpt = _table(key[1:], key[0])
                 self._seqs.append(seq)
                 self._ckpts.append(ckpt)
             self._table[j] = keys[key]
