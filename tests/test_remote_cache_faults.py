@@ -2,7 +2,8 @@
 against a real S3 server (SeaweedFS, ``tests/_s3.py``): a corrupt cached block (checked the
 first time a reader serves it, dropped and fetched again), a stopped process holding the cache's
 lock or a block's claim (waited for a bounded time, then read around), a truncated cache file
-(discarded and fetched again), and a disk that cannot be written (served from memory).
+(discarded and fetched again), a disk that cannot be written (served from memory), and children
+forked while a thread takes the lock (they never keep it).
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache_faults.py``.
 """
@@ -415,3 +416,49 @@ def test_a_cache_dir_the_kernel_refuses_to_write_serves_from_memory(s3_server, t
     assert got["ok"]
     msgs = [m for m in got["warnings"] if "node cache" in m]
     assert len(msgs) == 1 and "File too large" in msgs[0], got["warnings"]
+
+
+def test_a_child_forked_while_a_thread_takes_the_lock_does_not_keep_it(tmp_path):
+    """A fork landing between a thread's ``open`` of the lock file and its registration used
+    to leave the child a copy of the descriptor: the lock (held on that open file) outlived the
+    parent's release for as long as the child ran.  Children forked while a thread takes and
+    releases the lock in a loop must never make it wait for them."""
+    cache = cache_mod.BlockCache(tmp_path, GiB)
+    cache.root.mkdir(parents=True)
+    stop = threading.Event()
+    waits: list[float] = []
+
+    def take() -> None:
+        import time
+
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                with cache._locked():
+                    pass
+            except cache_mod.CacheLockTimeout:
+                waits.append(float("inf"))
+                return
+            waits.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    children = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with a thread running
+            for _ in range(60):
+                pid = os.fork()
+                if pid == 0:  # the child lives a while, holding whatever it inherited
+                    import time
+
+                    time.sleep(1.5)
+                    os._exit(0)
+                children.append(pid)
+                threading.Event().wait(0.005)
+    finally:
+        stop.set()
+        thread.join(30)
+        for pid in children:
+            os.waitpid(pid, 0)
+    assert waits and max(waits) < 0.5, f"the lock waited {max(waits):.2f} s for a child"

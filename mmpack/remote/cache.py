@@ -55,12 +55,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.cachefile import (
-    FORK_CLOSE,
     HEADER,
     CacheFile,
     DamagedCacheFile,
     boot_id,
+    close_lock_fd,
     lock_range,
+    open_lock_fd,
     pack_header,
     state_file_size,
     unpack_header,
@@ -122,14 +123,12 @@ class BlockCache:
         """Hold the cache's lock; :class:`CacheLockTimeout` past :data:`LOCK_WAIT_SECONDS` (at
         once while this process finds it stuck)."""
         path = self.root / ".lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        FORK_CLOSE.add(fd)  # a child forked meanwhile must not keep the lock alive
+        fd = open_lock_fd(path, os.O_RDWR | os.O_CREAT)  # no child forked meanwhile keeps it
         try:
             _lock_bounded(fd, str(path))
             yield
         finally:
-            FORK_CLOSE.discard(fd)
-            os.close(fd)
+            close_lock_fd(fd)
 
     # ------------------------------------------------------------------------------ counting
     def _headers(self) -> list[tuple[Path, tuple | None]]:
@@ -408,7 +407,7 @@ class BlockCache:
         try:
             for suffix in (".state", ".data"):
                 try:
-                    fd = os.open(stem.with_suffix(suffix), os.O_RDWR | os.O_CLOEXEC)
+                    fd = open_lock_fd(stem.with_suffix(suffix))
                 except FileNotFoundError:
                     continue
                 fds.append(fd)
@@ -419,7 +418,7 @@ class BlockCache:
             return True
         finally:
             for fd in fds:
-                os.close(fd)
+                close_lock_fd(fd)
 
 
 def _lock_bounded(fd: int, path: str) -> None:

@@ -71,6 +71,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,19 +99,45 @@ VERSION = 2
 HEADER = 64
 _HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, block, nbytes, counted, last_used, retired, boot
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)  # Linux; 37 is its value on every Linux arch
-FORK_CLOSE: set[int] = set()
-"""Claim descriptors open now: a forked child closes its copies at once (an OFD lock lives as
-long as any descriptor of it, so a child's copy would keep the parent's claim alive)."""
+_FORK_CLOSE: set[int] = set()
+"""Lock descriptors open now: a forked child closes its copies at once (a ``flock`` or OFD lock
+lives as long as any descriptor of its open file, so a child's copy would keep the parent's lock
+alive until the child exits)."""
+_FORK_GUARD = threading.Lock()
+"""Held while a lock descriptor is opened and registered, or unregistered and closed, and
+across ``fork``: a child never inherits a descriptor the set does not name."""
+
+
+def open_lock_fd(path: str | os.PathLike, flags: int = os.O_RDWR, mode: int = 0o644) -> int:
+    """Open ``path`` for taking locks on: a descriptor no forked child keeps (close it with
+    :func:`close_lock_fd`)."""
+    with _FORK_GUARD:
+        fd = os.open(path, flags | os.O_CLOEXEC, mode)
+        _FORK_CLOSE.add(fd)
+    return fd
+
+
+def close_lock_fd(fd: int) -> None:
+    """Close a descriptor of :func:`open_lock_fd` (its locks are released)."""
+    with _FORK_GUARD:
+        _FORK_CLOSE.discard(fd)
+        os.close(fd)
 
 
 def _close_in_child() -> None:
-    for fd in list(FORK_CLOSE):
+    global _FORK_GUARD
+    for fd in list(_FORK_CLOSE):
         with contextlib.suppress(OSError):
             os.close(fd)
-    FORK_CLOSE.clear()
+    _FORK_CLOSE.clear()
+    _FORK_GUARD = threading.Lock()  # the parent's is held across the fork
 
 
-os.register_at_fork(after_in_child=_close_in_child)
+os.register_at_fork(
+    before=lambda: _FORK_GUARD.acquire(),
+    after_in_parent=lambda: _FORK_GUARD.release(),
+    after_in_child=_close_in_child,
+)
 
 
 def boot_id() -> bytes:
@@ -177,8 +204,7 @@ class Claim:
 
     def close(self) -> None:
         if self.fd >= 0:
-            FORK_CLOSE.discard(self.fd)
-            os.close(self.fd)
+            close_lock_fd(self.fd)
             self.fd = -1
 
 
@@ -309,8 +335,7 @@ class CacheFile:
     # ------------------------------------------------------------------------------ writing
     def claim(self, ids: list[int]) -> Claim:
         """Lock the absent ones of sorted block ids ``ids`` that nobody else holds."""
-        fd = os.open(self.state_path, os.O_RDWR | os.O_CLOEXEC)
-        FORK_CLOSE.add(fd)
+        fd = open_lock_fd(self.state_path)
         mine: list[int] = []
         theirs: list[int] = []
         k = 0

@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.remote.cachefile import FORK_CLOSE, CacheFile, lock_range
+from mmpack.remote.cache import warn_once
+from mmpack.remote.cachefile import CacheFile, close_lock_fd, lock_range, open_lock_fd
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.transport import ObjectMissing
 
@@ -178,8 +179,7 @@ class SpanFetcher:
         cf = self.cache
         if cf is None or key in self._pins:
             return
-        fd = os.open(cf.state_path, os.O_RDWR | os.O_CLOEXEC)
-        FORK_CLOSE.add(fd)
+        fd = open_lock_fd(cf.state_path)
         self._pins[key] = fd
         for a, b in spans:
             b0, b1 = self.block_range(a, b)
@@ -193,8 +193,7 @@ class SpanFetcher:
         self._here()
         fd = self._pins.pop(key, -1)
         if fd >= 0:
-            FORK_CLOSE.discard(fd)
-            os.close(fd)
+            close_lock_fd(fd)
 
     @property
     def pinned(self) -> list[Any]:
@@ -210,8 +209,7 @@ class SpanFetcher:
         node = self.fetcher.node
         if cf is None or node is None or not spans:
             return 0
-        fd = os.open(cf.state_path, os.O_RDWR | os.O_CLOEXEC)
-        FORK_CLOSE.add(fd)
+        fd = open_lock_fd(cf.state_path)
         try:
             ids: list[int] = []
             for a, b in spans:
@@ -224,10 +222,13 @@ class SpanFetcher:
                         for k in range(b0, b1)
                         if lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(k), 1)
                     )
-            dropped = node.cache.drop_blocks(cf, [k for k in ids if cf.state[k]])
+            try:
+                dropped = node.cache.drop_blocks(cf, [k for k in ids if cf.state[k]])
+            except OSError as exc:  # the cache's lock is stuck: the blocks stay until evicted
+                warn_once(node.cache.cache_dir, exc)
+                dropped = 0
             with self._lock:
                 self._stats["blocks_dropped"] += dropped
             return dropped
         finally:
-            FORK_CLOSE.discard(fd)
-            os.close(fd)
+            close_lock_fd(fd)
