@@ -155,6 +155,26 @@ def _xxh64_kernel(data: bytes, seed: int) -> int:
     return int(xxh64(raw, raw[: raw.size // 8 * 8].view("<u8"), np.uint64(seed)))
 
 
+def _xxh64_blocks_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    block = 8 * int(rng.integers(1, 9))
+    n = int(rng.integers(0, block * (size + 3)))
+    return bytes(rng.integers(0, 256, n, dtype=np.uint8)), block
+
+
+def _xxh64_blocks_kernel(data: bytes, block: int) -> list[int]:
+    from mmpack.kernels.store import xxh64_blocks
+
+    raw = np.frombuffer(data, dtype=np.uint8)
+    out = np.empty(-(-raw.size // block), np.uint64)
+    xxh64_blocks(raw, raw[: raw.size // 8 * 8].view("<u8"), block, out)
+    return out.tolist()
+
+
+def xxh64_blocks_slow(data: bytes, block: int) -> list[int]:
+    """Each ``block`` bytes hashed on its own by :func:`xxh64_slow`."""
+    return [xxh64_slow(data[k : k + block]) for k in range(0, len(data), block)]
+
+
 _SRC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 
 
@@ -1921,6 +1941,13 @@ def twin_bin_pieces(bin_ptr, pieces, has_eot, bins):
 PAIRS: list[Pair] = [
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
+    _pair(
+        "store.xxh64_blocks",
+        "xxh64_blocks_slow",
+        _xxh64_blocks_inputs,
+        _xxh64_blocks_kernel,
+        xxh64_blocks_slow,
+    ),
     _pair("store.convert_tokens", "convert_slow", _convert_inputs, _convert_kernel, _convert_ref),
     _pair(
         "store.first_decrease",

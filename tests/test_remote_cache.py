@@ -395,3 +395,25 @@ def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_pat
     fetched, unstored = full.fetch_shared(cf2, [5, 6], fetch, timeout=5.0)
     assert sorted(fetched) == [5, 6] and unstored == [6]
     assert cf2.present(np.array([5, 6])).tolist() == [True, False]
+
+
+def test_a_run_written_and_dropped_at_once_equals_its_blocks_one_by_one(tmp_path):
+    """``write_run``/``drop_run`` (one write, one hole per run) leave the state, digests and
+    charges that ``write``/``drop`` of each block leave, also for a short last block."""
+    from mmpack.remote.cache import BlockCache
+
+    block, nbytes = 4096, 4096 * 5 + 1000
+    data = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
+    one = BlockCache(tmp_path / "one", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
+    run = BlockCache(tmp_path / "run", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
+    assert one is not None and run is not None
+    for b in range(1, 6):
+        one.write(b, data[b * block : (b + 1) * block])
+    run.write_run(1, data[block:])
+    np.testing.assert_array_equal(run.state, one.state)
+    np.testing.assert_array_equal(run.digests, one.digests)
+    np.testing.assert_array_equal(run.checked, one.checked)
+    assert bytes(run.data[block:]) == data[block:]
+    freed_one = sum(one.drop(b) for b in range(2, 6))
+    assert run.drop_run(2, 6) == freed_one
+    np.testing.assert_array_equal(run.state, one.state)

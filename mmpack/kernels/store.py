@@ -1,5 +1,6 @@
 """Kernels of the store: offsets validation for huge indexes, the build's one pass over the
-tokens (convert to the store's dtype while checking the token range) and the block hash (XXH64).
+tokens (convert to the store's dtype while checking the token range) and the block hash (XXH64;
+:func:`xxh64_blocks`: one digest per block of a run in one call).
 
 :func:`convert_tokens` copies ``src`` into ``out`` (the store's dtype) in strips of 4096 tokens:
 each strip is converted and range-checked without a branch per token (LLVM vectorises it), and
@@ -21,7 +22,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["convert_tokens", "first_decrease", "xxh64"]
+__all__ = ["convert_tokens", "first_decrease", "xxh64", "xxh64_blocks"]
 
 
 @njit
@@ -149,3 +150,25 @@ def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
     h *= _P3
     h ^= h >> np.uint64(32)
     return h
+
+
+@njit
+def xxh64_blocks(data: np.ndarray, words: np.ndarray, block: int, out: np.ndarray) -> None:
+    """XXH64 (seed 0) of each ``block`` bytes of ``data`` (the last block may be short).
+
+    Parameters
+    ----------
+    data : numpy.ndarray
+        uint8, shape (n,).
+    words : numpy.ndarray
+        uint64, shape (n // 8,): ``data`` read as little-endian words.
+    block : int
+        Bytes per block, a positive multiple of 8 (checked by the caller).
+    out : numpy.ndarray
+        uint64, shape (ceil(n / block),): the digests, written here.
+    """
+    n = data.shape[0]
+    for k in range(out.shape[0]):
+        lo = k * block
+        hi = min(lo + block, n)
+        out[k] = xxh64(data[lo:hi], words[lo // 8 : hi // 8], np.uint64(0))

@@ -273,6 +273,30 @@ class BlockCache:
             self.refund(cf, sum(sizes[written:k]))
         return ids[written:]
 
+    def store_run(
+        self, cf: CacheFile, b0: int, data: Any, digests: np.ndarray | None = None
+    ) -> int:
+        """:meth:`store` of the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole
+        blocks, claimed by the caller; ``digests`` their XXH64 digests where known) in one
+        write, as far as the limit allows; returns how many were written (the rest: no room,
+        or a full or failing disk)."""
+        nblocks = -(-min(len(data), cf.nbytes - (b0 << cf.shift)) // cf.block)
+        sizes = [cf.charge(b) for b in range(b0, b0 + nblocks)]
+        try:
+            k = self.charge(cf, sizes)
+        except OSError as exc:  # the lock is stuck: nothing is stored
+            warn_once(self.cache_dir, exc)
+            return 0
+        try:
+            cf.write_run(
+                b0, memoryview(data)[: k * cf.block], None if digests is None else digests[:k]
+            )
+        except OSError as exc:  # the disk is full or failing: served from memory, keep going
+            warn_once(self.cache_dir, exc)
+            self.refund(cf, sum(sizes[:k]))
+            return 0
+        return k
+
     def fetch_shared(
         self,
         cf: CacheFile,
@@ -331,14 +355,18 @@ class BlockCache:
         mine = set(claim.mine)
         return sorted(rest + [b for b in blocks if b not in mine])
 
-    def drop_blocks(self, cf: CacheFile, ids: list[int]) -> int:
-        """Drop present blocks ``ids`` of ``cf`` (nobody may read them: the caller holds their
-        pins exclusively), give back their charge and count the drop in the header, so other
-        readers forget them; returns how many were dropped."""
-        if not ids:
+    def drop_blocks(self, cf: CacheFile, ids: np.ndarray) -> int:
+        """Drop present blocks ``ids`` (int64, sorted, unique) of ``cf`` (nobody may read them:
+        the caller holds their pins exclusively), one hole per run of adjacent ids, give back
+        their charge and count the drop in the header, so other readers forget them; returns
+        how many were dropped."""
+        if not len(ids):
             return 0
+        cut = np.flatnonzero(np.diff(ids) != 1) + 1
+        starts = np.concatenate([ids[:1], ids[cut]]).tolist()
+        stops = (np.concatenate([ids[cut - 1], ids[-1:]]) + 1).tolist()
         with self._locked():
-            cf.add_counted(-sum(cf.drop(b) for b in ids))
+            cf.add_counted(-sum(cf.drop_run(a, b) for a, b in zip(starts, stops)))
             cf.count_drop()
         return len(ids)
 

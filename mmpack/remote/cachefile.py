@@ -81,7 +81,7 @@ import numpy as np
 
 from mmpack.core.libc import libc_function
 from mmpack.kernels.blockstate import all_blocks_present, check_ranges
-from mmpack.store.integrity import block_digest
+from mmpack.store.integrity import block_digest, block_digests
 
 __all__ = [
     "CacheFile",
@@ -365,17 +365,42 @@ class CacheFile:
         self.state[b] = 1
         self.checked[b] = 1
 
+    def write_run(self, b0: int, data: Any, digests: np.ndarray | None = None) -> None:
+        """:meth:`write` of the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole
+        blocks; the object's last may end it) in one write; ``digests`` (uint64, one per block)
+        are their XXH64 digests where the caller has them."""
+        mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
+        b1 = b0 - (-len(mv) >> self.shift)
+        if digests is None:
+            digests = block_digests("xxh64", mv, self.block)
+        if len(digests) != b1 - b0:
+            raise ValueError(f"{len(digests)} digests for blocks {b0}..{b1}")
+        done = 0
+        while done < len(mv):  # pwrite may write less than asked
+            n = os.pwrite(self._fd_data, mv[done:], (b0 << self.shift) + done)
+            if n <= 0:
+                raise OSError(f"{self.data_path}: short write of blocks {b0}..{b1}")
+            done += n
+        self.digests[b0:b1] = digests
+        self.state[b0:b1] = 1
+        self.checked[b0:b1] = 1
+
     def drop(self, b: int) -> int:
         """Mark block ``b`` absent and free its disk space; returns the bytes freed (0 where the
         file system cannot punch holes: the space then stays allocated and counted)."""
-        self.state[b] = 0
-        self.checked[b] = 0
-        if _FALLOCATE is None:
+        return self.drop_run(b, b + 1)
+
+    def drop_run(self, b0: int, b1: int) -> int:
+        """:meth:`drop` of blocks ``[b0, b1)`` with one hole punched for the run."""
+        self.state[b0:b1] = 0
+        self.checked[b0:b1] = 0
+        if _FALLOCATE is None or b1 <= b0:
             return 0
-        lo = b << self.shift
-        if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(self.block, self.nbytes - lo)) != 0:
+        lo = b0 << self.shift
+        if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(b1 << self.shift, self.nbytes) - lo):
             return 0
-        return self.charge(b)
+        # every block but the object's last is whole: they are charged alike
+        return (b1 - b0 - 1) * self.charge(b0) + self.charge(b1 - 1)
 
     def add_counted(self, delta: int) -> None:
         """Change the bytes charged to this file (the caller holds the cache's lock)."""

@@ -50,7 +50,7 @@ from mmpack.remote.blocks import block_ids, runs_of
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.cachefile import CacheFile
 from mmpack.remote.transport import ObjectMissing, Transport
-from mmpack.store.integrity import block_digest
+from mmpack.store.integrity import block_digest, block_digests
 
 __all__ = ["AHEAD_THREADS", "BlockFetcher", "MEMORY_BLOCKS_BYTES"]
 
@@ -145,6 +145,25 @@ class BlockFetcher:
         """Whether ``data`` is block ``b`` as the table records it."""
         lo, hi = self._span(b)
         return len(data) == hi - lo and block_digest(self.digest, data) == int(self.table[b])
+
+    def check_run(self, b0: int, data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+        """Check the blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole blocks from ``b0``;
+        the object's last block may end it) against the table in one pass.
+
+        Returns
+        -------
+        digests : numpy.ndarray, uint64, shape (nblocks,)
+            Each block's digest by the table's kind.
+        bad : numpy.ndarray, int64
+            The ids of the blocks that differ from the table (sorted).
+        """
+        digests = block_digests(self.digest, data, self.block)
+        b1 = b0 + digests.size
+        whole = min(b1 * self.block, self.nbytes) - b0 * self.block
+        if b1 > self.table.size or len(data) != whole:  # short or long: every block is bad
+            return digests, np.arange(b0, b1, dtype=np.int64)
+        bad = np.flatnonzero(digests != self.table[b0:b1].astype(np.uint64)) + b0
+        return digests, bad.astype(np.int64)
 
     def _span(self, b: int) -> tuple[int, int]:
         lo = b * self.block

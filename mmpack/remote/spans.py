@@ -10,23 +10,27 @@ and calls
   (the claims of :class:`~mmpack.remote.cachefile.CacheFile`: a block another process of the node
   holds is left to it), cut the claimed runs into parts of at most ``part_bytes`` (each part one
   range request inside one span), fetch the parts ``max_concurrency`` at a time in that order,
-  check every check block of a part against the store's table (a part with a bad block is
-  fetched once more, then it is a :class:`~mmpack.errors.FormatError`), and store it in the
-  node cache as it lands (a reader waiting on a claimed block gets it as soon as its part is in);
+  check every check block of a part against the store's table in one pass (one kernel call for
+  XXH64 tables; a part with a bad block is fetched once more, then it is a
+  :class:`~mmpack.errors.FormatError`), and store it in the node cache as it lands, in one write
+  (:meth:`BlockCache.store_run`; the table's XXH64 digests are the cache's own, not computed
+  again), so a reader waiting on a claimed block gets it as soon as its part is in;
 - :meth:`~SpanFetcher.pin`: hold shared OFD locks on bytes past the end of the state file, one
   per check block of the spans (:meth:`CacheFile.pin_offset`), on a descriptor of its own per
   pin, so that no process of the node drops them while this one reads them;
   :meth:`~SpanFetcher.unpin` closes that descriptor;
 - :meth:`~SpanFetcher.drop`: for each span, take the exclusive lock on its pin bytes (the whole
   span at once, else block by block: a check block shared with a span someone still pins stays),
-  mark the blocks absent, punch their holes and give back their charge (under the cache's lock),
+  mark the blocks absent, punch their holes (one per run of adjacent blocks) and give back their
+  charge (under the cache's lock),
   and count the drop in the header, so that other readers forget their checks of those blocks
   (:meth:`CacheFile.forget_dropped`) and fetch them again if they ever need them.
 
 Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` range requests moving ``s`` bytes plus at
 most one check block at each end (bytes fetched per byte of the span <= 1 + 2 * block / s); the
-checksums run at the table's speed (CRC-32, ~1.3 GB/s per thread, in the fetch threads); a pin or
-a drop is one ``fcntl`` per span (one per check block where a whole-span lock conflicts).
+checksums run at the table's speed (in the fetch threads), with per-part, not per-block, Python
+work; a pin or a drop is one ``fcntl`` per span (one per check block where a whole-span lock
+conflicts).
 """
 
 from __future__ import annotations
@@ -155,20 +159,21 @@ class SpanFetcher:
                     "opened; open it again"
                 ) from None
             moved += b - a
-            mv = memoryview(data)
-            blocks = {k: mv[(k - lo) * f.block : (k - lo + 1) * f.block] for k in range(lo, hi)}
-            bad = [k for k, v in blocks.items() if not f.intact(k, v)]
+            digests, bad = f.check_run(lo, data)
             with self._lock:
                 self._stats["requests"] += 1
                 self._stats["bytes_fetched"] += b - a
                 self._stats["parts"] += attempt == 0
-                self._stats["refetched"] += bool(bad)
-            if not bad:
-                f.node.cache.store(cf, blocks)  # type: ignore[union-attr]
+                self._stats["refetched"] += bool(bad.size)
+            if not bad.size:
+                same = f.digest == "xxh64" and cf.block == f.block  # the cache's own digests
+                node = f.node
+                assert node is not None  # a span fetcher exists only with a node cache
+                node.cache.store_run(cf, lo, data, digests if same else None)
                 return moved
         raise FormatError(
-            f"{f.url}: {f.key} bytes {a}..{b} (check blocks {bad[:5]}) fail their checksum twice: "
-            "the object is corrupt; rebuild the store"
+            f"{f.url}: {f.key} bytes {a}..{b} (check blocks {bad[:5].tolist()}) fail their "
+            "checksum twice: the object is corrupt; rebuild the store"
         )
 
     # ------------------------------------------------------------------------------ pins
@@ -211,19 +216,22 @@ class SpanFetcher:
             return 0
         fd = open_lock_fd(cf.state_path)
         try:
-            ids: list[int] = []
+            runs: list[np.ndarray] = []
             for a, b in spans:
                 b0, b1 = self.block_range(a, b)
                 if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(b0), b1 - b0):
-                    ids.extend(range(b0, b1))
+                    runs.append(np.arange(b0, b1, dtype=np.int64))
                 else:  # some block of it is pinned: drop the others
-                    ids.extend(
+                    free = [
                         k
                         for k in range(b0, b1)
                         if lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(k), 1)
-                    )
+                    ]
+                    runs.append(np.array(free, dtype=np.int64))
+            ids = np.unique(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
+            ids = ids[cf.state[ids] != 0]
             try:
-                dropped = node.cache.drop_blocks(cf, [k for k in ids if cf.state[k]])
+                dropped = node.cache.drop_blocks(cf, ids)
             except OSError as exc:  # the cache's lock is stuck: the blocks stay until evicted
                 warn_once(node.cache.cache_dir, exc)
                 dropped = 0

@@ -26,7 +26,7 @@ from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
 from mmpack.store.format import StoreMeta
 
-__all__ = ["BlockChecker", "ReadChecker", "block_digest", "check_offsets"]
+__all__ = ["BlockChecker", "ReadChecker", "block_digest", "block_digests", "check_offsets"]
 
 
 class ReadChecker(Protocol):
@@ -55,15 +55,46 @@ def block_digest(kind: str, data: Any) -> int:
         raise ValueError(f"unknown checksum kind {kind!r}; expected 'crc32' or 'xxh64'")
     from mmpack.kernels.store import xxh64
 
+    raw = _bytes_of(data)
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
+        return int(xxh64(raw, _words_of(raw), np.uint64(0)))
+
+
+def block_digests(kind: str, data: Any, block: int) -> np.ndarray:
+    """:func:`block_digest` of each ``block`` bytes of ``data`` (the last block may be short).
+
+    Returns
+    -------
+    numpy.ndarray, uint64, shape (ceil(len(data) / block),)
+    """
+    if isinstance(block, bool) or not isinstance(block, int) or block <= 0 or block % 8:
+        raise ValueError(f"block must be a positive multiple of 8 (bytes), got {block!r}")
+    raw = _bytes_of(data)
+    out = np.empty(-(-raw.size // block), np.uint64)
+    if kind == "crc32":
+        for k in range(out.size):
+            out[k] = zlib.crc32(raw[k * block : (k + 1) * block].tobytes())
+        return out
+    if kind != "xxh64":
+        raise ValueError(f"unknown checksum kind {kind!r}; expected 'crc32' or 'xxh64'")
+    from mmpack.kernels.store import xxh64_blocks
+
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
+        xxh64_blocks(raw, _words_of(raw), block, out)
+    return out
+
+
+def _bytes_of(data: Any) -> np.ndarray:
     if isinstance(data, np.ndarray):
-        raw = data.reshape(-1).view(np.uint8)
-    else:
-        raw = np.frombuffer(data, dtype=np.uint8)
+        return data.reshape(-1).view(np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _words_of(raw: np.ndarray) -> np.ndarray:
     words = raw[: raw.size // 8 * 8].view("<u8")
     if sys.byteorder != "little":  # pragma: no cover  (the kernel reads native words)
         words = words.astype(np.uint64)
-    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
-        return int(xxh64(raw, words, np.uint64(0)))
+    return words
 
 
 class BlockChecker:

@@ -23,7 +23,8 @@ batch it yields: the default path is the fast one.  A plain loop drives one with
 
 Cost per window, in this process: one :meth:`BlockOrder.map` of the window's positions, one sort
 of their block ids, one ``token_span`` per block (a few microseconds each), one ``fcntl`` per
-block to pin and one to drop; the transfer itself runs in a background thread.
+block to pin; the transfer and the drops (one ``fcntl`` per block and one hole punched per run
+of blocks) run in two background threads, a window's fetch after the drops that precede it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class WindowFetcher:
         self._live: dict[Key, list[tuple[int, int]]] = {}
         self._jobs: dict[Key, Future[int]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        self._drops: list[Future[int]] = []  # drops of windows left behind, under way
+        self._found = (-1, 0, 0, 0)  # (epoch, first position, end, window) last found
         self._base = self._first = 0
         self._epoch = -1
         self.current: Key | None = None
@@ -126,7 +129,18 @@ class WindowFetcher:
         if not stream.simple:  # stream index g -> (epoch, epoch position) of what it serves
             piece, at = stream.locate(np.array([max(g, 0)], np.int64))
             epoch, g = int(stream.epochs[int(piece[0])]), int(at[0])
-        return epoch, int(self.order.window_of(np.array([g], np.int64), epoch)[0])
+        return epoch, self._window_of(g, epoch)
+
+    def _window_of(self, g: int, epoch: int) -> int:
+        """The window of epoch position ``g`` (the last one found is kept: a batch's position
+        mostly lies in it)."""
+        e, lo, hi, w = self._found
+        if e == epoch and lo <= g < hi:
+            return w
+        offsets = self.order.window_offsets(epoch)
+        w = int(np.searchsorted(offsets, g, side="right")) - 1
+        self._found = (epoch, int(offsets[w]), int(offsets[w + 1]), w)
+        return w
 
     # ------------------------------------------------------------------------------ driving
     def start(self) -> None:
@@ -147,19 +161,28 @@ class WindowFetcher:
                 self._goto(key, wait_claim=False)
 
     def close(self) -> None:
-        """Unpin and drop every window this fetcher holds (nothing another process pins)."""
+        """Unpin and drop every window this fetcher holds (nothing another process pins), and
+        wait for the drops under way."""
         with self._lock:
             keys = list(self._live)
         for key in keys:
             self._release(key)
+        for job in self._drops:
+            job.result(60.0)
+        self._drops.clear()
         self.current = None
 
     def _goto(self, key: Key, wait_claim: bool) -> None:
         wanted = [key, self._next(key)]
         with self._lock:
             gone = [k for k in self._live if k not in wanted]
-        for k in gone:
-            self._release(k)
+        if self._pool is None:
+            # two threads: the next window's parts queue right behind the current one's
+            self._pool = ThreadPoolExecutor(2, thread_name_prefix="mmpack-window")
+        pool = self._pool
+        self._drops = [job for job in self._drops if not job.done()]
+        drops = [pool.submit(self.spans.drop, spans) for spans in map(self._unpin, gone)]
+        self._drops.extend(drops)
         self.current = key
         for k in wanted:
             with self._lock:
@@ -169,17 +192,19 @@ class WindowFetcher:
                 self._live[k] = spans
             self.spans.pin(k, spans)
             claimed = threading.Event()
-            if self._pool is None:
-                # two jobs: the next window's parts queue right behind the current one's
-                self._pool = ThreadPoolExecutor(2, thread_name_prefix="mmpack-window")
-            self._jobs[k] = self._pool.submit(self._fetch, k, spans, claimed)
+            self._jobs[k] = pool.submit(self._fetch, k, spans, claimed, drops)
             if wait_claim and k == key:
                 claimed.wait(30.0)
 
-    def _fetch(self, key: Key, spans: list[tuple[int, int]], claimed: threading.Event) -> int:
-        """The background job of one window: fetch it unless it was left meanwhile (then drop
-        what it stored)."""
+    def _fetch(
+        self, key: Key, spans: list[tuple[int, int]], claimed: threading.Event, after: list[Future]
+    ) -> int:
+        """The background job of one window: once the windows left before it are dropped (the
+        cache never holds more than two), fetch it unless it was left meanwhile (then drop what
+        it stored)."""
         try:
+            for job in after:  # submitted before this one: running or done, never queued
+                job.result()
             with self._lock:
                 if key not in self._live:
                     return 0
@@ -191,12 +216,15 @@ class WindowFetcher:
             if left:
                 self.spans.drop(spans)
 
-    def _release(self, key: Key) -> None:
+    def _unpin(self, key: Key) -> list[tuple[int, int]]:
+        """Leave window ``key``: forget it and release its pins; returns its spans (to drop)."""
         with self._lock:
-            spans = self._live.pop(key, None)
+            spans = self._live.pop(key, [])
         self.spans.unpin(key)
-        if spans is not None:
-            self.spans.drop(spans)
+        return spans
+
+    def _release(self, key: Key) -> None:
+        self.spans.drop(self._unpin(key))
 
     @property
     def live(self) -> list[Key]:
@@ -206,5 +234,5 @@ class WindowFetcher:
 
     def wait(self, timeout: float = 60.0) -> None:
         """Wait for the fetches under way (errors surface here; readers meet them too)."""
-        for job in list(self._jobs.values()):
+        for job in list(self._jobs.values()) + list(self._drops):
             job.result(timeout)
