@@ -3,8 +3,15 @@
 The model runs each stage's sampler as ``_orders.StreamModel`` lists (stage ``i`` keyed by
 ``stage_seed(seed, i)``), takes ``batch_size`` rounds per step (into the next epoch when one
 ends) and ends a stage at the first step where what it served reaches its budget; a run draws
-some batches at world size W1, saves any rank's state, resumes at W2 (1..6) and runs to the end.
-A real DataLoader then serves two stages of different ``seqlen`` and batch sizes.
+some batches at world size W1, saves any rank's state, resumes at W2 (1..6) and runs to the end,
+in the global, the block-window (``_orders.bounds_of`` blocks) and the in-order order.  A random
+program then mixes steps, skips and replays on the current or a later stage (valid or refused,
+each model stage keeping its own ``StreamModel`` edits), the spike recipe (``positions_of`` of
+some steps ahead, compared with the model's first-served positions, then skipped), new iterators
+and JSON state round trips into W2 ranks, checking every rank's batches, ``step`` and ``stage``.
+Budgets count what is served (a skipped position nothing, a replayed one again), so the model's
+steps per stage never change with edits.  A real DataLoader serves two stages of different
+``seqlen`` and batch sizes, and stages in block order follow each stage's plain sampler.
 Run: ``pytest tests/test_stages.py``.
 """
 

@@ -165,8 +165,9 @@ class Stages:
 
     @property
     def step(self) -> int:
-        """The step of the next batch: steps served since the run began (every rank together
-        serves one a batch; at any world size)."""
+        """The step of the next batch: the batches handed out since the run began, on each rank
+        (a step is one batch on every rank, at any world size; a DataLoader's prefetching workers
+        may have taken some the loop has not consumed)."""
         return self._step + self._handed
 
     @property
