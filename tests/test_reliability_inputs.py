@@ -112,6 +112,13 @@ def _sampler_state(**changes):
     return {k: v for k, v in state.items() if v is not KeyError}
 
 
+def _stages_over_stage_0(env: Env) -> Any:
+    """Two stages of one step each, the first served."""
+    stages = mmpack.Stages([(2, env.ds, 2), (2, env.ds, 2)])
+    next(iter(stages))
+    return stages
+
+
 class _Split:
     """A datasets-like split (``.iter(batch_size)`` of column dicts)."""
 
@@ -1042,6 +1049,34 @@ TABLE: list[Row] = [
         ValueError,
         "stages[0] batch_size must be >= 1, got 0",
         lambda e: mmpack.Stages([(10, e.ds, 0)]),
+    ),
+    Row(
+        "Stages",
+        "shuffle='blocks' over a view without block_bounds",
+        TypeError,
+        "shuffle='blocks' needs views with block_bounds, got stages[0] view list",
+        lambda e: mmpack.Stages([(10, list(range(10)), 2)], shuffle="blocks"),
+    ),
+    Row(
+        "Stages.skip",
+        "a stage that is over",
+        ValueError,
+        "cannot skip [0, 4) in stage 0: stage 0 is over (the run is in stage 1)",
+        lambda e: _stages_over_stage_0(e).skip(0, 4, stage=0),
+    ),
+    Row(
+        "Stages.replay",
+        "a later stage (nothing of it consumed)",
+        ValueError,
+        "in stage 1: cannot replay [0, 2): only consumed positions can be replayed",
+        lambda e: mmpack.Stages([(2, e.ds, 2), (2, e.ds, 2)]).replay(0, 2, stage=1),
+    ),
+    Row(
+        "Stages.positions_of",
+        "a step already served",
+        ValueError,
+        "cannot find the positions of steps [0, 1): the run is at step 1",
+        lambda e: _stages_over_stage_0(e).positions_of(0, 1),
     ),
     # ------------------------------------------------------------------ mmpack.ingest
     Row(

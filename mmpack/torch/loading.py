@@ -34,7 +34,7 @@ Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -60,7 +60,7 @@ def loader(
     *,
     seed: int = 0,
     num_workers: int = 0,
-    shuffle: bool | str = True,
+    shuffle: bool | Literal["blocks"] = True,
     drop_last: bool = False,
     collate: Callable[[Any], Any] = default_collate,
     rank: int | None = None,
@@ -132,7 +132,7 @@ def loader(
         blocks = dict(block_bounds=view.block_bounds(block_bytes), window_blocks=window_blocks)
     sampler = ResumableSampler(
         len(view),
-        shuffle=shuffle,  # type: ignore[arg-type]  # the sampler takes "blocks" too
+        shuffle=shuffle,
         seed=seed,
         rank=rank,
         world_size=world_size,

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -59,7 +59,7 @@ from mmpack.errors import FormatError
 from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.permutation import Permutation
 from mmpack.torch import elastic
-from mmpack.torch.sampler_edits import EditLog
+from mmpack.torch.sampler_edits import EditLog, Stream
 from mmpack.torch.sampler_state import STATE_VERSION, check_config, checked_state
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
@@ -165,7 +165,7 @@ class ResumableSampler(Sampler[int]):
         self,
         n: int,
         *,
-        shuffle: bool = True,
+        shuffle: bool | Literal["blocks"] = True,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -239,7 +239,7 @@ class ResumableSampler(Sampler[int]):
         """The dataset configuration the state records and checks (``None``: not checked)."""
         return self._fingerprint
 
-    def stream(self, epoch: int) -> Any:
+    def stream(self, epoch: int) -> Stream:
         """Epoch ``epoch``'s stream: its epoch positions after skips and replays (a
         :class:`~mmpack.torch.sampler_edits.Stream`), before it is dealt to the ranks."""
         return self._edits.stream(epoch)

@@ -68,6 +68,17 @@ class Stream:
         """The unedited epoch: stream index ``i`` is epoch position ``i`` of ``epoch``."""
         return len(self.epochs) == 1 and self.original[0] and int(self.lo[0]) == 0
 
+    def frontier(self, index: int) -> int:
+        """The epoch position after the last position of the epoch's own order served before
+        stream index ``index`` (0 if none); padding past the end serves nothing new."""
+        front = 0
+        for k, orig in enumerate(self.original):
+            if orig and int(self.cum[k]) < index:
+                front = int(self.lo[k]) + min(
+                    index - int(self.cum[k]), int(self.hi[k] - self.lo[k])
+                )
+        return front
+
     def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(piece, epoch position)`` of stream indices ``index`` (int64, in ``[0, length)``)."""
         piece = np.searchsorted(self.cum, index, side="right") - 1
@@ -245,13 +256,7 @@ class EditLog:
     def frontier(self, epoch: int, index: int) -> int:
         """The global position after the last original position served before stream index
         ``index`` of ``epoch`` (``epoch * n`` if none): every position below it is consumed."""
-        stream = self.stream(epoch)
-        front = epoch * self.n
-        for k, orig in enumerate(stream.original):
-            if orig and int(stream.cum[k]) < index:
-                took = min(index - int(stream.cum[k]), int(stream.hi[k] - stream.lo[k]))
-                front = epoch * self.n + int(stream.lo[k]) + took
-        return front
+        return epoch * self.n + self.stream(epoch).frontier(index)
 
     def replay_at(self, epoch: int, index: int) -> int:
         """Raw index of ``epoch``'s stream where a replay asked at stream index ``index`` goes:

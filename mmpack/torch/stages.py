@@ -16,27 +16,37 @@ the same step.  At another world size (an elastic resume) the steps are larger o
 the rule applies to what is left.
 
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
-O(stages) to advance over any number of batches; ``state_dict`` names the stage and holds the
-stage sampler's state (:mod:`mmpack.torch.sampler_state`), so a resume at any world size continues
-the stage exactly as an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
+O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`);
+``state_dict`` names the stage and holds the stage sampler's state
+(:mod:`mmpack.torch.sampler_state`), so a resume at any world size continues the stage exactly as
+an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
+
+Skips and replays (:meth:`Stages.skip`, :meth:`Stages.replay`) edit one stage's sampler: they take
+that sampler's global positions (``e * n_i + j``, position ``j`` of the stage's epoch ``e``) and
+the stage (the current one by default; a later stage may be edited ahead, an earlier one is over),
+and the state records every stage's edits.  :meth:`Stages.positions_of` maps the run's steps to
+those positions.  A budget counts what a stage *serves*: a skipped position is never served and
+counts nothing, a replayed one is served again and counts again; so edits change which samples
+a step holds, never how many steps a stage has, nor the step a stage ends at.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.validation import check_int
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.torch import elastic
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.torch.sampler_state import STATE_VERSION
+from mmpack.torch.stage_walk import StageWalk
 
 __all__ = ["StageDataset", "Stages", "stage_seed"]
 
 UNITS = ("samples", "tokens")
-_FIELDS = ("version", "unit", "stages", "stage", "served", "sampler")
+_FIELDS = ("version", "unit", "stages", "stage", "served", "step", "edits", "sampler")
 
 Point = tuple[int, int, int, int, int]
 """``(stage, served, epoch, position, offset)``: where the next batch starts."""
@@ -77,7 +87,12 @@ class Stages:
     unit : "samples" or "tokens", default "samples"
         What budgets count (see the module docstring for the rule that ends a stage).
     rank, world_size, shuffle, drop_last
-        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler.
+        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler;
+        ``shuffle="blocks"``: each stage in the block-window order over its view's
+        ``block_bounds(block_bytes)``.
+    block_bytes, window_blocks : int
+        With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
+        (default 256), the same for every stage.
 
     Notes
     -----
@@ -96,8 +111,10 @@ class Stages:
         unit: str = "samples",
         rank: int = 0,
         world_size: int = 1,
-        shuffle: bool = True,
+        shuffle: bool | Literal["blocks"] = True,
         drop_last: bool = False,
+        block_bytes: int = FETCH_BLOCK_BYTES,
+        window_blocks: int = WINDOW_BLOCKS,
     ) -> None:
         if unit not in UNITS:
             raise ValueError(f"unit must be 'samples' or 'tokens', got unit={unit!r}")
@@ -125,6 +142,7 @@ class Stages:
                 shuffle=shuffle,
                 drop_last=drop_last,
                 fingerprint=f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
+                **_blocks(shuffle, view, i, block_bytes, window_blocks),
             )
             if len(sampler) == 0:
                 raise ValueError(
@@ -132,8 +150,10 @@ class Stages:
                     f"(world_size={world_size}, drop_last={drop_last})"
                 )
             self._samplers.append(sampler)
+        self._walks = [StageWalk(sampler) for sampler in self._samplers]
         self._world_size = world_size
         self._point: Point = (0, 0, 0, 0, 0)
+        self._step = 0  # steps served before _point
         self._handed = 0
         self.dataset = StageDataset(self._views)
         """The map-style dataset to give a DataLoader with ``batch_sampler=self``."""
@@ -142,6 +162,13 @@ class Stages:
     def stage(self) -> int:
         """The stage of the next batch (``len(stages)`` once the run is over)."""
         return self._normal(self.position)[0]
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch: the batches handed out since the run began, on each rank
+        (a step is one batch on every rank, at any world size; a DataLoader's prefetching workers
+        may have taken some the loop has not consumed)."""
+        return self._step + self._handed
 
     @property
     def position(self) -> Point:
@@ -175,47 +202,133 @@ class Stages:
             stage, served = stage + 1, 0
         return point
 
-    def _draws(self, s: int, epoch: int, position: int, base: int, d: int) -> tuple[int, int, int]:
-        """The stage sampler's ``(epoch, position, offset)`` after ``d`` more draws."""
-        n, ws, dl = len(self._views[s]), self._world_size, self._samplers[s].drop_last
-        rest = elastic.share_length(n, base, ws, dl) - position
-        if d <= rest:  # an epoch drawn to its end stays the point (another world size may deal
-            return epoch, position + d, base  # a tail this one dropped)
-        d -= rest
-        per_epoch = elastic.share_length(n, 0, ws, dl)
-        epoch, d = epoch + 1 + (d - 1) // per_epoch, (d - 1) % per_epoch + 1
-        return epoch, d, 0
-
-    def _advance(self, point: Point, k: int) -> Point:
-        """The point ``k`` batches after ``point``."""
+    def _segments(self, point: Point, k: int) -> Iterator[tuple[Point, Point]]:
+        """``(from, to)`` per stage the ``k`` batches after ``point`` reach: ``to`` where they
+        leave the stage (not moved on to the next)."""
         point = self._normal(point)
         while k > 0 and point[0] < len(self._budgets):
             s, served, epoch, position, base = point
             t = min(k, self._steps_left(s, served))
-            epoch, position, base = self._draws(s, epoch, position, base, t * self._batch[s])
-            point = self._normal((s, served + t * self._per_step(s), epoch, position, base))
+            where = self._walks[s].draws((epoch, position, base), t * self._batch[s])
+            after = (s, served + t * self._per_step(s), *where)
+            yield point, after
+            point = self._normal(after)
             k -= t
-        return point
+
+    def _advance(self, point: Point, k: int) -> Point:
+        """The point ``k`` batches after ``point``."""
+        for _, after in self._segments(point, k):
+            point = after
+        return self._normal(point)
+
+    def positions_of(self, start_step: int, stop_step: int) -> list[tuple[int, int, int]]:
+        """The positions steps ``[start_step, stop_step)`` serve, as ``(stage, start, stop)``.
+
+        Steps count from the start of the run (:attr:`step`, the training loop's step number);
+        ``start_step >= step``: a step not served yet.  Per stage the steps reach,
+        ``[start, stop)`` are the global positions of that stage's sampler the steps serve for the
+        first time (replayed ones aside), what ``skip(start, stop, stage=stage)`` takes; stages
+        where they serve none are left out.  The steps are found with the edits made so far.
+
+        Raises
+        ------
+        ValueError
+            ``start_step < step`` (those steps are served: resume from a checkpoint before them)
+            or ``stop_step < start_step``; the message names the values.
+        """
+        start, stop = check_int(start_step, "start_step"), check_int(stop_step, "stop_step")
+        if not self.step <= start <= stop:
+            raise ValueError(
+                f"cannot find the positions of steps [{start}, {stop}): the run is at step "
+                f"{self.step}, and expects {self.step} <= start_step <= stop_step (a served step "
+                "is found from a checkpoint before it)"
+            )
+        out = []
+        for a, b in self._segments(self._advance(self.position, start - self.step), stop - start):
+            lo = self._walks[a[0]].frontier(a[2:])
+            hi = self._walks[a[0]].frontier(b[2:])
+            if lo < hi:
+                out.append((a[0], lo, hi))
+        return out
+
+    # -- skips and replays -----------------------------------------------------------------------
+
+    def skip(self, start: int, stop: int, *, stage: int | None = None) -> None:
+        """Never serve global positions ``[start, stop)`` of stage ``stage``'s sampler.
+
+        As :meth:`ResumableSampler.skip <mmpack.torch.sampler.ResumableSampler.skip>` for the
+        sampler of ``stage`` (default: the current stage; a later stage may be edited before it
+        starts): position ``e * n + j`` is position ``j`` of the stage's epoch ``e``
+        (:meth:`positions_of` finds those of given steps).  Skipped positions count nothing
+        toward the budget: the stage still serves as many steps.  Recorded in the state.
+
+        Raises
+        ------
+        ValueError
+            ``stage`` is out of range or over, the range is malformed or reaches positions
+            already consumed; the message names the values.
+        """
+        self._edit("skip", start, stop, stage)
+
+    def replay(self, start: int, stop: int, *, stage: int | None = None) -> None:
+        """Serve the consumed global positions ``[start, stop)`` of stage ``stage``'s sampler
+        again, next (default: the current stage).
+
+        As :meth:`ResumableSampler.replay <mmpack.torch.sampler.ResumableSampler.replay>`;
+        replayed samples count toward the budget again (the stage serves as many steps, some of
+        them replayed).  Recorded in the state.
+
+        Raises
+        ------
+        ValueError
+            ``stage`` is out of range or over, the range is malformed or reaches positions not
+            consumed yet (every position of a later stage); the message names the values.
+        """
+        self._edit("replay", start, stop, stage)
+
+    def _edit(self, op: str, start: int, stop: int, stage: int | None) -> None:
+        point = self._normal(self.position)
+        current = point[0]
+        s = current if stage is None else check_int(stage, "stage")
+        if not 0 <= s < len(self._budgets):
+            raise ValueError(
+                f"cannot {op} [{start}, {stop}): stage must satisfy 0 <= stage < "
+                f"{len(self._budgets)}, got stage={s}"
+            )
+        if s < current:
+            raise ValueError(
+                f"cannot {op} [{start}, {stop}) in stage {s}: stage {s} is over (the run is in "
+                f"stage {current})"
+            )
+        # The sampler stands where the run does: at the current point (its iterator, or the
+        # state loaded or set for it), or at its start for a later stage (load_state_dict sets it).
+        sampler = self._samplers[s]
+        try:
+            getattr(sampler, op)(start, stop)
+        except ValueError as e:
+            raise ValueError(f"in stage {s}: {e}") from None
+        saved = sampler.state_dict()
+        self._walks[s].set_edits(saved["skips"], saved["replays"])
 
     # -- batches -------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        self._point, self._handed = self.position, 0
+        self._step, self._point, self._handed = self.step, self.position, 0
         return self._generate(self._point)
 
     def _generate(self, point: Point) -> Iterator[list[tuple[int, int]]]:
         point = self._normal(point)
         while point[0] < len(self._budgets):
             s, served, epoch, position, base = point
-            sampler = self._samplers[s]
+            sampler, walk = self._samplers[s], self._walks[s]
             sampler.load_state_dict(self._sampler_state(s, epoch, position, base))
             it = iter(sampler)
             for _ in range(self._steps_left(s, served)):
                 batch: list[tuple[int, int]] = []
                 while len(batch) < self._batch[s]:
                     index = next(it, None)
-                    if index is None:  # the epoch is over: the next one follows
-                        sampler.set_epoch(sampler.epoch + 1)
+                    if index is None:  # the epoch is over: the next one dealing an index follows
+                        sampler.set_epoch(walk.next_epoch(sampler.epoch))
                         it = iter(sampler)
                         continue
                     batch.append((s, index))
@@ -239,11 +352,14 @@ class Stages:
         ]
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Where the run stands: ``{"version", "unit", "stages", "stage", "served", "sampler"}``.
+        """Where the run stands: ``{"version", "unit", "stages", "stage", "served", "step",
+        "edits", "sampler"}``.
 
         ``stage`` is the stage of the next batch, ``served`` what that stage has served (in
-        ``unit``, all ranks together), ``sampler`` its sampler's state and ``stages`` the
-        ``[budget, batch_size, len(view), tokens per sample]`` of every stage (checked on load).
+        ``unit``, all ranks together), ``step`` the steps the run has served, ``sampler`` the
+        stage's sampler state, ``edits`` every stage's ``{"skips", "replays"}`` (as its sampler
+        state records them) and ``stages`` the ``[budget, batch_size, len(view), tokens per
+        sample]`` of every stage (checked on load).
 
         Parameters
         ----------
@@ -261,33 +377,33 @@ class Stages:
                 )
         s, served, epoch, position, base = self._advance(self._point, k)
         last = min(s, len(self._budgets) - 1)
+        edits = []
+        for sampler in self._samplers:
+            saved = sampler.state_dict()
+            edits.append({"skips": saved["skips"], "replays": saved["replays"]})
         return {
             "version": STATE_VERSION,
             "unit": self._unit,
             "stages": self._signature(),
             "stage": s,
             "served": served,
+            "step": self._step + k,
+            "edits": edits,
             "sampler": self._sampler_state(last, epoch, position, base),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`, saved at any world size.
+        """Resume from :meth:`state_dict`, saved at any world size (with every stage's edits).
 
         Raises
         ------
         mmpack.errors.StateMismatchError
             The state belongs to other stages or another unit (or its sampler state to another
-            configuration); the message names both.
+            configuration: order, seed, block bounds); the message names both.
         mmpack.errors.FormatError
             A field is missing, unknown or malformed; the message names it and its value.
         """
-        if not isinstance(state, dict) or sorted(state) != sorted(_FIELDS):
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise FormatError(f"a Stages state has the fields {list(_FIELDS)}, got {got}")
-        if state["version"] != STATE_VERSION:
-            raise FormatError(
-                f"Stages state has version {state['version']!r}, expected {STATE_VERSION}"
-            )
+        _check_fields(state)
         for field, ours in (("unit", self._unit), ("stages", self._signature())):
             saved = state[field]
             if isinstance(saved, (list, tuple)):
@@ -297,23 +413,96 @@ class Stages:
                     f"Stages state was saved with {field}={saved!r} but this run has "
                     f"{field}={ours!r}"
                 )
-        stage, served = state["stage"], state["served"]
-        for name, value, top in (("stage", stage, len(self._budgets)), ("served", served, None)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < 0
-                or (top is not None and value > top)
-            ):
-                raise FormatError(f"Stages state field {name} is out of range: {value!r}")
-        if stage == len(self._budgets):
-            self._point, self._handed = (stage, 0, 0, 0, 0), 0
-            return
-        sampler = self._samplers[stage]
-        sampler.load_state_dict(state["sampler"])
-        where = sampler.state_dict()
-        self._point = (stage, served, where["epoch"], where["position"], where["offset"])
-        self._handed = 0
+        stage, served, step = state["stage"], state["served"], state["step"]
+        edits = _checked_edits(state, len(self._budgets))
+        before = [sampler.state_dict() for sampler in self._samplers]
+        try:
+            for j, sampler in enumerate(self._samplers):
+                if j == stage:
+                    sampler.load_state_dict(state["sampler"])
+                    continue
+                try:
+                    sampler.load_state_dict(
+                        {**before[j], "epoch": 0, "position": 0, "offset": 0, **edits[j]}
+                    )
+                except FormatError as e:
+                    raise FormatError(f"Stages state field edits[{j}]: {e}") from None
+        except Exception:
+            for sampler, saved in zip(self._samplers, before, strict=True):
+                sampler.load_state_dict(saved)
+            raise
+        for walk, sampler in zip(self._walks, self._samplers, strict=True):
+            saved = sampler.state_dict()
+            walk.set_edits(saved["skips"], saved["replays"])
+        self._point, self._step, self._handed = (stage, 0, 0, 0, 0), step, 0
+        if stage < len(self._budgets):
+            where = self._samplers[stage].state_dict()
+            self._point = (stage, served, where["epoch"], where["position"], where["offset"])
+
+
+def _check_fields(state: Any) -> None:
+    """Refuse a Stages state of other fields, another version or a bad stage/served/step."""
+    if not isinstance(state, dict) or sorted(state) != sorted(_FIELDS):
+        got = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise FormatError(f"a Stages state has the fields {list(_FIELDS)}, got {got}")
+    if state["version"] != STATE_VERSION:
+        raise FormatError(
+            f"Stages state has version {state['version']!r}, expected {STATE_VERSION}"
+        )
+    top = len(state["stages"]) if isinstance(state["stages"], (list, tuple)) else 0
+    for name in ("stage", "served", "step"):
+        value = state[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < 0
+            or (name == "stage" and value > top)
+        ):
+            raise FormatError(f"Stages state field {name} is out of range: {value!r}")
+
+
+def _checked_edits(state: dict[str, Any], stages: int) -> list[dict[str, Any]]:
+    """The ``edits`` field: one ``{"skips", "replays"}`` per stage, the current stage's equal to
+    its sampler state's (the values are checked by each sampler's ``load_state_dict``)."""
+    edits = state["edits"]
+    if (
+        not isinstance(edits, (list, tuple))
+        or len(edits) != stages
+        or not all(isinstance(e, dict) and sorted(e) == ["replays", "skips"] for e in edits)
+    ):
+        raise FormatError(
+            f"Stages state field edits must hold one {{'skips', 'replays'}} per stage "
+            f"({stages}), got {edits!r}"
+        )
+    stage, sampler = state["stage"], state["sampler"]
+    if stage < stages and isinstance(sampler, dict):
+        for name in ("skips", "replays"):
+            if _lists(sampler.get(name)) != _lists(edits[stage][name]):
+                raise FormatError(
+                    f"Stages state field edits[{stage}] has {name}={edits[stage][name]!r} but "
+                    f"its sampler state has {name}={sampler.get(name)!r}"
+                )
+    return [dict(e) for e in edits]
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_lists(v) for v in value]
+    return value
+
+
+def _blocks(
+    shuffle: object, view: Any, i: int, block_bytes: int, window_blocks: int
+) -> dict[str, Any]:
+    """The block-order arguments of stage ``i``'s sampler (none unless ``shuffle="blocks"``)."""
+    if not (isinstance(shuffle, str) and shuffle == "blocks"):
+        return {}
+    if not callable(getattr(view, "block_bounds", None)):
+        raise TypeError(
+            f"shuffle='blocks' needs views with block_bounds, got stages[{i}] view "
+            f"{type(view).__name__}"
+        )
+    return {"block_bounds": view.block_bounds(block_bytes), "window_blocks": window_blocks}
 
 
 def _positive(value: Any, name: str) -> int:
