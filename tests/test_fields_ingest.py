@@ -97,19 +97,10 @@ def test_the_cli_reads_fields_from_parquet_and_saved_datasets(tmp_path, capsys):
     assert "Traceback" not in err and not (tmp_path / "bad").exists()
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as c:
-        yield c
-
-
-@pytest.mark.parametrize("engine", ["serial", "dask"])
-def test_engines_join_the_fields_of_parquet_and_datasets(tmp_path, engine, request):
-    """One part per input (a Parquet file, a saved dataset), joined: the fields of the JSON
-    lines build of both."""
+def engines_join_the_fields(tmp_path, engine: str, scheduler: str | None = None) -> None:
+    """One part per input (a Parquet file, a saved dataset), joined by ``engine``: the fields
+    of the JSON lines build of both (the Dask case runs in tests/test_ingest_distributed.py,
+    on its cluster)."""
     _write_all(tmp_path)
     ref = ingest(
         [tmp_path / "a.jsonl", tmp_path / "a.jsonl"],
@@ -117,7 +108,6 @@ def test_engines_join_the_fields_of_parquet_and_datasets(tmp_path, engine, reque
         fields=FIELDS,
         on_issue=_quiet,
     ).store
-    scheduler = request.getfixturevalue("cluster").scheduler_address if engine == "dask" else None
     report = build_distributed(
         [tmp_path / "a.parquet", tmp_path / "saved"],
         tmp_path / "out",
@@ -130,6 +120,10 @@ def test_engines_join_the_fields_of_parquet_and_datasets(tmp_path, engine, reque
     assert len(report.store.parts) == 2 and report.docs_skipped == 2
     _same(mmpack.open(tmp_path / "out"), ref)
     assert report.store.meta["provenance"]["fields"] == FIELDS
+
+
+def test_the_serial_engine_joins_the_fields_of_parquet_and_datasets(tmp_path):
+    engines_join_the_fields(tmp_path, "serial")
 
 
 def test_a_missing_column_is_refused_before_any_part_is_built(tmp_path):
