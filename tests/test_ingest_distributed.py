@@ -122,6 +122,12 @@ def test_dask_two_workers_equal_single_build(tmp_path, bpe, cluster):
     assert reopened.part_locations[0] == "parts/part-00000"
 
 
+def test_dask_joins_the_fields_of_parquet_and_datasets(tmp_path, cluster):
+    from test_fields_ingest import engines_join_the_fields
+
+    engines_join_the_fields(tmp_path, "dask", cluster.scheduler_address)
+
+
 def test_retried_task_leaves_one_part(tmp_path, cluster):
     import _flaky_part
     import cloudpickle

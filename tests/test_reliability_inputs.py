@@ -195,6 +195,26 @@ def _chat_build(env: Env, records: list[Any], template: Any = "chat", **kw: Any)
     return _elsewhere(run)
 
 
+def _fields_build(env: Env, records: list[Any], kind: str, **kw: Any) -> Any:
+    """``ingest(fields=["source", "lang"])`` of ``records`` written elsewhere as ``kind``
+    (``"parquet"``, a saved ``"dataset"``, ``"jsonl"``) into ``env``'s folder."""
+
+    def run(tmp: Path) -> Any:
+        from _chat import save_dataset, write_jsonl, write_parquet
+
+        path = tmp / {"parquet": "in.parquet", "dataset": "saved", "jsonl": "in.jsonl"}[kind]
+        {"parquet": write_parquet, "dataset": save_dataset, "jsonl": write_jsonl}[kind](
+            path, records
+        )
+        kw.setdefault("fields", ["source", "lang"])
+        return ingest(path, env.tmp / "new", on_error="fail", on_issue=lambda i: None, **kw)
+
+    return _elsewhere(run)
+
+
+_FIELD_ROWS = [{"text": "a", "source": 1, "lang": "en"}, {"text": "b", "source": 2, "lang": "fr"}]
+
+
 _HI = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]
 
 
@@ -1390,6 +1410,88 @@ TABLE: list[Row] = [
         TypeError,
         "fields must be a dict",
         lambda e: e.build([[1]], fields=[1]),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a Parquet file without a column fields= names",
+        ValueError,
+        "in.parquet has no column 'lang' (named by fields=); its columns: text, source",
+        lambda e: _fields_build(e, [{"text": "a", "source": 1}], "parquet"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a saved dataset without a column fields= names",
+        ValueError,
+        "saved has no column 'lang' (named by fields=); its columns: text, source",
+        lambda e: _fields_build(e, [{"text": "a", "source": 1}], "dataset"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a null in a Parquet column fields= names",
+        IngestError,
+        "in.parquet row 1: column 'lang' (named by fields=) is null",
+        lambda e: _fields_build(e, [_FIELD_ROWS[0], {**_FIELD_ROWS[1], "lang": None}], "parquet"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a null in a saved dataset's column fields= names",
+        IngestError,
+        "saved[1]: column 'lang' (named by fields=) is null",
+        lambda e: _fields_build(e, [_FIELD_ROWS[0], {**_FIELD_ROWS[1], "lang": None}], "dataset"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a nested (list) Parquet column fields= names",
+        TypeError,
+        "column 'lang' (named by fields=) has type list<element: string>; a field holds numbers",
+        lambda e: _fields_build(e, [{**r, "lang": [r["lang"]]} for r in _FIELD_ROWS], "parquet"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a nested (struct) column of a saved dataset fields= names",
+        TypeError,
+        "column 'lang' (named by fields=) has type struct<",
+        lambda e: _fields_build(
+            e, [{**r, "lang": {"v": r["lang"]}} for r in _FIELD_ROWS], "dataset"
+        ),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a nested value under a key of JSON lines fields= names",
+        IngestError,
+        "in.jsonl:2: field 'lang' (named by fields=) holds a list, not a number or a string",
+        lambda e: _fields_build(e, [_FIELD_ROWS[0], {**_FIELD_ROWS[1], "lang": ["fr"]}], "jsonl"),
+    ),
+    Row(
+        "ingest(fields=)",
+        "a text file with fields=",
+        ValueError,
+        "is read as text, which holds no fields; fields= reads the keys of JSON records",
+        lambda e: _elsewhere(
+            lambda tmp: (
+                (tmp / "a.txt").write_text("hello"),
+                ingest(tmp / "a.txt", e.tmp / "new", fields=["source"]),
+            )
+        ),
+    ),
+    Row(
+        "ingest(loss_on=, fields=)",
+        "a chat record lacking a key fields= names",
+        IngestError,
+        "list_iterator[1]: field 'lang' (named by fields=) is missing",
+        lambda e: _chat_build(
+            e,
+            [{"messages": _HI, "lang": "en"}, {"messages": _HI}],
+            loss_on="all",
+            fields=["lang"],
+        ),
+    ),
+    Row(
+        "ingest(loss_on=, fields=)",
+        "fields= naming a key of the chat records",
+        ValueError,
+        "names a key twice, or a key of the chat records",
+        lambda e: _chat_build(e, [{"messages": _HI}], loss_on="all", fields=["messages"]),
     ),
     Row(
         "TokenStore.select",

@@ -59,8 +59,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
         raise ValueError("--scheduler needs --engine dask")
     if args.loss_on is not None:
         _check_chat_flags(args)
-        if args.fields is not None:
-            raise ValueError("--fields is not read with --loss-on (chat records) yet")
     options: dict[str, Any] = dict(  # what both engines take, as ingest() keywords
         tokenizer=args.tokenizer,
         field=args.field,
@@ -79,7 +77,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     if args.loss_on is not None:
         options["loss_on"] = args.loss_on
-    if args.fields is not None:  # not with the distributed engines yet: refused there
+    if args.fields is not None:
         options["fields"] = args.fields
     if args.engine != "local":
         from mmpack.ingest.distributed import build_distributed

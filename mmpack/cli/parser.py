@@ -187,8 +187,10 @@ def _add_build_reading(b: argparse.ArgumentParser) -> None:
         type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
         default=None,
         metavar="KEY,...",
-        help="keys of JSON records stored as per-document fields (numbers, or strings as "
-        "categories), e.g. source,lang,quality; a record lacking one is a bad record",
+        help="keys of JSON records (columns of Parquet files and saved datasets; with "
+        "--loss-on, of each conversation's record) stored as per-document fields (numbers, "
+        "or strings as categories), e.g. source,lang,quality; a record lacking one, or "
+        "holding a null there, is a bad record; a file without such a column is refused",
     )
     _add_flag(b, "--lines", "text files hold one document per line (default: one per file)")
     _add_choice(

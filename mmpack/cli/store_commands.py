@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mmpack.cli.subsets import apply_subset
 
@@ -129,6 +129,15 @@ def _length_histogram(lens, width: int = 40) -> list[str]:
     return rows
 
 
+def _chat_and_fields(prov: dict[str, Any]) -> str:
+    """What a build took beyond the text, as its flags: ``" (--loss-on assistant, --fields
+    source,lang)"``, or nothing."""
+    flags = [f"--loss-on {prov['loss_on']}"] if prov.get("loss_on") else []
+    if prov.get("fields"):
+        flags.append("--fields " + ",".join(map(str, prov["fields"])))
+    return f" ({', '.join(flags)})" if flags else ""
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     store = _open(args)
     lens = store.doc_lens
@@ -218,7 +227,7 @@ def _print_info(info: dict, store, lens) -> None:
             f"built        {prov.get('time')} by mmpack {prov.get('mmpack_version')} from "
             f"{n_in} input{'s' if n_in != 1 else ''}: read {prov.get('docs_read', 0):,}, "
             f"skipped {prov.get('docs_skipped', 0):,} with errors and "
-            f"{prov.get('empty_skipped', 0):,} empty"
+            f"{prov.get('empty_skipped', 0):,} empty{_chat_and_fields(prov)}"
         )
     order = info.get("order")
     if order:

@@ -114,9 +114,10 @@ def _batches(
                         stats.empty += 1
                         n_empty += 1
                         continue
-                    if isinstance(value, _Keyed):  # a record's text with its fields= values
-                        batch.values.append(value.values)
-                        value = str(value)
+                    keyed = getattr(value, "field_values", None)  # a record's fields= values
+                    if keyed is not None:
+                        batch.values.append(keyed)
+                        value = str(value) if isinstance(value, _Keyed) else value
                     batch.texts.append(value)
                     batch.where.append(_Where(src, pos))
                     chars += len(value)

@@ -95,7 +95,8 @@ def build_chat(
     **options
         More ``ingest`` (or ``build_distributed``) keywords: ``on_error`` (a bad record is
         skipped and reported, ``"skip-some"``'s limits apply; ``"fail"`` refuses the build at
-        the first one, nothing written), ``workers`` (``n_workers`` for an engine),
+        the first one, nothing written), ``fields`` (keys or columns of each record stored as
+        its conversation's per-document fields), ``workers`` (``n_workers`` for an engine),
         ``batch_size``, ``split``, ``backend``, ``overwrite``, ``progress``, ``on_issue``, ...
 
     Raises

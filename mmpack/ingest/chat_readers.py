@@ -6,7 +6,11 @@ A record is ``{"messages": [...]}`` (``loss_on="completion"``: ``{"prompt", "com
 JSON object, a Parquet row of those columns (``messages`` a list of structs of ``role`` and
 ``content``), a dataset row.  A bad record is a reason naming what is wrong
 (:func:`~mmpack.ingest.chat_template.record_problem`), reported with its file and line or row
-like any bad record.  Cost: the readers', plus one check per record (O(messages)).
+like any bad record.  With ``ingest(fields=...)`` (``keys``) each conversation is a document
+whose fields are its record's values of those keys (JSON) or columns (Parquet, datasets),
+checked as for text (:func:`~mmpack.ingest.records._field_values`; a Parquet file's or a
+dataset's schema first, :func:`~mmpack.ingest.records._check_columns`).  Cost: the readers',
+plus one check per record (O(messages + keys)).
 """
 
 from __future__ import annotations
@@ -15,32 +19,42 @@ from typing import Any
 
 from mmpack.ingest.chat_template import checked_record
 from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile
-from mmpack.ingest.records import _Reason
+from mmpack.ingest.records import _field_values, _Reason
 
 __all__: list[str] = []
 
 
-def _chat_keys(loss_on: str) -> list[str]:
-    return ["prompt", "completion"] if loss_on == "completion" else ["messages"]
+def _chat_keys(loss_on: str) -> tuple[str, ...]:
+    """The keys (columns) a chat record of ``loss_on`` is read from."""
+    return ("prompt", "completion") if loss_on == "completion" else ("messages",)
 
 
-def _record(obj: Any, loss_on: str) -> Any:
+def _record(obj: Any, loss_on: str, keys: tuple[str, ...] = (), what: str = "field") -> Any:
+    """The checked record of ``obj``, carrying its values of ``keys`` (``field_values``), or
+    the reason it has none."""
     got = checked_record(obj, loss_on)
-    return _Reason(got) if isinstance(got, str) else got
+    if isinstance(got, str):
+        return _Reason(got)
+    if keys:
+        values = _field_values(obj, keys, what)
+        if isinstance(values, _Reason):
+            return values
+        got.field_values = values
+    return got
 
 
 class _ChatJsonFile(_JsonFile):
-    def __init__(self, path: Any, loss_on: str, array_ok: bool) -> None:
+    def __init__(self, path: Any, loss_on: str, array_ok: bool, keys: tuple[str, ...] = ()) -> None:
         super().__init__(path, "messages", array_ok)
-        self.loss_on = loss_on
+        self.loss_on, self.keys = loss_on, keys
 
     def _value(self, obj: Any) -> Any:
-        return _record(obj, self.loss_on)
+        return _record(obj, self.loss_on, self.keys)
 
 
 class _ChatParquetFile(_ParquetFile):
-    def __init__(self, path: Any, loss_on: str) -> None:
-        super().__init__(path, "messages")
+    def __init__(self, path: Any, loss_on: str, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(path, "messages", keys)
         self.loss_on = loss_on
 
     def _columns(self, schema: Any, n_rows: int) -> list[str] | _Reason:
@@ -51,16 +65,23 @@ class _ChatParquetFile(_ParquetFile):
                 f"holds no {' or '.join(map(repr, missing))} column of chat records (columns: "
                 f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
             )
-        return keys
+        return [*keys, *self.keys]
 
     def _values(self, rb: Any):
         for row in rb.to_pylist():
-            yield _record(row, self.loss_on)
+            yield _record(row, self.loss_on, self.keys, "column")
 
 
 class _ChatObjectSource(_ObjectSource):
-    def __init__(self, obj: Any, loss_on: str, name: str, nbytes: int | None = None) -> None:
-        super().__init__(obj, "messages", name, nbytes)
+    def __init__(
+        self,
+        obj: Any,
+        loss_on: str,
+        name: str,
+        nbytes: int | None = None,
+        keys: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(obj, "messages", name, nbytes, keys)
         self.loss_on = loss_on
 
     def _cells(self, cols: Any) -> Any:
@@ -71,8 +92,10 @@ class _ChatObjectSource(_ObjectSource):
                 f"holds no {' or '.join(map(repr, missing))} column of chat records (columns: "
                 f"{', '.join(map(str, cols))})"
             )
-        rows = zip(*(cols[k] for k in keys))
-        return (_record(dict(zip(keys, row)), self.loss_on) for row in rows)
+        self._missing(cols)
+        names = (*keys, *self.keys)
+        rows = zip(*(cols[k] for k in names))
+        return (_record(dict(zip(names, row)), self.loss_on, self.keys, "column") for row in rows)
 
     def _item(self, item: Any) -> Any:
-        return _record(item, self.loss_on)
+        return _record(item, self.loss_on, self.keys)

@@ -52,13 +52,16 @@ CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class ChatRecord:
-    """A checked chat record as the readers pass it on: ``record`` (the dict) and ``chars``
-    (its contents' characters: what a batch's ``batch_chars`` counts).  Never empty."""
+    """A checked chat record as the readers pass it on: ``record`` (the dict), ``chars``
+    (its contents' characters: what a batch's ``batch_chars`` counts) and ``field_values``
+    (its values of the keys ``ingest(fields=...)`` names; None without).  Never empty."""
 
-    __slots__ = ("chars", "record")
+    __slots__ = ("chars", "field_values", "record")
 
-    def __init__(self, record: dict[str, Any], chars: int) -> None:
-        self.record, self.chars = record, chars
+    def __init__(
+        self, record: dict[str, Any], chars: int, field_values: tuple[Any, ...] | None = None
+    ) -> None:
+        self.record, self.chars, self.field_values = record, chars, field_values
 
     def __len__(self) -> int:
         return self.chars

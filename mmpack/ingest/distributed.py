@@ -55,7 +55,7 @@ from mmpack.ingest.chat_template import ChatTokenizer
 from mmpack.ingest.engines import ENGINES, RUNNERS, PartsProgress, collector
 from mmpack.ingest.inputs import size_of
 from mmpack.ingest.part_build import MAX_ISSUES, OPTION_NAMES, build_part
-from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning
+from mmpack.ingest.pipeline import IngestIssue, IngestReport, IngestWarning, _check_field_columns
 from mmpack.ingest.provenance import (
     TOKENIZER_FILE,
     provenance_record,
@@ -134,7 +134,9 @@ def build_distributed(
         :func:`~mmpack.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
         ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
         ``split``, ``template``, ``loss_on`` (chat records, :mod:`mmpack.ingest.chat`),
-        ``shuffle_docs`` (each part shuffled with the key
+        ``fields`` (per-document fields; every Parquet file's and saved dataset's columns are
+        checked before any part is built, the parts' fields joined), ``shuffle_docs`` (each
+        part shuffled with the key
         ``(shuffle_docs, part index)``, the parts joined in a keyed order: see the module
         docstring; not one document-level permutation across parts).
 
@@ -158,6 +160,7 @@ def build_distributed(
     seed = check_shuffle_docs(options.pop("shuffle_docs", None))
     tok = _shared_tokenizer(options)
     tasks = plan_tasks(inputs, part_bytes=part_bytes, output=out)
+    _check_field_columns([f for t in tasks for f in t], **options)  # before any part is built
     per_task = [options] * len(tasks)
     if seed is not None:
         parts = seed if isinstance(seed, tuple) else (seed,)
@@ -167,7 +170,7 @@ def build_distributed(
     )
     t0 = time.perf_counter()
     workers, results = _build_staged(
-        out, overwrite, tasks, tok, engine_run, progress, on_part, seed
+        out, overwrite, tasks, tok, engine_run, progress, on_part, seed, options.get("fields")
     )
     report = _summed_report(out, tok, workers, results)
     report.seconds = time.perf_counter() - t0
@@ -221,6 +224,7 @@ def _build_staged(
     progress: bool | None,
     on_part: Callable[[int, dict[str, Any]], None] | None,
     seed: Any = None,
+    fields: Any = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """Build every part in a staging folder beside ``out``, join them there and swap the folder
     onto ``out`` (in the keyed order of ``seed`` when given); a failure removes the staging
@@ -235,7 +239,7 @@ def _build_staged(
     try:
         (stage / "parts").mkdir()
         workers = engine_run(tasks, part_paths, collector(results, sizes, bar, on_part))
-        _join_parts(stage, part_paths, tasks, results, tok, seed)
+        _join_parts(stage, part_paths, tasks, results, tok, seed, fields)
         swap_into_place(stage, out, overwrite)
         with contextlib.suppress(OSError):  # a kill before this leaves a harmless empty file
             (out / LOCK_FILE).unlink()
@@ -274,13 +278,13 @@ def _check_output(out: Path, overwrite: bool) -> None:
         raise FileNotFoundError(f"parent folder {str(out.parent)!r} of the store does not exist")
 
 
-def _join_parts(stage: Path, part_paths: list[str], tasks, results, tok, seed) -> None:
+def _join_parts(stage: Path, part_paths: list[str], tasks, results, tok, seed, fields) -> None:
     """Write the join record (tokenizer record, provenance, tokenizer files) into ``stage``;
     the parts in task order, or in the keyed order of ``seed`` (recorded as ``"order"``)."""
     data = tokenizer_files(tok)
     store_extra = {
         "tokenizer": tokenizer_record_of(tok, copied=data is not None),
-        "provenance": _provenance(tasks, results, tok),
+        "provenance": _provenance(tasks, results, tok, fields),
     }
     joined = part_paths
     if seed is not None:
@@ -304,13 +308,14 @@ def _summed_report(out: Path, tok, workers: int, results) -> IngestReport:
     return report
 
 
-def _provenance(tasks, results, tok) -> dict[str, Any]:
+def _provenance(tasks, results, tok, fields) -> dict[str, Any]:
     totals = _Totals(results)
     rec = provenance_record(
         [f for t in tasks for f in t],
         totals,
         tok,
         builder="mmpack.ingest.distributed.build_distributed",
+        fields=fields or (),
     )
     rec["parts"] = len(tasks)
     return rec

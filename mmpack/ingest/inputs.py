@@ -204,9 +204,9 @@ def _sources_for_paths(
         kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
         kind = kind or _format_of(path, extensions)
         if loss_on is not None:
-            out.append(_chat_source(path, kind, loss_on))
+            out.append(_chat_source(path, kind, loss_on, getattr(field, "keys", ())))
         elif kind == "text":
-            out.append(_TextFile(path, lines))
+            out.append(_TextFile(path, lines, getattr(field, "keys", ())))
         elif kind == "parquet":
             out.append(_ParquetFile(path, field))
         else:
@@ -214,8 +214,9 @@ def _sources_for_paths(
     return out
 
 
-def _chat_source(path: Path, kind: str, loss_on: str) -> Any:
-    """The source of chat records in the file ``path`` of format ``kind``."""
+def _chat_source(path: Path, kind: str, loss_on: str, keys: tuple[str, ...] = ()) -> Any:
+    """The source of chat records in the file ``path`` of format ``kind`` (with the values
+    of ``keys``, the fields)."""
     if kind == "text":
         raise with_params(
             ValueError,
@@ -224,8 +225,8 @@ def _chat_source(path: Path, kind: str, loss_on: str) -> Any:
             " reads chat records: JSON lines, JSON, Parquet or a saved Hugging Face dataset",
         )
     if kind == "parquet":
-        return _ChatParquetFile(path, loss_on)
-    return _ChatJsonFile(path, loss_on, array_ok=kind == "json")
+        return _ChatParquetFile(path, loss_on, keys)
+    return _ChatJsonFile(path, loss_on, array_ok=kind == "json", keys=keys)
 
 
 def _grouped(sources: list, name: str) -> list:
@@ -355,5 +356,5 @@ def _object_sources(
             )
         obj, name = obj[split], f"{name}[{split!r}]"
     if loss_on is not None:
-        return [_ChatObjectSource(obj, loss_on, name, nbytes)]
+        return [_ChatObjectSource(obj, loss_on, name, nbytes, getattr(field, "keys", ()))]
     return [_ObjectSource(obj, field, name, nbytes)]

@@ -37,7 +37,9 @@ warning for each of the first 20) and skipped; then ``on_error`` decides.  ``"sk
 when an input as the caller named it (a path, a glob with all its matches, a dataset, an
 iterable) held more than one record and none could be stored, or when more than half of all
 records were skipped: the marks of a wrong ``field`` or of the wrong files, not of a few bad
-records.  ``"skip"`` builds from whatever is left; ``"fail"`` stops at the first bad record,
+records.  With ``fields=`` a record lacking a named key (or column), or holding a null, a list or
+an object there, is a bad record too; a Parquet file or a saved dataset without a named column
+(or with one of lists or structs) is refused before anything is read.  ``"skip"`` builds from whatever is left; ``"fail"`` stops at the first bad record,
 nothing written.  Nothing is dropped silently: the report counts documents read, written, skipped
 with an error and skipped as empty, and the files lost.
 
@@ -85,6 +87,7 @@ from mmpack.core.progress import Progress, progress_bar
 from mmpack.core.validation import check_positive_int
 from mmpack.errors import IngestError, IngestWarning
 from mmpack.ingest.batching import _Batch, _batches, _consume, _InputMeter
+from mmpack.ingest.chat_readers import _chat_keys
 from mmpack.ingest.chat_template import ChatTokenizer
 from mmpack.ingest.inputs import (
     _EXTENSIONS,
@@ -95,7 +98,6 @@ from mmpack.ingest.inputs import (
     _text_extensions,
 )
 from mmpack.ingest.provenance import describe_store
-from mmpack.ingest.readers import _ParquetFile
 from mmpack.ingest.records import _TextField
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
@@ -213,8 +215,12 @@ def ingest(
         Keys of JSON records (or of the dicts an iterable yields) stored as per-document fields
         (``store.fields[key]``; :mod:`mmpack.store.fields`: numbers, or strings as categories).
         A record lacking one, or holding ``null``, a list or an object there, is a bad record
-        (an issue; ``on_error`` decides), never a silent missing value.  Parquet files and
-        datasets are refused with ``fields``.
+        (an issue; ``on_error`` decides), never a silent missing value.  Of Parquet files and
+        datasets the columns of those names (a file or a saved dataset lacking one, or holding
+        one of lists, structs or bytes, is refused before anything is read: ``ValueError`` /
+        ``TypeError`` naming the column and the file; a null is a bad record).  With
+        ``loss_on`` each conversation is a document with its record's values (keys or
+        columns); a text file holds none (refused).
 
     Returns
     -------
@@ -247,7 +253,7 @@ def ingest(
     where = output if isinstance(output, str) and "://" in output else Path(output)
     if isinstance(where, Path):  # the target first: an input is never read from what it holds
         check_target(where, bool(overwrite))
-    keys = _field_keys(fields, field)
+    keys = _field_keys(fields, field, loss_on)
     sources = _resolve_inputs(
         inputs,
         field=_TextField(field, keys) if keys else field,
@@ -258,8 +264,8 @@ def ingest(
         output=where if isinstance(where, Path) else None,
         loss_on=loss_on,
     )
-    if keys:
-        _check_keyed_sources(sources)
+    for source in sources if keys else ():  # a missing column refused before any reading
+        source.check_keys()
     report = IngestReport(
         path=where,
         tokenizer=str(tok.spec),
@@ -360,7 +366,7 @@ def _build_store(
                 writer.fields = check_fields(
                     {k: [r[i] for r in rows] for i, k in enumerate(fields)}
                 )
-            describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer)
+            describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer, fields=fields)
             bar.close()  # before the upload's own bar, if any
         report.store = writer.store
     finally:
@@ -368,23 +374,41 @@ def _build_store(
         report.seconds = time.perf_counter() - t0
 
 
-def _field_keys(fields: Any, text_field: str) -> tuple[str, ...]:
-    """``ingest``'s ``fields`` checked: field names, none twice, not the text field."""
+def _field_keys(fields: Any, text_field: str, loss_on: str | None = None) -> tuple[str, ...]:
+    """``ingest``'s ``fields`` checked: field names, none twice, not the text field (with
+    ``loss_on``: not a key the chat records are read from)."""
     if fields is None:
         return ()
     if isinstance(fields, str):
         raise TypeError(f"fields must be a list of key names, got the string {fields!r}")
     keys = tuple(check_field_name(k) for k in fields)
-    if len(set(keys)) != len(keys) or text_field in keys:
-        raise ValueError(f"fields {list(keys)!r} names a key twice, or the text field")
+    reserved = _chat_keys(loss_on) if loss_on is not None else (text_field,)
+    if len(set(keys)) != len(keys) or set(reserved) & set(keys):
+        what = "a key of the chat records" if loss_on is not None else "the text field"
+        raise ValueError(f"fields {list(keys)!r} names a key twice, or {what}")
     return keys
 
 
-def _check_keyed_sources(sources: list) -> None:
-    """``fields=`` reads JSON records and dicts: refuse a Parquet file or a dataset."""
-    for src in sources:
-        if isinstance(src, _ParquetFile) or hasattr(getattr(src, "obj", None), "iter"):
-            raise ValueError(
-                f"{src.where(None)}: fields= reads the keys of JSON records (and of dicts an "
-                "iterable yields); Parquet files and datasets are not read with fields"
-            )
+def _check_field_columns(inputs: Any, **options: Any) -> None:
+    """Refuse ``inputs`` (paths or globs) whose Parquet files or saved datasets lack a column
+    ``options["fields"]`` names, or hold one that is no field's, before anything is built
+    (what :func:`ingest` checks of its own inputs; a distributed build's driver checks every
+    task's inputs with it).  ``options``: :func:`ingest`'s keywords; nothing without
+    ``fields``."""
+    field, loss_on = options.get("field", "text"), options.get("loss_on")
+    keys = _field_keys(options.get("fields"), field, loss_on)
+    if not keys:
+        return
+    fmt = options.get("format")
+    if isinstance(fmt, Mapping):
+        _check_format_patterns(fmt)
+    sources = _resolve_inputs(
+        inputs,
+        field=_TextField(field, keys),
+        lines=bool(options.get("lines", False)),
+        fmt=fmt,
+        split=options.get("split"),
+        loss_on=loss_on,
+    )
+    for source in sources:
+        source.check_keys()

@@ -9,7 +9,8 @@ not cover them) and copies the tokenizer's ``tokenizer.json`` into the store fol
   unk where the tokenizer has them: from its folder's ``tokenizer_config.json`` /
   ``special_tokens_map.json``, else from the usual token spellings among its special tokens);
 - ``"provenance"``: the inputs, the counts (read, written, skipped, empty), the tokenizer, the
-  mmpack version and the UTC time.
+  mmpack version and the UTC time; for a chat build its ``loss_on``, and the ``fields`` taken
+  from the records when ``fields=`` named some.
 
 :func:`store_tokenizer` rebuilds the tokenizer from a store (``mmpack show --decode`` without
 ``--tokenizer``), checking the copied file against its recorded hash.
@@ -89,9 +90,15 @@ def tokenizer_record_of(tok: Tokenizer, *, copied: bool) -> dict[str, Any]:
 
 
 def provenance_record(
-    inputs: list[str], report: Any, tok: Tokenizer, builder: str = "mmpack.ingest.pipeline.ingest"
+    inputs: list[str],
+    report: Any,
+    tok: Tokenizer,
+    builder: str = "mmpack.ingest.pipeline.ingest",
+    fields: Any = (),
 ) -> dict[str, Any]:
-    return {
+    """The ``"provenance"`` section of a build of ``inputs`` by ``builder`` (``report``: its
+    counts); ``loss_on`` when ``tok`` is a chat build's, ``fields`` when it took some."""
+    rec = {
         "builder": builder,
         "mmpack_version": _version(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_build_time())),
@@ -103,10 +110,22 @@ def provenance_record(
         "empty_skipped": report.empty_skipped,
         "tokens_written": report.tokens_written,
     }
+    loss_on = getattr(tok, "loss_on", None)  # a chat build's ChatTokenizer
+    if loss_on is not None:
+        rec["loss_on"] = loss_on
+    if fields:
+        rec["fields"] = list(fields)
+    return rec
 
 
 def describe_store(
-    writer: Any, tok: Tokenizer, report: Any, inputs: list[str], *, copy_tokenizer: bool = True
+    writer: Any,
+    tok: Tokenizer,
+    report: Any,
+    inputs: list[str],
+    *,
+    copy_tokenizer: bool = True,
+    fields: Any = (),
 ) -> None:
     """Record the tokenizer and the provenance in the store being written by ``writer`` (a
     :class:`~mmpack.store.writer.StoreWriter` before its commit)."""
@@ -114,7 +133,7 @@ def describe_store(
     if data is not None:
         writer.attach(TOKENIZER_FILE, data)
     writer.extra["tokenizer"] = tokenizer_record_of(tok, copied=data is not None)
-    writer.extra["provenance"] = provenance_record(inputs, report, tok)
+    writer.extra["provenance"] = provenance_record(inputs, report, tok, fields=fields)
 
 
 def store_tokenizer(store: Any) -> Tokenizer:

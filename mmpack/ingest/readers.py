@@ -7,8 +7,15 @@ R``, ``NAME[i]``; ``None``: the whole source), ``check()`` finds damage before r
 found) and ``whole`` says whether the file is one value read at once (its loss counts 1 document).
 Files are opened by :func:`_open_binary` (``.gz`` and ``.zst`` decompressed on the fly).
 
+With ``ingest(fields=...)`` each document carries its record's values of the keys named
+(:func:`~mmpack.ingest.records._field_values`): the keys of a JSON object or a dict, the
+columns of a Parquet file or a dataset, whose Arrow schema is checked first
+(:func:`~mmpack.ingest.records._check_columns`: a missing column or one of lists, structs, ...
+refuses the build before anything is written).
+
 Cost: one pass over each file, one record in memory at a time, except a JSON array or a
-multi-line JSON object (read whole) and Parquet (record batches of 1024 rows).
+multi-line JSON object (read whole) and Parquet (record batches of 1024 rows); ``fields=``
+adds the named columns to each batch and one schema read (the file's footer) a file.
 """
 
 from __future__ import annotations
@@ -18,14 +25,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mmpack.errors import MissingDependencyError
+from mmpack.errors import MissingDependencyError, Param, with_params
 from mmpack.ingest.records import (
     _BOM,
     _READ_ERRORS,
+    _check_columns,
     _check_gzip,
     _check_text,
     _decodable_records,
     _describe,
+    _is_text_type,
+    _keyed,
     _ReadFailed,
     _Reason,
     _text_of,
@@ -72,6 +82,11 @@ class _OnDisk:
                 self._size = 0
         return self._size
 
+    def check_keys(self) -> None:
+        """Refuse the source before it is read if it cannot hold the fields ``fields=`` names
+        (a JSON file: checked record by record instead)."""
+        return None
+
     def read_bytes(self) -> int:
         f = self._reading
         if f is None:
@@ -83,8 +98,8 @@ class _OnDisk:
 
 
 class _TextFile(_OnDisk):
-    def __init__(self, path: Path, lines: bool) -> None:
-        self.path, self.lines = path, lines
+    def __init__(self, path: Path, lines: bool, keys: tuple[str, ...] = ()) -> None:
+        self.path, self.lines, self.keys = path, lines, keys
         self.whole = not lines
 
     def where(self, pos: int | None) -> str:
@@ -92,6 +107,16 @@ class _TextFile(_OnDisk):
 
     def check(self) -> str | None:
         return _check_gzip(self.path)
+
+    def check_keys(self) -> None:
+        """A text file holds no fields: refused when ``fields=`` names some (``keys``)."""
+        if self.keys:
+            raise with_params(
+                ValueError,
+                f"{str(self.path)!r} is read as text, which holds no fields; ",
+                Param("fields"),
+                " reads the keys of JSON records and the columns of Parquet files and datasets",
+            )
 
     def damaged_count(self) -> int:
         """Documents decoded from a damaged ``.gz`` before the damage (1: one document a file)."""
@@ -213,13 +238,46 @@ class _JsonFile(_OnDisk):
             yield k, self._value(obj), 1
 
 
+def _pyarrow(path: Path) -> Any:
+    """``pyarrow`` (with ``pyarrow.parquet`` loaded), or the error saying to install it."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet
+    except ImportError:
+        raise MissingDependencyError(
+            f"{str(path)!r} is a Parquet file; reading it needs the `pyarrow` package, "
+            "which is not installed",
+            "pyarrow",
+            "ingest",
+        ) from None
+    return pa
+
+
 class _ParquetFile(_OnDisk):
+    """The ``field`` column of a Parquet file (and the columns its ``keys`` name: ``fields=``),
+    read in record batches."""
+
     whole = False
     _row = 0
     _rows = 0
 
-    def __init__(self, path: Path, field: str) -> None:
+    def __init__(self, path: Path, field: str, keys: tuple[str, ...] = ()) -> None:
         self.path, self.field = path, field
+        self.keys = tuple(keys) or tuple(getattr(field, "keys", ()))
+
+    def check_keys(self) -> None:
+        """Refuse the file before anything is read if it lacks a column ``keys`` names or holds
+        one of a type that is no field's (:func:`~mmpack.ingest.records._check_columns`); a
+        file that cannot be read as Parquet is left to :meth:`records`, which reports it as
+        any unreadable file."""
+        if not self.keys:
+            return
+        pa = _pyarrow(self.path)
+        try:
+            schema = pa.parquet.read_schema(self.path)
+        except (OSError, pa.ArrowException):
+            return
+        _check_columns(schema, self.keys, str(self.path))
 
     def read_bytes(self) -> int:
         """The share of the file's bytes of the rows read so far."""
@@ -232,19 +290,9 @@ class _ParquetFile(_OnDisk):
         return None
 
     def records(self):
+        pa = _pyarrow(self.path)
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise MissingDependencyError(
-                f"{str(self.path)!r} is a Parquet file; reading it needs the `pyarrow` package, "
-                "which is not installed",
-                "pyarrow",
-                "ingest",
-            ) from None
-
-        try:
-            pf = pq.ParquetFile(self.path)
+            pf = pa.parquet.ParquetFile(self.path)
         except (OSError, pa.ArrowException) as exc:
             yield None, _Reason(f"cannot read it as Parquet ({exc})"), 1
             return
@@ -282,30 +330,33 @@ class _ParquetFile(_OnDisk):
                 f"{n_rows} rows are skipped"
             )
         typ = schema.field(self.field).type
-        is_text = (
-            pa.types.is_string(typ)
-            or pa.types.is_large_string(typ)
-            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
-        )
         self._binary = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
-        if not (is_text or self._binary):
+        if not (_is_text_type(typ) or self._binary):
             return _Reason(
                 f"column {self.field!r} has type {typ}, not string; its {n_rows} rows are skipped"
             )
-        return [self.field]
+        return [self.field, *(k for k in self.keys if k != self.field)]
 
     def _values(self, rb: Any):
-        """The document (or the reason it has none) of each row of a record batch."""
-        for value in rb.column(0).to_pylist():
-            if value is None:
-                yield _Reason(f"column {self.field!r} is null")
-            elif self._binary:
-                try:
-                    yield value.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    yield _Reason(_describe(exc))
-            else:
-                yield value
+        """The document (or the reason it has none) of each row of a record batch; with
+        ``keys``, each document carrying the row's values of them."""
+        texts = (self._text(value) for value in rb.column(0).to_pylist())
+        if not self.keys:
+            yield from texts
+            return
+        columns = {k: rb.column(k).to_pylist() for k in self.keys}
+        for r, text in enumerate(texts):
+            yield _keyed(text, {k: col[r] for k, col in columns.items()}, self.keys, "column")
+
+    def _text(self, value: Any) -> str | _Reason:
+        if value is None:
+            return _Reason(f"column {self.field!r} is null")
+        if self._binary:
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return _Reason(_describe(exc))
+        return value
 
 
 class _ObjectSource:
@@ -315,8 +366,16 @@ class _ObjectSource:
     whole = False
     _pos = 0
 
-    def __init__(self, obj: Any, field: str, name: str, nbytes: int | None = None) -> None:
+    def __init__(
+        self,
+        obj: Any,
+        field: str,
+        name: str,
+        nbytes: int | None = None,
+        keys: tuple[str, ...] = (),
+    ) -> None:
         self.obj, self.field, self.name = obj, field, name
+        self.keys = tuple(keys) or tuple(getattr(field, "keys", ()))
         self.nbytes = nbytes
         try:
             self.length: int | None = len(obj)
@@ -334,6 +393,25 @@ class _ObjectSource:
 
     def check(self) -> None:
         return None
+
+    def check_keys(self) -> None:
+        """Refuse a dataset lacking a column ``keys`` names, or holding one of a type that is no
+        field's, before anything is read (from its Arrow schema, ``features.arrow_schema``;
+        other objects: per batch, :meth:`_missing`)."""
+        schema = getattr(getattr(self.obj, "features", None), "arrow_schema", None)
+        if self.keys and schema is not None and hasattr(schema, "names"):
+            _check_columns(schema, self.keys, self.name)
+
+    def _missing(self, cols: Any) -> None:
+        """Refuse a batch of columns lacking one ``keys`` names (a dataset without a schema)."""
+        for key in self.keys:
+            if key not in cols:
+                raise with_params(
+                    ValueError,
+                    f"{self.name} has no column {key!r} (named by ",
+                    Param("fields"),
+                    f"); its columns: {', '.join(map(str, cols))}",
+                )
 
     def records(self):
         obj = self.obj
@@ -358,10 +436,18 @@ class _ObjectSource:
         """The documents of a batch of a dataset's columns, or why it has none."""
         if self.field not in cols:
             return _Reason(f"has no column {self.field!r} (columns: {', '.join(map(str, cols))})")
-        return (_check_text(value, self.field) for value in cols[self.field])
+        texts = (_check_text(value, self.field) for value in cols[self.field])
+        if not self.keys:
+            return texts
+        self._missing(cols)
+        rows = (dict(zip(self.keys, row)) for row in zip(*(cols[k] for k in self.keys)))
+        return (_keyed(text, row, self.keys, "column") for text, row in zip(texts, rows))
 
     def _item(self, item: Any) -> Any:
-        """The document of an item of an iterable (or the reason it has none)."""
+        """The document of an item of an iterable (or the reason it has none; with ``keys``
+        only a dict has one)."""
+        if self.keys:
+            return _text_of(item, self.field)
         if isinstance(item, str):
             return item
         if isinstance(item, (bytes, bytearray)):

@@ -11,7 +11,9 @@ length are checked at the end; one more decompression, +35-42% of a byte-level b
 decoded before the damage (64 KiB pieces, the damaged piece byte by byte; memory: one piece's
 output).  The text of a JSON record or a dataset cell is checked by :func:`_text_of` and
 :func:`_check_text` (O(1) a record); with ``ingest(fields=...)`` the text field's name is a
-:class:`_TextField` naming the keys, and the text a :class:`_Keyed` carrying their values.
+:class:`_TextField` naming the keys, and the text a :class:`_Keyed` carrying their values
+(:func:`_field_values`, the one check of a record's field values in every format; O(keys));
+the columns of a Parquet file or a dataset are checked first by :func:`_check_columns`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from mmpack.errors import Param, with_params
 
 __all__: list[str] = []
 
@@ -73,9 +77,9 @@ class _TextField(str):
 
 
 class _Keyed(str):
-    """A record's text with the values of the keys its text field names (``values``)."""
+    """A record's text with the values of the keys its text field names (``field_values``)."""
 
-    values: tuple[Any, ...] = ()
+    field_values: tuple[Any, ...] = ()
 
 
 _FIELD_TYPES = (str, int, float, bool)
@@ -88,21 +92,86 @@ def _text_of(obj: Any, field: str) -> str | _Reason:
         return _Reason(f"the record is a {_json_type(obj)}, not an object with a {field!r} field")
     if field not in obj:
         return _Reason(f"field {field!r} is missing")
-    text = _check_text(obj[field], field)
-    keys = getattr(field, "keys", ())
+    return _keyed(_check_text(obj[field], field), obj, getattr(field, "keys", ()))
+
+
+def _keyed(text: str | _Reason, obj: Mapping, keys: tuple[str, ...], what: str = "field") -> Any:
+    """``text`` carrying the values of ``keys`` in ``obj`` (a :class:`_Keyed`), or the reason
+    it has none (:func:`_field_values`); ``text`` itself without keys or when it is a reason."""
     if not keys or isinstance(text, _Reason):
         return text
+    values = _field_values(obj, keys, what)
+    if isinstance(values, _Reason):
+        return values
+    keyed = _Keyed(text)
+    keyed.field_values = values
+    return keyed
+
+
+def _field_values(obj: Mapping, keys: tuple[str, ...], what: str = "field") -> Any:
+    """The values of ``keys`` in the record ``obj`` (a JSON object, a Parquet row, a dataset
+    row: ``what`` is ``"field"`` or ``"column"``), or why it has none: a key missing, a null,
+    a value that is not a number or a string (a list, an object)."""
     for key in keys:
         if key not in obj:
-            return _Reason(f"field {key!r} (named by fields=) is missing")
-        if not isinstance(obj[key], _FIELD_TYPES):
+            return _Reason(f"{what} {key!r} (named by fields=) is missing")
+        value = obj[key]
+        if value is None:
+            return _Reason(f"{what} {key!r} (named by fields=) is null")
+        if not isinstance(value, _FIELD_TYPES):
             return _Reason(
-                f"field {key!r} (named by fields=) holds a {_json_type(obj[key])}, not a number "
+                f"{what} {key!r} (named by fields=) holds a {_json_type(value)}, not a number "
                 "or a string"
             )
-    keyed = _Keyed(text)
-    keyed.values = tuple(obj[key] for key in keys)
-    return keyed
+    return tuple(obj[key] for key in keys)
+
+
+def _check_columns(schema: Any, keys: tuple[str, ...], where: str) -> None:
+    """Refuse an Arrow ``schema`` (a Parquet file's, a dataset's) lacking a column ``fields=``
+    names, or holding one of a type that is no field's (lists, structs, binary, dates, ...).
+
+    Raises
+    ------
+    ValueError
+        A column is missing; the message names it, ``where`` and the columns there are.
+    TypeError
+        A column is not of integers, floats, booleans or strings (or a dictionary of them).
+    """
+    import pyarrow as pa
+
+    for key in keys:
+        if key not in schema.names:
+            raise with_params(
+                ValueError,
+                f"{where} has no column {key!r} (named by ",
+                Param("fields"),
+                f"); its columns: {', '.join(schema.names)}",
+            )
+        typ = schema.field(key).type
+        value = typ.value_type if pa.types.is_dictionary(typ) else typ
+        if not (
+            pa.types.is_integer(value)
+            or pa.types.is_floating(value)
+            or pa.types.is_boolean(value)
+            or pa.types.is_null(value)
+            or _is_text_type(value)
+        ):
+            raise with_params(
+                TypeError,
+                f"{where}: column {key!r} (named by ",
+                Param("fields"),
+                f") has type {typ}; a field holds numbers or short strings, one per document",
+            )
+
+
+def _is_text_type(typ: Any) -> bool:
+    import pyarrow as pa
+
+    return (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(typ))
+    )
 
 
 def _check_text(value: Any, field: str) -> str | _Reason:
