@@ -49,6 +49,12 @@ def test_a_subset_reads_as_the_store_of_its_documents(n, seed, masked, tmp_path_
     just = mmpack.build(tmp / "just", [docs[j] for j in keep], fsync=False)
     assert isinstance(sub, SubsetStore) and sub.has_loss_mask == masked
     assert_views_equal(sub, just, seqlen=16, same_fingerprint=False)
+    # MLM selects only target tokens: the masks too are read from the parent's
+    mlm = {"eot": 65535, "mode": "mlm", "mask_id": 65534, "vocab_size": 65536, "mask_prob": 0.5}
+    a, b = (mmpack.PackedDataset(s, 16, **mlm) for s in (sub, just))
+    got, want = a.__getitems__(np.arange(len(b))), b.__getitems__(np.arange(len(b)))
+    for key in want.columns:
+        np.testing.assert_array_equal(got.columns[key], want.columns[key])
     # flat reads across document boundaries: the naive concatenation of the kept documents
     flat = np.concatenate([_tokens(docs[j]) for j in keep] + [np.zeros(0, np.uint16)])
     starts = rng.integers(0, sub.num_tokens + 1, size=23)

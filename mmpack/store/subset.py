@@ -50,6 +50,7 @@ __all__ = [
     "split",
     "split_fractions",
     "split_keys",
+    "token_source",
     "where",
 ]
 
@@ -103,9 +104,11 @@ class SubsetBackend(Backend):
         self.parent = parent
         offsets.flags.writeable = False
         self._offsets = offsets
-        # shape (docs,): parent position of subset position p in document d is p + shift[d]
-        self.shift = parent.offsets[meta._ids]
-        self.shift -= offsets[:-1]
+        # shape (docs,): where each document starts in the parent's tokens (read-only), and
+        # the parent position of subset position p in document d: p + shift[d]
+        self.doc_starts = parent.offsets[meta._ids]
+        self.doc_starts.flags.writeable = False
+        self.shift = self.doc_starts - offsets[:-1]
 
     @staticmethod
     def read_meta(path: Any) -> Any:
@@ -231,6 +234,12 @@ class SubsetStore(TokenStore):
         return self._ids
 
     @property
+    def parent_doc_starts(self) -> np.ndarray:
+        """int64, shape (num_docs,), read-only: where each of the subset's documents starts in
+        the parent's flat tokens (``parent.offsets[parent_doc_ids]``, computed once)."""
+        return self._backend.doc_starts
+
+    @property
     def fingerprint(self) -> str:
         """16 hex digits: a hash of the parent's fingerprint and :attr:`parent_doc_ids`."""
         return self._meta.fingerprint
@@ -273,6 +282,18 @@ class SubsetStore(TokenStore):
             f"SubsetStore({self._parent.location!r}, docs={len(self)} of {len(self._parent)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
+
+
+def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
+    """``(source, doc_starts)``: the store whose flat tokens hold ``store``'s documents and
+    where each document starts there (int64, shape (>= num_docs,), read-only), so that
+    document ``j``'s tokens are ``source``'s ``[doc_starts[j], doc_starts[j] + doc_lens[j])``.
+    A store is its own source (``doc_starts`` is its ``offsets``); a subset's is its parent
+    (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from ``doc_starts`` reads the
+    parent directly, with no per-read remapping.  O(1)."""
+    if isinstance(store, SubsetStore):
+        return store.parent, store.parent_doc_starts
+    return store, store.offsets
 
 
 # --------------------------------------------------------------------------------- making them
