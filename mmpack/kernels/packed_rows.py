@@ -5,9 +5,10 @@ against the document lengths; a corrupt plan is reported, never read out of boun
 shorter than ``seqlen`` is its document's last and carries the eot; the ranges may lie in
 another array that holds the documents, a subset's parent); :func:`fill_rows` then loads the
 first token of every piece of the batch (one pass, so that the pieces' page walks and cache
-misses overlap) and writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
-:data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
-``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation;
+misses overlap) and writes, in one pass per row, ``input_ids``, ``position_ids``, causal
+labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the
+attention mask and ``cu_seqlens``; :func:`one_bin` is both for a single bin with few
+arguments and no allocation;
 :func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
 :func:`bin_pieces` gives the pieces' documents and row positions (the batch's provenance, from
 the lengths :func:`select_pieces` checked).

@@ -11,6 +11,10 @@ offsets per range) finds the document of every range's start; when every range l
 document (packed rows always; windows mostly) the shifted ranges go to the parent's
 ``read_ranges`` and its answer is returned as it is (zero copy for a memmap parent), else the
 ranges are cut at document boundaries, read in one parent call and copied into one buffer.
+A reader that computes its ranges from documents (the packed view) skips that mapping: it takes
+:attr:`SubsetStore.parent_doc_starts` (each document's start in the parent, one int64 array
+made with the subset) from :func:`token_source` and reads the parent directly, as it reads a
+plain store at its offsets.
 Building a subset costs O(documents selected) (a gather and a cumulative sum);
 its fingerprint, a hash of the parent's and of the id array (O(documents selected), computed on
 first use), keys the plans of the subset apart from the parent's and from any other subset's.
@@ -283,8 +287,8 @@ def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
     where each document starts there (int64, shape (>= num_docs,), read-only), so that
     document ``j``'s tokens are ``source``'s ``[doc_starts[j], doc_starts[j] + doc_lens[j])``.
     A store is its own source (``doc_starts`` is its ``offsets``); a subset's is its parent
-    (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from ``doc_starts`` reads the
-    parent directly, with no per-read remapping.  O(1)."""
+    (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from ``doc_starts``
+    reads the parent directly, with no remapping per read.  O(1)."""
     if isinstance(store, SubsetStore):
         return store.parent, store.parent_doc_starts
     return store, store.offsets

@@ -254,7 +254,8 @@ class PackedDataset:
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
         self._mask = self.store.loss_mask  # the per-token loss mask, or None
-        # batches read the stores holding the tokens (a subset's parent) at doc_starts
+        # batches read the stores holding the tokens (a subset's parent) at doc_starts; a
+        # mask store has its store's offsets (check_mask_store), so the same doc_starts
         self._source, self._doc_starts = token_source(self.store)
         self._mask_source = None if self._mask is None else token_source(self._mask)[0]
         self._cold = ColdReads()
