@@ -34,6 +34,7 @@ earlier document in its part.  Cost: one kernel pass over the ids, then one subs
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from typing import Any
@@ -108,11 +109,15 @@ class SubsetBackend(Backend):
         self.parent = parent
         offsets.flags.writeable = False
         self._offsets = offsets
-        # shape (docs,): where each document starts in the parent's tokens (read-only), and
-        # the parent position of subset position p in document d: p + shift[d]
+        # shape (docs,): where each document starts in the parent's tokens (read-only)
         self.doc_starts = parent.offsets[meta._ids]
         self.doc_starts.flags.writeable = False
-        self.shift = self.doc_starts - offsets[:-1]
+
+    @functools.cached_property
+    def shift(self) -> np.ndarray:
+        """int64, shape (docs,): the parent position of subset position p in document d is
+        ``p + shift[d]`` (made on the first read by subset positions)."""
+        return self.doc_starts - self._offsets[:-1]
 
     @staticmethod
     def read_meta(path: Any) -> Any:
