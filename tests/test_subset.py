@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.sampling.mixture import Mixture
-from mmpack.store.subset import SubsetStore, split_keys
+from mmpack.store.subset import SubsetStore, split_keys, token_source
 
 
 @pytest.fixture(autouse=True)
@@ -48,6 +48,8 @@ def test_a_subset_reads_as_the_store_of_its_documents(n, seed, masked, tmp_path_
     sub = store.select(keep)
     just = mmpack.build(tmp / "just", [docs[j] for j in keep], fsync=False)
     assert isinstance(sub, SubsetStore) and sub.has_loss_mask == masked
+    assert token_source(sub)[0] is store and token_source(store)[0] is store
+    np.testing.assert_array_equal(token_source(sub)[1], store.offsets[keep])
     assert_views_equal(sub, just, seqlen=16, same_fingerprint=False)
     # MLM selects only target tokens: the masks too are read from the parent's
     mlm = {"eot": 65535, "mode": "mlm", "mask_id": 65534, "vocab_size": 65536, "mask_prob": 0.5}
