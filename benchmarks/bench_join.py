@@ -37,17 +37,23 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _paired_batches(a, b, batches: list[np.ndarray]) -> tuple[float, float, float]:
-    ta, tb, ratios = [], [], []
-    for idx in batches:
+def _paired_batches(
+    a, b, batches: list[np.ndarray], alternate: bool = False
+) -> tuple[float, float, float]:
+    """Medians of ``a``'s and ``b``'s times per batch and of their per-batch ratios, each batch
+    read by both back to back (``alternate``: ``b`` first on every other batch, so that
+    neither side always follows the other)."""
+    ta, tb = [], []
+    for k, idx in enumerate(batches):
+        first, second = (b, a) if alternate and k % 2 else (a, b)
         t0 = time.perf_counter()
-        a.__getitems__(idx)
+        first.__getitems__(idx)
         t1 = time.perf_counter()
-        b.__getitems__(idx)
+        second.__getitems__(idx)
         t2 = time.perf_counter()
-        ta.append(t1 - t0)
-        tb.append(t2 - t1)
-        ratios.append((t1 - t0) / (t2 - t1))
+        ta.append(t1 - t0 if first is a else t2 - t1)
+        tb.append(t2 - t1 if first is a else t1 - t0)
+    ratios = np.array(ta) / np.array(tb)
     return float(np.median(ta)), float(np.median(tb)), float(np.median(ratios))
 
 

@@ -938,12 +938,27 @@ def _one_bin_ref(plan, offsets, src, params, room):
 
 
 def _fill_rows_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    """``_packed_inputs`` plus the bins a batch asks for (any order, repeats allowed) and the
-    output dtype (int64, or int32 as ``PackedDataset(dtype="int32")`` fills)."""
+    """``_packed_inputs`` plus the bins a batch asks for (any order, repeats allowed), the
+    output dtype (int64, or int32 as ``PackedDataset(dtype="int32")`` fills) and the array
+    the kernels read with each document's start there: ``src`` and ``offsets`` (a store's
+    own tokens), or the documents placed in a larger array in another order with junk
+    between them (a subset's parent and its ``parent_doc_starts``)."""
     plan, offsets, src, params, _ = _packed_inputs(rng, size)
     n_bins = len(plan[0]) - 1
     idx = rng.integers(0, max(n_bins, 1), int(rng.integers(0, 6))).astype(np.int64)
-    return plan, offsets, src, params, idx, rng.choice([np.int64, np.int32])
+    holder, doc_starts = src, offsets
+    if rng.random() < 0.7:
+        n_docs = len(offsets) - 1
+        gaps = rng.integers(0, 4, n_docs + 1)
+        holder = rng.integers(0, 60000, len(src) + int(gaps.sum())).astype(np.uint16)
+        doc_starts = np.empty(n_docs, dtype=np.int64)
+        at = int(gaps[0])
+        for k, d in enumerate(rng.permutation(n_docs).tolist()):
+            n = int(offsets[d + 1] - offsets[d])
+            holder[at : at + n] = src[offsets[d] : offsets[d + 1]]
+            doc_starts[d] = at
+            at += n + int(gaps[k + 1])
+    return plan, offsets, src, params, idx, rng.choice([np.int64, np.int32]), holder, doc_starts
 
 
 def _refused_before_the_kernels(bin_ptr: np.ndarray, n_pieces: int) -> bool:
@@ -954,7 +969,7 @@ def _refused_before_the_kernels(bin_ptr: np.ndarray, n_pieces: int) -> bool:
     )  # fmt: skip
 
 
-def _fill_rows_kernel(plan, offsets, src, params, idx, dtype):
+def _fill_rows_kernel(plan, offsets, _src, params, idx, dtype, src, doc_starts):
     from mmpack.kernels.packed_rows import fill_rows, select_pieces
 
     bin_ptr = plan[0]
@@ -965,7 +980,9 @@ def _fill_rows_kernel(plan, offsets, src, params, idx, dtype):
     row_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
     np.cumsum(counts, out=row_ptr[1:])
     starts, lengths, has_eot = (np.empty(int(row_ptr[-1]), dtype=np.int64) for _ in range(3))
-    bad = select_pieces(*plan, offsets, seqlen, eot, idx, row_ptr, starts, lengths, has_eot)
+    bad = select_pieces(
+        *plan, offsets, doc_starts, seqlen, eot, idx, row_ptr, starts, lengths, has_eot
+    )
     if bad >= 0:
         return int(bad)
     k = len(idx)
@@ -1008,7 +1025,7 @@ def _finish_rows(raw):
     ]
 
 
-def _fill_rows_ref(plan, offsets, src, params, idx, dtype):
+def _fill_rows_ref(plan, offsets, src, params, idx, dtype, _holder, _doc_starts):
     if _refused_before_the_kernels(plan[0], len(plan[1])):
         return None
     twins = [twin_bin(*plan, offsets, src, int(b), params, 10**6) for b in idx]

@@ -130,6 +130,15 @@ def test_a_damaged_field_fails_verify_and_a_missing_one_is_named(tmp_path):
     del store
 
 
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_nbytes_and_verify_count_the_field_columns(backend, tmp_path):
+    docs, fields = corpus(40)
+    store = mmpack.build(tmp_path / "s", docs, fields=fields, backend=backend, fsync=False)
+    plain = store.num_tokens * 2 + 41 * 8
+    assert store.nbytes == plain + 40 * (8 + 8 + 4)  # int64, float64, int32 category codes
+    assert store.verify()["bytes"] == store.nbytes
+
+
 def test_shuffled_documents_keep_their_fields(tmp_path):
     docs, fields = corpus(60, seed=3)
     fields["id"] = list(range(60))

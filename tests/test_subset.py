@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.sampling.mixture import Mixture
-from mmpack.store.subset import SubsetStore, split_keys
+from mmpack.store.subset import SubsetStore, split_keys, token_source
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,15 @@ def test_a_subset_reads_as_the_store_of_its_documents(n, seed, masked, tmp_path_
     sub = store.select(keep)
     just = mmpack.build(tmp / "just", [docs[j] for j in keep], fsync=False)
     assert isinstance(sub, SubsetStore) and sub.has_loss_mask == masked
+    assert token_source(sub)[0] is store and token_source(store)[0] is store
+    np.testing.assert_array_equal(token_source(sub)[1], store.offsets[keep])
     assert_views_equal(sub, just, seqlen=16, same_fingerprint=False)
+    # MLM selects only target tokens: the masks too are read from the parent's
+    mlm = {"eot": 65535, "mode": "mlm", "mask_id": 65534, "vocab_size": 65536, "mask_prob": 0.5}
+    a, b = (mmpack.PackedDataset(s, 16, **mlm) for s in (sub, just))
+    got, want = a.__getitems__(np.arange(len(b))), b.__getitems__(np.arange(len(b)))
+    for key in want.columns:
+        np.testing.assert_array_equal(got.columns[key], want.columns[key])
     # flat reads across document boundaries: the naive concatenation of the kept documents
     flat = np.concatenate([_tokens(docs[j]) for j in keep] + [np.zeros(0, np.uint16)])
     starts = rng.integers(0, sub.num_tokens + 1, size=23)

@@ -140,12 +140,6 @@ class PartsBackend(Backend):
     def offsets(self) -> np.ndarray:
         return self._offsets
 
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        src, at = self.read_ranges(
-            np.array([start], dtype=np.int64), np.array([stop - start], dtype=np.int64)
-        )
-        return src[int(at[0]) : int(at[0]) + stop - start]
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)

@@ -2,10 +2,13 @@
 
 :func:`select_pieces` turns a batch of bins into the flat token ranges of its pieces (validated
 against the document lengths; a corrupt plan is reported, never read out of bounds; a piece
-shorter than ``seqlen`` is its document's last and carries the eot); :func:`fill_rows` then
-writes, in one pass per row, ``input_ids``, ``position_ids``, causal labels (``label_mode``:
-:data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the attention mask and
-``cu_seqlens``; :func:`one_bin` is both for a single bin with few arguments and no allocation;
+shorter than ``seqlen`` is its document's last and carries the eot; the ranges may lie in
+another array that holds the documents, a subset's parent); :func:`fill_rows` then loads the
+first token of every piece of the batch (one pass, so that the pieces' page walks and cache
+misses overlap) and writes, in one pass per row, ``input_ids``, ``position_ids``, causal
+labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the
+attention mask and ``cu_seqlens``; :func:`one_bin` is both for a single bin with few
+arguments and no allocation;
 :func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
 :func:`bin_pieces` gives the pieces' documents and row positions (the batch's provenance, from
 the lengths :func:`select_pieces` checked).
@@ -50,6 +53,7 @@ def select_pieces(
     piece_start: np.ndarray,
     piece_len: np.ndarray,
     offsets: np.ndarray,
+    doc_starts: np.ndarray,
     seqlen: int,
     eot: int,
     bins: np.ndarray,
@@ -58,8 +62,13 @@ def select_pieces(
     lengths: np.ndarray,
     has_eot: np.ndarray,
 ) -> int:
-    """Flat token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
-    prefix sum of their piece counts, each bin's piece range inside the piece arrays).
+    """Token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
+    prefix sum of their piece counts, each bin's piece range inside the piece arrays): piece
+    ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
+    ``d``'s length ``offsets[d + 1] - offsets[d]``.  ``doc_starts`` (int64, shape
+    (>= docs,)) is ``offsets`` for ranges in the store's own flat tokens, or where each
+    document starts in the array that holds it (a subset's parent:
+    :func:`mmpack.store.subset.token_source`).
 
     Returns -1, or the first row whose bin is inconsistent with the documents (a piece outside
     its document, or more than ``seqlen`` slots); nothing is read out of bounds either way.
@@ -82,7 +91,7 @@ def select_pieces(
             if eot != 0 and ln < seqlen:
                 e = 1
             used += ln + e
-            starts[q] = offsets[d] + s
+            starts[q] = doc_starts[d] + s
             lengths[q] = ln
             has_eot[q] = e
         if used > seqlen:
@@ -191,11 +200,23 @@ def fill_rows(
     (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
     arrays for none), a causal label is -100 where the token it holds has mask 0.  ``cu_seqlens`` is (B, C)
     with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
-    (if any) being the last segment.
+    (if any) being the last segment (the entries past them are unspecified).
     """
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
     masked = mask_starts.shape[0] > 0
+    # First one load of every piece's first token (and mask), for the whole batch: pieces lie
+    # anywhere in src, and this puts all their page walks and cache misses in flight together
+    # instead of one piece's after the previous piece's copy.  The sum lands in row 0's last
+    # cu_seqlens slot, past its boundaries or overwritten by them, so the loads are kept.
+    acc = 0
+    for q in range(row_ptr[0], row_ptr[input_ids.shape[0]]):
+        if lengths[q] > 0:
+            acc += src[src_starts[q]]
+            if masked:
+                acc += mask[mask_starts[q]]
+    if input_ids.shape[0] > 0:
+        cu_seqlens[0, cu_seqlens.shape[1] - 1] = acc
     for r in range(input_ids.shape[0]):
         ids = input_ids[r]
         pos = position_ids[r]

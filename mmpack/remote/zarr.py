@@ -187,11 +187,6 @@ class RemoteZarrBackend(RemoteStoreBackend):
         return self.fetcher.stats
 
     # ------------------------------------------------------------------------------ reading
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        one = np.array([start, max(0, stop - start)], dtype=np.int64)
-        src, at = self.read_ranges(one[:1], one[1:])
-        return src[int(at[0]) : int(at[0]) + max(0, stop - start)]
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)

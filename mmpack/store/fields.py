@@ -13,7 +13,8 @@ file's bytes read once and checked against their CRC-32 otherwise (Zarr, remote 
 categorical field reads as its codes, ``store.field_categories(name)`` gives the table.
 
 Costs: writing a column is one pass over its values (O(n); strings: one ``np.unique``, O(n log
-n)); ``verify()`` reads every column once (8 or 4 bytes per document).
+n)); ``verify()`` reads every column once (8 or 4 bytes per document), and counts those bytes
+in its total (as ``store.nbytes`` does).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ __all__ = [
     "check_same_fields",
     "commit_fields",
     "concat_fields",
+    "fields_nbytes",
     "fields_record",
     "parse_fields_record",
     "read_field",
+    "verify_fields",
     "write_fields",
 ]
 
@@ -260,6 +263,23 @@ def read_field(backend: Any, spec: FieldSpec, n: int, mapped: bool, check: bool)
     if zlib.crc32(data) != spec.crc32:
         raise FormatError(f"field {spec.name!r} of {backend.path}: its file fails its checksum")
     return np.frombuffer(data, dtype=spec.dtype)
+
+
+def fields_nbytes(specs: tuple[FieldSpec, ...], n: int) -> int:
+    """Bytes of the columns ``specs`` of a store of ``n`` documents (8 per int or float value,
+    4 per category code)."""
+    return n * sum(spec.dtype.itemsize for spec in specs)
+
+
+def verify_fields(backend: Any, specs: tuple[FieldSpec, ...], n: int, on_bytes: Any = None) -> int:
+    """Read every column of ``specs`` through ``backend.read_file`` and check it against its
+    CRC-32 (:func:`read_field`, :class:`FormatError` naming the first bad one); ``on_bytes`` (a
+    progress bar's ``update``) is told each column's size.  Returns the bytes checked."""
+    for spec in specs:
+        read_field(backend, spec, n, False, True)
+        if on_bytes is not None:
+            on_bytes(n * spec.dtype.itemsize)
+    return fields_nbytes(specs, n)
 
 
 class Fields(Mapping[str, np.ndarray]):

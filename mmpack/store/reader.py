@@ -41,7 +41,7 @@ from mmpack.core.validation import check_index, check_int
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 from mmpack.store.backends import Backend, get_backend
 from mmpack.store.documents import DocumentSets
-from mmpack.store.fields import read_field
+from mmpack.store.fields import fields_nbytes, verify_fields
 from mmpack.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
 from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
 from mmpack.store.lossmask import check_mask_store
@@ -400,12 +400,15 @@ class TokenStore(DocumentSets):
     # ----------------------------------------------------------------------------- integrity
     @property
     def nbytes(self) -> int:
-        """Bytes of the store's two arrays: ``num_tokens * itemsize`` of tokens and
-        ``8 * (num_docs + 1)`` of offsets (what :meth:`verify` reads and a copy moves)."""
-        return self.num_tokens * self.dtype.itemsize + (len(self) + 1) * 8
+        """Bytes of the store's arrays: ``num_tokens * itemsize`` of tokens, ``8 * (num_docs +
+        1)`` of offsets and ``num_docs * itemsize`` of each per-document field's column (what
+        :meth:`verify` reads and a copy moves, the loss mask's own store apart)."""
+        fields = fields_nbytes(getattr(self._meta, "fields", ()), len(self))
+        return self.num_tokens * self.dtype.itemsize + (len(self) + 1) * 8 + fields
 
     def verify(self, *, progress: Any = False) -> dict[str, int]:
-        """Recompute every block checksum; raise :class:`FormatError` naming the first bad block.
+        """Recompute every block's and field column's checksum; raise :class:`FormatError`
+        naming the first bad one.
 
         Parameters
         ----------
@@ -417,20 +420,20 @@ class TokenStore(DocumentSets):
         Returns
         -------
         dict
-            ``{"blocks": ..., "bytes": ...}`` checked (the loss mask's included), when
-            everything matches.
+            ``{"blocks": ..., "bytes": ...}`` checked (the field columns' bytes and the loss
+            mask's included), when everything matches.
         """
         previous = self._backend.advise("sequential")  # a scan: full read-ahead
         try:
             with progress_bar(progress, self.nbytes, desc="verifying") as bar:
                 check_offsets(self.offsets, self._meta, self._path)
                 done = self._blocks.check_all(bar.update)
+                specs = getattr(self._meta, "fields", ())  # each column against its CRC-32
+                done["bytes"] += verify_fields(self._backend, specs, len(self), bar.update)
             mask = self.loss_mask
             if mask is not None:  # the mask store: its own offsets check and block digests
                 extra = mask.verify()
                 done = {k: done[k] + extra[k] for k in done}
-            for spec in getattr(self._meta, "fields", ()):  # each column against its CRC-32
-                read_field(self._backend, spec, len(self), False, True)
             return done
         finally:
             self._backend.advise(previous)

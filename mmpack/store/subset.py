@@ -11,6 +11,10 @@ offsets per range) finds the document of every range's start; when every range l
 document (packed rows always; windows mostly) the shifted ranges go to the parent's
 ``read_ranges`` and its answer is returned as it is (zero copy for a memmap parent), else the
 ranges are cut at document boundaries, read in one parent call and copied into one buffer.
+A reader that computes its ranges from documents (the packed view) skips that mapping: it takes
+:attr:`SubsetStore.parent_doc_starts` (each document's start in the parent, one int64 array
+made with the subset) from :func:`token_source` and reads the parent directly, as it reads a
+plain store at its offsets.
 Building a subset costs O(documents selected) (a gather and a cumulative sum);
 its fingerprint, a hash of the parent's and of the id array (O(documents selected), computed on
 first use), keys the plans of the subset apart from the parent's and from any other subset's.
@@ -30,6 +34,7 @@ earlier document in its part.  Cost: one kernel pass over the ids, then one subs
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from typing import Any
@@ -50,6 +55,7 @@ __all__ = [
     "split",
     "split_fractions",
     "split_keys",
+    "token_source",
     "where",
 ]
 
@@ -103,9 +109,15 @@ class SubsetBackend(Backend):
         self.parent = parent
         offsets.flags.writeable = False
         self._offsets = offsets
-        # shape (docs,): parent position of subset position p in document d is p + shift[d]
-        self.shift = parent.offsets[meta._ids]
-        self.shift -= offsets[:-1]
+        # shape (docs,): where each document starts in the parent's tokens (read-only)
+        self.doc_starts = parent.offsets[meta._ids]
+        self.doc_starts.flags.writeable = False
+
+    @functools.cached_property
+    def shift(self) -> np.ndarray:
+        """int64, shape (docs,): the parent position of subset position p in document d is
+        ``p + shift[d]`` (made on the first read by subset positions)."""
+        return self.doc_starts - self._offsets[:-1]
 
     @staticmethod
     def read_meta(path: Any) -> Any:
@@ -148,12 +160,6 @@ class SubsetBackend(Backend):
         keep = hi > lo
         rng, doc, lo, hi = rng[keep], doc[keep], lo[keep], hi[keep]
         return False, rng, lo - starts[rng], lo + self.shift[doc], hi - lo
-
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        src, at = self.read_ranges(
-            np.array([start], dtype=np.int64), np.array([stop - start], dtype=np.int64)
-        )
-        return src[int(at[0]) : int(at[0]) + stop - start]
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         starts = np.asarray(starts, dtype=np.int64)
@@ -231,6 +237,12 @@ class SubsetStore(TokenStore):
         return self._ids
 
     @property
+    def parent_doc_starts(self) -> np.ndarray:
+        """int64, shape (num_docs,), read-only: where each of the subset's documents starts in
+        the parent's flat tokens (``parent.offsets[parent_doc_ids]``, computed once)."""
+        return self._backend.doc_starts
+
+    @property
     def fingerprint(self) -> str:
         """16 hex digits: a hash of the parent's fingerprint and :attr:`parent_doc_ids`."""
         return self._meta.fingerprint
@@ -273,6 +285,18 @@ class SubsetStore(TokenStore):
             f"SubsetStore({self._parent.location!r}, docs={len(self)} of {len(self._parent)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"
         )
+
+
+def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
+    """``(source, doc_starts)``: the store whose flat tokens hold ``store``'s documents and
+    where each document starts there (int64, shape (>= num_docs,), read-only), so that
+    document ``j``'s tokens are ``source``'s ``[doc_starts[j], doc_starts[j] + doc_lens[j])``.
+    A store is its own source (``doc_starts`` is its ``offsets``); a subset's is its parent
+    (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from ``doc_starts``
+    reads the parent directly, with no remapping per read.  O(1)."""
+    if isinstance(store, SubsetStore):
+        return store.parent, store.parent_doc_starts
+    return store, store.offsets
 
 
 # --------------------------------------------------------------------------------- making them

@@ -44,8 +44,11 @@ the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and retu
 :class:`mmpack.views.batch.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
 differ in length between rows, so collate with :func:`mmpack.torch.collate.collate` (which takes the
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
-``store.read_ranges``, so every backend works; with the memmap backend the kernel copies straight
-from the page cache.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
+``read_ranges`` of the store that holds them, so every backend works; with the memmap backend the
+kernel copies straight from the page cache.  A subset's pieces are read from its parent at
+:attr:`~mmpack.store.subset.SubsetStore.parent_doc_starts` (computed once per subset,
+:func:`~mmpack.store.subset.token_source`): the same reads as a plain store's, no remapping per
+batch.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
 uniform draw per token.  A single ``ds[i]`` is one ordinary call of
 :func:`~mmpack.kernels.packed_rows.one_bin` into one new buffer (ids, positions, labels,
 attention mask; with int32 output ``cu_seqlens`` too, else a second, int32, buffer) and the
@@ -78,6 +81,7 @@ from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
+from mmpack.store.subset import token_source
 from mmpack.store.vocab import STORE
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
@@ -250,6 +254,10 @@ class PackedDataset:
         self._offsets = self.store.offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
         self._mask = self.store.loss_mask  # the per-token loss mask, or None
+        # batches read the stores holding the tokens (a subset's parent) at doc_starts; a
+        # mask store has its store's offsets (check_mask_store), so the same doc_starts
+        self._source, self._doc_starts = token_source(self.store)
+        self._mask_source = None if self._mask is None else token_source(self._mask)[0]
         self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
@@ -429,9 +437,11 @@ class PackedDataset:
         return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
-        ranges = self._piece_ranges(idx)
+        ranges = piece_ranges(
+            self._plan, self._offsets, self.seqlen, self.eot is not None, idx, self._doc_starts
+        )
         columns, cu, n_seg = gather_rows(
-            self.store,
+            self._source,
             ranges,
             self._pool,
             self.seqlen,
@@ -439,12 +449,12 @@ class PackedDataset:
             self.pad_id,
             self._label_mode,
             self.dtype,
-            None if self._mlm else self._mask,  # causal labels -100 where not a target
+            None if self._mlm else self._mask_source,  # causal labels -100 where not a target
         )
         if self._mlm:
             ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))
             if self._mask is not None:  # MLM selects only target tokens
-                attn = mlm_targets(self._mask, ranges, attn)
+                attn = mlm_targets(self._mask_source, ranges, attn)
             corrupt_keyed(self, idx, epochs, ids, attn, labels)
         return SampleBatch(columns, cu, n_seg + 1, partial(packed_provenance, self, idx, ranges))
 

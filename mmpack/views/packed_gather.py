@@ -36,11 +36,25 @@ __all__ = [
 
 
 def piece_ranges(
-    plan: PackingPlan, offsets: np.ndarray, seqlen: int, eot: bool, idx: np.ndarray
+    plan: PackingPlan,
+    offsets: np.ndarray,
+    seqlen: int,
+    eot: bool,
+    idx: np.ndarray,
+    doc_starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
     """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx`` (checked
-    indices): flat token ranges, eot flags, the prefix sum of the pieces per row and the pieces
-    per row.  ``FormatError`` when the plan does not fit the documents ``offsets`` delimit."""
+    indices): token ranges, eot flags, the prefix sum of the pieces per row and the pieces
+    per row.  The ranges are flat positions of the store ``offsets`` delimits, or, with
+    ``doc_starts`` (int64, shape (>= docs,): where each document starts in the store holding
+    its tokens, :func:`mmpack.store.subset.token_source`), positions in that store.
+    ``FormatError`` when the plan does not fit the documents ``offsets`` delimit."""
+    if doc_starts is None:
+        doc_starts = offsets
+    elif doc_starts.shape[0] < offsets.shape[0] - 1:  # never read out of bounds
+        raise ValueError(
+            f"doc_starts has {doc_starts.shape[0]} entries for {offsets.shape[0] - 1} documents"
+        )
     k = idx.shape[0]
     lo = plan.bin_ptr[idx]
     hi = plan.bin_ptr[idx + 1]
@@ -59,6 +73,7 @@ def piece_ranges(
         plan.piece_start,
         plan.piece_len,
         offsets,
+        doc_starts,
         seqlen,
         int(eot),
         idx,

@@ -3,7 +3,8 @@
 A backend is a small class with a narrow reading interface, so a new one (compressed, remote) is
 little code:
 
-- ``read_range(start, stop)``: one flat token range as a numpy array;
+- ``read_range(start, stop)``: one flat token range as a numpy array (the default reads it
+  through ``read_ranges``; the memmap backend slices its mapping, the remote one copies);
 - ``read_ranges(starts, lengths) -> (src, src_starts)``: many ranges at once, such that
   ``src[src_starts[k] : src_starts[k] + lengths[k]]`` holds range ``k``.  The memmap backend returns
   the mapped array itself (zero copy: kernels copy straight from the page cache); the Zarr backend

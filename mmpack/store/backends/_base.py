@@ -39,9 +39,14 @@ class Backend(abc.ABC):
     def offsets(self) -> np.ndarray:
         """int64, shape (num_docs + 1,), read-only."""
 
-    @abc.abstractmethod
     def read_range(self, start: int, stop: int) -> np.ndarray:
-        """Tokens ``[start, stop)`` of the flat array (bounds already validated)."""
+        """Tokens ``[start, stop)`` of the flat array (bounds already validated).  The default
+        is the one range through :meth:`read_ranges`, its answer sliced (a view of the buffer
+        that returns); a backend with a cheaper single read, or one that must copy, overrides
+        it."""
+        one = np.array([start, max(0, stop - start)], dtype=np.int64)
+        src, at = self.read_ranges(one[:1], one[1:])
+        return src[int(at[0]) : int(at[0]) + int(one[1])]
 
     @abc.abstractmethod
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

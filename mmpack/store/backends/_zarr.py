@@ -219,11 +219,6 @@ class ZarrBackend(Backend):
     def offsets(self) -> np.ndarray:
         return self._offsets
 
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        one = np.array([start, max(0, stop - start)], dtype=np.int64)  # the batched path
-        src, at = self.read_ranges(one[:1], one[1:])
-        return src[int(at[0]) : int(at[0]) + max(0, stop - start)]
-
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         # verify() reads the files now, never the decoded-chunk cache
         if name == "offsets":
