@@ -21,7 +21,11 @@ batch, ``fetched/served`` bytes moved per byte of tokens the batches hold, ``req
 requests per sample served, ``cache peak / 2 windows`` the node cache's largest holding (sampled
 after every batch) over the bytes of the two largest consecutive windows, ``fetches/block``
 check blocks fetched per check block the epoch's windows read (both without the first window of
-the next epoch, which the fetcher fetches while the loop is in the last one).
+the next epoch, which the fetcher fetches while the loop is in the last one); ``cpu here s`` the
+CPU seconds of this process (and its DataLoader workers), ``cpu server+proxy s`` those of the S3
+server and the proxy, ``cpu / cores s`` their sum over the machine's cores: no schedule of the
+case on this machine runs faster (where the server shares the reader's cores, that bounds
+``vs local`` and ``vs floor``).
 
 Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 16 MB, under 20 s).
 """
@@ -38,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_remote import _docs, _Proxy, _server_helpers
+from benchmarks.bench_remote import _cpu_seconds, _docs, _Proxy, _server_helpers
 
 BATCH = 32
 SEQLEN = 2048
@@ -75,6 +79,27 @@ def _epoch(ld: Any, limit: int | None = None, watch: Any = None) -> tuple[float,
     return time.perf_counter() - t0, first, peak
 
 
+class _Cpu:
+    """CPU seconds (user + system) over a block of code, ``with _Cpu(pids) as c: ...``:
+    ``c.client`` of this process and its children other than ``pids`` (DataLoader workers),
+    ``c.others`` of ``pids`` (the S3 server, the proxy)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def __enter__(self) -> _Cpu:
+        self._t0 = self._now()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        t1 = self._now()
+        self.others = t1[1] - self._t0[1]
+        self.client = t1[0] - self._t0[0] - self.others
+
+    def _now(self) -> tuple[float, float]:
+        return _cpu_seconds(os.getpid()), sum(_cpu_seconds(p) for p in self.pids)
+
+
 def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
     """Seconds to fetch the check blocks of ``spans`` in the span fetcher's parts, concurrently,
     with nothing else."""
@@ -91,13 +116,20 @@ def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
     return time.perf_counter() - t0
 
 
-def _blocks_rows(url, opts, tmp, local, window_blocks, workers) -> list[dict[str, Any]]:
+def _cpu_columns(c: _Cpu) -> dict[str, float]:
+    cores = os.cpu_count() or 1
+    return {"cpu here s": c.client, "cpu server+proxy s": c.others,
+            "cpu / cores s": (c.client + c.others) / cores}  # fmt: skip
+
+
+def _blocks_rows(url, opts, tmp, local, window_blocks, workers, pids) -> list[dict[str, Any]]:
     import mmpack
 
     tag = f"window_blocks={window_blocks}, {workers} workers"
     local_ld = _loader(mmpack.WindowDataset(local, SEQLEN), "blocks", window_blocks)
     _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
-    local_s = _epoch(local_ld)[0]
+    with _Cpu(pids) as cpu_local:
+        local_s = _epoch(local_ld)[0]
     store = mmpack.open(
         url, storage_options=opts, cache_dir=tmp / f"c{time.time()}", cache_limit=8 << 30
     )
@@ -107,7 +139,8 @@ def _blocks_rows(url, opts, tmp, local, window_blocks, workers) -> list[dict[str
     assert fetcher is not None
     cf = fetcher.spans.cache
     block = store.span_fetcher.fetcher.block
-    secs, first, peak = _epoch(ld, watch=lambda: int(cf.state.sum()) * block)
+    with _Cpu(pids) as cpu_s3:
+        secs, first, peak = _epoch(ld, watch=lambda: int(cf.state.sum()) * block)
     fetcher.wait()
     order = fetcher.order
     windows = [fetcher.window_spans(0, w) for w in range(order.n_windows)]
@@ -126,10 +159,13 @@ def _blocks_rows(url, opts, tmp, local, window_blocks, workers) -> list[dict[str
     floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"f{time.time()}",
                               cache_limit=8 << 30)  # fmt: skip
     floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
-    floor_s = _floor(floor_store, [s for w in windows for s in w])
+    with _Cpu(pids) as cpu_floor:
+        floor_s = _floor(floor_store, [s for w in windows for s in w])
     return [
-        {"case": f"local memmap, blocks, {tag}", "s": local_s, "vs local": 1.0},
-        {"case": f"transfer floor, {tag}", "s": floor_s, "MB/s": sum(wbytes) / floor_s / 1e6},
+        {"case": f"local memmap, blocks, {tag}", "s": local_s, "vs local": 1.0}
+        | _cpu_columns(cpu_local),
+        {"case": f"transfer floor, {tag}", "s": floor_s, "MB/s": sum(wbytes) / floor_s / 1e6}
+        | _cpu_columns(cpu_floor),
         {
             "case": f"S3 20 ms, blocks, {tag}",
             "s": secs,
@@ -146,7 +182,8 @@ def _blocks_rows(url, opts, tmp, local, window_blocks, workers) -> list[dict[str
             and floor_s / secs >= 0.8
             and first <= 2.0
             and fetched_epoch / served <= 1.1,
-        },
+        }
+        | _cpu_columns(cpu_s3),
     ]
 
 
@@ -206,9 +243,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             rows.append({"case": f"store: {local.num_tokens * 2 / 1e6:.0f} MB of tokens"})
             proxy = _Proxy(server.port, 0.02)
             opts = dict(server.options, endpoint=proxy.endpoint)
-            rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 0))
+            pids = [server.proc.pid, proxy.pid]
+            rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 0, pids))
             if not quick:
-                rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 2)[2:])
+                rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 2, pids)[2:])
             rows.extend(_global_rows(url, opts, tmp, local, 8 if quick else 24))
         finally:
             if proxy is not None:

@@ -102,6 +102,7 @@ class _Proxy:
         self._proc = ctx.Process(target=_proxy_main, args=(target, delay, child), daemon=True)
         self._proc.start()
         self.endpoint = f"http://127.0.0.1:{self._conn.recv()}"
+        self.pid = self._proc.pid
 
     def close(self) -> None:
         self._conn.send(None)
