@@ -17,7 +17,7 @@ the rule applies to what is left.
 
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
 O(stages) to advance over any number of batches; ``state_dict`` names the stage and holds the
-stage sampler's state (:mod:`mmpack.torch.sampler_state`), so a resume at any world size continues
+stage sampler's state (:mod:`mmpack.sampling.sampler_state`), so a resume at any world size continues
 the stage exactly as an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 
 from mmpack.core.validation import check_int
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.torch import elastic
+from mmpack.sampling.dealing import share_length
+from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.sampler_state import STATE_VERSION
 
 __all__ = ["StageDataset", "Stages", "stage_seed"]
 
@@ -178,11 +178,11 @@ class Stages:
     def _draws(self, s: int, epoch: int, position: int, base: int, d: int) -> tuple[int, int, int]:
         """The stage sampler's ``(epoch, position, offset)`` after ``d`` more draws."""
         n, ws, dl = len(self._views[s]), self._world_size, self._samplers[s].drop_last
-        rest = elastic.share_length(n, base, ws, dl) - position
+        rest = share_length(n, base, ws, dl) - position
         if d <= rest:  # an epoch drawn to its end stays the point (another world size may deal
             return epoch, position + d, base  # a tail this one dropped)
         d -= rest
-        per_epoch = elastic.share_length(n, 0, ws, dl)
+        per_epoch = share_length(n, 0, ws, dl)
         epoch, d = epoch + 1 + (d - 1) // per_epoch, (d - 1) % per_epoch + 1
         return epoch, d, 0
 
