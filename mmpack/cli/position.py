@@ -91,7 +91,7 @@ def served_at(args: argparse.Namespace, ds: Any) -> tuple[int, str]:
         s = deal.served_index(epoch * n + g)
         if s is None:
             raise ValueError(
-                f"global position {epoch * n + g} is skipped by the run of --state (skips "
+                f"global position {epoch * n + g} is skipped by the run's state (skips "
                 f"{deal.edits.skips}): no rank served it"
             )
         rank, t = s % world, s // world
