@@ -12,8 +12,9 @@ provenance costs at most 10% of a batch).
 ``show --position``.  A store of 10**6 documents (10**5 with ``--quick``) of 1 to 40 tokens;
 ``mmpack show STORE --seqlen 2048 --position P --seed 1`` in process
 (:func:`mmpack.cli.commands.main`, output discarded; median of runs at random positions) and as
-a subprocess (``python -m mmpack``, median of runs), beside ``show -i`` of the same sample: the difference is the sampler, and in a
-subprocess mostly its ``import torch``.
+a subprocess (``python -m mmpack``, median of runs), beside ``show -i`` of the same sample: the
+difference is the sampler's arithmetic (:class:`~mmpack.sampling.dealing.Dealing`, which imports
+no torch).
 
 Run ``python -m benchmarks.bench_provenance [--quick]``.
 """

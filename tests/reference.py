@@ -1484,16 +1484,33 @@ def _gather_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     width, k = seqlen + labels, vs.size
     rows, pos = np.empty((k, width), np.int64), np.empty((k, seqlen), np.int64)
     cu, ncu = np.empty((k, seqlen + 1), np.int32), np.empty(k, np.int64)
-    cursors = np.full(1, -1, np.int64)
+    cursors, first = np.full(1, -1, np.int64), np.full(k, -1, np.int64)
     gather_windows(
-        src, cursors, offsets, top, use_eot, 9, vs, seqlen, width, total, 0, rows, pos, cu, ncu
-    )
-    return rows, pos, cu, ncu
+        src, cursors, offsets, top, use_eot, 9, vs, seqlen, width, total, 0, rows, pos, cu, ncu,
+        first,
+    )  # fmt: skip
+    return rows, pos, cu, ncu, first
 
 
 def _finish_gather(raw):
-    rows, pos, cu, ncu = raw
-    return [(_ints(rows[r]), _ints(pos[r]), _ints(cu[r, : ncu[r]])) for r in range(len(ncu))]
+    rows, pos, cu, ncu, first = raw
+    return [
+        (_ints(rows[r]), _ints(pos[r]), _ints(cu[r, : ncu[r]]), int(first[r]))
+        for r in range(len(ncu))
+    ]
+
+
+def _gather_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
+    """Each window as :func:`ref_window` copies it, and the document it starts in."""
+    stream, ends = naive_stream(docs, 9 if use_eot else None)
+    offsets = np.cumsum([0] + [len(d) for d in docs]).tolist()
+    return [
+        (
+            *ref_window(stream, ends, v, seqlen, seqlen + labels, 0),
+            ref_find_doc(offsets, use_eot, v),
+        )
+        for v in vs.tolist()
+    ]
 
 
 def _find_doc_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
@@ -1814,7 +1831,7 @@ def _masked_window_kernel(mask, base, offsets, use_eot, vstarts, seqlen, total, 
     top = np.empty(0, dtype=np.int64)  # no sampled index: the kernel searches the offsets
     gather_masked_windows(
         src, np.full(1, -1, np.int64), mask, base, offsets, top, use_eot, 9, vstarts, seqlen,
-        total, 0, IGNORE, rows, pos, cu, ncu, out,
+        total, 0, IGNORE, rows, pos, cu, ncu, out, np.empty(k, np.int64),
     )  # fmt: skip
     return rows, out
 
@@ -1881,16 +1898,13 @@ def twin_window_pieces(docs, use_eot, width, v):
 
 
 def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import window_pieces
+    from mmpack.kernels.window import find_doc, window_pieces
 
     _, offsets, top, total = arrays
     vs = np.ascontiguousarray(vs, dtype=np.int64)
-    row_ptr = np.zeros(vs.shape[0] + 1, np.int64)
-    first = np.full(vs.shape[0], -1, np.int64)
-    args = (offsets, top, use_eot, vs, seqlen + labels, total)
-    window_pieces(*args, 0, first, row_ptr, np.empty((6, 0), np.int64))
-    out = np.full((6, int(row_ptr[-1])), -1, np.int64)
-    window_pieces(*args, 1, first, row_ptr, out)
+    first = np.array([find_doc(offsets, top, use_eot, v) for v in vs.tolist()], np.int64)
+    out, row_ptr = window_pieces(offsets, use_eot, first, vs, seqlen + labels, total)
+    assert out.shape == (6, row_ptr[-1]) and row_ptr[0] == 0
     return _pieces_by_row(row_ptr, out)
 
 
@@ -1953,6 +1967,49 @@ def twin_bin_pieces(bin_ptr, pieces, has_eot, bins):
             at += n + has_eot[p]
         out.append(row)
     return out
+
+
+def _place_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    """A batch of random rows dealt to random sources, each source's rows with random pieces."""
+    n = int(rng.integers(1, size // 4 + 3))
+    src = rng.integers(0, int(rng.integers(1, 4)), n)
+    sources = []
+    for k in np.unique(src).tolist():
+        where = np.flatnonzero(src == k).astype(np.int64)
+        counts = rng.integers(0, 5, where.shape[0])
+        row_ptr = np.zeros(where.shape[0] + 1, np.int64)
+        np.cumsum(counts, out=row_ptr[1:])
+        block = rng.integers(0, 1000, (6, int(row_ptr[-1]))).astype(np.int64)
+        block[0] = np.repeat(np.arange(where.shape[0]), counts)  # each piece's own row
+        sources.append((k, where, block, row_ptr))
+    return n, sources
+
+
+def _place_pieces_kernel(n, sources):
+    from mmpack.kernels.provenance import place_pieces
+
+    cu_docs = np.zeros(n + 1, np.int64)
+    for k, where, block, row_ptr in sources:
+        place_pieces(block, row_ptr, where, cu_docs, k, np.empty((7, 0), np.int64))
+    np.cumsum(cu_docs, out=cu_docs)
+    out = np.full((7, int(cu_docs[-1])), -1, np.int64)
+    for k, where, block, row_ptr in sources:
+        place_pieces(block, row_ptr, where, cu_docs, k, out)
+    return _ints(cu_docs), [tuple(_ints(c)) for c in out.T]
+
+
+def twin_place_pieces(n, sources):
+    """The batch's row offsets and its pieces (row, doc, start, stop, eot, at, source), batch
+    row by batch row, each row's pieces as its source listed them."""
+    rows: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for k, where, block, row_ptr in sources:
+        for r, b in enumerate(where.tolist()):
+            for q in range(int(row_ptr[r]), int(row_ptr[r + 1])):
+                rows[b].append((b, *_ints(block[1:, q]), k))
+    cu_docs = [0]
+    for row in rows:
+        cu_docs.append(cu_docs[-1] + len(row))
+    return cu_docs, [piece for row in rows for piece in row]
 
 
 PAIRS: list[Pair] = [
@@ -2224,7 +2281,7 @@ PAIRS: list[Pair] = [
         "ref_window",
         _window_inputs,
         _gather_kernel,
-        _window_ref,
+        _gather_ref,
         bench_size=300,
         finish=_finish_gather,
     ),
@@ -2272,6 +2329,15 @@ PAIRS: list[Pair] = [
         bench_size=300,
     ),
     _pair(
+        "provenance.place_pieces",
+        "twin_place_pieces",
+        _place_pieces_inputs,
+        _place_pieces_kernel,
+        twin_place_pieces,
+        via=f"{_VIEW}.provenance.merged_provenance",
+        bench_size=300,
+    ),
+    _pair(
         "window.fill_sampled_index",
         "ref_sampled_index",
         _window_inputs,
@@ -2315,6 +2381,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "streaming.scatter_pieces", "streaming.pad_rows", "streaming_batch.layout_batch",
     ),
     "window.gather_masked_windows": ("window._mask_labels",),
+    "window.window_pieces": ("window._walk_pieces",),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

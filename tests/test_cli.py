@@ -467,6 +467,67 @@ def test_show_position_refusals_are_one_line(seed_store, capsys):
     )
 
 
+def _stream_positions(n, epoch, state):
+    """The naive list model of epoch ``epoch``'s stream: its global positions in serving order,
+    the state's replays inserted where it says, its skipped positions removed."""
+    raw = [epoch * n + j for j in range(n)]
+    for e, at, a, b in state["replays"]:
+        if e == epoch:
+            raw[at:at] = list(range(a, b))
+    return [p for p in raw if not any(a <= p < b for a, b in state["skips"])]
+
+
+def test_show_position_follows_a_states_skips_and_replays(seed_store, capsys, tmp_path):
+    view = ["--seqlen", 8, "--stride", 3, "--eot", 420]
+    n, world = len(mmpack.WindowDataset(seed_store, 8, 3, eot=420)), 2
+    run = ResumableSampler(n, seed=11, world_size=world)
+    drawn = iter(run)
+    [next(drawn) for _ in range(3)]  # the ranks have consumed positions 0..5
+    run.replay(1, 4)  # e.g. after a restore: served again next
+    run.skip(7, 10)  # a loss spike's positions, never served
+    run.skip(n + 2, n + 4)  # and two of epoch 1
+    state = run.state_dict()
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    shares = []  # what each rank's own iterator serves over two epochs, from epoch 0's start
+    for rank in range(world):
+        sampler = ResumableSampler(n, seed=11, world_size=world, rank=rank)
+        sampler.load_state_dict({**state, "rank": rank, "position": 0, "offset": 0})
+        own = [int(i) for i in sampler]
+        sampler.set_epoch(1)
+        shares.append((own, [int(i) for i in sampler]))
+    for p in range(2 * n):
+        e = p // n
+        code, got, out, err = _served(seed_store, capsys, *view, "--state", path, "--position", p)
+        positions = _stream_positions(n, e, state)
+        if p not in positions:
+            assert code == 1 and "is skipped" in err and "no rank served it" in err, err
+            continue
+        assert code == 0, err
+        s = positions.index(p)  # served first in the epoch's own order, then replayed
+        assert got == shares[s % world][e][s // world], p
+        assert f"stream index {s} (global position {p})," in out
+    for rank in range(world):
+        own = shares[rank][0] + shares[rank][1]
+        for t in range(len(own)):
+            argv = [*view, "--state", path, "--rank", rank, "--position", t]
+            code, got, out, err = _served(seed_store, capsys, *argv)
+            assert code == 0 and got == own[t], (rank, t, err)
+            e, u = (0, t) if t < len(shares[rank][0]) else (1, t - len(shares[rank][0]))
+            positions = _stream_positions(n, e, state)
+            s = u * world + rank
+            replayed = s < len(positions) and positions.index(positions[s]) != s
+            assert (", a replay)" in out) == replayed, out
+    code, _, _, err = _served(
+        seed_store, capsys, *view, "--state", path, "--seed", 1, "--position", 0
+    )
+    assert code == 1 and "--seed is recorded by --state" in err, err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**state, "n": n + 1}))
+    code, _, _, err = _served(seed_store, capsys, *view, "--state", other, "--position", 0)
+    assert code == 1 and f"n={n + 1}" in err and err.count("\n") == 1, err
+
+
 def test_pack_compares_algorithms_and_baselines(seed_store):
     res = mmpack_cmd("pack", seed_store, "--seqlen", 16)
     assert res.returncode == 0, res.stderr

@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import naive_stream, ref_window, twin_mask_pieces, twin_masked_window_labels
+from reference import (
+    naive_stream,
+    ref_find_doc,
+    ref_window,
+    twin_mask_pieces,
+    twin_masked_window_labels,
+)
 
 import mmpack
 
@@ -225,10 +231,10 @@ def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled,
     rows = np.empty((k, seqlen + 1), dtype=np.int64)
     pos, got = np.empty((k, seqlen), dtype=np.int64), np.empty((k, seqlen), dtype=np.int64)
     cu, ncu = np.empty((k, seqlen + 1), dtype=np.int32), np.empty(k, dtype=np.int64)
-    cursors = np.full(1, -1, dtype=np.int64)
+    cursors, first = np.full(1, -1, dtype=np.int64), np.full(k, -1, dtype=np.int64)
     gather_masked_windows(
         src, cursors, mask, base, offsets, top, use_eot, 9, vstarts, seqlen, total, 0, IGNORE,
-        rows, pos, cu, ncu, got,
+        rows, pos, cu, ncu, got, first,
     )  # fmt: skip
     docs = [src[offsets[j] : offsets[j + 1]] for j in range(len(lens))]
     stream, ends = naive_stream(docs, 9 if use_eot else None)
@@ -236,6 +242,7 @@ def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled,
         row, positions, cuts = ref_window(stream, ends, v, seqlen, seqlen + 1, 0)
         assert rows[r].tolist() == row and pos[r].tolist() == positions
         assert cu[r, : ncu[r]].tolist() == cuts
+        assert first[r] == ref_find_doc(offsets.tolist(), use_eot, v)
     want = twin_masked_window_labels(
         mask, base, offsets, use_eot, vstarts, seqlen, total, rows, IGNORE
     )

@@ -77,6 +77,26 @@ def test_window_batches_say_what_locate_says(
 
 
 @given(
+    docs=st.lists(st.lists(st.tuples(st.integers(0, 60000), st.integers(0, 1)), max_size=30),
+                  min_size=1, max_size=12),
+    seqlen=st.integers(1, 16),
+    stride=st.integers(1, 20),
+    use_eot=st.booleans(),
+    data=st.data(),
+)  # fmt: skip
+def test_windows_of_a_store_with_a_loss_mask_say_what_locate_says(
+    tmp_path_factory, docs, seqlen, stride, use_eot, data
+):
+    records = [{"input_ids": [t for t, _ in d], "loss_mask": [m for _, m in d]} for d in docs]
+    store = mmpack.build(tmp_path_factory.mktemp("m") / "s", records, dtype=np.uint16)
+    ds = WindowDataset(store, seqlen, stride, eot=123 if use_eot else None, labels=True)
+    if len(ds) == 0:
+        return
+    idx = draw_indices(data, len(ds))
+    assert rows_of(ds.__getitems__(idx).provenance(), len(idx)) == [ds.locate(i) for i in idx]
+
+
+@given(
     docs=corpora,
     seqlen=st.integers(1, 24),
     use_eot=st.booleans(),

@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.block_order import BlockOrder, uniform_bounds
 from mmpack.sampling.permutation import Permutation
+from mmpack.sampling.sampler_state import STATE_FIELDS, STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.sampler_state import STATE_FIELDS, STATE_VERSION
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

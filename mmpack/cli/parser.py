@@ -350,7 +350,7 @@ def _add_show(sub: Any) -> None:
         metavar="P",
         help="the sample a ResumableSampler run served at global position P: epoch * epoch "
         "length + position in the epoch order (the run is described by --seed, --shuffle, "
-        "--world-size, --rank, --epoch, --drop-last)",
+        "--world-size, --rank, --epoch, --drop-last, or --state)",
     )
     _add_flag(
         s, "--packed", "the packed view (whole documents best-fit into rows) instead of windows"
@@ -420,6 +420,13 @@ def _add_run(g: Any) -> None:
         action="store_true",
         default=None,
         help="the sampler dropped the tail of each epoch (drop_last=True)",
+    )
+    g.add_argument(
+        "--state",
+        default=None,
+        metavar="FILE",
+        help="a sampler's state_dict() saved as JSON: the run's order, seed, --drop-last, "
+        "world size and its skips and replays (instead of those flags)",
     )
 
 

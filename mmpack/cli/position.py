@@ -12,20 +12,30 @@ positions padding adds to fill the last round, or ``--drop-last`` removes, are n
 positions; one that ``--drop-last`` drops was served by no rank).  With ``--epoch E`` the
 position is ``g`` itself (``0 <= P < n``); with ``--rank R``, ``P`` counts rank ``R``'s own
 samples instead (``e * len(sampler) + t``, at epoch position ``g = t * W + R``), what a rank's
-step counter times its batch size gives.  A run's skips and replays are not known here: the
-position is that of a run without them.
+step counter times its batch size gives.
 
-The sample is then the one the sampler itself computes (:meth:`ResumableSampler.indices
-<mmpack.torch.sampler.ResumableSampler.indices>`, the same arithmetic as its iterator), shown as
-``show -i`` shows it.  Cost: the view (as ``show -i``), the block bounds with ``--shuffle blocks``
-(O(blocks)) and one index (O(1)); importing torch, which the sampler needs, dominates a cold
-start (``python -m benchmarks.bench_provenance`` measures both).
+``--state FILE`` (a sampler's ``state_dict()`` saved as JSON) describes the run instead of the
+flags: its order, seed, ``drop_last``, world size (``--world-size`` may name another) and its
+skips and replays.  Epoch ``e`` then deals its *stream* (:mod:`mmpack.sampling.sampler_edits`):
+``g`` is served at stream index ``s`` (``g`` less the skipped positions before it, plus the
+replays inserted before it), by rank ``s % W``; a skipped position was served by no rank.  With
+``--rank R`` the stream index ``t * W + R`` may hold a replay of an earlier position, which the
+line names.  An epoch resumed at another world size mid-way is dealt as if it had not been.
+
+The sample is then the one the sampler's own arithmetic computes
+(:class:`~mmpack.sampling.dealing.Dealing`, which :class:`ResumableSampler` iterates; torch is not
+imported), shown as ``show -i`` shows it.  Cost: the view (as ``show -i``), the block bounds with
+``--shuffle blocks`` (O(blocks)), the state's stream (O(edits log edits)) and one index (O(1))
+(``python -m benchmarks.bench_provenance`` measures the command).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
+
+import numpy as np
 
 __all__: list[str] = []
 
@@ -38,16 +48,24 @@ _RUN_FLAGS = {
     "rank": "--rank",
     "epoch": "--epoch",
     "drop_last": "--drop-last",
+    "state": "--state",
 }
+_IN_STATE = ("--seed", "--shuffle", "--window-blocks", "--drop-last")  # what a state records
 _BLOCK_BYTES = 1 << 22
 
 
 def check_run_flags(args: argparse.Namespace) -> None:
-    """``ValueError`` for a sampler option given with ``-i``, or a block option without
-    ``--shuffle blocks``: they describe the run of ``--position`` only."""
+    """``ValueError`` for a sampler option given with ``-i``, an option ``--state`` records
+    given with it, or a block option without ``--shuffle blocks``: they describe the run of
+    ``--position`` only."""
     given = [flag for dest, flag in _RUN_FLAGS.items() if getattr(args, dest) is not None]
     if args.position is None and given:
         raise ValueError(f"{given[0]} describes the run of --position; -i takes no run")
+    if args.state is not None:
+        recorded = [f for f in _IN_STATE if f in given]
+        if recorded:
+            raise ValueError(f"{recorded[0]} is recorded by --state {args.state}; drop it")
+        return
     blocks = [f for f in ("--block-bytes", "--window-blocks") if f in given]
     if blocks and args.shuffle != "blocks":
         raise ValueError(f"{blocks[0]} is for --shuffle blocks")
@@ -59,56 +77,121 @@ def served_at(args: argparse.Namespace, ds: Any) -> tuple[int, str]:
     n = len(ds)
     if n == 0:
         raise ValueError("the view has no samples; no run served any position")
-    world = 1 if args.world_size is None else args.world_size
+    state = None if args.state is None else _load_state(args.state)
+    world = args.world_size or (1 if state is None else state["world_size"])
     if args.rank is not None and args.rank >= world:
         raise ValueError(f"--rank {args.rank} needs --world-size above it, got {world}")
-    sampler = _sampler(args, ds, n, world, 0 if args.rank is None else args.rank)
-    share = len(sampler)  # each rank's samples per epoch
-    if share == 0:
+    deal = _dealing(args, ds, n, world, 0 if args.rank is None else args.rank, state)
+    if deal.share(0 if args.epoch is None else args.epoch) == 0 and deal.edits.empty:
         raise ValueError(
             f"with --drop-last and --world-size {world} the view's {n} samples give no rank any"
         )
     if args.rank is None:
         epoch, g = _epoch_step(args, n)
-        rank, t = g % world, g // world
+        s = deal.served_index(epoch * n + g)
+        if s is None:
+            raise ValueError(
+                f"global position {epoch * n + g} is skipped by the run's state (skips "
+                f"{deal.edits.skips}): no rank served it"
+            )
+        rank, t = s % world, s // world
+        share = deal.share(epoch)
         if t >= share:
             raise ValueError(
                 f"epoch position {g} is dropped by --drop-last at --world-size {world} "
-                f"(each rank serves {share} of the {n} samples): no rank served it"
+                f"(each rank serves {share} of the epoch's {deal.edits.length(epoch)}): no rank "
+                "served it"
             )
-        if rank:
-            sampler = _sampler(args, ds, n, world, rank)
+        deal.rank = rank
     else:
-        epoch, t = _epoch_step(args, share)
-        rank = args.rank
-        g = t * world + rank
-    index = int(sampler.indices(t, t + 1, epoch=epoch)[0])
+        epoch, t = _rank_step(args, deal)
+        rank, s = args.rank, t * world + args.rank
+    index = int(deal.lookup(t, t + 1, epoch)[0][0])
+    where = f"epoch position {s}" if deal.edits.empty else _stream_place(deal, epoch, s)
     line = (
-        f"position {args.position}: epoch {epoch}, epoch position {g}, rank {rank} of {world} "
+        f"position {args.position}: epoch {epoch}, {where}, rank {rank} of {world} "
         f"(its sample {t} of the epoch) -> sample {index}"
     )
     return index, line
 
 
-def _sampler(args: argparse.Namespace, ds: Any, n: int, world: int, rank: int) -> Any:
-    """The ``ResumableSampler`` of rank ``rank`` of the run ``args`` describes."""
-    from mmpack.torch.sampler import ResumableSampler
+def _load_state(path: str) -> dict[str, Any]:
+    """The checked sampler state in JSON file ``path`` (``FormatError`` naming the file)."""
+    from mmpack.errors import FormatError
+    from mmpack.sampling.sampler_state import checked_state
 
-    shuffle: Any = "blocks" if args.shuffle == "blocks" else args.shuffle != "false"
-    options: dict[str, Any] = {}
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        state = json.loads(text)
+    except ValueError as e:
+        raise FormatError(
+            f"--state {path} is not JSON ({e}); give a sampler's state_dict()"
+        ) from None
+    try:
+        return checked_state(state)
+    except FormatError as e:
+        raise FormatError(f"--state {path}: {e}") from None
+
+
+def _dealing(args: argparse.Namespace, ds: Any, n: int, world: int, rank: int, state: Any) -> Any:
+    """The :class:`~mmpack.sampling.dealing.Dealing` of rank ``rank`` of the run ``args`` (or
+    the ``state``) describes."""
+    from mmpack.sampling.block_order import BlockOrder
+    from mmpack.sampling.dealing import Dealing
+    from mmpack.sampling.sampler_edits import EditLog
+    from mmpack.sampling.sampler_state import check_config
+
+    if state is None:
+        shuffle: Any = "blocks" if args.shuffle == "blocks" else args.shuffle != "false"
+        seed, drop_last, window_blocks = args.seed or 0, bool(args.drop_last), args.window_blocks
+    else:
+        shuffle, seed, drop_last = state["shuffle"], state["seed"], state["drop_last"]
+        window_blocks = state["window_blocks"]
+    order = None
     if shuffle == "blocks":
-        options["block_bounds"] = ds.block_bounds(args.block_bytes or _BLOCK_BYTES)
-        if args.window_blocks is not None:
-            options["window_blocks"] = args.window_blocks
-    return ResumableSampler(
+        bounds = ds.block_bounds(args.block_bytes or _BLOCK_BYTES)
+        options = {} if window_blocks is None else {"window_blocks": window_blocks}
+        order = BlockOrder(n, bounds, seed=seed, **options)
+    edits = EditLog(n)
+    if state is not None:
+        ours = {**state, "n": n, "n_blocks": None if order is None else order.n_blocks}
+        ours["bounds_digest"] = None if order is None else order.digest
+        check_config(state, ours)  # the view's n and block bounds are the run's
+        edits = EditLog.from_state(n, state["skips"], state["replays"])
+    return Dealing(
         n,
-        shuffle=shuffle,
-        seed=args.seed or 0,
+        shuffle=bool(shuffle),
+        seed=seed,
         rank=rank,
         world_size=world,
-        drop_last=bool(args.drop_last),
-        **options,
+        drop_last=drop_last,
+        order=order,
+        edits=edits,
     )
+
+
+def _stream_place(deal: Any, epoch: int, s: int) -> str:
+    """Where stream index ``s`` of ``epoch`` lies: the global position it serves (padding
+    wraps around to the stream's start), and whether that is a replay."""
+    stream = deal.edits.stream(epoch)
+    piece, position = stream.locate(np.array([s % stream.length], dtype=np.int64))
+    k = int(piece[0])
+    g = stream.epochs[k] * deal.n + int(position[0])
+    return f"stream index {s} (global position {g}{'' if stream.original[k] else ', a replay'})"
+
+
+def _rank_step(args: argparse.Namespace, deal: Any) -> tuple[int, int]:
+    """``(epoch, t)`` of rank ``args.rank``'s ``args.position``-th sample."""
+    if args.epoch is None:
+        return deal.rank_epoch(args.position)
+    share = deal.share(args.epoch)
+    if args.position >= share:
+        raise ValueError(
+            f"--position {args.position} is past epoch {args.epoch}, which has {share} positions "
+            f"for rank {args.rank}; without --epoch positions run on across epochs"
+        )
+    return args.epoch, args.position
 
 
 def _epoch_step(args: argparse.Namespace, length: int) -> tuple[int, int]:
@@ -118,7 +201,6 @@ def _epoch_step(args: argparse.Namespace, length: int) -> tuple[int, int]:
     if args.position >= length:
         raise ValueError(
             f"--position {args.position} is past epoch {args.epoch}, which has {length} positions"
-            + ("" if args.rank is None else f" for rank {args.rank}")
-            + "; without --epoch positions run on across epochs"
+            "; without --epoch positions run on across epochs"
         )
     return args.epoch, args.position

@@ -13,6 +13,7 @@ hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times sid
 | ``plan_bestfit`` | best-fit decreasing and online best fit over a bitset tree |
 | ``plan_emit`` | placements to the CSR plan |
 | ``packed_rows`` | packed-row assembly: bins to model inputs; the pieces' documents and positions |
+| ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
 | ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |

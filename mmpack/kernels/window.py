@@ -14,8 +14,9 @@ as source, one token per page of the window's possible flat range is read before
 of ``offsets``, so the page walks of both overlap.
 
 :func:`window_pieces` lists the documents a window spans (its provenance, what ``locate`` says of
-it): the first found by the same search, then a walk through ``offsets`` to the window's end; it
-runs once to count (and keep each window's first document) and once to write.  Cost: O(log n_docs + documents spanned) per window.
+it): the first is the one the copy's search found (:func:`gather_windows` keeps it), then a walk
+through ``offsets`` to the window's end, lines the copy has just read; one call counts, allocates
+and writes.  Cost: O(documents spanned) per window, no search.
 
 A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few
 arguments (the scalars and the sampled index in one ``meta`` array, the row and positions in one
@@ -233,6 +234,7 @@ def copy_window(
     mshift: int,
     ignore: int,
     lab: np.ndarray,
+    doc: np.ndarray,
 ) -> int:
     """Copy ``S[v : v + width]`` into ``row`` (length ``width``: ``seqlen``, or ``seqlen + 1``
     when the caller takes labels as ``row[1:]``), padding past the end of ``S`` with ``pad_id``;
@@ -245,23 +247,25 @@ def copy_window(
     written in the same pass: ``lab[t] = row[t + 1]`` where that token is a target, ``ignore``
     where it is not or lies past the end of ``S``.  The token read from ``src[c]`` is a target
     where ``mask[c + mshift] != 0``; an eot is one.  An empty ``lab`` writes no labels (``mask``
-    is then not read).
+    is then not read).  A non-empty ``doc`` (int64, (1,)) receives the document the window starts
+    in (the search's result, which :func:`window_pieces` starts from).
 
     Copies run piece by piece, one tight loop per document piece over views indexed from 0, so
-    the inner loops vectorise."""
+    the inner loops vectorise.  With the whole flat array as ``src`` (and a sampled index), the
+    window's flat start lies in ``[v - (hi - 1) * use_eot, v - lo * use_eot]`` (one eot per
+    document before it): one token per page of that range plus the window is read before
+    ``offsets`` is searched, so the page walks of ``src`` overlap the search's misses instead of
+    following them."""
     real = min(width, total - v)
     filled = min(real, seqlen)
     lo, hi = _bracket(offsets, top, v)
     acc = 0
     if cursor < 0 and hi - lo < offsets.shape[0] - 1:
-        # The window's flat start lies in [v - (hi - 1) * use_eot, v - lo * use_eot] (one eot
-        # per document before it): read one token per page of that range plus the window
-        # before searching ``offsets``, so the page walks of ``src`` overlap the search's
-        # misses instead of following them.
         a = max(0, min(v - (hi - 1) * use_eot, src.shape[0]))
         b = max(a, min(v - lo * use_eot + width, src.shape[0]))
         acc = _touch_pages(src, a, b - a)
     j = _search(offsets, use_eot, v, lo, hi)
+    doc[:] = j  # nothing when it is empty
     r = v - (offsets[j] + j * use_eot)
     if cursor < 0:  # flat_position(v), from the document just found
         cursor = offsets[j] + r if r < offsets[j + 1] - offsets[j] else offsets[j + 1]
@@ -327,9 +331,11 @@ def gather_windows(
     pos: np.ndarray,
     cu: np.ndarray,
     ncu: np.ndarray,
+    first: np.ndarray,
 ) -> None:
-    """:func:`copy_window` for every ``k``, into row ``k`` of the 2-D outputs.  A negative
-    ``cursors[0]`` means ``src`` is the whole flat array: each window's cursor is found by
+    """:func:`copy_window` for every ``k``, into row ``k`` of the 2-D outputs; ``first[k]``
+    (int64, (k,)) receives the document window ``k`` starts in.  A negative ``cursors[0]``
+    means ``src`` is the whole flat array: each window's cursor is found by
     :func:`copy_window`'s own document search."""
     resolve = cursors.shape[0] > 0 and cursors[0] < 0
     for k in range(vstarts.shape[0]):
@@ -353,6 +359,7 @@ def gather_windows(
             0,
             0,
             rows[k][:0],
+            first[k : k + 1],
         )
 
 
@@ -400,6 +407,7 @@ def one_window(
         0,
         0,
         out[:0],
+        meta[:0],
     )
 
 
@@ -423,6 +431,7 @@ def gather_masked_windows(
     cu: np.ndarray,
     ncu: np.ndarray,
     labels: np.ndarray,
+    first: np.ndarray,
 ) -> None:
     """:func:`gather_windows` of windows with labels (``width = seqlen + 1``) over a store with
     a loss mask, the labels written in the copy's own pass (:func:`copy_window`):
@@ -438,7 +447,8 @@ def gather_masked_windows(
         Validated: every token of window ``k`` has its mask inside ``mask`` that way.
     rows : ndarray, (k, seqlen + 1)
     labels : ndarray, (k, seqlen)
-        Written, with ``rows``, ``pos``, ``cu`` and ``ncu`` as by :func:`gather_windows`.
+        Written, with ``rows``, ``pos``, ``cu``, ``ncu`` and ``first`` as by
+        :func:`gather_windows`.
     """
     resolve = cursors.shape[0] > 0 and cursors[0] < 0
     for k in range(vstarts.shape[0]):
@@ -462,57 +472,74 @@ def gather_masked_windows(
             mshift[k],
             ignore,
             labels[k],
+            first[k : k + 1],
         )
+
+
+@njit
+def _walk_pieces(
+    offsets: np.ndarray,
+    use_eot: int,
+    j: int,
+    v0: int,
+    end: int,
+    k: int,
+    q: int,
+    out: np.ndarray,
+) -> int:
+    """The pieces of window ``k``, ``S[v0 : end]``, starting in document ``j``: written from
+    column ``q`` of ``out`` on when it is non-empty (else only counted); returns the column
+    after the last."""
+    fill = out.shape[1] > 0
+    v = v0
+    while v < end:
+        doc_v0 = offsets[j] + j * use_eot
+        dl = offsets[j + 1] - offsets[j]
+        seg_end = doc_v0 + dl + use_eot
+        stop_v = min(seg_end, end)
+        if stop_v > v:
+            if fill:
+                out[0, q] = k
+                out[1, q] = j
+                out[2, q] = min(v - doc_v0, dl)
+                out[3, q] = min(stop_v - doc_v0, dl)
+                out[4, q] = 1 if use_eot and stop_v == seg_end else 0
+                out[5, q] = v - v0
+            q += 1
+            v = stop_v
+        j += 1
+    return q
 
 
 @njit
 def window_pieces(
     offsets: np.ndarray,
-    top: np.ndarray,
     use_eot: int,
+    first: np.ndarray,
     vstarts: np.ndarray,
     width: int,
     total: int,
-    fill: int,
-    first: np.ndarray,
-    row_ptr: np.ndarray,
-    out: np.ndarray,
-) -> None:
+) -> tuple[np.ndarray, np.ndarray]:
     """The document pieces of the windows ``S[v : min(v + width, total)]``, ``v`` in ``vstarts``
-    (each ``0 <= v < total``).
+    (int64, (K,), each ``0 <= v < total``), window ``k`` starting in document ``first[k]`` (int64,
+    (K,), as :func:`gather_windows` wrote it: the read's own search, not done again).
 
-    ``fill=0``: ``first[k]`` (int64, (K,)) becomes the first document of window ``k`` and
-    ``row_ptr`` (int64, (K + 1,), ``row_ptr[0] = 0``) the prefix sum of the pieces per window
-    (``out`` untouched, may be empty).  ``fill=1``: given those ``first`` and ``row_ptr`` (no
-    search again), piece ``q`` of window ``k`` is column ``row_ptr[k] + q`` of ``out`` (int64,
-    (6, row_ptr[K])), whose rows are the window ``k``, the document, ``start``, ``stop``,
-    ``eot`` and ``at``.
+    Returns ``(out, row_ptr)``: ``row_ptr`` (int64, (K + 1,)) the prefix sum of the pieces per
+    window, piece ``q`` of window ``k`` column ``row_ptr[k] + q`` of ``out`` (int64, (6,
+    row_ptr[K])), whose rows are the window ``k``, the document, ``start``, ``stop``, ``eot``
+    and ``at``.  One walk through ``offsets`` counts, a second writes.
     """
-    for k in range(vstarts.shape[0]):
-        v0 = vstarts[k]
-        v = v0
-        end = min(v0 + width, total)
-        if fill:
-            j = first[k]
-        else:
-            j = find_doc(offsets, top, use_eot, v0)
-            first[k] = j
-        q = row_ptr[k]
-        while v < end:
-            doc_v0 = offsets[j] + j * use_eot
-            dl = offsets[j + 1] - offsets[j]
-            seg_end = doc_v0 + dl + use_eot
-            stop_v = min(seg_end, end)
-            if stop_v > v:
-                if fill:
-                    out[0, q] = k
-                    out[1, q] = j
-                    out[2, q] = min(v - doc_v0, dl)
-                    out[3, q] = min(stop_v - doc_v0, dl)
-                    out[4, q] = 1 if use_eot and stop_v == seg_end else 0
-                    out[5, q] = v - v0
-                q += 1
-                v = stop_v
-            j += 1
-        if not fill:
-            row_ptr[k + 1] = q
+    n = vstarts.shape[0]
+    row_ptr = np.zeros(n + 1, dtype=np.int64)
+    none = np.empty((6, 0), dtype=np.int64)
+    for k in range(n):
+        end = min(vstarts[k] + width, total)
+        row_ptr[k + 1] = _walk_pieces(
+            offsets, use_eot, first[k], vstarts[k], end, k, row_ptr[k], none
+        )
+    out = np.empty((6, row_ptr[n]), dtype=np.int64)
+    if row_ptr[n]:
+        for k in range(n):
+            end = min(vstarts[k] + width, total)
+            _walk_pieces(offsets, use_eot, first[k], vstarts[k], end, k, row_ptr[k], out)
+    return out, row_ptr

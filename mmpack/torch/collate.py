@@ -308,7 +308,7 @@ def _provenance(samples: Any) -> dict[str, torch.Tensor]:
             "its samples come from"
         )
     pieces = samples.provenance_pieces()
-    out = dict(zip(pieces.fields, torch.from_numpy(pieces.block).unbind(0)))
+    out = dict(zip(pieces.fields, map(torch.from_numpy, pieces.block)))  # one view per field
     out["cu_docs"] = torch.from_numpy(pieces.cu_docs)
     return out
 

@@ -30,7 +30,7 @@ multiple of ``W2``: the resumed epoch then starts at that global offset (the sta
 and after ``k`` more draws per rank its state records ``offset = G, position = k`` (global
 position ``G + k * W2``), so it can be resumed elastically again.
 
-With skips or replays (:mod:`mmpack.torch.sampler_edits`) the same rule deals the epoch's
+With skips or replays (:mod:`mmpack.sampling.sampler_edits`) the same rule deals the epoch's
 *stream* instead of its order: ``n`` above is then the stream's length and padding wraps around to
 the stream's start.  Skipped and replayed positions are global positions, which no world size
 changes, so the stream, and every rule above, is the same at every world size.
@@ -46,14 +46,9 @@ from typing import Any
 import numpy as np
 
 from mmpack.errors import FormatError
+from mmpack.sampling.dealing import share_length
 
-__all__ = ["int_field", "resume_point", "resumed_positions", "sampler_state", "share_length"]
-
-
-def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
-    """Indices each of ``world_size`` ranks draws from global position ``base`` to the epoch end."""
-    remaining = max(0, n - base)
-    return remaining // world_size if drop_last else -(-remaining // world_size)
+__all__ = ["int_field", "resume_point", "resumed_positions", "sampler_state"]
 
 
 def resumed_positions(

@@ -12,8 +12,10 @@ positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=T
 ``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
 
 Skips and replays (:meth:`ResumableSampler.skip`, :meth:`ResumableSampler.replay`) edit the
-sequence an epoch deals, its *stream*, before it is dealt (:mod:`mmpack.torch.sampler_edits`
-defines global positions and the stream); without edits the stream is the epoch order.
+sequence an epoch deals, its *stream*, before it is dealt (:mod:`mmpack.sampling.sampler_edits`
+defines global positions and the stream); without edits the stream is the epoch order.  The
+orders, the stream and the dealing are :class:`~mmpack.sampling.dealing.Dealing`, arithmetic
+without torch that this sampler iterates, checkpoints and edits.
 
 Resuming is arithmetic: the state is ``(epoch, offset, position)``, where ``position`` counts the
 indices the current iterator has handed out and ``offset`` (0 except in an epoch resumed at another
@@ -55,12 +57,11 @@ from mmpack.core.validation import (
     check_int_range,
     epoch_index_type,
 )
-from mmpack.errors import FormatError
 from mmpack.sampling.block_order import BlockOrder
-from mmpack.sampling.permutation import Permutation
+from mmpack.sampling.dealing import Dealing
+from mmpack.sampling.sampler_edits import EditLog, Stream
+from mmpack.sampling.sampler_state import STATE_VERSION, check_config, checked_state
 from mmpack.torch import elastic
-from mmpack.torch.sampler_edits import EditLog, Stream
-from mmpack.torch.sampler_state import STATE_VERSION, check_config, checked_state
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
@@ -203,13 +204,20 @@ class ResumableSampler(Sampler[int]):
                 f"fingerprint must be a str or None, got {type(fingerprint).__name__} {fingerprint!r}"
             )
         self._fingerprint = fingerprint
-        self._edits = EditLog(n)
         self._seed = seed
         self._rank = rank
         self._world_size = world_size
         self._drop_last = _check_bool(drop_last, "drop_last")
+        self._deal = Dealing(
+            n,
+            shuffle=bool(self._shuffle),
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=self._drop_last,
+            order=self._order,
+        )
         self._epoch = 0
-        self._perm: Permutation | None = None
         self._resume_at: int | None = None
         self._resume_base = 0
         self._cursor = _Cursor(0, 0)
@@ -241,13 +249,13 @@ class ResumableSampler(Sampler[int]):
 
     def stream(self, epoch: int) -> Stream:
         """Epoch ``epoch``'s stream: its epoch positions after skips and replays (a
-        :class:`~mmpack.torch.sampler_edits.Stream`), before it is dealt to the ranks."""
-        return self._edits.stream(epoch)
+        :class:`~mmpack.sampling.sampler_edits.Stream`), before it is dealt to the ranks."""
+        return self._deal.edits.stream(epoch)
 
     @property
     def skips(self) -> list[tuple[int, int]]:
         """The skipped ranges of global positions, sorted and merged."""
-        return [(a, b) for a, b in self._edits.skips]
+        return [(a, b) for a, b in self._deal.edits.skips]
 
     @property
     def rank(self) -> int:
@@ -278,8 +286,7 @@ class ResumableSampler(Sampler[int]):
         return self._share(self._epoch)
 
     def _share(self, epoch: int, base: int = 0) -> int:
-        length = self._edits.length(epoch)
-        return elastic.share_length(length, base, self._world_size, self._drop_last)
+        return self._deal.share(epoch, base)
 
     def __repr__(self) -> str:
         return (
@@ -304,12 +311,6 @@ class ResumableSampler(Sampler[int]):
 
     # -- indices -------------------------------------------------------------------------------
 
-    def _permutation(self, epoch: int) -> Permutation:
-        perm = self._perm
-        if perm is None or perm.epoch != epoch:
-            perm = self._perm = Permutation(self._n, seed=self._seed, epoch=epoch)
-        return perm
-
     def indices(self, start: int, stop: int, *, epoch: int | None = None) -> np.ndarray:
         """The indices this rank gets at positions ``[start, stop)`` of an epoch.
 
@@ -332,34 +333,12 @@ class ResumableSampler(Sampler[int]):
             raise IndexError(
                 f"positions must satisfy 0 <= start <= stop <= {share}, got start={start}, stop={stop}"
             )
-        return self._lookup(start, stop, epoch)[0]
-
-    def _map(self, positions: np.ndarray, epoch: int) -> np.ndarray:
-        """Samples at epoch positions ``positions`` of ``epoch`` (int64, in ``[0, n)``)."""
-        if self._order is not None:
-            return self._order.map_unchecked(positions, epoch)
-        if not self._shuffle:
-            return positions
-        return self._permutation(epoch).map_unchecked(positions)
-
-    def _lookup(
-        self, start: int, stop: int, epoch: int, base: int = 0
-    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
-        """``(samples, epoch id of each or None, epochs)`` at this rank's share positions
-        ``[start, stop)`` of ``epoch``'s stream dealt from ``base``; sample ``k`` belongs to epoch
-        ``epochs[ids[k]]`` (``epochs[0]`` for every sample when ``ids`` is None)."""
-        index = np.arange(start, stop, dtype=np.int64)
-        index *= self._world_size
-        index += self._rank + base
-        length = self._edits.length(epoch)
-        if stop > 0 and base + (stop - 1) * self._world_size + self._rank >= length:
-            index %= length  # padding wraps around to the start of the stream
-        return self._edits.samples(index, epoch, self._map)
+        return self._deal.lookup(start, stop, epoch)[0]
 
     def _chunk(self, start: int, stop: int, epoch: int, base: int) -> tuple[list[int], Any]:
         """The samples (a list :meth:`_Cursor.cut` may truncate) and an iterator tagging them
         with their epochs, one :class:`EpochIndex` at a time."""
-        samples, ids, epochs = self._lookup(start, stop, epoch, base)
+        samples, ids, epochs = self._deal.lookup(start, stop, epoch, base)
         chunk = samples.tolist()
         if ids is None:
             return chunk, map(epoch_index_type(epochs[0]), chunk)
@@ -426,7 +405,7 @@ class ResumableSampler(Sampler[int]):
         Returns
         -------
         dict
-            The fields of :mod:`mmpack.torch.sampler_state` (its table), plain Python values:
+            The fields of :mod:`mmpack.sampling.sampler_state` (its table), plain Python values:
             ``{"version", "n", "seed", "shuffle", "drop_last", "window_blocks",
             "bounds_digest", "fingerprint", "world_size", "rank", "epoch", "position", "offset",
             "skips", "replays"}``.  The ranks together have consumed the first
@@ -446,8 +425,8 @@ class ResumableSampler(Sampler[int]):
             "epoch": epoch,
             "position": position,
             "offset": base,
-            "skips": [list(r) for r in self._edits.skips],
-            "replays": [list(r) for r in self._edits.replays],
+            "skips": [list(r) for r in self._deal.edits.skips],
+            "replays": [list(r) for r in self._deal.edits.replays],
         }
 
     def _consumed_position(self, consumed: int) -> tuple[int, int, int]:
@@ -488,18 +467,10 @@ class ResumableSampler(Sampler[int]):
         config = self._config()
         config["n_blocks"] = None if self._order is None else self._order.n_blocks
         check_config(state, config)
-        edits = EditLog(self._n)
-        edits.set(state["skips"], state["replays"])
-        if self._n == 0 and not edits.empty:
-            raise FormatError(f"sampler state of n=0 has edits {state['skips'] + state['replays']}")
-        try:
-            for replay in edits.replays:
-                edits.stream(replay[0])
-        except ValueError as e:
-            raise FormatError(f"sampler state field replays={state['replays']!r}: {e}") from None
+        edits = EditLog.from_state(self._n, state["skips"], state["replays"])
         length = edits.length(state["epoch"])
         point = elastic.resume_point(state, length, self._world_size, self._drop_last)
-        self._edits, self._epoch = edits, state["epoch"]
+        self._deal.edits, self._epoch = edits, state["epoch"]
         self._resume_at, self._resume_base = point
         self._cursor.cut()
 
@@ -528,7 +499,7 @@ class ResumableSampler(Sampler[int]):
             below the first position the ranks have not served); the message names the values.
         """
         epoch, g, _ = self._stream_point()
-        self._edits.add_skip(start, stop, epoch, g)
+        self._deal.edits.add_skip(start, stop, epoch, g)
         self._cursor.cut()
 
     def replay(self, start: int, stop: int) -> None:
@@ -546,5 +517,5 @@ class ResumableSampler(Sampler[int]):
             ``start >= stop``, negative, or the range reaches positions not consumed yet; the
             message names the values.
         """
-        self._edits.add_replay(start, stop, *self._stream_point())
+        self._deal.edits.add_replay(start, stop, *self._stream_point())
         self._cursor.cut()

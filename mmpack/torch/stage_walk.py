@@ -4,8 +4,8 @@ A stage of :class:`~mmpack.torch.stages.Stages` draws from one
 :class:`~mmpack.torch.sampler.ResumableSampler`, epoch after epoch, and its position is the
 sampler's ``(epoch, position, offset)``.  Each rank draws ``share(L_e)`` indices of epoch ``e``,
 where ``L_e`` is the length of the epoch's stream (its positions after skips and replays,
-:mod:`mmpack.torch.sampler_edits`) and ``share`` the dealing rule of
-:func:`mmpack.torch.elastic.share_length`.  Only a few epochs have a stream of their own: those
+:mod:`mmpack.sampling.sampler_edits`) and ``share`` the dealing rule of
+:func:`mmpack.sampling.dealing.share_length`.  Only a few epochs have a stream of their own: those
 holding a replay or an end of a skipped range (*special* epochs, ``O(edits)`` of them).  Every
 other epoch is *plain* (``L_e = n``) or *void* (inside a skipped range: ``L_e = 0``), and
 between two special epochs all epochs are of one kind.  So ``d`` more draws are found by walking
@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from mmpack.torch import elastic
+from mmpack.sampling.dealing import share_length
 from mmpack.torch.sampler import ResumableSampler
 
 __all__ = ["StageWalk", "Where"]
@@ -49,7 +49,7 @@ class StageWalk:
 
     def share(self, length: int, base: int = 0) -> int:
         """Indices each rank draws from a stream of ``length`` dealt from ``base``."""
-        return elastic.share_length(length, base, self.world_size, self.drop_last)
+        return share_length(length, base, self.world_size, self.drop_last)
 
     def length(self, epoch: int) -> int:
         """Length of epoch ``epoch``'s stream."""

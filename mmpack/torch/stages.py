@@ -18,7 +18,7 @@ the rule applies to what is left.
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
 O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`);
 ``state_dict`` names the stage and holds the stage sampler's state
-(:mod:`mmpack.torch.sampler_state`), so a resume at any world size continues the stage exactly as
+(:mod:`mmpack.sampling.sampler_state`), so a resume at any world size continues the stage exactly as
 an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
 
 Skips and replays (:meth:`Stages.skip`, :meth:`Stages.replay`) edit one stage's sampler: they take
@@ -39,8 +39,8 @@ from typing import Any, Literal
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.validation import check_int
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.sampler_state import STATE_VERSION
 from mmpack.torch.stage_walk import StageWalk
 
 __all__ = ["StageDataset", "Stages", "stage_seed"]

@@ -29,9 +29,11 @@ without computing it: a batch pays for its provenance only when someone asks
 (:meth:`SampleBatch.provenance <mmpack.views.batch.SampleBatch.provenance>`, what
 ``collate(..., provenance=True)`` calls).  Kernels: :func:`~mmpack.kernels.window.window_pieces`
 and :func:`~mmpack.kernels.packed_rows.bin_pieces`, each writing one ``(6, m)`` int64 array whose
-rows are :data:`PIECE_FIELDS`.  Cost: a window batch two kernel passes of O(log n_docs +
-documents spanned) per row; a packed batch one pass over its pieces, reusing the ranges the read
-already checked; a mixture's, its sources' plus an O(m log m) stable sort.
+rows are :data:`PIECE_FIELDS`.  Cost: a window batch one kernel call of O(documents spanned) per
+row, starting from the documents the read's search found (no search again); a packed batch one
+pass over its pieces, reusing the ranges the read already checked; a mixture's, its sources'
+plus one copy of each into the batch's row order (:func:`~mmpack.kernels.provenance.place_pieces`,
+O(m), no sort).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mmpack.kernels.packed_rows import bin_pieces
+from mmpack.kernels.provenance import place_pieces
 from mmpack.kernels.window import window_pieces
 
 __all__ = [
@@ -58,7 +61,7 @@ __all__ = [
 PIECE_FIELDS: tuple[str, ...] = ("sample", "doc", "start", "stop", "eot", "at")
 """The per-piece arrays of every provenance (a mixture's adds ``source``)."""
 
-_NONE = np.empty((len(PIECE_FIELDS), 0), dtype=np.int64)  # the counting pass writes nothing
+_COUNT = np.empty((len(PIECE_FIELDS) + 1, 0), dtype=np.int64)  # place_pieces' counting pass
 
 Provenance = dict[str, np.ndarray]
 """``{"sample", "doc", "start", "stop", "eot", "at"[, "source"]: int64 (m,), "cu_docs": int64
@@ -106,18 +109,11 @@ def _finished(store: Any, block: np.ndarray, cu_docs: np.ndarray) -> Pieces:
     return Pieces(PIECE_FIELDS, block, cu_docs)
 
 
-def window_provenance(ds: Any, vstarts: np.ndarray) -> Pieces:
+def window_provenance(ds: Any, vstarts: np.ndarray, first: np.ndarray) -> Pieces:
     """The provenance of the windows of ``ds`` (a ``WindowDataset``) starting at virtual
-    positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``)."""
-    k = vstarts.shape[0]
-    args = (ds._offsets, ds._top, ds._use_eot, vstarts, ds.width, ds.total)
-    row_ptr = np.zeros(k + 1, dtype=np.int64)
-    first = np.empty(k, dtype=np.int64)
-    if k:
-        window_pieces(*args, 0, first, row_ptr, _NONE)
-    block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
-    if k:
-        window_pieces(*args, 1, first, row_ptr, block)
+    positions ``vstarts`` (int64, (B,), windows of ``ds``: ``index * stride``) in documents
+    ``first`` (int64, (B,), what the read's kernel found)."""
+    block, row_ptr = window_pieces(ds._offsets, ds._use_eot, first, vstarts, ds.width, ds.total)
     return _finished(ds.store, block, row_ptr)
 
 
@@ -138,19 +134,17 @@ def merged_provenance(
     parts: Sequence[tuple[int, np.ndarray, Callable[[], Pieces]]], n: int
 ) -> Pieces:
     """The provenance of a batch of ``n`` rows gathered from several sources: ``parts`` holds,
-    per source ``k``, the batch rows ``where`` (int64) it filled and its own batch's
-    :class:`Pieces` function; the pieces of each row keep their order and gain ``source``."""
+    per source ``k``, the batch rows ``where`` (int64, distinct, together every row once) it
+    filled and its own batch's :class:`Pieces` function; the pieces of each row keep their
+    order and gain ``source`` (:func:`~mmpack.kernels.provenance.place_pieces`, one call per
+    source)."""
     got = [(k, where, pieces()) for k, where, pieces in parts]
-    width = len(PIECE_FIELDS)
-    cat = np.empty((width + 1, sum(p.block.shape[1] for _, _, p in got)), dtype=np.int64)
-    a = 0
-    for k, where, p in got:
-        b = a + p.block.shape[1]
-        cat[:width, a:b] = p.block
-        cat[0, a:b] = where[p.block[0]]  # the source's batch rows -> the mixture's
-        cat[width, a:b] = k
-        a = b
-    block = cat[:, np.argsort(cat[0], kind="stable")]
     cu_docs = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cat[0], minlength=n), out=cu_docs[1:])
+    block = _COUNT
+    for k, where, p in got:  # each row's number of pieces
+        place_pieces(p.block, p.cu_docs, where, cu_docs, k, block)
+    np.cumsum(cu_docs, out=cu_docs)
+    block = np.empty((len(PIECE_FIELDS) + 1, int(cu_docs[-1])), dtype=np.int64)
+    for k, where, p in got:
+        place_pieces(p.block, p.cu_docs, where, cu_docs, k, block)
     return Pieces((*PIECE_FIELDS, "source"), block, cu_docs)

@@ -327,6 +327,7 @@ class WindowDataset:
         pos = pool.empty((k, seqlen), self.dtype)
         cu = pool.empty((k, seqlen + 1), np.int32)
         ncu = np.empty(k, dtype=np.int64)
+        first = np.empty(k, dtype=np.int64)  # each window's first document, for its provenance
         src = self._src
         if src is not None:
             self._prefetch(vstarts)  # cold data: queue the batch's page reads together
@@ -335,8 +336,8 @@ class WindowDataset:
             src, cursors = self.store.read_ranges(*self._ranges(vstarts))
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
         if self.labels and self._mask is not None:
-            columns["labels"] = self._masked(src, cursors, vstarts, rows, pos, cu, ncu)
-            return SampleBatch(columns, cu, ncu)
+            columns["labels"] = self._masked(src, cursors, vstarts, rows, pos, cu, ncu, first)
+            return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts, first))
         if k:
             gather_windows(
                 src,
@@ -354,6 +355,7 @@ class WindowDataset:
                 pos,
                 cu,
                 ncu,
+                first,
             )
         if self.labels:
             labels = rows[:, 1:]
@@ -363,9 +365,9 @@ class WindowDataset:
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
-        return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts))
+        return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts, first))
 
-    def _masked(self, src, cursors, vstarts, rows, pos, cu, ncu) -> np.ndarray:
+    def _masked(self, src, cursors, vstarts, rows, pos, cu, ncu, first) -> np.ndarray:
         """Copy the windows at ``vstarts`` (as :func:`~mmpack.kernels.window.gather_windows`,
         from ``src`` at ``cursors``) and write their labels ((k, seqlen)) in the same pass: the
         next tokens, ``-100`` where one is not a target (the loss mask's 0) or lies past the
@@ -411,6 +413,7 @@ class WindowDataset:
                 cu,
                 ncu,
                 labels,
+                first,
             )
         return labels
 

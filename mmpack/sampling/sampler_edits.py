@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.validation import check_int
+from mmpack.errors import FormatError
 
 __all__ = ["EditLog", "Stream", "merge_skip", "pieces"]
 
@@ -117,6 +118,26 @@ class EditLog:
         self.skips: list[list[int]] = []
         self.replays: list[list[int]] = []
         self._streams: dict[int, Stream] = {}
+
+    @classmethod
+    def from_state(cls, n: int, skips: list[list[int]], replays: list[list[int]]) -> EditLog:
+        """The log of a checked sampler state's ``skips`` and ``replays`` over ``range(n)``.
+
+        Raises
+        ------
+        mmpack.errors.FormatError
+            Edits of a sampler of no samples, or a replay that does not fit its epoch's stream.
+        """
+        edits = cls(n)
+        edits.set(skips, replays)
+        if n == 0 and not edits.empty:
+            raise FormatError(f"sampler state of n=0 has edits {skips + replays}")
+        try:
+            for replay in edits.replays:
+                edits.stream(replay[0])
+        except ValueError as e:
+            raise FormatError(f"sampler state field replays={replays!r}: {e}") from None
+        return edits
 
     @property
     def empty(self) -> bool:

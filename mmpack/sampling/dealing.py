@@ -1,0 +1,165 @@
+"""Dealing: which sample each rank gets at each position of an epoch, by arithmetic.
+
+Epoch ``e`` of a run over ``range(n)`` has an *order*: ``Permutation(n, seed=seed, epoch=e)``
+(``shuffle=True``), the block-window order of a :class:`~mmpack.sampling.block_order.BlockOrder`
+(``shuffle="blocks"``) or ``0, 1, ..., n - 1`` (``shuffle=False``).  Its *stream* is that order
+after the run's skips and replays (:mod:`mmpack.sampling.sampler_edits`; the order itself
+without edits).  The stream is dealt as :class:`torch.utils.data.DistributedSampler` deals:
+padded by wrapping around to its own start up to ``world_size * ceil(length / world_size)``
+indices (truncated to ``world_size * (length // world_size)`` with ``drop_last``), rank ``r``
+taking stream indices ``base + r, base + r + world_size, ...`` (``base`` is 0 except in an epoch
+resumed at another world size, :mod:`mmpack.torch.elastic`).
+
+This is the arithmetic of :class:`~mmpack.torch.sampler.ResumableSampler` (which adds iteration,
+checkpoints and edits made while it runs) with nothing of torch, so that a tool can say what a
+run served without one (``mmpack show --position``).  Cost: O(1) memory; a batch of positions is
+one vectorised map of the order, plus a binary search over the stream's pieces when edited.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.sampling.block_order import BlockOrder
+from mmpack.sampling.permutation import Permutation
+from mmpack.sampling.sampler_edits import EditLog
+
+__all__ = ["Dealing", "share_length"]
+
+_MAX_EDITED_EPOCHS = 10**6
+
+
+def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
+    """Indices each of ``world_size`` ranks draws from stream index ``base`` to the end of a
+    stream of ``n`` (``drop_last``: whole rounds only; else the last round padded)."""
+    remaining = max(0, n - base)
+    return remaining // world_size if drop_last else -(-remaining // world_size)
+
+
+class Dealing:
+    """The samples rank ``rank`` of ``world_size`` is dealt, epoch by epoch (parameters checked
+    by the caller, as :class:`~mmpack.torch.sampler.ResumableSampler` checks them).
+
+    Parameters
+    ----------
+    n : int
+        Samples of the dataset.
+    shuffle : bool
+        Whether the order is a keyed permutation (ignored when ``order`` is given).
+    seed : int
+        The permutations' key.
+    rank, world_size : int
+    drop_last : bool
+    order : BlockOrder, optional
+        The block-window order (``shuffle="blocks"``).
+    edits : EditLog, optional
+        The run's skips and replays (none by default); :attr:`edits` may be replaced.
+    """
+
+    __slots__ = (
+        "drop_last",
+        "edits",
+        "n",
+        "order",
+        "rank",
+        "seed",
+        "shuffle",
+        "world_size",
+        "_perm",
+    )
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        rank: int,
+        world_size: int,
+        drop_last: bool,
+        order: BlockOrder | None = None,
+        edits: EditLog | None = None,
+    ) -> None:
+        self.n = n
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.order = order
+        self.edits = EditLog(n) if edits is None else edits
+        self._perm: Permutation | None = None
+
+    def share(self, epoch: int, base: int = 0) -> int:
+        """Indices each rank draws of ``epoch``'s stream dealt from stream index ``base``."""
+        return share_length(self.edits.length(epoch), base, self.world_size, self.drop_last)
+
+    def order_samples(self, positions: np.ndarray, epoch: int) -> np.ndarray:
+        """Samples at epoch positions ``positions`` of ``epoch``'s order (int64, in ``[0, n)``)."""
+        if self.order is not None:
+            return self.order.map_unchecked(positions, epoch)
+        if not self.shuffle:
+            return positions
+        perm = self._perm
+        if perm is None or perm.epoch != epoch:
+            perm = self._perm = Permutation(self.n, seed=self.seed, epoch=epoch)
+        return perm.map_unchecked(positions)
+
+    def stream_index(self, start: int, stop: int, base: int = 0) -> np.ndarray:
+        """Stream indices (before wrapping) of this rank's share positions ``[start, stop)``
+        dealt from ``base`` (int64, (stop - start,))."""
+        index = np.arange(start, stop, dtype=np.int64)
+        index *= self.world_size
+        index += self.rank + base
+        return index
+
+    def lookup(
+        self, start: int, stop: int, epoch: int, base: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        """``(samples, epoch id of each or None, epochs)`` at this rank's share positions
+        ``[start, stop)`` (``0 <= start <= stop <= share(epoch, base)``) of ``epoch``'s stream
+        dealt from ``base``; sample ``k`` belongs to epoch ``epochs[ids[k]]`` (``epochs[0]`` for
+        every sample when ``ids`` is None, a replay may serve another epoch's)."""
+        index = self.stream_index(start, stop, base)
+        length = self.edits.length(epoch)
+        if stop > 0 and base + (stop - 1) * self.world_size + self.rank >= length:
+            index %= length  # padding wraps around to the start of the stream
+        return self.edits.samples(index, epoch, self.order_samples)
+
+    def served_index(self, global_position: int) -> int | None:
+        """The stream index (of epoch ``global_position // n``) at which the run serves global
+        position ``global_position`` in its epoch's own order; ``None`` when it is skipped.
+        Replays, which serve it again later, are not counted."""
+        epoch, g = divmod(global_position, self.n)
+        if self.edits.empty:
+            return g
+        stream = self.edits.stream(epoch)
+        for k, own in enumerate(stream.original):
+            if own and stream.epochs[k] == epoch and int(stream.lo[k]) <= g < int(stream.hi[k]):
+                return int(stream.cum[k]) + g - int(stream.lo[k])
+        return None
+
+    def rank_epoch(self, position: int) -> tuple[int, int]:
+        """``(epoch, t)``: this rank's ``position``-th sample of the run (counted over epochs
+        dealt from 0) is its sample ``t`` of ``epoch``.  ``ValueError`` when no epoch deals it
+        anything."""
+        last = max((e for e, *_ in self.edits.replays), default=-1)
+        for _, b in self.edits.skips:
+            last = max(last, (b - 1) // self.n)
+        if last > _MAX_EDITED_EPOCHS:
+            raise ValueError(
+                f"the run's edits reach epoch {last}; counting a rank's samples walks at most "
+                f"{_MAX_EDITED_EPOCHS} edited epochs"
+            )
+        epoch = 0
+        while epoch <= last:  # edited epochs have lengths of their own
+            share = self.share(epoch)
+            if position < share:
+                return epoch, position
+            position -= share
+            epoch += 1
+        share = self.share(epoch)
+        if share == 0:
+            raise ValueError(f"rank {self.rank} of {self.world_size} is dealt nothing")
+        more, t = divmod(position, share)
+        return epoch + more, t
