@@ -121,7 +121,8 @@ class WindowFetcher:
     def _window_at(self, position: int) -> Key:
         """The window of the rank's ``position``-th index of the pass (counted from its start)."""
         stream = self.sampler.stream(self._epoch)  # the epoch's positions after skips/replays
-        g = self._base + (self._first + position) * self.sampler.world_size + self.sampler.rank
+        k = self._first + position
+        g = int(self.sampler.dealing.stream_index(k, k + 1, self._base)[0])
         g = min(g, stream.length - 1)  # padding past the end wraps to the start: stay at the end
         epoch = self._epoch
         if g < 0:  # an epoch whose every position is skipped

@@ -247,6 +247,12 @@ class ResumableSampler(Sampler[int]):
         """The dataset configuration the state records and checks (``None``: not checked)."""
         return self._fingerprint
 
+    @property
+    def dealing(self) -> Dealing:
+        """The order and dealing arithmetic of this sampler (which stream index each of this
+        rank's indices takes), shared with tools that do without torch."""
+        return self._deal
+
     def stream(self, epoch: int) -> Stream:
         """Epoch ``epoch``'s stream: its epoch positions after skips and replays (a
         :class:`~mmpack.sampling.sampler_edits.Stream`), before it is dealt to the ranks."""
