@@ -240,12 +240,12 @@ class Mixture:
         return self._history
 
     def weights_at(self, position: int) -> np.ndarray:
-        """Effective weights of the run holding ``position`` (constant weights: :attr:`weights`);
-        float64, shape (K,)."""
+        """The schedule's sample weights at ``position`` (its densities there, normalized;
+        constant weights: :attr:`weights`); float64, shape (K,)."""
         position = check_in_range(position, "position", 0, MAX_N, closed=True)
         if self._plan is None:
             return self.weights
-        return self._plan.rate(self._plan.run_of(position))
+        return self._plan.weights_at(position)
 
     @property
     def fingerprint(self) -> str:
