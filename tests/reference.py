@@ -618,7 +618,9 @@ def reference_row_count(row: list[float], m: int) -> int:
     z = max(float(m) - g_int, 0.0)
     if z == 0.0 or (g0 == 0.0 and gam == 0.0):
         u = 0.0
-    elif gam >= 0.0:
+    elif gam == 0.0:
+        u = z / g0
+    elif gam > 0.0:
         q = g0 / z
         u = 2.0 / (q + (q * q + 2.0 * gam / z) ** 0.5)
     else:

@@ -39,10 +39,14 @@ ROW = 10
 
 
 @njit
-def _row_of(levels: np.ndarray, first: int, n_rows: int, m: int) -> int:
-    """The row of a node applying to count ``m``: the last of its rows with ``levels <= m``."""
+def _row_of(levels: np.ndarray, first: int, n_rows: int, m: int, guess: int) -> int:
+    """The row of a node applying to count ``m``: the last of its rows with ``levels <= m``
+    (``guess``, a row of the node, is tried first)."""
+    last = first + n_rows - 1
+    if levels[guess] <= m and (guess == last or m < levels[guess + 1]):
+        return guess
     lo = first
-    hi = first + n_rows - 1
+    hi = last
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if levels[mid] <= m:
@@ -64,7 +68,9 @@ def row_count(rows: np.ndarray, r: int, m: int) -> int:
     gam = rows[r, 4]
     if z == 0.0 or (g0 == 0.0 and gam == 0.0):
         u = 0.0
-    elif gam >= 0.0:
+    elif gam == 0.0:
+        u = z / g0
+    elif gam > 0.0:
         q = g0 / z
         u = 2.0 / (q + np.sqrt(q * q + 2.0 * gam / z))
     else:
@@ -88,7 +94,7 @@ def row_count(rows: np.ndarray, r: int, m: int) -> int:
 
 @njit
 def _left_count(nodes: np.ndarray, levels: np.ndarray, rows: np.ndarray, g: int, m: int) -> int:
-    r = _row_of(levels, nodes[g, 2], nodes[g, 3], m)
+    r = _row_of(levels, nodes[g, 2], nodes[g, 3], m, nodes[g, 2])
     return row_count(rows, r, m)
 
 
@@ -113,6 +119,7 @@ def split_locate(
     nodes: np.ndarray,
     levels: np.ndarray,
     rows: np.ndarray,
+    work: np.ndarray,
     out_src: np.ndarray,
     out_occ: np.ndarray,
 ) -> None:
@@ -127,16 +134,33 @@ def split_locate(
         starts strictly increasing from 0.
     nodes, levels, rows
         The plan's tables (module docstring).
+    work : int64, shape (N, 3)
+        Scratch: per node, the row it last used and its last count asked for with the left
+        child's count there.
     out_src, out_occ : int64, shape (m,)
         Out: the source of ``idx[t]`` and how many earlier positions drew it.
     """
+    for g in range(nodes.shape[0]):
+        work[g, 0] = nodes[g, 2]
+        work[g, 1] = -1
     for t in range(idx.size):
         i = idx[t]
         g = epochs[_epoch_of(epochs, i), 1]
         m = i
         while True:
-            left0 = _left_count(nodes, levels, rows, g, m)
-            left1 = _left_count(nodes, levels, rows, g, m + 1)
+            first = nodes[g, 2]
+            n_rows = nodes[g, 3]
+            r = _row_of(levels, first, n_rows, m, work[g, 0])
+            work[g, 0] = r
+            if work[g, 1] == m:  # the previous position of a run asked for m + 1 here
+                left0 = work[g, 2]
+            else:
+                left0 = row_count(rows, r, m)
+            if r + 1 < first + n_rows and levels[r + 1] <= m + 1:
+                r = _row_of(levels, first, n_rows, m + 1, r)
+            left1 = row_count(rows, r, m + 1)
+            work[g, 1] = m + 1
+            work[g, 2] = left1
             if left1 > left0:
                 child = nodes[g, 0]
                 m = left0

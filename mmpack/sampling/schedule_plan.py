@@ -108,12 +108,18 @@ def build_epoch(
 
 
 # ----------------------------------------------------------------------------- the tree
-def _tree(share: np.ndarray) -> list[tuple[list[int], list[int]]]:
-    """Huffman's tree on ``share`` (float64, (K,)): internal nodes ``(left leaves, right
-    leaves)``, parents first (the root first)."""
+Tree = list[tuple[list[int], list[int]]]
+"""Internal nodes ``(left leaves, right leaves)``, parents first (the root first)."""
+
+TREE_CANDIDATES = 64
+"""Trees tried per schedule: Huffman's and balanced trees over keyed orders of the sources."""
+
+
+def _huffman(share: np.ndarray) -> Tree:
+    """Huffman's tree on ``share`` (float64, (K,)): heavy sources near the root."""
     heap = [(float(s), k, [k]) for k, s in enumerate(share.tolist())]
     heapq.heapify(heap)
-    merged: list[tuple[list[int], list[int]]] = []
+    merged: Tree = []
     tick = len(heap)
     while len(heap) > 1:
         sa, _, a = heapq.heappop(heap)
@@ -122,6 +128,54 @@ def _tree(share: np.ndarray) -> list[tuple[list[int], list[int]]]:
         heapq.heappush(heap, (sa + sb, tick, a + b))
         tick += 1
     return merged[::-1]
+
+
+def _balanced(order: list[int]) -> Tree:
+    """The balanced tree over ``order`` (halves, recursively), parents first."""
+    if len(order) < 2:
+        return []
+    half = (len(order) + 1) // 2
+    return [(order[:half], order[half:]), *_balanced(order[:half]), *_balanced(order[half:])]
+
+
+def _ends(epoch: Epoch) -> np.ndarray:
+    """Each source's density at both ends of every stretch; float64, (2n - 1, K)."""
+    tail = epoch.dens[:-1] + epoch.slopes[:-1] * np.diff(epoch.xs)[:, None]
+    return np.maximum(np.vstack([epoch.dens, tail]), 0.0)
+
+
+def tree_bound(ends: np.ndarray, tree: Tree) -> float:
+    """The prefix bound of the module docstring for ``tree``: ``1/2 (1 + sum over the non-root
+    ancestors A of a source k of max f_k / f_A)``, worst source; densities at the stretch ends
+    ``ends`` (a ratio of two linear densities is monotone on a stretch, so its largest value is
+    at an end; 1 where the ancestor has no density)."""
+    worst = 0.0
+    for k in range(ends.shape[1]):
+        total = 1.0
+        for left, right in tree[1:]:
+            if k in left or k in right:
+                den = ends[:, left + right].sum(axis=1)
+                ratio = np.where(den > 0, ends[:, k] / np.where(den > 0, den, 1.0), 1.0)
+                total += float(ratio.max())
+        worst = max(worst, 0.5 * total)
+    return worst
+
+
+def choose_tree(epoch: Epoch) -> Tree:
+    """The tree of least :func:`tree_bound` among Huffman's (on each source's largest and mean
+    share) and balanced trees over :data:`TREE_CANDIDATES` keyed orders (a pure function of
+    the epoch)."""
+    ends = _ends(epoch)
+    total = ends.sum(axis=1, keepdims=True)
+    share = ends / np.where(total > 0, total, 1.0)
+    k_src = ends.shape[1]
+    candidates = [_huffman(share.max(axis=0)), _huffman(share.mean(axis=0))]
+    rng = np.random.default_rng(0)
+    candidates.append(_balanced(list(range(k_src))))
+    for _ in range(TREE_CANDIDATES if k_src > 2 else 0):
+        candidates.append(_balanced(rng.permutation(k_src).tolist()))
+    bounds = [tree_bound(ends, t) for t in candidates]
+    return candidates[int(np.argmin(bounds))]
 
 
 def _integrals(epoch: Epoch, members: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,15 +268,13 @@ class SchedulePlan:
         rows: list[list[float]] = []
         levels: list[np.ndarray] = []
         heads = []
-        self._trees: list[list[tuple[list[int], list[int]]]] = []
+        self._trees: list[Tree] = []
         self._cum: list[np.ndarray] = []
         for epoch in self.epochs:
             self._cum.append(
                 np.stack([_integrals(epoch, [k])[0] for k in range(k_src)], axis=1)
             )
-            total = epoch.dens.sum(axis=1, keepdims=True)
-            share = (epoch.dens / np.where(total > 0, total, 1.0)).max(axis=0)
-            tree = _tree(share)
+            tree = choose_tree(epoch)
             self._trees.append(tree)
             base = len(nodes)
             heads.append([epoch.start, base])
@@ -241,7 +293,6 @@ class SchedulePlan:
         self.nodes = np.array(nodes, np.int64)
         self.rows = np.array(rows, np.float64).reshape(-1, ROW)
         self.levels = np.concatenate(levels)
-        self._work = np.zeros(self.nodes.shape[0], np.int64)
         if self.prefix is not None:
             c = self.prefix.quotas
             self._seq, self._ckpt = chairman_table(tuple(c.tolist()), self.prefix.period)
@@ -253,6 +304,11 @@ class SchedulePlan:
             got = self.counts(epoch.start)
             if not np.array_equal(got, epoch.counts):
                 raise AssertionError(f"epoch at {epoch.start}: counts {got} != {epoch.counts}")
+
+    def _scratch(self, width: int = 0) -> np.ndarray:
+        """Scratch space of the kernels, one per call (plans are shared between threads)."""
+        shape = (self.nodes.shape[0], width) if width else (self.nodes.shape[0],)
+        return np.empty(shape, np.int64)
 
     def _tables(self) -> tuple[np.ndarray, ...]:
         return self.heads, self.nodes, self.levels, self.rows
@@ -284,10 +340,10 @@ class SchedulePlan:
             src[early], occ[early] = s, o
             late = ~early
             s, o = np.empty_like(idx[late]), np.empty_like(idx[late])
-            split_locate(idx[late], *self._tables(), s, o)
+            split_locate(idx[late], *self._tables(), self._scratch(3), s, o)
             src[late], occ[late] = s, o
             return src, occ
-        split_locate(idx, *self._tables(), src, occ)
+        split_locate(idx, *self._tables(), self._scratch(3), src, occ)
         return src, occ
 
     def counts(self, n: int) -> np.ndarray:
@@ -298,7 +354,7 @@ class SchedulePlan:
             assert p is not None
             prefix_counts(n, p.quotas, p.period, BLOCK, self._seq, self._ckpt, out)
         else:
-            split_counts(n, *self._tables(), self._work, out)
+            split_counts(n, *self._tables(), self._scratch(), out)
         return out
 
     def positions_of(self, k: int, occ: np.ndarray) -> np.ndarray:
@@ -320,7 +376,7 @@ class SchedulePlan:
         late = np.flatnonzero(~early)
         got = np.empty(late.size, np.int64)
         counts = np.empty(self.epochs[0].dens.shape[1], np.int64)
-        split_positions(k, occ[late], start, MAX_N, *self._tables(), self._work, counts, got)
+        split_positions(k, occ[late], start, MAX_N, *self._tables(), self._scratch(), counts, got)
         out[late] = got
         return out
 
@@ -361,25 +417,10 @@ class SchedulePlan:
         return self._cum[e][j] + u * (epoch.dens[j] + 0.5 * epoch.slopes[j] * u)
 
     def error_bound(self) -> float:
-        """The prefix bound of the module docstring for this plan (max over its epochs), in
-        samples, with a margin of ``1e-6`` for the floating-point arithmetic."""
-        worst = 0.0
-        for epoch, tree in zip(self.epochs, self._trees):
-            ends = np.vstack([epoch.dens, epoch.dens[:-1] + epoch.slopes[:-1] * np.diff(
-                epoch.xs)[:, None]])  # fmt: skip
-            ends = np.maximum(ends, 0.0)
-            parents = {k: [] for k in range(epoch.dens.shape[1])}
-            for left, right in tree[1:]:
-                for k in left + right:
-                    parents[k].append(left + right)
-            for k, groups in parents.items():
-                total = 1.0
-                for g in groups:
-                    den = ends[:, g].sum(axis=1)
-                    ratio = np.where(den > 0, ends[:, k] / np.where(den > 0, den, 1.0), 1.0)
-                    total += float(ratio.max())
-                worst = max(worst, 0.5 * total)
-        return worst + 1e-6
+        """The prefix bound of the module docstring for this plan (worst epoch), in samples,
+        with a margin of ``1e-6`` for the floating-point arithmetic."""
+        bounds = [tree_bound(_ends(e), t) for e, t in zip(self.epochs, self._trees)]
+        return max(bounds) + 1e-6
 
     def max_prefix_error(self, n: int, limit: int = 4096) -> float:
         """Largest ``|count_k(p) - target_k(p)|`` over the positions ``p <= n`` among the first
