@@ -16,12 +16,12 @@ with ``NUMBA_DISABLE_JIT=1``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-import math
 from typing import Any
 
 import numpy as np

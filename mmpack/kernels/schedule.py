@@ -57,7 +57,7 @@ def _row_of(levels: np.ndarray, first: int, n_rows: int, m: int, guess: int) -> 
 
 
 @njit
-def row_count(rows: np.ndarray, r: int, m: int) -> int:
+def row_count(rows: np.ndarray, r: int, m: int) -> np.int64:
     """Count of the *left* child of the node of row ``r`` when the node's count is ``m``."""
     y = float(m)
     big_l = rows[r, 1]
@@ -89,11 +89,13 @@ def row_count(rows: np.ndarray, r: int, m: int) -> int:
     c = np.int64(np.floor(phi + 0.5))
     if rows[r, 0] == 0.0:
         return c
-    return m - c
+    return np.int64(m) - c
 
 
 @njit
-def _left_count(nodes: np.ndarray, levels: np.ndarray, rows: np.ndarray, g: int, m: int) -> int:
+def _left_count(
+    nodes: np.ndarray, levels: np.ndarray, rows: np.ndarray, g: int, m: int
+) -> np.int64:
     r = _row_of(levels, nodes[g, 2], nodes[g, 3], m, nodes[g, 2])
     return row_count(rows, r, m)
 

@@ -4,18 +4,13 @@ piecewise-linear function of the mixture position (samples) or of the tokens con
 A schedule is a list of points ``(start, weights)``, starts strictly increasing from 0; each
 weight vector is normalized.  ``interpolate="constant"`` holds a point's weights until the next
 point; ``"linear"`` interpolates the normalized weights between two points and holds the last
-point's weights after it.  A :class:`~mmpack.sampling.mixture.Mixture` draws a schedule as
-constant *pieces* (:meth:`Schedule.pieces`): a constant segment is one piece, a linear segment of
-``L`` positions is ``min(L, LINEAR_PIECES)`` pieces of (nearly) equal length, each at the weights
-of its midpoint (the midpoint rule integrates a linear function exactly, so the pieces' integral
-matches the linear schedule's at every piece boundary).  How the mixture turns pieces into draws,
-with its prefix bound and cost, is :mod:`mmpack.sampling.schedule_plan`.
+point's weights after it.  How a :class:`~mmpack.sampling.mixture.Mixture` draws a
+schedule, with its prefix bound against the schedule's exact integral and its cost, is
+:mod:`mmpack.sampling.schedule_plan`; :meth:`Schedule.segments` gives it the stretches on which
+every weight is linear.
 
-``unit="tokens"``: starts are tokens consumed.  The mixture converts each piece to samples with its
-sources' tokens per sample ``l_k`` (their ``seqlen``): a piece of token weights ``u`` has sample
-weights ``u_k / l_k`` (normalized) and ``sum_k u_k / l_k`` samples per token, so a piece of ``T``
-tokens lasts ``T * sum_k u_k / l_k`` samples; piece boundaries are the cumulative sums, rounded to
-the nearest sample (pieces that round to no sample are dropped).  Cost: O(points + pieces) for
+``unit="tokens"``: starts are tokens consumed; the mixture converts the weights to samples with its
+sources' tokens per sample (:mod:`mmpack.sampling.schedule_plan`).  Cost: O(points) for
 everything here.
 """
 
@@ -26,26 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import check_weights
 from mmpack.sampling.weights import normalize_weights
 
 __all__ = ["Schedule"]
 
 _INTERPOLATE = ("constant", "linear")
 _UNITS = ("samples", "tokens")
-
-
-def _check_weights(w: Any, i: int) -> np.ndarray:
-    try:
-        arr = np.asarray(w, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"points[{i}] weights must be a sequence of numbers, got {w!r}") from None
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"points[{i}] weights must be a non-empty 1-D sequence, got {w!r}")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"points[{i}] weights must be finite and non-negative, got {arr.tolist()}")
-    if not np.any(arr > 0):
-        raise ValueError(f"points[{i}] weights must not all be zero, got {arr.tolist()}")
-    return arr
 
 
 def _check_start(x: Any, i: int, previous: int | None) -> int:
@@ -102,7 +84,7 @@ class Schedule:
             if not isinstance(point, (tuple, list)) or len(point) != 2:
                 raise TypeError(f"points[{i}] must be a (start, weights) pair, got {point!r}")
             starts.append(_check_start(point[0], i, starts[-1] if starts else None))
-            weights.append(_check_weights(point[1], i))
+            weights.append(check_weights(point[1], f"points[{i}] weights"))
             if weights[-1].size != weights[0].size:
                 raise ValueError(
                     f"points[{i}] has {weights[-1].size} weights, points[0] has {weights[0].size}"

@@ -178,7 +178,11 @@ def choose_tree(epoch: Epoch) -> Tree:
     return candidates[int(np.argmin(bounds))]
 
 
-def _integrals(epoch: Epoch, members: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(F, f, s)`` of :func:`_integrals`."""
+
+
+def _integrals(epoch: Epoch, members: list[int]) -> Sums:
     """``(F, f, s)`` of a set of sources at each stretch start: target, density, slope."""
     f = epoch.dens[:, members].sum(axis=1)
     s = epoch.slopes[:, members].sum(axis=1)
@@ -190,32 +194,41 @@ def _integrals(epoch: Epoch, members: list[int]) -> tuple[np.ndarray, np.ndarray
     return big_f, f, s
 
 
+def _at(sums: Sums, j: int, u: float) -> tuple[float, float]:
+    """Integral and density of ``sums`` at ``u`` into stretch ``j``."""
+    big, den, sl = sums
+    value = float(big[j] + u * (den[j] + 0.5 * sl[j] * u))
+    return value, max(float(den[j] + sl[j] * u), 0.0)
+
+
+def _cuts(d0: float, ds: float, length: float) -> list[float]:
+    """``[0, (crossing,) length]``: a stretch cut where the children's densities cross."""
+    if ds != 0 and 0 < -d0 / ds < length:
+        return [0.0, -d0 / ds, length]
+    return [0.0, length]
+
+
 def _node_rows(epoch: Epoch, left: list[int], right: list[int]) -> list[list[float]]:
     """The rows of a node (module docstring of :mod:`mmpack.kernels.schedule`)."""
-    g_int, g_den, g_sl = _integrals(epoch, left + right)
-    sides = [_integrals(epoch, left), _integrals(epoch, right)]
+    node = _integrals(epoch, left + right)
+    sides = (_integrals(epoch, left), _integrals(epoch, right))
     ends = [*np.diff(epoch.xs).tolist(), math.inf]
     rows = []
     for j, length in enumerate(ends):
-        d0 = sides[0][1][j] - sides[1][1][j]
-        ds = sides[0][2][j] - sides[1][2][j]
-        cuts = [0.0, length]
-        if ds != 0 and 0 < -d0 / ds < length:
-            cuts = [0.0, -d0 / ds, length]
+        d0 = float(sides[0][1][j] - sides[1][1][j])
+        ds = float(sides[0][2][j] - sides[1][2][j])
+        cuts = _cuts(d0, ds, length)
         for u0, u1 in zip(cuts[:-1], cuts[1:]):
-            mid = u0 + (min(u1, u0 + 1.0) - u0) / 2 if math.isinf(u1) else (u0 + u1) / 2
-            side = 0 if d0 + ds * mid <= 0 else 1
-            a_int, a_den, a_sl = sides[side]
-
-            def at(big, den, sl, u):  # noqa: ANN001, ANN202 - integral and density at u
-                return big[j] + u * (den[j] + 0.5 * sl[j] * u), max(den[j] + sl[j] * u, 0.0)
-
-            g0_int, g0 = at(g_int, g_den, g_sl, u0)
-            a0_int, a0 = at(a_int, a_den, a_sl, u0)
-            a1_int, a1 = (math.inf, 0.0) if math.isinf(u1) else at(a_int, a_den, a_sl, u1)
+            mid = u0 + 0.5 if math.isinf(u1) else (u0 + u1) / 2
+            side = 0 if d0 + ds * mid <= 0 else 1  # the child of smaller density is computed
+            child = sides[side]
+            g0_int, g0 = _at(node, j, u0)
+            a0_int, a0 = _at(child, j, u0)
+            a1_int, a1 = (math.inf, 0.0) if math.isinf(u1) else _at(child, j, u1)
             rows.append(
-                [float(side), u1 - u0, g0_int, g0, g_sl[j], a0_int, a0, a_sl[j], a1_int, a1]
-            )
+                [float(side), u1 - u0, g0_int, g0, float(node[2][j]), a0_int, a0,
+                 float(child[2][j]), a1_int, a1]
+            )  # fmt: skip
     return rows
 
 
@@ -271,9 +284,7 @@ class SchedulePlan:
         self._trees: list[Tree] = []
         self._cum: list[np.ndarray] = []
         for epoch in self.epochs:
-            self._cum.append(
-                np.stack([_integrals(epoch, [k])[0] for k in range(k_src)], axis=1)
-            )
+            self._cum.append(np.stack([_integrals(epoch, [k])[0] for k in range(k_src)], axis=1))
             tree = choose_tree(epoch)
             self._trees.append(tree)
             base = len(nodes)
@@ -310,7 +321,7 @@ class SchedulePlan:
         shape = (self.nodes.shape[0], width) if width else (self.nodes.shape[0],)
         return np.empty(shape, np.int64)
 
-    def _tables(self) -> tuple[np.ndarray, ...]:
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return self.heads, self.nodes, self.levels, self.rows
 
     @property
