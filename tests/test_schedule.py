@@ -5,6 +5,7 @@ the fingerprint."""
 
 from __future__ import annotations
 
+import math
 import pickle
 import subprocess
 import sys
@@ -210,6 +211,58 @@ def _integrals_at(schedule, probes):
         j = max(i for i, a in enumerate(starts) if a <= p)
         out.append([a + b for a, b in zip(at_start[j], part(j, p - starts[j]))])
     return out
+
+
+def _token_targets(schedule, seqlens, n):
+    """Each source's target in samples at positions ``0 .. n`` of a ``unit="tokens"`` schedule,
+    from its definition: the token ``x`` where the samples' integral (each source's normalized
+    weight over its ``seqlen``) reaches ``p``, found by bisection, and each source's integral there."""
+    starts = list(schedule.starts)
+    w = [np.array(row, dtype=float) / sum(row) for _, row in schedule.spec()[2]]
+    per = np.array(seqlens, dtype=float)
+
+    def integral(x):
+        out = np.zeros(len(per))
+        for j, a in enumerate(starts):
+            b = starts[j + 1] if j + 1 < len(starts) else math.inf
+            if x <= a:
+                break
+            hi = min(x, b)
+            end = w[j]
+            if schedule.interpolate == "linear" and b < math.inf:
+                end = w[j] + (w[j + 1] - w[j]) * (hi - a) / (b - a)
+            out += (hi - a) * (w[j] + end) / 2 / per
+        return out
+
+    targets = []
+    for p in range(n + 1):
+        lo, hi = 0.0, 1.0
+        while integral(hi).sum() < p:
+            hi *= 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if integral(mid).sum() < p else (lo, mid)
+        targets.append(integral(hi))
+    return np.array(targets)
+
+
+@settings(deadline=None, max_examples=10)
+@given(schedule=dirichlet_schedules(max_points=4, max_gap=2000), data=st.data())
+def test_a_token_schedule_follows_its_integral_in_samples(schedule, data):
+    k = schedule.num_sources
+    seqlens = data.draw(st.lists(st.integers(1, 64), min_size=k, max_size=k))
+    tokens = Schedule(list(zip(schedule.starts, [w for _, w in schedule.spec()[2]])),
+                      interpolate=schedule.interpolate, unit="tokens")  # fmt: skip
+    n = 200
+    mixture = Mixture([Src(10**6, j, seqlen=m) for j, m in enumerate(seqlens)], tokens,
+                      num_samples=n, seed=1)  # fmt: skip
+    src, _ = mixture.source_of_many(np.arange(n))
+    counts = np.zeros((n + 1, k))
+    counts[np.arange(1, n + 1), src] = 1
+    worst = float(np.abs(np.cumsum(counts, axis=0) - _token_targets(tokens, seqlens, n)).max())
+    assert worst <= 1.5
+    if mixture._plan is not None:
+        assert worst <= mixture.stats().error_bound + 1e-6
 
 
 @pytest.mark.parametrize("interpolate", ["constant", "linear"])
