@@ -12,9 +12,8 @@ densities is the samples per unit of ``x`` (1 for ``unit="samples"``); position 
 ``x`` where the sum of the targets reaches ``p``, and source ``k``'s target at ``p`` is ``F_k``
 there: the continuous integral of the schedule.
 
-Algorithm.  The sources are the leaves of a binary tree (Huffman's, on each source's largest
-share of the schedule, so heavy sources sit near the root); a node's target is the sum of its
-leaves'.  The root's count at position ``p`` is ``p``; a node ``G`` of count ``m`` gives its child
+Algorithm.  The sources are the leaves of a binary tree (one per schedule and schedule change,
+chosen for its prefix bound, below); a node's target is the sum of its leaves'.  The root's count at position ``p`` is ``p``; a node ``G`` of count ``m`` gives its child
 ``A`` the count ``round(F_A(F_G^{-1}(m)))``: ``A``'s target at the point where ``G``'s target
 reaches ``m``.  That grows by 0 or 1 with ``m`` (``A``'s density is at most ``G``'s), so the
 counts of both children only grow and sum to ``m``: position ``p`` goes to the leaf reached by
@@ -27,15 +26,23 @@ to items by its keyed passes, as in a constant mixture (no repetition within a p
 
 Prefix bound.  A node's count is within 1/2 of its target at its parent's count; the parent's
 error moves it by at most the child's share of the parent's density.  So every prefix holds
-``count_k(p) - F_k(p)`` within ``1/2 (1 + sum over the ancestors A of k below the root of
-max f_k / f_A)``: below ``1/2`` for two sources, below 1 for up to four, below 1.5 for up to
-eight (and close to it only when a deep source has nearly all of its ancestors' weight);
-:meth:`SchedulePlan.error_bound` computes it for the plan.  It is against the exact integral of
-the schedule, over any length (up to positions of about ``2**50``, where float64 stops
-resolving a sample).
+``|count_k(p) - F_k(p)|`` within ``1/2 (1 + sum over the ancestors A of k below the root of
+max f_k / f_A)`` (:func:`tree_bound`), against the exact integral of the schedule and over any
+length (up to positions of about ``2**50``, where float64 stops resolving a sample).  The plan
+takes the tree of least bound among Huffman's and :data:`TREE_CANDIDATES` balanced ones, so the
+bound is 1/2 for two sources, at most 1 for three or four (depth 2) and at most 1.5 for five to
+eight (depth 3; near 1.5 only when a source at depth 3 holds nearly all of its ancestors'
+weight somewhere); :meth:`SchedulePlan.error_bound` gives it.  Measured, every prefix against
+the integral: over 1600 random schedules (2 to 8 sources; uniform, Dirichlet(0.2) and sparse
+weights; 2 to 10 points 1 to 300 apart; constant and linear) worst 0.5, 0.997, 0.998 for 2, 3, 4
+sources and 1.46 for 5 to 8, never above the plan's bound; on 100-segment
+schedules of 10**9 positions (Dirichlet(1) weights, 2, 4 and 8 sources) within 1.5 at every
+probed position.
 
-Cost.  Memory: per internal node (``K - 1`` per schedule), one row of 10 float64 per stretch
-(at most two per segment of the schedule): O(segments * K).  Construction: O(segments * K).
+Cost.  Memory: per internal node (``K - 1`` per schedule), one row of 10 float64 and one int64
+per stretch (at most two per segment of the schedule): O(segments * K), with no table per
+segment.  Construction: O(segments * K * depth) per tree tried (66 trees for more than two
+sources; 0.1 s for 100 segments and 8 sources).
 A lookup: a descent of the tree (``ceil(log2 K)`` levels for balanced weights), each a binary
 search over the node's rows and two evaluations of a closed form (a square root and a few
 products); ``counts(n)``: one evaluation per internal node; the position of an occurrence: a
@@ -62,7 +69,7 @@ from mmpack.kernels.schedule import (
 )
 from mmpack.sampling.weights import BLOCK, chairman_table
 
-__all__ = ["ChairmanPrefix", "Epoch", "SchedulePlan", "build_epoch"]
+__all__ = ["ChairmanPrefix", "Epoch", "SchedulePlan", "build_epoch", "choose_tree", "tree_bound"]
 
 
 @dataclass(frozen=True)

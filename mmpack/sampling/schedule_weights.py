@@ -1,5 +1,5 @@
 """What a :class:`~mmpack.sampling.mixture.Mixture`'s ``weights`` become: quotas of a period
-(a weight vector, or a schedule of one constant piece), or the runs of a schedule
+(a weight vector, or a schedule of constant weights), or the plan of a schedule
 (:mod:`mmpack.sampling.schedule_plan`); a schedule change from a position on; the digest of a
 source for :attr:`Mixture.fingerprint <mmpack.sampling.mixture.Mixture.fingerprint>`.
 
