@@ -1,7 +1,9 @@
 """Kernels of :mod:`mmpack.sampling.schedule_plan`: lookups in a mixture whose positions are dealt
 by nested two-way splits of the schedule's integral.
 
-The plan is two tables.  ``nodes`` (int64, (N, 4)): per internal node of the split trees,
+The plan is four arrays.  ``epochs`` (int64, (E, 2)): the first position and the root node of
+the schedule and of each change of it.  ``nodes`` (int64, (N, 4)): per internal node of the
+split trees (each epoch's numbered parents first from its root),
 ``[left, right, first row, number of rows]``; a child ``c >= 0`` is internal node ``c``, ``c < 0``
 is source ``-c - 1``.  ``rows`` (float64, (R, ROW)) with ``levels`` (int64, (R,)): the rows of a
 node cover its count ``m`` from ``levels[r]`` (the first count a row applies to, strictly
