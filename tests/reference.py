@@ -16,6 +16,7 @@ with ``NUMBA_DISABLE_JIT=1``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -629,61 +630,93 @@ def _prefix_error_ref(mixture, n):
 
 
 # =========================================================================== mixture schedules
-def reference_tail(x: list[Fraction], total: int, allowed: list[bool]) -> list[int]:
-    """Integer quotas >= 0 summing to ``total``, 0 where not allowed: from max(floor(x), 0), one
-    draw at a time to the largest ``x - t`` (taken back from the smallest)."""
-    t = [max(0, x[k].__floor__()) if allowed[k] else 0 for k in range(len(x))]
-    while sum(t) != total:
-        if sum(t) < total:
-            k = max((k for k in range(len(x)) if allowed[k]), key=lambda k: (x[k] - t[k], -k))
-            t[k] += 1
-        else:
-            k = min((k for k in range(len(x)) if t[k] > 0), key=lambda k: (x[k] - t[k], k))
-            t[k] -= 1
-    return t
+def reference_row_count(row: list[float], m: int) -> int:
+    """The left child's count at node count ``m`` on one row (the closed form of
+    :mod:`mmpack.kernels.schedule`, spelled out): ``u`` where the node's integral from the row's
+    start reaches ``m``, the computed child's integral there, rounded half up."""
+    side, length, g_int, g0, gam, a_int, a0, alpha, a1_int, a1 = row
+    z = max(float(m) - g_int, 0.0)
+    if z == 0.0 or (g0 == 0.0 and gam == 0.0):
+        u = 0.0
+    elif gam == 0.0:
+        u = z / g0
+    elif gam > 0.0:
+        q = g0 / z
+        u = 2.0 / (q + (q * q + 2.0 * gam / z) ** 0.5)
+    else:
+        u = 2.0 * z / (g0 + max(g0 * g0 + 2.0 * gam * z, 0.0) ** 0.5)
+    if alpha >= 0.0:
+        phi = a_int + u * (a0 + 0.5 * alpha * u)
+    else:
+        v = max(length - u, 0.0)
+        phi = a1_int - v * (a1 - 0.5 * alpha * v)
+    c = int(math.floor(phi + 0.5))
+    return c if side == 0.0 else m - c
 
 
-def reference_schedule_walk(
-    starts: list[int],
-    quotas: list[list[int]],
-    periods: list[int],
-    n: int,
-    counts: list[int] | None = None,
-) -> list[tuple[int, int]]:
-    """The first ``n`` draws ``(source, occurrence)`` of quantized pieces, walked one position at
-    a time: each piece is ``L // P`` whole chairman periods, then a tail whose quotas bring the
-    counts to the integral of the quantized weights rounded (:func:`reference_tail`)."""
-    k_src = len(quotas[0])
-    have = list(counts or [0] * k_src)
-    nominal = [Fraction(h) for h in have]
-    out: list[tuple[int, int]] = []
+def reference_split_counts(heads, nodes, levels, rows, n: int) -> list[int]:
+    """Counts of each source among positions ``[0, n)``: the root of ``n``'s epoch counts ``n``,
+    each node passes its count down (rows found by a linear scan)."""
+    heads, nodes = heads.tolist(), nodes.tolist()
+    e = max(i for i, (start, _) in enumerate(heads) if start <= n)
+    root = heads[e][1]
+    stop = heads[e + 1][1] if e + 1 < len(heads) else len(nodes)
+    count = {root: n}
+    out: dict[int, int] = {}
+    for g in range(root, stop):
+        left, right, first, n_rows = nodes[g]
+        m = count[g]
+        r = max(r for r in range(first, first + n_rows) if levels[r] <= m or r == first)
+        a = reference_row_count(rows[r].tolist(), m)
+        for child, c in ((left, a), (right, m - a)):
+            if child < 0:
+                out[-child - 1] = c
+            else:
+                count[child] = c
+    return [out[k] for k in range(len(out))]
 
-    def walk(q: list[int], period: int, length: int) -> None:
-        seq = reference_assignment(q, period, min(length, period)) if length else []
-        for t in range(length):
-            k = seq[t % period][0]
-            out.append((k, have[k]))
-            have[k] += 1
 
-    for j, start in enumerate(starts):
-        room = n - len(out)
-        if room <= 0:
-            break
-        c, period = quotas[j], periods[j]
-        if j + 1 == len(starts):
-            walk(c, period, room)
-            break
-        length = starts[j + 1] - start
-        m = length // period
-        walk(c, period, min(m * period, room))
-        nominal = [nominal[k] + Fraction(length * c[k], period) for k in range(k_src)]
-        rest = length - m * period
-        if rest and len(out) < n:
-            t = reference_tail(
-                [nominal[k] - have[k] for k in range(k_src)], rest, [v > 0 for v in c]
-            )
-            walk(t, rest, min(rest, n - len(out)))
-    return out[:n]
+def reference_split_walk(plan: Any, n: int) -> list[tuple[int, int]]:
+    """``(source, occurrence)`` of positions ``[0, n)`` of a scheduled mixture's plan: position
+    ``p`` is the one source whose count grows from ``p`` to ``p + 1`` (by exactly one)."""
+    tables = (plan.heads, plan.nodes, plan.levels, plan.rows)
+    out = []
+    before = None
+    for p in range(n):
+        if p < plan.split_start:  # a constant mixture's positions before its first change
+            k = reference_assignment(plan.prefix.quotas.tolist(), plan.prefix.period, p + 1)[p][0]
+            out.append((k, sum(1 for s, _ in out if s == k)))
+            continue
+        before = before if before is not None else reference_split_counts(*tables, p)
+        after = reference_split_counts(*tables, p + 1)
+        grown = [k for k in range(len(after)) if after[k] != before[k]]
+        assert len(grown) == 1 and after[grown[0]] == before[grown[0]] + 1, (p, before, after)
+        out.append((grown[0], before[grown[0]]))
+        before = after
+    return out
+
+
+def reference_schedule_integral(
+    starts: list[int], raw: list[list[float]], interpolate: str, n: int
+) -> list[list[Fraction]]:
+    """The continuous integral of a ``unit="samples"`` schedule, exactly: ``out[p][k]`` is the
+    integral of source ``k``'s normalized weight over ``[0, p]`` for ``p = 0 .. n``, summed one
+    unit interval at a time (a linear weight's integral over ``[i, i + 1]`` is its value at
+    ``i + 1/2``), every weight an exact fraction of the float given."""
+    w = [[Fraction(v) for v in row] for row in raw]
+    w = [[v / sum(row) for v in row] for row in w]
+
+    def at(x: Fraction) -> list[Fraction]:
+        j = max(i for i, s in enumerate(starts) if s <= x)
+        if interpolate == "constant" or j + 1 == len(starts):
+            return w[j]
+        t = (x - starts[j]) / (starts[j + 1] - starts[j])
+        return [a + (b - a) * t for a, b in zip(w[j], w[j + 1])]
+
+    out = [[Fraction(0)] * len(w[0])]
+    for i in range(n):
+        out.append([c + d for c, d in zip(out[-1], at(Fraction(2 * i + 1, 2)))])
+    return out
 
 
 def _schedule_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
@@ -701,20 +734,16 @@ def _schedule_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     schedule = Schedule(points, interpolate=str(rng.choice(["constant", "linear"])))
     n = int(rng.integers(0, start + 2 * size + 2))
     lengths = rng.integers(1, 30, k)
-    mixture = Mixture([_Source(int(m)) for m in lengths], schedule, num_samples=max(n, 1),
+    weights = schedule if rng.random() < 0.8 else points[0][1]
+    mixture = Mixture([_Source(int(m)) for m in lengths], weights, num_samples=max(n, 1),
                       seed=int(rng.integers(0, 2**63)))  # fmt: skip
+    if rng.random() < 0.4 or mixture._plan is None:  # a schedule change
+        w = rng.integers(0, 5, k).astype(float)
+        w[int(rng.integers(k))] += 1
+        later = Schedule([(0, w.tolist()), (start + size, (w[::-1] + 1).tolist())],
+                         interpolate="linear")  # fmt: skip
+        mixture = mixture.with_schedule(later, from_position=int(rng.integers(0, max(n, 1))))
     return mixture, schedule, n
-
-
-def _schedule_walk(schedule, n):
-    from mmpack.core.constants import SCHEDULE_RESOLUTION
-    from mmpack.sampling.weights import quantize_weights
-
-    starts, weights = schedule.pieces()
-    quantized = [quantize_weights(w, SCHEDULE_RESOLUTION) for w in weights]
-    return reference_schedule_walk(
-        starts, [c.tolist() for c, _ in quantized], [p for _, p in quantized], n
-    )
 
 
 def _schedule_locate_kernel(mixture, schedule, n):
@@ -723,7 +752,7 @@ def _schedule_locate_kernel(mixture, schedule, n):
 
 
 def _schedule_locate_ref(mixture, schedule, n):
-    walk = _schedule_walk(schedule, n)
+    walk = reference_split_walk(mixture._plan, n)
     return [k for k, _ in walk], [reference_item(mixture, k, o) for k, o in walk]
 
 
@@ -732,12 +761,24 @@ def _schedule_counts_kernel(mixture, schedule, n):
 
 
 def _schedule_counts_ref(mixture, schedule, n):
+    plan = mixture._plan
     counts = [0] * len(mixture.sources)
     out = [list(counts)]
-    for k, _ in _schedule_walk(schedule, n):
+    for k, _ in reference_split_walk(plan, n):
         counts[k] += 1
         out.append(list(counts))
     return out
+
+
+def _schedule_positions_kernel(mixture, schedule, n):
+    src, _ = mixture._plan.locate(np.arange(n, dtype=np.int64))
+    return [_ints(mixture._plan.positions_of(k, np.arange(int((src == k).sum()))))
+            for k in range(len(mixture.sources))]  # fmt: skip
+
+
+def _schedule_positions_ref(mixture, schedule, n):
+    walk = reference_split_walk(mixture._plan, n)
+    return [[p for p, (s, _) in enumerate(walk) if s == k] for k in range(len(mixture.sources))]
 
 
 # =========================================================================== megatron order
@@ -2133,8 +2174,8 @@ PAIRS: list[Pair] = [
     ),
     # mixture schedules
     _pair(
-        "schedule.locate_runs",
-        "reference_schedule_walk, reference_item",
+        "schedule.split_locate",
+        "reference_split_walk, reference_item",
         _schedule_inputs,
         _schedule_locate_kernel,
         _schedule_locate_ref,
@@ -2142,12 +2183,21 @@ PAIRS: list[Pair] = [
         bench_size=30,
     ),
     _pair(
-        "schedule.run_counts",
-        "reference_schedule_walk",
+        "schedule.split_counts",
+        "reference_split_walk",
         _schedule_inputs,
         _schedule_counts_kernel,
         _schedule_counts_ref,
         via="mmpack.sampling.mixture.Mixture.counts",
+        bench_size=30,
+    ),
+    _pair(
+        "schedule.split_positions",
+        "reference_split_walk",
+        _schedule_inputs,
+        _schedule_positions_kernel,
+        _schedule_positions_ref,
+        via="mmpack.sampling.schedule_plan.SchedulePlan.positions_of",
         bench_size=30,
     ),
     # megatron-core's order
@@ -2359,7 +2409,9 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "permutation.permute_many": ("permutation._encrypt", "permutation.permute"),
     "permutation.invert_many": ("permutation._decrypt", "permutation.invert"),
     "mixture.locate_many": ("mixture.build_period", "mixture._rank_in_period"),
-    "schedule.locate_runs": ("schedule._run_of",),
+    "schedule.split_locate": (
+        "schedule._row_of", "schedule.row_count", "schedule._left_count", "schedule._epoch_of",
+    ),
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
         "packed_rows._segment_layout", "packed_rows._segment_tokens", "packed_rows._padding",

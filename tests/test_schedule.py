@@ -1,26 +1,32 @@
-"""Mixture schedules against a naive list model: the walk of :func:`reference.reference_schedule_walk`
-(every position, one at a time), the prefix bounds, schedule changes, resume and elastic resume
-through the sampler, a mixture of views of two stores, the fingerprint."""
+"""Mixture schedules against a naive list model: the walk of :func:`reference.reference_split_walk`
+(every position, one at a time), the prefix bound against the exact integral of the schedule,
+schedule changes, resume and elastic resume through the sampler, a mixture of views of two stores,
+the fingerprint."""
 
 from __future__ import annotations
 
+import math
 import pickle
 import subprocess
 import sys
 from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from _orders import epoch_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import naive_deal, reference_item, reference_schedule_walk
+from reference import (
+    naive_deal,
+    reference_item,
+    reference_schedule_integral,
+    reference_split_walk,
+)
 
 import mmpack
-from mmpack.core.constants import SCHEDULE_RESOLUTION
 from mmpack.sampling.mixture import Mixture
 from mmpack.sampling.schedule import Schedule
-from mmpack.sampling.weights import quantize_weights
 from mmpack.torch.sampler import ResumableSampler
 
 
@@ -39,14 +45,11 @@ class Src:
         return {"tokens": np.array([self.k, int(i)], dtype=np.int64)}
 
 
-def _quantized(schedule: Schedule):
-    starts, weights = schedule.pieces()
-    q = [quantize_weights(w, SCHEDULE_RESOLUTION) for w in weights]
-    return starts, [c.tolist() for c, _ in q], [p for _, p in q]
-
-
-def walk(schedule: Schedule, n: int) -> list[tuple[int, int]]:
-    return reference_schedule_walk(*_quantized(schedule), n)
+def walk(mixture: Mixture, n: int) -> list[tuple[int, int]]:
+    if mixture._plan is None:  # constant weights
+        src, occ = mixture._locate_unchecked(np.arange(n, dtype=np.int64))
+        return list(zip(src.tolist(), occ.tolist()))
+    return reference_split_walk(mixture._plan, n)
 
 
 @st.composite
@@ -104,13 +107,12 @@ def test_schedule_must_match_the_sources_and_tokens_need_seqlen():
         Mixture([Src(5), Src(5)], tokens)
 
 
-def test_linear_pieces_integrate_the_linear_schedule_at_their_bounds():
+def test_segments_are_the_schedule_from_a_point_on():
     s = Schedule([(0, [0.8, 0.2]), (1000, [0.2, 0.8])], interpolate="linear")
-    starts, w = s.pieces()
-    assert starts[0] == 0 and starts[-1] == 1000 and len(starts) == 17
-    ends = [*starts[1:-1], 1000]
-    integral = sum((b - a) * w[j, 0] for j, (a, b) in enumerate(zip(starts[:-1], ends)))
-    assert integral == pytest.approx(500.0)  # (0.8 + 0.2) / 2 * 1000
+    starts, w, slopes = s.segments(250)
+    assert starts == [250, 1000]
+    np.testing.assert_allclose(w, [[0.65, 0.35], [0.2, 0.8]])
+    np.testing.assert_allclose(slopes, [[-0.0006, 0.0006], [0, 0]])
     np.testing.assert_allclose(s.weights_at(500), [0.5, 0.5])
     np.testing.assert_allclose(s.weights_at(5000), [0.2, 0.8])
 
@@ -122,7 +124,7 @@ def test_positions_match_the_naive_walk(schedule, data):
     lengths = data.draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))
     n = data.draw(st.integers(1, schedule.starts[-1] + 60))
     mixture = _mixture(schedule, lengths, n)
-    ref = walk(schedule, n)
+    ref = walk(mixture, n)
     src, items = mixture.source_of_many(np.arange(n))
     assert src.tolist() == [s for s, _ in ref]
     assert items.tolist() == [reference_item(mixture, s, o) for s, o in ref]
@@ -141,45 +143,143 @@ def test_default_length_is_the_longest_prefix_without_a_repeat(schedule, data):
     lengths = data.draw(st.lists(st.integers(1, 25), min_size=k, max_size=k))
     mixture = Mixture([Src(m, j) for j, m in enumerate(lengths)], schedule)
     n = len(mixture)
-    ref = walk(schedule, n + 1)
+    ref = walk(mixture, n + 1)
     assert all(o < lengths[s] for s, o in ref[:n])  # no source repeats in the mixture
     assert ref[n][1] == lengths[ref[n][0]]  # and the next position would repeat one
 
 
-def _prefix_errors(mixture, schedule, n):
-    """Worst |count - integral| against the nominal integral and each run's effective one."""
+@st.composite
+def dirichlet_schedules(draw, max_points=6, max_gap=150):
+    """Schedules of 2..8 sources whose weights are uniform, Dirichlet(0.2) or sparse."""
+    k = draw(st.integers(2, 8))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32)))
+    points, start = [], 0
+    for _ in range(draw(st.integers(2, max_points))):
+        kind = draw(st.sampled_from(["uniform", "dirichlet", "sparse"]))
+        w = rng.random(k) if kind == "uniform" else rng.dirichlet(np.full(k, 0.2))
+        if kind == "sparse":
+            w = w * (rng.random(k) < 0.4)
+        if w.sum() == 0:
+            w[int(rng.integers(k))] = 1.0
+        points.append((start, w.tolist()))
+        start += draw(st.integers(1, max_gap))
+    return Schedule(points, interpolate=draw(st.sampled_from(["constant", "linear"])))
+
+
+def _worst_against_the_integral(mixture, schedule, n):
     src, _ = mixture.source_of_many(np.arange(n))
-    k = len(mixture.sources)
-    counts = np.zeros((n + 1, k))
-    np.add.at(counts, (np.arange(1, n + 1), src), 1)
-    counts = np.cumsum(counts, axis=0)
-    starts, quotas, periods = _quantized(schedule)
-    rates = np.zeros((n, k))
-    for j, a in enumerate(starts):
-        b = starts[j + 1] if j + 1 < len(starts) else n
-        rates[a : min(b, n)] = np.array(quotas[j]) / periods[j]
-    nominal = np.vstack([np.zeros(k), np.cumsum(rates, axis=0)])
-    plan = mixture._plan
-    pos = np.arange(n + 1)
-    run = np.searchsorted(plan.starts, pos, side="right") - 1
-    effective = plan.enter[run] + (pos - plan.starts[run])[:, None] * (
-        plan.quotas[run] / plan.periods[run][:, None]
+    exact = reference_schedule_integral(
+        list(schedule.starts), [list(w) for _, w in schedule.spec()[2]], schedule.interpolate, n
     )
-    return float(np.abs(counts - nominal).max()), float(np.abs(counts - effective).max())
+    counts, worst = [0] * schedule.num_sources, Fraction(0)
+    for p in range(n + 1):
+        worst = max(worst, *(abs(c - t) for c, t in zip(counts, exact[p])))
+        if p < n:
+            counts[int(src[p])] += 1
+    return float(worst)
 
 
 @settings(deadline=None)
-@given(schedule=schedules(max_points=24, max_gap=400))
-def test_prefix_error_stays_within_the_bounds(schedule):
-    n = schedule.starts[-1] + 500
+@given(schedule=dirichlet_schedules())
+def test_every_prefix_is_within_one_and_a_half_samples_of_the_exact_integral(schedule):
+    n = schedule.starts[-1] + 100
     mixture = _mixture(schedule, [10**6] * schedule.num_sources, n)
-    if mixture._plan is None:  # every piece had the same weights: a constant mixture
-        return
-    nominal, effective = _prefix_errors(mixture, schedule, n)
-    stats = mixture.stats()
-    assert effective <= stats.error_bound + 1e-9 < 1
-    assert nominal < 2.0  # measured worst 1.63 (module docstring of schedule_plan)
-    assert stats.max_prefix_error == pytest.approx(nominal, abs=1e-6)
+    worst = _worst_against_the_integral(mixture, schedule, n)
+    assert worst <= 1.5
+    assert worst <= mixture.stats().error_bound + 1e-9
+
+
+def _integrals_at(schedule, probes):
+    """The exact integral of each source's normalized weight over ``[0, p]``, for each probe."""
+    starts = list(schedule.starts)
+    w = [[Fraction(v) for v in row] for _, row in schedule.spec()[2]]
+    w = [[v / sum(row) for v in row] for row in w]
+    linear = schedule.interpolate == "linear"
+
+    def part(j, length):  # the integral over the first ``length`` positions of segment j
+        hi_w = w[j]
+        if linear and j + 1 < len(starts):
+            t = Fraction(length, starts[j + 1] - starts[j])
+            hi_w = [x + (y - x) * t for x, y in zip(w[j], w[j + 1])]
+        return [length * (x + y) / 2 for x, y in zip(w[j], hi_w)]
+
+    at_start = [[Fraction(0)] * len(w[0])]
+    for j in range(len(starts) - 1):
+        at_start.append([a + b for a, b in zip(at_start[-1], part(j, starts[j + 1] - starts[j]))])
+    out = []
+    for p in probes:
+        j = max(i for i, a in enumerate(starts) if a <= p)
+        out.append([a + b for a, b in zip(at_start[j], part(j, p - starts[j]))])
+    return out
+
+
+def _token_targets(schedule, seqlens, n):
+    """Each source's target in samples at positions ``0 .. n`` of a ``unit="tokens"`` schedule,
+    from its definition: the token ``x`` where the samples' integral (each source's normalized
+    weight over its ``seqlen``) reaches ``p``, found by bisection, and each source's integral there."""
+    starts = list(schedule.starts)
+    w = [np.array(row, dtype=float) / sum(row) for _, row in schedule.spec()[2]]
+    per = np.array(seqlens, dtype=float)
+
+    def integral(x):
+        out = np.zeros(len(per))
+        for j, a in enumerate(starts):
+            b = starts[j + 1] if j + 1 < len(starts) else math.inf
+            if x <= a:
+                break
+            hi = min(x, b)
+            end = w[j]
+            if schedule.interpolate == "linear" and b < math.inf:
+                end = w[j] + (w[j + 1] - w[j]) * (hi - a) / (b - a)
+            out += (hi - a) * (w[j] + end) / 2 / per
+        return out
+
+    targets = []
+    for p in range(n + 1):
+        lo, hi = 0.0, 1.0
+        while integral(hi).sum() < p:
+            hi *= 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if integral(mid).sum() < p else (lo, mid)
+        targets.append(integral(hi))
+    return np.array(targets)
+
+
+@settings(deadline=None, max_examples=10)
+@given(schedule=dirichlet_schedules(max_points=4, max_gap=2000), data=st.data())
+def test_a_token_schedule_follows_its_integral_in_samples(schedule, data):
+    k = schedule.num_sources
+    seqlens = data.draw(st.lists(st.integers(1, 64), min_size=k, max_size=k))
+    tokens = Schedule(list(zip(schedule.starts, [w for _, w in schedule.spec()[2]])),
+                      interpolate=schedule.interpolate, unit="tokens")  # fmt: skip
+    n = 200
+    mixture = Mixture([Src(10**6, j, seqlen=m) for j, m in enumerate(seqlens)], tokens,
+                      num_samples=n, seed=1)  # fmt: skip
+    src, _ = mixture.source_of_many(np.arange(n))
+    counts = np.zeros((n + 1, k))
+    counts[np.arange(1, n + 1), src] = 1
+    worst = float(np.abs(np.cumsum(counts, axis=0) - _token_targets(tokens, seqlens, n)).max())
+    assert worst <= 1.5
+    if mixture._plan is not None:
+        assert worst <= mixture.stats().error_bound + 1e-6
+
+
+@pytest.mark.parametrize("interpolate", ["constant", "linear"])
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_long_segments_track_the_exact_integral(interpolate, k):
+    rng = np.random.default_rng(k)
+    n = 10**9
+    points = [(s * n // 100, rng.dirichlet(np.ones(k)).tolist()) for s in range(100)]
+    schedule = Schedule(points, interpolate=interpolate)
+    mixture = _mixture(schedule, [10**9] * k, n)
+    probes = rng.integers(0, n, 100).tolist() + [s + d for s, _ in points for d in (-1, 0, 7)]
+    probes = sorted(set(min(max(x, 0), n) for x in probes))
+    worst = 0.0
+    for p, want in zip(probes, _integrals_at(schedule, probes)):
+        got = mixture.counts(p).tolist()
+        worst = max(worst, *(float(abs(c - t)) for c, t in zip(got, want)))
+    assert worst <= min(1.5, mixture.stats().error_bound)
 
 
 def test_one_constant_piece_is_the_weight_vector_bit_for_bit():
@@ -285,9 +385,9 @@ def test_a_schedule_over_views_of_two_stores(tmp_path):
     mixture = Mixture(views, sched, seed=5)
     n = len(mixture)
     src, items = mixture.source_of_many(np.arange(n))
-    ref = walk(sched, n)
-    assert src.tolist() == [k for k, _ in ref]
-    assert items.tolist() == [reference_item(mixture, k, o) for k, o in ref]
+    ref = walk(mixture, min(n, 300))
+    assert src[:300].tolist() == [k for k, _ in ref]
+    assert items[:300].tolist() == [reference_item(mixture, k, o) for k, o in ref]
     batch = mixture.__getitems__(list(range(n)))
     assert batch.columns["source"].tolist() == src.tolist()
     for i in range(n):
@@ -306,15 +406,17 @@ def test_a_token_schedule_converts_with_each_source_seqlen():
     mixture = Mixture(sources, sched, num_samples=4000)
     # 0.5 / 32 + 0.5 / 8 = 0.078125 samples per token: 32 000 tokens last 2500 samples,
     # drawn 1:4 (sample weights 0.2, 0.8); then token weights 0.8, 0.2 are samples 1:1
-    assert mixture._plan.starts.tolist()[-1] == 2500
     np.testing.assert_allclose(mixture.weights_at(0), [0.2, 0.8])
+    np.testing.assert_allclose(mixture.weights_at(2499), [0.2, 0.8])
     np.testing.assert_allclose(mixture.weights_at(2500), [0.5, 0.5])
     counts = mixture.counts(2500)
     assert (counts * [32, 8]).tolist() == [16_000, 16_000]
     later = mixture.with_schedule(
         Schedule([(0, [1, 1]), (48_000, [0, 1])], unit="tokens"), from_position=2500
     )  # at 2500 samples, 32 000 tokens are consumed: 16 000 more at 1:4 is 1250 samples
-    assert later._plan.starts.tolist()[-1] == 3750
+    np.testing.assert_allclose(later.weights_at(3749), [0.2, 0.8])
+    np.testing.assert_allclose(later.weights_at(3750), [0, 1])
+    assert later.counts(3750).tolist() == [750, 3000]
 
 
 def test_block_bounds_work_with_a_schedule(tmp_path):

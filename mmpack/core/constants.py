@@ -7,8 +7,6 @@ __all__ = [
     "FETCH_BLOCK_BYTES",
     "IGNORE_INDEX",
     "INT32_MAX",
-    "LINEAR_PIECES",
-    "SCHEDULE_RESOLUTION",
     "SPLIT_STREAM",
     "UINT64_LIMIT",
     "WINDOW_BLOCKS",
@@ -35,14 +33,6 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 FETCH_BLOCK_BYTES = 4 << 20
 """Bytes per block of ``loader(shuffle="blocks")`` (``view.block_bounds``): one large read each."""
 
-SCHEDULE_RESOLUTION = 10**4
-"""The weights of each piece of a mixture schedule (:mod:`mmpack.sampling.schedule`) are
-quantized to multiples of ``1 / SCHEDULE_RESOLUTION``: a piece's chairman table then holds at most
-this many draws, so a schedule of thousands of pieces keeps every table in memory."""
-
-LINEAR_PIECES = 16
-"""A linear segment of a mixture schedule is drawn as this many constant pieces of equal length
-(fewer when the segment is shorter), each at the weights of its midpoint."""
 SPLIT_STREAM = 0x73706C6974646F63  # "splitdoc" in ASCII
 """The first int of the key of ``store.split(fractions, seed)`` (:mod:`mmpack.store.subset`): the
 documents' hash keys are drawn from ``(SPLIT_STREAM, seed)``, never from a sampler's plain seed."""

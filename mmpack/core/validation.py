@@ -183,6 +183,27 @@ def check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def check_weights(weights: Any, name: str = "weights") -> np.ndarray:
+    """Mixture weights: a non-empty 1-D sequence of finite, non-negative numbers, not all zero.
+
+    Returns them as float64, shape (K,); ``TypeError`` (not numbers) or ``ValueError`` naming
+    ``name`` and the value otherwise.
+    """
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of numbers, got {weights!r}") from None
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(
+            f"{name} must be a non-empty 1-D sequence, got {weights!r} (shape {w.shape})"
+        )
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"{name} must be finite and non-negative, got {w.tolist()}")
+    if not np.any(w > 0):
+        raise ValueError(f"{name} must not all be zero, got {w.tolist()}")
+    return w
+
+
 def check_block_bounds(bounds: Any, n: int, name: str = "block_bounds") -> np.ndarray:
     """Cuts of ``range(n)`` into blocks of consecutive ids: ``[0, b1, ..., n]``.
 

@@ -33,8 +33,8 @@ position of the ``(len_k + 1)``-th draw of the source that runs out first,
 The source that runs out first is then seen exactly once, every other source at most once.
 
 ``weights`` may be a :class:`~mmpack.sampling.schedule.Schedule`: the positions are then dealt by
-the runs of :mod:`mmpack.sampling.schedule_plan` (a schedule of one constant piece is its weight
-vector, drawn as above), :meth:`Mixture.with_schedule` changes the schedule from a position on,
+the nested splits of :mod:`mmpack.sampling.schedule_plan` (a schedule of constant weights is its
+weight vector, drawn as above), :meth:`Mixture.with_schedule` changes the schedule from a position on,
 and the default ``num_samples`` is the same rule: the first position at which some source would be
 drawn beyond its length under the schedule.  :attr:`Mixture.fingerprint` digests everything that
 decides which sample a position holds.
@@ -240,12 +240,12 @@ class Mixture:
         return self._history
 
     def weights_at(self, position: int) -> np.ndarray:
-        """Effective weights of the run holding ``position`` (constant weights: :attr:`weights`);
-        float64, shape (K,)."""
+        """The schedule's sample weights at ``position`` (its densities there, normalized;
+        constant weights: :attr:`weights`); float64, shape (K,)."""
         position = check_in_range(position, "position", 0, MAX_N, closed=True)
         if self._plan is None:
             return self.weights
-        return self._plan.rate(self._plan.run_of(position))
+        return self._plan.weights_at(position)
 
     @property
     def fingerprint(self) -> str:

@@ -27,9 +27,10 @@ class MixtureStats:
     num_samples : int
         Samples in the mixture.
     period : int
-        Length of the source-assignment cycle (with a schedule: that of its first run).
+        Length of the source-assignment cycle (with a schedule: that of its weights at position
+        0, quantized).
     weights : numpy.ndarray, float64, shape (K,)
-        Effective weights (quantized to ``quotas / period``).
+        Effective weights (quantized to ``quotas / period``; with a schedule, at position 0).
     requested_weights : numpy.ndarray, float64, shape (K,)
         The weights as given, normalized.
     counts : numpy.ndarray, int64, shape (K,)
@@ -39,10 +40,12 @@ class MixtureStats:
     max_prefix_error : float
         The largest ``|count_k(n) - n q_k|`` over every prefix ``n <= num_samples`` and source
         ``k`` (exact: the sequence is periodic, so one period covers every prefix).  With a
-        schedule: against the effective integral of each run
-        (:mod:`mmpack.sampling.schedule_plan`).
+        schedule: against the schedule's integral, over the first 4096 positions of each
+        schedule change (:meth:`SchedulePlan.max_prefix_error
+        <mmpack.sampling.schedule_plan.SchedulePlan.max_prefix_error>`).
     error_bound : float
-        ``1 - 1 / (2 K' - 2)`` for ``K'`` sources of positive weight (0 for one).
+        ``1 - 1 / (2 K' - 2)`` for ``K'`` sources of positive weight (0 for one); with a
+        schedule, the plan's bound over every prefix (:mod:`mmpack.sampling.schedule_plan`).
     epochs : numpy.ndarray, float64, shape (K,)
         Expected passes over each source, ``counts / len``.
     repeats : numpy.ndarray, int64, shape (K,)

@@ -4,50 +4,30 @@ piecewise-linear function of the mixture position (samples) or of the tokens con
 A schedule is a list of points ``(start, weights)``, starts strictly increasing from 0; each
 weight vector is normalized.  ``interpolate="constant"`` holds a point's weights until the next
 point; ``"linear"`` interpolates the normalized weights between two points and holds the last
-point's weights after it.  A :class:`~mmpack.sampling.mixture.Mixture` draws a schedule as
-constant *pieces* (:meth:`Schedule.pieces`): a constant segment is one piece, a linear segment of
-``L`` positions is ``min(L, LINEAR_PIECES)`` pieces of (nearly) equal length, each at the weights
-of its midpoint (the midpoint rule integrates a linear function exactly, so the pieces' integral
-matches the linear schedule's at every piece boundary).  How the mixture turns pieces into draws,
-with its prefix bound and cost, is :mod:`mmpack.sampling.schedule_plan`.
+point's weights after it.  How a :class:`~mmpack.sampling.mixture.Mixture` draws a
+schedule, with its prefix bound against the schedule's exact integral and its cost, is
+:mod:`mmpack.sampling.schedule_plan`; :meth:`Schedule.segments` gives it the stretches on which
+every weight is linear.
 
-``unit="tokens"``: starts are tokens consumed.  The mixture converts each piece to samples with its
-sources' tokens per sample ``l_k`` (their ``seqlen``): a piece of token weights ``u`` has sample
-weights ``u_k / l_k`` (normalized) and ``sum_k u_k / l_k`` samples per token, so a piece of ``T``
-tokens lasts ``T * sum_k u_k / l_k`` samples; piece boundaries are the cumulative sums, rounded to
-the nearest sample (pieces that round to no sample are dropped).  Cost: O(points + pieces) for
+``unit="tokens"``: starts are tokens consumed; the mixture converts the weights to samples with its
+sources' tokens per sample (:mod:`mmpack.sampling.schedule_plan`).  Cost: O(points) for
 everything here.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from mmpack.core.constants import LINEAR_PIECES
+from mmpack.core.validation import check_weights
 from mmpack.sampling.weights import normalize_weights
 
 __all__ = ["Schedule"]
 
 _INTERPOLATE = ("constant", "linear")
 _UNITS = ("samples", "tokens")
-
-
-def _check_weights(w: Any, i: int) -> np.ndarray:
-    try:
-        arr = np.asarray(w, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"points[{i}] weights must be a sequence of numbers, got {w!r}") from None
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"points[{i}] weights must be a non-empty 1-D sequence, got {w!r}")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"points[{i}] weights must be finite and non-negative, got {arr.tolist()}")
-    if not np.any(arr > 0):
-        raise ValueError(f"points[{i}] weights must not all be zero, got {arr.tolist()}")
-    return arr
 
 
 def _check_start(x: Any, i: int, previous: int | None) -> int:
@@ -104,7 +84,7 @@ class Schedule:
             if not isinstance(point, (tuple, list)) or len(point) != 2:
                 raise TypeError(f"points[{i}] must be a (start, weights) pair, got {point!r}")
             starts.append(_check_start(point[0], i, starts[-1] if starts else None))
-            weights.append(_check_weights(point[1], i))
+            weights.append(check_weights(point[1], f"points[{i}] weights"))
             if weights[-1].size != weights[0].size:
                 raise ValueError(
                     f"points[{i}] has {weights[-1].size} weights, points[0] has {weights[0].size}"
@@ -150,77 +130,25 @@ class Schedule:
         """Whether every position gets the same weights."""
         return all(np.array_equal(w, self._weights[0]) for w in self._weights)
 
-    def pieces(self) -> tuple[list[int], np.ndarray]:
-        """The constant pieces the schedule is drawn as, in its own unit.
+    def segments(self, x0: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """The schedule from ``x0 >= 0`` on, as stretches on which every weight is linear.
 
         Returns
         -------
         starts : list of int
-            Strictly increasing from 0; the last piece has no end.  Consecutive pieces of equal
-            weights are merged.
-        weights : numpy.ndarray, float64, shape (n_pieces, K)
-            Normalized weights of each piece (a linear segment's pieces: their midpoints').
+            ``x0``, then the points after it; the last stretch has no end.
+        weights : numpy.ndarray, float64, shape (n, K)
+            Normalized weights at each start.
+        slopes : numpy.ndarray, float64, shape (n, K)
+            Change of each weight per unit of ``x`` on each stretch (0 for ``"constant"`` and
+            for the last stretch).
         """
-        starts: list[int] = []
-        rows: list[np.ndarray] = []
-        for j in range(len(self._starts) - 1):
-            lo, hi = self._starts[j], self._starts[j + 1]
-            n = min(hi - lo, LINEAR_PIECES) if self.interpolate == "linear" else 1
-            bounds = [lo + (hi - lo) * t // n for t in range(n + 1)]
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                starts.append(a)
-                rows.append(normalize_weights(self._segment_weights(j, (a + b) / 2)))
-        starts.append(self._starts[-1])
-        rows.append(self._weights[-1])
-        keep = [0] + [j for j in range(1, len(rows)) if not np.array_equal(rows[j], rows[j - 1])]
-        return [starts[j] for j in keep], np.stack([rows[j] for j in keep])
-
-    def _segment_weights(self, j: int, x: float) -> np.ndarray:
-        """Weights of segment ``j`` at the (possibly fractional) position ``x``."""
-        if self.interpolate == "constant":
-            return self._weights[j]
-        lo, hi = self._starts[j], self._starts[j + 1]
-        return self._weights[j] + (self._weights[j + 1] - self._weights[j]) * ((x - lo) / (hi - lo))
-
-
-def token_pieces_to_samples(
-    starts: list[int], weights: np.ndarray, tokens_per_sample: np.ndarray, origin: tuple[int, int]
-) -> tuple[list[int], np.ndarray]:
-    """Pieces in tokens -> pieces in samples (see the module docstring).
-
-    Parameters
-    ----------
-    starts, weights
-        :meth:`Schedule.pieces` of a ``unit="tokens"`` schedule.
-    tokens_per_sample : numpy.ndarray, int64, shape (K,)
-        Positive.
-    origin : (int, int)
-        ``(sample, token)``: the sample position at which ``token`` tokens have been consumed;
-        pieces before it are cut (``(0, 0)`` for a whole mixture).
-
-    Returns
-    -------
-    starts : list of int
-        Sample positions, strictly increasing, the first ``origin[0]``.
-    weights : numpy.ndarray, float64, shape (n, K)
-        Normalized sample weights.
-    """
-    per = weights / tokens_per_sample[None, :].astype(np.float64)
-    rate = per.sum(axis=1)  # samples per token of each piece
-    sample_w = per / rate[:, None]
-    s0, t0 = origin
-    out_starts: list[int] = []
-    out_w: list[np.ndarray] = []
-    pos = float(s0)
-    j0 = max(int(np.searchsorted(starts, t0, side="right")) - 1, 0)
-    for j in range(j0, len(starts)):
-        a = max(starts[j], t0)
-        at = int(math.floor(pos + 0.5))
-        if not out_starts or at > out_starts[-1]:
-            out_starts.append(at)
-            out_w.append(sample_w[j])
-        else:
-            out_w[-1] = sample_w[j]  # the previous piece rounded to no sample
-        if j + 1 < len(starts):
-            pos += (starts[j + 1] - a) * float(rate[j])
-    return out_starts, np.stack(out_w)
+        first = int(np.searchsorted(self._starts, x0, side="right")) - 1
+        starts = [x0, *self._starts[first + 1 :]]
+        weights = np.stack([self.weights_at(x) for x in starts])
+        slopes = np.zeros_like(weights)
+        if self.interpolate == "linear":
+            for j in range(len(starts) - 1):
+                lo, hi = self._starts[first + j], self._starts[first + j + 1]
+                slopes[j] = (self._weights[first + j + 1] - self._weights[first + j]) / (hi - lo)
+        return starts, weights, slopes

@@ -1,10 +1,10 @@
 """What a :class:`~mmpack.sampling.mixture.Mixture`'s ``weights`` become: quotas of a period
-(a weight vector, or a schedule of one constant piece), or the runs of a schedule
+(a weight vector, or a schedule of constant weights), or the plan of a schedule
 (:mod:`mmpack.sampling.schedule_plan`); a schedule change from a position on; the digest of a
 source for :attr:`Mixture.fingerprint <mmpack.sampling.mixture.Mixture.fingerprint>`.
 
 A ``unit="tokens"`` schedule is converted to samples with each source's ``seqlen`` (tokens per
-sample; see :mod:`mmpack.sampling.schedule`).  Cost: O(pieces * K) plus the plan's tables.
+sample; see :mod:`mmpack.sampling.schedule_plan`).  Cost: O(segments * K).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 
 from mmpack.sampling.mixture_blocks import BlockPasses
 from mmpack.sampling.mixture_items import SourcePasses
-from mmpack.sampling.schedule import Schedule, token_pieces_to_samples
-from mmpack.sampling.schedule_plan import SchedulePlan, plan_pieces
+from mmpack.sampling.schedule import Schedule
+from mmpack.sampling.schedule_plan import ChairmanPrefix, SchedulePlan, build_epoch
 from mmpack.sampling.weights import quantize_weights
 
 __all__ = [
@@ -45,27 +45,21 @@ def tokens_per_sample(sources: Sequence[Any]) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _sample_pieces(
-    schedule: Schedule, sources: Sequence[Any], origin: tuple[int, int]
-) -> tuple[list[int], np.ndarray]:
-    """The schedule's pieces in samples, cut at ``origin = (sample, token)``."""
+def _check_sources(schedule: Schedule, sources: Sequence[Any]) -> np.ndarray | None:
+    """The sources' tokens per sample for a ``unit="tokens"`` schedule (else None)."""
     if schedule.num_sources != len(sources):
         raise ValueError(
             f"the schedule has {schedule.num_sources} weights but there are {len(sources)} sources"
         )
-    starts, weights = schedule.pieces()
-    if schedule.unit == "tokens":
-        return token_pieces_to_samples(starts, weights, tokens_per_sample(sources), origin)
-    p = origin[0]
-    first = max(int(np.searchsorted(starts, p, side="right")) - 1, 0)
-    return [p, *starts[first + 1 :]], weights[first:]
+    return tokens_per_sample(sources) if schedule.unit == "tokens" else None
 
 
 def resolve_weights(
     weights: Any, sources: Sequence[Any]
 ) -> tuple[np.ndarray, int, SchedulePlan | None]:
     """``(quotas, period, plan)`` of a mixture's ``weights``: the plan is None for a weight vector
-    and for a schedule of one constant piece; otherwise quotas and period are its first run's."""
+    and for a schedule of constant weights (drawn as that weight vector, in samples); otherwise
+    quotas and period are the quantized weights at position 0."""
     if not isinstance(weights, Schedule):
         quotas, period = quantize_weights(weights)
         if quotas.size != len(sources):
@@ -73,30 +67,35 @@ def resolve_weights(
                 f"weights has {quotas.size} entries but there are {len(sources)} sources"
             )
         return quotas, period, None
-    starts, rows = _sample_pieces(weights, sources, (0, 0))
-    if len(starts) == 1:
-        quotas, period = quantize_weights(rows[0])
+    per = _check_sources(weights, sources)
+    if weights.is_constant():
+        w = weights.weights_at(0)
+        quotas, period = quantize_weights(w if per is None else w / per)
         return quotas, period, None
-    plan = SchedulePlan(plan_pieces(starts, rows))
-    return plan.quotas[0].copy(), int(plan.periods[0]), plan
+    zero = np.zeros(len(sources), np.int64)
+    plan = SchedulePlan([build_epoch(weights, 0, 0, zero, per)])
+    quotas, period = quantize_weights(plan.weights_at(0))
+    return quotas, period, plan
 
 
 def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
-    """The runs of ``mixture`` before position ``p``, then those of ``schedule`` from ``p`` on."""
+    """The epochs of ``mixture`` before position ``p``, then ``schedule`` from ``p`` on, entered
+    with the counts at ``p`` (on its axis: ``p``, or the tokens those counts hold)."""
+    per = _check_sources(schedule, mixture.sources)
     counts = mixture.counts(p)
-    token = 0
-    if schedule.unit == "tokens":
-        token = int((counts * tokens_per_sample(mixture.sources)).sum())
-    starts, rows = _sample_pieces(schedule, mixture.sources, (p, token))
-    if p == 0:
-        return SchedulePlan(plan_pieces(starts, rows))
+    x0 = p if per is None else int((counts * per).sum())
+    epoch = build_epoch(schedule, p, x0, counts, per)
     old = mixture._plan
+    if p == 0:
+        return SchedulePlan([epoch])
     if old is None:
-        zero = np.zeros(len(mixture.sources))
-        prefix = [(0, mixture.quotas, mixture.period, 0, zero, mixture.weights)]
-    else:
-        prefix = old.truncated(p)
-    return SchedulePlan(plan_pieces(starts, rows, prefix, counts))
+        prefix = ChairmanPrefix(mixture.quotas, mixture.period, p)
+        return SchedulePlan([epoch], prefix)
+    if p <= old.split_start:
+        assert old.prefix is not None
+        prefix = ChairmanPrefix(old.prefix.quotas, old.prefix.period, p)
+        return SchedulePlan([epoch], prefix)
+    return SchedulePlan([*old.truncated(p), epoch], old.prefix)
 
 
 def source_digest(source: Any, length: int) -> tuple[Any, ...]:
@@ -115,7 +114,7 @@ def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int |
     the mixture whose plan is :func:`changed_plan`."""
     out = copy.copy(mixture)
     out._plan = changed_plan(mixture, schedule, p)
-    out._quotas, out._period = out._plan.quotas[0].copy(), int(out._plan.periods[0])
+    out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
     out._history = (*mixture._history, (p, schedule.spec()))
     out._passes = SourcePasses(mixture._lengths, mixture.seed)
     if mixture._blocks is not None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mmpack.core.validation import check_weights
 from mmpack.kernels.mixture import build_period
 
 __all__ = ["BLOCK", "RESOLUTION", "chairman_table", "normalize_weights", "quantize_weights"]
@@ -61,17 +62,8 @@ def quantize_weights(
     period : int
         ``resolution`` divided by the gcd of the quotas.
     """
-    try:
-        w = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"weights must be a sequence of numbers, got {weights!r}") from None
-    if w.ndim != 1 or w.size == 0:
-        raise ValueError(f"weights must be a non-empty 1-D sequence, got shape {w.shape}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"weights must be finite and non-negative, got {w.tolist()}")
+    w = check_weights(weights)
     positive = w > 0  # before normalizing, which may underflow a tiny weight to 0
-    if not positive.any():
-        raise ValueError(f"weights must not all be zero, got {w.tolist()}")
     w = normalize_weights(w)
     if positive.sum() > resolution:
         raise ValueError(
