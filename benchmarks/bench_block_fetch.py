@@ -2,18 +2,22 @@
 behind a proxy adding 20 ms to every request) against a local memmap store read in the same
 order, the bare transfer floor, and the global order from S3 in the same run.
 
-Cases (windows of 2048 tokens, batches of 32, ``mmpack.torch.loader``, ``num_workers=0`` unless
-said, a fresh node cache each):
+Cases (windows or packed rows of 2048 tokens, batches of 32, ``mmpack.torch.loader``, a fresh
+node cache each), for each configuration of the block order: at the defaults
+(``block_bytes`` 4 MiB, ``window_blocks`` 256: the target; on this store one window holds the
+whole corpus, so the fetcher has every part of the epoch to issue at once), with 2 DataLoader
+workers, over a packed view, and with windows small enough that the store has several
+(``window_blocks`` 8 of 4 MiB blocks, then of 1 MiB blocks: two windows in flight hold only
+16 parts, so the transfer runs at that concurrency):
 
-- ``local memmap, blocks``: the local store through the same loader and order (the reference);
-- ``S3 20 ms, blocks``: ``loader(view, 32, shuffle="blocks", block_bytes=1 MiB,
-  window_blocks=WB)`` over the remote store opened with a node cache: the loader's
-  :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
-  spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
+- ``local memmap``: the local store through the same loader and order (the reference);
 - ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
   the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads);
-- ``S3 20 ms, global order + look-ahead 8``: today's path for ``shuffle=True`` (the first
-  batches of its epoch only: it is slow), against the local store in the global order.
+- ``S3 20 ms``: the loader over the remote store opened with a node cache: its
+  :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
+  spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
+- ``S3 20 ms, global order + look-ahead 8``: the path of ``shuffle=True`` (the first batches of
+  its epoch only: it is slow), against the local store in the global order.
 
 Columns: ``s`` seconds of the epoch (or of the batches timed), ``vs local`` / ``vs floor`` their
 ratios (higher is better, 1 = as fast), ``first batch s`` from the loader's ``iter`` to the first
@@ -37,6 +41,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +51,63 @@ from benchmarks.bench_remote import _cpu_seconds, _docs, _Proxy, _server_helpers
 
 BATCH = 32
 SEQLEN = 2048
-BLOCK_BYTES = 1 << 20
-WINDOW_BLOCKS = 8
+MiB = 1 << 20
 
 
-def _loader(view: Any, shuffle: Any, window_blocks: int, workers: int = 0) -> Any:
-    from mmpack.torch import loader
+@dataclass(frozen=True)
+class Case:
+    """One configuration: the view (``"window"`` or ``"packed"``), the block order's
+    ``block_bytes`` and ``window_blocks``, and the DataLoader workers."""
 
-    return loader(
-        view,
-        BATCH,
-        shuffle=shuffle,
-        block_bytes=BLOCK_BYTES,
-        window_blocks=window_blocks,
-        seed=1,
-        num_workers=workers,
+    kind: str
+    block_bytes: int
+    window_blocks: int
+    workers: int = 0
+
+    @property
+    def tag(self) -> str:
+        return (
+            f"{self.kind}, block_bytes={self.block_bytes // MiB} MiB, "
+            f"window_blocks={self.window_blocks}, {self.workers} workers"
+        )
+
+    def view(self, store: Any) -> Any:
+        import mmpack
+
+        if self.kind == "packed":
+            return mmpack.PackedDataset(store, SEQLEN)
+        return mmpack.WindowDataset(store, SEQLEN)
+
+    def loader(self, view: Any, workers: int | None = None) -> Any:
+        from mmpack.torch import loader
+
+        return loader(
+            view,
+            BATCH,
+            shuffle="blocks",
+            block_bytes=self.block_bytes,
+            window_blocks=self.window_blocks,
+            seed=1,
+            num_workers=self.workers if workers is None else workers,
+        )
+
+
+def _cases(quick: bool) -> list[Case]:
+    """At the defaults (the target), then windows small enough that the store has several."""
+    from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
+
+    defaults = [Case("window", FETCH_BLOCK_BYTES, WINDOW_BLOCKS)]
+    small = [Case("window", MiB, 8)]
+    if quick:
+        return defaults + small
+    return (
+        defaults
+        + [
+            Case("window", FETCH_BLOCK_BYTES, WINDOW_BLOCKS, workers=2),
+            Case("packed", FETCH_BLOCK_BYTES, WINDOW_BLOCKS),
+            Case("window", FETCH_BLOCK_BYTES, 8),
+        ]
+        + small
     )
 
 
@@ -122,19 +169,19 @@ def _cpu_columns(c: _Cpu) -> dict[str, float]:
             "cpu / cores s": (c.client + c.others) / cores}  # fmt: skip
 
 
-def _blocks_rows(url, opts, tmp, local, window_blocks, workers, pids) -> list[dict[str, Any]]:
+def _blocks_rows(url, opts, tmp, local, case: Case, pids) -> list[dict[str, Any]]:
     import mmpack
 
-    tag = f"window_blocks={window_blocks}, {workers} workers"
-    local_ld = _loader(mmpack.WindowDataset(local, SEQLEN), "blocks", window_blocks)
+    tag = case.tag
+    local_ld = case.loader(case.view(local), workers=0)
     _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
     with _Cpu(pids) as cpu_local:
         local_s = _epoch(local_ld)[0]
     store = mmpack.open(
         url, storage_options=opts, cache_dir=tmp / f"c{time.time()}", cache_limit=8 << 30
     )
-    view = mmpack.WindowDataset(store, SEQLEN)
-    ld = _loader(view, "blocks", window_blocks, workers)
+    view = case.view(store)
+    ld = case.loader(view)
     fetcher = ld.window_fetcher
     assert fetcher is not None
     cf = fetcher.spans.cache
@@ -175,7 +222,7 @@ def _blocks_rows(url, opts, tmp, local, window_blocks, workers, pids) -> list[di
             "first batch s": first,
             "fetched/served": fetched_epoch / served,
             "req/sample": (stats["requests"] + reads["requests"]) / len(view),
-            "cache peak / 2 windows": peak / two if workers == 0 else "",
+            "cache peak / 2 windows": peak / two if case.workers == 0 else "",
             "fetches/block": fetched_epoch / wanted,
             "target": "≥ 0.8 of both, first batch ≤ 2 s, ≤ 1.1 fetched/served",
             "met": local_s / secs >= 0.8
@@ -227,7 +274,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     s3 = _server_helpers()
     n_tokens = (8 << 20) if quick else (48 << 20)
-    window_blocks = WINDOW_BLOCKS
     rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
     with tempfile.TemporaryDirectory(prefix="mmpack-bench-blocks-") as tmp_name:
         tmp = Path(tmp_name)
@@ -244,9 +290,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             proxy = _Proxy(server.port, 0.02)
             opts = dict(server.options, endpoint=proxy.endpoint)
             pids = [server.proc.pid, proxy.pid]
-            rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 0, pids))
-            if not quick:
-                rows.extend(_blocks_rows(url, opts, tmp, local, window_blocks, 2, pids)[2:])
+            for case in _cases(quick):
+                rows.extend(_blocks_rows(url, opts, tmp, local, case, pids))
             rows.extend(_global_rows(url, opts, tmp, local, 8 if quick else 24))
         finally:
             if proxy is not None:
