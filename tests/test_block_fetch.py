@@ -271,11 +271,9 @@ def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
 def test_a_drop_under_a_stuck_cache_lock_keeps_the_blocks(stores, s3_server, tmp_path, monkeypatch):
     """A process stopped while it holds the cache's lock: a drop waits the lock's bound, warns
     once and keeps the blocks (they stay readable and are dropped by a later drop)."""
-    import subprocess
-    import sys
     import warnings
 
-    from test_remote_cache_faults import _HOLD
+    from test_remote_cache_faults import hold_cache_lock
 
     from mmpack.remote import cache as cache_mod
 
@@ -284,19 +282,10 @@ def test_a_drop_under_a_stuck_cache_lock_keeps_the_blocks(stores, s3_server, tmp
     store = _open(remote, s3_server.options, tmp_path)
     spans: SpanFetcher = store.span_fetcher
     spans.fetch([(0, 20_000)])
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(tmp_path / "blocks" / ".lock")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with hold_cache_lock(tmp_path):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
             assert spans.drop([(0, 20_000)]) == 0
         assert any("lock" in str(w.message) for w in rec), [str(w.message) for w in rec]
         np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
-    finally:
-        holder.kill()
-        holder.wait(30)
     assert spans.drop([(0, 20_000)]) > 0

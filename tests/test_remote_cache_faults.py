@@ -10,6 +10,7 @@ Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache_fa
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import io
@@ -148,6 +149,23 @@ os.kill(os.getpid(), signal.SIGSTOP)  # stopped while holding the lock (Ctrl-Z, 
 """
 
 
+@contextlib.contextmanager
+def hold_cache_lock(cache_dir: Path):
+    """A process stopped while it holds ``cache_dir``'s lock, for the ``with`` block (killed
+    after it, by its pid)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(cache_dir / "blocks" / ".lock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()  # a stopped process takes SIGKILL
+        holder.wait(30)
+
+
 def _in_thread(fn, timeout: float):
     out: dict = {}
 
@@ -176,13 +194,7 @@ def test_a_stopped_process_holding_the_cache_lock_is_read_around(
     store, local = filled
     mapped = _open(store, s3_server.options, tmp_path)  # maps the cache before the stop
     np.testing.assert_array_equal(mapped.read_range(0, 100), local.read_range(0, 100))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(tmp_path / "blocks" / ".lock")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with hold_cache_lock(tmp_path):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
             far = 40 * 2048  # block 40: not cached, so storing it needs the lock
@@ -202,9 +214,6 @@ def test_a_stopped_process_holding_the_cache_lock_is_read_around(
         assert len(msgs) == 1 and "lock" in msgs[0] and "memory" in msgs[0], msgs
         cf = mapped._backend.node_cache.mapped
         assert not cf.state[40]  # not stored: the lock was not had
-    finally:
-        holder.kill()  # a stopped process takes SIGKILL
-        holder.wait(30)
     np.testing.assert_array_equal(mapped.read_range(far, far + 500), want[0])
     np.testing.assert_array_equal(
         mapped.read_range(far + 8192, far + 8692), local.read_range(far + 8192, far + 8692)

@@ -217,13 +217,12 @@ class RemoteBackend(RemoteStoreBackend):
         key = self.fetcher.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
         if start % self.block == 0:  # verify() reads whole coarse blocks: check the fine table too
-            for k in range(0, len(data), self.block):
-                b = (start + k) // self.block
-                if not self.fetcher.intact(b, data[k : k + self.block]):
-                    raise FormatError(
-                        f"{self.url}: {key} check block {b} fails its checksum: "
-                        "the object is corrupt; rebuild the store"
-                    )
+            bad = self.fetcher.check_run(start // self.block, data)[1]
+            if bad.size:
+                raise FormatError(
+                    f"{self.url}: {key} check block {int(bad[0])} fails its checksum: "
+                    "the object is corrupt; rebuild the store"
+                )
             if self.node_cache is not None:
                 self.node_cache.verify(start, data)
         return data

@@ -81,7 +81,7 @@ import numpy as np
 
 from mmpack.core.libc import libc_function
 from mmpack.kernels.blockstate import all_blocks_present, check_ranges
-from mmpack.store.integrity import block_digest, block_digests
+from mmpack.store.integrity import block_digests
 
 __all__ = [
     "CacheFile",
@@ -357,18 +357,12 @@ class CacheFile:
         """Store verified block ``b`` (claimed, its space charged; bytes past the object's end
         are not written): bytes first, then their digest, the state byte last; the block is
         checked for this reader."""
-        lo = b << self.shift
-        mv = memoryview(data)[: min(self.block, self.nbytes - lo)]  # a padded last chunk
-        if os.pwrite(self._fd_data, mv, lo) != len(mv):
-            raise OSError(f"{self.data_path}: short write of block {b}")
-        self.digests[b] = block_digest("xxh64", mv)
-        self.state[b] = 1
-        self.checked[b] = 1
+        self.write_run(b, memoryview(data)[: self.block])  # a padded last chunk is cut there
 
     def write_run(self, b0: int, data: Any, digests: np.ndarray | None = None) -> None:
-        """:meth:`write` of the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole
-        blocks; the object's last may end it) in one write; ``digests`` (uint64, one per block)
-        are their XXH64 digests where the caller has them."""
+        """Store the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole blocks; the
+        object's last may end it) in one write, as :meth:`write` does one; ``digests`` (uint64,
+        one per block) are their XXH64 digests where the caller has them."""
         mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
         b1 = b0 - (-len(mv) >> self.shift)
         if digests is None:

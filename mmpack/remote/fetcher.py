@@ -260,10 +260,11 @@ class BlockFetcher:
         out: dict[int, bytes] = {}
         for run, piece in zip(runs, pieces):
             mv = memoryview(piece)
+            bad = set(self.check_run(run[0], mv)[1].tolist())  # one pass over the run
             for k, b in enumerate(run):
                 lo, hi = self._span(b)
                 data = bytes(mv[k * self.block : k * self.block + hi - lo])
-                if not self.intact(b, data):
+                if b in bad:
                     data = self.transport.get_ranges(self.key, [(lo, hi)])[0]
                     if not self.intact(b, data):
                         raise FormatError(
