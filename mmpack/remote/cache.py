@@ -20,7 +20,8 @@ lock); a charge that would pass ``limit`` first evicts, and what still does not 
 counted (an over-count) until the file is evicted.  ``allocated()`` reads the real disk use
 (``st_blocks``) for tests.
 
-The lock is never waited for without a bound: it is tried without blocking, again with a
+The lock is never waited for without a bound: the threads of a process queue on one mutex
+(bounded like the lock), and the one holding it tries the lock without blocking, again with a
 backoff (0.1 ms doubling to 5 ms) for at most :data:`LOCK_WAIT_SECONDS`; past that (a process
 stopped or paused while it held the lock) this process marks the lock stuck, warns once and
 reads around the cache (blocks fetched and served from memory, nothing charged or stored), and
@@ -45,6 +46,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -81,6 +83,20 @@ _STUCK: set[str] = set()
 """Lock files found held past :data:`LOCK_WAIT_SECONDS` by this process: tried without waiting
 until they are free."""
 _WARNED: set[tuple[str, str]] = set()
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+"""One mutex per lock file for the threads of this process: they queue on it rather than poll
+the ``flock`` (only one of them polls while another process holds it); a forked child starts
+with none (a parent thread may hold one across the fork)."""
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _reset_thread_locks() -> None:
+    global _THREAD_LOCKS_GUARD
+    _THREAD_LOCKS.clear()
+    _THREAD_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_thread_locks)
 
 
 class CacheLockTimeout(TimeoutError):
@@ -122,13 +138,23 @@ class BlockCache:
     def _locked(self) -> Iterator[None]:
         """Hold the cache's lock; :class:`CacheLockTimeout` past :data:`LOCK_WAIT_SECONDS` (at
         once while this process finds it stuck)."""
-        path = self.root / ".lock"
-        fd = open_lock_fd(path, os.O_RDWR | os.O_CREAT)  # no child forked meanwhile keeps it
+        path = str(self.root / ".lock")
+        with _THREAD_LOCKS_GUARD:
+            mutex = _THREAD_LOCKS.setdefault(path, threading.Lock())
+        if not mutex.acquire(timeout=0.0 if path in _STUCK else LOCK_WAIT_SECONDS):
+            _STUCK.add(path)
+            raise CacheLockTimeout(
+                errno.ETIMEDOUT, f"{path} held for over {LOCK_WAIT_SECONDS:g} s in this process"
+            )
         try:
-            _lock_bounded(fd, str(path))
-            yield
+            fd = open_lock_fd(path, os.O_RDWR | os.O_CREAT)  # no child forked meanwhile keeps it
+            try:
+                _lock_bounded(fd, path)
+                yield
+            finally:
+                close_lock_fd(fd)
         finally:
-            close_lock_fd(fd)
+            mutex.release()
 
     # ------------------------------------------------------------------------------ counting
     def _headers(self) -> list[tuple[Path, tuple | None]]:
