@@ -99,6 +99,15 @@ def _reset_thread_locks() -> None:
 os.register_at_fork(after_in_child=_reset_thread_locks)
 
 
+class _Charge:
+    """Blocks charged (``blocks``) and written (``written``) by one :meth:`BlockCache._charged`."""
+
+    __slots__ = ("blocks", "written")
+
+    def __init__(self) -> None:
+        self.blocks = self.written = 0
+
+
 class CacheLockTimeout(TimeoutError):
     """The cache's lock was held by another process past :data:`LOCK_WAIT_SECONDS`."""
 
@@ -273,31 +282,41 @@ class BlockCache:
                 warn_once(self.cache_dir, exc)
 
     # ------------------------------------------------------------------------------ storing
+    @contextlib.contextmanager
+    def _charged(self, cf: CacheFile, sizes: list[int]) -> Iterator[_Charge]:
+        """Charge the first blocks of ``sizes`` that fit (:meth:`charge`) for the body to write
+        the first ``charge.blocks`` of them, counting each written in ``charge.written``; on
+        exit the charge of those not written is given back.  An ``OSError`` (a stuck lock: none
+        charged; a full or failing disk: the body stops there) is warned of once and swallowed:
+        the caller serves the rest from memory."""
+        charge = _Charge()
+        try:
+            charge.blocks = self.charge(cf, sizes)
+        except OSError as exc:
+            warn_once(self.cache_dir, exc)
+            yield charge
+            return
+        try:
+            yield charge
+        except OSError as exc:
+            warn_once(self.cache_dir, exc)
+        finally:
+            self.refund(cf, sum(sizes[charge.written : charge.blocks]))
+
     def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
         """Write verified ``blocks`` (bytes or memoryviews, or arrays written as their bytes;
         claimed by the caller) into ``cf`` in block order as far as the limit allows; returns
         the ids not written (no room, or a full or failing disk: the caller serves them from
         memory)."""
         ids = sorted(blocks)
-        sizes = [cf.charge(b) for b in ids]
-        try:
-            k = self.charge(cf, sizes)
-        except OSError as exc:  # the lock is stuck: nothing is stored
-            warn_once(self.cache_dir, exc)
-            return ids
-        written = 0
-        try:
-            for b in ids[:k]:
+        with self._charged(cf, [cf.charge(b) for b in ids]) as charge:
+            for b in ids[: charge.blocks]:
                 data = blocks[b]
                 if not isinstance(data, (bytes, memoryview)):
                     data = np.ascontiguousarray(data).tobytes()
                 cf.write(b, data)
-                written += 1
-        except OSError as exc:  # the disk is full or failing: served from memory, keep going
-            warn_once(self.cache_dir, exc)
-        finally:
-            self.refund(cf, sum(sizes[written:k]))
-        return ids[written:]
+                charge.written += 1
+        return ids[charge.written :]
 
     def store_run(
         self, cf: CacheFile, b0: int, data: Any, digests: np.ndarray | None = None
@@ -307,21 +326,18 @@ class BlockCache:
         write, as far as the limit allows; returns how many were written (the rest: no room,
         or a full or failing disk)."""
         nblocks = -(-min(len(data), cf.nbytes - (b0 << cf.shift)) // cf.block)
-        sizes = [cf.charge(b) for b in range(b0, b0 + nblocks)]
-        try:
-            k = self.charge(cf, sizes)
-        except OSError as exc:  # the lock is stuck: nothing is stored
-            warn_once(self.cache_dir, exc)
+        if nblocks <= 0:
             return 0
-        try:
-            cf.write_run(
-                b0, memoryview(data)[: k * cf.block], None if digests is None else digests[:k]
-            )
-        except OSError as exc:  # the disk is full or failing: served from memory, keep going
-            warn_once(self.cache_dir, exc)
-            self.refund(cf, sum(sizes[:k]))
-            return 0
-        return k
+        # every block but the object's last is whole: they are charged alike
+        sizes = [cf.charge(b0)] * (nblocks - 1) + [cf.charge(b0 + nblocks - 1)]
+        with self._charged(cf, sizes) as charge:
+            k = charge.blocks
+            if k:
+                cf.write_run(
+                    b0, memoryview(data)[: k * cf.block], None if digests is None else digests[:k]
+                )
+                charge.written = k
+        return charge.written
 
     def fetch_shared(
         self,
