@@ -45,8 +45,8 @@ def _record(obj: Any, loss_on: str, keys: tuple[str, ...] = (), what: str = "fie
 
 class _ChatJsonFile(_JsonFile):
     def __init__(self, path: Any, loss_on: str, array_ok: bool, keys: tuple[str, ...] = ()) -> None:
-        super().__init__(path, "messages", array_ok)
-        self.loss_on, self.keys = loss_on, keys
+        super().__init__(path, "messages", array_ok, keys)
+        self.loss_on = loss_on
 
     def _value(self, obj: Any) -> Any:
         return _record(obj, self.loss_on, self.keys)

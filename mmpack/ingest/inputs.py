@@ -106,11 +106,13 @@ def _resolve_inputs(
     split: str | None = None,
     output: Path | None = None,
     loss_on: str | None = None,
+    keys: tuple[str, ...] = (),
 ) -> list:
     """The sources of ``inputs``, each tagged with its input as named; nothing of the store
     ``output`` (or of its builds' temporary folders) is ever one of them
     (:func:`_paths_of`).  With ``loss_on`` the sources read chat records
-    (:mod:`mmpack.ingest.chat_readers`)."""
+    (:mod:`mmpack.ingest.chat_readers`); with ``keys`` (the keys ``fields=`` names) each
+    document carries its record's values of them."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
@@ -124,7 +126,7 @@ def _resolve_inputs(
             paths = _paths_of(os.fspath(item), output)
             sources.extend(
                 _grouped(
-                    _sources_for_paths(paths, field, lines, fmt, extensions, split, loss_on),
+                    _sources_for_paths(paths, field, lines, fmt, extensions, split, loss_on, keys),
                     os.fspath(item),
                 )
             )
@@ -133,7 +135,7 @@ def _resolve_inputs(
         raise TypeError("inputs must be a path, a list of paths or an iterable of texts, not bytes")
     if hasattr(inputs, "iter") or isinstance(inputs, Iterable):
         return _grouped(
-            _object_sources(inputs, field, type(inputs).__name__, split, None, loss_on),
+            _object_sources(inputs, field, type(inputs).__name__, split, None, loss_on, keys),
             type(inputs).__name__,
         )
     raise TypeError(
@@ -189,6 +191,7 @@ def _sources_for_paths(
     extensions: Mapping[str, str],
     split: str | None = None,
     loss_on: str | None = None,
+    keys: tuple[str, ...] = (),
 ) -> list:
     out = []
     for path in paths:
@@ -199,18 +202,20 @@ def _sources_for_paths(
                     f"pass its files or a glob such as '{path}/**/*.jsonl'"
                 )
             dataset = _load_saved_dataset(path)
-            out.extend(_object_sources(dataset, field, str(path), split, size_of(path), loss_on))
+            out.extend(
+                _object_sources(dataset, field, str(path), split, size_of(path), loss_on, keys)
+            )
             continue
         kind = _pattern_format(path, fmt) if isinstance(fmt, Mapping) else fmt
         kind = kind or _format_of(path, extensions)
         if loss_on is not None:
-            out.append(_chat_source(path, kind, loss_on, getattr(field, "keys", ())))
+            out.append(_chat_source(path, kind, loss_on, keys))
         elif kind == "text":
-            out.append(_TextFile(path, lines, getattr(field, "keys", ())))
+            out.append(_TextFile(path, lines, keys))
         elif kind == "parquet":
-            out.append(_ParquetFile(path, field))
+            out.append(_ParquetFile(path, field, keys))
         else:
-            out.append(_JsonFile(path, field, array_ok=kind == "json"))
+            out.append(_JsonFile(path, field, array_ok=kind == "json", keys=keys))
     return out
 
 
@@ -325,9 +330,11 @@ def _object_sources(
     split: str | None = None,
     nbytes: int | None = None,
     loss_on: str | None = None,
+    keys: tuple[str, ...] = (),
 ) -> list:
     """A dataset, a DatasetDict (its one split, or the split ``split`` names) or a plain
-    iterable; ``nbytes``: the size on disk of a saved dataset's folder (its progress).
+    iterable; ``nbytes``: the size on disk of a saved dataset's folder (its progress);
+    ``keys``: the keys (columns) ``fields=`` names.
 
     Raises
     ------
@@ -356,5 +363,5 @@ def _object_sources(
             )
         obj, name = obj[split], f"{name}[{split!r}]"
     if loss_on is not None:
-        return [_ChatObjectSource(obj, loss_on, name, nbytes, getattr(field, "keys", ()))]
-    return [_ObjectSource(obj, field, name, nbytes)]
+        return [_ChatObjectSource(obj, loss_on, name, nbytes, keys)]
+    return [_ObjectSource(obj, field, name, nbytes, keys)]

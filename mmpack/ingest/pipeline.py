@@ -98,7 +98,6 @@ from mmpack.ingest.inputs import (
     _text_extensions,
 )
 from mmpack.ingest.provenance import describe_store
-from mmpack.ingest.records import _TextField
 from mmpack.ingest.report import ON_ERROR, IngestIssue, IngestReport, _IssuePolicy
 from mmpack.ingest.tokenizer import ByteTokenizer, Tokenizer, load_tokenizer, with_template
 from mmpack.ingest.workers import _tokenize
@@ -256,13 +255,14 @@ def ingest(
     keys = _field_keys(fields, field, loss_on)
     sources = _resolve_inputs(
         inputs,
-        field=_TextField(field, keys) if keys else field,
+        field=field,
         lines=bool(lines),
         fmt=format,
         extensions=extensions,
         split=split,
         output=where if isinstance(where, Path) else None,
         loss_on=loss_on,
+        keys=keys,
     )
     for source in sources if keys else ():  # a missing column refused before any reading
         source.check_keys()
@@ -404,11 +404,12 @@ def _check_field_columns(inputs: Any, **options: Any) -> None:
         _check_format_patterns(fmt)
     sources = _resolve_inputs(
         inputs,
-        field=_TextField(field, keys),
+        field=field,
         lines=bool(options.get("lines", False)),
         fmt=fmt,
         split=options.get("split"),
         loss_on=loss_on,
+        keys=keys,
     )
     for source in sources:
         source.check_keys()

@@ -147,8 +147,8 @@ class _TextFile(_OnDisk):
 
 
 class _JsonFile(_OnDisk):
-    def __init__(self, path: Path, field: str, array_ok: bool) -> None:
-        self.path, self.field, self.array_ok = path, field, array_ok
+    def __init__(self, path: Path, field: str, array_ok: bool, keys: tuple[str, ...] = ()) -> None:
+        self.path, self.field, self.array_ok, self.keys = path, field, array_ok, keys
         self._array = False
         self.whole = False
 
@@ -156,8 +156,9 @@ class _JsonFile(_OnDisk):
         return _check_gzip(self.path)
 
     def _value(self, obj: Any) -> Any:
-        """The document of a JSON value: its text (a chat source: the record)."""
-        return _text_of(obj, self.field)
+        """The document of a JSON value: its text, carrying its values of ``keys`` (a chat
+        source: the record)."""
+        return _text_of(obj, self.field, self.keys)
 
     def damaged_count(self) -> int:
         """Records decoded from a damaged ``.gz`` before the damage (1 for a JSON array)."""
@@ -263,7 +264,7 @@ class _ParquetFile(_OnDisk):
 
     def __init__(self, path: Path, field: str, keys: tuple[str, ...] = ()) -> None:
         self.path, self.field = path, field
-        self.keys = tuple(keys) or tuple(getattr(field, "keys", ()))
+        self.keys = tuple(keys)
 
     def check_keys(self) -> None:
         """Refuse the file before anything is read if it lacks a column ``keys`` names or holds
@@ -375,7 +376,7 @@ class _ObjectSource:
         keys: tuple[str, ...] = (),
     ) -> None:
         self.obj, self.field, self.name = obj, field, name
-        self.keys = tuple(keys) or tuple(getattr(field, "keys", ()))
+        self.keys = tuple(keys)
         self.nbytes = nbytes
         try:
             self.length: int | None = len(obj)
@@ -447,7 +448,7 @@ class _ObjectSource:
         """The document of an item of an iterable (or the reason it has none; with ``keys``
         only a dict has one)."""
         if self.keys:
-            return _text_of(item, self.field)
+            return _text_of(item, self.field, self.keys)
         if isinstance(item, str):
             return item
         if isinstance(item, (bytes, bytearray)):

@@ -10,10 +10,12 @@ length are checked at the end; one more decompression, +35-42% of a byte-level b
 ``.jsonl.gz``); a damaged one is skipped whole, and :func:`_decodable_records` counts the records
 decoded before the damage (64 KiB pieces, the damaged piece byte by byte; memory: one piece's
 output).  The text of a JSON record or a dataset cell is checked by :func:`_text_of` and
-:func:`_check_text` (O(1) a record); with ``ingest(fields=...)`` the text field's name is a
-:class:`_TextField` naming the keys, and the text a :class:`_Keyed` carrying their values
-(:func:`_field_values`, the one check of a record's field values in every format; O(keys));
-the columns of a Parquet file or a dataset are checked first by :func:`_check_columns`.
+:func:`_check_text` (O(1) a record).  With ``ingest(fields=...)`` the keys named travel as an
+explicit ``keys`` argument, from the pipeline through each source to :func:`_text_of` and
+:func:`_keyed` (the text field's name is a plain ``str``), and the text is a :class:`_Keyed`
+carrying their values (:func:`_field_values`, the one check of a record's field values in every
+format; O(keys)); the columns of a Parquet file or a dataset are checked first by
+:func:`_check_columns`.
 """
 
 from __future__ import annotations
@@ -64,20 +66,9 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class _TextField(str):
-    """The text field's name, carrying the keys ``ingest(fields=...)`` names (``keys``): each
-    record's values of them ride with its text (:class:`_Keyed`)."""
-
-    keys: tuple[str, ...] = ()
-
-    def __new__(cls, name: str, keys: tuple[str, ...]) -> _TextField:
-        out = super().__new__(cls, name)
-        out.keys = keys
-        return out
-
-
 class _Keyed(str):
-    """A record's text with the values of the keys its text field names (``field_values``)."""
+    """A record's text with its values of the keys ``ingest(fields=...)`` names
+    (``field_values``)."""
 
     field_values: tuple[Any, ...] = ()
 
@@ -85,14 +76,15 @@ class _Keyed(str):
 _FIELD_TYPES = (str, int, float, bool)
 
 
-def _text_of(obj: Any, field: str) -> str | _Reason:
-    """The text of a record, or the reason it has none (a record lacking one of the keys
-    ``fields=`` names, or holding a value there that is not a number or a string, has none)."""
+def _text_of(obj: Any, field: str, keys: tuple[str, ...] = ()) -> str | _Reason:
+    """The text of a record (a :class:`_Keyed` carrying its values of ``keys``, the keys
+    ``fields=`` names), or the reason it has none (a record lacking one of ``keys``, or holding
+    a value there that is not a number or a string, has none)."""
     if not isinstance(obj, Mapping):
         return _Reason(f"the record is a {_json_type(obj)}, not an object with a {field!r} field")
     if field not in obj:
         return _Reason(f"field {field!r} is missing")
-    return _keyed(_check_text(obj[field], field), obj, getattr(field, "keys", ()))
+    return _keyed(_check_text(obj[field], field), obj, keys)
 
 
 def _keyed(text: str | _Reason, obj: Mapping, keys: tuple[str, ...], what: str = "field") -> Any:
