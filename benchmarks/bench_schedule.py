@@ -8,6 +8,14 @@ sequential or block order reads) or *random*; a call of the constant mixture and
 schedule alternate, so both see the same machine, and each row gives both medians and their ratio
 (schedule / constant; 1 is equal speed).  Construction time of each schedule is reported too.
 
+Prefix error above eight sources (the bound of :mod:`mmpack.sampling.schedule_plan` is 1.5
+samples up to eight): the worst ``|count_k(p) - F_k(p)|`` over every prefix and source against the
+schedule's integral (float64, one unit interval at a time, as tests/reference.py sums it
+exactly), and the plan's own bound, over keyed random schedules of two kinds: *one-hot stages*
+(a Dirichlet(1) warm-up of 3-40 positions, then each source in a keyed order holds all the
+weight for 20 positions while the others stand still) and *linear* (two Dirichlet(0.2) points
+2000 positions apart, held 500 more).
+
 Run ``python -m benchmarks.bench_schedule [--quick]`` (``--quick`` takes a few seconds).
 """
 
@@ -56,6 +64,51 @@ def _side_by_side(a: Mixture, b: Mixture, batches: list[np.ndarray]) -> tuple[fl
     return float(np.median(ta[1:])), float(np.median(tb[1:]))
 
 
+def _worst_prefix_error(schedule: Schedule, n: int) -> tuple[float, float]:
+    """The worst prefix error of a mixture of ``schedule`` over ``n`` positions against the
+    schedule's integral, and the plan's bound."""
+    k = schedule.num_sources
+    mixture = Mixture([_Source(10**6) for _ in range(k)], schedule, num_samples=n, seed=1)
+    src, _ = mixture.source_of_many(np.arange(n))
+    rows = np.array([w for _, w in schedule.spec()[2]], np.float64)
+    rows /= rows.sum(axis=1, keepdims=True)
+    starts = np.array(schedule.starts, np.float64)
+    mid = np.arange(n) + 0.5  # a linear weight's integral over [i, i + 1] is its value at i + 1/2
+    if schedule.interpolate == "linear":
+        weights = np.stack([np.interp(mid, starts, rows[:, j]) for j in range(k)], axis=1)
+    else:
+        weights = rows[np.searchsorted(starts, mid, side="right") - 1]
+    target = np.cumsum(weights, axis=0)
+    counts = np.cumsum(np.eye(k)[src], axis=0)
+    return float(np.abs(counts - target).max()), float(mixture.stats().error_bound)
+
+
+def _prefix_rows(rng: np.random.Generator, trials: int) -> list[dict[str, Any]]:
+    rows = []
+    for kind, sizes in (("one-hot stages", (9, 12, 16)), ("linear", (12, 16, 32))):
+        for k in sizes:
+            worst, bound = 0.0, 0.0
+            for _ in range(trials):
+                if kind == "linear":
+                    points = [(0, rng.dirichlet(np.full(k, 0.2)).tolist()),
+                              (2000, rng.dirichlet(np.full(k, 0.2)).tolist())]  # fmt: skip
+                    schedule, n = Schedule(points, interpolate="linear"), 2500
+                else:
+                    points, start = (
+                        [(0, rng.dirichlet(np.ones(k)).tolist())],
+                        int(rng.integers(3, 40)),
+                    )
+                    for j in rng.permutation(k).tolist():
+                        points.append((start, np.eye(k)[j].tolist()))
+                        start += 20
+                    schedule, n = Schedule(points, interpolate="constant"), start
+                w, b = _worst_prefix_error(schedule, n)
+                worst, bound = max(worst, w), max(bound, b)
+            rows.append({"case": f"prefix error, {kind}, {k} sources", "worst": worst,
+                         "bound": bound, "trials": trials})  # fmt: skip
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     calls = 30 if quick else 300
@@ -84,13 +137,17 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     "calls": calls,
                 }
             )
-    return rows
+    return rows + _prefix_rows(rng, 4 if quick else 60)
 
 
 def main(argv: list[str]) -> None:
     t0 = time.perf_counter()
     rows = run(quick="--quick" in argv)
     for r in rows:
+        if "worst" in r:
+            print(f"{r['case']:<46} worst {r['worst']:.3f}  plan bound {r['bound']:.3f}  "
+                  f"({r['trials']} schedules)")  # fmt: skip
+            continue
         print(
             f"{r['case']:<46} rows {r['rows']:>5}  build {r['build_s']:.2f} s  constant "
             f"{r['constant_idx_per_s']:>12,.0f}/s  schedule {r['schedule_idx_per_s']:>12,.0f}/s  "

@@ -471,3 +471,57 @@ def test_a_child_forked_while_a_thread_takes_the_lock_does_not_keep_it(tmp_path)
         for pid in children:
             os.waitpid(pid, 0)
     assert waits and max(waits) < 0.5, f"the lock waited {max(waits):.2f} s for a child"
+
+
+def test_threads_queue_on_the_lock_and_a_holder_past_the_bound_is_read_around(
+    tmp_path, monkeypatch
+):
+    """Threads of one process take the cache's lock in turn (each entry alone inside); a
+    thread kept waiting past :data:`LOCK_WAIT_SECONDS` by another thread of the process gets
+    :class:`CacheLockTimeout` (the cache is then read around), and once the lock is free the
+    next entry takes it and the lock is no longer stuck."""
+    import time
+
+    monkeypatch.setattr(cache_mod, "LOCK_WAIT_SECONDS", 0.3)
+    cache = cache_mod.BlockCache(tmp_path, GiB)
+    cache.root.mkdir(parents=True)
+    path = str(cache.root / ".lock")
+    inside, overlaps = [0], []
+
+    def enter() -> None:
+        for _ in range(50):
+            with cache._locked():
+                inside[0] += 1
+                overlaps.append(inside[0])
+                time.sleep(0.0002)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=enter) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(overlaps) == 400 and max(overlaps) == 1
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with cache._locked():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        t0 = time.monotonic()
+        with pytest.raises(cache_mod.CacheLockTimeout, match="in this process"):
+            with cache._locked():
+                pass
+        assert 0.25 <= time.monotonic() - t0 < 5
+        assert path in cache_mod._STUCK
+    finally:
+        release.set()
+        holder.join(10)
+    with cache._locked():  # free again: taken at once, no longer stuck
+        assert path not in cache_mod._STUCK

@@ -50,6 +50,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -99,13 +100,12 @@ def _reset_thread_locks() -> None:
 os.register_at_fork(after_in_child=_reset_thread_locks)
 
 
+@dataclass(slots=True)
 class _Charge:
     """Blocks charged (``blocks``) and written (``written``) by one :meth:`BlockCache._charged`."""
 
-    __slots__ = ("blocks", "written")
-
-    def __init__(self) -> None:
-        self.blocks = self.written = 0
+    blocks: int = 0
+    written: int = 0
 
 
 class CacheLockTimeout(TimeoutError):
@@ -289,13 +289,11 @@ class BlockCache:
         exit the charge of those not written is given back.  An ``OSError`` (a stuck lock: none
         charged; a full or failing disk: the body stops there) is warned of once and swallowed:
         the caller serves the rest from memory."""
-        charge = _Charge()
         try:
-            charge.blocks = self.charge(cf, sizes)
+            charge = _Charge(self.charge(cf, sizes))
         except OSError as exc:
             warn_once(self.cache_dir, exc)
-            yield charge
-            return
+            charge = _Charge()
         try:
             yield charge
         except OSError as exc:
