@@ -104,6 +104,27 @@ def test_file_url_same_code_path(tmp_path):
     _assert_views_equal(store, mmpack.build(tmp_path / "local", docs))
 
 
+def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
+    """The uploaded table holds XXH64 (seed 0) of each 16 KiB block of ``tokens.bin`` (the
+    reference package, block by block); a record without its digest kind is refused."""
+    import xxhash
+
+    store = mmpack.build((tmp_path / "remote").as_uri(), _corpus(seed=5))
+    remote = store.meta["remote"]
+    assert (remote["check_object"], remote["check_digest"]) == ("tokens.xxh", "xxh64")
+    data = tmp_path / "remote" / remote["data"]
+    tokens, block = (data / "tokens.bin").read_bytes(), remote["check_block_bytes"]
+    want = [xxhash.xxh64_intdigest(tokens[a : a + block]) for a in range(0, len(tokens), block)]
+    assert len(want) > 1 and len(tokens) % block  # several blocks, the last one short
+    assert np.frombuffer((data / "tokens.xxh").read_bytes(), "<u8").tolist() == want
+    meta = tmp_path / "remote" / "mmpack.json"
+    raw = json.loads(meta.read_text())
+    del raw["remote"]["check_digest"]
+    meta.write_text(json.dumps(raw))
+    with pytest.raises(FormatError, match="malformed remote record"):
+        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c")
+
+
 def test_plain_local_store_opens_by_url(tmp_path):
     """A local memmap store (no check table) opens through file:// with its 16 MiB blocks."""
     docs = _corpus(seed=4)
@@ -147,7 +168,7 @@ def test_flipped_byte_is_an_error(s3_server, tmp_path):
 def test_corrupt_offsets_or_table_refused_at_open(s3_server, tmp_path):
     store = mmpack.build(_url(), _corpus(), storage_options=s3_server.options)
     t = make_transport(store.location, s3_server.options)
-    for name in ("offsets.bin", "tokens.crc"):
+    for name in ("offsets.bin", "tokens.xxh"):
         key = store.meta["remote"]["data"] + "/" + name
         good = t.get(key)
         bad = bytearray(good)
