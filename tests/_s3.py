@@ -180,11 +180,20 @@ class DelayProxy:
     """A TCP proxy on 127.0.0.1 that forwards to ``target_port`` and sleeps ``delay`` seconds
     before forwarding each chunk received from a client (the request), modelling the round trip
     to a distant object store.  At most ``max_connections`` connections at once; stops in
-    ``close()`` (and every thread is a daemon)."""
+    ``close()`` (and every thread is a daemon).  With ``cut_once_after=n`` the first connection
+    to send ``n`` bytes back is cut there (both ways shut), as a network fault mid-body."""
 
-    def __init__(self, target_port: int, delay: float, max_connections: int = 256) -> None:
+    def __init__(
+        self,
+        target_port: int,
+        delay: float,
+        max_connections: int = 256,
+        cut_once_after: int | None = None,
+    ) -> None:
         self.target_port = target_port
         self.delay = delay
+        self.cut_once_after = cut_once_after
+        self.cuts = 0
         self.requests = 0
         self.bytes_down = 0  # bytes the server sent back (bodies and headers)
         self._sem = threading.BoundedSemaphore(max_connections)
@@ -219,11 +228,18 @@ class DelayProxy:
         client.settimeout(60)
 
         def down() -> None:
+            sent = 0
             try:
                 while True:
                     data = upstream.recv(1 << 16)
                     if not data:
                         break
+                    cut = self.cut_once_after
+                    if cut is not None and not self.cuts and sent + len(data) >= cut:
+                        self.cuts += 1
+                        client.sendall(data[: cut - sent])
+                        break
+                    sent += len(data)
                     self.bytes_down += len(data)
                     client.sendall(data)
             except OSError:
