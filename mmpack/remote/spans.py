@@ -106,20 +106,28 @@ class SpanFetcher:
         return start * f.itemsize // f.block, -(-(stop * f.itemsize) // f.block)
 
     # ------------------------------------------------------------------------------ fetch
-    def fetch(self, spans: list[tuple[int, int]], claimed: threading.Event | None = None) -> int:
+    def fetch(
+        self,
+        spans: list[tuple[int, int]],
+        claimed: threading.Event | None = None,
+        queued: threading.Event | None = None,
+    ) -> int:
         """Fetch the absent check blocks of token spans ``[(start, stop), ...]`` (in the order
         given: the order they are needed) into the node cache, except those another process
-        fetches now; ``claimed`` is set once the blocks are claimed (before any is fetched).
+        fetches now; ``claimed`` is set once the blocks are claimed (before any is fetched),
+        ``queued`` once every part is queued (a later call's parts then go out after them).
         Returns the bytes fetched."""
         self._here()
-        cf = self.cache
-        if cf is None or not spans:
-            return 0
-        ranges = [self.block_range(a, b) for a, b in spans]
-        ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
-        claim = cf.claim(ids[~cf.present(ids)].tolist())
-        if claimed is not None:
-            claimed.set()
+        try:
+            cf = self.cache
+            if cf is None or not spans:
+                return 0
+            ranges = [self.block_range(a, b) for a, b in spans]
+            ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
+            claim = cf.claim(ids[~cf.present(ids)].tolist())
+        finally:
+            if claimed is not None:
+                claimed.set()
         try:
             parts = self._parts(ranges, set(claim.mine))
             with self._lock:
@@ -129,6 +137,8 @@ class SpanFetcher:
                     self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mmpack-span")
             pool = self._pool
             done = [pool.submit(self._fetch_part, cf, lo, hi) for lo, hi in parts]
+            if queued is not None:
+                queued.set()
             return sum(d.result() for d in done)  # FIFO: parts go out in the order needed
         finally:
             claim.close()

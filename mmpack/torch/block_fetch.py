@@ -24,7 +24,9 @@ batch it yields: the default path is the fast one.  A plain loop drives one with
 Cost per window, in this process: one :meth:`BlockOrder.map` of the window's positions, one sort
 of their block ids, one ``token_span`` per block (a few microseconds each), one ``fcntl`` per
 block to pin; the transfer and the drops (one ``fcntl`` per block and one hole punched per run
-of blocks) run in two background threads, a window's fetch after the drops that precede it.
+of blocks) run in two background threads, a window's fetch after the drops that precede it and
+after the window before it has queued its parts, so that the parts of the window the loop
+stands in go out first (the two windows' parts interleaved, the loop waited for both).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from mmpack.torch.sampler import ResumableSampler
 __all__ = ["WindowFetcher"]
 
 Key = tuple[int, int]  # (epoch, window)
+
+_QUEUE_WAIT = 60.0
+"""The longest a window's fetch waits for the window before it to queue its parts (a claim and
+a few thousand submissions: milliseconds; the wait only orders the two)."""
 
 
 class WindowFetcher:
@@ -78,6 +84,7 @@ class WindowFetcher:
         self._lock = threading.Lock()
         self._live: dict[Key, list[tuple[int, int]]] = {}
         self._jobs: dict[Key, Future[int]] = {}
+        self._queued: dict[Key, threading.Event] = {}  # set once a window's parts are queued
         self._pool: ThreadPoolExecutor | None = None
         self._drops: list[Future[int]] = []  # drops of windows left behind, under way
         self._found = (-1, 0, 0, 0)  # (epoch, first position, end, window) last found
@@ -185,33 +192,47 @@ class WindowFetcher:
         drops = [pool.submit(self.spans.drop, spans) for spans in map(self._unpin, gone)]
         self._drops.extend(drops)
         self.current = key
+        before: threading.Event | None = None
         for k in wanted:
             with self._lock:
                 if k in self._live:
+                    before = self._queued.get(k)
                     continue
                 spans = self.window_spans(*k)
                 self._live[k] = spans
+                queued = self._queued[k] = threading.Event()
             self.spans.pin(k, spans)
             claimed = threading.Event()
-            self._jobs[k] = pool.submit(self._fetch, k, spans, claimed, drops)
+            self._jobs[k] = pool.submit(self._fetch, k, spans, claimed, queued, before, drops)
+            before = queued
             if wait_claim and k == key:
                 claimed.wait(30.0)
 
     def _fetch(
-        self, key: Key, spans: list[tuple[int, int]], claimed: threading.Event, after: list[Future]
+        self,
+        key: Key,
+        spans: list[tuple[int, int]],
+        claimed: threading.Event,
+        queued: threading.Event,
+        before: threading.Event | None,
+        after: list[Future],
     ) -> int:
         """The background job of one window: once the windows left before it are dropped (the
-        cache never holds more than two), fetch it unless it was left meanwhile (then drop what
-        it stored)."""
+        cache never holds more than two) and the window before it has queued its parts (``before``:
+        its parts go out first, where the two would otherwise interleave and the loop wait for
+        both), fetch it unless it was left meanwhile (then drop what it stored)."""
         try:
             for job in after:  # submitted before this one: running or done, never queued
                 job.result()
+            if before is not None:
+                before.wait(_QUEUE_WAIT)  # set by that job's end at the latest
             with self._lock:
                 if key not in self._live:
                     return 0
-            return int(self.spans.fetch(spans, claimed=claimed))
+            return int(self.spans.fetch(spans, claimed=claimed, queued=queued))
         finally:
             claimed.set()
+            queued.set()
             with self._lock:
                 left = key not in self._live
             if left:
@@ -221,6 +242,7 @@ class WindowFetcher:
         """Leave window ``key``: forget it and release its pins; returns its spans (to drop)."""
         with self._lock:
             spans = self._live.pop(key, [])
+            self._queued.pop(key, None)
         self.spans.unpin(key)
         return spans
 
