@@ -12,6 +12,7 @@ Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_block_fetch.py`
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 
 import numpy as np
 import pytest
@@ -288,3 +289,44 @@ def test_a_drop_under_a_stuck_cache_lock_keeps_the_blocks(stores, s3_server, tmp
         assert any("lock" in str(w.message) for w in rec), [str(w.message) for w in rec]
         np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
     assert spans.drop([(0, 20_000)]) > 0
+
+
+def test_the_current_window_queues_all_its_parts_before_the_next(
+    stores, s3_server, tmp_path, monkeypatch
+):
+    """Parts go out in queue order on one fetch thread: every part of the window the loop
+    starts in is queued before any of the next window's, even where the first is slow to queue
+    them (they interleaved, and the loop waited for both windows)."""
+    remote, _ = stores
+    store = _open(remote, dict(s3_server.options, max_concurrency=1), tmp_path)
+    ld = _loader(store)
+    f = _with_parts(ld)
+    calls: list[int] = []
+    real = SpanFetcher._fetch_part
+
+    def recorded(self, cf, lo, hi):
+        calls.append(lo)
+        return real(self, cf, lo, hi)
+
+    monkeypatch.setattr(SpanFetcher, "_fetch_part", recorded)
+    cut = SpanFetcher._parts
+    slow = {"first": True}
+
+    def late(self, ranges, mine):  # the first window is slow to cut its parts: the next waits
+        if slow.pop("first", False):
+            time.sleep(0.3)
+        return cut(self, ranges, mine)
+
+    monkeypatch.setattr(SpanFetcher, "_parts", late)
+    first = next(iter(ld))
+    f.wait()
+
+    def owner(spans):
+        return {b for a, z in spans for b in range(*f.spans.block_range(a, z))}
+
+    here, after = owner(f.window_spans(0, 0)), owner(f.window_spans(0, 1))
+    windows = [0 if lo in here else 1 if lo in after else 2 for lo in calls]
+    assert first is not None and 0 < windows.count(0) and 0 < windows.count(1)
+    assert 2 not in windows  # nothing but the two windows
+    assert windows == sorted(windows)  # window 0's parts, then window 1's
+    f.close()
