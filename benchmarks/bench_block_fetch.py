@@ -12,7 +12,8 @@ workers, over a packed view, and with windows small enough that the store has se
 
 - ``local memmap``: the local store through the same loader and order (the reference);
 - ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
-  the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads);
+  the same client into a buffer per fetch thread (as the span fetcher receives them),
+  ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads);
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
   :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
   spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
@@ -29,7 +30,13 @@ the next epoch, which the fetcher fetches while the loop is in the last one); ``
 CPU seconds of this process (and its DataLoader workers), ``cpu server+proxy s`` those of the S3
 server and the proxy, ``cpu / cores s`` their sum over the machine's cores: no schedule of the
 case on this machine runs faster (where the server shares the reader's cores, that bounds
-``vs local`` and ``vs floor``).
+``vs local`` and ``vs floor``); ``order bound`` the most ``vs local`` any fetcher of the order
+can reach with the loop at the local rate and the transfer at the floor's, side by side
+(:func:`_order_bound`: the first window is fetched before it is read, then each window takes the
+longer of reading one and fetching the next, then the last is read).  A row before the cases
+gives what writing bytes into new page-cache pages costs this machine, against overwriting
+resident ones (:func:`_page_costs`): the node cache lands at least two windows in new pages in a
+first epoch, where the local store's pages are already resident.
 
 Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 16 MB, under 20 s; ``--large``: a
 2.7 GB store, three windows at the defaults, the default case alone, about 2 minutes: the store of
@@ -42,6 +49,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -162,10 +170,51 @@ def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
         b0, b1 = sf.block_range(a, b)
         for lo in range(b0, b1, sf.part_blocks):
             parts.append((lo * f.block, min(min(lo + sf.part_blocks, b1) * f.block, f.nbytes)))
+    local = threading.local()
+
+    def get(r: tuple[int, int]) -> None:  # into a buffer per thread, as the span fetcher does
+        if getattr(local, "buf", None) is None:
+            local.buf = bytearray(sf.part_blocks * f.block)
+        f.transport.get_range_into(f.key, r[0], memoryview(local.buf)[: r[1] - r[0]])
+
     t0 = time.perf_counter()
     with ThreadPoolExecutor(f.transport.max_concurrency) as pool:
-        list(pool.map(lambda r: f.transport.get_ranges(f.key, [r]), parts))
+        list(pool.map(get, parts))
     return time.perf_counter() - t0
+
+
+def _order_bound(local_s: float, floor_s: float, n_windows: int) -> float:
+    """The most ``vs local`` any fetcher of the block-window order can reach, with the loop at
+    the local epoch's rate and the transfer at the floor's, side by side at full speed: the
+    loop needs nearly all of a window before it gets far into it (after ``m`` samples of a
+    window of ``W`` blocks it has touched a fraction ``1 - (1 - 1/W)**m`` of them: 95% after
+    ``3 W``), and the fetcher runs at most one window ahead (the cache holds two).  So the first
+    window's transfer comes before any reading, each later window takes the longer of reading
+    the one before and fetching it, and the last is read after its transfer."""
+    n = max(1, n_windows)
+    fetch, read = floor_s / n, local_s / n
+    return local_s / (fetch + (n - 1) * max(read, fetch) + read)
+
+
+def _page_costs(folder: Path, nbytes: int = 256 << 20) -> tuple[float, float]:
+    """CPU seconds per GB of writing ``nbytes`` into new page-cache pages (a new file, 4 MiB
+    at a time, as the node cache stores parts) and of writing them again over the resident
+    ones: what bytes landing in memory cost this machine (on a VM whose host backs guest memory
+    on first touch, the first is many times the second)."""
+    buf = np.random.default_rng(0).integers(0, 256, 4 << 20, np.uint8).tobytes()
+    path = folder / "page-costs"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    out = []
+    try:
+        for _ in range(2):
+            c0 = time.process_time()
+            for at in range(0, nbytes, len(buf)):
+                os.pwrite(fd, buf, at)
+            out.append((time.process_time() - c0) / (nbytes / 1e9))
+    finally:
+        os.close(fd)
+        path.unlink()
+    return out[0], out[1]
 
 
 def _cpu_columns(c: _Cpu) -> dict[str, float]:
@@ -224,6 +273,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids) -> list[dict[str, Any]
             "MB/s": fetched_epoch / secs / 1e6,
             "vs local": local_s / secs,
             "vs floor": floor_s / secs,
+            "order bound": _order_bound(local_s, floor_s, order.n_windows),
             "first batch s": first,
             "fetched/served": fetched_epoch / served,
             "req/sample": (stats["requests"] + reads["requests"]) / len(view),
@@ -292,6 +342,9 @@ def run(quick: bool = False, large: bool = False) -> list[dict[str, Any]]:
             mmpack.build(url, docs, storage_options=server.options, overwrite=True)
             local = mmpack.build(tmp / "local", docs)
             rows.append({"case": f"store: {local.num_tokens * 2 / 1e6:.0f} MB of tokens"})
+            fresh, again = _page_costs(tmp)
+            rows.append({"case": f"page-cache writes: {fresh:.2f} CPU s per GB into new pages, "
+                                 f"{again:.2f} over resident ones"})  # fmt: skip
             proxy = _Proxy(server.port, 0.02)
             opts = dict(server.options, endpoint=proxy.endpoint)
             pids = [server.proc.pid, proxy.pid]
