@@ -33,10 +33,12 @@ case on this machine runs faster (where the server shares the reader's cores, th
 ``vs local`` and ``vs floor``); ``order bound`` the most ``vs local`` any fetcher of the order
 can reach with the loop at the local rate and the transfer at the floor's, side by side
 (:func:`_order_bound`: the first window is fetched before it is read, then each window takes the
-longer of reading one and fetching the next, then the last is read).  A row before the cases
-gives what writing bytes into new page-cache pages costs this machine, against overwriting
-resident ones (:func:`_page_costs`): the node cache lands at least two windows in new pages in a
-first epoch, where the local store's pages are already resident.
+longer of reading one and fetching the next, then the last is read); ``machine bound`` the
+most ``vs local`` any reader reaches on this machine (:func:`_machine_seconds`: the loop's CPU,
+the bare transfer's, and landing two windows in new pages, over every core).  A row before the
+cases gives what writing bytes into new page-cache pages costs this machine, against
+overwriting resident ones (:func:`_page_costs`): a first epoch lands at least two windows in new
+pages, where the local store's pages are already resident.
 
 Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 16 MB, under 20 s; ``--large``: a
 2.7 GB store, three windows at the defaults, the default case alone, about 2 minutes: the store of
@@ -183,6 +185,14 @@ def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
     return time.perf_counter() - t0
 
 
+def _machine_seconds(local: _Cpu, floor: _Cpu, fresh_s: float) -> float:
+    """The fewest seconds any reader of the case takes on this machine: the loop's CPU (the
+    local epoch's), the bare transfer's (client, server and proxy: the floor's) and ``fresh_s``
+    (landing the bytes of two windows, or of the store where it is smaller, in new pages),
+    spread over every core with none idle."""
+    return (local.client + floor.client + floor.others + fresh_s) / (os.cpu_count() or 1)
+
+
 def _order_bound(local_s: float, floor_s: float, n_windows: int) -> float:
     """The most ``vs local`` any fetcher of the block-window order can reach, with the loop at
     the local epoch's rate and the transfer at the floor's, side by side at full speed: the
@@ -223,7 +233,7 @@ def _cpu_columns(c: _Cpu) -> dict[str, float]:
             "cpu / cores s": (c.client + c.others) / cores}  # fmt: skip
 
 
-def _blocks_rows(url, opts, tmp, local, case: Case, pids) -> list[dict[str, Any]]:
+def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[dict[str, Any]]:
     import mmpack
 
     tag = case.tag
@@ -274,6 +284,8 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids) -> list[dict[str, Any]
             "vs local": local_s / secs,
             "vs floor": floor_s / secs,
             "order bound": _order_bound(local_s, floor_s, order.n_windows),
+            "machine bound": local_s
+            / _machine_seconds(cpu_local, cpu_floor, fresh * min(sum(wbytes), two) / 1e9),
             "first batch s": first,
             "fetched/served": fetched_epoch / served,
             "req/sample": (stats["requests"] + reads["requests"]) / len(view),
@@ -349,7 +361,7 @@ def run(quick: bool = False, large: bool = False) -> list[dict[str, Any]]:
             opts = dict(server.options, endpoint=proxy.endpoint)
             pids = [server.proc.pid, proxy.pid]
             for case in _cases(quick, large):
-                rows.extend(_blocks_rows(url, opts, tmp, local, case, pids))
+                rows.extend(_blocks_rows(url, opts, tmp, local, case, pids, fresh))
             if not large:
                 rows.extend(_global_rows(url, opts, tmp, local, 8 if quick else 24))
         finally:
