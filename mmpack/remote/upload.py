@@ -90,12 +90,12 @@ which also gives the node cache its own digests)."""
 
 def check_table(path: Path, block: int) -> bytes:
     """XXH64 (uint64 LE) of every ``block`` bytes of the file at ``path`` (the last may be
-    short), read 64 MiB at a time."""
-    step = max(1, (64 << 20) // block) * block
+    short), read 64 MiB at a time into one buffer."""
+    buf = bytearray(max(1, (64 << 20) // block) * block)  # reused: no new pages per chunk
     parts = []
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(step), b""):
-            parts.append(block_digests(CHECK_DIGEST, chunk, block))
+    with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
+        while n := f.readinto(buf):
+            parts.append(block_digests(CHECK_DIGEST, memoryview(buf)[:n], block))
     table = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return table.astype("<u8").tobytes()
 
