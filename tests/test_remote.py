@@ -109,6 +109,8 @@ def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
     reference package, block by block); a record without its digest kind is refused."""
     import xxhash
 
+    from mmpack.remote.upload import check_table
+
     store = mmpack.build((tmp_path / "remote").as_uri(), _corpus(seed=5))
     remote = store.meta["remote"]
     assert (remote["check_object"], remote["check_digest"]) == ("tokens.xxh", "xxh64")
@@ -117,6 +119,8 @@ def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
     want = [xxhash.xxh64_intdigest(tokens[a : a + block]) for a in range(0, len(tokens), block)]
     assert len(want) > 1 and len(tokens) % block  # several blocks, the last one short
     assert np.frombuffer((data / "tokens.xxh").read_bytes(), "<u8").tolist() == want
+    for chunk in (block, 3 * block, 3 * block + 5):  # read in several chunks: the same table
+        assert check_table(data / "tokens.bin", block, chunk) == (data / "tokens.xxh").read_bytes()
     meta = tmp_path / "remote" / "mmpack.json"
     raw = json.loads(meta.read_text())
     del raw["remote"]["check_digest"]

@@ -88,10 +88,10 @@ CHECK_DIGEST = "xxh64"
 which also gives the node cache its own digests)."""
 
 
-def check_table(path: Path, block: int) -> bytes:
+def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
     """XXH64 (uint64 LE) of every ``block`` bytes of the file at ``path`` (the last may be
-    short), read 64 MiB at a time into one buffer."""
-    buf = bytearray(max(1, (64 << 20) // block) * block)  # reused: no new pages per chunk
+    short), read about ``chunk`` bytes at a time (whole blocks) into one buffer."""
+    buf = bytearray(max(1, chunk // block) * block)  # reused: no new pages per chunk
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
         while n := f.readinto(buf):
