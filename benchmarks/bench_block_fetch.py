@@ -10,10 +10,12 @@ workers, over a packed view, and with windows small enough that the store has se
 (``window_blocks`` 8 of 4 MiB blocks, then of 1 MiB blocks: two windows in flight hold only
 16 parts, so the transfer runs at that concurrency):
 
-- ``local memmap``: the local store through the same loader and order (the reference);
+- ``local memmap``: the local store through the same loader and order (the reference; the
+  faster of two epochs, after a warm-up);
 - ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
   the same client into a buffer per fetch thread (as the span fetcher receives them),
-  ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads);
+  ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads; the faster of
+  two runs);
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
   :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
   spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
@@ -227,6 +229,20 @@ def _page_costs(folder: Path, nbytes: int = 256 << 20) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def _best(pids: list[int], run: Any, times: int = 2) -> tuple[float, _Cpu]:
+    """The fastest of ``times`` runs of ``run()`` (which returns its seconds) and its CPU: the
+    references (the local epoch, the floor) at their best, so one slow run on a shared machine
+    flatters no ratio."""
+    best: tuple[float, _Cpu] | None = None
+    for _ in range(times):
+        with _Cpu(pids) as cpu:
+            secs = float(run())
+        if best is None or secs < best[0]:
+            best = (secs, cpu)
+    assert best is not None
+    return best
+
+
 def _cpu_columns(c: _Cpu) -> dict[str, float]:
     cores = os.cpu_count() or 1
     return {"cpu here s": c.client, "cpu server+proxy s": c.others,
@@ -239,8 +255,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
     tag = case.tag
     local_ld = case.loader(case.view(local), workers=0)
     _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
-    with _Cpu(pids) as cpu_local:
-        local_s = _epoch(local_ld)[0]
+    local_s, cpu_local = _best(pids, lambda: _epoch(local_ld)[0])
     store = mmpack.open(
         url, storage_options=opts, cache_dir=tmp / f"c{time.time()}", cache_limit=8 << 30
     )
@@ -270,8 +285,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
     floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"f{time.time()}",
                               cache_limit=8 << 30)  # fmt: skip
     floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
-    with _Cpu(pids) as cpu_floor:
-        floor_s = _floor(floor_store, [s for w in windows for s in w])
+    floor_s, cpu_floor = _best(pids, lambda: _floor(floor_store, [s for w in windows for s in w]))
     return [
         {"case": f"local memmap, blocks, {tag}", "s": local_s, "vs local": 1.0}
         | _cpu_columns(cpu_local),
