@@ -32,10 +32,11 @@ the next epoch, which the fetcher fetches while the loop is in the last one); ``
 CPU seconds of this process (and its DataLoader workers), ``cpu server+proxy s`` those of the S3
 server and the proxy, ``cpu / cores s`` their sum over the machine's cores: no schedule of the
 case on this machine runs faster (where the server shares the reader's cores, that bounds
-``vs local`` and ``vs floor``); ``order bound`` the most ``vs local`` any fetcher of the order
-can reach with the loop at the local rate and the transfer at the floor's, side by side
-(:func:`_order_bound`: the first window is fetched before it is read, then each window takes the
-longer of reading one and fetching the next, then the last is read); ``machine bound`` the
+``vs local`` and ``vs floor``); ``order bound`` (``order bound vs floor``) the most ``vs local``
+(``vs floor``) any fetcher of the order can reach with the loop at the local rate and the
+transfer at the floor's, side by side (:func:`_order_seconds`: the first window is fetched before
+it is read, then each window takes the longer of reading one and fetching the next, then the
+last is read); ``machine bound`` the
 most ``vs local`` any reader reaches on this machine (:func:`_machine_seconds`: the loop's CPU,
 the bare transfer's, and landing two windows in new pages, over every core).  A row before the
 cases gives what writing bytes into new page-cache pages costs this machine, against
@@ -195,17 +196,17 @@ def _machine_seconds(local: _Cpu, floor: _Cpu, fresh_s: float) -> float:
     return (local.client + floor.client + floor.others + fresh_s) / (os.cpu_count() or 1)
 
 
-def _order_bound(local_s: float, floor_s: float, n_windows: int) -> float:
-    """The most ``vs local`` any fetcher of the block-window order can reach, with the loop at
-    the local epoch's rate and the transfer at the floor's, side by side at full speed: the
-    loop needs nearly all of a window before it gets far into it (after ``m`` samples of a
+def _order_seconds(local_s: float, floor_s: float, n_windows: int) -> float:
+    """The fewest seconds any fetcher of the block-window order takes over an epoch, with the
+    loop at the local epoch's rate and the transfer at the floor's, side by side at full speed:
+    the loop needs nearly all of a window before it gets far into it (after ``m`` samples of a
     window of ``W`` blocks it has touched a fraction ``1 - (1 - 1/W)**m`` of them: 95% after
     ``3 W``), and the fetcher runs at most one window ahead (the cache holds two).  So the first
     window's transfer comes before any reading, each later window takes the longer of reading
     the one before and fetching it, and the last is read after its transfer."""
     n = max(1, n_windows)
     fetch, read = floor_s / n, local_s / n
-    return local_s / (fetch + (n - 1) * max(read, fetch) + read)
+    return fetch + (n - 1) * max(read, fetch) + read
 
 
 def _page_costs(folder: Path, nbytes: int = 256 << 20) -> tuple[float, float]:
@@ -297,7 +298,8 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
             "MB/s": fetched_epoch / secs / 1e6,
             "vs local": local_s / secs,
             "vs floor": floor_s / secs,
-            "order bound": _order_bound(local_s, floor_s, order.n_windows),
+            "order bound": local_s / _order_seconds(local_s, floor_s, order.n_windows),
+            "order bound vs floor": floor_s / _order_seconds(local_s, floor_s, order.n_windows),
             "machine bound": local_s
             / _machine_seconds(cpu_local, cpu_floor, fresh * min(sum(wbytes), two) / 1e9),
             "first batch s": first,
