@@ -67,7 +67,7 @@ from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
 __all__ = ["RemoteBackend", "verified_object"]
 
 
-_TABLE_DTYPES = {"xxh64": np.dtype("<u8"), "crc32": np.dtype("<u4")}
+_TABLE_DTYPES: dict[str, np.dtype] = {"xxh64": np.dtype("<u8"), "crc32": np.dtype("<u4")}
 """A check table's entries by its ``check_digest``."""
 
 
