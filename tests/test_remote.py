@@ -160,6 +160,7 @@ def test_get_range_into_fills_the_buffer_with_the_range(s3_server, tmp_path, cli
         assert buf[:3] == b"\xee" * 3 and buf[3 + size :] == b"\xee" * 7
     with pytest.raises((RemoteError, ObjectMissing)):
         t.get_range_into("obj", n - 10, memoryview(bytearray(20)))
+    t.get_range_into("obj", 5, memoryview(bytearray(0)))  # an empty buffer: nothing to fetch
 
 
 def test_get_range_into_retries_a_connection_cut_mid_body(s3_server):

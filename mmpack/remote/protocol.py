@@ -134,7 +134,8 @@ class Transport:
         """Bytes ``[start, start + len(out))`` of ``key`` written into ``out`` (a writable
         byte buffer the caller reuses, so a large read allocates no new memory where the
         client can receive into it; here, one ranged GET copied in)."""
-        self._retry(key, functools.partial(self._get_into, key, start, out))
+        if len(out):
+            self._retry(key, functools.partial(self._get_into, key, start, out))
 
     def _get_into(self, key: str, start: int, out: memoryview) -> None:
         data = self._get(key, (start, start + len(out)))
