@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -766,13 +767,19 @@ def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, wher
                 raise KeyboardInterrupt
             yield d
 
+    taken = threading.Event()
+
+    def ctrl_c(signum, frame):  # Python's own handler, and a mark that the main thread ran it
+        taken.set()
+        raise KeyboardInterrupt
+
     if where == "write":
         real, calls = BW._pwritev, []
 
         def interrupted(*a):
             if not calls:  # one Ctrl-C (a second one would interrupt the cleanup itself)
                 os.kill(os.getpid(), signal.SIGINT)  # handled by the main thread, waiting
-                time.sleep(0.3)
+                taken.wait(10.0)  # the write stays in flight until the main thread has it
             calls.append(1)
             return real(*a)
 
@@ -781,12 +788,16 @@ def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, wher
     # CPython runs a signal's handler at the next bytecode of the main thread; if that is inside
     # a finalizer the garbage collector started, the KeyboardInterrupt is printed and dropped
     # ("Exception ignored in ...") whatever the library does.  The collector stays off here so
-    # the interrupt lands in the build's own code, which is what this test checks.
+    # the interrupt lands in the build's own code, which is what this test checks.  The handler
+    # is set here: a library another test imported in this process may have replaced SIGINT's.
+    previous = signal.signal(signal.SIGINT, ctrl_c)
     gc.disable()
     try:
         with pytest.raises(KeyboardInterrupt):
             mmpack.build(tmp_path / "s", source() if where == "source" else docs, dtype=np.uint16)
     finally:
         gc.enable()
+        signal.signal(signal.SIGINT, previous)
+    assert where == "source" or taken.is_set()
     assert os.listdir(tmp_path) == []
     assert _settled(_writer_threads, 0) == 0
