@@ -13,9 +13,8 @@ workers, over a packed view, and with windows small enough that the store has se
 - ``local memmap``: the local store through the same loader and order (the reference; the
   faster of two epochs, after a warm-up);
 - ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
-  the same client into a buffer per fetch thread (as the span fetcher receives them),
-  ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads; the faster of
-  two runs);
+  the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads;
+  the faster of two runs);
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
   :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
   spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
@@ -54,7 +53,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -175,16 +173,9 @@ def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
         b0, b1 = sf.block_range(a, b)
         for lo in range(b0, b1, sf.part_blocks):
             parts.append((lo * f.block, min(min(lo + sf.part_blocks, b1) * f.block, f.nbytes)))
-    local = threading.local()
-
-    def get(r: tuple[int, int]) -> None:  # into a buffer per thread, as the span fetcher does
-        if getattr(local, "buf", None) is None:
-            local.buf = bytearray(sf.part_blocks * f.block)
-        f.transport.get_range_into(f.key, r[0], memoryview(local.buf)[: r[1] - r[0]])
-
     t0 = time.perf_counter()
     with ThreadPoolExecutor(f.transport.max_concurrency) as pool:
-        list(pool.map(get, parts))
+        list(pool.map(lambda r: f.transport.get_ranges(f.key, [r]), parts))
     return time.perf_counter() - t0
 
 

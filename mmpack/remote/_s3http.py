@@ -217,10 +217,8 @@ class S3Http:
         headers: dict[str, str] | None = None,
         body: bytes | None = None,
         body_file: tuple[str, int] | None = None,
-        preload: bool = True,
     ) -> Any:
-        """One signed request (no retries); returns the urllib3 response, its content loaded
-        unless ``preload=False`` (then the caller reads it and releases the connection).
+        """One signed request (no retries); returns the urllib3 response, content loaded.
         ``body_file=(path, size)`` streams a local file after hashing it."""
         self._ensure()
         query = query or {}
@@ -261,5 +259,5 @@ class S3Http:
                     method, url, body=f, headers=headers, preload_content=True, redirect=False
                 )
         return self._pool.request(
-            method, url, body=body, headers=headers, preload_content=preload, redirect=False
+            method, url, body=body, headers=headers, preload_content=True, redirect=False
         )

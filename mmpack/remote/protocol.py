@@ -130,19 +130,6 @@ class Transport:
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         return [self._retry(key, functools.partial(self._get, key, r)) for r in ranges]
 
-    def get_range_into(self, key: str, start: int, out: memoryview) -> None:
-        """Bytes ``[start, start + len(out))`` of ``key`` written into ``out`` (a writable
-        byte buffer the caller reuses, so a large read allocates no new memory where the
-        client can receive into it; here, one ranged GET copied in)."""
-        if len(out):
-            self._retry(key, functools.partial(self._get_into, key, start, out))
-
-    def _get_into(self, key: str, start: int, out: memoryview) -> None:
-        data = self._get(key, (start, start + len(out)))
-        if len(data) != len(out):
-            raise _Transient(f"short read: {len(data)} bytes for {len(out)} at {start}")
-        out[:] = data
-
     def size(self, key: str) -> int:
         return self._retry(key, lambda: self._size(key))
 

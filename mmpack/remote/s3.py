@@ -25,13 +25,10 @@ from typing import Any
 from mmpack.errors import RemoteAccessError, RemoteError
 from mmpack.remote.protocol import ObjectMissing, Transport, _Transient, require_client
 
-__all__ = ["INTO_PIECE", "RETRY_STATUS", "S3Transport"]
+__all__ = ["RETRY_STATUS", "S3Transport"]
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses retried as transient."""
-
-INTO_PIECE = 256 << 10
-"""Bytes read at a time by :meth:`S3Transport.get_range_into` into the caller's buffer."""
 
 
 class S3Transport(Transport):
@@ -62,32 +59,29 @@ class S3Transport(Transport):
         return f"{self.prefix}/{key}" if key else self.prefix
 
     def _call(self, method: str, key: str | None, **kw: Any) -> Any:
-        """One request; its response (the body loaded unless ``preload=False``) where the
-        status is a success, else the fault it maps to (the module docstring)."""
         import urllib3
 
         try:
             resp = self.http.request(method, self._full(key) if key is not None else "", **kw)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
-        if resp.status < 300:
-            return resp
-        data = resp.data  # an error's body, loaded also where preload=False
-        resp.release_conn()
         if resp.status in RETRY_STATUS:
-            raise _Transient(f"HTTP {resp.status} {_s3_code(data)}")
+            raise _Transient(f"HTTP {resp.status} {_s3_code(resp.data)}")
         if resp.status in (401, 403):
-            code = _s3_code(data) or "AccessDenied"
+            code = _s3_code(resp.data) or "AccessDenied"
             raise RemoteAccessError(
                 f"{self.key_url(key or '')}: the object store refused the request ({code}); "
                 "check the credentials (storage_options or AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY)"
             )
         if resp.status == 404:
-            raise ObjectMissing(self.key_url(key or ""), _s3_code(data) or "NoSuchKey")
-        raise RemoteError(
-            f"{self.key_url(key or '')}: HTTP {resp.status} {_s3_code(data)} {data[:200]!r}"
-        )
+            raise ObjectMissing(self.key_url(key or ""), _s3_code(resp.data) or "NoSuchKey")
+        if resp.status >= 300:
+            raise RemoteError(
+                f"{self.key_url(key or '')}: HTTP {resp.status} "
+                f"{_s3_code(resp.data)} {resp.data[:200]!r}"
+            )
+        return resp
 
     def _get(self, key: str, rng: tuple[int, int] | None) -> bytes:
         headers = {} if rng is None else {"Range": f"bytes={rng[0]}-{rng[1] - 1}"}
@@ -95,35 +89,6 @@ class S3Transport(Transport):
         if rng is not None and len(data) != rng[1] - rng[0]:
             raise _Transient(f"short read: {len(data)} bytes for range {rng}")
         return data
-
-    def _get_into(self, key: str, start: int, out: memoryview) -> None:
-        """A ranged GET read into ``out`` in pieces of :data:`INTO_PIECE` bytes: urllib3 reads
-        each into a small buffer that its allocator reuses, where ``.data`` would take a fresh
-        allocation of the whole body per request (0.46-0.52 against 0.80-0.91 CPU s per GB of
-        4 MiB parts on loopback: fresh pages are what a large read pays for)."""
-        import urllib3
-
-        n = len(out)
-        resp = self._call("GET", key, headers={"Range": f"bytes={start}-{start + n - 1}"},
-                          preload=False)  # fmt: skip
-        try:
-            length = resp.headers.get("Content-Length")
-            if resp.status not in (200, 206) or (resp.status == 200 and start) or length != str(n):
-                raise _Transient(f"HTTP {resp.status} of {length} bytes for {n} at {start}")
-            got = 0
-            while got < n:
-                k = resp.readinto(out[got : got + INTO_PIECE])
-                if not k:
-                    raise _Transient(f"short read: {got} bytes for {n} at {start}")
-                got += k
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            resp.close()  # the connection is not reused
-            raise _Transient(f"{type(exc).__name__}: {exc}") from None
-        except _Transient:
-            resp.close()
-            raise
-        finally:
-            resp.release_conn()
 
     def _get_many(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if len(ranges) <= 1:

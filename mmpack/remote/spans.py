@@ -10,8 +10,6 @@ and calls
   (the claims of :class:`~mmpack.remote.cachefile.CacheFile`: a block another process of the node
   holds is left to it), cut the claimed runs into parts of at most ``part_bytes`` (each part one
   range request inside one span), fetch the parts ``max_concurrency`` at a time in that order,
-  each received into its fetch thread's own buffer (``part_bytes``, reused for every part:
-  :meth:`~mmpack.remote.protocol.Transport.get_range_into`),
   check every check block of a part against the store's table in one pass (one kernel call for
   XXH64 tables; a part with a bad block is fetched once more, then it is a
   :class:`~mmpack.errors.FormatError`), and store it in the node cache as it lands, in one write
@@ -32,10 +30,7 @@ Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` range requests moving ``
 most one check block at each end (bytes fetched per byte of the span <= 1 + 2 * block / s); the
 checksums run at the table's speed (in the fetch threads), with per-part, not per-block, Python
 work; a pin or a drop is one ``fcntl`` per span (one per check block where a whole-span lock
-conflicts).  Memory: one ``part_bytes`` buffer per fetch thread that has fetched a part
-(``max_concurrency`` x 4 MiB, 256 MiB at the defaults, in each process that fetches), kept for
-its next parts: a buffer allocated per part costs fresh pages every time, which is most of what
-receiving a large part costs.
+conflicts).
 """
 
 from __future__ import annotations
@@ -79,7 +74,6 @@ class SpanFetcher:
             self._lock = threading.Lock()
             self._pins: dict[Any, int] = {}
             self._pool: ThreadPoolExecutor | None = None
-            self._buffers = threading.local()
             self._stats = {"spans": 0, "parts": 0, "requests": 0, "bytes_fetched": 0,
                            "refetched": 0, "blocks_dropped": 0}  # fmt: skip
 
@@ -165,14 +159,10 @@ class SpanFetcher:
         one), store them; returns the bytes fetched."""
         f = self.fetcher
         a, b = lo * f.block, min(hi * f.block, f.nbytes)
-        buf = getattr(self._buffers, "part", None)
-        if buf is None:  # one per fetch thread, reused for every part it fetches
-            buf = self._buffers.part = bytearray(self.part_blocks * f.block)
-        data = memoryview(buf)[: b - a]
         moved = 0
         for attempt in range(2):
             try:
-                f.transport.get_range_into(f.key, a, data)
+                data = f.transport.get_ranges(f.key, [(a, b)])[0]
             except ObjectMissing:
                 raise StateMismatchError(
                     f"{f.url}: {f.key} is gone: the store was rebuilt or deleted after it was "
