@@ -42,8 +42,8 @@ cases gives what writing bytes into new page-cache pages costs this machine, aga
 overwriting resident ones (:func:`_page_costs`): a first epoch lands at least two windows in new
 pages, where the local store's pages are already resident.
 
-Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 16 MB, under 20 s; ``--large``: a
-2.7 GB store, three windows at the defaults, the default case alone, about 2 minutes: the store of
+Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 28 MB, under 20 s; ``--large``: a
+2.7 GB store, three windows at the defaults, the default case alone, about 3 minutes: the store of
 the default run fits in one window, so its first batch, which waits for the blocks a whole
 window's first samples read, weighs on its epoch).
 """
