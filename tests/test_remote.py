@@ -106,7 +106,7 @@ def test_file_url_same_code_path(tmp_path):
 
 def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
     """The uploaded table holds XXH64 (seed 0) of each 16 KiB block of ``tokens.bin`` (the
-    reference package, block by block); a record without its digest kind is refused."""
+    reference package, block by block); a record naming another digest, or none, is refused."""
     import xxhash
 
     from mmpack.remote.upload import check_table
@@ -123,10 +123,14 @@ def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
         assert check_table(data / "tokens.bin", block, chunk) == (data / "tokens.xxh").read_bytes()
     meta = tmp_path / "remote" / "mmpack.json"
     raw = json.loads(meta.read_text())
+    raw["remote"]["check_digest"] = "crc32"  # another kind of table: refused, named
+    meta.write_text(json.dumps(raw))
+    with pytest.raises(FormatError, match="check_digest 'crc32' is not 'xxh64'"):
+        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c")
     del raw["remote"]["check_digest"]
     meta.write_text(json.dumps(raw))
     with pytest.raises(FormatError, match="malformed remote record"):
-        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c")
+        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c2")
 
 
 def test_a_connection_cut_mid_body_is_retried(s3_server):

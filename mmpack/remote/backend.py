@@ -36,14 +36,15 @@ arithmetic).  :class:`RemoteBackend` opens the store and implements the
 objects (``offsets.bin``, the check table) are kept in the store's local folder when it can be
 written, else in memory only (one warning, :func:`~mmpack.remote.cache.warn_once`).
 
-Cost (measured on a loaded 2-core VM): checking one 16 KiB block costs ~6 us (most of it the
-call; a run of blocks is hashed at ~9 GB/s in one kernel call, without the GIL); a 2048-token uint16 window (4 KiB) touches one or two blocks, so verification adds well under
-0.1 ms to a request that takes ~2 ms on loopback.  Blocks are 16 KiB by default: a shuffled
-window moves 4-8x the bytes it serves on a first touch (64 KiB blocks moved 16-32x, and read
-40% slower from the node cache: a cached packed epoch took 2.6 s with 64 KiB blocks against
-1.8 s with 16 KiB); the check table costs 8 bytes per block (0.05% of the tokens), fetched at
-open like ``offsets`` (8 bytes per document, usually larger).  ``check_block_bytes`` at build
-changes it.
+Cost (``python -m benchmarks.bench_block_fetch`` prints it): checking one 16 KiB block alone
+costs a few microseconds (most of it the call), a part's blocks are hashed in one kernel call
+without the GIL at several GB/s; a 2048-token uint16 window (4 KiB) touches one or two blocks,
+so verification adds well under 0.1 ms to a request that takes ~2 ms on loopback.  Blocks are
+16 KiB by default: a shuffled window moves 4-8x the bytes it serves on a first touch (64 KiB
+blocks moved 16-32x, and read 40% slower from the node cache: a cached packed epoch took 2.6 s
+with 64 KiB blocks against 1.8 s with 16 KiB); the check table costs 8 bytes per block (0.05%
+of the tokens), fetched at open like ``offsets`` (8 bytes per document, usually larger).
+``check_block_bytes`` at build changes it.
 """
 
 from __future__ import annotations
@@ -64,11 +65,11 @@ from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
 
-__all__ = ["RemoteBackend", "verified_object"]
+__all__ = ["CHECK_DIGEST", "RemoteBackend", "verified_object"]
 
-
-_TABLE_DTYPES: dict[str, np.dtype] = {"xxh64": np.dtype("<u8"), "crc32": np.dtype("<u4")}
-"""A check table's entries by its ``check_digest``."""
+CHECK_DIGEST = "xxh64"
+"""The digest of a remote store's check table (XXH64, seed 0: one kernel pass over a fetched
+part, which also gives the node cache its own digests); a table of any other is refused."""
 
 
 class RemoteBackend(RemoteStoreBackend):
@@ -105,15 +106,19 @@ class RemoteBackend(RemoteStoreBackend):
                 self.block = int(remote["check_block_bytes"])
                 check_object, check_crc = str(remote["check_object"]), int(remote["check_crc32"])
                 digest = str(remote["check_digest"])
-                width = _TABLE_DTYPES[digest]
             except (KeyError, TypeError, ValueError) as exc:
                 raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
+            if digest != CHECK_DIGEST:
+                raise FormatError(
+                    f"{self.url}: check_digest {digest!r} is not {CHECK_DIGEST!r} (a store "
+                    "uploaded by an earlier mmpack): build it again"
+                )
             if self.block < 8 or self.block & (self.block - 1):
                 raise FormatError(f"{self.url}: check_block_bytes {self.block} is not a power of 2")
             raw_table = self._index(
-                data, check_object, (-(-nbytes // self.block)) * width.itemsize, [check_crc], None
+                data, check_object, (-(-nbytes // self.block)) * 8, [check_crc], None
             )
-            table = np.frombuffer(raw_table, dtype=width)
+            table = np.frombuffer(raw_table, dtype="<u8")
         self.data = data
         self._check_size(data + "tokens.bin", nbytes)
         raw_offsets = self._index(

@@ -109,19 +109,18 @@ class SpanFetcher:
         """Fetch the absent check blocks of token spans ``[(start, stop), ...]`` (in the order
         given: the order they are needed) into the node cache, except those another process
         fetches now; ``claimed`` is set once the blocks are claimed (before any is fetched),
-        ``queued`` once every part is queued (a later call's parts then go out after them).
-        Returns the bytes fetched."""
+        ``queued`` once every part is queued (a later call's parts then go out after them);
+        neither is set where it returns early or raises (its caller sets them then).  Returns
+        the bytes fetched."""
         self._here()
-        try:
-            cf = self.cache
-            if cf is None or not spans:
-                return 0
-            ranges = [self.block_range(a, b) for a, b in spans]
-            ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
-            claim = cf.claim(ids[~cf.present(ids)].tolist())
-        finally:
-            if claimed is not None:
-                claimed.set()
+        cf = self.cache
+        if cf is None or not spans:
+            return 0
+        ranges = [self.block_range(a, b) for a, b in spans]
+        ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
+        claim = cf.claim(ids[~cf.present(ids)].tolist())
+        if claimed is not None:
+            claimed.set()
         try:
             parts = self._parts(ranges, set(claim.mine))
             with self._lock:

@@ -4,18 +4,18 @@ A store with a loss mask uploads its mask store first, as a store of its own at
 ``URL/loss_mask`` (:data:`~mmpack.store.format.LOSS_MASK_STORE`), so the store's metadata,
 written last, never names a mask that is not there.
 
-Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only
-then PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make
-visible atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends
-``tokens.bin``, ``offsets.bin``, the table of XXH64 digests of every ``check_block_bytes``
-(16 KiB) block of ``tokens.bin`` (``tokens.xxh``, uint64 LE: one sequential pass, ~9 GB/s) and the files its build attached (its
-``"files"``, e.g. ``tokenizer.json``) concurrently, multipart above 256 MiB; a sharded Zarr store
-(:func:`upload_zarr`) sends its shards (and attached files) four at a time (a shard is at most
+Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only then
+PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make visible
+atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends ``tokens.bin``,
+``offsets.bin``, the table of XXH64 digests of every ``check_block_bytes`` (16 KiB) block of
+``tokens.bin`` (``tokens.xxh``, uint64 LE: one sequential pass) and the files its build attached
+(its ``"files"``, e.g. ``tokenizer.json``) concurrently, multipart above 256 MiB; a sharded Zarr
+store (:func:`upload_zarr`) sends its shards (and attached files) four at a time (a shard is at most
 32 MiB) and records every shard's size in the metadata (the layout is described in
 :mod:`mmpack.remote.zarr`, which reads it).  An attached file ``NAME`` is the object
-``URL/data-<id>/NAME`` in both layouts.  A ``check`` (a copy's verification) gets the uploaded
-store opened from its objects before the metadata is written: it reads them back from the
-server, and a failure deletes them.
+``URL/data-<id>/NAME`` in both layouts.  A ``check`` (a copy's verification) gets the uploaded store
+opened from its objects before the metadata is written: it reads them back from the server, and a
+failure deletes them.
 
 - an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
   opens as a store (readers of a previous store keep reading theirs);
@@ -45,6 +45,7 @@ import numpy as np
 
 from mmpack.core.progress import progress_bar
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
+from mmpack.remote.backend import CHECK_DIGEST
 from mmpack.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.remote.zarr import LAYOUT
 from mmpack.store.backends._zarr_shards import parse_layout
@@ -53,7 +54,6 @@ from mmpack.store.integrity import block_digests
 
 __all__ = [
     "CHECK_BLOCK_BYTES",
-    "CHECK_DIGEST",
     "CHECK_OBJECT",
     "STALE_SECONDS",
     "check_table",
@@ -81,11 +81,6 @@ def remote_store_exists(transport: Transport) -> bool:
         if transport.missing_code(exc) == "NoSuchBucket":
             raise FileNotFoundError(f"{transport.url}: the bucket does not exist") from None
         return False
-
-
-CHECK_DIGEST = "xxh64"
-"""The digest of the check table (XXH64, seed 0: one pass at memory speed in the fetch threads,
-which also gives the node cache its own digests)."""
 
 
 def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
