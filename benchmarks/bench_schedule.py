@@ -8,13 +8,12 @@ sequential or block order reads) or *random*; a call of the constant mixture and
 schedule alternate, so both see the same machine, and each row gives both medians and their ratio
 (schedule / constant; 1 is equal speed).  Construction time of each schedule is reported too.
 
-Prefix error above eight sources (the bound of :mod:`mmpack.sampling.schedule_plan` is 1.5
-samples up to eight): the worst ``|count_k(p) - F_k(p)|`` over every prefix and source against the
-schedule's integral (float64, one unit interval at a time, as tests/reference.py sums it
-exactly), and the plan's own bound, over keyed random schedules of two kinds: *one-hot stages*
-(a Dirichlet(1) warm-up of 3-40 positions, then each source in a keyed order holds all the
-weight for 20 positions while the others stand still) and *linear* (two Dirichlet(0.2) points
-2000 positions apart, held 500 more).
+Prefix error above eight sources (the bound of :mod:`mmpack.sampling.schedule_plan` is 1.5 samples
+up to eight): the worst ``|count_k(p) - F_k(p)|`` over every prefix and source against the
+schedule's integral (``Mixture.stats().max_prefix_error``), and the plan's own bound, over keyed
+random schedules of two kinds: *one-hot stages* (a Dirichlet(1) warm-up of 3-40 positions, then each
+source in a keyed order holds all the weight for 20 positions while the others stand still) and
+*linear* (two Dirichlet(0.2) points 2000 positions apart, held 500 more).
 
 Run ``python -m benchmarks.bench_schedule [--quick]`` (``--quick`` takes a few seconds).
 """
@@ -66,21 +65,12 @@ def _side_by_side(a: Mixture, b: Mixture, batches: list[np.ndarray]) -> tuple[fl
 
 def _worst_prefix_error(schedule: Schedule, n: int) -> tuple[float, float]:
     """The worst prefix error of a mixture of ``schedule`` over ``n`` positions against the
-    schedule's integral, and the plan's bound."""
-    k = schedule.num_sources
-    mixture = Mixture([_Source(10**6) for _ in range(k)], schedule, num_samples=n, seed=1)
-    src, _ = mixture.source_of_many(np.arange(n))
-    rows = np.array([w for _, w in schedule.spec()[2]], np.float64)
-    rows /= rows.sum(axis=1, keepdims=True)
-    starts = np.array(schedule.starts, np.float64)
-    mid = np.arange(n) + 0.5  # a linear weight's integral over [i, i + 1] is its value at i + 1/2
-    if schedule.interpolate == "linear":
-        weights = np.stack([np.interp(mid, starts, rows[:, j]) for j in range(k)], axis=1)
-    else:
-        weights = rows[np.searchsorted(starts, mid, side="right") - 1]
-    target = np.cumsum(weights, axis=0)
-    counts = np.cumsum(np.eye(k)[src], axis=0)
-    return float(np.abs(counts - target).max()), float(mixture.stats().error_bound)
+    schedule's integral, and the plan's bound (:class:`~mmpack.sampling.mixture_stats.MixtureStats`;
+    tests/test_schedule.py checks the integral it uses against an exact one)."""
+    mixture = Mixture([_Source(10**6) for _ in range(schedule.num_sources)], schedule,
+                      num_samples=n, seed=1)  # fmt: skip
+    stats = mixture.stats()
+    return float(stats.max_prefix_error), float(stats.error_bound)
 
 
 def _prefix_rows(rng: np.random.Generator, trials: int) -> list[dict[str, Any]]:
