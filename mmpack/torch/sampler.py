@@ -171,7 +171,7 @@ class ResumableSampler(Sampler[int]):
         fingerprint: str | None = None,
     ) -> None:
         dataset, earlier = None, ()
-        if not isinstance(n, (int, np.integer)) and hasattr(n, "__len__"):
+        if hasattr(n, "__len__") and getattr(n, "ndim", None) != 0:  # a dataset, not a 0-d int
             dataset, n = n, len(n)
             own = getattr(dataset, "fingerprint", None)
             if fingerprint is None and isinstance(own, str):
