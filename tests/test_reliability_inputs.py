@@ -74,6 +74,24 @@ class Row:
     call: Callable[[Env], Any]
 
 
+def _loader(view: Any, **kw: Any) -> Any:
+    import mmpack.torch
+
+    return mmpack.torch.loader(view, 1, **kw)
+
+
+def _scheduled(env: Env) -> Mixture:
+    schedule = mmpack.Schedule([(0, [1, 0]), (10, [0, 1])], interpolate="linear")
+    return Mixture([env.ds, env.ds], schedule, num_samples=10)
+
+
+def _loader_state_at(loader: Any, batches: int) -> dict[str, Any]:
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    return loader.state_dict()
+
+
 def _stream(source, **kw):
     params = dict(batch_size=1, seqlen=4, buffer_size=4)
     params.update(kw)
@@ -1026,6 +1044,31 @@ TABLE: list[Row] = [
         "sampler state was saved with fingerprint='a' but this sampler has fingerprint='b'",
         lambda e: ResumableSampler(10, fingerprint="b").load_state_dict(
             ResumableSampler(10, fingerprint="a").state_dict()
+        ),
+    ),
+    Row(
+        "mmpack.torch.loader",
+        "shuffle=True over a mixture whose weights follow a schedule",
+        ValueError,
+        "read it in its own order with shuffle=False",
+        lambda e: _loader(_scheduled(e), shuffle=True),
+    ),
+    Row(
+        "ResumableLoader.load_state_dict",
+        "a state of a view of the same length with labels=True",
+        StateMismatchError,
+        "sampler state was saved with fingerprint=",
+        lambda e: _loader(WindowDataset(e.store, 2, labels=True)).load_state_dict(
+            _loader(e.ds).state_dict()
+        ),
+    ),
+    Row(
+        "ResumableLoader.load_state_dict",
+        "a state of the mixture with_schedule(from_position=1) changed, taken at 2",
+        StateMismatchError,
+        "stands at position 2, past the change",
+        lambda e: _loader(_scheduled(e).with_schedule([1, 0], from_position=1)).load_state_dict(
+            _loader_state_at(_loader(_scheduled(e)), 2)
         ),
     ),
     Row(

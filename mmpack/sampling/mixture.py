@@ -165,6 +165,7 @@ class Mixture:
         self._plan = plan
         given = weights.spec() if isinstance(weights, Schedule) else tuple(map(float, weights))
         self._history: tuple[tuple[int, Any], ...] = ((0, given),)
+        self._earlier: tuple[tuple[str, int], ...] = ()
         self._raw_weights = self.weights if isinstance(weights, Schedule) else np.array(given)
         self._passes = SourcePasses(lengths, self._seed)
         self._blocks = (
@@ -250,9 +251,25 @@ class Mixture:
     @property
     def fingerprint(self) -> str:
         """Hex digest of everything that decides which sample each position holds: each source's
-        store fingerprint (else its type and length) and ``seqlen``, the weights or schedule and
-        every :meth:`with_schedule` change, ``seed``, ``num_samples`` and ``block_bytes``."""
+        ``fingerprint`` (a view's: its store's and its parameters; else its type, length,
+        ``seqlen`` and store fingerprint), the weights or schedule and every
+        :meth:`with_schedule` change, ``seed``, ``num_samples`` and ``block_bytes``."""
         return mixture_fingerprint(self)
+
+    @property
+    def earlier_fingerprints(self) -> tuple[tuple[str, int], ...]:
+        """``((fingerprint, p), ...)``: each mixture this one was changed from
+        (:meth:`with_schedule`, in order) and the position before which its samples are this
+        one's.  A sampler over this mixture loads the states of those taken at or before ``p``
+        (:func:`~mmpack.sampling.sampler_state.check_config`); empty for an unchanged mixture."""
+        return self._earlier
+
+    @property
+    def ordered(self) -> bool:
+        """True when the weights vary with the position (a schedule, or a :meth:`with_schedule`
+        change): position ``p`` belongs at step ``p``, so samplers read the mixture in its own
+        order (:func:`~mmpack.core.validation.check_shuffle`).  False for constant weights."""
+        return self._plan is not None
 
     def with_schedule(
         self, new: Schedule | Sequence[float], *, from_position: int, num_samples: int | None = None

@@ -3,8 +3,10 @@
 :func:`loader` returns a :class:`ResumableLoader`, a torchdata ``StatefulDataLoader`` over a
 map-style dataset (any mmpack view or mixture: ``len`` and ``__getitem__``) with
 
-* a :class:`~mmpack.torch.sampler.ResumableSampler` (rank and world size from
-  ``torch.distributed`` when a process group is initialised, else 0 of 1);
+* a :class:`~mmpack.torch.sampler.ResumableSampler` over the view (rank and world size from
+  ``torch.distributed`` when a process group is initialised, else 0 of 1), which shuffles it
+  unless it orders itself (a mixture whose weights follow a schedule is read in its own order,
+  :func:`~mmpack.core.validation.check_shuffle`) and records its ``fingerprint``;
 * :func:`~mmpack.torch.collate.collate` (or the ``collate`` given), whose batches leave DataLoader
   workers through reused shared buffers sent once (:mod:`mmpack.torch.transfer`);
 * pinned memory when CUDA is available, persistent workers when there are workers.
@@ -19,7 +21,10 @@ in a small dict of plain ints and bools.  It records nothing about workers, so i
 loader with any ``num_workers`` (exactly: the same batches follow) and, through the sampler's
 elastic rule (:mod:`mmpack.torch.elastic`), at any world size.  A state of another kind (a plain
 ``StatefulDataLoader``'s, which holds per-worker snapshots) is refused with
-:class:`~mmpack.errors.FormatError`.
+:class:`~mmpack.errors.FormatError`; a state of a view of another ``fingerprint`` (another
+store, view parameters, seed or schedule) with :class:`~mmpack.errors.StateMismatchError`,
+except a state of the mixture a ``with_schedule`` change started from, taken at or before the
+change.
 
 Defaults.  ``num_workers=0``: a view builds a ``32 x 2048`` batch in a fraction of a millisecond
 in the training process (``python -m benchmarks.bench_e2e --workers``: several times what 2
@@ -40,7 +45,12 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
-from mmpack.core.validation import check_bool, check_int_range, check_positive_int
+from mmpack.core.validation import (
+    check_bool,
+    check_int_range,
+    check_positive_int,
+    check_shuffle,
+)
 from mmpack.errors import FormatError
 from mmpack.torch.block_fetch import WindowFetcher
 from mmpack.torch.collate import collate as default_collate
@@ -60,7 +70,7 @@ def loader(
     *,
     seed: int = 0,
     num_workers: int = 0,
-    shuffle: bool | Literal["blocks"] = True,
+    shuffle: bool | Literal["blocks"] | None = None,
     drop_last: bool = False,
     collate: Callable[[Any], Any] = default_collate,
     rank: int | None = None,
@@ -80,11 +90,13 @@ def loader(
         Key of the sampler's permutations (the same on every rank).
     num_workers : int, default 0
         DataLoader worker processes (see the module docstring for why none by default).
-    shuffle : bool or "blocks", default True
+    shuffle : bool or "blocks", optional
         A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
         ``view.block_bounds(block_bytes)`` (over a remote store opened with a ``cache_limit``
         the loader then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False``
-        visits the samples in order.
+        visits the samples in order.  Default ``True``, and ``False`` for a view that orders
+        itself (``view.ordered``: a mixture whose weights follow a schedule), for which
+        ``True`` and ``"blocks"`` are refused.
     drop_last : bool, default False
         ``True``: every rank gets the same number of full batches and nothing repeats (the
         sampler drops the tail that does not fill a round of ranks, the loader the last partial
@@ -112,7 +124,8 @@ def loader(
         ``view`` has no ``len`` (an iterable dataset: use ``DataLoader(ds, batch_size=None)``),
         or an argument of the wrong type.
     ValueError
-        ``batch_size < 1``, ``num_workers < 0``, or a rank outside its world size.
+        ``batch_size < 1``, ``num_workers < 0``, a rank outside its world size, or
+        ``shuffle=True`` / ``"blocks"`` over a view that orders itself.
     """
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
@@ -125,14 +138,15 @@ def loader(
     if not callable(collate):
         raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
     rank, world_size = _rank_and_world(rank, world_size)
+    order = check_shuffle(shuffle, view)
     blocks: dict[str, Any] = {}
-    if shuffle == "blocks":
+    if order == "blocks":
         if not callable(getattr(view, "block_bounds", None)):
             raise TypeError(f"shuffle='blocks' needs a view with block_bounds, got {view!r}")
         blocks = dict(block_bounds=view.block_bounds(block_bytes), window_blocks=window_blocks)
     sampler = ResumableSampler(
-        len(view),
-        shuffle=shuffle,
+        view,
+        shuffle=order,
         seed=seed,
         rank=rank,
         world_size=world_size,
@@ -244,7 +258,9 @@ class ResumableLoader(StatefulDataLoader):
             ``state_dict`` is not a state of this loader (e.g. a plain ``StatefulDataLoader``'s),
             or of another version; the message names what it holds.
         mmpack.errors.StateMismatchError
-            It belongs to another dataset length, seed, ``shuffle`` or ``drop_last``.
+            It belongs to another dataset length, seed, ``shuffle``, ``drop_last`` or view
+            ``fingerprint`` (naming both; a state of the mixture a ``with_schedule`` change
+            started from loads if taken at or before the change).
         """
         if not isinstance(state_dict, dict) or state_dict.get("kind") != _KIND:
             keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__

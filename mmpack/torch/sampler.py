@@ -52,9 +52,11 @@ from mmpack.core.constants import WINDOW_BLOCKS
 from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import (
     EpochIndex,
+    check_bool,
     check_in_range,
     check_int,
     check_int_range,
+    check_shuffle,
     epoch_index_type,
 )
 from mmpack.sampling.block_order import BlockOrder
@@ -68,20 +70,6 @@ __all__ = ["ResumableSampler", "STATE_VERSION"]
 _CHUNK = 8192
 BLOCKS = "blocks"
 """``shuffle=BLOCKS`` selects the block-window order."""
-
-
-def _check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def _check_shuffle(value: object) -> bool | str:
-    if isinstance(value, str) and value == BLOCKS:
-        return BLOCKS
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"shuffle must be a bool or 'blocks', got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 class _Cursor:
@@ -108,13 +96,17 @@ class ResumableSampler(Sampler[int]):
 
     Parameters
     ----------
-    n : int
-        Number of samples of the dataset, ``0 <= n <= 2**62``.
-    shuffle : bool or "blocks", default True
+    n : int or dataset
+        Number of samples of the dataset, ``0 <= n <= 2**62``, or the dataset itself (anything
+        with ``len``): the sampler then also takes its order rule and its ``fingerprint``.
+    shuffle : bool or "blocks", optional
         ``True``: visit each epoch in a keyed pseudo-random order of all samples (the global
         order); ``"blocks"``: in the block-window order over ``block_bounds`` (reads whole blocks
         of consecutive samples, see :mod:`mmpack.sampling.block_order`); ``False``: visit
-        ``0, 1, ..., n-1``.
+        ``0, 1, ..., n-1``.  Default ``True``, except over a dataset that orders itself (its
+        ``ordered`` is true: a mixture whose weights follow a schedule), which is read in its
+        own order (``False``; ``True`` or ``"blocks"`` is then a ``ValueError``,
+        :func:`~mmpack.core.validation.check_shuffle`).
     seed : int, default 0
         Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
     rank, world_size : int, default 0 and 1
@@ -135,8 +127,11 @@ class ResumableSampler(Sampler[int]):
         fewer than 2 of its 496 pairs from one block, while a window still reads only 256 whole
         blocks (a fetcher holding the current and the next window keeps ``2 W`` blocks).
     fingerprint : str, optional
-        Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
-        records it and ``load_state_dict`` refuses a state saved with another.
+        Names the dataset configuration: the state records it and ``load_state_dict`` refuses a
+        state saved with another.  Default: the dataset's ``fingerprint`` when ``n`` is a
+        dataset that has one (every mmpack view), with its ``earlier_fingerprints`` (a mixture
+        changed by ``with_schedule``: states of the mixture it was changed from load while they
+        stand at or before the change), else None (not checked).
 
     Notes
     -----
@@ -164,9 +159,9 @@ class ResumableSampler(Sampler[int]):
 
     def __init__(
         self,
-        n: int,
+        n: Any,
         *,
-        shuffle: bool | Literal["blocks"] = True,
+        shuffle: bool | Literal["blocks"] | None = None,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -175,6 +170,12 @@ class ResumableSampler(Sampler[int]):
         window_blocks: int = WINDOW_BLOCKS,
         fingerprint: str | None = None,
     ) -> None:
+        dataset, earlier = None, ()
+        if hasattr(n, "__len__") and getattr(n, "ndim", None) != 0:  # a dataset, not a 0-d int
+            dataset, n = n, len(n)
+            own = getattr(dataset, "fingerprint", None)
+            if fingerprint is None and isinstance(own, str):
+                fingerprint, earlier = own, tuple(getattr(dataset, "earlier_fingerprints", ()))
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         seed = check_in_range(seed, "seed", 0, 2**64)
         world_size = check_int(world_size, "world_size")
@@ -187,7 +188,7 @@ class ResumableSampler(Sampler[int]):
                 f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
         self._n = n
-        self._shuffle = _check_shuffle(shuffle)
+        self._shuffle = check_shuffle(shuffle, dataset)
         self._order: BlockOrder | None = None
         if self._shuffle == BLOCKS:
             if block_bounds is None:
@@ -204,10 +205,11 @@ class ResumableSampler(Sampler[int]):
                 f"fingerprint must be a str or None, got {type(fingerprint).__name__} {fingerprint!r}"
             )
         self._fingerprint = fingerprint
+        self._earlier: tuple[tuple[str, int], ...] = earlier
         self._seed = seed
         self._rank = rank
         self._world_size = world_size
-        self._drop_last = _check_bool(drop_last, "drop_last")
+        self._drop_last = check_bool(drop_last, "drop_last")
         self._deal = Dealing(
             n,
             shuffle=bool(self._shuffle),
@@ -472,7 +474,7 @@ class ResumableSampler(Sampler[int]):
         state = checked_state(state)
         config = self._config()
         config["n_blocks"] = None if self._order is None else self._order.n_blocks
-        check_config(state, config)
+        check_config(state, config, self._earlier)
         edits = EditLog.from_state(self._n, state["skips"], state["replays"])
         length = edits.length(state["epoch"])
         point = elastic.resume_point(state, length, self._world_size, self._drop_last)

@@ -37,7 +37,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
-from mmpack.core.validation import check_int
+from mmpack.core.fingerprints import config_fingerprint
+from mmpack.core.validation import check_int, check_shuffle
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
@@ -87,7 +88,9 @@ class Stages:
     unit : "samples" or "tokens", default "samples"
         What budgets count (see the module docstring for the rule that ends a stage).
     rank, world_size, shuffle, drop_last
-        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler;
+        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler
+        (given the stage's view: a view that orders itself, such as a mixture whose weights
+        follow a schedule, is read in its own order, and ``shuffle=True`` is refused for it);
         ``shuffle="blocks"``: each stage in the block-window order over its view's
         ``block_bounds(block_bytes)``.
     block_bytes, window_blocks : int
@@ -111,7 +114,7 @@ class Stages:
         unit: str = "samples",
         rank: int = 0,
         world_size: int = 1,
-        shuffle: bool | Literal["blocks"] = True,
+        shuffle: bool | Literal["blocks"] | None = None,
         drop_last: bool = False,
         block_bytes: int = FETCH_BLOCK_BYTES,
         window_blocks: int = WINDOW_BLOCKS,
@@ -134,15 +137,19 @@ class Stages:
                 tokens = _positive(getattr(view, "seqlen", None), f"stages[{i}] view.seqlen")
             self._tokens.append(tokens)
             self._views.append(view)
+            order = check_shuffle(shuffle, view)
+            own = getattr(view, "fingerprint", None)  # else the sampler takes the view's own
             sampler = ResumableSampler(
-                len(view),
+                view,
                 seed=stage_seed(seed, i),
                 rank=rank,
                 world_size=world_size,
-                shuffle=shuffle,
+                shuffle=order,
                 drop_last=drop_last,
-                fingerprint=f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
-                **_blocks(shuffle, view, i, block_bytes, window_blocks),
+                fingerprint=None
+                if isinstance(own, str)
+                else f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
+                **_blocks(order, view, i, block_bytes, window_blocks),
             )
             if len(sampler) == 0:
                 raise ValueError(
@@ -152,11 +159,20 @@ class Stages:
             self._samplers.append(sampler)
         self._walks = [StageWalk(sampler) for sampler in self._samplers]
         self._world_size = world_size
+        self._config = (seed, unit, drop_last, [s.shuffle for s in self._samplers])
         self._point: Point = (0, 0, 0, 0, 0)
         self._step = 0  # steps served before _point
         self._handed = 0
         self.dataset = StageDataset(self._views)
         """The map-style dataset to give a DataLoader with ``batch_sampler=self``."""
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the run's batches: the seed, unit, ``drop_last``, each
+        stage's order, budget, batch size, and its view's ``fingerprint`` (each stage's sampler
+        records its view's, and checks it on load)."""
+        stages = [[*sig[:2], s.fingerprint] for sig, s in zip(self._signature(), self._samplers)]
+        return config_fingerprint("Stages", *self._config, stages)
 
     @property
     def stage(self) -> int:

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
     EpochIndex,
@@ -86,7 +87,7 @@ from mmpack.store.vocab import STORE
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
-from mmpack.views.packed_config import packed_config
+from mmpack.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack.views.packed_gather import (
     bin_first_token,
     corrupt_keyed,
@@ -326,6 +327,14 @@ class PackedDataset:
             f"pad_id={self.pad_id}, mode={self.mode!r}, algorithm={self.algorithm!r}, long_docs={self.long_docs!r}{regions}) "
             f"-> {len(self)} bins, efficiency {self._plan.stats.efficiency:.4f}"
         )
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the samples: the store's fingerprint and every
+        parameter of the packing and the labels (not ``cache`` nor the output ``dtype``; the
+        MLM epoch comes with the indices).  A sampler given this view records it."""
+        params = tuple((name, getattr(self, name)) for name in SAMPLE_FIELDS)
+        return config_fingerprint("PackedDataset", self.store.fingerprint, params)
 
     @property
     def plan(self) -> PackingPlan:

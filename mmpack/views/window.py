@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
+from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.validation import (
     EpochIndex,
     check_index,
@@ -242,6 +243,14 @@ class WindowDataset:
             f"eot={self.eot}, pad_id={self.pad_id}, labels={self.labels}, "
             f"drop_last={self.drop_last}) -> {len(self)} samples"
         )
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the samples: the store's fingerprint, ``seqlen``,
+        ``stride``, ``eot``, ``labels``, ``drop_last`` and ``pad_id`` (not the output ``dtype``).
+        A sampler given this view records it (:class:`~mmpack.torch.sampler.ResumableSampler`)."""
+        params = (self.seqlen, self.stride, self.eot, self.labels, self.drop_last, self.pad_id)
+        return config_fingerprint("WindowDataset", self.store.fingerprint, params)
 
     def stats(self) -> WindowStats:
         """What the windows cover, in O(1) (see :class:`WindowStats`)."""
