@@ -24,6 +24,7 @@ __all__ = [
     "Param",
     "RemoteAccessError",
     "RemoteError",
+    "SlowReadWarning",
     "StateMismatchError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -111,6 +112,12 @@ class IngestError(MmpackError, ValueError):
 
 class IngestWarning(UserWarning):
     """A skipped input record (``on_error="skip"``)."""
+
+
+class SlowReadWarning(UserWarning):
+    """A remote store read in a way that cannot fetch whole blocks (each sample a small range
+    request: the global order, or the block order without a node cache); the message names the
+    fix.  Warned once per process, store and way of reading."""
 
 
 class MissingDependencyError(MmpackError, ImportError):

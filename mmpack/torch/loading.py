@@ -56,10 +56,15 @@ from mmpack.torch.block_fetch import WindowFetcher
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 
-__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "loader"]
+__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "WORKER_TIMEOUT", "loader"]
 
 LOADER_STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableLoader.state_dict`."""
+
+WORKER_TIMEOUT = 600.0
+"""Seconds the loop waits for a worker's batch before the DataLoader raises (``RuntimeError``:
+a stuck worker ends in an error, never a wait for ever); the first batch of a cold start
+(compiling kernels, fetching the first window) takes far less."""
 
 _KIND = "mmpack.torch.loader"
 
@@ -77,6 +82,7 @@ def loader(
     world_size: int | None = None,
     block_bytes: int = FETCH_BLOCK_BYTES,
     window_blocks: int = WINDOW_BLOCKS,
+    timeout: float = WORKER_TIMEOUT,
 ) -> ResumableLoader:
     """A resumable, sharded DataLoader over ``view`` (see the module docstring).
 
@@ -110,6 +116,9 @@ def loader(
     block_bytes, window_blocks : int
         With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
         (default 256).
+    timeout : float, default :data:`WORKER_TIMEOUT`
+        With workers: seconds the loop waits for a batch before the DataLoader raises
+        ``RuntimeError`` (a stuck worker ends in an error, never a wait for ever).
 
     Returns
     -------
@@ -124,8 +133,8 @@ def loader(
         ``view`` has no ``len`` (an iterable dataset: use ``DataLoader(ds, batch_size=None)``),
         or an argument of the wrong type.
     ValueError
-        ``batch_size < 1``, ``num_workers < 0``, a rank outside its world size, or
-        ``shuffle=True`` / ``"blocks"`` over a view that orders itself.
+        ``batch_size < 1``, ``num_workers < 0``, ``timeout <= 0``, a rank outside its world
+        size, or ``shuffle=True`` / ``"blocks"`` over a view that orders itself.
     """
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
@@ -135,6 +144,10 @@ def loader(
     batch_size = check_positive_int(batch_size, "batch_size")
     num_workers = check_int_range(num_workers, "num_workers", 0)
     drop_last = check_bool(drop_last, "drop_last")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if not callable(collate):
         raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
     rank, world_size = _rank_and_world(rank, world_size)
@@ -162,6 +175,7 @@ def loader(
         drop_last=drop_last,
         pin_memory=torch.cuda.is_available(),
         persistent_workers=num_workers > 0,
+        timeout=float(timeout) if num_workers > 0 else 0.0,
     )
 
 
@@ -197,6 +211,8 @@ class ResumableLoader(StatefulDataLoader):
         # torchdata's own per-step snapshots (of workers and sampler) are never read: the state is
         # the sampler's (see state_dict), so none are taken.
         options.setdefault("snapshot_every_n_steps", None)
+        if options.get("num_workers", 0) > 0 and not options.get("timeout"):
+            options["timeout"] = WORKER_TIMEOUT  # a stuck worker: an error, never a hang
         super().__init__(dataset, sampler=sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
         self.window_fetcher = WindowFetcher.auto(dataset, sampler)
