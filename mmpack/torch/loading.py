@@ -33,6 +33,7 @@ Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ LOADER_STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableLoader.state_dict`."""
 
 _KIND = "mmpack.torch.loader"
+_SET_VITAL = "'set_vital' is deprecated"  # torch's warning for torchdata's call (see __init__)
 
 
 def loader(
@@ -183,7 +185,11 @@ class ResumableLoader(StatefulDataLoader):
         # torchdata's own per-step snapshots (of workers and sampler) are never read: the state is
         # the sampler's (see state_dict), so none are taken.
         options.setdefault("snapshot_every_n_steps", None)
-        super().__init__(dataset, sampler=sampler, **options)
+        with warnings.catch_warnings():
+            # torchdata's constructor calls torch.set_vital, which torch answers with a deprecation
+            # warning the user cannot act on; nothing else of the constructor is silenced.
+            warnings.filterwarnings("ignore", message=_SET_VITAL, category=UserWarning)
+            super().__init__(dataset, sampler=sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
         self.window_fetcher = WindowFetcher.auto(dataset, sampler)
         """The whole-block fetcher this loader drives, or None (:mod:`mmpack.torch.block_fetch`)."""
