@@ -1,5 +1,6 @@
-"""Installs that match the documentation: every top-level import of every ```python example of
-README.md and docs/**/*.md is provided by mmpack's dependencies or a declared extra, and the
+"""Installs that match the documentation: every top-level import of every Python example of
+README.md and docs/**/*.md (```python, and ```py and the like, which tests/test_docs.py does not
+run) is provided by mmpack's dependencies or a declared extra, and the
 README's install section names every extra and leads with the install that works (from a
 checkout: mmpack is on no package index).
 
@@ -22,7 +23,12 @@ import tomllib  # Python >= 3.11 (the test environment's)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-_FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+# Every fence of Python, those the docs test runs (python) and those it is told not to (py, ...):
+# an example a reader copies needs its imports installable either way.
+_FENCE = re.compile(
+    r"^```(python|py|python3|ipython|pycon)(?![\w+-])[^\n]*\n(.*?)^```\s*$", re.M | re.S
+)
+_PROMPT = re.compile(r"^(?:>>>|\.\.\.) ?(.*)$", re.M)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -51,7 +57,9 @@ def _imports() -> dict[str, set[str]]:
     """Top-level module -> the pages whose examples import it."""
     found: dict[str, set[str]] = {}
     for page in PAGES:
-        for code in _FENCE.findall(page.read_text()):
+        for language, code in _FENCE.findall(page.read_text()):
+            if language == "pycon":  # a session: the code is what follows the prompts
+                code = "\n".join(_PROMPT.findall(code))
             for node in ast.walk(ast.parse(code)):
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
@@ -67,6 +75,12 @@ def _imports() -> dict[str, set[str]]:
 def test_the_examples_import_something_beyond_the_standard_library():
     imports = _imports()
     assert {"mmpack", "torch", "torchdata", "lightning", "transformers"} <= set(imports)
+
+
+def test_blocks_the_docs_test_does_not_run_are_read_too():
+    """A ```py block (shown, not run) imports what a reader installs as much as a ```python one."""
+    page = "```py\nimport ray\n```\n```pycon\n>>> import dask\n```\n```pythonic\nimport x\n```\n"
+    assert [lang for lang, _ in _FENCE.findall(page)] == ["py", "pycon"]
 
 
 def test_every_import_of_the_examples_is_provided_by_a_declared_extra():
