@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,20 @@ def test_one_call_gives_a_stateful_loader_with_the_sampler_and_collate(view):
     assert batches[0]["input_ids"].dtype == torch.int64
     assert torch.equal(batches[0]["input_ids"], want["input_ids"])
     assert batches[0]["cu_seqlens"].tolist() == want["cu_seqlens"].tolist()
+
+
+def test_no_warning_from_torchdata_on_any_pass(view):
+    """torchdata's constructor calls ``torch.set_vital``, which torch deprecates with a warning a
+    user cannot act on; mmpack's loader silences that one and nothing else."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for workers in (0, 1):
+            loader = mmpack.torch.loader(view, 8, num_workers=workers)
+            for _ in range(2):
+                assert len(list(loader)) == -(-N // 8)
+    assert [str(w.message) for w in caught] == []
+    with pytest.warns(UserWarning, match="set_vital"):  # torch still warns outside the loader
+        torch.set_vital("Dataloader", "enabled", "True")
 
 
 def test_workers_are_persistent_and_give_the_same_batches(view):

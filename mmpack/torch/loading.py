@@ -38,6 +38,7 @@ Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -67,6 +68,7 @@ a stuck worker ends in an error, never a wait for ever); the first batch of a co
 (compiling kernels, fetching the first window) takes far less."""
 
 _KIND = "mmpack.torch.loader"
+_SET_VITAL = "'set_vital' is deprecated"  # torch's warning for torchdata's call (see __init__)
 
 
 def loader(
@@ -213,7 +215,11 @@ class ResumableLoader(StatefulDataLoader):
         options.setdefault("snapshot_every_n_steps", None)
         if options.get("num_workers", 0) > 0 and not options.get("timeout"):
             options["timeout"] = WORKER_TIMEOUT  # a stuck worker: an error, never a hang
-        super().__init__(dataset, sampler=sampler, **options)
+        with warnings.catch_warnings():
+            # torchdata's constructor calls torch.set_vital, which torch answers with a deprecation
+            # warning the user cannot act on; nothing else of the constructor is silenced.
+            warnings.filterwarnings("ignore", message=_SET_VITAL, category=UserWarning)
+            super().__init__(dataset, sampler=sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
         self.window_fetcher = WindowFetcher.auto(dataset, sampler)
         """The whole-block fetcher this loader drives, or None (:mod:`mmpack.torch.block_fetch`)."""
