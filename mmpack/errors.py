@@ -122,13 +122,14 @@ class SlowReadWarning(UserWarning):
 
 class MissingDependencyError(MmpackError, ImportError):
     """An optional dependency is not installed.  The message says what needs it and how to install
-    it: the ``mmpack`` extra that brings it (``pip install "mmpack[ingest]"``), or the package
+    it: the ``mmpack`` extra that brings it (``pip install -e ".[ingest]"`` in mmpack's checkout,
+    as the README installs it), or the package
     itself where no extra does (``datasets``, ``transformers``).  ``package`` is the missing
     import, ``extra`` the extra (or None)."""
 
     def __init__(self, message: str, package: str | None = None, extra: str | None = None) -> None:
         if extra is not None:
-            message += f' (pip install "mmpack[{extra}]")'
+            message += f' (the mmpack extra: pip install -e ".[{extra}]" in mmpack\'s checkout)'
         elif package is not None:
             message += f" (pip install {package})"
         super().__init__(message, name=package)
