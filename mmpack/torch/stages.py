@@ -80,7 +80,8 @@ class Stages:
     ----------
     stages : sequence of (int, view, int)
         ``(budget, view, batch_size)`` per stage: the stage's budget in ``unit`` (``>= 1``), its
-        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``) and the
+        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``: a
+        :class:`~mmpack.sampling.mixture.Mixture` has its sources' common one) and the
         batch size of each rank (``>= 1``).
     seed : int, default 0
         Stage ``i``'s order is keyed by :func:`stage_seed` ``(seed, i)``.
@@ -131,7 +132,7 @@ class Stages:
             self._batch.append(_positive(batch, f"stages[{i}] batch_size"))
             tokens = 1
             if unit == "tokens":
-                tokens = _positive(getattr(view, "seqlen", None), f"stages[{i}] view.seqlen")
+                tokens = _tokens_per_sample(view, i)
             self._tokens.append(tokens)
             self._views.append(view)
             sampler = ResumableSampler(
@@ -503,6 +504,21 @@ def _blocks(
             f"{type(view).__name__}"
         )
     return {"block_bounds": view.block_bounds(block_bytes), "window_blocks": window_blocks}
+
+
+def _tokens_per_sample(view: Any, i: int) -> int:
+    """Stage ``i``'s tokens per sample with ``unit="tokens"``: its view's ``seqlen`` (a mixture
+    without one is refused naming its sources' ``seqlen``)."""
+    seqlen = getattr(view, "seqlen", None)
+    sources = getattr(view, "sources", None)
+    if seqlen is None and isinstance(sources, (list, tuple)):
+        each = [getattr(source, "seqlen", None) for source in sources]
+        raise TypeError(
+            f"stages[{i}] view.seqlen must be an integer, got None: unit='tokens' counts seqlen "
+            f"tokens per sample, and a {type(view).__name__} has a seqlen only when all its "
+            f"sources share one; its sources have seqlen {each}"
+        )
+    return _positive(seqlen, f"stages[{i}] view.seqlen")
 
 
 def _positive(value: Any, name: str) -> int:
