@@ -340,7 +340,7 @@ def test_with_schedule_on_one_source_keeps_every_position():
         for unit_schedule in (new, Schedule([(0, [1.0])], unit="tokens")):
             changed = one.with_schedule(unit_schedule, from_position=7)
             assert len(changed) == len(one) == 40
-            assert [changed.source_of(i) for i in range(40)] == [one.source_of(i) for i in range(40)]
+            assert list(map(changed.source_of, range(40))) == list(map(one.source_of, range(40)))
             assert [p for p, _ in changed.schedule] == [0, 7]
             assert changed.fingerprint != one.fingerprint
     with pytest.raises(ValueError, match="2 weights but there are 1 sources"):

@@ -72,6 +72,15 @@ class StageDataset:
         stage, index = key
         return self.views[stage][index]
 
+    def __getitems__(self, keys: list[tuple[int, int]]) -> Any:
+        """A batch of one stage as its view's ``__getitems__`` gives it (one call)."""
+        stages = {stage for stage, _ in keys}
+        view = self.views[next(iter(stages))] if len(stages) == 1 else None
+        get = getattr(view, "__getitems__", None)
+        if not callable(get):
+            return [self[key] for key in keys]
+        return get([index for _, index in keys])
+
 
 class Stages:
     """A run over stages of (budget, view, batch size), with one resumable position.
@@ -98,8 +107,9 @@ class Stages:
     Notes
     -----
     Iterating yields, per step, this rank's batch: a list of ``(stage, index)`` pairs (``index``
-    an :class:`~mmpack.core.validation.EpochIndex`).  Give it to a DataLoader as
-    ``batch_sampler`` with :attr:`dataset`: each batch then holds ``batch_size`` samples of its
+    an :class:`~mmpack.core.validation.EpochIndex`).  ``mmpack.torch.loader(stages)`` serves
+    them with a state that loads at any worker count and world size; a DataLoader given it as
+    ``batch_sampler`` with :attr:`dataset` gets each batch as ``batch_size`` samples of its
     stage's view.  A later iterator continues where the previous one stood (the run does not
     restart); with a DataLoader whose workers prefetch, save ``state_dict(consumed=batches)``.
     """
@@ -178,6 +188,15 @@ class Stages:
 
     def batch_size(self, stage: int) -> int:
         return self._batch[stage]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank among :attr:`world_size`."""
+        return self._samplers[0].rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
 
     def __len__(self) -> int:
         """Batches this rank gets from the current position to the end of the run."""
