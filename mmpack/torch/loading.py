@@ -40,6 +40,7 @@ over Stages).
 from __future__ import annotations
 
 import inspect
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -54,7 +55,7 @@ from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.torch.stages import Stages
 
-__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "loader"]
+__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "loader", "read_state_file"]
 
 LOADER_STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableLoader.state_dict`."""
@@ -365,3 +366,19 @@ class ResumableLoader(StatefulDataLoader):
         else:
             self.sampler.load_state_dict(state_dict["sampler"])
         self._yielded = None
+
+
+def read_state_file(path: str) -> Any:
+    """The state ``torch.save`` wrote to ``path`` (a loader's, a sampler's or a Stages run's),
+    read with ``weights_only=True``: plain values only, no code runs.
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        ``path`` is not a file ``torch.save`` wrote, or holds more than plain values; the
+        message names the file.
+    """
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as e:
+        raise FormatError(f"{path} is not a state torch.save wrote ({e})") from None
