@@ -63,6 +63,7 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.sampling.mixture_batches import (
     check_compatible_sources,
+    common_seqlen,
     read_sources,
     scatter_batches,
     source_length,
@@ -233,6 +234,12 @@ class Mixture:
     @property
     def seed(self) -> int:
         return self._seed
+
+    @property
+    def seqlen(self) -> int | None:
+        """Tokens per sample: the ``seqlen`` all the sources share (views of one ``seqlen``), or
+        None when a source has none or two differ."""
+        return common_seqlen(self._sources)
 
     @property
     def schedule(self) -> tuple[tuple[int, Any], ...]:

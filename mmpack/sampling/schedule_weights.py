@@ -115,17 +115,21 @@ def source_digest(source: Any, length: int) -> tuple[Any, ...]:
 
 def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int | None) -> Any:
     """``mixture.with_schedule(schedule, from_position=p, num_samples=num_samples)``: a copy of
-    the mixture whose plan is :func:`changed_plan`."""
+    the mixture whose plan is :func:`changed_plan` (a mixture of one source keeps its constant
+    weights: a schedule changes none of its positions, only its history)."""
     out = copy.copy(mixture)
-    out._plan = changed_plan(mixture, schedule, p)
-    out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
+    if len(mixture.sources) == 1:  # every position is the one source's, whatever the weights
+        _check_sources(schedule, mixture.sources)
+    else:
+        out._plan = changed_plan(mixture, schedule, p)
+        out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
     out._history = (*mixture._history, (p, schedule.spec()))
     # Samples before p are the mixture's, and before min(p, q) those of each it was changed from.
     earlier = [(f, min(q, p)) for f, q in mixture.earlier_fingerprints]
     out._earlier = (*earlier, (mixture.fingerprint, p))
     out._passes = SourcePasses(mixture._lengths, mixture.seed)
     if mixture._blocks is not None:
-        drawn = out._plan.positive.astype(np.int64)
+        drawn = (out._quotas > 0 if out._plan is None else out._plan.positive).astype(np.int64)
         out._blocks = BlockPasses(
             mixture.sources, mixture._lengths, drawn, mixture._blocks.block_bytes, mixture.seed
         )

@@ -73,6 +73,15 @@ class StageDataset:
         stage, index = key
         return self.views[stage][index]
 
+    def __getitems__(self, keys: list[tuple[int, int]]) -> Any:
+        """A batch of one stage as its view's ``__getitems__`` gives it (one call)."""
+        stages = {stage for stage, _ in keys}
+        view = self.views[next(iter(stages))] if len(stages) == 1 else None
+        get = getattr(view, "__getitems__", None)
+        if not callable(get):
+            return [self[key] for key in keys]
+        return get([index for _, index in keys])
+
 
 class Stages:
     """A run over stages of (budget, view, batch size), with one resumable position.
@@ -81,7 +90,8 @@ class Stages:
     ----------
     stages : sequence of (int, view, int)
         ``(budget, view, batch_size)`` per stage: the stage's budget in ``unit`` (``>= 1``), its
-        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``) and the
+        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``: a
+        :class:`~mmpack.sampling.mixture.Mixture` has its sources' common one) and the
         batch size of each rank (``>= 1``).
     seed : int, default 0
         Stage ``i``'s order is keyed by :func:`stage_seed` ``(seed, i)``.
@@ -100,8 +110,9 @@ class Stages:
     Notes
     -----
     Iterating yields, per step, this rank's batch: a list of ``(stage, index)`` pairs (``index``
-    an :class:`~mmpack.core.validation.EpochIndex`).  Give it to a DataLoader as
-    ``batch_sampler`` with :attr:`dataset`: each batch then holds ``batch_size`` samples of its
+    an :class:`~mmpack.core.validation.EpochIndex`).  ``mmpack.torch.loader(stages)`` serves
+    them with a state that loads at any worker count and world size; a DataLoader given it as
+    ``batch_sampler`` with :attr:`dataset` gets each batch as ``batch_size`` samples of its
     stage's view.  A later iterator continues where the previous one stood (the run does not
     restart); with a DataLoader whose workers prefetch, save ``state_dict(consumed=batches)``.
     """
@@ -134,7 +145,7 @@ class Stages:
             self._batch.append(_positive(batch, f"stages[{i}] batch_size"))
             tokens = 1
             if unit == "tokens":
-                tokens = _positive(getattr(view, "seqlen", None), f"stages[{i}] view.seqlen")
+                tokens = _tokens_per_sample(view, i)
             self._tokens.append(tokens)
             self._views.append(view)
             order = check_shuffle(shuffle, view)
@@ -193,6 +204,15 @@ class Stages:
 
     def batch_size(self, stage: int) -> int:
         return self._batch[stage]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank among :attr:`world_size`."""
+        return self._samplers[0].rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
 
     def __len__(self) -> int:
         """Batches this rank gets from the current position to the end of the run."""
@@ -519,6 +539,21 @@ def _blocks(
             f"{type(view).__name__}"
         )
     return {"block_bounds": view.block_bounds(block_bytes), "window_blocks": window_blocks}
+
+
+def _tokens_per_sample(view: Any, i: int) -> int:
+    """Stage ``i``'s tokens per sample with ``unit="tokens"``: its view's ``seqlen`` (a mixture
+    without one is refused naming its sources' ``seqlen``)."""
+    seqlen = getattr(view, "seqlen", None)
+    sources = getattr(view, "sources", None)
+    if seqlen is None and isinstance(sources, (list, tuple)):
+        each = [getattr(source, "seqlen", None) for source in sources]
+        raise TypeError(
+            f"stages[{i}] view.seqlen must be an integer, got None: unit='tokens' counts seqlen "
+            f"tokens per sample, and a {type(view).__name__} has a seqlen only when all its "
+            f"sources share one; its sources have seqlen {each}"
+        )
+    return _positive(seqlen, f"stages[{i}] view.seqlen")
 
 
 def _positive(value: Any, name: str) -> int:
