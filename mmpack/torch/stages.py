@@ -1,33 +1,19 @@
 """Sequence-length stages: views of one store at different ``seqlen`` and batch sizes, in turn.
 
-``Stages([(budget_0, view_0, batch_size_0), (budget_1, view_1, batch_size_1), ...])`` serves
-stage 0's batches, then stage 1's, and so on, as one resumable run.  Stage ``i`` draws its samples
-from its own :class:`~mmpack.torch.sampler.ResumableSampler` over ``range(len(view_i))``, keyed by
-a seed derived from ``(seed, i)``: each stage's order is independent of the others and of the
-budgets, and epoch follows epoch inside a stage (a batch may hold the end of one epoch and the
-start of the next).
-
-A *step* is one batch on every rank: ``batch_size_i * world_size`` samples, each counting
-``view_i.seqlen`` tokens with ``unit="tokens"`` (the input length of a sample; a view of
-``seqlen`` tokens serves exactly that many, padding included).  Stage ``i`` ends at the first step
-boundary where the samples (or tokens) it served on all ranks together reach ``budget_i``:
-``ceil((budget_i - served) / per step)`` more steps from any point, so every rank ends a stage on
-the same step.  At another world size (an elastic resume) the steps are larger or smaller, and
-the rule applies to what is left.
+``Stages([(budget_0, view_0, batch_size_0), ...])`` serves stage 0's batches, then stage 1's, as
+one resumable run.  Stage ``i`` draws from its own :class:`~mmpack.torch.sampler.ResumableSampler`
+over view ``i``, keyed by :func:`stage_seed` ``(seed, i)``, epoch after epoch.  A *step* is one
+batch on every rank (``batch_size_i * world_size`` samples, each counting ``view_i.seqlen`` tokens
+with ``unit="tokens"``); stage ``i`` ends at the first step boundary where what it served on all
+ranks reaches ``budget_i``, so every rank ends a stage on the same step, at any world size.
 
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
-O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`);
-``state_dict`` names the stage and holds the stage sampler's state
-(:mod:`mmpack.sampling.sampler_state`), so a resume at any world size continues the stage exactly as
-an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
-
-Skips and replays (:meth:`Stages.skip`, :meth:`Stages.replay`) edit one stage's sampler: they take
-that sampler's global positions (``e * n_i + j``, position ``j`` of the stage's epoch ``e``) and
-the stage (the current one by default; a later stage may be edited ahead, an earlier one is over),
-and the state records every stage's edits.  :meth:`Stages.positions_of` maps the run's steps to
-those positions.  A budget counts what a stage *serves*: a skipped position is never served and
-counts nothing, a replayed one is served again and counts again; so edits change which samples
-a step holds, never how many steps a stage has, nor the step a stage ends at.
+O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`).
+``state_dict`` names the stage and holds its sampler's state, so a resume at any world size
+continues the stage as an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
+:meth:`Stages.skip` and :meth:`Stages.replay` edit one stage's sampler in its global positions
+(``e * n_i + j``; :meth:`Stages.positions_of` maps steps to them); a budget counts what a stage
+*serves*, so edits change which samples a step holds, never how many steps a stage has.
 """
 
 from __future__ import annotations
