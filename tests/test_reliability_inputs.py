@@ -285,6 +285,18 @@ TABLE: list[Row] = [
             e, [{"messages": _HI}], template="{{ messages[0]['content'] }}", loss_on="assistant"
         ),
     ),
+    Row(
+        "ingest(loss_on=)",
+        "loss_on='assistant', a template naming add_generation_prompt but no {% generation %}",
+        ValueError,
+        "loss_on='assistant' needs a chat template with {% generation %}",
+        lambda e: _chat_build(
+            e,
+            [{"messages": _HI}],
+            template="{{ messages[0]['content'] }}{% if add_generation_prompt %}>{% endif %}",
+            loss_on="assistant",
+        ),
+    ),
     Row("mmpack.build", "docs is a str", TypeError, "not a string", lambda e: e.build("text")),
     Row("mmpack.build", "docs is an int", TypeError, "got int", lambda e: e.build(5)),
     Row(
