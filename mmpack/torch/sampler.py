@@ -57,8 +57,9 @@ from mmpack.core.validation import (
     check_int_range,
     epoch_index_type,
 )
+from mmpack.sampling.balance import Balance
 from mmpack.sampling.block_order import BlockOrder
-from mmpack.sampling.dealing import Dealing
+from mmpack.sampling.dealing import Dealing, share_length
 from mmpack.sampling.sampler_edits import EditLog, Stream
 from mmpack.sampling.sampler_state import STATE_VERSION, check_config, checked_state
 from mmpack.torch import elastic
@@ -137,6 +138,14 @@ class ResumableSampler(Sampler[int]):
     fingerprint : str, optional
         Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
         records it and ``load_state_dict`` refuses a state saved with another.
+    costs : callable, optional
+        Balance each step across the ranks (:mod:`mmpack.sampling.balance`): ``costs(indices)``
+        gives the samples' costs (e.g. ``view.attention_cost``, ``sum(s**2)`` over each row's
+        segments), and every step's ``batch_size * world_size`` samples, the same as without it,
+        are dealt so that each rank gets ``batch_size`` and the costliest rank costs as little as
+        the rule finds.  Needs ``batch_size``, the DataLoader's.
+    batch_size : int, optional
+        With ``costs`` (and only then): samples per rank per step, ``>= 1``.
 
     Notes
     -----
@@ -174,6 +183,8 @@ class ResumableSampler(Sampler[int]):
         block_bounds: Any = None,
         window_blocks: int = WINDOW_BLOCKS,
         fingerprint: str | None = None,
+        costs: Any = None,
+        batch_size: int | None = None,
     ) -> None:
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         seed = check_in_range(seed, "seed", 0, 2**64)
@@ -208,6 +219,16 @@ class ResumableSampler(Sampler[int]):
         self._rank = rank
         self._world_size = world_size
         self._drop_last = _check_bool(drop_last, "drop_last")
+        if (costs is None) != (batch_size is None):
+            raise ValueError(
+                f"costs and batch_size go together (a balanced dealing needs both), got "
+                f"costs={costs!r}, batch_size={batch_size!r}"
+            )
+        self._balance = None if costs is None else Balance(costs, check_int(batch_size, "batch_size"))
+        self._chunk_size = _CHUNK
+        if self._balance is not None:  # whole steps a chunk, about _CHUNK samples dealt
+            size = self._balance.batch_size
+            self._chunk_size = size * max(1, _CHUNK // (size * world_size))
         self._deal = Dealing(
             n,
             shuffle=bool(self._shuffle),
@@ -216,6 +237,7 @@ class ResumableSampler(Sampler[int]):
             world_size=world_size,
             drop_last=self._drop_last,
             order=self._order,
+            balance=self._balance,
         )
         self._epoch = 0
         self._resume_at: int | None = None
@@ -262,6 +284,11 @@ class ResumableSampler(Sampler[int]):
     def skips(self) -> list[tuple[int, int]]:
         """The skipped ranges of global positions, sorted and merged."""
         return [(a, b) for a, b in self._deal.edits.skips]
+
+    @property
+    def balance(self) -> Balance | None:
+        """The balanced dealing's costs and batch size (``None``: dealt round-robin)."""
+        return self._balance
 
     @property
     def rank(self) -> int:
@@ -367,7 +394,8 @@ class ResumableSampler(Sampler[int]):
             total = self._share(epoch, cursor.base)
             if lo >= total:
                 return
-            cursor.chunk, tagged = self._chunk(lo, min(lo + _CHUNK, total), epoch, cursor.base)
+            hi = min(lo + self._chunk_size, total)
+            cursor.chunk, tagged = self._chunk(lo, hi, epoch, cursor.base)
             cursor.chunk_lo = lo
             for index in tagged:  # over a list iterator: it stops where cut() truncates
                 cursor.position += 1
@@ -476,9 +504,33 @@ class ResumableSampler(Sampler[int]):
         edits = EditLog.from_state(self._n, state["skips"], state["replays"])
         length = edits.length(state["epoch"])
         point = elastic.resume_point(state, length, self._world_size, self._drop_last)
+        if self._balance is not None:
+            point = self._balanced_point(state, length, point)
         self._deal.edits, self._epoch = edits, state["epoch"]
         self._resume_at, self._resume_base = point
         self._cursor.cut()
+
+    def _balanced_point(
+        self, state: dict[str, Any], length: int, point: tuple[int, int]
+    ) -> tuple[int, int]:
+        """Where a balanced sampler resumes: at the same world size exactly where the state
+        stands (the steps' groups are where they were); at another, after the first ``G``
+        stream indices consumed, which must be whole steps of the saving ranks."""
+        position, offset, saved = state["position"], state["offset"], state["world_size"]
+        if saved == self._world_size:
+            return position, offset
+        size = self._balance.batch_size if self._balance is not None else 1
+        done = share_length(length, offset, saved, self._drop_last)
+        if position % size and position < done:
+            raise ValueError(
+                f"the state stands at position {position}, inside a step of batch_size {size}; "
+                f"a balanced sampler resumes at another world size (here {saved} -> "
+                f"{self._world_size}) only from a state taken at a step boundary (as the loader "
+                "takes it)"
+            )
+        if point[0] % size:
+            return 0, point[1] + point[0] * self._world_size
+        return point
 
     # -- skips and replays -----------------------------------------------------------------------
 
