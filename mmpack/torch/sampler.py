@@ -224,7 +224,9 @@ class ResumableSampler(Sampler[int]):
                 f"costs and batch_size go together (a balanced dealing needs both), got "
                 f"costs={costs!r}, batch_size={batch_size!r}"
             )
-        self._balance = None if costs is None else Balance(costs, check_int(batch_size, "batch_size"))
+        self._balance = (
+            None if costs is None else Balance(costs, check_int(batch_size, "batch_size"))
+        )
         self._chunk_size = _CHUNK
         if self._balance is not None:  # whole steps a chunk, about _CHUNK samples dealt
             size = self._balance.batch_size
