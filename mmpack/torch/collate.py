@@ -309,9 +309,9 @@ def _collate(
     layout: BatchLayout = PLAIN_LAYOUT,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        columns, rows, lens, seqlen = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        columns, rows, lens, width = _collate_columns(samples, varlen=varlen, dtype=dtype)
         if not layout.plain:
-            columns = lay_out(columns, rows, lens, seqlen, layout, pad_id, ignore_index)
+            columns = lay_out(columns, rows, lens, width, layout, pad_id, ignore_index)
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
         return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)

@@ -43,6 +43,7 @@ from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.validation import check_bool, check_int_range, check_positive_int
 from mmpack.errors import FormatError
 from mmpack.torch.block_fetch import WindowFetcher
+from mmpack.torch.collate import Collator
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 
@@ -67,6 +68,10 @@ def loader(
     world_size: int | None = None,
     block_bytes: int = FETCH_BLOCK_BYTES,
     window_blocks: int = WINDOW_BLOCKS,
+    balance: Literal["attention"] | None = None,
+    cp_size: int | None = None,
+    cp_rank: int | None = None,
+    pad_cu_seqlens: bool = False,
 ) -> ResumableLoader:
     """A resumable, sharded DataLoader over ``view`` (see the module docstring).
 
@@ -98,6 +103,14 @@ def loader(
     block_bytes, window_blocks : int
         With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
         (default 256).
+    balance : "attention", optional
+        Deal each step's ``batch_size * world_size`` samples to the ranks by attention cost
+        (``view.attention_cost``), the costliest rank as cheap as the rule finds
+        (:mod:`mmpack.sampling.balance`); the steps hold the same samples as without it.
+    cp_size, cp_rank, pad_cu_seqlens
+        The default collate's context-parallel layout and fixed-length boundaries
+        (:func:`~mmpack.torch.collate.collate`); ``rank`` and ``world_size`` are then the
+        data-parallel ones (every rank of a context-parallel group loads the same batches).
 
     Returns
     -------
@@ -112,7 +125,8 @@ def loader(
         ``view`` has no ``len`` (an iterable dataset: use ``DataLoader(ds, batch_size=None)``),
         or an argument of the wrong type.
     ValueError
-        ``batch_size < 1``, ``num_workers < 0``, or a rank outside its world size.
+        ``batch_size < 1``, ``num_workers < 0``, a rank outside its world size, an unknown
+        ``balance``, or context-parallel options with a ``collate`` of one's own.
     """
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
@@ -124,6 +138,20 @@ def loader(
     drop_last = check_bool(drop_last, "drop_last")
     if not callable(collate):
         raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
+    if cp_size is not None or cp_rank is not None or pad_cu_seqlens:
+        if collate is not default_collate:
+            raise ValueError(
+                "cp_size, cp_rank and pad_cu_seqlens configure the default collate; give them "
+                f"to your own collate ({collate!r}) instead"
+            )
+        collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
+    costs: dict[str, Any] = {}
+    if balance is not None:
+        if balance != "attention":
+            raise ValueError(f"balance must be 'attention' or None, got balance={balance!r}")
+        if not callable(getattr(view, "attention_cost", None)):
+            raise TypeError(f"balance='attention' needs a view with attention_cost, got {view!r}")
+        costs = dict(costs=view.attention_cost, batch_size=batch_size)
     rank, world_size = _rank_and_world(rank, world_size)
     blocks: dict[str, Any] = {}
     if shuffle == "blocks":
@@ -138,6 +166,7 @@ def loader(
         world_size=world_size,
         drop_last=drop_last,
         **blocks,
+        **costs,
     )
     return ResumableLoader(
         view,
