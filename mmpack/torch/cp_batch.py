@@ -140,7 +140,8 @@ def context_parallel(
             tokens[pad] = fill[key]
         new[key] = torch.from_numpy(tokens).view(1, -1)
         if key == "labels":
-            new[LOSS_MASK] = (new[key] != ignore_index).to(torch.float32)
+            mask = np.not_equal(tokens, ignore_index).astype(np.float32)
+            new[LOSS_MASK] = torch.from_numpy(mask).view(1, -1)
     new["cu_seqlens"] = torch.from_numpy(layout.cu_seqlens.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
     new["max_seqlen"] = layout.max_seqlen
