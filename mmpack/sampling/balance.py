@@ -38,6 +38,7 @@ __all__ = [
     "Balance",
     "attention_costs",
     "balanced_positions",
+    "balanced_resume",
     "deal_balanced",
     "largest_load",
     "rank_slots",
@@ -144,3 +145,28 @@ def rank_slots(
     mine = np.flatnonzero(owner == rank)
     skip = lo - (lo // batch_size) * batch_size
     return mine[skip : skip + hi - lo]
+
+
+def balanced_resume(
+    state: dict[str, Any], length: int, world_size: int, balance: Balance, point: tuple[int, int]
+) -> tuple[int, int]:
+    """Where a balanced sampler of ``world_size`` ranks resumes a checked ``state`` of an epoch
+    of ``length`` stream indices, given the ordinary ``point`` ``(position, base)``
+    (:func:`mmpack.torch.elastic.resume_point`): at the saved world size exactly where the state
+    stands (the steps' groups are where they were); at another, after the ``G`` stream indices
+    consumed, which must be whole steps of the saving ranks (``ValueError`` otherwise)."""
+    position, offset, saved = state["position"], state["offset"], state["world_size"]
+    if saved == world_size:
+        return position, offset
+    size = balance.batch_size
+    remaining = max(0, length - offset)  # what each saving rank draws from offset on
+    done = remaining // saved if state["drop_last"] else -(-remaining // saved)
+    if position % size and position < done:
+        raise ValueError(
+            f"the state stands at position {position}, inside a step of batch_size {size}; a "
+            f"balanced sampler resumes at another world size (here {saved} -> {world_size}) only "
+            "from a state taken at a step boundary (as the loader takes it)"
+        )
+    if point[0] % size:
+        return 0, point[1] + point[0] * world_size
+    return point

@@ -57,9 +57,9 @@ from mmpack.core.validation import (
     check_int_range,
     epoch_index_type,
 )
-from mmpack.sampling.balance import Balance
+from mmpack.sampling.balance import Balance, balanced_resume
 from mmpack.sampling.block_order import BlockOrder
-from mmpack.sampling.dealing import Dealing, share_length
+from mmpack.sampling.dealing import Dealing
 from mmpack.sampling.sampler_edits import EditLog, Stream
 from mmpack.sampling.sampler_state import STATE_VERSION, check_config, checked_state
 from mmpack.torch import elastic
@@ -139,13 +139,10 @@ class ResumableSampler(Sampler[int]):
         Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
         records it and ``load_state_dict`` refuses a state saved with another.
     costs : callable, optional
-        Balance each step across the ranks (:mod:`mmpack.sampling.balance`): ``costs(indices)``
-        gives the samples' costs (e.g. ``view.attention_cost``, ``sum(s**2)`` over each row's
-        segments), and every step's ``batch_size * world_size`` samples, the same as without it,
-        are dealt so that each rank gets ``batch_size`` and the costliest rank costs as little as
-        the rule finds.  Needs ``batch_size``, the DataLoader's.
+        Deal each step's ``batch_size * world_size`` samples (the same as without it) by cost,
+        ``costs(indices)`` (e.g. ``view.attention_cost``): :mod:`mmpack.sampling.balance`.
     batch_size : int, optional
-        With ``costs`` (and only then): samples per rank per step, ``>= 1``.
+        With ``costs`` (and only then): samples per rank per step, the DataLoader's.
 
     Notes
     -----
@@ -220,17 +217,10 @@ class ResumableSampler(Sampler[int]):
         self._world_size = world_size
         self._drop_last = _check_bool(drop_last, "drop_last")
         if (costs is None) != (batch_size is None):
-            raise ValueError(
-                f"costs and batch_size go together (a balanced dealing needs both), got "
-                f"costs={costs!r}, batch_size={batch_size!r}"
-            )
-        self._balance = (
-            None if costs is None else Balance(costs, check_int(batch_size, "batch_size"))
-        )
-        self._chunk_size = _CHUNK
-        if self._balance is not None:  # whole steps a chunk, about _CHUNK samples dealt
-            size = self._balance.batch_size
-            self._chunk_size = size * max(1, _CHUNK // (size * world_size))
+            raise ValueError(f"costs and batch_size go together, got batch_size={batch_size!r}")
+        self._balance = None if costs is None else Balance(costs, batch_size)  # type: ignore[arg-type]
+        size = 1 if self._balance is None else self._balance.batch_size  # whole steps a chunk
+        self._chunk_size = size * max(1, _CHUNK // (size * world_size)) if self._balance else _CHUNK
         self._deal = Dealing(
             n,
             shuffle=bool(self._shuffle),
@@ -289,7 +279,7 @@ class ResumableSampler(Sampler[int]):
 
     @property
     def balance(self) -> Balance | None:
-        """The balanced dealing's costs and batch size (``None``: dealt round-robin)."""
+        """The balanced dealing's costs and batch size (``None``: round-robin)."""
         return self._balance
 
     @property
@@ -507,32 +497,10 @@ class ResumableSampler(Sampler[int]):
         length = edits.length(state["epoch"])
         point = elastic.resume_point(state, length, self._world_size, self._drop_last)
         if self._balance is not None:
-            point = self._balanced_point(state, length, point)
+            point = balanced_resume(state, length, self._world_size, self._balance, point)
         self._deal.edits, self._epoch = edits, state["epoch"]
         self._resume_at, self._resume_base = point
         self._cursor.cut()
-
-    def _balanced_point(
-        self, state: dict[str, Any], length: int, point: tuple[int, int]
-    ) -> tuple[int, int]:
-        """Where a balanced sampler resumes: at the same world size exactly where the state
-        stands (the steps' groups are where they were); at another, after the first ``G``
-        stream indices consumed, which must be whole steps of the saving ranks."""
-        position, offset, saved = state["position"], state["offset"], state["world_size"]
-        if saved == self._world_size:
-            return position, offset
-        size = self._balance.batch_size if self._balance is not None else 1
-        done = share_length(length, offset, saved, self._drop_last)
-        if position % size and position < done:
-            raise ValueError(
-                f"the state stands at position {position}, inside a step of batch_size {size}; "
-                f"a balanced sampler resumes at another world size (here {saved} -> "
-                f"{self._world_size}) only from a state taken at a step boundary (as the loader "
-                "takes it)"
-            )
-        if point[0] % size:
-            return 0, point[1] + point[0] * self._world_size
-        return point
 
     # -- skips and replays -----------------------------------------------------------------------
 
