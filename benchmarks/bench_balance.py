@@ -16,7 +16,8 @@ Overhead row: ``W = 64``, ``B = 2``, a real ``PackedDataset`` (8192-token rows o
 same corpus): seconds per step of one rank's ``indices`` with ``costs=ds.attention_cost`` minus
 without, median of 5 runs over 200 steps.
 
-Collate rows: one batch of 8 rows of 8192 tokens from that view, ``collate`` against
+Collate rows: one batch of 8 rows of 8192 tokens from that view (rows of the median number of
+documents), ``collate`` against
 ``collate(cp_size=C, cp_rank=0)`` and ``cp_rank=None`` (every rank's indices), median of 20
 calls; the extra microseconds are divided by the batch's segments (documents and padding).
 
@@ -124,7 +125,9 @@ def _view_rows(view: Any, quick: bool) -> list[dict[str, Any]]:
             "ms_per_step": (t_bal - t_plain) / (take / batch) * 1e3,
         }
     ]
-    samples = view.__getitems__(list(range(n // 2, min(n // 2 + 8, n))))  # mid-plan rows
+    pieces = np.diff(view.plan.bin_ptr)  # a typical batch: 8 rows of the median piece count
+    typical = np.flatnonzero(pieces == int(np.median(pieces)))[:8]
+    samples = view.__getitems__(typical.tolist())
     segments = int(collate(samples)["cu_seqlens"].shape[0] - 1)
     base = _median(lambda: collate(samples), 20)
     for cp_size in (2, 8):
