@@ -1693,6 +1693,65 @@ def _parent_starts_kernel(offsets, shift, starts, lengths):
     return int(bad), out[: bad if bad >= 0 else starts.shape[0]].tolist()
 
 
+# =========================================================================== balanced dealing
+def deal_groups_slow(costs, group_ptr, world_size):
+    """Each group dealt by the rule of :mod:`mmpack.kernels.balance`, spelled out: samples by
+    decreasing cost (then slot) to the least loaded rank with room (then lowest rank), then, while
+    one exists, the swap of a sample of the most loaded rank (lowest of equals) with a cheaper
+    sample of another rank whose larger new load is smallest and below the peak (first found in
+    slot order), at most ``4 k`` swaps."""
+    owner = []
+    for lo, hi in zip(group_ptr[:-1], group_ptr[1:]):
+        c = [int(x) for x in costs[lo:hi]]
+        k = len(c)
+        m = k // world_size
+        mine = [0] * k
+        load = [0] * world_size
+        held = [0] * world_size
+        for s in sorted(range(k), key=lambda s: (-c[s], s)):
+            room = [r for r in range(world_size) if held[r] < m]
+            r = min(room, key=lambda r: (load[r], r))
+            mine[s] = r
+            load[r] += c[s]
+            held[r] += 1
+        for _ in range(4 * k):
+            top = max(range(world_size), key=lambda r: (load[r], -r))
+            best = None
+            for a in range(k):
+                for b in range(k):
+                    if mine[a] != top or mine[b] == top or c[b] >= c[a]:
+                        continue
+                    d = c[a] - c[b]
+                    new = max(load[top] - d, load[mine[b]] + d)
+                    if new < load[top] and (best is None or new < best[0]):
+                        best = (new, a, b)
+            if best is None:
+                break
+            _, a, b = best
+            d = c[a] - c[b]
+            load[top] -= d
+            load[mine[b]] += d
+            mine[a], mine[b] = mine[b], top
+        owner.extend(mine)
+    return owner
+
+
+def _deal_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    world = int(rng.integers(1, 6))
+    sizes = [world * int(rng.integers(0, 5)) for _ in range(int(rng.integers(0, 4)))]
+    ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    scale = int(rng.choice([3, 50, 10**6]))
+    costs = rng.integers(0, scale, int(ptr[-1])).astype(np.int64)
+    return costs, ptr, world
+
+
+def _deal_kernel(costs, ptr, world):
+    from mmpack.kernels.balance import deal_groups
+
+    return deal_groups(costs, ptr, world).tolist()
+
+
 # =========================================================================== PAIRS, COVERED_BY
 def _pair(
     kernel: str, reference: str, inputs: Any, run_kernel: Any, run_reference: Any, **kw: Any
@@ -2054,6 +2113,13 @@ def twin_place_pieces(n, sources):
 
 
 PAIRS: list[Pair] = [
+    _pair(
+        "balance.deal_groups",
+        "deal_groups_slow",
+        _deal_inputs,
+        _deal_kernel,
+        lambda costs, ptr, world: deal_groups_slow(costs.tolist(), ptr.tolist(), world),
+    ),
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
     _pair(
@@ -2434,6 +2500,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
+    "balance.deal_groups": ("balance._deal_group",),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

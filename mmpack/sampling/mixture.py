@@ -355,6 +355,22 @@ class Mixture:
         src, occ = self._locate_unchecked(arr)
         return src, self._items_of(src, occ)
 
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """Each sample's attention cost (int64, (k,)), its source's ``attention_cost`` of the
+        item it is; ``TypeError`` for a source without one."""
+        src, items = self.source_of_many(np.asarray(indices, dtype=np.int64))
+        out = np.empty(src.shape[0], dtype=np.int64)
+        for k in np.unique(src).tolist():
+            cost = getattr(self._sources[k], "attention_cost", None)
+            if not callable(cost):
+                raise TypeError(
+                    f"source {k} of the mixture ({type(self._sources[k]).__name__}) has no "
+                    "attention_cost"
+                )
+            mask = src == k
+            out[mask] = cost(items[mask])
+        return out
+
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from, in the shape of the views' ``locate``
         (:meth:`WindowDataset.locate <mmpack.views.window.WindowDataset.locate>`): its source's

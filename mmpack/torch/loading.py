@@ -62,6 +62,7 @@ from mmpack.core.validation import (
 )
 from mmpack.errors import FormatError
 from mmpack.torch.block_fetch import WindowFetcher
+from mmpack.torch.collate import Collator
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.torch.stages import Stages
@@ -94,6 +95,10 @@ def loader(
     block_bytes: int = FETCH_BLOCK_BYTES,
     window_blocks: int = WINDOW_BLOCKS,
     timeout: float = WORKER_TIMEOUT,
+    balance: Literal["attention"] | None = None,
+    cp_size: int | None = None,
+    cp_rank: int | None = None,
+    pad_cu_seqlens: bool = False,
 ) -> ResumableLoader:
     """A resumable, sharded DataLoader over ``view`` (see the module docstring).
 
@@ -132,6 +137,14 @@ def loader(
     timeout : float, default :data:`WORKER_TIMEOUT`
         With workers: seconds the loop waits for a batch before the DataLoader raises
         ``RuntimeError`` (a stuck worker ends in an error, never a wait for ever).
+    balance : "attention", optional
+        Deal each step's ``batch_size * world_size`` samples to the ranks by attention cost
+        (``view.attention_cost``), the costliest rank as cheap as the rule finds
+        (:mod:`mmpack.sampling.balance`); the steps hold the same samples as without it.
+    cp_size, cp_rank, pad_cu_seqlens
+        The default collate's context-parallel layout and fixed-length boundaries
+        (:func:`~mmpack.torch.collate.collate`); ``rank`` and ``world_size`` are then the
+        data-parallel ones (every rank of a context-parallel group loads the same batches).
 
     Returns
     -------
@@ -147,8 +160,10 @@ def loader(
         no ``batch_size`` for a view, or an argument of the wrong type.
     ValueError
         ``batch_size < 1``, ``num_workers < 0``, ``timeout <= 0``, a rank outside its world
-        size, or ``shuffle=True`` / ``"blocks"`` over a view that orders itself; for Stages, an
-        argument the run holds itself, or a rank and world size other than the run's.
+        size, ``shuffle=True`` / ``"blocks"`` over a view that orders itself, an unknown
+        ``balance``, or context-parallel options with a ``collate`` of one's own; for Stages, an
+        argument the run holds itself, ``balance`` (not dealt by cost), or a rank and world size
+        other than the run's.
     """
     num_workers = check_int_range(num_workers, "num_workers", 0)
     if not callable(collate):
@@ -157,7 +172,19 @@ def loader(
         raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if cp_size is not None or cp_rank is not None or pad_cu_seqlens:
+        if collate is not default_collate:
+            raise ValueError(
+                "cp_size, cp_rank and pad_cu_seqlens configure the default collate; give them "
+                f"to your own collate ({collate!r}) instead"
+            )
+        collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
     if isinstance(view, Stages):
+        if balance is not None:
+            raise ValueError(
+                f"balance={balance!r} is not available over Stages (a stage's step may span two "
+                "epochs of its sampler); load each stage's view with loader(view, balance=...)"
+            )
         given = dict(batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
         given.update(block_bytes=block_bytes, window_blocks=window_blocks)
         on = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -183,6 +210,13 @@ def loader(
         raise TypeError(f"loader needs batch_size for a {type(view).__name__}, got none")
     batch_size = check_positive_int(batch_size, "batch_size")
     drop_last = check_bool(drop_last, "drop_last")
+    costs: dict[str, Any] = {}
+    if balance is not None:
+        if balance != "attention":
+            raise ValueError(f"balance must be 'attention' or None, got balance={balance!r}")
+        if not callable(getattr(view, "attention_cost", None)):
+            raise TypeError(f"balance='attention' needs a view with attention_cost, got {view!r}")
+        costs = dict(costs=view.attention_cost, batch_size=batch_size)
     rank, world_size = _rank_and_world(rank, world_size)
     order = check_shuffle(shuffle, view)
     blocks: dict[str, Any] = {}
@@ -198,6 +232,7 @@ def loader(
         world_size=world_size,
         drop_last=drop_last,
         **blocks,
+        **costs,
     )
     return ResumableLoader(
         view,

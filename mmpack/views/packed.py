@@ -84,6 +84,7 @@ from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.subset import token_source
 from mmpack.store.vocab import STORE
+from mmpack.views.attention_cost import packed_costs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
@@ -368,6 +369,12 @@ class PackedDataset:
         """
         pieces = locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
         return parent_located(self.store, pieces)
+
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """``sum(s**2)`` over the segments (pieces with their eot, padding) of each sample of
+        ``indices``, from the plan without reading a token (int64, (k,);
+        :mod:`mmpack.views.attention_cost`): what ``loader(balance="attention")`` deals by."""
+        return packed_costs(self, indices)
 
     def block_bounds(self, block_bytes: int) -> np.ndarray:
         """Bounds of blocks of consecutive samples that each read one contiguous byte span of

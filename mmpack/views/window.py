@@ -60,6 +60,7 @@ from mmpack.kernels.window import (
 )
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
+from mmpack.views.attention_cost import window_costs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.provenance import parent_located, window_provenance
@@ -506,6 +507,11 @@ class WindowDataset:
         (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`)."""
         starts, lengths = self._ranges(np.array([lo, hi - 1], dtype=np.int64) * self.stride)
         return int(starts[0]), int(starts[1] + lengths[1])
+
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """``sum(s**2)`` over the segments of each window of ``indices`` (the documents it spans,
+        its padding), from the offsets (int64, (k,); :mod:`mmpack.views.attention_cost`)."""
+        return window_costs(self, indices)
 
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the
