@@ -157,18 +157,22 @@ class Placement:
             return None
         pieces.keep(n_left)
         used = per_row[2 * n_rows + 1 :]
+        mask: tuple[np.ndarray, np.ndarray] | None = None
         if pieces.chunks is None:
             tokens, starts = admission.read_ranges(placed[3], placed[4], placed[2])
             scatter_pieces(tokens, np.asarray(starts, _I64), placed[2], placed[0], placed[1], ids)
             pad_rows(used, self._pad_id, ids)
+            if admission.masked:
+                src, at = admission.read_ranges(placed[3], placed[4], placed[2], mask=True)
+                mask = src, np.asarray(at, _I64)
         else:
-            self._write_rows(admission, placed, n_rows, used, ids)
+            mask = self._write_rows(admission, placed, n_rows, used, ids)
         b = per_row.tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
         max_seqlen = b[n_rows + 1 : 2 * n_rows + 1]
         counts = self._counts
         labels, mask_prob = self._labeller(
-            ids, attention, placed, n_rows, epoch, counts.n_batches, self._token_count
+            ids, attention, placed, n_rows, epoch, counts.n_batches, self._token_count, mask
         )
         self._token_count += n_tokens
         counts.n_tokens += n_tokens
@@ -189,18 +193,23 @@ class Placement:
     def _write_rows(
         self, admission: Admission, placed: np.ndarray, n_rows: int, used: np.ndarray,
         ids: np.ndarray,
-    ) -> None:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
         """Write the placed pieces of an in-memory source (and the padding) into ``ids`` (int64,
         (rows, seqlen)): one kernel call per live chunk, each token copied once; then check the
-        tokens written and release the chunks no longer referenced."""
+        tokens written and release the chunks no longer referenced.  With loss masks, returns
+        the placed pieces' masks as ``(flat uint8, start of each piece in it)`` (written into
+        rows like the tokens, one more call per chunk), else None."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
+        rows = np.zeros(ids.shape, np.uint8) if admission.masked else None
         bits = 0
         pad = used  # the first call writes the padding too
-        for base, chunk in chunks:  # a few (0.35 us a call that writes nothing)
+        for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
             bits |= write_pieces(chunk, base, placed, n_rows, ids, pad, self._pad_id)
             pad = _NO_ORDER
+            if rows is not None and mask is not None:
+                write_pieces(mask, base, placed, n_rows, rows, _NO_ORDER, 0)
         if pad is used:  # no chunk (only when no piece is placed)
             pad_rows(used, self._pad_id, ids)
         if bits < 0:
@@ -208,6 +217,9 @@ class Placement:
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
+        if rows is None:
+            return None
+        return rows.reshape(-1), placed[0] * ids.shape[1] + placed[1]
 
 
 def _refuse_tokens(pieces: list[Any]) -> None:
