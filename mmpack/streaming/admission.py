@@ -6,7 +6,8 @@ sequences read but not yet admitted, the :class:`~mmpack.streaming.pieces.PieceB
 pieces, and the counts of what the ``long_docs`` policy did.  Sequences read from the source
 wait in the queue (lengths, source indices and, for in-memory sources, their global positions in
 the token chunks of :mod:`mmpack.streaming.pieces`: each incoming batch is joined into one chunk
-when read); the packer admits exactly as many *pieces* as a batch needs
+when read, with its documents' loss masks if they carry any: every document of a source or none,
+:attr:`Admission.masked`); the packer admits exactly as many *pieces* as a batch needs
 (:func:`mmpack.streaming.sources.piece_counts` applies the policy), so a document split into many
 pieces enters piece by piece and the held pieces stay within ``buffer_size + readahead`` whatever
 its length.  Every step commits only once it has succeeded: a source that raises leaves the

@@ -1,8 +1,9 @@
 """How an incoming batch of sequences becomes tokens: checked by the build's token rule, joined.
 
-:func:`flat_sequences` (what the streaming packer uses) checks an incoming batch by the rule of
-:func:`mmpack.build` (:func:`mmpack.store.tokens.as_token_array`, one function for both) in one
-pass each over its dtypes, lengths and ndims, and joins it into one 1-D integer array, a *chunk*
+:func:`flat_sequences` (what the streaming packer uses, through :func:`flat_documents`, which
+also takes the loss masks of documents ``{"input_ids", "loss_mask"}``) checks an incoming batch by
+the rule of :func:`mmpack.build` (:func:`mmpack.store.tokens.as_token_array`, one function for
+both) in one pass each over its dtypes, lengths and ndims, and joins it into one 1-D integer array, a *chunk*
 (:mod:`mmpack.streaming.pieces`): one ``b"".join`` of the arrays' bytes when they share one
 native dtype and are contiguous (~0.1 us an array plus the copy, about twice as fast as
 ``np.concatenate``), else one ``np.concatenate`` into their common dtype; lists of Python ints

@@ -2,8 +2,9 @@
 
 Each incoming batch of an in-memory source becomes one *chunk*: its sequences' tokens, one after
 the other, in one 1-D integer array of their dtype (one ``b"".join``, ``np.concatenate`` or
-``np.fromiter`` per incoming batch, in :func:`mmpack.streaming.incoming.flat_sequences`): a copy
-of the tokens read, held while any of its pieces is.  Chunks are numbered by
+``np.fromiter`` per incoming batch, in :func:`mmpack.streaming.incoming.flat_documents`): a copy
+of the tokens read (with documents' loss masks, their masks too: :attr:`PieceBuffer.masks`),
+held while any of its pieces is.  Chunks are numbered by
 *global token positions*: a chunk added when ``g`` tokens were added before it holds positions
 ``[g, g + len(chunk))``, so a piece is an int64 column (length, source index, offset in its
 source sequence, global position of its first token) and holding it costs no Python object.

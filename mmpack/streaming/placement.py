@@ -12,7 +12,8 @@ by row, writes the ``cu_seqlens``, the longest segments and the attention mask, 
 placed pieces from the held ones; one write kernel per live token chunk copies the placed pieces
 into the rows and checks their tokens, one more writes the padding (a TokenStore's pieces are
 copied by a kernel straight from its memory map); the labels follow the mode
-(:class:`~mmpack.streaming.labels.Labeller`).  The held pieces are topped up in chunks of at
+(:class:`~mmpack.streaming.labels.Labeller`) and, with loss masks, the placed pieces' masks (read
+with the tokens: the mask store's ``read_ranges``, or one more write per chunk).  The held pieces are topped up in chunks of at
 least 3/4 of ``readahead`` (amortising admission; no decision depends on it).  Cost: one pass
 over the output and a fixed number of Python calls per batch, whatever its number of pieces.
 """
