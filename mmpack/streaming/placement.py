@@ -1,7 +1,7 @@
 """Placement: the streaming packer's best-fit rows and the writer of its batches.
 
-:class:`Placement` owns the rows of the batch being built (the hierarchical bitmap of the rows'
-remaining spaces, :mod:`mmpack.kernels.streaming`), the placements of the scan, the writing of
+:class:`Placement` owns the rows of the batch being built (the free-space index of the rows'
+remaining spaces, :func:`mmpack.kernels.plan_bestfit.row_index`), the placements of the scan, the writing of
 the batch, and the counts of what it emitted.  A batch of ``n_rows`` empty rows scans the held
 pieces in order (asking admission to read ahead when they run out) and the best-fit kernel puts
 each into the row with the smallest remaining space that holds it, or defers it, until
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.streaming import bitmap_layout, pad_rows, place_batch, scatter_pieces
+from mmpack.kernels.plan_bestfit import place_batch, row_index
+from mmpack.kernels.streaming import pad_rows, scatter_pieces
 from mmpack.kernels.streaming_batch import layout_batch, write_pieces
 from mmpack.streaming.admission import Admission
 from mmpack.streaming.labels import Labeller
@@ -62,8 +63,7 @@ class Placement:
         self._buffer_size, self._readahead = buffer_size, readahead
         self._drop_last, self._pad_id = drop_last, pad_id
         self._labeller, self._warmup = labeller, warmup
-        self._level_off, self._level_len = bitmap_layout((seqlen + 1) * batch_size)
-        self._words = np.zeros(int(self._level_off[-1]) + 1, dtype=np.int64)
+        self._bits, self._off = row_index(batch_size, seqlen)
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
         self._counts_per_row = np.zeros(batch_size, dtype=np.int64)
         self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
@@ -122,9 +122,8 @@ class Placement:
                 grown[:, :processed] = self._out[:, :processed]
                 self._out = grown
             processed, d = place_batch(
-                pieces.data, processed, pieces.n, budget - deferred, self._words,
-                self._level_off, self._level_len, self._remaining, self._counts_per_row,
-                self._seqlen, n_rows, self._out,
+                pieces.data, processed, pieces.n, budget - deferred, self._bits, self._off,
+                self._remaining, self._counts_per_row, self._seqlen, n_rows, self._out,
             )  # fmt: skip
             deferred += d
             if deferred >= budget:
