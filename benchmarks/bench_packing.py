@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import cached_plan
+from mmpack.views.plan_regions import cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 

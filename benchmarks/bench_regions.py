@@ -11,7 +11,7 @@ Columns: ``regions``; ``bins`` and ``whole bins`` (the whole-store plan's); ``bi
 (``bins / whole bins - 1``); ``build s`` and ``whole build s``, medians of interleaved repeats
 after a compile warm-up (the whole ``build_plan`` call), and their ratio; at the default ``R``,
 ``parts build s``: the same plan built in parts and joined into the cache file
-(:func:`~mmpack.views.plan_regions.build_plan_in_parts`, serially, about 2^30 tokens a part).
+(:func:`~mmpack.views.plan_regions.build_plan_in_parts`, serially, about 2^25 tokens a part).
 Target (``met``): ``bin cost <= 0.05%`` at the default ``R``.
 
 Run ``python -m benchmarks.bench_regions [--quick]`` (or ``python -m benchmarks regions``).
