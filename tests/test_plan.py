@@ -314,6 +314,10 @@ class FakeStore:
         self.doc_lens = np.asarray(lens, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.doc_lens)]).astype(np.int64)
         self.fingerprint = fingerprint
+        self.mapped_offsets = self.offsets
+
+    def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
+        return self.offsets[lo : hi + 1]
 
 
 def same_plan(a, b):

@@ -323,3 +323,29 @@ def test_a_cached_region_plan_is_written_as_it_is_made(tmp_path, monkeypatch):
     )
     assert out > 40_000_000 and peak < out / 3, (peak, out)
     assert same_plan(plan, build_plan(lens, 64, add_eot=True, region_tokens=4096))
+
+
+def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
+    """A part (a task on a worker, which opens the store in O(1)) checks the pages of the
+    offsets its documents lie on, not the whole index; the parts of a whole plan check every
+    page, so a decrease anywhere still fails the build."""
+    import mmpack
+    import mmpack.store.writer
+    from mmpack.errors import FormatError
+    from mmpack.views.plan_regions import build_part
+
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    build(tmp_path / "s", [[1] * 4] * 200)  # 800 tokens; slots of 40 tokens: 10 documents
+    offsets = np.fromfile(tmp_path / "s" / "offsets.bin", dtype="<i8")
+    offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)
+    offsets.tofile(tmp_path / "s" / "offsets.bin")
+    store = mmpack.open(tmp_path / "s")
+    key = plan_cache_key(store.fingerprint, 16, add_eot=True, region_tokens=40)
+    options = dict(store=store, key=key, seqlen=16, add_eot=True, long_docs="split")
+    options |= dict(algorithm="bfd", lookahead=64, region_tokens=40)
+    done = build_part([0, 5], str(tmp_path / "part.mmplan"), options)  # documents 0..49
+    assert done["n_docs"] == 50 and not store._pages.all_checked()
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        build_part([14, 15], str(tmp_path / "part.mmplan"), options)  # documents 140..149
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        cached_plan(mmpack.open(tmp_path / "s"), 16, add_eot=True, region_tokens=40)

@@ -147,6 +147,12 @@ class TokenStore(DocumentSets):
         return self._backend.offsets[lo : hi + 1]
 
     @property
+    def mapped_offsets(self) -> np.ndarray:
+        """The offsets as mapped, pages not checked: for a binary search whose answers are then
+        read through :meth:`doc_bounds` (which checks their pages)."""
+        return self._backend.offsets
+
+    @property
     def doc_lens(self) -> np.ndarray:
         """int64, shape (num_docs,): ``np.diff(offsets)``, computed once."""
         if self._doc_lens is None:
@@ -353,18 +359,9 @@ class TokenStore(DocumentSets):
         them, without waiting for the data: the memmap backend issues one
         ``madvise(MADV_WILLNEED)`` per merged page range, so a batch's pages are read
         concurrently instead of one fault at a time; a remote backend starts fetching the
-        ranges' checked blocks in the background.
-
-        Parameters
-        ----------
-        starts, lengths : array_like of int, shape (k,)
-            Ranges inside ``[0, num_tokens]``.
-
-        Returns
-        -------
-        int
-            The number of requests issued (0 when the backend has nothing to do).
-        """
+        ranges' checked blocks in the background.  ``starts``, ``lengths``: array_like of int,
+        shape (k,), ranges inside ``[0, num_tokens]``; returns the number of requests issued (0
+        when the backend has nothing to do)."""
         s = np.asarray(starts)
         n = np.asarray(lengths)
         if s.shape == n.shape == (1,) and s.dtype == n.dtype == np.int64:  # a single read, fast

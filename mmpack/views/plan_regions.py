@@ -105,16 +105,17 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
     worker by its location), the plan parameters of :func:`~mmpack.views.plan.build_plan`
     (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
-    :func:`part_key`).  Reads the store's offsets at
-    O(hi - lo) binary searches and over the part's documents only.  Returns the part's
+    :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
+    part's documents only, and checks only the pages of the index those lie on (a store is
+    opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
     """
     lo, hi = (int(v) for v in slots)
     store = options["store"]
-    offsets = store.offsets
-    edges = region_edges(offsets, options["region_tokens"], lo, hi)
+    # a binary search over the mapping, then only the part's pages of the index are checked
+    edges = region_edges(store.mapped_offsets, options["region_tokens"], lo, hi)
     first, last = int(edges[0]), int(edges[-1])
-    lens = np.diff(np.asarray(offsets[first : last + 1], dtype=np.int64))
+    lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
     params = {name: options[name] for name in _PLAN_OPTIONS}
     plan = pack_regions(lens, edges, **params)
     save_plan(plan, path, part_key(options["key"], (lo, hi)))
@@ -233,7 +234,7 @@ def build_plan_in_parts(
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
-    tasks = region_tasks(int(store.offsets[-1]), r, per_task)
+    tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
     options = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
     options |= {"store": store, "key": key, "region_tokens": r, "lookahead": int(lookahead)}
     path.parent.mkdir(parents=True, exist_ok=True)
