@@ -41,6 +41,7 @@ TOPICS = {
     "schedule": "benchmarks.bench_schedule",
     "provenance": "benchmarks.bench_provenance",
     "subset": "benchmarks.bench_subset",
+    "balance": "benchmarks.bench_balance",
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

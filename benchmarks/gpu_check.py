@@ -13,7 +13,13 @@ over it five ways on CUDA:
 * SDPA with plain ``is_causal=True`` over whole rows (timing baseline only: it ignores document
   boundaries, so its output is *not* checked).
 
-Then a second, small case whose row length is no multiple of 128, non-causal (MLM-style).
+Then a second, small case whose row length is no multiple of 128, non-causal (MLM-style).  Then
+context parallelism: ``collate(..., cp_size=C)`` for ``C`` in 2, 4, 8, and on every rank's share
+causal varlen attention as ring attention ends up computing it (each zigzag chunk's queries
+against the keys and values of its document up to the chunk's end: ``flash_attn_varlen_func``
+with ``cu_seqlens_q != cu_seqlens_k``, bottom-right causal; without flash_attn an SDPA loop with
+that mask), scattered back by the shares' positions and compared with causal attention over the
+whole padded batch at ``cu_seqlens_padded``.
 Prints max abs differences and milliseconds per call (CUDA events, after warm-up; compile time
 excluded), writes ``$OUT/gpu_check.json`` when ``OUT`` is set, and exits 1 on any mismatch.
 
@@ -163,6 +169,84 @@ def _varlen_kernel() -> tuple[str, Callable | None]:
         return varlen_attn(q, k, v, cu, cu, m, m, **kwargs)
 
     return f"torch.nn.attention.varlen.varlen_attn({kwargs})", run
+
+
+def _varlen_pair() -> tuple[str, Callable]:
+    """Causal varlen attention with queries and keys of their own boundaries, bottom-right
+    aligned: ``fn(q, k, v, cu_q, cu_k, max_q, max_k) -> out`` over (T, H, D) tensors."""
+    try:
+        from flash_attn import flash_attn_varlen_func
+
+        def flash(q, k, v, cu_q, cu_k, mq, mk):
+            return flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True)
+
+        return "flash_attn.flash_attn_varlen_func", flash
+    except ImportError:
+        pass
+
+    def sdpa(q, k, v, cu_q, cu_k, mq, mk):
+        out = torch.empty_like(q)
+        for a, b, c, d in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(),
+                              cu_k[1:].tolist()):  # fmt: skip
+            lq, lk = b - a, d - c
+            if lq == 0:
+                continue
+            rows = torch.arange(lq, device=q.device)[:, None] + (lk - lq)
+            mask = torch.arange(lk, device=q.device)[None, :] <= rows
+            out[a:b] = F.scaled_dot_product_attention(
+                q[a:b].transpose(0, 1),
+                k[c:d].transpose(0, 1),
+                v[c:d].transpose(0, 1),
+                attn_mask=mask,
+            ).transpose(0, 1)
+        return out
+
+    return "sdpa loop, bottom-right causal mask (no flash_attn)", sdpa
+
+
+def cp_ring_result(q, k, v, batch: dict, cp_size: int, attend: Callable) -> torch.Tensor:
+    """Every rank's share of a ``collate(cp_size=...)`` batch attended as ring attention ends
+    up computing it, scattered back to the padded positions: (T, H, D).  Checks that the
+    chunks' queries are exactly each rank's ``cp_indices``."""
+    cu = batch["cu_seqlens_padded"].long().tolist()
+    starts, lens = cu[:-1], [b - a for a, b in zip(cu[:-1], cu[1:])]
+    chunk = [n // (2 * cp_size) for n in lens]
+    out = torch.zeros_like(q)
+    for r in range(cp_size):
+        took = []
+        for part in (r, 2 * cp_size - 1 - r):
+            qi = [i for o, c in zip(starts, chunk) for i in range(o + part * c, o + (part + 1) * c)]
+            ki = [i for o, c in zip(starts, chunk) for i in range(o, o + (part + 1) * c)]
+            cu_q = torch.tensor([0, *np.cumsum(chunk)], dtype=torch.int32, device=q.device)
+            cu_k = torch.tensor([0, *np.cumsum([(part + 1) * c for c in chunk])],
+                                dtype=torch.int32, device=q.device)  # fmt: skip
+            qi_t, ki_t = (torch.tensor(x, dtype=torch.long, device=q.device) for x in (qi, ki))
+            mk = max((part + 1) * c for c in chunk)
+            out[qi_t] = attend(q[qi_t], k[ki_t], v[ki_t], cu_q, cu_k, max(chunk), mk)
+            took += qi
+        if sorted(took) != sorted(batch["cp_indices"][r].tolist()):
+            raise AssertionError(f"rank {r}'s chunks are not its cp_indices")
+    return out
+
+
+def check_context_parallel(report: Report, rng, g, device: str, on_gpu: bool) -> None:
+    """Context-parallel shares attended chunk by chunk against the whole padded batch."""
+    name_kernel, attend = _varlen_pair()
+    rows, seqlen, heads, dim = (4, 4096, 8, 64) if on_gpu else (2, 256, 2, 16)
+    samples = _packed_samples(rng, rows, seqlen)
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    tol = {"atol": 2e-2, "rtol": 2e-2} if on_gpu else {"atol": 1e-5, "rtol": 1e-5}
+    for cp_size in (2, 4, 8):
+        name = f"context parallel C={cp_size}, ring vs full ({dtype})"
+        with report.guard(name):
+            batch = mm_collate.collate(samples, cp_size=cp_size)
+            total = int(batch["cu_seqlens_padded"][-1])
+            q, k, v = (torch.randn(total, heads, dim, generator=g, device=device, dtype=dtype)
+                       for _ in range(3))  # fmt: skip
+            cu = batch["cu_seqlens_padded"].to(device)
+            full = attend(q, k, v, cu, cu, batch["max_seqlen"], batch["max_seqlen"]).float()
+            ring = cp_ring_result(q, k, v, batch, cp_size, attend)
+            report.check(name, ring, full, kernel=name_kernel, padding=batch["cp_padding"], **tol)
 
 
 class Report:
@@ -365,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         report.check(
             name, F.scaled_dot_product_attention(q2, k2, v2, attn_mask=dense2), ref2, **bf16_tol
         )
+
+    check_context_parallel(report, rng, g, device, on_gpu)
 
     summary = {
         "meta": meta,

@@ -24,6 +24,7 @@ __all__ = [
     "Param",
     "RemoteAccessError",
     "RemoteError",
+    "SlowReadWarning",
     "StateMismatchError",
     "StoreExistsError",
     "StoreNotFoundError",
@@ -113,15 +114,22 @@ class IngestWarning(UserWarning):
     """A skipped input record (``on_error="skip"``)."""
 
 
+class SlowReadWarning(UserWarning):
+    """A remote store read in a way that cannot fetch whole blocks (each sample a small range
+    request: the global order, or the block order without a node cache); the message names the
+    fix.  Warned once per process, store and way of reading."""
+
+
 class MissingDependencyError(MmpackError, ImportError):
     """An optional dependency is not installed.  The message says what needs it and how to install
-    it: the ``mmpack`` extra that brings it (``pip install "mmpack[ingest]"``), or the package
+    it: the ``mmpack`` extra that brings it (``pip install -e ".[ingest]"`` in mmpack's checkout,
+    as the README installs it), or the package
     itself where no extra does (``datasets``, ``transformers``).  ``package`` is the missing
     import, ``extra`` the extra (or None)."""
 
     def __init__(self, message: str, package: str | None = None, extra: str | None = None) -> None:
         if extra is not None:
-            message += f' (pip install "mmpack[{extra}]")'
+            message += f' (the mmpack extra: pip install -e ".[{extra}]" in mmpack\'s checkout)'
         elif package is not None:
             message += f" (pip install {package})"
         super().__init__(message, name=package)

@@ -1149,11 +1149,6 @@ def _online_ref(lens, seqlen, eot, long_docs, window):
 
 
 # =========================================================================== streaming packer
-def ref_successor(keys: set[int], q: int) -> int:
-    above = [k for k in keys if k >= q]
-    return min(above) if above else -1
-
-
 def ref_place(lens, budget, remaining, row_len):
     """Linear-scan best fit (the seed's find_best_fit: first smallest fitting row)."""
     remaining = list(remaining)
@@ -1287,42 +1282,6 @@ def ref_token_bits(ids, used) -> int:
     return bits
 
 
-def _bitmap_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    n_keys = int(rng.integers(1, 40 * size + 2))
-    ops = [
-        (bool(rng.integers(0, 2)), int(rng.integers(0, n_keys)))
-        for _ in range(int(rng.integers(0, 4 * size + 1)))
-    ]
-    return n_keys, ops, rng.integers(0, n_keys + 5, int(rng.integers(0, size + 1))).tolist()
-
-
-def _bitmap_kernel(n_keys, ops, queries):
-    from mmpack.kernels.streaming import bitmap_layout, bm_insert, bm_remove, bm_successor
-
-    level_off, level_len = bitmap_layout(n_keys)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
-    keys: set[int] = set()
-    out = []
-    for insert, k in ops:
-        if insert and k not in keys:
-            bm_insert(words, level_off, k)
-            keys.add(k)
-        elif not insert and k in keys:
-            bm_remove(words, level_off, k)
-            keys.discard(k)
-        out.append([int(bm_successor(words, level_off, level_len, q)) for q in queries[:4]])
-    return out, [int(bm_successor(words, level_off, level_len, q)) for q in queries]
-
-
-def _bitmap_ref(n_keys, ops, queries):
-    keys: set[int] = set()
-    out = []
-    for insert, k in ops:
-        (keys.add if insert else keys.discard)(k)
-        out.append([ref_successor(keys, q) for q in queries[:4]])
-    return out, [ref_successor(keys, q) for q in queries]
-
-
 def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     n_rows, row_len = int(rng.integers(1, 7)), int(rng.integers(1, 41))
     stride = n_rows + int(rng.integers(0, 3))
@@ -1332,27 +1291,26 @@ def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _place_kernel(n_rows, row_len, stride, init, lens, budget):
-    from mmpack.kernels.streaming import (
-        bitmap_layout,
-        bm_insert,
-        bm_remove,
+    from mmpack.kernels.plan_bestfit import (
+        _tree_clear,
+        _tree_set,
         place_best_fit,
         reset_rows,
+        row_index,
     )
 
-    level_off, level_len = bitmap_layout((row_len + 1) * stride)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    bits, off = row_index(stride, row_len)
     remaining = np.full(stride, -1, dtype=np.int64)
     counts = np.zeros(stride, dtype=np.int64)
-    reset_rows(words, level_off, remaining, counts, n_rows, row_len)
+    reset_rows(bits, off, remaining, counts, n_rows, row_len)
     for r, s in enumerate(init):  # arbitrary starting spaces
-        bm_remove(words, level_off, row_len * stride + r)
-        bm_insert(words, level_off, s * stride + r)
+        _tree_clear(bits, off, row_len * stride + r)
+        _tree_set(bits, off, s * stride + r)
         remaining[r] = s
     out_row = np.empty(len(lens), dtype=np.int64)
     out_off = np.empty(len(lens), dtype=np.int64)
     processed, deferred = place_best_fit(
-        lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
+        lens, budget, bits, off, remaining, counts, row_len, out_row, out_off
     )
     return (
         _ints(out_row[:processed]), _ints(out_off[:processed]), int(deferred),
@@ -1691,6 +1649,65 @@ def _parent_starts_kernel(offsets, shift, starts, lengths):
     out = np.zeros(starts.shape[0], dtype=np.int64)
     bad = parent_starts(offsets, shift, starts, lengths, out)
     return int(bad), out[: bad if bad >= 0 else starts.shape[0]].tolist()
+
+
+# =========================================================================== balanced dealing
+def deal_groups_slow(costs, group_ptr, world_size):
+    """Each group dealt by the rule of :mod:`mmpack.kernels.balance`, spelled out: samples by
+    decreasing cost (then slot) to the least loaded rank with room (then lowest rank), then, while
+    one exists, the swap of a sample of the most loaded rank (lowest of equals) with a cheaper
+    sample of another rank whose larger new load is smallest and below the peak (first found in
+    slot order), at most ``4 k`` swaps."""
+    owner = []
+    for lo, hi in zip(group_ptr[:-1], group_ptr[1:]):
+        c = [int(x) for x in costs[lo:hi]]
+        k = len(c)
+        m = k // world_size
+        mine = [0] * k
+        load = [0] * world_size
+        held = [0] * world_size
+        for s in sorted(range(k), key=lambda s: (-c[s], s)):
+            room = [r for r in range(world_size) if held[r] < m]
+            r = min(room, key=lambda r: (load[r], r))
+            mine[s] = r
+            load[r] += c[s]
+            held[r] += 1
+        for _ in range(4 * k):
+            top = max(range(world_size), key=lambda r: (load[r], -r))
+            best = None
+            for a in range(k):
+                for b in range(k):
+                    if mine[a] != top or mine[b] == top or c[b] >= c[a]:
+                        continue
+                    d = c[a] - c[b]
+                    new = max(load[top] - d, load[mine[b]] + d)
+                    if new < load[top] and (best is None or new < best[0]):
+                        best = (new, a, b)
+            if best is None:
+                break
+            _, a, b = best
+            d = c[a] - c[b]
+            load[top] -= d
+            load[mine[b]] += d
+            mine[a], mine[b] = mine[b], top
+        owner.extend(mine)
+    return owner
+
+
+def _deal_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    world = int(rng.integers(1, 6))
+    sizes = [world * int(rng.integers(0, 5)) for _ in range(int(rng.integers(0, 4)))]
+    ptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    scale = int(rng.choice([3, 50, 10**6]))
+    costs = rng.integers(0, scale, int(ptr[-1])).astype(np.int64)
+    return costs, ptr, world
+
+
+def _deal_kernel(costs, ptr, world):
+    from mmpack.kernels.balance import deal_groups
+
+    return deal_groups(costs, ptr, world).tolist()
 
 
 # =========================================================================== PAIRS, COVERED_BY
@@ -2054,6 +2071,13 @@ def twin_place_pieces(n, sources):
 
 
 PAIRS: list[Pair] = [
+    _pair(
+        "balance.deal_groups",
+        "deal_groups_slow",
+        _deal_inputs,
+        _deal_kernel,
+        lambda costs, ptr, world: deal_groups_slow(costs.tolist(), ptr.tolist(), world),
+    ),
     # store, blockstate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
     _pair(
@@ -2256,17 +2280,9 @@ PAIRS: list[Pair] = [
         finish=_plan_bins,
     ),
     # streaming packer
+    _pair("plan_bestfit.place_best_fit", "ref_place", _place_inputs, _place_kernel, _place_ref),
     _pair(
-        "streaming.bm_successor",
-        "ref_successor",
-        _bitmap_inputs,
-        _bitmap_kernel,
-        _bitmap_ref,
-        bench_size=200,
-    ),
-    _pair("streaming.place_best_fit", "ref_place", _place_inputs, _place_kernel, _place_ref),
-    _pair(
-        "streaming.place_batch",
+        "plan_bestfit.place_batch",
         "ref_pack",
         _packer_inputs,
         _packer_kernel,
@@ -2424,16 +2440,15 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_emit.emit_groups",
     ),
     "plan_bestfit.online_place": ("plan_items.online_items", "plan_emit.emit_by_rank"),
-    "streaming.bm_successor": (
-        "streaming.bm_insert", "streaming.bm_remove", "streaming._ctz32",
-        "streaming._lowest_bit_index",
+    "plan_bestfit.place_best_fit": (
+        "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),
-    "streaming.place_best_fit": ("streaming.reset_rows", "streaming._widest"),
-    "streaming.place_batch": (
+    "plan_bestfit.place_batch": (
         "streaming.scatter_pieces", "streaming.pad_rows", "streaming_batch.layout_batch",
     ),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
+    "balance.deal_groups": ("balance._deal_group",),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

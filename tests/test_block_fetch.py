@@ -11,8 +11,15 @@ Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_block_fetch.py`
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +38,7 @@ BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
 CHECK = 4096  # the store's check blocks
 W = 4  # blocks per window
 PART = 16 << 10  # four parts per block
+COLD_LIMIT = 240  # seconds for a cold start's epoch (compiling every kernel: ~60 s alone)
 
 
 @pytest.fixture(autouse=True)
@@ -331,3 +339,134 @@ def test_the_current_window_queues_all_its_parts_before_the_next(
     assert 2 not in windows  # nothing but the two windows
     assert windows == sorted(windows)  # window 0's parts, then window 1's
     f.close()
+
+
+def _slow_reader(store, local, ready, checked, dropped, out):
+    """A second process of the node: reads a span of window 0 through the node cache, stopped
+    between the check of its blocks and their copy until the loader has dropped the window."""
+    from mmpack.remote.fetcher import BlockFetcher
+
+    real = BlockFetcher.cached
+    once = {"stop": True}
+
+    def stopped(self, starts, lengths):
+        src = real(self, starts, lengths)
+        if src is not None and once.pop("stop", False):
+            checked.set()  # checked and served: the loader now leaves window 0 and drops it
+            dropped.wait(30)
+        return src
+
+    BlockFetcher.cached = stopped
+    a, b = _loader(store).window_fetcher.window_spans(0, 0)[0]
+    a, b = a + CHECK, b - CHECK  # inside the span: no check block another window shares
+    ready.wait(30)
+    got = store.read_range(a, b)  # stopped while the drop runs
+    again = store.read_range(a, b)  # after it: dropped blocks are fetched again
+    want = local.read_range(a, b)
+    out.put((bool(np.array_equal(got, want)), bool(np.array_equal(again, want))))
+
+
+def test_a_reader_never_copies_a_block_dropped_under_it(stores, s3_server, tmp_path):
+    """A process reading through the node cache while a block-order loader drops the window it
+    reads: the blocks it checked stay until it has copied them (its pins keep them from the
+    drop), where it used to copy the punched holes (rows of zeros); read again after the drop,
+    they are fetched again."""
+    remote, local = stores
+    store = _open(remote, s3_server.options, tmp_path)
+    ctx = mp.get_context("fork")
+    ready, checked, dropped, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+    reader = ctx.Process(
+        target=_slow_reader, args=(store, local, ready, checked, dropped, out)
+    )  # forked before the loader's threads start
+    reader.start()
+    try:
+        ld = _loader(store)
+        f = ld.window_fetcher
+        batches = iter(ld)
+        next(batches)
+        f.wait()  # window 0 (and 1) fetched
+        assert f.current == (0, 0)
+        ready.set()
+        assert checked.wait(30)
+        while f.current == (0, 0):  # leave window 0: it is unpinned and dropped
+            next(batches)
+        f.wait()
+        dropped.set()
+        copied, again = out.get(timeout=60)
+        assert copied, "the reader copied blocks dropped under it"
+        assert again
+        f.close()
+    finally:
+        dropped.set()
+        reader.join(30)
+        if reader.is_alive():
+            reader.kill()
+    assert reader.exitcode == 0
+
+
+_COLD_LOADER = f"""
+import json, sys
+import mmpack
+from mmpack.torch import loader
+location, options, cache_dir = json.loads(sys.argv[1])
+store = mmpack.open(location, storage_options=options, cache_dir=cache_dir, cache_limit=1 << 30)
+view = mmpack.WindowDataset(store, {SEQLEN}, eot=65535)
+ld = loader(view, 16, shuffle="blocks", block_bytes={BLOCK}, window_blocks={W}, num_workers=2, seed=5)
+print(sum(len(b["input_ids"]) for b in ld), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_workers_forked_while_fetch_threads_compile_get_their_batches(stores, s3_server, tmp_path):
+    """``loader(remote_view, shuffle="blocks", num_workers=2)`` with a cold numba cache: the
+    workers are forked while the fetch threads start, which compiled their kernels holding
+    numba's lock, and every worker waited for ever on its first kernel.  Run in a process of its
+    own (a fresh ``NUMBA_CACHE_DIR``), bounded in time, its process group killed on a hang."""
+    remote, local = stores
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(mmpack.__file__).parents[1]), env.get("PYTHONPATH", "")]
+    )
+    args = json.dumps([remote.location, s3_server.options, str(tmp_path / "cache")])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _COLD_LOADER, args], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=COLD_LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the loader and its workers
+        proc.communicate()
+        pytest.fail(f"the loader's first batches hung (no batch in {COLD_LIMIT} s)")
+    assert proc.returncode == 0, err[-3000:]
+    assert int(out.split()[-1]) == len(mmpack.WindowDataset(local, SEQLEN, eot=65535))
+
+
+def test_a_remote_store_read_without_whole_blocks_is_warned_of_once(tmp_path):
+    """The global order over a remote store, and the block order over one opened without a
+    ``cache_limit``, cannot fetch whole blocks: each warns once, naming the fix; the block order
+    with a node cache, and any order over a local store, say nothing."""
+    from mmpack.errors import SlowReadWarning
+
+    docs = _corpus(n_docs=300, seed=6)
+    url = (tmp_path / "remote").as_uri()
+    mmpack.build(url, docs)
+    local = mmpack.build(tmp_path / "local", docs)
+
+    def loaders(store, **kw):
+        view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            for _ in range(2):  # once, not once per loader
+                loader(view, 16, block_bytes=BLOCK, window_blocks=W, **kw)
+        return [str(w.message) for w in rec if issubclass(w.category, SlowReadWarning)]
+
+    nocache = mmpack.open(url)
+    cached = mmpack.open(url, cache_dir=tmp_path / "cache", cache_limit=1 << 30)
+    (slow,) = loaders(nocache)
+    assert "global shuffled order" in slow and "shuffle='blocks'" in slow and url in slow
+    (blocks,) = loaders(nocache, shuffle="blocks")
+    assert "cache_limit" in blocks and url in blocks
+    assert loaders(cached, shuffle="blocks") == []
+    assert loaders(nocache, shuffle=False) == []  # in order: merged ranges
+    assert loaders(local) == loaders(local, shuffle="blocks") == []

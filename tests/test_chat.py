@@ -298,3 +298,62 @@ def test_a_chat_build_takes_no_special_token_template(folder, tmp_path):
             tmp_path / "a.jsonl", tmp_path / "s", folder, loss_on="all", template="<|im_start|> $A"
         )
     assert not (tmp_path / "s").exists()
+
+
+def test_a_template_that_only_names_add_generation_prompt_is_refused(tok, tmp_path, capsys):
+    """``{% generation %}`` is looked for as a tag, as transformers does: a template that only
+    mentions ``add_generation_prompt`` has no assistant mask (every mask would be 0), so
+    ``loss_on="assistant"`` refuses it, in the API and the command; a tag with whitespace
+    control is one."""
+    from mmpack.cli.commands import main
+
+    plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
+    plain.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    with pytest.raises(ValueError, match=r"needs a chat template with \{% generation %\}"):
+        list(chat_documents([], plain))
+    plain.save_pretrained(tmp_path / "plain")
+    write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    argv = ["build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "s")]
+    assert main([*argv, "--tokenizer", str(tmp_path / "plain"), "--loss-on", "assistant"]) == 1
+    err = capsys.readouterr().err
+    assert "--loss-on assistant needs a chat template with {% generation %}" in err
+    assert "Traceback" not in err and not (tmp_path / "s").exists()
+    plain.chat_template = (
+        "{% for m in messages %}{%- generation -%}{{ m['content'] }}{%- endgeneration -%}"
+        "{% endfor %}"
+    )
+    (doc,) = chat_documents([RECORDS[3]], plain)
+    assert doc["loss_mask"].all()
+
+
+def test_a_chat_build_that_stores_nothing_is_an_empty_masked_store(folder, tmp_path, capsys):
+    """``--on-error skip`` with every record bad: an empty store that has a (empty) loss mask,
+    as every chat store has, and the command's summary (it died on a bare AssertionError); a
+    part that stores nothing joins the others."""
+    from mmpack.cli.commands import main
+
+    write_jsonl(tmp_path / "bad.jsonl", [{"text": "x"}, {"text": "y"}])
+    argv = ["build", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "s")]
+    assert (
+        main([*argv, "--tokenizer", str(folder), "--loss-on", "assistant", "--on-error", "skip"])
+        == 0
+    )
+    out = capsys.readouterr()
+    assert "0 conversations, 0 tokens, 0 of them targets" in out.out and "Traceback" not in out.err
+    store = mmpack.open(tmp_path / "s")
+    assert len(store) == 0 and store.has_loss_mask and len(store.loss_mask) == 0
+    write_jsonl(tmp_path / "good.jsonl", RECORDS)
+    report = build_chat(
+        [tmp_path / "good.jsonl", tmp_path / "bad.jsonl"],
+        tmp_path / "joined",
+        folder,
+        engine="serial",
+        part_bytes=1,
+        on_error="skip",
+        on_issue=[].append,
+    )
+    assert len(report.store.parts) == 2 and report.store.has_loss_mask
+    _same_documents(report.store, list(chat_documents(RECORDS, folder)))

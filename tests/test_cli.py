@@ -467,6 +467,63 @@ def test_show_position_refusals_are_one_line(seed_store, capsys):
     )
 
 
+def test_show_position_takes_the_state_a_loader_saved(seed_store, capsys, tmp_path):
+    """The loader's state as the loop saves it (torch.save, or its JSON), over a view, over
+    Stages (a position of the stage it was saved in) and over a mixture (down to its index)."""
+    import torch
+
+    import mmpack.torch
+    from mmpack.sampling.mixture import Mixture
+    from mmpack.torch.stages import stage_seed
+
+    view = ["--seqlen", 8, "--stride", 3, "--eot", 420]
+    ds = mmpack.WindowDataset(seed_store, 8, 3, eot=420)
+    short = mmpack.WindowDataset(seed_store, 4, eot=420)
+
+    def saved(loader, name, batches):
+        for k, _ in enumerate(loader):
+            if k + 1 == batches:
+                break
+        state = loader.state_dict()
+        torch.save(state, tmp_path / f"{name}.pt")
+        (tmp_path / f"{name}.json").write_text(json.dumps(state))
+        return [str(tmp_path / f"{name}{suffix}") for suffix in (".pt", ".json")]
+
+    over_view = saved(mmpack.torch.loader(ds, 2, seed=11, rank=1, world_size=2), "view", 3)
+    want = _run_order(len(ds), 2, 2, seed=11)
+    stages = mmpack.Stages([(6, short, 2), (40, ds, 2)], seed=4)
+    over_stages = saved(mmpack.torch.loader(stages), "stages", 5)  # 2 steps into stage 1
+    stage_order = _run_order(len(ds), 2, 1, seed=stage_seed(4, 1))
+    mix = Mixture([ds, ds], [1, 1])
+    over_mixture = saved(mmpack.torch.loader(mix, 2), "mixture", 1)
+    for path in (*over_view, *over_stages):
+        for p in (0, 5, len(ds) + 1):
+            code, got, out, err = _served(
+                seed_store, capsys, *view, "--state", path, "--position", p
+            )
+            assert code == 0, err
+            if path in over_view:
+                e, g = divmod(p, len(ds))
+                assert got == want[e * (len(want) // 2) + g] and "rank " in out
+            else:
+                assert got == stage_order[p] and out.startswith(f"position {p}: stage 1")
+    for path in over_mixture:
+        code, _, _, err = _served(seed_store, capsys, *view, "--state", path, "--position", 3)
+        assert code == 1 and f"n={len(mix)}" in err, err  # not the view's run
+        argv = [*view, "--state", path, "--index-only", "--position", 3]
+        code, _, out, err = _served(seed_store, capsys, *argv)
+        index = int(list(ResumableSampler(len(mix), seed=0))[3])
+        assert code == 0 and out.count("\n") == 1, err
+        assert f"-> sample {index} of the run's dataset ({len(mix)} samples" in out
+    (tmp_path / "other.json").write_text(json.dumps({"step": 3}))
+    (tmp_path / "junk.bin").write_bytes(bytes(range(200, 256)))
+    for path, message in ((tmp_path / "other.json", "lacks the fields"),
+                          (tmp_path / "junk.bin", "neither JSON nor a torch.save file")):  # fmt: skip
+        code, _, _, err = _served(seed_store, capsys, *view, "--state", path, "--position", 0)
+        assert code == 1 and message in err and "give the state your loop saved" in err, err
+        assert err.count("\n") == 1
+
+
 def _stream_positions(n, epoch, state):
     """The naive list model of epoch ``epoch``'s stream: its global positions in serving order,
     the state's replays inserted where it says, its skipped positions removed."""

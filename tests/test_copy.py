@@ -135,6 +135,32 @@ def test_empty_and_documentless_stores(tmp_path):
         assert copy.fingerprint == source.fingerprint and len(copy) == len(docs)
 
 
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_a_store_with_a_loss_mask_is_copied_with_it(tmp_path, backend, monkeypatch, capsys):
+    """The loss mask is part of what the fingerprint covers: ``mmpack cp`` copies it (it used
+    to fail on every masked store, naming a temporary folder and a fingerprint)."""
+    import mmpack.ingest.copy as copy_module
+    from mmpack.store.writer import StoreWriter
+
+    monkeypatch.setattr(copy_module, "_CHUNK_TOKENS", 5)  # several chunks, the mask cut with them
+    docs = [
+        {"input_ids": list(range(1, n + 1)), "loss_mask": [k % 2 for k in range(n)]}
+        for n in (3, 0, 7, 1, 6)
+    ]
+    source = mmpack.build(tmp_path / "src", docs, backend=backend)
+    assert main(["cp", source.location, str(tmp_path / "c")]) == 0, capsys.readouterr().err
+    for copy in (mmpack.open(tmp_path / "c"), copy_store(source, tmp_path / "z", backend="zarr")):
+        assert copy.fingerprint == source.fingerprint and copy.has_loss_mask
+        assert [m.tolist() for m in copy.loss_mask] == [d["loss_mask"] for d in docs]
+        assert [d.tolist() for d in copy] == [d["input_ids"] for d in docs]
+        copy.verify()
+    with StoreWriter(tmp_path / "empty") as writer:  # a masked store of no document
+        writer.add_batch(np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.uint8))
+    assert writer.store is not None and writer.store.has_loss_mask
+    copy = copy_store(writer.store, tmp_path / "empty-copy")
+    assert copy.has_loss_mask and copy.fingerprint == writer.store.fingerprint
+
+
 def test_chunks_cut_at_documents_and_a_long_document_whole(tmp_path, monkeypatch):
     import mmpack.ingest.copy as copy_module
 

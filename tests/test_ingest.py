@@ -355,7 +355,7 @@ def test_a_missing_dependency_names_the_extra_to_install(tmp_path, monkeypatch):
 
     (tmp_path / "t.parquet").write_bytes(b"PAR1")
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(MissingDependencyError, match=r'pip install "mmpack\[ingest\]"') as info:
+    with pytest.raises(MissingDependencyError, match=r'pip install -e "\.\[ingest\]"') as info:
         ingest(tmp_path / "t.parquet", tmp_path / "s")
     assert isinstance(info.value, ImportError) and isinstance(info.value, MmpackError)
     assert (info.value.name, info.value.extra) == ("pyarrow", "ingest")

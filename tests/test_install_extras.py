@@ -1,6 +1,8 @@
-"""Installs that match the documentation: every top-level import of every ```python example of
-README.md and docs/**/*.md is provided by mmpack's dependencies or a declared extra, and the
-README's install section names every extra.
+"""Installs that match the documentation: every top-level import of every Python example of
+README.md and docs/**/*.md (```python, and ```py and the like, which tests/test_docs.py does not
+run) is provided by mmpack's dependencies or a declared extra, and the
+README's install section names every extra and leads with the install that works (from a
+checkout: mmpack is on no package index).
 
 An import's distribution comes from ``importlib.metadata.packages_distributions()`` (so the
 package must be installed here, as the examples run in tests/test_docs.py); the standard library
@@ -21,7 +23,12 @@ import tomllib  # Python >= 3.11 (the test environment's)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-_FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+# Every fence of Python, those the docs test runs (python) and those it is told not to (py, ...):
+# an example a reader copies needs its imports installable either way.
+_FENCE = re.compile(
+    r"^```(python|py|python3|ipython|pycon)(?![\w+-])[^\n]*\n(.*?)^```\s*$", re.M | re.S
+)
+_PROMPT = re.compile(r"^(?:>>>|\.\.\.) ?(.*)$", re.M)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -50,7 +57,9 @@ def _imports() -> dict[str, set[str]]:
     """Top-level module -> the pages whose examples import it."""
     found: dict[str, set[str]] = {}
     for page in PAGES:
-        for code in _FENCE.findall(page.read_text()):
+        for language, code in _FENCE.findall(page.read_text()):
+            if language == "pycon":  # a session: the code is what follows the prompts
+                code = "\n".join(_PROMPT.findall(code))
             for node in ast.walk(ast.parse(code)):
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
@@ -66,6 +75,12 @@ def _imports() -> dict[str, set[str]]:
 def test_the_examples_import_something_beyond_the_standard_library():
     imports = _imports()
     assert {"mmpack", "torch", "torchdata", "lightning", "transformers"} <= set(imports)
+
+
+def test_blocks_the_docs_test_does_not_run_are_read_too():
+    """A ```py block (shown, not run) imports what a reader installs as much as a ```python one."""
+    page = "```py\nimport ray\n```\n```pycon\n>>> import dask\n```\n```pythonic\nimport x\n```\n"
+    assert [lang for lang, _ in _FENCE.findall(page)] == ["py", "pycon"]
 
 
 def test_every_import_of_the_examples_is_provided_by_a_declared_extra():
@@ -95,11 +110,16 @@ def test_the_torch_extra_brings_torchdata_and_all_holds_every_training_extra():
     assert inside == set(extras) - {"all", "notebooks"}
 
 
-def test_the_readme_install_section_lists_every_extra_and_pins_torch():
+def test_the_readme_install_section_lists_every_extra_leads_with_a_checkout_and_pins_torch():
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Install") :]
     section = section[: section.index("\n## ", 1)]
     for extra in _project()["optional-dependencies"]:
         assert f"`{extra}`" in section, f"the README's install section does not list {extra!r}"
     assert "torch==2.13.0" in section
-    assert re.search(r"pip install [\"']mmpack\[torch\]", section)
+    # mmpack is not on a package index: the install that works is from a checkout, and it leads
+    installs = [line for line in section.splitlines() if line.startswith("pip install")]
+    ours = [line for line in installs if "mmpack" in line or ".[" in line]
+    assert ours and ours[0].startswith('pip install -e ".[torch]"'), ours
+    assert not [line for line in ours if re.search(r"mmpack\[", line)], ours
+    assert installs[0] == "pip install torch==2.13.0"  # the pinned torch comes first

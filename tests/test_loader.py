@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,20 @@ def test_one_call_gives_a_stateful_loader_with_the_sampler_and_collate(view):
     assert batches[0]["input_ids"].dtype == torch.int64
     assert torch.equal(batches[0]["input_ids"], want["input_ids"])
     assert batches[0]["cu_seqlens"].tolist() == want["cu_seqlens"].tolist()
+
+
+def test_no_warning_from_torchdata_on_any_pass(view):
+    """torchdata's constructor calls ``torch.set_vital``, which torch deprecates with a warning a
+    user cannot act on; mmpack's loader silences that one and nothing else."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for workers in (0, 1):
+            loader = mmpack.torch.loader(view, 8, num_workers=workers)
+            for _ in range(2):
+                assert len(list(loader)) == -(-N // 8)
+    assert [str(w.message) for w in caught] == []
+    with pytest.warns(UserWarning, match="set_vital"):  # torch still warns outside the loader
+        torch.set_vital("Dataloader", "enabled", "True")
 
 
 def test_workers_are_persistent_and_give_the_same_batches(view):
@@ -154,6 +169,69 @@ def test_bad_arguments(view):
         mmpack.torch.loader(view, 2, collate="collate")
     with pytest.raises(ValueError, match="rank"):
         mmpack.torch.loader(view, 2, rank=2, world_size=2)
+
+
+# ----------------------------------------------------------------------------- Stages
+def _stages(view, rank=0, world_size=1):
+    """5 steps of 4 windows of 4 tokens, then 4 steps of 2 windows of 8."""
+    long = mmpack.WindowDataset(view.store, seqlen=8, stride=8)
+    return mmpack.Stages([(20, view, 4), (8, long, 2)], seed=3, rank=rank, world_size=world_size)
+
+
+@pytest.mark.parametrize("saved_workers, resumed_workers", [(2, 0), (0, 2)])
+def test_a_stages_state_loads_at_another_worker_count_exactly(view, saved_workers, resumed_workers):
+    full = _run(mmpack.torch.loader(_stages(view)))
+    assert [len(b) for b in full] == [4] * 5 + [2] * 4
+    first = mmpack.torch.loader(_stages(view), num_workers=saved_workers)
+    seen = _run(first, 6)  # into the second stage; the workers have prefetched more
+    state = first.state_dict()
+    assert state["stages"]["step"] == 6 and state["stages"]["stage"] == 1
+    assert state["num_workers"] == saved_workers
+    resumed = mmpack.torch.loader(_stages(view), num_workers=resumed_workers)
+    resumed.load_state_dict(state)
+    assert seen + _run(resumed) == full
+
+
+def test_a_stages_state_loads_at_another_world_size(view):
+    first = mmpack.torch.loader(_stages(view))
+    _run(first, 3)
+    state = first.state_dict()
+    for rank in range(2):
+        resumed = mmpack.torch.loader(_stages(view, rank, 2), num_workers=rank)
+        resumed.load_state_dict(state)
+        bare = _stages(view, rank, 2)
+        bare.load_state_dict(state["stages"])
+        want = [
+            [int(bare.dataset[key]["input_ids"][0]) // SEQLEN for key in batch] for batch in bare
+        ]
+        assert want and _run(resumed) == want
+
+
+def test_a_stages_pass_cut_short_goes_on_after_the_batches_given(view):
+    full = _run(mmpack.torch.loader(_stages(view)))
+    loader = mmpack.torch.loader(_stages(view), num_workers=2)
+    head = _run(loader, 2)  # the workers prefetched batches the loop never got
+    assert head + _run(loader) == full
+    assert _run(loader) == [] and loader.state_dict()["stages"]["step"] == 9
+
+
+def test_a_loader_over_stages_refuses_what_the_run_holds(view):
+    stages = _stages(view)
+    for given, name in (({"batch_size": 4}, "batch_size"), ({"seed": 1}, "seed"),
+                        ({"shuffle": False}, "shuffle"), ({"drop_last": True}, "drop_last")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"takes {name} from the Stages run"):
+            mmpack.torch.loader(stages, **given)
+    with pytest.raises(ValueError, match="deals rank 0 of 1 but this process is rank 1 of 2"):
+        mmpack.torch.loader(stages, rank=1, world_size=2)
+    with pytest.raises(TypeError, match="needs batch_size"):
+        mmpack.torch.loader(view)
+    over_stages, over_view = mmpack.torch.loader(stages), mmpack.torch.loader(view, 4)
+    with pytest.raises(TypeError, match="no epoch to set"):
+        over_stages.set_epoch(1)
+    with pytest.raises(FormatError, match="lacks the field 'stages'"):
+        over_stages.load_state_dict(over_view.state_dict())
+    with pytest.raises(FormatError, match="lacks the field 'sampler'"):
+        over_view.load_state_dict(over_stages.state_dict())
 
 
 _CHILD = """

@@ -74,6 +74,24 @@ class Row:
     call: Callable[[Env], Any]
 
 
+def _loader(view: Any, **kw: Any) -> Any:
+    import mmpack.torch
+
+    return mmpack.torch.loader(view, 1, **kw)
+
+
+def _scheduled(env: Env) -> Mixture:
+    schedule = mmpack.Schedule([(0, [1, 0]), (10, [0, 1])], interpolate="linear")
+    return Mixture([env.ds, env.ds], schedule, num_samples=10)
+
+
+def _loader_state_at(loader: Any, batches: int) -> dict[str, Any]:
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    return loader.state_dict()
+
+
 def _stream(source, **kw):
     params = dict(batch_size=1, seqlen=4, buffer_size=4)
     params.update(kw)
@@ -265,6 +283,18 @@ TABLE: list[Row] = [
         "loss_on='assistant' needs a chat template with {% generation %}",
         lambda e: _chat_build(
             e, [{"messages": _HI}], template="{{ messages[0]['content'] }}", loss_on="assistant"
+        ),
+    ),
+    Row(
+        "ingest(loss_on=)",
+        "loss_on='assistant', a template naming add_generation_prompt but no {% generation %}",
+        ValueError,
+        "loss_on='assistant' needs a chat template with {% generation %}",
+        lambda e: _chat_build(
+            e,
+            [{"messages": _HI}],
+            template="{{ messages[0]['content'] }}{% if add_generation_prompt %}>{% endif %}",
+            loss_on="assistant",
         ),
     ),
     Row("mmpack.build", "docs is a str", TypeError, "not a string", lambda e: e.build("text")),
@@ -1029,6 +1059,31 @@ TABLE: list[Row] = [
         ),
     ),
     Row(
+        "mmpack.torch.loader",
+        "shuffle=True over a mixture whose weights follow a schedule",
+        ValueError,
+        "read it in its own order with shuffle=False",
+        lambda e: _loader(_scheduled(e), shuffle=True),
+    ),
+    Row(
+        "ResumableLoader.load_state_dict",
+        "a state of a view of the same length with labels=True",
+        StateMismatchError,
+        "sampler state was saved with fingerprint=",
+        lambda e: _loader(WindowDataset(e.store, 2, labels=True)).load_state_dict(
+            _loader(e.ds).state_dict()
+        ),
+    ),
+    Row(
+        "ResumableLoader.load_state_dict",
+        "a state of the mixture with_schedule(from_position=1) changed, taken at 2",
+        StateMismatchError,
+        "stands at position 2, past the change",
+        lambda e: _loader(_scheduled(e).with_schedule([1, 0], from_position=1)).load_state_dict(
+            _loader_state_at(_loader(_scheduled(e)), 2)
+        ),
+    ),
+    Row(
         "ResumableSampler.load_state_dict",
         "unsorted skips in the state",
         FormatError,
@@ -1367,6 +1422,20 @@ TABLE: list[Row] = [
         ValueError,
         "must hold token ids < 2**63 (they are returned as int64), got 9223372036854775808",
         lambda e: list(_stream([np.array([1, 2**63], dtype=np.uint64)])),
+    ),
+    Row(
+        "StreamingPacker",
+        "documents with and without a loss mask",
+        ValueError,
+        "document 1 has no loss_mask but the documents before it have one",
+        lambda e: list(_stream([{"input_ids": [1], "loss_mask": [1]}, {"input_ids": [2]}])),
+    ),
+    Row(
+        "StreamingPacker",
+        "a loss mask of another length than its tokens",
+        ValueError,
+        "document 0: loss_mask has 1 values but input_ids has 2 tokens",
+        lambda e: list(_stream([{"input_ids": [1, 2], "loss_mask": [1]}])),
     ),
     Row(
         "StreamingPacker",

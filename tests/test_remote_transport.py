@@ -26,12 +26,12 @@ from mmpack.errors import MissingDependencyError
 def test_a_url_without_the_remote_extra_names_it(monkeypatch, tmp_path, url, module):
     """``mmpack.open`` and ``mmpack.build`` of a URL whose client is missing raise one
     ``MissingDependencyError`` (an ``ImportError``) naming the module and the extra, before
-    any request: ``pip install "mmpack[remote]"``."""
+    any request: ``pip install -e ".[remote]"``."""
     monkeypatch.setitem(sys.modules, module, None)  # "not installed"
     monkeypatch.setitem(sys.modules, f"{module}.store", None)
     options = {"client": "obstore"} if url.endswith("?obstore") else None
     url = url.removesuffix("?obstore")
-    want = rf"{url}.*needs {module}, which is not installed.*pip install \"mmpack\[remote\]\""
+    want = rf"{url}.*needs {module}, which is not installed.*pip install -e \"\.\[remote\]\""
     with pytest.raises(MissingDependencyError, match=want) as exc:
         mmpack.open(url, storage_options=options, cache_dir=tmp_path)
     assert isinstance(exc.value, ImportError) and exc.value.extra == "remote"

@@ -334,6 +334,19 @@ def test_with_schedule_refuses_a_bad_position_and_accepts_a_weight_vector():
     ].tolist()
 
 
+def test_with_schedule_on_one_source_keeps_every_position():
+    one = Mixture([Src(40, seqlen=8)], [1.0], seed=3)
+    for new in ([1.0], Schedule([(0, [1.0]), (50, [3.0])], interpolate="linear")):
+        for unit_schedule in (new, Schedule([(0, [1.0])], unit="tokens")):
+            changed = one.with_schedule(unit_schedule, from_position=7)
+            assert len(changed) == len(one) == 40
+            assert list(map(changed.source_of, range(40))) == list(map(one.source_of, range(40)))
+            assert [p for p, _ in changed.schedule] == [0, 7]
+            assert changed.fingerprint != one.fingerprint
+    with pytest.raises(ValueError, match="2 weights but there are 1 sources"):
+        one.with_schedule([0.5, 0.5], from_position=7)
+
+
 # ----------------------------------------------------------------------------- the sampler
 def _served(mixture, indices):
     return [tuple(mixture[i]["tokens"].tolist()) for i in indices]

@@ -484,3 +484,29 @@ def test_a_stateful_dataloader_resumes_the_stages_exactly(tmp_path, workers):
     again = loader()
     again.load_state_dict(state)
     assert len(full) == 9 and head + [b["input_ids"][:, 0].tolist() for b in again] == full
+
+
+def test_tokens_stages_take_a_mixture_of_views_of_one_seqlen(tmp_path):
+    from mmpack.sampling.mixture import Mixture
+
+    a = mmpack.build(tmp_path / "a.mmpack", [np.arange(400, dtype=np.int32)])
+    b = mmpack.build(tmp_path / "b.mmpack", [np.arange(500, 900, dtype=np.int32)])
+    mix = Mixture([mmpack.WindowDataset(a, seqlen=8), mmpack.WindowDataset(b, seqlen=8)], [1, 1])
+    assert mix.seqlen == 8
+    stages = Stages([(8 * 4 * 3, mix, 4), (5, View(9, 3), 1)], unit="tokens")
+    assert [len(batch) for batch in stages] == [4, 4, 4, 1, 1]
+
+    class Rows:
+        def __init__(self, seqlen=None):
+            if seqlen is not None:
+                self.seqlen = seqlen
+
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"tokens": np.array([i])}
+
+    assert Mixture([Rows(8), Rows(4)], [1, 1]).seqlen is None
+    with pytest.raises(TypeError, match=r"its sources have seqlen \[8, None\]"):
+        Stages([(8, Mixture([Rows(8), Rows()], [1, 1]), 1)], unit="tokens")

@@ -161,6 +161,37 @@ def test_split_is_disjoint_covering_seeded_and_stable_when_appending(tmp_path):
     assert len(a.split({"all": 1.0})["all"]) == 3000
 
 
+def test_a_split_of_a_split_is_exact_whatever_the_seeds(tmp_path):
+    """A part split again with the same seed (the default) gets its fractions: its keys are
+    not those that chose its documents (a 95/5 split of a 90% part held an empty 5%).  A
+    ``select`` or ``where`` of a part splits as the part does, restricted to it; pickling keeps
+    it; a ``where`` of the store still splits as the store does."""
+    import pickle
+
+    store = mmpack.build(tmp_path / "s", [[k % 50 + 1] for k in range(20_000)])
+    parts = store.split({"train": 0.9, "dev": 0.1})
+    train = parts["train"]
+    for seed in (0, 1):
+        inner = train.split({"train": 0.95, "dev": 0.05}, seed=seed)
+        n = len(train)
+        assert abs(len(inner["dev"]) - 0.05 * n) < 5 * (0.05 * 0.95 * n) ** 0.5, len(inner["dev"])
+        ids = np.concatenate([p.parent_doc_ids for p in inner.values()])
+        assert np.array_equal(np.sort(ids), train.parent_doc_ids)
+        deeper = inner["train"].split({"a": 0.5, "b": 0.5}, seed=seed)
+        assert (
+            abs(len(deeper["a"]) - len(inner["train"]) / 2) < 5 * (len(inner["train"]) / 4) ** 0.5
+        )
+    assert (train.split_depth, inner["dev"].split_depth, store.where(None).split_depth) == (1, 2, 0)
+    inner = train.split({"train": 0.95, "dev": 0.05})
+    some = train.select(np.arange(0, len(train), 2))
+    np.testing.assert_array_equal(
+        some.split({"train": 0.95, "dev": 0.05})["dev"].parent_doc_ids,
+        np.intersect1d(inner["dev"].parent_doc_ids, some.parent_doc_ids),
+    )
+    again = pickle.loads(pickle.dumps(train)).split({"train": 0.95, "dev": 0.05})
+    np.testing.assert_array_equal(again["dev"].parent_doc_ids, inner["dev"].parent_doc_ids)
+
+
 def test_split_parts_are_a_plain_function_of_id_and_seed():
     from mmpack.kernels.subset import split_parts
 

@@ -90,6 +90,36 @@ def test_same_batches_as_collate_even_when_all_are_held(dataset, dtype, workers)
         _same(got, ref, dtype)
 
 
+def test_numpy_views_memoryviews_and_dlpack_of_batches_are_never_overwritten(dataset):
+    """What a loop keeps of a batch it dropped (its tensors' ``.numpy()``, a memoryview of that,
+    a DLPack capsule) still reads that batch after every later one: the buffer is reused only
+    when nothing views its memory."""
+    want = _reference(dataset)
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH,
+        sampler=ResumableSampler(len(dataset), seed=3),
+        num_workers=2,
+        collate_fn=collate,
+        drop_last=True,
+    )
+    keep = [  # one kind per batch (a capsule of a view would keep the whole batch alive)
+        lambda batch: batch["input_ids"].numpy(),
+        lambda batch: memoryview(batch["input_ids"].numpy()),
+        lambda batch: torch.utils.dlpack.to_dlpack(batch["input_ids"]),
+        lambda batch: np.from_dlpack(batch["input_ids"]),
+    ]
+    kept = []
+    for k, batch in enumerate(loader):
+        kept.append(keep[k % len(keep)](batch))
+        del batch  # only what was kept of it is left
+    assert len(kept) == len(want) > transfer.SLOTS * 2 + 4
+    for k, (held, ref) in enumerate(zip(kept, want)):
+        if k % len(keep) == 2:
+            held = torch.utils.dlpack.from_dlpack(held)
+        assert np.array_equal(np.asarray(held), ref["input_ids"].numpy()), k
+
+
 def _through_pickle(batch):
     """What the DataLoader does between a worker and the main process (in one process here)."""
     buf = io.BytesIO()
@@ -119,6 +149,51 @@ def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, as
     del keep, third
     gc.collect()
     assert _flags() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("keep", ["numpy", "memoryview", "dlpack", "numpy dlpack", "storage"])
+def test_anything_viewing_a_batch_keeps_its_buffer(dataset, as_worker, keep):
+    samples = [dataset[i] for i in range(BATCH)]
+    first = _through_pickle(collate(samples))
+    want = first["input_ids"].clone()
+    held = {
+        "numpy": lambda t: t.numpy(),
+        "memoryview": lambda t: memoryview(t.numpy()),
+        "dlpack": torch.utils.dlpack.to_dlpack,
+        "numpy dlpack": np.from_dlpack,
+        "storage": lambda t: t.untyped_storage(),
+    }[keep](first["input_ids"])
+    del first
+    gc.collect()
+    assert _flags()[0] == 1  # still viewed: the worker may not reuse it
+    other = [dataset[i] for i in range(BATCH, 2 * BATCH)]
+    later = _through_pickle(collate(other))  # in another slot
+    assert _flags()[:2] == [1, 1]
+    if keep == "storage":
+        held = torch.empty(0, dtype=want.dtype).set_(held)[: want.numel()].view(want.shape)
+    elif keep == "dlpack":
+        held = torch.utils.dlpack.from_dlpack(held)
+    assert torch.equal(torch.as_tensor(np.asarray(held)), want)
+    del held, later
+    gc.collect()
+    assert _flags() == [0, 0, 0]  # nothing views either batch: both slots free
+
+
+def test_a_batch_passed_on_to_another_process_is_a_copy(dataset, as_worker):
+    """Sent on through torch's multiprocessing pickler, a batch's tensor arrives in a segment of
+    its own: the worker's later batches never show through it."""
+    samples = [dataset[i] for i in range(BATCH)]
+    got = _through_pickle(collate(samples))
+    want = got["input_ids"].clone()
+    passed = _through_pickle(got["input_ids"])
+    buffer = transfer._POOL.buffers[0][1]
+    assert passed.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+    del got
+    gc.collect()
+    assert _flags()[0] == 0  # the batch left the buffer: its slot is free
+    later = _through_pickle(collate([dataset[i] for i in range(BATCH, 2 * BATCH)]))
+    assert transfer._POOL.buffers[0][1] is buffer and torch.equal(passed, want)
+    del later
 
 
 def test_every_slot_held_gives_fresh_buffers(dataset, as_worker):

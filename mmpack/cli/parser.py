@@ -425,8 +425,18 @@ def _add_run(g: Any) -> None:
         "--state",
         default=None,
         metavar="FILE",
-        help="a sampler's state_dict() saved as JSON: the run's order, seed, --drop-last, "
-        "world size and its skips and replays (instead of those flags)",
+        help="the state the run saved (mmpack.torch.loader's state_dict(), over a view, a "
+        "mixture or Stages, or a ResumableSampler's or a Stages'), as JSON or the file torch.save "
+        "wrote: the run's order, seed, --drop-last, world size and its skips and replays (instead "
+        "of those flags)",
+    )
+    g.add_argument(
+        "--index-only",
+        action="store_true",
+        default=None,
+        help="print only the index of the run's dataset served at P, not a sample: for a run "
+        "over a mixture (or another dataset than the view), whose Mixture.source_of(index) "
+        "names the source and its item",
     )
 
 

@@ -14,9 +14,15 @@ position is ``g`` itself (``0 <= P < n``); with ``--rank R``, ``P`` counts rank 
 samples instead (``e * len(sampler) + t``, at epoch position ``g = t * W + R``), what a rank's
 step counter times its batch size gives.
 
-``--state FILE`` (a sampler's ``state_dict()`` saved as JSON) describes the run instead of the
-flags: its order, seed, ``drop_last``, world size (``--world-size`` may name another) and its
-skips and replays.  Epoch ``e`` then deals its *stream* (:mod:`mmpack.sampling.sampler_edits`):
+``--state FILE`` describes the run instead of the flags: the state a training loop saves, as
+JSON or as the file ``torch.save`` wrote (``.pt``), of ``mmpack.torch.loader`` (over a view, a
+mixture or Stages), of a ``ResumableSampler`` or of ``Stages`` (whose sampler state is that of the
+stage it was saved in: ``P`` is then a global position of that stage's sampler, what
+``Stages.skip`` takes, and the view is that stage's).  The state gives the run's order, seed,
+``drop_last``, world size (``--world-size`` may name another) and its skips and replays.  A run
+over another dataset than the view (a mixture, whose samples the view does not hold) is refused
+(the state's ``n`` is not the view's); ``--index-only`` describes it down to the index of its
+dataset, ``Mixture.source_of`` of which names the source and its item.  Epoch ``e`` then deals its *stream* (:mod:`mmpack.sampling.sampler_edits`):
 ``g`` is served at stream index ``s`` (``g`` less the skipped positions before it, plus the
 replays inserted before it), by rank ``s % W``; a skipped position was served by no rank.  With
 ``--rank R`` the stream index ``t * W + R`` may hold a replay of an earlier position, which the
@@ -49,6 +55,7 @@ _RUN_FLAGS = {
     "epoch": "--epoch",
     "drop_last": "--drop-last",
     "state": "--state",
+    "index_only": "--index-only",
 }
 _IN_STATE = ("--seed", "--shuffle", "--window-blocks", "--drop-last")  # what a state records
 _BLOCK_BYTES = 1 << 22
@@ -71,13 +78,25 @@ def check_run_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"{blocks[0]} is for --shuffle blocks")
 
 
-def served_at(args: argparse.Namespace, ds: Any) -> tuple[int, str]:
+def served_at(args: argparse.Namespace, ds: Any) -> tuple[int | None, str]:
     """``(index, line)``: the index of ``ds`` the run of ``args`` served at ``args.position``
-    and a line that says where it lies (epoch, epoch position, rank, the rank's position)."""
+    and a line that says where it lies (stage, epoch, epoch position, rank, the rank's
+    position); ``index`` None for a state of a run over another dataset (the line then names the
+    index of that dataset)."""
     n = len(ds)
+    state, stage = (None, "") if args.state is None else _load_state(args.state)
+    other = args.index_only and state is not None and state["n"] != n
+    if other:
+        assert state is not None
+        if state["shuffle"] == "blocks":
+            raise ValueError(
+                f"--state {args.state} is of a run over {state['n']} samples in block order, "
+                f"and the view has {n}: its block bounds are its dataset's; give that dataset's "
+                "view (a mixture's order is found with Mixture.block_bounds in Python)"
+            )
+        n = state["n"]
     if n == 0:
         raise ValueError("the view has no samples; no run served any position")
-    state = None if args.state is None else _load_state(args.state)
     world = args.world_size or (1 if state is None else state["world_size"])
     if args.rank is not None and args.rank >= world:
         raise ValueError(f"--rank {args.rank} needs --world-size above it, got {world}")
@@ -109,34 +128,77 @@ def served_at(args: argparse.Namespace, ds: Any) -> tuple[int, str]:
     index = int(deal.lookup(t, t + 1, epoch)[0][0])
     where = f"epoch position {s}" if deal.edits.empty else _stream_place(deal, epoch, s)
     line = (
-        f"position {args.position}: epoch {epoch}, {where}, rank {rank} of {world} "
+        f"position {args.position}: {stage}epoch {epoch}, {where}, rank {rank} of {world} "
         f"(its sample {t} of the epoch) -> sample {index}"
     )
+    if args.index_only:
+        return None, (
+            f"{line} of the run's dataset ({n} samples; for a mixture, "
+            "Mixture.source_of(index) names the source and its item)"
+        )
     return index, line
 
 
-def _load_state(path: str) -> dict[str, Any]:
-    """The checked sampler state in JSON file ``path`` (``FormatError`` naming the file)."""
+_GIVE = (
+    "give the state your loop saved: mmpack.torch.loader's state_dict() (over a view, a mixture "
+    "or Stages), a ResumableSampler's or a Stages', as JSON or the file torch.save wrote"
+)
+_STAGES_FIELDS = {"version", "unit", "stages", "stage", "served", "step", "edits", "sampler"}
+
+
+def _load_state(path: str) -> tuple[dict[str, Any], str]:
+    """``(sampler state, stage)``: the checked sampler state the file ``path`` holds and, for a
+    Stages run, ``"stage S, "`` (``FormatError`` naming the file and what to give)."""
     from mmpack.errors import FormatError
     from mmpack.sampling.sampler_state import checked_state
 
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"PK" or data[:1] == b"\x80":  # a zip or a pickle: what torch.save writes
+        try:
+            from mmpack.torch.loading import read_state_file
+        except ImportError:
+            raise FormatError(
+                f"--state {path} was written by torch.save, and reading it needs torch; save the "
+                "state as JSON (json.dump(loader.state_dict(), f))"
+            ) from None
+        raw = read_state_file(path)
+    else:
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except ValueError as e:
+            raise FormatError(f"--state {path} is neither JSON nor a torch.save file ({e}); "
+                              f"{_GIVE}") from None  # fmt: skip
+    state, stage = _sampler_of(raw, path)
     try:
-        state = json.loads(text)
-    except ValueError as e:
-        raise FormatError(
-            f"--state {path} is not JSON ({e}); give a sampler's state_dict()"
-        ) from None
-    try:
-        return checked_state(state)
+        return checked_state(state), stage
     except FormatError as e:
-        raise FormatError(f"--state {path}: {e}") from None
+        raise FormatError(f"--state {path}: {e}; {_GIVE}") from None
+
+
+def _sampler_of(raw: Any, path: str) -> tuple[Any, str]:
+    """The sampler state in a loader's, a Stages' or a sampler's state, and ``"stage S, "``."""
+    from mmpack.errors import FormatError
+
+    if isinstance(raw, dict) and raw.get("kind") == "mmpack.torch.loader":
+        if "stages" in raw:
+            raw = raw["stages"]
+        elif "sampler" in raw:
+            return raw["sampler"], ""
+    if isinstance(raw, dict) and set(raw) == _STAGES_FIELDS:
+        stage, signature = raw["stage"], raw["stages"]
+        if isinstance(signature, list) and isinstance(stage, int) and stage >= len(signature):
+            raise FormatError(f"--state {path} is of a Stages run that is over: no stage is next")
+        return raw["sampler"], f"stage {stage}, "
+    if not isinstance(raw, dict):
+        raise FormatError(f"--state {path} holds a {type(raw).__name__}; {_GIVE}")
+    return raw, ""
 
 
 def _dealing(args: argparse.Namespace, ds: Any, n: int, world: int, rank: int, state: Any) -> Any:
     """The :class:`~mmpack.sampling.dealing.Dealing` of rank ``rank`` of the run ``args`` (or
     the ``state``) describes."""
+    from mmpack.errors import StateMismatchError
     from mmpack.sampling.block_order import BlockOrder
     from mmpack.sampling.dealing import Dealing
     from mmpack.sampling.sampler_edits import EditLog
@@ -157,7 +219,13 @@ def _dealing(args: argparse.Namespace, ds: Any, n: int, world: int, rank: int, s
     if state is not None:
         ours = {**state, "n": n, "n_blocks": None if order is None else order.n_blocks}
         ours["bounds_digest"] = None if order is None else order.digest
-        check_config(state, ours)  # the view's n and block bounds are the run's
+        try:
+            check_config(state, ours)  # the view's n and block bounds are the run's
+        except StateMismatchError as e:
+            raise StateMismatchError(
+                f"{e} (the view's); a run over a mixture or another view: --index-only names the "
+                "index of its dataset"
+            ) from None
         edits = EditLog.from_state(n, state["skips"], state["replays"])
     return Dealing(
         n,

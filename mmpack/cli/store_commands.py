@@ -273,8 +273,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     ds, what = _show_view(args, store)
     n = len(ds)
     if args.position is not None:
-        i, line = served_at(args, ds)
+        index, line = served_at(args, ds)
         print(line)
+        if index is None:  # a run over another dataset: its index is all there is to show
+            return 0
+        i = index
     elif not -n <= args.index < n:
         raise IndexError(f"sample index {args.index} is out of range: the view has {n} samples")
     else:

@@ -8,6 +8,7 @@
     permutation_keys.py  the keys of the keyed permutations (seed -> Feistel round keys)
     libc.py        the system calls the standard library does not wrap (ctypes, one home)
     progress.py    progress bars with a total and an ETA, quiet unless asked
+    fingerprints.py  the digest of a configuration (what decides a dataset's samples)
 """
 
 __all__: list[str] = []

@@ -18,7 +18,7 @@ import functools
 import numbers
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,6 +41,7 @@ __all__ = [
     "check_region_tokens",
     "check_seed",
     "check_seed_parts",
+    "check_shuffle",
     "check_token_id",
     "check_token_ids",
     "epoch_index_type",
@@ -181,6 +182,36 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
+
+
+def check_shuffle(shuffle: Any, dataset: Any = None) -> bool | Literal["blocks"]:
+    """The sample order asked of a sampler over ``dataset``: ``True``, ``False`` or ``"blocks"``.
+
+    One rule for every sampler: a dataset whose ``ordered`` attribute is true (a
+    :class:`~mmpack.sampling.mixture.Mixture` whose weights follow a schedule: position ``p`` must
+    be read at step ``p``) is read in its own order.  ``shuffle=None`` (the default) is then
+    ``False``, and ``True`` elsewhere; an explicit ``True`` or ``"blocks"`` over such a dataset is
+    a ``ValueError`` naming ``shuffle=False``.  ``TypeError`` for a ``shuffle`` that is not a bool,
+    ``"blocks"`` or None.
+    """
+    ordered = bool(getattr(dataset, "ordered", False))
+    if shuffle is None:
+        return not ordered
+    if isinstance(shuffle, str) and shuffle == "blocks":
+        value: bool | Literal["blocks"] = "blocks"
+    elif isinstance(shuffle, (bool, np.bool_)):
+        value = bool(shuffle)
+    else:
+        raise TypeError(
+            f"shuffle must be a bool or 'blocks', got {type(shuffle).__name__} {shuffle!r}"
+        )
+    if ordered and value is not False:
+        raise ValueError(
+            f"shuffle={value!r} would permute the positions of a {type(dataset).__name__} that "
+            "orders itself (its weights follow a schedule: position p belongs at step p); read "
+            "it in its own order with shuffle=False (the default for it)"
+        )
+    return value
 
 
 def check_weights(weights: Any, name: str = "weights") -> np.ndarray:

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
-import numpy as np
-
 from mmpack.ingest.records import _Keyed, _ReadFailed, _Reason
 from mmpack.ingest.report import IngestIssue, IngestReport, _refuse
 from mmpack.store.writer import StoreWriter
@@ -216,12 +214,7 @@ def _consume(
         if st.first is None and issue.is_error:
             st.first = issue
         emit(issue)
-    if lengths.size and masks is not None:
-        ends = np.cumsum(lengths).tolist()
-        writer.add_many(
-            {"input_ids": flat[a:b], "loss_mask": masks[a:b]} for a, b in zip([0, *ends[:-1]], ends)
-        )
-    elif lengths.size:
-        writer.add_batch(flat, lengths)
+    if lengths.size:
+        writer.add_batch(flat, lengths, masks)
     report.docs_written += int(lengths.size)
     report.tokens_written += int(flat.size)

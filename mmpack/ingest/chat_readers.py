@@ -6,7 +6,8 @@ A record is ``{"messages": [...]}`` (``loss_on="completion"``: ``{"prompt", "com
 JSON object, a Parquet row of those columns (``messages`` a list of structs of ``role`` and
 ``content``), a dataset row.  A bad record is a reason naming what is wrong
 (:func:`~mmpack.ingest.chat_template.record_problem`), reported with its file and line or row
-like any bad record.  With ``ingest(fields=...)`` (``keys``) each conversation is a document
+like any bad record.  A record's ``tools`` and ``chat_template_kwargs`` (keys, or columns where a
+file or dataset has them) come with it, for the template.  With ``ingest(fields=...)`` (``keys``) each conversation is a document
 whose fields are its record's values of those keys (JSON) or columns (Parquet, datasets),
 checked as for text (:func:`~mmpack.ingest.records._field_values`; a Parquet file's or a
 dataset's schema first, :func:`~mmpack.ingest.records._check_columns`).  Cost: the readers',
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmpack.ingest.chat_template import checked_record
+from mmpack.ingest.chat_template import CHAT_OPTIONS, checked_record
 from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile
 from mmpack.ingest.records import _field_values, _Reason
 
@@ -65,7 +66,7 @@ class _ChatParquetFile(_ParquetFile):
                 f"holds no {' or '.join(map(repr, missing))} column of chat records (columns: "
                 f"{', '.join(schema.names)}); its {n_rows} rows are skipped"
             )
-        return [*keys, *self.keys]
+        return [*keys, *(k for k in CHAT_OPTIONS if k in schema.names), *self.keys]
 
     def _values(self, rb: Any):
         for row in rb.to_pylist():
@@ -93,7 +94,7 @@ class _ChatObjectSource(_ObjectSource):
                 f"{', '.join(map(str, cols))})"
             )
         self._missing(cols)
-        names = (*keys, *self.keys)
+        names = (*keys, *(k for k in CHAT_OPTIONS if k in cols), *self.keys)
         rows = zip(*(cols[k] for k in names))
         return (_record(dict(zip(names, row)), self.loss_on, self.keys, "column") for row in rows)
 

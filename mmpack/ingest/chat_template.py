@@ -17,16 +17,24 @@ mask follows TRL's SFT data path (``trl.SFTTrainer``) so that the labels equal i
   their common prefix with the prompt's own ids (messages: rendered with
   ``add_generation_prompt=True``) and 1 after it.
 
+Every template call gets what TRL's SFT path gives it from the record (:func:`template_options`):
+``tools=`` (the record's ``tools``, a list of tool schemas or their JSON text, else None) and the
+record's ``chat_template_kwargs`` (more template variables, e.g. ``enable_thinking``); string
+prompt/completion pairs take neither.
+
 A record is checked before it is tokenized (:func:`record_problem`): a dict with the keys its
 ``loss_on`` reads, messages a non-empty list of dicts with a ``role`` among :data:`CHAT_ROLES`
-and a string (or list of parts) ``content``.  Cost: one template rendering (two for a
+and a string (or list of parts) ``content`` (an assistant message with ``tool_calls`` may have
+none), ``tools`` and ``chat_template_kwargs`` (:data:`CHAT_OPTIONS`) of those types.  Cost: one template rendering (two for a
 completion) and tokenization per record, in transformers.  Nothing is ever downloaded: a
 tokenizer folder is loaded with ``local_files_only=True``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -35,20 +43,32 @@ from mmpack.errors import Param, with_params
 from mmpack.ingest.tokenizer import Tokenizer, _id_array
 
 __all__ = [
+    "CHAT_OPTIONS",
     "CHAT_ROLES",
     "ChatRecord",
     "ChatTokenizer",
+    "GENERATION_TAG",
     "LOSS_ON",
     "chat_template_tokenizer",
     "checked_record",
     "encode_record",
     "record_problem",
+    "template_options",
 ]
 
 LOSS_ON = ("all", "assistant", "completion")
 """Accepted ``loss_on`` values."""
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 """The roles a message may have."""
+CHAT_OPTIONS = ("chat_template_kwargs", "tools")
+"""The optional keys of a record that reach the template (:func:`template_options`)."""
+_OWN_KEYWORDS = frozenset(
+    ("add_generation_prompt", "chat_template", "conversation", "return_dict", "tokenize", "tools")
+    + ("return_assistant_tokens_mask",)
+)
+GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
+"""A ``{% generation %}`` tag (transformers' own test for an assistant mask; a template that only
+mentions the word, e.g. ``add_generation_prompt``, has none)."""
 
 
 class ChatRecord:
@@ -82,6 +102,9 @@ def record_problem(record: Any, loss_on: str) -> str | None:
             else "{'messages': [messages]}"
         )
         return f"the record {what}; a {'pair' if loss_on == 'completion' else 'conversation'} is {shape}"
+    problem = _options_problem(record)
+    if problem is not None:
+        return problem
     if loss_on == "completion":
         strings = [isinstance(record[k], str) for k in keys]
         if all(strings):
@@ -95,17 +118,55 @@ def record_problem(record: Any, loss_on: str) -> str | None:
     return None
 
 
+def _options_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with the record's ``tools`` or ``chat_template_kwargs``, or None."""
+    tools = record.get("tools")
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except ValueError as exc:
+            return f"tools is a string but not JSON ({exc})"
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+    ):
+        return f"tools must be a list of tool schemas (dicts) or its JSON text, got {tools!r}"
+    kwargs = record.get("chat_template_kwargs")
+    if kwargs is not None and (
+        not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)
+    ):
+        return f"chat_template_kwargs must be a dict of template variables, got {kwargs!r}"
+    clash = sorted(set(kwargs or ()) & _OWN_KEYWORDS)
+    if clash:
+        return f"chat_template_kwargs may not set {', '.join(clash)} (mmpack sets it)"
+    return None
+
+
+def template_options(record: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a (checked) record's template calls, as TRL's SFT path makes them:
+    ``tools=`` the record's ``tools`` (JSON text decoded; None without) and the record's
+    ``chat_template_kwargs``."""
+    tools = record.get("tools")
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    return {"tools": tools, **(record.get("chat_template_kwargs") or {})}
+
+
 def _messages_problem(messages: Any, key: str) -> str | None:
     if not isinstance(messages, list) or not messages:
         return f"{key} must be a non-empty list of messages"
     for m, msg in enumerate(messages):
-        if not isinstance(msg, dict) or not {"role", "content"} <= set(msg):
+        calls = isinstance(msg, dict) and msg.get("tool_calls") is not None
+        if not isinstance(msg, dict) or not ({"role"} if calls else {"role", "content"}) <= set(
+            msg
+        ):
             return f"{key}[{m}] must be a dict with 'role' and 'content', got {msg!r}"
         if msg["role"] not in CHAT_ROLES:
             return (
                 f"{key}[{m}] has the unknown role {msg['role']!r} (known: {', '.join(CHAT_ROLES)})"
             )
-        if not isinstance(msg["content"], (str, list)):
+        if not isinstance(msg.get("content"), (str, list)) and not (
+            calls and msg.get("content") is None
+        ):
             return (
                 f"{key}[{m}]['content'] must be a string or a list of parts, got {msg['content']!r}"
             )
@@ -122,7 +183,7 @@ def checked_record(record: Any, loss_on: str) -> ChatRecord | str:
         if isinstance(value, str):
             chars += len(value)
         elif isinstance(value, list):
-            chars += sum(len(m["content"]) for m in value if isinstance(m, dict) and "content" in m)
+            chars += sum(len(m.get("content") or ()) for m in value if isinstance(m, dict))
     return ChatRecord(record, chars)
 
 
@@ -146,7 +207,7 @@ def chat_template_tokenizer(tokenizer: Any, loss_on: str) -> Any:
     template = getattr(tok, "chat_template", None)
     if not isinstance(template, str) or not template:
         raise ValueError("the tokenizer has no chat template (tokenizer.chat_template)")
-    if loss_on == "assistant" and "generation" not in template:
+    if loss_on == "assistant" and not GENERATION_TAG.search(template):
         raise with_params(
             ValueError,
             Param("loss_on", "assistant"),
@@ -166,7 +227,11 @@ def encode_record(tok: Any, record: Any, loss_on: str) -> tuple[np.ndarray, np.n
     if loss_on == "completion":
         return _completion(tok, record)
     out = tok.apply_chat_template(
-        record["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        record["messages"],
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=loss_on == "assistant",
+        **template_options(record),
     )
     ids = np.asarray(out["input_ids"], dtype=np.int64)
     if loss_on == "all":
@@ -186,8 +251,11 @@ def _completion(tok: Any, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarra
         head = list(tok(prompt)["input_ids"])
         full = list(tok(prompt + completion)["input_ids"])
     else:
-        head = _ids(tok.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True))
-        full = _ids(tok.apply_chat_template(prompt + completion, tokenize=True))
+        options = template_options(record)
+        head = _ids(
+            tok.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, **options)
+        )
+        full = _ids(tok.apply_chat_template(prompt + completion, tokenize=True, **options))
     n_prompt = 0
     for a, b in zip(head, full):  # the common prefix: the completion starts where they differ
         if a != b:

@@ -9,7 +9,8 @@ the store it replaces, with ``overwrite``); a remote copy uploads its objects un
 ``data-*`` prefix and writes ``mmpack.json`` last.  Nothing at ``dst`` opens until the copy is
 complete and verified; an interrupted copy leaves nothing that opens.
 
-What is copied.  Every document, in the source's dtype; the metadata's optional sections
+What is copied.  Every document, in the source's dtype, with its loss mask (``store.loss_mask``,
+read with the same ranges); the metadata's optional sections
 (:attr:`TokenStore.extra <mmpack.store.reader.TokenStore.extra>`: the tokenizer record, the
 provenance, whatever a builder added) and the files the build attached
 (:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``), and the
@@ -195,8 +196,10 @@ def _sections(source: TokenStore, files: dict[str, bytes]) -> dict[str, Any]:
 def _stream(source: TokenStore, writer: Any, progress: bool | None) -> None:
     """Every document of ``source`` into ``writer``, in chunks of about ``_CHUNK_TOKENS`` tokens
     (whole documents), the next chunk requested while this one is written."""
-    offsets = source.offsets
+    offsets, mask = source.offsets, source.loss_mask
     n, item = len(source), source.dtype.itemsize
+    if mask is not None:  # a masked store stays masked, even with no document
+        writer.add_batch(np.empty(0, source.dtype), np.empty(0, np.int64), np.empty(0, np.uint8))
     previous = source.advise("sequential")
     try:
         with progress_bar(progress, source.nbytes, desc="copying") as bar:
@@ -207,7 +210,8 @@ def _stream(source: TokenStore, writer: Any, progress: bool | None) -> None:
                 after = _chunk_end(offsets, b, n)
                 if b < n:
                     source.prefetch_range(hi, int(offsets[after]))
-                writer.add_batch(source.read_range(lo, hi), np.diff(offsets[a : b + 1]))
+                flags = None if mask is None else mask.read_range(lo, hi)
+                writer.add_batch(source.read_range(lo, hi), np.diff(offsets[a : b + 1]), flags)
                 bar.update((hi - lo) * item)
                 a, b = b, after
             bar.update((n + 1) * 8)
@@ -260,6 +264,11 @@ def _compare_digests(expected: StoreMeta, got: StoreMeta, source: TokenStore) ->
             f"{source.location}: the copy holds {got.num_docs} documents and {got.num_tokens} "
             f"tokens ({got.dtype}) but the source records {expected.num_docs} and "
             f"{expected.num_tokens} ({expected.dtype}); nothing was published"
+        )
+    if got.loss_mask != expected.loss_mask:
+        raise FormatError(
+            f"{source.location}: the copy's loss mask (fingerprint {got.loss_mask}) differs from "
+            f"the source's ({expected.loss_mask}); nothing was published"
         )
     for name, want, have in (
         ("offsets", expected.offsets_crc32, got.offsets_crc32),

@@ -31,7 +31,8 @@ build of the same output, a live one's never.
 
 Engines: ``"dask"`` (``dask.distributed``: a ``LocalCluster`` on 127.0.0.1 unless ``scheduler``
 names one; its workers must see the same file system and have mmpack installed) and ``"serial"``
-(the tasks one after another in this process).  A Ray recipe is in ``docs/distributed.md``.
+(the tasks one after another in this process).  A recipe for any other engine (a process
+pool, Ray, Slurm) is in ``docs/distributed.md``.
 
 Modules: :mod:`mmpack.ingest.task_plan` (:func:`plan_tasks`), :mod:`mmpack.ingest.part_build`
 (:func:`build_part`), :mod:`mmpack.ingest.engines` (the runners and the progress bar); this module

@@ -83,6 +83,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mmpack.core.progress import Progress, progress_bar
 from mmpack.core.validation import check_positive_int
 from mmpack.errors import IngestError, IngestWarning
@@ -350,6 +352,12 @@ def _build_store(
             **remote,
         ) as writer:
             rows: list[tuple] = []  # the fields= values of each document written
+            if isinstance(
+                tok, ChatTokenizer
+            ):  # a chat store has a loss mask, even with no document
+                writer.add_batch(
+                    np.empty(0, tok.token_dtype), np.empty(0, np.int64), np.empty(0, np.uint8)
+                )
             with contextlib.closing(_tokenize(batches, tok, report.workers)) as encoded:
                 for batch, (flat, lengths, failures, masks) in encoded:
                     _consume(

@@ -19,14 +19,17 @@ At open: the metadata is read (one GET), ``tokens.bin``'s size checked (one HEAD
 kept in ``<cache_dir>/stores/<fingerprint>/`` (reopening in a DataLoader worker reads them from
 there).
 
-``read_ranges`` with a node cache (``cache_limit``): one kernel pass asks whether every block
-the ranges touch is in the cache and checked by this reader; if so the answer is the cache's
-mapped file and the ranges' own starts, exactly as the memmap backend answers (zero copy, no
-per-block Python).  A present block not checked yet is checked first (once per reader: its
-XXH64 against the one the cache recorded when it stored it; a bad one is dropped and fetched
-again).  Otherwise the ranges' blocks are gathered (:meth:`BlockFetcher.blocks`: from the
-mapping, this process's memory, a look-ahead in flight, or fetched, verified and stored) and
-copied out, the ranges back to back.
+``read_ranges`` with a node cache (``cache_limit``): the blocks the ranges touch are pinned
+first (:meth:`CachedObject.pinned`: a block a process of the node drops meanwhile is never
+read as its punched hole, and one dropped before is fetched again), then one kernel pass asks
+whether every one is in the cache and checked by this reader; if so the ranges are copied out
+of the mapped file back to back (one copy of the served tokens, under the pins).  A present
+block not checked yet is checked first (once per reader: its XXH64 against the one the cache
+recorded when it stored it; a bad one is dropped and fetched again).  Otherwise the ranges'
+blocks are gathered (:meth:`BlockFetcher.blocks`: from the mapping, this process's memory, a
+look-ahead in flight, or fetched, verified and stored) and copied out, the ranges back to back.
+Where the pins cannot be had (a drop held them past its bound) the blocks are fetched without
+the cache.
 
 The parts, each owning its state: :class:`~mmpack.remote.fetcher.BlockFetcher` (range requests,
 verification, the memory LRU, the look-ahead threads), :class:`~mmpack.remote.cached.CachedObject`
@@ -185,7 +188,7 @@ class RemoteBackend(RemoteStoreBackend):
     # ------------------------------------------------------------------------------ reading
     def read_range(self, start: int, stop: int) -> np.ndarray:
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
-        return np.array(src[int(at[0]) : int(at[0]) + stop - start])  # never a view of the cache
+        return src[int(at[0]) : int(at[0]) + stop - start]  # a copy: never a view of the cache
 
     def resident(self, positions: np.ndarray) -> bool:
         """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
@@ -199,25 +202,39 @@ class RemoteBackend(RemoteStoreBackend):
         return self.fetcher.prefetch(starts, lengths)
 
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ranges' tokens: ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.
-        When the node cache holds every block they touch, ``src`` is the cache's mapped file
-        and ``src_starts`` is ``starts`` (zero copy, as the memmap backend); otherwise the
-        missing blocks are fetched and the ranges copied back to back into a new buffer."""
+        """The ranges' tokens, copied back to back into a new buffer ``src``:
+        ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
+        blocks are pinned while they are checked and copied (never a view of the mapping:
+        another process may drop a block nobody pins), the missing ones fetched first."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
         fetcher = self.fetcher
-        src = fetcher.cached(starts, lengths)
-        if src is not None:  # the hit path: no Python loop
-            return src, starts
-        blocks = fetcher.blocks(fetcher.block_ids(starts, lengths))
-        src = fetcher.cached(starts, lengths)
-        if src is not None:  # every block is in the cache now
-            return src, starts
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
+        ids = fetcher.block_ids(starts, lengths)
+        if self.node_cache is None:
+            return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
+        # copied out of the mapping only while pinned: another process may drop (punch) any
+        # block nobody pins, and a hole reads as zeros
+        with self.node_cache.pinned(ids) as cf:
+            if cf is None:  # no mapping, or a drop held a block too long: fetched here
+                out = self._gathered(fetcher.blocks(ids, use_cache=False), starts, lengths)
+                return out, src_starts
+            src = fetcher.cached(starts, lengths)
+            blocks = None
+            if src is None:
+                blocks = fetcher.blocks(ids)
+                src = fetcher.cached(starts, lengths)
+            if src is not None and src is cf.tokens:  # every block is in the pinned mapping
+                return _copied(src, starts, lengths), src_starts
+            if blocks is None:  # the mapping changed under the pins (retired): fetched here
+                blocks = fetcher.blocks(ids, use_cache=False)
+            return self._gathered(blocks, starts, lengths), src_starts
+
+    def _gathered(self, blocks: dict[int, Any], starts: np.ndarray, lengths: np.ndarray) -> Any:
         out = gather(blocks, starts, lengths, self.meta.dtype.itemsize, self.block)
-        return out.view(self.meta.dtype), src_starts
+        return out.view(self.meta.dtype)
 
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
@@ -237,6 +254,15 @@ class RemoteBackend(RemoteStoreBackend):
             if self.node_cache is not None:
                 self.node_cache.verify(start, data)
         return data
+
+
+def _copied(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Token ranges ``[starts[k], starts[k] + lengths[k])`` of ``src`` copied back to back."""
+    if not starts.shape[0]:
+        return src[:0].copy()
+    return np.concatenate(
+        [src[a : a + n] for a, n in zip(starts.tolist(), lengths.clip(0).tolist())]
+    )
 
 
 def verified_object(

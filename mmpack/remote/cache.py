@@ -63,6 +63,7 @@ from mmpack.remote.cachefile import (
     DamagedCacheFile,
     boot_id,
     close_lock_fd,
+    id_runs,
     lock_range,
     open_lock_fd,
     pack_header,
@@ -402,9 +403,7 @@ class BlockCache:
         how many were dropped."""
         if not len(ids):
             return 0
-        cut = np.flatnonzero(np.diff(ids) != 1) + 1
-        starts = np.concatenate([ids[:1], ids[cut]]).tolist()
-        stops = (np.concatenate([ids[cut - 1], ids[-1:]]) + 1).tolist()
+        starts, stops = id_runs(ids)
         with self._locked():
             cf.add_counted(-sum(cf.drop_run(a, b) for a, b in zip(starts, stops)))
             cf.count_drop()

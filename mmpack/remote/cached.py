@@ -8,25 +8,36 @@ evicted, the lock stuck, the disk full; :func:`~mmpack.remote.cache.warn_once` h
 maps it anew in a forked child (the parent's threads and claims are not there).  Every block it
 serves from the mapping is checked first, once per reader (:meth:`CacheFile.check`): a block
 whose bytes changed on disk is dropped with a warning and reported absent, so the caller
-fetches it again.
+fetches it again.  A reader copies blocks out of the mapping only while it pins them
+(:meth:`CachedObject.pinned`): another process's drop (:mod:`mmpack.remote.spans`) punches its
+holes only in blocks nobody pins, so a reader never copies a punched hole (zeros).
 
 Cost: :meth:`CachedObject.file` is one ``os.getpid()`` and two attribute reads once the file is
 mapped; :meth:`CachedObject.serves` adds one kernel pass over the ranges (~1 us for 32
-windows), and the first time a block is served one XXH64 of it (~5 us per 16 KiB).
+windows), and the first time a block is served one XXH64 of it (~5 us per 16 KiB);
+:meth:`CachedObject.pinned` one descriptor opened and closed and one ``fcntl`` per run of
+adjacent blocks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import numpy as np
 
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cachefile import CacheFile
+from mmpack.remote.cachefile import (
+    PIN_WAIT_SECONDS,
+    CacheFile,
+    close_lock_fd,
+    id_runs,
+    open_lock_fd,
+)
 
 __all__ = ["CachedObject", "RETRY_SECONDS"]
 
@@ -88,6 +99,29 @@ class CachedObject:
                 if self._cf is None:
                     self._retry = time.monotonic() + RETRY_SECONDS
             return self._cf
+
+    @contextlib.contextmanager
+    def pinned(self, ids: np.ndarray) -> Iterator[CacheFile | None]:
+        """Pin blocks ``ids`` (int64, sorted, unique) for the body (:meth:`CacheFile.pin`, on a
+        descriptor of this call's own): no process of the node drops them while the body reads
+        them from the mapping, and a drop that ended before the pins were taken is seen (the
+        blocks it dropped are absent, fetched again).  Yields the mapping, or None where there
+        is none or a drop held some block past :data:`PIN_WAIT_SECONDS` (then nothing may be
+        read from the mapping)."""
+        cf = self.file()
+        if cf is None or not len(ids):
+            yield cf
+            return
+        try:
+            fd = open_lock_fd(cf.state_path)
+        except OSError as exc:  # the file was removed under this reader, or no descriptor
+            warn_once(self.cache.cache_dir, exc)
+            yield None
+            return
+        try:
+            yield cf if cf.pin(fd, *id_runs(ids), PIN_WAIT_SECONDS) else None
+        finally:
+            close_lock_fd(fd)
 
     def serves(self, starts: np.ndarray, lengths: np.ndarray) -> CacheFile | None:
         """The mapping, when every block the token ranges touch (int64, (k,)) is present and

@@ -88,7 +88,9 @@ __all__ = [
     "DamagedCacheFile",
     "HEADER",
     "MAGIC",
+    "PIN_WAIT_SECONDS",
     "boot_id",
+    "id_runs",
     "lock_range",
     "pack_header",
     "state_file_size",
@@ -98,6 +100,9 @@ MAGIC = b"MMPKBLK2"
 VERSION = 2
 HEADER = 64
 _HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, block, nbytes, counted, last_used, retired, boot
+PIN_WAIT_SECONDS = 1.0
+"""The longest a pin waits for a drop of its blocks under way (a drop holds its exclusive locks
+for milliseconds); retried 5 ms apart."""
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)  # Linux; 37 is its value on every Linux arch
 _FORK_CLOSE: set[int] = set()
 """Lock descriptors open now: a forked child closes its copies at once (a ``flock`` or OFD lock
@@ -183,6 +188,17 @@ def lock_range(fd: int, kind: int, start: int, length: int) -> bool:
     except (BlockingIOError, PermissionError):
         return False
     return True
+
+
+def id_runs(ids: np.ndarray) -> tuple[list[int], list[int]]:
+    """The runs ``[starts[k], stops[k])`` of adjacent ids in sorted, unique block ids ``ids``
+    (int64)."""
+    if not len(ids):
+        return [], []
+    cut = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate([ids[:1], ids[cut]])
+    stops = np.concatenate([ids[cut - 1], ids[-1:]]) + 1
+    return starts.tolist(), stops.tolist()
 
 
 def _load_punch() -> Any:
@@ -284,6 +300,19 @@ class CacheFile:
         """The byte of the state file, past its end, whose OFD lock pins block ``b`` (a shared
         lock: a window in use; an exclusive one: a window being dropped)."""
         return state_file_size(self.nblocks) + b
+
+    def pin(self, fd: int, starts: list[int], stops: list[int], wait: float) -> bool:
+        """Pin blocks ``[starts[k], stops[k])`` (shared locks on their :meth:`pin_offset` bytes,
+        held on ``fd`` until it is closed or unlocked): no process of the node drops them
+        meanwhile.  A run being dropped now (an exclusive lock) is tried again 5 ms apart for at
+        most ``wait`` seconds in all; returns False when some run stayed unpinned."""
+        deadline = time.monotonic() + wait
+        for b0, b1 in zip(starts, stops):
+            while b1 > b0 and not lock_range(fd, fcntl.F_RDLCK, self.pin_offset(b0), b1 - b0):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
+        return True
 
     def touch(self) -> None:
         """Record a read (for the least-recently-used order), at most once a second."""

@@ -74,6 +74,7 @@ class _Process:
         self.pending: dict[int, threading.Event] = {}  # blocks a look-ahead thread fetches
         self.drains = 0  # look-ahead threads running
         self.pool: ThreadPoolExecutor | None = None
+        self.warm = False  # the fetch threads' kernels compiled in this process
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
 
 
@@ -127,6 +128,15 @@ class BlockFetcher:
         found in the node cache."""
         return self._here().stats
 
+    def warm(self) -> None:
+        """Compile the kernels fetch threads run (the check of fetched bytes) in the calling
+        thread, once per process: call before starting a thread that fetches, so that no
+        thread compiles (numba's lock across ``fork``: :mod:`mmpack.kernels._jit`)."""
+        p = self._here()
+        if not p.warm:
+            self.check_run(0, bytes(min(self.block, self.nbytes)))
+            p.warm = True
+
     # ------------------------------------------------------------------------------ lookups
     def block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """int64, sorted, unique: the blocks token ranges ``[starts, starts + lengths)`` touch."""
@@ -170,11 +180,12 @@ class BlockFetcher:
         return lo, min(lo + self.block, self.nbytes)
 
     # ------------------------------------------------------------------------------ blocks
-    def blocks(self, ids: np.ndarray) -> dict[int, Any]:
+    def blocks(self, ids: np.ndarray, use_cache: bool = True) -> dict[int, Any]:
         """Every block of ``ids`` (int64, sorted, unique): id -> its bytes, or a view of them
-        in the node cache's mapping, verified."""
+        in the node cache's mapping (the caller pins them: :meth:`CachedObject.pinned`),
+        verified; ``use_cache=False``: never from or into the node cache."""
         p = self._here()
-        cf = self.node.file() if self.node is not None else None
+        cf = self.node.file() if self.node is not None and use_cache else None
         have = self.node.held(cf, ids) if cf is not None and self.node is not None else None
         if have is not None:
             p.stats["cache_hits"] += int(have.sum())
@@ -304,6 +315,7 @@ class BlockFetcher:
             p.queue.update(dict.fromkeys(todo))
             if p.drains < AHEAD_THREADS:
                 if p.pool is None:
+                    self.warm()
                     p.pool = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="mmpack-ahead")
                 p.drains += 1
                 p.pool.submit(self._drain, p)

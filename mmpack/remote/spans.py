@@ -45,7 +45,13 @@ import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.remote.cache import warn_once
-from mmpack.remote.cachefile import CacheFile, close_lock_fd, lock_range, open_lock_fd
+from mmpack.remote.cachefile import (
+    PIN_WAIT_SECONDS,
+    CacheFile,
+    close_lock_fd,
+    lock_range,
+    open_lock_fd,
+)
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.transport import ObjectMissing
 
@@ -53,8 +59,6 @@ __all__ = ["PART_BYTES", "SpanFetcher"]
 
 PART_BYTES = 4 << 20
 """Bytes of one range request of a span (a span is cut into parts fetched concurrently)."""
-
-_PIN_TRIES = 200  # a drop holds its exclusive lock for milliseconds: retried 5 ms apart
 
 
 class SpanFetcher:
@@ -99,6 +103,11 @@ class SpanFetcher:
             return 0, 0
         return start * f.itemsize // f.block, -(-(stop * f.itemsize) // f.block)
 
+    def warm(self) -> None:
+        """Compile the kernels :meth:`fetch` runs, in the calling thread (call before starting
+        a thread that calls :meth:`fetch`: :meth:`BlockFetcher.warm`)."""
+        self.fetcher.warm()
+
     # ------------------------------------------------------------------------------ fetch
     def fetch(
         self,
@@ -126,6 +135,7 @@ class SpanFetcher:
             with self._lock:
                 self._stats["spans"] += len(spans)
                 if self._pool is None:
+                    self.fetcher.warm()
                     workers = self.fetcher.transport.max_concurrency
                     self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mmpack-span")
             pool = self._pool
@@ -195,12 +205,10 @@ class SpanFetcher:
             return
         fd = open_lock_fd(cf.state_path)
         self._pins[key] = fd
-        for a, b in spans:
-            b0, b1 = self.block_range(a, b)
-            for _ in range(_PIN_TRIES):  # a drop of this span elsewhere holds it for ms
-                if b1 <= b0 or lock_range(fd, fcntl.F_RDLCK, cf.pin_offset(b0), b1 - b0):
-                    break
-                threading.Event().wait(0.005)
+        ranges = [self.block_range(a, b) for a, b in spans]
+        # a span being dropped elsewhere (for ms) and still so after the wait stays unpinned:
+        # its blocks are then fetched again; every reader pins what it reads itself
+        cf.pin(fd, [r[0] for r in ranges], [r[1] for r in ranges], PIN_WAIT_SECONDS)
 
     def unpin(self, key: Any) -> None:
         """Release the pins taken under ``key`` (nothing if none)."""

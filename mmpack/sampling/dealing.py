@@ -8,7 +8,9 @@ without edits).  The stream is dealt as :class:`torch.utils.data.DistributedSamp
 padded by wrapping around to its own start up to ``world_size * ceil(length / world_size)``
 indices (truncated to ``world_size * (length // world_size)`` with ``drop_last``), rank ``r``
 taking stream indices ``base + r, base + r + world_size, ...`` (``base`` is 0 except in an epoch
-resumed at another world size, :mod:`mmpack.torch.elastic`).
+resumed at another world size, :mod:`mmpack.torch.elastic`).  With a
+:class:`~mmpack.sampling.balance.Balance` each step's ``batch_size * world_size`` stream indices
+are dealt by cost instead (:mod:`mmpack.sampling.balance`).
 
 This is the arithmetic of :class:`~mmpack.torch.sampler.ResumableSampler` (which adds iteration,
 checkpoints and edits made while it runs) with nothing of torch, so that a tool can say what a
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mmpack.kernels.balance import deal_groups
+from mmpack.sampling.balance import Balance, attention_costs, balanced_positions, rank_slots
 from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.permutation import Permutation
 from mmpack.sampling.sampler_edits import EditLog
@@ -54,9 +58,12 @@ class Dealing:
         The block-window order (``shuffle="blocks"``).
     edits : EditLog, optional
         The run's skips and replays (none by default); :attr:`edits` may be replaced.
+    balance : Balance, optional
+        Deal each step's samples by cost (:mod:`mmpack.sampling.balance`).
     """
 
     __slots__ = (
+        "balance",
         "drop_last",
         "edits",
         "n",
@@ -79,7 +86,9 @@ class Dealing:
         drop_last: bool,
         order: BlockOrder | None = None,
         edits: EditLog | None = None,
+        balance: Balance | None = None,
     ) -> None:
+        self.balance = balance
         self.n = n
         self.shuffle = shuffle
         self.seed = seed
@@ -120,11 +129,30 @@ class Dealing:
         ``[start, stop)`` (``0 <= start <= stop <= share(epoch, base)``) of ``epoch``'s stream
         dealt from ``base``; sample ``k`` belongs to epoch ``epochs[ids[k]]`` (``epochs[0]`` for
         every sample when ``ids`` is None, a replay may serve another epoch's)."""
+        if self.balance is not None:
+            return self._balanced(start, stop, epoch, base, self.balance)
         index = self.stream_index(start, stop, base)
         length = self.edits.length(epoch)
         if stop > 0 and base + (stop - 1) * self.world_size + self.rank >= length:
             index %= length  # padding wraps around to the start of the stream
         return self.edits.samples(index, epoch, self.order_samples)
+
+    def _balanced(
+        self, start: int, stop: int, epoch: int, base: int, balance: Balance
+    ) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
+        """:meth:`lookup` with each step's group dealt by cost: the whole groups that hold
+        positions ``[start, stop)`` looked up and dealt, this rank's slots kept."""
+        size, world = balance.batch_size, self.world_size
+        share = self.share(epoch, base)
+        offsets, group_ptr = balanced_positions(start, stop, share, size, world)
+        offsets += base
+        length = self.edits.length(epoch)
+        if offsets.size and int(offsets[-1]) >= length:
+            offsets %= length  # padding wraps around to the start of the stream
+        samples, ids, epochs = self.edits.samples(offsets, epoch, self.order_samples)
+        owner = deal_groups(attention_costs(balance.costs, samples), group_ptr, world)
+        slots = rank_slots(owner, group_ptr, self.rank, start, stop, size)
+        return samples[slots], None if ids is None else ids[slots], epochs
 
     def served_index(self, global_position: int) -> int | None:
         """The stream index (of epoch ``global_position // n``) at which the run serves global

@@ -63,6 +63,7 @@ from mmpack.kernels.mixture import (
 )
 from mmpack.sampling.mixture_batches import (
     check_compatible_sources,
+    common_seqlen,
     read_sources,
     scatter_batches,
     source_length,
@@ -165,6 +166,7 @@ class Mixture:
         self._plan = plan
         given = weights.spec() if isinstance(weights, Schedule) else tuple(map(float, weights))
         self._history: tuple[tuple[int, Any], ...] = ((0, given),)
+        self._earlier: tuple[tuple[str, int], ...] = ()
         self._raw_weights = self.weights if isinstance(weights, Schedule) else np.array(given)
         self._passes = SourcePasses(lengths, self._seed)
         self._blocks = (
@@ -234,6 +236,12 @@ class Mixture:
         return self._seed
 
     @property
+    def seqlen(self) -> int | None:
+        """Tokens per sample: the ``seqlen`` all the sources share (views of one ``seqlen``), or
+        None when a source has none or two differ."""
+        return common_seqlen(self._sources)
+
+    @property
     def schedule(self) -> tuple[tuple[int, Any], ...]:
         """``((from_position, weights or Schedule.spec()), ...)``: the weights given, then every
         :meth:`with_schedule` change, in order."""
@@ -250,9 +258,25 @@ class Mixture:
     @property
     def fingerprint(self) -> str:
         """Hex digest of everything that decides which sample each position holds: each source's
-        store fingerprint (else its type and length) and ``seqlen``, the weights or schedule and
-        every :meth:`with_schedule` change, ``seed``, ``num_samples`` and ``block_bytes``."""
+        ``fingerprint`` (a view's: its store's and its parameters; else its type, length,
+        ``seqlen`` and store fingerprint), the weights or schedule and every
+        :meth:`with_schedule` change, ``seed``, ``num_samples`` and ``block_bytes``."""
         return mixture_fingerprint(self)
+
+    @property
+    def earlier_fingerprints(self) -> tuple[tuple[str, int], ...]:
+        """``((fingerprint, p), ...)``: each mixture this one was changed from
+        (:meth:`with_schedule`, in order) and the position before which its samples are this
+        one's.  A sampler over this mixture loads the states of those taken at or before ``p``
+        (:func:`~mmpack.sampling.sampler_state.check_config`); empty for an unchanged mixture."""
+        return self._earlier
+
+    @property
+    def ordered(self) -> bool:
+        """True when the weights vary with the position (a schedule, or a :meth:`with_schedule`
+        change): position ``p`` belongs at step ``p``, so samplers read the mixture in its own
+        order (:func:`~mmpack.core.validation.check_shuffle`).  False for constant weights."""
+        return self._plan is not None
 
     def with_schedule(
         self, new: Schedule | Sequence[float], *, from_position: int, num_samples: int | None = None
@@ -330,6 +354,22 @@ class Mixture:
             )
         src, occ = self._locate_unchecked(arr)
         return src, self._items_of(src, occ)
+
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """Each sample's attention cost (int64, (k,)), its source's ``attention_cost`` of the
+        item it is; ``TypeError`` for a source without one."""
+        src, items = self.source_of_many(np.asarray(indices, dtype=np.int64))
+        out = np.empty(src.shape[0], dtype=np.int64)
+        for k in np.unique(src).tolist():
+            cost = getattr(self._sources[k], "attention_cost", None)
+            if not callable(cost):
+                raise TypeError(
+                    f"source {k} of the mixture ({type(self._sources[k]).__name__}) has no "
+                    "attention_cost"
+                )
+            mask = src == k
+            out[mask] = cost(items[mask])
+        return out
 
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from, in the shape of the views' ``locate``

@@ -25,7 +25,13 @@ from mmpack.core.validation import EpochIndex
 from mmpack.views.batch import SampleBatch
 from mmpack.views.provenance import merged_provenance
 
-__all__ = ["check_compatible_sources", "read_sources", "scatter_batches", "source_length"]
+__all__ = [
+    "check_compatible_sources",
+    "common_seqlen",
+    "read_sources",
+    "scatter_batches",
+    "source_length",
+]
 
 
 def check_compatible_sources(sources: tuple[Any, ...], lengths: np.ndarray) -> None:
@@ -54,6 +60,16 @@ def check_compatible_sources(sources: tuple[Any, ...], lengths: np.ndarray) -> N
                 "collating a batch will promote them",
                 stacklevel=3,
             )
+
+
+def common_seqlen(sources: Sequence[Any]) -> int | None:
+    """The ``seqlen`` (tokens per sample) every source has, as an int; None unless all have the
+    same positive int ``seqlen``."""
+    each = [getattr(source, "seqlen", None) for source in sources]
+    ints = [int(v) for v in each if isinstance(v, (int, np.integer)) and not isinstance(v, bool)]
+    if len(ints) == len(each) and len(set(ints)) == 1 and ints[0] > 0:
+        return ints[0]
+    return None
 
 
 def read_sources(

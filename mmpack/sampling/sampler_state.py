@@ -25,18 +25,24 @@ field              type                            meaning
 
 ``n``, ``seed``, ``shuffle``, ``drop_last``, ``window_blocks``, ``bounds_digest`` and
 ``fingerprint`` describe the configuration: a sampler refuses (``StateMismatchError``) a state
-whose configuration differs from its own, naming the field and both values.  Any other defect
+whose configuration differs from its own, naming the field and both values.  One exception: a
+state of an *earlier* fingerprint (a mixture this one was changed from at position ``p``, see
+``Mixture.earlier_fingerprints``) loads when it was read in order and what it consumed lies
+before ``p`` (the consumed frontier, :meth:`EditLog.frontier
+<mmpack.sampling.sampler_edits.EditLog.frontier>`, at most ``p``): those samples are the same.  Any other defect
 (a missing or unknown field, a value of the wrong type or out of range) is a ``FormatError``
 naming the field and its value.  Cost: O(fields + edits).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.sampling.sampler_edits import EditLog
 
 __all__ = ["CONFIG_FIELDS", "STATE_FIELDS", "STATE_VERSION", "check_config", "checked_state"]
 
@@ -183,8 +189,13 @@ def checked_state(state: Any) -> dict[str, Any]:
     return out
 
 
-def check_config(state: dict[str, Any], ours: dict[str, Any]) -> None:
+def check_config(
+    state: dict[str, Any], ours: dict[str, Any], earlier: Sequence[tuple[str, int]] = ()
+) -> None:
     """Refuse a checked state saved for another configuration than ``ours``.
+
+    ``earlier``: ``(fingerprint, p)`` pairs of datasets whose samples before position ``p`` are
+    those of this one; a state of such a fingerprint loads if it stands at or before ``p``.
 
     Raises
     ------
@@ -193,6 +204,8 @@ def check_config(state: dict[str, Any], ours: dict[str, Any]) -> None:
     """
     for field in CONFIG_FIELDS:
         saved, mine = state[field], ours[field]
+        if field == "fingerprint" and saved != mine and _earlier_state(state, mine, earlier):
+            continue
         if saved != mine or type(saved) is not type(mine):
             if field == "bounds_digest" and saved is not None and mine is not None:
                 raise StateMismatchError(
@@ -203,3 +216,29 @@ def check_config(state: dict[str, Any], ours: dict[str, Any]) -> None:
                 f"sampler state was saved with {field}={saved!r} but this sampler has "
                 f"{field}={mine!r}"
             )
+
+
+def _earlier_state(state: dict[str, Any], mine: Any, earlier: Sequence[tuple[str, int]]) -> bool:
+    """Whether ``state`` is one of an earlier fingerprint standing at or before its change
+    (``StateMismatchError`` if it is one standing past it)."""
+    change = dict(earlier).get(state["fingerprint"])
+    if change is None:
+        return False
+    if state["shuffle"] is not False:
+        raise StateMismatchError(
+            f"sampler state was saved with fingerprint={state['fingerprint']!r}, the dataset "
+            f"this one (fingerprint={mine!r}) was changed from at position {change}, but with "
+            f"shuffle={state['shuffle']!r}: only a state read in order resumes across the change"
+        )
+    n, epoch = state["n"], state["epoch"]
+    edits = EditLog.from_state(n, state["skips"], state["replays"])
+    g = state["offset"] + state["position"] * state["world_size"]
+    at = edits.frontier(epoch, g)
+    if at > change:
+        raise StateMismatchError(
+            f"sampler state was saved with fingerprint={state['fingerprint']!r}, the dataset "
+            f"this one (fingerprint={mine!r}) was changed from at position {change}, but it "
+            f"stands at position {at}, past the change: resume from a state taken at or before "
+            f"position {change}, or change from position {at} or later"
+        )
+    return True

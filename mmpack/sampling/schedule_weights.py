@@ -10,12 +10,12 @@ sample; see :mod:`mmpack.sampling.schedule_plan`).  Cost: O(segments * K).
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from mmpack.core.fingerprints import config_fingerprint
 from mmpack.sampling.mixture_blocks import BlockPasses
 from mmpack.sampling.mixture_items import SourcePasses
 from mmpack.sampling.schedule import Schedule
@@ -99,7 +99,11 @@ def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
 
 
 def source_digest(source: Any, length: int) -> tuple[Any, ...]:
-    """What identifies a source's samples: its type, length, ``seqlen`` and store fingerprint."""
+    """What identifies a source's samples: its own ``fingerprint`` (every mmpack view has one),
+    else its type, length, ``seqlen`` and store fingerprint."""
+    own = getattr(source, "fingerprint", None)
+    if isinstance(own, str):
+        return (type(source).__qualname__, length, own)
     store = getattr(source, "store", None)
     return (
         type(source).__qualname__,
@@ -111,14 +115,21 @@ def source_digest(source: Any, length: int) -> tuple[Any, ...]:
 
 def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int | None) -> Any:
     """``mixture.with_schedule(schedule, from_position=p, num_samples=num_samples)``: a copy of
-    the mixture whose plan is :func:`changed_plan`."""
+    the mixture whose plan is :func:`changed_plan` (a mixture of one source keeps its constant
+    weights: a schedule changes none of its positions, only its history)."""
     out = copy.copy(mixture)
-    out._plan = changed_plan(mixture, schedule, p)
-    out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
+    if len(mixture.sources) == 1:  # every position is the one source's, whatever the weights
+        _check_sources(schedule, mixture.sources)
+    else:
+        out._plan = changed_plan(mixture, schedule, p)
+        out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
     out._history = (*mixture._history, (p, schedule.spec()))
+    # Samples before p are the mixture's, and before min(p, q) those of each it was changed from.
+    earlier = [(f, min(q, p)) for f, q in mixture.earlier_fingerprints]
+    out._earlier = (*earlier, (mixture.fingerprint, p))
     out._passes = SourcePasses(mixture._lengths, mixture.seed)
     if mixture._blocks is not None:
-        drawn = out._plan.positive.astype(np.int64)
+        drawn = (out._quotas > 0 if out._plan is None else out._plan.positive).astype(np.int64)
         out._blocks = BlockPasses(
             mixture.sources, mixture._lengths, drawn, mixture._blocks.block_bytes, mixture.seed
         )
@@ -134,5 +145,6 @@ def mixture_fingerprint(mixture: Any) -> str:
     :class:`~mmpack.sampling.mixture.Mixture` holds (see its ``fingerprint``)."""
     sources = [source_digest(s, int(n)) for s, n in zip(mixture.sources, mixture._lengths)]
     block_bytes = None if mixture._blocks is None else mixture._blocks.block_bytes
-    parts = (sources, mixture.schedule, mixture.seed, len(mixture), block_bytes)
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return config_fingerprint(
+        "Mixture", sources, mixture.schedule, mixture.seed, len(mixture), block_bytes
+    )

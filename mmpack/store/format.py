@@ -84,7 +84,7 @@ OFFSETS_DTYPE = np.dtype("<i8")
 
 RECORD_KEYS = frozenset(
     ("format", "version", "backend", "dtype", "num_docs", "num_tokens", "checksum", "files")
-    + ("fingerprint", "remote", "fields")
+    + ("fingerprint", "remote", "fields", "loss_mask")
 )
 """The keys of a metadata record that describe the store itself (:meth:`StoreMeta.to_json`, and
 the ``"remote"`` record of a store's objects); the others are optional sections

@@ -25,8 +25,13 @@ subset are the parent's restricted to it.
 ``split(fractions, seed)``: document ``d`` of the parent goes to the part whose cumulative
 fraction interval holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of
 SplitMix64's finaliser, :func:`~mmpack.kernels.subset.split_parts`), the keys drawn from
-``(SPLIT_STREAM, seed)``.  A document's part
-depends only on its parent id, the seed and the fractions, never on the number of documents:
+``(SPLIT_STREAM + depth, seed)``: ``depth`` (:attr:`SubsetStore.split_depth`) counts the splits
+that made the subset (0 for a store, or for a ``select`` / ``where`` of one), so a part split
+again, with any seed, is cut by keys independent of those that chose its documents (the same
+keys would put none of a 90% part's documents past 0.9, so a 95/5 split of it would hold an
+empty 5%), while a ``select`` or ``where`` subset splits as its store does, restricted to it.
+A document's part
+depends only on its parent id, the seed, the depth and the fractions, never on the number of documents:
 appending documents (``join(..., append=True)``, a build that adds parts at the end) keeps every
 earlier document in its part.  Cost: one kernel pass over the ids, then one subset per part
 (``benchmarks/bench_subset.py`` times 10^7 documents).
@@ -204,10 +209,11 @@ class SubsetStore(TokenStore):
 
     _backend: SubsetBackend
 
-    def __init__(self, parent: TokenStore, ids: np.ndarray) -> None:
+    def __init__(self, parent: TokenStore, ids: np.ndarray, split_depth: int = 0) -> None:
         ids.flags.writeable = False
         self._parent = parent
         self._ids = ids
+        self._split_depth = split_depth
         offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
         np.cumsum(parent.doc_lens[ids], out=offsets[1:])
         meta = _SubsetMeta(parent, ids, int(offsets[-1]))
@@ -235,6 +241,12 @@ class SubsetStore(TokenStore):
         """int64, shape (num_docs,), sorted, unique, read-only: the parent document id of each
         of the subset's documents."""
         return self._ids
+
+    @property
+    def split_depth(self) -> int:
+        """How many ``split`` calls made these documents (a subset of a part counts its part's):
+        what keys this subset's own ``split`` (see the module docstring)."""
+        return self._split_depth
 
     @property
     def parent_doc_starts(self) -> np.ndarray:
@@ -274,10 +286,11 @@ class SubsetStore(TokenStore):
         return self._parent.verify(progress=progress)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"parent": self._parent, "ids": np.asarray(self._ids)}
+        return {"parent": self._parent, "ids": np.asarray(self._ids), "depth": self._split_depth}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        fresh = SubsetStore(state["parent"], np.array(state["ids"], dtype=np.int64))
+        ids = np.array(state["ids"], dtype=np.int64)
+        fresh = SubsetStore(state["parent"], ids, int(state.get("depth", 0)))
         self.__dict__.update(fresh.__dict__)
 
     def __repr__(self) -> str:
@@ -339,10 +352,10 @@ def check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
     return arr
 
 
-def _root(store: TokenStore) -> tuple[TokenStore, np.ndarray | None]:
+def _root(store: TokenStore) -> tuple[TokenStore, np.ndarray | None, int]:
     if isinstance(store, SubsetStore):
-        return store.parent, store.parent_doc_ids
-    return store, None
+        return store.parent, store.parent_doc_ids, store.split_depth
+    return store, None, 0
 
 
 def select(store: TokenStore, doc_ids: Any) -> SubsetStore:
@@ -352,8 +365,8 @@ def select(store: TokenStore, doc_ids: Any) -> SubsetStore:
 
 
 def _subset(store: TokenStore, ids: np.ndarray) -> SubsetStore:
-    parent, composed = _root(store)
-    return SubsetStore(parent, ids if composed is None else composed[ids])
+    parent, composed, depth = _root(store)
+    return SubsetStore(parent, ids if composed is None else composed[ids], depth)
 
 
 def where(store: TokenStore, mask: Any = None, **equal: Any) -> SubsetStore:
@@ -426,22 +439,25 @@ def split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
     return names, thresholds
 
 
-def split_keys(seed: Any) -> np.ndarray:
-    """The hash keys of ``split(..., seed)`` (uint64, shape (ROUNDS,)): drawn from
-    ``(SPLIT_STREAM, seed)``, never a sampler's keys of a plain seed."""
-    return epoch_keys((SPLIT_STREAM, *seed_words(seed)), np.zeros(1, dtype=np.uint64))[0]
+def split_keys(seed: Any, depth: int = 0) -> np.ndarray:
+    """The hash keys of ``split(..., seed)`` of a store or subset of :attr:`split_depth
+    <SubsetStore.split_depth>` ``depth`` (uint64, shape (ROUNDS,)): drawn from
+    ``(SPLIT_STREAM + depth, seed)``, never a sampler's keys of a plain seed, nor those of
+    another depth."""
+    words = (SPLIT_STREAM + depth, *seed_words(seed))
+    return epoch_keys(words, np.zeros(1, dtype=np.uint64))[0]
 
 
 def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetStore]:
     """Disjoint subsets of ``store`` covering it, by the keyed hash of each document's parent id
     (see the module docstring and :meth:`TokenStore.split`)."""
     names, thresholds = split_fractions(fractions)
-    parent, composed = _root(store)
+    parent, composed, depth = _root(store)
     ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
     part = np.empty(ids.shape[0], dtype=np.int64)
-    split_parts(ids, split_keys(seed), thresholds, part)
+    split_parts(ids, split_keys(seed, depth), thresholds, part)
     if composed is None:  # ids is arange: the positions are the ids
         return {
-            name: SubsetStore(parent, np.flatnonzero(part == k)) for k, name in enumerate(names)
+            name: SubsetStore(parent, np.flatnonzero(part == k), 1) for k, name in enumerate(names)
         }
-    return {name: SubsetStore(parent, ids[part == k]) for k, name in enumerate(names)}
+    return {name: SubsetStore(parent, ids[part == k], depth + 1) for k, name in enumerate(names)}

@@ -10,8 +10,8 @@ metadata record (``mmpack.json``, the Zarr attributes, or a join's manifest), wr
 ``identity`` tells tokenizers apart (``"byte"`` for the byte-level rule, the SHA-256 of
 ``tokenizer.json`` otherwise).  Views take ``eot="store"`` and ``pad_id="store"`` by default:
 the ids the record gives, or, for a store that records none (or a tokenizer without that token),
-no eot and pad 0 (:data:`FALLBACK`); a store built with a special-token template gets no eot (its
-documents carry the template's tokens).  ``mask_id="store"`` and ``vocab_size="store"`` read the
+no eot and pad 0 (:data:`FALLBACK`); a store built with a special-token template, or with a loss
+mask (chat data), gets no eot (its documents carry the template's tokens).  ``mask_id="store"`` and ``vocab_size="store"`` read the
 record too, and are refused where it has none.  An explicit id outside the recorded vocabulary,
 and a mixture or join of stores with different tokenizers, are refused unless the caller opts in.
 """
@@ -62,7 +62,9 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     no tokenizer, or whose tokenizer has no such token, gives :data:`FALLBACK` (``None``: no
     eot; ``0``).  A store built with a special-token template (``"template"`` in the record)
     gives no eot either: its documents carry the tokens the template chose (an eot of their own,
-    a BOS, ``[CLS] ... [SEP]``), and a view adds none on top.
+    a BOS, ``[CLS] ... [SEP]``), and a view adds none on top; so does a store with a loss mask
+    (chat data: each conversation ends with its template's end-of-turn, and TRL's labels have
+    no target after it), whether or not it records a tokenizer.
 
     Raises
     ------
@@ -73,8 +75,9 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     if not (isinstance(value, str) and value == STORE):
         return value
     rec = tokenizer_record(store)
-    if name == "eot" and rec is not None and rec.get("template") is not None:
-        return FALLBACK[name]  # the template put the documents' own special tokens in
+    templated = rec is not None and rec.get("template") is not None
+    if name == "eot" and (templated or getattr(store, "has_loss_mask", False)):
+        return FALLBACK[name]  # a template (or a chat template) put the documents' own tokens in
     if name == "vocab_size":
         got = None if rec is None else rec.get("vocab_size")
     else:

@@ -46,7 +46,7 @@ from mmpack.store.format import (
     plain_file_name,
 )
 from mmpack.store.gather import Arrays, DocChunks
-from mmpack.store.lossmask import mix_error, split_document
+from mmpack.store.lossmask import as_loss_mask, mix_error, split_document
 from mmpack.store.opening import as_path
 from mmpack.store.publish import (
     LAYOUT_ENTRIES,
@@ -144,18 +144,11 @@ def build(
     FileExistsError
         ``overwrite`` is true but ``path`` is not an mmpack store or an empty folder.
     """
-    remote = {} if storage_options is None else {"storage_options": storage_options}
-    with store_writer(
-        path,
-        dtype=dtype,
-        backend=backend,
-        overwrite=overwrite,
-        buffer_tokens=buffer_tokens,
-        fsync=fsync,
-        shuffle_docs=shuffle_docs,
-        fields=fields,
-        **remote,
-    ) as writer:
+    options = {"dtype": dtype, "backend": backend, "overwrite": overwrite, "fsync": fsync}
+    options |= {"buffer_tokens": buffer_tokens, "shuffle_docs": shuffle_docs, "fields": fields}
+    if storage_options is not None:
+        options["storage_options"] = storage_options
+    with store_writer(path, **options) as writer:
         if isinstance(docs, (str, bytes)):
             raise TypeError("docs must be an iterable of token sequences, not a string")
         try:
@@ -391,15 +384,7 @@ class StoreWriter:
                     split_document(doc, j) if type(doc) is dict else (as_token_array(doc, j), None)
                 )
                 if mask is not None and self._mask is None:
-                    if j:
-                        raise mix_error(j, True, j)
-                    self._mask = StoreWriter(
-                        self._tmp / LOSS_MASK_STORE,  # type: ignore[operator]  # set by __enter__
-                        dtype=np.uint8,
-                        backend=self.backend,
-                        fsync=self.fsync,
-                        checksum=self.checksum,
-                    ).__enter__()
+                    self._open_mask(j)
                 elif mask is None and self._mask is not None:
                     raise mix_error(j, False, 0)
                 tokens.append(arr)
@@ -407,6 +392,14 @@ class StoreWriter:
                     masks.append(mask)
         finally:
             self._flush_masked(tokens, masks)
+
+    def _open_mask(self, j: int) -> None:
+        """Start the loss mask store (its first document is document ``j``, which must be 0)."""
+        if j:
+            raise mix_error(j, True, j)
+        assert self._tmp is not None  # set by __enter__
+        kw: dict[str, Any] = dict(backend=self.backend, fsync=self.fsync, checksum=self.checksum)
+        self._mask = StoreWriter(self._tmp / LOSS_MASK_STORE, dtype=np.uint8, **kw).__enter__()
 
     def _flush_masked(self, tokens: list[np.ndarray], masks: list[np.ndarray]) -> None:
         if not tokens:
@@ -426,15 +419,16 @@ class StoreWriter:
             arr = as_token_array(doc, self._num_docs)
             self._write_block(arr, np.array([arr.size], dtype=np.int64), keep_good=False)
 
-    def add_batch(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    def add_batch(self, tokens: np.ndarray, lengths: np.ndarray, loss_mask: Any = None) -> None:
         """Append ``len(lengths)`` documents given flat: ``tokens`` (integer, shape (sum(lengths),))
-        and ``lengths`` (integer, shape (k,), non-negative).  The lengths are checked exactly (no
-        wraparound of unsigned or int64 sums) before anything is written; a bad token refuses
-        the whole batch."""
+        and ``lengths`` (integer, shape (k,), >= 0), their masks flat (``loss_mask``: 0/1, shape
+        (sum(lengths),)) in a masked store (a first batch with one, even empty, gives it a mask).
+        Lengths are checked exactly (no wraparound) before anything is written; a bad token or
+        mask value refuses the whole batch."""
         if self._unshuffled is not None:
-            self._unshuffled.add_batch(tokens, lengths)
+            self._unshuffled.add_batch(tokens, lengths, loss_mask)
             return
-        if self._mask is not None:  # flat documents carry no mask
+        if loss_mask is None and self._mask is not None:  # these documents carry no mask
             raise mix_error(self._num_docs, False, 0)
         lengths = np.asarray(lengths)
         if lengths.ndim != 1 or not (lengths.dtype.kind in "iu" or lengths.size == 0):
@@ -444,7 +438,13 @@ class StoreWriter:
             )
         tokens = as_token_array(tokens, self._num_docs)
         lengths = checked_lengths(lengths, tokens.size)
+        if loss_mask is not None:
+            loss_mask = as_loss_mask(loss_mask, tokens.size, self._num_docs)
+            if self._mask is None:
+                self._open_mask(self._num_docs)
         self._write_block(tokens, lengths, keep_good=False)
+        if self._mask is not None:
+            self._mask.add_batch(loss_mask, lengths)
 
     def attach(self, name: str, data: bytes) -> None:
         """Write a small file ``name`` (e.g. ``tokenizer.json``) into the store folder at commit;

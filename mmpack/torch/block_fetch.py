@@ -32,16 +32,20 @@ stands in go out first (the two windows' parts interleaved, the loop waited for 
 from __future__ import annotations
 
 import threading
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from mmpack.errors import SlowReadWarning
 from mmpack.torch.sampler import ResumableSampler
 
 __all__ = ["WindowFetcher"]
 
 Key = tuple[int, int]  # (epoch, window)
+
+_WARNED: set[tuple[str, str]] = set()  # (store URL, way of reading) warned of in this process
 
 _QUEUE_WAIT = 60.0
 """The longest a window's fetch waits for the window before it to queue its parts (a claim and
@@ -96,10 +100,18 @@ class WindowFetcher:
     @classmethod
     def auto(cls, view: Any, sampler: Any) -> WindowFetcher | None:
         """A fetcher where one applies (a block-window sampler over a view of a remote store
-        with a node cache), else None."""
-        if not isinstance(sampler, ResumableSampler) or sampler.block_order is None:
+        with a node cache), else None; a remote store read in a way that cannot fetch whole
+        blocks (the global order; the block order without a node cache) is warned of once
+        (:class:`~mmpack.errors.SlowReadWarning`, naming the fix)."""
+        if not isinstance(sampler, ResumableSampler):
             return None
-        if getattr(getattr(view, "store", None), "span_fetcher", None) is None:
+        store = getattr(view, "store", None)
+        if sampler.block_order is None:
+            if sampler.shuffle is True:
+                _warn_slow(store, "global")
+            return None
+        if getattr(store, "span_fetcher", None) is None:
+            _warn_slow(store, "blocks")
             return None
         if not callable(getattr(view, "token_span", None)):
             return None
@@ -185,6 +197,7 @@ class WindowFetcher:
         with self._lock:
             gone = [k for k in self._live if k not in wanted]
         if self._pool is None:
+            self.spans.warm()  # the threads' kernels compiled here: no thread compiles
             # two threads: the next window's parts queue right behind the current one's
             self._pool = ThreadPoolExecutor(2, thread_name_prefix="mmpack-window")
         pool = self._pool
@@ -259,3 +272,31 @@ class WindowFetcher:
         """Wait for the fetches under way (errors surface here; readers meet them too)."""
         for job in list(self._jobs.values()) + list(self._drops):
             job.result(timeout)
+
+
+def _warn_slow(store: Any, way: str) -> None:
+    """Warn once per process, store and ``way`` (``"global"``, ``"blocks"``) where ``store`` is
+    remote (its location a URL: a local path never holds ``://``) and read in a way that cannot
+    fetch whole blocks."""
+    url = str(getattr(store, "location", ""))
+    if "://" not in url or (url, way) in _WARNED:
+        return
+    _WARNED.add((url, way))
+    if way == "global":
+        message = (
+            f"mmpack: {url} is read in the global shuffled order: every sample is a small range "
+            "request, 20-300x slower than the block order; pass shuffle='blocks' and open the "
+            "store with a cache_limit (whole blocks are then fetched into the node cache)"
+        )
+    elif getattr(store, "backend", None) == "zarr":
+        message = (
+            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks (a remote Zarr store "
+            "has no whole-block fetch): upload it with mmpack.build(url, ...) and open it with "
+            "a cache_limit"
+        )
+    else:
+        message = (
+            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks: the store was "
+            "opened without a cache_limit; open it with mmpack.open(url, cache_limit=...)"
+        )
+    warnings.warn(message, SlowReadWarning, stacklevel=5)  # at the caller of loader()

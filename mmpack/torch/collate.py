@@ -78,11 +78,20 @@ import torch
 
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
 from mmpack.torch.boundaries import flat_boundaries, position_boundaries, sample_boundaries
+from mmpack.torch.cp_batch import LOSS_MASK, PLAIN_LAYOUT, BatchLayout, lay_out
 from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
 from mmpack.torch.transfer import share_batch
 from mmpack.views.batch import SampleBatch
 
-__all__ = ["BATCH_TOKEN_FIELDS", "Collator", "PROVENANCE", "TARGETS", "TOKEN_FIELDS", "collate"]
+__all__ = [
+    "BATCH_TOKEN_FIELDS",
+    "Collator",
+    "LOSS_MASK",
+    "PROVENANCE",
+    "TARGETS",
+    "TOKEN_FIELDS",
+    "collate",
+]
 
 TOKEN_FIELDS: tuple[str, ...] = ("input_ids", "position_ids", "labels", "attention_mask")
 """Per-token fields of a sample: 1-D integer arrays of the row's length, stacked to
@@ -104,6 +113,10 @@ def collate(
     varlen: bool = True,
     dtype: torch.dtype = torch.int64,
     provenance: bool = False,
+    cp_size: int | None = None,
+    cp_rank: int | None = None,
+    pad_cu_seqlens: bool = False,
+    pad_id: int = 0,
 ) -> dict[str, Any]:
     """Collate mmpack samples into a batch (a ``torch.utils.data.DataLoader`` ``collate_fn``).
 
@@ -125,6 +138,20 @@ def collate(
         ranges it holds); ``samples`` must then be the batch a view's ``__getitems__`` returns
         (:class:`~mmpack.views.batch.SampleBatch`, what a ``DataLoader`` hands its
         ``collate_fn``), of a ``WindowDataset``, a ``PackedDataset`` or a ``Mixture`` of them.
+    cp_size : int, optional
+        Lay the batch out for context parallelism over ``cp_size`` ranks
+        (:mod:`mmpack.views.cp_layout`): every segment padded to a multiple of ``2 * cp_size``,
+        the batch one flat row, as TransformerEngine's THD attention with context parallelism
+        takes it.  Needs ``varlen``.
+    cp_rank : int, optional
+        With ``cp_size``: keep only this rank's zigzag share (``0 <= cp_rank < cp_size``);
+        ``None`` keeps the whole padded batch and gives every rank's indices (``cp_indices``).
+    pad_cu_seqlens : bool, default False
+        Give ``cu_seqlens`` (and ``cu_seqlens_padded``) ``B * seqlen + 1`` entries whatever the
+        batch, the real boundaries followed by repeats of the last (the name Megatron-Bridge
+        uses): one shape for a CUDA graph or a compiled step.  Needs ``varlen``.
+    pad_id : int, default 0
+        Token id of the context-parallel padding.
 
     Returns
     -------
@@ -153,6 +180,15 @@ def collate(
             (B + 1,), row ``b`` owning entries ``cu_docs[b]:cu_docs[b + 1]``
             (:mod:`mmpack.views.provenance`).
 
+        With ``cp_size`` (see :mod:`mmpack.torch.cp_batch`): the per-token fields and
+        ``loss_mask`` (float32, 1 where the label counts) have shape ``(1, T)``, ``T`` the padded
+        tokens (``cp_rank=None``), or ``(1, T / cp_size)`` (rank ``cp_rank``'s share, its
+        chunks segment by segment); ``position_ids`` are each document's own, continued over its
+        padding; ``cu_seqlens`` (real) and ``cu_seqlens_padded`` (int32) cover the whole batch;
+        ``max_seqlen`` is the longest padded segment; ``cp_padding`` (int) the tokens of
+        padding added; with ``cp_rank=None``, ``cp_indices`` (int64, (cp_size, T / cp_size)):
+        rank ``r``'s share is ``batch[key][:, cp_indices[r]]``.
+
     Raises
     ------
     ValueError
@@ -160,6 +196,8 @@ def collate(
         a key collate produces (``cu_seqlens_rows``, ``targets``), or ``B * seqlen`` beyond
         int32; ``provenance=True`` for samples that do not record it (a list of per-sample
         dicts, or a batch of another dataset).
+        ``cp_size`` or ``pad_cu_seqlens`` without ``varlen``, a ``cp_rank`` outside
+        ``[0, cp_size)`` or without ``cp_size``.
     TypeError
         A sample that is not a mapping, or a per-token field that is not integer.
     """
@@ -167,10 +205,11 @@ def collate(
         samples,
         varlen=varlen,
         pad_to_multiple_of=None,
-        pad_id=0,
+        pad_id=int(pad_id),
         ignore_index=IGNORE_INDEX,
         dtype=_token_dtype(dtype),
         provenance=bool(provenance),
+        layout=BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens),
     )
 
 
@@ -193,6 +232,9 @@ class Collator:
         As in :func:`collate`.
     provenance : bool, default False
         As in :func:`collate`: every batch also says where its samples come from.
+    cp_size, cp_rank, pad_cu_seqlens
+        As in :func:`collate` (the context-parallel padding takes ``pad_id`` and
+        ``ignore_index`` too).
     """
 
     def __init__(
@@ -204,8 +246,12 @@ class Collator:
         ignore_index: int = IGNORE_INDEX,
         dtype: torch.dtype = torch.int64,
         provenance: bool = False,
+        cp_size: int | None = None,
+        cp_rank: int | None = None,
+        pad_cu_seqlens: bool = False,
     ) -> None:
         self._dtype = _token_dtype(dtype)
+        self._layout = BatchLayout(bool(varlen), cp_size, cp_rank, pad_cu_seqlens)
         if pad_to_multiple_of is not None and (
             isinstance(pad_to_multiple_of, bool)
             or not isinstance(pad_to_multiple_of, (int, np.integer))
@@ -240,13 +286,14 @@ class Collator:
             ignore_index=self._ignore_index,
             dtype=self._dtype,
             provenance=self._provenance,
+            layout=self._layout,
         )
 
     def __repr__(self) -> str:
         return (
             f"Collator(varlen={self._varlen}, pad_to_multiple_of={self._multiple}, "
             f"pad_id={self._pad_id}, ignore_index={self._ignore_index}, "
-            f"provenance={self._provenance})"
+            f"provenance={self._provenance}, {self._layout!r})"
         )
 
 
@@ -259,12 +306,15 @@ def _collate(
     ignore_index: int,
     dtype: torch.dtype = torch.int64,
     provenance: bool = False,
+    layout: BatchLayout = PLAIN_LAYOUT,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        columns = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        columns, rows, lens, width = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        if not layout.plain:
+            columns = lay_out(columns, rows, lens, width, layout, pad_id, ignore_index)
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
-        return share_batch(columns, BATCH_TOKEN_FIELDS)
+        return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)
     keys = _common_keys(samples)
     out: dict[str, Any] = {}
     seqlen = None
@@ -294,6 +344,8 @@ def _collate(
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
+    if not layout.plain:
+        out = lay_out(out, rows, lens, seqlen, layout, pad_id, ignore_index)
     if provenance:
         out[PROVENANCE] = _provenance(samples)
     return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)
@@ -393,10 +445,11 @@ def _boundary_fields(
 
 def _collate_columns(
     batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = torch.int64
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, int]:
     """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
     with at most one contiguous copy each (none when already contiguous int64), and the
-    ``cu_seqlens`` rows are flattened without building per-sample dicts."""
+    ``cu_seqlens`` rows are flattened without building per-sample dicts.  Returns the columns
+    (``labels`` not yet renamed), the rows' boundaries, their counts and the row length."""
     n = len(batch)
     if n == 0:
         raise ValueError("samples is empty; a batch needs at least one sample")
@@ -416,7 +469,7 @@ def _collate_columns(
     take = np.arange(batch.cu_seqlens.shape[1]) < lens[:, None]
     rows = batch.cu_seqlens[take].astype(np.int64)
     out.update(_boundary_fields(rows, lens, seqlen, varlen))
-    return _labels_as_targets(out)
+    return out, rows, lens, seqlen
 
 
 def _token_dtype(dtype: Any) -> torch.dtype:

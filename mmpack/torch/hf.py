@@ -222,7 +222,9 @@ def _flash_inputs(
     for key in ("input_ids", "position_ids", "labels", "shift_labels"):
         if key in out:
             out[key] = out[key].reshape(1, tokens)
-    cu = torch.as_tensor(batch["cu_seqlens"]).to(device=device, dtype=torch.int32)
+    # A context-parallel batch's tokens lie at the padded boundaries (mmpack.torch.cp_batch).
+    cu = batch["cu_seqlens_padded"] if "cu_seqlens_padded" in batch else batch["cu_seqlens"]
+    cu = torch.as_tensor(cu).to(device=device, dtype=torch.int32)
     max_len = int(batch["max_seqlen"])
     out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
     return out
@@ -245,6 +247,9 @@ def _attention_mask(
         return allowed
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)  # eager: additive
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+_CP_KEYS = ("cu_seqlens", "cu_seqlens_padded", "loss_mask", "cp_indices")
 
 
 class DataCollator:
@@ -270,6 +275,14 @@ class DataCollator:
         device of ``input_ids``).  The collator keeps no reference to it.
     pad_to_multiple_of, pad_id, ignore_index
         As for :class:`mmpack.torch.collate.Collator`.
+    cp_size, cp_rank, pad_cu_seqlens
+        As for :func:`mmpack.torch.collate.collate`, with a flash ``attn_implementation`` only:
+        the flat form of the context-parallel batch, ``cu_seq_lens_q/k`` its padded boundaries
+        (what attention over the padded tokens takes), plus ``cu_seqlens``,
+        ``cu_seqlens_padded``, ``loss_mask`` and ``cp_indices`` (``cp_rank=None``) as
+        collate gives them.  A rank's share (``cp_rank``) needs a model whose attention runs
+        context parallelism itself (ring attention over the group, e.g. TransformerEngine's);
+        transformers' own flash attention sees only the share.
 
     Returns (``__call__``)
     ----------------------
@@ -283,7 +296,8 @@ class DataCollator:
     ------
     ValueError
         Unknown ``attn_implementation`` or ``label_shift``; a masked LM without ``model``; a
-        model whose implementation is another; (``__call__``) a causal batch whose positions do
+        model whose implementation is another; context-parallel options or
+        ``pad_cu_seqlens`` with an implementation that is not flash; (``__call__``) a causal batch whose positions do
         not restart exactly at its rows' ``cu_seqlens`` (transformers would see other documents).
     """
 
@@ -297,13 +311,27 @@ class DataCollator:
         pad_to_multiple_of: int | None = None,
         pad_id: int = 0,
         ignore_index: int = IGNORE_INDEX,
+        cp_size: int | None = None,
+        cp_rank: int | None = None,
+        pad_cu_seqlens: bool = False,
     ) -> None:
         self._flash = _check_names(attn_implementation, label_shift)
         self.attn_implementation = attn_implementation
         self.causal = bool(causal)
         self.label_shift = label_shift
+        if not self._flash and (cp_size is not None or cp_rank is not None or pad_cu_seqlens):
+            raise ValueError(
+                f"cp_size={cp_size!r}, cp_rank={cp_rank!r} and pad_cu_seqlens={pad_cu_seqlens!r} "
+                f"lay out varlen boundaries: they need a flash attn_implementation, not "
+                f"{attn_implementation!r}"
+            )
         self._collator = Collator(
-            pad_to_multiple_of=pad_to_multiple_of, pad_id=pad_id, ignore_index=ignore_index
+            pad_to_multiple_of=pad_to_multiple_of,
+            pad_id=pad_id,
+            ignore_index=ignore_index,
+            cp_size=cp_size,
+            cp_rank=cp_rank,
+            pad_cu_seqlens=pad_cu_seqlens,
         )
         if model is not None:
             _check_model(model, attn_implementation)
@@ -319,9 +347,12 @@ class DataCollator:
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         batch = self._collator(samples)
         if self._flash:
-            return hf_inputs(
+            out = hf_inputs(
                 batch, self.attn_implementation, causal=self.causal, label_shift=self.label_shift
             )
+            if "cu_seqlens_padded" in batch:  # a context-parallel batch's boundaries and masks
+                out.update((key, batch[key]) for key in _CP_KEYS if key in batch)
+            return out
         input_ids = batch["input_ids"]
         out = _token_inputs(
             batch,

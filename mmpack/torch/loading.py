@@ -3,8 +3,10 @@
 :func:`loader` returns a :class:`ResumableLoader`, a torchdata ``StatefulDataLoader`` over a
 map-style dataset (any mmpack view or mixture: ``len`` and ``__getitem__``) with
 
-* a :class:`~mmpack.torch.sampler.ResumableSampler` (rank and world size from
-  ``torch.distributed`` when a process group is initialised, else 0 of 1);
+* a :class:`~mmpack.torch.sampler.ResumableSampler` over the view (rank and world size from
+  ``torch.distributed`` when a process group is initialised, else 0 of 1), which shuffles it
+  unless it orders itself (a mixture whose weights follow a schedule is read in its own order,
+  :func:`~mmpack.core.validation.check_shuffle`) and records its ``fingerprint``;
 * :func:`~mmpack.torch.collate.collate` (or the ``collate`` given), whose batches leave DataLoader
   workers through reused shared buffers sent once (:mod:`mmpack.torch.transfer`);
 * pinned memory when CUDA is available, persistent workers when there are workers.
@@ -19,7 +21,10 @@ in a small dict of plain ints and bools.  It records nothing about workers, so i
 loader with any ``num_workers`` (exactly: the same batches follow) and, through the sampler's
 elastic rule (:mod:`mmpack.torch.elastic`), at any world size.  A state of another kind (a plain
 ``StatefulDataLoader``'s, which holds per-worker snapshots) is refused with
-:class:`~mmpack.errors.FormatError`.
+:class:`~mmpack.errors.FormatError`; a state of a view of another ``fingerprint`` (another
+store, view parameters, seed or schedule) with :class:`~mmpack.errors.StateMismatchError`,
+except a state of the mixture a ``with_schedule`` change started from, taken at or before the
+change.
 
 Defaults.  ``num_workers=0``: a view builds a ``32 x 2048`` batch in a fraction of a millisecond
 in the training process (``python -m benchmarks.bench_e2e --workers``: several times what 2
@@ -28,11 +33,20 @@ asynchronously so that time overlaps with it; workers pay a process each and the
 every batch.  Give workers where ``__getitem__`` is slow (cold object storage, heavy per-sample
 work).
 
-Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict``.
+Stages.  Given a :class:`~mmpack.torch.stages.Stages` run, :func:`loader` uses it as the batch
+sampler over its dataset (each batch one stage's, at that stage's batch size), and the state is
+the run's (:meth:`Stages.state_dict <mmpack.torch.stages.Stages.state_dict>` after the batches the
+loop was given): it loads at any worker count and, by the run's own rule, at any world size.
+
+Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict`` (O(stages + edits)
+over Stages).
 """
 
 from __future__ import annotations
 
+import inspect
+import pickle
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -40,51 +54,73 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
-from mmpack.core.validation import check_bool, check_int_range, check_positive_int
+from mmpack.core.validation import (
+    check_bool,
+    check_int_range,
+    check_positive_int,
+    check_shuffle,
+)
 from mmpack.errors import FormatError
 from mmpack.torch.block_fetch import WindowFetcher
+from mmpack.torch.collate import Collator
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
+from mmpack.torch.stages import Stages
 
-__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "loader"]
+__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "WORKER_TIMEOUT", "loader", "read_state_file"]
 
 LOADER_STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableLoader.state_dict`."""
 
+WORKER_TIMEOUT = 600.0
+"""Seconds the loop waits for a worker's batch before the DataLoader raises (``RuntimeError``:
+a stuck worker ends in an error, never a wait for ever); the first batch of a cold start
+(compiling kernels, fetching the first window) takes far less."""
+
 _KIND = "mmpack.torch.loader"
+_SET_VITAL = "'set_vital' is deprecated"  # torch's warning for torchdata's call (see __init__)
 
 
 def loader(
     view: Any,
-    batch_size: int,
+    batch_size: int | None = None,
     *,
     seed: int = 0,
     num_workers: int = 0,
-    shuffle: bool | Literal["blocks"] = True,
+    shuffle: bool | Literal["blocks"] | None = None,
     drop_last: bool = False,
     collate: Callable[[Any], Any] = default_collate,
     rank: int | None = None,
     world_size: int | None = None,
     block_bytes: int = FETCH_BLOCK_BYTES,
     window_blocks: int = WINDOW_BLOCKS,
+    timeout: float = WORKER_TIMEOUT,
+    balance: Literal["attention"] | None = None,
+    cp_size: int | None = None,
+    cp_rank: int | None = None,
+    pad_cu_seqlens: bool = False,
 ) -> ResumableLoader:
     """A resumable, sharded DataLoader over ``view`` (see the module docstring).
 
     Parameters
     ----------
-    view : map-style dataset
-        An mmpack view, a mixture, or any dataset with ``len`` and ``__getitem__``.
+    view : map-style dataset or Stages
+        An mmpack view, a mixture, or any dataset with ``len`` and ``__getitem__``; or a
+        :class:`~mmpack.torch.stages.Stages` run, which holds its own batch sizes, seed, order,
+        ``drop_last``, block options, rank and world size (leave those arguments out).
     batch_size : int
-        Samples per batch, ``>= 1``.
+        Samples per batch, ``>= 1`` (required for a view; none for Stages).
     seed : int, default 0
         Key of the sampler's permutations (the same on every rank).
     num_workers : int, default 0
         DataLoader worker processes (see the module docstring for why none by default).
-    shuffle : bool or "blocks", default True
+    shuffle : bool or "blocks", optional
         A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
         ``view.block_bounds(block_bytes)`` (over a remote store opened with a ``cache_limit``
         the loader then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False``
-        visits the samples in order.
+        visits the samples in order.  Default ``True``, and ``False`` for a view that orders
+        itself (``view.ordered``: a mixture whose weights follow a schedule), for which
+        ``True`` and ``"blocks"`` are refused.
     drop_last : bool, default False
         ``True``: every rank gets the same number of full batches and nothing repeats (the
         sampler drops the tail that does not fill a round of ranks, the loader the last partial
@@ -98,6 +134,17 @@ def loader(
     block_bytes, window_blocks : int
         With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
         (default 256).
+    timeout : float, default :data:`WORKER_TIMEOUT`
+        With workers: seconds the loop waits for a batch before the DataLoader raises
+        ``RuntimeError`` (a stuck worker ends in an error, never a wait for ever).
+    balance : "attention", optional
+        Deal each step's ``batch_size * world_size`` samples to the ranks by attention cost
+        (``view.attention_cost``), the costliest rank as cheap as the rule finds
+        (:mod:`mmpack.sampling.balance`); the steps hold the same samples as without it.
+    cp_size, cp_rank, pad_cu_seqlens
+        The default collate's context-parallel layout and fixed-length boundaries
+        (:func:`~mmpack.torch.collate.collate`); ``rank`` and ``world_size`` are then the
+        data-parallel ones (every rank of a context-parallel group loads the same batches).
 
     Returns
     -------
@@ -110,45 +157,123 @@ def loader(
     ------
     TypeError
         ``view`` has no ``len`` (an iterable dataset: use ``DataLoader(ds, batch_size=None)``),
-        or an argument of the wrong type.
+        no ``batch_size`` for a view, or an argument of the wrong type.
     ValueError
-        ``batch_size < 1``, ``num_workers < 0``, or a rank outside its world size.
+        ``batch_size < 1``, ``num_workers < 0``, ``timeout <= 0``, a rank outside its world
+        size, ``shuffle=True`` / ``"blocks"`` over a view that orders itself, an unknown
+        ``balance``, or context-parallel options with a ``collate`` of one's own; for Stages, an
+        argument the run holds itself, ``balance`` (not dealt by cost), or a rank and world size
+        other than the run's.
     """
+    num_workers = check_int_range(num_workers, "num_workers", 0)
+    if not callable(collate):
+        raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if cp_size is not None or cp_rank is not None or pad_cu_seqlens:
+        if collate is not default_collate:
+            raise ValueError(
+                "cp_size, cp_rank and pad_cu_seqlens configure the default collate; give them "
+                f"to your own collate ({collate!r}) instead"
+            )
+        collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
+    common = dict(
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=num_workers > 0,
+        timeout=float(timeout) if num_workers > 0 else 0.0,
+    )
+    if isinstance(view, Stages):
+        given = dict(batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
+        given.update(block_bytes=block_bytes, window_blocks=window_blocks, balance=balance)
+        return _stages_loader(view, given, rank, world_size, common)
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
             f"loader needs a map-style dataset (len and __getitem__), got {type(view).__name__}; "
             "an iterable dataset such as PackerDataset goes in DataLoader(ds, batch_size=None)"
         )
+    if batch_size is None:
+        raise TypeError(f"loader needs batch_size for a {type(view).__name__}, got none")
     batch_size = check_positive_int(batch_size, "batch_size")
-    num_workers = check_int_range(num_workers, "num_workers", 0)
     drop_last = check_bool(drop_last, "drop_last")
-    if not callable(collate):
-        raise TypeError(f"collate must be callable, got {type(collate).__name__} {collate!r}")
     rank, world_size = _rank_and_world(rank, world_size)
+    order = check_shuffle(shuffle, view)
     blocks: dict[str, Any] = {}
-    if shuffle == "blocks":
+    if order == "blocks":
         if not callable(getattr(view, "block_bounds", None)):
             raise TypeError(f"shuffle='blocks' needs a view with block_bounds, got {view!r}")
         blocks = dict(block_bounds=view.block_bounds(block_bytes), window_blocks=window_blocks)
     sampler = ResumableSampler(
-        len(view),
-        shuffle=shuffle,
+        view,
+        shuffle=order,
         seed=seed,
         rank=rank,
         world_size=world_size,
         drop_last=drop_last,
         **blocks,
+        **_balance_costs(view, balance, batch_size),
     )
     return ResumableLoader(
-        view,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=num_workers,
-        collate_fn=collate,
-        drop_last=drop_last,
-        pin_memory=torch.cuda.is_available(),
-        persistent_workers=num_workers > 0,
+        view, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **common
     )
+
+
+def _balance_costs(view: Any, balance: Any, batch_size: int) -> dict[str, Any]:
+    """The sampler's ``costs`` and ``batch_size`` for ``balance`` (none without it)."""
+    if balance is None:
+        return {}
+    if balance != "attention":
+        raise ValueError(f"balance must be 'attention' or None, got balance={balance!r}")
+    if not callable(getattr(view, "attention_cost", None)):
+        raise TypeError(f"balance='attention' needs a view with attention_cost, got {view!r}")
+    return dict(costs=view.attention_cost, batch_size=batch_size)
+
+
+def _stages_loader(
+    view: Stages,
+    given: dict[str, Any],
+    rank: int | None,
+    world_size: int | None,
+    common: dict[str, Any],
+) -> ResumableLoader:
+    """:func:`loader` over a Stages run: the run is the batch sampler (see :func:`loader`)."""
+    if given["balance"] is not None:
+        raise ValueError(
+            f"balance={given['balance']!r} is not available over Stages (a stage's step may span "
+            "two epochs of its sampler); load each stage's view with loader(view, balance=...)"
+        )
+    del given["balance"]
+    on = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not on:  # no process group: the run's own, unless given
+        rank = view.rank if rank is None else rank
+        world_size = view.world_size if world_size is None else world_size
+    _check_stages_options(view, given, _rank_and_world(rank, world_size))
+    return ResumableLoader(view.dataset, batch_sampler=view, **common)
+
+
+def _check_stages_options(
+    stages: Stages, given: dict[str, Any], rank_and_world: tuple[int, int]
+) -> None:
+    """``ValueError`` naming an argument of :func:`loader` given for ``stages`` (which holds its
+    own), or a rank and world size (given, or the process group's) other than the run's."""
+    defaults = inspect.signature(loader).parameters
+    for name, value in given.items():
+        if value is not defaults[name].default and value != defaults[name].default:
+            raise ValueError(
+                f"loader(Stages) takes {name} from the Stages run, got {name}={value!r}: give it "
+                f"to Stages(...) (per stage for batch_size), not to loader"
+            )
+    ours = (stages.rank, stages.world_size)
+    if rank_and_world != ours:
+        raise ValueError(
+            f"the Stages run deals rank {ours[0]} of {ours[1]} but this process is rank "
+            f"{rank_and_world[0]} of {rank_and_world[1]}: build Stages(..., rank="
+            f"{rank_and_world[0]}, world_size={rank_and_world[1]}) (its state loads at any world "
+            "size)"
+        )
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -166,36 +291,75 @@ class ResumableLoader(StatefulDataLoader):
     the samples the loop was given, and loads at any worker count and world size.
 
     Build it with :func:`loader`; ``sampler`` must be a
-    :class:`~mmpack.torch.sampler.ResumableSampler` (the other arguments are the
-    ``StatefulDataLoader``'s).  With a block-window sampler over a remote store opened with
+    :class:`~mmpack.torch.sampler.ResumableSampler`, or ``batch_sampler`` a
+    :class:`~mmpack.torch.stages.Stages` run over ``dataset`` (its :attr:`stages`; the other
+    arguments are the ``StatefulDataLoader``'s).  With a block-window sampler over a remote store opened with
     a ``cache_limit`` it drives a :class:`~mmpack.torch.block_fetch.WindowFetcher`
     (:attr:`window_fetcher`): whole blocks of the current and next window fetched into the node
-    cache, windows dropped once the loop leaves them.
+    cache, windows dropped once the loop leaves them (not over Stages).
     """
 
     sampler: ResumableSampler
 
-    def __init__(self, dataset: Any, *, sampler: ResumableSampler, **options: Any) -> None:
-        if not isinstance(sampler, ResumableSampler):
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        sampler: ResumableSampler | None = None,
+        batch_sampler: Stages | None = None,
+        **options: Any,
+    ) -> None:
+        self.stages = batch_sampler
+        """The :class:`~mmpack.torch.stages.Stages` run this loader serves, or None."""
+        if batch_sampler is not None and (
+            sampler is not None or not isinstance(batch_sampler, Stages)
+        ):
+            raise TypeError(
+                f"ResumableLoader's batch_sampler must be Stages (and no sampler), got "
+                f"{type(batch_sampler).__name__} and {type(sampler).__name__}"
+            )
+        if batch_sampler is None and not isinstance(sampler, ResumableSampler):
             raise TypeError(
                 f"ResumableLoader needs a ResumableSampler, got {type(sampler).__name__}"
             )
         # torchdata's own per-step snapshots (of workers and sampler) are never read: the state is
-        # the sampler's (see state_dict), so none are taken.
+        # the sampler's or the run's (see state_dict), so none are taken.
         options.setdefault("snapshot_every_n_steps", None)
-        super().__init__(dataset, sampler=sampler, **options)
+        if options.get("num_workers", 0) > 0 and not options.get("timeout"):
+            options["timeout"] = WORKER_TIMEOUT  # a stuck worker: an error, never a hang
+        with warnings.catch_warnings():
+            # torchdata's constructor calls torch.set_vital, which torch answers with a deprecation
+            # warning the user cannot act on; nothing else of the constructor is silenced.
+            warnings.filterwarnings("ignore", message=_SET_VITAL, category=UserWarning)
+            super().__init__(dataset, sampler=sampler, batch_sampler=batch_sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
-        self.window_fetcher = WindowFetcher.auto(dataset, sampler)
+        self.window_fetcher = None if sampler is None else WindowFetcher.auto(dataset, sampler)
         """The whole-block fetcher this loader drives, or None (:mod:`mmpack.torch.block_fetch`)."""
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next pass walk epoch ``epoch`` (the sampler's ``set_epoch``)."""
+        """Make the next pass walk epoch ``epoch`` (the sampler's ``set_epoch``).
+
+        Raises
+        ------
+        TypeError
+            Over Stages: the run has no epoch to choose (it goes on where it stands).
+        """
+        if self.stages is not None:
+            raise TypeError(
+                f"a loader over Stages has no epoch to set (got {epoch!r}): the run goes on "
+                "where it stands; load a state to move it"
+            )
         self.sampler.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
         return self._pass()
 
     def _pass(self) -> Iterator[Any]:
+        stages = self.stages
+        if stages is not None and self._yielded is not None:
+            # The last pass was cut short: go on after the batches the loop was given, not after
+            # those its workers prefetched.
+            stages.load_state_dict(stages.state_dict(consumed=self._yielded))
         self._yielded = 0
         fetcher = self.window_fetcher
         if fetcher is not None:
@@ -207,18 +371,29 @@ class ResumableLoader(StatefulDataLoader):
                 fetcher.consumed(min(self._yielded * size, self.sampler.handed_out))
             yield batch
         self._yielded = None
-        self.sampler.set_epoch(self.sampler.epoch + 1)
+        if stages is None:
+            self.sampler.set_epoch(self.sampler.epoch + 1)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loop stands: ``{"kind", "version", "batch_size", "num_workers", "sampler"}``.
+        """Where the loop stands: ``{"kind", "version", "batch_size", "num_workers", "sampler"}``
+        (over Stages: ``{"kind", "version", "num_workers", "stages"}``).
 
         Returns
         -------
         dict
             ``sampler`` is :meth:`ResumableSampler.state_dict` after the samples of the batches
-            yielded so far (after a complete pass: the start of the next epoch); ``num_workers``
-            is recorded for information only.  Plain ints, bools and strings.
+            yielded so far (after a complete pass: the start of the next epoch); ``stages``
+            :meth:`Stages.state_dict <mmpack.torch.stages.Stages.state_dict>` after the batches
+            yielded so far; ``num_workers`` is recorded for information only.  Plain ints,
+            bools, strings and lists.
         """
+        if self.stages is not None:
+            return {
+                "kind": _KIND,
+                "version": LOADER_STATE_VERSION,
+                "num_workers": int(self.num_workers),
+                "stages": self.stages.state_dict(consumed=self._yielded),
+            }
         sampler = self.sampler
         if self._yielded is None:
             state = sampler.state_dict()
@@ -244,7 +419,9 @@ class ResumableLoader(StatefulDataLoader):
             ``state_dict`` is not a state of this loader (e.g. a plain ``StatefulDataLoader``'s),
             or of another version; the message names what it holds.
         mmpack.errors.StateMismatchError
-            It belongs to another dataset length, seed, ``shuffle`` or ``drop_last``.
+            It belongs to another dataset length, seed, ``shuffle``, ``drop_last`` or view
+            ``fingerprint`` (naming both; a state of the mixture a ``with_schedule`` change
+            started from loads if taken at or before the change).
         """
         if not isinstance(state_dict, dict) or state_dict.get("kind") != _KIND:
             keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
@@ -258,7 +435,31 @@ class ResumableLoader(StatefulDataLoader):
                 f"loader state has version {version!r}; this mmpack reads version "
                 f"{LOADER_STATE_VERSION}"
             )
-        if "sampler" not in state_dict:
-            raise FormatError("loader state lacks the field 'sampler'")
-        self.sampler.load_state_dict(state_dict["sampler"])
+        field = "sampler" if self.stages is None else "stages"
+        if field not in state_dict:
+            raise FormatError(
+                f"loader state lacks the field {field!r} (it holds {sorted(state_dict)}): a state "
+                f"of a loader over {'Stages' if field == 'sampler' else 'a view'} loads only into "
+                "one of that kind"
+            )
+        if self.stages is not None:
+            self.stages.load_state_dict(state_dict["stages"])
+        else:
+            self.sampler.load_state_dict(state_dict["sampler"])
         self._yielded = None
+
+
+def read_state_file(path: str) -> Any:
+    """The state ``torch.save`` wrote to ``path`` (a loader's, a sampler's or a Stages run's),
+    read with ``weights_only=True``: plain values only, no code runs.
+
+    Raises
+    ------
+    mmpack.errors.FormatError
+        ``path`` is not a file ``torch.save`` wrote, or holds more than plain values; the
+        message names the file.
+    """
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as e:
+        raise FormatError(f"{path} is not a state torch.save wrote ({e})") from None

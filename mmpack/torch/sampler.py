@@ -25,18 +25,12 @@ loaded state starts the next iterator there.  The resume is *elastic*: a state s
 at world size ``W1`` loads at any ``W2`` (see :mod:`mmpack.torch.elastic` for the rule and how
 ``drop_last`` treats the tail).
 
-Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while iterating,
-about 0.7 MiB traced peak); indices are computed 8192 at a time by :meth:`Permutation.map` and
-handed out one by one as :class:`~mmpack.core.validation.EpochIndex` values (ints that carry their
-epoch to the DataLoader workers): measured about 0.84 M indices/s through ``iter`` at
-``n = 10**6`` (10.3 M/s when it yielded plain ints; same machine, median of 5 ``list(sampler)``
-runs, 2-core shared machine), against 10-40 M/s through the vectorised
-:meth:`ResumableSampler.indices`.  ``state_dict`` and ``load_state_dict`` are O(1):
-resuming at position ``n / 2`` of ``n = 10**11`` costs the same 0.8 ms as at position 0 (one chunk).
-The block-window order adds its bounds (8 bytes per block) and, once per epoch, window offsets
-built in O(blocks); through ``iter`` it runs at the global order's rate, through ``indices`` at
-about half of it for windows larger than a chunk (``python -m benchmarks.bench_sampler``,
-``blocks`` rows).
+Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while
+iterating); indices are computed 8192 at a time by :meth:`Permutation.map` and handed out as
+:class:`~mmpack.core.validation.EpochIndex` values (ints that carry their epoch to the DataLoader
+workers); ``state_dict`` and ``load_state_dict`` are O(1) at any position.  The block-window order
+adds its bounds (8 bytes per block) and window offsets built once per epoch in O(blocks).  Rates:
+``python -m benchmarks.bench_sampler``.
 """
 
 from __future__ import annotations
@@ -52,11 +46,14 @@ from mmpack.core.constants import WINDOW_BLOCKS
 from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import (
     EpochIndex,
+    check_bool,
     check_in_range,
     check_int,
     check_int_range,
+    check_shuffle,
     epoch_index_type,
 )
+from mmpack.sampling.balance import Balance, balanced_resume
 from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.dealing import Dealing
 from mmpack.sampling.sampler_edits import EditLog, Stream
@@ -68,20 +65,6 @@ __all__ = ["ResumableSampler", "STATE_VERSION"]
 _CHUNK = 8192
 BLOCKS = "blocks"
 """``shuffle=BLOCKS`` selects the block-window order."""
-
-
-def _check_bool(value: object, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def _check_shuffle(value: object) -> bool | str:
-    if isinstance(value, str) and value == BLOCKS:
-        return BLOCKS
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"shuffle must be a bool or 'blocks', got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 class _Cursor:
@@ -108,13 +91,17 @@ class ResumableSampler(Sampler[int]):
 
     Parameters
     ----------
-    n : int
-        Number of samples of the dataset, ``0 <= n <= 2**62``.
-    shuffle : bool or "blocks", default True
+    n : int or dataset
+        Number of samples of the dataset, ``0 <= n <= 2**62``, or the dataset itself (anything
+        with ``len``): the sampler then also takes its order rule and its ``fingerprint``.
+    shuffle : bool or "blocks", optional
         ``True``: visit each epoch in a keyed pseudo-random order of all samples (the global
         order); ``"blocks"``: in the block-window order over ``block_bounds`` (reads whole blocks
         of consecutive samples, see :mod:`mmpack.sampling.block_order`); ``False``: visit
-        ``0, 1, ..., n-1``.
+        ``0, 1, ..., n-1``.  Default ``True``, except over a dataset that orders itself (its
+        ``ordered`` is true: a mixture whose weights follow a schedule), which is read in its
+        own order (``False``; ``True`` or ``"blocks"`` is then a ``ValueError``,
+        :func:`~mmpack.core.validation.check_shuffle`).
     seed : int, default 0
         Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
     rank, world_size : int, default 0 and 1
@@ -135,8 +122,16 @@ class ResumableSampler(Sampler[int]):
         fewer than 2 of its 496 pairs from one block, while a window still reads only 256 whole
         blocks (a fetcher holding the current and the next window keeps ``2 W`` blocks).
     fingerprint : str, optional
-        Names the dataset configuration (e.g. a mixture's or a store's fingerprint): the state
-        records it and ``load_state_dict`` refuses a state saved with another.
+        Names the dataset configuration: the state records it and ``load_state_dict`` refuses a
+        state saved with another.  Default: the dataset's ``fingerprint`` when ``n`` is a
+        dataset that has one (every mmpack view), with its ``earlier_fingerprints`` (a mixture
+        changed by ``with_schedule``: states of the mixture it was changed from load while they
+        stand at or before the change), else None (not checked).
+    costs : callable, optional
+        Deal each step's ``batch_size * world_size`` samples (the same as without it) by cost,
+        ``costs(indices)`` (e.g. ``view.attention_cost``): :mod:`mmpack.sampling.balance`.
+    batch_size : int, optional
+        With ``costs`` (and only then): samples per rank per step, the DataLoader's.
 
     Notes
     -----
@@ -164,9 +159,9 @@ class ResumableSampler(Sampler[int]):
 
     def __init__(
         self,
-        n: int,
+        n: Any,
         *,
-        shuffle: bool | Literal["blocks"] = True,
+        shuffle: bool | Literal["blocks"] | None = None,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -174,7 +169,15 @@ class ResumableSampler(Sampler[int]):
         block_bounds: Any = None,
         window_blocks: int = WINDOW_BLOCKS,
         fingerprint: str | None = None,
+        costs: Any = None,
+        batch_size: int | None = None,
     ) -> None:
+        dataset, earlier = None, ()
+        if hasattr(n, "__len__") and getattr(n, "ndim", None) != 0:  # a dataset, not a 0-d int
+            dataset, n = n, len(n)
+            own = getattr(dataset, "fingerprint", None)
+            if fingerprint is None and isinstance(own, str):
+                fingerprint, earlier = own, tuple(getattr(dataset, "earlier_fingerprints", ()))
         n = check_in_range(n, "n", 0, MAX_N, closed=True)
         seed = check_in_range(seed, "seed", 0, 2**64)
         world_size = check_int(world_size, "world_size")
@@ -187,7 +190,7 @@ class ResumableSampler(Sampler[int]):
                 f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
         self._n = n
-        self._shuffle = _check_shuffle(shuffle)
+        self._shuffle = check_shuffle(shuffle, dataset)
         self._order: BlockOrder | None = None
         if self._shuffle == BLOCKS:
             if block_bounds is None:
@@ -204,10 +207,16 @@ class ResumableSampler(Sampler[int]):
                 f"fingerprint must be a str or None, got {type(fingerprint).__name__} {fingerprint!r}"
             )
         self._fingerprint = fingerprint
+        self._earlier: tuple[tuple[str, int], ...] = earlier
         self._seed = seed
         self._rank = rank
         self._world_size = world_size
-        self._drop_last = _check_bool(drop_last, "drop_last")
+        self._drop_last = check_bool(drop_last, "drop_last")
+        if (costs is None) != (batch_size is None):
+            raise ValueError(f"costs and batch_size go together, got batch_size={batch_size!r}")
+        self._balance = None if costs is None else Balance(costs, batch_size)  # type: ignore[arg-type]
+        size = 1 if self._balance is None else self._balance.batch_size  # whole steps a chunk
+        self._chunk_size = size * max(1, _CHUNK // (size * world_size)) if self._balance else _CHUNK
         self._deal = Dealing(
             n,
             shuffle=bool(self._shuffle),
@@ -216,6 +225,7 @@ class ResumableSampler(Sampler[int]):
             world_size=world_size,
             drop_last=self._drop_last,
             order=self._order,
+            balance=self._balance,
         )
         self._epoch = 0
         self._resume_at: int | None = None
@@ -262,6 +272,11 @@ class ResumableSampler(Sampler[int]):
     def skips(self) -> list[tuple[int, int]]:
         """The skipped ranges of global positions, sorted and merged."""
         return [(a, b) for a, b in self._deal.edits.skips]
+
+    @property
+    def balance(self) -> Balance | None:
+        """The balanced dealing's costs and batch size (``None``: round-robin)."""
+        return self._balance
 
     @property
     def rank(self) -> int:
@@ -367,7 +382,8 @@ class ResumableSampler(Sampler[int]):
             total = self._share(epoch, cursor.base)
             if lo >= total:
                 return
-            cursor.chunk, tagged = self._chunk(lo, min(lo + _CHUNK, total), epoch, cursor.base)
+            hi = min(lo + self._chunk_size, total)
+            cursor.chunk, tagged = self._chunk(lo, hi, epoch, cursor.base)
             cursor.chunk_lo = lo
             for index in tagged:  # over a list iterator: it stops where cut() truncates
                 cursor.position += 1
@@ -472,10 +488,12 @@ class ResumableSampler(Sampler[int]):
         state = checked_state(state)
         config = self._config()
         config["n_blocks"] = None if self._order is None else self._order.n_blocks
-        check_config(state, config)
+        check_config(state, config, self._earlier)
         edits = EditLog.from_state(self._n, state["skips"], state["replays"])
         length = edits.length(state["epoch"])
         point = elastic.resume_point(state, length, self._world_size, self._drop_last)
+        if self._balance is not None:
+            point = balanced_resume(state, length, self._world_size, self._balance, point)
         self._deal.edits, self._epoch = edits, state["epoch"]
         self._resume_at, self._resume_base = point
         self._cursor.cut()

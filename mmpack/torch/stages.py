@@ -1,33 +1,19 @@
 """Sequence-length stages: views of one store at different ``seqlen`` and batch sizes, in turn.
 
-``Stages([(budget_0, view_0, batch_size_0), (budget_1, view_1, batch_size_1), ...])`` serves
-stage 0's batches, then stage 1's, and so on, as one resumable run.  Stage ``i`` draws its samples
-from its own :class:`~mmpack.torch.sampler.ResumableSampler` over ``range(len(view_i))``, keyed by
-a seed derived from ``(seed, i)``: each stage's order is independent of the others and of the
-budgets, and epoch follows epoch inside a stage (a batch may hold the end of one epoch and the
-start of the next).
-
-A *step* is one batch on every rank: ``batch_size_i * world_size`` samples, each counting
-``view_i.seqlen`` tokens with ``unit="tokens"`` (the input length of a sample; a view of
-``seqlen`` tokens serves exactly that many, padding included).  Stage ``i`` ends at the first step
-boundary where the samples (or tokens) it served on all ranks together reach ``budget_i``:
-``ceil((budget_i - served) / per step)`` more steps from any point, so every rank ends a stage on
-the same step.  At another world size (an elastic resume) the steps are larger or smaller, and
-the rule applies to what is left.
+``Stages([(budget_0, view_0, batch_size_0), ...])`` serves stage 0's batches, then stage 1's, as
+one resumable run.  Stage ``i`` draws from its own :class:`~mmpack.torch.sampler.ResumableSampler`
+over view ``i``, keyed by :func:`stage_seed` ``(seed, i)``, epoch after epoch.  A *step* is one
+batch on every rank (``batch_size_i * world_size`` samples, each counting ``view_i.seqlen`` tokens
+with ``unit="tokens"``); stage ``i`` ends at the first step boundary where what it served on all
+ranks reaches ``budget_i``, so every rank ends a stage on the same step, at any world size.
 
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
-O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`);
-``state_dict`` names the stage and holds the stage sampler's state
-(:mod:`mmpack.sampling.sampler_state`), so a resume at any world size continues the stage exactly as
-an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
-
-Skips and replays (:meth:`Stages.skip`, :meth:`Stages.replay`) edit one stage's sampler: they take
-that sampler's global positions (``e * n_i + j``, position ``j`` of the stage's epoch ``e``) and
-the stage (the current one by default; a later stage may be edited ahead, an earlier one is over),
-and the state records every stage's edits.  :meth:`Stages.positions_of` maps the run's steps to
-those positions.  A budget counts what a stage *serves*: a skipped position is never served and
-counts nothing, a replayed one is served again and counts again; so edits change which samples
-a step holds, never how many steps a stage has, nor the step a stage ends at.
+O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`).
+``state_dict`` names the stage and holds its sampler's state, so a resume at any world size
+continues the stage as an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
+:meth:`Stages.skip` and :meth:`Stages.replay` edit one stage's sampler in its global positions
+(``e * n_i + j``; :meth:`Stages.positions_of` maps steps to them); a budget counts what a stage
+*serves*, so edits change which samples a step holds, never how many steps a stage has.
 """
 
 from __future__ import annotations
@@ -37,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
-from mmpack.core.validation import check_int
+from mmpack.core.fingerprints import config_fingerprint
+from mmpack.core.validation import check_int, check_shuffle
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
@@ -72,6 +59,15 @@ class StageDataset:
         stage, index = key
         return self.views[stage][index]
 
+    def __getitems__(self, keys: list[tuple[int, int]]) -> Any:
+        """A batch of one stage as its view's ``__getitems__`` gives it (one call)."""
+        stages = {stage for stage, _ in keys}
+        view = self.views[next(iter(stages))] if len(stages) == 1 else None
+        get = getattr(view, "__getitems__", None)
+        if not callable(get):
+            return [self[key] for key in keys]
+        return get([index for _, index in keys])
+
 
 class Stages:
     """A run over stages of (budget, view, batch size), with one resumable position.
@@ -80,14 +76,17 @@ class Stages:
     ----------
     stages : sequence of (int, view, int)
         ``(budget, view, batch_size)`` per stage: the stage's budget in ``unit`` (``>= 1``), its
-        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``) and the
+        dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``: a
+        :class:`~mmpack.sampling.mixture.Mixture` has its sources' common one) and the
         batch size of each rank (``>= 1``).
     seed : int, default 0
         Stage ``i``'s order is keyed by :func:`stage_seed` ``(seed, i)``.
     unit : "samples" or "tokens", default "samples"
         What budgets count (see the module docstring for the rule that ends a stage).
     rank, world_size, shuffle, drop_last
-        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler;
+        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler
+        (given the stage's view: a view that orders itself, such as a mixture whose weights
+        follow a schedule, is read in its own order, and ``shuffle=True`` is refused for it);
         ``shuffle="blocks"``: each stage in the block-window order over its view's
         ``block_bounds(block_bytes)``.
     block_bytes, window_blocks : int
@@ -97,8 +96,9 @@ class Stages:
     Notes
     -----
     Iterating yields, per step, this rank's batch: a list of ``(stage, index)`` pairs (``index``
-    an :class:`~mmpack.core.validation.EpochIndex`).  Give it to a DataLoader as
-    ``batch_sampler`` with :attr:`dataset`: each batch then holds ``batch_size`` samples of its
+    an :class:`~mmpack.core.validation.EpochIndex`).  ``mmpack.torch.loader(stages)`` serves
+    them with a state that loads at any worker count and world size; a DataLoader given it as
+    ``batch_sampler`` with :attr:`dataset` gets each batch as ``batch_size`` samples of its
     stage's view.  A later iterator continues where the previous one stood (the run does not
     restart); with a DataLoader whose workers prefetch, save ``state_dict(consumed=batches)``.
     """
@@ -111,7 +111,7 @@ class Stages:
         unit: str = "samples",
         rank: int = 0,
         world_size: int = 1,
-        shuffle: bool | Literal["blocks"] = True,
+        shuffle: bool | Literal["blocks"] | None = None,
         drop_last: bool = False,
         block_bytes: int = FETCH_BLOCK_BYTES,
         window_blocks: int = WINDOW_BLOCKS,
@@ -131,18 +131,22 @@ class Stages:
             self._batch.append(_positive(batch, f"stages[{i}] batch_size"))
             tokens = 1
             if unit == "tokens":
-                tokens = _positive(getattr(view, "seqlen", None), f"stages[{i}] view.seqlen")
+                tokens = _tokens_per_sample(view, i)
             self._tokens.append(tokens)
             self._views.append(view)
+            order = check_shuffle(shuffle, view)
+            own = getattr(view, "fingerprint", None)  # else the sampler takes the view's own
             sampler = ResumableSampler(
-                len(view),
+                view,
                 seed=stage_seed(seed, i),
                 rank=rank,
                 world_size=world_size,
-                shuffle=shuffle,
+                shuffle=order,
                 drop_last=drop_last,
-                fingerprint=f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
-                **_blocks(shuffle, view, i, block_bytes, window_blocks),
+                fingerprint=None
+                if isinstance(own, str)
+                else f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
+                **_blocks(order, view, i, block_bytes, window_blocks),
             )
             if len(sampler) == 0:
                 raise ValueError(
@@ -152,11 +156,20 @@ class Stages:
             self._samplers.append(sampler)
         self._walks = [StageWalk(sampler) for sampler in self._samplers]
         self._world_size = world_size
+        self._config = (seed, unit, drop_last, [s.shuffle for s in self._samplers])
         self._point: Point = (0, 0, 0, 0, 0)
         self._step = 0  # steps served before _point
         self._handed = 0
         self.dataset = StageDataset(self._views)
         """The map-style dataset to give a DataLoader with ``batch_sampler=self``."""
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the run's batches: the seed, unit, ``drop_last``, each
+        stage's order, budget, batch size, and its view's ``fingerprint`` (each stage's sampler
+        records its view's, and checks it on load)."""
+        stages = [[*sig[:2], s.fingerprint] for sig, s in zip(self._signature(), self._samplers)]
+        return config_fingerprint("Stages", *self._config, stages)
 
     @property
     def stage(self) -> int:
@@ -177,6 +190,15 @@ class Stages:
 
     def batch_size(self, stage: int) -> int:
         return self._batch[stage]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank among :attr:`world_size`."""
+        return self._samplers[0].rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
 
     def __len__(self) -> int:
         """Batches this rank gets from the current position to the end of the run."""
@@ -503,6 +525,21 @@ def _blocks(
             f"{type(view).__name__}"
         )
     return {"block_bounds": view.block_bounds(block_bytes), "window_blocks": window_blocks}
+
+
+def _tokens_per_sample(view: Any, i: int) -> int:
+    """Stage ``i``'s tokens per sample with ``unit="tokens"``: its view's ``seqlen`` (a mixture
+    without one is refused naming its sources' ``seqlen``)."""
+    seqlen = getattr(view, "seqlen", None)
+    sources = getattr(view, "sources", None)
+    if seqlen is None and isinstance(sources, (list, tuple)):
+        each = [getattr(source, "seqlen", None) for source in sources]
+        raise TypeError(
+            f"stages[{i}] view.seqlen must be an integer, got None: unit='tokens' counts seqlen "
+            f"tokens per sample, and a {type(view).__name__} has a seqlen only when all its "
+            f"sources share one; its sources have seqlen {each}"
+        )
+    return _positive(seqlen, f"stages[{i}] view.seqlen")
 
 
 def _positive(value: Any, name: str) -> int:

@@ -21,13 +21,17 @@ this path with nothing to configure):
 3. send the small fields (boundaries, ``max_seqlen``, a dict of small tensors such as a
    batch's ``provenance``) by value inside the pickle.
 
-The main process rebuilds the same dict (the per-token tensors are views of a fresh tensor over
-the buffer) and arms a ``weakref.finalize`` on that tensor: when the last view of the batch is
-collected, the slot's flag in the shared array marks it free for the worker.  A batch the training
-loop still holds is therefore never overwritten; when no slot is free the worker sends a fresh
-buffer that is never reused.  ``pin_memory=True`` copies the batch to pinned memory and drops the
-shared one at once, which frees it early.  A batch the main process passes on to another process
-must be copied first (``clone``): the buffer is reused once the main process drops its views.
+The main process rebuilds the same dict: the per-token tensors are views of a tensor with a
+storage of its own over the buffer (``torch.from_numpy`` of a numpy alias that only this storage
+holds), and a ``weakref.finalize`` on that alias marks the slot free for the worker in the shared
+array.  Everything that reads the batch's memory holds that storage: its tensors, their
+``.numpy()`` arrays, memoryviews of those, DLPack capsules, the storage object; so the slot is
+freed only when nothing at all views the batch, and what the training loop keeps of a batch is
+never overwritten.  When no slot is free the worker sends a fresh buffer that is never reused.
+``pin_memory=True`` copies the batch to pinned memory and drops the shared one at once, which
+frees it early.  The batch's storage is not torch's shared memory, so a tensor the main process
+passes on to another process is moved into a segment of its own first (torch's
+``share_memory_``), which also frees the slot.
 
 A caller may change the batch in the worker before it is sent (``copy.copy`` keeps the path, as
 torch's ``default_convert`` does with ``batch_size=None``; a pickle read back in the worker, as
@@ -230,13 +234,14 @@ def _rebuild(
     elif slot >= 0 and remote is not None:
         remote.buffers[slot] = (generation, buf)
         remote.state[1, slot] = generation
-    # A fresh tensor over the buffer for this batch alone: its views keep it alive, and when the
-    # last is collected the slot is free.
-    root = torch.empty(0, dtype=buf.dtype).set_(
-        buf.untyped_storage(), buf.storage_offset(), buf.shape, buf.stride()
-    )
+    # The batch's memory gets a storage of its own: ``torch.from_numpy`` over a numpy alias of the
+    # buffer, which that storage alone holds.  Whatever views the batch's memory holds this
+    # storage (a tensor, its ``.numpy()``, a memoryview of that, a DLPack capsule, the storage
+    # itself), so the alias is collected, and the slot freed, only when nothing views it.
+    lease = buf.numpy()
+    root = torch.from_numpy(lease)
     if slot >= 0 and remote is not None:
-        weakref.finalize(root, _release, remote.state, slot)
+        weakref.finalize(lease, _release, remote.state, slot)
     small = _from_wire_all(others)
     return {key: (root[row] if row >= 0 else small[key]) for key, row in layout}
 

@@ -6,8 +6,11 @@ first write; for a batch of 128 x 2048 int64 windows that cost several times the
 with pooled ones; page faults are expensive on this VM).  A view never hands out
 memory that someone still uses: a pooled array is reused only when nothing outside the pool
 refers to it (its reference count shows only the pool's own references), so samples returned
-earlier and still alive (a DataLoader's prefetched batch, a tensor made with ``torch.from_numpy``,
-which keeps the array alive) are never overwritten.
+earlier and still alive are never overwritten.  Everything that reads an array's memory holds a
+reference to it: a numpy view (its ``base``), a memoryview, a DLPack capsule, a tensor made with
+``torch.from_numpy`` and that tensor's own ``.numpy()``.  What the pool's own references read as
+is measured once, by the same function that checks the arrays (interpreters differ in the
+references they take for a call).
 """
 
 from __future__ import annotations
@@ -20,8 +23,18 @@ import numpy as np
 
 __all__ = ["BufferPool"]
 
-# getrefcount's own argument + the pool's list + the loop variable.
-_FREE_REFCOUNT = 3
+
+def _reference_counts(arrays: list[np.ndarray]) -> list[int]:
+    """``sys.getrefcount`` of each array, read the same way for the pool and its calibration."""
+    counts = []
+    for arr in arrays:
+        counts.append(sys.getrefcount(arr))
+    return counts
+
+
+# What an array that only the pool's list holds reads as (3 on CPython 3.10-3.13: the list, the
+# loop variable and getrefcount's argument).
+_FREE_REFCOUNT = _reference_counts([np.empty(1)])[0]
 
 
 class BufferPool:
@@ -42,8 +55,8 @@ class BufferPool:
         key = (shape, dtype.str)
         with self._lock:
             arrays = self._free.setdefault(key, [])
-            for arr in arrays:
-                if sys.getrefcount(arr) == _FREE_REFCOUNT:
+            for arr, count in zip(arrays, _reference_counts(arrays)):
+                if count == _FREE_REFCOUNT:
                     return arr
             arr = np.empty(shape, dtype=dtype)
             if len(arrays) >= self.max_per_key:

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
     EpochIndex,
@@ -83,10 +84,11 @@ from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.subset import token_source
 from mmpack.store.vocab import STORE
+from mmpack.views.attention_cost import packed_costs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import excluded_ids
-from mmpack.views.packed_config import packed_config
+from mmpack.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack.views.packed_gather import (
     bin_first_token,
     corrupt_keyed,
@@ -328,6 +330,14 @@ class PackedDataset:
         )
 
     @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the samples: the store's fingerprint and every
+        parameter of the packing and the labels (not ``cache`` nor the output ``dtype``; the
+        MLM epoch comes with the indices).  A sampler given this view records it."""
+        params = tuple((name, getattr(self, name)) for name in SAMPLE_FIELDS)
+        return config_fingerprint("PackedDataset", self.store.fingerprint, params)
+
+    @property
     def plan(self) -> PackingPlan:
         """The packing plan (read-only arrays)."""
         return self._plan
@@ -359,6 +369,12 @@ class PackedDataset:
         """
         pieces = locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
         return parent_located(self.store, pieces)
+
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """``sum(s**2)`` over the segments (pieces with their eot, padding) of each sample of
+        ``indices``, from the plan without reading a token (int64, (k,);
+        :mod:`mmpack.views.attention_cost`): what ``loader(balance="attention")`` deals by."""
+        return packed_costs(self, indices)
 
     def block_bounds(self, block_bytes: int) -> np.ndarray:
         """Bounds of blocks of consecutive samples that each read one contiguous byte span of

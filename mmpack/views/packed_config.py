@@ -9,7 +9,7 @@ fields become the dataset's public attributes.  Nothing here runs per sample.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from mmpack.views.masking import check_masking
 from mmpack.views.plan_file import plan_cache_key
 from mmpack.views.window import output_dtype
 
-__all__ = ["PackedConfig", "packed_config"]
+__all__ = ["PackedConfig", "SAMPLE_FIELDS", "packed_config"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ class PackedConfig:
     region_tokens: int | None
     cache: bool
     dtype: np.dtype
+
+
+SAMPLE_FIELDS = tuple(f.name for f in fields(PackedConfig) if f.name not in ("cache", "dtype"))
+"""The fields that decide a packed view's samples (what its ``fingerprint`` digests)."""
 
 
 def packed_config(

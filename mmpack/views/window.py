@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
+from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.validation import (
     EpochIndex,
     check_index,
@@ -59,6 +60,7 @@ from mmpack.kernels.window import (
 )
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.vocab import STORE, check_in_vocab, resolve_special
+from mmpack.views.attention_cost import window_costs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
 from mmpack.views.provenance import parent_located, window_provenance
@@ -242,6 +244,14 @@ class WindowDataset:
             f"eot={self.eot}, pad_id={self.pad_id}, labels={self.labels}, "
             f"drop_last={self.drop_last}) -> {len(self)} samples"
         )
+
+    @property
+    def fingerprint(self) -> str:
+        """32 hex digits of what decides the samples: the store's fingerprint, ``seqlen``,
+        ``stride``, ``eot``, ``labels``, ``drop_last`` and ``pad_id`` (not the output ``dtype``).
+        A sampler given this view records it (:class:`~mmpack.torch.sampler.ResumableSampler`)."""
+        params = (self.seqlen, self.stride, self.eot, self.labels, self.drop_last, self.pad_id)
+        return config_fingerprint("WindowDataset", self.store.fingerprint, params)
 
     def stats(self) -> WindowStats:
         """What the windows cover, in O(1) (see :class:`WindowStats`)."""
@@ -497,6 +507,11 @@ class WindowDataset:
         (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`)."""
         starts, lengths = self._ranges(np.array([lo, hi - 1], dtype=np.int64) * self.stride)
         return int(starts[0]), int(starts[1] + lengths[1])
+
+    def attention_cost(self, indices: Any) -> np.ndarray:
+        """``sum(s**2)`` over the segments of each window of ``indices`` (the documents it spans,
+        its padding), from the offsets (int64, (k,); :mod:`mmpack.views.attention_cost`)."""
+        return window_costs(self, indices)
 
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from: one entry per document it touches, in order, with the

@@ -1,0 +1,160 @@
+"""A collated batch in the context-parallel layout, and the fixed-length ``cu_seqlens``.
+
+:func:`context_parallel` lays a batch out as :mod:`mmpack.views.cp_layout` says: every segment
+padded to a multiple of ``2 * cp_size`` (``input_ids`` ``pad_id``, labels ``ignore_index``,
+``attention_mask`` and ``loss_mask`` 0, ``position_ids`` continuing the segment's own), the
+batch flattened to one row, and either the whole padded batch with every rank's zigzag indices or
+one rank's share.  :func:`padded_boundaries` repeats the last boundary up to a length that
+depends only on the batch size and row length (what a CUDA graph or a compiled step needs).
+
+Cost: one gather per per-token field over the tokens kept (``O(T)``, ``T`` the padded tokens
+or a rank's ``T / C``) plus the layout's ``O(segments + T)`` index arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mmpack.core.validation import check_bool, check_int, check_positive_int
+from mmpack.torch.boundaries import flat_boundaries
+from mmpack.views.cp_layout import cp_layout, zigzag_indices
+
+__all__ = [
+    "BatchLayout",
+    "LOSS_MASK",
+    "PLAIN_LAYOUT",
+    "context_parallel",
+    "lay_out",
+    "padded_boundaries",
+]
+
+LOSS_MASK = "loss_mask"
+"""The batch key of the context-parallel layout's loss mask (float32, 1 where a label counts)."""
+
+_FIELDS = ("input_ids", "position_ids", "labels", "attention_mask")
+
+
+class BatchLayout:
+    """The checked layout options of a batch: context parallelism and fixed-length boundaries."""
+
+    __slots__ = ("cp_rank", "cp_size", "pad_cu_seqlens")
+
+    def __init__(self, varlen: bool, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> None:
+        if cp_size is not None:
+            cp_size = check_positive_int(cp_size, "cp_size")
+        if cp_rank is not None:
+            if cp_size is None:
+                raise ValueError(f"cp_rank={cp_rank!r} needs cp_size")
+            cp_rank = check_int(cp_rank, "cp_rank")
+            if not 0 <= cp_rank < cp_size:
+                raise ValueError(
+                    f"cp_rank must satisfy 0 <= cp_rank < cp_size={cp_size}, got cp_rank={cp_rank}"
+                )
+        self.cp_size, self.cp_rank = cp_size, cp_rank
+        self.pad_cu_seqlens = check_bool(pad_cu_seqlens, "pad_cu_seqlens")
+        if not varlen and (cp_size is not None or self.pad_cu_seqlens):
+            raise ValueError(
+                f"cp_size={cp_size!r} and pad_cu_seqlens={self.pad_cu_seqlens} lay out the "
+                "batch-wide cu_seqlens; they need varlen=True"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """Neither context parallelism nor fixed-length boundaries."""
+        return self.cp_size is None and not self.pad_cu_seqlens
+
+    def __repr__(self) -> str:
+        return (
+            f"cp_size={self.cp_size}, cp_rank={self.cp_rank}, pad_cu_seqlens={self.pad_cu_seqlens}"
+        )
+
+
+PLAIN_LAYOUT = BatchLayout(True, None, None, False)
+
+
+def lay_out(
+    out: dict[str, Any],
+    rows: np.ndarray,
+    lens: np.ndarray,
+    seqlen: int,
+    layout: BatchLayout,
+    pad_id: int,
+    ignore_index: int,
+) -> dict[str, Any]:
+    """``out`` in the context-parallel layout and/or with fixed-length boundaries."""
+    if layout.cp_size is not None:
+        out = context_parallel(
+            out,
+            flat_boundaries(rows, lens, seqlen),
+            cp_size=layout.cp_size,
+            cp_rank=layout.cp_rank,
+            pad_id=pad_id,
+            ignore_index=ignore_index,
+        )
+    if layout.pad_cu_seqlens:
+        length = lens.shape[0] * seqlen + 1  # at most one segment per token
+        for key in ("cu_seqlens", "cu_seqlens_padded"):
+            if key in out:
+                out[key] = padded_boundaries(out[key], length)
+    return out
+
+
+def context_parallel(
+    out: dict[str, Any],
+    flat: np.ndarray,
+    *,
+    cp_size: int,
+    cp_rank: int | None,
+    pad_id: int,
+    ignore_index: int,
+) -> dict[str, Any]:
+    """``out`` (a batch of ``(B, seqlen)`` per-token tensors, ``labels`` not yet renamed) in the
+    context-parallel layout of its segments ``flat`` (int64, the batch-wide boundaries).
+
+    Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
+    present) of shape ``(1, T)`` (``cp_rank=None``) or ``(1, T / cp_size)``; ``cu_seqlens``,
+    ``cu_seqlens_padded`` (int32, (n + 1,)); ``max_seqlen`` (int, the longest padded segment);
+    ``cp_padding`` (int, tokens of padding added); with ``cp_rank=None`` ``cp_indices`` (int64,
+    (cp_size, T / cp_size)); the other keys of ``out`` as they were.
+    """
+    layout = cp_layout(flat, cp_size)
+    take: Any = slice(None)
+    if cp_rank is not None:
+        take = zigzag_indices(layout.cu_seqlens_padded, cp_size, cp_rank)
+    source = layout.source[take]
+    pad = source < 0
+    src = np.where(pad, layout.start[take], source)  # padding reads its segment's first token
+    fill = {"input_ids": pad_id, "labels": ignore_index, "attention_mask": 0}
+    new: dict[str, Any] = {}
+    for key, value in out.items():
+        if key not in _FIELDS:
+            new[key] = value
+            continue
+        tokens = value.reshape(-1).numpy()[src]
+        if key == "position_ids":
+            tokens[pad] += layout.offset[take][pad]
+        else:
+            tokens[pad] = fill[key]
+        new[key] = torch.from_numpy(tokens).view(1, -1)
+        if key == "labels":
+            mask = np.not_equal(tokens, ignore_index).astype(np.float32)
+            new[LOSS_MASK] = torch.from_numpy(mask).view(1, -1)
+    new["cu_seqlens"] = torch.from_numpy(layout.cu_seqlens.astype(np.int32))
+    new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
+    new["max_seqlen"] = layout.max_seqlen
+    new["cp_padding"] = layout.padding
+    if cp_rank is None:
+        new["cp_indices"] = torch.from_numpy(zigzag_indices(layout.cu_seqlens_padded, cp_size))
+    return new
+
+
+def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:
+    """``cu`` (int32, (n + 1,), ``n + 1 <= length``) followed by repeats of its last value up to
+    ``length`` entries (a segment count's upper bound, so every batch has the same shape)."""
+    out = torch.empty(length, dtype=cu.dtype)
+    out[: cu.shape[0]] = cu
+    out[cu.shape[0] :] = cu[-1]
+    return out
