@@ -6,25 +6,20 @@ ending at ``num_tokens``), so it costs milliseconds whatever the corpus; ``verif
 the block checksums.  Stores are written by :mod:`mmpack.store.writer`.
 
 Opt-in verification on read (``open_store(path, verify_reads=True)``): the offsets' checksums are
-checked at open, and each 16 MiB block of tokens the first time a read touches it (one digest of
-the block: XXH64, ~1.6 ms, or CRC-32, ~10 ms, for a store written with ``checksum="crc32"``;
-then a bitmap lookup).  Views then read through :meth:`TokenStore.read_ranges`
-(``store.tokens`` is None), so every token they return comes from a verified block.  Measured
-(``python -m benchmarks.trust_costs verify_reads``, 100M uint16 tokens, batches of 64 random
-windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-0.122 ms for the
-plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
-``verify()`` of the same 200 MB: 0.29-0.56 s).  Kinds of store without block checksums of their
-own pass a ``read_checker`` (a :class:`~mmpack.store.integrity.ReadChecker`): a join lets its
-parts check their own blocks, another tool's files are checked against their checksum sidecar.
+checked at open, and each 16 MiB block of tokens the first time a read touches it (XXH64, ~1.6
+ms, or CRC-32, ~10 ms, for a store written with ``checksum="crc32"``; then a bitmap lookup).
+Views then read through :meth:`TokenStore.read_ranges` (``store.tokens`` is None), so every
+token they return comes from a verified block.  Measured (``python -m benchmarks.trust_costs
+verify_reads``, 100M uint16 tokens, batches of 64 random windows of 2048): 0.125-0.144 ms per
+batch against 0.101-0.122 ms for the plain mapping, the block checks spread over the first
+batches.  Kinds of store without block checksums of their own pass a ``read_checker`` (a
+:class:`~mmpack.store.integrity.ReadChecker`): a join lets its parts check their own blocks,
+another tool's files are checked against their checksum sidecar.
 
-:func:`open_store` dispatches locations that are not a local mmpack folder to the openers the
-adapters registered (:mod:`mmpack.store.registry`); the checksum and offsets checks live in
-:mod:`mmpack.store.integrity`.
-
-Cold data: the token mapping is advised for random access at open (a page fault then reads its
-own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
-read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Measured by
-``benchmarks/bench_cold.py`` (see :mod:`mmpack.store.backends._memmap`).
+:func:`open_store` hands a location that is not a local mmpack folder to the adapters' openers
+(:mod:`mmpack.store.registry`); the checks live in :mod:`mmpack.store.integrity`.
+Cold data: the mapping is advised for random access; :meth:`TokenStore.verify` and iteration
+scan with read-ahead (``benchmarks/bench_cold.py``, :mod:`mmpack.store.backends._memmap`).
 """
 
 from __future__ import annotations
@@ -210,10 +205,14 @@ class TokenStore(DocumentSets):
         return getattr(self._backend, "tokens", None)
 
     @property
+    def remote(self) -> bool:
+        """Whether the tokens live on object storage (the backend's ``remote``)."""
+        return bool(self._backend.remote)
+
+    @property
     def span_fetcher(self) -> Any:
-        """The backend's fetcher of whole token spans into a shared node cache (a remote store
-        opened with a ``cache_limit``: :class:`mmpack.remote.spans.SpanFetcher`), else None.
-        What a block-window order's look-ahead drives (``mmpack.torch.block_fetch``)."""
+        """The backend's fetcher of whole spans into the node cache (a remote store with one:
+        :class:`mmpack.remote.spans.SpanFetcher`, driven by ``mmpack.torch.block_fetch``)."""
         return getattr(self._backend, "span_fetcher", None)
 
     def mapping(self) -> np.ndarray | None:
