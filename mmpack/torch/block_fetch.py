@@ -289,11 +289,12 @@ def _warn_slow(view: Any, way: str) -> None:
         return
     _WARNED.add((url, way))
     if way == "global":
-        fix = (
-            "build the mixture with block_bytes and leave shuffle to its default"
-            if store is None
-            else "leave shuffle to its default (the block order) to fetch whole blocks"
-        )
+        if store is None:
+            fix = "build the mixture with block_bytes and leave shuffle to its default"
+        elif callable(getattr(view, "block_bounds", None)):
+            fix = "leave shuffle to its default (the block order) to fetch whole blocks"
+        else:  # a view without block bounds (e.g. MegatronGPTDataset) has no block order
+            fix = "read it through a WindowDataset or PackedDataset in the block order"
         message = (
             f"mmpack: {url} is read in the global shuffled order: every sample is a small range "
             f"request, 20-300x slower than the block order; {fix}"
