@@ -123,10 +123,9 @@ def seed_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int)
 
 def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int) -> list[int]:
     """Placement decisions only: mmpack's kernel, one call per batch over the held lengths."""
-    from mmpack.kernels.streaming import bitmap_layout, place_best_fit, reset_rows
+    from mmpack.kernels.plan_bestfit import place_best_fit, reset_rows, row_index
 
-    level_off, level_len = bitmap_layout((P + 1) * R)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    bits, off = row_index(R, P)
     remaining = np.full(R, -1, dtype=np.int64)
     counts = np.zeros(R, dtype=np.int64)
     held = lens[:0]
@@ -134,7 +133,7 @@ def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: in
     out_row = np.empty(2 * buf, dtype=np.int64)
     out_off = np.empty(2 * buf, dtype=np.int64)
     for _ in range(max_batches):
-        reset_rows(words, level_off, remaining, counts, R, P)
+        reset_rows(bits, off, remaining, counts, R, P)
         processed = deferred = 0
         while deferred < buf:
             if processed == held.shape[0]:
@@ -149,9 +148,8 @@ def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: in
             k, d = place_best_fit(
                 held[processed:],
                 buf - deferred,
-                words,
-                level_off,
-                level_len,
+                bits,
+                off,
                 remaining,
                 counts,
                 P,

@@ -1149,11 +1149,6 @@ def _online_ref(lens, seqlen, eot, long_docs, window):
 
 
 # =========================================================================== streaming packer
-def ref_successor(keys: set[int], q: int) -> int:
-    above = [k for k in keys if k >= q]
-    return min(above) if above else -1
-
-
 def ref_place(lens, budget, remaining, row_len):
     """Linear-scan best fit (the seed's find_best_fit: first smallest fitting row)."""
     remaining = list(remaining)
@@ -1287,42 +1282,6 @@ def ref_token_bits(ids, used) -> int:
     return bits
 
 
-def _bitmap_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    n_keys = int(rng.integers(1, 40 * size + 2))
-    ops = [
-        (bool(rng.integers(0, 2)), int(rng.integers(0, n_keys)))
-        for _ in range(int(rng.integers(0, 4 * size + 1)))
-    ]
-    return n_keys, ops, rng.integers(0, n_keys + 5, int(rng.integers(0, size + 1))).tolist()
-
-
-def _bitmap_kernel(n_keys, ops, queries):
-    from mmpack.kernels.streaming import bitmap_layout, bm_insert, bm_remove, bm_successor
-
-    level_off, level_len = bitmap_layout(n_keys)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
-    keys: set[int] = set()
-    out = []
-    for insert, k in ops:
-        if insert and k not in keys:
-            bm_insert(words, level_off, k)
-            keys.add(k)
-        elif not insert and k in keys:
-            bm_remove(words, level_off, k)
-            keys.discard(k)
-        out.append([int(bm_successor(words, level_off, level_len, q)) for q in queries[:4]])
-    return out, [int(bm_successor(words, level_off, level_len, q)) for q in queries]
-
-
-def _bitmap_ref(n_keys, ops, queries):
-    keys: set[int] = set()
-    out = []
-    for insert, k in ops:
-        (keys.add if insert else keys.discard)(k)
-        out.append([ref_successor(keys, q) for q in queries[:4]])
-    return out, [ref_successor(keys, q) for q in queries]
-
-
 def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     n_rows, row_len = int(rng.integers(1, 7)), int(rng.integers(1, 41))
     stride = n_rows + int(rng.integers(0, 3))
@@ -1332,27 +1291,26 @@ def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _place_kernel(n_rows, row_len, stride, init, lens, budget):
-    from mmpack.kernels.streaming import (
-        bitmap_layout,
-        bm_insert,
-        bm_remove,
+    from mmpack.kernels.plan_bestfit import (
+        _tree_clear,
+        _tree_set,
         place_best_fit,
         reset_rows,
+        row_index,
     )
 
-    level_off, level_len = bitmap_layout((row_len + 1) * stride)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    bits, off = row_index(stride, row_len)
     remaining = np.full(stride, -1, dtype=np.int64)
     counts = np.zeros(stride, dtype=np.int64)
-    reset_rows(words, level_off, remaining, counts, n_rows, row_len)
+    reset_rows(bits, off, remaining, counts, n_rows, row_len)
     for r, s in enumerate(init):  # arbitrary starting spaces
-        bm_remove(words, level_off, row_len * stride + r)
-        bm_insert(words, level_off, s * stride + r)
+        _tree_clear(bits, off, row_len * stride + r)
+        _tree_set(bits, off, s * stride + r)
         remaining[r] = s
     out_row = np.empty(len(lens), dtype=np.int64)
     out_off = np.empty(len(lens), dtype=np.int64)
     processed, deferred = place_best_fit(
-        lens, budget, words, level_off, level_len, remaining, counts, row_len, out_row, out_off
+        lens, budget, bits, off, remaining, counts, row_len, out_row, out_off
     )
     return (
         _ints(out_row[:processed]), _ints(out_off[:processed]), int(deferred),
@@ -2402,17 +2360,9 @@ PAIRS: list[Pair] = [
         finish=_plan_bins,
     ),
     # streaming packer
+    _pair("plan_bestfit.place_best_fit", "ref_place", _place_inputs, _place_kernel, _place_ref),
     _pair(
-        "streaming.bm_successor",
-        "ref_successor",
-        _bitmap_inputs,
-        _bitmap_kernel,
-        _bitmap_ref,
-        bench_size=200,
-    ),
-    _pair("streaming.place_best_fit", "ref_place", _place_inputs, _place_kernel, _place_ref),
-    _pair(
-        "streaming.place_batch",
+        "plan_bestfit.place_batch",
         "ref_pack",
         _packer_inputs,
         _packer_kernel,
@@ -2570,12 +2520,10 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_emit.emit_groups",
     ),
     "plan_bestfit.online_place": ("plan_items.online_items", "plan_emit.emit_by_rank"),
-    "streaming.bm_successor": (
-        "streaming.bm_insert", "streaming.bm_remove", "streaming._ctz32",
-        "streaming._lowest_bit_index",
+    "plan_bestfit.place_best_fit": (
+        "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),
-    "streaming.place_best_fit": ("streaming.reset_rows", "streaming._widest"),
-    "streaming.place_batch": (
+    "plan_bestfit.place_batch": (
         "streaming.scatter_pieces", "streaming.pad_rows", "streaming_batch.layout_batch",
     ),
     "window.gather_masked_windows": ("window._mask_labels",),

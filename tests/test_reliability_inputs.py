@@ -1425,6 +1425,20 @@ TABLE: list[Row] = [
     ),
     Row(
         "StreamingPacker",
+        "documents with and without a loss mask",
+        ValueError,
+        "document 1 has no loss_mask but the documents before it have one",
+        lambda e: list(_stream([{"input_ids": [1], "loss_mask": [1]}, {"input_ids": [2]}])),
+    ),
+    Row(
+        "StreamingPacker",
+        "a loss mask of another length than its tokens",
+        ValueError,
+        "document 0: loss_mask has 1 values but input_ids has 2 tokens",
+        lambda e: list(_stream([{"input_ids": [1, 2], "loss_mask": [1]}])),
+    ),
+    Row(
+        "StreamingPacker",
         "seqlen=2**70",
         ValueError,
         "seqlen must be <= 2**62, got 1180591620717411303424",

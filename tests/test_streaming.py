@@ -7,17 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
-from reference import ref_pack, ref_successor, rows_of
+from reference import ref_pack, rows_of
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.kernels.streaming import (
-    bitmap_layout,
-    bm_insert,
-    bm_remove,
-    bm_successor,
-)
 from mmpack.streaming.packer import StreamingPacker
 
 
@@ -27,35 +19,7 @@ def make_docs(lengths, base=1):
 
 
 # =========================================================================== kernels
-@given(
-    st.lists(st.tuples(st.booleans(), st.integers(0, 499)), max_size=200),
-    st.lists(st.integers(0, 520), max_size=30),
-)
-def test_bitmap_matches_a_set(ops, queries):
-    n_keys = 500
-    level_off, level_len = bitmap_layout(n_keys)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
-    keys: set[int] = set()
-    for insert, k in ops:
-        if insert and k not in keys:
-            bm_insert(words, level_off, k)
-            keys.add(k)
-        elif not insert and k in keys:
-            bm_remove(words, level_off, k)
-            keys.discard(k)
-        for q in queries:
-            assert bm_successor(words, level_off, level_len, q) == ref_successor(keys, q)
-
-
-def test_bitmap_layout():
-    off, ln = bitmap_layout(32 * 32 * 32 + 1)
-    assert ln.tolist() == [1025, 33, 2, 1]
-    assert off.tolist() == [0, 1025, 1058, 1060]
-    with pytest.raises(ValueError):
-        bitmap_layout(0)
-
-
-# place_best_fit against a linear scan (ref_place): tests/reference.py ("streaming.place_best_fit"),
+# place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),
 # run by tests/test_reference.py.
 
 
@@ -772,11 +736,3 @@ def test_one_state_schema():
     for version in (2, 3, 5, None):
         with pytest.raises(FormatError, match="version"):
             StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, version=version))
-
-
-@given(st.integers(1, 2**32 - 1))
-def test_lowest_bit_index_matches_slow_twin(w):
-    from mmpack.kernels.streaming import _ctz32, _lowest_bit_index
-
-    assert _lowest_bit_index(w) == (w & -w).bit_length() - 1
-    assert _ctz32(1 << 31) == 31 and _ctz32(1) == 0

@@ -11,12 +11,8 @@ from reference import ref_layout, ref_pack, ref_place, ref_write_pieces, rows_of
 from test_streaming import make_docs
 
 import mmpack
-from mmpack.kernels.streaming import (
-    bitmap_layout,
-    pad_rows,
-    place_batch,
-    reset_rows,
-)
+from mmpack.kernels.plan_bestfit import place_batch, reset_rows, row_index
+from mmpack.kernels.streaming import pad_rows
 from mmpack.kernels.streaming_batch import layout_batch, token_bits, write_pieces
 from mmpack.store.tokens import as_token_array
 from mmpack.streaming.incoming import flat_sequences, sequences_of
@@ -104,21 +100,17 @@ def test_place_batch_matches_twin(n_rows, row_len, data):
     lens = data.draw(st.lists(st.integers(1, row_len), max_size=50))
     budget = data.draw(st.integers(0, 55))
     split = data.draw(st.integers(0, len(lens)))
-    level_off, level_len = bitmap_layout((row_len + 1) * n_rows)
-    words = np.zeros(level_off[-1] + 1, dtype=np.int64)
+    bits, off = row_index(n_rows, row_len)
     remaining = np.full(n_rows, 5, dtype=np.int64)  # a previous batch's state: reset first
     counts = np.ones(n_rows, dtype=np.int64)
     held = np.zeros((4, len(lens) + 1), dtype=np.int64)
     held[0, : len(lens)] = lens
     out = np.full((2, len(lens) + 1), -9, dtype=np.int64)
-    reset_rows(words, level_off, remaining, counts, n_rows, 5)  # the bitmap matches `remaining`
-    k, d = place_batch(
-        held, 0, split, budget, words, level_off, level_len, remaining, counts, row_len, n_rows, out
-    )
+    reset_rows(bits, off, remaining, counts, n_rows, 5)  # the index matches `remaining`
+    k, d = place_batch(held, 0, split, budget, bits, off, remaining, counts, row_len, n_rows, out)
     if k == split and d < budget:  # all scanned: continue with the rest, as the packer does
         k, d2 = place_batch(
-            held, k, len(lens), budget - d, words, level_off, level_len, remaining, counts,
-            row_len, n_rows, out,
+            held, k, len(lens), budget - d, bits, off, remaining, counts, row_len, n_rows, out,
         )  # fmt: skip
         d += d2
     rows, offs, want_d, want_rem, want_counts = ref_place(lens, budget, [row_len] * n_rows, row_len)

@@ -10,11 +10,11 @@ hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times sid
 | ``window`` | window resolution (binary search, sampled index), copies with eot insertion, the documents a window spans |
 | ``packing`` | the packing kernels by one path, and the plan drivers chaining the three below |
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
-| ``plan_bestfit`` | best-fit decreasing and online best fit over a bitset tree |
+| ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing, online best fit, the streaming packer's best fit over a batch's rows |
 | ``plan_emit`` | placements to the CSR plan |
 | ``packed_rows`` | packed-row assembly: bins to model inputs; the pieces' documents and positions |
 | ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
-| ``streaming`` | the streaming packer's O(log rows) best-fit bitmap and row writers |
+| ``streaming`` | the streaming packer's row writers |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |

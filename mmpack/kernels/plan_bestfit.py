@@ -1,6 +1,7 @@
-"""Placement kernels of the packing plan over a 64-ary bitset tree: best-fit decreasing's packing
+"""Placement kernels over one free-space index, a 64-ary bitset tree: best-fit decreasing's packing
 loop (:func:`bfd_groups`) and order-keeping online best fit (:func:`online_place`, the plan
-algorithm ``"online"``).
+algorithm ``"online"``) of the packing plan, and the streaming packer's best fit over the rows
+of a batch (:func:`place_batch`, :func:`place_best_fit`).
 
 The drivers :func:`mmpack.kernels.packing.bfd` and :func:`~mmpack.kernels.packing.stream` chain
 them with the item kernels of :mod:`mmpack.kernels.plan_items` and the output passes of
@@ -33,6 +34,15 @@ space first, each bucket being a queue at that end) is closed and emitted before
 a bin left with no free space is emitted at once; at the end the open bins are emitted in the
 order they were opened.  Bins are numbered in emission order, so the data order is kept up to the
 window.  ``window = 1`` is next fit.  Cost O(n log_64 S + S).
+
+Streaming rows.  The streaming packer (:mod:`mmpack.streaming.placement`) needs, for a piece of
+length ``L``, the row with the smallest remaining space ``>= L``, ties to the lowest row
+(ModernBERT's ``argmin`` over the fitting rows picks the first smallest).  Each row ``r`` with
+remaining space ``s`` is one key ``s * stride + r`` (``stride``: the most rows) in the same tree
+over ``(row_len + 1) * stride`` keys (:func:`row_index`); the answer is the successor of ``L *
+stride``.  Insert, remove and successor touch at most one word per level:
+O(log_64(rows * row_len)), against the O(rows) scan of ModernBERT's ``find_best_fit``.  Memory:
+``(row_len + 1) * stride / 8`` bytes.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from mmpack.kernels.plan_emit import NODE_PARENT as _PARENT
 from mmpack.kernels.plan_emit import NODE_SIZE as _SIZE
 from mmpack.kernels.plan_emit import NODE_TAKE as _TAKE
 
-__all__ = ["bfd_groups", "online_place"]
+__all__ = ["bfd_groups", "online_place", "place_batch", "place_best_fit", "reset_rows", "row_index"]
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
@@ -338,3 +348,146 @@ def online_place(
             emit_rank[b] = nemit
             nemit += 1
     return item_bin, emit_rank, nbins
+
+
+# --------------------------------------------------------------------------------- streaming rows
+@njit
+def row_index(n_rows: int, row_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """The free-space index of up to ``n_rows`` rows of ``row_len`` tokens, empty: the tree over
+    ``(row_len + 1) * n_rows`` keys (uint64 words, int64 level offsets)."""
+    return _tree_new((row_len + 1) * n_rows)
+
+
+@njit
+def reset_rows(
+    bits: np.ndarray,
+    off: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    n_rows: int,
+    row_len: int,
+) -> None:
+    """Start a new batch of ``n_rows`` empty rows of ``row_len`` tokens.
+
+    ``remaining`` (int64, shape (stride,)) holds each row's remaining space, -1 for rows not in
+    the batch; the keys of the previous batch are removed from the index (:func:`row_index`),
+    then rows ``0..n_rows-1`` are inserted with ``row_len`` free tokens.  ``counts`` (int64,
+    shape (stride,)) is zeroed.
+    """
+    stride = remaining.shape[0]
+    for r in range(stride):
+        if remaining[r] >= 0:
+            _tree_clear(bits, off, remaining[r] * stride + r)
+            remaining[r] = -1
+        counts[r] = 0
+    for r in range(n_rows):
+        remaining[r] = row_len
+        _tree_set(bits, off, row_len * stride + r)
+
+
+@njit
+def place_best_fit(
+    lens: np.ndarray,
+    budget: int,
+    bits: np.ndarray,
+    off: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    row_len: int,
+    out_row: np.ndarray,
+    out_off: np.ndarray,
+) -> tuple[int, int]:
+    """Place pieces in order by best fit until ``budget`` of them have been deferred.
+
+    Parameters
+    ----------
+    lens : numpy.ndarray, int64, shape (n,)
+        Piece lengths, each in ``[1, row_len]``.
+    budget : int
+        Stop *before* the next piece once this many pieces have been deferred in this call.
+    bits, off : numpy.ndarray
+        The rows' free-space index (:func:`row_index`), matching ``remaining``.
+    remaining, counts : numpy.ndarray, int64, shape (stride,)
+        Row state after :func:`reset_rows`; updated in place.
+    out_row, out_off : numpy.ndarray, int64, shape (n,)
+        For each processed piece: its row and start column, or -1 and -1 when it fits nowhere.
+
+    Returns
+    -------
+    (processed, deferred) : (int, int)
+        Number of pieces looked at (a prefix of ``lens``) and how many of them were deferred.
+    """
+    stride = remaining.shape[0]
+    deferred = 0
+    n = lens.shape[0]
+    # The largest free space: a piece longer than it is deferred without a lookup (most of
+    # the scan once the rows are nearly full); it only shrinks, and is rescanned (O(rows))
+    # when its row takes a piece.
+    widest = _widest(remaining)
+    for i in range(n):
+        if deferred >= budget:
+            return i, deferred
+        length = lens[i]
+        if length > widest:
+            out_row[i] = -1
+            out_off[i] = -1
+            deferred += 1
+            continue
+        key = _tree_succ(bits, off, length * stride)
+        r = key % stride
+        space = key // stride
+        _tree_clear(bits, off, key)
+        space_left = space - length
+        _tree_set(bits, off, space_left * stride + r)
+        remaining[r] = space_left
+        counts[r] += 1
+        out_row[i] = r
+        out_off[i] = row_len - space
+        if space == widest:
+            widest = _widest(remaining)
+    return n, deferred
+
+
+@njit
+def place_batch(
+    held: np.ndarray,
+    start: int,
+    stop: int,
+    budget: int,
+    bits: np.ndarray,
+    off: np.ndarray,
+    remaining: np.ndarray,
+    counts: np.ndarray,
+    row_len: int,
+    n_rows: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
+    """:func:`place_best_fit` over the held pieces ``start:stop`` of a batch, after
+    :func:`reset_rows` when ``start == 0`` (one call per batch instead of two).
+
+    ``held`` is int64 of shape (>= 1, >= stop) whose row 0 holds the piece lengths; ``out`` is
+    int64 of shape (2, >= stop): the rows and start columns of the placements.  Returns the
+    pieces processed so far in the batch (``start`` plus those looked at) and those deferred.
+    """
+    if start == 0:
+        reset_rows(bits, off, remaining, counts, n_rows, row_len)
+    k, d = place_best_fit(
+        held[0, start:stop],
+        budget,
+        bits,
+        off,
+        remaining,
+        counts,
+        row_len,
+        out[0, start:],
+        out[1, start:],
+    )
+    return start + k, d
+
+
+@njit
+def _widest(remaining: np.ndarray) -> int:
+    widest = -1
+    for r in range(remaining.shape[0]):
+        widest = max(widest, remaining[r])
+    return widest

@@ -1,6 +1,6 @@
 """Kernels that turn the streaming packer's placements into a batch (:mod:`mmpack.streaming`).
 
-After the best-fit kernel (:mod:`mmpack.kernels.streaming`) has placed a prefix of the held
+After the best-fit kernel (:func:`mmpack.kernels.plan_bestfit.place_batch`) has placed a prefix of the held
 pieces, :func:`layout_batch` does the rest of the bookkeeping in one pass, so that a batch costs
 a fixed number of Python calls whatever its number of pieces:
 

@@ -6,7 +6,8 @@ sequences read but not yet admitted, the :class:`~mmpack.streaming.pieces.PieceB
 pieces, and the counts of what the ``long_docs`` policy did.  Sequences read from the source
 wait in the queue (lengths, source indices and, for in-memory sources, their global positions in
 the token chunks of :mod:`mmpack.streaming.pieces`: each incoming batch is joined into one chunk
-when read); the packer admits exactly as many *pieces* as a batch needs
+when read, with its documents' loss masks if they carry any: every document of a source or none,
+:attr:`Admission.masked`); the packer admits exactly as many *pieces* as a batch needs
 (:func:`mmpack.streaming.sources.piece_counts` applies the policy), so a document split into many
 pieces enters piece by piece and the held pieces stay within ``buffer_size + readahead`` whatever
 its length.  Every step commits only once it has succeeded: a source that raises leaves the
@@ -39,7 +40,8 @@ import numpy as np
 
 from mmpack.core.options import SourceFormat
 from mmpack.errors import StateMismatchError
-from mmpack.streaming.incoming import flat_sequences, tokens_of
+from mmpack.store.lossmask import mix_error
+from mmpack.streaming.incoming import flat_documents, tokens_of
 from mmpack.streaming.pieces import PieceBuffer
 from mmpack.streaming.sources import PEEK, batch_items, detect_format, piece_counts, pieces_of
 from mmpack.streaming.stats import AdmissionCounts
@@ -77,6 +79,7 @@ class Admission:
         self._carry: list[Any] = []  # sequences of an incoming batch read but not yet queued
         self._pieces = PieceBuffer(with_chunks=True)
         self._counts = AdmissionCounts()
+        self._masked: bool | None = None  # whether the documents carry loss masks (None: unknown)
         self._reset_queue()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -102,12 +105,23 @@ class Admission:
             return int(self._pieces.data[3, 0])
         return int(self._q_pos[0]) if self._q_pos.shape[0] else None
 
-    def read_ranges(self, src: np.ndarray, off: np.ndarray, lens: np.ndarray) -> tuple[Any, Any]:
-        """A TokenStore source's tokens of pieces (source index, offset, length; int64): its
-        ``read_ranges`` over the flat token ranges, ``(tokens, start of each range in them)``."""
+    @property
+    def masked(self) -> bool:
+        """Whether the source's documents carry loss masks (a masked TokenStore, or documents
+        ``{"input_ids", "loss_mask"}``): the held pieces' masks are then read with
+        :meth:`read_ranges` or from :attr:`PieceBuffer.masks`."""
+        return bool(self._masked)
+
+    def read_ranges(
+        self, src: np.ndarray, off: np.ndarray, lens: np.ndarray, mask: bool = False
+    ) -> tuple[Any, Any]:
+        """A TokenStore source's tokens of pieces (source index, offset, length; int64), or
+        with ``mask`` their loss masks (its ``loss_mask`` store, same offsets): ``read_ranges``
+        over the flat token ranges, ``(tokens, start of each range in them)``."""
         flat_starts = self._source.offsets[src].astype(np.int64)
         flat_starts += off
-        return self._source.read_ranges(flat_starts, lens)
+        store = self._source.loss_mask if mask else self._source
+        return store.read_ranges(flat_starts, lens)
 
     # ------------------------------------------------------------------------- an epoch
     def start(self, source: Any, *, indexed: bool, store_like: bool, source_format: str) -> None:
@@ -117,6 +131,7 @@ class Admission:
         self._source, self._indexed, self._store_like = source, indexed, store_like
         self._pieces = PieceBuffer(with_chunks=not store_like)
         self._counts = AdmissionCounts()
+        self._masked = getattr(source, "loss_mask", None) is not None if store_like else None
         self._carry = []
         self._reset_queue()
         self._iterator = None
@@ -184,10 +199,19 @@ class Admission:
                 self._exhausted = True
                 return
             j1 = j0 + len(docs)
-        flat, lens = flat_sequences(docs, j0, self._pieces.spare)
-        # Commit (flat_sequences raised, if at all, before anything changed).
-        base = self._pieces.add_chunk(flat)
+        flat, lens, mask = flat_documents(docs, j0, self._pieces.spare)
+        self._check_masked(mask is not None, j0)
+        # Commit (flat_documents raised, if at all, before anything changed).
+        base = self._pieces.add_chunk(flat, mask)
         self._queue(lens, base + np.cumsum(lens) - lens, j0, j1)
+
+    def _check_masked(self, masked: bool, j: int) -> None:
+        """Documents from ``j`` on carry loss masks (``masked``) or not: as every document
+        before them (the first decides), else a ``ValueError`` naming document ``j``."""
+        if self._masked is None:
+            self._masked = masked
+        elif masked != self._masked:
+            raise mix_error(j, masked, j)
 
     def _queue(self, lens: np.ndarray, pos: np.ndarray, j0: int, j1: int) -> None:
         """Queue source sequences ``j0 .. j1`` of lengths ``lens`` at global positions ``pos``."""
@@ -308,16 +332,24 @@ class Admission:
             self._pieces.append(plen, src, off, np.zeros_like(plen))
             return
         tokens: list[np.ndarray] = []
-        docs: dict[int, Any] = {}
+        masks: list[np.ndarray] = []
+        docs: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
         for j, o, n in zip(src.tolist(), off.tolist(), plen.tolist()):
             doc = docs.get(j)
             if doc is None:
-                doc = docs[j] = flat_sequences([self._source[j]], j)[0]
-            if o + n > len(doc):
+                flat_doc, _, doc_mask = flat_documents([self._source[j]], j)
+                self._check_masked(doc_mask is not None, j)
+                doc = docs[j] = flat_doc, doc_mask
+            if o + n > len(doc[0]):
                 raise StateMismatchError("the state's pending pieces lie outside the source")
-            tokens.append(doc[o : o + n])
-        flat, _ = flat_sequences(tokens)
-        base = self._pieces.add_chunk(flat)
+            tokens.append(doc[0][o : o + n])
+            if doc[1] is not None:
+                masks.append(doc[1][o : o + n])
+        flat, _, _ = flat_documents(tokens)
+        mask = None
+        if self._masked:
+            mask = np.concatenate(masks) if masks else np.empty(0, dtype=np.uint8)
+        base = self._pieces.add_chunk(flat, mask)
         self._pieces.append(plen, src, off, base + np.cumsum(plen) - plen)
 
     def _doc_len(self, j: int) -> int:

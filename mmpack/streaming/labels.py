@@ -7,7 +7,11 @@ position in the stream: row ``r`` of the ``b``-th batch of epoch ``e`` uses the 
 ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.views.masking.row_keys`), so masks are a pure function
 of the position and a resumed run reproduces them without generator state; the masking ratio
 follows the cool-down (:class:`~mmpack.streaming.schedules.MaskingRatioCooldown`) when one is
-configured.  Cost: one pass over the batch (causal), the corruption kernel's (MLM).
+configured.  With loss masks (a masked store, or documents ``{"input_ids", "loss_mask"}``) the
+rule is the packed view's, by its kernel (:func:`mmpack.kernels.packed_rows.mask_pieces`): a
+causal label is ``ignore_index`` where the token it predicts is not a target, and MLM selects
+only target tokens (an eot the packer appends is a target).  Cost: one pass over the batch
+(causal), the corruption kernel's (MLM), and one pass over the placed tokens with masks.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from mmpack.core.options import Mode
+from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.streaming.schedules import MaskingRatioCooldown
 from mmpack.views.masking import MaskingOptions, corrupt_rows, row_keys
 
@@ -65,13 +70,16 @@ class Labeller:
         epoch: int,
         batch_index: int,
         token_count: int,
+        mask: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray | None, float | None]:
         """The labels of a batch (int64, like ``ids``; MLM corrupts ``ids`` in place) and the
         masking ratio used (MLM only).
 
-        ``placed``: the placed pieces (int64 rows: row, offset in the row, length, ...);
-        ``batch_index``: the batch's number in the epoch; ``token_count``: real tokens emitted
-        before it (the cool-down's clock)."""
+        ``placed``: the placed pieces in row-major order (int64 rows: row, offset in the row,
+        length, ...; a row's pieces fill it from column 0 on); ``batch_index``: the batch's
+        number in the epoch; ``token_count``: real tokens emitted before it (the cool-down's
+        clock); ``mask``: the placed pieces' loss masks, ``(values, start of each piece in
+        them)`` (uint8 0/1 and int64), or None."""
         if self.mode == Mode.MLM:
             masking = self.masking
             mask_prob = masking.mask_prob
@@ -79,9 +87,13 @@ class Labeller:
                 mask_prob = self.cooldown(token_count)
             assert masking.mask_id is not None and masking.vocab_size is not None
             rows_in_stream = (batch_index << 32) + np.arange(n_rows, dtype=np.int64)
+            selectable = attention
+            if mask is not None:  # only target tokens are selected
+                selectable = attention.copy()
+                _apply_mask(mask, placed, n_rows, 0, 0, selectable)
             labels = corrupt_rows(
                 ids,
-                attention,
+                selectable,
                 row_keys(self.seed, epoch, rows_in_stream),
                 mask_prob=mask_prob,
                 mask_id=masking.mask_id,
@@ -96,5 +108,27 @@ class Labeller:
             labels[:, :-1] = ids[:, 1:]
             labels[p_rows, p_offs + p_lens - 1] = self.ignore_index
             labels[attention == 0] = self.ignore_index
+            if mask is not None:  # no label predicts a token that is not a target
+                _apply_mask(mask, placed, n_rows, 1, self.ignore_index, labels)
             return labels, None
         return None, None
+
+
+def _apply_mask(
+    mask: tuple[np.ndarray, np.ndarray],
+    placed: np.ndarray,
+    n_rows: int,
+    shift: int,
+    fill: int,
+    out: np.ndarray,
+) -> None:
+    """``fill`` at ``out[r, p - shift]`` for every position ``p`` of row ``r`` whose token's
+    loss mask is 0: the packed view's rule (:func:`~mmpack.kernels.packed_rows.mask_pieces`),
+    over the placed pieces (row-major, each row filled from column 0; the eot is a piece's own
+    token here, so no piece has one added)."""
+    values, starts = mask
+    n_placed = placed.shape[1]
+    row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(placed[0], minlength=n_rows), out=row_ptr[1:])
+    no_eot = np.zeros(n_placed, dtype=np.int64)
+    mask_pieces(values, starts, placed[2], no_eot, row_ptr, shift, fill, out)

@@ -56,7 +56,8 @@ sequence ~0.25 us (the passes over dtypes, lengths and ndims, and the join).
 Outputs (numpy): ``input_ids``, ``attention_mask`` (int64, ``(rows, seqlen)``; the mask comes
 from the piece positions, so a real token equal to ``pad_id`` is still attended), ``targets``
 (the labels: ``None``, MLM labels or causal labels already shifted, under the key
-:func:`mmpack.torch.collate.collate` gives them), ``cu_seqlens`` (one int32 array per row: 0, the end of
+:func:`mmpack.torch.collate.collate` gives them; with loss masks, the packed view's rule:
+:mod:`mmpack.streaming.labels`), ``cu_seqlens`` (one int32 array per row: 0, the end of
 each piece, and ``seqlen`` when the row has padding -- the padding is one more segment, as in
 ModernBERT's packer), ``max_seqlen`` (one int per row, the longest segment, padding included),
 and ``mask_prob`` (float32 scalar) when a masking cool-down is active.  torch tensors come from
@@ -97,8 +98,10 @@ class StreamingPacker:
     ----------
     source : iterable
         Either an iterable of sequences (lists, 1-D numpy arrays or torch tensors of token ids,
-        or dicts with ``"input_ids"``), or an iterable of incoming batches (each a list of such
-        sequences, a 2-D array, or a dict whose ``"input_ids"`` is one of those).
+        or dicts with ``"input_ids"`` and, optionally, a ``"loss_mask"``: every document or
+        none), or an iterable of incoming batches (each a list of such sequences, a 2-D array,
+        or a dict whose ``"input_ids"``, and ``"loss_mask"`` if any, are one of those).  A
+        masked store's masks and documents' masks make the labels the packed view's.
         ``source_format="auto"`` tells them apart from the first non-empty element (a sequence
         starts with a scalar, a batch with a sequence).  A random-access source of sequences --
         a :class:`~mmpack.store.reader.TokenStore` (read through ``read_ranges``, without a

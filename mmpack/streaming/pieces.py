@@ -2,8 +2,9 @@
 
 Each incoming batch of an in-memory source becomes one *chunk*: its sequences' tokens, one after
 the other, in one 1-D integer array of their dtype (one ``b"".join``, ``np.concatenate`` or
-``np.fromiter`` per incoming batch, in :func:`mmpack.streaming.incoming.flat_sequences`): a copy
-of the tokens read, held while any of its pieces is.  Chunks are numbered by
+``np.fromiter`` per incoming batch, in :func:`mmpack.streaming.incoming.flat_documents`): a copy
+of the tokens read (with documents' loss masks, their masks too: :attr:`PieceBuffer.masks`),
+held while any of its pieces is.  Chunks are numbered by
 *global token positions*: a chunk added when ``g`` tokens were added before it holds positions
 ``[g, g + len(chunk))``, so a piece is an int64 column (length, source index, offset in its
 source sequence, global position of its first token) and holding it costs no Python object.
@@ -43,6 +44,8 @@ class PieceBuffer:
         self.n = 0
         self.chunks: list[tuple[int, np.ndarray]] | None = [] if with_chunks else None
         """``(first global position, 1-D integer tokens)`` of each live chunk, in order."""
+        self.masks: list[np.ndarray | None] = []
+        """The loss mask of each live chunk (uint8, its shape), or None: one per chunk."""
         self._end = 0  # global position after the last chunk
         self._owners: list[np.ndarray | None] = []  # each live chunk's pooled buffer, if any
         self._pool: list[np.ndarray] = []  # released buffers, reused by spare()
@@ -82,16 +85,17 @@ class PieceBuffer:
         self._lent = buf
         return buf[:n]
 
-    def add_chunk(self, tokens: np.ndarray) -> int:
-        """Hold the 1-D integer array ``tokens`` as the next chunk; returns its first global
-        position.  The chunk's buffer returns to the pool when it is released if it came from
-        :meth:`spare`."""
+    def add_chunk(self, tokens: np.ndarray, mask: np.ndarray | None = None) -> int:
+        """Hold the 1-D integer array ``tokens`` (with its loss mask ``mask``, uint8 of its
+        shape, if any) as the next chunk; returns its first global position.  The chunk's
+        buffer returns to the pool when it is released if it came from :meth:`spare`."""
         assert self.chunks is not None and tokens.ndim == 1 and tokens.dtype.kind in "iu"
         owner = self._lent if tokens.base is not None and tokens.base is self._lent else None
         self._lent = None
         base = self._end
         if tokens.shape[0]:
             self.chunks.append((base, tokens))
+            self.masks.append(mask)
             self._owners.append(owner)
             self._end = base + tokens.shape[0]
         elif owner is not None:
@@ -112,7 +116,7 @@ class PieceBuffer:
         if k:
             self._pool.extend(b for b in self._owners[:k] if b is not None)
             del self._pool[:-_POOL]
-            del chunks[:k], self._owners[:k]
+            del chunks[:k], self._owners[:k], self.masks[:k]
 
     def release_unheld(self) -> None:
         """With no queued sequence: drop the chunks that no held piece lies in, before the
@@ -131,7 +135,7 @@ class PieceBuffer:
         if k < len(chunks):
             self._pool.extend(b for b in self._owners[k:] if b is not None)
             del self._pool[:-_POOL]
-            del chunks[k:], self._owners[k:]
+            del chunks[k:], self._owners[k:], self.masks[k:]
         self.release(int(self.data[3, 0]))
 
     def tokens(self, pos: int, length: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Placement: the streaming packer's best-fit rows and the writer of its batches.
 
-:class:`Placement` owns the rows of the batch being built (the hierarchical bitmap of the rows'
-remaining spaces, :mod:`mmpack.kernels.streaming`), the placements of the scan, the writing of
+:class:`Placement` owns the rows of the batch being built (the free-space index of the rows'
+remaining spaces, :func:`mmpack.kernels.plan_bestfit.row_index`), the placements of the scan, the writing of
 the batch, and the counts of what it emitted.  A batch of ``n_rows`` empty rows scans the held
 pieces in order (asking admission to read ahead when they run out) and the best-fit kernel puts
 each into the row with the smallest remaining space that holds it, or defers it, until
@@ -12,7 +12,8 @@ by row, writes the ``cu_seqlens``, the longest segments and the attention mask, 
 placed pieces from the held ones; one write kernel per live token chunk copies the placed pieces
 into the rows and checks their tokens, one more writes the padding (a TokenStore's pieces are
 copied by a kernel straight from its memory map); the labels follow the mode
-(:class:`~mmpack.streaming.labels.Labeller`).  The held pieces are topped up in chunks of at
+(:class:`~mmpack.streaming.labels.Labeller`) and, with loss masks, the placed pieces' masks (read
+with the tokens: the mask store's ``read_ranges``, or one more write per chunk).  The held pieces are topped up in chunks of at
 least 3/4 of ``readahead`` (amortising admission; no decision depends on it).  Cost: one pass
 over the output and a fixed number of Python calls per batch, whatever its number of pieces.
 """
@@ -24,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.kernels.streaming import bitmap_layout, pad_rows, place_batch, scatter_pieces
+from mmpack.kernels.plan_bestfit import place_batch, row_index
+from mmpack.kernels.streaming import pad_rows, scatter_pieces
 from mmpack.kernels.streaming_batch import layout_batch, write_pieces
 from mmpack.streaming.admission import Admission
 from mmpack.streaming.labels import Labeller
@@ -61,8 +63,7 @@ class Placement:
         self._buffer_size, self._readahead = buffer_size, readahead
         self._drop_last, self._pad_id = drop_last, pad_id
         self._labeller, self._warmup = labeller, warmup
-        self._level_off, self._level_len = bitmap_layout((seqlen + 1) * batch_size)
-        self._words = np.zeros(int(self._level_off[-1]) + 1, dtype=np.int64)
+        self._bits, self._off = row_index(batch_size, seqlen)
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
         self._counts_per_row = np.zeros(batch_size, dtype=np.int64)
         self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
@@ -121,9 +122,8 @@ class Placement:
                 grown[:, :processed] = self._out[:, :processed]
                 self._out = grown
             processed, d = place_batch(
-                pieces.data, processed, pieces.n, budget - deferred, self._words,
-                self._level_off, self._level_len, self._remaining, self._counts_per_row,
-                self._seqlen, n_rows, self._out,
+                pieces.data, processed, pieces.n, budget - deferred, self._bits, self._off,
+                self._remaining, self._counts_per_row, self._seqlen, n_rows, self._out,
             )  # fmt: skip
             deferred += d
             if deferred >= budget:
@@ -157,18 +157,22 @@ class Placement:
             return None
         pieces.keep(n_left)
         used = per_row[2 * n_rows + 1 :]
+        mask: tuple[np.ndarray, np.ndarray] | None = None
         if pieces.chunks is None:
             tokens, starts = admission.read_ranges(placed[3], placed[4], placed[2])
             scatter_pieces(tokens, np.asarray(starts, _I64), placed[2], placed[0], placed[1], ids)
             pad_rows(used, self._pad_id, ids)
+            if admission.masked:
+                src, at = admission.read_ranges(placed[3], placed[4], placed[2], mask=True)
+                mask = src, np.asarray(at, _I64)
         else:
-            self._write_rows(admission, placed, n_rows, used, ids)
+            mask = self._write_rows(admission, placed, n_rows, used, ids)
         b = per_row.tolist()
         cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
         max_seqlen = b[n_rows + 1 : 2 * n_rows + 1]
         counts = self._counts
         labels, mask_prob = self._labeller(
-            ids, attention, placed, n_rows, epoch, counts.n_batches, self._token_count
+            ids, attention, placed, n_rows, epoch, counts.n_batches, self._token_count, mask
         )
         self._token_count += n_tokens
         counts.n_tokens += n_tokens
@@ -189,18 +193,23 @@ class Placement:
     def _write_rows(
         self, admission: Admission, placed: np.ndarray, n_rows: int, used: np.ndarray,
         ids: np.ndarray,
-    ) -> None:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
         """Write the placed pieces of an in-memory source (and the padding) into ``ids`` (int64,
         (rows, seqlen)): one kernel call per live chunk, each token copied once; then check the
-        tokens written and release the chunks no longer referenced."""
+        tokens written and release the chunks no longer referenced.  With loss masks, returns
+        the placed pieces' masks as ``(flat uint8, start of each piece in it)`` (written into
+        rows like the tokens, one more call per chunk), else None."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
+        rows = np.zeros(ids.shape, np.uint8) if admission.masked else None
         bits = 0
         pad = used  # the first call writes the padding too
-        for base, chunk in chunks:  # a few (0.35 us a call that writes nothing)
+        for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
             bits |= write_pieces(chunk, base, placed, n_rows, ids, pad, self._pad_id)
             pad = _NO_ORDER
+            if rows is not None and mask is not None:
+                write_pieces(mask, base, placed, n_rows, rows, _NO_ORDER, 0)
         if pad is used:  # no chunk (only when no piece is placed)
             pad_rows(used, self._pad_id, ids)
         if bits < 0:
@@ -208,6 +217,9 @@ class Placement:
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
+        if rows is None:
+            return None
+        return rows.reshape(-1), placed[0] * ids.shape[1] + placed[1]
 
 
 def _refuse_tokens(pieces: list[Any]) -> None:

@@ -13,7 +13,10 @@ DataLoader workers of each rank.  Consumer ``k = rank * num_workers + worker`` p
 
 Every document lands in exactly one shard; shards pack independently (ranks may emit different
 numbers of batches).  With ``eot`` every source sequence gets that token appended (a copy per
-sequence), so it closes every document as in the views.  The consumer is known to the layer that
+sequence), so it closes every document as in the views (a document's loss mask gets a 1: the eot
+is a target, as in the views).  A masked TokenStore's block reads its documents' masks with
+their tokens (:attr:`StoreBlock.loss_mask`, or ``{"input_ids", "loss_mask"}`` documents when
+the eot is appended).  The consumer is known to the layer that
 runs the packer: without one (:func:`set_consumer_provider`, which :mod:`mmpack.torch.streaming`
 sets to read ``torch.distributed`` and the DataLoader's worker) a packer is the only consumer.
 Cost: O(1) per document on top of the source's own reads; none at all for one consumer and no
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.streaming.incoming import flat_sequences, tokens_of
+from mmpack.streaming.incoming import flat_documents
 from mmpack.streaming.sources import batch_items, detect_format
 
 __all__ = [
@@ -118,15 +121,18 @@ def shard_source(
         lo, hi = k * n // n_shards, (k + 1) * n // n_shards
         if eot is None and store_like:
             return StoreBlock(source, lo, hi), True
-        return Block(source, lo, hi, eot), False
+        mask = source.loss_mask if store_like else None
+        return Block(source, lo, hi, eot, mask), False
     return RoundRobin(source, k, n_shards, eot), False
 
 
 class Block:
-    """Documents ``[lo, hi)`` of a random-access source (with ``eot`` appended, if given)."""
+    """Documents ``[lo, hi)`` of a random-access source (with ``eot`` appended, if given); with
+    ``mask`` (the loss mask store of a TokenStore ``source``) each is a document
+    ``{"input_ids", "loss_mask"}``."""
 
-    def __init__(self, source: Any, lo: int, hi: int, eot: int | None) -> None:
-        self.source, self.lo, self.hi, self.eot = source, lo, hi, eot
+    def __init__(self, source: Any, lo: int, hi: int, eot: int | None, mask: Any = None) -> None:
+        self.source, self.lo, self.hi, self.eot, self.mask = source, lo, hi, eot, mask
 
     def __len__(self) -> int:
         return self.hi - self.lo
@@ -134,7 +140,10 @@ class Block:
     def __getitem__(self, j: int) -> Any:
         if not 0 <= j < self.hi - self.lo:
             raise IndexError(j)
-        return with_eot(tokens_of(self.source[self.lo + j]), self.eot, self.lo + j)
+        item = self.source[self.lo + j]
+        if self.mask is not None:
+            item = {"input_ids": item, "loss_mask": self.mask[self.lo + j]}
+        return with_eot(item, self.eot, self.lo + j)
 
 
 class StoreBlock:
@@ -155,6 +164,11 @@ class StoreBlock:
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> Any:
         return self.store.read_ranges(starts, lengths)
 
+    @property
+    def loss_mask(self) -> Any:
+        """The store's loss mask store (its flat ranges are the store's), or None."""
+        return self.store.loss_mask
+
 
 class RoundRobin:
     """Items ``k, k + S, ...`` of an opaque iterable (with ``eot`` appended to sequences)."""
@@ -170,18 +184,22 @@ class RoundRobin:
 
     def _eot_item(self, item: Any) -> Any:
         if detect_format([item]) == "batches":  # an incoming batch: eot after each sequence
-            return [with_eot(tokens_of(x), self.eot) for x in batch_items(item)]
-        return with_eot(tokens_of(item), self.eot)
+            return [with_eot(x, self.eot) for x in batch_items(item)]
+        return with_eot(item, self.eot)
 
 
-def with_eot(tokens: Any, eot: int | None, index: int = 0) -> Any:
-    """``tokens`` (a source sequence, checked by the build's token rule and named as document
-    ``index`` in its errors) followed by ``eot``, as one new int64 array; ``tokens`` as they are
-    when ``eot`` is None."""
+def with_eot(item: Any, eot: int | None, index: int = 0) -> Any:
+    """The tokens of ``item`` (a source sequence or a dict with ``input_ids``, checked by the
+    build's token rule and named as document ``index`` in its errors) followed by ``eot``, as
+    one new int64 array; a document with a ``loss_mask`` becomes ``{"input_ids": that array,
+    "loss_mask": its mask followed by 1}`` (an eot is a target).  ``item`` as it is when ``eot``
+    is None."""
     if eot is None:
-        return tokens
-    flat, _ = flat_sequences([tokens], index)
+        return item
+    flat, _, mask = flat_documents([item], index)
     out = np.empty(flat.shape[0] + 1, dtype=np.int64)
     out[:-1] = flat
     out[-1] = eot
-    return out
+    if mask is None:
+        return out
+    return {"input_ids": out, "loss_mask": np.append(mask, np.uint8(1))}

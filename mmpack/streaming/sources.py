@@ -97,7 +97,18 @@ def is_store_like(source: Any) -> bool:
 
 
 def batch_items(batch: Any) -> list[Any]:
+    """The sequences of an incoming batch: a list, a 2-D array, or a dict whose ``input_ids``
+    is one of those (with ``loss_mask``, one of those too: each sequence becomes a document
+    ``{"input_ids", "loss_mask"}``)."""
     if isinstance(batch, Mapping):
+        if "loss_mask" in batch:
+            tokens, masks = batch_items(batch["input_ids"]), batch_items(batch["loss_mask"])
+            if len(tokens) != len(masks):
+                raise ValueError(
+                    f"an incoming batch has {len(tokens)} sequences in 'input_ids' but "
+                    f"{len(masks)} in 'loss_mask'; give one loss mask per sequence"
+                )
+            return [{"input_ids": t, "loss_mask": m} for t, m in zip(tokens, masks)]
         batch = tokens_of(batch)
     if getattr(batch, "ndim", None) == 2:
         return list(batch)

@@ -179,28 +179,17 @@ def loader(
                 f"to your own collate ({collate!r}) instead"
             )
         collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
+    common = dict(
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=num_workers > 0,
+        timeout=float(timeout) if num_workers > 0 else 0.0,
+    )
     if isinstance(view, Stages):
-        if balance is not None:
-            raise ValueError(
-                f"balance={balance!r} is not available over Stages (a stage's step may span two "
-                "epochs of its sampler); load each stage's view with loader(view, balance=...)"
-            )
         given = dict(batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
-        given.update(block_bytes=block_bytes, window_blocks=window_blocks)
-        on = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if not on:  # no process group: the run's own, unless given
-            rank = view.rank if rank is None else rank
-            world_size = view.world_size if world_size is None else world_size
-        _check_stages_options(view, given, _rank_and_world(rank, world_size))
-        return ResumableLoader(
-            view.dataset,
-            batch_sampler=view,
-            num_workers=num_workers,
-            collate_fn=collate,
-            pin_memory=torch.cuda.is_available(),
-            persistent_workers=num_workers > 0,
-            timeout=float(timeout) if num_workers > 0 else 0.0,
-        )
+        given.update(block_bytes=block_bytes, window_blocks=window_blocks, balance=balance)
+        return _stages_loader(view, given, rank, world_size, common)
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
             f"loader needs a map-style dataset (len and __getitem__), got {type(view).__name__}; "
@@ -210,13 +199,6 @@ def loader(
         raise TypeError(f"loader needs batch_size for a {type(view).__name__}, got none")
     batch_size = check_positive_int(batch_size, "batch_size")
     drop_last = check_bool(drop_last, "drop_last")
-    costs: dict[str, Any] = {}
-    if balance is not None:
-        if balance != "attention":
-            raise ValueError(f"balance must be 'attention' or None, got balance={balance!r}")
-        if not callable(getattr(view, "attention_cost", None)):
-            raise TypeError(f"balance='attention' needs a view with attention_cost, got {view!r}")
-        costs = dict(costs=view.attention_cost, batch_size=batch_size)
     rank, world_size = _rank_and_world(rank, world_size)
     order = check_shuffle(shuffle, view)
     blocks: dict[str, Any] = {}
@@ -232,19 +214,44 @@ def loader(
         world_size=world_size,
         drop_last=drop_last,
         **blocks,
-        **costs,
+        **_balance_costs(view, balance, batch_size),
     )
     return ResumableLoader(
-        view,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=num_workers,
-        collate_fn=collate,
-        drop_last=drop_last,
-        pin_memory=torch.cuda.is_available(),
-        persistent_workers=num_workers > 0,
-        timeout=float(timeout) if num_workers > 0 else 0.0,
+        view, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **common
     )
+
+
+def _balance_costs(view: Any, balance: Any, batch_size: int) -> dict[str, Any]:
+    """The sampler's ``costs`` and ``batch_size`` for ``balance`` (none without it)."""
+    if balance is None:
+        return {}
+    if balance != "attention":
+        raise ValueError(f"balance must be 'attention' or None, got balance={balance!r}")
+    if not callable(getattr(view, "attention_cost", None)):
+        raise TypeError(f"balance='attention' needs a view with attention_cost, got {view!r}")
+    return dict(costs=view.attention_cost, batch_size=batch_size)
+
+
+def _stages_loader(
+    view: Stages,
+    given: dict[str, Any],
+    rank: int | None,
+    world_size: int | None,
+    common: dict[str, Any],
+) -> ResumableLoader:
+    """:func:`loader` over a Stages run: the run is the batch sampler (see :func:`loader`)."""
+    if given["balance"] is not None:
+        raise ValueError(
+            f"balance={given['balance']!r} is not available over Stages (a stage's step may span "
+            "two epochs of its sampler); load each stage's view with loader(view, balance=...)"
+        )
+    del given["balance"]
+    on = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not on:  # no process group: the run's own, unless given
+        rank = view.rank if rank is None else rank
+        world_size = view.world_size if world_size is None else world_size
+    _check_stages_options(view, given, _rank_and_world(rank, world_size))
+    return ResumableLoader(view.dataset, batch_sampler=view, **common)
 
 
 def _check_stages_options(
