@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import cached_plan
+from mmpack.views.plan_regions import cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 
@@ -69,6 +69,10 @@ class _DirStore:
         self.doc_lens = doc_lens
         self.offsets = np.concatenate([[0], np.cumsum(doc_lens)]).astype(np.int64)
         self.fingerprint = "bench0000000000a"
+        self.mapped_offsets = self.offsets
+
+    def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
+        return self.offsets[lo : hi + 1]
 
 
 def _chunk_split_fraction(lens: np.ndarray, seqlen: int, eot: bool) -> float:

@@ -76,7 +76,8 @@ def _public_callables() -> dict[str, object]:
     from mmpack.torch.loading import loader
     from mmpack.torch.streaming import PackerDataset
     from mmpack.views.plan import build_plan
-    from mmpack.views.plan_file import cached_plan, plan_cache_key
+    from mmpack.views.plan_file import plan_cache_key
+    from mmpack.views.plan_regions import cached_plan
 
     found = {
         name: getattr(mmpack, name)

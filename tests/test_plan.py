@@ -16,7 +16,8 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
 from mmpack.kernels import plan_bestfit
 from mmpack.views.plan import ALGORITHMS, LONG_DOCS, build_plan
-from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key, save_plan
+from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.views.plan_regions import cached_plan
 
 
 def plan_bins(plan):
@@ -313,6 +314,10 @@ class FakeStore:
         self.doc_lens = np.asarray(lens, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.doc_lens)]).astype(np.int64)
         self.fingerprint = fingerprint
+        self.mapped_offsets = self.offsets
+
+    def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
+        return self.offsets[lo : hi + 1]
 
 
 def same_plan(a, b):
@@ -364,10 +369,11 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     first = cached_plan(store, 2048, add_eot=True)
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
-    import mmpack.views.plan_file as plan_file
+    import mmpack.views.plan_regions as plan_regions
 
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
-        mp.setattr(plan_file, "plan_of_offsets", lambda *a, **k: pytest.fail("plan computed again"))
+        for name in ("plan_of_offsets", "pack_regions"):
+            mp.setattr(plan_regions, name, lambda *a, **k: pytest.fail("plan computed again"))
         again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
     # Other parameters get other files.

@@ -16,7 +16,8 @@ from test_plan import FakeStore, same_plan
 from mmpack.errors import FormatError
 from mmpack.views import plan_file
 from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import cached_plan, load_plan, plan_cache_key, save_plan
+from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.views.plan_regions import cached_plan
 
 ARRAYS = ["bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc"]
 

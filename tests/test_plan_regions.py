@@ -17,12 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
 
+import mmpack.views.plan_regions as plan_regions
 from mmpack.ingest.region_plan import build_region_plan
 from mmpack.store.writer import build
 from mmpack.views.packed import PackedDataset
 from mmpack.views.plan import LONG_DOCS, build_plan, plan_of_offsets
-from mmpack.views.plan_file import cached_plan, plan_cache_key, plan_path
-from mmpack.views.plan_regions import build_plan_in_parts
+from mmpack.views.plan_file import plan_cache_key, plan_path, save_plan
+from mmpack.views.plan_regions import build_plan_in_parts, cached_plan
 from mmpack.views.region_cuts import region_blocks, region_edges
 
 
@@ -239,7 +240,10 @@ def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
         parts = build_plan_in_parts(store_b, seqlen, regions_per_task=per_task, **opts)
         assert same_plan(serial, parts)
         key = plan_cache_key(store_a.fingerprint, seqlen, **opts)
-        assert plan_path(a / "cache", key).read_bytes() == plan_path(b / "cache", key).read_bytes()
+        in_memory = Path(tmp, "in-memory.mmplan")  # the whole plan in memory, written at once
+        save_plan(build_plan(lens, seqlen, **opts), in_memory, key)
+        assert plan_path(a / "cache", key).read_bytes() == in_memory.read_bytes()
+        assert plan_path(b / "cache", key).read_bytes() == in_memory.read_bytes()
         assert [p.name for p in (b / "cache").iterdir()] == [plan_path(b, key).name]
 
 
@@ -297,3 +301,51 @@ def test_a_region_plan_holds_one_regions_lengths_at_a_time(tmp_path):
     # sizes at once would add 12 bytes a document (12 MB).
     extra = peak - out - 8 * (plan.n_pieces + 1)
     assert plan.n_regions > 100 and extra < 2_000_000, extra
+
+
+def test_a_cached_region_plan_is_written_as_it_is_made(tmp_path, monkeypatch):
+    """cached_plan builds a plan per region task by task, each written out as it is made: its
+    peak memory is one task's, far below the plan it writes (which it reads back mapped)."""
+    monkeypatch.setattr(plan_regions, "TASK_TOKENS", 1 << 20)
+    monkeypatch.setattr(plan_regions, "JOIN_CHUNK", 1 << 16)
+    lens = np.random.default_rng(3).integers(1, 8, 2_000_000)  # ~8M tokens: 8 tasks
+    store = FakeStore(tmp_path, lens)
+    cached_plan(FakeStore(tmp_path / "warm", lens[:1000]), 64, add_eot=True, region_tokens=4096)
+    tracemalloc.start()
+    try:
+        plan = cached_plan(store, 64, add_eot=True, region_tokens=4096)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = sum(
+        getattr(plan, a).nbytes
+        for a in ("bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc")
+    )
+    assert out > 40_000_000 and peak < out / 3, (peak, out)
+    assert same_plan(plan, build_plan(lens, 64, add_eot=True, region_tokens=4096))
+
+
+def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
+    """A part (a task on a worker, which opens the store in O(1)) checks the pages of the
+    offsets its documents lie on, not the whole index; the parts of a whole plan check every
+    page, so a decrease anywhere still fails the build."""
+    import mmpack
+    import mmpack.store.writer
+    from mmpack.errors import FormatError
+    from mmpack.views.plan_regions import build_part
+
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    build(tmp_path / "s", [[1] * 4] * 200)  # 800 tokens; slots of 40 tokens: 10 documents
+    offsets = np.fromfile(tmp_path / "s" / "offsets.bin", dtype="<i8")
+    offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)
+    offsets.tofile(tmp_path / "s" / "offsets.bin")
+    store = mmpack.open(tmp_path / "s")
+    key = plan_cache_key(store.fingerprint, 16, add_eot=True, region_tokens=40)
+    options = dict(store=store, key=key, seqlen=16, add_eot=True, long_docs="split")
+    options |= dict(algorithm="bfd", lookahead=64, region_tokens=40)
+    done = build_part([0, 5], str(tmp_path / "part.mmplan"), options)  # documents 0..49
+    assert done["n_docs"] == 50 and not store._pages.all_checked()
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        build_part([14, 15], str(tmp_path / "part.mmplan"), options)  # documents 140..149
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        cached_plan(mmpack.open(tmp_path / "s"), 16, add_eot=True, region_tokens=40)

@@ -83,6 +83,38 @@ def test_open_checks_offsets(tmp_path, backend, edit, message):
         mmpack.open(tmp_path / "s")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_open_reads_the_offsets_ends_and_each_page_on_first_use(tmp_path, monkeypatch, backend):
+    """An open checks the offsets' ends and first and last pages, not every page (O(1)); a
+    decrease on another page is refused by the first read that uses that page, by the whole
+    index (``store.offsets``) and by ``verify()``, and reads elsewhere are served."""
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 entries
+    mmpack.build(tmp_path / "s", [[j % 7 + 1] * (j % 5 + 1) for j in range(60)], backend=backend)
+    _rewrite_offsets(tmp_path / "s", backend, lambda o: o.__setitem__(21, o[20] - 1))
+    store = mmpack.open(tmp_path / "s")  # page 2 (entries 16..23) is not read
+    assert store[3].tolist() == [4] * 4 and store[40].tolist() == [6] * 1
+    for read in (lambda: store[19], lambda: store[23], lambda: store.offsets, store.verify):
+        with pytest.raises(FormatError, match=r"offsets decrease at document 20"):
+            read()
+    assert store[5].tolist() == [6]  # other pages still serve
+    with pytest.raises(FormatError, match=r"offsets decrease at document 20"):
+        _ = mmpack.open(tmp_path / "s").doc_lens
+
+
+def test_verify_reads_checksums_each_offsets_page_on_first_use(tmp_path, monkeypatch):
+    """With ``verify_reads`` an offsets page that still increases but fails its checksum is
+    refused by the first read that uses it; the open checks only the first and last pages."""
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
+    mmpack.build(tmp_path / "s", [[1] * 4] * 60)
+    _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(28, o[28] + 1))
+    store = mmpack.open(tmp_path / "s", verify_reads=True)
+    assert store[10].tolist() == [1] * 4
+    with pytest.raises(FormatError, match=r"offsets block 3 \(bytes 192..256\) fails"):
+        store[27]
+    with pytest.raises(FormatError, match=r"offsets block 3 "):
+        _ = mmpack.open(tmp_path / "s", verify_reads=True).offsets
+
+
 @pytest.mark.parametrize(
     ("file", "change", "message"),
     [

@@ -24,9 +24,16 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.store.backends import Backend
-from mmpack.store.format import StoreMeta
+from mmpack.store.format import BLOCK_BYTES, StoreMeta
 
-__all__ = ["BlockChecker", "ReadChecker", "block_digest", "block_digests", "check_offsets"]
+__all__ = [
+    "BlockChecker",
+    "OffsetsPages",
+    "ReadChecker",
+    "block_digest",
+    "block_digests",
+    "check_offsets",
+]
 
 
 class ReadChecker(Protocol):
@@ -216,6 +223,12 @@ def _first_decrease(offsets: np.ndarray) -> int:
 def check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
     """:class:`FormatError` naming ``path`` unless ``offsets`` (int64, shape (num_docs + 1,))
     starts at 0, never decreases and ends at ``meta.num_tokens``."""
+    _check_ends(offsets, meta, path)
+    _raise_decrease(offsets, _first_decrease(offsets), 0, path)
+
+
+def _check_ends(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
+    """The O(1) part of :func:`check_offsets`: the shape, the first and the last entry."""
     if offsets.shape != (meta.num_docs + 1,):
         raise FormatError(
             f"{path}: offsets has shape {offsets.shape}, expected ({meta.num_docs + 1},)"
@@ -227,9 +240,90 @@ def check_offsets(offsets: np.ndarray, meta: StoreMeta, path: Path) -> None:
             f"{path}: offsets end at {int(offsets[-1])} but the store holds "
             f"{meta.num_tokens} tokens"
         )
-    bad = _first_decrease(offsets)
+
+
+def _raise_decrease(offsets: np.ndarray, bad: int, base: int, path: Path) -> None:
+    """:class:`FormatError` naming document ``base + bad`` unless ``bad`` is -1."""
     if bad >= 0:
+        bad += base
         raise FormatError(
             f"{path}: offsets decrease at document {bad} "
             f"({int(offsets[bad])} -> {int(offsets[bad + 1])}): the index is corrupt"
         )
+
+
+class OffsetsPages:
+    """The offsets of one store, checked page by page on first use (see the module docstring).
+
+    A page is one checksum block of the offsets (``meta.block_bytes // 8`` entries); checking
+    page ``p`` checks that its entries never decrease, also from the entry before it (so all
+    pages checked means the whole index never decreases), and, with ``checksums``, the page's
+    block digest.  The constructor checks the ends and pages 0 and last (O(1) whatever the
+    store's size); :meth:`check_entries` checks the pages a read uses (a bitmap lookup once
+    they are checked); :meth:`check_all` the rest.
+
+    Parameters
+    ----------
+    path : Path
+        Named in error messages.
+    meta : StoreMeta
+    offsets : numpy.ndarray, int64, shape (num_docs + 1,)
+        The mapped offsets (not read beyond the pages checked).
+    blocks : BlockChecker, optional
+        Checks each page's block digest (``verify_reads``); None checks the structure only.
+    """
+
+    def __init__(
+        self, path: Path, meta: StoreMeta, offsets: np.ndarray, blocks: BlockChecker | None
+    ) -> None:
+        self._path = path
+        self._offsets = offsets
+        self._blocks = blocks
+        self._page = max(1, getattr(meta, "block_bytes", BLOCK_BYTES) // 8)
+        _check_ends(offsets, meta, path)
+        pages = -(-offsets.shape[0] // self._page)
+        self._checked = np.zeros(pages, dtype=bool)
+        self._pending = pages
+        self._check_page(0)
+        self._check_page(pages - 1)
+
+    @property
+    def page_entries(self) -> int:
+        """Entries per page."""
+        return self._page
+
+    def all_checked(self) -> bool:
+        return self._pending == 0
+
+    def check_entries(self, lo: int, hi: int) -> None:
+        """Check (once) the pages holding entries ``[lo, hi]`` (ints, ``0 <= lo <= hi <=
+        num_docs``): what a read of documents ``lo..hi-1`` uses."""
+        if not self._pending:
+            return
+        for p in range(lo // self._page, hi // self._page + 1):
+            if not self._checked[p]:
+                self._check_page(p)
+
+    def check_all(self) -> None:
+        """Check every page not checked yet (one pass over the offsets, numba above 4M
+        entries; with ``checksums``, each unchecked page's block digest)."""
+        if not self._pending:
+            return
+        _raise_decrease(self._offsets, _first_decrease(self._offsets), 0, self._path)
+        if self._blocks is not None:
+            for p in np.flatnonzero(~self._checked).tolist():
+                self._blocks.check_block("offsets", p)
+        self._checked[:] = True
+        self._pending = 0
+
+    def _check_page(self, p: int) -> None:
+        lo = max(0, p * self._page - 1)  # the entry before the page: the edge is checked too
+        hi = min(self._offsets.shape[0], (p + 1) * self._page)
+        seg = self._offsets[lo:hi]
+        bad = np.flatnonzero(seg[1:] < seg[:-1])
+        _raise_decrease(self._offsets, int(bad[0]) if bad.size else -1, lo, self._path)
+        if self._blocks is not None:
+            self._blocks.check_block("offsets", p)
+        if not self._checked[p]:
+            self._checked[p] = True
+            self._pending -= 1

@@ -146,6 +146,7 @@ def check_new_store(tmp: Path, meta: StoreMeta) -> TokenStore:
     if StoreMeta.from_json(raw, tmp).fingerprint != meta.fingerprint:
         raise FormatError(f"{tmp}: the metadata written does not read back; nothing was replaced")
     store = TokenStore(tmp, StoreMeta.from_json(raw, tmp), raw)
+    _ = store.offsets  # every page of the index (an open checks its ends and first/last pages)
     if store.has_loss_mask and store.loss_mask is None:  # opening it checks it against the record
         raise FormatError(f"{tmp}: the loss mask written does not read back; nothing was replaced")
     return store

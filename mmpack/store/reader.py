@@ -1,30 +1,26 @@
 """The token store: every document's tokens in one flat array, plus a cumulative-length index.
 
 A store is opened read-only by memory mapping (:mod:`mmpack.store.backends`): opening reads only the
-metadata and checks it against the files (sizes, ``offsets`` starting at 0, never decreasing,
-ending at ``num_tokens``), so it costs milliseconds whatever the corpus; ``verify()`` recomputes
-the block checksums.  Stores are written by :mod:`mmpack.store.writer`.
+metadata and checks it against the files (sizes, ``offsets`` starting at 0 and ending at
+``num_tokens``, the first and last pages of ``offsets`` never decreasing), so it costs
+milliseconds whatever the corpus; every other page of ``offsets`` is checked the first time a
+read uses it (:class:`~mmpack.store.integrity.OffsetsPages`); ``verify()`` recomputes the block
+checksums.  Stores are written by :mod:`mmpack.store.writer`.
 
-Opt-in verification on read (``open_store(path, verify_reads=True)``): the offsets' checksums are
-checked at open, and each 16 MiB block of tokens the first time a read touches it (one digest of
-the block: XXH64, ~1.6 ms, or CRC-32, ~10 ms, for a store written with ``checksum="crc32"``;
-then a bitmap lookup).  Views then read through :meth:`TokenStore.read_ranges`
-(``store.tokens`` is None), so every token they return comes from a verified block.  Measured
-(``python -m benchmarks.trust_costs verify_reads``, 100M uint16 tokens, batches of 64 random
-windows of 2048, on a loaded 2-core VM): 0.125-0.144 ms per batch against 0.101-0.122 ms for the
-plain mapping (1.03-1.42x), the twelve block checks spread over the first batches (a full
-``verify()`` of the same 200 MB: 0.29-0.56 s).  Kinds of store without block checksums of their
-own pass a ``read_checker`` (a :class:`~mmpack.store.integrity.ReadChecker`): a join lets its
-parts check their own blocks, another tool's files are checked against their checksum sidecar.
+Opt-in verification on read (``open_store(path, verify_reads=True)``): each page of the offsets is
+checksummed when its structure is checked, and each 16 MiB block of tokens the first time a read
+touches it (XXH64, ~1.6 ms; CRC-32, ~10 ms, for ``checksum="crc32"``; then a bitmap lookup).
+Views then read through :meth:`TokenStore.read_ranges` (``store.tokens`` is None), so every
+token they return comes from a verified block (cost: ``python -m benchmarks.trust_costs
+verify_reads``, 1.03-1.42x the plain mapping per batch of 64 windows of 2048).  Kinds of store
+without block checksums of their own pass a ``read_checker``
+(:class:`~mmpack.store.integrity.ReadChecker`): a join lets its parts check their own blocks,
+another tool's files are checked against their checksum sidecar.
 
-:func:`open_store` dispatches locations that are not a local mmpack folder to the openers the
-adapters registered (:mod:`mmpack.store.registry`); the checksum and offsets checks live in
-:mod:`mmpack.store.integrity`.
-
-Cold data: the token mapping is advised for random access at open (a page fault then reads its
-own page, not an 8 MiB read-ahead window); :meth:`TokenStore.verify` and iteration scan with
-read-ahead; :meth:`TokenStore.prefetch` queues many ranges' reads at once.  Measured by
-``benchmarks/bench_cold.py`` (see :mod:`mmpack.store.backends._memmap`).
+:func:`open_store` dispatches other locations to the adapters' openers
+(:mod:`mmpack.store.registry`).  Cold data: the token mapping is advised for random access at
+open; :meth:`TokenStore.verify` and iteration scan with read-ahead; :meth:`TokenStore.prefetch`
+queues many ranges' reads at once (``benchmarks/bench_cold.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from mmpack.store.backends import Backend, get_backend
 from mmpack.store.documents import DocumentSets
 from mmpack.store.fields import fields_nbytes, verify_fields
 from mmpack.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
-from mmpack.store.integrity import BlockChecker, ReadChecker, check_offsets
+from mmpack.store.integrity import BlockChecker, OffsetsPages, ReadChecker, check_offsets
 from mmpack.store.lossmask import check_mask_store
 from mmpack.store.opening import (
     as_path,
@@ -96,15 +92,13 @@ class TokenStore(DocumentSets):
         self._open_options = dict(open_options or {})
         self._doc_lens: np.ndarray | None = None
         self._loss_mask: TokenStore | None = None
-        check_offsets(self._backend.offsets, meta, path)
         self._verify_reads = bool(verify_reads)
         own = self._verify_reads and read_checker is None
         self._blocks = BlockChecker(path, meta, self._backend, track_reads=own)
         # what checks a read's blocks first: this store's checksums, or the kind's own checker
         self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
-        if own:
-            for b in range(len(meta.offsets_crc32)):
-                self._blocks.check_block("offsets", b)
+        # the offsets' ends and first and last pages now, every other page on first use
+        self._pages = OffsetsPages(path, meta, self._backend.offsets, self._blocks if own else None)
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -138,7 +132,24 @@ class TokenStore(DocumentSets):
 
     @property
     def offsets(self) -> np.ndarray:
-        """int64, shape (num_docs + 1,), read-only: document j is ``tokens[offsets[j]:offsets[j+1]]``."""
+        """int64, shape (num_docs + 1,), read-only: document j is ``tokens[offsets[j]:offsets[j+1]]``.
+
+        The whole index, checked in full on this first use (an open checks only its ends; a
+        read of a few documents, :meth:`doc_bounds`, only its own pages)."""
+        self._pages.check_all()
+        return self._backend.offsets
+
+    def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
+        """``offsets[lo : hi + 1]`` (int64, shape (hi - lo + 1,), read-only): the bounds of
+        documents ``lo..hi-1``, after checking (once) the pages of the index they lie on, not
+        the whole index (``0 <= lo <= hi <= num_docs``, validated by the caller)."""
+        self._pages.check_entries(lo, hi)
+        return self._backend.offsets[lo : hi + 1]
+
+    @property
+    def mapped_offsets(self) -> np.ndarray:
+        """The offsets as mapped, pages not checked: for a binary search whose answers are then
+        read through :meth:`doc_bounds` (which checks their pages)."""
         return self._backend.offsets
 
     @property
@@ -176,13 +187,7 @@ class TokenStore(DocumentSets):
 
     def read_attached(self, name: str) -> bytes:
         """The bytes of the attached file ``name`` (one of :attr:`attached_files`), from the
-        store folder or the store's objects.
-
-        Raises
-        ------
-        KeyError
-            The store has no attached file of that name.
-        """
+        store folder or the store's objects; ``KeyError`` if the store has none of that name."""
         if name not in self.attached_files:
             raise KeyError(
                 f"{self._location} has no attached file {name!r} (it has "
@@ -276,7 +281,8 @@ class TokenStore(DocumentSets):
 
     def __getitem__(self, j: int) -> np.ndarray:
         j = check_index(j, self._meta.num_docs, "document")
-        lo, hi = int(self.offsets[j]), int(self.offsets[j + 1])
+        bounds = self.doc_bounds(j, j + 1)
+        lo, hi = int(bounds[0]), int(bounds[1])
         if self._verify_reads:
             self._reads.verify_span(lo, hi)
         return self._backend.read_range(lo, hi)
@@ -353,18 +359,9 @@ class TokenStore(DocumentSets):
         them, without waiting for the data: the memmap backend issues one
         ``madvise(MADV_WILLNEED)`` per merged page range, so a batch's pages are read
         concurrently instead of one fault at a time; a remote backend starts fetching the
-        ranges' checked blocks in the background.
-
-        Parameters
-        ----------
-        starts, lengths : array_like of int, shape (k,)
-            Ranges inside ``[0, num_tokens]``.
-
-        Returns
-        -------
-        int
-            The number of requests issued (0 when the backend has nothing to do).
-        """
+        ranges' checked blocks in the background.  ``starts``, ``lengths``: array_like of int,
+        shape (k,), ranges inside ``[0, num_tokens]``; returns the number of requests issued (0
+        when the backend has nothing to do)."""
         s = np.asarray(starts)
         n = np.asarray(lengths)
         if s.shape == n.shape == (1,) and s.dtype == n.dtype == np.int64:  # a single read, fast
@@ -474,7 +471,7 @@ def open_store(
 
     Opening checks the structure (metadata, file types and sizes, the offsets, Zarr chunks),
     never the tokens' content: that is :meth:`TokenStore.verify`, or, with ``verify_reads=True``,
-    each 16 MiB token block the first time a read touches it (the offsets at open).
+    each 16 MiB token block and offsets page the first time a read touches it.
 
     Parameters
     ----------

@@ -179,7 +179,7 @@ def loader(
                 f"to your own collate ({collate!r}) instead"
             )
         collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
-    common = dict(
+    common: dict[str, Any] = dict(
         num_workers=num_workers,
         collate_fn=collate,
         pin_memory=torch.cuda.is_available(),
@@ -187,8 +187,13 @@ def loader(
         timeout=float(timeout) if num_workers > 0 else 0.0,
     )
     if isinstance(view, Stages):
-        given = dict(batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
-        given.update(block_bytes=block_bytes, window_blocks=window_blocks, balance=balance)
+        given: dict[str, Any] = dict(batch_size=batch_size, seed=seed, shuffle=shuffle)
+        given.update(
+            drop_last=drop_last,
+            block_bytes=block_bytes,
+            window_blocks=window_blocks,
+            balance=balance,
+        )
         return _stages_loader(view, given, rank, world_size, common)
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(

@@ -99,7 +99,7 @@ from mmpack.views.packed_gather import (
     read_bin,
 )
 from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_file import cached_plan
+from mmpack.views.plan_regions import cached_plan
 from mmpack.views.plan_stats import PackingStats
 from mmpack.views.provenance import packed_provenance, parent_located
 from mmpack.views.readahead import ColdReads, prefetch_ranges

@@ -48,7 +48,8 @@ Option names are the :class:`~mmpack.core.options.LongDocs` and
 :func:`~mmpack.core.options.parse_option`; a plan records the canonical names.
 
 The plan's file format and the cache of plans in a store's cache folder
-(:func:`~mmpack.views.plan_file.cached_plan`) live in :mod:`mmpack.views.plan_file`.
+(:func:`~mmpack.views.plan_regions.cached_plan`) live in :mod:`mmpack.views.plan_file` and
+:mod:`mmpack.views.plan_regions`.
 """
 
 from __future__ import annotations

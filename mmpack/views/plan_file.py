@@ -1,14 +1,14 @@
-"""The packing plan's file format and cache: a plan written once per store and parameters,
-checked on every load.
+"""The packing plan's file format: a plan written once per store and parameters, checked on
+every load.
 
-:func:`cached_plan` keys a plan by the store fingerprint and every parameter
-(:func:`plan_cache_key`; the algorithm by its canonical name, ``region_tokens`` resolved) and
-keeps it in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`): a JSON header (with its own
-CRC-32) then the raw arrays, each with its XXH64 in the header
-(:func:`mmpack.store.integrity.block_digest`, ~11 GB/s), written to a temporary file and renamed
-into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`, through
-:mod:`mmpack.store.checked_file`).  Loading
-checks every digest, so a damaged plan is rebuilt (with a warning) instead of silently
+A plan is keyed by the store fingerprint and every parameter (:func:`plan_cache_key`; the
+algorithm by its canonical name, ``region_tokens`` resolved) and kept in
+``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
+:func:`mmpack.views.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
+arrays, each with its XXH64 in the header (:func:`mmpack.store.integrity.block_digest`,
+~11 GB/s), written to a temporary file and renamed into place (:func:`save_plan`), and
+memory-mapped when read back (:func:`load_plan`, through :mod:`mmpack.store.checked_file`).
+Loading checks every digest, so a damaged plan is rebuilt (with a warning) instead of silently
 duplicating or dropping documents.  The check reads the arrays once (about 23 bytes per C4-like
 document).  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load 1.0, ``python -m
 benchmarks.bench_packing --reopen``, medians of 7): 10^6 documents 2.5-3.6 ms, 10^7 documents
@@ -32,7 +32,6 @@ import json
 import os
 import struct
 import tempfile
-import warnings
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -50,14 +49,12 @@ from mmpack.views.plan import (
     PackingPlan,
     check_add_eot,
     check_params,
-    plan_of_offsets,
 )
 from mmpack.views.plan_stats import PackingStats
 
 __all__ = [
     "ARRAYS",
     "PLAN_FORMAT_VERSION",
-    "cached_plan",
     "load_plan",
     "plan_cache_key",
     "plan_params",
@@ -320,61 +317,6 @@ def _check_consistent(
         or (not part and int(rd[0]) != 0)
     ):
         raise FormatError(f"{path}: plan arrays are inconsistent with each other")
-
-
-def cached_plan(
-    store: Any,
-    seqlen: int,
-    *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str | None = None,
-    cache: bool = True,
-) -> PackingPlan:
-    """:func:`~mmpack.views.plan.plan_of_offsets` over ``store.offsets`` (one region's lengths in
-    memory at a time), kept in ``<store>/cache/plan-<key>.mmplan``.
-
-    A cached file is used only if its recorded key (store fingerprint, every parameter, format
-    version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
-    warning.  A plan of regions built in parallel (:func:`mmpack.ingest.region_plan.build_region_plan`)
-    is the same file, found here.  If the store folder is not writable the plan is computed in
-    memory, silently.  ``cache=False`` neither reads nor writes the cache.
-    """
-    key = plan_cache_key(
-        store.fingerprint,
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=region_tokens,
-    )
-    path = plan_path(store.cache_dir, key)
-    if cache and path.is_file():
-        try:
-            return load_plan(path, key)
-        except (FormatError, StateMismatchError) as exc:
-            warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
-        except OSError:
-            pass
-    plan = plan_of_offsets(
-        store.offsets,
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=key["region_tokens"],
-    )
-    if cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_plan(plan, path, key)
-        except OSError:
-            pass
-    return plan
 
 
 def _round_up(x: int, a: int) -> int:

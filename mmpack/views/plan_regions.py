@@ -1,5 +1,6 @@
 """A plan packed per region, built in parts: each part packs some regions from the offsets alone,
-the parts are joined into the cached plan file without any process holding every length.
+the parts are joined into the cached plan file without any process holding every length; the
+cache of plans (:func:`cached_plan`) builds every plan per region this way, serially.
 
 ::
 
@@ -21,9 +22,9 @@ the parts' arrays into one plan file in task order, adding to each part's ``bin_
 and to its ``region_bin`` the bins of the parts before it, in chunks of
 :data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan_stats.merge_stats`);
 the digests are computed over the written file (:func:`~mmpack.views.plan_file.write_plan_file`).
-The result is byte for byte the file :func:`~mmpack.views.plan_file.cached_plan` writes for the
-same parameters (tested), in the same place, so a :class:`~mmpack.views.packed.PackedDataset`
-with that ``region_tokens`` opens it.
+The result is byte for byte the file :func:`~mmpack.views.plan_file.save_plan` writes for the
+plan held in memory (tested), in the place :func:`cached_plan` looks, so a
+:class:`~mmpack.views.packed.PackedDataset` with that ``region_tokens`` opens it.
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
 regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,7 +48,7 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.core.validation import check_int_range
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.views.plan import PackingPlan, pack_regions
+from mmpack.views.plan import PackingPlan, pack_regions, plan_of_offsets
 from mmpack.views.plan_file import (
     ARRAYS,
     load_plan,
@@ -65,6 +67,7 @@ __all__ = [
     "TASK_TOKENS",
     "build_part",
     "build_plan_in_parts",
+    "cached_plan",
     "join_parts",
     "part_key",
     "region_tasks",
@@ -73,9 +76,10 @@ __all__ = [
 JOIN_CHUNK = 1 << 20
 """Entries of one array copied at a time by :func:`join_parts` (8 MiB of int64)."""
 
-TASK_TOKENS = 1 << 30
-"""Tokens of the regions one task packs by default (about 4 * 10^6 C4-like documents: 32 MiB of
-offsets read and ~100 MB of plan written per task)."""
+TASK_TOKENS = 1 << 25
+"""Tokens of the regions one task packs by default (at most 2^25 documents of one token or more,
+under 2 GiB of lengths, packing state and plan; about 10^5 C4-like documents), unless a region
+is larger: what bounds a build's memory whatever the store's size."""
 
 Runner = Callable[
     [Callable[..., dict[str, Any]], list[Any], list[str], dict[str, Any], Callable[..., None]],
@@ -101,16 +105,17 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
     worker by its location), the plan parameters of :func:`~mmpack.views.plan.build_plan`
     (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
-    :func:`part_key`).  Reads the store's offsets at
-    O(hi - lo) binary searches and over the part's documents only.  Returns the part's
+    :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
+    part's documents only, and checks only the pages of the index those lie on (a store is
+    opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
     """
     lo, hi = (int(v) for v in slots)
     store = options["store"]
-    offsets = store.offsets
-    edges = region_edges(offsets, options["region_tokens"], lo, hi)
+    # a binary search over the mapping, then only the part's pages of the index are checked
+    edges = region_edges(store.mapped_offsets, options["region_tokens"], lo, hi)
     first, last = int(edges[0]), int(edges[-1])
-    lens = np.diff(np.asarray(offsets[first : last + 1], dtype=np.int64))
+    lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
     params = {name: options[name] for name in _PLAN_OPTIONS}
     plan = pack_regions(lens, edges, **params)
     save_plan(plan, path, part_key(options["key"], (lo, hi)))
@@ -156,7 +161,7 @@ def join_parts(
                 chunk = arr[lo : min(lo + JOIN_CHUNK, stop)]
                 if name in bases:
                     chunk = chunk + base
-                f.write(np.ascontiguousarray(chunk, dtype=dtypes[name]).tobytes())
+                f.write(memoryview(np.ascontiguousarray(chunk, dtype=dtypes[name])).cast("B"))  # type: ignore[arg-type]
             if name in bases:
                 counted = getattr(part, bases[name]).shape[0]
                 base += counted - (1 if name == "region_bin" else 0)
@@ -180,10 +185,11 @@ def build_plan_in_parts(
     region_tokens: int | str = "auto",
     regions_per_task: int | None = None,
     run: Runner | None = None,
+    fresh: bool = False,
 ) -> PackingPlan:
-    """The plan :func:`~mmpack.views.plan_file.cached_plan` gives for ``region_tokens``, built in
-    parts by ``run`` (default: one after another in this process) and cached in the store's
-    cache folder; an existing sound cached plan is returned as it is.
+    """The plan :func:`cached_plan` gives for ``region_tokens``, built in parts by ``run``
+    (default: one after another in this process) and cached in the store's cache folder; an
+    existing sound cached plan is returned as it is (unless ``fresh``: the caller found none).
 
     Parameters
     ----------
@@ -225,9 +231,10 @@ def build_plan_in_parts(
     per_task = max(1, TASK_TOKENS // r) if regions_per_task is None else regions_per_task
     per_task = check_int_range(per_task, "regions_per_task", 1)
     path = plan_path(store.cache_dir, key)
-    with contextlib.suppress(FormatError, StateMismatchError, OSError):
-        return load_plan(path, key)
-    tasks = region_tasks(int(store.offsets[-1]), r, per_task)
+    if not fresh:
+        with contextlib.suppress(FormatError, StateMismatchError, OSError):
+            return load_plan(path, key)
+    tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
     options = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
     options |= {"store": store, "key": key, "region_tokens": r, "lookahead": int(lookahead)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,3 +255,57 @@ def build_plan_in_parts(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return load_plan(path, key)
+
+
+def cached_plan(
+    store: Any,
+    seqlen: int,
+    *,
+    add_eot: bool,
+    long_docs: str = "split",
+    algorithm: str = "bfd",
+    lookahead: int = DEFAULT_LOOKAHEAD,
+    region_tokens: int | str | None = None,
+    cache: bool = True,
+) -> PackingPlan:
+    """The plan of ``store`` (:func:`~mmpack.views.plan.build_plan` of its documents), kept in
+    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.views.plan_file.plan_path`).
+
+    A cached file is used only if its recorded key (store fingerprint, every parameter, format
+    version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
+    warning.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
+    about :data:`TASK_TOKENS` tokens in memory at a time, each written out as it is made), the
+    file a parallel build (:func:`mmpack.ingest.region_plan.build_region_plan`) writes too; a
+    whole-store plan (``region_tokens=None``) in memory.  If the store folder is not writable the
+    plan is computed in memory, silently.  ``cache=False`` neither reads nor writes the cache.
+    """
+    key = plan_cache_key(
+        store.fingerprint,
+        seqlen,
+        add_eot=add_eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        region_tokens=region_tokens,
+    )
+    path = plan_path(store.cache_dir, key)
+    if cache and path.is_file():
+        try:
+            return load_plan(path, key)
+        except (FormatError, StateMismatchError) as exc:
+            warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
+        except OSError:
+            pass
+    params = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
+    params |= {"lookahead": int(lookahead), "region_tokens": key["region_tokens"]}
+    if cache and key["region_tokens"] is not None:
+        with contextlib.suppress(OSError):  # a folder that cannot be written: in memory
+            return build_plan_in_parts(store, **params, fresh=True)
+    plan = plan_of_offsets(store.offsets, **params)
+    if cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_plan(plan, path, key)
+        except OSError:
+            pass
+    return plan

@@ -18,7 +18,7 @@ once and the copy kernel then waits for them together (a cold batch of 256 windo
 are resident, too much to pay per range on every warm batch, so :meth:`MemmapBackend.resident`
 first asks ``mincore`` about a couple of sampled pages (~5 us each) and callers skip the prefetch
 when they are in memory.
-The offsets mapping keeps the default advice: it is scanned in full at open and stays hot.
+The offsets mapping keeps the default advice: its pages are read as reads and checks use them.
 """
 
 from __future__ import annotations
