@@ -5,21 +5,23 @@ into rows of ``seqlen`` 8192 and 32768 (documents longer than a row split), eot 
 row's cost is ``sum(s**2)`` over its segments (``PackedDataset.attention_cost``, here computed
 from the plan of the lengths alone, as the view computes it).
 
-Balance rows: ``W = 8`` ranks, ``B = 1..4`` samples each, the epoch's steps drawn by
+Balance rows: ``W = 8`` ranks, ``B = 1..4`` samples each, the epoch's first steps drawn by
 ``ResumableSampler`` (seed 0) with and without ``costs=``.  Per step, the largest rank cost is
-divided by that step's optimum: exact for ``B <= 2`` (``B = 1``: any dealing; ``B = 2``: the
-sorted pairing), else a lower bound, ``max(ceil(total / W), the costliest sample plus the
-B - 1 cheapest others)`` (so the ratio given is an upper bound of the true one).  ``balanced`` is
-the mean of that ratio over the steps, ``today`` the same for the round-robin dealing.
+divided by that step's optimum, found exactly by :func:`optimal_largest_load` (branch and bound
+from the dealing found, capped at ``NODE_CAP`` nodes a step).  ``balanced`` is the mean of that
+ratio over the steps whose optimum the search proved, ``bound`` the same mean over every step
+with the unproven ones divided by a lower bound of their optimum instead (so the true mean lies
+at or below it), ``today`` the round-robin dealing's ratio.
 
 Overhead row: ``W = 64``, ``B = 2``, a real ``PackedDataset`` (8192-token rows of a store of the
-same corpus): seconds per step of one rank's ``indices`` with ``costs=ds.attention_cost`` minus
-without, median of 5 runs over 200 steps.
+same corpus, big enough for 200 steps; ``--quick``: fewer): seconds per step of one rank's
+``indices`` with ``costs=ds.attention_cost`` minus without, median of 5 runs.
 
-Collate rows: one batch of 8 rows of 8192 tokens from that view (rows of the median number of
-documents), ``collate`` against
-``collate(cp_size=C, cp_rank=0)`` and ``cp_rank=None`` (every rank's indices), median of 20
-calls; the extra microseconds are divided by the batch's segments (documents and padding).
+Collate rows: 8 rows of 8192 tokens drawn at random from that view (the corpus's own mix of
+documents per row), int64 and int32 tokens, ``collate`` against ``collate(cp_size=C,
+cp_rank=0)`` and ``cp_rank=None`` (every rank's indices), the least time of 200 calls each
+(the machine's other load only adds); the extra microseconds are divided by the batch's
+segments (document pieces and row padding).
 
 Run ``python -m benchmarks.bench_balance [--quick]`` (``--quick``: a smaller corpus, seconds).
 """
@@ -32,7 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
+import torch
 
 import mmpack
 from mmpack.torch.collate import collate
@@ -41,6 +45,7 @@ from mmpack.views.attention_cost import row_costs
 from mmpack.views.plan import build_plan
 
 WORLD, OVERHEAD_WORLD = 8, 64
+NODE_CAP = 2_000_000
 
 
 def _lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -52,14 +57,87 @@ def _plan_costs(lens: np.ndarray, seqlen: int) -> np.ndarray:
     return row_costs(plan.piece_len.astype(np.int64) + plan.piece_has_eot(), plan.bin_ptr, seqlen)
 
 
-def _optimum(step: np.ndarray, world: int, batch: int) -> tuple[int, bool]:
-    """``(optimum or lower bound, exact)`` of one step's largest rank cost."""
-    c = np.sort(step)
-    if batch == 1:
-        return int(c[-1]), True
-    if batch == 2:
-        return int((c + c[::-1]).max()), True
-    return max(-(-int(c.sum()) // world), int(c[-1] + c[: batch - 1].sum())), False
+def optimal_largest_load(
+    costs: Any, world: int, upper: int, node_cap: int = NODE_CAP
+) -> tuple[int, int, bool]:
+    """``(optimum, lower, proven)``: the smallest largest rank cost over every dealing of
+    ``costs`` (``m * world`` integers) to ``world`` ranks of ``m`` samples each, found by branch
+    and bound below the achievable ``upper``; ``lower`` a bound of it from the costs alone;
+    ``proven`` False when the search stopped at ``node_cap`` nodes (the value is then the best
+    dealing found, at or above the optimum)."""
+    c = np.sort(np.asarray(costs, dtype=np.int64))[::-1].copy()
+    n = c.shape[0]
+    m = n // world
+    suffix = np.zeros(n + 1, dtype=np.int64)
+    suffix[:-1] = np.cumsum(c[::-1])[::-1]
+    lower = -(-int(suffix[0]) // world)
+    for j in range(1, m + 1):  # some rank holds j of the world * (j - 1) + 1 costliest
+        top = int(c[world * (j - 1) + 1 - j : world * (j - 1) + 1].sum())
+        lower = max(lower, top + (int(suffix[n - (m - j)]) if m > j else 0))
+    best, proven = _search(c, suffix, world, m, int(upper), lower, node_cap)
+    return int(best), lower, bool(proven)
+
+
+@numba.njit(cache=True)
+def _search(c, suffix, world, m, best, lower, node_cap):  # type: ignore[no-untyped-def]
+    """Depth-first: costs in decreasing order, each to a rank with room (one of each set of
+    ranks of equal load and count), pruned where a rank would reach ``best`` even with its
+    remaining places taken by the cheapest costs, or the ranks' room below ``best`` cannot take
+    the rest; every dealing found lowers ``best``; stops at ``lower``."""
+    n = c.shape[0]
+    if best <= lower or n == 0:
+        return best, True
+    load = np.zeros(world, dtype=np.int64)
+    held = np.zeros(world, dtype=np.int64)
+    choice = np.full(n + 1, -1, dtype=np.int64)
+    i = 0
+    nodes = 0
+    while True:
+        if i == n:
+            best = load.max()
+            if best <= lower:
+                return best, True
+            i -= 1
+            load[choice[i]] -= c[i]
+            held[choice[i]] -= 1
+        limit = best - 1
+        found = -1
+        room = suffix[i]
+        if choice[i] == -1:
+            room = 0
+            for r in range(world):
+                if held[r] < m:
+                    room += limit - load[r]
+        if room >= suffix[i]:
+            for r in range(choice[i] + 1, world):
+                if held[r] == m:
+                    continue
+                dup = False
+                for q in range(r):
+                    if held[q] == held[r] and load[q] == load[r]:
+                        dup = True
+                        break
+                k = m - held[r] - 1
+                if dup or load[r] + c[i] + (suffix[n - k] if k > 0 else 0) > limit:
+                    continue
+                found = r
+                break
+        if found < 0:
+            choice[i] = -1
+            if i == 0:
+                return best, True
+            i -= 1
+            load[choice[i]] -= c[i]
+            held[choice[i]] -= 1
+            continue
+        choice[i] = found
+        load[found] += c[i]
+        held[found] += 1
+        nodes += 1
+        if nodes > node_cap:
+            return best, False
+        i += 1
+        choice[i] = -1
 
 
 def _balance_rows(costs: np.ndarray, seqlen: int, steps: int) -> list[dict[str, Any]]:
@@ -78,25 +156,41 @@ def _balance_rows(costs: np.ndarray, seqlen: int, steps: int) -> list[dict[str, 
                 ResumableSampler(n, rank=r, world_size=WORLD, **kw).indices(0, take)
                 for r in range(WORLD)
             ]
-        ratios: dict[str, list[float]] = {"today": [], "balanced": []}
-        exact = True
+        ratios: dict[str, list[float]] = {"today": [], "balanced": [], "bound": []}
+        proven = 0
         for t in range(0, take, batch):
+            peaks = {
+                name: max(int(costs[s[t : t + batch]].sum()) for s in got)
+                for name, got in shares.items()
+            }
             step = np.concatenate([s[t : t + batch] for s in shares["today"]])
-            best, exact = _optimum(costs[step], WORLD, batch)
-            for name, got in shares.items():
-                peak = max(int(costs[s[t : t + batch]].sum()) for s in got)
-                ratios[name].append(peak / best)
+            best, lower, exact = optimal_largest_load(costs[step], WORLD, peaks["balanced"])
+            proven += exact
+            ratios["bound"].append(peaks["balanced"] / (best if exact else lower))
+            if exact:
+                ratios["today"].append(peaks["today"] / best)
+                ratios["balanced"].append(peaks["balanced"] / best)
         rows.append(
             {
                 "case": f"balance seqlen {seqlen}, W={WORLD}, B={batch}",
                 "steps": take // batch,
-                "versus": "optimum" if exact else "lower bound",
+                "proven": proven,
                 "today": float(np.mean(ratios["today"])),
                 "balanced": float(np.mean(ratios["balanced"])),
                 "balanced_worst": float(np.max(ratios["balanced"])),
+                "bound": float(np.mean(ratios["bound"])),
             }
         )
     return rows
+
+
+def _least(fn: Any, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.min(times))
 
 
 def _median(fn: Any, runs: int) -> float:
@@ -125,23 +219,25 @@ def _view_rows(view: Any, quick: bool) -> list[dict[str, Any]]:
             "ms_per_step": (t_bal - t_plain) / (take / batch) * 1e3,
         }
     ]
-    pieces = np.diff(view.plan.bin_ptr)  # a typical batch: 8 rows of the median piece count
-    typical = np.flatnonzero(pieces == int(np.median(pieces)))[:8]
-    samples = view.__getitems__(typical.tolist())
+    pick = np.random.default_rng(1).choice(n, 8, replace=False)
+    samples = view.__getitems__(np.sort(pick).tolist())
     segments = int(collate(samples)["cu_seqlens"].shape[0] - 1)
-    base = _median(lambda: collate(samples), 20)
-    for cp_size in (2, 8):
-        for cp_rank in (0, None):
-            t = _median(lambda: collate(samples, cp_size=cp_size, cp_rank=cp_rank), 20)
-            rows.append(
-                {
-                    "case": f"collate cp_size={cp_size}, cp_rank={cp_rank}",
-                    "segments": segments,
-                    "plain_us": base * 1e6,
-                    "cp_us": t * 1e6,
-                    "us_per_document": (t - base) * 1e6 / segments,
-                }
-            )
+    for dtype in (torch.int64, torch.int32):
+        base = _least(lambda: collate(samples, dtype=dtype), 200)
+        for cp_size in (2, 8):
+            for cp_rank in (0, None):
+                t = _least(
+                    lambda: collate(samples, dtype=dtype, cp_size=cp_size, cp_rank=cp_rank), 200
+                )
+                rows.append(
+                    {
+                        "case": f"collate {str(dtype)[6:]} cp_size={cp_size}, cp_rank={cp_rank}",
+                        "segments": segments,
+                        "plain_us": base * 1e6,
+                        "cp_us": t * 1e6,
+                        "us_per_document": (t - base) * 1e6 / segments,
+                    }
+                )
     return rows
 
 
@@ -149,14 +245,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     rows = []
     for seqlen in (8192, 32768):
-        docs = (20_000 if quick else 400_000) * (seqlen // 8192)
+        docs = (20_000 if quick else 100_000) * (seqlen // 8192)
         rows += _balance_rows(
-            _plan_costs(_lengths(rng, docs), seqlen), seqlen, 500 if quick else 2000
+            _plan_costs(_lengths(rng, docs), seqlen), seqlen, 50 if quick else 200
         )
     with tempfile.TemporaryDirectory() as tmp:
-        lens = _lengths(rng, 2_000 if quick else 20_000)
-        docs = (rng.integers(0, 30_000, int(k)).astype(np.uint16) for k in lens)
-        store = mmpack.build(Path(tmp) / "s.mmpack", docs, fsync=False)
+        lens = _lengths(rng, 5_000 if quick else 125_000)  # about 27,000 rows: 200 steps
+        pool = rng.integers(0, 30_000, int(lens.max())).astype(np.uint16)
+        store = mmpack.build(Path(tmp) / "s.mmpack", (pool[:k] for k in lens), fsync=False)
         rows += _view_rows(mmpack.PackedDataset(store, seqlen=8192, eot=30_001), quick)
     return rows
 
@@ -165,9 +261,10 @@ def main(argv: list[str]) -> None:
     t0 = time.perf_counter()
     for r in run(quick="--quick" in argv):
         if "today" in r:
-            print(f"{r['case']:<38} steps {r['steps']:>5}  max rank cost / {r['versus']:<11} "
-                  f"today {r['today']:.3f}  balanced {r['balanced']:.4f} "
-                  f"(worst {r['balanced_worst']:.3f})")  # fmt: skip
+            print(f"{r['case']:<38} steps {r['steps']:>4} (optimum proven {r['proven']:>4})  "
+                  f"max rank cost / optimum: today {r['today']:.3f}  balanced "
+                  f"{r['balanced']:.4f} (worst {r['balanced_worst']:.3f}, all steps <= "
+                  f"{r['bound']:.4f})")  # fmt: skip
         elif "ms_per_step" in r:
             print(f"{r['case']:<38} steps {r['steps']:>5}  {r['ms_per_step']:.3f} ms per step")
         else:

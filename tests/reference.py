@@ -1710,6 +1710,79 @@ def _deal_kernel(costs, ptr, world):
     return deal_groups(costs, ptr, world).tolist()
 
 
+# =========================================================================== context-parallel layout
+def lay_out_fields_slow(srcs, cu, cp_size, cp_rank, fills, positions, masked):
+    """The padded batch (``cp_rank = -1``) or rank ``cp_rank``'s share of every field, built
+    token by token: each segment's tokens then its padding (the field's fill, or for field
+    ``positions`` its first position plus the offset) up to a multiple of ``2 C``, cut into
+    ``2 C`` equal chunks, the rank keeping chunks ``r`` and ``2 C - 1 - r`` of each; the mask
+    ``1.0`` where field ``masked``'s token is not its fill.  Also the padded boundaries and the
+    longest padded segment, and every rank's positions in the padded batch."""
+    unit = 2 * cp_size
+    rows = []
+    for f, src in enumerate(srcs):
+        out = []
+        for a, b in zip(cu[:-1], cu[1:]):
+            padded = -(-(b - a) // unit) * unit
+            seg = []
+            for j in range(padded):
+                if a + j < b:
+                    seg.append(int(src[a + j]))
+                else:
+                    seg.append(int(src[a]) + j if f == positions else fills[f])
+            if cp_rank < 0:
+                out.extend(seg)
+            else:
+                c = padded // unit
+                out.extend(seg[cp_rank * c : (cp_rank + 1) * c])
+                out.extend(seg[(unit - 1 - cp_rank) * c : (unit - cp_rank) * c])
+        rows.append(out)
+    mask = [] if masked < 0 else [1.0 if v != fills[masked] else 0.0 for v in rows[masked]]
+    padded_cu = [0]
+    for a, b in zip(cu[:-1], cu[1:]):
+        padded_cu.append(padded_cu[-1] + -(-(b - a) // unit) * unit)
+    longest = max([y - x for x, y in zip(padded_cu[:-1], padded_cu[1:])], default=0)
+    ranks = []
+    for r in range(cp_size):
+        where = []
+        for x, y in zip(padded_cu[:-1], padded_cu[1:]):
+            c = (y - x) // unit
+            where += [x + r * c + j for j in range(c)]
+            where += [x + (unit - 1 - r) * c + j for j in range(c)]
+        ranks.append(where)
+    return rows, mask, padded_cu, longest, ranks
+
+
+def _cp_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    n = int(rng.integers(1, size + 2))
+    cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 8))))  # repeats: empty segments
+    cu = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    dtype = rng.choice([np.int64, np.int32])
+    k = int(rng.integers(1, 5))
+    srcs = tuple(
+        rng.integers(-100, 50, n + int(rng.integers(0, 3))).astype(dtype) for _ in range(k)
+    )
+    cp_size = int(rng.integers(1, 5))
+    fills = [int(rng.choice([-100, 0, 7])) for _ in range(k)]
+    return (srcs, cu, cp_size, int(rng.integers(-1, cp_size)), fills, int(rng.integers(-1, k)),
+            int(rng.integers(-1, k)))  # fmt: skip
+
+
+def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked):
+    from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
+
+    padded_cu = np.empty_like(cu)
+    longest = pad_boundaries(cu, 2 * cp_size, padded_cu)
+    total = int(padded_cu[-1])
+    block = np.empty((len(srcs), total if cp_rank < 0 else total // cp_size), dtype=srcs[0].dtype)
+    mask = np.empty(block.shape[1] if masked >= 0 else 0, dtype=np.float32)
+    fill = np.array(fills, dtype=np.int64)
+    lay_out_fields(srcs, cu, cp_size, cp_rank, fill, positions, block, masked, mask)
+    ranks = np.empty((cp_size, total // cp_size), dtype=np.int64)
+    zigzag_into(padded_cu, cp_size, 0, ranks)
+    return block.tolist(), mask.tolist(), padded_cu.tolist(), longest, ranks.tolist()
+
+
 # =========================================================================== PAIRS, COVERED_BY
 def _pair(
     kernel: str, reference: str, inputs: Any, run_kernel: Any, run_reference: Any, **kw: Any
@@ -2071,6 +2144,13 @@ def twin_place_pieces(n, sources):
 
 
 PAIRS: list[Pair] = [
+    _pair(
+        "cp_layout.lay_out_fields",
+        "lay_out_fields_slow",
+        _cp_inputs,
+        _cp_kernel,
+        lambda srcs, cu, *rest: lay_out_fields_slow([x.tolist() for x in srcs], cu.tolist(), *rest),
+    ),
     _pair(
         "balance.deal_groups",
         "deal_groups_slow",
@@ -2449,6 +2529,9 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),
+    "cp_layout.lay_out_fields": (
+        "cp_layout._put_chunk", "cp_layout.pad_boundaries", "cp_layout.zigzag_into",
+    ),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

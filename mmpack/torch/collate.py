@@ -311,7 +311,7 @@ def _collate(
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
         columns, rows, lens, width = _collate_columns(samples, varlen=varlen, dtype=dtype)
         if not layout.plain:
-            columns = lay_out(columns, rows, lens, width, layout, pad_id, ignore_index)
+            columns = lay_out(columns, len(lens), width, layout, pad_id, ignore_index)
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
         return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)
@@ -345,7 +345,7 @@ def _collate(
             continue
         out[key] = stack_extra([s[key] for s in samples])
     if not layout.plain:
-        out = lay_out(out, rows, lens, seqlen, layout, pad_id, ignore_index)
+        out = lay_out(out, len(lens), seqlen, layout, pad_id, ignore_index)
     if provenance:
         out[PROVENANCE] = _provenance(samples)
     return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)

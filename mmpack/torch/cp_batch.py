@@ -7,8 +7,10 @@ batch flattened to one row, and either the whole padded batch with every rank's 
 one rank's share.  :func:`padded_boundaries` repeats the last boundary up to a length that
 depends only on the batch size and row length (what a CUDA graph or a compiled step needs).
 
-Cost: one gather per per-token field over the tokens kept (``O(T)``, ``T`` the padded tokens
-or a rank's ``T / C``) plus the layout's ``O(segments + T)`` index arithmetic.
+Cost: per per-token field one pass of a kernel writing the tokens kept segment by segment
+(``O(segments + T)``, ``T`` the padded tokens or a rank's ``T / C``: contiguous copies per
+chunk), plus the layout's ``O(segments)`` boundaries; with ``cp_rank=None`` the same again per
+rank for ``cp_indices``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import numpy as np
 import torch
 
 from mmpack.core.validation import check_bool, check_int, check_positive_int
-from mmpack.torch.boundaries import flat_boundaries
-from mmpack.views.cp_layout import cp_layout, zigzag_indices
+from mmpack.views.cp_layout import cp_fields, cp_layout, zigzag_indices
 
 __all__ = [
     "BatchLayout",
@@ -77,25 +78,25 @@ PLAIN_LAYOUT = BatchLayout(True, None, None, False)
 
 def lay_out(
     out: dict[str, Any],
-    rows: np.ndarray,
-    lens: np.ndarray,
+    rows: int,
     seqlen: int,
     layout: BatchLayout,
     pad_id: int,
     ignore_index: int,
 ) -> dict[str, Any]:
-    """``out`` in the context-parallel layout and/or with fixed-length boundaries."""
+    """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
+    ``cu_seqlens``) in the context-parallel layout and/or with fixed-length boundaries."""
     if layout.cp_size is not None:
         out = context_parallel(
             out,
-            flat_boundaries(rows, lens, seqlen),
+            out["cu_seqlens"].numpy(),  # the batch-wide boundaries (layout needs varlen)
             cp_size=layout.cp_size,
             cp_rank=layout.cp_rank,
             pad_id=pad_id,
             ignore_index=ignore_index,
         )
     if layout.pad_cu_seqlens:
-        length = lens.shape[0] * seqlen + 1  # at most one segment per token
+        length = rows * seqlen + 1  # at most one segment per token
         for key in ("cu_seqlens", "cu_seqlens_padded"):
             if key in out:
                 out[key] = padded_boundaries(out[key], length)
@@ -121,27 +122,26 @@ def context_parallel(
     (cp_size, T / cp_size)); the other keys of ``out`` as they were.
     """
     layout = cp_layout(flat, cp_size)
-    take: Any = slice(None)
-    if cp_rank is not None:
-        take = zigzag_indices(layout.cu_seqlens_padded, cp_size, cp_rank)
-    source = layout.source[take]
-    pad = source < 0
-    src = np.where(pad, layout.start[take], source)  # padding reads its segment's first token
-    fill = {"input_ids": pad_id, "labels": ignore_index, "attention_mask": 0}
+    keys = [key for key in out if key in _FIELDS]
+    rows: dict[str, Any] = {}
+    mask = None
+    if keys:
+        fills = {"input_ids": pad_id, "labels": ignore_index}
+        block, mask = cp_fields(
+            [out[key].numpy().reshape(-1) for key in keys],
+            layout,
+            cp_size,
+            cp_rank,
+            fills=[fills.get(key, 0) for key in keys],
+            positions=keys.index("position_ids") if "position_ids" in keys else None,
+            masked=keys.index("labels") if "labels" in keys else None,
+        )
+        rows = {key: torch.from_numpy(block[i : i + 1]) for i, key in enumerate(keys)}
     new: dict[str, Any] = {}
     for key, value in out.items():
-        if key not in _FIELDS:
-            new[key] = value
-            continue
-        tokens = value.reshape(-1).numpy()[src]
-        if key == "position_ids":
-            tokens[pad] += layout.offset[take][pad]
-        else:
-            tokens[pad] = fill[key]
-        new[key] = torch.from_numpy(tokens).view(1, -1)
-        if key == "labels":
-            mask = np.not_equal(tokens, ignore_index).astype(np.float32)
-            new[LOSS_MASK] = torch.from_numpy(mask).view(1, -1)
+        new[key] = rows.get(key, value)
+        if key == "labels" and mask is not None:
+            new[LOSS_MASK] = torch.from_numpy(mask[None])
     new["cu_seqlens"] = torch.from_numpy(layout.cu_seqlens.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
     new["max_seqlen"] = layout.max_seqlen

@@ -17,45 +17,41 @@ Worked example, ``C = 2``, segments of 3 and 5 tokens: padded to 4 and 8, ``cu_s
 8]``, ``cu_seqlens_padded = [0, 4, 12]``; rank 0 holds positions ``0, 3, 4, 5, 10, 11``, rank 1
 ``1, 2, 6, 7, 8, 9``.
 
-Cost: O(segments + padded tokens) numpy, no Python loop over segments (one over the ``C`` ranks
-for :func:`zigzag_indices` of all ranks).
+:func:`cp_fields` writes a batch's token fields in that layout, or one rank's share, in one
+pass of a kernel (:mod:`mmpack.kernels.cp_layout`).
+
+Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_fields` ``O(fields * (segments + tokens
+written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
+T / C))``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from mmpack.core.validation import check_positive_int
+from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
-__all__ = ["CPLayout", "cp_layout", "zigzag_indices"]
+__all__ = ["CPLayout", "cp_layout", "cp_fields", "zigzag_indices"]
 
 
 class CPLayout(NamedTuple):
     """The padded layout of a batch (see the module docstring).
 
-    ``cu_seqlens``, ``cu_seqlens_padded`` (int64, (n + 1,)); ``source`` (int64, (T,)): the flat
-    batch position each padded token takes, ``-1`` on padding; ``offset`` (int64, (T,)): each
-    padded token's position inside its padded segment; ``start`` (int64, (T,)): the flat batch
-    position of its segment's first token.  ``T = cu_seqlens_padded[-1]``."""
+    ``cu_seqlens``, ``cu_seqlens_padded`` (int64, (n + 1,)); ``max_seqlen`` (int), the longest
+    padded segment (0 for none); ``T = cu_seqlens_padded[-1]``."""
 
     cu_seqlens: np.ndarray
     cu_seqlens_padded: np.ndarray
-    source: np.ndarray
-    offset: np.ndarray
-    start: np.ndarray
+    max_seqlen: int
 
     @property
     def padding(self) -> int:
         """Tokens of padding the layout adds."""
         return int(self.cu_seqlens_padded[-1] - self.cu_seqlens[-1])
-
-    @property
-    def max_seqlen(self) -> int:
-        """The longest padded segment (0 for none)."""
-        lens = np.diff(self.cu_seqlens_padded)
-        return int(lens.max()) if lens.size else 0
 
 
 def cp_layout(cu_seqlens: np.ndarray, cp_size: int) -> CPLayout:
@@ -74,18 +70,86 @@ def cp_layout(cu_seqlens: np.ndarray, cp_size: int) -> CPLayout:
     """
     cp_size = check_positive_int(cp_size, "cp_size")
     cu = np.asarray(cu_seqlens, dtype=np.int64)
-    if cu.ndim != 1 or cu.size < 1 or cu[0] != 0 or (np.diff(cu) < 0).any():
+    if cu.ndim != 1 or cu.size < 1 or cu[0] != 0 or (cu[1:] < cu[:-1]).any():
         raise ValueError(f"cu_seqlens must rise from 0, got {cu.tolist()[:16]}")
-    real = np.diff(cu)
-    unit = 2 * cp_size
-    padded = -(-real // unit) * unit
-    cu_padded = np.zeros_like(cu)
-    np.cumsum(padded, out=cu_padded[1:])
-    total = int(cu_padded[-1])
-    offset = np.arange(total, dtype=np.int64) - np.repeat(cu_padded[:-1], padded)
-    start = np.repeat(cu[:-1], padded)
-    source = np.where(offset < np.repeat(real, padded), start + offset, -1)
-    return CPLayout(cu, cu_padded, source, offset, start)
+    cu_padded = np.empty_like(cu)
+    longest = pad_boundaries(cu, 2 * cp_size, cu_padded)
+    return CPLayout(cu, cu_padded, int(longest))
+
+
+def cp_fields(
+    fields: Sequence[np.ndarray],
+    layout: CPLayout,
+    cp_size: int,
+    rank: int | None = None,
+    *,
+    fills: Sequence[int],
+    positions: int | None = None,
+    masked: int | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Token fields in the padded layout ``layout`` of ``cp_size`` (from :func:`cp_layout`):
+    the whole padded batch, or rank ``rank``'s share, all in one pass
+    (:func:`mmpack.kernels.cp_layout.lay_out_fields`).
+
+    Parameters
+    ----------
+    fields : sequence of F numpy.ndarray, one integer dtype, shape (N,)
+        The fields over the flat batch, ``N >= layout.cu_seqlens[-1]``.
+    layout : CPLayout
+    cp_size : int
+        The ``C`` ``layout`` was made for.
+    rank : int, optional
+        ``0 <= rank < C``: that rank's share; ``None``: the whole padded batch.
+    fills : sequence of F int
+        Each field's padding value.
+    positions : int, optional
+        The field whose padding continues each segment's positions instead of its fill.
+    masked : int, optional
+        The field whose mask is returned: 1.0 where it differs from its fill, else 0.0.
+
+    Returns
+    -------
+    block : numpy.ndarray, the fields' dtype, shape (F, T) or (F, T / C)
+        Row ``f`` field ``f``; ``T = layout.cu_seqlens_padded[-1]``.
+    mask : numpy.ndarray, float32, shape (T,) or (T / C,), or None
+        Only with ``masked``.
+    """
+    cp_size = check_positive_int(cp_size, "cp_size")
+    if rank is not None and not 0 <= rank < cp_size:
+        raise ValueError(f"rank must satisfy 0 <= rank < cp_size={cp_size}, got rank={rank}")
+    srcs = tuple(fields)
+    if not srcs or len(fills) != len(srcs):
+        raise ValueError(f"give one fill per field and at least one field, got {len(srcs)} "
+                         f"fields and {len(fills)} fills")  # fmt: skip
+    need = layout.cu_seqlens[-1]
+    for f, src in enumerate(srcs):
+        if src.ndim != 1 or src.dtype != srcs[0].dtype or src.dtype.kind not in "iu":
+            raise ValueError(f"fields must be 1-D arrays of one integer dtype; fields[{f}] is "
+                             f"{src.dtype} of shape {src.shape}")  # fmt: skip
+        if src.shape[0] < need:
+            raise ValueError(f"fields[{f}] has {src.shape[0]} tokens; the layout needs {need}")
+    for name, value in (("positions", positions), ("masked", masked)):
+        if value is not None and not 0 <= value < len(srcs):
+            raise ValueError(f"{name}={value} is not a field index below {len(srcs)}")
+    size = int(layout.cu_seqlens_padded[-1]) // (1 if rank is None else cp_size)
+    # One allocation for the block and the mask: arrays allocated apart fault in fresh pages
+    # on every batch (the allocator gives them back to the system between batches).
+    item = srcs[0].dtype.itemsize
+    raw = np.empty(len(srcs) * size * item + (size * 4 if masked is not None else 0), np.uint8)
+    block = raw[: len(srcs) * size * item].view(srcs[0].dtype).reshape(len(srcs), size)
+    mask = raw[len(srcs) * size * item :].view(np.float32)
+    lay_out_fields(
+        srcs,
+        layout.cu_seqlens,
+        cp_size,
+        -1 if rank is None else rank,
+        np.asarray(fills, dtype=np.int64),
+        -1 if positions is None else positions,
+        block,
+        -1 if masked is None else masked,
+        mask,
+    )
+    return block, None if masked is None else mask
 
 
 def zigzag_indices(
@@ -97,7 +161,7 @@ def zigzag_indices(
     Parameters
     ----------
     cu_seqlens_padded : numpy.ndarray, integer, shape (n + 1,)
-        Padded boundaries, every segment a multiple of ``2 * cp_size``.
+        Padded boundaries rising from 0, every segment a multiple of ``2 * cp_size``.
     cp_size : int
         ``C >= 1``.
     rank : int, optional
@@ -105,22 +169,17 @@ def zigzag_indices(
     """
     cp_size = check_positive_int(cp_size, "cp_size")
     cu = np.asarray(cu_seqlens_padded, dtype=np.int64)
-    lens = np.diff(cu)
-    if (lens % (2 * cp_size)).any():
+    if cu.ndim != 1 or cu.size < 1 or cu[0] != 0:
+        raise ValueError(f"cu_seqlens_padded must rise from 0, got {cu.tolist()[:16]}")
+    lens = cu[1:] - cu[:-1]
+    if (lens % (2 * cp_size)).any() or (lens < 0).any():
+        bad = lens[(lens % (2 * cp_size) != 0) | (lens < 0)][0]
         raise ValueError(
-            f"cu_seqlens_padded has a segment of {int(lens[lens % (2 * cp_size) != 0][0])} "
-            f"tokens, not a multiple of 2 * cp_size = {2 * cp_size}"
+            f"cu_seqlens_padded has a segment of {int(bad)} tokens, not a non-negative multiple "
+            f"of 2 * cp_size = {2 * cp_size}"
         )
     if rank is not None and not 0 <= rank < cp_size:
         raise ValueError(f"rank must satisfy 0 <= rank < cp_size={cp_size}, got rank={rank}")
-    chunk = lens // (2 * cp_size)
-    share = 2 * chunk
-    k = np.arange(int(share.sum()), dtype=np.int64) - np.repeat(np.cumsum(share) - share, share)
-    c = np.repeat(chunk, share)
-    first = k < c
-    seg_start = np.repeat(cu[:-1], share)
-    ranks = range(cp_size) if rank is None else [rank]
-    rows = [
-        seg_start + np.where(first, k + r * c, k - c + (2 * cp_size - 1 - r) * c) for r in ranks
-    ]
-    return np.stack(rows) if rank is None else rows[0]
+    out = np.empty((cp_size if rank is None else 1, int(cu[-1]) // cp_size), dtype=np.int64)
+    zigzag_into(cu, cp_size, 0 if rank is None else rank, out)
+    return out if rank is None else out[0]

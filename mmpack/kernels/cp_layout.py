@@ -1,0 +1,158 @@
+"""A batch's token fields in the context-parallel layout, written segment by segment.
+
+The layout (:mod:`mmpack.views.cp_layout`): segment ``i`` of ``s`` tokens (``cu[i]:cu[i + 1]``
+of the flat batch) is padded to ``p = ceil(s / 2C) * 2C`` tokens and cut into ``2C`` chunks of
+``c = p / 2C``; the padded batch is the segments end to end, rank ``r``'s share chunk ``r`` then
+chunk ``2C - 1 - r`` of every segment.
+
+* :func:`pad_boundaries`: the padded boundaries and the longest padded segment;
+* :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
+  rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
+  padding (a constant, or for positions the segment's first position plus the offset);
+* :func:`zigzag_into`: ranks' positions in the padded batch (TransformerEngine's partition).
+
+Cost: ``O(segments)`` for the boundaries; ``O(fields * (segments + tokens written))`` for the
+fields, memory-bound (two contiguous runs per chunk); ``O(ranks * (segments + T / C))`` for the
+positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.kernels._jit import njit
+
+__all__ = ["lay_out_fields", "pad_boundaries", "zigzag_into"]
+
+
+@njit
+def pad_boundaries(cu: np.ndarray, unit: int, out: np.ndarray) -> int:
+    """Write into ``out`` (int64, (n + 1,)) the boundaries of ``cu``'s (int64, (n + 1,), rising
+    from 0) segments each padded to a multiple of ``unit``; return the longest (0 for none)."""
+    longest = 0
+    out[0] = 0
+    for i in range(cu.shape[0] - 1):
+        padded = (cu[i + 1] - cu[i] + unit - 1) // unit * unit
+        out[i + 1] = out[i] + padded
+        longest = max(longest, padded)
+    return longest
+
+
+@njit
+def _put_chunk(
+    src: np.ndarray,
+    start: int,
+    real: int,
+    lo: int,
+    hi: int,
+    fill: int,
+    positions: bool,
+    out: np.ndarray,
+    at: int,
+) -> int:
+    """Offsets ``[lo, hi)`` of the padded segment whose ``real`` tokens start at ``src[start]``
+    into ``out[at:]``; returns the next free position of ``out``.  (Each run is copied through
+    views indexed from 0, which LLVM turns into vector copies.)"""
+    stop = min(hi, real)
+    n = stop - lo
+    if n > 0:
+        dst = out[at : at + n]
+        run = src[start + lo : start + stop]
+        for j in range(n):
+            dst[j] = run[j]
+        at += n
+    first = max(lo, stop)
+    n = hi - first
+    if n > 0:
+        dst = out[at : at + n]
+        if positions:
+            base = src[start] + first
+            for j in range(n):
+                dst[j] = base + j
+        else:
+            for j in range(n):
+                dst[j] = fill
+        at += n
+    return at
+
+
+@njit
+def lay_out_fields(
+    srcs: tuple[np.ndarray, ...],
+    cu: np.ndarray,
+    cp_size: int,
+    cp_rank: int,
+    fills: np.ndarray,
+    positions: int,
+    block: np.ndarray,
+    masked: int,
+    mask: np.ndarray,
+) -> None:
+    """Write the padded batch, or one rank's share of it, of every token field.
+
+    Parameters
+    ----------
+    srcs : tuple of F numpy.ndarray, one integer dtype, shape (N,)
+        The fields over the flat batch.
+    cu : numpy.ndarray, int64, shape (n + 1,)
+        The batch's segments, ``0 = cu[0] <= ... <= cu[n] <= N``.
+    cp_size : int
+        ``C >= 1``.
+    cp_rank : int
+        ``0 <= cp_rank < C`` for that rank's share, ``-1`` for the whole padded batch.
+    fills : numpy.ndarray, int64, shape (F,)
+        Each field's padding value.
+    positions : int
+        The field (``-1``: none) whose padding continues the segment's positions,
+        ``src[cu[i]] + offset``, instead of its fill.
+    block : numpy.ndarray, srcs' dtype, shape (F, T) or (F, T / C)
+        Written, row ``f`` field ``f``: ``T = sum(p_i)``.
+    masked : int
+        The field (``-1``: none) whose mask is written.
+    mask : numpy.ndarray, float32, shape (0,) or a row's
+        When ``masked >= 0``: ``1.0`` where that field's row differs from its fill, else ``0.0``.
+    """
+    unit = 2 * cp_size
+    for f in range(len(srcs)):
+        src = srcs[f]
+        out = block[f]
+        fill = fills[f]
+        pos = f == positions
+        at = 0
+        for i in range(cu.shape[0] - 1):
+            start = cu[i]
+            real = cu[i + 1] - start
+            padded = (real + unit - 1) // unit * unit
+            if cp_rank < 0:
+                at = _put_chunk(src, start, real, 0, padded, fill, pos, out, at)
+            else:
+                c = padded // unit
+                lo = cp_rank * c
+                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
+                lo = (unit - 1 - cp_rank) * c
+                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
+    if masked >= 0:
+        row = block[masked]
+        fill = fills[masked]
+        for t in range(mask.shape[0]):
+            mask[t] = 1.0 if row[t] != fill else 0.0
+
+
+@njit
+def zigzag_into(cu_padded: np.ndarray, cp_size: int, first_rank: int, out: np.ndarray) -> None:
+    """Write ranks ``first_rank, first_rank + 1, ...``'s positions in the padded batch into the
+    rows of ``out`` (int64, (R, T / C)): for every segment of ``cu_padded`` (int64, (n + 1,),
+    each a multiple of ``2 C``) at ``o`` with chunks of ``c``, ``[o + r c, o + (r + 1) c)`` then
+    ``[o + (2C - 1 - r) c, o + (2C - r) c)``."""
+    unit = 2 * cp_size
+    for k in range(out.shape[0]):
+        r = first_rank + k
+        row = out[k]
+        at = 0
+        for i in range(cu_padded.shape[0] - 1):
+            c = (cu_padded[i + 1] - cu_padded[i]) // unit
+            for lo in (cu_padded[i] + r * c, cu_padded[i] + (unit - 1 - r) * c):
+                dst = row[at : at + c]
+                for j in range(c):
+                    dst[j] = lo + j
+                at += c
