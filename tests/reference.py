@@ -2006,6 +2006,51 @@ def _mask_pieces_ref(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
     return twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
 
 
+def twin_label_rows(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts):
+    """The labels of written rows, segment by segment from the ids: ``LABELS_NEXT`` the next
+    token of the segment, ``LABELS_HF`` the token itself (``ignore`` at the segment's last,
+    resp. first, slot), else ``ignore``; a piece token whose mask is 0 is not a target (its
+    eot is); padding ``ignore``."""
+    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT
+
+    labels = []
+    for r in range(len(row_ptr) - 1):
+        row, lab = ids[r].tolist(), []
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            n = int(lengths[q])
+            seg = row[len(lab) : len(lab) + n + int(has_eot[q])]
+            target = [len(mask_starts) == 0 or mask[mask_starts[q] + i] != 0 for i in range(n)]
+            target += [True] * (len(seg) - n)
+            if not seg:
+                continue
+            if mode == LABELS_NEXT:
+                lab += [v if ok else ignore for v, ok in zip(seg[1:], target[1:])] + [ignore]
+            elif mode == LABELS_HF:
+                lab += [ignore] + [v if ok else ignore for v, ok in zip(seg[1:], target[1:])]
+            else:
+                lab += [ignore] * len(seg)
+        labels.append(lab + [ignore] * (len(row) - len(lab)))
+    return np.array(labels, dtype=np.int64).reshape(ids.shape)
+
+
+def _label_rows_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+
+    mask, mask_starts, lengths, has_eot, row_ptr, _, ids = _mask_pieces_inputs(rng, size)
+    if rng.random() < 0.3:
+        mask_starts = np.empty(0, dtype=np.int64)
+    mode = int(rng.choice([LABELS_NONE, LABELS_NEXT, LABELS_HF]))
+    return ids, lengths, has_eot, row_ptr, mode, int(rng.integers(-200, 0)), mask, mask_starts
+
+
+def _label_rows_kernel(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts):
+    from mmpack.kernels.packed_rows import label_rows
+
+    got = np.full(ids.shape, 77, dtype=np.int64)
+    label_rows(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts, got)
+    return got
+
+
 # ------------------------------------------------------------------------------ provenance
 def twin_window_pieces(docs, use_eot, width, v):
     """The pieces of the window ``S[v : v + width]``, from the stream built token by token: each
@@ -2412,6 +2457,14 @@ PAIRS: list[Pair] = [
         _mask_pieces_ref,
         bench_size=500,
     ),
+    _pair(
+        "packed_rows.label_rows",
+        "twin_label_rows",
+        _label_rows_inputs,
+        _label_rows_kernel,
+        twin_label_rows,
+        bench_size=500,
+    ),
     # windows
     _pair(
         "window.one_window",
@@ -2511,6 +2564,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
         "packed_rows._segment_layout", "packed_rows._segment_tokens", "packed_rows._padding",
+        "packed_rows._segment_labels",
     ),
     "packed_rows.fill_rows": ("packed_rows.select_pieces",),
     "plan_bestfit.bfd_groups": (
@@ -2523,9 +2577,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "plan_bestfit.place_best_fit": (
         "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),
-    "plan_bestfit.place_batch": (
-        "streaming.scatter_pieces", "streaming.pad_rows", "streaming_batch.layout_batch",
-    ),
+    "plan_bestfit.place_batch": ("streaming_batch.layout_batch",),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),

@@ -12,7 +12,6 @@ from test_streaming import make_docs
 
 import mmpack
 from mmpack.kernels.plan_bestfit import place_batch, reset_rows, row_index
-from mmpack.kernels.streaming import pad_rows
 from mmpack.kernels.streaming_batch import layout_batch, token_bits, write_pieces
 from mmpack.store.tokens import as_token_array
 from mmpack.streaming.incoming import flat_sequences, sequences_of
@@ -119,9 +118,10 @@ def test_place_batch_matches_twin(n_rows, row_len, data):
     assert remaining.tolist() == want_rem and counts.tolist() == want_counts
 
 
-def test_pad_rows():
+def test_write_pieces_pads_rows_without_a_chunk():
     ids = np.arange(12, dtype=np.int64).reshape(3, 4)
-    pad_rows(np.array([4, 0, 2]), -5, ids)
+    none = np.empty(0, dtype=np.int64)
+    write_pieces(none, 0, np.empty((6, 0), dtype=np.int64), 3, ids, np.array([4, 0, 2]), -5)
     assert ids.tolist() == [[0, 1, 2, 3], [-5, -5, -5, -5], [8, 9, -5, -5]]
 
 

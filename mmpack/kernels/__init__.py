@@ -12,9 +12,9 @@ hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times sid
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
 | ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing, online best fit, the streaming packer's best fit over a batch's rows |
 | ``plan_emit`` | placements to the CSR plan |
-| ``packed_rows`` | packed-row assembly: bins to model inputs; the pieces' documents and positions |
+| ``packed_rows`` | packed-row assembly: bins to model inputs; the one label rule (also the streaming packer's); the pieces' documents and positions |
 | ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
-| ``streaming`` | the streaming packer's row writers |
+| ``streaming_batch`` | the streaming packer's batch layout and its one token writer (in-memory chunks and a store's ranges) |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |

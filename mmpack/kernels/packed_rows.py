@@ -9,10 +9,12 @@ misses overlap) and writes, in one pass per row, ``input_ids``, ``position_ids``
 labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the
 attention mask and ``cu_seqlens``; :func:`one_bin` is both for a single bin with few
 arguments and no allocation;
-:func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
+:func:`label_rows` labels rows written by another writer (the streaming packer's) by the same
+rule; :func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
 :func:`bin_pieces` gives the pieces' documents and row positions (the batch's provenance, from
 the lengths :func:`select_pieces` checked).
-Both write a segment with the same two helpers (:func:`_segment_layout`, :func:`_segment_tokens`:
+They write a segment with the same helpers (:func:`_segment_layout`, :func:`_segment_tokens`,
+and the one label rule :func:`_segment_labels`:
 plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
 
 Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens) is bound by memory, not by the
@@ -35,6 +37,7 @@ __all__ = [
     "LABELS_NONE",
     "bin_pieces",
     "fill_rows",
+    "label_rows",
     "mask_pieces",
     "one_bin",
     "select_pieces",
@@ -119,16 +122,33 @@ def _segment_tokens(
     seg_mask: np.ndarray,
 ) -> None:
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
-    ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots.  Labels are read from the
-    source (not from the ids just written), so the loops are plain vectorised copies:
-    ``LABELS_NEXT`` the next token (-100 at the segment's last slot), ``LABELS_HF`` the token
-    itself (-100 at its first slot), ``LABELS_NONE`` -100 everywhere.  A non-empty ``seg_mask``
-    (uint8, (n,): the piece's loss mask) makes a label -100 where its token's mask is 0."""
+    ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
+    :func:`_segment_labels`, with -100)."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
     if e != 0:
         ids[n] = eot_id
+    _segment_labels(seg_src, e, eot_id, label_mode, IGNORE_INDEX, lab, seg_mask)
+
+
+@njit
+def _segment_labels(
+    seg_src: np.ndarray,
+    e: int,
+    eot_id: int,
+    label_mode: int,
+    ignore: int,
+    lab: np.ndarray,
+    seg_mask: np.ndarray,
+) -> None:
+    """The label rule, of one segment: the piece ``seg_src`` (n tokens) then eot when ``e``,
+    ``lab`` a view of its ``n + e`` slots.  Labels are read from the source (not from the ids
+    just written), so the loops are plain vectorised copies: ``LABELS_NEXT`` the next token
+    (``ignore`` at the segment's last slot), ``LABELS_HF`` the token itself (``ignore`` at its
+    first slot), ``LABELS_NONE`` ``ignore`` everywhere.  A non-empty ``seg_mask`` (uint8, (n,):
+    the piece's loss mask) makes a label ``ignore`` where its token's mask is 0."""
+    n = seg_src.shape[0]
     m = n + e
     if m == 0:
         return
@@ -136,18 +156,18 @@ def _segment_tokens(
     if label_mode == LABELS_NEXT:
         if masked:
             for i in range(n - 1):
-                lab[i] = seg_src[i + 1] if seg_mask[i + 1] != 0 else IGNORE_INDEX
+                lab[i] = seg_src[i + 1] if seg_mask[i + 1] != 0 else ignore
         else:
             for i in range(n - 1):
                 lab[i] = seg_src[i + 1]
         if e != 0 and n > 0:
             lab[n - 1] = eot_id
-        lab[m - 1] = IGNORE_INDEX
+        lab[m - 1] = ignore
     elif label_mode == LABELS_HF:
-        lab[0] = IGNORE_INDEX
+        lab[0] = ignore
         if masked:
             for i in range(1, n):
-                lab[i] = seg_src[i] if seg_mask[i] != 0 else IGNORE_INDEX
+                lab[i] = seg_src[i] if seg_mask[i] != 0 else ignore
         else:
             for i in range(1, n):
                 lab[i] = seg_src[i]
@@ -155,7 +175,7 @@ def _segment_tokens(
             lab[n] = eot_id
     else:
         for i in range(m):
-            lab[i] = IGNORE_INDEX
+            lab[i] = ignore
 
 
 @njit
@@ -244,6 +264,56 @@ def fill_rows(
             longest = max(longest, seqlen - t)
         n_segments[r] = seg
         max_seqlen[r] = longest
+
+
+@njit
+def label_rows(
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    label_mode: int,
+    ignore: int,
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
+    labels: np.ndarray,
+) -> None:
+    """The labels of rows already written, by :func:`fill_rows`' rule (one place): row ``r``
+    holds pieces ``row_ptr[r]:row_ptr[r+1]`` one after the other from column 0 (piece ``q``
+    takes ``lengths[q] + has_eot[q]`` slots, its eot last), then padding (label ``ignore``).
+    A caller that writes rows another way (the streaming packer) labels them here.
+
+    Parameters
+    ----------
+    ids : ndarray, integer, (rows, seqlen)
+        The written ``input_ids`` (each row's pieces must fit: the caller's to check).
+    lengths, has_eot : ndarray, int64, (pieces,)
+    row_ptr : ndarray, int64, (rows + 1,)
+    label_mode : int
+        :data:`LABELS_NONE`, :data:`LABELS_NEXT` or :data:`LABELS_HF`.
+    ignore : int
+        The label of positions without loss.
+    mask, mask_starts : ndarray, uint8 and int64
+        Piece ``q``'s loss mask is ``mask[mask_starts[q]:+lengths[q]]`` (in bounds); empty
+        ``mask_starts`` for none.
+    labels : ndarray, (rows, seqlen)
+        Out.
+    """
+    masked = mask_starts.shape[0] > 0
+    for r in range(ids.shape[0]):
+        row = ids[r]
+        lab = labels[r]
+        t = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            n, e = lengths[q], has_eot[q]
+            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+            eot_id = row[t + n] if e != 0 else 0
+            _segment_labels(
+                row[t : t + n], e, eot_id, label_mode, ignore, lab[t : t + n + e], seg_mask
+            )
+            t += n + e
+        for i in range(t, lab.shape[0]):
+            lab[i] = ignore
 
 
 @njit

@@ -1,17 +1,20 @@
 """The labels of a streaming packer's batch, by the training objective.
 
-``mode=None``: no labels.  ``"causal"``: ``labels[t] = input_ids[t + 1]`` inside a piece,
-``ignore_index`` at each piece's last token and on padding (labels never cross a piece).
+``mode=None``: no labels.  ``"causal"``: the packed view's rule and kernel
+(:func:`mmpack.kernels.packed_rows.label_rows`, ``label_shift="next"``): ``labels[t] =
+input_ids[t + 1]`` inside a piece, ``ignore_index`` at each piece's last token and on padding
+(labels never cross a piece).
 ``"mlm"``: the 80/10/10 corruption of :func:`mmpack.views.masking.corrupt_rows`, keyed by the
 position in the stream: row ``r`` of the ``b``-th batch of epoch ``e`` uses the key of
 ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.views.masking.row_keys`), so masks are a pure function
 of the position and a resumed run reproduces them without generator state; the masking ratio
 follows the cool-down (:class:`~mmpack.streaming.schedules.MaskingRatioCooldown`) when one is
 configured.  With loss masks (a masked store, or documents ``{"input_ids", "loss_mask"}``) the
-rule is the packed view's, by its kernel (:func:`mmpack.kernels.packed_rows.mask_pieces`): a
-causal label is ``ignore_index`` where the token it predicts is not a target, and MLM selects
-only target tokens (an eot the packer appends is a target).  Cost: one pass over the batch
-(causal), the corruption kernel's (MLM), and one pass over the placed tokens with masks.
+rule is the packed view's, by its kernels (``label_rows``, and
+:func:`~mmpack.kernels.packed_rows.mask_pieces` for MLM): a causal label is ``ignore_index``
+where the token it predicts is not a target, and MLM selects only target tokens (an eot the
+packer appends is a target).  Cost: one pass over the batch (causal, masks applied in it), the
+corruption kernel's (MLM, and one pass over the placed tokens with masks).
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from mmpack.core.options import Mode
-from mmpack.kernels.packed_rows import mask_pieces
+from mmpack.kernels.packed_rows import LABELS_NEXT, label_rows, mask_pieces
 from mmpack.streaming.schedules import MaskingRatioCooldown
 from mmpack.views.masking import MaskingOptions, corrupt_rows, row_keys
 
 __all__ = ["Labeller"]
+
+_NO_MASK = np.empty(0, dtype=np.uint8)  # no loss mask (label_rows, mask_pieces)
+_NO_STARTS = np.empty(0, dtype=np.int64)
 
 
 class Labeller:
@@ -80,6 +86,11 @@ class Labeller:
         number in the epoch; ``token_count``: real tokens emitted before it (the cool-down's
         clock); ``mask``: the placed pieces' loss masks, ``(values, start of each piece in
         them)`` (uint8 0/1 and int64), or None."""
+        values, starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
+        lengths = placed[2]
+        no_eot = np.zeros(lengths.shape[0], dtype=np.int64)  # a piece's eot is its own token
+        row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(placed[0], minlength=n_rows), out=row_ptr[1:])
         if self.mode == Mode.MLM:
             masking = self.masking
             mask_prob = masking.mask_prob
@@ -90,7 +101,7 @@ class Labeller:
             selectable = attention
             if mask is not None:  # only target tokens are selected
                 selectable = attention.copy()
-                _apply_mask(mask, placed, n_rows, 0, 0, selectable)
+                mask_pieces(values, starts, lengths, no_eot, row_ptr, 0, 0, selectable)
             labels = corrupt_rows(
                 ids,
                 selectable,
@@ -103,32 +114,10 @@ class Labeller:
             )
             return labels, mask_prob
         if self.mode == Mode.CAUSAL:
-            p_rows, p_offs, p_lens = placed[0], placed[1], placed[2]
-            labels = np.full_like(ids, self.ignore_index)
-            labels[:, :-1] = ids[:, 1:]
-            labels[p_rows, p_offs + p_lens - 1] = self.ignore_index
-            labels[attention == 0] = self.ignore_index
-            if mask is not None:  # no label predicts a token that is not a target
-                _apply_mask(mask, placed, n_rows, 1, self.ignore_index, labels)
+            labels = np.empty_like(ids)
+            label_rows(
+                ids, lengths, no_eot, row_ptr, LABELS_NEXT, self.ignore_index, values, starts,
+                labels,
+            )  # fmt: skip
             return labels, None
         return None, None
-
-
-def _apply_mask(
-    mask: tuple[np.ndarray, np.ndarray],
-    placed: np.ndarray,
-    n_rows: int,
-    shift: int,
-    fill: int,
-    out: np.ndarray,
-) -> None:
-    """``fill`` at ``out[r, p - shift]`` for every position ``p`` of row ``r`` whose token's
-    loss mask is 0: the packed view's rule (:func:`~mmpack.kernels.packed_rows.mask_pieces`),
-    over the placed pieces (row-major, each row filled from column 0; the eot is a piece's own
-    token here, so no piece has one added)."""
-    values, starts = mask
-    n_placed = placed.shape[1]
-    row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(placed[0], minlength=n_rows), out=row_ptr[1:])
-    no_eot = np.zeros(n_placed, dtype=np.int64)
-    mask_pieces(values, starts, placed[2], no_eot, row_ptr, shift, fill, out)

@@ -1,21 +1,22 @@
 """Placement: the streaming packer's best-fit rows and the writer of its batches.
 
 :class:`Placement` owns the rows of the batch being built (the free-space index of the rows'
-remaining spaces, :func:`mmpack.kernels.plan_bestfit.row_index`), the placements of the scan, the writing of
-the batch, and the counts of what it emitted.  A batch of ``n_rows`` empty rows scans the held
-pieces in order (asking admission to read ahead when they run out) and the best-fit kernel puts
-each into the row with the smallest remaining space that holds it, or defers it, until
-``buffer_size`` pieces are deferred or the source is exhausted: O(scanned * log(rows *
-row_len)), one kernel call (a piece longer than every row's free space is deferred without a
-lookup).  One layout kernel (:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row
-by row, writes the ``cu_seqlens``, the longest segments and the attention mask, and removes the
-placed pieces from the held ones; one write kernel per live token chunk copies the placed pieces
-into the rows and checks their tokens, one more writes the padding (a TokenStore's pieces are
-copied by a kernel straight from its memory map); the labels follow the mode
-(:class:`~mmpack.streaming.labels.Labeller`) and, with loss masks, the placed pieces' masks (read
-with the tokens: the mask store's ``read_ranges``, or one more write per chunk).  The held pieces are topped up in chunks of at
-least 3/4 of ``readahead`` (amortising admission; no decision depends on it).  Cost: one pass
-over the output and a fixed number of Python calls per batch, whatever its number of pieces.
+remaining spaces, :func:`mmpack.kernels.plan_bestfit.row_index`), the placements of the scan, the
+writing of the batch, and the counts of what it emitted. A batch of ``n_rows`` empty rows scans the
+held pieces in order (asking admission to read ahead when they run out) and the best-fit kernel
+puts each into the row with the smallest remaining space that holds it, or defers it, until
+``buffer_size`` pieces are deferred or the source is exhausted: O(scanned * log(rows * row_len)),
+one kernel call (a piece longer than every row's free space is deferred without a lookup). One
+layout kernel (:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes
+the ``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
+the held ones; one write kernel (:func:`~mmpack.kernels.streaming_batch.write_pieces`) per live
+token chunk copies the placed pieces into the rows, checks their tokens and writes the padding (a
+TokenStore's pieces are copied by the same kernel from the ranges it reads); the labels follow the
+mode (:class:`~mmpack.streaming.labels.Labeller`) and, with loss masks, the placed pieces' masks
+(read with the tokens: the mask store's ``read_ranges``, or one more write per chunk). The held
+pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising admission; no decision
+depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
+whatever its number of pieces.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from mmpack.kernels.plan_bestfit import place_batch, row_index
-from mmpack.kernels.streaming import pad_rows, scatter_pieces
 from mmpack.kernels.streaming_batch import layout_batch, write_pieces
 from mmpack.streaming.admission import Admission
 from mmpack.streaming.labels import Labeller
@@ -160,8 +160,9 @@ class Placement:
         mask: tuple[np.ndarray, np.ndarray] | None = None
         if pieces.chunks is None:
             tokens, starts = admission.read_ranges(placed[3], placed[4], placed[2])
-            scatter_pieces(tokens, np.asarray(starts, _I64), placed[2], placed[0], placed[1], ids)
-            pad_rows(used, self._pad_id, ids)
+            at = placed.copy()  # the one writer: each piece read where the ranges put it
+            at[5] = starts
+            write_pieces(tokens, 0, at, n_rows, ids, used, self._pad_id)
             if admission.masked:
                 src, at = admission.read_ranges(placed[3], placed[4], placed[2], mask=True)
                 mask = src, np.asarray(at, _I64)
@@ -210,8 +211,8 @@ class Placement:
             pad = _NO_ORDER
             if rows is not None and mask is not None:
                 write_pieces(mask, base, placed, n_rows, rows, _NO_ORDER, 0)
-        if pad is used:  # no chunk (only when no piece is placed)
-            pad_rows(used, self._pad_id, ids)
+        if pad is used:  # no chunk (only when no piece is placed): the padding alone
+            write_pieces(_NO_ORDER, 0, placed, n_rows, ids, used, self._pad_id)
         if bits < 0:
             _refuse_tokens([pieces.tokens(g, n) for g, n in zip(placed[5], placed[2])])
         oldest = admission.oldest_position()
