@@ -5,14 +5,15 @@ A plan is keyed by the store fingerprint and every parameter (:func:`plan_cache_
 algorithm by its canonical name, ``region_tokens`` resolved) and kept in
 ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.views.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
-arrays, each with its XXH64 in the header (:func:`mmpack.store.integrity.block_digest`,
-~11 GB/s), written to a temporary file and renamed into place (:func:`save_plan`), and
-memory-mapped when read back (:func:`load_plan`, through :mod:`mmpack.store.checked_file`).
-Loading checks every digest, so a damaged plan is rebuilt (with a warning) instead of silently
-duplicating or dropping documents.  The check reads the arrays once (about 23 bytes per C4-like
-document).  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load 1.0, ``python -m
-benchmarks.bench_packing --reopen``, medians of 7): 10^6 documents 2.5-3.6 ms, 10^7 documents
-(227-360 MB) 19-30 ms; the header alone costs 0.2 ms.
+arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
+(:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
+into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
+checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
+every other chunk is checked once, the first time a consumer reads a bin from it
+(:class:`PlanPages` over :class:`~mmpack.store.integrity.CheckedPages`, the store's rule for its
+offsets), or all at once with ``lazy=False``.  So reopening a cached plan costs the header
+whatever its size, and a damaged chunk is refused before a sample is served from it, instead of
+silently duplicating or dropping documents.
 
 The header's room is reserved from what is known before the arrays are (the key, the parameters,
 the statistics, the array shapes; offsets and digests at their widest), so a file is the same
@@ -34,6 +35,7 @@ import struct
 import tempfile
 import zlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,7 +45,7 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
 from mmpack.core.validation import check_region_tokens
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
-from mmpack.store.integrity import block_digest
+from mmpack.store.integrity import CheckedPages, block_digest, block_digests
 from mmpack.views.plan import (
     ALGORITHMS,
     PackingPlan,
@@ -54,7 +56,9 @@ from mmpack.views.plan_stats import PackingStats
 
 __all__ = [
     "ARRAYS",
+    "CHUNK_BYTES",
     "PLAN_FORMAT_VERSION",
+    "PlanPages",
     "load_plan",
     "plan_cache_key",
     "plan_params",
@@ -64,9 +68,13 @@ __all__ = [
 ]
 
 
-PLAN_FORMAT_VERSION = 4
-"""Version of the plan file layout (4: the region arrays and ``region_tokens``; an XXH64 per
-array).  Only this version is read."""
+PLAN_FORMAT_VERSION = 5
+"""Version of the plan file layout (5: an XXH64 per :data:`CHUNK_BYTES` of each array and the
+most pieces in a bin; 4: one XXH64 per array).  Only this version is read."""
+
+CHUNK_BYTES = 1 << 24
+"""Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
+checks on first use."""
 
 _KEY_VERSION = 4
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key."""
@@ -134,10 +142,11 @@ def plan_params(plan: PackingPlan) -> dict[str, Any]:
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
-    Layout (format 4): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
-    (``"format": 4``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
-    statistics, each array's dtype/shape/offset and ``"xxh64"``: the XXH64 (seed 0) of its
-    little-endian bytes), the little-endian uint32 CRC-32 of the header, then the raw arrays
+    Layout (format 5): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
+    (``"format": 5``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
+    statistics, ``"chunk_bytes"``, ``"max_bin_pieces"``, each array's dtype/shape/offset and
+    ``"xxh64"``: the XXH64 (seed 0) of each ``chunk_bytes`` of its little-endian bytes, the last
+    chunk short), the little-endian uint32 CRC-32 of the header, then the raw arrays
     (:data:`ARRAYS`), each aligned to 64 bytes.
     """
     arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=dt) for name, dt in ARRAYS}
@@ -159,8 +168,9 @@ def write_plan_file(
 ) -> None:
     """Write a plan file atomically from its parts: ``fill(name, f)`` writes array ``name``
     (``shapes[name]`` entries of its :data:`ARRAYS` dtype, little-endian) at ``f``'s position,
-    in as many writes as it likes; each digest is then computed over the bytes written (read
-    back through a mapping), so no array need ever be in memory whole."""
+    in as many writes as it likes; the chunk digests and the most pieces in a bin are then
+    computed over the bytes written (read back through a mapping), so no array need ever be in
+    memory whole."""
     path = Path(path)
     header, data_start, end = _layout(key, params, stats, shapes)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -176,9 +186,10 @@ def write_plan_file(
             f.flush()
             for name, dt in ARRAYS:
                 spec = header["arrays"][name]
-                spec["xxh64"] = block_digest(
-                    "xxh64", _mapped(tmp, spec["offset"], dt, shapes[name])
-                )
+                mapped = _mapped(tmp, spec["offset"], dt, shapes[name])
+                spec["xxh64"] = block_digests("xxh64", mapped, CHUNK_BYTES).tolist()
+                if name == "bin_ptr":
+                    header["max_bin_pieces"] = _most_pieces(mapped)
             blob = json.dumps(header).encode()
             if (
                 HEADER_PREFIX + len(blob) > data_start
@@ -207,12 +218,14 @@ def _layout(
         "key": key,
         "plan": params,
         "stats": stats.as_dict(),
+        "chunk_bytes": CHUNK_BYTES,
+        "max_bin_pieces": _WIDEST,
         "arrays": {
             name: {
                 "dtype": dt.str,
                 "shape": [int(shapes[name])],
                 "offset": _WIDEST,
-                "xxh64": _WIDEST,
+                "xxh64": [_WIDEST] * -(-int(shapes[name]) * dt.itemsize // CHUNK_BYTES),
             }
             for name, dt in ARRAYS
         },
@@ -227,6 +240,14 @@ def _layout(
     return header, data_start, pos
 
 
+def _most_pieces(bin_ptr: np.ndarray) -> int:
+    """``max(diff(bin_ptr))`` (0 for no bins), a chunk at a time."""
+    most, step = 0, CHUNK_BYTES // 8
+    for lo in range(0, bin_ptr.shape[0] - 1, step):
+        most = max(most, int(np.diff(bin_ptr[lo : lo + step + 1]).max()))
+    return most
+
+
 def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndarray:
     """``length`` entries of ``dt`` at ``offset`` of the file, read-only (mapped when not empty)."""
     if length == 0:
@@ -235,11 +256,21 @@ def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndar
 
 
 def load_plan(
-    path: str | os.PathLike[str], key: dict[str, Any] | None = None, *, part: bool = False
+    path: str | os.PathLike[str],
+    key: dict[str, Any] | None = None,
+    *,
+    part: bool = False,
+    lazy: bool = False,
 ) -> PackingPlan:
-    """Memory-map a plan written by :func:`save_plan` (cost: reading the header and checking
-    every array's XXH64).  ``part=True`` reads the plan of some regions of a store
-    (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start at document 0.
+    """Memory-map a plan written by :func:`save_plan`.  ``part=True`` reads the plan of some
+    regions of a store (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start
+    at document 0.
+
+    Cost: the header, the region arrays and the first and last chunk of each other array; with
+    ``lazy=False`` (default) every other chunk too (one pass over the file); with ``lazy=True``
+    each other chunk is checked the first time a bin is read from it (the plan's
+    :attr:`~mmpack.views.plan.PackingPlan.pages`), so opening costs the same whatever the plan's
+    size, and a reader of the arrays whole calls ``plan.check_all()`` first.
 
     Raises
     ------
@@ -270,9 +301,17 @@ def load_plan(
     if not isinstance(layout, dict) or any(name not in layout for name, _ in ARRAYS):
         raise FormatError(f"{path}: unreadable plan header (arrays)")
     arrays = {
-        name: map_array(path, size, data_start, name, layout[name], "plan", dt)
+        name: map_array(path, size, data_start, name, layout[name], "plan", dt, check=False)
         for name, dt in ARRAYS
     }
+    try:
+        digests = {name: [int(d) for d in layout[name]["xxh64"]] for name, _ in ARRAYS}
+        chunk, most = int(header["chunk_bytes"]), int(header["max_bin_pieces"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"{path}: unreadable plan header (digests: {exc})") from None
+    pages = PlanPages(path, arrays, digests, chunk)
+    if not lazy:
+        pages.check_all()
     _check_consistent(path, arrays, stats, part)
     try:
         algorithm = str(params["algorithm"])
@@ -286,12 +325,109 @@ def load_plan(
             lookahead=params["lookahead"],
             region_tokens=None if region_tokens is None else int(region_tokens),
             stats=stats,
+            pages=None if pages.all_checked() else pages,
+            most_pieces=most,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"{path}: unreadable plan parameters ({exc})") from None
     if algorithm not in ALGORITHMS:
         raise FormatError(f"{path}: plan of unknown algorithm {algorithm!r}")
     return plan
+
+
+_PIECE_ARRAYS = ("piece_doc", "piece_start", "piece_len")
+
+
+class PlanPages:
+    """The chunks of a mapped plan file, each checked against its recorded XXH64 once, on first
+    use (a :class:`~mmpack.store.integrity.CheckedPages` per array).  The constructor checks the
+    region arrays whole (O(n_regions)) and the first and last chunk of the others (O(1)).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        Named in error messages.
+    arrays : dict of str to numpy.ndarray
+        The mapped arrays of :data:`ARRAYS`, by name.
+    digests : dict of str to list of int
+        Each array's XXH64 per ``chunk_bytes`` (the last chunk short).
+    chunk_bytes : int
+        A positive multiple of 8.
+
+    Raises
+    ------
+    FormatError
+        A digest list of the wrong length, or a chunk checked now that fails its digest.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        arrays: dict[str, np.ndarray],
+        digests: dict[str, list[int]],
+        chunk_bytes: int,
+    ) -> None:
+        if chunk_bytes <= 0 or chunk_bytes % 8:
+            raise FormatError(f"{path}: plan chunk_bytes {chunk_bytes} is not a multiple of 8")
+        self._path, self._arrays, self._digests = path, arrays, digests
+        self._chunk = chunk_bytes
+        self._pages = {}
+        for name, arr in arrays.items():
+            pages = CheckedPages(
+                arr.shape[0], chunk_bytes // arr.itemsize, partial(self._check_chunk, name)
+            )
+            if len(digests[name]) != pages.n_pages:
+                raise FormatError(f"{path}: plan array {name!r} has the wrong number of digests")
+            self._pages[name] = pages
+        self._bins = self._pages["bin_ptr"]
+        self._pieces = [self._pages[name] for name in _PIECE_ARRAYS]
+        self._n_pieces = arrays["piece_doc"].shape[0]
+        for name in ("region_bin", "region_doc"):
+            self._pages[name].check_all()
+        for pages in self._pages.values():
+            if pages.n_pages:
+                pages.check_page(0)
+                pages.check_page(pages.n_pages - 1)
+
+    def all_checked(self) -> bool:
+        return all(pages.all_checked() for pages in self._pages.values())
+
+    def check_all(self) -> None:
+        """Check every chunk not checked yet."""
+        for pages in self._pages.values():
+            pages.check_all()
+
+    def check_bin(self, b: int) -> None:
+        """Check (once) the chunks of ``bin_ptr[b : b + 2]`` and of bin ``b``'s pieces."""
+        self._bins.check_entries(b, b + 1)
+        bin_ptr = self._arrays["bin_ptr"]
+        lo, hi = int(bin_ptr[b]), min(int(bin_ptr[b + 1]), self._n_pieces)
+        if lo < hi:
+            for pages in self._pieces:
+                pages.check_entries(lo, hi - 1)
+
+    def check_bins(self, idx: np.ndarray) -> None:
+        """:meth:`check_bin` of every bin of ``idx`` (int64, shape (k,), in range)."""
+        if not idx.size:
+            return
+        self._bins.check_ranges(idx, idx + 1)
+        bin_ptr = self._arrays["bin_ptr"]
+        lo = bin_ptr[idx]
+        hi = np.minimum(bin_ptr[idx + 1], self._n_pieces) - 1
+        for pages in self._pieces:
+            pages.check_ranges(lo, hi)
+
+    def _check_chunk(self, name: str, p: int) -> None:
+        arr = self._arrays[name]
+        per = self._chunk // arr.itemsize
+        got = block_digest("xxh64", arr[p * per : (p + 1) * per])
+        if got != self._digests[name][p]:
+            lo = p * self._chunk
+            hi = lo + arr[p * per : (p + 1) * per].nbytes
+            raise FormatError(
+                f"{self._path}: plan array {name!r} chunk {p} (bytes {lo}..{hi} of the array) "
+                "fails its checksum (xxh64; damaged file)"
+            )
 
 
 def _check_consistent(
