@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = [
+    "DefaultOrderWarning",
     "FormatError",
     "IngestError",
     "IngestWarning",
@@ -112,6 +113,13 @@ class IngestError(MmpackError, ValueError):
 
 class IngestWarning(UserWarning):
     """A skipped input record (``on_error="skip"``)."""
+
+
+class DefaultOrderWarning(UserWarning):
+    """A sampler over a remote store reads the block-window order because ``shuffle`` was left
+    to its default (:func:`~mmpack.core.validation.check_shuffle`); the message names the order,
+    its window, its measured cost in model quality and how to choose the global order.  Warned
+    once per process and store."""
 
 
 class SlowReadWarning(UserWarning):

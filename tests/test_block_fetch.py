@@ -443,9 +443,10 @@ def test_workers_forked_while_fetch_threads_compile_get_their_batches(stores, s3
 
 
 def test_a_remote_store_read_without_whole_blocks_is_warned_of_once(tmp_path):
-    """The global order over a remote store, and the block order over one opened without a
-    ``cache_limit``, cannot fetch whole blocks: each warns once, naming the fix; the block order
-    with a node cache, and any order over a local store, say nothing."""
+    """The global order over a remote store, and the block order over one opened with
+    ``cache_limit=0``, cannot fetch whole blocks: each warns once, naming the fix; the block
+    order with a node cache (the default order there), and any order over a local store, say
+    nothing."""
     from mmpack.errors import SlowReadWarning
 
     docs = _corpus(n_docs=300, seed=6)
@@ -461,12 +462,13 @@ def test_a_remote_store_read_without_whole_blocks_is_warned_of_once(tmp_path):
                 loader(view, 16, block_bytes=BLOCK, window_blocks=W, **kw)
         return [str(w.message) for w in rec if issubclass(w.category, SlowReadWarning)]
 
-    nocache = mmpack.open(url)
+    nocache = mmpack.open(url, cache_limit=0)
     cached = mmpack.open(url, cache_dir=tmp_path / "cache", cache_limit=1 << 30)
-    (slow,) = loaders(nocache)
-    assert "global shuffled order" in slow and "shuffle='blocks'" in slow and url in slow
+    (slow,) = loaders(nocache, shuffle=True)
+    assert "global shuffled order" in slow and "leave shuffle to its default" in slow
+    assert url in slow
     (blocks,) = loaders(nocache, shuffle="blocks")
     assert "cache_limit" in blocks and url in blocks
-    assert loaders(cached, shuffle="blocks") == []
+    assert loaders(cached, shuffle="blocks") == loaders(cached) == []
     assert loaders(nocache, shuffle=False) == []  # in order: merged ranges
     assert loaders(local) == loaders(local, shuffle="blocks") == []

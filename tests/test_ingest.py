@@ -424,9 +424,9 @@ def test_reading_is_bounded_by_the_batches_in_flight(tmp_path, monkeypatch):
     seen = []
     original = StoreWriter.add_batch
 
-    def spy(self, tokens, lengths):
+    def spy(self, tokens, lengths, loss_mask=None):
         seen.append(read[0])
-        return original(self, tokens, lengths)
+        return original(self, tokens, lengths, loss_mask)
 
     monkeypatch.setattr(StoreWriter, "add_batch", spy)
     for run, workers in [("a", 1), ("b", 2)]:

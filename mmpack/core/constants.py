@@ -7,6 +7,7 @@ __all__ = [
     "FETCH_BLOCK_BYTES",
     "IGNORE_INDEX",
     "INT32_MAX",
+    "NODE_CACHE_BYTES",
     "SPLIT_STREAM",
     "UINT64_LIMIT",
     "WINDOW_BLOCKS",
@@ -32,6 +33,10 @@ DOC_ORDER_STREAM = 0x646F635F6F726472  # "doc_ordr" in ASCII
 
 FETCH_BLOCK_BYTES = 4 << 20
 """Bytes per block of ``loader(shuffle="blocks")`` (``view.block_bounds``): one large read each."""
+
+NODE_CACHE_BYTES = 2 * WINDOW_BLOCKS * FETCH_BLOCK_BYTES
+"""Node cache of a remote store opened without ``cache_limit`` (2 GiB): the two windows of the
+block-window order at the defaults that the whole-block fetch holds (:mod:`mmpack.remote.opener`)."""
 
 SPLIT_STREAM = 0x73706C6974646F63  # "splitdoc" in ASCII
 """The first int of the key of ``store.split(fractions, seed)`` (:mod:`mmpack.store.subset`): the

@@ -137,6 +137,12 @@ class PartsBackend(Backend):
         raise TypeError("a joined store is written by mmpack.join, not by StoreWriter")
 
     @property
+    def remote(self) -> bool:  # type: ignore[override]
+        """Whether every part is remote (a join of local and remote parts reads like a local
+        store for its local parts)."""
+        return bool(self.parts) and all(p.remote for p in self.parts)
+
+    @property
     def offsets(self) -> np.ndarray:
         return self._offsets
 

@@ -28,6 +28,7 @@ class RemoteStoreBackend(Backend):
 
     transport: Any
     data: str
+    remote = True
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError(f"{type(self).__name__} is not pickled; the TokenStore reopens its URL")

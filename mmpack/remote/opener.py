@@ -4,22 +4,30 @@ Reads ``URL/mmpack.json`` (one GET; a missing one is :class:`~mmpack.errors.Stor
 whatever data objects an interrupted upload left), validates it, and builds a
 :class:`~mmpack.remote.backend.RemoteBackend` under a local folder keyed by the store's
 fingerprint, where its index, check table and packing plans live.
+
+The node cache: ``cache_limit`` bytes under ``cache_dir``; without one, two windows of the
+block-window order at the defaults (:data:`~mmpack.core.constants.NODE_CACHE_BYTES`, 2 GiB),
+so that the loader's whole-block fetch works without a flag, where the cache folder can be
+written (one small file created and removed probes it); where it cannot, none (the blocks read
+are fetched and served from memory) and one warning.  ``cache_limit=0`` keeps none.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from mmpack.core.constants import NODE_CACHE_BYTES
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.remote.backend import RemoteBackend
-from mmpack.remote.cache import BlockCache
+from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.store.format import META_FILE, StoreMeta
 
-__all__ = ["default_cache_dir", "open_record", "open_url"]
+__all__ = ["default_cache_dir", "node_cache", "open_record", "open_url"]
 
 
 def default_cache_dir() -> Path:
@@ -53,8 +61,10 @@ def open_url(
         Local folder for the store's index, packing plans and the block cache
         (default :func:`default_cache_dir`).
     cache_limit : int, optional
-        Bytes of fetched blocks kept in ``cache_dir`` for later epochs, shared by every process
-        on the node; None or 0 keeps none.
+        Bytes of fetched blocks kept in ``cache_dir`` (the node cache), shared by every process
+        on the node; 0 keeps none.  Default :data:`~mmpack.core.constants.NODE_CACHE_BYTES`
+        (two windows of the block-window order) where ``cache_dir`` can be written, else none
+        (with one warning).
     """
     if format not in (None, "mmpack"):
         raise ValueError(f"format={format!r}: remote stores are mmpack's own layout")
@@ -115,7 +125,7 @@ def open_record(
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
     folder = root / "stores" / meta.fingerprint
-    cache = None if cache_limit is None or cache_limit == 0 else BlockCache(root, cache_limit)
+    cache = node_cache(root, cache_limit)
     backend: Any
     if meta.backend == "zarr":
         from mmpack.remote.zarr import RemoteZarrBackend
@@ -133,3 +143,21 @@ def open_record(
     return TokenStore(
         folder, meta, raw, backend, location=location, cache_dir=folder, open_options=options
     )
+
+
+def node_cache(root: Path, cache_limit: int | None) -> BlockCache | None:
+    """The node cache under ``root`` of ``cache_limit`` bytes (None for 0); for None,
+    :data:`~mmpack.core.constants.NODE_CACHE_BYTES` where ``root/blocks`` can be written, else
+    None after one warning (:func:`~mmpack.remote.cache.warn_once`)."""
+    if cache_limit is None:
+        folder = root / "blocks"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:  # a read-only folder, a full disk: no node cache, as asked before
+            warn_once(root, exc)
+            return None
+        cache_limit = NODE_CACHE_BYTES
+    return None if cache_limit == 0 else BlockCache(root, cache_limit)

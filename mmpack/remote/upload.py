@@ -178,7 +178,7 @@ def _check_uncommitted(
     from mmpack.remote.opener import open_record
 
     try:
-        check(open_record(transport, raw, url, storage_options=storage_options))
+        check(open_record(transport, raw, url, storage_options=storage_options, cache_limit=0))
     except BaseException:
         with contextlib.suppress(RemoteError, RemoteAccessError, OSError):
             transport.delete(objects)

@@ -216,6 +216,11 @@ class Mixture:
         return self._sources
 
     @property
+    def block_bytes(self) -> int | None:
+        """The ``block_bytes`` the mixture was built with (its :meth:`block_bounds`), or None."""
+        return None if self._blocks is None else int(self._blocks.block_bytes)
+
+    @property
     def weights(self) -> np.ndarray:
         """Effective (quantized) weights ``quotas / period``; float64, shape (K,), summing to 1
         (with a schedule: those at position 0; :meth:`weights_at` gives any position's)."""

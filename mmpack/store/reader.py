@@ -8,19 +8,15 @@ read uses it (:class:`~mmpack.store.integrity.OffsetsPages`); ``verify()`` recom
 checksums.  Stores are written by :mod:`mmpack.store.writer`.
 
 Opt-in verification on read (``open_store(path, verify_reads=True)``): each page of the offsets is
-checksummed when its structure is checked, and each 16 MiB block of tokens the first time a read
-touches it (XXH64, ~1.6 ms; CRC-32, ~10 ms, for ``checksum="crc32"``; then a bitmap lookup).
-Views then read through :meth:`TokenStore.read_ranges` (``store.tokens`` is None), so every
-token they return comes from a verified block (cost: ``python -m benchmarks.trust_costs
-verify_reads``, 1.03-1.42x the plain mapping per batch of 64 windows of 2048).  Kinds of store
-without block checksums of their own pass a ``read_checker``
-(:class:`~mmpack.store.integrity.ReadChecker`): a join lets its parts check their own blocks,
-another tool's files are checked against their checksum sidecar.
-
-:func:`open_store` dispatches other locations to the adapters' openers
-(:mod:`mmpack.store.registry`).  Cold data: the token mapping is advised for random access at
-open; :meth:`TokenStore.verify` and iteration scan with read-ahead; :meth:`TokenStore.prefetch`
-queues many ranges' reads at once (``benchmarks/bench_cold.py``).
+checksummed when its structure is checked, each 16 MiB block of tokens the first time a read
+touches it.  Views then read through :meth:`TokenStore.read_ranges` (``store.tokens`` is None), so
+every token they return comes from a verified block (cost: ``python -m benchmarks.trust_costs
+verify_reads``).  Kinds of store without block checksums of their own pass a ``read_checker``
+(:class:`~mmpack.store.integrity.ReadChecker`): a join's parts check their own blocks, another
+tool's files are checked against their checksum sidecar.  :func:`open_store` dispatches other
+locations to the adapters' openers (:mod:`mmpack.store.registry`).  Cold data: the mapping is
+advised for random access; :meth:`TokenStore.verify` and iteration scan with read-ahead;
+:meth:`TokenStore.prefetch` queues many ranges' reads at once (``benchmarks/bench_cold.py``).
 """
 
 from __future__ import annotations
@@ -215,10 +211,14 @@ class TokenStore(DocumentSets):
         return getattr(self._backend, "tokens", None)
 
     @property
+    def remote(self) -> bool:
+        """Whether the tokens live on object storage (the backend's ``remote``)."""
+        return bool(self._backend.remote)
+
+    @property
     def span_fetcher(self) -> Any:
-        """The backend's fetcher of whole token spans into a shared node cache (a remote store
-        opened with a ``cache_limit``: :class:`mmpack.remote.spans.SpanFetcher`), else None.
-        What a block-window order's look-ahead drives (``mmpack.torch.block_fetch``)."""
+        """The backend's fetcher of whole spans into the node cache (a remote store with one:
+        :class:`mmpack.remote.spans.SpanFetcher`, driven by ``mmpack.torch.block_fetch``)."""
         return getattr(self._backend, "span_fetcher", None)
 
     def mapping(self) -> np.ndarray | None:

@@ -133,6 +133,11 @@ class SubsetBackend(Backend):
         raise TypeError("a subset is made by store.select / where / split, not written")
 
     @property
+    def remote(self) -> bool:  # type: ignore[override]
+        """The parent's (a subset reads its tokens)."""
+        return self.parent.remote
+
+    @property
     def offsets(self) -> np.ndarray:
         return self._offsets
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.validation import reads_remotely
 from mmpack.errors import SlowReadWarning
 from mmpack.torch.sampler import ResumableSampler
 
@@ -105,13 +106,12 @@ class WindowFetcher:
         (:class:`~mmpack.errors.SlowReadWarning`, naming the fix)."""
         if not isinstance(sampler, ResumableSampler):
             return None
-        store = getattr(view, "store", None)
         if sampler.block_order is None:
             if sampler.shuffle is True:
-                _warn_slow(store, "global")
+                _warn_slow(view, "global")
             return None
-        if getattr(store, "span_fetcher", None) is None:
-            _warn_slow(store, "blocks")
+        if getattr(getattr(view, "store", None), "span_fetcher", None) is None:
+            _warn_slow(view, "blocks")
             return None
         if not callable(getattr(view, "token_span", None)):
             return None
@@ -274,29 +274,40 @@ class WindowFetcher:
             job.result(timeout)
 
 
-def _warn_slow(store: Any, way: str) -> None:
-    """Warn once per process, store and ``way`` (``"global"``, ``"blocks"``) where ``store`` is
-    remote (its location a URL: a local path never holds ``://``) and read in a way that cannot
-    fetch whole blocks."""
-    url = str(getattr(store, "location", ""))
-    if "://" not in url or (url, way) in _WARNED:
+def _warn_slow(view: Any, way: str) -> None:
+    """Warn once per process, store and ``way`` (``"global"``, ``"blocks"``) where ``view``
+    reads remotely (:func:`~mmpack.core.validation.reads_remotely`: its store declares itself
+    ``remote``, or a mixture's sources all do) in a way that cannot fetch whole blocks."""
+    if not reads_remotely(view):
+        return
+    store = getattr(view, "store", None)
+    if store is None:
+        url = f"a mixture of {len(view.sources)} remote sources"
+    else:
+        url = str(store.location)
+    if (url, way) in _WARNED:
         return
     _WARNED.add((url, way))
     if way == "global":
+        if store is None:
+            fix = "build the mixture with block_bytes and leave shuffle to its default"
+        elif callable(getattr(view, "block_bounds", None)):
+            fix = "leave shuffle to its default (the block order) to fetch whole blocks"
+        else:  # a view without block bounds (e.g. MegatronGPTDataset) has no block order
+            fix = "read it through a WindowDataset or PackedDataset in the block order"
         message = (
             f"mmpack: {url} is read in the global shuffled order: every sample is a small range "
-            "request, 20-300x slower than the block order; pass shuffle='blocks' and open the "
-            "store with a cache_limit (whole blocks are then fetched into the node cache)"
+            f"request, 20-300x slower than the block order; {fix}"
         )
     elif getattr(store, "backend", None) == "zarr":
         message = (
             f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks (a remote Zarr store "
-            "has no whole-block fetch): upload it with mmpack.build(url, ...) and open it with "
-            "a cache_limit"
+            "has no whole-block fetch): upload it with mmpack.build(url, ...)"
         )
     else:
         message = (
-            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks: the store was "
-            "opened without a cache_limit; open it with mmpack.open(url, cache_limit=...)"
+            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks: that needs the view "
+            "of one remote store (not a mixture, a subset or a join) with a node cache (a "
+            "writable cache_dir, cache_limit not 0)"
         )
     warnings.warn(message, SlowReadWarning, stacklevel=5)  # at the caller of loader()

@@ -59,6 +59,7 @@ from mmpack.core.validation import (
     check_int_range,
     check_positive_int,
     check_shuffle,
+    order_block_bytes,
 )
 from mmpack.errors import FormatError
 from mmpack.torch.block_fetch import WindowFetcher
@@ -116,11 +117,14 @@ def loader(
         DataLoader worker processes (see the module docstring for why none by default).
     shuffle : bool or "blocks", optional
         A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
-        ``view.block_bounds(block_bytes)`` (over a remote store opened with a ``cache_limit``
-        the loader then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False``
-        visits the samples in order.  Default ``True``, and ``False`` for a view that orders
-        itself (``view.ordered``: a mixture whose weights follow a schedule), for which
-        ``True`` and ``"blocks"`` are refused.
+        ``view.block_bounds(block_bytes)`` (over a remote store with a node cache the loader
+        then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False`` visits the
+        samples in order.  Default (:func:`~mmpack.core.validation.check_shuffle`): ``False``
+        for a view that orders itself (``view.ordered``: a mixture whose weights follow a
+        schedule; ``True`` and ``"blocks"`` are refused), ``"blocks"`` over a remote store (a
+        mixture of remote sources: if built with ``block_bytes``, at its size), said once
+        (:class:`~mmpack.errors.DefaultOrderWarning`), else ``True``.  ``True`` over a remote
+        store warns once of its cost (:class:`~mmpack.errors.SlowReadWarning`).
     drop_last : bool, default False
         ``True``: every rank gets the same number of full batches and nothing repeats (the
         sampler drops the tail that does not fill a round of ranks, the loader the last partial
@@ -179,7 +183,7 @@ def loader(
                 f"to your own collate ({collate!r}) instead"
             )
         collate = Collator(cp_size=cp_size, cp_rank=cp_rank, pad_cu_seqlens=pad_cu_seqlens)
-    common = dict(
+    common: dict[str, Any] = dict(
         num_workers=num_workers,
         collate_fn=collate,
         pin_memory=torch.cuda.is_available(),
@@ -187,8 +191,13 @@ def loader(
         timeout=float(timeout) if num_workers > 0 else 0.0,
     )
     if isinstance(view, Stages):
-        given = dict(batch_size=batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
-        given.update(block_bytes=block_bytes, window_blocks=window_blocks, balance=balance)
+        given: dict[str, Any] = dict(batch_size=batch_size, seed=seed, shuffle=shuffle)
+        given.update(
+            drop_last=drop_last,
+            block_bytes=block_bytes,
+            window_blocks=window_blocks,
+            balance=balance,
+        )
         return _stages_loader(view, given, rank, world_size, common)
     if not hasattr(view, "__len__") or not hasattr(view, "__getitem__"):
         raise TypeError(
@@ -200,11 +209,13 @@ def loader(
     batch_size = check_positive_int(batch_size, "batch_size")
     drop_last = check_bool(drop_last, "drop_last")
     rank, world_size = _rank_and_world(rank, world_size)
-    order = check_shuffle(shuffle, view)
+    order = check_shuffle(shuffle, view, block_bytes=block_bytes, window_blocks=window_blocks)
     blocks: dict[str, Any] = {}
     if order == "blocks":
         if not callable(getattr(view, "block_bounds", None)):
             raise TypeError(f"shuffle='blocks' needs a view with block_bounds, got {view!r}")
+        if shuffle is None:  # the default over a remote store: a mixture's own block size
+            block_bytes = order_block_bytes(view, block_bytes)
         blocks = dict(block_bounds=view.block_bounds(block_bytes), window_blocks=window_blocks)
     sampler = ResumableSampler(
         view,

@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Sampler
 
-from mmpack.core.constants import WINDOW_BLOCKS
+from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.permutation_keys import MAX_N
 from mmpack.core.validation import (
     EpochIndex,
@@ -52,6 +52,7 @@ from mmpack.core.validation import (
     check_int_range,
     check_shuffle,
     epoch_index_type,
+    order_block_bytes,
 )
 from mmpack.sampling.balance import Balance, balanced_resume
 from mmpack.sampling.block_order import BlockOrder
@@ -99,8 +100,9 @@ class ResumableSampler(Sampler[int]):
         order); ``"blocks"``: in the block-window order over ``block_bounds`` (reads whole blocks
         of consecutive samples, see :mod:`mmpack.sampling.block_order`); ``False``: visit
         ``0, 1, ..., n-1``.  Default ``True``, except over a dataset that orders itself (its
-        ``ordered`` is true: a mixture whose weights follow a schedule), which is read in its
-        own order (``False``; ``True`` or ``"blocks"`` is then a ``ValueError``,
+        ``ordered`` is true: a mixture whose weights follow a schedule), read in its own order
+        (``False``; ``True`` or ``"blocks"`` is then a ``ValueError``), and over a remote store,
+        read in the block order (over ``block_bounds``, else the dataset's at 4 MiB blocks;
         :func:`~mmpack.core.validation.check_shuffle`).
     seed : int, default 0
         Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
@@ -190,9 +192,11 @@ class ResumableSampler(Sampler[int]):
                 f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
         self._n = n
-        self._shuffle = check_shuffle(shuffle, dataset)
+        self._shuffle = check_shuffle(shuffle, dataset, window_blocks=window_blocks)
         self._order: BlockOrder | None = None
         if self._shuffle == BLOCKS:
+            if block_bounds is None and shuffle is None and dataset is not None:  # default
+                block_bounds = dataset.block_bounds(order_block_bytes(dataset, FETCH_BLOCK_BYTES))
             if block_bounds is None:
                 raise ValueError(
                     "shuffle='blocks' needs block_bounds (e.g. ds.block_bounds(2**22))"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.fingerprints import config_fingerprint
-from mmpack.core.validation import check_int, check_shuffle
+from mmpack.core.validation import check_int, check_shuffle, order_block_bytes
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
@@ -84,14 +84,11 @@ class Stages:
     unit : "samples" or "tokens", default "samples"
         What budgets count (see the module docstring for the rule that ends a stage).
     rank, world_size, shuffle, drop_last
-        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler
-        (given the stage's view: a view that orders itself, such as a mixture whose weights
-        follow a schedule, is read in its own order, and ``shuffle=True`` is refused for it);
-        ``shuffle="blocks"``: each stage in the block-window order over its view's
-        ``block_bounds(block_bytes)``.
+        As for :class:`~mmpack.torch.sampler.ResumableSampler`, for every stage's sampler,
+        given the stage's view (its default order by the same rule); ``shuffle="blocks"``: each
+        stage in the block-window order over its view's ``block_bounds(block_bytes)``.
     block_bytes, window_blocks : int
-        With ``shuffle="blocks"``: bytes per block (default 4 MiB) and blocks per window
-        (default 256), the same for every stage.
+        The block order's bytes per block (4 MiB) and blocks per window (256), every stage's.
 
     Notes
     -----
@@ -134,7 +131,7 @@ class Stages:
                 tokens = _tokens_per_sample(view, i)
             self._tokens.append(tokens)
             self._views.append(view)
-            order = check_shuffle(shuffle, view)
+            order, blocks = _order(shuffle, view, i, block_bytes, window_blocks)
             own = getattr(view, "fingerprint", None)  # else the sampler takes the view's own
             sampler = ResumableSampler(
                 view,
@@ -146,7 +143,7 @@ class Stages:
                 fingerprint=None
                 if isinstance(own, str)
                 else f"stages[{i}]: {len(view)} samples of {tokens} {unit}",
-                **_blocks(order, view, i, block_bytes, window_blocks),
+                **blocks,
             )
             if len(sampler) == 0:
                 raise ValueError(
@@ -513,18 +510,21 @@ def _lists(value: Any) -> Any:
     return value
 
 
-def _blocks(
-    shuffle: object, view: Any, i: int, block_bytes: int, window_blocks: int
-) -> dict[str, Any]:
-    """The block-order arguments of stage ``i``'s sampler (none unless ``shuffle="blocks"``)."""
-    if not (isinstance(shuffle, str) and shuffle == "blocks"):
-        return {}
+def _order(
+    shuffle: Any, view: Any, i: int, block_bytes: int, window_blocks: int
+) -> tuple[bool | Literal["blocks"], dict[str, Any]]:
+    """Stage ``i``'s order (:func:`~mmpack.core.validation.check_shuffle`) and its sampler's
+    block-order arguments (none unless ``"blocks"``; by default at ``order_block_bytes``)."""
+    order = check_shuffle(shuffle, view, block_bytes=block_bytes, window_blocks=window_blocks)
+    if not (isinstance(order, str) and order == "blocks"):
+        return order, {}
     if not callable(getattr(view, "block_bounds", None)):
         raise TypeError(
             f"shuffle='blocks' needs views with block_bounds, got stages[{i}] view "
             f"{type(view).__name__}"
         )
-    return {"block_bounds": view.block_bounds(block_bytes), "window_blocks": window_blocks}
+    size = block_bytes if shuffle is not None else order_block_bytes(view, block_bytes)
+    return order, {"block_bounds": view.block_bounds(size), "window_blocks": window_blocks}
 
 
 def _tokens_per_sample(view: Any, i: int) -> int:

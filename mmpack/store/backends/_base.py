@@ -19,6 +19,11 @@ class Backend(abc.ABC):
 
     name: str
 
+    remote: bool = False
+    """Whether the tokens live on object storage (read through range requests): the default
+    sample order and the whole-block fetch follow it (``mmpack.torch.loader``).  A backend over
+    other stores (a subset, a join) answers for the stores it reads."""
+
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         self.path = path
         self.meta = meta
