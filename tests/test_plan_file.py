@@ -272,3 +272,30 @@ def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypat
     with pytest.raises(FormatError, match="offsets decrease at document 149"):
         again.__getitems__([bins[-1]])
     assert again[0]["input_ids"].tolist() == expected[0]
+
+
+def test_checked_pages_check_each_page_a_read_uses_once():
+    """The one rule behind the offsets' pages and a plan's chunks: the pages of every range
+    (a range over 3+ pages: its middle ones too), each once; a page that fails stays unchecked."""
+    from mmpack.store.integrity import CheckedPages
+
+    calls, bad = [], {7}
+
+    def check(p):
+        calls.append(p)
+        if p in bad:
+            raise FormatError(f"page {p}")
+
+    pages = CheckedPages(95, 10, check)  # 10 pages, the last of 5 entries
+    assert pages.n_pages == 10 and not pages.all_checked()
+    pages.check_ranges(np.array([3, 12, 41, 5]), np.array([4, 35, 40, 4]))  # (41, 40): empty
+    assert sorted(calls) == [0, 1, 2, 3]
+    pages.check_entries(0, 19)
+    assert sorted(calls) == [0, 1, 2, 3]  # checked once
+    with pytest.raises(FormatError, match="page 7"):
+        pages.check_entries(70, 70)
+    with pytest.raises(FormatError, match="page 7"):
+        pages.check_all()
+    bad.clear()
+    pages.check_all()
+    assert pages.all_checked() and sorted(calls) == [0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 8, 9]
