@@ -95,7 +95,7 @@ def map_array(
         The dtype the caller expects: another recorded dtype is refused.
     check : bool, default True
         Compare the whole array's ``"xxh64"``; False leaves the digests to the caller (a file
-        that records one per chunk, checked on use: :class:`mmpack.views.plan_file.PlanPages`).
+        that records one per chunk, checked on use: :class:`mmpack.views.plan_pages.PlanPages`).
 
     Raises
     ------

@@ -55,8 +55,12 @@ attention mask; with int32 output ``cu_seqlens`` too, else a second, int32, buff
 sample's views of it; measured against a raw 2048-token slice copy, with where the time goes:
 ``python -m benchmarks.bench_getitem --quick --profile``.
 
-Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
-cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
+Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
+end chunks, :func:`~mmpack.views.plan_file.load_plan`); a read checks, once, the plan chunks of
+its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
+sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
+worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
+writable, recomputes it.
 """
 
 from __future__ import annotations

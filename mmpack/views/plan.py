@@ -67,7 +67,7 @@ from mmpack.views.plan_stats import COUNTED, PackingStats, stats_of
 from mmpack.views.region_cuts import region_edges, whole_store_edges
 
 if TYPE_CHECKING:
-    from mmpack.views.plan_file import PlanPages
+    from mmpack.views.plan_pages import PlanPages
 
 __all__ = [
     "ALGORITHMS",
@@ -119,7 +119,7 @@ class PackingPlan:
     stats : PackingStats
     pages : PlanPages or None
         A plan read back from its file (:func:`~mmpack.views.plan_file.load_plan`) lazily
-        checks its chunks on first use (:class:`~mmpack.views.plan_file.PlanPages`): a consumer
+        checks its chunks on first use (:class:`~mmpack.views.plan_pages.PlanPages`): a consumer
         calls :meth:`check_bins` for the bins it reads, or :meth:`check_all` before reading the
         arrays whole.  None: every array is trusted (a plan built in memory).
     most_pieces : int or None
