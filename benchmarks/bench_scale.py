@@ -9,7 +9,9 @@ the memory a build holds besides the page cache; ``dask sum MiB``: of all proces
 Columns: ``build s`` (``StoreWriter.add_batch`` in chunks of 10^7 documents, no fsync); ``open
 s`` and its peak; ``windows s`` (``WindowDataset(store, 2048)`` and 64 random windows read);
 ``plan s`` and its peak (:func:`~mmpack.views.plan_regions.cached_plan`, ``seqlen=2048``, an
-eot, ``region_tokens="auto"``, nothing cached); ``reopen s`` (the cached plan);
+eot, ``region_tokens="auto"``, nothing cached); ``reopen s`` and its peak (the cached plan);
+``packed open s`` and its peak (``PackedDataset`` over the cached plan, from opening the store)
+and ``packed reads s`` (64 random samples read after it);
 ``plan B/doc`` (the plan file's bytes per document); ``dask plan s``, its peaks and ``same
 file`` (the Dask-built file is byte for byte the serial one); ``bins``, ``ideal bins``
 (``ceil(sum(len + 1) / 2048)``, a lower bound of any packing, the whole-store best fit's bins for
@@ -145,6 +147,19 @@ def _reopen(path: str) -> dict[str, Any]:
     return {"s": time.perf_counter() - t0}
 
 
+def _packed(path: str) -> dict[str, Any]:
+    import mmpack
+    from mmpack.views.packed import PackedDataset
+
+    PackedDataset(mmpack.open(_warm_store()), SEQLEN, eot=0)[0]
+    t0 = time.perf_counter()
+    ds = PackedDataset(mmpack.open(path), SEQLEN, eot=0)
+    opened = time.perf_counter() - t0
+    for i in np.random.default_rng(2).integers(0, len(ds), 64).tolist():
+        ds[i]
+    return {"s": opened, "reads": time.perf_counter() - t0 - opened}
+
+
 def _dask_plan(path: str) -> dict[str, Any]:
     import dask.distributed as distributed
 
@@ -189,6 +204,7 @@ PHASES = {
     "windows": _windows,
     "plan": _plan,
     "reopen": _reopen,
+    "packed": _packed,
     "dask_plan": _dask_plan,
 }
 
@@ -202,6 +218,7 @@ def _case(n: int, tmp: Path) -> dict[str, Any]:
     windows = _phase("windows", path)
     plan = _phase("plan", path)
     reopen = _phase("reopen", path)
+    packed = _phase("packed", path)
     dask = _phase("dask_plan", path)
     shutil.rmtree(path, ignore_errors=True)
     return {
@@ -213,6 +230,10 @@ def _case(n: int, tmp: Path) -> dict[str, Any]:
         "plan s": plan["s"],
         "plan peak anon MiB": plan["peak"] / mib,
         "reopen s": reopen["s"],
+        "reopen peak anon MiB": reopen["peak"] / mib,
+        "packed open s": packed["s"],
+        "packed open peak anon MiB": packed["peak"] / mib,
+        "packed reads s": packed["reads"],
         "plan B/doc": plan["bytes"] / n,
         "dask plan s": dask["s"],
         "dask peak anon MiB": dask["peak"] / mib,

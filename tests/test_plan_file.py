@@ -1,5 +1,6 @@
-"""The plan file format (mmpack.views.plan_file): format 4 records the regions and an XXH64 of
-every array; a file of another format version is refused, and the cache rebuilds it."""
+"""The plan file format (mmpack.views.plan_file): format 5 records the regions and an XXH64 of
+every chunk of every array, checked lazily on reopen; a file of another format version is
+refused, and the cache rebuilds it."""
 
 from __future__ import annotations
 
@@ -44,21 +45,30 @@ def _plan_and_key(region_tokens=None):
     return plan, plan_cache_key("a" * 16, 1024, add_eot=True, region_tokens=region_tokens)
 
 
+@pytest.mark.parametrize("chunk", [plan_file.CHUNK_BYTES, 256])
 @pytest.mark.parametrize("region_tokens", [None, 100_000])
-def test_format_4_records_the_regions_and_the_xxh64_of_every_array(tmp_path, region_tokens):
+def test_format_5_records_the_regions_and_the_xxh64_of_every_chunk(
+    tmp_path, region_tokens, chunk, monkeypatch
+):
+    monkeypatch.setattr(plan_file, "CHUNK_BYTES", chunk)
     plan, key = _plan_and_key(region_tokens)
     save_plan(plan, tmp_path / "p.mmplan", key)
     header, raw = _header(tmp_path / "p.mmplan")
-    assert header["format"] == plan_file.PLAN_FORMAT_VERSION == 4
+    assert header["format"] == plan_file.PLAN_FORMAT_VERSION == 5
+    assert header["chunk_bytes"] == chunk
+    assert header["max_bin_pieces"] == int(np.diff(plan.bin_ptr).max())
     assert header["plan"]["region_tokens"] == region_tokens
     assert header["stats"]["n_regions"] == plan.n_regions == (1 if region_tokens is None else 31)
     for name in ARRAYS:
         spec = header["arrays"][name]
         nbytes = int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
         body = raw[spec["offset"] : spec["offset"] + nbytes]
-        assert spec["xxh64"] == xxh64_slow(body)  # the reference, not the kernel under test
-    again = load_plan(tmp_path / "p.mmplan", key)
-    assert same_plan(plan, again) and again.region_tokens == region_tokens
+        expected = [xxh64_slow(body[lo : lo + chunk]) for lo in range(0, nbytes, chunk)]
+        assert spec["xxh64"] == expected  # the reference, not the kernel under test
+    for lazy in (False, True):
+        again = load_plan(tmp_path / "p.mmplan", key, lazy=lazy)
+        assert same_plan(plan, again) and again.region_tokens == region_tokens
+        assert again.max_bin_pieces() == header["max_bin_pieces"]
 
 
 @pytest.mark.parametrize("array", ARRAYS)
@@ -75,7 +85,7 @@ def test_a_flipped_bit_in_any_array_is_detected(tmp_path, array):
         load_plan(path, key)
 
 
-@pytest.mark.parametrize("version", [2, 3, 5])
+@pytest.mark.parametrize("version", [3, 4, 6])
 def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path, version):
     store = FakeStore(tmp_path, np.random.default_rng(8).integers(0, 4000, 20_000))
     first = cached_plan(store, 2048, add_eot=True)
@@ -83,12 +93,12 @@ def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path,
     header, _ = _header(path)
     header["format"] = version
     _rewrite_header(path, header)
-    with pytest.raises(FormatError, match=f"plan format {version}, this mmpack reads 4"):
+    with pytest.raises(FormatError, match=f"plan format {version}, this mmpack reads 5"):
         load_plan(path)
     with pytest.warns(UserWarning, match="rebuilding the packing plan"):
         again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
-    assert _header(path)[0]["format"] == 4
+    assert _header(path)[0]["format"] == 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the rewritten plan is used as it is
         assert same_plan(first, cached_plan(store, 2048, add_eot=True))
@@ -148,3 +158,146 @@ def test_cached_plans_of_two_region_sizes_live_side_by_side(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert same_plan(a, cached_plan(store, 1024, add_eot=True, region_tokens=50_000))
+
+
+# ------------------------------------------------------------------------------- reopen in O(1)
+def _corrupt_chunk(path, array, entry):
+    """Flip one bit of entry ``entry`` of ``array`` in the plan file at ``path``."""
+    header, raw = _header(path)
+    spec = header["arrays"][array]
+    damaged = bytearray(raw)
+    damaged[spec["offset"] + entry * np.dtype(spec["dtype"]).itemsize] ^= 0x04
+    path.write_bytes(bytes(damaged))
+
+
+def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeypatch):
+    """Reopening a cached plan checks its header, its regions and the end chunks of each array,
+    not the arrays: the bytes hashed do not grow with the plan (format 4 hashed them all)."""
+    monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)
+    from mmpack.views import plan_pages
+
+    hashed = []
+    digest = plan_pages.block_digest
+
+    def counting(kind, data):
+        hashed.append(np.asarray(data).nbytes)
+        return digest(kind, data)
+
+    monkeypatch.setattr(plan_pages, "block_digest", counting)
+    sizes = {}
+    for n in (20_000, 200_000):
+        lens = np.random.default_rng(n).integers(0, 30, n)
+        plan = build_plan(lens, 1024, add_eot=True)  # one region: no region array grows
+        key = plan_cache_key("b" * 16, 1024, add_eot=True)
+        save_plan(plan, tmp_path / f"{n}.mmplan", key)
+        hashed.clear()
+        lazy = load_plan(tmp_path / f"{n}.mmplan", key, lazy=True)
+        sizes[n] = sum(hashed)
+        assert sizes[n] <= 2 * 256 * len(ARRAYS)
+        assert same_plan(plan, lazy)  # (reads the arrays: checks nothing more)
+        hashed.clear()
+        load_plan(tmp_path / f"{n}.mmplan", key)  # lazy=False: every chunk
+        assert sum(hashed) >= plan.n_pieces * 20
+
+
+@pytest.mark.parametrize("array", ["bin_ptr", "piece_doc", "piece_start", "piece_len"])
+def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served(
+    tmp_path, monkeypatch, array
+):
+    """A flipped bit in a middle chunk passes the O(1) reopen, then fails the first read of a
+    bin that uses the chunk (ds[i], a batch, locate), never serving a sample from it, while
+    other bins read as before; ``ds.plan`` checks every chunk; ``lazy=False`` refuses it."""
+    import mmpack
+    from mmpack.views.packed import PackedDataset
+
+    monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)  # 32 int64 entries a chunk
+    rng = np.random.default_rng(11)
+    docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 20, 3000))]
+    store = mmpack.build(tmp_path / "s", docs, fsync=False)
+    ds = PackedDataset(store, 64, eot=0)
+    expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    (path,) = (tmp_path / "s" / "cache").iterdir()
+    plan = ds.plan
+    n_pieces, bin_ptr = plan.n_pieces, plan.bin_ptr.copy()
+    entry = len(ds) // 2 if array == "bin_ptr" else n_pieces // 2
+    _corrupt_chunk(path, array, entry)
+    if array == "bin_ptr":
+        per = 256 // 8  # the bins that read an entry of the chunk
+        bad = set(range(entry // per * per - 1, (entry // per + 1) * per)) & set(range(len(ds)))
+    else:
+        per = 256 // np.dtype(dict(plan_file.ARRAYS)[array]).itemsize
+        chunk = range(entry // per * per, (entry // per + 1) * per)
+        bad = {b for b in range(len(ds)) if set(range(bin_ptr[b], bin_ptr[b + 1])) & set(chunk)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no rebuild: the damage is not where a reopen looks
+        again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+    first_bad = min(bad)
+    for read in (
+        lambda b: again[b],
+        lambda b: again.__getitems__([b]),
+        lambda b: again.locate(b),
+    ):
+        with pytest.raises(FormatError, match=f"{array}.* fails its checksum \\(xxh64"):
+            read(first_bad)
+    good = [b for b in range(len(ds)) if b not in bad]
+    assert good and all(again[b]["input_ids"].tolist() == expected[b] for b in good)
+    batch = again.__getitems__(good)
+    assert [row["input_ids"].tolist() for row in batch] == [expected[b] for b in good]
+    with pytest.raises(FormatError, match="fails its checksum"):
+        _ = again.plan  # the arrays whole: every chunk
+    with pytest.raises(FormatError, match=f"{array}.* fails its checksum"):
+        load_plan(path)
+
+
+def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypatch):
+    """PackedDataset over a reopened plan checks the offsets pages of the regions it reads, not
+    the whole index at open (a decrease elsewhere fails only the reads of its region)."""
+    import mmpack
+    import mmpack.store.writer
+    from mmpack.views.packed import PackedDataset
+
+    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    mmpack.build(tmp_path / "s", [[1] * 4] * 200, fsync=False)  # 800 tokens
+    ds = PackedDataset(mmpack.open(tmp_path / "s"), 16, eot=0, region_tokens=40)
+    expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    offsets = np.fromfile(tmp_path / "s" / "offsets.bin", dtype="<i8")
+    offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)
+    offsets.tofile(tmp_path / "s" / "offsets.bin")
+    store = mmpack.open(tmp_path / "s")
+    again = PackedDataset(store, 16, eot=0, region_tokens=40)  # the cached plan
+    assert not store._pages.all_checked()
+    plan = again._plan
+    region = int(np.searchsorted(plan.region_doc, 149, side="right")) - 1
+    bins = range(int(plan.region_bin[region]), int(plan.region_bin[region + 1]))
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        again[bins[0]]
+    with pytest.raises(FormatError, match="offsets decrease at document 149"):
+        again.__getitems__([bins[-1]])
+    assert again[0]["input_ids"].tolist() == expected[0]
+
+
+def test_checked_pages_check_each_page_a_read_uses_once():
+    """The one rule behind the offsets' pages and a plan's chunks: the pages of every range
+    (a range over 3+ pages: its middle ones too), each once; a page that fails stays unchecked."""
+    from mmpack.store.integrity import CheckedPages
+
+    calls, bad = [], {7}
+
+    def check(p):
+        calls.append(p)
+        if p in bad:
+            raise FormatError(f"page {p}")
+
+    pages = CheckedPages(95, 10, check)  # 10 pages, the last of 5 entries
+    assert pages.n_pages == 10 and not pages.all_checked()
+    pages.check_ranges(np.array([3, 12, 41, 5]), np.array([4, 35, 40, 4]))  # (41, 40): empty
+    assert sorted(calls) == [0, 1, 2, 3]
+    pages.check_entries(0, 19)
+    assert sorted(calls) == [0, 1, 2, 3]  # checked once
+    with pytest.raises(FormatError, match="page 7"):
+        pages.check_entries(70, 70)
+    with pytest.raises(FormatError, match="page 7"):
+        pages.check_all()
+    bad.clear()
+    pages.check_all()
+    assert pages.all_checked() and sorted(calls) == [0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 8, 9]

@@ -10,6 +10,9 @@ store built with the default ``checksum="xxh64"``, ~1.6 ms a block; CRC-32 for t
 the tokens of stores written with ``checksum="crc32"``, ~10 ms a block, zlib releasing the GIL),
 and keeps a bitmap of the token blocks already checked, so verify-on-read checks each block once (the
 first read that touches it) and then costs one bitmap lookup per touched block.
+:class:`CheckedPages` is the one rule for an index checked lazily: a bitmap of pages, each checked
+once on first use (the store's :class:`OffsetsPages`, a cached plan's chunks in
+:mod:`mmpack.views.plan_file`); after that a read costs one bitmap lookup per page it touches.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mmpack.store.format import BLOCK_BYTES, StoreMeta
 
 __all__ = [
     "BlockChecker",
+    "CheckedPages",
     "OffsetsPages",
     "ReadChecker",
     "block_digest",
@@ -252,8 +256,83 @@ def _raise_decrease(offsets: np.ndarray, bad: int, base: int, path: Path) -> Non
         )
 
 
+class CheckedPages:
+    """Pages of ``entries`` consecutive entries of an array, each checked once, on first use.
+
+    Parameters
+    ----------
+    entries : int
+        Entries of the array (>= 0).
+    page_entries : int
+        Entries per page (>= 1; the last page may be short).
+    check_page : callable
+        ``check_page(p)`` checks page ``p`` and raises (:class:`FormatError`) when it is bad; a
+        page that fails stays unchecked, so the next read that uses it fails again.
+    """
+
+    def __init__(self, entries: int, page_entries: int, check_page: Callable[[int], None]) -> None:
+        self.page_entries = max(1, int(page_entries))
+        self._check = check_page
+        pages = -(-int(entries) // self.page_entries)
+        self._checked = np.zeros(pages, dtype=bool)
+        self._pending = pages
+
+    @property
+    def n_pages(self) -> int:
+        return int(self._checked.shape[0])
+
+    def all_checked(self) -> bool:
+        return self._pending == 0
+
+    def check_page(self, p: int) -> None:
+        """Check page ``p`` (an int in ``[0, n_pages)``) unless it was checked."""
+        if not self._checked[p]:
+            self._check(p)
+            self._checked[p] = True
+            self._pending -= 1
+
+    def check_entries(self, lo: int, hi: int) -> None:
+        """Check (once) the pages holding entries ``[lo, hi]`` (ints, ``0 <= lo <= hi <
+        entries``)."""
+        if not self._pending:
+            return
+        for p in range(lo // self.page_entries, hi // self.page_entries + 1):
+            self.check_page(p)
+
+    def check_ranges(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Check (once) the pages holding entries ``[lo[k], hi[k]]`` for every ``k`` with
+        ``lo[k] <= hi[k]`` (int64, shape (k,), inside the array)."""
+        if not self._pending:
+            return
+        keep = lo <= hi
+        if not keep.all():
+            lo, hi = lo[keep], hi[keep]
+        first, last = lo // self.page_entries, hi // self.page_entries
+        touched = np.unique(np.concatenate([first, last]))
+        for p in touched[~self._checked[touched]].tolist():
+            self.check_page(p)
+        wide = last - first > 1  # a range over 3+ pages (rare: pages are long)
+        for f, g in zip(first[wide].tolist(), last[wide].tolist()):
+            for p in range(f + 1, g):
+                self.check_page(p)
+
+    def unchecked(self) -> list[int]:
+        """The pages not checked yet, in order."""
+        return np.flatnonzero(~self._checked).tolist()
+
+    def check_all(self) -> None:
+        """Check every page not checked yet."""
+        for p in self.unchecked():
+            self.check_page(p)
+
+    def mark_all(self) -> None:
+        """Record every page as checked (the caller checked them all its own way)."""
+        self._checked[:] = True
+        self._pending = 0
+
+
 class OffsetsPages:
-    """The offsets of one store, checked page by page on first use (see the module docstring).
+    """The offsets of one store, checked page by page on first use (:class:`CheckedPages`).
 
     A page is one checksum block of the offsets (``meta.block_bytes // 8`` entries); checking
     page ``p`` checks that its entries never decrease, also from the entry before it (so all
@@ -279,51 +358,43 @@ class OffsetsPages:
         self._path = path
         self._offsets = offsets
         self._blocks = blocks
-        self._page = max(1, getattr(meta, "block_bytes", BLOCK_BYTES) // 8)
         _check_ends(offsets, meta, path)
-        pages = -(-offsets.shape[0] // self._page)
-        self._checked = np.zeros(pages, dtype=bool)
-        self._pending = pages
-        self._check_page(0)
-        self._check_page(pages - 1)
+        page = max(1, getattr(meta, "block_bytes", BLOCK_BYTES) // 8)
+        self._pages = CheckedPages(offsets.shape[0], page, self._check_page)
+        self._pages.check_page(0)
+        self._pages.check_page(self._pages.n_pages - 1)
 
     @property
     def page_entries(self) -> int:
         """Entries per page."""
-        return self._page
+        return self._pages.page_entries
 
     def all_checked(self) -> bool:
-        return self._pending == 0
+        return self._pages.all_checked()
 
     def check_entries(self, lo: int, hi: int) -> None:
         """Check (once) the pages holding entries ``[lo, hi]`` (ints, ``0 <= lo <= hi <=
         num_docs``): what a read of documents ``lo..hi-1`` uses."""
-        if not self._pending:
-            return
-        for p in range(lo // self._page, hi // self._page + 1):
-            if not self._checked[p]:
-                self._check_page(p)
+        self._pages.check_entries(lo, hi)
 
     def check_all(self) -> None:
         """Check every page not checked yet (one pass over the offsets, numba above 4M
         entries; with ``checksums``, each unchecked page's block digest)."""
-        if not self._pending:
+        pages = self._pages
+        if pages.all_checked():
             return
         _raise_decrease(self._offsets, _first_decrease(self._offsets), 0, self._path)
         if self._blocks is not None:
-            for p in np.flatnonzero(~self._checked).tolist():
+            for p in pages.unchecked():
                 self._blocks.check_block("offsets", p)
-        self._checked[:] = True
-        self._pending = 0
+        pages.mark_all()
 
     def _check_page(self, p: int) -> None:
-        lo = max(0, p * self._page - 1)  # the entry before the page: the edge is checked too
-        hi = min(self._offsets.shape[0], (p + 1) * self._page)
+        page = self._pages.page_entries
+        lo = max(0, p * page - 1)  # the entry before the page: the edge is checked too
+        hi = min(self._offsets.shape[0], (p + 1) * page)
         seg = self._offsets[lo:hi]
         bad = np.flatnonzero(seg[1:] < seg[:-1])
         _raise_decrease(self._offsets, int(bad[0]) if bad.size else -1, lo, self._path)
         if self._blocks is not None:
             self._blocks.check_block("offsets", p)
-        if not self._checked[p]:
-            self._checked[p] = True
-            self._pending -= 1

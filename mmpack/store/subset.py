@@ -309,12 +309,13 @@ def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
     """``(source, doc_starts)``: the store whose flat tokens hold ``store``'s documents and
     where each document starts there (int64, shape (>= num_docs,), read-only), so that
     document ``j``'s tokens are ``source``'s ``[doc_starts[j], doc_starts[j] + doc_lens[j])``.
-    A store is its own source (``doc_starts`` is its ``offsets``); a subset's is its parent
-    (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from ``doc_starts``
-    reads the parent directly, with no remapping per read.  O(1)."""
+    A store is its own source (``doc_starts`` is its :attr:`~TokenStore.mapped_offsets`, whose
+    pages the reader checks as it reads them: :meth:`~TokenStore.doc_bounds`); a subset's is
+    its parent (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from
+    ``doc_starts`` reads the parent directly, with no remapping per read.  O(1)."""
     if isinstance(store, SubsetStore):
         return store.parent, store.parent_doc_starts
-    return store, store.offsets
+    return store, store.mapped_offsets
 
 
 # --------------------------------------------------------------------------------- making them

@@ -17,7 +17,6 @@ import numpy as np
 
 from mmpack.core.validation import check_indices
 from mmpack.kernels.window import find_doc, window_pieces
-from mmpack.views.packed_gather import piece_ranges
 
 __all__ = ["packed_costs", "row_costs", "window_costs"]
 
@@ -36,9 +35,7 @@ def row_costs(segments: np.ndarray, row_ptr: np.ndarray, seqlen: int) -> np.ndar
 def packed_costs(ds: Any, indices: Any) -> np.ndarray:
     """The costs of bins ``indices`` of the ``PackedDataset`` ``ds`` (int64, (k,))."""
     idx = check_indices(indices, len(ds))
-    _, lengths, has_eot, row_ptr, _ = piece_ranges(
-        ds.plan, ds._offsets, ds.seqlen, ds.eot is not None, idx
-    )
+    _, lengths, has_eot, row_ptr, _ = ds._piece_ranges(idx)
     return row_costs(lengths + has_eot, row_ptr, ds.seqlen)
 
 

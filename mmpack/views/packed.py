@@ -55,8 +55,12 @@ attention mask; with int32 output ``cu_seqlens`` too, else a second, int32, buff
 sample's views of it; measured against a raw 2048-token slice copy, with where the time goes:
 ``python -m benchmarks.bench_getitem --quick --profile``.
 
-Pickling keeps the store and the parameters, not the plan: a DataLoader worker memory-maps the
-cached plan again (milliseconds) or, if the store folder was not writable, recomputes it.
+Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
+end chunks, :func:`~mmpack.views.plan_file.load_plan`); a read checks, once, the plan chunks of
+its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
+sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
+worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
+writable, recomputes it.
 """
 
 from __future__ import annotations
@@ -253,7 +257,8 @@ class PackedDataset:
 
     def _setup(self) -> None:
         """Per-process state, rebuilt after unpickling (never pickled)."""
-        self._offsets = self.store.offsets
+        # the offsets as mapped: a read checks the pages of its bins' regions (_check_bins)
+        self._offsets = self.store.mapped_offsets
         self._src = self.store.tokens  # the mapping (memmap backend) or None
         self._mask = self.store.loss_mask  # the per-token loss mask, or None
         # batches read the stores holding the tokens (a subset's parent) at doc_starts; a
@@ -297,10 +302,13 @@ class PackedDataset:
         plan.check_shapes()  # O(1): the row kernels index every piece array by bin_ptr's range
         self._plan_now = plan
         self._n = plan.n_bins
+        # What reads have not checked yet: the plan's chunks (a reopened plan checks each on
+        # first use) and the store's offsets pages of each region's documents.
+        self._regions_checked = np.zeros(plan.n_regions, dtype=bool)
+        self._unchecked = True
         # Columns of a single sample's cu_seqlens: the most pieces in a bin + 2 (one_bin
         # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
-        counts = np.diff(plan.bin_ptr)
-        self._cu_cols = int(counts.max(initial=0)) + 2 if counts.size else 2
+        self._cu_cols = plan.max_bin_pieces() + 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
         src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
@@ -339,8 +347,25 @@ class PackedDataset:
 
     @property
     def plan(self) -> PackingPlan:
-        """The packing plan (read-only arrays)."""
+        """The packing plan (read-only arrays; a reopened plan's chunks are checked in full on
+        this first use, as ``store.offsets`` checks the offsets)."""
+        self._plan.check_all()
         return self._plan
+
+    def _check_bins(self, idx: np.ndarray) -> None:
+        """Check (once) what reading bins ``idx`` (int64, (k,), checked) uses: the plan's
+        chunks of their pieces and the offsets pages of their regions' documents."""
+        if not self._unchecked:
+            return
+        plan = self._plan
+        plan.check_bins(idx)
+        regions = np.searchsorted(plan.region_bin, idx, side="right") - 1
+        todo = np.unique(regions)
+        for r in todo[~self._regions_checked[todo]].tolist():
+            self.store.doc_bounds(int(plan.region_doc[r]), int(plan.region_doc[r + 1]))
+            self._regions_checked[r] = True
+        if self._regions_checked.all() and (plan.pages is None or plan.pages.all_checked()):
+            self._unchecked = False
 
     def stats(self) -> PackingStats:
         """The plan's statistics (bins, efficiency, padding, split/truncated/dropped counts...)."""
@@ -367,7 +392,9 @@ class PackedDataset:
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        pieces = locate_pieces(self._plan, check_index(i, len(self)), self.seqlen, self.eot)
+        b = check_index(i, len(self))
+        self._check_bins(np.array([b], np.int64))
+        pieces = locate_pieces(self._plan, b, self.seqlen, self.eot)
         return parent_located(self.store, pieces)
 
     def attention_cost(self, indices: Any) -> np.ndarray:
@@ -399,8 +426,9 @@ class PackedDataset:
         """
         block_bytes = check_int_range(block_bytes, "block_bytes", 1)
         plan = self._plan
+        offsets = self.store.offsets  # an entry on every page: the whole index, checked once
         return region_blocks(
-            plan.region_bin, plan.region_doc, self._offsets, self.store.dtype.itemsize, block_bytes
+            plan.region_bin, plan.region_doc, offsets, self.store.dtype.itemsize, block_bytes
         )
 
     # ------------------------------------------------------------------------------- access
@@ -413,6 +441,8 @@ class PackedDataset:
         bin_ptr, piece_doc, piece_start, piece_len, offsets, src, params, dtype, cold = self._fast
         if src is None:
             return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
+        if self._unchecked:  # a reopened plan's chunks, the offsets pages, each once
+            self._check_bins(np.array([b], np.int64))
         if cold.step():  # cold data: request the sample's pages first (readahead.py)
             self._before_cold_read(b)
         # One buffer: ids, positions, labels, attention mask (and with int32 output cu_seqlens).
@@ -450,9 +480,11 @@ class PackedDataset:
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
+        self._check_bins(idx)
         return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
+        self._check_bins(idx)
         ranges = piece_ranges(
             self._plan, self._offsets, self.seqlen, self.eot is not None, idx, self._doc_starts
         )

@@ -55,7 +55,7 @@ The plan's file format and the cache of plans in a store's cache folder
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -65,6 +65,9 @@ from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
 from mmpack.views.plan_stats import COUNTED, PackingStats, stats_of
 from mmpack.views.region_cuts import region_edges, whole_store_edges
+
+if TYPE_CHECKING:
+    from mmpack.views.plan_pages import PlanPages
 
 __all__ = [
     "ALGORITHMS",
@@ -114,6 +117,14 @@ class PackingPlan:
         The parameters the plan was built with, by their canonical names (``lookahead`` is None
         unless ``"online"``; ``region_tokens`` None for one region over the whole store).
     stats : PackingStats
+    pages : PlanPages or None
+        A plan read back from its file (:func:`~mmpack.views.plan_file.load_plan`) lazily
+        checks its chunks on first use (:class:`~mmpack.views.plan_pages.PlanPages`): a consumer
+        calls :meth:`check_bins` for the bins it reads, or :meth:`check_all` before reading the
+        arrays whole.  None: every array is trusted (a plan built in memory).
+    most_pieces : int or None
+        The most pieces in a bin, as the file records it; None: derived on demand
+        (:meth:`max_bin_pieces`).
     """
 
     bin_ptr: np.ndarray
@@ -129,6 +140,32 @@ class PackingPlan:
     lookahead: int | None
     region_tokens: int | None
     stats: PackingStats
+    pages: PlanPages | None = None
+    most_pieces: int | None = None
+
+    def check_bin(self, b: int) -> None:
+        """Check (once) the chunks bin ``b`` (an int in ``[0, n_bins)``) reads; O(1) once they
+        are checked, nothing for a plan without :attr:`pages`."""
+        if self.pages is not None:
+            self.pages.check_bin(b)
+
+    def check_bins(self, idx: np.ndarray) -> None:
+        """:meth:`check_bin` of every bin of ``idx`` (int64, shape (k,), in range)."""
+        if self.pages is not None:
+            self.pages.check_bins(idx)
+
+    def check_all(self) -> None:
+        """Check every chunk not checked yet (a read of the whole arrays)."""
+        if self.pages is not None:
+            self.pages.check_all()
+
+    def max_bin_pieces(self) -> int:
+        """The most pieces in a bin (0 for no bins): recorded by the file, else one pass over
+        ``bin_ptr``."""
+        if self.most_pieces is not None:
+            return self.most_pieces
+        self.check_all()
+        return int(np.diff(self.bin_ptr).max(initial=0)) if self.n_bins else 0
 
     @property
     def n_bins(self) -> int:
@@ -148,6 +185,7 @@ class PackingPlan:
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
         i = check_index(i, self.n_bins, "bin")
+        self.check_bin(i)
         lo, hi = int(self.bin_ptr[i]), int(self.bin_ptr[i + 1])
         return [
             (int(self.piece_doc[p]), int(self.piece_start[p]), int(self.piece_len[p]))
@@ -159,6 +197,7 @@ class PackingPlan:
         seqlen``)."""
         if not self.add_eot:
             return np.zeros(self.n_pieces, dtype=bool)
+        self.check_all()
         return self.piece_len < self.seqlen
 
     def check_shapes(self) -> None:
@@ -179,6 +218,7 @@ class PackingPlan:
         """
         doc_lens = np.asarray(doc_lens, dtype=np.int64)
         self.check_shapes()
+        self.check_all()
         bp = self.bin_ptr
         n = self.n_pieces
         if bp.shape[0] < 1 or bp[0] != 0 or bp[-1] != n or np.any(np.diff(bp) < 0):

@@ -5,14 +5,15 @@ A plan is keyed by the store fingerprint and every parameter (:func:`plan_cache_
 algorithm by its canonical name, ``region_tokens`` resolved) and kept in
 ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.views.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
-arrays, each with its XXH64 in the header (:func:`mmpack.store.integrity.block_digest`,
-~11 GB/s), written to a temporary file and renamed into place (:func:`save_plan`), and
-memory-mapped when read back (:func:`load_plan`, through :mod:`mmpack.store.checked_file`).
-Loading checks every digest, so a damaged plan is rebuilt (with a warning) instead of silently
-duplicating or dropping documents.  The check reads the arrays once (about 23 bytes per C4-like
-document).  Reopening a cached plan (L=2048, page cache warm, 2-core VM at load 1.0, ``python -m
-benchmarks.bench_packing --reopen``, medians of 7): 10^6 documents 2.5-3.6 ms, 10^7 documents
-(227-360 MB) 19-30 ms; the header alone costs 0.2 ms.
+arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
+(:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
+into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
+checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
+every other chunk is checked once, the first time a consumer reads a bin from it
+(:class:`~mmpack.views.plan_pages.PlanPages` over :class:`~mmpack.store.integrity.CheckedPages`, the store's rule for its
+offsets), or all at once with ``lazy=False``.  So reopening a cached plan costs the header
+whatever its size, and a damaged chunk is refused before a sample is served from it, instead of
+silently duplicating or dropping documents.
 
 The header's room is reserved from what is known before the arrays are (the key, the parameters,
 the statistics, the array shapes; offsets and digests at their widest), so a file is the same
@@ -43,17 +44,19 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
 from mmpack.core.validation import check_region_tokens
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
-from mmpack.store.integrity import block_digest
+from mmpack.store.integrity import block_digests
 from mmpack.views.plan import (
     ALGORITHMS,
     PackingPlan,
     check_add_eot,
     check_params,
 )
+from mmpack.views.plan_pages import PlanPages
 from mmpack.views.plan_stats import PackingStats
 
 __all__ = [
     "ARRAYS",
+    "CHUNK_BYTES",
     "PLAN_FORMAT_VERSION",
     "load_plan",
     "plan_cache_key",
@@ -64,9 +67,13 @@ __all__ = [
 ]
 
 
-PLAN_FORMAT_VERSION = 4
-"""Version of the plan file layout (4: the region arrays and ``region_tokens``; an XXH64 per
-array).  Only this version is read."""
+PLAN_FORMAT_VERSION = 5
+"""Version of the plan file layout (5: an XXH64 per :data:`CHUNK_BYTES` of each array and the
+most pieces in a bin; 4: one XXH64 per array).  Only this version is read."""
+
+CHUNK_BYTES = 1 << 24
+"""Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
+checks on first use."""
 
 _KEY_VERSION = 4
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key."""
@@ -134,10 +141,11 @@ def plan_params(plan: PackingPlan) -> dict[str, Any]:
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
-    Layout (format 4): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
-    (``"format": 4``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
-    statistics, each array's dtype/shape/offset and ``"xxh64"``: the XXH64 (seed 0) of its
-    little-endian bytes), the little-endian uint32 CRC-32 of the header, then the raw arrays
+    Layout (format 5): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
+    (``"format": 5``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
+    statistics, ``"chunk_bytes"``, ``"max_bin_pieces"``, each array's dtype/shape/offset and
+    ``"xxh64"``: the XXH64 (seed 0) of each ``chunk_bytes`` of its little-endian bytes, the last
+    chunk short), the little-endian uint32 CRC-32 of the header, then the raw arrays
     (:data:`ARRAYS`), each aligned to 64 bytes.
     """
     arrays = {name: np.ascontiguousarray(getattr(plan, name), dtype=dt) for name, dt in ARRAYS}
@@ -159,8 +167,9 @@ def write_plan_file(
 ) -> None:
     """Write a plan file atomically from its parts: ``fill(name, f)`` writes array ``name``
     (``shapes[name]`` entries of its :data:`ARRAYS` dtype, little-endian) at ``f``'s position,
-    in as many writes as it likes; each digest is then computed over the bytes written (read
-    back through a mapping), so no array need ever be in memory whole."""
+    in as many writes as it likes; the chunk digests and the most pieces in a bin are then
+    computed over the bytes written (read back through a mapping), so no array need ever be in
+    memory whole."""
     path = Path(path)
     header, data_start, end = _layout(key, params, stats, shapes)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -176,9 +185,10 @@ def write_plan_file(
             f.flush()
             for name, dt in ARRAYS:
                 spec = header["arrays"][name]
-                spec["xxh64"] = block_digest(
-                    "xxh64", _mapped(tmp, spec["offset"], dt, shapes[name])
-                )
+                mapped = _mapped(tmp, spec["offset"], dt, shapes[name])
+                spec["xxh64"] = block_digests("xxh64", mapped, CHUNK_BYTES).tolist()
+                if name == "bin_ptr":
+                    header["max_bin_pieces"] = _most_pieces(mapped)
             blob = json.dumps(header).encode()
             if (
                 HEADER_PREFIX + len(blob) > data_start
@@ -207,12 +217,14 @@ def _layout(
         "key": key,
         "plan": params,
         "stats": stats.as_dict(),
+        "chunk_bytes": CHUNK_BYTES,
+        "max_bin_pieces": _WIDEST,
         "arrays": {
             name: {
                 "dtype": dt.str,
                 "shape": [int(shapes[name])],
                 "offset": _WIDEST,
-                "xxh64": _WIDEST,
+                "xxh64": [_WIDEST] * -(-int(shapes[name]) * dt.itemsize // CHUNK_BYTES),
             }
             for name, dt in ARRAYS
         },
@@ -227,6 +239,14 @@ def _layout(
     return header, data_start, pos
 
 
+def _most_pieces(bin_ptr: np.ndarray) -> int:
+    """``max(diff(bin_ptr))`` (0 for no bins), a chunk at a time."""
+    most, step = 0, CHUNK_BYTES // 8
+    for lo in range(0, bin_ptr.shape[0] - 1, step):
+        most = max(most, int(np.diff(bin_ptr[lo : lo + step + 1]).max()))
+    return most
+
+
 def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndarray:
     """``length`` entries of ``dt`` at ``offset`` of the file, read-only (mapped when not empty)."""
     if length == 0:
@@ -235,11 +255,21 @@ def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndar
 
 
 def load_plan(
-    path: str | os.PathLike[str], key: dict[str, Any] | None = None, *, part: bool = False
+    path: str | os.PathLike[str],
+    key: dict[str, Any] | None = None,
+    *,
+    part: bool = False,
+    lazy: bool = False,
 ) -> PackingPlan:
-    """Memory-map a plan written by :func:`save_plan` (cost: reading the header and checking
-    every array's XXH64).  ``part=True`` reads the plan of some regions of a store
-    (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start at document 0.
+    """Memory-map a plan written by :func:`save_plan`.  ``part=True`` reads the plan of some
+    regions of a store (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start
+    at document 0.
+
+    Cost: the header, the region arrays and the first and last chunk of each other array; with
+    ``lazy=False`` (default) every other chunk too (one pass over the file); with ``lazy=True``
+    each other chunk is checked the first time a bin is read from it (the plan's
+    :attr:`~mmpack.views.plan.PackingPlan.pages`), so opening costs the same whatever the plan's
+    size, and a reader of the arrays whole calls ``plan.check_all()`` first.
 
     Raises
     ------
@@ -270,9 +300,17 @@ def load_plan(
     if not isinstance(layout, dict) or any(name not in layout for name, _ in ARRAYS):
         raise FormatError(f"{path}: unreadable plan header (arrays)")
     arrays = {
-        name: map_array(path, size, data_start, name, layout[name], "plan", dt)
+        name: map_array(path, size, data_start, name, layout[name], "plan", dt, check=False)
         for name, dt in ARRAYS
     }
+    try:
+        digests = {name: [int(d) for d in layout[name]["xxh64"]] for name, _ in ARRAYS}
+        chunk, most = int(header["chunk_bytes"]), int(header["max_bin_pieces"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"{path}: unreadable plan header (digests: {exc})") from None
+    pages = PlanPages(path, arrays, digests, chunk)
+    if not lazy:
+        pages.check_all()
     _check_consistent(path, arrays, stats, part)
     try:
         algorithm = str(params["algorithm"])
@@ -286,6 +324,8 @@ def load_plan(
             lookahead=params["lookahead"],
             region_tokens=None if region_tokens is None else int(region_tokens),
             stats=stats,
+            pages=None if pages.all_checked() else pages,
+            most_pieces=most,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"{path}: unreadable plan parameters ({exc})") from None

@@ -273,7 +273,11 @@ def cached_plan(
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
-    warning.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
+    warning.  A cached file is reopened in O(1) (``load_plan(lazy=True)``: its header, regions
+    and end chunks): every other chunk is checked on first use by the plan's consumers
+    (:meth:`~mmpack.views.plan.PackingPlan.check_bins`), and a damaged one raises
+    :class:`~mmpack.errors.FormatError` then; read the arrays whole only after
+    :meth:`~mmpack.views.plan.PackingPlan.check_all`.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
     about :data:`TASK_TOKENS` tokens in memory at a time, each written out as it is made), the
     file a parallel build (:func:`mmpack.ingest.region_plan.build_region_plan`) writes too; a
     whole-store plan (``region_tokens=None``) in memory.  If the store folder is not writable the
@@ -291,7 +295,7 @@ def cached_plan(
     path = plan_path(store.cache_dir, key)
     if cache and path.is_file():
         try:
-            return load_plan(path, key)
+            return load_plan(path, key, lazy=True)
         except (FormatError, StateMismatchError) as exc:
             warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
         except OSError:

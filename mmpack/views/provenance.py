@@ -122,7 +122,7 @@ def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) 
     from the ``(starts, lengths, has_eot, row_ptr, counts)`` its read checked
     (:func:`~mmpack.views.packed_gather.piece_ranges`)."""
     _, lengths, has_eot, row_ptr, _ = ranges
-    plan = ds.plan
+    plan = ds._plan  # the read checked bins idx (PackedDataset._check_bins)
     block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if idx.shape[0]:
         args = (plan.bin_ptr, plan.piece_doc, plan.piece_start, idx, row_ptr, lengths, has_eot)
