@@ -35,7 +35,7 @@ import numpy as np
 from mmpack.core.validation import check_positive_int
 from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
-__all__ = ["CPLayout", "cp_layout", "cp_fields", "zigzag_indices"]
+__all__ = ["CPLayout", "cp_fields", "cp_layout", "zigzag_indices"]
 
 
 class CPLayout(NamedTuple):
