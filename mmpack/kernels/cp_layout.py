@@ -106,8 +106,9 @@ def lay_out_fields(
     positions : int
         The field (``-1``: none) whose padding continues the segment's positions,
         ``src[cu[i]] + offset``, instead of its fill.
-    block : numpy.ndarray, srcs' dtype, shape (F', T) or (F', T / C), ``F' >= F``
-        Written, row ``f < F`` field ``f``: ``T = sum(p_i)``; rows from ``F`` on untouched.
+    block : numpy.ndarray, an integer dtype, shape (F', T) or (F', T / C), ``F' >= F``
+        Written, row ``f < F`` field ``f`` (cast to the block's dtype as ``astype`` casts):
+        ``T = sum(p_i)``; rows from ``F`` on untouched.
     masked : int
         The field (``-1``: none) whose mask is written.
     mask : numpy.ndarray, float32, shape (0,) or a row's

@@ -313,7 +313,7 @@ def _collate(
             samples, varlen=varlen, dtype=dtype, layout=layout
         )
         if not layout.plain:
-            columns = lay_out(columns, flat, len(lens), width, layout, pad_id, ignore_index)
+            columns = lay_out(columns, flat, len(lens), width, layout, pad_id, ignore_index, dtype)
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
         return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)
@@ -462,8 +462,9 @@ def _collate_columns(
     """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
     with at most one contiguous copy each (none when already contiguous int64), and the
     ``cu_seqlens`` rows are flattened without building per-sample dicts.  Returns the columns
-    (``labels`` not yet renamed; with context parallelism the per-token ones stay numpy arrays,
-    which the layout reads), the batch-wide boundaries (int64), the rows' boundary counts and
+    (``labels`` not yet renamed; with context parallelism the per-token ones stay numpy arrays
+    of int64, which the layout reads and casts to ``dtype`` as it writes), the
+    batch-wide boundaries (int64), the rows' boundary counts and
     the row length."""
     n = len(batch)
     if n == 0:
@@ -473,13 +474,15 @@ def _collate_columns(
     for key, col in batch.columns.items():
         if key == "max_seqlen":
             continue  # recomputed below over the whole batch, as for per-sample dicts
+        if key in TOKEN_FIELDS and layout.cp_size is not None and col.dtype.kind in "iub":
+            out[key] = np.ascontiguousarray(col, dtype=np.int64)  # the layout's copy casts
+            seqlen = col.shape[1]
+            continue
         int_type = np.int64 if dtype == torch.int64 or key not in TOKEN_FIELDS else np.int32
         arr = np.ascontiguousarray(col, dtype=int_type) if col.dtype.kind in "iub" else col
+        out[key] = torch.from_numpy(arr)
         if key in TOKEN_FIELDS:
             seqlen = col.shape[1]
-            out[key] = arr if layout.cp_size is not None else torch.from_numpy(arr)
-        else:
-            out[key] = torch.from_numpy(arr)
     if seqlen is None:
         raise ValueError("the batch has no per-token field to collate")
     lens = batch.num_cuts.astype(np.int64)

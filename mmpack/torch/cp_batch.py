@@ -37,6 +37,10 @@ LOSS_MASK = "loss_mask"
 """The batch key of the context-parallel layout's loss mask (float32, 1 where a label counts)."""
 
 _FIELDS = ("input_ids", "position_ids", "labels", "attention_mask")
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.int64: np.dtype(np.int64),
+    torch.int32: np.dtype(np.int32),
+}
 
 
 class BatchLayout:
@@ -85,10 +89,11 @@ def lay_out(
     layout: BatchLayout,
     pad_id: int,
     ignore_index: int,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
     """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
     ``cu_seqlens``, ``flat`` as int64) in the context-parallel layout and/or with fixed-length
-    boundaries."""
+    boundaries; the laid out per-token fields of ``dtype`` (default theirs)."""
     if layout.cp_size is not None:
         out = context_parallel(
             out,
@@ -97,6 +102,7 @@ def lay_out(
             cp_rank=layout.cp_rank,
             pad_id=pad_id,
             ignore_index=ignore_index,
+            dtype=dtype,
         )
     if layout.pad_cu_seqlens:
         length = rows * seqlen + 1  # at most one segment per token
@@ -114,10 +120,12 @@ def context_parallel(
     cp_rank: int | None,
     pad_id: int,
     ignore_index: int,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
     """``out`` (a batch of ``(B, seqlen)`` per-token fields, tensors or numpy arrays of one
     integer dtype, ``labels`` not yet renamed) in the context-parallel layout of its segments
-    ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them).
+    ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
+    fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
     present) of shape ``(1, T)`` (``cp_rank=None``) or ``(1, T / cp_size)``; ``cu_seqlens``,
@@ -139,6 +147,7 @@ def context_parallel(
             fills,
             positions,
             masked,
+            None if dtype is None else _NUMPY_DTYPES[dtype],
         )
         rows = {key: torch.from_numpy(block[i : i + 1]) for i, key in enumerate(keys)}
     else:

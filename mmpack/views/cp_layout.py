@@ -150,6 +150,7 @@ def cp_batch_fields(
     fills: np.ndarray,
     positions: int,
     masked: int,
+    dtype: np.dtype | None = None,
 ) -> tuple[CPLayout, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch its caller has checked already, with
     nothing checked again: the per-batch path of :func:`mmpack.torch.collate.collate`, whose
@@ -168,6 +169,9 @@ def cp_batch_fields(
     fills : numpy.ndarray, int64, shape (F,)
     positions, masked : int
         Field indices, ``-1`` for none (as in :func:`cp_fields`).
+    dtype : numpy.dtype, optional
+        An integer dtype of the block, the fields' values cast to it as they are copied (as
+        ``astype`` casts); default the fields'.
 
     Returns
     -------
@@ -179,7 +183,7 @@ def cp_batch_fields(
     """
     padded = np.empty_like(cu_seqlens)
     layout = CPLayout(cu_seqlens, padded, pad_boundaries(cu_seqlens, 2 * cp_size, padded))
-    block, mask = _write_fields(fields, layout, cp_size, rank, fills, positions, masked)
+    block, mask = _write_fields(fields, layout, cp_size, rank, fills, positions, masked, dtype)
     if rank >= 0:
         return layout, block, mask, None
     indices = np.empty((cp_size, int(padded[-1]) // cp_size), dtype=np.int64)
@@ -195,14 +199,16 @@ def _write_fields(
     fills: np.ndarray,
     positions: int,
     masked: int,
+    dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none)."""
+    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none), the block
+    of ``dtype`` (default the fields')."""
     size = int(layout.cu_seqlens_padded[-1]) // (1 if rank < 0 else cp_size)
     # One allocation for the block and the mask (rows of the block's dtype after the fields'):
     # arrays allocated apart fault in fresh pages on every batch (the allocator gives them
     # back to the system between batches).
     count = len(srcs)
-    dtype = srcs[0].dtype
+    dtype = srcs[0].dtype if dtype is None else np.dtype(dtype)
     whole = np.empty((count + (-(-4 // dtype.itemsize) if masked >= 0 else 0), size), dtype)
     mask = whole[count:].reshape(-1).view(np.float32)[:size] if masked >= 0 else _NO_MASK
     lay_out_fields(srcs, layout.cu_seqlens, cp_size, rank, fills, positions, whole, masked, mask)
