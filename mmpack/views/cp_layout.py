@@ -18,7 +18,9 @@ Worked example, ``C = 2``, segments of 3 and 5 tokens: padded to 4 and 8, ``cu_s
 ``1, 2, 6, 7, 8, 9``.
 
 :func:`cp_fields` writes a batch's token fields in that layout, or one rank's share, in one
-pass of a kernel (:mod:`mmpack.kernels.cp_layout`).
+pass of a kernel (:mod:`mmpack.kernels.cp_layout`); :func:`cp_batch_fields` does the layout, the
+fields and every rank's indices at once for a batch its caller has checked (collate's per-batch
+path, where a check or an allocation more is a visible share of the cost).
 
 Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_fields` ``O(fields * (segments + tokens
 written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
