@@ -23,7 +23,9 @@ cp_rank=0)`` and ``cp_rank=None`` (every rank's indices), the least time of 200 
 (the machine's other load only adds); the extra microseconds are divided by the batch's
 segments (document pieces and row padding).
 
-Run ``python -m benchmarks.bench_balance [--quick]`` (``--quick``: a smaller corpus, seconds).
+Run ``python -m benchmarks.bench_balance [--quick] [--cp-only]`` (``--quick``: a smaller
+corpus, seconds; ``--cp-only``: the collate rows alone, over the smaller store of
+``--quick``, so its rows hold other documents than a full run's).
 """
 
 from __future__ import annotations
@@ -202,24 +204,9 @@ def _median(fn: Any, runs: int) -> float:
     return float(np.median(times))
 
 
-def _view_rows(view: Any, quick: bool) -> list[dict[str, Any]]:
-    batch, steps = 2, 50 if quick else 200
-    n = len(view)
-    plain = ResumableSampler(n, rank=3, world_size=OVERHEAD_WORLD)
-    balanced = ResumableSampler(
-        n, rank=3, world_size=OVERHEAD_WORLD, costs=view.attention_cost, batch_size=batch
-    )
-    take = min(steps * batch, len(plain))
-    t_plain = _median(lambda: plain.indices(0, take), 5)
-    t_bal = _median(lambda: balanced.indices(0, take), 5)
-    rows: list[dict[str, Any]] = [
-        {
-            "case": f"balance overhead, W={OVERHEAD_WORLD}, B={batch}, seqlen {view.seqlen}",
-            "steps": take // batch,
-            "ms_per_step": (t_bal - t_plain) / (take / batch) * 1e3,
-        }
-    ]
-    pick = np.random.default_rng(1).choice(n, 8, replace=False)
+def _collate_rows(view: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    pick = np.random.default_rng(1).choice(len(view), 8, replace=False)
     samples = view.__getitems__(np.sort(pick).tolist())
     segments = int(collate(samples)["cu_seqlens"].shape[0] - 1)
     for dtype in (torch.int64, torch.int32):
@@ -241,25 +228,46 @@ def _view_rows(view: Any, quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def _view_rows(view: Any, quick: bool) -> list[dict[str, Any]]:
+    batch, steps = 2, 50 if quick else 200
+    n = len(view)
+    plain = ResumableSampler(n, rank=3, world_size=OVERHEAD_WORLD)
+    balanced = ResumableSampler(
+        n, rank=3, world_size=OVERHEAD_WORLD, costs=view.attention_cost, batch_size=batch
+    )
+    take = min(steps * batch, len(plain))
+    t_plain = _median(lambda: plain.indices(0, take), 5)
+    t_bal = _median(lambda: balanced.indices(0, take), 5)
+    rows: list[dict[str, Any]] = [
+        {
+            "case": f"balance overhead, W={OVERHEAD_WORLD}, B={batch}, seqlen {view.seqlen}",
+            "steps": take // batch,
+            "ms_per_step": (t_bal - t_plain) / (take / batch) * 1e3,
+        }
+    ]
+    return rows + _collate_rows(view)
+
+
+def run(quick: bool = False, cp_only: bool = False) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     rows = []
-    for seqlen in (8192, 32768):
+    for seqlen in () if cp_only else (8192, 32768):
         docs = (20_000 if quick else 100_000) * (seqlen // 8192)
         rows += _balance_rows(
             _plan_costs(_lengths(rng, docs), seqlen), seqlen, 50 if quick else 200
         )
     with tempfile.TemporaryDirectory() as tmp:
-        lens = _lengths(rng, 5_000 if quick else 125_000)  # about 27,000 rows: 200 steps
+        lens = _lengths(rng, 5_000 if quick or cp_only else 125_000)  # 125,000: 200 steps
         pool = rng.integers(0, 30_000, int(lens.max())).astype(np.uint16)
         store = mmpack.build(Path(tmp) / "s.mmpack", (pool[:k] for k in lens), fsync=False)
-        rows += _view_rows(mmpack.PackedDataset(store, seqlen=8192, eot=30_001), quick)
+        view = mmpack.PackedDataset(store, seqlen=8192, eot=30_001)
+        rows += _collate_rows(view) if cp_only else _view_rows(view, quick)
     return rows
 
 
 def main(argv: list[str]) -> None:
     t0 = time.perf_counter()
-    for r in run(quick="--quick" in argv):
+    for r in run(quick="--quick" in argv, cp_only="--cp-only" in argv):
         if "today" in r:
             print(f"{r['case']:<38} steps {r['steps']:>4} (optimum proven {r['proven']:>4})  "
                   f"max rank cost / optimum: today {r['today']:.3f}  balanced "

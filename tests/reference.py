@@ -1764,17 +1764,18 @@ def _cp_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     )
     cp_size = int(rng.integers(1, 5))
     fills = [int(rng.choice([-100, 0, 7])) for _ in range(k)]
+    out_dtype = rng.choice([np.int64, np.int32])  # the block's: the copy casts
     return (srcs, cu, cp_size, int(rng.integers(-1, cp_size)), fills, int(rng.integers(-1, k)),
-            int(rng.integers(-1, k)))  # fmt: skip
+            int(rng.integers(-1, k)), out_dtype)  # fmt: skip
 
 
-def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked):
+def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, out_dtype):
     from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
     padded_cu = np.empty_like(cu)
     longest = pad_boundaries(cu, 2 * cp_size, padded_cu)
     total = int(padded_cu[-1])
-    block = np.empty((len(srcs), total if cp_rank < 0 else total // cp_size), dtype=srcs[0].dtype)
+    block = np.empty((len(srcs), total if cp_rank < 0 else total // cp_size), dtype=out_dtype)
     mask = np.empty(block.shape[1] if masked >= 0 else 0, dtype=np.float32)
     fill = np.array(fills, dtype=np.int64)
     lay_out_fields(srcs, cu, cp_size, cp_rank, fill, positions, block, masked, mask)
@@ -2194,7 +2195,11 @@ PAIRS: list[Pair] = [
         "lay_out_fields_slow",
         _cp_inputs,
         _cp_kernel,
-        lambda srcs, cu, *rest: lay_out_fields_slow([x.tolist() for x in srcs], cu.tolist(), *rest),
+        lambda srcs, cu, *rest: lay_out_fields_slow(
+            [x.tolist() for x in srcs],
+            cu.tolist(),
+            *rest[:-1],  # values fit either dtype
+        ),
     ),
     _pair(
         "balance.deal_groups",

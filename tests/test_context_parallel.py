@@ -184,12 +184,15 @@ def test_a_packed_view_batch_takes_the_fast_path_to_the_same_layout(tmp_path):
     docs = [rng.integers(0, 500, int(n)) for n in rng.integers(1, 40, 60)]
     view = mmpack.PackedDataset(mmpack.build(tmp_path / "s.mmpack", docs), seqlen=64, eot=999)
     batch = view.__getitems__([3, 0, 5])
-    for r in (None, 0, 2):
-        fast = collate(batch, cp_size=3, cp_rank=r, pad_cu_seqlens=True)
-        slow = collate([dict(s) for s in batch], cp_size=3, cp_rank=r, pad_cu_seqlens=True)
-        assert fast.keys() == slow.keys()
+    for r, dtype in ((None, torch.int64), (0, torch.int64), (2, torch.int64), (None, torch.int32),
+                     (1, torch.int32)):  # fmt: skip
+        fast = collate(batch, cp_size=3, cp_rank=r, pad_cu_seqlens=True, dtype=dtype)
+        slow = collate([dict(s) for s in batch], cp_size=3, cp_rank=r, pad_cu_seqlens=True,
+                       dtype=dtype)  # fmt: skip
+        assert fast.keys() == slow.keys() and fast["input_ids"].dtype == dtype
         for key in fast:
             if isinstance(fast[key], torch.Tensor):
+                assert fast[key].dtype == slow[key].dtype, key
                 assert torch.equal(fast[key], slow[key]), key
             elif key != "cu_seqlens_rows":
                 assert fast[key] == slow[key], key

@@ -8,7 +8,8 @@ chunk ``2C - 1 - r`` of every segment.
 * :func:`pad_boundaries`: the padded boundaries and the longest padded segment;
 * :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
   rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
-  padding (a constant, or for positions the segment's first position plus the offset);
+  padding (a constant, or for positions the segment's first position plus the offset); the mask
+  of a segment's labels right after they are written, while they are in cache;
 * :func:`zigzag_into`: ranks' positions in the padded batch (TransformerEngine's partition).
 
 Cost: ``O(segments)`` for the boundaries; ``O(fields * (segments + tokens written))`` for the
@@ -105,8 +106,9 @@ def lay_out_fields(
     positions : int
         The field (``-1``: none) whose padding continues the segment's positions,
         ``src[cu[i]] + offset``, instead of its fill.
-    block : numpy.ndarray, srcs' dtype, shape (F, T) or (F, T / C)
-        Written, row ``f`` field ``f``: ``T = sum(p_i)``.
+    block : numpy.ndarray, an integer dtype, shape (F', T) or (F', T / C), ``F' >= F``
+        Written, row ``f < F`` field ``f`` (cast to the block's dtype as ``astype`` casts):
+        ``T = sum(p_i)``; rows from ``F`` on untouched.
     masked : int
         The field (``-1``: none) whose mask is written.
     mask : numpy.ndarray, float32, shape (0,) or a row's
@@ -123,6 +125,7 @@ def lay_out_fields(
             start = cu[i]
             real = cu[i + 1] - start
             padded = (real + unit - 1) // unit * unit
+            begin = at
             if cp_rank < 0:
                 at = _put_chunk(src, start, real, 0, padded, fill, pos, out, at)
             else:
@@ -131,11 +134,11 @@ def lay_out_fields(
                 at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
                 lo = (unit - 1 - cp_rank) * c
                 at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
-    if masked >= 0:
-        row = block[masked]
-        fill = fills[masked]
-        for t in range(mask.shape[0]):
-            mask[t] = 1.0 if row[t] != fill else 0.0
+            if f == masked:  # while the segment's tokens are still in cache
+                run = out[begin:at]
+                dst = mask[begin:at]
+                for j in range(at - begin):
+                    dst[j] = 1.0 if run[j] != fill else 0.0
 
 
 @njit

@@ -309,9 +309,11 @@ def _collate(
     layout: BatchLayout = PLAIN_LAYOUT,
 ) -> dict[str, Any]:
     if isinstance(samples, SampleBatch) and pad_to_multiple_of is None:
-        columns, rows, lens, width = _collate_columns(samples, varlen=varlen, dtype=dtype)
+        columns, flat, lens, width = _collate_columns(
+            samples, varlen=varlen, dtype=dtype, layout=layout
+        )
         if not layout.plain:
-            columns = lay_out(columns, len(lens), width, layout, pad_id, ignore_index)
+            columns = lay_out(columns, flat, len(lens), width, layout, pad_id, ignore_index, dtype)
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
         return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)
@@ -339,13 +341,14 @@ def _collate(
         rows, lens, seqlen = _pad_rows(
             out, rows, lens, seqlen, pad_to_multiple_of, pad_id, ignore_index
         )
-    out.update(_boundary_fields(rows, lens, seqlen, varlen))
+    fields, flat = _boundary_fields(rows, lens, seqlen, varlen, layout)
+    out.update(fields)
     for key in keys:
         if key in TOKEN_FIELDS or key in ("cu_seqlens", "max_seqlen"):
             continue
         out[key] = stack_extra([s[key] for s in samples])
     if not layout.plain:
-        out = lay_out(out, len(lens), seqlen, layout, pad_id, ignore_index)
+        out = lay_out(out, flat, len(lens), seqlen, layout, pad_id, ignore_index)
     if provenance:
         out[PROVENANCE] = _provenance(samples)
     return share_batch(_labels_as_targets(out), BATCH_TOKEN_FIELDS)
@@ -423,10 +426,16 @@ def _pad_rows(
 
 
 def _boundary_fields(
-    rows: np.ndarray, lens: np.ndarray, seqlen: int, varlen: bool
-) -> dict[str, Any]:
+    rows: np.ndarray,
+    lens: np.ndarray,
+    seqlen: int,
+    varlen: bool,
+    layout: BatchLayout = PLAIN_LAYOUT,
+) -> tuple[dict[str, Any], np.ndarray]:
     """``cu_seqlens_rows``, ``cu_seqlens`` (when ``varlen``) and ``max_seqlen`` of a batch whose
-    row ``b`` has the ``lens[b]`` boundaries that follow in ``rows`` (int64, validated)."""
+    row ``b`` has the ``lens[b]`` boundaries that follow in ``rows`` (int64, validated), and the
+    batch-wide boundaries (int64).  With context parallelism ``max_seqlen`` is left 0 (the
+    layout gives it)."""
     n = lens.shape[0]
     if n * seqlen > INT32_MAX:
         raise ValueError(
@@ -439,17 +448,24 @@ def _boundary_fields(
     }
     if varlen:
         out["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
-    out["max_seqlen"] = int(np.diff(flat).max())
-    return out
+    out["max_seqlen"] = 0 if layout.cp_size is not None else int(np.diff(flat).max())
+    return out, flat
 
 
 def _collate_columns(
-    batch: SampleBatch, *, varlen: bool, dtype: torch.dtype = torch.int64
+    batch: SampleBatch,
+    *,
+    varlen: bool,
+    dtype: torch.dtype = torch.int64,
+    layout: BatchLayout = PLAIN_LAYOUT,
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, int]:
     """The fast path for a view's ``__getitems__`` result: whole-batch columns become tensors
     with at most one contiguous copy each (none when already contiguous int64), and the
     ``cu_seqlens`` rows are flattened without building per-sample dicts.  Returns the columns
-    (``labels`` not yet renamed), the rows' boundaries, their counts and the row length."""
+    (``labels`` not yet renamed; with context parallelism the per-token ones stay numpy arrays
+    of int64, which the layout reads and casts to ``dtype`` as it writes), the
+    batch-wide boundaries (int64), the rows' boundary counts and
+    the row length."""
     n = len(batch)
     if n == 0:
         raise ValueError("samples is empty; a batch needs at least one sample")
@@ -458,6 +474,10 @@ def _collate_columns(
     for key, col in batch.columns.items():
         if key == "max_seqlen":
             continue  # recomputed below over the whole batch, as for per-sample dicts
+        if key in TOKEN_FIELDS and layout.cp_size is not None and col.dtype.kind in "iub":
+            out[key] = np.ascontiguousarray(col, dtype=np.int64)  # the layout's copy casts
+            seqlen = col.shape[1]
+            continue
         int_type = np.int64 if dtype == torch.int64 or key not in TOKEN_FIELDS else np.int32
         arr = np.ascontiguousarray(col, dtype=int_type) if col.dtype.kind in "iub" else col
         out[key] = torch.from_numpy(arr)
@@ -468,8 +488,9 @@ def _collate_columns(
     lens = batch.num_cuts.astype(np.int64)
     take = np.arange(batch.cu_seqlens.shape[1]) < lens[:, None]
     rows = batch.cu_seqlens[take].astype(np.int64)
-    out.update(_boundary_fields(rows, lens, seqlen, varlen))
-    return out, rows, lens, seqlen
+    fields, flat = _boundary_fields(rows, lens, seqlen, varlen, layout)
+    out.update(fields)
+    return out, flat, lens, seqlen
 
 
 def _token_dtype(dtype: Any) -> torch.dtype:

@@ -15,13 +15,14 @@ rank for ``cp_indices``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 import torch
 
 from mmpack.core.validation import check_bool, check_int, check_positive_int
-from mmpack.views.cp_layout import cp_fields, cp_layout, zigzag_indices
+from mmpack.views.cp_layout import cp_batch_fields, cp_layout, zigzag_indices
 
 __all__ = [
     "BatchLayout",
@@ -36,6 +37,10 @@ LOSS_MASK = "loss_mask"
 """The batch key of the context-parallel layout's loss mask (float32, 1 where a label counts)."""
 
 _FIELDS = ("input_ids", "position_ids", "labels", "attention_mask")
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.int64: np.dtype(np.int64),
+    torch.int32: np.dtype(np.int32),
+}
 
 
 class BatchLayout:
@@ -78,22 +83,26 @@ PLAIN_LAYOUT = BatchLayout(True, None, None, False)
 
 def lay_out(
     out: dict[str, Any],
+    flat: np.ndarray,
     rows: int,
     seqlen: int,
     layout: BatchLayout,
     pad_id: int,
     ignore_index: int,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
     """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
-    ``cu_seqlens``) in the context-parallel layout and/or with fixed-length boundaries."""
+    ``cu_seqlens``, ``flat`` as int64) in the context-parallel layout and/or with fixed-length
+    boundaries; the laid out per-token fields of ``dtype`` (default theirs)."""
     if layout.cp_size is not None:
         out = context_parallel(
             out,
-            out["cu_seqlens"].numpy(),  # the batch-wide boundaries (layout needs varlen)
+            flat,
             cp_size=layout.cp_size,
             cp_rank=layout.cp_rank,
             pad_id=pad_id,
             ignore_index=ignore_index,
+            dtype=dtype,
         )
     if layout.pad_cu_seqlens:
         length = rows * seqlen + 1  # at most one segment per token
@@ -111,44 +120,73 @@ def context_parallel(
     cp_rank: int | None,
     pad_id: int,
     ignore_index: int,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Any]:
-    """``out`` (a batch of ``(B, seqlen)`` per-token tensors, ``labels`` not yet renamed) in the
-    context-parallel layout of its segments ``flat`` (int64, the batch-wide boundaries).
+    """``out`` (a batch of ``(B, seqlen)`` per-token fields, tensors or numpy arrays of one
+    integer dtype, ``labels`` not yet renamed) in the context-parallel layout of its segments
+    ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
+    fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
     present) of shape ``(1, T)`` (``cp_rank=None``) or ``(1, T / cp_size)``; ``cu_seqlens``,
     ``cu_seqlens_padded`` (int32, (n + 1,)); ``max_seqlen`` (int, the longest padded segment);
     ``cp_padding`` (int, tokens of padding added); with ``cp_rank=None`` ``cp_indices`` (int64,
-    (cp_size, T / cp_size)); the other keys of ``out`` as they were.
+    (cp_size, T / cp_size)); the other keys of ``out`` as they were (``cu_seqlens``, int32,
+    holds ``flat`` already).
     """
-    layout = cp_layout(flat, cp_size)
-    keys = [key for key in out if key in _FIELDS]
+    keys = tuple(key for key in out if key in _FIELDS)
     rows: dict[str, Any] = {}
-    mask = None
+    mask = indices = None
     if keys:
-        fills = {"input_ids": pad_id, "labels": ignore_index}
-        block, mask = cp_fields(
-            [out[key].numpy().reshape(-1) for key in keys],
-            layout,
+        fills, positions, masked = _field_args(keys, pad_id, ignore_index)
+        layout, block, mask, indices = cp_batch_fields(
+            tuple(_flat(out[key]) for key in keys),
+            flat,
             cp_size,
-            cp_rank,
-            fills=[fills.get(key, 0) for key in keys],
-            positions=keys.index("position_ids") if "position_ids" in keys else None,
-            masked=keys.index("labels") if "labels" in keys else None,
+            -1 if cp_rank is None else cp_rank,
+            fills,
+            positions,
+            masked,
+            None if dtype is None else _NUMPY_DTYPES[dtype],
         )
         rows = {key: torch.from_numpy(block[i : i + 1]) for i, key in enumerate(keys)}
+    else:
+        layout = cp_layout(flat, cp_size)
     new: dict[str, Any] = {}
     for key, value in out.items():
         new[key] = rows.get(key, value)
         if key == "labels" and mask is not None:
             new[LOSS_MASK] = torch.from_numpy(mask[None])
-    new["cu_seqlens"] = torch.from_numpy(layout.cu_seqlens.astype(np.int32))
+    if "cu_seqlens" not in out:
+        new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
     new["max_seqlen"] = layout.max_seqlen
     new["cp_padding"] = layout.padding
     if cp_rank is None:
-        new["cp_indices"] = torch.from_numpy(zigzag_indices(layout.cu_seqlens_padded, cp_size))
+        if indices is None:
+            indices = zigzag_indices(layout.cu_seqlens_padded, cp_size)
+        new["cp_indices"] = torch.from_numpy(indices)
     return new
+
+
+@functools.lru_cache(maxsize=64)
+def _field_args(
+    keys: tuple[str, ...], pad_id: int, ignore_index: int
+) -> tuple[np.ndarray, int, int]:
+    """The kernel's ``fills`` (int64, (F,), read only), ``positions`` and ``masked`` (``-1``:
+    none) for the per-token fields ``keys``, made once per set of keys and fills."""
+    fills = np.array(
+        [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
+        dtype=np.int64,
+    )
+    fills.flags.writeable = False
+    positions = keys.index("position_ids") if "position_ids" in keys else -1
+    return fills, positions, keys.index("labels") if "labels" in keys else -1
+
+
+def _flat(field: Any) -> np.ndarray:
+    """A ``(B, seqlen)`` tensor or numpy array as a flat numpy array (no copy)."""
+    return (field if isinstance(field, np.ndarray) else field.numpy()).reshape(-1)
 
 
 def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:

@@ -18,7 +18,9 @@ Worked example, ``C = 2``, segments of 3 and 5 tokens: padded to 4 and 8, ``cu_s
 ``1, 2, 6, 7, 8, 9``.
 
 :func:`cp_fields` writes a batch's token fields in that layout, or one rank's share, in one
-pass of a kernel (:mod:`mmpack.kernels.cp_layout`).
+pass of a kernel (:mod:`mmpack.kernels.cp_layout`); :func:`cp_batch_fields` does the layout, the
+fields and every rank's indices at once for a batch its caller has checked (collate's per-batch
+path, where a check or an allocation more is a visible share of the cost).
 
 Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_fields` ``O(fields * (segments + tokens
 written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
@@ -35,7 +37,7 @@ import numpy as np
 from mmpack.core.validation import check_positive_int
 from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
-__all__ = ["CPLayout", "cp_fields", "cp_layout", "zigzag_indices"]
+__all__ = ["CPLayout", "cp_batch_fields", "cp_fields", "cp_layout", "zigzag_indices"]
 
 
 class CPLayout(NamedTuple):
@@ -131,25 +133,91 @@ def cp_fields(
     for name, value in (("positions", positions), ("masked", masked)):
         if value is not None and not 0 <= value < len(srcs):
             raise ValueError(f"{name}={value} is not a field index below {len(srcs)}")
-    size = int(layout.cu_seqlens_padded[-1]) // (1 if rank is None else cp_size)
-    # One allocation for the block and the mask: arrays allocated apart fault in fresh pages
-    # on every batch (the allocator gives them back to the system between batches).
-    item = srcs[0].dtype.itemsize
-    raw = np.empty(len(srcs) * size * item + (size * 4 if masked is not None else 0), np.uint8)
-    block = raw[: len(srcs) * size * item].view(srcs[0].dtype).reshape(len(srcs), size)
-    mask = raw[len(srcs) * size * item :].view(np.float32)
-    lay_out_fields(
+    return _write_fields(
         srcs,
-        layout.cu_seqlens,
+        layout,
         cp_size,
         -1 if rank is None else rank,
         np.asarray(fills, dtype=np.int64),
         -1 if positions is None else positions,
-        block,
         -1 if masked is None else masked,
-        mask,
     )
-    return block, None if masked is None else mask
+
+
+def cp_batch_fields(
+    fields: tuple[np.ndarray, ...],
+    cu_seqlens: np.ndarray,
+    cp_size: int,
+    rank: int,
+    fills: np.ndarray,
+    positions: int,
+    masked: int,
+    dtype: np.dtype | None = None,
+) -> tuple[CPLayout, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch its caller has checked already, with
+    nothing checked again: the per-batch path of :func:`mmpack.torch.collate.collate`, whose
+    boundaries and fields are validated as they are built.
+
+    Parameters
+    ----------
+    fields : tuple of F numpy.ndarray, one integer dtype, shape (N,)
+        ``F >= 1``, ``N >= cu_seqlens[-1]``.
+    cu_seqlens : numpy.ndarray, int64, shape (n + 1,)
+        Rising from 0.
+    cp_size : int
+        ``C >= 1``.
+    rank : int
+        ``0 <= rank < C``, or ``-1`` for the whole padded batch.
+    fills : numpy.ndarray, int64, shape (F,)
+    positions, masked : int
+        Field indices, ``-1`` for none (as in :func:`cp_fields`).
+    dtype : numpy.dtype, optional
+        An integer dtype of the block, the fields' values cast to it as they are copied (as
+        ``astype`` casts); default the fields'.
+
+    Returns
+    -------
+    layout : CPLayout
+    block, mask
+        As :func:`cp_fields` returns them.
+    indices : numpy.ndarray, int64, shape (C, T / C), or None
+        With ``rank=-1``: every rank's positions, as :func:`zigzag_indices` gives them.
+    """
+    padded = np.empty_like(cu_seqlens)
+    layout = CPLayout(cu_seqlens, padded, pad_boundaries(cu_seqlens, 2 * cp_size, padded))
+    block, mask = _write_fields(fields, layout, cp_size, rank, fills, positions, masked, dtype)
+    if rank >= 0:
+        return layout, block, mask, None
+    indices = np.empty((cp_size, int(padded[-1]) // cp_size), dtype=np.int64)
+    zigzag_into(padded, cp_size, 0, indices)
+    return layout, block, mask, indices
+
+
+def _write_fields(
+    srcs: tuple[np.ndarray, ...],
+    layout: CPLayout,
+    cp_size: int,
+    rank: int,
+    fills: np.ndarray,
+    positions: int,
+    masked: int,
+    dtype: np.dtype | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none), the block
+    of ``dtype`` (default the fields')."""
+    size = int(layout.cu_seqlens_padded[-1]) // (1 if rank < 0 else cp_size)
+    # One allocation for the block and the mask (rows of the block's dtype after the fields'):
+    # arrays allocated apart fault in fresh pages on every batch (the allocator gives them
+    # back to the system between batches).
+    count = len(srcs)
+    dtype = srcs[0].dtype if dtype is None else np.dtype(dtype)
+    whole = np.empty((count + (-(-4 // dtype.itemsize) if masked >= 0 else 0), size), dtype)
+    mask = whole[count:].reshape(-1).view(np.float32)[:size] if masked >= 0 else _NO_MASK
+    lay_out_fields(srcs, layout.cu_seqlens, cp_size, rank, fills, positions, whole, masked, mask)
+    return whole[:count], None if masked < 0 else mask
+
+
+_NO_MASK = np.empty(0, dtype=np.float32)
 
 
 def zigzag_indices(
