@@ -291,7 +291,7 @@ def _check_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _check_kernel(data, state, digests, checked, starts, lengths, itemsize, shift):
-    from mmpack.kernels.blockstate import check_ranges
+    from mmpack.kernels.store import check_ranges
 
     raw = np.frombuffer(data, np.uint8)
     words = raw[: raw.size // 8 * 8].view("<u8")
@@ -954,7 +954,7 @@ def _one_bin_kernel(plan, offsets, src, params, room):
     from mmpack.kernels.packed_rows import one_bin
 
     seqlen, out = params[0], []
-    p = np.array([*params, 0], dtype=np.int64)
+    p = np.array([*params, 0, IGNORE], dtype=np.int64)
     for b in range(-1, len(plan[0]) + 1):
         rows = np.full(4 * seqlen, 77, dtype=np.int64)
         cu = np.full(room, 77, dtype=np.int32)
@@ -1040,6 +1040,7 @@ def _fill_rows_kernel(plan, offsets, _src, params, idx, dtype, src, doc_starts):
             eot_id,
             pad_id,
             mode,
+            IGNORE,
             ids,
             pos,
             lab,
@@ -2233,7 +2234,7 @@ PAIRS: list[Pair] = [
         all_blocks_present_slow,
     ),
     _pair(
-        "blockstate.check_ranges",
+        "store.check_ranges",
         "check_ranges_slow",
         _check_inputs,
         _check_kernel,
@@ -2576,7 +2577,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_items.n_full_pieces", "plan_items.item_sizes", "plan_items.bfd_items",
         "plan_bestfit._ctz", "plan_bestfit._tree_new", "plan_bestfit._tree_set",
         "plan_bestfit._tree_clear", "plan_bestfit._tree_succ", "plan_bestfit._filled",
-        "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_emit.emit_groups",
+        "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_bestfit.emit_groups",
     ),
     "plan_bestfit.online_place": ("plan_items.online_items", "plan_emit.emit_by_rank"),
     "plan_bestfit.place_best_fit": (

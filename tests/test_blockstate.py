@@ -1,5 +1,5 @@
-"""``mmpack.kernels.blockstate``'s kernels against their slow twins (hypothesis):
-``all_blocks_present`` and ``check_ranges``."""
+"""The node cache's kernels against their slow twins (hypothesis): ``all_blocks_present``
+(``mmpack.kernels.blockstate``) and ``check_ranges`` (``mmpack.kernels.store``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import all_blocks_present_slow, check_ranges_slow
 
-from mmpack.kernels.blockstate import all_blocks_present, check_ranges
+from mmpack.kernels.blockstate import all_blocks_present
+from mmpack.kernels.store import check_ranges
 from mmpack.store.integrity import block_digest
 
 

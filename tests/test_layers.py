@@ -5,8 +5,10 @@ it is written, not by a hand-kept list.
 
 Every way a module can reach another is an import here: ``import mmpack.x``, ``from mmpack.x
 import y``, ``import mmpack`` and ``from mmpack import y`` (the façade, the top layer),
-relative imports, imports inside functions, and ``"mmpack.x:attr"`` / ``"mmpack.x"`` strings
-that name a module (the registries and lazy tables import them by name).  torch is imported
+relative imports, imports inside functions, and ``"mmpack.x:attr"`` / ``"mmpack.x"`` /
+``"mmpack.x.attr"`` strings that name a module or what it holds (the registries and lazy tables
+import them by name; a label naming another module's function is a dependency on it too), a
+module's own packages aside (its import runs them anyway).  torch is imported
 only under ``mmpack/torch/``.  No file imports a file that imports it back."""
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _MODULE_STRING.fullmatch(node.value):
                 name = node.value.partition(":")[0][len("mmpack.") :]
-                if _exists(name):
-                    found.append((name, node.lineno))
+                target = _resolve(name)  # "mmpack.x.y.attr" names what mmpack.x.y holds
+                if target != "__init__" and not module.startswith(f"{target}."):
+                    found.append((target, node.lineno))
     return [(name, line) for name, line in found if name != module]
 
 
@@ -148,13 +151,22 @@ def test_torch_is_imported_only_in_the_torch_layer(module, path):
 
 
 def test_no_file_imports_a_file_that_imports_it_back():
-    graph = {module: {name for name, _ in imports_of(module, path)} for module, path in _modules()}
+    cycles = _cycles(dict(_modules()))
+    assert not cycles, f"import cycles between files: {cycles}"
+
+
+def _cycles(paths: dict[str, Path]) -> list[list[str]]:
+    """The import cycles between the modules ``paths`` (Tarjan's strongly connected
+    components of the graph of :func:`imports_of`), each sorted."""
+    graph = {
+        module: {name for name, _ in imports_of(module, path)} for module, path in paths.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
 
-    def visit(node: str) -> None:  # Tarjan's strongly connected components
+    def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         for nxt in graph.get(node, ()):
@@ -176,7 +188,25 @@ def test_no_file_imports_a_file_that_imports_it_back():
     for module in sorted(graph):
         if module not in index:
             visit(module)
-    assert not cycles, f"import cycles between files: {cycles}"
+    return cycles
+
+
+def test_a_cycle_closed_inside_a_function_or_by_a_name_is_found(tmp_path):
+    """An import that waits for a call, or a string naming another module's function, still
+    closes a cycle: both hide an edge (ingest's provenance once named the pipeline's builder
+    while the pipeline imported it; mmpack.torch imported its loader on first use)."""
+    top, late = tmp_path / "top.py", tmp_path / "late.py"
+    top.write_text("from mmpack.ingest.provenance import describe_store\n")
+    late.write_text("def f():\n    from mmpack.ingest.pipeline import ingest\n")
+    assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == [
+        ["ingest.pipeline", "ingest.provenance"]
+    ]
+    late.write_text('BUILDER = "mmpack.ingest.pipeline.ingest"\n')
+    assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == [
+        ["ingest.pipeline", "ingest.provenance"]
+    ]
+    late.write_text('KIND = "mmpack.ingest.loader"\n')  # its own package: no edge
+    assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == []
 
 
 def test_the_import_finder_sees_every_form():
@@ -251,6 +281,104 @@ def _is_jitted(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         if name == "njit":
             return True
     return False
+
+
+def _jit_imports(path: Path) -> dict[str, tuple[str, str]]:
+    """``{local name: (mmpack module, name there)}`` for the names ``path`` imports from other
+    mmpack modules (``from mmpack.x import y as z``; ``import mmpack.x as m`` gives
+    ``m.y`` below)."""
+    names: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmpack."):
+            for alias in node.names:
+                names[alias.asname or alias.name] = (node.module[len("mmpack.") :], alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("mmpack.") and alias.asname:
+                    names[alias.asname] = (alias.name[len("mmpack.") :], "")
+    return names
+
+
+def _module_names(module: str) -> tuple[set[str], set[str]]:
+    """``(jitted functions, module-level constants)`` that ``mmpack.<module>`` defines."""
+    path = PACKAGE.joinpath(*module.split(".")).with_suffix(".py")
+    if not path.is_file():
+        return set(), set()
+    tree = ast.parse(path.read_text())
+    jitted = {
+        n.name
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_jitted(n)
+    }
+    constants = set()
+    for n in tree.body:
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            constants |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return jitted, constants
+
+
+def foreign_names_in_kernels(module: str, path: Path) -> list[str]:
+    """What a jitted function of ``module`` reads from another mmpack module: a jitted function
+    it calls (numba compiles the callee into the caller, and its cache does not see an edit to
+    the callee's file) or a module-level constant (frozen into the compiled code the same
+    way).  ``"kernel:line name (module.name)"`` for each."""
+    imported = _jit_imports(path)
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not _is_jitted(node):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in imported:
+                source, name = imported[inner.id]
+                shown = inner.id
+            elif (
+                isinstance(inner, ast.Attribute)
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id in imported
+                and not imported[inner.value.id][1]
+            ):
+                source, name = imported[inner.value.id][0], inner.attr
+                shown = f"{inner.value.id}.{inner.attr}"
+            else:
+                continue
+            if source == module:
+                continue
+            jitted, constants = _module_names(source)
+            if name in jitted or name in constants:
+                found.append(f"{node.name}:{inner.lineno} {shown} (mmpack.{source}.{name})")
+    return found
+
+
+@pytest.mark.parametrize(("module", "path"), list(_modules()), ids=lambda x: str(x))
+def test_kernels_read_nothing_jitted_or_constant_from_another_module(module, path):
+    found = foreign_names_in_kernels(module, path)
+    assert not found, (
+        f"mmpack.{module}: jitted functions read these from another module, so numba's cache "
+        f"keeps the old code when that module changes (keep them in one module, or pass the "
+        f"value as an argument): {found}"
+    )
+
+
+def test_foreign_names_in_kernels_are_found(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "from mmpack.kernels._jit import njit\n"
+        "from mmpack.kernels.store import xxh64\n"
+        "from mmpack.core.constants import IGNORE_INDEX as IGN\n"
+        "import mmpack.kernels.permutation as perm\n"
+        "@njit\n"
+        "def k(x):\n"
+        "    return xxh64(x, x, 0) + IGN + perm.__all__\n"
+        "def plain(x):\n"
+        "    return xxh64(x, x, 0) + IGN\n"
+    )
+    found = sorted(foreign_names_in_kernels("kernels.probe", path))
+    assert found == [
+        "k:7 IGN (mmpack.core.constants.IGNORE_INDEX)",
+        "k:7 perm.__all__ (mmpack.kernels.permutation.__all__)",
+        "k:7 xxh64 (mmpack.kernels.store.xxh64)",
+    ], found
 
 
 def test_modules_are_short():

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import twin_bin
 
+from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels.packed_rows import (
     LABELS_HF,
     LABELS_NEXT,
@@ -76,7 +77,7 @@ def test_one_bin_matches_its_twin(case, dtype, data):
         out = np.full(4 * seqlen, 77, dtype=dtype)
         cu_at = data.draw(st.integers(0, 3))
         cu_arr = np.full(cu_at + room, 77, dtype=np.int32)
-    p = np.array([*params, cu_at], dtype=np.int64)
+    p = np.array([*params, cu_at, IGNORE_INDEX], dtype=np.int64)
     code, want = twin_bin(*plan, offsets, src, b, p, room)
     got = one_bin(*plan, offsets, src, b, p, out, cu_arr)
     assert tuple(got) == code
@@ -104,7 +105,9 @@ def test_worked_example():
     }
     for mode, labels in want.items():
         out, cu = np.zeros(32, dtype=np.int64), np.zeros(4, dtype=np.int32)
-        got = one_bin(*plan, offsets, src, 0, np.array([8, 1, 99, 0, mode, 0]), out, cu)
+        got = one_bin(
+            *plan, offsets, src, 0, np.array([8, 1, 99, 0, mode, 0, IGNORE_INDEX]), out, cu
+        )
         assert tuple(got) == (2, 5) and cu[:3].tolist() == [0, 3, 8]
         assert out.reshape(4, 8).tolist() == [
             [5, 6, 99, 0, 0, 0, 0, 0],
@@ -112,6 +115,16 @@ def test_worked_example():
             labels,
             [1, 1, 1, 0, 0, 0, 0, 0],
         ]
+
+
+def test_the_label_without_loss_is_the_callers():
+    """The kernels write the caller's ``ignore`` (a value frozen into a kernel from another
+    module would not follow an edit there: numba's cache does not see it)."""
+    plan = (np.array([0, 1]), np.array([0]), np.array([0]), np.array([2], dtype=np.int32))
+    offsets, src = np.array([0, 2]), np.array([5, 6], dtype=np.uint16)
+    out, cu = np.zeros(32, dtype=np.int64), np.zeros(4, dtype=np.int32)
+    one_bin(*plan, offsets, src, 0, np.array([8, 1, 99, 0, LABELS_NEXT, 0, -7]), out, cu)
+    assert out.reshape(4, 8)[2].tolist() == [6, 99, -7, -7, -7, -7, -7, -7]
 
 
 _CORRUPTIONS = {

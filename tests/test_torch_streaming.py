@@ -24,7 +24,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from mmpack.errors import StateMismatchError
 from mmpack.store.writer import build
 from mmpack.streaming.packer import StreamingPacker
-from mmpack.streaming.shards import StoreBlock, shard_source
+from mmpack.streaming.shards import StoreDocRange, shard_source
 from mmpack.torch.collate import collate
 from mmpack.torch.hf import hf_inputs
 from mmpack.torch.streaming import PackerDataset, torch_consumer
@@ -121,9 +121,9 @@ def test_store_and_opaque_sources_shard_exactly(tmp_path, kind):
 
 def test_a_store_shard_keeps_the_read_ranges_path(tmp_path):
     store = build(tmp_path / "s", _docs(20))
-    block, store_like = shard_source(store, 1, 2, indexed=True, store_like=True, eot=None)
-    assert store_like and isinstance(block, StoreBlock)
-    assert np.array_equal(block.offsets, store.offsets[10:21])
+    shard, store_like = shard_source(store, 1, 2, indexed=True, store_like=True, eot=None)
+    assert store_like and isinstance(shard, StoreDocRange)
+    assert np.array_equal(shard.offsets, store.offsets[10:21])
     assert shard_source(store, 0, 1, indexed=True, store_like=True, eot=None) == (store, True)
 
 

@@ -374,7 +374,15 @@ def _build_store(
                 writer.fields = check_fields(
                     {k: [r[i] for r in rows] for i, k in enumerate(fields)}
                 )
-            describe_store(writer, tok, report, where, copy_tokenizer=copy_tokenizer, fields=fields)
+            describe_store(
+                writer,
+                tok,
+                report,
+                where,
+                builder="mmpack.ingest.pipeline.ingest",
+                copy_tokenizer=copy_tokenizer,
+                fields=fields,
+            )
             bar.close()  # before the upload's own bar, if any
         report.store = writer.store
     finally:

@@ -93,11 +93,12 @@ def provenance_record(
     inputs: list[str],
     report: Any,
     tok: Tokenizer,
-    builder: str = "mmpack.ingest.pipeline.ingest",
+    builder: str,
     fields: Any = (),
 ) -> dict[str, Any]:
-    """The ``"provenance"`` section of a build of ``inputs`` by ``builder`` (``report``: its
-    counts); ``loss_on`` when ``tok`` is a chat build's, ``fields`` when it took some."""
+    """The ``"provenance"`` section of a build of ``inputs`` by ``builder`` (the caller's
+    dotted name; ``report``: its counts); ``loss_on`` when ``tok`` is a chat build's,
+    ``fields`` when it took some."""
     rec = {
         "builder": builder,
         "mmpack_version": _version(),
@@ -124,16 +125,18 @@ def describe_store(
     report: Any,
     inputs: list[str],
     *,
+    builder: str,
     copy_tokenizer: bool = True,
     fields: Any = (),
 ) -> None:
     """Record the tokenizer and the provenance in the store being written by ``writer`` (a
-    :class:`~mmpack.store.writer.StoreWriter` before its commit)."""
+    :class:`~mmpack.store.writer.StoreWriter` before its commit) by ``builder`` (the caller's
+    dotted name, recorded as the provenance's ``"builder"``)."""
     data = tokenizer_files(tok) if copy_tokenizer else None
     if data is not None:
         writer.attach(TOKENIZER_FILE, data)
     writer.extra["tokenizer"] = tokenizer_record_of(tok, copied=data is not None)
-    writer.extra["provenance"] = provenance_record(inputs, report, tok, fields=fields)
+    writer.extra["provenance"] = provenance_record(inputs, report, tok, builder, fields=fields)
 
 
 def store_tokenizer(store: Any) -> Tokenizer:

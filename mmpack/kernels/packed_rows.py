@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels._jit import njit
 
 __all__ = [
@@ -117,19 +116,20 @@ def _segment_tokens(
     e: int,
     eot_id: int,
     label_mode: int,
+    ignore: int,
     ids: np.ndarray,
     lab: np.ndarray,
     seg_mask: np.ndarray,
 ) -> None:
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
     ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
-    :func:`_segment_labels`, with -100)."""
+    :func:`_segment_labels`, ``ignore`` where there is no loss)."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
     if e != 0:
         ids[n] = eot_id
-    _segment_labels(seg_src, e, eot_id, label_mode, IGNORE_INDEX, lab, seg_mask)
+    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
 
 
 @njit
@@ -180,15 +180,16 @@ def _segment_labels(
 
 @njit
 def _padding(
-    pad_id: int, ids: np.ndarray, pos: np.ndarray, lab: np.ndarray, att: np.ndarray
+    pad_id: int, ignore: int, ids: np.ndarray, pos: np.ndarray, lab: np.ndarray, att: np.ndarray
 ) -> None:
-    """The padding segment (views of its slots): ``pad_id``, positions from 0, -100, mask 0."""
+    """The padding segment (views of its slots): ``pad_id``, positions from 0, ``ignore``,
+    mask 0."""
     for i in range(ids.shape[0]):
         ids[i] = pad_id
     for i in range(pos.shape[0]):
         pos[i] = i
     for i in range(lab.shape[0]):
-        lab[i] = IGNORE_INDEX
+        lab[i] = ignore
     for i in range(att.shape[0]):
         att[i] = 0
 
@@ -203,6 +204,7 @@ def fill_rows(
     eot_id: int,
     pad_id: int,
     label_mode: int,
+    ignore: int,
     input_ids: np.ndarray,
     position_ids: np.ndarray,
     labels: np.ndarray,
@@ -218,8 +220,9 @@ def fill_rows(
     ``src[src_starts[q]:src_starts[q]+lengths[q]]`` must be in bounds and each row's pieces
     (plus their eot) must fit in seqlen (both checked by the caller).  With a loss mask
     (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
-    arrays for none), a causal label is -100 where the token it holds has mask 0.  ``cu_seqlens`` is (B, C)
-    with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
+    arrays for none), a causal label is ``ignore`` (the label of a position without loss,
+    :data:`mmpack.core.constants.IGNORE_INDEX`) where the token it holds has mask 0.
+    ``cu_seqlens`` is (B, C) with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
     (if any) being the last segment (the entries past them are unspecified).
     """
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
@@ -252,13 +255,15 @@ def fill_rows(
             _segment_layout(pos[t : t + m], att[t : t + m])
             seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
             seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
-            _segment_tokens(src[a : a + n], e, eot_id, label_mode, seg_ids, seg_lab, seg_mask)
+            _segment_tokens(
+                src[a : a + n], e, eot_id, label_mode, ignore, seg_ids, seg_lab, seg_mask
+            )
             t += m
             seg += 1
             cu_seqlens[r, seg] = t
             longest = max(longest, m)
         if t < seqlen:
-            _padding(pad_id, ids[t:], pos[t:], lab[t:], att[t:])
+            _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
             seg += 1
             cu_seqlens[r, seg] = seqlen
             longest = max(longest, seqlen - t)
@@ -331,7 +336,8 @@ def one_bin(
 ) -> tuple[int, int]:
     """The rows of the single bin ``b`` (the rule of :func:`select_pieces` then
     :func:`fill_rows`), reading straight from the whole flat token array ``src``.  ``params``
-    is ``[seqlen, eot, eot_id, pad_id, label_mode, cu_at]``; ``out`` (1-D, int64 or int32, at
+    is ``[seqlen, eot, eot_id, pad_id, label_mode, cu_at, ignore]`` (``ignore``: the label of a
+    position without loss); ``out`` (1-D, int64 or int32, at
     least ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other;
     ``cu[cu_at:]`` (1-D int32, ``C`` entries) the segment boundaries: with int32 output ``cu``
     may be ``out`` itself and ``cu_at >= 4 * seqlen`` (one array unboxed less per call).
@@ -350,6 +356,7 @@ def one_bin(
     >= 0 (and, when ``cu`` is ``out``, >= ``4 * seqlen``): the caller's to check."""
     seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
     cu = cu[params[5] :]
+    ignore = params[6]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
     lo, hi = bin_ptr[b], bin_ptr[b + 1]
@@ -386,7 +393,7 @@ def one_bin(
         _segment_layout(pos[cu[q] : cu[q + 1]], att[cu[q] : cu[q + 1]])
     n_seg = n
     if t < seqlen:
-        _padding(pad_id, ids[t:], pos[t:], lab[t:], att[t:])
+        _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
         n_seg += 1
         cu[n_seg] = seqlen
         longest = max(longest, seqlen - t)
@@ -396,7 +403,7 @@ def one_bin(
         ln = piece_len[p]
         e = cu[q + 1] - cu[q] - ln
         seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
-        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, seg_ids, seg_lab, _NO_MASK)
+        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, ignore, seg_ids, seg_lab, _NO_MASK)
     return n_seg, longest
 
 

@@ -9,7 +9,8 @@ one place and holds the two plan drivers, plain Python that chains them:
   plan's statistics slots; the items in the shape each placement takes (O(n + S));
 - :mod:`mmpack.kernels.plan_bestfit`: the 64-ary bitset tree over free space, best-fit
   decreasing's packing loop (O(steps * log_64 S)) and online best fit (O(n log_64 S + S));
-- :mod:`mmpack.kernels.plan_emit`: placements to the CSR plan (O(n_pieces));
+- :mod:`mmpack.kernels.plan_emit` (online best fit) and :func:`~mmpack.kernels.plan_bestfit.emit_groups`
+  (best-fit decreasing): placements to the CSR plan (O(n_pieces));
 - :func:`bfd` and :func:`stream` here: the whole placement, one kernel call per phase;
 - :mod:`mmpack.kernels.packed_rows`: bins to ``input_ids``, positions, labels, attention mask and
   ``cu_seqlens`` (:func:`select_pieces`, :func:`fill_rows`, :func:`one_bin`; O(B * seqlen)).
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels.packed_rows import (
     LABELS_HF,
     LABELS_NEXT,
@@ -34,8 +34,8 @@ from mmpack.kernels.packed_rows import (
     one_bin,
     select_pieces,
 )
-from mmpack.kernels.plan_bestfit import bfd_groups, online_place
-from mmpack.kernels.plan_emit import emit_by_rank, emit_groups
+from mmpack.kernels.plan_bestfit import bfd_groups, emit_groups, online_place
+from mmpack.kernels.plan_emit import emit_by_rank
 from mmpack.kernels.plan_items import (
     LONG_DROP,
     LONG_SPLIT,
@@ -58,7 +58,6 @@ from mmpack.kernels.plan_items import (
 )
 
 __all__ = [
-    "IGNORE",
     "LABELS_HF",
     "LABELS_NEXT",
     "LABELS_NONE",
@@ -85,9 +84,6 @@ __all__ = [
     "stream",
     "universe",
 ]
-
-IGNORE = IGNORE_INDEX
-"""Label of a position without loss (:data:`mmpack.core.constants.IGNORE_INDEX`)."""
 
 
 def universe(rem_occ: np.ndarray, seqlen: int) -> int:

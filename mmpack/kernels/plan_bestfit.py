@@ -4,7 +4,8 @@ algorithm ``"online"``) of the packing plan, and the streaming packer's best fit
 of a batch (:func:`place_batch`, :func:`place_best_fit`).
 
 The drivers :func:`mmpack.kernels.packing.bfd` and :func:`~mmpack.kernels.packing.stream` chain
-them with the item kernels of :mod:`mmpack.kernels.plan_items` and the output passes of
+them with the item kernels of :mod:`mmpack.kernels.plan_items`, best-fit decreasing's output
+pass :func:`emit_groups` (here, beside the tables it reads) and online best fit's,
 :mod:`mmpack.kernels.plan_emit`.  A bin holds ``S`` slots.  Jitted functions here call only
 jitted functions of this module (numba's cache does not follow callees across files).
 
@@ -50,17 +51,27 @@ from __future__ import annotations
 import numpy as np
 
 from mmpack.kernels._jit import njit
-from mmpack.kernels.plan_emit import GROUP_COUNT as _COUNT
-from mmpack.kernels.plan_emit import GROUP_NODE as _NODE
-from mmpack.kernels.plan_emit import NODE_PARENT as _PARENT
-from mmpack.kernels.plan_emit import NODE_SIZE as _SIZE
-from mmpack.kernels.plan_emit import NODE_TAKE as _TAKE
 
-__all__ = ["bfd_groups", "online_place", "place_batch", "place_best_fit", "reset_rows", "row_index"]
+__all__ = [
+    "bfd_groups",
+    "emit_groups",
+    "online_place",
+    "place_batch",
+    "place_best_fit",
+    "reset_rows",
+    "row_index",
+]
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
-_NEXT = 2  # row of the group table: the next group in the same bucket (-1: none)
+# Rows of best-fit decreasing's node and group tables (int64, shape (3, capacity)), written by
+# :func:`bfd_groups` and read by :func:`emit_groups`.
+_PARENT = 0  # node table: the node before it on the group's path (-1: none)
+_SIZE = 1  # node table: item size
+_TAKE = 2  # node table: items of that size each bin of the group takes
+_COUNT = 0  # group table: identical bins in the group
+_NODE = 1  # group table: the last node of the group's path
+_NEXT = 2  # group table: the next group in the same bucket (-1: none)
 
 
 # --------------------------------------------------------------------------------- bitset tree
@@ -491,3 +502,47 @@ def _widest(remaining: np.ndarray) -> int:
     for r in range(remaining.shape[0]):
         widest = max(widest, remaining[r])
     return widest
+
+
+@njit
+def emit_groups(
+    nodes: np.ndarray,
+    groups: np.ndarray,
+    n_groups: int,
+    pool: np.ndarray,
+    order: np.ndarray,
+    order_start: np.ndarray,
+    eot: int,
+    nb: int,
+    p: int,
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    piece_len: np.ndarray,
+) -> int:
+    """Write the groups' bins after the ``nb`` bins and ``p`` pieces already written, dealing
+    each size's documents in document order; returns the number of bins.  O(n_pieces)."""
+    path = np.empty(nodes.shape[1], dtype=np.int64)  # a path visits distinct nodes
+    for gi in range(n_groups):
+        depth = 0
+        v = groups[_NODE, gi]
+        while v >= 0:
+            path[depth] = v
+            depth += 1
+            v = nodes[_PARENT, v]
+        for _ in range(groups[_COUNT, gi]):
+            bin_ptr[nb] = p
+            nb += 1
+            for lev in range(depth - 1, -1, -1):
+                v = path[lev]
+                size = nodes[_SIZE, v]
+                k = pool[size]
+                for _ in range(nodes[_TAKE, v]):
+                    piece_doc[p] = order[k]
+                    piece_start[p] = order_start[k]
+                    piece_len[p] = size - eot
+                    k += 1
+                    p += 1
+                pool[size] = k
+    bin_ptr[nb] = p
+    return nb

@@ -12,6 +12,12 @@ input word, so a change confined to one word always changes that lane; in genera
 block goes unnoticed with probability about 2**-64 (CRC-32: 2**-32, but CRC-32 also guarantees to
 catch every burst of up to 32 bits, which XXH64 does not promise).  Measured with the build
 (``python -m benchmarks.bench_store``): see :mod:`mmpack.store.tokenfile`.
+
+:func:`check_ranges` hashes, for the remote node cache, each present block of a batch's token
+ranges not checked yet, in one call for the whole batch: ~1.6 us per 16 KiB block at ~10 GB/s
+on warm pages, against ~5 us per block through :func:`~mmpack.store.integrity.block_digest`
+one block at a time.  It lives here because it calls :func:`xxh64` (a jitted function calls
+only jitted functions of its own module: numba's cache does not follow callees across files).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["convert_tokens", "first_decrease", "xxh64", "xxh64_blocks"]
+__all__ = ["check_ranges", "convert_tokens", "first_decrease", "xxh64", "xxh64_blocks"]
 
 
 @njit
@@ -172,3 +178,55 @@ def xxh64_blocks(data: np.ndarray, words: np.ndarray, block: int, out: np.ndarra
         lo = k * block
         hi = min(lo + block, n)
         out[k] = xxh64(data[lo:hi], words[lo // 8 : hi // 8], np.uint64(0))
+
+
+@njit
+def check_ranges(
+    data: np.ndarray,
+    words: np.ndarray,
+    state: np.ndarray,
+    digests: np.ndarray,
+    checked: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    itemsize: int,
+    shift: int,
+    bad: np.ndarray,
+) -> int:
+    """Check the present, unchecked blocks that token ranges ``[starts[k], starts[k] +
+    lengths[k])`` touch, each once: block ``b`` (bytes ``[b << shift, min((b + 1) << shift,
+    data.size))``) with ``state[b] == 1`` and ``checked[b] == 0`` gets ``checked[b] = 1`` when
+    its XXH64 equals ``digests[b]``, else ``checked[b] = 2`` and its id is written to ``bad``
+    (as far as ``bad`` has room).  Returns the number of ids written to ``bad``.
+
+    ``data``: uint8, (nbytes,); ``words``: uint64, (nbytes // 8,), the same bytes as
+    little-endian words (``shift >= 3``: each block starts on a word); ``state``, ``checked``:
+    uint8 and ``digests``: uint64, (nblocks,) with ``nblocks = ceil(nbytes / 2**shift)``;
+    ``starts``, ``lengths``: int64, (k,); ``bad``: int64.  Empty ranges, ranges starting before
+    0 and blocks past ``nblocks`` are skipped, never read."""
+    n = data.shape[0]
+    last_block = state.shape[0] - 1
+    nb = 0
+    for k in range(starts.shape[0]):
+        length = lengths[k]
+        lo = starts[k] * itemsize
+        if length <= 0 or lo < 0:
+            continue
+        first = lo >> shift
+        last = min((lo + length * itemsize - 1) >> shift, last_block)
+        for b in range(first, last + 1):
+            if checked[b] != 0 or state[b] != 1:
+                continue
+            blo = b << shift
+            if blo >= n:
+                continue
+            bhi = min(blo + (1 << shift), n)
+            w = blo >> 3
+            if xxh64(data[blo:bhi], words[w : w + ((bhi - blo) >> 3)], np.uint64(0)) == digests[b]:
+                checked[b] = 1
+            else:
+                checked[b] = 2
+                if nb < bad.shape[0]:
+                    bad[nb] = b
+                    nb += 1
+    return nb

@@ -33,7 +33,7 @@ Checking on first serve: each mapping (one per reader: a :class:`CacheFile` per 
 process) keeps a bitmap ``checked`` in process memory.  A block is served from the mapping only
 once it is checked here: written by this reader, or its XXH64 recomputed and equal to the
 recorded one (:meth:`CacheFile.check`, one kernel call for a batch's ranges:
-:func:`mmpack.kernels.blockstate.check_ranges`); a block that fails is dropped and fetched again
+:func:`mmpack.kernels.store.check_ranges`); a block that fails is dropped and fetched again
 by the caller.  So a byte changed on disk after a block was stored is never served by a reader
 that had not served that block before; ``TokenStore.verify()`` compares every cached block with
 the object itself (and drops a bad one).  Cost: one XXH64 of the whole block per block per
@@ -80,7 +80,8 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.libc import libc_function
-from mmpack.kernels.blockstate import all_blocks_present, check_ranges
+from mmpack.kernels.blockstate import all_blocks_present
+from mmpack.kernels.store import check_ranges
 from mmpack.store.integrity import block_digests
 
 __all__ = [
@@ -338,7 +339,7 @@ class CacheFile:
     def check(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> list[int]:
         """Check the present blocks that token ranges ``[starts, starts + lengths)`` (int64,
         (k,), of one length) touch and this reader has not checked yet: their XXH64 against the
-        recorded one (one kernel call, :func:`~mmpack.kernels.blockstate.check_ranges`).  Marks
+        recorded one (one kernel call, :func:`~mmpack.kernels.store.check_ranges`).  Marks
         the good ones checked; returns the bad ones, sorted (the caller drops them)."""
         bound = int(lengths.clip(0).sum()) * itemsize // self.block + 2 * lengths.shape[0]
         bad = np.empty(min(self.nblocks, bound), np.int64)

@@ -16,6 +16,12 @@ This is the arithmetic of :class:`~mmpack.torch.sampler.ResumableSampler` (which
 checkpoints and edits made while it runs) with nothing of torch, so that a tool can say what a
 run served without one (``mmpack show --position``).  Cost: O(1) memory; a batch of positions is
 one vectorised map of the order, plus a binary search over the stream's pieces when edited.
+
+Where a rank stands after any number of draws (:meth:`Dealing.draws`, the one epoch walk of the
+run, used by :class:`~mmpack.torch.stages.Stages` and ``mmpack show --position``): only the
+epochs holding a replay or an end of a skip have a stream of their own, ``O(edits)`` of them, and
+between two of them every epoch deals the same share, so ``d`` draws are found by walking runs
+of epochs, each in one division: ``O(edits)`` whatever ``d``.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from mmpack.sampling.block_order import BlockOrder
 from mmpack.sampling.permutation import Permutation
 from mmpack.sampling.sampler_edits import EditLog
 
-__all__ = ["Dealing", "share_length"]
+__all__ = ["Dealing", "Where", "share_length"]
 
-_MAX_EDITED_EPOCHS = 10**6
+Where = tuple[int, int, int]
+"""``(epoch, position, base)`` of a rank in the run, as a sampler's state records it."""
 
 
 def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
@@ -170,24 +177,47 @@ class Dealing:
     def rank_epoch(self, position: int) -> tuple[int, int]:
         """``(epoch, t)``: this rank's ``position``-th sample of the run (counted over epochs
         dealt from 0) is its sample ``t`` of ``epoch``.  ``ValueError`` when no epoch deals it
-        anything."""
-        last = max((e for e, *_ in self.edits.replays), default=-1)
-        for _, b in self.edits.skips:
-            last = max(last, (b - 1) // self.n)
-        if last > _MAX_EDITED_EPOCHS:
-            raise ValueError(
-                f"the run's edits reach epoch {last}; counting a rank's samples walks at most "
-                f"{_MAX_EDITED_EPOCHS} edited epochs"
-            )
-        epoch = 0
-        while epoch <= last:  # edited epochs have lengths of their own
-            share = self.share(epoch)
-            if position < share:
-                return epoch, position
-            position -= share
-            epoch += 1
-        share = self.share(epoch)
-        if share == 0:
-            raise ValueError(f"rank {self.rank} of {self.world_size} is dealt nothing")
-        more, t = divmod(position, share)
-        return epoch + more, t
+        anything.  O(edits), by :meth:`draws`."""
+        try:
+            epoch, drawn, _ = self.draws((0, 0, 0), position + 1)
+        except ValueError:
+            raise ValueError(f"rank {self.rank} of {self.world_size} is dealt nothing") from None
+        return epoch, drawn - 1
+
+    def draws(self, where: Where, d: int) -> Where:
+        """The point ``d >= 0`` draws of this rank after ``where`` (``(epoch, position, base)``:
+        ``position`` indices drawn of ``epoch``'s stream dealt from ``base``, as a sampler's
+        state records it).  An epoch drawn to its end stays the point (another world size may
+        deal a tail this one dropped, and a replay asked for there goes to the next epoch's
+        start).  Walks runs of epochs of one stream length (:meth:`EditLog.run
+        <mmpack.sampling.sampler_edits.EditLog.run>`), each in one division: O(edits) whatever
+        ``d``.  ``ValueError`` when no later epoch deals this rank an index."""
+        epoch, position, base = where
+        rest = self.share(epoch, base) - position
+        if d <= rest:
+            return epoch, position + d, base
+        d -= rest
+        epoch += 1
+        while True:  # d >= 1 draws from the start of `epoch`
+            length, end = self.edits.run(epoch)
+            per = share_length(length, 0, self.world_size, self.drop_last)
+            if per == 0:
+                if end is None:
+                    raise ValueError(f"no epoch after {epoch - 1} has an index for this rank")
+                epoch = end
+                continue
+            full = (d - 1) // per  # epochs drawn whole before the one the point ends in
+            if end is None or full < end - epoch:
+                return epoch + full, d - full * per, 0
+            d -= (end - epoch) * per
+            epoch = end
+
+    def next_epoch(self, epoch: int) -> int:
+        """The first epoch after ``epoch`` that deals this world size an index."""
+        return self.draws((epoch + 1, 0, 0), 1)[0]
+
+    def frontier(self, where: Where) -> int:
+        """The global position after the last one of the epochs' own orders served by the
+        ranks at ``where`` (what they consumed: a skip may start there, a replay end there)."""
+        epoch, position, base = where
+        return self.edits.frontier(epoch, base + position * self.world_size)

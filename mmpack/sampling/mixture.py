@@ -74,8 +74,8 @@ from mmpack.sampling.mixture_stats import MixtureStats, period_error
 from mmpack.sampling.schedule import Schedule
 from mmpack.sampling.schedule_weights import changed_mixture, mixture_fingerprint, resolve_weights
 from mmpack.sampling.weights import (
-    BLOCK,
     RESOLUTION,
+    STRIDE,
     chairman_table,
     normalize_weights,
     quantize_weights,
@@ -314,7 +314,7 @@ class Mixture:
             return self._plan.occurrence_position(k, occ)
         cycle, target = divmod(occ, int(self._quotas[k]))
         inside = occurrence_position(
-            k, target, self._quotas, self._period, BLOCK, self._seq, self._ckpt
+            k, target, self._quotas, self._period, STRIDE, self._seq, self._ckpt
         )
         return cycle * self._period + int(inside)
 
@@ -403,7 +403,7 @@ class Mixture:
             return self._plan.locate(arr)
         src = np.empty_like(arr)
         occ = np.empty_like(arr)
-        locate_many(arr, self._quotas, self._period, BLOCK, self._seq, self._ckpt, src, occ)
+        locate_many(arr, self._quotas, self._period, STRIDE, self._seq, self._ckpt, src, occ)
         return src, occ
 
     # -- locality ------------------------------------------------------------------------------
@@ -502,7 +502,7 @@ class Mixture:
         if self._plan is not None:
             return self._plan.counts(n)
         out = np.empty(self._quotas.size, dtype=np.int64)
-        prefix_counts(n, self._quotas, self._period, BLOCK, self._seq, self._ckpt, out)
+        prefix_counts(n, self._quotas, self._period, STRIDE, self._seq, self._ckpt, out)
         return out
 
     def repeats(self) -> np.ndarray:

@@ -118,6 +118,8 @@ class EditLog:
         self.skips: list[list[int]] = []
         self.replays: list[list[int]] = []
         self._streams: dict[int, Stream] = {}
+        self._starts: list[int] = []
+        self._special: list[int] = []
 
     @classmethod
     def from_state(cls, n: int, skips: list[list[int]], replays: list[list[int]]) -> EditLog:
@@ -146,10 +148,27 @@ class EditLog:
     def set(self, skips: list[list[int]], replays: list[list[int]]) -> None:
         self.skips, self.replays = [list(s) for s in skips], [list(r) for r in replays]
         self._streams.clear()
+        n = self.n
+        self._starts = [a for a, _ in self.skips]
+        ends = {e for a, b in self.skips for e in (a // n, (b - 1) // n)} if n else set()
+        self._special = sorted(ends | {int(r[0]) for r in self.replays})
 
     def length(self, epoch: int) -> int:
         """Length of epoch ``epoch``'s stream (``n`` without edits)."""
         return self.n if self.empty else self.stream(epoch).length
+
+    def run(self, epoch: int) -> tuple[int, int | None]:
+        """``(L, end)``: every epoch of ``[epoch, end)`` has a stream of length ``L`` (``end``
+        None: every later epoch too).  Only the epochs holding a replay or an end of a skip
+        have a stream of their own (``O(edits)`` of them); between two of them every epoch is
+        whole (``L = n``) or inside a skip (``L = 0``).  O(log edits)."""
+        k = bisect.bisect_left(self._special, epoch)
+        if k < len(self._special) and self._special[k] == epoch:
+            return self.stream(epoch).length, epoch + 1
+        end = self._special[k] if k < len(self._special) else None
+        j = bisect.bisect_right(self._starts, epoch * self.n) - 1
+        inside = j >= 0 and self.skips[j][1] > epoch * self.n  # then it covers the whole epoch
+        return (0 if inside else self.n), end
 
     def stream(self, epoch: int) -> Stream:
         got = self._streams.get(epoch)

@@ -64,13 +64,13 @@ from mmpack.kernels.schedule import (
     split_locate,
     split_positions,
 )
-from mmpack.sampling.weights import BLOCK, chairman_table
+from mmpack.sampling.weights import STRIDE, chairman_table
 
-__all__ = ["ChairmanPrefix", "Epoch", "SchedulePlan", "build_epoch", "choose_tree", "tree_bound"]
+__all__ = ["ChairmanPrefix", "Regime", "SchedulePlan", "build_regime", "choose_tree", "tree_bound"]
 
 
 @dataclass(frozen=True)
-class Epoch:
+class Regime:
     """A schedule from a position on, on its axis ``x``.
 
     ``start``: the first position; ``x0``: its ``x``; ``counts`` (int64, (K,)): the counts
@@ -96,16 +96,16 @@ class ChairmanPrefix:
     stop: int
 
 
-def build_epoch(
+def build_regime(
     schedule: Any, start: int, x0: int, counts: np.ndarray, tokens_per_sample: np.ndarray | None
-) -> Epoch:
-    """The epoch of ``schedule`` from position ``start`` (at ``x0`` on its axis), entered with
+) -> Regime:
+    """The regime of ``schedule`` from position ``start`` (at ``x0`` on its axis), entered with
     ``counts``; ``tokens_per_sample`` for a ``unit="tokens"`` schedule."""
     starts, weights, slopes = schedule.segments(x0)
     if tokens_per_sample is not None:
         per = tokens_per_sample[None, :].astype(np.float64)
         weights, slopes = weights / per, slopes / per
-    return Epoch(
+    return Regime(
         int(start), float(x0), counts.astype(np.int64), np.array(starts, np.float64),
         weights, slopes,
     )  # fmt: skip
@@ -142,10 +142,10 @@ def _balanced(order: list[int]) -> Tree:
     return [(order[:half], order[half:]), *_balanced(order[:half]), *_balanced(order[half:])]
 
 
-def _ends(epoch: Epoch) -> np.ndarray:
+def _ends(regime: Regime) -> np.ndarray:
     """Each source's density at both ends of every stretch; float64, (2n - 1, K)."""
-    tail = epoch.dens[:-1] + epoch.slopes[:-1] * np.diff(epoch.xs)[:, None]
-    return np.maximum(np.vstack([epoch.dens, tail]), 0.0)
+    tail = regime.dens[:-1] + regime.slopes[:-1] * np.diff(regime.xs)[:, None]
+    return np.maximum(np.vstack([regime.dens, tail]), 0.0)
 
 
 def tree_bound(ends: np.ndarray, tree: Tree) -> float:
@@ -165,11 +165,11 @@ def tree_bound(ends: np.ndarray, tree: Tree) -> float:
     return worst
 
 
-def choose_tree(epoch: Epoch) -> Tree:
+def choose_tree(regime: Regime) -> Tree:
     """The tree of least :func:`tree_bound` among Huffman's (on each source's largest and mean
     share) and balanced trees over :data:`TREE_CANDIDATES` keyed orders (a pure function of
-    the epoch)."""
-    ends = _ends(epoch)
+    the regime)."""
+    ends = _ends(regime)
     total = ends.sum(axis=1, keepdims=True)
     share = ends / np.where(total > 0, total, 1.0)
     k_src = ends.shape[1]
@@ -186,13 +186,13 @@ Sums = tuple[np.ndarray, np.ndarray, np.ndarray]
 """``(F, f, s)`` of :func:`_integrals`."""
 
 
-def _integrals(epoch: Epoch, members: list[int]) -> Sums:
+def _integrals(regime: Regime, members: list[int]) -> Sums:
     """``(F, f, s)`` of a set of sources at each stretch start: target, density, slope."""
-    f = epoch.dens[:, members].sum(axis=1)
-    s = epoch.slopes[:, members].sum(axis=1)
+    f = regime.dens[:, members].sum(axis=1)
+    s = regime.slopes[:, members].sum(axis=1)
     big_f = np.empty_like(f)
-    big_f[0] = float(epoch.counts[members].sum())
-    lengths = np.diff(epoch.xs)
+    big_f[0] = float(regime.counts[members].sum())
+    lengths = np.diff(regime.xs)
     for j in range(lengths.size):
         big_f[j + 1] = big_f[j] + lengths[j] * (f[j] + 0.5 * s[j] * lengths[j])
     return big_f, f, s
@@ -212,11 +212,11 @@ def _cuts(d0: float, ds: float, length: float) -> list[float]:
     return [0.0, length]
 
 
-def _node_rows(epoch: Epoch, left: list[int], right: list[int]) -> list[list[float]]:
+def _node_rows(regime: Regime, left: list[int], right: list[int]) -> list[list[float]]:
     """The rows of a node (module docstring of :mod:`mmpack.kernels.schedule`)."""
-    node = _integrals(epoch, left + right)
-    sides = (_integrals(epoch, left), _integrals(epoch, right))
-    ends = [*np.diff(epoch.xs).tolist(), math.inf]
+    node = _integrals(regime, left + right)
+    sides = (_integrals(regime, left), _integrals(regime, right))
+    ends = [*np.diff(regime.xs).tolist(), math.inf]
     rows = []
     for j, length in enumerate(ends):
         d0 = float(sides[0][1][j] - sides[1][1][j])
@@ -257,47 +257,47 @@ def _row(levels: np.ndarray, m: int) -> int:
 
 
 class SchedulePlan:
-    """The epochs of a scheduled mixture and lookups in them.
+    """The regimes of a scheduled mixture and lookups in them.
 
     Parameters
     ----------
-    epochs : list of Epoch
+    regimes : list of Regime
         Starts strictly increasing; the first at 0 unless ``prefix`` is given, then at its stop.
     prefix : ChairmanPrefix, optional
-        Positions before the first epoch drawn by constant weights.
+        Positions before the first regime drawn by constant weights.
     """
 
-    def __init__(self, epochs: list[Epoch], prefix: ChairmanPrefix | None = None) -> None:
-        self.epochs = epochs
+    def __init__(self, regimes: list[Regime], prefix: ChairmanPrefix | None = None) -> None:
+        self.regimes = regimes
         self.prefix = prefix
         self._build()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "prefix": self.prefix}
+        return {"regimes": self.regimes, "prefix": self.prefix}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._build()
 
     def _build(self) -> None:
-        k_src = self.epochs[0].dens.shape[1]
+        k_src = self.regimes[0].dens.shape[1]
         nodes: list[list[int]] = []
         rows: list[list[float]] = []
         levels: list[np.ndarray] = []
         heads = []
         self._trees: list[Tree] = []
         self._cum: list[np.ndarray] = []
-        for epoch in self.epochs:
-            self._cum.append(np.stack([_integrals(epoch, [k])[0] for k in range(k_src)], axis=1))
-            tree = choose_tree(epoch)
+        for regime in self.regimes:
+            self._cum.append(np.stack([_integrals(regime, [k])[0] for k in range(k_src)], axis=1))
+            tree = choose_tree(regime)
             self._trees.append(tree)
             base = len(nodes)
-            heads.append([epoch.start, base])
+            heads.append([regime.start, base])
             index = {tuple(sorted(a + b)): base + i for i, (a, b) in enumerate(tree)}
             for left, right in tree:
                 kids = [index.get(tuple(sorted(c)), -c[0] - 1) if len(c) > 1 else -c[0] - 1
                         for c in (left, right)]  # fmt: skip
-                own = np.array(_node_rows(epoch, left, right), np.float64)
+                own = np.array(_node_rows(regime, left, right), np.float64)
                 lv = np.ceil(own[:, 2]).astype(np.int64)
                 lv = np.maximum.accumulate(lv)
                 _check_switches(own, lv)
@@ -314,11 +314,11 @@ class SchedulePlan:
         self._check_entry()
 
     def _check_entry(self) -> None:
-        """Each epoch starts exactly at its entering counts (a guard on the closed forms)."""
-        for epoch in self.epochs:
-            got = self.counts(epoch.start)
-            if not np.array_equal(got, epoch.counts):
-                raise AssertionError(f"epoch at {epoch.start}: counts {got} != {epoch.counts}")
+        """Each regime starts exactly at its entering counts (a guard on the closed forms)."""
+        for regime in self.regimes:
+            got = self.counts(regime.start)
+            if not np.array_equal(got, regime.counts):
+                raise AssertionError(f"regime at {regime.start}: counts {got} != {regime.counts}")
 
     def _scratch(self, width: int = 0) -> np.ndarray:
         """Scratch space of the kernels, one per call (plans are shared between threads)."""
@@ -335,8 +335,8 @@ class SchedulePlan:
     @property
     def positive(self) -> np.ndarray:
         """Sources drawn with positive density somewhere; bool, shape (K,)."""
-        out = np.zeros(self.epochs[0].dens.shape[1], bool)
-        for e in self.epochs:
+        out = np.zeros(self.regimes[0].dens.shape[1], bool)
+        for e in self.regimes:
             out |= (e.dens > 0).any(axis=0)
         if self.prefix is not None:
             out |= self.prefix.quotas > 0
@@ -351,7 +351,7 @@ class SchedulePlan:
             p = self.prefix
             assert p is not None
             s, o = np.empty_like(idx[early]), np.empty_like(idx[early])
-            locate_many(idx[early], p.quotas, p.period, BLOCK, self._seq, self._ckpt, s, o)
+            locate_many(idx[early], p.quotas, p.period, STRIDE, self._seq, self._ckpt, s, o)
             src[early], occ[early] = s, o
             late = ~early
             s, o = np.empty_like(idx[late]), np.empty_like(idx[late])
@@ -363,11 +363,11 @@ class SchedulePlan:
 
     def counts(self, n: int) -> np.ndarray:
         """Draws of each source among positions ``[0, n)``; int64, (K,)."""
-        out = np.empty(self.epochs[0].dens.shape[1], np.int64)
+        out = np.empty(self.regimes[0].dens.shape[1], np.int64)
         if n < self.split_start:
             p = self.prefix
             assert p is not None
-            prefix_counts(n, p.quotas, p.period, BLOCK, self._seq, self._ckpt, out)
+            prefix_counts(n, p.quotas, p.period, STRIDE, self._seq, self._ckpt, out)
         else:
             split_counts(n, *self._tables(), self._scratch(), out)
         return out
@@ -379,18 +379,18 @@ class SchedulePlan:
         start = self.split_start
         early = np.zeros(occ.shape, bool)
         if self.prefix is not None:
-            entering = int(self.epochs[0].counts[k])
+            entering = int(self.regimes[0].counts[k])
             early = occ < entering
             p = self.prefix
             for t in np.flatnonzero(early).tolist():
                 cycle, target = divmod(int(occ[t]), int(p.quotas[k]))
                 inside = occurrence_position(
-                    k, target, p.quotas, p.period, BLOCK, self._seq, self._ckpt
+                    k, target, p.quotas, p.period, STRIDE, self._seq, self._ckpt
                 )
                 out[t] = cycle * p.period + int(inside)
         late = np.flatnonzero(~early)
         got = np.empty(late.size, np.int64)
-        counts = np.empty(self.epochs[0].dens.shape[1], np.int64)
+        counts = np.empty(self.regimes[0].dens.shape[1], np.int64)
         split_positions(k, occ[late], start, MAX_N, *self._tables(), self._scratch(), counts, got)
         out[late] = got
         return out
@@ -406,49 +406,49 @@ class SchedulePlan:
             assert self.prefix is not None
             return self.prefix.quotas / self.prefix.period
         e = int(np.searchsorted(self.heads[:, 0], position, side="right")) - 1
-        epoch = self.epochs[e]
+        regime = self.regimes[e]
         j, x = self._x_of(e, position)
-        dens = np.maximum(epoch.dens[j] + epoch.slopes[j] * (x - epoch.xs[j]), 0.0)
+        dens = np.maximum(regime.dens[j] + regime.slopes[j] * (x - regime.xs[j]), 0.0)
         return dens / dens.sum()
 
     def _x_of(self, e: int, position: int) -> tuple[int, float]:
-        """``(stretch, x)``: where epoch ``e``'s total target reaches ``position``."""
-        epoch = self.epochs[e]
+        """``(stretch, x)``: where regime ``e``'s total target reaches ``position``."""
+        regime = self.regimes[e]
         big = self._cum[e].sum(axis=1)
-        f, s = epoch.dens.sum(axis=1), epoch.slopes.sum(axis=1)
+        f, s = regime.dens.sum(axis=1), regime.slopes.sum(axis=1)
         j = max(int(np.searchsorted(big, position, side="right")) - 1, 0)
         z = position - big[j]
         if s[j] == 0:
-            return j, float(epoch.xs[j] + (z / f[j] if f[j] > 0 else 0.0))
+            return j, float(regime.xs[j] + (z / f[j] if f[j] > 0 else 0.0))
         root = math.sqrt(max(f[j] * f[j] + 2 * s[j] * z, 0.0))
-        return j, float(epoch.xs[j] + 2 * z / (f[j] + root))
+        return j, float(regime.xs[j] + 2 * z / (f[j] + root))
 
     def targets(self, position: int) -> np.ndarray:
         """Each source's target (the schedule's integral) at ``position``; float64, (K,)."""
         e = int(np.searchsorted(self.heads[:, 0], position, side="right")) - 1
-        epoch = self.epochs[e]
+        regime = self.regimes[e]
         j, x = self._x_of(e, position)
-        u = x - epoch.xs[j]
-        return self._cum[e][j] + u * (epoch.dens[j] + 0.5 * epoch.slopes[j] * u)
+        u = x - regime.xs[j]
+        return self._cum[e][j] + u * (regime.dens[j] + 0.5 * regime.slopes[j] * u)
 
     def error_bound(self) -> float:
-        """The prefix bound of the module docstring for this plan (worst epoch), in samples,
+        """The prefix bound of the module docstring for this plan (worst regime), in samples,
         with a margin of ``1e-6`` for the floating-point arithmetic."""
-        bounds = [tree_bound(_ends(e), t) for e, t in zip(self.epochs, self._trees)]
+        bounds = [tree_bound(_ends(e), t) for e, t in zip(self.regimes, self._trees)]
         return max(bounds) + 1e-6
 
     def max_prefix_error(self, n: int, limit: int = 4096) -> float:
         """Largest ``|count_k(p) - target_k(p)|`` over the positions ``p <= n`` among the first
-        ``limit`` of each epoch (float64 targets)."""
+        ``limit`` of each regime (float64 targets)."""
         worst = 0.0
         ends = [*self.heads[1:, 0].tolist(), n]
-        for e, epoch in enumerate(self.epochs):
-            lo, hi = epoch.start, min(ends[e], n, epoch.start + limit)
+        for e, regime in enumerate(self.regimes):
+            lo, hi = regime.start, min(ends[e], n, regime.start + limit)
             if hi < lo:
                 break
             pos = np.arange(lo, hi + 1, dtype=np.int64)
             src, _ = self.locate(pos[:-1])
-            got = np.zeros((pos.size, epoch.dens.shape[1]), np.int64)
+            got = np.zeros((pos.size, regime.dens.shape[1]), np.int64)
             got[0] = self.counts(lo)
             got[np.arange(1, pos.size), src] = 1
             got = np.cumsum(got, axis=0)
@@ -456,6 +456,6 @@ class SchedulePlan:
             worst = max(worst, float(np.abs(got - want).max()))
         return worst
 
-    def truncated(self, p: int) -> list[Epoch]:
-        """The epochs that start before ``p``."""
-        return self.epochs[: int(np.searchsorted(self.heads[:, 0], p, side="left"))]
+    def truncated(self, p: int) -> list[Regime]:
+        """The regimes that start before ``p``."""
+        return self.regimes[: int(np.searchsorted(self.heads[:, 0], p, side="left"))]

@@ -19,7 +19,7 @@ from mmpack.core.fingerprints import config_fingerprint
 from mmpack.sampling.mixture_blocks import BlockPasses
 from mmpack.sampling.mixture_items import SourcePasses
 from mmpack.sampling.schedule import Schedule
-from mmpack.sampling.schedule_plan import ChairmanPrefix, SchedulePlan, build_epoch
+from mmpack.sampling.schedule_plan import ChairmanPrefix, SchedulePlan, build_regime
 from mmpack.sampling.weights import quantize_weights
 
 __all__ = [
@@ -73,29 +73,29 @@ def resolve_weights(
         quotas, period = quantize_weights(w if per is None else w / per)
         return quotas, period, None
     zero = np.zeros(len(sources), np.int64)
-    plan = SchedulePlan([build_epoch(weights, 0, 0, zero, per)])
+    plan = SchedulePlan([build_regime(weights, 0, 0, zero, per)])
     quotas, period = quantize_weights(plan.weights_at(0))
     return quotas, period, plan
 
 
 def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
-    """The epochs of ``mixture`` before position ``p``, then ``schedule`` from ``p`` on, entered
+    """The regimes of ``mixture`` before position ``p``, then ``schedule`` from ``p`` on, entered
     with the counts at ``p`` (on its axis: ``p``, or the tokens those counts hold)."""
     per = _check_sources(schedule, mixture.sources)
     counts = mixture.counts(p)
     x0 = p if per is None else int((counts * per).sum())
-    epoch = build_epoch(schedule, p, x0, counts, per)
+    regime = build_regime(schedule, p, x0, counts, per)
     old = mixture._plan
     if p == 0:
-        return SchedulePlan([epoch])
+        return SchedulePlan([regime])
     if old is None:
         prefix = ChairmanPrefix(mixture.quotas, mixture.period, p)
-        return SchedulePlan([epoch], prefix)
+        return SchedulePlan([regime], prefix)
     if p <= old.split_start:
         assert old.prefix is not None
         prefix = ChairmanPrefix(old.prefix.quotas, old.prefix.period, p)
-        return SchedulePlan([epoch], prefix)
-    return SchedulePlan([*old.truncated(p), epoch], old.prefix)
+        return SchedulePlan([regime], prefix)
+    return SchedulePlan([*old.truncated(p), regime], old.prefix)
 
 
 def source_digest(source: Any, length: int) -> tuple[Any, ...]:

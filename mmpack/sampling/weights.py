@@ -7,7 +7,7 @@ rounding (:func:`quantize_weights`): a positive weight never rounds to 0 (the fo
 taken back from quotas > 1, smallest remainder first), then ``c`` and the period are divided by
 their gcd, so ``[0.7, 0.3]`` has period 10.  Cost O(K log K).  :func:`chairman_table` builds the
 period of Tijdeman's chairman sequence for a quota vector with a checkpoint of prefix counts
-every :data:`BLOCK` draws (O(P K); callers cache them): the table every mixture lookup reads.
+every :data:`STRIDE` draws (O(P K); callers cache them): the table every mixture lookup reads.
 """
 
 from __future__ import annotations
@@ -20,24 +20,25 @@ import numpy as np
 from mmpack.core.validation import check_weights
 from mmpack.kernels.mixture import build_period
 
-__all__ = ["BLOCK", "RESOLUTION", "chairman_table", "normalize_weights", "quantize_weights"]
+__all__ = ["RESOLUTION", "STRIDE", "chairman_table", "normalize_weights", "quantize_weights"]
 
 RESOLUTION = 10**6
 """Weights are quantized to multiples of ``1 / RESOLUTION``."""
 
-BLOCK = 64
-"""Checkpoint spacing inside a period (a lookup scans at most this many entries)."""
+STRIDE = 64
+"""The checkpoint stride: draws between two checkpoints of a period (a lookup scans at most this
+many)."""
 
 
 def chairman_table(quotas: tuple[int, ...], period: int) -> tuple[np.ndarray, np.ndarray]:
     """``(seq, ckpt)``, read-only: ``seq`` (uint8, or int32 above 256 sources; (period,)) the
     source of each draw of one period of the chairman sequence of ``quotas`` (summing to
-    ``period``), ``ckpt`` (int32, (period // BLOCK + 1, K)) the draws of each source before every
-    :data:`BLOCK`-th draw (:func:`mmpack.kernels.mixture.build_period`)."""
+    ``period``), ``ckpt`` (int32, (period // STRIDE + 1, K)) the draws of each source before every
+    :data:`STRIDE`-th draw (:func:`mmpack.kernels.mixture.build_period`)."""
     c = np.asarray(quotas, dtype=np.int64)
     seq = np.empty(period, dtype=np.uint8 if c.size <= 256 else np.int32)
-    ckpt = np.empty((period // BLOCK + 1, c.size), dtype=np.int32)
-    build_period(c, period, BLOCK, seq, ckpt)
+    ckpt = np.empty((period // STRIDE + 1, c.size), dtype=np.int32)
+    build_period(c, period, STRIDE, seq, ckpt)
     seq.flags.writeable = False
     ckpt.flags.writeable = False
     return seq, ckpt

@@ -9,7 +9,7 @@ message naming the document, position and value.  :func:`as_token_array` convert
 takes chunks of numpy arrays as one flat buffer (:mod:`mmpack.store.gather`) and chunks of lists
 of Python ints with one ``np.concatenate`` (:func:`plain_lengths`, :func:`concat_plain`); the
 token rule is then checked by the build's one pass (:mod:`mmpack.store.tokenfile`), and
-:func:`validate_block` names the first bad token of the refused document.  Anything else goes
+:func:`validate_tokens` names the first bad token of the refused document.  Anything else goes
 document by document through :func:`as_token_array`.  Measured with the writer
 (``python -m benchmarks store``, see :mod:`mmpack.store.writer`).
 """
@@ -25,14 +25,14 @@ __all__ = [
     "CHUNK_DOCS",
     "MAX_TOKEN",
     "as_token_array",
-    "block_ok",
     "checked_lengths",
     "concat_docs",
     "concat_plain",
     "plain_lengths",
     "snapshot_doc",
     "tensor_values",
-    "validate_block",
+    "tokens_ok",
+    "validate_tokens",
 ]
 
 # Token ids must fit int64, the dtype every view returns (no vocabulary comes close).
@@ -55,7 +55,7 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
     numpy.ndarray
         1-D, integer dtype (the input's own for integer arrays, else int64 or uint64); may share
         memory with ``doc``.  Values beyond ``MAX_TOKEN`` or a fixed store dtype are refused
-        later by :func:`validate_block`.
+        later by :func:`validate_tokens`.
 
     Raises
     ------
@@ -258,9 +258,9 @@ def concat_docs(
     return np.concatenate(entries)
 
 
-def block_ok(flat: np.ndarray, fixed: np.dtype | None) -> bool:
+def tokens_ok(flat: np.ndarray, fixed: np.dtype | None) -> bool:
     """Whether every token of ``flat`` (1-D signed or narrow unsigned integers) is in
-    ``[0, 2**63)`` and fits ``fixed``: the cheap check of a whole chunk."""
+    ``[0, 2**63)`` and fits ``fixed``: the cheap check of many documents at once."""
     if not flat.size:
         return True
     if flat.dtype.kind == "i" and flat.min() < 0:
@@ -269,7 +269,7 @@ def block_ok(flat: np.ndarray, fixed: np.dtype | None) -> bool:
     return int(flat.max()) <= limit
 
 
-def validate_block(
+def validate_tokens(
     flat: np.ndarray, lengths: np.ndarray, first_doc: int, fixed: np.dtype | None
 ) -> None:
     """Raise naming the first document whose tokens are negative, >= 2**63 or exceed ``fixed``."""

@@ -69,7 +69,7 @@ from mmpack.store.tokens import (
     concat_docs,
     concat_plain,
     plain_lengths,
-    validate_block,
+    validate_tokens,
 )
 
 __all__ = ["MAX_TOKEN", "StoreWriter", "build", "check_replaceable", "store_writer"]
@@ -473,7 +473,7 @@ class StoreWriter:
             if self._tokens.append(flat[:start]) >= 0:
                 raise AssertionError("tokens accepted once were refused")
             self._add_offsets(lengths[:d])
-        validate_block(flat[start : int(ends[d])], lengths[d : d + 1], first + d, self.fixed_dtype)
+        validate_tokens(flat[start : int(ends[d])], lengths[d : d + 1], first + d, self.fixed_dtype)
         raise AssertionError(f"token {bad} was refused but passes the token rule")
 
     def _add_offsets(self, lengths: np.ndarray) -> None:

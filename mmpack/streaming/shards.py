@@ -4,9 +4,9 @@ A packer is one *consumer* among ``S = world_size * num_workers``: the ranks of 
 DataLoader workers of each rank.  Consumer ``k = rank * num_workers + worker`` packs shard ``k``:
 
 * a random-access source (a TokenStore, a view, a list, a map-style dataset) is cut into ``S``
-  contiguous blocks of documents, block ``k`` being documents ``[k * n // S, (k + 1) * n // S)``
-  (:class:`Block`; a TokenStore block keeps the store's ``read_ranges`` path,
-  :class:`StoreBlock`);
+  contiguous document ranges, range ``k`` being documents ``[k * n // S, (k + 1) * n // S)``
+  (:class:`DocRange`; a TokenStore's range keeps the store's ``read_ranges`` path,
+  :class:`StoreDocRange`);
 * an opaque iterable is dealt round-robin: consumer ``k`` keeps items ``k, k + S, ...`` of the
   stream (:class:`RoundRobin`; every consumer reads the whole stream; with incoming batches an
   incoming batch is one unit of the deal).
@@ -14,8 +14,8 @@ DataLoader workers of each rank.  Consumer ``k = rank * num_workers + worker`` p
 Every document lands in exactly one shard; shards pack independently (ranks may emit different
 numbers of batches).  With ``eot`` every source sequence gets that token appended (a copy per
 sequence), so it closes every document as in the views (a document's loss mask gets a 1: the eot
-is a target, as in the views).  A masked TokenStore's block reads its documents' masks with
-their tokens (:attr:`StoreBlock.loss_mask`, or ``{"input_ids", "loss_mask"}`` documents when
+is a target, as in the views).  A masked TokenStore's document range reads its documents' masks with
+their tokens (:attr:`StoreDocRange.loss_mask`, or ``{"input_ids", "loss_mask"}`` documents when
 the eot is appended).  The consumer is known to the layer that
 runs the packer: without one (:func:`set_consumer_provider`, which :mod:`mmpack.torch.streaming`
 sets to read ``torch.distributed`` and the DataLoader's worker) a packer is the only consumer.
@@ -36,10 +36,10 @@ from mmpack.streaming.incoming import flat_documents
 from mmpack.streaming.sources import batch_items, detect_format
 
 __all__ = [
-    "Block",
     "Consumer",
+    "DocRange",
     "RoundRobin",
-    "StoreBlock",
+    "StoreDocRange",
     "consumer_provider",
     "current_consumer",
     "set_consumer_provider",
@@ -120,13 +120,13 @@ def shard_source(
         n = len(source)
         lo, hi = k * n // n_shards, (k + 1) * n // n_shards
         if eot is None and store_like:
-            return StoreBlock(source, lo, hi), True
+            return StoreDocRange(source, lo, hi), True
         mask = source.loss_mask if store_like else None
-        return Block(source, lo, hi, eot, mask), False
+        return DocRange(source, lo, hi, eot, mask), False
     return RoundRobin(source, k, n_shards, eot), False
 
 
-class Block:
+class DocRange:
     """Documents ``[lo, hi)`` of a random-access source (with ``eot`` appended, if given); with
     ``mask`` (the loss mask store of a TokenStore ``source``) each is a document
     ``{"input_ids", "loss_mask"}``."""
@@ -146,7 +146,7 @@ class Block:
         return with_eot(item, self.eot, self.lo + j)
 
 
-class StoreBlock:
+class StoreDocRange:
     """Documents ``[lo, hi)`` of a TokenStore, still read through ``read_ranges``."""
 
     def __init__(self, store: Any, lo: int, hi: int) -> None:

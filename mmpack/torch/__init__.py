@@ -17,20 +17,11 @@
 Importing the layer registers :class:`~mmpack.streaming.packer.StreamingPacker` as a torch
 ``IterableDataset`` and tells it its rank and DataLoader worker (:mod:`mmpack.torch.streaming`).
 
-``mmpack.torch.loader`` is :func:`mmpack.torch.loading.loader` (imported on first use: it needs
-torchdata).
+``mmpack.torch.loader`` is :func:`mmpack.torch.loading.loader` (torchdata comes with torch in
+the ``torch`` extra).
 """
 
-from typing import Any
-
 import mmpack.torch.streaming  # noqa: F401  (registers the packer with torch)
+from mmpack.torch.loading import loader
 
 __all__ = ["loader"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "loader":
-        from mmpack.torch.loading import loader
-
-        return loader
-    raise AttributeError(f"module 'mmpack.torch' has no attribute {name!r}")

@@ -8,7 +8,8 @@ with ``unit="tokens"``); stage ``i`` ends at the first step boundary where what 
 ranks reaches ``budget_i``, so every rank ends a stage on the same step, at any world size.
 
 The position is ``(stage, served, the stage sampler's epoch / position / offset)``: arithmetic,
-O(stages + edits) to advance over any number of batches (:mod:`mmpack.torch.stage_walk`).
+O(stages + edits) to advance over any number of batches (the run's epoch walk,
+:meth:`mmpack.sampling.dealing.Dealing.draws`).
 ``state_dict`` names the stage and holds its sampler's state, so a resume at any world size
 continues the stage as an elastic resume of its sampler does (:mod:`mmpack.torch.elastic`).
 :meth:`Stages.skip` and :meth:`Stages.replay` edit one stage's sampler in its global positions
@@ -28,7 +29,6 @@ from mmpack.core.validation import check_int, check_shuffle, order_block_bytes
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.stage_walk import StageWalk
 
 __all__ = ["StageDataset", "Stages", "stage_seed"]
 
@@ -151,7 +151,6 @@ class Stages:
                     f"(world_size={world_size}, drop_last={drop_last})"
                 )
             self._samplers.append(sampler)
-        self._walks = [StageWalk(sampler) for sampler in self._samplers]
         self._world_size = world_size
         self._config = (seed, unit, drop_last, [s.shuffle for s in self._samplers])
         self._point: Point = (0, 0, 0, 0, 0)
@@ -228,7 +227,7 @@ class Stages:
         while k > 0 and point[0] < len(self._budgets):
             s, served, epoch, position, base = point
             t = min(k, self._steps_left(s, served))
-            where = self._walks[s].draws((epoch, position, base), t * self._batch[s])
+            where = self._samplers[s].dealing.draws((epoch, position, base), t * self._batch[s])
             after = (s, served + t * self._per_step(s), *where)
             yield point, after
             point = self._normal(after)
@@ -264,8 +263,8 @@ class Stages:
             )
         out = []
         for a, b in self._segments(self._advance(self.position, start - self.step), stop - start):
-            lo = self._walks[a[0]].frontier(a[2:])
-            hi = self._walks[a[0]].frontier(b[2:])
+            lo = self._samplers[a[0]].dealing.frontier(a[2:])
+            hi = self._samplers[a[0]].dealing.frontier(b[2:])
             if lo < hi:
                 out.append((a[0], lo, hi))
         return out
@@ -326,8 +325,6 @@ class Stages:
             getattr(sampler, op)(start, stop)
         except ValueError as e:
             raise ValueError(f"in stage {s}: {e}") from None
-        saved = sampler.state_dict()
-        self._walks[s].set_edits(saved["skips"], saved["replays"])
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -339,7 +336,7 @@ class Stages:
         point = self._normal(point)
         while point[0] < len(self._budgets):
             s, served, epoch, position, base = point
-            sampler, walk = self._samplers[s], self._walks[s]
+            sampler = self._samplers[s]
             sampler.load_state_dict(self._sampler_state(s, epoch, position, base))
             it = iter(sampler)
             for _ in range(self._steps_left(s, served)):
@@ -347,7 +344,7 @@ class Stages:
                 while len(batch) < self._batch[s]:
                     index = next(it, None)
                     if index is None:  # the epoch is over: the next one dealing an index follows
-                        sampler.set_epoch(walk.next_epoch(sampler.epoch))
+                        sampler.set_epoch(sampler.dealing.next_epoch(sampler.epoch))
                         it = iter(sampler)
                         continue
                     batch.append((s, index))
@@ -450,9 +447,6 @@ class Stages:
             for sampler, saved in zip(self._samplers, before, strict=True):
                 sampler.load_state_dict(saved)
             raise
-        for walk, sampler in zip(self._walks, self._samplers, strict=True):
-            saved = sampler.state_dict()
-            walk.set_edits(saved["skips"], saved["replays"])
         self._point, self._step, self._handed = (stage, 0, 0, 0, 0), step, 0
         if stage < len(self._budgets):
             where = self._samplers[stage].state_dict()

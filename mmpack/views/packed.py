@@ -72,6 +72,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.core.constants import IGNORE_INDEX
 from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
@@ -279,7 +280,7 @@ class PackedDataset:
         self._one_buffer = self.dtype == np.int32
         cu_at = 4 * self.seqlen if self._one_buffer else 0  # where one_bin writes cu_seqlens
         eot = (int(self.eot is not None), self._eot_id)
-        params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at]
+        params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, IGNORE_INDEX]
         self._params = np.array(params, dtype=np.int64)
         self._plan = cached_plan(
             self.store,

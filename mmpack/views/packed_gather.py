@@ -132,6 +132,7 @@ def gather_rows(
             eot_id,
             pad_id,
             label_mode,
+            IGNORE_INDEX,
             ids,
             pos,
             labels,
