@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -211,6 +212,8 @@ def test_a_plain_dataloader_over_a_block_sampler_fetches_whole_blocks(
         assert proxy.bytes_down <= 2 * 1.15 * served
         assert stats["blocks_dropped"] > 0
         fetcher.close()
+        twin = pickle.loads(pickle.dumps(s))  # a copy holds no window, lock or thread
+        assert twin.window_fetcher.sampler is twin and twin.window_fetcher.live == []
     finally:
         proxy.close()
 
