@@ -187,3 +187,24 @@ def test_a_mixture_of_remote_sources_reads_blocks_if_built_with_block_bytes(tmp_
     mixed = mmpack.Mixture([views[0], _view(local)], [0.5, 0.5], block_bytes=BLOCK, seed=1)
     ld, said = _recorded(lambda: loader(mixed, 8))
     assert ld.sampler.shuffle is True and said == {DefaultOrderWarning: [], SlowReadWarning: []}
+
+
+def test_the_slow_read_warning_points_at_the_users_call(tmp_path, monkeypatch):
+    """The sampler warns now, wherever it is made: the warning names the line that made it
+    (``ResumableSampler(...)`` or ``loader(...)``), not a line inside mmpack or above the call."""
+    from mmpack.torch import block_fetch
+
+    url = (tmp_path / "remote").as_uri()
+    mmpack.build(url, _corpus(n_docs=300, seed=6))
+    store = mmpack.open(url, cache_dir=tmp_path / "c")
+    makers = [
+        lambda: ResumableSampler(_view(store), shuffle=True),
+        lambda: loader(_view(store), 16, shuffle=True),
+    ]
+    for make in makers:
+        monkeypatch.setattr(block_fetch, "_WARNED", set())
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            make()
+        (slow,) = [w for w in rec if issubclass(w.category, SlowReadWarning)]
+        assert slow.filename == __file__, (slow.filename, slow.lineno)

@@ -41,6 +41,8 @@ stands in go out first (the two windows' parts interleaved, the loop waited for 
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -361,4 +363,14 @@ def _warn_slow(view: Any, way: str) -> None:
             "of one remote store (not a mixture, a subset or a join) with a node cache (a "
             "writable cache_dir, cache_limit not 0)"
         )
-    warnings.warn(message, SlowReadWarning, stacklevel=5)  # at the caller of loader()
+    warnings.warn(message, SlowReadWarning, stacklevel=_user_level())
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first frame outside the mmpack package, counted from the
+    caller (``loader()``'s caller, or the caller of ``ResumableSampler(...)``)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1  # level 1: _warn_slow itself
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
