@@ -47,6 +47,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -370,7 +371,8 @@ def _user_level() -> int:
     """The ``stacklevel`` of the first frame outside the mmpack package, counted from the
     caller (``loader()``'s caller, or the caller of ``ResumableSampler(...)``)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1  # level 1: _warn_slow itself
+    frame: FrameType | None = sys._getframe(1)  # stacklevel 1: _warn_slow itself
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(root):
         frame, level = frame.f_back, level + 1
     return level
