@@ -274,7 +274,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
     )
     view = case.view(store)
     ld = case.loader(view)
-    fetcher = ld.window_fetcher
+    fetcher = ld.sampler.window_fetcher
     assert fetcher is not None
     cf = fetcher.spans.cache
     block = store.span_fetcher.fetcher.block

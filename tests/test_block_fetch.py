@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def _window_bytes(fetcher, epoch):
 
 
 def _with_parts(ld):
-    f = ld.window_fetcher
+    f = ld.sampler.window_fetcher
     f.spans.part_blocks = PART // CHECK
     return f
 
@@ -98,7 +99,7 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
     try:
         store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         ld, ref = _loader(store), _loader(local)
-        assert ref.window_fetcher is None  # a local store keeps today's path
+        assert ref.sampler.window_fetcher is None  # a local store keeps today's path
         f = _with_parts(ld)
         cf = f.spans.cache
         sizes = _window_bytes(f, 0)
@@ -154,6 +155,71 @@ def test_workers_read_the_shared_cache_over_two_epochs(stores, s3_server, tmp_pa
         proxy.close()
 
 
+@pytest.mark.parametrize("workers,start", [(0, None), (2, "fork"), (2, "spawn")])
+def test_a_plain_dataloader_over_a_block_sampler_fetches_whole_blocks(
+    workers, start, stores, s3_server, tmp_path
+):
+    """What HF Trainer and Lightning users have: a plain ``DataLoader`` given a block-order
+    ``ResumableSampler`` over the view (no mmpack loader).  The sampler drives the fetch as it is
+    iterated: over two epochs each block is fetched once per epoch in whole parts (readers, the
+    workers included, fetch nothing of their own), the node cache holds two windows at most, and
+    the batches equal the local store's.  (It used to fetch one small range per sample and keep
+    every block.)"""
+    from torch.utils.data import DataLoader
+
+    from mmpack.torch.collate import collate
+
+    remote, local = stores
+    proxy = DelayProxy(s3_server.port, delay=0.0)
+    try:
+        store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
+        s = ResumableSampler(
+            view, shuffle="blocks", block_bounds=view.block_bounds(BLOCK), window_blocks=W, seed=5
+        )
+        more = dict(multiprocessing_context=start) if workers else {}
+        dl = DataLoader(
+            view, sampler=s, batch_size=16, num_workers=workers, collate_fn=collate, **more
+        )
+        ref = _loader(local)
+        spans = store.span_fetcher
+        spans.part_blocks = PART // CHECK
+        sizer = WindowFetcher(view, s)  # the windows' spans (fetches nothing itself)
+        sizes = [_window_bytes(sizer, e) for e in range(3)]
+        seq = sizes[0] + sizes[1] + sizes[2][:1]
+        bound = max(a + b for a, b in zip(seq, seq[1:]))
+        cf, peak, before = spans.cache, 0, proxy.requests
+        for epoch in range(2):
+            s.set_epoch(epoch)
+            for got, want in zip(dl, ref, strict=True):
+                np.testing.assert_array_equal(_ids(got), _ids(want))
+                peak = max(peak, int(cf.state.sum()) * CHECK)
+        fetcher = s.window_fetcher
+        fetcher.wait()
+        stats = spans.stats
+        assert peak <= bound + 2 * W * CHECK  # two windows (a boundary block each end at most)
+        # each block once per epoch (a block at a span's edge once per window using it), and
+        # the next epoch's first window fetched ahead
+        assert stats["bytes_fetched"] <= sum(sizes[0]) + sum(sizes[1]) + sizes[2][0]
+        parts = sum(
+            _parts(sizer, sizer.window_spans(e, w))
+            for e in (0, 1)
+            for w in range(sizer.order.n_windows)
+        )
+        assert stats["requests"] <= parts + _parts(sizer, sizer.window_spans(2, 0))
+        opens = 4 * workers * 2 if start == "spawn" else 0  # a spawned worker opens the store
+        # readers waited for the parts (a few requests of the readers' own at most)
+        assert proxy.requests - before <= stats["requests"] + 4 + opens
+        served = store.num_tokens * store.dtype.itemsize
+        assert proxy.bytes_down <= 2 * 1.15 * served
+        assert stats["blocks_dropped"] > 0
+        fetcher.close()
+        twin = pickle.loads(pickle.dumps(s))  # a copy holds no window, lock or thread
+        assert twin.window_fetcher.sampler is twin and twin.window_fetcher.live == []
+    finally:
+        proxy.close()
+
+
 def _rank_epoch(store, rank, barrier, out):
     view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
     ld = loader(
@@ -164,10 +230,10 @@ def _rank_epoch(store, rank, barrier, out):
     for batch in ld:  # in lockstep, as ranks of one training step are (DDP's all-reduce)
         barrier.wait(30)
         rows.append(_ids(batch))
-    ld.window_fetcher.wait()
+    ld.sampler.window_fetcher.wait()
     barrier.wait(30)  # both done before either drops what the other may still read
-    ld.window_fetcher.close()
-    out.put((rank, np.concatenate(rows), ld.window_fetcher.spans.stats["bytes_fetched"]))
+    ld.sampler.window_fetcher.close()
+    out.put((rank, np.concatenate(rows), ld.sampler.window_fetcher.spans.stats["bytes_fetched"]))
 
 
 def test_two_ranks_sharing_a_cache_fetch_each_block_once(stores, s3_server, tmp_path):
@@ -186,7 +252,7 @@ def test_two_ranks_sharing_a_cache_fetch_each_block_once(stores, s3_server, tmp_
         for p in procs:
             p.join(30)
             assert p.exitcode == 0
-        f = _loader(store).window_fetcher  # the windows' spans (the same on every rank)
+        f = _loader(store).sampler.window_fetcher  # the windows' spans (the same on every rank)
         once = sum(_window_bytes(f, 0)) + _window_bytes(f, 1)[0]  # + the next epoch's first
         assert got[0][1] > 0 and got[1][1] > 0  # both ranks fetched ...
         assert got[0][1] + got[1][1] <= once  # ... each block once for the node
@@ -265,7 +331,7 @@ def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
     remote, local = stores
     store = _open(remote, s3_server.options, tmp_path)
     ld, ref = _loader(store), _loader(local)
-    f = ld.window_fetcher
+    f = ld.sampler.window_fetcher
     first = int(f.order.window_offsets(0)[1])  # the positions of window 0
     for one in (ld, ref):
         one.sampler.skip(0, first)
@@ -357,7 +423,7 @@ def _slow_reader(store, local, ready, checked, dropped, out):
         return src
 
     BlockFetcher.cached = stopped
-    a, b = _loader(store).window_fetcher.window_spans(0, 0)[0]
+    a, b = _loader(store).sampler.window_fetcher.window_spans(0, 0)[0]
     a, b = a + CHECK, b - CHECK  # inside the span: no check block another window shares
     ready.wait(30)
     got = store.read_range(a, b)  # stopped while the drop runs
@@ -381,7 +447,7 @@ def test_a_reader_never_copies_a_block_dropped_under_it(stores, s3_server, tmp_p
     reader.start()
     try:
         ld = _loader(store)
-        f = ld.window_fetcher
+        f = ld.sampler.window_fetcher
         batches = iter(ld)
         next(batches)
         f.wait()  # window 0 (and 1) fetched

@@ -76,7 +76,7 @@ def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_serve
         assert remote.location in note and "block-window order" in note
         assert f"windows of {W} blocks" in note and "0.0625 MiB" in note
         assert "+0.9%" in note and "docs/object-storage.md" in note and "shuffle=True" in note
-        assert ld.sampler.shuffle == "blocks" and ld.window_fetcher is not None
+        assert ld.sampler.shuffle == "blocks" and ld.sampler.window_fetcher is not None
 
         ref, quiet = _recorded(
             lambda: loader(
@@ -84,7 +84,7 @@ def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_serve
             )
         )
         assert quiet == {DefaultOrderWarning: [], SlowReadWarning: []}
-        f = ld.window_fetcher
+        f = ld.sampler.window_fetcher
         f.spans.part_blocks = PART // CHECK
         before = proxy.requests
         for got, want in zip(ld, ref, strict=True):
@@ -106,7 +106,7 @@ def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_serve
 
         # an explicit shuffle=True is honoured, with one warning of its cost
         (glob, _), said = _recorded(lambda: [loader(_view(store), 16, shuffle=True)] * 2)
-        assert glob.sampler.shuffle is True and glob.window_fetcher is None
+        assert glob.sampler.shuffle is True and glob.sampler.window_fetcher is None
         (slow,) = said[SlowReadWarning]
         assert remote.location in slow and "global shuffled order" in slow
         assert "20-300x" in slow and said[DefaultOrderWarning] == []
@@ -120,7 +120,7 @@ def test_a_local_store_keeps_the_global_order_silently(tmp_path):
         lambda: (loader(_view(local), 16), ResumableSampler(_view(local)))
     )
     assert ld.sampler.shuffle is True and sampler.shuffle is True
-    assert ld.window_fetcher is None
+    assert ld.sampler.window_fetcher is None
     assert said == {DefaultOrderWarning: [], SlowReadWarning: []}
     assert not local.remote
 
@@ -137,7 +137,7 @@ def test_an_unwritable_cache_folder_keeps_no_node_cache(tmp_path):
         store = mmpack.open(url, cache_dir=blocked / "cache")
     assert store._backend.cache is None and store.span_fetcher is None
     ld, said = _recorded(lambda: loader(_view(store), 16, block_bytes=BLOCK, window_blocks=W))
-    assert ld.sampler.shuffle == "blocks" and ld.window_fetcher is None
+    assert ld.sampler.shuffle == "blocks" and ld.sampler.window_fetcher is None
     assert len(said[DefaultOrderWarning]) == 1
     (slow,) = said[SlowReadWarning]
     assert "cannot fetch whole blocks" in slow and "node cache" in slow
@@ -187,3 +187,24 @@ def test_a_mixture_of_remote_sources_reads_blocks_if_built_with_block_bytes(tmp_
     mixed = mmpack.Mixture([views[0], _view(local)], [0.5, 0.5], block_bytes=BLOCK, seed=1)
     ld, said = _recorded(lambda: loader(mixed, 8))
     assert ld.sampler.shuffle is True and said == {DefaultOrderWarning: [], SlowReadWarning: []}
+
+
+def test_the_slow_read_warning_points_at_the_users_call(tmp_path, monkeypatch):
+    """The sampler warns now, wherever it is made: the warning names the line that made it
+    (``ResumableSampler(...)`` or ``loader(...)``), not a line inside mmpack or above the call."""
+    from mmpack.torch import block_fetch
+
+    url = (tmp_path / "remote").as_uri()
+    mmpack.build(url, _corpus(n_docs=300, seed=6))
+    store = mmpack.open(url, cache_dir=tmp_path / "c")
+    makers = [
+        lambda: ResumableSampler(_view(store), shuffle=True),
+        lambda: loader(_view(store), 16, shuffle=True),
+    ]
+    for make in makers:
+        monkeypatch.setattr(block_fetch, "_WARNED", set())
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            make()
+        (slow,) = [w for w in rec if issubclass(w.category, SlowReadWarning)]
+        assert slow.filename == __file__, (slow.filename, slow.lineno)

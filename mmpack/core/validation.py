@@ -278,7 +278,7 @@ def _note_block_order(dataset: Any, block_bytes: int, window_blocks: int) -> Non
     warnings.warn(
         f"mmpack: {where} is on object storage, so shuffle=None reads it in the block-window "
         f"order (shuffle='blocks'): samples shuffled within windows of {window_blocks} blocks of "
-        f"{block_bytes / 2**20:g} MiB, read block by block (mmpack.torch.loader fetches each "
+        f"{block_bytes / 2**20:g} MiB, read block by block (the sampler fetches each "
         "block whole into the node cache): 20-300x the global order's rate. "
         "Its measured cost in model quality: +0.1% held-out loss over a store built with "
         "shuffle_docs, +0.9% over documents grouped by source (docs/object-storage.md, 'Which "

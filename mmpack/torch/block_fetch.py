@@ -15,11 +15,21 @@ block is fetched once per node per epoch: the first process to claim a block fet
 others, and every DataLoader worker, read it from the shared node cache (a reader that needs a
 block being fetched waits for its part).
 
-:class:`~mmpack.torch.loading.ResumableLoader` (:func:`~mmpack.torch.loading.loader`) makes one
-itself when its sampler has a block-window order and its dataset a remote store opened with a
-``cache_limit`` (:meth:`WindowFetcher.auto`), and tells it where the loop stands after every
-batch it yields: the default path is the fast one.  A plain loop drives one with
-:meth:`~WindowFetcher.start` and :meth:`~WindowFetcher.consumed`.
+Who drives it: the sampler itself.  A :class:`~mmpack.torch.sampler.ResumableSampler` made
+over a view (``ResumableSampler(view, shuffle="blocks", ...)``, as :func:`~mmpack.torch.loading.loader`
+and :class:`~mmpack.torch.stages.Stages` make theirs) of a remote store with a node cache makes
+one (:meth:`WindowFetcher.auto`, its ``window_fetcher``) and every iterator it hands out runs
+through :meth:`WindowFetcher.drive`, in the process that iterates the sampler (a DataLoader's
+main process; its workers read the node cache).  So any loop over the sampler, a plain
+``DataLoader(view, sampler=..., batch_size=...)`` (HF Trainer, Lightning) or ``loader(view)``,
+fetches whole blocks with no other code.  The sampler does not see what the loop has consumed:
+a DataLoader draws up to ``prefetch_factor * num_workers`` batches ahead of the batch the loop
+holds (one batch without workers).  So the fetcher leaves window ``w`` (unpins and drops it,
+fetching the window after ``w + 1``) only once the sampler is half-way through ``w + 1``: the
+reads then stand in ``w + 1`` as long as the draws run less than half a window ahead (at the
+defaults a window is 1 GiB of tokens, 2 workers draw 4 batches ahead: 4 MiB at ``32 x 2048``
+int32), and the node cache holds two windows.  A read that still lands in a dropped block is
+served right all the same: it is fetched again (small verified ranges), never read as a hole.
 
 Cost per window, in this process: one :meth:`BlockOrder.map` of the window's positions, one sort
 of their block ids, one ``token_span`` per block (a few microseconds each), one ``fcntl`` per
@@ -31,22 +41,28 @@ stands in go out first (the two windows' parts interleaved, the loop waited for 
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
 from typing import Any
 
 import numpy as np
 
 from mmpack.core.validation import reads_remotely
 from mmpack.errors import SlowReadWarning
-from mmpack.torch.sampler import ResumableSampler
 
 __all__ = ["WindowFetcher"]
 
 Key = tuple[int, int]  # (epoch, window)
 
 _WARNED: set[tuple[str, str]] = set()  # (store URL, way of reading) warned of in this process
+
+_STEP = 64
+"""Indices drawn between two looks at the window the sampler stands in (a look: ~10 us)."""
 
 _QUEUE_WAIT = 60.0
 """The longest a window's fetch waits for the window before it to queue its parts (a claim and
@@ -72,7 +88,7 @@ class WindowFetcher:
         store, or a remote one opened without a node cache).
     """
 
-    def __init__(self, view: Any, sampler: ResumableSampler) -> None:
+    def __init__(self, view: Any, sampler: Any) -> None:
         order = sampler.block_order
         if order is None:
             raise ValueError(
@@ -86,6 +102,9 @@ class WindowFetcher:
                 f"{type(view).__name__}"
             )
         self.view, self.sampler, self.order, self.spans = view, sampler, order, spans
+        self._setup()
+
+    def _setup(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[Key, list[tuple[int, int]]] = {}
         self._jobs: dict[Key, Future[int]] = {}
@@ -98,15 +117,22 @@ class WindowFetcher:
         self.current: Key | None = None
         """The window the loop stands in (None before :meth:`start`)."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (a pickled or deep-copied sampler's) holds no window, lock or thread."""
+        return {"view": self.view, "sampler": self.sampler, "order": self.order}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.view, self.sampler, self.order = state["view"], state["sampler"], state["order"]
+        self.spans = self.view.store.span_fetcher
+        self._setup()
+
     @classmethod
     def auto(cls, view: Any, sampler: Any) -> WindowFetcher | None:
         """A fetcher where one applies (a block-window sampler over a view of a remote store
         with a node cache), else None; a remote store read in a way that cannot fetch whole
         blocks (the global order; the block order without a node cache) is warned of once
         (:class:`~mmpack.errors.SlowReadWarning`, naming the fix)."""
-        if not isinstance(sampler, ResumableSampler):
-            return None
-        if sampler.block_order is None:
+        if getattr(sampler, "block_order", None) is None:
             if sampler.shuffle is True:
                 _warn_slow(view, "global")
             return None
@@ -137,19 +163,20 @@ class WindowFetcher:
         epoch, w = key
         return (epoch, w + 1) if w + 1 < self.order.n_windows else (epoch + 1, 0)
 
-    def _window_at(self, position: int) -> Key:
-        """The window of the rank's ``position``-th index of the pass (counted from its start)."""
+    def _window_at(self, position: int) -> tuple[int, int, int]:
+        """``(epoch, window, epoch position)`` of the rank's ``position``-th index of the pass
+        (counted from its start)."""
         stream = self.sampler.stream(self._epoch)  # the epoch's positions after skips/replays
         k = self._first + position
         g = int(self.sampler.dealing.stream_index(k, k + 1, self._base)[0])
         g = min(g, stream.length - 1)  # padding past the end wraps to the start: stay at the end
         epoch = self._epoch
         if g < 0:  # an epoch whose every position is skipped
-            return epoch, 0
+            return epoch, 0, 0
         if not stream.simple:  # stream index g -> (epoch, epoch position) of what it serves
             piece, at = stream.locate(np.array([max(g, 0)], np.int64))
             epoch, g = int(stream.epochs[int(piece[0])]), int(at[0])
-        return epoch, self._window_of(g, epoch)
+        return epoch, self._window_of(g, epoch), g
 
     def _window_of(self, g: int, epoch: int) -> int:
         """The window of epoch position ``g`` (the last one found is kept: a batch's position
@@ -163,6 +190,22 @@ class WindowFetcher:
         return w
 
     # ------------------------------------------------------------------------------ driving
+    def drive(self, indices: Iterator[Any]) -> Iterator[Any]:
+        """``indices`` (a pass of the sampler, not drawn from yet) as they are drawn, the
+        windows fetched and dropped as the draws go: :meth:`start` at the first draw, then a
+        look every :data:`_STEP` indices at the window the draws stand in (:meth:`follow`)."""
+        self.start()
+        if not self.order.n_blocks:
+            yield from indices
+            return
+        count = look = 0
+        for index in indices:
+            if count == look:
+                look += _STEP
+                self.follow(count)
+            count += 1
+            yield index
+
     def start(self) -> None:
         """A pass of the sampler begins (call before the first index is drawn): where it starts
         is read from ``sampler.state_dict()``; the first window's blocks are claimed before
@@ -170,15 +213,26 @@ class WindowFetcher:
         state = self.sampler.state_dict()
         self._epoch, self._first, self._base = state["epoch"], state["position"], state["offset"]
         if self.order.n_blocks:
-            self._goto(self._window_at(0), wait_claim=True)
+            epoch, w, _ = self._window_at(0)
+            self._goto((epoch, w), wait_claim=True)
 
-    def consumed(self, count: int) -> None:
-        """The loop has been given the first ``count`` indices of the pass (their samples are
-        read): move to the window of the next one, dropping those left behind."""
-        if self.order.n_blocks and self.current is not None:
-            key = self._window_at(count)
-            if key != self.current:
-                self._goto(key, wait_claim=False)
+    def follow(self, count: int) -> None:
+        """The sampler is about to hand out the index after the first ``count`` of the pass:
+        where it stands in the window after the current one, move there (drop the current
+        one, fetch the one after) once it is half-way through it (the loop's reads lag the
+        draws, see the module docstring); a jump elsewhere (a skip, a replay) moves at once."""
+        if not self.order.n_blocks or self.current is None:
+            return
+        epoch, w, g = self._window_at(count)
+        key = (epoch, w)
+        if key == self.current:
+            return
+        if key == self._next(self.current):
+            offsets = self.order.window_offsets(epoch)
+            lo, hi = int(offsets[w]), int(offsets[w + 1])
+            if g - lo < (hi - lo) // 2:  # the reads may still stand in the current window
+                return
+        self._goto(key, wait_claim=False)
 
     def close(self) -> None:
         """Unpin and drop every window this fetcher holds (nothing another process pins), and
@@ -310,4 +364,15 @@ def _warn_slow(view: Any, way: str) -> None:
             "of one remote store (not a mixture, a subset or a join) with a node cache (a "
             "writable cache_dir, cache_limit not 0)"
         )
-    warnings.warn(message, SlowReadWarning, stacklevel=5)  # at the caller of loader()
+    warnings.warn(message, SlowReadWarning, stacklevel=_user_level())
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first frame outside the mmpack package, counted from the
+    caller (``loader()``'s caller, or the caller of ``ResumableSampler(...)``)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame: FrameType | None = sys._getframe(1)  # stacklevel 1: _warn_slow itself
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -62,7 +62,6 @@ from mmpack.core.validation import (
     order_block_bytes,
 )
 from mmpack.errors import FormatError
-from mmpack.torch.block_fetch import WindowFetcher
 from mmpack.torch.collate import Collator
 from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
@@ -117,7 +116,7 @@ def loader(
         DataLoader worker processes (see the module docstring for why none by default).
     shuffle : bool or "blocks", optional
         A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
-        ``view.block_bounds(block_bytes)`` (over a remote store with a node cache the loader
+        ``view.block_bounds(block_bytes)`` (over a remote store with a node cache the sampler
         then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False`` visits the
         samples in order.  Default (:func:`~mmpack.core.validation.check_shuffle`): ``False``
         for a view that orders itself (``view.ordered``: a mixture whose weights follow a
@@ -304,10 +303,9 @@ class ResumableLoader(StatefulDataLoader):
     Build it with :func:`loader`; ``sampler`` must be a
     :class:`~mmpack.torch.sampler.ResumableSampler`, or ``batch_sampler`` a
     :class:`~mmpack.torch.stages.Stages` run over ``dataset`` (its :attr:`stages`; the other
-    arguments are the ``StatefulDataLoader``'s).  With a block-window sampler over a remote store opened with
-    a ``cache_limit`` it drives a :class:`~mmpack.torch.block_fetch.WindowFetcher`
-    (:attr:`window_fetcher`): whole blocks of the current and next window fetched into the node
-    cache, windows dropped once the loop leaves them (not over Stages).
+    arguments are the ``StatefulDataLoader``'s).  Over a remote store in the block order the
+    sampler fetches whole blocks as it is iterated (its ``window_fetcher``,
+    :mod:`mmpack.torch.block_fetch`): this loader adds nothing to it.
     """
 
     sampler: ResumableSampler
@@ -344,8 +342,6 @@ class ResumableLoader(StatefulDataLoader):
             warnings.filterwarnings("ignore", message=_SET_VITAL, category=UserWarning)
             super().__init__(dataset, sampler=sampler, batch_sampler=batch_sampler, **options)
         self._yielded: int | None = None  # batches given by the pass under way (None: none)
-        self.window_fetcher = None if sampler is None else WindowFetcher.auto(dataset, sampler)
-        """The whole-block fetcher this loader drives, or None (:mod:`mmpack.torch.block_fetch`)."""
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass walk epoch ``epoch`` (the sampler's ``set_epoch``).
@@ -372,14 +368,8 @@ class ResumableLoader(StatefulDataLoader):
             # those its workers prefetched.
             stages.load_state_dict(stages.state_dict(consumed=self._yielded))
         self._yielded = 0
-        fetcher = self.window_fetcher
-        if fetcher is not None:
-            fetcher.start()
-        size = int(self.batch_size or 1)
         for batch in super().__iter__():
             self._yielded += 1
-            if fetcher is not None:  # the batch is read: its window may go once left
-                fetcher.consumed(min(self._yielded * size, self.sampler.handed_out))
             yield batch
         self._yielded = None
         if stages is None:

@@ -29,7 +29,8 @@ Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk 
 iterating); indices are computed 8192 at a time by :meth:`Permutation.map` and handed out as
 :class:`~mmpack.core.validation.EpochIndex` values (ints that carry their epoch to the DataLoader
 workers); ``state_dict`` and ``load_state_dict`` are O(1) at any position.  The block-window order
-adds its bounds (8 bytes per block) and window offsets built once per epoch in O(blocks).  Rates:
+adds its bounds (8 bytes per block) and window offsets built once per epoch in O(blocks); over a
+remote store it drives the whole-block fetch (:mod:`mmpack.torch.block_fetch`).  Rates:
 ``python -m benchmarks.bench_sampler``.
 """
 
@@ -60,6 +61,7 @@ from mmpack.sampling.dealing import Dealing
 from mmpack.sampling.sampler_edits import EditLog, Stream
 from mmpack.sampling.sampler_state import STATE_VERSION, check_config, checked_state
 from mmpack.torch import elastic
+from mmpack.torch.block_fetch import WindowFetcher
 
 __all__ = ["ResumableSampler", "STATE_VERSION"]
 
@@ -152,9 +154,9 @@ class ResumableSampler(Sampler[int]):
     usual.  Calling ``set_epoch`` with another epoch before that discards the loaded position.
     Since all ranks advance in lockstep, the state of any rank can be loaded by any rank of any
     ``world_size`` (``rank`` is recorded but not checked): at another world size the new ranks
-    share the positions the old ones had not consumed (:mod:`mmpack.torch.elastic`).  The sampler is also a ``Stateful`` for
-    ``torchdata.stateful_dataloader.StatefulDataLoader``, whose batch sampler saves and restores it
-    (exactly, even with prefetching workers: the loader snapshots the sampler when it draws).
+    share the positions the old ones had not consumed (:mod:`mmpack.torch.elastic`).  It is a
+    ``Stateful`` for torchdata's ``StatefulDataLoader``, which saves and restores it (exactly,
+    even with prefetching workers: the loader snapshots the sampler when it draws).
     With a plain ``DataLoader`` pass the number of samples the loop consumed:
     ``state_dict(consumed=...)``.
     """
@@ -222,19 +224,16 @@ class ResumableSampler(Sampler[int]):
         size = 1 if self._balance is None else self._balance.batch_size  # whole steps a chunk
         self._chunk_size = size * max(1, _CHUNK // (size * world_size)) if self._balance else _CHUNK
         self._deal = Dealing(
-            n,
-            shuffle=bool(self._shuffle),
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=self._drop_last,
-            order=self._order,
-            balance=self._balance,
-        )
+            n, shuffle=bool(self._shuffle), seed=seed, rank=rank, world_size=world_size,
+            drop_last=self._drop_last, order=self._order, balance=self._balance,
+        )  # fmt: skip
         self._epoch = 0
         self._resume_at: int | None = None
         self._resume_base = 0
         self._cursor = _Cursor(0, 0)
+        self.window_fetcher = None if dataset is None else WindowFetcher.auto(dataset, self)
+        """The whole-block fetcher every iterator drives (over a remote store's view in the
+        block order, :mod:`mmpack.torch.block_fetch`), else None."""
 
     # -- parameters ----------------------------------------------------------------------------
 
@@ -302,9 +301,7 @@ class ResumableSampler(Sampler[int]):
     @property
     def handed_out(self) -> int:
         """Indices the most recent iterator has handed out (0 while a loaded state waits)."""
-        if self._resume_at is not None:
-            return 0
-        return self._cursor.position - self._cursor.start
+        return 0 if self._resume_at is not None else self._cursor.position - self._cursor.start
 
     def __len__(self) -> int:
         """Number of indices this rank gets in the current epoch (its stream dealt from 0)."""
@@ -321,10 +318,8 @@ class ResumableSampler(Sampler[int]):
         )
 
     def _order_repr(self) -> str:
-        order = self._order
-        if order is None:
-            return ""
-        return f", blocks={order.n_blocks}, window_blocks={order.window_blocks}"
+        o = self._order
+        return "" if o is None else f", blocks={o.n_blocks}, window_blocks={o.window_blocks}"
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next ``iter()`` (``epoch >= 0``)."""
@@ -373,7 +368,8 @@ class ResumableSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         start = 0 if self._resume_at is None else self._resume_at
         cursor = self._cursor = _Cursor(self._epoch, start, self._resume_base)
-        return self._generate(cursor, self._resume_at is not None)
+        indices = self._generate(cursor, self._resume_at is not None)
+        return indices if self.window_fetcher is None else self.window_fetcher.drive(indices)
 
     def _generate(self, cursor: _Cursor, resumed: bool) -> Iterator[EpochIndex]:
         # Runs at the first next(): a loaded position is spent by the first iterator that draws,
