@@ -55,9 +55,9 @@ class PlanPages:
         self._chunk = chunk_bytes
         self._pages = {}
         for name, arr in arrays.items():
-            pages = CheckedPages(
-                arr.shape[0], chunk_bytes // arr.itemsize, partial(self._check_chunk, name)
-            )
+            # the check holds the arrays, never this object: no cycle keeps the mapping alive
+            check = partial(_check_chunk, path, name, arr, digests[name], chunk_bytes)
+            pages = CheckedPages(arr.shape[0], chunk_bytes // arr.itemsize, check)
             if len(digests[name]) != pages.n_pages:
                 raise FormatError(f"{path}: plan array {name!r} has the wrong number of digests")
             self._pages[name] = pages
@@ -99,14 +99,17 @@ class PlanPages:
         for pages in self._pieces:
             pages.check_ranges(lo, hi)
 
-    def _check_chunk(self, name: str, p: int) -> None:
-        arr = self._arrays[name]
-        per = self._chunk // arr.itemsize
-        got = block_digest("xxh64", arr[p * per : (p + 1) * per])
-        if got != self._digests[name][p]:
-            lo = p * self._chunk
-            hi = lo + arr[p * per : (p + 1) * per].nbytes
-            raise FormatError(
-                f"{self._path}: plan array {name!r} chunk {p} (bytes {lo}..{hi} of the array) "
-                "fails its checksum (xxh64; damaged file)"
-            )
+
+def _check_chunk(
+    path: Path, name: str, arr: np.ndarray, digests: list[int], chunk_bytes: int, p: int
+) -> None:
+    """Check chunk ``p`` of plan array ``name`` against its XXH64 digest."""
+    per = chunk_bytes // arr.itemsize
+    got = block_digest("xxh64", arr[p * per : (p + 1) * per])
+    if got != digests[p]:
+        lo = p * chunk_bytes
+        hi = lo + arr[p * per : (p + 1) * per].nbytes
+        raise FormatError(
+            f"{path}: plan array {name!r} chunk {p} (bytes {lo}..{hi} of the array) "
+            "fails its checksum (xxh64; damaged file)"
+        )
