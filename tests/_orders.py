@@ -101,7 +101,6 @@ class StreamModel:
         ahead = self.pending.pop(e, [])
         self.stream, self.original = ahead + own, [False] * len(ahead) + [True] * len(own)
         self.base, self.drawn = 0, 0
-        self.mark = (0, len(ahead))  # (G, end of the replays asked for at G, none started)
 
     @property
     def g(self):
@@ -138,10 +137,11 @@ class StreamModel:
         if self.left() <= 0:
             self.pending.setdefault(self.epoch + 1, []).extend(again)
             return
-        at = self.mark[1] if self.mark[0] == self.g else self.g
+        at = self.g  # after every replay still to serve: they queue in the order asked
+        while at < len(self.stream) and not self.original[at]:
+            at += 1
         self.stream[at:at] = again
         self.original[at:at] = [False] * len(again)
-        self.mark = (self.g, at + len(again))
 
     def resume(self, world_size):
         self.base, self.drawn, self.w = self.g, 0, world_size

@@ -161,3 +161,23 @@ def test_the_state_refuses_another_dataset_and_bad_edits():
         ResumableSampler(0).load_state_dict({**ResumableSampler(0).state_dict(), "skips": [[0, 1]]})
     with pytest.raises(ValueError, match="n=0"):
         ResumableSampler(0).skip(0, 1)
+
+
+def test_replays_queue_in_the_order_they_were_asked():
+    # two replays asked at one point, the first served, a third asked: it waits for the second
+    s = ResumableSampler(3, shuffle=False)
+    it = iter(s)
+    assert [next(it), next(it)] == [0, 1]
+    s.replay(0, 1)
+    s.replay(0, 1)
+    assert next(it) == 0
+    s.replay(1, 2)
+    assert list(it) == [0, 1, 2]
+    # a replay asked while another is half served waits for its rest too
+    s = ResumableSampler(6, shuffle=False)
+    it = iter(s)
+    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
+    s.replay(0, 3)
+    assert next(it) == 0
+    s.replay(3, 4)
+    assert list(it) == [1, 2, 3, 4, 5]

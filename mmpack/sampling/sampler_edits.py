@@ -45,8 +45,7 @@ class Stream:
 
     ``epochs[k], lo[k], hi[k]``: piece ``k`` serves epoch positions ``lo[k] .. hi[k] - 1`` of epoch
     ``epochs[k]``; it starts at stream index ``cum[k]`` and raw index ``raw[k]``; ``original[k]``
-    says it belongs to the epoch's own order, else it belongs to replay ``replay[k]`` (an index of
-    the log) and ``begins[k]`` says it is that replay's first piece.  ``length = cum[-1]``.
+    says it belongs to the epoch's own order, else to a replay.  ``length = cum[-1]``.
     """
 
     epoch: int
@@ -57,8 +56,6 @@ class Stream:
     raw: np.ndarray
     original: tuple[bool, ...]
     raw_length: int
-    replay: tuple[int, ...]
-    begins: tuple[bool, ...]
 
     @property
     def length(self) -> int:
@@ -198,23 +195,20 @@ class EditLog:
         return out
 
     def _build(self, epoch: int) -> Stream:
-        # raw pieces (epoch, lo, hi, replay id or -1, first piece of its replay)
-        raw: list[_Raw] = [(epoch, 0, self.n, -1, False)] if self.n else []
-        for rid, (e, at, start, stop) in enumerate(self.replays):
+        # raw pieces (epoch, lo, hi, belongs to the epoch's own order)
+        raw: list[_Raw] = [(epoch, 0, self.n, True)] if self.n else []
+        for e, at, start, stop in self.replays:
             if e == epoch:
-                new = [(*p, rid, k == 0) for k, p in enumerate(pieces(self.n, start, stop))]
-                raw = _insert(raw, at, new)
-        epochs, lo, hi, cum, raws, rids, first = [], [], [], [0], [], [], []
-        r, begun = 0, set()
-        for e, a, b, rid, _ in raw:
+                raw = _insert(raw, at, [(*p, False) for p in pieces(self.n, start, stop)])
+        epochs, lo, hi, cum, raws, own = [], [], [], [0], [], []
+        r = 0
+        for e, a, b, orig in raw:
             for sa, sb in self._skipped(e, a, b):
                 epochs.append(e)
                 lo.append(sa)
                 hi.append(sb)
                 raws.append(r + sa - a)
-                rids.append(rid)
-                first.append(rid >= 0 and rid not in begun)
-                begun.add(rid)
+                own.append(orig)
                 cum.append(cum[-1] + sb - sa)
             r += b - a
         return Stream(
@@ -224,10 +218,8 @@ class EditLog:
             np.array(hi, dtype=np.int64),
             np.array(cum, dtype=np.int64),
             np.array(raws, dtype=np.int64),
-            tuple(rid < 0 for rid in rids),
+            tuple(own),
             r,
-            tuple(rids),
-            tuple(first),
         )
 
     def samples(
@@ -300,39 +292,38 @@ class EditLog:
 
     def replay_at(self, epoch: int, index: int) -> int:
         """Raw index of ``epoch``'s stream where a replay asked at stream index ``index`` goes:
-        before the piece served at ``index``, after the replays pending there (none started)."""
+        after every replay not fully served yet (replays queue in the order they were asked),
+        before the rest of the epoch's own order."""
         stream = self.stream(epoch)
         if index >= stream.length:
             return stream.raw_length
         k = int(np.searchsorted(stream.cum, index, side="right")) - 1
-        if int(stream.cum[k]) == index:
-            end = len(stream.original)
-            while k < end and stream.begins[k]:  # a replay asked for here, not started: after it
-                rid, k = stream.replay[k], k + 1
-                while k < end and stream.replay[k] == rid and not stream.begins[k]:
-                    k += 1
-            return int(stream.raw[k]) if k < end else stream.raw_length
-        return int(stream.raw[k]) + index - int(stream.cum[k])
+        if stream.original[k]:
+            return int(stream.raw[k]) + index - int(stream.cum[k])
+        end = len(stream.original)
+        while k < end and not stream.original[k]:  # the queue of replays still to serve
+            k += 1
+        return int(stream.raw[k]) if k < end else stream.raw_length
 
 
-_Raw = tuple[int, int, int, int, bool]
+_Raw = tuple[int, int, int, bool]
 
 
 def _insert(raw: list[_Raw], at: int, new: list[_Raw]) -> list[_Raw]:
     """``raw`` pieces with ``new`` inserted before raw index ``at``."""
     out, r = [], 0
     placed = False
-    for e, a, b, rid, begins in raw:
+    for e, a, b, orig in raw:
         if not placed and r + (b - a) > at:
             cut = a + (at - r)
             if cut > a:
-                out.append((e, a, cut, rid, begins))
+                out.append((e, a, cut, orig))
             out += new
             placed = True
             if b > cut:
-                out.append((e, cut, b, rid, begins and cut == a))
+                out.append((e, cut, b, orig))
         else:
-            out.append((e, a, b, rid, begins))
+            out.append((e, a, b, orig))
         r += b - a
     if not placed:
         if at > r:

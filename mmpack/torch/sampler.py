@@ -529,10 +529,10 @@ class ResumableSampler(Sampler[int]):
     def replay(self, start: int, stop: int) -> None:
         """Serve the consumed global positions ``[start, stop)`` again, next.
 
-        The range is served right after what the ranks have consumed (before the rest of the
-        epoch; at the start of the next epoch if this one has nothing left at this world size),
-        after any replay asked for at the same point and not started yet, in order of global
-        position, without its skipped positions.  Each replayed index carries the epoch it was
+        The range is served right after what the ranks have consumed and after every replay
+        asked before it that is not fully served yet (replays queue in the order of the calls),
+        before the rest of the epoch (at the start of the next epoch if this one has nothing left
+        at this world size), in order of global position, without its skipped positions.  Each replayed index carries the epoch it was
         first drawn for.  The state records it, so resumes at any world size serve it exactly.
 
         Raises
