@@ -135,37 +135,48 @@ def context_parallel(
     holds ``flat`` already).
     """
     keys = tuple(key for key in out if key in _FIELDS)
-    rows: dict[str, Any] = {}
-    mask = indices = None
-    if keys:
-        fills, positions, masked = _field_args(keys, pad_id, ignore_index)
-        layout, block, mask, indices = cp_batch_fields(
-            tuple(_flat(out[key]) for key in keys),
-            flat,
-            cp_size,
-            -1 if cp_rank is None else cp_rank,
-            fills,
-            positions,
-            masked,
-            None if dtype is None else _NUMPY_DTYPES[dtype],
-        )
-        rows = {key: torch.from_numpy(block[i : i + 1]) for i, key in enumerate(keys)}
-    else:
-        layout = cp_layout(flat, cp_size)
+    if not keys:
+        return _boundaries_only(out, flat, cp_size, cp_rank)
+    fills, positions, masked = _field_args(keys, pad_id, ignore_index)
+    padded, longest, block, mask, indices = cp_batch_fields(
+        tuple([_flat(out[key]) for key in keys]),
+        flat,
+        cp_size,
+        -1 if cp_rank is None else cp_rank,
+        fills,
+        positions,
+        masked,
+        None if dtype is None else _NUMPY_DTYPES[dtype],
+    )
+    rows = dict(zip(keys, map(torch.from_numpy, block)))  # (1, T) views of one block
     new: dict[str, Any] = {}
     for key, value in out.items():
         new[key] = rows.get(key, value)
         if key == "labels" and mask is not None:
-            new[LOSS_MASK] = torch.from_numpy(mask[None])
+            new[LOSS_MASK] = torch.from_numpy(mask)
+    if "cu_seqlens" not in out:
+        new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
+    new["cu_seqlens_padded"] = torch.from_numpy(padded.astype(np.int32))
+    new["max_seqlen"] = longest
+    new["cp_padding"] = int(padded[-1] - flat[-1])
+    if indices is not None:
+        new["cp_indices"] = torch.from_numpy(indices)
+    return new
+
+
+def _boundaries_only(
+    out: dict[str, Any], flat: np.ndarray, cp_size: int, cp_rank: int | None
+) -> dict[str, Any]:
+    """:func:`context_parallel` of a batch without per-token fields: its boundaries."""
+    layout = cp_layout(flat, cp_size)
+    new = dict(out)
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
     new["max_seqlen"] = layout.max_seqlen
     new["cp_padding"] = layout.padding
     if cp_rank is None:
-        if indices is None:
-            indices = zigzag_indices(layout.cu_seqlens_padded, cp_size)
-        new["cp_indices"] = torch.from_numpy(indices)
+        new["cp_indices"] = torch.from_numpy(zigzag_indices(layout.cu_seqlens_padded, cp_size))
     return new
 
 
@@ -186,7 +197,7 @@ def _field_args(
 
 def _flat(field: Any) -> np.ndarray:
     """A ``(B, seqlen)`` tensor or numpy array as a flat numpy array (no copy)."""
-    return (field if isinstance(field, np.ndarray) else field.numpy()).reshape(-1)
+    return field.reshape(-1) if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
 
 
 def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:
