@@ -90,10 +90,12 @@ def lay_out(
     pad_id: int,
     ignore_index: int,
     dtype: torch.dtype | None = None,
+    from_first: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
     ``cu_seqlens``, ``flat`` as int64) in the context-parallel layout and/or with fixed-length
-    boundaries; the laid out per-token fields of ``dtype`` (default theirs)."""
+    boundaries; the laid out per-token fields of ``dtype`` (default theirs); ``from_first`` as
+    :func:`context_parallel` takes it."""
     if layout.cp_size is not None:
         out = context_parallel(
             out,
@@ -103,6 +105,7 @@ def lay_out(
             pad_id=pad_id,
             ignore_index=ignore_index,
             dtype=dtype,
+            from_first=from_first,
         )
     if layout.pad_cu_seqlens:
         length = rows * seqlen + 1  # at most one segment per token
@@ -121,11 +124,15 @@ def context_parallel(
     pad_id: int,
     ignore_index: int,
     dtype: torch.dtype | None = None,
+    from_first: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``out`` (a batch of ``(B, seqlen)`` per-token fields, tensors or numpy arrays of one
     integer dtype, ``labels`` not yet renamed) in the context-parallel layout of its segments
     ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
     fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
+    The fields named in ``from_first`` (a view's
+    :attr:`~mmpack.views.batch.SampleBatch.from_first`) are written from each segment's first
+    token, not read.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
     present) of shape ``(1, T)`` (``cp_rank=None``) or ``(1, T / cp_size)``; ``cu_seqlens``,
@@ -137,7 +144,7 @@ def context_parallel(
     keys = tuple(key for key in out if key in _FIELDS)
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
-    fills, positions, masked = _field_args(keys, pad_id, ignore_index)
+    fills, positions, masked, derived = _field_args(keys, pad_id, ignore_index, from_first)
     padded, longest, block, mask, indices = cp_batch_fields(
         tuple([_flat(out[key]) for key in keys]),
         flat,
@@ -146,6 +153,7 @@ def context_parallel(
         fills,
         positions,
         masked,
+        derived,
         None if dtype is None else _NUMPY_DTYPES[dtype],
     )
     rows = dict(zip(keys, map(torch.from_numpy, block)))  # (1, T) views of one block
@@ -182,17 +190,20 @@ def _boundaries_only(
 
 @functools.lru_cache(maxsize=64)
 def _field_args(
-    keys: tuple[str, ...], pad_id: int, ignore_index: int
-) -> tuple[np.ndarray, int, int]:
+    keys: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
+) -> tuple[np.ndarray, int, int, np.ndarray]:
     """The kernel's ``fills`` (int64, (F,), read only), ``positions`` and ``masked`` (``-1``:
-    none) for the per-token fields ``keys``, made once per set of keys and fills."""
+    none) and ``from_first`` (bool, (F,), read only) for the per-token fields ``keys``, made
+    once per set of keys, fills and fields written from their segments' first tokens."""
     fills = np.array(
         [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
         dtype=np.int64,
     )
     fills.flags.writeable = False
+    derived = np.array([k in from_first for k in keys], dtype=np.bool_)
+    derived.flags.writeable = False
     positions = keys.index("position_ids") if "position_ids" in keys else -1
-    return fills, positions, keys.index("labels") if "labels" in keys else -1
+    return fills, positions, keys.index("labels") if "labels" in keys else -1, derived
 
 
 def _flat(field: Any) -> np.ndarray:

@@ -142,6 +142,7 @@ def cp_fields(
         np.asarray(fills, dtype=np.int64),
         -1 if positions is None else positions,
         -1 if masked is None else masked,
+        np.zeros(len(srcs), dtype=np.bool_),  # every token read
     )
     return block[:, 0], None if mask is None else mask[0]
 
@@ -154,6 +155,7 @@ def cp_batch_fields(
     fills: np.ndarray,
     positions: int,
     masked: int,
+    from_first: np.ndarray,
     dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch
@@ -174,6 +176,10 @@ def cp_batch_fields(
     fills : numpy.ndarray, int64, shape (F,)
     positions, masked : int
         Field indices, ``-1`` for none (as in :func:`cp_fields`).
+    from_first : numpy.ndarray, bool, shape (F,)
+        The fields each of whose segments follows from its first token (positions rising by
+        one from it, any other field holding it throughout), written from that token alone
+        (:func:`~mmpack.kernels.cp_layout.lay_out_fields`).
     dtype : numpy.dtype, optional
         An integer dtype of the block, the fields' values cast to it as they are copied (as
         ``astype`` casts); default the fields'.
@@ -194,7 +200,7 @@ def cp_batch_fields(
     longest = pad_boundaries(cu_seqlens, 2 * cp_size, padded)
     total = int(padded[-1])
     block, mask = _write_fields(fields, cu_seqlens, total, cp_size, rank, fills, positions,
-                                masked, dtype)  # fmt: skip
+                                masked, from_first, dtype)  # fmt: skip
     if rank >= 0:
         return padded, longest, block, mask, None
     indices = np.empty((cp_size, total // cp_size), dtype=np.int64)
@@ -211,6 +217,7 @@ def _write_fields(
     fills: np.ndarray,
     positions: int,
     masked: int,
+    from_first: np.ndarray,
     dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none) for a layout
@@ -224,11 +231,13 @@ def _write_fields(
     dtype = srcs[0].dtype if dtype is None else dtype
     if masked < 0:
         whole = np.empty((count, 1, size), dtype)
-        lay_out_fields(srcs, cu, cp_size, rank, fills, positions, whole[:, 0], masked, _NO_MASK)
+        lay_out_fields(
+            srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, _NO_MASK
+        )
         return whole, None
     whole = np.empty((count + -(-4 // np.dtype(dtype).itemsize), 1, size), dtype)
     mask = whole[count:].reshape(-1).view(np.float32)[:size]
-    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, whole[:, 0], masked, mask)
+    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, mask)
     return whole[:count], mask[None]
 
 
