@@ -9,8 +9,9 @@ depends only on the batch size and row length (what a CUDA graph or a compiled s
 
 Cost: per per-token field one pass of a kernel writing the tokens kept segment by segment
 (``O(segments + T)``, ``T`` the padded tokens or a rank's ``T / C``: contiguous copies per
-chunk), plus the layout's ``O(segments)`` boundaries; with ``cp_rank=None`` the same again per
-rank for ``cp_indices``.
+chunk; a field the batch promises to follow from each segment's first token, a view's
+positions and attention mask, is written without being read), plus the layout's
+``O(segments)`` boundaries; with ``cp_rank=None`` the same again per rank for ``cp_indices``.
 """
 
 from __future__ import annotations
