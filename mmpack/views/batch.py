@@ -42,6 +42,7 @@ class SampleBatch(Sequence):
         view's ``0, 1, ...`` per segment), any other column holding it throughout (a packed
         view's ``attention_mask``).  The context-parallel collate writes them from that token
         alone instead of reading them (:mod:`mmpack.torch.cp_batch`); ``()`` promises nothing.
+        Whoever changes such a column in place takes its name out.
     """
 
     __slots__ = ("columns", "cu_seqlens", "from_first", "num_cuts", "provenance_of")
