@@ -328,7 +328,7 @@ def plan_of_offsets(
     if region_tokens is None:
         edges = whole_store_edges(n_docs)
     else:
-        edges = region_edges(offsets, region_tokens)
+        edges = region_edges(offsets, region_tokens, seqlen, int(add_eot))
     return _pack(offsets, 0, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
 
 
