@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
 
 import mmpack.views.plan_regions as plan_regions
+from benchmarks.bench_regions import obfd_bins, obfd_items
 from mmpack.ingest.region_plan import build_region_plan
 from mmpack.store.writer import build
 from mmpack.views.packed import PackedDataset
@@ -159,6 +160,18 @@ def test_regions_cut_where_they_fill_their_bins_cost_under_half_a_bin_each():
     plan = build_plan(lens, 2048, add_eot=True, region_tokens=512 * 2048)
     assert plan.n_regions > 200
     assert plan.n_bins - whole <= 0.5 * plan.n_regions
+
+
+@given(st.lists(st.integers(0, 80), max_size=120), st.integers(1, 40), st.booleans())
+def test_obfd_twin_counts_the_whole_store_bfd_and_the_default_plan_never_uses_more(
+    lens, seqlen, eot
+):
+    """OLMo-core's optimized best-fit decreasing (a slow twin) packs the same items into the
+    whole-store best fit's number of bins; the default plan (one region here) uses no more."""
+    arr = np.array(lens, dtype=np.int64)
+    obfd = obfd_bins(obfd_items(arr, seqlen, int(eot)), seqlen)
+    assert build_plan(arr, seqlen, add_eot=eot).n_bins == obfd
+    assert build_plan(arr, seqlen, add_eot=eot, region_tokens="auto").n_bins <= obfd
 
 
 def test_no_region_is_one_region_and_auto_is_2048_bins_of_tokens():

@@ -10,11 +10,11 @@ among the documents ``d`` within :data:`EDGE_SEARCH_DOCS` of ``n_k`` that start 
 2, (k + 1) * R - R // 2)``, as the one with the smallest ``u = (c(d) + k * sigma) mod S`` (ties:
 the nearest to ``n_k``, then the lower), where ``c(d) = offsets[d] + eot * d`` is the slot at
 which document ``d`` starts and ``sigma = min(EDGE_SLACK, 2 * S // 5)``; the nominal edge when
-no document starts there.  Consecutive edges then give a region ``sigma`` plus a few slots of free
-space in all (its slot total is ``-sigma + u_{k+1} - u_k`` mod ``S``), the room best-fit
-decreasing needs to fill its last bin (about 1000 slots of gaps it cannot fill whatever ``S``,
-measured on lognormal corpora): bins per region fall from 0.6-0.8 over the region's share of the
-whole-store best fit to about 0.1-0.4.  Each edge depends on the offsets near it and the options
+no document starts there.  Consecutive edges then leave a region ``sigma`` give or take a few
+free slots in all (its slot total is ``-sigma + u_{k+1} - u_k`` mod ``S``), the room best-fit
+decreasing needs for the small gaps it leaves in a region's bins (a few hundred to about 1500
+slots in a region of 2048 bins of lognormal lengths, whatever ``S``): bins per region fall from
+0.6-0.8 over the region's share of the whole-store best fit to 0.1-0.45.  Each edge depends on the offsets near it and the options
 only (no edge depends on another), so any range of slots is cut alike by any process.  The slot
 count is exact for ``long_docs="split"`` and an estimate otherwise.  The search windows of
 consecutive slots are disjoint and ordered, so edges are non-decreasing and no document is ever
