@@ -371,7 +371,7 @@ def order_key(
         "format": _KEY_VERSION,
         "order": "megatron-core GPTDataset",
         "fingerprint": str(store.fingerprint),
-        "sequences": [int(seqs.shape[0]), block_digest("xxh64", seqs)],
+        "sequences": [int(seqs.shape[0]), block_digest(seqs)],
         "seqlen": int(seqlen),
         **{k: (v.value if isinstance(v, MegatronSplit) else v) for k, v in options.items()},
     }

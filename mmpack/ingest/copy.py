@@ -128,7 +128,6 @@ def copy_store(
         "dtype": source.dtype,
         "backend": backend or (source.backend if own else "memmap"),
         "overwrite": overwrite,
-        "checksum": recorded.tokens_checksum if recorded is not None else "xxh64",
         "check": _verifier(source, expected, files, progress),
         "fields": {name: source.fields.field(name) for name in source.fields},
     }

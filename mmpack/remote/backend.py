@@ -60,13 +60,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import crc_blocks, gather
+from mmpack.remote.blocks import gather
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
 __all__ = ["CHECK_DIGEST", "RemoteBackend", "verified_object"]
 
@@ -102,7 +102,7 @@ class RemoteBackend(RemoteStoreBackend):
             data = ""
             self.block = meta.block_bytes
             table = np.asarray(meta.tokens_digests, dtype=np.uint64)
-            digest = meta.tokens_checksum  # a copied store: its own block checksums
+            # a copied store: its own block checksums (XXH64, as the check table's)
         else:
             try:
                 data = str(remote["data"]).strip("/") + "/"
@@ -144,7 +144,6 @@ class RemoteBackend(RemoteStoreBackend):
             transport,
             data + "tokens.bin",
             table,
-            digest,
             self.block,
             nbytes,
             meta.dtype.itemsize,
@@ -279,7 +278,7 @@ def verified_object(
     ``local``, or in memory only where that cannot be written (one warning)."""
 
     def checksums(data: bytes) -> list[int]:  # the whole object's: also that of no bytes
-        return crc_blocks(data, block) if block else [zlib.crc32(data)]
+        return crc32_blocks(data, block) if block else [zlib.crc32(data)]
 
     if local.is_file() and local.stat().st_size == nbytes:
         data = local.read_bytes()

@@ -22,7 +22,7 @@ and never extended, so its writable mapping never meets an unallocated page (whi
 would turn into ``SIGBUS``).
 
 Writing a block (:meth:`CacheFile.write`): the fetched bytes have passed their checksum against
-the store's (CRC-32 or XXH64 per check block, crc32c per Zarr chunk); the cache charges their
+the store's (XXH64 per check block, crc32c per Zarr chunk); the cache charges their
 disk space (refusing what does not fit), ``pwrite``\ s them into the data file, records their
 XXH64, and only then sets the block's state byte.  A block whose state byte is 0 is never read,
 so a process killed mid-write leaves a block absent, never present with wrong bytes.  No
@@ -396,7 +396,7 @@ class CacheFile:
         mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
         b1 = b0 - (-len(mv) >> self.shift)
         if digests is None:
-            digests = block_digests("xxh64", mv, self.block)
+            digests = block_digests(mv, self.block)
         if len(digests) != b1 - b0:
             raise ValueError(f"{len(digests)} digests for blocks {b0}..{b1}")
         done = 0

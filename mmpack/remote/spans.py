@@ -185,7 +185,7 @@ class SpanFetcher:
                 self._stats["parts"] += attempt == 0
                 self._stats["refetched"] += bool(bad.size)
             if not bad.size:
-                same = f.digest == "xxh64" and cf.block == f.block  # the cache's own digests
+                same = cf.block == f.block  # the table's XXH64s are the cache's own digests
                 node = f.node
                 assert node is not None  # a span fetcher exists only with a node cache
                 node.cache.store_run(cf, lo, data, digests if same else None)

@@ -90,7 +90,7 @@ def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
         while n := f.readinto(buf):
-            parts.append(block_digests(CHECK_DIGEST, memoryview(buf)[:n], block))
+            parts.append(block_digests(memoryview(buf)[:n], block))
     table = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return table.astype("<u8").tobytes()
 

@@ -45,14 +45,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import crc_blocks
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.transport import Transport
 from mmpack.remote.zarrfetch import ChunkFetcher
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import ShardLayout, parse_layout
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
 __all__ = ["LAYOUT", "RemoteZarrBackend"]
 
@@ -157,7 +156,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
         try:
             data = kept.read_bytes()
-            if len(data) == layout.count * 8 and crc_blocks(data, block) == crcs:
+            if len(data) == layout.count * 8 and crc32_blocks(data, block) == crcs:
                 return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
         except OSError:
             pass
@@ -166,7 +165,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         chunks = self.fetcher.verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        if crc_blocks(offsets.tobytes(), block) != crcs:
+        if crc32_blocks(offsets.tobytes(), block) != crcs:
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"

@@ -66,7 +66,6 @@ class TokenFile:
         ``opener(path, mode)`` returning a binary file object (the writer's ``open``).
     fixed : numpy.dtype or None
         The store's token dtype when the caller fixed it; None picks the narrowest as tokens come.
-    checksum : {"xxh64", "crc32"}
     block_bytes : int
         Checksum block size (a multiple of 8).
     """
@@ -76,13 +75,11 @@ class TokenFile:
         path: Path,
         opener: Callable[[Path, str], IO[bytes]],
         fixed: np.dtype | None,
-        checksum: str,
         block_bytes: int,
     ) -> None:
         self.path = path
         self._open = opener
         self.fixed = fixed
-        self.checksum = checksum
         self.block_bytes = block_bytes
         self.direct_bytes = min(_DIRECT_BYTES, block_bytes)
         """Appends of at least this many bytes in the file's dtype are written straight from
@@ -91,7 +88,7 @@ class TokenFile:
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
         try:
-            self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
+            self._out = BlockWriter(self.file.fileno(), path, block_bytes)
             self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
         except BaseException:  # (MemoryError, a thread that cannot start): no descriptor leaks
             self.file.close()
@@ -279,7 +276,7 @@ class TokenFile:
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
-        self._out = BlockWriter(self.file.fileno(), new_path, self.checksum, self.block_bytes)
+        self._out = BlockWriter(self.file.fileno(), new_path, self.block_bytes)
         self.dtype, self._fill, self.num_tokens = dtype, 0, 0
         if count:  # an empty file cannot be memory-mapped
             old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))
