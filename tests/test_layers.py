@@ -441,20 +441,13 @@ def plain(x):
 # only shrinks.
 MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
-    "cli/position.py",
-    "ingest/chat_template.py",
     "ingest/pipeline.py",
-    "ingest/tokenizer.py",
     "kernels/plan_bestfit.py",
-    "kernels/schedule.py",
-    "kernels/window.py",
     "remote/fetcher.py",
-    "sampling/balance.py",
     "sampling/block_order.py",
     "sampling/mixture.py",
     "sampling/sampler_state.py",
     "sampling/schedule_plan.py",
-    "streaming/admission.py",
     "streaming/packer.py",
     "torch/attention.py",
     "torch/block_fetch.py",
@@ -466,7 +459,6 @@ LONG_DOCSTRINGS = {
     "torch/streaming.py",
     "torch/transfer.py",
     "views/cp_layout.py",
-    "views/megatron_gpt.py",
     "views/packed.py",
     "views/plan.py",
     "views/plan_file.py",
