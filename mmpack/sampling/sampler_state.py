@@ -1,10 +1,7 @@
 """The sampler state schema: one versioned dict for every order, with its edits and dataset.
 
-:meth:`ResumableSampler.state_dict <mmpack.torch.sampler.ResumableSampler.state_dict>` writes,
-and :func:`checked_state` validates field by field, a dict of plain Python values:
+``ResumableSampler.state_dict`` writes, :func:`checked_state` validates (field, type, meaning):
 
-=================  ==============================  ===========================================
-field              type                            meaning
 =================  ==============================  ===========================================
 ``version``        int                             :data:`STATE_VERSION`
 ``n``, ``seed``    int                             samples of the dataset, key of the order
