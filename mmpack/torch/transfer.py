@@ -14,12 +14,10 @@ this path with nothing to configure):
    by worker token, slot and generation) and later batches in that slot carry only the key;
 3. send the small fields (boundaries, ``max_seqlen``, ``provenance``) by value in the pickle.
 
-The main process rebuilds the same dict, the per-token tensors views of a storage of their own
-over the buffer; a ``weakref.finalize`` frees the slot only when nothing at all views the batch
-(tensors, their ``.numpy()``, memoryviews, DLPack capsules), so what the loop keeps is never
-overwritten.  With no slot free the worker sends a fresh buffer, never reused.  A batch changed
-in the worker before it is sent keeps the path for its per-token views; a value that shares the
-buffer otherwise keeps the slot busy for good (sent by torch's own path).
+The main process rebuilds the same dict over a storage of its own; a ``weakref.finalize`` frees
+the slot only when nothing at all views the batch, so what the loop keeps is never overwritten
+(with no slot free the worker sends a fresh buffer, never reused; a value sharing the buffer
+other than the per-token views keeps the slot busy for good).
 
 Cost per batch, steady state: one copy of the per-token fields in the worker and a pickle of the
 small fields and the key; without a worker the batch is returned unchanged.  Against torch's own
