@@ -441,11 +441,9 @@ def plain(x):
 # only shrinks.
 MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
-    "ingest/pipeline.py",
     "kernels/plan_bestfit.py",
     "remote/fetcher.py",
     "torch/block_fetch.py",
-    "torch/collate.py",
     "torch/loading.py",
     "views/cp_layout.py",
     "views/packed.py",
