@@ -443,8 +443,6 @@ MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
     "kernels/plan_bestfit.py",
     "remote/fetcher.py",
-    "torch/block_fetch.py",
-    "torch/loading.py",
     "views/cp_layout.py",
     "views/packed.py",
     "views/plan.py",
