@@ -229,15 +229,15 @@ def _check_costs(repeats: int = 20) -> tuple[float, float]:
 
     part = np.random.default_rng(1).integers(0, 256, 4 << 20, np.uint8).tobytes()
     block = part[: 16 << 10]
-    block_digests("xxh64", part, 16 << 10)  # compiled (or loaded) before timing
+    block_digests(part, 16 << 10)  # compiled (or loaded) before timing
     runs, singles = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        block_digests("xxh64", part, 16 << 10)
+        block_digests(part, 16 << 10)
         runs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for _ in range(100):
-            block_digest("xxh64", block)
+            block_digest(block)
         singles.append((time.perf_counter() - t0) / 100)
     return len(part) / float(np.median(runs)) / 1e9, float(np.median(singles)) * 1e6
 

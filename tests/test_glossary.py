@@ -31,7 +31,7 @@ OWED = {
     "kernels/store.py": ({"xxh64_blocks"}, "stripe"),
     "kernels/blockstate.py": ({"all_blocks_present"}, "page"),
     "remote/upload.py": ({"CHECK_BLOCK_BYTES"}, "page"),
-    "remote/blocks.py": ({"block_ids", "crc_blocks"}, "page"),
+    "remote/blocks.py": ({"block_ids"}, "page"),
     "remote/cache.py": ({"BlockCache"}, "page"),
     "remote/fetcher.py": ({"BlockFetcher", "MEMORY_BLOCKS_BYTES"}, "page"),
 }

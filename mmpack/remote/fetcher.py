@@ -2,7 +2,7 @@
 claims, a per-process memory LRU and look-ahead threads.
 
 :class:`BlockFetcher` serves the blocks of one object (a remote store's ``tokens.bin``) that is
-checked in blocks of ``block`` bytes against a table of per-block digests (CRC-32 or XXH64).
+checked in blocks of ``block`` bytes against a table of per-block XXH64 digests.
 Its public surface is small:
 
 - :meth:`~BlockFetcher.block_ids`: the blocks that token ranges touch;
@@ -88,9 +88,7 @@ class BlockFetcher:
     key : str
         The object's key (``"data-<id>/tokens.bin"``).
     table : numpy.ndarray
-        uint64 (or uint32), (nblocks,): each block's digest of kind ``digest``.
-    digest : str
-        ``"crc32"`` or ``"xxh64"``.
+        uint64, (nblocks,): each block's XXH64.
     block : int
         Bytes per block (a power of 2; the last block may be short).
     nbytes, itemsize : int
@@ -104,14 +102,13 @@ class BlockFetcher:
         transport: Transport,
         key: str,
         table: np.ndarray,
-        digest: str,
         block: int,
         nbytes: int,
         itemsize: int,
         node: CachedObject | None,
     ) -> None:
         self.transport, self.key, self.url = transport, key, transport.url
-        self.table, self.digest = table, digest
+        self.table = table
         self.block, self.nbytes, self.itemsize = block, nbytes, itemsize
         self.node = node
         self._p = _Process()
@@ -154,7 +151,7 @@ class BlockFetcher:
     def intact(self, b: int, data: bytes | memoryview) -> bool:
         """Whether ``data`` is block ``b`` as the table records it."""
         lo, hi = self._span(b)
-        return len(data) == hi - lo and block_digest(self.digest, data) == int(self.table[b])
+        return len(data) == hi - lo and block_digest(data) == int(self.table[b])
 
     def check_run(self, b0: int, data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
         """Check the blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole blocks from ``b0``;
@@ -163,11 +160,11 @@ class BlockFetcher:
         Returns
         -------
         digests : numpy.ndarray, uint64, shape (nblocks,)
-            Each block's digest by the table's kind.
+            Each block's XXH64.
         bad : numpy.ndarray, int64
             The ids of the blocks that differ from the table (sorted).
         """
-        digests = block_digests(self.digest, data, self.block)
+        digests = block_digests(data, self.block)
         b1 = b0 + digests.size
         whole = min(b1 * self.block, self.nbytes) - b0 * self.block
         if b1 > self.table.size or len(data) != whole:  # short or long: every block is bad
@@ -280,8 +277,8 @@ class BlockFetcher:
                     if not self.intact(b, data):
                         raise FormatError(
                             f"{self.url}: {self.key} bytes {lo}..{hi} (check block {b}) fail "
-                            f"their checksum (stored {int(self.table[b]):#010x}, got "
-                            f"{block_digest(self.digest, data):#010x}): the object is corrupt; "
+                            f"their checksum (stored {int(self.table[b]):#018x}, got "
+                            f"{block_digest(data):#018x}): the object is corrupt; "
                             "rebuild the store"
                         )
                 out[b] = data

@@ -10,30 +10,16 @@ Layout of a remote Zarr store at ``URL``::
     URL/data-<id>/tokens/c/<s>      the sharded arrays of :mod:`mmpack.store.backends._zarr_shards`
     URL/data-<id>/offsets/c/<s>     (32 MiB shards of 8 KiB inner chunks, each with a crc32c)
 
-The commit rule is the memmap layout's: objects first, ``mmpack.json`` last (the commit marker).
-
-Reading (:class:`RemoteZarrBackend`, which opens the store and implements the
-:class:`~mmpack.store.backends.Backend` reading interface by delegating to
-:class:`~mmpack.remote.zarrfetch.ChunkFetcher` and :class:`~mmpack.remote.cached.CachedObject`):
-the open costs one GET (``mmpack.json``: it carries the
-arrays' metadata and every object's size), one LIST of the data prefix (every shard must exist
-with its recorded size: a missing shard is a :class:`~mmpack.errors.FormatError` at open, as
-locally) and the ``offsets`` shards (fetched whole, every chunk's crc32c checked, then the
-format's offsets CRCs).  Batched reads run the local backend's path
-(:class:`~mmpack.store.backends._zarr_shards.ShardReader` and the process's decoded-chunk LRU):
-each shard's index is fetched once (one range GET of its last ``16 * chunks + 4`` bytes), then
-the inner chunks a batch touches go out as concurrent range GETs (adjacent chunks merged) through
-the transport of :mod:`mmpack.remote.transport` (the fork-safe S3 client by default: no
-obstore runtime, so forked DataLoader workers work), each chunk checked against its crc32c; a
-mismatch is fetched once more, then it is a ``FormatError``, never data.  ``prefetch`` (the
-views' look-ahead) reads the next batches' chunks on a background thread.  With ``cache_limit``
-the decoded chunks go to the node cache (:mod:`.cache`: the token array as one sparse mapped
-file, one block per inner chunk; claims, an exact limit, blocks checked
-by ``verify``; each chunk is checked once per reader, against the XXH64 the cache recorded, the
-first time the reader serves it); a batch whose chunks are all there is served from that
-mapping, zero copy.  The offsets and shard indexes are kept in the store's local folder (in
-memory where it cannot be written), so a new reader on the node (a worker, the next epoch)
-fetches nothing it has: one GET of ``mmpack.json`` and one LIST.
+Open (:class:`RemoteZarrBackend`): one GET of ``mmpack.json`` (the arrays' metadata and every
+object's size), one LIST of the data prefix (a missing shard is a
+:class:`~mmpack.errors.FormatError`) and the ``offsets`` shards (every chunk's crc32c, then the
+format's offsets CRC-32s), kept in the store's local folder.  Batched reads run the local
+backend's :class:`~mmpack.store.backends._zarr_shards.ShardReader`: each shard's index fetched
+once (one range GET), then a batch's inner chunks as concurrent merged range GETs through
+:mod:`mmpack.remote.transport` (fork-safe), each checked against its crc32c (a mismatch fetched
+once more, then ``FormatError``).  With ``cache_limit`` the decoded chunks go to the node cache
+(one block per inner chunk, each checked once per reader against its recorded XXH64) and a batch
+whose chunks are all there is served from that mapping, zero copy.
 """
 
 from __future__ import annotations
@@ -45,14 +31,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import crc_blocks
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.transport import Transport
 from mmpack.remote.zarrfetch import ChunkFetcher
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import ShardLayout, parse_layout
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
 __all__ = ["LAYOUT", "RemoteZarrBackend"]
 
@@ -157,7 +142,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
         try:
             data = kept.read_bytes()
-            if len(data) == layout.count * 8 and crc_blocks(data, block) == crcs:
+            if len(data) == layout.count * 8 and crc32_blocks(data, block) == crcs:
                 return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
         except OSError:
             pass
@@ -166,7 +151,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         chunks = self.fetcher.verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        if crc_blocks(offsets.tobytes(), block) != crcs:
+        if crc32_blocks(offsets.tobytes(), block) != crcs:
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"

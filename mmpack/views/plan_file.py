@@ -187,7 +187,7 @@ def write_plan_file(
             for name, dt in ARRAYS:
                 spec = header["arrays"][name]
                 mapped = _mapped(tmp, spec["offset"], dt, shapes[name])
-                spec["xxh64"] = block_digests("xxh64", mapped, CHUNK_BYTES).tolist()
+                spec["xxh64"] = block_digests(mapped, CHUNK_BYTES).tolist()
                 if name == "bin_ptr":
                     header["max_bin_pieces"] = _most_pieces(mapped)
             blob = json.dumps(header).encode()
