@@ -1,25 +1,18 @@
 """Where the regions of a packing plan begin: consecutive documents cut by cumulative tokens,
 each cut moved to a nearby document boundary where the regions pack their bins full.
 
-Rule.  With ``T`` tokens in all and regions of ``R`` tokens there are ``K = max(1, ceil(T / R))``
-region *slots*; slot ``k``'s nominal edge ``n_k`` is the first document starting at or after
-``k * R`` (one binary search over the offsets; the edge of slot 0 is document 0).  A region packed
-on its own fills ``ceil(slots / S)`` bins at best (``S = seqlen``), so its last bin is part empty
-unless its slot total is just under a multiple of ``S``: each inner edge is therefore chosen
-among the documents ``d`` within :data:`EDGE_SEARCH_DOCS` of ``n_k`` that start in ``[k * R - R //
-2, (k + 1) * R - R // 2)``, as the one with the smallest ``u = (c(d) + k * sigma) mod S`` (ties:
-the nearest to ``n_k``, then the lower), where ``c(d) = offsets[d] + eot * d`` is the slot at
-which document ``d`` starts and ``sigma = min(EDGE_SLACK, 2 * S // 5)``; the nominal edge when
-no document starts there.  Consecutive edges then leave a region ``sigma`` give or take a few
-free slots in all (its slot total is ``-sigma + u_{k+1} - u_k`` mod ``S``), the room best-fit
-decreasing needs for the small gaps it leaves in a region's bins (a few hundred to about 1500
-slots in a region of 2048 bins of lognormal lengths, whatever ``S``): bins per region fall from
-0.6-0.8 over the region's share of the whole-store best fit to 0.1-0.45.  Each edge depends on the offsets near it and the options
-only (no edge depends on another), so any range of slots is cut alike by any process.  The slot
-count is exact for ``long_docs="split"`` and an estimate otherwise.  The search windows of
-consecutive slots are disjoint and ordered, so edges are non-decreasing and no document is ever
-cut; equal edges (empty slots) are not regions.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot,
-reading only the offsets those touch (a memory-mapped store's offsets are never read whole).
+Rule.  ``T`` tokens and regions of ``R`` tokens make ``K = max(1, ceil(T / R))`` region *slots*;
+slot ``k``'s nominal edge ``n_k`` is the first document starting at or after ``k * R`` (a binary
+search; slot 0's edge is document 0).  A region packed alone fills its last bin only if its slot
+total is just under a multiple of ``S = seqlen``, so each inner edge is the document ``d`` within
+:data:`EDGE_SEARCH_DOCS` of ``n_k`` (starting in ``[k R - R // 2, (k + 1) R - R // 2)``) with the
+smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower),
+``sigma = min(EDGE_SLACK, 2 S // 5)``: a region is left about ``sigma`` free slots, the room
+best-fit decreasing needs for its small gaps (0.1-0.45 bins a region over its share of the
+whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks regions``).  No
+edge depends on another, so any process cuts a range of slots alike; the search windows are
+disjoint and ordered, so edges never decrease.  Slot counts are exact for ``long_docs="split"``,
+estimates otherwise.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot, reading only those offsets.
 
 Blocks (:func:`region_blocks`).  The bins of a region hold documents from anywhere in it, so the
 smallest set of bins that reads one contiguous span of the store is a region; a block is a run
