@@ -26,13 +26,13 @@ whether every one is in the cache and checked by this reader; if so the ranges a
 of the mapped file back to back (one copy of the served tokens, under the pins).  A present
 block not checked yet is checked first (once per reader: its XXH64 against the one the cache
 recorded when it stored it; a bad one is dropped and fetched again).  Otherwise the ranges'
-blocks are gathered (:meth:`BlockFetcher.blocks`: from the mapping, this process's memory, a
-look-ahead in flight, or fetched, verified and stored) and copied out, the ranges back to back.
+blocks are gathered (:meth:`BlockFetcher.blocks`: from the mapping, or fetched, verified and
+stored) and copied out, the ranges back to back.
 Where the pins cannot be had (a drop held them past its bound) the blocks are fetched without
 the cache.
 
 The parts, each owning its state: :class:`~mmpack.remote.fetcher.BlockFetcher` (range requests,
-verification, the memory LRU, the look-ahead threads), :class:`~mmpack.remote.cached.CachedObject`
+verification, the node cache's claims), :class:`~mmpack.remote.cached.CachedObject`
 (this reader's mapping of the node cache's file), :mod:`mmpack.remote.blocks` (the block
 arithmetic).  :class:`RemoteBackend` opens the store and implements the
 :class:`~mmpack.store.backends.Backend` reading interface by delegating to them.  The index
@@ -62,7 +62,7 @@ from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
 from mmpack.remote.blocks import crc_blocks, gather
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
@@ -190,17 +190,6 @@ class RemoteBackend(RemoteStoreBackend):
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
         return src[int(at[0]) : int(at[0]) + stop - start]  # a copy: never a view of the cache
 
-    def resident(self, positions: np.ndarray) -> bool:
-        """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
-        kernel pass) when the node cache holds every block of the ranges, and otherwise queues
-        exactly the missing ones (a probe of a few positions could not tell a partly cached
-        batch from a cached one)."""
-        return False
-
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """:meth:`BlockFetcher.prefetch`: queue the ranges' missing blocks for look-ahead."""
-        return self.fetcher.prefetch(starts, lengths)
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens, copied back to back into a new buffer ``src``:
         ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
@@ -227,7 +216,7 @@ class RemoteBackend(RemoteStoreBackend):
                 blocks = fetcher.blocks(ids)
                 src = fetcher.cached(starts, lengths)
             if src is not None and src is cf.tokens:  # every block is in the pinned mapping
-                return _copied(src, starts, lengths), src_starts
+                return copied(src, starts, lengths), src_starts
             if blocks is None:  # the mapping changed under the pins (retired): fetched here
                 blocks = fetcher.blocks(ids, use_cache=False)
             return self._gathered(blocks, starts, lengths), src_starts
@@ -254,15 +243,6 @@ class RemoteBackend(RemoteStoreBackend):
             if self.node_cache is not None:
                 self.node_cache.verify(start, data)
         return data
-
-
-def _copied(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Token ranges ``[starts[k], starts[k] + lengths[k])`` of ``src`` copied back to back."""
-    if not starts.shape[0]:
-        return src[:0].copy()
-    return np.concatenate(
-        [src[a : a + n] for a, n in zip(starts.tolist(), lengths.clip(0).tolist())]
-    )
 
 
 def verified_object(
