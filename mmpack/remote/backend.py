@@ -15,9 +15,9 @@ stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), ``o
 the check table fetched whole, checked against the metadata's CRC-32s and kept in
 ``<cache_dir>/stores/<fingerprint>/``.  ``read_ranges`` with a node cache pins the blocks the
 ranges touch, asks in one kernel pass whether all are cached and checked by this reader (a
-present block not checked yet is hashed once), and copies the ranges out of the mapping; else
-the blocks are gathered by :class:`~mmpack.remote.fetcher.BlockFetcher` (mapping, memory,
-look-ahead, or fetched and verified), with :class:`~mmpack.remote.cached.CachedObject`.
+present block not checked yet is hashed once), and copies the ranges out of the mapping under
+the pins; else the blocks are gathered by :class:`~mmpack.remote.fetcher.BlockFetcher` (from the
+mapping, or fetched, verified and stored), with :class:`~mmpack.remote.cached.CachedObject`.
 
 Cost: one XXH64 per fetched 16 KiB page, small next to a request (``python -m
 benchmarks.bench_block_fetch``, docs/benchmarks.md "Checksums"); the check table is 8 bytes per
@@ -36,7 +36,7 @@ from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
 from mmpack.remote.blocks import gather
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
@@ -163,17 +163,6 @@ class RemoteBackend(RemoteStoreBackend):
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
         return src[int(at[0]) : int(at[0]) + stop - start]  # a copy: never a view of the cache
 
-    def resident(self, positions: np.ndarray) -> bool:
-        """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
-        kernel pass) when the node cache holds every block of the ranges, and otherwise queues
-        exactly the missing ones (a probe of a few positions could not tell a partly cached
-        batch from a cached one)."""
-        return False
-
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """:meth:`BlockFetcher.prefetch`: queue the ranges' missing blocks for look-ahead."""
-        return self.fetcher.prefetch(starts, lengths)
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens, copied back to back into a new buffer ``src``:
         ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
@@ -200,7 +189,7 @@ class RemoteBackend(RemoteStoreBackend):
                 blocks = fetcher.blocks(ids)
                 src = fetcher.cached(starts, lengths)
             if src is not None and src is cf.tokens:  # every block is in the pinned mapping
-                return _copied(src, starts, lengths), src_starts
+                return copied(src, starts, lengths), src_starts
             if blocks is None:  # the mapping changed under the pins (retired): fetched here
                 blocks = fetcher.blocks(ids, use_cache=False)
             return self._gathered(blocks, starts, lengths), src_starts
@@ -227,15 +216,6 @@ class RemoteBackend(RemoteStoreBackend):
             if self.node_cache is not None:
                 self.node_cache.verify(start, data)
         return data
-
-
-def _copied(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Token ranges ``[starts[k], starts[k] + lengths[k])`` of ``src`` copied back to back."""
-    if not starts.shape[0]:
-        return src[:0].copy()
-    return np.concatenate(
-        [src[a : a + n] for a, n in zip(starts.tolist(), lengths.clip(0).tolist())]
-    )
 
 
 def verified_object(

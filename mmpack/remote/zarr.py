@@ -18,8 +18,9 @@ backend's :class:`~mmpack.store.backends._zarr_shards.ShardReader`: each shard's
 once (one range GET), then a batch's inner chunks as concurrent merged range GETs through
 :mod:`mmpack.remote.transport` (fork-safe), each checked against its crc32c (a mismatch fetched
 once more, then ``FormatError``).  With ``cache_limit`` the decoded chunks go to the node cache
-(one block per inner chunk, each checked once per reader against its recorded XXH64) and a batch
-whose chunks are all there is served from that mapping, zero copy.
+(one block per inner chunk, each checked once per reader against its recorded XXH64); a batch's
+chunks are pinned while they are copied out of that mapping, so a chunk another process drops
+is fetched again, never read as its punched hole.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.transport import Transport
 from mmpack.remote.zarrfetch import ChunkFetcher
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
@@ -173,22 +174,26 @@ class RemoteZarrBackend(RemoteStoreBackend):
 
     # ------------------------------------------------------------------------------ reading
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges' tokens back to back in a new buffer (``src[src_starts[k]:src_starts[k] +
+        lengths[k]]`` is range k).  With a node cache the chunks are pinned while they are
+        checked and copied out of the mapping (never a view of it: another process may drop a
+        block nobody pins), the missing ones fetched into it first."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        if self.node_cache is not None:
-            cf = self.node_cache.serves(starts, lengths)
-            if cf is not None:  # the hit path: zero copy
-                return cf.tokens, starts
+        dtype = self.meta.dtype
         t = touched_chunks(starts, lengths, self._layout.inner)
         if t.uniq.size == 0:
-            return np.empty(0, dtype=self.meta.dtype), np.zeros(starts.shape[0], np.int64)
-        return assemble(self.fetcher.chunks(t.uniq), t, lengths, self.meta.dtype)
-
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """Start reading the inner chunks of these ranges on a background thread (a later
-        ``read_ranges`` takes them from there); returns the number of chunks asked for."""
-        starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-        return self.fetcher.prefetch(touched_chunks(starts, lengths, self._layout.inner).uniq)
+            return np.empty(0, dtype=dtype), np.zeros(starts.shape[0], np.int64)
+        if self.node_cache is None:
+            return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
+        with self.node_cache.pinned(t.uniq) as cf:
+            if cf is None:  # no mapping, or a drop held a chunk too long: read without it
+                return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
+            if self.node_cache.serves(starts, lengths) is cf:  # the hit path: one copy
+                src_starts = np.cumsum(lengths) - lengths
+                return copied(cf.tokens, starts, lengths), src_starts
+            src, src_starts = assemble(self.fetcher.chunks(t.uniq, cf), t, lengths, dtype)
+            return src.copy() if t.uniq.size == 1 else src, src_starts  # one chunk: its view
 
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); the node

@@ -456,20 +456,6 @@ class Mixture:
                 out[t] = self._tag(item, k)
         return out  # type: ignore[return-value]
 
-    def prefetch(self, indices: Sequence[int]) -> int:
-        """Request the data of positions ``indices`` ahead of reading them: each source with a
-        ``prefetch`` method (mmpack's views) gets its items, once per batch (see
-        :mod:`mmpack.views.readahead`; what :class:`~mmpack.views.readahead.Lookahead` calls).
-        Returns the number of requests the sources issued."""
-        idx = check_indices(indices, len(self))
-        src, items = self.source_of_many(idx)
-        issued = 0
-        for k in np.unique(src).tolist():
-            prefetch = getattr(self._sources[k], "prefetch", None)
-            if prefetch is not None:
-                issued += int(prefetch(items[src == k]))
-        return issued
-
     # -- statistics ----------------------------------------------------------------------------
 
     def counts(self, n: int | None = None) -> np.ndarray:

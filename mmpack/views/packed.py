@@ -107,7 +107,7 @@ from mmpack.views.plan import PackingPlan
 from mmpack.views.plan_regions import cached_plan
 from mmpack.views.plan_stats import PackingStats
 from mmpack.views.provenance import packed_provenance, parent_located
-from mmpack.views.readahead import ColdReads, prefetch_ranges
+from mmpack.views.readahead import ColdReads
 from mmpack.views.region_cuts import region_blocks
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
@@ -471,12 +471,7 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
-        prefetched first."""
-        ahead = getattr(indices, "ahead", None)
-        if ahead:
-            self.prefetch(ahead)
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -507,14 +502,7 @@ class PackedDataset:
             corrupt_keyed(self, idx, epochs, ids, attn, labels)
         return SampleBatch(columns, cu, n_seg + 1, partial(packed_provenance, self, idx, ranges))
 
-    # ------------------------------------------------------------------------------- read-ahead
-    def prefetch(self, indices: Any) -> int:
-        """Request the token pages of samples ``indices`` (their bins' pieces, from the plan)
-        ahead of reading them, without waiting (see :mod:`mmpack.views.readahead`).  Skipped
-        (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
-        number of requests issued.  Never changes what a read returns."""
-        return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
-
+    # ------------------------------------------------------------------------------- locality
     def token_span(self, lo: int, hi: int) -> tuple[int, int]:
         """The flat token span ``[start, stop)`` that bins ``lo .. hi - 1`` read together
         (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`: whole

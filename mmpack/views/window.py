@@ -312,12 +312,7 @@ class WindowDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
-        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
-        prefetched first."""
-        ahead = getattr(indices, "ahead", None)
-        if ahead:
-            self.prefetch(ahead)
+        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy)."""
         return self._gather(check_indices(indices, self._len))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
@@ -419,15 +414,7 @@ class WindowDataset:
             )
         return labels
 
-    # ------------------------------------------------------------------------------- read-ahead
-    def prefetch(self, indices: Any) -> int:
-        """Request the token pages of samples ``indices`` ahead of reading them, without
-        waiting (see :mod:`mmpack.views.readahead`): what a look-ahead loop calls with the next
-        batches while the current one trains.  Skipped (returns 0) when a probe of a few of the
-        windows finds them in memory; otherwise returns the number of requests issued.  Never
-        changes what a read returns."""
-        return self._prefetch(check_indices(indices, self._len) * self.stride)
-
+    # ------------------------------------------------------------------------------- cold reads
     def _ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat token ranges ``(starts, lengths)`` (int64, (k,)) of the windows at ``vstarts``."""
         starts = np.empty(vstarts.shape[0], dtype=np.int64)
