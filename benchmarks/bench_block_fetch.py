@@ -18,8 +18,9 @@ workers, over a packed view, and with windows small enough that the store has se
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
   :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
   spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
-- ``S3 20 ms, global order + look-ahead 8``: the path of ``shuffle=True`` (the first batches of
-  its epoch only: it is slow), against the local store in the global order.
+- ``S3 20 ms, global order``: the path of ``shuffle=True``, each batch's blocks fetched as it is
+  read (the first batches of its epoch only: it is slow), against the local store in the global
+  order.
 
 Columns: ``s`` seconds of the epoch (or of the batches timed), ``vs local`` / ``vs floor`` their
 ratios (higher is better, 1 = as fast), ``first batch s`` from the loader's ``iter`` to the first
@@ -229,15 +230,15 @@ def _check_costs(repeats: int = 20) -> tuple[float, float]:
 
     part = np.random.default_rng(1).integers(0, 256, 4 << 20, np.uint8).tobytes()
     block = part[: 16 << 10]
-    block_digests("xxh64", part, 16 << 10)  # compiled (or loaded) before timing
+    block_digests(part, 16 << 10)  # compiled (or loaded) before timing
     runs, singles = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        block_digests("xxh64", part, 16 << 10)
+        block_digests(part, 16 << 10)
         runs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for _ in range(100):
-            block_digest("xxh64", block)
+            block_digest(block)
         singles.append((time.perf_counter() - t0) / 100)
     return len(part) / float(np.median(runs)) / 1e9, float(np.median(singles)) * 1e6
 
@@ -333,30 +334,29 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
 def _global_rows(url, opts, tmp, local, n_batches) -> list[dict[str, Any]]:
     import mmpack
     from mmpack.torch.sampler import ResumableSampler
-    from mmpack.views.readahead import Lookahead
 
     def batches(view: Any) -> list[np.ndarray]:
         order = np.fromiter(ResumableSampler(len(view), seed=1), np.int64)
         return [order[k * BATCH : (k + 1) * BATCH] for k in range(n_batches)]
 
-    def run(view: Any, ahead: int) -> float:
+    def run(view: Any) -> float:
         src = batches(view)
         t0 = time.perf_counter()
-        for idx in Lookahead(src, view, ahead) if ahead else src:
+        for idx in src:
             view.__getitems__(idx)
         return time.perf_counter() - t0
 
     lv = mmpack.WindowDataset(local, SEQLEN)
-    run(lv, 0)
-    local_s = run(lv, 0)
+    run(lv)
+    local_s = run(lv)
     store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"g{time.time()}")
     rv = mmpack.WindowDataset(store, SEQLEN)
-    secs = run(rv, 8)
+    secs = run(rv)
     st = store._backend.stats
     served = n_batches * BATCH * SEQLEN * 2
     return [
         {
-            "case": f"S3 20 ms, global order + look-ahead 8 ({n_batches} batches)",
+            "case": f"S3 20 ms, global order ({n_batches} batches)",
             "s": secs,
             "vs local": local_s / secs,
             "fetched/served": st["bytes_fetched"] / served,

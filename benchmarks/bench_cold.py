@@ -14,9 +14,8 @@ measure the binary search's faults instead).  Cases, all in one run:
   cold, one ``MADV_WILLNEED`` per read);
 * shuffled batches (256 windows; 64 packed bins of 2048): tokens/s cold with the old behaviour,
   cold as shipped (batch prefetch), a ``pread`` loop over the same ranges (one at a time, the
-  issue's floor), ``pread`` from 16 threads (what the device gives with requests in flight), the
-  same batches warm, and cold batches fed by :class:`mmpack.views.readahead.Lookahead` (depth 2)
-  with a simulated 50 ms training step between batches;
+  issue's floor), ``pread`` from 16 threads (what the device gives with requests in flight) and
+  the same batches warm;
 * first-call cost: a fresh interpreter from ``import mmpack`` to the first window sample and to
   the first packed plan and sample, with numba's cache empty (cold) and filled (warm), next to
   the cost of ``import numpy`` / ``import numba`` alone;
@@ -53,12 +52,10 @@ from benchmarks.bench_first_call import first_call_rows
 from benchmarks.bench_window import _lengths, _make_store
 from mmpack.store.backends._memmap import mapping_of
 from mmpack.views.packed import PackedDataset
-from mmpack.views.readahead import Lookahead
 from mmpack.views.window import WindowDataset
 
 SEQLEN = 2048
 EOT = 50256
-STEP_S = 0.05  # simulated training step between look-ahead batches
 
 
 # ------------------------------------------------------------------------------------ page cache
@@ -232,17 +229,6 @@ def _batch_rows(store: Any, view: Any, name: str, batch: int, quick: bool) -> li
         view.__getitems__(row)
         warm.append(time.perf_counter() - t0)
     out["warm"] = float(np.median(warm))
-    # look-ahead: batches t+1 and t+2 requested while batch t "trains" for STEP_S
-    ahead = rng.integers(0, len(view), size=(calls + 2, batch))
-    evict(store)
-    la = []
-    for row in Lookahead(list(ahead), view, depth=2):
-        t0 = time.perf_counter()
-        view.__getitems__(row)
-        la.append(time.perf_counter() - t0)
-        time.sleep(STEP_S)
-    out["lookahead"] = float(np.median(la[1:]))
-
     tokens = batch * SEQLEN
     rate = {k: tokens / v / 1e6 for k, v in out.items()}
     case = f"cold shuffled {name} batches x{batch}"
@@ -277,12 +263,6 @@ def _batch_rows(store: Any, view: Any, name: str, batch: int, quick: bool) -> li
             "case": f"{case}, warm (same batches in memory)",
             "batch ms": out["warm"] * 1e3,
             "Mtok/s": rate["warm"],
-        },
-        {
-            "case": f"{case}, Lookahead depth 2, {STEP_S * 1e3:.0f} ms step",
-            "batch ms": out["lookahead"] * 1e3,
-            "Mtok/s": rate["lookahead"],
-            "vs warm": out["warm"] / out["lookahead"],
         },
     ]
 

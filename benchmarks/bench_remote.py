@@ -4,19 +4,18 @@ adds 10 or 20 ms to every request, against the same batches from a local memmap 
 Cases (32 x 2048 windows, and packed rows of 2048, in a shuffled order):
 
 - ``local``: the memmap store (the reference);
-- ``remote`` without look-ahead: each batch's check blocks fetched when the batch is read (its
-  range requests concurrent, blocks up to ``merge_gap_bytes`` apart merged);
-- ``remote + look-ahead K``: :class:`mmpack.views.readahead.Lookahead` hints the next K
-  batches; the look-ahead threads take every queued block at once, so several batches' blocks
-  share range requests;
+- ``remote``: each batch's check blocks fetched when the batch is read (its range requests
+  concurrent, blocks up to ``merge_gap_bytes`` apart merged), into the node cache;
 - ``... merge_gap_bytes=0``: the same without merging nearby blocks (one request per run of
   adjacent blocks);
 - ``node cache (new reader)``: a fresh store object (as a new worker would open it) reading the
   same batches again, the node's block cache filled by a first pass (a second epoch over a
   store the cache holds); timed alternately with the local store, 7 times, each time passing
   over the batches for at least ~0.1 s, medians;
-- ``50 ms step per batch``: the look-ahead loop with a simulated 50 ms training step per batch;
-  the ratio is then local step time over remote step time (what a trainer sees).
+- ``50 ms step per batch, 2 workers``: a DataLoader with two workers (their prefetch overlaps
+  the fetches with the step) and a simulated 50 ms training step per batch, against the local
+  store read the same way; the ratio is then local step time over remote step time (what a
+  trainer sees).
 
 The batches are the first 48 of a shuffled epoch (12 with ``--quick``).  The delay proxy runs in
 its own process (in this one it would take the GIL from the client).  Columns: ``Mtok/s``
@@ -26,7 +25,7 @@ requests per second, ``fetched/served`` bytes moved from the store per byte of t
 a machine whose cores they share).
 
 Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only);
-``python -m benchmarks.bench_remote --sweep``: the look-ahead case over ``max_concurrency``
+``python -m benchmarks.bench_remote --sweep``: the window case over ``max_concurrency``
 16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads).
 """
 
@@ -48,7 +47,7 @@ _TESTS = Path(__file__).resolve().parent.parent / "tests"
 BATCH = 32
 SEQLEN = 2048
 STEP_SECONDS = 0.05
-DEPTH = 8
+WORKERS = 2
 
 
 def _server_helpers() -> Any:
@@ -74,16 +73,37 @@ def _view(store: Any, kind: str) -> Any:
     return mmpack.PackedDataset(store, SEQLEN, eot=50_000)
 
 
-def _epoch(view: Any, batches: list[np.ndarray], lookahead: int, step: float) -> float:
-    from mmpack.views.readahead import Lookahead
-
-    source = Lookahead(batches, view, lookahead) if lookahead else batches
+def _epoch(view: Any, batches: list[np.ndarray], step: float) -> float:
     t0 = time.perf_counter()
-    for idx in source:
+    for idx in batches:
         view.__getitems__(idx)
         if step:
             time.sleep(step)
     return time.perf_counter() - t0
+
+
+def _workers_step(view: Any, batches: list[np.ndarray]) -> float:
+    """Seconds per batch through a DataLoader with :data:`WORKERS` forked workers and a
+    :data:`STEP_SECONDS` step per batch (the first batch not timed)."""
+    from torch.utils.data import DataLoader
+
+    from mmpack.torch.collate import collate
+
+    loader = DataLoader(
+        view,
+        batch_sampler=[b.tolist() for b in batches],
+        num_workers=WORKERS,
+        collate_fn=collate,
+        multiprocessing_context="fork",
+    )
+    it = iter(loader)
+    next(it)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in it:
+        time.sleep(STEP_SECONDS)
+        n += 1
+    return (time.perf_counter() - t0) / max(n, 1)
 
 
 def _proxy_main(target: int, delay: float, conn: Any) -> None:
@@ -161,15 +181,15 @@ def _cache_rows(
 
     cache = tmp / f"cache-{kind}"
     first = mmpack.open(url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30)
-    _epoch(_view(first, kind), batches, DEPTH, 0)
+    _epoch(_view(first, kind), batches, 0)
     again = mmpack.open(url, storage_options=opts, cache_dir=cache, cache_limit=1 << 30)
     view = _view(again, kind)
-    _epoch(view, batches[:2], 0, 0)
-    passes = batches * max(1, int(0.1 / _epoch(local_view, batches, 0, 0)))  # >= ~0.1 s each
+    _epoch(view, batches[:2], 0)
+    passes = batches * max(1, int(0.1 / _epoch(local_view, batches, 0)))  # >= ~0.1 s each
     local_t, cache_t = [], []
     for _ in range(7):  # interleaved: the same load on both
-        local_t.append(_epoch(local_view, passes, 0, 0) / (len(passes) // len(batches)))
-        cache_t.append(_epoch(view, passes, 0, 0) / (len(passes) // len(batches)))
+        local_t.append(_epoch(local_view, passes, 0) / (len(passes) // len(batches)))
+        cache_t.append(_epoch(view, passes, 0) / (len(passes) // len(batches)))
     ratio = float(np.median(local_t) / np.median(cache_t))
     return {
         "case": f"{tag}, same batches again, node cache (new reader)",
@@ -190,21 +210,16 @@ def _kind_rows(kind, local, url, server, tmp, delays, quick) -> list[dict[str, A
     n_batches = min(len(local_view) // BATCH, 12 if quick else 48)  # a part of an epoch
     batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
     tokens = n_batches * BATCH * SEQLEN
-    _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
-    local_s = float(np.median([_epoch(local_view, batches, 0, 0) for _ in range(3)]))
-    k_step = min(n_batches, 12)
-    local_step_s = _epoch(local_view, batches[:k_step], 0, STEP_SECONDS) / k_step
+    _epoch(local_view, batches[:2], 0)  # warm-up (numba, page cache)
+    local_s = float(np.median([_epoch(local_view, batches, 0) for _ in range(3)]))
+    local_step_s = _workers_step(local_view, batches)
     rows.append({"case": f"{kind} local memmap", "Mtok/s": tokens / local_s / 1e6, "vs local": 1.0})
     for delay in delays:
         proxy = _Proxy(server.port, delay)
         try:
             opts = dict(server.options, endpoint=proxy.endpoint)
             tag = f"{kind} remote {delay * 1e3:.0f} ms"
-            cases = [("", 0, {}), (f" + look-ahead {DEPTH}", DEPTH, {})]
-            cases.append(
-                (f" + look-ahead {DEPTH}, merge_gap_bytes=0", DEPTH, {"merge_gap_bytes": 0})
-            )
-            for suffix, ahead, extra in cases:
+            for suffix, extra in (("", {}), (", merge_gap_bytes=0", {"merge_gap_bytes": 0})):
                 store = mmpack.open(
                     url, storage_options=dict(opts, **extra), cache_dir=tmp / f"c{time.time()}"
                 )
@@ -212,19 +227,19 @@ def _kind_rows(kind, local, url, server, tmp, delays, quick) -> list[dict[str, A
                 row = _remote_row(
                     tag + suffix,
                     store,
-                    lambda v=view, a=ahead: _epoch(v, batches, a, 0),
+                    lambda v=view: _epoch(v, batches, 0),
                     tokens,
                     local_s,
                     server,
                 )
-                if ahead and not extra and delay == 0.02:
+                if not extra and delay == 0.02:
                     row.update(target="≥ 0.5", met=row["vs local"] >= 0.5)
                 rows.append(row)
             store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"s{time.time()}")
-            step_s = _epoch(_view(store, kind), batches[:k_step], DEPTH, STEP_SECONDS) / k_step
+            step_s = _workers_step(_view(store, kind), batches)
             rows.append(
                 {
-                    "case": f"{tag} + look-ahead {DEPTH}, {STEP_SECONDS * 1e3:.0f} ms step per batch",
+                    "case": f"{tag}, {STEP_SECONDS * 1e3:.0f} ms step per batch, {WORKERS} workers",
                     "vs local": local_step_s / step_s,
                 }
             )
@@ -236,7 +251,7 @@ def _kind_rows(kind, local, url, server, tmp, delays, quick) -> list[dict[str, A
 
 
 def sweep() -> list[dict[str, Any]]:
-    """Window batches, 20 ms, look-ahead 8, over requests in flight and the client
+    """Window batches, 20 ms, over requests in flight and the client
     (``python -m benchmarks.bench_remote --sweep``)."""
     import mmpack
 
@@ -255,8 +270,8 @@ def sweep() -> list[dict[str, Any]]:
             order = np.random.default_rng(1).permutation(len(local_view))
             batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(48)]
             tokens = 48 * BATCH * SEQLEN
-            _epoch(local_view, batches[:2], 0, 0)
-            local_s = float(np.median([_epoch(local_view, batches, 0, 0) for _ in range(3)]))
+            _epoch(local_view, batches[:2], 0)
+            local_s = float(np.median([_epoch(local_view, batches, 0) for _ in range(3)]))
             proxy = _Proxy(server.port, 0.02)
             for client in ("http", "obstore"):
                 for conc in (16, 64, 256):
@@ -266,12 +281,12 @@ def sweep() -> list[dict[str, Any]]:
                         url, storage_options=opts, cache_dir=tmp / f"c{time.time()}"
                     )
                     view = _view(store, "window")
-                    label = f"window 20 ms + look-ahead {DEPTH}, {client}, max_concurrency={conc}"
+                    label = f"window 20 ms, {client}, max_concurrency={conc}"
                     rows.append(
                         _remote_row(
                             label,
                             store,
-                            lambda v=view: _epoch(v, batches, DEPTH, 0),
+                            lambda v=view: _epoch(v, batches, 0),
                             tokens,
                             local_s,
                             server,

@@ -5,8 +5,7 @@ The same documents are built three ways: a local memmap store (the reference), a
 store (``mmpack.build(url, docs)``: 16 KiB check blocks) and a remote sharded Zarr store
 (``mmpack.build(url, docs, backend="zarr")``: 8 KiB inner chunks with crc32c in 32 MiB shards).
 For each, the first 48 batches (12 with ``--quick``) of a shuffled epoch of 32 windows (or
-packed rows) of 2048 tokens are read by a fresh reader, without and with
-:class:`mmpack.views.readahead.Lookahead` (depth 8).  The process's decoded-chunk LRU is
+packed rows) of 2048 tokens are read by a fresh reader.  The process's decoded-chunk LRU is
 cleared before each Zarr run, so every run starts cold (shard indexes included).
 
 Columns: ``Mtok/s`` tokens served per second, ``vs local`` the ratio to the local memmap run,
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_remote import BATCH, SEQLEN, _docs, _epoch, _server_helpers, _views
+from benchmarks.bench_remote import BATCH, SEQLEN, _docs, _epoch, _server_helpers, _view
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -59,38 +58,37 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                     {"case": f"build + upload, {layout}", "seconds": time.perf_counter() - t0}
                 )
             local = mmpack.build(tmp / "local", docs)
-            for kind, local_view in _views(local).items():
+            for kind in ("window", "packed"):
+                local_view = _view(local, kind)
                 order = np.random.default_rng(1).permutation(len(local_view))
                 n_batches = min(len(local_view) // BATCH, 12 if quick else 48)
                 batches = [order[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
                 tokens = n_batches * BATCH * SEQLEN
-                _epoch(local_view, batches[:2], 0, 0)  # warm-up (numba, page cache)
-                local_s = _epoch(local_view, batches, 0, 0)
+                _epoch(local_view, batches[:2], 0)  # warm-up (numba, page cache)
+                local_s = _epoch(local_view, batches, 0)
                 rows.append({"case": f"{kind} local memmap", "Mtok/s": tokens / local_s / 1e6})
                 for delay in delays:
                     proxy = s3.DelayProxy(server.port, delay)
                     try:
                         opts = dict(server.options, endpoint=proxy.endpoint, max_concurrency=32)
                         for layout in ("memmap", "zarr"):
-                            for ahead in (0, 8):
-                                get_cache().clear()
-                                store = mmpack.open(
-                                    urls[layout],
-                                    storage_options=opts,
-                                    cache_dir=tmp / f"c-{kind}-{delay}-{layout}-{ahead}",
-                                )
-                                secs = _epoch(_views(store)[kind], batches, ahead, 0)
-                                stats = store._backend.stats
-                                rows.append(
-                                    {
-                                        "case": f"{kind} remote {layout} {delay * 1e3:.0f} ms"
-                                        + (f" + look-ahead {ahead}" if ahead else ""),
-                                        "Mtok/s": tokens / secs / 1e6,
-                                        "vs local": local_s / secs,
-                                        "fetched/served": stats["bytes_fetched"] / (tokens * 2),
-                                        "requests": stats["requests"],
-                                    }
-                                )
+                            get_cache().clear()
+                            store = mmpack.open(
+                                urls[layout],
+                                storage_options=opts,
+                                cache_dir=tmp / f"c-{kind}-{delay}-{layout}",
+                            )
+                            secs = _epoch(_view(store, kind), batches, 0)
+                            stats = store._backend.stats
+                            rows.append(
+                                {
+                                    "case": f"{kind} remote {layout} {delay * 1e3:.0f} ms",
+                                    "Mtok/s": tokens / secs / 1e6,
+                                    "vs local": local_s / secs,
+                                    "fetched/served": stats["bytes_fetched"] / (tokens * 2),
+                                    "requests": stats["requests"],
+                                }
+                            )
                     finally:
                         proxy.close()
         finally:

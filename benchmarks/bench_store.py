@@ -250,7 +250,7 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
                 (
                     "hash in memory (XXH64, 16 MiB blocks)",
                     lambda: [
-                        block_digest("xxh64", raw[a : a + BLOCK_BYTES])
+                        block_digest(raw[a : a + BLOCK_BYTES])
                         for a in range(0, raw.size, BLOCK_BYTES)
                     ],
                 ),

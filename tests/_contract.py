@@ -52,22 +52,17 @@ def assert_workers_serve(
     context: str,
     *,
     seed: int = 3,
-    lookahead: bool = False,
     keys=("input_ids", "position_ids", "cu_seqlens"),
 ) -> None:
     """A DataLoader with two workers (``context``: "fork" or "spawn") over ``ds`` yields, batch by
     batch in the sampler's order, what ``want`` (the same view over the reference store) gives:
-    a store the parent already used must reopen (spawn) or survive the fork in each worker.
-    With ``lookahead``, batches come through :class:`~mmpack.views.readahead.Lookahead`."""
+    a store the parent already used must reopen (spawn) or survive the fork in each worker."""
     from torch.utils.data import BatchSampler, DataLoader
 
     from mmpack.torch.collate import collate
-    from mmpack.views.readahead import Lookahead
 
     sampler = mmpack.ResumableSampler(len(ds), seed=seed)
     batches = BatchSampler(sampler, 8, False)
-    if lookahead:
-        batches = Lookahead(batches, ds, depth=2, num_workers=2)
     loader = DataLoader(
         ds,
         batch_sampler=batches,

@@ -28,7 +28,7 @@ from mmpack.errors import FormatError
 from mmpack.store.backends._memmap import PAGE, mapping_of, page_ranges
 from mmpack.store.writer import build
 from mmpack.views.packed import PackedDataset
-from mmpack.views.readahead import PROBE_EVERY, ColdReads, Lookahead, flat_start
+from mmpack.views.readahead import PROBE_EVERY, ColdReads, flat_start
 from mmpack.views.window import WindowDataset
 
 EOT = 60000
@@ -343,39 +343,6 @@ def test_warm_batches_skip_the_prefetch(store_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["window", "packed"])
-def test_view_prefetch_asks_for_exactly_the_samples_ranges(store_path, kind):
-    store = mmpack.open(store_path)
-    ds = (window_views if kind == "window" else packed_views)(store)[0]
-    spy = Spy(store)
-    idx = np.array([3, 0, len(ds) - 1, 7])
-    evict(store)
-    assert ds.prefetch(idx) > 0
-    ((starts, lengths),) = spy.calls
-    # the slow reading: every token of the samples comes from exactly these flat ranges
-    want = set()
-    for i in idx.tolist():
-        for piece in ds.locate(i):  # the same shape for windows and packed rows
-            lo = int(store.offsets[piece["doc"]])
-            want.update(range(lo + piece["start"], lo + piece["stop"]))
-    got = set()
-    for s, n in zip(starts.tolist(), lengths.tolist()):
-        got.update(range(s, s + n))
-    assert got == want
-
-
-def test_view_prefetch_validates_indices(store):
-    ds = WindowDataset(store, 100)
-    with pytest.raises(IndexError, match="out of range"):
-        ds.prefetch([len(ds)])
-    with pytest.raises(TypeError):
-        ds.prefetch([[1, 2]])
-    pk = packed_views(store)[0]
-    with pytest.raises(IndexError, match="out of range"):
-        pk.prefetch([len(pk)])
-    assert ds.prefetch([]) == 0 and pk.prefetch([]) == 0
-
-
-@pytest.mark.parametrize("kind", ["window", "packed"])
 def test_single_cold_reads_prefetch_and_equal_warm_reads(store_path, kind):
     store = mmpack.open(store_path)
     ds = (window_views if kind == "window" else packed_views)(store)[0]
@@ -496,91 +463,6 @@ def test_a_cold_probe_resets_the_resident_streak():
     assert not cr.cold
 
 
-# ------------------------------------------------------------------------------------ Lookahead
-class Recorder:
-    def __init__(self) -> None:
-        self.log: list[tuple[str, tuple[int, ...]]] = []
-
-    def prefetch(self, indices) -> int:
-        self.log.append(("prefetch", tuple(indices)))
-        return 0
-
-
-@pytest.mark.parametrize("depth", [1, 2, 5])
-@pytest.mark.parametrize("n", [0, 1, 3, 7])
-def test_lookahead_yields_every_batch_in_order_after_prefetching_ahead(depth, n):
-    batches = [(k, k + 100) for k in range(n)]
-    rec = Recorder()
-    out = []
-    for b in Lookahead(batches, rec, depth=depth):
-        out.append(b)
-        rec.log.append(("read", tuple(b)))
-    assert out == batches
-    fetched = [b for what, b in rec.log if what == "prefetch"]
-    assert fetched == batches
-    for k, b in enumerate(batches):  # when batch k is read, batches up to k + depth are requested
-        at = rec.log.index(("read", b))
-        seen = {x for what, x in rec.log[:at] if what == "prefetch"}
-        assert set(batches[: k + depth + 1]) <= seen
-    assert len(Lookahead(batches, rec, depth=depth)) == n
-
-
-def test_lookahead_rejects_bad_arguments():
-    with pytest.raises(TypeError, match="prefetch"):
-        Lookahead([[1]], object())
-    for bad in (0, -1, True, 1.5):
-        with pytest.raises(ValueError, match="depth"):
-            Lookahead([[1]], Recorder(), depth=bad)
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_lookahead_in_a_dataloader_gives_the_same_batches(store_path, workers):
-    import torch
-    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
-
-    from mmpack.torch.collate import collate
-
-    store = mmpack.open(store_path)
-    ds = WindowDataset(store, 256, eot=EOT, labels=True)
-    sampler = BatchSampler(SequentialSampler(range(len(ds))), 16, drop_last=False)
-    plain = list(DataLoader(ds, batch_sampler=sampler, collate_fn=collate))
-    evict(store)
-    ahead = list(
-        DataLoader(
-            ds,
-            batch_sampler=Lookahead(sampler, ds, depth=2),
-            collate_fn=collate,
-            num_workers=workers,
-        )
-    )
-    assert len(plain) == len(ahead)
-    for a, b in zip(plain, ahead):
-        assert a.keys() == b.keys()
-        for k in a:
-            torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
-
-
-def test_mixture_prefetch_asks_each_source_for_its_items(store_path):
-    from mmpack.sampling.mixture import Mixture
-
-    store = mmpack.open(store_path)
-    a = WindowDataset(store, 300, eot=EOT)
-    b = WindowDataset(store, 300, stride=700)
-    mix = Mixture([a, b], weights=[0.5, 0.5], seed=3)
-    asked: dict[int, list[int]] = {0: [], 1: []}
-    for k, view in enumerate((a, b)):
-        real = view.prefetch
-        view.prefetch = lambda items, k=k, real=real: asked[k].extend(items.tolist()) or real(items)
-    idx = np.arange(40)
-    evict(store)
-    assert mix.prefetch(idx) > 0
-    src, items = mix.source_of_many(idx)
-    for k in (0, 1):
-        assert asked[k] == items[src == k].tolist()
-    with pytest.raises(IndexError):
-        mix.prefetch([len(mix)])
-
-
 def test_a_refused_hint_never_breaks_reading(store_path):
     store = mmpack.open(store_path)
 
@@ -612,7 +494,6 @@ def test_a_store_without_a_mapping_accepts_the_same_calls(tmp_path):
     assert store.prefetch(np.array([0]), np.array([10])) == 0
     assert store.prefetch_range(0, 10) == 0
     ds = WindowDataset(store, 64, eot=EOT)
-    assert ds.prefetch(np.arange(len(ds))) == 0
     ref = WindowDataset(build(tmp_path / "m", docs, dtype=np.uint16), 64, eot=EOT)
     for i in range(len(ds)):
         _same(ds[i], ref[i])

@@ -113,19 +113,12 @@ def test_changing_the_layout_keeps_the_fingerprint(built, tmp_path):
     assert_same_store(back, source)
 
 
-def test_a_crc32_store_keeps_its_checksum_algorithm(tmp_path):
-    from mmpack.store.writer import StoreWriter
-
-    with StoreWriter(tmp_path / "crc", checksum="crc32") as w:
-        w.add_many([[1, 2, 3], [], [4000]])
-    copy = copy_store(tmp_path / "crc", tmp_path / "copy")
-    assert copy.meta["checksum"]["algorithm"] == "crc32" and copy.fingerprint == w.store.fingerprint
-    # A store of 64-byte blocks (an older test fixture): re-blocked, its algorithm kept.
-    small = mmpack.open(Path(__file__).parent / "data" / "store_crc32_v1")
-    copy = copy_store(small.location, tmp_path / "copy64")
-    assert copy.meta["checksum"]["algorithm"] == "crc32"
-    assert copy.meta["checksum"]["block_bytes"] == 16 << 20
-    assert [d.tolist() for d in copy] == [d.tolist() for d in small]
+def test_a_store_of_another_token_checksum_is_refused_and_nothing_written(tmp_path):
+    """Token blocks are XXH64 only: a record naming CRC-32 (an unreleased build option) is
+    refused at the source, naming the algorithm, before anything is written."""
+    with pytest.raises(FormatError, match="unsupported checksum record 'crc32'"):
+        copy_store(Path(__file__).parent / "data" / "store_crc32_v1", tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
 
 
 def test_empty_and_documentless_stores(tmp_path):

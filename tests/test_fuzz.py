@@ -120,7 +120,7 @@ def _junk_for(rng, old):
         return old + int(rng.choice([-1, 1, 8, -8]))
     if isinstance(old, str) and rng.random() < 0.5:
         return str(
-            rng.choice(["<u1", "<u2", "<u4", "<u8", "<i8", "zarr", "memmap", "crc32", "zstd"])
+            rng.choice(["<u1", "<u2", "<u4", "<u8", "<i8", "zarr", "memmap", "xxh64", "zstd"])
         )
     return JUNK[int(rng.integers(len(JUNK)))]
 

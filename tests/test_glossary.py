@@ -31,9 +31,9 @@ OWED = {
     "kernels/store.py": ({"xxh64_blocks"}, "stripe"),
     "kernels/blockstate.py": ({"all_blocks_present"}, "page"),
     "remote/upload.py": ({"CHECK_BLOCK_BYTES"}, "page"),
-    "remote/blocks.py": ({"block_ids", "crc_blocks"}, "page"),
+    "remote/blocks.py": ({"block_ids"}, "page"),
     "remote/cache.py": ({"BlockCache"}, "page"),
-    "remote/fetcher.py": ({"BlockFetcher", "MEMORY_BLOCKS_BYTES"}, "page"),
+    "remote/fetcher.py": ({"BlockFetcher"}, "page"),
 }
 """Public names that still say block for another unit (their modules are being reworked
 elsewhere): the glossary's word each should take."""

@@ -118,7 +118,7 @@ def test_regions_that_do_not_cut_the_plan_in_order_are_refused(tmp_path):
 def test_the_cache_key_names_every_parameter_once():
     key = plan_cache_key("f" * 16, 2048, add_eot=True, algorithm="online", lookahead=3)
     assert key == {
-        "format": 4,
+        "format": 5,
         "fingerprint": "f" * 16,
         "seqlen": 2048,
         "add_eot": True,
@@ -179,9 +179,9 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
     hashed = []
     digest = plan_pages.block_digest
 
-    def counting(kind, data):
+    def counting(data):
         hashed.append(np.asarray(data).nbytes)
-        return digest(kind, data)
+        return digest(data)
 
     monkeypatch.setattr(plan_pages, "block_digest", counting)
     sizes = {}

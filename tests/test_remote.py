@@ -368,7 +368,7 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
     ds = mmpack.PackedDataset(store, 128, eot=65535, pad_id=0)
     ds.__getitems__([0, 1, 2])  # the parent uses the client before the workers fork
     want = mmpack.PackedDataset(local, 128, eot=65535, pad_id=0)
-    assert_workers_serve(ds, want, context, lookahead=True)
+    assert_workers_serve(ds, want, context)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -455,47 +455,6 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
     assert main(["info", url + "-missing"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no mmpack store" in err
-
-
-# ----------------------------------------------------------------------------- look-ahead
-def test_lookahead_fetches_ahead_and_changes_nothing(s3_server, tmp_path):
-    from mmpack.views.readahead import Lookahead
-
-    docs = _corpus(n_docs=300)
-    store = _build_with_block(_url(), docs, s3_server.options, 4096)
-    local = mmpack.build(tmp_path / "local", docs)
-    proxy = DelayProxy(s3_server.port, delay=0.05)
-    try:
-        opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
-        s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path)
-        ds, want = mmpack.WindowDataset(s, 256), mmpack.WindowDataset(local, 256)
-        order = np.random.default_rng(0).permutation(len(ds))
-        batches = [order[a : a + 8] for a in range(0, 48, 8)]
-        before = proxy.requests
-        got = []
-        t0 = time.perf_counter()
-        for k, batch in enumerate(Lookahead(batches, ds, depth=5)):
-            if k == 0:
-                time.sleep(0.3)  # "training": the look-ahead fetches the other batches meanwhile
-                t1 = time.perf_counter()
-            got.append(ds.__getitems__(batch).columns["input_ids"].copy())
-        rest = time.perf_counter() - t1
-        assert rest < 0.1, f"batches 1-5 took {rest:.3f} s after the look-ahead"
-        assert time.perf_counter() - t0 < 1.5
-        for g, b in zip(got, batches):
-            np.testing.assert_array_equal(g, want.__getitems__(b).columns["input_ids"])
-        assert s._backend.stats["requests"] > 6  # many blocks, fetched ahead
-        blocks = {
-            int(x)
-            for b in batches
-            for x in ds.store._backend.fetcher.block_ids(*ds._ranges(np.asarray(b) * ds.stride))
-        }
-        assert proxy.requests - before <= len(blocks)  # no block fetched twice
-    finally:
-        proxy.close()
-    assert Lookahead(batches, want, 2).dataset is want and len(Lookahead(batches, want)) == 6
-    with pytest.raises(ValueError, match="depth"):
-        Lookahead(batches, want, -1)
 
 
 # ----------------------------------------------------------------------------- obstore client
@@ -590,36 +549,6 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="5 MiB"):
         mmpack.open(store.location, storage_options=dict(opts, multipart_chunk=1 << 20))
-
-
-def test_hinted_batches_name_the_same_workers_next_batches():
-    from mmpack.views.readahead import Lookahead
-
-    class View:
-        def prefetch(self, indices):
-            pass
-
-    batches = [[b * 10 + k for k in range(2)] for b in range(7)]
-    got = list(Lookahead(batches, View(), depth=2, num_workers=2))
-    assert [list(b) for b in got] == batches
-    assert got[0].ahead == batches[2] + batches[4]
-    assert got[1].ahead == batches[3] + batches[5]
-    assert got[4].ahead == batches[6] and got[6].ahead == []
-
-
-def test_hinted_batch_prefetches_in_the_reader(tmp_path, monkeypatch):
-    from mmpack.store.reader import TokenStore
-    from mmpack.views.readahead import HintedBatch
-
-    store = mmpack.build((tmp_path / "r").as_uri(), _corpus())
-    seen = []
-    monkeypatch.setattr(TokenStore, "prefetch", lambda self, a, b: seen.append(len(a)) or 1)
-    for view in (mmpack.WindowDataset(store, 64), mmpack.PackedDataset(store, 64)):
-        batch = HintedBatch([0, 1])
-        batch.ahead = [2, 3, 4]
-        view.__getitems__(batch)
-        view.__getitems__([5])
-    assert len(seen) == 2 and seen[0] == 3
 
 
 def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path):

@@ -78,9 +78,6 @@ def test_hits_are_copied_from_the_mapped_file_and_fetch_nothing(s3_server, tmp_p
         np.testing.assert_array_equal(got.columns["input_ids"], want.columns["input_ids"])
         assert proxy.requests - before == 2  # metadata GET + tokens HEAD at open; no data
         assert again._backend.stats["bytes_fetched"] == 0
-        assert again.prefetch(starts, np.array([10, 100, 7], np.int64)) == 0  # all cached
-        fresh = _open(store, opts, tmp_path / "other")
-        assert fresh.prefetch(starts, np.array([10, 100, 7], np.int64)) == 2  # blocks 0 and last
     finally:
         proxy.close()
 
@@ -92,22 +89,22 @@ def test_hits_are_copied_from_the_mapped_file_and_fetch_nothing(s3_server, tmp_p
     st.integers(0, 2**32 - 1),
     st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 3000)), max_size=12),
 )
-def test_covers_matches_a_naive_block_walk(tmp_path_factory, ntok, block, seed, ranges):
-    """``CacheFile.covers`` on a real cache file against every block of every range."""
+def test_serves_matches_a_naive_block_walk(tmp_path_factory, ntok, block, seed, ranges):
+    """``CacheFile.serves`` on a real cache file against every block of every range."""
     root = tmp_path_factory.mktemp("cov")
     cf = BlockCache(root, GiB).open_file("f" * 16, "tokens", 2 * ntok, block, np.dtype("<u2"))
     assert cf is not None
     rng = np.random.default_rng(seed)
-    cf.state[:] = rng.random(cf.nblocks) < rng.random()
+    cf.checked[:] = rng.random(cf.nblocks) < rng.random()
     starts = np.array([min(a, ntok) for a, _ in ranges], np.int64)
     lengths = np.array([min(n, ntok - a) for a, (_, n) in zip(starts.tolist(), ranges)], np.int64)
     want = all(
-        cf.state[b]
+        cf.checked[b]
         for a, n in zip(starts.tolist(), lengths.tolist())
         if n > 0
         for b in range(a * 2 // block, -(-(a + n) * 2 // block))
     )
-    assert cf.covers(starts, lengths, 2) == want
+    assert cf.serves(starts, lengths, 2) == want
 
 
 # ----------------------------------------------------------------------------- sharing
@@ -365,7 +362,7 @@ def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
     ds.__getitems__([0, 1, 2])  # the parent maps the cache before the workers start
     want = mmpack.WindowDataset(local, 128)
     for _ in range(2):  # the second pass is served by the cache the first one filled
-        assert_workers_serve(ds, want, context, seed=3, lookahead=True, keys=("input_ids",))
+        assert_workers_serve(ds, want, context, seed=3, keys=("input_ids",))
     cf = _open(store, s3_server.options, tmp_path)._backend.node_cache.file()
     ids = s._backend.fetcher.block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
     assert cf.present(ids).all()

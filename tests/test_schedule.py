@@ -409,7 +409,6 @@ def test_a_schedule_over_views_of_two_stores(tmp_path):
         want = views[int(src[i])][int(items[i])]["input_ids"]
         assert np.array_equal(batch.columns["input_ids"][i], want)
     assert mixture.locate(3)[0]["source"] == int(src[3])
-    assert mixture.prefetch(list(range(n))) >= 0
     later = mixture.with_schedule(Schedule([(0, [1, 0])]), from_position=n // 2)
     assert later.source_of_many(np.arange(n // 2))[0].tolist() == src[: n // 2].tolist()
     assert mixture.fingerprint != Mixture(views[::-1], sched, seed=5).fingerprint

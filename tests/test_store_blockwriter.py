@@ -25,20 +25,20 @@ from mmpack.store.tokenfile import TokenFile
 from mmpack.store.writer import StoreWriter
 
 
-def _naive(raw: bytes, block: int, kind: str = "xxh64") -> list[int]:
-    return [block_digest(kind, raw[a : a + block]) for a in range(0, len(raw), block)]
+def _naive(raw: bytes, block: int) -> list[int]:
+    return [block_digest(raw[a : a + block]) for a in range(0, len(raw), block)]
 
 
-def _write_arrays_and_check(path, docs, block: int, kind: str = "xxh64") -> None:
+def _write_arrays_and_check(path, docs, block: int) -> None:
     """``TokenFile.append_arrays`` of ``docs`` gives the file and block digests of their naive
     concatenation."""
-    tf = TokenFile(path, open, np.dtype("<u2"), kind, block)
+    tf = TokenFile(path, open, np.dtype("<u2"), block)
     assert tf.append_arrays(docs, np.array([d.size for d in docs], dtype=np.int64))
     digests = tf.finish()
     tf.close()
     expected = np.concatenate(docs).tobytes() if docs else b""
     assert path.read_bytes() == expected
-    assert digests == _naive(expected, block, kind)
+    assert digests == _naive(expected, block)
 
 
 def _piece(values: list[int], strided: bool) -> np.ndarray:
@@ -62,16 +62,15 @@ def _written(path, bw: BlockWriter) -> tuple[bytes, list[int]]:
         max_size=12,
     ),
     st.sampled_from([8, 24, 64, 4096]),
-    st.sampled_from(["xxh64", "crc32"]),
     st.data(),
 )
-def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, block, kind, data):
+def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, block, data):
     """Lists of pieces (some strided, some empty), with a cut back to any earlier length between
     calls: the file holds the naive bytes and every block's digest is the naive one."""
     path = tmp_path_factory.mktemp("bw") / "t.bin"
     expected = b""
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, kind, block)
+        bw = BlockWriter(f.fileno(), path, block)
         try:  # an example aborted by a draw must not leave its writer running
             for values, strided in calls:
                 n = data.draw(st.integers(1, 3))
@@ -88,7 +87,7 @@ def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, blo
         finally:
             bw.close()
     assert raw == expected
-    assert digests == _naive(expected, block, kind)
+    assert digests == _naive(expected, block)
 
 
 def _copy_pieces(values: list[int], n: int, strided: bool) -> list[np.ndarray]:
@@ -105,7 +104,7 @@ def test_a_large_buffer_is_written_in_slices(tmp_path, monkeypatch):
     data = (np.arange(1000, dtype=np.uint16) * 7).tobytes()
     path = tmp_path / "t.bin"
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, "xxh64", 64)
+        bw = BlockWriter(f.fileno(), path, 64)
         bw.submit([np.frombuffer(data, dtype=np.uint8)], np.array([len(data)], dtype=np.int64))
         raw, digests = _written(path, bw)
     assert raw == data
@@ -124,14 +123,14 @@ def test_short_writes_are_completed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(BW.os, "pwritev", short)
     docs = [np.arange(j, j + 30, dtype=np.uint16) for j in range(20)]
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "crc32", 64)
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), 64)
     assert tf.append_arrays(docs, np.full(20, 30, dtype=np.int64))
     digests = tf.finish()
     tf.close()
     assert calls
     expected = np.concatenate(docs).tobytes()
     assert (tmp_path / "t.bin").read_bytes() == expected
-    assert digests == _naive(expected, 64, "crc32")
+    assert digests == _naive(expected, 64)
 
 
 def test_a_file_that_cannot_be_mapped_is_hashed_by_reading(tmp_path, monkeypatch):
@@ -140,7 +139,7 @@ def test_a_file_that_cannot_be_mapped_is_hashed_by_reading(tmp_path, monkeypatch
 
     monkeypatch.setattr(mmap, "mmap", refuse)
     docs = [np.arange(j, j + 50, dtype=np.uint16) for j in range(10)]
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 128)
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), 128)
     assert tf.append_arrays(docs, np.full(10, 50, dtype=np.int64))
     digests = tf.finish()
     tf.close()
@@ -150,7 +149,7 @@ def test_a_file_that_cannot_be_mapped_is_hashed_by_reading(tmp_path, monkeypatch
 def test_a_refused_append_after_direct_writes_cuts_the_file(tmp_path):
     """Blocks written straight from the documents, then an append converted over several blocks
     and refused at its last token: the file is cut back, and what follows is hashed right."""
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 64)
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), 64)
     docs = [np.arange(j, j + 40, dtype=np.uint16) for j in range(5)]
     assert tf.append_arrays(docs, np.full(5, 40, dtype=np.int64))
     bad = np.arange(100, dtype=np.int64)
@@ -166,7 +165,7 @@ def test_a_refused_append_after_direct_writes_cuts_the_file(tmp_path):
 
 
 def test_widening_after_direct_writes(tmp_path):
-    tf = TokenFile(tmp_path / "t.bin", open, None, "xxh64", 64)
+    tf = TokenFile(tmp_path / "t.bin", open, None, 64)
     docs = [np.arange(j, j + 100, dtype=np.uint8) for j in range(3)]
     assert tf.append_arrays(docs, np.full(3, 100, dtype=np.int64))
     assert tf.append(np.array([300, 5], dtype=np.int64)) == -1
@@ -199,15 +198,14 @@ def test_the_callers_arrays_may_change_once_the_writer_returns(tmp_path, how):
     w.store.verify()
 
 
-@pytest.mark.parametrize("checksum", ["xxh64", "crc32"])
-def test_builds_through_every_path_verify(tmp_path, checksum):
+def test_builds_through_every_path_verify(tmp_path):
     """A list of arrays (direct), a generator (its chunk buffers written directly), strided and
     small documents: the stores hold the documents and pass ``verify()``."""
     base = np.arange(400_000, dtype=np.uint16) % 5000
     docs = [base[a : a + 997] for a in range(0, 390_000, 997)] + [base[::3][:50], base[:3]]
     expected = [d.tolist() for d in docs]
     for k, src in enumerate([docs, iter(docs)]):
-        with StoreWriter(tmp_path / f"s{k}", fsync=False, checksum=checksum) as w:
+        with StoreWriter(tmp_path / f"s{k}", fsync=False) as w:
             w.add_many(src)
         assert w.store is not None
         assert [d.tolist() for d in w.store] == expected
@@ -304,7 +302,7 @@ def test_an_interrupted_wait_is_waited_for_before_the_file_closes(tmp_path, monk
     old = signal.signal(signal.SIGALRM, interrupt)
     try:
         with open(tmp_path / "t.bin", "wb") as f:
-            bw = BlockWriter(f.fileno(), tmp_path / "t.bin", "xxh64", 64)
+            bw = BlockWriter(f.fileno(), tmp_path / "t.bin", 64)
             bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
             assert started.wait(5)
             signal.setitimer(signal.ITIMER_REAL, 0.05)
@@ -330,7 +328,7 @@ def test_a_write_that_makes_no_progress_raises(tmp_path, monkeypatch):
     monkeypatch.setattr(BW, "_pwritev", lambda fd, bufs, offset: 0)
     monkeypatch.setattr(BW.os, "pwrite", nothing)
     with open(tmp_path / "t.bin", "wb") as f:
-        bw = BlockWriter(f.fileno(), tmp_path / "t.bin", "xxh64", 64)
+        bw = BlockWriter(f.fileno(), tmp_path / "t.bin", 64)
         bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
         with pytest.raises(OSError) as info:
             bw.sync()
@@ -356,7 +354,7 @@ def test_documents_stay_alive_until_written_when_the_callers_list_is_cleared(tmp
     rng = np.random.default_rng(5)
     docs = [rng.integers(1, 60_000, 40_000).astype(np.uint16) for _ in range(40)]  # apart
     expected = np.concatenate(docs).tobytes()
-    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), "xxh64", 1 << 16)
+    tf = TokenFile(tmp_path / "t.bin", open, np.dtype("<u2"), 1 << 16)
     assert tf.append_arrays(docs, np.full(40, 40_000, dtype=np.int64))
     docs.clear()
     gc.collect()
@@ -384,7 +382,7 @@ def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkey
 
     monkeypatch.setattr("mmpack.store.tokenfile.BlockWriter", cannot_start)
     with pytest.raises(RuntimeError, match="new thread"):
-        TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), "xxh64", 256)
+        TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), 256)
     assert len(opened) == 1 and opened[0].closed
 
 
@@ -404,7 +402,7 @@ def test_a_write_in_flight_never_reaches_a_file_that_reuses_its_descriptor(tmp_p
 
     monkeypatch.setattr(BW, "_pwritev", held)
     with open(tmp_path / "a.bin", "wb") as f:
-        bw = BlockWriter(f.fileno(), tmp_path / "a.bin", "xxh64", 8)
+        bw = BlockWriter(f.fileno(), tmp_path / "a.bin", 8)
         bw.submit([np.array([0, 0, 0], dtype=np.uint16)], np.array([6], dtype=np.int64))
         assert started.wait(5)
         reused = f.fileno()
@@ -424,7 +422,7 @@ def test_closing_an_abandoned_writer_gives_back_the_disk_reserved(tmp_path):
     reserved past the file's end; the bytes written stay."""
     path = tmp_path / "t.bin"
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, "xxh64", 64)
+        bw = BlockWriter(f.fileno(), path, 64)
         bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
         bw.sync()
         reserved = os.stat(path).st_blocks * 512

@@ -1,7 +1,7 @@
-"""Token checksums by kind and the build's one-pass token file: stores written before XXH64
-(CRC-32) keep opening and verifying with their fingerprint, new builds record XXH64, ``mmpack
-verify`` finds a flipped byte under both kinds, and the token file's widening, rollback across
-written blocks and chunked gathering keep exactly the good documents.
+"""Token checksums and the build's one-pass token file: builds record XXH64 (the only token
+checksum read: a record naming another, such as the unreleased CRC-32 option's, is refused),
+``mmpack verify`` finds a flipped byte, and the token file's widening, rollback across written
+blocks and chunked gathering keep exactly the good documents.
 
 Run: ``pytest tests/test_store_checksum.py``.
 """
@@ -28,7 +28,7 @@ from mmpack.errors import FormatError
 from mmpack.store.writer import StoreWriter
 
 FIXTURE = Path(__file__).parent / "data" / "store_crc32_v1"
-# Written by mmpack before XXH64 (BLOCK_BYTES=64): two token blocks, one offsets block.
+# A store whose token blocks are CRC-32 (BLOCK_BYTES=64): two token blocks, one offsets block.
 FIXTURE_DOCS = [[5, 6, 7], [], [300, 1, 2, 65535], list(range(40)), [9]]
 
 
@@ -47,38 +47,34 @@ def _flip(path: Path, at: int) -> None:
     path.write_bytes(bytes(data))
 
 
-# ------------------------------------------------------------------------ stores before XXH64
-def test_a_store_written_before_xxh64_opens_and_verifies(tmp_path):
+# ------------------------------------------------------------------------ XXH64 only
+def test_a_store_whose_token_checksum_is_not_xxh64_is_refused_naming_it(tmp_path):
     shutil.copytree(FIXTURE, tmp_path / "old")
-    store = mmpack.open(tmp_path / "old")
-    assert store.meta["checksum"]["algorithm"] == "crc32"
-    assert store.fingerprint == "47194421cb4ada30"  # unchanged by the new field
-    assert [d.tolist() for d in store] == FIXTURE_DOCS
-    assert store.verify() == {"blocks": 3, "bytes": 96 + 48}
-    verified = mmpack.open(tmp_path / "old", verify_reads=True)
-    assert [d.tolist() for d in verified] == FIXTURE_DOCS
+    with pytest.raises(FormatError, match="unsupported checksum record 'crc32'.*'xxh64'"):
+        mmpack.open(tmp_path / "old")
+    res = _verify_cli(tmp_path / "old")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "'crc32'" in res.stderr
 
 
-@pytest.mark.parametrize("kind", ["crc32", "xxh64"])
-def test_verify_finds_a_flipped_byte_under_both_kinds(tmp_path, kind, monkeypatch):
-    if kind == "crc32":
-        shutil.copytree(FIXTURE, tmp_path / "s")
-    else:
-        monkeypatch.setattr(W, "BLOCK_BYTES", 64)
-        mmpack.build(tmp_path / "s", FIXTURE_DOCS, fsync=False)
-    assert json.loads((tmp_path / "s" / "mmpack.json").read_text())["checksum"]["algorithm"] == kind
+def test_verify_finds_a_flipped_byte(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    mmpack.build(tmp_path / "s", FIXTURE_DOCS, fsync=False)
+    assert json.loads((tmp_path / "s" / "mmpack.json").read_text())["checksum"]["algorithm"] == (
+        "xxh64"
+    )
     res = _verify_cli(tmp_path / "s")
     assert res.returncode == 0 and ": ok, 3 checksum blocks" in res.stdout, res.stderr
     _flip(tmp_path / "s" / "tokens.bin", 70)  # token block 1
     res = _verify_cli(tmp_path / "s")
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "tokens block 1 (bytes 64..96) fails its checksum" in res.stderr
-    assert f"({kind}: stored" in res.stderr
+    assert "(xxh64: stored" in res.stderr
     with pytest.raises(FormatError, match="tokens block 1"):
         mmpack.open(tmp_path / "s", verify_reads=True)[3]
 
 
-def test_new_builds_record_xxh64_and_the_digests_are_xxh64_and_crc32(tmp_path, monkeypatch):
+def test_builds_record_xxh64_tokens_and_crc32_offsets(tmp_path, monkeypatch):
     monkeypatch.setattr(W, "BLOCK_BYTES", 64)
     new = mmpack.build(tmp_path / "new", FIXTURE_DOCS, fsync=False)
     raw = (tmp_path / "new" / "tokens.bin").read_bytes()
@@ -87,16 +83,13 @@ def test_new_builds_record_xxh64_and_the_digests_are_xxh64_and_crc32(tmp_path, m
     assert meta["algorithm"] == "xxh64"
     assert meta["tokens"] == [xxh64_slow(raw[:64]), xxh64_slow(raw[64:])]
     offsets = (tmp_path / "new" / "offsets.bin").read_bytes()
-    assert meta["offsets"] == [zlib.crc32(offsets)]  # the offsets stay CRC-32
-    assert new.fingerprint != "47194421cb4ada30"  # the kind is part of the fingerprint
-    with StoreWriter(tmp_path / "crc", fsync=False, checksum="crc32") as w:
-        w.add_many(FIXTURE_DOCS)
-    assert w.store is not None and w.store.fingerprint == "47194421cb4ada30"  # as before XXH64
+    assert meta["offsets"] == [zlib.crc32(offsets)]  # the offsets are CRC-32
+    assert new.fingerprint == "d49f2b73275d800d"  # the algorithm is part of the fingerprint
 
 
-def test_unknown_checksum_kinds_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="checksum must be 'xxh64' or 'crc32', got 'md5'"):
-        StoreWriter(tmp_path / "s", checksum="md5")
+def test_the_checksum_option_is_gone_and_other_kinds_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="checksum"):
+        StoreWriter(tmp_path / "s", checksum="crc32")  # type: ignore[call-arg]
     shutil.copytree(FIXTURE, tmp_path / "s")
     meta = json.loads((tmp_path / "s" / "mmpack.json").read_text())
     meta["checksum"]["algorithm"] = "md5"

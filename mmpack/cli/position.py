@@ -1,38 +1,27 @@
 """``mmpack show --position P``: which sample a training run served at a global position.
 
 A run's :class:`~mmpack.torch.sampler.ResumableSampler` walks epoch 0's order, then epoch 1's,
-and so on, each an order of the view's ``n`` samples.  The *global position* is the sampler's own
-(what :meth:`ResumableSampler.skip <mmpack.torch.sampler.ResumableSampler.skip>` and ``replay``
-take):
+each an order of the view's ``n`` samples.  The *global position* is the sampler's own (what
+``skip`` and ``replay`` take): ``P = e * n + g``, position ``g`` of epoch ``e``'s order, served
+by rank ``g % W`` of ``W`` ranks as its ``(g // W)``-th sample of the epoch (a position
+``--drop-last`` drops was served by no rank).  With ``--epoch E`` the position is ``g`` itself;
+with ``--rank R``, ``P`` counts rank ``R``'s own samples (``e * len(sampler) + t``, at ``g = t *
+W + R``), what a rank's step counter times its batch size gives.
 
-    ``P = e * n + g``: position ``g`` of epoch ``e``'s order,
+``--state FILE`` describes the run instead of the flags: the state a training loop saves (JSON
+or ``torch.save``'s ``.pt``) of ``mmpack.torch.loader``, a ``ResumableSampler`` or ``Stages``
+(then ``P`` is a position of the stage it was saved in, over that stage's view).  It gives the
+order, seed, ``drop_last``, world size (``--world-size`` may name another) and its skips and
+replays; a run over another dataset than the view is refused (``--index-only`` describes it down
+to its dataset's index).  Epoch ``e`` then deals its *stream*
+(:mod:`mmpack.sampling.sampler_edits`): ``g`` is served at stream index ``s`` (``g`` less the
+skips before it, plus the replays inserted before it), by rank ``s % W``; a stream index may
+hold a replay of an earlier position, which the line names.
 
-served by rank ``g % W`` of a run of ``W`` ranks, as its ``(g // W)``-th sample of the epoch (the
-positions padding adds to fill the last round, or ``--drop-last`` removes, are not global
-positions; one that ``--drop-last`` drops was served by no rank).  With ``--epoch E`` the
-position is ``g`` itself (``0 <= P < n``); with ``--rank R``, ``P`` counts rank ``R``'s own
-samples instead (``e * len(sampler) + t``, at epoch position ``g = t * W + R``), what a rank's
-step counter times its batch size gives.
-
-``--state FILE`` describes the run instead of the flags: the state a training loop saves, as
-JSON or as the file ``torch.save`` wrote (``.pt``), of ``mmpack.torch.loader`` (over a view, a
-mixture or Stages), of a ``ResumableSampler`` or of ``Stages`` (whose sampler state is that of the
-stage it was saved in: ``P`` is then a global position of that stage's sampler, what
-``Stages.skip`` takes, and the view is that stage's).  The state gives the run's order, seed,
-``drop_last``, world size (``--world-size`` may name another) and its skips and replays.  A run
-over another dataset than the view (a mixture, whose samples the view does not hold) is refused
-(the state's ``n`` is not the view's); ``--index-only`` describes it down to the index of its
-dataset, ``Mixture.source_of`` of which names the source and its item.  Epoch ``e`` then deals its *stream* (:mod:`mmpack.sampling.sampler_edits`):
-``g`` is served at stream index ``s`` (``g`` less the skipped positions before it, plus the
-replays inserted before it), by rank ``s % W``; a skipped position was served by no rank.  With
-``--rank R`` the stream index ``t * W + R`` may hold a replay of an earlier position, which the
-line names.  An epoch resumed at another world size mid-way is dealt as if it had not been.
-
-The sample is then the one the sampler's own arithmetic computes
-(:class:`~mmpack.sampling.dealing.Dealing`, which :class:`ResumableSampler` iterates; torch is not
-imported), shown as ``show -i`` shows it.  Cost: the view (as ``show -i``), the block bounds with
-``--shuffle blocks`` (O(blocks)), the state's stream (O(edits log edits)) and one index (O(1))
-(``python -m benchmarks.bench_provenance`` measures the command).
+The sample is the one the sampler's own arithmetic computes
+(:class:`~mmpack.sampling.dealing.Dealing`; torch is not imported), shown as ``show -i`` shows
+it.  Cost: the view, the block bounds with ``--shuffle blocks`` (O(blocks)), the stream
+(O(edits log edits)) and one index (O(1)); ``python -m benchmarks.bench_provenance``.
 """
 
 from __future__ import annotations

@@ -67,12 +67,14 @@ DEFAULT_LOOKAHEAD = 1024
 
 DEFAULT_REGION_BINS = 2048
 """Bins per region of a plan packed per region with ``region_tokens="auto"``: regions of
-``DEFAULT_REGION_BINS * seqlen`` tokens.  A region packed on its own costs 0.6-0.8 bins more
-than its share of the whole-store best fit (its last bins are part empty), so the cost in bins
-is about ``0.7 / DEFAULT_REGION_BINS`` at any ``seqlen``: measured +0.027% to +0.039% on 10^6
-and 10^7 documents of lognormal lengths (C4-like and longer web documents) at seqlen 2048 and
-8192, against +0.05% to +0.08% at 1024 bins a region (``python -m benchmarks regions``); a
-region holds about 2048 samples whatever the row length."""
+``DEFAULT_REGION_BINS * seqlen`` tokens, a region holding about 2048 samples whatever the row
+length.  A region packed on its own fills ``ceil(slots / seqlen)`` bins at best; its edges are
+moved to nearby document boundaries where that ceiling wastes about ``min(1024, 0.4 * seqlen)``
+slots, the room best fit needs for the gaps it leaves (:mod:`mmpack.views.region_cuts`), so a
+region costs 0.1-0.45 bins more than its share of the whole-store best fit (0.6-0.8 with edges at
+the nominal token cut): measured +0.017% and +0.021% at seqlen 2048, +0.005% and +0.013% at 8192
+on 10^6 documents of lognormal lengths (C4-like and longer web documents; ``python -m benchmarks
+regions``)."""
 
 
 class Mode(StrEnum):

@@ -60,7 +60,7 @@ def save_arrays(
             "dtype": arr.dtype.str,
             "shape": list(arr.shape),
             "offset": 0,
-            "xxh64": block_digest("xxh64", arr),
+            "xxh64": block_digest(arr),
         }
         for name, arr in data.items()
     }

@@ -1,34 +1,24 @@
 """Flat token files with an end-of-sequence id between documents (OLMo-core / Dolma), in place.
 
 OLMo-core's token files are one flat array of ``uint16`` or ``uint32`` ids, documents separated
-by an EOS id, written "in the same simple format that ``np.memmap`` uses" (no header, despite the
-usual ``.npy`` name) and read with ``np.memmap(path, dtype=dtype)``; an optional
-``NAME.csv.gz`` beside ``NAME.npy`` lists each document's ``start,end`` (end exclusive, the EOS
-included).  mmpack opens such a file, or a real numpy ``.npy`` (header read with numpy, 1-D
-integer array), with ``format="eos-separated", eos=ID`` (plus ``dtype=`` for a headerless file).
+by an EOS id, headerless despite the usual ``.npy`` name (read with ``np.memmap(path,
+dtype=dtype)``); an optional ``NAME.csv.gz`` beside ``NAME.npy`` lists each document's
+``start,end``.  mmpack opens such a file, or a real numpy ``.npy`` (1-D integer array), with
+``format="eos-separated", eos=ID`` (plus ``dtype=`` for a headerless file).  Each document ends
+with its EOS (kept); tokens after the last EOS form a final document without one (OLMo-core's
+iterator drops it), so the documents concatenate to exactly the file and ``WindowDataset(store,
+L)`` gives OLMo-core's ``NumpyFSLDataset`` instances.  ``metadata=True`` (or a path) takes the
+documents from the ``.csv.gz`` instead (ranges contiguous from 0).
 
-Documents: each document ends with its EOS (kept as its last token); tokens after the last EOS,
-if any, form a final document without one.  The documents therefore concatenate to exactly the
-file, and windows over them (``WindowDataset(store, L)``, no ``eot``) are OLMo-core's
-``NumpyFSLDataset`` instances of one file: ``tokens[i*L:(i+1)*L]`` for ``i < N // L``.
-(OLMo-core's own document iterator drops a tail without EOS; mmpack keeps it so nothing is lost.)
-With ``metadata=True`` (or a path) the ``.csv.gz`` gives the documents instead of a scan; its
-ranges must be contiguous from 0 (a tail after the last range again forms a final document).
-
-Finding the documents is ONE pass over the file: a numba kernel writes the positions of ``eos``
-in chunks of 4 Mi tokens (:func:`mmpack.kernels.eos.find_eos`).  A signed file (an int32
-``.npy``) is served as its unsigned twin, so the same first open checks that no id is negative
-(:mod:`mmpack.formats.token_ids`; one more pass, signed files only, with or without metadata)
-and refuses the file otherwise; ``verify()`` checks it again.  The resulting ``offsets`` is
-cached in ``cache_root()/eos-separated/index-<key>.npy`` where the key hashes the file's identity
-(size, mtime_ns, ctime_ns, inode, SHA-256 of its first and last MiB; what this trusts is in
-:mod:`mmpack.formats.foreign`), the header offset, dtype and ``eos``: reopening the same file
-costs two small reads; a replaced or rewritten file (any write sets a new ctime) is scanned
-again, and a file changed less than 2 s before the open is not cached.  Nothing is written
-beside the user's file.  Cost (``python -m benchmarks.bench_foreign``, 200 M
-uint16 tokens, 2 shared cores, medians of 5): the first open takes 0.42 s, the same as numpy's
-``(np.memmap(path) == eos).nonzero()`` (OLMo-core's way, 0.41 s; ratio 1.03) while also writing
-the cached index; a reopen takes 0.015 s.
+Finding the documents is ONE pass over the file (:func:`mmpack.kernels.eos.find_eos`, chunks of
+4 Mi tokens); a signed file is served as its unsigned twin after one more pass checks that no id
+is negative (:mod:`mmpack.formats.token_ids`).  ``offsets`` is cached in
+``cache_root()/eos-separated/index-<key>.npy``, the key hashing the file's identity (size, times,
+inode, its first and last MiB: :mod:`mmpack.formats.foreign` says what this trusts), the header
+offset, dtype and ``eos``; a file changed less than 2 s before the open is not cached, and
+nothing is written beside the user's file.  Cost: the first open runs at numpy's ``(np.memmap(path)
+== eos).nonzero()`` speed while writing the index, a reopen is two small reads (``python -m
+benchmarks.bench_foreign``, docs/benchmarks.md).
 
 Fingerprint: SHA-256 of the dtype, token count, EOS, the file's head/tail hash and the offsets.
 """

@@ -5,44 +5,23 @@ The ``.idx`` layout (Megatron-core's ``indexed_dataset``; every integer little-e
     magic      9 bytes   b"MMIDIDX\\x00\\x00"
     version    uint64    1
     dtype      uint8     1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16
-    S          uint64    sequence count
-    D          uint64    document-index count (documents + 1)
+    S, D       uint64    sequence count, document-index count (documents + 1)
     lengths    int32[S]  tokens per sequence
     pointers   int64[S]  byte offset of each sequence in the .bin
-    doc_index  int64[D]  doc_index[0] == 0, doc_index[-1] == S; document d is the sequences
-                         doc_index[d] .. doc_index[d + 1] - 1
+    doc_index  int64[D]  document d is the sequences doc_index[d] .. doc_index[d + 1] - 1
     modes      int8[S]   only in multimodal datasets (refused here)
 
-Worked example: two documents, the first of two sentences (``--split-sentences``) of 3 and 2
-tokens, the second of one of 4, int32 tokens: lengths ``[3, 2, 4]``, pointers ``[0, 12, 20]``,
-doc_index ``[0, 2, 3]``.  mmpack's documents are Megatron's documents, so
-``offsets = [0, 5, 9]``: the token offset of each sequence (pointer / itemsize, then the total)
-taken at ``doc_index``.  A merged dataset (the builder's ``add_index``) is the same layout.
+mmpack's documents are Megatron's documents: ``offsets`` is each sequence's token offset
+(pointer / itemsize, then the total) taken at ``doc_index``.  Opening maps the ``.idx`` and the
+``.bin`` (no byte of the ``.bin`` is read) and checks in one vectorized pass that the sizes match
+the counts, ``doc_index`` runs from 0 to S without decreasing, no length is negative and the
+pointers are contiguous in order.  Signed token dtypes (int32, Megatron's default) are served as
+the unsigned dtype of the same width; ``verify()`` and ``verify_reads=True`` check no id is
+negative.  Fingerprint: SHA-256 of the ``.idx`` bytes and the ``.bin`` size (a ``.bin``
+rewritten with the same size is caught by ``verify()``'s checksum sidecar).
 
-Opening reads only the ``.idx`` (mapped) and maps the ``.bin`` read-only: no byte of the ``.bin``
-is read or copied.  Checks at open (one vectorized pass over the index): the file size matches
-the counts (a size one byte per sequence larger is a multimodal index and is refused), the
-document index starts at 0, ends at S and never decreases, no length is negative, the pointers
-are contiguous in order (``pointers[k + 1] == pointers[k] + lengths[k] * itemsize``; Megatron's
-builder always writes them so, and anything else is refused rather than served through
-``read_ranges``), and the ``.bin`` holds exactly the tokens indexed.  Signed token dtypes (int32,
-Megatron's default) are served as the unsigned dtype of the same width over the same bytes;
-``verify()`` checks that no id is negative, and so does ``verify_reads=True`` in every block it
-reads (opening reads no byte of the ``.bin``, so it cannot).
-
-Fingerprint: SHA-256 of the ``.idx`` bytes and the ``.bin`` size (the index is ~20 bytes per
-sequence); a ``.bin`` rewritten in place with the same size is caught by ``verify()``'s checksum
-sidecar (and by ``verify_reads=True`` on the first read of the block), an ``.idx`` changed behind
-the cache by ``verify()``'s full re-parse.
-
-Cost (``python -m benchmarks.bench_foreign``, 10,000,000 sequences, a 200 MB ``.idx``, 2 shared
-cores): the first open validates and hashes the index (1.27 s, median of 5) and caches ``offsets``
-and the fingerprint in ``cache_root()/megatron/index-<key>.npy``, keyed by the ``.idx``'s identity
-(size, mtime_ns, ctime_ns, inode, first and last MiB; any write sets a new ctime, see
-:mod:`mmpack.formats.foreign` for what this trusts) and the ``.bin`` size; a reopen (each
-DataLoader worker unpickling the store) maps the cached ``offsets`` instead (0.038 s).  An
-``.idx`` changed less than 2 s before the open is not cached.  megatron-core's
-``IndexedDataset`` opens the same files in 0.0004 s because it validates nothing.
+Cost: the first open validates and hashes the index, caching ``offsets`` and the fingerprint
+(``cache_root()/megatron/``); a reopen maps them (``python -m benchmarks.bench_foreign``).
 """
 
 from __future__ import annotations

@@ -4,42 +4,24 @@ index and shuffle index, array for array.
 A ``GPTDataset`` (megatron-core 0.16) draws fixed-length samples from *sequences* (the
 ``.idx``'s sequences: a document's sentences with ``--split-sentences``, else the documents):
 
-1. **Sequences.**  ``BlendedMegatronDatasetBuilder`` gives each split the sequence range
-   ``[round(a * S), round(b * S))`` of the ``S`` sequences, ``a, b`` the split's bookends in
-   the normalised ``split`` string (``"969,30,1"``: train ``[0, 0.969)``, ...); a split of
-   weight 0 is not built (:func:`split_sequences`).
-2. **Epochs.**  ``T`` = the split's tokens; ``E`` = the fewest epochs whose ``E * T`` tokens hold
-   ``num_samples * seqlen + extra`` (1 epoch when ``num_samples`` is None), ``extra`` being 1
-   with ``add_extra_token_to_sequence`` (each sample reads one token more, for the labels).
-   The last epoch is shuffled apart (``separate_final_epoch``) when it contributes fewer than
-   ``int(0.8 * per_epoch)`` samples, ``per_epoch = (T - extra) // seqlen``.
-3. **Document index.**  ``numpy.random.RandomState(seed)`` shuffles the split's sequences
-   repeated ``E`` times (or ``E - 1`` times, then one more epoch alone): int32, ``E * n``.
-4. **Sample index.**  Sample ``i`` is the tokens ``[i * seqlen, i * seqlen + seqlen + extra)`` of
-   those sequences concatenated; the index holds the ``N + 1`` boundaries as (entry, offset)
-   pairs (:mod:`mmpack.kernels.megatron_order`), ``N = (E * T - extra) // seqlen``; the
-   validation split with ``drop_last_partial_validation_sequence=False`` keeps a last, padded
-   sample, its count rounded as megatron-core's helper rounds it (a float32 ``ceil``).  int32
-   unless an entry count or a sequence length passes ``2**31 - 1``.
-5. **Shuffle index.**  The same ``RandomState`` shuffles ``range(N)`` (uint32 below ``2**32 -
-   2`` samples, else int64), or, with a separate final epoch, the samples of the first ``E - 1``
-   epochs and then the rest on their own.  Sample ``i`` of the dataset is sample
-   ``shuffle_index[i]`` of the sample index.
+1. **Sequences**: split ``[a, b)`` of the normalised ``split`` string gets the sequences
+   ``[round(a * S), round(b * S))``; a split of weight 0 is not built (:func:`split_sequences`).
+2. **Epochs**: ``E`` = the fewest epochs whose tokens hold ``num_samples * seqlen + extra``
+   (``extra`` = 1 with ``add_extra_token_to_sequence``); the last is shuffled apart when it
+   contributes fewer than ``int(0.8 * per_epoch)`` samples.
+3. **Document index**: ``numpy.random.RandomState(seed)`` shuffles the sequences repeated ``E``
+   times (or ``E - 1``, then the last epoch alone): int32.
+4. **Sample index**: the ``N + 1`` boundaries of samples of ``seqlen + extra`` tokens as (entry,
+   offset) pairs (:mod:`mmpack.kernels.megatron_order`), a kept padded last validation sample
+   counted as megatron-core counts it; int32 unless a count passes ``2**31 - 1``.
+5. **Shuffle index**: the same ``RandomState`` shuffles ``range(N)`` (the separate final epoch
+   on its own); sample ``i`` is sample ``shuffle_index[i]`` of the sample index.
 
-Cost: O(E * n + N) time and memory (4 bytes per document-index entry, 8 per sample boundary, 4
-per sample), as in megatron-core; the two ``RandomState`` shuffles are most of it, and the
-sample index is one merge pass in numba.  ``python -m benchmarks.bench_megatron_order``
-(10^6 sequences of 1..64 tokens, 10^6 samples of 64 tokens asked: 2 epochs, 1,016,378 samples;
-medians of 5 alternating with megatron-core's own ``GPTDataset`` construction, 2 shared cores
-at load ~10): the three arrays in 0.155 s against 0.212 s for megatron-core (0.73x).
-:func:`cached_order` keeps them in the store's cache folder (:mod:`mmpack.formats.arrayfile`: a
-checksummed file, mapped when read back), keyed by the store's fingerprint and every parameter,
-so a second view or a DataLoader worker maps them instead of recomputing (0.023 s in the same
-run, digests and ranges checked).
-
-megatron-core loops forever when asked for samples from a split without tokens (``num_samples``
-given); :func:`build_order` refuses it (``ValueError``), and refuses as megatron-core does a
-kept partial validation sample that ends on an empty sequence.
+Cost: O(E * n + N) time and memory, as in megatron-core, mostly the two shuffles
+(``python -m benchmarks.bench_megatron_order``, against megatron-core's own construction;
+docs/benchmarks.md).  :func:`cached_order` keeps the arrays in the store's cache folder
+(:mod:`mmpack.formats.arrayfile`), keyed by the fingerprint and every parameter.  A split
+without tokens (megatron-core loops forever) is refused with ``ValueError``.
 """
 
 from __future__ import annotations
@@ -371,7 +353,7 @@ def order_key(
         "format": _KEY_VERSION,
         "order": "megatron-core GPTDataset",
         "fingerprint": str(store.fingerprint),
-        "sequences": [int(seqs.shape[0]), block_digest("xxh64", seqs)],
+        "sequences": [int(seqs.shape[0]), block_digest(seqs)],
         "seqlen": int(seqlen),
         **{k: (v.value if isinstance(v, MegatronSplit) else v) for k, v in options.items()},
     }

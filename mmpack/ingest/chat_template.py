@@ -6,28 +6,20 @@ A conversation is ``{"messages": [{"role": ..., "content": ...}, ...]}``; a prom
 pair is ``{"prompt": ..., "completion": ...}``, both strings or both lists of messages.  The
 mask follows TRL's SFT data path (``trl.SFTTrainer``) so that the labels equal its labels:
 
-- ``"assistant"`` (``assistant_only_loss``): the conversation through the template with
-  ``apply_chat_template(..., return_dict=True, return_assistant_tokens_mask=True)``; the mask is
-  the template's assistant mask (1 on the tokens its ``{% generation %}`` blocks produce: a
-  template without them is refused, since its mask would be all 0);
+- ``"assistant"`` (``assistant_only_loss``): the template's assistant mask from
+  ``apply_chat_template(..., return_dict=True, return_assistant_tokens_mask=True)`` (a template
+  without ``{% generation %}`` blocks is refused: its mask would be all 0);
 - ``"all"``: the same ids, every token a target;
-- ``"completion"`` (``completion_only_loss``): the ids of the prompt followed by the completion
-  (strings: the tokenizer's ``__call__`` on their concatenation, the eos token appended to the
-  completion when it does not end with it; messages: the template over both), the mask 0 on
-  their common prefix with the prompt's own ids (messages: rendered with
-  ``add_generation_prompt=True``) and 1 after it.
+- ``"completion"`` (``completion_only_loss``): the ids of prompt then completion (strings: the
+  tokenizer on their concatenation, eos appended; messages: the template over both), the mask 0
+  on their common prefix with the prompt's own ids and 1 after it.
 
-Every template call gets what TRL's SFT path gives it from the record (:func:`template_options`):
-``tools=`` (the record's ``tools``, a list of tool schemas or their JSON text, else None) and the
-record's ``chat_template_kwargs`` (more template variables, e.g. ``enable_thinking``); string
-prompt/completion pairs take neither.
-
-A record is checked before it is tokenized (:func:`record_problem`): a dict with the keys its
-``loss_on`` reads, messages a non-empty list of dicts with a ``role`` among :data:`CHAT_ROLES`
-and a string (or list of parts) ``content`` (an assistant message with ``tool_calls`` may have
-none), ``tools`` and ``chat_template_kwargs`` (:data:`CHAT_OPTIONS`) of those types.  Cost: one template rendering (two for a
-completion) and tokenization per record, in transformers.  Nothing is ever downloaded: a
-tokenizer folder is loaded with ``local_files_only=True``.
+Every template call gets ``tools=`` and the record's ``chat_template_kwargs``, as TRL gives them
+(:func:`template_options`; string pairs take neither).  A record is checked before it is
+tokenized (:func:`record_problem`: the keys its ``loss_on`` reads, roles among
+:data:`CHAT_ROLES`, option types of :data:`CHAT_OPTIONS`).  Cost: one template rendering (two
+for a completion) and tokenization per record, in transformers.  Nothing is ever downloaded (a
+tokenizer folder is loaded with ``local_files_only=True``).
 """
 
 from __future__ import annotations

@@ -2,42 +2,25 @@
 verified at the destination and published atomically (``mmpack cp SRC DST``).
 
 The copy reads the source through the :class:`~mmpack.store.reader.TokenStore` interface and
-writes it with the build's writer (:func:`mmpack.store.writer.store_writer`: a local folder, or
-a URL through the writer the remote adapter registers), so it is published exactly as a build:
-a local copy is written in a temporary folder beside ``dst`` and renamed into place (swapped with
-the store it replaces, with ``overwrite``); a remote copy uploads its objects under a fresh
-``data-*`` prefix and writes ``mmpack.json`` last.  Nothing at ``dst`` opens until the copy is
-complete and verified; an interrupted copy leaves nothing that opens.
+writes it with the build's writer (:func:`mmpack.store.writer.store_writer`), so it is published
+exactly as a build (a temporary folder renamed into place; on object storage ``mmpack.json``
+written last): nothing at ``dst`` opens until the copy is complete and verified.  Copied: every
+document in the source's dtype, its loss mask, the metadata's optional sections
+(:attr:`TokenStore.extra <mmpack.store.reader.TokenStore.extra>`), the attached files and the
+per-document fields.  An mmpack store keeps its layout (``backend=`` changes it), so its copy
+has the same XXH64 stripe digests and the same fingerprint (a store of another stripe size is
+re-blocked, so its fingerprint changes).  A join is copied as one flattened store; another
+tool's files (Megatron, EOS-separated) as an mmpack store of their documents.
 
-What is copied.  Every document, in the source's dtype, with its loss mask (``store.loss_mask``,
-read with the same ranges); the metadata's optional sections
-(:attr:`TokenStore.extra <mmpack.store.reader.TokenStore.extra>`: the tokenizer record, the
-provenance, whatever a builder added) and the files the build attached
-(:attr:`~mmpack.store.reader.TokenStore.attached_files`, e.g. ``tokenizer.json``), and the
-per-document fields (``store.fields``, :mod:`mmpack.store.fields`; a subset's are the parent's
-restricted to it, a join's the parts' concatenated).  An mmpack
-store keeps its token checksum algorithm and its layout (``backend=`` changes it: a memmap store
-copied to Zarr or back), so its copy has the same block digests and the same fingerprint (which
-does not cover the layout; a store written with blocks other than 16 MiB, which mmpack's
-builds never write, is re-blocked, so its fingerprint changes).  A join is copied as one flattened store (its documents in order,
-its tokenizer record and provenance; a self-contained store, where copying the manifest and its
-parts would leave a join whose parts may lie anywhere); its fingerprint is the flat store's.
-Another tool's files (Megatron ``.bin/.idx``, a flat EOS-separated file) are copied as an
-mmpack store of their documents, with the fingerprint of an mmpack store.
+Verification: a local source is opened with ``verify_reads=True`` (every stripe checked against
+its own checksums before its tokens are copied: a damaged source is refused, naming its first
+bad block, and nothing is published); a remote source checks every page it fetches.  An mmpack
+source's recorded digests must equal the copy's; before it is published the copy is opened from
+the destination and verified (every stripe read back, every attached file compared).
 
-Verification.  A local source is opened with ``verify_reads=True``: every block is checked
-against the source's own checksums (a join: its parts'; another tool's files: their checksum
-sidecar) before its tokens are copied, so a damaged source is refused, naming its first bad
-block, and nothing is published.  A remote source checks every block it fetches.  For an mmpack
-source the block digests the copy computed must then equal the source's recorded ones (so the
-copy holds exactly the source's bytes).  Before it is published, the copy is opened from the
-destination (its temporary folder; for a URL from the uploaded objects, before any metadata
-names them) and verified: every block read back and checked, every attached file compared.
-
-Cost: the source is read once (twice for another tool's files without a checksum sidecar, whose
-sums are recorded first) and the destination once more to verify it; a remote destination is
-written locally first, then uploaded (the build's path).  Memory: one chunk of about 16 Mi
-tokens (a longer document is read whole).
+Cost: the source is read once (twice for another tool's files without a checksum sidecar) and
+the destination once more; a remote destination is written locally first, then uploaded.
+Memory: one chunk of about 16 Mi tokens (a longer document is read whole).
 """
 
 from __future__ import annotations
@@ -128,7 +111,6 @@ def copy_store(
         "dtype": source.dtype,
         "backend": backend or (source.backend if own else "memmap"),
         "overwrite": overwrite,
-        "checksum": recorded.tokens_checksum if recorded is not None else "xxh64",
         "check": _verifier(source, expected, files, progress),
         "fields": {name: source.fields.field(name) for name in source.fields},
     }

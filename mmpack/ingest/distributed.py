@@ -8,35 +8,20 @@
     OUT (staged as .OUT.mmpack-build-*):   parts/part-00000     parts/part-00001   ...
                                                └──────── mmpack.join (manifest + offsets) ───▶ OUT
 
-Algorithm.  :func:`plan_tasks` expands the inputs exactly as :func:`mmpack.ingest.pipeline.ingest`
-does (paths in the order given, each glob's matches sorted) and cuts the file list, in order, into
-tasks of about ``part_bytes`` of input (small files are grouped; a file is never split).  Each task
-runs :func:`build_part`, a plain function of ``(inputs, part path, options)`` that any engine can
-call: it tokenizes its files with :func:`~mmpack.ingest.pipeline.ingest` (one process) into ONE
-store at a name fixed by the task's index, written atomically with ``overwrite=True``, so a task
-that the engine retries or runs twice leaves exactly one, identical, part.  The driver joins the
-parts in task order (:mod:`mmpack.joins.join`; no token is copied) inside the staging folder and
-renames it onto ``OUT``: a failed build publishes nothing and removes its staging folder.  The
-result's documents and tokens are those of ``ingest`` over the same inputs, whatever the number of
-workers or the order in which tasks finish (tested).
+Algorithm: :func:`plan_tasks` expands the inputs as :func:`mmpack.ingest.pipeline.ingest` does
+and cuts the file list, in order, into tasks of about ``part_bytes`` of input (a file is never
+split).  Each task runs :func:`build_part`, a plain function any engine can call, into ONE store
+at a name fixed by the task's index (``overwrite=True``: a retried task leaves one identical
+part).  The driver joins the parts in task order inside the staging folder (no token copied) and
+renames it onto ``OUT``; a failed build publishes nothing, and a killed build's folder is removed
+by the next build (its lock, :func:`mmpack.store.publish.stage_folder`).  The result is
+``ingest``'s over the same inputs, whatever the workers.  With ``shuffle_docs=seed`` part ``k``
+is built with ``shuffle_docs=(seed, k)`` and the parts joined in ``doc_order(n_parts, seed)``
+(not the permutation of one local build: a document never changes part).
 
-With ``shuffle_docs=seed`` each part is built with ``shuffle_docs=(seed, k)`` (``k`` its task
-index: its documents in a keyed order of their own, :mod:`mmpack.store.doc_order`) and the parts
-are joined in the keyed order ``doc_order(n_parts, seed)``: the result holds every document once,
-a neighbourhood of documents comes from one part's random sample, but the order is not the
-document-level permutation one local build of the same seed writes (a document never moves to
-another part).  The staging folder carries its driver's
-lock (:func:`mmpack.store.publish.stage_folder`): a killed build's folder is removed by the next
-build of the same output, a live one's never.
-
-Engines: ``"dask"`` (``dask.distributed``: a ``LocalCluster`` on 127.0.0.1 unless ``scheduler``
-names one; its workers must see the same file system and have mmpack installed) and ``"serial"``
-(the tasks one after another in this process).  A recipe for any other engine (a process
-pool, Ray, Slurm) is in ``docs/distributed.md``.
-
-Modules: :mod:`mmpack.ingest.task_plan` (:func:`plan_tasks`), :mod:`mmpack.ingest.part_build`
-(:func:`build_part`), :mod:`mmpack.ingest.engines` (the runners and the progress bar); this module
-owns the driver: checks, staging, the join and the atomic publish, and the summed report.
+Engines: ``"dask"`` (a ``LocalCluster`` on 127.0.0.1 unless ``scheduler`` names one),
+``"serial"``, others in ``docs/distributed.md``; the runners live in
+:mod:`~mmpack.ingest.engines`, the planner and part builder in ``task_plan`` and ``part_build``.
 """
 
 from __future__ import annotations

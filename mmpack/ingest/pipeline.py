@@ -1,77 +1,27 @@
 """Ingestion: raw text (files, datasets, iterables) -> tokenized documents -> a token store.
 
-Pipeline.  The main process reads the inputs in order (files in the order given, each glob's
-matches sorted), one record at a time, and groups the texts into batches of ``batch_size``
-documents (or ``batch_chars`` characters, whichever comes first).  Each batch is tokenized (in
-this process with ``workers=1``; otherwise in a pool of ``workers`` processes, at most
-``2 * workers`` batches in flight) and the results are consumed *in submission order* and
-streamed into :class:`mmpack.store.writer.StoreWriter` with ``add_batch``.  So memory is bounded by the
-batches in flight, never by the corpus, and the store is a pure function of the inputs and the
-tokenizer: the same bytes with one worker or many.  Workers are forked where the platform can
-(Linux; so a script needs no ``if __name__ == "__main__"`` guard there; elsewhere Python's
-default start method applies, which needs it) and rebuild the tokenizer once from its picklable
-spec; a Hugging Face tokenizer runs single-threaded in each.
+Pipeline: the main process reads the inputs in order (each glob's matches sorted), one record at
+a time, in batches of ``batch_size`` documents (or ``batch_chars`` characters); each batch is
+tokenized (in ``workers`` processes, at most ``2 * workers`` batches in flight, forked where the
+platform can) and the results are consumed *in submission order* into
+:class:`mmpack.store.writer.StoreWriter`.  Memory is bounded by the batches in flight, and the
+store is a pure function of the inputs and the tokenizer, whatever the workers.  Inputs (by
+extension, after an optional ``.gz`` / ``.zst``; ``format=`` forces one): text files (one document
+each, or per line with ``lines=True``), ``.jsonl`` / ``.json`` (the text in ``field``),
+``.parquet`` (the ``field`` column), a saved Hugging Face dataset (one split), or in the API any
+iterable of strings or dicts.
 
-Inputs (format from the extension, after an optional ``.gz`` or ``.zst``; more extensions read
-as text with ``text_extensions=``; or forced with ``format=``, for every file or per pattern):
+Bad records (invalid UTF-8 or JSON, a missing or non-string ``field``, a failed tokenization) are
+an :class:`IngestIssue` naming file, line and reason, reported and skipped; ``on_error="skip-some"``
+(default) refuses the build (:class:`IngestError`, nothing written) when a file was lost, an
+input held records and none was stored, or more than half were skipped; ``"skip"`` builds from
+the rest; ``"fail"`` stops at the first.  A file is all or nothing: a ``.gz`` is decompressed
+through once first to check its CRC and length (a corrupt one is skipped whole), and a file whose
+reading fails part-way is taken out whole, or the build stops.  A UTF-8 BOM is dropped; empty
+documents are kept unless ``skip_empty=True``.
 
-- text: ``.txt`` / ``.text`` / ``.md`` and common source and markup files (``.py``, ``.rst``,
-  ``.c``, ``.js``, ``.html``, ``.yaml``, ... see ``TEXT_EXTENSIONS``): one document per file, or
-  one per line with ``lines=True`` (``\\n`` or ``\\r\\n`` ends a line; the line ending is not part
-  of the document);
-- ``.jsonl`` / ``.ndjson``: one JSON object per line, the text in ``field`` (blank lines are not
-  records); ``.json``: a JSON array of objects or one object (read whole), or JSON lines;
-- ``.parquet``: the ``field`` column (string, or binary holding UTF-8), read in record batches;
-- a folder saved by Hugging Face ``datasets`` (``save_to_disk``; needs ``datasets``, imported
-  only then; of a ``DatasetDict`` its one split, or the split ``split=`` names: one of several
-  is never guessed, nor are several built together);
-- in the API also a ``datasets``-like object (anything with ``.iter(batch_size=)`` yielding
-  column dicts, or iterable of dicts) and any other iterable of strings or dicts (e.g. a
-  generator, or ``iter(list_of_texts)``; a list or tuple means paths).
-
-Bad records.  A record that is not valid UTF-8, not valid JSON, not an object, lacks ``field``,
-holds a non-string (or null) there, or fails to tokenize is an :class:`IngestIssue` naming the
-file and line (or row / item) and the reason.  It is reported (``on_issue`` callback, else a
-warning for each of the first 20) and skipped; then ``on_error`` decides.  ``"skip-some"``
-(default) refuses the build (:class:`IngestError`, nothing written) when a file was lost (below),
-when an input as the caller named it (a path, a glob with all its matches, a dataset, an
-iterable) held more than one record and none could be stored, or when more than half of all
-records were skipped: the marks of a wrong ``field`` or of the wrong files, not of a few bad
-records.  With ``fields=`` a record lacking a named key (or column), or holding a null, a list or
-an object there, is a bad record too; a Parquet file or a saved dataset without a named column
-(or with one of lists or structs) is refused before anything is read.  ``"skip"`` builds from whatever is left; ``"fail"`` stops at the first bad record,
-nothing written.  Nothing is dropped silently: the report counts documents read, written, skipped
-with an error and skipped as empty, and the files lost.
-
-A file is all or nothing.  A ``.gz`` input is first decompressed through once to check its CRC
-and length (one more decompression: +35-42% of a byte-level build of a 6.1 MiB ``.jsonl.gz``,
-under 1% of a BPE one); a corrupt or truncated one is skipped whole, and its issue counts the
-records decoded before the damage (damaged ones included; what follows the damage is lost with
-the file).  A file whose reading fails part-way (an I/O error, a Parquet page that does not
-decode) is also taken out whole while none of its documents has left the batch being filled;
-after that the build stops with :class:`IngestError` and writes nothing, never a part of the
-file.
-
-A UTF-8 byte-order mark at the start of a file is an encoding marker, not text: it is dropped.
-Empty documents (empty text) are written as empty documents (the store keeps them; the window
-and packed views then see a lone end-of-text) unless ``skip_empty=True``, which counts them in
-``empty_skipped``.
-
-Progress (``progress=True``; the ``mmpack build`` command's default on a terminal): a bar over
-the inputs' bytes on disk, their total known before reading (compressed sizes for ``.gz`` and
-``.zst``; the bytes read are the position in the compressed file), advanced as each batch's
-documents are written, with the documents written, tokens/s and an ETA; an in-memory dataset
-counts documents instead (against its length where it has one).
-
-Cost: reading and batching run at disk speed in the main process; tokenization scales with the
-workers (the byte-level tokenizer is cheaper than the pickling that a worker would need, so its
-default is one worker).
-
-This module holds :func:`ingest`, the API, and the loop that writes the tokenized batches; the
-inputs are resolved by :mod:`mmpack.ingest.inputs` and read by :mod:`mmpack.ingest.readers` (their
-record protocol and the ``.gz`` checks: :mod:`mmpack.ingest.records`), batched by
-:mod:`mmpack.ingest.batching`, tokenized by :mod:`mmpack.ingest.workers` and accounted for by
-:mod:`mmpack.ingest.report`.
+Cost: reading at disk speed, tokenization scaling with the workers (``python -m
+benchmarks.bench_ingest``).  This module holds :func:`ingest` and its writing loop.
 """
 
 from __future__ import annotations

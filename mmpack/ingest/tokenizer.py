@@ -1,35 +1,24 @@
 """Tokenizers for ingestion: the built-in byte-level one and Hugging Face tokenizers, one interface.
 
 Every tokenizer exposes ``encode_batch(texts) -> list[np.ndarray]`` (one 1-D array of ids per
-text, of dtype ``token_dtype``, no special tokens added), ``decode(ids) -> str``, ``eot_id``
-(the end-of-text id, or None when the tokenizer has none), ``vocab_size`` (the number of tokens),
-``max_id`` (the largest id it can produce, added tokens included: ids need not be contiguous, so
-this, not ``vocab_size``, sizes an embedding and the store dtype), and ``spec``: a small
-picklable :class:`TokenizerSpec` from which :func:`load_tokenizer` rebuilds the same tokenizer in
-a worker process (the tokenizer objects themselves are not sent between processes).
+text, of dtype ``token_dtype``, no special tokens added), ``decode(ids) -> str``, ``eot_id`` (or
+None), ``vocab_size``, ``max_id`` (the largest id it can produce, added tokens included: it, not
+``vocab_size``, sizes an embedding and the store dtype), and ``spec``, a picklable
+:class:`TokenizerSpec` from which :func:`load_tokenizer` rebuilds it in a worker.  Kinds:
 
-Kinds:
+- ``"byte"``: the UTF-8 bytes, ids 0..255, ``eot_id`` 256; stores are ``uint8``.  Cost: one
+  ``str.encode`` per text; decoding replaces a character cut by a window edge with U+FFFD.
+- ``"tokenizers"``: a Hugging Face ``tokenizer.json`` (a file, or a folder whose config files
+  name the eos token), encoded in Rust on all cores unless ``TOKENIZERS_PARALLELISM=false``.
+- ``"transformers"``: a tokenizer folder without ``tokenizer.json`` (e.g. SentencePiece), loaded
+  offline; ``transformers`` is imported only then.
 
-- ``"byte"``: the UTF-8 bytes of the text, ids 0..255; ``eot_id`` 256, ``vocab_size`` 257.  Only
-  bytes are ever stored, so its stores are ``uint8``.  Cost: one ``str.encode`` per text (about
-  1 GB/s); decoding replaces a multi-byte character cut by a window edge with U+FFFD.
-- ``"tokenizers"``: a Hugging Face ``tokenizers`` ``tokenizer.json`` (a file, or a folder holding
-  one; the folder's ``tokenizer_config.json`` / ``special_tokens_map.json`` name the eos token).
-  Encoding runs in Rust, on all cores within one process unless ``TOKENIZERS_PARALLELISM=false``.
-- ``"transformers"``: a ``transformers`` tokenizer folder without ``tokenizer.json`` (e.g. a
-  SentencePiece model), loaded offline (``local_files_only=True``); ``transformers`` is imported
-  only then.
-
-Templates (:class:`TemplateTokenizer`, :func:`with_template`): documents stored with the tokens a model expects around them.
-
-A template is either ``"tokenizer"`` -- the tokenizer's own post-processor (``tokenizers``'
-``TemplateProcessing``, e.g. ``<|begin_of_text|>`` for Llama 3, ``[CLS] ... [SEP]`` for BERT;
-``transformers``' ``add_special_tokens=True``) -- or a string of whitespace-separated items with
-``$A`` standing once for the document's tokens, each other item a token of the vocabulary or an
-integer id: ``"<s> $A"`` (BOS), ``"[CLS] $A [SEP]"``, ``"$A <|endoftext|>"``.  The ids are
-written into the store, so every view sees them as document tokens (the views' ``eot`` is still
-inserted after them when given).  The template is part of the tokenizer's spec (workers rebuild
-it) and of the store's tokenizer record.  Cost: one small concatenation per document.
+Templates (:class:`TemplateTokenizer`, :func:`with_template`): the tokens a model expects
+around a document, stored with it.  ``"tokenizer"`` is the tokenizer's own post-processor
+(``TemplateProcessing``, ``add_special_tokens=True``); a string of whitespace-separated items
+has ``$A`` once for the document's tokens and vocabulary tokens or integer ids around it
+(``"<s> $A"``, ``"[CLS] $A [SEP]"``, ``"$A <|endoftext|>"``).  The template is part of the spec
+and of the store's tokenizer record.  Cost: one small concatenation per document.
 
 Nothing is ever downloaded.
 """

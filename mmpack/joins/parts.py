@@ -2,46 +2,26 @@
 
 A join is a folder holding a small manifest and one index::
 
-    OUT/mmpack-join.json       format "mmpack-join", the parts in order (location, relative to OUT
-                               where local; fingerprint; dtype; documents; tokens; for another
-                               tool's files their format and options, e.g. eos), the counts,
-                               the fingerprint of the join
-    OUT/offsets-<id>.bin       int64 (num_docs + 1,): the global document offsets, the parts'
-                               offsets shifted by the tokens before them; CRC-32 in the manifest
+    OUT/mmpack-join.json       format "mmpack-join", the parts in order (location, fingerprint,
+                               dtype, counts; for another tool's files their format and options),
+                               the counts, the fingerprint of the join
+    OUT/offsets-<id>.bin       int64 (num_docs + 1,): the global document offsets; the CRC-32 of
+                               each 16 MiB stripe in the manifest
 
-The global offsets are all the views need (windows and packing plans resolve documents by binary
-search over them, O(log docs), no per-sample table), so a joined store is a
-:class:`~mmpack.store.reader.TokenStore` with ``tokens=None`` whose backend serves
-``read_ranges``: the requested global ranges are split at the parts' token starts (one
-``searchsorted`` for the first and last part of every range, ``np.repeat`` for the pieces), and
-the pieces are copied into one buffer where range ``k`` is contiguous: straight from the parts'
-mappings when every part is a memmap store (one slice copy per piece), else with ONE
-``read_ranges`` call per touched part (remote or Zarr parts fetch their pieces together).  When
-every range lies in one part of the store's dtype, that part's answer is returned as it is (zero
-copy for a memmap part).  Measured (``python -m benchmarks.bench_join``, 32 parts, 50M tokens, on a
-loaded 2-core machine): a batch of 32 random 2048-token windows costs 1.7x the single store's
-(0.13 vs 0.07 ms; the single store's kernel reads the mapping directly), ~500M tokens/s.
-
-Cost.  ``join`` reads only the parts' metadata and offsets and writes ``8 * (num_docs + 1)`` bytes
-plus the manifest: against the token bytes that is ``8 / (itemsize * mean document length)``,
-e.g. 0.8% for uint16 tokens and 500-token documents, 0.04% for 10k-token documents (the benchmarks
-page's figure comes from ``python -m benchmarks.bench_join``).  Opening (:mod:`mmpack.joins.opening`)
-maps the offsets and opens every part (its metadata only; a part's mappings hold no file
-descriptor, so a join of 10,000 parts opens under a limit of 1024 open files), refusing a part
-that is missing or whose fingerprint differs from the manifest's, and a join that contains
+A joined store is a :class:`~mmpack.store.reader.TokenStore` with ``tokens=None`` whose backend
+serves ``read_ranges``: the global ranges are split at the parts' token starts (one
+``searchsorted``, ``np.repeat`` for the pieces) and copied into one buffer, straight from the
+parts' mappings when every part is a memmap store, else with ONE ``read_ranges`` per touched
+part; ranges all in one part of the store's dtype get that part's answer as it is.  Opening
+(:mod:`mmpack.joins.opening`) maps the offsets and opens every part's metadata (no file
+descriptor held per part), refusing a missing part, another fingerprint or a join that contains
 itself.  ``verify()`` verifies every part, the offsets' checksums and their agreement with the
-parts' own offsets.  With ``verify_reads=True`` every part checks its own blocks on first read
-and the offsets' checksums are checked at open.
+parts'; ``verify_reads=True`` checks the offsets' checksums at open.  Appending or re-joining
+writes a new offsets file, replaces the manifest atomically, then removes the old file.
 
-Publishing.  A new join is written in a temporary folder beside ``OUT`` and renamed into place.
-Appending parts (``append=True``) or re-joining (``overwrite=True``) writes a new offsets file
-under a new name, then replaces the manifest with ``os.replace`` (atomic), then removes the old
-offsets file; readers that opened the old join keep their mapping, and a reader that raced the
-swap re-reads the manifest.  Appenders of one join are serialised by a lock file.
-
-The manifest's format, checks and fingerprint are :mod:`mmpack.joins.manifest`, opening is
-:mod:`mmpack.joins.opening`; this module owns the backend that reads through the parts and the
-opened :class:`JoinedStore`.
+Cost: ``join`` writes ``8 * (num_docs + 1)`` bytes plus the manifest (``8 / (itemsize * mean
+document length)`` of the tokens); a batch of windows against a single store: ``python -m
+benchmarks.bench_join`` (docs/benchmarks.md).  The manifest is :mod:`mmpack.joins.manifest`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Numba kernels: small pure functions over arrays, one module per family of kernels.
 
-Kernels that call each other live in the same module (numba's cache does not notice edits to a
-jitted function in another file).  Every kernel has a slow, obviously right Python twin,
-paired with it in one table (``PAIRS`` in ``tests/reference.py``) that the tests compare by
-hypothesis on random inputs and ``python -m benchmarks.bench_kernels`` times side by side.
+Kernels that call each other live in one module (numba's cache does not follow callees across
+files).  Every kernel has a slow, obviously right Python twin (``PAIRS`` in
+``tests/reference.py``), compared by hypothesis and timed by ``python -m benchmarks.bench_kernels``.
 
 | module | kernels |
 |---|---|

@@ -1,10 +1,9 @@
 """The node cache's hit test: are all the blocks that a batch's token ranges touch present.
 
 :func:`all_blocks_present` is one pass over the ranges, reading the state byte of every block
-each range touches (a window of 2048 uint16 tokens touches one or two 16 KiB blocks).  Measured
-with ``timeit`` on a loaded 2-core VM: ~2-3 us per call for 32 windows or 300 packed pieces,
-against 24-30 us for the same test as a dozen numpy calls; the hit path of
-:mod:`mmpack.remote.backend` calls it once per batch.
+each range touches (a window of 2048 uint16 tokens touches one or two 16 KiB blocks); the hit
+path of :mod:`mmpack.remote.backend` calls it once per batch (cost: ``python -m
+benchmarks.trust_costs node_cache``, docs/benchmarks.md "Checksums").
 
 The check of cached blocks against their digests, :func:`mmpack.kernels.store.check_ranges`,
 lives beside the hash it calls.

@@ -3,29 +3,24 @@ by nested two-way splits of the schedule's integral.
 
 The plan is four arrays.  ``epochs`` (int64, (E, 2)): the first position and the root node of
 the schedule and of each change of it.  ``nodes`` (int64, (N, 4)): per internal node of the
-split trees (each epoch's numbered parents first from its root),
-``[left, right, first row, number of rows]``; a child ``c >= 0`` is internal node ``c``, ``c < 0``
-is source ``-c - 1``.  ``rows`` (float64, (R, ROW)) with ``levels`` (int64, (R,)): the rows of a
-node cover its count ``m`` from ``levels[r]`` (the first count a row applies to, strictly
-increasing among the rows of a node that apply to any count) to the next row's.  A row describes
-one stretch of the schedule's axis ``x`` on which the node's density ``g`` and the density ``a``
-of one of its children (the *computed* child, the one of smaller density there) are linear:
-
-``side`` (0: the left child is computed, 1: the right), the stretch's length ``L``,
-``G0`` / ``g0`` / ``gam``: the node's integral, density and slope at the start, ``A0`` / ``a0`` /
-``alpha``: the computed child's, ``A1`` / ``a1``: the computed child's integral and density at the end.
+split trees, ``[left, right, first row, number of rows]``; a child ``c >= 0`` is internal node
+``c``, ``c < 0`` is source ``-c - 1``.  ``rows`` (float64, (R, ROW)) with ``levels`` (int64,
+(R,)): a node's rows cover its count ``m`` from ``levels[r]`` to the next row's; a row is one
+stretch of the schedule's axis on which the node's density and the density of its *computed*
+child (the smaller one there) are linear: ``side`` (which child is computed), the length ``L``,
+``G0`` / ``g0`` / ``gam`` (the node's integral, density and slope at the start), ``A0`` / ``a0``
+/ ``alpha`` (the computed child's), ``A1`` / ``a1`` (its integral and density at the end).
 
 The computed child's count at node count ``m`` is ``floor(Phi(m) + 1/2)``, ``Phi(m) = A(u(m))``:
-the child's integral at the point ``u`` where the node's integral reaches ``m``.  ``u`` and ``A``
-are written so that every floating-point operation is monotone in ``m`` (sums of non-negative
-terms, no cancellation), so ``Phi`` is non-decreasing in ``m`` as computed; the computed child has
-at most half the node's density, so ``Phi`` grows by at most 1/2 per count: each count of the node
-adds 0 or 1 to each child.  The plan checks the row switches at construction.
+the child's integral where the node's integral reaches ``m``.  Every floating-point operation is
+monotone in ``m`` (sums of non-negative terms), so ``Phi`` is non-decreasing as computed, and it
+grows by at most 1/2 per count: each count of the node adds 0 or 1 to each child.  The plan
+checks the row switches at construction.
 
 Cost: a position is located by one descent of its epoch's tree (depth ``ceil(log2 K)`` for
 balanced weights), each level a binary search over the node's rows and two evaluations of
-``Phi`` (a square root and a few products); counts at a position are one evaluation per internal
-node.  Memory: ``ROW`` float64 per row, rows O(segments) per node.
+``Phi``; counts at a position are one evaluation per internal node.  Memory: ``ROW`` float64 per
+row, rows O(segments) per node.
 """
 
 from __future__ import annotations

@@ -9,15 +9,14 @@ Collet's XXH64 (the published algorithm, same digests as the ``xxhash`` package)
 lanes, each consuming one little-endian word per 32-byte stripe with a multiply-rotate-multiply
 round, then a merge and a final avalanche.  Every round is a bijection of its lane for a fixed
 input word, so a change confined to one word always changes that lane; in general a corrupted
-block goes unnoticed with probability about 2**-64 (CRC-32: 2**-32, but CRC-32 also guarantees to
-catch every burst of up to 32 bits, which XXH64 does not promise).  Measured with the build
-(``python -m benchmarks.bench_store``): see :mod:`mmpack.store.tokenfile`.
+block goes unnoticed with probability about 2**-64.  Cost: ``python -m benchmarks.bench_store
+--profile`` (a 16 MiB stripe) and ``python -m benchmarks.bench_block_fetch`` (16 KiB pages, alone
+and in one call); docs/benchmarks.md, "Checksums".
 
 :func:`check_ranges` hashes, for the remote node cache, each present block of a batch's token
-ranges not checked yet, in one call for the whole batch: ~1.6 us per 16 KiB block at ~10 GB/s
-on warm pages, against ~5 us per block through :func:`~mmpack.store.integrity.block_digest`
-one block at a time.  It lives here because it calls :func:`xxh64` (a jitted function calls
-only jitted functions of its own module: numba's cache does not follow callees across files).
+ranges not checked yet, in one call for the whole batch.  It lives here because it calls
+:func:`xxh64` (a jitted function calls only jitted functions of its own module: numba's cache
+does not follow callees across files).
 """
 
 from __future__ import annotations

@@ -3,28 +3,20 @@
 The virtual stream ``S`` is ``doc0, eot, doc1, eot, ...`` (``use_eot``) or the plain
 concatenation.  Document ``j`` starts in ``S`` at ``voff(j) = offsets[j] + j * use_eot``; a
 window starting at ``v`` begins in the last document ``j`` with ``voff(j) <= v``, found by a
-binary search over ``offsets`` itself (no ``voff`` array is materialised: nothing grows with the
-corpus beyond the memory-mapped index).  The real tokens of a window are consecutive in the flat
-token array, so a copy walks one cursor through the flat array and writes ``eot`` where a document
-segment ends.  Cost: O(log n_docs) to resolve (one search per window: the copy derives its
-flat cursor from the document it found) plus O(width) to copy, per window; before copying, one
-token per cache line of the window's flat range is read, so the source's misses overlap (the
-copy, which casts, keeps only a few in flight); with a sampled index and the whole flat array
-as source, one token per page of the window's possible flat range is read before the search
-of ``offsets``, so the page walks of both overlap.
+binary search over ``offsets`` itself (no ``voff`` array is materialised).  The real tokens of a
+window are consecutive in the flat token array, so a copy walks one cursor through it and writes
+``eot`` where a document segment ends.  Cost: O(log n_docs) to resolve plus O(width) to copy,
+per window; one token per cache line of the window's flat range is read first, so the source's
+misses overlap (with a sampled index, one token per page before the search of ``offsets``).
 
-:func:`window_pieces` lists the documents a window spans (its provenance, what ``locate`` says of
-it): the first is the one the copy's search found (:func:`gather_windows` keeps it), then a walk
-through ``offsets`` to the window's end, lines the copy has just read; one call counts, allocates
-and writes.  Cost: O(documents spanned) per window, no search.
+:func:`window_pieces` lists the documents a window spans (what ``locate`` says of it): the one
+the copy's search found, then a walk through ``offsets`` to the window's end; one call counts,
+allocates and writes.  Cost: O(documents spanned) per window, no search.
 
-A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few
-arguments (the scalars and the sampled index in one ``meta`` array, the row and positions in one
-output buffer, ``cu_seqlens`` at an offset of a second one, which may be the output buffer
-itself), through numba's ordinary dispatch, which types each array argument on every call
-(~40 ns each).  Its cost on random 2049-token windows: ``python -m benchmarks.bench_getitem
---quick --profile`` (the kernel alone, the allocation, the sample's dict, against a raw slice
-copy of as many tokens).
+A single sample (``ds[i]``) is :func:`one_window`: :func:`copy_window` called with few arguments
+(the scalars and the sampled index in one ``meta`` array, the row and positions in one output
+buffer, ``cu_seqlens`` in a second), through numba's ordinary dispatch.  Cost on random
+2049-token windows: ``python -m benchmarks.bench_getitem --quick --profile``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Stores on object storage (``s3://``, ``gs://``, ``az://``, ``file://``).
-
-::
+"""Stores on object storage (``s3://``, ``gs://``, ``az://``, ``file://``); its modules::
 
     transport.py   make_transport(url): the transport of a URL
     protocol.py    the Transport interface: ranged GETs (concurrent), PUT, list, delete; retries
@@ -13,24 +11,17 @@
     cachefile.py   one cached object: its mapping, block states and digests, claims (OFD
                    locks), writes, the per-reader check of blocks before they are served
     cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
-    fetcher.py     BlockFetcher: range requests, verification, memory LRU, look-ahead threads
+    fetcher.py     BlockFetcher: range requests, verification, the node cache's claims
     spans.py       SpanFetcher: whole token spans into the node cache in parts; pins, drops
     backend.py     RemoteBackend: open, the Backend reading interface by delegation, verify
-    blocks.py      check-block arithmetic: ranges to blocks, runs, CRCs
-    zarrfetch.py   ChunkFetcher: a remote Zarr store's chunks (requests, LRU, cache, look-ahead)
+    blocks.py      check-page arithmetic: ranges to pages, runs, gathering
+    zarrfetch.py   ChunkFetcher: a remote Zarr store's chunks (requests, LRU, node cache)
     zarr.py        RemoteZarrBackend: open, the Backend reading interface by delegation
     base.py        RemoteStoreBackend: the read-only parts both backends share
-    opener.py      open_url: mmpack.open(url)
-    writer.py      RemoteStoreWriter: build locally, then upload
+    opener.py      open_url: mmpack.open(url); writer.py: RemoteStoreWriter, build then upload
     upload.py      upload, upload_zarr: objects under a fresh data-* prefix, metadata last
 
-Registered in :mod:`mmpack.store.registry` when this package is imported (``import mmpack``
-does): ``mmpack.open(url)`` reaches :func:`~mmpack.remote.opener.open_url` through the ``"url"``
-opener, ``mmpack.build(url, ...)`` :class:`~mmpack.remote.writer.RemoteStoreWriter` through the
-``"url"`` writer.  Fork safety: the S3 client keeps its
-connection and thread pools per process (keyed by ``os.getpid()``), so DataLoader workers work
-under fork and spawn; obstore (gs://, az://) is refused with a clear error in a forked child of
-a process that used it.
+Registered in :mod:`mmpack.store.registry` on import (the ``"url"`` opener and writer).
 """
 
 from __future__ import annotations

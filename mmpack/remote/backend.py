@@ -1,6 +1,6 @@
 """Reading a store from object storage: verified blocks fetched by concurrent range requests.
 
-Layout of a remote store at ``URL`` (written by :mod:`mmpack.remote.writer`)::
+Layout of a remote store at ``URL`` (written by :mod:`mmpack.remote.upload`)::
 
     URL/mmpack.json            the metadata record, written LAST (the commit marker), plus
                                "remote": {"data": "data-<id>", "check_block_bytes": 16384,
@@ -10,44 +10,18 @@ Layout of a remote store at ``URL`` (written by :mod:`mmpack.remote.writer`)::
     URL/data-<id>/offsets.bin  the int64 offsets
     URL/data-<id>/tokens.xxh   XXH64 (uint64 LE, seed 0) of every 16 KiB block of tokens.bin
 
-A plain local memmap store copied as is (no ``"remote"`` record) opens too: its data sit beside
-``mmpack.json`` and the check blocks are the format's 16 MiB blocks (correct, but every random
-read then moves 16 MiB: upload with ``mmpack.build(url, ...)`` instead).
+A local memmap store copied as is (no ``"remote"`` record) opens too, checked in its 16 MiB
+stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), ``offsets.bin`` and
+the check table fetched whole, checked against the metadata's CRC-32s and kept in
+``<cache_dir>/stores/<fingerprint>/``.  ``read_ranges`` with a node cache pins the blocks the
+ranges touch, asks in one kernel pass whether all are cached and checked by this reader (a
+present block not checked yet is hashed once), and copies the ranges out of the mapping under
+the pins; else the blocks are gathered by :class:`~mmpack.remote.fetcher.BlockFetcher` (from the
+mapping, or fetched, verified and stored), with :class:`~mmpack.remote.cached.CachedObject`.
 
-At open: the metadata is read (one GET), ``tokens.bin``'s size checked (one HEAD), and
-``offsets.bin`` and the check table are fetched whole, verified against the metadata's CRCs and
-kept in ``<cache_dir>/stores/<fingerprint>/`` (reopening in a DataLoader worker reads them from
-there).
-
-``read_ranges`` with a node cache (``cache_limit``): the blocks the ranges touch are pinned
-first (:meth:`CachedObject.pinned`: a block a process of the node drops meanwhile is never
-read as its punched hole, and one dropped before is fetched again), then one kernel pass asks
-whether every one is in the cache and checked by this reader; if so the ranges are copied out
-of the mapped file back to back (one copy of the served tokens, under the pins).  A present
-block not checked yet is checked first (once per reader: its XXH64 against the one the cache
-recorded when it stored it; a bad one is dropped and fetched again).  Otherwise the ranges'
-blocks are gathered (:meth:`BlockFetcher.blocks`: from the mapping, this process's memory, a
-look-ahead in flight, or fetched, verified and stored) and copied out, the ranges back to back.
-Where the pins cannot be had (a drop held them past its bound) the blocks are fetched without
-the cache.
-
-The parts, each owning its state: :class:`~mmpack.remote.fetcher.BlockFetcher` (range requests,
-verification, the memory LRU, the look-ahead threads), :class:`~mmpack.remote.cached.CachedObject`
-(this reader's mapping of the node cache's file), :mod:`mmpack.remote.blocks` (the block
-arithmetic).  :class:`RemoteBackend` opens the store and implements the
-:class:`~mmpack.store.backends.Backend` reading interface by delegating to them.  The index
-objects (``offsets.bin``, the check table) are kept in the store's local folder when it can be
-written, else in memory only (one warning, :func:`~mmpack.remote.cache.warn_once`).
-
-Cost (``python -m benchmarks.bench_block_fetch`` prints it): checking one 16 KiB block alone
-costs a few microseconds (most of it the call), a part's blocks are hashed in one kernel call
-without the GIL at several GB/s; a 2048-token uint16 window (4 KiB) touches one or two blocks,
-so verification adds well under 0.1 ms to a request that takes ~2 ms on loopback.  Blocks are
-16 KiB by default: a shuffled window moves 4-8x the bytes it serves on a first touch (64 KiB
-blocks moved 16-32x, and read 40% slower from the node cache: a cached packed epoch took 2.6 s
-with 64 KiB blocks against 1.8 s with 16 KiB); the check table costs 8 bytes per block (0.05%
-of the tokens), fetched at open like ``offsets`` (8 bytes per document, usually larger).
-``check_block_bytes`` at build changes it.
+Cost: one XXH64 per fetched 16 KiB page, small next to a request (``python -m
+benchmarks.bench_block_fetch``, docs/benchmarks.md "Checksums"); the check table is 8 bytes per
+page (0.05% of the tokens); ``check_block_bytes`` at build changes the page size.
 """
 
 from __future__ import annotations
@@ -60,13 +34,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import crc_blocks, gather
+from mmpack.remote.blocks import gather
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.fetcher import BlockFetcher
 from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
 __all__ = ["CHECK_DIGEST", "RemoteBackend", "verified_object"]
 
@@ -102,7 +76,7 @@ class RemoteBackend(RemoteStoreBackend):
             data = ""
             self.block = meta.block_bytes
             table = np.asarray(meta.tokens_digests, dtype=np.uint64)
-            digest = meta.tokens_checksum  # a copied store: its own block checksums
+            # a copied store: its own block checksums (XXH64, as the check table's)
         else:
             try:
                 data = str(remote["data"]).strip("/") + "/"
@@ -144,7 +118,6 @@ class RemoteBackend(RemoteStoreBackend):
             transport,
             data + "tokens.bin",
             table,
-            digest,
             self.block,
             nbytes,
             meta.dtype.itemsize,
@@ -190,17 +163,6 @@ class RemoteBackend(RemoteStoreBackend):
         src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
         return src[int(at[0]) : int(at[0]) + stop - start]  # a copy: never a view of the cache
 
-    def resident(self, positions: np.ndarray) -> bool:
-        """False: a view then always calls :meth:`prefetch`, which answers 0 at once (one
-        kernel pass) when the node cache holds every block of the ranges, and otherwise queues
-        exactly the missing ones (a probe of a few positions could not tell a partly cached
-        batch from a cached one)."""
-        return False
-
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """:meth:`BlockFetcher.prefetch`: queue the ranges' missing blocks for look-ahead."""
-        return self.fetcher.prefetch(starts, lengths)
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens, copied back to back into a new buffer ``src``:
         ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
@@ -227,7 +189,7 @@ class RemoteBackend(RemoteStoreBackend):
                 blocks = fetcher.blocks(ids)
                 src = fetcher.cached(starts, lengths)
             if src is not None and src is cf.tokens:  # every block is in the pinned mapping
-                return _copied(src, starts, lengths), src_starts
+                return copied(src, starts, lengths), src_starts
             if blocks is None:  # the mapping changed under the pins (retired): fetched here
                 blocks = fetcher.blocks(ids, use_cache=False)
             return self._gathered(blocks, starts, lengths), src_starts
@@ -256,15 +218,6 @@ class RemoteBackend(RemoteStoreBackend):
         return data
 
 
-def _copied(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Token ranges ``[starts[k], starts[k] + lengths[k])`` of ``src`` copied back to back."""
-    if not starts.shape[0]:
-        return src[:0].copy()
-    return np.concatenate(
-        [src[a : a + n] for a, n in zip(starts.tolist(), lengths.clip(0).tolist())]
-    )
-
-
 def verified_object(
     transport: Transport,
     key: str,
@@ -279,7 +232,7 @@ def verified_object(
     ``local``, or in memory only where that cannot be written (one warning)."""
 
     def checksums(data: bytes) -> list[int]:  # the whole object's: also that of no bytes
-        return crc_blocks(data, block) if block else [zlib.crc32(data)]
+        return crc32_blocks(data, block) if block else [zlib.crc32(data)]
 
     if local.is_file() and local.stat().st_size == nbytes:
         data = local.read_bytes()

@@ -1,5 +1,5 @@
 """Check-block arithmetic of a remote store: which blocks token ranges touch, how adjacent blocks
-are grouped into range requests, the blocks' CRC-32s, and the served bytes copied out of them.
+are grouped into range requests, and the served bytes copied out of them.
 
 A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power of 2; the last
 block may be short).  Pure functions, no I/O: :class:`~mmpack.remote.backend.RemoteBackend`
@@ -7,26 +7,17 @@ does the fetching, caching and verification with them.
 
 Cost: :func:`block_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
 :func:`runs_of` is one pass over the sorted ids; :func:`gather` copies each served byte once
-(a range spans one block or a few, so its Python loop runs about once per range);
-:func:`crc_blocks` runs zlib's CRC-32 at 1.2-1.5 GB/s.
+(a range spans one block or a few, so its Python loop runs about once per range).
 """
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
-__all__ = ["MAX_RUN_BYTES", "block_ids", "crc_blocks", "gather", "runs_of"]
+__all__ = ["MAX_RUN_BYTES", "block_ids", "gather", "runs_of"]
 
 MAX_RUN_BYTES = 8 << 20
 """A longer run of adjacent blocks is split, so big reads go out in parallel."""
-
-
-def crc_blocks(data: bytes | memoryview, block: int) -> list[int]:
-    """CRC-32 of every ``block`` bytes of ``data`` (the last piece may be short)."""
-    mv = memoryview(data)
-    return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
 
 
 def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:

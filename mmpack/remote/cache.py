@@ -6,38 +6,20 @@ Layout under ``cache_dir``::
     blocks/<fingerprint>-<object>-b<block>.state   its header and per-block states
     blocks/.lock                                   ``fcntl.flock``: creation, charging, eviction
 
-(:mod:`mmpack.remote.cachefile` describes the two files, the claims and the write order.)
-The store's fingerprint is in the names, so a store rebuilt under the same URL (new contents,
-new fingerprint) never meets the old one's blocks.
+(:mod:`mmpack.remote.cachefile` describes the two files.)  The fingerprint in the names means a
+store rebuilt under the same URL never meets the old one's blocks.  Accounting is exact, never
+under: each file's header holds the disk bytes charged to it (its state file, a worst-case
+extent-tree allowance, each stored block rounded up to 4 KiB pages, charged before it is
+written); a charge past ``limit`` first evicts, and what still does not fit is served from
+memory.  The lock is never waited for without a bound: a backoff for at most
+:data:`LOCK_WAIT_SECONDS`, past which (a holder stopped) this process warns once and reads
+around the cache until the lock is free; any ``OSError`` of the cache (a full disk, a read-only
+folder) is read around too, with one warning per folder and kind of fault (:func:`warn_once`).
+A file of the wrong size is discarded when opened.  Eviction: whole files, least recently used
+first, skipping files read in the last :data:`ACTIVE_SECONDS`; a victim is marked ``retired``
+and deleted once no process maps it (an exclusive lock on byte 0 of both files succeeds).
 
-Accounting (exact, never under): every file's header holds ``counted``, the disk bytes charged
-to it: at creation its state file's pages plus a worst-case allowance for the data file's
-extent tree (one 4 KiB page per 340 blocks, ext4's extents per page, plus one), then each stored
-block's length rounded up to 4 KiB pages, charged before it is written and given back if the
-write does not happen.  The total is the sum of the headers (a scan of a few files, under the
-lock); a charge that would pass ``limit`` first evicts, and what still does not fit is not kept
-(served from memory instead).  A process killed between charging and writing leaves its charge
-counted (an over-count) until the file is evicted.  ``allocated()`` reads the real disk use
-(``st_blocks``) for tests.
-
-The lock is never waited for without a bound: the threads of a process queue on one mutex
-(bounded like the lock), and the one holding it tries the lock without blocking, again with a
-backoff (0.1 ms doubling to 5 ms) for at most :data:`LOCK_WAIT_SECONDS`; past that (a process
-stopped or paused while it held the lock) this process marks the lock stuck, warns once and
-reads around the cache (blocks fetched and served from memory, nothing charged or stored), and
-tries the lock only without waiting until it is free again.  Where the cache's folder or files
-cannot be written (a full disk, a read-only folder) every ``OSError`` of the cache is met the
-same way: read around, with one warning per cache folder and kind of fault per process
-(:func:`warn_once`); a block whose write failed stays absent and its charge is given back
-(kept, an over-count, where the lock cannot be had).  A state or data file of the wrong size
-(truncated) is discarded when a reader opens it, and its blocks are fetched again.
-
-Eviction: whole files, least recently used first (``last_used`` in the header, refreshed by
-readers at most once a second), skipping files read in the last :data:`ACTIVE_SECONDS` (two
-stores read at once would otherwise evict each other over and over).  A victim is marked
-``retired``; it is deleted (and its charge freed) once no process maps it (an exclusive lock on
-byte 0 of both files succeeds).  Readers notice ``retired`` at their next read, let go and
-reopen, so a retired file still mapped is removed by a later eviction pass.
+Cost: a charge or an eviction scans the few files' headers under the lock.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from mmpack.remote.cachefile import (
     open_lock_fd,
 )
 
-__all__ = ["CachedObject", "RETRY_SECONDS"]
+__all__ = ["CachedObject", "RETRY_SECONDS", "copied"]
 
 RETRY_SECONDS = 1.0
 """How long a reader that could not map its cache file goes without trying again."""
@@ -178,3 +178,14 @@ class CachedObject:
         cf = self.file()
         if cf is not None:
             self.cache.verify_cached(cf, start, data, self.url)
+
+
+def copied(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Token ranges ``[starts[k], starts[k] + lengths[k])`` (int64, (k,)) of ``src`` (a pinned
+    mapping's tokens) copied back to back into a new array: what a reader serves from the node
+    cache, never a view of it."""
+    if not starts.shape[0]:
+        return src[:0].copy()
+    return np.concatenate(
+        [src[a : a + n] for a, n in zip(starts.tolist(), lengths.clip(0).tolist())]
+    )

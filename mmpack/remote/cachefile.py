@@ -2,64 +2,26 @@ r"""One remote object in the node cache: a sparse data file mapped read-only, it
 and digests, and which blocks this reader has checked.
 
 A cached object (a remote store's ``tokens.bin``, or a remote Zarr store's decoded token chunks)
-is two files under ``<cache_dir>/blocks/``::
+is two files under ``<cache_dir>/blocks/``: ``<stem>.data``, the object's bytes at their own
+offsets in a sparse file, and ``<stem>.state``, a 64-byte header (magic, version, block size,
+size, bytes charged, last use, retired, drops, the creating boot's id), one state byte per block
+(0 absent, 1 present), then every block's XXH64; files of other sizes are damaged
+(:class:`DamagedCacheFile`) and discarded, as is a file from another boot (no ``fsync``).
 
-    <stem>.data    the object's bytes at their own offsets, a sparse file (ftruncated to the
-                   object's size; only the blocks written hold disk space)
-    <stem>.state   a 64-byte header, one byte per block (0 absent, 1 present), zeros up to a
-                   multiple of 8, then the XXH64 of every block (u64 LE; meaningful if present)
+Writing (:meth:`CacheFile.write`): bytes already checked against the store (XXH64 per check
+page, crc32c per Zarr chunk) are charged, written (``pwrite``), their XXH64 recorded, and only
+then the state byte set, so a killed writer leaves a block absent, never wrong.  Serving: a block
+is served from the mapping only once this reader checked it (wrote it, or recomputed its XXH64:
+:meth:`CacheFile.check`, :func:`mmpack.kernels.store.check_ranges`, one call per batch); a
+block that fails is dropped and fetched again.  Claims: a process fetches only blocks it holds
+an exclusive OFD lock on (``fcntl(F_OFD_SETLK)`` over their state bytes, never blocking; the
+lock dies with its process); a mapping holds a shared lock on byte 0, and eviction removes only
+files it can lock exclusively.  Pins (:meth:`CacheFile.pin_offset`) are OFD locks past the state
+file's end (:mod:`mmpack.remote.spans`).
 
-The header (little-endian) holds ``magic`` (8 bytes), ``version`` (u32), ``block`` (u32, the
-block size), ``nbytes`` (u64, the object's size), ``counted`` (u64, the bytes charged to the
-cache limit, written under the cache's lock), ``last_used`` (f64, ``time.time()`` of the last
-read, written by readers), ``retired`` (u8: evicted, readers let go), ``drops`` (u32 at byte 44:
-how many times blocks were dropped, so that other readers forget the blocks they had checked,
-see :meth:`CacheFile.forget_dropped`) and the ``boot_id`` of the boot that created the file (a
-file from another boot is discarded: see below).  Both files have exactly the sizes the header implies (:func:`state_file_size`, ``nbytes``); a file of any other
-size is damaged (:class:`DamagedCacheFile`) and is discarded by
-:meth:`~mmpack.remote.cache.BlockCache.open_file`.  The state file is written whole at creation
-and never extended, so its writable mapping never meets an unallocated page (which a full disk
-would turn into ``SIGBUS``).
-
-Writing a block (:meth:`CacheFile.write`): the fetched bytes have passed their checksum against
-the store's (CRC-32 or XXH64 per check block, crc32c per Zarr chunk); the cache charges their
-disk space (refusing what does not fit), ``pwrite``\ s them into the data file, records their
-XXH64, and only then sets the block's state byte.  A block whose state byte is 0 is never read,
-so a process killed mid-write leaves a block absent, never present with wrong bytes.  No
-``fsync``: a kernel crash or power loss could persist the state page without the data page, so a
-file whose ``boot_id`` is not the running boot's is dropped when opened.
-
-Checking on first serve: each mapping (one per reader: a :class:`CacheFile` per open store per
-process) keeps a bitmap ``checked`` in process memory.  A block is served from the mapping only
-once it is checked here: written by this reader, or its XXH64 recomputed and equal to the
-recorded one (:meth:`CacheFile.check`, one kernel call for a batch's ranges:
-:func:`mmpack.kernels.store.check_ranges`); a block that fails is dropped and fetched again
-by the caller.  So a byte changed on disk after a block was stored is never served by a reader
-that had not served that block before; ``TokenStore.verify()`` compares every cached block with
-the object itself (and drops a bad one).  Cost: one XXH64 of the whole block per block per
-reader, once (~1.6 us for 16 KiB at ~10 GB/s on an idle core, plus the first touch of its
-pages; ``python -m benchmarks.trust_costs node_cache`` measures a new reader's first pass); the
-hit test is then one kernel pass over ``checked`` instead of the state bytes.
-
-Claims (no duplicate downloads): a process fetches only blocks it holds an exclusive
-open-file-description lock on (``fcntl(F_OFD_SETLK)`` over the blocks' state bytes, one call per
-run of adjacent blocks, each claim on its own file descriptor, so threads compete like
-processes; never a blocking call).  A lock dies with its process, so an abandoned fetch frees
-its blocks at once; a stopped one holds them until the waiter's bound
-(:meth:`~mmpack.remote.cache.BlockCache.fetch_shared`).  Mapping: a process that maps the files
-holds a shared lock on byte 0 of each (Python's ``mmap`` keeps a duplicate of the descriptor, so
-the lock lasts as long as the mapping, including arrays still viewing it); eviction removes
-files only when it can lock those bytes exclusively (nobody maps them), so the cache's count
-never misses disk space still mapped (a damaged file is the exception: it is removed at once,
-marked retired for a reader that still maps it, which lets go at its next read).
-
-Pins: bytes past the end of the state file (:meth:`CacheFile.pin_offset`, one per block) carry
-OFD locks only: shared while a window of blocks is in use, exclusive while it is dropped
-(:mod:`mmpack.remote.spans`).
-
-Cost: the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
-(:func:`mmpack.kernels.blockstate.all_blocks_present`, ~1 us for 32 windows); serving a hit is
-the mapped array itself (zero copy).
+Cost: one XXH64 per block per reader, once (``python -m benchmarks.trust_costs node_cache``,
+docs/benchmarks.md "Checksums"); the hit test (:meth:`CacheFile.serves`) is one kernel pass over
+the batch's ranges (:func:`~mmpack.kernels.blockstate.all_blocks_present`); a hit is zero copy.
 """
 
 from __future__ import annotations
@@ -322,14 +284,11 @@ class CacheFile:
             self._touched = now
             self._last_used[0] = now
 
-    def covers(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> bool:
-        """Whether every block that token ranges ``[starts, starts + lengths)`` (int64, (k,),
-        of one length) touch is present (one kernel pass, ~1 us for 32 windows)."""
-        return bool(all_blocks_present(self.state, starts, lengths, itemsize, self.shift))
-
     def serves(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> bool:
-        """:meth:`covers` of the blocks checked by this reader (a present block it has not
-        checked yet answers False): whether the mapping may serve the ranges as they are."""
+        """Whether every block that token ranges ``[starts, starts + lengths)`` (int64, (k,),
+        of one length) touch is present and checked by this reader (a present block it has not
+        checked yet answers False): whether the mapping may serve the ranges as they are (one
+        kernel pass, ~1 us for 32 windows)."""
         return bool(all_blocks_present(self.checked, starts, lengths, itemsize, self.shift))
 
     def present(self, ids: np.ndarray) -> np.ndarray:
@@ -396,7 +355,7 @@ class CacheFile:
         mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
         b1 = b0 - (-len(mv) >> self.shift)
         if digests is None:
-            digests = block_digests("xxh64", mv, self.block)
+            digests = block_digests(mv, self.block)
         if len(digests) != b1 - b0:
             raise ValueError(f"{len(digests)} digests for blocks {b0}..{b1}")
         done = 0

@@ -2,35 +2,24 @@
 while in use and dropped once consumed: the transport under a block-window order.
 
 :class:`SpanFetcher` serves one remote store (its :class:`~mmpack.remote.fetcher.BlockFetcher`
-and node cache).  It knows nothing of samplers: its caller (``mmpack.torch.block_fetch``) turns
-the windows of a block-window order into token spans, in the order a window first needs them,
-and calls
+and node cache) and knows nothing of samplers: ``mmpack.torch.block_fetch`` turns a block-window
+order's windows into token spans and calls
 
-- :meth:`~SpanFetcher.fetch`: claim every absent check block of the spans in the node cache
-  (the claims of :class:`~mmpack.remote.cachefile.CacheFile`: a block another process of the node
-  holds is left to it), cut the claimed runs into parts of at most ``part_bytes`` (each part one
-  range request inside one span), fetch the parts ``max_concurrency`` at a time in that order,
-  check every check block of a part against the store's table in one pass (one kernel call for
-  XXH64 tables; a part with a bad block is fetched once more, then it is a
-  :class:`~mmpack.errors.FormatError`), and store it in the node cache as it lands, in one write
-  (:meth:`BlockCache.store_run`; the table's XXH64 digests are the cache's own, not computed
-  again), so a reader waiting on a claimed block gets it as soon as its part is in;
-- :meth:`~SpanFetcher.pin`: hold shared OFD locks on bytes past the end of the state file, one
-  per check block of the spans (:meth:`CacheFile.pin_offset`), on a descriptor of its own per
-  pin, so that no process of the node drops them while this one reads them;
-  :meth:`~SpanFetcher.unpin` closes that descriptor;
-- :meth:`~SpanFetcher.drop`: for each span, take the exclusive lock on its pin bytes (the whole
-  span at once, else block by block: a check block shared with a span someone still pins stays),
-  mark the blocks absent, punch their holes (one per run of adjacent blocks) and give back their
-  charge (under the cache's lock),
-  and count the drop in the header, so that other readers forget their checks of those blocks
-  (:meth:`CacheFile.forget_dropped`) and fetch them again if they ever need them.
+- :meth:`~SpanFetcher.fetch`: claim every absent check page of the spans in the node cache (a
+  page another process holds is left to it), cut the claimed runs into parts of at most
+  ``part_bytes`` (one range request each), fetch them ``max_concurrency`` at a time, check each
+  part's pages against the store's XXH64 table in one kernel call (a bad part is fetched once
+  more, then :class:`~mmpack.errors.FormatError`) and store it in one write
+  (:meth:`BlockCache.store_run`, the table's digests kept as the cache's own);
+- :meth:`~SpanFetcher.pin` / :meth:`~SpanFetcher.unpin`: shared OFD locks, one per page, past
+  the end of the state file (:meth:`CacheFile.pin_offset`), so no process drops them meanwhile;
+- :meth:`~SpanFetcher.drop`: take the exclusive lock on a span's pin bytes (else page by page: a
+  page another span still pins stays), mark the pages absent, punch their holes, give back their
+  charge and count the drop, so other readers forget their checks of them.
 
 Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` range requests moving ``s`` bytes plus at
-most one check block at each end (bytes fetched per byte of the span <= 1 + 2 * block / s); the
-checksums run at the table's speed (in the fetch threads), with per-part, not per-block, Python
-work; a pin or a drop is one ``fcntl`` per span (one per check block where a whole-span lock
-conflicts).
+most one page at each end; the checksums run in the fetch threads with per-part Python work; a
+pin or a drop is one ``fcntl`` per span (one per page where a whole-span lock conflicts).
 """
 
 from __future__ import annotations
@@ -185,7 +174,7 @@ class SpanFetcher:
                 self._stats["parts"] += attempt == 0
                 self._stats["refetched"] += bool(bad.size)
             if not bad.size:
-                same = f.digest == "xxh64" and cf.block == f.block  # the cache's own digests
+                same = cf.block == f.block  # the table's XXH64s are the cache's own digests
                 node = f.node
                 assert node is not None  # a span fetcher exists only with a node cache
                 node.cache.store_run(cf, lo, data, digests if same else None)

@@ -16,13 +16,9 @@ prefix; keys are relative to it (``"mmpack.json"``, ``"data-<id>/tokens.bin"``):
 Faults: connection errors, timeouts, 429 and 5xx are retried ``retries`` times with exponential
 backoff (``retry_backoff`` * 2**attempt, jittered), then raised as one
 :class:`~mmpack.errors.RemoteError` naming the URL; 403 is a
-:class:`~mmpack.errors.RemoteAccessError`; a missing bucket or key is :class:`ObjectMissing`
-(the caller turns it into the right error for what was missing).
-
-Modules: :mod:`~mmpack.remote.protocol` (:class:`Transport`, its options and retries),
-:mod:`~mmpack.remote.s3` (:class:`S3Transport`, fault mapping, multipart),
-:mod:`~mmpack.remote.local` (:class:`LocalTransport`),
-:mod:`~mmpack.remote._obstore`; this module owns the choice by scheme.
+:class:`~mmpack.errors.RemoteAccessError`; a missing bucket or key is :class:`ObjectMissing`.
+This module owns the choice by scheme; the transports live in :mod:`~mmpack.remote.protocol`,
+:mod:`~mmpack.remote.s3`, :mod:`~mmpack.remote.local` and :mod:`~mmpack.remote._obstore`.
 """
 
 from __future__ import annotations

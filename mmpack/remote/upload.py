@@ -1,32 +1,21 @@
 """Uploading a finished local store to object storage, committed by its metadata written last.
 
-A store with a loss mask uploads its mask store first, as a store of its own at
-``URL/loss_mask`` (:data:`~mmpack.store.format.LOSS_MASK_STORE`), so the store's metadata,
-written last, never names a mask that is not there.
-
 Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` prefix and only then
-PUT ``URL/mmpack.json``: the commit marker, a single-object PUT that object stores make visible
-atomically (:func:`commit_generation`).  A memmap store (:func:`upload`) sends ``tokens.bin``,
-``offsets.bin``, the table of XXH64 digests of every ``check_block_bytes`` (16 KiB) block of
-``tokens.bin`` (``tokens.xxh``, uint64 LE: one sequential pass) and the files its build attached
-(its ``"files"``, e.g. ``tokenizer.json``) concurrently, multipart above 256 MiB; a sharded Zarr
-store (:func:`upload_zarr`) sends its shards (and attached files) four at a time (a shard is at most
-32 MiB) and records every shard's size in the metadata (the layout is described in
-:mod:`mmpack.remote.zarr`, which reads it).  An attached file ``NAME`` is the object
-``URL/data-<id>/NAME`` in both layouts.  A ``check`` (a copy's verification) gets the uploaded store
-opened from its objects before the metadata is written: it reads them back from the server, and a
-failure deletes them.
+PUT ``URL/mmpack.json``, the commit marker (:func:`commit_generation`); a loss mask store goes
+first, as a store of its own at ``URL/loss_mask``.  A memmap store (:func:`upload`) sends
+``tokens.bin``, ``offsets.bin``, ``tokens.xxh`` (the XXH64 of every ``check_block_bytes``, 16
+KiB, page of the tokens, uint64 LE: one sequential pass) and its attached files concurrently,
+multipart above 256 MiB; a sharded Zarr store (:func:`upload_zarr`) sends its shards four at a
+time and records every shard's size (layout: :mod:`mmpack.remote.zarr`).  A ``check`` (a copy's
+verification) gets the store opened from its objects before the metadata is written; a failure
+deletes them.
 
-- an interrupted upload leaves objects under a ``data-*`` prefix that no metadata names: nothing
-  opens as a store (readers of a previous store keep reading theirs);
-- the next build of the same target deletes every ``data-*`` generation that its new metadata
-  does not name and that was last written more than ``stale_seconds`` ago (default 0 for the
-  generation the previous metadata named, 15 minutes for unnamed ones, so a concurrent
-  builder's upload in progress is left alone; :func:`clean_stale`);
-- overwriting: readers of the old store that still have blocks to fetch get a clear
-  :class:`~mmpack.errors.StateMismatchError` ("rebuilt after it was opened") once its data is
-  deleted, never the new store's bytes (every block is checked against the digests of the
-  store they opened).
+- an interrupted upload leaves a ``data-*`` prefix no metadata names: nothing opens as a store;
+- the next build of the target deletes every ``data-*`` generation its new metadata does not name
+  and that was last written more than ``stale_seconds`` ago (0 for the one the previous metadata
+  named, 15 minutes for unnamed ones; :func:`clean_stale`);
+- readers of an overwritten store get :class:`~mmpack.errors.StateMismatchError` ("rebuilt after
+  it was opened") once its data is deleted, never the new store's bytes.
 """
 
 from __future__ import annotations
@@ -90,7 +79,7 @@ def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
         while n := f.readinto(buf):
-            parts.append(block_digests(CHECK_DIGEST, memoryview(buf)[:n], block))
+            parts.append(block_digests(memoryview(buf)[:n], block))
     table = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return table.astype("<u8").tobytes()
 

@@ -10,30 +10,17 @@ Layout of a remote Zarr store at ``URL``::
     URL/data-<id>/tokens/c/<s>      the sharded arrays of :mod:`mmpack.store.backends._zarr_shards`
     URL/data-<id>/offsets/c/<s>     (32 MiB shards of 8 KiB inner chunks, each with a crc32c)
 
-The commit rule is the memmap layout's: objects first, ``mmpack.json`` last (the commit marker).
-
-Reading (:class:`RemoteZarrBackend`, which opens the store and implements the
-:class:`~mmpack.store.backends.Backend` reading interface by delegating to
-:class:`~mmpack.remote.zarrfetch.ChunkFetcher` and :class:`~mmpack.remote.cached.CachedObject`):
-the open costs one GET (``mmpack.json``: it carries the
-arrays' metadata and every object's size), one LIST of the data prefix (every shard must exist
-with its recorded size: a missing shard is a :class:`~mmpack.errors.FormatError` at open, as
-locally) and the ``offsets`` shards (fetched whole, every chunk's crc32c checked, then the
-format's offsets CRCs).  Batched reads run the local backend's path
-(:class:`~mmpack.store.backends._zarr_shards.ShardReader` and the process's decoded-chunk LRU):
-each shard's index is fetched once (one range GET of its last ``16 * chunks + 4`` bytes), then
-the inner chunks a batch touches go out as concurrent range GETs (adjacent chunks merged) through
-the transport of :mod:`mmpack.remote.transport` (the fork-safe S3 client by default: no
-obstore runtime, so forked DataLoader workers work), each chunk checked against its crc32c; a
-mismatch is fetched once more, then it is a ``FormatError``, never data.  ``prefetch`` (the
-views' look-ahead) reads the next batches' chunks on a background thread.  With ``cache_limit``
-the decoded chunks go to the node cache (:mod:`.cache`: the token array as one sparse mapped
-file, one block per inner chunk; claims, an exact limit, blocks checked
-by ``verify``; each chunk is checked once per reader, against the XXH64 the cache recorded, the
-first time the reader serves it); a batch whose chunks are all there is served from that
-mapping, zero copy.  The offsets and shard indexes are kept in the store's local folder (in
-memory where it cannot be written), so a new reader on the node (a worker, the next epoch)
-fetches nothing it has: one GET of ``mmpack.json`` and one LIST.
+Open (:class:`RemoteZarrBackend`): one GET of ``mmpack.json`` (the arrays' metadata and every
+object's size), one LIST of the data prefix (a missing shard is a
+:class:`~mmpack.errors.FormatError`) and the ``offsets`` shards (every chunk's crc32c, then the
+format's offsets CRC-32s), kept in the store's local folder.  Batched reads run the local
+backend's :class:`~mmpack.store.backends._zarr_shards.ShardReader`: each shard's index fetched
+once (one range GET), then a batch's inner chunks as concurrent merged range GETs through
+:mod:`mmpack.remote.transport` (fork-safe), each checked against its crc32c (a mismatch fetched
+once more, then ``FormatError``).  With ``cache_limit`` the decoded chunks go to the node cache
+(one block per inner chunk, each checked once per reader against its recorded XXH64); a batch's
+chunks are pinned while they are copied out of that mapping, so a chunk another process drops
+is fetched again, never read as its punched hole.
 """
 
 from __future__ import annotations
@@ -45,14 +32,13 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import crc_blocks
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.transport import Transport
 from mmpack.remote.zarrfetch import ChunkFetcher
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import ShardLayout, parse_layout
-from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, write_bytes_atomic
+from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
 __all__ = ["LAYOUT", "RemoteZarrBackend"]
 
@@ -157,7 +143,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
         try:
             data = kept.read_bytes()
-            if len(data) == layout.count * 8 and crc_blocks(data, block) == crcs:
+            if len(data) == layout.count * 8 and crc32_blocks(data, block) == crcs:
                 return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
         except OSError:
             pass
@@ -166,7 +152,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         chunks = self.fetcher.verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        if crc_blocks(offsets.tobytes(), block) != crcs:
+        if crc32_blocks(offsets.tobytes(), block) != crcs:
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"
@@ -188,22 +174,26 @@ class RemoteZarrBackend(RemoteStoreBackend):
 
     # ------------------------------------------------------------------------------ reading
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges' tokens back to back in a new buffer (``src[src_starts[k]:src_starts[k] +
+        lengths[k]]`` is range k).  With a node cache the chunks are pinned while they are
+        checked and copied out of the mapping (never a view of it: another process may drop a
+        block nobody pins), the missing ones fetched into it first."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
-        if self.node_cache is not None:
-            cf = self.node_cache.serves(starts, lengths)
-            if cf is not None:  # the hit path: zero copy
-                return cf.tokens, starts
+        dtype = self.meta.dtype
         t = touched_chunks(starts, lengths, self._layout.inner)
         if t.uniq.size == 0:
-            return np.empty(0, dtype=self.meta.dtype), np.zeros(starts.shape[0], np.int64)
-        return assemble(self.fetcher.chunks(t.uniq), t, lengths, self.meta.dtype)
-
-    def prefetch(self, starts: np.ndarray, lengths: np.ndarray) -> int:
-        """Start reading the inner chunks of these ranges on a background thread (a later
-        ``read_ranges`` takes them from there); returns the number of chunks asked for."""
-        starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-        return self.fetcher.prefetch(touched_chunks(starts, lengths, self._layout.inner).uniq)
+            return np.empty(0, dtype=dtype), np.zeros(starts.shape[0], np.int64)
+        if self.node_cache is None:
+            return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
+        with self.node_cache.pinned(t.uniq) as cf:
+            if cf is None:  # no mapping, or a drop held a chunk too long: read without it
+                return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
+            if self.node_cache.serves(starts, lengths) is cf:  # the hit path: one copy
+                src_starts = np.cumsum(lengths) - lengths
+                return copied(cf.tokens, starts, lengths), src_starts
+            src, src_starts = assemble(self.fetcher.chunks(t.uniq, cf), t, lengths, dtype)
+            return src.copy() if t.uniq.size == 1 else src, src_starts  # one chunk: its view
 
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); the node

@@ -1,5 +1,5 @@
 """Fetching the inner chunks of a remote sharded Zarr store: concurrent range requests, verified
-decoded chunks, the node cache, the process's decoded-chunk LRU and a look-ahead thread.
+decoded chunks, the node cache or the process's decoded-chunk LRU.
 
 :class:`ChunkFetcher` serves decoded inner chunks of the token array of one remote Zarr store
 (:mod:`mmpack.remote.zarr` opens the store).  Its public surface:
@@ -9,23 +9,22 @@ decoded chunks, the node cache, the process's decoded-chunk LRU and a look-ahead
 - :meth:`~ChunkFetcher.reader`: a ``ShardReader`` of one array over those requests;
 - :meth:`~ChunkFetcher.verified`: chunks read and checked (crc32c each; a failing chunk or
   index is fetched once more, then the :class:`~mmpack.errors.FormatError` stands);
-- :meth:`~ChunkFetcher.chunks`: decoded chunks from the process's LRU, a look-ahead in flight,
-  the node cache (each chunk checked once per reader) or fetched now;
-- :meth:`~ChunkFetcher.prefetch` and :attr:`~ChunkFetcher.stats`.
+- :meth:`~ChunkFetcher.chunks`: decoded chunks from the node cache (each chunk checked once
+  per reader; the caller pins them) or, without one, the process's LRU, or fetched now;
+- :attr:`~ChunkFetcher.stats`.
 
 With a node cache the decoded chunks are stored there (one block per inner chunk; only those
 this process claims: a chunk another process fetches is waited for, at most ``read_timeout``,
-then read from the cache).  A read waits for a look-ahead of its chunks at most ``read_timeout *
-(retries + 1)``, then reads them itself.  Per-process state (the pools, the pending look-aheads,
-the counts) is made anew in a forked child on its first call.
+then read from the cache) and served from there only, under the reader's pins: the process's
+LRU, whose entries nobody pins, keeps only chunks read without the node cache.  Per-process state (the request pool, the counts) is made anew in a
+forked child on its first call.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +47,6 @@ class _Process:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.pool: ThreadPoolExecutor | None = None  # concurrent range requests
-        self.ahead: ThreadPoolExecutor | None = None  # look-ahead
-        self.pending: dict[int, Future] = {}
         self.stats = {"requests": 0, "bytes_fetched": 0}
 
 
@@ -141,45 +138,24 @@ class ChunkFetcher:
             return reader.chunks(ids)
 
     # ------------------------------------------------------------------------------ chunks
-    def chunks(self, uniq: np.ndarray) -> dict[int, np.ndarray]:
-        """Decoded chunks ``uniq`` (int64, sorted, unique): id -> its tokens."""
-        p = self._here()
-        cache = get_cache()
-        ids = uniq.tolist()
-        got = {i: e[0] for i, e in cache.get_many(self.cache_key, ids).items()}
-        with p.lock:
-            waits = [(i, p.pending[i]) for i in ids if i not in got and i in p.pending]
-        bound = self.transport.read_timeout * (self.transport.retries + 1)
-        for i, fut in waits:
-            try:
-                arr = fut.result(timeout=bound).get(i)
-            except (Exception, FutureTimeout):  # failed or stuck: read it here, errors surface
-                arr = None
-            if arr is not None:
-                got[i] = arr
-        if len(got) == len(ids):
-            return got
-        missing = uniq[~np.isin(uniq, np.fromiter(got, np.int64, len(got)))]
-        got.update(self._load(missing))
-        return got
-
-    def _load(self, ids: np.ndarray) -> dict[int, np.ndarray]:
-        """Chunks ``ids`` from the node cache (checked) or fetched (verified), then kept in the
-        process's LRU and, as far as its limit allows, in the node cache (only the chunks this
-        process claims: a chunk another process is fetching is waited for, then read from the
-        cache)."""
-        got: dict[int, np.ndarray] = {}
-        cf = self.node.file() if self.node is not None else None
+    def chunks(self, uniq: np.ndarray, cf: CacheFile | None = None) -> dict[int, np.ndarray]:
+        """Decoded chunks ``uniq`` (int64, sorted, unique): id -> its tokens.  With ``cf``
+        (the node cache's file, whose blocks ``uniq`` the caller pins): from its mapping (views:
+        the caller copies them out under its pins) or fetched into it, the process's LRU
+        unused; without: from the process's LRU or fetched (and kept there)."""
         if cf is not None and self.node is not None:
-            have = self.node.held(cf, ids)
-            for i in ids[have].tolist():
-                got[i] = cf.block_bytes(i).view(self.dtype)
-            ids = ids[~have]
-            if ids.size:
-                got.update(self._fetch_shared(ids, cf))
-        elif ids.size:
-            got.update(self.verified(self.reader, ids))
-        get_cache().put_many(self.cache_key, {i: (a, None) for i, a in got.items()})
+            have = self.node.held(cf, uniq)
+            got = {i: cf.block_bytes(i).view(self.dtype) for i in uniq[have].tolist()}
+            if not have.all():
+                got.update(self._fetch_shared(uniq[~have], cf))
+            return got
+        cache = get_cache()
+        got = {i: e[0] for i, e in cache.get_many(self.cache_key, uniq.tolist()).items()}
+        if len(got) < uniq.size:
+            missing = uniq[~np.isin(uniq, np.fromiter(got, np.int64, len(got)))]
+            fresh = self.verified(self.reader, missing)
+            cache.put_many(self.cache_key, {i: (a, None) for i, a in fresh.items()})
+            got.update(fresh)
         return got
 
     def _fetch_shared(self, ids: np.ndarray, cf: CacheFile) -> dict[int, np.ndarray]:
@@ -201,31 +177,3 @@ class ChunkFetcher:
             if not ok.all():
                 fetched.update(self.verified(self.reader, rest[~ok]))
         return fetched
-
-    # ------------------------------------------------------------------------------ look-ahead
-    def prefetch(self, uniq: np.ndarray) -> int:
-        """Start reading chunks ``uniq`` (int64, sorted, unique) on a background thread (a later
-        :meth:`chunks` takes them from there); returns the number of chunks asked for."""
-        p = self._here()
-        cf = self.node.file() if self.node is not None else None
-        if cf is not None:
-            uniq = uniq[~cf.present(uniq)]
-        cached = get_cache().get_many(self.cache_key, uniq.tolist())
-        with p.lock:
-            todo = [i for i in uniq.tolist() if i not in cached and i not in p.pending]
-            if not todo:
-                return 0
-            if p.ahead is None:
-                p.ahead = ThreadPoolExecutor(2, thread_name_prefix="mmpack-zarr-ahead")
-            fut = p.ahead.submit(self._prefetch_job, p, np.asarray(todo, np.int64))
-            for i in todo:
-                p.pending[i] = fut
-        return len(todo)
-
-    def _prefetch_job(self, p: _Process, ids: np.ndarray) -> dict[int, np.ndarray]:
-        try:
-            return self._load(ids)
-        finally:
-            with p.lock:
-                for i in ids.tolist():
-                    p.pending.pop(i, None)

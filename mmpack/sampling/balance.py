@@ -4,25 +4,20 @@ Without balance, rank ``r`` of ``W`` takes stream indices ``base + r, base + r +
 (:mod:`mmpack.sampling.dealing`), so its batch ``t`` of ``B`` samples holds stream indices
 ``base + (t B + j) W + r``, ``j < B``.  With a :class:`Balance`, step ``t``'s *group*, the
 ``B W`` stream indices ``base + t B W .. base + (t + 1) B W - 1`` (the same samples as without
-it; in an epoch's last step the ``m W`` that remain, ``m < B``, each rank taking ``m``), is dealt
-by cost instead: :func:`mmpack.kernels.balance.deal_groups` gives every rank exactly ``m`` of the
-group's samples so that the largest per-rank cost is as small as that rule finds (optimal for
-``B <= 2``; on a heavy-tailed corpus within 1% of each step's optimum on average for ``B <= 4``,
-``benchmarks/bench_balance.py``), and rank ``r``'s batch ``t`` is its samples of group ``t`` in stream order.
+it; in an epoch's last step the ``m W`` that remain), is dealt by cost instead:
+:func:`mmpack.kernels.balance.deal_groups` gives every rank exactly ``m`` of the group's samples
+so that the largest per-rank cost is as small as that rule finds (optimal for ``B <= 2``), and
+rank ``r``'s batch ``t`` is its samples of group ``t`` in stream order.
 
-A sample's cost is what its causal attention costs, ``sum(s**2)`` over the segments of its row
-(``cu_seqlens``: every document piece with its eot, and a packed row's padding), given by the
-view without reading a token (``view.attention_cost(indices)``: the plan's pieces of a packed
-view, the documents a window spans, a mixture's sources').  The dealing of a step is a pure
-function of the samples the step draws (so of ``seed``, the epoch, the step and ``W``): every
-rank computes the whole group's dealing by itself, with no communication, and a resume at the
-same world size continues exactly.  At another world size the ranks resume after the steps
-consumed, dealing the rest for the new ``W`` (a state must then be taken at a step boundary,
-which is where a loader takes it).
+A sample's cost is its causal attention's, ``sum(s**2)`` over the segments of its row, given by
+the view without reading a token (``view.attention_cost(indices)``).  The dealing of a step is a
+pure function of the samples it draws (``seed``, epoch, step, ``W``): every rank computes it
+alone, with no communication, and a resume at the same world size continues exactly; at another
+world size the rest is dealt for the new ``W`` (a state taken at a step boundary).
 
-Cost: per step, ``B W`` cost lookups (vectorised, ``O(pieces)`` of the group's rows) and one
-kernel call, ``O(k log k + k W)`` for ``k = B W`` plus its improvement swaps
-(``python -m benchmarks.bench_balance``).
+Cost: per step, ``B W`` cost lookups (vectorised, ``O(pieces)``) and one kernel call,
+``O(k log k + k W)`` for ``k = B W`` plus its improvement swaps; against each step's optimum:
+``python -m benchmarks.bench_balance``.
 """
 
 from __future__ import annotations

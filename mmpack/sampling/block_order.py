@@ -11,25 +11,17 @@ the views' ``block_bounds``).  Epoch ``e`` of seed ``s``:
 3. permutes the samples of each window: position ``q`` of window ``w`` holds its local id
    ``Permutation(m_w, seed=(s, 2, e), epoch=w)[q]``.
 
-Windows follow each other: window ``w`` fills epoch positions ``[O_w, O_{w+1})`` with
-``O_w = m_0 + ... + m_{w-1}``.  The epoch order is a bijection of ``range(n)`` and a pure function
-of ``(bounds, W, seed, epoch, position)``; with ``W >= B`` it is one keyed permutation of all
-samples.
-
-Quality, in closed form.  Inside a window every sample stands at every position with the same
-probability, and samples of different windows never meet.  For blocks of ``S`` samples two
-distinct positions of one window hold samples of one block with probability
-``W C(S, 2) / C(W S, 2) = (S - 1) / (W S - 1)`` (below ``1 / W`` for any ``S``), against
-``(S - 1) / (n - 1)`` for a global shuffle; any ``b`` positions (a batch, one rank's or all
-ranks') thus hold on average at most ``C(b, 2) (S - 1) / (W S - 1)`` pairs from one block.  For
-blocks of unequal sizes ``S_j`` the rate of window ``w`` is ``sum_j S_j (S_j - 1) / (m_w (m_w - 1))``.
-Which blocks share a window is a fresh keyed draw each epoch.
+Windows follow each other (window ``w`` fills positions ``[O_w, O_{w+1})``).  The epoch order is
+a bijection of ``range(n)`` and a pure function of ``(bounds, W, seed, epoch, position)``; with
+``W >= B`` it is one keyed permutation of all samples.  Quality: for blocks of ``S`` samples two
+distinct positions of one window hold samples of one block with probability ``(S - 1) / (W S -
+1)`` (below ``1 / W``), against ``(S - 1) / (n - 1)`` for a global shuffle; for unequal sizes
+``S_j`` the rate of window ``w`` is ``sum_j S_j (S_j - 1) / (m_w (m_w - 1))``.
 
 Cost: ``bounds`` (8 bytes per block) plus, per epoch, the window offsets (8 bytes per window,
-built in O(B) on the first lookup of the epoch: one vectorised permutation of the block ids);
-locating a position is a binary search over the window offsets and one over the window's slot
-sizes, O(log B); a window's slots (``W`` block ids) are built when first needed and a few are
-kept.  Nothing of size ``n`` is ever materialised.
+built in O(B) on the epoch's first lookup); locating a position is two binary searches, O(log
+B); a window's slots are built when first needed and a few kept.  Nothing of size ``n`` is ever
+materialised.
 """
 
 from __future__ import annotations

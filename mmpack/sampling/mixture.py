@@ -1,43 +1,26 @@
 """Weighted mixtures of random-access datasets, by arithmetic: no per-sample table, no build step.
 
 Weights become integer quotas ``c_k`` out of a period ``P`` (:mod:`mmpack.sampling.weights`); the
-effective weights ``q_k = c_k / P`` are :attr:`Mixture.weights`, within about ``1e-6`` of the
-normalized weights given.  The sources are checked and read by :mod:`mmpack.sampling.mixture_batches`.
+effective weights ``q_k = c_k / P`` (:attr:`Mixture.weights`) are within about ``1e-6`` of the
+normalized weights given.  Sample ``i`` belongs to source ``k`` following Tijdeman's chairman
+sequence (:mod:`mmpack.kernels.mixture`): every prefix of ``n`` samples holds ``n q_k`` samples of
+source ``k`` within ``1 - 1 / (2 K' - 2)`` (``K'`` sources of positive weight), strictly within 1.
+One period is built once (O(P K), at most ~1.5 MB) and position ``i`` is located by a checkpoint
+read plus a scan of at most 64 entries, whatever ``i``.  The sources are checked and read by
+:mod:`mmpack.sampling.mixture_batches`.
 
-Sample ``i`` belongs to source ``k`` following Tijdeman's chairman sequence (see
-:mod:`mmpack.kernels.mixture`): every prefix of ``n`` samples holds ``n q_k`` samples of source ``k``
-within ``1 - 1 / (2 K' - 2)`` (``K'`` = sources of positive weight), i.e. strictly within 1, for
-every ``n`` and every weight vector; the bound is against the quantized weights ``q_k``.  Measured
-over 500 random weight vectors (2 to 8 sources, uniform, Dirichlet(0.2) and log-uniform over six
-decades, plus ``[0.999, 0.0005, 0.0005]`` and ``[0.5, 0.3, 0.1, 0.05, 0.03, 0.01, 0.005, 0.005]``):
-worst prefix error 0.9286 = 1 - 1/14, at the theoretical bound (Megatron's greedy "largest
-deficit" rule, ``argmax n q_k - count_k``, reached 1.44 on the same vectors).  The sequence has
-period ``P``; one period is built once (O(P K), about 10 ms at ``P = 10**6``, at most ~1.5 MB) and
-random access locates position ``i`` by a checkpoint read plus a scan of at most 64 entries, so a
-lookup costs the same for any ``num_samples`` (no dependence on ``i`` at all): measured about
-12 M lookups/s through :meth:`Mixture.source_of_many` at ``num_samples = 10**6`` and ``10**9`` alike
-(6 M/s when a batch touches thousands of passes over small sources), 3.5 us per scalar lookup.
+Occurrence ``o`` of source ``k`` is item ``Permutation(len_k, seed=(seed, k), epoch=o //
+len_k)[o % len_k]``: every pass over a source is its own keyed permutation (a source partly used
+draws a uniform subset; a small source repeats reshuffled).  With ``block_bytes`` each pass
+visits the source's blocks in a keyed order instead (:mod:`mmpack.sampling.mixture_blocks`).
+``num_samples`` defaults to the longest prefix in which no source is drawn beyond its length
+(``min_k len_k / q_k`` up to one sample, capped at ``2**62``).
 
-Occurrence ``o`` of source ``k`` (the number of earlier samples drawn from ``k``) is item
-``Permutation(len_k, seed=(seed, k), epoch=o // len_k)[o % len_k]`` of the source: every pass over a
-source, the first included, is its own keyed permutation, so a source only partly used draws a
-uniform subset (not a prefix of a possibly sorted source) and a small source repeats reshuffled.
-With ``block_bytes`` each pass visits the source's blocks in a keyed order instead, the items of
-a block in order, and :meth:`Mixture.block_bounds` gives the mixture's blocks (see
-:mod:`mmpack.sampling.mixture_blocks`).
-
-``num_samples`` defaults to the longest prefix in which no source is drawn beyond its length: the
-position of the ``(len_k + 1)``-th draw of the source that runs out first,
-``min_k position(source k, occurrence len_k)``, which is ``min_k len_k / q_k`` up to one sample
-(capped at ``2**62``).
-The source that runs out first is then seen exactly once, every other source at most once.
-
-``weights`` may be a :class:`~mmpack.sampling.schedule.Schedule`: the positions are then dealt by
-the nested splits of :mod:`mmpack.sampling.schedule_plan` (a schedule of constant weights is its
-weight vector, drawn as above), :meth:`Mixture.with_schedule` changes the schedule from a position on,
-and the default ``num_samples`` is the same rule: the first position at which some source would be
-drawn beyond its length under the schedule.  :attr:`Mixture.fingerprint` digests everything that
-decides which sample a position holds.
+``weights`` may be a :class:`~mmpack.sampling.schedule.Schedule`: positions are then dealt by the
+nested splits of :mod:`mmpack.sampling.schedule_plan`, :meth:`Mixture.with_schedule` changes it
+from a position on, and ``num_samples`` follows the same rule.  :attr:`Mixture.fingerprint`
+digests everything that decides which sample a position holds.  Cost: O(1) per lookup whatever
+``num_samples`` (rates: ``python -m benchmarks.bench_sampler``, its mixture rows).
 """
 
 from __future__ import annotations
@@ -472,20 +455,6 @@ class Mixture:
             for t, item in zip(where.tolist(), got):
                 out[t] = self._tag(item, k)
         return out  # type: ignore[return-value]
-
-    def prefetch(self, indices: Sequence[int]) -> int:
-        """Request the data of positions ``indices`` ahead of reading them: each source with a
-        ``prefetch`` method (mmpack's views) gets its items, once per batch (see
-        :mod:`mmpack.views.readahead`; what :class:`~mmpack.views.readahead.Lookahead` calls).
-        Returns the number of requests the sources issued."""
-        idx = check_indices(indices, len(self))
-        src, items = self.source_of_many(idx)
-        issued = 0
-        for k in np.unique(src).tolist():
-            prefetch = getattr(self._sources[k], "prefetch", None)
-            if prefetch is not None:
-                issued += int(prefetch(items[src == k]))
-        return issued
 
     # -- statistics ----------------------------------------------------------------------------
 

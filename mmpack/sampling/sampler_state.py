@@ -1,21 +1,16 @@
 """The sampler state schema: one versioned dict for every order, with its edits and dataset.
 
-:meth:`ResumableSampler.state_dict <mmpack.torch.sampler.ResumableSampler.state_dict>` writes,
-and :func:`checked_state` validates field by field, a dict of plain Python values:
+``ResumableSampler.state_dict`` writes, :func:`checked_state` validates (field, type, meaning):
 
 =================  ==============================  ===========================================
-field              type                            meaning
-=================  ==============================  ===========================================
 ``version``        int                             :data:`STATE_VERSION`
-``n``              int                             samples of the dataset
-``seed``           int                             key of the order
+``n``, ``seed``    int                             samples of the dataset, key of the order
 ``shuffle``        bool or ``"blocks"``            the order (global, block-window, in order)
 ``drop_last``      bool                            how the epoch's tail is dealt
 ``window_blocks``  int or None                     block order: blocks per window, else None
 ``bounds_digest``  int or None                     block order: 64-bit digest of the bounds
 ``fingerprint``    str or None                     the dataset configuration it was saved for
-``world_size``     int                             ranks of the run that saved it
-``rank``           int                             the rank that saved it (not checked)
+``world_size``     int                             ranks of the run that saved it (and ``rank``)
 ``epoch``          int                             the epoch in progress
 ``position``       int                             indices each rank drew from ``offset``
 ``offset``         int                             stream index the epoch's shares start at
@@ -23,15 +18,9 @@ field              type                            meaning
 ``replays``        list of ``[epoch, at, a, b]``   replayed ranges, in the order of the calls
 =================  ==============================  ===========================================
 
-``n``, ``seed``, ``shuffle``, ``drop_last``, ``window_blocks``, ``bounds_digest`` and
-``fingerprint`` describe the configuration: a sampler refuses (``StateMismatchError``) a state
-whose configuration differs from its own, naming the field and both values.  One exception: a
-state of an *earlier* fingerprint (a mixture this one was changed from at position ``p``, see
-``Mixture.earlier_fingerprints``) loads when it was read in order and what it consumed lies
-before ``p`` (the consumed frontier, :meth:`EditLog.frontier
-<mmpack.sampling.sampler_edits.EditLog.frontier>`, at most ``p``): those samples are the same.  Any other defect
-(a missing or unknown field, a value of the wrong type or out of range) is a ``FormatError``
-naming the field and its value.  Cost: O(fields + edits).
+Another configuration (``n`` to ``fingerprint``) is a ``StateMismatchError`` naming the field
+and both values (except an *earlier* mixture fingerprint read in order up to the change); any
+other defect a ``FormatError`` naming the field and its value.  Cost: O(fields + edits).
 """
 
 from __future__ import annotations

@@ -3,47 +3,24 @@ deals its positions to its sources: nested two-way splits of the schedule's inte
 by arithmetic.
 
 Targets.  On the schedule's axis ``x`` (positions, or tokens consumed) each source has a density
-``f_k(x)`` in samples per unit of ``x``, linear between two points: its normalized weight
-(``unit="samples"``), or its normalized token weight divided by its tokens per sample ``l_k``
-(``unit="tokens"``).  Its *target* ``F_k(x)`` is the integral of ``f_k`` from the schedule's
-origin, starting at the source's count there (0 for a whole mixture; the counts entering
-``from_position`` after :meth:`~mmpack.sampling.mixture.Mixture.with_schedule`).  The sum of the
-densities is the samples per unit of ``x`` (1 for ``unit="samples"``); position ``p`` lies at the
-``x`` where the sum of the targets reaches ``p``, and source ``k``'s target at ``p`` is ``F_k``
-there: the continuous integral of the schedule.
+``f_k(x)``, linear between two points (its normalized weight, or for ``unit="tokens"`` its token
+weight over its tokens per sample); its *target* ``F_k(x)`` is the integral of ``f_k`` from the
+schedule's origin (starting at its count there), and position ``p`` lies where the targets sum
+to ``p``.  Algorithm: the sources are the leaves of a binary tree; the root's count at ``p`` is
+``p``, and a node ``G`` of count ``m`` gives its child ``A`` the count ``round(F_A(F_G^{-1}(m)))``,
+which grows by 0 or 1 with ``m``, so position ``p`` goes to the leaf reached through the children
+whose count grows between ``p`` and ``p + 1``.  The rounding is done on the child of smaller
+density with floating-point formulas monotone in ``m`` (:mod:`mmpack.kernels.schedule`), the
+switches between stretches checked at construction, so the counts are exactly consistent.
 
-Algorithm.  The sources are the leaves of a binary tree (one per schedule and schedule change,
-chosen for its prefix bound, below); a node's target is the sum of its leaves'.  The root's count at position ``p`` is ``p``; a node ``G`` of count ``m`` gives its child
-``A`` the count ``round(F_A(F_G^{-1}(m)))``: ``A``'s target at the point where ``G``'s target
-reaches ``m``.  That grows by 0 or 1 with ``m`` (``A``'s density is at most ``G``'s), so the
-counts of both children only grow and sum to ``m``: position ``p`` goes to the leaf reached by
-descending from the root through the child whose count grows between ``p`` and ``p + 1``.  The
-rounding is done on the child of smaller density (the stretches of ``x`` are cut where the two
-children's densities cross) with floating-point formulas monotone in ``m``
-(:mod:`mmpack.kernels.schedule`), and the switches between stretches are checked at
-construction, so the counts are exactly consistent.  Each source's occurrences are then mapped
-to items by its keyed passes, as in a constant mixture (no repetition within a pass).
+Prefix bound: every prefix holds ``|count_k(p) - F_k(p)|`` within ``1/2 (1 + sum over the
+ancestors A of k below the root of max f_k / f_A)`` (:func:`tree_bound`, up to positions of
+about ``2**50``).  The plan takes the tree of least bound among Huffman's and
+:data:`TREE_CANDIDATES` balanced ones: 1/2 for two sources, at most 1 for three or four, 1.5 for
+five to eight (:meth:`SchedulePlan.error_bound`; tests/test_schedule.py checks every prefix).
 
-Prefix bound.  A node's count is within 1/2 of its target at its parent's count; the parent's
-error moves it by at most the child's share of the parent's density.  So every prefix holds
-``|count_k(p) - F_k(p)|`` within ``1/2 (1 + sum over the ancestors A of k below the root of
-max f_k / f_A)`` (:func:`tree_bound`), against the exact integral of the schedule and over any
-length (up to positions of about ``2**50``, where float64 stops resolving a sample).  The plan
-takes the tree of least bound among Huffman's and :data:`TREE_CANDIDATES` balanced ones, so the
-bound is 1/2 for two sources, at most 1 for three or four (depth 2) and at most 1.5 for five to
-eight (depth 3; near 1.5 only when a source at depth 3 holds nearly all of its ancestors'
-weight somewhere; above eight sources the bound grows with the depth of the tree);
-:meth:`SchedulePlan.error_bound` gives it, and tests/test_schedule.py checks every prefix of
-random schedules against the exact integral and that bound.
-
-Cost.  Memory: per internal node (``K - 1`` per schedule), one row of 10 float64 and one int64
-per stretch (at most two per segment of the schedule): O(segments * K), with no table per
-segment.  Construction: O(segments * K * depth) per tree tried (66 trees for more than two
-sources; 0.1 s for 100 segments and 8 sources).
-A lookup: a descent of the tree (``ceil(log2 K)`` levels for balanced weights), each a binary
-search over the node's rows and two evaluations of a closed form (a square root and a few
-products); ``counts(n)``: one evaluation per internal node; the position of an occurrence: a
-binary search over positions.
+Cost: memory O(segments * K); construction O(segments * K * depth) per tree tried; a lookup one
+descent of ``ceil(log2 K)`` levels (``python -m benchmarks.bench_schedule``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The store core: mmpack's local format, written and read.
+"""The store core: mmpack's local format, written and read; its modules::
 
-::
-
-    format.py      metadata record, little-endian dtypes, block checksums, fingerprint
+    format.py      metadata record, little-endian dtypes, stripe checksums, fingerprint
     backends/      where the two arrays live (memmap, Zarr v3) behind one reading interface
     opening.py     open_store (``mmpack.open``): dispatch, the unchanged-while-opening loop
     reader.py      TokenStore: validated at open, memory-mapped, picklable
@@ -22,10 +20,8 @@
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
 
-The adapters beside the core (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`)
-import from it and register in :mod:`mmpack.store.registry`; the core imports none of them.
-Its public names are reached through :mod:`mmpack` (``mmpack.build``, ``mmpack.open``,
-``mmpack.TokenStore``) or by module path.
+The adapters (:mod:`mmpack.remote`, :mod:`mmpack.formats`, :mod:`mmpack.joins`) import from it
+and register in :mod:`mmpack.store.registry`; the core imports none of them.
 """
 
 from mmpack.store.registry import register_subsets

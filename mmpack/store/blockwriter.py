@@ -55,13 +55,11 @@ class BlockWriter:
         in this file, never in another file that reuses the descriptor's number.
     path : Path
         The same file, opened again read-only for hashing.
-    checksum : {"xxh64", "crc32"}
     block_bytes : int
-        Checksum block size.
+        Checksum block size (each block's XXH64, :func:`~mmpack.store.integrity.block_digest`).
     """
 
-    def __init__(self, fd: int, path: Path, checksum: str, block_bytes: int) -> None:
-        self.checksum = checksum
+    def __init__(self, fd: int, path: Path, block_bytes: int) -> None:
         self.block_bytes = block_bytes
         self.end = 0  # bytes handed over: the file's length once the writer is done
         self.fd = self._rfd = -1
@@ -163,10 +161,10 @@ class BlockWriter:
         except (OSError, ValueError):  # a file system that cannot map: read it
             data = os.pread(self._rfd, size, lo)
             assert len(data) == size
-            return block_digest(self.checksum, data)
+            return block_digest(data)
         try:
             view = np.frombuffer(mm, dtype=np.uint8)
-            digest = block_digest(self.checksum, view[lo - base :])
+            digest = block_digest(view[lo - base :])
             del view
             return digest
         finally:

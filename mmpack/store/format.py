@@ -6,29 +6,18 @@ A store is a folder holding two logical arrays and a small JSON metadata record:
     offsets  shape (num_docs + 1,) int64, little-endian; offsets[0] == 0,
              offsets[j + 1] - offsets[j] == length of document j, offsets[-1] == num_tokens
 
-All on-disk dtypes are explicitly little-endian so that a store written on one machine reads
-identically on any other (numpy's native order would silently differ on a big-endian host).
+Explicitly little-endian, so a store reads identically on any machine.  Integrity: each array's
+bytes are cut into blocks of ``block_bytes`` (16 MiB) and every block's digest is recorded
+(``checksum.tokens``: XXH64, ``checksum.algorithm`` ``"xxh64"``, the only one read;
+``checksum.offsets``: CRC-32, :func:`crc32_blocks`); ``verify()`` recomputes them (cost:
+``python -m benchmarks.bench_store``, docs/benchmarks.md).  The *fingerprint* hashes the dtype,
+the counts and every digest: it identifies the content without reading data and keys plans and
+sampler states.  ``files`` lists the files a build wrote besides the layout's own.
 
-Integrity: the little-endian bytes of each array are cut into blocks of ``block_bytes`` (16 MiB)
-and a digest of every block is recorded (``checksum.tokens``, ``checksum.offsets``;
-:attr:`StoreMeta.tokens_digests`, :attr:`StoreMeta.offsets_crc32`): the offsets' blocks always
-by CRC-32, the tokens' blocks by the record's ``checksum.algorithm``: ``"xxh64"`` (XXH64, what
-builds write by default, ~12 GB/s here) or ``"crc32"`` (zlib's, ~1-2.5 GB/s here; stores written
-with ``checksum="crc32"``).  ``verify()`` recomputes them and reports the first byte range that
-differs.  The *fingerprint* is a hash of the dtype, the counts and every digest: it identifies the
-content cheaply (no data is read) and keys packing plans and sampler states to the exact data
-they were made for.  ``files`` lists the files a build wrote besides the layout's own.
-
-Per-token loss masks: a store built from documents that carry one (``{"input_ids": ...,
-"loss_mask": ...}``) holds its mask as a second store of the same layout in its folder
-(:data:`LOSS_MASK_STORE`): ``uint8`` tokens 0 or 1, one per token, with the same offsets, block
-digests of its own.  The record names the mask store's fingerprint (``loss_mask``), and the
-store's fingerprint covers it, so a mask that changed is a different store.
-
-Per-document fields (:mod:`mmpack.store.fields`): one little-endian file per field,
-``field.<name>.bin`` (``num_docs`` values: ``<i8``, ``<f8``, or ``<i4`` codes into a table of
-strings), named with its CRC-32 and its table in the record's ``fields`` list, which the
-fingerprint covers.
+A loss mask is a second store of the same layout in the folder (:data:`LOSS_MASK_STORE`, uint8
+0/1 tokens, same offsets), named by its fingerprint in ``loss_mask``; per-document fields
+(:mod:`mmpack.store.fields`) are ``field.<name>.bin`` files listed with their CRC-32 in
+``fields``.  The fingerprint covers both.
 """
 
 from __future__ import annotations
@@ -51,7 +40,6 @@ from mmpack.store.fields import FieldSpec, fields_record, parse_fields_record
 __all__ = [
     "BLOCK_BYTES",
     "BlockChecksum",
-    "CHECKSUM_KINDS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "KNOWN_BACKENDS",
@@ -75,8 +63,9 @@ META_FILE = "mmpack.json"
 LOSS_MASK_STORE = "loss_mask"
 """The folder (or object prefix) of a store's loss mask store, inside the store's own."""
 BLOCK_BYTES = 16 << 20
-CHECKSUM_KINDS = ("crc32", "xxh64")
-"""Digests of the token blocks: ``crc32`` (zlib's), ``xxh64`` (XXH64, seed 0)."""
+TOKENS_CHECKSUM = "xxh64"
+"""The digest of the token blocks (``checksum.algorithm``): XXH64, seed 0; a record naming
+another is refused."""
 
 # Explicit little-endian: the bytes on disk must not depend on the writing machine.
 TOKEN_DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(s) for s in ("<u1", "<u2", "<u4", "<u8"))
@@ -113,8 +102,16 @@ def normalize_token_dtype(dtype: Any) -> np.dtype:
     return dt.newbyteorder("<")
 
 
+def crc32_blocks(data: bytes | memoryview, block: int) -> list[int]:
+    """CRC-32 of every ``block`` bytes of ``data`` (the last piece may be short): the digests
+    of an offsets array (``checksum.offsets``, a join's global offsets)."""
+    mv = memoryview(data).cast("B")
+    return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
+
+
 class BlockChecksum:
-    """Incremental CRC-32 over consecutive blocks of ``block_bytes`` of a byte stream."""
+    """Incremental CRC-32 over consecutive blocks of ``block_bytes`` of a byte stream (the
+    offsets as a build writes them; :func:`crc32_blocks` of the whole)."""
 
     def __init__(self, block_bytes: int = BLOCK_BYTES) -> None:
         self.block_bytes = block_bytes
@@ -150,12 +147,9 @@ class StoreMeta:
     num_tokens: int
     block_bytes: int
     tokens_digests: tuple[int, ...]
-    """The digest of every ``block_bytes`` of the tokens' bytes, by ``tokens_checksum``."""
+    """The XXH64 of every ``block_bytes`` of the tokens' bytes."""
     offsets_crc32: tuple[int, ...]
     """The CRC-32 of every ``block_bytes`` of the offsets' bytes (CRC-32 in every store)."""
-    tokens_checksum: str = "crc32"
-    """The algorithm of ``tokens_digests``: one of :data:`CHECKSUM_KINDS` (builds write
-    ``"xxh64"``)."""
     files: tuple[str, ...] = ()
     """The files a build wrote into the store folder besides its layout's (e.g.
     ``tokenizer.json``), sorted: the store's own, which ``overwrite`` replaces with it
@@ -177,9 +171,8 @@ class StoreMeta:
             self.block_bytes,
             list(self.tokens_digests),
             list(self.offsets_crc32),
+            TOKENS_CHECKSUM,
         ]
-        if self.tokens_checksum != "crc32":  # a CRC-32 record's fingerprint omits the algorithm
-            fields.append(self.tokens_checksum)
         if self.loss_mask is not None:
             fields.append(["loss_mask", self.loss_mask])
         if self.fields:
@@ -196,7 +189,7 @@ class StoreMeta:
             "num_docs": self.num_docs,
             "num_tokens": self.num_tokens,
             "checksum": {
-                "algorithm": self.tokens_checksum,
+                "algorithm": TOKENS_CHECKSUM,
                 "block_bytes": self.block_bytes,
                 "tokens": list(self.tokens_digests),
                 "offsets": list(self.offsets_crc32),
@@ -230,7 +223,6 @@ class StoreMeta:
                 block_bytes=check_count(checksum["block_bytes"], "block_bytes", where),
                 tokens_digests=tuple(check_count(c, "checksum", where) for c in checksum["tokens"]),
                 offsets_crc32=tuple(check_count(c, "checksum", where) for c in checksum["offsets"]),
-                tokens_checksum=str(checksum.get("algorithm")),
                 files=_listed_files(obj.get("files", []), where),
                 loss_mask=_loss_mask_record(obj.get("loss_mask"), where),
                 fields=parse_fields_record(obj.get("fields"), where),
@@ -239,8 +231,13 @@ class StoreMeta:
             raise FormatError(f"{where}: metadata field missing or malformed: {exc!r}") from exc
         if dtype not in TOKEN_DTYPES or dtype.byteorder == ">":
             raise FormatError(f"{where}: unsupported token dtype {obj['dtype']!r}")
-        if checksum.get("algorithm") not in CHECKSUM_KINDS or meta.block_bytes < 1:
-            raise FormatError(f"{where}: unsupported checksum record {checksum.get('algorithm')!r}")
+        if checksum.get("algorithm") != TOKENS_CHECKSUM:
+            raise FormatError(
+                f"{where}: unsupported checksum record {checksum.get('algorithm')!r}: the token "
+                f"blocks' checksum is {TOKENS_CHECKSUM!r}; rebuild the store"
+            )
+        if meta.block_bytes < 1:
+            raise FormatError(f"{where}: unsupported checksum record (block_bytes 0)")
         if meta.backend not in KNOWN_BACKENDS:
             raise FormatError(f"{where}: unknown backend {meta.backend!r}")
         for name, nbytes, digests in (

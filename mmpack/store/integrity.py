@@ -4,12 +4,11 @@ checksums, for a full :meth:`~mmpack.store.reader.TokenStore.verify` and for ver
 :func:`check_offsets` checks what every open checks: ``offsets`` has ``num_docs + 1`` entries,
 starts at 0, never decreases and ends at ``num_tokens`` (one O(num_docs) pass; numpy below 4M
 documents, so ``mmpack info`` never loads numba, the numba kernel above, with no temporaries).
-:class:`BlockChecker` recomputes the digest of a 16 MiB block of the offsets or tokens from the
-backend's raw bytes and compares it with the metadata's block digests (XXH64 for the tokens of a
-store built with the default ``checksum="xxh64"``, ~1.6 ms a block; CRC-32 for the offsets and for
-the tokens of stores written with ``checksum="crc32"``, ~10 ms a block, zlib releasing the GIL),
-and keeps a bitmap of the token blocks already checked, so verify-on-read checks each block once (the
-first read that touches it) and then costs one bitmap lookup per touched block.
+:class:`BlockChecker` recomputes the digest of a 16 MiB block of the offsets (CRC-32) or tokens
+(XXH64, :func:`block_digest`) from the backend's raw bytes and compares it with the metadata's,
+and keeps a bitmap of the token blocks already checked, so verify-on-read checks each block once
+(the first read that touches it) and then costs one bitmap lookup per touched block (the cost of
+a block: ``python -m benchmarks.bench_store``, docs/benchmarks.md).
 :class:`CheckedPages` is the one rule for an index checked lazily: a bitmap of pages, each checked
 once on first use (the store's :class:`OffsetsPages`, a cached plan's chunks in
 :mod:`mmpack.views.plan_file`); after that a read costs one bitmap lookup per page it touches.
@@ -57,14 +56,10 @@ class ReadChecker(Protocol):
         """Whether every block has been checked (later reads need no check)."""
 
 
-def block_digest(kind: str, data: Any) -> int:
-    """Checksum of the bytes ``data`` (bytes, memoryview or numpy array) by ``kind``: ``"crc32"``
-    (zlib) or ``"xxh64"`` (XXH64 with seed 0, :func:`mmpack.kernels.store.xxh64`; numba is
+def block_digest(data: Any) -> int:
+    """XXH64 (seed 0) of the bytes ``data`` (bytes, memoryview or numpy array): the digest of a
+    token block, a remote check block, a plan array (:func:`mmpack.kernels.store.xxh64`; numba is
     loaded on the first call)."""
-    if kind == "crc32":
-        return zlib.crc32(data)
-    if kind != "xxh64":
-        raise ValueError(f"unknown checksum kind {kind!r}; expected 'crc32' or 'xxh64'")
     from mmpack.kernels.store import xxh64
 
     raw = _bytes_of(data)
@@ -72,8 +67,9 @@ def block_digest(kind: str, data: Any) -> int:
         return int(xxh64(raw, _words_of(raw), np.uint64(0)))
 
 
-def block_digests(kind: str, data: Any, block: int) -> np.ndarray:
-    """:func:`block_digest` of each ``block`` bytes of ``data`` (the last block may be short).
+def block_digests(data: Any, block: int) -> np.ndarray:
+    """:func:`block_digest` of each ``block`` bytes of ``data`` (the last block may be short), in
+    one kernel call.
 
     Returns
     -------
@@ -83,12 +79,6 @@ def block_digests(kind: str, data: Any, block: int) -> np.ndarray:
         raise ValueError(f"block must be a positive multiple of 8 (bytes), got {block!r}")
     raw = _bytes_of(data)
     out = np.empty(-(-raw.size // block), np.uint64)
-    if kind == "crc32":
-        for k in range(out.size):
-            out[k] = zlib.crc32(raw[k * block : (k + 1) * block].tobytes())
-        return out
-    if kind != "xxh64":
-        raise ValueError(f"unknown checksum kind {kind!r}; expected 'crc32' or 'xxh64'")
     from mmpack.kernels.store import xxh64_blocks
 
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
@@ -118,8 +108,8 @@ class BlockChecker:
     path : Path
         Named in error messages.
     meta : StoreMeta
-        Holds the block size and the stored block digests (``tokens_digests``, by
-        ``tokens_checksum``; ``offsets_crc32``).
+        Holds the block size and the stored block digests (``tokens_digests``, XXH64;
+        ``offsets_crc32``).
     backend : Backend
         Serves ``raw_bytes(name, lo, hi)``.
     track_reads : bool
@@ -178,16 +168,18 @@ class BlockChecker:
         """Checksum block ``b`` of array ``name`` (``"offsets"`` or ``"tokens"``);
         :class:`FormatError` naming it on a mismatch.  Returns the block's size in bytes."""
         meta = self._meta
-        if name == "offsets":
+        offsets = name == "offsets"
+        if offsets:
             nbytes, digests, kind = (meta.num_docs + 1) * 8, meta.offsets_crc32, "crc32"
         else:
             nbytes, digests = meta.num_tokens * meta.dtype.itemsize, meta.tokens_digests
-            kind = meta.tokens_checksum
+            kind = "xxh64"
         lo = b * meta.block_bytes
         hi = min(nbytes, lo + meta.block_bytes)
-        got = block_digest(kind, self._backend.raw_bytes(name, lo, hi))
+        raw = self._backend.raw_bytes(name, lo, hi)
+        got = zlib.crc32(raw) if offsets else block_digest(raw)
         if got != digests[b]:
-            width = 10 if kind == "crc32" else 18
+            width = 10 if offsets else 18
             raise FormatError(
                 f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
                 f"({kind}: stored {digests[b]:#0{width}x}, computed {got:#0{width}x}): the data was "

@@ -1,40 +1,27 @@
 """Subsets of a store without rewriting: ``store.select(doc_ids)``, ``store.where(...)``,
 ``store.split(...)``.
 
-A subset is a :class:`~mmpack.store.reader.TokenStore` over some documents of a parent store,
-in the parent's order: it holds the parent document id of each of its documents
-(:attr:`SubsetStore.parent_doc_ids`, int64, sorted, unique) and its own offsets (the cumulative
-lengths of those documents); no token is copied.  Every view, plan, sampler and mixture takes it
-as a store.  A read of subset token ranges maps each range to the parent's tokens: one
-kernel call (:func:`~mmpack.kernels.subset.parent_starts`, a binary search over the subset's
-offsets per range) finds the document of every range's start; when every range lies inside one
-document (packed rows always; windows mostly) the shifted ranges go to the parent's
-``read_ranges`` and its answer is returned as it is (zero copy for a memmap parent), else the
-ranges are cut at document boundaries, read in one parent call and copied into one buffer.
-A reader that computes its ranges from documents (the packed view) skips that mapping: it takes
-:attr:`SubsetStore.parent_doc_starts` (each document's start in the parent, one int64 array
-made with the subset) from :func:`token_source` and reads the parent directly, as it reads a
-plain store at its offsets.
-Building a subset costs O(documents selected) (a gather and a cumulative sum);
-its fingerprint, a hash of the parent's and of the id array (O(documents selected), computed on
-first use), keys the plans of the subset apart from the parent's and from any other subset's.
-A subset of a subset is a subset of the first parent (ids compose), so ``parent_doc_ids``
-always name documents of the store that holds the tokens.  The loss mask and the fields of a
-subset are the parent's restricted to it.
+A subset is a :class:`~mmpack.store.reader.TokenStore` over some documents of a parent store, in
+the parent's order: the parent id of each of its documents (:attr:`SubsetStore.parent_doc_ids`,
+int64, sorted, unique) and its own offsets; no token is copied, and every view, plan, sampler and
+mixture takes it as a store.  A read maps each range to the parent's tokens with one kernel call
+(:func:`~mmpack.kernels.subset.parent_starts`); ranges inside one document go to the parent's
+``read_ranges`` as they are (zero copy for a memmap parent), others are cut at document
+boundaries and read in one parent call.  The packed view reads the parent directly at
+:attr:`SubsetStore.parent_doc_starts` (:func:`token_source`).  A subset of a subset is a subset
+of the first parent; the loss mask and fields are the parent's restricted to it.  Its
+fingerprint hashes the parent's and the id array (computed on first use), keying its plans apart.
 
-``split(fractions, seed)``: document ``d`` of the parent goes to the part whose cumulative
-fraction interval holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of
-SplitMix64's finaliser, :func:`~mmpack.kernels.subset.split_parts`), the keys drawn from
-``(SPLIT_STREAM + depth, seed)``: ``depth`` (:attr:`SubsetStore.split_depth`) counts the splits
-that made the subset (0 for a store, or for a ``select`` / ``where`` of one), so a part split
-again, with any seed, is cut by keys independent of those that chose its documents (the same
-keys would put none of a 90% part's documents past 0.9, so a 95/5 split of it would hold an
-empty 5%), while a ``select`` or ``where`` subset splits as its store does, restricted to it.
-A document's part
-depends only on its parent id, the seed, the depth and the fractions, never on the number of documents:
-appending documents (``join(..., append=True)``, a build that adds parts at the end) keeps every
-earlier document in its part.  Cost: one kernel pass over the ids, then one subset per part
-(``benchmarks/bench_subset.py`` times 10^7 documents).
+``split(fractions, seed)``: document ``d`` goes to the part whose cumulative fraction interval
+holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of SplitMix64's finaliser,
+:func:`~mmpack.kernels.subset.split_parts`) keyed by ``(SPLIT_STREAM + depth, seed)``, ``depth``
+(:attr:`SubsetStore.split_depth`) counting the splits that made the subset, so a part split
+again is cut by independent keys (the same keys would leave a 95/5 split of a 90% part an empty
+5%).  A document's part depends only on its parent id, the seed, the depth and the fractions:
+appending documents keeps every earlier one in its part.
+
+Cost: building a subset is O(documents selected) (a gather and a cumulative sum); a split is one
+kernel pass over the ids, then one subset per part (``python -m benchmarks.bench_subset``).
 """
 
 from __future__ import annotations

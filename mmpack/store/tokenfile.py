@@ -1,37 +1,23 @@
 """The token file of a build in progress: one pass that converts and range-checks, written and
 hashed on background threads.
 
-Tokens arrive as flat integer arrays of any dtype.  :meth:`TokenFile.append` converts them into a
-staging buffer of one checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba
-pass that also checks every token against the accepted range
-(:func:`mmpack.kernels.store.convert_tokens`); a full staging block is handed to
-:class:`mmpack.store.blockwriter.BlockWriter`, which writes it on a writer thread while the next
-block is converted into a second buffer, and hashes every complete block of the file on a hash
-thread (:func:`mmpack.store.integrity.block_digest`: XXH64 by default, ~12 GB/s in memory here,
-~8.5 GB/s read back from the page cache, or zlib's CRC-32).  Tokens already in the file's dtype
-with every value valid (an unsigned dtype no wider than the token rule) skip the pass: at least
-``direct_bytes`` (1 MiB) are written straight from the caller's array, fewer are copied into the
-staging block.  An append is all or nothing: a token out of range (negative, >= 2**63 or beyond a
-fixed dtype) rolls the file back to where the append began (bytes already handed over are cut
-from the file, after both threads are done with them) and returns the index of that token; the
-caller names the document.  Without a fixed dtype the file starts as uint8 and is widened in
-place (one sequential rewrite through the same pass, at most three times a build) when a valid
-token needs more bits; the rest of the array is checked first, so a rejected append never widens
-the store.
+:meth:`TokenFile.append` converts flat integer arrays of any dtype into a staging buffer of one
+checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba pass that also
+checks every token against the accepted range (:func:`mmpack.kernels.store.convert_tokens`); a
+full staging block goes to :class:`mmpack.store.blockwriter.BlockWriter`, which writes it on a
+writer thread while the next block is converted, and hashes every complete block of the file
+(XXH64, :func:`mmpack.store.integrity.block_digest`) on a hash thread.  Tokens already in the
+file's dtype and valid skip the pass: at least ``direct_bytes`` (1 MiB) are written straight from
+the caller's array (:meth:`TokenFile.append_arrays`: ``os.pwritev`` of a list of arrays, no copy
+in Python; the caller waits with :meth:`TokenFile.sync` before changing them), fewer are copied
+into the staging block.  An append is all or nothing: a token out of range (negative, >= 2**63
+or beyond a fixed dtype) rolls the file back to where the append began and returns the index of
+that token.  Without a fixed dtype the file starts as uint8 and is widened in place (one
+sequential rewrite, at most three times a build) when a valid token needs more bits.
 
-Documents given as a list of arrays in the file's dtype skip the conversion pass too
-(:meth:`TokenFile.append_arrays`): two C-level passes check their dtypes and dimensions
-(``set(map(attrgetter("dtype"), docs))``, the same for ``ndim``), then the writer thread writes
-them with ``os.pwritev`` straight from the arrays (each taken through the buffer protocol; a
-strided one made contiguous on the writer thread): no copy in Python, and the caller's thread is
-free while the kernel copies them into the page cache.  The caller waits
-(:meth:`TokenFile.sync`) before it returns to code that could change them.  Under
-``direct_bytes`` in all they are copied into the staging block with one
-``np.concatenate(..., out=, casting="no")`` per block.
-
-Measured against ``ndarray.tofile`` of the same bytes, with where a build's time goes (the
-caller's thread, the writer, the hasher): ``python -m benchmarks.bench_store [--profile]``; on a
-real tokenized corpus: ``python -m benchmarks.bench_store --stdlib``.
+Cost: against ``ndarray.tofile`` of the same bytes, with where a build's time goes,
+``python -m benchmarks.bench_store [--profile]`` (``--stdlib``: a real tokenized corpus);
+results in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -66,7 +52,6 @@ class TokenFile:
         ``opener(path, mode)`` returning a binary file object (the writer's ``open``).
     fixed : numpy.dtype or None
         The store's token dtype when the caller fixed it; None picks the narrowest as tokens come.
-    checksum : {"xxh64", "crc32"}
     block_bytes : int
         Checksum block size (a multiple of 8).
     """
@@ -76,13 +61,11 @@ class TokenFile:
         path: Path,
         opener: Callable[[Path, str], IO[bytes]],
         fixed: np.dtype | None,
-        checksum: str,
         block_bytes: int,
     ) -> None:
         self.path = path
         self._open = opener
         self.fixed = fixed
-        self.checksum = checksum
         self.block_bytes = block_bytes
         self.direct_bytes = min(_DIRECT_BYTES, block_bytes)
         """Appends of at least this many bytes in the file's dtype are written straight from
@@ -91,7 +74,7 @@ class TokenFile:
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
         try:
-            self._out = BlockWriter(self.file.fileno(), path, checksum, block_bytes)
+            self._out = BlockWriter(self.file.fileno(), path, block_bytes)
             self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
         except BaseException:  # (MemoryError, a thread that cannot start): no descriptor leaks
             self.file.close()
@@ -279,7 +262,7 @@ class TokenFile:
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
-        self._out = BlockWriter(self.file.fileno(), new_path, self.checksum, self.block_bytes)
+        self._out = BlockWriter(self.file.fileno(), new_path, self.block_bytes)
         self.dtype, self._fill, self.num_tokens = dtype, 0, 0
         if count:  # an empty file cannot be memory-mapped
             old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))

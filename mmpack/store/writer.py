@@ -37,7 +37,6 @@ from mmpack.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack.store.fields import check_fields, commit_fields
 from mmpack.store.format import (
     BLOCK_BYTES,
-    CHECKSUM_KINDS,
     LOSS_MASK_STORE,
     OFFSETS_DTYPE,
     BlockChecksum,
@@ -181,8 +180,7 @@ class StoreWriter:
     Use as a context manager: documents go in with :meth:`add` or :meth:`add_batch`; a clean
     exit validates the new store, commits it (rename into place) and sets ``writer.store``; an
     exception removes everything written.  A bad document raises from the :meth:`add` that
-    receives it and is not stored; the writer stays usable.  ``checksum`` names the token blocks'
-    checksum: ``"xxh64"`` (default) or ``"crc32"`` (readable by mmpack versions before XXH64).
+    receives it and is not stored; the writer stays usable.
     ``check``, when given, is called with the finished store opened from its temporary folder,
     right before it is published (for a URL target: opened from its uploaded objects, before
     the metadata is written); whatever it raises publishes nothing (a copy verifies itself so).
@@ -199,16 +197,12 @@ class StoreWriter:
         overwrite: bool = False,
         buffer_tokens: int = _DEFAULT_BUFFER_TOKENS,
         fsync: bool = True,
-        checksum: str = "xxh64",
         check: Callable[[TokenStore], None] | None = None,
         shuffle_docs: SeedLike | None = None,
         fields: dict[str, Any] | None = None,
     ) -> None:
         self.shuffle_docs = doc_order.check_shuffle_docs(shuffle_docs)
         self.fields = check_fields(fields)  # written by the commit (mmpack.store.fields)
-        if checksum not in CHECKSUM_KINDS:
-            raise ValueError(f"checksum must be 'xxh64' or 'crc32', got {checksum!r}")
-        self.checksum = checksum
         self.path = Path(os.path.abspath(as_path(path, "path")))  # immune to a later chdir
         get_backend(backend)
         self.backend = backend
@@ -256,13 +250,12 @@ class StoreWriter:
             dtype=self.fixed_dtype,
             buffer_tokens=self.buffer_tokens,
             fsync=False,
-            checksum=self.checksum,
         )
 
     def _open_files(self, dtype: np.dtype | None) -> None:
         tmp = self._tmp
         assert tmp is not None
-        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, self.checksum, BLOCK_BYTES)
+        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, BLOCK_BYTES)
         self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
         self._offsets_crc = BlockChecksum(BLOCK_BYTES)
         self._num_docs = 0
@@ -398,7 +391,7 @@ class StoreWriter:
         if j:
             raise mix_error(j, True, j)
         assert self._tmp is not None  # set by __enter__
-        kw: dict[str, Any] = dict(backend=self.backend, fsync=self.fsync, checksum=self.checksum)
+        kw: dict[str, Any] = dict(backend=self.backend, fsync=self.fsync)
         self._mask = StoreWriter(self._tmp / LOSS_MASK_STORE, dtype=np.uint8, **kw).__enter__()
 
     def _flush_masked(self, tokens: list[np.ndarray], masks: list[np.ndarray]) -> None:
@@ -520,7 +513,6 @@ class StoreWriter:
             block_bytes=BLOCK_BYTES,
             tokens_digests=tuple(digests),
             offsets_crc32=tuple(self._offsets_crc.finish()),
-            tokens_checksum=self.checksum,
             files=tuple(sorted(self._attached)),
             loss_mask=mask_fingerprint,
             fields=specs,

@@ -2,26 +2,19 @@
 
 :class:`Admission` owns everything between the source and the best-fit scan: the source of the
 epoch (read by index, through ``read_ranges`` for a TokenStore, or iterated), the queue of
-sequences read but not yet admitted, the :class:`~mmpack.streaming.pieces.PieceBuffer` of held
-pieces, and the counts of what the ``long_docs`` policy did.  Sequences read from the source
-wait in the queue (lengths, source indices and, for in-memory sources, their global positions in
-the token chunks of :mod:`mmpack.streaming.pieces`: each incoming batch is joined into one chunk
-when read, with its documents' loss masks if they carry any: every document of a source or none,
-:attr:`Admission.masked`); the packer admits exactly as many *pieces* as a batch needs
-(:func:`mmpack.streaming.sources.piece_counts` applies the policy), so a document split into many
-pieces enters piece by piece and the held pieces stay within ``buffer_size + readahead`` whatever
-its length.  Every step commits only once it has succeeded: a source that raises leaves the
-position where it was, so a state taken then resumes with nothing lost.  The sequences of an
-iterated source are joined once a read has all it wants, which may be after the source was asked
-for its next incoming batch: a source must not refill the arrays it yielded (copying each
-incoming batch first measured 1.1x-1.7x the packer's time with incoming batches of 128 to 16
-sequences).
+sequences read but not yet admitted (lengths, source indices and, for in-memory sources, their
+positions in the token chunks of :mod:`mmpack.streaming.pieces`, with loss masks when every
+document carries one: :attr:`Admission.masked`), the
+:class:`~mmpack.streaming.pieces.PieceBuffer` of held pieces, and the counts of what the
+``long_docs`` policy did.  The packer admits exactly as many *pieces* as a batch needs
+(:func:`mmpack.streaming.sources.piece_counts`), so held pieces stay within ``buffer_size +
+readahead`` whatever a document's length.  Every step commits only once it has succeeded: a
+source that raises leaves the position where it was.  An iterated source's sequences are joined
+once a read has all it wants, so a source must not refill the arrays it yielded.
 
-The other parts talk to it through :attr:`Admission.pieces` (the placement scan reads the held
-pieces and compacts them once placed), :meth:`~Admission.read_ahead`,
-:meth:`~Admission.oldest_position` (which token chunks are still referenced),
-:meth:`~Admission.read_ranges` (a TokenStore's tokens) and :meth:`~Admission.position` /
-:meth:`~Admission.restore` (the position a state records).
+The other parts use :attr:`Admission.pieces` (the placement scan), :meth:`~Admission.read_ahead`,
+:meth:`~Admission.oldest_position`, :meth:`~Admission.read_ranges` and
+:meth:`~Admission.position` / :meth:`~Admission.restore` (a state's position).
 
 Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when every
 queued document is one whole piece, the common case; else one ``cumsum`` and one

@@ -1,67 +1,26 @@
 """Streaming best-fit packer: a stream of variable-length sequences to fixed-shape packed batches.
 
-:class:`StreamingPacker` does what ModernBERT's ``GreedyBestFitSequencePacker`` does, with the
-same placement decisions, but with every placement in a numba kernel in O(log(rows * row_len))
-instead of a Python iteration with an O(rows) scan:
+:class:`StreamingPacker` makes ModernBERT's ``GreedyBestFitSequencePacker``'s placement
+decisions, each in a numba kernel in O(log(rows * row_len)) instead of a Python O(rows) scan:
 
-1. Sequences arrive from the source (an iterable of sequences, of batches of sequences, or a
-   random-access store), are checked by the token rule of :func:`mmpack.build` (one function for
-   both), and are *admitted* as pieces: empty sequences are ignored (and counted), sequences
-   longer than a row follow the ``long_docs`` policy (``"split"`` into pieces of at most
-   ``seqlen`` tokens, every token kept; ``"truncate"``; ``"drop"``).  ModernBERT's packer has no
-   policy: a sequence longer than a row never fits, stays in its buffer forever, and once enough
-   of them fill the buffer the epoch ends early, silently dropping the rest of the source.
-2. A batch of ``batch_size`` empty rows scans the pieces in order -- first those deferred by the
-   previous batch, then new ones -- and puts each into the row with the smallest remaining space
-   that holds it (ties to the lowest row), or defers it.  The scan stops once ``buffer_size``
-   pieces have been deferred, or when the source is exhausted.  This is exactly ModernBERT's
-   packer's behaviour (it scans its buffer and refills it whenever it runs dry, until the
-   deferred sequences fill it) at the granularity of single sequences instead of incoming
-   batches; the deferred pieces keep their order (ModernBERT's ``extendleft`` reverses them).
-   Pieces are read ahead of the scan (``readahead``, default ``buffer_size``), which never
-   changes a decision: memory is bounded by ``buffer_size + readahead`` pieces plus one incoming
-   batch.  Admission is lazy and exact: exactly as many pieces as wanted are cut from the queue
-   of sequences read, so a document of any length is admitted piece by piece (one 2**26-token
-   document costs about the per-batch time of the same tokens as 64-token documents:
-   ``benchmarks/bench_streaming_long_doc.py``), and transactional: the position passes a
-   sequence only once its pieces are held, so a source that raises loses nothing and
-   :meth:`StreamingPacker.state_dict` taken then resumes exactly.
-3. The batch is emitted when every row holds at least one piece.  When the source runs out with
-   some row empty, ModernBERT's packer drops that last partial batch; so does ``drop_last=True``,
-   while ``drop_last=False`` emits it padded (empty rows are all padding) and ends the epoch.
+1. Sequences (an iterable of sequences or batches, or a random-access store) are checked by
+   :func:`mmpack.build`'s token rule and *admitted* as pieces: empty ones counted and ignored,
+   longer than a row by the ``long_docs`` policy (``"split"``, ``"truncate"``, ``"drop"``).
+2. A batch of ``batch_size`` empty rows scans the pieces in order (first those the previous batch
+   deferred), putting each into the row with the smallest remaining space that holds it (ties to
+   the lowest row) or deferring it, until ``buffer_size`` pieces are deferred or the source ends.
+   Read-ahead (``readahead``) changes no decision; memory is bounded by ``buffer_size +
+   readahead`` pieces plus one incoming batch.  Admission is lazy (a document enters piece by
+   piece) and transactional (a source that raises loses nothing; a state taken then resumes).
+3. The batch is emitted when every row holds a piece; at the end ``drop_last=True`` drops the
+   partial batch (as ModernBERT does), ``drop_last=False`` emits it padded.
 
-The packer is three parts, each owning its state: :class:`~mmpack.streaming.admission.Admission`
-(the source of the epoch, the queue of sequences read, the held pieces),
-:class:`~mmpack.streaming.placement.Placement` (the best-fit rows and the batch writer, with the
-:class:`~mmpack.streaming.labels.Labeller`) and :class:`~mmpack.streaming.checkpoint.PackerState`
-(the one state schema); the packer holds the parameters and the epoch and joins them.  In a
-DataLoader worker or under ``torch.distributed`` it packs only its consumer's shard of the source
-(:mod:`mmpack.streaming.shards`).
+Parts: ``Admission``, ``Placement``, ``PackerState`` (:mod:`mmpack.streaming`); a worker or rank
+packs its shard only (:mod:`mmpack.streaming.shards`).  Outputs (numpy): ``input_ids``,
+``attention_mask``, ``targets``, ``cu_seqlens`` and ``max_seqlen`` per row, ``mask_prob``.
 
-Per batch a fixed number of calls whatever the number of pieces: one placement kernel, one
-layout kernel (row-major order, ``cu_seqlens``, attention mask, compaction of the held pieces),
-one write kernel per live token chunk (usually 2-3) copying every placed token once into the
-int64 rows and checking it, one padding kernel (a TokenStore's pieces are copied by a kernel
-straight from its memory map).  Per incoming batch: one pass each over the dtypes, lengths and
-ndims, then the join (:mod:`mmpack.streaming.incoming`).  Measured by
-``python -m benchmarks.bench_streaming_floor`` (30k lognormal sequences, 8 x 2048, buffer 512;
-thread CPU time, medians of 11 interleaved runs on 2 shared cores): about 1.3-1.4x the write-once
-floor (a Python loop writing each sequence once into int64 rows) and 6x faster than ModernBERT's
-packer on int32 numpy arrays; on Python lists about the floor of one ``np.array`` per list and
-1.2x faster than ModernBERT's packer.  Per output batch of ~40 pieces (~22 us): writing its 16K
-tokens and padding (~4.5 us), the layout and the attention mask (~4 us), the best-fit scan
-(~3.5 us), the batch's arrays, ``cu_seqlens`` views and bookkeeping in Python (~8 us); per
-sequence ~0.25 us (the passes over dtypes, lengths and ndims, and the join).
-
-Outputs (numpy): ``input_ids``, ``attention_mask`` (int64, ``(rows, seqlen)``; the mask comes
-from the piece positions, so a real token equal to ``pad_id`` is still attended), ``targets``
-(the labels: ``None``, MLM labels or causal labels already shifted, under the key
-:func:`mmpack.torch.collate.collate` gives them; with loss masks, the packed view's rule:
-:mod:`mmpack.streaming.labels`), ``cu_seqlens`` (one int32 array per row: 0, the end of
-each piece, and ``seqlen`` when the row has padding -- the padding is one more segment, as in
-ModernBERT's packer), ``max_seqlen`` (one int per row, the longest segment, padding included),
-and ``mask_prob`` (float32 scalar) when a masking cool-down is active.  torch tensors come from
-a DataLoader (which converts numpy arrays) or :func:`mmpack.torch.streaming.as_tensors`.
+Cost per batch: a fixed number of kernel calls whatever the number of pieces (against a
+write-once floor and ModernBERT's packer: ``python -m benchmarks.bench_streaming_floor``).
 """
 
 from __future__ import annotations

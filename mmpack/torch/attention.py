@@ -1,10 +1,9 @@
 """Attention masks for packed rows: each document attends only within itself.
 
 A packed row of ``seqlen`` tokens holds several documents, delimited by its ``cu_seqlens``
-(``0, end of segment 0, ..., seqlen``; the last segment may be padding).  Attention over the row
-must equal attention over each document alone, so a query at position ``q`` may see a key at
-``kv`` only when both lie in the same segment (and, when causal, ``q >= kv``).  Worked example,
-``cu_seqlens = [0, 2, 5]``, causal (1 = may attend)::
+(``0, end of segment 0, ..., seqlen``; the last segment may be padding): a query at ``q`` may see
+a key at ``kv`` only when both lie in the same segment (and, when causal, ``q >= kv``).  Worked
+example, ``cu_seqlens = [0, 2, 5]``, causal (1 = may attend)::
 
     document_ids = [0, 0, 1, 1, 1]        block_causal_mask =  1 . . . .
                                                                1 1 . . .
@@ -12,25 +11,17 @@ must equal attention over each document alone, so a query at position ``q`` may 
                                                                . . 1 1 .
                                                                . . 1 1 1
 
-Three forms of the same mask:
-
-* :func:`block_causal_mask` / :func:`batched_block_causal_mask`: dense boolean masks, True = may
-  attend, the convention of ``torch.nn.functional.scaled_dot_product_attention``'s ``attn_mask``.
-  ``O(seqlen**2)`` memory per row: fine for tests and short rows, wasteful at 8k and beyond.
-* :func:`flex_document_mask`: a FlexAttention ``BlockMask`` built from
-  :func:`document_mask_mod`; ``O(seqlen**2 / 128**2)`` memory, and the compiled kernel skips the
-  blocks no query may see (about ``1 - 1 / n_documents`` of the work of a full causal row).
-* FlashAttention's varlen form needs no mask at all: the batch-wide ``cu_seqlens`` of
-  :func:`mmpack.torch.collate.collate`.
-
-Padding: a padding segment is a segment like any other, so its positions attend among
-themselves.  Every position may attend at least to itself (the diagonal is always True), so no
-row of a mask is empty and SDPA never produces NaN.
+Three forms of the same mask: :func:`block_causal_mask` / :func:`batched_block_causal_mask`,
+dense boolean masks (True = may attend, SDPA's ``attn_mask``; ``O(seqlen**2)`` memory per row);
+:func:`flex_document_mask`, a FlexAttention ``BlockMask`` from :func:`document_mask_mod`
+(``O(seqlen**2 / 128**2)`` memory, the kernel skipping blocks no query may see); and
+FlashAttention's varlen form, which needs no mask (the batch-wide ``cu_seqlens`` of
+:func:`mmpack.torch.collate.collate`).  A padding segment attends among itself; the diagonal is
+always True, so no row is empty and SDPA never produces NaN.
 
 Cost: :func:`document_ids` is one ``repeat_interleave`` (``O(seqlen)``); a dense mask is one
-broadcast comparison (``O(seqlen**2)``).  Everything runs on the device of the ``device``
-argument (default: the device of ``cu_seqlens`` when it is a tensor, else the CPU).  The
-boundaries are checked by :mod:`mmpack.torch.boundaries` (the rule ``collate`` applies too).
+broadcast comparison (``O(seqlen**2)``), on the ``device`` given (default: ``cu_seqlens``'s).
+The boundaries are checked by :mod:`mmpack.torch.boundaries` (the rule ``collate`` applies).
 """
 
 from __future__ import annotations

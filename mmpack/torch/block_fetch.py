@@ -2,41 +2,26 @@
 
 With ``ResumableSampler(shuffle="blocks", block_bounds=view.block_bounds(B))`` the sampler
 knows, for every epoch, which blocks each window reads and in which order it first needs them.
-:class:`WindowFetcher` turns that into transport: when the loop stands in window ``w`` of epoch
-``e``, the blocks of ``w`` and of the window after it (``w + 1``, or window 0 of ``e + 1``) are
-fetched as whole token spans (each block's samples read one span of about ``B`` bytes), in the
-order the window first needs them, into the node cache, by
-:class:`~mmpack.remote.spans.SpanFetcher` (parts of a few MiB fetched concurrently, each checked
-against the store's checksums).  The two windows are pinned; once the loop leaves a window it is
-unpinned and dropped, unless another process of the node (another rank, another loader) still
-pins it: the last one to leave drops it.  So the node cache holds at most the two windows of the
-ranks' positions (ranks of one step stand in the same window or at a window edge), and every
-block is fetched once per node per epoch: the first process to claim a block fetches it, the
-others, and every DataLoader worker, read it from the shared node cache (a reader that needs a
-block being fetched waits for its part).
+:class:`WindowFetcher` turns that into transport: when the loop stands in window ``w``, the blocks
+of ``w`` and of the window after it are fetched as whole token spans, in the order the window
+first needs them, into the node cache by :class:`~mmpack.remote.spans.SpanFetcher` (parts of a
+few MiB fetched concurrently and checked).  The two windows are pinned; a window the loop left is
+dropped by the last process of the node to leave it, so the node cache holds about two windows
+and every block is fetched once per node per epoch (other processes and workers read it there).
 
-Who drives it: the sampler itself.  A :class:`~mmpack.torch.sampler.ResumableSampler` made
-over a view (``ResumableSampler(view, shuffle="blocks", ...)``, as :func:`~mmpack.torch.loading.loader`
-and :class:`~mmpack.torch.stages.Stages` make theirs) of a remote store with a node cache makes
-one (:meth:`WindowFetcher.auto`, its ``window_fetcher``) and every iterator it hands out runs
-through :meth:`WindowFetcher.drive`, in the process that iterates the sampler (a DataLoader's
-main process; its workers read the node cache).  So any loop over the sampler, a plain
-``DataLoader(view, sampler=..., batch_size=...)`` (HF Trainer, Lightning) or ``loader(view)``,
-fetches whole blocks with no other code.  The sampler does not see what the loop has consumed:
-a DataLoader draws up to ``prefetch_factor * num_workers`` batches ahead of the batch the loop
-holds (one batch without workers).  So the fetcher leaves window ``w`` (unpins and drops it,
-fetching the window after ``w + 1``) only once the sampler is half-way through ``w + 1``: the
-reads then stand in ``w + 1`` as long as the draws run less than half a window ahead (at the
-defaults a window is 1 GiB of tokens, 2 workers draw 4 batches ahead: 4 MiB at ``32 x 2048``
-int32), and the node cache holds two windows.  A read that still lands in a dropped block is
-served right all the same: it is fetched again (small verified ranges), never read as a hole.
+Who drives it: a :class:`~mmpack.torch.sampler.ResumableSampler` made over a view of a remote
+store with a node cache (as :func:`~mmpack.torch.loading.loader` and
+:class:`~mmpack.torch.stages.Stages` make theirs) makes one (:meth:`WindowFetcher.auto`) and
+runs every iterator it hands out through :meth:`WindowFetcher.drive`, in the process that
+iterates the sampler, so any loop over it (a plain DataLoader, HF Trainer, Lightning) fetches
+whole blocks.  The sampler draws ahead of the loop (``prefetch_factor * num_workers`` batches),
+so it leaves window ``w`` only half-way through ``w + 1``; a read landing in a dropped block is
+fetched again (small verified ranges), never read as a hole.
 
-Cost per window, in this process: one :meth:`BlockOrder.map` of the window's positions, one sort
-of their block ids, one ``token_span`` per block (a few microseconds each), one ``fcntl`` per
-block to pin; the transfer and the drops (one ``fcntl`` per block and one hole punched per run
-of blocks) run in two background threads, a window's fetch after the drops that precede it and
-after the window before it has queued its parts, so that the parts of the window the loop
-stands in go out first (the two windows' parts interleaved, the loop waited for both).
+Cost per window, in this process: one :meth:`BlockOrder.map` of its positions, one sort of their
+block ids, one ``token_span`` and one ``fcntl`` per block; the transfer and the drops run in two
+background threads, the parts of the window the loop stands in first (``python -m
+benchmarks.bench_block_fetch``).
 """
 
 from __future__ import annotations

@@ -1,71 +1,26 @@
 """Collate per-sample numpy dicts into torch batches, with FlashAttention's varlen metadata.
 
 mmpack's views return one dict per sample: ``input_ids``, ``position_ids``, ``labels`` (int64,
-shape ``(seqlen,)``), optionally ``attention_mask``, ``cu_seqlens`` (int32 segment boundaries of
-the row: ``0, end of segment 0, ..., seqlen``), ``max_seqlen`` and ``source``.  :func:`collate`
-turns a list of them into
+``(seqlen,)``), optionally ``attention_mask``, ``cu_seqlens`` (int32 segment boundaries of the
+row: ``0, ..., seqlen``), ``max_seqlen`` and ``source``.  :func:`collate` turns a list of them
+into ``(B, seqlen)`` tensors (one ``np.stack`` and one zero-copy ``torch.from_numpy`` per field);
+``cu_seqlens``, the boundaries of every segment of the batch as one flat sequence of ``B *
+seqlen`` tokens (rows ``[0, 3, 8]`` and ``[0, 2, 6, 8]`` give ``[0, 3, 8, 10, 14, 16]``), what
+``flash_attn_varlen_func`` takes, with ``max_seqlen``; ``cu_seqlens_rows``, the per-row
+boundaries (:mod:`mmpack.torch.attention`); and ``targets``, the samples' ``labels`` under a name
+of their own: a transformers model given the batch computes no loss by accident (its loss would
+shift the already shifted labels and attend across documents), while
+:func:`mmpack.torch.hf.hf_inputs` turns the batch into its right inputs.  ``provenance=True``
+adds the documents and token ranges every row holds (:mod:`mmpack.views.provenance`).
 
-* ``(B, seqlen)`` int64 tensors, one ``np.stack`` into a fresh array and one zero-copy
-  ``torch.from_numpy`` per field (never a per-element copy);
-* ``cu_seqlens``: the boundaries of every segment of the batch seen as one flat sequence of
-  ``B * seqlen`` tokens, the form ``flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens,
-  max_seqlen, max_seqlen, causal=True)`` takes.  Worked example, ``B = 2``, ``seqlen = 8``::
+A sample without ``cu_seqlens`` is cut where its ``position_ids`` restart; one with neither is
+one segment.  A row's trailing padding is its own segment (the segments tile all ``B * seqlen``
+tokens): it attends among itself and its labels are ``-100``.  In a DataLoader worker the batch
+leaves through a reused shared buffer (:func:`mmpack.torch.transfer.share_batch`).
 
-      row 0 cu_seqlens  [0, 3, 8]           documents of 3 and 5 tokens
-      row 1 cu_seqlens  [0, 2, 6, 8]        2 and 4 tokens, then 2 tokens of padding
-      shifted by b*8    [0, 3, 8], [8, 10, 14, 16]
-      batch cu_seqlens  [0, 3, 8, 10, 14, 16]      (the repeated 8 is dropped)
-      max_seqlen        5
-
-  ``position_ids.view(-1)``, ``input_ids.view(-1)`` and ``labels.view(-1)`` lay the tokens out
-  in the same row-major order, so the flat form of every field needs no copy: pass
-  ``input_ids.view(1, -1)`` and ``position_ids.view(1, -1)`` to a "padding-free" model;
-* ``cu_seqlens_rows``: the per-row boundaries (a tuple of B int32 tensors), for building
-  per-row masks (:mod:`mmpack.torch.attention`);
-* ``targets``: the samples' ``labels``, under a name of their own.
-
-Not a transformers input.  A transformers model called with ``model(**batch)`` (as its
-``Trainer`` calls it) reads ``labels`` as targets to shift by one, and a 2-D ``attention_mask``
-(or none) as attention across the whole row: mmpack's causal labels are shifted already
-(``label_shift="next"``) and a row holds several documents, so the loss would be another
-objective (a tiny Llama trained that way: held-out loss 5.67 against 4.65).  Every other
-keyword of a batch is accepted and ignored by such a model, so no key can make it refuse one;
-what it never does is compute a loss without ``labels``.  The batch therefore carries the labels
-as ``targets``: a transformers model returns ``loss=None`` for it and ``Trainer`` stops at the
-first step ("The model did not return a loss from the inputs"), while
-:func:`mmpack.torch.hf.hf_inputs` turns the batch into that model's right inputs (``labels`` /
-``shift_labels``, per-document masks or varlen boundaries).  A loop of one's own reads
-``batch["targets"]``.
-
-Provenance.  ``provenance=True`` adds ``provenance``: the documents and token ranges every row
-holds, one entry per document piece in row order, as flat int64 tensors (``sample``, ``doc``,
-``start``, ``stop``, ``eot``, ``at``, from a mixture ``source``; ``cu_docs`` of ``B + 1`` row
-offsets), entry for entry what the view's ``locate`` gives (:mod:`mmpack.views.provenance`).  It
-needs a view's :class:`~mmpack.views.batch.SampleBatch`, which computes it only then; in a
-DataLoader worker it goes by value with the other small fields.
-
-Samples without ``cu_seqlens``.  A row is cut where its ``position_ids`` restart (``p[t] !=
-p[t - 1] + 1``), as mmpack's views number positions, so a sample whose ``cu_seqlens`` was dropped
-(``Trainer`` drops the columns its model's ``forward`` does not name) keeps its documents; a
-sample with neither is one segment ``[0, seqlen]``.
-
-Padding.  A row's trailing padding is its own segment in ``cu_seqlens`` (mmpack keeps it so that
-the segments tile all ``B * seqlen`` tokens, which is what the varlen kernels index with).
-FlashAttention treats it as one more sequence: padding tokens attend among themselves, never to a
-real document, and no real token attends to them; their labels are ``-100`` so they take no loss.
-The cost is attention over at most one short segment per row.
-
-In a DataLoader worker the batch leaves through a reused shared buffer
-(:func:`mmpack.torch.transfer.share_batch`): the same keys, shapes and dtypes, the per-token
-tensors views of one ``(fields, B, seqlen)`` buffer, sent without a new shared-memory segment or a
-file descriptor per batch.  Outside a worker it is a plain dict.
-
-Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` numpy work
-for the boundaries, validated vectorised (no Python loop over tokens or segments); in a worker
-one more copy of the per-token fields into the shared buffer.
-
-This module owns the batch's layout; the stacking of fields is :mod:`mmpack.torch.stacking`, the
-rules of row boundaries (shared with the attention masks) are :mod:`mmpack.torch.boundaries`.
+Cost: the stacking copy (about ``3 * B * seqlen * 8`` bytes) plus ``O(B + segments)`` vectorised
+numpy for the boundaries; in a worker one more copy into the shared buffer.  The stacking is
+:mod:`mmpack.torch.stacking`, the boundary rules :mod:`mmpack.torch.boundaries`.
 """
 
 from __future__ import annotations

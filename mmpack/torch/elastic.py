@@ -1,42 +1,27 @@
 """Elastic resume: a sampler state saved at world size ``W1`` resumed at any world size ``W2``.
 
 The epoch order of :class:`~mmpack.torch.sampler.ResumableSampler` is global: position ``p`` of
-epoch ``e`` holds sample ``order[p % n]`` (``order`` the epoch's permutation), and with ``W`` ranks
-rank ``r`` takes positions ``r, r + W, r + 2W, ...``.  Ranks advance in lockstep, so after each
-rank has drawn ``k`` indices the ranks together have consumed exactly the positions ``[0, k * W)``.
-The state records it as ``offset + position * world_size = G`` (``offset`` is 0 except in an
-epoch that was itself resumed at an offset, see below; ``position`` stays the per-rank count so a
-state edited by hand keeps working).
-
-Rule of the resumed epoch, at any ``W2 >= 1`` (worked example: ``n = 10``, saved at ``W1 = 4`` after
-``k = 1`` draw each, so ``G = 4``; resumed at ``W2 = 3``)::
+epoch ``e`` holds sample ``order[p % n]``, and with ``W`` ranks rank ``r`` takes positions ``r, r
++ W, ...``.  Ranks advance in lockstep, so after ``k`` draws each the ranks have consumed exactly
+the positions ``[0, G)``, ``G = offset + position * world_size`` as the state records it.  Rule of
+the resumed epoch at any ``W2 >= 1`` (example: ``n = 10``, saved at ``W1 = 4`` after ``k = 1``,
+so ``G = 4``; resumed at ``W2 = 3``)::
 
     positions not consumed: G .. n-1                     4 5 6 7 8 9
     rank r of W2 takes G + r, G + r + W2, ...          r0: 4 7   r1: 5 8   r2: 6 9
 
 * ``drop_last=False``: every rank takes ``ceil((n - G) / W2)`` positions; positions ``p >= n`` are
-  *padding* and hold ``order[p % n]``, i.e. repeat the first samples of the epoch order (exactly as
-  ``DistributedSampler`` pads).  So the new ranks yield every unconsumed sample exactly once, plus
-  at most ``W2 - 1`` padding repeats of the epoch's first samples; padding the old ranks had not
-  reached is not carried over (it held no unconsumed sample).
-* ``drop_last=True``: every rank takes ``floor((n - G) / W2)`` positions; the last
-  ``(n - G) % W2`` positions of the epoch order are dropped, as ``drop_last`` always drops the tail
-  that does not fill a round.  Nothing is repeated; the epoch's tail positions the old ranks would
-  have dropped are dealt if they fill a round at ``W2``.
+  padding holding ``order[p % n]`` (as ``DistributedSampler`` pads): every unconsumed sample once,
+  plus at most ``W2 - 1`` repeats of the epoch's first samples.
+* ``drop_last=True``: every rank takes ``floor((n - G) / W2)`` positions; the last ``(n - G) %
+  W2`` are dropped, nothing repeated.
 
-When ``W2 == W1`` (or ``G`` is a multiple of ``W2``) this is the ordinary resume, identical to an
-uninterrupted run; the epochs after the resumed one are dealt as usual.  ``G`` need not be a
-multiple of ``W2``: the resumed epoch then starts at that global offset (the state's ``offset``),
-and after ``k`` more draws per rank its state records ``offset = G, position = k`` (global
-position ``G + k * W2``), so it can be resumed elastically again.
-
-With skips or replays (:mod:`mmpack.sampling.sampler_edits`) the same rule deals the epoch's
-*stream* instead of its order: ``n`` above is then the stream's length and padding wraps around to
-the stream's start.  Skipped and replayed positions are global positions, which no world size
-changes, so the stream, and every rule above, is the same at every world size.
-
-Cost: O(1) arithmetic, no replay; the StatefulDataLoader recipe is in ``docs/guide/sampler.md``
-("Elastic resume").
+With ``W2 == W1`` (or ``G`` a multiple of ``W2``) this is the ordinary resume; otherwise the
+epoch starts at the global offset ``G`` (the state's ``offset``), and after ``k`` more draws per
+rank records ``offset = G, position = k``, so it can be resumed elastically again.  With skips or
+replays (:mod:`mmpack.sampling.sampler_edits`) the rule deals the epoch's *stream* (``n`` its
+length); edits are global positions, the same at every world size.  Cost: O(1) arithmetic, no
+replay (the StatefulDataLoader recipe: ``docs/guide/sampler.md``, "Elastic resume").
 """
 
 from __future__ import annotations

@@ -1,67 +1,27 @@
 """Feed a packed mmpack batch to a Hugging Face transformers model without cross-document attention.
 
-A transformers model given only ``input_ids`` of a packed row attends across the documents of the
-row (and restarts no position), so its loss is not the loss of the documents: on a tiny Llama the
-issue measured 8.3291 against 8.3302 per document.  :func:`hf_inputs` turns a batch of
-:func:`mmpack.torch.collate.collate` into the keyword arguments that make the packed forward equal
-to one forward per document, for the attention implementation the model runs:
+A transformers model given only ``input_ids`` of a packed row attends across the documents of
+the row (and restarts no position).  :func:`hf_inputs` turns a batch of
+:func:`mmpack.torch.collate.collate` into the keyword arguments that make the packed forward
+equal to one forward per document, for the model's attention implementation:
+``flash_attention_*`` gets the batch flattened to one row ``(1, B * seqlen)`` with the varlen
+boundaries ``cu_seq_lens_q/k`` and ``max_length_q/k`` (no ``attention_mask``, which would switch
+it to un-padding); ``sdpa`` a 4-D boolean block-diagonal (causal within a document)
+``attention_mask`` ``(B, 1, seqlen, seqlen)``; ``eager`` the same mask, additive
+(``finfo(mask_dtype).min`` where not allowed); ``flex_attention`` a FlexAttention ``BlockMask``
+(:func:`mmpack.torch.attention.flex_document_mask`).  Every form carries ``position_ids``
+restarting at each document.  Labels: mmpack's causal views shift them already, so they pass as
+``shift_labels`` (and ``labels``, which turns the loss on); ``label_shift="hf"`` views and masked
+LMs pass them as ``labels``.  Padding is a segment of its own with labels ``-100``.  Caveat: a
+model with sliding-window layers gets the same mask in every layer (no window).
 
-=====================  ======================================================================
-``attn_implementation``  what it gets
-=====================  ======================================================================
-``flash_attention_*``  the batch flattened to one row ``(1, B * seqlen)``, ``position_ids``
-                       restarting at every segment, and the varlen boundaries
-                       ``cu_seq_lens_q/k`` (the batch ``cu_seqlens``) and ``max_length_q/k``.
-                       transformers (5.x ``modeling_flash_attention_utils``) runs
-                       ``flash_varlen_fn`` on them directly; without them it would infer the
-                       same boundaries from ``position_ids`` (``_is_packed_sequence``: batch of
-                       one row whose positions are not one increasing run) at a device sync per
-                       layer.  No ``attention_mask``: a 2-D mask would switch it to un-padding.
-``sdpa``               a 4-D boolean ``attention_mask`` ``(B, 1, seqlen, seqlen)``, True where a
-                       query may attend (block-diagonal, causal within a document for a causal
-                       LM); transformers passes a 4-D mask through unchanged.
-``eager``              the same mask, additive: ``0`` where allowed, ``finfo(mask_dtype).min``
-                       elsewhere (eager attention adds the mask to the scores).
-``flex_attention``     a FlexAttention ``BlockMask`` (:func:`mmpack.torch.attention.flex_document_mask`).
-=====================  ======================================================================
-
-Every form also carries ``position_ids`` restarting at each document (rotary and absolute position
-embeddings then see each document from position 0).  Labels: the batch carries the samples'
-labels as ``targets`` (so that the batch itself never gives a transformers model a loss: see
-:mod:`mmpack.torch.collate`).  mmpack's causal views shift labels already (``label_shift="next"``:
-``labels[t]`` is token ``t + 1``, ``-100`` at each document's end); transformers' causal-LM loss
-shifts ``labels`` again, unless ``shift_labels`` is given, so the helper passes them as
-``shift_labels`` (and as ``labels``, which turns the loss on).  With ``label_shift="hf"`` views,
-or for a masked LM (``causal=False``), they pass as ``labels``.
-Padding is a segment of its own (attends to itself, labels ``-100``): it changes no real token.
-
-Caveat: a model that mixes attention kinds per layer (ModernBERT's sliding-window layers) gets the
-same 4-D mask in every layer, i.e. no window: fine while documents are shorter than the window.
-
-Cost: the dense masks are ``B * seqlen**2`` bools (bytes) or floats; the flash form is free (views
-of the batch tensors); the BlockMask is ``O(B * (seqlen / 128)**2)``.
-
-:class:`DataCollator` is the ``data_collator`` of ``transformers.Trainer``: the same model inputs,
-but no dense mask is made where it runs (a DataLoader worker), only ``O(B * seqlen)`` tokens,
-positions, labels and boundaries.  The mask is made where the model runs, on its device:
-
-* causal LMs, ``sdpa`` / ``eager`` / ``flex_attention``: by transformers itself.  Its
-  ``masking_utils.create_causal_mask``, given no ``attention_mask``, no cache and
-  ``position_ids``, finds the documents where the positions restart
-  (``find_packed_sequence_indices``: ``diff(position_ids) != 1``) and builds the block-causal
-  mask of the model's implementation on the device of the embeddings.  A model called with its
-  default ``use_cache=True`` makes an (empty) cache first and then skips that detection, so the
-  batch carries ``use_cache=False``.  The collator checks that the rows' positions restart exactly
-  at their ``cu_seqlens`` (true of mmpack's views), which makes transformers' documents hf_inputs'.
-  This holds for the models whose forward passes ``position_ids`` to ``create_causal_mask`` (Llama,
-  Mistral, Qwen2, GPT-2 and most decoders of transformers 5); for another, use the flash layout
-  or :func:`hf_inputs` (whose mask is explicit);
-* masked LMs (``causal=False``), ``sdpa`` / ``eager`` / ``flex_attention``: transformers' encoder
-  masks ignore positions, so the collator is given the model and installs on it a forward
-  pre-hook (:meth:`torch.nn.Module.register_forward_pre_hook`, ``with_kwargs=True``) that pops the
-  batch's ``cu_seqlens_rows`` (B int32 rows, moved to the device with the batch by ``Trainer``)
-  and passes the mask hf_inputs would, built on the device of ``input_ids``;
-* ``flash_attention_*``: the varlen boundaries are the whole mask; the batch is hf_inputs'.
+:class:`DataCollator` is ``transformers.Trainer``'s ``data_collator``: the same inputs without a
+dense mask where it runs; the mask is made where the model runs: by transformers itself for
+causal LMs (``create_causal_mask`` finds the documents where ``position_ids`` restart; the batch
+carries ``use_cache=False`` so that detection runs, and the rows' positions are checked to
+restart at their ``cu_seqlens``), by a forward pre-hook installed on a masked LM (it pops
+``cu_seqlens_rows`` and passes hf_inputs' mask, built on the device of ``input_ids``).  Cost:
+dense masks ``B * seqlen**2``; the flash form free (views); a BlockMask ``O(B * (seqlen/128)**2)``.
 """
 
 from __future__ import annotations

@@ -1,45 +1,27 @@
 """One call to a fast, resumable DataLoader over a view: :func:`loader`.
 
 :func:`loader` returns a :class:`ResumableLoader`, a torchdata ``StatefulDataLoader`` over a
-map-style dataset (any mmpack view or mixture: ``len`` and ``__getitem__``) with
+map-style dataset (any mmpack view or mixture) with a
+:class:`~mmpack.torch.sampler.ResumableSampler` (rank and world size from ``torch.distributed``
+when initialised; shuffling unless the dataset orders itself, recording its ``fingerprint``),
+:func:`~mmpack.torch.collate.collate` (batches leave workers through reused shared buffers,
+:mod:`mmpack.torch.transfer`), pinned memory with CUDA and persistent workers.  Every complete
+pass advances the sampler to the next epoch; :meth:`ResumableLoader.set_epoch` chooses one.
 
-* a :class:`~mmpack.torch.sampler.ResumableSampler` over the view (rank and world size from
-  ``torch.distributed`` when a process group is initialised, else 0 of 1), which shuffles it
-  unless it orders itself (a mixture whose weights follow a schedule is read in its own order,
-  :func:`~mmpack.core.validation.check_shuffle`) and records its ``fingerprint``;
-* :func:`~mmpack.torch.collate.collate` (or the ``collate`` given), whose batches leave DataLoader
-  workers through reused shared buffers sent once (:mod:`mmpack.torch.transfer`);
-* pinned memory when CUDA is available, persistent workers when there are workers.
+State: :meth:`ResumableLoader.state_dict` is the sampler's state after the samples the loop has
+been *given* (never those the workers prefetched), plain ints and bools, nothing about workers:
+it loads at any ``num_workers`` (the same batches follow) and, by the elastic rule
+(:mod:`mmpack.torch.elastic`), at any world size.  A plain ``StatefulDataLoader``'s state is a
+:class:`~mmpack.errors.FormatError`; one of another ``fingerprint`` a
+:class:`~mmpack.errors.StateMismatchError` (except one of the mixture a ``with_schedule`` change
+started from, taken at or before the change).  Given a :class:`~mmpack.torch.stages.Stages`
+run, :func:`loader` uses it as the batch sampler and its state is the run's.
 
-Epochs.  Every complete pass advances the sampler to the next epoch (a pass cut short repeats
-its epoch from the start unless a state was loaded); :meth:`ResumableLoader.set_epoch` chooses
-one (Lightning calls the sampler's ``set_epoch`` with the same numbers).
-
-State.  :meth:`ResumableLoader.state_dict` is the sampler's state after the samples the loop has
-been *given* (the batches yielded so far times ``batch_size``, never those the workers prefetched),
-in a small dict of plain ints and bools.  It records nothing about workers, so it loads into a
-loader with any ``num_workers`` (exactly: the same batches follow) and, through the sampler's
-elastic rule (:mod:`mmpack.torch.elastic`), at any world size.  A state of another kind (a plain
-``StatefulDataLoader``'s, which holds per-worker snapshots) is refused with
-:class:`~mmpack.errors.FormatError`; a state of a view of another ``fingerprint`` (another
-store, view parameters, seed or schedule) with :class:`~mmpack.errors.StateMismatchError`,
-except a state of the mixture a ``with_schedule`` change started from, taken at or before the
-change.
-
-Defaults.  ``num_workers=0``: a view builds a ``32 x 2048`` batch in a fraction of a millisecond
-in the training process (``python -m benchmarks.bench_e2e --workers``: several times what 2
-workers deliver on a small machine, and far more than a GPU consumes), and a GPU step runs
-asynchronously so that time overlaps with it; workers pay a process each and the transfer of
-every batch.  Give workers where ``__getitem__`` is slow (cold object storage, heavy per-sample
-work).
-
-Stages.  Given a :class:`~mmpack.torch.stages.Stages` run, :func:`loader` uses it as the batch
-sampler over its dataset (each batch one stage's, at that stage's batch size), and the state is
-the run's (:meth:`Stages.state_dict <mmpack.torch.stages.Stages.state_dict>` after the batches the
-loop was given): it loads at any worker count and, by the run's own rule, at any world size.
-
-Cost: the DataLoader's own plus O(1) per ``state_dict`` / ``load_state_dict`` (O(stages + edits)
-over Stages).
+Defaults: ``num_workers=0``, since a view builds a batch in a fraction of a millisecond in the
+training process, overlapping an asynchronous GPU step, while workers pay a process each and a
+transfer per batch (``python -m benchmarks.bench_e2e --workers``); give workers where
+``__getitem__`` is slow (cold object storage, heavy per-sample work).  Cost: the DataLoader's own
+plus O(1) per ``state_dict`` / ``load_state_dict`` (O(stages + edits) over Stages).
 """
 
 from __future__ import annotations

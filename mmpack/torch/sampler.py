@@ -2,36 +2,26 @@
 
 Epoch ``e`` visits ``range(n)`` in the order of ``Permutation(n, seed=seed, epoch=e)`` (the
 global order), in the block-window order of :class:`~mmpack.sampling.block_order.BlockOrder` with
-``shuffle="blocks"`` (blocks of consecutive samples permuted, then the samples inside windows of
-``window_blocks`` blocks), or in order when ``shuffle=False``: a pure function of
-``(seed, epoch, position)`` (and the block bounds), never materialised.  Everything below is
-about epoch *positions* and holds for every order.  With
-``world_size`` ranks the epoch order is cut like :class:`torch.utils.data.DistributedSampler` cuts
-it: it is padded by wrapping around to its own start up to ``world_size * ceil(n / world_size)``
-positions (or truncated to ``world_size * (n // world_size)`` with ``drop_last=True``), and rank
-``r`` takes positions ``r, r + world_size, r + 2 * world_size, ...``.
+``shuffle="blocks"``, or in order when ``shuffle=False``: a pure function of ``(seed, epoch,
+position)`` (and the block bounds), never materialised.  With ``world_size`` ranks the epoch
+order is cut like :class:`torch.utils.data.DistributedSampler` cuts it (padded by wrapping
+around, or truncated with ``drop_last=True``), rank ``r`` taking positions ``r, r + world_size,
+...``.  Skips and replays (:meth:`ResumableSampler.skip`, :meth:`ResumableSampler.replay`) edit
+the sequence an epoch deals, its *stream* (:mod:`mmpack.sampling.sampler_edits`); the orders,
+the stream and the dealing are :class:`~mmpack.sampling.dealing.Dealing`, arithmetic without
+torch that this sampler iterates, checkpoints and edits.
 
-Skips and replays (:meth:`ResumableSampler.skip`, :meth:`ResumableSampler.replay`) edit the
-sequence an epoch deals, its *stream*, before it is dealt (:mod:`mmpack.sampling.sampler_edits`
-defines global positions and the stream); without edits the stream is the epoch order.  The
-orders, the stream and the dealing are :class:`~mmpack.sampling.dealing.Dealing`, arithmetic
-without torch that this sampler iterates, checkpoints and edits.
+Resuming is arithmetic: the state is ``(epoch, offset, position)``, ``position`` counting the
+indices the current iterator handed out and ``offset`` the epoch position its shares start at,
+so ``offset + position * world_size`` positions are consumed by all ranks together; a loaded
+state starts the next iterator there.  A state saved at world size ``W1`` loads at any ``W2``
+(:mod:`mmpack.torch.elastic`).
 
-Resuming is arithmetic: the state is ``(epoch, offset, position)``, where ``position`` counts the
-indices the current iterator has handed out and ``offset`` (0 except in an epoch resumed at another
-world size) is the epoch position its shares start at, so that ``offset + position * world_size``
-positions of the epoch order are consumed by all ranks together (ranks advance in lockstep); a
-loaded state starts the next iterator there.  The resume is *elastic*: a state saved
-at world size ``W1`` loads at any ``W2`` (see :mod:`mmpack.torch.elastic` for the rule and how
-``drop_last`` treats the tail).
-
-Cost: O(1) memory whatever ``n`` (a few hundred bytes plus one 8192-index chunk while
-iterating); indices are computed 8192 at a time by :meth:`Permutation.map` and handed out as
-:class:`~mmpack.core.validation.EpochIndex` values (ints that carry their epoch to the DataLoader
-workers); ``state_dict`` and ``load_state_dict`` are O(1) at any position.  The block-window order
-adds its bounds (8 bytes per block) and window offsets built once per epoch in O(blocks); over a
-remote store it drives the whole-block fetch (:mod:`mmpack.torch.block_fetch`).  Rates:
-``python -m benchmarks.bench_sampler``.
+Cost: O(1) memory whatever ``n`` (plus one 8192-index chunk while iterating, computed by
+:meth:`Permutation.map` and handed out as :class:`~mmpack.core.validation.EpochIndex` values);
+``state_dict`` and ``load_state_dict`` are O(1); the block-window order adds 8 bytes per block
+and window offsets built once per epoch, and over a remote store drives the whole-block fetch
+(:mod:`mmpack.torch.block_fetch`).  Rates: ``python -m benchmarks.bench_sampler``.
 """
 
 from __future__ import annotations

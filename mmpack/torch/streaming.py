@@ -2,30 +2,24 @@
 
 Importing this module (any ``mmpack.torch`` module does) makes
 :class:`~mmpack.streaming.packer.StreamingPacker` a torch ``IterableDataset`` (a registered
-virtual subclass), so ``DataLoader(packer, batch_size=None, num_workers=...)`` iterates it
-instead of asking for a ``len()``, and tells the packer which consumer it runs as
-(:func:`torch_consumer`: ``torch.distributed``'s rank and world size when a process group is
-initialised -- in a worker started by "spawn", which has none, those of the process that started
-it, which the packer carries along when pickled -- and the DataLoader's worker id and number of
-workers inside a worker): each packer then
-packs its own shard of the source (:mod:`mmpack.streaming.shards`: contiguous document blocks of
-a random-access source, a round-robin deal of an opaque iterable), every document in exactly one
-shard.  The DataLoader turns the packer's numpy batches into tensors (its ``default_convert``,
-zero-copy in the main process); :func:`as_tensors` does the same for a packer iterated directly.
-A torchdata ``StatefulDataLoader`` saves each worker's packer position through
-:meth:`~mmpack.streaming.packer.StreamingPacker.state_dict` and restores it without replaying
-batches (a random-access source; an opaque iterable has no position to restore, and its
-``state_dict`` raises ``TypeError``).
+virtual subclass), so ``DataLoader(packer, batch_size=None, num_workers=...)`` iterates it, and
+tells the packer which consumer it runs as (:func:`torch_consumer`: ``torch.distributed``'s rank
+and world size, carried along into spawned workers, and the DataLoader's worker id and count):
+each packer packs its own shard of the source (:mod:`mmpack.streaming.shards`), every document
+in exactly one shard.  The DataLoader turns the numpy batches into tensors (zero-copy in the
+main process); :func:`as_tensors` does the same for a packer iterated directly.  A torchdata
+``StatefulDataLoader`` saves and restores each worker's packer position through
+:meth:`~mmpack.streaming.packer.StreamingPacker.state_dict` without replaying batches (an opaque
+iterable has no position: its ``state_dict`` raises ``TypeError``).
 
-:class:`PackerDataset` is the packer with the views' batch layout: each packed batch laid out as
-:func:`mmpack.torch.collate.collate` lays out the views' batches (``input_ids``,
-``attention_mask``, ``position_ids`` restarting at every segment and the labels as ``targets`` when the mode
-has them, as int64 or ``dtype`` ``(B, seqlen)`` tensors; the flat ``cu_seqlens`` (int32, the whole
-batch as one sequence), ``cu_seqlens_rows`` and ``max_seqlen``), which
-:func:`mmpack.torch.hf.hf_inputs` and :mod:`mmpack.torch.attention` take as they take the views'.
+:class:`PackerDataset` is the packer with the views' batch layout, as
+:func:`mmpack.torch.collate.collate` lays it out (``input_ids``, ``attention_mask``,
+``position_ids`` and ``targets`` as ``(B, seqlen)`` tensors; the flat ``cu_seqlens``,
+``cu_seqlens_rows`` and ``max_seqlen``), which :func:`mmpack.torch.hf.hf_inputs` and
+:mod:`mmpack.torch.attention` take as they take the views'.
 
-Cost: the packer's own (see :mod:`mmpack.streaming.packer`); :class:`PackerDataset` adds one
-collate per batch (an ``O(B * L)`` copy of each field and ``O(B + segments)`` boundary work).
+Cost: the packer's own (:mod:`mmpack.streaming.packer`); :class:`PackerDataset` adds one collate
+per batch (an ``O(B * L)`` copy of each field and ``O(B + segments)`` boundary work).
 """
 
 from __future__ import annotations

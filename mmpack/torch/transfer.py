@@ -1,49 +1,27 @@
 """Batches that cross from DataLoader workers cheaply: reused shared buffers, sent once.
 
-Where the time goes.  A worker's batch reaches the training loop through a pickle: every tensor
-is moved into a *new* shared-memory segment (``share_memory_``: create, fault in every page, copy),
-its file descriptor is handed over by the worker's resource-sharer thread (a socket connection per
-tensor, served when that thread gets the worker's GIL), and the main process maps it and faults in
-every page again.  Three int64 ``(32, 2048)`` tensors per batch through 2 workers (the *naive
-floor*) deliver a small fraction of what mmpack's views give with no worker at all.
-
-What :func:`share_batch` does instead, in a worker (:func:`mmpack.torch.collate.collate` calls it
-on every batch it makes there, so ``DataLoader(view, num_workers=k, collate_fn=collate)`` takes
+A worker's batch reaches the training loop through a pickle: by default every tensor goes into
+a *new* shared-memory segment (create, fault in, copy), its file descriptor is handed over by the
+worker's resource-sharer thread, and the main process maps it and faults it in again.  What
+:func:`share_batch` does instead, in a worker (:func:`mmpack.torch.collate.collate` calls it on
+every batch it makes there, so ``DataLoader(view, num_workers=k, collate_fn=collate)`` takes
 this path with nothing to configure):
 
-1. copy the batch's per-token tensors into **one** ``(fields, B, seqlen)`` buffer taken from the
-   worker's pool of :data:`SLOTS` shared-memory buffers; a buffer is reused once the main process
-   has dropped every tensor of the batch it carried, so in steady state no segment is created and
-   no page faults on either side;
+1. copy the batch's per-token tensors into **one** ``(fields, B, seqlen)`` buffer from the
+   worker's pool of :data:`SLOTS` shared-memory buffers, reused once the main process has
+   dropped every tensor of the batch it carried (steady state: no segment, no page fault);
 2. send each buffer's descriptor **once**: the main process keeps the buffers it received (keyed
-   by the worker's token, slot and generation) and acknowledges them in a small shared array, and
-   later batches in that slot carry only the key;
-3. send the small fields (boundaries, ``max_seqlen``, a dict of small tensors such as a
-   batch's ``provenance``) by value inside the pickle.
+   by worker token, slot and generation) and later batches in that slot carry only the key;
+3. send the small fields (boundaries, ``max_seqlen``, ``provenance``) by value in the pickle.
 
-The main process rebuilds the same dict: the per-token tensors are views of a tensor with a
-storage of its own over the buffer (``torch.from_numpy`` of a numpy alias that only this storage
-holds), and a ``weakref.finalize`` on that alias marks the slot free for the worker in the shared
-array.  Everything that reads the batch's memory holds that storage: its tensors, their
-``.numpy()`` arrays, memoryviews of those, DLPack capsules, the storage object; so the slot is
-freed only when nothing at all views the batch, and what the training loop keeps of a batch is
-never overwritten.  When no slot is free the worker sends a fresh buffer that is never reused.
-``pin_memory=True`` copies the batch to pinned memory and drops the shared one at once, which
-frees it early.  The batch's storage is not torch's shared memory, so a tensor the main process
-passes on to another process is moved into a segment of its own first (torch's
-``share_memory_``), which also frees the slot.
+The main process rebuilds the same dict over a storage of its own; a ``weakref.finalize`` frees
+the slot only when nothing at all views the batch, so what the loop keeps is never overwritten
+(with no slot free the worker sends a fresh buffer, never reused; a value sharing the buffer
+other than the per-token views keeps the slot busy for good).
 
-A caller may change the batch in the worker before it is sent (``copy.copy`` keeps the path, as
-torch's ``default_convert`` does with ``batch_size=None``; a pickle read back in the worker, as
-``copy.deepcopy`` does, gives copies of the values): keys added, removed or renamed go as they are; a per-token view still in the dict (under any key) goes by the buffer.  A value that
-shares the buffer's memory without being one of those views keeps the slot busy for good (it is
-sent by torch's own path; nothing it sees is ever overwritten).  The main process forgets the
-buffers of workers that have exited when a new worker's first batch arrives.
-
-Cost per batch, steady state: one copy of the per-token fields in the worker, a pickle of the
-small fields and the key, and no descriptor, no segment, no page fault.  With no worker
-(``get_worker_info() is None``) the batch is returned unchanged.  Measured figures:
-``python -m benchmarks.bench_e2e --workers`` (docs/benchmarks.md).
+Cost per batch, steady state: one copy of the per-token fields in the worker and a pickle of the
+small fields and the key; without a worker the batch is returned unchanged.  Against torch's own
+path: ``python -m benchmarks.bench_e2e --workers`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

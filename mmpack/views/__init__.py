@@ -14,7 +14,7 @@
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
     provenance.py  where a batch's samples come from: documents and token ranges, flat arrays
     buffers.py     pooled output buffers for batched gathers
-    readahead.py   cold data: prefetch(indices), Lookahead batches, single-read cold mode
+    readahead.py   cold local data: a batch's and a single read's pages requested together
     megatron_gpt.py MegatronGPTDataset: megatron-core GPTDataset's samples, in its order
 """
 

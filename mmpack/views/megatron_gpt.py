@@ -9,21 +9,14 @@ the three indices; nothing of the corpus is copied or rewritten).  Its fields ar
 a validation split that keeps it) is padded with ``pad_id``, every ``pad_id`` then takes no
 loss and reads as 0, as in ``GPTDataset``.  Its dense ``attention_mask`` is not built; the
 causal mask it describes is given as ``cu_seqlens`` (``[0, seqlen]``, or cut after every
-``eod`` with ``reset_attention_mask``).
-
-Continuing a run: Megatron's pretraining sampler serves the samples in order from
-``consumed_samples`` on, global batch ``k`` being samples ``[k * G, (k + 1) * G)``; a
-``ResumableSampler(len(ds), shuffle=False)`` over this view resumed at position
-``consumed_samples`` serves the same global batches (see the class docstring).
+``eod`` with ``reset_attention_mask``).  A ``ResumableSampler(len(ds), shuffle=False)`` resumed
+at ``consumed_samples`` serves Megatron's pretraining sampler's global batches.
 
 Cost per batch of ``k`` samples: the shuffle lookup and the pieces (one per sequence a sample
 touches) in a numba kernel (:mod:`mmpack.kernels.megatron_order`), one ``read_ranges`` of the
-store, one copy kernel, then O(k * seqlen) numpy for the fields: 15 us a sample in batches of
-64 random 64-token samples against 110 us for ``GPTDataset[i]`` without its attention mask
-(``python -m benchmarks.bench_megatron_order``, 10^6 sequences, 2 shared cores at load ~10).
-Building the view costs :func:`mmpack.formats.megatron_order.cached_order` (once per
-parameters, then a mapped file: 0.023 s in that run) plus, for a Megatron store, one validating
-pass over its ``.idx`` (0.303 s uncached in all, against 0.212 s for megatron-core's build).
+store, one copy kernel, then O(k * seqlen) numpy for the fields; building the view costs
+:func:`~mmpack.formats.megatron_order.cached_order` once per parameters (then a mapped file).
+Against ``GPTDataset[i]`` and its build: ``python -m benchmarks.bench_megatron_order``.
 """
 
 from __future__ import annotations

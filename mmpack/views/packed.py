@@ -107,7 +107,7 @@ from mmpack.views.plan import PackingPlan
 from mmpack.views.plan_regions import cached_plan
 from mmpack.views.plan_stats import PackingStats
 from mmpack.views.provenance import packed_provenance, parent_located
-from mmpack.views.readahead import ColdReads, prefetch_ranges
+from mmpack.views.readahead import ColdReads
 from mmpack.views.region_cuts import region_blocks
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
@@ -163,8 +163,8 @@ class PackedDataset:
         document cut by a region edge), bins numbered region by region, so the samples of a
         region read one contiguous span of the store (what :meth:`block_bounds` cuts into
         blocks for a block-local sample order); ``"auto"``: ``DEFAULT_REGION_BINS * seqlen``
-        tokens (2048 bins a region, 0.03-0.04% more bins than the whole-store plan on
-        C4-like corpora); None: one plan over the whole store.  See :mod:`mmpack.views.plan`;
+        tokens (2048 bins a region, 0.005-0.021% more bins than the whole-store plan on
+        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack.views.plan`;
         a large store's region plan can be built in parallel beforehand
         (:func:`mmpack.ingest.region_plan.build_region_plan`).
     cache : bool
@@ -473,12 +473,7 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
-        prefetched first."""
-        ahead = getattr(indices, "ahead", None)
-        if ahead:
-            self.prefetch(ahead)
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate.collate`)."""
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -510,14 +505,7 @@ class PackedDataset:
         provenance = partial(packed_provenance, self, idx, ranges)
         return SampleBatch(columns, cu, n_seg + 1, provenance, _FROM_FIRST)
 
-    # ------------------------------------------------------------------------------- read-ahead
-    def prefetch(self, indices: Any) -> int:
-        """Request the token pages of samples ``indices`` (their bins' pieces, from the plan)
-        ahead of reading them, without waiting (see :mod:`mmpack.views.readahead`).  Skipped
-        (returns 0) when a probe of a few pieces finds them in memory; otherwise returns the
-        number of requests issued.  Never changes what a read returns."""
-        return prefetch_ranges(self.store, *self._ranges(check_indices(indices, len(self))))
-
+    # ------------------------------------------------------------------------------- locality
     def token_span(self, lo: int, hi: int) -> tuple[int, int]:
         """The flat token span ``[start, stop)`` that bins ``lo .. hi - 1`` read together
         (``0 <= lo < hi <= len(self)``; one span for a block of :meth:`block_bounds`: whole

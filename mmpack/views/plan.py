@@ -31,17 +31,17 @@ Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
 - ``"nextfit"``: ``"online"`` with one open bin.
 
 Regions.  ``region_tokens=None`` packs the whole store as one region.  ``region_tokens=R`` cuts
-the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.views.region_cuts`: a
-document belongs to the region its first token falls in, so no region edge cuts a document;
-``"auto"`` is :data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``) and packs each with
+the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.views.region_cuts`: each
+edge is a document boundary near a multiple of ``R`` where the region fills its last bin, so no
+region edge cuts a document; ``"auto"`` is :data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``) and packs each with
 the algorithm on its own, bins numbered region by region: consecutive bins then read one
 contiguous span of the store, which a block-local sample order can fetch in one piece, and each
 region can be packed in another process (:mod:`mmpack.views.plan_regions`).  Cost: the
 algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
 of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
 takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
-parts can run in parallel); bins: 0.6-0.8 bins more per region than whole-store best fit
-(+0.03-0.04% at ``"auto"``, ``python -m benchmarks regions``).
+parts can run in parallel); bins: 0.1-0.45 bins more per region than whole-store best fit
+(+0.005-0.021% at ``"auto"``, ``python -m benchmarks regions``).
 
 Option names are the :class:`~mmpack.core.options.LongDocs` and
 :class:`~mmpack.core.options.PackingAlgorithm` values, checked by
@@ -328,7 +328,7 @@ def plan_of_offsets(
     if region_tokens is None:
         edges = whole_store_edges(n_docs)
     else:
-        edges = region_edges(offsets, region_tokens)
+        edges = region_edges(offsets, region_tokens, seqlen, int(add_eot))
     return _pack(offsets, 0, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
 
 

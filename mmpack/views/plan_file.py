@@ -75,8 +75,9 @@ CHUNK_BYTES = 1 << 24
 """Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
 checks on first use."""
 
-_KEY_VERSION = 4
-"""Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key."""
+_KEY_VERSION = 5
+"""Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key
+(5: region edges moved to where regions fill their bins)."""
 
 _MAGIC = b"MMPKPLAN"
 _ALIGN = 64
@@ -186,7 +187,7 @@ def write_plan_file(
             for name, dt in ARRAYS:
                 spec = header["arrays"][name]
                 mapped = _mapped(tmp, spec["offset"], dt, shapes[name])
-                spec["xxh64"] = block_digests("xxh64", mapped, CHUNK_BYTES).tolist()
+                spec["xxh64"] = block_digests(mapped, CHUNK_BYTES).tolist()
                 if name == "bin_ptr":
                     header["max_bin_pieces"] = _most_pieces(mapped)
             blob = json.dumps(header).encode()

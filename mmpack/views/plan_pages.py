@@ -105,7 +105,7 @@ def _check_chunk(
 ) -> None:
     """Check chunk ``p`` of plan array ``name`` against its XXH64 digest."""
     per = chunk_bytes // arr.itemsize
-    got = block_digest("xxh64", arr[p * per : (p + 1) * per])
+    got = block_digest(arr[p * per : (p + 1) * per])
     if got != digests[p]:
         lo = p * chunk_bytes
         hi = lo + arr[p * per : (p + 1) * per].nbytes

@@ -113,7 +113,14 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     lo, hi = (int(v) for v in slots)
     store = options["store"]
     # a binary search over the mapping, then only the part's pages of the index are checked
-    edges = region_edges(store.mapped_offsets, options["region_tokens"], lo, hi)
+    edges = region_edges(
+        store.mapped_offsets,
+        options["region_tokens"],
+        options["seqlen"],
+        int(options["add_eot"]),
+        lo,
+        hi,
+    )
     first, last = int(edges[0]), int(edges[-1])
     lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
     params = {name: options[name] for name in _PLAN_OPTIONS}

@@ -1,39 +1,26 @@
 """Where the samples of a batch come from: the document pieces of every row, as flat arrays.
 
 A batch's provenance is its samples' ``locate`` lists laid end to end, one entry per document
-piece, in row order, as a dict of int64 arrays of one length ``m``:
-
-``sample``
-    The row (``0 .. B - 1``) the piece is in; non-decreasing.
-``doc``
-    The document (of the parent store when the store is a subset of one: :func:`parent_docs`).
-``start``, ``stop``
-    The token range ``[start, stop)`` of the piece inside its document.
-``eot``
-    1 when the document's eot follows the piece in the row, else 0.
-``at``
-    The row position the piece starts at: it fills ``[at, at + stop - start + eot)``.
-``source``
-    Only from a :class:`~mmpack.sampling.mixture.Mixture`: the source the row was drawn from.
-
-and ``cu_docs`` (int64, (B + 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.
-A window lists every document it spans (the first and last possibly cut; an entry with
-``start == stop`` and ``eot=1`` is a window that holds only that document's eot; with
-``labels=True`` the span includes the last label's token, as ``locate`` does); a packed row lists
-its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns for the
-row's index ``i`` (``tests/test_provenance_batches.py`` checks it on random stores).
+piece, in row order, as a dict of int64 arrays of one length ``m``: ``sample`` (the row,
+non-decreasing), ``doc`` (of the parent store for a subset: :func:`parent_docs`), ``start`` and
+``stop`` (the piece's token range in its document), ``eot`` (1 when the document's eot follows
+the piece), ``at`` (the row position it starts at: it fills ``[at, at + stop - start + eot)``)
+and, from a :class:`~mmpack.sampling.mixture.Mixture`, ``source``; plus ``cu_docs`` (int64, (B +
+1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.  A window lists every document it
+spans (an entry with ``start == stop`` and ``eot=1`` holds only that document's eot); a packed
+row lists its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns
+(``tests/test_provenance_batches.py``).
 
 A view's ``__getitems__`` hands its :class:`~mmpack.views.batch.SampleBatch` the means to compute
-this (:func:`window_provenance`, :func:`packed_provenance`, a mixture's :func:`merged_provenance`)
-without computing it: a batch pays for its provenance only when someone asks
-(:meth:`SampleBatch.provenance <mmpack.views.batch.SampleBatch.provenance>`, what
-``collate(..., provenance=True)`` calls).  Kernels: :func:`~mmpack.kernels.window.window_pieces`
-and :func:`~mmpack.kernels.packed_rows.bin_pieces`, each writing one ``(6, m)`` int64 array whose
-rows are :data:`PIECE_FIELDS`.  Cost: a window batch one kernel call of O(documents spanned) per
-row, starting from the documents the read's search found (no search again); a packed batch one
-pass over its pieces, reusing the ranges the read already checked; a mixture's, its sources'
-plus one copy of each into the batch's row order (:func:`~mmpack.kernels.provenance.place_pieces`,
-O(m), no sort).
+this (:func:`window_provenance`, :func:`packed_provenance`, :func:`merged_provenance`) without
+computing it: a batch pays only when asked (``collate(..., provenance=True)``).  Kernels:
+:func:`~mmpack.kernels.window.window_pieces` and :func:`~mmpack.kernels.packed_rows.bin_pieces`,
+each writing one ``(6, m)`` int64 array whose rows are :data:`PIECE_FIELDS`.
+
+Cost: a window batch one kernel call of O(documents spanned) per row (no search again); a
+packed batch one pass over its pieces; a mixture's, its sources' plus one copy into the batch's
+row order (:func:`~mmpack.kernels.provenance.place_pieces`, O(m), no sort);
+``python -m benchmarks.bench_provenance``.
 """
 
 from __future__ import annotations

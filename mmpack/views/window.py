@@ -6,26 +6,18 @@ store's tokenizer records), else the plain concatenation.
 ``W = seqlen`` (``seqlen + 1`` with ``labels=True``); window ``i`` is ``S[i*stride : i*stride + W]``
 and there are ``max(0, (len(S) - W) // stride + 1)`` of them, in natural order.  With
 ``drop_last=False`` one more, padded window covers the tail when full windows leave tokens out.
+Worked example: documents of lengths 3 and 2 with eot 9 give ``S = a a a 9 b b 9``; seqlen 4,
+stride 2 gives 2 windows, ``S[0:4]`` and ``S[2:6]`` (``a 9 b b``, ``cu_seqlens = [0, 2, 4]``).
 
-Loss masks.  Over a store with a per-token loss mask (``store.loss_mask``), a label whose target
-token is not a target (mask 0) is ``-100``; an eot the view inserts is a target, padding is
-``-100`` as always.  The labels are then written in the copy's own pass
-(:func:`~mmpack.kernels.window.gather_masked_windows`: the window's mask bytes, read from the
-mask's mapping or its ``read_ranges``, select between the next token and ``-100``), and ``ds[i]``
-takes the batch path.
-
-Worked example: documents of lengths 3 and 2 with eot 9 give
-``S = a a a 9 b b 9`` (7 tokens); seqlen 4, stride 2 gives ``(7 - 4) // 2 + 1 = 2`` windows,
-``S[0:4]`` and ``S[2:6]``; window 1 is ``a 9 b b`` with ``cu_seqlens = [0, 2, 4]``.
+Loss masks: over a store with a per-token loss mask (``store.loss_mask``), a label whose target
+token has mask 0 is ``-100`` (an inserted eot is a target), written in the copy's own pass
+(:func:`~mmpack.kernels.window.gather_masked_windows`); ``ds[i]`` then takes the batch path.
 
 Cost: O(log n_docs) per window to find its first document (binary search over the mapped
 ``offsets``), then a copy in a numba kernel that inserts the eot tokens on the fly; a batch is
-one kernel call into preallocated arrays.  A single ``ds[i]`` (an int or an ``EpochIndex``)
-skips the general checks and makes one ordinary call of
-:func:`~mmpack.kernels.window.one_window` on the token and offsets mappings into one new buffer
-(row and positions; with int32 output ``cu_seqlens`` too, else a second, int32, buffer), then
-slices the sample out of it with slice objects built once; the cold-data check is one C-level
-call.  Measured against ``raw[s:s+2049].copy()`` of as many tokens, with where the time goes:
+one kernel call into preallocated arrays.  A single ``ds[i]`` makes one ordinary call of
+:func:`~mmpack.kernels.window.one_window` into one new buffer and slices the sample out of it.
+Against ``raw[s:s+2049].copy()`` of as many tokens, with where the time goes:
 ``python -m benchmarks.bench_getitem --quick --profile``.
 """
 
@@ -321,12 +313,7 @@ class WindowDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of the samples' dicts, backed by shared
-        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy).
-        Indices that carry ``.ahead`` (:class:`mmpack.views.readahead.HintedBatch`) have those
-        prefetched first."""
-        ahead = getattr(indices, "ahead", None)
-        if ahead:
-            self.prefetch(ahead)
+        ``(k, seqlen)`` arrays (``mmpack.torch.collate`` turns them into tensors without a copy)."""
         return self._gather(check_indices(indices, self._len))
 
     def _gather(self, idx: np.ndarray) -> SampleBatch:
@@ -429,15 +416,7 @@ class WindowDataset:
             )
         return labels
 
-    # ------------------------------------------------------------------------------- read-ahead
-    def prefetch(self, indices: Any) -> int:
-        """Request the token pages of samples ``indices`` ahead of reading them, without
-        waiting (see :mod:`mmpack.views.readahead`): what a look-ahead loop calls with the next
-        batches while the current one trains.  Skipped (returns 0) when a probe of a few of the
-        windows finds them in memory; otherwise returns the number of requests issued.  Never
-        changes what a read returns."""
-        return self._prefetch(check_indices(indices, self._len) * self.stride)
-
+    # ------------------------------------------------------------------------------- cold reads
     def _ranges(self, vstarts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat token ranges ``(starts, lengths)`` (int64, (k,)) of the windows at ``vstarts``."""
         starts = np.empty(vstarts.shape[0], dtype=np.int64)

@@ -13,9 +13,9 @@ little code:
 - optional, for cold data (defaults do nothing): ``advise(pattern)`` (``"random"``,
   ``"sequential"``, ``"normal"``: how the tokens will be read next), ``resident(positions)`` (a
   cheap "would these reads need I/O?" probe) and ``prefetch(starts, lengths)`` (start fetching
-  ranges without waiting).  The views' ``prefetch(indices)`` and
-  :class:`mmpack.views.readahead.Lookahead` call ``prefetch`` with the ranges of the next
-  batches, so a remote backend that overrides it gets look-ahead for free.
+  ranges without waiting).  The views call ``prefetch`` with the ranges of the batch or sample
+  they are about to read (the memmap backend's page requests; remote stores are fetched ahead
+  by the block order instead, :mod:`mmpack.torch.block_fetch`).
 
 Both backends are written the same way (raw little-endian files streamed into a temporary folder,
 see :mod:`mmpack.store.reader`); ``commit`` turns that folder into the backend's own layout before the

@@ -10,8 +10,8 @@ file mapping reads a whole read-ahead window around the faulting page (``read_ah
 the benchmark machine): a random 4 KiB window then costs ~6 ms (6,276 us against 59 us for an
 ``os.pread`` of the same bytes, ``benchmarks/bench_cold.py``).  So the token mapping is advised
 ``MADV_RANDOM`` at open (a fault reads its own page only) and switched to ``MADV_SEQUENTIAL`` for
-scans (:meth:`TokenStore.verify`) then back.  Faults are still served one at a time, so batched and
-look-ahead reads go through :meth:`MemmapBackend.prefetch`, one ``madvise(MADV_WILLNEED)`` per
+scans (:meth:`TokenStore.verify`) then back.  Faults are still served one at a time, so batched
+and cold single reads go through :meth:`MemmapBackend.prefetch`, one ``madvise(MADV_WILLNEED)`` per
 page-aligned range (merged when ranges share pages): the kernel queues all of the batch's reads at
 once and the copy kernel then waits for them together (a cold batch of 256 windows: 6.4 ms, against
 1.05 s fault by fault with the default advice).  A ``madvise`` costs 2-3 us here even when the pages

@@ -3,36 +3,24 @@
 Layout: a Zarr v3 group (``zarr.json``) with 1-D arrays ``tokens`` and ``offsets`` and the mmpack
 metadata record under the group attribute ``"mmpack"``; plain ``zarr.open_group(path)`` reads
 it.  Both arrays are sharded (:mod:`mmpack.store.backends._zarr_shards`: 8 KiB inner chunks, each
-with a crc32c, in shards of up to 32 MiB whose index has its own crc32c; zstd per inner chunk if
-:data:`ZSTD_LEVEL` > 0, off by default), so a store is a few large files or objects and every
-read is verified.  A group whose ``tokens`` array is not of this layout is refused at open.
+with a crc32c, in shards of up to 32 MiB; zstd per inner chunk if :data:`ZSTD_LEVEL` > 0, off by
+default), so every read is verified; another layout is refused at open.
 
-Batched reads of a sharded store (``read_ranges``, what the views call once per batch): numpy
-finds the inner chunks the batch's ranges touch; the shards are memory-mapped (once, read-only,
-like the memmap backend's ``tokens.bin``), each shard's index is read and checked once, and the
-chunks are slices of the mapping.  Without zstd a chunk's crc32c is checked the first time this
-reader touches it (a bitmap remembers it) and the chunk is then served as a view of the mapping,
-no cache needed; with zstd, decoded chunks go through the per-process LRU
-(:mod:`mmpack.store.backends._chunk_cache`, 256 MiB unless ``MMPACK_ZARR_CACHE_MB`` says
-otherwise).  The ranges are then copied out of the chunks with one ``np.concatenate``.
-Measured (``python -m benchmarks.bench_window --quick --zarr``: 32 windows of 2049 tokens from
-~93M tokens, 2 shared cores, medians against memmap in the same run): see ``docs/benchmarks.md``
-(first touch ~0.3 of memmap, checked chunks ~0.35; zstd ~0.15 when its chunks are not cached).
-``read_range`` (single documents) takes the same path; ``verify`` reads through a plain Zarr
-slice, uncached, so verification always reads the files.  Cost of the checks: a crc32c of an
-8 KiB chunk takes ~1-3 us; a 2049-token window touches 1.5 chunks on average.
+Batched reads (``read_ranges``): numpy finds the inner chunks the ranges touch in the
+memory-mapped shards (each shard's index read and checked once); without zstd a chunk's crc32c
+is checked the first time this reader touches it (a bitmap) and the chunk served as a view of
+the mapping; with zstd, decoded chunks go through the per-process LRU
+(:mod:`mmpack.store.backends._chunk_cache`, ``MMPACK_ZARR_CACHE_MB``, 256 MiB); then one
+``np.concatenate``.  ``verify`` reads through a plain Zarr slice, uncached.  Cost: ``python -m
+benchmarks.bench_window --quick --zarr`` (docs/benchmarks.md, against memmap in the same run).
 
-Missing data.  Zarr reads a chunk or shard that does not exist as the fill value (zeros) by
-design; a store must not.  mmpack writes every chunk (``write_empty_chunks``): every shard of both
-arrays must exist as a non-empty regular file (checked at open, one
-``stat`` each), an inner chunk absent from a shard index is a :class:`~mmpack.errors.FormatError`,
-and so is a shard index that fails its checksum or points past the shard's data.  A shard is
-mapped the first time it is read (a shard removed after the open and before that read is an
-error then; once mapped, the reader keeps the file it mapped).  Truncating a mapped shard kills
-the reader with ``SIGBUS``, as for the memmap layout: replace stores by rebuilding.  Every read first checks ``zarr.json`` against
-the one seen at open (its bytes, or an unchanged stat of it): a store rebuilt in place is a
-:class:`~mmpack.errors.StateMismatchError`, and cache entries are keyed by that content, so the
-new store never sees the old one's chunks.
+Missing data: Zarr reads an absent chunk as zeros; mmpack writes every chunk, so every shard
+must exist as a non-empty regular file (one ``stat`` each at open), and an absent inner chunk,
+an index failing its checksum or pointing past the data is a
+:class:`~mmpack.errors.FormatError`.  Truncating a mapped shard kills the reader with ``SIGBUS``,
+as for the memmap layout.  Every read first checks ``zarr.json`` against the one seen at open: a
+store rebuilt in place is a :class:`~mmpack.errors.StateMismatchError`, and cache entries are
+keyed by that content.
 """
 
 from __future__ import annotations

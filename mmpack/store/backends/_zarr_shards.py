@@ -4,29 +4,21 @@ The layout mmpack writes (:mod:`mmpack.store.backends._zarr`), a plain Zarr v3 a
 ``sharding_indexed`` with inner chunks of :data:`INNER_CHUNK_BYTES` (8 KiB: 4096 uint16 tokens)
 inside shards of up to :data:`SHARD_BYTES` (32 MiB), each inner chunk encoded
 ``bytes(little) [+ zstd] + crc32c`` and the shard index (``(offset, nbytes)`` uint64 pairs, one
-per inner chunk, at the end of the shard) ``bytes(little) + crc32c``.  So a store is a few large
-objects (one per 32 MiB of tokens, e.g. 60 for a billion uint16 tokens), and every byte read is
-verified: the index and each inner chunk carry their own CRC-32C.
-
-Why these sizes.  A shuffled 2049-token window (4 KiB of uint16) touches 1.5 inner chunks of
-8 KiB on average, so a first read checks ~3x the bytes it serves; checking is bound by memory
-bandwidth (~1-3 us per 8 KiB chunk here), so smaller chunks check fewer bytes but pay more
-per-chunk Python work: in a first (``os.pread``) prototype, first-touch batches ran at 0.21 of
-memmap with 8 KiB chunks against 0.18 with 16 KiB (a script around ``bench_window``'s corpus),
-and remote range requests merge adjacent chunks anyway.  32 MiB shards keep the index at 64 KiB (0.2% of the data, read once per shard
-and kept), are uploaded in one PUT (below the 256 MiB multipart threshold) and written from one
-32 MiB buffer; larger shards only make the first touch of a shard fetch a larger index.
+per inner chunk, at the end of the shard) ``bytes(little) + crc32c``: a few large objects, and
+every byte read is verified.  A shuffled 2049-token window touches 1.5 inner chunks on average;
+smaller chunks check fewer bytes but pay more per-chunk Python work, and remote range requests
+merge adjacent chunks anyway.  32 MiB shards keep the index at 64 KiB (read once per shard), go
+up in one PUT (below the multipart threshold) and are written from one buffer.
 
 Algorithm of :meth:`ShardReader.chunks` (one call per batch): numpy turns the wanted inner chunk
 ids into (shard, slot) pairs and looks their ``(offset, nbytes)`` up in the cached shard indexes
-(vectorised); adjacent chunks of one shard (contiguous in the object: Zarr writes them in order)
-merge into one byte range of at most :data:`MAX_RUN_CHUNKS`; the ranges are read by the
-caller's ``fetch`` (slices of a memory-mapped shard locally, concurrent range GETs remotely);
-each chunk's CRC-32C is checked (``google_crc32c``), zstd decoded if the array uses it, and
-returned as a read-only array (without zstd, a view of the bytes read).  An absent chunk, a
-short read, an index or chunk failing its checksum is a :class:`~mmpack.errors.FormatError`,
-never data.  The caches and the gather (:mod:`mmpack.store.backends._chunk_ranges`) are the
-callers'.
+(vectorised); adjacent chunks of one shard merge into one byte range of at most
+:data:`MAX_RUN_CHUNKS`; the ranges are read by the caller's ``fetch`` (slices of a mapped shard
+locally, concurrent range GETs remotely); each chunk's CRC-32C is checked (``google_crc32c``),
+zstd decoded if used, and returned read-only (without zstd, a view of the bytes read).  An
+absent chunk, a short read, an index or chunk failing its checksum is a
+:class:`~mmpack.errors.FormatError`, never data.  Cost: ``python -m benchmarks.bench_window
+--quick --zarr`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
