@@ -1712,13 +1712,15 @@ def _deal_kernel(costs, ptr, world):
 
 
 # =========================================================================== context-parallel layout
-def lay_out_fields_slow(srcs, cu, cp_size, cp_rank, fills, positions, masked):
+def lay_out_fields_slow(srcs, cu, cp_size, cp_rank, fills, positions, masked, from_first):
     """The padded batch (``cp_rank = -1``) or rank ``cp_rank``'s share of every field, built
     token by token: each segment's tokens then its padding (the field's fill, or for field
     ``positions`` its first position plus the offset) up to a multiple of ``2 C``, cut into
     ``2 C`` equal chunks, the rank keeping chunks ``r`` and ``2 C - 1 - r`` of each; the mask
-    ``1.0`` where field ``masked``'s token is not its fill.  Also the padded boundaries and the
-    longest padded segment, and every rank's positions in the padded batch."""
+    ``1.0`` where field ``masked``'s token is not its fill.  A field ``f`` with
+    ``from_first[f]`` has its segment's tokens not read but taken from its first (plus the
+    offset for field ``positions``).  Also the padded boundaries and the longest padded
+    segment, and every rank's positions in the padded batch."""
     unit = 2 * cp_size
     rows = []
     for f, src in enumerate(srcs):
@@ -1727,7 +1729,9 @@ def lay_out_fields_slow(srcs, cu, cp_size, cp_rank, fills, positions, masked):
             padded = -(-(b - a) // unit) * unit
             seg = []
             for j in range(padded):
-                if a + j < b:
+                if a + j < b and from_first[f]:
+                    seg.append(int(src[a]) + j if f == positions else int(src[a]))
+                elif a + j < b:
                     seg.append(int(src[a + j]))
                 else:
                     seg.append(int(src[a]) + j if f == positions else fills[f])
@@ -1766,11 +1770,12 @@ def _cp_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     cp_size = int(rng.integers(1, 5))
     fills = [int(rng.choice([-100, 0, 7])) for _ in range(k)]
     out_dtype = rng.choice([np.int64, np.int32])  # the block's: the copy casts
+    from_first = [bool(rng.integers(0, 2)) for _ in range(k)]
     return (srcs, cu, cp_size, int(rng.integers(-1, cp_size)), fills, int(rng.integers(-1, k)),
-            int(rng.integers(-1, k)), out_dtype)  # fmt: skip
+            int(rng.integers(-1, k)), from_first, out_dtype)  # fmt: skip
 
 
-def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, out_dtype):
+def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, from_first, out_dtype):
     from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
     padded_cu = np.empty_like(cu)
@@ -1779,7 +1784,8 @@ def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, out_dtype):
     block = np.empty((len(srcs), total if cp_rank < 0 else total // cp_size), dtype=out_dtype)
     mask = np.empty(block.shape[1] if masked >= 0 else 0, dtype=np.float32)
     fill = np.array(fills, dtype=np.int64)
-    lay_out_fields(srcs, cu, cp_size, cp_rank, fill, positions, block, masked, mask)
+    derived = np.array(from_first, dtype=np.bool_)
+    lay_out_fields(srcs, cu, cp_size, cp_rank, fill, positions, derived, block, masked, mask)
     ranks = np.empty((cp_size, total // cp_size), dtype=np.int64)
     zigzag_into(padded_cu, cp_size, 0, ranks)
     return block.tolist(), mask.tolist(), padded_cu.tolist(), longest, ranks.tolist()

@@ -179,11 +179,19 @@ def test_pad_cu_seqlens_gives_one_length_per_batch_size_and_seqlen(samples, cp_s
     assert isinstance(fixed["max_seqlen"], int)
 
 
-def test_a_packed_view_batch_takes_the_fast_path_to_the_same_layout(tmp_path):
+def _views(tmp_path):
     rng = np.random.default_rng(1)
     docs = [rng.integers(0, 500, int(n)) for n in rng.integers(1, 40, 60)]
-    view = mmpack.PackedDataset(mmpack.build(tmp_path / "s.mmpack", docs), seqlen=64, eot=999)
-    batch = view.__getitems__([3, 0, 5])
+    store = mmpack.build(tmp_path / "s.mmpack", docs)
+    packed = mmpack.PackedDataset(store, seqlen=64, eot=999)
+    window = mmpack.WindowDataset(store, 50, 30, eot=999, labels=True)
+    return {"packed": packed, "window": window, "mixture": mmpack.Mixture(
+        [window, mmpack.WindowDataset(store, 50, 20, labels=True)], [1, 1], num_samples=20)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["packed", "window", "mixture"])
+def test_a_view_batch_takes_the_fast_path_to_the_same_layout(tmp_path, name):
+    batch = _views(tmp_path)[name].__getitems__([3, 0, 5])
     for r, dtype in ((None, torch.int64), (0, torch.int64), (2, torch.int64), (None, torch.int32),
                      (1, torch.int32)):  # fmt: skip
         fast = collate(batch, cp_size=3, cp_rank=r, pad_cu_seqlens=True, dtype=dtype)
@@ -196,6 +204,54 @@ def test_a_packed_view_batch_takes_the_fast_path_to_the_same_layout(tmp_path):
                 assert torch.equal(fast[key], slow[key]), key
             elif key != "cu_seqlens_rows":
                 assert fast[key] == slow[key], key
+
+
+@pytest.mark.parametrize(
+    ("name", "promised"),
+    [("packed", ("position_ids", "attention_mask")), ("window", ("position_ids",)),
+     ("mixture", ("position_ids",))],
+)  # fmt: skip
+def test_a_view_batch_promises_the_fields_that_follow_each_segments_first_token(
+    tmp_path, name, promised
+):
+    view = _views(tmp_path)[name]
+    batch = view.__getitems__(list(range(len(view))))
+    assert batch.from_first == promised
+    for r in range(len(batch)):
+        cu = batch.cu_seqlens[r, : batch.num_cuts[r]]
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            pos = batch.columns["position_ids"][r, a:b].tolist()
+            assert pos == list(range(pos[0], pos[0] + b - a)) and b > a
+            if "attention_mask" in promised:
+                assert len(set(batch.columns["attention_mask"][r, a:b].tolist())) == 1
+
+
+@pytest.mark.parametrize("cp_rank", [None, 0, 1])
+def test_fields_a_batch_promises_are_written_from_each_segments_first_token(cp_rank):
+    from mmpack.views.batch import SampleBatch
+
+    rng = np.random.default_rng(3)
+    rows = [_sample(rng, 12, [5]), _sample(rng, 12, [2, 9])]
+    columns = {key: np.stack([s[key] for s in rows]).astype(np.int64) for key in rows[0]
+               if key != "cu_seqlens"}  # fmt: skip
+    columns["attention_mask"][0, :5] = 4
+    cu = np.zeros((2, 4), dtype=np.int32)
+    cu[0, :3], cu[1] = rows[0]["cu_seqlens"], rows[1]["cu_seqlens"]
+    promised = SampleBatch(dict(columns), cu, np.array([3, 4]),
+                           from_first=("position_ids", "attention_mask"))  # fmt: skip
+    want = collate(promised, cp_size=2, cp_rank=cp_rank, pad_id=PAD)
+    for r, s in enumerate(rows):  # other values beyond each segment's first token
+        for a, b in zip(s["cu_seqlens"][:-1], s["cu_seqlens"][1:]):
+            columns["position_ids"][r, a + 1 : b] *= 100
+            columns["attention_mask"][r, a + 1 : b] += 7
+    got = collate(SampleBatch(columns, cu, np.array([3, 4]),
+                              from_first=("position_ids", "attention_mask")), cp_size=2,
+                  cp_rank=cp_rank, pad_id=PAD)  # fmt: skip
+    for key in FIELDS:
+        assert torch.equal(got[key], want[key]), key
+    read = collate(SampleBatch(columns, cu, np.array([3, 4])), cp_size=2, cp_rank=cp_rank,
+                   pad_id=PAD)  # fmt: skip
+    assert not torch.equal(read["position_ids"], want["position_ids"])  # () promises nothing
 
 
 def test_bad_options_are_named():

@@ -9,7 +9,10 @@ chunk ``2C - 1 - r`` of every segment.
 * :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
   rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
   padding (a constant, or for positions the segment's first position plus the offset); the mask
-  of a segment's labels right after they are written, while they are in cache;
+  of a segment's labels right after they are written, while they are in cache.  A field its
+  caller knows to follow from each segment's first token (a view's positions ``0, 1, ...``, its
+  attention mask of 1s) is written from that token alone, not read (half the reading for a
+  view's four fields);
 * :func:`zigzag_into`: ranks' positions in the padded batch (TransformerEngine's partition).
 
 Cost: ``O(segments)`` for the boundaries; ``O(fields * (segments + tokens written))`` for the
@@ -48,26 +51,38 @@ def _put_chunk(
     hi: int,
     fill: int,
     positions: bool,
+    from_first: bool,
     out: np.ndarray,
     at: int,
 ) -> int:
     """Offsets ``[lo, hi)`` of the padded segment whose ``real`` tokens start at ``src[start]``
-    into ``out[at:]``; returns the next free position of ``out``.  (Each run is copied through
-    views indexed from 0, which LLVM turns into vector copies.)"""
+    into ``out[at:]``; returns the next free position of ``out``.  With ``from_first`` the real
+    tokens are not read but follow from the first (``src[start] + offset`` for positions, else
+    ``src[start]``).  (Each run is written through views indexed from 0, which LLVM turns into
+    vector copies.)"""
     stop = min(hi, real)
     n = stop - lo
     if n > 0:
         dst = out[at : at + n]
-        run = src[start + lo : start + stop]
-        for j in range(n):
-            dst[j] = run[j]
+        if not from_first:
+            run = src[start + lo : start + stop]
+            for j in range(n):
+                dst[j] = run[j]
+        elif positions:
+            base = src[start] + lo
+            for j in range(n):
+                dst[j] = base + j
+        else:
+            first = src[start]
+            for j in range(n):
+                dst[j] = first
         at += n
-    first = max(lo, stop)
-    n = hi - first
+    first_pad = max(lo, stop)
+    n = hi - first_pad
     if n > 0:
         dst = out[at : at + n]
         if positions:
-            base = src[start] + first
+            base = src[start] + first_pad
             for j in range(n):
                 dst[j] = base + j
         else:
@@ -85,6 +100,7 @@ def lay_out_fields(
     cp_rank: int,
     fills: np.ndarray,
     positions: int,
+    from_first: np.ndarray,
     block: np.ndarray,
     masked: int,
     mask: np.ndarray,
@@ -106,6 +122,10 @@ def lay_out_fields(
     positions : int
         The field (``-1``: none) whose padding continues the segment's positions,
         ``src[cu[i]] + offset``, instead of its fill.
+    from_first : numpy.ndarray, bool, shape (F,)
+        The fields whose real tokens are not read but follow from each segment's first (its
+        caller knows they do): ``src[cu[i]] + offset`` for field ``positions``, ``src[cu[i]]``
+        for any other.
     block : numpy.ndarray, an integer dtype, shape (F', T) or (F', T / C), ``F' >= F``
         Written, row ``f < F`` field ``f`` (cast to the block's dtype as ``astype`` casts):
         ``T = sum(p_i)``; rows from ``F`` on untouched.
@@ -120,6 +140,7 @@ def lay_out_fields(
         out = block[f]
         fill = fills[f]
         pos = f == positions
+        derived = from_first[f]
         at = 0
         for i in range(cu.shape[0] - 1):
             start = cu[i]
@@ -127,13 +148,13 @@ def lay_out_fields(
             padded = (real + unit - 1) // unit * unit
             begin = at
             if cp_rank < 0:
-                at = _put_chunk(src, start, real, 0, padded, fill, pos, out, at)
+                at = _put_chunk(src, start, real, 0, padded, fill, pos, derived, out, at)
             else:
                 c = padded // unit
                 lo = cp_rank * c
-                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
+                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, derived, out, at)
                 lo = (unit - 1 - cp_rank) * c
-                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, out, at)
+                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, derived, out, at)
             if f == masked:  # while the segment's tokens are still in cache
                 run = out[begin:at]
                 dst = mask[begin:at]

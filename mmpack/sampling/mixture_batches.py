@@ -120,7 +120,8 @@ def scatter_batches(
     if all(got.provenance_of is not None for _, _, got in parts):
         sources = [(k, where, got.provenance_pieces) for k, where, got in parts]
         provenance = partial(merged_provenance, sources, n)
-    return SampleBatch(columns, cu, num_cuts, provenance)
+    promised = tuple(k for k in first.from_first if all(k in g.from_first for _, _, g in parts))
+    return SampleBatch(columns, cu, num_cuts, provenance, promised)
 
 
 def source_length(source: Any, k: int) -> int:

@@ -268,7 +268,8 @@ def _collate(
             samples, varlen=varlen, dtype=dtype, layout=layout
         )
         if not layout.plain:
-            columns = lay_out(columns, flat, len(lens), width, layout, pad_id, ignore_index, dtype)
+            columns = lay_out(columns, flat, len(lens), width, layout, pad_id, ignore_index,
+                              dtype, samples.from_first)  # fmt: skip
         if provenance:
             columns[PROVENANCE] = _provenance(samples)
         return share_batch(_labels_as_targets(columns), BATCH_TOKEN_FIELDS)

@@ -9,8 +9,9 @@ depends only on the batch size and row length (what a CUDA graph or a compiled s
 
 Cost: per per-token field one pass of a kernel writing the tokens kept segment by segment
 (``O(segments + T)``, ``T`` the padded tokens or a rank's ``T / C``: contiguous copies per
-chunk), plus the layout's ``O(segments)`` boundaries; with ``cp_rank=None`` the same again per
-rank for ``cp_indices``.
+chunk; a field the batch promises to follow from each segment's first token, a view's
+positions and attention mask, is written without being read), plus the layout's
+``O(segments)`` boundaries; with ``cp_rank=None`` the same again per rank for ``cp_indices``.
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ def lay_out(
     pad_id: int,
     ignore_index: int,
     dtype: torch.dtype | None = None,
+    from_first: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
     ``cu_seqlens``, ``flat`` as int64) in the context-parallel layout and/or with fixed-length
-    boundaries; the laid out per-token fields of ``dtype`` (default theirs)."""
+    boundaries; the laid out per-token fields of ``dtype`` (default theirs); ``from_first`` as
+    :func:`context_parallel` takes it."""
     if layout.cp_size is not None:
         out = context_parallel(
             out,
@@ -103,6 +106,7 @@ def lay_out(
             pad_id=pad_id,
             ignore_index=ignore_index,
             dtype=dtype,
+            from_first=from_first,
         )
     if layout.pad_cu_seqlens:
         length = rows * seqlen + 1  # at most one segment per token
@@ -121,11 +125,15 @@ def context_parallel(
     pad_id: int,
     ignore_index: int,
     dtype: torch.dtype | None = None,
+    from_first: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``out`` (a batch of ``(B, seqlen)`` per-token fields, tensors or numpy arrays of one
     integer dtype, ``labels`` not yet renamed) in the context-parallel layout of its segments
     ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
     fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
+    The fields named in ``from_first`` (a view's
+    :attr:`~mmpack.views.batch.SampleBatch.from_first`) are written from each segment's first
+    token, not read.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
     present) of shape ``(1, T)`` (``cp_rank=None``) or ``(1, T / cp_size)``; ``cu_seqlens``,
@@ -135,58 +143,73 @@ def context_parallel(
     holds ``flat`` already).
     """
     keys = tuple(key for key in out if key in _FIELDS)
-    rows: dict[str, Any] = {}
-    mask = indices = None
-    if keys:
-        fills, positions, masked = _field_args(keys, pad_id, ignore_index)
-        layout, block, mask, indices = cp_batch_fields(
-            tuple(_flat(out[key]) for key in keys),
-            flat,
-            cp_size,
-            -1 if cp_rank is None else cp_rank,
-            fills,
-            positions,
-            masked,
-            None if dtype is None else _NUMPY_DTYPES[dtype],
-        )
-        rows = {key: torch.from_numpy(block[i : i + 1]) for i, key in enumerate(keys)}
-    else:
-        layout = cp_layout(flat, cp_size)
+    if not keys:
+        return _boundaries_only(out, flat, cp_size, cp_rank)
+    fills, positions, masked, derived = _field_args(keys, pad_id, ignore_index, from_first)
+    padded, longest, block, mask, indices = cp_batch_fields(
+        tuple([_flat(out[key]) for key in keys]),
+        flat,
+        cp_size,
+        -1 if cp_rank is None else cp_rank,
+        fills,
+        positions,
+        masked,
+        derived,
+        None if dtype is None else _NUMPY_DTYPES[dtype],
+    )
+    rows = dict(zip(keys, map(torch.from_numpy, block)))  # (1, T) views of one block
     new: dict[str, Any] = {}
     for key, value in out.items():
         new[key] = rows.get(key, value)
         if key == "labels" and mask is not None:
-            new[LOSS_MASK] = torch.from_numpy(mask[None])
+            new[LOSS_MASK] = torch.from_numpy(mask)
+    if "cu_seqlens" not in out:
+        new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
+    new["cu_seqlens_padded"] = torch.from_numpy(padded.astype(np.int32))
+    new["max_seqlen"] = longest
+    new["cp_padding"] = int(padded[-1] - flat[-1])
+    if indices is not None:
+        new["cp_indices"] = torch.from_numpy(indices)
+    return new
+
+
+def _boundaries_only(
+    out: dict[str, Any], flat: np.ndarray, cp_size: int, cp_rank: int | None
+) -> dict[str, Any]:
+    """:func:`context_parallel` of a batch without per-token fields: its boundaries."""
+    layout = cp_layout(flat, cp_size)
+    new = dict(out)
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(layout.cu_seqlens_padded.astype(np.int32))
     new["max_seqlen"] = layout.max_seqlen
     new["cp_padding"] = layout.padding
     if cp_rank is None:
-        if indices is None:
-            indices = zigzag_indices(layout.cu_seqlens_padded, cp_size)
-        new["cp_indices"] = torch.from_numpy(indices)
+        new["cp_indices"] = torch.from_numpy(zigzag_indices(layout.cu_seqlens_padded, cp_size))
     return new
 
 
 @functools.lru_cache(maxsize=64)
 def _field_args(
-    keys: tuple[str, ...], pad_id: int, ignore_index: int
-) -> tuple[np.ndarray, int, int]:
+    keys: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
+) -> tuple[np.ndarray, int, int, np.ndarray]:
     """The kernel's ``fills`` (int64, (F,), read only), ``positions`` and ``masked`` (``-1``:
-    none) for the per-token fields ``keys``, made once per set of keys and fills."""
+    none) and ``from_first`` (bool, (F,), read only) for the per-token fields ``keys``, made
+    once per set of keys, fills and fields written from their segments' first tokens."""
     fills = np.array(
         [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
         dtype=np.int64,
     )
     fills.flags.writeable = False
+    derived = np.array([k in from_first for k in keys], dtype=np.bool_)
+    derived.flags.writeable = False
     positions = keys.index("position_ids") if "position_ids" in keys else -1
-    return fills, positions, keys.index("labels") if "labels" in keys else -1
+    return fills, positions, keys.index("labels") if "labels" in keys else -1, derived
 
 
 def _flat(field: Any) -> np.ndarray:
     """A ``(B, seqlen)`` tensor or numpy array as a flat numpy array (no copy)."""
-    return (field if isinstance(field, np.ndarray) else field.numpy()).reshape(-1)
+    return field.reshape(-1) if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
 
 
 def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:

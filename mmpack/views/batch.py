@@ -36,9 +36,16 @@ class SampleBatch(Sequence):
         called with no argument (a view passes a ``functools.partial`` of
         :mod:`mmpack.views.provenance`); ``None``: the dataset that made the batch does not
         record where its samples come from.
+    from_first : tuple of str, default ()
+        The per-token columns each of whose segments follows from its first token, as the
+        dataset that made the batch writes them: ``position_ids`` rising by one from it (a
+        view's ``0, 1, ...`` per segment), any other column holding it throughout (a packed
+        view's ``attention_mask``).  The context-parallel collate writes them from that token
+        alone instead of reading them (:mod:`mmpack.torch.cp_batch`); ``()`` promises nothing.
+        Whoever changes such a column in place takes its name out.
     """
 
-    __slots__ = ("columns", "cu_seqlens", "num_cuts", "provenance_of")
+    __slots__ = ("columns", "cu_seqlens", "from_first", "num_cuts", "provenance_of")
 
     def __init__(
         self,
@@ -46,11 +53,13 @@ class SampleBatch(Sequence):
         cu_seqlens: np.ndarray,
         num_cuts: np.ndarray,
         provenance_of: Callable[[], Pieces] | None = None,
+        from_first: tuple[str, ...] = (),
     ) -> None:
         self.columns = columns
         self.cu_seqlens = cu_seqlens
         self.num_cuts = num_cuts
         self.provenance_of = provenance_of
+        self.from_first = from_first
 
     def provenance(self) -> dict[str, np.ndarray]:
         """Where the batch's samples come from: the document pieces of every row, as flat int64

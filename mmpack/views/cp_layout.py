@@ -133,15 +133,18 @@ def cp_fields(
     for name, value in (("positions", positions), ("masked", masked)):
         if value is not None and not 0 <= value < len(srcs):
             raise ValueError(f"{name}={value} is not a field index below {len(srcs)}")
-    return _write_fields(
+    block, mask = _write_fields(
         srcs,
-        layout,
+        layout.cu_seqlens,
+        int(layout.cu_seqlens_padded[-1]),
         cp_size,
         -1 if rank is None else rank,
         np.asarray(fills, dtype=np.int64),
         -1 if positions is None else positions,
         -1 if masked is None else masked,
+        np.zeros(len(srcs), dtype=np.bool_),  # every token read
     )
+    return block[:, 0], None if mask is None else mask[0]
 
 
 def cp_batch_fields(
@@ -152,11 +155,13 @@ def cp_batch_fields(
     fills: np.ndarray,
     positions: int,
     masked: int,
+    from_first: np.ndarray,
     dtype: np.dtype | None = None,
-) -> tuple[CPLayout, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch its caller has checked already, with
-    nothing checked again: the per-batch path of :func:`mmpack.torch.collate.collate`, whose
-    boundaries and fields are validated as they are built.
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch
+    its caller has checked already, with nothing checked again: the per-batch path of
+    :func:`mmpack.torch.collate.collate`, whose boundaries and fields are validated as they are
+    built.  The fields come back as ``(1, T)`` rows, one tensor view each without a reshape.
 
     Parameters
     ----------
@@ -171,50 +176,69 @@ def cp_batch_fields(
     fills : numpy.ndarray, int64, shape (F,)
     positions, masked : int
         Field indices, ``-1`` for none (as in :func:`cp_fields`).
+    from_first : numpy.ndarray, bool, shape (F,)
+        The fields each of whose segments follows from its first token (positions rising by
+        one from it, any other field holding it throughout), written from that token alone
+        (:func:`~mmpack.kernels.cp_layout.lay_out_fields`).
     dtype : numpy.dtype, optional
         An integer dtype of the block, the fields' values cast to it as they are copied (as
         ``astype`` casts); default the fields'.
 
     Returns
     -------
-    layout : CPLayout
-    block, mask
-        As :func:`cp_fields` returns them.
+    cu_seqlens_padded : numpy.ndarray, int64, shape (n + 1,)
+    max_seqlen : int
+        The longest padded segment (0 for none).
+    block : numpy.ndarray, shape (F, 1, T) or (F, 1, T / C)
+        Field ``f`` in ``block[f]`` (as :func:`cp_fields` gives it, one axis more).
+    mask : numpy.ndarray, float32, shape (1, T) or (1, T / C), or None
+        As :func:`cp_fields` gives it, one axis more.
     indices : numpy.ndarray, int64, shape (C, T / C), or None
         With ``rank=-1``: every rank's positions, as :func:`zigzag_indices` gives them.
     """
     padded = np.empty_like(cu_seqlens)
-    layout = CPLayout(cu_seqlens, padded, pad_boundaries(cu_seqlens, 2 * cp_size, padded))
-    block, mask = _write_fields(fields, layout, cp_size, rank, fills, positions, masked, dtype)
+    longest = pad_boundaries(cu_seqlens, 2 * cp_size, padded)
+    total = int(padded[-1])
+    block, mask = _write_fields(fields, cu_seqlens, total, cp_size, rank, fills, positions,
+                                masked, from_first, dtype)  # fmt: skip
     if rank >= 0:
-        return layout, block, mask, None
-    indices = np.empty((cp_size, int(padded[-1]) // cp_size), dtype=np.int64)
+        return padded, longest, block, mask, None
+    indices = np.empty((cp_size, total // cp_size), dtype=np.int64)
     zigzag_into(padded, cp_size, 0, indices)
-    return layout, block, mask, indices
+    return padded, longest, block, mask, indices
 
 
 def _write_fields(
     srcs: tuple[np.ndarray, ...],
-    layout: CPLayout,
+    cu: np.ndarray,
+    total: int,
     cp_size: int,
     rank: int,
     fills: np.ndarray,
     positions: int,
     masked: int,
+    from_first: np.ndarray,
     dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none), the block
-    of ``dtype`` (default the fields')."""
-    size = int(layout.cu_seqlens_padded[-1]) // (1 if rank < 0 else cp_size)
+    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none) for a layout
+    of ``total`` padded tokens: the block (shape (F, 1, size), of ``dtype``, default the
+    fields') and the mask (shape (1, size), or None)."""
+    size = total if rank < 0 else total // cp_size
     # One allocation for the block and the mask (rows of the block's dtype after the fields'):
     # arrays allocated apart fault in fresh pages on every batch (the allocator gives them
     # back to the system between batches).
     count = len(srcs)
-    dtype = srcs[0].dtype if dtype is None else np.dtype(dtype)
-    whole = np.empty((count + (-(-4 // dtype.itemsize) if masked >= 0 else 0), size), dtype)
-    mask = whole[count:].reshape(-1).view(np.float32)[:size] if masked >= 0 else _NO_MASK
-    lay_out_fields(srcs, layout.cu_seqlens, cp_size, rank, fills, positions, whole, masked, mask)
-    return whole[:count], None if masked < 0 else mask
+    dtype = srcs[0].dtype if dtype is None else dtype
+    if masked < 0:
+        whole = np.empty((count, 1, size), dtype)
+        lay_out_fields(
+            srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, _NO_MASK
+        )
+        return whole, None
+    whole = np.empty((count + -(-4 // np.dtype(dtype).itemsize), 1, size), dtype)
+    mask = whole[count:].reshape(-1).view(np.float32)[:size]
+    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, mask)
+    return whole[:count], mask[None]
 
 
 _NO_MASK = np.empty(0, dtype=np.float32)

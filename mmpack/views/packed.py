@@ -113,6 +113,8 @@ from mmpack.views.region_cuts import region_blocks
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
 _INT32 = np.dtype(np.int32)
+# SampleBatch.from_first: every segment's positions are 0, 1, ..., its attention mask one value.
+_FROM_FIRST = ("position_ids", "attention_mask")
 
 MODES = tuple(sorted(m.value for m in Mode))
 """Accepted ``mode`` values (:class:`~mmpack.core.options.Mode`)."""
@@ -500,7 +502,8 @@ class PackedDataset:
             if self._mask is not None:  # MLM selects only target tokens
                 attn = mlm_targets(self._mask_source, ranges, attn)
             corrupt_keyed(self, idx, epochs, ids, attn, labels)
-        return SampleBatch(columns, cu, n_seg + 1, partial(packed_provenance, self, idx, ranges))
+        provenance = partial(packed_provenance, self, idx, ranges)
+        return SampleBatch(columns, cu, n_seg + 1, provenance, _FROM_FIRST)
 
     # ------------------------------------------------------------------------------- locality
     def token_span(self, lo: int, hi: int) -> tuple[int, int]:

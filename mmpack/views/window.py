@@ -63,6 +63,7 @@ __all__ = ["WindowDataset", "output_dtype"]
 
 _SAMPLED_INDEX_DOCS = 1 << 20
 _OUTPUT_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
+_FROM_FIRST = ("position_ids",)  # SampleBatch.from_first: positions 0, 1, ... per segment
 _INT32 = np.dtype(np.int32)
 
 
@@ -325,6 +326,7 @@ class WindowDataset:
         cu = pool.empty((k, seqlen + 1), np.int32)
         ncu = np.empty(k, dtype=np.int64)
         first = np.empty(k, dtype=np.int64)  # each window's first document, for its provenance
+        provenance = partial(window_provenance, self, vstarts, first)
         src = self._src
         if src is not None:
             self._prefetch(vstarts)  # cold data: queue the batch's page reads together
@@ -334,7 +336,7 @@ class WindowDataset:
         columns = {"input_ids": rows[:, :seqlen], "position_ids": pos}
         if self.labels and self._mask is not None:
             columns["labels"] = self._masked(src, cursors, vstarts, rows, pos, cu, ncu, first)
-            return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts, first))
+            return SampleBatch(columns, cu, ncu, provenance, _FROM_FIRST)
         if k:
             gather_windows(
                 src,
@@ -362,7 +364,7 @@ class WindowDataset:
                 for r in tail:
                     labels[r] = self._labels(rows[r], int(vstarts[r]))
             columns["labels"] = labels
-        return SampleBatch(columns, cu, ncu, partial(window_provenance, self, vstarts, first))
+        return SampleBatch(columns, cu, ncu, provenance, _FROM_FIRST)
 
     def _masked(self, src, cursors, vstarts, rows, pos, cu, ncu, first) -> np.ndarray:
         """Copy the windows at ``vstarts`` (as :func:`~mmpack.kernels.window.gather_windows`,
