@@ -195,14 +195,7 @@ class PackingPlan:
     @cached_property
     def _decoded(self) -> tuple[np.ndarray, np.ndarray]:
         self.check_all()
-        docs, starts = decode_pieces(
-            self.bin_ptr,
-            self.piece_ref,
-            self.split,
-            self.region_bin,
-            self.region_doc,
-            self.region_split,
-        )
+        docs, starts = decode_pieces(self.bin_ptr, self.piece_ref, self.split, *self.regions)
         docs.flags.writeable = starts.flags.writeable = False
         return docs, starts
 
