@@ -334,3 +334,31 @@ def test_a_region_too_large_for_its_references_is_refused(monkeypatch):
     build_plan(np.ones(3, dtype=np.int64), 8, add_eot=True)  # at the bound
     plan = build_plan(np.ones(6, dtype=np.int64), 8, add_eot=True, region_tokens=3)
     assert plan.n_regions == 2
+
+
+def test_pieces_decode_alike_whole_and_bin_by_bin():
+    """A bin's pieces (one binary search over the regions) are the whole decode's, split entries
+    are relative to their region, and a reference past its region's entries is refused."""
+    import dataclasses
+
+    from mmpack.kernels.packed_rows import SPLIT_FLAG
+
+    lens = np.random.default_rng(6).integers(0, 300, 3000)
+    plan = build_plan(lens, 64, add_eot=True, region_tokens=5000)
+    assert plan.n_regions > 10 and plan.split.shape[0] > 0
+    plan.validate(lens)
+    flat = [
+        (int(d), int(s), int(n))
+        for d, s, n in zip(plan.piece_doc, plan.piece_start, plan.piece_len)
+    ]
+    assert sum((plan.pieces(b) for b in range(plan.n_bins)), []) == flat
+    assert (plan.split[0::2] < np.diff(plan.region_doc).max()).all()  # relative documents
+    r = int(np.argmax(np.diff(plan.region_split) > 0))  # a region with split entries
+    p = int(plan.bin_ptr[plan.region_bin[r]])
+    ref = plan.piece_ref.copy()
+    ref[p] = SPLIT_FLAG + int(plan.region_split[r + 1] - plan.region_split[r])  # one past
+    bad = dataclasses.replace(plan, piece_ref=ref)
+    with pytest.raises(FormatError, match="split entry outside its region"):
+        bad.validate(lens)
+    with pytest.raises(FormatError, match="split entry outside its region"):
+        bad.pieces(int(plan.region_bin[r]))
