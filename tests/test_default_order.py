@@ -1,4 +1,4 @@
-"""Defaults that follow the storage (``mmpack/core/validation.py`` ``check_shuffle``,
+"""Defaults that follow the storage (``mmpack/core/sample_order.py`` ``check_shuffle``,
 ``mmpack/remote/opener.py`` ``node_cache``, ``mmpack/torch/block_fetch.py``), against a real S3
 server (SeaweedFS, ``tests/_s3.py``) behind the counting proxy and over ``file://`` stores: a
 remote store opened without ``cache_limit`` gets a node cache of two windows where its cache
