@@ -17,7 +17,7 @@ file`` (the Dask-built file is byte for byte the serial one); ``bins``, ``ideal 
 (``ceil(sum(len + 1) / 2048)``, a lower bound of any packing, the whole-store best fit's bins for
 these documents) and ``bin cost`` (``bins / ideal bins - 1``).
 
-Run ``python -m benchmarks.bench_scale [--quick]``: 10^9 documents need about 20 GB of disk and
+Run ``python -m benchmarks.bench_scale [--quick] [--docs N]`` (``--docs``: that size alone): 10^9 documents need about 20 GB of disk and
 the full run takes tens of minutes on one core.
 """
 
@@ -245,8 +245,10 @@ def _case(n: int, tmp: Path) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def run(quick: bool = False, docs: int | None = None) -> list[dict[str, Any]]:
     sizes = [1_000_000, 10_000_000] if quick else [100_000_000, 1_000_000_000]
+    if docs is not None:
+        sizes = [docs]
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-scale-"))
     try:
         return [_case(n, tmp) for n in sizes]
@@ -262,4 +264,6 @@ if __name__ == "__main__":
     else:
         from benchmarks.__main__ import print_table
 
-        print_table("scale: build, open, windows, plans", run(quick="--quick" in sys.argv[1:]))
+        argv = sys.argv[1:]
+        docs = int(float(argv[argv.index("--docs") + 1])) if "--docs" in argv else None
+        print_table("scale: build, open, windows, plans", run("--quick" in argv, docs))
