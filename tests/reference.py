@@ -375,7 +375,7 @@ def _keys_ref(seed: int, epoch: int, indices: np.ndarray) -> list[int]:
 
 
 def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.views.masking import excluded_ids
+    from mmpack.packing.masking import excluded_ids
 
     vocab = int(rng.integers(30, 300))
     rows, length = int(rng.integers(1, 4)), int(rng.integers(0, size + 1))
@@ -389,7 +389,7 @@ def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _mlm_hashed_kernel(ids, maskable, seed, epoch, index, p, vocab, ex):
-    from mmpack.views.masking import corrupt_rows, row_keys
+    from mmpack.packing.masking import corrupt_rows, row_keys
 
     got = ids.copy()
     labels = corrupt_rows(

@@ -26,6 +26,7 @@ LAYERS = [
     {"errors", "kernels", "core"},
     {"store"},
     {"remote", "formats", "joins"},
+    {"packing"},
     {"views"},
     {"sampling", "streaming"},
     {"torch"},

@@ -11,7 +11,6 @@
     packed.py      PackedDataset: one sample per bin of a plan
     packed_config.py  PackedDataset's options, checked once
     packed_gather.py  batched reads of packed rows
-    masking.py     MLM corruption (80/10/10, counter-based), shared with the streaming packer
     batch.py       SampleBatch: what __getitems__ returns (columns, per-sample dicts on demand)
     provenance.py  where a batch's samples come from: documents and token ranges, flat arrays
     buffers.py     pooled output buffers for batched gathers
