@@ -8,7 +8,7 @@ subprocess and its children every 10 ms (``peak anon MiB``: the largest sample o
 the memory a build holds besides the page cache; ``dask sum MiB``: of all processes at once).
 Columns: ``build s`` (``StoreWriter.add_batch`` in chunks of 10^7 documents, no fsync); ``open
 s`` and its peak; ``windows s`` (``WindowDataset(store, 2048)`` and 64 random windows read);
-``plan s`` and its peak (:func:`~mmpack.views.plan_regions.cached_plan`, ``seqlen=2048``, an
+``plan s`` and its peak (:func:`~mmpack.packing.plan_regions.cached_plan`, ``seqlen=2048``, an
 eot, ``region_tokens="auto"``, nothing cached); ``reopen s`` and its peak (the cached plan);
 ``packed open s`` and its peak (``PackedDataset`` over the cached plan, from opening the store)
 and ``packed reads s`` (64 random samples read after it);
@@ -123,7 +123,7 @@ def _windows(path: str) -> dict[str, Any]:
 
 def _plan(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.plan_regions import cached_plan
+    from mmpack.packing.plan_regions import cached_plan
 
     store = mmpack.open(path)
     shutil.rmtree(store.cache_dir, ignore_errors=True)
@@ -139,7 +139,7 @@ def _plan(path: str) -> dict[str, Any]:
 
 def _reopen(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.plan_regions import cached_plan
+    from mmpack.packing.plan_regions import cached_plan
 
     cached_plan(mmpack.open(_warm_store()), SEQLEN, add_eot=True, region_tokens="auto")
     t0 = time.perf_counter()

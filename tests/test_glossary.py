@@ -17,7 +17,7 @@ SAMPLER_BLOCK = {
     "core/validation.py": {"check_block_bounds"},
     "sampling/block_order.py": {"BlockOrder"},
     "sampling/mixture_blocks.py": {"BlockPasses"},
-    "views/region_cuts.py": {"region_blocks"},
+    "packing/region_cuts.py": {"region_blocks"},
 }
 """Names of the sampler's block (``block_bounds``, ``shuffle="blocks"``)."""
 

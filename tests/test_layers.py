@@ -217,7 +217,7 @@ import mmpack.store.reader
 from mmpack import build
 from mmpack.views import window
 from mmpack.views.packed import PackedDataset
-from . import plan
+from . import batch
 from .window import WindowDataset
 ENTRY = "mmpack.remote.opener:open_url"
 NOT_A_MODULE = "mmpack.json"
@@ -233,7 +233,7 @@ def later():
         "store.reader",
         "views.window",
         "views.packed",
-        "views.plan",
+        "views.batch",
         "remote.opener",
         "torch.sampler",
     }, found
@@ -286,7 +286,7 @@ LONG_MODULES = {
     "torch/stages.py": "one class, Stages, whose walk, state_dict and skip or replay share one "
     "position, and the checks of its stage list",
     "views/packed.py": "split pending",
-    "views/plan.py": "split pending",
+    "packing/plan.py": "split pending",
     "views/window.py": "split pending",
 }
 
@@ -507,9 +507,9 @@ LONG_DOCSTRINGS = {
     "remote/fetcher.py",
     "views/cp_layout.py",
     "views/packed.py",
-    "views/plan.py",
-    "views/plan_file.py",
-    "views/plan_regions.py",
+    "packing/plan.py",
+    "packing/plan_file.py",
+    "packing/plan_regions.py",
     "views/readahead.py",
 }
 

@@ -1,6 +1,6 @@
 """The packed view: one sample per bin of a packing plan, whole documents side by side.
 
-Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.views.plan`; built once
+Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.packing.plan`; built once
 per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
 pieces in order, each followed by ``eot`` when the view has one (by default the store's) and
 the piece ends its document, then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
@@ -56,7 +56,7 @@ sample's views of it; measured against a raw 2048-token slice copy, with where t
 ``python -m benchmarks.bench_getitem --quick --profile``.
 
 Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
-end chunks, :func:`~mmpack.views.plan_file.load_plan`); a read checks, once, the plan chunks of
+end chunks, :func:`~mmpack.packing.plan_file.load_plan`); a read checks, once, the plan chunks of
 its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
 sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
 worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
@@ -85,6 +85,10 @@ from mmpack.core.validation import (
 from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+from mmpack.packing.plan import PackingPlan
+from mmpack.packing.plan_regions import cached_plan
+from mmpack.packing.plan_stats import PackingStats
+from mmpack.packing.region_cuts import region_blocks
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.subset import token_source
 from mmpack.store.vocab import STORE
@@ -101,12 +105,8 @@ from mmpack.views.packed_gather import (
     piece_ranges,
     read_bin,
 )
-from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_regions import cached_plan
-from mmpack.views.plan_stats import PackingStats
 from mmpack.views.provenance import packed_provenance, parent_located
 from mmpack.views.readahead import ColdReads
-from mmpack.views.region_cuts import region_blocks
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -149,9 +149,9 @@ class PackedDataset:
     seed : int
         Seed of the MLM corruption (>= 0).
     long_docs : {"split", "truncate", "drop"}
-        Documents longer than a bin (see :mod:`mmpack.views.plan`).
+        Documents longer than a bin (see :mod:`mmpack.packing.plan`).
     algorithm : {"bfd", "online", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.views.plan`).
+        Packing algorithm (see :mod:`mmpack.packing.plan`).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int
@@ -162,7 +162,7 @@ class PackedDataset:
         region read one contiguous span of the store (what :meth:`block_bounds` cuts into
         blocks for a block-local sample order); ``"auto"``: ``DEFAULT_REGION_BINS * seqlen``
         tokens (2048 bins a region, 0.005-0.021% more bins than the whole-store plan on
-        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack.views.plan`;
+        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack.packing.plan`;
         a large store's region plan can be built in parallel beforehand
         (:func:`mmpack.ingest.region_plan.build_region_plan`).
     cache : bool
@@ -412,7 +412,7 @@ class PackedDataset:
         A block is a run of whole consecutive regions of the plan (the bins of a region take
         documents from anywhere in it, so no smaller set of bins reads one span): regions join
         the current block while its span stays within ``block_bytes``, and a region larger than
-        that is a block of its own (:func:`~mmpack.views.region_cuts.region_blocks`).  With
+        that is a block of its own (:func:`~mmpack.packing.region_cuts.region_blocks`).  With
         ``region_tokens=None`` the whole store is one region, hence one block.  O(n_regions).
 
         Parameters

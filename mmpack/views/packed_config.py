@@ -19,8 +19,8 @@ from mmpack.core.constants import IGNORE_INDEX
 from mmpack.core.options import PackingAlgorithm
 from mmpack.core.validation import check_int_range
 from mmpack.packing.options import RowOptions, check_row_options
+from mmpack.packing.plan_file import plan_cache_key
 from mmpack.store.reader import TokenStore
-from mmpack.views.plan_file import plan_cache_key
 from mmpack.views.window import output_dtype
 
 __all__ = ["PackedConfig", "SAMPLE_FIELDS", "packed_config"]
@@ -98,7 +98,7 @@ def packed_config(
         check_vocab=check_vocab,
     )
     lookahead = check_int_range(lookahead, "lookahead", None)
-    # Validates algorithm, lookahead and region_tokens with the messages of mmpack.views.plan,
+    # Validates algorithm, lookahead and region_tokens with the messages of mmpack.packing.plan,
     # and resolves region_tokens="auto".
     key = plan_cache_key(
         "",

@@ -20,9 +20,9 @@ from mmpack.kernels.masking import mlm_indexed_rows
 from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.packing.masking import corrupt_rows, row_keys
+from mmpack.packing.plan import PackingPlan
+from mmpack.packing.plan_pieces import decode_bin
 from mmpack.views.buffers import BufferPool
-from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_pieces import decode_bin
 
 __all__ = [
     "bin_first_token",
