@@ -35,14 +35,10 @@ import numpy as np
 from mmpack.remote.blocks import block_ids
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.cachefile import CacheFile
-from mmpack.remote.sources import ChunkSource, PageSource
+from mmpack.remote.sources import BlockSource
 from mmpack.remote.transport import Transport
 
-__all__ = ["BlockFetcher", "BlockSource"]
-
-BlockSource = PageSource | ChunkSource
-"""A block source (:mod:`mmpack.remote.sources`): ``block``, ``nbytes``, ``itemsize``,
-``transport``, ``warm()``, ``fetch(ids, count)`` and ``fetch_run(lo, hi, count)``."""
+__all__ = ["BlockFetcher"]
 
 
 class _Process:

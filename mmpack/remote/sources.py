@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.backends._zarr_shards import ShardLayout, ShardReader
 from mmpack.store.integrity import block_digest, block_digests
 
-__all__ = ["ChunkSource", "Count", "PageSource"]
+__all__ = ["BlockSource", "ChunkSource", "Count", "PageSource"]
 
 Count = Callable[[int, int, bool], None]
 """``count(requests, nbytes, again)``: range requests made, the bytes they asked for, and
@@ -48,6 +48,33 @@ whether they fetch again what failed its check."""
 
 def _no_count(requests: int, nbytes: int, again: bool) -> None:
     pass
+
+
+class BlockSource(Protocol):
+    """What :class:`~mmpack.remote.fetcher.BlockFetcher` and
+    :class:`~mmpack.remote.spans.SpanFetcher` need of a layout: its blocks located, fetched and
+    verified (:class:`PageSource`, :class:`ChunkSource`)."""
+
+    transport: Transport
+    url: str
+    block: int
+    """Bytes of a block (a power of 2; the last block may be short)."""
+    nbytes: int
+    """Bytes of the flat tokens."""
+    itemsize: int
+    digests: bool
+    """Whether :meth:`fetch_run` returns each block's XXH64 (else None)."""
+
+    def warm(self) -> None:
+        """Compile what fetch threads run, in the calling thread, once per process."""
+
+    def fetch(self, ids: list[int], count: Count = ...) -> dict[int, Any]:
+        """Blocks ``ids`` (sorted), verified: id -> its bytes (bytes or a uint8 array)."""
+        ...
+
+    def fetch_run(self, lo: int, hi: int, count: Count = ...) -> tuple[Any, np.ndarray | None]:
+        """Blocks ``[lo, hi)`` back to back, verified, and their XXH64 digests (or None)."""
+        ...
 
 
 class PageSource:
