@@ -368,6 +368,39 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
         proxy.close()
 
 
+def test_a_corrupt_zarr_part_is_fetched_again(zarr_store, stores, s3_server, tmp_path, monkeypatch):
+    """A span part of a remote Zarr store whose chunk fails its crc32c is fetched once more;
+    bad twice, a FormatError and nothing stored."""
+    local = stores[1]
+    store = _open(zarr_store, s3_server.options, tmp_path)
+    spans: SpanFetcher = store.span_fetcher
+    source = store._backend.source
+    source.reader.indexes(list(range(store._backend._layout.num_shards)))  # indexes first
+    transport = spans.fetcher.transport
+    real = type(transport).get_ranges
+    bad = {"left": 1}
+
+    def flaky(self, key, ranges):
+        out = real(self, key, ranges)
+        size = source.objects.get(key[len(source.data) :], 0)
+        if bad["left"] and "/tokens/" in key and ranges[0][1] < size:  # a chunk, not an index
+            bad["left"] -= 1
+            out[0] = bytes([out[0][0] ^ 0xFF]) + out[0][1:]
+        return out
+
+    monkeypatch.setattr(type(transport), "get_ranges", flaky)
+    spans.fetch([(0, 20_000)])
+    assert spans.stats["refetched"] >= 1
+    np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
+    bad["left"] = 1 << 20  # every chunk response bad (so each is bad twice): never served
+    spans.drop([(0, 20_000)])
+    cf = spans.cache
+    b0, b1 = spans.block_range(0, 20_000)
+    with pytest.raises(FormatError, match="checksum"):
+        spans.fetch([(0, 20_000)])
+    assert not cf.state[b0:b1].any()
+
+
 def test_the_fetcher_needs_a_block_order_and_a_node_cache(stores, s3_server, tmp_path):
     remote, local = stores
     view = mmpack.WindowDataset(local, SEQLEN)
