@@ -504,7 +504,6 @@ def plain(x):
 MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
     "kernels/plan_bestfit.py",
-    "remote/fetcher.py",
     "views/cp_layout.py",
     "views/packed.py",
     "packing/plan.py",

@@ -15,10 +15,10 @@ from reference import xxh64_slow
 from test_plan import FakeStore, same_plan
 
 from mmpack.errors import FormatError
+from mmpack.packing import plan_file
 from mmpack.packing.plan import build_plan
 from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
 from mmpack.packing.plan_regions import cached_plan
-from mmpack.packing import plan_file
 
 ARRAYS = [name for name, _ in plan_file.ARRAYS]
 

@@ -338,11 +338,6 @@ def _warn_slow(view: Any, way: str) -> None:
             f"mmpack: {url} is read in the global shuffled order: every sample is a small range "
             f"request, 20-300x slower than the block order; {fix}"
         )
-    elif getattr(store, "backend", None) == "zarr":
-        message = (
-            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks (a remote Zarr store "
-            "has no whole-block fetch): upload it with mmpack.build(url, ...)"
-        )
     else:
         message = (
             f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks: that needs the view "
