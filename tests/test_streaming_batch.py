@@ -80,15 +80,16 @@ def test_fill_rows_writes_a_streamed_placement(n_rows, row_len, masked, labelled
     out[0, :processed] = rows
     out[1, :processed] = offs
     n_placed = sum(r >= 0 for r in rows)
-    placed = np.empty((4, n_placed), dtype=np.int64)
+    placed = np.empty((5, n_placed), dtype=np.int64)
     row_ptr = np.full(n_rows + 1, -5, dtype=np.int64)
-    n_left, total, empty = layout_batch(out, processed, held, n_held, n_rows, placed, row_ptr)
+    n_left, total, empty, most = layout_batch(out, processed, held, n_held, n_rows, placed, row_ptr)
 
     w_placed, w_cu, w_longest, w_used = ref_layout(rows, offs, lens, remaining, n_rows, row_len)
-    assert placed.tolist() == before[:, w_placed].tolist()
+    assert placed[:4].tolist() == before[:, w_placed].tolist()
+    assert placed[4].tolist() == [sum(lens[i] for i in w_placed[:k]) for k in range(n_placed)]
     per_row = [sum(1 for r in rows if r == row) for row in range(n_rows)]
     assert row_ptr.tolist() == np.concatenate([[0], np.cumsum(per_row)]).tolist()
-    assert total == sum(w_used) and empty == per_row.count(0)
+    assert total == sum(w_used) and empty == per_row.count(0) and most == max(per_row)
     stay = [i for i in range(n_held) if i >= processed or rows[i] < 0]
     assert n_left == len(stay)
     assert held[:, :n_left].tolist() == before[:, stay].tolist()
@@ -96,8 +97,7 @@ def test_fill_rows_writes_a_streamed_placement(n_rows, row_len, masked, labelled
         mine = w_placed[row_ptr[r] : row_ptr[r + 1]]
         assert [offs[i] for i in mine] == [sum(lens[j] for j in mine[:k]) for k in range(len(mine))]
 
-    starts = np.zeros(n_placed, dtype=np.int64)
-    np.cumsum(placed[0, :-1], out=starts[1:])
+    starts = placed[4]
     src = np.full(total, -1, dtype=np.int64)
     assert gather_pieces(chunk, 0, placed[3], placed[0], starts, src) >= 0
     mask = np.zeros(total, dtype=np.uint8)
@@ -141,7 +141,7 @@ def test_streaming_rows_are_written_by_fill_rows(monkeypatch):
     docs = [np.arange(1, n + 1, dtype=np.int16) for n in (5, 3, 7, 2, 6)]
     batches = list(StreamingPacker(docs, batch_size=2, seqlen=8, buffer_size=4, mode="causal"))
     assert batches and len(calls) == len(batches)
-    assert set(calls) == {np.dtype(np.int64)}  # the gathered buffer
+    assert set(calls) == {np.dtype(np.int16)}  # the gathered buffer, in the chunks' dtype
 
 
 @given(st.integers(1, 5), st.integers(1, 30), st.data())

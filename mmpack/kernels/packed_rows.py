@@ -13,7 +13,7 @@ its rule for a single bin with few arguments and no allocation; :func:`mask_piec
 loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
 pieces' documents and row positions (the batch's provenance, from the lengths
 :func:`select_pieces` checked).  They write a segment with the same helpers
-(:func:`_segment_layout`, :func:`_segment_tokens`, and the one label rule
+(:func:`_segment_positions`, :func:`_segment_tokens`, and the one label rule
 :func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
 re-read from the ids).
 
@@ -132,10 +132,16 @@ def select_pieces(
 
 
 @njit
-def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
-    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
+def _segment_positions(pos: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` of one segment (a view of its slots)."""
     for i in range(pos.shape[0]):
         pos[i] = i
+
+
+@njit
+def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
+    _segment_positions(pos)
     for i in range(att.shape[0]):
         att[i] = 1
 
@@ -262,6 +268,7 @@ def fill_rows(
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
     masked = mask_starts.shape[0] > 0
+    positioned = position_ids.shape[1] > 0
     # First one load of every piece's first token (and mask), for the whole batch: pieces lie
     # anywhere in src, and this puts all their page walks and cache misses in flight together
     # instead of one piece's after the previous piece's copy.  The sum lands in row 0's last
@@ -286,7 +293,8 @@ def fill_rows(
         for q in range(row_ptr[r], row_ptr[r + 1]):
             a, n, e = src_starts[q], lengths[q], has_eot[q]
             m = n + e
-            _segment_layout(pos[t : t + m], att[t : t + m])
+            if positioned:
+                _segment_positions(pos[t : t + m])
             seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
             seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
             _segment_tokens(
@@ -296,6 +304,7 @@ def fill_rows(
             seg += 1
             cu_seqlens[r, seg] = t
             longest = max(longest, m)
+        att[:t] = 1  # the row's segments, in one fill
         if t < seqlen:
             _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
             seg += 1

@@ -12,8 +12,9 @@ The rows themselves are written by the one row writer,
 :func:`mmpack.kernels.packed_rows.fill_rows`, from a flat buffer of the placed pieces' tokens: a
 store's ``read_ranges``, or for an in-memory source the buffer :func:`gather_pieces` fills, one
 call per token chunk (an incoming batch's sequences one after the other, in any integer dtype):
-every placed token copied once into the int64 buffer and or-ed into a check value (negative when
-a token is).  O(placed tokens).
+every placed token copied once into the buffer (the chunks' dtype when they share one, else
+int64) and or-ed, as int64, into a check value (negative when a token is, or is a uint64 id
+``>= 2**63``).  O(placed tokens).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def layout_batch(
     n_rows: int,
     placed: np.ndarray,
     row_ptr: np.ndarray,
-) -> tuple[int, int, int]:
+) -> tuple[int, int, int, int]:
     """Order the placed pieces of the first ``processed`` held pieces row by row, and remove
     them from the held ones.
 
@@ -48,16 +49,18 @@ def layout_batch(
         return its first ``n_left`` columns are the pieces that stay, in order.
     n_rows : int
         Rows of the batch (every ``out[0, i]`` is below it).
-    placed : numpy.ndarray, int64, shape (4, n_placed)
+    placed : numpy.ndarray, int64, shape (5, n_placed)
         Out: the held columns (length, source index, source offset, position) of every placed
-        piece, in row-major order (``n_placed`` is the number of ``out[0, :processed] >= 0``).
+        piece, in row-major order (``n_placed`` is the number of ``out[0, :processed] >= 0``),
+        and its start in the placed pieces' tokens one after the other (the lengths before it).
     row_ptr : numpy.ndarray, int64, shape (n_rows + 1,)
         Out: row ``r``'s pieces are ``placed[:, row_ptr[r]:row_ptr[r + 1]]``.
 
     Returns
     -------
-    (n_left, total, empty_rows) : (int, int, int)
-        Held pieces left, real tokens in the batch, rows without a piece.
+    (n_left, total, empty_rows, most) : (int, int, int, int)
+        Held pieces left, real tokens in the batch, rows without a piece, the most pieces of a
+        row.
     """
     out_row = out[0]
     row_ptr[:] = 0
@@ -65,9 +68,11 @@ def layout_batch(
         if out_row[i] >= 0:
             row_ptr[out_row[i] + 1] += 1
     empty_rows = 0
+    most = 0
     for r in range(n_rows):
         if row_ptr[r + 1] == 0:
             empty_rows += 1
+        most = max(most, row_ptr[r + 1])
         row_ptr[r + 1] += row_ptr[r]
     cursor = row_ptr[:n_rows].copy()
     # Field rows as 1-D views, the four moves written out: 2x faster than held[f, i].
@@ -75,7 +80,6 @@ def layout_batch(
     h1 = held[1]
     h2 = held[2]
     h3 = held[3]
-    total = 0
     n_left = 0
     for i in range(processed):
         r = out_row[i]
@@ -86,13 +90,16 @@ def layout_batch(
             placed[1, k] = h1[i]
             placed[2, k] = h2[i]
             placed[3, k] = h3[i]
-            total += h0[i]
         else:  # deferred: stays, in order (n_left <= i, so never overwrites an unread column)
             h0[n_left] = h0[i]
             h1[n_left] = h1[i]
             h2[n_left] = h2[i]
             h3[n_left] = h3[i]
             n_left += 1
+    total = 0
+    for k in range(placed.shape[1]):
+        placed[4, k] = total
+        total += placed[0, k]
     shift = processed - n_left
     if shift:  # the pieces not scanned move down as one block (forward: never overwritten)
         for i in range(processed, n_held):
@@ -100,7 +107,7 @@ def layout_batch(
             h1[i - shift] = h1[i]
             h2[i - shift] = h2[i]
             h3[i - shift] = h3[i]
-    return n_left + n_held - processed, total, empty_rows
+    return n_left + n_held - processed, total, empty_rows, most
 
 
 @njit
@@ -124,8 +131,8 @@ def gather_pieces(
         positions[k] + lengths[k]`` and is written to ``buf[starts[k]:starts[k] + lengths[k]]``
         when they are all in the chunk (another chunk holds the others) and that range is
         inside ``buf`` (never written out of bounds).
-    buf : numpy.ndarray, 1-D
-        Out (int64 for tokens, uint8 for masks).
+    buf : numpy.ndarray, integer, 1-D
+        Out: the chunk's dtype, or int64 (tokens), uint8 (masks).
 
     Returns
     -------

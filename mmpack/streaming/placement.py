@@ -69,6 +69,7 @@ class Placement:
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
         self._counts_per_row = np.zeros(batch_size, dtype=np.int64)
         self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
+        self._no_eot = np.zeros(0, dtype=np.int64)  # the pieces' eot flags (the eot is a token)
         self._counts = EmissionCounts()
         self._token_count = 0
 
@@ -144,9 +145,9 @@ class Placement:
         exhausted)."""
         P = self._seqlen
         pieces = admission.pieces
-        placed = np.empty((4, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
+        placed = np.empty((5, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
         row_ptr = np.empty(n_rows + 1, _I64)
-        n_left, n_tokens, empty_rows = layout_batch(
+        n_left, n_tokens, empty_rows, most = layout_batch(
             self._out, processed, pieces.data, pieces.n, n_rows, placed, row_ptr
         )
         if empty_rows and (self._drop_last or empty_rows == n_rows):
@@ -167,14 +168,17 @@ class Placement:
         ids = np.empty((n_rows, P), _I64)
         attention = np.empty((n_rows, P), _I64)
         label_mode = self._labeller.label_mode
-        labels = np.empty((n_rows, P if label_mode != LABELS_NONE else 0), _I64)
-        cu = np.empty((n_rows, int(np.max(np.diff(row_ptr))) + 2), _I32)
+        unwritten = np.empty((n_rows, 0), _I64)  # no positions (nor labels but causal ones)
+        labels = np.empty((n_rows, P), _I64) if label_mode != LABELS_NONE else unwritten
+        cu = np.empty((n_rows, most + 2), _I32)
         per_row = np.empty((2, n_rows), _I64)  # segments, longest segment
+        if self._no_eot.shape[0] < n_placed:
+            self._no_eot = np.zeros(2 * n_placed, _I64)
         values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
         fill_rows(
-            src, starts, lengths, np.zeros(n_placed, _I64), row_ptr, 0, self._pad_id,
-            label_mode, self._labeller.ignore_index, ids, np.empty((n_rows, 0), _I64), labels,
-            attention, cu, per_row[0], per_row[1], values, mask_starts,
+            src, starts, lengths, self._no_eot[:n_placed], row_ptr, 0, self._pad_id, label_mode,
+            self._labeller.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
+            per_row[1], values, mask_starts,
         )  # fmt: skip
         n_segments = per_row[0].tolist()
         cu_seqlens = [cu[r, : n_segments[r] + 1] for r in range(n_rows)]
@@ -202,18 +206,18 @@ class Placement:
     def _gather(
         self, admission: Admission, placed: np.ndarray, n_tokens: int
     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-        """The placed pieces' tokens of an in-memory source, one after the other in one int64
-        buffer (the shape of a store's ``read_ranges``: ``(tokens, start of each piece)``), and
+        """The placed pieces' tokens of an in-memory source, one after the other in one buffer
+        (the chunks' dtype when they share one, else int64: the shape of a store's
+        ``read_ranges``, ``(tokens, start of each piece)``), and
         with loss masks their masks the same way (uint8, same starts), else None: one kernel
         call per live chunk (and one more per chunk for masks), each token copied once; then
         check the tokens and release the chunks no longer referenced."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
-        lengths, positions = placed[0], placed[3]
-        starts = np.zeros(lengths.shape[0], _I64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        src = np.empty(n_tokens, _I64)
+        lengths, positions, starts = placed[0], placed[3], placed[4]
+        dtypes = {chunk.dtype for _, chunk in chunks}
+        src = np.empty(n_tokens, dtypes.pop() if len(dtypes) == 1 else _I64)  # (half the bytes)
         values = np.zeros(n_tokens, np.uint8) if admission.masked else None
         bits = 0
         for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
