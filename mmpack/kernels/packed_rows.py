@@ -13,7 +13,7 @@ its rule for a single bin with few arguments and no allocation; :func:`mask_piec
 loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
 pieces' documents and row positions (the batch's provenance, from the lengths
 :func:`select_pieces` checked).  They write a segment with the same helpers
-(:func:`_segment_positions`, :func:`_segment_tokens`, and the one label rule
+(:func:`_segment_positions`, :func:`_segment_ids`, :func:`_segment_tokens`, and the one label rule
 :func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
 re-read from the ids).
 
@@ -160,12 +160,19 @@ def _segment_tokens(
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
     ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
     :func:`_segment_labels`, ``ignore`` where there is no loss)."""
+    _segment_ids(seg_src, e, eot_id, ids)
+    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
+
+
+@njit
+def _segment_ids(seg_src: np.ndarray, e: int, eot_id: int, ids: np.ndarray) -> None:
+    """``input_ids`` of one segment: the piece ``seg_src`` (n tokens), then eot when ``e``
+    (``ids`` a view of its ``n + e`` slots)."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
     if e != 0:
         ids[n] = eot_id
-    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
 
 
 @njit
@@ -183,11 +190,10 @@ def _segment_labels(
     just written), so the loops are plain vectorised copies: ``LABELS_NEXT`` the next token
     (``ignore`` at the segment's last slot), ``LABELS_HF`` the token itself (``ignore`` at its
     first slot), ``LABELS_NONE`` ``ignore`` everywhere.  A non-empty ``seg_mask`` (uint8, (n,):
-    the piece's loss mask) makes a label ``ignore`` where its token's mask is 0.  An empty
-    ``lab`` (no labels wanted) is left alone."""
+    the piece's loss mask) makes a label ``ignore`` where its token's mask is 0."""
     n = seg_src.shape[0]
     m = n + e
-    if m == 0 or lab.shape[0] == 0:
+    if m == 0:
         return
     masked = seg_mask.shape[0] > 0
     if label_mode == LABELS_NEXT:
@@ -269,6 +275,7 @@ def fill_rows(
     seqlen = input_ids.shape[1]
     masked = mask_starts.shape[0] > 0
     positioned = position_ids.shape[1] > 0
+    labelled = labels.shape[1] > 0
     # First one load of every piece's first token (and mask), for the whole batch: pieces lie
     # anywhere in src, and this puts all their page walks and cache misses in flight together
     # instead of one piece's after the previous piece's copy.  The sum lands in row 0's last
@@ -295,11 +302,11 @@ def fill_rows(
             m = n + e
             if positioned:
                 _segment_positions(pos[t : t + m])
-            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
-            seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
-            _segment_tokens(
-                src[a : a + n], e, eot_id, label_mode, ignore, seg_ids, seg_lab, seg_mask
-            )
+            seg_src = src[a : a + n]
+            _segment_ids(seg_src, e, eot_id, ids[t : t + m])
+            if labelled:
+                seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+                _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab[t : t + m], seg_mask)
             t += m
             seg += 1
             cu_seqlens[r, seg] = t
