@@ -1275,11 +1275,10 @@ def rows_of(batch) -> list[list[list[int]]]:
     return out
 
 
-def ref_layout(rows, offs, lens, remaining, n_rows, row_len, pad_bits):
+def ref_layout(rows, offs, lens, remaining, n_rows, row_len):
     """The batch layout in plain Python: placed pieces row by row (by offset), each row's
-    cu_seqlens, longest segment (padding included), real tokens, and the run order (pieces,
-    then padding as binary digits, largest first; none without padding slots)."""
-    placed, cu, longest, used, order = [], [], [], [], []
+    cu_seqlens, longest segment (padding included) and real tokens."""
+    placed, cu, longest, used = [], [], [], []
     for r in range(n_rows):
         mine = sorted((offs[i], i) for i in range(len(rows)) if rows[i] == r)
         u = row_len - remaining[r]
@@ -1292,38 +1291,23 @@ def ref_layout(rows, offs, lens, remaining, n_rows, row_len, pad_bits):
         cu.append(bounds)
         longest.append(max(segs, default=0))
         used.append(u)
-        if pad_bits:  # no run order without padding slots (a store-like source)
-            order += [("piece", i) for _, i in mine]
-            order += [("pad", b) for b in reversed(range(pad_bits)) if (row_len - u) >> b & 1]
-    return placed, cu, longest, used, order
+    return placed, cu, longest, used
 
 
-def ref_write_pieces(chunk, base, placed, n_rows, ids, used, pad_id):
-    """write_pieces in plain Python: the pieces wholly inside the chunk (and inside a row) are
-    copied, then the padding of the rows in ``used`` written; returns the bitwise or of the
-    copied tokens as int64."""
+def ref_gather_pieces(chunk, base, positions, lengths, starts, buf):
+    """gather_pieces in plain Python: the pieces wholly inside the chunk (and whose range is
+    inside ``buf``) are copied to their start in ``buf``; returns the bitwise or of the copied
+    tokens as int64."""
     bits = 0
-    row_len = ids.shape[1]
-    for r, o, n, _, _, g in placed.T.tolist():
+    for g, n, o in zip(positions.tolist(), lengths.tolist(), starts.tolist()):
         s = g - base
-        if s < 0 or s + n > len(chunk) or not 0 <= r < n_rows or o < 0 or o + n > row_len:
+        if s < 0 or n < 0 or s + n > len(chunk) or o < 0 or o + n > len(buf):
             continue
         for t in range(n):
             v = int(chunk[s + t])
-            v = v - 2**64 if v >= 2**63 else v  # the int64 row wraps a uint64 id >= 2**63
+            v = v - 2**64 if v >= 2**63 else v  # the int64 buffer wraps a uint64 id >= 2**63
             bits |= v
-            ids[r, o + t] = v
-    for r, u in enumerate(used.tolist()[:n_rows]):
-        for c in range(min(max(u, 0), row_len), row_len):
-            ids[r, c] = pad_id
-    return bits
-
-
-def ref_token_bits(ids, used) -> int:
-    bits = 0
-    for row, u in zip(ids.tolist(), used.tolist()):
-        for v in row[:u]:
-            bits |= v
+            buf[o + t] = v
     return bits
 
 
@@ -1398,46 +1382,29 @@ def _finish_packer(batches):
     return [rows_of(b) for b in batches]
 
 
-def _write_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+def _gather_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     dtype = rng.choice([np.int8, np.int32, np.uint16, np.int64, np.uint64])
     info = np.iinfo(dtype)
     chunk = rng.integers(
         int(info.min), int(info.max), int(rng.integers(0, 3 * size + 1)), dtype=dtype, endpoint=True
     )
-    n_rows, row_len = 3, 8 + size // 4
-    n = int(rng.integers(0, size + 1))
-    cols = [  # row, offset, length, (unused), (unused), position in the corpus
-        [int(rng.integers(-1, 4)), int(rng.integers(-1, row_len + 1)),
-         int(rng.integers(0, row_len + 1)), 0, 0, int(rng.integers(0, chunk.size + 40))]
-        for _ in range(n)
-    ]  # fmt: skip
-    placed = np.array(cols, dtype=np.int64).reshape(n, 6).T.copy()
-    used = rng.integers(-2, row_len + 3, int(rng.integers(0, n_rows + 2))).astype(np.int64)
-    return chunk, int(rng.integers(0, 50)), placed, n_rows, row_len, used, int(rng.integers(-5, 6))
+    n, n_buf = int(rng.integers(0, size + 1)), 8 + size
+    positions = rng.integers(0, chunk.size + 40, n).astype(np.int64)
+    lengths = rng.integers(-1, 9, n).astype(np.int64)
+    starts = rng.integers(-1, n_buf + 1, n).astype(np.int64)
+    return chunk, int(rng.integers(0, 50)), positions, lengths, starts, n_buf
 
 
-def _write_kernel(chunk, base, placed, n_rows, row_len, used, pad_id):
-    from mmpack.kernels.streaming_batch import write_pieces
+def _gather_pieces_kernel(chunk, base, positions, lengths, starts, n_buf):
+    from mmpack.kernels.streaming_batch import gather_pieces
 
-    ids = np.full((n_rows, row_len), -7, dtype=np.int64)
-    return int(write_pieces(chunk, base, placed, n_rows, ids, used, pad_id)), ids
-
-
-def _write_ref(chunk, base, placed, n_rows, row_len, used, pad_id):
-    ids = np.full((n_rows, row_len), -7, dtype=np.int64)
-    return ref_write_pieces(chunk, base, placed, n_rows, ids, used, pad_id), ids
+    buf = np.full(n_buf, -7, dtype=np.int64)
+    return int(gather_pieces(chunk, base, positions, lengths, starts, buf)), buf
 
 
-def _bits_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    n_rows, n_cols = int(rng.integers(0, 5)), int(rng.integers(0, 2 * size + 1))
-    ids = rng.integers(-(2**62) if rng.random() < 0.3 else 0, 2**62, (n_rows, n_cols))
-    return ids, rng.integers(0, n_cols + 1, n_rows).astype(np.int64)
-
-
-def _bits_kernel(ids, used):
-    from mmpack.kernels.streaming_batch import token_bits
-
-    return int(token_bits(ids, used))
+def _gather_pieces_ref(chunk, base, positions, lengths, starts, n_buf):
+    buf = np.full(n_buf, -7, dtype=np.int64)
+    return ref_gather_pieces(chunk, base, positions, lengths, starts, buf), buf
 
 
 # =========================================================================== windows
@@ -2058,51 +2025,6 @@ def _mask_pieces_ref(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
     return twin_mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, out)
 
 
-def twin_label_rows(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts):
-    """The labels of written rows, segment by segment from the ids: ``LABELS_NEXT`` the next
-    token of the segment, ``LABELS_HF`` the token itself (``ignore`` at the segment's last,
-    resp. first, slot), else ``ignore``; a piece token whose mask is 0 is not a target (its
-    eot is); padding ``ignore``."""
-    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT
-
-    labels = []
-    for r in range(len(row_ptr) - 1):
-        row, lab = ids[r].tolist(), []
-        for q in range(row_ptr[r], row_ptr[r + 1]):
-            n = int(lengths[q])
-            seg = row[len(lab) : len(lab) + n + int(has_eot[q])]
-            target = [len(mask_starts) == 0 or mask[mask_starts[q] + i] != 0 for i in range(n)]
-            target += [True] * (len(seg) - n)
-            if not seg:
-                continue
-            if mode == LABELS_NEXT:
-                lab += [v if ok else ignore for v, ok in zip(seg[1:], target[1:])] + [ignore]
-            elif mode == LABELS_HF:
-                lab += [ignore] + [v if ok else ignore for v, ok in zip(seg[1:], target[1:])]
-            else:
-                lab += [ignore] * len(seg)
-        labels.append(lab + [ignore] * (len(row) - len(lab)))
-    return np.array(labels, dtype=np.int64).reshape(ids.shape)
-
-
-def _label_rows_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
-
-    mask, mask_starts, lengths, has_eot, row_ptr, _, ids = _mask_pieces_inputs(rng, size)
-    if rng.random() < 0.3:
-        mask_starts = np.empty(0, dtype=np.int64)
-    mode = int(rng.choice([LABELS_NONE, LABELS_NEXT, LABELS_HF]))
-    return ids, lengths, has_eot, row_ptr, mode, int(rng.integers(-200, 0)), mask, mask_starts
-
-
-def _label_rows_kernel(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts):
-    from mmpack.kernels.packed_rows import label_rows
-
-    got = np.full(ids.shape, 77, dtype=np.int64)
-    label_rows(ids, lengths, has_eot, row_ptr, mode, ignore, mask, mask_starts, got)
-    return got
-
-
 # ------------------------------------------------------------------------------ provenance
 def twin_window_pieces(docs, use_eot, width, v):
     """The pieces of the window ``S[v : v + width]``, from the stream built token by token: each
@@ -2474,10 +2396,11 @@ PAIRS: list[Pair] = [
         finish=_finish_packer,
     ),
     _pair(
-        "streaming_batch.write_pieces", "ref_write_pieces", _write_inputs, _write_kernel, _write_ref
-    ),
-    _pair(
-        "streaming_batch.token_bits", "ref_token_bits", _bits_inputs, _bits_kernel, ref_token_bits
+        "streaming_batch.gather_pieces",
+        "ref_gather_pieces",
+        _gather_pieces_inputs,
+        _gather_pieces_kernel,
+        _gather_pieces_ref,
     ),
     # subsets
     _pair(
@@ -2511,14 +2434,6 @@ PAIRS: list[Pair] = [
         _mask_pieces_inputs,
         _mask_pieces_kernel,
         _mask_pieces_ref,
-        bench_size=500,
-    ),
-    _pair(
-        "packed_rows.label_rows",
-        "twin_label_rows",
-        _label_rows_inputs,
-        _label_rows_kernel,
-        twin_label_rows,
         bench_size=500,
     ),
     # windows
@@ -2619,7 +2534,8 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
-        "packed_rows._segment_layout", "packed_rows._segment_tokens", "packed_rows._padding",
+        "packed_rows._segment_layout", "packed_rows._segment_positions", "packed_rows._segment_ids",
+        "packed_rows._segment_tokens", "packed_rows._padding",
         "packed_rows._segment_labels", "packed_rows._bin_region", "packed_rows._piece",
     ),
     "packed_rows.fill_rows": ("packed_rows.select_pieces",),

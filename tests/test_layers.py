@@ -262,8 +262,8 @@ LONG_MODULES = {
     "ingest/tokenizer.py": "the Tokenizer protocol, its three kinds, load_tokenizer and the "
     "template wrapper every kind goes through: one module owns what a store records of its "
     "tokenizer (ingest.templates was merged here for that)",
-    "kernels/packed_rows.py": f"split pending; {_KERNEL_CACHE} (fill_rows, label_rows and one_bin "
-    "share the segment helpers)",
+    "kernels/packed_rows.py": f"split pending; {_KERNEL_CACHE} (fill_rows and one_bin share the "
+    "segment helpers)",
     "kernels/plan_bestfit.py": f"split pending; {_KERNEL_CACHE} (every placement walks the one "
     "segment tree)",
     "kernels/window.py": f"split pending; {_KERNEL_CACHE} (the gathers call copy_window, which "
@@ -294,9 +294,7 @@ LONG_MODULES = {
 # across jitted functions costs a call per item in its hot loop.  Each entry is a documented
 # ``@njit`` kernel with a slow twin in the tests; keep this list short, and drop an entry as soon
 # as its kernel fits (the test below fails on an entry that is no longer needed).
-LONG_KERNELS = {
-    ("kernels/streaming_batch.py", "layout_batch"),  # a packed batch's rows in one pass
-}
+LONG_KERNELS: set[tuple[str, str]] = set()
 
 
 def _functions(tree: ast.AST):

@@ -7,90 +7,141 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import ref_layout, ref_pack, ref_place, ref_write_pieces, rows_of
+from reference import ref_gather_pieces, ref_layout, ref_pack, ref_place, rows_of
 from test_streaming import make_docs
 
 import mmpack
+import mmpack.streaming.placement as placement_module
+from mmpack.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
 from mmpack.kernels.plan_bestfit import place_batch, reset_rows, row_index
-from mmpack.kernels.streaming_batch import layout_batch, token_bits, write_pieces
+from mmpack.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack.store.tokens import as_token_array
 from mmpack.streaming.incoming import flat_sequences, sequences_of
 from mmpack.streaming.packer import StreamingPacker
 from mmpack.streaming.pieces import PieceBuffer
 
-
 # =========================================================================== slow twins
+IGNORE = -100
+
+
+def _streamed_rows(tokens, masks, pieces, row_len, pad_id, labelled):
+    """The rows of a streamed batch in plain Python: each row's pieces (tokens, loss masks)
+    one after the other from column 0, then padding; causal labels inside each piece (the next
+    token when it is a target, else and at the piece's end and on padding ``IGNORE``)."""
+    ids, att, lab = [], [], []
+    for row in pieces:
+        r_ids, r_lab = [], []
+        for k in row:
+            seg, ok = tokens[k], masks[k]
+            r_ids += seg
+            r_lab += [v if t else IGNORE for v, t in zip(seg[1:], ok[1:])] + [IGNORE] * bool(seg)
+        pad = row_len - len(r_ids)
+        att.append([1] * len(r_ids) + [0] * pad)
+        ids.append(r_ids + [pad_id] * pad)
+        lab.append(r_lab + [IGNORE] * pad)
+    return ids, att, lab if labelled else None
+
+
 @settings(max_examples=80)
 @given(
     n_rows=st.integers(1, 5),
     row_len=st.integers(1, 40),
-    with_pads=st.booleans(),
+    masked=st.booleans(),
+    labelled=st.booleans(),
     data=st.data(),
 )
-def test_layout_batch_matches_twin(n_rows, row_len, with_pads, data):
+def test_fill_rows_writes_a_streamed_placement(n_rows, row_len, masked, labelled, data):
+    """layout_batch orders a best-fit placement row by row and compacts the held pieces;
+    gather_pieces then fill_rows, the one row writer, write its rows (no positions; labels
+    only when asked for) as the streaming packer's batch: ids, attention mask, cu_seqlens,
+    longest segment (padding included) and causal labels, against the twins."""
     n = data.draw(st.integers(0, 40))
     lens = data.draw(st.lists(st.integers(1, row_len), min_size=n, max_size=n))
     budget = data.draw(st.integers(0, 45))
     extra = data.draw(st.integers(0, 5))  # held pieces beyond the scanned ones
-    rows, offs, deferred, remaining, _ = ref_place(lens, budget, [row_len] * n_rows, row_len)
+    rows, offs, _, remaining, _ = ref_place(lens, budget, [row_len] * n_rows, row_len)
     processed = len(rows)
     n_held = n + extra
+    all_lens = lens + [1] * extra
+    positions = np.concatenate([[0], np.cumsum(all_lens)]).astype(np.int64)
+    chunk = np.array(data.draw(st.lists(st.integers(0, 2**40), min_size=int(positions[-1]),
+                                        max_size=int(positions[-1]))), dtype=np.int64)  # fmt: skip
+    chunk_mask = np.array(
+        data.draw(st.lists(st.integers(0, 1), min_size=chunk.size, max_size=chunk.size)),
+        dtype=np.uint8,
+    )
     held = np.zeros((4, n_held + 3), dtype=np.int64)
-    held[0, :n] = lens
-    held[0, n:n_held] = 1
+    held[0, :n_held] = all_lens
     held[1, :n_held] = np.arange(n_held) * 7 + 3  # source index
     held[2, :n_held] = np.arange(n_held) % 5  # offset in the source
-    held[3, :n_held] = np.arange(n_held) + 100  # slot
+    held[3, :n_held] = positions[:-1]
     before = held.copy()
     out = np.full((2, n_held + 2), -9, dtype=np.int64)
     out[0, :processed] = rows
     out[1, :processed] = offs
-    rem = np.array(remaining + [-1], dtype=np.int64)
-    pad_bits = row_len.bit_length() if with_pads else 0
     n_placed = sum(r >= 0 for r in rows)
-    placed = np.empty((6, n_placed), dtype=np.int64)
-    cu = np.empty(n_placed + 2 * n_rows, dtype=np.int32)
-    per_row = np.empty(3 * n_rows + 1, dtype=np.int64)
-    order = np.empty(n_placed + n_rows * pad_bits, dtype=np.int64)
-    mask = np.full((n_rows, row_len), 7, dtype=np.int64)
-    n_left, total, empty, n_order = layout_batch(
-        out, processed, held, n_held, rem, n_rows, row_len, pad_bits, placed, cu, per_row, order,
-        mask,
-    )  # fmt: skip
+    placed = np.empty((5, n_placed), dtype=np.int64)
+    row_ptr = np.full(n_rows + 1, -5, dtype=np.int64)
+    n_left, total, empty, most = layout_batch(out, processed, held, n_held, n_rows, placed, row_ptr)
 
-    w_placed, w_cu, w_longest, w_used, w_order = ref_layout(
-        rows, offs, lens, remaining, n_rows, row_len, pad_bits
-    )
-    assert placed[0].tolist() == [rows[i] for i in w_placed]
-    assert placed[1].tolist() == [offs[i] for i in w_placed]
-    for f in range(4):
-        assert placed[2 + f].tolist() == [int(before[f, i]) for i in w_placed]
-    b = per_row[: n_rows + 1].tolist()
-    assert [cu[b[r] : b[r + 1]].tolist() for r in range(n_rows)] == w_cu
-    assert per_row[n_rows + 1 : 2 * n_rows + 1].tolist() == w_longest
-    assert per_row[2 * n_rows + 1 :].tolist() == w_used
-    assert total == sum(w_used) and empty == sum(1 for r in range(n_rows) if r not in rows)
-    slot_of = {i: int(before[3, i]) for i in range(n_held)}
-    assert order[:n_order].tolist() == [slot_of[x] if k == "piece" else x for k, x in w_order]
-    assert mask.tolist() == [[int(c < u) for c in range(row_len)] for u in w_used]
+    w_placed, w_cu, w_longest, w_used = ref_layout(rows, offs, lens, remaining, n_rows, row_len)
+    assert placed[:4].tolist() == before[:, w_placed].tolist()
+    assert placed[4].tolist() == [sum(lens[i] for i in w_placed[:k]) for k in range(n_placed)]
+    per_row = [sum(1 for r in rows if r == row) for row in range(n_rows)]
+    assert row_ptr.tolist() == np.concatenate([[0], np.cumsum(per_row)]).tolist()
+    assert total == sum(w_used) and empty == per_row.count(0) and most == max(per_row)
     stay = [i for i in range(n_held) if i >= processed or rows[i] < 0]
     assert n_left == len(stay)
     assert held[:, :n_left].tolist() == before[:, stay].tolist()
+    for r in range(n_rows):  # a row's pieces lie one after another from column 0
+        mine = w_placed[row_ptr[r] : row_ptr[r + 1]]
+        assert [offs[i] for i in mine] == [sum(lens[j] for j in mine[:k]) for k in range(len(mine))]
+
+    starts = placed[4]
+    src = np.full(total, -1, dtype=np.int64)
+    assert gather_pieces(chunk, 0, placed[3], placed[0], starts, src) >= 0
+    mask = np.zeros(total, dtype=np.uint8)
+    gather_pieces(chunk_mask, 0, placed[3], placed[0], starts, mask)
+    pad_id = -3
+    ids = np.full((n_rows, row_len), 9, dtype=np.int64)
+    att = np.full((n_rows, row_len), 9, dtype=np.int64)
+    labels = np.full((n_rows, row_len if labelled else 0), 9, dtype=np.int64)
+    cu = np.full((n_rows, max(per_row) + 2), -1, dtype=np.int32)
+    n_seg = np.empty(n_rows, dtype=np.int64)
+    longest = np.empty(n_rows, dtype=np.int64)
+    no_eot = np.zeros(n_placed, dtype=np.int64)
+    mode = LABELS_NEXT if labelled else LABELS_NONE
+    mask_args = (mask, starts) if masked else (np.empty(0, np.uint8), np.empty(0, np.int64))
+    fill_rows(
+        src, starts, placed[0], no_eot, row_ptr, 0, pad_id, mode, IGNORE, ids,
+        np.empty((n_rows, 0), np.int64), labels, att, cu, n_seg, longest, *mask_args,
+    )  # fmt: skip
+
+    tokens = [chunk[p : p + ln].tolist() for p, ln in zip(positions[:-1], all_lens)]
+    masks = [chunk_mask[p : p + ln].tolist() if masked else [1] * ln
+             for p, ln in zip(positions[:-1], all_lens)]  # fmt: skip
+    w_rows = [w_placed[row_ptr[r] : row_ptr[r + 1]] for r in range(n_rows)]
+    w_ids, w_att, w_lab = _streamed_rows(tokens, masks, w_rows, row_len, pad_id, labelled)
+    assert ids.tolist() == w_ids and att.tolist() == w_att
+    assert labels.tolist() == (w_lab if labelled else [[] for _ in range(n_rows)])
+    assert [cu[r, : n_seg[r] + 1].tolist() for r in range(n_rows)] == w_cu
+    assert longest.tolist() == w_longest
 
 
-@given(st.lists(st.lists(st.integers(-3, 2**40), max_size=9), min_size=1, max_size=5))
-def test_token_bits_matches_twin(rows):
-    width = max(len(r) for r in rows) + 2
-    ids = np.full((len(rows), width), -1, dtype=np.int64)  # padding is not looked at
-    for r, toks in enumerate(rows):
-        ids[r, : len(toks)] = toks
-    used = np.array([len(r) for r in rows], dtype=np.int64)
-    want = 0
-    for toks in rows:
-        for t in toks:
-            want |= t
-    assert token_bits(ids, used) == want
-    assert (token_bits(ids, used) < 0) == any(t < 0 for r in rows for t in r)
+def test_streaming_rows_are_written_by_fill_rows(monkeypatch):
+    """The streaming packer has no row writer of its own: its batches (in-memory chunks and a
+    store's ranges alike) are written by fill_rows."""
+    calls = []
+
+    def spy(*args):
+        calls.append(args[0].dtype)
+        return fill_rows(*args)
+
+    monkeypatch.setattr(placement_module, "fill_rows", spy)
+    docs = [np.arange(1, n + 1, dtype=np.int16) for n in (5, 3, 7, 2, 6)]
+    batches = list(StreamingPacker(docs, batch_size=2, seqlen=8, buffer_size=4, mode="causal"))
+    assert batches and len(calls) == len(batches)
+    assert set(calls) == {np.dtype(np.int16)}  # the gathered buffer, in the chunks' dtype
 
 
 @given(st.integers(1, 5), st.integers(1, 30), st.data())
@@ -116,13 +167,6 @@ def test_place_batch_matches_twin(n_rows, row_len, data):
     assert k == len(rows) and d == want_d
     assert out[0, :k].tolist() == rows and out[1, :k].tolist() == offs
     assert remaining.tolist() == want_rem and counts.tolist() == want_counts
-
-
-def test_write_pieces_pads_rows_without_a_chunk():
-    ids = np.arange(12, dtype=np.int64).reshape(3, 4)
-    none = np.empty(0, dtype=np.int64)
-    write_pieces(none, 0, np.empty((6, 0), dtype=np.int64), 3, ids, np.array([4, 0, 2]), -5)
-    assert ids.tolist() == [[0, 1, 2, 3], [-5, -5, -5, -5], [8, 9, -5, -5]]
 
 
 # =========================================================================== whole packer vs the seed
@@ -281,33 +325,24 @@ def test_list_ids_past_int64_are_refused_as_the_build_refuses_them(tmp_path, big
     base=st.integers(0, 50),
     data=st.data(),
 )
-def test_write_pieces_matches_twin(dtype, n_chunk, base, data):
-    """Pieces of any position (inside, across or outside the chunk, past a row) are written
-    exactly when wholly inside the chunk and the row, then the padding of the rows in ``used``
-    (clamped, none with an empty ``used``); the or of the tokens is returned."""
+def test_gather_pieces_matches_twin(dtype, n_chunk, base, data):
+    """Pieces of any position (inside, across or outside the chunk, past the buffer) are copied
+    exactly when wholly inside the chunk and the buffer; the or of the tokens is returned."""
     info = np.iinfo(dtype)
     chunk = np.array(
         data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=n_chunk,
                            max_size=n_chunk)),
         dtype=dtype,
     )  # fmt: skip
-    n_rows, row_len = 3, 8
     n = data.draw(st.integers(0, 6))
-    cols = [
-        [data.draw(st.integers(-1, 3)), data.draw(st.integers(-1, 8)),
-         data.draw(st.integers(0, 8)), 0, 0, data.draw(st.integers(0, 90))]
-        for _ in range(n)
-    ]  # fmt: skip
-    placed = np.array(cols, dtype=np.int64).reshape(n, 6).T.copy()
-    used = np.array(
-        data.draw(st.lists(st.integers(-2, row_len + 2), max_size=n_rows + 1)), dtype=np.int64
-    )
-    pad_id = data.draw(st.integers(-5, 5))
-    got = np.full((n_rows, row_len), -7, dtype=np.int64)
+    positions = np.array(data.draw(st.lists(st.integers(0, 90), min_size=n, max_size=n)))
+    lengths = np.array(data.draw(st.lists(st.integers(-1, 8), min_size=n, max_size=n)))
+    starts = np.array(data.draw(st.lists(st.integers(-1, 20), min_size=n, max_size=n)))
+    args = [np.asarray(a, dtype=np.int64) for a in (positions, lengths, starts)]
+    got = np.full(16, -7, dtype=np.int64)
     want = got.copy()
-    assert write_pieces(chunk, base, placed, n_rows, got, used, pad_id) == ref_write_pieces(
-        chunk, base, placed, n_rows, want, used, pad_id
-    )
+    bits = gather_pieces(chunk, base, *args, got)
+    assert bits == ref_gather_pieces(chunk, base, *args, want)
     assert (got == want).all()
 
 

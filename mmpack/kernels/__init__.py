@@ -11,9 +11,9 @@ files).  Every kernel has a slow, obviously right Python twin (``PAIRS`` in
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
 | ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing (and its output pass), online best fit, the streaming packer's best fit over a batch's rows |
 | ``plan_emit`` | online best fit's placements to the CSR plan |
-| ``packed_rows`` | packed-row assembly: bins to model inputs; the one label rule (also the streaming packer's); the pieces' documents and positions |
+| ``packed_rows`` | packed-row assembly, the one row writer: bins (and the streaming packer's batches) to model inputs, by the one label rule; the pieces' documents and positions |
 | ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
-| ``streaming_batch`` | the streaming packer's batch layout and its one token writer (in-memory chunks and a store's ranges) |
+| ``streaming_batch`` | the streaming packer's batch layout (placed pieces row by row) and the gather of an in-memory source's placed pieces into one buffer |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |

@@ -3,19 +3,19 @@
 :func:`select_pieces` turns a batch of bins into the flat token ranges of its pieces (validated
 against the document lengths; a corrupt plan is reported, never read out of bounds; a piece
 shorter than ``seqlen`` is its document's last and carries the eot; the ranges may lie in
-another array that holds the documents, a subset's parent); :func:`fill_rows` then loads the
-first token of every piece of the batch (one pass, so that the pieces' page walks and cache
-misses overlap) and writes, in one pass per row, ``input_ids``, ``position_ids``, causal
-labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`, :data:`LABELS_HF`), the
-attention mask and ``cu_seqlens``; :func:`one_bin` is both for a single bin with few
-arguments and no allocation;
-:func:`label_rows` labels rows written by another writer (the streaming packer's) by the same
-rule; :func:`mask_pieces` applies a loss mask to rows already written (one pass over the pieces);
-:func:`bin_pieces` gives the pieces' documents and row positions (the batch's provenance, from
-the lengths :func:`select_pieces` checked).
-They write a segment with the same helpers (:func:`_segment_layout`, :func:`_segment_tokens`,
-and the one label rule :func:`_segment_labels`:
-plain loops LLVM vectorises; labels are copied from the source, not re-read from the ids).
+another array that holds the documents, a subset's parent); :func:`fill_rows`, the one row
+writer, then loads the first token of every piece of the batch (one pass, so that the pieces'
+page walks and cache misses overlap) and writes, in one pass per row, ``input_ids``,
+``position_ids``, causal labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`,
+:data:`LABELS_HF`), the attention mask and ``cu_seqlens``: the packed view's bins and the
+streaming packer's batches (:mod:`mmpack.kernels.streaming_batch`) alike; :func:`one_bin` is
+its rule for a single bin with few arguments and no allocation; :func:`mask_pieces` applies a
+loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
+pieces' documents and row positions (the batch's provenance, from the lengths
+:func:`select_pieces` checked).  They write a segment with the same helpers
+(:func:`_segment_positions`, :func:`_segment_ids`, :func:`_segment_tokens`, and the one label rule
+:func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
+re-read from the ids).
 
 Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens) is bound by memory, not by the
 loops: the chain of dependent reads ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, the
@@ -37,7 +37,6 @@ __all__ = [
     "SPLIT_FLAG",
     "bin_pieces",
     "fill_rows",
-    "label_rows",
     "mask_pieces",
     "one_bin",
     "select_pieces",
@@ -133,10 +132,16 @@ def select_pieces(
 
 
 @njit
-def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
-    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
+def _segment_positions(pos: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` of one segment (a view of its slots)."""
     for i in range(pos.shape[0]):
         pos[i] = i
+
+
+@njit
+def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
+    _segment_positions(pos)
     for i in range(att.shape[0]):
         att[i] = 1
 
@@ -155,12 +160,19 @@ def _segment_tokens(
     """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
     ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
     :func:`_segment_labels`, ``ignore`` where there is no loss)."""
+    _segment_ids(seg_src, e, eot_id, ids)
+    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
+
+
+@njit
+def _segment_ids(seg_src: np.ndarray, e: int, eot_id: int, ids: np.ndarray) -> None:
+    """``input_ids`` of one segment: the piece ``seg_src`` (n tokens), then eot when ``e``
+    (``ids`` a view of its ``n + e`` slots)."""
     n = seg_src.shape[0]
     for i in range(n):
         ids[i] = seg_src[i]
     if e != 0:
         ids[n] = eot_id
-    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
 
 
 @njit
@@ -253,12 +265,17 @@ def fill_rows(
     (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
     arrays for none), a causal label is ``ignore`` (the label of a position without loss,
     :data:`mmpack.core.constants.IGNORE_INDEX`) where the token it holds has mask 0.
-    ``cu_seqlens`` is (B, C) with C >= pieces + 2; row r's boundaries are ``cu_seqlens[r, :n_segments[r] + 1]``, padding
-    (if any) being the last segment (the entries past them are unspecified).
+    ``cu_seqlens`` is (B, C) with C >= (the most pieces of a row) + 2; row r's boundaries are
+    ``cu_seqlens[r, :n_segments[r] + 1]``, padding (if any) being the last segment (the entries
+    past them are unspecified); ``max_seqlen[r]`` its longest segment, padding included.
+    ``position_ids`` or ``labels`` of shape (B, 0) are not written (a caller that has no use
+    for them: the streaming packer).
     """
     # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
     seqlen = input_ids.shape[1]
     masked = mask_starts.shape[0] > 0
+    positioned = position_ids.shape[1] > 0
+    labelled = labels.shape[1] > 0
     # First one load of every piece's first token (and mask), for the whole batch: pieces lie
     # anywhere in src, and this puts all their page walks and cache misses in flight together
     # instead of one piece's after the previous piece's copy.  The sum lands in row 0's last
@@ -283,16 +300,18 @@ def fill_rows(
         for q in range(row_ptr[r], row_ptr[r + 1]):
             a, n, e = src_starts[q], lengths[q], has_eot[q]
             m = n + e
-            _segment_layout(pos[t : t + m], att[t : t + m])
-            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
-            seg_ids, seg_lab = ids[t : t + m], lab[t : t + m]
-            _segment_tokens(
-                src[a : a + n], e, eot_id, label_mode, ignore, seg_ids, seg_lab, seg_mask
-            )
+            if positioned:
+                _segment_positions(pos[t : t + m])
+            seg_src = src[a : a + n]
+            _segment_ids(seg_src, e, eot_id, ids[t : t + m])
+            if labelled:
+                seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+                _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab[t : t + m], seg_mask)
             t += m
             seg += 1
             cu_seqlens[r, seg] = t
             longest = max(longest, m)
+        att[:t] = 1  # the row's segments, in one fill
         if t < seqlen:
             _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
             seg += 1
@@ -300,56 +319,6 @@ def fill_rows(
             longest = max(longest, seqlen - t)
         n_segments[r] = seg
         max_seqlen[r] = longest
-
-
-@njit
-def label_rows(
-    ids: np.ndarray,
-    lengths: np.ndarray,
-    has_eot: np.ndarray,
-    row_ptr: np.ndarray,
-    label_mode: int,
-    ignore: int,
-    mask: np.ndarray,
-    mask_starts: np.ndarray,
-    labels: np.ndarray,
-) -> None:
-    """The labels of rows already written, by :func:`fill_rows`' rule (one place): row ``r``
-    holds pieces ``row_ptr[r]:row_ptr[r+1]`` one after the other from column 0 (piece ``q``
-    takes ``lengths[q] + has_eot[q]`` slots, its eot last), then padding (label ``ignore``).
-    A caller that writes rows another way (the streaming packer) labels them here.
-
-    Parameters
-    ----------
-    ids : ndarray, integer, (rows, seqlen)
-        The written ``input_ids`` (each row's pieces must fit: the caller's to check).
-    lengths, has_eot : ndarray, int64, (pieces,)
-    row_ptr : ndarray, int64, (rows + 1,)
-    label_mode : int
-        :data:`LABELS_NONE`, :data:`LABELS_NEXT` or :data:`LABELS_HF`.
-    ignore : int
-        The label of positions without loss.
-    mask, mask_starts : ndarray, uint8 and int64
-        Piece ``q``'s loss mask is ``mask[mask_starts[q]:+lengths[q]]`` (in bounds); empty
-        ``mask_starts`` for none.
-    labels : ndarray, (rows, seqlen)
-        Out.
-    """
-    masked = mask_starts.shape[0] > 0
-    for r in range(ids.shape[0]):
-        row = ids[r]
-        lab = labels[r]
-        t = 0
-        for q in range(row_ptr[r], row_ptr[r + 1]):
-            n, e = lengths[q], has_eot[q]
-            seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
-            eot_id = row[t + n] if e != 0 else 0
-            _segment_labels(
-                row[t : t + n], e, eot_id, label_mode, ignore, lab[t : t + n + e], seg_mask
-            )
-            t += n + e
-        for i in range(t, lab.shape[0]):
-            lab[i] = ignore
 
 
 @njit

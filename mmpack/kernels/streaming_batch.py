@@ -1,24 +1,20 @@
 """Kernels that turn the streaming packer's placements into a batch (:mod:`mmpack.streaming`).
 
-After the best-fit kernel (:func:`mmpack.kernels.plan_bestfit.place_batch`) has placed a prefix of the held
-pieces, :func:`layout_batch` does the rest of the bookkeeping in one pass, so that a batch costs
-a fixed number of Python calls whatever its number of pieces:
+After the best-fit kernel (:func:`mmpack.kernels.plan_bestfit.place_batch`) has placed a prefix of
+the held pieces, :func:`layout_batch` does the placement's bookkeeping in one pass, so that a
+batch costs a fixed number of Python calls whatever its number of pieces: the placed pieces in
+*row-major order* (row by row, each row's pieces in the order they were placed, which is by
+increasing column: the best fit puts a piece at its row's first free column, so a row's pieces
+lie one after another from column 0), each row's piece range (``row_ptr``), and the held pieces
+that stay (the deferred ones, then those not scanned), compacted in place.  O(pieces + rows).
 
-- the placed pieces in *row-major order* (row by row, each row's pieces by increasing offset),
-  with their row, offset, length, source index, offset in the source and position (or slot);
-- every row's ``cu_seqlens`` (0, the end of each piece, and ``row_len`` when the row has padding),
-  its longest segment (padding included, as ModernBERT's packer) and its real tokens;
-- the held pieces that stay (the deferred ones, then those not scanned), compacted in place;
-- the *order* of the batch's token runs: each row's pieces, then its padding written as the
-  binary digits of its length, each digit ``2**k`` a fixed view of ``2**k`` padding tokens
-  (slot ``k``).  A row of 2048 with 37 tokens of padding ends with the views of 32, 4 and 1.
-
-The tokens of an in-memory source are then written by :func:`write_pieces`, one call per
-token chunk (an incoming batch's sequences one after the other, in any integer dtype): every
-placed token copied once into the int64 ``(rows, row_len)`` batch and or-ed into a check value
-(negative when a token is), ~2.5 us for a batch of 16K tokens in cache.  The ``order`` of runs
-(pieces, then padding as powers of two) serves a writer of runs; :func:`token_bits` checks the
-real tokens of a written batch.  O(pieces + rows) and O(rows * row_len).
+The rows themselves are written by the one row writer,
+:func:`mmpack.kernels.packed_rows.fill_rows`, from a flat buffer of the placed pieces' tokens: a
+store's ``read_ranges``, or for an in-memory source the buffer :func:`gather_pieces` fills, one
+call per token chunk (an incoming batch's sequences one after the other, in any integer dtype):
+every placed token copied once into the buffer (the chunks' dtype when they share one, else
+int64) and or-ed, as int64, into a check value (negative when a token is, or is a uint64 id
+``>= 2**63``).  O(placed tokens).
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ import numpy as np
 
 from mmpack.kernels._jit import njit
 
-__all__ = ["layout_batch", "token_bits", "write_pieces"]
+__all__ = ["gather_pieces", "layout_batch"]
 
 
 @njit
@@ -36,130 +32,74 @@ def layout_batch(
     processed: int,
     held: np.ndarray,
     n_held: int,
-    remaining: np.ndarray,
     n_rows: int,
-    row_len: int,
-    pad_bits: int,
     placed: np.ndarray,
-    cu: np.ndarray,
-    rows_out: np.ndarray,
-    order: np.ndarray,
-    out_mask: np.ndarray,
+    row_ptr: np.ndarray,
 ) -> tuple[int, int, int, int]:
-    """Lay out a batch from the placements of the first ``processed`` held pieces.
+    """Order the placed pieces of the first ``processed`` held pieces row by row, and remove
+    them from the held ones.
 
     Parameters
     ----------
     out : numpy.ndarray, int64, shape (2, >= processed)
         Row and start column of each scanned piece (-1 when deferred), from ``place_batch``.
     held : numpy.ndarray, int64, shape (4, >= n_held)
-        The held pieces (rows: length, source index, offset in the source sequence, and an
-        int64 carried along: a run slot, or the packer's global token position);
-        ``processed <= n_held``.  Compacted in place: on return its first ``n_left`` columns
-        are the pieces that stay, in order.
-    remaining : numpy.ndarray, int64, shape (>= n_rows,)
-        Each row's free space (the best-fit kernel's row state).
-    pad_bits : int
-        Slots ``0 .. pad_bits - 1`` hold padding of ``1, 2, 4, ...`` tokens (``row_len <
-        2**pad_bits``); 0 when there are no slots (a store-like source).
-    placed : numpy.ndarray, int64, shape (6, n_placed)
-        Out: row, offset, length, source index, source offset and slot (position) of every
-        placed piece, in row-major order (``n_placed`` is the number of ``out_row[:processed] >= 0``).
-    cu : numpy.ndarray, int32, shape (n_placed + 2 * n_rows,)
-        Out: the rows' ``cu_seqlens`` one after the other.
-    rows_out : numpy.ndarray, int64, shape (3 * n_rows + 1,)
-        Out: ``[0, n_rows]`` the bounds of each row's ``cu_seqlens`` in ``cu`` (row ``r`` is
-        ``cu[rows_out[r]:rows_out[r + 1]]``), ``[n_rows + 1, 2 n_rows + 1)`` each row's longest
-        segment, ``[2 n_rows + 1, 3 n_rows + 1)`` each row's real tokens.
-    order : numpy.ndarray, int64, shape (n_placed + n_rows * pad_bits,)
-        Out (with ``pad_bits``): the slots whose tokens, one after the other, are the batch --
-        each row's pieces, then its padding as powers of two (the binary digits of its length).
-    out_mask : numpy.ndarray, int64, shape (n_rows, row_len)
-        Out: the attention mask, 1 on each row's real tokens, 0 on its padding.
+        The held pieces (rows: length, source index, offset in the source sequence, and the
+        piece's global token position); ``processed <= n_held``.  Compacted in place: on
+        return its first ``n_left`` columns are the pieces that stay, in order.
+    n_rows : int
+        Rows of the batch (every ``out[0, i]`` is below it).
+    placed : numpy.ndarray, int64, shape (5, n_placed)
+        Out: the held columns (length, source index, source offset, position) of every placed
+        piece, in row-major order (``n_placed`` is the number of ``out[0, :processed] >= 0``),
+        and its start in the placed pieces' tokens one after the other (the lengths before it).
+    row_ptr : numpy.ndarray, int64, shape (n_rows + 1,)
+        Out: row ``r``'s pieces are ``placed[:, row_ptr[r]:row_ptr[r + 1]]``.
 
     Returns
     -------
-    (n_left, total, empty_rows, n_order) : (int, int, int, int)
-        Held pieces left, real tokens in the batch, rows without a piece, entries of ``order``.
+    (n_left, total, empty_rows, most) : (int, int, int, int)
+        Held pieces left, real tokens in the batch, rows without a piece, the most pieces of a
+        row.
     """
     out_row = out[0]
-    out_off = out[1]
-    cursor = np.zeros(n_rows, dtype=np.int64)
+    row_ptr[:] = 0
     for i in range(processed):
         if out_row[i] >= 0:
-            cursor[out_row[i]] += 1
-    # Row-major positions of the placed pieces, and cu_seqlens bounds: row r has its
-    # pieces, a leading 0 and, with padding, a trailing row_len.
-    start = 0
-    pos = 0
-    total = 0
+            row_ptr[out_row[i] + 1] += 1
     empty_rows = 0
+    most = 0
     for r in range(n_rows):
-        n = cursor[r]
-        used = row_len - remaining[r]
-        total += used
-        if n == 0:
+        if row_ptr[r + 1] == 0:
             empty_rows += 1
-        rows_out[r] = pos
-        rows_out[2 * n_rows + 1 + r] = used
-        out_mask[r, :used] = 1
-        out_mask[r, used:] = 0
-        pos += n + 1 + (1 if used < row_len else 0)
-        cursor[r] = start
-        start += n
-    rows_out[n_rows] = pos
-    for i in range(processed):
-        r = out_row[i]
-        if r >= 0:
-            k = cursor[r]
-            cursor[r] = k + 1
-            placed[0, k] = r
-            placed[1, k] = out_off[i]
-            placed[2, k] = held[0, i]
-            placed[3, k] = held[1, i]
-            placed[4, k] = held[2, i]
-            placed[5, k] = held[3, i]
-    k = 0
-    n_order = 0
-    for r in range(n_rows):
-        b = rows_out[r]
-        used = rows_out[2 * n_rows + 1 + r]
-        cu[b] = 0
-        longest = 0
-        j = b + 1
-        while k < placed.shape[1] and placed[0, k] == r:
-            length = placed[2, k]
-            cu[j] = placed[1, k] + length
-            if length > longest:
-                longest = length
-            if pad_bits:
-                order[n_order] = placed[5, k]
-                n_order += 1
-            j += 1
-            k += 1
-        if used < row_len:
-            cu[j] = row_len
-            if row_len - used > longest:
-                longest = row_len - used
-            for bit in range(pad_bits - 1, -1, -1):
-                if (row_len - used) >> bit & 1:
-                    order[n_order] = bit
-                    n_order += 1
-        rows_out[n_rows + 1 + r] = longest
-    # The pieces that stay: deferred (out_row < 0) among the scanned, then the rest.
-    # (Field rows as 1-D views, the four moves written out: 2x faster than held[f, i].)
+        most = max(most, row_ptr[r + 1])
+        row_ptr[r + 1] += row_ptr[r]
+    cursor = row_ptr[:n_rows].copy()
+    # Field rows as 1-D views, the four moves written out: 2x faster than held[f, i].
     h0 = held[0]
     h1 = held[1]
     h2 = held[2]
     h3 = held[3]
     n_left = 0
     for i in range(processed):
-        if out_row[i] < 0:
+        r = out_row[i]
+        if r >= 0:
+            k = cursor[r]
+            cursor[r] = k + 1
+            placed[0, k] = h0[i]
+            placed[1, k] = h1[i]
+            placed[2, k] = h2[i]
+            placed[3, k] = h3[i]
+        else:  # deferred: stays, in order (n_left <= i, so never overwrites an unread column)
             h0[n_left] = h0[i]
             h1[n_left] = h1[i]
             h2[n_left] = h2[i]
             h3[n_left] = h3[i]
             n_left += 1
+    total = 0
+    for k in range(placed.shape[1]):
+        placed[4, k] = total
+        total += placed[0, k]
     shift = processed - n_left
     if shift:  # the pieces not scanned move down as one block (forward: never overwritten)
         for i in range(processed, n_held):
@@ -167,54 +107,32 @@ def layout_batch(
             h1[i - shift] = h1[i]
             h2[i - shift] = h2[i]
             h3[i - shift] = h3[i]
-    return n_left + n_held - processed, total, empty_rows, n_order
+    return n_left + n_held - processed, total, empty_rows, most
 
 
 @njit
-def token_bits(ids: np.ndarray, used: np.ndarray) -> int:
-    """The bitwise or of the real tokens of a batch (negative when one of them is).
-
-    ``ids`` is int64 of shape (n_rows, n_cols) with ``used[r]`` real tokens at the start of
-    row ``r`` (``used``: int64, shape (n_rows,), each in ``[0, n_cols]``); 0 when there are none.
-    """
-    bits = 0
-    for r in range(ids.shape[0]):
-        row = ids[r]
-        for c in range(used[r]):
-            bits |= row[c]
-    return bits
-
-
-@njit
-def write_pieces(
+def gather_pieces(
     chunk: np.ndarray,
     base: int,
-    placed: np.ndarray,
-    n_rows: int,
-    ids: np.ndarray,
-    used: np.ndarray,
-    pad_id: int,
+    positions: np.ndarray,
+    lengths: np.ndarray,
+    starts: np.ndarray,
+    buf: np.ndarray,
 ) -> int:
-    """Copy the placed pieces whose tokens lie in ``chunk`` into their rows of ``ids``, then
-    write the padding of the rows given in ``used``.
+    """Copy the pieces whose tokens lie in ``chunk`` into the flat buffer ``buf``.
 
     Parameters
     ----------
     chunk : numpy.ndarray, integer (any width), shape (m,)
-        Tokens at global positions ``base .. base + m`` (an incoming batch's sequences).
-    placed : numpy.ndarray, int64, shape (6, n_placed)
-        From :func:`layout_batch`: row, offset, length, source index, source offset and global
-        position of every placed piece.  Pieces whose positions are not all in the chunk are
-        skipped (another chunk holds them); the others are written
-        ``ids[row, offset:offset + length] = chunk[position - base:][:length]``.
-    n_rows : int
-        Rows of the batch: a piece with ``row >= n_rows`` or past the row's end is skipped
-        (never written out of bounds; :func:`layout_batch` gives none).
-    ids : numpy.ndarray, int64, shape (>= n_rows, row_len)
-    used : numpy.ndarray, int64, shape (n_pad,)
-        ``ids[r, used[r]:] = pad_id`` for ``r < min(n_pad, n_rows)`` (a ``used[r]`` outside
-        ``[0, row_len]`` is clamped to it); an empty ``used`` writes no padding (a batch's
-        second chunk).
+        Tokens (or loss masks) at global positions ``base .. base + m`` (an incoming batch's
+        sequences).
+    positions, lengths, starts : numpy.ndarray, int64, shape (pieces,)
+        Piece ``k`` holds the tokens at global positions ``positions[k] ..
+        positions[k] + lengths[k]`` and is written to ``buf[starts[k]:starts[k] + lengths[k]]``
+        when they are all in the chunk (another chunk holds the others) and that range is
+        inside ``buf`` (never written out of bounds).
+    buf : numpy.ndarray, integer, 1-D
+        Out: the chunk's dtype, or int64 (tokens), uint8 (masks).
 
     Returns
     -------
@@ -224,21 +142,15 @@ def write_pieces(
     """
     bits = np.int64(0)
     m = chunk.shape[0]
-    row_len = ids.shape[1]
-    for k in range(placed.shape[1]):
-        r = placed[0, k]
-        o = placed[1, k]
-        length = placed[2, k]
-        s = placed[5, k] - base
-        if s < 0 or s + length > m or r < 0 or r >= n_rows or o < 0 or o + length > row_len:
+    size = buf.shape[0]
+    for k in range(positions.shape[0]):
+        length = lengths[k]
+        s = positions[k] - base
+        o = starts[k]
+        if s < 0 or length < 0 or s + length > m or o < 0 or o + length > size:
             continue
-        row = ids[r]
         for t in range(length):
             v = np.int64(chunk[s + t])
             bits |= v
-            row[o + t] = v
-    for r in range(min(used.shape[0], n_rows)):
-        row = ids[r]
-        for c in range(min(max(used[r], 0), row_len), row_len):
-            row[c] = pad_id
+            buf[o + t] = v
     return int(bits)

@@ -7,15 +7,15 @@ held pieces in order (asking admission to read ahead when they run out) and the 
 puts each into the row with the smallest remaining space that holds it, or defers it, until
 ``buffer_size`` pieces are deferred or the source is exhausted: O(scanned * log(rows * row_len)),
 one kernel call (a piece longer than every row's free space is deferred without a lookup). One
-layout kernel (:mod:`mmpack.kernels.streaming_batch`) orders the placed pieces row by row, writes
-the ``cu_seqlens``, the longest segments and the attention mask, and removes the placed pieces from
-the held ones; one write kernel (:func:`~mmpack.kernels.streaming_batch.write_pieces`) per live
-token chunk copies the placed pieces into the rows, checks their tokens and writes the padding (a
-TokenStore's pieces are copied by the same kernel from the ranges it reads); the labels follow the
-mode (:class:`~mmpack.streaming.labels.Labeller`) and, with loss masks, the placed pieces' masks
-(read with the tokens: the mask store's ``read_ranges``, or one more write per chunk). The held
-pieces are topped up in chunks of at least 3/4 of ``readahead`` (amortising admission; no decision
-depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
+layout kernel (:func:`~mmpack.kernels.streaming_batch.layout_batch`) orders the placed pieces row by
+row and removes them from the held ones; their tokens (and, with loss masks, their masks) are read
+into one flat buffer (a TokenStore's ``read_ranges``, or for an in-memory source one gather per
+live token chunk, :func:`~mmpack.kernels.streaming_batch.gather_pieces`, which checks the tokens);
+the one row writer (:func:`~mmpack.kernels.packed_rows.fill_rows`) writes the rows from it:
+``input_ids``, the attention mask, ``cu_seqlens``, the longest segments and the causal labels
+(:attr:`~mmpack.streaming.labels.Labeller.label_mode`); MLM corrupts the written rows after
+(:class:`~mmpack.streaming.labels.Labeller`). The held pieces are topped up in chunks of at least
+3/4 of ``readahead`` (amortising admission; no decision depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
 whatever its number of pieces.
 """
 
@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.kernels.packed_rows import LABELS_NONE, fill_rows
 from mmpack.kernels.plan_bestfit import place_batch, row_index
-from mmpack.kernels.streaming_batch import layout_batch, write_pieces
+from mmpack.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack.streaming.admission import Admission
 from mmpack.streaming.labels import Labeller
 from mmpack.streaming.schedules import BatchSizeWarmup
@@ -36,7 +37,8 @@ from mmpack.streaming.stats import EmissionCounts
 __all__ = ["Placement"]
 
 _I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
-_NO_ORDER = np.empty(0, dtype=np.int64)  # an empty int64 (layout_batch's order, write's pad)
+_NO_MASK = np.empty(0, dtype=np.uint8)  # no loss mask (fill_rows)
+_NO_STARTS = np.empty(0, dtype=np.int64)
 
 
 class Placement:
@@ -67,6 +69,8 @@ class Placement:
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
         self._counts_per_row = np.zeros(batch_size, dtype=np.int64)
         self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
+        self._no_eot = np.zeros(0, dtype=np.int64)  # the pieces' eot flags (the eot is a token)
+        self._buffers: dict[np.dtype, np.ndarray] = {}  # the gathers' buffers, by dtype
         self._counts = EmissionCounts()
         self._token_count = 0
 
@@ -142,39 +146,48 @@ class Placement:
         exhausted)."""
         P = self._seqlen
         pieces = admission.pieces
-        placed = np.empty((6, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
-        cu_flat = np.empty(n_placed + 2 * n_rows, _I32)
-        per_row = np.empty(3 * n_rows + 1, _I64)
-        ids = np.empty((n_rows, P), _I64)
-        attention = np.empty((n_rows, P), _I64)
-        n_left, n_tokens, empty_rows, _ = layout_batch(
-            self._out, processed, pieces.data, pieces.n, self._remaining, n_rows, P,
-            0, placed, cu_flat, per_row, _NO_ORDER, attention,
-        )  # fmt: skip
+        placed = np.empty((5, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
+        row_ptr = np.empty(n_rows + 1, _I64)
+        n_left, n_tokens, empty_rows, most = layout_batch(
+            self._out, processed, pieces.data, pieces.n, n_rows, placed, row_ptr
+        )
         if empty_rows and (self._drop_last or empty_rows == n_rows):
             # Only reachable with the source exhausted and nothing deferred.
             pieces.keep(0)
             return None
         pieces.keep(n_left)
-        used = per_row[2 * n_rows + 1 :]
+        lengths = placed[0]
         mask: tuple[np.ndarray, np.ndarray] | None = None
         if pieces.chunks is None:
-            tokens, starts = admission.read_ranges(placed[3], placed[4], placed[2])
-            at = placed.copy()  # the one writer: each piece read where the ranges put it
-            at[5] = starts
-            write_pieces(tokens, 0, at, n_rows, ids, used, self._pad_id)
+            src, starts = admission.read_ranges(placed[1], placed[2], lengths)
+            starts = np.asarray(starts, _I64)
             if admission.masked:
-                src, at = admission.read_ranges(placed[3], placed[4], placed[2], mask=True)
-                mask = src, np.asarray(at, _I64)
+                values, at = admission.read_ranges(placed[1], placed[2], lengths, mask=True)
+                mask = values, np.asarray(at, _I64)
         else:
-            mask = self._write_rows(admission, placed, n_rows, used, ids)
-        b = per_row.tolist()
-        cu_seqlens = [cu_flat[b[r] : b[r + 1]] for r in range(n_rows)]
-        max_seqlen = b[n_rows + 1 : 2 * n_rows + 1]
+            src, starts, mask = self._gather(admission, placed, n_tokens)
+        ids = np.empty((n_rows, P), _I64)
+        attention = np.empty((n_rows, P), _I64)
+        label_mode = self._labeller.label_mode
+        unwritten = np.empty((n_rows, 0), _I64)  # no positions (nor labels but causal ones)
+        labels = np.empty((n_rows, P), _I64) if label_mode != LABELS_NONE else unwritten
+        cu = np.empty((n_rows, most + 2), _I32)
+        per_row = np.empty((2, n_rows), _I64)  # segments, longest segment
+        if self._no_eot.shape[0] < n_placed:
+            self._no_eot = np.zeros(2 * n_placed, _I64)
+        values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
+        fill_rows(
+            src, starts, lengths, self._no_eot[:n_placed], row_ptr, 0, self._pad_id, label_mode,
+            self._labeller.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
+            per_row[1], values, mask_starts,
+        )  # fmt: skip
+        n_segments = per_row[0].tolist()
+        cu_seqlens = [cu[r, : n_segments[r] + 1] for r in range(n_rows)]
         counts = self._counts
-        labels, mask_prob = self._labeller(
-            ids, attention, placed, n_rows, epoch, counts.n_batches, self._token_count, mask
-        )
+        targets, mask_prob = self._labeller(
+            ids, attention, labels, lengths, row_ptr, epoch, counts.n_batches, self._token_count,
+            mask,
+        )  # fmt: skip
         self._token_count += n_tokens
         counts.n_tokens += n_tokens
         counts.n_rows += n_rows
@@ -183,44 +196,52 @@ class Placement:
         batch: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": attention,
-            "targets": labels,
+            "targets": targets,
             "cu_seqlens": cu_seqlens,
-            "max_seqlen": max_seqlen,
+            "max_seqlen": per_row[1].tolist(),
         }
         if self._labeller.reports_mask_prob:
             batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
         return batch
 
-    def _write_rows(
-        self, admission: Admission, placed: np.ndarray, n_rows: int, used: np.ndarray,
-        ids: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
-        """Write the placed pieces of an in-memory source (and the padding) into ``ids`` (int64,
-        (rows, seqlen)): one kernel call per live chunk, each token copied once; then check the
-        tokens written and release the chunks no longer referenced.  With loss masks, returns
-        the placed pieces' masks as ``(flat uint8, start of each piece in it)`` (written into
-        rows like the tokens, one more call per chunk), else None."""
+    def _gather(
+        self, admission: Admission, placed: np.ndarray, n_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """The placed pieces' tokens of an in-memory source, one after the other in one buffer
+        (the chunks' dtype when they share one, else int64: the shape of a store's
+        ``read_ranges``, ``(tokens, start of each piece)``), and
+        with loss masks their masks the same way (uint8, same starts), else None: one kernel
+        call per live chunk (and one more per chunk for masks), each token copied once; then
+        check the tokens and release the chunks no longer referenced."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
-        rows = np.zeros(ids.shape, np.uint8) if admission.masked else None
+        lengths, positions, starts = placed[0], placed[3], placed[4]
+        dtypes = {chunk.dtype for _, chunk in chunks}
+        src = self._buffer(dtypes.pop() if len(dtypes) == 1 else _I64, n_tokens)
+        values = None
+        if admission.masked:
+            values = self._buffer(np.dtype(np.uint8), n_tokens)
+            values[:] = 0
         bits = 0
-        pad = used  # the first call writes the padding too
         for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
-            bits |= write_pieces(chunk, base, placed, n_rows, ids, pad, self._pad_id)
-            pad = _NO_ORDER
-            if rows is not None and mask is not None:
-                write_pieces(mask, base, placed, n_rows, rows, _NO_ORDER, 0)
-        if pad is used:  # no chunk (only when no piece is placed): the padding alone
-            write_pieces(_NO_ORDER, 0, placed, n_rows, ids, used, self._pad_id)
+            bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
+            if values is not None and mask is not None:
+                gather_pieces(mask, base, positions, lengths, starts, values)
         if bits < 0:
-            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(placed[5], placed[2])])
+            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(positions, lengths)])
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
-        if rows is None:
-            return None
-        return rows.reshape(-1), placed[0] * ids.shape[1] + placed[1]
+        return src, starts, None if values is None else (values, starts)
+
+    def _buffer(self, dtype: np.dtype, n: int) -> np.ndarray:
+        """``n`` items of a reused buffer of ``dtype`` (a gather's: read by the row writer
+        before the next batch; a fresh large array per batch would cost its page faults)."""
+        buf = self._buffers.get(dtype)
+        if buf is None or buf.shape[0] < n:
+            buf = self._buffers[dtype] = np.empty(n + n // 4, dtype)
+        return buf[:n]
 
 
 def _refuse_tokens(pieces: list[Any]) -> None:
