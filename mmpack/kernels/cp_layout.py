@@ -31,7 +31,7 @@ __all__ = ["lay_out_fields", "pad_boundaries", "zigzag_into"]
 
 @njit
 def pad_boundaries(cu: np.ndarray, unit: int, out: np.ndarray) -> int:
-    """Write into ``out`` (int64, (n + 1,)) the boundaries of ``cu``'s (int64, (n + 1,), rising
+    """Write into ``out`` (int64 or int32, (n + 1,)) the boundaries of ``cu``'s (int64, (n + 1,), rising
     from 0) segments each padded to a multiple of ``unit``; return the longest (0 for none)."""
     longest = 0
     out[0] = 0

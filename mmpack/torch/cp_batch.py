@@ -142,10 +142,11 @@ def context_parallel(
     (cp_size, T / cp_size)); the other keys of ``out`` as they were (``cu_seqlens``, int32,
     holds ``flat`` already).
     """
-    keys = tuple(key for key in out if key in _FIELDS)
+    keys, fills, positions, masked, derived = _field_args(
+        tuple(out), pad_id, ignore_index, from_first
+    )
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
-    fills, positions, masked, derived = _field_args(keys, pad_id, ignore_index, from_first)
     padded, longest, block, mask, indices = cp_batch_fields(
         tuple([_flat(out[key]) for key in keys]),
         flat,
@@ -165,9 +166,9 @@ def context_parallel(
             new[LOSS_MASK] = torch.from_numpy(mask)
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
-    new["cu_seqlens_padded"] = torch.from_numpy(padded.astype(np.int32))
+    new["cu_seqlens_padded"] = torch.from_numpy(padded)  # int32 already
     new["max_seqlen"] = longest
-    new["cp_padding"] = int(padded[-1] - flat[-1])
+    new["cp_padding"] = int(padded[-1]) - int(flat[-1])
     if indices is not None:
         new["cp_indices"] = torch.from_numpy(indices)
     return new
@@ -191,11 +192,13 @@ def _boundaries_only(
 
 @functools.lru_cache(maxsize=64)
 def _field_args(
-    keys: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
-) -> tuple[np.ndarray, int, int, np.ndarray]:
-    """The kernel's ``fills`` (int64, (F,), read only), ``positions`` and ``masked`` (``-1``:
-    none) and ``from_first`` (bool, (F,), read only) for the per-token fields ``keys``, made
-    once per set of keys, fills and fields written from their segments' first tokens."""
+    names: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
+) -> tuple[tuple[str, ...], np.ndarray, int, int, np.ndarray]:
+    """The per-token fields ``keys`` among a batch's keys ``names`` and the kernel's ``fills``
+    (int64, (F,), read only), ``positions`` and ``masked`` (``-1``: none) and ``from_first``
+    (bool, (F,), read only) for them, made once per set of keys, fills and fields written from
+    their segments' first tokens (not per batch)."""
+    keys = tuple(key for key in names if key in _FIELDS)
     fills = np.array(
         [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
         dtype=np.int64,
@@ -204,12 +207,12 @@ def _field_args(
     derived = np.array([k in from_first for k in keys], dtype=np.bool_)
     derived.flags.writeable = False
     positions = keys.index("position_ids") if "position_ids" in keys else -1
-    return fills, positions, keys.index("labels") if "labels" in keys else -1, derived
+    return keys, fills, positions, keys.index("labels") if "labels" in keys else -1, derived
 
 
 def _flat(field: Any) -> np.ndarray:
     """A ``(B, seqlen)`` tensor or numpy array as a flat numpy array (no copy)."""
-    return field.reshape(-1) if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
+    return field.ravel() if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
 
 
 def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:
