@@ -131,12 +131,12 @@ def _stages(name: str, ds: Any, draw: Callable[[], list[int]]) -> dict[str, Case
         written = 4 * seqlen  # ids, positions, labels, attention mask
 
         def k_only(i: int) -> Any:
-            return one_bin(*arrays[:6], i, params, buf, cu0)
+            return one_bin(*arrays[:7], i, params, buf, cu0)
 
         def k_alloc(i: int) -> Any:
             out = np.empty(buflen, dtype)
             cu = out if one else np.empty(cols, np.int32)
-            return out, cu, one_bin(*arrays[:6], i, params, out, cu)
+            return out, cu, one_bin(*arrays[:7], i, params, out, cu)
 
         def k_dict(i: int) -> Any:
             out, cu, (n_seg, longest) = k_alloc(i)

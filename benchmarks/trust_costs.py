@@ -28,7 +28,7 @@ import numpy as np
 
 import mmpack
 from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.views.plan_file import ARRAYS, load_plan, plan_cache_key, save_plan
 from mmpack.views.window import WindowDataset
 
 
@@ -49,12 +49,7 @@ def bench_plan(tmp: str) -> None:
     path = f"{tmp}/p.mmplan"
     save_plan(plan, path, key)
     ms = _median_ms(lambda: load_plan(path, key), 7)
-    size = (
-        plan.bin_ptr.nbytes
-        + plan.piece_doc.nbytes
-        + plan.piece_start.nbytes
-        + plan.piece_len.nbytes
-    )
+    size = sum(getattr(plan, name).nbytes for name, _ in ARRAYS)
     print(
         f"plan: {len(lens):,} documents, {size / 1e6:.0f} MB of arrays: load_plan (header + XXH64 "
         f"of every array, page cache warm) median {ms:.1f} ms"

@@ -859,6 +859,48 @@ def ref_megatron_samples(sizes, di, seqlen, extra, total, n):
 
 
 # =========================================================================== packed rows
+def encoded(plan: tuple[np.ndarray, ...], regions: int = 1) -> tuple[np.ndarray, ...]:
+    """``(bin_ptr, piece_ref, piece_len, regions, split)``, the row kernels' layout
+    (:mod:`mmpack.views.plan_pieces`), of the plan ``(bin_ptr, piece_doc, piece_start,
+    piece_len)`` of any values: its bins cut into up to ``regions`` regions when ``bin_ptr``
+    cuts the pieces in order (else one), each region's documents counted from its smallest; a
+    piece that starts inside its document, or names a document no reference can (negative, too
+    far), goes to the split table as it is."""
+    from mmpack.kernels.packed_rows import SPLIT_FLAG
+
+    bin_ptr, docs, starts, lens = (np.asarray(a) for a in plan)
+    n_bins = max(len(bin_ptr) - 1, 0)
+    ordered = len(bin_ptr) >= 1 and bin_ptr[0] == 0 and bin_ptr[-1] == len(docs)
+    ordered = ordered and bool((np.diff(bin_ptr) >= 0).all())
+    cuts = np.linspace(0, n_bins, (regions if ordered else 1) + 1).astype(np.int64)
+    ref = np.zeros(len(docs), dtype=np.uint32)
+    split: list[int] = []
+    table = [[0], [], [0]]
+    for r in range(len(cuts) - 1):
+        lo, hi = (int(bin_ptr[cuts[r]]), int(bin_ptr[cuts[r + 1]])) if ordered else (0, len(docs))
+        mine = [int(d) for d in docs[lo:hi] if d >= 0]
+        doc0 = min(mine, default=0)
+        first = len(split) // 2
+        for p in range(lo, hi):
+            d, s = int(docs[p]) - doc0, int(starts[p])
+            if s == 0 and 0 <= d < SPLIT_FLAG:
+                ref[p] = d
+            else:
+                ref[p] = SPLIT_FLAG + len(split) // 2 - first
+                split += [d, s]
+        table[0].append(int(cuts[r + 1]))
+        table[1].append(doc0)
+        table[2].append(len(split) // 2)
+    table[1].append(table[1][-1] if table[1] else 0)
+    return (
+        np.asarray(bin_ptr, dtype=np.int64),
+        ref,
+        np.asarray(lens, dtype=np.int32),
+        np.array(table, dtype=np.int64),
+        np.array(split, dtype=np.int64),
+    )
+
+
 def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, cu_room):
     """``(code, sample)``: ``code`` is what ``one_bin`` returns ((-1, 0) corrupt, (-2, 0) no
     room for ``cu_seqlens``), ``sample`` (ids, positions, labels, mask, cu) when it succeeds."""
@@ -955,10 +997,11 @@ def _one_bin_kernel(plan, offsets, src, params, room):
 
     seqlen, out = params[0], []
     p = np.array([*params, 0, IGNORE], dtype=np.int64)
+    layout = encoded(plan, regions=1 + len(plan[0]) % 3)
     for b in range(-1, len(plan[0]) + 1):
         rows = np.full(4 * seqlen, 77, dtype=np.int64)
         cu = np.full(room, 77, dtype=np.int32)
-        out.append((one_bin(*plan, offsets, src, b, p, rows, cu), rows.reshape(4, seqlen), cu))
+        out.append((one_bin(*layout, offsets, src, b, p, rows, cu), rows.reshape(4, seqlen), cu))
     return out
 
 
@@ -1021,8 +1064,9 @@ def _fill_rows_kernel(plan, offsets, _src, params, idx, dtype, src, doc_starts):
     row_ptr = np.zeros(len(idx) + 1, dtype=np.int64)
     np.cumsum(counts, out=row_ptr[1:])
     starts, lengths, has_eot = (np.empty(int(row_ptr[-1]), dtype=np.int64) for _ in range(3))
+    layout = encoded(plan, regions=1 + len(idx) % 3)
     bad = select_pieces(
-        *plan, offsets, doc_starts, seqlen, eot, idx, row_ptr, starts, lengths, has_eot
+        *layout, offsets, doc_starts, seqlen, eot, idx, row_ptr, starts, lengths, has_eot
     )
     if bad >= 0:
         return int(bad)
@@ -2133,9 +2177,9 @@ def _bin_pieces_kernel(bin_ptr, pieces, has_eot, bins):
     lengths = np.ascontiguousarray(arr[which, 2])
     eot = np.array(has_eot, dtype=np.int64)[which]
     out = np.full((6, int(row_ptr[-1])), -1, np.int64)
-    doc_col = np.ascontiguousarray(arr[:, 0])
-    start_col = np.ascontiguousarray(arr[:, 1]).astype(np.int32)
-    bin_pieces(bin_ptr, doc_col, start_col, bins, row_ptr, lengths, eot, out)
+    layout = encoded((bin_ptr, arr[:, 0], arr[:, 1], arr[:, 2]), regions=1 + len(bins) % 3)
+    bin_ptr, piece_ref, _, regions, split = layout
+    bin_pieces(bin_ptr, piece_ref, regions, split, bins, row_ptr, lengths, eot, out)
     return _pieces_by_row(row_ptr, out)
 
 
@@ -2576,7 +2620,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
         "packed_rows._segment_layout", "packed_rows._segment_tokens", "packed_rows._padding",
-        "packed_rows._segment_labels",
+        "packed_rows._segment_labels", "packed_rows._bin_region", "packed_rows._piece",
     ),
     "packed_rows.fill_rows": ("packed_rows.select_pieces",),
     "plan_bestfit.bfd_groups": (

@@ -348,9 +348,9 @@ def test_corrupt_plan_is_reported_not_read(tmp_path):
     ds._plan = dataclasses.replace(plan, piece_len=bad_len)
     with pytest.raises(FormatError):
         ds[0]
-    bad_doc = plan.piece_doc.copy()
+    bad_doc = plan.piece_ref.copy()
     bad_doc[0] = 99
-    ds._plan = dataclasses.replace(plan, piece_doc=bad_doc)
+    ds._plan = dataclasses.replace(plan, piece_ref=bad_doc)
     with pytest.raises(FormatError):
         ds[0]
 

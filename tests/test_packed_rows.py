@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import twin_bin
+from reference import encoded, twin_bin
 
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.kernels.packed_rows import (
     LABELS_HF,
     LABELS_NEXT,
     LABELS_NONE,
+    SPLIT_FLAG,
     one_bin,
 )
 
@@ -79,7 +80,7 @@ def test_one_bin_matches_its_twin(case, dtype, data):
         cu_arr = np.full(cu_at + room, 77, dtype=np.int32)
     p = np.array([*params, cu_at, IGNORE_INDEX], dtype=np.int64)
     code, want = twin_bin(*plan, offsets, src, b, p, room)
-    got = one_bin(*plan, offsets, src, b, p, out, cu_arr)
+    got = one_bin(*encoded(plan, regions=1 + b % 3), offsets, src, b, p, out, cu_arr)
     assert tuple(got) == code
     if want is None:
         assert (out[: 4 * seqlen] == 77).all()  # nothing written to the rows
@@ -106,7 +107,7 @@ def test_worked_example():
     for mode, labels in want.items():
         out, cu = np.zeros(32, dtype=np.int64), np.zeros(4, dtype=np.int32)
         got = one_bin(
-            *plan, offsets, src, 0, np.array([8, 1, 99, 0, mode, 0, IGNORE_INDEX]), out, cu
+            *encoded(plan), offsets, src, 0, np.array([8, 1, 99, 0, mode, 0, IGNORE_INDEX]), out, cu
         )
         assert tuple(got) == (2, 5) and cu[:3].tolist() == [0, 3, 8]
         assert out.reshape(4, 8).tolist() == [
@@ -123,14 +124,26 @@ def test_the_label_without_loss_is_the_callers():
     plan = (np.array([0, 1]), np.array([0]), np.array([0]), np.array([2], dtype=np.int32))
     offsets, src = np.array([0, 2]), np.array([5, 6], dtype=np.uint16)
     out, cu = np.zeros(32, dtype=np.int64), np.zeros(4, dtype=np.int32)
-    one_bin(*plan, offsets, src, 0, np.array([8, 1, 99, 0, LABELS_NEXT, 0, -7]), out, cu)
+    one_bin(*encoded(plan), offsets, src, 0, np.array([8, 1, 99, 0, LABELS_NEXT, 0, -7]), out, cu)
     assert out.reshape(4, 8)[2].tolist() == [6, 99, -7, -7, -7, -7, -7, -7]
 
 
+def _all_split(plan, shift):
+    """Every piece of ``plan`` (one region) as a split entry, its start moved by ``shift``."""
+    assert plan.n_regions == 1 and plan.region_doc[0] == 0
+    n = plan.n_pieces
+    return {
+        "piece_ref": (SPLIT_FLAG + np.arange(n)).astype(np.uint32),
+        "split": np.stack([plan.piece_doc, plan.piece_start + shift], axis=1).reshape(-1),
+        "region_split": np.array([0, n], dtype=np.int64),
+    }
+
+
 _CORRUPTIONS = {
-    "doc past the store": lambda p: {"piece_doc": p.piece_doc + 50},
-    "negative doc": lambda p: {"piece_doc": p.piece_doc - 50},
-    "start past its document": lambda p: {"piece_start": p.piece_start + 1000},
+    "doc past the store": lambda p: {"piece_ref": p.piece_ref + 50},
+    "negative doc": lambda p: {"region_doc": p.region_doc - 50},
+    "start past its document": lambda p: _all_split(p, 1000),
+    "split entry past the table": lambda p: {"piece_ref": p.piece_ref + SPLIT_FLAG},
     "bin longer than seqlen": lambda p: {"piece_len": (p.piece_len + 3).astype(np.int32)},
     "decreasing bin_ptr": lambda p: {"bin_ptr": p.bin_ptr[::-1].copy()},
     "bin_ptr past the pieces": lambda p: {"bin_ptr": p.bin_ptr * 100},
@@ -159,10 +172,10 @@ def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, 
             ds.__getitems__([i])
 
 
-@pytest.mark.parametrize("field", ["piece_start", "piece_len"])
+@pytest.mark.parametrize("field", ["piece_ref", "piece_len"])
 def test_a_plan_whose_piece_arrays_differ_in_length_is_refused(tmp_path, field):
-    """The row kernels check a bin's range against ``piece_doc`` only and then index every
-    piece array: a plan whose ``piece_start``/``piece_len`` is shorter is refused when it is
+    """The row kernels check a bin's range against ``piece_ref`` only and then index every
+    piece array: a plan whose ``piece_ref``/``piece_len`` is shorter is refused when it is
     installed (a ``FormatError`` naming the shapes), before any kernel reads past its end."""
     import dataclasses
 

@@ -417,7 +417,7 @@ def test_cache_false_neither_reads_nor_writes(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize("array", ["bin_ptr", "piece_doc", "piece_start", "piece_len"])
+@pytest.mark.parametrize("array", ["bin_ptr", "piece_ref", "piece_len"])
 def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array):
     """Issue 13 item 6: a damaged cached plan used to duplicate or drop documents silently."""
     import json

@@ -20,7 +20,7 @@ from mmpack.views.plan import build_plan
 from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
 from mmpack.views.plan_regions import cached_plan
 
-ARRAYS = ["bin_ptr", "piece_doc", "piece_start", "piece_len", "region_bin", "region_doc"]
+ARRAYS = [name for name, _ in plan_file.ARRAYS]
 
 
 def _header(path):
@@ -47,14 +47,14 @@ def _plan_and_key(region_tokens=None):
 
 @pytest.mark.parametrize("chunk", [plan_file.CHUNK_BYTES, 256])
 @pytest.mark.parametrize("region_tokens", [None, 100_000])
-def test_format_5_records_the_regions_and_the_xxh64_of_every_chunk(
+def test_format_6_records_the_regions_and_the_xxh64_of_every_chunk(
     tmp_path, region_tokens, chunk, monkeypatch
 ):
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", chunk)
     plan, key = _plan_and_key(region_tokens)
     save_plan(plan, tmp_path / "p.mmplan", key)
     header, raw = _header(tmp_path / "p.mmplan")
-    assert header["format"] == plan_file.PLAN_FORMAT_VERSION == 5
+    assert header["format"] == plan_file.PLAN_FORMAT_VERSION == 6
     assert header["chunk_bytes"] == chunk
     assert header["max_bin_pieces"] == int(np.diff(plan.bin_ptr).max())
     assert header["plan"]["region_tokens"] == region_tokens
@@ -85,7 +85,7 @@ def test_a_flipped_bit_in_any_array_is_detected(tmp_path, array):
         load_plan(path, key)
 
 
-@pytest.mark.parametrize("version", [3, 4, 6])
+@pytest.mark.parametrize("version", [3, 4, 5, 7])
 def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path, version):
     store = FakeStore(tmp_path, np.random.default_rng(8).integers(0, 4000, 20_000))
     first = cached_plan(store, 2048, add_eot=True)
@@ -93,12 +93,12 @@ def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path,
     header, _ = _header(path)
     header["format"] = version
     _rewrite_header(path, header)
-    with pytest.raises(FormatError, match=f"plan format {version}, this mmpack reads 5"):
+    with pytest.raises(FormatError, match=f"plan format {version}, this mmpack reads 6"):
         load_plan(path)
     with pytest.warns(UserWarning, match="rebuilding the packing plan"):
         again = cached_plan(store, 2048, add_eot=True)
     assert same_plan(first, again)
-    assert _header(path)[0]["format"] == 5
+    assert _header(path)[0]["format"] == 6
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the rewritten plan is used as it is
         assert same_plan(first, cached_plan(store, 2048, add_eot=True))
@@ -197,10 +197,10 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
         assert same_plan(plan, lazy)  # (reads the arrays: checks nothing more)
         hashed.clear()
         load_plan(tmp_path / f"{n}.mmplan", key)  # lazy=False: every chunk
-        assert sum(hashed) >= plan.n_pieces * 20
+        assert sum(hashed) >= plan.n_pieces * 8
 
 
-@pytest.mark.parametrize("array", ["bin_ptr", "piece_doc", "piece_start", "piece_len"])
+@pytest.mark.parametrize("array", ["bin_ptr", "piece_ref", "piece_len", "split"])
 def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served(
     tmp_path, monkeypatch, array
 ):
@@ -212,16 +212,22 @@ def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served
 
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)  # 32 int64 entries a chunk
     rng = np.random.default_rng(11)
-    docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 20, 3000))]
+    longest = 200 if array == "split" else 20  # documents split across bins, or none
+    docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, longest, 3000))]
     store = mmpack.build(tmp_path / "s", docs, fsync=False)
-    ds = PackedDataset(store, 64, eot=0)
+    ds = PackedDataset(store, 64, eot=0, region_tokens=4096)
     expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
     (path,) = (tmp_path / "s" / "cache").iterdir()
     plan = ds.plan
     n_pieces, bin_ptr = plan.n_pieces, plan.bin_ptr.copy()
-    entry = len(ds) // 2 if array == "bin_ptr" else n_pieces // 2
+    entry = {"bin_ptr": len(ds) // 2, "split": plan.split.shape[0] // 2}.get(array, n_pieces // 2)
     _corrupt_chunk(path, array, entry)
-    if array == "bin_ptr":
+    if array == "split":  # a bin's split entries are checked with its region's
+        chunk = range(entry // 32 * 32, (entry // 32 + 1) * 32)
+        rs, rb = 2 * plan.region_split, plan.region_bin
+        regions = [r for r in range(plan.n_regions) if set(range(rs[r], rs[r + 1])) & set(chunk)]
+        bad = {b for r in regions for b in range(rb[r], rb[r + 1])}
+    elif array == "bin_ptr":
         per = 256 // 8  # the bins that read an entry of the chunk
         bad = set(range(entry // per * per - 1, (entry // per + 1) * per)) & set(range(len(ds)))
     else:
@@ -230,7 +236,7 @@ def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served
         bad = {b for b in range(len(ds)) if set(range(bin_ptr[b], bin_ptr[b + 1])) & set(chunk)}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no rebuild: the damage is not where a reopen looks
-        again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0)
+        again = PackedDataset(mmpack.open(tmp_path / "s"), 64, eot=0, region_tokens=4096)
     first_bad = min(bad)
     for read in (
         lambda b: again[b],
@@ -301,3 +307,58 @@ def test_checked_pages_check_each_page_a_read_uses_once():
     bad.clear()
     pages.check_all()
     assert pages.all_checked() and sorted(calls) == [0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 8, 9]
+
+
+# ------------------------------------------------------------------------------- 8 bytes a piece
+def test_a_plan_file_takes_at_most_12_bytes_a_document(tmp_path):
+    """Issue 37: C4-like documents (lognormal lengths, a few longer than a bin) cost at most 12
+    bytes each in the file (format 5: 20), and the file reads back the same pieces."""
+    lens = np.random.default_rng(4).lognormal(5.48, 1.15, 200_000).astype(np.int64)
+    plan = build_plan(lens, 2048, add_eot=True, region_tokens="auto")
+    assert plan.split.shape[0] > 0  # some pieces start inside their document
+    key = plan_cache_key("c" * 16, 2048, add_eot=True, region_tokens="auto")
+    save_plan(plan, tmp_path / "p.mmplan", key)
+    size = (tmp_path / "p.mmplan").stat().st_size
+    assert size / lens.shape[0] <= 12, size / lens.shape[0]
+    assert same_plan(plan, load_plan(tmp_path / "p.mmplan", key))
+
+
+def test_a_region_too_large_for_its_references_is_refused(monkeypatch):
+    """A region of more documents (or pieces) than a uint32 reference reaches is refused with a
+    ValueError naming the region and the way out, before anything is packed."""
+    from mmpack.views import plan_pieces
+
+    monkeypatch.setattr(plan_pieces, "MAX_REGION_ITEMS", 3)
+    with pytest.raises(ValueError, match="plan region 0 holds 5 documents .* region_tokens"):
+        build_plan(np.ones(5, dtype=np.int64), 8, add_eot=True)
+    build_plan(np.ones(3, dtype=np.int64), 8, add_eot=True)  # at the bound
+    plan = build_plan(np.ones(6, dtype=np.int64), 8, add_eot=True, region_tokens=3)
+    assert plan.n_regions == 2
+
+
+def test_pieces_decode_alike_whole_and_bin_by_bin():
+    """A bin's pieces (one binary search over the regions) are the whole decode's, split entries
+    are relative to their region, and a reference past its region's entries is refused."""
+    import dataclasses
+
+    from mmpack.kernels.packed_rows import SPLIT_FLAG
+
+    lens = np.random.default_rng(6).integers(0, 300, 3000)
+    plan = build_plan(lens, 64, add_eot=True, region_tokens=5000)
+    assert plan.n_regions > 10 and plan.split.shape[0] > 0
+    plan.validate(lens)
+    flat = [
+        (int(d), int(s), int(n))
+        for d, s, n in zip(plan.piece_doc, plan.piece_start, plan.piece_len)
+    ]
+    assert sum((plan.pieces(b) for b in range(plan.n_bins)), []) == flat
+    assert (plan.split[0::2] < np.diff(plan.region_doc).max()).all()  # relative documents
+    r = int(np.argmax(np.diff(plan.region_split) > 0))  # a region with split entries
+    p = int(plan.bin_ptr[plan.region_bin[r]])
+    ref = plan.piece_ref.copy()
+    ref[p] = SPLIT_FLAG + int(plan.region_split[r + 1] - plan.region_split[r])  # one past
+    bad = dataclasses.replace(plan, piece_ref=ref)
+    with pytest.raises(FormatError, match="split entry outside its region"):
+        bad.validate(lens)
+    with pytest.raises(FormatError, match="split entry outside its region"):
+        bad.pieces(int(plan.region_bin[r]))

@@ -34,6 +34,7 @@ __all__ = [
     "LABELS_HF",
     "LABELS_NEXT",
     "LABELS_NONE",
+    "SPLIT_FLAG",
     "bin_pieces",
     "fill_rows",
     "label_rows",
@@ -45,15 +46,45 @@ __all__ = [
 LABELS_NONE = 0
 LABELS_NEXT = 1
 LABELS_HF = 2
+SPLIT_FLAG = 1 << 31
+"""A piece reference at or above this names a split entry (``ref - SPLIT_FLAG`` into its
+region's), below it the document (``ref``, from the region's first); see
+:mod:`mmpack.views.plan_pieces`."""
 _NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
+
+
+@njit
+def _bin_region(regions: np.ndarray, b: int) -> tuple[int, int]:
+    """``(first document, first split entry)`` of the region of bin ``b``: one binary search
+    over ``regions[0]`` (its ``region_bin``), clamped to a region that exists."""
+    r = int(np.searchsorted(regions[0], b, side="right")) - 1
+    r = min(max(r, 0), regions.shape[1] - 1)
+    return int(regions[1, r]), int(regions[2, r])
+
+
+@njit
+def _piece(
+    piece_ref: np.ndarray, split: np.ndarray, doc0: int, split0: int, p: int
+) -> tuple[int, int]:
+    """``(document, start)`` of piece ``p`` of a bin of the region whose first document is
+    ``doc0`` and first split entry ``split0``; document -1 for a split reference outside
+    ``split`` (refused by the callers' document check)."""
+    v = int(piece_ref[p])
+    if v < SPLIT_FLAG:
+        return doc0 + v, 0
+    j = 2 * (split0 + v - SPLIT_FLAG)
+    if j < 0 or j + 1 >= split.shape[0]:
+        return -1, 0
+    return doc0 + int(split[j]), int(split[j + 1])
 
 
 @njit
 def select_pieces(
     bin_ptr: np.ndarray,
-    piece_doc: np.ndarray,
-    piece_start: np.ndarray,
+    piece_ref: np.ndarray,
     piece_len: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
     offsets: np.ndarray,
     doc_starts: np.ndarray,
     seqlen: int,
@@ -65,8 +96,8 @@ def select_pieces(
     has_eot: np.ndarray,
 ) -> int:
     """Token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
-    prefix sum of their piece counts, each bin's piece range inside the piece arrays): piece
-    ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
+    prefix sum of their piece counts, each bin's piece range inside the piece arrays; the
+    plan's layout: :mod:`mmpack.views.plan_pieces`): piece ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
     ``d``'s length ``offsets[d + 1] - offsets[d]``.  ``doc_starts`` (int64, shape
     (>= docs,)) is ``offsets`` for ranges in the store's own flat tokens, or where each
     document starts in the array that holds it (a subset's parent:
@@ -78,11 +109,11 @@ def select_pieces(
     n_docs = offsets.shape[0] - 1
     for r in range(bins.shape[0]):
         lo = bin_ptr[bins[r]]
+        doc0, split0 = _bin_region(regions, bins[r])
         used = 0
         for q in range(row_ptr[r], row_ptr[r + 1]):
             p = lo + q - row_ptr[r]
-            d = piece_doc[p]
-            s = piece_start[p]
+            d, s = _piece(piece_ref, split, doc0, split0, p)
             ln = piece_len[p]
             if d < 0 or d >= n_docs or s < 0 or ln < 0:
                 return r
@@ -324,9 +355,10 @@ def label_rows(
 @njit
 def one_bin(
     bin_ptr: np.ndarray,
-    piece_doc: np.ndarray,
-    piece_start: np.ndarray,
+    piece_ref: np.ndarray,
     piece_len: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
     offsets: np.ndarray,
     src: np.ndarray,
     b: int,
@@ -360,18 +392,20 @@ def one_bin(
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
     lo, hi = bin_ptr[b], bin_ptr[b + 1]
-    if lo < 0 or hi < lo or hi > piece_doc.shape[0]:
+    if lo < 0 or hi < lo or hi > piece_ref.shape[0]:
         return -1, 0
     n = hi - lo
     if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
         return -2, 0
     n_docs = offsets.shape[0] - 1
+    doc0, split0 = _bin_region(regions, b)
     t = 0
     longest = 0
     cu[0] = 0
     for q in range(n):  # (1) the rule of select_pieces, piece by piece
         p = lo + q
-        d, s, ln = piece_doc[p], piece_start[p], piece_len[p]
+        d, s = _piece(piece_ref, split, doc0, split0, p)
+        ln = piece_len[p]
         if d < 0 or d >= n_docs or s < 0 or ln < 0:
             return -1, 0
         a = offsets[d]
@@ -399,7 +433,8 @@ def one_bin(
         longest = max(longest, seqlen - t)
     for q in range(n):  # (3)
         p = lo + q
-        a = offsets[piece_doc[p]] + piece_start[p]
+        d, s = _piece(piece_ref, split, doc0, split0, p)
+        a = offsets[d] + s
         ln = piece_len[p]
         e = cu[q + 1] - cu[q] - ln
         seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
@@ -448,8 +483,9 @@ def mask_pieces(
 @njit
 def bin_pieces(
     bin_ptr: np.ndarray,
-    piece_doc: np.ndarray,
-    piece_start: np.ndarray,
+    piece_ref: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
     bins: np.ndarray,
     row_ptr: np.ndarray,
     lengths: np.ndarray,
@@ -464,11 +500,12 @@ def bin_pieces(
     before it in the row)."""
     for r in range(bins.shape[0]):
         lo = bin_ptr[bins[r]] - row_ptr[r]
+        doc0, split0 = _bin_region(regions, bins[r])
         a = 0
         for p in range(row_ptr[r], row_ptr[r + 1]):
-            s = piece_start[lo + p]
+            d, s = _piece(piece_ref, split, doc0, split0, lo + p)
             out[0, p] = r
-            out[1, p] = piece_doc[lo + p]
+            out[1, p] = d
             out[2, p] = s
             out[3, p] = s + lengths[p]
             out[4, p] = has_eot[p]

@@ -331,7 +331,8 @@ class BlockCache:
         node: the blocks this process claims are fetched here (``fetch(ids)`` returns them
         verified, and maybe blocks around them, which are stored where nobody holds them); those
         another process holds are polled until they land, claimed here once their claim is
-        released unfinished, and fetched here after ``timeout`` seconds (a stuck claim).
+        released unfinished, and fetched here after ``timeout`` seconds (a stuck claim; such a block
+        is fetched at once by later calls while that claim stays: ``cf.stuck``).
 
         Returns
         -------
@@ -357,12 +358,16 @@ class BlockCache:
                         unstored += self._store_unclaimed(cf, {b: got[b] for b in extra})
             finally:
                 claim.close()
+            cf.stuck.difference_update(claim.mine)
             todo = [b for b in claim.theirs if not cf.state[b]]
             if todo and time.monotonic() > deadline:  # a stuck claim: fetch them here
-                got = fetch(todo)
+                cf.stuck.update(todo)
+            now = [b for b in todo if b in cf.stuck]
+            if now:  # held by a claim that outlived a wait: fetched here, not stored
+                got = fetch(now)
                 fetched.update(got)
                 unstored += list(got)
-                break
+                todo = [b for b in todo if b not in cf.stuck]
             if todo:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)

@@ -226,6 +226,9 @@ class CacheFile:
         self.checked = np.zeros(self.nblocks, np.uint8)
         """1 for the blocks this reader may serve (written by it, or checked), 2 for a block
         found bad and not dropped yet, else 0 (process memory)."""
+        # blocks whose claim outlived a reader's wait here (a stopped holder): fetched at once
+        # while that claim stays, so a stuck claim delays a reader once, not at every read
+        self.stuck: set[int] = set()
         self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
         self._last_used = np.frombuffer(self._state_map, np.float64, 1, 32)
         self._retired = np.frombuffer(self._state_map, np.uint8, 1, 40)

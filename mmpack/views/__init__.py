@@ -7,6 +7,7 @@
     plan.py        the packing plan (best-fit decreasing or online), over document lengths
     plan_file.py   the plan's file format and its cache in the store's cache folder
     plan_pages.py  a mapped plan file's chunk digests, each checked on first use
+    plan_pieces.py the plan's pieces as stored: region-relative references, a sparse split table
     packed.py      PackedDataset: one sample per bin of a plan
     packed_config.py  PackedDataset's options, checked once
     packed_gather.py  batched reads of packed rows

@@ -313,9 +313,9 @@ class PackedDataset:
         # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
         self._cu_cols = plan.max_bin_pieces() + 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
-        arrays = (plan.bin_ptr, plan.piece_doc, plan.piece_start, plan.piece_len, self._offsets)
+        arrays = (plan.bin_ptr, plan.piece_ref, plan.piece_len, plan.regions, plan.split)
         src = self._src if self._mask is None else None  # with a mask ds[i] takes _gather
-        self._fast = (*arrays, src, self._params, self.dtype, self._cold)
+        self._fast = (*arrays, self._offsets, src, self._params, self.dtype, self._cold)
         q = self.seqlen  # ds[i]'s views as slices built once (~15 ns a view less per call)
         views = (slice(q), slice(2 * q, 3 * q), slice(q, 2 * q), slice(3 * q, 4 * q))
         cu_at = int(self._params[5])
@@ -441,7 +441,9 @@ class PackedDataset:
         b = i if type(i) is int and 0 <= i < n else None
         if b is None:  # (the epoch, which only MLM reads, is looked up when needed)
             b = int(i) if isinstance(i, EpochIndex) and 0 <= i < n else check_index(i, n)
-        bin_ptr, piece_doc, piece_start, piece_len, offsets, src, params, dtype, cold = self._fast
+        bin_ptr, piece_ref, piece_len, regions, split, offsets, src, params, dtype, cold = (
+            self._fast
+        )
         if src is None:
             return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
         if self._unchecked:  # a reopened plan's chunks, the offsets pages, each once
@@ -453,7 +455,7 @@ class PackedDataset:
         out = np.empty(buflen, dtype)
         cu = out if one_buf else np.empty(cu_cols, _INT32)  # cu_seqlens at cu[cu_at:]
         n_seg, longest = one_bin(
-            bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, out, cu
+            bin_ptr, piece_ref, piece_len, regions, split, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
             cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)

@@ -23,6 +23,7 @@ from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
 from mmpack.views.buffers import BufferPool
 from mmpack.views.masking import corrupt_rows, row_keys
 from mmpack.views.plan import PackingPlan
+from mmpack.views.plan_pieces import decode_bin
 
 __all__ = [
     "bin_first_token",
@@ -69,9 +70,10 @@ def piece_ranges(
     has_eot = np.empty(total, dtype=np.int64)  # as one_bin's scratch: one compile of the kernels
     bad = select_pieces(
         plan.bin_ptr,
-        plan.piece_doc,
-        plan.piece_start,
+        plan.piece_ref,
         plan.piece_len,
+        plan.regions,
+        plan.split,
         offsets,
         doc_starts,
         seqlen,
@@ -202,9 +204,10 @@ def read_bin(
     params[5] = 0  # cu_seqlens in their own array
     n_seg, longest = one_bin(
         bin_ptr,
-        plan.piece_doc,
-        plan.piece_start,
+        plan.piece_ref,
         plan.piece_len,
+        plan.regions,
+        plan.split,
         offsets,
         src,
         b,
@@ -278,10 +281,16 @@ def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
     lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
     if not 0 <= lo < hi <= plan.n_pieces:
         return 0
-    d = int(plan.piece_doc[lo])
+    try:
+        docs, starts, _ = decode_bin(
+            bin_ptr, plan.piece_ref[: lo + 1], plan.piece_len, plan.split, plan.regions, b
+        )
+    except (FormatError, IndexError):
+        return 0
+    d = int(docs[0])
     if not 0 <= d < offsets.shape[0] - 1:
         return 0
-    return int(offsets[d]) + int(plan.piece_start[lo])
+    return int(offsets[d]) + int(starts[0])
 
 
 def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:

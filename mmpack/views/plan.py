@@ -2,7 +2,9 @@
 ``seqlen``-token bins.
 
 A plan is an index, not a copy of the tokens: CSR arrays ``bin_ptr`` (n_bins + 1) and, per piece,
-``piece_doc``, ``piece_start`` (token offset inside the document) and ``piece_len`` (tokens taken).
+its document, its token offset inside the document and its length (tokens taken), stored in 8
+bytes a piece (:mod:`mmpack.views.plan_pieces`: a document reference relative to the piece's
+region, the length, and a sparse table for the few pieces that start inside their document).
 Its regions are CSR too: region ``r`` is documents ``region_doc[r]:region_doc[r+1]`` packed into
 bins ``region_bin[r]:region_bin[r+1]``.
 With an end-of-text token, a piece carries it iff the piece is shorter than ``seqlen``: the full
@@ -55,6 +57,7 @@ The plan's file format and the cache of plans in a store's cache folder
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +66,7 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm, p
 from mmpack.core.validation import check_index, check_region_tokens
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
+from mmpack.views.plan_pieces import check_region_size, decode_bin, decode_pieces, encode_region
 from mmpack.views.plan_stats import COUNTED, PackingStats, stats_of
 from mmpack.views.region_cuts import region_edges, whole_store_edges
 
@@ -103,16 +107,20 @@ class PackingPlan:
     ----------
     bin_ptr : numpy.ndarray, int64, shape (n_bins + 1,)
         Bin ``i`` holds pieces ``bin_ptr[i]:bin_ptr[i+1]``, in placement order.
-    piece_doc : numpy.ndarray, int64, shape (n_pieces,)
-    piece_start : numpy.ndarray, int64, shape (n_pieces,)
-        First token of the piece inside its document.
+    piece_ref : numpy.ndarray, uint32, shape (n_pieces,)
+        Each piece's document relative to its region, or its split entry
+        (:mod:`mmpack.views.plan_pieces`); :attr:`piece_doc` and :attr:`piece_start` decode them.
     piece_len : numpy.ndarray, int32, shape (n_pieces,)
         Tokens taken from the document (the eot, if any, is extra).
+    split : numpy.ndarray, int64, shape (2 * n_split,)
+        ``(document - region_doc[r], start)`` of each piece that starts inside its document.
     region_bin : numpy.ndarray, int64, shape (n_regions + 1,)
         Region ``r``'s bins are ``region_bin[r]:region_bin[r+1]``.
     region_doc : numpy.ndarray, int64, shape (n_regions + 1,)
         Region ``r``'s documents are ``region_doc[r]:region_doc[r+1]`` (strictly increasing):
         every piece of its bins comes from them.
+    region_split : numpy.ndarray, int64, shape (n_regions + 1,)
+        Region ``r``'s split entries are ``region_split[r]:region_split[r+1]``.
     seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens
         The parameters the plan was built with, by their canonical names (``lookahead`` is None
         unless ``"online"``; ``region_tokens`` None for one region over the whole store).
@@ -128,11 +136,12 @@ class PackingPlan:
     """
 
     bin_ptr: np.ndarray
-    piece_doc: np.ndarray
-    piece_start: np.ndarray
+    piece_ref: np.ndarray
     piece_len: np.ndarray
+    split: np.ndarray
     region_bin: np.ndarray
     region_doc: np.ndarray
+    region_split: np.ndarray
     seqlen: int
     add_eot: bool
     long_docs: str
@@ -173,7 +182,33 @@ class PackingPlan:
 
     @property
     def n_pieces(self) -> int:
-        return self.piece_doc.shape[0]
+        return self.piece_ref.shape[0]
+
+    @cached_property
+    def regions(self) -> np.ndarray:
+        """``region_bin``, ``region_doc`` and ``region_split`` stacked (int64, read-only,
+        (3, n_regions + 1)): the row kernels' region table."""
+        table = np.stack([self.region_bin, self.region_doc, self.region_split]).astype(np.int64)
+        table.flags.writeable = False
+        return table
+
+    @cached_property
+    def _decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        self.check_all()
+        docs, starts = decode_pieces(self.bin_ptr, self.piece_ref, self.split, *self.regions)
+        docs.flags.writeable = starts.flags.writeable = False
+        return docs, starts
+
+    @property
+    def piece_doc(self) -> np.ndarray:
+        """int64, shape (n_pieces,): each piece's document (decoded once, O(n_pieces))."""
+        return self._decoded[0]
+
+    @property
+    def piece_start(self) -> np.ndarray:
+        """int64, shape (n_pieces,): each piece's first token inside its document (decoded
+        once, O(n_pieces))."""
+        return self._decoded[1]
 
     @property
     def n_regions(self) -> int:
@@ -186,11 +221,10 @@ class PackingPlan:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
         i = check_index(i, self.n_bins, "bin")
         self.check_bin(i)
-        lo, hi = int(self.bin_ptr[i]), int(self.bin_ptr[i + 1])
-        return [
-            (int(self.piece_doc[p]), int(self.piece_start[p]), int(self.piece_len[p]))
-            for p in range(lo, hi)
-        ]
+        docs, starts, lengths = decode_bin(
+            self.bin_ptr, self.piece_ref, self.piece_len, self.split, self.regions, i
+        )
+        return list(zip(docs.tolist(), starts.tolist(), lengths.tolist()))
 
     def piece_has_eot(self) -> np.ndarray:
         """bool, shape (n_pieces,): whether an eot follows each piece (``add_eot and len <
@@ -202,12 +236,18 @@ class PackingPlan:
 
     def check_shapes(self) -> None:
         """Raise :class:`FormatError` unless ``bin_ptr`` and the piece arrays are 1-D and the
-        piece arrays of one length: the row kernels check each bin's range in ``bin_ptr``
-        against ``piece_doc`` only, then index all three.  O(1)."""
-        p = (self.piece_doc, self.piece_start, self.piece_len)
+        piece arrays of one length, ``split`` 1-D of even length and the region arrays 1-D of
+        one length: the row kernels check each bin's range in ``bin_ptr`` against
+        ``piece_ref`` only, then index ``piece_len``.  O(1)."""
+        p = (self.piece_ref, self.piece_len)
         if any(a.ndim != 1 for a in (*p, self.bin_ptr)) or len({a.shape[0] for a in p}) != 1:
             shapes = ", ".join(str(a.shape) for a in p)
             raise FormatError(f"plan: piece arrays must be 1-D of one length, got shapes {shapes}")
+        r = (self.region_bin, self.region_doc, self.region_split)
+        if any(a.ndim != 1 for a in r) or len({a.shape[0] for a in r}) != 1 or r[0].shape[0] < 1:
+            raise FormatError("plan: region arrays must be 1-D of one length")
+        if self.split.ndim != 1 or self.split.shape[0] % 2:
+            raise FormatError(f"plan: split must be 1-D of even length, got {self.split.shape}")
 
     def validate(self, doc_lens: np.ndarray) -> None:
         """Check the plan against the documents; raise :class:`FormatError` if a piece lies
@@ -244,7 +284,9 @@ class PackingPlan:
         self._validate_regions(doc_lens.shape[0])
 
     def _validate_regions(self, n_docs: int) -> None:
-        rb, rd = self.region_bin, self.region_doc
+        rb, rd, rs = self.region_bin, self.region_doc, self.region_split
+        if rs[0] != 0 or np.any(np.diff(rs) < 0) or 2 * rs[-1] != self.split.shape[0]:
+            raise FormatError("plan: region_split must cut the split entries in order")
         if rb.ndim != 1 or rd.shape != rb.shape or rb[0] != 0 or rb[-1] != self.n_bins:
             raise FormatError("plan: region_bin must start at 0 and end at n_bins")
         if np.any(np.diff(rb) < 0) or rd[0] != 0 or rd[-1] != n_docs or np.any(np.diff(rd) <= 0):
@@ -411,12 +453,17 @@ def _pack(
         a, b = int(local[r]), int(local[r + 1])
         _k.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
     items = counts[:, _k.ST_FULL_PIECES] + counts[:, _k.ST_PLACED_DOCS]
+    for r in range(n_reg):
+        check_region_size(int(local[r + 1] - local[r]), int(items[r]), r)
     n_items = int(items.sum())
     bin_ptr = np.zeros(n_items + 1, dtype=np.int64)
-    piece_doc = np.empty(n_items, dtype=np.int64)
-    piece_start = np.empty(n_items, dtype=np.int64)
+    piece_ref = np.empty(n_items, dtype=np.uint32)
     piece_len = np.empty(n_items, dtype=np.int32)
+    most = int(items.max(initial=0))  # one region's documents and starts at a time
+    docs, starts = np.empty(most, dtype=np.int64), np.empty(most, dtype=np.int64)
+    splits: list[np.ndarray] = []
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
+    region_split = np.zeros(n_reg + 1, dtype=np.int64)
     window = 1 if algorithm == PackingAlgorithm.NEXTFIT else lookahead
     scratch = np.zeros(_k.N_STATS, dtype=np.int64)
     nb = p = 0
@@ -425,23 +472,20 @@ def _pack(
         lens, occ = _region_lens(offsets, a, b), rem_occ[: b - a]
         if n_reg > 1:  # the first pass's sizes are those of the last region only
             _k.item_sizes(lens, seqlen, e, mode, occ, scratch)
-        out = (
-            bin_ptr[nb : nb + m + 1],
-            piece_doc[p : p + m],
-            piece_start[p : p + m],
-            piece_len[p : p + m],
-        )
+        out = (bin_ptr[nb : nb + m + 1], docs[:m], starts[:m], piece_len[p : p + m])
         univ = int(counts[r, _k.ST_UNIVERSE])
         if algorithm == PackingAlgorithm.BFD:
             k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
         else:
             k = _k.stream(lens, occ, seqlen, e, mode, window, *out, univ=univ)
         bin_ptr[nb : nb + k + 1] += p
-        piece_doc[p : p + m] += base + a
+        splits.append(encode_region(docs[:m], starts[:m], piece_ref[p : p + m]))
         nb, p = nb + k, p + m
         region_bin[r + 1] = nb
+        region_split[r + 1] = region_split[r] + splits[-1].shape[0] // 2
     bin_ptr = bin_ptr[: nb + 1].copy() if nb + 1 < bin_ptr.shape[0] else bin_ptr
-    arrays = (bin_ptr, piece_doc, piece_start, piece_len, region_bin, edges.copy())
+    split = np.concatenate(splits) if splits else np.zeros(0, dtype=np.int64)
+    arrays = (bin_ptr, piece_ref, piece_len, split, region_bin, edges.copy(), region_split)
     for arr in arrays:
         arr.flags.writeable = False
     sums = {name: int(counts[:, slot].sum()) for name, slot in COUNTED.items()}

@@ -67,9 +67,11 @@ __all__ = [
 ]
 
 
-PLAN_FORMAT_VERSION = 5
-"""Version of the plan file layout (5: an XXH64 per :data:`CHUNK_BYTES` of each array and the
-most pieces in a bin; 4: one XXH64 per array).  Only this version is read."""
+PLAN_FORMAT_VERSION = 6
+"""Version of the plan file layout (6: 8 bytes a piece, documents relative to their region and a
+sparse table of split pieces, :mod:`mmpack.views.plan_pieces`; 5: 20 bytes a piece, an XXH64 per
+:data:`CHUNK_BYTES` of each array and the most pieces in a bin; 4: one XXH64 per array).  Only
+this version is read: a cached plan of another is rebuilt."""
 
 CHUNK_BYTES = 1 << 24
 """Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
@@ -85,11 +87,12 @@ _WIDEST = 2**64 - 1
 """The widest value an offset or a digest takes in the header (20 digits)."""
 ARRAYS = (
     ("bin_ptr", np.dtype("<i8")),
-    ("piece_doc", np.dtype("<i8")),
-    ("piece_start", np.dtype("<i8")),
+    ("piece_ref", np.dtype("<u4")),
     ("piece_len", np.dtype("<i4")),
+    ("split", np.dtype("<i8")),
     ("region_bin", np.dtype("<i8")),
     ("region_doc", np.dtype("<i8")),
+    ("region_split", np.dtype("<i8")),
 )
 """The arrays of a plan file, in file order, and their on-disk dtypes."""
 
@@ -142,8 +145,8 @@ def plan_params(plan: PackingPlan) -> dict[str, Any]:
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
     """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
 
-    Layout (format 5): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
-    (``"format": 5``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
+    Layout (format 6): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
+    (``"format": 6``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
     statistics, ``"chunk_bytes"``, ``"max_bin_pieces"``, each array's dtype/shape/offset and
     ``"xxh64"``: the XXH64 (seed 0) of each ``chunk_bytes`` of its little-endian bytes, the last
     chunk short), the little-endian uint32 CRC-32 of the header, then the raw arrays
@@ -339,16 +342,20 @@ def _check_consistent(
     path: Path, arrays: dict[str, np.ndarray], stats: PackingStats, part: bool
 ) -> None:
     """The O(n_regions) checks that the row kernels and the region readers rely on."""
-    n_pieces = arrays["piece_doc"].shape[0]
+    n_pieces = arrays["piece_ref"].shape[0]
     bp, rb, rd = arrays["bin_ptr"], arrays["region_bin"], arrays["region_doc"]
+    rs, split = arrays["region_split"], arrays["split"]
     if (
         bp.shape[0] < 1
         or int(bp[0]) != 0
         or int(bp[-1]) != n_pieces
-        or arrays["piece_start"].shape[0] != n_pieces
         or arrays["piece_len"].shape[0] != n_pieces
         or stats.n_bins != bp.shape[0] - 1
         or rb.shape != rd.shape
+        or rs.shape != rd.shape
+        or int(rs[0]) != 0
+        or np.any(np.diff(rs) < 0)
+        or 2 * int(rs[-1]) != split.shape[0]
         or rb.shape[0] != stats.n_regions + 1
         or int(rb[0]) != 0
         or int(rb[-1]) != stats.n_bins

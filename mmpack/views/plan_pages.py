@@ -17,13 +17,16 @@ from mmpack.store.integrity import CheckedPages, block_digest
 __all__ = ["PlanPages"]
 
 
-_PIECE_ARRAYS = ("piece_doc", "piece_start", "piece_len")
+_PIECE_ARRAYS = ("piece_ref", "piece_len")
+_REGION_ARRAYS = ("region_bin", "region_doc", "region_split")
 
 
 class PlanPages:
     """The chunks of a mapped plan file, each checked against its recorded XXH64 once, on first
     use (a :class:`~mmpack.store.integrity.CheckedPages` per array).  The constructor checks the
-    region arrays whole (O(n_regions)) and the first and last chunk of the others (O(1)).
+    region arrays whole (O(n_regions)) and the first and last chunk of the others (O(1)).  A
+    bin's split entries are checked with its region's (the entries of one region of 2^25 tokens
+    lie in one or two chunks).
 
     Parameters
     ----------
@@ -63,8 +66,10 @@ class PlanPages:
             self._pages[name] = pages
         self._bins = self._pages["bin_ptr"]
         self._pieces = [self._pages[name] for name in _PIECE_ARRAYS]
-        self._n_pieces = arrays["piece_doc"].shape[0]
-        for name in ("region_bin", "region_doc"):
+        self._split = self._pages["split"]
+        self._split_top = arrays["split"].shape[0] - 1
+        self._n_pieces = arrays["piece_ref"].shape[0]
+        for name in _REGION_ARRAYS:
             self._pages[name].check_all()
         for pages in self._pages.values():
             if pages.n_pages:
@@ -87,6 +92,7 @@ class PlanPages:
         if lo < hi:
             for pages in self._pieces:
                 pages.check_entries(lo, hi - 1)
+        self._check_split(np.array([b], dtype=np.int64))
 
     def check_bins(self, idx: np.ndarray) -> None:
         """:meth:`check_bin` of every bin of ``idx`` (int64, shape (k,), in range)."""
@@ -98,6 +104,19 @@ class PlanPages:
         hi = np.minimum(bin_ptr[idx + 1], self._n_pieces) - 1
         for pages in self._pieces:
             pages.check_ranges(lo, hi)
+        self._check_split(idx)
+
+    def _check_split(self, idx: np.ndarray) -> None:
+        """Check (once) the split entries of the regions of bins ``idx``."""
+        if self._split.all_checked():
+            return
+        region_bin, region_split = self._arrays["region_bin"], self._arrays["region_split"]
+        r = np.unique(np.searchsorted(region_bin, idx, side="right") - 1)
+        r = r[(r >= 0) & (r < region_split.shape[0] - 1)]
+        lo, hi = 2 * region_split[r], 2 * region_split[r + 1] - 1
+        some = hi >= lo
+        if some.any():
+            self._split.check_ranges(lo[some], np.minimum(hi[some], self._split_top))
 
 
 def _check_chunk(

@@ -18,8 +18,10 @@ an independent call of :func:`build_part`: it finds its slots' document edges by
 over the store's offsets, reads the offsets of those documents only, packs them
 (:func:`~mmpack.views.plan.pack_regions`; documents keep the store's numbering) and writes a part
 plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
-the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces
-and to its ``region_bin`` the bins of the parts before it, in chunks of
+the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces,
+to its ``region_bin`` the bins and to its ``region_split`` the split entries of the parts before
+it (the piece arrays are relative to their regions, :mod:`mmpack.views.plan_pieces`: copied as
+they are), in chunks of
 :data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan_stats.merge_stats`);
 the digests are computed over the written file (:func:`~mmpack.views.plan_file.write_plan_file`).
 The result is byte for byte the file :func:`~mmpack.views.plan_file.save_plan` writes for the
@@ -28,7 +30,7 @@ plan held in memory (tested), in the place :func:`cached_plan` looks, so a
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
 regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
-join copies the plan arrays once (about 23 bytes per C4-like document) through a buffer of
+join copies the plan arrays once (about 10 bytes per C4-like document) through a buffer of
 :data:`JOIN_CHUNK` entries and reads them once more for the digests.  The engines that run the
 tasks (serially, on Dask) are the ingestion layer's (:mod:`mmpack.ingest.region_plan`).
 """
@@ -153,16 +155,22 @@ def join_parts(
     first = parts[0]
     stats = merge_stats([p.stats for p in parts], first.seqlen)
     shapes = {name: sum(getattr(p, name).shape[0] for p in parts) for name, _ in ARRAYS}
-    for name in ("bin_ptr", "region_bin", "region_doc"):  # CSR: one end entry for all
+    csrs = ("bin_ptr", "region_bin", "region_doc", "region_split")
+    for name in csrs:  # CSR: one end entry for all
         shapes[name] -= len(parts) - 1
-    bases = {"bin_ptr": "piece_doc", "region_bin": "bin_ptr"}  # what each CSR array counts
+    # what each CSR array counts, and that count's entries per counted item
+    bases = {
+        "bin_ptr": ("piece_ref", 1),
+        "region_bin": ("bin_ptr", 1),
+        "region_split": ("split", 2),
+    }
     dtypes: dict[str, np.dtype] = dict(ARRAYS)
 
     def fill(name: str, f: BinaryIO) -> None:
         base = 0
         for k, part in enumerate(parts):
             arr = getattr(part, name)
-            csr = name in ("bin_ptr", "region_bin", "region_doc")
+            csr = name in csrs
             stop = arr.shape[0] - (1 if csr and k < len(parts) - 1 else 0)
             for lo in range(0, stop, JOIN_CHUNK):
                 chunk = arr[lo : min(lo + JOIN_CHUNK, stop)]
@@ -170,8 +178,8 @@ def join_parts(
                     chunk = chunk + base
                 f.write(memoryview(np.ascontiguousarray(chunk, dtype=dtypes[name])).cast("B"))  # type: ignore[arg-type]
             if name in bases:
-                counted = getattr(part, bases[name]).shape[0]
-                base += counted - (1 if name == "region_bin" else 0)
+                counted, per = bases[name]
+                base += getattr(part, counted).shape[0] // per - (name == "region_bin")
 
     write_plan_file(path, key, plan_params(first), stats, shapes, fill)
 

@@ -112,8 +112,8 @@ def packed_provenance(ds: Any, idx: np.ndarray, ranges: tuple[np.ndarray, ...]) 
     plan = ds._plan  # the read checked bins idx (PackedDataset._check_bins)
     block = np.empty((len(PIECE_FIELDS), int(row_ptr[-1])), dtype=np.int64)
     if idx.shape[0]:
-        args = (plan.bin_ptr, plan.piece_doc, plan.piece_start, idx, row_ptr, lengths, has_eot)
-        bin_pieces(*args, block)
+        layout = (plan.bin_ptr, plan.piece_ref, plan.regions, plan.split)
+        bin_pieces(*layout, idx, row_ptr, lengths, has_eot, block)
     return _finished(ds.store, block, row_ptr)
 
 
