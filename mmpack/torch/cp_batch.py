@@ -29,6 +29,7 @@ __all__ = [
     "BatchLayout",
     "LOSS_MASK",
     "PLAIN_LAYOUT",
+    "batch_layout",
     "context_parallel",
     "lay_out",
     "padded_boundaries",
@@ -80,6 +81,21 @@ class BatchLayout:
 
 
 PLAIN_LAYOUT = BatchLayout(True, None, None, False)
+
+
+def batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
+    """``BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)``, checked once per set of
+    options (of these types) and shared: :func:`~mmpack.torch.collate.collate` asks for it per
+    batch.  Options that cannot be a cache key are checked afresh (and refused)."""
+    try:
+        return _batch_layout(varlen, cp_size, cp_rank, pad_cu_seqlens)
+    except TypeError:  # unhashable: BatchLayout says what is wrong with it
+        return BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)
+
+
+@functools.lru_cache(maxsize=32, typed=True)
+def _batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
+    return BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)
 
 
 def lay_out(
@@ -148,7 +164,7 @@ def context_parallel(
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
     padded, longest, block, mask, indices = cp_batch_fields(
-        tuple([_flat(out[key]) for key in keys]),
+        tuple([_flat(field) for field in map(out.__getitem__, keys)]),
         flat,
         cp_size,
         -1 if cp_rank is None else cp_rank,

@@ -237,7 +237,10 @@ def _write_fields(
         )
         return whole, None
     whole = np.empty((count + -(-4 // dtype.itemsize), 1, size), dtype)
-    mask = whole[count:].reshape(-1).view(np.float32)[None, :size]  # the rows after the fields'
+    if dtype.itemsize >= 4:  # the mask in the first bytes of the row after the fields'
+        mask = whole[count].view(np.float32)[:, :size]
+    else:  # over the rows after the fields'
+        mask = whole[count:].reshape(-1).view(np.float32)[None, :size]
     lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked,
                    mask[0])  # fmt: skip
     return whole[:count], mask
