@@ -9,7 +9,7 @@ chunk ``2C - 1 - r`` of every segment.
 * :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
   rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
   padding (a constant, or for positions the segment's first position plus the offset); the mask
-  of a segment's labels right after they are written, while they are in cache.  A field its
+  of the labels in the loops that write them.  A field its
   caller knows to follow from each segment's first token (a view's positions ``0, 1, ...``, its
   attention mask of 1s) is written from that token alone, not read (half the reading for a
   view's four fields);
@@ -83,7 +83,8 @@ def lay_out_fields(
     masked : int
         The field (``-1``: none) whose mask is written.
     mask : numpy.ndarray, float32, shape (0,) or a row's
-        When ``masked >= 0``: ``1.0`` where that field's row differs from its fill, else ``0.0``.
+        When ``masked >= 0``: ``1.0`` where that field's value differs from its fill, else
+        ``0.0`` (the value before the cast to the block's dtype).
     """
     # Each chunk is written in place, not by a helper called per chunk: LLVM does not inline
     # one that large, and the calls cost about a tenth of the time.  Each run is written through
@@ -115,8 +116,15 @@ def lay_out_fields(
                     dst = out[at : at + n]
                     if not derived:
                         run = src[start + lo : start + stop]
-                        for j in range(n):
-                            dst[j] = run[j]
+                        if f == masked:
+                            mine = mask[at : at + n]
+                            for j in range(n):
+                                value = run[j]
+                                dst[j] = value
+                                mine[j] = np.float32(value != fill)
+                        else:
+                            for j in range(n):
+                                dst[j] = run[j]
                     elif pos:
                         base = src[start] + lo
                         for j in range(n):
@@ -137,8 +145,12 @@ def lay_out_fields(
                     else:
                         for j in range(n):
                             dst[j] = fill
+                        if f == masked:
+                            mine = mask[at : at + n]
+                            for j in range(n):
+                                mine[j] = 0.0
                     at += n
-            if f == masked:  # while the segment's tokens are still in cache
+            if f == masked and (derived or pos):  # else written with the field
                 run = out[begin:at]
                 dst = mask[begin:at]
                 for j in range(at - begin):
