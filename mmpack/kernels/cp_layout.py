@@ -86,9 +86,8 @@ def lay_out_fields(
         When ``masked >= 0``: ``1.0`` where that field's value differs from its fill, else
         ``0.0`` (the value before the cast to the block's dtype).
     """
-    # Each chunk is written in place, not by a helper called per chunk: LLVM does not inline
-    # one that large, and the calls cost about a tenth of the time.  Each run is written through
-    # views indexed from 0, which LLVM turns into vector copies.
+    # Chunks written in place (LLVM does not inline a helper that large: a tenth more time), each
+    # run through views indexed from 0, which LLVM turns into vector copies.
     unit = 2 * cp_size
     chunks = 1 if cp_rank < 0 else 2  # the whole padded segment, or the rank's two chunks
     for f in range(len(srcs)):
