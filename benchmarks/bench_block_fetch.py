@@ -43,6 +43,16 @@ pages costs this machine, against overwriting resident ones (:func:`_page_costs`
 lands at least two windows in new pages, where the local store's pages are already resident),
 and what checking a fetched part and a single block costs (:func:`_check_costs`).
 
+``--pinned`` (issue's speed check): the server and the proxy pinned to core 0, this process and
+its DataLoader workers to core 1, then the same unpinned; a first epoch in the block order
+(windows of 8 MiB: twelve on the default store) through a plain ``DataLoader`` over a
+``ResumableSampler`` and through ``mmpack.torch.loader``, 0 and 2 workers, against the local
+store read the same way (pinned the same way).  ``L`` is the local loop's CPU seconds per GB
+served, ``F`` the bare client's per GB fetched (the floor's); on one core the loop and the
+fetching share the CPU, so a first epoch reaches at most ``bound = L / (L + F)`` of the local
+one; ``of bound`` is ``vs local / bound``, ``cpu beyond local / F`` the reader's CPU per GB
+beyond the local loop's over the bare client's.
+
 Run: ``python -m benchmarks.bench_block_fetch`` (``--quick``: 28 MB, under 20 s; ``--large``: a
 2.7 GB store, three windows at the defaults, the default case alone, about 3 minutes: the store of
 the default run fits in one window, so its first batch, which waits for the blocks a whole
@@ -365,7 +375,123 @@ def _global_rows(url, opts, tmp, local, n_batches) -> list[dict[str, Any]]:
     ]
 
 
-def run(quick: bool = False, large: bool = False) -> list[dict[str, Any]]:
+# ----------------------------------------------------------------------------- one core each
+PINNED = Case("window", MiB, 8)
+"""The pinned case: windows of 8 MiB, so the default store holds twelve of them."""
+
+
+def _threads(pid: int) -> list[int]:
+    """The threads of ``pid`` and of its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{p}/task")]
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of ``pids`` and their descendants on ``cpus`` (threads and processes they
+    start later inherit it)."""
+    for pid in pids:
+        for tid in _threads(pid):
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+
+
+def _plain(view: Any, case: Case, workers: int) -> Any:
+    """A plain ``DataLoader`` over a block-order ``ResumableSampler`` (the Trainer and Lightning
+    path), batches as the mmpack loader's."""
+    from torch.utils.data import DataLoader
+
+    from mmpack.torch.collate import collate
+    from mmpack.torch.sampler import ResumableSampler
+
+    bounds = view.block_bounds(case.block_bytes)
+    sampler = ResumableSampler(view, shuffle="blocks", block_bounds=bounds,
+                               window_blocks=case.window_blocks, seed=1)  # fmt: skip
+    return DataLoader(view, sampler=sampler, batch_size=BATCH, num_workers=workers,
+                      collate_fn=collate)  # fmt: skip
+
+
+def _pinned_rows(url, opts, tmp, local, pids, pinned: bool) -> list[dict[str, Any]]:
+    """The first epoch of a remote store against the local store, through a plain DataLoader
+    and through ``mmpack.torch.loader``, 0 and 2 workers; ``pinned``: the server and the proxy
+    on core 0, this process and its workers on core 1 (the local reference too)."""
+
+    everything = set(range(os.cpu_count() or 1))
+    rows: list[dict[str, Any]] = []
+    if pinned:
+        _pin(pids, {0})
+        _pin([os.getpid()], {1})
+    try:
+        for path in ("DataLoader", "loader"):
+            for workers in (0, 2):
+                rows.append(_pinned_row(url, opts, tmp, local, pids, path, workers, pinned))
+    finally:
+        _pin([*pids, os.getpid()], everything)
+    return rows
+
+
+def _pinned_row(url, opts, tmp, local, pids, path, workers, pinned) -> dict[str, Any]:
+    import mmpack
+
+    case = PINNED
+
+    def make(view: Any) -> Any:
+        if path == "loader":
+            return case.loader(view, workers=workers)
+        return _plain(view, case, workers)
+
+    local_ld = make(case.view(local))
+    _epoch(local_ld, limit=4)  # warm-up (numba, page cache, workers' imports)
+    local_s, cpu_local = _best(pids, lambda: _epoch(local_ld)[0])
+    store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"p{time.time()}",
+                        cache_limit=8 << 30)  # fmt: skip
+    view = case.view(store)
+    ld = make(view)
+    with _Cpu(pids) as cpu_s3:
+        secs = _epoch(ld)[0]
+    fetcher = ld.sampler.window_fetcher
+    fetcher.wait()
+    windows = [fetcher.window_spans(0, w) for w in range(fetcher.order.n_windows)]
+    ahead = fetcher._jobs[(1, 0)].result()  # the next epoch's first window, fetched ahead
+    fetched = fetcher.spans.stats["bytes_fetched"] + store._backend.stats["bytes_fetched"] - ahead
+    fetcher.close()
+    floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"q{time.time()}",
+                              cache_limit=8 << 30)  # fmt: skip
+    floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
+    _, cpu_floor = _best(pids, lambda: _floor(floor_store, [s for w in windows for s in w]))
+    served = len(view) * SEQLEN * 2 / 1e9  # GB of tokens the batches hold
+    loop = cpu_local.client / served  # L: the local loop's CPU s per GB
+    bare = cpu_floor.client / (fetched / 1e9)  # F: the bare client's CPU s per GB
+    bound = loop / (loop + bare) if pinned else 1.0
+    beyond = (cpu_s3.client - cpu_local.client) / served
+    return {
+        "case": f"{'pinned' if pinned else 'unpinned'}, {path}, {workers} workers",
+        "s": secs,
+        "local s": local_s,
+        "vs local": local_s / secs,
+        "L cpu s/GB": loop,
+        "F cpu s/GB": bare,
+        "bound": bound,
+        "of bound": local_s / secs / bound,
+        "cpu beyond local / F": beyond / bare,
+        "fetched/served": fetched / 1e9 / served,
+        "target": "of bound >= 0.9, cpu beyond / F <= 1.2, fetched/served <= 1.01",
+        "met": local_s / secs / bound >= 0.9
+        and beyond / bare <= 1.2
+        and fetched / 1e9 / served <= 1.01,
+    }
+
+
+def run(quick: bool = False, large: bool = False, pinned: bool = False) -> list[dict[str, Any]]:
     import mmpack
 
     s3 = _server_helpers()
@@ -392,6 +518,10 @@ def run(quick: bool = False, large: bool = False) -> list[dict[str, Any]]:
             proxy = _Proxy(server.port, 0.02)
             opts = dict(server.options, endpoint=proxy.endpoint)
             pids = [server.proc.pid, proxy.pid]
+            if pinned:
+                rows.extend(_pinned_rows(url, opts, tmp, local, pids, pinned=True))
+                rows.extend(_pinned_rows(url, opts, tmp, local, pids, pinned=False))
+                return rows
             for case in _cases(quick, large):
                 rows.extend(_blocks_rows(url, opts, tmp, local, case, pids, fresh))
             if not large:
@@ -412,5 +542,8 @@ if __name__ == "__main__":
     from benchmarks.__main__ import print_table
 
     print_table(
-        "one fetch per block", run(quick="--quick" in sys.argv, large="--large" in sys.argv)
+        "one fetch per block",
+        run(
+            quick="--quick" in sys.argv, large="--large" in sys.argv, pinned="--pinned" in sys.argv
+        ),
     )

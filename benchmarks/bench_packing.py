@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.views.plan import build_plan
-from mmpack.views.plan_regions import cached_plan
+from mmpack.packing.plan import build_plan
+from mmpack.packing.plan_regions import cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 

@@ -8,7 +8,7 @@ subprocess and its children every 10 ms (``peak anon MiB``: the largest sample o
 the memory a build holds besides the page cache; ``dask sum MiB``: of all processes at once).
 Columns: ``build s`` (``StoreWriter.add_batch`` in chunks of 10^7 documents, no fsync); ``open
 s`` and its peak; ``windows s`` (``WindowDataset(store, 2048)`` and 64 random windows read);
-``plan s`` and its peak (:func:`~mmpack.views.plan_regions.cached_plan`, ``seqlen=2048``, an
+``plan s`` and its peak (:func:`~mmpack.packing.plan_regions.cached_plan`, ``seqlen=2048``, an
 eot, ``region_tokens="auto"``, nothing cached); ``reopen s`` and its peak (the cached plan);
 ``packed open s`` and its peak (``PackedDataset`` over the cached plan, from opening the store)
 and ``packed reads s`` (64 random samples read after it);
@@ -17,7 +17,7 @@ file`` (the Dask-built file is byte for byte the serial one); ``bins``, ``ideal 
 (``ceil(sum(len + 1) / 2048)``, a lower bound of any packing, the whole-store best fit's bins for
 these documents) and ``bin cost`` (``bins / ideal bins - 1``).
 
-Run ``python -m benchmarks.bench_scale [--quick]``: 10^9 documents need about 20 GB of disk and
+Run ``python -m benchmarks.bench_scale [--quick] [--docs N]`` (``--docs``: that size alone): 10^9 documents need about 20 GB of disk and
 the full run takes tens of minutes on one core.
 """
 
@@ -123,7 +123,7 @@ def _windows(path: str) -> dict[str, Any]:
 
 def _plan(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.plan_regions import cached_plan
+    from mmpack.packing.plan_regions import cached_plan
 
     store = mmpack.open(path)
     shutil.rmtree(store.cache_dir, ignore_errors=True)
@@ -139,7 +139,7 @@ def _plan(path: str) -> dict[str, Any]:
 
 def _reopen(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.plan_regions import cached_plan
+    from mmpack.packing.plan_regions import cached_plan
 
     cached_plan(mmpack.open(_warm_store()), SEQLEN, add_eot=True, region_tokens="auto")
     t0 = time.perf_counter()
@@ -245,8 +245,10 @@ def _case(n: int, tmp: Path) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def run(quick: bool = False, docs: int | None = None) -> list[dict[str, Any]]:
     sizes = [1_000_000, 10_000_000] if quick else [100_000_000, 1_000_000_000]
+    if docs is not None:
+        sizes = [docs]
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-scale-"))
     try:
         return [_case(n, tmp) for n in sizes]
@@ -262,4 +264,6 @@ if __name__ == "__main__":
     else:
         from benchmarks.__main__ import print_table
 
-        print_table("scale: build, open, windows, plans", run(quick="--quick" in sys.argv[1:]))
+        argv = sys.argv[1:]
+        docs = int(float(argv[argv.index("--docs") + 1])) if "--docs" in argv else None
+        print_table("scale: build, open, windows, plans", run("--quick" in argv, docs))

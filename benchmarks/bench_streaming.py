@@ -11,7 +11,7 @@ below), so the packing efficiencies must agree; the throughput is the point.
 
 Reported per shape: packing efficiency of each, sequences emitted per second (median of
 ``repeats`` timed runs after a warm-up run), and the speed-up; plus the StreamingPacker with MLM
-masking (``mmpack.views.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
+masking (``mmpack.packing.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
 (no Python call per document).  End to end, both packers must write the same ``int64`` output
 (and the StreamingPacker also an ``int64`` attention mask), which bounds the speed-up; the
 "placement only" rows time the decisions alone on the lengths (the seed's Python loop with

@@ -27,8 +27,8 @@ import time
 import numpy as np
 
 import mmpack
-from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import ARRAYS, load_plan, plan_cache_key, save_plan
+from mmpack.packing.plan import build_plan
+from mmpack.packing.plan_file import ARRAYS, load_plan, plan_cache_key, save_plan
 from mmpack.views.window import WindowDataset
 
 

@@ -13,7 +13,7 @@
           ResumableSampler ──▶ DataLoader ──▶ mmpack.torch.collate.collate ──▶ model
 
 Everything else is reached by module path (``mmpack.ingest``, ``mmpack.torch.collate``,
-``mmpack.torch.attention``, ``mmpack.views.plan``...).
+``mmpack.torch.attention``, ``mmpack.packing.plan``...).
 """
 
 from __future__ import annotations

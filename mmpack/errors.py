@@ -117,7 +117,7 @@ class IngestWarning(UserWarning):
 
 class DefaultOrderWarning(UserWarning):
     """A sampler over a remote store reads the block-window order because ``shuffle`` was left
-    to its default (:func:`~mmpack.core.validation.check_shuffle`); the message names the order,
+    to its default (:func:`~mmpack.core.sample_order.check_shuffle`); the message names the order,
     its window, its measured cost in model quality and how to choose the global order.  Warned
     once per process and store."""
 

@@ -375,7 +375,7 @@ def _keys_ref(seed: int, epoch: int, indices: np.ndarray) -> list[int]:
 
 
 def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.views.masking import excluded_ids
+    from mmpack.packing.masking import excluded_ids
 
     vocab = int(rng.integers(30, 300))
     rows, length = int(rng.integers(1, 4)), int(rng.integers(0, size + 1))
@@ -389,7 +389,7 @@ def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _mlm_hashed_kernel(ids, maskable, seed, epoch, index, p, vocab, ex):
-    from mmpack.views.masking import corrupt_rows, row_keys
+    from mmpack.packing.masking import corrupt_rows, row_keys
 
     got = ids.copy()
     labels = corrupt_rows(
@@ -861,7 +861,7 @@ def ref_megatron_samples(sizes, di, seqlen, extra, total, n):
 # =========================================================================== packed rows
 def encoded(plan: tuple[np.ndarray, ...], regions: int = 1) -> tuple[np.ndarray, ...]:
     """``(bin_ptr, piece_ref, piece_len, regions, split)``, the row kernels' layout
-    (:mod:`mmpack.views.plan_pieces`), of the plan ``(bin_ptr, piece_doc, piece_start,
+    (:mod:`mmpack.packing.plan_pieces`), of the plan ``(bin_ptr, piece_doc, piece_start,
     piece_len)`` of any values: its bins cut into up to ``regions`` regions when ``bin_ptr``
     cuts the pieces in order (else one), each region's documents counted from its smallest; a
     piece that starts inside its document, or names a document no reference can (negative, too
@@ -1121,7 +1121,7 @@ def _fill_rows_ref(plan, offsets, src, params, idx, dtype, _holder, _doc_starts)
 
 # =========================================================================== plans
 def _plan_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.views.plan import LONG_DOCS
+    from mmpack.packing.plan import LONG_DOCS
 
     lens = rng.integers(0, 61, int(rng.integers(0, size + 1))).tolist()
     return (
@@ -1162,7 +1162,7 @@ def _bfd_canonical(bins, seqlen):
 
 
 def _bfd_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack.views.plan import build_plan
+    from mmpack.packing.plan import build_plan
 
     plan = build_plan(np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs)
     return plan, seqlen
@@ -1179,7 +1179,7 @@ def _bfd_ref(lens, seqlen, eot, long_docs, window):
 
 
 def _online_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack.views.plan import build_plan
+    from mmpack.packing.plan import build_plan
 
     plan = build_plan(
         np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs,

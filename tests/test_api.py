@@ -71,13 +71,13 @@ def _public_callables() -> dict[str, object]:
     """Every public class and function whose parameters name the shared concepts."""
     import mmpack.torch.attention as attention
     from mmpack.cli.demo import compare_packing
+    from mmpack.packing.plan import build_plan
+    from mmpack.packing.plan_file import plan_cache_key
+    from mmpack.packing.plan_regions import cached_plan
     from mmpack.torch.collate import Collator, collate
     from mmpack.torch.hf import hf_inputs
     from mmpack.torch.loading import loader
     from mmpack.torch.streaming import PackerDataset
-    from mmpack.views.plan import build_plan
-    from mmpack.views.plan_file import plan_cache_key
-    from mmpack.views.plan_regions import cached_plan
 
     found = {
         name: getattr(mmpack, name)

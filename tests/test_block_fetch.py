@@ -28,7 +28,7 @@ from _s3 import DelayProxy, isolate_cache_and_env
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
-from mmpack.errors import FormatError
+from mmpack.errors import FormatError, SlowReadWarning
 from mmpack.remote.spans import SpanFetcher
 from mmpack.torch import loader
 from mmpack.torch.block_fetch import WindowFetcher
@@ -292,6 +292,113 @@ def test_a_corrupt_part_is_fetched_again(stores, s3_server, tmp_path, monkeypatc
     spans.drop([(0, 20_000)])
     with pytest.raises(FormatError, match="checksum"):
         spans.fetch([(0, 20_000)])
+
+
+@pytest.fixture(scope="module")
+def zarr_store(s3_server, stores):
+    """The stores' documents as a remote sharded Zarr store: one 4 KiB inner chunk per check
+    block of the memmap store, 16 chunks per shard."""
+    from test_zarr import _small
+
+    with pytest.MonkeyPatch.context() as mp:
+        _small(mp, inner=CHECK, shard=16 * CHECK)
+        docs = _corpus(n_docs=3000, seed=3)
+        return mmpack.build(_url(), docs, backend="zarr", storage_options=s3_server.options)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
+    workers, zarr_store, stores, s3_server, tmp_path
+):
+    """The block order over a remote Zarr store takes the memmap layout's path: the sampler
+    fetches a window's inner chunks whole (merged range requests per shard) into the node cache,
+    each block once per epoch, readers (forked workers too) fetch nothing of their own, the node
+    cache holds two windows at most, and the batches equal the local store's.  (It used to have
+    no whole-block fetch: every sample was a small range request.)"""
+    from torch.utils.data import DataLoader
+
+    from mmpack.torch.collate import collate
+
+    local = stores[1]
+    proxy = DelayProxy(s3_server.port, delay=0.0)
+    try:
+        store = _open(zarr_store, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        assert store.backend == "zarr" and store._backend._layout.num_shards > 4
+        view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SlowReadWarning)  # the block order fetches blocks
+            s = ResumableSampler(
+                view, shuffle="blocks", block_bounds=view.block_bounds(BLOCK), window_blocks=W,
+                seed=5,
+            )  # fmt: skip
+        more = dict(multiprocessing_context="fork") if workers else {}
+        dl = DataLoader(
+            view, sampler=s, batch_size=16, num_workers=workers, collate_fn=collate, **more
+        )
+        ref = _loader(local)
+        spans = store.span_fetcher
+        assert spans is not None and spans.fetcher.block == CHECK
+        spans.part_blocks = PART // CHECK
+        sizer = WindowFetcher(view, s)  # the windows' spans (fetches nothing itself)
+        sizes = [_window_bytes(sizer, e) for e in range(3)]
+        seq = sizes[0] + sizes[1] + sizes[2][:1]
+        bound = max(a + b for a, b in zip(seq, seq[1:]))
+        cf, peak, before, down = spans.cache, 0, proxy.requests, proxy.bytes_down
+        for epoch in range(2):
+            s.set_epoch(epoch)
+            for got, want in zip(dl, ref, strict=True):
+                np.testing.assert_array_equal(_ids(got), _ids(want))
+                peak = max(peak, int(cf.state.sum()) * CHECK)
+        fetcher = s.window_fetcher
+        fetcher.wait()
+        stats = spans.stats
+        assert peak <= bound + 2 * W * CHECK  # two windows (a boundary block each end at most)
+        # each block once per epoch (a chunk is its block and a 4-byte crc32c; the shard
+        # indexes once), and the next epoch's first window fetched ahead
+        blocks = (sum(sizes[0]) + sum(sizes[1]) + sizes[2][0]) // CHECK
+        indexes = store._backend._layout.num_shards * store._backend._layout.index_nbytes
+        assert stats["bytes_fetched"] <= blocks * (CHECK + 4) + indexes
+        assert stats["blocks_dropped"] > 0
+        # readers waited for the spans (a few requests of their own at most)
+        assert proxy.requests - before <= stats["requests"] + 4
+        # (and their bytes, with each response's headers)
+        assert proxy.bytes_down - down <= 1.1 * stats["bytes_fetched"] + 4 * CHECK
+        fetcher.close()
+    finally:
+        proxy.close()
+
+
+def test_a_corrupt_zarr_part_is_fetched_again(zarr_store, stores, s3_server, tmp_path, monkeypatch):
+    """A span part of a remote Zarr store whose chunk fails its crc32c is fetched once more;
+    bad twice, a FormatError and nothing stored."""
+    local = stores[1]
+    store = _open(zarr_store, s3_server.options, tmp_path)
+    spans: SpanFetcher = store.span_fetcher
+    source = store._backend.source
+    source.reader.indexes(list(range(store._backend._layout.num_shards)))  # indexes first
+    transport = spans.fetcher.transport
+    real = type(transport).get_ranges
+    bad = {"left": 1}
+
+    def flaky(self, key, ranges):
+        out = real(self, key, ranges)
+        size = source.objects.get(key[len(source.data) :], 0)
+        if bad["left"] and "/tokens/" in key and ranges[0][1] < size:  # a chunk, not an index
+            bad["left"] -= 1
+            out[0] = bytes([out[0][0] ^ 0xFF]) + out[0][1:]
+        return out
+
+    monkeypatch.setattr(type(transport), "get_ranges", flaky)
+    spans.fetch([(0, 20_000)])
+    assert spans.stats["refetched"] >= 1
+    np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
+    bad["left"] = 1 << 20  # every chunk response bad (so each is bad twice): never served
+    spans.drop([(0, 20_000)])
+    cf = spans.cache
+    b0, b1 = spans.block_range(0, 20_000)
+    with pytest.raises(FormatError, match="checksum"):
+        spans.fetch([(0, 20_000)])
+    assert not cf.state[b0:b1].any()
 
 
 def test_the_fetcher_needs_a_block_order_and_a_node_cache(stores, s3_server, tmp_path):

@@ -1,4 +1,4 @@
-"""Defaults that follow the storage (``mmpack/core/validation.py`` ``check_shuffle``,
+"""Defaults that follow the storage (``mmpack/core/sample_order.py`` ``check_shuffle``,
 ``mmpack/remote/opener.py`` ``node_cache``, ``mmpack/torch/block_fetch.py``), against a real S3
 server (SeaweedFS, ``tests/_s3.py``) behind the counting proxy and over ``file://`` stores: a
 remote store opened without ``cache_limit`` gets a node cache of two windows where its cache
@@ -112,6 +112,29 @@ def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_serve
         assert "20-300x" in slow and said[DefaultOrderWarning] == []
     finally:
         proxy.close()
+
+
+def test_a_remote_zarr_loader_reads_whole_blocks_by_default_too(tmp_path):
+    """A remote Zarr store opened without ``cache_limit`` gets the same default node cache and
+    the same whole-block fetch as the memmap layout: no warning of slow reads, batches equal
+    the local store's.  (It used to warn "cannot fetch whole blocks".)"""
+    docs = _corpus(n_docs=600, seed=8)
+    url = (tmp_path / "remote").as_uri()
+    mmpack.build(url, docs, backend="zarr")
+    local = mmpack.build(tmp_path / "local", docs)
+    store = mmpack.open(url, cache_dir=tmp_path / "c")
+    assert store.backend == "zarr" and store._backend.cache.limit == NODE_CACHE_BYTES
+    assert store.span_fetcher is not None
+    ld, said = _recorded(lambda: loader(_view(store), 16, block_bytes=BLOCK, window_blocks=W))
+    assert said[SlowReadWarning] == [] and len(said[DefaultOrderWarning]) == 1
+    f = ld.sampler.window_fetcher
+    assert ld.sampler.shuffle == "blocks" and f is not None
+    ref = loader(_view(local), 16, shuffle="blocks", block_bytes=BLOCK, window_blocks=W)
+    for got, want in zip(ld, ref, strict=True):
+        np.testing.assert_array_equal(got["input_ids"].numpy(), want["input_ids"].numpy())
+    f.wait()
+    assert f.spans.stats["bytes_fetched"] > 0 and store._backend.fetcher.stats["requests"] <= 4
+    f.close()
 
 
 def test_a_local_store_keeps_the_global_order_silently(tmp_path):

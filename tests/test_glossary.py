@@ -13,10 +13,11 @@ GLOSSARY = PACKAGE.parent / "docs" / "glossary.md"
 
 SAMPLER_BLOCK = {
     "core/constants.py": {"FETCH_BLOCK_BYTES", "WINDOW_BLOCKS"},
-    "core/validation.py": {"check_block_bounds", "order_block_bytes"},
+    "core/sample_order.py": {"order_block_bytes"},
+    "core/validation.py": {"check_block_bounds"},
     "sampling/block_order.py": {"BlockOrder"},
     "sampling/mixture_blocks.py": {"BlockPasses"},
-    "views/region_cuts.py": {"region_blocks"},
+    "packing/region_cuts.py": {"region_blocks"},
 }
 """Names of the sampler's block (``block_bounds``, ``shuffle="blocks"``)."""
 

@@ -26,6 +26,7 @@ LAYERS = [
     {"errors", "kernels", "core"},
     {"store"},
     {"remote", "formats", "joins"},
+    {"packing"},
     {"views"},
     {"sampling", "streaming"},
     {"torch"},
@@ -216,7 +217,7 @@ import mmpack.store.reader
 from mmpack import build
 from mmpack.views import window
 from mmpack.views.packed import PackedDataset
-from . import plan
+from . import batch
 from .window import WindowDataset
 ENTRY = "mmpack.remote.opener:open_url"
 NOT_A_MODULE = "mmpack.json"
@@ -232,7 +233,7 @@ def later():
         "store.reader",
         "views.window",
         "views.packed",
-        "views.plan",
+        "views.batch",
         "remote.opener",
         "torch.sampler",
     }, found
@@ -246,8 +247,48 @@ def later():
 # lines are its span (``end_lineno - lineno + 1``: from its ``def`` line to its last line)
 # less its docstring: the rule bounds the code a reader holds at once, and must never push a
 # public function to document less (``ingest``'s signature and docstring alone are 91 lines).
-MAX_MODULE_LINES = 550
+MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
+
+# Modules allowed past MAX_MODULE_LINES, each with why it is longer.  Splitting a module that has
+# no real seam only moves lines to dodge the cap: an honest entry here is better.  The test below
+# fails on an entry that fits, so the list only shrinks.  "split pending": the module is being
+# reworked elsewhere, and its split goes with that work.
+_KERNEL_CACHE = (
+    "its jitted functions call each other, so they stay in one file: numba's cache does not see "
+    "a callee in another file change"
+)
+LONG_MODULES = {
+    "ingest/tokenizer.py": "the Tokenizer protocol, its three kinds, load_tokenizer and the "
+    "template wrapper every kind goes through: one module owns what a store records of its "
+    "tokenizer (ingest.templates was merged here for that)",
+    "kernels/packed_rows.py": f"split pending; {_KERNEL_CACHE} (fill_rows, label_rows and one_bin "
+    "share the segment helpers)",
+    "kernels/plan_bestfit.py": f"split pending; {_KERNEL_CACHE} (every placement walks the one "
+    "segment tree)",
+    "kernels/window.py": f"split pending; {_KERNEL_CACHE} (the gathers call copy_window, which "
+    "calls eight helpers; window_pieces alone could move)",
+    "remote/cache.py": "split pending",
+    "sampling/mixture.py": "one class, Mixture; its item tables, batches, blocks and statistics "
+    "already live in mixture_items, mixture_batches, mixture_blocks and mixture_stats",
+    "store/reader.py": "one class, TokenStore, the store's whole read interface, and the two "
+    "functions that make one (open_store, reopen_pickled)",
+    "store/subset.py": "SubsetStore and the three ways to make one (select, where, split) that "
+    "register_subsets serves from one module",
+    "store/writer.py": "one class, StoreWriter, a streaming writer's state from the first add to "
+    "the commit, and build, its front door",
+    "streaming/packer.py": "one class, StreamingPacker; its buffer, placement, schedules, "
+    "shards and checkpoints already live in its sibling modules",
+    "torch/collate.py": "split pending",
+    "torch/sampler.py": "one class, ResumableSampler, whose iteration, state_dict and skip or "
+    "replay share one cursor; its order lives in sampling (dealing, sampler_edits, "
+    "sampler_state)",
+    "torch/stages.py": "one class, Stages, whose walk, state_dict and skip or replay share one "
+    "position, and the checks of its stage list",
+    "views/packed.py": "split pending",
+    "packing/plan.py": "split pending",
+    "views/window.py": "split pending",
+}
 
 # Numba kernels may be longer: a jitted loop cannot call a Python helper, and splitting a kernel
 # across jitted functions costs a call per item in its hot loop.  Each entry is a documented
@@ -381,13 +422,33 @@ def test_foreign_names_in_kernels_are_found(tmp_path):
     ], found
 
 
-def test_modules_are_short():
-    sizes = {
+def _module_sizes() -> dict[str, int]:
+    return {
         str(path.relative_to(PACKAGE)): len(path.read_text().splitlines())
         for path in sorted(PACKAGE.rglob("*.py"))
     }
-    long = {rel: n for rel, n in sizes.items() if n > MAX_MODULE_LINES}
-    assert not long, f"modules over {MAX_MODULE_LINES} lines (split along their seams): {long}"
+
+
+def test_modules_are_short():
+    long = {
+        rel: n
+        for rel, n in _module_sizes().items()
+        if n > MAX_MODULE_LINES and rel not in LONG_MODULES
+    }
+    assert not long, (
+        f"modules over {MAX_MODULE_LINES} lines (split along their seams, or add the module to "
+        f"LONG_MODULES saying why it is longer): {long}"
+    )
+
+
+def test_long_module_list_is_needed():
+    sizes = _module_sizes()
+    for rel, reason in sorted(LONG_MODULES.items()):
+        assert rel in sizes, f"LONG_MODULES names {rel}, which no longer exists; drop the entry"
+        assert reason.strip(), f"LONG_MODULES gives {rel} no reason"
+        assert sizes[rel] > MAX_MODULE_LINES, (
+            f"{rel} is {sizes[rel]} lines now; drop it from LONG_MODULES"
+        )
 
 
 def test_functions_are_short():
@@ -443,12 +504,11 @@ def plain(x):
 MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
     "kernels/plan_bestfit.py",
-    "remote/fetcher.py",
     "views/cp_layout.py",
     "views/packed.py",
-    "views/plan.py",
-    "views/plan_file.py",
-    "views/plan_regions.py",
+    "packing/plan.py",
+    "packing/plan_file.py",
+    "packing/plan_regions.py",
     "views/readahead.py",
 }
 

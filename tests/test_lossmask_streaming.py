@@ -41,8 +41,10 @@ def _segments(ids, labels, cu_seqlens, attention):
     return sorted(out)
 
 
-def _view_segments(store, seqlen, eot):
-    ds = mmpack.PackedDataset(store, seqlen, eot=eot, pad_id=0, cache=False)
+def _view_segments(store, seqlen, eot, label_shift="next"):
+    ds = mmpack.PackedDataset(
+        store, seqlen, eot=eot, pad_id=0, cache=False, label_shift=label_shift
+    )
     batch = ds.__getitems__(list(range(len(ds))))
     cols = batch.columns
     cu = [batch[i]["cu_seqlens"] for i in range(len(ds))]
@@ -80,18 +82,22 @@ def _packer(source, seqlen, eot, **kw):
     eot=st.sampled_from([None, EOT]),
     source=st.sampled_from(["store", "subset", "list", "iterable", "batches", "batch_dicts"]),
     world_size=st.sampled_from([None, 2]),
+    shift=st.sampled_from(["next", "hf"]),
 )
-def test_causal_labels_match_the_packed_view(tmp_path_factory, pairs, eot, source, world_size):
+def test_causal_labels_match_the_packed_view(
+    tmp_path_factory, pairs, eot, source, world_size, shift
+):
+    """Either label shift (one option of both packers' RowOptions)."""
     seqlen = 12
     store = mmpack.build(tmp_path_factory.mktemp("s") / "m", _docs(pairs), fsync=False)
     if source == "subset":  # every other document
         store = store.select(np.arange(0, len(store), 2))
-    want = _view_segments(store, seqlen, eot)
+    want = _view_segments(store, seqlen, eot, shift)
     got = []
     for rank in range(world_size or 1):
         src = store if source in ("store", "subset") else _source(_docs(pairs), source)
         ranks = {} if world_size is None else {"rank": rank, "world_size": world_size}
-        got += _packer_segments(_packer(src, seqlen, eot, **ranks))
+        got += _packer_segments(_packer(src, seqlen, eot, label_shift=shift, **ranks))
     assert sorted(got) == want
 
 

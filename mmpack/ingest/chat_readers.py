@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from mmpack.ingest.chat_template import CHAT_OPTIONS, checked_record
-from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile
+from mmpack.ingest.object_source import _ObjectSource
+from mmpack.ingest.readers import _JsonFile, _ParquetFile
 from mmpack.ingest.records import _field_values, _Reason
 
 __all__: list[str] = []

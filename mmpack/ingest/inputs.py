@@ -24,7 +24,8 @@ from typing import Any
 
 from mmpack.errors import MissingDependencyError, Param, with_params
 from mmpack.ingest.chat_readers import _ChatJsonFile, _ChatObjectSource, _ChatParquetFile
-from mmpack.ingest.readers import _JsonFile, _ObjectSource, _ParquetFile, _TextFile
+from mmpack.ingest.object_source import _ObjectSource
+from mmpack.ingest.readers import _JsonFile, _ParquetFile, _TextFile
 from mmpack.ingest.report import _Input
 from mmpack.store.publish import inside_build
 

@@ -1,15 +1,15 @@
-"""The input sources of ingestion: text files, JSON (lines, arrays, objects), Parquet, and
-datasets or iterables in memory.
+"""The input files of ingestion: text files, JSON (lines, arrays, objects) and Parquet (a
+dataset or an iterable in memory is :mod:`mmpack.ingest.object_source`).
 
-Each source follows the record protocol of :mod:`mmpack.ingest.records`: ``records()`` yields
+Each file follows the record protocol of :mod:`mmpack.ingest.records`: ``records()`` yields
 ``(pos, value, count)`` in file order, ``where(pos)`` names a record (``FILE:LINE``, ``FILE row
-R``, ``NAME[i]``; ``None``: the whole source), ``check()`` finds damage before reading (None: none
+R``; ``None``: the whole file), ``check()`` finds damage before reading (None: none
 found) and ``whole`` says whether the file is one value read at once (its loss counts 1 document).
 Files are opened by :func:`_open_binary` (``.gz`` and ``.zst`` decompressed on the fly).
 
 With ``ingest(fields=...)`` each document carries its record's values of the keys named
-(:func:`~mmpack.ingest.records._field_values`): the keys of a JSON object or a dict, the
-columns of a Parquet file or a dataset, whose Arrow schema is checked first
+(:func:`~mmpack.ingest.records._field_values`): the keys of a JSON object, the columns of a
+Parquet file, whose Arrow schema is checked first
 (:func:`~mmpack.ingest.records._check_columns`: a missing column or one of lists, structs, ...
 refuses the build before anything is written).
 
@@ -31,7 +31,6 @@ from mmpack.ingest.records import (
     _READ_ERRORS,
     _check_columns,
     _check_gzip,
-    _check_text,
     _decodable_records,
     _describe,
     _is_text_type,
@@ -358,102 +357,3 @@ class _ParquetFile(_OnDisk):
             except UnicodeDecodeError as exc:
                 return _Reason(_describe(exc))
         return value
-
-
-class _ObjectSource:
-    """A dataset or an iterable.  For the progress bar: ``nbytes``, the size on disk of a saved
-    dataset's folder (None in memory), and ``length``, its number of rows where it has one."""
-
-    whole = False
-    _pos = 0
-
-    def __init__(
-        self,
-        obj: Any,
-        field: str,
-        name: str,
-        nbytes: int | None = None,
-        keys: tuple[str, ...] = (),
-    ) -> None:
-        self.obj, self.field, self.name = obj, field, name
-        self.keys = tuple(keys)
-        self.nbytes = nbytes
-        try:
-            self.length: int | None = len(obj)
-        except TypeError:
-            self.length = None
-
-    def read_bytes(self) -> int:
-        """The share of ``nbytes`` of the rows read so far."""
-        if not self.nbytes or not self.length:
-            return 0
-        return self.nbytes * min(self._pos, self.length) // self.length
-
-    def where(self, pos: int | None) -> str:
-        return self.name if pos is None else f"{self.name}[{pos}]"
-
-    def check(self) -> None:
-        return None
-
-    def check_keys(self) -> None:
-        """Refuse a dataset lacking a column ``keys`` names, or holding one of a type that is no
-        field's, before anything is read (from its Arrow schema, ``features.arrow_schema``;
-        other objects: per batch, :meth:`_missing`)."""
-        schema = getattr(getattr(self.obj, "features", None), "arrow_schema", None)
-        if self.keys and schema is not None and hasattr(schema, "names"):
-            _check_columns(schema, self.keys, self.name)
-
-    def _missing(self, cols: Any) -> None:
-        """Refuse a batch of columns lacking one ``keys`` names (a dataset without a schema)."""
-        for key in self.keys:
-            if key not in cols:
-                raise with_params(
-                    ValueError,
-                    f"{self.name} has no column {key!r} (named by ",
-                    Param("fields"),
-                    f"); its columns: {', '.join(map(str, cols))}",
-                )
-
-    def records(self):
-        obj = self.obj
-        if hasattr(obj, "iter") and callable(obj.iter):
-            pos = 0
-            for cols in obj.iter(batch_size=1000):
-                values = self._cells(cols)
-                if isinstance(values, _Reason):
-                    n = len(obj) - pos if hasattr(obj, "__len__") else 1
-                    yield None, _Reason(f"{values.msg}; {n} rows skipped"), n
-                    return
-                for value in values:
-                    yield pos, value, 1
-                    pos += 1
-                    self._pos = pos
-            return
-        for pos, item in enumerate(obj):
-            self._pos = pos + 1
-            yield pos, self._item(item), 1
-
-    def _cells(self, cols: Any) -> Any:
-        """The documents of a batch of a dataset's columns, or why it has none."""
-        if self.field not in cols:
-            return _Reason(f"has no column {self.field!r} (columns: {', '.join(map(str, cols))})")
-        texts = (_check_text(value, self.field) for value in cols[self.field])
-        if not self.keys:
-            return texts
-        self._missing(cols)
-        rows = (dict(zip(self.keys, row)) for row in zip(*(cols[k] for k in self.keys)))
-        return (_keyed(text, row, self.keys, "column") for text, row in zip(texts, rows))
-
-    def _item(self, item: Any) -> Any:
-        """The document of an item of an iterable (or the reason it has none; with ``keys``
-        only a dict has one)."""
-        if self.keys:
-            return _text_of(item, self.field, self.keys)
-        if isinstance(item, str):
-            return item
-        if isinstance(item, (bytes, bytearray)):
-            try:
-                return bytes(item).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return _Reason(_describe(exc))
-        return _text_of(item, self.field)

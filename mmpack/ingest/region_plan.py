@@ -1,8 +1,8 @@
 """A store's packing plan per region built in parallel: the region tasks of
-:mod:`mmpack.views.plan_regions` run on the build engines (:mod:`mmpack.ingest.engines`).
+:mod:`mmpack.packing.plan_regions` run on the build engines (:mod:`mmpack.ingest.engines`).
 
 ``build_region_plan(store, seqlen, engine="dask")`` cuts the store's region slots into tasks of
-about :data:`~mmpack.views.plan_regions.TASK_TOKENS` tokens, runs one task per part on a Dask
+about :data:`~mmpack.packing.plan_regions.TASK_TOKENS` tokens, runs one task per part on a Dask
 cluster (a ``LocalCluster`` on 127.0.0.1 of ``n_workers`` single-threaded processes unless
 ``scheduler`` names one) or serially, and joins the parts into the store's cached plan file, the
 one :class:`~mmpack.views.packed.PackedDataset` with the same parameters then opens.  Each worker
@@ -17,9 +17,9 @@ from typing import Any
 
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.ingest.engines import ENGINES, RUNNERS
+from mmpack.packing.plan import PackingPlan
+from mmpack.packing.plan_regions import build_plan_in_parts
 from mmpack.store.reader import TokenStore
-from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_regions import build_plan_in_parts
 
 __all__ = ["build_region_plan"]
 

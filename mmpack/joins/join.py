@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import secrets
 import shutil
@@ -27,7 +26,10 @@ from mmpack.joins.manifest import (
     JOIN_LOCK_FILE,
     JOIN_VERSION,
     MANIFEST_KEYS,
+    common_tokenizer,
+    holds_tokenizer_copy,
     manifest_fingerprint,
+    part_record,
     read_manifest,
 )
 from mmpack.joins.opening import PartOptions, open_join, part_open_error
@@ -40,8 +42,7 @@ from mmpack.store.format import (
 )
 from mmpack.store.opening import as_path
 from mmpack.store.reader import TokenStore, open_store
-from mmpack.store.registry import OPENERS
-from mmpack.store.vocab import check_same_tokenizer, tokenizer_record
+from mmpack.store.vocab import check_same_tokenizer
 
 __all__ = ["join", "write_join_into"]
 
@@ -349,11 +350,11 @@ def _publish(
     joined_mask_fingerprint(every, "", out_abs)  # refuses parts with and without loss masks
     extra = dict(extra or {})
     if "tokenizer" not in extra:
-        rec, data = _common_tokenizer(every)
+        rec, data = common_tokenizer(every)
         if rec is not None:
             if data is not None:
                 _write_file(folder, rec["file"], data)
-            elif _holds_copy(folder, rec):  # e.g. appending to a distributed build's join
+            elif holds_tokenizer_copy(folder, rec):  # e.g. appending to a distributed build's join
                 rec["file"] = "tokenizer.json"
             extra["tokenizer"] = rec
     name = f"offsets-{secrets.token_hex(6)}.bin"
@@ -384,17 +385,7 @@ def _publish(
         os.replace(tmp, folder / name)
     finally:
         tmp.unlink(missing_ok=True)
-    records = kept + [
-        {
-            "location": _location_for(p, out_abs),
-            "fingerprint": p.fingerprint,
-            "dtype": p.dtype.str,
-            "num_docs": len(p),
-            "num_tokens": p.num_tokens,
-            **_reopening(p),
-        }
-        for p in new
-    ]
+    records = kept + [part_record(p, out_abs) for p in new]
     dtypes = [np.dtype(r["dtype"]) for r in records]
     raw: dict[str, Any] = {
         "format": JOIN_FORMAT,
@@ -410,47 +401,6 @@ def _publish(
     write_json_atomic(folder / JOIN_FILE, raw)
 
 
-def _reopening(store: TokenStore) -> dict[str, Any]:
-    """What a part in another tool's format needs to be opened again besides its location (its
-    ``format`` and options such as ``eos``; never a cache folder or credentials), as manifest
-    fields; nothing for mmpack's own stores and joins."""
-    kind = store.meta.get("format")
-    if not isinstance(kind, str) or kind not in OPENERS or "://" in store.location:
-        return {}
-    options = {
-        k: v for k, v in store.open_options.items() if k not in ("cache_dir", "verify_reads")
-    }
-    if isinstance(options.get("metadata"), str):
-        options["metadata"] = os.path.abspath(options["metadata"])
-    return {"format": kind, "options": options}
-
-
-def _common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:
-    """The tokenizer record every store shares (None if one records none or they differ) and
-    the bytes of a copied ``tokenizer.json`` from a local part, if any."""
-    records = [tokenizer_record(s) for s in stores]
-    if not records or any(r is None for r in records):
-        return None, None
-    if len({r.get("identity") for r in records}) != 1:  # type: ignore[union-attr]
-        return None, None
-    rec = {k: v for k, v in records[0].items() if k != "file"}  # type: ignore[union-attr]
-    for store, r in zip(stores, records):
-        name = r.get("file")  # type: ignore[union-attr]
-        if name and "://" not in store.location and (Path(store.path) / name).is_file():
-            rec["file"] = name
-            return rec, (Path(store.path) / name).read_bytes()
-    return rec, None
-
-
-def _holds_copy(folder: Path, rec: dict[str, Any]) -> bool:
-    """Whether ``folder`` already holds the recorded tokenizer's ``tokenizer.json``."""
-    try:
-        data = (folder / "tokenizer.json").read_bytes()
-    except OSError:
-        return False
-    return "sha256:" + hashlib.sha256(data).hexdigest() == rec.get("identity")
-
-
 def _write_file(folder: Path, name: str, data: bytes) -> None:
     if "/" in name or name.startswith(".") or name == JOIN_FILE:
         raise ValueError(f"cannot write a file named {name!r} into a join")
@@ -460,13 +410,6 @@ def _write_file(folder: Path, name: str, data: bytes) -> None:
         os.replace(tmp, folder / name)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _location_for(store: TokenStore, out_abs: Path) -> str:
-    loc = store.location
-    if "://" in loc:
-        return loc
-    return os.path.relpath(os.path.abspath(loc), out_abs)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
-"""The manifest of a joined store (``OUT/mmpack-join.json``): its format, its checks, its
-fingerprint.
+"""The manifest of a joined store (``OUT/mmpack-join.json``): its format, its records, its
+checks, its fingerprint.
 
 The manifest records the format name and version, the token dtype (the widest of the parts'),
 the document and token counts, the global offsets file with its block CRC-32s, and the parts in
@@ -8,21 +8,28 @@ another tool's format, such as its ``eos``); the layout and the publishing proto
 described in :mod:`mmpack.joins.parts`.  :func:`read_manifest` reads and checks it (every count a
 non-negative integer, the totals the sums of the parts', the fingerprint that of the contents);
 :func:`manifest_fingerprint` is the one definition of that fingerprint, used by the writer
-(:mod:`mmpack.joins.join`) and the reader alike.  Cost: one small JSON read, O(parts).
+(:mod:`mmpack.joins.join`) and the reader alike, as :func:`part_record` is of a part's record and
+:func:`common_tokenizer` of the ``"tokenizer"`` section the writer adds.  Cost: one small JSON read, O(parts).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store.format import TOKEN_DTYPES, check_count, check_version
 from mmpack.store.publish import LOCK_FILE
+from mmpack.store.registry import OPENERS
+from mmpack.store.vocab import tokenizer_record
+
+if TYPE_CHECKING:
+    from mmpack.store.reader import TokenStore
 
 __all__ = [
     "JOIN_FILE",
@@ -30,8 +37,11 @@ __all__ = [
     "JOIN_LOCK_FILE",
     "JOIN_VERSION",
     "MANIFEST_KEYS",
+    "common_tokenizer",
+    "holds_tokenizer_copy",
     "join_entries",
     "manifest_fingerprint",
+    "part_record",
     "read_manifest",
 ]
 
@@ -157,3 +167,62 @@ def join_entries(path: Path) -> set[str] | None:
     if isinstance(tokenizer, dict) and isinstance(tokenizer.get("file"), str):
         own.add(tokenizer["file"])
     return own
+
+
+# --------------------------------------------------------------------------------- records
+def part_record(store: TokenStore, out_abs: Path) -> dict[str, Any]:
+    """The manifest record of the part ``store`` of a join written at ``out_abs`` (an absolute
+    path): its location (relative to ``out_abs`` unless remote), fingerprint, dtype, counts and
+    what another tool's format needs to open it again."""
+    loc = store.location
+    return {
+        "location": loc if "://" in loc else os.path.relpath(os.path.abspath(loc), out_abs),
+        "fingerprint": store.fingerprint,
+        "dtype": store.dtype.str,
+        "num_docs": len(store),
+        "num_tokens": store.num_tokens,
+        **_reopening(store),
+    }
+
+
+def _reopening(store: TokenStore) -> dict[str, Any]:
+    """What a part in another tool's format needs to be opened again besides its location (its
+    ``format`` and options such as ``eos``; never a cache folder or credentials), as manifest
+    fields (checked on reading by :func:`_reopening_ok`); nothing for mmpack's own stores and
+    joins."""
+    kind = store.meta.get("format")
+    if not isinstance(kind, str) or kind not in OPENERS or "://" in store.location:
+        return {}
+    options = {
+        k: v for k, v in store.open_options.items() if k not in ("cache_dir", "verify_reads")
+    }
+    if isinstance(options.get("metadata"), str):
+        options["metadata"] = os.path.abspath(options["metadata"])
+    return {"format": kind, "options": options}
+
+
+def common_tokenizer(stores: list[TokenStore]) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The tokenizer record every store shares (None if one records none or they differ) and
+    the bytes of a copied ``tokenizer.json`` from a local part, if any."""
+    records = [tokenizer_record(s) for s in stores]
+    if not records or any(r is None for r in records):
+        return None, None
+    if len({r.get("identity") for r in records}) != 1:  # type: ignore[union-attr]
+        return None, None
+    rec = {k: v for k, v in records[0].items() if k != "file"}  # type: ignore[union-attr]
+    for store, r in zip(stores, records):
+        name = r.get("file")  # type: ignore[union-attr]
+        if name and "://" not in store.location and (Path(store.path) / name).is_file():
+            rec["file"] = name
+            return rec, (Path(store.path) / name).read_bytes()
+    return rec, None
+
+
+def holds_tokenizer_copy(folder: Path, rec: dict[str, Any]) -> bool:
+    """Whether ``folder`` already holds the ``tokenizer.json`` of the tokenizer record ``rec``
+    (its SHA-256 is the record's ``identity``)."""
+    try:
+        data = (folder / "tokenizer.json").read_bytes()
+    except OSError:
+        return False
+    return "sha256:" + hashlib.sha256(data).hexdigest() == rec.get("identity")

@@ -1,7 +1,7 @@
 """The MLM corruption kernel: one call per batch of rows, in place, with counter-based draws.
 
 Every random number is a splitmix64 hash of the row's key and the token position, so a row's
-corruption is a pure function of its key (see :mod:`mmpack.views.masking` for the rule).
+corruption is a pure function of its key (see :mod:`mmpack.packing.masking` for the rule).
 
 Per row the kernel runs branch-free passes that LLVM vectorises (hashes; "not selectable" flags
 from the mask and one compare per excluded id, or a bit table / binary search when there are more

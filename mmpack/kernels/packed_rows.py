@@ -49,7 +49,7 @@ LABELS_HF = 2
 SPLIT_FLAG = 1 << 31
 """A piece reference at or above this names a split entry (``ref - SPLIT_FLAG`` into its
 region's), below it the document (``ref``, from the region's first); see
-:mod:`mmpack.views.plan_pieces`."""
+:mod:`mmpack.packing.plan_pieces`."""
 _NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
 
 
@@ -97,7 +97,7 @@ def select_pieces(
 ) -> int:
     """Token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
     prefix sum of their piece counts, each bin's piece range inside the piece arrays; the
-    plan's layout: :mod:`mmpack.views.plan_pieces`): piece ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
+    plan's layout: :mod:`mmpack.packing.plan_pieces`): piece ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
     ``d``'s length ``offsets[d + 1] - offsets[d]``.  ``doc_starts`` (int64, shape
     (>= docs,)) is ``offsets`` for ranges in the store's own flat tokens, or where each
     document starts in the array that holds it (a subset's parent:

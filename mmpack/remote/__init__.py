@@ -11,13 +11,13 @@
     cachefile.py   one cached object: its mapping, block states and digests, claims (OFD
                    locks), writes, the per-reader check of blocks before they are served
     cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
-    fetcher.py     BlockFetcher: range requests, verification, the node cache's claims
+    sources.py     block sources: a memmap object's checked pages, a Zarr store's chunks
+    fetcher.py     BlockFetcher: a source's blocks through the node cache's claims
     spans.py       SpanFetcher: whole token spans into the node cache in parts; pins, drops
-    backend.py     RemoteBackend: open, the Backend reading interface by delegation, verify
+    backend.py     RemoteBackend: open (the memmap layout's objects), verify
     blocks.py      check-page arithmetic: ranges to pages, runs, gathering
-    zarrfetch.py   ChunkFetcher: a remote Zarr store's chunks (requests, LRU, node cache)
-    zarr.py        RemoteZarrBackend: open, the Backend reading interface by delegation
-    base.py        RemoteStoreBackend: the read-only parts both backends share
+    zarr.py        RemoteZarrBackend: open (a sharded Zarr store's objects), verify
+    base.py        RemoteStoreBackend: what both backends share, reads through BlockFetcher
     opener.py      open_url: mmpack.open(url); writer.py: RemoteStoreWriter, build then upload
     upload.py      upload, upload_zarr: objects under a fresh data-* prefix, metadata last
 

@@ -13,11 +13,8 @@ Layout of a remote store at ``URL`` (written by :mod:`mmpack.remote.upload`)::
 A local memmap store copied as is (no ``"remote"`` record) opens too, checked in its 16 MiB
 stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), ``offsets.bin`` and
 the check table fetched whole, checked against the metadata's CRC-32s and kept in
-``<cache_dir>/stores/<fingerprint>/``.  ``read_ranges`` with a node cache pins the blocks the
-ranges touch, asks in one kernel pass whether all are cached and checked by this reader (a
-present block not checked yet is hashed once), and copies the ranges out of the mapping under
-the pins; else the blocks are gathered by :class:`~mmpack.remote.fetcher.BlockFetcher` (from the
-mapping, or fetched, verified and stored), with :class:`~mmpack.remote.cached.CachedObject`.
+``<cache_dir>/stores/<fingerprint>/``.  Reads: :class:`~mmpack.remote.base.RemoteStoreBackend`
+over the object's pages (:class:`~mmpack.remote.sources.PageSource`).
 
 Cost: one XXH64 per fetched 16 KiB page, small next to a request (``python -m
 benchmarks.bench_block_fetch``, docs/benchmarks.md "Checksums"); the check table is 8 bytes per
@@ -34,10 +31,10 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
-from mmpack.remote.blocks import gather
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject, copied
+from mmpack.remote.cached import CachedObject
 from mmpack.remote.fetcher import BlockFetcher
+from mmpack.remote.sources import PageSource
 from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
@@ -114,15 +111,11 @@ class RemoteBackend(RemoteStoreBackend):
             )
         )
         """This reader's view of the tokens in the node cache (None without a cache)."""
-        self.fetcher = BlockFetcher(
-            transport,
-            data + "tokens.bin",
-            table,
-            self.block,
-            nbytes,
-            meta.dtype.itemsize,
-            self.node_cache,
+        self.source = PageSource(
+            transport, data + "tokens.bin", table, self.block, nbytes, meta.dtype.itemsize
         )
+        """The tokens object's checked pages (:mod:`mmpack.remote.sources`)."""
+        self.fetcher = BlockFetcher(self.source, self.node_cache)
         self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
         """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
 
@@ -158,56 +151,16 @@ class RemoteBackend(RemoteStoreBackend):
         """This process's counts (:attr:`BlockFetcher.stats`)."""
         return self.fetcher.stats
 
-    # ------------------------------------------------------------------------------ reading
-    def read_range(self, start: int, stop: int) -> np.ndarray:
-        src, at = self.read_ranges(np.array([start], np.int64), np.array([stop - start], np.int64))
-        return src[int(at[0]) : int(at[0]) + stop - start]  # a copy: never a view of the cache
-
-    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ranges' tokens, copied back to back into a new buffer ``src``:
-        ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
-        blocks are pinned while they are checked and copied (never a view of the mapping:
-        another process may drop a block nobody pins), the missing ones fetched first."""
-        starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        fetcher = self.fetcher
-        src_starts = np.zeros(starts.shape[0], dtype=np.int64)
-        if starts.shape[0]:
-            np.cumsum(lengths[:-1], out=src_starts[1:])
-        ids = fetcher.block_ids(starts, lengths)
-        if self.node_cache is None:
-            return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
-        # copied out of the mapping only while pinned: another process may drop (punch) any
-        # block nobody pins, and a hole reads as zeros
-        with self.node_cache.pinned(ids) as cf:
-            if cf is None:  # no mapping, or a drop held a block too long: fetched here
-                out = self._gathered(fetcher.blocks(ids, use_cache=False), starts, lengths)
-                return out, src_starts
-            src = fetcher.cached(starts, lengths)
-            blocks = None
-            if src is None:
-                blocks = fetcher.blocks(ids)
-                src = fetcher.cached(starts, lengths)
-            if src is not None and src is cf.tokens:  # every block is in the pinned mapping
-                return copied(src, starts, lengths), src_starts
-            if blocks is None:  # the mapping changed under the pins (retired): fetched here
-                blocks = fetcher.blocks(ids, use_cache=False)
-            return self._gathered(blocks, starts, lengths), src_starts
-
-    def _gathered(self, blocks: dict[int, Any], starts: np.ndarray, lengths: np.ndarray) -> Any:
-        out = gather(blocks, starts, lengths, self.meta.dtype.itemsize, self.block)
-        return out.view(self.meta.dtype)
-
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); whole check
         blocks are checked against the table, and the node cache's copies against them."""
         if name == "offsets":
             return self._offsets.view(np.uint8)[start:stop].tobytes()
-        key = self.fetcher.key
+        key = self.source.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
         if start % self.block == 0:  # verify() reads whole coarse blocks: check the fine table too
-            bad = self.fetcher.check_run(start // self.block, data)[1]
+            bad = self.source.check_run(start // self.block, data)[1]
             if bad.size:
                 raise FormatError(
                     f"{self.url}: {key} check block {int(bad[0])} fails its checksum: "

@@ -2,10 +2,12 @@
 (memmap objects) and :class:`~mmpack.remote.zarr.RemoteZarrBackend` (sharded Zarr).
 
 :class:`RemoteStoreBackend` is the part of the :class:`~mmpack.store.backends.Backend`
-interface that is the same for both and holds no state: a remote store is read-only (written by
-:mod:`mmpack.remote.writer`), has no local metadata file, and is never pickled (the
+interface that is the same for both: a remote store is read-only (written by
+:mod:`mmpack.remote.writer`), has no local metadata file, is never pickled (the
 :class:`~mmpack.store.reader.TokenStore` reopens its URL; the backends' per-process parts, their
-threads and node-cache mappings, are made anew in each process).
+threads and node-cache mappings, are made anew in each process), and reads its tokens through
+one :class:`~mmpack.remote.fetcher.BlockFetcher` over its layout's block source, the node cache's
+blocks copied out under the reader's pins.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mmpack.errors import FormatError
+from mmpack.remote.blocks import gather
+from mmpack.remote.cached import CachedObject, copied
 from mmpack.remote.transport import ObjectMissing
 from mmpack.store.backends import Backend
 from mmpack.store.format import StoreMeta
@@ -22,12 +28,15 @@ __all__ = ["RemoteStoreBackend"]
 
 
 class RemoteStoreBackend(Backend):
-    """A read-only store on object storage (subclasses read it; they set ``transport`` and
+    """A read-only store on object storage (subclasses open it; they set ``transport``,
     ``data``, the prefix of the store's objects: ``"data-<id>/"``, or ``""`` for a store copied
-    as is)."""
+    as is, ``fetcher``, the tokens' :class:`~mmpack.remote.fetcher.BlockFetcher`, and
+    ``node_cache``, the tokens in the node cache or None)."""
 
     transport: Any
     data: str
+    fetcher: Any
+    node_cache: CachedObject | None
     remote = True
 
     def __getstate__(self) -> dict[str, Any]:
@@ -53,3 +62,38 @@ class RemoteStoreBackend(Backend):
                 f"{transport.url}: {data}{name} is missing, though the metadata lists it: the "
                 "store is incomplete; build or copy it again"
             ) from None
+
+    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges' tokens, copied back to back into a new buffer ``src``:
+        ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
+        blocks are pinned while they are checked and copied (never a view of the mapping:
+        another process may drop a block nobody pins), the missing ones fetched first."""
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        fetcher = self.fetcher
+        src_starts = np.zeros(starts.shape[0], dtype=np.int64)
+        if starts.shape[0]:
+            np.cumsum(lengths[:-1], out=src_starts[1:])
+        ids = fetcher.block_ids(starts, lengths)
+        if self.node_cache is None:
+            return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
+        # copied out of the mapping only while pinned: another process may drop (punch) any
+        # block nobody pins, and a hole reads as zeros
+        with self.node_cache.pinned(ids) as cf:
+            if cf is None:  # no mapping, or a drop held a block too long: fetched here
+                out = self._gathered(fetcher.blocks(ids, use_cache=False), starts, lengths)
+                return out, src_starts
+            src = fetcher.cached(starts, lengths)
+            blocks = None
+            if src is None:
+                blocks = fetcher.blocks(ids)
+                src = fetcher.cached(starts, lengths)
+            if src is not None and src is cf.tokens:  # every block is in the pinned mapping
+                return copied(src, starts, lengths), src_starts
+            if blocks is None:  # the mapping changed under the pins (retired): fetched here
+                blocks = fetcher.blocks(ids, use_cache=False)
+            return self._gathered(blocks, starts, lengths), src_starts
+
+    def _gathered(self, blocks: dict[int, Any], starts: np.ndarray, lengths: np.ndarray) -> Any:
+        itemsize = self.meta.dtype.itemsize
+        return gather(blocks, starts, lengths, itemsize, self.fetcher.block).view(self.meta.dtype)

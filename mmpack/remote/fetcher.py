@@ -1,31 +1,27 @@
-"""Fetching one remote object's check blocks: range requests, verification and the node cache's
-claims: the verified read of whatever the block order did not fetch.
+"""Fetching a remote store's token blocks: the node cache's claims over a block source: the
+verified read of whatever the block order did not fetch.
 
-:class:`BlockFetcher` serves the blocks of one object (a remote store's ``tokens.bin``) that is
-checked in blocks of ``block`` bytes against a table of per-block XXH64 digests.
-Its public surface is small:
+:class:`BlockFetcher` serves the blocks of a store's tokens from a block source
+(:mod:`mmpack.remote.sources`: the memmap layout's checked pages or the Zarr layout's inner
+chunks), which locates, fetches and verifies them.  Its public surface is small:
 
 - :meth:`~BlockFetcher.block_ids`: the blocks that token ranges touch;
 - :meth:`~BlockFetcher.cached`: the node cache's mapped tokens when it holds every block of the
   ranges, checked (the zero-copy hit path), else None;
 - :meth:`~BlockFetcher.blocks`: every block of a list, from the node cache or fetched now;
-- :meth:`~BlockFetcher.intact`, :meth:`~BlockFetcher.check_run` and
-  :attr:`~BlockFetcher.stats`.
+- :attr:`~BlockFetcher.stats`.
 
 Fetching: blocks are claimed in the node cache first (a block another process or thread holds
-is waited for instead, at most the transport's ``read_timeout``), fetched as runs of blocks at
-most ``merge_gap_bytes`` apart (one range request per run, all runs concurrently, the
-transport's ``max_concurrency`` at a time), checked against the table (a mismatch is fetched
-once more, then it is a :class:`~mmpack.errors.FormatError`: a corrupt object never yields
-data) and written to the node cache as far as its limit allows; what it cannot keep is served
+is waited for instead, at most the transport's ``read_timeout``), fetched and verified by the
+source and written to the node cache as far as its limit allows; what it cannot keep is served
 from the fetched bytes and fetched again when read again.  The node cache is
 :class:`~mmpack.remote.cached.CachedObject` (its claim loop
 :meth:`~mmpack.remote.cache.BlockCache.fetch_shared`); without one, every read fetches.  There is
 no look-ahead here: fetching ahead is the block order's (:class:`~mmpack.remote.spans.SpanFetcher`
-driven by the sampler), into the same node cache.
+driven by the sampler, over the same source), into the same node cache.
 
-The counts are per process (made anew in a forked child).  Cost: see
-:mod:`mmpack.remote.backend`.
+The counts are per process (made anew in a forked child).  Cost: the source's
+(:mod:`mmpack.remote.sources`).
 """
 
 from __future__ import annotations
@@ -36,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError
-from mmpack.remote.blocks import block_ids, runs_of
+from mmpack.remote.blocks import block_ids
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.cachefile import CacheFile
-from mmpack.remote.transport import ObjectMissing, Transport
-from mmpack.store.integrity import block_digest, block_digests
+from mmpack.remote.sources import BlockSource
+from mmpack.remote.transport import Transport
 
 __all__ = ["BlockFetcher"]
 
@@ -52,48 +47,23 @@ class _Process:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.warm = False  # the fetch threads' kernels compiled in this process
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
 
 
 class BlockFetcher:
-    """The verified blocks of object ``key`` of ``transport``.
+    """The verified blocks of ``source`` (see the module docstring); ``node`` is the tokens in
+    the node cache (blocks of ``source.block`` bytes), or None to fetch every read."""
 
-    Parameters
-    ----------
-    transport : Transport
-        Where the object is (its ``read_timeout``, ``retries`` and ``merge_gap_bytes`` apply).
-    key : str
-        The object's key (``"data-<id>/tokens.bin"``).
-    table : numpy.ndarray
-        uint64, (nblocks,): each block's XXH64.
-    block : int
-        Bytes per block (a power of 2; the last block may be short).
-    nbytes, itemsize : int
-        The object's size and its items' size (token ranges are in items).
-    node : CachedObject or None
-        The object in the node cache, or None to keep blocks in memory only.
-    """
-
-    def __init__(
-        self,
-        transport: Transport,
-        key: str,
-        table: np.ndarray,
-        block: int,
-        nbytes: int,
-        itemsize: int,
-        node: CachedObject | None,
-    ) -> None:
-        self.transport, self.key, self.url = transport, key, transport.url
-        self.table = table
-        self.block, self.nbytes, self.itemsize = block, nbytes, itemsize
-        self.node = node
+    def __init__(self, source: BlockSource, node: CachedObject | None) -> None:
+        self.source, self.node = source, node
+        self.transport: Transport = source.transport
+        self.url = source.transport.url
+        self.block, self.nbytes, self.itemsize = source.block, source.nbytes, source.itemsize
         self._p = _Process()
 
     def _here(self) -> _Process:
         p = self._p
-        if p.pid != os.getpid():  # a forked child: the parent's threads are not here
+        if p.pid != os.getpid():  # a forked child: counts from zero
             p = self._p = _Process()
         return p
 
@@ -103,14 +73,17 @@ class BlockFetcher:
         found in the node cache."""
         return self._here().stats
 
-    def warm(self) -> None:
-        """Compile the kernels fetch threads run (the check of fetched bytes) in the calling
-        thread, once per process: call before starting a thread that fetches, so that no
-        thread compiles (numba's lock across ``fork``: :mod:`mmpack.kernels._jit`)."""
+    def count(self, requests: int, nbytes: int, again: bool = False) -> None:
+        """Count range requests made for this fetcher (:data:`mmpack.remote.sources.Count`)."""
         p = self._here()
-        if not p.warm:
-            self.check_run(0, bytes(min(self.block, self.nbytes)))
-            p.warm = True
+        with p.lock:
+            p.stats["requests"] += requests
+            p.stats["bytes_fetched"] += nbytes
+
+    def warm(self) -> None:
+        """Compile the kernels fetch threads run in the calling thread, once per process
+        (:meth:`PageSource.warm`)."""
+        self.source.warm()
 
     # ------------------------------------------------------------------------------ lookups
     def block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -125,34 +98,6 @@ class BlockFetcher:
             return None
         cf = self.node.serves(starts, lengths)
         return None if cf is None else cf.tokens
-
-    def intact(self, b: int, data: bytes | memoryview) -> bool:
-        """Whether ``data`` is block ``b`` as the table records it."""
-        lo, hi = self._span(b)
-        return len(data) == hi - lo and block_digest(data) == int(self.table[b])
-
-    def check_run(self, b0: int, data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
-        """Check the blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole blocks from ``b0``;
-        the object's last block may end it) against the table in one pass.
-
-        Returns
-        -------
-        digests : numpy.ndarray, uint64, shape (nblocks,)
-            Each block's XXH64.
-        bad : numpy.ndarray, int64
-            The ids of the blocks that differ from the table (sorted).
-        """
-        digests = block_digests(data, self.block)
-        b1 = b0 + digests.size
-        whole = min(b1 * self.block, self.nbytes) - b0 * self.block
-        if b1 > self.table.size or len(data) != whole:  # short or long: every block is bad
-            return digests, np.arange(b0, b1, dtype=np.int64)
-        bad = np.flatnonzero(digests != self.table[b0:b1].astype(np.uint64)) + b0
-        return digests, bad.astype(np.int64)
-
-    def _span(self, b: int) -> tuple[int, int]:
-        lo = b * self.block
-        return lo, min(lo + self.block, self.nbytes)
 
     # ------------------------------------------------------------------------------ blocks
     def blocks(self, ids: np.ndarray, use_cache: bool = True) -> dict[int, Any]:
@@ -188,37 +133,6 @@ class BlockFetcher:
         if not ok.all():
             found.update(self._fetch(arr[~ok].tolist()))
 
-    def _fetch(self, ids: list[int]) -> dict[int, bytes]:
-        """Fetch blocks ``ids`` (sorted): one range request per run of adjacent blocks, all at
-        once; verify every block (one re-fetch of a bad block, then FormatError)."""
-        runs = runs_of(ids, self.block, self.transport.merge_gap_bytes // self.block)
-        ranges = [(self._span(r[0])[0], self._span(r[-1])[1]) for r in runs]
-        try:
-            pieces = self.transport.get_ranges(self.key, ranges)
-        except ObjectMissing:
-            raise StateMismatchError(
-                f"{self.url}: {self.key} is gone: the store was rebuilt or deleted after it was "
-                "opened; open it again"
-            ) from None
-        p = self._here()
-        with p.lock:
-            p.stats["requests"] += len(ranges)
-            p.stats["bytes_fetched"] += sum(hi - lo for lo, hi in ranges)
-        out: dict[int, bytes] = {}
-        for run, piece in zip(runs, pieces):
-            mv = memoryview(piece)
-            bad = set(self.check_run(run[0], mv)[1].tolist())  # one pass over the run
-            for k, b in enumerate(run):
-                lo, hi = self._span(b)
-                data = bytes(mv[k * self.block : k * self.block + hi - lo])
-                if b in bad:
-                    data = self.transport.get_ranges(self.key, [(lo, hi)])[0]
-                    if not self.intact(b, data):
-                        raise FormatError(
-                            f"{self.url}: {self.key} bytes {lo}..{hi} (check block {b}) fail "
-                            f"their checksum (stored {int(self.table[b]):#018x}, got "
-                            f"{block_digest(data):#018x}): the object is corrupt; "
-                            "rebuild the store"
-                        )
-                out[b] = data
-        return out
+    def _fetch(self, ids: list[int]) -> dict[int, Any]:
+        """Blocks ``ids`` (sorted) fetched and verified by the source."""
+        return dict(self.source.fetch(ids, self.count))

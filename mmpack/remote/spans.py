@@ -5,19 +5,21 @@ while in use and dropped once consumed: the transport under a block-window order
 and node cache) and knows nothing of samplers: ``mmpack.torch.block_fetch`` turns a block-window
 order's windows into token spans and calls
 
-- :meth:`~SpanFetcher.fetch`: claim every absent check page of the spans in the node cache (a
-  page another process holds is left to it), cut the claimed runs into parts of at most
-  ``part_bytes`` (one range request each), fetch them ``max_concurrency`` at a time, check each
-  part's pages against the store's XXH64 table in one kernel call (a bad part is fetched once
-  more, then :class:`~mmpack.errors.FormatError`) and store it in one write
-  (:meth:`BlockCache.store_run`, the table's digests kept as the cache's own);
+- :meth:`~SpanFetcher.fetch`: claim every absent block of the spans in the node cache (a
+  block another process holds is left to it), cut the claimed runs into parts of at most
+  ``part_bytes``, fetch them ``max_concurrency`` at a time through the store's block source
+  (:mod:`mmpack.remote.sources`: a part of the memmap layout is one range request, its pages
+  checked against the XXH64 table in one kernel call; a part of the Zarr layout is its inner
+  chunks, one merged range request per run in a shard, each crc32c-checked and decoded; a bad
+  part is fetched once more, then :class:`~mmpack.errors.FormatError`) and store it in one
+  write (:meth:`BlockCache.store_run`, the table's digests kept as the cache's own);
 - :meth:`~SpanFetcher.pin` / :meth:`~SpanFetcher.unpin`: shared OFD locks, one per page, past
   the end of the state file (:meth:`CacheFile.pin_offset`), so no process drops them meanwhile;
 - :meth:`~SpanFetcher.drop`: take the exclusive lock on a span's pin bytes (else page by page: a
   page another span still pins stays), mark the pages absent, punch their holes, give back their
   charge and count the drop, so other readers forget their checks of them.
 
-Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` range requests moving ``s`` bytes plus at
+Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` parts (range requests) moving ``s`` bytes plus at
 most one page at each end; the checksums run in the fetch threads with per-part Python work; a
 pin or a drop is one ``fcntl`` per span (one per page where a whole-span lock conflicts).
 """
@@ -32,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.errors import FormatError, StateMismatchError
 from mmpack.remote.cache import warn_once
 from mmpack.remote.cachefile import (
     PIN_WAIT_SECONDS,
@@ -42,7 +43,6 @@ from mmpack.remote.cachefile import (
     open_lock_fd,
 )
 from mmpack.remote.fetcher import BlockFetcher
-from mmpack.remote.transport import ObjectMissing
 
 __all__ = ["PART_BYTES", "SpanFetcher"]
 
@@ -153,36 +153,28 @@ class SpanFetcher:
         return parts
 
     def _fetch_part(self, cf: CacheFile, lo: int, hi: int) -> int:
-        """Fetch check blocks ``[lo, hi)`` in one range request, check them (once more on a bad
-        one), store them; returns the bytes fetched."""
+        """Fetch blocks ``[lo, hi)`` through the source (one range request of pages, or the
+        chunks' merged requests per shard), verified (once more on a bad one), and store them;
+        returns the bytes fetched."""
         f = self.fetcher
-        a, b = lo * f.block, min(hi * f.block, f.nbytes)
         moved = 0
-        for attempt in range(2):
-            try:
-                data = f.transport.get_ranges(f.key, [(a, b)])[0]
-            except ObjectMissing:
-                raise StateMismatchError(
-                    f"{f.url}: {f.key} is gone: the store was rebuilt or deleted after it was "
-                    "opened; open it again"
-                ) from None
-            moved += b - a
-            digests, bad = f.check_run(lo, data)
+
+        def count(requests: int, nbytes: int, again: bool) -> None:
+            nonlocal moved
+            moved += nbytes
             with self._lock:
-                self._stats["requests"] += 1
-                self._stats["bytes_fetched"] += b - a
-                self._stats["parts"] += attempt == 0
-                self._stats["refetched"] += bool(bad.size)
-            if not bad.size:
-                same = cf.block == f.block  # the table's XXH64s are the cache's own digests
-                node = f.node
-                assert node is not None  # a span fetcher exists only with a node cache
-                node.cache.store_run(cf, lo, data, digests if same else None)
-                return moved
-        raise FormatError(
-            f"{f.url}: {f.key} bytes {a}..{b} (check blocks {bad[:5].tolist()}) fail their "
-            "checksum twice: the object is corrupt; rebuild the store"
-        )
+                self._stats["requests"] += requests
+                self._stats["bytes_fetched"] += nbytes
+                self._stats["refetched"] += again
+
+        data, digests = f.source.fetch_run(lo, hi, count)
+        with self._lock:
+            self._stats["parts"] += 1
+        node = f.node
+        assert node is not None  # a span fetcher exists only with a node cache
+        same = digests is not None and cf.block == f.block  # the digests are the cache's own
+        node.cache.store_run(cf, lo, data, digests if same else None)
+        return moved
 
     # ------------------------------------------------------------------------------ pins
     def pin(self, key: Any, spans: list[tuple[int, int]]) -> None:

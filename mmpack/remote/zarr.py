@@ -13,14 +13,13 @@ Layout of a remote Zarr store at ``URL``::
 Open (:class:`RemoteZarrBackend`): one GET of ``mmpack.json`` (the arrays' metadata and every
 object's size), one LIST of the data prefix (a missing shard is a
 :class:`~mmpack.errors.FormatError`) and the ``offsets`` shards (every chunk's crc32c, then the
-format's offsets CRC-32s), kept in the store's local folder.  Batched reads run the local
-backend's :class:`~mmpack.store.backends._zarr_shards.ShardReader`: each shard's index fetched
-once (one range GET), then a batch's inner chunks as concurrent merged range GETs through
-:mod:`mmpack.remote.transport` (fork-safe), each checked against its crc32c (a mismatch fetched
-once more, then ``FormatError``).  With ``cache_limit`` the decoded chunks go to the node cache
-(one block per inner chunk, each checked once per reader against its recorded XXH64); a batch's
-chunks are pinned while they are copied out of that mapping, so a chunk another process drops
-is fetched again, never read as its punched hole.
+format's offsets CRC-32s), kept in the store's local folder.  Reads take the memmap layout's
+path (:class:`~mmpack.remote.base.RemoteStoreBackend`; the block order's
+:class:`~mmpack.remote.spans.SpanFetcher`) over :class:`~mmpack.remote.sources.ChunkSource`: one
+block per inner chunk, located through its shard's index (one range GET per shard, kept), a
+request's chunks fetched as merged range GETs per shard, each crc32c-checked (a mismatch
+fetched once more, then ``FormatError``) and decoded.  With ``cache_limit`` the decoded chunks
+go to the node cache, copied out only under the reader's pins (a dropped chunk is fetched again).
 """
 
 from __future__ import annotations
@@ -33,9 +32,11 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.remote.base import RemoteStoreBackend
 from mmpack.remote.cache import BlockCache, warn_once
-from mmpack.remote.cached import CachedObject, copied
+from mmpack.remote.cached import CachedObject
+from mmpack.remote.fetcher import BlockFetcher
+from mmpack.remote.sources import ChunkSource
+from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import Transport
-from mmpack.remote.zarrfetch import ChunkFetcher
 from mmpack.store.backends._chunk_ranges import assemble, touched_chunks
 from mmpack.store.backends._zarr_shards import ShardLayout, parse_layout
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
@@ -91,15 +92,11 @@ class RemoteZarrBackend(RemoteStoreBackend):
         self._layout = layouts["tokens"]
         self.node_cache = self._node_cache(cache)
         """This reader's view of the decoded token chunks in the node cache (None without)."""
-        self.fetcher = ChunkFetcher(
-            transport,
-            self.data,
-            objects,
-            self._layout,
-            self.node_cache,
-            ("remote", self.url, self.data, meta.fingerprint),
-            self._kept("tokens"),
-        )
+        self.source = ChunkSource(transport, self.data, objects, self._layout, self._kept("tokens"))
+        """The token array's inner chunks (:mod:`mmpack.remote.sources`)."""
+        self.fetcher = BlockFetcher(self.source, self.node_cache)
+        self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
+        """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
         offsets = self._read_offsets(layouts["offsets"])
         offsets.flags.writeable = False
         self._offsets = offsets
@@ -147,9 +144,9 @@ class RemoteZarrBackend(RemoteStoreBackend):
                 return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
         except OSError:
             pass
-        reader = self.fetcher.make_reader("offsets", layout, self._kept("offsets"))
+        reader = self.source.make_reader("offsets", layout, self._kept("offsets"))
         ids = np.arange(-(-layout.count // layout.inner), dtype=np.int64)
-        chunks = self.fetcher.verified(reader, ids)
+        chunks = self.source.verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
         if crc32_blocks(offsets.tobytes(), block) != crcs:
@@ -169,32 +166,10 @@ class RemoteZarrBackend(RemoteStoreBackend):
 
     @property
     def stats(self) -> dict[str, int]:
-        """This process's counts (:attr:`ChunkFetcher.stats`)."""
+        """This process's counts (:attr:`BlockFetcher.stats`)."""
         return self.fetcher.stats
 
-    # ------------------------------------------------------------------------------ reading
-    def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ranges' tokens back to back in a new buffer (``src[src_starts[k]:src_starts[k] +
-        lengths[k]]`` is range k).  With a node cache the chunks are pinned while they are
-        checked and copied out of the mapping (never a view of it: another process may drop a
-        block nobody pins), the missing ones fetched into it first."""
-        starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        dtype = self.meta.dtype
-        t = touched_chunks(starts, lengths, self._layout.inner)
-        if t.uniq.size == 0:
-            return np.empty(0, dtype=dtype), np.zeros(starts.shape[0], np.int64)
-        if self.node_cache is None:
-            return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
-        with self.node_cache.pinned(t.uniq) as cf:
-            if cf is None:  # no mapping, or a drop held a chunk too long: read without it
-                return assemble(self.fetcher.chunks(t.uniq), t, lengths, dtype)
-            if self.node_cache.serves(starts, lengths) is cf:  # the hit path: one copy
-                src_starts = np.cumsum(lengths) - lengths
-                return copied(cf.tokens, starts, lengths), src_starts
-            src, src_starts = assemble(self.fetcher.chunks(t.uniq, cf), t, lengths, dtype)
-            return src.copy() if t.uniq.size == 1 else src, src_starts  # one chunk: its view
-
+    # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); the node
         cache's copies are compared with them."""
@@ -204,7 +179,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         first, last = start // item, -(-stop // item)
         st, ln = np.array([first], np.int64), np.array([last - first], np.int64)
         t = touched_chunks(st, ln, self._layout.inner)
-        chunks = self.fetcher.verified(self.fetcher.reader, t.uniq)
+        chunks = self.source.verified(self.source.reader, t.uniq)
         src, _ = assemble(chunks, t, ln, self.meta.dtype)
         skip = start - first * item
         data = np.ascontiguousarray(src).view(np.uint8)[skip : skip + (stop - start)].tobytes()

@@ -263,7 +263,7 @@ class Mixture:
     def ordered(self) -> bool:
         """True when the weights vary with the position (a schedule, or a :meth:`with_schedule`
         change): position ``p`` belongs at step ``p``, so samplers read the mixture in its own
-        order (:func:`~mmpack.core.validation.check_shuffle`).  False for constant weights."""
+        order (:func:`~mmpack.core.sample_order.check_shuffle`).  False for constant weights."""
         return self._plan is not None
 
     def with_schedule(

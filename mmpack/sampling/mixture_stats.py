@@ -1,6 +1,6 @@
 """What a mixture realises: :class:`MixtureStats`, the return of ``Mixture.stats()``.
 
-A frozen dataclass, like :class:`mmpack.views.plan_stats.PackingStats` (``PackedDataset.stats()``) and
+A frozen dataclass, like :class:`mmpack.packing.plan_stats.PackingStats` (``PackedDataset.stats()``) and
 :class:`mmpack.views.window_stats.WindowStats` (``WindowDataset.stats()``), so every ``stats()``
 of the library has one shape: attributes, and ``as_dict()`` for a plain dict.
 """

@@ -1,6 +1,6 @@
 """Reading a file of named arrays behind a checksummed JSON header, the layout of mmpack's derived
 indexes (the cached Megatron order of :mod:`mmpack.formats.arrayfile`, packing plans of
-:mod:`mmpack.views.plan_file`).
+:mod:`mmpack.packing.plan_file`).
 
 Layout: an 8-byte magic, a little-endian uint64 header length ``h``, ``h`` bytes of JSON, the
 little-endian uint32 CRC-32 of those bytes, then raw C-order arrays; the header names each
@@ -95,7 +95,7 @@ def map_array(
         The dtype the caller expects: another recorded dtype is refused.
     check : bool, default True
         Compare the whole array's ``"xxh64"``; False leaves the digests to the caller (a file
-        that records one per chunk, checked on use: :class:`mmpack.views.plan_pages.PlanPages`).
+        that records one per chunk, checked on use: :class:`mmpack.packing.plan_pages.PlanPages`).
 
     Raises
     ------

@@ -11,7 +11,7 @@ and keeps a bitmap of the token blocks already checked, so verify-on-read checks
 a block: ``python -m benchmarks.bench_store``, docs/benchmarks.md).
 :class:`CheckedPages` is the one rule for an index checked lazily: a bitmap of pages, each checked
 once on first use (the store's :class:`OffsetsPages`, a cached plan's chunks in
-:mod:`mmpack.views.plan_file`); after that a read costs one bitmap lookup per page it touches.
+:mod:`mmpack.packing.plan_file`); after that a read costs one bitmap lookup per page it touches.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The streaming packer's parameters, checked once, and what they build.
 
 :class:`PackerConfig` is the frozen, checked form of the arguments of
-:class:`~mmpack.streaming.packer.StreamingPacker` (their meaning is documented there): every
-argument is checked by the one rule of :mod:`mmpack.core.validation` or :mod:`mmpack.core.options`
-(bad input is a ``TypeError``/``ValueError`` naming it).  It builds the schedules and the
+:class:`~mmpack.streaming.packer.StreamingPacker` (their meaning is documented there): the rows'
+options by the check both packers share (:func:`mmpack.packing.options.check_row_options`), the
+packer's own by the rules of :mod:`mmpack.core.validation` and :mod:`mmpack.core.options` (bad
+input is a ``TypeError``/``ValueError`` naming it).  It builds the schedules and the
 labeller of a consumer (:meth:`PackerConfig.schedules`) and the ``config`` field of a state
 (:meth:`PackerConfig.as_state`).  O(1).
 """
@@ -13,39 +14,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmpack.core.options import LongDocs, Mode, SourceFormat, parse_option
-from mmpack.core.validation import (
-    check_bool,
-    check_int,
-    check_positive_int,
-    check_seed,
-    check_token_id,
-)
+from mmpack.core.options import SourceFormat, parse_option
+from mmpack.core.validation import check_bool, check_int, check_positive_int
+from mmpack.packing.options import RowOptions, check_row_options
 from mmpack.streaming.labels import Labeller
 from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown, token_schedules
-from mmpack.views.masking import MaskingOptions, check_masking
 
 __all__ = ["PackerConfig", "micro_batch_shape"]
 
 
 @dataclass(frozen=True)
-class PackerConfig:
+class PackerConfig(RowOptions):
     """A :class:`~mmpack.streaming.packer.StreamingPacker`'s parameters, checked
-    (:meth:`check`); ``masking`` holds the MLM ones (:func:`mmpack.views.masking.check_masking`),
-    ``schedule_args`` the schedules' (:func:`mmpack.streaming.schedules.token_schedules`)."""
+    (:meth:`check`): its rows' options (:class:`~mmpack.packing.options.RowOptions`) and the
+    packer's own; ``schedule_args`` are the schedules'
+    (:func:`mmpack.streaming.schedules.token_schedules`)."""
 
     batch_size: int
-    seqlen: int
     buffer_size: int
-    mode: str | None
-    pad_id: int
-    eot: int | None
-    masking: MaskingOptions
-    ignore_index: int
-    long_docs: str
     drop_last: bool
     source_format: str
-    seed: int
     readahead: int
     rank: int | None
     world_size: int | None
@@ -60,6 +48,7 @@ class PackerConfig:
         seqlen: Any,
         buffer_size: Any,
         mode: Any,
+        label_shift: Any,
         pad_id: Any,
         eot: Any,
         mask_id: Any,
@@ -79,38 +68,31 @@ class PackerConfig:
     ) -> PackerConfig:
         """The checked parameters (the packer's signature holds their defaults)."""
         batch_size = check_positive_int(batch_size, "batch_size")
-        seqlen = check_positive_int(seqlen, "seqlen")
-        buffer_size = check_positive_int(buffer_size, "buffer_size")
-        if buffer_size < batch_size:
-            raise ValueError(f"buffer_size={buffer_size} must be >= batch_size={batch_size}")
-        mode = None if mode is None else parse_option(Mode, mode, "mode").value
-        pad_id = check_token_id(pad_id, "pad_id")
-        eot = None if eot is None else check_token_id(eot, "eot")
-        if eot is not None and eot < 0:
-            raise ValueError(f"eot must be a token id >= 0 (tokens are non-negative), got {eot}")
-        masking = check_masking(
-            mode == Mode.MLM,
+        rows = check_row_options(
+            seqlen=seqlen,
+            eot=eot,
+            pad_id=pad_id,
+            mode=mode,
+            label_shift=label_shift,
+            ignore_index=ignore_index,
             mask_prob=mask_prob,
             mask_id=mask_id,
             vocab_size=vocab_size,
             special_ids=special_ids,
-            pad_id=pad_id,
-            also_excluded=(eot,),
+            long_docs=long_docs,
+            seed=seed,
+            labels_optional=True,
         )
+        buffer_size = check_positive_int(buffer_size, "buffer_size")
+        if buffer_size < batch_size:
+            raise ValueError(f"buffer_size={buffer_size} must be >= batch_size={batch_size}")
         rank, world_size = _check_ranks(rank, world_size)
         config = cls(
+            **vars(rows),
             batch_size=batch_size,
-            seqlen=seqlen,
             buffer_size=buffer_size,
-            mode=mode,
-            pad_id=pad_id,
-            eot=eot,
-            masking=masking,
-            ignore_index=check_token_id(ignore_index, "ignore_index"),
-            long_docs=parse_option(LongDocs, long_docs, "long_docs").value,
             drop_last=check_bool(drop_last, "drop_last"),
             source_format=parse_option(SourceFormat, source_format, "source_format").value,
-            seed=check_seed(seed),
             readahead=check_positive_int(
                 buffer_size if readahead is None else readahead, "readahead"
             ),
@@ -126,28 +108,27 @@ class PackerConfig:
         """The batch-size warm-up and the labeller (with its masking cool-down) of a consumer
         among ``divisor``, by which the schedules' token durations are divided."""
         warmup, cooldown = token_schedules(
-            self.batch_size, self.masking.mask_prob, self.mode, world_size=divisor,
-            **self.schedule_args,
-        )  # fmt: skip
-        return warmup, Labeller(self.mode, self.ignore_index, self.seed, self.masking, cooldown)
+            self.batch_size, self.mask_prob, self.mode, world_size=divisor, **self.schedule_args
+        )
+        return warmup, Labeller(self, cooldown)
 
     def as_state(
         self, warmup: BatchSizeWarmup | None, cooldown: MaskingRatioCooldown | None
     ) -> dict[str, Any]:
         """The parameters that decide the batches (with the consumer's schedules), as a state
         records them: plain Python values."""
-        m = self.masking
         return {
             "batch_size": self.batch_size,
             "seqlen": self.seqlen,
             "buffer_size": self.buffer_size,
             "mode": self.mode,
+            "label_shift": self.label_shift,
             "pad_id": self.pad_id,
             "eot": self.eot,
-            "mask_id": m.mask_id,
-            "vocab_size": m.vocab_size,
-            "special_ids": list(m.special_ids),
-            "mask_prob": m.mask_prob,
+            "mask_id": self.mask_id,
+            "vocab_size": self.vocab_size,
+            "special_ids": list(self.special_ids),
+            "mask_prob": self.mask_prob,
             "ignore_index": self.ignore_index,
             "long_docs": self.long_docs,
             "drop_last": self.drop_last,

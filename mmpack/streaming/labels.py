@@ -1,12 +1,13 @@
 """The labels of a streaming packer's batch, by the training objective.
 
 ``mode=None``: no labels.  ``"causal"``: the packed view's rule and kernel
-(:func:`mmpack.kernels.packed_rows.label_rows`, ``label_shift="next"``): ``labels[t] =
+(:func:`mmpack.kernels.packed_rows.label_rows`): with ``label_shift="next"``, ``labels[t] =
 input_ids[t + 1]`` inside a piece, ``ignore_index`` at each piece's last token and on padding
-(labels never cross a piece).
-``"mlm"``: the 80/10/10 corruption of :func:`mmpack.views.masking.corrupt_rows`, keyed by the
+(labels never cross a piece); with ``"hf"``, ``labels = input_ids`` but ``ignore_index`` at
+each piece's first token and on padding.
+``"mlm"``: the 80/10/10 corruption of :func:`mmpack.packing.masking.corrupt_rows`, keyed by the
 position in the stream: row ``r`` of the ``b``-th batch of epoch ``e`` uses the key of
-``(seed, e, b * 2**32 + r)`` (:func:`mmpack.views.masking.row_keys`), so masks are a pure function
+``(seed, e, b * 2**32 + r)`` (:func:`mmpack.packing.masking.row_keys`), so masks are a pure function
 of the position and a resumed run reproduces them without generator state; the masking ratio
 follows the cool-down (:class:`~mmpack.streaming.schedules.MaskingRatioCooldown`) when one is
 configured.  With loss masks (a masked store, or documents ``{"input_ids", "loss_mask"}``) the
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.core.options import Mode
-from mmpack.kernels.packed_rows import LABELS_NEXT, label_rows, mask_pieces
+from mmpack.core.options import LabelShift, Mode
+from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, label_rows, mask_pieces
+from mmpack.packing.masking import corrupt_rows, row_keys
+from mmpack.packing.options import RowOptions
 from mmpack.streaming.schedules import MaskingRatioCooldown
-from mmpack.views.masking import MaskingOptions, corrupt_rows, row_keys
 
 __all__ = ["Labeller"]
 
@@ -37,29 +39,18 @@ class Labeller:
 
     Parameters
     ----------
-    mode : {None, "causal", "mlm"}
-    ignore_index : int
-        Label of the positions without loss.
-    seed : int
-        Key of the MLM corruption.
-    masking : MaskingOptions
-        The checked MLM parameters (:func:`mmpack.views.masking.check_masking`).
+    options : RowOptions
+        The rows' checked options (:func:`mmpack.packing.options.check_row_options`): the mode
+        (None: no labels), the label shift, ``ignore_index``, the MLM options and the seed.
     cooldown : MaskingRatioCooldown, optional
         The masking ratio as a function of the tokens emitted (MLM only).
     """
 
-    def __init__(
-        self,
-        mode: str | None,
-        ignore_index: int,
-        seed: int,
-        masking: MaskingOptions,
-        cooldown: MaskingRatioCooldown | None,
-    ) -> None:
-        self.mode = mode
-        self.ignore_index = ignore_index
-        self.seed = seed
-        self.masking = masking
+    def __init__(self, options: RowOptions, cooldown: MaskingRatioCooldown | None) -> None:
+        self.options = options
+        self.mode = options.mode
+        self.ignore_index = options.ignore_index
+        self.label_mode = LABELS_NEXT if options.label_shift == LabelShift.NEXT else LABELS_HF
         self.cooldown = cooldown
 
     @property
@@ -92,7 +83,7 @@ class Labeller:
         row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
         np.cumsum(np.bincount(placed[0], minlength=n_rows), out=row_ptr[1:])
         if self.mode == Mode.MLM:
-            masking = self.masking
+            masking = self.options
             mask_prob = masking.mask_prob
             if self.cooldown is not None:
                 mask_prob = self.cooldown(token_count)
@@ -105,7 +96,7 @@ class Labeller:
             labels = corrupt_rows(
                 ids,
                 selectable,
-                row_keys(self.seed, epoch, rows_in_stream),
+                row_keys(masking.seed, epoch, rows_in_stream),
                 mask_prob=mask_prob,
                 mask_id=masking.mask_id,
                 vocab_size=masking.vocab_size,
@@ -116,7 +107,7 @@ class Labeller:
         if self.mode == Mode.CAUSAL:
             labels = np.empty_like(ids)
             label_rows(
-                ids, lengths, no_eot, row_ptr, LABELS_NEXT, self.ignore_index, values, starts,
+                ids, lengths, no_eot, row_ptr, self.label_mode, self.ignore_index, values, starts,
                 labels,
             )  # fmt: skip
             return labels, None

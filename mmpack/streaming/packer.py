@@ -77,10 +77,14 @@ class StreamingPacker:
         At most this many pieces are deferred (buffered) by one batch; ``>= batch_size``.
     mode : {None, "causal", "mlm"}
         ``None``: ``targets`` is ``None`` (ModernBERT's ``suppress_masking``).  ``"mlm"``: 80/10/10
-        masking (:mod:`mmpack.views.masking`); random tokens come from ``[0, vocab_size)`` minus
+        masking (:mod:`mmpack.packing.masking`); random tokens come from ``[0, vocab_size)`` minus
         ``special_ids``, ``eot``, ``mask_id`` and ``pad_id``; padding, special ids and the eot are
         never selected.  ``"causal"``: ``targets[t] = input_ids[t + 1]`` inside a piece,
-        ``ignore_index`` at each piece's last token and on padding.
+        ``ignore_index`` at each piece's last token and on padding (``label_shift="next"``).
+    label_shift : {"next", "hf"}
+        Causal labels as the packed view writes them: ``"next"`` as above; ``"hf"``: ``targets =
+        input_ids`` with ``ignore_index`` at each piece's first token and on padding (Hugging
+        Face models shift inside).
     pad_id : int
         Token id written into padding.
     eot : int, optional
@@ -102,7 +106,7 @@ class StreamingPacker:
     source_format : {"auto", "sequences", "batches"}
     seed : int
         Row ``r`` of the ``b``-th batch of epoch ``e`` is corrupted with the key of
-        ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.views.masking.row_keys`): masks are a pure
+        ``(seed, e, b * 2**32 + r)`` (:func:`mmpack.packing.masking.row_keys`): masks are a pure
         function of the position in the stream, so a resumed run reproduces them.
     readahead : int, optional
         Pieces read ahead of the scan (default ``buffer_size``); affects memory and speed only.
@@ -148,6 +152,7 @@ class StreamingPacker:
         seqlen: int,
         buffer_size: int,
         mode: str | None = None,
+        label_shift: str = "next",
         pad_id: int = 0,
         eot: int | None = None,
         mask_id: int | None = None,
@@ -173,7 +178,7 @@ class StreamingPacker:
     ) -> None:
         self.config = PackerConfig.check(
             batch_size=batch_size, seqlen=seqlen, buffer_size=buffer_size, mode=mode,
-            pad_id=pad_id, eot=eot, mask_id=mask_id, vocab_size=vocab_size,
+            label_shift=label_shift, pad_id=pad_id, eot=eot, mask_id=mask_id, vocab_size=vocab_size,
             special_ids=special_ids, mask_prob=mask_prob, ignore_index=ignore_index,
             long_docs=long_docs, drop_last=drop_last, source_format=source_format, seed=seed,
             readahead=readahead, rank=rank, world_size=world_size, shard=shard,

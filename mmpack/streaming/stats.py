@@ -4,7 +4,7 @@ Each part of :class:`~mmpack.streaming.packer.StreamingPacker` keeps the counts 
 (:class:`AdmissionCounts`: the sequences read and what the ``long_docs`` policy did to them;
 :class:`EmissionCounts`: the batches, rows, pieces and tokens emitted), reset at every epoch.
 :meth:`StreamingPacker.stats` joins them into one :class:`StreamingStats`, a frozen dataclass
-named like :class:`mmpack.views.plan_stats.PackingStats` where the concepts agree (``n_docs``,
+named like :class:`mmpack.packing.plan_stats.PackingStats` where the concepts agree (``n_docs``,
 ``n_pieces``, ``n_tokens``, ``padding_tokens``, ``efficiency``, ``n_split``...).  O(1).
 """
 

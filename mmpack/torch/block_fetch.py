@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.validation import reads_remotely
+from mmpack.core.sample_order import reads_remotely
 from mmpack.errors import SlowReadWarning
 
 __all__ = ["WindowFetcher"]
@@ -315,7 +315,7 @@ class WindowFetcher:
 
 def _warn_slow(view: Any, way: str) -> None:
     """Warn once per process, store and ``way`` (``"global"``, ``"blocks"``) where ``view``
-    reads remotely (:func:`~mmpack.core.validation.reads_remotely`: its store declares itself
+    reads remotely (:func:`~mmpack.core.sample_order.reads_remotely`: its store declares itself
     ``remote``, or a mixture's sources all do) in a way that cannot fetch whole blocks."""
     if not reads_remotely(view):
         return
@@ -337,11 +337,6 @@ def _warn_slow(view: Any, way: str) -> None:
         message = (
             f"mmpack: {url} is read in the global shuffled order: every sample is a small range "
             f"request, 20-300x slower than the block order; {fix}"
-        )
-    elif getattr(store, "backend", None) == "zarr":
-        message = (
-            f"mmpack: shuffle='blocks' over {url} cannot fetch whole blocks (a remote Zarr store "
-            "has no whole-block fetch): upload it with mmpack.build(url, ...)"
         )
     else:
         message = (

@@ -36,13 +36,8 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
-from mmpack.core.validation import (
-    check_bool,
-    check_int_range,
-    check_positive_int,
-    check_shuffle,
-    order_block_bytes,
-)
+from mmpack.core.sample_order import check_shuffle, order_block_bytes
+from mmpack.core.validation import check_bool, check_int_range, check_positive_int
 from mmpack.errors import FormatError
 from mmpack.torch.collate import Collator
 from mmpack.torch.collate import collate as default_collate
@@ -100,7 +95,7 @@ def loader(
         A keyed pseudo-random order per epoch; ``"blocks"``: the block-window order over
         ``view.block_bounds(block_bytes)`` (over a remote store with a node cache the sampler
         then fetches whole blocks, :mod:`mmpack.torch.block_fetch`); ``False`` visits the
-        samples in order.  Default (:func:`~mmpack.core.validation.check_shuffle`): ``False``
+        samples in order.  Default (:func:`~mmpack.core.sample_order.check_shuffle`): ``False``
         for a view that orders itself (``view.ordered``: a mixture whose weights follow a
         schedule; ``True`` and ``"blocks"`` are refused), ``"blocks"`` over a remote store (a
         mixture of remote sources: if built with ``block_bytes``, at its size), said once

@@ -35,15 +35,14 @@ from torch.utils.data import Sampler
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.permutation_keys import MAX_N
+from mmpack.core.sample_order import check_shuffle, order_block_bytes
 from mmpack.core.validation import (
     EpochIndex,
     check_bool,
     check_in_range,
     check_int,
     check_int_range,
-    check_shuffle,
     epoch_index_type,
-    order_block_bytes,
 )
 from mmpack.sampling.balance import Balance, balanced_resume
 from mmpack.sampling.block_order import BlockOrder
@@ -95,7 +94,7 @@ class ResumableSampler(Sampler[int]):
         ``ordered`` is true: a mixture whose weights follow a schedule), read in its own order
         (``False``; ``True`` or ``"blocks"`` is then a ``ValueError``), and over a remote store,
         read in the block order (over ``block_bounds``, else the dataset's at 4 MiB blocks;
-        :func:`~mmpack.core.validation.check_shuffle`).
+        :func:`~mmpack.core.sample_order.check_shuffle`).
     seed : int, default 0
         Key of the permutations, ``0 <= seed < 2**64``.  Every rank must use the same seed.
     rank, world_size : int, default 0 and 1

@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 from mmpack.core.fingerprints import config_fingerprint
-from mmpack.core.validation import check_int, check_shuffle, order_block_bytes
+from mmpack.core.sample_order import check_shuffle, order_block_bytes
+from mmpack.core.validation import check_int
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_state import STATE_VERSION
 from mmpack.torch.sampler import ResumableSampler
@@ -507,7 +508,7 @@ def _lists(value: Any) -> Any:
 def _order(
     shuffle: Any, view: Any, i: int, block_bytes: int, window_blocks: int
 ) -> tuple[bool | Literal["blocks"], dict[str, Any]]:
-    """Stage ``i``'s order (:func:`~mmpack.core.validation.check_shuffle`) and its sampler's
+    """Stage ``i``'s order (:func:`~mmpack.core.sample_order.check_shuffle`) and its sampler's
     block-order arguments (none unless ``"blocks"``; by default at ``order_block_bytes``)."""
     order = check_shuffle(shuffle, view, block_bytes=block_bytes, window_blocks=window_blocks)
     if not (isinstance(order, str) and order == "blocks"):

@@ -1,6 +1,6 @@
 """The packed view: one sample per bin of a packing plan, whole documents side by side.
 
-Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.views.plan`; built once
+Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack.packing.plan`; built once
 per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
 pieces in order, each followed by ``eot`` when the view has one (by default the store's) and
 the piece ends its document, then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
@@ -22,7 +22,7 @@ if any, is the last segment:
   ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
   :func:`~mmpack.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
   batch path;
-- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.views.masking`): of the non-padding tokens
+- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.packing.masking`): of the non-padding tokens
   whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
   random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
   corrupted row and ``labels`` holds the original token at selected positions, ``-100``
@@ -32,7 +32,7 @@ if any, is the last segment:
   selected.  The packing is the same in both modes.
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
-is a counter-based hash of the sample's key and the token position (:mod:`mmpack.views.masking`), so
+is a counter-based hash of the sample's key and the token position (:mod:`mmpack.packing.masking`), so
 a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order.
 The epoch is the index's own when it carries one (:class:`mmpack.core.validation.EpochIndex`, what
 :class:`mmpack.torch.sampler.ResumableSampler` yields: the epoch reaches DataLoader workers, persistent
@@ -56,7 +56,7 @@ sample's views of it; measured against a raw 2048-token slice copy, with where t
 ``python -m benchmarks.bench_getitem --quick --profile``.
 
 Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
-end chunks, :func:`~mmpack.views.plan_file.load_plan`); a read checks, once, the plan chunks of
+end chunks, :func:`~mmpack.packing.plan_file.load_plan`); a read checks, once, the plan chunks of
 its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
 sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
 worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
@@ -72,7 +72,6 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.constants import IGNORE_INDEX
 from mmpack.core.fingerprints import config_fingerprint
 from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
@@ -86,13 +85,16 @@ from mmpack.core.validation import (
 from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+from mmpack.packing.plan import PackingPlan
+from mmpack.packing.plan_regions import cached_plan
+from mmpack.packing.plan_stats import PackingStats
+from mmpack.packing.region_cuts import region_blocks
 from mmpack.store.reader import TokenStore, open_store
 from mmpack.store.subset import token_source
 from mmpack.store.vocab import STORE
 from mmpack.views.attention_cost import packed_costs
 from mmpack.views.batch import SampleBatch
 from mmpack.views.buffers import BufferPool
-from mmpack.views.masking import excluded_ids
 from mmpack.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack.views.packed_gather import (
     bin_first_token,
@@ -103,12 +105,8 @@ from mmpack.views.packed_gather import (
     piece_ranges,
     read_bin,
 )
-from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_regions import cached_plan
-from mmpack.views.plan_stats import PackingStats
 from mmpack.views.provenance import packed_provenance, parent_located
 from mmpack.views.readahead import ColdReads
-from mmpack.views.region_cuts import region_blocks
 
 __all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
 
@@ -151,9 +149,9 @@ class PackedDataset:
     seed : int
         Seed of the MLM corruption (>= 0).
     long_docs : {"split", "truncate", "drop"}
-        Documents longer than a bin (see :mod:`mmpack.views.plan`).
+        Documents longer than a bin (see :mod:`mmpack.packing.plan`).
     algorithm : {"bfd", "online", "nextfit"}
-        Packing algorithm (see :mod:`mmpack.views.plan`).
+        Packing algorithm (see :mod:`mmpack.packing.plan`).
     label_shift : {"next", "hf"}
         Causal label convention (see the module docstring).
     lookahead : int
@@ -164,7 +162,7 @@ class PackedDataset:
         region read one contiguous span of the store (what :meth:`block_bounds` cuts into
         blocks for a block-local sample order); ``"auto"``: ``DEFAULT_REGION_BINS * seqlen``
         tokens (2048 bins a region, 0.005-0.021% more bins than the whole-store plan on
-        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack.views.plan`;
+        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack.packing.plan`;
         a large store's region plan can be built in parallel beforehand
         (:func:`mmpack.ingest.region_plan.build_region_plan`).
     cache : bool
@@ -184,7 +182,9 @@ class PackedDataset:
     ``len(ds)`` is the number of bins; ``ds[i]`` a dict with ``input_ids``, ``labels``,
     ``position_ids``, ``attention_mask`` (``dtype``, (seqlen,)), ``cu_seqlens`` (int32, (m,))
     and ``max_seqlen`` (int).  ``eot``, ``pad_id``, ``mask_id`` and ``vocab_size`` hold the
-    ids in use (``"store"`` resolved); ``repr`` shows the eot and pad.
+    ids in use (``"store"`` resolved), ``ignore_index`` the label of no loss (-100),
+    ``excluded`` the ids MLM never draws (:class:`~mmpack.packing.options.RowOptions`); ``repr``
+    shows the eot and pad.
     """
 
     seqlen: int
@@ -192,10 +192,12 @@ class PackedDataset:
     pad_id: int
     mode: str
     label_shift: str
+    ignore_index: int
     mask_prob: float
     special_ids: tuple[int, ...]
     mask_id: int | None
     vocab_size: int | None
+    excluded: np.ndarray
     seed: int
     lookahead: int
     long_docs: str
@@ -271,18 +273,14 @@ class PackedDataset:
         self._cold = ColdReads()
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
-        specials = [t for t in (*self.special_ids, self.eot, self.mask_id) if t is not None]
         self._mlm = self.mode == Mode.MLM
-        self._excl = (
-            excluded_ids(self.vocab_size or 0, specials, self.pad_id) if self._mlm else None
-        )
         shift = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
         self._label_mode = LABELS_NONE if self._mlm else shift
         # One single-sample buffer: 4 * seqlen, + cu_seqlens with int32 output (int64: 2 arrays).
         self._one_buffer = self.dtype == np.int32
         cu_at = 4 * self.seqlen if self._one_buffer else 0  # where one_bin writes cu_seqlens
         eot = (int(self.eot is not None), self._eot_id)
-        params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, IGNORE_INDEX]
+        params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, self.ignore_index]
         self._params = np.array(params, dtype=np.int64)
         self._plan = cached_plan(
             self.store,
@@ -414,7 +412,7 @@ class PackedDataset:
         A block is a run of whole consecutive regions of the plan (the bins of a region take
         documents from anywhere in it, so no smaller set of bins reads one span): regions join
         the current block while its span stays within ``block_bytes``, and a region larger than
-        that is a block of its own (:func:`~mmpack.views.region_cuts.region_blocks`).  With
+        that is a block of its own (:func:`~mmpack.packing.region_cuts.region_blocks`).  With
         ``region_tokens=None`` the whole store is one region, hence one block.  O(n_regions).
 
         Parameters
@@ -496,8 +494,9 @@ class PackedDataset:
             self._eot_id,
             self.pad_id,
             self._label_mode,
+            self.ignore_index,
             self.dtype,
-            None if self._mlm else self._mask_source,  # causal labels -100 where not a target
+            None if self._mlm else self._mask_source,  # causal labels ignored where not a target
         )
         if self._mlm:
             ids, attn, labels = (columns[k] for k in ("input_ids", "attention_mask", "labels"))

@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.core.constants import IGNORE_INDEX
 from mmpack.errors import FormatError
 from mmpack.kernels.masking import mlm_indexed_rows
 from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
+from mmpack.packing.masking import corrupt_rows, row_keys
+from mmpack.packing.plan import PackingPlan
+from mmpack.packing.plan_pieces import decode_bin
 from mmpack.views.buffers import BufferPool
-from mmpack.views.masking import corrupt_rows, row_keys
-from mmpack.views.plan import PackingPlan
-from mmpack.views.plan_pieces import decode_bin
 
 __all__ = [
     "bin_first_token",
@@ -100,6 +99,7 @@ def gather_rows(
     eot_id: int,
     pad_id: int,
     label_mode: int,
+    ignore: int,
     dtype: np.dtype | type = np.int64,
     mask: Any = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -107,8 +107,8 @@ def gather_rows(
     :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
     (``dtype``, int64 or int32, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
     ``r``'s boundaries being its first ``n_segments[r] + 1`` entries.  With ``mask`` (the
-    store's ``loss_mask``), read with the same ranges, a causal label is -100 where the token
-    it predicts is not a target (in the same pass)."""
+    store's ``loss_mask``), read with the same ranges, a causal label is ``ignore`` (the label
+    of no loss) where the token it predicts is not a target (in the same pass)."""
     starts, lengths, has_eot, row_ptr, counts = ranges
     k = counts.shape[0]
     total = int(row_ptr[-1])
@@ -134,7 +134,7 @@ def gather_rows(
             eot_id,
             pad_id,
             label_mode,
-            IGNORE_INDEX,
+            ignore,
             ids,
             pos,
             labels,
@@ -235,10 +235,10 @@ def corrupt_keyed(
     (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
     row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
     and excluded ids)."""
-    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds._excl
-    # mode="mlm" (the only caller): check_masking required mask_id and vocab_size
-    assert mask_id is not None and vocab_size is not None and excluded is not None
-    if vocab_size <= excluded.size:  # check_masking refused it too; never reached the kernel
+    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds.excluded
+    # mode="mlm" (the only caller): check_row_options required mask_id and vocab_size
+    assert mask_id is not None and vocab_size is not None
+    if vocab_size <= excluded.size:  # check_row_options refused it too; never reached the kernel
         raise ValueError(f"vocab_size={vocab_size} leaves no id for random replacement")
     if not isinstance(epochs, list):  # one kernel call: keys and corruption
         mlm_indexed_rows(
@@ -251,7 +251,7 @@ def corrupt_keyed(
             vocab_size - excluded.size,
             float(ds.mask_prob),
             int(mask_id),
-            IGNORE_INDEX,
+            ds.ignore_index,
             labels,
         )
         return
@@ -268,6 +268,7 @@ def corrupt_keyed(
         mask_id=mask_id,
         vocab_size=vocab_size,
         excluded=excluded,
+        ignore_index=ds.ignore_index,
         labels=labels,
     )
 

@@ -1,6 +1,6 @@
 """What a window view covers: :class:`WindowStats`, the return of ``WindowDataset.stats()``.
 
-A frozen dataclass like :class:`mmpack.views.plan_stats.PackingStats` (``PackedDataset.stats()``) and
+A frozen dataclass like :class:`mmpack.packing.plan_stats.PackingStats` (``PackedDataset.stats()``) and
 :class:`mmpack.sampling.mixture_stats.MixtureStats` (``Mixture.stats()``): attributes, and
 ``as_dict()`` for a plain dict.  Every field is arithmetic on the view's parameters and the
 store's counts: O(1).

@@ -1,7 +1,7 @@
 """The plan's pieces as they are stored: a document reference per piece relative to its region,
 a sparse table for the pieces that start inside their document.
 
-Layout (per :class:`~mmpack.views.plan.PackingPlan`, in memory and in its file):
+Layout (per :class:`~mmpack.packing.plan.PackingPlan`, in memory and in its file):
 
 - ``piece_ref`` (uint32, per piece): below :data:`~mmpack.kernels.packed_rows.SPLIT_FLAG`, the
   piece is ``[0, piece_len)`` of document ``region_doc[r] + ref``; at or above it, the piece is
@@ -15,7 +15,7 @@ Layout (per :class:`~mmpack.views.plan.PackingPlan`, in memory and in its file):
 
 So a piece costs 8 bytes and a bin 8 (``bin_ptr``), and every array but ``bin_ptr``,
 ``region_bin`` and ``region_split`` is relative to its region: parts of a plan are joined by
-copying them (:mod:`mmpack.views.plan_regions`).  Reading a bin: one binary search over the
+copying them (:mod:`mmpack.packing.plan_regions`).  Reading a bin: one binary search over the
 regions, then O(1) per piece (the row kernels, :mod:`mmpack.kernels.packed_rows`).  A region
 holds fewer than ``SPLIT_FLAG`` documents and pieces (:func:`check_region_size`).
 """

@@ -1,5 +1,5 @@
 """A plan file's chunks checked on first use: the XXH64 of each chunk of each array of a mapped
-plan (:mod:`mmpack.views.plan_file`), compared once, the first time a consumer reads a bin from
+plan (:mod:`mmpack.packing.plan_file`), compared once, the first time a consumer reads a bin from
 it (:class:`~mmpack.store.integrity.CheckedPages`, the rule of the store's offsets pages).  Cost:
 one XXH64 per chunk (16 MiB, ~1.6 ms) once, then a bitmap lookup per page a read touches.
 """
@@ -33,7 +33,7 @@ class PlanPages:
     path : pathlib.Path
         Named in error messages.
     arrays : dict of str to numpy.ndarray
-        The mapped arrays of a plan file (:data:`mmpack.views.plan_file.ARRAYS`), by name.
+        The mapped arrays of a plan file (:data:`mmpack.packing.plan_file.ARRAYS`), by name.
     digests : dict of str to list of int
         Each array's XXH64 per ``chunk_bytes`` (the last chunk short).
     chunk_bytes : int

@@ -136,7 +136,7 @@ def region_blocks(
     Parameters
     ----------
     region_bin, region_doc : numpy.ndarray, int64, shape (n_regions + 1,)
-        A plan's regions (:class:`~mmpack.views.plan.PackingPlan`).
+        A plan's regions (:class:`~mmpack.packing.plan.PackingPlan`).
     offsets : numpy.ndarray, int64, shape (n_docs + 1,)
         The store's document offsets, in tokens.
     itemsize : int

@@ -11,20 +11,20 @@ cache of plans (:func:`cached_plan`) builds every plan per region this way, seri
                                                       └──── join_parts (streamed, offsets fixed) ──▶
     <cache>/plan-<key>.mmplan  (the file cached_plan finds: the same bytes as a serial build)
 
-Algorithm.  A plan packed per region (:mod:`mmpack.views.plan`) is the concatenation of its
+Algorithm.  A plan packed per region (:mod:`mmpack.packing.plan`) is the concatenation of its
 regions' plans, and each region's plan depends on its documents' lengths only, so the region
-slots (:mod:`mmpack.views.region_cuts`) are cut into tasks of consecutive slots and each task is
+slots (:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots and each task is
 an independent call of :func:`build_part`: it finds its slots' document edges by binary search
 over the store's offsets, reads the offsets of those documents only, packs them
-(:func:`~mmpack.views.plan.pack_regions`; documents keep the store's numbering) and writes a part
+(:func:`~mmpack.packing.plan.pack_regions`; documents keep the store's numbering) and writes a part
 plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
 the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces,
 to its ``region_bin`` the bins and to its ``region_split`` the split entries of the parts before
-it (the piece arrays are relative to their regions, :mod:`mmpack.views.plan_pieces`: copied as
+it (the piece arrays are relative to their regions, :mod:`mmpack.packing.plan_pieces`: copied as
 they are), in chunks of
-:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.views.plan_stats.merge_stats`);
-the digests are computed over the written file (:func:`~mmpack.views.plan_file.write_plan_file`).
-The result is byte for byte the file :func:`~mmpack.views.plan_file.save_plan` writes for the
+:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.packing.plan_stats.merge_stats`);
+the digests are computed over the written file (:func:`~mmpack.packing.plan_file.write_plan_file`).
+The result is byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes for the
 plan held in memory (tested), in the place :func:`cached_plan` looks, so a
 :class:`~mmpack.views.packed.PackedDataset` with that ``region_tokens`` opens it.
 
@@ -50,8 +50,8 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.core.validation import check_int_range
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.views.plan import PackingPlan, pack_regions, plan_of_offsets
-from mmpack.views.plan_file import (
+from mmpack.packing.plan import PackingPlan, pack_regions, plan_of_offsets
+from mmpack.packing.plan_file import (
     ARRAYS,
     load_plan,
     plan_cache_key,
@@ -60,8 +60,8 @@ from mmpack.views.plan_file import (
     save_plan,
     write_plan_file,
 )
-from mmpack.views.plan_stats import merge_stats
-from mmpack.views.region_cuts import n_region_slots, region_edges
+from mmpack.packing.plan_stats import merge_stats
+from mmpack.packing.region_cuts import n_region_slots, region_edges
 
 __all__ = [
     "JOIN_CHUNK",
@@ -105,7 +105,7 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     ``path`` (atomically); an engine-neutral task (:data:`Runner`).
 
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
-    worker by its location), the plan parameters of :func:`~mmpack.views.plan.build_plan`
+    worker by its location), the plan parameters of :func:`~mmpack.packing.plan.build_plan`
     (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
     :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
     part's documents only, and checks only the pages of the index those lie on (a store is
@@ -211,7 +211,7 @@ def build_plan_in_parts(
     store : TokenStore
         Its ``offsets``, ``fingerprint`` and ``cache_dir`` are used; ``run`` may pickle it.
     seqlen, add_eot, long_docs, algorithm, lookahead
-        As :func:`~mmpack.views.plan.build_plan`.
+        As :func:`~mmpack.packing.plan.build_plan`.
     region_tokens : int or "auto"
         Tokens per region (``"auto"``: ``DEFAULT_REGION_BINS * seqlen``).
     regions_per_task : int, optional
@@ -229,7 +229,7 @@ def build_plan_in_parts(
     ------
     ValueError
         ``region_tokens`` is None (one region is not built in parts) or a bad value, or another
-        parameter is (the messages of :func:`~mmpack.views.plan.build_plan`).
+        parameter is (the messages of :func:`~mmpack.packing.plan.build_plan`).
     """
     key = plan_cache_key(
         store.fingerprint,
@@ -283,16 +283,16 @@ def cached_plan(
     region_tokens: int | str | None = None,
     cache: bool = True,
 ) -> PackingPlan:
-    """The plan of ``store`` (:func:`~mmpack.views.plan.build_plan` of its documents), kept in
-    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.views.plan_file.plan_path`).
+    """The plan of ``store`` (:func:`~mmpack.packing.plan.build_plan` of its documents), kept in
+    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.packing.plan_file.plan_path`).
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
     version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
     warning.  A cached file is reopened in O(1) (``load_plan(lazy=True)``: its header, regions
     and end chunks): every other chunk is checked on first use by the plan's consumers
-    (:meth:`~mmpack.views.plan.PackingPlan.check_bins`), and a damaged one raises
+    (:meth:`~mmpack.packing.plan.PackingPlan.check_bins`), and a damaged one raises
     :class:`~mmpack.errors.FormatError` then; read the arrays whole only after
-    :meth:`~mmpack.views.plan.PackingPlan.check_all`.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
+    :meth:`~mmpack.packing.plan.PackingPlan.check_all`.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
     about :data:`TASK_TOKENS` tokens in memory at a time, each written out as it is made), the
     file a parallel build (:func:`mmpack.ingest.region_plan.build_region_plan`) writes too; a
     whole-store plan (``region_tokens=None``) in memory.  If the store folder is not writable the

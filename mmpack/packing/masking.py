@@ -20,85 +20,17 @@ rank among the allowed ids and mapping it through the sorted excluded ids.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from mmpack.core.constants import IGNORE_INDEX
-from mmpack.core.validation import (
-    check_positive_int,
-    check_probability,
-    check_token_id,
-    check_token_ids,
-)
 from mmpack.kernels.masking import mlm_hashed_rows, sample_keys
 
 __all__ = [
-    "MaskingOptions",
-    "check_masking",
     "corrupt_rows",
     "excluded_ids",
     "row_keys",
 ]
-
-
-@dataclass(frozen=True)
-class MaskingOptions:
-    """The MLM options of a view or packer, checked once by :func:`check_masking`.
-
-    ``excluded`` (int64, sorted) holds the ids never selected nor drawn as a random replacement
-    (special ids, the extra ids the caller names such as an eot, ``mask_id`` and ``pad_id``);
-    it is empty unless the mode is MLM."""
-
-    mask_prob: float
-    mask_id: int | None
-    vocab_size: int | None
-    special_ids: tuple[int, ...]
-    excluded: np.ndarray
-
-
-def check_masking(
-    mlm: bool,
-    *,
-    mask_prob: Any,
-    mask_id: Any,
-    vocab_size: Any,
-    special_ids: Any,
-    pad_id: int,
-    also_excluded: Iterable[int | None] = (),
-) -> MaskingOptions:
-    """The one check of MLM options (the packed view and the streaming packer share it).
-
-    Raises
-    ------
-    TypeError
-        A non-number ``mask_prob``, non-integer ids or vocabulary size.
-    ValueError
-        ``mask_prob`` outside ``[0, 1]``; with ``mlm``: a missing ``mask_id`` or ``vocab_size``,
-        a ``mask_id`` outside ``[0, vocab_size)``, or no id left for random replacement.
-    """
-    prob = check_probability(mask_prob, "mask_prob")
-    specials = check_token_ids(special_ids, "special_ids")
-    mid = None if mask_id is None else check_token_id(mask_id, "mask_id")
-    vocab = None if vocab_size is None else check_positive_int(vocab_size, "vocab_size")
-    excluded = np.empty(0, dtype=np.int64)
-    if mlm:
-        if mid is None or vocab is None:
-            raise ValueError(
-                f"mode='mlm' needs mask_id and vocab_size (got mask_id={mask_id!r}, "
-                f"vocab_size={vocab_size!r})"
-            )
-        if not 0 <= mid < vocab:
-            raise ValueError(f"mask_id={mid} must be in [0, vocab_size={vocab})")
-        extra = [t for t in also_excluded if t is not None]
-        excluded = excluded_ids(vocab, (*specials, *extra, mid), pad_id)
-        if excluded.size >= vocab:
-            raise ValueError(
-                f"vocab_size={vocab} leaves no id for random replacement once the special ids, "
-                "eot, mask_id and pad_id are excluded"
-            )
-    return MaskingOptions(prob, mid, vocab, specials, excluded)
 
 
 def excluded_ids(vocab_size: int, special_ids: Iterable[int], pad_id: int | None) -> np.ndarray:

@@ -4,13 +4,13 @@ every load.
 A plan is keyed by the store fingerprint and every parameter (:func:`plan_cache_key`; the
 algorithm by its canonical name, ``region_tokens`` resolved) and kept in
 ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
-:func:`mmpack.views.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
+:func:`mmpack.packing.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
 (:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
 into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
 checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
 every other chunk is checked once, the first time a consumer reads a bin from it
-(:class:`~mmpack.views.plan_pages.PlanPages` over :class:`~mmpack.store.integrity.CheckedPages`, the store's rule for its
+(:class:`~mmpack.packing.plan_pages.PlanPages` over :class:`~mmpack.store.integrity.CheckedPages`, the store's rule for its
 offsets), or all at once with ``lazy=False``.  So reopening a cached plan costs the header
 whatever its size, and a damaged chunk is refused before a sample is served from it, instead of
 silently duplicating or dropping documents.
@@ -18,11 +18,11 @@ silently duplicating or dropping documents.
 The header's room is reserved from what is known before the arrays are (the key, the parameters,
 the statistics, the array shapes; offsets and digests at their widest), so a file is the same
 bytes whether its arrays were in memory (:func:`save_plan`) or streamed in from parts
-(:func:`write_plan_file`, which :mod:`mmpack.views.plan_regions` joins region plans with).  A
+(:func:`write_plan_file`, which :mod:`mmpack.packing.plan_regions` joins region plans with).  A
 plan is a cache: a file of another format version is refused and rebuilt.
 
-The plan itself (:class:`~mmpack.views.plan.PackingPlan`) and its algorithms live in
-:mod:`mmpack.views.plan`.
+The plan itself (:class:`~mmpack.packing.plan.PackingPlan`) and its algorithms live in
+:mod:`mmpack.packing.plan`.
 """
 
 from __future__ import annotations
@@ -43,16 +43,16 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
 from mmpack.core.validation import check_region_tokens
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
-from mmpack.store.integrity import block_digests
-from mmpack.views.plan import (
+from mmpack.packing.plan import (
     ALGORITHMS,
     PackingPlan,
     check_add_eot,
     check_params,
 )
-from mmpack.views.plan_pages import PlanPages
-from mmpack.views.plan_stats import PackingStats
+from mmpack.packing.plan_pages import PlanPages
+from mmpack.packing.plan_stats import PackingStats
+from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
+from mmpack.store.integrity import block_digests
 
 __all__ = [
     "ARRAYS",
@@ -69,7 +69,7 @@ __all__ = [
 
 PLAN_FORMAT_VERSION = 6
 """Version of the plan file layout (6: 8 bytes a piece, documents relative to their region and a
-sparse table of split pieces, :mod:`mmpack.views.plan_pieces`; 5: 20 bytes a piece, an XXH64 per
+sparse table of split pieces, :mod:`mmpack.packing.plan_pieces`; 5: 20 bytes a piece, an XXH64 per
 :data:`CHUNK_BYTES` of each array and the most pieces in a bin; 4: one XXH64 per array).  Only
 this version is read: a cached plan of another is rebuilt."""
 
@@ -109,7 +109,7 @@ def plan_cache_key(
 ) -> dict[str, Any]:
     """Everything a cached plan depends on: canonical option names, ``lookahead`` only for
     ``"online"``, ``region_tokens`` resolved (``"auto"`` and the number it stands for share a
-    plan).  Validates the parameters with the messages of :func:`~mmpack.views.plan.build_plan`."""
+    plan).  Validates the parameters with the messages of :func:`~mmpack.packing.plan.build_plan`."""
     add_eot = check_add_eot(add_eot)
     seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
     return {
@@ -266,13 +266,13 @@ def load_plan(
     lazy: bool = False,
 ) -> PackingPlan:
     """Memory-map a plan written by :func:`save_plan`.  ``part=True`` reads the plan of some
-    regions of a store (:func:`~mmpack.views.plan.pack_regions`), whose regions need not start
+    regions of a store (:func:`~mmpack.packing.plan.pack_regions`), whose regions need not start
     at document 0.
 
     Cost: the header, the region arrays and the first and last chunk of each other array; with
     ``lazy=False`` (default) every other chunk too (one pass over the file); with ``lazy=True``
     each other chunk is checked the first time a bin is read from it (the plan's
-    :attr:`~mmpack.views.plan.PackingPlan.pages`), so opening costs the same whatever the plan's
+    :attr:`~mmpack.packing.plan.PackingPlan.pages`), so opening costs the same whatever the plan's
     size, and a reader of the arrays whole calls ``plan.check_all()`` first.
 
     Raises

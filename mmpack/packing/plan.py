@@ -3,7 +3,7 @@
 
 A plan is an index, not a copy of the tokens: CSR arrays ``bin_ptr`` (n_bins + 1) and, per piece,
 its document, its token offset inside the document and its length (tokens taken), stored in 8
-bytes a piece (:mod:`mmpack.views.plan_pieces`: a document reference relative to the piece's
+bytes a piece (:mod:`mmpack.packing.plan_pieces`: a document reference relative to the piece's
 region, the length, and a sparse table for the few pieces that start inside their document).
 Its regions are CSR too: region ``r`` is documents ``region_doc[r]:region_doc[r+1]`` packed into
 bins ``region_bin[r]:region_bin[r+1]``.
@@ -33,12 +33,12 @@ Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
 - ``"nextfit"``: ``"online"`` with one open bin.
 
 Regions.  ``region_tokens=None`` packs the whole store as one region.  ``region_tokens=R`` cuts
-the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.views.region_cuts`: each
+the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.packing.region_cuts`: each
 edge is a document boundary near a multiple of ``R`` where the region fills its last bin, so no
 region edge cuts a document; ``"auto"`` is :data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``) and packs each with
 the algorithm on its own, bins numbered region by region: consecutive bins then read one
 contiguous span of the store, which a block-local sample order can fetch in one piece, and each
-region can be packed in another process (:mod:`mmpack.views.plan_regions`).  Cost: the
+region can be packed in another process (:mod:`mmpack.packing.plan_regions`).  Cost: the
 algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
 of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
 takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
@@ -50,8 +50,8 @@ Option names are the :class:`~mmpack.core.options.LongDocs` and
 :func:`~mmpack.core.options.parse_option`; a plan records the canonical names.
 
 The plan's file format and the cache of plans in a store's cache folder
-(:func:`~mmpack.views.plan_regions.cached_plan`) live in :mod:`mmpack.views.plan_file` and
-:mod:`mmpack.views.plan_regions`.
+(:func:`~mmpack.packing.plan_regions.cached_plan`) live in :mod:`mmpack.packing.plan_file` and
+:mod:`mmpack.packing.plan_regions`.
 """
 
 from __future__ import annotations
@@ -66,12 +66,12 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm, p
 from mmpack.core.validation import check_index, check_region_tokens
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
-from mmpack.views.plan_pieces import check_region_size, decode_bin, decode_pieces, encode_region
-from mmpack.views.plan_stats import COUNTED, PackingStats, stats_of
-from mmpack.views.region_cuts import region_edges, whole_store_edges
+from mmpack.packing.plan_pieces import check_region_size, decode_bin, decode_pieces, encode_region
+from mmpack.packing.plan_stats import COUNTED, PackingStats, stats_of
+from mmpack.packing.region_cuts import region_edges, whole_store_edges
 
 if TYPE_CHECKING:
-    from mmpack.views.plan_pages import PlanPages
+    from mmpack.packing.plan_pages import PlanPages
 
 __all__ = [
     "ALGORITHMS",
@@ -109,7 +109,7 @@ class PackingPlan:
         Bin ``i`` holds pieces ``bin_ptr[i]:bin_ptr[i+1]``, in placement order.
     piece_ref : numpy.ndarray, uint32, shape (n_pieces,)
         Each piece's document relative to its region, or its split entry
-        (:mod:`mmpack.views.plan_pieces`); :attr:`piece_doc` and :attr:`piece_start` decode them.
+        (:mod:`mmpack.packing.plan_pieces`); :attr:`piece_doc` and :attr:`piece_start` decode them.
     piece_len : numpy.ndarray, int32, shape (n_pieces,)
         Tokens taken from the document (the eot, if any, is extra).
     split : numpy.ndarray, int64, shape (2 * n_split,)
@@ -126,8 +126,8 @@ class PackingPlan:
         unless ``"online"``; ``region_tokens`` None for one region over the whole store).
     stats : PackingStats
     pages : PlanPages or None
-        A plan read back from its file (:func:`~mmpack.views.plan_file.load_plan`) lazily
-        checks its chunks on first use (:class:`~mmpack.views.plan_pages.PlanPages`): a consumer
+        A plan read back from its file (:func:`~mmpack.packing.plan_file.load_plan`) lazily
+        checks its chunks on first use (:class:`~mmpack.packing.plan_pages.PlanPages`): a consumer
         calls :meth:`check_bins` for the bins it reads, or :meth:`check_all` before reading the
         arrays whole.  None: every array is trusted (a plan built in memory).
     most_pieces : int or None
@@ -386,7 +386,7 @@ def pack_regions(
     region_tokens: int | str | None = None,
 ) -> PackingPlan:
     """The plan of some consecutive regions of a store, given their edges: the part of a plan
-    that :func:`build_plan` would give for them (:mod:`mmpack.views.plan_regions` joins such
+    that :func:`build_plan` would give for them (:mod:`mmpack.packing.plan_regions` joins such
     parts into one plan).
 
     ``doc_lens`` (int, shape (edges[-1] - edges[0],)) are the lengths of documents

@@ -1,0 +1,176 @@
+"""The options of packed rows, checked once: the one options object of both packers.
+
+:class:`RowOptions` holds what decides how a row of packed documents is written, whichever
+driver packs it (a plan's bins, :class:`~mmpack.views.packed.PackedDataset`, or a stream's
+batches, :class:`~mmpack.streaming.packer.StreamingPacker`): the row length, the eot appended
+to each document, the padding id, the training objective and its labels (``label_shift``, the
+label of positions without loss), the MLM corruption's options and the ids it never draws, what
+becomes of a document longer than a row, and the seed.  :func:`check_row_options` is its one
+check (a ``TypeError`` or ``ValueError`` naming the argument); each driver's configuration
+(:class:`~mmpack.views.packed_config.PackedConfig`,
+:class:`~mmpack.streaming.config.PackerConfig`) is a :class:`RowOptions` with the driver's own
+fields added.  O(1) but for the excluded ids (O(number of special ids)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmpack.core.constants import INT32_MAX
+from mmpack.core.options import LabelShift, LongDocs, Mode, parse_option
+from mmpack.core.validation import (
+    check_int,
+    check_positive_int,
+    check_probability,
+    check_seed,
+    check_token_id,
+    check_token_ids,
+)
+from mmpack.packing.masking import excluded_ids
+from mmpack.store.vocab import check_in_vocab, resolve_special
+
+__all__ = ["RowOptions", "check_row_options"]
+
+
+@dataclass(frozen=True)
+class RowOptions:
+    """How rows of packed documents are written, checked (:func:`check_row_options`).
+
+    Attributes
+    ----------
+    seqlen : int
+        Tokens per row, in ``[1, 2**31 - 1)``.
+    eot : int or None
+        The id appended to every document (>= 0), or None.
+    pad_id : int
+        The id of padding positions.
+    mode : {"causal", "mlm"} or None
+        The training objective; None: no labels (a driver that allows it).
+    label_shift : {"next", "hf"}
+        Where causal labels sit: ``labels[t] = input_ids[t + 1]``, or ``labels = input_ids``.
+    ignore_index : int
+        The label of positions without loss.
+    mask_prob : float
+        MLM selection probability, in ``[0, 1]``.
+    mask_id, vocab_size : int or None
+        MLM's mask token and vocabulary (both set in MLM mode, ``0 <= mask_id < vocab_size``).
+    special_ids : tuple of int
+        Ids MLM never selects.
+    excluded : numpy.ndarray, int64, shape (m,)
+        Sorted: the ids MLM never selects nor draws as a random replacement (the special ids,
+        the eot, ``mask_id`` and ``pad_id``); empty unless the mode is MLM.
+    long_docs : {"split", "truncate", "drop"}
+        What becomes of a document longer than a row.
+    seed : int
+        Key of the MLM corruption, in ``[0, 2**64)``.
+    """
+
+    seqlen: int
+    eot: int | None
+    pad_id: int
+    mode: str | None
+    label_shift: str
+    ignore_index: int
+    mask_prob: float
+    mask_id: int | None
+    vocab_size: int | None
+    special_ids: tuple[int, ...]
+    excluded: np.ndarray = field(compare=False, repr=False)
+    long_docs: str
+    seed: int
+
+
+def check_row_options(
+    *,
+    seqlen: Any,
+    eot: Any,
+    pad_id: Any,
+    mode: Any,
+    label_shift: Any,
+    ignore_index: Any,
+    mask_prob: Any,
+    mask_id: Any,
+    vocab_size: Any,
+    special_ids: Iterable[int],
+    long_docs: Any,
+    seed: Any,
+    store: Any = None,
+    check_vocab: bool = False,
+    labels_optional: bool = False,
+) -> RowOptions:
+    """The one check of the options of packed rows.
+
+    Parameters
+    ----------
+    seqlen, eot, pad_id, mode, label_shift, ignore_index, mask_prob, mask_id, vocab_size, special_ids, long_docs, seed
+        As :class:`RowOptions` holds them.
+    store : TokenStore, optional
+        The store packed: ``"store"`` for ``eot``, ``pad_id``, ``mask_id`` or ``vocab_size``
+        is the id its tokenizer record gives (:func:`mmpack.store.vocab.resolve_special`); with
+        ``check_vocab``, ids outside its recorded vocabulary are refused.
+    labels_optional : bool
+        Whether ``mode=None`` (no labels) is allowed.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type (named).
+    ValueError
+        An argument out of its range (named); MLM without ``mask_id`` and ``vocab_size``, a
+        ``mask_id`` outside ``[0, vocab_size)``, or no id left for random replacement.
+    """
+    seqlen = check_int(seqlen, "seqlen")
+    if not 1 <= seqlen < INT32_MAX:
+        raise ValueError(f"seqlen must be in [1, {INT32_MAX}), got {seqlen}")
+    if store is not None:
+        specials = {"eot": eot, "pad_id": pad_id, "mask_id": mask_id, "vocab_size": vocab_size}
+        eot, pad_id, mask_id, vocab_size = (
+            resolve_special(v, store, n) for n, v in specials.items()
+        )
+    eot = None if eot is None else check_token_id(eot, "eot")
+    if eot is not None and eot < 0:
+        raise ValueError(f"eot must be a token id >= 0 (tokens are non-negative), got {eot}")
+    pad_id = check_token_id(pad_id, "pad_id")
+    mode_ = None if mode is None and labels_optional else parse_option(Mode, mode, "mode").value
+    shift = parse_option(LabelShift, label_shift, "label_shift").value
+    prob = check_probability(mask_prob, "mask_prob")
+    specials_ = check_token_ids(special_ids, "special_ids")
+    mid = None if mask_id is None else check_token_id(mask_id, "mask_id")
+    vocab = None if vocab_size is None else check_positive_int(vocab_size, "vocab_size")
+    excluded = np.empty(0, dtype=np.int64)
+    if mode_ == Mode.MLM:
+        if mid is None or vocab is None:
+            raise ValueError(
+                f"mode='mlm' needs mask_id and vocab_size (got mask_id={mask_id!r}, "
+                f"vocab_size={vocab_size!r})"
+            )
+        if not 0 <= mid < vocab:
+            raise ValueError(f"mask_id={mid} must be in [0, vocab_size={vocab})")
+        never = (*specials_, *(() if eot is None else (eot,)), mid)
+        excluded = excluded_ids(vocab, never, pad_id)
+        if excluded.size >= vocab:
+            raise ValueError(
+                f"vocab_size={vocab} leaves no id for random replacement once the special ids, "
+                "eot, mask_id and pad_id are excluded"
+            )
+    if store is not None:
+        check_in_vocab(store, {"eot": eot, "pad_id": pad_id, "mask_id": mid}, not check_vocab)
+    return RowOptions(
+        seqlen=seqlen,
+        eot=eot,
+        pad_id=pad_id,
+        mode=mode_,
+        label_shift=shift,
+        ignore_index=check_token_id(ignore_index, "ignore_index"),
+        mask_prob=prob,
+        mask_id=mid,
+        vocab_size=vocab,
+        special_ids=specials_,
+        excluded=excluded,
+        long_docs=parse_option(LongDocs, long_docs, "long_docs").value,
+        seed=check_seed(seed),
+    )
