@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack.torch.collate import Collator, collate
+from mmpack.torch.cp_batch import BatchLayout, batch_layout
 from mmpack.torch.hf import DataCollator
 from mmpack.views.cp_layout import cp_layout, zigzag_indices
 
@@ -266,6 +267,25 @@ def test_bad_options_are_named():
         collate(samples, varlen=False, pad_cu_seqlens=True)
     with pytest.raises(ValueError, match="flash attn_implementation, not 'sdpa'"):
         DataCollator("sdpa", cp_size=2)
+
+
+def test_layout_options_checked_once_are_still_checked_every_time():
+    """collate checks its layout options once per set of them: a bad option that equals a good
+    one (True for 1, 2.0 for 2) or cannot be a cache key is refused all the same."""
+    samples = [_sample(np.random.default_rng(0), 8, [3])]
+    good = collate(samples, cp_size=2, cp_rank=1)
+    assert batch_layout(True, 2, 1, False) is batch_layout(True, 2, 1, False)
+    collate(samples, cp_size=1)  # the good options the bad ones equal, checked and kept
+    collate(samples, cp_size=2)
+    for _ in range(2):
+        for bad in (True, 2.0, [2]):
+            with pytest.raises((TypeError, ValueError)) as caught:
+                collate(samples, cp_size=bad)
+            with pytest.raises(type(caught.value)):
+                BatchLayout(True, bad, None, False)
+    again = collate(samples, cp_size=2, cp_rank=1)
+    assert good.keys() == again.keys()
+    assert all(torch.equal(good[k], again[k]) for k in good if isinstance(good[k], torch.Tensor))
 
 
 def test_data_collator_gives_the_flash_form_at_the_padded_boundaries():

@@ -9,7 +9,7 @@ chunk ``2C - 1 - r`` of every segment.
 * :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
   rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
   padding (a constant, or for positions the segment's first position plus the offset); the mask
-  of a segment's labels right after they are written, while they are in cache.  A field its
+  of the labels in the loops that write them.  A field its
   caller knows to follow from each segment's first token (a view's positions ``0, 1, ...``, its
   attention mask of 1s) is written from that token alone, not read (half the reading for a
   view's four fields);
@@ -31,8 +31,9 @@ __all__ = ["lay_out_fields", "pad_boundaries", "zigzag_into"]
 
 @njit
 def pad_boundaries(cu: np.ndarray, unit: int, out: np.ndarray) -> int:
-    """Write into ``out`` (int64, (n + 1,)) the boundaries of ``cu``'s (int64, (n + 1,), rising
-    from 0) segments each padded to a multiple of ``unit``; return the longest (0 for none)."""
+    """Write into ``out`` (int64 or int32, (n + 1,)) the boundaries of ``cu``'s (int64,
+    (n + 1,), rising from 0) segments each padded to a multiple of ``unit``; return the longest
+    (0 for none)."""
     longest = 0
     out[0] = 0
     for i in range(cu.shape[0] - 1):
@@ -40,56 +41,6 @@ def pad_boundaries(cu: np.ndarray, unit: int, out: np.ndarray) -> int:
         out[i + 1] = out[i] + padded
         longest = max(longest, padded)
     return longest
-
-
-@njit
-def _put_chunk(
-    src: np.ndarray,
-    start: int,
-    real: int,
-    lo: int,
-    hi: int,
-    fill: int,
-    positions: bool,
-    from_first: bool,
-    out: np.ndarray,
-    at: int,
-) -> int:
-    """Offsets ``[lo, hi)`` of the padded segment whose ``real`` tokens start at ``src[start]``
-    into ``out[at:]``; returns the next free position of ``out``.  With ``from_first`` the real
-    tokens are not read but follow from the first (``src[start] + offset`` for positions, else
-    ``src[start]``).  (Each run is written through views indexed from 0, which LLVM turns into
-    vector copies.)"""
-    stop = min(hi, real)
-    n = stop - lo
-    if n > 0:
-        dst = out[at : at + n]
-        if not from_first:
-            run = src[start + lo : start + stop]
-            for j in range(n):
-                dst[j] = run[j]
-        elif positions:
-            base = src[start] + lo
-            for j in range(n):
-                dst[j] = base + j
-        else:
-            first = src[start]
-            for j in range(n):
-                dst[j] = first
-        at += n
-    first_pad = max(lo, stop)
-    n = hi - first_pad
-    if n > 0:
-        dst = out[at : at + n]
-        if positions:
-            base = src[start] + first_pad
-            for j in range(n):
-                dst[j] = base + j
-        else:
-            for j in range(n):
-                dst[j] = fill
-        at += n
-    return at
 
 
 @njit
@@ -132,9 +83,13 @@ def lay_out_fields(
     masked : int
         The field (``-1``: none) whose mask is written.
     mask : numpy.ndarray, float32, shape (0,) or a row's
-        When ``masked >= 0``: ``1.0`` where that field's row differs from its fill, else ``0.0``.
+        When ``masked >= 0``: ``1.0`` where that field's value differs from its fill, else
+        ``0.0`` (the value before the cast to the block's dtype).
     """
+    # Chunks written in place (LLVM does not inline a helper that large: a tenth more time), each
+    # run through views indexed from 0, which LLVM turns into vector copies.
     unit = 2 * cp_size
+    chunks = 1 if cp_rank < 0 else 2  # the whole padded segment, or the rank's two chunks
     for f in range(len(srcs)):
         src = srcs[f]
         out = block[f]
@@ -146,16 +101,55 @@ def lay_out_fields(
             start = cu[i]
             real = cu[i + 1] - start
             padded = (real + unit - 1) // unit * unit
+            c = padded // unit
             begin = at
-            if cp_rank < 0:
-                at = _put_chunk(src, start, real, 0, padded, fill, pos, derived, out, at)
-            else:
-                c = padded // unit
-                lo = cp_rank * c
-                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, derived, out, at)
-                lo = (unit - 1 - cp_rank) * c
-                at = _put_chunk(src, start, real, lo, lo + c, fill, pos, derived, out, at)
-            if f == masked:  # while the segment's tokens are still in cache
+            for h in range(chunks):
+                if cp_rank < 0:
+                    lo, hi = 0, padded
+                else:
+                    lo = (cp_rank if h == 0 else unit - 1 - cp_rank) * c
+                    hi = lo + c
+                stop = min(hi, real)
+                n = stop - lo
+                if n > 0:
+                    dst = out[at : at + n]
+                    if not derived:
+                        run = src[start + lo : start + stop]
+                        if f == masked:
+                            mine = mask[at : at + n]
+                            for j in range(n):
+                                value = run[j]
+                                dst[j] = value
+                                mine[j] = np.float32(value != fill)
+                        else:
+                            for j in range(n):
+                                dst[j] = run[j]
+                    elif pos:
+                        base = src[start] + lo
+                        for j in range(n):
+                            dst[j] = base + j
+                    else:
+                        first = src[start]
+                        for j in range(n):
+                            dst[j] = first
+                    at += n
+                first_pad = max(lo, stop)
+                n = hi - first_pad
+                if n > 0:
+                    dst = out[at : at + n]
+                    if pos:
+                        base = src[start] + first_pad
+                        for j in range(n):
+                            dst[j] = base + j
+                    else:
+                        for j in range(n):
+                            dst[j] = fill
+                        if f == masked:
+                            mine = mask[at : at + n]
+                            for j in range(n):
+                                mine[j] = 0.0
+                    at += n
+            if f == masked and (derived or pos):  # else written with the field
                 run = out[begin:at]
                 dst = mask[begin:at]
                 for j in range(at - begin):

@@ -33,7 +33,7 @@ import torch
 
 from mmpack.core.constants import IGNORE_INDEX, INT32_MAX
 from mmpack.torch.boundaries import flat_boundaries, position_boundaries, sample_boundaries
-from mmpack.torch.cp_batch import LOSS_MASK, PLAIN_LAYOUT, BatchLayout, lay_out
+from mmpack.torch.cp_batch import LOSS_MASK, PLAIN_LAYOUT, BatchLayout, batch_layout, lay_out
 from mmpack.torch.stacking import pad_tokens, stack_extra, stack_tokens
 from mmpack.torch.transfer import share_batch
 from mmpack.views.batch import SampleBatch
@@ -164,7 +164,7 @@ def collate(
         ignore_index=IGNORE_INDEX,
         dtype=_token_dtype(dtype),
         provenance=bool(provenance),
-        layout=BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens),
+        layout=batch_layout(varlen, cp_size, cp_rank, pad_cu_seqlens),
     )
 
 

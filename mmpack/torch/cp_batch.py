@@ -29,6 +29,7 @@ __all__ = [
     "BatchLayout",
     "LOSS_MASK",
     "PLAIN_LAYOUT",
+    "batch_layout",
     "context_parallel",
     "lay_out",
     "padded_boundaries",
@@ -80,6 +81,21 @@ class BatchLayout:
 
 
 PLAIN_LAYOUT = BatchLayout(True, None, None, False)
+
+
+def batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
+    """``BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)``, checked once per set of
+    options (of these types) and shared: :func:`~mmpack.torch.collate.collate` asks for it per
+    batch.  Options that cannot be a cache key are checked afresh (and refused)."""
+    try:
+        return _batch_layout(varlen, cp_size, cp_rank, pad_cu_seqlens)
+    except TypeError:  # unhashable: BatchLayout says what is wrong with it
+        return BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)
+
+
+@functools.lru_cache(maxsize=32, typed=True)
+def _batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
+    return BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)
 
 
 def lay_out(
@@ -142,12 +158,13 @@ def context_parallel(
     (cp_size, T / cp_size)); the other keys of ``out`` as they were (``cu_seqlens``, int32,
     holds ``flat`` already).
     """
-    keys = tuple(key for key in out if key in _FIELDS)
+    keys, fills, positions, masked, derived = _field_args(
+        tuple(out), pad_id, ignore_index, from_first
+    )
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
-    fills, positions, masked, derived = _field_args(keys, pad_id, ignore_index, from_first)
     padded, longest, block, mask, indices = cp_batch_fields(
-        tuple([_flat(out[key]) for key in keys]),
+        tuple([_flat(field) for field in map(out.__getitem__, keys)]),
         flat,
         cp_size,
         -1 if cp_rank is None else cp_rank,
@@ -165,9 +182,9 @@ def context_parallel(
             new[LOSS_MASK] = torch.from_numpy(mask)
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
-    new["cu_seqlens_padded"] = torch.from_numpy(padded.astype(np.int32))
+    new["cu_seqlens_padded"] = torch.from_numpy(padded)  # int32 already
     new["max_seqlen"] = longest
-    new["cp_padding"] = int(padded[-1] - flat[-1])
+    new["cp_padding"] = int(padded[-1]) - int(flat[-1])
     if indices is not None:
         new["cp_indices"] = torch.from_numpy(indices)
     return new
@@ -191,11 +208,13 @@ def _boundaries_only(
 
 @functools.lru_cache(maxsize=64)
 def _field_args(
-    keys: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
-) -> tuple[np.ndarray, int, int, np.ndarray]:
-    """The kernel's ``fills`` (int64, (F,), read only), ``positions`` and ``masked`` (``-1``:
-    none) and ``from_first`` (bool, (F,), read only) for the per-token fields ``keys``, made
-    once per set of keys, fills and fields written from their segments' first tokens."""
+    names: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
+) -> tuple[tuple[str, ...], np.ndarray, int, int, np.ndarray]:
+    """The per-token fields ``keys`` among a batch's keys ``names`` and the kernel's ``fills``
+    (int64, (F,), read only), ``positions`` and ``masked`` (``-1``: none) and ``from_first``
+    (bool, (F,), read only) for them, made once per set of keys, fills and fields written from
+    their segments' first tokens (not per batch)."""
+    keys = tuple(key for key in names if key in _FIELDS)
     fills = np.array(
         [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
         dtype=np.int64,
@@ -204,12 +223,12 @@ def _field_args(
     derived = np.array([k in from_first for k in keys], dtype=np.bool_)
     derived.flags.writeable = False
     positions = keys.index("position_ids") if "position_ids" in keys else -1
-    return fills, positions, keys.index("labels") if "labels" in keys else -1, derived
+    return keys, fills, positions, keys.index("labels") if "labels" in keys else -1, derived
 
 
 def _flat(field: Any) -> np.ndarray:
     """A ``(B, seqlen)`` tensor or numpy array as a flat numpy array (no copy)."""
-    return field.reshape(-1) if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
+    return field.ravel() if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
 
 
 def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:

@@ -186,7 +186,8 @@ def cp_batch_fields(
 
     Returns
     -------
-    cu_seqlens_padded : numpy.ndarray, int64, shape (n + 1,)
+    cu_seqlens_padded : numpy.ndarray, int32, shape (n + 1,)
+        The dtype collate gives them in.
     max_seqlen : int
         The longest padded segment (0 for none).
     block : numpy.ndarray, shape (F, 1, T) or (F, 1, T / C)
@@ -196,7 +197,7 @@ def cp_batch_fields(
     indices : numpy.ndarray, int64, shape (C, T / C), or None
         With ``rank=-1``: every rank's positions, as :func:`zigzag_indices` gives them.
     """
-    padded = np.empty_like(cu_seqlens)
+    padded = np.empty(cu_seqlens.shape[0], np.int32)
     longest = pad_boundaries(cu_seqlens, 2 * cp_size, padded)
     total = int(padded[-1])
     block, mask = _write_fields(fields, cu_seqlens, total, cp_size, rank, fills, positions,
@@ -228,17 +229,21 @@ def _write_fields(
     # arrays allocated apart fault in fresh pages on every batch (the allocator gives them
     # back to the system between batches).
     count = len(srcs)
-    dtype = srcs[0].dtype if dtype is None else dtype
+    dtype = srcs[0].dtype if dtype is None else dtype  # a numpy.dtype
     if masked < 0:
         whole = np.empty((count, 1, size), dtype)
         lay_out_fields(
             srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, _NO_MASK
         )
         return whole, None
-    whole = np.empty((count + -(-4 // np.dtype(dtype).itemsize), 1, size), dtype)
-    mask = whole[count:].reshape(-1).view(np.float32)[:size]
-    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, mask)
-    return whole[:count], mask[None]
+    whole = np.empty((count + -(-4 // dtype.itemsize), 1, size), dtype)
+    if dtype.itemsize >= 4:  # the mask in the first bytes of the row after the fields'
+        mask = whole[count].view(np.float32)[:, :size]
+    else:  # over the rows after the fields'
+        mask = whole[count:].reshape(-1).view(np.float32)[None, :size]
+    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked,
+                   mask[0])  # fmt: skip
+    return whole[:count], mask
 
 
 _NO_MASK = np.empty(0, dtype=np.float32)
