@@ -35,7 +35,7 @@ import numpy as np
 from mmpack.remote.blocks import block_ids
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.cachefile import CacheFile
-from mmpack.remote.sources import BlockSource
+from mmpack.remote.sources import FetchSource
 from mmpack.remote.transport import Transport
 
 __all__ = ["BlockFetcher"]
@@ -54,7 +54,7 @@ class BlockFetcher:
     """The verified blocks of ``source`` (see the module docstring); ``node`` is the tokens in
     the node cache (blocks of ``source.block`` bytes), or None to fetch every read."""
 
-    def __init__(self, source: BlockSource, node: CachedObject | None) -> None:
+    def __init__(self, source: FetchSource, node: CachedObject | None) -> None:
         self.source, self.node = source, node
         self.transport: Transport = source.transport
         self.url = source.transport.url

@@ -39,7 +39,7 @@ from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.backends._zarr_shards import ShardLayout, ShardReader
 from mmpack.store.integrity import block_digest, block_digests
 
-__all__ = ["BlockSource", "ChunkSource", "Count", "PageSource"]
+__all__ = ["ChunkSource", "Count", "FetchSource", "PageSource"]
 
 Count = Callable[[int, int, bool], None]
 """``count(requests, nbytes, again)``: range requests made, the bytes they asked for, and
@@ -50,7 +50,7 @@ def _no_count(requests: int, nbytes: int, again: bool) -> None:
     pass
 
 
-class BlockSource(Protocol):
+class FetchSource(Protocol):
     """What :class:`~mmpack.remote.fetcher.BlockFetcher` and
     :class:`~mmpack.remote.spans.SpanFetcher` need of a layout: its blocks located, fetched and
     verified (:class:`PageSource`, :class:`ChunkSource`)."""
