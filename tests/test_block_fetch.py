@@ -158,10 +158,13 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
         want = sum(sizes) + _window_bytes(f, 1)[0]
         assert stats["bytes_fetched"] <= want
         assert stats["bytes_fetched"] - _window_bytes(f, 1)[0] <= 1.1 * served
-        # the epoch's windows and the first of the next: their parts, and nothing else
+        # the epoch's windows and the first of the next: their parts, and nothing else (a
+        # block a reader fetched itself, on a starved machine, leaves its part one block short)
         parts = sum(_parts(f, f.window_spans(0, w)) for w in range(f.order.n_windows))
-        assert parts <= stats["requests"] <= parts + _parts(f, f.window_spans(1, 0))
-        assert store._backend.fetcher.stats["requests"] <= 4  # readers waited for the parts
+        reads = store._backend.fetcher.stats["requests"]
+        assert parts <= stats["requests"] + reads
+        assert stats["requests"] <= parts + _parts(f, f.window_spans(1, 0))
+        assert reads <= 4  # readers waited for the parts
         assert (
             proxy.requests - before == stats["requests"] + store._backend.fetcher.stats["requests"]
         )

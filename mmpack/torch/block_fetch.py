@@ -53,6 +53,11 @@ _QUEUE_WAIT = 60.0
 """The longest a window's fetch waits for the window before it to queue its parts (a claim and
 a few thousand submissions: milliseconds; the wait only orders the two)."""
 
+_CLAIM_WAIT = 30.0
+"""The longest the draws wait, as they enter the next window, for its blocks to be claimed (so
+that the reads of its first samples wait for its parts instead of fetching small ranges; the
+claim follows the current window's: milliseconds unless the machine is starved)."""
+
 
 class WindowFetcher:
     """Whole blocks of the current and next window of ``sampler`` fetched into ``view``'s node
@@ -94,6 +99,7 @@ class WindowFetcher:
         self._live: dict[Key, list[tuple[int, int]]] = {}
         self._jobs: dict[Key, Future[int]] = {}
         self._queued: dict[Key, threading.Event] = {}  # set once a window's parts are queued
+        self._claimed: dict[Key, threading.Event] = {}  # set once a window's blocks are claimed
         self._pool: ThreadPoolExecutor | None = None
         self._drops: list[Future[int]] = []  # drops of windows left behind, under way
         self._found = (-1, 0, 0, 0)  # (epoch, first position, end, window) last found
@@ -203,9 +209,10 @@ class WindowFetcher:
 
     def follow(self, count: int) -> None:
         """The sampler is about to hand out the index after the first ``count`` of the pass:
-        where it stands in the window after the current one, move there (drop the current
-        one, fetch the one after) once it is half-way through it (the loop's reads lag the
-        draws, see the module docstring); a jump elsewhere (a skip, a replay) moves at once."""
+        where it stands in the window after the current one, wait (at most :data:`_CLAIM_WAIT`)
+        for that window's blocks to be claimed, then move there (drop the current one, fetch
+        the one after) once it is half-way through it (the loop's reads lag the draws, see the
+        module docstring); a jump elsewhere (a skip, a replay) moves at once."""
         if not self.order.n_blocks or self.current is None:
             return
         epoch, w, g = self._window_at(count)
@@ -213,6 +220,9 @@ class WindowFetcher:
         if key == self.current:
             return
         if key == self._next(self.current):
+            claimed = self._claimed.get(key)
+            if claimed is not None and not claimed.is_set():  # the reads are about to enter it
+                claimed.wait(_CLAIM_WAIT)
             offsets = self.order.window_offsets(epoch)
             lo, hi = int(offsets[w]), int(offsets[w + 1])
             if g - lo < (hi - lo) // 2:  # the reads may still stand in the current window
@@ -254,7 +264,7 @@ class WindowFetcher:
                 self._live[k] = spans
                 queued = self._queued[k] = threading.Event()
             self.spans.pin(k, spans)
-            claimed = threading.Event()
+            claimed = self._claimed[k] = threading.Event()
             self._jobs[k] = pool.submit(self._fetch, k, spans, claimed, queued, before, drops)
             before = queued
             if wait_claim and k == key:
@@ -295,6 +305,7 @@ class WindowFetcher:
         with self._lock:
             spans = self._live.pop(key, [])
             self._queued.pop(key, None)
+            self._claimed.pop(key, None)
         self.spans.unpin(key)
         return spans
 
