@@ -104,6 +104,14 @@ def lay_out_fields(
                 else:
                     lo = (cp_rank if h == 0 else unit - 1 - cp_rank) * c
                     hi = lo + c
+                if derived and pos:  # real tokens and padding alike: the positions run on
+                    n = hi - lo
+                    dst = out[at : at + n]
+                    base = src[start] + lo
+                    for j in range(n):
+                        dst[j] = base + j
+                    at += n
+                    continue
                 stop = min(hi, real)
                 n = stop - lo
                 if n > 0:
@@ -136,13 +144,14 @@ def lay_out_fields(
                         base = src[start] + first_pad
                         for j in range(n):
                             dst[j] = base + j
+                    elif f == masked:
+                        mine = mask[at : at + n]
+                        for j in range(n):
+                            dst[j] = fill
+                            mine[j] = 0.0
                     else:
                         for j in range(n):
                             dst[j] = fill
-                        if f == masked:
-                            mine = mask[at : at + n]
-                            for j in range(n):
-                                mine[j] = 0.0
                     at += n
             if f == masked and (derived or pos):  # else written with the field
                 run = out[begin:at]
