@@ -99,18 +99,13 @@ def lay_out_fields(
             c = span // unit
             begin = at
             for h in range(chunks):
-                if cp_rank < 0:
-                    lo, hi = 0, span
-                else:
-                    lo = (cp_rank if h == 0 else unit - 1 - cp_rank) * c
-                    hi = lo + c
+                lo = 0 if cp_rank < 0 else (cp_rank if h == 0 else unit - 1 - cp_rank) * c
+                hi = span if cp_rank < 0 else lo + c
                 if derived and pos:  # real tokens and padding alike: the positions run on
-                    n = hi - lo
-                    dst = out[at : at + n]
-                    base = src[start] + lo
-                    for j in range(n):
+                    dst, base = out[at : at + hi - lo], src[start] + lo
+                    for j in range(hi - lo):
                         dst[j] = base + j
-                    at += n
+                    at += hi - lo
                     continue
                 stop = min(hi, real)
                 n = stop - lo
@@ -127,11 +122,7 @@ def lay_out_fields(
                         else:
                             for j in range(n):
                                 dst[j] = run[j]
-                    elif pos:
-                        base = src[start] + lo
-                        for j in range(n):
-                            dst[j] = base + j
-                    else:
+                    else:  # derived, not the positions (written above)
                         first = src[start]
                         for j in range(n):
                             dst[j] = first
