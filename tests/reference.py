@@ -1787,19 +1787,24 @@ def _cp_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, from_first, out_dtype):
-    from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
+    from mmpack.kernels.cp_layout import lay_out_fields, zigzag_into
 
+    # Rows allocated longer than the layout needs (as collate's bound allocates them): the
+    # kernel writes the boundaries, and a row's first T (or T / C) entries.
+    room = int(cu[-1]) + (len(cu) - 1) * (2 * cp_size - 1) + 3
+    block = np.full((len(srcs) + 1, room), 99, dtype=out_dtype)
+    mask = np.full(room if masked >= 0 else 0, 9.0, dtype=np.float32)
+    params = np.array([cp_size, cp_rank, positions, masked, *fills, *from_first], dtype=np.int64)
     padded_cu = np.empty_like(cu)
-    longest = pad_boundaries(cu, 2 * cp_size, padded_cu)
+    longest = lay_out_fields(srcs, cu, params, block, mask, padded_cu)
     total = int(padded_cu[-1])
-    block = np.empty((len(srcs), total if cp_rank < 0 else total // cp_size), dtype=out_dtype)
-    mask = np.empty(block.shape[1] if masked >= 0 else 0, dtype=np.float32)
-    fill = np.array(fills, dtype=np.int64)
-    derived = np.array(from_first, dtype=np.bool_)
-    lay_out_fields(srcs, cu, cp_size, cp_rank, fill, positions, derived, block, masked, mask)
+    size = total if cp_rank < 0 else total // cp_size
+    assert (block[:, size:] == 99).all() and (block[-1] == 99).all(), "wrote past its rows"
+    assert (mask[size:] == 9.0).all(), "wrote past the mask"
     ranks = np.empty((cp_size, total // cp_size), dtype=np.int64)
     zigzag_into(padded_cu, cp_size, 0, ranks)
-    return block.tolist(), mask.tolist(), padded_cu.tolist(), longest, ranks.tolist()
+    return (block[: len(srcs), :size].tolist(), mask[:size].tolist(), padded_cu.tolist(),
+            longest, ranks.tolist())  # fmt: skip
 
 
 # =========================================================================== PAIRS, COVERED_BY

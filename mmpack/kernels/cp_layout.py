@@ -6,8 +6,8 @@ of the flat batch) is padded to ``p = ceil(s / 2C) * 2C`` tokens and cut into ``
 chunk ``2C - 1 - r`` of every segment.
 
 * :func:`pad_boundaries`: the padded boundaries and the longest padded segment;
-* :func:`lay_out_fields`: every field of the batch (and a loss mask) in the padded layout or one
-  rank's share, in one pass: per chunk one contiguous copy of the real tokens it covers, then its
+* :func:`lay_out_fields`: those boundaries and every field of the batch (and a loss mask) in
+  the padded layout or one rank's share, in one pass and one call (its options in one array): per chunk one contiguous copy of the real tokens it covers, then its
   padding (a constant, or for positions the segment's first position plus the offset); the mask
   of the labels in the loops that write them.  A field its
   caller knows to follow from each segment's first token (a view's positions ``0, 1, ...``, its
@@ -47,16 +47,13 @@ def pad_boundaries(cu: np.ndarray, unit: int, out: np.ndarray) -> int:
 def lay_out_fields(
     srcs: tuple[np.ndarray, ...],
     cu: np.ndarray,
-    cp_size: int,
-    cp_rank: int,
-    fills: np.ndarray,
-    positions: int,
-    from_first: np.ndarray,
+    params: np.ndarray,
     block: np.ndarray,
-    masked: int,
     mask: np.ndarray,
-) -> None:
-    """Write the padded batch, or one rank's share of it, of every token field.
+    padded: np.ndarray,
+) -> int:
+    """Write the padded boundaries and the padded batch, or one rank's share of it, of every
+    token field; return the longest padded segment (0 for none).
 
     Parameters
     ----------
@@ -64,51 +61,52 @@ def lay_out_fields(
         The fields over the flat batch.
     cu : numpy.ndarray, int64, shape (n + 1,)
         The batch's segments, ``0 = cu[0] <= ... <= cu[n] <= N``.
-    cp_size : int
-        ``C >= 1``.
-    cp_rank : int
-        ``0 <= cp_rank < C`` for that rank's share, ``-1`` for the whole padded batch.
-    fills : numpy.ndarray, int64, shape (F,)
-        Each field's padding value.
-    positions : int
-        The field (``-1``: none) whose padding continues the segment's positions,
-        ``src[cu[i]] + offset``, instead of its fill.
-    from_first : numpy.ndarray, bool, shape (F,)
-        The fields whose real tokens are not read but follow from each segment's first (its
-        caller knows they do): ``src[cu[i]] + offset`` for field ``positions``, ``src[cu[i]]``
-        for any other.
-    block : numpy.ndarray, an integer dtype, shape (F', T) or (F', T / C), ``F' >= F``
-        Written, row ``f < F`` field ``f`` (cast to the block's dtype as ``astype`` casts):
-        ``T = sum(p_i)``; rows from ``F`` on untouched.
-    masked : int
-        The field (``-1``: none) whose mask is written.
-    mask : numpy.ndarray, float32, shape (0,) or a row's
-        When ``masked >= 0``: ``1.0`` where that field's value differs from its fill, else
-        ``0.0`` (the value before the cast to the block's dtype).
+    params : numpy.ndarray, int64, shape (4 + 2 F,)
+        ``C >= 1``; the rank, ``0 <= r < C`` for that rank's share, ``-1`` for the whole padded
+        batch; the field (``-1``: none) whose padding continues the segment's positions,
+        ``src[cu[i]] + offset``, instead of its fill; the field (``-1``: none) whose mask is
+        written; then each field's padding value; then per field ``1`` where its real tokens
+        are not read but follow from each segment's first (its caller knows they do):
+        ``src[cu[i]] + offset`` for the positions field, ``src[cu[i]]`` for any other, else 0.
+    block : numpy.ndarray, an integer dtype, shape (F', S), ``F' >= F``
+        Row ``f < F`` written with field ``f`` (cast to the block's dtype as ``astype`` casts)
+        from ``S >= T`` or ``S >= T / C`` on: ``T = sum(p_i)``; rows from ``F`` on, and every
+        row's tail, untouched.
+    mask : numpy.ndarray, float32, shape (0,) or (S',), ``S'`` at least a row's length
+        With a masked field: ``1.0`` where its value differs from its fill, else ``0.0`` (the
+        value before the cast to the block's dtype).
+    padded : numpy.ndarray, int64 or int32, shape (n + 1,)
+        Written: the padded boundaries (:func:`pad_boundaries`), ``T = padded[n]``.
     """
+    cp_size, cp_rank, positions, masked = params[0], params[1], params[2], params[3]
+    count = len(srcs)
+    unit = 2 * cp_size
+    longest = pad_boundaries(cu, unit, padded)
     # Chunks written in place (LLVM does not inline a helper that large: a tenth more time), each
     # run through views indexed from 0, which LLVM turns into vector copies.
-    unit = 2 * cp_size
     chunks = 1 if cp_rank < 0 else 2  # the whole padded segment, or the rank's two chunks
-    for f in range(len(srcs)):
+    for f in range(count):
         src = srcs[f]
         out = block[f]
-        fill = fills[f]
+        fill = params[4 + f]
         pos = f == positions
-        derived = from_first[f]
+        derived = params[4 + count + f] != 0
         at = 0
         for i in range(cu.shape[0] - 1):
             start = cu[i]
             real = cu[i + 1] - start
-            padded = (real + unit - 1) // unit * unit
-            c = padded // unit
+            span = (real + unit - 1) // unit * unit
+            c = span // unit
             begin = at
             for h in range(chunks):
-                if cp_rank < 0:
-                    lo, hi = 0, padded
-                else:
-                    lo = (cp_rank if h == 0 else unit - 1 - cp_rank) * c
-                    hi = lo + c
+                lo = 0 if cp_rank < 0 else (cp_rank if h == 0 else unit - 1 - cp_rank) * c
+                hi = span if cp_rank < 0 else lo + c
+                if derived and pos:  # real tokens and padding alike: the positions run on
+                    dst, base = out[at : at + hi - lo], src[start] + lo
+                    for j in range(hi - lo):
+                        dst[j] = base + j
+                    at += hi - lo
+                    continue
                 stop = min(hi, real)
                 n = stop - lo
                 if n > 0:
@@ -124,11 +122,7 @@ def lay_out_fields(
                         else:
                             for j in range(n):
                                 dst[j] = run[j]
-                    elif pos:
-                        base = src[start] + lo
-                        for j in range(n):
-                            dst[j] = base + j
-                    else:
+                    else:  # derived, not the positions (written above)
                         first = src[start]
                         for j in range(n):
                             dst[j] = first
@@ -141,19 +135,21 @@ def lay_out_fields(
                         base = src[start] + first_pad
                         for j in range(n):
                             dst[j] = base + j
+                    elif f == masked:
+                        mine = mask[at : at + n]
+                        for j in range(n):
+                            dst[j] = fill
+                            mine[j] = 0.0
                     else:
                         for j in range(n):
                             dst[j] = fill
-                        if f == masked:
-                            mine = mask[at : at + n]
-                            for j in range(n):
-                                mine[j] = 0.0
                     at += n
             if f == masked and (derived or pos):  # else written with the field
                 run = out[begin:at]
                 dst = mask[begin:at]
                 for j in range(at - begin):
                     dst[j] = 1.0 if run[j] != fill else 0.0
+    return longest
 
 
 @njit

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from mmpack.core.validation import check_bool, check_int, check_positive_int
-from mmpack.views.cp_layout import cp_batch_fields, cp_layout, zigzag_indices
+from mmpack.kernels.cp_layout import zigzag_into
+from mmpack.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
 
 __all__ = [
     "BatchLayout",
@@ -158,34 +159,37 @@ def context_parallel(
     (cp_size, T / cp_size)); the other keys of ``out`` as they were (``cu_seqlens``, int32,
     holds ``flat`` already).
     """
-    keys, fills, positions, masked, derived = _field_args(
-        tuple(out), pad_id, ignore_index, from_first
-    )
+    rank = -1 if cp_rank is None else cp_rank
+    keys, masked, params = _field_args(tuple(out), pad_id, ignore_index, from_first, cp_size, rank)
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
-    padded, longest, block, mask, indices = cp_batch_fields(
-        tuple([_flat(field) for field in map(out.__getitem__, keys)]),
+    padded = np.empty(flat.shape[0], np.int32)  # the dtype collate gives boundaries in
+    longest, block, mask = cp_batch_fields(
+        tuple([_flat(out[key]) for key in keys]),
         flat,
+        padded,
         cp_size,
-        -1 if cp_rank is None else cp_rank,
-        fills,
-        positions,
+        rank,
         masked,
-        derived,
+        params,
         None if dtype is None else _NUMPY_DTYPES[dtype],
     )
-    rows = dict(zip(keys, map(torch.from_numpy, block)))  # (1, T) views of one block
     new: dict[str, Any] = {}
     for key, value in out.items():
-        new[key] = rows.get(key, value)
-        if key == "labels" and mask is not None:
-            new[LOSS_MASK] = torch.from_numpy(mask)
+        if key in keys:
+            value = torch.from_numpy(block[keys.index(key)])  # (1, T) views of one block
+            if key == "labels" and mask is not None:
+                new[key] = value
+                key, value = LOSS_MASK, torch.from_numpy(mask)
+        new[key] = value
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
-    new["cu_seqlens_padded"] = torch.from_numpy(padded)  # int32 already
+    new["cu_seqlens_padded"] = torch.from_numpy(padded)
     new["max_seqlen"] = longest
     new["cp_padding"] = int(padded[-1]) - int(flat[-1])
-    if indices is not None:
+    if cp_rank is None:
+        indices = np.empty((cp_size, block.shape[2] // cp_size), dtype=np.int64)
+        zigzag_into(padded, cp_size, 0, indices)
         new["cp_indices"] = torch.from_numpy(indices)
     return new
 
@@ -208,22 +212,24 @@ def _boundaries_only(
 
 @functools.lru_cache(maxsize=64)
 def _field_args(
-    names: tuple[str, ...], pad_id: int, ignore_index: int, from_first: tuple[str, ...]
-) -> tuple[tuple[str, ...], np.ndarray, int, int, np.ndarray]:
-    """The per-token fields ``keys`` among a batch's keys ``names`` and the kernel's ``fills``
-    (int64, (F,), read only), ``positions`` and ``masked`` (``-1``: none) and ``from_first``
-    (bool, (F,), read only) for them, made once per set of keys, fills and fields written from
-    their segments' first tokens (not per batch)."""
+    names: tuple[str, ...],
+    pad_id: int,
+    ignore_index: int,
+    from_first: tuple[str, ...],
+    cp_size: int,
+    cp_rank: int,
+) -> tuple[tuple[str, ...], int, np.ndarray]:
+    """The per-token fields ``keys`` among a batch's keys ``names``, the index of ``labels``
+    among them (``-1``: none) and, for :func:`~mmpack.views.cp_layout.cp_batch_fields`, the
+    options array (:func:`~mmpack.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
+    (``-1``: none), fills, the positions field, the fields written from their segments' first
+    tokens), made once per set of keys and options (not per batch)."""
     keys = tuple(key for key in names if key in _FIELDS)
-    fills = np.array(
-        [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys],
-        dtype=np.int64,
-    )
-    fills.flags.writeable = False
-    derived = np.array([k in from_first for k in keys], dtype=np.bool_)
-    derived.flags.writeable = False
+    fills = [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys]
     positions = keys.index("position_ids") if "position_ids" in keys else -1
-    return keys, fills, positions, keys.index("labels") if "labels" in keys else -1, derived
+    masked = keys.index("labels") if "labels" in keys else -1
+    derived = [k in from_first for k in keys]
+    return keys, masked, field_params(cp_size, cp_rank, fills, positions, masked, derived)
 
 
 def _flat(field: Any) -> np.ndarray:

@@ -18,9 +18,10 @@ Worked example, ``C = 2``, segments of 3 and 5 tokens: padded to 4 and 8, ``cu_s
 ``1, 2, 6, 7, 8, 9``.
 
 :func:`cp_fields` writes a batch's token fields in that layout, or one rank's share, in one
-pass of a kernel (:mod:`mmpack.kernels.cp_layout`); :func:`cp_batch_fields` does the layout, the
-fields and every rank's indices at once for a batch its caller has checked (collate's per-batch
-path, where a check or an allocation more is a visible share of the cost).
+pass of a kernel (:mod:`mmpack.kernels.cp_layout`); :func:`cp_batch_fields` writes the padded
+boundaries and the fields in one call of it for a batch its caller has checked, its options in
+one array (:func:`field_params`, made once per set of options): collate's per-batch path, where
+a check, an allocation or a call more is a visible share of the cost.
 
 Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_fields` ``O(fields * (segments + tokens
 written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
@@ -37,7 +38,14 @@ import numpy as np
 from mmpack.core.validation import check_positive_int
 from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 
-__all__ = ["CPLayout", "cp_batch_fields", "cp_fields", "cp_layout", "zigzag_indices"]
+__all__ = [
+    "CPLayout",
+    "cp_batch_fields",
+    "cp_fields",
+    "cp_layout",
+    "field_params",
+    "zigzag_indices",
+]
 
 
 class CPLayout(NamedTuple):
@@ -133,117 +141,105 @@ def cp_fields(
     for name, value in (("positions", positions), ("masked", masked)):
         if value is not None and not 0 <= value < len(srcs):
             raise ValueError(f"{name}={value} is not a field index below {len(srcs)}")
-    block, mask = _write_fields(
+    r = -1 if rank is None else rank
+    m = -1 if masked is None else masked
+    total = int(layout.cu_seqlens_padded[-1])
+    _, block, mask = cp_batch_fields(
         srcs,
         layout.cu_seqlens,
-        int(layout.cu_seqlens_padded[-1]),
+        np.empty_like(layout.cu_seqlens),  # the boundaries again: layout has them
         cp_size,
-        -1 if rank is None else rank,
-        np.asarray(fills, dtype=np.int64),
-        -1 if positions is None else positions,
-        -1 if masked is None else masked,
-        np.zeros(len(srcs), dtype=np.bool_),  # every token read
+        r,
+        m,
+        field_params(cp_size, r, fills, -1 if positions is None else positions, m, ()),
+        room=total if rank is None else total // cp_size,  # exactly: rows end to end
     )
     return block[:, 0], None if mask is None else mask[0]
+
+
+def field_params(
+    cp_size: int,
+    rank: int,
+    fills: Sequence[int],
+    positions: int,
+    masked: int,
+    from_first: Sequence[bool],
+) -> np.ndarray:
+    """The options of :func:`cp_batch_fields` (and its kernel's) in one array (int64,
+    (4 + 2 F,), read only), from checked values: ``rank``, ``positions`` and ``masked``
+    ``-1`` for none, ``fills`` one per field, ``from_first`` the fields each of whose segments
+    follows from its first token (empty: none)."""
+    flags = [bool(x) for x in from_first] or [False] * len(fills)
+    params = np.array([cp_size, rank, positions, masked, *fills, *flags], dtype=np.int64)
+    params.flags.writeable = False
+    return params
 
 
 def cp_batch_fields(
     fields: tuple[np.ndarray, ...],
     cu_seqlens: np.ndarray,
+    padded: np.ndarray,
     cp_size: int,
     rank: int,
-    fills: np.ndarray,
-    positions: int,
     masked: int,
-    from_first: np.ndarray,
+    params: np.ndarray,
     dtype: np.dtype | None = None,
-) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """:func:`cp_layout`, :func:`cp_fields` and (whole batch) :func:`zigzag_indices` for a batch
-    its caller has checked already, with nothing checked again: the per-batch path of
-    :func:`mmpack.torch.collate.collate`, whose boundaries and fields are validated as they are
-    built.  The fields come back as ``(1, T)`` rows, one tensor view each without a reshape.
+    room: int | None = None,
+) -> tuple[int, np.ndarray, np.ndarray | None]:
+    """:func:`cp_layout`'s boundaries and :func:`cp_fields`' fields at once, in one call of the
+    kernel, for a batch its caller has checked (collate's per-batch path, where a check, an
+    allocation or a call more is a visible share of the cost).
 
     Parameters
     ----------
     fields : tuple of F numpy.ndarray, one integer dtype, shape (N,)
-        ``F >= 1``, ``N >= cu_seqlens[-1]``.
+        The fields over the flat batch, ``N >= cu_seqlens[-1]``.
     cu_seqlens : numpy.ndarray, int64, shape (n + 1,)
         Rising from 0.
-    cp_size : int
-        ``C >= 1``.
-    rank : int
-        ``0 <= rank < C``, or ``-1`` for the whole padded batch.
-    fills : numpy.ndarray, int64, shape (F,)
-    positions, masked : int
-        Field indices, ``-1`` for none (as in :func:`cp_fields`).
-    from_first : numpy.ndarray, bool, shape (F,)
-        The fields each of whose segments follows from its first token (positions rising by
-        one from it, any other field holding it throughout), written from that token alone
-        (:func:`~mmpack.kernels.cp_layout.lay_out_fields`).
+    padded : numpy.ndarray, int32 or int64, shape (n + 1,)
+        Written: the padded boundaries (``cu_seqlens_padded``).
+    cp_size, rank, masked : int
+        ``C >= 1``; ``0 <= rank < C`` for that rank's share, ``-1`` for the whole padded batch;
+        the masked field's index, ``-1`` for none: as given in ``params``.
+    params : numpy.ndarray, int64, shape (4 + 2 F,)
+        :func:`field_params` of those options.
     dtype : numpy.dtype, optional
         An integer dtype of the block, the fields' values cast to it as they are copied (as
         ``astype`` casts); default the fields'.
+    room : int, optional
+        Each row's length allocated, at least ``T`` (or ``T / C``); default a bound from
+        ``cu_seqlens``, ``N' + n (2C - 1)`` (over ``C``), ``N' = cu_seqlens[-1]``, so the
+        block is allocated before the kernel finds ``T``: each row is contiguous, the rows
+        ``room`` apart.
 
     Returns
     -------
-    cu_seqlens_padded : numpy.ndarray, int32, shape (n + 1,)
-        The dtype collate gives them in.
     max_seqlen : int
         The longest padded segment (0 for none).
     block : numpy.ndarray, shape (F, 1, T) or (F, 1, T / C)
         Field ``f`` in ``block[f]`` (as :func:`cp_fields` gives it, one axis more).
     mask : numpy.ndarray, float32, shape (1, T) or (1, T / C), or None
         As :func:`cp_fields` gives it, one axis more.
-    indices : numpy.ndarray, int64, shape (C, T / C), or None
-        With ``rank=-1``: every rank's positions, as :func:`zigzag_indices` gives them.
     """
-    padded = np.empty(cu_seqlens.shape[0], np.int32)
-    longest = pad_boundaries(cu_seqlens, 2 * cp_size, padded)
-    total = int(padded[-1])
-    block, mask = _write_fields(fields, cu_seqlens, total, cp_size, rank, fills, positions,
-                                masked, from_first, dtype)  # fmt: skip
-    if rank >= 0:
-        return padded, longest, block, mask, None
-    indices = np.empty((cp_size, total // cp_size), dtype=np.int64)
-    zigzag_into(padded, cp_size, 0, indices)
-    return padded, longest, block, mask, indices
-
-
-def _write_fields(
-    srcs: tuple[np.ndarray, ...],
-    cu: np.ndarray,
-    total: int,
-    cp_size: int,
-    rank: int,
-    fills: np.ndarray,
-    positions: int,
-    masked: int,
-    from_first: np.ndarray,
-    dtype: np.dtype | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The kernel call of :func:`cp_fields` on checked arguments (``-1`` for none) for a layout
-    of ``total`` padded tokens: the block (shape (F, 1, size), of ``dtype``, default the
-    fields') and the mask (shape (1, size), or None)."""
-    size = total if rank < 0 else total // cp_size
+    count = len(fields)
+    if room is None:
+        room = int(cu_seqlens[-1]) + (cu_seqlens.shape[0] - 1) * (2 * cp_size - 1)
+        room = room if rank < 0 else room // cp_size
+    dtype = fields[0].dtype if dtype is None else dtype  # a numpy.dtype
     # One allocation for the block and the mask (rows of the block's dtype after the fields'):
     # arrays allocated apart fault in fresh pages on every batch (the allocator gives them
     # back to the system between batches).
-    count = len(srcs)
-    dtype = srcs[0].dtype if dtype is None else dtype  # a numpy.dtype
     if masked < 0:
-        whole = np.empty((count, 1, size), dtype)
-        lay_out_fields(
-            srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked, _NO_MASK
-        )
-        return whole, None
-    whole = np.empty((count + -(-4 // dtype.itemsize), 1, size), dtype)
-    if dtype.itemsize >= 4:  # the mask in the first bytes of the row after the fields'
-        mask = whole[count].view(np.float32)[:, :size]
-    else:  # over the rows after the fields'
-        mask = whole[count:].reshape(-1).view(np.float32)[None, :size]
-    lay_out_fields(srcs, cu, cp_size, rank, fills, positions, from_first, whole[:, 0], masked,
-                   mask[0])  # fmt: skip
-    return whole[:count], mask
+        whole = np.empty((count, 1, room), dtype)
+        longest = lay_out_fields(fields, cu_seqlens, params, whole[:, 0], _NO_MASK, padded)
+        size = int(padded[-1]) if rank < 0 else int(padded[-1]) // cp_size
+        return longest, whole[:, :, :size], None
+    whole = np.empty((count + -(-4 // dtype.itemsize), 1, room), dtype)
+    # the mask in the first bytes of the row after the fields', or over the rows after them
+    mask = (whole[count, 0] if dtype.itemsize >= 4 else whole[count:].reshape(-1)).view(np.float32)
+    longest = lay_out_fields(fields, cu_seqlens, params, whole[:, 0], mask, padded)
+    size = int(padded[-1]) if rank < 0 else int(padded[-1]) // cp_size
+    return longest, whole[:count, :, :size], mask[None, :size]
 
 
 _NO_MASK = np.empty(0, dtype=np.float32)
