@@ -185,8 +185,9 @@ def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
         for lo in range(b0, b1, sf.part_blocks):
             parts.append((lo * f.block, min(min(lo + sf.part_blocks, b1) * f.block, f.nbytes)))
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(f.transport.max_concurrency) as pool:
-        list(pool.map(lambda r: f.transport.get_ranges(f.key, [r]), parts))
+    src = f.source  # the memmap layout's pages: one object
+    with ThreadPoolExecutor(src.transport.max_concurrency) as pool:
+        list(pool.map(lambda r: src.transport.get_ranges(src.key, [r]), parts))
     return time.perf_counter() - t0
 
 
