@@ -102,10 +102,11 @@ def lay_out_fields(
                 lo = 0 if cp_rank < 0 else (cp_rank if h == 0 else unit - 1 - cp_rank) * c
                 hi = span if cp_rank < 0 else lo + c
                 if derived and pos:  # real tokens and padding alike: the positions run on
-                    dst, base = out[at : at + hi - lo], src[start] + lo
-                    for j in range(hi - lo):
-                        dst[j] = base + j
-                    at += hi - lo
+                    if hi > lo:  # (an empty segment may start at the end of src: not read)
+                        dst, base = out[at : at + hi - lo], src[start] + lo
+                        for j in range(hi - lo):
+                            dst[j] = base + j
+                        at += hi - lo
                     continue
                 stop = min(hi, real)
                 n = stop - lo
