@@ -101,12 +101,11 @@ def lay_out_fields(
             for h in range(chunks):
                 lo = 0 if cp_rank < 0 else (cp_rank if h == 0 else unit - 1 - cp_rank) * c
                 hi = span if cp_rank < 0 else lo + c
-                if derived and pos:  # real tokens and padding alike: the positions run on
-                    if hi > lo:  # (an empty segment may start at the end of src: not read)
-                        dst, base = out[at : at + hi - lo], src[start] + lo
-                        for j in range(hi - lo):
-                            dst[j] = base + j
-                        at += hi - lo
+                if derived and pos:  # the positions run on (an empty segment's src unread)
+                    dst, base = out[at : at + hi - lo], (src[start] + lo if hi > lo else 0)
+                    for j in range(hi - lo):
+                        dst[j] = base + j
+                    at += hi - lo
                     continue
                 stop = min(hi, real)
                 n = stop - lo
