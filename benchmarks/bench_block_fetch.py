@@ -61,6 +61,7 @@ window's first samples read, weighs on its epoch).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -274,71 +275,95 @@ def _cpu_columns(c: _Cpu) -> dict[str, float]:
             "cpu / cores s": (c.client + c.others) / cores}  # fmt: skip
 
 
-def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[dict[str, Any]]:
+@dataclasses.dataclass
+class _RemoteEpoch:
+    """A first epoch of a remote store through one loader, and the fetch floor of its windows."""
+
+    secs: float  # the epoch
+    first: float  # to the first batch
+    peak: int  # bytes the node cache held at most, after a batch
+    cpu: _Cpu  # over the epoch
+    n_windows: int
+    wbytes: list[int]  # each window's bytes, whole check blocks
+    fetched: int  # bytes fetched for the epoch (the next epoch's first window excluded)
+    requests: int
+    floor_s: float  # the windows' blocks fetched alone (:func:`_floor`), best of two
+    cpu_floor: _Cpu
+
+
+def _remote_epoch(url, opts, tmp, pids, make: Any, view_of: Any, watch: bool) -> _RemoteEpoch:
+    """One first epoch of the store at ``url`` through ``make(view_of(store))`` (a loader whose
+    sampler fetches by windows), with a fresh node cache, then the floor of the same windows;
+    ``watch``: the node cache's peak read after every batch (else ``peak`` is 0)."""
     import mmpack
 
-    tag = case.tag
-    local_ld = case.loader(case.view(local), workers=0)
-    _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
-    local_s, cpu_local = _best(pids, lambda: _epoch(local_ld)[0])
-    store = mmpack.open(
-        url, storage_options=opts, cache_dir=tmp / f"c{time.time()}", cache_limit=8 << 30
-    )
-    view = case.view(store)
-    ld = case.loader(view)
+    store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"c{time.time()}",
+                        cache_limit=8 << 30)  # fmt: skip
+    ld = make(view_of(store))
     fetcher = ld.sampler.window_fetcher
     assert fetcher is not None
     cf = fetcher.spans.cache
     block = store.span_fetcher.fetcher.block
-    with _Cpu(pids) as cpu_s3:
-        secs, first, peak = _epoch(ld, watch=lambda: int(cf.state.sum()) * block)
+    with _Cpu(pids) as cpu:
+        secs, first, peak = _epoch(
+            ld, watch=(lambda: int(cf.state.sum()) * block) if watch else None
+        )
     fetcher.wait()
-    order = fetcher.order
-    windows = [fetcher.window_spans(0, w) for w in range(order.n_windows)]
+    windows = [fetcher.window_spans(0, w) for w in range(fetcher.order.n_windows)]
     wbytes = [
         sum(b1 - b0 for b0, b1 in (fetcher.spans.block_range(a, b) for a, b in w)) * block
         for w in windows
     ]
-    two = max([a + b for a, b in zip(wbytes, wbytes[1:])] or wbytes)
     stats, reads = fetcher.spans.stats, store._backend.stats
-    served = len(view) * SEQLEN * 2  # bytes of tokens the batches hold
-    fetched = stats["bytes_fetched"] + reads["bytes_fetched"]
     ahead = fetcher._jobs[(1, 0)].result()  # the next epoch's first window, fetched ahead
-    fetched_epoch = fetched - ahead
-    wanted = sum(wbytes)
+    fetched = stats["bytes_fetched"] + reads["bytes_fetched"] - ahead
     fetcher.close()
     floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"f{time.time()}",
                               cache_limit=8 << 30)  # fmt: skip
     floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
     floor_s, cpu_floor = _best(pids, lambda: _floor(floor_store, [s for w in windows for s in w]))
-    fewest = _order_seconds(local_s, floor_s, order.n_windows)
+    return _RemoteEpoch(secs, first, peak, cpu, len(windows), wbytes, fetched,
+                        stats["requests"] + reads["requests"], floor_s, cpu_floor)  # fmt: skip
+
+
+def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[dict[str, Any]]:
+    tag = case.tag
+    local_ld = case.loader(case.view(local), workers=0)
+    _epoch(local_ld, limit=4)  # warm-up (numba, page cache)
+    local_s, cpu_local = _best(pids, lambda: _epoch(local_ld)[0])
+    e = _remote_epoch(url, opts, tmp, pids, case.loader, case.view, watch=True)
+    secs, wbytes, floor_s = e.secs, e.wbytes, e.floor_s
+    two = max([a + b for a, b in zip(wbytes, wbytes[1:])] or wbytes)
+    samples = len(case.view(local))
+    served = samples * SEQLEN * 2  # bytes of tokens the batches hold
+    fewest = _order_seconds(local_s, floor_s, e.n_windows)
     return [
         {"case": f"local memmap, blocks, {tag}", "s": local_s, "vs local": 1.0}
         | _cpu_columns(cpu_local),
         {"case": f"transfer floor, {tag}", "s": floor_s, "MB/s": sum(wbytes) / floor_s / 1e6}
-        | _cpu_columns(cpu_floor),
+        | _cpu_columns(e.cpu_floor),
         {
             "case": f"S3 20 ms, blocks, {tag}",
             "s": secs,
-            "MB/s": fetched_epoch / secs / 1e6,
+            "MB/s": e.fetched / secs / 1e6,
             "vs local": local_s / secs,
             "vs floor": floor_s / secs,
             "order bound": local_s / fewest,
             "order bound vs floor": floor_s / fewest,
             "machine bound": local_s
-            / _machine_seconds(cpu_local, cpu_floor, fresh * min(sum(wbytes), two) / 1e9),
-            "first batch s": first,
-            "fetched/served": fetched_epoch / served,
-            "req/sample": (stats["requests"] + reads["requests"]) / len(view),
-            "cache peak / 2 windows": peak / two if case.workers == 0 else "",
-            "fetches/block": fetched_epoch / wanted,
+            / _machine_seconds(cpu_local, e.cpu_floor, fresh * min(sum(wbytes), two) / 1e9),
+            "first batch s": e.first,
+            "fetched/served": e.fetched / served,
+            "req/sample": e.requests / samples,
+            "cache peak / 2 windows": e.peak / two if case.workers == 0 else "",
+            "fetches/block": e.fetched / sum(wbytes),
             "target": "≥ 0.8 of both, first batch ≤ 2 s, ≤ 1.1 fetched/served",
             "met": local_s / secs >= 0.8
             and floor_s / secs >= 0.8
-            and first <= 2.0
-            and fetched_epoch / served <= 1.1,
+            and e.first <= 2.0
+            and e.fetched / served <= 1.1,
         }
-        | _cpu_columns(cpu_s3),
+        | _cpu_columns(e.cpu),
     ]
 
 
@@ -441,8 +466,6 @@ def _pinned_rows(url, opts, tmp, local, pids, pinned: bool) -> list[dict[str, An
 
 
 def _pinned_row(url, opts, tmp, local, pids, path, workers, pinned) -> dict[str, Any]:
-    import mmpack
-
     case = PINNED
 
     def make(view: Any) -> Any:
@@ -453,42 +476,27 @@ def _pinned_row(url, opts, tmp, local, pids, path, workers, pinned) -> dict[str,
     local_ld = make(case.view(local))
     _epoch(local_ld, limit=4)  # warm-up (numba, page cache, workers' imports)
     local_s, cpu_local = _best(pids, lambda: _epoch(local_ld)[0])
-    store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"p{time.time()}",
-                        cache_limit=8 << 30)  # fmt: skip
-    view = case.view(store)
-    ld = make(view)
-    with _Cpu(pids) as cpu_s3:
-        secs = _epoch(ld)[0]
-    fetcher = ld.sampler.window_fetcher
-    fetcher.wait()
-    windows = [fetcher.window_spans(0, w) for w in range(fetcher.order.n_windows)]
-    ahead = fetcher._jobs[(1, 0)].result()  # the next epoch's first window, fetched ahead
-    fetched = fetcher.spans.stats["bytes_fetched"] + store._backend.stats["bytes_fetched"] - ahead
-    fetcher.close()
-    floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"q{time.time()}",
-                              cache_limit=8 << 30)  # fmt: skip
-    floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
-    _, cpu_floor = _best(pids, lambda: _floor(floor_store, [s for w in windows for s in w]))
-    served = len(view) * SEQLEN * 2 / 1e9  # GB of tokens the batches hold
+    e = _remote_epoch(url, opts, tmp, pids, make, case.view, watch=False)
+    served = len(case.view(local)) * SEQLEN * 2 / 1e9  # GB of tokens the batches hold
     loop = cpu_local.client / served  # L: the local loop's CPU s per GB
-    bare = cpu_floor.client / (fetched / 1e9)  # F: the bare client's CPU s per GB
+    bare = e.cpu_floor.client / (e.fetched / 1e9)  # F: the bare client's CPU s per GB
     bound = loop / (loop + bare) if pinned else 1.0
-    beyond = (cpu_s3.client - cpu_local.client) / served
+    beyond = (e.cpu.client - cpu_local.client) / served
     return {
         "case": f"{'pinned' if pinned else 'unpinned'}, {path}, {workers} workers",
-        "s": secs,
+        "s": e.secs,
         "local s": local_s,
-        "vs local": local_s / secs,
+        "vs local": local_s / e.secs,
         "L cpu s/GB": loop,
         "F cpu s/GB": bare,
         "bound": bound,
-        "of bound": local_s / secs / bound,
+        "of bound": local_s / e.secs / bound,
         "cpu beyond local / F": beyond / bare,
-        "fetched/served": fetched / 1e9 / served,
+        "fetched/served": e.fetched / 1e9 / served,
         "target": "of bound >= 0.9, cpu beyond / F <= 1.2, fetched/served <= 1.01",
-        "met": local_s / secs / bound >= 0.9
+        "met": local_s / e.secs / bound >= 0.9
         and beyond / bare <= 1.2
-        and fetched / 1e9 / served <= 1.01,
+        and e.fetched / 1e9 / served <= 1.01,
     }
 
 
