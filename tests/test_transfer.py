@@ -22,6 +22,7 @@ import torch
 import torch.multiprocessing
 from torch.utils.data import DataLoader
 
+from mmpack.core.process import PerProcess
 from mmpack.store.writer import build
 from mmpack.torch import transfer
 from mmpack.torch.collate import Collator, collate
@@ -45,7 +46,7 @@ def as_worker(monkeypatch):
     monkeypatch.setattr(transfer, "get_worker_info", lambda: SimpleNamespace(id=0))
     pool = transfer._Pool()
     pool.token = (os.getppid(), 1)  # as if made in another (live) process
-    monkeypatch.setattr(transfer, "_POOL", pool)
+    monkeypatch.setattr(transfer, "_POOL", PerProcess(lambda: pool))
     monkeypatch.setattr(transfer, "_REMOTES", {})
 
 
@@ -128,13 +129,13 @@ def _through_pickle(batch):
 
 
 def _flags():
-    return transfer._POOL.state[0, :3].tolist()
+    return transfer._POOL.get().state[0, :3].tolist()
 
 
 def test_a_buffer_is_reused_only_after_the_main_side_drops_the_batch(dataset, as_worker):
     samples = [dataset[i] for i in range(BATCH)]
     first = _through_pickle(collate(samples))
-    pool = transfer._POOL
+    pool = transfer._POOL.get()
     assert type(first) is dict and _flags() == [1, 0, 0]
     assert first["input_ids"].dtype == torch.int64
     second = _through_pickle(collate(samples))
@@ -186,24 +187,24 @@ def test_a_batch_passed_on_to_another_process_is_a_copy(dataset, as_worker):
     got = _through_pickle(collate(samples))
     want = got["input_ids"].clone()
     passed = _through_pickle(got["input_ids"])
-    buffer = transfer._POOL.buffers[0][1]
+    buffer = transfer._POOL.get().buffers[0][1]
     assert passed.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
     del got
     gc.collect()
     assert _flags()[0] == 0  # the batch left the buffer: its slot is free
     later = _through_pickle(collate([dataset[i] for i in range(BATCH, 2 * BATCH)]))
-    assert transfer._POOL.buffers[0][1] is buffer and torch.equal(passed, want)
+    assert transfer._POOL.get().buffers[0][1] is buffer and torch.equal(passed, want)
     del later
 
 
 def test_every_slot_held_gives_fresh_buffers(dataset, as_worker):
     samples = [dataset[i] for i in range(BATCH)]
     held = [_through_pickle(collate(samples)) for _ in range(transfer.SLOTS + 2)]
-    assert len(transfer._POOL.buffers) == transfer.SLOTS
+    assert len(transfer._POOL.get().buffers) == transfer.SLOTS
     assert all(torch.equal(b["input_ids"], held[0]["input_ids"]) for b in held)
     del held
     gc.collect()
-    assert transfer._POOL.state[0, : transfer.SLOTS].sum() == 0
+    assert transfer._POOL.get().state[0, : transfer.SLOTS].sum() == 0
 
 
 def test_a_buffer_is_sent_once_then_only_its_key(dataset, as_worker):
@@ -247,7 +248,7 @@ def test_a_batch_changed_in_the_worker_arrives_as_changed(dataset, as_worker, mo
     assert torch.equal(got["head"], want["input_ids"][:, :2])
     del got, sharing
     gc.collect()
-    busy = transfer._POOL.state[0, : transfer.SLOTS].tolist()
+    busy = transfer._POOL.get().state[0, : transfer.SLOTS].tolist()
     assert busy.count(1) == 2  # want's, and that slot for good: nothing received is overwritten
 
 
@@ -283,7 +284,7 @@ def test_copies_in_the_worker_keep_the_protocol(dataset, as_worker):
     want = collate(samples)
     shallow = copy.copy(collate(samples))
     assert type(shallow) is transfer._SharedBatch and _flags()[:2] == [1, 1]
-    pool = transfer._POOL
+    pool = transfer._POOL.get()
     pool.token = (os.getpid(), 2)  # unpickled where it was made
     deep = copy.deepcopy(collate(samples))
     assert type(deep) is dict and torch.equal(deep["input_ids"], want["input_ids"])

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmpack.core.process import PerProcess
 from mmpack.errors import RemoteAccessError
 from mmpack.remote.protocol import (
     OPTION_DEFAULTS,
@@ -41,38 +42,36 @@ class ObstoreTransport(Transport):
             if k not in OPTION_DEFAULTS
             and k not in ("client", "multipart_threshold", "multipart_chunk")
         }
-        self._pid = -1
-        self._store: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pid": -1, "_store": None}
+        self._store = PerProcess(self._make_store)
 
     def _obj(self) -> Any:
-        pid = os.getpid()
-        if self._pid != pid:
-            if _OBSTORE_USED_BY and pid not in _OBSTORE_USED_BY:
-                raise RuntimeError(
-                    f"{self.url}: this process was forked from one that used obstore, whose "
-                    "runtime does not survive fork; use multiprocessing_context='spawn' (or an "
-                    "s3:// store with the default client, which is fork-safe)"
-                )
-            import obstore.store
+        return self._store.get()
 
-            opts = dict(self._store_options)
-            if opts.pop("allow_http", None) in (True, "true", "1"):
-                opts.setdefault("client_options", {})["allow_http"] = True
-            for alias, name in (
-                ("endpoint_url", "endpoint"),
-                ("key", "access_key_id"),
-                ("secret", "secret_access_key"),
-            ):
-                if alias in opts:
-                    opts[name] = opts.pop(alias)
-            client_options = opts.pop("client_options", None)
-            self._store = obstore.store.from_url(self.url, client_options=client_options, **opts)
-            self._pid = pid
-            _OBSTORE_USED_BY.add(pid)
-        return self._store
+    def _make_store(self) -> Any:
+        """This process's obstore store."""
+        pid = os.getpid()
+        if _OBSTORE_USED_BY and pid not in _OBSTORE_USED_BY:
+            raise RuntimeError(
+                f"{self.url}: this process was forked from one that used obstore, whose "
+                "runtime does not survive fork; use multiprocessing_context='spawn' (or an "
+                "s3:// store with the default client, which is fork-safe)"
+            )
+        import obstore.store
+
+        opts = dict(self._store_options)
+        if opts.pop("allow_http", None) in (True, "true", "1"):
+            opts.setdefault("client_options", {})["allow_http"] = True
+        for alias, name in (
+            ("endpoint_url", "endpoint"),
+            ("key", "access_key_id"),
+            ("secret", "secret_access_key"),
+        ):
+            if alias in opts:
+                opts[name] = opts.pop(alias)
+        client_options = opts.pop("client_options", None)
+        store = obstore.store.from_url(self.url, client_options=client_options, **opts)
+        _OBSTORE_USED_BY.add(pid)
+        return store
 
     def _wrap(self, key: str, fn: Callable[[], Any]) -> Any:
         try:

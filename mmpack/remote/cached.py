@@ -22,7 +22,6 @@ adjacent blocks.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from mmpack.core.process import PerProcess
 from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.cachefile import (
     PIN_WAIT_SECONDS,
@@ -45,6 +45,16 @@ RETRY_SECONDS = 1.0
 """How long a reader that could not map its cache file goes without trying again."""
 
 T = TypeVar("T")
+
+
+class _Mapping:
+    """A :class:`CachedObject`'s mapping in one process (:class:`~mmpack.core.process.PerProcess`):
+    the cache file mapped (None: none), and when to try again after a failed attempt."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cf: CacheFile | None = None
+        self.retry = 0.0
 
 
 class CachedObject:
@@ -65,40 +75,32 @@ class CachedObject:
         self.url = url
         self._spec = (fingerprint, name, nbytes, block, np.dtype(dtype))
         self.block, self.itemsize = block, np.dtype(dtype).itemsize
-        self._pid = -1
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():  # a new process: its own mapping and bitmap
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._cf: CacheFile | None = None
-            self._retry = 0.0
+        self._p = PerProcess(_Mapping)  # a new process: its own mapping and bitmap
 
     @property
     def mapped(self) -> CacheFile | None:
         """The mapping this reader holds now (None if none), without mapping or letting go."""
-        self._here()
-        return self._cf
+        return self._p.get().cf
 
     def file(self) -> CacheFile | None:
         """The object's cache file, mapped (None while it cannot be had: tried again after
         :data:`RETRY_SECONDS`)."""
-        self._here()
-        cf = self._cf
+        p = self._p.get()
+        cf = p.cf
         if cf is not None and not cf.retired:
             return cf
-        self._cf = None  # retired: let go (closed when the last thread using it is done)
-        if time.monotonic() < self._retry:
+        p.cf = None  # retired: let go (closed when the last thread using it is done)
+        if time.monotonic() < p.retry:
             return None
-        with self._lock:
-            if self._cf is None and time.monotonic() >= self._retry:
+        with p.lock:
+            if p.cf is None and time.monotonic() >= p.retry:
                 try:
-                    self._cf = self.cache.open_file(*self._spec)
+                    p.cf = self.cache.open_file(*self._spec)
                 except OSError as exc:  # the disk, the folder or the lock: read around
                     warn_once(self.cache.cache_dir, exc)
-                if self._cf is None:
-                    self._retry = time.monotonic() + RETRY_SECONDS
-            return self._cf
+                if p.cf is None:
+                    p.retry = time.monotonic() + RETRY_SECONDS
+            return p.cf
 
     @contextlib.contextmanager
     def pinned(self, ids: np.ndarray) -> Iterator[CacheFile | None]:

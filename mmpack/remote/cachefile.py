@@ -5,10 +5,8 @@ A cached object (a remote store's ``tokens.bin``, or a remote Zarr store's decod
 is two files under ``<cache_dir>/blocks/``: ``<stem>.data``, the object's bytes at their own
 offsets in a sparse file, and ``<stem>.state``, a 64-byte header (magic, version, block size,
 size, bytes charged, last use, retired, drops, the creating boot's id), one state byte per block
-(0 absent, 1 present), then every block's XXH64; files of other sizes are damaged
-(:class:`DamagedCacheFile`) and discarded, as is a file from another boot (no ``fsync``).
-
-Writing (:meth:`CacheFile.write`): bytes already checked against the store (XXH64 per check
+(0 absent, 1 present), then every block's XXH64; a file of another size or boot is damaged
+(:class:`DamagedCacheFile`) and discarded.  Writing (:meth:`CacheFile.write`): bytes already checked against the store (XXH64 per check
 page, crc32c per Zarr chunk) are charged, written (``pwrite``), their XXH64 recorded, and only
 then the state byte set, so a killed writer leaves a block absent, never wrong.  Serving: a block
 is served from the mapping only once this reader checked it (wrote it, or recomputed its XXH64:
@@ -16,12 +14,13 @@ is served from the mapping only once this reader checked it (wrote it, or recomp
 block that fails is dropped and fetched again.  Claims: a process fetches only blocks it holds
 an exclusive OFD lock on (``fcntl(F_OFD_SETLK)`` over their state bytes, never blocking; the
 lock dies with its process); a mapping holds a shared lock on byte 0, and eviction removes only
-files it can lock exclusively.  Pins (:meth:`CacheFile.pin_offset`) are OFD locks past the state
-file's end (:mod:`mmpack.remote.spans`).
+files it can lock exclusively.  Pins, the one rule of every drop: a reader pins what it serves
+from the mapping (:meth:`CacheFile.pin`: shared OFD locks, a byte per block past the state
+file's end); a drop takes only blocks it locks exclusively there (:meth:`CacheFile.unpinned`).
 
-Cost: one XXH64 per block per reader, once (``python -m benchmarks.trust_costs node_cache``,
-docs/benchmarks.md "Checksums"); the hit test (:meth:`CacheFile.serves`) is one kernel pass over
-the batch's ranges (:func:`~mmpack.kernels.blockstate.all_blocks_present`); a hit is zero copy.
+Cost: one XXH64 per block per reader, once (``python -m benchmarks.trust_costs node_cache``);
+the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
+(:func:`~mmpack.kernels.blockstate.all_blocks_present`); a hit is zero copy.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +279,27 @@ class CacheFile:
                     return False
                 time.sleep(0.005)
         return True
+
+    @contextlib.contextmanager
+    def unpinned(self, runs: list[tuple[int, int]]) -> Iterator[np.ndarray]:
+        """The present blocks of ``runs`` (``[(b0, b1), ...]``) that no process pins (int64,
+        sorted, unique), held for the body by exclusive locks on their :meth:`pin_offset` bytes
+        (so no pin is taken on them meanwhile: the body may drop them).  A run some block of
+        which is pinned gives its other blocks."""
+        fd = open_lock_fd(self.state_path)
+        try:
+            free: list[np.ndarray] = []
+            for b0, b1 in runs:
+                if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, self.pin_offset(b0), b1 - b0):
+                    free.append(np.arange(b0, b1, dtype=np.int64))
+                else:  # some block of it is pinned: the others
+                    ks = [k for k in range(b0, b1)
+                          if lock_range(fd, fcntl.F_WRLCK, self.pin_offset(k), 1)]  # fmt: skip
+                    free.append(np.array(ks, dtype=np.int64))
+            ids = np.unique(np.concatenate(free)) if free else np.zeros(0, np.int64)
+            yield ids[self.state[ids] != 0]
+        finally:
+            close_lock_fd(fd)
 
     def touch(self) -> None:
         """Record a read (for the least-recently-used order), at most once a second."""

@@ -26,12 +26,12 @@ The counts are per process (made anew in a forked child).  Cost: the source's
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from mmpack.core.process import PerProcess
 from mmpack.remote.blocks import block_ids
 from mmpack.remote.cached import CachedObject
 from mmpack.remote.cachefile import CacheFile
@@ -42,10 +42,9 @@ __all__ = ["BlockFetcher"]
 
 
 class _Process:
-    """A :class:`BlockFetcher`'s state in one process."""
+    """A :class:`BlockFetcher`'s state in one process (:class:`~mmpack.core.process.PerProcess`)."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.lock = threading.Lock()
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
 
@@ -59,23 +58,17 @@ class BlockFetcher:
         self.transport: Transport = source.transport
         self.url = source.transport.url
         self.block, self.nbytes, self.itemsize = source.block, source.nbytes, source.itemsize
-        self._p = _Process()
-
-    def _here(self) -> _Process:
-        p = self._p
-        if p.pid != os.getpid():  # a forked child: counts from zero
-            p = self._p = _Process()
-        return p
+        self._p = PerProcess(_Process)  # a forked child: counts from zero
 
     @property
     def stats(self) -> dict[str, int]:
         """This process's counts: range requests, bytes they fetched, blocks :meth:`blocks`
         found in the node cache."""
-        return self._here().stats
+        return self._p.get().stats
 
     def count(self, requests: int, nbytes: int, again: bool = False) -> None:
         """Count range requests made for this fetcher (:data:`mmpack.remote.sources.Count`)."""
-        p = self._here()
+        p = self._p.get()
         with p.lock:
             p.stats["requests"] += requests
             p.stats["bytes_fetched"] += nbytes
@@ -104,7 +97,7 @@ class BlockFetcher:
         """Every block of ``ids`` (int64, sorted, unique): id -> its bytes, or a view of them
         in the node cache's mapping (the caller pins them: :meth:`CachedObject.pinned`),
         verified; ``use_cache=False``: never from or into the node cache."""
-        p = self._here()
+        p = self._p.get()
         cf = self.node.file() if self.node is not None and use_cache else None
         if cf is None or self.node is None:
             return self._fetch(ids.tolist())

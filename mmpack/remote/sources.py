@@ -24,7 +24,6 @@ one crc32c per chunk.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mmpack.core.process import PerProcess
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.remote.blocks import runs_of
 from mmpack.remote.transport import ObjectMissing, Transport
@@ -91,14 +91,16 @@ class PageSource:
     ) -> None:  # fmt: skip
         self.transport, self.url, self.key, self.table = transport, transport.url, key, table
         self.block, self.nbytes, self.itemsize = block, nbytes, itemsize
-        self._warm = -1
+        self._warm = PerProcess(self._compile)
 
     def warm(self) -> None:
         """Compile the check kernel in the calling thread, once per process (before starting a
         thread that fetches: numba's lock across ``fork``, :mod:`mmpack.kernels._jit`)."""
-        if self._warm != os.getpid():
-            self.check_run(0, bytes(min(self.block, self.nbytes)))
-            self._warm = os.getpid()
+        self._warm.get()
+
+    def _compile(self) -> bool:
+        self.check_run(0, bytes(min(self.block, self.nbytes)))
+        return True
 
     def _span(self, b: int) -> tuple[int, int]:
         lo = b * self.block
@@ -196,20 +198,16 @@ class ChunkSource:
         self.itemsize = layout.dtype.itemsize
         self.block = layout.inner * self.itemsize
         self.nbytes = layout.count * self.itemsize
-        self._pid, self._local = -1, threading.local()
+        self._local = threading.local()
+        self._pool = PerProcess(self._make_pool)  # a forked child: the parent's threads are gone
         self.reader = self.make_reader("tokens", layout, kept)
         """The token array's :class:`ShardReader` (its shard indexes fetched once)."""
 
     def warm(self) -> None:
         """Nothing to compile (the checks are crc32c and zstd, not numba kernels)."""
 
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._pid != os.getpid():  # a forked child: the parent's threads are not here
-            self._pid = os.getpid()
-            self._pool_ = ThreadPoolExecutor(
-                self.transport.max_concurrency, thread_name_prefix="mmpack-zarr"
-            )
-        return self._pool_
+    def _make_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(self.transport.max_concurrency, thread_name_prefix="mmpack-zarr")
 
     # ------------------------------------------------------------------------------ requests
     def make_reader(self, name: str, layout: ShardLayout, kept: Path) -> ShardReader:
@@ -235,7 +233,7 @@ class ChunkSource:
             if len(flat) == 1:
                 got = [self.transport.get_ranges(flat[0][0], [flat[0][1]])[0]]
             else:
-                pool = self._pool()
+                pool = self._pool.get()
                 futures = [pool.submit(self.transport.get_ranges, k, [r]) for k, r in flat]
                 got = [f.result()[0] for f in futures]
         except ObjectMissing:

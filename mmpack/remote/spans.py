@@ -13,11 +13,11 @@ order's windows into token spans and calls
   chunks, one merged range request per run in a shard, each crc32c-checked and decoded; a bad
   part is fetched once more, then :class:`~mmpack.errors.FormatError`) and store it in one
   write (:meth:`BlockCache.store_run`, the table's digests kept as the cache's own);
-- :meth:`~SpanFetcher.pin` / :meth:`~SpanFetcher.unpin`: shared OFD locks, one per page, past
-  the end of the state file (:meth:`CacheFile.pin_offset`), so no process drops them meanwhile;
-- :meth:`~SpanFetcher.drop`: take the exclusive lock on a span's pin bytes (else page by page: a
-  page another span still pins stays), mark the pages absent, punch their holes, give back their
-  charge and count the drop, so other readers forget their checks of them.
+- :meth:`~SpanFetcher.pin` / :meth:`~SpanFetcher.unpin`: the spans' pages pinned
+  (:meth:`CacheFile.pin`), so no process drops them meanwhile;
+- :meth:`~SpanFetcher.drop`: the spans' pages nobody pins (:meth:`CacheFile.unpinned`) marked
+  absent, their holes punched, their charge given back and the drop counted, so other readers
+  forget their checks of them.
 
 Cost: a span of ``s`` bytes is ``ceil(s / part_bytes)`` parts (range requests) moving ``s`` bytes plus at
 most one page at each end; the checksums run in the fetch threads with per-part Python work; a
@@ -26,20 +26,18 @@ pin or a drop is one ``fcntl`` per span (one per page where a whole-span lock co
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from mmpack.core.process import PerProcess
 from mmpack.remote.cache import warn_once
 from mmpack.remote.cachefile import (
     PIN_WAIT_SECONDS,
     CacheFile,
     close_lock_fd,
-    lock_range,
     open_lock_fd,
 )
 from mmpack.remote.fetcher import BlockFetcher
@@ -48,6 +46,17 @@ __all__ = ["PART_BYTES", "SpanFetcher"]
 
 PART_BYTES = 4 << 20
 """Bytes of one range request of a span (a span is cut into parts fetched concurrently)."""
+
+
+class _SpanState:
+    """A :class:`SpanFetcher`'s state in one process (:class:`~mmpack.core.process.PerProcess`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pins: dict[Any, int] = {}
+        self.pool: ThreadPoolExecutor | None = None
+        self.stats = {"spans": 0, "parts": 0, "requests": 0, "bytes_fetched": 0,
+                      "refetched": 0, "blocks_dropped": 0}  # fmt: skip
 
 
 class SpanFetcher:
@@ -59,24 +68,14 @@ class SpanFetcher:
             raise ValueError(f"part_bytes must be an integer >= 1, got {part_bytes!r}")
         self.fetcher = fetcher
         self.part_blocks = max(1, part_bytes // fetcher.block)
-        self._pid = -1
-
-    def _here(self) -> None:
-        if self._pid != os.getpid():  # a forked child: no pins, no pool, counts from zero
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._pins: dict[Any, int] = {}
-            self._pool: ThreadPoolExecutor | None = None
-            self._stats = {"spans": 0, "parts": 0, "requests": 0, "bytes_fetched": 0,
-                           "refetched": 0, "blocks_dropped": 0}  # fmt: skip
+        self._p = PerProcess(_SpanState)  # a forked child: no pins, no pool, counts from zero
 
     @property
     def stats(self) -> dict[str, int]:
         """This process's counts: spans asked for, parts fetched, range requests (parts plus
         re-fetches), bytes they moved, parts fetched again after a bad checksum, check blocks
         dropped."""
-        self._here()
-        return self._stats
+        return self._p.get().stats
 
     @property
     def cache(self) -> CacheFile | None:
@@ -110,7 +109,7 @@ class SpanFetcher:
         ``queued`` once every part is queued (a later call's parts then go out after them);
         neither is set where it returns early or raises (its caller sets them then).  Returns
         the bytes fetched."""
-        self._here()
+        p = self._p.get()
         cf = self.cache
         if cf is None or not spans:
             return 0
@@ -121,13 +120,13 @@ class SpanFetcher:
             claimed.set()
         try:
             parts = self._parts(ranges, set(claim.mine))
-            with self._lock:
-                self._stats["spans"] += len(spans)
-                if self._pool is None:
+            with p.lock:
+                p.stats["spans"] += len(spans)
+                if p.pool is None:
                     self.fetcher.warm()
                     workers = self.fetcher.transport.max_concurrency
-                    self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mmpack-span")
-            pool = self._pool
+                    p.pool = ThreadPoolExecutor(workers, thread_name_prefix="mmpack-span")
+            pool = p.pool
             done = [pool.submit(self._fetch_part, cf, lo, hi) for lo, hi in parts]
             if queued is not None:
                 queued.set()
@@ -156,20 +155,20 @@ class SpanFetcher:
         """Fetch blocks ``[lo, hi)`` through the source (one range request of pages, or the
         chunks' merged requests per shard), verified (once more on a bad one), and store them;
         returns the bytes fetched."""
-        f = self.fetcher
+        f, p = self.fetcher, self._p.get()
         moved = 0
 
         def count(requests: int, nbytes: int, again: bool) -> None:
             nonlocal moved
             moved += nbytes
-            with self._lock:
-                self._stats["requests"] += requests
-                self._stats["bytes_fetched"] += nbytes
-                self._stats["refetched"] += again
+            with p.lock:
+                p.stats["requests"] += requests
+                p.stats["bytes_fetched"] += nbytes
+                p.stats["refetched"] += again
 
         data, digests = f.source.fetch_run(lo, hi, count)
-        with self._lock:
-            self._stats["parts"] += 1
+        with p.lock:
+            p.stats["parts"] += 1
         node = f.node
         assert node is not None  # a span fetcher exists only with a node cache
         same = digests is not None and cf.block == f.block  # the digests are the cache's own
@@ -180,12 +179,12 @@ class SpanFetcher:
     def pin(self, key: Any, spans: list[tuple[int, int]]) -> None:
         """Pin the check blocks of token spans under ``key`` (until :meth:`unpin`): no process
         of the node drops them meanwhile."""
-        self._here()
+        pins = self._p.get().pins
         cf = self.cache
-        if cf is None or key in self._pins:
+        if cf is None or key in pins:
             return
         fd = open_lock_fd(cf.state_path)
-        self._pins[key] = fd
+        pins[key] = fd
         ranges = [self.block_range(a, b) for a, b in spans]
         # a span being dropped elsewhere (for ms) and still so after the wait stays unpinned:
         # its blocks are then fetched again; every reader pins what it reads itself
@@ -193,48 +192,29 @@ class SpanFetcher:
 
     def unpin(self, key: Any) -> None:
         """Release the pins taken under ``key`` (nothing if none)."""
-        self._here()
-        fd = self._pins.pop(key, -1)
+        fd = self._p.get().pins.pop(key, -1)
         if fd >= 0:
             close_lock_fd(fd)
 
     @property
     def pinned(self) -> list[Any]:
         """The keys pinned by this process now."""
-        self._here()
-        return list(self._pins)
+        return list(self._p.get().pins)
 
     def drop(self, spans: list[tuple[int, int]]) -> int:
         """Drop the present check blocks of token spans that no process of the node pins (see
         the module docstring); returns how many were dropped."""
-        self._here()
+        p = self._p.get()
         cf = self.cache
         node = self.fetcher.node
         if cf is None or node is None or not spans:
             return 0
-        fd = open_lock_fd(cf.state_path)
-        try:
-            runs: list[np.ndarray] = []
-            for a, b in spans:
-                b0, b1 = self.block_range(a, b)
-                if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(b0), b1 - b0):
-                    runs.append(np.arange(b0, b1, dtype=np.int64))
-                else:  # some block of it is pinned: drop the others
-                    free = [
-                        k
-                        for k in range(b0, b1)
-                        if lock_range(fd, fcntl.F_WRLCK, cf.pin_offset(k), 1)
-                    ]
-                    runs.append(np.array(free, dtype=np.int64))
-            ids = np.unique(np.concatenate(runs)) if runs else np.zeros(0, np.int64)
-            ids = ids[cf.state[ids] != 0]
+        with cf.unpinned([self.block_range(a, b) for a, b in spans]) as ids:
             try:
                 dropped = node.cache.drop_blocks(cf, ids)
             except OSError as exc:  # the cache's lock is stuck: the blocks stay until evicted
                 warn_once(node.cache.cache_dir, exc)
                 dropped = 0
-            with self._lock:
-                self._stats["blocks_dropped"] += dropped
-            return dropped
-        finally:
-            close_lock_fd(fd)
+        with p.lock:
+            p.stats["blocks_dropped"] += dropped
+        return dropped

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from mmpack.core.process import PerProcess
+
 __all__ = ["SLOTS", "share_batch"]
 
 SLOTS = 16
@@ -46,7 +48,6 @@ _FREE, _BUSY = 0, 1
 _ACK = SLOTS  # column of the flags row: 1 once the main process holds the shared state
 _SMALL_BYTES = 1 << 16  # tensors up to this size go by value inside the pickle
 
-_POOL: _Pool | None = None  # this worker process's pool
 _REMOTES: dict[tuple[int, int], _Remote] = {}  # main process: token -> a worker's buffers
 
 
@@ -75,16 +76,14 @@ def share_batch(batch: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
         return batch
     first = batch[present[0]]
     present = [name for name in present if _same_layout(batch[name], first)]
-    global _POOL
-    if _POOL is None or _POOL.pid != os.getpid():
-        _POOL = _Pool()
-    slot, generation, buf = _POOL.acquire((len(present), *first.shape), first.dtype)
+    pool = _POOL.get()
+    slot, generation, buf = pool.acquire((len(present), *first.shape), first.dtype)
     for i, name in enumerate(present):
         buf[i].copy_(batch[name])
     views = [buf[i] for i in range(len(present))]
     by_name = dict(zip(present, views))
     items = {key: by_name.get(key, value) for key, value in batch.items()}
-    return _SharedBatch(items, views, _POOL, slot, generation, buf)
+    return _SharedBatch(items, views, pool, slot, generation, buf)
 
 
 class _Pool:
@@ -119,6 +118,9 @@ class _Pool:
         self.buffers[slot] = (self.generations, buf)
         flags[slot] = _BUSY
         return slot, self.generations, buf
+
+
+_POOL: PerProcess[_Pool] = PerProcess(_Pool)  # this worker process's pool
 
 
 class _SharedBatch(dict):
@@ -192,7 +194,7 @@ def _rebuild(
     others: dict[str, Any],
 ) -> dict[str, Any]:
     if token[0] == os.getpid():  # unpickled where it was made (a deep copy): values of its own
-        buf = buf if buf is not None else _POOL.buffers[slot][1]  # type: ignore[union-attr]
+        buf = buf if buf is not None else _POOL.get().buffers[slot][1]
         small = _from_wire_all(others)
         return {key: (buf[row].clone() if row >= 0 else small[key]) for key, row in layout}
     remote = _REMOTES.get(token)
