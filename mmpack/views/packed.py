@@ -85,8 +85,9 @@ from mmpack.core.validation import (
 from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import PackingPlan
-from mmpack.packing.plan_regions import cached_plan
+from mmpack.packing.plan_regions import store_plan
 from mmpack.packing.plan_stats import PackingStats
 from mmpack.packing.region_cuts import region_blocks
 from mmpack.store.reader import TokenStore, open_store
@@ -205,6 +206,7 @@ class PackedDataset:
     region_tokens: int | None
     cache: bool
     dtype: np.dtype
+    plan_spec: PlanSpec
 
     def __init__(
         self,
@@ -282,16 +284,7 @@ class PackedDataset:
         eot = (int(self.eot is not None), self._eot_id)
         params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, self.ignore_index]
         self._params = np.array(params, dtype=np.int64)
-        self._plan = cached_plan(
-            self.store,
-            self.seqlen,
-            add_eot=self.eot is not None,
-            long_docs=self.long_docs,
-            algorithm=self.algorithm,
-            lookahead=self.lookahead,
-            region_tokens=self.region_tokens,
-            cache=self.cache,
-        )
+        self._plan = store_plan(self.store, self.plan_spec, cache=self.cache)
 
     @property
     def _plan(self) -> PackingPlan:
