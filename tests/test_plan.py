@@ -16,7 +16,7 @@ from reference import ref_bfd, ref_items, ref_stream
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
-from mmpack.kernels import plan_bestfit
+from mmpack.kernels import plan_bestfit, plan_items
 from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
 from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan, spec_key
@@ -332,11 +332,11 @@ def test_universe_recorded_by_item_sizes(case):
     lens, seqlen, eot, long_docs = case
     small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
     rem = np.empty(len(lens), dtype=np.int32)
-    counts = np.zeros(K.N_STATS, dtype=np.int64)
-    K.item_sizes(
+    counts = np.zeros(plan_items.N_STATS, dtype=np.int64)
+    plan_items.item_sizes(
         np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts
     )
-    assert counts[K.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
+    assert counts[plan_items.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
 
 
 # ------------------------------------------------------------------------------- cache
@@ -507,9 +507,9 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
     rem = np.empty(lens.shape[0], dtype=np.int32)
-    counts = np.zeros(K.N_STATS, dtype=np.int64)
-    K.item_sizes(lens, seqlen, e, mode, rem, counts)
-    n_items = int(counts[K.ST_FULL_PIECES] + counts[K.ST_PLACED_DOCS])
+    counts = np.zeros(plan_items.N_STATS, dtype=np.int64)
+    plan_items.item_sizes(lens, seqlen, e, mode, rem, counts)
+    n_items = int(counts[plan_items.ST_FULL_PIECES] + counts[plan_items.ST_PLACED_DOCS])
     out = [
         np.empty(n_items + 1, np.int64),
         np.empty(n_items, np.int64),

@@ -2,55 +2,25 @@
 ``seqlen``-token bins.
 
 A plan is an index, not a copy of the tokens: CSR arrays ``bin_ptr`` (n_bins + 1) and, per piece,
-its document, its token offset inside the document and its length (tokens taken), stored in 8
-bytes a piece (:mod:`mmpack.packing.plan_pieces`: a document reference relative to the piece's
-region, the length, and a sparse table for the few pieces that start inside their document).
-Its regions are CSR too: region ``r`` is documents ``region_doc[r]:region_doc[r+1]`` packed into
-bins ``region_bin[r]:region_bin[r+1]``.
-With an end-of-text token, a piece carries it iff the piece is shorter than ``seqlen``: the full
-pieces a split document is cut into hold exactly ``seqlen`` tokens and no eot, and every other
-piece is the last (or only, or truncated) piece of its document and has room for its eot.  So the
-flag is derived, not stored (:meth:`PackingPlan.piece_has_eot`).
+its document, its token offset inside the document and its length, stored in 8 bytes a piece
+(:mod:`mmpack.packing.plan_pieces`).  Its regions are CSR too: region ``r`` is documents
+``region_doc[r]:region_doc[r+1]`` packed into bins ``region_bin[r]:region_bin[r+1]``.  With an
+end-of-text token a piece carries it iff it is shorter than ``seqlen`` (only the full pieces of a
+split document fill a bin), so the flag is derived, not stored (:meth:`PackingPlan.piece_has_eot`).
+What a document becomes (its slots, and by ``long_docs`` split, truncated or dropped) is the rule
+of :mod:`mmpack.kernels.plan_items`.
 
-Sizes.  A document of ``n`` tokens takes ``n + 1`` slots with an eot, ``n`` without.  An empty
-document therefore takes one slot (a segment holding only its eot) with an eot, and is not placed
-without one (counted in ``n_empty`` either way).  A document longer than a bin is, by ``long_docs``:
+Algorithms (:data:`ALGORITHMS`; drivers in :mod:`mmpack.kernels.packing`): ``"bfd"`` (default),
+best-fit decreasing, O(n log_64 seqlen + seqlen), bins in the order they were opened (longest
+documents first); ``"online"``, best fit in store order over at most ``lookahead`` open bins, bins
+in the order they were closed (data order kept up to the window); ``"nextfit"``, ``"online"``
+with one open bin.  Regions: ``region_tokens=R`` cuts the documents, in order, at document
+boundaries into regions of about ``R`` tokens (:mod:`mmpack.packing.region_cuts`) and packs each
+on its own, bins numbered region by region, one region's lengths held at a time (None: one region,
+the whole store); the time and bins against the whole-store plan: ``python -m benchmarks regions``.
 
-- ``"split"`` (default): cut into ``k = (n + e - 1) // seqlen`` full pieces of ``seqlen`` tokens,
-  each filling a bin, then a remainder piece packed like any document (every token kept; when the
-  document's length is a multiple of ``seqlen`` the remainder holds only the eot);
-- ``"truncate"``: its first ``seqlen - e`` tokens plus the eot; the rest is lost;
-- ``"drop"``: not placed.
-
-Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
-
-- ``"bfd"`` (default): best-fit decreasing over the whole store, O(n log_64 seqlen + seqlen),
-  about 10^7-10^8 documents/s; bins come out in the order they were opened, i.e. longest
-  documents first, so shuffling is the sampler's job.
-- ``"online"``: best fit in store order over at most ``lookahead`` open bins (the fullest closes
-  when the window is full); bins come out in the order they were closed, so data order is kept up
-  to the window.  ModernBERT's packer is this idea with a batch-sized window.
-- ``"nextfit"``: ``"online"`` with one open bin.
-
-Regions.  ``region_tokens=None`` packs the whole store as one region.  ``region_tokens=R`` cuts
-the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.packing.region_cuts`: each
-edge is a document boundary near a multiple of ``R`` where the region fills its last bin, so no
-region edge cuts a document; ``"auto"`` is :data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``) and packs each with
-the algorithm on its own, bins numbered region by region: consecutive bins then read one
-contiguous span of the store, which a block-local sample order can fetch in one piece, and each
-region can be packed in another process (:mod:`mmpack.packing.plan_regions`).  Cost: the
-algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
-of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
-takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
-parts can run in parallel); bins: 0.1-0.45 bins more per region than whole-store best fit
-(+0.005-0.021% at ``"auto"``, ``python -m benchmarks regions``).
-
-The parameters are one :class:`~mmpack.packing.options.PlanSpec`, checked when it is made; a
-plan records their canonical names.
-
-The plan's file format and the cache of plans in a store's cache folder
-(:func:`~mmpack.packing.plan_regions.cached_plan`) live in :mod:`mmpack.packing.plan_file` and
-:mod:`mmpack.packing.plan_regions`.
+The parameters are one :class:`~mmpack.packing.options.PlanSpec`; the plan's file and its cache
+live in :mod:`mmpack.packing.plan_file` and :mod:`mmpack.packing.plan_regions`.
 """
 
 from __future__ import annotations
@@ -65,6 +35,7 @@ from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm
 from mmpack.core.validation import check_index
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
+from mmpack.kernels import plan_items as _items
 from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan_pieces import check_region_size, decode_bin, decode_pieces, encode_region
 from mmpack.packing.plan_stats import COUNTED, PackingStats, stats_of
@@ -90,9 +61,9 @@ LONG_DOCS = tuple(sorted(m.value for m in LongDocs))
 """Accepted ``long_docs`` policies."""
 
 _LONG_CODES: dict[str, int] = {
-    LongDocs.SPLIT: _k.LONG_SPLIT,
-    LongDocs.TRUNCATE: _k.LONG_TRUNCATE,
-    LongDocs.DROP: _k.LONG_DROP,
+    LongDocs.SPLIT: _items.LONG_SPLIT,
+    LongDocs.TRUNCATE: _items.LONG_TRUNCATE,
+    LongDocs.DROP: _items.LONG_DROP,
 }
 
 
@@ -410,11 +381,11 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
     local = edges - base
     widest = int(np.diff(local).max(initial=0))
     rem_occ = np.empty(widest, dtype=np.int32)
-    counts = np.zeros((max(n_reg, 1), _k.N_STATS), dtype=np.int64)  # row 0 of no region: zeros
+    counts = np.zeros((max(n_reg, 1), _items.N_STATS), dtype=np.int64)  # row 0 of no region: zeros
     for r in range(n_reg):
         a, b = int(local[r]), int(local[r + 1])
-        _k.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
-    items = counts[:, _k.ST_FULL_PIECES] + counts[:, _k.ST_PLACED_DOCS]
+        _items.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
+    items = counts[:, _items.ST_FULL_PIECES] + counts[:, _items.ST_PLACED_DOCS]
     for r in range(n_reg):
         check_region_size(int(local[r + 1] - local[r]), int(items[r]), r)
     n_items = int(items.sum())
@@ -427,15 +398,15 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
     region_split = np.zeros(n_reg + 1, dtype=np.int64)
     window = 1 if algorithm == PackingAlgorithm.NEXTFIT else spec.lookahead
-    scratch = np.zeros(_k.N_STATS, dtype=np.int64)
+    scratch = np.zeros(_items.N_STATS, dtype=np.int64)
     nb = p = 0
     for r in range(n_reg):
         a, b, m = int(local[r]), int(local[r + 1]), int(items[r])
         lens, occ = _region_lens(offsets, a, b), rem_occ[: b - a]
         if n_reg > 1:  # the first pass's sizes are those of the last region only
-            _k.item_sizes(lens, seqlen, e, mode, occ, scratch)
+            _items.item_sizes(lens, seqlen, e, mode, occ, scratch)
         out = (bin_ptr[nb : nb + m + 1], docs[:m], starts[:m], piece_len[p : p + m])
-        univ = int(counts[r, _k.ST_UNIVERSE])
+        univ = int(counts[r, _items.ST_UNIVERSE])
         if algorithm == PackingAlgorithm.BFD:
             k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
         else:

@@ -2,8 +2,7 @@
 every load.
 
 A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.options.PlanSpec`
-(:func:`spec_key`) and kept in
-``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
+(:func:`spec_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.packing.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
 (:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
@@ -20,9 +19,6 @@ the statistics, the array shapes; offsets and digests at their widest), so a fil
 bytes whether its arrays were in memory (:func:`save_plan`) or streamed in from parts
 (:func:`write_plan_file`, which :mod:`mmpack.packing.plan_regions` joins region plans with).  A
 plan is a cache: a file of another format version is refused and rebuilt.
-
-The plan itself (:class:`~mmpack.packing.plan.PackingPlan`) and its algorithms live in
-:mod:`mmpack.packing.plan`.
 """
 
 from __future__ import annotations

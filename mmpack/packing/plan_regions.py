@@ -11,28 +11,17 @@ cache of plans (:func:`cached_plan`) builds every plan per region this way, seri
                                                       └──── join_parts (streamed, offsets fixed) ──▶
     <cache>/plan-<key>.mmplan  (the file cached_plan finds: the same bytes as a serial build)
 
-Algorithm.  A plan packed per region (:mod:`mmpack.packing.plan`) is the concatenation of its
-regions' plans, and each region's plan depends on its documents' lengths only, so the region
-slots (:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots and each task is
-an independent call of :func:`build_part`: it finds its slots' document edges by binary search
-over the store's offsets, reads the offsets of those documents only, packs them
-(:func:`~mmpack.packing.plan.pack_regions`; documents keep the store's numbering) and writes a part
-plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
-the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces,
-to its ``region_bin`` the bins and to its ``region_split`` the split entries of the parts before
-it (the piece arrays are relative to their regions, :mod:`mmpack.packing.plan_pieces`: copied as
-they are), in chunks of
-:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.packing.plan_stats.merge_stats`);
-the digests are computed over the written file (:func:`~mmpack.packing.plan_file.write_plan_file`).
-The result is byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes for the
-plan held in memory (tested), in the place :func:`cached_plan` looks, so a
-:class:`~mmpack.views.packed.PackedDataset` with that ``region_tokens`` opens it.
+Algorithm.  A region's plan depends on its documents' lengths only, so the region slots
+(:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots, each an independent
+:func:`build_part`: it finds its slots' documents by binary search over the store's offsets, packs
+them (:func:`~mmpack.packing.plan.pack_regions`) and writes a part file atomically.
+:func:`join_parts` streams the parts into one file in task order, shifting each part's CSR arrays
+by the parts before it: byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes
+for the plan in memory, where :func:`cached_plan` looks.
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
-regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
-join copies the plan arrays once (about 10 bytes per C4-like document) through a buffer of
-:data:`JOIN_CHUNK` entries and reads them once more for the digests.  The engines that run the
-tasks (serially, on Dask) are the ingestion layer's (:mod:`mmpack.ingest.region_plan`).
+regions, in memory.  The join copies the plan arrays once through a buffer of :data:`JOIN_CHUNK`
+entries and reads them again for the digests.  Engines: :mod:`mmpack.ingest.region_plan`.
 """
 
 from __future__ import annotations

@@ -83,8 +83,7 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.errors import FormatError
-from mmpack.kernels.packed_rows import one_bin
-from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE, one_bin
 from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import PackingPlan
 from mmpack.packing.plan_regions import store_plan
