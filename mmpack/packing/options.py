@@ -44,10 +44,11 @@ from mmpack.core.validation import (
     check_token_id,
     check_token_ids,
 )
+from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.packing.masking import excluded_ids
 from mmpack.store.vocab import check_in_vocab, resolve_special
 
-__all__ = ["PlanSpec", "RowOptions", "check_row_options"]
+__all__ = ["PlanSpec", "RowOptions", "check_row_options", "label_mode"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,16 @@ def check_row_options(
         long_docs=parse_option(LongDocs, long_docs, "long_docs").value,
         seed=check_seed(seed),
     )
+
+
+def label_mode(mode: str | None, label_shift: str) -> int:
+    """The labels the row writer writes with the rows (``label_mode`` of
+    :func:`~mmpack.kernels.packed_rows.fill_rows` and ``one_bin``), the one rule of both packers:
+    for ``"causal"``, ``LABELS_NEXT`` or ``LABELS_HF`` by ``label_shift``; else ``LABELS_NONE``
+    (MLM's labels are the corruption's, and no mode has none)."""
+    if mode != Mode.CAUSAL:
+        return LABELS_NONE
+    return LABELS_NEXT if label_shift == LabelShift.NEXT else LABELS_HF
 
 
 @dataclass(frozen=True, init=False)

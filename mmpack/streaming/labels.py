@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.core.options import LabelShift, Mode
-from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE, mask_pieces
+from mmpack.core.options import Mode
+from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.packing.masking import corrupt_rows, row_keys
-from mmpack.packing.options import RowOptions
+from mmpack.packing.options import RowOptions, label_mode
 from mmpack.streaming.schedules import MaskingRatioCooldown
 
 __all__ = ["Labeller"]
@@ -50,12 +50,8 @@ class Labeller:
     @property
     def label_mode(self) -> int:
         """The labels the row writer writes with the rows
-        (:func:`~mmpack.kernels.packed_rows.fill_rows`' ``label_mode``): for ``"causal"``,
-        ``LABELS_NEXT`` or ``LABELS_HF`` by the label shift, else ``LABELS_NONE`` (none
-        written)."""
-        if self.options.mode != Mode.CAUSAL:
-            return LABELS_NONE
-        return LABELS_NEXT if self.options.label_shift == LabelShift.NEXT else LABELS_HF
+        (:func:`mmpack.packing.options.label_mode` of the options)."""
+        return label_mode(self.options.mode, self.options.label_shift)
 
     @property
     def reports_mask_prob(self) -> bool:

@@ -83,8 +83,8 @@ from mmpack.core.validation import (
     index_epochs,
 )
 from mmpack.errors import FormatError
-from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE, one_bin
-from mmpack.packing.options import PlanSpec
+from mmpack.kernels.packed_rows import one_bin
+from mmpack.packing.options import PlanSpec, label_mode
 from mmpack.packing.plan import PackingPlan
 from mmpack.packing.plan_regions import store_plan
 from mmpack.packing.plan_stats import PackingStats
@@ -275,8 +275,7 @@ class PackedDataset:
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
         self._mlm = self.mode == Mode.MLM
-        shift = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
-        self._label_mode = LABELS_NONE if self._mlm else shift
+        self._label_mode = label_mode(self.mode, self.label_shift)
         # One single-sample buffer: 4 * seqlen, + cu_seqlens with int32 output (int64: 2 arrays).
         self._one_buffer = self.dtype == np.int32
         cu_at = 4 * self.seqlen if self._one_buffer else 0  # where one_bin writes cu_seqlens
