@@ -129,3 +129,20 @@ def test_the_labeller_reads_its_options_and_copies_none():
     assert labeller.label_mode == LABELS_NEXT
     written = np.zeros_like(ids)
     assert labeller(ids, attention, written, lengths, row_ptr, 0, 0, 0)[0] is written
+
+
+def test_a_packed_view_reads_its_plan_parameters_from_its_one_spec(store):
+    """A PackedDataset's plan parameters are its PlanSpec's, not copies beside it; the spec
+    survives pickling, and a bad one is refused by the spec's own check."""
+    import pickle
+
+    from mmpack.packing.options import PlanSpec
+
+    ds = _view(store, algorithm="online", lookahead=5, region_tokens="auto")
+    want = PlanSpec(16, add_eot=True, algorithm="online", lookahead=5, region_tokens="auto")
+    assert ds.plan_spec == want
+    assert (ds.algorithm, ds.lookahead, ds.region_tokens) == ("online", 5, 2048 * 16)
+    assert not {"algorithm", "lookahead", "region_tokens"} & set(vars(ds))
+    assert pickle.loads(pickle.dumps(ds)).plan_spec == want
+    with pytest.raises(ValueError, match="lookahead must be >= 1"):
+        _view(store, lookahead=0)

@@ -21,7 +21,13 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header, write_checked_file
+from mmpack.store.checked_file import (
+    HEADER_PREFIX,
+    aligned,
+    map_array,
+    read_header,
+    write_checked_file,
+)
 from mmpack.store.integrity import block_digest
 
 __all__ = ["ARRAY_FILE_FORMAT", "load_arrays", "save_arrays"]
@@ -30,11 +36,6 @@ ARRAY_FILE_FORMAT = 1
 """Version of the layout written and read."""
 
 _MAGIC = b"MMPKARRS"
-_ALIGN = 64
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
 
 
 def save_arrays(
@@ -68,11 +69,11 @@ def save_arrays(
     }
     # Offsets depend on the header's length, which depends on the offsets: reserve digits.
     reserve = HEADER_PREFIX + len(json.dumps(header).encode()) + 24 * len(data)
-    pos = data_start = _round_up(reserve, _ALIGN)
+    pos = data_start = aligned(reserve)
     offsets: dict[str, int] = {}
     for name, arr in data.items():
         layout[name]["offset"] = offsets[name] = pos
-        pos = _round_up(pos + arr.nbytes, _ALIGN)
+        pos = aligned(pos + arr.nbytes)
 
     def write_arrays(f: BinaryIO) -> dict[str, Any]:
         for name, arr in data.items():

@@ -38,7 +38,13 @@ from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import ALGORITHMS, PackingPlan
 from mmpack.packing.plan_pages import PlanPages
 from mmpack.packing.plan_stats import PackingStats
-from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header, write_checked_file
+from mmpack.store.checked_file import (
+    HEADER_PREFIX,
+    aligned,
+    map_array,
+    read_header,
+    write_checked_file,
+)
 from mmpack.store.integrity import block_digests
 
 __all__ = [
@@ -70,7 +76,6 @@ _KEY_VERSION = 5
 (5: region edges moved to where regions fill their bins)."""
 
 _MAGIC = b"MMPKPLAN"
-_ALIGN = 64
 _WIDEST = 2**64 - 1
 """The widest value an offset or a digest takes in the header (20 digits)."""
 ARRAYS = (
@@ -210,13 +215,13 @@ def _layout(
             for name, dt in ARRAYS
         },
     }
-    data_start = _round_up(HEADER_PREFIX + len(json.dumps(header).encode()), _ALIGN)
+    data_start = aligned(HEADER_PREFIX + len(json.dumps(header).encode()))
     pos = data_start
     for name, dt in ARRAYS:
         spec = header["arrays"][name]
         spec["offset"] = pos
         del spec["xxh64"]
-        pos = _round_up(pos + int(shapes[name]) * dt.itemsize, _ALIGN)
+        pos = aligned(pos + int(shapes[name]) * dt.itemsize)
     return header, data_start, pos
 
 
@@ -343,7 +348,3 @@ def _check_consistent(
         or (not part and int(rd[0]) != 0)
     ):
         raise FormatError(f"{path}: plan arrays are inconsistent with each other")
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a

@@ -22,14 +22,12 @@ if any, is the last segment:
   ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
   :func:`~mmpack.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
   batch path;
-- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.packing.masking`): of the non-padding tokens
-  whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
-  random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
-  corrupted row and ``labels`` holds the original token at selected positions, ``-100``
-  elsewhere.  The special ids are ``special_ids`` plus ``eot``, ``mask_id`` and ``pad_id``, added
-  automatically (an eot is never a prediction target nor a random replacement: ModernBERT issue
-  #212); choose a ``pad_id`` that is not a real token, since tokens equal to it are never
-  selected.  The packing is the same in both modes.
+- ``mode="mlm"``: BERT's 80/10/10 corruption of ``mask_prob`` of the non-padding, non-special
+  tokens, the rule of :mod:`mmpack.packing.masking`; ``labels`` hold the original token at
+  selected positions, ``-100`` elsewhere.  The special ids are ``special_ids`` plus ``eot``,
+  ``mask_id`` and ``pad_id`` (so an eot is never a target nor a random replacement: ModernBERT
+  issue #212); choose a ``pad_id`` that is not a real token.  The packing is the same in both
+  modes.
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
 is a counter-based hash of the sample's key and the token position (:mod:`mmpack.packing.masking`), so
@@ -199,10 +197,7 @@ class PackedDataset:
     vocab_size: int | None
     excluded: np.ndarray
     seed: int
-    lookahead: int
     long_docs: str
-    algorithm: str
-    region_tokens: int | None
     cache: bool
     dtype: np.dtype
     plan_spec: PlanSpec
@@ -318,6 +313,21 @@ class PackedDataset:
         self._setup()
 
     # ------------------------------------------------------------------------------- facts
+    @property
+    def lookahead(self) -> int:
+        """Open bins of ``"online"`` (:attr:`plan_spec`'s)."""
+        return self.plan_spec.lookahead
+
+    @property
+    def algorithm(self) -> str:
+        """The packing algorithm's canonical name (:attr:`plan_spec`'s)."""
+        return self.plan_spec.algorithm
+
+    @property
+    def region_tokens(self) -> int | None:
+        """Tokens per region, ``"auto"`` resolved; None: one region (:attr:`plan_spec`'s)."""
+        return self.plan_spec.region_tokens
+
     def __len__(self) -> int:
         return self._plan.n_bins
 

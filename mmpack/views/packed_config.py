@@ -1,7 +1,7 @@
 """The checked options of a :class:`~mmpack.views.packed.PackedDataset`, in one place.
 
 :func:`packed_config` validates every constructor argument once: the rows' options by the one
-check both packers share (:func:`mmpack.packing.options.check_row_options`), then lookahead, the
+check both packers share (:func:`mmpack.packing.options.check_row_options`), then the
 plan's options (a :class:`~mmpack.packing.options.PlanSpec`) and the output type.  It
 returns a :class:`PackedConfig` (a :class:`~mmpack.packing.options.RowOptions` with the plan's
 and the output's fields) whose fields become the dataset's public attributes.  Nothing here
@@ -18,7 +18,6 @@ import numpy as np
 
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.core.options import PackingAlgorithm
-from mmpack.core.validation import check_int_range
 from mmpack.packing.options import PlanSpec, RowOptions, check_row_options
 from mmpack.store.reader import TokenStore
 from mmpack.views.window import output_dtype
@@ -31,13 +30,10 @@ class PackedConfig(RowOptions):
     """A packed view's parameters, checked and in canonical form (see ``PackedDataset``): its
     rows' options and the plan's and output's."""
 
-    lookahead: int
-    algorithm: str
-    region_tokens: int | None
     cache: bool
     dtype: np.dtype
     plan_spec: PlanSpec
-    """The plan's parameters (``lookahead``, ``algorithm``, ``region_tokens`` among them)."""
+    """The plan's parameters (the view's ``lookahead``, ``algorithm`` and ``region_tokens``)."""
 
 
 SAMPLE_FIELDS = (
@@ -99,7 +95,6 @@ def packed_config(
         store=store,
         check_vocab=check_vocab,
     )
-    lookahead = check_int_range(lookahead, "lookahead", None)
     plan = PlanSpec(
         rows.seqlen,
         add_eot=rows.eot is not None,
@@ -115,9 +110,6 @@ def packed_config(
     )
     return PackedConfig(
         **vars(rows),
-        lookahead=plan.lookahead,
-        algorithm=plan.algorithm,
-        region_tokens=plan.region_tokens,
         cache=bool(cache),
         dtype=out_dtype,
         plan_spec=plan,
