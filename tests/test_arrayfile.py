@@ -93,6 +93,11 @@ def test_both_checksummed_writers_publish_through_one_helper(tmp_path, monkeypat
     for name, write in writers.items():
         write(tmp_path / name)
     before = {name: (tmp_path / name).read_bytes() for name in writers}
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")  # the permissions of an ordinary new file (the umask's)
+    for name in writers:
+        assert (tmp_path / name).stat().st_mode == plain.stat().st_mode
+    plain.unlink()
 
     published = []
 

@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
+import secrets
 import threading
 import zlib
 from collections.abc import Iterator
@@ -321,9 +321,11 @@ def atomic_file(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator
     """A new file to become ``path``: a temporary file beside it, opened ``"w+b"``; on a clean
     exit it is flushed, fsynced (unless ``fsync=False``) and renamed onto ``path`` (a reader sees
     the old file or the whole new one, never a part of it); on any error it is removed and the
-    error raised.  The one rule of mmpack's file writers; the folder must exist."""
+    error raised.  The one rule of mmpack's file writers; the folder must exist.  The file's
+    permissions are those of ``open(path, "w")`` (0o666 less the umask)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(fd, "w+b") as f:
             yield f
