@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks.bench_packing import _lengths
 from mmpack.core.options import DEFAULT_REGION_BINS
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import build_plan
 from mmpack.packing.plan_regions import build_plan_in_parts
 
@@ -147,7 +148,9 @@ def _case(dist: str, n: int, seqlen: int, tmp: Path) -> list[dict[str, Any]]:
             folder = tmp / f"{dist}-{n}-{seqlen}"
             store = _OffsetsStore(folder, lens)
             row["parts build s"] = _seconds(
-                lambda: build_plan_in_parts(store, seqlen, add_eot=True, region_tokens="auto")
+                lambda: build_plan_in_parts(
+                    store, PlanSpec(seqlen, add_eot=True, region_tokens="auto")
+                )
             )
             shutil.rmtree(folder, ignore_errors=True)
             row["target"] = f"bin cost <= {TARGET_COST:.2%}, bins <= obfd bins at the default R"

@@ -904,7 +904,7 @@ def encoded(plan: tuple[np.ndarray, ...], regions: int = 1) -> tuple[np.ndarray,
 def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, cu_room):
     """``(code, sample)``: ``code`` is what ``one_bin`` returns ((-1, 0) corrupt, (-2, 0) no
     room for ``cu_seqlens``), ``sample`` (ids, positions, labels, mask, cu) when it succeeds."""
-    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT
+    from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT
 
     seqlen, eot, eot_id, pad_id, mode = (int(v) for v in params[:5])
     if not 0 <= b < len(bin_ptr) - 1:
@@ -949,7 +949,7 @@ def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params
 
 
 def _packed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+    from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
 
     docs = [
         rng.integers(0, 60000, int(rng.integers(0, 10))).tolist()

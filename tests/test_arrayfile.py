@@ -70,3 +70,47 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(TypeError):
         save_arrays(path, {"bad": object()}, _arrays())  # the key is not JSON
     assert os.listdir(tmp_path) == []
+
+
+def test_both_checksummed_writers_publish_through_one_helper(tmp_path, monkeypatch):
+    """The array file and the plan file are written by one helper
+    (:func:`mmpack.store.checked_file.write_checked_file` over
+    :func:`mmpack.store.format.atomic_file`): a write that fails after its bytes are written
+    leaves the previous file whole under its name and no temporary file beside it."""
+    import contextlib
+
+    import mmpack.store.checked_file as checked_file
+    import mmpack.store.format as store_format
+    from mmpack.packing.plan import build_plan
+    from mmpack.packing.plan_file import plan_cache_key, save_plan
+
+    plan = build_plan(np.array([3, 4, 5]), 8, add_eot=True)
+    key = plan_cache_key("f" * 16, 8, add_eot=True)
+    writers = {
+        "x.mmarr": lambda path: save_arrays(path, KEY, _arrays()),
+        "p.mmplan": lambda path: save_plan(plan, path, key),
+    }
+    for name, write in writers.items():
+        write(tmp_path / name)
+    before = {name: (tmp_path / name).read_bytes() for name in writers}
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")  # the permissions of an ordinary new file (the umask's)
+    for name in writers:
+        assert (tmp_path / name).stat().st_mode == plain.stat().st_mode
+    plain.unlink()
+
+    published = []
+
+    @contextlib.contextmanager
+    def full_disk(path, **kwargs):
+        published.append(os.path.basename(path))
+        with store_format.atomic_file(path, **kwargs) as f:
+            yield f
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checked_file, "atomic_file", full_disk)
+    for name, write in writers.items():
+        with pytest.raises(OSError, match="No space left"):
+            write(tmp_path / name)
+        assert (tmp_path / name).read_bytes() == before[name]
+    assert sorted(os.listdir(tmp_path)) == sorted(writers) == sorted(published)

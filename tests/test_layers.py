@@ -286,7 +286,6 @@ LONG_MODULES = {
     "torch/stages.py": "one class, Stages, whose walk, state_dict and skip or replay share one "
     "position, and the checks of its stage list",
     "views/packed.py": "split pending",
-    "packing/plan.py": "split pending",
     "views/window.py": "split pending",
 }
 
@@ -504,9 +503,6 @@ LONG_DOCSTRINGS = {
     "kernels/plan_bestfit.py",
     "views/cp_layout.py",
     "views/packed.py",
-    "packing/plan.py",
-    "packing/plan_file.py",
-    "packing/plan_regions.py",
     "views/readahead.py",
 }
 

@@ -105,3 +105,44 @@ def test_the_streaming_packer_writes_either_label_shift(store):
                 else:
                     np.testing.assert_array_equal(labels[r, a : b - 1], ids[r, a + 1 : b])
                     assert labels[r, b - 1] == -100
+
+
+def test_the_labeller_reads_its_options_and_copies_none():
+    """The streaming packer's labeller holds its RowOptions and nothing copied out of them:
+    the mode and ``ignore_index`` it labels with are its options' own."""
+    import dataclasses
+
+    from mmpack.kernels.packed_rows import LABELS_NEXT, LABELS_NONE
+    from mmpack.streaming.labels import Labeller
+
+    options = check_row_options(**GOOD, ignore_index=-100)
+    labeller = Labeller(options, None)
+    assert set(vars(labeller)) == {"options", "cooldown"}
+    assert labeller.label_mode == LABELS_NONE  # MLM: the row writer writes no labels
+    labeller.options = dataclasses.replace(options, ignore_index=-7)
+    ids = np.arange(10, 26, dtype=np.int64).reshape(1, 16)
+    attention = np.ones((1, 16), dtype=np.int64)
+    lengths, row_ptr = np.array([16], dtype=np.int64), np.array([0, 1], dtype=np.int64)
+    labels, _ = labeller(ids, attention, np.zeros_like(ids), lengths, row_ptr, 0, 0, 0)
+    assert labels is not None and set(np.unique(labels)) - set(range(10, 26)) == {-7}
+    labeller.options = dataclasses.replace(options, mode="causal")
+    assert labeller.label_mode == LABELS_NEXT
+    written = np.zeros_like(ids)
+    assert labeller(ids, attention, written, lengths, row_ptr, 0, 0, 0)[0] is written
+
+
+def test_a_packed_view_reads_its_plan_parameters_from_its_one_spec(store):
+    """A PackedDataset's plan parameters are its PlanSpec's, not copies beside it; the spec
+    survives pickling, and a bad one is refused by the spec's own check."""
+    import pickle
+
+    from mmpack.packing.options import PlanSpec
+
+    ds = _view(store, algorithm="online", lookahead=5, region_tokens="auto")
+    want = PlanSpec(16, add_eot=True, algorithm="online", lookahead=5, region_tokens="auto")
+    assert ds.plan_spec == want
+    assert (ds.algorithm, ds.lookahead, ds.region_tokens) == ("online", 5, 2048 * 16)
+    assert not {"algorithm", "lookahead", "region_tokens"} & set(vars(ds))
+    assert pickle.loads(pickle.dumps(ds)).plan_spec == want
+    with pytest.raises(ValueError, match="lookahead must be >= 1"):
+        _view(store, lookahead=0)

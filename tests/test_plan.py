@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 from collections import Counter
 from pathlib import Path
 
@@ -14,9 +16,10 @@ from reference import ref_bfd, ref_items, ref_stream
 
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.kernels import packing as K
-from mmpack.kernels import plan_bestfit
-from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan
-from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack.kernels import plan_bestfit, plan_items
+from mmpack.packing.options import PlanSpec
+from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
+from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan, spec_key
 from mmpack.packing.plan_regions import cached_plan
 
 
@@ -253,6 +256,36 @@ def test_bad_parameters():
     assert set(ALGORITHMS) == {"bfd", "online", "nextfit"}
 
 
+def test_one_plan_spec_is_checked_when_made_and_keys_the_cache():
+    """The plan's parameters are one frozen, hashable, picklable value checked on construction
+    (``"auto"`` resolved); the builders take it as it is and the cache key derives from it."""
+    spec = PlanSpec(512, add_eot=True, algorithm="online", lookahead=7, region_tokens="auto")
+    assert (spec.seqlen, spec.algorithm, spec.region_tokens) == (512, "online", 2048 * 512)
+    back = pickle.loads(pickle.dumps(spec))
+    assert back == spec and hash(back) == hash(spec) and dataclasses.replace(spec) == spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.seqlen = 8  # type: ignore[misc]
+    kwargs = dict(add_eot=True, algorithm="online", lookahead=7, region_tokens="auto")
+    assert spec_key("f" * 16, spec) == plan_cache_key("f" * 16, 512, **kwargs)
+    assert PlanSpec(512, add_eot=True, lookahead=7).params()["lookahead"] is None  # bfd
+    lens = np.random.default_rng(4).integers(0, 3000, 2000)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    assert same_plan(plan_of_offsets(offsets, spec), build_plan(lens, 512, **kwargs))
+    for name, value, err in [
+        ("add_eot", 1, TypeError),
+        ("long_docs", "wrap", ValueError),
+        ("algorithm", "ffd", ValueError),
+        ("lookahead", 0, ValueError),
+        ("lookahead", True, TypeError),
+        ("region_tokens", "big", ValueError),
+    ]:
+        with pytest.raises(err, match=name):
+            PlanSpec(512, **{"add_eot": True, name: value})
+    for seqlen, err in [(0, ValueError), (2**31, ValueError), (8.0, TypeError)]:
+        with pytest.raises(err, match="seqlen"):
+            PlanSpec(seqlen, add_eot=True)
+
+
 def test_validate_catches_corruption():
     lens = np.array([5, 6, 7, 3])
     plan = build_plan(lens, 8, add_eot=True)
@@ -299,11 +332,11 @@ def test_universe_recorded_by_item_sizes(case):
     lens, seqlen, eot, long_docs = case
     small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
     rem = np.empty(len(lens), dtype=np.int32)
-    counts = np.zeros(K.N_STATS, dtype=np.int64)
-    K.item_sizes(
+    counts = np.zeros(plan_items.N_STATS, dtype=np.int64)
+    plan_items.item_sizes(
         np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts
     )
-    assert counts[K.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
+    assert counts[plan_items.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
 
 
 # ------------------------------------------------------------------------------- cache
@@ -474,9 +507,9 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
     rem = np.empty(lens.shape[0], dtype=np.int32)
-    counts = np.zeros(K.N_STATS, dtype=np.int64)
-    K.item_sizes(lens, seqlen, e, mode, rem, counts)
-    n_items = int(counts[K.ST_FULL_PIECES] + counts[K.ST_PLACED_DOCS])
+    counts = np.zeros(plan_items.N_STATS, dtype=np.int64)
+    plan_items.item_sizes(lens, seqlen, e, mode, rem, counts)
+    n_items = int(counts[plan_items.ST_FULL_PIECES] + counts[plan_items.ST_PLACED_DOCS])
     out = [
         np.empty(n_items + 1, np.int64),
         np.empty(n_items, np.int64),

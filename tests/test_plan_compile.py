@@ -23,7 +23,7 @@ def test_plan_kernels_see_one_signature_whatever_the_input(monkeypatch):
     one numba cache entry serves them all)."""
     import numba
 
-    from mmpack.kernels import packing as K
+    from mmpack.kernels import plan_items as K
 
     seen = []
     real = K.item_sizes

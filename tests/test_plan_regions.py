@@ -20,6 +20,7 @@ from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, sa
 import mmpack.packing.plan_regions as plan_regions
 from benchmarks.bench_regions import obfd_bins, obfd_items
 from mmpack.ingest.region_plan import build_region_plan
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import LONG_DOCS, build_plan, plan_of_offsets
 from mmpack.packing.plan_file import ARRAYS, plan_cache_key, plan_path, save_plan
 from mmpack.packing.plan_regions import build_plan_in_parts, cached_plan
@@ -280,7 +281,8 @@ def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
         store_a, store_b = FakeStore(a, lens), FakeStore(b, lens)
         opts = dict(add_eot=True, algorithm=algorithm, region_tokens=r_tokens)
         serial = cached_plan(store_a, seqlen, **opts)
-        parts = build_plan_in_parts(store_b, seqlen, regions_per_task=per_task, **opts)
+        spec = PlanSpec(seqlen, **opts)
+        parts = build_plan_in_parts(store_b, spec, regions_per_task=per_task)
         assert same_plan(serial, parts)
         key = plan_cache_key(store_a.fingerprint, seqlen, **opts)
         in_memory = Path(tmp, "in-memory.mmplan")  # the whole plan in memory, written at once
@@ -319,7 +321,7 @@ def test_regions_built_on_a_dask_local_cluster_give_the_serial_plan(tmp_path):
 
 def test_building_in_parts_refuses_one_region(tmp_path):
     with pytest.raises(ValueError, match="region_tokens must be an integer"):
-        build_plan_in_parts(FakeStore(tmp_path, [1, 2]), 8, add_eot=True, region_tokens=None)
+        build_plan_in_parts(FakeStore(tmp_path, [1, 2]), PlanSpec(8, add_eot=True))
 
 
 # ------------------------------------------------------------------------------- memory
@@ -329,10 +331,11 @@ def test_a_region_plan_holds_one_regions_lengths_at_a_time(tmp_path):
     path = tmp_path / "offsets"
     np.concatenate([[0], np.cumsum(lens)]).astype(np.int64).tofile(path)
     offsets = np.memmap(path, dtype=np.int64, mode="r")
-    plan_of_offsets(offsets, 2048, add_eot=True, region_tokens="auto")  # compile, warm
+    spec = PlanSpec(2048, add_eot=True, region_tokens="auto")
+    plan_of_offsets(offsets, spec)  # compile, warm
     tracemalloc.start()
     try:
-        plan = plan_of_offsets(offsets, 2048, add_eot=True, region_tokens="auto")
+        plan = plan_of_offsets(offsets, spec)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -378,8 +381,8 @@ def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
     offsets.tofile(tmp_path / "s" / "offsets.bin")
     store = mmpack.open(tmp_path / "s")
     key = plan_cache_key(store.fingerprint, 16, add_eot=True, region_tokens=40)
-    options = dict(store=store, key=key, seqlen=16, add_eot=True, long_docs="split")
-    options |= dict(algorithm="bfd", lookahead=64, region_tokens=40)
+    spec = PlanSpec(16, add_eot=True, lookahead=64, region_tokens=40)
+    options = dict(store=store, key=key, spec=spec)
     done = build_part([0, 5], str(tmp_path / "part.mmplan"), options)  # documents 0..51
     assert done["n_docs"] == 52 and not store._pages.all_checked()
     with pytest.raises(FormatError, match="offsets decrease at document 149"):

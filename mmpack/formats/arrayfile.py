@@ -3,8 +3,8 @@
 Layout: ``MMPKARRS``, a little-endian uint64 header length, a JSON header (``"format": 1``, the
 caller's ``key``, each array's dtype, shape, offset and XXH64 (seed 0) of its bytes), the
 little-endian uint32 CRC-32 of the header, then the raw C-order arrays, each aligned to 64
-bytes.  :func:`save_arrays` writes a temporary file in the same folder and renames it into
-place (a reader sees no file or the whole file); :func:`load_arrays` maps every array read-only
+bytes.  :func:`save_arrays` writes it atomically
+(:func:`~mmpack.store.checked_file.write_checked_file`: a reader sees no file or the whole file); :func:`load_arrays` maps every array read-only
 and checks its digest (one read of the file, ~11 GB/s), so a damaged file is refused, never
 served.  The key is compared whole: a file written for other data or other parameters is
 refused with :class:`~mmpack.errors.StateMismatchError`.  The header and arrays are read by
@@ -13,19 +13,21 @@ refused with :class:`~mmpack.errors.StateMismatchError`.  The header and arrays 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import struct
-import tempfile
-import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
+from mmpack.store.checked_file import (
+    HEADER_PREFIX,
+    aligned,
+    map_array,
+    read_header,
+    write_checked_file,
+)
 from mmpack.store.integrity import block_digest
 
 __all__ = ["ARRAY_FILE_FORMAT", "load_arrays", "save_arrays"]
@@ -34,11 +36,6 @@ ARRAY_FILE_FORMAT = 1
 """Version of the layout written and read."""
 
 _MAGIC = b"MMPKARRS"
-_ALIGN = 64
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
 
 
 def save_arrays(
@@ -49,7 +46,7 @@ def save_arrays(
 ) -> None:
     """Write ``arrays`` (name -> numpy array of a fixed-size dtype) under ``key``, with ``info``
     (both JSON-able: what the file is for, and facts about its arrays), to ``path`` atomically
-    (temporary file beside it, fsync, rename); its folder must exist."""
+    (:func:`~mmpack.store.checked_file.write_checked_file`); its folder must exist."""
     path = Path(path)
     data = {}
     for name, arr in arrays.items():
@@ -72,30 +69,19 @@ def save_arrays(
     }
     # Offsets depend on the header's length, which depends on the offsets: reserve digits.
     reserve = HEADER_PREFIX + len(json.dumps(header).encode()) + 24 * len(data)
-    pos = data_start = _round_up(reserve, _ALIGN)
+    pos = data_start = aligned(reserve)
     offsets: dict[str, int] = {}
     for name, arr in data.items():
         layout[name]["offset"] = offsets[name] = pos
-        pos = _round_up(pos + arr.nbytes, _ALIGN)
-    blob = json.dumps(header).encode()
-    if HEADER_PREFIX + len(blob) > data_start:  # cannot happen: an offset adds at most 20 digits
-        raise AssertionError("array file header overflow")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + struct.pack("<Q", len(blob)) + blob)
-            f.write(struct.pack("<I", zlib.crc32(blob)))
-            for name, arr in data.items():
-                f.seek(offsets[name])
-                f.write(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
-            f.truncate(pos)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        pos = aligned(pos + arr.nbytes)
+
+    def write_arrays(f: BinaryIO) -> dict[str, Any]:
+        for name, arr in data.items():
+            f.seek(offsets[name])
+            f.write(memoryview(arr.reshape(-1)).cast("B"))  # type: ignore[arg-type]  # numpy stubs: ndarray lacks __buffer__
+        return header
+
+    write_checked_file(path, _MAGIC, data_start, pos, write_arrays)
 
 
 def load_arrays(

@@ -17,6 +17,7 @@ from typing import Any
 
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.ingest.engines import ENGINES, RUNNERS
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import PackingPlan
 from mmpack.packing.plan_regions import build_plan_in_parts
 from mmpack.store.reader import TokenStore
@@ -64,6 +65,14 @@ def build_region_plan(
     PackingPlan
         The cached plan, memory-mapped: the same file a serial build writes.
     """
+    spec = PlanSpec(
+        seqlen,
+        add_eot=add_eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        region_tokens=region_tokens,
+    )
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if not isinstance(store, TokenStore):
@@ -75,14 +84,4 @@ def build_region_plan(
     ) -> None:
         runner(fn, tasks, paths, [options] * len(tasks), scheduler, n_workers, retries, done)
 
-    return build_plan_in_parts(
-        store,
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=region_tokens,
-        regions_per_task=regions_per_task,
-        run=run,
-    )
+    return build_plan_in_parts(store, spec, regions_per_task=regions_per_task, run=run)

@@ -38,6 +38,7 @@ from mmpack.store.format import (
     BLOCK_BYTES,
     OFFSETS_DTYPE,
     BlockChecksum,
+    atomic_file,
     write_json_atomic,
 )
 from mmpack.store.opening import as_path
@@ -358,33 +359,25 @@ def _publish(
                 rec["file"] = "tokenizer.json"
             extra["tokenizer"] = rec
     name = f"offsets-{secrets.token_hex(6)}.bin"
-    tmp = folder / f".{name}.tmp"
     crc = BlockChecksum(BLOCK_BYTES)
-    try:
-        with open(tmp, "wb") as f:
+    with atomic_file(folder / name, fsync=fsync) as f:
 
-            def put(values: np.ndarray) -> None:
-                data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
-                f.write(memoryview(data))  # type: ignore[arg-type]
-                crc.update(data)
+        def put(values: np.ndarray) -> None:
+            data = np.ascontiguousarray(values, dtype=OFFSETS_DTYPE)
+            f.write(memoryview(data))  # type: ignore[arg-type]
+            crc.update(data)
 
-            if old is not None:
-                for lo in range(0, len(old) + 1, _COPY_DOCS):
-                    put(old.offsets[lo : lo + _COPY_DOCS])
-            else:
-                put(np.zeros(1, dtype=np.int64))
-            base = old.num_tokens if old is not None else 0
-            for part in new:
-                offs = part.offsets
-                for lo in range(1, len(part) + 1, _COPY_DOCS):
-                    put(offs[lo : lo + _COPY_DOCS].astype(np.int64) + base)
-                base += part.num_tokens
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, folder / name)
-    finally:
-        tmp.unlink(missing_ok=True)
+        if old is not None:
+            for lo in range(0, len(old) + 1, _COPY_DOCS):
+                put(old.offsets[lo : lo + _COPY_DOCS])
+        else:
+            put(np.zeros(1, dtype=np.int64))
+        base = old.num_tokens if old is not None else 0
+        for part in new:
+            offs = part.offsets
+            for lo in range(1, len(part) + 1, _COPY_DOCS):
+                put(offs[lo : lo + _COPY_DOCS].astype(np.int64) + base)
+            base += part.num_tokens
     records = kept + [part_record(p, out_abs) for p in new]
     dtypes = [np.dtype(r["dtype"]) for r in records]
     raw: dict[str, Any] = {

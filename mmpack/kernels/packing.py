@@ -2,10 +2,10 @@
 and the batch gather that turns bins into model inputs.
 
 The kernels live in modules split along the call graph (numba's cache does not follow callees
-across files, so jitted functions that call each other share a module); this module names them in
-one place and holds the two plan drivers, plain Python that chains them:
+across files, so jitted functions that call each other share a module); callers import each from
+its module.  This one holds the two plan drivers, plain Python that chains them:
 
-- :mod:`mmpack.kernels.plan_items`: what each document becomes (:func:`item_sizes`, O(n)) and the
+- :mod:`mmpack.kernels.plan_items`: what each document becomes (``item_sizes``, O(n)) and the
   plan's statistics slots; the items in the shape each placement takes (O(n + S));
 - :mod:`mmpack.kernels.plan_bestfit`: the 64-ary bitset tree over free space, best-fit
   decreasing's packing loop (O(steps * log_64 S)) and online best fit (O(n log_64 S + S));
@@ -13,7 +13,7 @@ one place and holds the two plan drivers, plain Python that chains them:
   (best-fit decreasing): placements to the CSR plan (O(n_pieces));
 - :func:`bfd` and :func:`stream` here: the whole placement, one kernel call per phase;
 - :mod:`mmpack.kernels.packed_rows`: bins to ``input_ids``, positions, labels, attention mask and
-  ``cu_seqlens`` (:func:`select_pieces`, :func:`fill_rows`, :func:`one_bin`; O(B * seqlen)).
+  ``cu_seqlens`` (``select_pieces``, ``fill_rows``, ``one_bin``; O(B * seqlen)).
 
 First-call cost: with numba's cache empty, a fresh process compiles the ``bfd`` plan's kernels in
 about 3 s (``bfd_groups`` the largest part; no kernel formats an error message or compiles a
@@ -26,64 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.kernels.packed_rows import (
-    LABELS_HF,
-    LABELS_NEXT,
-    LABELS_NONE,
-    fill_rows,
-    one_bin,
-    select_pieces,
-)
 from mmpack.kernels.plan_bestfit import bfd_groups, emit_groups, online_place
 from mmpack.kernels.plan_emit import emit_by_rank
-from mmpack.kernels.plan_items import (
-    LONG_DROP,
-    LONG_SPLIT,
-    LONG_TRUNCATE,
-    N_STATS,
-    ST_DROPPED,
-    ST_EMPTY,
-    ST_FULL_PIECES,
-    ST_LONG,
-    ST_LOST_TOKENS,
-    ST_PLACED_DOCS,
-    ST_SPLIT,
-    ST_TOKENS,
-    ST_TRUNCATED,
-    ST_UNIVERSE,
-    bfd_items,
-    item_sizes,
-    n_full_pieces,
-    online_items,
-)
+from mmpack.kernels.plan_items import bfd_items, online_items
 
-__all__ = [
-    "LABELS_HF",
-    "LABELS_NEXT",
-    "LABELS_NONE",
-    "LONG_DROP",
-    "LONG_SPLIT",
-    "LONG_TRUNCATE",
-    "N_STATS",
-    "ST_DROPPED",
-    "ST_EMPTY",
-    "ST_FULL_PIECES",
-    "ST_LONG",
-    "ST_LOST_TOKENS",
-    "ST_PLACED_DOCS",
-    "ST_SPLIT",
-    "ST_TOKENS",
-    "ST_TRUNCATED",
-    "ST_UNIVERSE",
-    "bfd",
-    "fill_rows",
-    "item_sizes",
-    "n_full_pieces",
-    "one_bin",
-    "select_pieces",
-    "stream",
-    "universe",
-]
+__all__ = ["bfd", "stream", "universe"]
 
 
 def universe(rem_occ: np.ndarray, seqlen: int) -> int:

@@ -1,4 +1,4 @@
-"""The options of packed rows, checked once: the one options object of both packers.
+"""The options of packed rows and of a packing plan, each checked once.
 
 :class:`RowOptions` holds what decides how a row of packed documents is written, whichever
 driver packs it (a plan's bins, :class:`~mmpack.views.packed.PackedDataset`, or a stream's
@@ -10,6 +10,10 @@ check (a ``TypeError`` or ``ValueError`` naming the argument); each driver's con
 (:class:`~mmpack.views.packed_config.PackedConfig`,
 :class:`~mmpack.streaming.config.PackerConfig`) is a :class:`RowOptions` with the driver's own
 fields added.  O(1) but for the excluded ids (O(number of special ids)).
+
+:class:`PlanSpec` holds what decides a packing plan (:mod:`mmpack.packing.plan`): checked when
+it is made, passed as one value through the plan's builders, its file's cache key and the
+region builds.  O(1).
 """
 
 from __future__ import annotations
@@ -21,19 +25,30 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.constants import INT32_MAX
-from mmpack.core.options import LabelShift, LongDocs, Mode, parse_option
+from mmpack.core.options import (
+    DEFAULT_LOOKAHEAD,
+    LabelShift,
+    LongDocs,
+    Mode,
+    PackingAlgorithm,
+    parse_option,
+)
 from mmpack.core.validation import (
+    check_bool,
     check_int,
+    check_int_range,
     check_positive_int,
     check_probability,
+    check_region_tokens,
     check_seed,
     check_token_id,
     check_token_ids,
 )
+from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack.packing.masking import excluded_ids
 from mmpack.store.vocab import check_in_vocab, resolve_special
 
-__all__ = ["RowOptions", "check_row_options"]
+__all__ = ["PlanSpec", "RowOptions", "check_row_options", "label_mode"]
 
 
 @dataclass(frozen=True)
@@ -174,3 +189,81 @@ def check_row_options(
         long_docs=parse_option(LongDocs, long_docs, "long_docs").value,
         seed=check_seed(seed),
     )
+
+
+def label_mode(mode: str | None, label_shift: str) -> int:
+    """The labels the row writer writes with the rows (``label_mode`` of
+    :func:`~mmpack.kernels.packed_rows.fill_rows` and ``one_bin``), the one rule of both packers:
+    for ``"causal"``, ``LABELS_NEXT`` or ``LABELS_HF`` by ``label_shift``; else ``LABELS_NONE``
+    (MLM's labels are the corruption's, and no mode has none)."""
+    if mode != Mode.CAUSAL:
+        return LABELS_NONE
+    return LABELS_NEXT if label_shift == LabelShift.NEXT else LABELS_HF
+
+
+@dataclass(frozen=True, init=False)
+class PlanSpec:
+    """What decides a packing plan, checked and in canonical form: frozen, hashable, picklable.
+
+    ``PlanSpec(seqlen, *, add_eot, long_docs="split", algorithm="bfd", lookahead=1024,
+    region_tokens=None)`` checks every argument (a ``TypeError`` or ``ValueError`` naming it);
+    the plan's builders (:mod:`mmpack.packing.plan`), its cache key
+    (:func:`~mmpack.packing.plan_file.spec_key`) and the region builds
+    (:mod:`mmpack.packing.plan_regions`) take it as it is.
+
+    Attributes
+    ----------
+    seqlen : int
+        Slots per bin, in ``[1, 2**31)``.
+    add_eot : bool
+        Whether an end-of-text slot follows every document.
+    long_docs : {"split", "truncate", "drop"}
+    algorithm : {"bfd", "online", "nextfit"}
+    lookahead : int
+        Open bins of ``"online"`` (>= 1), checked whatever the algorithm.
+    region_tokens : int or None
+        Tokens per region, ``"auto"`` resolved to ``DEFAULT_REGION_BINS * seqlen``; None: one
+        region, the whole store.
+    """
+
+    seqlen: int
+    add_eot: bool
+    long_docs: str
+    algorithm: str
+    lookahead: int
+    region_tokens: int | None
+
+    def __init__(
+        self,
+        seqlen: Any,
+        *,
+        add_eot: Any,
+        long_docs: Any = "split",
+        algorithm: Any = "bfd",
+        lookahead: Any = DEFAULT_LOOKAHEAD,
+        region_tokens: Any = None,
+    ) -> None:
+        seqlen = check_int_range(seqlen, "seqlen", 1, 2**31)
+        checked = {
+            "seqlen": seqlen,
+            "add_eot": check_bool(add_eot, "add_eot"),
+            "long_docs": parse_option(LongDocs, long_docs, "long_docs").value,
+            "algorithm": parse_option(PackingAlgorithm, algorithm, "algorithm").value,
+            "lookahead": check_int_range(lookahead, "lookahead", 1),
+            "region_tokens": check_region_tokens(region_tokens, seqlen),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def params(self) -> dict[str, Any]:
+        """The parameters a plan records, in this order: ``lookahead`` only for ``"online"``
+        (None otherwise)."""
+        online = self.algorithm == PackingAlgorithm.ONLINE
+        return {
+            "seqlen": self.seqlen,
+            "add_eot": self.add_eot,
+            "long_docs": self.long_docs,
+            "algorithm": self.algorithm,
+            "lookahead": self.lookahead if online else None,
+            "region_tokens": self.region_tokens,
+        }

@@ -2,56 +2,25 @@
 ``seqlen``-token bins.
 
 A plan is an index, not a copy of the tokens: CSR arrays ``bin_ptr`` (n_bins + 1) and, per piece,
-its document, its token offset inside the document and its length (tokens taken), stored in 8
-bytes a piece (:mod:`mmpack.packing.plan_pieces`: a document reference relative to the piece's
-region, the length, and a sparse table for the few pieces that start inside their document).
-Its regions are CSR too: region ``r`` is documents ``region_doc[r]:region_doc[r+1]`` packed into
-bins ``region_bin[r]:region_bin[r+1]``.
-With an end-of-text token, a piece carries it iff the piece is shorter than ``seqlen``: the full
-pieces a split document is cut into hold exactly ``seqlen`` tokens and no eot, and every other
-piece is the last (or only, or truncated) piece of its document and has room for its eot.  So the
-flag is derived, not stored (:meth:`PackingPlan.piece_has_eot`).
+its document, its token offset inside the document and its length, stored in 8 bytes a piece
+(:mod:`mmpack.packing.plan_pieces`).  Its regions are CSR too: region ``r`` is documents
+``region_doc[r]:region_doc[r+1]`` packed into bins ``region_bin[r]:region_bin[r+1]``.  With an
+end-of-text token a piece carries it iff it is shorter than ``seqlen`` (only the full pieces of a
+split document fill a bin), so the flag is derived, not stored (:meth:`PackingPlan.piece_has_eot`).
+What a document becomes (its slots, and by ``long_docs`` split, truncated or dropped) is the rule
+of :mod:`mmpack.kernels.plan_items`.
 
-Sizes.  A document of ``n`` tokens takes ``n + 1`` slots with an eot, ``n`` without.  An empty
-document therefore takes one slot (a segment holding only its eot) with an eot, and is not placed
-without one (counted in ``n_empty`` either way).  A document longer than a bin is, by ``long_docs``:
+Algorithms (:data:`ALGORITHMS`; drivers in :mod:`mmpack.kernels.packing`): ``"bfd"`` (default),
+best-fit decreasing, O(n log_64 seqlen + seqlen), bins in the order they were opened (longest
+documents first); ``"online"``, best fit in store order over at most ``lookahead`` open bins, bins
+in the order they were closed (data order kept up to the window); ``"nextfit"``, ``"online"``
+with one open bin.  Regions: ``region_tokens=R`` cuts the documents, in order, at document
+boundaries into regions of about ``R`` tokens (:mod:`mmpack.packing.region_cuts`) and packs each
+on its own, bins numbered region by region, one region's lengths held at a time (None: one region,
+the whole store); the time and bins against the whole-store plan: ``python -m benchmarks regions``.
 
-- ``"split"`` (default): cut into ``k = (n + e - 1) // seqlen`` full pieces of ``seqlen`` tokens,
-  each filling a bin, then a remainder piece packed like any document (every token kept; when the
-  document's length is a multiple of ``seqlen`` the remainder holds only the eot);
-- ``"truncate"``: its first ``seqlen - e`` tokens plus the eot; the rest is lost;
-- ``"drop"``: not placed.
-
-Algorithms (:data:`ALGORITHMS`; kernels in :mod:`mmpack.kernels.packing`):
-
-- ``"bfd"`` (default): best-fit decreasing over the whole store, O(n log_64 seqlen + seqlen),
-  about 10^7-10^8 documents/s; bins come out in the order they were opened, i.e. longest
-  documents first, so shuffling is the sampler's job.
-- ``"online"``: best fit in store order over at most ``lookahead`` open bins (the fullest closes
-  when the window is full); bins come out in the order they were closed, so data order is kept up
-  to the window.  ModernBERT's packer is this idea with a batch-sized window.
-- ``"nextfit"``: ``"online"`` with one open bin.
-
-Regions.  ``region_tokens=None`` packs the whole store as one region.  ``region_tokens=R`` cuts
-the documents, in order, into regions of about ``R`` tokens (:mod:`mmpack.packing.region_cuts`: each
-edge is a document boundary near a multiple of ``R`` where the region fills its last bin, so no
-region edge cuts a document; ``"auto"`` is :data:`~mmpack.core.options.DEFAULT_REGION_BINS` ``* seqlen``) and packs each with
-the algorithm on its own, bins numbered region by region: consecutive bins then read one
-contiguous span of the store, which a block-local sample order can fetch in one piece, and each
-region can be packed in another process (:mod:`mmpack.packing.plan_regions`).  Cost: the
-algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
-of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
-takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
-parts can run in parallel); bins: 0.1-0.45 bins more per region than whole-store best fit
-(+0.005-0.021% at ``"auto"``, ``python -m benchmarks regions``).
-
-Option names are the :class:`~mmpack.core.options.LongDocs` and
-:class:`~mmpack.core.options.PackingAlgorithm` values, checked by
-:func:`~mmpack.core.options.parse_option`; a plan records the canonical names.
-
-The plan's file format and the cache of plans in a store's cache folder
-(:func:`~mmpack.packing.plan_regions.cached_plan`) live in :mod:`mmpack.packing.plan_file` and
-:mod:`mmpack.packing.plan_regions`.
+The parameters are one :class:`~mmpack.packing.options.PlanSpec`; the plan's file and its cache
+live in :mod:`mmpack.packing.plan_file` and :mod:`mmpack.packing.plan_regions`.
 """
 
 from __future__ import annotations
@@ -62,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm, parse_option
-from mmpack.core.validation import check_index, check_region_tokens
+from mmpack.core.options import DEFAULT_LOOKAHEAD, LongDocs, PackingAlgorithm
+from mmpack.core.validation import check_index
 from mmpack.errors import FormatError
 from mmpack.kernels import packing as _k
+from mmpack.kernels import plan_items as _items
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan_pieces import check_region_size, decode_bin, decode_pieces, encode_region
 from mmpack.packing.plan_stats import COUNTED, PackingStats, stats_of
 from mmpack.packing.region_cuts import region_edges, whole_store_edges
@@ -79,8 +50,6 @@ __all__ = [
     "LONG_DOCS",
     "PackingPlan",
     "build_plan",
-    "check_add_eot",
-    "check_params",
     "pack_regions",
     "plan_of_offsets",
 ]
@@ -92,9 +61,9 @@ LONG_DOCS = tuple(sorted(m.value for m in LongDocs))
 """Accepted ``long_docs`` policies."""
 
 _LONG_CODES: dict[str, int] = {
-    LongDocs.SPLIT: _k.LONG_SPLIT,
-    LongDocs.TRUNCATE: _k.LONG_TRUNCATE,
-    LongDocs.DROP: _k.LONG_DROP,
+    LongDocs.SPLIT: _items.LONG_SPLIT,
+    LongDocs.TRUNCATE: _items.LONG_TRUNCATE,
+    LongDocs.DROP: _items.LONG_DROP,
 }
 
 
@@ -336,10 +305,7 @@ def build_plan(
         A pure function of the arguments (same input, identical arrays).
     """
     lens = _check_doc_lens(doc_lens)
-    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return plan_of_offsets(
-        offsets,
+    spec = PlanSpec(
         seqlen,
         add_eot=add_eot,
         long_docs=long_docs,
@@ -347,44 +313,26 @@ def build_plan(
         lookahead=lookahead,
         region_tokens=region_tokens,
     )
+    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return plan_of_offsets(offsets, spec)
 
 
-def plan_of_offsets(
-    offsets: np.ndarray,
-    seqlen: int,
-    *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str | None = None,
-) -> PackingPlan:
-    """:func:`build_plan` of the documents of a store's ``offsets`` (int64, shape (n_docs + 1,),
-    ``offsets[0] == 0``, non-decreasing; e.g. memory-mapped).  Region by region, the lengths of
-    one region at a time: besides the plan it returns, the memory held is one region's lengths
-    and packing state (the whole store's with ``region_tokens=None``)."""
-    add_eot = check_add_eot(add_eot)
-    seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
-    region_tokens = check_region_tokens(region_tokens, seqlen)
+def plan_of_offsets(offsets: np.ndarray, spec: PlanSpec) -> PackingPlan:
+    """The plan of ``spec`` (:func:`build_plan`) of the documents of a store's ``offsets``
+    (int64, shape (n_docs + 1,), ``offsets[0] == 0``, non-decreasing; e.g. memory-mapped).
+    Region by region, the lengths of one region at a time: besides the plan it returns, the
+    memory held is one region's lengths and packing state (the whole store's with
+    ``region_tokens=None``)."""
     n_docs = int(offsets.shape[0]) - 1
-    if region_tokens is None:
+    if spec.region_tokens is None:
         edges = whole_store_edges(n_docs)
     else:
-        edges = region_edges(offsets, region_tokens, seqlen, int(add_eot))
-    return _pack(offsets, 0, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens)
+        edges = region_edges(offsets, spec.region_tokens, spec.seqlen, int(spec.add_eot))
+    return _pack(offsets, 0, edges, spec)
 
 
-def pack_regions(
-    doc_lens: np.ndarray,
-    edges: np.ndarray,
-    seqlen: int,
-    *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str | None = None,
-) -> PackingPlan:
+def pack_regions(doc_lens: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> PackingPlan:
     """The plan of some consecutive regions of a store, given their edges: the part of a plan
     that :func:`build_plan` would give for them (:mod:`mmpack.packing.plan_regions` joins such
     parts into one plan).
@@ -392,12 +340,9 @@ def pack_regions(
     ``doc_lens`` (int, shape (edges[-1] - edges[0],)) are the lengths of documents
     ``edges[0]:edges[-1]``; ``edges`` (int, shape (m + 1,), strictly increasing) the regions'
     first documents and the end, in the store's numbering, which ``piece_doc`` and
-    ``region_doc`` keep (a part's ``region_doc`` starts at ``edges[0]``).  ``region_tokens`` is
-    only recorded.  Other parameters as :func:`build_plan`.
+    ``region_doc`` keep (a part's ``region_doc`` starts at ``edges[0]``).
+    ``spec.region_tokens`` is only recorded.
     """
-    add_eot = check_add_eot(add_eot)
-    seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
-    region_tokens = check_region_tokens(region_tokens, seqlen)
     lens = _check_doc_lens(doc_lens)
     edges = np.ascontiguousarray(edges, dtype=np.int64)
     if (
@@ -413,10 +358,7 @@ def pack_regions(
         )
     offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    first = int(edges[0])
-    return _pack(
-        offsets, first, edges, seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens
-    )
+    return _pack(offsets, int(edges[0]), edges, spec)
 
 
 def _region_lens(offsets: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -426,33 +368,24 @@ def _region_lens(offsets: np.ndarray, a: int, b: int) -> np.ndarray:
     return lens
 
 
-def _pack(
-    offsets: np.ndarray,
-    base: int,
-    edges: np.ndarray,
-    seqlen: int,
-    add_eot: bool,
-    long_docs: str,
-    algorithm: str,
-    lookahead: int,
-    region_tokens: int | None,
-) -> PackingPlan:
+def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> PackingPlan:
     """Pack the regions ``edges`` (store numbering) of the documents of ``offsets`` (entry ``j``
-    is document ``base + j``'s start) on checked arguments, two passes over the regions: the
+    is document ``base + j``'s start) as ``spec`` says, two passes over the regions: the
     first counts each region's items (``item_sizes``, each region its own universe of sizes) to
     size the plan arrays, the second recomputes them and writes each region's placement into
     its slice of the plan, its bins and documents shifted to the plan's numbering.  One
     region's lengths and sizes are held at a time."""
-    e, mode = int(add_eot), _LONG_CODES[long_docs]
+    seqlen, algorithm = spec.seqlen, spec.algorithm
+    e, mode = int(spec.add_eot), _LONG_CODES[spec.long_docs]
     n_reg = edges.shape[0] - 1
     local = edges - base
     widest = int(np.diff(local).max(initial=0))
     rem_occ = np.empty(widest, dtype=np.int32)
-    counts = np.zeros((max(n_reg, 1), _k.N_STATS), dtype=np.int64)  # row 0 of no region: zeros
+    counts = np.zeros((max(n_reg, 1), _items.N_STATS), dtype=np.int64)  # row 0 of no region: zeros
     for r in range(n_reg):
         a, b = int(local[r]), int(local[r + 1])
-        _k.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
-    items = counts[:, _k.ST_FULL_PIECES] + counts[:, _k.ST_PLACED_DOCS]
+        _items.item_sizes(_region_lens(offsets, a, b), seqlen, e, mode, rem_occ[: b - a], counts[r])
+    items = counts[:, _items.ST_FULL_PIECES] + counts[:, _items.ST_PLACED_DOCS]
     for r in range(n_reg):
         check_region_size(int(local[r + 1] - local[r]), int(items[r]), r)
     n_items = int(items.sum())
@@ -464,16 +397,16 @@ def _pack(
     splits: list[np.ndarray] = []
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
     region_split = np.zeros(n_reg + 1, dtype=np.int64)
-    window = 1 if algorithm == PackingAlgorithm.NEXTFIT else lookahead
-    scratch = np.zeros(_k.N_STATS, dtype=np.int64)
+    window = 1 if algorithm == PackingAlgorithm.NEXTFIT else spec.lookahead
+    scratch = np.zeros(_items.N_STATS, dtype=np.int64)
     nb = p = 0
     for r in range(n_reg):
         a, b, m = int(local[r]), int(local[r + 1]), int(items[r])
         lens, occ = _region_lens(offsets, a, b), rem_occ[: b - a]
         if n_reg > 1:  # the first pass's sizes are those of the last region only
-            _k.item_sizes(lens, seqlen, e, mode, occ, scratch)
+            _items.item_sizes(lens, seqlen, e, mode, occ, scratch)
         out = (bin_ptr[nb : nb + m + 1], docs[:m], starts[:m], piece_len[p : p + m])
-        univ = int(counts[r, _k.ST_UNIVERSE])
+        univ = int(counts[r, _items.ST_UNIVERSE])
         if algorithm == PackingAlgorithm.BFD:
             k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
         else:
@@ -491,16 +424,7 @@ def _pack(
     sums = {name: int(counts[:, slot].sum()) for name, slot in COUNTED.items()}
     sums |= {"n_docs": int(local[-1] - local[0]), "n_bins": nb, "n_pieces": n_items}
     sums["n_regions"] = n_reg
-    return PackingPlan(
-        *arrays,
-        seqlen=seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead if algorithm == PackingAlgorithm.ONLINE else None,
-        region_tokens=region_tokens,
-        stats=stats_of(sums, seqlen),
-    )
+    return PackingPlan(*arrays, **spec.params(), stats=stats_of(sums, seqlen))
 
 
 def _check_doc_lens(doc_lens: Any) -> np.ndarray:
@@ -519,30 +443,3 @@ def _check_doc_lens(doc_lens: Any) -> np.ndarray:
             f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
         )
     return lens
-
-
-def check_add_eot(add_eot: Any) -> bool:
-    """``add_eot`` checked: a bool (a slot for an end-of-text token follows every document)."""
-    if not isinstance(add_eot, (bool, np.bool_)):
-        raise TypeError(
-            f"add_eot must be a bool (whether an eot slot follows every document), got "
-            f"{type(add_eot).__name__} {add_eot!r}"
-        )
-    return bool(add_eot)
-
-
-def check_params(
-    seqlen: Any, long_docs: Any, algorithm: Any, lookahead: Any
-) -> tuple[int, str, str, int]:
-    """The plan parameters checked, options as their canonical names (plain strings)."""
-    if isinstance(seqlen, (bool, np.bool_)) or not isinstance(seqlen, (int, np.integer)):
-        raise TypeError(f"seqlen must be an integer, got {type(seqlen).__name__} {seqlen!r}")
-    if not 1 <= int(seqlen) < 2**31:
-        raise ValueError(f"seqlen must be in [1, 2**31), got {seqlen}")
-    long_docs = parse_option(LongDocs, long_docs, "long_docs").value
-    algorithm = parse_option(PackingAlgorithm, algorithm, "algorithm").value
-    if isinstance(lookahead, (bool, np.bool_)) or not isinstance(lookahead, (int, np.integer)):
-        raise TypeError(f"lookahead must be an integer, got {type(lookahead).__name__}")
-    if lookahead < 1:
-        raise ValueError(f"lookahead must be >= 1 (open bins of 'online'), got {lookahead}")
-    return int(seqlen), long_docs, algorithm, int(lookahead)

@@ -1,9 +1,8 @@
 """The packing plan's file format: a plan written once per store and parameters, checked on
 every load.
 
-A plan is keyed by the store fingerprint and every parameter (:func:`plan_cache_key`; the
-algorithm by its canonical name, ``region_tokens`` resolved) and kept in
-``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
+A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.options.PlanSpec`
+(:func:`spec_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.packing.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
 (:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
@@ -20,38 +19,32 @@ the statistics, the array shapes; offsets and digests at their widest), so a fil
 bytes whether its arrays were in memory (:func:`save_plan`) or streamed in from parts
 (:func:`write_plan_file`, which :mod:`mmpack.packing.plan_regions` joins region plans with).  A
 plan is a cache: a file of another format version is refused and rebuilt.
-
-The plan itself (:class:`~mmpack.packing.plan.PackingPlan`) and its algorithms live in
-:mod:`mmpack.packing.plan`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import struct
-import tempfile
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from mmpack.core.options import DEFAULT_LOOKAHEAD, PackingAlgorithm
-from mmpack.core.validation import check_region_tokens
+from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.packing.plan import (
-    ALGORITHMS,
-    PackingPlan,
-    check_add_eot,
-    check_params,
-)
+from mmpack.packing.options import PlanSpec
+from mmpack.packing.plan import ALGORITHMS, PackingPlan
 from mmpack.packing.plan_pages import PlanPages
 from mmpack.packing.plan_stats import PackingStats
-from mmpack.store.checked_file import HEADER_PREFIX, map_array, read_header
+from mmpack.store.checked_file import (
+    HEADER_PREFIX,
+    aligned,
+    map_array,
+    read_header,
+    write_checked_file,
+)
 from mmpack.store.integrity import block_digests
 
 __all__ = [
@@ -63,6 +56,7 @@ __all__ = [
     "plan_params",
     "plan_path",
     "save_plan",
+    "spec_key",
     "write_plan_file",
 ]
 
@@ -82,7 +76,6 @@ _KEY_VERSION = 5
 (5: region edges moved to where regions fill their bins)."""
 
 _MAGIC = b"MMPKPLAN"
-_ALIGN = 64
 _WIDEST = 2**64 - 1
 """The widest value an offset or a digest takes in the header (20 digits)."""
 ARRAYS = (
@@ -107,21 +100,25 @@ def plan_cache_key(
     lookahead: int = DEFAULT_LOOKAHEAD,
     region_tokens: int | str | None = None,
 ) -> dict[str, Any]:
-    """Everything a cached plan depends on: canonical option names, ``lookahead`` only for
-    ``"online"``, ``region_tokens`` resolved (``"auto"`` and the number it stands for share a
-    plan).  Validates the parameters with the messages of :func:`~mmpack.packing.plan.build_plan`."""
-    add_eot = check_add_eot(add_eot)
-    seqlen, long_docs, algorithm, lookahead = check_params(seqlen, long_docs, algorithm, lookahead)
-    return {
-        "format": _KEY_VERSION,
-        "fingerprint": str(fingerprint),
-        "seqlen": seqlen,
-        "add_eot": add_eot,
-        "long_docs": long_docs,
-        "algorithm": algorithm,
-        "lookahead": lookahead if algorithm == PackingAlgorithm.ONLINE else None,
-        "region_tokens": check_region_tokens(region_tokens, seqlen),
-    }
+    """:func:`spec_key` of the :class:`~mmpack.packing.options.PlanSpec` of these parameters
+    (checked with its messages)."""
+    spec = PlanSpec(
+        seqlen,
+        add_eot=add_eot,
+        long_docs=long_docs,
+        algorithm=algorithm,
+        lookahead=lookahead,
+        region_tokens=region_tokens,
+    )
+    return spec_key(fingerprint, spec)
+
+
+def spec_key(fingerprint: str, spec: PlanSpec) -> dict[str, Any]:
+    """Everything a cached plan depends on: the store's fingerprint and the plan's parameters
+    (:meth:`~mmpack.packing.options.PlanSpec.params`: canonical option names, ``lookahead``
+    only for ``"online"``, ``region_tokens`` resolved, so ``"auto"`` and the number it stands
+    for share a plan)."""
+    return {"format": _KEY_VERSION, "fingerprint": str(fingerprint), **spec.params()}
 
 
 def plan_path(cache_dir: str | os.PathLike[str], key: dict[str, Any]) -> Path:
@@ -143,7 +140,7 @@ def plan_params(plan: PackingPlan) -> dict[str, Any]:
 
 
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
-    """Write ``plan`` to ``path`` atomically (temporary file in the same folder, fsync, rename).
+    """Write ``plan`` to ``path`` atomically (:func:`~mmpack.store.checked_file.write_checked_file`).
 
     Layout (format 6): ``MMPKPLAN``, a little-endian uint64 header length, a JSON header
     (``"format": 6``, ``key``, the plan parameters (``add_eot`` under the key ``"eot"``), the
@@ -174,41 +171,26 @@ def write_plan_file(
     in as many writes as it likes; the chunk digests and the most pieces in a bin are then
     computed over the bytes written (read back through a mapping), so no array need ever be in
     memory whole."""
-    path = Path(path)
     header, data_start, end = _layout(key, params, stats, shapes)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            for name, dt in ARRAYS:
-                spec = header["arrays"][name]
-                f.seek(spec["offset"])
-                fill(name, f)
-                if f.tell() != spec["offset"] + shapes[name] * dt.itemsize:
-                    raise AssertionError(f"plan array {name!r} was written with the wrong size")
-            f.truncate(end)
-            f.flush()
-            for name, dt in ARRAYS:
-                spec = header["arrays"][name]
-                mapped = _mapped(tmp, spec["offset"], dt, shapes[name])
-                spec["xxh64"] = block_digests(mapped, CHUNK_BYTES).tolist()
-                if name == "bin_ptr":
-                    header["max_bin_pieces"] = _most_pieces(mapped)
-            blob = json.dumps(header).encode()
-            if (
-                HEADER_PREFIX + len(blob) > data_start
-            ):  # cannot happen: the room was reserved at the widest
-                raise AssertionError("plan header overflow")
-            f.seek(0)
-            f.write(
-                _MAGIC + struct.pack("<Q", len(blob)) + blob + struct.pack("<I", zlib.crc32(blob))
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+
+    def write_arrays(f: BinaryIO) -> dict[str, Any]:
+        for name, dt in ARRAYS:
+            spec = header["arrays"][name]
+            f.seek(spec["offset"])
+            fill(name, f)
+            if f.tell() != spec["offset"] + shapes[name] * dt.itemsize:
+                raise AssertionError(f"plan array {name!r} was written with the wrong size")
+        f.truncate(end)
+        f.flush()
+        for name, dt in ARRAYS:
+            spec = header["arrays"][name]
+            mapped = _mapped(f, spec["offset"], dt, shapes[name])
+            spec["xxh64"] = block_digests(mapped, CHUNK_BYTES).tolist()
+            if name == "bin_ptr":
+                header["max_bin_pieces"] = _most_pieces(mapped)
+        return header
+
+    write_checked_file(path, _MAGIC, data_start, end, write_arrays)
 
 
 def _layout(
@@ -233,13 +215,13 @@ def _layout(
             for name, dt in ARRAYS
         },
     }
-    data_start = _round_up(HEADER_PREFIX + len(json.dumps(header).encode()), _ALIGN)
+    data_start = aligned(HEADER_PREFIX + len(json.dumps(header).encode()))
     pos = data_start
     for name, dt in ARRAYS:
         spec = header["arrays"][name]
         spec["offset"] = pos
         del spec["xxh64"]
-        pos = _round_up(pos + int(shapes[name]) * dt.itemsize, _ALIGN)
+        pos = aligned(pos + int(shapes[name]) * dt.itemsize)
     return header, data_start, pos
 
 
@@ -251,11 +233,12 @@ def _most_pieces(bin_ptr: np.ndarray) -> int:
     return most
 
 
-def _mapped(path: str | Path, offset: int, dt: np.dtype, length: int) -> np.ndarray:
-    """``length`` entries of ``dt`` at ``offset`` of the file, read-only (mapped when not empty)."""
+def _mapped(f: BinaryIO, offset: int, dt: np.dtype, length: int) -> np.ndarray:
+    """``length`` entries of ``dt`` at ``offset`` of the open file ``f``, read-only (mapped
+    when not empty)."""
     if length == 0:
         return np.empty(0, dtype=dt)
-    return np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(length,)).view(np.ndarray)
+    return np.memmap(f, dtype=dt, mode="r", offset=offset, shape=(length,)).view(np.ndarray)
 
 
 def load_plan(
@@ -365,7 +348,3 @@ def _check_consistent(
         or (not part and int(rd[0]) != 0)
     ):
         raise FormatError(f"{path}: plan arrays are inconsistent with each other")
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a

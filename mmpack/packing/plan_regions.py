@@ -11,28 +11,17 @@ cache of plans (:func:`cached_plan`) builds every plan per region this way, seri
                                                       └──── join_parts (streamed, offsets fixed) ──▶
     <cache>/plan-<key>.mmplan  (the file cached_plan finds: the same bytes as a serial build)
 
-Algorithm.  A plan packed per region (:mod:`mmpack.packing.plan`) is the concatenation of its
-regions' plans, and each region's plan depends on its documents' lengths only, so the region
-slots (:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots and each task is
-an independent call of :func:`build_part`: it finds its slots' document edges by binary search
-over the store's offsets, reads the offsets of those documents only, packs them
-(:func:`~mmpack.packing.plan.pack_regions`; documents keep the store's numbering) and writes a part
-plan file atomically (a retried task rewrites the same part).  :func:`join_parts` then streams
-the parts' arrays into one plan file in task order, adding to each part's ``bin_ptr`` the pieces,
-to its ``region_bin`` the bins and to its ``region_split`` the split entries of the parts before
-it (the piece arrays are relative to their regions, :mod:`mmpack.packing.plan_pieces`: copied as
-they are), in chunks of
-:data:`JOIN_CHUNK` entries, and adds up the statistics (:func:`~mmpack.packing.plan_stats.merge_stats`);
-the digests are computed over the written file (:func:`~mmpack.packing.plan_file.write_plan_file`).
-The result is byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes for the
-plan held in memory (tested), in the place :func:`cached_plan` looks, so a
-:class:`~mmpack.views.packed.PackedDataset` with that ``region_tokens`` opens it.
+Algorithm.  A region's plan depends on its documents' lengths only, so the region slots
+(:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots, each an independent
+:func:`build_part`: it finds its slots' documents by binary search over the store's offsets, packs
+them (:func:`~mmpack.packing.plan.pack_regions`) and writes a part file atomically.
+:func:`join_parts` streams the parts into one file in task order, shifting each part's CSR arrays
+by the parts before it: byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes
+for the plan in memory, where :func:`cached_plan` looks.
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
-regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
-join copies the plan arrays once (about 10 bytes per C4-like document) through a buffer of
-:data:`JOIN_CHUNK` entries and reads them once more for the digests.  The engines that run the
-tasks (serially, on Dask) are the ingestion layer's (:mod:`mmpack.ingest.region_plan`).
+regions, in memory.  The join copies the plan arrays once through a buffer of :data:`JOIN_CHUNK`
+entries and reads them again for the digests.  Engines: :mod:`mmpack.ingest.region_plan`.
 """
 
 from __future__ import annotations
@@ -50,14 +39,15 @@ import numpy as np
 from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.core.validation import check_int_range
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import PackingPlan, pack_regions, plan_of_offsets
 from mmpack.packing.plan_file import (
     ARRAYS,
     load_plan,
-    plan_cache_key,
     plan_params,
     plan_path,
     save_plan,
+    spec_key,
     write_plan_file,
 )
 from mmpack.packing.plan_stats import merge_stats
@@ -90,8 +80,6 @@ Runner = Callable[
 """``run(fn, tasks, part_paths, options, done)``: call ``fn(task, path, options)`` for every task
 (in any order, anywhere that sees ``path``'s folder) and ``done(k, result)`` with each result."""
 
-_PLAN_OPTIONS = ("seqlen", "add_eot", "long_docs", "algorithm", "lookahead", "region_tokens")
-
 
 def region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> list[list[int]]:
     """The tasks of a store of ``num_tokens`` tokens: ``[lo, hi)`` ranges of consecutive region
@@ -105,28 +93,22 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     ``path`` (atomically); an engine-neutral task (:data:`Runner`).
 
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
-    worker by its location), the plan parameters of :func:`~mmpack.packing.plan.build_plan`
-    (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
+    worker by its location), ``"spec"``, the plan's :class:`~mmpack.packing.options.PlanSpec`
+    (``region_tokens`` an int), and ``"key"``, the whole plan's key (the part's is
     :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
     part's documents only, and checks only the pages of the index those lie on (a store is
     opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
     """
     lo, hi = (int(v) for v in slots)
-    store = options["store"]
+    store, spec = options["store"], options["spec"]
     # a binary search over the mapping, then only the part's pages of the index are checked
     edges = region_edges(
-        store.mapped_offsets,
-        options["region_tokens"],
-        options["seqlen"],
-        int(options["add_eot"]),
-        lo,
-        hi,
+        store.mapped_offsets, spec.region_tokens, spec.seqlen, int(spec.add_eot), lo, hi
     )
     first, last = int(edges[0]), int(edges[-1])
     lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
-    params = {name: options[name] for name in _PLAN_OPTIONS}
-    plan = pack_regions(lens, edges, **params)
+    plan = pack_regions(lens, edges, spec)
     save_plan(plan, path, part_key(options["key"], (lo, hi)))
     s = plan.stats
     return {"n_docs": s.n_docs, "n_bins": s.n_bins, "n_regions": s.n_regions}
@@ -191,18 +173,13 @@ def part_key(key: dict[str, Any], slots: Sequence[int]) -> dict[str, Any]:
 
 def build_plan_in_parts(
     store: Any,
-    seqlen: int,
+    spec: PlanSpec,
     *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str = "auto",
     regions_per_task: int | None = None,
     run: Runner | None = None,
     fresh: bool = False,
 ) -> PackingPlan:
-    """The plan :func:`cached_plan` gives for ``region_tokens``, built in parts by ``run``
+    """The plan :func:`cached_plan` gives for ``spec`` (with regions), built in parts by ``run``
     (default: one after another in this process) and cached in the store's cache folder; an
     existing sound cached plan is returned as it is (unless ``fresh``: the caller found none).
 
@@ -210,10 +187,8 @@ def build_plan_in_parts(
     ----------
     store : TokenStore
         Its ``offsets``, ``fingerprint`` and ``cache_dir`` are used; ``run`` may pickle it.
-    seqlen, add_eot, long_docs, algorithm, lookahead
-        As :func:`~mmpack.packing.plan.build_plan`.
-    region_tokens : int or "auto"
-        Tokens per region (``"auto"``: ``DEFAULT_REGION_BINS * seqlen``).
+    spec : PlanSpec
+        The plan's parameters; ``region_tokens`` must not be None.
     regions_per_task : int, optional
         Region slots per task (default: about :data:`TASK_TOKENS` tokens a task).
     run : Runner, optional
@@ -228,30 +203,21 @@ def build_plan_in_parts(
     Raises
     ------
     ValueError
-        ``region_tokens`` is None (one region is not built in parts) or a bad value, or another
-        parameter is (the messages of :func:`~mmpack.packing.plan.build_plan`).
+        ``spec.region_tokens`` is None (one region is not built in parts), or a bad
+        ``regions_per_task``.
     """
-    key = plan_cache_key(
-        store.fingerprint,
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=region_tokens,
-    )
-    r = key["region_tokens"]
+    r = spec.region_tokens
     if r is None:
         raise ValueError("region_tokens must be an integer >= 1 or 'auto' to build in parts")
     per_task = max(1, TASK_TOKENS // r) if regions_per_task is None else regions_per_task
     per_task = check_int_range(per_task, "regions_per_task", 1)
+    key = spec_key(store.fingerprint, spec)
     path = plan_path(store.cache_dir, key)
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
     tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
-    options = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
-    options |= {"store": store, "key": key, "region_tokens": r, "lookahead": int(lookahead)}
+    options = {"store": store, "key": key, "spec": spec}
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(dir=path.parent, prefix=".plan-parts-"))
     try:
@@ -284,22 +250,9 @@ def cached_plan(
     cache: bool = True,
 ) -> PackingPlan:
     """The plan of ``store`` (:func:`~mmpack.packing.plan.build_plan` of its documents), kept in
-    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.packing.plan_file.plan_path`).
-
-    A cached file is used only if its recorded key (store fingerprint, every parameter, format
-    version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
-    warning.  A cached file is reopened in O(1) (``load_plan(lazy=True)``: its header, regions
-    and end chunks): every other chunk is checked on first use by the plan's consumers
-    (:meth:`~mmpack.packing.plan.PackingPlan.check_bins`), and a damaged one raises
-    :class:`~mmpack.errors.FormatError` then; read the arrays whole only after
-    :meth:`~mmpack.packing.plan.PackingPlan.check_all`.  A plan per region is built by :func:`build_plan_in_parts` (serially, one task of
-    about :data:`TASK_TOKENS` tokens in memory at a time, each written out as it is made), the
-    file a parallel build (:func:`mmpack.ingest.region_plan.build_region_plan`) writes too; a
-    whole-store plan (``region_tokens=None``) in memory.  If the store folder is not writable the
-    plan is computed in memory, silently.  ``cache=False`` neither reads nor writes the cache.
-    """
-    key = plan_cache_key(
-        store.fingerprint,
+    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.packing.plan_file.plan_path`):
+    :func:`store_plan` of the :class:`~mmpack.packing.options.PlanSpec` of these parameters."""
+    spec = PlanSpec(
         seqlen,
         add_eot=add_eot,
         long_docs=long_docs,
@@ -307,6 +260,26 @@ def cached_plan(
         lookahead=lookahead,
         region_tokens=region_tokens,
     )
+    return store_plan(store, spec, cache=cache)
+
+
+def store_plan(store: Any, spec: PlanSpec, *, cache: bool = True) -> PackingPlan:
+    """The plan of ``spec`` of ``store``'s documents, from its cache folder or built.
+
+    A cached file is used only if its recorded key (store fingerprint, every parameter, format
+    version) equals this one; a mismatching or damaged file is rebuilt and replaced, with a
+    warning.  A cached file is reopened in O(1) (``load_plan(lazy=True)``: its header, regions
+    and end chunks): every other chunk is checked on first use by the plan's consumers
+    (:meth:`~mmpack.packing.plan.PackingPlan.check_bins`), and a damaged one raises
+    :class:`~mmpack.errors.FormatError` then; read the arrays whole only after
+    :meth:`~mmpack.packing.plan.PackingPlan.check_all`.  A plan per region is built by
+    :func:`build_plan_in_parts` (serially, one task of about :data:`TASK_TOKENS` tokens in
+    memory at a time, each written out as it is made), the file a parallel build
+    (:func:`mmpack.ingest.region_plan.build_region_plan`) writes too; a whole-store plan
+    (``region_tokens=None``) in memory.  If the store folder is not writable the plan is
+    computed in memory, silently.  ``cache=False`` neither reads nor writes the cache.
+    """
+    key = spec_key(store.fingerprint, spec)
     path = plan_path(store.cache_dir, key)
     if cache and path.is_file():
         try:
@@ -315,12 +288,10 @@ def cached_plan(
             warnings.warn(f"rebuilding the packing plan: {exc}", stacklevel=2)
         except OSError:
             pass
-    params = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
-    params |= {"lookahead": int(lookahead), "region_tokens": key["region_tokens"]}
-    if cache and key["region_tokens"] is not None:
+    if cache and spec.region_tokens is not None:
         with contextlib.suppress(OSError):  # a folder that cannot be written: in memory
-            return build_plan_in_parts(store, **params, fresh=True)
-    plan = plan_of_offsets(store.offsets, **params)
+            return build_plan_in_parts(store, spec, fresh=True)
+    plan = plan_of_offsets(store.offsets, spec)
     if cache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

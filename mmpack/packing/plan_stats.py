@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from mmpack.kernels.packing import (
+from mmpack.kernels.plan_items import (
     ST_DROPPED,
     ST_EMPTY,
     ST_LONG,

@@ -1,10 +1,12 @@
-"""Reading a file of named arrays behind a checksummed JSON header, the layout of mmpack's derived
+"""Writing and reading a file of named arrays behind a checksummed JSON header, the layout of mmpack's derived
 indexes (the cached Megatron order of :mod:`mmpack.formats.arrayfile`, packing plans of
 :mod:`mmpack.packing.plan_file`).
 
 Layout: an 8-byte magic, a little-endian uint64 header length ``h``, ``h`` bytes of JSON, the
 little-endian uint32 CRC-32 of those bytes, then raw C-order arrays; the header names each
-array's ``dtype``, ``shape``, ``offset`` and the XXH64 (seed 0) of its bytes.  :func:`read_header`
+array's ``dtype``, ``shape``, ``offset`` and the XXH64 (seed 0) of its bytes.
+:func:`write_checked_file` writes one through :func:`~mmpack.store.format.atomic_file` (no
+half-written file under its name, ever); :func:`read_header`
 checks the magic and the CRC (one read of the header); :func:`map_array` maps one array
 read-only, after checking that it lies inside the file after the header, and compares its
 digest (one pass over its bytes, ~11 GB/s), so a damaged file is refused, never served.  What a
@@ -14,20 +16,57 @@ header must hold beyond its arrays is the caller's.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from mmpack.errors import FormatError
+from mmpack.store.format import atomic_file
 from mmpack.store.integrity import block_digest
 
-__all__ = ["HEADER_PREFIX", "map_array", "read_header"]
+__all__ = ["ALIGN", "HEADER_PREFIX", "aligned", "map_array", "read_header", "write_checked_file"]
 
 HEADER_PREFIX = 20
 """Bytes of magic, header length and CRC around the JSON header."""
+
+ALIGN = 64
+"""Where each array (and the data after the header) starts: a multiple of this many bytes."""
+
+
+def aligned(pos: int) -> int:
+    """``pos`` rounded up to a multiple of :data:`ALIGN`."""
+    return (pos + ALIGN - 1) // ALIGN * ALIGN
+
+
+def write_checked_file(
+    path: str | os.PathLike[str],
+    magic: bytes,
+    data_start: int,
+    end: int,
+    fill: Callable[[BinaryIO], dict[str, Any]],
+) -> None:
+    """Write a checksummed array file to ``path`` atomically.
+
+    ``fill(f)`` writes the arrays at their offsets (>= ``data_start``) of the temporary file
+    ``f`` (opened ``"w+b"``; a fill that reads its bytes back, e.g. through ``numpy.memmap(f)``,
+    flushes first) and returns the header; the file is then cut to ``end`` bytes, the header
+    (``magic``, its length, the JSON, its CRC-32) written at the start, and the file fsynced
+    and renamed onto ``path``; on any error the temporary file is removed.  ``AssertionError``
+    if the header does not fit before ``data_start`` (the caller reserves the room).
+    """
+    with atomic_file(path) as f:
+        header = fill(f)
+        f.truncate(end)
+        blob = json.dumps(header).encode()
+        if HEADER_PREFIX + len(blob) > data_start:
+            raise AssertionError(f"{path}: the header overflows its room")
+        f.seek(0)
+        f.write(magic + struct.pack("<Q", len(blob)) + blob + struct.pack("<I", zlib.crc32(blob)))
 
 
 def read_header(path: Path, magic: bytes, what: str) -> tuple[dict[str, Any], int, int]:

@@ -22,14 +22,17 @@ A loss mask is a second store of the same layout in the folder (:data:`LOSS_MASK
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -49,6 +52,7 @@ __all__ = [
     "RECORD_KEYS",
     "StoreMeta",
     "TOKEN_DTYPES",
+    "atomic_file",
     "check_count",
     "check_version",
     "normalize_token_dtype",
@@ -312,17 +316,33 @@ def check_count(value: Any, name: str, where: Path) -> int:
     return value
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], *, fsync: bool = True) -> Iterator[BinaryIO]:
+    """A new file to become ``path``: a temporary file beside it, opened ``"w+b"``; on a clean
+    exit it is flushed, fsynced (unless ``fsync=False``) and renamed onto ``path`` (a reader sees
+    the old file or the whole new one, never a part of it); on any error it is removed and the
+    error raised.  The one rule of mmpack's file writers; the folder must exist.  The file's
+    permissions are those of ``open(path, "w")`` (0o666 less the umask)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
+        with os.fdopen(fd, "w+b") as f:
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON (indented by 1) to ``path`` through :func:`atomic_file`."""
+    with atomic_file(path) as f:
+        f.write(json.dumps(obj, indent=1).encode())
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack.core.options import LabelShift, Mode
-from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE, mask_pieces
+from mmpack.core.options import Mode
+from mmpack.kernels.packed_rows import mask_pieces
 from mmpack.packing.masking import corrupt_rows, row_keys
-from mmpack.packing.options import RowOptions
+from mmpack.packing.options import RowOptions, label_mode
 from mmpack.streaming.schedules import MaskingRatioCooldown
 
 __all__ = ["Labeller"]
@@ -45,19 +45,13 @@ class Labeller:
 
     def __init__(self, options: RowOptions, cooldown: MaskingRatioCooldown | None) -> None:
         self.options = options
-        self.mode = options.mode
-        self.ignore_index = options.ignore_index
         self.cooldown = cooldown
 
     @property
     def label_mode(self) -> int:
         """The labels the row writer writes with the rows
-        (:func:`~mmpack.kernels.packed_rows.fill_rows`' ``label_mode``): for ``"causal"``,
-        ``LABELS_NEXT`` or ``LABELS_HF`` by the label shift, else ``LABELS_NONE`` (none
-        written)."""
-        if self.mode != Mode.CAUSAL:
-            return LABELS_NONE
-        return LABELS_NEXT if self.options.label_shift == LabelShift.NEXT else LABELS_HF
+        (:func:`mmpack.packing.options.label_mode` of the options)."""
+        return label_mode(self.options.mode, self.options.label_shift)
 
     @property
     def reports_mask_prob(self) -> bool:
@@ -85,9 +79,9 @@ class Labeller:
         number in the epoch; ``token_count``: real tokens emitted before it (the cool-down's
         clock); ``mask``: the placed pieces' loss masks, ``(values, start of each piece in
         them)`` (uint8 0/1 and int64), or None."""
-        if self.mode == Mode.CAUSAL:
+        if self.options.mode == Mode.CAUSAL:
             return labels, None
-        if self.mode != Mode.MLM:
+        if self.options.mode != Mode.MLM:
             return None, None
         masking = self.options
         mask_prob = masking.mask_prob
@@ -110,6 +104,6 @@ class Labeller:
             mask_id=masking.mask_id,
             vocab_size=masking.vocab_size,
             excluded=masking.excluded,
-            ignore_index=self.ignore_index,
+            ignore_index=masking.ignore_index,
         )
         return labels, mask_prob

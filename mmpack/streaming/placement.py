@@ -178,7 +178,7 @@ class Placement:
         values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
         fill_rows(
             src, starts, lengths, self._no_eot[:n_placed], row_ptr, 0, self._pad_id, label_mode,
-            self._labeller.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
+            self._labeller.options.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
             per_row[1], values, mask_starts,
         )  # fmt: skip
         n_segments = per_row[0].tolist()

@@ -22,14 +22,12 @@ if any, is the last segment:
   ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
   :func:`~mmpack.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
   batch path;
-- ``mode="mlm"``: BERT corruption (the rule of :mod:`mmpack.packing.masking`): of the non-padding tokens
-  whose id is not special, ``mask_prob`` are selected; of those 80% become ``mask_id``, 10% a
-  random id from ``[0, vocab_size)`` minus the special ids, and 10% stay; ``input_ids`` is the
-  corrupted row and ``labels`` holds the original token at selected positions, ``-100``
-  elsewhere.  The special ids are ``special_ids`` plus ``eot``, ``mask_id`` and ``pad_id``, added
-  automatically (an eot is never a prediction target nor a random replacement: ModernBERT issue
-  #212); choose a ``pad_id`` that is not a real token, since tokens equal to it are never
-  selected.  The packing is the same in both modes.
+- ``mode="mlm"``: BERT's 80/10/10 corruption of ``mask_prob`` of the non-padding, non-special
+  tokens, the rule of :mod:`mmpack.packing.masking`; ``labels`` hold the original token at
+  selected positions, ``-100`` elsewhere.  The special ids are ``special_ids`` plus ``eot``,
+  ``mask_id`` and ``pad_id`` (so an eot is never a target nor a random replacement: ModernBERT
+  issue #212); choose a ``pad_id`` that is not a real token.  The packing is the same in both
+  modes.
 
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
 is a counter-based hash of the sample's key and the token position (:mod:`mmpack.packing.masking`), so
@@ -84,9 +82,9 @@ from mmpack.core.validation import (
 )
 from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
-from mmpack.kernels.packing import LABELS_HF, LABELS_NEXT, LABELS_NONE
+from mmpack.packing.options import PlanSpec, label_mode
 from mmpack.packing.plan import PackingPlan
-from mmpack.packing.plan_regions import cached_plan
+from mmpack.packing.plan_regions import store_plan
 from mmpack.packing.plan_stats import PackingStats
 from mmpack.packing.region_cuts import region_blocks
 from mmpack.store.reader import TokenStore, open_store
@@ -199,12 +197,10 @@ class PackedDataset:
     vocab_size: int | None
     excluded: np.ndarray
     seed: int
-    lookahead: int
     long_docs: str
-    algorithm: str
-    region_tokens: int | None
     cache: bool
     dtype: np.dtype
+    plan_spec: PlanSpec
 
     def __init__(
         self,
@@ -274,24 +270,14 @@ class PackedDataset:
         self._eot_id = 0 if self.eot is None else self.eot
         self._pool = BufferPool()
         self._mlm = self.mode == Mode.MLM
-        shift = LABELS_NEXT if self.label_shift == LabelShift.NEXT else LABELS_HF
-        self._label_mode = LABELS_NONE if self._mlm else shift
+        self._label_mode = label_mode(self.mode, self.label_shift)
         # One single-sample buffer: 4 * seqlen, + cu_seqlens with int32 output (int64: 2 arrays).
         self._one_buffer = self.dtype == np.int32
         cu_at = 4 * self.seqlen if self._one_buffer else 0  # where one_bin writes cu_seqlens
         eot = (int(self.eot is not None), self._eot_id)
         params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, self.ignore_index]
         self._params = np.array(params, dtype=np.int64)
-        self._plan = cached_plan(
-            self.store,
-            self.seqlen,
-            add_eot=self.eot is not None,
-            long_docs=self.long_docs,
-            algorithm=self.algorithm,
-            lookahead=self.lookahead,
-            region_tokens=self.region_tokens,
-            cache=self.cache,
-        )
+        self._plan = store_plan(self.store, self.plan_spec, cache=self.cache)
 
     @property
     def _plan(self) -> PackingPlan:
@@ -327,6 +313,21 @@ class PackedDataset:
         self._setup()
 
     # ------------------------------------------------------------------------------- facts
+    @property
+    def lookahead(self) -> int:
+        """Open bins of ``"online"`` (:attr:`plan_spec`'s)."""
+        return self.plan_spec.lookahead
+
+    @property
+    def algorithm(self) -> str:
+        """The packing algorithm's canonical name (:attr:`plan_spec`'s)."""
+        return self.plan_spec.algorithm
+
+    @property
+    def region_tokens(self) -> int | None:
+        """Tokens per region, ``"auto"`` resolved; None: one region (:attr:`plan_spec`'s)."""
+        return self.plan_spec.region_tokens
+
     def __len__(self) -> int:
         return self._plan.n_bins
 

@@ -1,10 +1,11 @@
 """The checked options of a :class:`~mmpack.views.packed.PackedDataset`, in one place.
 
 :func:`packed_config` validates every constructor argument once: the rows' options by the one
-check both packers share (:func:`mmpack.packing.options.check_row_options`), then lookahead, the
-plan's options and the output type.  It returns a :class:`PackedConfig` (a
-:class:`~mmpack.packing.options.RowOptions` with the plan's and the output's fields) whose
-fields become the dataset's public attributes.  Nothing here runs per sample.
+check both packers share (:func:`mmpack.packing.options.check_row_options`), then the
+plan's options (a :class:`~mmpack.packing.options.PlanSpec`) and the output type.  It
+returns a :class:`PackedConfig` (a :class:`~mmpack.packing.options.RowOptions` with the plan's
+and the output's fields) whose fields become the dataset's public attributes.  Nothing here
+runs per sample.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import numpy as np
 
 from mmpack.core.constants import IGNORE_INDEX
 from mmpack.core.options import PackingAlgorithm
-from mmpack.core.validation import check_int_range
-from mmpack.packing.options import RowOptions, check_row_options
-from mmpack.packing.plan_file import plan_cache_key
+from mmpack.packing.options import PlanSpec, RowOptions, check_row_options
 from mmpack.store.reader import TokenStore
 from mmpack.views.window import output_dtype
 
@@ -31,11 +30,10 @@ class PackedConfig(RowOptions):
     """A packed view's parameters, checked and in canonical form (see ``PackedDataset``): its
     rows' options and the plan's and output's."""
 
-    lookahead: int
-    algorithm: str
-    region_tokens: int | None
     cache: bool
     dtype: np.dtype
+    plan_spec: PlanSpec
+    """The plan's parameters (the view's ``lookahead``, ``algorithm`` and ``region_tokens``)."""
 
 
 SAMPLE_FIELDS = (
@@ -97,11 +95,7 @@ def packed_config(
         store=store,
         check_vocab=check_vocab,
     )
-    lookahead = check_int_range(lookahead, "lookahead", None)
-    # Validates algorithm, lookahead and region_tokens with the messages of mmpack.packing.plan,
-    # and resolves region_tokens="auto".
-    key = plan_cache_key(
-        "",
+    plan = PlanSpec(
         rows.seqlen,
         add_eot=rows.eot is not None,
         long_docs=rows.long_docs,
@@ -116,9 +110,7 @@ def packed_config(
     )
     return PackedConfig(
         **vars(rows),
-        lookahead=lookahead,
-        algorithm=algorithm.value,
-        region_tokens=key["region_tokens"],
         cache=bool(cache),
         dtype=out_dtype,
+        plan_spec=plan,
     )

@@ -17,8 +17,7 @@ import numpy as np
 
 from mmpack.errors import FormatError
 from mmpack.kernels.masking import mlm_indexed_rows
-from mmpack.kernels.packed_rows import mask_pieces
-from mmpack.kernels.packing import fill_rows, one_bin, select_pieces
+from mmpack.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
 from mmpack.packing.masking import corrupt_rows, row_keys
 from mmpack.packing.plan import PackingPlan
 from mmpack.packing.plan_pieces import decode_bin
