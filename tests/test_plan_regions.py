@@ -38,7 +38,7 @@ def ref_regions(lens, region_tokens, seqlen, eot):
     n, r = len(lens), region_tokens
     pos = [sum(int(x) for x in lens[:d]) for d in range(n + 1)]
     k_slots = max(1, -(-pos[n] // r))
-    sigma = min(1024, 2 * seqlen // 5)
+    sigma = min(2 * seqlen // 5, max(1024, 5 * seqlen // 32))
     edges = [0]
     for k in range(1, k_slots):
         nominal = next((d for d in range(n + 1) if pos[d] >= k * r), n)
@@ -131,7 +131,7 @@ def test_streaming_algorithms_pack_each_region_like_the_reference(case, window, 
 @given(
     st.lists(st.integers(0, 50), max_size=60),
     st.integers(1, 400),
-    st.integers(1, 64),
+    st.one_of(st.integers(1, 64), st.integers(6000, 40000)),  # either side of 5 S / 32 > 1024
     st.integers(0, 1),
     st.data(),
 )
@@ -160,6 +160,20 @@ def test_regions_cut_where_they_fill_their_bins_cost_under_half_a_bin_each():
     plan = build_plan(lens, 2048, add_eot=True, region_tokens=512 * 2048)
     assert plan.n_regions > 200
     assert plan.n_bins - whole <= 0.5 * plan.n_regions
+
+
+def test_regions_at_long_seqlen_leave_five_32nds_of_a_bin_free():
+    """At seqlen 8192 best fit's gaps in a region of 2048 bins add up to 300-1300 slots (longer
+    documents, more), so a region is left ``5 S / 32`` = 1280 free slots, not 1024: its edges end
+    its slots that far under a multiple of seqlen, give or take the search's granularity."""
+    rng = np.random.default_rng(0)
+    lens = np.maximum(1, rng.lognormal(6.4, 1.3, 40_000)).astype(np.int64)
+    s, r_tokens = 8192, 64 * 8192
+    offsets = np.concatenate([[0], np.cumsum(lens + 1)])
+    edges = region_edges(np.concatenate([[0], np.cumsum(lens)]), r_tokens, s, 1)
+    free = (-np.diff(offsets[edges[:-1]])) % s  # each inner region's free slots in its last bin
+    assert len(free) > 50
+    assert abs(float(np.median(free)) - 1280) < 100
 
 
 @given(st.lists(st.integers(0, 80), max_size=120), st.integers(1, 40), st.booleans())

@@ -77,9 +77,10 @@ CHUNK_BYTES = 1 << 24
 """Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
 checks on first use."""
 
-_KEY_VERSION = 5
+_KEY_VERSION = 6
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key
-(5: region edges moved to where regions fill their bins)."""
+(6: regions left ``5 * seqlen // 32`` free slots above ``seqlen`` 6553; 5: region edges moved to
+where regions fill their bins)."""
 
 _MAGIC = b"MMPKPLAN"
 _ALIGN = 64

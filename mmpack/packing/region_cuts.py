@@ -7,9 +7,10 @@ search; slot 0's edge is document 0).  A region packed alone fills its last bin 
 total is just under a multiple of ``S = seqlen``, so each inner edge is the document ``d`` within
 :data:`EDGE_SEARCH_DOCS` of ``n_k`` (starting in ``[k R - R // 2, (k + 1) R - R // 2)``) with the
 smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower),
-``sigma = min(EDGE_SLACK, 2 S // 5)``: a region is left about ``sigma`` free slots, the room
-best-fit decreasing needs for its small gaps (0.1-0.45 bins a region over its share of the
-whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks regions``).  No
+``sigma = min(2 S // 5, max(EDGE_SLACK, 5 S // 32))``: a region is left about ``sigma`` free
+slots, the room best-fit decreasing needs for its small gaps (0.1-0.45 bins a region over its
+share of the whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks
+regions``).  No
 edge depends on another, so any process cuts a range of slots alike; the search windows are
 disjoint and ordered, so edges never decrease.  Slot counts are exact for ``long_docs="split"``,
 estimates otherwise.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot, reading only those offsets.
@@ -39,7 +40,8 @@ EDGE_SEARCH_DOCS = 256
 """Documents on each side of a nominal region edge among which the edge is chosen."""
 
 EDGE_SLACK = 1024
-"""The most free slots a region's edges leave it (``sigma``, see the module docstring)."""
+"""The free slots a region's edges leave it (``sigma``, see the module docstring) at ``seqlen``
+2560-6553; fewer below (``2 S // 5``), ``5 S // 32`` above."""
 
 
 def n_region_slots(num_tokens: int, region_tokens: int) -> int:
@@ -55,8 +57,12 @@ def whole_store_edges(n_docs: int) -> np.ndarray:
 
 
 def edge_slack(seqlen: int) -> int:
-    """``sigma = min(EDGE_SLACK, 2 * seqlen // 5)``: the free slots a region's edges aim at."""
-    return min(EDGE_SLACK, 2 * int(seqlen) // 5)
+    """``sigma = min(2 * seqlen // 5, max(EDGE_SLACK, 5 * seqlen // 32))``: the free slots a
+    region's edges aim at.  Best fit's gaps in a region of 2048 bins add up to 200-800 slots at
+    ``seqlen`` 2048 and 300-1300 at 8192 (more for longer documents), so the floor of 1024 would
+    leave a region of long documents too little room at 8192 (a bin more in most regions)."""
+    s = int(seqlen)
+    return min(2 * s // 5, max(EDGE_SLACK, 5 * s // 32))
 
 
 def region_edges(
