@@ -42,8 +42,8 @@ region can be packed in another process (:mod:`mmpack.packing.plan_regions`).  C
 algorithm's over each region, one region's lengths held at a time; best-fit decreasing's groups
 of identical bins form less in a region of 2048 bins than over a whole store, so a region plan
 takes 0.4-5x the whole-store plan's time (about 5 * 10^6 documents/s or more on one core; the
-parts can run in parallel); bins: 0.1-0.45 bins more per region than whole-store best fit
-(+0.005-0.021% at ``"auto"``, ``python -m benchmarks regions``).
+parts can run in parallel); bins: 0.05-0.45 bins more per region than whole-store best fit
+(+0.002-0.023% at ``"auto"``, ``python -m benchmarks regions``).
 
 Option names are the :class:`~mmpack.core.options.LongDocs` and
 :class:`~mmpack.core.options.PackingAlgorithm` values, checked by

@@ -79,8 +79,9 @@ checks on first use."""
 
 _KEY_VERSION = 6
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key
-(6: regions left ``5 * seqlen // 32`` free slots above ``seqlen`` 6553; 5: region edges moved to
-where regions fill their bins)."""
+(6: regions left the free slots best fit needs in a few regions packed alone,
+:func:`~mmpack.packing.region_cuts.region_slack`; 5: region edges moved to where regions fill
+their bins)."""
 
 _MAGIC = b"MMPKPLAN"
 _ALIGN = 64

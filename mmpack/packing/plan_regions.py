@@ -29,7 +29,9 @@ plan held in memory (tested), in the place :func:`cached_plan` looks, so a
 :class:`~mmpack.views.packed.PackedDataset` with that ``region_tokens`` opens it.
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
-regions; its memory is its documents' lengths and plan.  The driver: O(K) for the tasks, then the
+regions; its memory is its documents' lengths and plan.  The driver: the packing of the few
+regions that set every region's free slots (:func:`~mmpack.packing.region_cuts.region_slack`,
+passed to every task), O(K) for the tasks, then the
 join copies the plan arrays once (about 10 bytes per C4-like document) through a buffer of
 :data:`JOIN_CHUNK` entries and reads them once more for the digests.  The engines that run the
 tasks (serially, on Dask) are the ingestion layer's (:mod:`mmpack.ingest.region_plan`).
@@ -61,7 +63,7 @@ from mmpack.packing.plan_file import (
     write_plan_file,
 )
 from mmpack.packing.plan_stats import merge_stats
-from mmpack.packing.region_cuts import n_region_slots, region_edges
+from mmpack.packing.region_cuts import n_region_slots, region_edges, region_slack
 
 __all__ = [
     "JOIN_CHUNK",
@@ -106,8 +108,9 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
 
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
     worker by its location), the plan parameters of :func:`~mmpack.packing.plan.build_plan`
-    (``region_tokens`` an int) and ``"key"``, the whole plan's key (the part's is
-    :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
+    (``region_tokens`` an int), ``"slack"``, the whole plan's
+    :func:`~mmpack.packing.region_cuts.region_slack`, and ``"key"``, the whole plan's key (the
+    part's is :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
     part's documents only, and checks only the pages of the index those lie on (a store is
     opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
@@ -122,6 +125,7 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
         int(options["add_eot"]),
         lo,
         hi,
+        options["slack"],
     )
     first, last = int(edges[0]), int(edges[-1])
     lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
@@ -252,6 +256,7 @@ def build_plan_in_parts(
     tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
     options = {name: key[name] for name in ("seqlen", "add_eot", "long_docs", "algorithm")}
     options |= {"store": store, "key": key, "region_tokens": r, "lookahead": int(lookahead)}
+    options["slack"] = region_slack(store.mapped_offsets, r, key["seqlen"], int(key["add_eot"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(dir=path.parent, prefix=".plan-parts-"))
     try:

@@ -6,14 +6,15 @@ slot ``k``'s nominal edge ``n_k`` is the first document starting at or after ``k
 search; slot 0's edge is document 0).  A region packed alone fills its last bin only if its slot
 total is just under a multiple of ``S = seqlen``, so each inner edge is the document ``d`` within
 :data:`EDGE_SEARCH_DOCS` of ``n_k`` (starting in ``[k R - R // 2, (k + 1) R - R // 2)``) with the
-smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower),
-``sigma = min(2 S // 5, max(EDGE_SLACK, 5 S // 32))``: a region is left about ``sigma`` free
-slots, the room best-fit decreasing needs for its small gaps (0.1-0.45 bins a region over its
-share of the whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks
-regions``).  No
-edge depends on another, so any process cuts a range of slots alike; the search windows are
-disjoint and ordered, so edges never decrease.  Slot counts are exact for ``long_docs="split"``,
-estimates otherwise.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot, reading only those offsets.
+smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower):
+a region is left about ``sigma`` free slots, the room its best fit needs for the small gaps it
+cannot fill, ``G`` (:func:`region_slack`: 1.3 times the most ``G`` of :data:`EDGE_PROBES` slots'
+regions packed alone, plus 32, at most :func:`edge_slack`; 0.05-0.45 bins a region over the
+whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks regions``).  No
+edge depends on another, so any process cuts a range of slots alike (given ``sigma``); the search
+windows are disjoint and ordered, so edges never decrease.  Slot counts are exact for
+``long_docs="split"``, estimates otherwise.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot, reading
+only those offsets, and the best fit of the probes' documents once.
 
 Blocks (:func:`region_blocks`).  The bins of a region hold documents from anywhere in it, so the
 smallest set of bins that reads one contiguous span of the store is a region; a block is a run
@@ -26,13 +27,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from mmpack.kernels import packing as _k
+
 __all__ = [
+    "EDGE_PROBES",
     "EDGE_SEARCH_DOCS",
     "EDGE_SLACK",
     "edge_slack",
     "n_region_slots",
     "region_blocks",
     "region_edges",
+    "region_slack",
     "whole_store_edges",
 ]
 
@@ -40,8 +45,11 @@ EDGE_SEARCH_DOCS = 256
 """Documents on each side of a nominal region edge among which the edge is chosen."""
 
 EDGE_SLACK = 1024
-"""The free slots a region's edges leave it (``sigma``, see the module docstring) at ``seqlen``
-2560-6553; fewer below (``2 S // 5``), ``5 S // 32`` above."""
+"""The most free slots a region's edges leave it (``sigma``, see :func:`edge_slack`) at
+``seqlen`` 2560-6553; fewer below (``2 S // 5``), ``5 S // 32`` above."""
+
+EDGE_PROBES = 3
+"""Region slots packed alone to measure the gaps best fit leaves (:func:`region_slack`)."""
 
 
 def n_region_slots(num_tokens: int, region_tokens: int) -> int:
@@ -65,6 +73,60 @@ def edge_slack(seqlen: int) -> int:
     return min(2 * s // 5, max(EDGE_SLACK, 5 * s // 32))
 
 
+def region_slack(offsets: np.ndarray, region_tokens: int, seqlen: int, eot: int) -> int:
+    """``sigma``: the free slots every region's edges leave it, a pure function of the lengths.
+
+    The slots ``(2 i + 1) K // (2 EDGE_PROBES)`` (``i < EDGE_PROBES``, distinct; none when
+    ``K == 1``) are probes: each one's documents (those starting in ``[k R, (k + 1) R)``) are
+    packed alone by best-fit decreasing (``long_docs="split"``) and ``G``, the free slots of all
+    its bins but the emptiest, is what a region needs free for its last bin to take the rest.
+    ``sigma = min(edge_slack(seqlen), (13 * max G + 9) // 10 + 32)``.  Reads ``EDGE_PROBES``
+    regions' offsets and packs them: about as long as that many regions of a plan.
+
+    Parameters
+    ----------
+    offsets : numpy.ndarray, int64, shape (n_docs + 1,)
+        As :func:`region_edges`; region_tokens, seqlen, eot as there.
+
+    Returns
+    -------
+    int
+        In ``[0, edge_slack(seqlen)]``.
+    """
+    n = int(offsets.shape[0]) - 1
+    r_tokens, s = int(region_tokens), int(seqlen)
+    k_slots = n_region_slots(int(offsets[n]), r_tokens)
+    probes = {(2 * i + 1) * k_slots // (2 * EDGE_PROBES) for i in range(EDGE_PROBES)}
+    most = 0
+    for k in sorted(probes) if k_slots > 1 else []:
+        a = int(np.searchsorted(offsets, k * r_tokens, side="left"))
+        b = max(a, min(n, int(np.searchsorted(offsets, (k + 1) * r_tokens, side="left"))))
+        # unchecked offsets: a decrease (which the plan's reads refuse) counts as empty here
+        lens = np.maximum(np.diff(np.asarray(offsets[a : b + 1], dtype=np.int64)), 0)
+        most = max(most, _unfilled(lens, s, eot))
+    return min(edge_slack(s), (13 * most + 9) // 10 + 32)
+
+
+def _unfilled(lens: np.ndarray, seqlen: int, eot: int) -> int:
+    """The free slots of all but the emptiest bin of the best-fit-decreasing plan of documents of
+    ``lens`` tokens (int64; split at ``seqlen``, an eot slot after each when ``eot``)."""
+    lens.flags.writeable = False  # the plan's kernel signature (read-only int64)
+    occ = np.empty(lens.shape[0], dtype=np.int32)
+    stats = np.zeros(_k.N_STATS, dtype=np.int64)
+    _k.item_sizes(lens, seqlen, eot, _k.LONG_SPLIT, occ, stats)
+    m = int(stats[_k.ST_FULL_PIECES] + stats[_k.ST_PLACED_DOCS])
+    if m == 0:
+        return 0
+    bin_ptr = np.zeros(m + 1, dtype=np.int64)
+    docs, starts = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    piece_len = np.empty(m, dtype=np.int32)
+    univ = int(stats[_k.ST_UNIVERSE])
+    nb = _k.bfd(lens, occ, seqlen, eot, _k.LONG_SPLIT, bin_ptr, docs, starts, piece_len, univ=univ)
+    slots = np.minimum(piece_len.astype(np.int64) + eot, seqlen)  # a full piece has no eot
+    free = seqlen - np.add.reduceat(slots, bin_ptr[:nb])
+    return int(free.sum() - free.max())
+
+
 def region_edges(
     offsets: np.ndarray,
     region_tokens: int,
@@ -72,6 +134,7 @@ def region_edges(
     eot: int,
     lo: int = 0,
     hi: int | None = None,
+    slack: int | None = None,
 ) -> np.ndarray:
     """The document edges of the non-empty regions among slots ``[lo, hi)``.
 
@@ -88,6 +151,9 @@ def region_edges(
         Slots after every document (1 with an end-of-text token, else 0).
     lo, hi : int
         Slots, ``0 <= lo <= hi <= K`` (``hi`` None: ``K``, see :func:`n_region_slots`).
+    slack : int, optional
+        ``sigma``, :func:`region_slack` of these arguments (computed when None: a caller
+        cutting the slots in parts computes it once and passes it to each).
 
     Returns
     -------
@@ -104,7 +170,7 @@ def region_edges(
     hi = k_slots if hi is None else hi
     if not 0 <= lo <= hi <= k_slots:
         raise ValueError(f"region slots [{lo}, {hi}) are outside [0, {k_slots}]")
-    sigma = edge_slack(s)
+    sigma = region_slack(offsets, r_tokens, s, e) if slack is None else int(slack)
     half = r_tokens // 2
     edges = np.empty(hi - lo + 1, dtype=np.int64)
     for j, k in enumerate(range(lo, hi + 1)):
