@@ -118,7 +118,7 @@ def test_regions_that_do_not_cut_the_plan_in_order_are_refused(tmp_path):
 def test_the_cache_key_names_every_parameter_once():
     key = plan_cache_key("f" * 16, 2048, add_eot=True, algorithm="online", lookahead=3)
     assert key == {
-        "format": 5,
+        "format": 6,
         "fingerprint": "f" * 16,
         "seqlen": 2048,
         "add_eot": True,

@@ -69,12 +69,12 @@ DEFAULT_REGION_BINS = 2048
 """Bins per region of a plan packed per region with ``region_tokens="auto"``: regions of
 ``DEFAULT_REGION_BINS * seqlen`` tokens, a region holding about 2048 samples whatever the row
 length.  A region packed on its own fills ``ceil(slots / seqlen)`` bins at best; its edges are
-moved to nearby document boundaries where that ceiling wastes about ``min(1024, 0.4 * seqlen)``
-slots, the room best fit needs for the gaps it leaves (:mod:`mmpack.packing.region_cuts`), so a
-region costs 0.1-0.45 bins more than its share of the whole-store best fit (0.6-0.8 with edges at
-the nominal token cut): measured +0.017% and +0.021% at seqlen 2048, +0.005% and +0.013% at 8192
-on 10^6 documents of lognormal lengths (C4-like and longer web documents; ``python -m benchmarks
-regions``)."""
+moved to nearby document boundaries where that ceiling wastes about the room best fit needs for
+the gaps it leaves, measured on a few regions packed alone (:mod:`mmpack.packing.region_cuts`), so
+a region costs 0.05-0.45 bins more than its share of the whole-store best fit (0.6-0.8 with edges
+at the nominal token cut): measured +0.009% and +0.021% at seqlen 2048, +0.002% and +0.007% at
+8192 on 10^6-10^7 documents of lognormal lengths (C4-like and longer web documents; ``python -m
+benchmarks regions``)."""
 
 
 class Mode(StrEnum):

@@ -71,9 +71,11 @@ CHUNK_BYTES = 1 << 24
 """Bytes of an array per recorded digest (16 MiB, the store's block): the unit a reopened plan
 checks on first use."""
 
-_KEY_VERSION = 5
+_KEY_VERSION = 6
 """Version of the plan algorithms and key fields, recorded as ``"format"`` in every cache key
-(5: region edges moved to where regions fill their bins)."""
+(6: regions left the free slots best fit needs in a few regions packed alone,
+:func:`~mmpack.packing.region_cuts.region_slack`; 5: region edges moved to where regions fill
+their bins)."""
 
 _MAGIC = b"MMPKPLAN"
 _WIDEST = 2**64 - 1

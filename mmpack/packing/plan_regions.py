@@ -19,9 +19,9 @@ them (:func:`~mmpack.packing.plan.pack_regions`) and writes a part file atomical
 by the parts before it: byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes
 for the plan in memory, where :func:`cached_plan` looks.
 
-Cost.  A task: O(its documents + slots * log n) reads of the offsets and the packing of its
-regions, in memory.  The join copies the plan arrays once through a buffer of :data:`JOIN_CHUNK`
-entries and reads them again for the digests.  Engines: :mod:`mmpack.ingest.region_plan`.
+Cost.  A task: O(its documents + slots * log n) reads of the offsets and its regions' packing.
+The driver packs the probes of :func:`~mmpack.packing.region_cuts.region_slack` once; the join
+copies the plan arrays once (:data:`JOIN_CHUNK` at a time) and reads them again for the digests.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from mmpack.packing.plan_file import (
     write_plan_file,
 )
 from mmpack.packing.plan_stats import merge_stats
-from mmpack.packing.region_cuts import n_region_slots, region_edges
+from mmpack.packing.region_cuts import n_region_slots, region_edges, region_slack
 
 __all__ = [
     "JOIN_CHUNK",
@@ -94,8 +94,9 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
 
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
     worker by its location), ``"spec"``, the plan's :class:`~mmpack.packing.options.PlanSpec`
-    (``region_tokens`` an int), and ``"key"``, the whole plan's key (the part's is
-    :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
+    (``region_tokens`` an int), ``"slack"``, the whole plan's
+    :func:`~mmpack.packing.region_cuts.region_slack`, and ``"key"``, the whole plan's key (the
+    part's is :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
     part's documents only, and checks only the pages of the index those lie on (a store is
     opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
@@ -104,7 +105,13 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     store, spec = options["store"], options["spec"]
     # a binary search over the mapping, then only the part's pages of the index are checked
     edges = region_edges(
-        store.mapped_offsets, spec.region_tokens, spec.seqlen, int(spec.add_eot), lo, hi
+        store.mapped_offsets,
+        spec.region_tokens,
+        spec.seqlen,
+        int(spec.add_eot),
+        lo,
+        hi,
+        options["slack"],
     )
     first, last = int(edges[0]), int(edges[-1])
     lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
@@ -217,7 +224,9 @@ def build_plan_in_parts(
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
     tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
-    options = {"store": store, "key": key, "spec": spec}
+    # the probes' pages of the index are checked before they are read
+    slack = region_slack(store.mapped_offsets, r, spec.seqlen, int(spec.add_eot), store.doc_bounds)
+    options = {"store": store, "key": key, "spec": spec, "slack": slack}
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(dir=path.parent, prefix=".plan-parts-"))
     try:
