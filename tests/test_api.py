@@ -7,8 +7,10 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +49,32 @@ def test_module_all_is_sorted_and_defined(name):
     assert list(names) == sorted(names), name
     for attr in names:
         assert hasattr(module, attr), f"{name}.__all__ lists {attr!r}, which it does not define"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_SOURCES = ("mmpack", "tests", "benchmarks", "docs", "notebooks", "README.md")
+"""Where a public name may be used: another module, a test, a benchmark, a page or a notebook."""
+
+
+def test_every_public_name_has_a_user():
+    """A name a module exports (its ``__all__``) is used outside that module: by another module,
+    a test, a benchmark, a page or a notebook; else it is private (``_name``) or gone."""
+    texts = {}
+    for top in USER_SOURCES:
+        root = ROOT / top
+        paths = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+        for path in paths:
+            if path.suffix in (".py", ".md", ".ipynb") and "__pycache__" not in path.parts:
+                texts[path] = path.read_text(errors="replace")
+    unused = []
+    for name in MODULES:
+        module = importlib.import_module(name)
+        own = Path(module.__file__).resolve()
+        for attr in getattr(module, "__all__", ()):
+            word = re.compile(rf"\b{re.escape(attr)}\b")
+            if not any(word.search(text) for path, text in texts.items() if path != own):
+                unused.append(f"{name}.{attr}")
+    assert not unused, f"public names nothing outside their module uses: {unused}"
 
 
 def test_cli_helpers_are_public_and_load_lazily():

@@ -21,7 +21,7 @@ import mmpack
 from mmpack.torch.collate import Collator, collate
 from mmpack.torch.cp_batch import BatchLayout, batch_layout
 from mmpack.torch.hf import DataCollator
-from mmpack.views.cp_layout import cp_layout, zigzag_indices
+from mmpack.views.cp_layout import CPLayout, cp_layout, zigzag_indices
 
 PAD, IGNORE = 7, -100
 FIELDS = ("input_ids", "position_ids", "targets", "attention_mask", "loss_mask")
@@ -124,6 +124,7 @@ def test_shares_are_te_partition_of_the_padded_batch_built_token_by_token(sample
 
 def test_worked_example_of_the_layout():
     layout = cp_layout(np.array([0, 3, 8]), 2)
+    assert isinstance(layout, CPLayout) and layout.max_seqlen == 8
     assert layout.cu_seqlens_padded.tolist() == [0, 4, 12] and layout.padding == 4
     assert zigzag_indices(layout.cu_seqlens_padded, 2, 0).tolist() == [0, 3, 4, 5, 10, 11]
     assert zigzag_indices(layout.cu_seqlens_padded, 2, 1).tolist() == [1, 2, 6, 7, 8, 9]

@@ -17,7 +17,7 @@ import transformers
 
 from mmpack.store.writer import build
 from mmpack.torch.collate import collate
-from mmpack.torch.hf import hf_inputs
+from mmpack.torch.hf import ATTN_IMPLEMENTATIONS, hf_inputs
 from mmpack.views.packed import PackedDataset
 from mmpack.views.window import WindowDataset
 
@@ -211,6 +211,7 @@ def test_flash_form_is_the_packed_path_transformers_detects(store):
 
 def test_hf_inputs_validation(store):
     batch = _batch(store)
+    assert "flash" not in ATTN_IMPLEMENTATIONS  # the name is flash_attention_2
     with pytest.raises(ValueError, match="attn_implementation='flash'"):
         hf_inputs(batch, "flash")
     with pytest.raises(ValueError, match="label_shift='left'"):

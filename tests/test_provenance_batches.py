@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 import mmpack
 from mmpack.sampling.mixture import Mixture
-from mmpack.torch.collate import Collator, collate
+from mmpack.torch.collate import PROVENANCE, Collator, collate
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.views.packed import PackedDataset
 from mmpack.views.provenance import PIECE_FIELDS, parent_docs, parent_located
@@ -72,8 +72,8 @@ def test_window_batches_say_what_locate_says(
     assert got == [ds.locate(i) for i in idx]
     if idx:
         batch = collate(ds.__getitems__(idx), provenance=True)
-        assert rows_of(batch["provenance"], len(idx)) == got
-        assert all(isinstance(v, torch.Tensor) for v in batch["provenance"].values())
+        assert rows_of(batch[PROVENANCE], len(idx)) == got
+        assert all(isinstance(v, torch.Tensor) for v in batch[PROVENANCE].values())
 
 
 @given(

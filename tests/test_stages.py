@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import mmpack
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.torch.sampler import ResumableSampler
-from mmpack.torch.stages import Stages, stage_seed
+from mmpack.torch.stages import StageDataset, Stages, stage_seed
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -454,6 +454,7 @@ def test_a_dataloader_gets_each_stage_at_its_seqlen_and_batch_size(tmp_path):
     short = mmpack.WindowDataset(store, seqlen=8)
     long = mmpack.WindowDataset(store, seqlen=32)
     stages = mmpack.Stages([(8 * 6 * 4, short, 6), (32 * 2 * 3, long, 2)], unit="tokens")
+    assert isinstance(stages.dataset, StageDataset)
     loader = DataLoader(stages.dataset, batch_sampler=stages, collate_fn=collate, num_workers=1)
     shapes = [tuple(b["input_ids"].shape) for b in loader]
     assert shapes == [(6, 8)] * 4 + [(2, 32)] * 3

@@ -18,7 +18,6 @@ __all__ = [
     "LongDocs",
     "MegatronSplit",
     "Mode",
-    "OnError",
     "PackingAlgorithm",
     "SourceFormat",
     "StrEnum",
@@ -113,15 +112,6 @@ class Backend(StrEnum):
     """Raw little-endian files, memory-mapped (the default)."""
     ZARR = "zarr"
     """A Zarr v3 group (compressed chunks)."""
-
-
-class OnError(StrEnum):
-    """What ingestion does with a record that cannot become a document."""
-
-    SKIP = "skip"
-    """Report it and go on."""
-    FAIL = "fail"
-    """Stop; nothing is written."""
 
 
 class MegatronSplit(StrEnum):

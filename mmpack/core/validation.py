@@ -8,7 +8,7 @@ Python, never a meaningful index or length).
 This module is the one place that bounds integers: every count, size, stride or id mmpack takes
 ends up in int64 arithmetic (numpy, numba), where a Python int past 2**63 fails with numba's or
 numpy's own error ("Python int too large to convert to C long").  :func:`check_int_range` and
-:func:`check_positive_int` therefore always have an upper bound, :data:`MAX_INT` (2**62, which
+:func:`check_positive_int` therefore always have an upper bound, :data:`_MAX_INT` (2**62, which
 leaves int64 room for a sum or a doubling) unless the caller gives its own.
 """
 
@@ -27,7 +27,6 @@ from mmpack.core.options import DEFAULT_REGION_BINS
 
 __all__ = [
     "EpochIndex",
-    "MAX_INT",
     "check_block_bounds",
     "check_bool",
     "check_dtype",
@@ -68,19 +67,19 @@ def check_int(value: Any, name: str) -> int:
         ) from None
 
 
-MAX_INT = 2**62
+_MAX_INT = 2**62
 """The largest integer argument accepted where no tighter bound is given."""
 
 
 def check_int_range(value: Any, name: str, lo: int | None, hi: int | None = None) -> int:
     """:func:`check_int`, then ``ValueError`` unless ``lo <= value < hi``; without ``hi``,
-    unless ``lo <= value <= MAX_INT`` (2**62).  ``lo=None``: only the upper bound (for callers
+    unless ``lo <= value <= _MAX_INT`` (2**62).  ``lo=None``: only the upper bound (for callers
     that check the lower one with a message of their own)."""
     v = check_int(value, name)
     if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v}")
     if hi is None:
-        if v > MAX_INT:
+        if v > _MAX_INT:
             raise ValueError(f"{name} must be <= 2**62, got {v}")
     elif v >= hi:
         raise ValueError(f"{name} must be < {_power(hi)}, got {v}")
@@ -228,7 +227,7 @@ def check_block_bounds(bounds: Any, n: int, name: str = "block_bounds") -> np.nd
             f"{name} must be a one-dimensional integer array, got dtype {arr.dtype} "
             f"and shape {arr.shape}"
         )
-    if arr.dtype == np.uint64 and int(arr.max()) >= MAX_INT:
+    if arr.dtype == np.uint64 and int(arr.max()) >= _MAX_INT:
         raise ValueError(f"{name} holds {int(arr.max())}, past 2**62")
     out = np.array(arr, dtype=np.int64, copy=True)
     if int(out[0]) != 0:

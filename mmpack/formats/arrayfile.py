@@ -30,9 +30,9 @@ from mmpack.store.checked_file import (
 )
 from mmpack.store.integrity import block_digest
 
-__all__ = ["ARRAY_FILE_FORMAT", "load_arrays", "save_arrays"]
+__all__ = ["load_arrays", "save_arrays"]
 
-ARRAY_FILE_FORMAT = 1
+_ARRAY_FILE_FORMAT = 1
 """Version of the layout written and read."""
 
 _MAGIC = b"MMPKARRS"
@@ -62,7 +62,7 @@ def save_arrays(
         for name, arr in data.items()
     }
     header: dict[str, Any] = {
-        "format": ARRAY_FILE_FORMAT,
+        "format": _ARRAY_FILE_FORMAT,
         "key": key,
         "info": info or {},
         "arrays": layout,
@@ -105,7 +105,7 @@ def load_arrays(
         info = header["info"]
     except (KeyError, TypeError) as exc:
         raise FormatError(f"{path}: unreadable array file header ({exc})") from None
-    if version != ARRAY_FILE_FORMAT:
+    if version != _ARRAY_FILE_FORMAT:
         raise FormatError(f"{path}: array file format {version!r}, this mmpack reads 1")
     if stored_key != json.loads(json.dumps(key)):
         raise StateMismatchError(

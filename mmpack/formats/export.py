@@ -33,9 +33,9 @@ from mmpack.formats.eos_separated import olmo_metadata_path
 from mmpack.formats.megatron import MAGIC, megatron_paths
 from mmpack.store.reader import TokenStore
 
-__all__ = ["MEGATRON_EXPORT_DTYPES", "export_flat", "export_megatron"]
+__all__ = ["export_flat", "export_megatron"]
 
-MEGATRON_EXPORT_DTYPES: dict[int, tuple[int, np.dtype]] = {
+_MEGATRON_EXPORT_DTYPES: dict[int, tuple[int, np.dtype]] = {
     1: (1, np.dtype("<u1")),
     2: (8, np.dtype("<u2")),
     4: (4, np.dtype("<i4")),
@@ -122,7 +122,7 @@ def export_megatron(
     store = _check_store(store, "Megatron's .bin/.idx")
     _, bin_path, idx_path = megatron_paths(prefix)
     _targets_free([bin_path, idx_path], overwrite)
-    code, out_dtype = MEGATRON_EXPORT_DTYPES[store.dtype.itemsize]
+    code, out_dtype = _MEGATRON_EXPORT_DTYPES[store.dtype.itemsize]
     lens = store.doc_lens
     if lens.size and int(lens.max()) > np.iinfo(np.int32).max:
         raise ValueError(

@@ -54,12 +54,10 @@ from mmpack.store.format import BLOCK_BYTES, StoreMeta
 from mmpack.store.reader import TokenStore, reopen_pickled
 
 __all__ = [
-    "FlatBackend",
     "ForeignStore",
     "INDEX_SETTLE_NS",
     "TokenSource",
     "cache_root",
-    "drop_index",
     "file_identity",
     "load_index",
     "map_tokens",
@@ -169,7 +167,7 @@ def _map_npy(path: Path) -> np.ndarray:
         return map_file(f.fileno(), header, shape[0] * dtype.itemsize).view(dtype)
 
 
-def drop_index(root: Path, key: dict[str, Any]) -> None:
+def _drop_index(root: Path, key: dict[str, Any]) -> None:
     """Remove the cached index of ``key`` (found stale by ``verify()``)."""
     for p in _index_files(root, key):
         with contextlib.suppress(OSError):
@@ -216,7 +214,7 @@ def map_tokens(path: Path, dtype: np.dtype, offset: int, count: int) -> np.ndarr
         return map_file(f.fileno(), offset, count * dtype.itemsize).view(dtype)
 
 
-class FlatBackend(Backend):
+class _FlatBackend(Backend):
     """Tokens as one mapped array and an in-memory (or mapped) int64 ``offsets``."""
 
     name = "foreign"
@@ -312,7 +310,7 @@ class ForeignStore(TokenStore):
         self._source_files = source_files
         self._token_source = token_source
         self._sums: dict[str, Sums] | None = None  # recorded sums kept in memory
-        backend = FlatBackend(path, meta, tokens, offsets)
+        backend = _FlatBackend(path, meta, tokens, offsets)
         reads = None
         if verify_reads:
             reads = SidecarReads(
@@ -395,7 +393,7 @@ class ForeignStore(TokenStore):
         except FormatError as exc:
             if self._index_cache is None:
                 raise
-            drop_index(*self._index_cache)
+            _drop_index(*self._index_cache)
             raise FormatError(
                 f"{exc} (the cached document index was removed: opening again reads the files "
                 "afresh)"

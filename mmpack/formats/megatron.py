@@ -50,7 +50,6 @@ from mmpack.formats.token_ids import check_ids_nonnegative, unsigned_view_dtype
 from mmpack.store.backends._mapping import map_file
 
 __all__ = [
-    "DTYPE_CODES",
     "HEADER_BYTES",
     "MAGIC",
     "MegatronIndex",
@@ -63,7 +62,7 @@ __all__ = [
 
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER_BYTES = 34  # magic 9 + version 8 + dtype code 1 + S 8 + D 8
-DTYPE_CODES: dict[int, np.dtype] = {
+_DTYPE_CODES: dict[int, np.dtype] = {
     1: np.dtype("<u1"),
     2: np.dtype("<i1"),
     3: np.dtype("<i2"),
@@ -111,7 +110,7 @@ class MegatronIndex:
                 raise FormatError(
                     f"{idx_path}: Megatron index version {version}; this mmpack reads version 1"
                 )
-            if code not in DTYPE_CODES:
+            if code not in _DTYPE_CODES:
                 raise FormatError(f"{idx_path}: unknown Megatron dtype code {code}")
             expected = HEADER_BYTES + 12 * seqs + 8 * docs
             if size == expected + seqs and seqs > 0:
@@ -131,7 +130,7 @@ class MegatronIndex:
         self.size = size
         self.version = version
         self.dtype_code = code
-        self.dtype = DTYPE_CODES[code]
+        self.dtype = _DTYPE_CODES[code]
         self.sequence_count = seqs
         self.document_count = docs - 1
         self.raw = raw

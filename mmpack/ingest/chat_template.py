@@ -15,9 +15,9 @@ mask follows TRL's SFT data path (``trl.SFTTrainer``) so that the labels equal i
   on their common prefix with the prompt's own ids and 1 after it.
 
 Every template call gets ``tools=`` and the record's ``chat_template_kwargs``, as TRL gives them
-(:func:`template_options`; string pairs take neither).  A record is checked before it is
+(:func:`_template_options`; string pairs take neither).  A record is checked before it is
 tokenized (:func:`record_problem`: the keys its ``loss_on`` reads, roles among
-:data:`CHAT_ROLES`, option types of :data:`CHAT_OPTIONS`).  Cost: one template rendering (two
+:data:`_CHAT_ROLES`, option types of :data:`CHAT_OPTIONS`).  Cost: one template rendering (two
 for a completion) and tokenization per record, in transformers.  Nothing is ever downloaded (a
 tokenizer folder is loaded with ``local_files_only=True``).
 """
@@ -36,29 +36,25 @@ from mmpack.ingest.tokenizer import Tokenizer, _id_array
 
 __all__ = [
     "CHAT_OPTIONS",
-    "CHAT_ROLES",
     "ChatRecord",
     "ChatTokenizer",
-    "GENERATION_TAG",
-    "LOSS_ON",
     "chat_template_tokenizer",
     "checked_record",
     "encode_record",
     "record_problem",
-    "template_options",
 ]
 
-LOSS_ON = ("all", "assistant", "completion")
+_LOSS_ON = ("all", "assistant", "completion")
 """Accepted ``loss_on`` values."""
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+_CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 """The roles a message may have."""
 CHAT_OPTIONS = ("chat_template_kwargs", "tools")
-"""The optional keys of a record that reach the template (:func:`template_options`)."""
+"""The optional keys of a record that reach the template (:func:`_template_options`)."""
 _OWN_KEYWORDS = frozenset(
     ("add_generation_prompt", "chat_template", "conversation", "return_dict", "tokenize", "tools")
     + ("return_assistant_tokens_mask",)
 )
-GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
+_GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 """A ``{% generation %}`` tag (transformers' own test for an assistant mask; a template that only
 mentions the word, e.g. ``add_generation_prompt``, has none)."""
 
@@ -133,7 +129,7 @@ def _options_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
-def template_options(record: dict[str, Any]) -> dict[str, Any]:
+def _template_options(record: dict[str, Any]) -> dict[str, Any]:
     """The keywords of a (checked) record's template calls, as TRL's SFT path makes them:
     ``tools=`` the record's ``tools`` (JSON text decoded; None without) and the record's
     ``chat_template_kwargs``."""
@@ -152,9 +148,9 @@ def _messages_problem(messages: Any, key: str) -> str | None:
             msg
         ):
             return f"{key}[{m}] must be a dict with 'role' and 'content', got {msg!r}"
-        if msg["role"] not in CHAT_ROLES:
+        if msg["role"] not in _CHAT_ROLES:
             return (
-                f"{key}[{m}] has the unknown role {msg['role']!r} (known: {', '.join(CHAT_ROLES)})"
+                f"{key}[{m}] has the unknown role {msg['role']!r} (known: {', '.join(_CHAT_ROLES)})"
             )
         if not isinstance(msg.get("content"), (str, list)) and not (
             calls and msg.get("content") is None
@@ -183,8 +179,8 @@ def chat_template_tokenizer(tokenizer: Any, loss_on: str) -> Any:
     """The transformers tokenizer of ``tokenizer`` (a folder, loaded offline, or a tokenizer),
     checked for ``loss_on``: it has a chat template, with ``{% generation %}`` for
     ``"assistant"``."""
-    if loss_on not in LOSS_ON:
-        raise ValueError(f"loss_on must be one of {list(LOSS_ON)}, got {loss_on!r}")
+    if loss_on not in _LOSS_ON:
+        raise ValueError(f"loss_on must be one of {list(_LOSS_ON)}, got {loss_on!r}")
     if isinstance(tokenizer, (str, os.PathLike)):
         import transformers  # imported only when a tokenizer is given by path
 
@@ -199,7 +195,7 @@ def chat_template_tokenizer(tokenizer: Any, loss_on: str) -> Any:
     template = getattr(tok, "chat_template", None)
     if not isinstance(template, str) or not template:
         raise ValueError("the tokenizer has no chat template (tokenizer.chat_template)")
-    if loss_on == "assistant" and not GENERATION_TAG.search(template):
+    if loss_on == "assistant" and not _GENERATION_TAG.search(template):
         raise with_params(
             ValueError,
             Param("loss_on", "assistant"),
@@ -223,7 +219,7 @@ def encode_record(tok: Any, record: Any, loss_on: str) -> tuple[np.ndarray, np.n
         tokenize=True,
         return_dict=True,
         return_assistant_tokens_mask=loss_on == "assistant",
-        **template_options(record),
+        **_template_options(record),
     )
     ids = np.asarray(out["input_ids"], dtype=np.int64)
     if loss_on == "all":
@@ -243,7 +239,7 @@ def _completion(tok: Any, record: dict[str, Any]) -> tuple[np.ndarray, np.ndarra
         head = list(tok(prompt)["input_ids"])
         full = list(tok(prompt + completion)["input_ids"])
     else:
-        options = template_options(record)
+        options = _template_options(record)
         head = _ids(
             tok.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, **options)
         )
@@ -276,8 +272,8 @@ class ChatTokenizer(Tokenizer):
     """
 
     def __init__(self, base: Tokenizer, loss_on: str) -> None:
-        if loss_on not in LOSS_ON:
-            raise ValueError(f"loss_on must be one of {list(LOSS_ON)}, got {loss_on!r}")
+        if loss_on not in _LOSS_ON:
+            raise ValueError(f"loss_on must be one of {list(_LOSS_ON)}, got {loss_on!r}")
         path = base.spec.path
         if getattr(base, "template", None) is not None:
             raise with_params(

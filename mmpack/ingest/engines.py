@@ -25,10 +25,15 @@ from typing import Any
 from mmpack.core.progress import progress_bar
 from mmpack.errors import IngestError, MissingDependencyError, Param, with_params
 
-__all__ = ["ENGINES", "PartsProgress", "RUNNERS", "collector", "run_dask", "run_serial"]
+__all__ = [
+    "ENGINES",
+    "PartsProgress",
+    "RUNNERS",
+    "collector",
+]
 
 
-def run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
+def _run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
     """Run the tasks in order in this process; returns 1 (the workers used)."""
     if scheduler is not None:
         raise with_params(ValueError, Param("scheduler"), " is for ", Param("engine", "dask"))
@@ -46,7 +51,7 @@ def run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, do
     return 1
 
 
-def run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
+def _run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:
     """Run the tasks on a Dask cluster; returns the number of its workers."""
     try:
         from dask.distributed import Client, LocalCluster, as_completed
@@ -79,7 +84,7 @@ def run_dask(fn, tasks, part_paths, options, scheduler, n_workers, retries, done
         return len(client.scheduler_info(n_workers=-1).get("workers", {})) or 1
 
 
-RUNNERS: dict[str, Callable[..., int]] = {"dask": run_dask, "serial": run_serial}
+RUNNERS: dict[str, Callable[..., int]] = {"dask": _run_dask, "serial": _run_serial}
 """The runner of each engine name."""
 ENGINES = tuple(RUNNERS)
 """The engine names ``build_distributed`` accepts: ``("dask", "serial")``."""

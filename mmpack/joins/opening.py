@@ -45,7 +45,12 @@ from mmpack.store.format import OFFSETS_DTYPE
 from mmpack.store.opening import as_path, is_mmpack_folder, open_while_unchanged
 from mmpack.store.reader import TokenStore, open_store
 
-__all__ = ["PartOptions", "detect_join", "open_join", "part_open_error", "resolve_part"]
+__all__ = [
+    "PartOptions",
+    "detect_join",
+    "open_join",
+    "part_open_error",
+]
 
 _OPENING: ContextVar[tuple[str, ...]] = ContextVar("mmpack_joins_opening", default=())
 """The real paths of the joins this thread is opening, outermost first."""
@@ -170,7 +175,7 @@ def _mask_fingerprint(parts: list[TokenStore], fingerprint: str, path: Path) -> 
 
 
 def _open_part(path: Path, k: int, rec: dict[str, Any], options: PartOptions) -> TokenStore:
-    where = resolve_part(path, rec["location"])
+    where = _resolve_part(path, rec["location"])
     own = {"format": rec["format"], **rec["options"]} if "format" in rec else {}
     try:
         part = open_store(where, **own, **options.for_part(where))
@@ -196,7 +201,7 @@ def _open_part(path: Path, k: int, rec: dict[str, Any], options: PartOptions) ->
     return part
 
 
-def resolve_part(folder: Path, location: str) -> str | Path:
+def _resolve_part(folder: Path, location: str) -> str | Path:
     """Where a part recorded as ``location`` lies: a URL as it is, a relative path under the
     join ``folder``."""
     if "://" in location:

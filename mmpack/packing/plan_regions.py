@@ -8,14 +8,14 @@ cache of plans (:func:`cached_plan`) builds every plan per region this way, seri
                                                       │ build_part (any engine)  │
                                                       ▼                          ▼
     <cache>/.plan-parts-*/                          part-00000.mmplan      part-00001.mmplan
-                                                      └──── join_parts (streamed, offsets fixed) ──▶
+                                                      └──── _join_parts (streamed, offsets fixed) ──▶
     <cache>/plan-<key>.mmplan  (the file cached_plan finds: the same bytes as a serial build)
 
 Algorithm.  A region's plan depends on its documents' lengths only, so the region slots
 (:mod:`mmpack.packing.region_cuts`) are cut into tasks of consecutive slots, each an independent
 :func:`build_part`: it finds its slots' documents by binary search over the store's offsets, packs
 them (:func:`~mmpack.packing.plan.pack_regions`) and writes a part file atomically.
-:func:`join_parts` streams the parts into one file in task order, shifting each part's CSR arrays
+:func:`_join_parts` streams the parts into one file in task order, shifting each part's CSR arrays
 by the parts before it: byte for byte the file :func:`~mmpack.packing.plan_file.save_plan` writes
 for the plan in memory, where :func:`cached_plan` looks.
 
@@ -55,25 +55,21 @@ from mmpack.packing.region_cuts import n_region_slots, region_edges, region_slac
 
 __all__ = [
     "JOIN_CHUNK",
-    "Runner",
     "TASK_TOKENS",
     "build_part",
     "build_plan_in_parts",
     "cached_plan",
-    "join_parts",
-    "part_key",
-    "region_tasks",
 ]
 
 JOIN_CHUNK = 1 << 20
-"""Entries of one array copied at a time by :func:`join_parts` (8 MiB of int64)."""
+"""Entries of one array copied at a time by :func:`_join_parts` (8 MiB of int64)."""
 
 TASK_TOKENS = 1 << 25
 """Tokens of the regions one task packs by default (at most 2^25 documents of one token or more,
 under 2 GiB of lengths, packing state and plan; about 10^5 C4-like documents), unless a region
 is larger: what bounds a build's memory whatever the store's size."""
 
-Runner = Callable[
+_Runner = Callable[
     [Callable[..., dict[str, Any]], list[Any], list[str], dict[str, Any], Callable[..., None]],
     Any,
 ]
@@ -81,7 +77,7 @@ Runner = Callable[
 (in any order, anywhere that sees ``path``'s folder) and ``done(k, result)`` with each result."""
 
 
-def region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> list[list[int]]:
+def _region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> list[list[int]]:
     """The tasks of a store of ``num_tokens`` tokens: ``[lo, hi)`` ranges of consecutive region
     slots, ``regions_per_task`` slots each (the last the rest), covering ``[0, K)``."""
     k = n_region_slots(num_tokens, region_tokens)
@@ -90,13 +86,13 @@ def region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> 
 
 def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict[str, Any]:
     """Pack region slots ``[lo, hi)`` of ``options["store"]`` and write them to the plan file
-    ``path`` (atomically); an engine-neutral task (:data:`Runner`).
+    ``path`` (atomically); an engine-neutral task (:data:`_Runner`).
 
     ``options`` holds the store (a :class:`~mmpack.store.reader.TokenStore`, pickled to the
     worker by its location), ``"spec"``, the plan's :class:`~mmpack.packing.options.PlanSpec`
     (``region_tokens`` an int), ``"slack"``, the whole plan's
     :func:`~mmpack.packing.region_cuts.region_slack`, and ``"key"``, the whole plan's key (the
-    part's is :func:`part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
+    part's is :func:`_part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
     part's documents only, and checks only the pages of the index those lie on (a store is
     opened in O(1); the parts together check every page).  Returns the part's
     ``n_docs``, ``n_bins`` and ``n_regions``.
@@ -116,12 +112,12 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     first, last = int(edges[0]), int(edges[-1])
     lens = np.diff(np.asarray(store.doc_bounds(first, last), dtype=np.int64))
     plan = pack_regions(lens, edges, spec)
-    save_plan(plan, path, part_key(options["key"], (lo, hi)))
+    save_plan(plan, path, _part_key(options["key"], (lo, hi)))
     s = plan.stats
     return {"n_docs": s.n_docs, "n_bins": s.n_bins, "n_regions": s.n_regions}
 
 
-def join_parts(
+def _join_parts(
     part_paths: Sequence[str | Path], part_keys: Sequence[dict[str, Any]], path: Path, key: dict
 ) -> None:
     """Join the part plans (in order: consecutive regions from document 0 to the end) into the
@@ -173,7 +169,7 @@ def join_parts(
     write_plan_file(path, key, plan_params(first), stats, shapes, fill)
 
 
-def part_key(key: dict[str, Any], slots: Sequence[int]) -> dict[str, Any]:
+def _part_key(key: dict[str, Any], slots: Sequence[int]) -> dict[str, Any]:
     """The key of the part plan of slots ``[lo, hi)`` of the plan of ``key``."""
     return {"part_of": key, "slots": [int(v) for v in slots]}
 
@@ -183,7 +179,7 @@ def build_plan_in_parts(
     spec: PlanSpec,
     *,
     regions_per_task: int | None = None,
-    run: Runner | None = None,
+    run: _Runner | None = None,
     fresh: bool = False,
 ) -> PackingPlan:
     """The plan :func:`cached_plan` gives for ``spec`` (with regions), built in parts by ``run``
@@ -198,7 +194,7 @@ def build_plan_in_parts(
         The plan's parameters; ``region_tokens`` must not be None.
     regions_per_task : int, optional
         Region slots per task (default: about :data:`TASK_TOKENS` tokens a task).
-    run : Runner, optional
+    run : _Runner, optional
         Runs the tasks; the part files go to a temporary folder inside the cache folder, which
         every worker must see, removed afterwards.
 
@@ -223,7 +219,7 @@ def build_plan_in_parts(
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
-    tasks = region_tasks(int(store.mapped_offsets[-1]), r, per_task)
+    tasks = _region_tasks(int(store.mapped_offsets[-1]), r, per_task)
     # the probes' pages of the index are checked before they are read
     slack = region_slack(store.mapped_offsets, r, spec.seqlen, int(spec.add_eot), store.doc_bounds)
     options = {"store": store, "key": key, "spec": spec, "slack": slack}
@@ -241,7 +237,7 @@ def build_plan_in_parts(
             raise RuntimeError(
                 f"{len(tasks) - len(done)} of {len(tasks)} plan parts were not built"
             )
-        join_parts(paths, [part_key(key, t) for t in tasks], path, key)
+        _join_parts(paths, [_part_key(key, t) for t in tasks], path, key)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return load_plan(path, key)

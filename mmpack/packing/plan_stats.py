@@ -19,7 +19,7 @@ from mmpack.kernels.plan_items import (
     ST_TRUNCATED,
 )
 
-__all__ = ["COUNTED", "PackingStats", "SUMMED", "merge_stats", "stats_of"]
+__all__ = ["COUNTED", "PackingStats", "merge_stats", "stats_of"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ COUNTED = {
 }
 """The statistics that are counts of ``item_sizes``, and their slots."""
 
-SUMMED = ("n_docs", "n_bins", "n_pieces", *COUNTED, "n_regions")
+_SUMMED = ("n_docs", "n_bins", "n_pieces", *COUNTED, "n_regions")
 """The statistics that add up over regions; the others derive from them."""
 
 
@@ -71,11 +71,11 @@ def merge_stats(parts: list[PackingStats], seqlen: int) -> PackingStats:
     """The statistics of a plan joined from parts (consecutive regions): counts added, the
     ratios and the lower bound recomputed from the sums (equal to those of one plan built
     over all the regions)."""
-    return stats_of({name: sum(getattr(s, name) for s in parts) for name in SUMMED}, seqlen)
+    return stats_of({name: sum(getattr(s, name) for s in parts) for name in _SUMMED}, seqlen)
 
 
 def stats_of(sums: dict[str, int], seqlen: int) -> PackingStats:
-    """The statistics of a plan from its counts (:data:`SUMMED`): the lower bound, padding,
+    """The statistics of a plan from its counts (:data:`_SUMMED`): the lower bound, padding,
     efficiency and fractions derived."""
     tokens, n_bins, n_docs = sums["n_tokens"], sums["n_bins"], sums["n_docs"]
     lower = -(-tokens // seqlen)

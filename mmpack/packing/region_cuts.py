@@ -8,7 +8,7 @@ total is just under a multiple of ``S = seqlen``, so each inner edge is the docu
 :data:`EDGE_SEARCH_DOCS` of ``n_k`` (starting in ``[k R - R // 2, (k + 1) R - R // 2)``) with the
 smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower):
 a region is left about ``sigma`` free slots, the room its best fit needs for the small gaps it
-cannot fill, ``G`` (:func:`region_slack`: 1.3 times the most ``G`` of :data:`EDGE_PROBES` slots'
+cannot fill, ``G`` (:func:`region_slack`: 1.3 times the most ``G`` of :data:`_EDGE_PROBES` slots'
 regions packed alone, plus 32, at most :func:`edge_slack`; 0.05-0.45 bins a region over the
 whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks regions``).  No
 edge depends on another, so any process cuts a range of slots alike (given ``sigma``); the search
@@ -33,9 +33,7 @@ from mmpack.kernels import packing as _k
 from mmpack.kernels import plan_items as _items
 
 __all__ = [
-    "EDGE_PROBES",
     "EDGE_SEARCH_DOCS",
-    "EDGE_SLACK",
     "edge_slack",
     "n_region_slots",
     "region_blocks",
@@ -47,11 +45,11 @@ __all__ = [
 EDGE_SEARCH_DOCS = 256
 """Documents on each side of a nominal region edge among which the edge is chosen."""
 
-EDGE_SLACK = 1024
+_EDGE_SLACK = 1024
 """The most free slots a region's edges leave it (``sigma``, see :func:`edge_slack`) at
 ``seqlen`` 2560-6553; fewer below (``2 S // 5``), ``5 S // 32`` above."""
 
-EDGE_PROBES = 3
+_EDGE_PROBES = 3
 """Region slots packed alone to measure the gaps best fit leaves (:func:`region_slack`)."""
 
 
@@ -68,12 +66,12 @@ def whole_store_edges(n_docs: int) -> np.ndarray:
 
 
 def edge_slack(seqlen: int) -> int:
-    """``sigma = min(2 * seqlen // 5, max(EDGE_SLACK, 5 * seqlen // 32))``: the free slots a
+    """``sigma = min(2 * seqlen // 5, max(_EDGE_SLACK, 5 * seqlen // 32))``: the free slots a
     region's edges aim at.  Best fit's gaps in a region of 2048 bins add up to 200-800 slots at
     ``seqlen`` 2048 and 300-1300 at 8192 (more for longer documents), so the floor of 1024 would
     leave a region of long documents too little room at 8192 (a bin more in most regions)."""
     s = int(seqlen)
-    return min(2 * s // 5, max(EDGE_SLACK, 5 * s // 32))
+    return min(2 * s // 5, max(_EDGE_SLACK, 5 * s // 32))
 
 
 def region_slack(
@@ -85,11 +83,11 @@ def region_slack(
 ) -> int:
     """``sigma``: the free slots every region's edges leave it, a pure function of the lengths.
 
-    The slots ``(2 i + 1) K // (2 EDGE_PROBES)`` (``i < EDGE_PROBES``, distinct; none when
+    The slots ``(2 i + 1) K // (2 _EDGE_PROBES)`` (``i < _EDGE_PROBES``, distinct; none when
     ``K == 1``) are probes: each one's documents (those starting in ``[k R, (k + 1) R)``) are
     packed alone by best-fit decreasing (``long_docs="split"``) and ``G``, the free slots of all
     its bins but the emptiest, is what a region needs free for its last bin to take the rest.
-    ``sigma = min(edge_slack(seqlen), (13 * max G + 9) // 10 + 32)``.  Reads ``EDGE_PROBES``
+    ``sigma = min(edge_slack(seqlen), (13 * max G + 9) // 10 + 32)``.  Reads ``_EDGE_PROBES``
     regions' offsets and packs them: about as long as that many regions of a plan.
 
     Parameters
@@ -109,7 +107,7 @@ def region_slack(
     n = int(offsets.shape[0]) - 1
     r_tokens, s = int(region_tokens), int(seqlen)
     k_slots = n_region_slots(int(offsets[n]), r_tokens)
-    probes = {(2 * i + 1) * k_slots // (2 * EDGE_PROBES) for i in range(EDGE_PROBES)}
+    probes = {(2 * i + 1) * k_slots // (2 * _EDGE_PROBES) for i in range(_EDGE_PROBES)}
     most = 0
     for k in sorted(probes) if k_slots > 1 else []:
         a = int(np.searchsorted(offsets, k * r_tokens, side="left"))

@@ -39,7 +39,10 @@ from mmpack.remote.spans import SpanFetcher
 from mmpack.remote.transport import ObjectMissing, Transport
 from mmpack.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
 
-__all__ = ["CHECK_DIGEST", "RemoteBackend", "verified_object"]
+__all__ = [
+    "CHECK_DIGEST",
+    "RemoteBackend",
+]
 
 CHECK_DIGEST = "xxh64"
 """The digest of a remote store's check table (XXH64, seed 0: one kernel pass over a fetched
@@ -136,9 +139,9 @@ class RemoteBackend(RemoteStoreBackend):
     def _index(
         self, data: str, name: str, nbytes: int, crcs: list[int], block: int | None
     ) -> bytes:
-        """Index object ``data + name``, kept locally as ``name`` (:func:`verified_object`)."""
+        """Index object ``data + name``, kept locally as ``name`` (:func:`_verified_object`)."""
         local = self.path / name
-        return verified_object(
+        return _verified_object(
             self.transport, data + name, local, nbytes, crcs, block, self.cache_dir
         )
 
@@ -171,7 +174,7 @@ class RemoteBackend(RemoteStoreBackend):
         return data
 
 
-def verified_object(
+def _verified_object(
     transport: Transport,
     key: str,
     local: Path,

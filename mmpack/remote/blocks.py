@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RUN_BYTES", "block_ids", "gather", "runs_of"]
+__all__ = ["block_ids", "gather", "runs_of"]
 
-MAX_RUN_BYTES = 8 << 20
+_MAX_RUN_BYTES = 8 << 20
 """A longer run of adjacent blocks is split, so big reads go out in parallel."""
 
 
@@ -36,10 +36,10 @@ def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
 
 
 def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
-    """Sorted block ids grouped into runs of at most MAX_RUN_BYTES each; ids at most ``gap``
+    """Sorted block ids grouped into runs of at most _MAX_RUN_BYTES each; ids at most ``gap``
     blocks apart join one run, the blocks between them filled in (fetched too)."""
     runs: list[list[int]] = []
-    per_run = max(1, MAX_RUN_BYTES // block)
+    per_run = max(1, _MAX_RUN_BYTES // block)
     for b in ids:
         if runs and b - runs[-1][-1] - 1 <= gap and b - runs[-1][0] < per_run:
             runs[-1].extend(range(runs[-1][-1] + 1, b + 1))

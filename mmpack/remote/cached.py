@@ -39,9 +39,9 @@ from mmpack.remote.cachefile import (
     open_lock_fd,
 )
 
-__all__ = ["CachedObject", "RETRY_SECONDS", "copied"]
+__all__ = ["CachedObject", "copied"]
 
-RETRY_SECONDS = 1.0
+_RETRY_SECONDS = 1.0
 """How long a reader that could not map its cache file goes without trying again."""
 
 T = TypeVar("T")
@@ -84,7 +84,7 @@ class CachedObject:
 
     def file(self) -> CacheFile | None:
         """The object's cache file, mapped (None while it cannot be had: tried again after
-        :data:`RETRY_SECONDS`)."""
+        :data:`_RETRY_SECONDS`)."""
         p = self._p.get()
         cf = p.cf
         if cf is not None and not cf.retired:
@@ -99,7 +99,7 @@ class CachedObject:
                 except OSError as exc:  # the disk, the folder or the lock: read around
                     warn_once(self.cache.cache_dir, exc)
                 if p.cf is None:
-                    p.retry = time.monotonic() + RETRY_SECONDS
+                    p.retry = time.monotonic() + _RETRY_SECONDS
             return p.cf
 
     @contextlib.contextmanager

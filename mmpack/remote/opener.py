@@ -27,10 +27,10 @@ from mmpack.remote.cache import BlockCache, warn_once
 from mmpack.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack.store.format import META_FILE, StoreMeta
 
-__all__ = ["default_cache_dir", "node_cache", "open_record", "open_url"]
+__all__ = ["node_cache", "open_record", "open_url"]
 
 
-def default_cache_dir() -> Path:
+def _default_cache_dir() -> Path:
     """``$MMPACK_CACHE_DIR``, else ``$XDG_CACHE_HOME/mmpack``, else ``~/.cache/mmpack``."""
     if os.environ.get("MMPACK_CACHE_DIR"):
         return Path(os.environ["MMPACK_CACHE_DIR"])
@@ -59,7 +59,7 @@ def open_url(
         ``max_concurrency`` (16 requests), ``client`` (``"http"`` or ``"obstore"``).
     cache_dir : path, optional
         Local folder for the store's index, packing plans and the block cache
-        (default :func:`default_cache_dir`).
+        (default :func:`_default_cache_dir`).
     cache_limit : int, optional
         Bytes of fetched blocks kept in ``cache_dir`` (the node cache), shared by every process
         on the node; 0 keeps none.  Default :data:`~mmpack.core.constants.NODE_CACHE_BYTES`
@@ -69,7 +69,7 @@ def open_url(
     if format not in (None, "mmpack"):
         raise ValueError(f"format={format!r}: remote stores are mmpack's own layout")
     transport = make_transport(location, storage_options)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
     try:
         text = transport.get(META_FILE)
     except ObjectMissing as exc:
@@ -122,7 +122,7 @@ def open_record(
     writes that record (:func:`mmpack.remote.upload.upload`'s ``check``)."""
     from mmpack.store.reader import TokenStore
 
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
     meta = StoreMeta.from_json(raw, location)  # type: ignore[arg-type]
     folder = root / "stores" / meta.fingerprint
     cache = node_cache(root, cache_limit)

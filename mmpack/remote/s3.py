@@ -25,9 +25,9 @@ from typing import Any
 from mmpack.errors import RemoteAccessError, RemoteError
 from mmpack.remote.protocol import ObjectMissing, Transport, _Transient, require_client
 
-__all__ = ["RETRY_STATUS", "S3Transport"]
+__all__ = ["S3Transport"]
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses retried as transient."""
 
 
@@ -65,7 +65,7 @@ class S3Transport(Transport):
             resp = self.http.request(method, self._full(key) if key is not None else "", **kw)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
-        if resp.status in RETRY_STATUS:
+        if resp.status in _RETRY_STATUS:
             raise _Transient(f"HTTP {resp.status} {_s3_code(resp.data)}")
         if resp.status in (401, 403):
             code = _s3_code(resp.data) or "AccessDenied"

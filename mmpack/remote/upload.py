@@ -43,19 +43,17 @@ from mmpack.store.integrity import block_digests
 
 __all__ = [
     "CHECK_BLOCK_BYTES",
-    "CHECK_OBJECT",
     "STALE_SECONDS",
     "check_table",
     "clean_stale",
     "commit_generation",
-    "new_generation",
     "remote_store_exists",
     "upload",
     "upload_zarr",
 ]
 
 CHECK_BLOCK_BYTES = 16 << 10
-CHECK_OBJECT = "tokens.xxh"
+_CHECK_OBJECT = "tokens.xxh"
 STALE_SECONDS = 15 * 60
 """An unnamed ``data-*`` generation younger than this may be a concurrent build's upload."""
 
@@ -116,16 +114,16 @@ def upload(
             check_block_bytes=check_block_bytes,
             storage_options=storage_options,
         )
-    previous, gen = new_generation(transport)
+    previous, gen = _new_generation(transport)
     table = check_table(local / "tokens.bin", check_block_bytes)
-    (local / CHECK_OBJECT).write_bytes(table)
+    (local / _CHECK_OBJECT).write_bytes(table)
     columns = [f["file"] for f in raw.get("fields", [])]  # the per-document fields' files
-    names = ["tokens.bin", "offsets.bin", CHECK_OBJECT, *raw.get("files", []), *columns]
+    names = ["tokens.bin", "offsets.bin", _CHECK_OBJECT, *raw.get("files", []), *columns]
     _put_files(transport, {f"{gen}/{n}": local / n for n in names}, 3, progress)
     raw["remote"] = {
         "data": gen,
         "check_block_bytes": check_block_bytes,
-        "check_object": CHECK_OBJECT,
+        "check_object": _CHECK_OBJECT,
         "check_digest": CHECK_DIGEST,
         "check_crc32": zlib.crc32(table),
     }
@@ -174,7 +172,7 @@ def _check_uncommitted(
         raise
 
 
-def new_generation(transport: Transport) -> tuple[str | None, str]:
+def _new_generation(transport: Transport) -> tuple[str | None, str]:
     """The ``data-*`` prefix the committed store at ``transport`` names (``None``: none), and a
     fresh one for a new build's objects."""
     return _current_data(transport), f"data-{time.time_ns():x}-{secrets.token_hex(4)}"
@@ -274,7 +272,7 @@ def upload_zarr(
     files = sorted(p for p in local.rglob("*") if p.is_file())
     rel = {p: p.relative_to(local).as_posix() for p in files}
     files = [p for p in files if rel[p].split("/")[0] != LOSS_MASK_STORE]
-    previous, gen = new_generation(transport)
+    previous, gen = _new_generation(transport)
     _put_files(transport, {f"{gen}/{rel[p]}": p for p in files}, 4, progress)
     raw["remote"] = {
         "data": gen,

@@ -33,13 +33,13 @@ import numpy as np
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling.sampler_edits import EditLog
 
-__all__ = ["CONFIG_FIELDS", "STATE_FIELDS", "STATE_VERSION", "check_config", "checked_state"]
+__all__ = ["STATE_FIELDS", "STATE_VERSION", "check_config", "checked_state"]
 
 STATE_VERSION = 2
 """Version of the dict written by :meth:`ResumableSampler.state_dict`."""
 
 BLOCKS = "blocks"
-CONFIG_FIELDS = (
+_CONFIG_FIELDS = (
     "n",
     "seed",
     "shuffle",
@@ -52,7 +52,7 @@ CONFIG_FIELDS = (
 _INT_FIELDS = ("n", "seed", "world_size", "rank", "epoch", "position", "offset")
 STATE_FIELDS = (
     "version",
-    *CONFIG_FIELDS,
+    *_CONFIG_FIELDS,
     "world_size",
     "rank",
     "epoch",
@@ -189,9 +189,9 @@ def check_config(
     Raises
     ------
     mmpack.errors.StateMismatchError
-        A field of :data:`CONFIG_FIELDS` differs; the message names it and both values.
+        A field of :data:`_CONFIG_FIELDS` differs; the message names it and both values.
     """
-    for field in CONFIG_FIELDS:
+    for field in _CONFIG_FIELDS:
         saved, mine = state[field], ours[field]
         if field == "fingerprint" and saved != mine and _earlier_state(state, mine, earlier):
             continue

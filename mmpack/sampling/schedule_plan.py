@@ -14,7 +14,7 @@ density with floating-point formulas monotone in ``m`` (:mod:`mmpack.kernels.sch
 switches between stretches checked at construction, so the counts are exactly consistent.
 
 Prefix bound: every prefix holds ``|count_k(p) - F_k(p)|`` within ``1/2 (1 + sum over the
-ancestors A of k below the root of max f_k / f_A)`` (:func:`tree_bound`, up to positions of
+ancestors A of k below the root of max f_k / f_A)`` (:func:`_tree_bound`, up to positions of
 about ``2**50``).  The plan takes the tree of least bound among Huffman's and
 :data:`TREE_CANDIDATES` balanced ones: 1/2 for two sources, at most 1 for three or four, 1.5 for
 five to eight (:meth:`SchedulePlan.error_bound`; tests/test_schedule.py checks every prefix).
@@ -43,7 +43,12 @@ from mmpack.kernels.schedule import (
 )
 from mmpack.sampling.weights import STRIDE, chairman_table
 
-__all__ = ["ChairmanPrefix", "Regime", "SchedulePlan", "build_regime", "choose_tree", "tree_bound"]
+__all__ = [
+    "ChairmanPrefix",
+    "Regime",
+    "SchedulePlan",
+    "build_regime",
+]
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ def _ends(regime: Regime) -> np.ndarray:
     return np.maximum(np.vstack([regime.dens, tail]), 0.0)
 
 
-def tree_bound(ends: np.ndarray, tree: Tree) -> float:
+def _tree_bound(ends: np.ndarray, tree: Tree) -> float:
     """The prefix bound of the module docstring for ``tree``: ``1/2 (1 + sum over the non-root
     ancestors A of a source k of max f_k / f_A)``, worst source; densities at the stretch ends
     ``ends`` (a ratio of two linear densities is monotone on a stretch, so its largest value is
@@ -142,8 +147,8 @@ def tree_bound(ends: np.ndarray, tree: Tree) -> float:
     return worst
 
 
-def choose_tree(regime: Regime) -> Tree:
-    """The tree of least :func:`tree_bound` among Huffman's (on each source's largest and mean
+def _choose_tree(regime: Regime) -> Tree:
+    """The tree of least :func:`_tree_bound` among Huffman's (on each source's largest and mean
     share) and balanced trees over :data:`TREE_CANDIDATES` keyed orders (a pure function of
     the regime)."""
     ends = _ends(regime)
@@ -155,7 +160,7 @@ def choose_tree(regime: Regime) -> Tree:
     candidates.append(_balanced(list(range(k_src))))
     for _ in range(TREE_CANDIDATES if k_src > 2 else 0):
         candidates.append(_balanced(rng.permutation(k_src).tolist()))
-    bounds = [tree_bound(ends, t) for t in candidates]
+    bounds = [_tree_bound(ends, t) for t in candidates]
     return candidates[int(np.argmin(bounds))]
 
 
@@ -266,7 +271,7 @@ class SchedulePlan:
         self._cum: list[np.ndarray] = []
         for regime in self.regimes:
             self._cum.append(np.stack([_integrals(regime, [k])[0] for k in range(k_src)], axis=1))
-            tree = choose_tree(regime)
+            tree = _choose_tree(regime)
             self._trees.append(tree)
             base = len(nodes)
             heads.append([regime.start, base])
@@ -411,7 +416,7 @@ class SchedulePlan:
     def error_bound(self) -> float:
         """The prefix bound of the module docstring for this plan (worst regime), in samples,
         with a margin of ``1e-6`` for the floating-point arithmetic."""
-        bounds = [tree_bound(_ends(e), t) for e, t in zip(self.regimes, self._trees)]
+        bounds = [_tree_bound(_ends(e), t) for e, t in zip(self.regimes, self._trees)]
         return max(bounds) + 1e-6
 
     def max_prefix_error(self, n: int, limit: int = 4096) -> float:

@@ -24,10 +24,8 @@ from mmpack.sampling.weights import quantize_weights
 
 __all__ = [
     "changed_mixture",
-    "changed_plan",
     "mixture_fingerprint",
     "resolve_weights",
-    "source_digest",
 ]
 
 
@@ -78,7 +76,7 @@ def resolve_weights(
     return quotas, period, plan
 
 
-def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
+def _changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
     """The regimes of ``mixture`` before position ``p``, then ``schedule`` from ``p`` on, entered
     with the counts at ``p`` (on its axis: ``p``, or the tokens those counts hold)."""
     per = _check_sources(schedule, mixture.sources)
@@ -98,7 +96,7 @@ def changed_plan(mixture: Any, schedule: Schedule, p: int) -> SchedulePlan:
     return SchedulePlan([*old.truncated(p), regime], old.prefix)
 
 
-def source_digest(source: Any, length: int) -> tuple[Any, ...]:
+def _source_digest(source: Any, length: int) -> tuple[Any, ...]:
     """What identifies a source's samples: its own ``fingerprint`` (every mmpack view has one),
     else its type, length, ``seqlen`` and store fingerprint."""
     own = getattr(source, "fingerprint", None)
@@ -115,13 +113,13 @@ def source_digest(source: Any, length: int) -> tuple[Any, ...]:
 
 def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int | None) -> Any:
     """``mixture.with_schedule(schedule, from_position=p, num_samples=num_samples)``: a copy of
-    the mixture whose plan is :func:`changed_plan` (a mixture of one source keeps its constant
+    the mixture whose plan is :func:`_changed_plan` (a mixture of one source keeps its constant
     weights: a schedule changes none of its positions, only its history)."""
     out = copy.copy(mixture)
     if len(mixture.sources) == 1:  # every position is the one source's, whatever the weights
         _check_sources(schedule, mixture.sources)
     else:
-        out._plan = changed_plan(mixture, schedule, p)
+        out._plan = _changed_plan(mixture, schedule, p)
         out._quotas, out._period = quantize_weights(out._plan.weights_at(0))
     out._history = (*mixture._history, (p, schedule.spec()))
     # Samples before p are the mixture's, and before min(p, q) those of each it was changed from.
@@ -143,7 +141,7 @@ def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int |
 def mixture_fingerprint(mixture: Any) -> str:
     """Hex digest (32 characters) of what decides which sample each position of a
     :class:`~mmpack.sampling.mixture.Mixture` holds (see its ``fingerprint``)."""
-    sources = [source_digest(s, int(n)) for s, n in zip(mixture.sources, mixture._lengths)]
+    sources = [_source_digest(s, int(n)) for s, n in zip(mixture.sources, mixture._lengths)]
     block_bytes = None if mixture._blocks is None else mixture._blocks.block_bytes
     return config_fingerprint(
         "Mixture", sources, mixture.schedule, mixture.seed, len(mixture), block_bytes

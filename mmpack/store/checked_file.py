@@ -29,18 +29,18 @@ from mmpack.errors import FormatError
 from mmpack.store.format import atomic_file
 from mmpack.store.integrity import block_digest
 
-__all__ = ["ALIGN", "HEADER_PREFIX", "aligned", "map_array", "read_header", "write_checked_file"]
+__all__ = ["HEADER_PREFIX", "aligned", "map_array", "read_header", "write_checked_file"]
 
 HEADER_PREFIX = 20
 """Bytes of magic, header length and CRC around the JSON header."""
 
-ALIGN = 64
+_ALIGN = 64
 """Where each array (and the data after the header) starts: a multiple of this many bytes."""
 
 
 def aligned(pos: int) -> int:
-    """``pos`` rounded up to a multiple of :data:`ALIGN`."""
-    return (pos + ALIGN - 1) // ALIGN * ALIGN
+    """``pos`` rounded up to a multiple of :data:`_ALIGN`."""
+    return (pos + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 def write_checked_file(

@@ -5,7 +5,7 @@ Algorithm (exact, O(1) extra memory).  The build writes its input in order into 
 store inside its own temporary folder (:data:`UNSHUFFLED`, memmap, never fsynced, never where a
 reader looks for a store), then writes the final store by reading the documents in the order of
 a keyed permutation of ``range(n_docs)``: document ``j`` of the store is document ``perm[j]`` of
-the input, ``perm = Permutation(n_docs, seed=doc_order_key(shuffle_docs))``
+the input, ``perm = Permutation(n_docs, seed=_doc_order_key(shuffle_docs))``
 (:mod:`mmpack.core.permutation_keys`, evaluated by :mod:`mmpack.kernels.permutation`; the key is
 ``(DOC_ORDER_STREAM, *shuffle_docs)``), and removes the temporary store before publishing.
 Documents are read in chunks of at most :data:`CHUNK_DOCS` documents and about a quarter of
@@ -39,7 +39,6 @@ __all__ = [
     "UNSHUFFLED",
     "check_shuffle_docs",
     "doc_order",
-    "doc_order_key",
     "order_record",
     "rewrite",
     "write_in_order",
@@ -69,7 +68,7 @@ def check_shuffle_docs(value: Any) -> SeedLike | None:
     return ints if isinstance(value, tuple) else ints[0]
 
 
-def doc_order_key(seed: SeedLike) -> tuple[int, ...]:
+def _doc_order_key(seed: SeedLike) -> tuple[int, ...]:
     """The permutation key of ``shuffle_docs=seed``: ``(DOC_ORDER_STREAM, *seed)``."""
     return (DOC_ORDER_STREAM, *check_seed_parts(seed, "shuffle_docs"))
 
@@ -82,7 +81,7 @@ def order_record(seed: SeedLike, parts: int | None = None) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "documents": "keyed" if parts is None else "keyed within each part",
         "seed": list(seed) if isinstance(seed, tuple) else seed,
-        "key": list(doc_order_key(seed)),
+        "key": list(_doc_order_key(seed)),
     }
     if parts is not None:
         rec["parts"] = "keyed"
@@ -92,7 +91,7 @@ def order_record(seed: SeedLike, parts: int | None = None) -> dict[str, Any]:
 
 def doc_order(n: int, seed: SeedLike, start: int, stop: int) -> np.ndarray:
     """The input documents of store positions ``start..stop-1`` of a build of ``n`` documents
-    with ``shuffle_docs=seed``: ``Permutation(n, seed=doc_order_key(seed)).map(range(start,
+    with ``shuffle_docs=seed``: ``Permutation(n, seed=_doc_order_key(seed)).map(range(start,
     stop))``.
 
     Returns
@@ -104,7 +103,7 @@ def doc_order(n: int, seed: SeedLike, start: int, stop: int) -> np.ndarray:
     out = np.arange(start, stop, dtype=np.int64)
     if n > 1 and out.size:
         half_bits, mask = feistel_width(n)
-        keys = epoch_keys(doc_order_key(seed), np.zeros(1, dtype=np.uint64))[0]
+        keys = epoch_keys(_doc_order_key(seed), np.zeros(1, dtype=np.uint64))[0]
         permute_many(out.copy(), out, n, half_bits, mask, keys)
     return out
 

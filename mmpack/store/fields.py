@@ -4,7 +4,7 @@ one column per field next to the offsets.
 A field's values are integers (stored ``<i8``), floats (``<f8``) or strings; strings are stored
 as *categories*: a table of the distinct strings, sorted (in the metadata record), and one
 ``<i4`` code per document, the string's index in the table.  Each column is a little-endian file
-of ``num_docs`` values in the store folder, :data:`FIELD_FILE` ``field.<name>.bin``, whose CRC-32
+of ``num_docs`` values in the store folder, :data:`_FIELD_FILE` ``field.<name>.bin``, whose CRC-32
 the record names (``"fields"``: a list of ``{"name", "kind", "dtype", "file", "crc32"[,
 "categories"]}``, in the order given at build); the record enters the store's fingerprint, so a
 field that changed makes another store.  Reading: ``store.fields[name]`` is the column as a
@@ -31,11 +31,9 @@ import numpy as np
 from mmpack.errors import FormatError
 
 __all__ = [
-    "FIELD_FILE",
     "Field",
     "FieldSpec",
     "Fields",
-    "as_field",
     "check_field_name",
     "check_fields",
     "check_same_fields",
@@ -46,10 +44,9 @@ __all__ = [
     "parse_fields_record",
     "read_field",
     "verify_fields",
-    "write_fields",
 ]
 
-FIELD_FILE = "field.{}.bin"
+_FIELD_FILE = "field.{}.bin"
 """The file name of a field's column in a store folder (or object under its data prefix)."""
 MAX_CATEGORY_CHARS = 1024
 """The longest string a categorical field holds (fields are short labels, not text)."""
@@ -90,7 +87,7 @@ class Field:
         return "float" if self.values.dtype.kind == "f" else "int"
 
 
-def as_field(name: str, values: Any) -> Field:
+def _as_field(name: str, values: Any) -> Field:
     """The column of field ``name`` from the user's ``values`` (one per document): a
     :class:`Field` as it is, else a 1-D sequence of ints (bools count as ints), of numbers (ints
     and floats: floats), or of strings (categories).
@@ -171,7 +168,7 @@ class FieldSpec:
 
     @property
     def file(self) -> str:
-        return FIELD_FILE.format(self.name)
+        return _FIELD_FILE.format(self.name)
 
     def to_json(self) -> dict[str, Any]:
         rec: dict[str, Any] = {
@@ -221,14 +218,14 @@ def parse_fields_record(rec: Any, where: Path) -> tuple[FieldSpec, ...]:
     return tuple(specs)
 
 
-def write_fields(folder: Path, fields: dict[str, Field], fsync: bool) -> tuple[FieldSpec, ...]:
-    """Write every column into ``folder`` (:data:`FIELD_FILE`) and return their records."""
+def _write_fields(folder: Path, fields: dict[str, Field], fsync: bool) -> tuple[FieldSpec, ...]:
+    """Write every column into ``folder`` (:data:`_FIELD_FILE`) and return their records."""
     import os
 
     specs = []
     for name, field in fields.items():
         data = np.ascontiguousarray(field.values.astype(_DTYPES[field.kind], copy=False))
-        with open(folder / FIELD_FILE.format(name), "wb") as f:
+        with open(folder / _FIELD_FILE.format(name), "wb") as f:
             f.write(data.tobytes())
             if fsync:
                 f.flush()
@@ -406,7 +403,7 @@ def concat_fields(parts: list[Fields], where: Any) -> dict[str, Field]:
 
 
 def check_fields(fields: Any) -> dict[str, Field]:
-    """``build``'s ``fields``: None, or a dict of field names to values (:func:`as_field`);
+    """``build``'s ``fields``: None, or a dict of field names to values (:func:`_as_field`);
     the number of values is checked against the documents by :func:`commit_fields`."""
     if fields is None:
         return {}
@@ -414,7 +411,7 @@ def check_fields(fields: Any) -> dict[str, Field]:
         raise TypeError(
             f"fields must be a dict of field names to per-document values, got {fields!r}"
         )
-    return {check_field_name(name): as_field(name, v) for name, v in fields.items()}
+    return {check_field_name(name): _as_field(name, v) for name, v in fields.items()}
 
 
 def commit_fields(
@@ -436,4 +433,4 @@ def commit_fields(
             )
     if order is not None:
         fields = {k: Field(f.values[order], f.categories) for k, f in fields.items()}
-    return write_fields(folder, fields, fsync)
+    return _write_fields(folder, fields, fsync)

@@ -45,7 +45,6 @@ __all__ = [
     "BlockChecksum",
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "KNOWN_BACKENDS",
     "LOSS_MASK_STORE",
     "META_FILE",
     "OFFSETS_DTYPE",
@@ -83,7 +82,7 @@ RECORD_KEYS = frozenset(
 the ``"remote"`` record of a store's objects); the others are optional sections
 (``"tokenizer"``, ``"provenance"``...)."""
 
-KNOWN_BACKENDS: set[str] = {"memmap", "zarr"}
+_KNOWN_BACKENDS: set[str] = {"memmap", "zarr"}
 """Backend names a metadata record may carry (a backend module adds its own name here)."""
 
 
@@ -242,7 +241,7 @@ class StoreMeta:
             )
         if meta.block_bytes < 1:
             raise FormatError(f"{where}: unsupported checksum record (block_bytes 0)")
-        if meta.backend not in KNOWN_BACKENDS:
+        if meta.backend not in _KNOWN_BACKENDS:
             raise FormatError(f"{where}: unknown backend {meta.backend!r}")
         for name, nbytes, digests in (
             ("tokens", meta.num_tokens * dtype.itemsize, meta.tokens_digests),

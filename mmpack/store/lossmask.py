@@ -24,9 +24,9 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.store.tokens import as_token_array, tensor_values
 
-__all__ = ["DOC_KEYS", "as_loss_mask", "check_mask_store", "mix_error", "split_document"]
+__all__ = ["as_loss_mask", "check_mask_store", "mix_error", "split_document"]
 
-DOC_KEYS = ("input_ids", "loss_mask")
+_DOC_KEYS = ("input_ids", "loss_mask")
 """The keys a document dict may hold."""
 MASK_DTYPE = np.dtype("<u1")
 
@@ -51,10 +51,10 @@ def split_document(doc: dict[Any, Any], j: int) -> tuple[np.ndarray, np.ndarray 
     Raises
     ------
     ValueError
-        A key other than :data:`DOC_KEYS`, no ``"input_ids"``, or a bad mask (see
+        A key other than :data:`_DOC_KEYS`, no ``"input_ids"``, or a bad mask (see
         :func:`as_loss_mask`).
     """
-    extra = [k for k in doc if k not in DOC_KEYS]
+    extra = [k for k in doc if k not in _DOC_KEYS]
     if extra or "input_ids" not in doc:
         what = f"has keys {sorted(extra, key=str)!r}" if extra else "has no 'input_ids'"
         raise ValueError(

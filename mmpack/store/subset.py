@@ -42,10 +42,8 @@ from mmpack.store.reader import TokenStore
 
 __all__ = [
     "SubsetStore",
-    "check_doc_ids",
     "select",
     "split",
-    "split_fractions",
     "split_keys",
     "token_source",
     "where",
@@ -306,7 +304,7 @@ def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
 
 
 # --------------------------------------------------------------------------------- making them
-def check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
+def _check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
     """Document ids given to ``select``: a 1-D sequence of ints in ``[0, n)``, strictly
     increasing.  Returns them as int64 (a new array).
 
@@ -353,7 +351,7 @@ def _root(store: TokenStore) -> tuple[TokenStore, np.ndarray | None, int]:
 
 def select(store: TokenStore, doc_ids: Any) -> SubsetStore:
     """The subset of ``store``'s documents ``doc_ids`` (see :meth:`TokenStore.select`)."""
-    ids = check_doc_ids(doc_ids, len(store))
+    ids = _check_doc_ids(doc_ids, len(store))
     return _subset(store, ids)
 
 
@@ -403,7 +401,7 @@ def _field_value(name: str, value: Any, categories: tuple[str, ...] | None) -> A
     return value
 
 
-def split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
+def _split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
     """``fractions`` checked: a non-empty dict of names to fractions in ``[0, 1]`` summing to 1
     (within 1e-9).  Returns the names and the upper thresholds of their 64-bit hash intervals
     (uint64, the last one ``2**64 - 1``)."""
@@ -444,7 +442,7 @@ def split_keys(seed: Any, depth: int = 0) -> np.ndarray:
 def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetStore]:
     """Disjoint subsets of ``store`` covering it, by the keyed hash of each document's parent id
     (see the module docstring and :meth:`TokenStore.split`)."""
-    names, thresholds = split_fractions(fractions)
+    names, thresholds = _split_fractions(fractions)
     parent, composed, depth = _root(store)
     ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
     part = np.empty(ids.shape[0], dtype=np.int64)

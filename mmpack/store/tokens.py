@@ -31,7 +31,6 @@ __all__ = [
     "plain_lengths",
     "snapshot_doc",
     "tensor_values",
-    "tokens_ok",
     "validate_tokens",
 ]
 
@@ -256,17 +255,6 @@ def concat_docs(
             base += e.size
         return np.concatenate(entries, dtype=np.uint64, casting="unsafe")  # negatives refused above
     return np.concatenate(entries)
-
-
-def tokens_ok(flat: np.ndarray, fixed: np.dtype | None) -> bool:
-    """Whether every token of ``flat`` (1-D signed or narrow unsigned integers) is in
-    ``[0, 2**63)`` and fits ``fixed``: the cheap check of many documents at once."""
-    if not flat.size:
-        return True
-    if flat.dtype.kind == "i" and flat.min() < 0:
-        return False
-    limit = MAX_TOKEN if fixed is None else min(MAX_TOKEN, int(np.iinfo(fixed).max))
-    return int(flat.max()) <= limit
 
 
 def validate_tokens(

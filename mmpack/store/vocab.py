@@ -10,7 +10,7 @@ metadata record (``mmpack.json``, the Zarr attributes, or a join's manifest), wr
 ``identity`` tells tokenizers apart (``"byte"`` for the byte-level rule, the SHA-256 of
 ``tokenizer.json`` otherwise).  Views take ``eot="store"`` and ``pad_id="store"`` by default:
 the ids the record gives, or, for a store that records none (or a tokenizer without that token),
-no eot and pad 0 (:data:`FALLBACK`); a store built with a special-token template, or with a loss
+no eot and pad 0 (:data:`_FALLBACK`); a store built with a special-token template, or with a loss
 mask (chat data), gets no eot (its documents carry the template's tokens).  ``mask_id="store"`` and ``vocab_size="store"`` read the
 record too, and are refused where it has none.  An explicit id outside the recorded vocabulary,
 and a mixture or join of stores with different tokenizers, are refused unless the caller opts in.
@@ -24,19 +24,17 @@ from typing import Any
 from mmpack.errors import Param, with_params
 
 __all__ = [
-    "FALLBACK",
     "STORE",
     "check_in_vocab",
     "check_same_tokenizer",
     "resolve_special",
-    "tokenizer_identity",
     "tokenizer_record",
 ]
 
 STORE = "store"
 """The value that makes a view take an id from the store's tokenizer record."""
 
-FALLBACK: dict[str, int | None] = {"eot": None, "pad_id": 0}
+_FALLBACK: dict[str, int | None] = {"eot": None, "pad_id": 0}
 """What ``"store"`` gives for these ids on a store that records none: no eot, pad 0."""
 
 _ROLES = {"eot": "eot", "pad_id": "pad", "mask_id": "mask", "bos": "bos", "unk": "unk"}
@@ -49,7 +47,7 @@ def tokenizer_record(store: Any) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def tokenizer_identity(store: Any) -> str | None:
+def _tokenizer_identity(store: Any) -> str | None:
     rec = tokenizer_record(store)
     return None if rec is None else str(rec.get("identity"))
 
@@ -59,7 +57,7 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     ``"mask_id"``, ``"vocab_size"``) when ``value == "store"``.
 
     For ``"eot"`` and ``"pad_id"`` (the views' defaults are ``"store"``), a store that records
-    no tokenizer, or whose tokenizer has no such token, gives :data:`FALLBACK` (``None``: no
+    no tokenizer, or whose tokenizer has no such token, gives :data:`_FALLBACK` (``None``: no
     eot; ``0``).  A store built with a special-token template (``"template"`` in the record)
     gives no eot either: its documents carry the tokens the template chose (an eot of their own,
     a BOS, ``[CLS] ... [SEP]``), and a view adds none on top; so does a store with a loss mask
@@ -77,15 +75,15 @@ def resolve_special(value: Any, store: Any, name: str) -> Any:
     rec = tokenizer_record(store)
     templated = rec is not None and rec.get("template") is not None
     if name == "eot" and (templated or getattr(store, "has_loss_mask", False)):
-        return FALLBACK[name]  # a template (or a chat template) put the documents' own tokens in
+        return _FALLBACK[name]  # a template (or a chat template) put the documents' own tokens in
     if name == "vocab_size":
         got = None if rec is None else rec.get("vocab_size")
     else:
         got = None if rec is None else (rec.get("special_ids") or {}).get(_ROLES.get(name, name))
     if got is not None:
         return int(got)
-    if name in FALLBACK:
-        return FALLBACK[name]
+    if name in _FALLBACK:
+        return _FALLBACK[name]
     where = getattr(store, "location", "the store")
     if rec is None:
         raise ValueError(
@@ -128,7 +126,7 @@ def check_same_tokenizer(stores: Iterable[Any], allow: bool, what: str) -> None:
         return
     first: tuple[int, str] | None = None
     for k, store in enumerate(stores):
-        ident = tokenizer_identity(store)
+        ident = _tokenizer_identity(store)
         if ident is None:
             continue
         if first is None:

@@ -8,7 +8,7 @@ DataLoader workers of each rank.  Consumer ``k = rank * num_workers + worker`` p
   (:class:`DocRange`; a TokenStore's range keeps the store's ``read_ranges`` path,
   :class:`StoreDocRange`);
 * an opaque iterable is dealt round-robin: consumer ``k`` keeps items ``k, k + S, ...`` of the
-  stream (:class:`RoundRobin`; every consumer reads the whole stream; with incoming batches an
+  stream (:class:`_RoundRobin`; every consumer reads the whole stream; with incoming batches an
   incoming batch is one unit of the deal).
 
 Every document lands in exactly one shard; shards pack independently (ranks may emit different
@@ -38,7 +38,6 @@ from mmpack.streaming.sources import batch_items, detect_format
 __all__ = [
     "Consumer",
     "DocRange",
-    "RoundRobin",
     "StoreDocRange",
     "consumer_provider",
     "current_consumer",
@@ -123,7 +122,7 @@ def shard_source(
             return StoreDocRange(source, lo, hi), True
         mask = source.loss_mask if store_like else None
         return DocRange(source, lo, hi, eot, mask), False
-    return RoundRobin(source, k, n_shards, eot), False
+    return _RoundRobin(source, k, n_shards, eot), False
 
 
 class DocRange:
@@ -170,7 +169,7 @@ class StoreDocRange:
         return self.store.loss_mask
 
 
-class RoundRobin:
+class _RoundRobin:
     """Items ``k, k + S, ...`` of an opaque iterable (with ``eot`` appended to sequences)."""
 
     def __init__(self, source: Iterable[Any], k: int, n_shards: int, eot: int | None) -> None:

@@ -25,8 +25,6 @@ __all__ = [
     "PEEK",
     "batch_items",
     "detect_format",
-    "is_indexable",
-    "is_store_like",
     "piece_counts",
     "pieces_of",
     "propagate_epoch",
@@ -78,7 +76,7 @@ def detect_format(elements: Iterable[Any]) -> str:
     return "sequences"
 
 
-def is_indexable(source: Any) -> bool:
+def _is_indexable(source: Any) -> bool:
     if isinstance(source, (str, bytes, Mapping)):
         return False
     if any(c.__name__ == "IterableDataset" for c in type(source).__mro__):
@@ -86,7 +84,7 @@ def is_indexable(source: Any) -> bool:
     return hasattr(source, "__len__") and hasattr(source, "__getitem__")
 
 
-def is_store_like(source: Any) -> bool:
+def _is_store_like(source: Any) -> bool:
     offsets = getattr(source, "offsets", None)
     return (
         callable(getattr(source, "read_ranges", None))
@@ -154,13 +152,13 @@ def source_kind(source: Any, source_format: str, peek: int = PEEK) -> tuple[bool
     random-access source, its format given or detected from its first elements), and whether it
     is read through ``read_ranges`` (a TokenStore-like source); ``peek`` elements at most are
     looked at to detect the format."""
-    if source_format != SourceFormat.BATCHES and is_indexable(source):
+    if source_format != SourceFormat.BATCHES and _is_indexable(source):
         fmt = source_format
         if fmt == SourceFormat.AUTO:
-            seq = cast("Sequence[Any]", source)  # is_indexable: __len__ and __getitem__
+            seq = cast("Sequence[Any]", source)  # _is_indexable: __len__ and __getitem__
             fmt = detect_format(seq[j] for j in range(min(len(seq), peek)))
         indexed = fmt == SourceFormat.SEQUENCES
-        return indexed, indexed and is_store_like(source)
+        return indexed, indexed and _is_store_like(source)
     if not isinstance(source, Iterable):
         raise TypeError(f"source must be iterable, got {type(source).__name__}")
     return False, False

@@ -12,7 +12,7 @@ checks that rule and concatenates the rows the same way, so it lives here once:
   ``cu_seqlens``, cut where the positions restart (as transformers' packed-sequence detection
   reads them).
 * :func:`check_row` / :func:`check_rows` (torch, for :mod:`mmpack.torch.attention`): the same
-  check on the device the masks are built on, one host sync per call; :func:`as_boundaries`
+  check on the device the masks are built on, one host sync per call; :func:`_as_boundaries`
   converts one row to an int64 tensor, :func:`is_one_row` tells a single row from a batch of rows.
 
 Cost: ``O(B + segments)`` numpy or torch work, no Python loop over segments (a Python loop over
@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 __all__ = [
-    "as_boundaries",
     "check_row",
     "check_rows",
     "flat_boundaries",
@@ -162,7 +161,7 @@ def _check_seqlen(seqlen: Any) -> int:
     return int(seqlen)
 
 
-def as_boundaries(
+def _as_boundaries(
     cu: torch.Tensor | np.ndarray | Sequence[int],
     name: str,
     device: torch.device | str | None,
@@ -222,7 +221,7 @@ def check_row(
         ending at ``seqlen`` or decreasing somewhere.
     """
     seqlen = _check_seqlen(seqlen)
-    t = as_boundaries(cu, name, device)
+    t = _as_boundaries(cu, name, device)
     steps = t[1:] - t[:-1]
     # One host sync for all three checks.
     if not bool(((t[0] == 0) & (t[-1] == seqlen) & (steps >= 0).all()).item()):
@@ -262,7 +261,7 @@ def check_rows(
         raise ValueError("cu_seqlens_rows is empty; give at least one row")
     if device is None and isinstance(rows[0], torch.Tensor):
         device = rows[0].device
-    parts = [as_boundaries(r, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]
+    parts = [_as_boundaries(r, f"cu_seqlens_rows[{b}]", device) for b, r in enumerate(rows)]
     flat = torch.cat(parts)
     counts = torch.tensor([p.shape[0] for p in parts], device=flat.device)
     ends = torch.cumsum(counts, 0)

@@ -1,10 +1,10 @@
 """A collated batch in the context-parallel layout, and the fixed-length ``cu_seqlens``.
 
-:func:`context_parallel` lays a batch out as :mod:`mmpack.views.cp_layout` says: every segment
+:func:`_context_parallel` lays a batch out as :mod:`mmpack.views.cp_layout` says: every segment
 padded to a multiple of ``2 * cp_size`` (``input_ids`` ``pad_id``, labels ``ignore_index``,
 ``attention_mask`` and ``loss_mask`` 0, ``position_ids`` continuing the segment's own), the
 batch flattened to one row, and either the whole padded batch with every rank's zigzag indices or
-one rank's share.  :func:`padded_boundaries` repeats the last boundary up to a length that
+one rank's share.  :func:`_padded_boundaries` repeats the last boundary up to a length that
 depends only on the batch size and row length (what a CUDA graph or a compiled step needs).
 
 Cost: per per-token field one pass of a kernel writing the tokens kept segment by segment
@@ -31,9 +31,7 @@ __all__ = [
     "LOSS_MASK",
     "PLAIN_LAYOUT",
     "batch_layout",
-    "context_parallel",
     "lay_out",
-    "padded_boundaries",
 ]
 
 LOSS_MASK = "loss_mask"
@@ -113,9 +111,9 @@ def lay_out(
     """``out`` (a batch of ``rows`` rows of ``seqlen`` tokens with its batch-wide
     ``cu_seqlens``, ``flat`` as int64) in the context-parallel layout and/or with fixed-length
     boundaries; the laid out per-token fields of ``dtype`` (default theirs); ``from_first`` as
-    :func:`context_parallel` takes it."""
+    :func:`_context_parallel` takes it."""
     if layout.cp_size is not None:
-        out = context_parallel(
+        out = _context_parallel(
             out,
             flat,
             cp_size=layout.cp_size,
@@ -129,11 +127,11 @@ def lay_out(
         length = rows * seqlen + 1  # at most one segment per token
         for key in ("cu_seqlens", "cu_seqlens_padded"):
             if key in out:
-                out[key] = padded_boundaries(out[key], length)
+                out[key] = _padded_boundaries(out[key], length)
     return out
 
 
-def context_parallel(
+def _context_parallel(
     out: dict[str, Any],
     flat: np.ndarray,
     *,
@@ -197,7 +195,7 @@ def context_parallel(
 def _boundaries_only(
     out: dict[str, Any], flat: np.ndarray, cp_size: int, cp_rank: int | None
 ) -> dict[str, Any]:
-    """:func:`context_parallel` of a batch without per-token fields: its boundaries."""
+    """:func:`_context_parallel` of a batch without per-token fields: its boundaries."""
     layout = cp_layout(flat, cp_size)
     new = dict(out)
     if "cu_seqlens" not in out:
@@ -237,7 +235,7 @@ def _flat(field: Any) -> np.ndarray:
     return field.ravel() if isinstance(field, np.ndarray) else field.numpy().reshape(-1)
 
 
-def padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:
+def _padded_boundaries(cu: torch.Tensor, length: int) -> torch.Tensor:
     """``cu`` (int32, (n + 1,), ``n + 1 <= length``) followed by repeats of its last value up to
     ``length`` entries (a segment count's upper bound, so every batch has the same shape)."""
     out = torch.empty(length, dtype=cu.dtype)

@@ -33,7 +33,7 @@ import numpy as np
 from mmpack.errors import FormatError
 from mmpack.sampling.dealing import share_length
 
-__all__ = ["int_field", "resume_point", "resumed_positions", "sampler_state"]
+__all__ = ["resume_point", "resumed_positions", "sampler_state"]
 
 
 def resumed_positions(
@@ -50,7 +50,7 @@ def resumed_positions(
     return global_position + rank + world_size * np.arange(count, dtype=np.int64)
 
 
-def int_field(state: dict[str, Any], name: str) -> int:
+def _int_field(state: dict[str, Any], name: str) -> int:
     """Field ``name`` of a sampler state as a plain int (a Python or NumPy integer, not a bool).
 
     Raises
@@ -79,13 +79,13 @@ def resume_point(
     mmpack.errors.FormatError
         The state's ``world_size``, ``position`` or ``offset`` are not ints or out of range.
     """
-    saved_ws = int_field(state, "world_size")
+    saved_ws = _int_field(state, "world_size")
     if saved_ws < 1:
         raise FormatError(f"sampler state has world_size={saved_ws}, expected >= 1")
-    offset = int_field(state, "offset")
+    offset = _int_field(state, "offset")
     if not 0 <= offset <= n:
         raise FormatError(f"sampler state has offset={offset}, expected 0 <= offset <= n={n}")
-    position = int_field(state, "position")
+    position = _int_field(state, "position")
     limit = share_length(n, offset, saved_ws, drop_last)
     if not 0 <= position <= limit:
         raise FormatError(

@@ -44,9 +44,9 @@ from mmpack.torch.collate import collate as default_collate
 from mmpack.torch.sampler import ResumableSampler
 from mmpack.torch.stages import Stages
 
-__all__ = ["LOADER_STATE_VERSION", "ResumableLoader", "WORKER_TIMEOUT", "loader", "read_state_file"]
+__all__ = ["ResumableLoader", "WORKER_TIMEOUT", "loader", "read_state_file"]
 
-LOADER_STATE_VERSION = 1
+_LOADER_STATE_VERSION = 1
 """Version of the dict written by :meth:`ResumableLoader.state_dict`."""
 
 WORKER_TIMEOUT = 600.0
@@ -368,7 +368,7 @@ class ResumableLoader(StatefulDataLoader):
         if self.stages is not None:
             return {
                 "kind": _KIND,
-                "version": LOADER_STATE_VERSION,
+                "version": _LOADER_STATE_VERSION,
                 "num_workers": int(self.num_workers),
                 "stages": self.stages.state_dict(consumed=self._yielded),
             }
@@ -380,7 +380,7 @@ class ResumableLoader(StatefulDataLoader):
             state = sampler.state_dict(consumed=given)
         return {
             "kind": _KIND,
-            "version": LOADER_STATE_VERSION,
+            "version": _LOADER_STATE_VERSION,
             "batch_size": int(self.batch_size or 1),
             "num_workers": int(self.num_workers),
             "sampler": state,
@@ -408,10 +408,10 @@ class ResumableLoader(StatefulDataLoader):
                 "plain torchdata StatefulDataLoader records its workers and cannot be loaded here"
             )
         version = state_dict.get("version")
-        if version != LOADER_STATE_VERSION:
+        if version != _LOADER_STATE_VERSION:
             raise FormatError(
                 f"loader state has version {version!r}; this mmpack reads version "
-                f"{LOADER_STATE_VERSION}"
+                f"{_LOADER_STATE_VERSION}"
             )
         field = "sampler" if self.stages is None else "stages"
         if field not in state_dict:

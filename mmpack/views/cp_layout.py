@@ -17,14 +17,14 @@ Worked example, ``C = 2``, segments of 3 and 5 tokens: padded to 4 and 8, ``cu_s
 8]``, ``cu_seqlens_padded = [0, 4, 12]``; rank 0 holds positions ``0, 3, 4, 5, 10, 11``, rank 1
 ``1, 2, 6, 7, 8, 9``.
 
-:func:`cp_fields` writes a batch's token fields in that layout, or one rank's share, in one
-pass of a kernel (:mod:`mmpack.kernels.cp_layout`); :func:`cp_batch_fields` writes the padded
-boundaries and the fields in one call of it for a batch its caller has checked, its options in
-one array (:func:`field_params`, made once per set of options): collate's per-batch path, where
-a check, an allocation or a call more is a visible share of the cost.
+:func:`cp_batch_fields` writes the padded boundaries and a batch's token fields in that
+layout, or one rank's share, in one pass of a kernel (:mod:`mmpack.kernels.cp_layout`), for a
+batch its caller has checked, its options in one array (:func:`field_params`, made once per set
+of options): collate's per-batch path, where a check, an allocation or a call more is a visible
+share of the cost.
 
-Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_fields` ``O(fields * (segments + tokens
-written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
+Cost: :func:`cp_layout` ``O(segments)``; :func:`cp_batch_fields` ``O(fields * (segments +
+tokens written))``, contiguous copies per chunk; :func:`zigzag_indices` ``O(ranks * (segments +
 T / C))``.
 """
 
@@ -41,7 +41,6 @@ from mmpack.kernels.cp_layout import lay_out_fields, pad_boundaries, zigzag_into
 __all__ = [
     "CPLayout",
     "cp_batch_fields",
-    "cp_fields",
     "cp_layout",
     "field_params",
     "zigzag_indices",
@@ -87,76 +86,6 @@ def cp_layout(cu_seqlens: np.ndarray, cp_size: int) -> CPLayout:
     return CPLayout(cu, cu_padded, int(longest))
 
 
-def cp_fields(
-    fields: Sequence[np.ndarray],
-    layout: CPLayout,
-    cp_size: int,
-    rank: int | None = None,
-    *,
-    fills: Sequence[int],
-    positions: int | None = None,
-    masked: int | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Token fields in the padded layout ``layout`` of ``cp_size`` (from :func:`cp_layout`):
-    the whole padded batch, or rank ``rank``'s share, all in one pass
-    (:func:`mmpack.kernels.cp_layout.lay_out_fields`).
-
-    Parameters
-    ----------
-    fields : sequence of F numpy.ndarray, one integer dtype, shape (N,)
-        The fields over the flat batch, ``N >= layout.cu_seqlens[-1]``.
-    layout : CPLayout
-    cp_size : int
-        The ``C`` ``layout`` was made for.
-    rank : int, optional
-        ``0 <= rank < C``: that rank's share; ``None``: the whole padded batch.
-    fills : sequence of F int
-        Each field's padding value.
-    positions : int, optional
-        The field whose padding continues each segment's positions instead of its fill.
-    masked : int, optional
-        The field whose mask is returned: 1.0 where it differs from its fill, else 0.0.
-
-    Returns
-    -------
-    block : numpy.ndarray, the fields' dtype, shape (F, T) or (F, T / C)
-        Row ``f`` field ``f``; ``T = layout.cu_seqlens_padded[-1]``.
-    mask : numpy.ndarray, float32, shape (T,) or (T / C,), or None
-        Only with ``masked``.
-    """
-    cp_size = check_positive_int(cp_size, "cp_size")
-    if rank is not None and not 0 <= rank < cp_size:
-        raise ValueError(f"rank must satisfy 0 <= rank < cp_size={cp_size}, got rank={rank}")
-    srcs = tuple(fields)
-    if not srcs or len(fills) != len(srcs):
-        raise ValueError(f"give one fill per field and at least one field, got {len(srcs)} "
-                         f"fields and {len(fills)} fills")  # fmt: skip
-    need = layout.cu_seqlens[-1]
-    for f, src in enumerate(srcs):
-        if src.ndim != 1 or src.dtype != srcs[0].dtype or src.dtype.kind not in "iu":
-            raise ValueError(f"fields must be 1-D arrays of one integer dtype; fields[{f}] is "
-                             f"{src.dtype} of shape {src.shape}")  # fmt: skip
-        if src.shape[0] < need:
-            raise ValueError(f"fields[{f}] has {src.shape[0]} tokens; the layout needs {need}")
-    for name, value in (("positions", positions), ("masked", masked)):
-        if value is not None and not 0 <= value < len(srcs):
-            raise ValueError(f"{name}={value} is not a field index below {len(srcs)}")
-    r = -1 if rank is None else rank
-    m = -1 if masked is None else masked
-    total = int(layout.cu_seqlens_padded[-1])
-    _, block, mask = cp_batch_fields(
-        srcs,
-        layout.cu_seqlens,
-        np.empty_like(layout.cu_seqlens),  # the boundaries again: layout has them
-        cp_size,
-        r,
-        m,
-        field_params(cp_size, r, fills, -1 if positions is None else positions, m, ()),
-        room=total if rank is None else total // cp_size,  # exactly: rows end to end
-    )
-    return block[:, 0], None if mask is None else mask[0]
-
-
 def field_params(
     cp_size: int,
     rank: int,
@@ -184,11 +113,11 @@ def cp_batch_fields(
     masked: int,
     params: np.ndarray,
     dtype: np.dtype | None = None,
-    room: int | None = None,
 ) -> tuple[int, np.ndarray, np.ndarray | None]:
-    """:func:`cp_layout`'s boundaries and :func:`cp_fields`' fields at once, in one call of the
-    kernel, for a batch its caller has checked (collate's per-batch path, where a check, an
-    allocation or a call more is a visible share of the cost).
+    """:func:`cp_layout`'s boundaries and the token fields in the padded layout (the whole
+    padded batch, or rank ``rank``'s share) at once, in one call of the kernel, for a batch its
+    caller has checked (collate's per-batch path, where a check, an allocation or a call more is
+    a visible share of the cost).
 
     Parameters
     ----------
@@ -206,25 +135,22 @@ def cp_batch_fields(
     dtype : numpy.dtype, optional
         An integer dtype of the block, the fields' values cast to it as they are copied (as
         ``astype`` casts); default the fields'.
-    room : int, optional
-        Each row's length allocated, at least ``T`` (or ``T / C``); default a bound from
-        ``cu_seqlens``, ``N' + n (2C - 1)`` (over ``C``), ``N' = cu_seqlens[-1]``, so the
-        block is allocated before the kernel finds ``T``: each row is contiguous, the rows
-        ``room`` apart.
 
     Returns
     -------
     max_seqlen : int
         The longest padded segment (0 for none).
-    block : numpy.ndarray, shape (F, 1, T) or (F, 1, T / C)
-        Field ``f`` in ``block[f]`` (as :func:`cp_fields` gives it, one axis more).
+    block : numpy.ndarray, the fields' dtype or ``dtype``, shape (F, 1, T) or (F, 1, T / C)
+        Field ``f`` in ``block[f]``, ``T = padded[-1]``: each segment's real tokens, then its
+        padding (the field's fill, or for the positions field its positions continued).
     mask : numpy.ndarray, float32, shape (1, T) or (1, T / C), or None
-        As :func:`cp_fields` gives it, one axis more.
+        With a masked field: 1.0 where its value differs from its fill, else 0.0.
     """
     count = len(fields)
-    if room is None:
-        room = int(cu_seqlens[-1]) + (cu_seqlens.shape[0] - 1) * (2 * cp_size - 1)
-        room = room if rank < 0 else room // cp_size
+    # each row's length allocated: a bound on T (or T / C) from cu_seqlens, so the block is
+    # allocated before the kernel finds T (each row contiguous, the rows room apart)
+    room = int(cu_seqlens[-1]) + (cu_seqlens.shape[0] - 1) * (2 * cp_size - 1)
+    room = room if rank < 0 else room // cp_size
     dtype = fields[0].dtype if dtype is None else dtype  # a numpy.dtype
     # One allocation for the block and the mask (rows of the block's dtype after the fields'):
     # arrays allocated apart fault in fresh pages on every batch (the allocator gives them

@@ -71,7 +71,7 @@ from typing import Any
 import numpy as np
 
 from mmpack.core.fingerprints import config_fingerprint
-from mmpack.core.options import DEFAULT_LOOKAHEAD, LabelShift, Mode, PackingAlgorithm, parse_option
+from mmpack.core.options import DEFAULT_LOOKAHEAD, Mode, PackingAlgorithm, parse_option
 from mmpack.core.validation import (
     EpochIndex,
     check_index,
@@ -106,17 +106,11 @@ from mmpack.views.packed_gather import (
 from mmpack.views.provenance import packed_provenance, parent_located
 from mmpack.views.readahead import ColdReads
 
-__all__ = ["LABEL_SHIFTS", "MODES", "PackedDataset"]
+__all__ = ["PackedDataset"]
 
 _INT32 = np.dtype(np.int32)
 # SampleBatch.from_first: every segment's positions are 0, 1, ..., its attention mask one value.
 _FROM_FIRST = ("position_ids", "attention_mask")
-
-MODES = tuple(sorted(m.value for m in Mode))
-"""Accepted ``mode`` values (:class:`~mmpack.core.options.Mode`)."""
-
-LABEL_SHIFTS = tuple(sorted(m.value for m in LabelShift))
-"""Accepted ``label_shift`` values (causal mode; :class:`~mmpack.core.options.LabelShift`)."""
 
 
 class PackedDataset:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Touched", "assemble", "touched_chunks"]
+__all__ = ["assemble", "touched_chunks"]
 
 
 @dataclass(frozen=True)
-class Touched:
+class _Touched:
     """The chunks a batch of ranges touches: ``uniq`` (sorted unique chunk ids) and, range by
     range in order, one segment per (range, chunk): ``seg_chunk``, and ``seg_lo``/``seg_hi``
     inside that chunk (int64 arrays); ``live`` marks the non-empty ranges."""
@@ -28,9 +28,9 @@ class Touched:
     live: np.ndarray
 
 
-def touched_chunks(starts: np.ndarray, lengths: np.ndarray, c: int) -> Touched:
+def touched_chunks(starts: np.ndarray, lengths: np.ndarray, c: int) -> _Touched:
     """The ``c``-item chunks that ranges ``[starts[k], starts[k] + lengths[k])`` touch (int64
-    arrays; empty ranges touch none), as :class:`Touched`."""
+    arrays; empty ranges touch none), as :class:`_Touched`."""
     live = lengths > 0
     s, e = starts[live], starts[live] + lengths[live]
     first = s // c
@@ -46,11 +46,11 @@ def touched_chunks(starts: np.ndarray, lengths: np.ndarray, c: int) -> Touched:
     base = seg * c
     lo = np.maximum(s, base) - base
     hi = np.minimum(e, base + c) - base
-    return Touched(np.unique(seg), seg, lo, hi, live)
+    return _Touched(np.unique(seg), seg, lo, hi, live)
 
 
 def assemble(
-    chunks: dict[int, np.ndarray], t: Touched, lengths: np.ndarray, dtype: np.dtype
+    chunks: dict[int, np.ndarray], t: _Touched, lengths: np.ndarray, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(src, src_starts)``: the non-empty ranges back to back, copied out of their decoded
     chunks with one ``np.concatenate`` (a batch inside one chunk returns that chunk, read-only,
