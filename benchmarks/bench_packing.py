@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import build_plan
 from mmpack.packing.plan_regions import cached_plan
 
@@ -89,8 +90,11 @@ def _reopen_ms(folder: Path, lens: np.ndarray, seqlen: int, eot: bool) -> dict[s
     """Median ms of :func:`cached_plan` reopening its file (7 repeats)."""
     store = _DirStore(folder, lens)
     store.path.mkdir()
-    cached_plan(store, seqlen, add_eot=eot)
-    t = [_median_seconds(lambda: cached_plan(store, seqlen, add_eot=eot), 1) for _ in range(7)]
+    cached_plan(store, PlanSpec(seqlen, add_eot=eot))
+    t = [
+        _median_seconds(lambda: cached_plan(store, PlanSpec(seqlen, add_eot=eot)), 1)
+        for _ in range(7)
+    ]
     return {"reopen ms": float(np.median(t)) * 1e3}
 
 

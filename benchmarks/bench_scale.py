@@ -123,15 +123,16 @@ def _windows(path: str) -> dict[str, Any]:
 
 def _plan(path: str) -> dict[str, Any]:
     import mmpack
+    from mmpack.packing.options import PlanSpec
     from mmpack.packing.plan_regions import cached_plan
 
     store = mmpack.open(path)
     shutil.rmtree(store.cache_dir, ignore_errors=True)
     warm = mmpack.open(_warm_store())
     shutil.rmtree(warm.cache_dir, ignore_errors=True)  # packed, not read from its cache
-    cached_plan(warm, SEQLEN, add_eot=True, region_tokens="auto")
+    cached_plan(warm, PlanSpec(SEQLEN, add_eot=True, region_tokens="auto"))
     t0 = time.perf_counter()
-    plan = cached_plan(store, SEQLEN, add_eot=True, region_tokens="auto")
+    plan = cached_plan(store, PlanSpec(SEQLEN, add_eot=True, region_tokens="auto"))
     seconds = time.perf_counter() - t0
     (file,) = store.cache_dir.glob("plan-*.mmplan")
     return {"s": seconds, "bins": plan.n_bins, "bytes": file.stat().st_size, "sha": _sha(file)}
@@ -139,11 +140,12 @@ def _plan(path: str) -> dict[str, Any]:
 
 def _reopen(path: str) -> dict[str, Any]:
     import mmpack
+    from mmpack.packing.options import PlanSpec
     from mmpack.packing.plan_regions import cached_plan
 
-    cached_plan(mmpack.open(_warm_store()), SEQLEN, add_eot=True, region_tokens="auto")
+    cached_plan(mmpack.open(_warm_store()), PlanSpec(SEQLEN, add_eot=True, region_tokens="auto"))
     t0 = time.perf_counter()
-    cached_plan(mmpack.open(path), SEQLEN, add_eot=True, region_tokens="auto")
+    cached_plan(mmpack.open(path), PlanSpec(SEQLEN, add_eot=True, region_tokens="auto"))
     return {"s": time.perf_counter() - t0}
 
 

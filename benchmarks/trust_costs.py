@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 import mmpack
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import build_plan
 from mmpack.packing.plan_file import ARRAYS, load_plan, plan_cache_key, save_plan
 from mmpack.views.window import WindowDataset
@@ -45,7 +46,7 @@ def bench_plan(tmp: str) -> None:
     rng = np.random.default_rng(0)
     lens = rng.integers(0, 3000, 10_000_000)
     plan = build_plan(lens, 2048, add_eot=True)
-    key = plan_cache_key("f" * 16, 2048, add_eot=True)
+    key = plan_cache_key("f" * 16, PlanSpec(2048, add_eot=True))
     path = f"{tmp}/p.mmplan"
     save_plan(plan, path, key)
     ms = _median_ms(lambda: load_plan(path, key), 7)

@@ -99,9 +99,9 @@ def _public_callables() -> dict[str, object]:
     """Every public class and function whose parameters name the shared concepts."""
     import mmpack.torch.attention as attention
     from mmpack.cli.demo import compare_packing
+    from mmpack.ingest.region_plan import build_region_plan
+    from mmpack.packing.options import PlanSpec
     from mmpack.packing.plan import build_plan
-    from mmpack.packing.plan_file import plan_cache_key
-    from mmpack.packing.plan_regions import cached_plan
     from mmpack.torch.collate import Collator, collate
     from mmpack.torch.hf import hf_inputs
     from mmpack.torch.loading import loader
@@ -114,8 +114,8 @@ def _public_callables() -> dict[str, object]:
     found |= {"Permutation": mmpack.Permutation, "StreamingPacker": mmpack.StreamingPacker}
     found |= {"join": mmpack.join, "collate": collate, "Collator": Collator}
     found |= {"PackerDataset": PackerDataset, "loader": loader}
-    found |= {"hf_inputs": hf_inputs, "build_plan": build_plan, "cached_plan": cached_plan}
-    found |= {"plan_cache_key": plan_cache_key, "compare_packing": compare_packing}
+    found |= {"hf_inputs": hf_inputs, "build_plan": build_plan, "PlanSpec": PlanSpec}
+    found |= {"build_region_plan": build_region_plan, "compare_packing": compare_packing}
     for name in attention.__all__:
         if callable(getattr(attention, name)) and name[0].islower():
             found[f"attention.{name}"] = getattr(attention, name)
@@ -134,7 +134,7 @@ def _parameters(obj) -> dict[str, inspect.Parameter]:
 # sampler (as torch's DistributedSampler) does not.
 SHARED = [
     *[(c, "seqlen", REQUIRED) for c in ("WindowDataset", "PackedDataset", "build_plan")],
-    *[(c, "seqlen", REQUIRED) for c in ("cached_plan", "plan_cache_key", "compare_packing")],
+    *[(c, "seqlen", REQUIRED) for c in ("PlanSpec", "build_region_plan", "compare_packing")],
     ("StreamingPacker", "seqlen", REQUIRED),
     *[(c, "seed", 0) for c in ("PackedDataset", "Mixture", "ResumableSampler", "Permutation")],
     ("Stages", "seed", 0),
@@ -146,7 +146,7 @@ SHARED = [
     ("PackedDataset", "pad_id", "store"),
     ("Collator", "pad_id", 0),
     ("StreamingPacker", "pad_id", 0),
-    *[(c, "add_eot", REQUIRED) for c in ("build_plan", "cached_plan", "plan_cache_key")],
+    *[(c, "add_eot", REQUIRED) for c in ("build_plan", "PlanSpec", "build_region_plan")],
     ("compare_packing", "add_eot", True),
     *[(c, "dtype", "int64") for c in ("WindowDataset", "PackedDataset", "collate", "Collator")],
     ("PackerDataset", "dtype", "int64"),
@@ -156,12 +156,15 @@ SHARED = [
     ("Stages", "drop_last", False),
     ("loader", "drop_last", False),
     ("loader", "seed", 0),
-    *[(c, "long_docs", "split") for c in ("PackedDataset", "build_plan", "cached_plan")],
-    *[(c, "long_docs", "split") for c in ("plan_cache_key", "compare_packing", "StreamingPacker")],
-    *[(c, "algorithm", "bfd") for c in ("PackedDataset", "build_plan", "cached_plan")],
-    ("plan_cache_key", "algorithm", "bfd"),
-    *[(c, "lookahead", 1024) for c in ("PackedDataset", "build_plan", "cached_plan")],
-    *[(c, "lookahead", 1024) for c in ("plan_cache_key", "compare_packing")],
+    *[(c, "long_docs", "split") for c in ("PackedDataset", "build_plan", "PlanSpec")],
+    *[
+        (c, "long_docs", "split")
+        for c in ("build_region_plan", "compare_packing", "StreamingPacker")
+    ],
+    *[(c, "algorithm", "bfd") for c in ("PackedDataset", "build_plan", "PlanSpec")],
+    ("build_region_plan", "algorithm", "bfd"),
+    *[(c, "lookahead", 1024) for c in ("PackedDataset", "build_plan", "PlanSpec")],
+    *[(c, "lookahead", 1024) for c in ("build_region_plan", "compare_packing")],
     *[(c, "label_shift", "next") for c in ("PackedDataset", "hf_inputs")],
     *[(c, "check_vocab", True) for c in ("WindowDataset", "PackedDataset")],
     *[(c, "mixed_tokenizers", False) for c in ("Mixture", "join")],

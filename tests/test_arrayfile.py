@@ -81,11 +81,12 @@ def test_both_checksummed_writers_publish_through_one_helper(tmp_path, monkeypat
 
     import mmpack.store.checked_file as checked_file
     import mmpack.store.format as store_format
+    from mmpack.packing.options import PlanSpec
     from mmpack.packing.plan import build_plan
     from mmpack.packing.plan_file import plan_cache_key, save_plan
 
     plan = build_plan(np.array([3, 4, 5]), 8, add_eot=True)
-    key = plan_cache_key("f" * 16, 8, add_eot=True)
+    key = plan_cache_key("f" * 16, PlanSpec(8, add_eot=True))
     writers = {
         "x.mmarr": lambda path: save_arrays(path, KEY, _arrays()),
         "p.mmplan": lambda path: save_plan(plan, path, key),

@@ -19,7 +19,7 @@ from mmpack.kernels import packing as K
 from mmpack.kernels import plan_bestfit, plan_items
 from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
-from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan, spec_key
+from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
 from mmpack.packing.plan_regions import cached_plan
 
 
@@ -266,7 +266,8 @@ def test_one_plan_spec_is_checked_when_made_and_keys_the_cache():
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.seqlen = 8  # type: ignore[misc]
     kwargs = dict(add_eot=True, algorithm="online", lookahead=7, region_tokens="auto")
-    assert spec_key("f" * 16, spec) == plan_cache_key("f" * 16, 512, **kwargs)
+    resolved = dict(kwargs, region_tokens=2048 * 512)  # "auto" and its number share a plan
+    assert plan_cache_key("f" * 16, spec) == plan_cache_key("f" * 16, PlanSpec(512, **resolved))
     assert PlanSpec(512, add_eot=True, lookahead=7).params()["lookahead"] is None  # bfd
     lens = np.random.default_rng(4).integers(0, 3000, 2000)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
@@ -371,7 +372,7 @@ def same_plan(a, b):
 def test_save_load_round_trip(tmp_path, algorithm):
     lens = np.random.default_rng(2).integers(0, 3000, 5000)
     plan = build_plan(lens, 1024, add_eot=True, algorithm=algorithm, lookahead=7)
-    key = plan_cache_key("f" * 16, 1024, add_eot=True, algorithm=algorithm, lookahead=7)
+    key = plan_cache_key("f" * 16, PlanSpec(1024, add_eot=True, algorithm=algorithm, lookahead=7))
     save_plan(plan, tmp_path / "p.mmplan", key)
     assert [p.name for p in tmp_path.iterdir()] == ["p.mmplan"]  # no temporary file left
     back = load_plan(tmp_path / "p.mmplan", key)
@@ -384,7 +385,7 @@ def test_save_load_round_trip(tmp_path, algorithm):
 
 def test_load_rejects_damaged_files(tmp_path):
     plan = build_plan(np.array([3, 4, 5]), 8, add_eot=False)
-    key = plan_cache_key("x", 8, add_eot=False)
+    key = plan_cache_key("x", PlanSpec(8, add_eot=False))
     path = tmp_path / "p.mmplan"
     save_plan(plan, path, key)
     raw = path.read_bytes()
@@ -399,7 +400,7 @@ def test_load_rejects_damaged_files(tmp_path):
 def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     rng = np.random.default_rng(3)
     store = FakeStore(tmp_path, rng.integers(0, 4000, 300_000))
-    first = cached_plan(store, 2048, add_eot=True)
+    first = cached_plan(store, PlanSpec(2048, add_eot=True))
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
     import mmpack.packing.plan_regions as plan_regions
@@ -407,27 +408,29 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
         for name in ("plan_of_offsets", "pack_regions"):
             mp.setattr(plan_regions, name, lambda *a, **k: pytest.fail("plan computed again"))
-        again = cached_plan(store, 2048, add_eot=True)
+        again = cached_plan(store, PlanSpec(2048, add_eot=True))
     assert same_plan(first, again)
     # Other parameters get other files.
-    cached_plan(store, 2048, add_eot=False)
-    cached_plan(store, 2048, add_eot=True, algorithm="online", lookahead=8)
+    cached_plan(store, PlanSpec(2048, add_eot=False))
+    cached_plan(store, PlanSpec(2048, add_eot=True, algorithm="online", lookahead=8))
     assert len(list((tmp_path / "cache").iterdir())) == 3
     # A file whose recorded key does not match (e.g. copied from another store) is never used.
     impostor = build_plan(np.array([1, 2]), 2048, add_eot=True)
-    save_plan(impostor, files[0], plan_cache_key("feedfacefeedface", 2048, add_eot=True))
+    save_plan(impostor, files[0], plan_cache_key("feedfacefeedface", PlanSpec(2048, add_eot=True)))
     with pytest.warns(UserWarning, match="rebuilding"):
-        rebuilt = cached_plan(store, 2048, add_eot=True)
+        rebuilt = cached_plan(store, PlanSpec(2048, add_eot=True))
     assert same_plan(first, rebuilt)
-    assert same_plan(first, cached_plan(store, 2048, add_eot=True))  # the file was replaced
+    assert same_plan(
+        first, cached_plan(store, PlanSpec(2048, add_eot=True))
+    )  # the file was replaced
     files[0].write_bytes(b"garbage")
     with pytest.warns(UserWarning, match="rebuilding"):
-        assert same_plan(first, cached_plan(store, 2048, add_eot=True))
+        assert same_plan(first, cached_plan(store, PlanSpec(2048, add_eot=True)))
 
 
 def test_cached_plan_on_read_only_store(tmp_path, monkeypatch):
     store = FakeStore(tmp_path / "missing-parent" / "s", [5, 6, 7])  # cache dir cannot be made
-    plan = cached_plan(store, 8, add_eot=True)
+    plan = cached_plan(store, PlanSpec(8, add_eot=True))
     assert plan.n_bins == 3
     store = FakeStore(tmp_path, [5, 6, 7])
 
@@ -439,14 +442,14 @@ def test_cached_plan_on_read_only_store(tmp_path, monkeypatch):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plan = cached_plan(store, 8, add_eot=True)
+        plan = cached_plan(store, PlanSpec(8, add_eot=True))
     assert plan.n_bins == 3
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []  # temp file cleaned up
 
 
 def test_cache_false_neither_reads_nor_writes(tmp_path):
     store = FakeStore(tmp_path, [5, 6, 7])
-    cached_plan(store, 8, add_eot=True, cache=False)
+    cached_plan(store, PlanSpec(8, add_eot=True), cache=False)
     assert not (tmp_path / "cache").exists()
 
 
@@ -487,7 +490,7 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
 
 def test_a_damaged_plan_header_is_detected(tmp_path):
     plan = build_plan(np.array([3, 4, 5]), 8, add_eot=False)
-    key = plan_cache_key("x", 8, add_eot=False)
+    key = plan_cache_key("x", PlanSpec(8, add_eot=False))
     path = tmp_path / "p.mmplan"
     save_plan(plan, path, key)
     raw = bytearray(path.read_bytes())

@@ -16,6 +16,7 @@ from test_plan import FakeStore, same_plan
 
 from mmpack.errors import FormatError
 from mmpack.packing import plan_file
+from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import build_plan
 from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
 from mmpack.packing.plan_regions import cached_plan
@@ -42,7 +43,7 @@ def _rewrite_header(path, header):
 def _plan_and_key(region_tokens=None):
     lens = np.random.default_rng(7).integers(0, 3000, 2000)
     plan = build_plan(lens, 1024, add_eot=True, region_tokens=region_tokens)
-    return plan, plan_cache_key("a" * 16, 1024, add_eot=True, region_tokens=region_tokens)
+    return plan, plan_cache_key("a" * 16, PlanSpec(1024, add_eot=True, region_tokens=region_tokens))
 
 
 @pytest.mark.parametrize("chunk", [plan_file.CHUNK_BYTES, 256])
@@ -88,7 +89,7 @@ def test_a_flipped_bit_in_any_array_is_detected(tmp_path, array):
 @pytest.mark.parametrize("version", [3, 4, 5, 7])
 def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path, version):
     store = FakeStore(tmp_path, np.random.default_rng(8).integers(0, 4000, 20_000))
-    first = cached_plan(store, 2048, add_eot=True)
+    first = cached_plan(store, PlanSpec(2048, add_eot=True))
     (path,) = (tmp_path / "cache").iterdir()
     header, _ = _header(path)
     header["format"] = version
@@ -96,12 +97,12 @@ def test_a_plan_of_another_format_is_refused_and_the_cache_rebuilds_it(tmp_path,
     with pytest.raises(FormatError, match=f"plan format {version}, this mmpack reads 6"):
         load_plan(path)
     with pytest.warns(UserWarning, match="rebuilding the packing plan"):
-        again = cached_plan(store, 2048, add_eot=True)
+        again = cached_plan(store, PlanSpec(2048, add_eot=True))
     assert same_plan(first, again)
     assert _header(path)[0]["format"] == 6
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the rewritten plan is used as it is
-        assert same_plan(first, cached_plan(store, 2048, add_eot=True))
+        assert same_plan(first, cached_plan(store, PlanSpec(2048, add_eot=True)))
 
 
 def test_regions_that_do_not_cut_the_plan_in_order_are_refused(tmp_path):
@@ -116,7 +117,7 @@ def test_regions_that_do_not_cut_the_plan_in_order_are_refused(tmp_path):
 
 
 def test_the_cache_key_names_every_parameter_once():
-    key = plan_cache_key("f" * 16, 2048, add_eot=True, algorithm="online", lookahead=3)
+    key = plan_cache_key("f" * 16, PlanSpec(2048, add_eot=True, algorithm="online", lookahead=3))
     assert key == {
         "format": 6,
         "fingerprint": "f" * 16,
@@ -128,12 +129,12 @@ def test_the_cache_key_names_every_parameter_once():
         "region_tokens": None,
     }
     with pytest.raises(TypeError, match="add_eot must be a bool"):
-        plan_cache_key("f" * 16, 2048, add_eot=1)
+        plan_cache_key("f" * 16, PlanSpec(2048, add_eot=1))
 
 
 def test_the_cache_key_and_path_include_region_tokens_with_auto_resolved():
     def key(r):
-        return plan_cache_key("f" * 16, 512, add_eot=True, region_tokens=r)
+        return plan_cache_key("f" * 16, PlanSpec(512, add_eot=True, region_tokens=r))
 
     assert key("auto")["region_tokens"] == 2048 * 512 == key(2048 * 512)["region_tokens"]
     assert plan_file.plan_path("c", key("auto")) == plan_file.plan_path("c", key(2048 * 512))
@@ -151,13 +152,13 @@ def test_the_cache_key_and_path_include_region_tokens_with_auto_resolved():
 
 def test_cached_plans_of_two_region_sizes_live_side_by_side(tmp_path):
     store = FakeStore(tmp_path, np.random.default_rng(9).integers(0, 4000, 5_000))
-    a = cached_plan(store, 1024, add_eot=True, region_tokens=50_000)
-    b = cached_plan(store, 1024, add_eot=True, region_tokens=None)
+    a = cached_plan(store, PlanSpec(1024, add_eot=True, region_tokens=50_000))
+    b = cached_plan(store, PlanSpec(1024, add_eot=True, region_tokens=None))
     assert len(list((tmp_path / "cache").iterdir())) == 2
     assert a.n_regions > 1 and b.n_regions == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert same_plan(a, cached_plan(store, 1024, add_eot=True, region_tokens=50_000))
+        assert same_plan(a, cached_plan(store, PlanSpec(1024, add_eot=True, region_tokens=50_000)))
 
 
 # ------------------------------------------------------------------------------- reopen in O(1)
@@ -188,7 +189,7 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
     for n in (20_000, 200_000):
         lens = np.random.default_rng(n).integers(0, 30, n)
         plan = build_plan(lens, 1024, add_eot=True)  # one region: no region array grows
-        key = plan_cache_key("b" * 16, 1024, add_eot=True)
+        key = plan_cache_key("b" * 16, PlanSpec(1024, add_eot=True))
         save_plan(plan, tmp_path / f"{n}.mmplan", key)
         hashed.clear()
         lazy = load_plan(tmp_path / f"{n}.mmplan", key, lazy=True)
@@ -316,7 +317,7 @@ def test_a_plan_file_takes_at_most_12_bytes_a_document(tmp_path):
     lens = np.random.default_rng(4).lognormal(5.48, 1.15, 200_000).astype(np.int64)
     plan = build_plan(lens, 2048, add_eot=True, region_tokens="auto")
     assert plan.split.shape[0] > 0  # some pieces start inside their document
-    key = plan_cache_key("c" * 16, 2048, add_eot=True, region_tokens="auto")
+    key = plan_cache_key("c" * 16, PlanSpec(2048, add_eot=True, region_tokens="auto"))
     save_plan(plan, tmp_path / "p.mmplan", key)
     size = (tmp_path / "p.mmplan").stat().st_size
     assert size / lens.shape[0] <= 12, size / lens.shape[0]

@@ -354,11 +354,11 @@ def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
         a, b = Path(tmp, "a"), Path(tmp, "b")
         store_a, store_b = FakeStore(a, lens), FakeStore(b, lens)
         opts = dict(add_eot=True, algorithm=algorithm, region_tokens=r_tokens)
-        serial = cached_plan(store_a, seqlen, **opts)
+        serial = cached_plan(store_a, PlanSpec(seqlen, **opts))
         spec = PlanSpec(seqlen, **opts)
         parts = build_plan_in_parts(store_b, spec, regions_per_task=per_task)
         assert same_plan(serial, parts)
-        key = plan_cache_key(store_a.fingerprint, seqlen, **opts)
+        key = plan_cache_key(store_a.fingerprint, PlanSpec(seqlen, **opts))
         in_memory = Path(tmp, "in-memory.mmplan")  # the whole plan in memory, written at once
         save_plan(build_plan(lens, seqlen, **opts), in_memory, key)
         assert plan_path(a / "cache", key).read_bytes() == in_memory.read_bytes()
@@ -427,10 +427,12 @@ def test_a_cached_region_plan_is_written_as_it_is_made(tmp_path, monkeypatch):
     monkeypatch.setattr(plan_regions, "JOIN_CHUNK", 1 << 16)
     lens = np.random.default_rng(3).integers(1, 8, 2_000_000)  # ~8M tokens: 32 tasks
     store = FakeStore(tmp_path, lens)
-    cached_plan(FakeStore(tmp_path / "warm", lens[:1000]), 64, add_eot=True, region_tokens=4096)
+    cached_plan(
+        FakeStore(tmp_path / "warm", lens[:1000]), PlanSpec(64, add_eot=True, region_tokens=4096)
+    )
     tracemalloc.start()
     try:
-        plan = cached_plan(store, 64, add_eot=True, region_tokens=4096)
+        plan = cached_plan(store, PlanSpec(64, add_eot=True, region_tokens=4096))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -454,7 +456,7 @@ def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
     offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)
     offsets.tofile(tmp_path / "s" / "offsets.bin")
     store = mmpack.open(tmp_path / "s")
-    key = plan_cache_key(store.fingerprint, 16, add_eot=True, region_tokens=40)
+    key = plan_cache_key(store.fingerprint, PlanSpec(16, add_eot=True, region_tokens=40))
     spec = PlanSpec(16, add_eot=True, lookahead=64, region_tokens=40)
     options = dict(store=store, key=key, spec=spec)
     options["slack"] = region_slack(store.mapped_offsets, 40, 16, 1)
@@ -463,4 +465,4 @@ def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="offsets decrease at document 149"):
         build_part([14, 15], str(tmp_path / "part.mmplan"), options)  # documents 140..151
     with pytest.raises(FormatError, match="offsets decrease at document 149"):
-        cached_plan(mmpack.open(tmp_path / "s"), 16, add_eot=True, region_tokens=40)
+        cached_plan(mmpack.open(tmp_path / "s"), PlanSpec(16, add_eot=True, region_tokens=40))

@@ -48,10 +48,6 @@ class PerProcess(Generic[T]):
             self._pid = pid
         return self._value  # type: ignore[return-value]
 
-    def peek(self) -> T | None:
-        """This process's state if it has made it, else None (nothing is made)."""
-        return self._value if self._pid == os.getpid() else None
-
     def __getstate__(self) -> Callable[[], T]:
         return self._make
 

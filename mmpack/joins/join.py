@@ -397,12 +397,8 @@ def _publish(
 def _write_file(folder: Path, name: str, data: bytes) -> None:
     if "/" in name or name.startswith(".") or name == JOIN_FILE:
         raise ValueError(f"cannot write a file named {name!r} into a join")
-    tmp = folder / f".{name}.tmp-{os.getpid()}"
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, folder / name)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(folder / name) as f:
+        f.write(data)
 
 
 @contextlib.contextmanager

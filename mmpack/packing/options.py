@@ -208,7 +208,7 @@ class PlanSpec:
     ``PlanSpec(seqlen, *, add_eot, long_docs="split", algorithm="bfd", lookahead=1024,
     region_tokens=None)`` checks every argument (a ``TypeError`` or ``ValueError`` naming it);
     the plan's builders (:mod:`mmpack.packing.plan`), its cache key
-    (:func:`~mmpack.packing.plan_file.spec_key`) and the region builds
+    (:func:`~mmpack.packing.plan_file.plan_cache_key`) and the region builds
     (:mod:`mmpack.packing.plan_regions`) take it as it is.
 
     Attributes

@@ -2,7 +2,7 @@
 every load.
 
 A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.options.PlanSpec`
-(:func:`spec_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
+(:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.packing.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
 (:func:`mmpack.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
@@ -32,7 +32,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.packing.options import PlanSpec
 from mmpack.packing.plan import ALGORITHMS, PackingPlan
@@ -56,7 +55,6 @@ __all__ = [
     "plan_params",
     "plan_path",
     "save_plan",
-    "spec_key",
     "write_plan_file",
 ]
 
@@ -92,30 +90,7 @@ ARRAYS = (
 """The arrays of a plan file, in file order, and their on-disk dtypes."""
 
 
-def plan_cache_key(
-    fingerprint: str,
-    seqlen: int,
-    *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str | None = None,
-) -> dict[str, Any]:
-    """:func:`spec_key` of the :class:`~mmpack.packing.options.PlanSpec` of these parameters
-    (checked with its messages)."""
-    spec = PlanSpec(
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=region_tokens,
-    )
-    return spec_key(fingerprint, spec)
-
-
-def spec_key(fingerprint: str, spec: PlanSpec) -> dict[str, Any]:
+def plan_cache_key(fingerprint: str, spec: PlanSpec) -> dict[str, Any]:
     """Everything a cached plan depends on: the store's fingerprint and the plan's parameters
     (:meth:`~mmpack.packing.options.PlanSpec.params`: canonical option names, ``lookahead``
     only for ``"online"``, ``region_tokens`` resolved, so ``"auto"`` and the number it stands

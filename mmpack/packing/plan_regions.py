@@ -36,7 +36,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mmpack.core.options import DEFAULT_LOOKAHEAD
 from mmpack.core.validation import check_int_range
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.packing.options import PlanSpec
@@ -44,10 +43,10 @@ from mmpack.packing.plan import PackingPlan, pack_regions, plan_of_offsets
 from mmpack.packing.plan_file import (
     ARRAYS,
     load_plan,
+    plan_cache_key,
     plan_params,
     plan_path,
     save_plan,
-    spec_key,
     write_plan_file,
 )
 from mmpack.packing.plan_stats import merge_stats
@@ -214,7 +213,7 @@ def build_plan_in_parts(
         raise ValueError("region_tokens must be an integer >= 1 or 'auto' to build in parts")
     per_task = max(1, TASK_TOKENS // r) if regions_per_task is None else regions_per_task
     per_task = check_int_range(per_task, "regions_per_task", 1)
-    key = spec_key(store.fingerprint, spec)
+    key = plan_cache_key(store.fingerprint, spec)
     path = plan_path(store.cache_dir, key)
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
@@ -243,32 +242,7 @@ def build_plan_in_parts(
     return load_plan(path, key)
 
 
-def cached_plan(
-    store: Any,
-    seqlen: int,
-    *,
-    add_eot: bool,
-    long_docs: str = "split",
-    algorithm: str = "bfd",
-    lookahead: int = DEFAULT_LOOKAHEAD,
-    region_tokens: int | str | None = None,
-    cache: bool = True,
-) -> PackingPlan:
-    """The plan of ``store`` (:func:`~mmpack.packing.plan.build_plan` of its documents), kept in
-    ``<store>/cache/plan-<key>.mmplan`` (:func:`~mmpack.packing.plan_file.plan_path`):
-    :func:`store_plan` of the :class:`~mmpack.packing.options.PlanSpec` of these parameters."""
-    spec = PlanSpec(
-        seqlen,
-        add_eot=add_eot,
-        long_docs=long_docs,
-        algorithm=algorithm,
-        lookahead=lookahead,
-        region_tokens=region_tokens,
-    )
-    return store_plan(store, spec, cache=cache)
-
-
-def store_plan(store: Any, spec: PlanSpec, *, cache: bool = True) -> PackingPlan:
+def cached_plan(store: Any, spec: PlanSpec, *, cache: bool = True) -> PackingPlan:
     """The plan of ``spec`` of ``store``'s documents, from its cache folder or built.
 
     A cached file is used only if its recorded key (store fingerprint, every parameter, format
@@ -284,7 +258,7 @@ def store_plan(store: Any, spec: PlanSpec, *, cache: bool = True) -> PackingPlan
     (``region_tokens=None``) in memory.  If the store folder is not writable the plan is
     computed in memory, silently.  ``cache=False`` neither reads nor writes the cache.
     """
-    key = spec_key(store.fingerprint, spec)
+    key = plan_cache_key(store.fingerprint, spec)
     path = plan_path(store.cache_dir, key)
     if cache and path.is_file():
         try:

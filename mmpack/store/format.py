@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import secrets
-import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -345,13 +344,8 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (its folder created) via a temporary file unique to this
-    process and thread, then ``os.replace``: a reader sees the old file or the whole new one."""
+    """Write ``data`` to ``path`` (its folder created) through :func:`atomic_file`, not fsynced
+    (a cache's copy: a reader sees the old file or the whole new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(path, fsync=False) as f:
+        f.write(data)

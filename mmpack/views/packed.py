@@ -84,7 +84,7 @@ from mmpack.errors import FormatError
 from mmpack.kernels.packed_rows import one_bin
 from mmpack.packing.options import PlanSpec, label_mode
 from mmpack.packing.plan import PackingPlan
-from mmpack.packing.plan_regions import store_plan
+from mmpack.packing.plan_regions import cached_plan
 from mmpack.packing.plan_stats import PackingStats
 from mmpack.packing.region_cuts import region_blocks
 from mmpack.store.reader import TokenStore, open_store
@@ -271,7 +271,7 @@ class PackedDataset:
         eot = (int(self.eot is not None), self._eot_id)
         params = [self.seqlen, *eot, self.pad_id, self._label_mode, cu_at, self.ignore_index]
         self._params = np.array(params, dtype=np.int64)
-        self._plan = store_plan(self.store, self.plan_spec, cache=self.cache)
+        self._plan = cached_plan(self.store, self.plan_spec, cache=self.cache)
 
     @property
     def _plan(self) -> PackingPlan:
