@@ -41,10 +41,9 @@ import numpy as np
 import torch
 
 import mmpack
-from mmpack.packing.plan import build_plan
-from mmpack.torch.collate import collate
-from mmpack.torch.sampler import ResumableSampler
-from mmpack.views.attention_cost import row_costs
+from mmpack import ResumableSampler
+from mmpack.packing import build_plan, row_costs
+from mmpack.torch import collate
 
 WORLD, OVERHEAD_WORLD = 8, 64
 NODE_CAP = 2_000_000

@@ -16,7 +16,7 @@ workers, over a packed view, and with windows small enough that the store has se
   the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads;
   the faster of two runs);
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
-  :class:`~mmpack.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
+  :class:`~mmpack._src.torch.block_fetch.WindowFetcher` fetches the current and next window as whole
   spans in parts of at most 4 MiB (``max_concurrency`` at a time), checked, into the node cache;
 - ``S3 20 ms, global order``: the path of ``shuffle=True``, each batch's blocks fetched as it is
   read (the first batches of its epoch only: it is slow), against the local store in the global
@@ -120,7 +120,7 @@ class Case:
 
 def _cases(quick: bool, large: bool = False) -> list[Case]:
     """At the defaults (the target), then windows small enough that the store has several."""
-    from mmpack.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
+    from mmpack._src.core.constants import FETCH_BLOCK_BYTES, WINDOW_BLOCKS
 
     defaults = [Case("window", FETCH_BLOCK_BYTES, WINDOW_BLOCKS)]
     small = [Case("window", MiB, 8)]
@@ -238,7 +238,7 @@ def _check_costs(repeats: int = 20) -> tuple[float, float]:
     """GB/s of hashing a 4 MiB part's 16 KiB check blocks in one call (what the span fetcher does
     per part) and microseconds of one block's digest alone (what a random read checks), the
     median of ``repeats`` timings each."""
-    from mmpack.store.integrity import block_digest, block_digests
+    from mmpack._src.store.integrity import block_digest, block_digests
 
     part = np.random.default_rng(1).integers(0, 256, 4 << 20, np.uint8).tobytes()
     block = part[: 16 << 10]
@@ -369,7 +369,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
 
 def _global_rows(url, opts, tmp, local, n_batches) -> list[dict[str, Any]]:
     import mmpack
-    from mmpack.torch.sampler import ResumableSampler
+    from mmpack import ResumableSampler
 
     def batches(view: Any) -> list[np.ndarray]:
         order = np.fromiter(ResumableSampler(len(view), seed=1), np.int64)
@@ -436,8 +436,8 @@ def _plain(view: Any, case: Case, workers: int) -> Any:
     path), batches as the mmpack loader's."""
     from torch.utils.data import DataLoader
 
-    from mmpack.torch.collate import collate
-    from mmpack.torch.sampler import ResumableSampler
+    from mmpack import ResumableSampler
+    from mmpack.torch import collate
 
     bounds = view.block_bounds(case.block_bytes)
     sampler = ResumableSampler(view, shuffle="blocks", block_bounds=bounds,

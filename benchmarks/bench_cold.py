@@ -50,9 +50,8 @@ import numpy as np
 
 from benchmarks.bench_first_call import first_call_rows
 from benchmarks.bench_window import _lengths, _make_store
-from mmpack.store.backends._memmap import mapping_of
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack import PackedDataset, WindowDataset
+from mmpack._src.store.backends._memmap import mapping_of
 
 SEQLEN = 2048
 EOT = 50256

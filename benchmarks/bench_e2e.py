@@ -1,7 +1,7 @@
 """End to end: tokens/s a ``torch.utils.data.DataLoader`` delivers to the training loop.
 
 The packed view (causal and MLM) and the window view, batch 32 x 2048, shuffled by
-``ResumableSampler``, collated by ``mmpack.torch.collate.collate``, with 0 and 2 worker processes, on a
+``ResumableSampler``, collated by ``mmpack.torch.collate``, with 0 and 2 worker processes, on a
 C4-like store (lognormal(5.48, 1.15) lengths).  Compared with what a GPU consumes: ~17k tokens/s
 for a 7B model on one H100 (NeMo's published figure) and ~0.4M tokens/s for a 124M model: the
 ratio column says how many GPUs' worth of data one loader feeds.
@@ -10,7 +10,7 @@ Run ``python -m benchmarks.bench_e2e [--quick]``.
 
 ``--workers`` measures what DataLoader workers cost with the default path: the packed causal view
 through a plain ``DataLoader`` with ``collate`` (int64; in a worker it ships its batches through
-reused shared buffers, :mod:`mmpack.torch.transfer`) at 0, 1 and 2 workers, ``Collator(dtype=
+reused shared buffers, :mod:`mmpack._src.torch.transfer`) at 0, 1 and 2 workers, ``Collator(dtype=
 torch.int32)`` at 2 workers, and ``mmpack.torch.loader`` with its defaults (0 workers) and with 2
 workers, next to the *naive floor*: a collate that only allocates three fresh int64 (32, 2048)
 tensors per batch, through the same sampler and 2 workers (what torch's own transfer costs).  The
@@ -30,11 +30,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from mmpack.store.writer import StoreWriter
-from mmpack.torch.collate import collate
-from mmpack.torch.sampler import ResumableSampler
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack import PackedDataset, ResumableSampler, WindowDataset
+from mmpack.store import StoreWriter
+from mmpack.torch import collate
 
 BATCH, SEQLEN, EOT = 32, 2048, 50256
 GPU_7B = 17_000
@@ -140,7 +138,7 @@ def _loader_tokens_per_second(ds, workers: int | None, batches: int) -> float:
 def run_workers(quick: bool = False, reps: int = 3) -> list[dict[str, Any]]:
     import torch
 
-    from mmpack.torch.collate import Collator
+    from mmpack.torch import Collator
 
     tmp = Path(tempfile.mkdtemp(prefix="mmpack-bench-workers-"))
     try:

@@ -51,7 +51,7 @@ class Listener(event.Listener):
         seconds = time.perf_counter() - stack.pop()
         if not stack:  # a kernel called from Python: its callees are inside its time
             f = ev.data["dispatcher"].py_func
-            name = f.__module__.replace("mmpack.kernels.", "") + "." + f.__qualname__
+            name = f.__module__.replace("mmpack._src.kernels.", "") + "." + f.__qualname__
             compiles[name] = compiles.get(name, 0.0) + seconds
 
 event.register("numba:compile", Listener())

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 import mmpack
-from mmpack.formats.eos_separated import eos_offsets
-from mmpack.formats.foreign import INDEX_SETTLE_NS
-from mmpack.formats.megatron import MAGIC
+from mmpack._src.formats.foreign import INDEX_SETTLE_NS
+from mmpack._src.formats.megatron import MAGIC
+from mmpack.formats import eos_offsets
 
 
 def _seconds(fn) -> float:

@@ -34,10 +34,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_window import EOT, SEQLEN, _lengths, _make_store, _raw_view, side_by_side
-from mmpack.kernels.packed_rows import one_bin
-from mmpack.kernels.window import one_window
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack import PackedDataset, WindowDataset
+from mmpack._src.kernels.packed_rows import one_bin
+from mmpack._src.kernels.window import one_window
 
 Case = tuple[Callable[[Any], Any], Sequence[Any]]
 

@@ -36,10 +36,8 @@ from torch.utils.data import DataLoader
 
 from benchmarks.bench_e2e import _make_store
 from benchmarks.timing import per_call_seconds
-from mmpack.torch.collate import collate
-from mmpack.torch.hf import DataCollator, hf_inputs
-from mmpack.torch.sampler import ResumableSampler
-from mmpack.views.packed import PackedDataset
+from mmpack import PackedDataset, ResumableSampler
+from mmpack.torch import DataCollator, collate, hf_inputs
 
 EOT = 50256
 

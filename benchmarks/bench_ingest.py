@@ -92,8 +92,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     from dask.distributed import LocalCluster
     from tokenizers import Tokenizer
 
-    from mmpack.ingest.distributed import build_distributed
-    from mmpack.ingest.pipeline import ingest
+    from mmpack.ingest import build_distributed, ingest
 
     texts = _texts(500_000 if quick else 8_000_000)
     repeats = 2 if quick else 3

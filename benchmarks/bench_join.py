@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 import mmpack
-from mmpack.views.window import WindowDataset
+from mmpack import WindowDataset
 
 
 def _docs(num_tokens: int, seed: int = 0) -> list[np.ndarray]:

@@ -52,7 +52,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         k, t = float(np.median(kernel)), float(np.median(twin))
         rows.append(
             {
-                "case": pair.kernel.removeprefix("mmpack.kernels."),
+                "case": pair.kernel.removeprefix("mmpack._src.kernels."),
                 "via": pair.via.removeprefix("mmpack."),
                 "reference": pair.reference,
                 "size": size,

@@ -23,7 +23,7 @@ import numpy as np
 
 import mmpack
 from benchmarks.bench_join import _docs, _paired_batches
-from mmpack.views.window import WindowDataset
+from mmpack import WindowDataset
 
 TARGET = 1.3
 

@@ -6,7 +6,7 @@ One synthetic Megatron dataset (``.idx`` of S sequences of 1..64 tokens, mean 32
 ``GPTDataset(...)`` construction (its document, sample and shuffle index; no cache path, so
 nothing is written):
 
-- ``build_order``: the three arrays alone (:func:`mmpack.formats.megatron_order.build_order`);
+- ``build_order``: the three arrays alone (:func:`mmpack.formats.build_order`);
 - ``MegatronGPTDataset, uncached``: the view, i.e. the ``.idx`` validated again plus the order;
 - ``MegatronGPTDataset, cached``: a second view of the same parameters (the order's file
   mapped and its digests and ranges checked: what each DataLoader worker pays);
@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 import mmpack
-from mmpack.formats.megatron import MAGIC
-from mmpack.formats.megatron_order import build_order
-from mmpack.views.megatron_gpt import MegatronGPTDataset
+from mmpack._src.formats.megatron import MAGIC
+from mmpack.formats import MegatronGPTDataset, build_order
 
 SEQLEN = 64
 SEED = 1234

@@ -92,7 +92,7 @@ def _train(store: Any, shuffle: Any, seed: int, held: Any, steps: int) -> float:
     import torch
 
     import mmpack
-    from mmpack.torch.sampler import ResumableSampler
+    from mmpack import ResumableSampler
 
     view = mmpack.WindowDataset(store, SEQLEN, eot=EOT)
     extra = {}

@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.bench_window import _lengths, _make_store, _raw_view, side_by_side
 from benchmarks.timing import median_p99, per_call_seconds
-from mmpack.views.packed import PackedDataset
+from mmpack import PackedDataset
 
 SEQLEN = 2048
 EOT = 50256

@@ -32,9 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import build_plan
-from mmpack.packing.plan_regions import cached_plan
+from mmpack.packing import PlanSpec, build_plan, cached_plan
 
 TARGET_DOCS_PER_S = 10e6
 

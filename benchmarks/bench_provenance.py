@@ -11,9 +11,9 @@ provenance costs at most 10% of a batch).
 
 ``show --position``.  A store of 10**6 documents (10**5 with ``--quick``) of 1 to 40 tokens;
 ``mmpack show STORE --seqlen 2048 --position P --seed 1`` in process
-(:func:`mmpack.cli.commands.main`, output discarded; median of runs at random positions) and as
+(:func:`mmpack.cli.main`, output discarded; median of runs at random positions) and as
 a subprocess (``python -m mmpack``, median of runs), beside ``show -i`` of the same sample: the
-difference is the sampler's arithmetic (:class:`~mmpack.sampling.dealing.Dealing`, which imports
+difference is the sampler's arithmetic (:class:`~mmpack._src.sampling.dealing.Dealing`, which imports
 no torch).
 
 Run ``python -m benchmarks.bench_provenance [--quick]``.
@@ -36,10 +36,9 @@ import numpy as np
 
 import mmpack
 from benchmarks.bench_join import _docs
-from mmpack.cli.commands import main as cli_main
-from mmpack.sampling.mixture import Mixture
-from mmpack.torch.collate import collate
-from mmpack.views.window import WindowDataset
+from mmpack import Mixture, WindowDataset
+from mmpack.cli import main as cli_main
+from mmpack.torch import collate
 
 TARGET = 1.10
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ same items (:func:`obfd_bins`, a pure-Python twin; the whole-store best fit's co
 aside); ``build s`` and ``whole build s``, medians of interleaved repeats
 after a compile warm-up (the whole ``build_plan`` call), and their ratio; at the default ``R``,
 ``parts build s``: the same plan built in parts and joined into the cache file
-(:func:`~mmpack.packing.plan_regions.build_plan_in_parts`, serially, about 2^25 tokens a part).
+(:func:`~mmpack.packing.build_plan_in_parts`, serially, about 2^25 tokens a part).
 Target (``met``): ``bin cost <= 0.01%`` and no more bins than ``obfd bins`` at the default ``R``.
 
 Run ``python -m benchmarks.bench_regions [--quick]`` (or ``python -m benchmarks regions``).
@@ -32,10 +32,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_packing import _lengths
-from mmpack.core.options import DEFAULT_REGION_BINS
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import build_plan
-from mmpack.packing.plan_regions import build_plan_in_parts
+from mmpack._src.core.options import DEFAULT_REGION_BINS
+from mmpack.packing import PlanSpec, build_plan, build_plan_in_parts
 
 TARGET_COST = 1e-4
 BINS_PER_REGION = (512, 1024, DEFAULT_REGION_BINS, 4096)

@@ -87,7 +87,7 @@ def _workers_step(view: Any, batches: list[np.ndarray]) -> float:
     :data:`STEP_SECONDS` step per batch (the first batch not timed)."""
     from torch.utils.data import DataLoader
 
-    from mmpack.torch.collate import collate
+    from mmpack.torch import collate
 
     loader = DataLoader(
         view,

@@ -30,7 +30,7 @@ from benchmarks.bench_remote import BATCH, SEQLEN, _docs, _epoch, _server_helper
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     import mmpack
-    from mmpack.store.backends._chunk_cache import get_cache
+    from mmpack._src.store.backends._chunk_cache import get_cache
 
     s3 = _server_helpers()
     n_tokens = (1 << 20) if quick else (8 << 20)

@@ -36,10 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.sampling.block_order import BlockOrder, uniform_bounds
-from mmpack.sampling.mixture import Mixture
-from mmpack.sampling.permutation import Permutation
-from mmpack.torch.sampler import ResumableSampler
+from mmpack import Mixture, Permutation, ResumableSampler
+from mmpack.sampling import BlockOrder, uniform_bounds
 
 CHUNK = 8192
 

@@ -8,7 +8,7 @@ subprocess and its children every 10 ms (``peak anon MiB``: the largest sample o
 the memory a build holds besides the page cache; ``dask sum MiB``: of all processes at once).
 Columns: ``build s`` (``StoreWriter.add_batch`` in chunks of 10^7 documents, no fsync); ``open
 s`` and its peak; ``windows s`` (``WindowDataset(store, 2048)`` and 64 random windows read);
-``plan s`` and its peak (:func:`~mmpack.packing.plan_regions.cached_plan`, ``seqlen=2048``, an
+``plan s`` and its peak (:func:`~mmpack.packing.cached_plan`, ``seqlen=2048``, an
 eot, ``region_tokens="auto"``, nothing cached); ``reopen s`` and its peak (the cached plan);
 ``packed open s`` and its peak (``PackedDataset`` over the cached plan, from opening the store)
 and ``packed reads s`` (64 random samples read after it);
@@ -87,7 +87,7 @@ def _phase(name: str, *args: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------- phases
 def _build(path: str, n: int) -> dict[str, Any]:
-    from mmpack.store.writer import StoreWriter
+    from mmpack.store import StoreWriter
 
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def _open(path: str) -> dict[str, Any]:
 
 def _windows(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.window import WindowDataset
+    from mmpack import WindowDataset
 
     WindowDataset(mmpack.open(_warm_store()), 4)[0]
     t0 = time.perf_counter()
@@ -123,8 +123,7 @@ def _windows(path: str) -> dict[str, Any]:
 
 def _plan(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.packing.options import PlanSpec
-    from mmpack.packing.plan_regions import cached_plan
+    from mmpack.packing import PlanSpec, cached_plan
 
     store = mmpack.open(path)
     shutil.rmtree(store.cache_dir, ignore_errors=True)
@@ -140,8 +139,7 @@ def _plan(path: str) -> dict[str, Any]:
 
 def _reopen(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.packing.options import PlanSpec
-    from mmpack.packing.plan_regions import cached_plan
+    from mmpack.packing import PlanSpec, cached_plan
 
     cached_plan(mmpack.open(_warm_store()), PlanSpec(SEQLEN, add_eot=True, region_tokens="auto"))
     t0 = time.perf_counter()
@@ -151,7 +149,7 @@ def _reopen(path: str) -> dict[str, Any]:
 
 def _packed(path: str) -> dict[str, Any]:
     import mmpack
-    from mmpack.views.packed import PackedDataset
+    from mmpack import PackedDataset
 
     PackedDataset(mmpack.open(_warm_store()), SEQLEN, eot=0)[0]
     t0 = time.perf_counter()
@@ -166,7 +164,7 @@ def _dask_plan(path: str) -> dict[str, Any]:
     import dask.distributed as distributed
 
     import mmpack
-    from mmpack.ingest.region_plan import build_region_plan
+    from mmpack.ingest import build_region_plan
 
     store = mmpack.open(path)
     shutil.rmtree(store.cache_dir, ignore_errors=True)

@@ -8,7 +8,7 @@ sequential or block order reads) or *random*; a call of the constant mixture and
 schedule alternate, so both see the same machine, and each row gives both medians and their ratio
 (schedule / constant; 1 is equal speed).  Construction time of each schedule is reported too.
 
-Prefix error above eight sources (the bound of :mod:`mmpack.sampling.schedule_plan` is 1.5 samples
+Prefix error above eight sources (the bound of :mod:`mmpack._src.sampling.schedule_plan` is 1.5 samples
 up to eight): the worst ``|count_k(p) - F_k(p)|`` over every prefix and source against the
 schedule's integral (``Mixture.stats().max_prefix_error``), and the plan's own bound, over keyed
 random schedules of two kinds: *one-hot stages* (a Dirichlet(1) warm-up of 3-40 positions, then each
@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.sampling.mixture import Mixture
-from mmpack.sampling.schedule import Schedule
+from mmpack import Mixture, Schedule
 
 CHUNK = 8192
 N = 10**9
@@ -65,7 +64,7 @@ def _side_by_side(a: Mixture, b: Mixture, batches: list[np.ndarray]) -> tuple[fl
 
 def _worst_prefix_error(schedule: Schedule, n: int) -> tuple[float, float]:
     """The worst prefix error of a mixture of ``schedule`` over ``n`` positions against the
-    schedule's integral, and the plan's bound (:class:`~mmpack.sampling.mixture_stats.MixtureStats`;
+    schedule's integral, and the plan's bound (:class:`~mmpack.sampling.MixtureStats`;
     tests/test_schedule.py checks the integral it uses against an exact one)."""
     mixture = Mixture([_Source(10**6) for _ in range(schedule.num_sources)], schedule,
                       num_samples=n, seed=1)  # fmt: skip

@@ -45,8 +45,8 @@ def _pairs(plain: Callable[[], None], shuffled: Callable[[], None], repeats: int
 def run(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     from benchmarks.bench_ingest import _texts
     from benchmarks.bench_store import _stdlib_corpus
-    from mmpack.ingest.pipeline import ingest
-    from mmpack.store.writer import build
+    from mmpack import build
+    from mmpack.ingest import ingest
 
     max_bytes = 8_000_000 if quick else 1 << 40
     docs, flat = _stdlib_corpus(max_bytes)

@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack.store.writer import StoreWriter, build
+from mmpack import build
+from mmpack.store import StoreWriter
 
 
 def _corpus(num_tokens: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
@@ -187,7 +188,7 @@ def _threads_cpu(fn) -> dict[str, float]:
     from the file)."""
     from unittest import mock
 
-    from mmpack.store.blockwriter import BlockWriter
+    from mmpack._src.store.blockwriter import BlockWriter
 
     acc = {"writer": 0.0, "hasher": 0.0}
 
@@ -221,9 +222,9 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     """Where the time of a list and a generator build goes (see the module docstring)."""
     from unittest import mock
 
-    from mmpack.store.blockwriter import BlockWriter
-    from mmpack.store.format import BLOCK_BYTES
-    from mmpack.store.integrity import block_digest
+    from mmpack._src.store.blockwriter import BlockWriter
+    from mmpack._src.store.format import BLOCK_BYTES
+    from mmpack._src.store.integrity import block_digest
 
     docs, flat = _corpus(20_000_000 if quick else 200_000_000)
     raw = flat.view(np.uint8)
@@ -283,7 +284,7 @@ def _stdlib_corpus(max_bytes: int) -> tuple[list[np.ndarray], np.ndarray]:
     from tokenizers import Tokenizer
 
     from benchmarks.bench_ingest import _train
-    from mmpack.cli.demo import stdlib_sources
+    from mmpack.cli import stdlib_sources
 
     texts: list[str] = []
     for path in stdlib_sources():

@@ -11,7 +11,7 @@ below), so the packing efficiencies must agree; the throughput is the point.
 
 Reported per shape: packing efficiency of each, sequences emitted per second (median of
 ``repeats`` timed runs after a warm-up run), and the speed-up; plus the StreamingPacker with MLM
-masking (``mmpack.packing.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
+masking (``mmpack._src.packing.masking``; the baseline does not mask), and fed from a memory-mapped TokenStore
 (no Python call per document).  End to end, both packers must write the same ``int64`` output
 (and the StreamingPacker also an ``int64`` attention mask), which bounds the speed-up; the
 "placement only" rows time the decisions alone on the lengths (the seed's Python loop with
@@ -32,7 +32,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from mmpack.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 
 MU, SIGMA = 5.48, 1.15
 
@@ -123,7 +123,7 @@ def seed_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int)
 
 def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int) -> list[int]:
     """Placement decisions only: mmpack's kernel, one call per batch over the held lengths."""
-    from mmpack.kernels.plan_bestfit import place_best_fit, reset_rows, row_index
+    from mmpack._src.kernels.plan_bestfit import place_best_fit, reset_rows, row_index
 
     bits, off = row_index(R, P)
     remaining = np.full(R, -1, dtype=np.int64)
@@ -237,7 +237,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             store = None
             try:
-                from mmpack.store.writer import build
+                from mmpack import build
 
                 store = build(f"{tmp}/store", seqs)
                 cases["StreamingPacker, TokenStore"] = lambda store=store: _run_packer(

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.timing import load_average
-from mmpack.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 
 ROWS, ROW_LEN, BUFFER, INCOMING = 8, 2048, 512, 512
 

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from mmpack.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 
 TOKENS = 2**26
 P = 64

@@ -27,7 +27,7 @@ import numpy as np
 
 import mmpack
 from benchmarks.bench_join import _docs, _paired_batches
-from mmpack.store.writer import StoreWriter
+from mmpack.store import StoreWriter
 
 PACKED_TARGET = 1.2
 SPLIT_TARGET = 1.0

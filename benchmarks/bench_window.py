@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.timing import median_p99, per_call_seconds, per_item_seconds
-from mmpack.kernels._jit import njit
-from mmpack.kernels.window import window_ranges
-from mmpack.store.writer import StoreWriter
-from mmpack.views.window import WindowDataset
+from mmpack import WindowDataset
+from mmpack._src.kernels._jit import njit
+from mmpack._src.kernels.window import window_ranges
+from mmpack.store import StoreWriter
 
 SEQLEN = 2048
 EOT = 50256
@@ -186,7 +186,7 @@ def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     """Zarr ``__getitems__`` of shuffled 32-window batches against memmap, same batches: the
     default sharded store (first touch of every chunk: crc32c checked; then checked chunks),
     and a zstd one (decoded chunks through the LRU: cached when the store fits it)."""
-    import mmpack.store.backends._zarr as zarr_backend
+    import mmpack._src.store.backends._zarr as zarr_backend
 
     n_docs = 50_000 if quick else 1_000_000
     lens = _lengths(n_docs, 5.48, 1.15)
@@ -203,8 +203,8 @@ def _zarr_rows(tmp: Path, quick: bool) -> list[dict[str, Any]]:
 
 
 def _zarr_pair(mem: Any, zst: Any, name: str, labels: tuple[str, str]) -> list[dict[str, Any]]:
-    from mmpack.store.backends._chunk_cache import get_cache
-    from mmpack.store.reader import open_store
+    from mmpack import open as open_store
+    from mmpack._src.store.backends._chunk_cache import get_cache
 
     batch, calls = 32, 300
     dss = {

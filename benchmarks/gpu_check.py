@@ -1,12 +1,12 @@
 """GPU check: packed-document attention through every path agrees with per-document attention.
 
 Builds a packed batch with numpy (documents of random lengths filled row by row, each row's tail
-a padding segment), collates it with :func:`mmpack.torch.collate.collate`, and runs causal attention
+a padding segment), collates it with :func:`mmpack.torch.collate`, and runs causal attention
 over it five ways on CUDA:
 
 * reference: SDPA on each document alone (float32, from the same bf16-rounded inputs);
-* SDPA over whole rows with :func:`mmpack.torch.attention.batched_block_causal_mask` (bf16);
-* compiled FlexAttention with :func:`mmpack.torch.attention.flex_document_mask` (bf16 and float32);
+* SDPA over whole rows with :func:`mmpack.torch.batched_block_causal_mask` (bf16);
+* compiled FlexAttention with :func:`mmpack.torch.flex_document_mask` (bf16 and float32);
 * a varlen kernel over the flattened batch with ``batch["cu_seqlens"]``: ``flash_attn``'s
   ``flash_attn_varlen_func`` if installed, else ``torch.nn.attention.varlen.varlen_attn`` if
   this torch has it (else that path is reported as unavailable);
@@ -56,12 +56,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _import_mmpack() -> tuple[types.ModuleType, types.ModuleType]:
-    """``mmpack.torch.collate`` and ``mmpack.torch.attention``; they need only numpy and torch, so when the
+    """``mmpack._src.torch.collate`` and ``mmpack._src.torch.attention``; they need only numpy and torch, so when the
     package ``__init__`` cannot import (no zarr/numba on the GPU image) load them without it."""
     sys.path.insert(0, str(ROOT))
     try:
-        return importlib.import_module("mmpack.torch.collate"), importlib.import_module(
-            "mmpack.torch.attention"
+        return importlib.import_module("mmpack._src.torch.collate"), importlib.import_module(
+            "mmpack._src.torch.attention"
         )
     except ImportError as exc:
         for name in [m for m in sys.modules if m == "mmpack" or m.startswith("mmpack.")]:
@@ -70,11 +70,11 @@ def _import_mmpack() -> tuple[types.ModuleType, types.ModuleType]:
         pkg.__path__ = [str(ROOT / "mmpack")]  # a bare namespace: skips mmpack/__init__.py
         sys.modules["mmpack"] = pkg
         warnings.warn(
-            f"loading mmpack.torch.collate/attention without mmpack/__init__.py ({exc})",
+            f"loading mmpack._src.torch.collate/attention without mmpack/__init__.py ({exc})",
             stacklevel=2,
         )
-        return importlib.import_module("mmpack.torch.collate"), importlib.import_module(
-            "mmpack.torch.attention"
+        return importlib.import_module("mmpack._src.torch.collate"), importlib.import_module(
+            "mmpack._src.torch.attention"
         )
 
 

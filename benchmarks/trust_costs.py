@@ -27,10 +27,9 @@ import time
 import numpy as np
 
 import mmpack
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import build_plan
-from mmpack.packing.plan_file import ARRAYS, load_plan, plan_cache_key, save_plan
-from mmpack.views.window import WindowDataset
+from mmpack import WindowDataset
+from mmpack._src.packing.plan_file import ARRAYS
+from mmpack.packing import PlanSpec, build_plan, load_plan, plan_cache_key, save_plan
 
 
 def _median_ms(fn, reps: int) -> float:

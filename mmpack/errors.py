@@ -108,7 +108,7 @@ class IngestError(MmpackError, ValueError):
     documents were passed on; the message names the file, line and reason.  Nothing is written.
     ``report`` (when set) holds the counts up to the refusal."""
 
-    report: Any = None  # the IngestReport (mmpack.ingest.report, a layer above this module)
+    report: Any = None  # the IngestReport (mmpack._src.ingest.report, a layer above this module)
 
 
 class IngestWarning(UserWarning):
@@ -117,7 +117,7 @@ class IngestWarning(UserWarning):
 
 class DefaultOrderWarning(UserWarning):
     """A sampler over a remote store reads the block-window order because ``shuffle`` was left
-    to its default (:func:`~mmpack.core.sample_order.check_shuffle`); the message names the order,
+    to its default (:func:`~mmpack._src.core.sample_order.check_shuffle`); the message names the order,
     its window, its measured cost in model quality and how to choose the global order.  Warned
     once per process and store."""
 

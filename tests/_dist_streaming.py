@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 import mmpack
-import mmpack.torch.streaming
-from mmpack.streaming.packer import StreamingPacker
+import mmpack._src.torch.streaming
+from mmpack._src.streaming.packer import StreamingPacker
 
 
 def run_rank(rank: int, world_size: int, job: dict) -> None:

@@ -140,7 +140,7 @@ class S3Server:
 
     def _bucket_ready(self) -> bool:
         # The S3 port answers before the -bucket= bucket exists: wait for a signed HEAD of it.
-        from mmpack.remote._s3http import S3Config, S3Http
+        from mmpack._src.remote._s3http import S3Config, S3Http
 
         http = S3Http(
             BUCKET, S3Config(self.options), max_concurrency=1, connect_timeout=1, read_timeout=2
@@ -153,7 +153,7 @@ class S3Server:
     def create_bucket(self, name: str) -> str:
         """Create the bucket ``name`` (a signed PUT of the bucket; an existing one is kept) and
         return it."""
-        from mmpack.remote._s3http import S3Config, S3Http
+        from mmpack._src.remote._s3http import S3Config, S3Http
 
         http = S3Http(
             name, S3Config(self.options), max_concurrency=1, connect_timeout=5, read_timeout=10
@@ -334,8 +334,8 @@ def build_crashing_before_commit(monkeypatch, build) -> None:
     marker), expect its ``RemoteError``, then let PUTs through again."""
     import pytest
 
+    from mmpack._src.remote import transport as tr
     from mmpack.errors import RemoteError
-    from mmpack.remote import transport as tr
 
     real_put = tr.Transport.put
 

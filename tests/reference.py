@@ -1,6 +1,6 @@
 """The slow, obviously right Python twins of mmpack's numba kernels, and the table pairing them.
 
-Every kernel of :mod:`mmpack.kernels` is either an entry of :data:`PAIRS` (the kernel, or the
+Every kernel of :mod:`mmpack._src.kernels` is either an entry of :data:`PAIRS` (the kernel, or the
 public function that wraps it, against its twin on the same random input) or listed in
 :data:`COVERED_BY` (a helper kernel and the entry whose comparison runs it).
 ``tests/test_reference.py`` compares every entry by hypothesis and fails on any kernel in neither;
@@ -150,7 +150,7 @@ def _xxh64_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _xxh64_kernel(data: bytes, seed: int) -> int:
-    from mmpack.kernels.store import xxh64
+    from mmpack._src.kernels.store import xxh64
 
     raw = np.frombuffer(data, dtype=np.uint8)
     return int(xxh64(raw, raw[: raw.size // 8 * 8].view("<u8"), np.uint64(seed)))
@@ -163,7 +163,7 @@ def _xxh64_blocks_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]
 
 
 def _xxh64_blocks_kernel(data: bytes, block: int) -> list[int]:
-    from mmpack.kernels.store import xxh64_blocks
+    from mmpack._src.kernels.store import xxh64_blocks
 
     raw = np.frombuffer(data, dtype=np.uint8)
     out = np.empty(-(-raw.size // block), np.uint64)
@@ -194,7 +194,7 @@ def _convert_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _convert_kernel(src: np.ndarray, out_dtype: str, hi: int) -> tuple[int, list[int]]:
-    from mmpack.kernels.store import convert_tokens
+    from mmpack._src.kernels.store import convert_tokens
 
     out = np.zeros(src.size, dtype=out_dtype)
     t = src.dtype.type
@@ -216,7 +216,7 @@ def _offsets_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _first_decrease_kernel(offsets: np.ndarray) -> int:
-    from mmpack.kernels.store import first_decrease
+    from mmpack._src.kernels.store import first_decrease
 
     return int(first_decrease(offsets))
 
@@ -254,7 +254,7 @@ def check_ranges_slow(data: bytes, state, digests, checked, starts, lengths, ite
 
 
 def find_eos_slow(tokens: np.ndarray, eos: int, base: int) -> list[int]:
-    """The specification of :func:`mmpack.kernels.eos.find_eos`."""
+    """The specification of :func:`mmpack._src.kernels.eos.find_eos`."""
     return [base + i for i, t in enumerate(tokens.tolist()) if t == eos]
 
 
@@ -272,7 +272,7 @@ def _present_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _present_kernel(state, starts, lengths, itemsize, shift) -> bool:
-    from mmpack.kernels.blockstate import all_blocks_present
+    from mmpack._src.kernels.blockstate import all_blocks_present
 
     return bool(all_blocks_present(state, starts, lengths, itemsize, shift))
 
@@ -291,7 +291,7 @@ def _check_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _check_kernel(data, state, digests, checked, starts, lengths, itemsize, shift):
-    from mmpack.kernels.store import check_ranges
+    from mmpack._src.kernels.store import check_ranges
 
     raw = np.frombuffer(data, np.uint8)
     words = raw[: raw.size // 8 * 8].view("<u8")
@@ -308,7 +308,7 @@ def _eos_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _eos_kernel(tokens: np.ndarray, eos: int, base: int) -> list[int]:
-    from mmpack.kernels.eos import find_eos
+    from mmpack._src.kernels.eos import find_eos
 
     out = np.full(tokens.size, -1, dtype=np.int64)
     n = find_eos(tokens, eos, base, out)
@@ -363,7 +363,7 @@ def _keys_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _keys_kernel(seed: int, epoch: int, indices: np.ndarray) -> list[int]:
-    from mmpack.kernels.masking import sample_keys
+    from mmpack._src.kernels.masking import sample_keys
 
     out = np.empty(indices.size, np.uint64)
     sample_keys(np.uint64(seed), np.uint64(epoch), indices, out)
@@ -375,7 +375,7 @@ def _keys_ref(seed: int, epoch: int, indices: np.ndarray) -> list[int]:
 
 
 def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.packing.masking import excluded_ids
+    from mmpack._src.packing.masking import excluded_ids
 
     vocab = int(rng.integers(30, 300))
     rows, length = int(rng.integers(1, 4)), int(rng.integers(0, size + 1))
@@ -389,7 +389,7 @@ def _mlm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _mlm_hashed_kernel(ids, maskable, seed, epoch, index, p, vocab, ex):
-    from mmpack.packing.masking import corrupt_rows, row_keys
+    from mmpack._src.packing.masking import corrupt_rows, row_keys
 
     got = ids.copy()
     labels = corrupt_rows(
@@ -400,7 +400,7 @@ def _mlm_hashed_kernel(ids, maskable, seed, epoch, index, p, vocab, ex):
 
 
 def _mlm_indexed_kernel(ids, maskable, seed, epoch, index, p, vocab, ex):
-    from mmpack.kernels.masking import mlm_indexed_rows
+    from mmpack._src.kernels.masking import mlm_indexed_rows
 
     got, labels = ids.copy(), np.empty_like(ids)
     mlm_indexed_rows(
@@ -418,7 +418,7 @@ def _mlm_ref(ids, maskable, seed, epoch, index, p, vocab, ex):
 # =========================================================================== permutation
 @lru_cache(maxsize=4096)
 def _keys_cached(seed: Any, epoch: int) -> tuple[int, ...]:
-    from mmpack.core.permutation_keys import ROUNDS
+    from mmpack._src.core.permutation_keys import ROUNDS
 
     parts = seed if isinstance(seed, tuple) else (seed,)
     words = [len(parts)]
@@ -475,7 +475,7 @@ def _perm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _permute_kernel(n, seed, epoch, idx):
-    from mmpack.sampling.permutation import Permutation
+    from mmpack._src.sampling.permutation import Permutation
 
     return _ints(Permutation(n, seed=seed, epoch=epoch).map(idx))
 
@@ -485,7 +485,7 @@ def _permute_ref(n, seed, epoch, idx):
 
 
 def _invert_kernel(n, seed, epoch, idx):
-    from mmpack.sampling.permutation import Permutation
+    from mmpack._src.sampling.permutation import Permutation
 
     return _ints(Permutation(n, seed=seed, epoch=epoch).inverse_map(idx))
 
@@ -501,9 +501,9 @@ def _keyed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _keyed_kernel(n, seed, epochs, idx, group):
-    from mmpack.core.permutation_keys import epoch_keys
-    from mmpack.kernels.permutation import permute_many_keyed
-    from mmpack.sampling.permutation import Permutation
+    from mmpack._src.core.permutation_keys import epoch_keys
+    from mmpack._src.kernels.permutation import permute_many_keyed
+    from mmpack._src.sampling.permutation import Permutation
 
     perm, out = Permutation(n, seed=seed), np.empty_like(idx)
     permute_many_keyed(idx, group, out, n, perm._half_bits, perm._mask, epoch_keys(seed, epochs))
@@ -519,7 +519,7 @@ def _derive_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _derive_kernel(seed, epochs):
-    from mmpack.core.permutation_keys import epoch_keys
+    from mmpack._src.core.permutation_keys import epoch_keys
 
     return [_ints(row) for row in epoch_keys(seed, epochs)]
 
@@ -564,7 +564,7 @@ class _Source:
 
 
 def _mixture_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.sampling.mixture import Mixture
+    from mmpack._src.sampling.mixture import Mixture
 
     k = int(rng.integers(2, 6))
     # Weights of a period that divides the quantization's resolution: short periods and ones
@@ -614,7 +614,7 @@ def _occurrence_ref(mixture, n):
 
 
 def _prefix_error_kernel(mixture, n):
-    from mmpack.kernels.mixture import max_prefix_error
+    from mmpack._src.kernels.mixture import max_prefix_error
 
     limit = min(n, mixture.period)
     return int(max_prefix_error(mixture.quotas, mixture.period, mixture._seq, limit))
@@ -632,7 +632,7 @@ def _prefix_error_ref(mixture, n):
 # =========================================================================== mixture schedules
 def reference_row_count(row: list[float], m: int) -> int:
     """The left child's count at node count ``m`` on one row (the closed form of
-    :mod:`mmpack.kernels.schedule`, spelled out): ``u`` where the node's integral from the row's
+    :mod:`mmpack._src.kernels.schedule`, spelled out): ``u`` where the node's integral from the row's
     start reaches ``m``, the computed child's integral there, rounded half up."""
     side, length, g_int, g0, gam, a_int, a0, alpha, a1_int, a1 = row
     z = max(float(m) - g_int, 0.0)
@@ -720,8 +720,8 @@ def reference_schedule_integral(
 
 
 def _schedule_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.sampling.mixture import Mixture
-    from mmpack.sampling.schedule import Schedule
+    from mmpack._src.sampling.mixture import Mixture
+    from mmpack._src.sampling.schedule import Schedule
 
     k = int(rng.integers(2, 5))
     n_points = int(rng.integers(2, 6))
@@ -801,7 +801,7 @@ def ref_sample_index(sizes, document_index, seqlen: int, extra: int, n: int) -> 
 
 
 def _megatron_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.formats.megatron_order import _num_samples
+    from mmpack._src.formats.megatron_order import _num_samples
 
     sizes = rng.integers(0, 10, int(rng.integers(1, size + 2))).astype(np.int32)
     sizes[int(rng.integers(0, sizes.size))] += 1  # some tokens
@@ -815,7 +815,7 @@ def _megatron_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _sample_index_kernel(sizes, di, seqlen, extra, total, n):
-    from mmpack.kernels.megatron_order import fill_sample_index
+    from mmpack._src.kernels.megatron_order import fill_sample_index
 
     out = np.empty((n + 1, 2), dtype=np.int32)
     fill_sample_index(sizes, di, seqlen, extra, total, out)
@@ -827,7 +827,7 @@ def _sample_index_ref(sizes, di, seqlen, extra, total, n):
 
 
 def _megatron_samples_kernel(sizes, di, seqlen, extra, total, n):
-    from mmpack.kernels.megatron_order import copy_pieces, sample_pieces
+    from mmpack._src.kernels.megatron_order import copy_pieces, sample_pieces
 
     index = _sample_index_kernel(sizes, di, seqlen, extra, total, n)
     pointers = np.zeros(sizes.size, np.int64)
@@ -861,12 +861,12 @@ def ref_megatron_samples(sizes, di, seqlen, extra, total, n):
 # =========================================================================== packed rows
 def encoded(plan: tuple[np.ndarray, ...], regions: int = 1) -> tuple[np.ndarray, ...]:
     """``(bin_ptr, piece_ref, piece_len, regions, split)``, the row kernels' layout
-    (:mod:`mmpack.packing.plan_pieces`), of the plan ``(bin_ptr, piece_doc, piece_start,
+    (:mod:`mmpack._src.packing.plan_pieces`), of the plan ``(bin_ptr, piece_doc, piece_start,
     piece_len)`` of any values: its bins cut into up to ``regions`` regions when ``bin_ptr``
     cuts the pieces in order (else one), each region's documents counted from its smallest; a
     piece that starts inside its document, or names a document no reference can (negative, too
     far), goes to the split table as it is."""
-    from mmpack.kernels.packed_rows import SPLIT_FLAG
+    from mmpack._src.kernels.packed_rows import SPLIT_FLAG
 
     bin_ptr, docs, starts, lens = (np.asarray(a) for a in plan)
     n_bins = max(len(bin_ptr) - 1, 0)
@@ -904,7 +904,7 @@ def encoded(plan: tuple[np.ndarray, ...], regions: int = 1) -> tuple[np.ndarray,
 def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params, cu_room):
     """``(code, sample)``: ``code`` is what ``one_bin`` returns ((-1, 0) corrupt, (-2, 0) no
     room for ``cu_seqlens``), ``sample`` (ids, positions, labels, mask, cu) when it succeeds."""
-    from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT
+    from mmpack._src.kernels.packed_rows import LABELS_HF, LABELS_NEXT
 
     seqlen, eot, eot_id, pad_id, mode = (int(v) for v in params[:5])
     if not 0 <= b < len(bin_ptr) - 1:
@@ -949,7 +949,7 @@ def twin_bin(bin_ptr, piece_doc, piece_start, piece_len, offsets, src, b, params
 
 
 def _packed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
+    from mmpack._src.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
 
     docs = [
         rng.integers(0, 60000, int(rng.integers(0, 10))).tolist()
@@ -993,7 +993,7 @@ def _packed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _one_bin_kernel(plan, offsets, src, params, room):
-    from mmpack.kernels.packed_rows import one_bin
+    from mmpack._src.kernels.packed_rows import one_bin
 
     seqlen, out = params[0], []
     p = np.array([*params, 0, IGNORE], dtype=np.int64)
@@ -1046,7 +1046,7 @@ def _fill_rows_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _refused_before_the_kernels(bin_ptr: np.ndarray, n_pieces: int) -> bool:
-    """What mmpack.views.packed_gather.piece_ranges refuses before calling the kernels."""
+    """What mmpack._src.views.packed_gather.piece_ranges refuses before calling the kernels."""
     return bool(
         len(bin_ptr) < 2 or (np.diff(bin_ptr) < 0).any() or bin_ptr.min() < 0
         or bin_ptr.max() > n_pieces
@@ -1054,7 +1054,7 @@ def _refused_before_the_kernels(bin_ptr: np.ndarray, n_pieces: int) -> bool:
 
 
 def _fill_rows_kernel(plan, offsets, _src, params, idx, dtype, src, doc_starts):
-    from mmpack.kernels.packed_rows import fill_rows, select_pieces
+    from mmpack._src.kernels.packed_rows import fill_rows, select_pieces
 
     bin_ptr = plan[0]
     if _refused_before_the_kernels(bin_ptr, len(plan[1])):
@@ -1121,7 +1121,7 @@ def _fill_rows_ref(plan, offsets, src, params, idx, dtype, _holder, _doc_starts)
 
 # =========================================================================== plans
 def _plan_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.packing.plan import LONG_DOCS
+    from mmpack._src.packing.plan import LONG_DOCS
 
     lens = rng.integers(0, 61, int(rng.integers(0, size + 1))).tolist()
     return (
@@ -1162,7 +1162,7 @@ def _bfd_canonical(bins, seqlen):
 
 
 def _bfd_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack.packing.plan import build_plan
+    from mmpack._src.packing.plan import build_plan
 
     plan = build_plan(np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs)
     return plan, seqlen
@@ -1179,7 +1179,7 @@ def _bfd_ref(lens, seqlen, eot, long_docs, window):
 
 
 def _online_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack.packing.plan import build_plan
+    from mmpack._src.packing.plan import build_plan
 
     plan = build_plan(
         np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs,
@@ -1320,7 +1320,7 @@ def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _place_kernel(n_rows, row_len, stride, init, lens, budget):
-    from mmpack.kernels.plan_bestfit import (
+    from mmpack._src.kernels.plan_bestfit import (
         _tree_clear,
         _tree_set,
         place_best_fit,
@@ -1367,7 +1367,7 @@ def _packer_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _packer_kernel(docs, n_rows, row_len, buffer_size, long_docs, drop_last):
-    from mmpack.streaming.packer import StreamingPacker
+    from mmpack._src.streaming.packer import StreamingPacker
 
     packer = StreamingPacker(
         docs, batch_size=n_rows, seqlen=row_len, buffer_size=buffer_size, long_docs=long_docs,
@@ -1396,7 +1396,7 @@ def _gather_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...
 
 
 def _gather_pieces_kernel(chunk, base, positions, lengths, starts, n_buf):
-    from mmpack.kernels.streaming_batch import gather_pieces
+    from mmpack._src.kernels.streaming_batch import gather_pieces
 
     buf = np.full(n_buf, -7, dtype=np.int64)
     return int(gather_pieces(chunk, base, positions, lengths, starts, buf)), buf
@@ -1440,7 +1440,7 @@ def ref_flat_positions(offsets: list[int], use_eot: int) -> list[int]:
 
 
 def _window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack.kernels.window import INDEX_STEP
+    from mmpack._src.kernels.window import INDEX_STEP
 
     big = rng.random() < 0.2  # enough documents for a sampled index of several entries
     n_docs = int(rng.integers(INDEX_STEP + 1, 3 * INDEX_STEP) if big else rng.integers(1, size + 2))
@@ -1455,7 +1455,7 @@ def _window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _window_arrays(docs, use_eot, sampled):
-    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index
+    from mmpack._src.kernels.window import INDEX_STEP, fill_sampled_index
 
     offsets = np.zeros(len(docs) + 1, np.int64)
     np.cumsum([len(d) for d in docs], out=offsets[1:])
@@ -1466,7 +1466,7 @@ def _window_arrays(docs, use_eot, sampled):
 
 
 def _one_window_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import one_window
+    from mmpack._src.kernels.window import one_window
 
     src, offsets, top, total = arrays
     width = seqlen + labels
@@ -1489,7 +1489,7 @@ def _window_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 
 def _gather_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import gather_windows
+    from mmpack._src.kernels.window import gather_windows
 
     src, offsets, top, total = arrays
     width, k = seqlen + labels, vs.size
@@ -1525,7 +1525,7 @@ def _gather_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 
 def _find_doc_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import find_doc
+    from mmpack._src.kernels.window import find_doc
 
     _, offsets, top, _ = arrays
     return [int(find_doc(offsets, top, use_eot, v)) for v in vs.tolist()]
@@ -1537,7 +1537,7 @@ def _find_doc_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 
 def _ranges_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import window_ranges
+    from mmpack._src.kernels.window import window_ranges
 
     _, offsets, top, total = arrays
     start, length = np.empty(vs.size, np.int64), np.empty(vs.size, np.int64)
@@ -1554,7 +1554,7 @@ def _ranges_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 
 def _flat_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import flat_position
+    from mmpack._src.kernels.window import flat_position
 
     _, offsets, top, total = arrays
     return [int(flat_position(offsets, top, use_eot, v)) for v in range(total + 1)]
@@ -1565,7 +1565,7 @@ def _flat_ref(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 
 def _sampled_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index
+    from mmpack._src.kernels.window import INDEX_STEP, fill_sampled_index
 
     offsets = arrays[1]
     top = np.zeros((offsets.size - 2) // INDEX_STEP + 1, np.int64)
@@ -1575,7 +1575,7 @@ def _sampled_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
 
 def ref_sampled_index(docs, use_eot, seqlen, labels, sampled, vs, arrays):
     """The virtual start of every ``INDEX_STEP``-th document."""
-    from mmpack.kernels.window import INDEX_STEP
+    from mmpack._src.kernels.window import INDEX_STEP
 
     offsets = np.cumsum([0] + [len(d) for d in docs]).tolist()
     return [offsets[j] + j * use_eot for j in range(0, len(docs), INDEX_STEP)]
@@ -1635,7 +1635,7 @@ def _split_parts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _split_parts_kernel(ids, keys, thresholds):
-    from mmpack.kernels.subset import split_parts
+    from mmpack._src.kernels.subset import split_parts
 
     out = np.zeros(ids.shape[0], dtype=np.int64)
     split_parts(ids, keys, thresholds, out)
@@ -1656,7 +1656,7 @@ def _parent_starts_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...
 
 
 def _parent_starts_kernel(offsets, shift, starts, lengths):
-    from mmpack.kernels.subset import parent_starts
+    from mmpack._src.kernels.subset import parent_starts
 
     out = np.zeros(starts.shape[0], dtype=np.int64)
     bad = parent_starts(offsets, shift, starts, lengths, out)
@@ -1665,7 +1665,7 @@ def _parent_starts_kernel(offsets, shift, starts, lengths):
 
 # =========================================================================== balanced dealing
 def deal_groups_slow(costs, group_ptr, world_size):
-    """Each group dealt by the rule of :mod:`mmpack.kernels.balance`, spelled out: samples by
+    """Each group dealt by the rule of :mod:`mmpack._src.kernels.balance`, spelled out: samples by
     decreasing cost (then slot) to the least loaded rank with room (then lowest rank), then, while
     one exists, the swap of a sample of the most loaded rank (lowest of equals) with a cheaper
     sample of another rank whose larger new load is smallest and below the peak (first found in
@@ -1717,7 +1717,7 @@ def _deal_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _deal_kernel(costs, ptr, world):
-    from mmpack.kernels.balance import deal_groups
+    from mmpack._src.kernels.balance import deal_groups
 
     return deal_groups(costs, ptr, world).tolist()
 
@@ -1787,7 +1787,7 @@ def _cp_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, from_first, out_dtype):
-    from mmpack.kernels.cp_layout import lay_out_fields, zigzag_into
+    from mmpack._src.kernels.cp_layout import lay_out_fields, zigzag_into
 
     # Rows allocated longer than the layout needs (as collate's bound allocates them): the
     # kernel writes the boundaries, and a row's first T (or T / C) entries.
@@ -1811,8 +1811,8 @@ def _cp_kernel(srcs, cu, cp_size, cp_rank, fills, positions, masked, from_first,
 def _pair(
     kernel: str, reference: str, inputs: Any, run_kernel: Any, run_reference: Any, **kw: Any
 ) -> Pair:
-    kw.setdefault("via", f"mmpack.kernels.{kernel}")
-    return Pair(f"mmpack.kernels.{kernel}", reference=reference, inputs=inputs,
+    kw.setdefault("via", f"mmpack._src.kernels.{kernel}")
+    return Pair(f"mmpack._src.kernels.{kernel}", reference=reference, inputs=inputs,
                 run_kernel=run_kernel, run_reference=run_reference, **kw)  # fmt: skip
 
 
@@ -1832,7 +1832,7 @@ def _occurrence_ref(mixture, draws):
     return [position[draw] for draw in draws]
 
 
-_VIEW = "mmpack.views"
+_VIEW = "mmpack._src.views"
 
 
 # ------------------------------------------------------------------ packing plans, windows
@@ -1976,7 +1976,7 @@ def _masked_window_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...
 
 
 def _masked_window_kernel(mask, base, offsets, use_eot, vstarts, seqlen, total, rows):
-    from mmpack.kernels.window import gather_masked_windows
+    from mmpack._src.kernels.window import gather_masked_windows
 
     src = np.arange(int(offsets[-1]), dtype=np.int64) * 7 + 3  # token of flat position f
     k = len(vstarts)
@@ -2019,7 +2019,7 @@ def _mask_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _mask_pieces_kernel(mask, mask_starts, lengths, has_eot, row_ptr, shift, out):
-    from mmpack.kernels.packed_rows import mask_pieces
+    from mmpack._src.kernels.packed_rows import mask_pieces
 
     got = out.copy()
     mask_pieces(mask, mask_starts, lengths, has_eot, row_ptr, shift, IGNORE, got)
@@ -2053,7 +2053,7 @@ def twin_window_pieces(docs, use_eot, width, v):
 
 
 def _window_pieces_kernel(docs, use_eot, seqlen, labels, sampled, vs, arrays):
-    from mmpack.kernels.window import find_doc, window_pieces
+    from mmpack._src.kernels.window import find_doc, window_pieces
 
     _, offsets, top, total = arrays
     vs = np.ascontiguousarray(vs, dtype=np.int64)
@@ -2093,7 +2093,7 @@ def _bin_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _bin_pieces_kernel(bin_ptr, pieces, has_eot, bins):
-    from mmpack.kernels.packed_rows import bin_pieces
+    from mmpack._src.kernels.packed_rows import bin_pieces
 
     arr = np.array(pieces, dtype=np.int64).reshape(-1, 3)
     counts = bin_ptr[bins + 1] - bin_ptr[bins]
@@ -2141,7 +2141,7 @@ def _place_pieces_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]
 
 
 def _place_pieces_kernel(n, sources):
-    from mmpack.kernels.provenance import place_pieces
+    from mmpack._src.kernels.provenance import place_pieces
 
     cu_docs = np.zeros(n + 1, np.int64)
     for k, where, block, row_ptr in sources:
@@ -2245,7 +2245,7 @@ PAIRS: list[Pair] = [
         _derive_inputs,
         _derive_kernel,
         _derive_ref,
-        via="mmpack.sampling.permutation.epoch_keys",
+        via="mmpack._src.sampling.permutation.epoch_keys",
         bench_size=200,
     ),
     _pair(
@@ -2254,7 +2254,7 @@ PAIRS: list[Pair] = [
         _perm_inputs,
         _permute_kernel,
         _permute_ref,
-        via="mmpack.sampling.permutation.Permutation.map",
+        via="mmpack._src.sampling.permutation.Permutation.map",
     ),
     _pair(
         "permutation.invert_many",
@@ -2262,7 +2262,7 @@ PAIRS: list[Pair] = [
         _perm_inputs,
         _invert_kernel,
         _invert_ref,
-        via="mmpack.sampling.permutation.Permutation.inverse_map",
+        via="mmpack._src.sampling.permutation.Permutation.inverse_map",
     ),
     _pair(
         "permutation.permute_many_keyed", "ref_permute", _keyed_inputs, _keyed_kernel, _keyed_ref
@@ -2274,7 +2274,7 @@ PAIRS: list[Pair] = [
         _mixture_inputs,
         _locate_kernel,
         _locate_ref,
-        via="mmpack.sampling.mixture.Mixture.source_of_many",
+        via="mmpack._src.sampling.mixture.Mixture.source_of_many",
         bench_size=100,
         slow=True,
     ),
@@ -2284,7 +2284,7 @@ PAIRS: list[Pair] = [
         _mixture_inputs,
         _counts_kernel,
         _counts_ref,
-        via="mmpack.sampling.mixture.Mixture.counts",
+        via="mmpack._src.sampling.mixture.Mixture.counts",
         bench_size=100,
     ),
     _pair(
@@ -2293,7 +2293,7 @@ PAIRS: list[Pair] = [
         _occurrence_inputs,
         _occurrence_kernel,
         _occurrence_ref,
-        via="mmpack.sampling.mixture.Mixture._occurrence_position",
+        via="mmpack._src.sampling.mixture.Mixture._occurrence_position",
         bench_size=100,
     ),
     _pair(
@@ -2311,7 +2311,7 @@ PAIRS: list[Pair] = [
         _schedule_inputs,
         _schedule_locate_kernel,
         _schedule_locate_ref,
-        via="mmpack.sampling.mixture.Mixture.source_of_many",
+        via="mmpack._src.sampling.mixture.Mixture.source_of_many",
         bench_size=30,
     ),
     _pair(
@@ -2320,7 +2320,7 @@ PAIRS: list[Pair] = [
         _schedule_inputs,
         _schedule_counts_kernel,
         _schedule_counts_ref,
-        via="mmpack.sampling.mixture.Mixture.counts",
+        via="mmpack._src.sampling.mixture.Mixture.counts",
         bench_size=30,
     ),
     _pair(
@@ -2329,7 +2329,7 @@ PAIRS: list[Pair] = [
         _schedule_inputs,
         _schedule_positions_kernel,
         _schedule_positions_ref,
-        via="mmpack.sampling.schedule_plan.SchedulePlan.positions_of",
+        via="mmpack._src.sampling.schedule_plan.SchedulePlan.positions_of",
         bench_size=30,
     ),
     # megatron-core's order
@@ -2395,7 +2395,7 @@ PAIRS: list[Pair] = [
         _packer_inputs,
         _packer_kernel,
         lambda *a: ref_pack(*a),
-        via="mmpack.streaming.packer.StreamingPacker",
+        via="mmpack._src.streaming.packer.StreamingPacker",
         bench_size=300,
         slow=True,
         finish=_finish_packer,
@@ -2565,7 +2565,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 COVERED_BY: dict[str, str] = {
-    f"mmpack.kernels.{helper}": f"mmpack.kernels.{entry}"
+    f"mmpack._src.kernels.{helper}": f"mmpack._src.kernels.{entry}"
     for entry, helpers in _HELPERS.items()
     for helper in helpers
 }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
@@ -27,9 +28,18 @@ def test_public_names_resolve():
     for name in mmpack.__all__:
         assert getattr(mmpack, name) is not None, name
     assert mmpack.open.__name__ == "open_store"
-    assert mmpack.Schedule.__module__ == "mmpack.sampling.schedule"
+    assert mmpack.Schedule.__module__ == "mmpack._src.sampling.schedule"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mmpack.nope  # noqa: B018
+
+
+def test_import_registers_the_adapters():
+    from mmpack._src.store import registry
+
+    assert registry.OPENERS["url"] == "mmpack._src.remote.opener:open_url"
+    assert {"megatron", "eos-separated", "parts"} <= set(registry.OPENERS)
+    assert registry.WRITERS["url"] == "mmpack._src.remote.writer:RemoteStoreWriter"
+    assert "mmpack._src.joins.opening:detect_join" in registry.DETECTORS
 
 
 def test_import_is_light():
@@ -84,7 +94,7 @@ def test_cli_helpers_are_public_and_load_lazily():
         "f = c.compare_packing; print(before, 'numpy' in sys.modules, f.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True", "mmpack.cli.demo"]
+    assert out.stdout.split() == ["False", "True", "mmpack._src.cli.demo"]
     import mmpack.cli
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -97,15 +107,15 @@ REQUIRED = inspect.Parameter.empty
 
 def _public_callables() -> dict[str, object]:
     """Every public class and function whose parameters name the shared concepts."""
-    import mmpack.torch.attention as attention
-    from mmpack.cli.demo import compare_packing
-    from mmpack.ingest.region_plan import build_region_plan
-    from mmpack.packing.options import PlanSpec
-    from mmpack.packing.plan import build_plan
-    from mmpack.torch.collate import Collator, collate
-    from mmpack.torch.hf import hf_inputs
-    from mmpack.torch.loading import loader
-    from mmpack.torch.streaming import PackerDataset
+    import mmpack._src.torch.attention as attention
+    from mmpack._src.cli.demo import compare_packing
+    from mmpack._src.ingest.region_plan import build_region_plan
+    from mmpack._src.packing.options import PlanSpec
+    from mmpack._src.packing.plan import build_plan
+    from mmpack._src.torch.collate import Collator, collate
+    from mmpack._src.torch.hf import hf_inputs
+    from mmpack._src.torch.loading import loader
+    from mmpack._src.torch.streaming import PackerDataset
 
     found = {
         name: getattr(mmpack, name)
@@ -224,3 +234,120 @@ def test_the_views_take_an_id_store_or_none(tmp_path):
         stats = view.stats()
         assert dataclasses.is_dataclass(stats) and type(stats).__dataclass_params__.frozen
         assert isinstance(stats.as_dict(), dict)
+
+
+# -- the public surface: the root and the modules beside mmpack._src ---------------------------------
+FACADES = sorted(
+    p.stem for p in (ROOT / "mmpack").glob("*.py") if p.stem not in ("__init__", "__main__")
+)
+PUBLIC_MODULES = ["mmpack", *(f"mmpack.{name}" for name in FACADES)]
+MAX_PUBLIC_NAMES = 120
+"""Names the public modules export beyond the root's (issue: a small surface, grain's pattern)."""
+
+
+def test_public_modules_re_export_the_implementation_and_stay_small():
+    beyond = set()
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            value = getattr(module, attr)
+            home = getattr(value, "__module__", None)
+            if name != "mmpack.errors" and home is not None and not isinstance(value, (int, str)):
+                assert home.startswith(("mmpack._src.", "mmpack.errors")), (name, attr, home)
+        if name != "mmpack":
+            beyond |= set(module.__all__) - set(mmpack.__all__)
+    assert len(beyond) <= MAX_PUBLIC_NAMES, sorted(beyond)
+
+
+BENCHMARK_INTERNALS = {
+    "bench_block_fetch.py": "sizes its store in the fetcher's units (FETCH_BLOCK_BYTES, "
+    "WINDOW_BLOCKS) and times the stripe digests against the link",
+    "bench_cold.py": "drops a memmap store's mapping (mapping_of) to time a cold read",
+    "bench_foreign.py": "writes Megatron files by hand (MAGIC) and waits out the index's "
+    "settle time (INDEX_SETTLE_NS)",
+    "bench_getitem.py": "times the one-sample kernels (one_bin, one_window) beside the views",
+    "bench_megatron_order.py": "writes Megatron files by hand (MAGIC)",
+    "bench_regions.py": "sweeps region sizes around the default (DEFAULT_REGION_BINS)",
+    "bench_remote_zarr.py": "empties the Zarr backend's chunk cache between runs (get_cache)",
+    "bench_store.py": "times the store's stripe writer and digests (BlockWriter, BLOCK_BYTES, "
+    "block_digest) alone",
+    "bench_streaming.py": "times the best-fit placement kernels alone (place_best_fit)",
+    "bench_window.py": "times the window kernel alone and the Zarr backend's chunk cache",
+    "gpu_check.py": "loads collate and the attention masks without the package's __init__ "
+    "where numba and zarr are not installed",
+    "trust_costs.py": "sizes a plan from its arrays (ARRAYS)",
+}
+"""Benchmarks that time a kernel or a layer alone import it from the implementation, each with
+why; the test below fails on any other private import outside the package, and on an entry
+that no longer needs one (the list only shrinks)."""
+
+
+def _code_blocks(path: Path) -> list[str]:
+    text = path.read_text()
+    if path.suffix == ".py":
+        return [text]
+    if path.suffix == ".ipynb":
+        import json
+
+        cells = json.loads(text)["cells"]
+        return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def private_uses(source: str) -> list[str]:
+    """What ``source`` reaches of mmpack that is private: an import of a module with a ``_``
+    component or of a ``_`` name, an attribute chain, or a string that is the name of a module
+    of ``mmpack._src`` (what ``importlib`` would import; prose in docstrings is not a use)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if re.match(r"mmpack(\.\w+)*\._", a.name)]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mmpack":
+            if re.match(r"mmpack(\.\w+)*\._", node.module or ""):
+                found.append(node.module or "")
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Attribute) and ast.unparse(node).startswith("mmpack._"):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if re.fullmatch(r"mmpack\._src(?:\.\w+)*(?::\w+)?", node.value):  # a module's name
+                found.append(node.value)
+    return sorted({f for f in found if not any(g.startswith(f"{f}.") for g in found)})
+
+
+def test_outside_code_uses_only_the_public_modules():
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    paths += sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths += sorted((ROOT / "benchmarks").glob("*.py"))
+    offenders, internals = {}, set()
+    for path in paths:
+        uses = [u for block in _code_blocks(path) for u in private_uses(block)]
+        if path.parent.name == "benchmarks" and path.name in BENCHMARK_INTERNALS:
+            internals.add(path.name) if uses else None
+        elif uses:
+            offenders[str(path.relative_to(ROOT))] = sorted(set(uses))
+    assert not offenders, f"private mmpack paths used outside the package: {offenders}"
+    assert internals == set(BENCHMARK_INTERNALS), set(BENCHMARK_INTERNALS) - internals
+
+
+def test_private_uses_sees_every_form():
+    source = (
+        "import mmpack._src.store.reader\n"
+        "from mmpack._src.kernels import window\n"
+        "from mmpack.torch import _KIND, loader\n"
+        "x = mmpack._src.views\n"
+        "m = importlib.import_module('mmpack._src.torch.collate')\n"
+        "from mmpack.torch import collate\n"
+    )
+    assert private_uses(source) == [
+        "mmpack._src.kernels",
+        "mmpack._src.store.reader",
+        "mmpack._src.torch.collate",
+        "mmpack._src.views",
+        "mmpack.torch._KIND",
+    ]
+
+
+def test_the_api_reference_documents_the_public_modules_only():
+    pages = sorted((ROOT / "docs" / "api").glob("*.md"))
+    documented = [m for p in pages for m in re.findall(r"^::: ([\w.]+)", p.read_text(), re.M)]
+    assert sorted(documented) == sorted(PUBLIC_MODULES)

@@ -1,4 +1,4 @@
-"""The checksummed array file (:mod:`mmpack.formats.arrayfile`): round trip, mapped read-only,
+"""The checksummed array file (:mod:`mmpack._src.formats.arrayfile`): round trip, mapped read-only,
 and every damage refused."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
+from mmpack._src.formats.arrayfile import load_arrays, save_arrays
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.formats.arrayfile import load_arrays, save_arrays
 
 KEY = {"what": "test", "n": 3}
 
@@ -74,16 +74,16 @@ def test_a_failed_write_leaves_nothing(tmp_path):
 
 def test_both_checksummed_writers_publish_through_one_helper(tmp_path, monkeypatch):
     """The array file and the plan file are written by one helper
-    (:func:`mmpack.store.checked_file.write_checked_file` over
-    :func:`mmpack.store.format.atomic_file`): a write that fails after its bytes are written
+    (:func:`mmpack._src.store.checked_file.write_checked_file` over
+    :func:`mmpack._src.store.format.atomic_file`): a write that fails after its bytes are written
     leaves the previous file whole under its name and no temporary file beside it."""
     import contextlib
 
-    import mmpack.store.checked_file as checked_file
-    import mmpack.store.format as store_format
-    from mmpack.packing.options import PlanSpec
-    from mmpack.packing.plan import build_plan
-    from mmpack.packing.plan_file import plan_cache_key, save_plan
+    import mmpack._src.store.checked_file as checked_file
+    import mmpack._src.store.format as store_format
+    from mmpack._src.packing.options import PlanSpec
+    from mmpack._src.packing.plan import build_plan
+    from mmpack._src.packing.plan_file import plan_cache_key, save_plan
 
     plan = build_plan(np.array([3, 4, 5]), 8, add_eot=True)
     key = plan_cache_key("f" * 16, PlanSpec(8, add_eot=True))

@@ -1,4 +1,4 @@
-"""Specification of :mod:`mmpack.torch.attention`: a packed row attends like its documents alone.
+"""Specification of :mod:`mmpack._src.torch.attention`: a packed row attends like its documents alone.
 
 Run: ``.venv/bin/python -m pytest tests/test_attention.py -q``.
 
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.torch.attention import (
+from mmpack._src.torch.attention import (
     batched_block_causal_mask,
     batched_document_ids,
     block_causal_mask,
@@ -29,7 +29,7 @@ from mmpack.torch.attention import (
     document_mask_mod,
     flex_document_mask,
 )
-from mmpack.torch.collate import collate
+from mmpack._src.torch.collate import collate
 
 # --- slow, obviously-right references -------------------------------------------------------
 

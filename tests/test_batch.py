@@ -1,5 +1,5 @@
 """``SampleBatch``, what every view's ``__getitems__`` returns: a sequence of the samples' dicts
-backed by whole-batch columns, and ``mmpack.torch.collate``'s columnar fast path over it."""
+backed by whole-batch columns, and ``mmpack._src.torch.collate``'s columnar fast path over it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import default_collate
 
 import mmpack
-from mmpack.torch.collate import collate
-from mmpack.views.batch import SampleBatch
+from mmpack._src.torch.collate import collate
+from mmpack._src.views.batch import SampleBatch
 
 DOCS = [list(range(1, n)) for n in [15, 13, 11, 13, 15, 8, 14, 8, 11, 10, 1, 30]]
 

@@ -21,9 +21,9 @@ from test_hf_trainer import EOT, _args, _model
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
-from mmpack.torch.collate import collate
-from mmpack.torch.hf import DataCollator
-from mmpack.torch.sampler import ResumableSampler
+from mmpack._src.torch.collate import collate
+from mmpack._src.torch.hf import DataCollator
+from mmpack._src.torch.sampler import ResumableSampler
 
 SEQLEN = 64
 CHECK = 4096  # the store's check blocks (one-byte tokens: 64 samples), the smallest allowed

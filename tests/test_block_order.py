@@ -1,4 +1,4 @@
-"""The block-window order (:mod:`mmpack.sampling.block_order`): its list model and its quality.
+"""The block-window order (:mod:`mmpack._src.sampling.block_order`): its list model and its quality.
 
 The quality tests measure real orders (fixed seeds, so they are deterministic) against the closed
 form of the module docstring, with tolerances of many standard errors.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.sampling.block_order import BlockOrder, bounds_digest, uniform_bounds
+from mmpack._src.sampling.block_order import BlockOrder, bounds_digest, uniform_bounds
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

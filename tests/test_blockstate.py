@@ -1,5 +1,5 @@
 """The node cache's kernels against their slow twins (hypothesis): ``all_blocks_present``
-(``mmpack.kernels.blockstate``) and ``check_ranges`` (``mmpack.kernels.store``)."""
+(``mmpack._src.kernels.blockstate``) and ``check_ranges`` (``mmpack._src.kernels.store``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import all_blocks_present_slow, check_ranges_slow
 
-from mmpack.kernels.blockstate import all_blocks_present
-from mmpack.kernels.store import check_ranges
-from mmpack.store.integrity import block_digest
+from mmpack._src.kernels.blockstate import all_blocks_present
+from mmpack._src.kernels.store import check_ranges
+from mmpack._src.store.integrity import block_digest
 
 
 @settings(max_examples=300, deadline=None)

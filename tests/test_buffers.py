@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmpack.store.writer import build
-from mmpack.views import buffers
-from mmpack.views.buffers import BufferPool
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack._src.store.writer import build
+from mmpack._src.views import buffers
+from mmpack._src.views.buffers import BufferPool
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.window import WindowDataset
 
 HOLDERS = {
     "numpy view": lambda a: a[::1],

@@ -26,11 +26,11 @@ from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
 import mmpack.errors
-from mmpack.cli.commands import build_parser, main
-from mmpack.cli.demo import compare_packing
-from mmpack.ingest.distributed import build_distributed
-from mmpack.ingest.tokenizer import load_tokenizer
-from mmpack.torch.sampler import ResumableSampler
+from mmpack._src.cli.commands import build_parser, main
+from mmpack._src.cli.demo import compare_packing
+from mmpack._src.ingest.distributed import build_distributed
+from mmpack._src.ingest.tokenizer import load_tokenizer
+from mmpack._src.torch.sampler import ResumableSampler
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
 SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
@@ -472,9 +472,9 @@ def test_show_position_takes_the_state_a_loader_saved(seed_store, capsys, tmp_pa
     Stages (a position of the stage it was saved in) and over a mixture (down to its index)."""
     import torch
 
-    import mmpack.torch
-    from mmpack.sampling.mixture import Mixture
-    from mmpack.torch.stages import stage_seed
+    import mmpack._src.torch
+    from mmpack._src.sampling.mixture import Mixture
+    from mmpack._src.torch.stages import stage_seed
 
     view = ["--seqlen", 8, "--stride", 3, "--eot", 420]
     ds = mmpack.WindowDataset(seed_store, 8, 3, eot=420)
@@ -489,13 +489,13 @@ def test_show_position_takes_the_state_a_loader_saved(seed_store, capsys, tmp_pa
         (tmp_path / f"{name}.json").write_text(json.dumps(state))
         return [str(tmp_path / f"{name}{suffix}") for suffix in (".pt", ".json")]
 
-    over_view = saved(mmpack.torch.loader(ds, 2, seed=11, rank=1, world_size=2), "view", 3)
+    over_view = saved(mmpack._src.torch.loader(ds, 2, seed=11, rank=1, world_size=2), "view", 3)
     want = _run_order(len(ds), 2, 2, seed=11)
     stages = mmpack.Stages([(6, short, 2), (40, ds, 2)], seed=4)
-    over_stages = saved(mmpack.torch.loader(stages), "stages", 5)  # 2 steps into stage 1
+    over_stages = saved(mmpack._src.torch.loader(stages), "stages", 5)  # 2 steps into stage 1
     stage_order = _run_order(len(ds), 2, 1, seed=stage_seed(4, 1))
     mix = Mixture([ds, ds], [1, 1])
-    over_mixture = saved(mmpack.torch.loader(mix, 2), "mixture", 1)
+    over_mixture = saved(mmpack._src.torch.loader(mix, 2), "mixture", 1)
     for path in (*over_view, *over_stages):
         for p in (0, 5, len(ds) + 1):
             code, got, out, err = _served(
@@ -782,7 +782,7 @@ def test_messages_name_flags_not_python_parameters(tmp_path):
 def test_flag_speller_maps_every_build_parameter():
     from mmpack.errors import Param
 
-    spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(
+    spell = __import__("mmpack._src.cli.commands", fromlist=["_flag_speller"])._flag_speller(
         build_parser()._subparsers._group_actions[0].choices["build"]
     )
     assert spell(Param("overwrite", True)) == "--overwrite"
@@ -792,7 +792,7 @@ def test_flag_speller_maps_every_build_parameter():
     assert spell(Param("text_extensions", [".a", ".b"])) == "--text-ext .a,.b"
     assert spell(Param("dtype", "uint8")) == "dtype='uint8'"  # no such flag: Python spelling
     show = build_parser()._subparsers._group_actions[0].choices["show"]
-    spell = __import__("mmpack.cli.commands", fromlist=["_flag_speller"])._flag_speller(show)
+    spell = __import__("mmpack._src.cli.commands", fromlist=["_flag_speller"])._flag_speller(show)
     assert spell(Param("eot", None)) == "--no-eot" and spell(Param("eot", 7)) == "--eot 7"
     assert spell(Param("eot", "store")) == "--eot store" and spell(Param("eot")) == "--eot"
     assert spell(Param("check_vocab", False)) == "--no-check-vocab"
@@ -948,12 +948,12 @@ def test_damaged_gzip_counts_documents_and_stores_none(tmp_path, how):
 def test_read_only_and_full_disk_are_one_line(tmp_path, monkeypatch, capsys, err):
     """Issue 13 item 16: an OSError such as ENOSPC printed a traceback.  The error is injected
     where the build writes its tokens (the tests run as root on a roomy disk)."""
-    import mmpack.store.writer
+    import mmpack._src.store.writer
 
     def fail(self, *args, **kwargs):
         raise OSError(err, os.strerror(err), str(self._tmp / "tokens.bin"))
 
-    monkeypatch.setattr(mmpack.store.writer.StoreWriter, "add_batch", fail)
+    monkeypatch.setattr(mmpack._src.store.writer.StoreWriter, "add_batch", fail)
     (tmp_path / "a.txt").write_text("x")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--no-progress"]) == 1
     out = capsys.readouterr()
@@ -1054,12 +1054,12 @@ def test_every_eot_and_pad_flag_takes_the_same_values(tmp_path):
 def test_a_closed_pipe_is_not_an_error(seed_store, monkeypatch, capfd):
     """`mmpack info STORE | head -1`: BrokenPipeError is an OSError, yet not an error to report
     (the OSError handler must not catch it first)."""
-    import mmpack.cli.commands
+    import mmpack._src.cli.commands
 
     def closed(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(mmpack.cli.commands, "_cmd_info", closed)
+    monkeypatch.setattr(mmpack._src.cli.commands, "_cmd_info", closed)
     assert main(["info", str(seed_store)]) == 0
     assert capfd.readouterr().err == ""
 

@@ -1,4 +1,4 @@
-"""Specification of :mod:`mmpack.torch.collate`.
+"""Specification of :mod:`mmpack._src.torch.collate`.
 
 Run: ``.venv/bin/python -m pytest tests/test_collate.py -q``.
 """
@@ -14,9 +14,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.core.constants import IGNORE_INDEX
-from mmpack.torch.boundaries import position_boundaries
-from mmpack.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS, Collator, collate
+from mmpack._src.core.constants import IGNORE_INDEX
+from mmpack._src.torch.boundaries import position_boundaries
+from mmpack._src.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS, Collator, collate
 
 
 def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import mmpack
+from mmpack._src.views.window import WindowDataset
 from mmpack.errors import StateMismatchError
-from mmpack.views.window import WindowDataset
 
 BACKENDS = ["memmap", "zarr"]
 

@@ -1,4 +1,4 @@
-"""Copying stores (``mmpack.ingest.copy.copy_store``, ``mmpack cp``): local, ``file://`` and S3
+"""Copying stores (``mmpack._src.ingest.copy.copy_store``, ``mmpack cp``): local, ``file://`` and S3
 (SeaweedFS, ``tests/_s3.py``) in every direction and between buckets, with every metadata field,
 the attached ``tokenizer.json`` and the fingerprint kept; memmap and Zarr layouts; joins
 flattened and other tools' files copied as mmpack stores; a damaged source refused; a copy that
@@ -24,13 +24,13 @@ from _s3 import BUCKET, isolate_cache_and_env, use_server_env
 from _text_corpora import stdlib_texts, train_bpe
 
 import mmpack
-from mmpack.cli.commands import main
+from mmpack._src.cli.commands import main
+from mmpack._src.formats.export import export_megatron
+from mmpack._src.ingest.copy import copy_store
+from mmpack._src.ingest.pipeline import ingest
+from mmpack._src.ingest.provenance import store_tokenizer
+from mmpack._src.remote.transport import make_transport
 from mmpack.errors import FormatError, StoreExistsError, StoreNotFoundError
-from mmpack.formats.export import export_megatron
-from mmpack.ingest.copy import copy_store
-from mmpack.ingest.pipeline import ingest
-from mmpack.ingest.provenance import store_tokenizer
-from mmpack.remote.transport import make_transport
 
 
 @pytest.fixture(autouse=True)
@@ -132,8 +132,8 @@ def test_empty_and_documentless_stores(tmp_path):
 def test_a_store_with_a_loss_mask_is_copied_with_it(tmp_path, backend, monkeypatch, capsys):
     """The loss mask is part of what the fingerprint covers: ``mmpack cp`` copies it (it used
     to fail on every masked store, naming a temporary folder and a fingerprint)."""
-    import mmpack.ingest.copy as copy_module
-    from mmpack.store.writer import StoreWriter
+    import mmpack._src.ingest.copy as copy_module
+    from mmpack._src.store.writer import StoreWriter
 
     monkeypatch.setattr(copy_module, "_CHUNK_TOKENS", 5)  # several chunks, the mask cut with them
     docs = [
@@ -155,7 +155,7 @@ def test_a_store_with_a_loss_mask_is_copied_with_it(tmp_path, backend, monkeypat
 
 
 def test_chunks_cut_at_documents_and_a_long_document_whole(tmp_path, monkeypatch):
-    import mmpack.ingest.copy as copy_module
+    import mmpack._src.ingest.copy as copy_module
 
     monkeypatch.setattr(copy_module, "_CHUNK_TOKENS", 100)
     rng = np.random.default_rng(1)
@@ -305,7 +305,7 @@ def test_a_copy_that_does_not_verify_at_the_destination_is_not_published(
 ):
     """The bytes written locally are damaged after they were digested: the copy, opened from
     its temporary folder and verified, is refused before the swap."""
-    import mmpack.store.writer as writer_module
+    import mmpack._src.store.writer as writer_module
 
     real = writer_module._check_new_store
 
@@ -322,7 +322,7 @@ def test_a_copy_that_does_not_verify_at_the_destination_is_not_published(
 def test_an_upload_that_does_not_verify_is_deleted_and_not_published(s3_server, built, monkeypatch):
     """A byte flipped on its way to the server: the uploaded store, read back before its
     metadata is written, fails; its objects are deleted and nothing opens."""
-    from mmpack.remote import protocol
+    from mmpack._src.remote import protocol
 
     real = protocol.Transport.put_file
 
@@ -373,9 +373,9 @@ def test_overwrite_rules_are_a_builds(tmp_path, s3_server):
 # ----------------------------------------------------------------------------- interrupted
 _KILLED_COPY = """
 import os, signal, sys
-import mmpack.remote.upload as up
-import mmpack.ingest.copy as copy
-import mmpack.store.writer as w
+import mmpack._src.remote.upload as up
+import mmpack._src.ingest.copy as copy
+import mmpack._src.store.writer as w
 copy._CHUNK_TOKENS = 20_000
 where = sys.argv[3]
 if where == "stream":
@@ -394,7 +394,7 @@ copy.copy_store(sys.argv[1], sys.argv[2])
 
 @pytest.mark.parametrize("where", ["stream", "commit"])
 def test_a_killed_copy_leaves_nothing_that_opens(tmp_path, where, monkeypatch):
-    import mmpack.ingest.copy as copy_module
+    import mmpack._src.ingest.copy as copy_module
 
     rng = np.random.default_rng(4)
     source = mmpack.build(tmp_path / "s", [rng.integers(0, 60_000, size=5000) for _ in range(40)])

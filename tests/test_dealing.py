@@ -1,5 +1,5 @@
-"""The run's one epoch walk (:meth:`mmpack.sampling.dealing.Dealing.draws`, over
-:meth:`~mmpack.sampling.sampler_edits.EditLog.run`) against a walk of one epoch at a time."""
+"""The run's one epoch walk (:meth:`mmpack._src.sampling.dealing.Dealing.draws`, over
+:meth:`~mmpack._src.sampling.sampler_edits.EditLog.run`) against a walk of one epoch at a time."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mmpack.sampling.dealing import Dealing
-from mmpack.sampling.sampler_edits import EditLog, merge_skip
+from mmpack._src.sampling.dealing import Dealing
+from mmpack._src.sampling.sampler_edits import EditLog, merge_skip
 
 
 def _dealing(n, world_size, drop_last, skips=(), replays=()):

@@ -1,4 +1,4 @@
-"""Per-document fields (mmpack.store.fields): written by build, read as store.fields on every
+"""Per-document fields (mmpack._src.store.fields): written by build, read as store.fields on every
 layout (local memmap and Zarr, file:// and S3 in both layouts, joins), part of the fingerprint,
 checked by verify, kept by shuffle_docs, cp and joins, shown by mmpack info."""
 
@@ -15,8 +15,8 @@ from _s3 import BUCKET
 from test_zarr import _small
 
 import mmpack
+from mmpack._src.ingest.copy import copy_store
 from mmpack.errors import FormatError
-from mmpack.ingest.copy import copy_store
 
 
 @pytest.fixture(autouse=True)
@@ -241,7 +241,7 @@ def _check_ingested(store, skipped=(5,)):
 
 
 def test_ingestion_collects_the_named_keys(tmp_path):
-    from mmpack.ingest.pipeline import ingest
+    from mmpack._src.ingest.pipeline import ingest
 
     _jsonl(tmp_path / "a.jsonl")
     issues = []

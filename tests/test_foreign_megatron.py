@@ -30,12 +30,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack._src.formats import foreign
+from mmpack._src.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
+from mmpack._src.store.backends._memmap import mapping_of
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.window import WindowDataset
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.formats import foreign
-from mmpack.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
-from mmpack.store.backends._memmap import mapping_of
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
 
 VOCAB = 1000
 # megatron-core's builder calls numpy.array(tensor, ...) the numpy-2 way torch warns about
@@ -306,7 +306,7 @@ def _long_index(data, n=200_000):
 
 
 def test_reopen_uses_the_cached_index_and_verify_reparses(tmp_path, monkeypatch):
-    from mmpack.formats.megatron import MegatronIndex
+    from mmpack._src.formats.megatron import MegatronIndex
 
     data = _data_dir(tmp_path)
     prefix = _long_index(data)
@@ -404,8 +404,8 @@ def test_verify_refuses_negative_ids(tmp_path):
 
 # ----------------------------------------------------------------------------- views, pickling
 def test_views_plans_sampler_and_mixture_work_and_write_only_to_the_cache(tmp_path):
-    from mmpack.sampling.mixture import Mixture
-    from mmpack.torch.sampler import ResumableSampler
+    from mmpack._src.sampling.mixture import Mixture
+    from mmpack._src.torch.sampler import ResumableSampler
 
     data = _data_dir(tmp_path)
     docs = random_docs(np.random.default_rng(3), 80, VOCAB)

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.errors import FormatError
-from mmpack.store.format import (
+from mmpack._src.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     TOKEN_DTYPES,
@@ -21,6 +20,7 @@ from mmpack.store.format import (
     smallest_token_dtype,
     write_json_atomic,
 )
+from mmpack.errors import FormatError
 
 
 @pytest.mark.parametrize(
@@ -176,8 +176,8 @@ def test_write_json_atomic_leaves_only_the_file(tmp_path):
 
 
 def test_dtype_check_has_one_wording(tmp_path):
-    from mmpack.formats.eos_separated import read_layout
-    from mmpack.store.format import normalize_token_dtype
+    from mmpack._src.formats.eos_separated import read_layout
+    from mmpack._src.store.format import normalize_token_dtype
 
     (tmp_path / "t.bin").write_bytes(bytes(8))
     np.save(tmp_path / "t.npy", np.zeros(4, np.uint16))
@@ -193,7 +193,7 @@ def test_dtype_check_has_one_wording(tmp_path):
 def test_write_bytes_atomic_replaces_whole_and_leaves_no_temporary(tmp_path, monkeypatch):
     import os
 
-    from mmpack.store.format import write_bytes_atomic
+    from mmpack._src.store.format import write_bytes_atomic
 
     path = tmp_path / "sub" / "f.bin"
     write_bytes_atomic(path, b"old")

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack.store.backends._zarr_shards as shards
-import mmpack.store.writer
+import mmpack._src.store.backends._zarr_shards as shards
+import mmpack._src.store.writer
+from mmpack._src.store.format import StoreMeta
 from mmpack.errors import FormatError
-from mmpack.store.format import StoreMeta
 
 BYTE_TRIALS = 260  # per backend
 META_TRIALS = 120  # per backend
@@ -51,7 +51,7 @@ def _corpus() -> list[np.ndarray]:
 
 def _build(tmp: Path, backend: str, monkeypatch) -> tuple[Path, list[np.ndarray]]:
     # Small checksum blocks and chunks, so that the store has many of each.
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 1024)
     monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 128)
     monkeypatch.setattr(shards, "SHARD_BYTES", 2048)
     docs = _corpus()

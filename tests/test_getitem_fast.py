@@ -2,8 +2,8 @@
 window kernel against the naive stream.
 
 ``ds[i]`` skips the general index checks for ints and ``EpochIndex``, makes one ordinary call of
-its view's kernel (:func:`mmpack.kernels.window.one_window`,
-:func:`mmpack.kernels.packed_rows.one_bin`) into one buffer and slices it into the sample; the
+its view's kernel (:func:`mmpack._src.kernels.window.one_window`,
+:func:`mmpack._src.kernels.packed_rows.one_bin`) into one buffer and slices it into the sample; the
 batch path is a separate kernel over pooled 2-D arrays.  Both must give the same sample: keys,
 dtypes, shapes, values (MLM corruption included, keyed by the epoch an index carries), for
 random stores and every option that changes the layout.
@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from reference import ref_window
 
 import mmpack
-from mmpack.core.validation import EpochIndex
-from mmpack.kernels.window import META_FIELDS, one_window
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack._src.core.validation import EpochIndex
+from mmpack._src.kernels.window import META_FIELDS, one_window
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.window import WindowDataset
 
 corpora = st.lists(st.lists(st.integers(0, 30000), max_size=40), min_size=1, max_size=25)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mmpack"
-GLOSSARY = PACKAGE.parent / "docs" / "glossary.md"
+PACKAGE = Path(__file__).resolve().parents[1] / "mmpack" / "_src"
+GLOSSARY = PACKAGE.parents[1] / "docs" / "glossary.md"
 
 SAMPLER_BLOCK = {
     "core/constants.py": {"FETCH_BLOCK_BYTES", "WINDOW_BLOCKS"},

@@ -15,11 +15,11 @@ import pytest
 import torch
 import transformers
 
-from mmpack.store.writer import build
-from mmpack.torch.collate import collate
-from mmpack.torch.hf import ATTN_IMPLEMENTATIONS, hf_inputs
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
+from mmpack._src.store.writer import build
+from mmpack._src.torch.collate import collate
+from mmpack._src.torch.hf import ATTN_IMPLEMENTATIONS, hf_inputs
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.window import WindowDataset
 
 VOCAB, SEQLEN, MASK_ID, EOT = 97, 32, 96, 95
 

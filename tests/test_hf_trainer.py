@@ -20,11 +20,11 @@ import pytest
 import torch
 import transformers
 
-from mmpack.store.writer import build
-from mmpack.torch.collate import collate
-from mmpack.torch.hf import DataCollator, hf_inputs
-from mmpack.torch.sampler import ResumableSampler
-from mmpack.views.packed import PackedDataset
+from mmpack._src.store.writer import build
+from mmpack._src.torch.collate import collate
+from mmpack._src.torch.hf import DataCollator, hf_inputs
+from mmpack._src.torch.sampler import ResumableSampler
+from mmpack._src.views.packed import PackedDataset
 
 VOCAB, SEQLEN, MASK_ID, EOT, B = 97, 32, 96, 95, 3
 REFERENCE_VARLEN = "mmpack_varlen_reference"
@@ -197,7 +197,7 @@ def test_the_model_inputs_are_those_of_hf_inputs(store, kind, attn):
         (samples, {"pad_to_multiple_of": 24}),
     ):
         ours = DataCollator(attn, causal=causal, model=model, **options)(given)
-        from mmpack.torch.collate import Collator
+        from mmpack._src.torch.collate import Collator
 
         theirs = hf_inputs(
             Collator(**options)(given), attn, causal=causal, mask_dtype=torch.float64

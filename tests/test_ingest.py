@@ -23,10 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack._src.ingest.pipeline import IngestError, IngestIssue, IngestWarning, ingest
+from mmpack._src.ingest.tokenizer import ByteTokenizer, load_tokenizer
+from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import StoreExistsError
-from mmpack.ingest.pipeline import IngestError, IngestIssue, IngestWarning, ingest
-from mmpack.ingest.tokenizer import ByteTokenizer, load_tokenizer
-from mmpack.store.writer import StoreWriter
 
 STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")
 
@@ -585,7 +585,7 @@ class _FailingReader:
 
 
 def _fail_reading(monkeypatch, name, after):
-    import mmpack.ingest.readers as ingest_mod
+    import mmpack._src.ingest.readers as ingest_mod
 
     real = ingest_mod._open_binary
 

@@ -1,4 +1,4 @@
-"""Distributed builds (mmpack.ingest.distributed): parts built by tasks on Dask (a LocalCluster on
+"""Distributed builds (mmpack._src.ingest.distributed): parts built by tasks on Dask (a LocalCluster on
 127.0.0.1, started and closed by the tests) or serially, joined, identical in documents and tokens
 to the single-process ``ingest`` of the same inputs; retried tasks leave one part each; a failed
 build publishes nothing.
@@ -19,9 +19,9 @@ import pytest
 from _text_corpora import stdlib_texts, train_bpe
 
 import mmpack
-from mmpack.ingest.distributed import build_distributed, build_part, plan_tasks
-from mmpack.ingest.pipeline import IngestError, ingest
-from mmpack.joins.parts import JoinedStore
+from mmpack._src.ingest.distributed import build_distributed, build_part, plan_tasks
+from mmpack._src.ingest.pipeline import IngestError, ingest
+from mmpack._src.joins.parts import JoinedStore
 
 pytestmark = pytest.mark.dask
 
@@ -162,7 +162,7 @@ def test_retried_task_leaves_one_part(tmp_path, cluster):
 def test_overwrite_replaces_a_distributed_build_but_no_users_files(tmp_path):
     """A distributed build is a join: ``overwrite=True`` replaces it (and an empty folder) like
     any store, but not a join folder that also holds a user's file.  The replaceable rule has
-    one home (``mmpack.store.publish.check_replaceable``); it used to refuse a join at the
+    one home (``mmpack._src.store.publish.check_replaceable``); it used to refuse a join at the
     swap, after the whole build."""
     inputs = _write_inputs(tmp_path / "in", n_files=3, bad_in=-1)
     first = build_distributed(inputs, tmp_path / "out", engine="serial", part_bytes=1)
@@ -296,7 +296,7 @@ def test_progress_shows_parts_documents_tokens(tmp_path, capsys):
 # ----------------------------------------------------------------------------- staging, limits
 _KILLED_BUILD = """
 import sys, time
-from mmpack.ingest.distributed import build_distributed
+from mmpack._src.ingest.distributed import build_distributed
 
 def never_done(inputs, part_path, options):
     time.sleep(600)
@@ -348,7 +348,7 @@ _MANY_PARTS_BUILD = """
 import os, resource, shutil, sys
 from pathlib import Path
 import mmpack
-from mmpack.ingest.distributed import build_distributed
+from mmpack._src.ingest.distributed import build_distributed
 
 root, n = Path(sys.argv[1]), int(sys.argv[2])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import convert_slow, xxh64_slow
 
-from mmpack.kernels.store import convert_tokens
-from mmpack.store.integrity import block_digest, block_digests
+from mmpack._src.kernels.store import convert_tokens
+from mmpack._src.store.integrity import block_digest, block_digests
 
 # Digests from the reference implementation (the ``xxhash`` package, XXH64, seed 0).
 KNOWN = [

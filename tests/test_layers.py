@@ -9,7 +9,7 @@ relative imports, imports inside functions, and ``"mmpack.x:attr"`` / ``"mmpack.
 ``"mmpack.x.attr"`` strings that name a module or what it holds (the registries and lazy tables
 import them by name; a label naming another module's function is a dependency on it too), a
 module's own packages aside (its import runs them anyway).  torch is imported
-only under ``mmpack/torch/``.  No file imports a file that imports it back."""
+only under ``mmpack/_src/torch/``.  No file imports a file that imports it back."""
 
 from __future__ import annotations
 
@@ -20,10 +20,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mmpack"
+SRC = PACKAGE / "_src"
+"""The private implementation: one folder per layer.  Module keys below are paths inside it
+(``"views.packed"``); the public modules beside it are ``"façade.<name>"``, the errors
+``"errors"`` and the root ``"__init__"``."""
 
 # Bottom to top; a module may import from its own layer and the ones listed before it.
 LAYERS = [
-    {"errors", "kernels", "core"},
+    {"errors", "kernels", "core", "_src"},
     {"store"},
     {"remote", "formats", "joins"},
     {"packing"},
@@ -31,12 +35,16 @@ LAYERS = [
     {"sampling", "streaming"},
     {"torch"},
     {"ingest"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "__main__", "__init__", "façade"},
 ]
 ADAPTERS = {"remote", "formats", "joins"}
 """Sibling adapters of the store core: each imports the core, never another adapter."""
 TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
-_MODULE_STRING = re.compile(r"mmpack(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?")
+FACADES = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__", "errors"}
+"""The public modules beside the root: each re-exports names of the implementation."""
+_MODULE_STRING = re.compile(
+    r"mmpack\._src(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A-Za-z0-9_]*)?"
+)
 
 
 def _layer(module: str) -> int:
@@ -50,22 +58,42 @@ def _layer(module: str) -> int:
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).with_suffix("")
+        if rel.parts[0] == "_src" and len(rel.parts) > 1:
+            rel = rel.relative_to("_src")
+        elif len(rel.parts) == 1 and rel.name in FACADES:
+            rel = Path("façade", rel.name)
         parts = [p for p in rel.parts if p != "__init__"] or ["__init__"]
         yield ".".join(parts), path
 
 
 def _exists(name: str) -> bool:
-    """Whether ``mmpack.<name>`` is a module or package of the tree."""
-    base = PACKAGE.joinpath(*name.split("."))
+    """Whether ``mmpack._src.<name>`` is a module or package of the implementation."""
+    base = SRC.joinpath(*name.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
 def _resolve(name: str) -> str:
-    """The longest prefix of ``name`` (``mmpack.`` removed) that is a module of the tree."""
-    parts = name.split(".")
+    """The module key an import of ``mmpack.<name>`` reaches: the longest prefix of a name in
+    the implementation that is a module of it, a public module, or the root."""
+    if name == "errors" or name.startswith("errors."):
+        return "errors"
+    if name.split(".")[0] in FACADES:
+        return f"façade.{name.split('.')[0]}"
+    if name == "_src":
+        return "_src"
+    parts = name.removeprefix("_src.").split(".") if name.startswith("_src.") else []
     while parts and not _exists(".".join(parts)):
         parts.pop()
     return ".".join(parts) or "__init__"
+
+
+def _rel(path: Path) -> str:
+    """A file's name in the lists below: its path inside the implementation, or beside it."""
+    return str(path.relative_to(SRC if SRC in path.parents else PACKAGE))
+
+
+def _path(rel: str) -> Path:
+    return SRC / rel if (SRC / rel).is_file() else PACKAGE / rel
 
 
 def _is_package(path: Path) -> bool:
@@ -74,7 +102,7 @@ def _is_package(path: Path) -> bool:
 
 def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
     """``(imported module, line)`` for every mmpack module ``module`` reaches (see above);
-    the façade is ``"__init__"``."""
+    the root is ``"__init__"``."""
     found: list[tuple[str, int]] = []
     package = module if _is_package(path) else module.rpartition(".")[0]
     if module == "__init__":
@@ -90,18 +118,21 @@ def imports_of(module: str, path: Path) -> list[tuple[str, int]]:
             if node.level:
                 base = package.split(".") if package else []
                 base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-                target = ".".join([*base, *([node.module] if node.module else [])])
+                target = "_src." + ".".join([*base, *([node.module] if node.module else [])])
             elif node.module == "mmpack" or (node.module or "").startswith("mmpack."):
                 target = node.module[len("mmpack.") :] if node.module != "mmpack" else ""
             else:
                 continue
             for alias in node.names:
                 full = f"{target}.{alias.name}" if target else alias.name
-                found.append((_resolve(full) if _exists(full) else _resolve(target), node.lineno))
+                key = _resolve(full)
+                found.append(
+                    (key if key not in ("__init__", "_src") else _resolve(target), node.lineno)
+                )
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _MODULE_STRING.fullmatch(node.value):
                 name = node.value.partition(":")[0][len("mmpack.") :]
-                target = _resolve(name)  # "mmpack.x.y.attr" names what mmpack.x.y holds
+                target = _resolve(name)  # "mmpack._src.x.y.attr" names what mmpack._src.x.y holds
                 if target != "__init__" and not module.startswith(f"{target}."):
                     found.append((target, node.lineno))
     return [(name, line) for name, line in found if name != module]
@@ -122,9 +153,9 @@ def _torch_imports(path: Path) -> list[int]:
 
 def test_top_level_is_facade_errors_and_layer_folders():
     entries = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
-    folders = {n for n in entries if (PACKAGE / n).is_dir()}
-    assert entries - folders == TOP_LEVEL_FILES
-    assert folders == set().union(*LAYERS) - {"errors", "__main__", "__init__"}
+    assert entries == TOP_LEVEL_FILES | {f"{name}.py" for name in FACADES} | {"_src"}
+    folders = {p.name for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set().union(*LAYERS) - {"errors", "__main__", "__init__", "façade", "_src"}
 
 
 @pytest.mark.parametrize(("module", "path"), list(_modules()), ids=lambda x: str(x))
@@ -137,7 +168,7 @@ def test_imports_flow_one_way(module, path):
         top, other = module.split(".")[0], name.split(".")[0]
         assert not (top in ADAPTERS and other in ADAPTERS and top != other), (
             f"mmpack.{module}:{line} imports the sibling adapter mmpack.{name}; adapters share "
-            "only the store core (register in mmpack.store.registry instead)"
+            "only the store core (register in mmpack._src.store.registry instead)"
         )
 
 
@@ -147,7 +178,7 @@ def test_torch_is_imported_only_in_the_torch_layer(module, path):
         return
     lines = _torch_imports(path)
     assert not lines, (
-        f"mmpack.{module} imports torch (lines {lines}); that belongs in mmpack/torch/"
+        f"mmpack.{module} imports torch (lines {lines}); that belongs in mmpack/_src/torch/"
     )
 
 
@@ -195,37 +226,37 @@ def _cycles(paths: dict[str, Path]) -> list[list[str]]:
 def test_a_cycle_closed_inside_a_function_or_by_a_name_is_found(tmp_path):
     """An import that waits for a call, or a string naming another module's function, still
     closes a cycle: both hide an edge (ingest's provenance once named the pipeline's builder
-    while the pipeline imported it; mmpack.torch imported its loader on first use)."""
+    while the pipeline imported it; mmpack._src.torch imported its loader on first use)."""
     top, late = tmp_path / "top.py", tmp_path / "late.py"
-    top.write_text("from mmpack.ingest.provenance import describe_store\n")
-    late.write_text("def f():\n    from mmpack.ingest.pipeline import ingest\n")
+    top.write_text("from mmpack._src.ingest.provenance import describe_store\n")
+    late.write_text("def f():\n    from mmpack._src.ingest.pipeline import ingest\n")
     assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == [
         ["ingest.pipeline", "ingest.provenance"]
     ]
-    late.write_text('BUILDER = "mmpack.ingest.pipeline.ingest"\n')
+    late.write_text('BUILDER = "mmpack._src.ingest.pipeline.ingest"\n')
     assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == [
         ["ingest.pipeline", "ingest.provenance"]
     ]
-    late.write_text('KIND = "mmpack.ingest.loader"\n')  # its own package: no edge
+    late.write_text('KIND = "mmpack._src.ingest.loader"\n')  # its own package: no edge
     assert _cycles({"ingest.pipeline": top, "ingest.provenance": late}) == []
 
 
 def test_the_import_finder_sees_every_form():
     source = """
 import mmpack
-import mmpack.store.reader
+import mmpack._src.store.reader
 from mmpack import build
-from mmpack.views import window
-from mmpack.views.packed import PackedDataset
+from mmpack._src.views import window
+from mmpack._src.views.packed import PackedDataset
 from . import batch
 from .window import WindowDataset
-ENTRY = "mmpack.remote.opener:open_url"
+ENTRY = "mmpack._src.remote.opener:open_url"
 NOT_A_MODULE = "mmpack.json"
 
 def later():
-    from mmpack.torch.sampler import ResumableSampler
+    from mmpack._src.torch.sampler import ResumableSampler
 """
-    path = PACKAGE / "views" / "_probe_not_written.py"
+    path = SRC / "views" / "_probe_not_written.py"
     tree_path = type("P", (), {"read_text": lambda self: source, "name": "x.py"})()
     found = {name for name, _ in imports_of("views.x", tree_path)}  # type: ignore[arg-type]
     assert found == {
@@ -329,17 +360,20 @@ def _jit_imports(path: Path) -> dict[str, tuple[str, str]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmpack."):
             for alias in node.names:
-                names[alias.asname or alias.name] = (node.module[len("mmpack.") :], alias.name)
+                names[alias.asname or alias.name] = (
+                    node.module.removeprefix("mmpack._src."),
+                    alias.name,
+                )
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("mmpack.") and alias.asname:
-                    names[alias.asname] = (alias.name[len("mmpack.") :], "")
+                    names[alias.asname] = (alias.name.removeprefix("mmpack._src."), "")
     return names
 
 
 def _module_names(module: str) -> tuple[set[str], set[str]]:
     """``(jitted functions, module-level constants)`` that ``mmpack.<module>`` defines."""
-    path = PACKAGE.joinpath(*module.split(".")).with_suffix(".py")
+    path = SRC.joinpath(*module.split(".")).with_suffix(".py")
     if not path.is_file():
         return set(), set()
     tree = ast.parse(path.read_text())
@@ -384,7 +418,7 @@ def foreign_names_in_kernels(module: str, path: Path) -> list[str]:
                 continue
             jitted, constants = _module_names(source)
             if name in jitted or name in constants:
-                found.append(f"{node.name}:{inner.lineno} {shown} (mmpack.{source}.{name})")
+                found.append(f"{node.name}:{inner.lineno} {shown} (mmpack._src.{source}.{name})")
     return found
 
 
@@ -401,10 +435,10 @@ def test_kernels_read_nothing_jitted_or_constant_from_another_module(module, pat
 def test_foreign_names_in_kernels_are_found(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(
-        "from mmpack.kernels._jit import njit\n"
-        "from mmpack.kernels.store import xxh64\n"
-        "from mmpack.core.constants import IGNORE_INDEX as IGN\n"
-        "import mmpack.kernels.permutation as perm\n"
+        "from mmpack._src.kernels._jit import njit\n"
+        "from mmpack._src.kernels.store import xxh64\n"
+        "from mmpack._src.core.constants import IGNORE_INDEX as IGN\n"
+        "import mmpack._src.kernels.permutation as perm\n"
         "@njit\n"
         "def k(x):\n"
         "    return xxh64(x, x, 0) + IGN + perm.__all__\n"
@@ -413,16 +447,15 @@ def test_foreign_names_in_kernels_are_found(tmp_path):
     )
     found = sorted(foreign_names_in_kernels("kernels.probe", path))
     assert found == [
-        "k:7 IGN (mmpack.core.constants.IGNORE_INDEX)",
-        "k:7 perm.__all__ (mmpack.kernels.permutation.__all__)",
-        "k:7 xxh64 (mmpack.kernels.store.xxh64)",
+        "k:7 IGN (mmpack._src.core.constants.IGNORE_INDEX)",
+        "k:7 perm.__all__ (mmpack._src.kernels.permutation.__all__)",
+        "k:7 xxh64 (mmpack._src.kernels.store.xxh64)",
     ], found
 
 
 def _module_sizes() -> dict[str, int]:
     return {
-        str(path.relative_to(PACKAGE)): len(path.read_text().splitlines())
-        for path in sorted(PACKAGE.rglob("*.py"))
+        _rel(path): len(path.read_text().splitlines()) for path in sorted(PACKAGE.rglob("*.py"))
     }
 
 
@@ -451,7 +484,7 @@ def test_long_module_list_is_needed():
 def test_functions_are_short():
     long = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = str(path.relative_to(PACKAGE))
+        rel = _rel(path)
         for node, n in _functions(ast.parse(path.read_text())):
             if n > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_KERNELS:
                 long[f"{rel}:{node.lineno} {node.name}"] = n
@@ -464,7 +497,7 @@ def test_long_kernel_allowlist_is_needed():
     for rel, name in sorted(LONG_KERNELS):
         found = [
             (node, n)
-            for node, n in _functions(ast.parse((PACKAGE / rel).read_text()))
+            for node, n in _functions(ast.parse(_path(rel).read_text()))
             if node.name == name
         ]
         assert found, f"LONG_KERNELS names {rel} {name}, which no longer exists; drop the entry"
@@ -522,7 +555,7 @@ def _docstring_lines(tree: ast.Module) -> int:
 def test_module_docstrings_are_short():
     long = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = str(path.relative_to(PACKAGE))
+        rel = _rel(path)
         n = _docstring_lines(ast.parse(path.read_text()))
         if n > MAX_DOCSTRING_LINES and rel not in LONG_DOCSTRINGS:
             long[rel] = n
@@ -534,7 +567,7 @@ def test_module_docstrings_are_short():
 
 def test_long_docstring_list_is_needed():
     for rel in sorted(LONG_DOCSTRINGS):
-        path = PACKAGE / rel
+        path = _path(rel)
         assert path.is_file(), f"LONG_DOCSTRINGS names {rel}, which no longer exists"
         n = _docstring_lines(ast.parse(path.read_text()))
         assert n > MAX_DOCSTRING_LINES, f"{rel}'s docstring is {n} lines now; drop the entry"

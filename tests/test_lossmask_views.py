@@ -169,8 +169,8 @@ def test_mlm_selects_only_target_tokens(tmp_path_factory, pairs, seqlen, seed):
 def test_collate_and_hf_inputs_carry_the_masked_labels(tmp_path):
     import torch
 
-    from mmpack.torch.collate import collate
-    from mmpack.torch.hf import hf_inputs
+    from mmpack._src.torch.collate import collate
+    from mmpack._src.torch.hf import hf_inputs
 
     pairs = [[(1, 0), (2, 0), (3, 1), (4, 1)], [(5, 0), (6, 1)], [(7, 1), (8, 0), (9, 1)]]
     store = _build(tmp_path, "s", pairs)
@@ -211,7 +211,7 @@ def test_a_view_reads_the_mask_after_pickling(tmp_path):
     data=st.data(),
 )
 def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled, shift, data):
-    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, gather_masked_windows
+    from mmpack._src.kernels.window import INDEX_STEP, fill_sampled_index, gather_masked_windows
 
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
@@ -260,7 +260,7 @@ def test_gather_masked_windows_matches_its_twins(lens, use_eot, seqlen, sampled,
     seed=st.integers(0, 2**32 - 1),
 )
 def test_mask_pieces_kernel_matches_its_twin(rows_pieces, shift, seed):
-    from mmpack.kernels.packed_rows import mask_pieces
+    from mmpack._src.kernels.packed_rows import mask_pieces
 
     rng = np.random.default_rng(seed)
     lengths = np.array([n for row in rows_pieces for n, _ in row], dtype=np.int64)

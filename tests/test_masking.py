@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import mlm_slow, sample_key_slow
 
-from mmpack.kernels.masking import _threshold, mlm_indexed_rows
-from mmpack.packing.masking import corrupt_rows, excluded_ids, row_keys
+from mmpack._src.kernels.masking import _threshold, mlm_indexed_rows
+from mmpack._src.packing.masking import corrupt_rows, excluded_ids, row_keys
 
 
 @given(

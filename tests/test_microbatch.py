@@ -1,5 +1,5 @@
-"""Per-row micro-batches and the seed's batch counters, on numpy (mmpack.streaming.microbatch)
-and torch (mmpack.torch.microbatch, on the tensors of mmpack.torch.streaming.as_tensors)."""
+"""Per-row micro-batches and the seed's batch counters, on numpy (mmpack._src.streaming.microbatch)
+and torch (mmpack._src.torch.microbatch, on the tensors of mmpack._src.torch.streaming.as_tensors)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmpack.streaming import microbatch as np_micro
-from mmpack.streaming.microbatch import num_label_tokens, num_sequences
-from mmpack.streaming.packer import StreamingPacker
-from mmpack.torch import microbatch as torch_micro
-from mmpack.torch.streaming import as_tensors
+from mmpack._src.streaming import microbatch as np_micro
+from mmpack._src.streaming.microbatch import num_label_tokens, num_sequences
+from mmpack._src.streaming.packer import StreamingPacker
+from mmpack._src.torch import microbatch as torch_micro
+from mmpack._src.torch.streaming import as_tensors
 
 
 def split_packed_batch(batch, *args, **kw):

@@ -1,4 +1,4 @@
-"""The packed-row kernels (mmpack.kernels.packed_rows) against their slow Python twin.
+"""The packed-row kernels (mmpack._src.kernels.packed_rows) against their slow Python twin.
 
 :func:`one_bin` (the single-sample path) and :func:`select_pieces` + :func:`fill_rows` (the
 batch path) are compared with :func:`twin_bin`, a plain-Python spelling of the contract, on
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import encoded, twin_bin
 
-from mmpack.core.constants import IGNORE_INDEX
-from mmpack.kernels.packed_rows import (
+from mmpack._src.core.constants import IGNORE_INDEX
+from mmpack._src.kernels.packed_rows import (
     LABELS_HF,
     LABELS_NEXT,
     LABELS_NONE,
@@ -159,8 +159,8 @@ def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, 
     import dataclasses
 
     import mmpack
+    from mmpack._src.views.packed import PackedDataset
     from mmpack.errors import FormatError
-    from mmpack.views.packed import PackedDataset
 
     store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
     ds = PackedDataset(store, 8, eot=0, cache=False, dtype=dtype)
@@ -180,8 +180,8 @@ def test_a_plan_whose_piece_arrays_differ_in_length_is_refused(tmp_path, field):
     import dataclasses
 
     import mmpack
+    from mmpack._src.views.packed import PackedDataset
     from mmpack.errors import FormatError
-    from mmpack.views.packed import PackedDataset
 
     store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
     ds = PackedDataset(store, 8, eot=0, cache=False)

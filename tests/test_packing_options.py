@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mmpack
-from mmpack.packing.options import RowOptions, check_row_options
-from mmpack.streaming.packer import StreamingPacker
+from mmpack._src.packing.options import RowOptions, check_row_options
+from mmpack._src.streaming.packer import StreamingPacker
 
 GOOD = {
     "seqlen": 16,
@@ -112,8 +112,8 @@ def test_the_labeller_reads_its_options_and_copies_none():
     the mode and ``ignore_index`` it labels with are its options' own."""
     import dataclasses
 
-    from mmpack.kernels.packed_rows import LABELS_NEXT, LABELS_NONE
-    from mmpack.streaming.labels import Labeller
+    from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE
+    from mmpack._src.streaming.labels import Labeller
 
     options = check_row_options(**GOOD, ignore_index=-100)
     labeller = Labeller(options, None)
@@ -136,7 +136,7 @@ def test_a_packed_view_reads_its_plan_parameters_from_its_one_spec(store):
     survives pickling, and a bad one is refused by the spec's own check."""
     import pickle
 
-    from mmpack.packing.options import PlanSpec
+    from mmpack._src.packing.options import PlanSpec
 
     ds = _view(store, algorithm="online", lookahead=5, region_tokens="auto")
     want = PlanSpec(16, add_eot=True, algorithm="online", lookahead=5, region_tokens="auto")

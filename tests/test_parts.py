@@ -1,4 +1,4 @@
-"""Joined stores (mmpack.joins.parts, mmpack.joins.join): every read equals the single store built
+"""Joined stores (mmpack._src.joins.parts, mmpack._src.joins.join): every read equals the single store built
 from the parts' documents in order; the manifest is small, refuses changed or missing parts and is
 published atomically.
 
@@ -21,16 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
+from mmpack._src.sampling.mixture import Mixture
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.window import WindowDataset
 from mmpack.errors import (
     FormatError,
     StateMismatchError,
     StoreExistsError,
     StoreNotFoundError,
 )
-from mmpack.joins.parts import JOIN_FILE, JoinedStore
-from mmpack.sampling.mixture import Mixture
-from mmpack.views.packed import PackedDataset
-from mmpack.views.window import WindowDataset
 
 _SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -199,7 +199,7 @@ def test_mixture_sampler_and_pickle(tmp_path):
 def test_dataloader_workers(tmp_path):
     import torch
 
-    from mmpack.torch.collate import collate
+    from mmpack._src.torch.collate import collate
 
     docs = _corpus()
     joined = mmpack.join(_parts_on_disk(tmp_path, docs, [0, 10, 60]), tmp_path / "j")

@@ -23,9 +23,9 @@ import pytest
 from _s3 import BUCKET, isolate_cache_and_env
 
 import mmpack
+from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
+from mmpack._src.views.window import WindowDataset
 from mmpack.errors import FormatError
-from mmpack.joins.parts import JOIN_FILE, JoinedStore
-from mmpack.views.window import WindowDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ _MANY_PARTS = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     import mmpack
-    from mmpack.views.window import WindowDataset
+    from mmpack._src.views.window import WindowDataset
 
     root, n, every_open = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "all"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -167,7 +167,7 @@ def test_a_dropped_store_unmaps_its_files_at_once(tmp_path):
 def test_running_out_of_descriptors_names_the_limit_and_the_part(tmp_path, monkeypatch):
     import resource
 
-    from mmpack.store.backends import _memmap
+    from mmpack._src.store.backends import _memmap
 
     docs = _corpus()
     for k in range(4):

@@ -1,4 +1,4 @@
-"""The packing plan (mmpack.packing.plan, mmpack.kernels.packing) against slow, obviously right twins."""
+"""The packing plan (mmpack._src.packing.plan, mmpack._src.kernels.packing) against slow, obviously right twins."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_bfd, ref_items, ref_stream
 
+from mmpack._src.kernels import packing as K
+from mmpack._src.kernels import plan_bestfit, plan_items
+from mmpack._src.packing.options import PlanSpec
+from mmpack._src.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
+from mmpack._src.packing.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack._src.packing.plan_regions import cached_plan
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.kernels import packing as K
-from mmpack.kernels import plan_bestfit, plan_items
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
-from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack.packing.plan_regions import cached_plan
 
 
 def plan_bins(plan):
@@ -328,7 +328,7 @@ def test_bitset_tree_successor(universe, members, data):
 def test_universe_recorded_by_item_sizes(case):
     """``stats[ST_UNIVERSE]`` is ``min(seqlen, 1 + slots of the items smaller than seqlen)``,
     as is :func:`packing.universe` (numpy), for every long-document policy."""
-    from mmpack.packing.plan import _LONG_CODES
+    from mmpack._src.packing.plan import _LONG_CODES
 
     lens, seqlen, eot, long_docs = case
     small = sum(it[3] for it in ref_items(lens, seqlen, eot, long_docs) if it[3] < seqlen)
@@ -403,7 +403,7 @@ def test_cached_plan_reuses_validates_and_rebuilds(tmp_path):
     first = cached_plan(store, PlanSpec(2048, add_eot=True))
     files = list((tmp_path / "cache").iterdir())
     assert len(files) == 1 and files[0].name.startswith("plan-")
-    import mmpack.packing.plan_regions as plan_regions
+    import mmpack._src.packing.plan_regions as plan_regions
 
     with pytest.MonkeyPatch.context() as mp:  # a cached plan is read, never computed again
         for name in ("plan_of_offsets", "pack_regions"):
@@ -461,7 +461,7 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
     import warnings
 
     import mmpack
-    from mmpack.views.packed import PackedDataset
+    from mmpack._src.views.packed import PackedDataset
 
     rng = np.random.default_rng(5)
     docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 40, 300))]
@@ -505,7 +505,7 @@ def test_a_damaged_plan_header_is_detected(tmp_path):
 def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     """The kernels with the index universe forced to ``seqlen`` (the layout before the
     compression: buckets, tree and pools of ``seqlen`` entries)."""
-    from mmpack.packing.plan import _LONG_CODES
+    from mmpack._src.packing.plan import _LONG_CODES
 
     lens = np.asarray(lens, dtype=np.int64)
     e, mode = int(eot), _LONG_CODES[long_docs]
@@ -557,7 +557,7 @@ _HUGE_SEQLEN = """
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
 import numpy as np
-from mmpack.packing.plan import build_plan
+from mmpack._src.packing.plan import build_plan
 for alg in ("bfd", "online", "nextfit"):
     for long_docs in ("split", "truncate"):
         p = build_plan(np.array([5, 7, 9]), 2**28, add_eot=True, algorithm=alg, long_docs=long_docs)

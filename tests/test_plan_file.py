@@ -1,4 +1,4 @@
-"""The plan file format (mmpack.packing.plan_file): format 5 records the regions and an XXH64 of
+"""The plan file format (mmpack._src.packing.plan_file): format 5 records the regions and an XXH64 of
 every chunk of every array, checked lazily on reopen; a file of another format version is
 refused, and the cache rebuilds it."""
 
@@ -14,12 +14,12 @@ import pytest
 from reference import xxh64_slow
 from test_plan import FakeStore, same_plan
 
+from mmpack._src.packing import plan_file
+from mmpack._src.packing.options import PlanSpec
+from mmpack._src.packing.plan import build_plan
+from mmpack._src.packing.plan_file import load_plan, plan_cache_key, save_plan
+from mmpack._src.packing.plan_regions import cached_plan
 from mmpack.errors import FormatError
-from mmpack.packing import plan_file
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import build_plan
-from mmpack.packing.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack.packing.plan_regions import cached_plan
 
 ARRAYS = [name for name, _ in plan_file.ARRAYS]
 
@@ -175,7 +175,7 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
     """Reopening a cached plan checks its header, its regions and the end chunks of each array,
     not the arrays: the bytes hashed do not grow with the plan (format 4 hashed them all)."""
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)
-    from mmpack.packing import plan_pages
+    from mmpack._src.packing import plan_pages
 
     hashed = []
     digest = plan_pages.block_digest
@@ -209,7 +209,7 @@ def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served
     bin that uses the chunk (ds[i], a batch, locate), never serving a sample from it, while
     other bins read as before; ``ds.plan`` checks every chunk; ``lazy=False`` refuses it."""
     import mmpack
-    from mmpack.views.packed import PackedDataset
+    from mmpack._src.views.packed import PackedDataset
 
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)  # 32 int64 entries a chunk
     rng = np.random.default_rng(11)
@@ -260,10 +260,10 @@ def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypat
     """PackedDataset over a reopened plan checks the offsets pages of the regions it reads, not
     the whole index at open (a decrease elsewhere fails only the reads of its region)."""
     import mmpack
-    import mmpack.store.writer
-    from mmpack.views.packed import PackedDataset
+    import mmpack._src.store.writer
+    from mmpack._src.views.packed import PackedDataset
 
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
     mmpack.build(tmp_path / "s", [[1] * 4] * 200, fsync=False)  # 800 tokens
     ds = PackedDataset(mmpack.open(tmp_path / "s"), 16, eot=0, region_tokens=40)
     expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
@@ -286,7 +286,7 @@ def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypat
 def test_checked_pages_check_each_page_a_read_uses_once():
     """The one rule behind the offsets' pages and a plan's chunks: the pages of every range
     (a range over 3+ pages: its middle ones too), each once; a page that fails stays unchecked."""
-    from mmpack.store.integrity import CheckedPages
+    from mmpack._src.store.integrity import CheckedPages
 
     calls, bad = [], {7}
 
@@ -327,7 +327,7 @@ def test_a_plan_file_takes_at_most_12_bytes_a_document(tmp_path):
 def test_a_region_too_large_for_its_references_is_refused(monkeypatch):
     """A region of more documents (or pieces) than a uint32 reference reaches is refused with a
     ValueError naming the region and the way out, before anything is packed."""
-    from mmpack.packing import plan_pieces
+    from mmpack._src.packing import plan_pieces
 
     monkeypatch.setattr(plan_pieces, "MAX_REGION_ITEMS", 3)
     with pytest.raises(ValueError, match="plan region 0 holds 5 documents .* region_tokens"):
@@ -342,7 +342,7 @@ def test_pieces_decode_alike_whole_and_bin_by_bin():
     are relative to their region, and a reference past its region's entries is refused."""
     import dataclasses
 
-    from mmpack.kernels.packed_rows import SPLIT_FLAG
+    from mmpack._src.kernels.packed_rows import SPLIT_FLAG
 
     lens = np.random.default_rng(6).integers(0, 300, 3000)
     plan = build_plan(lens, 64, add_eot=True, region_tokens=5000)

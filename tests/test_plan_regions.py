@@ -1,4 +1,4 @@
-"""Plans packed per region (mmpack.packing.plan, region_cuts, plan_regions; ingest.region_plan)
+"""Plans packed per region (mmpack._src.packing.plan, region_cuts, plan_regions; ingest.region_plan)
 against slow, obviously right twins: the region cuts, each region packed on its own by the
 reference packers of test_plan, the blocks of whole regions; built in parts (serially and on a
 Dask LocalCluster on 127.0.0.1) to the same file as one serial build; one region's lengths in
@@ -17,16 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
 
-import mmpack.packing.plan_regions as plan_regions
+import mmpack._src.packing.plan_regions as plan_regions
 from benchmarks.bench_regions import obfd_bins, obfd_items
-from mmpack.ingest.region_plan import build_region_plan
-from mmpack.packing.options import PlanSpec
-from mmpack.packing.plan import LONG_DOCS, build_plan, plan_of_offsets
-from mmpack.packing.plan_file import ARRAYS, plan_cache_key, plan_path, save_plan
-from mmpack.packing.plan_regions import build_plan_in_parts, cached_plan
-from mmpack.packing.region_cuts import edge_slack, region_blocks, region_edges, region_slack
-from mmpack.store.writer import build
-from mmpack.views.packed import PackedDataset
+from mmpack._src.ingest.region_plan import build_region_plan
+from mmpack._src.packing.options import PlanSpec
+from mmpack._src.packing.plan import LONG_DOCS, build_plan, plan_of_offsets
+from mmpack._src.packing.plan_file import ARRAYS, plan_cache_key, plan_path, save_plan
+from mmpack._src.packing.plan_regions import build_plan_in_parts, cached_plan
+from mmpack._src.packing.region_cuts import edge_slack, region_blocks, region_edges, region_slack
+from mmpack._src.store.writer import build
+from mmpack._src.views.packed import PackedDataset
 
 
 # ------------------------------------------------------------------------------- reference
@@ -446,11 +446,11 @@ def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
     offsets its documents lie on, not the whole index; the parts of a whole plan check every
     page, so a decrease anywhere still fails the build."""
     import mmpack
-    import mmpack.store.writer
+    import mmpack._src.store.writer
+    from mmpack._src.packing.plan_regions import build_part
     from mmpack.errors import FormatError
-    from mmpack.packing.plan_regions import build_part
 
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
     build(tmp_path / "s", [[1] * 4] * 200)  # 800 tokens; slots of 40 tokens: 10 documents
     offsets = np.fromfile(tmp_path / "s" / "offsets.bin", dtype="<i8")
     offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)

@@ -8,7 +8,7 @@ import traceback
 
 import pytest
 
-from mmpack.streaming.prefetch import Prefetched, Prefetcher
+from mmpack._src.streaming.prefetch import Prefetched, Prefetcher
 
 
 def test_yields_everything_in_order():

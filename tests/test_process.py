@@ -1,4 +1,4 @@
-"""``PerProcess`` (``mmpack/core/process.py``): made once per process, afresh in a forked child,
+"""``PerProcess`` (``mmpack/_src/core/process.py``): made once per process, afresh in a forked child,
 pickled without its value."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pickle
 import threading
 
-from mmpack.core.process import PerProcess
+from mmpack._src.core.process import PerProcess
 
 
 class _State:

@@ -1,4 +1,4 @@
-"""Progress bars (``mmpack.core.progress``): a total and an ETA for every long operation (local
+"""Progress bars (``mmpack._src.core.progress``): a total and an ETA for every long operation (local
 and distributed builds, ``verify``, ``export``, uploads, copies), the build's total from the
 inputs' bytes on disk (compressed sizes, positions in the compressed file), off in library calls
 unless asked, on in the command only when stderr is a terminal, and never in captured output.
@@ -18,16 +18,16 @@ import pyarrow.parquet as pq
 import pytest
 
 import mmpack
-import mmpack.core.progress as progress_module
-from mmpack.cli.commands import main
-from mmpack.core.progress import Progress, progress_bar
-from mmpack.formats.export import export_flat, export_megatron
-from mmpack.ingest.batching import _batches, _InputMeter
-from mmpack.ingest.copy import copy_store
-from mmpack.ingest.distributed import build_distributed
-from mmpack.ingest.inputs import _resolve_inputs
-from mmpack.ingest.pipeline import ingest
-from mmpack.ingest.report import IngestReport
+import mmpack._src.core.progress as progress_module
+from mmpack._src.cli.commands import main
+from mmpack._src.core.progress import Progress, progress_bar
+from mmpack._src.formats.export import export_flat, export_megatron
+from mmpack._src.ingest.batching import _batches, _InputMeter
+from mmpack._src.ingest.copy import copy_store
+from mmpack._src.ingest.distributed import build_distributed
+from mmpack._src.ingest.inputs import _resolve_inputs
+from mmpack._src.ingest.pipeline import ingest
+from mmpack._src.ingest.report import IngestReport
 
 _ETA = re.compile(r"100%.*<")  # a total (a percentage) and an estimated time left
 

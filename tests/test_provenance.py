@@ -1,4 +1,4 @@
-"""Stores that know their tokenizer (mmpack.ingest.provenance, mmpack.store.vocab): the record
+"""Stores that know their tokenizer (mmpack._src.ingest.provenance, mmpack._src.store.vocab): the record
 and the copy of tokenizer.json written at build, outside the fingerprint; views taking ids from the
 store; vocabulary and mixed-tokenizer checks; joins and distributed builds carrying the record;
 ``mmpack info`` and ``mmpack show --decode`` without ``--tokenizer``.
@@ -18,11 +18,11 @@ import pytest
 from _text_corpora import stdlib_files, stdlib_texts, train_bpe
 
 import mmpack
-from mmpack.ingest.distributed import build_distributed
-from mmpack.ingest.pipeline import ingest
-from mmpack.ingest.provenance import store_tokenizer
-from mmpack.ingest.tokenizer import load_tokenizer
-from mmpack.store.format import StoreMeta
+from mmpack._src.ingest.distributed import build_distributed
+from mmpack._src.ingest.pipeline import ingest
+from mmpack._src.ingest.provenance import store_tokenizer
+from mmpack._src.ingest.tokenizer import load_tokenizer
+from mmpack._src.store.format import StoreMeta
 
 SPECIALS = ["<|endoftext|>", "<s>", "<pad>", "<mask>", "<unk>"]
 

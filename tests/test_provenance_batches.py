@@ -1,5 +1,5 @@
 """Where a batch came from: ``collate(..., provenance=True)`` and ``SampleBatch.provenance()``
-(mmpack.views.provenance), entry for entry what each view's ``locate`` says of every row, on
+(mmpack._src.views.provenance), entry for entry what each view's ``locate`` says of every row, on
 random stores, sequence lengths and strides; for windows, packed rows and mixtures; through a
 DataLoader worker; and document ids of a subset store given as its parent's.
 
@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import mmpack
-from mmpack.sampling.mixture import Mixture
-from mmpack.torch.collate import PROVENANCE, Collator, collate
-from mmpack.torch.sampler import ResumableSampler
-from mmpack.views.packed import PackedDataset
-from mmpack.views.provenance import PIECE_FIELDS, parent_docs, parent_located
-from mmpack.views.window import WindowDataset
+from mmpack._src.sampling.mixture import Mixture
+from mmpack._src.torch.collate import PROVENANCE, Collator, collate
+from mmpack._src.torch.sampler import ResumableSampler
+from mmpack._src.views.packed import PackedDataset
+from mmpack._src.views.provenance import PIECE_FIELDS, parent_docs, parent_located
+from mmpack._src.views.window import WindowDataset
 
 corpora = st.lists(st.lists(st.integers(0, 60000), max_size=30), min_size=1, max_size=20)
 KEYS = ("doc", "start", "stop", "eot", "at")

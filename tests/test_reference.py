@@ -3,7 +3,7 @@ that the table misses no kernel.
 
 :data:`reference.PAIRS` pairs each kernel (or the public function wrapping it) with its twin and a
 random-input generator; hypothesis draws the generator's seed and size, and both sides must
-compute the same values.  A numba kernel of :mod:`mmpack.kernels` that is neither an entry nor in
+compute the same values.  A numba kernel of :mod:`mmpack._src.kernels` that is neither an entry nor in
 :data:`reference.COVERED_BY` fails :func:`test_every_kernel_is_in_the_table`.
 
 Run: ``pytest tests/test_reference.py`` (``make test`` reruns it with ``NUMBA_BOUNDSCHECK=1`` and
@@ -24,13 +24,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from reference import COVERED_BY, PAIRS, Pair, assert_same, xxh64_slow
 
-import mmpack.kernels
+import mmpack._src.kernels
 
-KERNELS = Path(mmpack.kernels.__file__).parent
+KERNELS = Path(mmpack._src.kernels.__file__).parent
 
 
 def _param(pair: Pair):
-    return pytest.param(pair, id=pair.kernel.removeprefix("mmpack.kernels."),
+    return pytest.param(pair, id=pair.kernel.removeprefix("mmpack._src.kernels."),
                         marks=[pytest.mark.slow] if pair.slow else [])  # fmt: skip
 
 
@@ -44,7 +44,7 @@ def test_kernel_matches_its_twin(pair: Pair, seed: int, size: int) -> None:
 
 # ----------------------------------------------------------------------------- the table is whole
 def _decorated_kernels() -> set[str]:
-    """Dotted names of the functions decorated ``@njit`` in every module of mmpack.kernels, read
+    """Dotted names of the functions decorated ``@njit`` in every module of mmpack._src.kernels, read
     from the source (so the check sees them with ``NUMBA_DISABLE_JIT=1`` too)."""
     found = set()
     for info in pkgutil.iter_modules([str(KERNELS)]):
@@ -53,16 +53,16 @@ def _decorated_kernels() -> set[str]:
             if isinstance(node, ast.FunctionDef) and any(
                 isinstance(d, ast.Name) and d.id == "njit" for d in node.decorator_list
             ):
-                found.add(f"mmpack.kernels.{info.name}.{node.name}")
+                found.add(f"mmpack._src.kernels.{info.name}.{node.name}")
     return found
 
 
 def _dispatchers() -> set[str]:
     """Dotted names of the numba dispatchers (objects with ``py_func``) defined in each module of
-    mmpack.kernels; empty under ``NUMBA_DISABLE_JIT=1``, where kernels are plain functions."""
+    mmpack._src.kernels; empty under ``NUMBA_DISABLE_JIT=1``, where kernels are plain functions."""
     found = set()
     for info in pkgutil.iter_modules([str(KERNELS)]):
-        module = importlib.import_module(f"mmpack.kernels.{info.name}")
+        module = importlib.import_module(f"mmpack._src.kernels.{info.name}")
         for name, obj in vars(module).items():
             func = getattr(obj, "py_func", None)
             if func is not None and func.__module__ == module.__name__:
@@ -89,16 +89,16 @@ def test_every_kernel_is_in_the_table() -> None:
 
 
 def test_the_coverage_check_sees_a_new_kernel(tmp_path, monkeypatch) -> None:
-    """A module of mmpack.kernels with a new ``@njit`` function is reported by the check."""
+    """A module of mmpack._src.kernels with a new ``@njit`` function is reported by the check."""
     for path in KERNELS.glob("*.py"):
         (tmp_path / path.name).write_text(path.read_text())
     (tmp_path / "extra.py").write_text(
-        "from mmpack.kernels._jit import njit\n\n\n@njit\ndef twice(x):\n    return 2 * x\n"
+        "from mmpack._src.kernels._jit import njit\n\n\n@njit\ndef twice(x):\n    return 2 * x\n"
     )
     monkeypatch.setattr(__import__(__name__), "KERNELS", tmp_path)
-    assert "mmpack.kernels.extra.twice" in _decorated_kernels() - {p.kernel for p in PAIRS} - set(
-        COVERED_BY
-    )
+    assert "mmpack._src.kernels.extra.twice" in _decorated_kernels() - {
+        p.kernel for p in PAIRS
+    } - set(COVERED_BY)
 
 
 @given(st.binary(max_size=200), st.integers(0, 2**64 - 1))

@@ -33,13 +33,13 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack.store.backends._zarr as zarr_backend
-import mmpack.store.backends._zarr_shards as shards
-import mmpack.store.format
-import mmpack.store.publish
-import mmpack.store.writer
+import mmpack._src.store.backends._zarr as zarr_backend
+import mmpack._src.store.backends._zarr_shards as shards
+import mmpack._src.store.format
+import mmpack._src.store.publish
+import mmpack._src.store.writer
+from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import FormatError, StoreNotFoundError
-from mmpack.store.writer import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_open_reads_the_offsets_ends_and_each_page_on_first_use(tmp_path, monkey
     """An open checks the offsets' ends and first and last pages, not every page (O(1)); a
     decrease on another page is refused by the first read that uses that page, by the whole
     index (``store.offsets``) and by ``verify()``, and reads elsewhere are served."""
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)  # pages of 8 entries
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 entries
     mmpack.build(tmp_path / "s", [[j % 7 + 1] * (j % 5 + 1) for j in range(60)], backend=backend)
     _rewrite_offsets(tmp_path / "s", backend, lambda o: o.__setitem__(21, o[20] - 1))
     store = mmpack.open(tmp_path / "s")  # page 2 (entries 16..23) is not read
@@ -104,7 +104,7 @@ def test_open_reads_the_offsets_ends_and_each_page_on_first_use(tmp_path, monkey
 def test_verify_reads_checksums_each_offsets_page_on_first_use(tmp_path, monkeypatch):
     """With ``verify_reads`` an offsets page that still increases but fails its checksum is
     refused by the first read that uses it; the open checks only the first and last pages."""
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
     mmpack.build(tmp_path / "s", [[1] * 4] * 60)
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(28, o[28] + 1))
     store = mmpack.open(tmp_path / "s", verify_reads=True)
@@ -218,7 +218,7 @@ def test_missing_path_is_store_not_found(tmp_path):
 # =================================================================================== verify()
 @pytest.mark.parametrize("array", ["tokens", "offsets"])
 def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
     docs = _docs(5, n=60, high=60000)
     store = mmpack.build(tmp_path / "s", docs)
     assert (
@@ -254,7 +254,7 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
 def test_verify_offsets_block(tmp_path, monkeypatch):
     """A flip that keeps the offsets valid (a middle offset moved within its neighbours) is
     invisible to the cheap checks; only the checksum finds it, and names the block."""
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
     store = mmpack.build(tmp_path / "s", [[1] * 4] * 30)
     mmpack.open(tmp_path / "s").verify()
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(20, o[20] + 1))
@@ -267,7 +267,7 @@ def test_verify_offsets_block(tmp_path, monkeypatch):
 def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 256)
     monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 256)  # shards of one 128-token chunk
     monkeypatch.setattr(shards, "SHARD_BYTES", 256)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
@@ -334,8 +334,8 @@ def _gen_kill(k: int):
     return docs()
 
 
-S = mmpack.store.writer
-P = mmpack.store.publish  # the rename itself
+S = mmpack._src.store.writer
+P = mmpack._src.store.publish  # the rename itself
 W = StoreWriter
 # name -> (backends, installs the kill point in the child, the rename happened before the kill)
 KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
@@ -377,10 +377,10 @@ KILL_POINTS: dict[str, tuple[tuple[str, ...], Callable[[], None], bool]] = {
     "metadata write, before its rename": (
         ("memmap",),
         lambda: setattr(
-            mmpack.store.format.os,
+            mmpack._src.store.format.os,
             "replace",
             _when_path(
-                mmpack.store.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json")
+                mmpack._src.store.format.os.replace, lambda a, b, *r: str(b).endswith("mmpack.json")
             ),
         ),
         False,
@@ -693,9 +693,9 @@ def test_every_write_path_gives_the_naive_file_and_verify_finds_a_flip(tmp_path,
     """Blocks are hashed from the file on the hash thread: the digests are those of the naive
     concatenation (so nothing is hashed before it is written), and a byte flipped later in any
     block is found by ``verify``."""
-    from mmpack.store.integrity import block_digest
+    from mmpack._src.store.integrity import block_digest
 
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 4096)
     add, docs = _path_sources()[path]
     with StoreWriter(tmp_path / "s", fsync=False) as w:
         add(w)
@@ -723,7 +723,7 @@ def test_a_refused_document_after_direct_writes_rolls_back_exactly(tmp_path, mon
     """A bad token in the middle of a chunk whose documents were already handed to the writer
     (several blocks written): the documents before it are kept, nothing of it or after it, and
     documents added afterwards follow them exactly."""
-    monkeypatch.setattr(mmpack.store.writer, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 4096)
     flat = (np.arange(300_000, dtype=np.uint16) * 7) % 50_000
     docs: list[np.ndarray] = np.split(flat, range(101, flat.size, 101))
     if source != "list":
@@ -785,7 +785,7 @@ def test_many_builds_leak_no_thread_descriptor_or_folder(tmp_path):
 def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, where):
     """``KeyboardInterrupt`` from the source or while the writer thread writes: it propagates,
     no store and no temporary folder stay, and the writer threads end."""
-    import mmpack.store.blockwriter as BW
+    import mmpack._src.store.blockwriter as BW
 
     flat = (np.arange(1_200_000, dtype=np.uint16) * 3) % 9000  # 2.4 MB: written from place
     docs = [d.copy() for d in np.split(flat, range(700, flat.size, 700))]

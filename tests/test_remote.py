@@ -28,6 +28,7 @@ from _s3 import (
 )
 
 import mmpack
+from mmpack._src.remote.transport import make_transport
 from mmpack.errors import (
     FormatError,
     RemoteAccessError,
@@ -36,7 +37,6 @@ from mmpack.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
-from mmpack.remote.transport import make_transport
 
 
 def _corpus(n_docs: int = 200, seed: int = 0, vocab: int = 50_000) -> list[np.ndarray]:
@@ -88,7 +88,7 @@ def test_s3_store_equals_local(s3_server, tmp_path, check_block_bytes):
 
 
 def _build_with_block(url, docs, options, block):
-    from mmpack.remote.writer import RemoteStoreWriter
+    from mmpack._src.remote.writer import RemoteStoreWriter
 
     with RemoteStoreWriter(url, storage_options=options, check_block_bytes=block) as w:
         w.add_many(docs)
@@ -109,7 +109,7 @@ def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
     reference package, block by block); a record naming another digest, or none, is refused."""
     import xxhash
 
-    from mmpack.remote.upload import check_table
+    from mmpack._src.remote.upload import check_table
 
     store = mmpack.build((tmp_path / "remote").as_uri(), _corpus(seed=5))
     remote = store.meta["remote"]
@@ -257,7 +257,7 @@ def test_remote_build_refuses_existing_and_overwrites(s3_server, tmp_path):
 
 
 def test_interrupted_upload_is_no_store_and_is_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.remote import upload as rw
+    from mmpack._src.remote import upload as rw
 
     url = _url()
     build_crashing_before_commit(
@@ -343,7 +343,7 @@ def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
         [(store.location, s3_server.options, str(tmp_path), limit, seed) for seed in range(2)],
         60,
     )
-    from mmpack.remote.cache import BlockCache
+    from mmpack._src.remote.cache import BlockCache
 
     cache = BlockCache(tmp_path, limit)
     assert 0 < cache.allocated() <= cache.usage() <= limit
@@ -432,7 +432,7 @@ def test_server_stopped_mid_read(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
-    from mmpack.cli.commands import main
+    from mmpack._src.cli.commands import main
 
     use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"
@@ -504,7 +504,7 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
     finally:
         proxy.close()
     # Throttling (503 SlowDown) twice, then success: retried with backoff, data correct.
-    from mmpack.remote._s3http import S3Http
+    from mmpack._src.remote._s3http import S3Http
 
     real = S3Http.request
     calls = {"n": 0}
@@ -527,7 +527,7 @@ def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, 
 
 
 def test_multipart_upload(s3_server, tmp_path, monkeypatch):
-    from mmpack.remote.transport import S3Transport
+    from mmpack._src.remote.transport import S3Transport
 
     used = []
     real = S3Transport._put_multipart
@@ -584,7 +584,7 @@ def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
     over the remote view resumes exactly, the pickled view reopening its URL."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from mmpack.torch.collate import collate
+    from mmpack._src.torch.collate import collate
 
     a, b = _corpus(seed=1), _corpus(seed=2)
     la, lb = mmpack.build(tmp_path / "a", a), mmpack.build(tmp_path / "b", b)
@@ -652,7 +652,7 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
 
     from _s3 import ACCESS_KEY, SECRET_KEY
 
-    from mmpack.remote import upload as rw
+    from mmpack._src.remote import upload as rw
 
     url = _url()
     tmpdir = tmp_path / "tmp"
@@ -691,7 +691,7 @@ def test_sigv4_matches_the_aws_documentation_examples():
     examples (GET Bucket lifecycle, GET Bucket list objects), byte for byte."""
     import datetime as dt
 
-    from mmpack.remote._s3http import sign_v4
+    from mmpack._src.remote._s3http import sign_v4
 
     kw = {
         "access_key": "AKIAIOSFODNN7EXAMPLE",

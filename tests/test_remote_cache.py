@@ -1,4 +1,4 @@
-"""The node cache of remote stores (``mmpack/remote/cache.py``, ``cachefile.py``) against a
+"""The node cache of remote stores (``mmpack/_src/remote/cache.py``, ``cachefile.py``) against a
 real S3 server (SeaweedFS, ``tests/_s3.py``): one sparse mapped file per store object with a
 per-block state array; hits copied out of the mapping (under pins); no duplicate downloads across
 processes; the limit (charged and real disk use); eviction; a crash mid-write; a corrupt cached
@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
+from mmpack._src.remote import cache as cache_mod
+from mmpack._src.remote.cache import BlockCache
 from mmpack.errors import FormatError
-from mmpack.remote import cache as cache_mod
-from mmpack.remote.cache import BlockCache
 
 GiB = 1 << 30
 
@@ -169,7 +169,7 @@ def test_a_failed_cache_write_marks_nothing_and_refunds_its_charge(
 ):
     """The state byte is set only after the block's bytes are written: a write that fails (a
     full disk) leaves the block absent, its charge given back, and the read still correct."""
-    import mmpack.remote.cachefile as cachefile
+    import mmpack._src.remote.cachefile as cachefile
 
     store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     s = _open(store, s3_server.options, tmp_path)
@@ -322,7 +322,7 @@ def test_rebuilt_store_under_the_same_url_never_sees_old_blocks(s3_server, tmp_p
     s_old = _open(old, s3_server.options, tmp_path)
     n = min(old.num_tokens, 4000)
     old_tokens = s_old.read_range(0, n)
-    from mmpack.remote.writer import RemoteStoreWriter
+    from mmpack._src.remote.writer import RemoteStoreWriter
 
     with RemoteStoreWriter(
         url, storage_options=s3_server.options, check_block_bytes=4096, overwrite=True
@@ -398,7 +398,7 @@ def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_pat
 def test_a_run_written_and_dropped_at_once_equals_its_blocks_one_by_one(tmp_path):
     """``write_run``/``drop_run`` (one write, one hole per run) leave the state, digests and
     charges that ``write``/``drop`` of each block leave, also for a short last block."""
-    from mmpack.remote.cache import BlockCache
+    from mmpack._src.remote.cache import BlockCache
 
     block, nbytes = 4096, 4096 * 5 + 1000
     data = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8).tobytes()

@@ -1,4 +1,4 @@
-"""Faults of the node cache (``mmpack/remote/cache.py``, ``cachefile.py``, ``cached.py``)
+"""Faults of the node cache (``mmpack/_src/remote/cache.py``, ``cachefile.py``, ``cached.py``)
 against a real S3 server (SeaweedFS, ``tests/_s3.py``): a corrupt cached block (checked the
 first time a reader serves it, dropped and fetched again), a stopped process holding the cache's
 lock or a block's claim (waited for a bounded time, then read around), a truncated cache file
@@ -28,8 +28,8 @@ from _s3 import isolate_cache_and_env
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
-from mmpack.remote import cache as cache_mod
-from mmpack.remote.cachefile import HEADER
+from mmpack._src.remote import cache as cache_mod
+from mmpack._src.remote.cachefile import HEADER
 
 GiB = 1 << 30
 BLOCK = 4096
@@ -115,7 +115,7 @@ def test_a_corrupt_cached_block_is_caught_by_a_new_reader_and_fetched_again(
 def test_blocks_are_checked_once_per_reader(s3_server, tmp_path, filled, monkeypatch):
     """A reader checks a cached block once: later batches over the same blocks are copied out
     of the mapped file, unchecked (the hit path)."""
-    from mmpack.remote import cachefile
+    from mmpack._src.remote import cachefile
 
     store, local = filled
     checked: list[int] = []

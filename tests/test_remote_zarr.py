@@ -1,4 +1,4 @@
-"""Sharded Zarr stores on object storage (``mmpack/remote/zarr.py``), against a real S3
+"""Sharded Zarr stores on object storage (``mmpack/_src/remote/zarr.py``), against a real S3
 server (SeaweedFS, ``tests/_s3.py``) and ``file://``: every window and packed row equal to the
 local memmap store's, a flipped byte in a shard or its index an error (never data), a missing
 shard refused at open, atomic builds (an interrupted one is no store and is cleaned by the next),
@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from test_zarr import _corpus, _small
 
 import mmpack
+from mmpack._src.remote.transport import make_transport
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.remote.transport import make_transport
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +146,7 @@ def test_missing_or_resized_remote_shard_is_an_error_at_open(s3_server):
 
 # ----------------------------------------------------------------------------- builds
 def test_interrupted_remote_zarr_build_is_invisible_and_cleaned(s3_server, tmp_path, monkeypatch):
-    from mmpack.remote import upload as rw
+    from mmpack._src.remote import upload as rw
 
     url = _url()
     build_crashing_before_commit(monkeypatch, lambda: _remote(_corpus(17), s3_server.options, url))
@@ -222,7 +222,7 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
 def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypatch, capsys):
     import json
 
-    from mmpack.cli.commands import main
+    from mmpack._src.cli.commands import main
 
     use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mmpack._src.torch.sampler import ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.torch.sampler import ResumableSampler
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

@@ -25,9 +25,9 @@ from reference import (
 )
 
 import mmpack
-from mmpack.sampling.mixture import Mixture
-from mmpack.sampling.schedule import Schedule
-from mmpack.torch.sampler import ResumableSampler
+from mmpack._src.sampling.mixture import Mixture
+from mmpack._src.sampling.schedule import Schedule
+from mmpack._src.torch.sampler import ResumableSampler
 
 
 class Src:

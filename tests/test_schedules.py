@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown, parse_tokens
+from mmpack._src.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown, parse_tokens
 
 
 # --------------------------------------------------------------------------- reference twins

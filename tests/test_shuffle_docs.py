@@ -1,5 +1,5 @@
 """Documents shuffled at build (``shuffle_docs=`` / ``--shuffle-docs SEED``,
-:mod:`mmpack.store.doc_order`): the stored documents are exactly a permutation of the input,
+:mod:`mmpack._src.store.doc_order`): the stored documents are exactly a permutation of the input,
 in the order a slow Python twin of the keyed permutation computes, the same for a seed and
 different across seeds; a failed, interrupted or killed shuffled build leaves nothing that opens
 and no temporary store; ingest, the CLI and distributed builds (Dask on 127.0.0.1) shuffle too.
@@ -21,11 +21,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
+import mmpack._src.store.doc_order as DO
 import mmpack.errors
-import mmpack.store.doc_order as DO
-from mmpack.core.constants import DOC_ORDER_STREAM
-from mmpack.ingest.pipeline import ingest
-from mmpack.store.writer import StoreWriter, build
+from mmpack._src.core.constants import DOC_ORDER_STREAM
+from mmpack._src.ingest.pipeline import ingest
+from mmpack._src.store.writer import StoreWriter, build
 
 # -- the slow Python twin of the order ------------------------------------------------------------
 
@@ -252,7 +252,7 @@ def test_failure_during_the_shuffle_pass_leaves_nothing(tmp_path, monkeypatch, e
 _KILLED_BUILD = """
 import sys, time
 import numpy as np
-import mmpack, mmpack.store.doc_order as D
+import mmpack, mmpack._src.store.doc_order as D
 real = D.write_in_order
 def slow(src, add, seed, budget):
     def add_slowly(docs):
@@ -385,7 +385,7 @@ def _parts_inputs(root):
 
 @pytest.mark.dask
 def test_dask_build_is_a_deterministic_permutation(tmp_path, cluster):
-    from mmpack.ingest.distributed import build_distributed, plan_tasks
+    from mmpack._src.ingest.distributed import build_distributed, plan_tasks
 
     inputs = _parts_inputs(tmp_path / "in")
     ref = _docs_of(ingest(inputs, tmp_path / "ref").store)

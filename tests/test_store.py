@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack._src.store.writer import StoreWriter, TokenStore, build, open_store
 from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, StoreNotFoundError
-from mmpack.store.writer import StoreWriter, TokenStore, build, open_store
 
 BACKENDS = ["memmap", "zarr"]
 BOUNDARY_TOKENS = [0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]  # ids < 2**63
@@ -341,7 +341,7 @@ def _small_chunk_zarr(tmp_path: Path, monkeypatch, num_tokens: int = 1000, chunk
     """A Zarr store of zstd-compressed ``chunk``-token shards of one inner chunk each (many
     chunks from few tokens, decoded through the process's chunk cache), and the flat tokens it
     holds; the cache starts empty."""
-    from mmpack.store.backends import _chunk_cache, _zarr, _zarr_shards
+    from mmpack._src.store.backends import _chunk_cache, _zarr, _zarr_shards
 
     monkeypatch.setattr(_zarr_shards, "INNER_CHUNK_BYTES", 2 * chunk)  # uint16 tokens
     monkeypatch.setattr(_zarr_shards, "SHARD_BYTES", 2 * chunk)
@@ -396,7 +396,7 @@ def test_zarr_cached_chunks_of_a_replaced_store_are_refused(tmp_path, monkeypatc
 
 
 def test_chunk_cache_is_bounded_lru():
-    from mmpack.store.backends._chunk_cache import ChunkCache
+    from mmpack._src.store.backends._chunk_cache import ChunkCache
 
     cache = ChunkCache(100)
     arr = {i: (np.full(10, i, np.int32), i) for i in range(5)}  # 40 bytes each
@@ -412,7 +412,7 @@ def test_chunk_cache_is_bounded_lru():
 
 
 def test_chunk_cache_limit_from_environment(monkeypatch):
-    from mmpack.store.backends import _chunk_cache
+    from mmpack._src.store.backends import _chunk_cache
 
     monkeypatch.setenv("MMPACK_ZARR_CACHE_MB", "3")
     assert _chunk_cache._limit_from_env() == 3 << 20

@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack.store.blockwriter as BW
-from mmpack.store.blockwriter import BlockWriter
-from mmpack.store.integrity import block_digest
-from mmpack.store.tokenfile import TokenFile
-from mmpack.store.writer import StoreWriter
+import mmpack._src.store.blockwriter as BW
+from mmpack._src.store.blockwriter import BlockWriter
+from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.tokenfile import TokenFile
+from mmpack._src.store.writer import StoreWriter
 
 
 def _naive(raw: bytes, block: int) -> list[int]:
@@ -380,7 +380,7 @@ def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkey
     def cannot_start(*args, **kwargs):
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr("mmpack.store.tokenfile.BlockWriter", cannot_start)
+    monkeypatch.setattr("mmpack._src.store.tokenfile.BlockWriter", cannot_start)
     with pytest.raises(RuntimeError, match="new thread"):
         TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), 256)
     assert len(opened) == 1 and opened[0].closed

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from reference import xxh64_slow
 
 import mmpack
-import mmpack.store.writer as W
+import mmpack._src.store.writer as W
+from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import FormatError
-from mmpack.store.writer import StoreWriter
 
 FIXTURE = Path(__file__).parent / "data" / "store_crc32_v1"
 # A store whose token blocks are CRC-32 (BLOCK_BYTES=64): two token blocks, one offsets block.
@@ -234,7 +234,7 @@ def test_builds_against_the_naive_specification(items, dtype, how, block):
             want = (
                 np.dtype(dtype)
                 if dtype is not None
-                else mmpack.store.format.smallest_token_dtype(top)
+                else mmpack._src.store.format.smallest_token_dtype(top)
             )
             assert store.meta["dtype"] == want.newbyteorder("<").str
             store.verify()

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.store.gather import Arrays, DocChunks
-from mmpack.store.integrity import block_digest
-from mmpack.store.tokenfile import TokenFile
+from mmpack._src.store.gather import Arrays, DocChunks
+from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.tokenfile import TokenFile
 
 _BLOCK = 64  # bytes: documents of a few tokens cross block boundaries
 
@@ -348,7 +348,7 @@ def test_tensors_follow_one_rule_for_lists_and_generators(tmp_path, case):
 def test_the_first_chunk_of_an_iterator_is_small():
     """Before any length is known the writer's chunk size is a guess: the first chunk of an
     iterator holds at most ``FIRST_TAKE`` documents, later ones what is asked."""
-    from mmpack.store.gather import FIRST_TAKE
+    from mmpack._src.store.gather import FIRST_TAKE
 
     chunks = DocChunks(np.full(3, j, dtype=np.uint16) for j in range(3 * FIRST_TAKE))
     sizes = [len(part[1]) for part in iter(lambda: chunks.take(8192), None)]

@@ -9,8 +9,8 @@ import pytest
 import torch
 from reference import ref_pack, rows_of
 
+from mmpack._src.streaming.packer import StreamingPacker
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.streaming.packer import StreamingPacker
 
 
 # =========================================================================== reference twins
@@ -239,7 +239,7 @@ def test_source_formats(docs):
 
 
 def test_token_store_source(docs, tmp_path):
-    from mmpack.store.writer import build
+    from mmpack._src.store.writer import build
 
     store = build(tmp_path / "s", [np.asarray(d) for d in docs])
     packer = StreamingPacker(store, **KW)
@@ -367,7 +367,7 @@ def test_exact_resume(kind, tmp_path):
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
     source = docs
     if kind == "store":
-        from mmpack.store.writer import build
+        from mmpack._src.store.writer import build
 
         source = build(tmp_path / "s", docs)
     kw = dict(
@@ -628,7 +628,7 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
     docs = [np.array([7, 8, 9]), doc, np.array([5, 6])]
     source = docs
     if kind == "store":
-        from mmpack.store.writer import build
+        from mmpack._src.store.writer import build
 
         source = build(tmp_path / "s", docs)
     kw = {
@@ -698,7 +698,7 @@ def test_lazy_admission_does_not_change_placements(readahead):
 )
 def test_tokens_follow_the_build_rule(bad, match, tmp_path):
     """One token rule for the packer and for build (the same function checks both)."""
-    from mmpack.store.writer import build
+    from mmpack._src.store.writer import build
 
     with pytest.raises(ValueError, match=match):
         build(tmp_path / "s", [bad])
@@ -721,9 +721,9 @@ def test_float_lists_are_tokens_like_for_build():
 
 
 def test_one_state_schema():
-    """The state is one schema (version 4, every field of mmpack.streaming.checkpoint); a state
+    """The state is one schema (version 4, every field of mmpack._src.streaming.checkpoint); a state
     of any other version is refused as malformed, even when its fields would fit."""
-    from mmpack.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
+    from mmpack._src.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
 
     rng = np.random.default_rng(3)
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]

@@ -11,14 +11,14 @@ from reference import ref_gather_pieces, ref_layout, ref_pack, ref_place, rows_o
 from test_streaming import make_docs
 
 import mmpack
-import mmpack.streaming.placement as placement_module
-from mmpack.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
-from mmpack.kernels.plan_bestfit import place_batch, reset_rows, row_index
-from mmpack.kernels.streaming_batch import gather_pieces, layout_batch
-from mmpack.store.tokens import as_token_array
-from mmpack.streaming.incoming import flat_sequences, sequences_of
-from mmpack.streaming.packer import StreamingPacker
-from mmpack.streaming.pieces import PieceBuffer
+import mmpack._src.streaming.placement as placement_module
+from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
+from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
+from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
+from mmpack._src.store.tokens import as_token_array
+from mmpack._src.streaming.incoming import flat_sequences, sequences_of
+from mmpack._src.streaming.packer import StreamingPacker
+from mmpack._src.streaming.pieces import PieceBuffer
 
 # =========================================================================== slow twins
 IGNORE = -100

@@ -1,4 +1,4 @@
-"""Subsets without rewriting (mmpack.store.subset): select / where / split give stores whose
+"""Subsets without rewriting (mmpack._src.store.subset): select / where / split give stores whose
 views, plans, samplers and mixtures equal those of a store built from just their documents,
 whose fingerprints key plans apart, and whose document ids name the parent's documents."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack.sampling.mixture import Mixture
-from mmpack.store.subset import SubsetStore, split_keys, token_source
+from mmpack._src.sampling.mixture import Mixture
+from mmpack._src.store.subset import SubsetStore, split_keys, token_source
 
 
 @pytest.fixture(autouse=True)
@@ -193,7 +193,7 @@ def test_a_split_of_a_split_is_exact_whatever_the_seeds(tmp_path):
 
 
 def test_split_parts_are_a_plain_function_of_id_and_seed():
-    from mmpack.kernels.subset import split_parts
+    from mmpack._src.kernels.subset import split_parts
 
     ids = np.arange(1000, dtype=np.int64)
     half = np.array([2**63, 2**64 - 1], dtype=np.uint64)
@@ -245,7 +245,7 @@ def test_an_empty_subset_is_a_store(tmp_path):
 def test_region_plans_megatron_and_workers_take_subsets(tmp_path):
     from _contract import assert_workers_serve
 
-    from mmpack.views.megatron_gpt import MegatronGPTDataset
+    from mmpack._src.views.megatron_gpt import MegatronGPTDataset
 
     rng = np.random.default_rng(7)
     docs = _docs(rng, 120)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from _text_corpora import EOT, stdlib_texts, train_bpe
 
-from mmpack.ingest.tokenizer import (
+from mmpack._src.ingest.tokenizer import (
     BYTE_EOT_ID,
     ByteTokenizer,
     HFTokenizer,
@@ -225,7 +225,7 @@ def test_dtype_follows_the_largest_id_not_the_vocabulary_size(tmp_path):
 
 
 def test_ingest_stores_ids_beyond_the_vocabulary_size(tmp_path):
-    from mmpack.ingest.pipeline import ingest
+    from mmpack._src.ingest.pipeline import ingest
 
     tok_path = _sparse_word_level(tmp_path / "sparse.json")
     (tmp_path / "d.txt").write_text("a b\nb b a\n")
@@ -242,7 +242,7 @@ def test_ingest_stores_ids_beyond_the_vocabulary_size(tmp_path):
 
 
 def test_an_id_outside_the_dtype_is_a_clear_error():
-    from mmpack.ingest.tokenizer import _id_array
+    from mmpack._src.ingest.tokenizer import _id_array
 
     class Tok:
         max_id = 255

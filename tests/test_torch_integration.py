@@ -1,5 +1,5 @@
 """mmpack's views inside a PyTorch training loop: DataLoader workers (fork and spawn, persistent),
-batched ``__getitems__``, ``mmpack.torch.collate``, and exact resume through torchdata's
+batched ``__getitems__``, ``mmpack._src.torch.collate``, and exact resume through torchdata's
 ``StatefulDataLoader`` in a fresh process (MLM masks included).
 
 Run: ``make test`` (these are marked slow: worker processes take seconds to start).
@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import mmpack
-from mmpack.torch.collate import collate
+from mmpack._src.torch.collate import collate
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_view_pickles_small(tmp_path, kind):
 @pytest.mark.parametrize("kind", VIEWS)
 def test_dataloader_workers(tmp_path, kind, context):
     """Two worker processes, each mapping the store itself, deliver exactly the batches the
-    sampler asks for, in order, through ``__getitems__`` and ``mmpack.torch.collate``."""
+    sampler asks for, in order, through ``__getitems__`` and ``mmpack._src.torch.collate``."""
     ds = make_view(kind, tmp_path / "s")
     sampler = mmpack.ResumableSampler(len(ds), seed=5)
     loader = DataLoader(
@@ -105,7 +105,7 @@ _RESUME_SCRIPT = textwrap.dedent(
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
     import mmpack
-    from mmpack.torch.collate import collate
+    from mmpack._src.torch.collate import collate
 
     ds, state, workers = pickle.load(open(sys.argv[1], "rb"))
     sampler = mmpack.ResumableSampler(len(ds), seed=11)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from reference import naive_stream
 
 import mmpack
-from mmpack.views.window import WindowDataset
+from mmpack._src.views.window import WindowDataset
 
 BACKENDS = ["memmap", "zarr"]
 
@@ -282,7 +282,7 @@ def test_pickles_small_and_reads_in_the_copy(tmp_path):
 def test_sampled_index_finds_the_same_document(lens, use_eot, seed):
     """The two-level search (every 256th document start in memory) equals a plain searchsorted
     over the virtual document starts, including runs of empty documents."""
-    from mmpack.kernels.window import INDEX_STEP, fill_sampled_index, find_doc
+    from mmpack._src.kernels.window import INDEX_STEP, fill_sampled_index, find_doc
 
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     e = int(use_eot)

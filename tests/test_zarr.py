@@ -1,4 +1,4 @@
-"""The sharded Zarr layout (``mmpack/store/backends/_zarr.py``, ``_zarr_shards.py``): every window
+"""The sharded Zarr layout (``mmpack/_src/store/backends/_zarr.py``, ``_zarr_shards.py``): every window
 and packed row equal to the memmap store's, batched reads against slicing the flat tokens,
 missing or damaged shards as errors (never zeros), a tokens array of another layout refused, zstd.
 
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack.store.backends._zarr as zarr_backend
-import mmpack.store.backends._zarr_shards as shards
+import mmpack._src.store.backends._zarr as zarr_backend
+import mmpack._src.store.backends._zarr_shards as shards
 from mmpack.errors import FormatError
 
 
@@ -110,7 +110,7 @@ def test_read_ranges_match_the_flat_tokens(tmp_path_factory, data):
 
 
 def test_zstd_chunks_read_the_same_through_the_cache(tmp_path):
-    from mmpack.store.backends._chunk_cache import get_cache
+    from mmpack._src.store.backends._chunk_cache import get_cache
 
     docs = _corpus(3)
     store = _build(tmp_path / "z", docs, zstd=3)
@@ -250,8 +250,8 @@ def test_rebuild_between_the_check_and_the_shard_mapping_is_a_state_mismatch(
     """The race CI found (tests/test_concurrency.py): the folder is swapped after a read's
     ``zarr.json`` check passed and before the shard is mapped, so the new store's shard is
     parsed with the old layout.  The reader must say "replaced", never "corrupt"."""
+    from mmpack._src.store.backends import _zarr
     from mmpack.errors import StateMismatchError
-    from mmpack.store.backends import _zarr
 
     level = 3 if zstd else 0
     store = _build(tmp_path / "z", _corpus(8), zstd=level)

@@ -1,0 +1,482 @@
+"""Packed-row assembly kernels: a batch of plan bins becomes model inputs.
+
+:func:`select_pieces` turns a batch of bins into the flat token ranges of its pieces (validated
+against the document lengths; a corrupt plan is reported, never read out of bounds; a piece
+shorter than ``seqlen`` is its document's last and carries the eot; the ranges may lie in
+another array that holds the documents, a subset's parent); :func:`fill_rows`, the one row
+writer, then loads the first token of every piece of the batch (one pass, so that the pieces'
+page walks and cache misses overlap) and writes, in one pass per row, ``input_ids``,
+``position_ids``, causal labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`,
+:data:`LABELS_HF`), the attention mask and ``cu_seqlens``: the packed view's bins and the
+streaming packer's batches (:mod:`mmpack._src.kernels.streaming_batch`) alike; :func:`one_bin` is
+its rule for a single bin with few arguments and no allocation; :func:`mask_pieces` applies a
+loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
+pieces' documents and row positions (the batch's provenance, from the lengths
+:func:`select_pieces` checked).  They write a segment with the same helpers
+(:func:`_segment_positions`, :func:`_segment_ids`, :func:`_segment_tokens`, and the one label rule
+:func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
+re-read from the ids).
+
+Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens) is bound by memory, not by the
+loops: the chain of dependent reads ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, the
+scattered token lines of its pieces, and writing four rows of ``seqlen`` values; numba's
+dispatch types each of :func:`one_bin`'s ten arguments on every call.  Measured, stage by
+stage, with ``python -m benchmarks.bench_getitem --quick --profile``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack._src.kernels._jit import njit
+
+__all__ = [
+    "LABELS_HF",
+    "LABELS_NEXT",
+    "LABELS_NONE",
+    "SPLIT_FLAG",
+    "bin_pieces",
+    "fill_rows",
+    "mask_pieces",
+    "one_bin",
+    "select_pieces",
+]
+
+LABELS_NONE = 0
+LABELS_NEXT = 1
+LABELS_HF = 2
+SPLIT_FLAG = 1 << 31
+"""A piece reference at or above this names a split entry (``ref - SPLIT_FLAG`` into its
+region's), below it the document (``ref``, from the region's first); see
+:mod:`mmpack._src.packing.plan_pieces`."""
+_NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
+
+
+@njit
+def _bin_region(regions: np.ndarray, b: int) -> tuple[int, int]:
+    """``(first document, first split entry)`` of the region of bin ``b``: one binary search
+    over ``regions[0]`` (its ``region_bin``), clamped to a region that exists."""
+    r = int(np.searchsorted(regions[0], b, side="right")) - 1
+    r = min(max(r, 0), regions.shape[1] - 1)
+    return int(regions[1, r]), int(regions[2, r])
+
+
+@njit
+def _piece(
+    piece_ref: np.ndarray, split: np.ndarray, doc0: int, split0: int, p: int
+) -> tuple[int, int]:
+    """``(document, start)`` of piece ``p`` of a bin of the region whose first document is
+    ``doc0`` and first split entry ``split0``; document -1 for a split reference outside
+    ``split`` (refused by the callers' document check)."""
+    v = int(piece_ref[p])
+    if v < SPLIT_FLAG:
+        return doc0 + v, 0
+    j = 2 * (split0 + v - SPLIT_FLAG)
+    if j < 0 or j + 1 >= split.shape[0]:
+        return -1, 0
+    return doc0 + int(split[j]), int(split[j + 1])
+
+
+@njit
+def select_pieces(
+    bin_ptr: np.ndarray,
+    piece_ref: np.ndarray,
+    piece_len: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
+    offsets: np.ndarray,
+    doc_starts: np.ndarray,
+    seqlen: int,
+    eot: int,
+    bins: np.ndarray,
+    row_ptr: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+) -> int:
+    """Token ranges of the pieces of ``bins`` (indices already checked, ``row_ptr`` the
+    prefix sum of their piece counts, each bin's piece range inside the piece arrays; the
+    plan's layout: :mod:`mmpack._src.packing.plan_pieces`): piece ``(d, s, n)`` is ``[doc_starts[d] + s, doc_starts[d] + s + n)``, checked against document
+    ``d``'s length ``offsets[d + 1] - offsets[d]``.  ``doc_starts`` (int64, shape
+    (>= docs,)) is ``offsets`` for ranges in the store's own flat tokens, or where each
+    document starts in the array that holds it (a subset's parent:
+    :func:`mmpack._src.store.subset.token_source`).
+
+    Returns -1, or the first row whose bin is inconsistent with the documents (a piece outside
+    its document, or more than ``seqlen`` slots); nothing is read out of bounds either way.
+    """
+    n_docs = offsets.shape[0] - 1
+    for r in range(bins.shape[0]):
+        lo = bin_ptr[bins[r]]
+        doc0, split0 = _bin_region(regions, bins[r])
+        used = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            p = lo + q - row_ptr[r]
+            d, s = _piece(piece_ref, split, doc0, split0, p)
+            ln = piece_len[p]
+            if d < 0 or d >= n_docs or s < 0 or ln < 0:
+                return r
+            dl = offsets[d + 1] - offsets[d]
+            if s > dl or ln > dl - s:
+                return r
+            e = 0
+            if eot != 0 and ln < seqlen:
+                e = 1
+            used += ln + e
+            starts[q] = doc_starts[d] + s
+            lengths[q] = ln
+            has_eot[q] = e
+        if used > seqlen:
+            return r
+    return -1
+
+
+@njit
+def _segment_positions(pos: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` of one segment (a view of its slots)."""
+    for i in range(pos.shape[0]):
+        pos[i] = i
+
+
+@njit
+def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
+    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
+    _segment_positions(pos)
+    for i in range(att.shape[0]):
+        att[i] = 1
+
+
+@njit
+def _segment_tokens(
+    seg_src: np.ndarray,
+    e: int,
+    eot_id: int,
+    label_mode: int,
+    ignore: int,
+    ids: np.ndarray,
+    lab: np.ndarray,
+    seg_mask: np.ndarray,
+) -> None:
+    """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
+    ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
+    :func:`_segment_labels`, ``ignore`` where there is no loss)."""
+    _segment_ids(seg_src, e, eot_id, ids)
+    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
+
+
+@njit
+def _segment_ids(seg_src: np.ndarray, e: int, eot_id: int, ids: np.ndarray) -> None:
+    """``input_ids`` of one segment: the piece ``seg_src`` (n tokens), then eot when ``e``
+    (``ids`` a view of its ``n + e`` slots)."""
+    n = seg_src.shape[0]
+    for i in range(n):
+        ids[i] = seg_src[i]
+    if e != 0:
+        ids[n] = eot_id
+
+
+@njit
+def _segment_labels(
+    seg_src: np.ndarray,
+    e: int,
+    eot_id: int,
+    label_mode: int,
+    ignore: int,
+    lab: np.ndarray,
+    seg_mask: np.ndarray,
+) -> None:
+    """The label rule, of one segment: the piece ``seg_src`` (n tokens) then eot when ``e``,
+    ``lab`` a view of its ``n + e`` slots.  Labels are read from the source (not from the ids
+    just written), so the loops are plain vectorised copies: ``LABELS_NEXT`` the next token
+    (``ignore`` at the segment's last slot), ``LABELS_HF`` the token itself (``ignore`` at its
+    first slot), ``LABELS_NONE`` ``ignore`` everywhere.  A non-empty ``seg_mask`` (uint8, (n,):
+    the piece's loss mask) makes a label ``ignore`` where its token's mask is 0."""
+    n = seg_src.shape[0]
+    m = n + e
+    if m == 0:
+        return
+    masked = seg_mask.shape[0] > 0
+    if label_mode == LABELS_NEXT:
+        if masked:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1] if seg_mask[i + 1] != 0 else ignore
+        else:
+            for i in range(n - 1):
+                lab[i] = seg_src[i + 1]
+        if e != 0 and n > 0:
+            lab[n - 1] = eot_id
+        lab[m - 1] = ignore
+    elif label_mode == LABELS_HF:
+        lab[0] = ignore
+        if masked:
+            for i in range(1, n):
+                lab[i] = seg_src[i] if seg_mask[i] != 0 else ignore
+        else:
+            for i in range(1, n):
+                lab[i] = seg_src[i]
+        if e != 0 and n > 0:
+            lab[n] = eot_id
+    else:
+        for i in range(m):
+            lab[i] = ignore
+
+
+@njit
+def _padding(
+    pad_id: int, ignore: int, ids: np.ndarray, pos: np.ndarray, lab: np.ndarray, att: np.ndarray
+) -> None:
+    """The padding segment (views of its slots): ``pad_id``, positions from 0, ``ignore``,
+    mask 0."""
+    for i in range(ids.shape[0]):
+        ids[i] = pad_id
+    for i in range(pos.shape[0]):
+        pos[i] = i
+    for i in range(lab.shape[0]):
+        lab[i] = ignore
+    for i in range(att.shape[0]):
+        att[i] = 0
+
+
+@njit
+def fill_rows(
+    src: np.ndarray,
+    src_starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    eot_id: int,
+    pad_id: int,
+    label_mode: int,
+    ignore: int,
+    input_ids: np.ndarray,
+    position_ids: np.ndarray,
+    labels: np.ndarray,
+    attention_mask: np.ndarray,
+    cu_seqlens: np.ndarray,
+    n_segments: np.ndarray,
+    max_seqlen: np.ndarray,
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
+) -> None:
+    """Write rows ``r`` of the (B, seqlen) outputs from pieces ``row_ptr[r]:row_ptr[r+1]``.
+
+    ``src[src_starts[q]:src_starts[q]+lengths[q]]`` must be in bounds and each row's pieces
+    (plus their eot) must fit in seqlen (both checked by the caller).  With a loss mask
+    (``mask_starts`` of shape (pieces,), ``mask[mask_starts[q]:+lengths[q]]`` in bounds; empty
+    arrays for none), a causal label is ``ignore`` (the label of a position without loss,
+    :data:`mmpack._src.core.constants.IGNORE_INDEX`) where the token it holds has mask 0.
+    ``cu_seqlens`` is (B, C) with C >= (the most pieces of a row) + 2; row r's boundaries are
+    ``cu_seqlens[r, :n_segments[r] + 1]``, padding (if any) being the last segment (the entries
+    past them are unspecified); ``max_seqlen[r]`` its longest segment, padding included.
+    ``position_ids`` or ``labels`` of shape (B, 0) are not written (a caller that has no use
+    for them: the streaming packer).
+    """
+    # Work on 1-D row and segment views: LLVM vectorises these loops (not the 2-D indexing).
+    seqlen = input_ids.shape[1]
+    masked = mask_starts.shape[0] > 0
+    positioned = position_ids.shape[1] > 0
+    labelled = labels.shape[1] > 0
+    # First one load of every piece's first token (and mask), for the whole batch: pieces lie
+    # anywhere in src, and this puts all their page walks and cache misses in flight together
+    # instead of one piece's after the previous piece's copy.  The sum lands in row 0's last
+    # cu_seqlens slot, past its boundaries or overwritten by them, so the loads are kept.
+    acc = 0
+    for q in range(row_ptr[0], row_ptr[input_ids.shape[0]]):
+        if lengths[q] > 0:
+            acc += src[src_starts[q]]
+            if masked:
+                acc += mask[mask_starts[q]]
+    if input_ids.shape[0] > 0:
+        cu_seqlens[0, cu_seqlens.shape[1] - 1] = acc
+    for r in range(input_ids.shape[0]):
+        ids = input_ids[r]
+        pos = position_ids[r]
+        lab = labels[r]
+        att = attention_mask[r]
+        t = 0
+        seg = 0
+        longest = 0
+        cu_seqlens[r, 0] = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            a, n, e = src_starts[q], lengths[q], has_eot[q]
+            m = n + e
+            if positioned:
+                _segment_positions(pos[t : t + m])
+            seg_src = src[a : a + n]
+            _segment_ids(seg_src, e, eot_id, ids[t : t + m])
+            if labelled:
+                seg_mask = mask[mask_starts[q] : mask_starts[q] + n] if masked else _NO_MASK
+                _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab[t : t + m], seg_mask)
+            t += m
+            seg += 1
+            cu_seqlens[r, seg] = t
+            longest = max(longest, m)
+        att[:t] = 1  # the row's segments, in one fill
+        if t < seqlen:
+            _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
+            seg += 1
+            cu_seqlens[r, seg] = seqlen
+            longest = max(longest, seqlen - t)
+        n_segments[r] = seg
+        max_seqlen[r] = longest
+
+
+@njit
+def one_bin(
+    bin_ptr: np.ndarray,
+    piece_ref: np.ndarray,
+    piece_len: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
+    offsets: np.ndarray,
+    src: np.ndarray,
+    b: int,
+    params: np.ndarray,
+    out: np.ndarray,
+    cu: np.ndarray,
+) -> tuple[int, int]:
+    """The rows of the single bin ``b`` (the rule of :func:`select_pieces` then
+    :func:`fill_rows`), reading straight from the whole flat token array ``src``.  ``params``
+    is ``[seqlen, eot, eot_id, pad_id, label_mode, cu_at, ignore]`` (``ignore``: the label of a
+    position without loss); ``out`` (1-D, int64 or int32, at
+    least ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other;
+    ``cu[cu_at:]`` (1-D int32, ``C`` entries) the segment boundaries: with int32 output ``cu``
+    may be ``out`` itself and ``cu_at >= 4 * seqlen`` (one array unboxed less per call).
+    Few arguments: numba's dispatch cost grows with each one, and this is the single-sample
+    path.  No allocation.
+
+    Three passes: (1) check every piece against the documents and write ``cu`` (the pieces'
+    dependent reads are issued together); (2) positions, attention mask and padding; (3) ids and
+    labels.
+
+    Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
+    the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
+    ``bin_ptr``, a piece outside its document, more than ``seqlen`` slots), or ``(-2, 0)`` when
+    ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
+    is read out of bounds then, nor written to ``out`` (``cu`` may be).  ``cu_at`` must be
+    >= 0 (and, when ``cu`` is ``out``, >= ``4 * seqlen``): the caller's to check."""
+    seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
+    cu = cu[params[5] :]
+    ignore = params[6]
+    if b < 0 or b + 1 >= bin_ptr.shape[0]:
+        return -1, 0
+    lo, hi = bin_ptr[b], bin_ptr[b + 1]
+    if lo < 0 or hi < lo or hi > piece_ref.shape[0]:
+        return -1, 0
+    n = hi - lo
+    if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
+        return -2, 0
+    n_docs = offsets.shape[0] - 1
+    doc0, split0 = _bin_region(regions, b)
+    t = 0
+    longest = 0
+    cu[0] = 0
+    for q in range(n):  # (1) the rule of select_pieces, piece by piece
+        p = lo + q
+        d, s = _piece(piece_ref, split, doc0, split0, p)
+        ln = piece_len[p]
+        if d < 0 or d >= n_docs or s < 0 or ln < 0:
+            return -1, 0
+        a = offsets[d]
+        if s > offsets[d + 1] - a or ln > offsets[d + 1] - a - s:
+            return -1, 0
+        m = ln + 1 if eot != 0 and ln < seqlen else ln
+        if m > seqlen - t:
+            return -1, 0
+        t += m
+        cu[q + 1] = t
+        longest = max(longest, m)
+    ids, pos, lab, att = (
+        out[:seqlen],
+        out[seqlen : 2 * seqlen],
+        out[2 * seqlen : 3 * seqlen],
+        out[3 * seqlen : 4 * seqlen],
+    )
+    for q in range(n):  # (2)
+        _segment_layout(pos[cu[q] : cu[q + 1]], att[cu[q] : cu[q + 1]])
+    n_seg = n
+    if t < seqlen:
+        _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
+        n_seg += 1
+        cu[n_seg] = seqlen
+        longest = max(longest, seqlen - t)
+    for q in range(n):  # (3)
+        p = lo + q
+        d, s = _piece(piece_ref, split, doc0, split0, p)
+        a = offsets[d] + s
+        ln = piece_len[p]
+        e = cu[q + 1] - cu[q] - ln
+        seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
+        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, ignore, seg_ids, seg_lab, _NO_MASK)
+    return n_seg, longest
+
+
+@njit
+def mask_pieces(
+    mask: np.ndarray,
+    mask_starts: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    row_ptr: np.ndarray,
+    shift: int,
+    fill: int,
+    out: np.ndarray,
+) -> None:
+    """Write ``fill`` into ``out[r, p - shift]`` for every position ``p`` of row ``r`` that holds
+    a piece's token whose loss mask is 0 (positions before 0 skipped): with ``shift=1`` the
+    causal labels that predict it (``label_shift="next"``), with ``shift=0`` its own label
+    (``"hf"``) or its MLM eligibility.
+
+    Parameters
+    ----------
+    mask : ndarray, uint8
+        Piece ``q``'s mask is ``mask[mask_starts[q] : mask_starts[q] + lengths[q]]``
+        (validated).
+    lengths, has_eot : ndarray, int64, (pieces,)
+        The pieces in row order (:func:`select_pieces`); a piece with an eot takes one more
+        position.
+    row_ptr : ndarray, int64, (rows + 1,)
+    out : ndarray, (rows, seqlen)
+    """
+    for r in range(row_ptr.shape[0] - 1):
+        at = 0
+        for q in range(row_ptr[r], row_ptr[r + 1]):
+            a = mask_starts[q]
+            for i in range(lengths[q]):
+                p = at + i - shift
+                if mask[a + i] == 0 and p >= 0:
+                    out[r, p] = fill
+            at += lengths[q] + has_eot[q]
+
+
+@njit
+def bin_pieces(
+    bin_ptr: np.ndarray,
+    piece_ref: np.ndarray,
+    regions: np.ndarray,
+    split: np.ndarray,
+    bins: np.ndarray,
+    row_ptr: np.ndarray,
+    lengths: np.ndarray,
+    has_eot: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The pieces of packed bins ``bins`` (checked: ``row_ptr`` is the prefix sum of their piece
+    counts, ``lengths`` and ``has_eot`` (int64, (row_ptr[-1],)) their lengths and eot flags as
+    :func:`~mmpack._src.kernels.packed_rows.select_pieces` wrote them): piece ``q`` of row ``r`` is
+    column ``row_ptr[r] + q`` of ``out`` (int64, (6, row_ptr[-1])), whose rows are the row ``r``,
+    the document, ``start``, ``stop``, ``eot`` and ``at`` (the lengths and eots of the pieces
+    before it in the row)."""
+    for r in range(bins.shape[0]):
+        lo = bin_ptr[bins[r]] - row_ptr[r]
+        doc0, split0 = _bin_region(regions, bins[r])
+        a = 0
+        for p in range(row_ptr[r], row_ptr[r + 1]):
+            d, s = _piece(piece_ref, split, doc0, split0, lo + p)
+            out[0, p] = r
+            out[1, p] = d
+            out[2, p] = s
+            out[3, p] = s + lengths[p]
+            out[4, p] = has_eot[p]
+            out[5, p] = a
+            a += lengths[p] + has_eot[p]

@@ -1,0 +1,66 @@
+"""Check-block arithmetic of a remote store: which blocks token ranges touch, how adjacent blocks
+are grouped into range requests, and the served bytes copied out of them.
+
+A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power of 2; the last
+block may be short).  Pure functions, no I/O: :class:`~mmpack._src.remote.backend.RemoteBackend`
+does the fetching, caching and verification with them.
+
+Cost: :func:`block_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
+:func:`runs_of` is one pass over the sorted ids; :func:`gather` copies each served byte once
+(a range spans one block or a few, so its Python loop runs about once per range).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["block_ids", "gather", "runs_of"]
+
+_MAX_RUN_BYTES = 8 << 20
+"""A longer run of adjacent blocks is split, so big reads go out in parallel."""
+
+
+def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
+    """The sorted, unique ids of the blocks that token ranges ``[start, start + length)`` touch
+    (empty ranges touch none)."""
+    keep = lengths > 0
+    lo = starts[keep] * itemsize
+    hi = (starts[keep] + lengths[keep]) * itemsize
+    first = lo // block
+    count = (hi - 1) // block - first + 1
+    if first.size == 0:
+        return np.empty(0, np.int64)
+    # shape (sum(count),): first[r], first[r] + 1, ..., last[r] for every range r
+    rep = np.repeat(first - np.cumsum(count) + count, count)
+    return np.unique(rep + np.arange(int(count.sum()), dtype=np.int64))
+
+
+def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
+    """Sorted block ids grouped into runs of at most _MAX_RUN_BYTES each; ids at most ``gap``
+    blocks apart join one run, the blocks between them filled in (fetched too)."""
+    runs: list[list[int]] = []
+    per_run = max(1, _MAX_RUN_BYTES // block)
+    for b in ids:
+        if runs and b - runs[-1][-1] - 1 <= gap and b - runs[-1][0] < per_run:
+            runs[-1].extend(range(runs[-1][-1] + 1, b + 1))
+        else:
+            runs.append([b])
+    return runs
+
+
+def gather(
+    blocks: dict[int, bytes], starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
+) -> np.ndarray:
+    """The bytes of token ranges back to back, copied out of ``blocks`` (id -> block bytes,
+    holding every block the ranges touch)."""
+    out = np.empty(int(lengths.sum()) * itemsize, dtype=np.uint8)
+    pos = 0
+    for lo, n in zip((starts * itemsize).tolist(), (lengths * itemsize).tolist()):
+        while n > 0:  # a range spans one block or a few
+            b, off = divmod(lo, block)
+            take = min(n, block - off)
+            out[pos : pos + take] = np.frombuffer(blocks[b], np.uint8, take, off)
+            pos += take
+            lo += take
+            n -= take
+    return out

@@ -1,0 +1,184 @@
+"""The streaming packer's parameters, checked once, and what they build.
+
+:class:`PackerConfig` is the frozen, checked form of the arguments of
+:class:`~mmpack._src.streaming.packer.StreamingPacker` (their meaning is documented there): the rows'
+options by the check both packers share (:func:`mmpack._src.packing.options.check_row_options`), the
+packer's own by the rules of :mod:`mmpack._src.core.validation` and :mod:`mmpack._src.core.options` (bad
+input is a ``TypeError``/``ValueError`` naming it).  It builds the schedules and the
+labeller of a consumer (:meth:`PackerConfig.schedules`) and the ``config`` field of a state
+(:meth:`PackerConfig.as_state`).  O(1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmpack._src.core.options import SourceFormat, parse_option
+from mmpack._src.core.validation import check_bool, check_int, check_positive_int
+from mmpack._src.packing.options import RowOptions, check_row_options
+from mmpack._src.streaming.labels import Labeller
+from mmpack._src.streaming.schedules import BatchSizeWarmup, MaskingRatioCooldown, token_schedules
+
+__all__ = ["PackerConfig", "micro_batch_shape"]
+
+
+@dataclass(frozen=True)
+class PackerConfig(RowOptions):
+    """A :class:`~mmpack._src.streaming.packer.StreamingPacker`'s parameters, checked
+    (:meth:`check`): its rows' options (:class:`~mmpack._src.packing.options.RowOptions`) and the
+    packer's own; ``schedule_args`` are the schedules'
+    (:func:`mmpack._src.streaming.schedules.token_schedules`)."""
+
+    batch_size: int
+    buffer_size: int
+    drop_last: bool
+    source_format: str
+    readahead: int
+    rank: int | None
+    world_size: int | None
+    shard: bool
+    schedule_args: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def check(
+        cls,
+        *,
+        batch_size: Any,
+        seqlen: Any,
+        buffer_size: Any,
+        mode: Any,
+        label_shift: Any,
+        pad_id: Any,
+        eot: Any,
+        mask_id: Any,
+        vocab_size: Any,
+        special_ids: Any,
+        mask_prob: Any,
+        ignore_index: Any,
+        long_docs: Any,
+        drop_last: Any,
+        source_format: Any,
+        seed: Any,
+        readahead: Any,
+        rank: Any,
+        world_size: Any,
+        shard: Any,
+        **schedule_args: Any,
+    ) -> PackerConfig:
+        """The checked parameters (the packer's signature holds their defaults)."""
+        batch_size = check_positive_int(batch_size, "batch_size")
+        rows = check_row_options(
+            seqlen=seqlen,
+            eot=eot,
+            pad_id=pad_id,
+            mode=mode,
+            label_shift=label_shift,
+            ignore_index=ignore_index,
+            mask_prob=mask_prob,
+            mask_id=mask_id,
+            vocab_size=vocab_size,
+            special_ids=special_ids,
+            long_docs=long_docs,
+            seed=seed,
+            labels_optional=True,
+        )
+        buffer_size = check_positive_int(buffer_size, "buffer_size")
+        if buffer_size < batch_size:
+            raise ValueError(f"buffer_size={buffer_size} must be >= batch_size={batch_size}")
+        rank, world_size = _check_ranks(rank, world_size)
+        config = cls(
+            **vars(rows),
+            batch_size=batch_size,
+            buffer_size=buffer_size,
+            drop_last=check_bool(drop_last, "drop_last"),
+            source_format=parse_option(SourceFormat, source_format, "source_format").value,
+            readahead=check_positive_int(
+                buffer_size if readahead is None else readahead, "readahead"
+            ),
+            rank=rank,
+            world_size=world_size,
+            shard=check_bool(shard, "shard"),
+            schedule_args=schedule_args,
+        )
+        config.schedules(1)  # their arguments are checked now
+        return config
+
+    def schedules(self, divisor: int) -> tuple[BatchSizeWarmup | None, Labeller]:
+        """The batch-size warm-up and the labeller (with its masking cool-down) of a consumer
+        among ``divisor``, by which the schedules' token durations are divided."""
+        warmup, cooldown = token_schedules(
+            self.batch_size, self.mask_prob, self.mode, world_size=divisor, **self.schedule_args
+        )
+        return warmup, Labeller(self, cooldown)
+
+    def as_state(
+        self, warmup: BatchSizeWarmup | None, cooldown: MaskingRatioCooldown | None
+    ) -> dict[str, Any]:
+        """The parameters that decide the batches (with the consumer's schedules), as a state
+        records them: plain Python values."""
+        return {
+            "batch_size": self.batch_size,
+            "seqlen": self.seqlen,
+            "buffer_size": self.buffer_size,
+            "mode": self.mode,
+            "label_shift": self.label_shift,
+            "pad_id": self.pad_id,
+            "eot": self.eot,
+            "mask_id": self.mask_id,
+            "vocab_size": self.vocab_size,
+            "special_ids": list(self.special_ids),
+            "mask_prob": self.mask_prob,
+            "ignore_index": self.ignore_index,
+            "long_docs": self.long_docs,
+            "drop_last": self.drop_last,
+            "seed": self.seed,
+            "batch_size_schedule": None
+            if warmup is None
+            else [warmup.min_batch_size, warmup.warmup_tokens],
+            "mask_prob_schedule": None
+            if cooldown is None
+            else [
+                cooldown.final,
+                cooldown.start_tokens,
+                cooldown.cooldown_tokens,
+                cooldown.schedule,
+                cooldown.step_size,
+            ],
+        }
+
+
+def _check_ranks(rank: Any, world_size: Any) -> tuple[int | None, int | None]:
+    """``rank`` (an int >= 0) and ``world_size`` (an int >= 1), each None when not given;
+    ``rank < world_size`` when both are."""
+    if world_size is not None and check_int(world_size, "world_size") < 1:
+        raise ValueError(f"world_size must be an int >= 1, got world_size={world_size!r}")
+    if rank is not None and check_int(rank, "rank") < 0:
+        raise ValueError(f"rank must be an int >= 0, got rank={rank!r}")
+    if rank is not None and world_size is not None and not rank < world_size:
+        raise ValueError(
+            f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+        )
+    return (None if rank is None else int(rank)), (None if world_size is None else int(world_size))
+
+
+def micro_batch_shape(
+    global_batch_size: int, micro_batch_size: int, max_seq_len: int, warmup_min: int | None
+) -> tuple[int, int, int | None]:
+    """ModernBERT's ``from_composer`` shape as the packer's: ``(batch_size, seqlen, warm-up
+    minimum in rows)`` from a global batch of ``global_batch_size`` sequences of ``max_seq_len``
+    split into micro-batches of ``micro_batch_size`` sequences (one row each), the warm-up
+    minimum given in sequences; ``ValueError`` when they do not divide."""
+    if micro_batch_size < 1 or global_batch_size % micro_batch_size:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} must be a multiple of "
+            f"micro_batch_size={micro_batch_size}"
+        )
+    if warmup_min is not None:
+        if warmup_min % micro_batch_size:
+            raise ValueError(
+                f"batch_size_warmup_min_size={warmup_min} must be a multiple "
+                f"of micro_batch_size={micro_batch_size}"
+            )
+        warmup_min //= micro_batch_size
+    return global_batch_size // micro_batch_size, micro_batch_size * max_seq_len, warmup_min

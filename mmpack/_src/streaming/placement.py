@@ -1,0 +1,260 @@
+"""Placement: the streaming packer's best-fit rows and the writer of its batches.
+
+:class:`Placement` owns the rows of the batch being built (the free-space index of the rows'
+remaining spaces, :func:`mmpack._src.kernels.plan_bestfit.row_index`), the placements of the scan, the
+writing of the batch, and the counts of what it emitted. A batch of ``n_rows`` empty rows scans the
+held pieces in order (asking admission to read ahead when they run out) and the best-fit kernel
+puts each into the row with the smallest remaining space that holds it, or defers it, until
+``buffer_size`` pieces are deferred or the source is exhausted: O(scanned * log(rows * row_len)),
+one kernel call (a piece longer than every row's free space is deferred without a lookup). One
+layout kernel (:func:`~mmpack._src.kernels.streaming_batch.layout_batch`) orders the placed pieces row by
+row and removes them from the held ones; their tokens (and, with loss masks, their masks) are read
+into one flat buffer (a TokenStore's ``read_ranges``, or for an in-memory source one gather per
+live token chunk, :func:`~mmpack._src.kernels.streaming_batch.gather_pieces`, which checks the tokens);
+the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`) writes the rows from it:
+``input_ids``, the attention mask, ``cu_seqlens``, the longest segments and the causal labels
+(:attr:`~mmpack._src.streaming.labels.Labeller.label_mode`); MLM corrupts the written rows after
+(:class:`~mmpack._src.streaming.labels.Labeller`). The held pieces are topped up in chunks of at least
+3/4 of ``readahead`` (amortising admission; no decision depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
+whatever its number of pieces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from mmpack._src.kernels.packed_rows import LABELS_NONE, fill_rows
+from mmpack._src.kernels.plan_bestfit import place_batch, row_index
+from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
+from mmpack._src.streaming.admission import Admission
+from mmpack._src.streaming.labels import Labeller
+from mmpack._src.streaming.schedules import BatchSizeWarmup
+from mmpack._src.streaming.stats import EmissionCounts
+
+__all__ = ["Placement"]
+
+_I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
+_NO_MASK = np.empty(0, dtype=np.uint8)  # no loss mask (fill_rows)
+_NO_STARTS = np.empty(0, dtype=np.int64)
+
+
+class Placement:
+    """Builds batches of up to ``batch_size`` rows of ``seqlen`` tokens from the pieces an
+    :class:`~mmpack._src.streaming.admission.Admission` holds.
+
+    ``warmup`` (optional) gives the rows of each batch from the real tokens emitted so far
+    (:attr:`token_count`, kept across epochs); ``labeller`` writes the labels.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        seqlen: int,
+        buffer_size: int,
+        readahead: int,
+        drop_last: bool,
+        pad_id: int,
+        labeller: Labeller,
+        warmup: BatchSizeWarmup | None,
+    ) -> None:
+        self._batch_size, self._seqlen = batch_size, seqlen
+        self._buffer_size, self._readahead = buffer_size, readahead
+        self._drop_last, self._pad_id = drop_last, pad_id
+        self._labeller, self._warmup = labeller, warmup
+        self._bits, self._off = row_index(batch_size, seqlen)
+        self._remaining = np.full(batch_size, -1, dtype=np.int64)
+        self._counts_per_row = np.zeros(batch_size, dtype=np.int64)
+        self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
+        self._no_eot = np.zeros(0, dtype=np.int64)  # the pieces' eot flags (the eot is a token)
+        self._buffers: dict[np.dtype, np.ndarray] = {}  # the gathers' buffers, by dtype
+        self._counts = EmissionCounts()
+        self._token_count = 0
+
+    # ------------------------------------------------------------------------- what others read
+    @property
+    def counts(self) -> EmissionCounts:
+        """A copy of this epoch's counts."""
+        return dataclasses.replace(self._counts)
+
+    @property
+    def token_count(self) -> int:
+        """Real tokens emitted across every epoch (the schedules' clock)."""
+        return self._token_count
+
+    @property
+    def warmup(self) -> BatchSizeWarmup | None:
+        return self._warmup
+
+    @property
+    def labeller(self) -> Labeller:
+        return self._labeller
+
+    def use(self, labeller: Labeller, warmup: BatchSizeWarmup | None) -> None:
+        """Write labels with ``labeller`` and size the batches by ``warmup`` from now on."""
+        self._labeller, self._warmup = labeller, warmup
+
+    def start_epoch(self) -> None:
+        """Counts at zero (the token count is kept)."""
+        self._counts = EmissionCounts()
+
+    def restore(self, token_count: int, counts: EmissionCounts | None = None) -> None:
+        """Continue from a state: its token count and, inside an epoch, its counts."""
+        self._token_count = token_count
+        if counts is not None:
+            self._counts = dataclasses.replace(counts)
+
+    # ------------------------------------------------------------------------- a batch
+    def next_batch(self, admission: Admission, epoch: int) -> dict[str, Any] | None:
+        """The next batch of epoch ``epoch`` from ``admission``'s pieces, or None when the source
+        is exhausted (and the last partial batch dropped)."""
+        n_rows = self._batch_size
+        if self._warmup is not None:
+            n_rows = self._warmup(self._token_count)
+        pieces = admission.pieces
+        budget = self._buffer_size
+        if pieces.n < budget + (self._readahead + 3) // 4:
+            # Top up in chunks (never changes a decision; amortises admission over batches).
+            admission.read_ahead(budget + self._readahead - pieces.n)
+        processed = deferred = 0
+        while True:
+            if self._out.shape[1] < pieces.n:
+                grown = np.empty((2, 2 * pieces.n), dtype=np.int64)
+                grown[:, :processed] = self._out[:, :processed]
+                self._out = grown
+            processed, d = place_batch(
+                pieces.data, processed, pieces.n, budget - deferred, self._bits, self._off,
+                self._remaining, self._counts_per_row, self._seqlen, n_rows, self._out,
+            )  # fmt: skip
+            deferred += d
+            if deferred >= budget:
+                break
+            admission.read_ahead(max(self._readahead, budget - deferred))  # all were scanned
+            if processed == pieces.n:
+                break
+        return self._emit(admission, epoch, n_rows, processed, processed - deferred)
+
+    def _emit(
+        self, admission: Admission, epoch: int, n_rows: int, processed: int, n_placed: int
+    ) -> dict[str, Any] | None:
+        """The batch of the first ``n_rows`` rows, from the placements of the first
+        ``processed`` held pieces (``n_placed`` of them placed); the placed pieces leave the
+        held ones.  None when a row is empty and the batch is dropped (the source is
+        exhausted)."""
+        P = self._seqlen
+        pieces = admission.pieces
+        placed = np.empty((5, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
+        row_ptr = np.empty(n_rows + 1, _I64)
+        n_left, n_tokens, empty_rows, most = layout_batch(
+            self._out, processed, pieces.data, pieces.n, n_rows, placed, row_ptr
+        )
+        if empty_rows and (self._drop_last or empty_rows == n_rows):
+            # Only reachable with the source exhausted and nothing deferred.
+            pieces.keep(0)
+            return None
+        pieces.keep(n_left)
+        lengths = placed[0]
+        mask: tuple[np.ndarray, np.ndarray] | None = None
+        if pieces.chunks is None:
+            src, starts = admission.read_ranges(placed[1], placed[2], lengths)
+            starts = np.asarray(starts, _I64)
+            if admission.masked:
+                values, at = admission.read_ranges(placed[1], placed[2], lengths, mask=True)
+                mask = values, np.asarray(at, _I64)
+        else:
+            src, starts, mask = self._gather(admission, placed, n_tokens)
+        ids = np.empty((n_rows, P), _I64)
+        attention = np.empty((n_rows, P), _I64)
+        label_mode = self._labeller.label_mode
+        unwritten = np.empty((n_rows, 0), _I64)  # no positions (nor labels but causal ones)
+        labels = np.empty((n_rows, P), _I64) if label_mode != LABELS_NONE else unwritten
+        cu = np.empty((n_rows, most + 2), _I32)
+        per_row = np.empty((2, n_rows), _I64)  # segments, longest segment
+        if self._no_eot.shape[0] < n_placed:
+            self._no_eot = np.zeros(2 * n_placed, _I64)
+        values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
+        fill_rows(
+            src, starts, lengths, self._no_eot[:n_placed], row_ptr, 0, self._pad_id, label_mode,
+            self._labeller.options.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
+            per_row[1], values, mask_starts,
+        )  # fmt: skip
+        n_segments = per_row[0].tolist()
+        cu_seqlens = [cu[r, : n_segments[r] + 1] for r in range(n_rows)]
+        counts = self._counts
+        targets, mask_prob = self._labeller(
+            ids, attention, labels, lengths, row_ptr, epoch, counts.n_batches, self._token_count,
+            mask,
+        )  # fmt: skip
+        self._token_count += n_tokens
+        counts.n_tokens += n_tokens
+        counts.n_rows += n_rows
+        counts.n_pieces += n_placed
+        counts.n_batches += 1
+        batch: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "targets": targets,
+            "cu_seqlens": cu_seqlens,
+            "max_seqlen": per_row[1].tolist(),
+        }
+        if self._labeller.reports_mask_prob:
+            batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
+        return batch
+
+    def _gather(
+        self, admission: Admission, placed: np.ndarray, n_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """The placed pieces' tokens of an in-memory source, one after the other in one buffer
+        (the chunks' dtype when they share one, else int64: the shape of a store's
+        ``read_ranges``, ``(tokens, start of each piece)``), and
+        with loss masks their masks the same way (uint8, same starts), else None: one kernel
+        call per live chunk (and one more per chunk for masks), each token copied once; then
+        check the tokens and release the chunks no longer referenced."""
+        pieces = admission.pieces
+        chunks = pieces.chunks
+        assert chunks is not None
+        lengths, positions, starts = placed[0], placed[3], placed[4]
+        dtypes = {chunk.dtype for _, chunk in chunks}
+        src = self._buffer(dtypes.pop() if len(dtypes) == 1 else _I64, n_tokens)
+        values = None
+        if admission.masked:
+            values = self._buffer(np.dtype(np.uint8), n_tokens)
+            values[:] = 0
+        bits = 0
+        for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
+            bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
+            if values is not None and mask is not None:
+                gather_pieces(mask, base, positions, lengths, starts, values)
+        if bits < 0:
+            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(positions, lengths)])
+        oldest = admission.oldest_position()
+        if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
+            pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
+        return src, starts, None if values is None else (values, starts)
+
+    def _buffer(self, dtype: np.dtype, n: int) -> np.ndarray:
+        """``n`` items of a reused buffer of ``dtype`` (a gather's: read by the row writer
+        before the next batch; a fresh large array per batch would cost its page faults)."""
+        buf = self._buffers.get(dtype)
+        if buf is None or buf.shape[0] < n:
+            buf = self._buffers[dtype] = np.empty(n + n // 4, dtype)
+        return buf[:n]
+
+
+def _refuse_tokens(pieces: list[Any]) -> None:
+    """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
+    int64 row) among ``pieces``."""
+    for p in pieces:
+        a = np.asarray(p)
+        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
+            raise ValueError(
+                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
+                f"got {int(a.max())}"
+            )
+    lowest = min(int(np.min(p)) for p in pieces if len(p))
+    raise ValueError(
+        f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
+    )

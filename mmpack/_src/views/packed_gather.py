@@ -1,0 +1,307 @@
+"""Reading bins of a packing plan as packed rows: the kernel calls of ``PackedDataset``.
+
+:func:`piece_ranges` turns a batch of bins into the flat token ranges of their pieces, checked
+against the store's documents (a corrupt plan is a :class:`~mmpack.errors.FormatError`, never an
+out-of-bounds read); :func:`gather_rows` reads those ranges through ``store.read_ranges`` (so
+every backend works) and writes the ``(B, seqlen)`` columns in one kernel call into pooled
+buffers; :func:`read_bin` does both for one bin straight from the whole flat token array (the
+single-sample path of the memmap backend).  Kernels in :mod:`mmpack._src.kernels.packed_rows`.  Cost:
+O(B * seqlen) plus O(pieces) bookkeeping per batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mmpack._src.kernels.masking import mlm_indexed_rows
+from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
+from mmpack._src.packing.masking import corrupt_rows, row_keys
+from mmpack._src.packing.plan import PackingPlan
+from mmpack._src.packing.plan_pieces import decode_bin
+from mmpack._src.views.buffers import BufferPool
+from mmpack.errors import FormatError
+
+__all__ = [
+    "bin_first_token",
+    "corrupt_keyed",
+    "gather_rows",
+    "locate_pieces",
+    "mlm_targets",
+    "piece_ranges",
+    "read_bin",
+]
+
+
+def piece_ranges(
+    plan: PackingPlan,
+    offsets: np.ndarray,
+    seqlen: int,
+    eot: bool,
+    idx: np.ndarray,
+    doc_starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, ...]:
+    """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx`` (checked
+    indices): token ranges, eot flags, the prefix sum of the pieces per row and the pieces
+    per row.  The ranges are flat positions of the store ``offsets`` delimits, or, with
+    ``doc_starts`` (int64, shape (>= docs,): where each document starts in the store holding
+    its tokens, :func:`mmpack._src.store.subset.token_source`), positions in that store.
+    ``FormatError`` when the plan does not fit the documents ``offsets`` delimit."""
+    if doc_starts is None:
+        doc_starts = offsets
+    elif doc_starts.shape[0] < offsets.shape[0] - 1:  # never read out of bounds
+        raise ValueError(
+            f"doc_starts has {doc_starts.shape[0]} entries for {offsets.shape[0] - 1} documents"
+        )
+    k = idx.shape[0]
+    lo = plan.bin_ptr[idx]
+    hi = plan.bin_ptr[idx + 1]
+    counts = hi - lo
+    if k and (counts.min() < 0 or lo.min() < 0 or hi.max() > plan.n_pieces):
+        raise FormatError("the packing plan's bin_ptr is corrupt; delete <store>/cache")
+    row_ptr = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(counts, out=row_ptr[1:])
+    total = int(row_ptr[-1])
+    starts = np.empty(total, dtype=np.int64)
+    lengths = np.empty(total, dtype=np.int64)
+    has_eot = np.empty(total, dtype=np.int64)  # as one_bin's scratch: one compile of the kernels
+    bad = select_pieces(
+        plan.bin_ptr,
+        plan.piece_ref,
+        plan.piece_len,
+        plan.regions,
+        plan.split,
+        offsets,
+        doc_starts,
+        seqlen,
+        int(eot),
+        idx,
+        row_ptr,
+        starts,
+        lengths,
+        has_eot,
+    )
+    if bad >= 0:
+        raise FormatError(
+            f"bin {int(idx[bad])} of the packing plan does not fit the store's documents; "
+            "delete <store>/cache to rebuild it"
+        )
+    return starts, lengths, has_eot, row_ptr, counts
+
+
+def gather_rows(
+    store: Any,
+    ranges: tuple[np.ndarray, ...],
+    pool: BufferPool,
+    seqlen: int,
+    eot_id: int,
+    pad_id: int,
+    label_mode: int,
+    ignore: int,
+    dtype: np.dtype | type = np.int64,
+    mask: Any = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """``(columns, cu_seqlens, n_segments)`` of the rows whose pieces are ``ranges`` (from
+    :func:`piece_ranges`): ``input_ids``, ``labels``, ``position_ids``, ``attention_mask``
+    (``dtype``, int64 or int32, (B, seqlen), from ``pool``) and ``max_seqlen``; ``cu_seqlens`` (int32, (B, C)), row
+    ``r``'s boundaries being its first ``n_segments[r] + 1`` entries.  With ``mask`` (the
+    store's ``loss_mask``), read with the same ranges, a causal label is ``ignore`` (the label
+    of no loss) where the token it predicts is not a target (in the same pass)."""
+    starts, lengths, has_eot, row_ptr, counts = ranges
+    k = counts.shape[0]
+    total = int(row_ptr[-1])
+    src, src_starts = _checked_read(store, starts, lengths, total)
+    if mask is not None:
+        mask_src, mask_starts = _checked_read(mask, starts, lengths, total)
+    else:
+        mask_src, mask_starts = np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+    ids = pool.empty((k, seqlen), dtype)
+    pos = pool.empty((k, seqlen), dtype)
+    labels = pool.empty((k, seqlen), dtype)
+    attn = pool.empty((k, seqlen), dtype)
+    cu = np.empty((k, int(counts.max(initial=0)) + 2), dtype=np.int32)
+    n_seg = np.empty(k, dtype=np.int64)
+    max_len = np.empty(k, dtype=np.int64)
+    if k:
+        fill_rows(
+            src,
+            src_starts,
+            lengths,
+            has_eot,
+            row_ptr,
+            eot_id,
+            pad_id,
+            label_mode,
+            ignore,
+            ids,
+            pos,
+            labels,
+            attn,
+            cu,
+            n_seg,
+            max_len,
+            mask_src,
+            mask_starts,
+        )
+    columns = {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": pos,
+        "attention_mask": attn,
+        "max_seqlen": max_len,
+    }
+    return columns, cu, n_seg
+
+
+def _checked_read(
+    store: Any, starts: np.ndarray, lengths: np.ndarray, total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``store.read_ranges(starts, lengths)``, its answer checked to lie inside its buffer."""
+    src, src_starts = store.read_ranges(starts, lengths)
+    src_starts = np.asarray(src_starts, dtype=np.int64)
+    if total and (
+        src_starts.shape != (total,)
+        or src_starts.min() < 0
+        or (src_starts + lengths).max() > src.shape[0]
+    ):
+        raise FormatError("store.read_ranges returned ranges outside its buffer")
+    return src, src_starts
+
+
+def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> np.ndarray:
+    """A copy of the rows' attention mask ``attn`` ((B, seqlen)) with 0 on every token whose
+    loss mask (``mask``: the store's ``loss_mask``) is 0: what MLM may select.  One
+    ``read_ranges`` of the pieces' masks, one pass of
+    :func:`~mmpack._src.kernels.packed_rows.mask_pieces`."""
+    starts, lengths, has_eot, row_ptr, _ = ranges
+    src, at = _checked_read(mask, starts, lengths, int(row_ptr[-1]))
+    maskable = attn.copy()
+    mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
+    return maskable
+
+
+def read_bin(
+    plan: PackingPlan,
+    offsets: np.ndarray,
+    src: np.ndarray,
+    b: int,
+    params: np.ndarray,
+    out: np.ndarray,
+) -> tuple[np.ndarray, int, int]:
+    """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
+    into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
+    ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
+    ``params`` as :func:`~mmpack._src.kernels.packed_rows.one_bin` takes it, but for its ``cu_at``
+    (the general path of ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the
+    plan's fullest bin).
+    ``FormatError`` when the bin does not fit the plan or the documents."""
+    bin_ptr = plan.bin_ptr
+    n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
+    cu = np.empty(max(n, 0) + 2, dtype=np.int32)
+    params = params.copy()
+    params[5] = 0  # cu_seqlens in their own array
+    n_seg, longest = one_bin(
+        bin_ptr,
+        plan.piece_ref,
+        plan.piece_len,
+        plan.regions,
+        plan.split,
+        offsets,
+        src,
+        b,
+        params,
+        out,
+        cu,
+    )
+    if n_seg < 0:
+        raise FormatError(
+            f"bin {b} of the packing plan does not fit the store's documents; "
+            "delete <store>/cache to rebuild it"
+        )
+    return cu, int(n_seg), int(longest)
+
+
+def corrupt_keyed(
+    ds: Any,
+    idx: np.ndarray,
+    epochs: Any,
+    ids: np.ndarray,
+    attn: np.ndarray,
+    labels: np.ndarray,
+) -> None:
+    """MLM corruption of rows ``ids`` (k, seqlen) in place (labels into ``labels``), keyed by
+    (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
+    row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
+    and excluded ids)."""
+    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds.excluded
+    # mode="mlm" (the only caller): check_row_options required mask_id and vocab_size
+    assert mask_id is not None and vocab_size is not None
+    if vocab_size <= excluded.size:  # check_row_options refused it too; never reached the kernel
+        raise ValueError(f"vocab_size={vocab_size} leaves no id for random replacement")
+    if not isinstance(epochs, list):  # one kernel call: keys and corruption
+        mlm_indexed_rows(
+            ids,
+            attn,
+            np.uint64(ds.seed),
+            np.uint64(epochs),
+            np.ascontiguousarray(idx, dtype=np.int64),
+            excluded,
+            vocab_size - excluded.size,
+            float(ds.mask_prob),
+            int(mask_id),
+            ds.ignore_index,
+            labels,
+        )
+        return
+    per_row = np.array(epochs, dtype=np.uint64)
+    keys = np.empty(idx.shape[0], dtype=np.uint64)
+    for e in np.unique(per_row).tolist():
+        rows = np.flatnonzero(per_row == e)
+        keys[rows] = row_keys(ds.seed, e, idx[rows])
+    corrupt_rows(
+        ids,
+        attn,
+        keys,
+        mask_prob=ds.mask_prob,
+        mask_id=mask_id,
+        vocab_size=vocab_size,
+        excluded=excluded,
+        ignore_index=ds.ignore_index,
+        labels=labels,
+    )
+
+
+def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
+    """Flat position of the first token of bin ``b`` (0 for an empty bin, a bin outside the
+    plan or a piece outside the store: a residency probe only, never an error)."""
+    bin_ptr = plan.bin_ptr
+    if not 0 <= b < bin_ptr.shape[0] - 1:
+        return 0
+    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
+    if not 0 <= lo < hi <= plan.n_pieces:
+        return 0
+    try:
+        docs, starts, _ = decode_bin(
+            bin_ptr, plan.piece_ref[: lo + 1], plan.piece_len, plan.split, plan.regions, b
+        )
+    except (FormatError, IndexError):
+        return 0
+    d = int(docs[0])
+    if not 0 <= d < offsets.shape[0] - 1:
+        return 0
+    return int(offsets[d]) + int(starts[0])
+
+
+def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
+    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them (ids of
+    the view's store: ``PackedDataset.locate`` maps a subset's to its parent's)."""
+    at = 0
+    pieces = []
+    for doc, start, length in plan.pieces(b):
+        has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
+        pieces.append(
+            {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
+        )
+        at += length + has_eot
+    return pieces
