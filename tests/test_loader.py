@@ -130,7 +130,7 @@ def test_a_plain_stateful_dataloader_state_is_refused_with_a_clear_error(view):
     state = plain.state_dict()
     del it
     loader = mmpack._src.torch.loader(view, 4, num_workers=0)
-    with pytest.raises(FormatError, match="not a state of mmpack._src.torch.loader"):
+    with pytest.raises(FormatError, match="not a state of mmpack.torch.loader"):
         loader.load_state_dict(state)
     with pytest.raises(FormatError, match="not a state"):
         loader.load_state_dict([1, 2])

@@ -10,7 +10,7 @@
     arguments.py         argparse types and the options several subcommands share
     demo.py              the demo and the packing comparison shared with ``mmpack pack``
 
-Public through :mod:`mmpack.cli`: :func:`~mmpack._src.cli.commands.main` and the demo helpers.
+Public through :mod:`mmpack.cli`: :func:`~mmpack.cli.main` and the demo helpers.
 """
 
 __all__: list[str] = []

@@ -2,7 +2,7 @@
 files, the formats), how it tokenizes (workers, batches, the ``on_error`` policy, the template,
 empty documents) and where it writes and runs (the backend; one local store, or parts on Dask or
 serially, joined).  :func:`mmpack._src.cli.parser.build_parser` adds them to the ``build``
-subparser; they map onto the parameters of :func:`mmpack._src.ingest.pipeline.ingest`.  Nothing here
+subparser; they map onto the parameters of :func:`mmpack.ingest.ingest`.  Nothing here
 imports the library.  Cost: a few dozen ``add_argument`` calls.
 """
 

@@ -1,11 +1,11 @@
 """The ``mmpack`` command: a thin argparse layer over the library.
 
-Subcommands: ``build`` (ingest text into a store, :func:`mmpack._src.ingest.pipeline.ingest`), ``info``
+Subcommands: ``build`` (ingest text into a store, :func:`mmpack.ingest.ingest`), ``info``
 (what a store holds), ``show`` (one window or packed sample, as ids or decoded text), ``pack``
 (packing statistics of every algorithm against padding and concatenate-and-chunk), ``verify``
 (checksums), ``join`` (stores joined without copying tokens, :func:`mmpack.join`), ``export`` (to
 Megatron ``.bin/.idx`` or a flat EOS-separated file), ``cp`` (a store copied, local or on object
-storage, :func:`mmpack._src.ingest.copy.copy_store`), ``demo`` (the whole pipeline on the Python
+storage, :func:`mmpack.ingest.copy_store`), ``demo`` (the whole pipeline on the Python
 standard library's sources) and ``bench`` (``python -m benchmarks`` of a source checkout).  The
 parser is :mod:`mmpack._src.cli.parser`; the subcommands over an existing store are
 :mod:`mmpack._src.cli.inspect_commands` (``info``, ``show``) and :mod:`mmpack._src.cli.store_commands` (the

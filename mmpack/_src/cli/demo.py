@@ -58,7 +58,7 @@ def compare_packing(
     lookahead : int
         Open rows of ``"online"``.
     algorithms : tuple of str
-        Names accepted by :func:`mmpack._src.packing.plan.build_plan`.
+        Names accepted by :func:`mmpack.packing.build_plan`.
 
     Returns
     -------

@@ -6,7 +6,7 @@ An option that several subcommands share (the STORE arguments, ``--seqlen``, ``-
 ``--tokenizer``) is added
 by one helper of :mod:`mmpack._src.cli.arguments`, so it is spelled and checked the same everywhere.
 Each subparser records itself as ``parser`` (for error messages in its own terms);
-:func:`mmpack._src.cli.commands.main` dispatches on ``command``.  Nothing here imports the library, so
+:func:`mmpack.cli.main` dispatches on ``command``.  Nothing here imports the library, so
 ``mmpack --help`` starts fast.  Cost: about a hundred ``add_argument`` calls, a few ms in all.
 """
 
@@ -283,7 +283,7 @@ def _add_run(g: Any) -> None:
         "--state",
         default=None,
         metavar="FILE",
-        help="the state the run saved (mmpack._src.torch.loader's state_dict(), over a view, a "
+        help="the state the run saved (mmpack.torch.loader's state_dict(), over a view, a "
         "mixture or Stages, or a ResumableSampler's or a Stages'), as JSON or the file torch.save "
         "wrote: the run's order, seed, --drop-last, world size and its skips and replays (instead "
         "of those flags)",

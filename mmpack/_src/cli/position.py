@@ -1,6 +1,6 @@
 """``mmpack show --position P``: which sample a training run served at a global position.
 
-A run's :class:`~mmpack._src.torch.sampler.ResumableSampler` walks epoch 0's order, then epoch 1's,
+A run's :class:`~mmpack.ResumableSampler` walks epoch 0's order, then epoch 1's,
 each an order of the view's ``n`` samples.  The *global position* is the sampler's own (what
 ``skip`` and ``replay`` take): ``P = e * n + g``, position ``g`` of epoch ``e``'s order, served
 by rank ``g % W`` of ``W`` ranks as its ``(g // W)``-th sample of the epoch (a position
@@ -9,7 +9,7 @@ with ``--rank R``, ``P`` counts rank ``R``'s own samples (``e * len(sampler) + t
 W + R``), what a rank's step counter times its batch size gives.
 
 ``--state FILE`` describes the run instead of the flags: the state a training loop saves (JSON
-or ``torch.save``'s ``.pt``) of ``mmpack._src.torch.loader``, a ``ResumableSampler`` or ``Stages``
+or ``torch.save``'s ``.pt``) of ``mmpack.torch.loader``, a ``ResumableSampler`` or ``Stages``
 (then ``P`` is a position of the stage it was saved in, over that stage's view).  It gives the
 order, seed, ``drop_last``, world size (``--world-size`` may name another) and its skips and
 replays; a run over another dataset than the view is refused (``--index-only`` describes it down
@@ -129,7 +129,7 @@ def served_at(args: argparse.Namespace, ds: Any) -> tuple[int | None, str]:
 
 
 _GIVE = (
-    "give the state your loop saved: mmpack._src.torch.loader's state_dict() (over a view, a mixture "
+    "give the state your loop saved: mmpack.torch.loader's state_dict() (over a view, a mixture "
     "or Stages), a ResumableSampler's or a Stages', as JSON or the file torch.save wrote"
 )
 _STAGES_FIELDS = {"version", "unit", "stages", "stage", "served", "step", "edits", "sampler"}

@@ -1,6 +1,6 @@
 """The subset options of the commands that read a store: ``--where FIELD=VALUE`` (repeatable;
 every condition holds) and ``--split NAME=FRACTION,... --split-part NAME [--split-seed N]``
-(:meth:`TokenStore.split <mmpack._src.store.reader.TokenStore.split>`).  The command then reads the
+(:meth:`TokenStore.split <mmpack.TokenStore.split>`).  The command then reads the
 subset (:mod:`mmpack._src.store.subset`): ``info`` describes it, ``pack`` plans it, ``export`` and
 ``cp`` write its documents.  A value reads as an int, else a float, else a string (a category).
 """

@@ -6,7 +6,7 @@ draws :data:`ROUNDS` base keys (cached per seed); the round keys of an epoch are
 ``mix64(base_r ^ mix64(epoch + (r + 1) * 0x9E3779B97F4A7C15))`` (:func:`epoch_keys`, one
 vectorised kernel call for many epochs).  :func:`feistel_width` gives the half width and mask of
 the network over ``range(n)``.  The kernels that evaluate the permutation are
-:mod:`mmpack._src.kernels.permutation`; :class:`mmpack._src.sampling.permutation.Permutation` and the
+:mod:`mmpack._src.kernels.permutation`; :class:`mmpack.Permutation` and the
 build's document order (:mod:`mmpack._src.store.doc_order`) both take their keys from here, so a
 permutation is a pure function of ``(n, seed, epoch)`` in every layer.  Cost: one
 ``SeedSequence`` per new seed (cached), O(rounds) per epoch.

@@ -31,7 +31,7 @@ def check_shuffle(
     """The sample order asked of a sampler over ``dataset``: ``True``, ``False`` or ``"blocks"``.
 
     One rule for every sampler, for ``shuffle=None`` (the default), in this order: a dataset
-    whose ``ordered`` attribute is true (a :class:`~mmpack._src.sampling.mixture.Mixture` whose
+    whose ``ordered`` attribute is true (a :class:`~mmpack.Mixture` whose
     weights follow a schedule: position ``p`` must be read at step ``p``) is read in its own
     order (``False``); a dataset that :func:`reads_remotely` and has ``block_bounds`` (a mixture:
     built with ``block_bytes``) in the block-window order (``"blocks"``: whole blocks fetched,

@@ -164,7 +164,7 @@ def check_seed(value: Any, name: str = "seed") -> int:
 
 def check_seed_parts(value: Any, name: str = "seed") -> tuple[int, ...]:
     """The ints of a seed given as an int or a tuple of ints, each in ``[0, 2**64)``
-    (:class:`~mmpack._src.sampling.permutation.Permutation`'s ``seed=``, a build's ``shuffle_docs=``);
+    (:class:`~mmpack.Permutation`'s ``seed=``, a build's ``shuffle_docs=``);
     ``TypeError`` for a part that is not an integer, ``ValueError`` for one out of range, both
     naming ``name`` and the value."""
     parts = value if isinstance(value, tuple) else (value,)
@@ -290,7 +290,7 @@ def check_indices(indices: Any, n: int, what: str = "sample") -> np.ndarray:
 class EpochIndex(int):
     """A sample index that carries the epoch it was drawn for: ``EpochIndex(value, epoch)``.
 
-    :class:`mmpack._src.torch.sampler.ResumableSampler` yields these: to any dataset an ``int``, to mmpack's
+    :class:`mmpack.ResumableSampler` yields these: to any dataset an ``int``, to mmpack's
     views also the epoch of the sample (``PackedDataset`` keys its MLM corruption with it, a
     ``Mixture`` hands it on to its sources), so the epoch reaches DataLoader workers with the
     indices themselves: persistent workers never see a ``set_epoch`` called in the main process.

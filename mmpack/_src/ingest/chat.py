@@ -1,13 +1,13 @@
 """Chat and prompt/completion records tokenized with a tokenizer's own chat template, into
 documents with loss masks (``{"input_ids": ..., "loss_mask": ...}``) for :func:`mmpack.build`,
-or built into a store by :func:`mmpack._src.ingest.pipeline.ingest` with ``loss_on=``.
+or built into a store by :func:`mmpack.ingest.ingest` with ``loss_on=``.
 
 :func:`chat_documents` turns each record of an iterable into one document in this process;
 :func:`build_chat` (what ``mmpack build --loss-on`` runs) builds a store from JSON lines,
 JSON, Parquet files or a saved Hugging Face dataset of such records through
-:func:`~mmpack._src.ingest.pipeline.ingest`: its tokenizer processes, its report, its ``on_error``
+:func:`~mmpack.ingest.ingest`: its tokenizer processes, its report, its ``on_error``
 policy (a bad record is an issue naming its file and line or row), and with
-``engine="dask"``/``"serial"`` :func:`~mmpack._src.ingest.distributed.build_distributed`'s parts.
+``engine="dask"``/``"serial"`` :func:`~mmpack.ingest.build_distributed`'s parts.
 The records, the masks of ``loss_on`` (``"assistant"``, ``"all"``, ``"completion"``: TRL's
 ``assistant_only_loss``, no mask, ``completion_only_loss``) and their checks are those of
 :mod:`mmpack._src.ingest.chat_template`.  Cost: one template rendering and tokenization per record
@@ -83,15 +83,15 @@ def build_chat(
     inputs : path, glob, list of them, dataset or iterable of dicts
         JSON lines / JSON / Parquet files (a ``messages`` column, or ``prompt`` and
         ``completion``), a folder saved by ``datasets`` (``save_to_disk``), a dataset or an
-        iterable of records (see :func:`~mmpack._src.ingest.pipeline.ingest`).
+        iterable of records (see :func:`~mmpack.ingest.ingest`).
     output : str or os.PathLike
         The store (a local folder or, with ``engine="local"``, an ``s3://`` / ``file://`` URL).
     tokenizer : str or os.PathLike
         A tokenizer folder holding a chat template (loaded offline).
     loss_on : {"assistant", "all", "completion"}
     engine : {"local", "dask", "serial"}
-        ``"local"``: :func:`~mmpack._src.ingest.pipeline.ingest` (``workers`` processes); else
-        :func:`~mmpack._src.ingest.distributed.build_distributed` (one part per task, joined).
+        ``"local"``: :func:`~mmpack.ingest.ingest` (``workers`` processes); else
+        :func:`~mmpack.ingest.build_distributed` (one part per task, joined).
     **options
         More ``ingest`` (or ``build_distributed``) keywords: ``on_error`` (a bad record is
         skipped and reported, ``"skip-some"``'s limits apply; ``"fail"`` refuses the build at

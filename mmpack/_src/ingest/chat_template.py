@@ -1,5 +1,5 @@
 """Chat records through a tokenizer's own chat template: the record checks, the ids and loss
-mask of one record, and :class:`ChatTokenizer`, the tokenizer :func:`~mmpack._src.ingest.pipeline.ingest`
+mask of one record, and :class:`ChatTokenizer`, the tokenizer :func:`~mmpack.ingest.ingest`
 runs in its workers for ``loss_on=``.
 
 A conversation is ``{"messages": [{"role": ..., "content": ...}, ...]}``; a prompt/completion

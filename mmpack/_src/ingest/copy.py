@@ -1,12 +1,12 @@
 """Copying a store: local or on object storage, in any direction, with all its metadata,
 verified at the destination and published atomically (``mmpack cp SRC DST``).
 
-The copy reads the source through the :class:`~mmpack._src.store.reader.TokenStore` interface and
+The copy reads the source through the :class:`~mmpack.TokenStore` interface and
 writes it with the build's writer (:func:`mmpack._src.store.writer.store_writer`), so it is published
 exactly as a build (a temporary folder renamed into place; on object storage ``mmpack.json``
 written last): nothing at ``dst`` opens until the copy is complete and verified.  Copied: every
 document in the source's dtype, its loss mask, the metadata's optional sections
-(:attr:`TokenStore.extra <mmpack._src.store.reader.TokenStore.extra>`), the attached files and the
+(:attr:`TokenStore.extra <mmpack.TokenStore.extra>`), the attached files and the
 per-document fields.  An mmpack store keeps its layout (``backend=`` changes it), so its copy
 has the same XXH64 stripe digests and the same fingerprint (a store of another stripe size is
 re-blocked, so its fingerprint changes).  A join is copied as one flattened store; another

@@ -8,7 +8,7 @@
     OUT (staged as .OUT.mmpack-build-*):   parts/part-00000     parts/part-00001   ...
                                                └──────── mmpack.join (manifest + offsets) ───▶ OUT
 
-Algorithm: :func:`plan_tasks` expands the inputs as :func:`mmpack._src.ingest.pipeline.ingest` does
+Algorithm: :func:`plan_tasks` expands the inputs as :func:`mmpack.ingest.ingest` does
 and cuts the file list, in order, into tasks of about ``part_bytes`` of input (a file is never
 split).  Each task runs :func:`build_part`, a plain function any engine can call, into ONE store
 at a name fixed by the task's index (``overwrite=True``: a retried task leaves one identical
@@ -122,7 +122,7 @@ def build_distributed(
         The per-task function (default :func:`build_part`); one with the same signature and
         result may wrap it (e.g. to log or to test retries).
     **options
-        :func:`~mmpack._src.ingest.pipeline.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
+        :func:`~mmpack.ingest.ingest` keywords: ``tokenizer``, ``field``, ``lines``,
         ``format``, ``batch_size``, ``batch_chars``, ``on_error``, ``skip_empty``, ``backend``,
         ``split``, ``template``, ``loss_on`` (chat records, :mod:`mmpack._src.ingest.chat`),
         ``fields`` (per-document fields; every Parquet file's and saved dataset's columns are
@@ -305,7 +305,7 @@ def _provenance(tasks, results, tok, fields) -> dict[str, Any]:
         [f for t in tasks for f in t],
         totals,
         tok,
-        builder="mmpack._src.ingest.distributed.build_distributed",
+        builder="mmpack.ingest.build_distributed",
         fields=fields or (),
     )
     rec["parts"] = len(tasks)

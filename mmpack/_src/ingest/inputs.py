@@ -1,4 +1,4 @@
-"""What the inputs of :func:`mmpack._src.ingest.pipeline.ingest` are: format detection and input
+"""What the inputs of :func:`mmpack.ingest.ingest` are: format detection and input
 resolution.
 
 A path, a glob (its matches sorted), a list of them, a folder saved by Hugging Face ``datasets``,

@@ -1,7 +1,7 @@
 """The engine-neutral per-task function of a distributed build: one part store from its files.
 
 Owns :func:`build_part` and the ingest options a task accepts.  A task tokenizes its files with
-:func:`~mmpack._src.ingest.pipeline.ingest` in one process (``workers=1``) into ONE store at a path
+:func:`~mmpack.ingest.ingest` in one process (``workers=1``) into ONE store at a path
 fixed by the task's index, written atomically with ``overwrite=True``: a task that the engine
 retries or runs twice leaves exactly one, identical, part.  It is a plain function of picklable
 arguments, so any engine (Dask, Ray, a loop) can call it.  Cost: that of ``ingest`` over the
@@ -35,7 +35,7 @@ OPTION_NAMES = frozenset(
         "loss_on",
     }
 )
-"""The :func:`~mmpack._src.ingest.pipeline.ingest` keywords a part build passes on."""
+"""The :func:`~mmpack.ingest.ingest` keywords a part build passes on."""
 MAX_ISSUES = 1000
 """Issues a part's result keeps (the count of all of them is ``issues_total``)."""
 
@@ -45,7 +45,7 @@ def build_part(inputs: Sequence[str], part_path: str, options: dict[str, Any]) -
 
     Atomic and idempotent: the store is written in a temporary folder and renamed onto
     ``part_path`` (replacing an earlier attempt's, which holds the same content).  ``options``
-    are :func:`~mmpack._src.ingest.pipeline.ingest` keywords (``tokenizer`` as a path, ``"byte"`` or a
+    are :func:`~mmpack.ingest.ingest` keywords (``tokenizer`` as a path, ``"byte"`` or a
     :class:`~mmpack._src.ingest.tokenizer.TokenizerSpec``).
 
     Returns

@@ -4,7 +4,7 @@ Pipeline: the main process reads the inputs in order (each glob's matches sorted
 a time, in batches of ``batch_size`` documents (or ``batch_chars`` characters); each batch is
 tokenized (in ``workers`` processes, at most ``2 * workers`` batches in flight, forked where the
 platform can) and the results are consumed *in submission order* into
-:class:`mmpack._src.store.writer.StoreWriter`.  Memory is bounded by the batches in flight, and the
+:class:`mmpack.store.StoreWriter`.  Memory is bounded by the batches in flight, and the
 store is a pure function of the inputs and the tokenizer, whatever the workers.  Inputs (by
 extension, after an optional ``.gz`` / ``.zst``; ``format=`` forces one): text files (one document
 each, or per line with ``lines=True``), ``.jsonl`` / ``.json`` (the text in ``field``),
@@ -105,9 +105,9 @@ def ingest(
         glob's matches inside ``output`` (the store an ``overwrite`` replaces) are never read;
         a path named inside it is refused (``ValueError``).
     output : str or os.PathLike
-        The store folder (written atomically by :class:`~mmpack._src.store.writer.StoreWriter`).
+        The store folder (written atomically by :class:`~mmpack.store.StoreWriter`).
     tokenizer : None, "byte", path, TokenizerSpec or Tokenizer
-        See :func:`mmpack._src.ingest.tokenizer.load_tokenizer`; None is the byte-level tokenizer.  The store
+        See :func:`mmpack.ingest.load_tokenizer`; None is the byte-level tokenizer.  The store
         dtype is ``tokenizer.token_dtype`` (``uint8`` for bytes, ``uint16`` up to 65536 ids).
     field : str
         The text field of JSON records, the Parquet column, the dataset column.
@@ -153,7 +153,7 @@ def ingest(
         or e.g. ``"<s> $A"``, ``"[CLS] $A [SEP]"`` (:class:`mmpack._src.ingest.tokenizer.TemplateTokenizer`).
     shuffle_docs : int or tuple of int, optional
         Store the documents in a keyed order of this seed instead of the input order
-        (:func:`mmpack._src.store.writer.build`'s ``shuffle_docs``; the metadata's ``"order"``
+        (:func:`mmpack.build`'s ``shuffle_docs``; the metadata's ``"order"``
         section records it; the provenance still lists the inputs and counts, which do not
         depend on the order).
     loss_on : {"assistant", "all", "completion"}, optional
@@ -329,7 +329,7 @@ def _build_store(
                 tok,
                 report,
                 where,
-                builder="mmpack._src.ingest.pipeline.ingest",
+                builder="mmpack.ingest.ingest",
                 copy_tokenizer=copy_tokenizer,
                 fields=fields,
             )

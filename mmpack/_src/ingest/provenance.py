@@ -130,7 +130,7 @@ def describe_store(
     fields: Any = (),
 ) -> None:
     """Record the tokenizer and the provenance in the store being written by ``writer`` (a
-    :class:`~mmpack._src.store.writer.StoreWriter` before its commit) by ``builder`` (the caller's
+    :class:`~mmpack.store.StoreWriter` before its commit) by ``builder`` (the caller's
     dotted name, recorded as the provenance's ``"builder"``)."""
     data = tokenizer_files(tok) if copy_tokenizer else None
     if data is not None:

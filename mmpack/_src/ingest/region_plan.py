@@ -5,7 +5,7 @@
 about :data:`~mmpack._src.packing.plan_regions.TASK_TOKENS` tokens, runs one task per part on a Dask
 cluster (a ``LocalCluster`` on 127.0.0.1 of ``n_workers`` single-threaded processes unless
 ``scheduler`` names one) or serially, and joins the parts into the store's cached plan file, the
-one :class:`~mmpack._src.views.packed.PackedDataset` with the same parameters then opens.  Each worker
+one :class:`~mmpack.PackedDataset` with the same parameters then opens.  Each worker
 reads its slots' offsets only (the store is pickled by its location, so every worker must see
 the store folder, whose cache folder holds the parts); no process holds every length.  Cost: the
 plan's packing spread over the workers, plus the join's one streamed copy of the plan arrays.
@@ -48,7 +48,7 @@ def build_region_plan(
     store : TokenStore
         A local store (its folder seen by every worker).
     seqlen, add_eot, long_docs, algorithm, lookahead, region_tokens
-        As :class:`~mmpack._src.views.packed.PackedDataset` (``add_eot``: whether the view has an
+        As :class:`~mmpack.PackedDataset` (``add_eot``: whether the view has an
         eot, e.g. ``ds.eot is not None``).
     regions_per_task : int, optional
         Region slots per task (default: about ``TASK_TOKENS`` tokens a task).

@@ -130,7 +130,7 @@ class _Input:
 
 class _IssuePolicy:
     """The ``on_error`` policy of one build over its issues (see the module docstring); the
-    warnings it gives point at the caller of :func:`~mmpack._src.ingest.pipeline.ingest`."""
+    warnings it gives point at the caller of :func:`~mmpack.ingest.ingest`."""
 
     def __init__(
         self,

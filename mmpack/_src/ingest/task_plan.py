@@ -1,7 +1,7 @@
 """Task planning for distributed ingestion: the input files, in order, cut into tasks by size.
 
 Owns :func:`plan_tasks` (inputs are measured by :func:`mmpack._src.ingest.inputs.size_of`).  The
-inputs are expanded exactly as :func:`mmpack._src.ingest.pipeline.ingest` expands them (paths in the
+inputs are expanded exactly as :func:`mmpack.ingest.ingest` expands them (paths in the
 order given, each glob's matches sorted); the file list is then cut, in order, into tasks of
 about ``part_bytes`` of input: small files are grouped, a file is never split.  Cost: one
 ``stat`` per file (a saved-dataset folder: one per file inside it) and one glob per pattern.
@@ -29,7 +29,7 @@ def plan_tasks(
     Parameters
     ----------
     inputs : path, glob, or list of paths/globs
-        As for :func:`~mmpack._src.ingest.pipeline.ingest` (in-memory iterables cannot be sent to
+        As for :func:`~mmpack.ingest.ingest` (in-memory iterables cannot be sent to
         workers: build those with ``ingest``).
     part_bytes : int
         Input bytes per task.
@@ -47,7 +47,7 @@ def plan_tasks(
     if not isinstance(inputs, (list, tuple)) or not inputs:
         raise TypeError(
             "a distributed build takes a path, a glob or a non-empty list of them, got "
-            f"{type(inputs).__name__}; build in-memory inputs with mmpack._src.ingest.pipeline.ingest"
+            f"{type(inputs).__name__}; build in-memory inputs with mmpack.ingest.ingest"
         )
     if isinstance(part_bytes, bool) or not isinstance(part_bytes, int) or part_bytes < 1:
         raise ValueError(f"part_bytes must be a positive integer, got {part_bytes!r}")

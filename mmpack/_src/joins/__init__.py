@@ -10,7 +10,7 @@
 Registered in :mod:`mmpack._src.store.registry` when this package is imported (``import mmpack``
 does): a folder holding ``mmpack-join.json`` is detected and opened as a ``"parts"`` store, and
 ``overwrite`` may replace the files a join holds of its own.  ``mmpack.join`` is
-:func:`mmpack._src.joins.join.join`.
+:func:`mmpack.join`.
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ def _open_parts(
             raise ValueError(
                 f"part {k} is a subset of {item.location} ({len(item)} documents); a join's "
                 "parts are whole stores: copy the subset into one first (mmpack cp --where / "
-                "--split, mmpack._src.ingest.copy.copy_store)"
+                "--split, mmpack.ingest.copy_store)"
             )
         if isinstance(item, TokenStore):
             store = item

@@ -8,7 +8,7 @@ A join is a folder holding a small manifest and one index::
     OUT/offsets-<id>.bin       int64 (num_docs + 1,): the global document offsets; the CRC-32 of
                                each 16 MiB stripe in the manifest
 
-A joined store is a :class:`~mmpack._src.store.reader.TokenStore` with ``tokens=None`` whose backend
+A joined store is a :class:`~mmpack.TokenStore` with ``tokens=None`` whose backend
 serves ``read_ranges``: the global ranges are split at the parts' token starts (one
 ``searchsorted``, ``np.repeat`` for the pieces) and copied into one buffer, straight from the
 parts' mappings when every part is a memmap store, else with ONE ``read_ranges`` per touched

@@ -14,8 +14,8 @@
 
 The packers' kernels (the free-space tree and its placements, the row writer, the label rule)
 are in :mod:`mmpack._src.kernels.plan_bestfit` and :mod:`mmpack._src.kernels.packed_rows`; the drivers
-are :class:`~mmpack._src.views.packed.PackedDataset` and
-:class:`~mmpack._src.streaming.packer.StreamingPacker`.
+are :class:`~mmpack.PackedDataset` and
+:class:`~mmpack.StreamingPacker`.
 """
 
 __all__: list[str] = []

@@ -1,8 +1,8 @@
 """The options of packed rows and of a packing plan, each checked once.
 
 :class:`RowOptions` holds what decides how a row of packed documents is written, whichever
-driver packs it (a plan's bins, :class:`~mmpack._src.views.packed.PackedDataset`, or a stream's
-batches, :class:`~mmpack._src.streaming.packer.StreamingPacker`): the row length, the eot appended
+driver packs it (a plan's bins, :class:`~mmpack.PackedDataset`, or a stream's
+batches, :class:`~mmpack.StreamingPacker`): the row length, the eot appended
 to each document, the padding id, the training objective and its labels (``label_shift``, the
 label of positions without loss), the MLM corruption's options and the ids it never draws, what
 becomes of a document longer than a row, and the seed.  :func:`check_row_options` is its one
@@ -208,7 +208,7 @@ class PlanSpec:
     ``PlanSpec(seqlen, *, add_eot, long_docs="split", algorithm="bfd", lookahead=1024,
     region_tokens=None)`` checks every argument (a ``TypeError`` or ``ValueError`` naming it);
     the plan's builders (:mod:`mmpack._src.packing.plan`), its cache key
-    (:func:`~mmpack._src.packing.plan_file.plan_cache_key`) and the region builds
+    (:func:`~mmpack.packing.plan_cache_key`) and the region builds
     (:mod:`mmpack._src.packing.plan_regions`) take it as it is.
 
     Attributes

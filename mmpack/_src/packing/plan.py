@@ -19,7 +19,7 @@ boundaries into regions of about ``R`` tokens (:mod:`mmpack._src.packing.region_
 on its own, bins numbered region by region, one region's lengths held at a time (None: one region,
 the whole store); the time and bins against the whole-store plan: ``python -m benchmarks regions``.
 
-The parameters are one :class:`~mmpack._src.packing.options.PlanSpec`; the plan's file and its cache
+The parameters are one :class:`~mmpack.packing.PlanSpec`; the plan's file and its cache
 live in :mod:`mmpack._src.packing.plan_file` and :mod:`mmpack._src.packing.plan_regions`.
 """
 
@@ -100,7 +100,7 @@ class PackingPlan:
         unless ``"online"``; ``region_tokens`` None for one region over the whole store).
     stats : PackingStats
     pages : PlanPages or None
-        A plan read back from its file (:func:`~mmpack._src.packing.plan_file.load_plan`) lazily
+        A plan read back from its file (:func:`~mmpack.packing.load_plan`) lazily
         checks its chunks on first use (:class:`~mmpack._src.packing.plan_pages.PlanPages`): a consumer
         calls :meth:`check_bins` for the bins it reads, or :meth:`check_all` before reading the
         arrays whole.  None: every array is trusted (a plan built in memory).

@@ -1,9 +1,9 @@
 """The packing plan's file format: a plan written once per store and parameters, checked on
 every load.
 
-A plan is keyed by the store fingerprint and its :class:`~mmpack._src.packing.options.PlanSpec`
+A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.PlanSpec`
 (:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
-:func:`mmpack._src.packing.plan_regions.cached_plan`): a JSON header (with its own CRC-32) then the raw
+:func:`mmpack.packing.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
 (:func:`mmpack._src.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
 into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
@@ -92,7 +92,7 @@ ARRAYS = (
 
 def plan_cache_key(fingerprint: str, spec: PlanSpec) -> dict[str, Any]:
     """Everything a cached plan depends on: the store's fingerprint and the plan's parameters
-    (:meth:`~mmpack._src.packing.options.PlanSpec.params`: canonical option names, ``lookahead``
+    (:meth:`~mmpack.packing.PlanSpec.params`: canonical option names, ``lookahead``
     only for ``"online"``, ``region_tokens`` resolved, so ``"auto"`` and the number it stands
     for share a plan)."""
     return {"format": _KEY_VERSION, "fingerprint": str(fingerprint), **spec.params()}

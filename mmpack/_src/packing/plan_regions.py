@@ -16,7 +16,7 @@ Algorithm.  A region's plan depends on its documents' lengths only, so the regio
 :func:`build_part`: it finds its slots' documents by binary search over the store's offsets, packs
 them (:func:`~mmpack._src.packing.plan.pack_regions`) and writes a part file atomically.
 :func:`_join_parts` streams the parts into one file in task order, shifting each part's CSR arrays
-by the parts before it: byte for byte the file :func:`~mmpack._src.packing.plan_file.save_plan` writes
+by the parts before it: byte for byte the file :func:`~mmpack.packing.save_plan` writes
 for the plan in memory, where :func:`cached_plan` looks.
 
 Cost.  A task: O(its documents + slots * log n) reads of the offsets and its regions' packing.
@@ -87,8 +87,8 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     """Pack region slots ``[lo, hi)`` of ``options["store"]`` and write them to the plan file
     ``path`` (atomically); an engine-neutral task (:data:`_Runner`).
 
-    ``options`` holds the store (a :class:`~mmpack._src.store.reader.TokenStore`, pickled to the
-    worker by its location), ``"spec"``, the plan's :class:`~mmpack._src.packing.options.PlanSpec`
+    ``options`` holds the store (a :class:`~mmpack.TokenStore`, pickled to the
+    worker by its location), ``"spec"``, the plan's :class:`~mmpack.packing.PlanSpec`
     (``region_tokens`` an int), ``"slack"``, the whole plan's
     :func:`~mmpack._src.packing.region_cuts.region_slack`, and ``"key"``, the whole plan's key (the
     part's is :func:`_part_key`).  Reads the store's offsets at O(hi - lo) binary searches and over the
@@ -254,7 +254,7 @@ def cached_plan(store: Any, spec: PlanSpec, *, cache: bool = True) -> PackingPla
     :meth:`~mmpack._src.packing.plan.PackingPlan.check_all`.  A plan per region is built by
     :func:`build_plan_in_parts` (serially, one task of about :data:`TASK_TOKENS` tokens in
     memory at a time, each written out as it is made), the file a parallel build
-    (:func:`mmpack._src.ingest.region_plan.build_region_plan`) writes too; a whole-store plan
+    (:func:`mmpack.ingest.build_region_plan`) writes too; a whole-store plan
     (``region_tokens=None``) in memory.  If the store folder is not writable the plan is
     computed in memory, silently.  ``cache=False`` neither reads nor writes the cache.
     """

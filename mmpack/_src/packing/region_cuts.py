@@ -96,7 +96,7 @@ def region_slack(
         As :func:`region_edges`; region_tokens, seqlen, eot as there.
     doc_bounds : callable, optional
         ``doc_bounds(a, b)``: ``offsets[a : b + 1]``, checked (a store's
-        :meth:`~mmpack._src.store.reader.TokenStore.doc_bounds`, where ``offsets`` is its unchecked
+        :meth:`~mmpack.TokenStore.doc_bounds`, where ``offsets`` is its unchecked
         mapping: the probes' lengths are read through it); default ``offsets`` itself.
 
     Returns

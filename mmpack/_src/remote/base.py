@@ -4,7 +4,7 @@
 :class:`RemoteStoreBackend` is the part of the :class:`~mmpack._src.store.backends.Backend`
 interface that is the same for both: a remote store is read-only (written by
 :mod:`mmpack._src.remote.writer`), has no local metadata file, is never pickled (the
-:class:`~mmpack._src.store.reader.TokenStore` reopens its URL; the backends' per-process parts, their
+:class:`~mmpack.TokenStore` reopens its URL; the backends' per-process parts, their
 threads and node-cache mappings, are made anew in each process), and reads its tokens through
 one :class:`~mmpack._src.remote.fetcher.BlockFetcher` over its layout's block source, the node cache's
 blocks copied out under the reader's pins.
@@ -48,7 +48,7 @@ class RemoteStoreBackend(Backend):
 
     @staticmethod
     def commit(tmpdir: Path, meta: StoreMeta) -> None:
-        raise NotImplementedError("remote stores are written by mmpack._src.remote.writer")
+        raise NotImplementedError("remote stores are written by mmpack.build(URL, ...)")
 
     def read_file(self, name: str) -> bytes:
         """An attached file: the object ``<data>/<name>`` (:mod:`mmpack._src.remote.upload`; a

@@ -25,7 +25,7 @@ __all__ = ["RemoteStoreWriter"]
 
 
 class RemoteStoreWriter(StoreWriter):
-    """:class:`~mmpack._src.store.writer.StoreWriter` for a URL target (same arguments, plus
+    """:class:`~mmpack.store.StoreWriter` for a URL target (same arguments, plus
     ``storage_options``, ``check_block_bytes`` and ``progress``: a bar over the upload,
     :func:`mmpack._src.core.progress.progress_bar`).  ``check`` is called with the uploaded store,
     opened from its objects before the metadata is written (not with the local copy)."""

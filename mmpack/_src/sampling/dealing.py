@@ -1,7 +1,7 @@
 """Dealing: which sample each rank gets at each position of an epoch, by arithmetic.
 
 Epoch ``e`` of a run over ``range(n)`` has an *order*: ``Permutation(n, seed=seed, epoch=e)``
-(``shuffle=True``), the block-window order of a :class:`~mmpack._src.sampling.block_order.BlockOrder`
+(``shuffle=True``), the block-window order of a :class:`~mmpack.sampling.BlockOrder`
 (``shuffle="blocks"``) or ``0, 1, ..., n - 1`` (``shuffle=False``).  Its *stream* is that order
 after the run's skips and replays (:mod:`mmpack._src.sampling.sampler_edits`; the order itself
 without edits).  The stream is dealt as :class:`torch.utils.data.DistributedSampler` deals:
@@ -12,13 +12,13 @@ resumed at another world size, :mod:`mmpack._src.torch.elastic`).  With a
 :class:`~mmpack._src.sampling.balance.Balance` each step's ``batch_size * world_size`` stream indices
 are dealt by cost instead (:mod:`mmpack._src.sampling.balance`).
 
-This is the arithmetic of :class:`~mmpack._src.torch.sampler.ResumableSampler` (which adds iteration,
+This is the arithmetic of :class:`~mmpack.ResumableSampler` (which adds iteration,
 checkpoints and edits made while it runs) with nothing of torch, so that a tool can say what a
 run served without one (``mmpack show --position``).  Cost: O(1) memory; a batch of positions is
 one vectorised map of the order, plus a binary search over the stream's pieces when edited.
 
 Where a rank stands after any number of draws (:meth:`Dealing.draws`, the one epoch walk of the
-run, used by :class:`~mmpack._src.torch.stages.Stages` and ``mmpack show --position``): only the
+run, used by :class:`~mmpack.Stages` and ``mmpack show --position``): only the
 epochs holding a replay or an end of a skip have a stream of their own, ``O(edits)`` of them, and
 between two of them every epoch deals the same share, so ``d`` draws are found by walking runs
 of epochs, each in one division: ``O(edits)`` whatever ``d``.
@@ -49,7 +49,7 @@ def share_length(n: int, base: int, world_size: int, drop_last: bool) -> int:
 
 class Dealing:
     """The samples rank ``rank`` of ``world_size`` is dealt, epoch by epoch (parameters checked
-    by the caller, as :class:`~mmpack._src.torch.sampler.ResumableSampler` checks them).
+    by the caller, as :class:`~mmpack.ResumableSampler` checks them).
 
     Parameters
     ----------

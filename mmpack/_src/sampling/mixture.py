@@ -16,7 +16,7 @@ visits the source's blocks in a keyed order instead (:mod:`mmpack._src.sampling.
 ``num_samples`` defaults to the longest prefix in which no source is drawn beyond its length
 (``min_k len_k / q_k`` up to one sample, capped at ``2**62``).
 
-``weights`` may be a :class:`~mmpack._src.sampling.schedule.Schedule`: positions are then dealt by the
+``weights`` may be a :class:`~mmpack.Schedule`: positions are then dealt by the
 nested splits of :mod:`mmpack._src.sampling.schedule_plan`, :meth:`Mixture.with_schedule` changes it
 from a position on, and ``num_samples`` follows the same rule.  :attr:`Mixture.fingerprint`
 digests everything that decides which sample a position holds.  Cost: O(1) per lookup whatever
@@ -90,7 +90,7 @@ class Mixture:
     weights : sequence of float, shape (len(sources),), or Schedule
         Non-negative, finite, not all zero; normalized and quantized (see the module docstring).
         A zero weight means the source is never drawn.  A
-        :class:`~mmpack._src.sampling.schedule.Schedule` of ``len(sources)`` weights makes them a
+        :class:`~mmpack.Schedule` of ``len(sources)`` weights makes them a
         function of the position (:mod:`mmpack._src.sampling.schedule_plan`).
     num_samples : int, optional
         Length of the mixture (any ``0 <= num_samples <= 2**62``; sources repeat as needed).
@@ -108,8 +108,8 @@ class Mixture:
 
     Notes
     -----
-    An index that carries its epoch (:class:`~mmpack._src.core.validation.EpochIndex`, as
-    :class:`~mmpack._src.torch.sampler.ResumableSampler` yields them) hands that epoch on to the source's
+    An index that carries its epoch (:class:`~mmpack.store.EpochIndex`, as
+    :class:`~mmpack.ResumableSampler` yields them) hands that epoch on to the source's
     item, so MLM sources mask each epoch differently.
 
     Each item is the source's dict plus ``"source"``: the int ``k`` (replacing any ``"source"``
@@ -365,7 +365,7 @@ class Mixture:
 
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from, in the shape of the views' ``locate``
-        (:meth:`WindowDataset.locate <mmpack._src.views.window.WindowDataset.locate>`): its source's
+        (:meth:`WindowDataset.locate <mmpack.WindowDataset.locate>`): its source's
         ``locate`` of the item it draws, each dict also naming ``"source"`` (the int ``k``,
         replacing any ``"source"`` the dict had).  :meth:`source_of` gives ``(source, item)``.
 
@@ -445,7 +445,7 @@ class Mixture:
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch | list[dict[str, Any]]:
         """Items of a batch of positions; each source's ``__getitems__`` is called once per batch.
 
-        When every source answers with a :class:`~mmpack._src.views.batch.SampleBatch` (mmpack's views do),
+        When every source answers with a :class:`~mmpack.store.SampleBatch` (mmpack's views do),
         the result is one ``SampleBatch`` whose columns are scattered from theirs, plus a
         ``source`` column: no Python work per sample.  Otherwise, a list of dicts."""
         idx = check_indices(indices, len(self))
@@ -498,7 +498,7 @@ class Mixture:
             ``num_samples``, ``period``, the effective and requested ``weights``, the realized
             ``counts`` and ``proportions``, the exact ``max_prefix_error`` over every prefix and
             its ``error_bound``, the ``epochs`` and ``repeats`` of each source (see
-            :class:`~mmpack._src.sampling.mixture_stats.MixtureStats`).
+            :class:`~mmpack.sampling.MixtureStats`).
         """
         if self._plan is not None:
             worst, bound = self._plan.max_prefix_error(len(self)), self._plan.error_bound()

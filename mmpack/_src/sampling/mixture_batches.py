@@ -1,4 +1,4 @@
-"""The sources of a :class:`~mmpack._src.sampling.mixture.Mixture`: checked once, read once per batch,
+"""The sources of a :class:`~mmpack.Mixture`: checked once, read once per batch,
 their batches combined.
 
 At construction every source must be random-access (:func:`source_length`) and the non-empty
@@ -6,7 +6,7 @@ ones must agree on the keys and shapes of their sample 0 (:func:`check_compatibl
 length of ``cu_seqlens`` varies from sample to sample and is not compared; a difference of
 dtypes is a warning): one sample read per source.  A batch of positions, once located, is read
 with one ``__getitems__`` call per source drawn (:func:`read_sources`), and when every source
-answers with a :class:`~mmpack._src.views.batch.SampleBatch` the parts are scattered into one batch
+answers with a :class:`~mmpack.store.SampleBatch` the parts are scattered into one batch
 with a ``source`` column (:func:`scatter_batches`): O(rows * row width) copies, no Python work
 per sample; the batch's provenance, when asked, is its sources' merged
 (:func:`~mmpack._src.views.provenance.merged_provenance`).
@@ -78,7 +78,7 @@ def read_sources(
     """``(k, where, got)`` per source ``k`` drawn: the batch positions ``where`` it serves and
     what its ``__getitems__`` (once per batch) or ``__getitem__`` returned for its ``items``.
     ``epochs`` (None, one epoch, or one per position) goes on to the source as
-    :class:`~mmpack._src.core.validation.EpochIndex` items."""
+    :class:`~mmpack.store.EpochIndex` items."""
     parts = []
     for k in np.unique(src).tolist():
         where = np.flatnonzero(src == k)

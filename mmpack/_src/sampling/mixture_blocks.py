@@ -1,6 +1,6 @@
 """Mixtures that keep their sources' locality: passes over source blocks, and the mixture's blocks.
 
-A :class:`~mmpack._src.sampling.mixture.Mixture` built with ``block_bytes=B`` asks each source of
+A :class:`~mmpack.Mixture` built with ``block_bytes=B`` asks each source of
 positive weight for ``source.block_bounds(B)`` (blocks of consecutive items that read one
 contiguous byte span).  Pass ``p`` over source ``k`` (its occurrences ``p len_k .. (p + 1) len_k -
 1``) visits the source's blocks in the order of ``Permutation(n_blocks_k, seed=(seed, k),

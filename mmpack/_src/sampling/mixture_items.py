@@ -1,4 +1,4 @@
-"""Occurrence -> item of the sources of a :class:`~mmpack._src.sampling.mixture.Mixture` (without
+"""Occurrence -> item of the sources of a :class:`~mmpack.Mixture` (without
 ``block_bytes``): occurrence ``o`` of source ``k`` is item
 ``Permutation(len_k, seed=(seed, k), epoch=o // len_k)[o % len_k]``, every pass its own keyed
 permutation.  Cost: O(m) per batch of ``m`` draws, one kernel call per source and batch (also

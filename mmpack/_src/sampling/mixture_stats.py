@@ -69,7 +69,7 @@ class MixtureStats:
 
     @classmethod
     def of(cls, mixture: Any, requested: np.ndarray, worst: float, bound: float) -> MixtureStats:
-        """The stats of ``mixture`` (a :class:`~mmpack._src.sampling.mixture.Mixture`) given its
+        """The stats of ``mixture`` (a :class:`~mmpack.Mixture`) given its
         requested weights and its prefix error and bound."""
         n = len(mixture)
         counts = mixture.counts()

@@ -4,7 +4,7 @@ piecewise-linear function of the mixture position (samples) or of the tokens con
 A schedule is a list of points ``(start, weights)``, starts strictly increasing from 0; each
 weight vector is normalized.  ``interpolate="constant"`` holds a point's weights until the next
 point; ``"linear"`` interpolates the normalized weights between two points and holds the last
-point's weights after it.  How a :class:`~mmpack._src.sampling.mixture.Mixture` draws a
+point's weights after it.  How a :class:`~mmpack.Mixture` draws a
 schedule, with its prefix bound against the schedule's exact integral and its cost, is
 :mod:`mmpack._src.sampling.schedule_plan`; :meth:`Schedule.segments` gives it the stretches on which
 every weight is linear.

@@ -1,4 +1,4 @@
-"""How a :class:`~mmpack._src.sampling.mixture.Mixture` with a :class:`~mmpack._src.sampling.schedule.Schedule`
+"""How a :class:`~mmpack.Mixture` with a :class:`~mmpack.Schedule`
 deals its positions to its sources: nested two-way splits of the schedule's integral, located
 by arithmetic.
 

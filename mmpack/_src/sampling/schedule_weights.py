@@ -1,7 +1,7 @@
-"""What a :class:`~mmpack._src.sampling.mixture.Mixture`'s ``weights`` become: quotas of a period
+"""What a :class:`~mmpack.Mixture`'s ``weights`` become: quotas of a period
 (a weight vector, or a schedule of constant weights), or the plan of a schedule
 (:mod:`mmpack._src.sampling.schedule_plan`); a schedule change from a position on; the digest of a
-source for :attr:`Mixture.fingerprint <mmpack._src.sampling.mixture.Mixture.fingerprint>`.
+source for :attr:`Mixture.fingerprint <mmpack.Mixture.fingerprint>`.
 
 A ``unit="tokens"`` schedule is converted to samples with each source's ``seqlen`` (tokens per
 sample; see :mod:`mmpack._src.sampling.schedule_plan`).  Cost: O(segments * K).
@@ -140,7 +140,7 @@ def changed_mixture(mixture: Any, schedule: Schedule, p: int, num_samples: int |
 
 def mixture_fingerprint(mixture: Any) -> str:
     """Hex digest (32 characters) of what decides which sample each position of a
-    :class:`~mmpack._src.sampling.mixture.Mixture` holds (see its ``fingerprint``)."""
+    :class:`~mmpack.Mixture` holds (see its ``fingerprint``)."""
     sources = [_source_digest(s, int(n)) for s, n in zip(mixture.sources, mixture._lengths)]
     block_bytes = None if mixture._blocks is None else mixture._blocks.block_bytes
     return config_fingerprint(

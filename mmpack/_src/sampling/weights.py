@@ -1,5 +1,5 @@
 """Mixture weights as integer quotas out of a period: the arithmetic by which a
-:class:`~mmpack._src.sampling.mixture.Mixture` draws its sources.
+:class:`~mmpack.Mixture` draws its sources.
 
 Weights are normalized without overflow (:func:`normalize_weights`, scaled by the largest first)
 and quantized to integer quotas ``c_k`` out of ``RESOLUTION = 10**6`` draws by largest-remainder

@@ -20,7 +20,7 @@
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
 
-The adapters (:mod:`mmpack._src.remote`, :mod:`mmpack._src.formats`, :mod:`mmpack._src.joins`) import from it
+The adapters (:mod:`mmpack._src.remote`, :mod:`mmpack.formats`, :mod:`mmpack._src.joins`) import from it
 and register in :mod:`mmpack._src.store.registry`; the core imports none of them.
 """
 

@@ -150,7 +150,7 @@ def rewrite(
     budget: int,
 ) -> None:
     """The commit of a shuffled build: publish the store of the documents in order that the
-    writer ``inner`` (a :class:`~mmpack._src.store.writer.StoreWriter` inside the build's temporary
+    writer ``inner`` (a :class:`~mmpack.store.StoreWriter` inside the build's temporary
     folder) wrote, open the final store's files in its dtype (``open_files``), hand its documents
     to ``add`` in the keyed order of ``seed`` (:func:`write_in_order`), then remove it."""
     inner.__exit__(None, None, None)

@@ -1,6 +1,6 @@
 """What every store offers over its documents: their fields, and subsets of them.
 
-:class:`DocumentSets` is a base of :class:`~mmpack._src.store.reader.TokenStore`: ``store.fields``
+:class:`DocumentSets` is a base of :class:`~mmpack.TokenStore`: ``store.fields``
 (:mod:`mmpack._src.store.fields`), ``store.field_categories(name)``, ``store.parent_doc_ids`` (None
 for a store that holds its tokens) and ``store.select`` / ``where`` / ``split``, whose subsets
 are :class:`~mmpack._src.store.subset.SubsetStore` (reached through :data:`mmpack._src.store.registry.SUBSETS`,

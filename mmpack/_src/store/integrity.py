@@ -1,5 +1,5 @@
 """Checking a store's structure and checksums: the offsets' invariants at open and the per-block
-checksums, for a full :meth:`~mmpack._src.store.reader.TokenStore.verify` and for verify-on-read.
+checksums, for a full :meth:`~mmpack.TokenStore.verify` and for verify-on-read.
 
 :func:`check_offsets` checks what every open checks: ``offsets`` has ``num_docs + 1`` entries,
 starts at 0, never decreases and ends at ``num_tokens`` (one O(num_docs) pass; numpy below 4M

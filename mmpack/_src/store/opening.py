@@ -5,7 +5,7 @@ while nothing swaps it" loop (:func:`open_while_unchanged`) and reading a local 
 A writer may swap a folder (a rebuild with ``overwrite=True``, an append to a join) between
 reading its record and mapping its files; :func:`open_while_unchanged` reads the record again
 after the open and retries (at most 5 tries), so an open never mixes two versions of a store.
-:func:`mmpack._src.store.reader.open_store` (``mmpack.open``) is built from these steps.
+:func:`mmpack.open` (``mmpack.open``) is built from these steps.
 """
 
 from __future__ import annotations

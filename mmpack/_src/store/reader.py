@@ -171,7 +171,7 @@ class TokenStore(DocumentSets):
     def extra(self) -> dict[str, Any]:
         """The optional sections of the metadata record (``"tokenizer"``, ``"provenance"``,
         whatever a builder added through :attr:`StoreWriter.extra
-        <mmpack._src.store.writer.StoreWriter.extra>`): the record without the keys of the store's
+        <mmpack.store.StoreWriter.extra>`): the record without the keys of the store's
         own structure (what a copy carries over)."""
         return {k: v for k, v in self._raw_meta.items() if k not in RECORD_KEYS}
 

@@ -1,7 +1,7 @@
 """The kinds of store the core does not know itself, registered by the adapters beside it.
 
 The store core reads and writes mmpack's local layout only.  Object storage
-(:mod:`mmpack._src.remote`), other tools' formats (:mod:`mmpack._src.formats`) and joined stores
+(:mod:`mmpack._src.remote`), other tools' formats (:mod:`mmpack.formats`) and joined stores
 (:mod:`mmpack._src.joins`) register here when their package is imported (``import mmpack`` imports
 the three package ``__init__`` files, which import nothing heavy), so the core never imports an
 adapter and an adapter is added without editing the core.
@@ -51,7 +51,7 @@ DETECTORS: list[str] = []
 
 WRITERS: dict[str, str] = {}
 """Writer classes of targets that are not a local folder, by kind (``"url"``); each takes the
-arguments of :class:`mmpack._src.store.writer.StoreWriter`."""
+arguments of :class:`mmpack.store.StoreWriter`."""
 
 OWNERS: list[str] = []
 """Asked, in order, which entries of a folder a store kind holds of its own; each returns a set

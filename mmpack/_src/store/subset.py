@@ -1,7 +1,7 @@
 """Subsets of a store without rewriting: ``store.select(doc_ids)``, ``store.where(...)``,
 ``store.split(...)``.
 
-A subset is a :class:`~mmpack._src.store.reader.TokenStore` over some documents of a parent store, in
+A subset is a :class:`~mmpack.TokenStore` over some documents of a parent store, in
 the parent's order: the parent id of each of its documents (:attr:`SubsetStore.parent_doc_ids`,
 int64, sorted, unique) and its own offsets; no token is copied, and every view, plan, sampler and
 mixture takes it as a store.  A read maps each range to the parent's tokens with one kernel call

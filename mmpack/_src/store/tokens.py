@@ -1,5 +1,5 @@
 """The token rule: what a document is and which token ids a store accepts, shared by
-:func:`mmpack._src.store.writer.build` and the streaming packer's sources.
+:func:`mmpack.build` and the streaming packer's sources.
 
 A document is a 1-D sequence of integer token ids in ``[0, 2**63)`` (every view returns int64):
 lists, tuples, numpy arrays or torch tensors; strings, nested sequences, bools, non-integer floats
@@ -66,7 +66,7 @@ def as_token_array(doc: Any, j: int) -> np.ndarray:
     if isinstance(doc, (str, bytes, bytearray)):
         raise TypeError(
             f"document {j} is a {type(doc).__name__}; documents are sequences of token ids "
-            "(tokenize text first, e.g. with mmpack._src.ingest.pipeline)"
+            "(tokenize text first, e.g. with mmpack.ingest.ingest)"
         )
     if hasattr(doc, "detach") and hasattr(doc, "cpu"):  # a torch tensor
         doc = tensor_values(doc, j)

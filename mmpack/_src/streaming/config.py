@@ -1,7 +1,7 @@
 """The streaming packer's parameters, checked once, and what they build.
 
 :class:`PackerConfig` is the frozen, checked form of the arguments of
-:class:`~mmpack._src.streaming.packer.StreamingPacker` (their meaning is documented there): the rows'
+:class:`~mmpack.StreamingPacker` (their meaning is documented there): the rows'
 options by the check both packers share (:func:`mmpack._src.packing.options.check_row_options`), the
 packer's own by the rules of :mod:`mmpack._src.core.validation` and :mod:`mmpack._src.core.options` (bad
 input is a ``TypeError``/``ValueError`` naming it).  It builds the schedules and the
@@ -25,7 +25,7 @@ __all__ = ["PackerConfig", "micro_batch_shape"]
 
 @dataclass(frozen=True)
 class PackerConfig(RowOptions):
-    """A :class:`~mmpack._src.streaming.packer.StreamingPacker`'s parameters, checked
+    """A :class:`~mmpack.StreamingPacker`'s parameters, checked
     (:meth:`check`): its rows' options (:class:`~mmpack._src.packing.options.RowOptions`) and the
     packer's own; ``schedule_args`` are the schedules'
     (:func:`mmpack._src.streaming.schedules.token_schedules`)."""

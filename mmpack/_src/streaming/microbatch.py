@@ -1,6 +1,6 @@
 """Packed batches to per-row micro-batches, and the counts a trainer logs about them.
 
-A packed batch (from :class:`~mmpack._src.streaming.packer.StreamingPacker`) already holds one
+A packed batch (from :class:`~mmpack.StreamingPacker`) already holds one
 micro-batch's worth of tokens per row, so :func:`split_packed_batch` returns one micro-batch per
 row (as ModernBERT's ``split_packed_batch`` does).  A row whose padding fraction exceeds
 ``padding_tolerance`` is trimmed to its last real token and the padding segment is dropped from

@@ -63,7 +63,7 @@ class StreamingPacker:
         masked store's masks and documents' masks make the labels the packed view's.
         ``source_format="auto"`` tells them apart from the first non-empty element (a sequence
         starts with a scalar, a batch with a sequence).  A random-access source of sequences --
-        a :class:`~mmpack._src.store.reader.TokenStore` (read through ``read_ranges``, without a
+        a :class:`~mmpack.TokenStore` (read through ``read_ranges``, without a
         Python call per document), a view, a map-style dataset, a list -- is read by index,
         which is what makes :meth:`state_dict` possible.  Sequences are held (not copied) until
         joined, which may be after the next incoming batch is asked for: a source must not refill
@@ -135,11 +135,11 @@ class StreamingPacker:
     Every ``iter(packer)`` is one pass over the source (an epoch): counts and buffers are reset,
     the masks are keyed by the epoch and the epoch is passed to ``set_epoch`` of the source, of a
     DataLoader's sampler (e.g. a ``DistributedSampler`` or
-    :class:`~mmpack._src.torch.sampler.ResumableSampler`) and of its batch sampler.  Epochs count from
+    :class:`~mmpack.ResumableSampler`) and of its batch sampler.  Epochs count from
     0; :meth:`set_epoch` chooses the next one (call it before every epoch when the packer runs
     in DataLoader workers, whose copies do not see each other's epochs).  The schedules' token
     count is kept across epochs.  With :mod:`mmpack._src.torch.streaming` imported (any
-    ``mmpack._src.torch`` module imports it) the packer is a torch ``IterableDataset``:
+    ``mmpack.torch`` module imports it) the packer is a torch ``IterableDataset``:
     ``DataLoader(packer, batch_size=None, num_workers=...)`` works, and a torchdata
     ``StatefulDataLoader`` saves and restores its position through :meth:`state_dict`.
     """

@@ -175,7 +175,7 @@ class Prefetcher(Generic[T]):
 class Prefetched(Generic[T]):
     """Re-iterable wrapper: every ``iter()`` starts a new :class:`Prefetcher` over the iterable.
 
-    Handy around a :class:`~mmpack._src.streaming.packer.StreamingPacker`, whose every ``iter()`` is an epoch.
+    Handy around a :class:`~mmpack.StreamingPacker`, whose every ``iter()`` is an epoch.
     """
 
     def __init__(self, iterable: Iterable[T], depth: int = 2) -> None:

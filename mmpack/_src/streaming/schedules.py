@@ -250,7 +250,7 @@ def token_schedules(
     world_size: int,
 ) -> tuple[BatchSizeWarmup | None, MaskingRatioCooldown | None]:
     """The streaming packer's schedules from its arguments (see
-    :class:`~mmpack._src.streaming.packer.StreamingPacker`): a batch-size warm-up to
+    :class:`~mmpack.StreamingPacker`): a batch-size warm-up to
     ``max_batch_size`` rows and a masking-ratio cool-down from ``mask_prob``, each ``None``
     unless configured.  Each needs both of its two main arguments; the cool-down needs
     ``mode="mlm"``.  The keyword arguments have no defaults here: the packer's signature is

@@ -1,6 +1,6 @@
 """What the streaming packer counts: per part while it runs, and one frozen record for the reader.
 
-Each part of :class:`~mmpack._src.streaming.packer.StreamingPacker` keeps the counts of what it does
+Each part of :class:`~mmpack.StreamingPacker` keeps the counts of what it does
 (:class:`AdmissionCounts`: the sequences read and what the ``long_docs`` policy did to them;
 :class:`EmissionCounts`: the batches, rows, pieces and tokens emitted), reset at every epoch.
 :meth:`StreamingPacker.stats` joins them into one :class:`StreamingStats`, a frozen dataclass
@@ -59,7 +59,7 @@ COUNTER_FIELDS = tuple(
 
 @dataclass(frozen=True)
 class StreamingStats:
-    """What a :class:`~mmpack._src.streaming.packer.StreamingPacker` did in its current (or last)
+    """What a :class:`~mmpack.StreamingPacker` did in its current (or last)
     epoch.  ``efficiency`` is ``n_tokens / (n_rows * seqlen)``, ``nan`` before the first batch;
     ``padding_tokens`` the token slots of the emitted rows that hold padding; ``n_held`` the
     pieces held now (deferred by the last batch plus read ahead); ``token_count`` the real tokens

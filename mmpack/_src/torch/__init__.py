@@ -14,10 +14,10 @@
     transfer.py    batches out of DataLoader workers through reused shared buffers, sent once
     loading.py     loader(): a resumable StatefulDataLoader over a view, in one call
 
-Importing the layer registers :class:`~mmpack._src.streaming.packer.StreamingPacker` as a torch
+Importing the layer registers :class:`~mmpack.StreamingPacker` as a torch
 ``IterableDataset`` and tells it its rank and DataLoader worker (:mod:`mmpack._src.torch.streaming`).
 
-``mmpack._src.torch.loader`` is :func:`mmpack._src.torch.loading.loader` (torchdata comes with torch in
+``mmpack.torch.loader`` is :func:`mmpack.torch.loader` (torchdata comes with torch in
 the ``torch`` extra).
 """
 

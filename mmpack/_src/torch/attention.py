@@ -16,7 +16,7 @@ dense boolean masks (True = may attend, SDPA's ``attn_mask``; ``O(seqlen**2)`` m
 :func:`flex_document_mask`, a FlexAttention ``BlockMask`` from :func:`document_mask_mod`
 (``O(seqlen**2 / 128**2)`` memory, the kernel skipping blocks no query may see); and
 FlashAttention's varlen form, which needs no mask (the batch-wide ``cu_seqlens`` of
-:func:`mmpack._src.torch.collate.collate`).  A padding segment attends among itself; the diagonal is
+:func:`mmpack.torch.collate`).  A padding segment attends among itself; the diagonal is
 always True, so no row is empty and SDPA never produces NaN.
 
 Cost: :func:`document_ids` is one ``repeat_interleave`` (``O(seqlen)``); a dense mask is one
@@ -89,7 +89,7 @@ def batched_document_ids(
     ----------
     cu_seqlens_rows : sequence of B 1-D boundaries, or torch.Tensor of shape (B, n + 1)
         Each row's boundaries (e.g. ``batch["cu_seqlens_rows"]`` from
-        :func:`mmpack._src.torch.collate.collate`); rows may hold different numbers of segments.
+        :func:`mmpack.torch.collate`); rows may hold different numbers of segments.
     seqlen : int
         Row length.
     device : torch.device or str, optional

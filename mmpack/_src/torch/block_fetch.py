@@ -9,9 +9,9 @@ few MiB fetched concurrently and checked).  The two windows are pinned; a window
 dropped by the last process of the node to leave it, so the node cache holds about two windows
 and every block is fetched once per node per epoch (other processes and workers read it there).
 
-Who drives it: a :class:`~mmpack._src.torch.sampler.ResumableSampler` made over a view of a remote
-store with a node cache (as :func:`~mmpack._src.torch.loading.loader` and
-:class:`~mmpack._src.torch.stages.Stages` make theirs) makes one (:meth:`WindowFetcher.auto`) and
+Who drives it: a :class:`~mmpack.ResumableSampler` made over a view of a remote
+store with a node cache (as :func:`~mmpack.torch.loader` and
+:class:`~mmpack.Stages` make theirs) makes one (:meth:`WindowFetcher.auto`) and
 runs every iterator it hands out through :meth:`WindowFetcher.drive`, in the process that
 iterates the sampler, so any loop over it (a plain DataLoader, HF Trainer, Lightning) fetches
 whole blocks.  The sampler draws ahead of the loop (``prefetch_factor * num_workers`` batches),

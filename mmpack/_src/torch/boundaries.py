@@ -4,7 +4,7 @@ A packed row of ``seqlen`` tokens is cut into segments by its boundaries ``0 = c
 ... <= c[-1] = seqlen`` (repeated values are empty segments).  Every consumer of a batch's rows
 checks that rule and concatenates the rows the same way, so it lives here once:
 
-* :func:`sample_boundaries` (numpy, for :func:`mmpack._src.torch.collate.collate`): the rows of a list
+* :func:`sample_boundaries` (numpy, for :func:`mmpack.torch.collate`): the rows of a list
   of samples, concatenated and validated in a few vectorised passes, naming the first bad sample;
   :func:`flat_boundaries` shifts row ``b`` by ``b * seqlen`` and drops repeated values, giving the
   batch-wide ``cu_seqlens`` of the varlen kernels (worked example in :mod:`mmpack._src.torch.collate`).

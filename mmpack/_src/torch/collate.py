@@ -10,7 +10,7 @@ seqlen`` tokens (rows ``[0, 3, 8]`` and ``[0, 2, 6, 8]`` give ``[0, 3, 8, 10, 14
 boundaries (:mod:`mmpack._src.torch.attention`); and ``targets``, the samples' ``labels`` under a name
 of their own: a transformers model given the batch computes no loss by accident (its loss would
 shift the already shifted labels and attend across documents), while
-:func:`mmpack._src.torch.hf.hf_inputs` turns the batch into its right inputs.  ``provenance=True``
+:func:`mmpack.torch.hf_inputs` turns the batch into its right inputs.  ``provenance=True``
 adds the documents and token ranges every row holds (:mod:`mmpack._src.views.provenance`).
 
 A sample without ``cu_seqlens`` is cut where its ``position_ids`` restart; one with neither is
@@ -91,7 +91,7 @@ def collate(
     provenance : bool, default False
         Also give, under ``provenance``, where every sample comes from (the documents and token
         ranges it holds); ``samples`` must then be the batch a view's ``__getitems__`` returns
-        (:class:`~mmpack._src.views.batch.SampleBatch`, what a ``DataLoader`` hands its
+        (:class:`~mmpack.store.SampleBatch`, what a ``DataLoader`` hands its
         ``collate_fn``), of a ``WindowDataset``, a ``PackedDataset`` or a ``Mixture`` of them.
     cp_size : int, optional
         Lay the batch out for context parallelism over ``cp_size`` ranks
@@ -114,7 +114,7 @@ def collate(
         ``input_ids``, ``position_ids``, ``targets``, ``attention_mask`` : torch.Tensor, int64,
         shape (B, seqlen)
             Those present in the samples; ``targets`` holds the samples' ``labels`` (not a
-            transformers model's ``labels``: :func:`~mmpack._src.torch.hf.hf_inputs` makes those).
+            transformers model's ``labels``: :func:`~mmpack.torch.hf_inputs` makes those).
         ``cu_seqlens`` : torch.Tensor, int32, shape (n_segments + 1,)
             Only when ``varlen``.  Row ``b``'s boundaries shifted by ``b * seqlen``, concatenated,
             repeated values dropped: strictly increasing from 0 to ``B * seqlen``.  Padding

@@ -84,7 +84,7 @@ PLAIN_LAYOUT = BatchLayout(True, None, None, False)
 
 def batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
     """``BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)``, checked once per set of
-    options (of these types) and shared: :func:`~mmpack._src.torch.collate.collate` asks for it per
+    options (of these types) and shared: :func:`~mmpack.torch.collate` asks for it per
     batch.  Options that cannot be a cache key are checked afresh (and refused)."""
     try:
         return _batch_layout(varlen, cp_size, cp_rank, pad_cu_seqlens)
@@ -147,7 +147,7 @@ def _context_parallel(
     ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
     fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
     The fields named in ``from_first`` (a view's
-    :attr:`~mmpack._src.views.batch.SampleBatch.from_first`) are written from each segment's first
+    :attr:`~mmpack.store.SampleBatch.from_first`) are written from each segment's first
     token, not read.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is

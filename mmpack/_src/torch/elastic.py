@@ -1,6 +1,6 @@
 """Elastic resume: a sampler state saved at world size ``W1`` resumed at any world size ``W2``.
 
-The epoch order of :class:`~mmpack._src.torch.sampler.ResumableSampler` is global: position ``p`` of
+The epoch order of :class:`~mmpack.ResumableSampler` is global: position ``p`` of
 epoch ``e`` holds sample ``order[p % n]``, and with ``W`` ranks rank ``r`` takes positions ``r, r
 + W, ...``.  Ranks advance in lockstep, so after ``k`` draws each the ranks have consumed exactly
 the positions ``[0, G)``, ``G = offset + position * world_size`` as the state records it.  Rule of

@@ -2,14 +2,14 @@
 
 A transformers model given only ``input_ids`` of a packed row attends across the documents of
 the row (and restarts no position).  :func:`hf_inputs` turns a batch of
-:func:`mmpack._src.torch.collate.collate` into the keyword arguments that make the packed forward
+:func:`mmpack.torch.collate` into the keyword arguments that make the packed forward
 equal to one forward per document, for the model's attention implementation:
 ``flash_attention_*`` gets the batch flattened to one row ``(1, B * seqlen)`` with the varlen
 boundaries ``cu_seq_lens_q/k`` and ``max_length_q/k`` (no ``attention_mask``, which would switch
 it to un-padding); ``sdpa`` a 4-D boolean block-diagonal (causal within a document)
 ``attention_mask`` ``(B, 1, seqlen, seqlen)``; ``eager`` the same mask, additive
 (``finfo(mask_dtype).min`` where not allowed); ``flex_attention`` a FlexAttention ``BlockMask``
-(:func:`mmpack._src.torch.attention.flex_document_mask`).  Every form carries ``position_ids``
+(:func:`mmpack.torch.flex_document_mask`).  Every form carries ``position_ids``
 restarting at each document.  Labels: mmpack's causal views shift them already, so they pass as
 ``shift_labels`` (and ``labels``, which turns the loss on); ``label_shift="hf"`` views and masked
 LMs pass them as ``labels``.  Padding is a segment of its own with labels ``-100``.  Caveat: a
@@ -66,7 +66,7 @@ def hf_inputs(
     Parameters
     ----------
     batch : mapping
-        A batch of :func:`mmpack._src.torch.collate.collate`: ``input_ids`` and ``position_ids``
+        A batch of :func:`mmpack.torch.collate`: ``input_ids`` and ``position_ids``
         (int, shape (B, seqlen)), ``cu_seqlens_rows`` (B row boundaries), and for the flash
         forms the batch-wide ``cu_seqlens`` (int32) and ``max_seqlen`` (``collate(varlen=True)``,
         the default); ``targets`` (B, seqlen), the samples' labels, become the model's labels
@@ -127,13 +127,13 @@ def _check_request(batch: Mapping[str, Any], attn_implementation: str, label_shi
     if "labels" in batch and TARGETS not in batch:
         raise ValueError(
             f"batch has 'labels' but no {TARGETS!r}: hf_inputs takes a batch of "
-            f"mmpack._src.torch.collate.collate, which carries the samples' labels as {TARGETS!r}"
+            f"mmpack.torch.collate, which carries the samples' labels as {TARGETS!r}"
         )
     missing = [key for key in needed if key not in batch]
     if missing:
         raise ValueError(
             f"batch lacks {missing}, needed for attn_implementation={attn_implementation!r}; "
-            "build it with mmpack._src.torch.collate.collate(samples, varlen=True)"
+            "build it with mmpack.torch.collate(samples, varlen=True)"
         )
     return flash
 
@@ -234,9 +234,9 @@ class DataCollator:
         ``cu_seqlens_rows`` into hf_inputs' ``attention_mask`` (in the model's dtype, on the
         device of ``input_ids``).  The collator keeps no reference to it.
     pad_to_multiple_of, pad_id, ignore_index
-        As for :class:`mmpack._src.torch.collate.Collator`.
+        As for :class:`mmpack.torch.Collator`.
     cp_size, cp_rank, pad_cu_seqlens
-        As for :func:`mmpack._src.torch.collate.collate`, with a flash ``attn_implementation`` only:
+        As for :func:`mmpack.torch.collate`, with a flash ``attn_implementation`` only:
         the flat form of the context-parallel batch, ``cu_seq_lens_q/k`` its padded boundaries
         (what attention over the padded tokens takes), plus ``cu_seqlens``,
         ``cu_seqlens_padded``, ``loss_mask`` and ``cp_indices`` (``cp_rank=None``) as

@@ -2,9 +2,9 @@
 
 :func:`loader` returns a :class:`ResumableLoader`, a torchdata ``StatefulDataLoader`` over a
 map-style dataset (any mmpack view or mixture) with a
-:class:`~mmpack._src.torch.sampler.ResumableSampler` (rank and world size from ``torch.distributed``
+:class:`~mmpack.ResumableSampler` (rank and world size from ``torch.distributed``
 when initialised; shuffling unless the dataset orders itself, recording its ``fingerprint``),
-:func:`~mmpack._src.torch.collate.collate` (batches leave workers through reused shared buffers,
+:func:`~mmpack.torch.collate` (batches leave workers through reused shared buffers,
 :mod:`mmpack._src.torch.transfer`), pinned memory with CUDA and persistent workers.  Every complete
 pass advances the sampler to the next epoch; :meth:`ResumableLoader.set_epoch` chooses one.
 
@@ -14,7 +14,7 @@ it loads at any ``num_workers`` (the same batches follow) and, by the elastic ru
 (:mod:`mmpack._src.torch.elastic`), at any world size.  A plain ``StatefulDataLoader``'s state is a
 :class:`~mmpack.errors.FormatError`; one of another ``fingerprint`` a
 :class:`~mmpack.errors.StateMismatchError` (except one of the mixture a ``with_schedule`` change
-started from, taken at or before the change).  Given a :class:`~mmpack._src.torch.stages.Stages`
+started from, taken at or before the change).  Given a :class:`~mmpack.Stages`
 run, :func:`loader` uses it as the batch sampler and its state is the run's.
 
 Defaults: ``num_workers=0``, since a view builds a batch in a fraction of a millisecond in the
@@ -83,7 +83,7 @@ def loader(
     ----------
     view : map-style dataset or Stages
         An mmpack view, a mixture, or any dataset with ``len`` and ``__getitem__``; or a
-        :class:`~mmpack._src.torch.stages.Stages` run, which holds its own batch sizes, seed, order,
+        :class:`~mmpack.Stages` run, which holds its own batch sizes, seed, order,
         ``drop_last``, block options, rank and world size (leave those arguments out).
     batch_size : int
         Samples per batch, ``>= 1`` (required for a view; none for Stages).
@@ -106,8 +106,8 @@ def loader(
         sampler drops the tail that does not fill a round of ranks, the loader the last partial
         batch).  ``False``: the sampler pads the ranks' shares as ``DistributedSampler`` does and
         the last batch may be partial.
-    collate : callable, default :func:`mmpack._src.torch.collate.collate`
-        The ``collate_fn`` (e.g. a :class:`~mmpack._src.torch.collate.Collator`).
+    collate : callable, default :func:`mmpack.torch.collate`
+        The ``collate_fn`` (e.g. a :class:`~mmpack.torch.Collator`).
     rank, world_size : int, optional
         This process's share; default ``torch.distributed``'s when a process group is
         initialised, else 0 of 1.
@@ -123,7 +123,7 @@ def loader(
         (:mod:`mmpack._src.sampling.balance`); the steps hold the same samples as without it.
     cp_size, cp_rank, pad_cu_seqlens
         The default collate's context-parallel layout and fixed-length boundaries
-        (:func:`~mmpack._src.torch.collate.collate`); ``rank`` and ``world_size`` are then the
+        (:func:`~mmpack.torch.collate`); ``rank`` and ``world_size`` are then the
         data-parallel ones (every rank of a context-parallel group loads the same batches).
 
     Returns
@@ -278,8 +278,8 @@ class ResumableLoader(StatefulDataLoader):
     the samples the loop was given, and loads at any worker count and world size.
 
     Build it with :func:`loader`; ``sampler`` must be a
-    :class:`~mmpack._src.torch.sampler.ResumableSampler`, or ``batch_sampler`` a
-    :class:`~mmpack._src.torch.stages.Stages` run over ``dataset`` (its :attr:`stages`; the other
+    :class:`~mmpack.ResumableSampler`, or ``batch_sampler`` a
+    :class:`~mmpack.Stages` run over ``dataset`` (its :attr:`stages`; the other
     arguments are the ``StatefulDataLoader``'s).  Over a remote store in the block order the
     sampler fetches whole blocks as it is iterated (its ``window_fetcher``,
     :mod:`mmpack._src.torch.block_fetch`): this loader adds nothing to it.
@@ -296,7 +296,7 @@ class ResumableLoader(StatefulDataLoader):
         **options: Any,
     ) -> None:
         self.stages = batch_sampler
-        """The :class:`~mmpack._src.torch.stages.Stages` run this loader serves, or None."""
+        """The :class:`~mmpack.Stages` run this loader serves, or None."""
         if batch_sampler is not None and (
             sampler is not None or not isinstance(batch_sampler, Stages)
         ):
@@ -361,7 +361,7 @@ class ResumableLoader(StatefulDataLoader):
         dict
             ``sampler`` is :meth:`ResumableSampler.state_dict` after the samples of the batches
             yielded so far (after a complete pass: the start of the next epoch); ``stages``
-            :meth:`Stages.state_dict <mmpack._src.torch.stages.Stages.state_dict>` after the batches
+            :meth:`Stages.state_dict <mmpack.Stages.state_dict>` after the batches
             yielded so far; ``num_workers`` is recorded for information only.  Plain ints,
             bools, strings and lists.
         """
@@ -404,7 +404,7 @@ class ResumableLoader(StatefulDataLoader):
         if not isinstance(state_dict, dict) or state_dict.get("kind") != _KIND:
             keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
             raise FormatError(
-                f"not a state of mmpack._src.torch.loader (it holds {keys}); a state saved by a "
+                f"not a state of mmpack.torch.loader (it holds {keys}); a state saved by a "
                 "plain torchdata StatefulDataLoader records its workers and cannot be loaded here"
             )
         version = state_dict.get("version")

@@ -1,7 +1,7 @@
 """A resumable, distributed, O(1)-memory sampler over ``range(n)``.
 
 Epoch ``e`` visits ``range(n)`` in the order of ``Permutation(n, seed=seed, epoch=e)`` (the
-global order), in the block-window order of :class:`~mmpack._src.sampling.block_order.BlockOrder` with
+global order), in the block-window order of :class:`~mmpack.sampling.BlockOrder` with
 ``shuffle="blocks"``, or in order when ``shuffle=False``: a pure function of ``(seed, epoch,
 position)`` (and the block bounds), never materialised.  With ``world_size`` ranks the epoch
 order is cut like :class:`torch.utils.data.DistributedSampler` cuts it (padded by wrapping
@@ -18,7 +18,7 @@ state starts the next iterator there.  A state saved at world size ``W1`` loads 
 (:mod:`mmpack._src.torch.elastic`).
 
 Cost: O(1) memory whatever ``n`` (plus one 8192-index chunk while iterating, computed by
-:meth:`Permutation.map` and handed out as :class:`~mmpack._src.core.validation.EpochIndex` values);
+:meth:`Permutation.map` and handed out as :class:`~mmpack.store.EpochIndex` values);
 ``state_dict`` and ``load_state_dict`` are O(1); the block-window order adds 8 bytes per block
 and window offsets built once per epoch, and over a remote store drives the whole-block fetch
 (:mod:`mmpack._src.torch.block_fetch`).  Rates: ``python -m benchmarks.bench_sampler``.
@@ -130,7 +130,7 @@ class ResumableSampler(Sampler[int]):
     -----
     Call :meth:`set_epoch` before each epoch; iterating again without it repeats the epoch.
 
-    ``iter()`` yields :class:`~mmpack._src.core.validation.EpochIndex` values: plain ``int`` indices to any
+    ``iter()`` yields :class:`~mmpack.store.EpochIndex` values: plain ``int`` indices to any
     dataset, which also carry the epoch they were drawn for.  The epoch thus reaches DataLoader
     workers with the indices (persistent workers included), and mmpack's views use it: a
     ``PackedDataset(mode="mlm")`` masks each epoch differently, and a resumed run masks as the

@@ -1,7 +1,7 @@
 """Sequence-length stages: views of one store at different ``seqlen`` and batch sizes, in turn.
 
 ``Stages([(budget_0, view_0, batch_size_0), ...])`` serves stage 0's batches, then stage 1's, as
-one resumable run.  Stage ``i`` draws from its own :class:`~mmpack._src.torch.sampler.ResumableSampler`
+one resumable run.  Stage ``i`` draws from its own :class:`~mmpack.ResumableSampler`
 over view ``i``, keyed by :func:`stage_seed` ``(seed, i)``, epoch after epoch.  A *step* is one
 batch on every rank (``batch_size_i * world_size`` samples, each counting ``view_i.seqlen`` tokens
 with ``unit="tokens"``); stage ``i`` ends at the first step boundary where what it served on all
@@ -78,14 +78,14 @@ class Stages:
     stages : sequence of (int, view, int)
         ``(budget, view, batch_size)`` per stage: the stage's budget in ``unit`` (``>= 1``), its
         dataset (``len(view) >= 1``; with ``unit="tokens"`` it has an int ``seqlen``: a
-        :class:`~mmpack._src.sampling.mixture.Mixture` has its sources' common one) and the
+        :class:`~mmpack.Mixture` has its sources' common one) and the
         batch size of each rank (``>= 1``).
     seed : int, default 0
         Stage ``i``'s order is keyed by :func:`stage_seed` ``(seed, i)``.
     unit : "samples" or "tokens", default "samples"
         What budgets count (see the module docstring for the rule that ends a stage).
     rank, world_size, shuffle, drop_last
-        As for :class:`~mmpack._src.torch.sampler.ResumableSampler`, for every stage's sampler,
+        As for :class:`~mmpack.ResumableSampler`, for every stage's sampler,
         given the stage's view (its default order by the same rule); ``shuffle="blocks"``: each
         stage in the block-window order over its view's ``block_bounds(block_bytes)``.
     block_bytes, window_blocks : int
@@ -94,7 +94,7 @@ class Stages:
     Notes
     -----
     Iterating yields, per step, this rank's batch: a list of ``(stage, index)`` pairs (``index``
-    an :class:`~mmpack._src.core.validation.EpochIndex`).  ``mmpack._src.torch.loader(stages)`` serves
+    an :class:`~mmpack.store.EpochIndex`).  ``mmpack.torch.loader(stages)`` serves
     them with a state that loads at any worker count and world size; a DataLoader given it as
     ``batch_sampler`` with :attr:`dataset` gets each batch as ``batch_size`` samples of its
     stage's view.  A later iterator continues where the previous one stood (the run does not
@@ -275,7 +275,7 @@ class Stages:
     def skip(self, start: int, stop: int, *, stage: int | None = None) -> None:
         """Never serve global positions ``[start, stop)`` of stage ``stage``'s sampler.
 
-        As :meth:`ResumableSampler.skip <mmpack._src.torch.sampler.ResumableSampler.skip>` for the
+        As :meth:`ResumableSampler.skip <mmpack.ResumableSampler.skip>` for the
         sampler of ``stage`` (default: the current stage; a later stage may be edited before it
         starts): position ``e * n + j`` is position ``j`` of the stage's epoch ``e``
         (:meth:`positions_of` finds those of given steps).  Skipped positions count nothing
@@ -293,7 +293,7 @@ class Stages:
         """Serve the consumed global positions ``[start, stop)`` of stage ``stage``'s sampler
         again, next (default: the current stage).
 
-        As :meth:`ResumableSampler.replay <mmpack._src.torch.sampler.ResumableSampler.replay>`;
+        As :meth:`ResumableSampler.replay <mmpack.ResumableSampler.replay>`;
         replayed samples count toward the budget again (the stage serves as many steps, some of
         them replayed).  Recorded in the state.
 

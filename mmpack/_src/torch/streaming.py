@@ -1,7 +1,7 @@
 """The streaming packer in torch: a DataLoader dataset, its consumers, its tensors.
 
-Importing this module (any ``mmpack._src.torch`` module does) makes
-:class:`~mmpack._src.streaming.packer.StreamingPacker` a torch ``IterableDataset`` (a registered
+Importing this module (any ``mmpack.torch`` module does) makes
+:class:`~mmpack.StreamingPacker` a torch ``IterableDataset`` (a registered
 virtual subclass), so ``DataLoader(packer, batch_size=None, num_workers=...)`` iterates it, and
 tells the packer which consumer it runs as (:func:`torch_consumer`: ``torch.distributed``'s rank
 and world size, carried along into spawned workers, and the DataLoader's worker id and count):
@@ -9,13 +9,13 @@ each packer packs its own shard of the source (:mod:`mmpack._src.streaming.shard
 in exactly one shard.  The DataLoader turns the numpy batches into tensors (zero-copy in the
 main process); :func:`as_tensors` does the same for a packer iterated directly.  A torchdata
 ``StatefulDataLoader`` saves and restores each worker's packer position through
-:meth:`~mmpack._src.streaming.packer.StreamingPacker.state_dict` without replaying batches (an opaque
+:meth:`~mmpack.StreamingPacker.state_dict` without replaying batches (an opaque
 iterable has no position: its ``state_dict`` raises ``TypeError``).
 
 :class:`PackerDataset` is the packer with the views' batch layout, as
-:func:`mmpack._src.torch.collate.collate` lays it out (``input_ids``, ``attention_mask``,
+:func:`mmpack.torch.collate` lays it out (``input_ids``, ``attention_mask``,
 ``position_ids`` and ``targets`` as ``(B, seqlen)`` tensors; the flat ``cu_seqlens``,
-``cu_seqlens_rows`` and ``max_seqlen``), which :func:`mmpack._src.torch.hf.hf_inputs` and
+``cu_seqlens_rows`` and ``max_seqlen``), which :func:`mmpack.torch.hf_inputs` and
 :mod:`mmpack._src.torch.attention` take as they take the views'.
 
 Cost: the packer's own (:mod:`mmpack._src.streaming.packer`); :class:`PackerDataset` adds one collate

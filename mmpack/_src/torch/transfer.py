@@ -3,7 +3,7 @@
 A worker's batch reaches the training loop through a pickle: by default every tensor goes into
 a *new* shared-memory segment (create, fault in, copy), its file descriptor is handed over by the
 worker's resource-sharer thread, and the main process maps it and faults it in again.  What
-:func:`share_batch` does instead, in a worker (:func:`mmpack._src.torch.collate.collate` calls it on
+:func:`share_batch` does instead, in a worker (:func:`mmpack.torch.collate` calls it on
 every batch it makes there, so ``DataLoader(view, num_workers=k, collate_fn=collate)`` takes
 this path with nothing to configure):
 

@@ -5,7 +5,7 @@ Building one Python dict per sample costs about as much as copying a 2048-token 
 them eagerly held window batches to ~650M tokens/s; without them, ~1,050M in the same
 ``benchmarks --quick window`` run on this machine), so a batch keeps its columns as
 ``(k, seqlen)`` arrays and makes a sample's dict only when someone indexes it.  ``torch.utils.data.default_collate`` (which indexes and iterates) works
-unchanged; :func:`mmpack._src.torch.collate.collate` takes the columns directly, without a copy.
+unchanged; :func:`mmpack.torch.collate` takes the columns directly, without a copy.
 """
 
 from __future__ import annotations

@@ -32,15 +32,15 @@ if any, is the last segment:
 The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
 is a counter-based hash of the sample's key and the token position (:mod:`mmpack._src.packing.masking`), so
 a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order.
-The epoch is the index's own when it carries one (:class:`mmpack._src.core.validation.EpochIndex`, what
-:class:`mmpack._src.torch.sampler.ResumableSampler` yields: the epoch reaches DataLoader workers, persistent
+The epoch is the index's own when it carries one (:class:`mmpack.store.EpochIndex`, what
+:class:`mmpack.ResumableSampler` yields: the epoch reaches DataLoader workers, persistent
 ones included, with the indices, and a resumed sampler restores it), else the dataset's
 (:meth:`PackedDataset.set_epoch`, which changes every mask read by plain integer indices).
 
 Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
 the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
-:class:`mmpack._src.views.batch.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
-differ in length between rows, so collate with :func:`mmpack._src.torch.collate.collate` (which takes the
+:class:`mmpack.store.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
+differ in length between rows, so collate with :func:`mmpack.torch.collate` (which takes the
 columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
 ``read_ranges`` of the store that holds them, so every backend works; with the memmap backend the
 kernel copies straight from the page cache.  A subset's pieces are read from its parent at
@@ -54,7 +54,7 @@ sample's views of it; measured against a raw 2048-token slice copy, with where t
 ``python -m benchmarks.bench_getitem --quick --profile``.
 
 Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
-end chunks, :func:`~mmpack._src.packing.plan_file.load_plan`); a read checks, once, the plan chunks of
+end chunks, :func:`~mmpack.packing.load_plan`); a read checks, once, the plan chunks of
 its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
 sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
 worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
@@ -156,7 +156,7 @@ class PackedDataset:
         tokens (2048 bins a region, 0.002-0.023% more bins than the whole-store plan on
         lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack._src.packing.plan`;
         a large store's region plan can be built in parallel beforehand
-        (:func:`mmpack._src.ingest.region_plan.build_region_plan`).
+        (:func:`mmpack.ingest.build_region_plan`).
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
@@ -376,7 +376,7 @@ class PackedDataset:
 
     def locate(self, i: int) -> list[dict[str, int]]:
         """Where sample ``i`` comes from, in the shape of :meth:`WindowDataset.locate
-        <mmpack._src.views.window.WindowDataset.locate>`: one dict per piece, in row order, with the
+        <mmpack.WindowDataset.locate>`: one dict per piece, in row order, with the
         document index ``"doc"``, the token range ``["start", "stop")`` inside it, ``"eot"`` (1 if
         an eot follows the piece, else 0) and ``"at"``, the row position the piece starts at, so
         it fills ``[at, at + stop - start + eot)`` (these are the row's ``cu_seqlens``).  Padding
@@ -468,7 +468,7 @@ class PackedDataset:
 
     def __getitems__(self, indices: Any) -> SampleBatch:
         """A batch in one kernel call: a sequence of per-sample dicts backed by shared
-        ``(B, seqlen)`` arrays (collate them with :func:`mmpack._src.torch.collate.collate`)."""
+        ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate`)."""
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
     def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:

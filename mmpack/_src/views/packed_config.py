@@ -1,8 +1,8 @@
-"""The checked options of a :class:`~mmpack._src.views.packed.PackedDataset`, in one place.
+"""The checked options of a :class:`~mmpack.PackedDataset`, in one place.
 
 :func:`packed_config` validates every constructor argument once: the rows' options by the one
 check both packers share (:func:`mmpack._src.packing.options.check_row_options`), then the
-plan's options (a :class:`~mmpack._src.packing.options.PlanSpec`) and the output type.  It
+plan's options (a :class:`~mmpack.packing.PlanSpec`) and the output type.  It
 returns a :class:`PackedConfig` (a :class:`~mmpack._src.packing.options.RowOptions` with the plan's
 and the output's fields) whose fields become the dataset's public attributes.  Nothing here
 runs per sample.

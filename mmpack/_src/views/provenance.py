@@ -5,13 +5,13 @@ piece, in row order, as a dict of int64 arrays of one length ``m``: ``sample`` (
 non-decreasing), ``doc`` (of the parent store for a subset: :func:`parent_docs`), ``start`` and
 ``stop`` (the piece's token range in its document), ``eot`` (1 when the document's eot follows
 the piece), ``at`` (the row position it starts at: it fills ``[at, at + stop - start + eot)``)
-and, from a :class:`~mmpack._src.sampling.mixture.Mixture`, ``source``; plus ``cu_docs`` (int64, (B +
+and, from a :class:`~mmpack.Mixture`, ``source``; plus ``cu_docs`` (int64, (B +
 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.  A window lists every document it
 spans (an entry with ``start == stop`` and ``eot=1`` holds only that document's eot); a packed
 row lists its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns
 (``tests/test_provenance_batches.py``).
 
-A view's ``__getitems__`` hands its :class:`~mmpack._src.views.batch.SampleBatch` the means to compute
+A view's ``__getitems__`` hands its :class:`~mmpack.store.SampleBatch` the means to compute
 this (:func:`window_provenance`, :func:`packed_provenance`, :func:`merged_provenance`) without
 computing it: a batch pays only when asked (``collate(..., provenance=True)``).  Kernels:
 :func:`~mmpack._src.kernels.window.window_pieces` and :func:`~mmpack._src.kernels.packed_rows.bin_pieces`,

@@ -2,7 +2,7 @@
 
 A view turns the samples it is about to read into their flat token ranges (the window
 arithmetic, or the packing plan's pieces) and hands them to
-:meth:`mmpack._src.store.reader.TokenStore.prefetch`, which requests them without waiting (the memmap
+:meth:`mmpack.TokenStore.prefetch`, which requests them without waiting (the memmap
 backend issues one ``madvise(MADV_WILLNEED)`` per range; other backends do nothing: a remote
 store's blocks are fetched ahead by the block order, :mod:`mmpack._src.torch.block_fetch`).  Two
 readers use that seam:

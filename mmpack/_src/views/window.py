@@ -242,7 +242,7 @@ class WindowDataset:
     def fingerprint(self) -> str:
         """32 hex digits of what decides the samples: the store's fingerprint, ``seqlen``,
         ``stride``, ``eot``, ``labels``, ``drop_last`` and ``pad_id`` (not the output ``dtype``).
-        A sampler given this view records it (:class:`~mmpack._src.torch.sampler.ResumableSampler`)."""
+        A sampler given this view records it (:class:`~mmpack.ResumableSampler`)."""
         params = (self.seqlen, self.stride, self.eot, self.labels, self.drop_last, self.pad_id)
         return config_fingerprint("WindowDataset", self.store.fingerprint, params)
 

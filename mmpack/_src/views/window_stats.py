@@ -1,7 +1,7 @@
 """What a window view covers: :class:`WindowStats`, the return of ``WindowDataset.stats()``.
 
 A frozen dataclass like :class:`mmpack._src.packing.plan_stats.PackingStats` (``PackedDataset.stats()``) and
-:class:`mmpack._src.sampling.mixture_stats.MixtureStats` (``Mixture.stats()``): attributes, and
+:class:`mmpack.sampling.MixtureStats` (``Mixture.stats()``): attributes, and
 ``as_dict()`` for a plain dict.  Every field is arithmetic on the view's parameters and the
 store's counts: O(1).
 """

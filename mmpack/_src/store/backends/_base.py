@@ -21,7 +21,7 @@ class Backend(abc.ABC):
 
     remote: bool = False
     """Whether the tokens live on object storage (read through range requests): the default
-    sample order and the whole-block fetch follow it (``mmpack._src.torch.loader``).  A backend over
+    sample order and the whole-block fetch follow it (``mmpack.torch.loader``).  A backend over
     other stores (a subset, a join) answers for the stores it reads."""
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
