@@ -59,7 +59,7 @@ def assert_workers_serve(
     a store the parent already used must reopen (spawn) or survive the fork in each worker."""
     from torch.utils.data import BatchSampler, DataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     sampler = mmpack.ResumableSampler(len(ds), seed=seed)
     batches = BatchSampler(sampler, 8, False)

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from _datasets import IndexDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from mmpack._src.torch import elastic
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import ResumableSampler
+from mmpack.torch import elastic
 
 
 def _flat(batches) -> list[int]:
@@ -69,15 +69,15 @@ def _gather(values: list[int]) -> list[list[int]]:
 
 
 def run_loader_rank(rank: int, world_size: int, job: dict) -> None:
-    """``mmpack._src.torch.loader`` under an initialised group: its sampler's rank and world size, and
+    """``mmpack.torch.loader`` under an initialised group: its sampler's rank and world size, and
     the samples it gives (one epoch, 1 worker), gathered."""
-    import mmpack._src.torch
+    import mmpack.torch
 
     dist.init_process_group(
         "gloo", init_method=f"file://{job['init_file']}", rank=rank, world_size=world_size
     )
     try:
-        loader = mmpack._src.torch.loader(
+        loader = mmpack.torch.loader(
             IndexDataset(job["n"]),
             job["batch_size"],
             seed=job["seed"],

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 import mmpack
 import mmpack._src.torch.streaming
-from mmpack._src.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 
 
 def run_rank(rank: int, world_size: int, job: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmpack._src.ingest.distributed import build_part
+from mmpack.ingest import build_part
 
 
 def flaky_build_part(inputs, part_path, options):

@@ -1,5 +1,5 @@
 """A tiny Lightning recipe for tests/test_lightning.py (module level: the killed run imports it):
-a LightningDataModule whose train loader is ``mmpack._src.torch.loader``, and a one-layer model that
+a LightningDataModule whose train loader is ``mmpack.torch.loader``, and a one-layer model that
 records the samples of every batch it trains on.  Window ``i`` of the store holds the tokens
 ``4i .. 4i + 3``."""
 
@@ -9,7 +9,7 @@ import lightning as L
 import torch
 
 import mmpack
-import mmpack._src.torch
+import mmpack.torch
 
 
 class Windows(L.LightningDataModule):
@@ -19,7 +19,7 @@ class Windows(L.LightningDataModule):
 
     def train_dataloader(self):
         view = mmpack.WindowDataset(mmpack.open(self.path), seqlen=4, stride=4)
-        return mmpack._src.torch.loader(view, 4, seed=3, num_workers=self.num_workers)
+        return mmpack.torch.loader(view, 4, seed=3, num_workers=self.num_workers)
 
 
 class Recorder(L.LightningModule):

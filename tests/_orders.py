@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from reference import naive_deal
 
-from mmpack._src.sampling.permutation import Permutation
+from mmpack import Permutation
 
 ORDERS = ("global", "blocks")
 TEST_WINDOW_BLOCKS = 3

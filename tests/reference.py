@@ -475,7 +475,7 @@ def _perm_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _permute_kernel(n, seed, epoch, idx):
-    from mmpack._src.sampling.permutation import Permutation
+    from mmpack import Permutation
 
     return _ints(Permutation(n, seed=seed, epoch=epoch).map(idx))
 
@@ -485,7 +485,7 @@ def _permute_ref(n, seed, epoch, idx):
 
 
 def _invert_kernel(n, seed, epoch, idx):
-    from mmpack._src.sampling.permutation import Permutation
+    from mmpack import Permutation
 
     return _ints(Permutation(n, seed=seed, epoch=epoch).inverse_map(idx))
 
@@ -501,9 +501,9 @@ def _keyed_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _keyed_kernel(n, seed, epochs, idx, group):
+    from mmpack import Permutation
     from mmpack._src.core.permutation_keys import epoch_keys
     from mmpack._src.kernels.permutation import permute_many_keyed
-    from mmpack._src.sampling.permutation import Permutation
 
     perm, out = Permutation(n, seed=seed), np.empty_like(idx)
     permute_many_keyed(idx, group, out, n, perm._half_bits, perm._mask, epoch_keys(seed, epochs))
@@ -564,7 +564,7 @@ class _Source:
 
 
 def _mixture_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack._src.sampling.mixture import Mixture
+    from mmpack import Mixture
 
     k = int(rng.integers(2, 6))
     # Weights of a period that divides the quantization's resolution: short periods and ones
@@ -720,8 +720,7 @@ def reference_schedule_integral(
 
 
 def _schedule_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
-    from mmpack._src.sampling.mixture import Mixture
-    from mmpack._src.sampling.schedule import Schedule
+    from mmpack import Mixture, Schedule
 
     k = int(rng.integers(2, 5))
     n_points = int(rng.integers(2, 6))
@@ -1162,7 +1161,7 @@ def _bfd_canonical(bins, seqlen):
 
 
 def _bfd_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack._src.packing.plan import build_plan
+    from mmpack.packing import build_plan
 
     plan = build_plan(np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs)
     return plan, seqlen
@@ -1179,7 +1178,7 @@ def _bfd_ref(lens, seqlen, eot, long_docs, window):
 
 
 def _online_kernel(lens, seqlen, eot, long_docs, window):
-    from mmpack._src.packing.plan import build_plan
+    from mmpack.packing import build_plan
 
     plan = build_plan(
         np.array(lens, dtype=np.int64), seqlen, add_eot=eot, long_docs=long_docs,
@@ -1367,7 +1366,7 @@ def _packer_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _packer_kernel(docs, n_rows, row_len, buffer_size, long_docs, drop_last):
-    from mmpack._src.streaming.packer import StreamingPacker
+    from mmpack import StreamingPacker
 
     packer = StreamingPacker(
         docs, batch_size=n_rows, seqlen=row_len, buffer_size=buffer_size, long_docs=long_docs,
@@ -2254,7 +2253,7 @@ PAIRS: list[Pair] = [
         _perm_inputs,
         _permute_kernel,
         _permute_ref,
-        via="mmpack._src.sampling.permutation.Permutation.map",
+        via="mmpack.Permutation.map",
     ),
     _pair(
         "permutation.invert_many",
@@ -2262,7 +2261,7 @@ PAIRS: list[Pair] = [
         _perm_inputs,
         _invert_kernel,
         _invert_ref,
-        via="mmpack._src.sampling.permutation.Permutation.inverse_map",
+        via="mmpack.Permutation.inverse_map",
     ),
     _pair(
         "permutation.permute_many_keyed", "ref_permute", _keyed_inputs, _keyed_kernel, _keyed_ref
@@ -2274,7 +2273,7 @@ PAIRS: list[Pair] = [
         _mixture_inputs,
         _locate_kernel,
         _locate_ref,
-        via="mmpack._src.sampling.mixture.Mixture.source_of_many",
+        via="mmpack.Mixture.source_of_many",
         bench_size=100,
         slow=True,
     ),
@@ -2284,7 +2283,7 @@ PAIRS: list[Pair] = [
         _mixture_inputs,
         _counts_kernel,
         _counts_ref,
-        via="mmpack._src.sampling.mixture.Mixture.counts",
+        via="mmpack.Mixture.counts",
         bench_size=100,
     ),
     _pair(
@@ -2293,7 +2292,7 @@ PAIRS: list[Pair] = [
         _occurrence_inputs,
         _occurrence_kernel,
         _occurrence_ref,
-        via="mmpack._src.sampling.mixture.Mixture._occurrence_position",
+        via="mmpack.Mixture._occurrence_position",
         bench_size=100,
     ),
     _pair(
@@ -2311,7 +2310,7 @@ PAIRS: list[Pair] = [
         _schedule_inputs,
         _schedule_locate_kernel,
         _schedule_locate_ref,
-        via="mmpack._src.sampling.mixture.Mixture.source_of_many",
+        via="mmpack.Mixture.source_of_many",
         bench_size=30,
     ),
     _pair(
@@ -2320,7 +2319,7 @@ PAIRS: list[Pair] = [
         _schedule_inputs,
         _schedule_counts_kernel,
         _schedule_counts_ref,
-        via="mmpack._src.sampling.mixture.Mixture.counts",
+        via="mmpack.Mixture.counts",
         bench_size=30,
     ),
     _pair(
@@ -2395,7 +2394,7 @@ PAIRS: list[Pair] = [
         _packer_inputs,
         _packer_kernel,
         lambda *a: ref_pack(*a),
-        via="mmpack._src.streaming.packer.StreamingPacker",
+        via="mmpack.StreamingPacker",
         bench_size=300,
         slow=True,
         finish=_finish_packer,

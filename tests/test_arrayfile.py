@@ -81,9 +81,7 @@ def test_both_checksummed_writers_publish_through_one_helper(tmp_path, monkeypat
 
     import mmpack._src.store.checked_file as checked_file
     import mmpack._src.store.format as store_format
-    from mmpack._src.packing.options import PlanSpec
-    from mmpack._src.packing.plan import build_plan
-    from mmpack._src.packing.plan_file import plan_cache_key, save_plan
+    from mmpack.packing import PlanSpec, build_plan, plan_cache_key, save_plan
 
     plan = build_plan(np.array([3, 4, 5]), 8, add_eot=True)
     key = plan_cache_key("f" * 16, PlanSpec(8, add_eot=True))

@@ -21,15 +21,15 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack._src.torch.attention import (
+from mmpack._src.torch.attention import batched_document_ids
+from mmpack.torch import (
     batched_block_causal_mask,
-    batched_document_ids,
     block_causal_mask,
+    collate,
     document_ids,
     document_mask_mod,
     flex_document_mask,
 )
-from mmpack._src.torch.collate import collate
 
 # --- slow, obviously-right references -------------------------------------------------------
 

@@ -22,10 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack._src.torch
+import mmpack.torch
 from benchmarks.bench_balance import _lengths, _plan_costs, optimal_largest_load
+from mmpack import ResumableSampler
 from mmpack._src.sampling.balance import deal_balanced, largest_load
-from mmpack._src.torch.sampler import ResumableSampler
 
 
 def optimum(costs, world, m):
@@ -223,9 +223,9 @@ def test_view_costs_are_the_squares_of_their_rows_segments(store):
 def test_loader_balance_deals_each_step_of_the_same_samples(store):
     view = mmpack.PackedDataset(store, seqlen=128, eot=999)
     world, batch = 3, 2
-    got = [list(mmpack._src.torch.loader(view, batch, rank=r, world_size=world, balance="attention"))
+    got = [list(mmpack.torch.loader(view, batch, rank=r, world_size=world, balance="attention"))
            for r in range(world)]  # fmt: skip
-    plain = [list(mmpack._src.torch.loader(view, batch, rank=r, world_size=world))
+    plain = [list(mmpack.torch.loader(view, batch, rank=r, world_size=world))
              for r in range(world)]  # fmt: skip
     for step in range(len(plain[0])):
 
@@ -234,8 +234,8 @@ def test_loader_balance_deals_each_step_of_the_same_samples(store):
 
         assert ids(got) == ids(plain)
     with pytest.raises(ValueError, match="balance must be 'attention'"):
-        mmpack._src.torch.loader(view, 2, balance="tokens")
+        mmpack.torch.loader(view, 2, balance="tokens")
     with pytest.raises(ValueError, match="configure the default collate"):
-        mmpack._src.torch.loader(view, 2, cp_size=2, collate=lambda b: b)
-    first = next(iter(mmpack._src.torch.loader(view, 2, cp_size=2, cp_rank=1, pad_cu_seqlens=True)))
+        mmpack.torch.loader(view, 2, cp_size=2, collate=lambda b: b)
+    first = next(iter(mmpack.torch.loader(view, 2, cp_size=2, cp_rank=1, pad_cu_seqlens=True)))
     assert first["cu_seqlens"].shape == (2 * 128 + 1,) and first["input_ids"].shape[0] == 1

@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import default_collate
 
 import mmpack
-from mmpack._src.torch.collate import collate
-from mmpack._src.views.batch import SampleBatch
+from mmpack.store import SampleBatch
+from mmpack.torch import collate
 
 DOCS = [list(range(1, n)) for n in [15, 13, 11, 13, 15, 8, 14, 8, 11, 10, 1, 30]]
 

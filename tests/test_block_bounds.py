@@ -13,10 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack import Mixture, ResumableSampler
 from mmpack._src.core.validation import check_block_bounds
-from mmpack._src.sampling.block_order import uniform_bounds
-from mmpack._src.sampling.mixture import Mixture
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack.sampling import uniform_bounds
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

@@ -1,6 +1,6 @@
 """One fetch per block (``mmpack/_src/remote/spans.py``, ``mmpack/_src/torch/block_fetch.py``) against a
 real S3 server (SeaweedFS, ``tests/_s3.py``) behind the counting proxy: a block-window epoch read
-through :func:`mmpack._src.torch.loader` equals the local store's sample for sample; whole spans are
+through :func:`mmpack.torch.loader` equals the local store's sample for sample; whole spans are
 fetched in parts (requests = parts, bytes fetched per byte of the store <= 1.1); the node cache
 never holds more than two windows; two processes sharing a ``cache_dir`` fetch each block once;
 DataLoader workers read the shared cache over two epochs (blocks dropped and fetched again); a
@@ -28,11 +28,11 @@ from _s3 import DelayProxy, isolate_cache_and_env
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
+from mmpack import ResumableSampler
 from mmpack._src.remote.spans import SpanFetcher
-from mmpack._src.torch import loader
 from mmpack._src.torch.block_fetch import WindowFetcher
-from mmpack._src.torch.sampler import ResumableSampler
 from mmpack.errors import FormatError, SlowReadWarning
+from mmpack.torch import loader
 
 SEQLEN = 64
 BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
@@ -181,7 +181,7 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
 @pytest.fixture
 def start_method(request):
     """The default start method (``request.param``) while the test runs: what a DataLoader made
-    without ``multiprocessing_context`` (``mmpack._src.torch.loader``'s) starts its workers with."""
+    without ``multiprocessing_context`` (``mmpack.torch.loader``'s) starts its workers with."""
     was = mp.get_start_method(allow_none=True)
     mp.set_start_method(request.param, force=True)
     try:
@@ -194,7 +194,7 @@ def start_method(request):
 def test_loader_workers_read_the_blocks_the_sampler_fetches(
     start_method, stores, s3_server, tmp_path
 ):
-    """``mmpack._src.torch.loader(..., num_workers=2)`` with workers forked or spawned, two epochs:
+    """``mmpack.torch.loader(..., num_workers=2)`` with workers forked or spawned, two epochs:
     the batches equal the local store's, each block is fetched once per epoch in whole parts (the
     workers read the node cache and fetch nothing of their own), the node cache holds two windows
     at most (blocks dropped and fetched again in epoch 1)."""
@@ -231,7 +231,7 @@ def test_a_plain_dataloader_over_a_block_sampler_fetches_whole_blocks(
     every block.)"""
     from torch.utils.data import DataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     remote, local = stores
     proxy = DelayProxy(s3_server.port, delay=0.0)
@@ -363,7 +363,7 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
     no whole-block fetch: every sample was a small range request.)"""
     from torch.utils.data import DataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     local = stores[1]
     proxy = DelayProxy(s3_server.port, delay=0.0)
@@ -626,7 +626,7 @@ def test_a_reader_never_copies_a_block_dropped_under_it(stores, s3_server, tmp_p
 _COLD_LOADER = f"""
 import json, sys
 import mmpack
-from mmpack._src.torch import loader
+from mmpack.torch import loader
 location, options, cache_dir = json.loads(sys.argv[1])
 store = mmpack.open(location, storage_options=options, cache_dir=cache_dir, cache_limit=1 << 30)
 view = mmpack.WindowDataset(store, {SEQLEN}, eot=65535)

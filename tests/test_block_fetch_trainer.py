@@ -21,9 +21,8 @@ from test_hf_trainer import EOT, _args, _model
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
-from mmpack._src.torch.collate import collate
-from mmpack._src.torch.hf import DataCollator
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import ResumableSampler
+from mmpack.torch import DataCollator, collate
 
 SEQLEN = 64
 CHECK = 4096  # the store's check blocks (one-byte tokens: 64 samples), the smallest allowed

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack._src.sampling.block_order import BlockOrder, bounds_digest, uniform_bounds
+from mmpack._src.sampling.block_order import bounds_digest
+from mmpack.sampling import BlockOrder, uniform_bounds
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

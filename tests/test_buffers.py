@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmpack._src.store.writer import build
+from mmpack import PackedDataset, WindowDataset, build
 from mmpack._src.views import buffers
 from mmpack._src.views.buffers import BufferPool
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
 
 HOLDERS = {
     "numpy view": lambda a: a[::1],

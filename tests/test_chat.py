@@ -27,8 +27,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.ingest.chat import build_chat, chat_documents
 from mmpack.errors import IngestError
+from mmpack.ingest import build_chat, chat_documents
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_bad_records_and_templates_are_refused(tok):
 
 
 def test_the_cli_builds_a_chat_store(tok, tmp_path, capsys):
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     folder = tmp_path / "tok"
     tok.save_pretrained(folder)
@@ -305,7 +305,7 @@ def test_a_template_that_only_names_add_generation_prompt_is_refused(tok, tmp_pa
     mentions ``add_generation_prompt`` has no assistant mask (every mask would be 0), so
     ``loss_on="assistant"`` refuses it, in the API and the command; a tag with whitespace
     control is one."""
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     plain = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer)
     plain.chat_template = (
@@ -333,7 +333,7 @@ def test_a_chat_build_that_stores_nothing_is_an_empty_masked_store(folder, tmp_p
     """``--on-error skip`` with every record bad: an empty store that has a (empty) loss mask,
     as every chat store has, and the command's summary (it died on a bare AssertionError); a
     part that stores nothing joins the others."""
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     write_jsonl(tmp_path / "bad.jsonl", [{"text": "x"}, {"text": "y"}])
     argv = ["build", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "s")]

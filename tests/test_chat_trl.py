@@ -17,7 +17,7 @@ from _chat import PAIRS, RECORDS, make_tokenizer, packed_rows_carry, write_jsonl
 from _s3 import BUCKET, use_server_env
 
 import mmpack
-from mmpack._src.ingest.chat import build_chat
+from mmpack.ingest import build_chat
 
 CASES = {  # name: (records, loss_on, TRL's options)
     "assistant": (RECORDS, "assistant", {"assistant_only_loss": True}),
@@ -65,7 +65,7 @@ def _check(store, labels) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_packed_rows_equal_trls_labels_through_the_api_and_the_cli(folder, tmp_path, case):
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     records, loss_on, options = CASES[case]
     labels = trl_labels(folder, tmp_path, records, options)
@@ -81,7 +81,7 @@ def test_packed_rows_equal_trls_labels_through_the_api_and_the_cli(folder, tmp_p
 def test_packed_rows_equal_trls_labels_on_s3(folder, tmp_path, s3_server, monkeypatch):
     """``mmpack build chat.jsonl -o s3://...`` and ``build_chat`` to a URL: the store opened
     from S3 packs into rows whose labels equal TRL's."""
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     use_server_env(monkeypatch, s3_server)
     records, loss_on, options = CASES["assistant"]
@@ -144,8 +144,8 @@ def test_tools_and_template_variables_reach_the_template_as_in_trl(tmp_path, los
     ignored, so tool-calling stores held other ids than TRL's)."""
     from _chat import save_dataset, write_parquet
 
-    from mmpack._src.cli.commands import main
-    from mmpack._src.ingest.chat import chat_documents
+    from mmpack.cli import main
+    from mmpack.ingest import chat_documents
 
     folder = tmp_path / "tok"
     tok = make_tokenizer()
@@ -171,7 +171,7 @@ def test_tools_and_template_variables_reach_the_template_as_in_trl(tmp_path, los
 
 
 def test_bad_tools_and_template_variables_are_refused(tmp_path):
-    from mmpack._src.ingest.chat import chat_documents
+    from mmpack.ingest import chat_documents
 
     tok = make_tokenizer()
     tok.chat_template = TOOL_TEMPLATE
@@ -196,8 +196,8 @@ def test_a_chat_stores_default_views_give_trls_labels(folder, tmp_path):
     each conversation with its own end-of-turn, and TRL's labels have no target after it.  A
     store built by the command (which records the tokenizer, eos included) and one built by
     ``mmpack.build(chat_documents(...))`` (which records none) agree, packed and windowed."""
-    from mmpack._src.cli.commands import main
-    from mmpack._src.ingest.chat import chat_documents
+    from mmpack.cli import main
+    from mmpack.ingest import chat_documents
 
     records, loss_on, options = CASES["assistant"]
     labels = trl_labels(folder, tmp_path, records, options)

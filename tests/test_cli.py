@@ -26,11 +26,10 @@ from _text_corpora import DATA, stdlib_texts, train_bpe
 
 import mmpack
 import mmpack.errors
-from mmpack._src.cli.commands import build_parser, main
-from mmpack._src.cli.demo import compare_packing
-from mmpack._src.ingest.distributed import build_distributed
-from mmpack._src.ingest.tokenizer import load_tokenizer
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import ResumableSampler
+from mmpack._src.cli.commands import build_parser
+from mmpack.cli import compare_packing, main
+from mmpack.ingest import build_distributed, load_tokenizer
 
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]  # the seed's table, with their eot
 SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
@@ -472,9 +471,9 @@ def test_show_position_takes_the_state_a_loader_saved(seed_store, capsys, tmp_pa
     Stages (a position of the stage it was saved in) and over a mixture (down to its index)."""
     import torch
 
-    import mmpack._src.torch
-    from mmpack._src.sampling.mixture import Mixture
-    from mmpack._src.torch.stages import stage_seed
+    import mmpack.torch
+    from mmpack import Mixture
+    from mmpack.torch import stage_seed
 
     view = ["--seqlen", 8, "--stride", 3, "--eot", 420]
     ds = mmpack.WindowDataset(seed_store, 8, 3, eot=420)
@@ -489,13 +488,13 @@ def test_show_position_takes_the_state_a_loader_saved(seed_store, capsys, tmp_pa
         (tmp_path / f"{name}.json").write_text(json.dumps(state))
         return [str(tmp_path / f"{name}{suffix}") for suffix in (".pt", ".json")]
 
-    over_view = saved(mmpack._src.torch.loader(ds, 2, seed=11, rank=1, world_size=2), "view", 3)
+    over_view = saved(mmpack.torch.loader(ds, 2, seed=11, rank=1, world_size=2), "view", 3)
     want = _run_order(len(ds), 2, 2, seed=11)
     stages = mmpack.Stages([(6, short, 2), (40, ds, 2)], seed=4)
-    over_stages = saved(mmpack._src.torch.loader(stages), "stages", 5)  # 2 steps into stage 1
+    over_stages = saved(mmpack.torch.loader(stages), "stages", 5)  # 2 steps into stage 1
     stage_order = _run_order(len(ds), 2, 1, seed=stage_seed(4, 1))
     mix = Mixture([ds, ds], [1, 1])
-    over_mixture = saved(mmpack._src.torch.loader(mix, 2), "mixture", 1)
+    over_mixture = saved(mmpack.torch.loader(mix, 2), "mixture", 1)
     for path in (*over_view, *over_stages):
         for p in (0, 5, len(ds) + 1):
             code, got, out, err = _served(
@@ -953,7 +952,7 @@ def test_read_only_and_full_disk_are_one_line(tmp_path, monkeypatch, capsys, err
     def fail(self, *args, **kwargs):
         raise OSError(err, os.strerror(err), str(self._tmp / "tokens.bin"))
 
-    monkeypatch.setattr(mmpack._src.store.writer.StoreWriter, "add_batch", fail)
+    monkeypatch.setattr(mmpack.store.StoreWriter, "add_batch", fail)
     (tmp_path / "a.txt").write_text("x")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--no-progress"]) == 1
     out = capsys.readouterr()

@@ -24,11 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack import PackedDataset, WindowDataset, build
 from mmpack._src.store.backends._memmap import PAGE, mapping_of, page_ranges
-from mmpack._src.store.writer import build
-from mmpack._src.views.packed import PackedDataset
 from mmpack._src.views.readahead import PROBE_EVERY, ColdReads, flat_start
-from mmpack._src.views.window import WindowDataset
 from mmpack.errors import FormatError
 
 EOT = 60000

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from mmpack._src.core.constants import IGNORE_INDEX
 from mmpack._src.torch.boundaries import position_boundaries
-from mmpack._src.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS, Collator, collate
+from mmpack._src.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS
+from mmpack.torch import Collator, collate
 
 
 def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:

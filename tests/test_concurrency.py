@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mmpack
-from mmpack._src.views.window import WindowDataset
+from mmpack import WindowDataset
 from mmpack.errors import StateMismatchError
 
 BACKENDS = ["memmap", "zarr"]

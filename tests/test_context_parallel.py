@@ -18,10 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.torch.collate import Collator, collate
 from mmpack._src.torch.cp_batch import BatchLayout, batch_layout
-from mmpack._src.torch.hf import DataCollator
 from mmpack._src.views.cp_layout import CPLayout, cp_layout, zigzag_indices
+from mmpack.torch import Collator, DataCollator, collate
 
 PAD, IGNORE = 7, -100
 FIELDS = ("input_ids", "position_ids", "targets", "attention_mask", "loss_mask")
@@ -230,7 +229,7 @@ def test_a_view_batch_promises_the_fields_that_follow_each_segments_first_token(
 
 @pytest.mark.parametrize("cp_rank", [None, 0, 1])
 def test_fields_a_batch_promises_are_written_from_each_segments_first_token(cp_rank):
-    from mmpack._src.views.batch import SampleBatch
+    from mmpack.store import SampleBatch
 
     rng = np.random.default_rng(3)
     rows = [_sample(rng, 12, [5]), _sample(rng, 12, [2, 9])]

@@ -1,4 +1,4 @@
-"""Copying stores (``mmpack._src.ingest.copy.copy_store``, ``mmpack cp``): local, ``file://`` and S3
+"""Copying stores (``mmpack.ingest.copy_store``, ``mmpack cp``): local, ``file://`` and S3
 (SeaweedFS, ``tests/_s3.py``) in every direction and between buckets, with every metadata field,
 the attached ``tokenizer.json`` and the fingerprint kept; memmap and Zarr layouts; joins
 flattened and other tools' files copied as mmpack stores; a damaged source refused; a copy that
@@ -24,13 +24,12 @@ from _s3 import BUCKET, isolate_cache_and_env, use_server_env
 from _text_corpora import stdlib_texts, train_bpe
 
 import mmpack
-from mmpack._src.cli.commands import main
-from mmpack._src.formats.export import export_megatron
-from mmpack._src.ingest.copy import copy_store
-from mmpack._src.ingest.pipeline import ingest
 from mmpack._src.ingest.provenance import store_tokenizer
 from mmpack._src.remote.transport import make_transport
+from mmpack.cli import main
 from mmpack.errors import FormatError, StoreExistsError, StoreNotFoundError
+from mmpack.formats import export_megatron
+from mmpack.ingest import copy_store, ingest
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +132,7 @@ def test_a_store_with_a_loss_mask_is_copied_with_it(tmp_path, backend, monkeypat
     """The loss mask is part of what the fingerprint covers: ``mmpack cp`` copies it (it used
     to fail on every masked store, naming a temporary folder and a fingerprint)."""
     import mmpack._src.ingest.copy as copy_module
-    from mmpack._src.store.writer import StoreWriter
+    from mmpack.store import StoreWriter
 
     monkeypatch.setattr(copy_module, "_CHUNK_TOKENS", 5)  # several chunks, the mask cut with them
     docs = [

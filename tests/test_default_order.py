@@ -2,7 +2,7 @@
 ``mmpack/_src/remote/opener.py`` ``node_cache``, ``mmpack/_src/torch/block_fetch.py``), against a real S3
 server (SeaweedFS, ``tests/_s3.py``) behind the counting proxy and over ``file://`` stores: a
 remote store opened without ``cache_limit`` gets a node cache of two windows where its cache
-folder can be written (else none, one warning); ``mmpack._src.torch.loader(view)`` over it reads the
+folder can be written (else none, one warning); ``mmpack.torch.loader(view)`` over it reads the
 block-window order and fetches whole blocks, saying so once; an explicit ``shuffle=True`` is
 honoured with one warning of its cost; subsets and mixtures of remote views resolve by the same
 rule; local stores keep the global order, silently.
@@ -20,10 +20,10 @@ from _s3 import DelayProxy, isolate_cache_and_env
 from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
+from mmpack import ResumableSampler
 from mmpack._src.core.constants import FETCH_BLOCK_BYTES, NODE_CACHE_BYTES, WINDOW_BLOCKS
-from mmpack._src.torch import loader
-from mmpack._src.torch.sampler import ResumableSampler
 from mmpack.errors import DefaultOrderWarning, SlowReadWarning
+from mmpack.torch import loader
 
 SEQLEN = 64
 BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
@@ -215,7 +215,7 @@ def test_a_mixture_of_remote_sources_reads_blocks_if_built_with_block_bytes(tmp_
 def test_the_slow_read_warning_points_at_the_users_call(tmp_path, monkeypatch):
     """The sampler warns now, wherever it is made: the warning names the line that made it
     (``ResumableSampler(...)`` or ``loader(...)``), not a line inside mmpack or above the call."""
-    from mmpack._src.torch import block_fetch
+    from mmpack.torch import block_fetch
 
     url = (tmp_path / "remote").as_uri()
     mmpack.build(url, _corpus(n_docs=300, seed=6))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from mmpack._src.sampling.permutation import Permutation
+from mmpack import Permutation
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

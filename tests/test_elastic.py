@@ -17,10 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack._src.sampling.permutation import Permutation
-from mmpack._src.torch import elastic
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import Permutation, ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.torch import elastic
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -154,7 +153,7 @@ def test_worked_example_from_the_docstring():
 
 @orders
 def test_mixture_source_resumes_elastically(order):
-    from mmpack._src.sampling.mixture import Mixture
+    from mmpack import Mixture
 
     class Source:
         def __init__(self, n, k):

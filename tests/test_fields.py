@@ -15,8 +15,8 @@ from _s3 import BUCKET
 from test_zarr import _small
 
 import mmpack
-from mmpack._src.ingest.copy import copy_store
 from mmpack.errors import FormatError
+from mmpack.ingest import copy_store
 
 
 @pytest.fixture(autouse=True)
@@ -241,7 +241,7 @@ def _check_ingested(store, skipped=(5,)):
 
 
 def test_ingestion_collects_the_named_keys(tmp_path):
-    from mmpack._src.ingest.pipeline import ingest
+    from mmpack.ingest import ingest
 
     _jsonl(tmp_path / "a.jsonl")
     issues = []

@@ -14,10 +14,8 @@ from _chat import PAIRS, RECORDS, make_tokenizer, save_dataset, write_jsonl, wri
 from _s3 import BUCKET, use_server_env
 
 import mmpack
-from mmpack._src.ingest.chat import build_chat, chat_documents
-from mmpack._src.ingest.distributed import build_distributed
-from mmpack._src.ingest.pipeline import ingest
 from mmpack.cli import main
+from mmpack.ingest import build_chat, build_distributed, chat_documents, ingest
 
 FIELDS = ["source", "lang", "quality"]
 

@@ -1,7 +1,7 @@
 """One configuration fingerprint per view, recorded by default and carried across schedule changes.
 
 Every view (store, subset, window, packed, mixture, stages) has a ``fingerprint`` of what decides
-its samples; ``mmpack._src.torch.loader`` (through ``ResumableSampler(view)``) records it in its state
+its samples; ``mmpack.torch.loader`` (through ``ResumableSampler(view)``) records it in its state
 and refuses a state of another; a mixture changed by ``with_schedule(new, from_position=p)``
 accepts the states of the mixture it was changed from taken at or before ``p``, and no other.
 
@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack._src.torch
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.torch.stages import Stages
+import mmpack.torch
+from mmpack import ResumableSampler, Stages
 from mmpack.errors import StateMismatchError
 
 DOCS = [list(range(10 * k + 1, 10 * k + 8)) for k in range(41)]  # 41 documents of 7 tokens
@@ -75,13 +74,13 @@ def test_a_loader_state_of_another_view_of_the_same_length_is_refused(tmp, store
     else:  # the same documents built with another --shuffle-docs seed
         changed = mmpack.WindowDataset(mmpack.build(tmp / f"r{other}", DOCS, shuffle_docs=5), 8)
     assert len(changed) == len(view)
-    state = _state_after(mmpack._src.torch.loader(view, 4), 2)
-    resumed = mmpack._src.torch.loader(changed, 4)
+    state = _state_after(mmpack.torch.loader(view, 4), 2)
+    resumed = mmpack.torch.loader(changed, 4)
     with pytest.raises(StateMismatchError) as e:
         resumed.load_state_dict(state)
     assert view.fingerprint in str(e.value) and changed.fingerprint in str(e.value)
     assert state["sampler"]["fingerprint"] == view.fingerprint
-    mmpack._src.torch.loader(view, 4).load_state_dict(state)  # the same view loads it
+    mmpack.torch.loader(view, 4).load_state_dict(state)  # the same view loads it
 
 
 def _mixture(store, seed: int = 1) -> mmpack.Mixture:
@@ -97,12 +96,12 @@ def _sources(loader) -> list[int]:
 
 def test_a_changed_mixture_resumes_a_state_taken_before_the_change(store):
     mix = _mixture(store)
-    state = _state_after(mmpack._src.torch.loader(mix, 10), 3)  # 30 positions consumed
+    state = _state_after(mmpack.torch.loader(mix, 10), 3)  # 30 positions consumed
     for p in (30, 31, 100):
         changed = mix.with_schedule([0.0, 1.0], from_position=p)
         assert changed.fingerprint != mix.fingerprint
         assert changed.earlier_fingerprints == ((mix.fingerprint, p),)
-        resumed = mmpack._src.torch.loader(changed, 10)
+        resumed = mmpack.torch.loader(changed, 10)
         resumed.load_state_dict(state)
         expected = changed.source_of_many(np.arange(30, 200))[0].tolist()
         assert _sources(resumed) == expected  # the rest, under the new schedule from p on
@@ -111,19 +110,19 @@ def test_a_changed_mixture_resumes_a_state_taken_before_the_change(store):
 
 def test_a_changed_mixture_refuses_a_state_past_the_change_or_of_another_mixture(store):
     mix = _mixture(store)
-    state = _state_after(mmpack._src.torch.loader(mix, 10), 3)
+    state = _state_after(mmpack.torch.loader(mix, 10), 3)
     changed = mix.with_schedule([0.0, 1.0], from_position=29)
     with pytest.raises(StateMismatchError, match="stands at position 30, past the change") as e:
-        mmpack._src.torch.loader(changed, 10).load_state_dict(state)
+        mmpack.torch.loader(changed, 10).load_state_dict(state)
     assert "changed from at position 29" in str(e.value)
     other = mix.with_schedule([0.0, 1.0], from_position=100)
-    state = _state_after(mmpack._src.torch.loader(_mixture(store, seed=2), 10), 1)  # another seed
+    state = _state_after(mmpack.torch.loader(_mixture(store, seed=2), 10), 1)  # another seed
     with pytest.raises(StateMismatchError, match="fingerprint="):
-        mmpack._src.torch.loader(other, 10).load_state_dict(state)
+        mmpack.torch.loader(other, 10).load_state_dict(state)
     # a state of the changed mixture does not load into the mixture it was changed from
-    later = _state_after(mmpack._src.torch.loader(other, 10), 1)
+    later = _state_after(mmpack.torch.loader(other, 10), 1)
     with pytest.raises(StateMismatchError, match="fingerprint="):
-        mmpack._src.torch.loader(_mixture(store), 10).load_state_dict(later)
+        mmpack.torch.loader(_mixture(store), 10).load_state_dict(later)
 
 
 def test_changes_chain_and_each_keeps_the_earliest_bound(store):
@@ -133,10 +132,10 @@ def test_changes_chain_and_each_keeps_the_earliest_bound(store):
     assert second.earlier_fingerprints == ((mix.fingerprint, 40), (first.fingerprint, 120))
     third = second.with_schedule([1.0, 0.0], from_position=20)
     assert [p for _, p in third.earlier_fingerprints] == [20, 20, 20]
-    state = _state_after(mmpack._src.torch.loader(mix, 10), 4)  # 40 consumed
-    mmpack._src.torch.loader(second, 10).load_state_dict(state)
+    state = _state_after(mmpack.torch.loader(mix, 10), 4)  # 40 consumed
+    mmpack.torch.loader(second, 10).load_state_dict(state)
     with pytest.raises(StateMismatchError, match="past the change"):
-        mmpack._src.torch.loader(third, 10).load_state_dict(state)
+        mmpack.torch.loader(third, 10).load_state_dict(state)
 
 
 def test_a_state_read_in_another_order_does_not_cross_a_change(store):

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.cli.commands import main
-from mmpack._src.formats.export import export_flat, export_megatron
+from mmpack.cli import main
 from mmpack.errors import StoreExistsError
+from mmpack.formats import export_flat, export_megatron
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 

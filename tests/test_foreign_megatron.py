@@ -30,12 +30,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.formats import foreign
+from mmpack import PackedDataset, WindowDataset
 from mmpack._src.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
 from mmpack._src.store.backends._memmap import mapping_of
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
+from mmpack.formats import foreign
 
 VOCAB = 1000
 # megatron-core's builder calls numpy.array(tensor, ...) the numpy-2 way torch warns about
@@ -404,8 +403,7 @@ def test_verify_refuses_negative_ids(tmp_path):
 
 # ----------------------------------------------------------------------------- views, pickling
 def test_views_plans_sampler_and_mixture_work_and_write_only_to_the_cache(tmp_path):
-    from mmpack._src.sampling.mixture import Mixture
-    from mmpack._src.torch.sampler import ResumableSampler
+    from mmpack import Mixture, ResumableSampler
 
     data = _data_dir(tmp_path)
     docs = random_docs(np.random.default_rng(3), 80, VOCAB)

@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 from reference import ref_window
 
 import mmpack
-from mmpack._src.core.validation import EpochIndex
+from mmpack import PackedDataset, WindowDataset
 from mmpack._src.kernels.window import META_FIELDS, one_window
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
+from mmpack.store import EpochIndex
 
 corpora = st.lists(st.lists(st.integers(0, 30000), max_size=40), min_size=1, max_size=25)
 

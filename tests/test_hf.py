@@ -15,11 +15,9 @@ import pytest
 import torch
 import transformers
 
-from mmpack._src.store.writer import build
-from mmpack._src.torch.collate import collate
-from mmpack._src.torch.hf import ATTN_IMPLEMENTATIONS, hf_inputs
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
+from mmpack import PackedDataset, WindowDataset, build
+from mmpack._src.torch.hf import ATTN_IMPLEMENTATIONS
+from mmpack.torch import collate, hf_inputs
 
 VOCAB, SEQLEN, MASK_ID, EOT = 97, 32, 96, 95
 

@@ -16,8 +16,7 @@ import transformers
 from _text_corpora import stdlib_files, stdlib_texts
 
 from mmpack import open as mmpack_open
-from mmpack._src.ingest.pipeline import ingest
-from mmpack._src.ingest.tokenizer import load_tokenizer
+from mmpack.ingest import ingest, load_tokenizer
 
 pytestmark = pytest.mark.hf
 
@@ -93,8 +92,8 @@ def test_saved_dataset_dict_and_split(tmp_path):
 
 
 def test_dataset_dict_splits_through_the_cli(tmp_path, capsys):
-    from mmpack._src.cli.commands import main
-    from mmpack._src.ingest.distributed import build_distributed
+    from mmpack.cli import main
+    from mmpack.ingest import build_distributed
 
     dd = datasets.DatasetDict(
         {

@@ -20,11 +20,8 @@ import pytest
 import torch
 import transformers
 
-from mmpack._src.store.writer import build
-from mmpack._src.torch.collate import collate
-from mmpack._src.torch.hf import DataCollator, hf_inputs
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.views.packed import PackedDataset
+from mmpack import PackedDataset, ResumableSampler, build
+from mmpack.torch import DataCollator, collate, hf_inputs
 
 VOCAB, SEQLEN, MASK_ID, EOT, B = 97, 32, 96, 95, 3
 REFERENCE_VARLEN = "mmpack_varlen_reference"
@@ -197,7 +194,7 @@ def test_the_model_inputs_are_those_of_hf_inputs(store, kind, attn):
         (samples, {"pad_to_multiple_of": 24}),
     ):
         ours = DataCollator(attn, causal=causal, model=model, **options)(given)
-        from mmpack._src.torch.collate import Collator
+        from mmpack.torch import Collator
 
         theirs = hf_inputs(
             Collator(**options)(given), attn, causal=causal, mask_dtype=torch.float64

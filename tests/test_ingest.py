@@ -23,10 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.ingest.pipeline import IngestError, IngestIssue, IngestWarning, ingest
-from mmpack._src.ingest.tokenizer import ByteTokenizer, load_tokenizer
-from mmpack._src.store.writer import StoreWriter
+from mmpack._src.ingest.pipeline import IngestError, IngestWarning
 from mmpack.errors import StoreExistsError
+from mmpack.ingest import ByteTokenizer, IngestIssue, ingest, load_tokenizer
+from mmpack.store import StoreWriter
 
 STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")
 

@@ -19,9 +19,9 @@ import pytest
 from _text_corpora import stdlib_texts, train_bpe
 
 import mmpack
-from mmpack._src.ingest.distributed import build_distributed, build_part, plan_tasks
-from mmpack._src.ingest.pipeline import IngestError, ingest
+from mmpack._src.ingest.pipeline import IngestError
 from mmpack._src.joins.parts import JoinedStore
+from mmpack.ingest import build_distributed, build_part, ingest, plan_tasks
 
 pytestmark = pytest.mark.dask
 
@@ -296,7 +296,7 @@ def test_progress_shows_parts_documents_tokens(tmp_path, capsys):
 # ----------------------------------------------------------------------------- staging, limits
 _KILLED_BUILD = """
 import sys, time
-from mmpack._src.ingest.distributed import build_distributed
+from mmpack.ingest import build_distributed
 
 def never_done(inputs, part_path, options):
     time.sleep(600)
@@ -348,7 +348,7 @@ _MANY_PARTS_BUILD = """
 import os, resource, shutil, sys
 from pathlib import Path
 import mmpack
-from mmpack._src.ingest.distributed import build_distributed
+from mmpack.ingest import build_distributed
 
 root, n = Path(sys.argv[1]), int(sys.argv[2])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

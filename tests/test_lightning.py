@@ -1,4 +1,4 @@
-"""Lightning with mmpack._src.torch.loader: a run killed mid-epoch (SIGKILL, after a mid-epoch
+"""Lightning with mmpack.torch.loader: a run killed mid-epoch (SIGKILL, after a mid-epoch
 checkpoint) and resumed from that checkpoint trains on exactly the batches of an uninterrupted
 run, at another worker count.
 

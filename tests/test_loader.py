@@ -1,4 +1,4 @@
-"""mmpack._src.torch.loader: one call to a resumable StatefulDataLoader; its state resumes exactly after
+"""mmpack.torch.loader: one call to a resumable StatefulDataLoader; its state resumes exactly after
 a kill, at another worker count and at another world size.
 
 Window ``i`` of the store below holds the tokens ``4i .. 4i + 3``, so ``input_ids[:, 0] // 4`` names
@@ -24,11 +24,10 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import mmpack
-import mmpack._src.torch
-from mmpack._src.torch.collate import Collator, collate
-from mmpack._src.torch.loading import ResumableLoader
-from mmpack._src.torch.sampler import ResumableSampler
+import mmpack.torch
+from mmpack import ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.torch import Collator, ResumableLoader, collate
 
 N, SEQLEN = 50, 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +50,7 @@ def _ids(batch) -> list[int]:
 
 
 def test_one_call_gives_a_stateful_loader_with_the_sampler_and_collate(view):
-    loader = mmpack._src.torch.loader(view, 8, seed=5)
+    loader = mmpack.torch.loader(view, 8, seed=5)
     assert isinstance(loader, StatefulDataLoader) and isinstance(loader, ResumableLoader)
     assert isinstance(loader.sampler, ResumableSampler) and loader.sampler.seed == 5
     assert loader.collate_fn is collate and loader.num_workers == 0
@@ -71,7 +70,7 @@ def test_no_warning_from_torchdata_on_any_pass(view):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for workers in (0, 1):
-            loader = mmpack._src.torch.loader(view, 8, num_workers=workers)
+            loader = mmpack.torch.loader(view, 8, num_workers=workers)
             for _ in range(2):
                 assert len(list(loader)) == -(-N // 8)
     assert [str(w.message) for w in caught] == []
@@ -80,7 +79,7 @@ def test_no_warning_from_torchdata_on_any_pass(view):
 
 
 def test_workers_are_persistent_and_give_the_same_batches(view):
-    loader = mmpack._src.torch.loader(view, 8, num_workers=2, collate=Collator(dtype=torch.int32))
+    loader = mmpack.torch.loader(view, 8, num_workers=2, collate=Collator(dtype=torch.int32))
     assert loader.persistent_workers and loader.num_workers == 2
     first = [_ids(b) for b in loader]
     assert [i for b in first for i in b] == list(ResumableSampler(N, seed=0))
@@ -89,7 +88,7 @@ def test_workers_are_persistent_and_give_the_same_batches(view):
 
 
 def test_every_complete_pass_is_the_next_epoch_and_set_epoch_chooses(view):
-    loader = mmpack._src.torch.loader(view, 16, shuffle=True)
+    loader = mmpack.torch.loader(view, 16, shuffle=True)
     passes = [[i for b in loader for i in _ids(b)] for _ in range(2)]
     sampler = ResumableSampler(N, seed=0)
     assert passes[0] == list(sampler)
@@ -112,12 +111,12 @@ def _run(loader, batches=None):
 
 @pytest.mark.parametrize("saved_workers, resumed_workers", [(2, 0), (2, 1), (0, 2), (2, 2)])
 def test_a_state_loads_at_another_worker_count_exactly(view, saved_workers, resumed_workers):
-    full = _run(mmpack._src.torch.loader(view, 4, seed=1, num_workers=saved_workers))
-    first = mmpack._src.torch.loader(view, 4, seed=1, num_workers=saved_workers)
+    full = _run(mmpack.torch.loader(view, 4, seed=1, num_workers=saved_workers))
+    first = mmpack.torch.loader(view, 4, seed=1, num_workers=saved_workers)
     seen = _run(first, 3)  # the workers have prefetched more than 3 batches
     state = first.state_dict()
     assert state["sampler"]["position"] == 12 and state["num_workers"] == saved_workers
-    resumed = mmpack._src.torch.loader(view, 4, seed=1, num_workers=resumed_workers)
+    resumed = mmpack.torch.loader(view, 4, seed=1, num_workers=resumed_workers)
     resumed.load_state_dict(state)
     assert resumed.state_dict()["sampler"] == state["sampler"]
     assert seen + _run(resumed) == full
@@ -129,7 +128,7 @@ def test_a_plain_stateful_dataloader_state_is_refused_with_a_clear_error(view):
     next(it)
     state = plain.state_dict()
     del it
-    loader = mmpack._src.torch.loader(view, 4, num_workers=0)
+    loader = mmpack.torch.loader(view, 4, num_workers=0)
     with pytest.raises(FormatError, match="not a state of mmpack.torch.loader"):
         loader.load_state_dict(state)
     with pytest.raises(FormatError, match="not a state"):
@@ -138,18 +137,18 @@ def test_a_plain_stateful_dataloader_state_is_refused_with_a_clear_error(view):
     with pytest.raises(FormatError, match="version 7"):
         loader.load_state_dict({**good, "version": 7})
     with pytest.raises(StateMismatchError, match="seed"):
-        mmpack._src.torch.loader(view, 4, seed=9).load_state_dict(good)
+        mmpack.torch.loader(view, 4, seed=9).load_state_dict(good)
 
 
 def test_elastic_resume_through_the_sampler(view):
     """Two ranks take 3 batches each; rank 0's state resumes on three ranks: every sample not yet
     seen comes exactly once (plus the padding that evens the ranks' shares)."""
-    ranks = [mmpack._src.torch.loader(view, 4, rank=r, world_size=2) for r in range(2)]
+    ranks = [mmpack.torch.loader(view, 4, rank=r, world_size=2) for r in range(2)]
     seen = [i for loader in ranks for b in _run(loader, 3) for i in b]
     state = ranks[0].state_dict()
     rest = []
     for r in range(3):
-        resumed = mmpack._src.torch.loader(view, 4, rank=r, world_size=3, num_workers=r % 2)
+        resumed = mmpack.torch.loader(view, 4, rank=r, world_size=3, num_workers=r % 2)
         resumed.load_state_dict(state)
         rest += [i for b in _run(resumed) for i in b]
     assert len(set(seen)) == len(seen) == 24
@@ -160,15 +159,15 @@ def test_elastic_resume_through_the_sampler(view):
 
 def test_bad_arguments(view):
     with pytest.raises(ValueError, match="batch_size"):
-        mmpack._src.torch.loader(view, 0)
+        mmpack.torch.loader(view, 0)
     with pytest.raises(ValueError, match="num_workers"):
-        mmpack._src.torch.loader(view, 2, num_workers=-1)
+        mmpack.torch.loader(view, 2, num_workers=-1)
     with pytest.raises(TypeError, match="map-style"):
-        mmpack._src.torch.loader(iter(range(3)), 2)
+        mmpack.torch.loader(iter(range(3)), 2)
     with pytest.raises(TypeError, match="collate"):
-        mmpack._src.torch.loader(view, 2, collate="collate")
+        mmpack.torch.loader(view, 2, collate="collate")
     with pytest.raises(ValueError, match="rank"):
-        mmpack._src.torch.loader(view, 2, rank=2, world_size=2)
+        mmpack.torch.loader(view, 2, rank=2, world_size=2)
 
 
 # ----------------------------------------------------------------------------- Stages
@@ -180,24 +179,24 @@ def _stages(view, rank=0, world_size=1):
 
 @pytest.mark.parametrize("saved_workers, resumed_workers", [(2, 0), (0, 2)])
 def test_a_stages_state_loads_at_another_worker_count_exactly(view, saved_workers, resumed_workers):
-    full = _run(mmpack._src.torch.loader(_stages(view)))
+    full = _run(mmpack.torch.loader(_stages(view)))
     assert [len(b) for b in full] == [4] * 5 + [2] * 4
-    first = mmpack._src.torch.loader(_stages(view), num_workers=saved_workers)
+    first = mmpack.torch.loader(_stages(view), num_workers=saved_workers)
     seen = _run(first, 6)  # into the second stage; the workers have prefetched more
     state = first.state_dict()
     assert state["stages"]["step"] == 6 and state["stages"]["stage"] == 1
     assert state["num_workers"] == saved_workers
-    resumed = mmpack._src.torch.loader(_stages(view), num_workers=resumed_workers)
+    resumed = mmpack.torch.loader(_stages(view), num_workers=resumed_workers)
     resumed.load_state_dict(state)
     assert seen + _run(resumed) == full
 
 
 def test_a_stages_state_loads_at_another_world_size(view):
-    first = mmpack._src.torch.loader(_stages(view))
+    first = mmpack.torch.loader(_stages(view))
     _run(first, 3)
     state = first.state_dict()
     for rank in range(2):
-        resumed = mmpack._src.torch.loader(_stages(view, rank, 2), num_workers=rank)
+        resumed = mmpack.torch.loader(_stages(view, rank, 2), num_workers=rank)
         resumed.load_state_dict(state)
         bare = _stages(view, rank, 2)
         bare.load_state_dict(state["stages"])
@@ -208,8 +207,8 @@ def test_a_stages_state_loads_at_another_world_size(view):
 
 
 def test_a_stages_pass_cut_short_goes_on_after_the_batches_given(view):
-    full = _run(mmpack._src.torch.loader(_stages(view)))
-    loader = mmpack._src.torch.loader(_stages(view), num_workers=2)
+    full = _run(mmpack.torch.loader(_stages(view)))
+    loader = mmpack.torch.loader(_stages(view), num_workers=2)
     head = _run(loader, 2)  # the workers prefetched batches the loop never got
     assert head + _run(loader) == full
     assert _run(loader) == [] and loader.state_dict()["stages"]["step"] == 9
@@ -220,12 +219,12 @@ def test_a_loader_over_stages_refuses_what_the_run_holds(view):
     for given, name in (({"batch_size": 4}, "batch_size"), ({"seed": 1}, "seed"),
                         ({"shuffle": False}, "shuffle"), ({"drop_last": True}, "drop_last")):  # fmt: skip
         with pytest.raises(ValueError, match=f"takes {name} from the Stages run"):
-            mmpack._src.torch.loader(stages, **given)
+            mmpack.torch.loader(stages, **given)
     with pytest.raises(ValueError, match="deals rank 0 of 1 but this process is rank 1 of 2"):
-        mmpack._src.torch.loader(stages, rank=1, world_size=2)
+        mmpack.torch.loader(stages, rank=1, world_size=2)
     with pytest.raises(TypeError, match="needs batch_size"):
-        mmpack._src.torch.loader(view)
-    over_stages, over_view = mmpack._src.torch.loader(stages), mmpack._src.torch.loader(view, 4)
+        mmpack.torch.loader(view)
+    over_stages, over_view = mmpack.torch.loader(stages), mmpack.torch.loader(view, 4)
     with pytest.raises(TypeError, match="no epoch to set"):
         over_stages.set_epoch(1)
     with pytest.raises(FormatError, match="lacks the field 'stages'"):
@@ -236,9 +235,9 @@ def test_a_loader_over_stages_refuses_what_the_run_holds(view):
 
 _CHILD = """
 import json, os, signal, sys
-import torch, mmpack, mmpack._src.torch
+import torch, mmpack, mmpack.torch
 view = mmpack.WindowDataset(mmpack.open(sys.argv[1]), seqlen=4, stride=4)
-loader = mmpack._src.torch.loader(view, 4, seed=2, num_workers=2)
+loader = mmpack.torch.loader(view, 4, seed=2, num_workers=2)
 out = open(sys.argv[2], "w")
 for k, batch in enumerate(loader):
     torch.save(loader.state_dict(), sys.argv[3] + ".tmp")
@@ -263,6 +262,6 @@ def test_killed_mid_epoch_resumes_exactly(store_path, view, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     seen = [json.loads(line) for line in seen_file.read_text().splitlines()]
     assert len(seen) == 5
-    resumed = mmpack._src.torch.loader(view, 4, seed=2, num_workers=1)
+    resumed = mmpack.torch.loader(view, 4, seed=2, num_workers=1)
     resumed.load_state_dict(torch.load(state_file))
-    assert seen + _run(resumed) == _run(mmpack._src.torch.loader(view, 4, seed=2))
+    assert seen + _run(resumed) == _run(mmpack.torch.loader(view, 4, seed=2))

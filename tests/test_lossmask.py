@@ -211,7 +211,7 @@ def test_bad_masks_are_refused_and_nothing_is_written(tmp_path, docs, kind, mess
 
 
 def test_a_bad_document_leaves_the_writer_usable(tmp_path):
-    from mmpack._src.store.writer import StoreWriter
+    from mmpack.store import StoreWriter
 
     with StoreWriter(tmp_path / "s") as w:
         w.add({"input_ids": [1, 2], "loss_mask": [0, 1]})
@@ -230,7 +230,7 @@ def test_a_bad_document_leaves_the_writer_usable(tmp_path):
 
 
 def test_flat_batches_carry_no_mask(tmp_path):
-    from mmpack._src.store.writer import StoreWriter
+    from mmpack.store import StoreWriter
 
     with StoreWriter(tmp_path / "s") as w:
         w.add({"input_ids": [1, 2], "loss_mask": [0, 1]})
@@ -319,7 +319,7 @@ def test_a_join_verifies_its_parts_masks(tmp_path):
 
 @pytest.mark.parametrize("export", ["megatron", "flat"])
 def test_exports_refuse_a_masked_store(tmp_path, export):
-    from mmpack._src.formats.export import export_flat, export_megatron
+    from mmpack.formats import export_flat, export_megatron
 
     store = mmpack.build(tmp_path / "s", [{"input_ids": [1, 2], "loss_mask": [1, 0]}])
     with pytest.raises(ValueError, match="has a per-token loss mask, which .* cannot hold"):
@@ -331,7 +331,7 @@ def test_exports_refuse_a_masked_store(tmp_path, export):
 
 
 def test_info_shows_the_mask(tmp_path, capsys):
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     mmpack.build(tmp_path / "s", [{"input_ids": [1, 2], "loss_mask": [1, 0]}])
     assert main(["info", str(tmp_path / "s")]) == 0

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 
 IGNORE = -100
 EOT = 50
@@ -175,7 +175,7 @@ def test_documents_with_and_without_a_mask_are_refused():
 
 
 def test_packer_dataset_labels_are_masked(tmp_path):
-    from mmpack._src.torch.streaming import PackerDataset
+    from mmpack.torch import PackerDataset
 
     docs = [{"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]}]
     store = mmpack.build(tmp_path / "s", docs, fsync=False)

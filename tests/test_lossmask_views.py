@@ -169,8 +169,7 @@ def test_mlm_selects_only_target_tokens(tmp_path_factory, pairs, seqlen, seed):
 def test_collate_and_hf_inputs_carry_the_masked_labels(tmp_path):
     import torch
 
-    from mmpack._src.torch.collate import collate
-    from mmpack._src.torch.hf import hf_inputs
+    from mmpack.torch import collate, hf_inputs
 
     pairs = [[(1, 0), (2, 0), (3, 1), (4, 1)], [(5, 0), (6, 1)], [(7, 1), (8, 0), (9, 1)]]
     store = _build(tmp_path, "s", pairs)

@@ -34,13 +34,12 @@ from hypothesis import strategies as st
 from reference import ref_sample_index
 
 import mmpack
-from mmpack._src.formats import megatron_order
-from mmpack._src.formats.megatron_order import build_order, split_sequences
+from mmpack import ResumableSampler
+from mmpack._src.formats.megatron_order import split_sequences
 from mmpack._src.kernels.megatron_order import fill_sample_index
-from mmpack._src.torch.collate import collate
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.views.megatron_gpt import MegatronGPTDataset
 from mmpack.errors import FormatError
+from mmpack.formats import MegatronGPTDataset, build_order, megatron_order
+from mmpack.torch import collate
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -512,7 +511,7 @@ def test_locate_names_the_sequences_read(tmp_path):
 
 _BOUNDSCHECK_SCRIPT = """
 import numpy as np, tempfile, mmpack
-from mmpack._src.views.megatron_gpt import MegatronGPTDataset
+from mmpack.formats import MegatronGPTDataset
 root = tempfile.mkdtemp()
 checked = 0
 for case, lens in enumerate([[1], [0, 3, 0], [5, 0, 0, 2], [0, 0, 7], [4] * 9]):

@@ -1,4 +1,4 @@
-"""Specification of :class:`mmpack._src.sampling.mixture.Mixture` and :mod:`mmpack._src.kernels.mixture`."""
+"""Specification of :class:`mmpack.Mixture` and :mod:`mmpack._src.kernels.mixture`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from reference import reference_assignment, reference_item
 from torch.utils.data import DataLoader
 
-from mmpack._src.sampling.block_order import uniform_bounds
-from mmpack._src.sampling.mixture import RESOLUTION, Mixture, MixtureStats, quantize_weights
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import Mixture, ResumableSampler
+from mmpack._src.sampling.mixture import RESOLUTION, MixtureStats, quantize_weights
+from mmpack.sampling import uniform_bounds
 
 # -- fake sources ------------------------------------------------------------------------------------
 
@@ -447,7 +447,7 @@ def test_works_with_resumable_sampler_and_dataloader(order):
 def _two_stores(tmp_path):
     """Two stores whose documents differ in number and length, so the ``cu_seqlens`` of sample 0
     differ in length between their views."""
-    from mmpack._src.store.writer import build
+    from mmpack import build
 
     rng = np.random.default_rng(13)
     a = build(
@@ -463,8 +463,7 @@ def _two_stores(tmp_path):
 def test_mixture_of_views_of_different_stores(tmp_path, kind):
     """The shape of ``cu_seqlens`` varies from sample to sample: it is not a compatibility rule
     (the old check compared sample 0's and refused these sources)."""
-    from mmpack._src.views.packed import PackedDataset
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import PackedDataset, WindowDataset
 
     a, b = _two_stores(tmp_path)
     if kind == "packed":
@@ -482,15 +481,14 @@ def test_mixture_of_views_of_different_stores(tmp_path, kind):
         assert int(batch[i]["source"]) == k
         # locate has the views' shape, each piece also naming its source
         assert mixture.locate(i) == [{**p, "source": k} for p in views[k].locate(j)]
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     loader = DataLoader(mixture, batch_size=8, collate_fn=collate)
     assert sum(x["input_ids"].shape[0] for x in loader) == 40
 
 
 def test_mixture_still_refuses_other_fixed_shapes_and_keys(tmp_path):
-    from mmpack._src.views.packed import PackedDataset
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import PackedDataset, WindowDataset
 
     a, b = _two_stores(tmp_path)
     with pytest.raises(ValueError, match="incompatible samples"):
@@ -529,8 +527,8 @@ def test_getitems_refuses_bools_like_getitem():
 
 
 def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
-    from mmpack._src.core.validation import EpochIndex
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
+    from mmpack.store import EpochIndex
 
     a, b = _two_stores(tmp_path)
     views = [

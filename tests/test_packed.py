@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmpack._src.store.writer import build
-from mmpack._src.views.packed import PackedDataset
+from mmpack import PackedDataset, build
 from mmpack.errors import FormatError
 
 IGNORE = -100
@@ -358,7 +357,7 @@ def test_corrupt_plan_is_reported_not_read(tmp_path):
 def test_dataloader_with_collate(tmp_path):
     import torch
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     rng = np.random.default_rng(1)
     docs = [rng.integers(1, 100, n) for n in rng.integers(1, 90, 200)]
@@ -378,7 +377,7 @@ def test_dataloader_with_collate(tmp_path):
 def test_mlm_uses_the_epoch_an_index_carries(mlm_store):
     """Indices from a ResumableSampler carry their epoch (EpochIndex); the MLM key uses it, so
     the epoch needs no ``set_epoch`` on the dataset (which persistent workers never see)."""
-    from mmpack._src.core.validation import EpochIndex
+    from mmpack.store import EpochIndex
 
     ds = mlm_dataset(mlm_store)
     per_epoch = []
@@ -498,7 +497,7 @@ def test_int32_batches_collate_to_int32_tensors(tmp_path):
     """An int32 view's batch collates with ``dtype=torch.int32`` to the int64 view's values."""
     import torch
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     rng = np.random.default_rng(3)
     docs = [rng.integers(1, 100, n) for n in rng.integers(1, 40, 60)]

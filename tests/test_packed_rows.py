@@ -159,7 +159,7 @@ def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, 
     import dataclasses
 
     import mmpack
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
     from mmpack.errors import FormatError
 
     store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
@@ -180,7 +180,7 @@ def test_a_plan_whose_piece_arrays_differ_in_length_is_refused(tmp_path, field):
     import dataclasses
 
     import mmpack
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
     from mmpack.errors import FormatError
 
     store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])

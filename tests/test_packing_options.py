@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mmpack
+from mmpack import StreamingPacker
 from mmpack._src.packing.options import RowOptions, check_row_options
-from mmpack._src.streaming.packer import StreamingPacker
 
 GOOD = {
     "seqlen": 16,
@@ -136,7 +136,7 @@ def test_a_packed_view_reads_its_plan_parameters_from_its_one_spec(store):
     survives pickling, and a bad one is refused by the spec's own check."""
     import pickle
 
-    from mmpack._src.packing.options import PlanSpec
+    from mmpack.packing import PlanSpec
 
     ds = _view(store, algorithm="online", lookahead=5, region_tokens="auto")
     want = PlanSpec(16, add_eot=True, algorithm="online", lookahead=5, region_tokens="auto")

@@ -21,10 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack import Mixture, PackedDataset, WindowDataset
 from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
-from mmpack._src.sampling.mixture import Mixture
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
 from mmpack.errors import (
     FormatError,
     StateMismatchError,
@@ -199,7 +197,7 @@ def test_mixture_sampler_and_pickle(tmp_path):
 def test_dataloader_workers(tmp_path):
     import torch
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     docs = _corpus()
     joined = mmpack.join(_parts_on_disk(tmp_path, docs, [0, 10, 60]), tmp_path / "j")

@@ -23,8 +23,8 @@ import pytest
 from _s3 import BUCKET, isolate_cache_and_env
 
 import mmpack
+from mmpack import WindowDataset
 from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
-from mmpack._src.views.window import WindowDataset
 from mmpack.errors import FormatError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ _MANY_PARTS = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     import mmpack
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import WindowDataset
 
     root, n, every_open = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "all"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reference import ref_keys, ref_permute
 
+from mmpack import Permutation
 from mmpack._src.core.permutation_keys import MAX_N, ROUNDS, epoch_keys
 from mmpack._src.kernels.permutation import permute_many_keyed
-from mmpack._src.sampling.permutation import Permutation
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
 
@@ -251,7 +251,7 @@ def test_pickles_small_and_equal():
 
 @pytest.mark.parametrize("bad", [-1, MAX_N + 1])
 def test_permutation_and_sampler_word_a_bad_n_alike(bad):
-    from mmpack._src.torch.sampler import ResumableSampler
+    from mmpack import ResumableSampler
 
     with pytest.raises(ValueError) as perm:
         Permutation(bad, seed=0)

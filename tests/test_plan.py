@@ -16,11 +16,9 @@ from reference import ref_bfd, ref_items, ref_stream
 
 from mmpack._src.kernels import packing as K
 from mmpack._src.kernels import plan_bestfit, plan_items
-from mmpack._src.packing.options import PlanSpec
-from mmpack._src.packing.plan import ALGORITHMS, LONG_DOCS, build_plan, plan_of_offsets
-from mmpack._src.packing.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack._src.packing.plan_regions import cached_plan
+from mmpack._src.packing.plan import ALGORITHMS, LONG_DOCS, plan_of_offsets
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.packing import PlanSpec, build_plan, cached_plan, load_plan, plan_cache_key, save_plan
 
 
 def plan_bins(plan):
@@ -461,7 +459,7 @@ def test_a_flipped_bit_in_a_cached_plan_is_detected_and_rebuilt(tmp_path, array)
     import warnings
 
     import mmpack
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
 
     rng = np.random.default_rng(5)
     docs = [np.full(int(n), j % 250 + 1) for j, n in enumerate(rng.integers(1, 40, 300))]
@@ -557,7 +555,7 @@ _HUGE_SEQLEN = """
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # the old kernels needed > 6 GiB here
 import numpy as np
-from mmpack._src.packing.plan import build_plan
+from mmpack.packing import build_plan
 for alg in ("bfd", "online", "nextfit"):
     for long_docs in ("split", "truncate"):
         p = build_plan(np.array([5, 7, 9]), 2**28, add_eot=True, algorithm=alg, long_docs=long_docs)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmpack._src.packing.plan import build_plan
+from mmpack.packing import build_plan
 
 
 def test_plan_kernels_see_one_signature_whatever_the_input(monkeypatch):
@@ -43,7 +43,7 @@ def test_plan_kernels_see_one_signature_whatever_the_input(monkeypatch):
 _ONE_SIGNATURE = r"""
 import numpy as np
 from mmpack._src.kernels import plan_bestfit, plan_emit, plan_items
-from mmpack._src.packing.plan import build_plan
+from mmpack.packing import build_plan
 
 frozen = np.array([5, 0, 70, 3, 9, 31], dtype=np.int64)
 frozen.flags.writeable = False

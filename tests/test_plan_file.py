@@ -15,11 +15,8 @@ from reference import xxh64_slow
 from test_plan import FakeStore, same_plan
 
 from mmpack._src.packing import plan_file
-from mmpack._src.packing.options import PlanSpec
-from mmpack._src.packing.plan import build_plan
-from mmpack._src.packing.plan_file import load_plan, plan_cache_key, save_plan
-from mmpack._src.packing.plan_regions import cached_plan
 from mmpack.errors import FormatError
+from mmpack.packing import PlanSpec, build_plan, cached_plan, load_plan, plan_cache_key, save_plan
 
 ARRAYS = [name for name, _ in plan_file.ARRAYS]
 
@@ -209,7 +206,7 @@ def test_a_damaged_chunk_of_a_reopened_plan_is_refused_before_a_sample_is_served
     bin that uses the chunk (ds[i], a batch, locate), never serving a sample from it, while
     other bins read as before; ``ds.plan`` checks every chunk; ``lazy=False`` refuses it."""
     import mmpack
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
 
     monkeypatch.setattr(plan_file, "CHUNK_BYTES", 256)  # 32 int64 entries a chunk
     rng = np.random.default_rng(11)
@@ -261,7 +258,7 @@ def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypat
     the whole index at open (a decrease elsewhere fails only the reads of its region)."""
     import mmpack
     import mmpack._src.store.writer
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
 
     monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
     mmpack.build(tmp_path / "s", [[1] * 4] * 200, fsync=False)  # 800 tokens

@@ -19,14 +19,19 @@ from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, sa
 
 import mmpack._src.packing.plan_regions as plan_regions
 from benchmarks.bench_regions import obfd_bins, obfd_items
-from mmpack._src.ingest.region_plan import build_region_plan
-from mmpack._src.packing.options import PlanSpec
-from mmpack._src.packing.plan import LONG_DOCS, build_plan, plan_of_offsets
-from mmpack._src.packing.plan_file import ARRAYS, plan_cache_key, plan_path, save_plan
-from mmpack._src.packing.plan_regions import build_plan_in_parts, cached_plan
+from mmpack import PackedDataset, build
+from mmpack._src.packing.plan import LONG_DOCS, plan_of_offsets
+from mmpack._src.packing.plan_file import ARRAYS, plan_path
 from mmpack._src.packing.region_cuts import edge_slack, region_blocks, region_edges, region_slack
-from mmpack._src.store.writer import build
-from mmpack._src.views.packed import PackedDataset
+from mmpack.ingest import build_region_plan
+from mmpack.packing import (
+    PlanSpec,
+    build_plan,
+    build_plan_in_parts,
+    cached_plan,
+    plan_cache_key,
+    save_plan,
+)
 
 
 # ------------------------------------------------------------------------------- reference

@@ -19,15 +19,13 @@ import pytest
 
 import mmpack
 import mmpack._src.core.progress as progress_module
-from mmpack._src.cli.commands import main
 from mmpack._src.core.progress import Progress, progress_bar
-from mmpack._src.formats.export import export_flat, export_megatron
 from mmpack._src.ingest.batching import _batches, _InputMeter
-from mmpack._src.ingest.copy import copy_store
-from mmpack._src.ingest.distributed import build_distributed
 from mmpack._src.ingest.inputs import _resolve_inputs
-from mmpack._src.ingest.pipeline import ingest
 from mmpack._src.ingest.report import IngestReport
+from mmpack.cli import main
+from mmpack.formats import export_flat, export_megatron
+from mmpack.ingest import build_distributed, copy_store, ingest
 
 _ETA = re.compile(r"100%.*<")  # a total (a percentage) and an estimated time left
 

@@ -18,11 +18,9 @@ import pytest
 from _text_corpora import stdlib_files, stdlib_texts, train_bpe
 
 import mmpack
-from mmpack._src.ingest.distributed import build_distributed
-from mmpack._src.ingest.pipeline import ingest
 from mmpack._src.ingest.provenance import store_tokenizer
-from mmpack._src.ingest.tokenizer import load_tokenizer
 from mmpack._src.store.format import StoreMeta
+from mmpack.ingest import build_distributed, ingest, load_tokenizer
 
 SPECIALS = ["<|endoftext|>", "<s>", "<pad>", "<mask>", "<unk>"]
 

@@ -20,12 +20,10 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import mmpack
-from mmpack._src.sampling.mixture import Mixture
-from mmpack._src.torch.collate import PROVENANCE, Collator, collate
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.views.packed import PackedDataset
+from mmpack import Mixture, PackedDataset, ResumableSampler, WindowDataset
+from mmpack._src.torch.collate import PROVENANCE
 from mmpack._src.views.provenance import PIECE_FIELDS, parent_docs, parent_located
-from mmpack._src.views.window import WindowDataset
+from mmpack.torch import Collator, collate
 
 corpora = st.lists(st.lists(st.integers(0, 60000), max_size=30), min_size=1, max_size=20)
 KEYS = ("doc", "start", "stop", "eot", "at")

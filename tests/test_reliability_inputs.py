@@ -30,13 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.ingest.pipeline import ingest
-from mmpack._src.sampling.mixture import Mixture
-from mmpack._src.store.writer import StoreWriter
-from mmpack._src.streaming.packer import StreamingPacker
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.views.packed import PackedDataset
-from mmpack._src.views.window import WindowDataset
+from mmpack import Mixture, PackedDataset, ResumableSampler, StreamingPacker, WindowDataset
 from mmpack.errors import (
     FormatError,
     IngestError,
@@ -45,6 +39,8 @@ from mmpack.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
+from mmpack.ingest import ingest
+from mmpack.store import StoreWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
@@ -75,9 +71,9 @@ class Row:
 
 
 def _loader(view: Any, **kw: Any) -> Any:
-    import mmpack._src.torch
+    import mmpack.torch
 
-    return mmpack._src.torch.loader(view, 1, **kw)
+    return mmpack.torch.loader(view, 1, **kw)
 
 
 def _scheduled(env: Env) -> Mixture:
@@ -1153,23 +1149,23 @@ TABLE: list[Row] = [
         "cannot find the positions of steps [0, 1): the run is at step 1",
         lambda e: _stages_over_stage_0(e).positions_of(0, 1),
     ),
-    # ------------------------------------------------------------------ mmpack._src.ingest
+    # ------------------------------------------------------------------ mmpack.ingest
     Row(
-        "mmpack._src.ingest.ingest",
+        "mmpack.ingest.ingest",
         "an input inside the output, overwrite=True",
         ValueError,
         "lies inside output=",
         lambda e: ingest([e.tmp / "store" / "tokens.bin"], e.tmp / "store", overwrite=True),
     ),
     Row(
-        "mmpack._src.ingest.ingest",
+        "mmpack.ingest.ingest",
         "a glob matching only the output, overwrite=True",
         FileNotFoundError,
         "matches only the store being built",
         lambda e: ingest(str(e.tmp / "store" / "*"), e.tmp / "store", overwrite=True),
     ),
     Row(
-        "mmpack._src.ingest.ingest",
+        "mmpack.ingest.ingest",
         "a DatasetDict of two splits, no split",
         ValueError,
         "dict holds several splits (test, train); build one split per store: choose it with "
@@ -1177,7 +1173,7 @@ TABLE: list[Row] = [
         lambda e: ingest({"train": _Split(), "test": _Split()}, e.tmp / "new"),
     ),
     Row(
-        "mmpack._src.ingest.ingest",
+        "mmpack.ingest.ingest",
         "split= not among the DatasetDict's",
         ValueError,
         "split='dev' is not a split of dict (its splits: test, train)",
@@ -1801,7 +1797,7 @@ _BOUNDSCHECK_SCRIPT = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     import mmpack
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import WindowDataset
 
     corpora = [[], [[]], [[], []], [[5]], [[1, 2, 3], [], [4]], [[], [7, 8], []],
                [list(range(j)) for j in range(7)]]

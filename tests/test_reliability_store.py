@@ -38,8 +38,8 @@ import mmpack._src.store.backends._zarr_shards as shards
 import mmpack._src.store.format
 import mmpack._src.store.publish
 import mmpack._src.store.writer
-from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import FormatError, StoreNotFoundError
+from mmpack.store import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 ROOT = Path(__file__).resolve().parents[1]

@@ -432,7 +432,7 @@ def test_server_stopped_mid_read(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"
@@ -584,7 +584,7 @@ def test_mixture_of_local_and_remote_and_stateful_resume(s3_server, tmp_path):
     over the remote view resumes exactly, the pickled view reopening its URL."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     a, b = _corpus(seed=1), _corpus(seed=2)
     la, lb = mmpack.build(tmp_path / "a", a), mmpack.build(tmp_path / "b", b)

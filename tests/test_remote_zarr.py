@@ -222,7 +222,7 @@ def test_dataloader_workers_fork_and_spawn(s3_server, tmp_path, context):
 def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypatch, capsys):
     import json
 
-    from mmpack._src.cli.commands import main
+    from mmpack.cli import main
 
     use_server_env(monkeypatch, s3_server)
     text = tmp_path / "in.txt"

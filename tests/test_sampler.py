@@ -1,4 +1,4 @@
-"""Specification of :class:`mmpack._src.torch.sampler.ResumableSampler`.
+"""Specification of :class:`mmpack.ResumableSampler`.
 
 Every test of a shuffled order runs with each order of ``_orders.ORDERS`` (the global order and
 the block-window order), against the list models of ``_orders``."""
@@ -24,11 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-from mmpack._src.sampling.block_order import BlockOrder, uniform_bounds
-from mmpack._src.sampling.permutation import Permutation
+from mmpack import Permutation, ResumableSampler
 from mmpack._src.sampling.sampler_state import STATE_FIELDS, STATE_VERSION
-from mmpack._src.torch.sampler import ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.sampling import BlockOrder, uniform_bounds
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -546,7 +545,7 @@ _CHILD = textwrap.dedent(
     import json, sys
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
-    from mmpack._src.torch.sampler import ResumableSampler
+    from mmpack import ResumableSampler
     from _datasets import IndexDataset
     from _orders import order_kwargs
 
@@ -681,7 +680,7 @@ def test_consumed_is_validated(order):
 
 @orders
 def test_indices_carry_their_epoch(order):
-    from mmpack._src.core.validation import EpochIndex
+    from mmpack.store import EpochIndex
 
     sampler = make(50, order, seed=3)
     sampler.set_epoch(4)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
 
 TESTS = Path(__file__).resolve().parent

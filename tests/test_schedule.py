@@ -25,9 +25,7 @@ from reference import (
 )
 
 import mmpack
-from mmpack._src.sampling.mixture import Mixture
-from mmpack._src.sampling.schedule import Schedule
-from mmpack._src.torch.sampler import ResumableSampler
+from mmpack import Mixture, ResumableSampler, Schedule
 
 
 class Src:

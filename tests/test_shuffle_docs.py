@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 import mmpack
 import mmpack._src.store.doc_order as DO
 import mmpack.errors
-from mmpack._src.core.constants import DOC_ORDER_STREAM
-from mmpack._src.ingest.pipeline import ingest
-from mmpack._src.store.writer import StoreWriter, build
+from mmpack import build
+from mmpack.ingest import ingest
+from mmpack.store import DOC_ORDER_STREAM, StoreWriter
 
 # -- the slow Python twin of the order ------------------------------------------------------------
 
@@ -385,7 +385,7 @@ def _parts_inputs(root):
 
 @pytest.mark.dask
 def test_dask_build_is_a_deterministic_permutation(tmp_path, cluster):
-    from mmpack._src.ingest.distributed import build_distributed, plan_tasks
+    from mmpack.ingest import build_distributed, plan_tasks
 
     inputs = _parts_inputs(tmp_path / "in")
     ref = _docs_of(ingest(inputs, tmp_path / "ref").store)

@@ -28,9 +28,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.torch.stages import StageDataset, Stages, stage_seed
+from mmpack import ResumableSampler, Stages
+from mmpack._src.torch.stages import StageDataset
 from mmpack.errors import FormatError, StateMismatchError
+from mmpack.torch import stage_seed
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -448,7 +449,7 @@ def test_a_stages_state_refuses_other_stages_and_bad_fields():
 def test_a_dataloader_gets_each_stage_at_its_seqlen_and_batch_size(tmp_path):
     from torch.utils.data import DataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     store = mmpack.build(tmp_path / "s.mmpack", [np.arange(2000, dtype=np.int32)])
     short = mmpack.WindowDataset(store, seqlen=8)
@@ -465,7 +466,7 @@ def test_a_dataloader_gets_each_stage_at_its_seqlen_and_batch_size(tmp_path):
 def test_a_stateful_dataloader_resumes_the_stages_exactly(tmp_path, workers):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     store = mmpack.build(tmp_path / "s.mmpack", [np.arange(3000, dtype=np.int32)])
 
@@ -488,7 +489,7 @@ def test_a_stateful_dataloader_resumes_the_stages_exactly(tmp_path, workers):
 
 
 def test_tokens_stages_take_a_mixture_of_views_of_one_seqlen(tmp_path):
-    from mmpack._src.sampling.mixture import Mixture
+    from mmpack import Mixture
 
     a = mmpack.build(tmp_path / "a.mmpack", [np.arange(400, dtype=np.int32)])
     b = mmpack.build(tmp_path / "b.mmpack", [np.arange(500, 900, dtype=np.int32)])

@@ -22,8 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.store.writer import StoreWriter, TokenStore, build, open_store
+from mmpack import build
+from mmpack._src.store.writer import TokenStore, open_store
 from mmpack.errors import FormatError, StateMismatchError, StoreExistsError, StoreNotFoundError
+from mmpack.store import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 BOUNDARY_TOKENS = [0, 1, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]  # ids < 2**63

@@ -22,7 +22,7 @@ import mmpack._src.store.blockwriter as BW
 from mmpack._src.store.blockwriter import BlockWriter
 from mmpack._src.store.integrity import block_digest
 from mmpack._src.store.tokenfile import TokenFile
-from mmpack._src.store.writer import StoreWriter
+from mmpack.store import StoreWriter
 
 
 def _naive(raw: bytes, block: int) -> list[int]:

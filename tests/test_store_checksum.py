@@ -24,8 +24,8 @@ from reference import xxh64_slow
 
 import mmpack
 import mmpack._src.store.writer as W
-from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import FormatError
+from mmpack.store import StoreWriter
 
 FIXTURE = Path(__file__).parent / "data" / "store_crc32_v1"
 # A store whose token blocks are CRC-32 (BLOCK_BYTES=64): two token blocks, one offsets block.

@@ -9,7 +9,7 @@ import pytest
 import torch
 from reference import ref_pack, rows_of
 
-from mmpack._src.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker
 from mmpack.errors import FormatError, StateMismatchError
 
 
@@ -239,7 +239,7 @@ def test_source_formats(docs):
 
 
 def test_token_store_source(docs, tmp_path):
-    from mmpack._src.store.writer import build
+    from mmpack import build
 
     store = build(tmp_path / "s", [np.asarray(d) for d in docs])
     packer = StreamingPacker(store, **KW)
@@ -367,7 +367,7 @@ def test_exact_resume(kind, tmp_path):
     docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
     source = docs
     if kind == "store":
-        from mmpack._src.store.writer import build
+        from mmpack import build
 
         source = build(tmp_path / "s", docs)
     kw = dict(
@@ -628,7 +628,7 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
     docs = [np.array([7, 8, 9]), doc, np.array([5, 6])]
     source = docs
     if kind == "store":
-        from mmpack._src.store.writer import build
+        from mmpack import build
 
         source = build(tmp_path / "s", docs)
     kw = {
@@ -698,7 +698,7 @@ def test_lazy_admission_does_not_change_placements(readahead):
 )
 def test_tokens_follow_the_build_rule(bad, match, tmp_path):
     """One token rule for the packer and for build (the same function checks both)."""
-    from mmpack._src.store.writer import build
+    from mmpack import build
 
     with pytest.raises(ValueError, match=match):
         build(tmp_path / "s", [bad])

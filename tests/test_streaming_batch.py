@@ -12,12 +12,12 @@ from test_streaming import make_docs
 
 import mmpack
 import mmpack._src.streaming.placement as placement_module
+from mmpack import StreamingPacker
 from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack._src.store.tokens import as_token_array
 from mmpack._src.streaming.incoming import flat_sequences, sequences_of
-from mmpack._src.streaming.packer import StreamingPacker
 from mmpack._src.streaming.pieces import PieceBuffer
 
 # =========================================================================== slow twins

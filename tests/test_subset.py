@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.sampling.mixture import Mixture
+from mmpack import Mixture
 from mmpack._src.store.subset import SubsetStore, split_keys, token_source
 
 
@@ -245,7 +245,7 @@ def test_an_empty_subset_is_a_store(tmp_path):
 def test_region_plans_megatron_and_workers_take_subsets(tmp_path):
     from _contract import assert_workers_serve
 
-    from mmpack._src.views.megatron_gpt import MegatronGPTDataset
+    from mmpack.formats import MegatronGPTDataset
 
     rng = np.random.default_rng(7)
     docs = _docs(rng, 120)

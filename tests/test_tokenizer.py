@@ -17,12 +17,11 @@ from _text_corpora import EOT, stdlib_texts, train_bpe
 
 from mmpack._src.ingest.tokenizer import (
     BYTE_EOT_ID,
-    ByteTokenizer,
     HFTokenizer,
     TokenizerSpec,
     TransformersTokenizer,
-    load_tokenizer,
 )
+from mmpack.ingest import ByteTokenizer, load_tokenizer
 
 TEXTS = ["", "hello", "héllo wörld ✓ — 日本語 🙂", "tabs\tand\nnewlines\r\n", " lead space"]
 
@@ -225,7 +224,7 @@ def test_dtype_follows_the_largest_id_not_the_vocabulary_size(tmp_path):
 
 
 def test_ingest_stores_ids_beyond_the_vocabulary_size(tmp_path):
-    from mmpack._src.ingest.pipeline import ingest
+    from mmpack.ingest import ingest
 
     tok_path = _sparse_word_level(tmp_path / "sparse.json")
     (tmp_path / "d.txt").write_text("a b\nb b a\n")

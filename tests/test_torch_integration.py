@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import mmpack
-from mmpack._src.torch.collate import collate
+from mmpack.torch import collate
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ _RESUME_SCRIPT = textwrap.dedent(
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
     import mmpack
-    from mmpack._src.torch.collate import collate
+    from mmpack.torch import collate
 
     ds, state, workers = pickle.load(open(sys.argv[1], "rb"))
     sampler = mmpack.ResumableSampler(len(ds), seed=11)

@@ -21,13 +21,11 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from mmpack._src.store.writer import build
-from mmpack._src.streaming.packer import StreamingPacker
+from mmpack import StreamingPacker, build
 from mmpack._src.streaming.shards import StoreDocRange, shard_source
-from mmpack._src.torch.collate import collate
-from mmpack._src.torch.hf import hf_inputs
-from mmpack._src.torch.streaming import PackerDataset, torch_consumer
+from mmpack._src.torch.streaming import torch_consumer
 from mmpack.errors import StateMismatchError
+from mmpack.torch import PackerDataset, collate, hf_inputs
 
 SEQLEN, ROWS, EOT = 24, 3, 0
 
@@ -377,7 +375,7 @@ def test_the_facades_packer_is_a_dataloader_dataset_without_importing_the_torch_
     code = (
         "import sys, mmpack\n"
         "from torch.utils.data import DataLoader\n"
-        "assert 'mmpack._src.torch' not in sys.modules\n"
+        "assert 'mmpack.torch' not in sys.modules\n"
         "p = mmpack.StreamingPacker([[1, 2, 3], [4, 5]], batch_size=1, seqlen=4,"
         " buffer_size=2, drop_last=False)\n"
         "rows = [b['input_ids'].tolist() for b in DataLoader(p, batch_size=None)]\n"

@@ -22,12 +22,9 @@ import torch
 import torch.multiprocessing
 from torch.utils.data import DataLoader
 
+from mmpack import PackedDataset, ResumableSampler, build
 from mmpack._src.core.process import PerProcess
-from mmpack._src.store.writer import build
-from mmpack._src.torch import transfer
-from mmpack._src.torch.collate import Collator, collate
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.views.packed import PackedDataset
+from mmpack.torch import Collator, collate, transfer
 
 SEQLEN, BATCH = 64, 4
 

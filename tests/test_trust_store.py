@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import mmpack
 import mmpack._src.store.publish as P
 import mmpack._src.store.writer as W
-from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import FormatError
+from mmpack.store import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
 
@@ -335,7 +335,7 @@ def test_zarr_missing_chunk_is_an_error_at_open(tmp_path, array, damage):
 
 
 def test_zarr_chunk_removed_after_open_is_an_error_at_read(tmp_path):
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import WindowDataset
 
     expected = _zarr_store(tmp_path)[3].copy()
     store = mmpack.open(tmp_path / "z")  # opened, no shard mapped yet (a mapped one is kept)
@@ -392,7 +392,7 @@ def test_zarr_truncated_chunk_is_an_error_at_read(tmp_path):
 def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
     """After os.chdir, a store opened by a relative path keeps reading its own files, and its
     packing plan goes to its own cache folder."""
-    from mmpack._src.views.packed import PackedDataset
+    from mmpack import PackedDataset
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -431,8 +431,7 @@ def _flipped_store(tmp_path: Path, monkeypatch, backend: str = "memmap"):
 
 @pytest.mark.parametrize("backend", ["memmap"])
 def test_verify_reads_checks_each_block_on_first_read(tmp_path, monkeypatch, backend):
-    from mmpack._src.views.packed import PackedDataset
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import PackedDataset, WindowDataset
 
     docs = _flipped_store(tmp_path, monkeypatch, backend)
     plain = mmpack.open(tmp_path / "s")
@@ -475,7 +474,7 @@ def test_verify_reads_checks_the_offsets_at_open(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_verify_reads_returns_the_same_data(tmp_path, backend):
-    from mmpack._src.views.window import WindowDataset
+    from mmpack import WindowDataset
 
     rng = np.random.default_rng(4)
     docs = [rng.integers(0, 70000, int(rng.integers(0, 300))) for _ in range(300)]

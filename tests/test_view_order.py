@@ -1,5 +1,5 @@
 """A view that orders itself is read in its own order: a mixture whose weights follow a schedule
-puts position ``p`` at step ``p``, so ``mmpack._src.torch.loader``, ``ResumableSampler(view)`` and
+puts position ``p`` at step ``p``, so ``mmpack.torch.loader``, ``ResumableSampler(view)`` and
 ``Stages`` deal its positions to the ranks without permuting them, and refuse ``shuffle=True``
 (or ``"blocks"``) for it; a mixture of constant weights is shuffled as any view.
 
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 import mmpack
-import mmpack._src.torch
-from mmpack._src.torch.sampler import ResumableSampler
-from mmpack._src.torch.stages import Stages
+import mmpack.torch
+from mmpack import ResumableSampler, Stages
 
 N = 400  # samples of the mixture
 
@@ -35,7 +34,7 @@ def _anneal(sources) -> mmpack.Mixture:
 
 def test_the_loader_reads_a_scheduled_mixture_in_its_order(sources):
     mix = _anneal(sources)
-    loader = mmpack._src.torch.loader(mix, 20)
+    loader = mmpack.torch.loader(mix, 20)
     steps = [batch["source"].float().mean().item() for batch in loader]
     # each step trains at the schedule's weight there, not at the average (~0.6) throughout
     assert steps[0] < 0.4 and steps[-1] > 0.8
@@ -47,7 +46,7 @@ def test_the_loader_reads_a_scheduled_mixture_in_its_order(sources):
 def test_ranks_share_a_scheduled_mixture_in_its_order(sources):
     mix = _anneal(sources)
     for rank in (0, 1):
-        loader = mmpack._src.torch.loader(mix, 10, rank=rank, world_size=2)
+        loader = mmpack.torch.loader(mix, 10, rank=rank, world_size=2)
         assert list(loader.sampler) == list(range(rank, N, 2))
 
 
@@ -55,7 +54,7 @@ def test_ranks_share_a_scheduled_mixture_in_its_order(sources):
 def test_an_explicit_shuffle_of_a_scheduled_mixture_is_refused(sources, shuffle):
     mix = _anneal(sources)
     for make in (
-        lambda: mmpack._src.torch.loader(mix, 10, shuffle=shuffle),
+        lambda: mmpack.torch.loader(mix, 10, shuffle=shuffle),
         lambda: ResumableSampler(mix, shuffle=shuffle),
         lambda: Stages([(40, mix, 4)], shuffle=shuffle),
     ):
@@ -76,10 +75,10 @@ def test_a_constant_mixture_is_shuffled_as_before(sources):
     constant = mmpack.Mixture(sources, mmpack.Schedule([(0, [0.5, 0.5])]), num_samples=N, seed=1)
     for m in (mix, constant):
         assert not m.ordered
-        loader = mmpack._src.torch.loader(m, 10, seed=4)
+        loader = mmpack.torch.loader(m, 10, seed=4)
         assert loader.sampler.shuffle is True
         assert list(loader.sampler) == list(ResumableSampler(N, seed=4))
-    assert list(mmpack._src.torch.loader(mix, 10, shuffle=False).sampler) == list(range(N))
+    assert list(mmpack.torch.loader(mix, 10, shuffle=False).sampler) == list(range(N))
 
 
 def test_a_sampler_given_the_mixture_reads_it_in_order(sources):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from reference import naive_stream
 
 import mmpack
-from mmpack._src.views.window import WindowDataset
+from mmpack import WindowDataset
 
 BACKENDS = ["memmap", "zarr"]
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
+from mmpack import WindowDataset
 from mmpack._src.kernels.window import INDEX_STEP
-from mmpack._src.views.window import WindowDataset
 
 
 @settings(max_examples=12, deadline=None)
