@@ -16,7 +16,7 @@ from _datasets import IndexDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from mmpack import ResumableSampler
-from mmpack.torch import elastic
+from mmpack._src.torch import elastic
 
 
 def _flat(batches) -> list[int]:

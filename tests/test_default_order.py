@@ -215,7 +215,7 @@ def test_a_mixture_of_remote_sources_reads_blocks_if_built_with_block_bytes(tmp_
 def test_the_slow_read_warning_points_at_the_users_call(tmp_path, monkeypatch):
     """The sampler warns now, wherever it is made: the warning names the line that made it
     (``ResumableSampler(...)`` or ``loader(...)``), not a line inside mmpack or above the call."""
-    from mmpack.torch import block_fetch
+    from mmpack._src.torch import block_fetch
 
     url = (tmp_path / "remote").as_uri()
     mmpack.build(url, _corpus(n_docs=300, seed=6))

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpack import Permutation, ResumableSampler
+from mmpack._src.torch import elastic
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.torch import elastic
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

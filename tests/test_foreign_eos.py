@@ -26,11 +26,11 @@ from reference import find_eos_slow
 
 import mmpack
 from mmpack import WindowDataset
+from mmpack._src.formats import eos_separated as eos_mod
+from mmpack._src.formats import foreign
 from mmpack._src.formats.eos_separated import EosSeparatedStore, open_eos_separated
 from mmpack._src.kernels.eos import find_eos
 from mmpack.errors import FormatError, StateMismatchError
-from mmpack.formats import eos_separated as eos_mod
-from mmpack.formats import foreign
 
 
 @pytest.fixture(autouse=True)

@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack import PackedDataset, WindowDataset
+from mmpack._src.formats import foreign
 from mmpack._src.formats.megatron import HEADER_BYTES, MegatronStore, open_megatron
 from mmpack._src.store.backends._memmap import mapping_of
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
-from mmpack.formats import foreign
 
 VOCAB = 1000
 # megatron-core's builder calls numpy.array(tensor, ...) the numpy-2 way torch warns about

@@ -35,10 +35,11 @@ from reference import ref_sample_index
 
 import mmpack
 from mmpack import ResumableSampler
+from mmpack._src.formats import megatron_order
 from mmpack._src.formats.megatron_order import split_sequences
 from mmpack._src.kernels.megatron_order import fill_sample_index
 from mmpack.errors import FormatError
-from mmpack.formats import MegatronGPTDataset, build_order, megatron_order
+from mmpack.formats import MegatronGPTDataset, build_order
 from mmpack.torch import collate
 
 with warnings.catch_warnings():

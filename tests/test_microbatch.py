@@ -10,8 +10,8 @@ import torch
 from mmpack import StreamingPacker
 from mmpack._src.streaming import microbatch as np_micro
 from mmpack._src.streaming.microbatch import num_label_tokens, num_sequences
+from mmpack._src.torch import microbatch as torch_micro
 from mmpack._src.torch.streaming import as_tensors
-from mmpack.torch import microbatch as torch_micro
 
 
 def split_packed_batch(batch, *args, **kw):

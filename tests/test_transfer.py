@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader
 
 from mmpack import PackedDataset, ResumableSampler, build
 from mmpack._src.core.process import PerProcess
-from mmpack.torch import Collator, collate, transfer
+from mmpack._src.torch import transfer
+from mmpack.torch import Collator, collate
 
 SEQLEN, BATCH = 64, 4
 
