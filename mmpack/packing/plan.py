@@ -397,7 +397,7 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
     splits: list[np.ndarray] = []
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
     region_split = np.zeros(n_reg + 1, dtype=np.int64)
-    window = 1 if algorithm == PackingAlgorithm.NEXTFIT else spec.lookahead
+    window = {PackingAlgorithm.BFD: 0, PackingAlgorithm.NEXTFIT: 1}.get(algorithm, spec.lookahead)
     scratch = np.zeros(_items.N_STATS, dtype=np.int64)
     nb = p = 0
     for r in range(n_reg):
@@ -407,10 +407,7 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
             _items.item_sizes(lens, seqlen, e, mode, occ, scratch)
         out = (bin_ptr[nb : nb + m + 1], docs[:m], starts[:m], piece_len[p : p + m])
         univ = int(counts[r, _items.ST_UNIVERSE])
-        if algorithm == PackingAlgorithm.BFD:
-            k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
-        else:
-            k = _k.stream(lens, occ, seqlen, e, mode, window, *out, univ=univ)
+        k = _k.place(lens, occ, seqlen, e, mode, window, out, univ)
         bin_ptr[nb : nb + k + 1] += p
         splits.append(encode_region(docs[:m], starts[:m], piece_ref[p : p + m]))
         nb, p = nb + k, p + m
