@@ -30,6 +30,7 @@ from mmpack.kernels.packed_rows import LABELS_NONE, fill_rows
 from mmpack.kernels.plan_bestfit import place_batch, row_index
 from mmpack.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack.streaming.admission import Admission
+from mmpack.streaming.config import PackerConfig
 from mmpack.streaming.labels import Labeller
 from mmpack.streaming.schedules import BatchSizeWarmup
 from mmpack.streaming.stats import EmissionCounts
@@ -45,25 +46,18 @@ class Placement:
     """Builds batches of up to ``batch_size`` rows of ``seqlen`` tokens from the pieces an
     :class:`~mmpack.streaming.admission.Admission` holds.
 
-    ``warmup`` (optional) gives the rows of each batch from the real tokens emitted so far
+    ``config`` gives the batch's shape, the read-ahead, ``drop_last`` and the padding id;
+    ``warmup`` (optional) the rows of each batch from the real tokens emitted so far
     (:attr:`token_count`, kept across epochs); ``labeller`` writes the labels.
     """
 
     def __init__(
-        self,
-        *,
-        batch_size: int,
-        seqlen: int,
-        buffer_size: int,
-        readahead: int,
-        drop_last: bool,
-        pad_id: int,
-        labeller: Labeller,
-        warmup: BatchSizeWarmup | None,
+        self, config: PackerConfig, labeller: Labeller, warmup: BatchSizeWarmup | None
     ) -> None:
+        batch_size, seqlen = config.batch_size, config.seqlen
         self._batch_size, self._seqlen = batch_size, seqlen
-        self._buffer_size, self._readahead = buffer_size, readahead
-        self._drop_last, self._pad_id = drop_last, pad_id
+        self._buffer_size, self._readahead = config.buffer_size, config.readahead
+        self._drop_last, self._pad_id = config.drop_last, config.pad_id
         self._labeller, self._warmup = labeller, warmup
         self._bits, self._off = row_index(batch_size, seqlen)
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
