@@ -31,6 +31,7 @@ from mmpack.kernels.plan_bestfit import place_batch, row_index
 from mmpack.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack.streaming.admission import Admission
 from mmpack.streaming.config import PackerConfig
+from mmpack.streaming.incoming import refuse_wide_ids
 from mmpack.streaming.labels import Labeller
 from mmpack.streaming.schedules import BatchSizeWarmup
 from mmpack.streaming.stats import EmissionCounts
@@ -241,13 +242,7 @@ class Placement:
 def _refuse_tokens(pieces: list[Any]) -> None:
     """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
     int64 row) among ``pieces``."""
-    for p in pieces:
-        a = np.asarray(p)
-        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
-            raise ValueError(
-                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
-                f"got {int(a.max())}"
-            )
+    refuse_wide_ids([np.asarray(p) for p in pieces])
     lowest = min(int(np.min(p)) for p in pieces if len(p))
     raise ValueError(
         f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
