@@ -308,8 +308,6 @@ LONG_MODULES = {
     "register_subsets serves from one module",
     "store/writer.py": "one class, StoreWriter, a streaming writer's state from the first add to "
     "the commit, and build, its front door",
-    "streaming/packer.py": "one class, StreamingPacker; its buffer, placement, schedules, "
-    "shards and checkpoints already live in its sibling modules",
     "torch/collate.py": "split pending",
     "torch/sampler.py": "one class, ResumableSampler, whose iteration, state_dict and skip or "
     "replay share one cursor; its order lives in sampling (dealing, sampler_edits, "
@@ -528,14 +526,12 @@ def plain(x):
 # A module docstring says what the module owns, its algorithm, its cost and the command that
 # measures it, in at most MAX_DOCSTRING_LINES lines (the quotes included); comparisons, run
 # figures and history belong to the docs (measurements to docs/benchmarks.md).  LONG_DOCSTRINGS
-# lists the modules still owed a trim (the packing plan, its file and kernels, the context-parallel
-# layout and the look-ahead, which are being reworked: each trim goes with that work); the test
+# lists the modules still owed a trim (the context-parallel layout and the look-ahead, which are
+# being reworked: each trim goes with that work); the test
 # below fails on an entry that fits, so the list only shrinks.
 MAX_DOCSTRING_LINES = 25
 LONG_DOCSTRINGS = {
-    "kernels/plan_bestfit.py",
     "views/cp_layout.py",
-    "views/packed.py",
     "views/readahead.py",
 }
 

@@ -325,7 +325,7 @@ def test_bitset_tree_successor(universe, members, data):
 @given(cases)
 def test_universe_recorded_by_item_sizes(case):
     """``stats[ST_UNIVERSE]`` is ``min(seqlen, 1 + slots of the items smaller than seqlen)``,
-    as is :func:`packing.universe` (numpy), for every long-document policy."""
+    for every long-document policy."""
     from mmpack._src.packing.plan import _LONG_CODES
 
     lens, seqlen, eot, long_docs = case
@@ -335,7 +335,7 @@ def test_universe_recorded_by_item_sizes(case):
     plan_items.item_sizes(
         np.array(lens, dtype=np.int64), seqlen, int(eot), _LONG_CODES[long_docs], rem, counts
     )
-    assert counts[plan_items.ST_UNIVERSE] == min(seqlen, small + 1) == K.universe(rem, seqlen)
+    assert counts[plan_items.ST_UNIVERSE] == min(seqlen, small + 1)
 
 
 # ------------------------------------------------------------------------------- cache
@@ -511,17 +511,14 @@ def _plan_uncompressed(lens, seqlen, eot, long_docs, algorithm, window):
     counts = np.zeros(plan_items.N_STATS, dtype=np.int64)
     plan_items.item_sizes(lens, seqlen, e, mode, rem, counts)
     n_items = int(counts[plan_items.ST_FULL_PIECES] + counts[plan_items.ST_PLACED_DOCS])
-    out = [
+    out = (
         np.empty(n_items + 1, np.int64),
         np.empty(n_items, np.int64),
         np.empty(n_items, np.int64),
         np.empty(n_items, np.int32),
-    ]
-    if algorithm == "bfd":
-        nb = K.bfd(lens, rem, seqlen, e, mode, *out, univ=seqlen)
-    else:
-        nb = K.stream(lens, rem, seqlen, e, mode, window, *out, univ=seqlen)
-    return [out[0][: nb + 1]] + out[1:]
+    )
+    nb = K.place(lens, rem, seqlen, e, mode, 0 if algorithm == "bfd" else window, out, seqlen)
+    return [out[0][: nb + 1], *out[1:]]
 
 
 @settings(max_examples=150, deadline=None)

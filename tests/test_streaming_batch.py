@@ -17,7 +17,7 @@ from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack._src.store.tokens import as_token_array
-from mmpack._src.streaming.incoming import flat_sequences, sequences_of
+from mmpack._src.streaming.incoming import flat_sequences
 from mmpack._src.streaming.pieces import PieceBuffer
 
 # =========================================================================== slow twins
@@ -217,8 +217,9 @@ def test_numpy_and_list_sources_match_seed_twin(
 
 
 # =========================================================================== one pass per batch
-def _tokens(objs, lens):
-    return [np.asarray(o).tolist() for o in objs], lens.tolist()
+def _tokens(flat, lens):
+    ends = np.cumsum(lens).tolist()
+    return [flat[e - n : e].tolist() for e, n in zip(ends, lens.tolist())], lens.tolist()
 
 
 @pytest.mark.parametrize(
@@ -230,10 +231,10 @@ def _tokens(objs, lens):
         [np.arange(4, dtype=np.int32), np.arange(3, dtype=np.uint8)],
     ],
 )
-def test_sequences_of_keeps_the_tokens(items):
-    objs, lens = sequences_of(items, 0)
-    assert _tokens(objs, lens) == ([list(x) for x in items], [len(x) for x in items])
-    assert all(np.asarray(o).dtype.kind in "iu" for o in objs)
+def test_flat_sequences_keep_the_tokens(items):
+    flat, lens = flat_sequences(items, 0)
+    assert _tokens(flat, lens) == ([list(x) for x in items], [len(x) for x in items])
+    assert flat.dtype.kind in "iu"
 
 
 @pytest.mark.parametrize(
@@ -252,24 +253,24 @@ def test_lists_follow_the_token_rule(bad, exc, match):
     naming its document, even when the other lists are plain (the one-pass path falls back)."""
     items = [[1, 2]] * 10 + [bad] + [[0, 1]] * 5
     with pytest.raises(exc, match=match):
-        sequences_of(items, 1)
+        flat_sequences(items, 1)
     with pytest.raises(exc):
         as_token_array(bad, 11)
 
 
 def test_integral_floats_and_numpy_scalars_in_lists_are_converted():
     items = [[1.0, 2.0], [np.int64(3), 4], [5, 6]]
-    objs, lens = sequences_of(items, 0)
-    assert _tokens(objs, lens) == ([[1, 2], [3, 4], [5, 6]], [2, 2, 2])
+    flat, lens = flat_sequences(items, 0)
+    assert _tokens(flat, lens) == ([[1, 2], [3, 4], [5, 6]], [2, 2, 2])
 
 
 def test_bad_arrays_take_the_exact_path():
     with pytest.raises(TypeError, match="document 1 has shape"):
-        sequences_of([np.arange(3), np.ones((2, 2), dtype=np.int64)], 0)
+        flat_sequences([np.arange(3), np.ones((2, 2), dtype=np.int64)], 0)
     with pytest.raises(TypeError, match="document 0"):
-        sequences_of([np.int64(3), np.arange(2)], 0)
+        flat_sequences([np.int64(3), np.arange(2)], 0)
     with pytest.raises(ValueError, match="non-integer token 0.5"):
-        sequences_of([np.arange(3), np.full(2, 0.5)], 0)
+        flat_sequences([np.arange(3), np.full(2, 0.5)], 0)
 
 
 @pytest.mark.parametrize("source_kind", ["array", "list"])
@@ -346,7 +347,7 @@ def test_gather_pieces_matches_twin(dtype, n_chunk, base, data):
     assert (got == want).all()
 
 
-def test_flat_sequences_joins_and_checks_like_sequences_of():
+def test_flat_sequences_joins_and_checks_like_flat_sequences():
     items = [
         np.arange(4, dtype=np.int32),
         np.arange(3, dtype=np.uint8),

@@ -10,12 +10,8 @@ branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredict
 The draw ``u = (h >> 11) * 2**-53`` is compared as the integer ``h >> 11`` against
 ``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).
 
-Cost: with random keys a per-token branch on ``u`` is mispredicted often; the earlier one-pass
-loop took ~14 us per 2048-token row (mask_prob 0.3), this ~4 us.  Packed MLM ``ds[i]``:
-24.9 -> 10.8 us (causal 4.3 us); ``__getitems__`` x32: 102 -> 307 Mtok/s, x128: 100 -> 210
-Mtok/s (causal 625 and 324), measured interleaved against the previous kernel in one process on
-a shared 2-core machine (load 2.1); ``python -m benchmarks.bench_packed --quick`` prints the mlm
-rows.
+Cost: O(tokens) per batch; ``python -m benchmarks.bench_packed --quick`` prints the mlm rows
+(figures in ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -149,13 +145,9 @@ def mlm_hashed_rows(
     selected when ``u < mask_prob``, ``maskable[r, t] != 0`` and ``ids[r, t]`` is not in
     ``excluded`` (int64, sorted, unique); a selected token becomes ``mask_id`` when
     ``u < 0.8 mask_prob``, else the allowed id of rank ``floor(u2 * n_allowed)`` (``u2`` from
-    ``mix64(h ^ replace)``) when ``u < 0.9 mask_prob``, else stays.
-
-    Branch-free passes per row (the draws compared as the integer ``h >> 11`` against
-    ``ceil(p * 2**53)``, the same test as the float one, exactly): hashes, unselectable flags,
-    labels and masks; then the random replacements behind one branch taken for ~0.1 p of the
-    tokens.  With random keys a branch on ``u < p`` is mispredicted on a sizeable fraction of
-    the tokens: the one-pass branching loop took ~14 us per 2048-token row, this ~4 us.
+    ``mix64(h ^ replace)``) when ``u < 0.9 mask_prob``, else stays.  Branch-free passes per
+    row, then the random replacements behind one branch taken for ~0.1 p of the tokens (see the
+    module docstring).
     """
     t_sel = _threshold(mask_prob)
     t_mask = _threshold(0.8 * mask_prob)

@@ -1,49 +1,25 @@
-"""Placement kernels over one free-space index, a 64-ary bitset tree: best-fit decreasing's packing
-loop (:func:`bfd_groups`) and order-keeping online best fit (:func:`online_place`, the plan
-algorithm ``"online"``) of the packing plan, and the streaming packer's best fit over the rows
-of a batch (:func:`place_batch`, :func:`place_best_fit`).
+"""Placement kernels over one free-space index, a 64-ary bitset tree: best-fit decreasing
+(:func:`bfd_groups`, output pass :func:`emit_groups`), order-keeping online best fit
+(:func:`online_place`) and the streaming packer's best fit over a batch's rows
+(:func:`place_batch`, :func:`place_best_fit`).  Jitted functions here call only this module's.
 
-The drivers :func:`mmpack._src.kernels.packing.bfd` and :func:`~mmpack._src.kernels.packing.stream` chain
-them with the item kernels of :mod:`mmpack._src.kernels.plan_items`, best-fit decreasing's output
-pass :func:`emit_groups` (here, beside the tables it reads) and online best fit's,
-:mod:`mmpack._src.kernels.plan_emit`.  A bin holds ``S`` slots.  Jitted functions here call only
-jitted functions of this module (numba's cache does not follow callees across files).
+Index.  Open bins sit in buckets by free space ``f`` in ``[1, S)``; a bitset tree (a bit per
+non-empty bucket, a bit per non-zero word a level up) finds the smallest bucket ``>= L`` in
+``O(log_64 S)`` word operations.  Buckets are indexed by ``f - D``, ``D = S - U``, ``U = min(S,
+T + 1)`` (``T``: the slots of all items smaller than ``S``), so memory follows the store, not
+``S``; the shift is monotone, so no decision changes.
 
-Free-space index.  Open bins are kept in buckets indexed by their free space ``f`` in
-``[1, S)``; a 64-ary bitset tree over ``f`` (one bit per non-empty bucket, one bit per non-zero
-word a level up) finds the smallest non-empty bucket ``>= L`` in ``O(log_64 S)`` word operations,
-each a shift and a count of trailing zeros.  Memory follows the store, not ``S``: a bin's used
-slots ``u = S - f`` never exceed ``T``, the slots of all items smaller than ``S``, so buckets,
-tree, size pools and paths are indexed by ``f - D`` with ``D = S - U``, ``U = min(S, T + 1)``
-(a monotone shift: every decision, hence every plan, is unchanged).  Three documents at
-``S = 2**28`` then take a few words instead of 10 GB.
-
-Best-fit decreasing.  Items of size ``S`` each fill a bin, in document order.  The others are
-counting-sorted by size (O(n + S), no comparison sort) and taken in decreasing size; each goes to
-the open bin with the smallest free space that holds it, a new bin when none does.  Equal sizes
-being interchangeable, :func:`bfd_groups` works on size classes and on groups of identical bins
-(see :func:`mmpack._src.kernels.packing.bfd`), so its loop costs O(steps * log_64 S) with steps bounded
-by the number of items but in practice by a function of ``S`` alone; the output pass is
-sequential, O(n).  Among bins with equal free space the most recently moved group is chosen (each
-bucket is a stack of groups); the number of bins and the multiset of bin fills do not depend on
-that choice.
-
-Online best fit.  Items in document order; size-``S`` items are emitted at once as bins of their
-own; every other item goes to the best-fitting of at most ``window`` open bins (ties as above).
-When none fits and the window is full, the fullest open bin (ties: the one that reached its free
-space first, each bucket being a queue at that end) is closed and emitted before a new bin opens;
-a bin left with no free space is emitted at once; at the end the open bins are emitted in the
-order they were opened.  Bins are numbered in emission order, so the data order is kept up to the
-window.  ``window = 1`` is next fit.  Cost O(n log_64 S + S).
-
-Streaming rows.  The streaming packer (:mod:`mmpack._src.streaming.placement`) needs, for a piece of
-length ``L``, the row with the smallest remaining space ``>= L``, ties to the lowest row
-(ModernBERT's ``argmin`` over the fitting rows picks the first smallest).  Each row ``r`` with
-remaining space ``s`` is one key ``s * stride + r`` (``stride``: the most rows) in the same tree
-over ``(row_len + 1) * stride`` keys (:func:`row_index`); the answer is the successor of ``L *
-stride``.  Insert, remove and successor touch at most one word per level:
-O(log_64(rows * row_len)), against the O(rows) scan of ModernBERT's ``find_best_fit``.  Memory:
-``(row_len + 1) * stride / 8`` bytes.
+Best-fit decreasing.  Size-``S`` items fill a bin each, in document order; the others are
+counting-sorted (O(n + S)) and taken in decreasing size into the open bin of smallest fitting
+free space (a new bin when none fits), by size class and groups of identical bins (see
+:func:`mmpack._src.kernels.packing.place`): O(steps * log_64 S), ties to the most recently moved group.
+Online best fit.  Items in document order into the best-fitting of at most ``window`` open bins;
+when none fits and the window is full, the fullest (first to reach its free space) is emitted;
+a full bin is emitted at once, the open ones at the end in opening order.  O(n log_64 S + S);
+``window = 1`` is next fit.  Streaming rows: row ``r`` with remaining space ``s`` is key ``s *
+stride + r`` in the same tree (:func:`row_index`); the row for a piece of length ``L`` (smallest
+space ``>= L``, ties to the lowest row) is the successor of ``L * stride``: O(log_64(rows *
+row_len)), ``(row_len + 1) * stride / 8`` bytes.
 """
 
 from __future__ import annotations
@@ -199,7 +175,7 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 @njit
 def bfd_groups(count: np.ndarray, seqlen: int, univ: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Best-fit decreasing's packing loop over size classes (``count[L]`` items of size ``L``,
-    largest first), on groups of identical bins (see :func:`~mmpack._src.kernels.packing.bfd`).
+    largest first), on groups of identical bins (see :func:`~mmpack._src.kernels.packing.place`).
 
     Returns the node table and the group table (int64, shape (3, capacity); rows ``_PARENT,
     _SIZE, _TAKE`` and ``_COUNT, _NODE, _NEXT``) and the number of groups, in creation order.

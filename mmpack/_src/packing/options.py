@@ -9,7 +9,7 @@ becomes of a document longer than a row, and the seed.  :func:`check_row_options
 check (a ``TypeError`` or ``ValueError`` naming the argument); each driver's configuration
 (:class:`~mmpack._src.views.packed_config.PackedConfig`,
 :class:`~mmpack._src.streaming.config.PackerConfig`) is a :class:`RowOptions` with the driver's own
-fields added.  O(1) but for the excluded ids (O(number of special ids)).
+fields added, which the driver shows as attributes through :class:`Delegated`.  O(1) but for the excluded ids (O(number of special ids)).
 
 :class:`PlanSpec` holds what decides a packing plan (:mod:`mmpack._src.packing.plan`): checked when
 it is made, passed as one value through the plan's builders, its file's cache key and the
@@ -48,7 +48,22 @@ from mmpack._src.kernels.packed_rows import LABELS_HF, LABELS_NEXT, LABELS_NONE
 from mmpack._src.packing.masking import excluded_ids
 from mmpack._src.store.vocab import check_in_vocab, resolve_special
 
-__all__ = ["PlanSpec", "RowOptions", "check_row_options", "label_mode"]
+__all__ = ["Delegated", "PlanSpec", "RowOptions", "check_row_options", "label_mode"]
+
+
+class Delegated:
+    """A read-only attribute that reads the field of the same name of the owner's options
+    object, the attribute ``holder`` (``seqlen = Delegated("config")``): a driver exposes its
+    options' fields without a property each."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(getattr(obj, self.holder), self.name)
 
 
 @dataclass(frozen=True)

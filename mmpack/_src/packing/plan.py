@@ -309,7 +309,7 @@ def build_plan(
     PackingPlan
         A pure function of the arguments (same input, identical arrays).
     """
-    lens = _check_doc_lens(doc_lens)
+    offsets = _offsets_of(doc_lens)
     spec = PlanSpec(
         seqlen,
         add_eot=add_eot,
@@ -318,8 +318,6 @@ def build_plan(
         lookahead=lookahead,
         region_tokens=region_tokens,
     )
-    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
     return plan_of_offsets(offsets, spec)
 
 
@@ -348,21 +346,20 @@ def pack_regions(doc_lens: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> Pac
     ``region_doc`` keep (a part's ``region_doc`` starts at ``edges[0]``).
     ``spec.region_tokens`` is only recorded.
     """
-    lens = _check_doc_lens(doc_lens)
+    offsets = _offsets_of(doc_lens)
+    n_docs = offsets.shape[0] - 1
     edges = np.ascontiguousarray(edges, dtype=np.int64)
     if (
         edges.ndim != 1
         or edges.shape[0] < 1
-        or edges[-1] - edges[0] != lens.shape[0]
+        or edges[-1] - edges[0] != n_docs
         or np.any(np.diff(edges) <= 0)
         or edges[0] < 0
     ):
         raise ValueError(
             f"edges must be strictly increasing document indices >= 0 spanning the "
-            f"{lens.shape[0]} lengths given, got {edges!r}"
+            f"{n_docs} lengths given, got {edges!r}"
         )
-    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
     return _pack(offsets, int(edges[0]), edges, spec)
 
 
@@ -402,7 +399,8 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
     splits: list[np.ndarray] = []
     region_bin = np.zeros(n_reg + 1, dtype=np.int64)
     region_split = np.zeros(n_reg + 1, dtype=np.int64)
-    window = 1 if algorithm == PackingAlgorithm.NEXTFIT else spec.lookahead
+    online, nextfit = PackingAlgorithm.ONLINE, PackingAlgorithm.NEXTFIT
+    window = spec.lookahead if algorithm == online else int(algorithm == nextfit)  # bfd: 0
     scratch = np.zeros(_items.N_STATS, dtype=np.int64)
     nb = p = 0
     for r in range(n_reg):
@@ -412,10 +410,7 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
             _items.item_sizes(lens, seqlen, e, mode, occ, scratch)
         out = (bin_ptr[nb : nb + m + 1], docs[:m], starts[:m], piece_len[p : p + m])
         univ = int(counts[r, _items.ST_UNIVERSE])
-        if algorithm == PackingAlgorithm.BFD:
-            k = _k.bfd(lens, occ, seqlen, e, mode, *out, univ=univ)
-        else:
-            k = _k.stream(lens, occ, seqlen, e, mode, window, *out, univ=univ)
+        k = _k.place(lens, occ, seqlen, e, mode, window, out, univ)
         bin_ptr[nb : nb + k + 1] += p
         splits.append(encode_region(docs[:m], starts[:m], piece_ref[p : p + m]))
         nb, p = nb + k, p + m
@@ -432,19 +427,19 @@ def _pack(offsets: np.ndarray, base: int, edges: np.ndarray, spec: PlanSpec) -> 
     return PackingPlan(*arrays, **spec.params(), stats=stats_of(sums, seqlen))
 
 
-def _check_doc_lens(doc_lens: Any) -> np.ndarray:
-    """``doc_lens`` as a read-only int64 array, checked (1-D, integers, all >= 0)."""
+def _offsets_of(doc_lens: Any) -> np.ndarray:
+    """The offsets (int64, shape (n_docs + 1,)) of documents of lengths ``doc_lens``, checked
+    (1-D, integers, all >= 0)."""
     lens = np.ascontiguousarray(doc_lens)
     if lens.ndim != 1 or not (lens.dtype.kind in "iu" or lens.size == 0):
         raise TypeError(
             f"doc_lens must be a 1-D integer array, got dtype {lens.dtype} with shape {lens.shape}"
         )
-    # One kernel signature whatever the caller passes (a store's read-only int64 offsets
-    # diff, a writable list or array): each plan kernel compiles once per process.
-    lens = lens.astype(np.int64, copy=False).view()
-    lens.flags.writeable = False
+    lens = lens.astype(np.int64, copy=False)
     if lens.size and lens.min() < 0:
         raise ValueError(
             f"doc_lens must be >= 0; document {int(np.argmin(lens))} has length {int(lens.min())}"
         )
-    return lens
+    offsets = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return offsets

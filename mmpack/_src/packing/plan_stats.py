@@ -80,22 +80,12 @@ def stats_of(sums: dict[str, int], seqlen: int) -> PackingStats:
     tokens, n_bins, n_docs = sums["n_tokens"], sums["n_bins"], sums["n_docs"]
     lower = -(-tokens // seqlen)
     return PackingStats(
+        **{name: sums[name] for name in _SUMMED},
         seqlen=seqlen,
-        n_docs=n_docs,
-        n_bins=n_bins,
-        n_pieces=sums["n_pieces"],
-        n_tokens=tokens,
         padding_tokens=n_bins * seqlen - tokens,
         efficiency=tokens / (n_bins * seqlen) if n_bins else 1.0,
         lower_bound_bins=lower,
         excess_bins=n_bins / lower - 1.0 if lower else 0.0,
-        n_empty=sums["n_empty"],
-        n_long=sums["n_long"],
-        n_split=sums["n_split"],
-        n_truncated=sums["n_truncated"],
-        n_dropped=sums["n_dropped"],
-        lost_tokens=sums["lost_tokens"],
         frac_long=sums["n_long"] / n_docs if n_docs else 0.0,
         frac_split=sums["n_split"] / n_docs if n_docs else 0.0,
-        n_regions=sums["n_regions"],
     )

@@ -122,19 +122,9 @@ def _unfilled(lens: np.ndarray, seqlen: int, eot: int) -> int:
     """The free slots of all but the emptiest bin of the best-fit-decreasing plan of documents of
     ``lens`` tokens (int64; split at ``seqlen``, an eot slot after each when ``eot``)."""
     lens.flags.writeable = False  # the plan's kernel signature (read-only int64)
-    occ = np.empty(lens.shape[0], dtype=np.int32)
-    stats = np.zeros(_items.N_STATS, dtype=np.int64)
-    _items.item_sizes(lens, seqlen, eot, _items.LONG_SPLIT, occ, stats)
-    m = int(stats[_items.ST_FULL_PIECES] + stats[_items.ST_PLACED_DOCS])
-    if m == 0:
+    nb, (bin_ptr, _, _, piece_len) = _k.pack_alone(lens, seqlen, eot, _items.LONG_SPLIT)
+    if nb == 0:
         return 0
-    bin_ptr = np.zeros(m + 1, dtype=np.int64)
-    docs, starts = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    piece_len = np.empty(m, dtype=np.int32)
-    univ = int(stats[_items.ST_UNIVERSE])
-    nb = _k.bfd(
-        lens, occ, seqlen, eot, _items.LONG_SPLIT, bin_ptr, docs, starts, piece_len, univ=univ
-    )
     slots = np.minimum(piece_len.astype(np.int64) + eot, seqlen)  # a full piece has no eot
     free = seqlen - np.add.reduceat(slots, bin_ptr[:nb])
     return int(free.sum() - free.max())

@@ -63,17 +63,15 @@ _EMISSION = tuple(f.name for f in dataclasses.fields(EmissionCounts))
 
 @dataclass(frozen=True)
 class Expected:
-    """What a state must match to load into a packer: its ``config``, its ``shard``, its whole
-    source's length and fingerprint, the length of its shard, and its row length and
-    ``long_docs`` policy (which bound the pieces)."""
+    """What a state must match to load into a packer: its ``config`` (whose ``seqlen`` and
+    ``long_docs`` bound the pieces), its ``shard``, its whole source's length and fingerprint,
+    and the length of its shard."""
 
     config: dict[str, Any]
     shard: tuple[int, int]
     source_len: int
     source_fingerprint: Any
     shard_len: int
-    seqlen: int
-    long_docs: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,13 +126,13 @@ class PackerState:
         """
         _check_header(state)
         _check_same_packer(state, expected)
-        n = expected.shard_len
+        n, seqlen = expected.shard_len, expected.config["seqlen"]
         out = {k: state[k] for k in STATE_FIELDS}
         _check_position(out, n)
         if out["next_offset"] and (
-            expected.long_docs != "split"
+            expected.config["long_docs"] != "split"
             or out["next_index"] >= n
-            or out["next_offset"] % expected.seqlen
+            or out["next_offset"] % seqlen
         ):
             raise FormatError(
                 f"the state's next_offset={out['next_offset']} is not the start of a piece of "
@@ -144,9 +142,7 @@ class PackerState:
         if not isinstance(counters, Mapping) or set(counters) != set(COUNTER_FIELDS):
             raise FormatError(f"the state's counters must be a dict of {list(COUNTER_FIELDS)}")
         counts = {k: _state_int(counters[k], k, 0, 2**63) for k in COUNTER_FIELDS}
-        src, off, plen = _checked_pending(
-            state, out["next_index"], out["next_offset"], n, expected.seqlen
-        )
+        src, off, plen = _checked_pending(state, out["next_index"], out["next_offset"], n, seqlen)
         return cls(
             config=expected.config,
             shard=expected.shard,

@@ -45,50 +45,27 @@ class PackerConfig(RowOptions):
         cls,
         *,
         batch_size: Any,
-        seqlen: Any,
         buffer_size: Any,
-        mode: Any,
-        label_shift: Any,
-        pad_id: Any,
-        eot: Any,
-        mask_id: Any,
-        vocab_size: Any,
-        special_ids: Any,
-        mask_prob: Any,
-        ignore_index: Any,
-        long_docs: Any,
         drop_last: Any,
         source_format: Any,
-        seed: Any,
         readahead: Any,
         rank: Any,
         world_size: Any,
         shard: Any,
-        **schedule_args: Any,
+        schedule_args: dict[str, Any],
+        **rows: Any,
     ) -> PackerConfig:
-        """The checked parameters (the packer's signature holds their defaults)."""
+        """The checked parameters (the packer's signature holds their defaults): ``rows`` the
+        rows' options (:func:`~mmpack.packing.options.check_row_options`), ``schedule_args``
+        the schedules' (:func:`~mmpack.streaming.schedules.token_schedules`)."""
         batch_size = check_positive_int(batch_size, "batch_size")
-        rows = check_row_options(
-            seqlen=seqlen,
-            eot=eot,
-            pad_id=pad_id,
-            mode=mode,
-            label_shift=label_shift,
-            ignore_index=ignore_index,
-            mask_prob=mask_prob,
-            mask_id=mask_id,
-            vocab_size=vocab_size,
-            special_ids=special_ids,
-            long_docs=long_docs,
-            seed=seed,
-            labels_optional=True,
-        )
+        checked = check_row_options(**rows, labels_optional=True)
         buffer_size = check_positive_int(buffer_size, "buffer_size")
         if buffer_size < batch_size:
             raise ValueError(f"buffer_size={buffer_size} must be >= batch_size={batch_size}")
         rank, world_size = _check_ranks(rank, world_size)
         config = cls(
-            **vars(rows),
+            **vars(checked),
             batch_size=batch_size,
             buffer_size=buffer_size,
             drop_last=check_bool(drop_last, "drop_last"),

@@ -3,15 +3,12 @@
 :func:`flat_sequences` (what the streaming packer uses, through :func:`flat_documents`, which
 also takes the loss masks of documents ``{"input_ids", "loss_mask"}``) checks an incoming batch by
 the rule of :func:`mmpack.build` (:func:`mmpack._src.store.tokens.as_token_array`, one function for
-both) in one pass each over its dtypes, lengths and ndims, and joins it into one 1-D integer array, a *chunk*
-(:mod:`mmpack._src.streaming.pieces`): one ``b"".join`` of the arrays' bytes when they share one
-native dtype and are contiguous (~0.1 us an array plus the copy, about twice as fast as
-``np.concatenate``), else one ``np.concatenate`` into their common dtype; lists of Python ints
-are converted by one ``np.fromiter`` (~24 ns a token with the check, against ~25 ns for one
-``np.array`` per list and ~18 ns for ModernBERT's slice assignment of each list); anything else
-sequence by sequence by the build's rule.  :func:`sequences_of` is the same check keeping one
-object per sequence.  Measured in ``python -m benchmarks.bench_streaming_floor``: ~0.25 us a
-numpy sequence in all, the join included.
+both) in one pass each over its dtypes, lengths and ndims, and joins it into one 1-D integer
+array, a *chunk* (:mod:`mmpack._src.streaming.pieces`): one ``b"".join`` of the arrays' bytes when
+they share one native dtype and are contiguous, else one ``np.concatenate`` into their common
+dtype; lists of Python ints are converted by one ``np.fromiter``; anything else sequence by
+sequence by the build's rule.  Cost: O(tokens), a few tenths of a microsecond a numpy sequence
+(``python -m benchmarks.bench_streaming_floor``).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
-__all__ = ["flat_documents", "flat_sequences", "sequences_of", "tokens_of"]
+__all__ = ["flat_documents", "flat_sequences", "refuse_wide_ids", "tokens_of"]
 
 
 def tokens_of(item: Any) -> Any:
@@ -32,26 +29,12 @@ def tokens_of(item: Any) -> Any:
 
 def _plain(item: Any) -> bool:
     """Tokens numpy can be trusted with as they are: a 1-D integer numpy array (lists go through
-    the one-pass check of :func:`_int_lists` or the build's exact rule)."""
+    the one-pass check of :func:`_int_lists_flat` or the build's exact rule)."""
     return type(item) is np.ndarray and item.ndim == 1 and item.dtype.kind in "iu"
 
 
 _ndim = operator.attrgetter("ndim")
 _dtype = operator.attrgetter("dtype")
-
-
-def _integer_vector_lengths(items: list[np.ndarray]) -> np.ndarray | None:
-    """The lengths of numpy arrays ``items`` if all are 1-D with integer dtypes, else None
-    (~0.1 us an array: one pass each over lengths, ndims and dtypes)."""
-    try:
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    except TypeError:  # a 0-d array
-        return None
-    if sum(map(_ndim, items)) != len(items):  # every ndim >= 1 (len worked): all are 1-D
-        return None
-    if not all(d.kind in "iu" for d in set(map(_dtype, items))):
-        return None
-    return lens
 
 
 def _hides_bools(items: list[Any], flat: np.ndarray, lens: np.ndarray) -> bool:
@@ -89,16 +72,6 @@ def _int_lists_flat(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
     return flat
 
 
-def _int_lists(items: list[Any], lens: np.ndarray) -> np.ndarray | None:
-    """:func:`_int_lists_flat` as views of the one array (an object array), or None."""
-    flat = _int_lists_flat(items, lens)
-    if flat is None:
-        return None
-    ends = np.cumsum(lens).tolist()
-    starts = [0, *ends[:-1]]
-    return np.fromiter(map(flat.__getitem__, map(slice, starts, ends)), object, len(items))
-
-
 def _concat_ints(arrays: list[np.ndarray]) -> np.ndarray:
     """1-D integer arrays one after the other in one integer array (their common dtype).
 
@@ -110,13 +83,19 @@ def _concat_ints(arrays: list[np.ndarray]) -> np.ndarray:
     flat = np.concatenate(arrays)
     if flat.dtype.kind in "iu":
         return flat if flat.dtype.isnative else flat.astype(flat.dtype.newbyteorder("="))
+    refuse_wide_ids(arrays)
+    return np.concatenate(arrays, dtype=np.int64, casting="unsafe")
+
+
+def refuse_wide_ids(arrays: list[np.ndarray]) -> None:
+    """``ValueError`` naming the uint64 id ``>= 2**63`` among ``arrays``, if any (the packer's
+    rows are int64)."""
     for a in arrays:
         if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
             raise ValueError(
                 f"source sequences must hold token ids < 2**63 (they are returned as int64), "
                 f"got {int(a.max())}"
             )
-    return np.concatenate(arrays, dtype=np.int64, casting="unsafe")
 
 
 def _checked(items: list[Any]) -> tuple[list[Any], str]:
@@ -138,32 +117,6 @@ def _exact(items: list[Any], first: int) -> list[np.ndarray]:
     from mmpack._src.store.tokens import as_token_array  # the one token rule (the build's)
 
     return [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
-
-
-def sequences_of(items: list[Any], first: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The token sequences of ``items`` (dicts' ``input_ids``) as an object array, and lengths.
-
-    Every sequence obeys the token rule of :func:`mmpack.build` (the same function checks both):
-    1-D, integer ids (integral floats are converted, bools, fractions, strings and negative ids
-    refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``).  Integer
-    arrays are kept as they are (no copy), checked once per call (one pass over the types, ndims
-    and dtypes); lists of Python ints are converted in one pass per call (:func:`_int_lists`);
-    anything else is converted once, here, sequence by sequence."""
-    n = len(items)
-    items, kind = _checked(items)
-    if kind == "arrays":
-        lens = _integer_vector_lengths(items)
-        if lens is not None:
-            return np.fromiter(items, dtype=object, count=n), lens
-    if kind == "lists":
-        lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
-        objs = _int_lists(items, lens)
-        if objs is not None:
-            return objs, lens
-    # Lists that missed the one-pass path (bools, ids past int64, other types) take the exact rule.
-    items = _exact(items, first)
-    lens = np.fromiter(map(len, items), dtype=np.int64, count=n)
-    return np.fromiter(items, dtype=object, count=n), lens
 
 
 def _native(dtypes: set[np.dtype]) -> bool:
@@ -226,8 +179,10 @@ def flat_sequences(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The tokens of ``items`` one after the other in one 1-D integer array, and the lengths.
 
-    The same token rule and errors as :func:`sequences_of` (sequence ``first + j`` named), in
-    one pass per incoming batch: 1-D integer arrays are checked by one pass each over their
+    Every sequence obeys the token rule of :func:`mmpack.build` (the same function checks both):
+    1-D, integer ids (integral floats are converted, bools, fractions, strings and negative ids
+    refused with a ``TypeError``/``ValueError`` naming source sequence ``first + j``), in one
+    pass per incoming batch: 1-D integer arrays are checked by one pass each over their
     dtypes, lengths and ndims and joined (their common dtype; ~0.2 us an array with the copy,
     :func:`_joined_arrays`); lists of Python ints by one ``np.fromiter`` (int64); anything else
     is converted sequence by sequence by the build's rule, then joined.  ``spare(dtype, n)``,

@@ -81,22 +81,21 @@ def split_rows(
         mask = attention[r]
         cu = batch["cu_seqlens"][r]
         real = _count_nonzero(mask)
-        micro: dict[str, Any] = {}
         trimmed = 1.0 - real / row_len > padding_tolerance
+        # Pieces fill each row from column 0, so a trimmed row's real tokens are [0, real).
+        n = real if trimmed else row_len
         if trimmed:
-            # Pieces fill each row from column 0, so the real tokens are exactly [0, real).
             cu = cu[:-1]
-            micro["input_ids"] = ids[r, :real]
-            micro["targets"] = None if labels is None else labels[r, :real]
-            micro["attention_mask"] = mask[:real]
-            micro["cu_seqlens"] = cu
-            micro["max_seqlen"] = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
+            longest = int((cu[1:] - cu[:-1]).max()) if len(cu) > 1 else 0
         else:
-            micro["input_ids"] = ids[r]
-            micro["targets"] = None if labels is None else labels[r]
-            micro["attention_mask"] = mask
-            micro["cu_seqlens"] = cu
-            micro["max_seqlen"] = int(batch["max_seqlen"][r])
+            longest = int(batch["max_seqlen"][r])
+        micro: dict[str, Any] = {
+            "input_ids": ids[r, :n],
+            "targets": None if labels is None else labels[r, :n],
+            "attention_mask": mask[:n],
+            "cu_seqlens": cu,
+            "max_seqlen": longest,
+        }
         if "mask_prob" in batch:
             micro["mask_prob"] = copy(batch["mask_prob"])
         out.append((micro, trimmed))

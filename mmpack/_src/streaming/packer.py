@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.core.constants import IGNORE_INDEX
+from mmpack._src.packing.options import Delegated
 from mmpack._src.streaming.admission import Admission
 from mmpack._src.streaming.checkpoint import Expected, PackerState
 from mmpack._src.streaming.config import PackerConfig, micro_batch_shape
@@ -182,13 +183,15 @@ class StreamingPacker:
             special_ids=special_ids, mask_prob=mask_prob, ignore_index=ignore_index,
             long_docs=long_docs, drop_last=drop_last, source_format=source_format, seed=seed,
             readahead=readahead, rank=rank, world_size=world_size, shard=shard,
-            batch_size_warmup_min_size=batch_size_warmup_min_size,
-            batch_size_warmup_tokens=batch_size_warmup_tokens,
-            masking_ratio_cooldown_tokens=masking_ratio_cooldown_tokens,
-            masking_ratio_cooldown_start_tokens=masking_ratio_cooldown_start_tokens,
-            final_masking_ratio=final_masking_ratio,
-            masking_cooldown_schedule_type=masking_cooldown_schedule_type,
-            masking_ratio_step_size=masking_ratio_step_size,
+            schedule_args={
+                "batch_size_warmup_min_size": batch_size_warmup_min_size,
+                "batch_size_warmup_tokens": batch_size_warmup_tokens,
+                "masking_ratio_cooldown_tokens": masking_ratio_cooldown_tokens,
+                "masking_ratio_cooldown_start_tokens": masking_ratio_cooldown_start_tokens,
+                "final_masking_ratio": final_masking_ratio,
+                "masking_cooldown_schedule_type": masking_cooldown_schedule_type,
+                "masking_ratio_step_size": masking_ratio_step_size,
+            },
         )  # fmt: skip
         self.source = source
         self._inherited: tuple[int, int] | None = None  # the ranks of the process that pickled it
@@ -198,11 +201,7 @@ class StreamingPacker:
         self._divisor = self._consumer_shard[1]
         warmup, labeller = c.schedules(self._divisor)
         self._admission = Admission(c.seqlen, c.long_docs)
-        self._placement = Placement(
-            batch_size=c.batch_size, seqlen=c.seqlen, buffer_size=c.buffer_size,
-            readahead=c.readahead, drop_last=c.drop_last, pad_id=c.pad_id,
-            labeller=labeller, warmup=warmup,
-        )  # fmt: skip
+        self._placement = Placement(c, labeller, warmup)
         self._next_epoch = 0
         self._epoch = -1
         self._in_epoch = False
@@ -239,23 +238,10 @@ class StreamingPacker:
         )
 
     # ------------------------------------------------------------------------- what it reports
-    @property
-    def batch_size(self) -> int:
-        """Rows per batch (the maximum, with a warm-up)."""
-        return self.config.batch_size
-
-    @property
-    def seqlen(self) -> int:
-        """Tokens per row."""
-        return self.config.seqlen
-
-    @property
-    def buffer_size(self) -> int:
-        return self.config.buffer_size
-
-    @property
-    def mode(self) -> str | None:
-        return self.config.mode
+    batch_size = Delegated("config")  # rows per batch (the maximum, with a warm-up)
+    seqlen = Delegated("config")  # tokens per row
+    buffer_size = Delegated("config")
+    mode = Delegated("config")
 
     @property
     def batch_size_schedule(self) -> BatchSizeWarmup | None:
@@ -397,11 +383,12 @@ class StreamingPacker:
         self._require_indexed("state_dict()")
         if not self._in_epoch:
             self._enter_consumer()  # between epochs: the state is of the consumer it is now
+        expected = self._expected(self._consumer_shard)
         return PackerState(
-            config=self._state_config(),
-            shard=self._consumer_shard,
-            source_len=len(self.source),  # type: ignore[arg-type]  # indexed: it has __len__
-            source_fingerprint=getattr(self.source, "fingerprint", None),
+            config=expected.config,
+            shard=expected.shard,
+            source_len=expected.source_len,
+            source_fingerprint=expected.source_fingerprint,
             epoch=self._epoch,
             next_epoch=self._next_epoch,
             in_epoch=self._in_epoch,
@@ -447,8 +434,6 @@ class StreamingPacker:
             source_len=n,
             source_fingerprint=getattr(self.source, "fingerprint", None),
             shard_len=(k + 1) * n // n_shards - k * n // n_shards,
-            seqlen=self.seqlen,
-            long_docs=self.config.long_docs,
         )
 
     def _restore_epoch(self, state: PackerState) -> None:

@@ -30,6 +30,8 @@ from mmpack._src.kernels.packed_rows import LABELS_NONE, fill_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack._src.streaming.admission import Admission
+from mmpack._src.streaming.config import PackerConfig
+from mmpack._src.streaming.incoming import refuse_wide_ids
 from mmpack._src.streaming.labels import Labeller
 from mmpack._src.streaming.schedules import BatchSizeWarmup
 from mmpack._src.streaming.stats import EmissionCounts
@@ -45,25 +47,18 @@ class Placement:
     """Builds batches of up to ``batch_size`` rows of ``seqlen`` tokens from the pieces an
     :class:`~mmpack._src.streaming.admission.Admission` holds.
 
-    ``warmup`` (optional) gives the rows of each batch from the real tokens emitted so far
+    ``config`` gives the batch's shape, the read-ahead, ``drop_last`` and the padding id;
+    ``warmup`` (optional) the rows of each batch from the real tokens emitted so far
     (:attr:`token_count`, kept across epochs); ``labeller`` writes the labels.
     """
 
     def __init__(
-        self,
-        *,
-        batch_size: int,
-        seqlen: int,
-        buffer_size: int,
-        readahead: int,
-        drop_last: bool,
-        pad_id: int,
-        labeller: Labeller,
-        warmup: BatchSizeWarmup | None,
+        self, config: PackerConfig, labeller: Labeller, warmup: BatchSizeWarmup | None
     ) -> None:
+        batch_size, seqlen = config.batch_size, config.seqlen
         self._batch_size, self._seqlen = batch_size, seqlen
-        self._buffer_size, self._readahead = buffer_size, readahead
-        self._drop_last, self._pad_id = drop_last, pad_id
+        self._buffer_size, self._readahead = config.buffer_size, config.readahead
+        self._drop_last, self._pad_id = config.drop_last, config.pad_id
         self._labeller, self._warmup = labeller, warmup
         self._bits, self._off = row_index(batch_size, seqlen)
         self._remaining = np.full(batch_size, -1, dtype=np.int64)
@@ -247,13 +242,7 @@ class Placement:
 def _refuse_tokens(pieces: list[Any]) -> None:
     """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
     int64 row) among ``pieces``."""
-    for p in pieces:
-        a = np.asarray(p)
-        if a.dtype == np.uint64 and a.size and int(a.max()) > 2**63 - 1:
-            raise ValueError(
-                f"source sequences must hold token ids < 2**63 (they are returned as int64), "
-                f"got {int(a.max())}"
-            )
+    refuse_wide_ids([np.asarray(p) for p in pieces])
     lowest = min(int(np.min(p)) for p in pieces if len(p))
     raise ValueError(
         f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"

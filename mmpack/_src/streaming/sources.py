@@ -108,9 +108,7 @@ def batch_items(batch: Any) -> list[Any]:
                 )
             return [{"input_ids": t, "loss_mask": m} for t, m in zip(tokens, masks)]
         batch = tokens_of(batch)
-    if getattr(batch, "ndim", None) == 2:
-        return list(batch)
-    if isinstance(batch, (list, tuple)):
+    if getattr(batch, "ndim", None) == 2 or isinstance(batch, (list, tuple)):
         return list(batch)
     raise TypeError(
         f"an incoming batch must be a list of sequences, a 2-D array or a dict whose "

@@ -1,64 +1,23 @@
 """The packed view: one sample per bin of a packing plan, whole documents side by side.
 
-Semantics (the contract).  Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack._src.packing.plan`; built once
-per store and parameters, cached in the store folder).  Its ``input_ids`` are the bin's document
-pieces in order, each followed by ``eot`` when the view has one (by default the store's) and
-the piece ends its document, then ``pad_id`` up to ``seqlen``.  Every piece (with its eot) is one *segment*, and the padding,
-if any, is the last segment:
+Sample ``i`` is bin ``i`` of the plan (:mod:`mmpack._src.packing.plan`, cached in the store folder):
+its document pieces in order, each followed by ``eot`` when the piece ends its document, then
+``pad_id`` up to ``seqlen``; every piece with its eot, and the padding, is one segment of
+``cu_seqlens``, ``position_ids`` and the labels (the contract, causal and MLM: the views guide,
+``docs/guide/views.md``).  A store's loss mask (:mod:`mmpack._src.store.lossmask`) turns the labels of
+non-target tokens into ``-100``.  MLM corruption is a pure function of ``(seed, epoch, i)``
+(:mod:`mmpack._src.packing.masking`), the epoch the index's own
+(:class:`~mmpack.store.EpochIndex`) or the dataset's (:meth:`PackedDataset.set_epoch`).
 
-- ``cu_seqlens`` (int32): ``0``, the end of every segment, ``seqlen``; ``max_seqlen`` (int): the
-  longest segment;
-- ``position_ids`` (int64): ``0, 1, ...`` restarting at every segment start (padding included);
-- ``attention_mask`` (int64): 1 on document tokens and eot, 0 on padding;
-- ``labels`` (int64), ``mode="causal"``: with ``label_shift="next"`` (default),
-  ``labels[t] = input_ids[t + 1]`` inside a segment and ``-100`` at every segment's last position
-  and on padding, so no document learns to predict another one's tokens (nor, for a document
-  split across bins, the continuation in another bin); with ``label_shift="hf"`` the Hugging Face
-  convention for models that shift inside: ``labels = input_ids`` with ``-100`` at every segment's
-  first position and on padding;
-- a store with a per-token loss mask (``store.loss_mask``, :mod:`mmpack._src.store.lossmask`): every
-  label whose target token is not a target (mask 0) is ``-100`` too (an eot the view appends is
-  a target); ``mode="mlm"`` selects only target tokens.  The pieces' masks are read with one
-  ``read_ranges`` and applied as the row kernel writes the labels (MLM: one pass of
-  :func:`~mmpack._src.kernels.packed_rows.mask_pieces`); ``ds[i]`` of a masked store takes the
-  batch path;
-- ``mode="mlm"``: BERT's 80/10/10 corruption of ``mask_prob`` of the non-padding, non-special
-  tokens, the rule of :mod:`mmpack._src.packing.masking`; ``labels`` hold the original token at
-  selected positions, ``-100`` elsewhere.  The special ids are ``special_ids`` plus ``eot``,
-  ``mask_id`` and ``pad_id`` (so an eot is never a target nor a random replacement: ModernBERT
-  issue #212); choose a ``pad_id`` that is not a real token.  The packing is the same in both
-  modes.
-
-The corruption of sample ``i`` is a pure function of ``(seed, epoch, i)``: every random number
-is a counter-based hash of the sample's key and the token position (:mod:`mmpack._src.packing.masking`), so
-a whole batch is corrupted in one kernel call with no generator state to set per row.  Reading an index twice gives the same sample, in any batch, worker or order.
-The epoch is the index's own when it carries one (:class:`mmpack.store.EpochIndex`, what
-:class:`mmpack.ResumableSampler` yields: the epoch reaches DataLoader workers, persistent
-ones included, with the indices, and a resumed sampler restores it), else the dataset's
-(:meth:`PackedDataset.set_epoch`, which changes every mask read by plain integer indices).
-
-Batches.  ``__getitems__(indices)`` (what ``torch.utils.data.DataLoader``'s fetcher calls) gathers
-the whole batch with one kernel call into pooled ``(B, seqlen)`` arrays and returns them as a
-:class:`mmpack.store.SampleBatch` (a sequence of per-sample dicts made on demand); ``cu_seqlens``
-differ in length between rows, so collate with :func:`mmpack.torch.collate` (which takes the
-columns without a copy and builds the batch-wide varlen boundaries), not ``default_collate``.  Tokens are read only through
-``read_ranges`` of the store that holds them, so every backend works; with the memmap backend the
-kernel copies straight from the page cache.  A subset's pieces are read from its parent at
-:attr:`~mmpack._src.store.subset.SubsetStore.parent_doc_starts` (computed once per subset,
-:func:`~mmpack._src.store.subset.token_source`): the same reads as a plain store's, no remapping per
-batch.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch, and for MLM one
-uniform draw per token.  A single ``ds[i]`` is one ordinary call of
-:func:`~mmpack._src.kernels.packed_rows.one_bin` into one new buffer (ids, positions, labels,
-attention mask; with int32 output ``cu_seqlens`` too, else a second, int32, buffer) and the
-sample's views of it; measured against a raw 2048-token slice copy, with where the time goes:
-``python -m benchmarks.bench_getitem --quick --profile``.
-
-Opening a view over a cached plan is O(1) in the store's size (the plan's header, regions and
-end chunks, :func:`~mmpack.packing.load_plan`); a read checks, once, the plan chunks of
-its bins and the offsets pages of their regions (``FormatError`` on a damaged one, before a
-sample is served).  Pickling keeps the store and the parameters, not the plan: a DataLoader
-worker memory-maps the cached plan again (milliseconds) or, if the store folder was not
-writable, recomputes it.
+Cost.  ``__getitems__`` gathers a batch with one kernel call into pooled ``(B, seqlen)`` arrays
+(a :class:`~mmpack.store.SampleBatch`; collate with :func:`mmpack.torch.collate`):
+O(B * seqlen) plus O(pieces), one uniform draw per token for MLM.  Tokens are read through the
+store's ``read_ranges`` (a subset's from its parent at its ``parent_doc_starts``).  ``ds[i]`` is
+one call of :func:`~mmpack._src.kernels.packed_rows.one_bin` into one new buffer.  Opening over a
+cached plan is O(1) in the store's size (:func:`~mmpack.packing.load_plan`); a read
+checks, once, the plan chunks of its bins and the offsets pages of their regions
+(``FormatError`` before a sample is served).  Pickling keeps the store and the parameters: a
+worker maps the cached plan again, or recomputes it.
 """
 
 from __future__ import annotations
@@ -81,7 +40,7 @@ from mmpack._src.core.validation import (
     index_epochs,
 )
 from mmpack._src.kernels.packed_rows import one_bin
-from mmpack._src.packing.options import PlanSpec, label_mode
+from mmpack._src.packing.options import Delegated, PlanSpec, label_mode
 from mmpack._src.packing.plan import PackingPlan
 from mmpack._src.packing.plan_regions import cached_plan
 from mmpack._src.packing.plan_stats import PackingStats
@@ -228,7 +187,7 @@ class PackedDataset:
         self.store = store
         config = packed_config(
             store,
-            seqlen,
+            seqlen=seqlen,
             eot=eot,
             pad_id=pad_id,
             mode=mode,
@@ -307,20 +266,9 @@ class PackedDataset:
         self._setup()
 
     # ------------------------------------------------------------------------------- facts
-    @property
-    def lookahead(self) -> int:
-        """Open bins of ``"online"`` (:attr:`plan_spec`'s)."""
-        return self.plan_spec.lookahead
-
-    @property
-    def algorithm(self) -> str:
-        """The packing algorithm's canonical name (:attr:`plan_spec`'s)."""
-        return self.plan_spec.algorithm
-
-    @property
-    def region_tokens(self) -> int | None:
-        """Tokens per region, ``"auto"`` resolved; None: one region (:attr:`plan_spec`'s)."""
-        return self.plan_spec.region_tokens
+    lookahead = Delegated("plan_spec")  # open bins of "online"
+    algorithm = Delegated("plan_spec")  # the packing algorithm's canonical name
+    region_tokens = Delegated("plan_spec")  # tokens per region ("auto" resolved); None: one
 
     def __len__(self) -> int:
         return self._plan.n_bins

@@ -10,7 +10,6 @@ runs per sample.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,59 +56,34 @@ SAMPLE_FIELDS = (
 
 def packed_config(
     store: TokenStore,
-    seqlen: Any,
     *,
-    eot: Any,
-    pad_id: Any,
-    mode: Any,
-    mask_prob: Any,
-    mask_id: Any,
-    vocab_size: Any,
-    special_ids: Iterable[int],
-    seed: Any,
-    long_docs: Any,
     algorithm: PackingAlgorithm,
-    label_shift: Any,
     lookahead: Any,
     region_tokens: Any,
     cache: Any,
-    check_vocab: Any,
     dtype: Any,
+    **rows: Any,
 ) -> PackedConfig:
-    """Check the arguments of ``PackedDataset(store, seqlen, ...)`` (``algorithm`` already parsed
-    by the constructor).  ``TypeError`` or ``ValueError`` naming the argument, as the
+    """Check the arguments of ``PackedDataset(store, ...)``: ``rows`` are the rows' options and
+    ``check_vocab`` (:func:`~mmpack.packing.options.check_row_options`), ``algorithm`` already
+    parsed by the constructor.  ``TypeError`` or ``ValueError`` naming the argument, as the
     constructor documents."""
-    rows = check_row_options(
-        seqlen=seqlen,
-        eot=eot,
-        pad_id=pad_id,
-        mode=mode,
-        label_shift=label_shift,
-        ignore_index=IGNORE_INDEX,
-        mask_prob=mask_prob,
-        mask_id=mask_id,
-        vocab_size=vocab_size,
-        special_ids=special_ids,
-        long_docs=long_docs,
-        seed=seed,
-        store=store,
-        check_vocab=check_vocab,
-    )
+    checked = check_row_options(**rows, ignore_index=IGNORE_INDEX, store=store)
     plan = PlanSpec(
-        rows.seqlen,
-        add_eot=rows.eot is not None,
-        long_docs=rows.long_docs,
+        checked.seqlen,
+        add_eot=checked.eot is not None,
+        long_docs=checked.long_docs,
         algorithm=algorithm,
         lookahead=lookahead,
         region_tokens=region_tokens,
     )
-    ids = {"eot": rows.eot, "pad_id": rows.pad_id, "mask_id": rows.mask_id}
-    vocab = rows.vocab_size
+    ids = {"eot": checked.eot, "pad_id": checked.pad_id, "mask_id": checked.mask_id}
+    vocab = checked.vocab_size
     out_dtype = output_dtype(
         dtype, store, ids | {"vocab_size": None if vocab is None else vocab - 1}
     )
     return PackedConfig(
-        **vars(rows),
+        **vars(checked),
         cache=bool(cache),
         dtype=out_dtype,
         plan_spec=plan,

@@ -237,8 +237,6 @@ def corrupt_keyed(
     mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds.excluded
     # mode="mlm" (the only caller): check_row_options required mask_id and vocab_size
     assert mask_id is not None and vocab_size is not None
-    if vocab_size <= excluded.size:  # check_row_options refused it too; never reached the kernel
-        raise ValueError(f"vocab_size={vocab_size} leaves no id for random replacement")
     if not isinstance(epochs, list):  # one kernel call: keys and corruption
         mlm_indexed_rows(
             ids,
