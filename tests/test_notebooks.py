@@ -38,7 +38,7 @@ def _mmpack_imports(name: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "packing.ipynb"])
 def test_notebooks_import_from_the_public_home_of_each_name(name):
     """Each name comes from a module that exports it, and from the shallowest one that does:
-    ``mmpack.ingest``, not ``mmpack._src.ingest.pipeline``; ``mmpack.cli``, not ``mmpack.cli.demo``."""
+    ``mmpack.ingest``, not ``mmpack._src.ingest.pipeline``; ``mmpack.cli``, not ``mmpack._src.cli.demo``."""
     imports = _mmpack_imports(name)
     assert imports  # the notebooks do use mmpack
     for module, attr in imports:

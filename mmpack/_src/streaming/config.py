@@ -56,8 +56,8 @@ class PackerConfig(RowOptions):
         **rows: Any,
     ) -> PackerConfig:
         """The checked parameters (the packer's signature holds their defaults): ``rows`` the
-        rows' options (:func:`~mmpack.packing.options.check_row_options`), ``schedule_args``
-        the schedules' (:func:`~mmpack.streaming.schedules.token_schedules`)."""
+        rows' options (:func:`~mmpack._src.packing.options.check_row_options`), ``schedule_args``
+        the schedules' (:func:`~mmpack._src.streaming.schedules.token_schedules`)."""
         batch_size = check_positive_int(batch_size, "batch_size")
         checked = check_row_options(**rows, labels_optional=True)
         buffer_size = check_positive_int(buffer_size, "buffer_size")

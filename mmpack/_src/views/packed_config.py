@@ -65,7 +65,7 @@ def packed_config(
     **rows: Any,
 ) -> PackedConfig:
     """Check the arguments of ``PackedDataset(store, ...)``: ``rows`` are the rows' options and
-    ``check_vocab`` (:func:`~mmpack.packing.options.check_row_options`), ``algorithm`` already
+    ``check_vocab`` (:func:`~mmpack._src.packing.options.check_row_options`), ``algorithm`` already
     parsed by the constructor.  ``TypeError`` or ``ValueError`` naming the argument, as the
     constructor documents."""
     checked = check_row_options(**rows, ignore_index=IGNORE_INDEX, store=store)
