@@ -158,7 +158,9 @@ def _context_parallel(
     holds ``flat`` already).
     """
     rank = -1 if cp_rank is None else cp_rank
-    keys, masked, params = _field_args(tuple(out), pad_id, ignore_index, from_first, cp_size, rank)
+    keys, masked, params, order = _field_args(
+        tuple(out), pad_id, ignore_index, from_first, cp_size, rank
+    )
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
     padded = np.empty(flat.shape[0], np.int32)  # the dtype collate gives boundaries in
@@ -173,13 +175,10 @@ def _context_parallel(
         None if dtype is None else _NUMPY_DTYPES[dtype],
     )
     new: dict[str, Any] = {}
-    for key, value in out.items():
-        if key in keys:
-            value = torch.from_numpy(block[keys.index(key)])  # (1, T) views of one block
-            if key == "labels" and mask is not None:
-                new[key] = value
-                key, value = LOSS_MASK, torch.from_numpy(mask)
-        new[key] = value
+    for key, slot in order:
+        new[key] = (
+            out[key] if slot < 0 else torch.from_numpy(block[slot] if slot < len(keys) else mask)
+        )
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(padded)
@@ -216,18 +215,26 @@ def _field_args(
     from_first: tuple[str, ...],
     cp_size: int,
     cp_rank: int,
-) -> tuple[tuple[str, ...], int, np.ndarray]:
+) -> tuple[tuple[str, ...], int, np.ndarray, tuple[tuple[str, int], ...]]:
     """The per-token fields ``keys`` among a batch's keys ``names``, the index of ``labels``
-    among them (``-1``: none) and, for :func:`~mmpack.views.cp_layout.cp_batch_fields`, the
+    among them (``-1``: none), for :func:`~mmpack.views.cp_layout.cp_batch_fields` the
     options array (:func:`~mmpack.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
     (``-1``: none), fills, the positions field, the fields written from their segments' first
-    tokens), made once per set of keys and options (not per batch)."""
+    tokens) and the laid out batch's keys in order, each with its slot among the laid out
+    fields followed by the mask (``-1``: the batch's value as it is), made once per set of
+    keys and options (not per batch)."""
     keys = tuple(key for key in names if key in _FIELDS)
     fills = [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys]
     positions = keys.index("position_ids") if "position_ids" in keys else -1
     masked = keys.index("labels") if "labels" in keys else -1
     derived = [k in from_first for k in keys]
-    return keys, masked, field_params(cp_size, cp_rank, fills, positions, masked, derived)
+    order: list[tuple[str, int]] = []
+    for key in names:
+        order.append((key, keys.index(key) if key in keys else -1))
+        if key == "labels":
+            order.append((LOSS_MASK, len(keys)))  # the mask after the labels
+    params = field_params(cp_size, cp_rank, fills, positions, masked, derived)
+    return keys, masked, params, tuple(order)
 
 
 def _flat(field: Any) -> np.ndarray:
