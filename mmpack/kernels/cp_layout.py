@@ -7,12 +7,13 @@ chunk ``2C - 1 - r`` of every segment.
 
 * :func:`pad_boundaries`: the padded boundaries and the longest padded segment;
 * :func:`lay_out_fields`: those boundaries and every field of the batch (and a loss mask) in
-  the padded layout or one rank's share, in one pass and one call (its options in one array): per chunk one contiguous copy of the real tokens it covers, then its
-  padding (a constant, or for positions the segment's first position plus the offset); the mask
-  of the labels in the loops that write them.  A field its
-  caller knows to follow from each segment's first token (a view's positions ``0, 1, ...``, its
-  attention mask of 1s) is written from that token alone, not read (half the reading for a
-  view's four fields);
+  the padded layout or one rank's share, in one call (its options in one array), one pass
+  per field by the loop nest of its kind (copied; copied with the labels' mask; written from
+  its first token): per chunk one contiguous copy of the real tokens it covers, then its
+  padding (a constant, or for positions the segment's first position plus the offset).  A
+  field its caller knows to follow from each segment's first token (a view's positions ``0, 1,
+  ...``, its attention mask of 1s) is written from that token alone, not read (half the
+  reading for a view's four fields);
 * :func:`zigzag_into`: ranks' positions in the padded batch (TransformerEngine's partition).
 
 Cost: ``O(segments)`` for the boundaries; ``O(fields * (segments + tokens written))`` for the
