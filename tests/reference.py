@@ -2557,7 +2557,10 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),
-    "cp_layout.lay_out_fields": ("cp_layout.pad_boundaries", "cp_layout.zigzag_into"),
+    "cp_layout.lay_out_fields": (
+        "cp_layout.pad_boundaries", "cp_layout.zigzag_into", "cp_layout._copy_field",
+        "cp_layout._copy_masked_field", "cp_layout._first_field",
+    ),
     "window.one_window": (
         "window.copy_window", "window._copy_cast", "window._flat_tokens", "window._touch",
         "window._touch_pages", "window._arange", "window._bracket", "window._search",

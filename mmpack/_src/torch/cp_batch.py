@@ -1,6 +1,6 @@
 """A collated batch in the context-parallel layout, and the fixed-length ``cu_seqlens``.
 
-:func:`_context_parallel` lays a batch out as :mod:`mmpack._src.views.cp_layout` says: every segment
+:func:`_context_parallel` lays a batch out as :mod:`mmpack.views.cp_layout` says: every segment
 padded to a multiple of ``2 * cp_size`` (``input_ids`` ``pad_id``, labels ``ignore_index``,
 ``attention_mask`` and ``loss_mask`` 0, ``position_ids`` continuing the segment's own), the
 batch flattened to one row, and either the whole padded batch with every rank's zigzag indices or
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmpack._src.core.validation import check_bool, check_int, check_positive_int
-from mmpack._src.kernels.cp_layout import zigzag_into
-from mmpack._src.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
+from mmpack.core.validation import check_bool, check_int, check_positive_int
+from mmpack.kernels.cp_layout import zigzag_into
+from mmpack.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
 
 __all__ = [
     "BatchLayout",
@@ -84,7 +84,7 @@ PLAIN_LAYOUT = BatchLayout(True, None, None, False)
 
 def batch_layout(varlen: Any, cp_size: Any, cp_rank: Any, pad_cu_seqlens: Any) -> BatchLayout:
     """``BatchLayout(varlen, cp_size, cp_rank, pad_cu_seqlens)``, checked once per set of
-    options (of these types) and shared: :func:`~mmpack.torch.collate` asks for it per
+    options (of these types) and shared: :func:`~mmpack.torch.collate.collate` asks for it per
     batch.  Options that cannot be a cache key are checked afresh (and refused)."""
     try:
         return _batch_layout(varlen, cp_size, cp_rank, pad_cu_seqlens)
@@ -147,7 +147,7 @@ def _context_parallel(
     ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
     fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
     The fields named in ``from_first`` (a view's
-    :attr:`~mmpack.store.SampleBatch.from_first`) are written from each segment's first
+    :attr:`~mmpack.views.batch.SampleBatch.from_first`) are written from each segment's first
     token, not read.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
@@ -158,7 +158,9 @@ def _context_parallel(
     holds ``flat`` already).
     """
     rank = -1 if cp_rank is None else cp_rank
-    keys, masked, params = _field_args(tuple(out), pad_id, ignore_index, from_first, cp_size, rank)
+    keys, masked, params, order = _field_args(
+        tuple(out), pad_id, ignore_index, from_first, cp_size, rank
+    )
     if not keys:
         return _boundaries_only(out, flat, cp_size, cp_rank)
     padded = np.empty(flat.shape[0], np.int32)  # the dtype collate gives boundaries in
@@ -173,13 +175,10 @@ def _context_parallel(
         None if dtype is None else _NUMPY_DTYPES[dtype],
     )
     new: dict[str, Any] = {}
-    for key, value in out.items():
-        if key in keys:
-            value = torch.from_numpy(block[keys.index(key)])  # (1, T) views of one block
-            if key == "labels" and mask is not None:
-                new[key] = value
-                key, value = LOSS_MASK, torch.from_numpy(mask)
-        new[key] = value
+    for key, slot in order:
+        new[key] = (
+            out[key] if slot < 0 else torch.from_numpy(block[slot] if slot < len(keys) else mask)
+        )
     if "cu_seqlens" not in out:
         new["cu_seqlens"] = torch.from_numpy(flat.astype(np.int32))
     new["cu_seqlens_padded"] = torch.from_numpy(padded)
@@ -216,18 +215,26 @@ def _field_args(
     from_first: tuple[str, ...],
     cp_size: int,
     cp_rank: int,
-) -> tuple[tuple[str, ...], int, np.ndarray]:
+) -> tuple[tuple[str, ...], int, np.ndarray, tuple[tuple[str, int], ...]]:
     """The per-token fields ``keys`` among a batch's keys ``names``, the index of ``labels``
-    among them (``-1``: none) and, for :func:`~mmpack._src.views.cp_layout.cp_batch_fields`, the
-    options array (:func:`~mmpack._src.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
+    among them (``-1``: none), for :func:`~mmpack.views.cp_layout.cp_batch_fields` the
+    options array (:func:`~mmpack.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
     (``-1``: none), fills, the positions field, the fields written from their segments' first
-    tokens), made once per set of keys and options (not per batch)."""
+    tokens) and the laid out batch's keys in order, each with its slot among the laid out
+    fields followed by the mask (``-1``: the batch's value as it is), made once per set of
+    keys and options (not per batch)."""
     keys = tuple(key for key in names if key in _FIELDS)
     fills = [pad_id if k == "input_ids" else ignore_index if k == "labels" else 0 for k in keys]
     positions = keys.index("position_ids") if "position_ids" in keys else -1
     masked = keys.index("labels") if "labels" in keys else -1
     derived = [k in from_first for k in keys]
-    return keys, masked, field_params(cp_size, cp_rank, fills, positions, masked, derived)
+    order: list[tuple[str, int]] = []
+    for key in names:
+        order.append((key, keys.index(key) if key in keys else -1))
+        if key == "labels":
+            order.append((LOSS_MASK, len(keys)))  # the mask after the labels
+    params = field_params(cp_size, cp_rank, fills, positions, masked, derived)
+    return keys, masked, params, tuple(order)
 
 
 def _flat(field: Any) -> np.ndarray:
