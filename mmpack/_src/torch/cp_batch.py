@@ -1,6 +1,6 @@
 """A collated batch in the context-parallel layout, and the fixed-length ``cu_seqlens``.
 
-:func:`_context_parallel` lays a batch out as :mod:`mmpack.views.cp_layout` says: every segment
+:func:`_context_parallel` lays a batch out as :mod:`mmpack._src.views.cp_layout` says: every segment
 padded to a multiple of ``2 * cp_size`` (``input_ids`` ``pad_id``, labels ``ignore_index``,
 ``attention_mask`` and ``loss_mask`` 0, ``position_ids`` continuing the segment's own), the
 batch flattened to one row, and either the whole padded batch with every rank's zigzag indices or
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmpack.core.validation import check_bool, check_int, check_positive_int
-from mmpack.kernels.cp_layout import zigzag_into
-from mmpack.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
+from mmpack._src.core.validation import check_bool, check_int, check_positive_int
+from mmpack._src.kernels.cp_layout import zigzag_into
+from mmpack._src.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
 
 __all__ = [
     "BatchLayout",
@@ -147,7 +147,7 @@ def _context_parallel(
     ``flat`` (int64, the batch-wide boundaries, rising from 0, as collate checked them), the
     fields cast to ``dtype`` (torch.int64 or torch.int32; default theirs) as they are written.
     The fields named in ``from_first`` (a view's
-    :attr:`~mmpack.views.batch.SampleBatch.from_first`) are written from each segment's first
+    :attr:`~mmpack.store.SampleBatch.from_first`) are written from each segment's first
     token, not read.
 
     Returns a new dict: the per-token fields (and ``loss_mask``, float32, when ``labels`` is
@@ -217,8 +217,8 @@ def _field_args(
     cp_rank: int,
 ) -> tuple[tuple[str, ...], int, np.ndarray, tuple[tuple[str, int], ...]]:
     """The per-token fields ``keys`` among a batch's keys ``names``, the index of ``labels``
-    among them (``-1``: none), for :func:`~mmpack.views.cp_layout.cp_batch_fields` the
-    options array (:func:`~mmpack.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
+    among them (``-1``: none), for :func:`~mmpack._src.views.cp_layout.cp_batch_fields` the
+    options array (:func:`~mmpack._src.views.cp_layout.field_params`: ``cp_size``, ``cp_rank``
     (``-1``: none), fills, the positions field, the fields written from their segments' first
     tokens) and the laid out batch's keys in order, each with its slot among the laid out
     fields followed by the mask (``-1``: the batch's value as it is), made once per set of
