@@ -131,7 +131,7 @@ def _command(sub: Any, name: str) -> argparse.ArgumentParser:
 
 def _benchmarks_root() -> Path | None:
     """The source checkout holding ``benchmarks/`` next to this mmpack, if any."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # mmpack/_src/cli/parser.py
     return root if (root / "benchmarks" / "__main__.py").is_file() else None
 
 

@@ -361,7 +361,8 @@ def _warn_slow(view: Any, way: str) -> None:
 def _user_level() -> int:
     """The ``stacklevel`` of the first frame outside the mmpack package, counted from the
     caller (``loader()``'s caller, or the caller of ``ResumableSampler(...)``)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    here = os.path.abspath(__file__)  # mmpack/_src/torch/block_fetch.py
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here))) + os.sep
     frame: FrameType | None = sys._getframe(1)  # stacklevel 1: _warn_slow itself
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(root):
