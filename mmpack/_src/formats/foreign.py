@@ -49,7 +49,7 @@ from mmpack._src.formats.sidecar import (
 )
 from mmpack._src.store.backends import Backend
 from mmpack._src.store.backends._mapping import map_file
-from mmpack._src.store.format import BLOCK_BYTES, StoreMeta
+from mmpack._src.store.format import STRIPE_BYTES, StoreMeta
 from mmpack._src.store.reader import TokenStore, reopen_pickled
 from mmpack.errors import FormatError
 
@@ -291,7 +291,7 @@ class ForeignStore(TokenStore):
             dtype=dtype,
             num_docs=num_docs,
             num_tokens=int(tokens.shape[0]),
-            block_bytes=BLOCK_BYTES,
+            block_bytes=STRIPE_BYTES,
             tokens_digests=(),
             offsets_crc32=(),
         )

@@ -34,7 +34,7 @@ from mmpack._src.store.backends import Backend, get_backend
 from mmpack._src.store.documents import DocumentSets
 from mmpack._src.store.fields import fields_nbytes, verify_fields
 from mmpack._src.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
-from mmpack._src.store.integrity import BlockChecker, OffsetsPages, ReadChecker, check_offsets
+from mmpack._src.store.integrity import OffsetsPages, ReadChecker, StripeChecker, check_offsets
 from mmpack._src.store.lossmask import check_mask_store
 from mmpack._src.store.opening import (
     as_path,
@@ -90,7 +90,7 @@ class TokenStore(DocumentSets):
         self._loss_mask: TokenStore | None = None
         self._verify_reads = bool(verify_reads)
         own = self._verify_reads and read_checker is None
-        self._blocks = BlockChecker(path, meta, self._backend, track_reads=own)
+        self._blocks = StripeChecker(path, meta, self._backend, track_reads=own)
         # what checks a read's blocks first: this store's checksums, or the kind's own checker
         self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
         # the offsets' ends and first and last pages now, every other page on first use
