@@ -218,6 +218,7 @@ class _FlatBackend(Backend):
     """Tokens as one mapped array and an in-memory (or mapped) int64 ``offsets``."""
 
     name = "foreign"
+    tokens: np.ndarray
 
     def __init__(
         self, path: Path, meta: StoreMeta, tokens: np.ndarray, offsets: np.ndarray
@@ -352,7 +353,9 @@ class ForeignStore(TokenStore):
     @property
     def _mapped(self) -> np.ndarray:
         """The mapped tokens (also with ``verify_reads``, where :attr:`tokens` is None)."""
-        return self._backend.tokens  # type: ignore[attr-defined]
+        tokens = self._backend.tokens
+        assert tokens is not None  # a foreign store's backend maps its tokens
+        return tokens
 
     def _recorded(self) -> tuple[dict[str, Sums] | None, str]:
         """The recorded sums (the sidecar's, else those kept in memory, else None) and where

@@ -208,7 +208,7 @@ class TokenStore(DocumentSets):
         ``verify_reads``), else None."""
         if self._verify_reads:
             return None  # every read must pass through the block checker
-        return getattr(self._backend, "tokens", None)
+        return self._backend.tokens
 
     @property
     def remote(self) -> bool:
@@ -219,14 +219,14 @@ class TokenStore(DocumentSets):
     def span_fetcher(self) -> Any:
         """The backend's fetcher of whole spans into the node cache (a remote store with one:
         :class:`mmpack._src.remote.spans.SpanFetcher`, driven by ``mmpack._src.torch.block_fetch``)."""
-        return getattr(self._backend, "span_fetcher", None)
+        return self._backend.span_fetcher
 
     def mapping(self) -> np.ndarray | None:
         """The backend's whole mapped token array, also with ``verify_reads`` (where
         :attr:`tokens` hides it): for a reader that passes every range through
         :meth:`check_reads` before reading it from the mapping (a join).  None when the backend
         does not map its tokens."""
-        return getattr(self._backend, "tokens", None)
+        return self._backend.tokens
 
     def check_reads(self, starts: np.ndarray, lengths: np.ndarray) -> bool:
         """With ``verify_reads``, check (once) every block that flat ranges ``[starts, starts +
