@@ -24,7 +24,7 @@ demo: $(STAMP)
 # as.
 KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tests/test_batch.py \
 	tests/test_masking.py tests/test_permutation.py tests/test_mixture.py tests/test_streaming.py \
-	tests/test_streaming_batch.py tests/test_foreign_eos.py tests/test_blockstate.py \
+	tests/test_streaming_batch.py tests/test_foreign_eos.py tests/test_pagestate.py \
 	tests/test_kernels_store.py tests/test_getitem_fast.py tests/test_window_sampled_single.py \
 	tests/test_packed_rows.py tests/test_reference.py
 

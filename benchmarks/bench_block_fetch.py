@@ -238,19 +238,19 @@ def _check_costs(repeats: int = 20) -> tuple[float, float]:
     """GB/s of hashing a 4 MiB part's 16 KiB check blocks in one call (what the span fetcher does
     per part) and microseconds of one block's digest alone (what a random read checks), the
     median of ``repeats`` timings each."""
-    from mmpack._src.store.integrity import block_digest, block_digests
+    from mmpack._src.store.integrity import stripe_digest, stripe_digests
 
     part = np.random.default_rng(1).integers(0, 256, 4 << 20, np.uint8).tobytes()
     block = part[: 16 << 10]
-    block_digests(part, 16 << 10)  # compiled (or loaded) before timing
+    stripe_digests(part, 16 << 10)  # compiled (or loaded) before timing
     runs, singles = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        block_digests(part, 16 << 10)
+        stripe_digests(part, 16 << 10)
         runs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for _ in range(100):
-            block_digest(block)
+            stripe_digest(block)
         singles.append((time.perf_counter() - t0) / 100)
     return len(part) / float(np.median(runs)) / 1e9, float(np.median(singles)) * 1e6
 

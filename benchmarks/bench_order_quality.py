@@ -35,7 +35,7 @@ SEQLEN = 128
 BATCH = 32
 STEPS = 300
 SEEDS = (0, 1, 2)
-BLOCK_BYTES = 64 << 10
+STRIPE_BYTES = 64 << 10
 WINDOW_BLOCKS = 16
 EOT = 256
 
@@ -97,7 +97,7 @@ def _train(store: Any, shuffle: Any, seed: int, held: Any, steps: int) -> float:
     view = mmpack.WindowDataset(store, SEQLEN, eot=EOT)
     extra = {}
     if shuffle == "blocks":
-        extra = dict(block_bounds=view.block_bounds(BLOCK_BYTES), window_blocks=WINDOW_BLOCKS)
+        extra = dict(block_bounds=view.block_bounds(STRIPE_BYTES), window_blocks=WINDOW_BLOCKS)
     sampler = ResumableSampler(len(view), shuffle=shuffle, seed=seed, **extra)
     order = np.fromiter(iter(sampler), np.int64, count=steps * BATCH)
     model = _model(seed)
@@ -131,12 +131,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         pick = np.random.default_rng(0).choice(len(hv), size=64, replace=False)
         held = torch.as_tensor(np.asarray(hv.__getitems__(pick).columns["input_ids"], np.int64))
         n_blocks = (
-            len(mmpack.WindowDataset(stores["source order"], SEQLEN).block_bounds(BLOCK_BYTES)) - 1
+            len(mmpack.WindowDataset(stores["source order"], SEQLEN).block_bounds(STRIPE_BYTES)) - 1
         )
         rows.append(
             {
                 "case": f"corpus: {len(train)} files, {stores['source order'].num_tokens / 1e6:.1f}M "
-                f"byte tokens, {n_blocks} blocks of {BLOCK_BYTES >> 10} KiB, {WINDOW_BLOCKS} per "
+                f"byte tokens, {n_blocks} blocks of {STRIPE_BYTES >> 10} KiB, {WINDOW_BLOCKS} per "
                 f"window; {steps} steps of {BATCH} x {SEQLEN}"
             }
         )

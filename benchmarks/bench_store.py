@@ -188,7 +188,7 @@ def _threads_cpu(fn) -> dict[str, float]:
     from the file)."""
     from unittest import mock
 
-    from mmpack._src.store.blockwriter import BlockWriter
+    from mmpack._src.store.stripe_writer import StripeWriter
 
     acc = {"writer": 0.0, "hasher": 0.0}
 
@@ -203,8 +203,8 @@ def _threads_cpu(fn) -> dict[str, float]:
         return run
 
     with (
-        mock.patch.object(BlockWriter, "_write", timed(BlockWriter._write, "writer")),
-        mock.patch.object(BlockWriter, "_digest", timed(BlockWriter._digest, "hasher")),
+        mock.patch.object(StripeWriter, "_write", timed(StripeWriter._write, "writer")),
+        mock.patch.object(StripeWriter, "_digest", timed(StripeWriter._digest, "hasher")),
     ):
         w0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
         fn()
@@ -222,9 +222,9 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
     """Where the time of a list and a generator build goes (see the module docstring)."""
     from unittest import mock
 
-    from mmpack._src.store.blockwriter import BlockWriter
-    from mmpack._src.store.format import BLOCK_BYTES
-    from mmpack._src.store.integrity import block_digest
+    from mmpack._src.store.format import STRIPE_BYTES
+    from mmpack._src.store.integrity import stripe_digest
+    from mmpack._src.store.stripe_writer import StripeWriter
 
     docs, flat = _corpus(20_000_000 if quick else 200_000_000)
     raw = flat.view(np.uint8)
@@ -232,7 +232,7 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
 
     def gather(gen: bool) -> float:  # the main thread alone: take, check, hand over, offsets
         with mock.patch.object(
-            BlockWriter, "_write", lambda self, pieces, ends, at: pieces.clear()
+            StripeWriter, "_write", lambda self, pieces, ends, at: pieces.clear()
         ):
             w = StoreWriter(tmp / "g", overwrite=True, fsync=False, dtype=flat.dtype).__enter__()
             try:
@@ -251,8 +251,8 @@ def profile(quick: bool = False, repeats: int = 5) -> list[dict[str, Any]]:
                 (
                     "hash in memory (XXH64, 16 MiB blocks)",
                     lambda: [
-                        block_digest(raw[a : a + BLOCK_BYTES])
-                        for a in range(0, raw.size, BLOCK_BYTES)
+                        stripe_digest(raw[a : a + STRIPE_BYTES])
+                        for a in range(0, raw.size, STRIPE_BYTES)
                     ],
                 ),
             ]:

@@ -156,22 +156,22 @@ def _xxh64_kernel(data: bytes, seed: int) -> int:
     return int(xxh64(raw, raw[: raw.size // 8 * 8].view("<u8"), np.uint64(seed)))
 
 
-def _xxh64_blocks_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
+def _xxh64_stripes_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     block = 8 * int(rng.integers(1, 9))
     n = int(rng.integers(0, block * (size + 3)))
     return bytes(rng.integers(0, 256, n, dtype=np.uint8)), block
 
 
-def _xxh64_blocks_kernel(data: bytes, block: int) -> list[int]:
-    from mmpack._src.kernels.store import xxh64_blocks
+def _xxh64_stripes_kernel(data: bytes, block: int) -> list[int]:
+    from mmpack._src.kernels.store import xxh64_stripes
 
     raw = np.frombuffer(data, dtype=np.uint8)
     out = np.empty(-(-raw.size // block), np.uint64)
-    xxh64_blocks(raw, raw[: raw.size // 8 * 8].view("<u8"), block, out)
+    xxh64_stripes(raw, raw[: raw.size // 8 * 8].view("<u8"), block, out)
     return out.tolist()
 
 
-def xxh64_blocks_slow(data: bytes, block: int) -> list[int]:
+def xxh64_stripes_slow(data: bytes, block: int) -> list[int]:
     """Each ``block`` bytes hashed on its own by :func:`xxh64_slow`."""
     return [xxh64_slow(data[k : k + block]) for k in range(0, len(data), block)]
 
@@ -221,8 +221,8 @@ def _first_decrease_kernel(offsets: np.ndarray) -> int:
     return int(first_decrease(offsets))
 
 
-# =========================================================================== blockstate, eos
-def all_blocks_present_slow(state, starts, lengths, itemsize: int, shift: int) -> bool:
+# =========================================================================== pagestate, eos
+def all_pages_present_slow(state, starts, lengths, itemsize: int, shift: int) -> bool:
     for a, n in zip(starts.tolist(), lengths.tolist()):
         if n <= 0:
             continue
@@ -272,9 +272,9 @@ def _present_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _present_kernel(state, starts, lengths, itemsize, shift) -> bool:
-    from mmpack._src.kernels.blockstate import all_blocks_present
+    from mmpack._src.kernels.pagestate import all_pages_present
 
-    return bool(all_blocks_present(state, starts, lengths, itemsize, shift))
+    return bool(all_pages_present(state, starts, lengths, itemsize, shift))
 
 
 def _check_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
@@ -2185,14 +2185,14 @@ PAIRS: list[Pair] = [
         _deal_kernel,
         lambda costs, ptr, world: deal_groups_slow(costs.tolist(), ptr.tolist(), world),
     ),
-    # store, blockstate, eos
+    # store, pagestate, eos
     _pair("store.xxh64", "xxh64_slow", _xxh64_inputs, _xxh64_kernel, xxh64_slow),
     _pair(
-        "store.xxh64_blocks",
-        "xxh64_blocks_slow",
-        _xxh64_blocks_inputs,
-        _xxh64_blocks_kernel,
-        xxh64_blocks_slow,
+        "store.xxh64_stripes",
+        "xxh64_stripes_slow",
+        _xxh64_stripes_inputs,
+        _xxh64_stripes_kernel,
+        xxh64_stripes_slow,
     ),
     _pair("store.convert_tokens", "convert_slow", _convert_inputs, _convert_kernel, _convert_ref),
     _pair(
@@ -2203,11 +2203,11 @@ PAIRS: list[Pair] = [
         lambda offsets: first_decrease_slow(offsets.tolist()),
     ),
     _pair(
-        "blockstate.all_blocks_present",
-        "all_blocks_present_slow",
+        "pagestate.all_pages_present",
+        "all_pages_present_slow",
         _present_inputs,
         _present_kernel,
-        all_blocks_present_slow,
+        all_pages_present_slow,
     ),
     _pair(
         "store.check_ranges",

@@ -563,9 +563,9 @@ def test_the_current_window_queues_all_its_parts_before_the_next(
 def _slow_reader(store, local, ready, checked, dropped, out):
     """A second process of the node: reads a span of window 0 through the node cache, stopped
     between the check of its blocks and their copy until the loader has dropped the window."""
-    from mmpack._src.remote.fetcher import BlockFetcher
+    from mmpack._src.remote.fetcher import PageFetcher
 
-    real = BlockFetcher.cached
+    real = PageFetcher.cached
     once = {"stop": True}
 
     def stopped(self, starts, lengths):
@@ -575,7 +575,7 @@ def _slow_reader(store, local, ready, checked, dropped, out):
             dropped.wait(30)
         return src
 
-    BlockFetcher.cached = stopped
+    PageFetcher.cached = stopped
     a, b = _loader(store).sampler.window_fetcher.window_spans(0, 0)[0]
     a, b = a + CHECK, b - CHECK  # inside the span: no check block another window shares
     ready.wait(30)

@@ -14,8 +14,8 @@ from mmpack._src.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     TOKEN_DTYPES,
-    BlockChecksum,
     StoreMeta,
+    StripeChecksum,
     normalize_token_dtype,
     smallest_token_dtype,
     write_json_atomic,
@@ -68,7 +68,7 @@ def test_normalize_token_dtype_refuses(bad, exc):
     cuts=st.lists(st.integers(0, 300), max_size=6),
 )
 def test_block_checksum_matches_one_shot_crc_per_block(data, block, cuts):
-    bc = BlockChecksum(block)
+    bc = StripeChecksum(block)
     bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
     for lo, hi in zip(bounds, bounds[1:]):
         bc.update(data[lo:hi])

@@ -51,7 +51,7 @@ def _corpus() -> list[np.ndarray]:
 
 def _build(tmp: Path, backend: str, monkeypatch) -> tuple[Path, list[np.ndarray]]:
     # Small checksum blocks and chunks, so that the store has many of each.
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 1024)
     monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 128)
     monkeypatch.setattr(shards, "SHARD_BYTES", 2048)
     docs = _corpus()

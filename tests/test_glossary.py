@@ -1,7 +1,6 @@
-"""One word per unit (docs/glossary.md): a public name that says *block* names the sampler's
-block, or is a rename still owed, listed here with the glossary's word for its unit.  A new
-name that says block for another unit fails; an owed entry whose name is gone fails too, so the
-list only shrinks."""
+"""One word per unit (docs/glossary.md): a name a module exports that says *block* names the
+sampler's block (or is listed as no unit at all); the format's checksum unit is a *stripe* and
+the remote store's checked unit a *page*.  A new name that says block for another unit fails."""
 
 from __future__ import annotations
 
@@ -25,20 +24,6 @@ NOT_A_UNIT = {
     "torch/attention.py": {"batched_block_causal_mask", "block_causal_mask"},  # block-diagonal
 }
 
-OWED = {
-    "store/format.py": ({"BLOCK_BYTES", "BlockChecksum"}, "stripe"),
-    "store/integrity.py": ({"BlockChecker", "block_digest", "block_digests"}, "stripe"),
-    "store/blockwriter.py": ({"BlockWriter"}, "stripe"),
-    "kernels/store.py": ({"xxh64_blocks"}, "stripe"),
-    "kernels/blockstate.py": ({"all_blocks_present"}, "page"),
-    "remote/upload.py": ({"CHECK_BLOCK_BYTES"}, "page"),
-    "remote/blocks.py": ({"block_ids"}, "page"),
-    "remote/cache.py": ({"BlockCache"}, "page"),
-    "remote/fetcher.py": ({"BlockFetcher"}, "page"),
-}
-"""Public names that still say block for another unit (their modules are being reworked
-elsewhere): the glossary's word each should take."""
-
 
 def _public_names() -> dict[str, set[str]]:
     names: dict[str, set[str]] = {}
@@ -53,8 +38,8 @@ def _public_names() -> dict[str, set[str]]:
 
 def test_block_names_the_samplers_block_only():
     allowed = {
-        rel: SAMPLER_BLOCK.get(rel, set()) | NOT_A_UNIT.get(rel, set()) | OWED.get(rel, (set(),))[0]
-        for rel in {*SAMPLER_BLOCK, *NOT_A_UNIT, *OWED}
+        rel: SAMPLER_BLOCK.get(rel, set()) | NOT_A_UNIT.get(rel, set())
+        for rel in {*SAMPLER_BLOCK, *NOT_A_UNIT}
     }
     public = _public_names()
     assert public, f"no module with __all__ under {PACKAGE}"
@@ -75,7 +60,5 @@ def test_the_lists_name_what_exists_and_words_the_glossary_defines():
     for table in (SAMPLER_BLOCK, NOT_A_UNIT):
         for rel, names in table.items():
             assert names <= public.get(rel, set()), f"{rel}: {names - public.get(rel, set())} gone"
-    for rel, (names, word) in OWED.items():
-        gone = names - public.get(rel, set())
-        assert not gone, f"{rel}: {sorted(gone)} renamed or gone; drop them from OWED"
+    for word in ("block", "stripe", "page"):  # the three units the name once shared
         assert f"**{word}**" in glossary, f"docs/glossary.md defines no {word!r}"

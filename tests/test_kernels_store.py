@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from reference import convert_slow, xxh64_slow
 
 from mmpack._src.kernels.store import convert_tokens
-from mmpack._src.store.integrity import block_digest, block_digests
+from mmpack._src.store.integrity import stripe_digest, stripe_digests
 
 # Digests from the reference implementation (the ``xxhash`` package, XXH64, seed 0).
 KNOWN = [
@@ -29,17 +29,17 @@ KNOWN = [
 @pytest.mark.parametrize(("data", "digest"), KNOWN)
 def test_xxh64_known_digests(data, digest):
     assert xxh64_slow(data) == digest
-    assert block_digest(data) == digest
-    assert block_digest(np.frombuffer(data, dtype=np.uint8)) == digest
+    assert stripe_digest(data) == digest
+    assert stripe_digest(np.frombuffer(data, dtype=np.uint8)) == digest
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 7))
 def test_xxh64_kernel_matches_its_twin(data, skip):
     """Any length (every tail case), from bytes or from an unaligned numpy view."""
-    assert block_digest(data) == xxh64_slow(data)
+    assert stripe_digest(data) == xxh64_slow(data)
     padded = np.frombuffer(bytes(skip) + data, dtype=np.uint8)[skip:]  # unaligned for skip > 0
-    assert block_digest(padded) == xxh64_slow(data)
+    assert stripe_digest(padded) == xxh64_slow(data)
 
 
 @settings(max_examples=100, deadline=None)
@@ -49,12 +49,12 @@ def test_xxh64_detects_any_flipped_bit(data, draw):
     bit = draw.draw(st.integers(0, 7))
     flipped = bytearray(data)
     flipped[i] ^= 1 << bit
-    assert block_digest(bytes(flipped)) != block_digest(data)
+    assert stripe_digest(bytes(flipped)) != stripe_digest(data)
 
 
 def test_block_digests_refuses_a_block_not_a_multiple_of_8():
     with pytest.raises(ValueError, match="block must be a positive multiple of 8"):
-        block_digests(b"mmpack", 12)
+        stripe_digests(b"mmpack", 12)
 
 
 # ----------------------------------------------------------------------------- convert_tokens

@@ -175,13 +175,13 @@ def test_a_reopen_hashes_the_same_bytes_whatever_the_plan_size(tmp_path, monkeyp
     from mmpack._src.packing import plan_pages
 
     hashed = []
-    digest = plan_pages.block_digest
+    digest = plan_pages.stripe_digest
 
     def counting(data):
         hashed.append(np.asarray(data).nbytes)
         return digest(data)
 
-    monkeypatch.setattr(plan_pages, "block_digest", counting)
+    monkeypatch.setattr(plan_pages, "stripe_digest", counting)
     sizes = {}
     for n in (20_000, 200_000):
         lens = np.random.default_rng(n).integers(0, 30, n)
@@ -260,7 +260,7 @@ def test_a_packed_view_opens_without_reading_the_whole_index(tmp_path, monkeypat
     import mmpack._src.store.writer
     from mmpack import PackedDataset
 
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)  # pages of 8 offsets
     mmpack.build(tmp_path / "s", [[1] * 4] * 200, fsync=False)  # 800 tokens
     ds = PackedDataset(mmpack.open(tmp_path / "s"), 16, eot=0, region_tokens=40)
     expected = [ds[i]["input_ids"].tolist() for i in range(len(ds))]

@@ -455,7 +455,7 @@ def test_a_part_checks_only_its_own_pages_of_the_index(tmp_path, monkeypatch):
     from mmpack._src.packing.plan_regions import build_part
     from mmpack.errors import FormatError
 
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 offsets
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)  # pages of 8 offsets
     build(tmp_path / "s", [[1] * 4] * 200)  # 800 tokens; slots of 40 tokens: 10 documents
     offsets = np.fromfile(tmp_path / "s" / "offsets.bin", dtype="<i8")
     offsets[150] = offsets[149] - 1  # page 18 (entries 144..151)

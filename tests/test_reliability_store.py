@@ -88,7 +88,7 @@ def test_open_reads_the_offsets_ends_and_each_page_on_first_use(tmp_path, monkey
     """An open checks the offsets' ends and first and last pages, not every page (O(1)); a
     decrease on another page is refused by the first read that uses that page, by the whole
     index (``store.offsets``) and by ``verify()``, and reads elsewhere are served."""
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)  # pages of 8 entries
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)  # pages of 8 entries
     mmpack.build(tmp_path / "s", [[j % 7 + 1] * (j % 5 + 1) for j in range(60)], backend=backend)
     _rewrite_offsets(tmp_path / "s", backend, lambda o: o.__setitem__(21, o[20] - 1))
     store = mmpack.open(tmp_path / "s")  # page 2 (entries 16..23) is not read
@@ -104,7 +104,7 @@ def test_open_reads_the_offsets_ends_and_each_page_on_first_use(tmp_path, monkey
 def test_verify_reads_checksums_each_offsets_page_on_first_use(tmp_path, monkeypatch):
     """With ``verify_reads`` an offsets page that still increases but fails its checksum is
     refused by the first read that uses it; the open checks only the first and last pages."""
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)
     mmpack.build(tmp_path / "s", [[1] * 4] * 60)
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(28, o[28] + 1))
     store = mmpack.open(tmp_path / "s", verify_reads=True)
@@ -218,7 +218,7 @@ def test_missing_path_is_store_not_found(tmp_path):
 # =================================================================================== verify()
 @pytest.mark.parametrize("array", ["tokens", "offsets"])
 def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)
     docs = _docs(5, n=60, high=60000)
     store = mmpack.build(tmp_path / "s", docs)
     assert (
@@ -254,7 +254,7 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
 def test_verify_offsets_block(tmp_path, monkeypatch):
     """A flip that keeps the offsets valid (a middle offset moved within its neighbours) is
     invisible to the cheap checks; only the checksum finds it, and names the block."""
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 64)
     store = mmpack.build(tmp_path / "s", [[1] * 4] * 30)
     mmpack.open(tmp_path / "s").verify()
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(20, o[20] + 1))
@@ -267,7 +267,7 @@ def test_verify_offsets_block(tmp_path, monkeypatch):
 def test_verify_zarr(tmp_path, monkeypatch):
     import zarr
 
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 256)
     monkeypatch.setattr(shards, "INNER_CHUNK_BYTES", 256)  # shards of one 128-token chunk
     monkeypatch.setattr(shards, "SHARD_BYTES", 256)
     mmpack.build(tmp_path / "s", _docs(6, n=80, high=60000), backend="zarr")
@@ -693,9 +693,9 @@ def test_every_write_path_gives_the_naive_file_and_verify_finds_a_flip(tmp_path,
     """Blocks are hashed from the file on the hash thread: the digests are those of the naive
     concatenation (so nothing is hashed before it is written), and a byte flipped later in any
     block is found by ``verify``."""
-    from mmpack._src.store.integrity import block_digest
+    from mmpack._src.store.integrity import stripe_digest
 
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 4096)
     add, docs = _path_sources()[path]
     with StoreWriter(tmp_path / "s", fsync=False) as w:
         add(w)
@@ -704,7 +704,7 @@ def test_every_write_path_gives_the_naive_file_and_verify_finds_a_flip(tmp_path,
     naive = np.concatenate(docs).astype(store.dtype).tobytes()
     f = tmp_path / "s" / "tokens.bin"
     assert f.read_bytes() == naive
-    want = [block_digest(naive[a : a + 4096]) for a in range(0, len(naive), 4096)]
+    want = [stripe_digest(naive[a : a + 4096]) for a in range(0, len(naive), 4096)]
     assert list(store.meta["checksum"]["tokens"]) == want
     assert np.array_equal(store.doc_lens, [d.size for d in docs])
     data = bytearray(naive)
@@ -723,7 +723,7 @@ def test_a_refused_document_after_direct_writes_rolls_back_exactly(tmp_path, mon
     """A bad token in the middle of a chunk whose documents were already handed to the writer
     (several blocks written): the documents before it are kept, nothing of it or after it, and
     documents added afterwards follow them exactly."""
-    monkeypatch.setattr(mmpack._src.store.writer, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mmpack._src.store.writer, "STRIPE_BYTES", 4096)
     flat = (np.arange(300_000, dtype=np.uint16) * 7) % 50_000
     docs: list[np.ndarray] = np.split(flat, range(101, flat.size, 101))
     if source != "list":
@@ -785,7 +785,7 @@ def test_many_builds_leak_no_thread_descriptor_or_folder(tmp_path):
 def test_keyboard_interrupt_mid_build_leaves_nothing(tmp_path, monkeypatch, where):
     """``KeyboardInterrupt`` from the source or while the writer thread writes: it propagates,
     no store and no temporary folder stay, and the writer threads end."""
-    import mmpack._src.store.blockwriter as BW
+    import mmpack._src.store.stripe_writer as BW
 
     flat = (np.arange(1_200_000, dtype=np.uint16) * 3) % 9000  # 2.4 MB: written from place
     docs = [d.copy() for d in np.split(flat, range(700, flat.size, 700))]

@@ -343,9 +343,9 @@ def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
         [(store.location, s3_server.options, str(tmp_path), limit, seed) for seed in range(2)],
         60,
     )
-    from mmpack._src.remote.cache import BlockCache
+    from mmpack._src.remote.cache import PageCache
 
-    cache = BlockCache(tmp_path, limit)
+    cache = PageCache(tmp_path, limit)
     assert 0 < cache.allocated() <= cache.usage() <= limit
 
 

@@ -24,7 +24,7 @@ from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
 from mmpack._src.remote import cache as cache_mod
-from mmpack._src.remote.cache import BlockCache
+from mmpack._src.remote.cache import PageCache
 from mmpack.errors import FormatError
 
 GiB = 1 << 30
@@ -92,7 +92,7 @@ def test_hits_are_copied_from_the_mapped_file_and_fetch_nothing(s3_server, tmp_p
 def test_serves_matches_a_naive_block_walk(tmp_path_factory, ntok, block, seed, ranges):
     """``CacheFile.serves`` on a real cache file against every block of every range."""
     root = tmp_path_factory.mktemp("cov")
-    cf = BlockCache(root, GiB).open_file("f" * 16, "tokens", 2 * ntok, block, np.dtype("<u2"))
+    cf = PageCache(root, GiB).open_file("f" * 16, "tokens", 2 * ntok, block, np.dtype("<u2"))
     assert cf is not None
     rng = np.random.default_rng(seed)
     cf.checked[:] = rng.random(cf.nblocks) < rng.random()
@@ -119,7 +119,7 @@ def test_two_processes_fill_the_cache_without_duplicate_fetches(s3_server, tmp_p
             np.int64
         )
         want = [store.read_range(int(a), int(a) + 500) for a in starts]
-        blocks = s._backend.fetcher.block_ids(starts, np.full(24, 500, np.int64))
+        blocks = s._backend.fetcher.page_ids(starts, np.full(24, 500, np.int64))
         before = proxy.requests
         ctx = mp.get_context("fork")
         run_processes(ctx, _read_all, [(s, starts, want)] * 3, 60)
@@ -191,7 +191,7 @@ def test_a_failed_cache_write_marks_nothing_and_refunds_its_charge(
 # ----------------------------------------------------------------------------- the limit
 def test_limit_holds_in_charges_and_on_disk(s3_server, tmp_path):
     store = _build_with_block(_url(), _corpus(n_docs=600), s3_server.options, 4096)
-    base = BlockCache.base_charge(-(-store.num_tokens * 2 // 4096))
+    base = PageCache.base_charge(-(-store.num_tokens * 2 // 4096))
     limit = base + 7 * 4096 + 100  # room for 7 blocks
     s = _open(store, s3_server.options, tmp_path, limit)
     cache = s._backend.cache
@@ -211,7 +211,7 @@ def test_least_recently_used_store_is_evicted_once_unmapped(s3_server, tmp_path,
     a = _build_with_block(_url(), _corpus(n_docs=300, seed=1), s3_server.options, 4096)
     b = _build_with_block(_url(), _corpus(n_docs=300, seed=2), s3_server.options, 4096)
     nblocks = -(-max(a.num_tokens, b.num_tokens) * 2 // 4096)
-    limit = BlockCache.base_charge(nblocks) * 2 + 12 * 4096
+    limit = PageCache.base_charge(nblocks) * 2 + 12 * 4096
     ra = _open(a, s3_server.options, tmp_path, limit)
     ra.read_ranges(np.arange(10, dtype=np.int64) * 2048, np.full(10, 10, np.int64))  # 10 blocks
     cache = ra._backend.cache
@@ -238,7 +238,7 @@ def test_an_active_store_is_not_evicted(s3_server, tmp_path):
     a = _build_with_block(_url(), _corpus(n_docs=300, seed=1), s3_server.options, 4096)
     b = _build_with_block(_url(), _corpus(n_docs=300, seed=2), s3_server.options, 4096)
     nblocks = -(-max(a.num_tokens, b.num_tokens) * 2 // 4096)
-    limit = BlockCache.base_charge(nblocks) * 2 + 12 * 4096
+    limit = PageCache.base_charge(nblocks) * 2 + 12 * 4096
     ra = _open(a, s3_server.options, tmp_path, limit)
     ra.read_ranges(np.arange(12, dtype=np.int64) * 2048, np.full(12, 10, np.int64))
     rb = _open(b, s3_server.options, tmp_path, limit)
@@ -265,7 +265,7 @@ def test_processes_evicting_each_others_stores_stay_correct_and_bounded(
         for s in (7, 8)
     ]
     nblocks = -(-max(s.num_tokens for s in stores) * 2 // 4096)
-    limit = BlockCache.base_charge(nblocks) + 16 * 4096
+    limit = PageCache.base_charge(nblocks) + 16 * 4096
     ctx = mp.get_context("fork")
     run_processes(
         ctx,
@@ -273,7 +273,7 @@ def test_processes_evicting_each_others_stores_stay_correct_and_bounded(
         [(stores[k % 2], s3_server.options, tmp_path, limit, k) for k in range(4)],
         120,
     )
-    cache = BlockCache(tmp_path, limit)
+    cache = PageCache(tmp_path, limit)
     assert cache.allocated() <= cache.usage() <= limit
 
 
@@ -364,7 +364,7 @@ def test_dataloader_workers_share_the_cache(s3_server, tmp_path, context):
     for _ in range(2):  # the second pass is served by the cache the first one filled
         assert_workers_serve(ds, want, context, seed=3, keys=("input_ids",))
     cf = _open(store, s3_server.options, tmp_path)._backend.node_cache.file()
-    ids = s._backend.fetcher.block_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
+    ids = s._backend.fetcher.page_ids(*ds._ranges(np.arange(len(ds), dtype=np.int64) * ds.stride))
     assert cf.present(ids).all()
 
 
@@ -372,7 +372,7 @@ def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_pat
     """The one claim loop both remote backends use: blocks fetched here are stored (the
     merge-gap extras too, where nobody holds them); what the limit refuses is reported."""
     block = 4096
-    cache = BlockCache(tmp_path, GiB)
+    cache = PageCache(tmp_path, GiB)
     cf = cache.open_file("a" * 16, "tokens", 8 * block, block, np.dtype("<u2"))
     assert cf is not None
     asked: list[list[int]] = []
@@ -387,7 +387,7 @@ def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_pat
     assert bytes(cf.block_bytes(2)) == bytes([2]) * block
     again, rest = cache.fetch_shared(cf, [2], fetch, timeout=5.0)  # present: nothing claimed
     assert again == {} and rest == [] and len(asked) == 1
-    full = BlockCache(tmp_path / "full", cache.base_charge(8) + block)  # room for one block
+    full = PageCache(tmp_path / "full", cache.base_charge(8) + block)  # room for one block
     cf2 = full.open_file("b" * 16, "tokens", 8 * block, block, np.dtype("<u2"))
     assert cf2 is not None
     fetched, unstored = full.fetch_shared(cf2, [5, 6], fetch, timeout=5.0)
@@ -398,12 +398,12 @@ def test_fetch_shared_stores_claimed_and_gap_blocks_and_reports_the_rest(tmp_pat
 def test_a_run_written_and_dropped_at_once_equals_its_blocks_one_by_one(tmp_path):
     """``write_run``/``drop_run`` (one write, one hole per run) leave the state, digests and
     charges that ``write``/``drop`` of each block leave, also for a short last block."""
-    from mmpack._src.remote.cache import BlockCache
+    from mmpack._src.remote.cache import PageCache
 
     block, nbytes = 4096, 4096 * 5 + 1000
     data = np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8).tobytes()
-    one = BlockCache(tmp_path / "one", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
-    run = BlockCache(tmp_path / "run", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
+    one = PageCache(tmp_path / "one", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
+    run = PageCache(tmp_path / "run", 1 << 30).open_file("f", "t", nbytes, block, np.uint8)
     assert one is not None and run is not None
     for b in range(1, 6):
         one.write(b, data[b * block : (b + 1) * block])

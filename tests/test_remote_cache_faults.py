@@ -432,7 +432,7 @@ def test_a_child_forked_while_a_thread_takes_the_lock_does_not_keep_it(tmp_path)
     to leave the child a copy of the descriptor: the lock (held on that open file) outlived the
     parent's release for as long as the child ran.  Children forked while a thread takes and
     releases the lock in a loop must never make it wait for them."""
-    cache = cache_mod.BlockCache(tmp_path, GiB)
+    cache = cache_mod.PageCache(tmp_path, GiB)
     cache.root.mkdir(parents=True)
     stop = threading.Event()
     waits: list[float] = []
@@ -483,7 +483,7 @@ def test_threads_queue_on_the_lock_and_a_holder_past_the_bound_is_read_around(
     import time
 
     monkeypatch.setattr(cache_mod, "LOCK_WAIT_SECONDS", 0.3)
-    cache = cache_mod.BlockCache(tmp_path, GiB)
+    cache = cache_mod.PageCache(tmp_path, GiB)
     cache.root.mkdir(parents=True)
     path = str(cache.root / ".lock")
     inside, overlaps = [0], []

@@ -28,7 +28,7 @@ from mmpack.errors import FormatError
 from mmpack.store import StoreWriter
 
 FIXTURE = Path(__file__).parent / "data" / "store_crc32_v1"
-# A store whose token blocks are CRC-32 (BLOCK_BYTES=64): two token blocks, one offsets block.
+# A store whose token blocks are CRC-32 (STRIPE_BYTES=64): two token blocks, one offsets block.
 FIXTURE_DOCS = [[5, 6, 7], [], [300, 1, 2, 65535], list(range(40)), [9]]
 
 
@@ -58,7 +58,7 @@ def test_a_store_whose_token_checksum_is_not_xxh64_is_refused_naming_it(tmp_path
 
 
 def test_verify_finds_a_flipped_byte(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 64)
     mmpack.build(tmp_path / "s", FIXTURE_DOCS, fsync=False)
     assert json.loads((tmp_path / "s" / "mmpack.json").read_text())["checksum"]["algorithm"] == (
         "xxh64"
@@ -75,7 +75,7 @@ def test_verify_finds_a_flipped_byte(tmp_path, monkeypatch):
 
 
 def test_builds_record_xxh64_tokens_and_crc32_offsets(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 64)
     new = mmpack.build(tmp_path / "new", FIXTURE_DOCS, fsync=False)
     raw = (tmp_path / "new" / "tokens.bin").read_bytes()
     assert raw == (FIXTURE / "tokens.bin").read_bytes()  # same bytes, other checksum
@@ -105,7 +105,7 @@ def test_add_batch_refused_after_completing_blocks_leaves_the_store_as_before(
 ):
     """A bad token far into a batch: the blocks the batch completed are taken back (the file
     is truncated and the partial block read back), so later documents and checksums are right."""
-    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 64)
     with StoreWriter(tmp_path / "s", fsync=False) as w:
         w.add_batch(np.arange(10, dtype=np.uint16) + 300, [4, 6])  # 20 bytes: block partly full
         bad = np.arange(200, dtype=np.int64)
@@ -126,7 +126,7 @@ def test_add_batch_refused_after_completing_blocks_leaves_the_store_as_before(
 
 
 def test_a_bad_document_after_written_blocks_keeps_the_good_ones(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 64)
     docs = [np.arange(j, j + 30, dtype=np.uint32) for j in range(6)]  # u1 -> widened? no: <= 35
     with StoreWriter(tmp_path / "s", fsync=False) as w:
         with pytest.raises(ValueError, match="document 6 has a token 9223372036854775808"):
@@ -137,7 +137,7 @@ def test_a_bad_document_after_written_blocks_keeps_the_good_ones(tmp_path, monke
 
 
 def test_widening_rewrites_the_written_blocks(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 64)
     docs = [list(range(100)), [300], list(range(50)), [70000, 2], [2**40]]
     store = mmpack.build(tmp_path / "s", docs, fsync=False, buffer_tokens=4)
     assert store.meta["dtype"] == "<u8"
@@ -203,8 +203,8 @@ def test_builds_against_the_naive_specification(items, dtype, how, block):
     """Small checksum blocks (every append crosses some), widening, refusals: the store holds
     exactly the accepted documents, in the narrowest dtype holding them (or the fixed one),
     and verifies."""
-    saved = W.BLOCK_BYTES
-    W.BLOCK_BYTES = block
+    saved = W.STRIPE_BYTES
+    W.STRIPE_BYTES = block
     try:
         with tempfile.TemporaryDirectory() as tmp:
             expected: list[list[int]] = []
@@ -239,4 +239,4 @@ def test_builds_against_the_naive_specification(items, dtype, how, block):
             assert store.meta["dtype"] == want.newbyteorder("<").str
             store.verify()
     finally:
-        W.BLOCK_BYTES = saved
+        W.STRIPE_BYTES = saved

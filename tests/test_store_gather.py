@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack._src.store.gather import Arrays, DocChunks
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 from mmpack._src.store.tokenfile import TokenFile
 
 _BLOCK = 64  # bytes: documents of a few tokens cross block boundaries
@@ -55,7 +55,7 @@ def test_append_arrays_matches_concatenation(tmp_path_factory, docs, head):
     expected = np.concatenate([np.arange(head, dtype=np.uint16)] + (arrays if total else []))
     assert data.tolist() == expected.tolist()
     raw = expected.tobytes()
-    assert digests == [block_digest(raw[a : a + _BLOCK]) for a in range(0, len(raw), _BLOCK)]
+    assert digests == [stripe_digest(raw[a : a + _BLOCK]) for a in range(0, len(raw), _BLOCK)]
 
 
 def test_strided_documents_are_copied_as_values(tmp_path):
@@ -87,7 +87,7 @@ def test_a_document_of_another_kind_rolls_back_everything(tmp_path, bad):
     assert tf.append(np.arange(3, dtype=np.uint16)) == -1
     data, digests = _finish(tf)
     assert data.tolist() == list(range(7)) + [0, 1, 2]
-    assert digests == [block_digest(data.tobytes())]
+    assert digests == [stripe_digest(data.tobytes())]
 
 
 @pytest.mark.parametrize(

@@ -415,7 +415,7 @@ def test_paths_are_resolved_at_open(tmp_path, backend, monkeypatch):
 # ============================================================================ item 14: verify_reads
 def _flipped_store(tmp_path: Path, monkeypatch, backend: str = "memmap"):
     """A store with 4 KiB checksum blocks and one flipped byte in tokens block 3."""
-    monkeypatch.setattr(W, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(W, "STRIPE_BYTES", 4096)
     docs = [np.arange(j * 100, j * 100 + 100) % 5000 + 1 for j in range(200)]  # uint16
     store = mmpack.build(tmp_path / "s", docs, backend=backend, fsync=False)
     assert (

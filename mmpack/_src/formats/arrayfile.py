@@ -27,7 +27,7 @@ from mmpack._src.store.checked_file import (
     read_header,
     write_checked_file,
 )
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 from mmpack.errors import FormatError, StateMismatchError
 
 __all__ = ["load_arrays", "save_arrays"]
@@ -57,7 +57,7 @@ def save_arrays(
             "dtype": arr.dtype.str,
             "shape": list(arr.shape),
             "offset": 0,
-            "xxh64": block_digest(arr),
+            "xxh64": stripe_digest(arr),
         }
         for name, arr in data.items()
     }

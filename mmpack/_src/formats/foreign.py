@@ -49,7 +49,7 @@ from mmpack._src.formats.sidecar import (
 )
 from mmpack._src.store.backends import Backend
 from mmpack._src.store.backends._mapping import map_file
-from mmpack._src.store.format import BLOCK_BYTES, StoreMeta
+from mmpack._src.store.format import STRIPE_BYTES, StoreMeta
 from mmpack._src.store.reader import TokenStore, reopen_pickled
 from mmpack.errors import FormatError
 
@@ -218,6 +218,7 @@ class _FlatBackend(Backend):
     """Tokens as one mapped array and an in-memory (or mapped) int64 ``offsets``."""
 
     name = "foreign"
+    tokens: np.ndarray
 
     def __init__(
         self, path: Path, meta: StoreMeta, tokens: np.ndarray, offsets: np.ndarray
@@ -291,7 +292,7 @@ class ForeignStore(TokenStore):
             dtype=dtype,
             num_docs=num_docs,
             num_tokens=int(tokens.shape[0]),
-            block_bytes=BLOCK_BYTES,
+            block_bytes=STRIPE_BYTES,
             tokens_digests=(),
             offsets_crc32=(),
         )
@@ -352,7 +353,9 @@ class ForeignStore(TokenStore):
     @property
     def _mapped(self) -> np.ndarray:
         """The mapped tokens (also with ``verify_reads``, where :attr:`tokens` is None)."""
-        return self._backend.tokens  # type: ignore[attr-defined]
+        tokens = self._backend.tokens
+        assert tokens is not None  # a foreign store's backend maps its tokens
+        return tokens
 
     def _recorded(self) -> tuple[dict[str, Sums] | None, str]:
         """The recorded sums (the sidecar's, else those kept in memory, else None) and where

@@ -45,7 +45,7 @@ from mmpack._src.core.validation import (
 from mmpack._src.formats.arrayfile import load_arrays, save_arrays
 from mmpack._src.formats.megatron import MegatronStore, read_index
 from mmpack._src.kernels.megatron_order import fill_sample_index
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 from mmpack._src.store.reader import TokenStore
 from mmpack.errors import FormatError, StateMismatchError
 
@@ -358,7 +358,7 @@ def order_key(
         "format": _KEY_VERSION,
         "order": "megatron-core GPTDataset",
         "fingerprint": str(store.fingerprint),
-        "sequences": [int(seqs.shape[0]), block_digest(seqs)],
+        "sequences": [int(seqs.shape[0]), stripe_digest(seqs)],
         "seqlen": int(seqlen),
         **{k: (v.value if isinstance(v, MegatronSplit) else v) for k, v in options.items()},
     }

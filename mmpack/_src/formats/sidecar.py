@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from mmpack._src.formats.token_ids import check_ids_nonnegative
-from mmpack._src.store.format import BLOCK_BYTES, write_json_atomic
+from mmpack._src.store.format import STRIPE_BYTES, write_json_atomic
 from mmpack.errors import FormatError
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 
 CHECKSUM_FILE = "checksums.json"
 Sums = tuple[int, list[int]]
-"""A file's ``(size, CRC-32 of each BLOCK_BYTES block)``."""
+"""A file's ``(size, CRC-32 of each STRIPE_BYTES block)``."""
 
 
 def file_sums(path: Path, on_block: Callable[[int], None] | None = None) -> Sums:
@@ -48,11 +48,11 @@ def file_sums(path: Path, on_block: Callable[[int], None] | None = None) -> Sums
     each block's size: a progress bar)."""
     crcs = []
     size = 0
-    buf = bytearray(BLOCK_BYTES)
+    buf = bytearray(STRIPE_BYTES)
     with open(path, "rb", buffering=0) as f:
         while True:
             n = 0
-            while n < BLOCK_BYTES:  # fill the whole block: short reads must not shift blocks
+            while n < STRIPE_BYTES:  # fill the whole block: short reads must not shift blocks
                 got = f.readinto(memoryview(buf)[n:])
                 if not got:
                     break
@@ -73,7 +73,7 @@ def load_sidecar(sidecar: Path) -> dict[str, Sums] | None:
         return None
     try:
         raw = json.loads(sidecar.read_text())
-        if raw.get("algorithm", "crc32") != "crc32" or raw.get("block_bytes") != BLOCK_BYTES:
+        if raw.get("algorithm", "crc32") != "crc32" or raw.get("block_bytes") != STRIPE_BYTES:
             raise ValueError("another algorithm or block size")
         return {
             name: (int(size), [int(c) for c in crcs]) for name, (size, crcs) in raw["files"].items()
@@ -93,7 +93,7 @@ def save_sidecar(sidecar: Path, fingerprint: str, sums: dict[str, Sums]) -> bool
             sidecar,
             {
                 "algorithm": "crc32",
-                "block_bytes": BLOCK_BYTES,
+                "block_bytes": STRIPE_BYTES,
                 "fingerprint": fingerprint,
                 "files": {name: [size, crcs] for name, (size, crcs) in sums.items()},
             },
@@ -127,9 +127,9 @@ def compare_sums(current: dict[str, Sums], recorded: dict[str, Sums], where: obj
 
 
 def _block_error(name: str, b: int, size: int, want: int, got: int, where: object) -> FormatError:
-    lo = b * BLOCK_BYTES
+    lo = b * STRIPE_BYTES
     return FormatError(
-        f"{name} block {b} (bytes {lo}..{min(size, lo + BLOCK_BYTES)}) differs from the checksum "
+        f"{name} block {b} (bytes {lo}..{min(size, lo + STRIPE_BYTES)}) differs from the checksum "
         f"recorded in {where} ({want:#010x} then, {got:#010x} now): the file was modified or "
         "corrupted"
     )
@@ -161,7 +161,7 @@ class SidecarReads:
         self._size = len(header) + self._raw.shape[0]
         self._crcs: list[int] = []
         self._where: object = None
-        self._done = np.zeros(-(-self._size // BLOCK_BYTES), dtype=bool)
+        self._done = np.zeros(-(-self._size // STRIPE_BYTES), dtype=bool)
         self._pending = int(self._done.shape[0])
 
     def expect(self, recorded: dict[str, Sums], where: object) -> None:
@@ -185,7 +185,7 @@ class SidecarReads:
             return
         itemsize, h = self._tokens.dtype.itemsize, len(self._header)
         for b in range(
-            (h + start * itemsize) // BLOCK_BYTES, (h + stop * itemsize - 1) // BLOCK_BYTES + 1
+            (h + start * itemsize) // STRIPE_BYTES, (h + stop * itemsize - 1) // STRIPE_BYTES + 1
         ):
             if not self._done[b]:
                 self._check_block(b)
@@ -198,8 +198,8 @@ class SidecarReads:
         if not starts.size:
             return
         itemsize, h = self._tokens.dtype.itemsize, len(self._header)
-        first = (h + starts * itemsize) // BLOCK_BYTES
-        last = (h + (starts + lengths) * itemsize - 1) // BLOCK_BYTES
+        first = (h + starts * itemsize) // STRIPE_BYTES
+        last = (h + (starts + lengths) * itemsize - 1) // STRIPE_BYTES
         for b in np.unique(np.concatenate([first, last])).tolist():
             if not self._done[b]:
                 self._check_block(b)
@@ -210,7 +210,7 @@ class SidecarReads:
         if not self._crcs:
             raise RuntimeError("SidecarReads.expect() was not called")
         h, itemsize = len(self._header), self._tokens.dtype.itemsize
-        lo, hi = b * BLOCK_BYTES, min(self._size, (b + 1) * BLOCK_BYTES)
+        lo, hi = b * STRIPE_BYTES, min(self._size, (b + 1) * STRIPE_BYTES)
         crc = zlib.crc32(self._header[lo:hi]) if lo < h else 0
         data = self._raw[max(lo, h) - h : max(hi, h) - h]
         got = zlib.crc32(memoryview(data), crc)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.core.progress import progress_bar
-from mmpack._src.store.format import BLOCK_BYTES, FORMAT_NAME, StoreMeta
+from mmpack._src.store.format import FORMAT_NAME, STRIPE_BYTES, StoreMeta
 from mmpack._src.store.publish import inside_build
 from mmpack._src.store.reader import TokenStore, open_store
 from mmpack._src.store.writer import store_writer
@@ -103,7 +103,7 @@ def copy_store(
     _check_distinct(source, dst)
     own = source.meta.get("format") == FORMAT_NAME
     recorded = StoreMeta.from_json(source.meta, Path(source.path)) if own else None
-    expected = recorded if recorded is not None and recorded.block_bytes == BLOCK_BYTES else None
+    expected = recorded if recorded is not None and recorded.block_bytes == STRIPE_BYTES else None
     # (a store of another block size is re-blocked: its blocks were checked as they were read)
     files = {name: source.read_attached(name) for name in source.attached_files}
     extra = _sections(source, files)

@@ -25,12 +25,7 @@ from typing import Any
 from mmpack._src.core.progress import progress_bar
 from mmpack.errors import IngestError, MissingDependencyError, Param, with_params
 
-__all__ = [
-    "ENGINES",
-    "PartsProgress",
-    "RUNNERS",
-    "collector",
-]
+__all__ = ["ENGINES", "PartsProgress", "RUNNERS", "collector"]
 
 
 def _run_serial(fn, tasks, part_paths, options, scheduler, n_workers, retries, done) -> int:

@@ -34,9 +34,9 @@ from mmpack._src.joins.manifest import (
 from mmpack._src.joins.opening import PartOptions, open_join, part_open_error
 from mmpack._src.joins.parts import JoinedStore, joined_mask_fingerprint
 from mmpack._src.store.format import (
-    BLOCK_BYTES,
     OFFSETS_DTYPE,
-    BlockChecksum,
+    STRIPE_BYTES,
+    StripeChecksum,
     atomic_file,
     write_json_atomic,
 )
@@ -359,7 +359,7 @@ def _publish(
                 rec["file"] = "tokenizer.json"
             extra["tokenizer"] = rec
     name = f"offsets-{secrets.token_hex(6)}.bin"
-    crc = BlockChecksum(BLOCK_BYTES)
+    crc = StripeChecksum(STRIPE_BYTES)
     with atomic_file(folder / name, fsync=fsync) as f:
 
         def put(values: np.ndarray) -> None:
@@ -386,7 +386,7 @@ def _publish(
         "dtype": max(dtypes, key=lambda d: d.itemsize, default=np.dtype("<u1")).str,
         "num_docs": sum(r["num_docs"] for r in records),
         "num_tokens": sum(r["num_tokens"] for r in records),
-        "offsets": {"file": name, "block_bytes": BLOCK_BYTES, "crc32": crc.finish()},
+        "offsets": {"file": name, "block_bytes": STRIPE_BYTES, "crc32": crc.finish()},
         "parts": records,
     }
     raw["fingerprint"] = manifest_fingerprint(raw)

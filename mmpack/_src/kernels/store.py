@@ -1,6 +1,6 @@
 """Kernels of the store: offsets validation for huge indexes, the build's one pass over the
 tokens (convert to the store's dtype while checking the token range) and the block hash (XXH64;
-:func:`xxh64_blocks`: one digest per block of a run in one call).
+:func:`xxh64_stripes`: one digest per block of a run in one call).
 
 :func:`convert_tokens` copies ``src`` into ``out`` (the store's dtype) in strips of 4096 tokens:
 each strip is converted and range-checked without a branch per token (LLVM vectorises it), and
@@ -27,7 +27,7 @@ import numpy as np
 
 from mmpack._src.kernels._jit import njit
 
-__all__ = ["check_ranges", "convert_tokens", "first_decrease", "xxh64", "xxh64_blocks"]
+__all__ = ["check_ranges", "convert_tokens", "first_decrease", "xxh64", "xxh64_stripes"]
 
 
 @njit
@@ -158,7 +158,7 @@ def xxh64(data: np.ndarray, words: np.ndarray, seed: np.uint64) -> np.uint64:
 
 
 @njit
-def xxh64_blocks(data: np.ndarray, words: np.ndarray, block: int, out: np.ndarray) -> None:
+def xxh64_stripes(data: np.ndarray, words: np.ndarray, block: int, out: np.ndarray) -> None:
     """XXH64 (seed 0) of each ``block`` bytes of ``data`` (the last block may be short).
 
     Parameters

@@ -5,7 +5,7 @@ A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.PlanSpe
 (:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
 :func:`mmpack.packing.cached_plan`): a JSON header (with its own CRC-32) then the raw
 arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
-(:func:`mmpack._src.store.integrity.block_digests`, ~11 GB/s), written to a temporary file and renamed
+(:func:`mmpack._src.store.integrity.stripe_digests`, ~11 GB/s), written to a temporary file and renamed
 into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
 checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
 every other chunk is checked once, the first time a consumer reads a bin from it
@@ -43,7 +43,7 @@ from mmpack._src.store.checked_file import (
     read_header,
     write_checked_file,
 )
-from mmpack._src.store.integrity import block_digests
+from mmpack._src.store.integrity import stripe_digests
 from mmpack.errors import FormatError, StateMismatchError
 
 __all__ = [
@@ -162,7 +162,7 @@ def write_plan_file(
         for name, dt in ARRAYS:
             spec = header["arrays"][name]
             mapped = _mapped(f, spec["offset"], dt, shapes[name])
-            spec["xxh64"] = block_digests(mapped, CHUNK_BYTES).tolist()
+            spec["xxh64"] = stripe_digests(mapped, CHUNK_BYTES).tolist()
             if name == "bin_ptr":
                 header["max_bin_pieces"] = _most_pieces(mapped)
         return header

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmpack._src.store.integrity import CheckedPages, block_digest
+from mmpack._src.store.integrity import CheckedPages, stripe_digest
 from mmpack.errors import FormatError
 
 __all__ = ["PlanPages"]
@@ -124,7 +124,7 @@ def _check_chunk(
 ) -> None:
     """Check chunk ``p`` of plan array ``name`` against its XXH64 digest."""
     per = chunk_bytes // arr.itemsize
-    got = block_digest(arr[p * per : (p + 1) * per])
+    got = stripe_digest(arr[p * per : (p + 1) * per])
     if got != digests[p]:
         lo = p * chunk_bytes
         hi = lo + arr[p * per : (p + 1) * per].nbytes

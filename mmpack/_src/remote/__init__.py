@@ -12,12 +12,12 @@
                    locks), writes, the per-reader check of blocks before they are served
     cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
     sources.py     block sources: a memmap object's checked pages, a Zarr store's chunks
-    fetcher.py     BlockFetcher: a source's blocks through the node cache's claims
+    fetcher.py     PageFetcher: a source's blocks through the node cache's claims
     spans.py       SpanFetcher: whole token spans into the node cache in parts; pins, drops
     backend.py     RemoteBackend: open (the memmap layout's objects), verify
-    blocks.py      check-page arithmetic: ranges to pages, runs, gathering
+    pages.py       check-page arithmetic: ranges to pages, runs, gathering
     zarr.py        RemoteZarrBackend: open (a sharded Zarr store's objects), verify
-    base.py        RemoteStoreBackend: what both backends share, reads through BlockFetcher
+    base.py        RemoteStoreBackend: what both backends share, reads through PageFetcher
     opener.py      open_url: mmpack.open(url); writer.py: RemoteStoreWriter, build then upload
     upload.py      upload, upload_zarr: objects under a fresh data-* prefix, metadata last
 

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.remote.base import RemoteStoreBackend
-from mmpack._src.remote.cache import BlockCache, warn_once
+from mmpack._src.remote.cache import PageCache, warn_once
 from mmpack._src.remote.cached import CachedObject
-from mmpack._src.remote.fetcher import BlockFetcher
+from mmpack._src.remote.fetcher import PageFetcher
 from mmpack._src.remote.sources import PageSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import ObjectMissing, Transport
@@ -63,7 +63,7 @@ class RemoteBackend(RemoteStoreBackend):
         meta: StoreMeta,
         raw: dict[str, Any],
         folder: Path,
-        cache: BlockCache | None,
+        cache: PageCache | None,
     ) -> None:
         super().__init__(folder, meta)
         self.transport = transport
@@ -118,7 +118,7 @@ class RemoteBackend(RemoteStoreBackend):
             transport, data + "tokens.bin", table, self.block, nbytes, meta.dtype.itemsize
         )
         """The tokens object's checked pages (:mod:`mmpack._src.remote.sources`)."""
-        self.fetcher = BlockFetcher(self.source, self.node_cache)
+        self.fetcher = PageFetcher(self.source, self.node_cache)
         self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
         """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
 
@@ -151,7 +151,7 @@ class RemoteBackend(RemoteStoreBackend):
 
     @property
     def stats(self) -> dict[str, int]:
-        """This process's counts (:attr:`BlockFetcher.stats`)."""
+        """This process's counts (:attr:`PageFetcher.stats`)."""
         return self.fetcher.stats
 
     # ------------------------------------------------------------------------------ verify

@@ -6,7 +6,7 @@ interface that is the same for both: a remote store is read-only (written by
 :mod:`mmpack._src.remote.writer`), has no local metadata file, is never pickled (the
 :class:`~mmpack.TokenStore` reopens its URL; the backends' per-process parts, their
 threads and node-cache mappings, are made anew in each process), and reads its tokens through
-one :class:`~mmpack._src.remote.fetcher.BlockFetcher` over its layout's block source, the node cache's
+one :class:`~mmpack._src.remote.fetcher.PageFetcher` over its layout's block source, the node cache's
 blocks copied out under the reader's pins.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.remote.blocks import gather
 from mmpack._src.remote.cached import CachedObject, copied
+from mmpack._src.remote.pages import gather
 from mmpack._src.remote.transport import ObjectMissing
 from mmpack._src.store.backends import Backend
 from mmpack._src.store.format import StoreMeta
@@ -30,7 +30,7 @@ __all__ = ["RemoteStoreBackend"]
 class RemoteStoreBackend(Backend):
     """A read-only store on object storage (subclasses open it; they set ``transport``,
     ``data``, the prefix of the store's objects: ``"data-<id>/"``, or ``""`` for a store copied
-    as is, ``fetcher``, the tokens' :class:`~mmpack._src.remote.fetcher.BlockFetcher`, and
+    as is, ``fetcher``, the tokens' :class:`~mmpack._src.remote.fetcher.PageFetcher`, and
     ``node_cache``, the tokens in the node cache or None)."""
 
     transport: Any
@@ -74,7 +74,7 @@ class RemoteStoreBackend(Backend):
         src_starts = np.zeros(starts.shape[0], dtype=np.int64)
         if starts.shape[0]:
             np.cumsum(lengths[:-1], out=src_starts[1:])
-        ids = fetcher.block_ids(starts, lengths)
+        ids = fetcher.page_ids(starts, lengths)
         if self.node_cache is None:
             return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
         # copied out of the mapping only while pinned: another process may drop (punch) any

@@ -53,7 +53,7 @@ from mmpack._src.remote.cachefile import (
 )
 from mmpack.errors import FormatError
 
-__all__ = ["ACTIVE_SECONDS", "BlockCache", "CacheLockTimeout", "LOCK_WAIT_SECONDS", "warn_once"]
+__all__ = ["ACTIVE_SECONDS", "CacheLockTimeout", "LOCK_WAIT_SECONDS", "PageCache", "warn_once"]
 
 ACTIVE_SECONDS = 10.0
 """A cached object read this recently is never evicted."""
@@ -85,7 +85,7 @@ os.register_at_fork(after_in_child=_reset_thread_locks)
 
 @dataclass(slots=True)
 class _Charge:
-    """Blocks charged (``blocks``) and written (``written``) by one :meth:`BlockCache._charged`."""
+    """Blocks charged (``blocks``) and written (``written``) by one :meth:`PageCache._charged`."""
 
     blocks: int = 0
     written: int = 0
@@ -116,7 +116,7 @@ def warn_once(root: Path, exc: OSError) -> None:
 T = TypeVar("T")
 
 
-class BlockCache:
+class PageCache:
     """Verified blocks of remote objects on disk, total at most ``limit`` bytes."""
 
     def __init__(self, root: Path, limit: int) -> None:

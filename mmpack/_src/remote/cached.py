@@ -2,7 +2,7 @@
 
 :class:`CachedObject` owns this reader's mapping of the object's cache file
 (:class:`~mmpack._src.remote.cachefile.CacheFile`, made by
-:meth:`~mmpack._src.remote.cache.BlockCache.open_file`): it maps the file on first use, lets it go
+:meth:`~mmpack._src.remote.cache.PageCache.open_file`): it maps the file on first use, lets it go
 once an eviction retires it, retries a second after an attempt that got nothing (no room, being
 evicted, the lock stuck, the disk full; :func:`~mmpack._src.remote.cache.warn_once` has warned), and
 maps it anew in a forked child (the parent's threads and claims are not there).  Every block it
@@ -30,7 +30,7 @@ from typing import TypeVar
 import numpy as np
 
 from mmpack._src.core.process import PerProcess
-from mmpack._src.remote.cache import BlockCache, warn_once
+from mmpack._src.remote.cache import PageCache, warn_once
 from mmpack._src.remote.cachefile import (
     PIN_WAIT_SECONDS,
     CacheFile,
@@ -63,7 +63,7 @@ class CachedObject:
 
     def __init__(
         self,
-        cache: BlockCache,
+        cache: PageCache,
         fingerprint: str,
         name: str,
         nbytes: int,
@@ -152,7 +152,7 @@ class CachedObject:
         fetch: Callable[[list[int]], dict[int, T]],
         timeout: float,
     ) -> tuple[dict[int, T], list[int]]:
-        """:meth:`BlockCache.fetch_shared`; where the cache file cannot be claimed (it was
+        """:meth:`PageCache.fetch_shared`; where the cache file cannot be claimed (it was
         removed as damaged under this reader, or a descriptor cannot be had) every block is
         fetched here and none stored."""
         raised: list[BaseException] = []
@@ -175,7 +175,7 @@ class CachedObject:
             return got, sorted(got)
 
     def verify(self, start: int, data: bytes) -> None:
-        """:meth:`BlockCache.verify_cached` of the object's bytes ``[start, start + len(data))``
+        """:meth:`PageCache.verify_cached` of the object's bytes ``[start, start + len(data))``
         read from the server now (``verify()``)."""
         cf = self.file()
         if cf is not None:

@@ -20,7 +20,7 @@ file's end); a drop takes only blocks it locks exclusively there (:meth:`CacheFi
 
 Cost: one XXH64 per block per reader, once (``python -m benchmarks.trust_costs node_cache``);
 the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
-(:func:`~mmpack._src.kernels.blockstate.all_blocks_present`); a hit is zero copy.
+(:func:`~mmpack._src.kernels.pagestate.all_pages_present`); a hit is zero copy.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.core.libc import libc_function
-from mmpack._src.kernels.blockstate import all_blocks_present
+from mmpack._src.kernels.pagestate import all_pages_present
 from mmpack._src.kernels.store import check_ranges
-from mmpack._src.store.integrity import block_digests
+from mmpack._src.store.integrity import stripe_digests
 
 __all__ = [
     "CacheFile",
@@ -189,7 +189,7 @@ class Claim:
 
 class CacheFile:
     """A cached object, mapped: ``state`` (uint8, (nblocks,)) and ``data`` (uint8, (nbytes,)),
-    ``tokens`` the data as ``dtype``.  Made by :meth:`BlockCache.open_file` (under its lock)."""
+    ``tokens`` the data as ``dtype``.  Made by :meth:`PageCache.open_file` (under its lock)."""
 
     def __init__(self, stem: Path, nbytes: int, block: int, dtype: np.dtype) -> None:
         self.stem = stem
@@ -313,7 +313,7 @@ class CacheFile:
         of one length) touch is present and checked by this reader (a present block it has not
         checked yet answers False): whether the mapping may serve the ranges as they are (one
         kernel pass, ~1 us for 32 windows)."""
-        return bool(all_blocks_present(self.checked, starts, lengths, itemsize, self.shift))
+        return bool(all_pages_present(self.checked, starts, lengths, itemsize, self.shift))
 
     def present(self, ids: np.ndarray) -> np.ndarray:
         """bool, like ``ids``: which blocks are present."""
@@ -379,7 +379,7 @@ class CacheFile:
         mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
         b1 = b0 - (-len(mv) >> self.shift)
         if digests is None:
-            digests = block_digests(mv, self.block)
+            digests = stripe_digests(mv, self.block)
         if len(digests) != b1 - b0:
             raise ValueError(f"{len(digests)} digests for blocks {b0}..{b1}")
         done = 0

@@ -1,22 +1,22 @@
 """Fetching a remote store's token blocks: the node cache's claims over a block source: the
 verified read of whatever the block order did not fetch.
 
-:class:`BlockFetcher` serves the blocks of a store's tokens from a block source
+:class:`PageFetcher` serves the blocks of a store's tokens from a block source
 (:mod:`mmpack._src.remote.sources`: the memmap layout's checked pages or the Zarr layout's inner
 chunks), which locates, fetches and verifies them.  Its public surface is small:
 
-- :meth:`~BlockFetcher.block_ids`: the blocks that token ranges touch;
-- :meth:`~BlockFetcher.cached`: the node cache's mapped tokens when it holds every block of the
+- :meth:`~PageFetcher.page_ids`: the blocks that token ranges touch;
+- :meth:`~PageFetcher.cached`: the node cache's mapped tokens when it holds every block of the
   ranges, checked (the zero-copy hit path), else None;
-- :meth:`~BlockFetcher.blocks`: every block of a list, from the node cache or fetched now;
-- :attr:`~BlockFetcher.stats`.
+- :meth:`~PageFetcher.blocks`: every block of a list, from the node cache or fetched now;
+- :attr:`~PageFetcher.stats`.
 
 Fetching: blocks are claimed in the node cache first (a block another process or thread holds
 is waited for instead, at most the transport's ``read_timeout``), fetched and verified by the
 source and written to the node cache as far as its limit allows; what it cannot keep is served
 from the fetched bytes and fetched again when read again.  The node cache is
 :class:`~mmpack._src.remote.cached.CachedObject` (its claim loop
-:meth:`~mmpack._src.remote.cache.BlockCache.fetch_shared`); without one, every read fetches.  There is
+:meth:`~mmpack._src.remote.cache.PageCache.fetch_shared`); without one, every read fetches.  There is
 no look-ahead here: fetching ahead is the block order's (:class:`~mmpack._src.remote.spans.SpanFetcher`
 driven by the sampler, over the same source), into the same node cache.
 
@@ -32,24 +32,24 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.core.process import PerProcess
-from mmpack._src.remote.blocks import block_ids
 from mmpack._src.remote.cached import CachedObject
 from mmpack._src.remote.cachefile import CacheFile
+from mmpack._src.remote.pages import page_ids
 from mmpack._src.remote.sources import FetchSource
 from mmpack._src.remote.transport import Transport
 
-__all__ = ["BlockFetcher"]
+__all__ = ["PageFetcher"]
 
 
 class _Process:
-    """A :class:`BlockFetcher`'s state in one process (:class:`~mmpack._src.core.process.PerProcess`)."""
+    """A :class:`PageFetcher`'s state in one process (:class:`~mmpack._src.core.process.PerProcess`)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stats = {"requests": 0, "bytes_fetched": 0, "cache_hits": 0}
 
 
-class BlockFetcher:
+class PageFetcher:
     """The verified blocks of ``source`` (see the module docstring); ``node`` is the tokens in
     the node cache (blocks of ``source.block`` bytes), or None to fetch every read."""
 
@@ -79,9 +79,9 @@ class BlockFetcher:
         self.source.warm()
 
     # ------------------------------------------------------------------------------ lookups
-    def block_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    def page_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """int64, sorted, unique: the blocks token ranges ``[starts, starts + lengths)`` touch."""
-        return block_ids(starts, lengths, self.itemsize, self.block)
+        return page_ids(starts, lengths, self.itemsize, self.block)
 
     def cached(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
         """The node cache's mapped file as items (zero copy: range k is ``[starts[k],

@@ -22,7 +22,7 @@ from typing import Any
 
 from mmpack._src.core.constants import NODE_CACHE_BYTES
 from mmpack._src.remote.backend import RemoteBackend
-from mmpack._src.remote.cache import BlockCache, warn_once
+from mmpack._src.remote.cache import PageCache, warn_once
 from mmpack._src.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack._src.store.format import META_FILE, StoreMeta
 from mmpack.errors import FormatError, StoreNotFoundError
@@ -145,7 +145,7 @@ def open_record(
     )
 
 
-def node_cache(root: Path, cache_limit: int | None) -> BlockCache | None:
+def node_cache(root: Path, cache_limit: int | None) -> PageCache | None:
     """The node cache under ``root`` of ``cache_limit`` bytes (None for 0); for None,
     :data:`~mmpack._src.core.constants.NODE_CACHE_BYTES` where ``root/blocks`` can be written, else
     None after one warning (:func:`~mmpack._src.remote.cache.warn_once`)."""
@@ -160,4 +160,4 @@ def node_cache(root: Path, cache_limit: int | None) -> BlockCache | None:
             warn_once(root, exc)
             return None
         cache_limit = NODE_CACHE_BYTES
-    return None if cache_limit == 0 else BlockCache(root, cache_limit)
+    return None if cache_limit == 0 else PageCache(root, cache_limit)

@@ -1,5 +1,5 @@
 """Where a remote store's token blocks come from: the block sources behind
-:class:`~mmpack._src.remote.fetcher.BlockFetcher` and :class:`~mmpack._src.remote.spans.SpanFetcher`.
+:class:`~mmpack._src.remote.fetcher.PageFetcher` and :class:`~mmpack._src.remote.spans.SpanFetcher`.
 
 A block source locates, fetches and verifies the blocks of a store's token bytes (block ``b``
 is bytes ``[b * block, min((b + 1) * block, nbytes))`` of the flat little-endian tokens):
@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from mmpack._src.core.process import PerProcess
-from mmpack._src.remote.blocks import runs_of
+from mmpack._src.remote.pages import runs_of
 from mmpack._src.remote.transport import ObjectMissing, Transport
 from mmpack._src.store.backends._zarr_shards import ShardLayout, ShardReader
-from mmpack._src.store.integrity import block_digest, block_digests
+from mmpack._src.store.integrity import stripe_digest, stripe_digests
 from mmpack.errors import FormatError, StateMismatchError
 
 __all__ = ["ChunkSource", "Count", "FetchSource", "PageSource"]
@@ -51,7 +51,7 @@ def _no_count(requests: int, nbytes: int, again: bool) -> None:
 
 
 class FetchSource(Protocol):
-    """What :class:`~mmpack._src.remote.fetcher.BlockFetcher` and
+    """What :class:`~mmpack._src.remote.fetcher.PageFetcher` and
     :class:`~mmpack._src.remote.spans.SpanFetcher` need of a layout: its blocks located, fetched and
     verified (:class:`PageSource`, :class:`ChunkSource`)."""
 
@@ -109,7 +109,7 @@ class PageSource:
     def intact(self, b: int, data: bytes | memoryview) -> bool:
         """Whether ``data`` is page ``b`` as the table records it."""
         lo, hi = self._span(b)
-        return len(data) == hi - lo and block_digest(data) == int(self.table[b])
+        return len(data) == hi - lo and stripe_digest(data) == int(self.table[b])
 
     def check_run(self, b0: int, data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
         """Check the pages ``b0, b0 + 1, ...`` that ``data`` holds (whole pages from ``b0``; the
@@ -122,7 +122,7 @@ class PageSource:
         bad : numpy.ndarray, int64
             The ids of the pages that differ from the table (sorted).
         """
-        digests = block_digests(data, self.block)
+        digests = stripe_digests(data, self.block)
         b1 = b0 + digests.size
         whole = min(b1 * self.block, self.nbytes) - b0 * self.block
         if b1 > self.table.size or len(data) != whole:  # short or long: every page is bad
@@ -160,7 +160,7 @@ class PageSource:
                         raise FormatError(
                             f"{self.url}: {self.key} bytes {lo}..{hi} (check block {b}) fail "
                             f"their checksum (stored {int(self.table[b]):#018x}, got "
-                            f"{block_digest(data):#018x}): the object is corrupt; "
+                            f"{stripe_digest(data):#018x}): the object is corrupt; "
                             "rebuild the store"
                         )
                 out[b] = data

@@ -1,7 +1,7 @@
 """Whole byte spans of a remote store's tokens fetched into the node cache in large parts, pinned
 while in use and dropped once consumed: the transport under a block-window order.
 
-:class:`SpanFetcher` serves one remote store (its :class:`~mmpack._src.remote.fetcher.BlockFetcher`
+:class:`SpanFetcher` serves one remote store (its :class:`~mmpack._src.remote.fetcher.PageFetcher`
 and node cache) and knows nothing of samplers: ``mmpack._src.torch.block_fetch`` turns a block-window
 order's windows into token spans and calls
 
@@ -12,7 +12,7 @@ order's windows into token spans and calls
   checked against the XXH64 table in one kernel call; a part of the Zarr layout is its inner
   chunks, one merged range request per run in a shard, each crc32c-checked and decoded; a bad
   part is fetched once more, then :class:`~mmpack.errors.FormatError`) and store it in one
-  write (:meth:`BlockCache.store_run`, the table's digests kept as the cache's own);
+  write (:meth:`PageCache.store_run`, the table's digests kept as the cache's own);
 - :meth:`~SpanFetcher.pin` / :meth:`~SpanFetcher.unpin`: the spans' pages pinned
   (:meth:`CacheFile.pin`), so no process drops them meanwhile;
 - :meth:`~SpanFetcher.drop`: the spans' pages nobody pins (:meth:`CacheFile.unpinned`) marked
@@ -40,7 +40,7 @@ from mmpack._src.remote.cachefile import (
     close_lock_fd,
     open_lock_fd,
 )
-from mmpack._src.remote.fetcher import BlockFetcher
+from mmpack._src.remote.fetcher import PageFetcher
 
 __all__ = ["PART_BYTES", "SpanFetcher"]
 
@@ -63,7 +63,7 @@ class SpanFetcher:
     """Whole token spans of the store behind ``fetcher`` into its node cache (see the module
     docstring); ``part_bytes`` bytes per range request at most."""
 
-    def __init__(self, fetcher: BlockFetcher, part_bytes: int = PART_BYTES) -> None:
+    def __init__(self, fetcher: PageFetcher, part_bytes: int = PART_BYTES) -> None:
         if isinstance(part_bytes, bool) or not isinstance(part_bytes, int) or part_bytes < 1:
             raise ValueError(f"part_bytes must be an integer >= 1, got {part_bytes!r}")
         self.fetcher = fetcher
@@ -93,7 +93,7 @@ class SpanFetcher:
 
     def warm(self) -> None:
         """Compile the kernels :meth:`fetch` runs, in the calling thread (call before starting
-        a thread that calls :meth:`fetch`: :meth:`BlockFetcher.warm`)."""
+        a thread that calls :meth:`fetch`: :meth:`PageFetcher.warm`)."""
         self.fetcher.warm()
 
     # ------------------------------------------------------------------------------ fetch

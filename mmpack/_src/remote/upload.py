@@ -38,11 +38,11 @@ from mmpack._src.remote.transport import ObjectMissing, Transport, make_transpor
 from mmpack._src.remote.zarr import LAYOUT
 from mmpack._src.store.backends._zarr_shards import parse_layout
 from mmpack._src.store.format import LOSS_MASK_STORE, META_FILE
-from mmpack._src.store.integrity import block_digests
+from mmpack._src.store.integrity import stripe_digests
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
 
 __all__ = [
-    "CHECK_BLOCK_BYTES",
+    "CHECK_PAGE_BYTES",
     "STALE_SECONDS",
     "check_table",
     "clean_stale",
@@ -52,7 +52,7 @@ __all__ = [
     "upload_zarr",
 ]
 
-CHECK_BLOCK_BYTES = 16 << 10
+CHECK_PAGE_BYTES = 16 << 10
 _CHECK_OBJECT = "tokens.xxh"
 STALE_SECONDS = 15 * 60
 """An unnamed ``data-*`` generation younger than this may be a concurrent build's upload."""
@@ -77,7 +77,7 @@ def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
         while n := f.readinto(buf):
-            parts.append(block_digests(memoryview(buf)[:n], block))
+            parts.append(stripe_digests(memoryview(buf)[:n], block))
     table = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return table.astype("<u8").tobytes()
 
@@ -88,7 +88,7 @@ def upload(
     url: str,
     *,
     overwrite: bool,
-    check_block_bytes: int = CHECK_BLOCK_BYTES,
+    check_block_bytes: int = CHECK_PAGE_BYTES,
     storage_options: dict[str, Any] | None = None,
     check: Callable[[Any], None] | None = None,
     progress: Any = False,

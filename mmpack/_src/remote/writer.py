@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmpack._src.remote.transport import make_transport
-from mmpack._src.remote.upload import CHECK_BLOCK_BYTES, remote_store_exists, upload, upload_zarr
+from mmpack._src.remote.upload import CHECK_PAGE_BYTES, remote_store_exists, upload, upload_zarr
 from mmpack._src.store.writer import StoreWriter
 from mmpack.errors import Param, StoreExistsError, with_params
 
@@ -35,7 +35,7 @@ class RemoteStoreWriter(StoreWriter):
         url: str,
         *,
         storage_options: dict[str, Any] | None = None,
-        check_block_bytes: int = CHECK_BLOCK_BYTES,
+        check_block_bytes: int = CHECK_PAGE_BYTES,
         overwrite: bool = False,
         backend: str = "memmap",
         check: Callable[[Any], None] | None = None,

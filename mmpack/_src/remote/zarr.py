@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from mmpack._src.remote.base import RemoteStoreBackend
-from mmpack._src.remote.cache import BlockCache, warn_once
+from mmpack._src.remote.cache import PageCache, warn_once
 from mmpack._src.remote.cached import CachedObject
-from mmpack._src.remote.fetcher import BlockFetcher
+from mmpack._src.remote.fetcher import PageFetcher
 from mmpack._src.remote.sources import ChunkSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import Transport
@@ -61,7 +61,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         meta: StoreMeta,
         raw: dict[str, Any],
         folder: Path,
-        cache: BlockCache | None = None,
+        cache: PageCache | None = None,
     ) -> None:
         super().__init__(folder, meta)
         self.cache = cache
@@ -94,7 +94,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         """This reader's view of the decoded token chunks in the node cache (None without)."""
         self.source = ChunkSource(transport, self.data, objects, self._layout, self._kept("tokens"))
         """The token array's inner chunks (:mod:`mmpack._src.remote.sources`)."""
-        self.fetcher = BlockFetcher(self.source, self.node_cache)
+        self.fetcher = PageFetcher(self.source, self.node_cache)
         self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
         """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
         offsets = self._read_offsets(layouts["offsets"])
@@ -125,7 +125,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
                     "was replaced; rebuild it"
                 )
 
-    def _node_cache(self, cache: BlockCache | None) -> CachedObject | None:
+    def _node_cache(self, cache: PageCache | None) -> CachedObject | None:
         """One cache block per inner chunk; None without a cache, or for inner chunks that are
         not a power of two bytes."""
         block = self._layout.inner * self.meta.dtype.itemsize
@@ -166,7 +166,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
 
     @property
     def stats(self) -> dict[str, int]:
-        """This process's counts (:attr:`BlockFetcher.stats`)."""
+        """This process's counts (:attr:`PageFetcher.stats`)."""
         return self.fetcher.stats
 
     # ------------------------------------------------------------------------------ verify

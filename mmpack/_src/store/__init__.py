@@ -9,7 +9,7 @@
     writer.py      build / StoreWriter: streaming, validated, published atomically
     doc_order.py   a build's keyed document order (``shuffle_docs``): the order, the rewrite
     tokenfile.py   the token file a build streams into (convert, check, hash, write)
-    blockwriter.py the writer thread and the hash thread behind tokenfile
+    stripe_writer.py the writer thread and the hash thread behind tokenfile
     gather.py      the documents a build takes from lists, arrays and generators
     tokens.py      one document's tokens checked and converted (the rules of ``build``)
     lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks

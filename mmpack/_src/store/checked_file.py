@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from mmpack._src.store.format import atomic_file
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 from mmpack.errors import FormatError
 
 __all__ = ["HEADER_PREFIX", "aligned", "map_array", "read_header", "write_checked_file"]
@@ -163,6 +163,6 @@ def map_array(
     else:
         arr = np.memmap(path, dtype=stored_dtype, mode="r", offset=offset, shape=shape)
         arr = arr.view(np.ndarray)
-    if check and block_digest(arr) != stored:
+    if check and stripe_digest(arr) != stored:
         raise FormatError(f"{path}: {what} array {name!r} fails its checksum (xxh64; damaged file)")
     return arr

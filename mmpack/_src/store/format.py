@@ -40,15 +40,15 @@ from mmpack._src.store.fields import FieldSpec, fields_record, parse_fields_reco
 from mmpack.errors import FormatError
 
 __all__ = [
-    "BLOCK_BYTES",
-    "BlockChecksum",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "LOSS_MASK_STORE",
     "META_FILE",
     "OFFSETS_DTYPE",
     "RECORD_KEYS",
+    "STRIPE_BYTES",
     "StoreMeta",
+    "StripeChecksum",
     "TOKEN_DTYPES",
     "atomic_file",
     "check_count",
@@ -64,7 +64,7 @@ FORMAT_VERSION = 1
 META_FILE = "mmpack.json"
 LOSS_MASK_STORE = "loss_mask"
 """The folder (or object prefix) of a store's loss mask store, inside the store's own."""
-BLOCK_BYTES = 16 << 20
+STRIPE_BYTES = 16 << 20
 TOKENS_CHECKSUM = "xxh64"
 """The digest of the token blocks (``checksum.algorithm``): XXH64, seed 0; a record naming
 another is refused."""
@@ -111,11 +111,11 @@ def crc32_blocks(data: bytes | memoryview, block: int) -> list[int]:
     return [zlib.crc32(mv[i : i + block]) for i in range(0, len(mv), block)]
 
 
-class BlockChecksum:
+class StripeChecksum:
     """Incremental CRC-32 over consecutive blocks of ``block_bytes`` of a byte stream (the
     offsets as a build writes them; :func:`crc32_blocks` of the whole)."""
 
-    def __init__(self, block_bytes: int = BLOCK_BYTES) -> None:
+    def __init__(self, block_bytes: int = STRIPE_BYTES) -> None:
         self.block_bytes = block_bytes
         self.crcs: list[int] = []
         self._crc = 0

@@ -4,8 +4,8 @@ checksums, for a full :meth:`~mmpack.TokenStore.verify` and for verify-on-read.
 :func:`check_offsets` checks what every open checks: ``offsets`` has ``num_docs + 1`` entries,
 starts at 0, never decreases and ends at ``num_tokens`` (one O(num_docs) pass; numpy below 4M
 documents, so ``mmpack info`` never loads numba, the numba kernel above, with no temporaries).
-:class:`BlockChecker` recomputes the digest of a 16 MiB block of the offsets (CRC-32) or tokens
-(XXH64, :func:`block_digest`) from the backend's raw bytes and compares it with the metadata's,
+:class:`StripeChecker` recomputes the digest of a 16 MiB block of the offsets (CRC-32) or tokens
+(XXH64, :func:`stripe_digest`) from the backend's raw bytes and compares it with the metadata's,
 and keeps a bitmap of the token blocks already checked, so verify-on-read checks each block once
 (the first read that touches it) and then costs one bitmap lookup per touched block (the cost of
 a block: ``python -m benchmarks.bench_store``, docs/benchmarks.md).
@@ -26,24 +26,24 @@ from typing import Any, Protocol
 import numpy as np
 
 from mmpack._src.store.backends import Backend
-from mmpack._src.store.format import BLOCK_BYTES, StoreMeta
+from mmpack._src.store.format import STRIPE_BYTES, StoreMeta
 from mmpack.errors import FormatError
 
 __all__ = [
-    "BlockChecker",
     "CheckedPages",
     "OffsetsPages",
     "ReadChecker",
-    "block_digest",
-    "block_digests",
+    "StripeChecker",
     "check_offsets",
+    "stripe_digest",
+    "stripe_digests",
 ]
 
 
 class ReadChecker(Protocol):
     """What a store with ``verify_reads`` asks before serving tokens: check (once) every block
     that flat token ranges touch, raising :class:`FormatError` naming the first bad one.
-    :class:`BlockChecker` checks a store's own block checksums; a kind of store without them
+    :class:`StripeChecker` checks a store's own block checksums; a kind of store without them
     (a join, another tool's files) brings its own (:class:`TokenStore`'s ``read_checker``)."""
 
     def verify_span(self, start: int, stop: int) -> None:
@@ -56,7 +56,7 @@ class ReadChecker(Protocol):
         """Whether every block has been checked (later reads need no check)."""
 
 
-def block_digest(data: Any) -> int:
+def stripe_digest(data: Any) -> int:
     """XXH64 (seed 0) of the bytes ``data`` (bytes, memoryview or numpy array): the digest of a
     token block, a remote check block, a plan array (:func:`mmpack._src.kernels.store.xxh64`; numba is
     loaded on the first call)."""
@@ -67,8 +67,8 @@ def block_digest(data: Any) -> int:
         return int(xxh64(raw, _words_of(raw), np.uint64(0)))
 
 
-def block_digests(data: Any, block: int) -> np.ndarray:
-    """:func:`block_digest` of each ``block`` bytes of ``data`` (the last block may be short), in
+def stripe_digests(data: Any, block: int) -> np.ndarray:
+    """:func:`stripe_digest` of each ``block`` bytes of ``data`` (the last block may be short), in
     one kernel call.
 
     Returns
@@ -79,10 +79,10 @@ def block_digests(data: Any, block: int) -> np.ndarray:
         raise ValueError(f"block must be a positive multiple of 8 (bytes), got {block!r}")
     raw = _bytes_of(data)
     out = np.empty(-(-raw.size // block), np.uint64)
-    from mmpack._src.kernels.store import xxh64_blocks
+    from mmpack._src.kernels.store import xxh64_stripes
 
     with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design (NUMBA_DISABLE_JIT)
-        xxh64_blocks(raw, _words_of(raw), block, out)
+        xxh64_stripes(raw, _words_of(raw), block, out)
     return out
 
 
@@ -99,7 +99,7 @@ def _words_of(raw: np.ndarray) -> np.ndarray:
     return words
 
 
-class BlockChecker:
+class StripeChecker:
     """The block checksums of one store: check one block, check the token blocks a read touches
     (each once), or all of them.
 
@@ -177,7 +177,7 @@ class BlockChecker:
         lo = b * meta.block_bytes
         hi = min(nbytes, lo + meta.block_bytes)
         raw = self._backend.raw_bytes(name, lo, hi)
-        got = zlib.crc32(raw) if offsets else block_digest(raw)
+        got = zlib.crc32(raw) if offsets else stripe_digest(raw)
         if got != digests[b]:
             width = 10 if offsets else 18
             raise FormatError(
@@ -341,18 +341,18 @@ class OffsetsPages:
     meta : StoreMeta
     offsets : numpy.ndarray, int64, shape (num_docs + 1,)
         The mapped offsets (not read beyond the pages checked).
-    blocks : BlockChecker, optional
+    blocks : StripeChecker, optional
         Checks each page's block digest (``verify_reads``); None checks the structure only.
     """
 
     def __init__(
-        self, path: Path, meta: StoreMeta, offsets: np.ndarray, blocks: BlockChecker | None
+        self, path: Path, meta: StoreMeta, offsets: np.ndarray, blocks: StripeChecker | None
     ) -> None:
         self._path = path
         self._offsets = offsets
         self._blocks = blocks
         _check_ends(offsets, meta, path)
-        page = max(1, getattr(meta, "block_bytes", BLOCK_BYTES) // 8)
+        page = max(1, getattr(meta, "block_bytes", STRIPE_BYTES) // 8)
         # The check holds the arrays, never this object: no reference cycle keeps the mapping
         # alive past the store (a join of 10^4 parts maps 2 files a part).
         check = functools.partial(_check_offsets_page, path, offsets, blocks, page)
@@ -387,7 +387,7 @@ class OffsetsPages:
 
 
 def _check_offsets_page(
-    path: Path, offsets: np.ndarray, blocks: BlockChecker | None, page: int, p: int
+    path: Path, offsets: np.ndarray, blocks: StripeChecker | None, page: int, p: int
 ) -> None:
     """Check page ``p`` of ``offsets`` (``page`` entries a page): its entries, and the one
     before it, never decrease; with ``blocks``, its block digest."""

@@ -34,7 +34,7 @@ from mmpack._src.store.backends import Backend, get_backend
 from mmpack._src.store.documents import DocumentSets
 from mmpack._src.store.fields import fields_nbytes, verify_fields
 from mmpack._src.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
-from mmpack._src.store.integrity import BlockChecker, OffsetsPages, ReadChecker, check_offsets
+from mmpack._src.store.integrity import OffsetsPages, ReadChecker, StripeChecker, check_offsets
 from mmpack._src.store.lossmask import check_mask_store
 from mmpack._src.store.opening import (
     as_path,
@@ -90,7 +90,7 @@ class TokenStore(DocumentSets):
         self._loss_mask: TokenStore | None = None
         self._verify_reads = bool(verify_reads)
         own = self._verify_reads and read_checker is None
-        self._blocks = BlockChecker(path, meta, self._backend, track_reads=own)
+        self._blocks = StripeChecker(path, meta, self._backend, track_reads=own)
         # what checks a read's blocks first: this store's checksums, or the kind's own checker
         self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
         # the offsets' ends and first and last pages now, every other page on first use
@@ -208,7 +208,7 @@ class TokenStore(DocumentSets):
         ``verify_reads``), else None."""
         if self._verify_reads:
             return None  # every read must pass through the block checker
-        return getattr(self._backend, "tokens", None)
+        return self._backend.tokens
 
     @property
     def remote(self) -> bool:
@@ -219,14 +219,14 @@ class TokenStore(DocumentSets):
     def span_fetcher(self) -> Any:
         """The backend's fetcher of whole spans into the node cache (a remote store with one:
         :class:`mmpack._src.remote.spans.SpanFetcher`, driven by ``mmpack._src.torch.block_fetch``)."""
-        return getattr(self._backend, "span_fetcher", None)
+        return self._backend.span_fetcher
 
     def mapping(self) -> np.ndarray | None:
         """The backend's whole mapped token array, also with ``verify_reads`` (where
         :attr:`tokens` hides it): for a reader that passes every range through
         :meth:`check_reads` before reading it from the mapping (a join).  None when the backend
         does not map its tokens."""
-        return getattr(self._backend, "tokens", None)
+        return self._backend.tokens
 
     def check_reads(self, starts: np.ndarray, lengths: np.ndarray) -> bool:
         """With ``verify_reads``, check (once) every block that flat ranges ``[starts, starts +

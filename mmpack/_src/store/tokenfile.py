@@ -4,9 +4,9 @@ hashed on background threads.
 :meth:`TokenFile.append` converts flat integer arrays of any dtype into a staging buffer of one
 checksum block (``block_bytes``, 16 MiB) in the store's dtype with one numba pass that also
 checks every token against the accepted range (:func:`mmpack._src.kernels.store.convert_tokens`); a
-full staging block goes to :class:`mmpack._src.store.blockwriter.BlockWriter`, which writes it on a
+full staging block goes to :class:`mmpack._src.store.stripe_writer.StripeWriter`, which writes it on a
 writer thread while the next block is converted, and hashes every complete block of the file
-(XXH64, :func:`mmpack._src.store.integrity.block_digest`) on a hash thread.  Tokens already in the
+(XXH64, :func:`mmpack._src.store.integrity.stripe_digest`) on a hash thread.  Tokens already in the
 file's dtype and valid skip the pass: at least ``direct_bytes`` (1 MiB) are written straight from
 the caller's array (:meth:`TokenFile.append_arrays`: ``os.pwritev`` of a list of arrays, no copy
 in Python; the caller waits with :meth:`TokenFile.sync` before changing them), fewer are copied
@@ -30,8 +30,8 @@ from typing import IO
 
 import numpy as np
 
-from mmpack._src.store.blockwriter import BlockWriter
 from mmpack._src.store.format import smallest_token_dtype
+from mmpack._src.store.stripe_writer import StripeWriter
 from mmpack._src.store.tokens import MAX_TOKEN
 
 __all__ = ["TokenFile"]
@@ -74,7 +74,7 @@ class TokenFile:
         self.dtype: np.dtype = fixed if fixed is not None else np.dtype("<u1")
         self.file: IO[bytes] = opener(path, "wb")
         try:
-            self._out = BlockWriter(self.file.fileno(), path, block_bytes)
+            self._out = StripeWriter(self.file.fileno(), path, block_bytes)
             self._buf = np.empty(block_bytes, dtype=np.uint8)  # staging block
         except BaseException:  # (MemoryError, a thread that cannot start): no descriptor leaks
             self.file.close()
@@ -262,7 +262,7 @@ class TokenFile:
         old_dtype, count = self.dtype, self.num_tokens
         new_path = self.path.with_name(self.path.name + ".widen")
         self.file = self._open(new_path, "wb")
-        self._out = BlockWriter(self.file.fileno(), new_path, self.block_bytes)
+        self._out = StripeWriter(self.file.fileno(), new_path, self.block_bytes)
         self.dtype, self._fill, self.num_tokens = dtype, 0, 0
         if count:  # an empty file cannot be memory-mapped
             old = np.memmap(self.path, dtype=old_dtype, mode="r", shape=(count,))

@@ -36,11 +36,11 @@ from mmpack._src.store import doc_order
 from mmpack._src.store.backends import OFFSETS_FILE, TOKENS_FILE, get_backend
 from mmpack._src.store.fields import check_fields, commit_fields
 from mmpack._src.store.format import (
-    BLOCK_BYTES,
     LOSS_MASK_STORE,
     OFFSETS_DTYPE,
-    BlockChecksum,
+    STRIPE_BYTES,
     StoreMeta,
+    StripeChecksum,
     normalize_token_dtype,
     plain_file_name,
 )
@@ -255,9 +255,9 @@ class StoreWriter:
     def _open_files(self, dtype: np.dtype | None) -> None:
         tmp = self._tmp
         assert tmp is not None
-        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, BLOCK_BYTES)
+        self._tokens = TokenFile(tmp / TOKENS_FILE, open, dtype, STRIPE_BYTES)
         self._offsets_file = open(tmp / OFFSETS_FILE, "wb")
-        self._offsets_crc = BlockChecksum(BLOCK_BYTES)
+        self._offsets_crc = StripeChecksum(STRIPE_BYTES)
         self._num_docs = 0
         self._num_tokens = 0
         self._tokens.widen_hook = self._widen
@@ -510,7 +510,7 @@ class StoreWriter:
             dtype=dtype,
             num_docs=self._num_docs,
             num_tokens=self._num_tokens,
-            block_bytes=BLOCK_BYTES,
+            block_bytes=STRIPE_BYTES,
             tokens_digests=tuple(digests),
             offsets_crc32=tuple(self._offsets_crc.finish()),
             files=tuple(sorted(self._attached)),

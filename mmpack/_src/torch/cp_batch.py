@@ -26,13 +26,7 @@ from mmpack._src.core.validation import check_bool, check_int, check_positive_in
 from mmpack._src.kernels.cp_layout import zigzag_into
 from mmpack._src.views.cp_layout import cp_batch_fields, cp_layout, field_params, zigzag_indices
 
-__all__ = [
-    "BatchLayout",
-    "LOSS_MASK",
-    "PLAIN_LAYOUT",
-    "batch_layout",
-    "lay_out",
-]
+__all__ = ["BatchLayout", "LOSS_MASK", "PLAIN_LAYOUT", "batch_layout", "lay_out"]
 
 LOSS_MASK = "loss_mask"
 """The batch key of the context-parallel layout's loss mask (float32, 1 where a label counts)."""

@@ -24,6 +24,15 @@ class Backend(abc.ABC):
     sample order and the whole-block fetch follow it (``mmpack.torch.loader``).  A backend over
     other stores (a subset, a join) answers for the stores it reads."""
 
+    tokens: np.ndarray | None = None
+    """The whole flat token array as a read-only mapping, where the backend maps its tokens
+    (memmap, a foreign file); None where reads go through :meth:`read_ranges` only."""
+
+    span_fetcher: Any = None
+    """The fetcher of whole spans into the node cache (a remote store opened with a cache:
+    :class:`mmpack._src.remote.spans.SpanFetcher`); None where the store cannot fetch whole
+    blocks ahead of the sampler's order."""
+
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         self.path = path
         self.meta = meta

@@ -135,6 +135,7 @@ def page_ranges(
 
 class MemmapBackend(Backend):
     name = "memmap"
+    tokens: np.ndarray
 
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         super().__init__(path, meta)

@@ -5,7 +5,7 @@ A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power
 block may be short).  Pure functions, no I/O: :class:`~mmpack._src.remote.backend.RemoteBackend`
 does the fetching, caching and verification with them.
 
-Cost: :func:`block_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
+Cost: :func:`page_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
 :func:`runs_of` is one pass over the sorted ids; :func:`gather` copies each served byte once
 (a range spans one block or a few, so its Python loop runs about once per range).
 """
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["block_ids", "gather", "runs_of"]
+__all__ = ["gather", "page_ids", "runs_of"]
 
 _MAX_RUN_BYTES = 8 << 20
 """A longer run of adjacent blocks is split, so big reads go out in parallel."""
 
 
-def block_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
+def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
     """The sorted, unique ids of the blocks that token ranges ``[start, start + length)`` touch
     (empty ranges touch none)."""
     keep = lengths > 0

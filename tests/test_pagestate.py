@@ -1,16 +1,16 @@
-"""The node cache's kernels against their slow twins (hypothesis): ``all_blocks_present``
-(``mmpack._src.kernels.blockstate``) and ``check_ranges`` (``mmpack._src.kernels.store``)."""
+"""The node cache's kernels against their slow twins (hypothesis): ``all_pages_present``
+(``mmpack._src.kernels.pagestate``) and ``check_ranges`` (``mmpack._src.kernels.store``)."""
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import all_blocks_present_slow, check_ranges_slow
+from reference import all_pages_present_slow, check_ranges_slow
 
-from mmpack._src.kernels.blockstate import all_blocks_present
+from mmpack._src.kernels.pagestate import all_pages_present
 from mmpack._src.kernels.store import check_ranges
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 
 
 @settings(max_examples=300, deadline=None)
@@ -24,17 +24,17 @@ def test_all_blocks_present_matches_its_twin(state, ranges, itemsize, shift):
     state = np.array(state, dtype=np.uint8)
     starts = np.array([a for a, _ in ranges], dtype=np.int64)
     lengths = np.array([n for _, n in ranges], dtype=np.int64)
-    assert all_blocks_present(state, starts, lengths, itemsize, shift) == all_blocks_present_slow(
+    assert all_pages_present(state, starts, lengths, itemsize, shift) == all_pages_present_slow(
         state, starts, lengths, itemsize, shift
     )
 
 
 def test_no_ranges_and_full_state():
     empty = np.empty(0, np.int64)
-    assert all_blocks_present(np.empty(0, np.uint8), empty, empty, 2, 14)
+    assert all_pages_present(np.empty(0, np.uint8), empty, empty, 2, 14)
     state = np.ones(4, np.uint8)
-    assert all_blocks_present(state, np.array([0, 8191], np.int64), np.array([8192, 1]), 2, 14)
-    assert not all_blocks_present(state, np.array([32767], np.int64), np.array([2]), 2, 14)
+    assert all_pages_present(state, np.array([0, 8191], np.int64), np.array([8192, 1]), 2, 14)
+    assert not all_pages_present(state, np.array([32767], np.int64), np.array([2]), 2, 14)
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,7 +48,7 @@ def test_check_ranges_matches_its_twin(data, shift, itemsize, draw):
     def per_block(values):
         return draw.draw(st.lists(values, min_size=nblocks, max_size=nblocks))
 
-    good = [block_digest(data[b << shift : (b + 1) << shift]) for b in range(nblocks)]
+    good = [stripe_digest(data[b << shift : (b + 1) << shift]) for b in range(nblocks)]
     digests = np.array([g ^ int(w) for g, w in zip(good, per_block(st.booleans()))], np.uint64)
     state = np.array(per_block(st.sampled_from([0, 1, 1])), np.uint8)
     checked = np.array(per_block(st.sampled_from([0, 0, 1])), np.uint8)

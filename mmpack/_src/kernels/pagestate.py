@@ -1,6 +1,6 @@
 """The node cache's hit test: are all the blocks that a batch's token ranges touch present.
 
-:func:`all_blocks_present` is one pass over the ranges, reading the state byte of every block
+:func:`all_pages_present` is one pass over the ranges, reading the state byte of every block
 each range touches (a window of 2048 uint16 tokens touches one or two 16 KiB blocks); the hit
 path of :mod:`mmpack._src.remote.backend` calls it once per batch (cost: ``python -m
 benchmarks.trust_costs node_cache``, docs/benchmarks.md "Checksums").
@@ -15,11 +15,11 @@ import numpy as np
 
 from mmpack._src.kernels._jit import njit
 
-__all__ = ["all_blocks_present"]
+__all__ = ["all_pages_present"]
 
 
 @njit
-def all_blocks_present(
+def all_pages_present(
     state: np.ndarray, starts: np.ndarray, lengths: np.ndarray, itemsize: int, shift: int
 ) -> bool:
     """True when ``state[b] == 1`` for every block ``b`` (of ``1 << shift`` bytes) touched by

@@ -1,9 +1,9 @@
-"""Documents written straight to the token file (``BlockWriter``: ``pwritev`` on a writer thread,
+"""Documents written straight to the token file (``StripeWriter``: ``pwritev`` on a writer thread,
 blocks hashed from the file on a hash thread) against the naive concatenation and its digests:
 any pieces, strided arrays, truncation, short writes, files that cannot be mapped, and the
 caller's buffers changed once the writer returns.
 
-Run: ``pytest tests/test_store_blockwriter.py``.
+Run: ``pytest tests/test_stripe_writer.py``.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack._src.store.blockwriter as BW
-from mmpack._src.store.blockwriter import BlockWriter
-from mmpack._src.store.integrity import block_digest
+import mmpack._src.store.stripe_writer as BW
+from mmpack._src.store.integrity import stripe_digest
+from mmpack._src.store.stripe_writer import StripeWriter
 from mmpack._src.store.tokenfile import TokenFile
 from mmpack.store import StoreWriter
 
 
 def _naive(raw: bytes, block: int) -> list[int]:
-    return [block_digest(raw[a : a + block]) for a in range(0, len(raw), block)]
+    return [stripe_digest(raw[a : a + block]) for a in range(0, len(raw), block)]
 
 
 def _write_arrays_and_check(path, docs, block: int) -> None:
@@ -47,7 +47,7 @@ def _piece(values: list[int], strided: bool) -> np.ndarray:
     return np.array(values, dtype=np.uint16)
 
 
-def _written(path, bw: BlockWriter) -> tuple[bytes, list[int]]:
+def _written(path, bw: StripeWriter) -> tuple[bytes, list[int]]:
     digests = bw.digests()
     bw.close()
     with open(path, "rb") as f:
@@ -70,7 +70,7 @@ def test_pieces_and_truncation_match_the_naive_file(tmp_path_factory, calls, blo
     path = tmp_path_factory.mktemp("bw") / "t.bin"
     expected = b""
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, block)
+        bw = StripeWriter(f.fileno(), path, block)
         try:  # an example aborted by a draw must not leave its writer running
             for values, strided in calls:
                 n = data.draw(st.integers(1, 3))
@@ -104,7 +104,7 @@ def test_a_large_buffer_is_written_in_slices(tmp_path, monkeypatch):
     data = (np.arange(1000, dtype=np.uint16) * 7).tobytes()
     path = tmp_path / "t.bin"
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, 64)
+        bw = StripeWriter(f.fileno(), path, 64)
         bw.submit([np.frombuffer(data, dtype=np.uint8)], np.array([len(data)], dtype=np.int64))
         raw, digests = _written(path, bw)
     assert raw == data
@@ -302,7 +302,7 @@ def test_an_interrupted_wait_is_waited_for_before_the_file_closes(tmp_path, monk
     old = signal.signal(signal.SIGALRM, interrupt)
     try:
         with open(tmp_path / "t.bin", "wb") as f:
-            bw = BlockWriter(f.fileno(), tmp_path / "t.bin", 64)
+            bw = StripeWriter(f.fileno(), tmp_path / "t.bin", 64)
             bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
             assert started.wait(5)
             signal.setitimer(signal.ITIMER_REAL, 0.05)
@@ -328,7 +328,7 @@ def test_a_write_that_makes_no_progress_raises(tmp_path, monkeypatch):
     monkeypatch.setattr(BW, "_pwritev", lambda fd, bufs, offset: 0)
     monkeypatch.setattr(BW.os, "pwrite", nothing)
     with open(tmp_path / "t.bin", "wb") as f:
-        bw = BlockWriter(f.fileno(), tmp_path / "t.bin", 64)
+        bw = StripeWriter(f.fileno(), tmp_path / "t.bin", 64)
         bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
         with pytest.raises(OSError) as info:
             bw.sync()
@@ -380,7 +380,7 @@ def test_a_token_file_that_fails_to_start_closes_its_descriptor(tmp_path, monkey
     def cannot_start(*args, **kwargs):
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr("mmpack._src.store.tokenfile.BlockWriter", cannot_start)
+    monkeypatch.setattr("mmpack._src.store.tokenfile.StripeWriter", cannot_start)
     with pytest.raises(RuntimeError, match="new thread"):
         TokenFile(tmp_path / "t.bin", opener, np.dtype("<u2"), 256)
     assert len(opened) == 1 and opened[0].closed
@@ -402,7 +402,7 @@ def test_a_write_in_flight_never_reaches_a_file_that_reuses_its_descriptor(tmp_p
 
     monkeypatch.setattr(BW, "_pwritev", held)
     with open(tmp_path / "a.bin", "wb") as f:
-        bw = BlockWriter(f.fileno(), tmp_path / "a.bin", 8)
+        bw = StripeWriter(f.fileno(), tmp_path / "a.bin", 8)
         bw.submit([np.array([0, 0, 0], dtype=np.uint16)], np.array([6], dtype=np.int64))
         assert started.wait(5)
         reused = f.fileno()
@@ -422,7 +422,7 @@ def test_closing_an_abandoned_writer_gives_back_the_disk_reserved(tmp_path):
     reserved past the file's end; the bytes written stay."""
     path = tmp_path / "t.bin"
     with open(path, "wb") as f:
-        bw = BlockWriter(f.fileno(), path, 64)
+        bw = StripeWriter(f.fileno(), path, 64)
         bw.submit([np.arange(100, dtype=np.uint16)], np.array([200], dtype=np.int64))
         bw.sync()
         reserved = os.stat(path).st_blocks * 512

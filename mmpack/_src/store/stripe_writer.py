@@ -1,6 +1,6 @@
 """Writing a token file on background threads: buffers straight to the file, blocks hashed from it.
 
-:class:`BlockWriter` takes lists of buffers (the documents of a list of arrays, a chunk taken
+:class:`StripeWriter` takes lists of buffers (the documents of a list of arrays, a chunk taken
 from an iterator, a full staging block) and writes each list with ``os.pwritev`` at the file's
 end on a writer thread (at most ``IOV_MAX`` buffers a call, each taken through the buffer
 protocol; the kernel copies them into the page cache, so nothing is copied in Python; a strided
@@ -8,14 +8,14 @@ array is made contiguous on the writer thread).  Whenever the written bytes comp
 block, a second thread hashes that block from the file itself (a read-only ``mmap`` of the
 range, pages already in the page cache; ``pread`` where a file cannot be mapped): the digest is
 of the bytes the file holds, whatever the pieces were.  The caller's thread only hands buffers
-over; at most one list is in flight (:meth:`BlockWriter.submit` waits for the previous one), and
+over; at most one list is in flight (:meth:`StripeWriter.submit` waits for the previous one), and
 the writer holds its own references to the buffers until they are written, so a caller reusing
-or changing its buffers waits with :meth:`BlockWriter.sync` first.  Disk space is reserved
+or changing its buffers waits with :meth:`StripeWriter.sync` first.  Disk space is reserved
 ahead (``fallocate(FALLOC_FL_KEEP_SIZE)`` through ``ctypes``, as ``ndarray.tofile`` does: ext4
-then writes a stream of pieces as fast as one large write).  :meth:`BlockWriter.truncate` drops
+then writes a stream of pieces as fast as one large write).  :meth:`StripeWriter.truncate` drops
 bytes from the end (a rolled back append): it waits for both threads first, so no hash ever maps
-a range being cut.  A failed write (a full disk, EIO) is raised by :meth:`BlockWriter.sync` and
-again by every later call: the file then lacks bytes counted in :attr:`BlockWriter.end`, so
+a range being cut.  A failed write (a full disk, EIO) is raised by :meth:`StripeWriter.sync` and
+again by every later call: the file then lacks bytes counted in :attr:`StripeWriter.end`, so
 nothing built on it may be published.
 
 Cost: see :mod:`mmpack._src.store.tokenfile`.
@@ -35,15 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.store.integrity import block_digest
+from mmpack._src.store.integrity import stripe_digest
 
-__all__ = ["BlockWriter"]
+__all__ = ["StripeWriter"]
 
 _IOV_MAX = 1024  # buffers per pwritev (Linux's IOV_MAX)
 _PIECE = 16 << 20  # a single large buffer is written in slices of this size (hashes overlap)
 
 
-class BlockWriter:
+class StripeWriter:
     """Background writer and hasher of one file.
 
     Parameters
@@ -56,7 +56,7 @@ class BlockWriter:
     path : Path
         The same file, opened again read-only for hashing.
     block_bytes : int
-        Checksum block size (each block's XXH64, :func:`~mmpack._src.store.integrity.block_digest`).
+        Checksum block size (each block's XXH64, :func:`~mmpack._src.store.integrity.stripe_digest`).
     """
 
     def __init__(self, fd: int, path: Path, block_bytes: int) -> None:
@@ -161,10 +161,10 @@ class BlockWriter:
         except (OSError, ValueError):  # a file system that cannot map: read it
             data = os.pread(self._rfd, size, lo)
             assert len(data) == size
-            return block_digest(data)
+            return stripe_digest(data)
         try:
             view = np.frombuffer(mm, dtype=np.uint8)
-            digest = block_digest(view[lo - base :])
+            digest = stripe_digest(view[lo - base :])
             del view
             return digest
         finally:
