@@ -10,10 +10,12 @@
              └──────┬────────┘
                  Mixture (weighted, random access; weights may follow a Schedule)
                     │
-          ResumableSampler ──▶ DataLoader ──▶ mmpack._src.torch.collate.collate ──▶ model
+          ResumableSampler ──▶ DataLoader ──▶ mmpack.torch.collate ──▶ model
 
-Everything else is reached by module path (``mmpack._src.ingest``, ``mmpack._src.torch.collate``,
-``mmpack._src.torch.attention``, ``mmpack._src.packing.plan``...).
+Everything else is in the public modules beside the root: :mod:`mmpack.torch`,
+:mod:`mmpack.ingest`, :mod:`mmpack.packing`, :mod:`mmpack.sampling`, :mod:`mmpack.store`,
+:mod:`mmpack.formats`, :mod:`mmpack.cli` and :mod:`mmpack.errors`; ``mmpack._src`` is the
+implementation.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack._src.cli.commands`)."""
+"""``python -m mmpack``: the ``mmpack`` command (see :mod:`mmpack.cli`)."""
 
 import sys
 
-from mmpack._src.cli.commands import main
+from mmpack.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

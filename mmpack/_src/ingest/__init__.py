@@ -26,7 +26,4 @@
 
 from __future__ import annotations
 
-from mmpack._src.ingest.pipeline import FORMATS, IngestIssue, IngestReport, ingest
-from mmpack.errors import IngestError, IngestWarning
-
-__all__ = ["FORMATS", "IngestError", "IngestIssue", "IngestReport", "IngestWarning", "ingest"]
+__all__: list[str] = []  # public through mmpack.ingest

@@ -18,7 +18,4 @@
 
 from __future__ import annotations
 
-from mmpack._src.streaming.packer import StreamingPacker
-from mmpack._src.streaming.stats import StreamingStats
-
-__all__ = ["StreamingPacker", "StreamingStats"]
+__all__: list[str] = []  # StreamingPacker is public at the root

@@ -17,11 +17,9 @@
 Importing the layer registers :class:`~mmpack.StreamingPacker` as a torch
 ``IterableDataset`` and tells it its rank and DataLoader worker (:mod:`mmpack._src.torch.streaming`).
 
-``mmpack.torch.loader`` is :func:`mmpack.torch.loader` (torchdata comes with torch in
-the ``torch`` extra).
+Public through :mod:`mmpack.torch` (torchdata comes with torch in the ``torch`` extra).
 """
 
 import mmpack._src.torch.streaming  # noqa: F401  (registers the packer with torch)
-from mmpack._src.torch.loading import loader
 
-__all__ = ["loader"]
+__all__: list[str] = []
