@@ -20,8 +20,8 @@ same corpus, big enough for 200 steps; ``--quick``: fewer): seconds per step of 
 Collate rows: 8 rows of 8192 tokens drawn at random from that view (the corpus's own mix of
 documents per row), int64 and int32 tokens, ``collate`` against ``collate(cp_size=C,
 cp_rank=0)`` and ``cp_rank=None`` (every rank's indices), the least time of 2,000 calls each,
-the two run in alternating blocks of 20 (the machine's other load only adds, and both see the
-same machine); the extra microseconds are divided by the batch's segments (document pieces and
+the two run in alternating blocks of 20 (``bench_window.side_by_side``: the machine's other
+load only adds, and both see the same machine); the extra microseconds are divided by the batch's segments (document pieces and
 row padding).
 
 Run ``python -m benchmarks.bench_balance [--quick] [--cp-only]`` (``--quick``: a smaller
@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 import mmpack
+from benchmarks.bench_window import side_by_side
 from mmpack import ResumableSampler
 from mmpack.packing import build_plan, row_costs
 from mmpack.torch import collate
@@ -186,22 +187,6 @@ def _balance_rows(costs: np.ndarray, seqlen: int, steps: int) -> list[dict[str, 
     return rows
 
 
-def _paired_least(
-    plain: Any, other: Any, blocks: int = 100, calls: int = 20
-) -> tuple[float, float]:
-    """The least time of ``blocks * calls`` calls of each, the two run in alternating blocks of
-    ``calls`` so that both see the same machine (a drift between two separate loops would
-    otherwise land on the difference)."""
-    best = [np.inf, np.inf]
-    for _ in range(blocks):
-        for k, fn in enumerate((plain, other)):
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                fn()
-                best[k] = min(best[k], time.perf_counter() - t0)
-    return float(best[0]), float(best[1])
-
-
 def _median(fn: Any, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -219,10 +204,20 @@ def _collate_rows(view: Any) -> list[dict[str, Any]]:
     for dtype in (torch.int64, torch.int32):
         for cp_size in (2, 8):
             for cp_rank in (0, None):
-                base, t = _paired_least(
-                    lambda: collate(samples, dtype=dtype),
-                    lambda: collate(samples, dtype=dtype, cp_size=cp_size, cp_rank=cp_rank),
+                calls = range(2000)  # 100 rounds alternating blocks of 20 calls
+                seconds = side_by_side(
+                    {
+                        "plain": (lambda _: collate(samples, dtype=dtype), calls),
+                        "cp": (
+                            lambda _: collate(
+                                samples, dtype=dtype, cp_size=cp_size, cp_rank=cp_rank
+                            ),
+                            calls,
+                        ),
+                    },
+                    rounds=100,
                 )
+                base, t = float(seconds["plain"].min()), float(seconds["cp"].min())
                 rows.append(
                     {
                         "case": f"collate {str(dtype)[6:]} cp_size={cp_size}, cp_rank={cp_rank}",

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import json
 import pkgutil
 import re
 import subprocess
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_docs import PAGES, _blocks
 
 import mmpack
 
@@ -31,6 +33,23 @@ def test_public_names_resolve():
     assert mmpack.Schedule.__module__ == "mmpack._src.sampling.schedule"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mmpack.nope  # noqa: B018
+
+
+def test_the_roots_typed_imports_are_its_lazy_table():
+    """The root lists each lazy name twice: ``_LAZY`` (what ``__getattr__`` imports) and the
+    ``TYPE_CHECKING`` imports (what type checkers and the API reference read); they agree."""
+    tree = ast.parse((ROOT / "mmpack" / "__init__.py").read_text())
+    typed = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                typed |= {(a.asname or a.name): (imp.module, a.name) for a in imp.names}
+    lazy = {
+        name: entry if isinstance(entry, tuple) else (entry, name)
+        for name, entry in mmpack._LAZY.items()
+    }
+    assert typed == lazy
 
 
 def test_import_registers_the_adapters():
@@ -283,23 +302,27 @@ that no longer needs one (the list only shrinks)."""
 
 
 def _code_blocks(path: Path) -> list[str]:
-    text = path.read_text()
+    """The Python code of a benchmark, a notebook's code cells, or a page's Python blocks (run
+    or not: test_docs finds them)."""
     if path.suffix == ".py":
-        return [text]
+        return [path.read_text()]
     if path.suffix == ".ipynb":
-        import json
-
-        cells = json.loads(text)["cells"]
+        cells = json.loads(path.read_text())["cells"]
         return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    return re.findall(r"```python\n(.*?)```", text, re.S)
+    return [code for lang, _, code, _ in _blocks(path) if lang in ("python", "py", "python3")]
 
 
 def private_uses(source: str) -> list[str]:
     """What ``source`` reaches of mmpack that is private: an import of a module with a ``_``
     component or of a ``_`` name, an attribute chain, or a string that is the name of a module
     of ``mmpack._src`` (what ``importlib`` would import; prose in docstrings is not a use)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a block shown, not run (a sketch): its import lines still count
+        paths = re.findall(r"(?:from|import)\s+(mmpack(?:\.\w+)+)", source)
+        return sorted({p for p in paths if any(c.startswith("_") for c in p.split("."))})
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if re.match(r"mmpack(\.\w+)*\._", a.name)]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mmpack":
@@ -315,8 +338,7 @@ def private_uses(source: str) -> list[str]:
 
 
 def test_outside_code_uses_only_the_public_modules():
-    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    paths += sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = [*PAGES, *sorted((ROOT / "notebooks").glob("*.ipynb"))]
     paths += sorted((ROOT / "benchmarks").glob("*.py"))
     offenders, internals = {}, set()
     for path in paths:
@@ -338,6 +360,7 @@ def test_private_uses_sees_every_form():
         "m = importlib.import_module('mmpack._src.torch.collate')\n"
         "from mmpack.torch import collate\n"
     )
+    assert private_uses("from mmpack._src.views import x\n>>> not python") == ["mmpack._src.views"]
     assert private_uses(source) == [
         "mmpack._src.kernels",
         "mmpack._src.store.reader",
