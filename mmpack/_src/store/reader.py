@@ -263,7 +263,7 @@ class TokenStore(DocumentSets):
         """Open the loss mask store that the metadata names (see :attr:`loss_mask`)."""
         if self.parent is not None:
             mask = self.parent.loss_mask
-            return self._over(mask, self._backend.parent_doc_ids, 0)  # type: ignore[arg-type]
+            return self._over(mask, self.parent_doc_ids, 0)  # type: ignore[arg-type]
         location = self._location
         where: str | Path = (
             location.rstrip("/") + "/" + LOSS_MASK_STORE
@@ -446,7 +446,7 @@ class TokenStore(DocumentSets):
         finally:
             self._backend.advise(previous)
 
-    # ----------------------------------------------------------------------------- pickling
+    # ----------------------------------------------------------------------------- subsets
     @staticmethod
     def _over(parent: TokenStore, ids: np.ndarray, split_depth: int) -> TokenStore:
         """A store over documents ``ids`` (int64, sorted, unique) of ``parent`` (not itself a
@@ -464,6 +464,7 @@ class TokenStore(DocumentSets):
             read_checker=ParentChecks(),
         )
 
+    # ----------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         if self.parent is not None:  # a subset: its parent, ids and split depth
             ids = np.asarray(self.parent_doc_ids)
