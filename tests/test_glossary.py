@@ -5,6 +5,9 @@ the remote store's checked unit a *page*.  A new name that says block for anothe
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mmpack" / "_src"
@@ -62,3 +65,54 @@ def test_the_lists_name_what_exists_and_words_the_glossary_defines():
             assert names <= public.get(rel, set()), f"{rel}: {names - public.get(rel, set())} gone"
     for word in ("block", "stripe", "page"):  # the three units the name once shared
         assert f"**{word}**" in glossary, f"docs/glossary.md defines no {word!r}"
+
+
+REMOTE = PACKAGE / "remote"
+SAMPLER_PHRASES = re.compile(
+    r"block[- ]windows?|block[- ]order|whole-block|sampler's blocks?|blocks/|\w+_blocks?\b|"
+    r"\bblock_\w+",
+    re.IGNORECASE,
+)
+"""Where *block* may stand in the remote layer's prose: the sampler's blocks (the block-window
+order, its whole-block fetch), the node cache's folder ``blocks/``, names (``check_block_bytes``,
+the on-disk key, and code in backquotes)."""
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` of every docstring (module, class, function, attribute) and comment."""
+    source = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            for k, stmt in enumerate(body):
+                is_doc = k == 0 or isinstance(body[k - 1], (ast.Assign, ast.AnnAssign))
+                if is_doc and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                    if isinstance(stmt.value.value, str):
+                        found.append((stmt.lineno, stmt.value.value))
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            found.append((tok.start[0], tok.string))
+    return found
+
+
+def test_the_remote_layers_prose_says_page_for_pages():
+    """The remote layer's docstrings and comments call its checked, fetched and cached unit a
+    *page* (names were renamed, the prose had kept *block*); *block* stays for the sampler's
+    blocks only."""
+    stray = []
+    for path in sorted(REMOTE.rglob("*.py")):
+        for line, text in _prose(path):
+            text = SAMPLER_PHRASES.sub("", re.sub(r"``.*?``|`[^`]*`", "", text, flags=re.DOTALL))
+            stray += [
+                f"{path.name}:{line}: {m.group()}" for m in re.finditer(r"\bblocks?\b", text, re.I)
+            ]
+    assert not stray, f"say page (docs/glossary.md): {stray}"
+
+
+def test_the_prose_finder_sees_docstrings_and_comments(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        '"""A block."""\nX = 1\n"""blocks"""\n\n\ndef f():\n    """Block"""\n    # a block\n'
+    )
+    assert [line for line, _ in _prose(path)] == [1, 3, 7, 8]

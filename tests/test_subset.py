@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack import Mixture
-from mmpack._src.store.subset import SubsetStore, split_keys, token_source
+from mmpack._src.store.subset import SubsetBackend, split_keys, token_source
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,8 @@ def test_a_subset_reads_as_the_store_of_its_documents(n, seed, masked, tmp_path_
         keep = np.array([n - 1])
     sub = store.select(keep)
     just = mmpack.build(tmp / "just", [docs[j] for j in keep], fsync=False)
-    assert isinstance(sub, SubsetStore) and sub.has_loss_mask == masked
+    assert type(sub) is mmpack.TokenStore and sub.parent is store
+    assert sub.has_loss_mask == masked
     assert token_source(sub)[0] is store and token_source(store)[0] is store
     np.testing.assert_array_equal(token_source(sub)[1], store.offsets[keep])
     assert_views_equal(sub, just, seqlen=16, same_fingerprint=False)
@@ -88,6 +89,29 @@ def test_provenance_names_the_parent_documents(tmp_path):
     inner = sub.select([1])
     assert inner.parent is store and inner.parent_doc_ids.tolist() == [3]
     np.testing.assert_array_equal(inner[0], docs[3])
+
+
+def test_a_subset_is_a_token_store_over_its_parent(tmp_path):
+    """A subset is a plain ``TokenStore`` over a ``SubsetBackend`` holding the parent: every
+    store answers ``parent`` / ``parent_doc_ids`` / ``parent_doc_starts`` / ``split_depth``
+    (None, None, None, 0 for a store that holds its tokens), and a pickle keeps a subset one."""
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]], fsync=False)
+    assert (store.parent, store.parent_doc_ids, store.parent_doc_starts, store.split_depth) == (
+        None,
+        None,
+        None,
+        0,
+    )
+    part = store.split({"a": 0.5, "b": 0.5}, seed=3)["a"].select([0])
+    assert type(part) is mmpack.TokenStore and isinstance(part._backend, SubsetBackend)
+    assert part.parent is store and part.split_depth == 1 and part.backend == "subset"
+    np.testing.assert_array_equal(part.parent_doc_starts, store.offsets[part.parent_doc_ids])
+    assert repr(part).startswith(f"TokenStore({store.location!r}, subset, docs=1 of 4")
+    assert part.extra == store.extra and part.verify() == store.verify()
+    again = pickle.loads(pickle.dumps(part))
+    assert type(again) is mmpack.TokenStore and again.parent.fingerprint == store.fingerprint
+    assert (again.split_depth, again.fingerprint) == (1, part.fingerprint)
+    np.testing.assert_array_equal(again[0], part[0])
 
 
 def test_fingerprints_key_plans_apart(tmp_path):

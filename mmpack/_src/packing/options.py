@@ -53,11 +53,13 @@ __all__ = ["Delegated", "PlanSpec", "RowOptions", "check_row_options", "label_mo
 
 class Delegated:
     """A read-only attribute that reads the field of the same name of the owner's options
-    object, the attribute ``holder`` (``seqlen = Delegated("config")``): a driver exposes its
-    options' fields without a property each."""
+    object, the attribute ``holder`` (``seqlen = Delegated("config", "Tokens per row.")``): a
+    driver exposes its options' fields without a property each.  ``doc`` is the attribute's
+    docstring (``__doc__``; the API reference reads it, ``docs/_hooks/delegated.py``)."""
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, doc: str) -> None:
         self.holder = holder
+        self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name

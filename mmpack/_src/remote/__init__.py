@@ -8,11 +8,11 @@
     _obstore.py    gs://, az:// through obstore (refused in a forked child of a user)
     cache.py       the node cache: one sparse mapped file per object, limit, LRU eviction,
                    the bounded lock, faults read around with one warning
-    cachefile.py   one cached object: its mapping, block states and digests, claims (OFD
-                   locks), writes, the per-reader check of blocks before they are served
+    cachefile.py   one cached object: its mapping, page states and digests, claims (OFD
+                   locks), writes, the per-reader check of pages before they are served
     cached.py      CachedObject: one reader's mapping of an object's cache file (per process)
-    sources.py     block sources: a memmap object's checked pages, a Zarr store's chunks
-    fetcher.py     PageFetcher: a source's blocks through the node cache's claims
+    sources.py     page sources: a memmap object's checked pages, a Zarr store's chunks
+    fetcher.py     PageFetcher: a source's pages through the node cache's claims
     spans.py       SpanFetcher: whole token spans into the node cache in parts; pins, drops
     backend.py     RemoteBackend: open (the memmap layout's objects), verify
     pages.py       check-page arithmetic: ranges to pages, runs, gathering

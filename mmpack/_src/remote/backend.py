@@ -1,4 +1,4 @@
-"""Reading a store from object storage: verified blocks fetched by concurrent range requests.
+"""Reading a store from object storage: verified pages fetched by concurrent range requests.
 
 Layout of a remote store at ``URL`` (written by :mod:`mmpack._src.remote.upload`)::
 
@@ -8,7 +8,7 @@ Layout of a remote store at ``URL`` (written by :mod:`mmpack._src.remote.upload`
                                           "check_crc32": ...}
     URL/data-<id>/tokens.bin   the flat little-endian tokens (the memmap layout's file)
     URL/data-<id>/offsets.bin  the int64 offsets
-    URL/data-<id>/tokens.xxh   XXH64 (uint64 LE, seed 0) of every 16 KiB block of tokens.bin
+    URL/data-<id>/tokens.xxh   XXH64 (uint64 LE, seed 0) of every 16 KiB page of tokens.bin
 
 A local memmap store copied as is (no ``"remote"`` record) opens too, checked in its 16 MiB
 stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), ``offsets.bin`` and
@@ -50,7 +50,7 @@ part, which also gives the node cache its own digests); a table of any other is 
 
 
 class RemoteBackend(RemoteStoreBackend):
-    """The tokens of one remote store, read in verified check blocks.
+    """The tokens of one remote store, read in verified pages.
 
     ``folder`` is ``<cache_dir>/stores/<fingerprint>`` (the index objects are kept there);
     ``cache`` the node cache under ``cache_dir``, or None."""
@@ -76,7 +76,7 @@ class RemoteBackend(RemoteStoreBackend):
             data = ""
             self.block = meta.block_bytes
             table = np.asarray(meta.tokens_digests, dtype=np.uint64)
-            # a copied store: its own block checksums (XXH64, as the check table's)
+            # a copied store: its own page checksums (XXH64, as the check table's)
         else:
             try:
                 data = str(remote["data"]).strip("/") + "/"
@@ -156,13 +156,13 @@ class RemoteBackend(RemoteStoreBackend):
 
     # ------------------------------------------------------------------------------ verify
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
-        """For ``verify``: the bytes read from the server now (never the cache); whole check
-        blocks are checked against the table, and the node cache's copies against them."""
+        """For ``verify``: the bytes read from the server now (never the cache); whole pages
+        are checked against the table, and the node cache's copies against them."""
         if name == "offsets":
             return self._offsets.view(np.uint8)[start:stop].tobytes()
         key = self.source.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
-        if start % self.block == 0:  # verify() reads whole coarse blocks: check the fine table too
+        if start % self.block == 0:  # verify() reads whole stripes: check their pages too
             bad = self.source.check_run(start // self.block, data)[1]
             if bad.size:
                 raise FormatError(

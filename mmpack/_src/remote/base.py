@@ -6,8 +6,8 @@ interface that is the same for both: a remote store is read-only (written by
 :mod:`mmpack._src.remote.writer`), has no local metadata file, is never pickled (the
 :class:`~mmpack.TokenStore` reopens its URL; the backends' per-process parts, their
 threads and node-cache mappings, are made anew in each process), and reads its tokens through
-one :class:`~mmpack._src.remote.fetcher.PageFetcher` over its layout's block source, the node cache's
-blocks copied out under the reader's pins.
+one :class:`~mmpack._src.remote.fetcher.PageFetcher` over its layout's page source, the node cache's
+pages copied out under the reader's pins.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ class RemoteStoreBackend(Backend):
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges' tokens, copied back to back into a new buffer ``src``:
         ``src[src_starts[k]:src_starts[k] + lengths[k]]`` is range k.  With a node cache the
-        blocks are pinned while they are checked and copied (never a view of the mapping:
-        another process may drop a block nobody pins), the missing ones fetched first."""
+        pages are pinned while they are checked and copied (never a view of the mapping:
+        another process may drop a page nobody pins), the missing ones fetched first."""
         starts = np.asarray(starts, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
         fetcher = self.fetcher
@@ -78,9 +78,9 @@ class RemoteStoreBackend(Backend):
         if self.node_cache is None:
             return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
         # copied out of the mapping only while pinned: another process may drop (punch) any
-        # block nobody pins, and a hole reads as zeros
+        # page nobody pins, and a hole reads as zeros
         with self.node_cache.pinned(ids) as cf:
-            if cf is None:  # no mapping, or a drop held a block too long: fetched here
+            if cf is None:  # no mapping, or a drop held a page too long: fetched here
                 out = self._gathered(fetcher.blocks(ids, use_cache=False), starts, lengths)
                 return out, src_starts
             src = fetcher.cached(starts, lengths)
@@ -88,7 +88,7 @@ class RemoteStoreBackend(Backend):
             if src is None:
                 blocks = fetcher.blocks(ids)
                 src = fetcher.cached(starts, lengths)
-            if src is not None and src is cf.tokens:  # every block is in the pinned mapping
+            if src is not None and src is cf.tokens:  # every page is in the pinned mapping
                 return copied(src, starts, lengths), src_starts
             if blocks is None:  # the mapping changed under the pins (retired): fetched here
                 blocks = fetcher.blocks(ids, use_cache=False)

@@ -1,15 +1,15 @@
-"""A bounded cache of verified remote blocks on local disk, shared by every process of a node.
+"""A bounded cache of verified remote pages on local disk, shared by every process of a node.
 
 Layout under ``cache_dir``::
 
-    blocks/<fingerprint>-<object>-b<block>.data    one sparse file per remote object
-    blocks/<fingerprint>-<object>-b<block>.state   its header and per-block states
-    blocks/.lock                                   ``fcntl.flock``: creation, charging, eviction
+    blocks/<fingerprint>-<object>-b<page bytes>.data    one sparse file per remote object
+    blocks/<fingerprint>-<object>-b<page bytes>.state   its header and per-page states
+    blocks/.lock                                         ``fcntl.flock``: creation, charging, eviction
 
-(:mod:`mmpack._src.remote.cachefile` describes the two files.)  The fingerprint in the names means a
-store rebuilt under the same URL never meets the old one's blocks.  Accounting is exact, never
+(:mod:`mmpack._src.remote.cachefile` describes the two files; the folder keeps its first name.)  The fingerprint in the names means a
+store rebuilt under the same URL never meets the old one's pages.  Accounting is exact, never
 under: each file's header holds the disk bytes charged to it (its state file, a worst-case
-extent-tree allowance, each stored block rounded up to 4 KiB pages, charged before it is
+extent-tree allowance, each stored page rounded up to whole 4 KiB of disk, charged before it is
 written); a charge past ``limit`` first evicts, and what still does not fit is served from
 memory.  The lock is never waited for without a bound: a backoff for at most
 :data:`LOCK_WAIT_SECONDS`, past which (a holder stopped) this process warns once and reads
@@ -85,7 +85,7 @@ os.register_at_fork(after_in_child=_reset_thread_locks)
 
 @dataclass(slots=True)
 class _Charge:
-    """Blocks charged (``blocks``) and written (``written``) by one :meth:`PageCache._charged`."""
+    """Pages charged (``blocks``) and written (``written``) by one :meth:`PageCache._charged`."""
 
     blocks: int = 0
     written: int = 0
@@ -117,7 +117,7 @@ T = TypeVar("T")
 
 
 class PageCache:
-    """Verified blocks of remote objects on disk, total at most ``limit`` bytes."""
+    """Verified pages of remote objects on disk, total at most ``limit`` bytes."""
 
     def __init__(self, root: Path, limit: int) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -239,7 +239,7 @@ class PageCache:
 
     # ------------------------------------------------------------------------------ charging
     def charge(self, cf: CacheFile, sizes: list[int]) -> int:
-        """Charge the first blocks of ``sizes`` (bytes each) that fit to ``cf``, evicting other
+        """Charge the first pages of ``sizes`` (bytes each) that fit to ``cf``, evicting other
         files first if needed; returns how many were charged."""
         if not sizes:
             return 0
@@ -255,7 +255,7 @@ class PageCache:
             return k
 
     def refund(self, cf: CacheFile, nbytes: int) -> None:
-        """Give back a charge whose block was not written (or whose space was freed); where the
+        """Give back a charge whose page was not written (or whose space was freed); where the
         lock cannot be had the charge stays (an over-count until the file is evicted)."""
         if nbytes:
             try:
@@ -267,7 +267,7 @@ class PageCache:
     # ------------------------------------------------------------------------------ storing
     @contextlib.contextmanager
     def _charged(self, cf: CacheFile, sizes: list[int]) -> Iterator[_Charge]:
-        """Charge the first blocks of ``sizes`` that fit (:meth:`charge`) for the body to write
+        """Charge the first pages of ``sizes`` that fit (:meth:`charge`) for the body to write
         the first ``charge.blocks`` of them, counting each written in ``charge.written``; on
         exit the charge of those not written is given back.  An ``OSError`` (a stuck lock: none
         charged; a full or failing disk: the body stops there) is warned of once and swallowed:
@@ -302,14 +302,14 @@ class PageCache:
     def store_run(
         self, cf: CacheFile, b0: int, data: Any, digests: np.ndarray | None = None
     ) -> int:
-        """:meth:`store` of the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole
-        blocks, claimed by the caller; ``digests`` their XXH64 digests where known) in one
+        """:meth:`store` of the verified pages ``b0, b0 + 1, ...`` that ``data`` holds (whole
+        pages, claimed by the caller; ``digests`` their XXH64 digests where known) in one
         write, as far as the limit allows; returns how many were written (the rest: no room,
         or a full or failing disk)."""
         nblocks = -(-min(len(data), cf.nbytes - (b0 << cf.shift)) // cf.block)
         if nblocks <= 0:
             return 0
-        # every block but the object's last is whole: they are charged alike
+        # every page but the object's last is whole: they are charged alike
         sizes = [cf.charge(b0)] * (nblocks - 1) + [cf.charge(b0 + nblocks - 1)]
         with self._charged(cf, sizes) as charge:
             k = charge.blocks
@@ -327,17 +327,17 @@ class PageCache:
         fetch: Callable[[list[int]], dict[int, T]],
         timeout: float,
     ) -> tuple[dict[int, T], list[int]]:
-        """Fetch the absent blocks ``ids`` (sorted) into ``cf``, shared with every process of the
-        node: the blocks this process claims are fetched here (``fetch(ids)`` returns them
-        verified, and maybe blocks around them, which are stored where nobody holds them); those
+        """Fetch the absent pages ``ids`` (sorted) into ``cf``, shared with every process of the
+        node: the pages this process claims are fetched here (``fetch(ids)`` returns them
+        verified, and maybe pages around them, which are stored where nobody holds them); those
         another process holds are polled until they land, claimed here once their claim is
-        released unfinished, and fetched here after ``timeout`` seconds (a stuck claim; such a block
+        released unfinished, and fetched here after ``timeout`` seconds (a stuck claim; such a page
         is fetched at once by later calls while that claim stays: ``cf.stuck``).
 
         Returns
         -------
         fetched : dict
-            Every block fetched here.
+            Every page fetched here.
         unstored : list of int
             The ids of ``fetched`` not kept in ``cf``; every other id of ``ids`` is in ``cf``.
         """
@@ -354,7 +354,7 @@ class PageCache:
                     fetched.update(got)
                     unstored += self.store(cf, {b: got[b] for b in claim.mine})
                     extra = sorted(set(got).difference(claim.mine))
-                    if extra:  # blocks that filled a merge gap: cached where nobody holds them
+                    if extra:  # pages that filled a merge gap: cached where nobody holds them
                         unstored += self._store_unclaimed(cf, {b: got[b] for b in extra})
             finally:
                 claim.close()
@@ -384,7 +384,7 @@ class PageCache:
         return sorted(rest + [b for b in blocks if b not in mine])
 
     def drop_blocks(self, cf: CacheFile, ids: np.ndarray) -> int:
-        """Drop present blocks ``ids`` (int64, sorted, unique) of ``cf`` (nobody may read them:
+        """Drop present pages ``ids`` (int64, sorted, unique) of ``cf`` (nobody may read them:
         the caller holds their pins exclusively), one hole per run of adjacent ids, give back
         their charge and count the drop in the header, so other readers forget them; returns
         how many were dropped."""
@@ -397,7 +397,7 @@ class PageCache:
         return len(ids)
 
     def drop_bad(self, cf: CacheFile, bad: list[int], url: str) -> None:
-        """Drop blocks ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with
+        """Drop pages ``bad`` of ``cf`` (found changed on disk by :meth:`CacheFile.check`), with
         a warning, so the caller fetches them again."""
         if bad:
             self.refund(cf, sum(cf.drop(b) for b in bad))
@@ -408,14 +408,14 @@ class PageCache:
             )
 
     def verify_cached(self, cf: CacheFile, start: int, data: bytes, url: str) -> None:
-        """Compare ``cf``'s present blocks lying wholly in bytes ``[start, start + len(data))``
-        with the verified object bytes ``data``; a differing block (local disk corruption after
+        """Compare ``cf``'s present pages lying wholly in bytes ``[start, start + len(data))``
+        with the verified object bytes ``data``; a differing page (local disk corruption after
         this or any reader checked it) is dropped, then reported as a
         :class:`~mmpack.errors.FormatError` naming the cache file."""
         if not data:
             return
         first = -(-start // cf.block)
-        last = (start + len(data)) // cf.block  # exclusive; the object's short tail block too
+        last = (start + len(data)) // cf.block  # exclusive; the object's short tail page too
         if start + len(data) == cf.nbytes:
             last = cf.nblocks
         ids = np.arange(first, max(first, last), dtype=np.int64)

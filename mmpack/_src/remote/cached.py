@@ -1,22 +1,22 @@
-"""One remote object's blocks in the node cache, as one reader in one process sees them.
+"""One remote object's pages in the node cache, as one reader in one process sees them.
 
 :class:`CachedObject` owns this reader's mapping of the object's cache file
 (:class:`~mmpack._src.remote.cachefile.CacheFile`, made by
 :meth:`~mmpack._src.remote.cache.PageCache.open_file`): it maps the file on first use, lets it go
 once an eviction retires it, retries a second after an attempt that got nothing (no room, being
 evicted, the lock stuck, the disk full; :func:`~mmpack._src.remote.cache.warn_once` has warned), and
-maps it anew in a forked child (the parent's threads and claims are not there).  Every block it
-serves from the mapping is checked first, once per reader (:meth:`CacheFile.check`): a block
+maps it anew in a forked child (the parent's threads and claims are not there).  Every page it
+serves from the mapping is checked first, once per reader (:meth:`CacheFile.check`): a page
 whose bytes changed on disk is dropped with a warning and reported absent, so the caller
-fetches it again.  A reader copies blocks out of the mapping only while it pins them
+fetches it again.  A reader copies pages out of the mapping only while it pins them
 (:meth:`CachedObject.pinned`): another process's drop (:mod:`mmpack._src.remote.spans`) punches its
-holes only in blocks nobody pins, so a reader never copies a punched hole (zeros).
+holes only in pages nobody pins, so a reader never copies a punched hole (zeros).
 
 Cost: :meth:`CachedObject.file` is one ``os.getpid()`` and two attribute reads once the file is
 mapped; :meth:`CachedObject.serves` adds one kernel pass over the ranges (~1 us for 32
-windows), and the first time a block is served one XXH64 of it (~5 us per 16 KiB);
+windows), and the first time a page is served one XXH64 of it (~5 us per 16 KiB);
 :meth:`CachedObject.pinned` one descriptor opened and closed and one ``fcntl`` per run of
-adjacent blocks.
+adjacent pages.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class _Mapping:
 
 
 class CachedObject:
-    """Object ``name`` of store ``fingerprint`` (``nbytes`` bytes of ``dtype`` items, in blocks
+    """Object ``name`` of store ``fingerprint`` (``nbytes`` bytes of ``dtype`` items, in pages
     of ``block`` bytes, a power of 2) in ``cache``, for the reader of ``url``."""
 
     def __init__(
@@ -104,11 +104,11 @@ class CachedObject:
 
     @contextlib.contextmanager
     def pinned(self, ids: np.ndarray) -> Iterator[CacheFile | None]:
-        """Pin blocks ``ids`` (int64, sorted, unique) for the body (:meth:`CacheFile.pin`, on a
+        """Pin pages ``ids`` (int64, sorted, unique) for the body (:meth:`CacheFile.pin`, on a
         descriptor of this call's own): no process of the node drops them while the body reads
         them from the mapping, and a drop that ended before the pins were taken is seen (the
-        blocks it dropped are absent, fetched again).  Yields the mapping, or None where there
-        is none or a drop held some block past :data:`PIN_WAIT_SECONDS` (then nothing may be
+        pages it dropped are absent, fetched again).  Yields the mapping, or None where there
+        is none or a drop held some page past :data:`PIN_WAIT_SECONDS` (then nothing may be
         read from the mapping)."""
         cf = self.file()
         if cf is None or not len(ids):
@@ -126,8 +126,8 @@ class CachedObject:
             close_lock_fd(fd)
 
     def serves(self, starts: np.ndarray, lengths: np.ndarray) -> CacheFile | None:
-        """The mapping, when every block the token ranges touch (int64, (k,)) is present and
-        checked by this reader (present blocks not checked yet are checked now); else None."""
+        """The mapping, when every page the token ranges touch (int64, (k,)) is present and
+        checked by this reader (present pages not checked yet are checked now); else None."""
         cf = self.file()
         if cf is None:
             return None
@@ -139,7 +139,7 @@ class CachedObject:
         return cf if cf.serves(starts, lengths, self.itemsize) else None
 
     def held(self, cf: CacheFile, ids: np.ndarray) -> np.ndarray:
-        """bool, like ``ids`` (int64, each in ``[0, nblocks)``): which blocks ``cf`` may serve
+        """bool, like ``ids`` (int64, each in ``[0, nblocks)``): which pages ``cf`` may serve
         (present and checked; those not checked yet are checked now, a bad one dropped)."""
         cf.forget_dropped()
         self.cache.drop_bad(cf, cf.check_blocks(ids), self.url)
@@ -153,7 +153,7 @@ class CachedObject:
         timeout: float,
     ) -> tuple[dict[int, T], list[int]]:
         """:meth:`PageCache.fetch_shared`; where the cache file cannot be claimed (it was
-        removed as damaged under this reader, or a descriptor cannot be had) every block is
+        removed as damaged under this reader, or a descriptor cannot be had) every page is
         fetched here and none stored."""
         raised: list[BaseException] = []
 

@@ -1,24 +1,24 @@
-r"""One remote object in the node cache: a sparse data file mapped read-only, its block states
-and digests, and which blocks this reader has checked.
+r"""One remote object in the node cache: a sparse data file mapped read-only, its page states
+and digests, and which pages this reader has checked.
 
 A cached object (a remote store's ``tokens.bin``, or a remote Zarr store's decoded token chunks)
 is two files under ``<cache_dir>/blocks/``: ``<stem>.data``, the object's bytes at their own
-offsets in a sparse file, and ``<stem>.state``, a 64-byte header (magic, version, block size,
-size, bytes charged, last use, retired, drops, the creating boot's id), one state byte per block
-(0 absent, 1 present), then every block's XXH64; a file of another size or boot is damaged
+offsets in a sparse file, and ``<stem>.state``, a 64-byte header (magic, version, page size,
+size, bytes charged, last use, retired, drops, the creating boot's id), one state byte per page
+(0 absent, 1 present), then every page's XXH64; a file of another size or boot is damaged
 (:class:`DamagedCacheFile`) and discarded.  Writing (:meth:`CacheFile.write`): bytes already checked against the store (XXH64 per check
 page, crc32c per Zarr chunk) are charged, written (``pwrite``), their XXH64 recorded, and only
-then the state byte set, so a killed writer leaves a block absent, never wrong.  Serving: a block
+then the state byte set, so a killed writer leaves a page absent, never wrong.  Serving: a page
 is served from the mapping only once this reader checked it (wrote it, or recomputed its XXH64:
 :meth:`CacheFile.check`, :func:`mmpack._src.kernels.store.check_ranges`, one call per batch); a
-block that fails is dropped and fetched again.  Claims: a process fetches only blocks it holds
+page that fails is dropped and fetched again.  Claims: a process fetches only pages it holds
 an exclusive OFD lock on (``fcntl(F_OFD_SETLK)`` over their state bytes, never blocking; the
 lock dies with its process); a mapping holds a shared lock on byte 0, and eviction removes only
 files it can lock exclusively.  Pins, the one rule of every drop: a reader pins what it serves
-from the mapping (:meth:`CacheFile.pin`: shared OFD locks, a byte per block past the state
-file's end); a drop takes only blocks it locks exclusively there (:meth:`CacheFile.unpinned`).
+from the mapping (:meth:`CacheFile.pin`: shared OFD locks, a byte per page past the state
+file's end); a drop takes only pages it locks exclusively there (:meth:`CacheFile.unpinned`).
 
-Cost: one XXH64 per block per reader, once (``python -m benchmarks.trust_costs node_cache``);
+Cost: one XXH64 per page per reader, once (``python -m benchmarks.trust_costs node_cache``);
 the hit test (:meth:`CacheFile.serves`) is one kernel pass over the batch's ranges
 (:func:`~mmpack._src.kernels.pagestate.all_pages_present`); a hit is zero copy.
 """
@@ -62,9 +62,9 @@ __all__ = [
 MAGIC = b"MMPKBLK2"
 VERSION = 2
 HEADER = 64
-_HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, block, nbytes, counted, last_used, retired, boot
+_HEADER_FMT = "<8sIIQQdB7x16s"  # magic, version, page, nbytes, counted, last_used, retired, boot
 PIN_WAIT_SECONDS = 1.0
-"""The longest a pin waits for a drop of its blocks under way (a drop holds its exclusive locks
+"""The longest a pin waits for a drop of its pages under way (a drop holds its exclusive locks
 for milliseconds); retried 5 ms apart."""
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)  # Linux; 37 is its value on every Linux arch
 _FORK_CLOSE: set[int] = set()
@@ -126,7 +126,7 @@ def _digests_at(nblocks: int) -> int:
 
 
 def state_file_size(nblocks: int) -> int:
-    """Bytes of the state file of an object of ``nblocks`` blocks (header, states, digests)."""
+    """Bytes of the state file of an object of ``nblocks`` pages (header, states, digests)."""
     return _digests_at(nblocks) + 8 * nblocks
 
 
@@ -154,7 +154,7 @@ def lock_range(fd: int, kind: int, start: int, length: int) -> bool:
 
 
 def id_runs(ids: np.ndarray) -> tuple[list[int], list[int]]:
-    """The runs ``[starts[k], stops[k])`` of adjacent ids in sorted, unique block ids ``ids``
+    """The runs ``[starts[k], stops[k])`` of adjacent ids in sorted, unique page ids ``ids``
     (int64)."""
     if not len(ids):
         return [], []
@@ -175,7 +175,7 @@ _PUNCH_HOLE = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 
 
 class Claim:
-    """Blocks this process fetches (``mine``: locked here, absent) and blocks another holder is
+    """Pages this process fetches (``mine``: locked here, absent) and pages another holder is
     fetching (``theirs``); :meth:`close` releases every lock."""
 
     def __init__(self, fd: int, mine: list[int], theirs: list[int]) -> None:
@@ -224,9 +224,9 @@ class CacheFile:
             self._state_map, "<u8", self.nblocks, _digests_at(self.nblocks)
         )
         self.checked = np.zeros(self.nblocks, np.uint8)
-        """1 for the blocks this reader may serve (written by it, or checked), 2 for a block
+        """1 for the pages this reader may serve (written by it, or checked), 2 for a page
         found bad and not dropped yet, else 0 (process memory)."""
-        # blocks whose claim outlived a reader's wait here (a stopped holder): fetched at once
+        # pages whose claim outlived a reader's wait here (a stopped holder): fetched at once
         # while that claim stays, so a stuck claim delays a reader once, not at every read
         self.stuck: set[int] = set()
         self._counted = np.frombuffer(self._state_map, np.uint64, 1, 24)
@@ -248,8 +248,8 @@ class CacheFile:
         return bool(self._retired[0])
 
     def forget_dropped(self) -> None:
-        """After another process dropped blocks (the header's ``drops`` count moved), forget
-        the checks of every block not present now, so they are fetched again rather than
+        """After another process dropped pages (the header's ``drops`` count moved), forget
+        the checks of every page not present now, so they are fetched again rather than
         served from a punched hole (one u32 read; O(nblocks) when the count moved)."""
         drops = int(self._drops[0])
         if drops != self._drops_seen:
@@ -257,18 +257,18 @@ class CacheFile:
             self.checked[self.state != 1] = 0
 
     def count_drop(self) -> None:
-        """Record that blocks were dropped (the caller holds the cache's lock and has marked
+        """Record that pages were dropped (the caller holds the cache's lock and has marked
         them absent first)."""
         self._drops[0] = (int(self._drops[0]) + 1) & 0xFFFFFFFF
         self._drops_seen = int(self._drops[0])
 
     def pin_offset(self, b: int) -> int:
-        """The byte of the state file, past its end, whose OFD lock pins block ``b`` (a shared
+        """The byte of the state file, past its end, whose OFD lock pins page ``b`` (a shared
         lock: a window in use; an exclusive one: a window being dropped)."""
         return state_file_size(self.nblocks) + b
 
     def pin(self, fd: int, starts: list[int], stops: list[int], wait: float) -> bool:
-        """Pin blocks ``[starts[k], stops[k])`` (shared locks on their :meth:`pin_offset` bytes,
+        """Pin pages ``[starts[k], stops[k])`` (shared locks on their :meth:`pin_offset` bytes,
         held on ``fd`` until it is closed or unlocked): no process of the node drops them
         meanwhile.  A run being dropped now (an exclusive lock) is tried again 5 ms apart for at
         most ``wait`` seconds in all; returns False when some run stayed unpinned."""
@@ -282,17 +282,17 @@ class CacheFile:
 
     @contextlib.contextmanager
     def unpinned(self, runs: list[tuple[int, int]]) -> Iterator[np.ndarray]:
-        """The present blocks of ``runs`` (``[(b0, b1), ...]``) that no process pins (int64,
+        """The present pages of ``runs`` (``[(b0, b1), ...]``) that no process pins (int64,
         sorted, unique), held for the body by exclusive locks on their :meth:`pin_offset` bytes
-        (so no pin is taken on them meanwhile: the body may drop them).  A run some block of
-        which is pinned gives its other blocks."""
+        (so no pin is taken on them meanwhile: the body may drop them).  A run some page of
+        which is pinned gives its other pages."""
         fd = open_lock_fd(self.state_path)
         try:
             free: list[np.ndarray] = []
             for b0, b1 in runs:
                 if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, self.pin_offset(b0), b1 - b0):
                     free.append(np.arange(b0, b1, dtype=np.int64))
-                else:  # some block of it is pinned: the others
+                else:  # some page of it is pinned: the others
                     ks = [k for k in range(b0, b1)
                           if lock_range(fd, fcntl.F_WRLCK, self.pin_offset(k), 1)]  # fmt: skip
                     free.append(np.array(ks, dtype=np.int64))
@@ -309,18 +309,18 @@ class CacheFile:
             self._last_used[0] = now
 
     def serves(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> bool:
-        """Whether every block that token ranges ``[starts, starts + lengths)`` (int64, (k,),
-        of one length) touch is present and checked by this reader (a present block it has not
+        """Whether every page that token ranges ``[starts, starts + lengths)`` (int64, (k,),
+        of one length) touch is present and checked by this reader (a present page it has not
         checked yet answers False): whether the mapping may serve the ranges as they are (one
         kernel pass, ~1 us for 32 windows)."""
         return bool(all_pages_present(self.checked, starts, lengths, itemsize, self.shift))
 
     def present(self, ids: np.ndarray) -> np.ndarray:
-        """bool, like ``ids``: which blocks are present."""
+        """bool, like ``ids``: which pages are present."""
         return self.state[ids] == 1
 
     def check(self, starts: np.ndarray, lengths: np.ndarray, itemsize: int) -> list[int]:
-        """Check the present blocks that token ranges ``[starts, starts + lengths)`` (int64,
+        """Check the present pages that token ranges ``[starts, starts + lengths)`` (int64,
         (k,), of one length) touch and this reader has not checked yet: their XXH64 against the
         recorded one (one kernel call, :func:`~mmpack._src.kernels.store.check_ranges`).  Marks
         the good ones checked; returns the bad ones, sorted (the caller drops them)."""
@@ -333,26 +333,26 @@ class CacheFile:
         return sorted(bad[:n].tolist())
 
     def check_blocks(self, ids: np.ndarray) -> list[int]:
-        """:meth:`check` of whole blocks ``ids`` (int64); returns the bad ones."""
+        """:meth:`check` of whole pages ``ids`` (int64); returns the bad ones."""
         return self.check(ids << self.shift, np.full(ids.shape[0], self.block, np.int64), 1)
 
     def block_bytes(self, b: int) -> np.ndarray:
-        """A view of block ``b``'s bytes in the mapping (meaningful only if present)."""
+        """A view of page ``b``'s bytes in the mapping (meaningful only if present)."""
         return self.data[b << self.shift : min((b + 1) << self.shift, self.nbytes)]
 
     def charge(self, b: int) -> int:
-        """Disk bytes block ``b`` occupies (its length rounded up to whole 4 KiB pages)."""
+        """Disk bytes page ``b`` occupies (its length rounded up to whole 4 KiB of disk)."""
         n = min(self.block, self.nbytes - (b << self.shift))
         return -(-n // 4096) * 4096
 
     # ------------------------------------------------------------------------------ writing
     def claim(self, ids: list[int]) -> Claim:
-        """Lock the absent ones of sorted block ids ``ids`` that nobody else holds."""
+        """Lock the absent ones of sorted page ids ``ids`` that nobody else holds."""
         fd = open_lock_fd(self.state_path)
         mine: list[int] = []
         theirs: list[int] = []
         k = 0
-        while k < len(ids):  # one lock call per run of adjacent blocks
+        while k < len(ids):  # one lock call per run of adjacent pages
             j = k
             while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
                 j += 1
@@ -367,15 +367,15 @@ class CacheFile:
         return Claim(fd, [b for b in mine if not state[b]], [b for b in theirs if not state[b]])
 
     def write(self, b: int, data: bytes) -> None:
-        """Store verified block ``b`` (claimed, its space charged; bytes past the object's end
-        are not written): bytes first, then their digest, the state byte last; the block is
+        """Store verified page ``b`` (claimed, its space charged; bytes past the object's end
+        are not written): bytes first, then their digest, the state byte last; the page is
         checked for this reader."""
         self.write_run(b, memoryview(data)[: self.block])  # a padded last chunk is cut there
 
     def write_run(self, b0: int, data: Any, digests: np.ndarray | None = None) -> None:
-        """Store the verified blocks ``b0, b0 + 1, ...`` that ``data`` holds (whole blocks; the
+        """Store the verified pages ``b0, b0 + 1, ...`` that ``data`` holds (whole pages; the
         object's last may end it) in one write, as :meth:`write` does one; ``digests`` (uint64,
-        one per block) are their XXH64 digests where the caller has them."""
+        one per page) are their XXH64 digests where the caller has them."""
         mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
         b1 = b0 - (-len(mv) >> self.shift)
         if digests is None:
@@ -393,12 +393,12 @@ class CacheFile:
         self.checked[b0:b1] = 1
 
     def drop(self, b: int) -> int:
-        """Mark block ``b`` absent and free its disk space; returns the bytes freed (0 where the
+        """Mark page ``b`` absent and free its disk space; returns the bytes freed (0 where the
         file system cannot punch holes: the space then stays allocated and counted)."""
         return self.drop_run(b, b + 1)
 
     def drop_run(self, b0: int, b1: int) -> int:
-        """:meth:`drop` of blocks ``[b0, b1)`` with one hole punched for the run."""
+        """:meth:`drop` of pages ``[b0, b1)`` with one hole punched for the run."""
         self.state[b0:b1] = 0
         self.checked[b0:b1] = 0
         if _FALLOCATE is None or b1 <= b0:
@@ -406,7 +406,7 @@ class CacheFile:
         lo = b0 << self.shift
         if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(b1 << self.shift, self.nbytes) - lo):
             return 0
-        # every block but the object's last is whole: they are charged alike
+        # every page but the object's last is whole: they are charged alike
         return (b1 - b0 - 1) * self.charge(b0) + self.charge(b1 - 1)
 
     def add_counted(self, delta: int) -> None:

@@ -1,17 +1,17 @@
-"""Fetching a remote store's token blocks: the node cache's claims over a block source: the
+"""Fetching a remote store's token pages: the node cache's claims over a page source: the
 verified read of whatever the block order did not fetch.
 
-:class:`PageFetcher` serves the blocks of a store's tokens from a block source
+:class:`PageFetcher` serves the pages of a store's tokens from a page source
 (:mod:`mmpack._src.remote.sources`: the memmap layout's checked pages or the Zarr layout's inner
 chunks), which locates, fetches and verifies them.  Its public surface is small:
 
-- :meth:`~PageFetcher.page_ids`: the blocks that token ranges touch;
-- :meth:`~PageFetcher.cached`: the node cache's mapped tokens when it holds every block of the
+- :meth:`~PageFetcher.page_ids`: the pages that token ranges touch;
+- :meth:`~PageFetcher.cached`: the node cache's mapped tokens when it holds every page of the
   ranges, checked (the zero-copy hit path), else None;
-- :meth:`~PageFetcher.blocks`: every block of a list, from the node cache or fetched now;
+- :meth:`~PageFetcher.blocks`: every page of a list, from the node cache or fetched now;
 - :attr:`~PageFetcher.stats`.
 
-Fetching: blocks are claimed in the node cache first (a block another process or thread holds
+Fetching: pages are claimed in the node cache first (a page another process or thread holds
 is waited for instead, at most the transport's ``read_timeout``), fetched and verified by the
 source and written to the node cache as far as its limit allows; what it cannot keep is served
 from the fetched bytes and fetched again when read again.  The node cache is
@@ -50,8 +50,8 @@ class _Process:
 
 
 class PageFetcher:
-    """The verified blocks of ``source`` (see the module docstring); ``node`` is the tokens in
-    the node cache (blocks of ``source.block`` bytes), or None to fetch every read."""
+    """The verified pages of ``source`` (see the module docstring); ``node`` is the tokens in
+    the node cache (pages of ``source.block`` bytes), or None to fetch every read."""
 
     def __init__(self, source: FetchSource, node: CachedObject | None) -> None:
         self.source, self.node = source, node
@@ -62,7 +62,7 @@ class PageFetcher:
 
     @property
     def stats(self) -> dict[str, int]:
-        """This process's counts: range requests, bytes they fetched, blocks :meth:`blocks`
+        """This process's counts: range requests, bytes they fetched, pages :meth:`blocks`
         found in the node cache."""
         return self._p.get().stats
 
@@ -80,21 +80,21 @@ class PageFetcher:
 
     # ------------------------------------------------------------------------------ lookups
     def page_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """int64, sorted, unique: the blocks token ranges ``[starts, starts + lengths)`` touch."""
+        """int64, sorted, unique: the pages token ranges ``[starts, starts + lengths)`` touch."""
         return page_ids(starts, lengths, self.itemsize, self.block)
 
     def cached(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
         """The node cache's mapped file as items (zero copy: range k is ``[starts[k],
-        starts[k] + lengths[k])`` of it) when it holds every block the ranges touch, each
+        starts[k] + lengths[k])`` of it) when it holds every page the ranges touch, each
         checked by this reader; else None."""
         if self.node is None:
             return None
         cf = self.node.serves(starts, lengths)
         return None if cf is None else cf.tokens
 
-    # ------------------------------------------------------------------------------ blocks
+    # ------------------------------------------------------------------------------ pages
     def blocks(self, ids: np.ndarray, use_cache: bool = True) -> dict[int, Any]:
-        """Every block of ``ids`` (int64, sorted, unique): id -> its bytes, or a view of them
+        """Every page of ``ids`` (int64, sorted, unique): id -> its bytes, or a view of them
         in the node cache's mapping (the caller pins them: :meth:`CachedObject.pinned`),
         verified; ``use_cache=False``: never from or into the node cache."""
         p = self._p.get()
@@ -114,7 +114,7 @@ class PageFetcher:
         return found
 
     def _from_cache(self, cf: CacheFile, ids: list[int], found: dict[int, Any]) -> None:
-        """Blocks ``ids``, present in ``cf`` (stored here or by another process meanwhile),
+        """Pages ``ids``, present in ``cf`` (stored here or by another process meanwhile),
         into ``found``: checked first, a bad one fetched again."""
         if not ids:
             return
@@ -127,5 +127,5 @@ class PageFetcher:
             found.update(self._fetch(arr[~ok].tolist()))
 
     def _fetch(self, ids: list[int]) -> dict[int, Any]:
-        """Blocks ``ids`` (sorted) fetched and verified by the source."""
+        """Pages ``ids`` (sorted) fetched and verified by the source."""
         return dict(self.source.fetch(ids, self.count))

@@ -8,7 +8,7 @@ fingerprint, where its index, check table and packing plans live.
 The node cache: ``cache_limit`` bytes under ``cache_dir``; without one, two windows of the
 block-window order at the defaults (:data:`~mmpack._src.core.constants.NODE_CACHE_BYTES`, 2 GiB),
 so that the loader's whole-block fetch works without a flag, where the cache folder can be
-written (one small file created and removed probes it); where it cannot, none (the blocks read
+written (one small file created and removed probes it); where it cannot, none (the pages read
 are fetched and served from memory) and one warning.  ``cache_limit=0`` keeps none.
 """
 
@@ -58,10 +58,10 @@ def open_url(
         ``retry_backoff`` (0.1 s), ``connect_timeout`` (5 s), ``read_timeout`` (30 s),
         ``max_concurrency`` (16 requests), ``client`` (``"http"`` or ``"obstore"``).
     cache_dir : path, optional
-        Local folder for the store's index, packing plans and the block cache
+        Local folder for the store's index, packing plans and the node cache
         (default :func:`_default_cache_dir`).
     cache_limit : int, optional
-        Bytes of fetched blocks kept in ``cache_dir`` (the node cache), shared by every process
+        Bytes of fetched pages kept in ``cache_dir`` (the node cache), shared by every process
         on the node; 0 keeps none.  Default :data:`~mmpack._src.core.constants.NODE_CACHE_BYTES`
         (two windows of the block-window order) where ``cache_dir`` can be written, else none
         (with one warning).

@@ -1,13 +1,13 @@
-"""Check-block arithmetic of a remote store: which blocks token ranges touch, how adjacent blocks
+"""Page arithmetic of a remote store: which pages token ranges touch, how adjacent pages
 are grouped into range requests, and the served bytes copied out of them.
 
-A remote store's ``tokens.bin`` is checked in blocks of ``block`` bytes (a power of 2; the last
-block may be short).  Pure functions, no I/O: :class:`~mmpack._src.remote.backend.RemoteBackend`
+A remote store's ``tokens.bin`` is checked in pages of ``block`` bytes (a power of 2; the last
+page may be short).  Pure functions, no I/O: :class:`~mmpack._src.remote.backend.RemoteBackend`
 does the fetching, caching and verification with them.
 
-Cost: :func:`page_ids` is vectorized, O(blocks touched) plus a sort (``np.unique``);
+Cost: :func:`page_ids` is vectorized, O(pages touched) plus a sort (``np.unique``);
 :func:`runs_of` is one pass over the sorted ids; :func:`gather` copies each served byte once
-(a range spans one block or a few, so its Python loop runs about once per range).
+(a range spans one page or a few, so its Python loop runs about once per range).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import numpy as np
 __all__ = ["gather", "page_ids", "runs_of"]
 
 _MAX_RUN_BYTES = 8 << 20
-"""A longer run of adjacent blocks is split, so big reads go out in parallel."""
+"""A longer run of adjacent pages is split, so big reads go out in parallel."""
 
 
 def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
-    """The sorted, unique ids of the blocks that token ranges ``[start, start + length)`` touch
+    """The sorted, unique ids of the pages that token ranges ``[start, start + length)`` touch
     (empty ranges touch none)."""
     keep = lengths > 0
     lo = starts[keep] * itemsize
@@ -36,8 +36,8 @@ def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int)
 
 
 def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
-    """Sorted block ids grouped into runs of at most _MAX_RUN_BYTES each; ids at most ``gap``
-    blocks apart join one run, the blocks between them filled in (fetched too)."""
+    """Sorted page ids grouped into runs of at most _MAX_RUN_BYTES each; ids at most ``gap``
+    pages apart join one run, the pages between them filled in (fetched too)."""
     runs: list[list[int]] = []
     per_run = max(1, _MAX_RUN_BYTES // block)
     for b in ids:
@@ -51,12 +51,12 @@ def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
 def gather(
     blocks: dict[int, bytes], starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
 ) -> np.ndarray:
-    """The bytes of token ranges back to back, copied out of ``blocks`` (id -> block bytes,
-    holding every block the ranges touch)."""
+    """The bytes of token ranges back to back, copied out of ``blocks`` (id -> page bytes,
+    holding every page the ranges touch)."""
     out = np.empty(int(lengths.sum()) * itemsize, dtype=np.uint8)
     pos = 0
     for lo, n in zip((starts * itemsize).tolist(), (lengths * itemsize).tolist()):
-        while n > 0:  # a range spans one block or a few
+        while n > 0:  # a range spans one page or a few
             b, off = divmod(lo, block)
             take = min(n, block - off)
             out[pos : pos + take] = np.frombuffer(blocks[b], np.uint8, take, off)

@@ -1,24 +1,24 @@
-"""Where a remote store's token blocks come from: the block sources behind
+"""Where a remote store's token pages come from: the page sources behind
 :class:`~mmpack._src.remote.fetcher.PageFetcher` and :class:`~mmpack._src.remote.spans.SpanFetcher`.
 
-A block source locates, fetches and verifies the blocks of a store's token bytes (block ``b``
+A page source locates, fetches and verifies the pages of a store's token bytes (page ``b``
 is bytes ``[b * block, min((b + 1) * block, nbytes))`` of the flat little-endian tokens):
 
 - :class:`PageSource`, the memmap layout: one object (``tokens.bin``), its pages of ``block``
   bytes checked against a table of XXH64 digests (one kernel pass over a fetched run; the
-  digests are the node cache's own where its block is the page);
-- :class:`ChunkSource`, the sharded Zarr layout: one block per inner chunk, located through its
+  digests are the node cache's own where its unit is the page);
+- :class:`ChunkSource`, the sharded Zarr layout: one page per inner chunk, located through its
   shard's index (fetched once per shard), the chunks of a request merged into one range request
   per run of adjacent chunks of a shard, each checked against its crc32c and decoded.
 
-Both fetch a list of blocks (:meth:`~PageSource.fetch`) or a run of them back to back
-(:meth:`~PageSource.fetch_run`); a block failing its check is fetched once more, then the
+Both fetch a list of pages (:meth:`~PageSource.fetch`) or a run of them back to back
+(:meth:`~PageSource.fetch_run`); a page failing its check is fetched once more, then the
 :class:`~mmpack.errors.FormatError` stands (a corrupt store never yields data); an object gone
 since open is a :class:`~mmpack.errors.StateMismatchError`.  Each range request is reported to
 the caller's ``count(requests, nbytes, again)`` (``again``: a re-fetch after a failed check).
 
-Cost: a range request per run of blocks at most ``merge_gap_bytes`` apart (pages) or adjacent
-in one shard (chunks), all concurrently, ``max_concurrency`` at a time; one XXH64 per page or
+Cost: a range request per run of pages at most ``merge_gap_bytes`` apart (memmap) or adjacent
+in one shard (Zarr), all concurrently, ``max_concurrency`` at a time; one XXH64 per page or
 one crc32c per chunk.
 """
 
@@ -52,28 +52,28 @@ def _no_count(requests: int, nbytes: int, again: bool) -> None:
 
 class FetchSource(Protocol):
     """What :class:`~mmpack._src.remote.fetcher.PageFetcher` and
-    :class:`~mmpack._src.remote.spans.SpanFetcher` need of a layout: its blocks located, fetched and
+    :class:`~mmpack._src.remote.spans.SpanFetcher` need of a layout: its pages located, fetched and
     verified (:class:`PageSource`, :class:`ChunkSource`)."""
 
     transport: Transport
     url: str
     block: int
-    """Bytes of a block (a power of 2; the last block may be short)."""
+    """Bytes of a page (a power of 2; the last page may be short)."""
     nbytes: int
     """Bytes of the flat tokens."""
     itemsize: int
     digests: bool
-    """Whether :meth:`fetch_run` returns each block's XXH64 (else None)."""
+    """Whether :meth:`fetch_run` returns each page's XXH64 (else None)."""
 
     def warm(self) -> None:
         """Compile what fetch threads run, in the calling thread, once per process."""
 
     def fetch(self, ids: list[int], count: Count = ...) -> dict[int, Any]:
-        """Blocks ``ids`` (sorted), verified: id -> its bytes (bytes or a uint8 array)."""
+        """Pages ``ids`` (sorted), verified: id -> its bytes (bytes or a uint8 array)."""
         ...
 
     def fetch_run(self, lo: int, hi: int, count: Count = ...) -> tuple[Any, np.ndarray | None]:
-        """Blocks ``[lo, hi)`` back to back, verified, and their XXH64 digests (or None)."""
+        """Pages ``[lo, hi)`` back to back, verified, and their XXH64 digests (or None)."""
         ...
 
 
@@ -183,7 +183,7 @@ class PageSource:
 
 
 class ChunkSource:
-    """The inner chunks of the token array ``layout`` of a remote sharded Zarr store, one block
+    """The inner chunks of the token array ``layout`` of a remote sharded Zarr store, one page
     each: the objects are ``transport``'s keys under ``data`` (sizes in ``objects``), the shard
     indexes kept in the local folder ``kept``."""
 
@@ -264,19 +264,19 @@ class ChunkSource:
         finally:
             self._local.count = None
 
-    # ------------------------------------------------------------------------------ blocks
+    # ------------------------------------------------------------------------------ pages
     def _bytes(self, b: int, chunk: np.ndarray) -> np.ndarray:
-        """Chunk ``b``'s tokens as its block's bytes (the last block cut at the array's end)."""
+        """Chunk ``b``'s tokens as its page's bytes (the last page cut at the array's end)."""
         return chunk.view(np.uint8)[: self.nbytes - b * self.block]
 
     def fetch(self, ids: list[int], count: Count = _no_count) -> dict[int, np.ndarray]:
-        """Blocks ``ids`` (sorted): their chunks fetched, verified and decoded, as bytes
+        """Pages ``ids`` (sorted): their chunks fetched, verified and decoded, as bytes
         (uint8 arrays, read-only)."""
         got = self.verified(self.reader, np.asarray(ids, np.int64), count)
         return {b: self._bytes(b, got[b]) for b in ids}
 
     def fetch_run(self, lo: int, hi: int, count: Count = _no_count) -> tuple[np.ndarray, None]:
-        """Blocks ``[lo, hi)`` back to back (their chunks in merged range requests per shard),
+        """Pages ``[lo, hi)`` back to back (their chunks in merged range requests per shard),
         verified and decoded."""
         got = self.fetch(list(range(lo, hi)), count)
         return np.concatenate([got[b] for b in range(lo, hi)]), None

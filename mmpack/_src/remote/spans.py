@@ -5,9 +5,9 @@ while in use and dropped once consumed: the transport under a block-window order
 and node cache) and knows nothing of samplers: ``mmpack._src.torch.block_fetch`` turns a block-window
 order's windows into token spans and calls
 
-- :meth:`~SpanFetcher.fetch`: claim every absent block of the spans in the node cache (a
-  block another process holds is left to it), cut the claimed runs into parts of at most
-  ``part_bytes``, fetch them ``max_concurrency`` at a time through the store's block source
+- :meth:`~SpanFetcher.fetch`: claim every absent page of the spans in the node cache (a
+  page another process holds is left to it), cut the claimed runs into parts of at most
+  ``part_bytes``, fetch them ``max_concurrency`` at a time through the store's page source
   (:mod:`mmpack._src.remote.sources`: a part of the memmap layout is one range request, its pages
   checked against the XXH64 table in one kernel call; a part of the Zarr layout is its inner
   chunks, one merged range request per run in a shard, each crc32c-checked and decoded; a bad
@@ -73,7 +73,7 @@ class SpanFetcher:
     @property
     def stats(self) -> dict[str, int]:
         """This process's counts: spans asked for, parts fetched, range requests (parts plus
-        re-fetches), bytes they moved, parts fetched again after a bad checksum, check blocks
+        re-fetches), bytes they moved, parts fetched again after a bad checksum, pages
         dropped."""
         return self._p.get().stats
 
@@ -85,7 +85,7 @@ class SpanFetcher:
         return None if node is None else node.file()
 
     def block_range(self, start: int, stop: int) -> tuple[int, int]:
-        """The check blocks ``[b0, b1)`` that tokens ``[start, stop)`` touch."""
+        """The pages ``[b0, b1)`` that tokens ``[start, stop)`` touch."""
         f = self.fetcher
         if stop <= start:
             return 0, 0
@@ -103,9 +103,9 @@ class SpanFetcher:
         claimed: threading.Event | None = None,
         queued: threading.Event | None = None,
     ) -> int:
-        """Fetch the absent check blocks of token spans ``[(start, stop), ...]`` (in the order
+        """Fetch the absent pages of token spans ``[(start, stop), ...]`` (in the order
         given: the order they are needed) into the node cache, except those another process
-        fetches now; ``claimed`` is set once the blocks are claimed (before any is fetched),
+        fetches now; ``claimed`` is set once the pages are claimed (before any is fetched),
         ``queued`` once every part is queued (a later call's parts then go out after them);
         neither is set where it returns early or raises (its caller sets them then).  Returns
         the bytes fetched."""
@@ -135,8 +135,8 @@ class SpanFetcher:
             claim.close()
 
     def _parts(self, ranges: list[tuple[int, int]], mine: set[int]) -> list[tuple[int, int]]:
-        """Runs of claimed blocks ``[lo, hi)`` of each span in turn, at most ``part_blocks`` each
-        (a block shared by two spans goes with the first)."""
+        """Runs of claimed pages ``[lo, hi)`` of each span in turn, at most ``part_blocks`` each
+        (a page shared by two spans goes with the first)."""
         parts: list[tuple[int, int]] = []
         for b0, b1 in ranges:
             lo = -1
@@ -152,7 +152,7 @@ class SpanFetcher:
         return parts
 
     def _fetch_part(self, cf: CacheFile, lo: int, hi: int) -> int:
-        """Fetch blocks ``[lo, hi)`` through the source (one range request of pages, or the
+        """Fetch pages ``[lo, hi)`` through the source (one range request of pages, or the
         chunks' merged requests per shard), verified (once more on a bad one), and store them;
         returns the bytes fetched."""
         f, p = self.fetcher, self._p.get()
@@ -177,7 +177,7 @@ class SpanFetcher:
 
     # ------------------------------------------------------------------------------ pins
     def pin(self, key: Any, spans: list[tuple[int, int]]) -> None:
-        """Pin the check blocks of token spans under ``key`` (until :meth:`unpin`): no process
+        """Pin the pages of token spans under ``key`` (until :meth:`unpin`): no process
         of the node drops them meanwhile."""
         pins = self._p.get().pins
         cf = self.cache
@@ -187,7 +187,7 @@ class SpanFetcher:
         pins[key] = fd
         ranges = [self.block_range(a, b) for a, b in spans]
         # a span being dropped elsewhere (for ms) and still so after the wait stays unpinned:
-        # its blocks are then fetched again; every reader pins what it reads itself
+        # its pages are then fetched again; every reader pins what it reads itself
         cf.pin(fd, [r[0] for r in ranges], [r[1] for r in ranges], PIN_WAIT_SECONDS)
 
     def unpin(self, key: Any) -> None:
@@ -202,7 +202,7 @@ class SpanFetcher:
         return list(self._p.get().pins)
 
     def drop(self, spans: list[tuple[int, int]]) -> int:
-        """Drop the present check blocks of token spans that no process of the node pins (see
+        """Drop the present pages of token spans that no process of the node pins (see
         the module docstring); returns how many were dropped."""
         p = self._p.get()
         cf = self.cache
@@ -212,7 +212,7 @@ class SpanFetcher:
         with cf.unpinned([self.block_range(a, b) for a, b in spans]) as ids:
             try:
                 dropped = node.cache.drop_blocks(cf, ids)
-            except OSError as exc:  # the cache's lock is stuck: the blocks stay until evicted
+            except OSError as exc:  # the cache's lock is stuck: the pages stay until evicted
                 warn_once(node.cache.cache_dir, exc)
                 dropped = 0
         with p.lock:

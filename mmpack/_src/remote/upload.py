@@ -72,7 +72,7 @@ def remote_store_exists(transport: Transport) -> bool:
 
 def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
     """XXH64 (uint64 LE) of every ``block`` bytes of the file at ``path`` (the last may be
-    short), read about ``chunk`` bytes at a time (whole blocks) into one buffer."""
+    short), read about ``chunk`` bytes at a time (whole pages) into one buffer."""
     buf = bytearray(max(1, chunk // block) * block)  # reused: no new pages per chunk
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end

@@ -16,7 +16,7 @@ object's size), one LIST of the data prefix (a missing shard is a
 format's offsets CRC-32s), kept in the store's local folder.  Reads take the memmap layout's
 path (:class:`~mmpack._src.remote.base.RemoteStoreBackend`; the block order's
 :class:`~mmpack._src.remote.spans.SpanFetcher`) over :class:`~mmpack._src.remote.sources.ChunkSource`: one
-block per inner chunk, located through its shard's index (one range GET per shard, kept), a
+page per inner chunk, located through its shard's index (one range GET per shard, kept), a
 request's chunks fetched as merged range GETs per shard, each crc32c-checked (a mismatch
 fetched once more, then ``FormatError``) and decoded.  With ``cache_limit`` the decoded chunks
 go to the node cache, copied out only under the reader's pins (a dropped chunk is fetched again).
@@ -126,7 +126,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
                 )
 
     def _node_cache(self, cache: PageCache | None) -> CachedObject | None:
-        """One cache block per inner chunk; None without a cache, or for inner chunks that are
+        """One cache page per inner chunk; None without a cache, or for inner chunks that are
         not a power of two bytes."""
         block = self._layout.inner * self.meta.dtype.itemsize
         if cache is None or block & (block - 1):

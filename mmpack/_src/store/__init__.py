@@ -15,7 +15,7 @@
     lossmask.py    per-token loss masks: document dicts, the mask rule, the mask store's checks
     fields.py      per-document fields: columns, categories, their files and records
     documents.py   what every store offers over its documents: fields, select / where / split
-    subset.py      SubsetStore: a store over some documents of another, no token copied
+    subset.py      SubsetBackend: a store over some documents of another, no token copied
     publish.py     temporary folders, the atomic swap, what ``overwrite`` may replace
     vocab.py       the tokenizer a store records: ids for views, vocabulary/mixing checks
     registry.py    the kinds of store the adapters add (URLs, other formats, joins)
@@ -24,8 +24,4 @@ The adapters (:mod:`mmpack._src.remote`, :mod:`mmpack.formats`, :mod:`mmpack._sr
 and register in :mod:`mmpack._src.store.registry`; the core imports none of them.
 """
 
-from mmpack._src.store.registry import register_subsets
-
 __all__: list[str] = []
-
-register_subsets("mmpack._src.store.subset")

@@ -1,11 +1,12 @@
 """What every store offers over its documents: their fields, and subsets of them.
 
 :class:`DocumentSets` is a base of :class:`~mmpack.TokenStore`: ``store.fields``
-(:mod:`mmpack._src.store.fields`), ``store.field_categories(name)``, ``store.parent_doc_ids`` (None
-for a store that holds its tokens) and ``store.select`` / ``where`` / ``split``, whose subsets
-are :class:`~mmpack._src.store.subset.SubsetStore` (reached through :data:`mmpack._src.store.registry.SUBSETS`,
-since that module builds on ``TokenStore``).  Each call costs what its function in
-:mod:`mmpack._src.store.subset` states.
+(:mod:`mmpack._src.store.fields`), ``store.field_categories(name)``, what a subset knows of its
+parent (``store.parent``, ``parent_doc_ids``, ``parent_doc_starts``, ``split_depth``: its
+backend's, None or 0 for a store that holds its tokens) and ``store.select`` / ``where`` /
+``split``, whose subsets are ``TokenStore`` objects over a
+:class:`~mmpack._src.store.subset.SubsetBackend` (made by ``TokenStore``'s ``_over``).  Each
+call costs what :mod:`mmpack._src.store.subset` states.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from mmpack._src.store.fields import Fields, read_field
 from mmpack._src.store.format import StoreMeta
-from mmpack._src.store.registry import SUBSETS, load
+from mmpack._src.store.subset import check_doc_ids, split_positions, where_positions
 
 __all__ = ["DocumentSets"]
 
@@ -31,10 +32,31 @@ class DocumentSets:
     _location: str
 
     @property
+    def parent(self) -> Any:
+        """The store that holds a subset's tokens (a ``TokenStore``, never itself a subset);
+        None for a store that holds its own tokens."""
+        return self._backend.parent
+
+    @property
     def parent_doc_ids(self) -> np.ndarray | None:
-        """The parent document id of each document (int64, shape (num_docs,)) for a subset;
-        None for a store that holds its own tokens (its ids are its own)."""
-        return None
+        """The parent document id of each document (int64, shape (num_docs,), sorted, unique,
+        read-only) for a subset; None for a store that holds its own tokens (its ids are its
+        own)."""
+        return self._backend.parent_doc_ids
+
+    @property
+    def parent_doc_starts(self) -> np.ndarray | None:
+        """Where each of a subset's documents starts in its parent's flat tokens (int64, shape
+        (num_docs,), read-only: ``parent.offsets[parent_doc_ids]``, computed with the subset);
+        None for a store that holds its own tokens."""
+        return self._backend.parent_doc_starts
+
+    @property
+    def split_depth(self) -> int:
+        """How many ``split`` calls made these documents (a subset of a part counts its
+        part's; 0 for a store that holds its tokens): what keys this store's own ``split``
+        (:mod:`mmpack._src.store.subset`)."""
+        return int(self._backend.split_depth)
 
     @property
     def fields(self) -> Fields:
@@ -51,7 +73,12 @@ class DocumentSets:
         return self.fields.categories(name)
 
     def _open_fields(self) -> Fields:
-        """The fields the metadata names, read from the store's own files."""
+        """The fields the metadata names, read from the store's own files; a subset's are its
+        parent's restricted to it."""
+        if self.parent is not None:
+            parent, ids = self.parent.fields, self.parent_doc_ids
+            loaders = {name: (lambda name=name: parent[name][ids]) for name in parent}
+            return Fields(loaders, {name: parent.categories(name) for name in parent}, parent.kinds)
         specs = getattr(self._meta, "fields", ())
         mapped = self._meta.backend == "memmap" and "://" not in self._location
         n = len(self)  # type: ignore[arg-type]
@@ -62,8 +89,8 @@ class DocumentSets:
         return Fields(loaders, {s.name: s.categories for s in specs}, kinds)
 
     def select(self, doc_ids: Any) -> Any:
-        """The subset of documents ``doc_ids`` (a :class:`~mmpack._src.store.subset.SubsetStore`; no
-        token is copied).
+        """The subset of documents ``doc_ids``: a ``TokenStore`` over them (no token is copied;
+        :attr:`parent` is this store, or this store's parent when it is a subset).
 
         Parameters
         ----------
@@ -79,7 +106,7 @@ class DocumentSets:
         ValueError
             Ids not sorted and unique (the first offending one is named).
         """
-        return load(SUBSETS["select"])(self, doc_ids)
+        return self._subset(check_doc_ids(doc_ids, len(self)), self.split_depth)  # type: ignore[arg-type]
 
     def where(self, mask: Any = None, **equal: Any) -> Any:
         """The subset of documents where ``mask`` (bool, shape (num_docs,)) is true and each
@@ -94,7 +121,7 @@ class DocumentSets:
         TypeError
             A string for a numeric field, or a value that is neither a number nor a string.
         """
-        return load(SUBSETS["where"])(self, mask, **equal)
+        return self._subset(where_positions(self, mask, equal), self.split_depth)
 
     def split(self, fractions: dict[str, float], seed: Any = 0) -> dict[str, Any]:
         """Disjoint subsets covering the store, e.g. ``split({"train": 0.99, "validation":
@@ -109,4 +136,21 @@ class DocumentSets:
         TypeError
             Not a dict of names to numbers; a seed that is not an int or a tuple of ints.
         """
-        return load(SUBSETS["split"])(self, fractions, seed)
+        own = self.parent_doc_ids
+        ids = own if own is not None else np.arange(len(self), dtype=np.int64)  # type: ignore[arg-type]
+        parts = split_positions(ids, fractions, seed, self.split_depth)
+        return {name: self._subset(pos, self.split_depth + 1) for name, pos in parts.items()}
+
+    def _subset(self, positions: np.ndarray, split_depth: int) -> Any:
+        """The subset of this store's documents at ``positions`` (int64, sorted, unique): a
+        store over the same parent when this store is a subset (a subset of a subset is a
+        subset of the first parent)."""
+        own = self.parent_doc_ids
+        if own is None:
+            return self._over(self, positions, split_depth)
+        return self._over(self.parent, own[positions], split_depth)
+
+    @staticmethod
+    def _over(parent: Any, ids: np.ndarray, split_depth: int) -> Any:
+        """A store over documents ``ids`` of ``parent`` (``TokenStore`` makes it)."""
+        raise NotImplementedError

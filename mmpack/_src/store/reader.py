@@ -44,6 +44,7 @@ from mmpack._src.store.opening import (
     read_raw_meta,
 )
 from mmpack._src.store.registry import DETECTORS, load
+from mmpack._src.store.subset import ParentChecks, SubsetBackend
 from mmpack.errors import FormatError, StateMismatchError, StoreNotFoundError
 
 __all__ = ["TokenStore", "open_store", "reopen_pickled"]
@@ -61,7 +62,9 @@ class TokenStore(DocumentSets):
     ``len(store)`` is the number of documents, ``store[j]`` document ``j`` as a 1-D array of
     ``store.dtype`` (a view of the mapping for the memmap backend).  Pickling keeps only the path
     and the metadata; the receiving process maps the files again and refuses a store that was
-    rebuilt in between.  Fields and subsets: :class:`~mmpack._src.store.documents.DocumentSets`.
+    rebuilt in between.  Fields and subsets: :class:`~mmpack._src.store.documents.DocumentSets`;
+    a subset is a ``TokenStore`` over a :class:`~mmpack._src.store.subset.SubsetBackend`, which
+    reads its parent's tokens (it pickles as its parent, ids and split depth).
     """
 
     def __init__(
@@ -159,7 +162,8 @@ class TokenStore(DocumentSets):
 
     @property
     def fingerprint(self) -> str:
-        """16 hex digits identifying the content (see :mod:`mmpack._src.store.format`)."""
+        """16 hex digits identifying the content (see :mod:`mmpack._src.store.format`); a
+        subset's hashes its parent's and its :attr:`parent_doc_ids`."""
         return self._meta.fingerprint
 
     @property
@@ -249,13 +253,17 @@ class TokenStore(DocumentSets):
         a target and 0 where it is not, with this store's offsets (``store.loss_mask[j]`` is
         document j's mask; ``read_ranges`` reads it as the tokens are read).  Opened on first
         use, with this store's options, and checked against the fingerprint the metadata names
-        (:func:`~mmpack._src.store.lossmask.check_mask_store`)."""
+        (:func:`~mmpack._src.store.lossmask.check_mask_store`).  A subset's is its parent's,
+        restricted to the subset's documents."""
         if self._loss_mask is None and self.has_loss_mask:
             self._loss_mask = self._open_loss_mask()
         return self._loss_mask
 
     def _open_loss_mask(self) -> TokenStore:
         """Open the loss mask store that the metadata names (see :attr:`loss_mask`)."""
+        if self.parent is not None:
+            mask = self.parent.loss_mask
+            return self._over(mask, self.parent_doc_ids, 0)  # type: ignore[arg-type]
         location = self._location
         where: str | Path = (
             location.rstrip("/") + "/" + LOSS_MASK_STORE
@@ -418,8 +426,11 @@ class TokenStore(DocumentSets):
         -------
         dict
             ``{"blocks": ..., "bytes": ...}`` checked (the field columns' bytes and the loss
-            mask's included), when everything matches.
+            mask's included), when everything matches.  A subset verifies its parent (it
+            holds no data of its own).
         """
+        if self.parent is not None:
+            return self.parent.verify(progress=progress)
         previous = self._backend.advise("sequential")  # a scan: full read-ahead
         try:
             with progress_bar(progress, self.nbytes, desc="verifying") as bar:
@@ -435,14 +446,39 @@ class TokenStore(DocumentSets):
         finally:
             self._backend.advise(previous)
 
+    # ----------------------------------------------------------------------------- subsets
+    @staticmethod
+    def _over(parent: TokenStore, ids: np.ndarray, split_depth: int) -> TokenStore:
+        """A store over documents ``ids`` (int64, sorted, unique) of ``parent`` (not itself a
+        subset): a subset (:class:`~mmpack._src.store.subset.SubsetBackend`)."""
+        backend = SubsetBackend(parent, ids, split_depth)
+        return TokenStore(
+            parent.path,
+            backend.meta,
+            backend.record,
+            backend,
+            location=parent.location,
+            cache_dir=parent.cache_dir,
+            open_options=parent.open_options,
+            verify_reads=parent.verify_reads,
+            read_checker=ParentChecks(),
+        )
+
     # ----------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
+        if self.parent is not None:  # a subset: its parent, ids and split depth
+            ids = np.asarray(self.parent_doc_ids)
+            return {"parent": self.parent, "ids": ids, "depth": self.split_depth}
         options = dict(self._open_options)
         if self._verify_reads:
             options["verify_reads"] = True
         return {"location": self._location, "meta": self._raw_meta, "options": options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if "parent" in state:
+            ids = np.array(state["ids"], dtype=np.int64)
+            self.__dict__.update(self._over(state["parent"], ids, int(state["depth"])).__dict__)
+            return
         location = state.get("location", state.get("path"))
         if location is None:
             raise TypeError("cannot unpickle a TokenStore: the pickled state has no location")
@@ -454,6 +490,12 @@ class TokenStore(DocumentSets):
         self.__dict__.update(current.__dict__)
 
     def __repr__(self) -> str:
+        parent = self.parent
+        if parent is not None:
+            return (
+                f"TokenStore({self._location!r}, subset, docs={len(self)} of {len(parent)}, "
+                f"tokens={self.num_tokens}, dtype={self.dtype.name})"
+            )
         return (
             f"TokenStore({self._location!r}, backend={self.backend!r}, docs={len(self)}, "
             f"tokens={self.num_tokens}, dtype={self.dtype.name})"

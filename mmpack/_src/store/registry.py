@@ -16,9 +16,6 @@ and ``import mmpack`` never pays for an adapter a program does not use.
     WRITERS    kind -> writer class (path, **options)                "url"
     OWNERS     owner(path) -> set of entry names or None: the files a store kind holds of its own
                (what ``overwrite`` may replace besides the core layouts' files)
-    SUBSETS    "select" / "where" / "split" -> the functions behind ``store.select`` ...
-               (:mod:`mmpack._src.store.subset`, registered by the package ``mmpack._src.store``: the
-               module subclasses ``TokenStore``, so ``TokenStore`` reaches it here)
 """
 
 from __future__ import annotations
@@ -30,13 +27,11 @@ __all__ = [
     "DETECTORS",
     "OPENERS",
     "OWNERS",
-    "SUBSETS",
     "WRITERS",
     "load",
     "register_detector",
     "register_opener",
     "register_owner",
-    "register_subsets",
     "register_writer",
 ]
 
@@ -56,10 +51,6 @@ arguments of :class:`mmpack.store.StoreWriter`."""
 OWNERS: list[str] = []
 """Asked, in order, which entries of a folder a store kind holds of its own; each returns a set
 of names, or None when the folder is not a store of its kind."""
-
-
-SUBSETS: dict[str, str] = {}
-"""The functions behind ``TokenStore.select``, ``where`` and ``split``, by name."""
 
 
 def _check_entry(entry: str) -> None:
@@ -92,13 +83,6 @@ def register_owner(entry: str) -> None:
     _check_entry(entry)
     if entry not in OWNERS:
         OWNERS.append(entry)
-
-
-def register_subsets(module: str) -> None:
-    """Serve ``TokenStore.select`` / ``where`` / ``split`` with the functions of ``module``."""
-    for name in ("select", "where", "split"):
-        _check_entry(f"{module}:{name}")
-        SUBSETS[name] = f"{module}:{name}"
 
 
 def load(entry: str) -> Any:

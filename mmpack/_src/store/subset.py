@@ -1,21 +1,21 @@
 """Subsets of a store without rewriting: ``store.select(doc_ids)``, ``store.where(...)``,
 ``store.split(...)``.
 
-A subset is a :class:`~mmpack.TokenStore` over some documents of a parent store, in
-the parent's order: the parent id of each of its documents (:attr:`SubsetStore.parent_doc_ids`,
-int64, sorted, unique) and its own offsets; no token is copied, and every view, plan, sampler and
-mixture takes it as a store.  A read maps each range to the parent's tokens with one kernel call
-(:func:`~mmpack._src.kernels.subset.parent_starts`); ranges inside one document go to the parent's
-``read_ranges`` as they are (zero copy for a memmap parent), others are cut at document
-boundaries and read in one parent call.  The packed view reads the parent directly at
-:attr:`SubsetStore.parent_doc_starts` (:func:`token_source`).  A subset of a subset is a subset
-of the first parent; the loss mask and fields are the parent's restricted to it.  Its
-fingerprint hashes the parent's and the id array (computed on first use), keying its plans apart.
+A subset is a plain :class:`~mmpack.TokenStore` (the reader makes it; this module does not
+import the reader) over a :class:`SubsetBackend`: the parent store, the parent id of each
+document (``parent_doc_ids``, int64, sorted, unique) and the subset's own offsets; no token is
+copied, and every view, plan, sampler and mixture takes it as a store.  A read maps each range
+to the parent's tokens with one kernel call (:func:`~mmpack._src.kernels.subset.parent_starts`);
+ranges inside one document go to the parent's ``read_ranges`` as they are (zero copy for a
+memmap parent), others are cut at document boundaries and read in one parent call.  The packed
+view reads the parent directly at ``parent_doc_starts`` (:func:`token_source`).  A subset of a
+subset is a subset of the first parent; the loss mask and fields are the parent's restricted to
+it.  Its fingerprint hashes the parent's and the id array (computed on first use).
 
 ``split(fractions, seed)``: document ``d`` goes to the part whose cumulative fraction interval
 holds ``h(d) / 2**64``, ``h`` a keyed 64-bit hash (two keyed rounds of SplitMix64's finaliser,
 :func:`~mmpack._src.kernels.subset.split_parts`) keyed by ``(SPLIT_STREAM + depth, seed)``, ``depth``
-(:attr:`SubsetStore.split_depth`) counting the splits that made the subset, so a part split
+(``split_depth``) counting the splits that made the subset, so a part split
 again is cut by independent keys (the same keys would leave a 95/5 split of a 90% part an empty
 5%).  A document's part depends only on its parent id, the seed, the depth and the fractions:
 appending documents keeps every earlier one in its part.
@@ -37,16 +37,15 @@ from mmpack._src.core.constants import SPLIT_STREAM
 from mmpack._src.core.permutation_keys import epoch_keys, seed_words
 from mmpack._src.kernels.subset import parent_starts, split_parts
 from mmpack._src.store.backends import Backend
-from mmpack._src.store.fields import Fields
-from mmpack._src.store.reader import TokenStore
 
 __all__ = [
-    "SubsetStore",
-    "select",
-    "split",
+    "ParentChecks",
+    "SubsetBackend",
+    "check_doc_ids",
     "split_keys",
+    "split_positions",
     "token_source",
-    "where",
+    "where_positions",
 ]
 
 
@@ -57,11 +56,12 @@ class _SubsetMeta:
     backend = "subset"
     fields = ()
 
-    def __init__(self, parent: TokenStore, ids: np.ndarray, num_tokens: int) -> None:
+    def __init__(self, parent: Any, ids: np.ndarray, num_tokens: int) -> None:
         self.dtype = parent.dtype
         self.num_docs = int(ids.shape[0])
         self.num_tokens = num_tokens
         self.loss_mask = getattr(parent._meta, "loss_mask", None)  # has_loss_mask reads it
+        self.files = parent.attached_files  # read through the parent (SubsetBackend.read_file)
         self._parent_fp = parent.fingerprint
         self._ids = ids
         self._fp: str | None = None
@@ -76,8 +76,8 @@ class _SubsetMeta:
         return self._fp
 
 
-class _ParentChecks:
-    """The read checker of a subset: the parent checks the blocks its reads touch."""
+class ParentChecks:
+    """The read checker of a subset: the parent checks the stripes its reads touch."""
 
     def verify_span(self, start: int, stop: int) -> None:
         return None
@@ -90,24 +90,34 @@ class _ParentChecks:
 
 
 class SubsetBackend(Backend):
-    """Reads subset token ranges from the parent (see the module docstring)."""
+    """Reads subset token ranges from the parent (see the module docstring): the backend of a
+    :class:`~mmpack.TokenStore` over documents ``ids`` (int64, shape (k,), sorted, unique) of
+    ``parent`` (a ``TokenStore`` that is not itself a subset), made by ``split_depth`` splits."""
 
     name = "subset"
 
-    def __init__(self, parent: TokenStore, meta: _SubsetMeta, offsets: np.ndarray) -> None:
-        super().__init__(parent.path, meta)  # type: ignore[arg-type]
-        self.parent = parent
+    def __init__(self, parent: Any, ids: np.ndarray, split_depth: int = 0) -> None:
+        ids.flags.writeable = False
+        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+        np.cumsum(parent.doc_lens[ids], out=offsets[1:])
         offsets.flags.writeable = False
+        super().__init__(parent.path, _SubsetMeta(parent, ids, int(offsets[-1])))  # type: ignore[arg-type]
+        self.parent = parent
+        self.parent_doc_ids = ids
+        self.split_depth = split_depth
         self._offsets = offsets
         # shape (docs,): where each document starts in the parent's tokens (read-only)
-        self.doc_starts = parent.offsets[meta._ids]
-        self.doc_starts.flags.writeable = False
+        starts = parent.offsets[ids]
+        starts.flags.writeable = False
+        self.parent_doc_starts: np.ndarray = starts
+        # the subset's metadata record: the parent's optional sections (its ``extra``)
+        self.record = {"format": "mmpack-subset", **parent.extra}
 
     @functools.cached_property
     def shift(self) -> np.ndarray:
         """int64, shape (docs,): the parent position of subset position p in document d is
         ``p + shift[d]`` (made on the first read by subset positions)."""
-        return self.doc_starts - self._offsets[:-1]
+        return self.parent_doc_starts - self._offsets[:-1]
 
     @staticmethod
     def read_meta(path: Any) -> Any:
@@ -193,118 +203,21 @@ class SubsetBackend(Backend):
         return self.parent.read_attached(name)
 
 
-class SubsetStore(TokenStore):
-    """A subset of a store's documents (see the module docstring): made by
-    :meth:`TokenStore.select`, :meth:`~TokenStore.where` and :meth:`~TokenStore.split`."""
-
-    _backend: SubsetBackend
-
-    def __init__(self, parent: TokenStore, ids: np.ndarray, split_depth: int = 0) -> None:
-        ids.flags.writeable = False
-        self._parent = parent
-        self._ids = ids
-        self._split_depth = split_depth
-        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
-        np.cumsum(parent.doc_lens[ids], out=offsets[1:])
-        meta = _SubsetMeta(parent, ids, int(offsets[-1]))
-        backend = SubsetBackend(parent, meta, offsets)
-        raw = {"format": "mmpack-subset", "parent": parent.location, **parent.extra}
-        super().__init__(
-            parent.path,
-            meta,  # type: ignore[arg-type]
-            raw,
-            backend,
-            location=parent.location,
-            cache_dir=parent.cache_dir,
-            open_options=parent.open_options,
-            verify_reads=parent.verify_reads,
-            read_checker=_ParentChecks(),
-        )
-
-    @property
-    def parent(self) -> TokenStore:
-        """The store that holds the tokens (never itself a subset)."""
-        return self._parent
-
-    @property
-    def parent_doc_ids(self) -> np.ndarray:
-        """int64, shape (num_docs,), sorted, unique, read-only: the parent document id of each
-        of the subset's documents."""
-        return self._ids
-
-    @property
-    def split_depth(self) -> int:
-        """How many ``split`` calls made these documents (a subset of a part counts its part's):
-        what keys this subset's own ``split`` (see the module docstring)."""
-        return self._split_depth
-
-    @property
-    def parent_doc_starts(self) -> np.ndarray:
-        """int64, shape (num_docs,), read-only: where each of the subset's documents starts in
-        the parent's flat tokens (``parent.offsets[parent_doc_ids]``, computed once)."""
-        return self._backend.doc_starts
-
-    @property
-    def fingerprint(self) -> str:
-        """16 hex digits: a hash of the parent's fingerprint and :attr:`parent_doc_ids`."""
-        return self._meta.fingerprint
-
-    @property
-    def extra(self) -> dict[str, Any]:
-        return self._parent.extra
-
-    @property
-    def attached_files(self) -> tuple[str, ...]:
-        return self._parent.attached_files
-
-    def read_attached(self, name: str) -> bytes:
-        return self._parent.read_attached(name)
-
-    def _open_loss_mask(self) -> TokenStore:
-        mask = self._parent.loss_mask
-        assert mask is not None
-        return SubsetStore(mask, self._ids)
-
-    def _open_fields(self) -> Fields:
-        parent = self._parent.fields
-        ids = self._ids
-        loaders = {name: (lambda name=name: parent[name][ids]) for name in parent}
-        return Fields(loaders, {name: parent.categories(name) for name in parent}, parent.kinds)
-
-    def verify(self, *, progress: Any = False) -> dict[str, int]:
-        """Verify the parent store (the subset holds no data of its own)."""
-        return self._parent.verify(progress=progress)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"parent": self._parent, "ids": np.asarray(self._ids), "depth": self._split_depth}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        ids = np.array(state["ids"], dtype=np.int64)
-        fresh = SubsetStore(state["parent"], ids, int(state.get("depth", 0)))
-        self.__dict__.update(fresh.__dict__)
-
-    def __repr__(self) -> str:
-        return (
-            f"SubsetStore({self._parent.location!r}, docs={len(self)} of {len(self._parent)}, "
-            f"tokens={self.num_tokens}, dtype={self.dtype.name})"
-        )
-
-
-def token_source(store: TokenStore) -> tuple[TokenStore, np.ndarray]:
+def token_source(store: Any) -> tuple[Any, np.ndarray]:
     """``(source, doc_starts)``: the store whose flat tokens hold ``store``'s documents and
     where each document starts there (int64, shape (>= num_docs,), read-only), so that
     document ``j``'s tokens are ``source``'s ``[doc_starts[j], doc_starts[j] + doc_lens[j])``.
     A store is its own source (``doc_starts`` is its :attr:`~TokenStore.mapped_offsets`, whose
     pages the reader checks as it reads them: :meth:`~TokenStore.doc_bounds`); a subset's is
-    its parent (:attr:`SubsetStore.parent_doc_starts`): a reader computing ranges from
+    its parent (:attr:`~mmpack.TokenStore.parent_doc_starts`): a reader computing ranges from
     ``doc_starts`` reads the parent directly, with no remapping per read.  O(1)."""
-    if isinstance(store, SubsetStore):
+    if store.parent is not None:
         return store.parent, store.parent_doc_starts
     return store, store.mapped_offsets
 
 
 # --------------------------------------------------------------------------------- making them
-def _check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
+def check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
     """Document ids given to ``select``: a 1-D sequence of ints in ``[0, n)``, strictly
     increasing.  Returns them as int64 (a new array).
 
@@ -343,26 +256,10 @@ def _check_doc_ids(doc_ids: Any, n: int) -> np.ndarray:
     return arr
 
 
-def _root(store: TokenStore) -> tuple[TokenStore, np.ndarray | None, int]:
-    if isinstance(store, SubsetStore):
-        return store.parent, store.parent_doc_ids, store.split_depth
-    return store, None, 0
-
-
-def select(store: TokenStore, doc_ids: Any) -> SubsetStore:
-    """The subset of ``store``'s documents ``doc_ids`` (see :meth:`TokenStore.select`)."""
-    ids = _check_doc_ids(doc_ids, len(store))
-    return _subset(store, ids)
-
-
-def _subset(store: TokenStore, ids: np.ndarray) -> SubsetStore:
-    parent, composed, depth = _root(store)
-    return SubsetStore(parent, ids if composed is None else composed[ids], depth)
-
-
-def where(store: TokenStore, mask: Any = None, **equal: Any) -> SubsetStore:
-    """The documents of ``store`` where ``mask`` is true and every field named in ``equal``
-    equals its value (see :meth:`TokenStore.where`)."""
+def where_positions(store: Any, mask: Any, equal: dict[str, Any]) -> np.ndarray:
+    """The positions (int64, sorted) of ``store``'s documents where ``mask`` is true and every
+    field named in ``equal`` equals its value (see :meth:`TokenStore.where
+    <mmpack.TokenStore.where>`)."""
     n = len(store)
     keep = np.ones(n, dtype=bool)
     if mask is not None:
@@ -378,7 +275,7 @@ def where(store: TokenStore, mask: Any = None, **equal: Any) -> SubsetStore:
         if name not in fields:
             raise ValueError(f"where(): the store has no field {name!r} (it has {sorted(fields)})")
         keep &= fields[name] == _field_value(name, value, fields.categories(name))
-    return _subset(store, np.flatnonzero(keep).astype(np.int64))
+    return np.flatnonzero(keep).astype(np.int64)
 
 
 def _field_value(name: str, value: Any, categories: tuple[str, ...] | None) -> Any:
@@ -432,23 +329,22 @@ def _split_fractions(fractions: Any) -> tuple[list[str], np.ndarray]:
 
 def split_keys(seed: Any, depth: int = 0) -> np.ndarray:
     """The hash keys of ``split(..., seed)`` of a store or subset of :attr:`split_depth
-    <SubsetStore.split_depth>` ``depth`` (uint64, shape (ROUNDS,)): drawn from
+    <mmpack.TokenStore.split_depth>` ``depth`` (uint64, shape (ROUNDS,)): drawn from
     ``(SPLIT_STREAM + depth, seed)``, never a sampler's keys of a plain seed, nor those of
     another depth."""
     words = (SPLIT_STREAM + depth, *seed_words(seed))
     return epoch_keys(words, np.zeros(1, dtype=np.uint64))[0]
 
 
-def split(store: TokenStore, fractions: Any, seed: Any = 0) -> dict[str, SubsetStore]:
-    """Disjoint subsets of ``store`` covering it, by the keyed hash of each document's parent id
-    (see the module docstring and :meth:`TokenStore.split`)."""
+def split_positions(
+    ids: np.ndarray, fractions: Any, seed: Any = 0, depth: int = 0
+) -> dict[str, np.ndarray]:
+    """The positions in ``ids`` (the parent ids of a store's documents, int64, shape (n,)) of
+    each part of ``split(fractions, seed)`` of a store of :attr:`split_depth
+    <mmpack.TokenStore.split_depth>` ``depth``, by the keyed hash of each id (see the module
+    docstring and :meth:`TokenStore.split <mmpack.TokenStore.split>`): int64, sorted, disjoint,
+    covering ``[0, n)``."""
     names, thresholds = _split_fractions(fractions)
-    parent, composed, depth = _root(store)
-    ids = composed if composed is not None else np.arange(len(store), dtype=np.int64)
     part = np.empty(ids.shape[0], dtype=np.int64)
     split_parts(ids, split_keys(seed, depth), thresholds, part)
-    if composed is None:  # ids is arange: the positions are the ids
-        return {
-            name: SubsetStore(parent, np.flatnonzero(part == k), 1) for k, name in enumerate(names)
-        }
-    return {name: SubsetStore(parent, ids[part == k], depth + 1) for k, name in enumerate(names)}
+    return {name: np.flatnonzero(part == k) for k, name in enumerate(names)}

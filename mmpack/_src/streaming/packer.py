@@ -238,10 +238,10 @@ class StreamingPacker:
         )
 
     # ------------------------------------------------------------------------- what it reports
-    batch_size = Delegated("config")  # rows per batch (the maximum, with a warm-up)
-    seqlen = Delegated("config")  # tokens per row
-    buffer_size = Delegated("config")
-    mode = Delegated("config")
+    batch_size = Delegated("config", "int: rows per batch (the maximum, with a warm-up).")
+    seqlen = Delegated("config", "int: tokens per row.")
+    buffer_size = Delegated("config", "int: at most this many pieces are deferred by one batch.")
+    mode = Delegated("config", "str or None: the objective, 'causal', 'mlm' or None (no targets).")
 
     @property
     def batch_size_schedule(self) -> BatchSizeWarmup | None:

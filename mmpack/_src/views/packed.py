@@ -266,9 +266,9 @@ class PackedDataset:
         self._setup()
 
     # ------------------------------------------------------------------------------- facts
-    lookahead = Delegated("plan_spec")  # open bins of "online"
-    algorithm = Delegated("plan_spec")  # the packing algorithm's canonical name
-    region_tokens = Delegated("plan_spec")  # tokens per region ("auto" resolved); None: one
+    lookahead = Delegated("plan_spec", "int: open bins of ``algorithm='online'``.")
+    algorithm = Delegated("plan_spec", "str: the packing algorithm's canonical name.")
+    region_tokens = Delegated("plan_spec", "int or None: tokens per region; None: one region.")
 
     def __len__(self) -> int:
         return self._plan.n_bins

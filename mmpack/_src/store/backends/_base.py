@@ -33,6 +33,16 @@ class Backend(abc.ABC):
     :class:`mmpack._src.remote.spans.SpanFetcher`); None where the store cannot fetch whole
     blocks ahead of the sampler's order."""
 
+    parent: Any = None
+    """The store whose tokens this one's documents are, for a subset
+    (:class:`mmpack._src.store.subset.SubsetBackend`); None for a store that holds its tokens.
+    With it: ``parent_doc_ids`` and ``parent_doc_starts`` (int64, shape (num_docs,), read-only;
+    each document's id and start in the parent) and ``split_depth`` (the splits that made it)."""
+
+    parent_doc_ids: np.ndarray | None = None
+    parent_doc_starts: np.ndarray | None = None
+    split_depth: int = 0
+
     def __init__(self, path: Path, meta: StoreMeta) -> None:
         self.path = path
         self.meta = meta
