@@ -2538,8 +2538,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
-        "packed_rows._segment_layout", "packed_rows._segment_positions", "packed_rows._segment_ids",
-        "packed_rows._segment_tokens", "packed_rows._padding",
+        "packed_rows._segment_positions", "packed_rows._segment_ids", "packed_rows._padding",
         "packed_rows._segment_labels", "packed_rows._bin_region", "packed_rows._piece",
     ),
     "packed_rows.fill_rows": ("packed_rows.select_pieces",),
