@@ -40,6 +40,7 @@ from mmpack._src.core.validation import (
     index_epochs,
 )
 from mmpack._src.kernels.packed_rows import one_bin
+from mmpack._src.packing.masking import corrupt_keyed
 from mmpack._src.packing.options import Delegated, PlanSpec, label_mode
 from mmpack._src.packing.plan import PackingPlan
 from mmpack._src.packing.plan_regions import cached_plan
@@ -54,7 +55,6 @@ from mmpack._src.views.buffers import BufferPool
 from mmpack._src.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack._src.views.packed_gather import (
     bin_first_token,
-    corrupt_keyed,
     gather_rows,
     locate_pieces,
     mlm_targets,

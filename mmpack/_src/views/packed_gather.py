@@ -15,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.kernels.masking import mlm_indexed_rows
 from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
-from mmpack._src.packing.masking import corrupt_rows, row_keys
 from mmpack._src.packing.plan import PackingPlan
 from mmpack._src.packing.plan_pieces import decode_bin
 from mmpack._src.views.buffers import BufferPool
@@ -25,7 +23,6 @@ from mmpack.errors import FormatError
 
 __all__ = [
     "bin_first_token",
-    "corrupt_keyed",
     "gather_rows",
     "locate_pieces",
     "mlm_targets",
@@ -220,54 +217,6 @@ def read_bin(
             "delete <store>/cache to rebuild it"
         )
     return cu, int(n_seg), int(longest)
-
-
-def corrupt_keyed(
-    ds: Any,
-    idx: np.ndarray,
-    epochs: Any,
-    ids: np.ndarray,
-    attn: np.ndarray,
-    labels: np.ndarray,
-) -> None:
-    """MLM corruption of rows ``ids`` (k, seqlen) in place (labels into ``labels``), keyed by
-    (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
-    row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
-    and excluded ids)."""
-    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds.excluded
-    # mode="mlm" (the only caller): check_row_options required mask_id and vocab_size
-    assert mask_id is not None and vocab_size is not None
-    if not isinstance(epochs, list):  # one kernel call: keys and corruption
-        mlm_indexed_rows(
-            ids,
-            attn,
-            np.uint64(ds.seed),
-            np.uint64(epochs),
-            np.ascontiguousarray(idx, dtype=np.int64),
-            excluded,
-            vocab_size - excluded.size,
-            float(ds.mask_prob),
-            int(mask_id),
-            ds.ignore_index,
-            labels,
-        )
-        return
-    per_row = np.array(epochs, dtype=np.uint64)
-    keys = np.empty(idx.shape[0], dtype=np.uint64)
-    for e in np.unique(per_row).tolist():
-        rows = np.flatnonzero(per_row == e)
-        keys[rows] = row_keys(ds.seed, e, idx[rows])
-    corrupt_rows(
-        ids,
-        attn,
-        keys,
-        mask_prob=ds.mask_prob,
-        mask_id=mask_id,
-        vocab_size=vocab_size,
-        excluded=excluded,
-        ignore_index=ds.ignore_index,
-        labels=labels,
-    )
 
 
 def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
