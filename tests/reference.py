@@ -2548,7 +2548,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_bestfit._tree_clear", "plan_bestfit._tree_succ", "plan_bestfit._filled",
         "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_bestfit.emit_groups",
     ),
-    "plan_bestfit.online_place": ("plan_items.online_items", "plan_emit.emit_by_rank"),
+    "plan_bestfit.online_place": ("plan_items.online_items", "plan_bestfit.emit_by_rank"),
     "plan_bestfit.place_best_fit": (
         "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),
