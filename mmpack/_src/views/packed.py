@@ -54,7 +54,6 @@ from mmpack._src.views.batch import SampleBatch
 from mmpack._src.views.buffers import BufferPool
 from mmpack._src.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack._src.views.packed_gather import (
-    bin_first_token,
     gather_rows,
     locate_pieces,
     mlm_targets,
@@ -461,10 +460,11 @@ class PackedDataset:
         return int(starts[keep].min()), int((starts[keep] + lengths[keep]).max())
 
     def _before_cold_read(self, b: int) -> int:
+        """Probe the bin's first token, and request its ranges while cold (readahead.py)."""
+        starts, lengths = self._ranges(np.array([b], dtype=np.int64))
+        probe = int(starts[0]) if starts.shape[0] else 0
         return self._cold.before_read(
-            self.store,
-            bin_first_token(self._plan, self._offsets, b),
-            lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
+            self.store, probe, lambda: self.store.prefetch(starts, lengths)
         )
 
     def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,12 +17,10 @@ import numpy as np
 
 from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
 from mmpack._src.packing.plan import PackingPlan
-from mmpack._src.packing.plan_pieces import decode_bin
 from mmpack._src.views.buffers import BufferPool
 from mmpack.errors import FormatError
 
 __all__ = [
-    "bin_first_token",
     "gather_rows",
     "locate_pieces",
     "mlm_targets",
@@ -217,27 +215,6 @@ def read_bin(
             "delete <store>/cache to rebuild it"
         )
     return cu, int(n_seg), int(longest)
-
-
-def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
-    """Flat position of the first token of bin ``b`` (0 for an empty bin, a bin outside the
-    plan or a piece outside the store: a residency probe only, never an error)."""
-    bin_ptr = plan.bin_ptr
-    if not 0 <= b < bin_ptr.shape[0] - 1:
-        return 0
-    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
-    if not 0 <= lo < hi <= plan.n_pieces:
-        return 0
-    try:
-        docs, starts, _ = decode_bin(
-            bin_ptr, plan.piece_ref[: lo + 1], plan.piece_len, plan.split, plan.regions, b
-        )
-    except (FormatError, IndexError):
-        return 0
-    d = int(docs[0])
-    if not 0 <= d < offsets.shape[0] - 1:
-        return 0
-    return int(offsets[d]) + int(starts[0])
 
 
 def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
