@@ -53,11 +53,6 @@ class Labeller:
         (:func:`mmpack._src.packing.options.label_mode` of the options)."""
         return label_mode(self.options.mode, self.options.label_shift)
 
-    @property
-    def reports_mask_prob(self) -> bool:
-        """Whether a batch carries its masking ratio (``mask_prob``): with a cool-down."""
-        return self.cooldown is not None
-
     def __call__(
         self,
         ids: np.ndarray,

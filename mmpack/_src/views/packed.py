@@ -58,7 +58,6 @@ from mmpack._src.views.packed_gather import (
     locate_pieces,
     mlm_targets,
     piece_ranges,
-    read_bin,
 )
 from mmpack._src.views.provenance import packed_provenance, parent_located
 from mmpack._src.views.readahead import ColdReads
@@ -246,7 +245,7 @@ class PackedDataset:
         self._regions_checked = np.zeros(plan.n_regions, dtype=bool)
         self._unchecked = True
         # Columns of a single sample's cu_seqlens: the most pieces in a bin + 2 (one_bin
-        # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
+        # reports a bin that needs more, e.g. a plan swapped in later, and _gather then reads it).
         self._cu_cols = plan.max_bin_pieces() + 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_ref, plan.piece_len, plan.regions, plan.split)
@@ -398,8 +397,7 @@ class PackedDataset:
             bin_ptr, piece_ref, piece_len, regions, split, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
-            cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)
-            cu_at = 0
+            return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
         if self._mlm:
             rows = out[: 4 * self.seqlen].reshape(4, 1, self.seqlen)
             epoch = getattr(i, "epoch", self.epoch)

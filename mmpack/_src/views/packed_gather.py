@@ -4,9 +4,9 @@
 against the store's documents (a corrupt plan is a :class:`~mmpack.errors.FormatError`, never an
 out-of-bounds read); :func:`gather_rows` reads those ranges through ``store.read_ranges`` (so
 every backend works) and writes the ``(B, seqlen)`` columns in one kernel call into pooled
-buffers; :func:`read_bin` does both for one bin straight from the whole flat token array (the
-single-sample path of the memmap backend).  Kernels in :mod:`mmpack._src.kernels.packed_rows`.  Cost:
-O(B * seqlen) plus O(pieces) bookkeeping per batch.
+buffers (a single bin of the memmap backend is one call of
+:func:`~mmpack._src.kernels.packed_rows.one_bin`, both rules in one).  Kernels in
+:mod:`mmpack._src.kernels.packed_rows`.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
+from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, select_pieces
 from mmpack._src.packing.plan import PackingPlan
 from mmpack._src.views.buffers import BufferPool
 from mmpack.errors import FormatError
@@ -25,7 +25,6 @@ __all__ = [
     "locate_pieces",
     "mlm_targets",
     "piece_ranges",
-    "read_bin",
 ]
 
 
@@ -174,47 +173,6 @@ def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> 
     maskable = attn.copy()
     mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
     return maskable
-
-
-def read_bin(
-    plan: PackingPlan,
-    offsets: np.ndarray,
-    src: np.ndarray,
-    b: int,
-    params: np.ndarray,
-    out: np.ndarray,
-) -> tuple[np.ndarray, int, int]:
-    """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
-    into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
-    ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
-    ``params`` as :func:`~mmpack._src.kernels.packed_rows.one_bin` takes it, but for its ``cu_at``
-    (the general path of ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the
-    plan's fullest bin).
-    ``FormatError`` when the bin does not fit the plan or the documents."""
-    bin_ptr = plan.bin_ptr
-    n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
-    cu = np.empty(max(n, 0) + 2, dtype=np.int32)
-    params = params.copy()
-    params[5] = 0  # cu_seqlens in their own array
-    n_seg, longest = one_bin(
-        bin_ptr,
-        plan.piece_ref,
-        plan.piece_len,
-        plan.regions,
-        plan.split,
-        offsets,
-        src,
-        b,
-        params,
-        out,
-        cu,
-    )
-    if n_seg < 0:
-        raise FormatError(
-            f"bin {b} of the packing plan does not fit the store's documents; "
-            "delete <store>/cache to rebuild it"
-        )
-    return cu, int(n_seg), int(longest)
 
 
 def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
