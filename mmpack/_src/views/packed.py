@@ -55,11 +55,10 @@ from mmpack._src.views.buffers import BufferPool
 from mmpack._src.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack._src.views.packed_gather import (
     gather_rows,
-    locate_pieces,
     mlm_targets,
     piece_ranges,
 )
-from mmpack._src.views.provenance import packed_provenance, parent_located
+from mmpack._src.views.provenance import PIECE_FIELDS, packed_provenance
 from mmpack._src.views.readahead import ColdReads
 from mmpack.errors import FormatError
 
@@ -334,10 +333,9 @@ class PackedDataset:
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        b = check_index(i, len(self))
-        self._check_bins(np.array([b], np.int64))
-        pieces = locate_pieces(self._plan, b, self.seqlen, self.eot)
-        return parent_located(self.store, pieces)
+        idx = np.array([check_index(i, len(self))], np.int64)
+        block = packed_provenance(self, idx, self._piece_ranges(idx)).block
+        return [dict(zip(PIECE_FIELDS[1:], piece)) for piece in block[1:].T.tolist()]
 
     def attention_cost(self, indices: Any) -> np.ndarray:
         """``sum(s**2)`` over the segments (pieces with their eot, padding) of each sample of
@@ -416,16 +414,17 @@ class PackedDataset:
         ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate`)."""
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
-    def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
+    def _piece_ranges(
+        self, idx: np.ndarray, doc_starts: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``
+        (:func:`~mmpack._src.views.packed_gather.piece_ranges`), their reads checked first."""
         self._check_bins(idx)
-        return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
+        eot = self.eot is not None
+        return piece_ranges(self._plan, self._offsets, self.seqlen, eot, idx, doc_starts)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
-        self._check_bins(idx)
-        ranges = piece_ranges(
-            self._plan, self._offsets, self.seqlen, self.eot is not None, idx, self._doc_starts
-        )
+        ranges = self._piece_ranges(idx, self._doc_starts)
         columns, cu, n_seg = gather_rows(
             self._source,
             ranges,

@@ -22,7 +22,6 @@ from mmpack.errors import FormatError
 
 __all__ = [
     "gather_rows",
-    "locate_pieces",
     "mlm_targets",
     "piece_ranges",
 ]
@@ -173,17 +172,3 @@ def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> 
     maskable = attn.copy()
     mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
     return maskable
-
-
-def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
-    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them (ids of
-    the view's store: ``PackedDataset.locate`` maps a subset's to its parent's)."""
-    at = 0
-    pieces = []
-    for doc, start, length in plan.pieces(b):
-        has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
-        pieces.append(
-            {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
-        )
-        at += length + has_eot
-    return pieces
