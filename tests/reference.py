@@ -2538,8 +2538,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
     "megatron_order.copy_pieces": ("megatron_order.sample_pieces",),
     "packed_rows.one_bin": (
-        "packed_rows._segment_layout", "packed_rows._segment_positions", "packed_rows._segment_ids",
-        "packed_rows._segment_tokens", "packed_rows._padding",
+        "packed_rows._segment_positions", "packed_rows._segment_ids", "packed_rows._padding",
         "packed_rows._segment_labels", "packed_rows._bin_region", "packed_rows._piece",
     ),
     "packed_rows.fill_rows": ("packed_rows.select_pieces",),
@@ -2549,7 +2548,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_bestfit._tree_clear", "plan_bestfit._tree_succ", "plan_bestfit._filled",
         "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_bestfit.emit_groups",
     ),
-    "plan_bestfit.online_place": ("plan_items.online_items", "plan_emit.emit_by_rank"),
+    "plan_bestfit.online_place": ("plan_items.online_items", "plan_bestfit.emit_by_rank"),
     "plan_bestfit.place_best_fit": (
         "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),

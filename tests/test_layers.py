@@ -317,8 +317,6 @@ LONG_MODULES = {
     "ingest/tokenizer.py": "the Tokenizer protocol, its three kinds, load_tokenizer and the "
     "template wrapper every kind goes through: one module owns what a store records of its "
     "tokenizer (ingest.templates was merged here for that)",
-    "kernels/packed_rows.py": f"split pending; {_KERNEL_CACHE} (fill_rows and one_bin share the "
-    "segment helpers)",
     "kernels/plan_bestfit.py": f"split pending; {_KERNEL_CACHE} (every placement walks the one "
     "segment tree)",
     "kernels/window.py": f"split pending; {_KERNEL_CACHE} (the gathers call copy_window, which "

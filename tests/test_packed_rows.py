@@ -150,6 +150,24 @@ _CORRUPTIONS = {
 }
 
 
+@pytest.mark.parametrize("corruption", sorted(_CORRUPTIONS))
+def test_locate_refuses_a_corrupt_plan_as_reads_do(tmp_path, corruption):
+    """``locate(i)`` lists a bin's pieces by the rule its reads check them with: a bin of a
+    corrupt plan is the reads' ``FormatError``, never a list of pieces outside the store."""
+    import dataclasses
+
+    import mmpack
+    from mmpack import PackedDataset
+    from mmpack.errors import FormatError
+
+    store = mmpack.build(tmp_path / "s", [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
+    ds = PackedDataset(store, 8, eot=0, cache=False)
+    ds._plan = dataclasses.replace(ds._plan, **_CORRUPTIONS[corruption](ds._plan))
+    for i in range(len(ds)):
+        with pytest.raises(FormatError, match="packing plan"):
+            ds.locate(i)
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
 @pytest.mark.parametrize("corruption", sorted(_CORRUPTIONS))
 def test_a_corrupt_plan_is_refused_by_single_and_batched_reads(tmp_path, dtype, corruption):

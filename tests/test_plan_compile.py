@@ -42,7 +42,7 @@ def test_plan_kernels_see_one_signature_whatever_the_input(monkeypatch):
 
 _ONE_SIGNATURE = r"""
 import numpy as np
-from mmpack._src.kernels import plan_bestfit, plan_emit, plan_items
+from mmpack._src.kernels import plan_bestfit, plan_items
 from mmpack.packing import build_plan
 
 frozen = np.array([5, 0, 70, 3, 9, 31], dtype=np.int64)
@@ -54,7 +54,7 @@ for lens in ([5, 0, 70, 3, 9, 31], np.array([5, 0, 70, 3, 9, 31], dtype=np.int32
                 build_plan(lens, 16, add_eot=add_eot, long_docs=long_docs, algorithm=algorithm)
 counts = {
     f"{mod.__name__}.{name}": len(obj.signatures)
-    for mod in (plan_items, plan_bestfit, plan_emit)
+    for mod in (plan_items, plan_bestfit)
     for name, obj in vars(mod).items()
     if hasattr(obj, "signatures") and obj.__module__ == mod.__name__
 }

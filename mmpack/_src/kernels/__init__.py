@@ -7,10 +7,9 @@ files).  Every kernel has a slow, obviously right Python twin (``PAIRS`` in
 | module | kernels |
 |---|---|
 | ``window`` | window resolution (binary search, sampled index), copies with eot insertion, the documents a window spans |
-| ``packing`` | the packing kernels by one path, and the plan drivers chaining the three below |
+| ``packing`` | the packing kernels by one path, and the plan drivers chaining the two below |
 | ``plan_items`` | what each document becomes in a plan, and its statistics |
-| ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing (and its output pass), online best fit, the streaming packer's best fit over a batch's rows |
-| ``plan_emit`` | online best fit's placements to the CSR plan |
+| ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing and online best fit (and their output passes to the CSR plan), the streaming packer's best fit over a batch's rows |
 | ``packed_rows`` | packed-row assembly, the one row writer: bins (and the streaming packer's batches) to model inputs, by the one label rule; the pieces' documents and positions |
 | ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
 | ``streaming_batch`` | the streaming packer's batch layout (placed pieces row by row) and the gather of an in-memory source's placed pieces into one buffer |

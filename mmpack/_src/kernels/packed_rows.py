@@ -9,11 +9,11 @@ page walks and cache misses overlap) and writes, in one pass per row, ``input_id
 ``position_ids``, causal labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`,
 :data:`LABELS_HF`), the attention mask and ``cu_seqlens``: the packed view's bins and the
 streaming packer's batches (:mod:`mmpack._src.kernels.streaming_batch`) alike; :func:`one_bin` is
-its rule for a single bin with few arguments and no allocation; :func:`mask_pieces` applies a
+both for a single bin, with few arguments; :func:`mask_pieces` applies a
 loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
 pieces' documents and row positions (the batch's provenance, from the lengths
 :func:`select_pieces` checked).  They write a segment with the same helpers
-(:func:`_segment_positions`, :func:`_segment_ids`, :func:`_segment_tokens`, and the one label rule
+(:func:`_segment_positions`, :func:`_segment_ids`, and the one label rule
 :func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
 re-read from the ids).
 
@@ -50,6 +50,7 @@ SPLIT_FLAG = 1 << 31
 region's), below it the document (``ref``, from the region's first); see
 :mod:`mmpack._src.packing.plan_pieces`."""
 _NO_MASK = np.zeros(0, dtype=np.uint8)  # a segment without a loss mask (a frozen constant)
+_NO_STARTS = np.zeros(0, dtype=np.int64)
 
 
 @njit
@@ -136,32 +137,6 @@ def _segment_positions(pos: np.ndarray) -> None:
     """Positions ``0, 1, ...`` of one segment (a view of its slots)."""
     for i in range(pos.shape[0]):
         pos[i] = i
-
-
-@njit
-def _segment_layout(pos: np.ndarray, att: np.ndarray) -> None:
-    """Positions ``0, 1, ...`` and attention mask 1 of one segment (views of its slots)."""
-    _segment_positions(pos)
-    for i in range(att.shape[0]):
-        att[i] = 1
-
-
-@njit
-def _segment_tokens(
-    seg_src: np.ndarray,
-    e: int,
-    eot_id: int,
-    label_mode: int,
-    ignore: int,
-    ids: np.ndarray,
-    lab: np.ndarray,
-    seg_mask: np.ndarray,
-) -> None:
-    """``input_ids`` and labels of one segment: the piece ``seg_src`` (n tokens), then eot when
-    ``e``; ``ids`` and ``lab`` are views of its ``n + e`` slots (labels by
-    :func:`_segment_labels`, ``ignore`` where there is no loss)."""
-    _segment_ids(seg_src, e, eot_id, ids)
-    _segment_labels(seg_src, e, eot_id, label_mode, ignore, lab, seg_mask)
 
 
 @njit
@@ -335,19 +310,15 @@ def one_bin(
     out: np.ndarray,
     cu: np.ndarray,
 ) -> tuple[int, int]:
-    """The rows of the single bin ``b`` (the rule of :func:`select_pieces` then
-    :func:`fill_rows`), reading straight from the whole flat token array ``src``.  ``params``
+    """The rows of the single bin ``b``: :func:`select_pieces` then :func:`fill_rows` over one
+    row, reading straight from the whole flat token array ``src``.  ``params``
     is ``[seqlen, eot, eot_id, pad_id, label_mode, cu_at, ignore]`` (``ignore``: the label of a
     position without loss); ``out`` (1-D, int64 or int32, at
     least ``4 * seqlen``) receives ids, positions, labels, attention mask one after the other;
     ``cu[cu_at:]`` (1-D int32, ``C`` entries) the segment boundaries: with int32 output ``cu``
     may be ``out`` itself and ``cu_at >= 4 * seqlen`` (one array unboxed less per call).
     Few arguments: numba's dispatch cost grows with each one, and this is the single-sample
-    path.  No allocation.
-
-    Three passes: (1) check every piece against the documents and write ``cu`` (the pieces'
-    dependent reads are issued together); (2) positions, attention mask and padding; (3) ids and
-    labels.
+    path.
 
     Returns ``(n_segments, longest_segment)``, or ``(-1, 0)`` when the bin is inconsistent with
     the plan or the documents (``b`` outside ``bin_ptr``, a decreasing or out-of-range
@@ -355,9 +326,8 @@ def one_bin(
     ``cu`` has fewer than ``pieces + 2`` entries or ``out`` fewer than ``4 * seqlen``; nothing
     is read out of bounds then, nor written to ``out`` (``cu`` may be).  ``cu_at`` must be
     >= 0 (and, when ``cu`` is ``out``, >= ``4 * seqlen``): the caller's to check."""
-    seqlen, eot, eot_id, pad_id, label_mode = params[0], params[1], params[2], params[3], params[4]
+    seqlen = params[0]
     cu = cu[params[5] :]
-    ignore = params[6]
     if b < 0 or b + 1 >= bin_ptr.shape[0]:
         return -1, 0
     lo, hi = bin_ptr[b], bin_ptr[b + 1]
@@ -366,49 +336,21 @@ def one_bin(
     n = hi - lo
     if n + 2 > cu.shape[0] or out.shape[0] < 4 * seqlen:
         return -2, 0
-    n_docs = offsets.shape[0] - 1
-    doc0, split0 = _bin_region(regions, b)
-    t = 0
-    longest = 0
-    cu[0] = 0
-    for q in range(n):  # (1) the rule of select_pieces, piece by piece
-        p = lo + q
-        d, s = _piece(piece_ref, split, doc0, split0, p)
-        ln = piece_len[p]
-        if d < 0 or d >= n_docs or s < 0 or ln < 0:
-            return -1, 0
-        a = offsets[d]
-        if s > offsets[d + 1] - a or ln > offsets[d + 1] - a - s:
-            return -1, 0
-        m = ln + 1 if eot != 0 and ln < seqlen else ln
-        if m > seqlen - t:
-            return -1, 0
-        t += m
-        cu[q + 1] = t
-        longest = max(longest, m)
-    ids, pos, lab, att = (
-        out[:seqlen],
-        out[seqlen : 2 * seqlen],
-        out[2 * seqlen : 3 * seqlen],
-        out[3 * seqlen : 4 * seqlen],
-    )
-    for q in range(n):  # (2)
-        _segment_layout(pos[cu[q] : cu[q + 1]], att[cu[q] : cu[q + 1]])
-    n_seg = n
-    if t < seqlen:
-        _padding(pad_id, ignore, ids[t:], pos[t:], lab[t:], att[t:])
-        n_seg += 1
-        cu[n_seg] = seqlen
-        longest = max(longest, seqlen - t)
-    for q in range(n):  # (3)
-        p = lo + q
-        d, s = _piece(piece_ref, split, doc0, split0, p)
-        a = offsets[d] + s
-        ln = piece_len[p]
-        e = cu[q + 1] - cu[q] - ln
-        seg_ids, seg_lab = ids[cu[q] : cu[q + 1]], lab[cu[q] : cu[q + 1]]
-        _segment_tokens(src[a : a + ln], e, eot_id, label_mode, ignore, seg_ids, seg_lab, _NO_MASK)
-    return n_seg, longest
+    # One scratch array: the bin, row_ptr, the segments and longest segment, then the pieces'
+    # starts, lengths and eot flags.
+    scratch = np.empty(5 + 3 * n, dtype=np.int64)
+    scratch[0], scratch[1], scratch[2] = b, 0, n
+    ranges = scratch[5:].reshape((3, n))
+    layout = (bin_ptr, piece_ref, piece_len, regions, split, offsets, offsets, seqlen, params[1])
+    if select_pieces(*layout, scratch[:1], scratch[1:3], ranges[0], ranges[1], ranges[2]) >= 0:
+        return -1, 0
+    rows = out[: 4 * seqlen].reshape((4, 1, seqlen))
+    fill_rows(
+        src, ranges[0], ranges[1], ranges[2], scratch[1:3], params[2], params[3], params[4],
+        params[6], rows[0], rows[1], rows[2], rows[3], cu.reshape((1, cu.shape[0])),
+        scratch[3:4], scratch[4:5], _NO_MASK, _NO_STARTS,
+    )  # fmt: skip
+    return scratch[3], scratch[4]
 
 
 @njit

@@ -5,8 +5,8 @@ Python chaining the placement kernels (each module holds kernels that call each 
   plan's statistics slots, the items in the shape each placement takes (O(n + S));
 - :mod:`mmpack._src.kernels.plan_bestfit`: the free-space index, best-fit decreasing
   (O(steps * log_64 S)) and online best fit (O(n log_64 S + S));
-- :mod:`mmpack._src.kernels.plan_emit` and :func:`~mmpack._src.kernels.plan_bestfit.emit_groups`:
-  placements to the CSR plan (O(n_pieces));
+- :func:`~mmpack._src.kernels.plan_bestfit.emit_by_rank` and
+  :func:`~mmpack._src.kernels.plan_bestfit.emit_groups`: placements to the CSR plan (O(n_pieces));
 - :func:`place` here: the whole placement, a kernel call a phase; :func:`pack_alone` sizes and
   places one set of documents.
 
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmpack._src.kernels.plan_bestfit import bfd_groups, emit_groups, online_place
-from mmpack._src.kernels.plan_emit import emit_by_rank
+from mmpack._src.kernels.plan_bestfit import bfd_groups, emit_by_rank, emit_groups, online_place
 from mmpack._src.kernels.plan_items import (
     N_STATS,
     ST_FULL_PIECES,

@@ -1,6 +1,6 @@
 """Placement kernels over one free-space index, a 64-ary bitset tree: best-fit decreasing
 (:func:`bfd_groups`, output pass :func:`emit_groups`), order-keeping online best fit
-(:func:`online_place`) and the streaming packer's best fit over a batch's rows
+(:func:`online_place`, output pass :func:`emit_by_rank`) and the streaming packer's best fit over a batch's rows
 (:func:`place_batch`, :func:`place_best_fit`).  Jitted functions here call only this module's.
 
 Index.  Open bins sit in buckets by free space ``f`` in ``[1, S)``; a bitset tree (a bit per
@@ -30,6 +30,7 @@ from mmpack._src.kernels._jit import njit
 
 __all__ = [
     "bfd_groups",
+    "emit_by_rank",
     "emit_groups",
     "online_place",
     "place_batch",
@@ -335,6 +336,41 @@ def online_place(
             emit_rank[b] = nemit
             nemit += 1
     return item_bin, emit_rank, nbins
+
+
+@njit
+def emit_by_rank(
+    item_doc: np.ndarray,
+    item_start: np.ndarray,
+    item_len: np.ndarray,
+    item_bin: np.ndarray,
+    emit_rank: np.ndarray,
+    n_bins: int,
+    bin_ptr: np.ndarray,
+    piece_doc: np.ndarray,
+    piece_start: np.ndarray,
+    piece_len: np.ndarray,
+) -> int:
+    """Write the items bin by bin, bins in emission order (bin ``b`` is output bin
+    ``emit_rank[b]``), items of a bin in document order; returns ``n_bins``."""
+    n_items = item_bin.shape[0]
+    fill = np.empty(n_bins + 1, dtype=np.int64)
+    for r in range(n_bins + 1):
+        fill[r] = 0
+    for i in range(n_items):
+        fill[emit_rank[item_bin[i]] + 1] += 1
+    for r in range(n_bins):
+        fill[r + 1] += fill[r]
+    for r in range(n_bins + 1):
+        bin_ptr[r] = fill[r]
+    for i in range(n_items):
+        r = emit_rank[item_bin[i]]
+        q = fill[r]
+        fill[r] += 1
+        piece_doc[q] = item_doc[i]
+        piece_start[q] = item_start[i]
+        piece_len[q] = item_len[i]
+    return n_bins
 
 
 # --------------------------------------------------------------------------------- streaming rows

@@ -20,13 +20,15 @@ rank among the allowed ids and mapping it through the sorted excluded ids.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from mmpack._src.core.constants import IGNORE_INDEX
-from mmpack._src.kernels.masking import mlm_hashed_rows, sample_keys
+from mmpack._src.kernels.masking import mlm_hashed_rows, mlm_indexed_rows, sample_keys
 
 __all__ = [
+    "corrupt_keyed",
     "corrupt_rows",
     "excluded_ids",
     "row_keys",
@@ -110,3 +112,55 @@ def corrupt_rows(
         labels,
     )
     return labels
+
+
+def corrupt_keyed(
+    options: Any,
+    idx: np.ndarray,
+    epochs: Any,
+    ids: np.ndarray,
+    maskable: np.ndarray,
+    labels: np.ndarray | None = None,
+    mask_prob: float | None = None,
+) -> np.ndarray:
+    """:func:`corrupt_rows` of rows ``ids`` (k, L) keyed by (``options.seed``, epoch, ``idx``)
+    (int64, (k,)): the packed view's samples and the streaming packer's rows alike.
+    ``epochs`` is one epoch for every row or a list of one per row; ``options`` the rows'
+    checked MLM options (:class:`~mmpack._src.packing.options.RowOptions`: ``mask_id``,
+    ``vocab_size``, ``excluded``, ``ignore_index``, ``seed``, and ``mask_prob`` unless
+    ``mask_prob`` is given).  Returns the labels (written into ``labels`` if given)."""
+    mask_id, vocab_size, excluded = options.mask_id, options.vocab_size, options.excluded
+    prob = float(options.mask_prob if mask_prob is None else mask_prob)
+    if labels is None:
+        labels = np.empty_like(ids)
+    if not isinstance(epochs, list):  # one kernel call: keys and corruption
+        mlm_indexed_rows(
+            ids,
+            maskable,
+            np.uint64(options.seed),
+            np.uint64(epochs),
+            np.ascontiguousarray(idx, dtype=np.int64),
+            excluded,
+            vocab_size - excluded.size,
+            prob,
+            int(mask_id),
+            options.ignore_index,
+            labels,
+        )
+        return labels
+    per_row = np.array(epochs, dtype=np.uint64)
+    keys = np.empty(idx.shape[0], dtype=np.uint64)
+    for e in np.unique(per_row).tolist():
+        rows = np.flatnonzero(per_row == e)
+        keys[rows] = row_keys(options.seed, e, idx[rows])
+    return corrupt_rows(
+        ids,
+        maskable,
+        keys,
+        mask_prob=prob,
+        mask_id=mask_id,
+        vocab_size=vocab_size,
+        excluded=excluded,
+        ignore_index=options.ignore_index,
+        labels=labels,
+    )

@@ -126,14 +126,9 @@ class PackingPlan:
     pages: PlanPages | None = None
     most_pieces: int | None = None
 
-    def check_bin(self, b: int) -> None:
-        """Check (once) the chunks bin ``b`` (an int in ``[0, n_bins)``) reads; O(1) once they
-        are checked, nothing for a plan without :attr:`pages`."""
-        if self.pages is not None:
-            self.pages.check_bin(b)
-
     def check_bins(self, idx: np.ndarray) -> None:
-        """:meth:`check_bin` of every bin of ``idx`` (int64, shape (k,), in range)."""
+        """Check (once) the chunks the bins ``idx`` (int64, shape (k,), in ``[0, n_bins)``) read;
+        O(k) once they are checked, nothing for a plan without :attr:`pages`."""
         if self.pages is not None:
             self.pages.check_bins(idx)
 
@@ -194,7 +189,7 @@ class PackingPlan:
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
         """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
         i = check_index(i, self.n_bins, "bin")
-        self.check_bin(i)
+        self.check_bins(np.array([i], dtype=np.int64))
         docs, starts, lengths = decode_bin(
             self.bin_ptr, self.piece_ref, self.piece_len, self.split, self.regions, i
         )

@@ -84,18 +84,9 @@ class PlanPages:
         for pages in self._pages.values():
             pages.check_all()
 
-    def check_bin(self, b: int) -> None:
-        """Check (once) the chunks of ``bin_ptr[b : b + 2]`` and of bin ``b``'s pieces."""
-        self._bins.check_entries(b, b + 1)
-        bin_ptr = self._arrays["bin_ptr"]
-        lo, hi = int(bin_ptr[b]), min(int(bin_ptr[b + 1]), self._n_pieces)
-        if lo < hi:
-            for pages in self._pieces:
-                pages.check_entries(lo, hi - 1)
-        self._check_split(np.array([b], dtype=np.int64))
-
     def check_bins(self, idx: np.ndarray) -> None:
-        """:meth:`check_bin` of every bin of ``idx`` (int64, shape (k,), in range)."""
+        """Check (once) the chunks of ``bin_ptr[b : b + 2]`` and of bin ``b``'s pieces and split
+        entries, for every bin ``b`` of ``idx`` (int64, shape (k,), in range)."""
         if not idx.size:
             return
         self._bins.check_ranges(idx, idx + 1)

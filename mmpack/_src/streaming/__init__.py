@@ -12,7 +12,6 @@
     sources.py      source formats, sequences to pieces (incoming.py: the token rule, joined)
     pieces.py       the held pieces and the token chunks they point into
     schedules.py    batch-size warm-up, masking-ratio cool-down
-    prefetch.py     background prefetch iterator
     microbatch.py   micro-batch splitting and token counts (numpy)
 """
 

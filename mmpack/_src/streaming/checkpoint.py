@@ -76,12 +76,10 @@ class Expected:
 
 @dataclass(frozen=True, eq=False)
 class PackerState:
-    """A packer's position, checked (see the module docstring for the fields)."""
+    """A packer's position, checked (see the module docstring for the fields), and the packer,
+    shard and source it belongs to (``expected``)."""
 
-    config: dict[str, Any]
-    shard: tuple[int, int]
-    source_len: int
-    source_fingerprint: Any
+    expected: Expected
     epoch: int
     next_epoch: int
     in_epoch: bool
@@ -92,13 +90,13 @@ class PackerState:
 
     def as_dict(self) -> dict[str, Any]:
         """The state as plain Python values and int64 numpy arrays (for ``torch.save``)."""
-        p = self.position
+        p, expected = self.position, self.expected
         return {
             "version": STATE_VERSION,
-            "config": self.config,
-            "shard": list(self.shard),
-            "source_len": self.source_len,
-            "source_fingerprint": self.source_fingerprint,
+            "config": expected.config,
+            "shard": list(expected.shard),
+            "source_len": expected.source_len,
+            "source_fingerprint": expected.source_fingerprint,
             "epoch": self.epoch,
             "next_epoch": self.next_epoch,
             "in_epoch": self.in_epoch,
@@ -144,10 +142,7 @@ class PackerState:
         counts = {k: _state_int(counters[k], k, 0, 2**63) for k in COUNTER_FIELDS}
         src, off, plen = _checked_pending(state, out["next_index"], out["next_offset"], n, seqlen)
         return cls(
-            config=expected.config,
-            shard=expected.shard,
-            source_len=expected.source_len,
-            source_fingerprint=expected.source_fingerprint,
+            expected=expected,
             epoch=out["epoch"],
             next_epoch=out["next_epoch"],
             in_epoch=out["in_epoch"],

@@ -94,35 +94,28 @@ class PackerConfig(RowOptions):
     ) -> dict[str, Any]:
         """The parameters that decide the batches (with the consumer's schedules), as a state
         records them: plain Python values."""
-        return {
-            "batch_size": self.batch_size,
-            "seqlen": self.seqlen,
-            "buffer_size": self.buffer_size,
-            "mode": self.mode,
-            "label_shift": self.label_shift,
-            "pad_id": self.pad_id,
-            "eot": self.eot,
-            "mask_id": self.mask_id,
-            "vocab_size": self.vocab_size,
-            "special_ids": list(self.special_ids),
-            "mask_prob": self.mask_prob,
-            "ignore_index": self.ignore_index,
-            "long_docs": self.long_docs,
-            "drop_last": self.drop_last,
-            "seed": self.seed,
-            "batch_size_schedule": None
-            if warmup is None
-            else [warmup.min_batch_size, warmup.warmup_tokens],
-            "mask_prob_schedule": None
-            if cooldown is None
-            else [
+        state: dict[str, Any] = {name: getattr(self, name) for name in _STATE_NAMES}
+        state["special_ids"] = list(self.special_ids)
+        state["batch_size_schedule"] = None
+        if warmup is not None:
+            state["batch_size_schedule"] = [warmup.min_batch_size, warmup.warmup_tokens]
+        state["mask_prob_schedule"] = None
+        if cooldown is not None:
+            state["mask_prob_schedule"] = [
                 cooldown.final,
                 cooldown.start_tokens,
                 cooldown.cooldown_tokens,
                 cooldown.schedule,
                 cooldown.step_size,
-            ],
-        }
+            ]
+        return state
+
+
+_STATE_NAMES = (
+    "batch_size", "seqlen", "buffer_size", "mode", "label_shift", "pad_id", "eot", "mask_id",
+    "vocab_size", "special_ids", "mask_prob", "ignore_index", "long_docs", "drop_last", "seed",
+)  # fmt: skip
+"""The parameters a state records, in its order (with the schedules after them)."""
 
 
 def _check_ranks(rank: Any, world_size: Any) -> tuple[int | None, int | None]:

@@ -5,7 +5,7 @@ row writer (:func:`mmpack._src.kernels.packed_rows.fill_rows`, the mode :attr:`L
 gives it): with ``label_shift="next"``, ``labels[t] = input_ids[t + 1]`` inside a piece,
 ``ignore_index`` at each piece's last token and on padding (labels never cross a piece); with
 ``"hf"``, ``labels = input_ids`` but ``ignore_index`` at each piece's first token and on padding.
-``"mlm"``: the 80/10/10 corruption of :func:`mmpack._src.packing.masking.corrupt_rows` over the written
+``"mlm"``: the 80/10/10 corruption of :func:`mmpack._src.packing.masking.corrupt_keyed` over the written
 rows, keyed by the position in the stream: row ``r`` of the ``b``-th batch of epoch ``e`` uses the
 key of ``(seed, e, b * 2**32 + r)`` (:func:`mmpack._src.packing.masking.row_keys`), so masks are a pure
 function of the position and a resumed run reproduces them without generator state; the masking
@@ -24,7 +24,7 @@ import numpy as np
 
 from mmpack._src.core.options import Mode
 from mmpack._src.kernels.packed_rows import mask_pieces
-from mmpack._src.packing.masking import corrupt_rows, row_keys
+from mmpack._src.packing.masking import corrupt_keyed
 from mmpack._src.packing.options import RowOptions, label_mode
 from mmpack._src.streaming.schedules import MaskingRatioCooldown
 
@@ -53,11 +53,6 @@ class Labeller:
         (:func:`mmpack._src.packing.options.label_mode` of the options)."""
         return label_mode(self.options.mode, self.options.label_shift)
 
-    @property
-    def reports_mask_prob(self) -> bool:
-        """Whether a batch carries its masking ratio (``mask_prob``): with a cool-down."""
-        return self.cooldown is not None
-
     def __call__(
         self,
         ids: np.ndarray,
@@ -83,27 +78,17 @@ class Labeller:
             return labels, None
         if self.options.mode != Mode.MLM:
             return None, None
-        masking = self.options
-        mask_prob = masking.mask_prob
+        mask_prob = self.options.mask_prob
         if self.cooldown is not None:
             mask_prob = self.cooldown(token_count)
-        assert masking.mask_id is not None and masking.vocab_size is not None
-        n_rows = ids.shape[0]
-        rows_in_stream = (batch_index << 32) + np.arange(n_rows, dtype=np.int64)
+        rows_in_stream = (batch_index << 32) + np.arange(ids.shape[0], dtype=np.int64)
         selectable = attention
         if mask is not None:  # only target tokens are selected
             values, starts = mask
             selectable = attention.copy()
             no_eot = np.zeros(lengths.shape[0], dtype=np.int64)  # a piece's eot is its own token
             mask_pieces(values, starts, lengths, no_eot, row_ptr, 0, 0, selectable)
-        labels = corrupt_rows(
-            ids,
-            selectable,
-            row_keys(masking.seed, epoch, rows_in_stream),
-            mask_prob=mask_prob,
-            mask_id=masking.mask_id,
-            vocab_size=masking.vocab_size,
-            excluded=masking.excluded,
-            ignore_index=masking.ignore_index,
+        labels = corrupt_keyed(
+            self.options, rows_in_stream, epoch, ids, selectable, mask_prob=mask_prob
         )
         return labels, mask_prob

@@ -383,12 +383,8 @@ class StreamingPacker:
         self._require_indexed("state_dict()")
         if not self._in_epoch:
             self._enter_consumer()  # between epochs: the state is of the consumer it is now
-        expected = self._expected(self._consumer_shard)
         return PackerState(
-            config=expected.config,
-            shard=expected.shard,
-            source_len=expected.source_len,
-            source_fingerprint=expected.source_fingerprint,
+            expected=self._expected(self._consumer_shard),
             epoch=self._epoch,
             next_epoch=self._next_epoch,
             in_epoch=self._in_epoch,
@@ -438,9 +434,10 @@ class StreamingPacker:
 
     def _restore_epoch(self, state: PackerState) -> None:
         shard = self._current_shard()
-        if shard != state.shard:
+        loaded = state.expected.shard
+        if shard != loaded:
             raise StateMismatchError(
-                f"the state was loaded as shard {state.shard[0]} of {state.shard[1]} but is "
+                f"the state was loaded as shard {loaded[0]} of {loaded[1]} but is "
                 f"iterated as shard {shard[0]} of {shard[1]} (another rank, worker or number "
                 "of them)"
             )

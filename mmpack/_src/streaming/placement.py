@@ -195,7 +195,7 @@ class Placement:
             "cu_seqlens": cu_seqlens,
             "max_seqlen": per_row[1].tolist(),
         }
-        if self._labeller.reports_mask_prob:
+        if self._labeller.cooldown is not None:  # a batch carries the ratio of its cool-down
             batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
         return batch
 

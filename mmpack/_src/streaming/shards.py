@@ -145,28 +145,20 @@ class DocRange:
         return with_eot(item, self.eot, self.lo + j)
 
 
-class StoreDocRange:
+class StoreDocRange(DocRange):
     """Documents ``[lo, hi)`` of a TokenStore, still read through ``read_ranges``."""
 
     def __init__(self, store: Any, lo: int, hi: int) -> None:
-        self.store, self.lo, self.hi = store, lo, hi
+        super().__init__(store, lo, hi, None)
         self.offsets = np.asarray(store.offsets[lo : hi + 1])  # flat offsets, a view: no copy
 
-    def __len__(self) -> int:
-        return self.hi - self.lo
-
-    def __getitem__(self, j: int) -> Any:
-        if not 0 <= j < self.hi - self.lo:
-            raise IndexError(j)
-        return self.store[self.lo + j]
-
     def read_ranges(self, starts: np.ndarray, lengths: np.ndarray) -> Any:
-        return self.store.read_ranges(starts, lengths)
+        return self.source.read_ranges(starts, lengths)
 
     @property
     def loss_mask(self) -> Any:
         """The store's loss mask store (its flat ranges are the store's), or None."""
-        return self.store.loss_mask
+        return self.source.loss_mask
 
 
 class _RoundRobin:

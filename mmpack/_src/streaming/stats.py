@@ -96,20 +96,12 @@ class StreamingStats:
         """The record of the counts of both parts."""
         slots = emission.n_rows * seqlen
         return cls(
+            **dataclasses.asdict(admission),
+            **dataclasses.asdict(emission),
             seqlen=seqlen,
             epoch=epoch,
-            n_docs=admission.n_docs,
-            n_batches=emission.n_batches,
-            n_rows=emission.n_rows,
-            n_pieces=emission.n_pieces,
-            n_tokens=emission.n_tokens,
             padding_tokens=slots - emission.n_tokens,
             efficiency=emission.n_tokens / slots if slots else math.nan,
-            n_empty=admission.n_empty,
-            n_split=admission.n_split,
-            n_truncated=admission.n_truncated,
-            n_dropped=admission.n_dropped,
-            lost_tokens=admission.lost_tokens,
             n_held=n_held,
             token_count=token_count,
         )

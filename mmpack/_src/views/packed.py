@@ -40,6 +40,7 @@ from mmpack._src.core.validation import (
     index_epochs,
 )
 from mmpack._src.kernels.packed_rows import one_bin
+from mmpack._src.packing.masking import corrupt_keyed
 from mmpack._src.packing.options import Delegated, PlanSpec, label_mode
 from mmpack._src.packing.plan import PackingPlan
 from mmpack._src.packing.plan_regions import cached_plan
@@ -53,15 +54,11 @@ from mmpack._src.views.batch import SampleBatch
 from mmpack._src.views.buffers import BufferPool
 from mmpack._src.views.packed_config import SAMPLE_FIELDS, packed_config
 from mmpack._src.views.packed_gather import (
-    bin_first_token,
-    corrupt_keyed,
     gather_rows,
-    locate_pieces,
     mlm_targets,
     piece_ranges,
-    read_bin,
 )
-from mmpack._src.views.provenance import packed_provenance, parent_located
+from mmpack._src.views.provenance import PIECE_FIELDS, packed_provenance
 from mmpack._src.views.readahead import ColdReads
 from mmpack.errors import FormatError
 
@@ -247,7 +244,7 @@ class PackedDataset:
         self._regions_checked = np.zeros(plan.n_regions, dtype=bool)
         self._unchecked = True
         # Columns of a single sample's cu_seqlens: the most pieces in a bin + 2 (one_bin
-        # reports a bin that needs more, e.g. a plan swapped in later, and read_bin then sizes it).
+        # reports a bin that needs more, e.g. a plan swapped in later, and _gather then reads it).
         self._cu_cols = plan.max_bin_pieces() + 2
         self._buflen = 4 * self.seqlen + self._cu_cols * int(self._one_buffer)
         arrays = (plan.bin_ptr, plan.piece_ref, plan.piece_len, plan.regions, plan.split)
@@ -336,10 +333,9 @@ class PackedDataset:
         "at": 0}``, ``{"doc": 4, "start": 0, "stop": 2, "eot": 1, "at": 4}``, ``{"doc": 2,
         "start": 0, "stop": 0, "eot": 1, "at": 7}``.
         """
-        b = check_index(i, len(self))
-        self._check_bins(np.array([b], np.int64))
-        pieces = locate_pieces(self._plan, b, self.seqlen, self.eot)
-        return parent_located(self.store, pieces)
+        idx = np.array([check_index(i, len(self))], np.int64)
+        block = packed_provenance(self, idx, self._piece_ranges(idx)).block
+        return [dict(zip(PIECE_FIELDS[1:], piece)) for piece in block[1:].T.tolist()]
 
     def attention_cost(self, indices: Any) -> np.ndarray:
         """``sum(s**2)`` over the segments (pieces with their eot, padding) of each sample of
@@ -399,8 +395,7 @@ class PackedDataset:
             bin_ptr, piece_ref, piece_len, regions, split, offsets, src, b, params, out, cu
         )
         if n_seg < 0:  # a bin with more pieces than _cu_cols allows, or a corrupt plan (raises)
-            cu, n_seg, longest = read_bin(self._plan, offsets, src, b, params, out)
-            cu_at = 0
+            return self._gather(np.array([b], np.int64), getattr(i, "epoch", self.epoch))[0]
         if self._mlm:
             rows = out[: 4 * self.seqlen].reshape(4, 1, self.seqlen)
             epoch = getattr(i, "epoch", self.epoch)
@@ -419,16 +414,17 @@ class PackedDataset:
         ``(B, seqlen)`` arrays (collate them with :func:`mmpack.torch.collate`)."""
         return self._gather(check_indices(indices, len(self)), index_epochs(indices, self.epoch))
 
-    def _piece_ranges(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``."""
+    def _piece_ranges(
+        self, idx: np.ndarray, doc_starts: np.ndarray | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """``(starts, lengths, has_eot, row_ptr, counts)`` of the pieces of bins ``idx``
+        (:func:`~mmpack._src.views.packed_gather.piece_ranges`), their reads checked first."""
         self._check_bins(idx)
-        return piece_ranges(self._plan, self._offsets, self.seqlen, self.eot is not None, idx)
+        eot = self.eot is not None
+        return piece_ranges(self._plan, self._offsets, self.seqlen, eot, idx, doc_starts)
 
     def _gather(self, idx: np.ndarray, epochs: Any) -> SampleBatch:
-        self._check_bins(idx)
-        ranges = piece_ranges(
-            self._plan, self._offsets, self.seqlen, self.eot is not None, idx, self._doc_starts
-        )
+        ranges = self._piece_ranges(idx, self._doc_starts)
         columns, cu, n_seg = gather_rows(
             self._source,
             ranges,
@@ -461,10 +457,11 @@ class PackedDataset:
         return int(starts[keep].min()), int((starts[keep] + lengths[keep]).max())
 
     def _before_cold_read(self, b: int) -> int:
+        """Probe the bin's first token, and request its ranges while cold (readahead.py)."""
+        starts, lengths = self._ranges(np.array([b], dtype=np.int64))
+        probe = int(starts[0]) if starts.shape[0] else 0
         return self._cold.before_read(
-            self.store,
-            bin_first_token(self._plan, self._offsets, b),
-            lambda: self.store.prefetch(*self._ranges(np.array([b], dtype=np.int64))),
+            self.store, probe, lambda: self.store.prefetch(starts, lengths)
         )
 
     def _ranges(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

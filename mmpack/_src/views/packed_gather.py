@@ -4,9 +4,9 @@
 against the store's documents (a corrupt plan is a :class:`~mmpack.errors.FormatError`, never an
 out-of-bounds read); :func:`gather_rows` reads those ranges through ``store.read_ranges`` (so
 every backend works) and writes the ``(B, seqlen)`` columns in one kernel call into pooled
-buffers; :func:`read_bin` does both for one bin straight from the whole flat token array (the
-single-sample path of the memmap backend).  Kernels in :mod:`mmpack._src.kernels.packed_rows`.  Cost:
-O(B * seqlen) plus O(pieces) bookkeeping per batch.
+buffers (a single bin of the memmap backend is one call of
+:func:`~mmpack._src.kernels.packed_rows.one_bin`, both rules in one).  Kernels in
+:mod:`mmpack._src.kernels.packed_rows`.  Cost: O(B * seqlen) plus O(pieces) bookkeeping per batch.
 """
 
 from __future__ import annotations
@@ -15,22 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.kernels.masking import mlm_indexed_rows
-from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, one_bin, select_pieces
-from mmpack._src.packing.masking import corrupt_rows, row_keys
+from mmpack._src.kernels.packed_rows import fill_rows, mask_pieces, select_pieces
 from mmpack._src.packing.plan import PackingPlan
-from mmpack._src.packing.plan_pieces import decode_bin
 from mmpack._src.views.buffers import BufferPool
 from mmpack.errors import FormatError
 
 __all__ = [
-    "bin_first_token",
-    "corrupt_keyed",
     "gather_rows",
-    "locate_pieces",
     "mlm_targets",
     "piece_ranges",
-    "read_bin",
 ]
 
 
@@ -179,127 +172,3 @@ def mlm_targets(mask: Any, ranges: tuple[np.ndarray, ...], attn: np.ndarray) -> 
     maskable = attn.copy()
     mask_pieces(src, at, lengths, has_eot, row_ptr, 0, 0, maskable)
     return maskable
-
-
-def read_bin(
-    plan: PackingPlan,
-    offsets: np.ndarray,
-    src: np.ndarray,
-    b: int,
-    params: np.ndarray,
-    out: np.ndarray,
-) -> tuple[np.ndarray, int, int]:
-    """``(cu_seqlens, n_segments, longest)`` of bin ``b`` read from the flat token array ``src``
-    into ``out`` (1-D, int64 or int32, ``4 * seqlen``: ids, positions, labels, attention mask);
-    ``cu_seqlens`` (pieces + 2,) int32, its first ``n_segments + 1`` entries the boundaries.
-    ``params`` as :func:`~mmpack._src.kernels.packed_rows.one_bin` takes it, but for its ``cu_at``
-    (the general path of ``PackedDataset.__getitem__``, which sizes ``cu_seqlens`` from the
-    plan's fullest bin).
-    ``FormatError`` when the bin does not fit the plan or the documents."""
-    bin_ptr = plan.bin_ptr
-    n = int(bin_ptr[b + 1] - bin_ptr[b]) if 0 <= b < bin_ptr.shape[0] - 1 else 0
-    cu = np.empty(max(n, 0) + 2, dtype=np.int32)
-    params = params.copy()
-    params[5] = 0  # cu_seqlens in their own array
-    n_seg, longest = one_bin(
-        bin_ptr,
-        plan.piece_ref,
-        plan.piece_len,
-        plan.regions,
-        plan.split,
-        offsets,
-        src,
-        b,
-        params,
-        out,
-        cu,
-    )
-    if n_seg < 0:
-        raise FormatError(
-            f"bin {b} of the packing plan does not fit the store's documents; "
-            "delete <store>/cache to rebuild it"
-        )
-    return cu, int(n_seg), int(longest)
-
-
-def corrupt_keyed(
-    ds: Any,
-    idx: np.ndarray,
-    epochs: Any,
-    ids: np.ndarray,
-    attn: np.ndarray,
-    labels: np.ndarray,
-) -> None:
-    """MLM corruption of rows ``ids`` (k, seqlen) in place (labels into ``labels``), keyed by
-    (``ds.seed``, epoch, ``idx``); ``epochs`` is one epoch for every row or a list of one per
-    row.  ``ds`` is an MLM ``PackedDataset`` (its ``mask_prob``, ``mask_id``, ``vocab_size``
-    and excluded ids)."""
-    mask_id, vocab_size, excluded = ds.mask_id, ds.vocab_size, ds.excluded
-    # mode="mlm" (the only caller): check_row_options required mask_id and vocab_size
-    assert mask_id is not None and vocab_size is not None
-    if not isinstance(epochs, list):  # one kernel call: keys and corruption
-        mlm_indexed_rows(
-            ids,
-            attn,
-            np.uint64(ds.seed),
-            np.uint64(epochs),
-            np.ascontiguousarray(idx, dtype=np.int64),
-            excluded,
-            vocab_size - excluded.size,
-            float(ds.mask_prob),
-            int(mask_id),
-            ds.ignore_index,
-            labels,
-        )
-        return
-    per_row = np.array(epochs, dtype=np.uint64)
-    keys = np.empty(idx.shape[0], dtype=np.uint64)
-    for e in np.unique(per_row).tolist():
-        rows = np.flatnonzero(per_row == e)
-        keys[rows] = row_keys(ds.seed, e, idx[rows])
-    corrupt_rows(
-        ids,
-        attn,
-        keys,
-        mask_prob=ds.mask_prob,
-        mask_id=mask_id,
-        vocab_size=vocab_size,
-        excluded=excluded,
-        ignore_index=ds.ignore_index,
-        labels=labels,
-    )
-
-
-def bin_first_token(plan: PackingPlan, offsets: np.ndarray, b: int) -> int:
-    """Flat position of the first token of bin ``b`` (0 for an empty bin, a bin outside the
-    plan or a piece outside the store: a residency probe only, never an error)."""
-    bin_ptr = plan.bin_ptr
-    if not 0 <= b < bin_ptr.shape[0] - 1:
-        return 0
-    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
-    if not 0 <= lo < hi <= plan.n_pieces:
-        return 0
-    try:
-        docs, starts, _ = decode_bin(
-            bin_ptr, plan.piece_ref[: lo + 1], plan.piece_len, plan.split, plan.regions, b
-        )
-    except (FormatError, IndexError):
-        return 0
-    d = int(docs[0])
-    if not 0 <= d < offsets.shape[0] - 1:
-        return 0
-    return int(offsets[d]) + int(starts[0])
-
-
-def locate_pieces(plan: PackingPlan, b: int, seqlen: int, eot: int | None) -> list[dict[str, int]]:
-    """The pieces of bin ``b`` (a checked index) as ``PackedDataset.locate`` lists them (ids of
-    the view's store: ``PackedDataset.locate`` maps a subset's to its parent's)."""
-    at = 0
-    pieces = []
-    for doc, start, length in plan.pieces(b):
-        has_eot = int(eot is not None and length < seqlen)  # the rule of select_pieces
-        pieces.append(
-            {"doc": doc, "start": start, "stop": start + length, "eot": has_eot, "at": at}
-        )
-        at += length + has_eot
-    return pieces
