@@ -141,7 +141,7 @@ def test_a_packed_view_reads_its_plan_parameters_from_its_one_spec(store):
     ds = _view(store, algorithm="online", lookahead=5, region_tokens="auto")
     want = PlanSpec(16, add_eot=True, algorithm="online", lookahead=5, region_tokens="auto")
     assert ds.plan_spec == want
-    assert (ds.algorithm, ds.lookahead, ds.region_tokens) == ("online", 5, 2048 * 16)
+    assert (ds.algorithm, ds.lookahead, ds.region_tokens) == ("online", 5, 8192 * 16)
     assert not {"algorithm", "lookahead", "region_tokens"} & set(vars(ds))
     assert pickle.loads(pickle.dumps(ds)).plan_spec == want
     with pytest.raises(ValueError, match="lookahead must be >= 1"):

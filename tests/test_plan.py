@@ -258,13 +258,13 @@ def test_one_plan_spec_is_checked_when_made_and_keys_the_cache():
     """The plan's parameters are one frozen, hashable, picklable value checked on construction
     (``"auto"`` resolved); the builders take it as it is and the cache key derives from it."""
     spec = PlanSpec(512, add_eot=True, algorithm="online", lookahead=7, region_tokens="auto")
-    assert (spec.seqlen, spec.algorithm, spec.region_tokens) == (512, "online", 2048 * 512)
+    assert (spec.seqlen, spec.algorithm, spec.region_tokens) == (512, "online", 8192 * 512)
     back = pickle.loads(pickle.dumps(spec))
     assert back == spec and hash(back) == hash(spec) and dataclasses.replace(spec) == spec
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.seqlen = 8  # type: ignore[misc]
     kwargs = dict(add_eot=True, algorithm="online", lookahead=7, region_tokens="auto")
-    resolved = dict(kwargs, region_tokens=2048 * 512)  # "auto" and its number share a plan
+    resolved = dict(kwargs, region_tokens=8192 * 512)  # "auto" and its number share a plan
     assert plan_cache_key("f" * 16, spec) == plan_cache_key("f" * 16, PlanSpec(512, **resolved))
     assert PlanSpec(512, add_eot=True, lookahead=7).params()["lookahead"] is None  # bfd
     lens = np.random.default_rng(4).integers(0, 3000, 2000)

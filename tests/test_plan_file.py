@@ -133,8 +133,10 @@ def test_the_cache_key_and_path_include_region_tokens_with_auto_resolved():
     def key(r):
         return plan_cache_key("f" * 16, PlanSpec(512, add_eot=True, region_tokens=r))
 
-    assert key("auto")["region_tokens"] == 2048 * 512 == key(2048 * 512)["region_tokens"]
-    assert plan_file.plan_path("c", key("auto")) == plan_file.plan_path("c", key(2048 * 512))
+    assert key("auto")["region_tokens"] == 8192 * 512 == key(8192 * 512)["region_tokens"]
+    assert plan_file.plan_path("c", key("auto")) == plan_file.plan_path("c", key(8192 * 512))
+    # a plan cached for the earlier default (2048 bins a region) is not found for "auto"
+    assert plan_file.plan_path("c", key("auto")) != plan_file.plan_path("c", key(2048 * 512))
     paths = {plan_file.plan_path("c", key(r)) for r in (None, 1, 1000, "auto")}
     assert len(paths) == 4
     for bad, err, msg in [

@@ -64,16 +64,17 @@ class PackingAlgorithm(StrEnum):
 DEFAULT_LOOKAHEAD = 1024
 """Open bins of ``PackingAlgorithm.ONLINE`` unless told otherwise."""
 
-DEFAULT_REGION_BINS = 2048
+DEFAULT_REGION_BINS = 8192
 """Bins per region of a plan packed per region with ``region_tokens="auto"``: regions of
-``DEFAULT_REGION_BINS * seqlen`` tokens, a region holding about 2048 samples whatever the row
+``DEFAULT_REGION_BINS * seqlen`` tokens, a region holding about 8192 samples whatever the row
 length.  A region packed on its own fills ``ceil(slots / seqlen)`` bins at best; its edges are
 moved to nearby document boundaries where that ceiling wastes about the room best fit needs for
-the gaps it leaves, measured on a few regions packed alone (:mod:`mmpack._src.packing.region_cuts`), so
-a region costs 0.05-0.45 bins more than its share of the whole-store best fit (0.6-0.8 with edges
-at the nominal token cut): measured +0.009% and +0.021% at seqlen 2048, +0.002% and +0.007% at
-8192 on 10^6-10^7 documents of lognormal lengths (C4-like and longer web documents; ``python -m
-benchmarks regions``)."""
+the gaps it leaves, measured on a few regions packed alone (:mod:`mmpack._src.packing.region_cuts`):
+a few hundred slots whatever the region's size, so a region costs a fraction of a bin more than
+its share of the whole-store best fit and larger regions cost less a bin.  8192 bins keep every
+corpus of ``python -m benchmarks regions`` within its 0.01% target (2048 did not: 0.021% for
+longer documents at seqlen 2048), for four times the span of the store a region, hence a block
+of the block order, reads; the figures are in ``docs/benchmarks.md`` (Plans per region)."""
 
 
 class Mode(StrEnum):

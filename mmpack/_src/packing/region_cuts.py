@@ -9,8 +9,8 @@ total is just under a multiple of ``S = seqlen``, so each inner edge is the docu
 smallest ``u = (offsets[d] + eot * d + k * sigma) mod S`` (ties: nearest ``n_k``, then lower):
 a region is left about ``sigma`` free slots, the room its best fit needs for the small gaps it
 cannot fill, ``G`` (:func:`region_slack`: 1.3 times the most ``G`` of :data:`_EDGE_PROBES` slots'
-regions packed alone, plus 32, at most :func:`edge_slack`; 0.05-0.45 bins a region over the
-whole-store best fit, against 0.6-0.8 for nominal edges; ``python -m benchmarks regions``).  No
+regions packed alone, plus 32, at most :func:`edge_slack`; 0.05-0.6 bins a region over the
+whole-store best fit, against 0.4-0.8 for nominal edges; ``python -m benchmarks regions``).  No
 edge depends on another, so any process cuts a range of slots alike (given ``sigma``); the search
 windows are disjoint and ordered, so edges never decrease.  Slot counts are exact for
 ``long_docs="split"``, estimates otherwise.  Cost: O(log n + EDGE_SEARCH_DOCS) per slot, reading
@@ -67,8 +67,8 @@ def whole_store_edges(n_docs: int) -> np.ndarray:
 
 def edge_slack(seqlen: int) -> int:
     """``sigma = min(2 * seqlen // 5, max(_EDGE_SLACK, 5 * seqlen // 32))``: the free slots a
-    region's edges aim at.  Best fit's gaps in a region of 2048 bins add up to 200-800 slots at
-    ``seqlen`` 2048 and 300-1300 at 8192 (more for longer documents), so the floor of 1024 would
+    region's edges aim at.  Best fit's gaps in a region of 2048-8192 bins add up to 150-1000 slots
+    at ``seqlen`` 2048 and 300-1300 at 8192 (more for longer documents), so the floor of 1024 would
     leave a region of long documents too little room at 8192 (a bin more in most regions)."""
     s = int(seqlen)
     return min(2 * s // 5, max(_EDGE_SLACK, 5 * s // 32))

@@ -109,10 +109,10 @@ class PackedDataset:
         document cut by a region edge), bins numbered region by region, so the samples of a
         region read one contiguous span of the store (what :meth:`block_bounds` cuts into
         blocks for a block-local sample order); ``"auto"``: ``DEFAULT_REGION_BINS * seqlen``
-        tokens (2048 bins a region, 0.002-0.023% more bins than the whole-store plan on
-        lognormal corpora); None: one plan over the whole store.  See :mod:`mmpack._src.packing.plan`;
-        a large store's region plan can be built in parallel beforehand
-        (:func:`mmpack.ingest.build_region_plan`).
+        tokens (8192 bins a region, within 0.01% of the whole-store plan's bins on lognormal
+        corpora: ``docs/benchmarks.md``); None: one plan over the whole store.  See
+        :mod:`mmpack._src.packing.plan`; a large store's region plan can be built in parallel
+        beforehand (:func:`mmpack.ingest.build_region_plan`).
     cache : bool
         Keep the plan in ``<store>/cache/`` (and reuse it).
     check_vocab : bool
