@@ -12,7 +12,7 @@ workers, over a packed view, and with windows small enough that the store has se
 
 - ``local memmap``: the local store through the same loader and order (the reference; the
   faster of two epochs, after a warm-up);
-- ``transfer floor``: the same check blocks (every window's spans, the same parts) fetched with
+- ``transfer floor``: the same check pages (every window's spans, the same parts) fetched with
   the same client, ``max_concurrency`` at a time, nothing else (no checks, no cache, no reads;
   the faster of two runs);
 - ``S3 20 ms``: the loader over the remote store opened with a node cache: its
@@ -26,8 +26,8 @@ Columns: ``s`` seconds of the epoch (or of the batches timed), ``vs local`` / ``
 ratios (higher is better, 1 = as fast), ``first batch s`` from the loader's ``iter`` to the first
 batch, ``fetched/served`` bytes moved per byte of tokens the batches hold, ``req/sample`` range
 requests per sample served, ``cache peak / 2 windows`` the node cache's largest holding (sampled
-after every batch) over the bytes of the two largest consecutive windows, ``fetches/block``
-check blocks fetched per check block the epoch's windows read (both without the first window of
+after every batch) over the bytes of the two largest consecutive windows, ``fetches/page``
+check pages fetched per check page the epoch's windows read (both without the first window of
 the next epoch, which the fetcher fetches while the loop is in the last one); ``cpu here s`` the
 CPU seconds of this process (and its DataLoader workers), ``cpu server+proxy s`` those of the S3
 server and the proxy, ``cpu / cores s`` their sum over the machine's cores: no schedule of the
@@ -41,7 +41,7 @@ last is read); ``machine bound`` the most ``vs local`` any reader reaches on thi
 pages, over every core).  Two rows before the cases give what writing bytes into new page-cache
 pages costs this machine, against overwriting resident ones (:func:`_page_costs`: a first epoch
 lands at least two windows in new pages, where the local store's pages are already resident),
-and what checking a fetched part and a single block costs (:func:`_check_costs`).
+and what checking a fetched part and a single page costs (:func:`_check_costs`).
 
 ``--pinned`` (issue's speed check): the server and the proxy pinned to core 0, this process and
 its DataLoader workers to core 1, then the same unpinned; a first epoch in the block order
@@ -176,15 +176,15 @@ class _Cpu:
 
 
 def _floor(store: Any, spans: list[tuple[int, int]]) -> float:
-    """Seconds to fetch the check blocks of ``spans`` in the span fetcher's parts, concurrently,
+    """Seconds to fetch the check pages of ``spans`` in the span fetcher's parts, concurrently,
     with nothing else."""
     sf = store.span_fetcher
     f = sf.fetcher
     parts = []
     for a, b in spans:
-        b0, b1 = sf.block_range(a, b)
-        for lo in range(b0, b1, sf.part_blocks):
-            parts.append((lo * f.block, min(min(lo + sf.part_blocks, b1) * f.block, f.nbytes)))
+        b0, b1 = sf.page_range(a, b)
+        for lo in range(b0, b1, sf.part_pages):
+            parts.append((lo * f.page, min(min(lo + sf.part_pages, b1) * f.page, f.nbytes)))
     t0 = time.perf_counter()
     src = f.source  # the memmap layout's pages: one object
     with ThreadPoolExecutor(src.transport.max_concurrency) as pool:
@@ -235,13 +235,13 @@ def _page_costs(folder: Path, nbytes: int = 256 << 20) -> tuple[float, float]:
 
 
 def _check_costs(repeats: int = 20) -> tuple[float, float]:
-    """GB/s of hashing a 4 MiB part's 16 KiB check blocks in one call (what the span fetcher does
-    per part) and microseconds of one block's digest alone (what a random read checks), the
+    """GB/s of hashing a 4 MiB part's 16 KiB check pages in one call (what the span fetcher does
+    per part) and microseconds of one page's digest alone (what a random read checks), the
     median of ``repeats`` timings each."""
     from mmpack._src.store.integrity import stripe_digest, stripe_digests
 
     part = np.random.default_rng(1).integers(0, 256, 4 << 20, np.uint8).tobytes()
-    block = part[: 16 << 10]
+    page = part[: 16 << 10]
     stripe_digests(part, 16 << 10)  # compiled (or loaded) before timing
     runs, singles = [], []
     for _ in range(repeats):
@@ -250,7 +250,7 @@ def _check_costs(repeats: int = 20) -> tuple[float, float]:
         runs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for _ in range(100):
-            stripe_digest(block)
+            stripe_digest(page)
         singles.append((time.perf_counter() - t0) / 100)
     return len(part) / float(np.median(runs)) / 1e9, float(np.median(singles)) * 1e6
 
@@ -284,7 +284,7 @@ class _RemoteEpoch:
     peak: int  # bytes the node cache held at most, after a batch
     cpu: _Cpu  # over the epoch
     n_windows: int
-    wbytes: list[int]  # each window's bytes, whole check blocks
+    wbytes: list[int]  # each window's bytes, whole check pages
     fetched: int  # bytes fetched for the epoch (the next epoch's first window excluded)
     requests: int
     floor_s: float  # the windows' blocks fetched alone (:func:`_floor`), best of two
@@ -303,15 +303,15 @@ def _remote_epoch(url, opts, tmp, pids, make: Any, view_of: Any, watch: bool) ->
     fetcher = ld.sampler.window_fetcher
     assert fetcher is not None
     cf = fetcher.spans.cache
-    block = store.span_fetcher.fetcher.block
+    page = store.span_fetcher.fetcher.page
     with _Cpu(pids) as cpu:
         secs, first, peak = _epoch(
-            ld, watch=(lambda: int(cf.state.sum()) * block) if watch else None
+            ld, watch=(lambda: int(cf.state.sum()) * page) if watch else None
         )
     fetcher.wait()
     windows = [fetcher.window_spans(0, w) for w in range(fetcher.order.n_windows)]
     wbytes = [
-        sum(b1 - b0 for b0, b1 in (fetcher.spans.block_range(a, b) for a, b in w)) * block
+        sum(b1 - b0 for b0, b1 in (fetcher.spans.page_range(a, b) for a, b in w)) * page
         for w in windows
     ]
     stats, reads = fetcher.spans.stats, store._backend.stats
@@ -320,7 +320,7 @@ def _remote_epoch(url, opts, tmp, pids, make: Any, view_of: Any, watch: bool) ->
     fetcher.close()
     floor_store = mmpack.open(url, storage_options=opts, cache_dir=tmp / f"f{time.time()}",
                               cache_limit=8 << 30)  # fmt: skip
-    floor_store.span_fetcher.part_blocks = fetcher.spans.part_blocks
+    floor_store.span_fetcher.part_pages = fetcher.spans.part_pages
     floor_s, cpu_floor = _best(pids, lambda: _floor(floor_store, [s for w in windows for s in w]))
     return _RemoteEpoch(secs, first, peak, cpu, len(windows), wbytes, fetched,
                         stats["requests"] + reads["requests"], floor_s, cpu_floor)  # fmt: skip
@@ -356,7 +356,7 @@ def _blocks_rows(url, opts, tmp, local, case: Case, pids, fresh: float) -> list[
             "fetched/served": e.fetched / served,
             "req/sample": e.requests / samples,
             "cache peak / 2 windows": e.peak / two if case.workers == 0 else "",
-            "fetches/block": e.fetched / sum(wbytes),
+            "fetches/page": e.fetched / sum(wbytes),
             "target": "≥ 0.8 of both, first batch ≤ 2 s, ≤ 1.1 fetched/served",
             "met": local_s / secs >= 0.8
             and floor_s / secs >= 0.8
@@ -523,7 +523,7 @@ def run(quick: bool = False, large: bool = False, pinned: bool = False) -> list[
                                  f"{again:.2f} over resident ones"})  # fmt: skip
             rate, single = _check_costs()
             rows.append({"case": f"checks: a 4 MiB part's blocks at {rate:.1f} GB/s in one call, "
-                                 f"one 16 KiB block alone {single:.1f} us"})  # fmt: skip
+                                 f"one 16 KiB page alone {single:.1f} us"})  # fmt: skip
             proxy = _Proxy(server.port, 0.02)
             opts = dict(server.options, endpoint=proxy.endpoint)
             pids = [server.proc.pid, proxy.pid]

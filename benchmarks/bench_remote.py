@@ -4,7 +4,7 @@ adds 10 or 20 ms to every request, against the same batches from a local memmap 
 Cases (32 x 2048 windows, and packed rows of 2048, in a shuffled order):
 
 - ``local``: the memmap store (the reference);
-- ``remote``: each batch's check blocks fetched when the batch is read (its range requests
+- ``remote``: each batch's check pages fetched when the batch is read (its range requests
   concurrent, blocks up to ``merge_gap_bytes`` apart merged), into the node cache;
 - ``... merge_gap_bytes=0``: the same without merging nearby blocks (one request per run of
   adjacent blocks);

@@ -2,7 +2,7 @@
 proxy that adds 10 or 20 ms to every request, against the same batches from a local memmap store.
 
 The same documents are built three ways: a local memmap store (the reference), a remote memmap
-store (``mmpack.build(url, docs)``: 16 KiB check blocks) and a remote sharded Zarr store
+store (``mmpack.build(url, docs)``: 16 KiB check pages) and a remote sharded Zarr store
 (``mmpack.build(url, docs, backend="zarr")``: 8 KiB inner chunks with crc32c in 32 MiB shards).
 For each, the first 48 batches (12 with ``--quick``) of a shuffled epoch of 32 windows (or
 packed rows) of 2048 tokens are read by a fresh reader.  The process's decoded-chunk LRU is

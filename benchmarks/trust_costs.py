@@ -5,13 +5,13 @@ Three measurements, each printed as medians side by side:
 - ``plan``: loading a cached 10M-document packing plan, which checks its arrays (XXH64 each, plan format 3);
 - ``verify_reads``: random ``WindowDataset`` batches (64 windows of 2048) over 100M uint16
   tokens with ``mmpack.open(..., verify_reads=True)`` against the plain memory map, plus the
-  one-time cost of checking each 16 MiB block on first touch, and a full ``verify()``;
+  one-time cost of checking each 16 MiB stripe on first touch, and a full ``verify()``;
 - ``build``: ``mmpack.build`` from 300k numpy documents (each copied as it is taken, so a source
   may reuse its output buffer);
-- ``node_cache``: a remote store (``file://``, 64 MB of uint16 tokens in 16 KiB check blocks)
-  whose node cache holds every block, read by a new reader in shuffled batches of 32 windows of
-  2048: its first pass checks every cached block once (XXH64), against a first pass whose
-  blocks are marked checked beforehand (the same page faults, no hashing) and a later pass.
+- ``node_cache``: a remote store (``file://``, 64 MB of uint16 tokens in 16 KiB check pages)
+  whose node cache holds every page, read by a new reader in shuffled batches of 32 windows of
+  2048: its first pass checks every cached page once (XXH64), against a first pass whose
+  pages are marked checked beforehand (the same page faults, no hashing) and a later pass.
 - ``join``: opening a join of 1,000 small parts (each part's files mapped and closed), and random
   ``WindowDataset`` batches over a join of 32 parts (100M uint16 tokens) with
   ``verify_reads=True`` against the plain join, paired medians.
@@ -85,12 +85,12 @@ def bench_verify_reads(tmp: str) -> None:
         store = mmpack.open(f"{tmp}/s", verify_reads=True)
         first = _window_batches(store, 300, 1)
         steady = _window_batches(store, 300, 2)
-        n_blocks = len(store.meta["checksum"]["tokens"])
+        n_stripes = len(store.meta["checksum"]["tokens"])
         print(
             f"verify_reads: plain memmap median {np.median(plain) * 1e3:.3f} ms/batch | "
             f"verify_reads steady {np.median(steady) * 1e3:.3f} ms/batch "
             f"({np.median(steady) / np.median(plain):.2f}x) | first 300 batches "
-            f"{first.sum():.2f} s vs {plain.sum():.2f} s plain ({n_blocks} blocks checked)"
+            f"{first.sum():.2f} s vs {plain.sum():.2f} s plain ({n_stripes} stripes checked)"
         )
     t = time.perf_counter()
     mmpack.open(f"{tmp}/s").verify()
@@ -142,7 +142,7 @@ def bench_node_cache(tmp: str) -> None:
         t = time.perf_counter()
         for b in batches:
             ds.__getitems__(b)
-        return first, time.perf_counter() - t, cf.nblocks
+        return first, time.perf_counter() - t, cf.npages
 
     runs: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
     for _ in range(6):  # interleaved: the same load on both
@@ -151,12 +151,12 @@ def bench_node_cache(tmp: str) -> None:
     checked = float(np.median([r[0] for r in runs[False]]))
     unchecked = float(np.median([r[0] for r in runs[True]]))
     later = float(np.median([r[1] for r in runs[False] + runs[True]]))
-    nblocks = runs[False][0][2]
+    npages = runs[False][0][2]
     print(
-        f"node_cache: new reader's first pass {checked:.3f} s (every block checked) vs "
+        f"node_cache: new reader's first pass {checked:.3f} s (every page checked) vs "
         f"{unchecked:.3f} s (marked checked beforehand), later passes {later:.3f} s: "
-        f"{(checked - unchecked) / nblocks * 1e6:.1f} us per 16 KiB block checked, once "
-        f"({nblocks} blocks)"
+        f"{(checked - unchecked) / npages * 1e6:.1f} us per 16 KiB page checked, once "
+        f"({npages} pages)"
     )
 
 

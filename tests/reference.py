@@ -236,7 +236,7 @@ def all_pages_present_slow(state, starts, lengths, itemsize: int, shift: int) ->
 
 
 def check_ranges_slow(data: bytes, state, digests, checked, starts, lengths, itemsize, shift):
-    """Each touched block hashed on its own by :func:`xxh64_slow`; returns (bad ids, checked)."""
+    """Each touched page hashed on its own by :func:`xxh64_slow`; returns (bad ids, checked)."""
     checked = checked.copy()
     bad = []
     for a, n in zip(starts.tolist(), lengths.tolist()):
@@ -280,12 +280,12 @@ def _present_kernel(state, starts, lengths, itemsize, shift) -> bool:
 def _check_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
     data = bytes(rng.integers(0, 256, int(rng.integers(0, 20 * size + 2)), dtype=np.uint8))
     shift, itemsize = int(rng.integers(3, 8)), int(rng.choice([1, 2, 4]))
-    nblocks = -(-len(data) // (1 << shift))
-    good = [xxh64_slow(data[b << shift : (b + 1) << shift]) for b in range(nblocks)]
-    flip = rng.integers(0, 2, nblocks)
+    npages = -(-len(data) // (1 << shift))
+    good = [xxh64_slow(data[b << shift : (b + 1) << shift]) for b in range(npages)]
+    flip = rng.integers(0, 2, npages)
     digests = np.array([g ^ int(f) for g, f in zip(good, flip)], np.uint64)
-    state = rng.choice(np.array([0, 1, 1], np.uint8), nblocks)
-    checked = rng.choice(np.array([0, 0, 1], np.uint8), nblocks)
+    state = rng.choice(np.array([0, 1, 1], np.uint8), npages)
+    checked = rng.choice(np.array([0, 0, 1], np.uint8), npages)
     starts, lengths = _ranges(rng, int(rng.integers(0, 8)), len(data) // itemsize)
     return data, state, digests, checked, starts, lengths, itemsize, shift
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _s3 import DelayProxy, isolate_cache_and_env
-from test_remote import _build_with_block, _corpus, _url
+from test_remote import _build_with_page, _corpus, _url
 
 import mmpack
 from mmpack import ResumableSampler
@@ -36,7 +36,7 @@ from mmpack.torch import loader
 
 SEQLEN = 64
 BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
-CHECK = 4096  # the store's check blocks
+CHECK = 4096  # the store's check pages
 W = 4  # blocks per window
 PART = 16 << 10  # four parts per block
 COLD_LIMIT = 240  # seconds for a cold start's epoch (compiling every kernel: ~60 s alone)
@@ -50,7 +50,7 @@ def _cache_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def stores(s3_server, tmp_path_factory):
     docs = _corpus(n_docs=3000, seed=3)
-    remote = _build_with_block(_url(), docs, s3_server.options, CHECK)
+    remote = _build_with_page(_url(), docs, s3_server.options, CHECK)
     local = mmpack.build(tmp_path_factory.mktemp("local") / "s", docs)
     return remote, local
 
@@ -71,27 +71,27 @@ def _ids(batch):
 
 
 def _parts(fetcher, spans):
-    """Range requests the spans of a window take (parts of ``part_blocks`` check blocks inside
+    """Range requests the spans of a window take (parts of ``part_pages`` check pages inside
     each span)."""
     n = 0
     for a, b in spans:
-        b0, b1 = fetcher.spans.block_range(a, b)
-        n += -(-(b1 - b0) // fetcher.spans.part_blocks)
+        b0, b1 = fetcher.spans.page_range(a, b)
+        n += -(-(b1 - b0) // fetcher.spans.part_pages)
     return n
 
 
 def _window_bytes(fetcher, epoch):
-    """Bytes of the check blocks each window of ``epoch`` reads."""
+    """Bytes of the check pages each window of ``epoch`` reads."""
     out = []
     for w in range(fetcher.order.n_windows):
-        ranges = [fetcher.spans.block_range(a, b) for a, b in fetcher.window_spans(epoch, w)]
-        out.append(sum(b1 - b0 for b0, b1 in ranges) * fetcher.spans.fetcher.block)
+        ranges = [fetcher.spans.page_range(a, b) for a, b in fetcher.window_spans(epoch, w)]
+        out.append(sum(b1 - b0 for b0, b1 in ranges) * fetcher.spans.fetcher.page)
     return out
 
 
 def _with_parts(ld):
     f = ld.sampler.window_fetcher
-    f.spans.part_blocks = PART // CHECK
+    f.spans.part_pages = PART // CHECK
     return f
 
 
@@ -113,8 +113,8 @@ def assert_each_block_once(store, proxy, before, sizer, sizes, bound, peak, open
     store takes)."""
     spans = store.span_fetcher
     stats = spans.stats
-    block = spans.fetcher.block
-    assert 0 < peak <= bound + 2 * sizer.order.window_blocks * block  # a boundary block each end
+    page = spans.fetcher.page
+    assert 0 < peak <= bound + 2 * sizer.order.window_blocks * page  # a boundary page each end
     # each block once per epoch (a block at a span's edge once per window using it), and
     # the next epoch's first window fetched ahead
     assert stats["bytes_fetched"] <= sum(sizes[0]) + sum(sizes[1]) + sizes[2][0]
@@ -126,10 +126,10 @@ def assert_each_block_once(store, proxy, before, sizer, sizes, bound, peak, open
     assert stats["requests"] <= parts + _parts(sizer, sizer.window_spans(2, 0))
     # readers waited for the parts (a few requests of the readers' own at most)
     assert proxy.requests - before[0] <= stats["requests"] + 4 + opens
-    # and their bytes: the parts' (with each response's headers) and a few blocks besides
+    # and their bytes: the parts' (with each response's headers) and a few pages besides
     requests, down = proxy.requests - before[0], proxy.bytes_down - before[1]
-    assert down <= stats["bytes_fetched"] + 1024 * requests + (4 + opens) * block
-    assert stats["blocks_dropped"] > 0
+    assert down <= stats["bytes_fetched"] + 1024 * requests + (4 + opens) * page
+    assert stats["pages_dropped"] > 0
 
 
 def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, tmp_path):
@@ -154,7 +154,7 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
         assert peak <= bound + 2 * W * CHECK  # two windows (a boundary block each end at most)
         stats = f.spans.stats
         served = store.num_tokens * store.dtype.itemsize
-        # every window's check blocks once (a block at a span's edge once per window using it)
+        # every window's check pages once (a page at a span's edge once per window using it)
         want = sum(sizes) + _window_bytes(f, 1)[0]
         assert stats["bytes_fetched"] <= want
         assert stats["bytes_fetched"] - _window_bytes(f, 1)[0] <= 1.1 * served
@@ -168,7 +168,7 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
         assert (
             proxy.requests - before == stats["requests"] + store._backend.fetcher.stats["requests"]
         )
-        assert stats["blocks_dropped"] > 0
+        assert stats["pages_dropped"] > 0
         # epoch 1: dropped blocks fetched again, still equal
         for got, want in zip(ld, ref, strict=True):
             np.testing.assert_array_equal(_ids(got), _ids(want))
@@ -247,7 +247,7 @@ def test_a_plain_dataloader_over_a_block_sampler_fetches_whole_blocks(
         )
         ref = _loader(local)
         spans = store.span_fetcher
-        spans.part_blocks = PART // CHECK
+        spans.part_pages = PART // CHECK
         sizer, sizes, bound = _two_epochs(view, s)
         cf, peak, before = spans.cache, 0, (proxy.requests, proxy.bytes_down)
         for epoch in range(2):
@@ -383,8 +383,8 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
         )
         ref = _loader(local)
         spans = store.span_fetcher
-        assert spans is not None and spans.fetcher.block == CHECK
-        spans.part_blocks = PART // CHECK
+        assert spans is not None and spans.fetcher.page == CHECK
+        spans.part_pages = PART // CHECK
         sizer = WindowFetcher(view, s)  # the windows' spans (fetches nothing itself)
         sizes = [_window_bytes(sizer, e) for e in range(3)]
         seq = sizes[0] + sizes[1] + sizes[2][:1]
@@ -404,7 +404,7 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
         blocks = (sum(sizes[0]) + sum(sizes[1]) + sizes[2][0]) // CHECK
         indexes = store._backend._layout.num_shards * store._backend._layout.index_nbytes
         assert stats["bytes_fetched"] <= blocks * (CHECK + 4) + indexes
-        assert stats["blocks_dropped"] > 0
+        assert stats["pages_dropped"] > 0
         # readers waited for the spans (a few requests of their own at most)
         assert proxy.requests - before <= stats["requests"] + 4
         # (and their bytes, with each response's headers)
@@ -441,7 +441,7 @@ def test_a_corrupt_zarr_part_is_fetched_again(zarr_store, stores, s3_server, tmp
     bad["left"] = 1 << 20  # every chunk response bad (so each is bad twice): never served
     spans.drop([(0, 20_000)])
     cf = spans.cache
-    b0, b1 = spans.block_range(0, 20_000)
+    b0, b1 = spans.page_range(0, 20_000)
     with pytest.raises(FormatError, match="checksum"):
         spans.fetch([(0, 20_000)])
     assert not cf.state[b0:b1].any()
@@ -496,7 +496,7 @@ def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
     f.wait()
 
 
-def test_a_drop_under_a_stuck_cache_lock_keeps_the_blocks(stores, s3_server, tmp_path, monkeypatch):
+def test_a_drop_under_a_stuck_cache_lock_keeps_the_pages(stores, s3_server, tmp_path, monkeypatch):
     """A process stopped while it holds the cache's lock: a drop waits the lock's bound, warns
     once and keeps the blocks (they stay readable and are dropped by a later drop)."""
     import warnings
@@ -550,7 +550,7 @@ def test_the_current_window_queues_all_its_parts_before_the_next(
     f.wait()
 
     def owner(spans):
-        return {b for a, z in spans for b in range(*f.spans.block_range(a, z))}
+        return {b for a, z in spans for b in range(*f.spans.page_range(a, z))}
 
     here, after = owner(f.window_spans(0, 0)), owner(f.window_spans(0, 1))
     windows = [0 if lo in here else 1 if lo in after else 2 for lo in calls]
@@ -577,7 +577,7 @@ def _slow_reader(store, local, ready, checked, dropped, out):
 
     PageFetcher.cached = stopped
     a, b = _loader(store).sampler.window_fetcher.window_spans(0, 0)[0]
-    a, b = a + CHECK, b - CHECK  # inside the span: no check block another window shares
+    a, b = a + CHECK, b - CHECK  # inside the span: no check page another window shares
     ready.wait(30)
     got = store.read_range(a, b)  # stopped while the drop runs
     again = store.read_range(a, b)  # after it: dropped blocks are fetched again
@@ -585,7 +585,7 @@ def _slow_reader(store, local, ready, checked, dropped, out):
     out.put((bool(np.array_equal(got, want)), bool(np.array_equal(again, want))))
 
 
-def test_a_reader_never_copies_a_block_dropped_under_it(stores, s3_server, tmp_path):
+def test_a_reader_never_copies_a_page_dropped_under_it(stores, s3_server, tmp_path):
     """A process reading through the node cache while a block-order loader drops the window it
     reads: the blocks it checked stay until it has copied them (its pins keep them from the
     drop), where it used to copy the punched holes (rows of zeros); read again after the drop,

@@ -18,14 +18,14 @@ import transformers
 from _s3 import DelayProxy, isolate_cache_and_env
 from test_block_fetch import _two_epochs, assert_each_block_once
 from test_hf_trainer import EOT, _args, _model
-from test_remote import _build_with_block, _corpus, _url
+from test_remote import _build_with_page, _corpus, _url
 
 import mmpack
 from mmpack import ResumableSampler
 from mmpack.torch import DataCollator, collate
 
 SEQLEN = 64
-CHECK = 4096  # the store's check blocks (one-byte tokens: 64 samples), the smallest allowed
+CHECK = 4096  # the store's check pages (one-byte tokens: 64 samples), the smallest allowed
 BLOCK = 2 * CHECK  # bytes per sample block (view.block_bounds)
 W = 2  # blocks per window (16 steps)
 PART = CHECK  # two parts per block
@@ -41,7 +41,7 @@ def _cache_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def stores(s3_server, tmp_path_factory):
     docs = [d % 90 + 1 for d in _corpus(n_docs=280, seed=7)]  # the tiny model's vocabulary
-    remote = _build_with_block(_url(), docs, s3_server.options, CHECK)
+    remote = _build_with_page(_url(), docs, s3_server.options, CHECK)
     local = mmpack.build(tmp_path_factory.mktemp("local") / "s", docs)
     return remote, local
 
@@ -94,8 +94,8 @@ def test_a_trainer_over_a_block_sampler_fetches_whole_blocks(
         )
         view = mmpack.WindowDataset(store, SEQLEN, eot=EOT, labels=True)
         spans = store.span_fetcher
-        assert spans.fetcher.block == CHECK and store.dtype.itemsize == 1
-        spans.part_blocks = PART // CHECK
+        assert spans.fetcher.page == CHECK and store.dtype.itemsize == 1
+        spans.part_pages = PART // CHECK
         sizer, sizes, bound = _two_epochs(view, _sampler(view))
         assert sizer.order.n_windows > 3
         model = _model(True, "sdpa")

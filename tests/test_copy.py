@@ -336,7 +336,7 @@ def test_an_upload_that_does_not_verify_is_deleted_and_not_published(s3_server, 
     monkeypatch.setattr(protocol.Transport, "put_file", flipping)
     source = built()
     dst = f"file://{source.path.parent / 'remote'}"
-    with pytest.raises(FormatError, match="check block 0|checksum"):
+    with pytest.raises(FormatError, match="check page 0|checksum"):
         copy_store(source.location, dst)
     with pytest.raises(StoreNotFoundError):
         mmpack.open(dst)

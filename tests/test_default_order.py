@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 from _s3 import DelayProxy, isolate_cache_and_env
-from test_remote import _build_with_block, _corpus, _url
+from test_remote import _build_with_page, _corpus, _url
 
 import mmpack
 from mmpack import ResumableSampler
@@ -27,7 +27,7 @@ from mmpack.torch import loader
 
 SEQLEN = 64
 BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
-CHECK = 4096  # the store's check blocks
+CHECK = 4096  # the store's check pages
 W = 4  # blocks per window
 PART = 16 << 10  # four parts per block
 
@@ -56,7 +56,7 @@ def test_two_windows_are_the_default_node_cache():
 
 def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_server, tmp_path):
     docs = _corpus(n_docs=3000, seed=3)
-    remote = _build_with_block(_url(), docs, s3_server.options, CHECK)
+    remote = _build_with_page(_url(), docs, s3_server.options, CHECK)
     local = mmpack.build(tmp_path / "local", docs)
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
@@ -85,7 +85,7 @@ def test_a_remote_loader_reads_whole_blocks_by_default_and_says_so_once(s3_serve
         )
         assert quiet == {DefaultOrderWarning: [], SlowReadWarning: []}
         f = ld.sampler.window_fetcher
-        f.spans.part_blocks = PART // CHECK
+        f.spans.part_pages = PART // CHECK
         before = proxy.requests
         for got, want in zip(ld, ref, strict=True):
             np.testing.assert_array_equal(got["input_ids"].numpy(), want["input_ids"].numpy())

@@ -69,27 +69,33 @@ def test_the_lists_name_what_exists_and_words_the_glossary_defines():
 
 REMOTE = PACKAGE / "remote"
 SAMPLER_PHRASES = re.compile(
-    r"block[- ]windows?|block[- ]order|whole-block|sampler's blocks?|blocks/|\w+_blocks?\b|"
+    r"block[- ]windows?|block[- ]order|whole-block|sampler's blocks?|\w+_blocks?\b|"
     r"\bblock_\w+",
     re.IGNORECASE,
 )
 """Where *block* may stand in the remote layer's prose: the sampler's blocks (the block-window
-order, its whole-block fetch), the node cache's folder ``blocks/``, names (``check_block_bytes``,
-the on-disk key, and code in backquotes)."""
+order, its whole-block fetch), names (``check_block_bytes``, the on-disk key, and code in
+backquotes)."""
 
 
-def _prose(path: Path) -> list[tuple[int, str]]:
-    """``(line, text)`` of every docstring (module, class, function, attribute) and comment."""
-    source = path.read_text()
+def _docstrings(tree: ast.AST) -> list[ast.Constant]:
+    """Every docstring (module, class, function, attribute) of ``tree``."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             for k, stmt in enumerate(body):
                 is_doc = k == 0 or isinstance(body[k - 1], (ast.Assign, ast.AnnAssign))
                 if is_doc and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
                     if isinstance(stmt.value.value, str):
-                        found.append((stmt.lineno, stmt.value.value))
+                        found.append(stmt.value)
+    return found
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` of every docstring (module, class, function, attribute) and comment."""
+    source = path.read_text()
+    found = [(doc.lineno, str(doc.value)) for doc in _docstrings(ast.parse(source))]
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             found.append((tok.start[0], tok.string))
@@ -116,3 +122,62 @@ def test_the_prose_finder_sees_docstrings_and_comments(tmp_path):
         '"""A block."""\nX = 1\n"""blocks"""\n\n\ndef f():\n    """Block"""\n    # a block\n'
     )
     assert [line for line, _ in _prose(path)] == [1, 3, 7, 8]
+
+
+REMOTE_NAMES_NOT_PAGES = {
+    "check_block_bytes": "the upload's option and the on-disk key it writes (mmpack.json)",
+    "block_bytes": "StoreMeta.block_bytes: the format's stripe, on-disk key checksum.block_bytes",
+    "crc32_blocks": "the store format's CRC-32 per stripe (mmpack._src.store.format)",
+    "st_blocks": "os.stat_result field",
+}
+"""Names and words in the remote layer's code that say block for something other than a page,
+each with the reason it keeps its name (reviewed; a page is a *page*)."""
+
+REMOTE_NAMES_IN_ONE_FILE = {"_s3http.py": {"block"}}  # urllib3.PoolManager(block=False)
+
+BLOCK_WORDS = {"block", "blocks", "nblocks"}
+
+
+def _words(name: str) -> set[str]:
+    """The lower-case words of an identifier (``snake_case`` and ``CamelCase``)."""
+    return {w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name)}
+
+
+def _code_names(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of every identifier and every word of a string literal that is not a
+    docstring (messages, keys, file names); docstrings and comments are prose (above)."""
+    source = path.read_text()
+    docs = {(d.lineno, d.col_offset) for d in _docstrings(ast.parse(source))}
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.NAME:
+            found.append((tok.start[0], tok.string))
+        elif tok.type in strings and tok.start not in docs:
+            found += [(tok.start[0], w) for w in re.findall(r"\w+", tok.string)]
+    return found
+
+
+def test_the_remote_layers_names_say_page_for_pages():
+    """The remote layer's identifiers, messages, stats keys and file names call its checked,
+    fetched and cached unit a *page* (``npages``, ``check_pages``, ``pages_dropped``,
+    ``<cache_dir>/pages/``, "check page N"); *block* stays in the few reviewed names above."""
+    stray = []
+    for path in sorted(REMOTE.rglob("*.py")):
+        allowed = set(REMOTE_NAMES_NOT_PAGES) | REMOTE_NAMES_IN_ONE_FILE.get(path.name, set())
+        stray += [
+            f"{path.name}:{line}: {name}"
+            for line, name in _code_names(path)
+            if name not in allowed and _words(name) & BLOCK_WORDS
+        ]
+    assert not stray, f"say page (docs/glossary.md), or list a reviewed name: {stray}"
+
+
+def test_the_name_finder_sees_names_and_messages_not_docstrings(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        '"""A block."""\n\n\ndef f(nblocks, x):\n    """Block"""\n'
+        '    return BlockingIOError, x.st_blocks, f"check block {x}", "blocks/", "Blocks"\n'
+    )
+    found = [(line, name) for line, name in _code_names(path) if _words(name) & BLOCK_WORDS]
+    assert found == [(4, "nblocks"), (6, "st_blocks"), (6, "block"), (6, "blocks"), (6, "Blocks")]

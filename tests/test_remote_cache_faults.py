@@ -1,7 +1,7 @@
 """Faults of the node cache (``mmpack/_src/remote/cache.py``, ``cachefile.py``, ``cached.py``)
-against a real S3 server (SeaweedFS, ``tests/_s3.py``): a corrupt cached block (checked the
+against a real S3 server (SeaweedFS, ``tests/_s3.py``): a corrupt cached page (checked the
 first time a reader serves it, dropped and fetched again), a stopped process holding the cache's
-lock or a block's claim (waited for a bounded time, then read around), a truncated cache file
+lock or a page's claim (waited for a bounded time, then read around), a truncated cache file
 (discarded and fetched again), a disk that cannot be written (served from memory), and children
 forked while a thread takes the lock (they never keep it).
 
@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _s3 import isolate_cache_and_env
-from test_remote import _build_with_block, _corpus, _url
+from test_remote import _build_with_page, _corpus, _url
 
 import mmpack
 from mmpack._src.remote import cache as cache_mod
 from mmpack._src.remote.cachefile import HEADER
 
 GiB = 1 << 30
-BLOCK = 4096
+PAGE = 4096
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +47,7 @@ def _open(store, options, cache_dir, limit=GiB):
 
 
 def _stem(cache_dir: Path, store) -> Path:
-    return cache_dir / "blocks" / f"{store.fingerprint}-tokens-b{BLOCK}"
+    return cache_dir / "pages" / f"{store.fingerprint}-tokens-p{PAGE}"
 
 
 def _flip(path: Path, offset: int) -> None:
@@ -60,10 +60,10 @@ def _flip(path: Path, offset: int) -> None:
 
 @pytest.fixture
 def filled(s3_server, tmp_path):
-    """A remote store of 4 KiB check blocks, its local twin, and a node cache holding blocks
+    """A remote store of 4 KiB check pages, its local twin, and a node cache holding pages
     0..5 (filled by a reader that is gone)."""
     docs = _corpus(n_docs=400)
-    store = _build_with_block(_url(), docs, s3_server.options, BLOCK)
+    store = _build_with_page(_url(), docs, s3_server.options, PAGE)
     local = mmpack.build(tmp_path / "local", docs)
     first = _open(store, s3_server.options, tmp_path)
     np.testing.assert_array_equal(first.read_range(0, 6 * 2048), local.read_range(0, 6 * 2048))
@@ -72,22 +72,22 @@ def filled(s3_server, tmp_path):
     return store, local
 
 
-# ----------------------------------------------------------------------------- corrupt blocks
+# ----------------------------------------------------------------------------- corrupt pages
 def _node_cache_warnings(record) -> list[str]:
     return [str(w.message) for w in record if "node cache" in str(w.message)]
 
 
 @pytest.mark.parametrize("how", ["read_range", "read_ranges", "dataset"])
-def test_a_corrupt_cached_block_is_caught_by_a_new_reader_and_fetched_again(
+def test_a_corrupt_cached_page_is_caught_by_a_new_reader_and_fetched_again(
     s3_server, tmp_path, filled, how
 ):
-    """A flipped byte in ``blocks/*.data`` is never served: a reader checks each cached block
+    """A flipped byte in ``pages/*.data`` is never served: a reader checks each cached page
     the first time it serves it (the hit path, the gather path and ``ds[i]`` alike), drops a
     bad one with one warning and fetches it again, which repairs the cache for everyone."""
     store, local = filled
     data = _stem(tmp_path, store).with_suffix(".data")
-    _flip(data, 20)  # token 10, block 0
-    _flip(data, 2 * BLOCK + 6)  # token 4099, block 2
+    _flip(data, 20)  # token 10, page 0
+    _flip(data, 2 * PAGE + 6)  # token 4099, page 2
     fresh = _open(store, dict(s3_server.options, merge_gap_bytes=0), tmp_path)
     with pytest.warns(UserWarning, match=r"node cache.*fail.*checksum.*fetched again") as rec:
         if how == "read_range":
@@ -100,11 +100,11 @@ def test_a_corrupt_cached_block_is_caught_by_a_new_reader_and_fetched_again(
                 np.testing.assert_array_equal(src[at[k] : at[k] + n], local.read_range(a, a + n))
         else:
             ds, want = mmpack.WindowDataset(fresh, 128), mmpack.WindowDataset(local, 128)
-            for i in (0, 32):  # windows in blocks 0 and 2
+            for i in (0, 32):  # windows in pages 0 and 2
                 np.testing.assert_array_equal(ds[i]["input_ids"], want[i]["input_ids"])
     named = " ".join(_node_cache_warnings(rec))
     assert ("[0, 2]" in named) if how != "dataset" else ("[0]" in named and "[2]" in named)
-    assert fresh._backend.stats["bytes_fetched"] == 2 * BLOCK  # the two bad blocks, again
+    assert fresh._backend.stats["bytes_fetched"] == 2 * PAGE  # the two bad pages, again
     again = _open(store, s3_server.options, tmp_path)  # the cache is repaired for everyone
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -112,8 +112,8 @@ def test_a_corrupt_cached_block_is_caught_by_a_new_reader_and_fetched_again(
     assert again._backend.stats["bytes_fetched"] == 0
 
 
-def test_blocks_are_checked_once_per_reader(s3_server, tmp_path, filled, monkeypatch):
-    """A reader checks a cached block once: later batches over the same blocks are copied out
+def test_pages_are_checked_once_per_reader(s3_server, tmp_path, filled, monkeypatch):
+    """A reader checks a cached page once: later batches over the same pages are copied out
     of the mapped file, unchecked (the hit path)."""
     from mmpack._src.remote import cachefile
 
@@ -154,7 +154,7 @@ def hold_cache_lock(cache_dir: Path):
     """A process stopped while it holds ``cache_dir``'s lock, for the ``with`` block (killed
     after it, by its pid)."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(cache_dir / "blocks" / ".lock")],
+        [sys.executable, "-c", _HOLD, str(cache_dir / "pages" / ".lock")],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -187,7 +187,7 @@ def _in_thread(fn, timeout: float):
 def test_a_stopped_process_holding_the_cache_lock_is_read_around(
     s3_server, tmp_path, filled, monkeypatch
 ):
-    """A process stopped while it holds ``blocks/.lock`` delays a reader at most the lock's
+    """A process stopped while it holds ``pages/.lock`` delays a reader at most the lock's
     bound, once: reads then go around the cache (fetched, served from memory), with one
     warning; once the lock is free the cache is used again."""
     monkeypatch.setattr(cache_mod, "LOCK_WAIT_SECONDS", 0.5)
@@ -197,10 +197,10 @@ def test_a_stopped_process_holding_the_cache_lock_is_read_around(
     with hold_cache_lock(tmp_path):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            far = 40 * 2048  # block 40: not cached, so storing it needs the lock
+            far = 40 * 2048  # page 40: not cached, so storing it needs the lock
 
             def reads():
-                got = [mapped.read_range(far, far + 500)]  # charging a new block
+                got = [mapped.read_range(far, far + 500)]  # charging a new page
                 fresh = _open(store, s3_server.options, tmp_path)  # mapping the file
                 got.append(fresh.read_range(far + 4000, far + 4500))
                 got.append(fresh.read_range(0, 500))
@@ -232,10 +232,10 @@ os.kill(os.getpid(), signal.SIGSTOP)
 """
 
 
-def test_a_stopped_process_holding_a_block_claim_delays_a_reader_a_bounded_time(
+def test_a_stopped_process_holding_a_page_claim_delays_a_reader_a_bounded_time(
     s3_server, tmp_path, filled
 ):
-    """A block claimed by a process that then stopped is waited for at most ``read_timeout``,
+    """A page claimed by a process that then stopped is waited for at most ``read_timeout``,
     then fetched here and served from memory (never stored under another's claim)."""
     store, local = filled
     opts = dict(s3_server.options, read_timeout=1.0)
@@ -263,14 +263,14 @@ def test_a_stopped_process_holding_a_block_claim_delays_a_reader_a_bounded_time(
 # ----------------------------------------------------------------------------- truncated files
 @pytest.mark.parametrize(
     "suffix, keep",
-    [(".state", 10), (".state", HEADER + 3), (".state", -1), (".data", 0), (".data", BLOCK + 7)],
+    [(".state", 10), (".state", HEADER + 3), (".state", -1), (".data", 0), (".data", PAGE + 7)],
 )
 def test_a_truncated_cache_file_is_discarded_and_fetched_again(
     s3_server, tmp_path, filled, suffix, keep
 ):
     """A ``.state`` or ``.data`` file shorter than its object needs (``keep`` bytes left; -1:
     one byte short) is discarded when a reader maps the cache, in every process, and the
-    blocks fetched again; no ``ValueError: mmap length is greater than file size``."""
+    pages fetched again; no ``ValueError: mmap length is greater than file size``."""
     store, local = filled
     path = _stem(tmp_path, store).with_suffix(suffix)
     size = path.stat().st_size
@@ -364,7 +364,7 @@ def test_a_full_disk_under_cache_dir_serves_from_memory(s3_server, tmp_path, mon
     index in memory and reads are fetched and served from memory, with one warning, whether
     the node cache is on or off."""
     docs = _corpus(n_docs=400)
-    store = _build_with_block(_url(), docs, s3_server.options, BLOCK)
+    store = _build_with_page(_url(), docs, s3_server.options, PAGE)
     local = mmpack.build(tmp_path / "local", docs)
     cache_dir = tmp_path / "full"
     full_disk(monkeypatch, cache_dir)  # the folder itself cannot be created either
@@ -412,7 +412,7 @@ def test_a_cache_dir_the_kernel_refuses_to_write_serves_from_memory(s3_server, t
     """The same with a real refusal: a process whose file-size limit is 0 (``RLIMIT_FSIZE``:
     every write into a regular file fails with EFBIG) opens and reads, with one warning."""
     docs = _corpus(n_docs=400)
-    store = _build_with_block(_url(), docs, s3_server.options, BLOCK)
+    store = _build_with_page(_url(), docs, s3_server.options, PAGE)
     want = tmp_path / "want.npy"
     np.save(want, mmpack.build(tmp_path / "local", docs).read_range(0, 3000))
     args = [store.location, json.dumps(s3_server.options), str(tmp_path / "warm")]

@@ -245,7 +245,7 @@ def test_cli_builds_and_reads_a_remote_zarr_store(s3_server, tmp_path, monkeypat
 def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
     """A new reader (as a new worker or the next epoch would open it) with a filled node cache
     fetches no shard data, index or offsets: one GET of mmpack.json and one LIST, and its
-    batches come from the cache's mapping; a cache block damaged in between is caught, dropped
+    batches come from the cache's mapping; a cache page damaged in between is caught, dropped
     and fetched again by ``verify`` (a new reader's check on serving:
     ``test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader``); the
     cache stays under its limit."""
@@ -271,14 +271,14 @@ def test_second_reader_served_from_the_node_cache(s3_server, tmp_path):
         assert cf is not None and cf.state.all()
         src, _ = second._backend.read_ranges(np.array([0], np.int64), np.array([10], np.int64))
         assert not np.shares_memory(src, cf.tokens)  # copied out of the mapping under pins
-        data = sorted((tmp_path / "c" / "blocks").glob("*zarr-tokens*.data"))
+        data = sorted((tmp_path / "c" / "pages").glob("*zarr-tokens*.data"))
         assert len(data) == 1
         with open(data[0], "r+b") as f:
-            f.seek(cf.block + 3)
+            f.seek(cf.page + 3)
             byte = f.read(1)
-            f.seek(cf.block + 3)
+            f.seek(cf.page + 3)
             f.write(bytes([byte[0] ^ 0xFF]))
-        with pytest.raises(mmpack.FormatError, match="node-cache block"):
+        with pytest.raises(mmpack.FormatError, match="node-cache page"):
             reader().verify()
         assert not cf.state[1]  # dropped
         before = proxy.requests
@@ -309,10 +309,10 @@ def test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader(s3_server, tmp_pat
         )
 
     assert_views_equal(reader(), local)
-    data = sorted((tmp_path / "blocks").glob("*zarr-tokens*.data"))
+    data = sorted((tmp_path / "pages").glob("*zarr-tokens*.data"))
     assert len(data) == 1
-    block = 256 * 2  # one inner chunk of 256 uint16 tokens
-    for offset in (3, 5 * block + 1):
+    page = 256 * 2  # one inner chunk of 256 uint16 tokens
+    for offset in (3, 5 * page + 1):
         with open(data[0], "r+b") as f:
             f.seek(offset)
             byte = f.read(1)
@@ -326,7 +326,7 @@ def test_a_corrupt_node_cache_chunk_is_caught_by_a_new_reader(s3_server, tmp_pat
 
 
 def test_remote_zarr_serves_node_cache_chunks_only_pinned_or_copied(s3_server, tmp_path):
-    """Nothing is served from a node-cache block the reader has not pinned or copied: a batch
+    """Nothing is served from a node-cache page the reader has not pinned or copied: a batch
     is copied out of the mapping under pins (never a view of it), and a chunk another process
     drops after this reader served it is fetched again, never read as its punched hole."""
     docs = _corpus(24)
@@ -345,7 +345,7 @@ def test_remote_zarr_serves_node_cache_chunks_only_pinned_or_copied(s3_server, t
     assert cf is not None and cf.state[0]
     src, _ = s.read_ranges(*head)
     assert not np.shares_memory(src, cf.tokens)  # copied under pins
-    be.cache.drop_blocks(cf, np.array([0], np.int64))  # as another process of the node would
+    be.cache.drop_pages(cf, np.array([0], np.int64))  # as another process of the node would
     assert not cf.state[0]
     for ranges in (head, both):
         src, at = s.read_ranges(*ranges)

@@ -16,7 +16,7 @@ files).  Every kernel has a slow, obviously right Python twin (``PAIRS`` in
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |
-| ``store`` | offsets validation for huge indexes; the build's convert-and-check pass; XXH64 and the node cache's check of cached blocks by it |
+| ``store`` | offsets validation for huge indexes; the build's convert-and-check pass; XXH64 and the node cache's check of cached pages by it |
 | ``eos`` | one scan for document separators in a flat token file |
 | ``pagestate`` | the remote node cache's hit test (are a batch's pages all present?) |
 | ``megatron_order`` | megatron-core GPTDataset's sample index; its samples' token ranges and copies |

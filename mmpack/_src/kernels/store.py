@@ -13,7 +13,7 @@ block goes unnoticed with probability about 2**-64.  Cost: ``python -m benchmark
 --profile`` (a 16 MiB stripe) and ``python -m benchmarks.bench_block_fetch`` (16 KiB pages, alone
 and in one call); docs/benchmarks.md, "Checksums".
 
-:func:`check_ranges` hashes, for the remote node cache, each present block of a batch's token
+:func:`check_ranges` hashes, for the remote node cache, each present page of a batch's token
 ranges not checked yet, in one call for the whole batch.  It lives here because it calls
 :func:`xxh64` (a jitted function calls only jitted functions of its own module: numba's cache
 does not follow callees across files).
@@ -192,19 +192,19 @@ def check_ranges(
     shift: int,
     bad: np.ndarray,
 ) -> int:
-    """Check the present, unchecked blocks that token ranges ``[starts[k], starts[k] +
-    lengths[k])`` touch, each once: block ``b`` (bytes ``[b << shift, min((b + 1) << shift,
+    """Check the present, unchecked pages that token ranges ``[starts[k], starts[k] +
+    lengths[k])`` touch, each once: page ``b`` (bytes ``[b << shift, min((b + 1) << shift,
     data.size))``) with ``state[b] == 1`` and ``checked[b] == 0`` gets ``checked[b] = 1`` when
     its XXH64 equals ``digests[b]``, else ``checked[b] = 2`` and its id is written to ``bad``
     (as far as ``bad`` has room).  Returns the number of ids written to ``bad``.
 
     ``data``: uint8, (nbytes,); ``words``: uint64, (nbytes // 8,), the same bytes as
-    little-endian words (``shift >= 3``: each block starts on a word); ``state``, ``checked``:
-    uint8 and ``digests``: uint64, (nblocks,) with ``nblocks = ceil(nbytes / 2**shift)``;
+    little-endian words (``shift >= 3``: each page starts on a word); ``state``, ``checked``:
+    uint8 and ``digests``: uint64, (npages,) with ``npages = ceil(nbytes / 2**shift)``;
     ``starts``, ``lengths``: int64, (k,); ``bad``: int64.  Empty ranges, ranges starting before
-    0 and blocks past ``nblocks`` are skipped, never read."""
+    0 and pages past ``npages`` are skipped, never read."""
     n = data.shape[0]
-    last_block = state.shape[0] - 1
+    last_page = state.shape[0] - 1
     nb = 0
     for k in range(starts.shape[0]):
         length = lengths[k]
@@ -212,7 +212,7 @@ def check_ranges(
         if length <= 0 or lo < 0:
             continue
         first = lo >> shift
-        last = min((lo + length * itemsize - 1) >> shift, last_block)
+        last = min((lo + length * itemsize - 1) >> shift, last_page)
         for b in range(first, last + 1):
             if checked[b] != 0 or state[b] != 1:
                 continue

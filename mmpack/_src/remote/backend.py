@@ -74,13 +74,13 @@ class RemoteBackend(RemoteStoreBackend):
         nbytes = meta.num_tokens * meta.dtype.itemsize
         if remote is None:
             data = ""
-            self.block = meta.block_bytes
+            self.page = meta.block_bytes
             table = np.asarray(meta.tokens_digests, dtype=np.uint64)
             # a copied store: its own page checksums (XXH64, as the check table's)
         else:
             try:
                 data = str(remote["data"]).strip("/") + "/"
-                self.block = int(remote["check_block_bytes"])
+                self.page = int(remote["check_block_bytes"])
                 check_object, check_crc = str(remote["check_object"]), int(remote["check_crc32"])
                 digest = str(remote["check_digest"])
             except (KeyError, TypeError, ValueError) as exc:
@@ -90,10 +90,10 @@ class RemoteBackend(RemoteStoreBackend):
                     f"{self.url}: check_digest {digest!r} is not {CHECK_DIGEST!r} (a store "
                     "uploaded by an earlier mmpack): build it again"
                 )
-            if self.block < 8 or self.block & (self.block - 1):
-                raise FormatError(f"{self.url}: check_block_bytes {self.block} is not a power of 2")
+            if self.page < 8 or self.page & (self.page - 1):
+                raise FormatError(f"{self.url}: check_block_bytes {self.page} is not a power of 2")
             raw_table = self._index(
-                data, check_object, (-(-nbytes // self.block)) * 8, [check_crc], None
+                data, check_object, (-(-nbytes // self.page)) * 8, [check_crc], None
             )
             table = np.frombuffer(raw_table, dtype="<u8")
         self.data = data
@@ -110,12 +110,12 @@ class RemoteBackend(RemoteStoreBackend):
             None
             if cache is None
             else CachedObject(
-                cache, meta.fingerprint, "tokens", nbytes, self.block, meta.dtype, self.url
+                cache, meta.fingerprint, "tokens", nbytes, self.page, meta.dtype, self.url
             )
         )
         """This reader's view of the tokens in the node cache (None without a cache)."""
         self.source = PageSource(
-            transport, data + "tokens.bin", table, self.block, nbytes, meta.dtype.itemsize
+            transport, data + "tokens.bin", table, self.page, nbytes, meta.dtype.itemsize
         )
         """The tokens object's checked pages (:mod:`mmpack._src.remote.sources`)."""
         self.fetcher = PageFetcher(self.source, self.node_cache)
@@ -137,12 +137,12 @@ class RemoteBackend(RemoteStoreBackend):
             )
 
     def _index(
-        self, data: str, name: str, nbytes: int, crcs: list[int], block: int | None
+        self, data: str, name: str, nbytes: int, crcs: list[int], stripe: int | None
     ) -> bytes:
         """Index object ``data + name``, kept locally as ``name`` (:func:`_verified_object`)."""
         local = self.path / name
         return _verified_object(
-            self.transport, data + name, local, nbytes, crcs, block, self.cache_dir
+            self.transport, data + name, local, nbytes, crcs, stripe, self.cache_dir
         )
 
     @property
@@ -162,11 +162,11 @@ class RemoteBackend(RemoteStoreBackend):
             return self._offsets.view(np.uint8)[start:stop].tobytes()
         key = self.source.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
-        if start % self.block == 0:  # verify() reads whole stripes: check their pages too
-            bad = self.source.check_run(start // self.block, data)[1]
+        if start % self.page == 0:  # verify() reads whole stripes: check their pages too
+            bad = self.source.check_run(start // self.page, data)[1]
             if bad.size:
                 raise FormatError(
-                    f"{self.url}: {key} check block {int(bad[0])} fails its checksum: "
+                    f"{self.url}: {key} check page {int(bad[0])} fails its checksum: "
                     "the object is corrupt; rebuild the store"
                 )
             if self.node_cache is not None:
@@ -180,15 +180,15 @@ def _verified_object(
     local: Path,
     nbytes: int,
     crcs: list[int],
-    block: int | None,
+    stripe: int | None,
     cache_dir: Path,
 ) -> bytes:
     """Object ``key`` (``nbytes``) from its local copy ``local`` if present and intact, else
-    fetched, checked against ``crcs`` (CRC-32 per ``block`` bytes, or of the whole) and kept at
+    fetched, checked against ``crcs`` (CRC-32 per ``stripe`` bytes, or of the whole) and kept at
     ``local``, or in memory only where that cannot be written (one warning)."""
 
     def checksums(data: bytes) -> list[int]:  # the whole object's: also that of no bytes
-        return crc32_blocks(data, block) if block else [zlib.crc32(data)]
+        return crc32_blocks(data, stripe) if stripe else [zlib.crc32(data)]
 
     if local.is_file() and local.stat().st_size == nbytes:
         data = local.read_bytes()

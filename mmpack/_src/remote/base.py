@@ -76,24 +76,24 @@ class RemoteStoreBackend(Backend):
             np.cumsum(lengths[:-1], out=src_starts[1:])
         ids = fetcher.page_ids(starts, lengths)
         if self.node_cache is None:
-            return self._gathered(fetcher.blocks(ids), starts, lengths), src_starts
+            return self._gathered(fetcher.pages(ids), starts, lengths), src_starts
         # copied out of the mapping only while pinned: another process may drop (punch) any
         # page nobody pins, and a hole reads as zeros
         with self.node_cache.pinned(ids) as cf:
             if cf is None:  # no mapping, or a drop held a page too long: fetched here
-                out = self._gathered(fetcher.blocks(ids, use_cache=False), starts, lengths)
+                out = self._gathered(fetcher.pages(ids, use_cache=False), starts, lengths)
                 return out, src_starts
             src = fetcher.cached(starts, lengths)
-            blocks = None
+            pages = None
             if src is None:
-                blocks = fetcher.blocks(ids)
+                pages = fetcher.pages(ids)
                 src = fetcher.cached(starts, lengths)
             if src is not None and src is cf.tokens:  # every page is in the pinned mapping
                 return copied(src, starts, lengths), src_starts
-            if blocks is None:  # the mapping changed under the pins (retired): fetched here
-                blocks = fetcher.blocks(ids, use_cache=False)
-            return self._gathered(blocks, starts, lengths), src_starts
+            if pages is None:  # the mapping changed under the pins (retired): fetched here
+                pages = fetcher.pages(ids, use_cache=False)
+            return self._gathered(pages, starts, lengths), src_starts
 
-    def _gathered(self, blocks: dict[int, Any], starts: np.ndarray, lengths: np.ndarray) -> Any:
+    def _gathered(self, pages: dict[int, Any], starts: np.ndarray, lengths: np.ndarray) -> Any:
         itemsize = self.meta.dtype.itemsize
-        return gather(blocks, starts, lengths, itemsize, self.fetcher.block).view(self.meta.dtype)
+        return gather(pages, starts, lengths, itemsize, self.fetcher.page).view(self.meta.dtype)

@@ -2,11 +2,11 @@
 
 Layout under ``cache_dir``::
 
-    blocks/<fingerprint>-<object>-b<page bytes>.data    one sparse file per remote object
-    blocks/<fingerprint>-<object>-b<page bytes>.state   its header and per-page states
-    blocks/.lock                                         ``fcntl.flock``: creation, charging, eviction
+    pages/<fingerprint>-<object>-p<page bytes>.data    one sparse file per remote object
+    pages/<fingerprint>-<object>-p<page bytes>.state   its header and per-page states
+    pages/.lock                                        ``fcntl.flock``: creation, charging, eviction
 
-(:mod:`mmpack._src.remote.cachefile` describes the two files; the folder keeps its first name.)  The fingerprint in the names means a
+(:mod:`mmpack._src.remote.cachefile` describes the two files.)  The fingerprint in the names means a
 store rebuilt under the same URL never meets the old one's pages.  Accounting is exact, never
 under: each file's header holds the disk bytes charged to it (its state file, a worst-case
 extent-tree allowance, each stored page rounded up to whole 4 KiB of disk, charged before it is
@@ -85,9 +85,9 @@ os.register_at_fork(after_in_child=_reset_thread_locks)
 
 @dataclass(slots=True)
 class _Charge:
-    """Pages charged (``blocks``) and written (``written``) by one :meth:`PageCache._charged`."""
+    """Pages charged (``pages``) and written (``written``) by one :meth:`PageCache._charged`."""
 
-    blocks: int = 0
+    pages: int = 0
     written: int = 0
 
 
@@ -105,11 +105,11 @@ def warn_once(root: Path, exc: OSError) -> None:
     if kind == "lock":
         text = (
             f"{exc.strerror}: another process holds it (stopped or paused?); reading around the "
-            "cache (blocks fetched and served from memory) until it is free"
+            "cache (pages fetched and served from memory) until it is free"
         )
     else:
         what = exc.strerror or str(exc)
-        text = f"cannot write under {root} ({what}): serving from memory (blocks fetched, not kept)"
+        text = f"cannot write under {root} ({what}): serving from memory (pages fetched, not kept)"
     warnings.warn(f"mmpack node cache: {text}", stacklevel=3)
 
 
@@ -123,7 +123,7 @@ class PageCache:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError(f"cache_limit must be a non-negative integer (bytes), got {limit!r}")
         self.cache_dir = Path(root)
-        self.root = self.cache_dir / "blocks"  # created by the first open_file
+        self.root = self.cache_dir / "pages"  # created by the first open_file
         self.limit = limit
 
     @contextlib.contextmanager
@@ -177,13 +177,13 @@ class PageCache:
         return total
 
     @staticmethod
-    def base_charge(nblocks: int) -> int:
+    def base_charge(npages: int) -> int:
         """Bytes charged when an object's files are created (see the module docstring)."""
-        return -(-state_file_size(nblocks) // 4096) * 4096 + (nblocks // 340 + 1) * 4096
+        return -(-state_file_size(npages) // 4096) * 4096 + (npages // 340 + 1) * 4096
 
     # ------------------------------------------------------------------------------ opening
     def open_file(
-        self, fingerprint: str, name: str, nbytes: int, block: int, dtype: np.dtype
+        self, fingerprint: str, name: str, nbytes: int, page: int, dtype: np.dtype
     ) -> CacheFile | None:
         """The cached object ``name`` of store ``fingerprint``, mapped (created empty if absent,
         or if its files are damaged or from another boot); None when it cannot be had now (no
@@ -192,7 +192,7 @@ class PageCache:
         if self.limit == 0 or nbytes <= 0:
             return None
         self.root.mkdir(parents=True, exist_ok=True)
-        stem = self.root / f"{fingerprint}-{name}-b{block}"
+        stem = self.root / f"{fingerprint}-{name}-p{page}"
         with self._locked():
             if stem.with_suffix(".state").exists():
                 header = _read_header(stem.with_suffix(".state"))
@@ -200,21 +200,21 @@ class PageCache:
                 usable = header is not None and header[1] == nbytes and not header[4]
                 if usable and not other_boot and stem.with_suffix(".data").exists():
                     try:
-                        return _open(stem, nbytes, block, dtype)
+                        return _open(stem, nbytes, page, dtype)
                     except DamagedCacheFile:  # truncated or extended: useless to everyone
                         _retire(stem.with_suffix(".state"))
                         other_boot = True
                 if not self._remove(stem, force=other_boot):
                     return None  # retired but still mapped somewhere
-            return self._create(stem, nbytes, block, dtype)
+            return self._create(stem, nbytes, page, dtype)
 
-    def _create(self, stem: Path, nbytes: int, block: int, dtype: np.dtype) -> CacheFile | None:
+    def _create(self, stem: Path, nbytes: int, page: int, dtype: np.dtype) -> CacheFile | None:
         """Create an object's empty files (under the lock); None where the limit has no room."""
         for entry in os.scandir(self.root):  # creation runs under the lock: a leftover is stale
             if ".tmp" in entry.name:
                 Path(entry.path).unlink(missing_ok=True)
-        nblocks = -(-nbytes // block)
-        charge = self.base_charge(nblocks)
+        npages = -(-nbytes // page)
+        charge = self.base_charge(npages)
         state = stem.with_suffix(".state")
         if self._make_room(charge, keep=state) + charge > self.limit:
             return None
@@ -228,14 +228,14 @@ class PageCache:
             finally:
                 os.close(fd)
             with open(tmp, "wb") as f:  # written whole: the mapping never meets a hole
-                f.write(pack_header(block, nbytes, charge, _BOOT))
-                f.write(bytes(state_file_size(nblocks) - HEADER))
+                f.write(pack_header(page, nbytes, charge, _BOOT))
+                f.write(bytes(state_file_size(npages) - HEADER))
             os.replace(tmp, state)
         except OSError:
             tmp.unlink(missing_ok=True)
             data.unlink(missing_ok=True)
             raise
-        return _open(stem, nbytes, block, dtype)
+        return _open(stem, nbytes, page, dtype)
 
     # ------------------------------------------------------------------------------ charging
     def charge(self, cf: CacheFile, sizes: list[int]) -> int:
@@ -268,7 +268,7 @@ class PageCache:
     @contextlib.contextmanager
     def _charged(self, cf: CacheFile, sizes: list[int]) -> Iterator[_Charge]:
         """Charge the first pages of ``sizes`` that fit (:meth:`charge`) for the body to write
-        the first ``charge.blocks`` of them, counting each written in ``charge.written``; on
+        the first ``charge.pages`` of them, counting each written in ``charge.written``; on
         exit the charge of those not written is given back.  An ``OSError`` (a stuck lock: none
         charged; a full or failing disk: the body stops there) is warned of once and swallowed:
         the caller serves the rest from memory."""
@@ -282,17 +282,17 @@ class PageCache:
         except OSError as exc:
             warn_once(self.cache_dir, exc)
         finally:
-            self.refund(cf, sum(sizes[charge.written : charge.blocks]))
+            self.refund(cf, sum(sizes[charge.written : charge.pages]))
 
-    def store(self, cf: CacheFile, blocks: Mapping[int, Any]) -> list[int]:
-        """Write verified ``blocks`` (bytes or memoryviews, or arrays written as their bytes;
-        claimed by the caller) into ``cf`` in block order as far as the limit allows; returns
+    def store(self, cf: CacheFile, pages: Mapping[int, Any]) -> list[int]:
+        """Write verified ``pages`` (bytes or memoryviews, or arrays written as their bytes;
+        claimed by the caller) into ``cf`` in page order as far as the limit allows; returns
         the ids not written (no room, or a full or failing disk: the caller serves them from
         memory)."""
-        ids = sorted(blocks)
+        ids = sorted(pages)
         with self._charged(cf, [cf.charge(b) for b in ids]) as charge:
-            for b in ids[: charge.blocks]:
-                data = blocks[b]
+            for b in ids[: charge.pages]:
+                data = pages[b]
                 if not isinstance(data, (bytes, memoryview)):
                     data = np.ascontiguousarray(data).tobytes()
                 cf.write(b, data)
@@ -306,16 +306,16 @@ class PageCache:
         pages, claimed by the caller; ``digests`` their XXH64 digests where known) in one
         write, as far as the limit allows; returns how many were written (the rest: no room,
         or a full or failing disk)."""
-        nblocks = -(-min(len(data), cf.nbytes - (b0 << cf.shift)) // cf.block)
-        if nblocks <= 0:
+        npages = -(-min(len(data), cf.nbytes - (b0 << cf.shift)) // cf.page)
+        if npages <= 0:
             return 0
         # every page but the object's last is whole: they are charged alike
-        sizes = [cf.charge(b0)] * (nblocks - 1) + [cf.charge(b0 + nblocks - 1)]
+        sizes = [cf.charge(b0)] * (npages - 1) + [cf.charge(b0 + npages - 1)]
         with self._charged(cf, sizes) as charge:
-            k = charge.blocks
+            k = charge.pages
             if k:
                 cf.write_run(
-                    b0, memoryview(data)[: k * cf.block], None if digests is None else digests[:k]
+                    b0, memoryview(data)[: k * cf.page], None if digests is None else digests[:k]
                 )
                 charge.written = k
         return charge.written
@@ -373,17 +373,17 @@ class PageCache:
                 delay = min(delay * 2, 0.02)
         return fetched, unstored
 
-    def _store_unclaimed(self, cf: CacheFile, blocks: dict[int, Any]) -> list[int]:
-        """:meth:`store` of the ``blocks`` nobody claims now; returns the ids not stored."""
-        claim = cf.claim(sorted(blocks))
+    def _store_unclaimed(self, cf: CacheFile, pages: dict[int, Any]) -> list[int]:
+        """:meth:`store` of the ``pages`` nobody claims now; returns the ids not stored."""
+        claim = cf.claim(sorted(pages))
         try:
-            rest = self.store(cf, {b: blocks[b] for b in claim.mine})
+            rest = self.store(cf, {b: pages[b] for b in claim.mine})
         finally:
             claim.close()
         mine = set(claim.mine)
-        return sorted(rest + [b for b in blocks if b not in mine])
+        return sorted(rest + [b for b in pages if b not in mine])
 
-    def drop_blocks(self, cf: CacheFile, ids: np.ndarray) -> int:
+    def drop_pages(self, cf: CacheFile, ids: np.ndarray) -> int:
         """Drop present pages ``ids`` (int64, sorted, unique) of ``cf`` (nobody may read them:
         the caller holds their pins exclusively), one hole per run of adjacent ids, give back
         their charge and count the drop in the header, so other readers forget them; returns
@@ -402,7 +402,7 @@ class PageCache:
         if bad:
             self.refund(cf, sum(cf.drop(b) for b in bad))
             warnings.warn(
-                f"mmpack node cache: block(s) {bad[:5]} of {url} in {cf.data_path} fail their "
+                f"mmpack node cache: page(s) {bad[:5]} of {url} in {cf.data_path} fail their "
                 "checksum (changed on disk); dropped, fetched again",
                 stacklevel=4,
             )
@@ -414,21 +414,21 @@ class PageCache:
         :class:`~mmpack.errors.FormatError` naming the cache file."""
         if not data:
             return
-        first = -(-start // cf.block)
-        last = (start + len(data)) // cf.block  # exclusive; the object's short tail page too
+        first = -(-start // cf.page)
+        last = (start + len(data)) // cf.page  # exclusive; the object's short tail page too
         if start + len(data) == cf.nbytes:
-            last = cf.nblocks
+            last = cf.npages
         ids = np.arange(first, max(first, last), dtype=np.int64)
         raw = np.frombuffer(data, np.uint8)
         bad = []
         for b in ids[cf.present(ids)].tolist():
-            lo = b * cf.block - start
-            if not np.array_equal(cf.block_bytes(b), raw[lo : lo + cf.block]):
+            lo = b * cf.page - start
+            if not np.array_equal(cf.page_bytes(b), raw[lo : lo + cf.page]):
                 bad.append(b)
         if bad:
             self.refund(cf, sum(cf.drop(b) for b in bad))
             raise FormatError(
-                f"{cf.data_path}: node-cache block(s) {bad[:5]} of {url} differ from the "
+                f"{cf.data_path}: node-cache page(s) {bad[:5]} of {url} differ from the "
                 "verified object (local disk corruption); dropped, they will be fetched again"
             )
 
@@ -512,10 +512,10 @@ def _read_header(path: Path) -> tuple | None:
         return None
 
 
-def _open(stem: Path, nbytes: int, block: int, dtype: np.dtype) -> CacheFile | None:
+def _open(stem: Path, nbytes: int, page: int, dtype: np.dtype) -> CacheFile | None:
     """The mapped object; None while it is being evicted (``DamagedCacheFile`` passes)."""
     try:
-        return CacheFile(stem, nbytes, block, dtype)
+        return CacheFile(stem, nbytes, page, dtype)
     except DamagedCacheFile:
         raise
     except OSError:

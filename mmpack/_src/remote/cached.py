@@ -59,7 +59,7 @@ class _Mapping:
 
 class CachedObject:
     """Object ``name`` of store ``fingerprint`` (``nbytes`` bytes of ``dtype`` items, in pages
-    of ``block`` bytes, a power of 2) in ``cache``, for the reader of ``url``."""
+    of ``page`` bytes, a power of 2) in ``cache``, for the reader of ``url``."""
 
     def __init__(
         self,
@@ -67,14 +67,14 @@ class CachedObject:
         fingerprint: str,
         name: str,
         nbytes: int,
-        block: int,
+        page: int,
         dtype: np.dtype,
         url: str,
     ) -> None:
         self.cache = cache
         self.url = url
-        self._spec = (fingerprint, name, nbytes, block, np.dtype(dtype))
-        self.block, self.itemsize = block, np.dtype(dtype).itemsize
+        self._spec = (fingerprint, name, nbytes, page, np.dtype(dtype))
+        self.page, self.itemsize = page, np.dtype(dtype).itemsize
         self._p = PerProcess(_Mapping)  # a new process: its own mapping and bitmap
 
     @property
@@ -139,10 +139,10 @@ class CachedObject:
         return cf if cf.serves(starts, lengths, self.itemsize) else None
 
     def held(self, cf: CacheFile, ids: np.ndarray) -> np.ndarray:
-        """bool, like ``ids`` (int64, each in ``[0, nblocks)``): which pages ``cf`` may serve
+        """bool, like ``ids`` (int64, each in ``[0, npages)``): which pages ``cf`` may serve
         (present and checked; those not checked yet are checked now, a bad one dropped)."""
         cf.forget_dropped()
-        self.cache.drop_bad(cf, cf.check_blocks(ids), self.url)
+        self.cache.drop_bad(cf, cf.check_pages(ids), self.url)
         return cf.checked[ids] == 1
 
     def fetch_shared(

@@ -2,7 +2,7 @@ r"""One remote object in the node cache: a sparse data file mapped read-only, it
 and digests, and which pages this reader has checked.
 
 A cached object (a remote store's ``tokens.bin``, or a remote Zarr store's decoded token chunks)
-is two files under ``<cache_dir>/blocks/``: ``<stem>.data``, the object's bytes at their own
+is two files under ``<cache_dir>/pages/``: ``<stem>.data``, the object's bytes at their own
 offsets in a sparse file, and ``<stem>.state``, a 64-byte header (magic, version, page size,
 size, bytes charged, last use, retired, drops, the creating boot's id), one state byte per page
 (0 absent, 1 present), then every page's XXH64; a file of another size or boot is damaged
@@ -121,21 +121,21 @@ class DamagedCacheFile(OSError):
     """A cache file whose size is not the one its object implies (truncated, extended)."""
 
 
-def _digests_at(nblocks: int) -> int:
-    return -(-(HEADER + nblocks) // 8) * 8
+def _digests_at(npages: int) -> int:
+    return -(-(HEADER + npages) // 8) * 8
 
 
-def state_file_size(nblocks: int) -> int:
-    """Bytes of the state file of an object of ``nblocks`` pages (header, states, digests)."""
-    return _digests_at(nblocks) + 8 * nblocks
+def state_file_size(npages: int) -> int:
+    """Bytes of the state file of an object of ``npages`` pages (header, states, digests)."""
+    return _digests_at(npages) + 8 * npages
 
 
-def pack_header(block: int, nbytes: int, counted: int, boot: bytes) -> bytes:
-    return struct.pack(_HEADER_FMT, MAGIC, VERSION, block, nbytes, counted, time.time(), 0, boot)
+def pack_header(page: int, nbytes: int, counted: int, boot: bytes) -> bytes:
+    return struct.pack(_HEADER_FMT, MAGIC, VERSION, page, nbytes, counted, time.time(), 0, boot)
 
 
 def unpack_header(raw: bytes) -> tuple[Any, ...] | None:
-    """``(block, nbytes, counted, last_used, retired, boot)``, or None for a foreign header."""
+    """``(page, nbytes, counted, last_used, retired, boot)``, or None for a foreign header."""
     if len(raw) < HEADER:
         return None
     magic, version, *rest = struct.unpack(_HEADER_FMT, raw[:HEADER])
@@ -188,18 +188,18 @@ class Claim:
 
 
 class CacheFile:
-    """A cached object, mapped: ``state`` (uint8, (nblocks,)) and ``data`` (uint8, (nbytes,)),
+    """A cached object, mapped: ``state`` (uint8, (npages,)) and ``data`` (uint8, (nbytes,)),
     ``tokens`` the data as ``dtype``.  Made by :meth:`PageCache.open_file` (under its lock)."""
 
-    def __init__(self, stem: Path, nbytes: int, block: int, dtype: np.dtype) -> None:
+    def __init__(self, stem: Path, nbytes: int, page: int, dtype: np.dtype) -> None:
         self.stem = stem
         self.state_path = stem.with_suffix(".state")
         self.data_path = stem.with_suffix(".data")
-        self.nbytes, self.block = nbytes, block
-        self.shift = block.bit_length() - 1
-        self.nblocks = -(-nbytes // block)
+        self.nbytes, self.page = nbytes, page
+        self.shift = page.bit_length() - 1
+        self.npages = -(-nbytes // page)
         self._fd_state = self._fd_data = -1
-        state_size = state_file_size(self.nblocks)
+        state_size = state_file_size(self.npages)
         try:
             self._fd_state = os.open(self.state_path, os.O_RDWR | os.O_CLOEXEC)
             self._fd_data = os.open(self.data_path, os.O_RDWR | os.O_CLOEXEC)
@@ -219,11 +219,9 @@ class CacheFile:
             self.close()
             raise
         self._data_map.madvise(mmap.MADV_RANDOM)
-        self.state = np.frombuffer(self._state_map, np.uint8, self.nblocks, HEADER)
-        self.digests = np.frombuffer(
-            self._state_map, "<u8", self.nblocks, _digests_at(self.nblocks)
-        )
-        self.checked = np.zeros(self.nblocks, np.uint8)
+        self.state = np.frombuffer(self._state_map, np.uint8, self.npages, HEADER)
+        self.digests = np.frombuffer(self._state_map, "<u8", self.npages, _digests_at(self.npages))
+        self.checked = np.zeros(self.npages, np.uint8)
         """1 for the pages this reader may serve (written by it, or checked), 2 for a page
         found bad and not dropped yet, else 0 (process memory)."""
         # pages whose claim outlived a reader's wait here (a stopped holder): fetched at once
@@ -250,7 +248,7 @@ class CacheFile:
     def forget_dropped(self) -> None:
         """After another process dropped pages (the header's ``drops`` count moved), forget
         the checks of every page not present now, so they are fetched again rather than
-        served from a punched hole (one u32 read; O(nblocks) when the count moved)."""
+        served from a punched hole (one u32 read; O(npages) when the count moved)."""
         drops = int(self._drops[0])
         if drops != self._drops_seen:
             self._drops_seen = drops
@@ -262,10 +260,10 @@ class CacheFile:
         self._drops[0] = (int(self._drops[0]) + 1) & 0xFFFFFFFF
         self._drops_seen = int(self._drops[0])
 
-    def pin_offset(self, b: int) -> int:
-        """The byte of the state file, past its end, whose OFD lock pins page ``b`` (a shared
+    def pin_offset(self, p: int) -> int:
+        """The byte of the state file, past its end, whose OFD lock pins page ``p`` (a shared
         lock: a window in use; an exclusive one: a window being dropped)."""
-        return state_file_size(self.nblocks) + b
+        return state_file_size(self.npages) + p
 
     def pin(self, fd: int, starts: list[int], stops: list[int], wait: float) -> bool:
         """Pin pages ``[starts[k], stops[k])`` (shared locks on their :meth:`pin_offset` bytes,
@@ -273,8 +271,8 @@ class CacheFile:
         meanwhile.  A run being dropped now (an exclusive lock) is tried again 5 ms apart for at
         most ``wait`` seconds in all; returns False when some run stayed unpinned."""
         deadline = time.monotonic() + wait
-        for b0, b1 in zip(starts, stops):
-            while b1 > b0 and not lock_range(fd, fcntl.F_RDLCK, self.pin_offset(b0), b1 - b0):
+        for p0, p1 in zip(starts, stops):
+            while p1 > p0 and not lock_range(fd, fcntl.F_RDLCK, self.pin_offset(p0), p1 - p0):
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.005)
@@ -282,18 +280,18 @@ class CacheFile:
 
     @contextlib.contextmanager
     def unpinned(self, runs: list[tuple[int, int]]) -> Iterator[np.ndarray]:
-        """The present pages of ``runs`` (``[(b0, b1), ...]``) that no process pins (int64,
+        """The present pages of ``runs`` (``[(p0, p1), ...]``) that no process pins (int64,
         sorted, unique), held for the body by exclusive locks on their :meth:`pin_offset` bytes
         (so no pin is taken on them meanwhile: the body may drop them).  A run some page of
         which is pinned gives its other pages."""
         fd = open_lock_fd(self.state_path)
         try:
             free: list[np.ndarray] = []
-            for b0, b1 in runs:
-                if b1 > b0 and lock_range(fd, fcntl.F_WRLCK, self.pin_offset(b0), b1 - b0):
-                    free.append(np.arange(b0, b1, dtype=np.int64))
+            for p0, p1 in runs:
+                if p1 > p0 and lock_range(fd, fcntl.F_WRLCK, self.pin_offset(p0), p1 - p0):
+                    free.append(np.arange(p0, p1, dtype=np.int64))
                 else:  # some page of it is pinned: the others
-                    ks = [k for k in range(b0, b1)
+                    ks = [k for k in range(p0, p1)
                           if lock_range(fd, fcntl.F_WRLCK, self.pin_offset(k), 1)]  # fmt: skip
                     free.append(np.array(ks, dtype=np.int64))
             ids = np.unique(np.concatenate(free)) if free else np.zeros(0, np.int64)
@@ -324,25 +322,25 @@ class CacheFile:
         (k,), of one length) touch and this reader has not checked yet: their XXH64 against the
         recorded one (one kernel call, :func:`~mmpack._src.kernels.store.check_ranges`).  Marks
         the good ones checked; returns the bad ones, sorted (the caller drops them)."""
-        bound = int(lengths.clip(0).sum()) * itemsize // self.block + 2 * lengths.shape[0]
-        bad = np.empty(min(self.nblocks, bound), np.int64)
+        bound = int(lengths.clip(0).sum()) * itemsize // self.page + 2 * lengths.shape[0]
+        bad = np.empty(min(self.npages, bound), np.int64)
         n = check_ranges(
             self.data, self._words, self.state, self.digests, self.checked,
             starts, lengths, itemsize, self.shift, bad,
         )  # fmt: skip
         return sorted(bad[:n].tolist())
 
-    def check_blocks(self, ids: np.ndarray) -> list[int]:
+    def check_pages(self, ids: np.ndarray) -> list[int]:
         """:meth:`check` of whole pages ``ids`` (int64); returns the bad ones."""
-        return self.check(ids << self.shift, np.full(ids.shape[0], self.block, np.int64), 1)
+        return self.check(ids << self.shift, np.full(ids.shape[0], self.page, np.int64), 1)
 
-    def block_bytes(self, b: int) -> np.ndarray:
-        """A view of page ``b``'s bytes in the mapping (meaningful only if present)."""
-        return self.data[b << self.shift : min((b + 1) << self.shift, self.nbytes)]
+    def page_bytes(self, p: int) -> np.ndarray:
+        """A view of page ``p``'s bytes in the mapping (meaningful only if present)."""
+        return self.data[p << self.shift : min((p + 1) << self.shift, self.nbytes)]
 
-    def charge(self, b: int) -> int:
-        """Disk bytes page ``b`` occupies (its length rounded up to whole 4 KiB of disk)."""
-        n = min(self.block, self.nbytes - (b << self.shift))
+    def charge(self, p: int) -> int:
+        """Disk bytes page ``p`` occupies (its length rounded up to whole 4 KiB of disk)."""
+        n = min(self.page, self.nbytes - (p << self.shift))
         return -(-n // 4096) * 4096
 
     # ------------------------------------------------------------------------------ writing
@@ -360,54 +358,54 @@ class CacheFile:
             if lock_range(fd, fcntl.F_WRLCK, HEADER + run[0], len(run)):
                 mine.extend(run)
             else:
-                for b in run:
-                    (mine if lock_range(fd, fcntl.F_WRLCK, HEADER + b, 1) else theirs).append(b)
+                for p in run:
+                    (mine if lock_range(fd, fcntl.F_WRLCK, HEADER + p, 1) else theirs).append(p)
             k = j + 1
         state = self.state
-        return Claim(fd, [b for b in mine if not state[b]], [b for b in theirs if not state[b]])
+        return Claim(fd, [p for p in mine if not state[p]], [p for p in theirs if not state[p]])
 
-    def write(self, b: int, data: bytes) -> None:
-        """Store verified page ``b`` (claimed, its space charged; bytes past the object's end
+    def write(self, p: int, data: bytes) -> None:
+        """Store verified page ``p`` (claimed, its space charged; bytes past the object's end
         are not written): bytes first, then their digest, the state byte last; the page is
         checked for this reader."""
-        self.write_run(b, memoryview(data)[: self.block])  # a padded last chunk is cut there
+        self.write_run(p, memoryview(data)[: self.page])  # a padded last chunk is cut there
 
-    def write_run(self, b0: int, data: Any, digests: np.ndarray | None = None) -> None:
-        """Store the verified pages ``b0, b0 + 1, ...`` that ``data`` holds (whole pages; the
+    def write_run(self, p0: int, data: Any, digests: np.ndarray | None = None) -> None:
+        """Store the verified pages ``p0, p0 + 1, ...`` that ``data`` holds (whole pages; the
         object's last may end it) in one write, as :meth:`write` does one; ``digests`` (uint64,
         one per page) are their XXH64 digests where the caller has them."""
-        mv = memoryview(data).cast("B")[: max(0, self.nbytes - (b0 << self.shift))]
-        b1 = b0 - (-len(mv) >> self.shift)
+        mv = memoryview(data).cast("B")[: max(0, self.nbytes - (p0 << self.shift))]
+        p1 = p0 - (-len(mv) >> self.shift)
         if digests is None:
-            digests = stripe_digests(mv, self.block)
-        if len(digests) != b1 - b0:
-            raise ValueError(f"{len(digests)} digests for blocks {b0}..{b1}")
+            digests = stripe_digests(mv, self.page)
+        if len(digests) != p1 - p0:
+            raise ValueError(f"{len(digests)} digests for pages {p0}..{p1}")
         done = 0
         while done < len(mv):  # pwrite may write less than asked
-            n = os.pwrite(self._fd_data, mv[done:], (b0 << self.shift) + done)
+            n = os.pwrite(self._fd_data, mv[done:], (p0 << self.shift) + done)
             if n <= 0:
-                raise OSError(f"{self.data_path}: short write of blocks {b0}..{b1}")
+                raise OSError(f"{self.data_path}: short write of pages {p0}..{p1}")
             done += n
-        self.digests[b0:b1] = digests
-        self.state[b0:b1] = 1
-        self.checked[b0:b1] = 1
+        self.digests[p0:p1] = digests
+        self.state[p0:p1] = 1
+        self.checked[p0:p1] = 1
 
-    def drop(self, b: int) -> int:
-        """Mark page ``b`` absent and free its disk space; returns the bytes freed (0 where the
+    def drop(self, p: int) -> int:
+        """Mark page ``p`` absent and free its disk space; returns the bytes freed (0 where the
         file system cannot punch holes: the space then stays allocated and counted)."""
-        return self.drop_run(b, b + 1)
+        return self.drop_run(p, p + 1)
 
-    def drop_run(self, b0: int, b1: int) -> int:
-        """:meth:`drop` of pages ``[b0, b1)`` with one hole punched for the run."""
-        self.state[b0:b1] = 0
-        self.checked[b0:b1] = 0
-        if _FALLOCATE is None or b1 <= b0:
+    def drop_run(self, p0: int, p1: int) -> int:
+        """:meth:`drop` of pages ``[p0, p1)`` with one hole punched for the run."""
+        self.state[p0:p1] = 0
+        self.checked[p0:p1] = 0
+        if _FALLOCATE is None or p1 <= p0:
             return 0
-        lo = b0 << self.shift
-        if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(b1 << self.shift, self.nbytes) - lo):
+        lo = p0 << self.shift
+        if _FALLOCATE(self._fd_data, _PUNCH_HOLE, lo, min(p1 << self.shift, self.nbytes) - lo):
             return 0
         # every page but the object's last is whole: they are charged alike
-        return (b1 - b0 - 1) * self.charge(b0) + self.charge(b1 - 1)
+        return (p1 - p0 - 1) * self.charge(p0) + self.charge(p1 - 1)
 
     def add_counted(self, delta: int) -> None:
         """Change the bytes charged to this file (the caller holds the cache's lock)."""

@@ -8,7 +8,7 @@ chunks), which locates, fetches and verifies them.  Its public surface is small:
 - :meth:`~PageFetcher.page_ids`: the pages that token ranges touch;
 - :meth:`~PageFetcher.cached`: the node cache's mapped tokens when it holds every page of the
   ranges, checked (the zero-copy hit path), else None;
-- :meth:`~PageFetcher.blocks`: every page of a list, from the node cache or fetched now;
+- :meth:`~PageFetcher.pages`: every page of a list, from the node cache or fetched now;
 - :attr:`~PageFetcher.stats`.
 
 Fetching: pages are claimed in the node cache first (a page another process or thread holds
@@ -51,18 +51,18 @@ class _Process:
 
 class PageFetcher:
     """The verified pages of ``source`` (see the module docstring); ``node`` is the tokens in
-    the node cache (pages of ``source.block`` bytes), or None to fetch every read."""
+    the node cache (pages of ``source.page`` bytes), or None to fetch every read."""
 
     def __init__(self, source: FetchSource, node: CachedObject | None) -> None:
         self.source, self.node = source, node
         self.transport: Transport = source.transport
         self.url = source.transport.url
-        self.block, self.nbytes, self.itemsize = source.block, source.nbytes, source.itemsize
+        self.page, self.nbytes, self.itemsize = source.page, source.nbytes, source.itemsize
         self._p = PerProcess(_Process)  # a forked child: counts from zero
 
     @property
     def stats(self) -> dict[str, int]:
-        """This process's counts: range requests, bytes they fetched, pages :meth:`blocks`
+        """This process's counts: range requests, bytes they fetched, pages :meth:`pages`
         found in the node cache."""
         return self._p.get().stats
 
@@ -81,7 +81,7 @@ class PageFetcher:
     # ------------------------------------------------------------------------------ lookups
     def page_ids(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """int64, sorted, unique: the pages token ranges ``[starts, starts + lengths)`` touch."""
-        return page_ids(starts, lengths, self.itemsize, self.block)
+        return page_ids(starts, lengths, self.itemsize, self.page)
 
     def cached(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
         """The node cache's mapped file as items (zero copy: range k is ``[starts[k],
@@ -93,7 +93,7 @@ class PageFetcher:
         return None if cf is None else cf.tokens
 
     # ------------------------------------------------------------------------------ pages
-    def blocks(self, ids: np.ndarray, use_cache: bool = True) -> dict[int, Any]:
+    def pages(self, ids: np.ndarray, use_cache: bool = True) -> dict[int, Any]:
         """Every page of ``ids`` (int64, sorted, unique): id -> its bytes, or a view of them
         in the node cache's mapping (the caller pins them: :meth:`CachedObject.pinned`),
         verified; ``use_cache=False``: never from or into the node cache."""
@@ -122,7 +122,7 @@ class PageFetcher:
         arr = np.asarray(ids, np.int64)
         ok = self.node.held(cf, arr)
         for b in arr[ok].tolist():
-            found[b] = cf.block_bytes(b)
+            found[b] = cf.page_bytes(b)
         if not ok.all():
             found.update(self._fetch(arr[~ok].tolist()))
 

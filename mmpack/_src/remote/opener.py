@@ -147,10 +147,10 @@ def open_record(
 
 def node_cache(root: Path, cache_limit: int | None) -> PageCache | None:
     """The node cache under ``root`` of ``cache_limit`` bytes (None for 0); for None,
-    :data:`~mmpack._src.core.constants.NODE_CACHE_BYTES` where ``root/blocks`` can be written, else
+    :data:`~mmpack._src.core.constants.NODE_CACHE_BYTES` where ``root/pages`` can be written, else
     None after one warning (:func:`~mmpack._src.remote.cache.warn_once`)."""
     if cache_limit is None:
-        folder = root / "blocks"
+        folder = root / "pages"
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe-")

@@ -1,7 +1,7 @@
 """Page arithmetic of a remote store: which pages token ranges touch, how adjacent pages
 are grouped into range requests, and the served bytes copied out of them.
 
-A remote store's ``tokens.bin`` is checked in pages of ``block`` bytes (a power of 2; the last
+A remote store's ``tokens.bin`` is checked in pages of ``page`` bytes (a power of 2; the last
 page may be short).  Pure functions, no I/O: :class:`~mmpack._src.remote.backend.RemoteBackend`
 does the fetching, caching and verification with them.
 
@@ -20,14 +20,14 @@ _MAX_RUN_BYTES = 8 << 20
 """A longer run of adjacent pages is split, so big reads go out in parallel."""
 
 
-def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int) -> np.ndarray:
+def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, page: int) -> np.ndarray:
     """The sorted, unique ids of the pages that token ranges ``[start, start + length)`` touch
     (empty ranges touch none)."""
     keep = lengths > 0
     lo = starts[keep] * itemsize
     hi = (starts[keep] + lengths[keep]) * itemsize
-    first = lo // block
-    count = (hi - 1) // block - first + 1
+    first = lo // page
+    count = (hi - 1) // page - first + 1
     if first.size == 0:
         return np.empty(0, np.int64)
     # shape (sum(count),): first[r], first[r] + 1, ..., last[r] for every range r
@@ -35,11 +35,11 @@ def page_ids(starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int)
     return np.unique(rep + np.arange(int(count.sum()), dtype=np.int64))
 
 
-def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
+def runs_of(ids: list[int], page: int, gap: int = 0) -> list[list[int]]:
     """Sorted page ids grouped into runs of at most _MAX_RUN_BYTES each; ids at most ``gap``
     pages apart join one run, the pages between them filled in (fetched too)."""
     runs: list[list[int]] = []
-    per_run = max(1, _MAX_RUN_BYTES // block)
+    per_run = max(1, _MAX_RUN_BYTES // page)
     for b in ids:
         if runs and b - runs[-1][-1] - 1 <= gap and b - runs[-1][0] < per_run:
             runs[-1].extend(range(runs[-1][-1] + 1, b + 1))
@@ -49,17 +49,17 @@ def runs_of(ids: list[int], block: int, gap: int = 0) -> list[list[int]]:
 
 
 def gather(
-    blocks: dict[int, bytes], starts: np.ndarray, lengths: np.ndarray, itemsize: int, block: int
+    pages: dict[int, bytes], starts: np.ndarray, lengths: np.ndarray, itemsize: int, page: int
 ) -> np.ndarray:
-    """The bytes of token ranges back to back, copied out of ``blocks`` (id -> page bytes,
+    """The bytes of token ranges back to back, copied out of ``pages`` (id -> page bytes,
     holding every page the ranges touch)."""
     out = np.empty(int(lengths.sum()) * itemsize, dtype=np.uint8)
     pos = 0
     for lo, n in zip((starts * itemsize).tolist(), (lengths * itemsize).tolist()):
         while n > 0:  # a range spans one page or a few
-            b, off = divmod(lo, block)
-            take = min(n, block - off)
-            out[pos : pos + take] = np.frombuffer(blocks[b], np.uint8, take, off)
+            b, off = divmod(lo, page)
+            take = min(n, page - off)
+            out[pos : pos + take] = np.frombuffer(pages[b], np.uint8, take, off)
             pos += take
             lo += take
             n -= take

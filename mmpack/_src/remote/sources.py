@@ -2,9 +2,9 @@
 :class:`~mmpack._src.remote.fetcher.PageFetcher` and :class:`~mmpack._src.remote.spans.SpanFetcher`.
 
 A page source locates, fetches and verifies the pages of a store's token bytes (page ``b``
-is bytes ``[b * block, min((b + 1) * block, nbytes))`` of the flat little-endian tokens):
+is bytes ``[b * page, min((b + 1) * page, nbytes))`` of the flat little-endian tokens):
 
-- :class:`PageSource`, the memmap layout: one object (``tokens.bin``), its pages of ``block``
+- :class:`PageSource`, the memmap layout: one object (``tokens.bin``), its pages of ``page``
   bytes checked against a table of XXH64 digests (one kernel pass over a fetched run; the
   digests are the node cache's own where its unit is the page);
 - :class:`ChunkSource`, the sharded Zarr layout: one page per inner chunk, located through its
@@ -57,7 +57,7 @@ class FetchSource(Protocol):
 
     transport: Transport
     url: str
-    block: int
+    page: int
     """Bytes of a page (a power of 2; the last page may be short)."""
     nbytes: int
     """Bytes of the flat tokens."""
@@ -78,7 +78,7 @@ class FetchSource(Protocol):
 
 
 class PageSource:
-    """The pages of object ``key`` of ``transport`` (memmap layout), ``block`` bytes each (a power
+    """The pages of object ``key`` of ``transport`` (memmap layout), ``page`` bytes each (a power
     of 2; the last may be short), checked against ``table`` (uint64, (npages,): XXH64 each);
     ``nbytes`` and ``itemsize`` are the object's size and its tokens' size."""
 
@@ -86,11 +86,11 @@ class PageSource:
     """:meth:`fetch_run` returns each page's XXH64 (the node cache's own digests)."""
 
     def __init__(
-        self, transport: Transport, key: str, table: np.ndarray, block: int, nbytes: int,
+        self, transport: Transport, key: str, table: np.ndarray, page: int, nbytes: int,
         itemsize: int,
     ) -> None:  # fmt: skip
         self.transport, self.url, self.key, self.table = transport, transport.url, key, table
-        self.block, self.nbytes, self.itemsize = block, nbytes, itemsize
+        self.page, self.nbytes, self.itemsize = page, nbytes, itemsize
         self._warm = PerProcess(self._compile)
 
     def warm(self) -> None:
@@ -99,12 +99,12 @@ class PageSource:
         self._warm.get()
 
     def _compile(self) -> bool:
-        self.check_run(0, bytes(min(self.block, self.nbytes)))
+        self.check_run(0, bytes(min(self.page, self.nbytes)))
         return True
 
     def _span(self, b: int) -> tuple[int, int]:
-        lo = b * self.block
-        return lo, min(lo + self.block, self.nbytes)
+        lo = b * self.page
+        return lo, min(lo + self.page, self.nbytes)
 
     def intact(self, b: int, data: bytes | memoryview) -> bool:
         """Whether ``data`` is page ``b`` as the table records it."""
@@ -122,9 +122,9 @@ class PageSource:
         bad : numpy.ndarray, int64
             The ids of the pages that differ from the table (sorted).
         """
-        digests = stripe_digests(data, self.block)
+        digests = stripe_digests(data, self.page)
         b1 = b0 + digests.size
-        whole = min(b1 * self.block, self.nbytes) - b0 * self.block
+        whole = min(b1 * self.page, self.nbytes) - b0 * self.page
         if b1 > self.table.size or len(data) != whole:  # short or long: every page is bad
             return digests, np.arange(b0, b1, dtype=np.int64)
         bad = np.flatnonzero(digests != self.table[b0:b1].astype(np.uint64)) + b0
@@ -142,7 +142,7 @@ class PageSource:
     def fetch(self, ids: list[int], count: Count = _no_count) -> dict[int, bytes]:
         """Pages ``ids`` (sorted), verified: one range request per run of pages at most
         ``merge_gap_bytes`` apart, all at once."""
-        runs = runs_of(ids, self.block, self.transport.merge_gap_bytes // self.block)
+        runs = runs_of(ids, self.page, self.transport.merge_gap_bytes // self.page)
         ranges = [(self._span(r[0])[0], self._span(r[-1])[1]) for r in runs]
         pieces = self._get(ranges)
         count(len(ranges), sum(hi - lo for lo, hi in ranges), False)
@@ -152,13 +152,13 @@ class PageSource:
             bad = set(self.check_run(run[0], mv)[1].tolist())  # one pass over the run
             for k, b in enumerate(run):
                 lo, hi = self._span(b)
-                data = bytes(mv[k * self.block : k * self.block + hi - lo])
+                data = bytes(mv[k * self.page : k * self.page + hi - lo])
                 if b in bad:
                     data = self._get([(lo, hi)])[0]
                     count(1, hi - lo, True)
                     if not self.intact(b, data):
                         raise FormatError(
-                            f"{self.url}: {self.key} bytes {lo}..{hi} (check block {b}) fail "
+                            f"{self.url}: {self.key} bytes {lo}..{hi} (check page {b}) fail "
                             f"their checksum (stored {int(self.table[b]):#018x}, got "
                             f"{stripe_digest(data):#018x}): the object is corrupt; "
                             "rebuild the store"
@@ -177,7 +177,7 @@ class PageSource:
             if not bad.size:
                 return data, digests
         raise FormatError(
-            f"{self.url}: {self.key} bytes {a}..{b} (check blocks {bad[:5].tolist()}) fail their "
+            f"{self.url}: {self.key} bytes {a}..{b} (check pages {bad[:5].tolist()}) fail their "
             "checksum twice: the object is corrupt; rebuild the store"
         )
 
@@ -196,7 +196,7 @@ class ChunkSource:
     ) -> None:  # fmt: skip
         self.transport, self.url, self.data, self.objects = transport, transport.url, data, objects
         self.itemsize = layout.dtype.itemsize
-        self.block = layout.inner * self.itemsize
+        self.page = layout.inner * self.itemsize
         self.nbytes = layout.count * self.itemsize
         self._local = threading.local()
         self._pool = PerProcess(self._make_pool)  # a forked child: the parent's threads are gone
@@ -267,7 +267,7 @@ class ChunkSource:
     # ------------------------------------------------------------------------------ pages
     def _bytes(self, b: int, chunk: np.ndarray) -> np.ndarray:
         """Chunk ``b``'s tokens as its page's bytes (the last page cut at the array's end)."""
-        return chunk.view(np.uint8)[: self.nbytes - b * self.block]
+        return chunk.view(np.uint8)[: self.nbytes - b * self.page]
 
     def fetch(self, ids: list[int], count: Count = _no_count) -> dict[int, np.ndarray]:
         """Pages ``ids`` (sorted): their chunks fetched, verified and decoded, as bytes

@@ -56,7 +56,7 @@ class _SpanState:
         self.pins: dict[Any, int] = {}
         self.pool: ThreadPoolExecutor | None = None
         self.stats = {"spans": 0, "parts": 0, "requests": 0, "bytes_fetched": 0,
-                      "refetched": 0, "blocks_dropped": 0}  # fmt: skip
+                      "refetched": 0, "pages_dropped": 0}  # fmt: skip
 
 
 class SpanFetcher:
@@ -67,7 +67,7 @@ class SpanFetcher:
         if isinstance(part_bytes, bool) or not isinstance(part_bytes, int) or part_bytes < 1:
             raise ValueError(f"part_bytes must be an integer >= 1, got {part_bytes!r}")
         self.fetcher = fetcher
-        self.part_blocks = max(1, part_bytes // fetcher.block)
+        self.part_pages = max(1, part_bytes // fetcher.page)
         self._p = PerProcess(_SpanState)  # a forked child: no pins, no pool, counts from zero
 
     @property
@@ -84,12 +84,12 @@ class SpanFetcher:
         node = self.fetcher.node
         return None if node is None else node.file()
 
-    def block_range(self, start: int, stop: int) -> tuple[int, int]:
+    def page_range(self, start: int, stop: int) -> tuple[int, int]:
         """The pages ``[b0, b1)`` that tokens ``[start, stop)`` touch."""
         f = self.fetcher
         if stop <= start:
             return 0, 0
-        return start * f.itemsize // f.block, -(-(stop * f.itemsize) // f.block)
+        return start * f.itemsize // f.page, -(-(stop * f.itemsize) // f.page)
 
     def warm(self) -> None:
         """Compile the kernels :meth:`fetch` runs, in the calling thread (call before starting
@@ -113,7 +113,7 @@ class SpanFetcher:
         cf = self.cache
         if cf is None or not spans:
             return 0
-        ranges = [self.block_range(a, b) for a, b in spans]
+        ranges = [self.page_range(a, b) for a, b in spans]
         ids = np.unique(np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]))
         claim = cf.claim(ids[~cf.present(ids)].tolist())
         if claimed is not None:
@@ -135,7 +135,7 @@ class SpanFetcher:
             claim.close()
 
     def _parts(self, ranges: list[tuple[int, int]], mine: set[int]) -> list[tuple[int, int]]:
-        """Runs of claimed pages ``[lo, hi)`` of each span in turn, at most ``part_blocks`` each
+        """Runs of claimed pages ``[lo, hi)`` of each span in turn, at most ``part_pages`` each
         (a page shared by two spans goes with the first)."""
         parts: list[tuple[int, int]] = []
         for b0, b1 in ranges:
@@ -144,7 +144,7 @@ class SpanFetcher:
                 take = b < b1 and b in mine
                 if take:
                     mine.discard(b)
-                if lo >= 0 and (not take or b - lo == self.part_blocks):
+                if lo >= 0 and (not take or b - lo == self.part_pages):
                     parts.append((lo, b))
                     lo = -1
                 if take and lo < 0:
@@ -171,7 +171,7 @@ class SpanFetcher:
             p.stats["parts"] += 1
         node = f.node
         assert node is not None  # a span fetcher exists only with a node cache
-        same = digests is not None and cf.block == f.block  # the digests are the cache's own
+        same = digests is not None and cf.page == f.page  # the digests are the cache's own
         node.cache.store_run(cf, lo, data, digests if same else None)
         return moved
 
@@ -185,7 +185,7 @@ class SpanFetcher:
             return
         fd = open_lock_fd(cf.state_path)
         pins[key] = fd
-        ranges = [self.block_range(a, b) for a, b in spans]
+        ranges = [self.page_range(a, b) for a, b in spans]
         # a span being dropped elsewhere (for ms) and still so after the wait stays unpinned:
         # its pages are then fetched again; every reader pins what it reads itself
         cf.pin(fd, [r[0] for r in ranges], [r[1] for r in ranges], PIN_WAIT_SECONDS)
@@ -209,12 +209,12 @@ class SpanFetcher:
         node = self.fetcher.node
         if cf is None or node is None or not spans:
             return 0
-        with cf.unpinned([self.block_range(a, b) for a, b in spans]) as ids:
+        with cf.unpinned([self.page_range(a, b) for a, b in spans]) as ids:
             try:
-                dropped = node.cache.drop_blocks(cf, ids)
+                dropped = node.cache.drop_pages(cf, ids)
             except OSError as exc:  # the cache's lock is stuck: the pages stay until evicted
                 warn_once(node.cache.cache_dir, exc)
                 dropped = 0
         with p.lock:
-            p.stats["blocks_dropped"] += dropped
+            p.stats["pages_dropped"] += dropped
         return dropped

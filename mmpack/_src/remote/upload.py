@@ -70,14 +70,14 @@ def remote_store_exists(transport: Transport) -> bool:
         return False
 
 
-def check_table(path: Path, block: int, chunk: int = 64 << 20) -> bytes:
-    """XXH64 (uint64 LE) of every ``block`` bytes of the file at ``path`` (the last may be
+def check_table(path: Path, page: int, chunk: int = 64 << 20) -> bytes:
+    """XXH64 (uint64 LE) of every ``page`` bytes of the file at ``path`` (the last may be
     short), read about ``chunk`` bytes at a time (whole pages) into one buffer."""
-    buf = bytearray(max(1, chunk // block) * block)  # reused: no new pages per chunk
+    buf = bytearray(max(1, chunk // page) * page)  # reused: no new pages per chunk
     parts = []
     with open(path, "rb") as f:  # buffered: readinto fills the buffer unless at the end
         while n := f.readinto(buf):
-            parts.append(stripe_digests(memoryview(buf)[:n], block))
+            parts.append(stripe_digests(memoryview(buf)[:n], page))
     table = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return table.astype("<u8").tobytes()
 

@@ -128,19 +128,19 @@ class RemoteZarrBackend(RemoteStoreBackend):
     def _node_cache(self, cache: PageCache | None) -> CachedObject | None:
         """One cache page per inner chunk; None without a cache, or for inner chunks that are
         not a power of two bytes."""
-        block = self._layout.inner * self.meta.dtype.itemsize
-        if cache is None or block & (block - 1):
+        page = self._layout.inner * self.meta.dtype.itemsize
+        if cache is None or page & (page - 1):
             return None
         nbytes = self.meta.num_tokens * self.meta.dtype.itemsize
         fp = self.meta.fingerprint
-        return CachedObject(cache, fp, "zarr-tokens", nbytes, block, self.meta.dtype, self.url)
+        return CachedObject(cache, fp, "zarr-tokens", nbytes, page, self.meta.dtype, self.url)
 
     def _read_offsets(self, layout: ShardLayout) -> np.ndarray:
-        block, crcs = self.meta.block_bytes, list(self.meta.offsets_crc32)
+        stripe, crcs = self.meta.block_bytes, list(self.meta.offsets_crc32)
         kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
         try:
             data = kept.read_bytes()
-            if len(data) == layout.count * 8 and crc32_blocks(data, block) == crcs:
+            if len(data) == layout.count * 8 and crc32_blocks(data, stripe) == crcs:
                 return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
         except OSError:
             pass
@@ -149,7 +149,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         chunks = self.source.verified(reader, ids)
         flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
         offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        if crc32_blocks(offsets.tobytes(), block) != crcs:
+        if crc32_blocks(offsets.tobytes(), stripe) != crcs:
             raise FormatError(
                 f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
                 "was replaced; rebuild it"

@@ -58,7 +58,7 @@ class ReadChecker(Protocol):
 
 def stripe_digest(data: Any) -> int:
     """XXH64 (seed 0) of the bytes ``data`` (bytes, memoryview or numpy array): the digest of a
-    token block, a remote check block, a plan array (:func:`mmpack._src.kernels.store.xxh64`; numba is
+    token stripe, a remote page, a plan array (:func:`mmpack._src.kernels.store.xxh64`; numba is
     loaded on the first call)."""
     from mmpack._src.kernels.store import xxh64
 
