@@ -29,6 +29,7 @@ from _megatron import (
     random_docs,
     torch,
 )
+from _paths import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_sample_index
@@ -51,7 +52,6 @@ with warnings.catch_warnings():
 
 VOCAB = 1000
 EOD = VOCAB - 1
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
     pytest.mark.megatron,
     pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),

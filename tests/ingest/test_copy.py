@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import DATA
 from _s3 import BUCKET, isolate_cache_and_env, use_server_env
 from _text_corpora import stdlib_texts, train_bpe
 
@@ -116,7 +117,7 @@ def test_a_store_of_another_token_checksum_is_refused_and_nothing_written(tmp_pa
     """Token blocks are XXH64 only: a record naming CRC-32 (an unreleased build option) is
     refused at the source, naming the algorithm, before anything is written."""
     with pytest.raises(FormatError, match="unsupported checksum record 'crc32'"):
-        copy_store(Path(__file__).parent / "data" / "store_crc32_v1", tmp_path / "copy")
+        copy_store(DATA / "store_crc32_v1", tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
 
 

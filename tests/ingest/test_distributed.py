@@ -123,7 +123,7 @@ def test_dask_two_workers_equal_single_build(tmp_path, bpe, cluster):
 
 
 def test_dask_joins_the_fields_of_parquet_and_datasets(tmp_path, cluster):
-    from test_fields_ingest import engines_join_the_fields
+    from _fields import engines_join_the_fields
 
     engines_join_the_fields(tmp_path, "dask", cluster.scheduler_address)
 

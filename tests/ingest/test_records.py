@@ -11,46 +11,12 @@ import uuid
 import numpy as np
 import pytest
 from _chat import PAIRS, RECORDS, make_tokenizer, save_dataset, write_jsonl, write_parquet
+from _fields import FIELDS, _quiet, _same, _write_all, engines_join_the_fields
 from _s3 import BUCKET, use_server_env
 
 import mmpack
 from mmpack.cli import main
 from mmpack.ingest import build_chat, build_distributed, chat_documents, ingest
-
-FIELDS = ["source", "lang", "quality"]
-
-
-def _records(n: int = 24) -> list[dict]:
-    out = []
-    for i in range(n):
-        rec = {"text": f"doc {i}" + " x" * (i % 5), "source": i % 3, "lang": "enfr"[i % 2] * 2}
-        rec["quality"] = i / 7
-        if i == 5:
-            rec["lang"] = None  # a bad record: skipped, reported
-        out.append(rec)
-    return out
-
-
-def _write_all(tmp) -> None:
-    """The same records as JSON lines, a Parquet file and a saved dataset."""
-    write_jsonl(tmp / "a.jsonl", _records())
-    write_parquet(tmp / "a.parquet", _records())
-    save_dataset(tmp / "saved", _records())
-
-
-def _same(a, b) -> None:
-    """The same documents and the same fields (values, kinds, categories)."""
-    assert len(a) == len(b) and a.num_tokens == b.num_tokens
-    np.testing.assert_array_equal(a.offsets, b.offsets)
-    np.testing.assert_array_equal(a.read_range(0, a.num_tokens), b.read_range(0, b.num_tokens))
-    assert sorted(a.fields) == sorted(b.fields) and a.fields.kinds == b.fields.kinds
-    for name in a.fields:
-        np.testing.assert_array_equal(a.fields[name], b.fields[name])
-        assert a.field_categories(name) == b.field_categories(name)
-
-
-def _quiet(_issue) -> None:
-    pass
 
 
 @pytest.mark.parametrize("src", ["a.parquet", "saved"])
@@ -93,31 +59,6 @@ def test_the_cli_reads_fields_from_parquet_and_saved_datasets(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{tmp_path / 'a.parquet'} has no column 'kind' (named by --fields" in err
     assert "Traceback" not in err and not (tmp_path / "bad").exists()
-
-
-def engines_join_the_fields(tmp_path, engine: str, scheduler: str | None = None) -> None:
-    """One part per input (a Parquet file, a saved dataset), joined by ``engine``: the fields
-    of the JSON lines build of both (the Dask case runs in tests/test_ingest_distributed.py,
-    on its cluster)."""
-    _write_all(tmp_path)
-    ref = ingest(
-        [tmp_path / "a.jsonl", tmp_path / "a.jsonl"],
-        tmp_path / "ref",
-        fields=FIELDS,
-        on_issue=_quiet,
-    ).store
-    report = build_distributed(
-        [tmp_path / "a.parquet", tmp_path / "saved"],
-        tmp_path / "out",
-        engine=engine,
-        scheduler=scheduler,
-        part_bytes=1,
-        fields=FIELDS,
-        on_issue=_quiet,
-    )
-    assert len(report.store.parts) == 2 and report.docs_skipped == 2
-    _same(mmpack.open(tmp_path / "out"), ref)
-    assert report.store.meta["provenance"]["fields"] == FIELDS
 
 
 def test_the_serial_engine_joins_the_fields_of_parquet_and_datasets(tmp_path):

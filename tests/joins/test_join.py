@@ -20,14 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import ROOT
 from _s3 import BUCKET, isolate_cache_and_env
 
 import mmpack
 from mmpack import WindowDataset
 from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
 from mmpack.errors import FormatError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _corpus(n=60, seed=0):

@@ -9,10 +9,10 @@ cache empty.  ``python -m benchmarks.bench_first_call`` measures the whole first
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import ROOT
 
 from mmpack.packing import build_plan
 
@@ -71,8 +71,7 @@ def test_each_plan_kernel_compiles_once(tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     out = subprocess.run(
         [sys.executable, "-c", _ONE_SIGNATURE], env=env, capture_output=True, text=True, check=False
     )

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _packer import make_docs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_gather_pieces, ref_layout, ref_pack, ref_place, rows_of
-from test_streaming import make_docs
 
 import mmpack
 import mmpack._src.streaming.placement as placement_module

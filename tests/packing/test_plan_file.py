@@ -11,8 +11,8 @@ import zlib
 
 import numpy as np
 import pytest
+from _plans import FakeStore, same_plan
 from reference import xxh64_slow
-from test_plan import FakeStore, same_plan
 
 from mmpack._src.packing import plan_file
 from mmpack.errors import FormatError

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _plans import FakeStore, check_valid, plan_bins, same_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_plan import FakeStore, check_valid, plan_bins, ref_bfd, ref_stream, same_plan
+from reference import ref_bfd, ref_stream
 
 import mmpack._src.packing.plan_regions as plan_regions
 from benchmarks.bench_regions import obfd_bins, obfd_items

@@ -12,13 +12,12 @@ import json
 import os
 import pickle
 import time
-import uuid
 
 import numpy as np
 import pytest
 from _contract import assert_views_equal, assert_workers_serve
+from _remote_stores import _build_with_block, _corpus, _url
 from _s3 import (
-    BUCKET,
     DelayProxy,
     S3Server,
     build_crashing_before_commit,
@@ -39,19 +38,9 @@ from mmpack.errors import (
 )
 
 
-def _corpus(n_docs: int = 200, seed: int = 0, vocab: int = 50_000) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    lens = np.maximum(rng.lognormal(5.0, 1.2, size=n_docs).astype(int), 0)
-    return [rng.integers(0, vocab, size=n) for n in lens]
-
-
 @pytest.fixture(autouse=True)
 def _cache_home(tmp_path, monkeypatch):
     isolate_cache_and_env(tmp_path, monkeypatch)
-
-
-def _url(name: str = "s") -> str:
-    return f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}/{name}"
 
 
 @pytest.fixture
@@ -85,14 +74,6 @@ def test_s3_store_equals_local(s3_server, tmp_path, check_block_bytes):
         np.testing.assert_array_equal(store[j], local[j])
     _assert_views_equal(store, local)
     assert store.verify()["bytes"] == local.verify()["bytes"]
-
-
-def _build_with_block(url, docs, options, block):
-    from mmpack._src.remote.writer import RemoteStoreWriter
-
-    with RemoteStoreWriter(url, storage_options=options, check_block_bytes=block) as w:
-        w.add_many(docs)
-    return w.store
 
 
 def test_file_url_same_code_path(tmp_path):

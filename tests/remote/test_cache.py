@@ -17,10 +17,10 @@ import os
 import numpy as np
 import pytest
 from _contract import assert_workers_serve
+from _remote_stores import _build_with_block, _corpus, _url
 from _s3 import DelayProxy, isolate_cache_and_env, run_processes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
 from mmpack._src.remote import cache as cache_mod

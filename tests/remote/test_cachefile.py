@@ -10,10 +10,7 @@ Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache_fa
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import gc
-import io
 import json
 import os
 import subprocess
@@ -24,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _remote_stores import _build_with_block, _corpus, _url, full_disk, hold_cache_lock
 from _s3 import isolate_cache_and_env
-from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
 from mmpack._src.remote import cache as cache_mod
@@ -137,33 +134,6 @@ def test_blocks_are_checked_once_per_reader(s3_server, tmp_path, filled, monkeyp
             a = int(starts[k])
             np.testing.assert_array_equal(src[at[k] : at[k] + 50], local.read_range(a, a + 50))
     assert checked == [0, 1, 4]  # each once
-
-
-# ----------------------------------------------------------------------------- stopped holders
-_HOLD = """
-import fcntl, os, signal, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("locked", flush=True)
-os.kill(os.getpid(), signal.SIGSTOP)  # stopped while holding the lock (Ctrl-Z, a paused container)
-"""
-
-
-@contextlib.contextmanager
-def hold_cache_lock(cache_dir: Path):
-    """A process stopped while it holds ``cache_dir``'s lock, for the ``with`` block (killed
-    after it, by its pid)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(cache_dir / "blocks" / ".lock")],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        yield holder
-    finally:
-        holder.kill()  # a stopped process takes SIGKILL
-        holder.wait(30)
 
 
 def _in_thread(fn, timeout: float):
@@ -282,80 +252,6 @@ def test_a_truncated_cache_file_is_discarded_and_fetched_again(
         assert cf is not None and cf.present(np.arange(3)).all()
     assert path.stat().st_size == size
     assert fresh._backend.stats["bytes_fetched"] == 0
-
-
-# ----------------------------------------------------------------------------- a full disk
-def _enospc(what) -> OSError:
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
-
-
-class _FullFile:
-    """A file opened for writing on a full disk: created, every write refused."""
-
-    def __init__(self, f) -> None:
-        self._f = f
-
-    def write(self, data):
-        raise _enospc(self._f.name)
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._f.close()
-
-
-def full_disk(monkeypatch, root: Path) -> None:
-    """Make every write under ``root`` fail with ENOSPC, as on a full disk: creating files
-    works, writing bytes into them (``write``, ``pwrite``, ``ftruncate``, ``fallocate``) and
-    creating folders does not.  Paths elsewhere are untouched."""
-    root_s = str(root.resolve())
-
-    def under(path) -> bool:
-        try:
-            return os.path.abspath(os.fsdecode(os.fspath(path))).startswith(root_s)
-        except TypeError:
-            return False
-
-    def fd_under(fd: int) -> bool:
-        try:
-            return os.readlink(f"/proc/self/fd/{fd}").startswith(root_s)
-        except OSError:
-            return False
-
-    real_open = io.open
-
-    def fake_open(file, mode="r", *args, **kwargs):
-        f = real_open(file, mode, *args, **kwargs)
-        if any(c in mode for c in "wax+") and not isinstance(file, int) and under(file):
-            return _FullFile(f)
-        return f
-
-    def by_fd(real):
-        def call(fd, *args):
-            if fd_under(fd):
-                raise _enospc(f"fd {fd}")
-            return real(fd, *args)
-
-        return call
-
-    real_mkdir = os.mkdir
-
-    def mkdir(path, *args, **kwargs):
-        if under(path):
-            raise _enospc(path)
-        return real_mkdir(path, *args, **kwargs)
-
-    import builtins
-
-    monkeypatch.setattr(builtins, "open", fake_open)
-    monkeypatch.setattr(io, "open", fake_open)
-    for name in ("write", "pwrite", "ftruncate", "posix_fallocate"):
-        monkeypatch.setattr(os, name, by_fd(getattr(os, name)))
-    monkeypatch.setattr(os, "mkdir", mkdir)
 
 
 @pytest.mark.parametrize("limit", [None, GiB])

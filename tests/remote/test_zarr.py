@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from _contract import assert_views_equal, assert_workers_serve
 from _s3 import BUCKET, DelayProxy, build_crashing_before_commit, use_server_env
+from _zarr_stores import _corpus, _small
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_zarr import _corpus, _small
 
 import mmpack
 from mmpack._src.remote.transport import make_transport
@@ -361,7 +361,7 @@ def test_a_full_disk_under_cache_dir_serves_remote_zarr_from_memory(
     kept in memory, every view equal to the local store's, with one warning."""
     import warnings
 
-    from test_remote_cache_faults import full_disk
+    from _remote_stores import full_disk
 
     docs = _corpus(26)
     store = _remote(docs, s3_server.options)

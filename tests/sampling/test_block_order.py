@@ -6,22 +6,14 @@ form of the module docstring, with tolerances of many standard errors.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _orders import naive_block_order
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpack._src.sampling.block_order import bounds_digest
 from mmpack.sampling import BlockOrder, uniform_bounds
-
-TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from _orders import naive_block_order
 
 
 @st.composite

@@ -13,22 +13,15 @@ Run: ``pytest tests/test_sampler_edits.py``.
 from __future__ import annotations
 
 import json
-import sys
 from itertools import islice
-from pathlib import Path
 
 import pytest
+from _orders import StreamModel, sampler_kwargs, served_samples
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mmpack import ResumableSampler
 from mmpack.errors import FormatError, StateMismatchError
-
-TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from _orders import StreamModel, sampler_kwargs, served_samples
 
 SEED = 3
 

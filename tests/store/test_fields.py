@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from _contract import assert_views_equal
 from _s3 import BUCKET
-from test_zarr import _small
+from _zarr_stores import _small
 
 import mmpack
 from mmpack.errors import FormatError

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import ROOT
 
 import mmpack
 import mmpack._src.store.backends._zarr as zarr_backend
@@ -42,7 +43,6 @@ from mmpack.errors import FormatError, StoreNotFoundError
 from mmpack.store import StoreWriter
 
 BACKENDS = ["memmap", "zarr"]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _docs(seed: int, n: int = 40, high: int = 200) -> list[np.ndarray]:

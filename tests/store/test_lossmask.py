@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _contract import assert_views_equal
+from _contract import LAYOUTS, assert_views_equal
+from _zarr_stores import _small
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_store_contract import LAYOUTS
-from test_zarr import _small
 
 import mmpack
 from mmpack._src.store.format import LOSS_MASK_STORE

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _paths import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import xxh64_slow
@@ -27,7 +28,7 @@ import mmpack._src.store.writer as W
 from mmpack.errors import FormatError
 from mmpack.store import StoreWriter
 
-FIXTURE = Path(__file__).parent / "data" / "store_crc32_v1"
+FIXTURE = DATA / "store_crc32_v1"
 # A store whose token blocks are CRC-32 (STRIPE_BYTES=64): two token blocks, one offsets block.
 FIXTURE_DOCS = [[5, 6, 7], [], [300, 1, 2, 65535], list(range(40)), [9]]
 

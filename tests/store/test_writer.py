@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _paths import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -497,7 +498,6 @@ def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
     corpus.mkdir()
     (corpus / "a.txt").write_text("hello world")
     (corpus / "b.txt").write_text("another document")
-    root = Path(__file__).resolve().parents[1]
     res = subprocess.run(
         [sys.executable, "-m", "mmpack", "build", "corpus/*.txt", "-o", "corpus", "--overwrite"],
         cwd=tmp_path,
@@ -505,7 +505,7 @@ def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert res.returncode != 0
     assert "is not an mmpack store (it holds a.txt, b.txt); refusing to replace it" in res.stderr

@@ -7,16 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from _packer import make_docs
 from reference import ref_pack, rows_of
 
 from mmpack import StreamingPacker
 from mmpack.errors import FormatError, StateMismatchError
-
-
-# =========================================================================== reference twins
-def make_docs(lengths, base=1):
-    return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]
-
 
 # =========================================================================== kernels
 # place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _block_fetch import _parts, _two_epochs, _window_bytes, assert_each_block_once
+from _remote_stores import _build_with_block, _corpus, _url
 from _s3 import DelayProxy, isolate_cache_and_env
-from test_remote import _build_with_block, _corpus, _url
 
 import mmpack
 from mmpack import ResumableSampler
@@ -70,66 +71,10 @@ def _ids(batch):
     return batch["input_ids"].numpy()
 
 
-def _parts(fetcher, spans):
-    """Range requests the spans of a window take (parts of ``part_blocks`` check blocks inside
-    each span)."""
-    n = 0
-    for a, b in spans:
-        b0, b1 = fetcher.spans.block_range(a, b)
-        n += -(-(b1 - b0) // fetcher.spans.part_blocks)
-    return n
-
-
-def _window_bytes(fetcher, epoch):
-    """Bytes of the check blocks each window of ``epoch`` reads."""
-    out = []
-    for w in range(fetcher.order.n_windows):
-        ranges = [fetcher.spans.block_range(a, b) for a, b in fetcher.window_spans(epoch, w)]
-        out.append(sum(b1 - b0 for b0, b1 in ranges) * fetcher.spans.fetcher.block)
-    return out
-
-
 def _with_parts(ld):
     f = ld.sampler.window_fetcher
     f.spans.part_blocks = PART // CHECK
     return f
-
-
-def _two_epochs(view, sampler):
-    """``(sizer, sizes, bound)``: a fetcher giving the windows' spans of ``sampler``'s order
-    (it fetches nothing itself), the bytes of each window of epochs 0, 1 and 2, and the most
-    two consecutive windows of the two epochs (and the next one's first) hold."""
-    sizer = WindowFetcher(view, sampler)
-    sizes = [_window_bytes(sizer, e) for e in range(3)]
-    seq = sizes[0] + sizes[1] + sizes[2][:1]
-    return sizer, sizes, max(a + b for a, b in zip(seq, seq[1:]))
-
-
-def assert_each_block_once(store, proxy, before, sizer, sizes, bound, peak, opens=0):
-    """Two epochs read in the block order through the fetcher of ``sizer``'s order (and the
-    proxy's ``(requests, bytes_down)`` before them): the node cache held two windows at most (``peak``,
-    sampled in the loop), each block was fetched once per epoch in whole parts, and readers
-    fetched (almost) nothing of their own (``opens``: requests a spawned worker's open of the
-    store takes)."""
-    spans = store.span_fetcher
-    stats = spans.stats
-    block = spans.fetcher.block
-    assert 0 < peak <= bound + 2 * sizer.order.window_blocks * block  # a boundary block each end
-    # each block once per epoch (a block at a span's edge once per window using it), and
-    # the next epoch's first window fetched ahead
-    assert stats["bytes_fetched"] <= sum(sizes[0]) + sum(sizes[1]) + sizes[2][0]
-    parts = sum(
-        _parts(sizer, sizer.window_spans(e, w))
-        for e in (0, 1)
-        for w in range(sizer.order.n_windows)
-    )
-    assert stats["requests"] <= parts + _parts(sizer, sizer.window_spans(2, 0))
-    # readers waited for the parts (a few requests of the readers' own at most)
-    assert proxy.requests - before[0] <= stats["requests"] + 4 + opens
-    # and their bytes: the parts' (with each response's headers) and a few blocks besides
-    requests, down = proxy.requests - before[0], proxy.bytes_down - before[1]
-    assert down <= stats["bytes_fetched"] + 1024 * requests + (4 + opens) * block
-    assert stats["blocks_dropped"] > 0
 
 
 def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, tmp_path):
@@ -344,7 +289,7 @@ def test_a_corrupt_part_is_fetched_again(stores, s3_server, tmp_path, monkeypatc
 def zarr_store(s3_server, stores):
     """The stores' documents as a remote sharded Zarr store: one 4 KiB inner chunk per check
     block of the memmap store, 16 chunks per shard."""
-    from test_zarr import _small
+    from _zarr_stores import _small
 
     with pytest.MonkeyPatch.context() as mp:
         _small(mp, inner=CHECK, shard=16 * CHECK)
@@ -501,7 +446,7 @@ def test_a_drop_under_a_stuck_cache_lock_keeps_the_blocks(stores, s3_server, tmp
     once and keeps the blocks (they stay readable and are dropped by a later drop)."""
     import warnings
 
-    from test_remote_cache_faults import hold_cache_lock
+    from _remote_stores import hold_cache_lock
 
     from mmpack._src.remote import cache as cache_mod
 

@@ -8,26 +8,19 @@ Run: ``pytest tests/test_elastic.py``.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _datasets import IndexDataset
+from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import naive_deal
 
 from mmpack import Permutation, ResumableSampler
 from mmpack._src.torch import elastic
 from mmpack.errors import FormatError, StateMismatchError
-
-TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from _datasets import IndexDataset
-from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
-from reference import naive_deal
 
 orders = pytest.mark.parametrize("order", ORDERS)
 SHUFFLES = st.sampled_from([False, True, "blocks"])

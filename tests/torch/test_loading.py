@@ -16,11 +16,11 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _paths import ROOT
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import mmpack
@@ -30,7 +30,6 @@ from mmpack.errors import FormatError, StateMismatchError
 from mmpack.torch import Collator, ResumableLoader, collate
 
 N, SEQLEN = 50, 4
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

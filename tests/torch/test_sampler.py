@@ -15,11 +15,13 @@ import sys
 import textwrap
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _datasets import IndexDataset
+from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
+from _paths import ROOT, TESTS
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
@@ -28,14 +30,6 @@ from mmpack import Permutation, ResumableSampler
 from mmpack._src.sampling.sampler_state import STATE_FIELDS, STATE_VERSION
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.sampling import BlockOrder, uniform_bounds
-
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from _datasets import IndexDataset
-from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
 
 orders = pytest.mark.parametrize("order", ORDERS)
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _orders import TEST_WINDOW_BLOCKS, StreamModel, bounds_of, served_samples
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,12 +31,6 @@ from mmpack import ResumableSampler, Stages
 from mmpack._src.torch.stages import StageDataset
 from mmpack.errors import FormatError, StateMismatchError
 from mmpack.torch import stage_seed
-
-TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from _orders import TEST_WINDOW_BLOCKS, StreamModel, bounds_of, served_samples
 
 SEED = 5
 
