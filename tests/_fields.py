@@ -12,7 +12,7 @@ from mmpack.ingest import build_distributed, ingest
 
 def engines_join_the_fields(tmp_path, engine: str, scheduler: str | None = None) -> None:
     """One part per input (a Parquet file, a saved dataset), joined by ``engine``: the fields
-    of the JSON lines build of both (the Dask case runs in tests/test_ingest_distributed.py,
+    of the JSON lines build of both (the Dask case runs in tests/ingest/test_distributed.py,
     on its cluster)."""
     _write_all(tmp_path)
     ref = ingest(

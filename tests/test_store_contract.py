@@ -2,7 +2,7 @@
 memmap and remote Zarr on a real S3 server (SeaweedFS, ``tests/_s3.py``), ``file://`` URLs and a
 join of parts.  On random corpora (empty documents, documents longer than a row, ids up to the
 dtype's top) every window and packed row of each equals the local memmap store's
-(``tests/_contract.py``), which ``tests/test_window.py`` and ``tests/test_packed.py`` prove
+(``tests/_contract.py``), which ``tests/views/test_window.py`` and ``tests/views/test_packed.py`` prove
 against slow Python twins.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_store_contract.py``.

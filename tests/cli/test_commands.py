@@ -1,7 +1,7 @@
 """The ``mmpack`` command, run as users run it: a subprocess of the real entry point
 (``python -m mmpack`` and the installed ``mmpack`` script) on small real corpora.
 
-Run: ``.venv/bin/python -m pytest tests/test_cli.py -q``.
+Run: ``.venv/bin/python -m pytest tests/cli/test_commands.py -q``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ its samples; ``mmpack.torch.loader`` (through ``ResumableSampler(view)``) record
 and refuses a state of another; a mixture changed by ``with_schedule(new, from_position=p)``
 accepts the states of the mixture it was changed from taken at or before ``p``, and no other.
 
-Run: ``pytest tests/test_fingerprint.py``.
+Run: ``pytest tests/core/test_fingerprints.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and distributed builds, ``verify``, ``export``, uploads, copies), the build's to
 inputs' bytes on disk (compressed sizes, positions in the compressed file), off in library calls
 unless asked, on in the command only when stderr is a terminal, and never in captured output.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_progress.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/core/test_progress.py``
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ puts position ``p`` at step ``p``, so ``mmpack.torch.loader``, ``ResumableSample
 ``Stages`` deal its positions to the ranks without permuting them, and refuse ``shuffle=True``
 (or ``"blocks"``) for it; a mixture of constant weights is shuffled as any view.
 
-Run: ``pytest tests/test_view_order.py``.
+Run: ``pytest tests/core/test_sample_order.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ way its source documents them (``olmo_core.data.utils``: a headerless ``np.memma
 uint32, EOS between documents, ``NAME.csv.gz`` of ``start,end`` per document) and compare with
 ``NumpyFSLDataset``'s documented instances (``tokens[i*L:(i+1)*L]`` for ``i < N // L``).
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_foreign_eos.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/formats/test_eos_separated.py``
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Exports to other tools' formats, read back by the real megatron-core (``IndexedDataset``) and
 by the EOS-separated opener; and the ``mmpack`` CLI on foreign stores.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_foreign_export.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/formats/test_export.py``
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 built with its own ``IndexedDatasetBuilder``, read back with its ``IndexedDataset`` and sampled
 with its ``GPTDataset`` (C++ ``helpers`` included), all on CPU.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_foreign_megatron.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/formats/test_megatron.py``
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ files built by its ``IndexedDatasetBuilder``, datasets built by its ``GPTDataset
 ``BlendedMegatronDatasetBuilder`` (C++ ``helpers`` included), all on CPU.  The indices are
 compared array for array (values and dtypes), the samples field for field.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_megatron_order.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/formats/test_megatron_order.py``
 """
 
 from __future__ import annotations

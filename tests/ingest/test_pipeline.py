@@ -1,7 +1,7 @@
 """Ingestion: every input format, bad records reported with their place and skipped (or fatal),
 deterministic parallel tokenization, bounded reading, and exact round trips.
 
-Run: ``.venv/bin/python -m pytest tests/test_ingest.py -q``.
+Run: ``.venv/bin/python -m pytest tests/ingest/test_pipeline.py -q``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and the copy of tokenizer.json written at build, outside the fingerprint; views 
 store; vocabulary and mixed-tokenizer checks; joins and distributed builds carrying the record;
 ``mmpack info`` and ``mmpack show --decode`` without ``--tokenizer``.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_provenance.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/ingest/test_provenance.py``
 """
 
 from __future__ import annotations

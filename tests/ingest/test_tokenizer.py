@@ -1,7 +1,7 @@
 """Tokenizers: the byte-level one, Hugging Face ``tokenizers`` files and folders, the lazy
 ``transformers`` path, and the picklable spec that worker processes rebuild them from.
 
-Run: ``.venv/bin/python -m pytest tests/test_tokenizer.py -q``.
+Run: ``.venv/bin/python -m pytest tests/ingest/test_tokenizer.py -q``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ written (and a cyclic manifest is a FormatError); thousands of parts open and re
 common limit of 1024 open files; ``verify_reads=True`` checks every part's blocks on first read;
 remote parts open with the ``storage_options`` the caller gives, never stored in the manifest.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/test_parts_trust.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q -p no:cacheprovider tests/joins/test_join.py``
 """
 
 from __future__ import annotations

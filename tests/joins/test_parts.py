@@ -2,7 +2,7 @@
 from the parts' documents in order; the manifest is small, refuses changed or missing parts and is
 published atomically.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_parts.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/joins/test_parts.py``
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The store kernels against their slow Python twins: XXH64 (the published algorithm, checked on
 known digests too) and the build's convert-and-check pass.
 
-Run: ``pytest tests/test_kernels_store.py`` (``make test`` reruns it with NUMBA_BOUNDSCHECK=1).
+Run: ``pytest tests/kernels/test_store.py`` (``make test`` reruns it with NUMBA_BOUNDSCHECK=1).
 """
 
 from __future__ import annotations

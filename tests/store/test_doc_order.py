@@ -4,7 +4,7 @@ in the order a slow Python twin of the keyed permutation computes, the same for 
 different across seeds; a failed, interrupted or killed shuffled build leaves nothing that opens
 and no temporary store; ingest, the CLI and distributed builds (Dask on 127.0.0.1) shuffle too.
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_shuffle_docs.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/store/test_doc_order.py``
 """
 
 from __future__ import annotations

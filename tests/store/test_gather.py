@@ -3,7 +3,7 @@ from the arrays, or copied into the staging block when small) and taken from ite
 it was when yielded (``DocChunks``), against naive concatenation; lists and generators of the
 same documents give the same store or the same error.
 
-Run: ``pytest tests/test_store_gather.py``.
+Run: ``pytest tests/store/test_gather.py``.
 """
 
 from __future__ import annotations

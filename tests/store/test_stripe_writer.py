@@ -3,7 +3,7 @@ blocks hashed from the file on a hash thread) against the naive concatenation an
 any pieces, strided arrays, truncation, short writes, files that cannot be mapped, and the
 caller's buffers changed once the writer returns.
 
-Run: ``pytest tests/test_stripe_writer.py``.
+Run: ``pytest tests/store/test_stripe_writer.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ checksum read: a record naming another, such as the unreleased CRC-32 option's, 
 ``mmpack verify`` finds a flipped byte, and the token file's widening, rollback across written
 blocks and chunked gathering keep exactly the good documents.
 
-Run: ``pytest tests/test_store_checksum.py``.
+Run: ``pytest tests/store/test_tokenfile.py``.
 """
 
 from __future__ import annotations

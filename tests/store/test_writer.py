@@ -3,7 +3,7 @@
 Each test reproduces a defect found by adversarial testing: ``overwrite`` replacing a folder that
 is not a store, ``StoreWriter.add`` losing good documents, wrapped ``add_batch`` lengths swapping
 a corrupt store in place of a good one, a full disk leaking the temporary folder, a source that
-reuses its output buffer.  Run: ``pytest tests/test_trust_store.py``.
+reuses its output buffer.  Run: ``pytest tests/store/test_writer.py``.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def test_a_source_reusing_its_output_buffer(tmp_path, kind, buffer_tokens):
 # ============================================================================ item 7: Zarr chunks
 def _zarr_store(tmp_path: Path, docs=None):
     """A Zarr store whose token shards hold 2**18 tokens (uint16: 512 KiB), so 8 documents of
-    100,000 tokens lie in 4 shards; tests/test_zarr.py checks the shards' own structure."""
+    100,000 tokens lie in 4 shards; tests/store/backends/test_zarr.py checks the shards' own structure."""
     import mmpack._src.store.backends._zarr_shards as shards
 
     docs = docs if docs is not None else [np.arange(j, j + 100_000) % 60000 + 1 for j in range(8)]

@@ -20,7 +20,7 @@ from mmpack.errors import FormatError, StateMismatchError
 
 # =========================================================================== the packer vs the twin
 # (every container and dtype of source, Python lists included, against the seed's packer:
-# tests/test_streaming_batch.py::test_numpy_and_list_sources_match_seed_twin)
+# tests/kernels/test_streaming_batch.py::test_numpy_and_list_sources_match_seed_twin)
 
 
 def test_deferred_sequences_keep_their_order():

@@ -1,6 +1,6 @@
 """Specification of :mod:`mmpack._src.torch.attention`: a packed row attends like its documents alone.
 
-Run: ``.venv/bin/python -m pytest tests/test_attention.py -q``.
+Run: ``.venv/bin/python -m pytest tests/torch/test_attention.py -q``.
 
 FlexAttention runs here eagerly on the CPU (torch's unfused reference path: it evaluates the
 ``mask_mod`` densely), so the BlockMask's *block structure* is checked separately against the

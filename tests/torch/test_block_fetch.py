@@ -6,7 +6,7 @@ never holds more than two windows; two processes sharing a ``cache_dir`` fetch e
 DataLoader workers read the shared cache over two epochs (blocks dropped and fetched again); a
 corrupt part is caught by the checksum and fetched again.
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_block_fetch.py``.
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/torch/test_block_fetch.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Specification of :mod:`mmpack._src.torch.collate`.
 
-Run: ``.venv/bin/python -m pytest tests/test_collate.py -q``.
+Run: ``.venv/bin/python -m pytest tests/torch/test_collate.py -q``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ partition (a reference written from its ``thd_get_partitioned_indices`` kernel) 
 megatron-core's ``get_batch_on_this_cp_rank``; the padded batch token by token; fixed-length
 ``cu_seqlens``.
 
-Run: ``pytest tests/test_context_parallel.py``.
+Run: ``pytest tests/torch/test_cp_batch.py``.
 """
 
 from __future__ import annotations

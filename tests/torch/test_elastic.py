@@ -3,7 +3,7 @@
 The naive model materialises the epoch order as a list (``_orders.epoch_order``: the global
 order or the block-window order) and deals it with Python slicing (``naive_deal`` in
 ``tests/reference.py``); the sampler must agree with it index for index, in every order.
-Run: ``pytest tests/test_elastic.py``.
+Run: ``pytest tests/torch/test_elastic.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ still takes its softmax in float32, so equality holds to ~1e-7) while cross-docu
 moves the loss by far more.  The FlexAttention case compiles its kernel (about a minute on a
 loaded 2-core machine) and runs in float32, the widest CPU flex accepts.  The reference runs each
 document alone through the same model; the packed forward must give the same summed loss.
-Run: ``pytest tests/test_hf.py``.
+Run: ``pytest tests/torch/test_hf.py``.
 """
 
 from __future__ import annotations

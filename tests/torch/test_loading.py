@@ -4,7 +4,7 @@ a kill, at another worker count and at another world size.
 Window ``i`` of the store below holds the tokens ``4i .. 4i + 3``, so ``input_ids[:, 0] // 4`` names
 the samples of a batch.
 
-Run: ``pytest tests/test_loader.py``.
+Run: ``pytest tests/torch/test_loading.py``.
 """
 
 from __future__ import annotations

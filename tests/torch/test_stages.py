@@ -12,7 +12,7 @@ and JSON state round trips into W2 ranks, checking every rank's batches, ``step`
 Budgets count what is served (a skipped position nothing, a replayed one again), so the model's
 steps per stage never change with edits.  A real DataLoader serves two stages of different
 ``seqlen`` and batch sizes, and stages in block order follow each stage's plain sampler.
-Run: ``pytest tests/test_stages.py``.
+Run: ``pytest tests/torch/test_stages.py``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ sharded over workers and ranks, and resumed through torchdata's StatefulDataLoad
 
 Every document has distinct token ids, so the segments of the emitted batches name the documents
 they came from: the union over workers and ranks must be every document exactly once.
-Run: ``pytest tests/test_torch_streaming.py``.
+Run: ``pytest tests/torch/test_streaming.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """collate in DataLoader workers: batches in reused shared buffers, each buffer's descriptor sent
 once, never overwritten while held.
 
-Run: ``pytest tests/test_transfer.py``.
+Run: ``pytest tests/torch/test_transfer.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The views' reusable output buffers: an array is handed out again only when nothing reads its
 memory any more (numpy views, memoryviews, DLPack capsules, tensors over it).
 
-Run: ``pytest tests/test_buffers.py``.
+Run: ``pytest tests/views/test_buffers.py``.
 """
 
 from __future__ import annotations

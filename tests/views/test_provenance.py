@@ -3,9 +3,9 @@
 random stores, sequence lengths and strides; for windows, packed rows and mixtures; through a
 DataLoader worker; and document ids of a subset store given as its parent's.
 
-(``tests/test_provenance.py`` is about stores that record their tokenizer.)
+(``tests/ingest/test_provenance.py`` is about stores that record their tokenizer.)
 
-Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_provenance_batches.py``
+Run: ``PYTHONPATH=$PWD python -m pytest -q tests/views/test_provenance.py``
 """
 
 from __future__ import annotations

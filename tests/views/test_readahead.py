@@ -5,7 +5,7 @@ The advice is observable: ``/proc/self/smaps`` lists a mapping's ``VmFlags``, wh
 pages are evicted here the way the benchmark does it (``MADV_DONTNEED`` on the mapping, then
 ``posix_fadvise(POSIX_FADV_DONTNEED)``), which needs ``tmp_path`` on a disk-backed file system.
 
-Run ``pytest tests/test_cold.py``.
+Run ``pytest tests/views/test_readahead.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The window view, specified against a naive Python implementation of its semantics.
 
-Run: ``make test`` (or ``.venv/bin/python -m pytest tests/test_window.py``).
+Run: ``make test`` (or ``.venv/bin/python -m pytest tests/views/test_window.py``).
 """
 
 from __future__ import annotations

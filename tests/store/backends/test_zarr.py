@@ -2,7 +2,7 @@
 and packed row equal to the memmap store's, batched reads against slicing the flat tokens,
 missing or damaged shards as errors (never zeros), a tokens array of another layout refused, zstd.
 
-Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_zarr.py``.  Small inner chunks
+Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/store/backends/test_zarr.py``.  Small inner chunks
 and shards (monkeypatched) give many shards from few tokens.
 """
 
