@@ -22,14 +22,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import find_eos_slow
 
 import mmpack
 from mmpack import WindowDataset
 from mmpack._src.formats import eos_separated as eos_mod
 from mmpack._src.formats import foreign
 from mmpack._src.formats.eos_separated import EosSeparatedStore, open_eos_separated
-from mmpack._src.kernels.eos import find_eos
 from mmpack.errors import FormatError, StateMismatchError
 
 
@@ -52,20 +50,6 @@ def eos_documents_slow(tokens, eos):
     if cur:
         docs.append(cur)
     return docs
-
-
-@given(
-    st.lists(st.integers(0, 4), max_size=200),
-    st.integers(0, 4),
-    st.integers(0, 10**12),
-    st.sampled_from(["<u1", "<u2", "<u4", "<u8"]),
-)
-def test_find_eos_matches_its_twin(values, eos, base, dtype):
-    tokens = np.array(values, dtype=dtype)
-    out = np.full(tokens.size, -1, dtype=np.int64)
-    n = find_eos(tokens, eos, base, out)
-    assert out[:n].tolist() == find_eos_slow(tokens, eos, base)
-    assert (out[n:] == -1).all()
 
 
 @given(st.lists(st.integers(0, 3), max_size=300), st.sampled_from([1, 2, 5, 64]))
