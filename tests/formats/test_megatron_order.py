@@ -32,13 +32,11 @@ from _megatron import (
 from _paths import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import ref_sample_index
 
 import mmpack
 from mmpack import ResumableSampler
 from mmpack._src.formats import megatron_order
 from mmpack._src.formats.megatron_order import split_sequences
-from mmpack._src.kernels.megatron_order import fill_sample_index
 from mmpack.errors import FormatError
 from mmpack.formats import MegatronGPTDataset, build_order
 from mmpack.torch import collate
@@ -48,7 +46,6 @@ with warnings.catch_warnings():
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
-    from megatron.core.datasets.helpers_cpp import build_sample_idx_int32
 
 VOCAB = 1000
 EOD = VOCAB - 1
@@ -116,30 +113,6 @@ def _assert_same_samples(view, gpt, limit=800):
 
 
 # ----------------------------------------------------------------------------- the sample index
-@settings(max_examples=300)
-@given(
-    sizes=st.lists(st.integers(0, 9), min_size=1, max_size=8),
-    epochs=st.integers(1, 3),
-    seqlen=st.integers(1, 12),
-    extra=st.integers(0, 1),
-    drop_last=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_sample_index_kernel_equals_its_twin_and_megatrons_helper(
-    sizes, epochs, seqlen, extra, drop_last, seed
-):
-    sizes = np.array(sizes, dtype=np.int32)
-    total = epochs * int(sizes.sum())
-    if total == 0:
-        return
-    di = np.tile(np.arange(sizes.size, dtype=np.int32), epochs)
-    np.random.default_rng(seed).shuffle(di)
-    n = megatron_order._num_samples(total, seqlen, extra, drop_last)
-    ours = np.empty((n + 1, 2), dtype=np.int32)
-    fill_sample_index(sizes, di, seqlen, extra, total, ours)
-    np.testing.assert_array_equal(ours, ref_sample_index(sizes, di, seqlen, extra, n))
-    theirs = build_sample_idx_int32(sizes, di, seqlen, epochs, total // epochs, drop_last, extra)
-    np.testing.assert_array_equal(ours, theirs)
 
 
 @settings(max_examples=100)

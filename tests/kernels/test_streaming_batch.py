@@ -16,9 +16,6 @@ from mmpack import StreamingPacker
 from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
-from mmpack._src.store.tokens import as_token_array
-from mmpack._src.streaming.incoming import flat_sequences
-from mmpack._src.streaming.pieces import PieceBuffer
 
 # =========================================================================== slow twins
 IGNORE = -100
@@ -216,63 +213,6 @@ def test_numpy_and_list_sources_match_seed_twin(
         assert (pad == pad_id).all()
 
 
-# =========================================================================== one pass per batch
-def _tokens(flat, lens):
-    ends = np.cumsum(lens).tolist()
-    return [flat[e - n : e].tolist() for e, n in zip(ends, lens.tolist())], lens.tolist()
-
-
-@pytest.mark.parametrize(
-    "items",
-    [
-        [[5, 6, 7], [], [8], (9, 10)],
-        [[0, 1, 1, 0] * 50, [1] * 30, [2, 3]],  # many 0s and 1s: every element's type is read
-        [[2**62, 3], [4]],
-        [np.arange(4, dtype=np.int32), np.arange(3, dtype=np.uint8)],
-    ],
-)
-def test_flat_sequences_keep_the_tokens(items):
-    flat, lens = flat_sequences(items, 0)
-    assert _tokens(flat, lens) == ([list(x) for x in items], [len(x) for x in items])
-    assert flat.dtype.kind in "iu"
-
-
-@pytest.mark.parametrize(
-    "bad, exc, match",
-    [
-        ([3, True], ValueError, "document 11 has a non-integer token True"),
-        ([False, 3], ValueError, "non-integer token False"),
-        ([3, 1.5], ValueError, "non-integer token 1.5"),
-        ([3, "4"], ValueError, "document 11 holds <U21 values"),
-        ([3, [4]], ValueError, "document 11"),
-        ([3, np.True_], ValueError, "non-integer token"),
-    ],
-)
-def test_lists_follow_the_token_rule(bad, exc, match):
-    """A bad element anywhere in an incoming batch of lists is refused as build refuses it,
-    naming its document, even when the other lists are plain (the one-pass path falls back)."""
-    items = [[1, 2]] * 10 + [bad] + [[0, 1]] * 5
-    with pytest.raises(exc, match=match):
-        flat_sequences(items, 1)
-    with pytest.raises(exc):
-        as_token_array(bad, 11)
-
-
-def test_integral_floats_and_numpy_scalars_in_lists_are_converted():
-    items = [[1.0, 2.0], [np.int64(3), 4], [5, 6]]
-    flat, lens = flat_sequences(items, 0)
-    assert _tokens(flat, lens) == ([[1, 2], [3, 4], [5, 6]], [2, 2, 2])
-
-
-def test_bad_arrays_take_the_exact_path():
-    with pytest.raises(TypeError, match="document 1 has shape"):
-        flat_sequences([np.arange(3), np.ones((2, 2), dtype=np.int64)], 0)
-    with pytest.raises(TypeError, match="document 0"):
-        flat_sequences([np.int64(3), np.arange(2)], 0)
-    with pytest.raises(ValueError, match="non-integer token 0.5"):
-        flat_sequences([np.arange(3), np.full(2, 0.5)], 0)
-
-
 @pytest.mark.parametrize("source_kind", ["array", "list"])
 def test_negative_tokens_are_refused_whatever_the_padding(source_kind):
     good = [[1, 2, 3], [4, 5]]
@@ -284,12 +224,6 @@ def test_negative_tokens_are_refused_whatever_the_padding(source_kind):
     assert [rows_of(b) for b in StreamingPacker(good, **kw)] == [[[[1, 2, 3], [4, 5]]]]
     with pytest.raises(ValueError, match="negative token -5"):
         list(StreamingPacker(bad, **kw))
-
-
-def test_uint64_tokens_beyond_int64_are_refused():
-    docs = [np.array([2**63 + 1, 3], dtype=np.uint64)]
-    with pytest.raises(ValueError, match=r"< 2\*\*63"):
-        list(StreamingPacker(docs, batch_size=1, seqlen=4, buffer_size=1))
 
 
 @pytest.mark.parametrize("row_len", [1, 2, 3, 1024, 1025])
@@ -347,64 +281,6 @@ def test_gather_pieces_matches_twin(dtype, n_chunk, base, data):
     assert (got == want).all()
 
 
-def test_flat_sequences_joins_and_checks_like_flat_sequences():
-    items = [
-        np.arange(4, dtype=np.int32),
-        np.arange(3, dtype=np.uint8),
-        np.arange(0, dtype=np.int8),
-    ]
-    flat, lens = flat_sequences(items, 0)
-    assert flat.tolist() == [0, 1, 2, 3, 0, 1, 2] and lens.tolist() == [4, 3, 0]
-    assert flat.dtype == np.int32
-    flat, lens = flat_sequences([[5, 6], (7,), []], 0)
-    assert flat.tolist() == [5, 6, 7] and flat.dtype == np.int64 and lens.tolist() == [2, 1, 0]
-    # int64 with uint64 (numpy would give float64): int64, an id >= 2**63 refused naming it
-    flat, _ = flat_sequences([np.arange(2), np.arange(2, dtype=np.uint64)], 0)
-    assert flat.dtype == np.int64 and flat.tolist() == [0, 1, 0, 1]
-    with pytest.raises(ValueError, match=str(2**63 + 1)):
-        flat_sequences([np.arange(2), np.array([2**63 + 1], dtype=np.uint64)], 0)
-    with pytest.raises(ValueError, match="document 11 has a non-integer token True"):
-        flat_sequences([[1, 2]] * 10 + [[3, True]], 1)
-    with pytest.raises(TypeError, match="document 1 has shape"):
-        flat_sequences([np.arange(3), np.ones((2, 2), dtype=np.int64)], 0)
-    spare = np.full(10, -1, dtype=np.int32)
-    flat, _ = flat_sequences(items, 0, lambda dt, n: spare[:n] if dt == np.int32 else None)
-    assert flat.base is spare and spare[:7].tolist() == [0, 1, 2, 3, 0, 1, 2]
-
-
-def test_piece_buffer_releases_and_reuses_chunks():
-    buf = PieceBuffer(with_chunks=True)
-    a = buf.spare(np.dtype(np.int32), 5)
-    a[:] = range(5)
-    assert buf.add_chunk(a) == 0
-    assert buf.add_chunk(np.arange(10, 13, dtype=np.int64)) == 5
-    assert buf.tokens(1, 3).tolist() == [1, 2, 3] and buf.tokens(5, 3).tolist() == [10, 11, 12]
-    buf.release(4)  # position 4 is still referenced: nothing is released
-    assert len(buf.chunks) == 2
-    buf.release(5)
-    assert [b for b, _ in buf.chunks] == [5]
-    again = buf.spare(np.dtype(np.int32), 4)  # the released buffer, reused
-    assert again.base is a.base
-    assert buf.spare(np.dtype(np.int64), 4).base is not a.base
-    buf.release(None)
-    assert buf.chunks == []
-
-
-@pytest.mark.parametrize("incoming", [3, 50])
-def test_pieces_from_many_chunks_keep_placements(incoming):
-    """Pieces deferred across incoming batches (many live chunks, some of other dtypes) are
-    written from the right chunk: the batches equal the seed's packer's."""
-    rng = np.random.default_rng(5)
-    docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 300)]
-    kinds = [np.int32, np.uint16, np.int64]
-    arrays = [np.asarray(d, dtype=kinds[j // 7 % 3]) for j, d in enumerate(docs)]
-    batches = [arrays[i : i + incoming] for i in range(0, len(arrays), incoming)]
-    packer = StreamingPacker(
-        batches, source_format="batches", batch_size=3, seqlen=40, buffer_size=9
-    )
-    assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
-
-
 @pytest.mark.parametrize(
     "make",
     [
@@ -421,54 +297,3 @@ def test_arrays_of_any_layout_give_the_same_batches(make):
     docs = [rng.integers(1, 60000, size=int(n)).tolist() for n in rng.integers(1, 41, 200)]
     packer = StreamingPacker([make(d) for d in docs], batch_size=3, seqlen=40, buffer_size=9)
     assert [rows_of(b) for b in packer] == ref_pack(docs, 3, 40, 9)
-
-
-def test_two_d_arrays_in_a_batch_are_refused_by_name():
-    flat, _ = flat_sequences([np.arange(3), np.arange(2)], 0)
-    assert flat.tolist() == [0, 1, 2, 0, 1]
-    for items in (
-        [np.ones((2, 1), dtype=np.int64), np.ones((3, 1), dtype=np.int64)],
-        [np.ones((2, 2), dtype=np.int32)] * 2,
-    ):
-        with pytest.raises(TypeError, match="document 0 has shape"):
-            flat_sequences(items, 0)
-
-
-def test_chunks_are_released_as_the_stream_moves_on():
-    """The live token chunks stay few (those of the held and queued pieces), whatever the
-    stream's length (187 incoming batches, each one chunk)."""
-    rng = np.random.default_rng(2)
-    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in rng.integers(1, 60, 3000)]
-    batches = [docs[i : i + 16] for i in range(0, len(docs), 16)]
-    packer = StreamingPacker(
-        batches, source_format="batches", batch_size=4, seqlen=64, buffer_size=8
-    )
-    live = []
-    for _ in packer:
-        live.append(len(packer._admission.pieces.chunks))
-    assert len(batches) > 150 and len(live) > 100 and max(live) <= 4
-
-
-def test_chunks_of_dropped_sequences_are_not_held():
-    """A long stretch of sequences that give no piece (dropped) keeps no chunks
-    alive while the packer reads on for pieces: the live chunks stay bounded by the held
-    pieces (before: one per incoming batch of the stretch, 1463 here, all their tokens held
-    until the next batch was written)."""
-    rng = np.random.default_rng(6)
-    lengths = np.where(np.arange(4000) % 400 == 0, 8, 100)  # 1 short per 400 long
-    docs = [rng.integers(1, 1000, size=int(n), dtype=np.int32) for n in lengths]
-    seen = []
-
-    def source():
-        for i in range(0, len(docs), 10):
-            seen.append(len(packer._admission.pieces.chunks))
-            yield docs[i : i + 10]
-
-    packer = StreamingPacker(
-        source(), source_format="batches", batch_size=2, seqlen=64, buffer_size=4,
-        long_docs="drop", drop_last=False,
-    )  # fmt: skip
-    got = [rows_of(b) for b in packer]
-    assert got == ref_pack([d.tolist() for d in docs], 2, 64, 4, "drop", False)
-    # At most one chunk per held piece (buffer_size + readahead = 8) and the newest two.
-    assert len(seen) == 400 and max(seen) <= 10

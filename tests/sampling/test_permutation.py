@@ -1,5 +1,5 @@
-"""Specification of :mod:`mmpack._src.sampling.permutation`, :mod:`mmpack._src.core.permutation_keys` and
-:mod:`mmpack._src.kernels.permutation`."""
+"""Specification of :mod:`mmpack._src.sampling.permutation` (the keys and the kernel it runs have
+their own files)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import ref_keys, ref_permute
+from reference import ref_permute
 
 from mmpack import Permutation
-from mmpack._src.core.permutation_keys import MAX_N, ROUNDS, epoch_keys
-from mmpack._src.kernels.permutation import permute_many_keyed
+from mmpack._src.core.permutation_keys import MAX_N
 
 # -- the pure-Python twin of the construction ------------------------------------------------------
 
@@ -74,28 +73,6 @@ def test_vectorised_scalar_and_twin_agree(n, seed, epoch, data):
     assert vec == scalar == twin
     assert [perm.inverse(j) for j in vec] == idx
     assert [ref_permute(j, n, seed, epoch, inverse=True) for j in vec] == idx
-
-
-def test_epoch_keys_match_permutations():
-    epochs = np.array([0, 1, 5, 2**63 + 7], dtype=np.uint64)
-    keys = epoch_keys((3, 1), epochs)
-    assert keys.shape == (4, ROUNDS) and keys.dtype == np.uint64
-    for g, e in enumerate(epochs.tolist()):
-        assert keys[g].tolist() == ref_keys((3, 1), e)
-
-
-def test_keyed_kernel_matches_permutations():
-    n = 1000
-    epochs = np.array([0, 3, 9], dtype=np.int64)
-    keys = epoch_keys(7, epochs)
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, n, 500)
-    group = rng.integers(0, 3, 500)
-    out = np.empty_like(idx)
-    perm = Permutation(n, seed=7)
-    permute_many_keyed(idx, group, out, n, perm._half_bits, perm._mask, keys)
-    expected = [Permutation(n, seed=7, epoch=int(epochs[g]))[i] for i, g in zip(idx, group)]
-    assert out.tolist() == expected
 
 
 def test_small_n_fully_matches_twin():
