@@ -85,35 +85,6 @@ def test_file_url_same_code_path(tmp_path):
     _assert_views_equal(store, mmpack.build(tmp_path / "local", docs))
 
 
-def test_check_table_is_the_xxh64_of_every_check_block(tmp_path):
-    """The uploaded table holds XXH64 (seed 0) of each 16 KiB block of ``tokens.bin`` (the
-    reference package, block by block); a record naming another digest, or none, is refused."""
-    import xxhash
-
-    from mmpack._src.remote.upload import check_table
-
-    store = mmpack.build((tmp_path / "remote").as_uri(), _corpus(seed=5))
-    remote = store.meta["remote"]
-    assert (remote["check_object"], remote["check_digest"]) == ("tokens.xxh", "xxh64")
-    data = tmp_path / "remote" / remote["data"]
-    tokens, block = (data / "tokens.bin").read_bytes(), remote["check_block_bytes"]
-    want = [xxhash.xxh64_intdigest(tokens[a : a + block]) for a in range(0, len(tokens), block)]
-    assert len(want) > 1 and len(tokens) % block  # several blocks, the last one short
-    assert np.frombuffer((data / "tokens.xxh").read_bytes(), "<u8").tolist() == want
-    for chunk in (block, 3 * block, 3 * block + 5):  # read in several chunks: the same table
-        assert check_table(data / "tokens.bin", block, chunk) == (data / "tokens.xxh").read_bytes()
-    meta = tmp_path / "remote" / "mmpack.json"
-    raw = json.loads(meta.read_text())
-    raw["remote"]["check_digest"] = "crc32"  # another kind of table: refused, named
-    meta.write_text(json.dumps(raw))
-    with pytest.raises(FormatError, match="check_digest 'crc32' is not 'xxh64'"):
-        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c")
-    del raw["remote"]["check_digest"]
-    meta.write_text(json.dumps(raw))
-    with pytest.raises(FormatError, match="malformed remote record"):
-        mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c2")
-
-
 def test_a_connection_cut_mid_body_is_retried(s3_server):
     """A connection cut after part of a ranged GET's body has arrived is retried, and the
     bytes returned are the whole range."""
@@ -439,34 +410,6 @@ def test_cli_on_urls(s3_server, tmp_path, monkeypatch, capsys):
 
 
 # ----------------------------------------------------------------------------- obstore client
-def test_obstore_client_reads_the_same_and_refuses_fork(s3_server, tmp_path):
-    """The gs:// and az:// path (obstore), exercised on s3:// with client="obstore": same bytes;
-    a forked child of a process that used obstore gets a clear error, not a hang."""
-    import multiprocessing as mp
-
-    docs = _corpus()
-    store = mmpack.build(_url(), docs, storage_options=dict(s3_server.options, client="obstore"))
-    local = mmpack.build(tmp_path / "local", docs)
-    s = mmpack.open(
-        store.location,
-        storage_options=dict(s3_server.options, client="obstore"),
-        cache_dir=tmp_path,
-    )
-    _assert_views_equal(s, local)
-    q = mp.get_context("fork").Queue()
-    p = mp.get_context("fork").Process(target=_read_in_child, args=(s, q))
-    p.start()
-    p.join(30)
-    assert p.exitcode == 0
-    assert "forked from one that used obstore" in q.get(timeout=5)
-
-
-def _read_in_child(store, q):
-    try:
-        mmpack.open(store.location, **store._open_options)
-        q.put("no error")
-    except RuntimeError as exc:
-        q.put(str(exc))
 
 
 def test_timeouts_and_throttling_are_retried_then_reported(s3_server, tmp_path, monkeypatch):
@@ -665,34 +608,6 @@ def test_killed_remote_build_leaves_no_store_and_is_cleaned(s3_server, tmp_path,
     store = mmpack.build(url, _corpus(n_docs=10), storage_options=s3_server.options)
     assert {k.split("/")[0] for k, _, _ in t.list_prefix("data-")} == {store.meta["remote"]["data"]}
     assert not list(tmpdir.glob("mmpack-upload-*"))
-
-
-def test_sigv4_matches_the_aws_documentation_examples():
-    """The two signed GETs of AWS's "Signature Calculations for the Authorization Header"
-    examples (GET Bucket lifecycle, GET Bucket list objects), byte for byte."""
-    import datetime as dt
-
-    from mmpack._src.remote._s3http import sign_v4
-
-    kw = {
-        "access_key": "AKIAIOSFODNN7EXAMPLE",
-        "region": "us-east-1",
-        "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-        "now": dt.datetime(2013, 5, 24, tzinfo=dt.timezone.utc),
-    }
-    empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-    host = "examplebucket.s3.amazonaws.com"
-    for query, signature in (
-        ({"lifecycle": ""}, "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"),
-        (
-            {"max-keys": "2", "prefix": "J"},
-            "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
-        ),
-    ):
-        auth = sign_v4("GET", host, "/", query, {}, empty, **kw)["Authorization"]
-        assert auth.endswith(
-            f"SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}"
-        )
 
 
 def test_plain_http_is_read_only_and_reads_the_same(s3_server, tmp_path):
