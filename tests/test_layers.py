@@ -612,20 +612,16 @@ CROSS_CUTTING = {
 UNMIRRORED = {
     "cli/arguments.py": "the flags' types and messages, run by every command in cli/test_commands.py",
     "cli/build_options.py": "build's options from flags, run by the build commands in cli/test_commands.py",
-    "cli/demo.py": "`mmpack demo` in cli/test_commands.py and test_notebooks.py",
-    "cli/inspect_commands.py": "info/show/verify, run as users run them in cli/test_commands.py",
     "cli/parser.py": "the parser of every command in cli/test_commands.py",
-    "cli/position.py": "`mmpack show --position` in cli/test_commands.py",
-    "cli/store_commands.py": "build/cp/join commands in cli/test_commands.py",
     "cli/subsets.py": "the subset flags in cli/test_commands.py",
     "core/libc.py": "a ctypes lookup, used by views/test_readahead.py's advice and residency tests",
     "core/options.py": "the StrEnums of the options; their checks in views/test_packed.py, packing/test_options.py",
     "core/validation.py": "argument checks, through every public entry's bad-argument tests",
-    "formats/foreign.py": "the foreign index cache, through formats/test_megatron.py and test_eos_separated.py",
-    "formats/sidecar.py": "the foreign sidecar sums, through formats/test_megatron.py and test_eos_separated.py",
-    "formats/token_ids.py": "foreign id checks, through formats/test_megatron.py and test_eos_separated.py",
+    "formats/foreign.py": "the foreign index cache, through formats/test_megatron.py and formats/test_eos_separated.py",
+    "formats/sidecar.py": "the foreign sidecar sums, through formats/test_megatron.py and formats/test_eos_separated.py",
+    "formats/token_ids.py": "foreign id checks, through formats/test_megatron.py and formats/test_eos_separated.py",
     "ingest/batching.py": "ingest's batches, through ingest/test_pipeline.py and core/test_progress.py",
-    "ingest/chat_readers.py": "chat records from every input, through ingest/test_chat.py and test_records.py",
+    "ingest/chat_readers.py": "chat records from every input, through ingest/test_chat.py and ingest/test_records.py",
     "ingest/chat_template.py": "the template call, through ingest/test_chat.py and test_chat_trl.py",
     "ingest/compression.py": "zstd inputs, through ingest/test_pipeline.py",
     "ingest/engines.py": "the serial and Dask engines, through ingest/test_distributed.py",
@@ -636,9 +632,9 @@ UNMIRRORED = {
     "ingest/region_plan.py": "build_region_plan, through packing/test_plan_regions.py",
     "ingest/report.py": "IngestReport, through ingest/test_pipeline.py and core/test_progress.py",
     "ingest/task_plan.py": "plan_tasks, through ingest/test_distributed.py",
-    "ingest/workers.py": "the tokenizer worker pool, through ingest/test_pipeline.py and test_tokenizer.py",
-    "joins/manifest.py": "the join manifest, through joins/test_parts.py and test_join.py",
-    "joins/opening.py": "opening a join, through joins/test_parts.py and test_join.py",
+    "ingest/workers.py": "the tokenizer worker pool, through ingest/test_pipeline.py and ingest/test_tokenizer.py",
+    "joins/manifest.py": "the join manifest, through joins/test_parts.py and joins/test_join.py",
+    "joins/opening.py": "opening a join, through joins/test_parts.py and joins/test_join.py",
     "kernels/_jit.py": "numba's options, used by every kernel test; test_reference.py reads it",
     "kernels/balance.py": "deal_groups against its twin in test_reference.py; sampling/test_balance.py",
     "kernels/cp_layout.py": "against their twins in test_reference.py; torch/test_cp_batch.py",
@@ -650,11 +646,11 @@ UNMIRRORED = {
     "kernels/schedule.py": "against its twin in test_reference.py; sampling/test_schedule.py",
     "kernels/subset.py": "against its twin in store/test_subset.py",
     "packing/plan_pages.py": "the plan file's pages, through packing/test_plan_file.py",
-    "packing/plan_pieces.py": "the plan's piece encoding, through packing/test_plan.py and test_plan_regions.py",
+    "packing/plan_pieces.py": "the plan's piece encoding, through packing/test_plan.py and packing/test_plan_regions.py",
     "packing/plan_stats.py": "PackingStats, through packing/test_plan.py and views/test_packed.py",
     "packing/region_cuts.py": "region edges against their twins in packing/test_plan_regions.py",
     "remote/base.py": "the remote backend, through remote/test_backend.py",
-    "remote/cached.py": "the node cache's objects, through remote/test_cache.py and test_cachefile.py",
+    "remote/cached.py": "the node cache's objects, through remote/test_cache.py and remote/test_cachefile.py",
     "remote/fetcher.py": "PageFetcher, through remote/test_cache.py and torch/test_block_fetch.py",
     "remote/local.py": "file:// transport, through remote/test_backend.py",
     "remote/opener.py": "opening a URL, through remote/test_backend.py and remote/test_cache.py",
@@ -763,7 +759,7 @@ def test_every_test_file_in_a_layer_folder_mirrors_a_module():
     strays = []
     for path in sorted(TESTS.rglob("*.py")):
         rel = path.relative_to(TESTS)
-        if len(rel.parts) == 1:
+        if len(rel.parts) == 1 or rel.name == "conftest.py":  # a layer's fixtures
             continue
         module = rel.parent / rel.name.removeprefix("test_")
         if not rel.name.startswith("test_") or not any(
@@ -772,7 +768,7 @@ def test_every_test_file_in_a_layer_folder_mirrors_a_module():
             strays.append(rel.as_posix())
     assert not strays, (
         "files under tests/<layer>/ must be test_<module>.py of a module of that layer (helpers "
-        f"live in tests/_*.py): {strays}"
+        f"live in tests/_*.py, a folder's fixtures in its conftest.py): {strays}"
     )
 
 
