@@ -3,6 +3,5 @@
 from __future__ import annotations
 
 
-# =========================================================================== reference twins
 def make_docs(lengths, base=1):
     return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]

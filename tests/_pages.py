@@ -6,14 +6,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
 README = ROOT / "README.md"
-
-
 DOCS = ROOT / "docs"
-
-
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 
 

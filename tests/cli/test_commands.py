@@ -183,12 +183,6 @@ def test_build_bpe_same_bytes_with_one_and_two_workers(corpus, bpe, tmp_path, mo
     assert texts[6].startswith(decoded.rstrip("\n")[:40])
 
 
-# ----------------------------------------------------------------------------- info, show, pack
-
-
-# ----------------------------------------------------------------------------- show --position
-
-
 # ----------------------------------------------------------------------------- verify, errors
 
 
@@ -290,9 +284,6 @@ def test_the_installed_script_and_top_level_help(seed_store):
 def test_bench_passes_its_arguments_on():
     res = mmpack_cmd("bench", "--", "--help")
     assert res.returncode == 0 and "usage: python -m benchmarks" in res.stdout
-
-
-# ----------------------------------------------------------------------------- demo
 
 
 # ----------------------------------------------------------------------------- issue 13
