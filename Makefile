@@ -22,11 +22,16 @@ demo: $(STAMP)
 # the table of every kernel against its twin (tests/test_reference.py, which fails when a kernel
 # is missing from it) with the JIT off, so every kernel runs as the plain Python its source reads
 # as.
-KERNEL_TESTS := tests/test_window.py tests/test_plan.py tests/test_packed.py tests/test_batch.py \
-	tests/test_masking.py tests/test_permutation.py tests/test_mixture.py tests/test_streaming.py \
-	tests/test_streaming_batch.py tests/test_foreign_eos.py tests/test_pagestate.py \
-	tests/test_kernels_store.py tests/test_getitem_fast.py tests/test_window_sampled_single.py \
-	tests/test_packed_rows.py tests/test_reference.py
+KERNEL_TESTS := tests/core/test_permutation_keys.py tests/formats/test_eos_separated.py \
+	tests/kernels/test_eos.py tests/kernels/test_masking.py \
+	tests/kernels/test_packed_rows.py tests/kernels/test_pagestate.py \
+	tests/kernels/test_permutation.py tests/kernels/test_store.py \
+	tests/kernels/test_streaming_batch.py tests/kernels/test_window.py \
+	tests/packing/test_masking.py tests/packing/test_plan.py \
+	tests/sampling/test_mixture.py tests/sampling/test_permutation.py \
+	tests/streaming/test_incoming.py tests/streaming/test_packer.py \
+	tests/streaming/test_pieces.py tests/test_getitem_fast.py tests/views/test_batch.py \
+	tests/views/test_packed.py tests/views/test_window.py tests/test_reference.py
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q

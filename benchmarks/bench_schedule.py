@@ -65,7 +65,7 @@ def _side_by_side(a: Mixture, b: Mixture, batches: list[np.ndarray]) -> tuple[fl
 def _worst_prefix_error(schedule: Schedule, n: int) -> tuple[float, float]:
     """The worst prefix error of a mixture of ``schedule`` over ``n`` positions against the
     schedule's integral, and the plan's bound (:class:`~mmpack.sampling.MixtureStats`;
-    tests/test_schedule.py checks the integral it uses against an exact one)."""
+    tests/sampling/test_schedule.py checks the integral it uses against an exact one)."""
     mixture = Mixture([_Source(10**6) for _ in range(schedule.num_sources)], schedule,
                       num_samples=n, seed=1)  # fmt: skip
     stats = mixture.stats()

@@ -4,7 +4,12 @@ exactly the windows and packed rows of the reference store built from the same d
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
+from _s3 import BUCKET
 
 import mmpack
 
@@ -79,3 +84,34 @@ def assert_workers_serve(
             assert (batch[key] == expect[key]).all(), key
         n += 1
     assert n == -(-len(ds) // 8)
+
+
+def _url() -> str:
+    return f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}/c"
+
+
+def _joined(tmp: Path, docs, **_):
+    cut = len(docs) // 3
+    parts = [
+        mmpack.build(tmp / f"p{k}", chunk, fsync=False)
+        for k, chunk in enumerate((docs[:cut], docs[cut : 2 * cut], docs[2 * cut :]))
+    ]
+    return mmpack.join([p.location for p in parts], tmp / "joined")
+
+
+LAYOUTS: dict[str, Callable] = {
+    "memmap": lambda tmp, docs, **_: mmpack.build(tmp / "s", docs, fsync=False),
+    "zarr": lambda tmp, docs, **_: mmpack.build(tmp / "z", docs, backend="zarr", fsync=False),
+    "file-url": lambda tmp, docs, **_: mmpack.build(f"file://{tmp}/f", docs),
+    "s3-memmap": lambda tmp, docs, s3: mmpack.build(_url(), docs, storage_options=s3.options),
+    "s3-zarr": lambda tmp, docs, s3: mmpack.build(
+        _url(), docs, backend="zarr", storage_options=s3.options
+    ),
+    "s3-memmap-cached": lambda tmp, docs, s3: mmpack.open(
+        mmpack.build(_url(), docs, storage_options=s3.options).location,
+        storage_options=s3.options,
+        cache_dir=tmp / "node",
+        cache_limit=1 << 26,
+    ),
+    "joined-parts": _joined,
+}

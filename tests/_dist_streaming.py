@@ -1,4 +1,4 @@
-"""Rank function for tests/test_torch_streaming.py (module level: ``torch.multiprocessing.spawn``
+"""Rank function for tests/torch/test_streaming.py (module level: ``torch.multiprocessing.spawn``
 pickles it by name).  Each rank joins a gloo group through a file on the test's tmp dir (gloo's
 sockets on loopback through ``GLOO_SOCKET_IFNAME=lo``), iterates
 ``DataLoader(StreamingPacker(store), batch_size=None, num_workers=1)`` with no rank given (the

@@ -9,6 +9,16 @@ plain Python (``NUMBA_DISABLE_JIT=1``, ``make test``'s last step): a few example
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+# The suite runs with ``--import-mode=importlib`` (pyproject.toml): test files are imported by path,
+# and only tests/ itself is put on sys.path, for the shared helpers (``_s3``, ``_orders``, ...) and
+# ``reference``.  The layer folders (tests/torch/, tests/store/, ...) hold no ``__init__.py``, so
+# none of them is a package that could shadow an installed one (tests/test_layers.py checks).
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 from hypothesis import HealthCheck, settings
 

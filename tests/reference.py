@@ -10,6 +10,17 @@ A twin is written for the reader: Python integers and lists, one element at a ti
 specification spelled out (exact fractions, the stream built token by token, linear scans where
 the kernel searches).
 
+Twins of what a view or feature serves (not of one kernel), used by one test file only, live
+beside their tests instead:
+``naive_windows`` (the window view, ``tests/views/test_window.py``), ``ref_sample`` (a packed row,
+``tests/views/test_packed.py``), ``twin_window_labels`` / ``twin_packed_labels`` (loss-masked
+labels, ``tests/test_lossmask_views.py``), ``padded_slow`` (context-parallel padding,
+``tests/torch/test_cp_batch.py``), ``reference_share`` (a rank's share,
+``tests/torch/test_sampler.py``), ``ref_order`` (the shuffled document order,
+``tests/store/test_doc_order.py``), ``ref_regions`` / ``ref_slack`` / ``ref_region_blocks`` (plan
+regions, ``tests/packing/test_plan_regions.py``) and ``eos_documents_slow`` (an EOS-separated
+file's documents, ``tests/formats/test_eos_separated.py``).
+
 Run: ``pytest tests/test_reference.py`` (``make test`` reruns it with ``NUMBA_BOUNDSCHECK=1`` and
 with ``NUMBA_DISABLE_JIT=1``).
 """

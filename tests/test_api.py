@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_docs import PAGES, _blocks
+from _pages import PAGES, _blocks
 
 import mmpack
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from _block_fetch import _two_epochs, assert_each_block_once
+from _remote_stores import _build_with_page, _corpus, _url
 from _s3 import DelayProxy, isolate_cache_and_env
-from test_block_fetch import _two_epochs, assert_each_block_once
-from test_hf_trainer import EOT, _args, _model
-from test_remote import _build_with_page, _corpus, _url
+from _trainer import EOT, _args, _model
 
 import mmpack
 from mmpack import ResumableSampler

@@ -16,8 +16,8 @@ import warnings
 
 import numpy as np
 import pytest
+from _remote_stores import _build_with_page, _corpus, _url
 from _s3 import DelayProxy, isolate_cache_and_env
-from test_remote import _build_with_page, _corpus, _url
 
 import mmpack
 from mmpack import ResumableSampler

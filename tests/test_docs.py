@@ -22,14 +22,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from _pages import _FENCE, DOCS, PAGES, README, ROOT, _blocks
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.rglob("*.md"))]
-
-_FENCE = re.compile(r"^```([\w+-]*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
-_MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->\s*\n\s*$")
 _LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
 _PYTHON_FENCES = {"py", "python3", "pycon", "ipython"}
@@ -37,19 +31,6 @@ _PYTHON_FENCES = {"py", "python3", "pycon", "ipython"}
 
 def _rel(page: Path) -> str:
     return str(page.relative_to(ROOT))
-
-
-def _blocks(page: Path) -> list[tuple[str, int, str, str]]:
-    """``(language, first line of the code, code, marker)`` of every fenced block of ``page``;
-    ``marker`` is the ``docs-test:`` comment just above the fence, or ``""``."""
-    text = page.read_text()
-    out = []
-    for m in _FENCE.finditer(text):
-        before = text[: m.start()]
-        marker = _MARKER.search(before[-300:])
-        line = before.count("\n") + 1  # the fence's line; the code starts on the next
-        out.append((m.group(1), line + 1, m.group(2), marker.group(1) if marker else ""))
-    return out
 
 
 def _prose(page: Path) -> str:

@@ -594,3 +594,227 @@ def test_docstring_length_counts_the_module_docstring_only():
     assert _docstring_lines(ast.parse(three)) == 3
     assert _docstring_lines(ast.parse("x = 1\n'a string statement, not a docstring'\n")) == 0
     assert _docstring_lines(ast.parse("")) == 0
+
+
+# ------------------------------------------------------------------ the tests mirror the package
+TESTS = Path(__file__).resolve().parent
+"""``tests/<layer>/test_<module>.py`` tests ``mmpack/_src/<layer>/<module>.py`` (a leading ``_`` of
+the module dropped: ``store/backends/_zarr.py`` → ``tests/store/backends/test_zarr.py``)."""
+
+CROSS_CUTTING = {
+    "test_api.py": "the public surface: the root, the public modules, what docs import",
+    "test_block_bounds.py": "where samples live: the window view, mixtures and the block sampler",
+    "test_block_fetch_trainer.py": "the block-window order under accelerate's Trainer over S3",
+    "test_chat_trl.py": "chat stores against TRL itself",
+    "test_concurrency.py": "processes and threads reading one store and one view",
+    "test_default_order.py": "defaults that follow the storage: sample order, node cache, loader",
+    "test_distributed.py": "real torch.distributed ranks over the sampler, loader and views",
+    "test_docs.py": "every example of the README and docs/ runs; links resolve",
+    "test_fuzz.py": "random byte flips in every backend's files",
+    "test_getitem_fast.py": "ds[i] against __getitems__ for the window and packed views",
+    "test_glossary.py": "the words of docs/glossary.md in the package",
+    "test_hf_real.py": "ingestion from real Hugging Face datasets and tokenizers",
+    "test_hf_trainer.py": "real transformers Trainer steps over the views",
+    "test_install_extras.py": "the install lines and extras the docs name",
+    "test_layers.py": "the architecture, module sizes and this mirror",
+    "test_lightning.py": "a killed Lightning run resumes exactly",
+    "test_lossmask_views.py": "loss masks into labels by the window and packed views, collated",
+    "test_notebooks.py": "the notebooks run",
+    "test_reference.py": "every kernel against its twin in tests/reference.py",
+    "test_reliability_inputs.py": "the bad-input table of docs/reliability.md",
+    "test_sources.py": "no machine's absolute path in the tree",
+    "test_store_contract.py": "every kind of store (memmap, Zarr, S3, cached, joined) serves alike",
+    "test_torch_integration.py": "the views inside DataLoader workers and StatefulDataLoader",
+}
+"""Top-level test files: suites that span layers, and the checks of the tree itself."""
+
+
+UNMIRRORED = {
+    "cli/arguments.py": "the flags' types and messages, run by every command in cli/test_commands.py",
+    "cli/build_options.py": "build's options from flags, run by the build commands in cli/test_commands.py",
+    "cli/parser.py": "the parser of every command in cli/test_commands.py",
+    "cli/subsets.py": "the subset flags in cli/test_commands.py",
+    "core/libc.py": "a ctypes lookup, used by views/test_readahead.py's advice and residency tests",
+    "core/options.py": "the StrEnums of the options; their checks in views/test_packed.py, packing/test_options.py",
+    "core/validation.py": "argument checks, through every public entry's bad-argument tests",
+    "formats/foreign.py": "the foreign index cache, through formats/test_megatron.py and formats/test_eos_separated.py",
+    "formats/sidecar.py": "the foreign sidecar sums, through formats/test_megatron.py and formats/test_eos_separated.py",
+    "formats/token_ids.py": "foreign id checks, through formats/test_megatron.py and formats/test_eos_separated.py",
+    "ingest/batching.py": "ingest's batches, through ingest/test_pipeline.py and core/test_progress.py",
+    "ingest/chat_readers.py": "chat records from every input, through ingest/test_chat.py and ingest/test_records.py",
+    "ingest/chat_template.py": "the template call, through ingest/test_chat.py and test_chat_trl.py",
+    "ingest/compression.py": "zstd inputs, through ingest/test_pipeline.py",
+    "ingest/engines.py": "the serial and Dask engines, through ingest/test_distributed.py",
+    "ingest/inputs.py": "input discovery, through ingest/test_pipeline.py and core/test_progress.py",
+    "ingest/object_source.py": "object-storage inputs, through ingest/test_copy.py and test_distributed.py",
+    "ingest/part_build.py": "build_part, through ingest/test_distributed.py",
+    "ingest/readers.py": "the format readers, through ingest/test_pipeline.py",
+    "ingest/region_plan.py": "build_region_plan, through packing/test_plan_regions.py",
+    "ingest/report.py": "IngestReport, through ingest/test_pipeline.py and core/test_progress.py",
+    "ingest/task_plan.py": "plan_tasks, through ingest/test_distributed.py",
+    "ingest/workers.py": "the tokenizer worker pool, through ingest/test_pipeline.py and ingest/test_tokenizer.py",
+    "joins/manifest.py": "the join manifest, through joins/test_parts.py and joins/test_join.py",
+    "joins/opening.py": "opening a join, through joins/test_parts.py and joins/test_join.py",
+    "kernels/_jit.py": "numba's options, used by every kernel test; test_reference.py reads it",
+    "kernels/balance.py": "deal_groups against its twin in test_reference.py; sampling/test_balance.py",
+    "kernels/cp_layout.py": "against their twins in test_reference.py; torch/test_cp_batch.py",
+    "kernels/mixture.py": "against its twin in sampling/test_mixture.py",
+    "kernels/packing.py": "the placement kernels against their twins in packing/test_plan.py",
+    "kernels/plan_bestfit.py": "the best-fit tree against its twins in packing/test_plan.py, kernels/test_streaming_batch.py",
+    "kernels/plan_emit.py": "against its twin in test_reference.py; packing/test_plan.py",
+    "kernels/provenance.py": "against its twin in test_reference.py; views/test_provenance.py",
+    "kernels/schedule.py": "against its twin in test_reference.py; sampling/test_schedule.py",
+    "kernels/subset.py": "against its twin in store/test_subset.py",
+    "packing/plan_pages.py": "the plan file's pages, through packing/test_plan_file.py",
+    "packing/plan_pieces.py": "the plan's piece encoding, through packing/test_plan.py and packing/test_plan_regions.py",
+    "packing/plan_stats.py": "PackingStats, through packing/test_plan.py and views/test_packed.py",
+    "packing/region_cuts.py": "region edges against their twins in packing/test_plan_regions.py",
+    "remote/base.py": "the remote backend, through remote/test_backend.py",
+    "remote/cached.py": "the node cache's objects, through remote/test_cache.py and remote/test_cachefile.py",
+    "remote/fetcher.py": "PageFetcher, through remote/test_cache.py and torch/test_block_fetch.py",
+    "remote/local.py": "file:// transport, through remote/test_backend.py",
+    "remote/opener.py": "opening a URL, through remote/test_backend.py and remote/test_cache.py",
+    "remote/pages.py": "page ids and runs, through remote/test_cache.py and store/test_gather.py",
+    "remote/protocol.py": "the Transport protocol and URL parsing, through remote/test_transport.py",
+    "remote/s3.py": "the S3 transport, against a real server in remote/test_backend.py",
+    "remote/sources.py": "fetch sources, through remote/test_cache.py and remote/test_zarr.py",
+    "remote/spans.py": "SpanFetcher, through torch/test_block_fetch.py",
+    "remote/writer.py": "RemoteStoreWriter, through remote/test_backend.py and remote/test_cache.py",
+    "sampling/mixture_batches.py": "a mixture's batched reads, through sampling/test_mixture.py",
+    "sampling/mixture_blocks.py": "a mixture's block bounds, through test_block_bounds.py",
+    "sampling/mixture_items.py": "a mixture's passes, through sampling/test_mixture.py",
+    "sampling/mixture_stats.py": "MixtureStats, through sampling/test_mixture.py",
+    "sampling/sampler_state.py": "the sampler's state checks, through torch/test_sampler.py",
+    "sampling/schedule_plan.py": "the schedule's regimes, through sampling/test_schedule.py",
+    "sampling/schedule_weights.py": "a schedule's weights, through sampling/test_schedule.py",
+    "sampling/weights.py": "weight quantization, through sampling/test_mixture.py",
+    "store/backends/_base.py": "the backend base class, through store/test_reader.py",
+    "store/backends/_chunk_ranges.py": "chunk ranges, through store/backends/test_zarr.py",
+    "store/backends/_mapping.py": "file mappings, through views/test_readahead.py and store/test_reader.py",
+    "store/backends/_memmap.py": "the memmap backend, through store/test_reader.py and views/test_readahead.py",
+    "store/backends/_zarr_shards.py": "the shard layout, through store/backends/test_zarr.py and test_fuzz.py",
+    "store/checked_file.py": "checked array files, through formats/test_arrayfile.py",
+    "store/documents.py": "document inputs, through store/test_reader.py",
+    "store/opening.py": "opening a store folder, through store/test_reader.py and store/test_integrity.py",
+    "store/publish.py": "publishing a build, through store/test_writer.py and store/test_integrity.py",
+    "store/registry.py": "the adapter registry, through every kind's tests and test_store_contract.py",
+    "store/tokens.py": "token arrays from inputs, through store/test_reader.py, kernels/test_streaming_batch.py",
+    "store/vocab.py": "the tokenizer record, through ingest/test_provenance.py",
+    "streaming/admission.py": "admission, through streaming/test_packer.py",
+    "streaming/checkpoint.py": "PackerState, through streaming/test_packer.py",
+    "streaming/config.py": "PackerConfig, through streaming/test_packer.py",
+    "streaming/placement.py": "Placement, through kernels/test_streaming_batch.py",
+    "streaming/shards.py": "consumers and shards, through torch/test_streaming.py",
+    "streaming/sources.py": "the packer's sources, through streaming/test_packer.py",
+    "streaming/stats.py": "StreamingStats, through streaming/test_packer.py",
+    "torch/boundaries.py": "cu_seqlens rules, through torch/test_collate.py",
+    "torch/microbatch.py": "split_packed_batch, beside the numpy split it mirrors (np and torch parametrized) in streaming/test_microbatch.py",
+    "torch/stacking.py": "collate's stacking, through torch/test_collate.py and views/test_batch.py",
+    "views/attention_cost.py": "row costs, through sampling/test_balance.py",
+    "views/cp_layout.py": "the CP layout, through torch/test_cp_batch.py",
+    "views/megatron_gpt.py": "MegatronGPTDataset, against Megatron in formats/test_megatron_order.py",
+    "views/packed_config.py": "PackedConfig, through views/test_packed.py and packing/test_options.py",
+    "views/packed_gather.py": "the packed view's reads, through views/test_packed.py",
+    "views/window_stats.py": "WindowStats, through views/test_window.py",
+}
+"""Modules with behaviour and no mirror file yet, each with where it is tested: the list only
+shrinks (an entry whose mirror file exists fails, as does one naming no module)."""
+
+
+def _is_empty(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Pass) or (
+        isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+    )
+
+
+def _has_behaviour(path: Path) -> bool:
+    """Whether a module has behaviour: some function or method of it has a body beyond a
+    docstring, ``...`` or ``pass`` (modules of constants, enums, plain dataclasses and protocols
+    have none). ``__init__.py`` files never count."""
+    if path.name == "__init__.py":
+        return False
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            if not all(_is_empty(statement) for statement in body):
+                return True
+    return False
+
+
+def _mirror(rel: str) -> Path:
+    path = Path(rel)
+    return TESTS / path.parent / f"test_{path.stem.lstrip('_')}.py"
+
+
+def _behaviour_modules() -> list[str]:
+    return [
+        path.relative_to(SRC).as_posix()
+        for path in sorted(SRC.rglob("*.py"))
+        if _has_behaviour(path)
+    ]
+
+
+def test_every_module_with_behaviour_has_its_mirror_test_file():
+    missing = [
+        rel for rel in _behaviour_modules() if rel not in UNMIRRORED and not _mirror(rel).is_file()
+    ]
+    assert not missing, (
+        "modules with no tests/<layer>/test_<module>.py: write it (or move the tests of the "
+        f"module there): {[f'{rel} -> {_mirror(rel).relative_to(TESTS.parent)}' for rel in missing]}"
+    )
+
+
+def test_the_unmirrored_list_only_shrinks():
+    modules = set(_behaviour_modules())
+    gone = sorted(rel for rel in UNMIRRORED if rel not in modules)
+    assert not gone, f"UNMIRRORED names modules that do not exist or have no behaviour: {gone}"
+    mirrored = sorted(rel for rel in UNMIRRORED if _mirror(rel).is_file())
+    assert not mirrored, f"these modules have their mirror file now; drop their entries: {mirrored}"
+
+
+def test_every_test_file_in_a_layer_folder_mirrors_a_module():
+    layers = {path.name for path in SRC.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir()} - {"data", "__pycache__"}
+    assert folders <= layers, f"folders of tests/ that are no layer: {sorted(folders - layers)}"
+    strays = []
+    for path in sorted(TESTS.rglob("*.py")):
+        rel = path.relative_to(TESTS)
+        if len(rel.parts) == 1 or rel.name == "conftest.py":  # a layer's fixtures
+            continue
+        module = rel.parent / rel.name.removeprefix("test_")
+        if not rel.name.startswith("test_") or not any(
+            (SRC / module.parent / f"{prefix}{module.name}").is_file() for prefix in ("", "_")
+        ):
+            strays.append(rel.as_posix())
+    assert not strays, (
+        "files under tests/<layer>/ must be test_<module>.py of a module of that layer (helpers "
+        f"live in tests/_*.py, a folder's fixtures in its conftest.py): {strays}"
+    )
+
+
+def test_top_level_test_files_are_the_reviewed_cross_cutting_ones():
+    top = {path.name for path in TESTS.glob("test_*.py")}
+    assert top == set(CROSS_CUTTING), (
+        f"top-level test files not in CROSS_CUTTING (move them to tests/<layer>/): "
+        f"{sorted(top - set(CROSS_CUTTING))}; listed but absent: {sorted(set(CROSS_CUTTING) - top)}"
+    )
+
+
+def test_no_test_folder_is_a_package_that_could_shadow_an_installed_one():
+    """tests/ is on sys.path (conftest.py): a layer folder with an ``__init__.py`` (tests/torch/)
+    would be imported in place of the installed package of its name."""
+    assert not sorted(TESTS.rglob("__init__.py"))
+    torch = pytest.importorskip("torch")
+    assert TESTS not in Path(torch.__file__).resolve().parents
+
+
+def test_behaviour_is_a_body_beyond_a_docstring(tmp_path):
+    cases = {
+        "constants.py": ("X = 1\nclass Mode(str):\n    A = 'a'\n", False),
+        "protocol.py": ('class P:\n    def f(self):\n        """Doc."""\n        ...\n', False),
+        "code.py": ("def f():\n    return 1\n", True),
+        "__init__.py": ("def f():\n    return 1\n", False),
+    }
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert _has_behaviour(tmp_path / name) is expected, name

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,7 @@ def test_the_coverage_check_sees_a_new_kernel(tmp_path, monkeypatch) -> None:
     (tmp_path / "extra.py").write_text(
         "from mmpack._src.kernels._jit import njit\n\n\n@njit\ndef twice(x):\n    return 2 * x\n"
     )
-    monkeypatch.setattr(__import__(__name__), "KERNELS", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "KERNELS", tmp_path)
     assert "mmpack._src.kernels.extra.twice" in _decorated_kernels() - {
         p.kernel for p in PAIRS
     } - set(COVERED_BY)

@@ -2,7 +2,7 @@
 memmap and remote Zarr on a real S3 server (SeaweedFS, ``tests/_s3.py``), ``file://`` URLs and a
 join of parts.  On random corpora (empty documents, documents longer than a row, ids up to the
 dtype's top) every window and packed row of each equals the local memmap store's
-(``tests/_contract.py``), which ``tests/test_window.py`` and ``tests/test_packed.py`` prove
+(``tests/_contract.py``), which ``tests/views/test_window.py`` and ``tests/views/test_packed.py`` prove
 against slow Python twins.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_store_contract.py``.
@@ -11,17 +11,13 @@ Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/test_store_contract.
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
-from _contract import assert_views_equal
-from _s3 import BUCKET
+from _contract import LAYOUTS, assert_views_equal
+from _zarr_stores import _small
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_zarr import _small
 
 import mmpack
 
@@ -34,36 +30,6 @@ def _env(tmp_path, monkeypatch):
             monkeypatch.delenv(k)
     _small(monkeypatch)  # small Zarr inner chunks and shards: many shards from few tokens
 
-
-def _url() -> str:
-    return f"s3://{BUCKET}/{uuid.uuid4().hex[:10]}/c"
-
-
-def _joined(tmp: Path, docs, **_):
-    cut = len(docs) // 3
-    parts = [
-        mmpack.build(tmp / f"p{k}", chunk, fsync=False)
-        for k, chunk in enumerate((docs[:cut], docs[cut : 2 * cut], docs[2 * cut :]))
-    ]
-    return mmpack.join([p.location for p in parts], tmp / "joined")
-
-
-LAYOUTS: dict[str, Callable] = {
-    "memmap": lambda tmp, docs, **_: mmpack.build(tmp / "s", docs, fsync=False),
-    "zarr": lambda tmp, docs, **_: mmpack.build(tmp / "z", docs, backend="zarr", fsync=False),
-    "file-url": lambda tmp, docs, **_: mmpack.build(f"file://{tmp}/f", docs),
-    "s3-memmap": lambda tmp, docs, s3: mmpack.build(_url(), docs, storage_options=s3.options),
-    "s3-zarr": lambda tmp, docs, s3: mmpack.build(
-        _url(), docs, backend="zarr", storage_options=s3.options
-    ),
-    "s3-memmap-cached": lambda tmp, docs, s3: mmpack.open(
-        mmpack.build(_url(), docs, storage_options=s3.options).location,
-        storage_options=s3.options,
-        cache_dir=tmp / "node",
-        cache_limit=1 << 26,
-    ),
-    "joined-parts": _joined,
-}
 
 corpora = st.lists(
     st.one_of(

@@ -8,7 +8,7 @@ from the mask and one compare per excluded id, or a bit table / binary search wh
 than 16; labels and masks as selects), then the random replacements behind one rarely taken
 branch (a single unsigned compare: LLVM splits ``a & b`` of bools into unpredictable jumps).
 The draw ``u = (h >> 11) * 2**-53`` is compared as the integer ``h >> 11`` against
-``ceil(p * 2**53)``: the same test, exactly (tests/test_masking.py).
+``ceil(p * 2**53)``: the same test, exactly (tests/packing/test_masking.py).
 
 Cost: O(tokens) per batch; ``python -m benchmarks.bench_packed --quick`` prints the mlm rows
 (figures in ``docs/benchmarks.md``).

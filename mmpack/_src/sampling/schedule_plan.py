@@ -17,7 +17,7 @@ Prefix bound: every prefix holds ``|count_k(p) - F_k(p)|`` within ``1/2 (1 + sum
 ancestors A of k below the root of max f_k / f_A)`` (:func:`_tree_bound`, up to positions of
 about ``2**50``).  The plan takes the tree of least bound among Huffman's and
 :data:`TREE_CANDIDATES` balanced ones: 1/2 for two sources, at most 1 for three or four, 1.5 for
-five to eight (:meth:`SchedulePlan.error_bound`; tests/test_schedule.py checks every prefix).
+five to eight (:meth:`SchedulePlan.error_bound`; tests/sampling/test_schedule.py checks every prefix).
 
 Cost: memory O(segments * K); construction O(segments * K * depth) per tree tried; a lookup one
 descent of ``ceil(log2 K)`` levels (``python -m benchmarks.bench_schedule``).

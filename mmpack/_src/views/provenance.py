@@ -9,7 +9,7 @@ and, from a :class:`~mmpack.Mixture`, ``source``; plus ``cu_docs`` (int64, (B +
 1,)): row ``r`` owns entries ``cu_docs[r] .. cu_docs[r + 1]``.  A window lists every document it
 spans (an entry with ``start == stop`` and ``eot=1`` holds only that document's eot); a packed
 row lists its pieces, padding not listed.  Entry for entry what ``view.locate(i)`` returns
-(``tests/test_provenance_batches.py``).
+(``tests/views/test_provenance.py``).
 
 A view's ``__getitems__`` hands its :class:`~mmpack.store.SampleBatch` the means to compute
 this (:func:`window_provenance`, :func:`packed_provenance`, :func:`merged_provenance`) without

@@ -1,0 +1,733 @@
+"""StreamingPacker: the seed's greedy best fit, exactly, with every capability around it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from _packer import make_docs
+from reference import ref_pack, rows_of
+
+from mmpack import StreamingPacker
+from mmpack.errors import FormatError, StateMismatchError
+
+# =========================================================================== kernels
+# place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),
+# run by tests/test_reference.py.
+
+
+# =========================================================================== the packer vs the twin
+# (every container and dtype of source, Python lists included, against the seed's packer:
+# tests/kernels/test_streaming_batch.py::test_numpy_and_list_sources_match_seed_twin)
+
+
+def test_deferred_sequences_keep_their_order():
+    # Row of 10: a(6) fits, b(5) and c(5) do not, d(4) fills the row.  The next batch must take
+    # b before c; the seed's extendleft would hand back c first.
+    docs = [[1] * 6, [2] * 5, [3] * 5, [4] * 4, [5] * 10]
+    packer = StreamingPacker(docs, batch_size=1, seqlen=10, buffer_size=3)
+    batches = [rows_of(b) for b in packer]
+    assert batches[0] == [[[1] * 6, [4] * 4]]
+    assert batches[1] == [[[2] * 5, [3] * 5]]
+    assert batches[2] == [[[5] * 10]]
+
+
+# =========================================================================== outputs
+def test_batch_layout_and_padding():
+    docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
+    packer = StreamingPacker(
+        docs, batch_size=2, seqlen=8, buffer_size=4, drop_last=False, pad_id=-7
+    )
+    for batch in packer:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        assert ids.shape == mask.shape == (2, 8) and ids.dtype == mask.dtype == np.int64
+        assert batch["targets"] is None
+        for r, cu in enumerate(batch["cu_seqlens"]):
+            used = int(mask[r].sum())
+            assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == 8
+            assert mask[r, :used].all() and not mask[r, used:].any()
+            assert (ids[r, used:] == -7).all()
+            if used == 8:
+                assert used in cu.tolist()[1:] and cu.tolist().count(8) == 1
+            else:
+                assert cu[-2] == used  # the trailing 8 is the padding segment
+            assert batch["max_seqlen"][r] == int(np.diff(cu).max())
+            assert isinstance(batch["max_seqlen"][r], int)
+
+
+def test_every_token_emitted_once_without_drop_last():
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 100, size=int(n)) for n in rng.integers(0, 40, size=300)]
+    packer = StreamingPacker(docs, batch_size=3, seqlen=32, buffer_size=10, drop_last=False)
+    pieces = [tuple(s) for b in packer for row in rows_of(b) for s in row]
+    want = []
+    for d in docs:
+        want += [tuple(d[k : k + 32].tolist()) for k in range(0, len(d), 32)]
+    assert sorted(pieces) == sorted(want)
+    stats = packer.stats()
+    assert stats.n_docs == 300
+    assert stats.n_empty == sum(len(d) == 0 for d in docs)
+    assert stats.n_pieces == len(want)
+    assert stats.n_tokens == sum(len(d) for d in docs)
+    assert stats.efficiency == stats.n_tokens / (stats.n_rows * 32)
+    assert stats.padding_tokens == stats.n_rows * 32 - stats.n_tokens
+    assert stats.n_batches == len(list(packer)) and stats.n_rows == 3 * stats.n_batches
+
+
+def test_drop_last():
+    docs = make_docs([5, 5, 5])  # 3 rows wanted, 2 rows fill, then one partial batch
+    assert [rows_of(b) for b in StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4)] == [
+        [[docs[0]], [docs[1]]]
+    ]
+    got = [
+        rows_of(b)
+        for b in StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False)
+    ]
+    assert got == [[[docs[0]], [docs[1]]], [[docs[2]], []]]
+    last = list(
+        StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=4, drop_last=False, mode="causal")
+    )[-1]
+    assert last["cu_seqlens"][1].tolist() == [0, 5] and last["max_seqlen"][1] == 5
+    assert not last["attention_mask"][1].any() and (last["targets"][1] == -100).all()
+
+
+def test_long_sequences():
+    doc = list(range(1, 24))  # 23 tokens, rows of 10
+    split = StreamingPacker([doc], batch_size=1, seqlen=10, buffer_size=3, drop_last=False)
+    assert [rows_of(b) for b in split] == [[[doc[:10]]], [[doc[10:20]]], [[doc[20:]]]]
+    assert split.stats().n_split == 1 and split.stats().n_pieces == 3
+
+    trunc = StreamingPacker(
+        [doc, [7, 7]],
+        batch_size=1,
+        seqlen=10,
+        buffer_size=3,
+        long_docs="truncate",
+        drop_last=False,
+    )
+    assert [rows_of(b) for b in trunc] == [[[doc[:10]]], [[[7, 7]]]]
+    assert trunc.stats().n_truncated == 1 and trunc.stats().lost_tokens == 13
+
+    drop = StreamingPacker(
+        [doc, [7, 7]],
+        batch_size=1,
+        seqlen=10,
+        buffer_size=3,
+        long_docs="drop",
+        drop_last=False,
+    )
+    assert [rows_of(b) for b in drop] == [[[[7, 7]]]]
+    assert drop.stats().n_dropped == 1 and drop.stats().lost_tokens == 23
+
+
+def test_empty_sequences_are_ignored_and_counted():
+    docs = [[], [1, 2], np.array([], dtype=np.int64), [3], torch.tensor([], dtype=torch.long)]
+    p = StreamingPacker(docs, batch_size=1, seqlen=3, buffer_size=2)
+    assert [rows_of(b) for b in p] == [[[[1, 2], [3]]]]
+    assert p.stats().n_empty == 3 and p.stats().n_docs == 5
+
+
+def test_causal_labels():
+    docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33]]
+    p = StreamingPacker(docs, batch_size=2, seqlen=5, buffer_size=3, mode="causal", drop_last=False)
+    (batch,) = list(p)
+    assert rows_of(batch) == [[[10, 11, 12], [20, 21]], [[30, 31, 32, 33]]]
+    assert batch["targets"].tolist() == [
+        [11, 12, -100, 21, -100],
+        [31, 32, 33, -100, -100],
+    ]
+
+
+def mlm_packer(docs, **kw):
+    args = dict(
+        batch_size=2,
+        seqlen=64,
+        buffer_size=8,
+        mode="mlm",
+        mask_id=3,
+        vocab_size=100,
+        special_ids=(1, 2),
+        mask_prob=0.5,
+        pad_id=0,
+        drop_last=False,
+    )
+    args.update(kw)
+    return StreamingPacker(docs, **args)
+
+
+def test_mlm_masking():
+    rng = np.random.default_rng(0)
+    docs = [
+        np.concatenate([[1], rng.integers(4, 100, size=int(n)), [2]])
+        for n in rng.integers(5, 30, size=40)
+    ]
+    p = mlm_packer(docs)
+    plain = StreamingPacker(docs, batch_size=2, seqlen=64, buffer_size=8, drop_last=False)
+    n_selected = n_real = 0
+    for batch, ref in zip(p, plain):
+        ids, labels, orig = batch["input_ids"], batch["targets"], ref["input_ids"]
+        mask = batch["attention_mask"].astype(bool)
+        assert (batch["attention_mask"] == ref["attention_mask"]).all()
+        selected = labels != -100
+        assert not (selected & ~mask).any()  # padding never selected
+        assert not np.isin(orig[selected], [1, 2]).any()  # special ids never selected
+        assert (labels[selected] == orig[selected]).all()
+        assert (ids[~selected] == orig[~selected]).all()
+        changed = selected & (ids != orig)
+        assert ((ids[changed] == 3) | ((ids[changed] >= 4) & (ids[changed] < 100))).all()
+        assert "mask_prob" not in batch
+        n_selected += int(selected.sum())
+        n_real += int(mask.sum() - np.isin(orig[mask], [1, 2]).sum())
+    assert 0.4 < n_selected / n_real < 0.6
+
+
+def test_mlm_reseeds_per_epoch_and_set_epoch():
+    docs = [list(range(4, 40))] * 12
+    p = mlm_packer(docs)
+    e0 = [b["input_ids"] for b in p]
+    e1 = [b["input_ids"] for b in p]
+    assert p.epoch == 1
+    assert any((a != b).any() for a, b in zip(e0, e1))
+    again = [b["input_ids"] for b in mlm_packer(docs)]
+    assert len(again) == len(e0) and all((a == b).all() for a, b in zip(e0, again))
+    jumped = mlm_packer(docs)
+    jumped.set_epoch(1)
+    assert all((a == b["input_ids"]).all() for a, b in zip(e1, jumped))
+    assert jumped.epoch == 1
+
+
+# =========================================================================== sources
+def expected_rows(docs, **kw):
+    return [rows_of(b) for b in StreamingPacker(docs, **kw)]
+
+
+KW = dict(batch_size=2, seqlen=12, buffer_size=4, drop_last=False)
+
+
+@pytest.fixture
+def docs():
+    rng = np.random.default_rng(5)
+    return [rng.integers(1, 50, size=int(n)).tolist() for n in rng.integers(1, 12, size=30)]
+
+
+def test_source_formats(docs):
+    want = expected_rows(docs, **KW)
+    batches = [docs[i : i + 4] for i in range(0, len(docs), 4)]
+    variants = {
+        "generator of lists": (list(d) for d in docs),
+        "arrays": [np.asarray(d, dtype=np.uint16) for d in docs],
+        "tensors": [torch.tensor(d) for d in docs],
+        "dicts": [{"input_ids": d, "other": 1} for d in docs],
+        "batches of lists": batches,
+        "batches of dicts": [[{"input_ids": d} for d in b] for b in batches],
+        "hf-style batches": ({"input_ids": b} for b in batches),
+        "generator of batches": (b for b in batches),
+    }
+    for name, source in variants.items():
+        assert expected_rows(source, **KW) == want, name
+    explicit = expected_rows(iter(batches), source_format="batches", **KW)
+    assert explicit == want
+    # a batch whose first sequence is empty is still recognised from the next element
+    assert expected_rows([[[], docs[0]], docs[1:4]], **KW) == expected_rows(docs[:4], **KW)
+
+
+def test_token_store_source(docs, tmp_path):
+    from mmpack import build
+
+    store = build(tmp_path / "s", [np.asarray(d) for d in docs])
+    packer = StreamingPacker(store, **KW)
+    assert packer._store_like
+    assert [rows_of(b) for b in packer] == expected_rows(docs, **KW)
+
+
+def test_invalid_sources():
+    with pytest.raises(TypeError, match="text"):
+        list(StreamingPacker(["hello"], **KW))
+    with pytest.raises(ValueError, match="non-integer token 0.5"):
+        list(StreamingPacker([np.full(3, 0.5)], **KW))
+    with pytest.raises(TypeError, match="input_ids"):
+        list(StreamingPacker([{"text": "x"}], **KW))
+    with pytest.raises(TypeError, match="iterable"):
+        StreamingPacker(5, **KW)
+
+
+class _Sampler:
+    def __init__(self):
+        self.epochs = []
+
+    def set_epoch(self, e):
+        self.epochs.append(e)
+
+
+def test_epoch_reaches_dataloader_sampler(docs):
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    data = [np.asarray(d) for d in docs]
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=3)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, collate_fn=lambda b: b)
+    p = StreamingPacker(loader, **KW)
+    first = [rows_of(b) for b in p]
+    assert sampler.epoch == 0
+    second = [rows_of(b) for b in p]
+    assert sampler.epoch == 1 and first != second
+    p.set_epoch(7)
+    list(p)
+    assert sampler.epoch == 7
+
+    class Source(list):
+        pass
+
+    src = Source(docs)
+    src.set_epoch = _Sampler().set_epoch  # e.g. a shuffled view
+    p = StreamingPacker(src, **KW)
+    list(p), list(p)
+    assert src.set_epoch.__self__.epochs == [0, 1]
+
+
+def test_counters_reset_each_epoch(docs):
+    p = StreamingPacker(docs, **KW)
+    list(p)
+    a = p.stats()
+    list(p)
+    b = p.stats()
+    assert b.epoch == a.epoch + 1 and b.token_count == 2 * a.token_count
+    assert dataclasses.replace(b, epoch=a.epoch, token_count=a.token_count) == a
+    assert np.isnan(StreamingPacker(docs, **KW).stats().efficiency)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.n_docs = 0  # type: ignore[misc]
+    assert a.as_dict()["n_docs"] == a.n_docs
+
+
+def test_stale_iterator(docs):
+    p = StreamingPacker(docs, **KW)
+    it = iter(p)
+    next(it)
+    iter(p)
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+
+
+# =========================================================================== schedules
+def test_batch_size_warmup():
+    docs = [[5] * 10] * 200
+    p = StreamingPacker(
+        docs,
+        batch_size=4,
+        seqlen=10,
+        buffer_size=8,
+        batch_size_warmup_min_size=1,
+        batch_size_warmup_tokens="120tok",
+    )
+    # thresholds: ceil(120/6 * [1, 3]) = [20, 60]; the count is checked before each batch
+    sizes = [b["input_ids"].shape[0] for _, b in zip(range(8), p)]
+    assert sizes == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert p.stats().token_count == 200
+
+
+def test_mask_prob_cooldown_in_batches():
+    p = mlm_packer(
+        [list(range(4, 68))] * 20,
+        seqlen=64,
+        batch_size=1,
+        masking_ratio_cooldown_tokens="256tok",
+        final_masking_ratio=0.1,
+        masking_cooldown_schedule_type="stair",
+        masking_ratio_step_size=0.1,
+    )
+    probs = [float(b["mask_prob"]) for _, b in zip(range(6), p)]
+    assert probs == pytest.approx([0.5, 0.4, 0.3, 0.2, 0.1, 0.1])
+
+
+# =========================================================================== state
+def _take(it, n):
+    return [b for _, b in zip(range(n), it)]
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if k == "cu_seqlens":
+            assert [x.tolist() for x in a[k]] == [x.tolist() for x in b[k]]
+        elif a[k] is None or isinstance(a[k], list):
+            assert a[k] == b[k]
+        else:
+            assert np.array_equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("kind", ["list", "store"])
+def test_exact_resume(kind, tmp_path):
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
+    source = docs
+    if kind == "store":
+        from mmpack import build
+
+        source = build(tmp_path / "s", docs)
+    kw = dict(
+        batch_size=3,
+        seqlen=40,
+        buffer_size=6,
+        mode="mlm",
+        mask_id=3,
+        vocab_size=100,
+        masking_ratio_cooldown_tokens=3000,
+        final_masking_ratio=0.1,
+        batch_size_warmup_min_size=1,
+        batch_size_warmup_tokens=500,
+    )
+    ref = StreamingPacker(source, **kw)
+    e0 = list(ref)
+    full = e0 + list(ref)  # two epochs (of different lengths: the warm-up grows the batches)
+    n0 = len(e0)
+
+    for stop in (0, 3, n0 - 1, n0, n0 + 2):
+        a = StreamingPacker(source, **kw)
+        it = iter(a)
+        seen = _take(it, min(stop, n0))
+        if stop >= n0:
+            assert list(it) == []
+        if stop > n0:
+            seen += _take(iter(a), stop - n0)
+        state = a.state_dict()
+        b = StreamingPacker(source, **kw)
+        b.load_state_dict(state)
+        rest = list(b)
+        if stop < n0:
+            rest += list(b)
+        assert len(seen) + len(rest) == len(full)
+        for x, y in zip(seen + rest, full):
+            _same(x, y)
+        assert b.stats().token_count == ref.stats().token_count
+
+
+def test_state_needs_an_indexable_source(docs):
+    p = StreamingPacker(iter(docs), **KW)
+    with pytest.raises(TypeError, match="random-access"):
+        p.state_dict()
+    with pytest.raises(TypeError, match="random-access"):
+        p.load_state_dict({})
+
+
+def test_state_mismatch(docs):
+    p = StreamingPacker(docs, **KW)
+    next(iter(p))
+    state = p.state_dict()
+    with pytest.raises(StateMismatchError, match="buffer_size"):
+        StreamingPacker(docs, **{**KW, "buffer_size": 5}).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match="source"):
+        StreamingPacker(docs[:-1], **KW).load_state_dict(state)
+    with pytest.raises(FormatError, match="version"):  # malformed: FormatError, as the sampler
+        StreamingPacker(docs, **KW).load_state_dict({"version": 99})
+
+
+# =========================================================================== validation
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"buffer_size": 1}, "buffer_size"),
+        ({"seqlen": 0}, "seqlen"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"mode": "bert"}, "mode"),
+        ({"mode": "mlm"}, "mask_id and vocab_size"),
+        ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
+        ({"mask_prob": 1.5}, "mask_prob"),
+        ({"mask_prob": -0.1}, "mask_prob"),
+        ({"long_docs": "wrap"}, "long_docs"),
+        ({"source_format": "rows"}, "source_format"),
+        ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
+        ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_validation(kw, match):
+    args = dict(batch_size=2, seqlen=8, buffer_size=4)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        StreamingPacker([[1]], **args)
+
+
+def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
+    """One name per parameter, as in the views: ``seqlen`` (ModernBERT's ``out_pseq_len`` and
+    ``out_batch_size`` are not taken), ``seed=0`` by default."""
+    docs = make_docs([3, 4, 2, 5, 1, 6, 7, 2])
+    p = StreamingPacker(docs, batch_size=2, seqlen=8, buffer_size=4, drop_last=False)
+    assert p.seqlen == 8 and p.batch_size == 2 and p.config.seed == 0
+    for old in ({"out_pseq_len": 8}, {"out_batch_size": 2}, {"return_tensors": "np"}):
+        with pytest.raises(TypeError, match=next(iter(old))):
+            StreamingPacker(docs, **{"batch_size": 2, "seqlen": 8, "buffer_size": 4, **old})
+    with pytest.raises(TypeError, match="seqlen"):
+        StreamingPacker(docs, batch_size=2, buffer_size=4)
+    with pytest.raises(ValueError, match="seqlen"):
+        StreamingPacker(docs, batch_size=2, seqlen=0, buffer_size=4)
+    with pytest.raises(TypeError, match="seqlen"):
+        StreamingPacker(docs, batch_size=2, seqlen=True, buffer_size=4)
+    mlm = dict(batch_size=2, seqlen=8, buffer_size=4, mode="mlm", mask_id=3, vocab_size=50)
+    default = [b["input_ids"].tolist() for b in StreamingPacker(docs, **mlm)]
+    assert default == [b["input_ids"].tolist() for b in StreamingPacker(docs, seed=0, **mlm)]
+
+
+def test_from_micro_batches():
+    p = StreamingPacker.from_micro_batches(
+        [[1]],
+        global_batch_size=512,
+        micro_batch_size=32,
+        max_seq_len=1024,
+        batch_size_warmup_min_size=64,
+        batch_size_warmup_tokens="1e6tok",
+    )
+    assert (p.batch_size, p.seqlen, p.buffer_size) == (16, 32768, 5120)
+    assert p.batch_size_schedule.min_batch_size == 2
+    with pytest.raises(ValueError, match="multiple"):
+        StreamingPacker.from_micro_batches(
+            [[1]],
+            global_batch_size=512,
+            micro_batch_size=32,
+            max_seq_len=8,
+            batch_size_warmup_min_size=48,
+            batch_size_warmup_tokens=10,
+        )
+
+
+# =========================================================================== issue 13
+class _Flaky:
+    """A random-access source whose ``__getitem__`` raises once at ``fail_at`` once armed."""
+
+    def __init__(self, docs, fail_at):
+        self.docs, self.fail_at, self.armed = docs, fail_at, False
+
+    def __len__(self):
+        return len(self.docs)
+
+    def __getitem__(self, j):
+        if self.armed and j == self.fail_at:
+            self.armed = False
+            raise OSError(f"transient read error at {j}")
+        return self.docs[j]
+
+
+STATE_KW = {
+    "batch_size": 3,
+    "seqlen": 40,
+    "buffer_size": 6,
+    "mode": "mlm",
+    "mask_id": 3,
+    "vocab_size": 100,
+}
+
+
+@pytest.mark.parametrize("fail_at", [7, 37, 80])
+def test_state_after_a_transient_source_error_loses_nothing(fail_at):
+    """Admission is transactional: the position does not pass a sequence before it is held, so
+    a state taken after the source raised resumes with every sequence (the old code had already
+    advanced past the whole read-ahead chunk: e.g. sequences 37-40 were lost)."""
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
+    full = list(StreamingPacker(docs, **STATE_KW))
+    flaky = _Flaky(docs, fail_at)
+    packer = StreamingPacker(flaky, **STATE_KW)
+    flaky.armed = True
+    seen = []
+    with pytest.raises(OSError, match="transient"):
+        for batch in packer:  # interrupted by the source's error: keep what came before
+            seen.append(batch)
+    state = packer.state_dict()
+    assert state["next_index"] <= fail_at
+    resumed = StreamingPacker(docs, **STATE_KW)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(seen) + len(rest) == len(full)
+    for x, y in zip(seen + rest, full):
+        _same(x, y)
+
+
+def _tampered(state, **changes):
+    out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+    for k, v in changes.items():
+        if v is _DELETE:
+            del out[k]
+        else:
+            out[k] = v
+    return out
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"next_index": -40}, "next_index=-40"),
+        ({"next_index": 2.5}, "next_index must be an int"),
+        ({"next_index": 10**12}, "next_index=1000000000000"),
+        ({"next_index": True}, "next_index must be an int"),
+        ({"exhausted": True}, "exhausted"),
+        ({"exhausted": 1}, "exhausted must be a bool"),
+        ({"epoch": -1}, "epoch"),
+        ({"epoch": 2**64}, "epoch"),
+        ({"next_epoch": -3}, "next_epoch"),
+        ({"in_epoch": "yes"}, "in_epoch must be a bool"),
+        ({"config": None}, "config must be a dict"),
+        ({"counters": _DELETE}, "lacks the fields"),
+        ({"counters": {"n_docs": 1}}, "counters"),
+        ({"token_count": -1}, "token_count"),
+        ({"next_offset": 5}, "next_offset"),
+        ({"next_offset": -40}, "next_offset"),
+        ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
+        ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
+        ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
+        ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
+    ],
+)
+def test_load_state_dict_validates_every_field(changes, match):
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
+    packer = StreamingPacker(docs, **STATE_KW)
+    it = iter(packer)
+    next(it)
+    next(it)
+    state = packer.state_dict()
+    assert state["pending_src"].size > 1 and 0 < state["next_index"] < len(docs)
+    fresh = StreamingPacker(docs, **STATE_KW)
+    with pytest.raises(FormatError, match=match):
+        fresh.load_state_dict(_tampered(state, **changes))
+    assert fresh._resume is None  # nothing was changed by the refused state
+    with pytest.raises(FormatError, match="dict"):
+        fresh.load_state_dict([1, 2])
+    fresh.load_state_dict(state)  # the untampered state loads
+
+
+def test_pending_pieces_of_unread_sequences_are_refused():
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
+    packer = StreamingPacker(docs, **STATE_KW)
+    next(iter(packer))
+    state = packer.state_dict()
+    src = state["pending_src"].copy()
+    src[-1] = state["next_index"]  # a sequence not yet admitted
+    with pytest.raises(FormatError, match="pending pieces"):
+        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_src=src))
+    plen = state["pending_len"].copy()
+    plen[0] = 41  # longer than a row
+    with pytest.raises(FormatError, match="pending pieces"):
+        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_len=plen))
+
+
+@pytest.mark.parametrize("kind", ["list", "store"])
+def test_one_long_document_is_admitted_lazily(kind, tmp_path):
+    """A document of 2**16 tokens split into 1024 pieces of 64: the packer holds at most
+    buffer_size + readahead pieces (the old code admitted all 1024 at once and copied them at
+    every batch), emits the pieces in order, and a state taken inside the document resumes."""
+    doc = np.arange(2**16, dtype=np.int64) % 50_000 + 1
+    docs = [np.array([7, 8, 9]), doc, np.array([5, 6])]
+    source = docs
+    if kind == "store":
+        from mmpack import build
+
+        source = build(tmp_path / "s", docs)
+    kw = {
+        "batch_size": 4,
+        "seqlen": 64,
+        "buffer_size": 8,
+        "readahead": 3,
+        "drop_last": False,
+    }
+    bound = kw["buffer_size"] + kw["readahead"]
+    packer = StreamingPacker(source, **kw)
+    batches, held = [], []
+    for batch in packer:
+        batches.append(batch)
+        held.append(packer.stats().n_held)
+    assert max(held) <= bound, max(held)
+    assert [rows_of(b) for b in batches] == expected_rows(docs, **{**kw, "readahead": 1000})
+    pieces = [s for b in batches for row in rows_of(b) for s in row]
+    assert [t for s in pieces for t in s] == [7, 8, 9, *doc.tolist(), 5, 6]
+    assert packer.stats().n_split == 1 and packer.stats().n_docs == 3
+
+    mid = StreamingPacker(source, **kw)
+    it = iter(mid)
+    head = _take(it, 100)
+    state = mid.state_dict()
+    assert state["next_index"] == 1 and state["next_offset"] > 0
+    resumed = StreamingPacker(source, **kw)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(head) + len(rest) == len(batches)
+    for x, y in zip(head + rest, batches):
+        _same(x, y)
+
+
+@pytest.mark.parametrize("readahead", [1, 2, 5, 64])
+def test_lazy_admission_does_not_change_placements(readahead):
+    """How many pieces are admitted at a time never changes a decision: mixed long and short
+    documents give the seed twin's rows for every readahead."""
+    rng = np.random.default_rng(readahead)
+    lengths = [int(n) for n in rng.integers(0, 200, size=150)]
+    docs = make_docs(lengths)
+    want = ref_pack(docs, 3, 24, 7, "split", False)
+    got = [
+        rows_of(b)
+        for b in StreamingPacker(
+            docs,
+            batch_size=3,
+            seqlen=24,
+            buffer_size=7,
+            readahead=readahead,
+            drop_last=False,
+        )
+    ]
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([True, False]), "bool"),
+        ([1, True], "non-integer token True"),
+        (torch.tensor([True]), "bool"),
+        ([2, 0.5], "non-integer token 0.5"),
+        (np.full(3, 0.5), "non-integer token 0.5"),
+        ([3, -1], "negative token -1"),
+    ],
+)
+def test_tokens_follow_the_build_rule(bad, match, tmp_path):
+    """One token rule for the packer and for build (the same function checks both)."""
+    from mmpack import build
+
+    with pytest.raises(ValueError, match=match):
+        build(tmp_path / "s", [bad])
+    with pytest.raises(ValueError, match=match):
+        list(StreamingPacker([bad], **KW))
+    with pytest.raises(ValueError, match=match):
+        list(StreamingPacker([[1, 2], bad], **KW))
+    if "negative" not in match:  # checked when the row is written, not per document
+        with pytest.raises(ValueError, match="document 1"):
+            list(StreamingPacker([[1, 2], bad], **KW))
+
+
+def test_float_lists_are_tokens_like_for_build():
+    """A list of integral floats is detected as a sequence (not as a batch whose floats "must
+    have a length") and converted as build converts it."""
+    got = [rows_of(b) for b in StreamingPacker([[1.0, 2.0], [3.0]], **KW)]
+    assert got == [rows_of(b) for b in StreamingPacker([[1, 2], [3]], **KW)]
+    with pytest.raises(ValueError, match="non-integer token 1.5"):
+        list(StreamingPacker([[1.5, 2.0]], **KW))
+
+
+def test_one_state_schema():
+    """The state is one schema (version 4, every field of mmpack._src.streaming.checkpoint); a state
+    of any other version is refused as malformed, even when its fields would fit."""
+    from mmpack._src.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]
+    packer = StreamingPacker(docs, **STATE_KW)
+    _take(iter(packer), 4)
+    state = packer.state_dict()
+    assert state["version"] == STATE_VERSION == 4
+    assert set(state) == {"version", *STATE_FIELDS}
+    assert state["config"]["seqlen"] == 40 and state["shard"] == [0, 1]
+    for version in (2, 3, 5, None):
+        with pytest.raises(FormatError, match="version"):
+            StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, version=version))

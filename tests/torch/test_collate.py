@@ -1,0 +1,326 @@
+"""Specification of :mod:`mmpack._src.torch.collate`.
+
+Run: ``.venv/bin/python -m pytest tests/torch/test_collate.py -q``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mmpack._src.core.constants import IGNORE_INDEX
+from mmpack._src.torch.boundaries import position_boundaries
+from mmpack._src.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS
+from mmpack.torch import Collator, collate
+
+
+def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:
+    """A packed row as a view returns it: documents of ``lengths`` then ``pad`` padding tokens."""
+    seg = list(lengths) + ([pad] if pad else [])
+    seqlen = sum(seg)
+    cu = np.concatenate([[0], np.cumsum(seg)]).astype(np.int32)
+    pos = np.concatenate([np.arange(n) for n in seg]).astype(np.int64)
+    ids = rng.integers(1, 1000, seqlen)
+    labels = ids.copy()
+    if pad:
+        ids[seqlen - pad :] = 0
+        labels[seqlen - pad :] = IGNORE_INDEX
+    mask = np.ones(seqlen, dtype=np.int64)
+    if pad:
+        mask[seqlen - pad :] = 0
+    return {
+        "input_ids": ids,
+        "position_ids": pos,
+        "labels": labels,
+        "attention_mask": mask,
+        "cu_seqlens": cu,
+        "max_seqlen": int(max(seg)),
+        "source": source,
+    }
+
+
+def _flat_reference(rows: list[np.ndarray], seqlen: int) -> list[int]:
+    """Obviously-right batch cu_seqlens: shift, concatenate, drop repeats."""
+    out: list[int] = []
+    for b, cu in enumerate(rows):
+        for c in cu:
+            v = int(c) + b * seqlen
+            if not out or out[-1] != v:
+                out.append(v)
+    return out
+
+
+@st.composite
+def _batches(draw):
+    seqlen = draw(st.integers(1, 40))
+    n = draw(st.integers(1, 6))
+    rows = []
+    for _ in range(n):
+        cuts = draw(st.lists(st.integers(0, seqlen), max_size=6))
+        rows.append(np.array([0, *sorted(cuts), seqlen], dtype=np.int32))
+    return seqlen, rows
+
+
+def _samples_from_rows(seqlen: int, rows: list[np.ndarray]) -> list[dict]:
+    samples = []
+    for b, cu in enumerate(rows):
+        pos = np.zeros(seqlen, dtype=np.int64)
+        for s, e in zip(cu[:-1], cu[1:]):
+            pos[s:e] = np.arange(e - s)
+        samples.append(
+            {
+                "input_ids": np.arange(seqlen, dtype=np.int64) + 1000 * b,
+                "position_ids": pos,
+                "labels": np.full(seqlen, IGNORE_INDEX, dtype=np.int64),
+                "cu_seqlens": cu,
+                "max_seqlen": int(np.diff(cu).max()),
+            }
+        )
+    return samples
+
+
+def test_stacks_token_fields_as_int64():
+    rng = np.random.default_rng(0)
+    samples = [_row(rng, [3, 5]), _row(rng, [2, 4], pad=2)]
+    batch = collate(samples)
+    for key, out in zip(TOKEN_FIELDS, BATCH_TOKEN_FIELDS):
+        assert batch[out].dtype == torch.int64
+        assert batch[out].shape == (2, 8)
+        assert batch[out].is_contiguous()
+        np.testing.assert_array_equal(batch[out].numpy(), np.stack([s[key] for s in samples]))
+    assert "labels" not in batch and TARGETS == "targets"  # labels ride as "targets"
+
+
+def test_worked_example_from_the_docstring():
+    rng = np.random.default_rng(0)
+    batch = collate([_row(rng, [3, 5]), _row(rng, [2, 4], pad=2)])
+    assert batch["cu_seqlens"].dtype == torch.int32
+    assert batch["cu_seqlens"].tolist() == [0, 3, 8, 10, 14, 16]
+    assert batch["max_seqlen"] == 5
+    assert isinstance(batch["max_seqlen"], int)
+    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [[0, 3, 8], [0, 2, 6, 8]]
+    assert all(r.dtype == torch.int32 for r in batch["cu_seqlens_rows"])
+    assert batch["source"].tolist() == [0, 0]
+
+
+@given(_batches())
+def test_flat_cu_seqlens_matches_reference(batch_spec):
+    seqlen, rows = batch_spec
+    batch = collate(_samples_from_rows(seqlen, rows))
+    flat = batch["cu_seqlens"].tolist()
+    assert flat == _flat_reference(rows, seqlen)
+    assert flat[0] == 0 and flat[-1] == len(rows) * seqlen
+    assert all(a < b for a, b in zip(flat, flat[1:]))
+    assert batch["max_seqlen"] == max(b - a for a, b in zip(flat, flat[1:]))
+    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [r.tolist() for r in rows]
+
+
+@given(_batches())
+def test_flattened_position_ids_restart_at_every_flat_segment(batch_spec):
+    seqlen, rows = batch_spec
+    batch = collate(_samples_from_rows(seqlen, rows))
+    pos = batch["position_ids"].view(-1)
+    flat = batch["cu_seqlens"].tolist()
+    for s, e in zip(flat[:-1], flat[1:]):
+        assert pos[s:e].tolist() == list(range(e - s))
+    # input_ids.view(-1) keeps row-major order: token t of row b sits at b * seqlen + t.
+    assert batch["input_ids"].view(-1).tolist() == [
+        1000 * b + t for b in range(len(rows)) for t in range(seqlen)
+    ]
+
+
+def test_varlen_false_omits_only_the_batch_cu_seqlens():
+    rng = np.random.default_rng(1)
+    samples = [_row(rng, [4, 4]), _row(rng, [8])]
+    batch = collate(samples, varlen=False)
+    assert "cu_seqlens" not in batch
+    assert batch["max_seqlen"] == 8
+    assert len(batch["cu_seqlens_rows"]) == 2
+    assert Collator(varlen=False)(samples).keys() == batch.keys()
+
+
+def test_samples_without_cu_seqlens_are_one_segment_per_row():
+    samples = [{"input_ids": np.arange(6), "labels": np.arange(6)} for _ in range(3)]
+    batch = collate(samples)
+    assert batch["cu_seqlens"].tolist() == [0, 6, 12, 18]
+    assert batch["max_seqlen"] == 6
+    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [[0, 6]] * 3
+
+
+def _position_reference(pos: np.ndarray) -> list[int]:
+    """Obviously-right cuts of one row: 0, every t whose position does not continue t - 1, end."""
+    return [0] + [t for t in range(1, len(pos)) if pos[t] != pos[t - 1] + 1] + [len(pos)]
+
+
+@given(_batches())
+def test_samples_without_cu_seqlens_are_cut_where_their_positions_restart(batch_spec):
+    """What transformers' Trainer leaves of a view's sample (it drops ``cu_seqlens``, which its
+    model's forward does not name): the rows keep their documents, read from position_ids."""
+    seqlen, rows = batch_spec
+    samples = _samples_from_rows(seqlen, rows)
+    with_cu = collate(samples)
+    without = collate([{k: v for k, v in s.items() if k != "cu_seqlens"} for s in samples])
+    assert torch.equal(without["cu_seqlens"], with_cu["cu_seqlens"])
+    assert without["max_seqlen"] == with_cu["max_seqlen"]
+    got = [r.tolist() for r in without["cu_seqlens_rows"]]
+    assert got == [_position_reference(s["position_ids"]) for s in samples]
+    assert got == [sorted(set(r.tolist())) for r in rows]  # the rows without empty segments
+    flat, lens = position_boundaries(np.stack([s["position_ids"] for s in samples]))
+    assert lens.tolist() == [len(r) for r in got] and flat.tolist() == sum(got, [])
+
+
+def test_narrow_and_readonly_integer_inputs():
+    rng = np.random.default_rng(2)
+    samples = [_row(rng, [5, 3]) for _ in range(2)]
+    for s in samples:
+        s["input_ids"] = s["input_ids"].astype(np.uint16)
+        s["attention_mask"] = s["attention_mask"].astype(bool)
+        for v in s.values():
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batch = collate(samples)
+    assert batch["input_ids"].dtype == torch.int64
+    assert batch["attention_mask"].dtype == torch.int64
+    assert batch["attention_mask"].sum().item() == 16
+    before = int(samples[0]["input_ids"][0])
+    batch["input_ids"][0, 0] = -1  # the batch owns its memory: inputs are untouched
+    assert int(samples[0]["input_ids"][0]) == before
+
+
+def test_torch_tensor_samples():
+    rng = np.random.default_rng(3)
+    samples = []
+    for _ in range(2):
+        s = _row(rng, [2, 6])
+        samples.append({k: torch.as_tensor(v) for k, v in s.items()})
+    batch = collate(samples)
+    assert batch["input_ids"].shape == (2, 8)
+    assert batch["cu_seqlens"].tolist() == [0, 2, 8, 10, 16]
+    assert batch["source"].dtype == torch.int64
+
+
+def test_extra_keys_stacked_or_kept_as_lists():
+    rng = np.random.default_rng(4)
+    samples = [_row(rng, [4]) for _ in range(3)]
+    for b, s in enumerate(samples):
+        s["weight"] = np.float32(0.5 * b)
+        s["doc_index"] = np.array([b, b + 1], dtype=np.uint32)
+        s["ragged"] = np.arange(b + 1)
+        s["name"] = f"row{b}"
+        s["flag"] = b == 1
+        s["meta"] = {"b": b}
+        s["vec"] = torch.full((2,), float(b))
+    batch = collate(samples)
+    assert batch["weight"].dtype == torch.float32 and batch["weight"].tolist() == [0, 0.5, 1]
+    assert batch["doc_index"].dtype == torch.int64 and batch["doc_index"].shape == (3, 2)
+    assert isinstance(batch["ragged"], list) and len(batch["ragged"]) == 3
+    assert batch["name"] == ["row0", "row1", "row2"]
+    assert batch["flag"].dtype == torch.bool and batch["flag"].tolist() == [False, True, False]
+    assert batch["meta"] == [{"b": 0}, {"b": 1}, {"b": 2}]
+    assert batch["vec"].shape == (3, 2) and batch["vec"].dtype == torch.float32
+
+
+def test_pad_to_multiple_of_adds_one_padding_segment_per_row():
+    rng = np.random.default_rng(5)
+    samples = [_row(rng, [3, 7]), _row(rng, [10])]
+    batch = Collator(pad_to_multiple_of=8, pad_id=7)(samples)
+    assert batch["input_ids"].shape == (2, 16)
+    assert (batch["input_ids"][:, 10:] == 7).all()
+    assert (batch["targets"][:, 10:] == IGNORE_INDEX).all()
+    assert (batch["attention_mask"][:, 10:] == 0).all()
+    assert batch["position_ids"][:, 10:].tolist() == [list(range(6))] * 2
+    np.testing.assert_array_equal(batch["input_ids"][0, :10].numpy(), samples[0]["input_ids"])
+    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [[0, 3, 10, 16], [0, 10, 16]]
+    assert batch["cu_seqlens"].tolist() == [0, 3, 10, 16, 26, 32]
+    assert batch["max_seqlen"] == 10
+
+
+def test_pad_to_multiple_of_is_a_no_op_on_aligned_rows():
+    rng = np.random.default_rng(6)
+    samples = [_row(rng, [3, 5]), _row(rng, [8])]
+    a = collate(samples)
+    b = Collator(pad_to_multiple_of=4)(samples)
+    assert a.keys() == b.keys()
+    for key in ("input_ids", "targets", "position_ids", "cu_seqlens"):
+        assert torch.equal(a[key], b[key])
+
+
+def test_collator_pickles_and_validates():
+    c = Collator(pad_to_multiple_of=64, pad_id=3)
+    c2 = pickle.loads(pickle.dumps(c))
+    assert c2.pad_to_multiple_of == 64 and c2.varlen
+    assert "pad_to_multiple_of=64" in repr(c2)
+    for bad in (0, -8, 2.5, True):
+        with pytest.raises(ValueError, match="pad_to_multiple_of"):
+            Collator(pad_to_multiple_of=bad)
+
+
+def test_works_as_dataloader_collate_fn_with_getitems():
+    rng = np.random.default_rng(7)
+    rows = [_row(rng, [2, 6], source=i % 2) for i in range(10)]
+
+    class View(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            return rows[i]
+
+        def __getitems__(self, indices):
+            return [rows[i] for i in indices]
+
+    loader = torch.utils.data.DataLoader(View(), batch_size=4, collate_fn=collate)
+    batches = list(loader)
+    assert [b["input_ids"].shape[0] for b in batches] == [4, 4, 2]
+    assert batches[2]["cu_seqlens"].tolist() == [0, 2, 8, 10, 16]
+    assert batches[0]["source"].tolist() == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("samples", "error", "match"),
+    [
+        ([], ValueError, "empty"),
+        ({"input_ids": np.arange(3)}, TypeError, "sequence"),
+        ([np.arange(3)], TypeError, r"samples\[0\]"),
+        ([{"input_ids": np.arange(3)}, {"labels": np.arange(3)}], ValueError, "missing"),
+        ([{"input_ids": np.arange(3)}, {"input_ids": np.arange(4)}], ValueError, "length 4"),
+        ([{"input_ids": np.ones((2, 3), dtype=np.int64)}], ValueError, "shape"),
+        ([{"input_ids": np.ones(3)}], TypeError, "dtype float64"),
+        ([{"input_ids": np.arange(4), "cu_seqlens": np.array([0, 5])}], ValueError, "malformed"),
+        ([{"input_ids": np.arange(4), "cu_seqlens": np.array([1, 4])}], ValueError, "malformed"),
+        (
+            [
+                {"input_ids": np.arange(4), "cu_seqlens": np.array([0, 4])},
+                {"input_ids": np.arange(4), "cu_seqlens": np.array([0, 3, 2, 4])},
+            ],
+            ValueError,
+            r"samples\[1\]\['cu_seqlens'\]",
+        ),
+        ([{"input_ids": np.arange(4), "cu_seqlens": np.array([4])}], ValueError, "at least 2"),
+        ([{"input_ids": np.arange(4), "cu_seqlens_rows": 1}], ValueError, "cu_seqlens_rows"),
+        (
+            [{"input_ids": np.arange(4), "labels": np.arange(4), "targets": np.arange(4)}],
+            ValueError,
+            "'targets', which collate produces",
+        ),
+        ([{"source": 1}], ValueError, "nothing to collate"),
+        ([{"input_ids": np.arange(0)}], ValueError, "length 0"),
+    ],
+)
+def test_rejects_bad_batches(samples, error, match):
+    with pytest.raises(error, match=match):
+        collate(samples)
+
+
+def test_rejects_batches_beyond_int32():
+    s = {"cu_seqlens": np.array([0, 2**30], dtype=np.int64)}
+    with pytest.raises(ValueError, match="int32"):
+        collate([s, s, s])
