@@ -661,7 +661,6 @@ UNMIRRORED = {
     "kernels/mixture.py": "against its twin in sampling/test_mixture.py",
     "kernels/packing.py": "the placement kernels against their twins in packing/test_plan.py",
     "kernels/plan_bestfit.py": "the best-fit tree against its twins in packing/test_plan.py, kernels/test_streaming_batch.py",
-    "kernels/plan_emit.py": "against its twin in test_reference.py; packing/test_plan.py",
     "kernels/provenance.py": "against its twin in test_reference.py; views/test_provenance.py",
     "kernels/schedule.py": "against its twin in test_reference.py; sampling/test_schedule.py",
     "kernels/subset.py": "against its twin in store/test_subset.py",
