@@ -156,10 +156,11 @@ def test_delegated_attributes_are_documented():
     import importlib.util
     from pathlib import Path
 
+    from _paths import ROOT
+
     from mmpack._src.packing.options import Delegated
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("delegated", root / "docs/_hooks/delegated.py")
+    spec = importlib.util.spec_from_file_location("delegated", ROOT / "docs/_hooks/delegated.py")
     assert spec is not None and spec.loader is not None
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
