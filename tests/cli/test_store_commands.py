@@ -49,4 +49,4 @@ def test_verify_ok_and_corrupt(tmp_path):
     data[500] ^= 0xFF
     tokens.write_bytes(bytes(data))
     res = mmpack_cmd("verify", store.path)
-    assert_one_line_error(res, "tokens block 0", "checksum")
+    assert_one_line_error(res, "tokens stripe 0", "checksum")

@@ -308,17 +308,17 @@ def test_verify_reads_checks_each_block_against_the_sidecar(tmp_path, npy):
     np.testing.assert_array_equal(first.read_range(0, 1000), flat[:1000])
     header = os.path.getsize(path) - flat.nbytes
     _flip(path, header + at)  # after the open: the mapping serves the new byte
-    with pytest.raises(FormatError, match=r"t\.(npy|bin) block 1 .* differs from the checksum"):
+    with pytest.raises(FormatError, match=r"t\.(npy|bin) stripe 1 .* differs from the checksum"):
         first.read_range(flat.size - 60, flat.size)
     np.testing.assert_array_equal(first.read_range(10, 20), flat[10:20])  # block 0 is fine
     store = mmpack.open(path, verify_reads=True, **opts)
-    with pytest.raises(FormatError, match="block 1 .* differs"):
+    with pytest.raises(FormatError, match="stripe 1 .* differs"):
         WindowDataset(store, 64)[len(WindowDataset(store, 64)) - 1]
-    with pytest.raises(FormatError, match="block 1 .* differs"):
+    with pytest.raises(FormatError, match="stripe 1 .* differs"):
         pickle.loads(pickle.dumps(store)).read_range(flat.size - 60, flat.size)
     plain = mmpack.open(path, **opts)  # the default serves the mapping unchecked
     assert plain.read_range(flat.size - 60, flat.size).size == 60
-    with pytest.raises(FormatError, match="block 1 .* differs"):
+    with pytest.raises(FormatError, match="stripe 1 .* differs"):
         plain.verify()
 
 

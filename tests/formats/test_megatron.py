@@ -292,7 +292,7 @@ def test_verify_records_a_sidecar_then_catches_an_in_place_change(tmp_path):
         f.write(struct.pack("<i", 999))
     again = mmpack.open(prefix)
     assert again.fingerprint == store.fingerprint  # the cheap fingerprint cannot see it...
-    with pytest.raises(FormatError, match=r"c\.bin block 0 .* differs"):  # ...verify does
+    with pytest.raises(FormatError, match=r"c\.bin stripe 0 .* differs"):  # ...verify does
         again.verify()
 
 
@@ -374,13 +374,13 @@ def test_verify_reads_checks_the_bin_blocks_on_first_read(tmp_path):
     with open(prefix + ".bin", "r+b") as f:  # block 1, same size: the fingerprint is unchanged
         f.seek((17 << 20) + 40)
         f.write(struct.pack("<i", 999))
-    with pytest.raises(FormatError, match=r"c\.bin block 1 .* differs from the checksum"):
+    with pytest.raises(FormatError, match=r"c\.bin stripe 1 .* differs from the checksum"):
         store.read_range(n - 10, n)  # the open store's mapping sees the new bytes
     fresh = mmpack.open(prefix, verify_reads=True)
     assert fresh.read_range(0, 10).tolist() == list(range(10))  # block 0 is fine
-    with pytest.raises(FormatError, match="block 1 .* differs"):
+    with pytest.raises(FormatError, match="stripe 1 .* differs"):
         WindowDataset(fresh, 4096)[len(WindowDataset(fresh, 4096)) - 1]
-    with pytest.raises(FormatError, match="block 1 .* differs"):
+    with pytest.raises(FormatError, match="stripe 1 .* differs"):
         pickle.loads(pickle.dumps(fresh)).read_range(n - 10, n)
     assert mmpack.open(prefix).read_range(n - 10, n).size == 10  # unchecked by default
 

@@ -314,7 +314,7 @@ def test_a_copy_that_does_not_verify_at_the_destination_is_not_published(
         return real(tmp, meta)
 
     monkeypatch.setattr(writer_module, "_check_new_store", damaged)
-    with pytest.raises(FormatError, match="tokens block 0"):
+    with pytest.raises(FormatError, match="tokens stripe 0"):
         copy_store(built().location, tmp_path / "copy")
     _nothing_at(tmp_path / "copy")
 

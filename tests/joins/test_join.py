@@ -213,7 +213,7 @@ def test_verify_reads_checks_every_parts_blocks_on_first_read(tmp_path):
     store = mmpack.open(tmp_path / "j", verify_reads=True)
     lo = int(sum(d.size for d in docs[:30]))  # where the second part begins
     np.testing.assert_array_equal(store.read_range(0, lo), single.read_range(0, lo))
-    with pytest.raises(FormatError, match=r"p1: tokens block 0 .* fails its checksum"):
+    with pytest.raises(FormatError, match=r"p1: tokens stripe 0 .* fails its checksum"):
         store.read_range(lo, lo + 5)
     with pytest.raises(FormatError, match="fails its checksum"):
         WindowDataset(mmpack.open(tmp_path / "j", verify_reads=True), 16)[len(a) // 2]
@@ -222,7 +222,7 @@ def test_verify_reads_checks_every_parts_blocks_on_first_read(tmp_path):
     # a join of memmap parts only reads from their mappings, each range checked by its part
     flat = mmpack.open(mmpack.join(paths, tmp_path / "flat").path, verify_reads=True)
     np.testing.assert_array_equal(flat.read_range(0, lo), single.read_range(0, lo))
-    with pytest.raises(FormatError, match=r"p1: tokens block 0 .* fails its checksum"):
+    with pytest.raises(FormatError, match=r"p1: tokens stripe 0 .* fails its checksum"):
         flat.read_range(lo - 5, lo + 5)  # across parts 0 and 1
     # without verify_reads the flipped byte is served (the documented default)
     assert mmpack.open(tmp_path / "j").read_range(lo, lo + 5).size == 5
@@ -237,7 +237,7 @@ def test_verify_reads_checks_the_joins_own_offsets_at_open(tmp_path):
     raw[8 * 20] ^= 0x01  # document 20's offset off by one (still increasing)
     offsets.write_bytes(bytes(raw))
     mmpack.open(tmp_path / "j")  # the structure still holds
-    with pytest.raises(FormatError, match="global offsets block 0 fails its checksum"):
+    with pytest.raises(FormatError, match="global offsets stripe 0 fails its checksum"):
         mmpack.open(tmp_path / "j", verify_reads=True)
 
 

@@ -109,9 +109,9 @@ def test_verify_reads_checksums_each_offsets_page_on_first_use(tmp_path, monkeyp
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(28, o[28] + 1))
     store = mmpack.open(tmp_path / "s", verify_reads=True)
     assert store[10].tolist() == [1] * 4
-    with pytest.raises(FormatError, match=r"offsets block 3 \(bytes 192..256\) fails"):
+    with pytest.raises(FormatError, match=r"offsets stripe 3 \(bytes 192..256\) fails"):
         store[27]
-    with pytest.raises(FormatError, match=r"offsets block 3 "):
+    with pytest.raises(FormatError, match=r"offsets stripe 3 "):
         _ = mmpack.open(tmp_path / "s", verify_reads=True).offsets
 
 
@@ -243,7 +243,7 @@ def test_verify_names_the_block_of_a_flipped_byte(tmp_path, monkeypatch, array):
             block = pos // 64
             lo, hi = block * 64, min(len(data), block * 64 + 64)
             with pytest.raises(
-                FormatError, match=rf"tokens block {block} \(bytes {lo}..{hi}\) fails its checksum"
+                FormatError, match=rf"tokens stripe {block} \(bytes {lo}..{hi}\) fails its checksum"
             ):
                 mmpack.open(tmp_path / "s").verify()
         data[pos] ^= 0x01
@@ -259,7 +259,7 @@ def test_verify_offsets_block(tmp_path, monkeypatch):
     mmpack.open(tmp_path / "s").verify()
     _rewrite_offsets(tmp_path / "s", "memmap", lambda o: o.__setitem__(20, o[20] + 1))
     assert mmpack.open(tmp_path / "s").doc_lens[19] == 5  # opens: the index is still valid
-    with pytest.raises(FormatError, match=r"offsets block 2 \(bytes 128..192\)"):
+    with pytest.raises(FormatError, match=r"offsets stripe 2 \(bytes 128..192\)"):
         mmpack.open(tmp_path / "s").verify()
     assert store.fingerprint  # the old object is unaffected by the check
 
@@ -275,7 +275,7 @@ def test_verify_zarr(tmp_path, monkeypatch):
     # a value changed through zarr itself: every chunk still decodes, the checksum differs
     arr = zarr.open_group(str(tmp_path / "s"), mode="r+")["tokens"]
     arr[300] = int(arr[300]) ^ 1
-    with pytest.raises(FormatError, match=r"tokens block 2 \(bytes 512..768\) fails its checksum"):
+    with pytest.raises(FormatError, match=r"tokens stripe 2 \(bytes 512..768\) fails its checksum"):
         mmpack.open(tmp_path / "s").verify()
     # a chunk that no longer decodes: a FormatError naming the range, not a codec error
     chunk = tmp_path / "s" / "tokens" / "c" / "1"
@@ -711,7 +711,7 @@ def test_every_write_path_gives_the_naive_file_and_verify_finds_a_flip(tmp_path,
     for pos in (0, len(data) // 2 + 3, len(data) - 1):
         data[pos] ^= 0x10
         f.write_bytes(data)
-        with pytest.raises(FormatError, match=rf"tokens block {pos // 4096} "):
+        with pytest.raises(FormatError, match=rf"tokens stripe {pos // 4096} "):
             mmpack.open(tmp_path / "s").verify()
         data[pos] ^= 0x10
     f.write_bytes(data)

@@ -248,7 +248,7 @@ def test_a_changed_mask_fails_verify(tmp_path):
     path = tmp_path / "s" / LOSS_MASK_STORE / "tokens.bin"
     os.chmod(path, 0o644)
     path.write_bytes(bytes([1, 1, 1]))
-    with pytest.raises(FormatError, match="tokens block 0 .* fails its checksum"):
+    with pytest.raises(FormatError, match="tokens stripe 0 .* fails its checksum"):
         mmpack.open(tmp_path / "s").verify()
     del store
 

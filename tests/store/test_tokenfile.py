@@ -69,9 +69,9 @@ def test_verify_finds_a_flipped_byte(tmp_path, monkeypatch):
     _flip(tmp_path / "s" / "tokens.bin", 70)  # token block 1
     res = _verify_cli(tmp_path / "s")
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert "tokens block 1 (bytes 64..96) fails its checksum" in res.stderr
+    assert "tokens stripe 1 (bytes 64..96) fails its checksum" in res.stderr
     assert "(xxh64: stored" in res.stderr
-    with pytest.raises(FormatError, match="tokens block 1"):
+    with pytest.raises(FormatError, match="tokens stripe 1"):
         mmpack.open(tmp_path / "s", verify_reads=True)[3]
 
 

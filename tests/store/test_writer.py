@@ -442,22 +442,22 @@ def test_verify_reads_checks_each_block_on_first_read(tmp_path, monkeypatch, bac
     store = mmpack.open(tmp_path / "s", verify_reads=True)
     assert store.verify_reads and store.tokens is None
     assert [store[j].tolist() for j in range(40)] == [d.tolist() for d in docs[:40]]  # blocks 0-1
-    with pytest.raises(FormatError, match="tokens block 3 .* fails its checksum"):
+    with pytest.raises(FormatError, match="tokens stripe 3 .* fails its checksum"):
         store[bad_doc]
     ds = WindowDataset(store, 64)
     assert ds[0]["input_ids"].tolist() == docs[0][:64].tolist()
-    with pytest.raises(FormatError, match="tokens block 3"):
+    with pytest.raises(FormatError, match="tokens stripe 3"):
         ds.__getitems__([0, (3 * 2048) // 64])
     packed = PackedDataset(store, 256, eot=0, cache=False)
-    with pytest.raises(FormatError, match="tokens block 3"):
+    with pytest.raises(FormatError, match="tokens stripe 3"):
         packed.__getitems__(list(range(len(packed))))
-    with pytest.raises(FormatError, match="tokens block 3"):
+    with pytest.raises(FormatError, match="tokens stripe 3"):
         store.read_range(3 * 2048, 3 * 2048 + 1)
     import pickle
 
     again = pickle.loads(pickle.dumps(store))
     assert again.verify_reads
-    with pytest.raises(FormatError, match="tokens block 3"):
+    with pytest.raises(FormatError, match="tokens stripe 3"):
         again[bad_doc]
 
 
@@ -469,7 +469,7 @@ def test_verify_reads_checks_the_offsets_at_open(tmp_path, monkeypatch):
         f.seek(5 * 8)
         f.write((value + 1).to_bytes(8, "little"))
     mmpack.open(tmp_path / "s")  # the structure is fine
-    with pytest.raises(FormatError, match="offsets block 0 .* fails its checksum"):
+    with pytest.raises(FormatError, match="offsets stripe 0 .* fails its checksum"):
         mmpack.open(tmp_path / "s", verify_reads=True)
 
 

@@ -129,7 +129,7 @@ def compare_sums(current: dict[str, Sums], recorded: dict[str, Sums], where: obj
 def _block_error(name: str, b: int, size: int, want: int, got: int, where: object) -> FormatError:
     lo = b * STRIPE_BYTES
     return FormatError(
-        f"{name} block {b} (bytes {lo}..{min(size, lo + STRIPE_BYTES)}) differs from the checksum "
+        f"{name} stripe {b} (bytes {lo}..{min(size, lo + STRIPE_BYTES)}) differs from the checksum "
         f"recorded in {where} ({want:#010x} then, {got:#010x} now): the file was modified or "
         "corrupted"
     )

@@ -260,7 +260,7 @@ def _compare_digests(expected: StoreMeta, got: StoreMeta, source: TokenStore) ->
             if w != h:
                 lo = b * expected.block_bytes
                 raise FormatError(
-                    f"{source.location}: {name} block {b} (bytes {lo}..{lo + expected.block_bytes}"
+                    f"{source.location}: {name} stripe {b} (bytes {lo}..{lo + expected.block_bytes}"
                     ") as read differs from its recorded checksum: the source is damaged or "
                     "changed during the copy; nothing was published"
                 )

@@ -220,7 +220,7 @@ def check_global_offsets(path: Path, raw: dict[str, Any], offsets: np.ndarray) -
         got = zlib.crc32(memoryview(data[b * block : (b + 1) * block]))  # type: ignore[arg-type]
         if got != stored:
             raise FormatError(
-                f"{path}: global offsets block {b} fails its checksum (stored "
+                f"{path}: global offsets stripe {b} fails its checksum (stored "
                 f"{stored:#010x}, computed {got:#010x}); run mmpack join again"
             )
     return len(rec["crc32"])

@@ -181,7 +181,7 @@ class StripeChecker:
         if got != digests[b]:
             width = 10 if offsets else 18
             raise FormatError(
-                f"{self._path}: {name} block {b} (bytes {lo}..{hi}) fails its checksum "
+                f"{self._path}: {name} stripe {b} (bytes {lo}..{hi}) fails its checksum "
                 f"({kind}: stored {digests[b]:#0{width}x}, computed {got:#0{width}x}): the data was "
                 "modified or corrupted; rebuild the store"
             )
