@@ -706,7 +706,6 @@ UNMIRRORED = {
     "streaming/shards.py": "consumers and shards, through torch/test_streaming.py",
     "streaming/sources.py": "the packer's sources, through streaming/test_packer.py",
     "streaming/stats.py": "StreamingStats, through streaming/test_packer.py",
-    "torch/boundaries.py": "cu_seqlens rules, through torch/test_collate.py",
     "torch/microbatch.py": "split_packed_batch, beside the numpy split it mirrors (np and torch parametrized) in streaming/test_microbatch.py",
     "torch/stacking.py": "collate's stacking, through torch/test_collate.py and views/test_batch.py",
     "views/attention_cost.py": "row costs, through sampling/test_balance.py",
