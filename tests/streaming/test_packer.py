@@ -7,11 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from _packer import make_docs
+from _packer import KW, STATE_KW, make_docs, take
 from reference import ref_pack, rows_of
 
 from mmpack import StreamingPacker
-from mmpack.errors import FormatError, StateMismatchError
 
 # =========================================================================== kernels
 # place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),
@@ -203,15 +202,6 @@ def expected_rows(docs, **kw):
     return [rows_of(b) for b in StreamingPacker(docs, **kw)]
 
 
-KW = dict(batch_size=2, seqlen=12, buffer_size=4, drop_last=False)
-
-
-@pytest.fixture
-def docs():
-    rng = np.random.default_rng(5)
-    return [rng.integers(1, 50, size=int(n)).tolist() for n in rng.integers(1, 12, size=30)]
-
-
 def test_source_formats(docs):
     want = expected_rows(docs, **KW)
     batches = [docs[i : i + 4] for i in range(0, len(docs), 4)]
@@ -341,10 +331,6 @@ def test_mask_prob_cooldown_in_batches():
 
 
 # =========================================================================== state
-def _take(it, n):
-    return [b for _, b in zip(range(n), it)]
-
-
 def _same(a, b):
     assert a.keys() == b.keys()
     for k in a:
@@ -385,11 +371,11 @@ def test_exact_resume(kind, tmp_path):
     for stop in (0, 3, n0 - 1, n0, n0 + 2):
         a = StreamingPacker(source, **kw)
         it = iter(a)
-        seen = _take(it, min(stop, n0))
+        seen = take(it, min(stop, n0))
         if stop >= n0:
             assert list(it) == []
         if stop > n0:
-            seen += _take(iter(a), stop - n0)
+            seen += take(iter(a), stop - n0)
         state = a.state_dict()
         b = StreamingPacker(source, **kw)
         b.load_state_dict(state)
@@ -408,18 +394,6 @@ def test_state_needs_an_indexable_source(docs):
         p.state_dict()
     with pytest.raises(TypeError, match="random-access"):
         p.load_state_dict({})
-
-
-def test_state_mismatch(docs):
-    p = StreamingPacker(docs, **KW)
-    next(iter(p))
-    state = p.state_dict()
-    with pytest.raises(StateMismatchError, match="buffer_size"):
-        StreamingPacker(docs, **{**KW, "buffer_size": 5}).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match="source"):
-        StreamingPacker(docs[:-1], **KW).load_state_dict(state)
-    with pytest.raises(FormatError, match="version"):  # malformed: FormatError, as the sampler
-        StreamingPacker(docs, **KW).load_state_dict({"version": 99})
 
 
 # =========================================================================== validation
@@ -507,16 +481,6 @@ class _Flaky:
         return self.docs[j]
 
 
-STATE_KW = {
-    "batch_size": 3,
-    "seqlen": 40,
-    "buffer_size": 6,
-    "mode": "mlm",
-    "mask_id": 3,
-    "vocab_size": 100,
-}
-
-
 @pytest.mark.parametrize("fail_at", [7, 37, 80])
 def test_state_after_a_transient_source_error_loses_nothing(fail_at):
     """Admission is transactional: the position does not pass a sequence before it is held, so
@@ -540,78 +504,6 @@ def test_state_after_a_transient_source_error_loses_nothing(fail_at):
     assert len(seen) + len(rest) == len(full)
     for x, y in zip(seen + rest, full):
         _same(x, y)
-
-
-def _tampered(state, **changes):
-    out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-    for k, v in changes.items():
-        if v is _DELETE:
-            del out[k]
-        else:
-            out[k] = v
-    return out
-
-
-_DELETE = object()
-
-
-@pytest.mark.parametrize(
-    "changes, match",
-    [
-        ({"next_index": -40}, "next_index=-40"),
-        ({"next_index": 2.5}, "next_index must be an int"),
-        ({"next_index": 10**12}, "next_index=1000000000000"),
-        ({"next_index": True}, "next_index must be an int"),
-        ({"exhausted": True}, "exhausted"),
-        ({"exhausted": 1}, "exhausted must be a bool"),
-        ({"epoch": -1}, "epoch"),
-        ({"epoch": 2**64}, "epoch"),
-        ({"next_epoch": -3}, "next_epoch"),
-        ({"in_epoch": "yes"}, "in_epoch must be a bool"),
-        ({"config": None}, "config must be a dict"),
-        ({"counters": _DELETE}, "lacks the fields"),
-        ({"counters": {"n_docs": 1}}, "counters"),
-        ({"token_count": -1}, "token_count"),
-        ({"next_offset": 5}, "next_offset"),
-        ({"next_offset": -40}, "next_offset"),
-        ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
-        ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
-        ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
-        ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
-    ],
-)
-def test_load_state_dict_validates_every_field(changes, match):
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    it = iter(packer)
-    next(it)
-    next(it)
-    state = packer.state_dict()
-    assert state["pending_src"].size > 1 and 0 < state["next_index"] < len(docs)
-    fresh = StreamingPacker(docs, **STATE_KW)
-    with pytest.raises(FormatError, match=match):
-        fresh.load_state_dict(_tampered(state, **changes))
-    assert fresh._resume is None  # nothing was changed by the refused state
-    with pytest.raises(FormatError, match="dict"):
-        fresh.load_state_dict([1, 2])
-    fresh.load_state_dict(state)  # the untampered state loads
-
-
-def test_pending_pieces_of_unread_sequences_are_refused():
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    next(iter(packer))
-    state = packer.state_dict()
-    src = state["pending_src"].copy()
-    src[-1] = state["next_index"]  # a sequence not yet admitted
-    with pytest.raises(FormatError, match="pending pieces"):
-        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_src=src))
-    plen = state["pending_len"].copy()
-    plen[0] = 41  # longer than a row
-    with pytest.raises(FormatError, match="pending pieces"):
-        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_len=plen))
 
 
 @pytest.mark.parametrize("kind", ["list", "store"])
@@ -647,7 +539,7 @@ def test_one_long_document_is_admitted_lazily(kind, tmp_path):
 
     mid = StreamingPacker(source, **kw)
     it = iter(mid)
-    head = _take(it, 100)
+    head = take(it, 100)
     state = mid.state_dict()
     assert state["next_index"] == 1 and state["next_offset"] > 0
     resumed = StreamingPacker(source, **kw)
@@ -713,21 +605,3 @@ def test_float_lists_are_tokens_like_for_build():
     assert got == [rows_of(b) for b in StreamingPacker([[1, 2], [3]], **KW)]
     with pytest.raises(ValueError, match="non-integer token 1.5"):
         list(StreamingPacker([[1.5, 2.0]], **KW))
-
-
-def test_one_state_schema():
-    """The state is one schema (version 4, every field of mmpack._src.streaming.checkpoint); a state
-    of any other version is refused as malformed, even when its fields would fit."""
-    from mmpack._src.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
-
-    rng = np.random.default_rng(3)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    _take(iter(packer), 4)
-    state = packer.state_dict()
-    assert state["version"] == STATE_VERSION == 4
-    assert set(state) == {"version", *STATE_FIELDS}
-    assert state["config"]["seqlen"] == 40 and state["shard"] == [0, 1]
-    for version in (2, 3, 5, None):
-        with pytest.raises(FormatError, match="version"):
-            StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, version=version))
