@@ -706,7 +706,6 @@ UNMIRRORED = {
     "torch/microbatch.py": "split_packed_batch, beside the numpy split it mirrors (np and torch parametrized) in streaming/test_microbatch.py",
     "torch/stacking.py": "collate's stacking, through torch/test_collate.py and views/test_batch.py",
     "views/attention_cost.py": "row costs, through sampling/test_balance.py",
-    "views/cp_layout.py": "the CP layout, through torch/test_cp_batch.py",
     "views/megatron_gpt.py": "MegatronGPTDataset, against Megatron in formats/test_megatron_order.py",
     "views/packed_config.py": "PackedConfig, through views/test_packed.py and packing/test_options.py",
     "views/packed_gather.py": "the packed view's reads, through views/test_packed.py",
