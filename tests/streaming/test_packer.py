@@ -396,32 +396,7 @@ def test_state_needs_an_indexable_source(docs):
         p.load_state_dict({})
 
 
-# =========================================================================== validation
-@pytest.mark.parametrize(
-    "kw, match",
-    [
-        ({"buffer_size": 1}, "buffer_size"),
-        ({"seqlen": 0}, "seqlen"),
-        ({"batch_size": 0}, "batch_size"),
-        ({"mode": "bert"}, "mode"),
-        ({"mode": "mlm"}, "mask_id and vocab_size"),
-        ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
-        ({"mask_prob": 1.5}, "mask_prob"),
-        ({"mask_prob": -0.1}, "mask_prob"),
-        ({"long_docs": "wrap"}, "long_docs"),
-        ({"source_format": "rows"}, "source_format"),
-        ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
-        ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
-        ({"seed": -1}, "seed"),
-    ],
-)
-def test_validation(kw, match):
-    args = dict(batch_size=2, seqlen=8, buffer_size=4)
-    args.update(kw)
-    with pytest.raises(ValueError, match=match):
-        StreamingPacker([[1]], **args)
-
-
+# =========================================================================== names
 def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
     """One name per parameter, as in the views: ``seqlen`` (ModernBERT's ``out_pseq_len`` and
     ``out_batch_size`` are not taken), ``seed=0`` by default."""
@@ -440,28 +415,6 @@ def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
     mlm = dict(batch_size=2, seqlen=8, buffer_size=4, mode="mlm", mask_id=3, vocab_size=50)
     default = [b["input_ids"].tolist() for b in StreamingPacker(docs, **mlm)]
     assert default == [b["input_ids"].tolist() for b in StreamingPacker(docs, seed=0, **mlm)]
-
-
-def test_from_micro_batches():
-    p = StreamingPacker.from_micro_batches(
-        [[1]],
-        global_batch_size=512,
-        micro_batch_size=32,
-        max_seq_len=1024,
-        batch_size_warmup_min_size=64,
-        batch_size_warmup_tokens="1e6tok",
-    )
-    assert (p.batch_size, p.seqlen, p.buffer_size) == (16, 32768, 5120)
-    assert p.batch_size_schedule.min_batch_size == 2
-    with pytest.raises(ValueError, match="multiple"):
-        StreamingPacker.from_micro_batches(
-            [[1]],
-            global_batch_size=512,
-            micro_batch_size=32,
-            max_seq_len=8,
-            batch_size_warmup_min_size=48,
-            batch_size_warmup_tokens=10,
-        )
 
 
 # =========================================================================== issue 13
