@@ -681,7 +681,6 @@ UNMIRRORED = {
     "sampling/mixture_batches.py": "a mixture's batched reads, through sampling/test_mixture.py",
     "sampling/mixture_blocks.py": "a mixture's block bounds, through test_block_bounds.py",
     "sampling/mixture_items.py": "a mixture's passes, through sampling/test_mixture.py",
-    "sampling/mixture_stats.py": "MixtureStats, through sampling/test_mixture.py",
     "sampling/schedule_plan.py": "the schedule's regimes, through sampling/test_schedule.py",
     "sampling/schedule_weights.py": "a schedule's weights, through sampling/test_schedule.py",
     "sampling/weights.py": "weight quantization, through sampling/test_mixture.py",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import tracemalloc
 import warnings
@@ -10,51 +9,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _mixture_sources import FakeSource, PlainSource
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import reference_assignment, reference_item
 from torch.utils.data import DataLoader
 
 from mmpack import Mixture, ResumableSampler
-from mmpack._src.sampling.mixture import RESOLUTION, MixtureStats, quantize_weights
-from mmpack.sampling import uniform_bounds
-
-# -- fake sources ------------------------------------------------------------------------------------
-
-
-class PlainSource:
-    """``n`` samples; sample ``j`` is ``{"x": [tag, j], "y": [j] * width}`` (no ``__getitems__``)."""
-
-    def __init__(self, n: int, tag: int, width: int = 3) -> None:
-        self.n, self.tag, self.width = n, tag, width
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, j: int) -> dict[str, np.ndarray]:
-        if not 0 <= j < self.n:
-            raise IndexError(j)
-        return {
-            "x": np.array([self.tag, j], dtype=np.int64),
-            "y": np.full(self.width, j, dtype=np.int64),
-        }
-
-    def block_bounds(self, block_bytes: int) -> np.ndarray:
-        """Blocks of 4 items (for ``Mixture(block_bytes=...)``)."""
-        return uniform_bounds(self.n, 4)
-
-
-class FakeSource(PlainSource):
-    """:class:`PlainSource` with a ``__getitems__`` that records its calls."""
-
-    def __init__(self, n: int, tag: int, width: int = 3) -> None:
-        super().__init__(n, tag, width)
-        self.batch_calls: list[list[int]] = []
-
-    def __getitems__(self, js: list[int]) -> list[dict[str, np.ndarray]]:
-        self.batch_calls.append(list(js))
-        return [self[j] for j in js]
-
+from mmpack._src.sampling.mixture import RESOLUTION, quantize_weights
 
 # -- the obviously-right reference ---------------------------------------------------------------------
 
@@ -223,49 +185,6 @@ def test_repeats_of_a_small_source_are_fresh_permutations():
     assert stats.epochs.tolist() == [10.0, 100 / 10**6]
     assert stats.counts.tolist() == [100, 100]
     np.testing.assert_allclose(stats.proportions, [0.5, 0.5])
-
-
-def test_stats_fields():
-    mixture = Mixture(
-        [FakeSource(100, k) for k in range(3)], [0.999, 0.0005, 0.0005], num_samples=5000
-    )
-    stats = mixture.stats()
-    assert stats.num_samples == 5000 and stats.period == 2000
-    assert abs(stats.proportions - stats.weights).max() < 1 / 5000 * 1.5
-    assert 0 < stats.max_prefix_error <= stats.error_bound == 0.75
-    np.testing.assert_allclose(stats.requested_weights, [0.999, 0.0005, 0.0005])
-    np.testing.assert_array_equal(stats.repeats, mixture.repeats())
-    assert isinstance(stats, MixtureStats)
-    assert list(stats.as_dict()) == [
-        "num_samples",
-        "period",
-        "weights",
-        "requested_weights",
-        "counts",
-        "proportions",
-        "max_prefix_error",
-        "error_bound",
-        "epochs",
-        "repeats",
-    ]  # the keys of the dict it was
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        stats.period = 1  # type: ignore[misc]
-
-
-def test_stats_is_a_dataclass_not_a_dict():
-    """``Mixture.stats()`` has the one shape of every ``stats()``: attributes and ``as_dict()``;
-    the dict reads it once also offered (with a DeprecationWarning) are gone."""
-    stats = Mixture([FakeSource(10, k) for k in range(2)], [0.5, 0.5], num_samples=40).stats()
-    assert stats.as_dict()["period"] == stats.period
-    for read in (
-        lambda: stats["counts"],
-        lambda: stats.keys(),
-        lambda: stats.get("counts"),
-        lambda: "counts" in stats,
-        lambda: dict(stats),
-    ):
-        with pytest.raises((TypeError, AttributeError)):
-            read()
 
 
 def test_locate_is_the_sources_locate_and_source_of_the_pair():

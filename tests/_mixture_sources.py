@@ -1,0 +1,42 @@
+"""Fake sources for the mixture tests: samples that name their source and item, one kind with
+a recording ``__getitems__``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mmpack.sampling import uniform_bounds
+
+
+class PlainSource:
+    """``n`` samples; sample ``j`` is ``{"x": [tag, j], "y": [j] * width}`` (no ``__getitems__``)."""
+
+    def __init__(self, n: int, tag: int, width: int = 3) -> None:
+        self.n, self.tag, self.width = n, tag, width
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, j: int) -> dict[str, np.ndarray]:
+        if not 0 <= j < self.n:
+            raise IndexError(j)
+        return {
+            "x": np.array([self.tag, j], dtype=np.int64),
+            "y": np.full(self.width, j, dtype=np.int64),
+        }
+
+    def block_bounds(self, block_bytes: int) -> np.ndarray:
+        """Blocks of 4 items (for ``Mixture(block_bytes=...)``)."""
+        return uniform_bounds(self.n, 4)
+
+
+class FakeSource(PlainSource):
+    """:class:`PlainSource` with a ``__getitems__`` that records its calls."""
+
+    def __init__(self, n: int, tag: int, width: int = 3) -> None:
+        super().__init__(n, tag, width)
+        self.batch_calls: list[list[int]] = []
+
+    def __getitems__(self, js: list[int]) -> list[dict[str, np.ndarray]]:
+        self.batch_calls.append(list(js))
+        return [self[j] for j in js]
