@@ -1,9 +1,11 @@
-"""Fake sources for the mixture tests: samples that name their source and item, one kind with
-a recording ``__getitems__``."""
+"""Fake sources and weights for the mixture tests: samples that name their source and item, one
+kind with a recording ``__getitems__``; lists of 2 to 8 weights (some zero, some tiny) that
+hypothesis draws."""
 
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from mmpack.sampling import uniform_bounds
 
@@ -40,3 +42,11 @@ class FakeSource(PlainSource):
     def __getitems__(self, js: list[int]) -> list[dict[str, np.ndarray]]:
         self.batch_calls.append(list(js))
         return [self[j] for j in js]
+
+
+_weight = st.one_of(
+    st.floats(0.0, 1.0),
+    st.integers(0, 10).map(float),
+    st.floats(-6, 0).map(lambda e: 10.0**e),
+)
+mixture_weights = st.lists(_weight, min_size=2, max_size=8).filter(lambda w: sum(w) > 0)

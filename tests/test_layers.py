@@ -683,7 +683,6 @@ UNMIRRORED = {
     "sampling/mixture_items.py": "a mixture's passes, through sampling/test_mixture.py",
     "sampling/schedule_plan.py": "the schedule's regimes, through sampling/test_schedule.py",
     "sampling/schedule_weights.py": "a schedule's weights, through sampling/test_schedule.py",
-    "sampling/weights.py": "weight quantization, through sampling/test_mixture.py",
     "store/backends/_base.py": "the backend base class, through store/test_reader.py",
     "store/backends/_chunk_ranges.py": "chunk ranges, through store/backends/test_zarr.py",
     "store/backends/_mapping.py": "file mappings, through views/test_readahead.py and store/test_reader.py",

@@ -9,14 +9,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from _mixture_sources import FakeSource, PlainSource
+from _mixture_sources import FakeSource, PlainSource, mixture_weights
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import reference_assignment, reference_item
 from torch.utils.data import DataLoader
 
 from mmpack import Mixture, ResumableSampler
-from mmpack._src.sampling.mixture import RESOLUTION, quantize_weights
+from mmpack._src.sampling.mixture import quantize_weights
 
 # -- the obviously-right reference ---------------------------------------------------------------------
 
@@ -36,41 +36,11 @@ def bound_numerator_ok(quotas, period, counts, n) -> bool:
     return all(abs(n * c - period * cnt) * m <= period * (m - 1) for c, cnt in zip(quotas, counts))
 
 
-_weight = st.one_of(
-    st.floats(0.0, 1.0),
-    st.integers(0, 10).map(float),
-    st.floats(-6, 0).map(lambda e: 10.0**e),
-)
-_weights = st.lists(_weight, min_size=2, max_size=8).filter(lambda w: sum(w) > 0)
-
-
-# -- quantization ----------------------------------------------------------------------------------------
-
-
-@given(_weights)
-def test_quantization(weights):
-    quotas, period = quantize_weights(weights)
-    assert quotas.sum() == period and RESOLUTION % period == 0
-    assert ((quotas > 0) == (np.asarray(weights) > 0)).all()
-    w = np.asarray(weights) / sum(weights)
-    assert np.abs(quotas / period - w).max() <= 1.5 / RESOLUTION + 1e-12 or (
-        w[w > 0].min() < 1 / RESOLUTION
-    )
-
-
-def test_quantization_examples():
-    assert quantize_weights([0.7, 0.3])[1] == 10
-    np.testing.assert_array_equal(quantize_weights([1, 2])[0], [333333, 666667])
-    np.testing.assert_array_equal(quantize_weights([0.999, 0.0005, 0.0005])[0], [1998, 1, 1])
-    quotas, _ = quantize_weights([1e-12, 1.0, 0.0])
-    assert quotas[0] == 1 and quotas[2] == 0  # a positive weight is never dropped
-
-
 # -- assignment ------------------------------------------------------------------------------------------
 
 
 @given(
-    weights=_weights,
+    weights=mixture_weights,
     sizes=st.lists(st.integers(1, 40), min_size=8, max_size=8),
     num_samples=st.integers(0, 250),
     seed=st.integers(0, 2**64 - 1),
@@ -121,7 +91,7 @@ def test_every_prefix_of_a_whole_period_is_within_bound(weights):
         assert bound_numerator_ok(quotas, period, mixture.counts(far).tolist(), far)
 
 
-@given(weights=_weights, data=st.data())
+@given(weights=mixture_weights, data=st.data())
 def test_occurrence_position_inverts_locate(weights, data):
     mixture = Mixture([FakeSource(5, k) for k in range(len(weights))], weights, num_samples=10**13)
     k = data.draw(st.sampled_from(np.flatnonzero(mixture.quotas).tolist()))
@@ -154,7 +124,7 @@ def test_lookup_does_not_depend_on_position():
 # -- default length, repeats, statistics ------------------------------------------------------------------
 
 
-@given(weights=_weights, sizes=st.lists(st.integers(1, 500), min_size=8, max_size=8))
+@given(weights=mixture_weights, sizes=st.lists(st.integers(1, 500), min_size=8, max_size=8))
 def test_default_length_is_longest_prefix_without_repeats(weights, sizes):
     sources = [FakeSource(sizes[k], k) for k in range(len(weights))]
     mixture = Mixture(sources, weights)
