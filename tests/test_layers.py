@@ -698,7 +698,6 @@ UNMIRRORED = {
     "streaming/placement.py": "Placement, through kernels/test_streaming_batch.py",
     "streaming/shards.py": "consumers and shards, through torch/test_streaming.py",
     "streaming/sources.py": "the packer's sources, through streaming/test_packer.py",
-    "streaming/stats.py": "StreamingStats, through streaming/test_packer.py",
     "torch/microbatch.py": "split_packed_batch, beside the numpy split it mirrors (np and torch parametrized) in streaming/test_microbatch.py",
     "torch/stacking.py": "collate's stacking, through torch/test_collate.py and views/test_batch.py",
     "views/attention_cost.py": "row costs, through sampling/test_balance.py",
