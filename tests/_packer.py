@@ -1,6 +1,11 @@
-"""Documents, packer arguments and batch taking for the streaming packer tests."""
+"""Documents, packer arguments, batch taking and comparing for the streaming packer tests."""
 
 from __future__ import annotations
+
+import numpy as np
+from reference import rows_of
+
+from mmpack import StreamingPacker
 
 
 def make_docs(lengths, base=1):
@@ -22,3 +27,20 @@ STATE_KW = {
 def take(it, n):
     """The first ``n`` items of the iterator ``it`` (fewer if it ends)."""
     return [b for _, b in zip(range(n), it)]
+
+
+def expected_rows(docs, **kw):
+    """The rows of every batch a packer of ``kw`` gives over ``docs``."""
+    return [rows_of(b) for b in StreamingPacker(docs, **kw)]
+
+
+def assert_same_batch(a, b):
+    """Two batches hold the same fields with equal values."""
+    assert a.keys() == b.keys()
+    for k in a:
+        if k == "cu_seqlens":
+            assert [x.tolist() for x in a[k]] == [x.tolist() for x in b[k]]
+        elif a[k] is None or isinstance(a[k], list):
+            assert a[k] == b[k]
+        else:
+            assert np.array_equal(a[k], b[k]), k

@@ -694,7 +694,6 @@ UNMIRRORED = {
     "store/registry.py": "the adapter registry, through every kind's tests and test_store_contract.py",
     "store/tokens.py": "token arrays from inputs, through store/test_reader.py, kernels/test_streaming_batch.py",
     "store/vocab.py": "the tokenizer record, through ingest/test_provenance.py",
-    "streaming/admission.py": "admission, through streaming/test_packer.py",
     "streaming/placement.py": "Placement, through kernels/test_streaming_batch.py",
     "streaming/shards.py": "consumers and shards, through torch/test_streaming.py",
     "streaming/sources.py": "the packer's sources, through streaming/test_packer.py",
