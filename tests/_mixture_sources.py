@@ -1,6 +1,6 @@
 """Fake sources and weights for the mixture tests: samples that name their source and item, one
 kind with a recording ``__getitems__``; lists of 2 to 8 weights (some zero, some tiny) that
-hypothesis draws."""
+hypothesis draws; two stores whose views' ``cu_seqlens`` differ in shape."""
 
 from __future__ import annotations
 
@@ -50,3 +50,18 @@ _weight = st.one_of(
     st.floats(-6, 0).map(lambda e: 10.0**e),
 )
 mixture_weights = st.lists(_weight, min_size=2, max_size=8).filter(lambda w: sum(w) > 0)
+
+
+def two_stores(tmp_path):
+    """Two stores whose documents differ in number and length, so the ``cu_seqlens`` of sample 0
+    differ in length between their views."""
+    from mmpack import build
+
+    rng = np.random.default_rng(13)
+    a = build(
+        tmp_path / "a", [rng.integers(1, 50, size=int(n)) for n in rng.integers(1, 9, size=200)]
+    )
+    b = build(
+        tmp_path / "b", [rng.integers(1, 50, size=int(n)) for n in rng.integers(20, 70, size=80)]
+    )
+    return a, b

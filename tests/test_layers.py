@@ -678,7 +678,6 @@ UNMIRRORED = {
     "remote/s3.py": "the S3 transport, against a real server in remote/test_backend.py",
     "remote/sources.py": "fetch sources, through remote/test_cache.py and remote/test_zarr.py",
     "remote/writer.py": "RemoteStoreWriter, through remote/test_backend.py and remote/test_cache.py",
-    "sampling/mixture_batches.py": "a mixture's batched reads, through sampling/test_mixture.py",
     "sampling/mixture_blocks.py": "a mixture's block bounds, through test_block_bounds.py",
     "sampling/mixture_items.py": "a mixture's passes, through sampling/test_mixture.py",
     "sampling/schedule_plan.py": "the schedule's regimes, through sampling/test_schedule.py",
