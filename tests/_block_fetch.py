@@ -1,9 +1,44 @@
-"""Block-window epochs for the block-fetch tests: two epochs of a loader, and the check that every
-block of the store was fetched once within the bound."""
+"""Block-window epochs for the block-fetch and span tests: the stores they read (a remote
+memmap store of 4 KiB check pages beside its local twin, the same documents as a remote sharded
+Zarr store), two epochs of a loader, and the check that every block of the store was fetched
+once within the bound."""
 
 from __future__ import annotations
 
+import pytest
+from _remote_stores import _build_with_page, _corpus, _url
+
+import mmpack
 from mmpack._src.torch.block_fetch import WindowFetcher
+
+CHECK = 4096  # the store's check pages
+
+
+def block_stores(s3_server, tmp_path_factory):
+    """``(remote, local)``: 3000 documents as a remote memmap store of ``CHECK``-byte check
+    pages on ``s3_server`` and as a local store."""
+    docs = _corpus(n_docs=3000, seed=3)
+    remote = _build_with_page(_url(), docs, s3_server.options, CHECK)
+    local = mmpack.build(tmp_path_factory.mktemp("local") / "s", docs)
+    return remote, local
+
+
+def zarr_block_store(s3_server):
+    """The stores' documents as a remote sharded Zarr store: one 4 KiB inner chunk per check
+    block of the memmap store, 16 chunks per shard."""
+    from _zarr_stores import _small
+
+    with pytest.MonkeyPatch.context() as mp:
+        _small(mp, inner=CHECK, shard=16 * CHECK)
+        docs = _corpus(n_docs=3000, seed=3)
+        return mmpack.build(_url(), docs, backend="zarr", storage_options=s3_server.options)
+
+
+def open_cached(remote, options, cache_dir):
+    """``remote`` opened with a node cache of 1 GiB in ``cache_dir``."""
+    return mmpack.open(
+        remote.location, storage_options=options, cache_dir=cache_dir, cache_limit=1 << 30
+    )
 
 
 def _two_epochs(view, sampler):

@@ -6,17 +6,21 @@ is the block-window order written the obvious way, over lists: permute the block
 windows of ``W``, list each window's samples block after block, permute that list.
 :class:`StreamModel` is a sampler's stream of global positions (``e * n + j``) as lists, with its
 skips, replays and elastic resumes; :func:`served_samples` maps global positions to samples.
+:func:`make_sampler` is a sampler of either order, ``orders`` parametrizes a test by the orders.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from reference import naive_deal
 
-from mmpack import Permutation
+from mmpack import Permutation, ResumableSampler
 
 ORDERS = ("global", "blocks")
 TEST_WINDOW_BLOCKS = 3
+
+orders = pytest.mark.parametrize("order", ORDERS)
 
 
 def bounds_of(n):
@@ -37,6 +41,11 @@ def order_kwargs(order, n, window_blocks=TEST_WINDOW_BLOCKS):
         return {}
     assert order == "blocks", order
     return {"shuffle": "blocks", "block_bounds": bounds_of(n), "window_blocks": window_blocks}
+
+
+def make_sampler(n, order="global", **kw):
+    """A :class:`ResumableSampler` of ``n`` samples in ``order`` (its other arguments ``kw``)."""
+    return ResumableSampler(n, **kw, **order_kwargs(order, n))
 
 
 def naive_block_order(bounds, window_blocks, seed, epoch):

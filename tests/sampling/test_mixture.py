@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import tracemalloc
 import warnings
@@ -10,51 +9,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _mixture_sources import FakeSource, mixture_weights, two_stores
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import reference_assignment, reference_item
 from torch.utils.data import DataLoader
 
 from mmpack import Mixture, ResumableSampler
-from mmpack._src.sampling.mixture import RESOLUTION, MixtureStats, quantize_weights
-from mmpack.sampling import uniform_bounds
-
-# -- fake sources ------------------------------------------------------------------------------------
-
-
-class PlainSource:
-    """``n`` samples; sample ``j`` is ``{"x": [tag, j], "y": [j] * width}`` (no ``__getitems__``)."""
-
-    def __init__(self, n: int, tag: int, width: int = 3) -> None:
-        self.n, self.tag, self.width = n, tag, width
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, j: int) -> dict[str, np.ndarray]:
-        if not 0 <= j < self.n:
-            raise IndexError(j)
-        return {
-            "x": np.array([self.tag, j], dtype=np.int64),
-            "y": np.full(self.width, j, dtype=np.int64),
-        }
-
-    def block_bounds(self, block_bytes: int) -> np.ndarray:
-        """Blocks of 4 items (for ``Mixture(block_bytes=...)``)."""
-        return uniform_bounds(self.n, 4)
-
-
-class FakeSource(PlainSource):
-    """:class:`PlainSource` with a ``__getitems__`` that records its calls."""
-
-    def __init__(self, n: int, tag: int, width: int = 3) -> None:
-        super().__init__(n, tag, width)
-        self.batch_calls: list[list[int]] = []
-
-    def __getitems__(self, js: list[int]) -> list[dict[str, np.ndarray]]:
-        self.batch_calls.append(list(js))
-        return [self[j] for j in js]
-
+from mmpack._src.sampling.mixture import quantize_weights
 
 # -- the obviously-right reference ---------------------------------------------------------------------
 
@@ -74,41 +36,11 @@ def bound_numerator_ok(quotas, period, counts, n) -> bool:
     return all(abs(n * c - period * cnt) * m <= period * (m - 1) for c, cnt in zip(quotas, counts))
 
 
-_weight = st.one_of(
-    st.floats(0.0, 1.0),
-    st.integers(0, 10).map(float),
-    st.floats(-6, 0).map(lambda e: 10.0**e),
-)
-_weights = st.lists(_weight, min_size=2, max_size=8).filter(lambda w: sum(w) > 0)
-
-
-# -- quantization ----------------------------------------------------------------------------------------
-
-
-@given(_weights)
-def test_quantization(weights):
-    quotas, period = quantize_weights(weights)
-    assert quotas.sum() == period and RESOLUTION % period == 0
-    assert ((quotas > 0) == (np.asarray(weights) > 0)).all()
-    w = np.asarray(weights) / sum(weights)
-    assert np.abs(quotas / period - w).max() <= 1.5 / RESOLUTION + 1e-12 or (
-        w[w > 0].min() < 1 / RESOLUTION
-    )
-
-
-def test_quantization_examples():
-    assert quantize_weights([0.7, 0.3])[1] == 10
-    np.testing.assert_array_equal(quantize_weights([1, 2])[0], [333333, 666667])
-    np.testing.assert_array_equal(quantize_weights([0.999, 0.0005, 0.0005])[0], [1998, 1, 1])
-    quotas, _ = quantize_weights([1e-12, 1.0, 0.0])
-    assert quotas[0] == 1 and quotas[2] == 0  # a positive weight is never dropped
-
-
 # -- assignment ------------------------------------------------------------------------------------------
 
 
 @given(
-    weights=_weights,
+    weights=mixture_weights,
     sizes=st.lists(st.integers(1, 40), min_size=8, max_size=8),
     num_samples=st.integers(0, 250),
     seed=st.integers(0, 2**64 - 1),
@@ -159,7 +91,7 @@ def test_every_prefix_of_a_whole_period_is_within_bound(weights):
         assert bound_numerator_ok(quotas, period, mixture.counts(far).tolist(), far)
 
 
-@given(weights=_weights, data=st.data())
+@given(weights=mixture_weights, data=st.data())
 def test_occurrence_position_inverts_locate(weights, data):
     mixture = Mixture([FakeSource(5, k) for k in range(len(weights))], weights, num_samples=10**13)
     k = data.draw(st.sampled_from(np.flatnonzero(mixture.quotas).tolist()))
@@ -192,7 +124,7 @@ def test_lookup_does_not_depend_on_position():
 # -- default length, repeats, statistics ------------------------------------------------------------------
 
 
-@given(weights=_weights, sizes=st.lists(st.integers(1, 500), min_size=8, max_size=8))
+@given(weights=mixture_weights, sizes=st.lists(st.integers(1, 500), min_size=8, max_size=8))
 def test_default_length_is_longest_prefix_without_repeats(weights, sizes):
     sources = [FakeSource(sizes[k], k) for k in range(len(weights))]
     mixture = Mixture(sources, weights)
@@ -223,49 +155,6 @@ def test_repeats_of_a_small_source_are_fresh_permutations():
     assert stats.epochs.tolist() == [10.0, 100 / 10**6]
     assert stats.counts.tolist() == [100, 100]
     np.testing.assert_allclose(stats.proportions, [0.5, 0.5])
-
-
-def test_stats_fields():
-    mixture = Mixture(
-        [FakeSource(100, k) for k in range(3)], [0.999, 0.0005, 0.0005], num_samples=5000
-    )
-    stats = mixture.stats()
-    assert stats.num_samples == 5000 and stats.period == 2000
-    assert abs(stats.proportions - stats.weights).max() < 1 / 5000 * 1.5
-    assert 0 < stats.max_prefix_error <= stats.error_bound == 0.75
-    np.testing.assert_allclose(stats.requested_weights, [0.999, 0.0005, 0.0005])
-    np.testing.assert_array_equal(stats.repeats, mixture.repeats())
-    assert isinstance(stats, MixtureStats)
-    assert list(stats.as_dict()) == [
-        "num_samples",
-        "period",
-        "weights",
-        "requested_weights",
-        "counts",
-        "proportions",
-        "max_prefix_error",
-        "error_bound",
-        "epochs",
-        "repeats",
-    ]  # the keys of the dict it was
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        stats.period = 1  # type: ignore[misc]
-
-
-def test_stats_is_a_dataclass_not_a_dict():
-    """``Mixture.stats()`` has the one shape of every ``stats()``: attributes and ``as_dict()``;
-    the dict reads it once also offered (with a DeprecationWarning) are gone."""
-    stats = Mixture([FakeSource(10, k) for k in range(2)], [0.5, 0.5], num_samples=40).stats()
-    assert stats.as_dict()["period"] == stats.period
-    for read in (
-        lambda: stats["counts"],
-        lambda: stats.keys(),
-        lambda: stats.get("counts"),
-        lambda: "counts" in stats,
-        lambda: dict(stats),
-    ):
-        with pytest.raises((TypeError, AttributeError)):
-            read()
 
 
 def test_locate_is_the_sources_locate_and_source_of_the_pair():
@@ -302,21 +191,6 @@ def test_items_come_back_unchanged_from_the_right_source():
         np.testing.assert_array_equal(item["x"], [k, j])
         np.testing.assert_array_equal(item["y"], np.full(3, j))
     assert mixture[-1]["x"].tolist() == mixture[399]["x"].tolist()
-
-
-def test_getitems_batches_each_source_once():
-    sources = [FakeSource(30, 0), PlainSource(30, 1), FakeSource(30, 2)]
-    mixture = Mixture(sources, [0.5, 0.25, 0.25], num_samples=300, seed=2)
-    batch = [5, 299, 0, 17, 5, 100, -1, 42, 43, 44]
-    got = mixture.__getitems__(batch)
-    assert len(got) == len(batch)
-    for i, item in zip(batch, got):
-        ref = mixture[i]
-        assert item.keys() == ref.keys()
-        for key in ref:
-            np.testing.assert_array_equal(item[key], ref[key])
-    assert len(sources[0].batch_calls) == 1 and len(sources[2].batch_calls) == 1
-    assert mixture.__getitems__([]) == []
 
 
 def test_index_errors():
@@ -444,61 +318,6 @@ def test_works_with_resumable_sampler_and_dataloader(order):
 # -- issue 13: mixtures of views of different stores, overflowing weights, integer counts -----------
 
 
-def _two_stores(tmp_path):
-    """Two stores whose documents differ in number and length, so the ``cu_seqlens`` of sample 0
-    differ in length between their views."""
-    from mmpack import build
-
-    rng = np.random.default_rng(13)
-    a = build(
-        tmp_path / "a", [rng.integers(1, 50, size=int(n)) for n in rng.integers(1, 9, size=200)]
-    )
-    b = build(
-        tmp_path / "b", [rng.integers(1, 50, size=int(n)) for n in rng.integers(20, 70, size=80)]
-    )
-    return a, b
-
-
-@pytest.mark.parametrize("kind", ["window", "window_labels", "packed"])
-def test_mixture_of_views_of_different_stores(tmp_path, kind):
-    """The shape of ``cu_seqlens`` varies from sample to sample: it is not a compatibility rule
-    (the old check compared sample 0's and refused these sources)."""
-    from mmpack import PackedDataset, WindowDataset
-
-    a, b = _two_stores(tmp_path)
-    if kind == "packed":
-        views = [PackedDataset(s, seqlen=64, eot=0, pad_id=99) for s in (a, b)]
-    else:
-        views = [WindowDataset(s, 32, eot=0, labels=kind == "window_labels") for s in (a, b)]
-    assert views[0][0]["cu_seqlens"].shape != views[1][0]["cu_seqlens"].shape
-    mixture = Mixture(views, [0.5, 0.5], num_samples=40, seed=3)
-    batch = mixture.__getitems__(list(range(40)))
-    for i in range(40):
-        k, j = mixture.source_of(i)
-        want = views[k][j]
-        for key, value in want.items():
-            np.testing.assert_array_equal(batch[i][key], value)
-        assert int(batch[i]["source"]) == k
-        # locate has the views' shape, each piece also naming its source
-        assert mixture.locate(i) == [{**p, "source": k} for p in views[k].locate(j)]
-    from mmpack.torch import collate
-
-    loader = DataLoader(mixture, batch_size=8, collate_fn=collate)
-    assert sum(x["input_ids"].shape[0] for x in loader) == 40
-
-
-def test_mixture_still_refuses_other_fixed_shapes_and_keys(tmp_path):
-    from mmpack import PackedDataset, WindowDataset
-
-    a, b = _two_stores(tmp_path)
-    with pytest.raises(ValueError, match="incompatible samples"):
-        Mixture([WindowDataset(a, 32), WindowDataset(b, 16)], [1, 1])
-    with pytest.raises(ValueError, match="incompatible samples"):
-        Mixture([WindowDataset(a, 32), WindowDataset(b, 32, labels=True)], [1, 1])
-    with pytest.raises(ValueError, match="incompatible samples"):
-        Mixture([WindowDataset(a, 64, labels=True), PackedDataset(b, seqlen=64)], [1, 1])
-
-
 def test_weights_whose_sum_overflows():
     s = [FakeSource(5, k) for k in range(3)]
     mixture = Mixture(s, [1e308, 1e308, 3e307], num_samples=23)
@@ -530,7 +349,7 @@ def test_mixture_hands_the_epoch_on_to_its_sources(tmp_path):
     from mmpack import PackedDataset
     from mmpack.store import EpochIndex
 
-    a, b = _two_stores(tmp_path)
+    a, b = two_stores(tmp_path)
     views = [
         PackedDataset(
             s, seqlen=64, eot=0, pad_id=99, mode="mlm", mask_id=98, vocab_size=100, seed=2

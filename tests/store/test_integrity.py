@@ -547,69 +547,6 @@ def test_kill_point_count():
     assert len(KILL_CASES) == 56
 
 
-_HOLD_LOCK = textwrap.dedent(
-    """
-    import fcntl, os, sys, time
-    fd = os.open(sys.argv[1], os.O_RDWR)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    print("locked", flush=True)
-    time.sleep(60)
-    """
-)
-
-
-def _temp_folder(parent: Path, name: str, pid: int, locked: bool) -> Path:
-    folder = parent / f".{name}.mmpack-tmp-{pid}-abcd1234"
-    folder.mkdir()
-    if locked:
-        (folder / ".mmpack-lock").touch()
-    return folder
-
-
-def test_live_builders_temp_folders_are_kept(tmp_path):
-    """Liveness is the builder's flock on the lock file in its folder, not its PID: a folder whose
-    lock another process holds is kept even under a PID that does not exist here (another PID
-    namespace); one whose lock can be taken is removed even under a live PID."""
-    live = _temp_folder(tmp_path, "store", 999999999, locked=True)  # PID unknown here
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_LOCK, str(live / ".mmpack-lock")], stdout=subprocess.PIPE
-    )
-    try:
-        assert holder.stdout.readline() == b"locked\n"
-        dead = _temp_folder(tmp_path, "store", holder.pid, locked=True)  # live PID, free lock
-        (dead / "tokens.bin").write_bytes(b"x" * 10)
-        moved_aside = _temp_folder(tmp_path, "store", 999999998, locked=False)
-        other = _temp_folder(tmp_path, "other", 999999997, locked=True)  # another target's
-        mmpack.build(tmp_path / "store", [[1]], fsync=False)
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            ["store", live.name, other.name]
-        )
-        assert not dead.exists() and not moved_aside.exists()
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdout.close()
-
-
-@pytest.mark.parametrize(
-    ("name", "other"), [("a*", "abc"), ("corpus[v2]", "corpusv"), ("s?", "st"), ("x", "x.y")]
-)
-def test_stale_cleanup_matches_exact_names(tmp_path, name, other):
-    """Target names are names, not glob patterns: building ``a*`` leaves the temporary folder of
-    a build of ``abc`` alone, and ``corpus[v2]`` removes its own dead builders' folders."""
-    theirs = _temp_folder(tmp_path, other, 999999999, locked=False)
-    ours = _temp_folder(tmp_path, name, 999999999, locked=True)
-    mmpack.build(tmp_path / name, [[1]], fsync=False)
-    assert theirs.exists() and not ours.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, theirs.name])
-    # and the finished store carries no lock file
-    assert sorted(p.name for p in (tmp_path / name).iterdir()) == [
-        "mmpack.json",
-        "offsets.bin",
-        "tokens.bin",
-    ]
-
-
 _SLOW_BUILDER = textwrap.dedent(
     """
     import sys, time

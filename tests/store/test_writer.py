@@ -1,9 +1,9 @@
 """The store layer never deletes a user's file and never publishes a wrong store (issue 13).
 
-Each test reproduces a defect found by adversarial testing: ``overwrite`` replacing a folder that
-is not a store, ``StoreWriter.add`` losing good documents, wrapped ``add_batch`` lengths swapping
-a corrupt store in place of a good one, a full disk leaking the temporary folder, a source that
-reuses its output buffer.  Run: ``pytest tests/store/test_writer.py``.
+Each test reproduces a defect found by adversarial testing: ``StoreWriter.add`` losing good
+documents, wrapped ``add_batch`` lengths swapping a corrupt store in place of a good one, a full
+disk leaking the temporary folder, a source that reuses its output buffer (what ``overwrite`` may
+replace is in ``tests/store/test_publish.py``).  Run: ``pytest tests/store/test_writer.py``.
 """
 
 from __future__ import annotations
@@ -16,123 +16,14 @@ import numpy as np
 import pytest
 import torch
 from _paths import ROOT
+from _store_folders import BACKENDS, listing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
-import mmpack._src.store.publish as P
 import mmpack._src.store.writer as W
 from mmpack.errors import FormatError
 from mmpack.store import StoreWriter
-
-BACKENDS = ["memmap", "zarr"]
-
-
-def _listing(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
-
-
-def _watched(docs):
-    """A generator that records how many documents were taken from it."""
-    taken = []
-
-    def gen():
-        for d in docs:
-            taken.append(1)
-            yield d
-
-    return gen(), taken
-
-
-# ============================================================================ item 1: overwrite
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_overwrite_refuses_a_folder_of_user_files_before_any_work(tmp_path, backend):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "notes.txt").write_text("precious")
-    (home / "corpus").mkdir()
-    docs, taken = _watched([[1, 2, 3]] * 5)
-    with pytest.raises(
-        FileExistsError, match=r"is not an mmpack store \(it holds corpus, notes.txt\)"
-    ):
-        mmpack.build(home, docs, backend=backend, overwrite=True, fsync=False)
-    assert taken == []  # refused before the first document was read
-    assert (home / "notes.txt").read_text() == "precious" and (home / "corpus").is_dir()
-    assert _listing(tmp_path) == ["home"]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_overwrite_refuses_a_store_holding_other_files(tmp_path, backend):
-    store = mmpack.build(tmp_path / "s", [[1, 2]], backend=backend, fsync=False)
-    (tmp_path / "s" / "README.txt").write_text("mine")
-    with pytest.raises(
-        FileExistsError, match="an mmpack store with other files .it holds README.txt"
-    ):
-        mmpack.build(tmp_path / "s", [[3]], backend=backend, overwrite=True, fsync=False)
-    assert mmpack.open(tmp_path / "s").fingerprint == store.fingerprint
-    assert (tmp_path / "s" / "README.txt").read_text() == "mine"
-
-
-@pytest.mark.parametrize(
-    "kind", ["file", "symlink to a store", "symlink to a file", "dangling symlink"]
-)
-def test_overwrite_refuses_files_and_links_before_any_work(tmp_path, kind):
-    target = tmp_path / "t"
-    if kind == "file":
-        target.write_text("precious")
-    else:
-        dest = {
-            "symlink to a store": tmp_path / "store",
-            "symlink to a file": tmp_path / "f",
-            "dangling symlink": tmp_path / "nowhere",
-        }[kind]
-        if kind == "symlink to a store":
-            mmpack.build(dest, [[1]], fsync=False)
-        elif kind == "symlink to a file":
-            dest.write_text("x")
-        os.symlink(dest, target)
-    before = _listing(tmp_path)
-    docs, taken = _watched([[1]] * 3)
-    with pytest.raises(FileExistsError, match="refusing to replace it"):
-        mmpack.build(target, docs, overwrite=True, fsync=False)
-    assert taken == []
-    assert _listing(tmp_path) == before
-    if kind == "file":
-        assert target.read_text() == "precious"
-    else:
-        assert target.is_symlink()
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_overwrite_replaces_a_store_or_an_empty_folder(tmp_path, backend):
-    (tmp_path / "empty").mkdir()
-    assert mmpack.build(tmp_path / "empty", [[7]], backend=backend, overwrite=True, fsync=False)[
-        0
-    ].tolist() == [7]
-    mmpack.build(tmp_path / "s", [[1]], backend=backend, fsync=False)
-    mmpack.open(tmp_path / "s")  # its packing-plan cache folder is part of a store
-    (tmp_path / "s" / "cache").mkdir()
-    (tmp_path / "s" / "cache" / "plan-x.mmplan").write_bytes(b"x")
-    store = mmpack.build(tmp_path / "s", [[2, 3]], backend=backend, overwrite=True, fsync=False)
-    assert [d.tolist() for d in store] == [[2, 3]]
-    assert _listing(tmp_path) == ["empty", "s"]
-
-
-def test_overwrite_rechecks_the_target_at_the_swap(tmp_path, monkeypatch):
-    """A user file that appears in the target during the build is not swapped away."""
-    target = tmp_path / "s"
-    prev = mmpack.build(target, [[1]], fsync=False)
-
-    def docs():
-        yield [5]
-        (target / "added-meanwhile.txt").write_text("mine")
-        yield [6]
-
-    with pytest.raises(FileExistsError, match="added-meanwhile.txt"):
-        mmpack.build(target, docs(), overwrite=True, fsync=False)
-    assert mmpack.open(target).fingerprint == prev.fingerprint
-    assert (target / "added-meanwhile.txt").read_text() == "mine"
-    assert _listing(tmp_path) == ["s"]
 
 
 # ============================================================================ item 3: add()
@@ -202,25 +93,7 @@ def test_wrapping_lengths_never_replace_the_previous_store(
     store = mmpack.open(target)
     assert store.fingerprint == prev.fingerprint
     store.verify()
-    assert _listing(tmp_path) == ["s"]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_store_failing_its_own_open_is_never_swapped_in(tmp_path, backend, monkeypatch):
-    """Whatever goes wrong in the writing (here: decreasing offsets, checksummed as written), the
-    complete new store is opened and checked in its temporary folder before the swap."""
-    target = tmp_path / "s"
-    prev = mmpack.build(target, [[1, 2], [3]], backend=backend, fsync=False)
-    real = StoreWriter._write_offsets
-
-    def reversed_offsets(self, values):
-        return real(self, values[::-1].copy() if values.size > 1 else values)
-
-    monkeypatch.setattr(StoreWriter, "_write_offsets", reversed_offsets)
-    with pytest.raises(FormatError, match="offsets"):
-        mmpack.build(target, [[4], [5, 6], [7, 8, 9]], backend=backend, overwrite=True, fsync=False)
-    assert mmpack.open(target).fingerprint == prev.fingerprint
-    assert _listing(tmp_path) == ["s"]
+    assert listing(tmp_path) == ["s"]
 
 
 # ============================================================================ item 5: full disk
@@ -266,7 +139,7 @@ def test_disk_full_removes_the_temporary_folder(tmp_path, backend, room, monkeyp
     with pytest.raises(OSError) as info:
         mmpack.build(target, docs, backend=backend, overwrite=True, buffer_tokens=64, fsync=False)
     assert info.value.errno == errno.ENOSPC
-    assert _listing(tmp_path) == ["s"]  # no temporary folder left behind
+    assert listing(tmp_path) == ["s"]  # no temporary folder left behind
     assert mmpack.open(target).fingerprint == prev.fingerprint
 
 
@@ -281,7 +154,7 @@ def test_failure_creating_the_files_removes_the_temporary_folder(tmp_path, monke
     monkeypatch.setattr(W, "open", failing_open, raising=False)
     with pytest.raises(OSError, match="No space"):
         mmpack.build(tmp_path / "s", [[1]], fsync=False)
-    assert _listing(tmp_path) == []
+    assert listing(tmp_path) == []
 
 
 # ============================================================================ item 15: reused buffers
@@ -510,10 +383,8 @@ def test_cli_build_over_its_own_input_folder_is_refused(tmp_path):
     assert res.returncode != 0
     assert "is not an mmpack store (it holds a.txt, b.txt); refusing to replace it" in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    assert (
-        _listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
-    )
-    assert _listing(tmp_path) == ["corpus"]
+    assert listing(corpus) == ["a.txt", "b.txt"] and (corpus / "a.txt").read_text() == "hello world"
+    assert listing(tmp_path) == ["corpus"]
 
 
 # ============================================================================ property: add()
@@ -560,19 +431,3 @@ def test_add_keeps_exactly_the_good_documents(items, buffer_tokens, how):
                     )
         assert [d.tolist() for d in w.store] == expected
         w.store.verify()
-
-
-def test_builds_work_where_flock_is_unsupported(tmp_path, monkeypatch):
-    """Some network file systems refuse flock (ENOLCK): the build still works, and a cleaner that
-    cannot take a lock keeps the folder."""
-
-    def no_flock(fd, op):
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(P.fcntl, "flock", no_flock)
-    stale = tmp_path / ".s.mmpack-tmp-999999999-abcd1234"
-    stale.mkdir()
-    (stale / ".mmpack-lock").touch()
-    store = mmpack.build(tmp_path / "s", [[1, 2]], fsync=False)
-    assert store[0].tolist() == [1, 2]
-    assert _listing(tmp_path) == [stale.name, "s"]

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
-from _packer import make_docs
-from reference import ref_pack, rows_of
+from _packer import KW, assert_same_batch, expected_rows, make_docs, take
+from reference import rows_of
 
 from mmpack import StreamingPacker
-from mmpack.errors import FormatError, StateMismatchError
 
 # =========================================================================== kernels
 # place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),
@@ -199,19 +196,6 @@ def test_mlm_reseeds_per_epoch_and_set_epoch():
 
 
 # =========================================================================== sources
-def expected_rows(docs, **kw):
-    return [rows_of(b) for b in StreamingPacker(docs, **kw)]
-
-
-KW = dict(batch_size=2, seqlen=12, buffer_size=4, drop_last=False)
-
-
-@pytest.fixture
-def docs():
-    rng = np.random.default_rng(5)
-    return [rng.integers(1, 50, size=int(n)).tolist() for n in rng.integers(1, 12, size=30)]
-
-
 def test_source_formats(docs):
     want = expected_rows(docs, **KW)
     batches = [docs[i : i + 4] for i in range(0, len(docs), 4)]
@@ -286,20 +270,6 @@ def test_epoch_reaches_dataloader_sampler(docs):
     assert src.set_epoch.__self__.epochs == [0, 1]
 
 
-def test_counters_reset_each_epoch(docs):
-    p = StreamingPacker(docs, **KW)
-    list(p)
-    a = p.stats()
-    list(p)
-    b = p.stats()
-    assert b.epoch == a.epoch + 1 and b.token_count == 2 * a.token_count
-    assert dataclasses.replace(b, epoch=a.epoch, token_count=a.token_count) == a
-    assert np.isnan(StreamingPacker(docs, **KW).stats().efficiency)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        a.n_docs = 0  # type: ignore[misc]
-    assert a.as_dict()["n_docs"] == a.n_docs
-
-
 def test_stale_iterator(docs):
     p = StreamingPacker(docs, **KW)
     it = iter(p)
@@ -341,21 +311,6 @@ def test_mask_prob_cooldown_in_batches():
 
 
 # =========================================================================== state
-def _take(it, n):
-    return [b for _, b in zip(range(n), it)]
-
-
-def _same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if k == "cu_seqlens":
-            assert [x.tolist() for x in a[k]] == [x.tolist() for x in b[k]]
-        elif a[k] is None or isinstance(a[k], list):
-            assert a[k] == b[k]
-        else:
-            assert np.array_equal(a[k], b[k]), k
-
-
 @pytest.mark.parametrize("kind", ["list", "store"])
 def test_exact_resume(kind, tmp_path):
     rng = np.random.default_rng(2)
@@ -385,11 +340,11 @@ def test_exact_resume(kind, tmp_path):
     for stop in (0, 3, n0 - 1, n0, n0 + 2):
         a = StreamingPacker(source, **kw)
         it = iter(a)
-        seen = _take(it, min(stop, n0))
+        seen = take(it, min(stop, n0))
         if stop >= n0:
             assert list(it) == []
         if stop > n0:
-            seen += _take(iter(a), stop - n0)
+            seen += take(iter(a), stop - n0)
         state = a.state_dict()
         b = StreamingPacker(source, **kw)
         b.load_state_dict(state)
@@ -398,7 +353,7 @@ def test_exact_resume(kind, tmp_path):
             rest += list(b)
         assert len(seen) + len(rest) == len(full)
         for x, y in zip(seen + rest, full):
-            _same(x, y)
+            assert_same_batch(x, y)
         assert b.stats().token_count == ref.stats().token_count
 
 
@@ -410,44 +365,7 @@ def test_state_needs_an_indexable_source(docs):
         p.load_state_dict({})
 
 
-def test_state_mismatch(docs):
-    p = StreamingPacker(docs, **KW)
-    next(iter(p))
-    state = p.state_dict()
-    with pytest.raises(StateMismatchError, match="buffer_size"):
-        StreamingPacker(docs, **{**KW, "buffer_size": 5}).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match="source"):
-        StreamingPacker(docs[:-1], **KW).load_state_dict(state)
-    with pytest.raises(FormatError, match="version"):  # malformed: FormatError, as the sampler
-        StreamingPacker(docs, **KW).load_state_dict({"version": 99})
-
-
-# =========================================================================== validation
-@pytest.mark.parametrize(
-    "kw, match",
-    [
-        ({"buffer_size": 1}, "buffer_size"),
-        ({"seqlen": 0}, "seqlen"),
-        ({"batch_size": 0}, "batch_size"),
-        ({"mode": "bert"}, "mode"),
-        ({"mode": "mlm"}, "mask_id and vocab_size"),
-        ({"mode": "mlm", "mask_id": 3, "vocab_size": 3}, "mask_id"),
-        ({"mask_prob": 1.5}, "mask_prob"),
-        ({"mask_prob": -0.1}, "mask_prob"),
-        ({"long_docs": "wrap"}, "long_docs"),
-        ({"source_format": "rows"}, "source_format"),
-        ({"batch_size_warmup_min_size": 1}, "batch_size_warmup"),
-        ({"masking_ratio_cooldown_tokens": 10, "final_masking_ratio": 0.1}, "mode='mlm'"),
-        ({"seed": -1}, "seed"),
-    ],
-)
-def test_validation(kw, match):
-    args = dict(batch_size=2, seqlen=8, buffer_size=4)
-    args.update(kw)
-    with pytest.raises(ValueError, match=match):
-        StreamingPacker([[1]], **args)
-
-
+# =========================================================================== names
 def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
     """One name per parameter, as in the views: ``seqlen`` (ModernBERT's ``out_pseq_len`` and
     ``out_batch_size`` are not taken), ``seed=0`` by default."""
@@ -466,218 +384,6 @@ def test_the_row_length_is_seqlen_only_and_the_seed_is_zero():
     mlm = dict(batch_size=2, seqlen=8, buffer_size=4, mode="mlm", mask_id=3, vocab_size=50)
     default = [b["input_ids"].tolist() for b in StreamingPacker(docs, **mlm)]
     assert default == [b["input_ids"].tolist() for b in StreamingPacker(docs, seed=0, **mlm)]
-
-
-def test_from_micro_batches():
-    p = StreamingPacker.from_micro_batches(
-        [[1]],
-        global_batch_size=512,
-        micro_batch_size=32,
-        max_seq_len=1024,
-        batch_size_warmup_min_size=64,
-        batch_size_warmup_tokens="1e6tok",
-    )
-    assert (p.batch_size, p.seqlen, p.buffer_size) == (16, 32768, 5120)
-    assert p.batch_size_schedule.min_batch_size == 2
-    with pytest.raises(ValueError, match="multiple"):
-        StreamingPacker.from_micro_batches(
-            [[1]],
-            global_batch_size=512,
-            micro_batch_size=32,
-            max_seq_len=8,
-            batch_size_warmup_min_size=48,
-            batch_size_warmup_tokens=10,
-        )
-
-
-# =========================================================================== issue 13
-class _Flaky:
-    """A random-access source whose ``__getitem__`` raises once at ``fail_at`` once armed."""
-
-    def __init__(self, docs, fail_at):
-        self.docs, self.fail_at, self.armed = docs, fail_at, False
-
-    def __len__(self):
-        return len(self.docs)
-
-    def __getitem__(self, j):
-        if self.armed and j == self.fail_at:
-            self.armed = False
-            raise OSError(f"transient read error at {j}")
-        return self.docs[j]
-
-
-STATE_KW = {
-    "batch_size": 3,
-    "seqlen": 40,
-    "buffer_size": 6,
-    "mode": "mlm",
-    "mask_id": 3,
-    "vocab_size": 100,
-}
-
-
-@pytest.mark.parametrize("fail_at", [7, 37, 80])
-def test_state_after_a_transient_source_error_loses_nothing(fail_at):
-    """Admission is transactional: the position does not pass a sequence before it is held, so
-    a state taken after the source raised resumes with every sequence (the old code had already
-    advanced past the whole read-ahead chunk: e.g. sequences 37-40 were lost)."""
-    rng = np.random.default_rng(7)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(0, 90, size=120)]
-    full = list(StreamingPacker(docs, **STATE_KW))
-    flaky = _Flaky(docs, fail_at)
-    packer = StreamingPacker(flaky, **STATE_KW)
-    flaky.armed = True
-    seen = []
-    with pytest.raises(OSError, match="transient"):
-        for batch in packer:  # interrupted by the source's error: keep what came before
-            seen.append(batch)
-    state = packer.state_dict()
-    assert state["next_index"] <= fail_at
-    resumed = StreamingPacker(docs, **STATE_KW)
-    resumed.load_state_dict(state)
-    rest = list(resumed)
-    assert len(seen) + len(rest) == len(full)
-    for x, y in zip(seen + rest, full):
-        _same(x, y)
-
-
-def _tampered(state, **changes):
-    out = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
-    for k, v in changes.items():
-        if v is _DELETE:
-            del out[k]
-        else:
-            out[k] = v
-    return out
-
-
-_DELETE = object()
-
-
-@pytest.mark.parametrize(
-    "changes, match",
-    [
-        ({"next_index": -40}, "next_index=-40"),
-        ({"next_index": 2.5}, "next_index must be an int"),
-        ({"next_index": 10**12}, "next_index=1000000000000"),
-        ({"next_index": True}, "next_index must be an int"),
-        ({"exhausted": True}, "exhausted"),
-        ({"exhausted": 1}, "exhausted must be a bool"),
-        ({"epoch": -1}, "epoch"),
-        ({"epoch": 2**64}, "epoch"),
-        ({"next_epoch": -3}, "next_epoch"),
-        ({"in_epoch": "yes"}, "in_epoch must be a bool"),
-        ({"config": None}, "config must be a dict"),
-        ({"counters": _DELETE}, "lacks the fields"),
-        ({"counters": {"n_docs": 1}}, "counters"),
-        ({"token_count": -1}, "token_count"),
-        ({"next_offset": 5}, "next_offset"),
-        ({"next_offset": -40}, "next_offset"),
-        ({"pending_src": [0, 1]}, "pending_src must be a 1-D integer numpy array"),
-        ({"pending_off": np.zeros(3)}, "pending_off must be a 1-D integer numpy array"),
-        ({"pending_len": np.ones((2, 2), dtype=np.int64)}, "pending_len must be a 1-D"),
-        ({"pending_src": np.zeros(1, dtype=np.int64)}, "differ in length"),
-    ],
-)
-def test_load_state_dict_validates_every_field(changes, match):
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    it = iter(packer)
-    next(it)
-    next(it)
-    state = packer.state_dict()
-    assert state["pending_src"].size > 1 and 0 < state["next_index"] < len(docs)
-    fresh = StreamingPacker(docs, **STATE_KW)
-    with pytest.raises(FormatError, match=match):
-        fresh.load_state_dict(_tampered(state, **changes))
-    assert fresh._resume is None  # nothing was changed by the refused state
-    with pytest.raises(FormatError, match="dict"):
-        fresh.load_state_dict([1, 2])
-    fresh.load_state_dict(state)  # the untampered state loads
-
-
-def test_pending_pieces_of_unread_sequences_are_refused():
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 90, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    next(iter(packer))
-    state = packer.state_dict()
-    src = state["pending_src"].copy()
-    src[-1] = state["next_index"]  # a sequence not yet admitted
-    with pytest.raises(FormatError, match="pending pieces"):
-        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_src=src))
-    plen = state["pending_len"].copy()
-    plen[0] = 41  # longer than a row
-    with pytest.raises(FormatError, match="pending pieces"):
-        StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, pending_len=plen))
-
-
-@pytest.mark.parametrize("kind", ["list", "store"])
-def test_one_long_document_is_admitted_lazily(kind, tmp_path):
-    """A document of 2**16 tokens split into 1024 pieces of 64: the packer holds at most
-    buffer_size + readahead pieces (the old code admitted all 1024 at once and copied them at
-    every batch), emits the pieces in order, and a state taken inside the document resumes."""
-    doc = np.arange(2**16, dtype=np.int64) % 50_000 + 1
-    docs = [np.array([7, 8, 9]), doc, np.array([5, 6])]
-    source = docs
-    if kind == "store":
-        from mmpack import build
-
-        source = build(tmp_path / "s", docs)
-    kw = {
-        "batch_size": 4,
-        "seqlen": 64,
-        "buffer_size": 8,
-        "readahead": 3,
-        "drop_last": False,
-    }
-    bound = kw["buffer_size"] + kw["readahead"]
-    packer = StreamingPacker(source, **kw)
-    batches, held = [], []
-    for batch in packer:
-        batches.append(batch)
-        held.append(packer.stats().n_held)
-    assert max(held) <= bound, max(held)
-    assert [rows_of(b) for b in batches] == expected_rows(docs, **{**kw, "readahead": 1000})
-    pieces = [s for b in batches for row in rows_of(b) for s in row]
-    assert [t for s in pieces for t in s] == [7, 8, 9, *doc.tolist(), 5, 6]
-    assert packer.stats().n_split == 1 and packer.stats().n_docs == 3
-
-    mid = StreamingPacker(source, **kw)
-    it = iter(mid)
-    head = _take(it, 100)
-    state = mid.state_dict()
-    assert state["next_index"] == 1 and state["next_offset"] > 0
-    resumed = StreamingPacker(source, **kw)
-    resumed.load_state_dict(state)
-    rest = list(resumed)
-    assert len(head) + len(rest) == len(batches)
-    for x, y in zip(head + rest, batches):
-        _same(x, y)
-
-
-@pytest.mark.parametrize("readahead", [1, 2, 5, 64])
-def test_lazy_admission_does_not_change_placements(readahead):
-    """How many pieces are admitted at a time never changes a decision: mixed long and short
-    documents give the seed twin's rows for every readahead."""
-    rng = np.random.default_rng(readahead)
-    lengths = [int(n) for n in rng.integers(0, 200, size=150)]
-    docs = make_docs(lengths)
-    want = ref_pack(docs, 3, 24, 7, "split", False)
-    got = [
-        rows_of(b)
-        for b in StreamingPacker(
-            docs,
-            batch_size=3,
-            seqlen=24,
-            buffer_size=7,
-            readahead=readahead,
-            drop_last=False,
-        )
-    ]
-    assert got == want
 
 
 @pytest.mark.parametrize(
@@ -713,21 +419,3 @@ def test_float_lists_are_tokens_like_for_build():
     assert got == [rows_of(b) for b in StreamingPacker([[1, 2], [3]], **KW)]
     with pytest.raises(ValueError, match="non-integer token 1.5"):
         list(StreamingPacker([[1.5, 2.0]], **KW))
-
-
-def test_one_state_schema():
-    """The state is one schema (version 4, every field of mmpack._src.streaming.checkpoint); a state
-    of any other version is refused as malformed, even when its fields would fit."""
-    from mmpack._src.streaming.checkpoint import STATE_FIELDS, STATE_VERSION
-
-    rng = np.random.default_rng(3)
-    docs = [rng.integers(4, 90, size=int(n)) for n in rng.integers(1, 30, size=60)]
-    packer = StreamingPacker(docs, **STATE_KW)
-    _take(iter(packer), 4)
-    state = packer.state_dict()
-    assert state["version"] == STATE_VERSION == 4
-    assert set(state) == {"version", *STATE_FIELDS}
-    assert state["config"]["seqlen"] == 40 and state["shard"] == [0, 1]
-    for version in (2, 3, 5, None):
-        with pytest.raises(FormatError, match="version"):
-            StreamingPacker(docs, **STATE_KW).load_state_dict(_tampered(state, version=version))

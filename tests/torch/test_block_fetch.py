@@ -1,10 +1,10 @@
-"""One fetch per block (``mmpack/_src/remote/spans.py``, ``mmpack/_src/torch/block_fetch.py``) against a
-real S3 server (SeaweedFS, ``tests/_s3.py``) behind the counting proxy: a block-window epoch read
-through :func:`mmpack.torch.loader` equals the local store's sample for sample; whole spans are
-fetched in parts (requests = parts, bytes fetched per byte of the store <= 1.1); the node cache
-never holds more than two windows; two processes sharing a ``cache_dir`` fetch each block once;
-DataLoader workers read the shared cache over two epochs (blocks dropped and fetched again); a
-corrupt part is caught by the checksum and fetched again.
+"""One fetch per block (``mmpack/_src/torch/block_fetch.py``) against a real S3 server
+(SeaweedFS, ``tests/_s3.py``) behind the counting proxy: a block-window epoch read through
+:func:`mmpack.torch.loader` equals the local store's sample for sample; whole spans are fetched
+in parts (requests = parts, bytes fetched per byte of the store <= 1.1); the node cache never
+holds more than two windows; two processes sharing a ``cache_dir`` fetch each block once;
+DataLoader workers read the shared cache over two epochs (blocks dropped and fetched again).
+The span fetcher's own checks are in ``tests/remote/test_spans.py``.
 
 Run: ``PYTHONPATH=$PWD:$PWD/tests python -m pytest -q tests/torch/test_block_fetch.py``.
 """
@@ -24,20 +24,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _block_fetch import _parts, _two_epochs, _window_bytes, assert_each_block_once
-from _remote_stores import _build_with_page, _corpus, _url
+from _block_fetch import (
+    CHECK,
+    _parts,
+    _two_epochs,
+    _window_bytes,
+    assert_each_block_once,
+    block_stores,
+    open_cached,
+    zarr_block_store,
+)
+from _remote_stores import _corpus
 from _s3 import DelayProxy, isolate_cache_and_env
 
 import mmpack
 from mmpack import ResumableSampler
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.torch.block_fetch import WindowFetcher
-from mmpack.errors import FormatError, SlowReadWarning
+from mmpack.errors import SlowReadWarning
 from mmpack.torch import loader
 
 SEQLEN = 64
 BLOCK = 64 << 10  # bytes per sample block (view.block_bounds)
-CHECK = 4096  # the store's check pages
 W = 4  # blocks per window
 PART = 16 << 10  # four parts per block
 COLD_LIMIT = 240  # seconds for a cold start's epoch (compiling every kernel: ~60 s alone)
@@ -50,16 +58,7 @@ def _cache_home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def stores(s3_server, tmp_path_factory):
-    docs = _corpus(n_docs=3000, seed=3)
-    remote = _build_with_page(_url(), docs, s3_server.options, CHECK)
-    local = mmpack.build(tmp_path_factory.mktemp("local") / "s", docs)
-    return remote, local
-
-
-def _open(remote, options, cache_dir):
-    return mmpack.open(
-        remote.location, storage_options=options, cache_dir=cache_dir, cache_limit=1 << 30
-    )
+    return block_stores(s3_server, tmp_path_factory)
 
 
 def _loader(store, **kw):
@@ -81,7 +80,7 @@ def test_a_block_epoch_equals_the_local_store_in_whole_parts(stores, s3_server, 
     remote, local = stores
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
-        store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        store = open_cached(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         ld, ref = _loader(store), _loader(local)
         assert ref.sampler.window_fetcher is None  # a local store keeps today's path
         f = _with_parts(ld)
@@ -146,7 +145,7 @@ def test_loader_workers_read_the_blocks_the_sampler_fetches(
     remote, local = stores
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
-        store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        store = open_cached(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         ld = _loader(store, num_workers=2)
         ref = _loader(local)
         f = _with_parts(ld)
@@ -181,7 +180,7 @@ def test_a_plain_dataloader_over_a_block_sampler_fetches_whole_blocks(
     remote, local = stores
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
-        store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        store = open_cached(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
         s = ResumableSampler(
             view, shuffle="blocks", block_bounds=view.block_bounds(BLOCK), window_blocks=W, seed=5
@@ -231,7 +230,7 @@ def test_two_ranks_sharing_a_cache_fetch_each_block_once(stores, s3_server, tmp_
     remote, local = stores
     proxy = DelayProxy(s3_server.port, delay=0.005)
     try:
-        store = _open(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        store = open_cached(remote, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         ctx = mp.get_context("fork")
         barrier, out = ctx.Barrier(2), ctx.Queue()
         procs = [ctx.Process(target=_rank_epoch, args=(store, r, barrier, out)) for r in (0, 1)]
@@ -260,41 +259,9 @@ def test_two_ranks_sharing_a_cache_fetch_each_block_once(stores, s3_server, tmp_
         proxy.close()
 
 
-def test_a_corrupt_part_is_fetched_again(stores, s3_server, tmp_path, monkeypatch):
-    remote, local = stores
-    store = _open(remote, s3_server.options, tmp_path)
-    spans: SpanFetcher = store.span_fetcher
-    transport = spans.fetcher.transport
-    real = type(transport).get_ranges
-    bad = {"left": 1}
-
-    def flaky(self, key, ranges):
-        out = real(self, key, ranges)
-        if bad["left"] and key.endswith("tokens.bin"):
-            bad["left"] -= 1
-            out[0] = bytes([out[0][0] ^ 0xFF]) + out[0][1:]
-        return out
-
-    monkeypatch.setattr(type(transport), "get_ranges", flaky)
-    spans.fetch([(0, 20_000)])
-    assert spans.stats["refetched"] == 1
-    np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
-    bad["left"] = 2  # bad twice: never served
-    spans.drop([(0, 20_000)])
-    with pytest.raises(FormatError, match="checksum"):
-        spans.fetch([(0, 20_000)])
-
-
 @pytest.fixture(scope="module")
 def zarr_store(s3_server, stores):
-    """The stores' documents as a remote sharded Zarr store: one 4 KiB inner chunk per check
-    block of the memmap store, 16 chunks per shard."""
-    from _zarr_stores import _small
-
-    with pytest.MonkeyPatch.context() as mp:
-        _small(mp, inner=CHECK, shard=16 * CHECK)
-        docs = _corpus(n_docs=3000, seed=3)
-        return mmpack.build(_url(), docs, backend="zarr", storage_options=s3_server.options)
+    return zarr_block_store(s3_server)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -313,7 +280,7 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
     local = stores[1]
     proxy = DelayProxy(s3_server.port, delay=0.0)
     try:
-        store = _open(zarr_store, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
+        store = open_cached(zarr_store, dict(s3_server.options, endpoint=proxy.endpoint), tmp_path)
         assert store.backend == "zarr" and store._backend._layout.num_shards > 4
         view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
         with warnings.catch_warnings():
@@ -359,39 +326,6 @@ def test_a_plain_dataloader_over_a_remote_zarr_store_fetches_each_block_once(
         proxy.close()
 
 
-def test_a_corrupt_zarr_part_is_fetched_again(zarr_store, stores, s3_server, tmp_path, monkeypatch):
-    """A span part of a remote Zarr store whose chunk fails its crc32c is fetched once more;
-    bad twice, a FormatError and nothing stored."""
-    local = stores[1]
-    store = _open(zarr_store, s3_server.options, tmp_path)
-    spans: SpanFetcher = store.span_fetcher
-    source = store._backend.source
-    source.reader.indexes(list(range(store._backend._layout.num_shards)))  # indexes first
-    transport = spans.fetcher.transport
-    real = type(transport).get_ranges
-    bad = {"left": 1}
-
-    def flaky(self, key, ranges):
-        out = real(self, key, ranges)
-        size = source.objects.get(key[len(source.data) :], 0)
-        if bad["left"] and "/tokens/" in key and ranges[0][1] < size:  # a chunk, not an index
-            bad["left"] -= 1
-            out[0] = bytes([out[0][0] ^ 0xFF]) + out[0][1:]
-        return out
-
-    monkeypatch.setattr(type(transport), "get_ranges", flaky)
-    spans.fetch([(0, 20_000)])
-    assert spans.stats["refetched"] >= 1
-    np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
-    bad["left"] = 1 << 20  # every chunk response bad (so each is bad twice): never served
-    spans.drop([(0, 20_000)])
-    cf = spans.cache
-    b0, b1 = spans.page_range(0, 20_000)
-    with pytest.raises(FormatError, match="checksum"):
-        spans.fetch([(0, 20_000)])
-    assert not cf.state[b0:b1].any()
-
-
 def test_the_fetcher_needs_a_block_order_and_a_node_cache(stores, s3_server, tmp_path):
     remote, local = stores
     view = mmpack.WindowDataset(local, SEQLEN)
@@ -427,7 +361,7 @@ def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
     fetches that window first (not the skipped one) and the batches equal the local store's
     under the same skip."""
     remote, local = stores
-    store = _open(remote, s3_server.options, tmp_path)
+    store = open_cached(remote, s3_server.options, tmp_path)
     ld, ref = _loader(store), _loader(local)
     f = ld.sampler.window_fetcher
     first = int(f.order.window_offsets(0)[1])  # the positions of window 0
@@ -441,29 +375,6 @@ def test_the_fetcher_follows_the_samplers_skips(stores, s3_server, tmp_path):
     f.wait()
 
 
-def test_a_drop_under_a_stuck_cache_lock_keeps_the_pages(stores, s3_server, tmp_path, monkeypatch):
-    """A process stopped while it holds the cache's lock: a drop waits the lock's bound, warns
-    once and keeps the blocks (they stay readable and are dropped by a later drop)."""
-    import warnings
-
-    from _remote_stores import hold_cache_lock
-
-    from mmpack._src.remote import cache as cache_mod
-
-    monkeypatch.setattr(cache_mod, "LOCK_WAIT_SECONDS", 0.3)
-    remote, local = stores
-    store = _open(remote, s3_server.options, tmp_path)
-    spans: SpanFetcher = store.span_fetcher
-    spans.fetch([(0, 20_000)])
-    with hold_cache_lock(tmp_path):
-        with warnings.catch_warnings(record=True) as rec:
-            warnings.simplefilter("always")
-            assert spans.drop([(0, 20_000)]) == 0
-        assert any("lock" in str(w.message) for w in rec), [str(w.message) for w in rec]
-        np.testing.assert_array_equal(store.read_range(0, 20_000), local.read_range(0, 20_000))
-    assert spans.drop([(0, 20_000)]) > 0
-
-
 def test_the_current_window_queues_all_its_parts_before_the_next(
     stores, s3_server, tmp_path, monkeypatch
 ):
@@ -471,7 +382,7 @@ def test_the_current_window_queues_all_its_parts_before_the_next(
     starts in is queued before any of the next window's, even where the first is slow to queue
     them (they interleaved, and the loop waited for both windows)."""
     remote, _ = stores
-    store = _open(remote, dict(s3_server.options, max_concurrency=1), tmp_path)
+    store = open_cached(remote, dict(s3_server.options, max_concurrency=1), tmp_path)
     ld = _loader(store)
     f = _with_parts(ld)
     calls: list[int] = []
@@ -536,7 +447,7 @@ def test_a_reader_never_copies_a_page_dropped_under_it(stores, s3_server, tmp_pa
     drop), where it used to copy the punched holes (rows of zeros); read again after the drop,
     they are fetched again."""
     remote, local = stores
-    store = _open(remote, s3_server.options, tmp_path)
+    store = open_cached(remote, s3_server.options, tmp_path)
     ctx = mp.get_context("fork")
     ready, checked, dropped, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
     reader = ctx.Process(

@@ -11,11 +11,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _rows import row_batches, samples_from_rows
 from hypothesis import given
-from hypothesis import strategies as st
 
 from mmpack._src.core.constants import IGNORE_INDEX
-from mmpack._src.torch.boundaries import position_boundaries
 from mmpack._src.torch.collate import BATCH_TOKEN_FIELDS, TARGETS, TOKEN_FIELDS
 from mmpack.torch import Collator, collate
 
@@ -45,46 +44,6 @@ def _row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int
     }
 
 
-def _flat_reference(rows: list[np.ndarray], seqlen: int) -> list[int]:
-    """Obviously-right batch cu_seqlens: shift, concatenate, drop repeats."""
-    out: list[int] = []
-    for b, cu in enumerate(rows):
-        for c in cu:
-            v = int(c) + b * seqlen
-            if not out or out[-1] != v:
-                out.append(v)
-    return out
-
-
-@st.composite
-def _batches(draw):
-    seqlen = draw(st.integers(1, 40))
-    n = draw(st.integers(1, 6))
-    rows = []
-    for _ in range(n):
-        cuts = draw(st.lists(st.integers(0, seqlen), max_size=6))
-        rows.append(np.array([0, *sorted(cuts), seqlen], dtype=np.int32))
-    return seqlen, rows
-
-
-def _samples_from_rows(seqlen: int, rows: list[np.ndarray]) -> list[dict]:
-    samples = []
-    for b, cu in enumerate(rows):
-        pos = np.zeros(seqlen, dtype=np.int64)
-        for s, e in zip(cu[:-1], cu[1:]):
-            pos[s:e] = np.arange(e - s)
-        samples.append(
-            {
-                "input_ids": np.arange(seqlen, dtype=np.int64) + 1000 * b,
-                "position_ids": pos,
-                "labels": np.full(seqlen, IGNORE_INDEX, dtype=np.int64),
-                "cu_seqlens": cu,
-                "max_seqlen": int(np.diff(cu).max()),
-            }
-        )
-    return samples
-
-
 def test_stacks_token_fields_as_int64():
     rng = np.random.default_rng(0)
     samples = [_row(rng, [3, 5]), _row(rng, [2, 4], pad=2)]
@@ -109,22 +68,10 @@ def test_worked_example_from_the_docstring():
     assert batch["source"].tolist() == [0, 0]
 
 
-@given(_batches())
-def test_flat_cu_seqlens_matches_reference(batch_spec):
-    seqlen, rows = batch_spec
-    batch = collate(_samples_from_rows(seqlen, rows))
-    flat = batch["cu_seqlens"].tolist()
-    assert flat == _flat_reference(rows, seqlen)
-    assert flat[0] == 0 and flat[-1] == len(rows) * seqlen
-    assert all(a < b for a, b in zip(flat, flat[1:]))
-    assert batch["max_seqlen"] == max(b - a for a, b in zip(flat, flat[1:]))
-    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [r.tolist() for r in rows]
-
-
-@given(_batches())
+@given(row_batches())
 def test_flattened_position_ids_restart_at_every_flat_segment(batch_spec):
     seqlen, rows = batch_spec
-    batch = collate(_samples_from_rows(seqlen, rows))
+    batch = collate(samples_from_rows(seqlen, rows))
     pos = batch["position_ids"].view(-1)
     flat = batch["cu_seqlens"].tolist()
     for s, e in zip(flat[:-1], flat[1:]):
@@ -143,36 +90,6 @@ def test_varlen_false_omits_only_the_batch_cu_seqlens():
     assert batch["max_seqlen"] == 8
     assert len(batch["cu_seqlens_rows"]) == 2
     assert Collator(varlen=False)(samples).keys() == batch.keys()
-
-
-def test_samples_without_cu_seqlens_are_one_segment_per_row():
-    samples = [{"input_ids": np.arange(6), "labels": np.arange(6)} for _ in range(3)]
-    batch = collate(samples)
-    assert batch["cu_seqlens"].tolist() == [0, 6, 12, 18]
-    assert batch["max_seqlen"] == 6
-    assert [r.tolist() for r in batch["cu_seqlens_rows"]] == [[0, 6]] * 3
-
-
-def _position_reference(pos: np.ndarray) -> list[int]:
-    """Obviously-right cuts of one row: 0, every t whose position does not continue t - 1, end."""
-    return [0] + [t for t in range(1, len(pos)) if pos[t] != pos[t - 1] + 1] + [len(pos)]
-
-
-@given(_batches())
-def test_samples_without_cu_seqlens_are_cut_where_their_positions_restart(batch_spec):
-    """What transformers' Trainer leaves of a view's sample (it drops ``cu_seqlens``, which its
-    model's forward does not name): the rows keep their documents, read from position_ids."""
-    seqlen, rows = batch_spec
-    samples = _samples_from_rows(seqlen, rows)
-    with_cu = collate(samples)
-    without = collate([{k: v for k, v in s.items() if k != "cu_seqlens"} for s in samples])
-    assert torch.equal(without["cu_seqlens"], with_cu["cu_seqlens"])
-    assert without["max_seqlen"] == with_cu["max_seqlen"]
-    got = [r.tolist() for r in without["cu_seqlens_rows"]]
-    assert got == [_position_reference(s["position_ids"]) for s in samples]
-    assert got == [sorted(set(r.tolist())) for r in rows]  # the rows without empty segments
-    flat, lens = position_boundaries(np.stack([s["position_ids"] for s in samples]))
-    assert lens.tolist() == [len(r) for r in got] and flat.tolist() == sum(got, [])
 
 
 def test_narrow_and_readonly_integer_inputs():

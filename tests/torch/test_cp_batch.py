@@ -1,132 +1,25 @@
-"""Context-parallel batches: ``collate(..., cp_size=C, cp_rank=r)`` against TransformerEngine's
-partition (a reference written from its ``thd_get_partitioned_indices`` kernel) and
-megatron-core's ``get_batch_on_this_cp_rank``; the padded batch token by token; fixed-length
-``cu_seqlens``.
+"""Context-parallel batches: ``collate(..., cp_size=C, cp_rank=r)`` against megatron-core's
+``get_batch_on_this_cp_rank``; fixed-length ``cu_seqlens``; a view's batch on the fast path;
+the options' checks.  The layout itself, against TransformerEngine's partition, is in
+``tests/views/test_cp_layout.py``.
 
 Run: ``pytest tests/torch/test_cp_batch.py``.
 """
 
 from __future__ import annotations
 
-import bisect
 import warnings
 
 import numpy as np
 import pytest
 import torch
+from _cp_batches import FIELDS, IGNORE, PAD, batches, sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mmpack
 from mmpack._src.torch.cp_batch import BatchLayout, batch_layout
-from mmpack._src.views.cp_layout import CPLayout, cp_layout, zigzag_indices
 from mmpack.torch import Collator, DataCollator, collate
-
-PAD, IGNORE = 7, -100
-FIELDS = ("input_ids", "position_ids", "targets", "attention_mask", "loss_mask")
-
-
-def te_partitioned_indices(cu_seqlens_padded, total_tokens, world_size, rank):
-    """TransformerEngine's ``thd_get_partitioned_indices`` (``thd_partition_indices_kernel`` of
-    ``transformer_engine/common/fused_attn/thd_utils``), one token at a time: token ``t`` of the
-    rank's share lies in sequence ``s`` (binary search over ``cu_seqlens_padded / world_size``),
-    at ``i`` in it; the first half of the share takes chunk ``rank``, the second chunk
-    ``2 * world_size - 1 - rank``."""
-    cu = [int(c) // world_size for c in cu_seqlens_padded]
-    out = []
-    for t in range(total_tokens // world_size):
-        s = bisect.bisect_right(cu, t) - 1
-        length = cu[s + 1] - cu[s]
-        i = t - cu[s]
-        offset = rank if i < length // 2 else 2 * world_size - 2 - rank
-        out.append(i + cu[s] * world_size + length // 2 * offset)
-    return out
-
-
-def padded_slow(samples, cp_size):
-    """The padded batch built token by token: each segment's tokens, then its padding."""
-    out = {k: [] for k in FIELDS}
-    real, padded = [0], [0]
-    for s in samples:
-        cu = [int(c) for c in s["cu_seqlens"]]
-        for a, b in zip(cu[:-1], cu[1:]):
-            p = -(-(b - a) // (2 * cp_size)) * 2 * cp_size
-            for j in range(p):
-                if a + j < b:
-                    t = a + j
-                    out["input_ids"].append(int(s["input_ids"][t]))
-                    out["position_ids"].append(int(s["position_ids"][t]))
-                    out["targets"].append(int(s["labels"][t]))
-                    out["attention_mask"].append(int(s["attention_mask"][t]))
-                else:
-                    out["input_ids"].append(PAD)
-                    out["position_ids"].append(int(s["position_ids"][a]) + j)
-                    out["targets"].append(IGNORE)
-                    out["attention_mask"].append(0)
-                out["loss_mask"].append(float(out["targets"][-1] != IGNORE))
-            real.append(real[-1] + b - a)
-            padded.append(padded[-1] + p)
-    return out, real, padded
-
-
-def _sample(rng, seqlen, cuts):
-    cu = np.array([0, *sorted(cuts), seqlen], dtype=np.int32)
-    pos = np.concatenate([np.arange(b - a) for a, b in zip(cu[:-1], cu[1:])])
-    ids = rng.integers(10, 1000, seqlen)
-    labels = np.roll(ids, -1)
-    labels[cu[1:] - 1] = IGNORE
-    labels[rng.random(seqlen) < 0.1] = IGNORE
-    attn = np.ones(seqlen, dtype=np.int64)
-    return {"input_ids": ids, "position_ids": pos, "labels": labels, "attention_mask": attn,
-            "cu_seqlens": cu}  # fmt: skip
-
-
-@st.composite
-def batches(draw):
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    b, seqlen = draw(st.integers(1, 4)), draw(st.integers(1, 40))
-    samples = []
-    for _ in range(b):
-        k = draw(st.integers(0, min(5, seqlen - 1)))
-        cuts = rng.choice(np.arange(1, seqlen), k, replace=False) if k else []
-        samples.append(_sample(rng, seqlen, cuts))
-    return samples
-
-
-@settings(max_examples=60, deadline=None)
-@given(samples=batches(), cp_size=st.integers(1, 4))
-def test_shares_are_te_partition_of_the_padded_batch_built_token_by_token(samples, cp_size):
-    full = Collator(cp_size=cp_size, pad_id=PAD)(samples)
-    want, real, padded = padded_slow(samples, cp_size)
-    for key in FIELDS:
-        assert full[key].shape == (1, padded[-1])
-        assert full[key][0].tolist() == want[key], key
-    assert full["cu_seqlens"].tolist() == real and full["cu_seqlens"].dtype == torch.int32
-    assert full["cu_seqlens_padded"].tolist() == padded
-    assert full["cu_seqlens_padded"].dtype == torch.int32
-    assert full["max_seqlen"] == max(np.diff(padded)) and isinstance(full["max_seqlen"], int)
-    assert full["cp_padding"] == padded[-1] - real[-1]
-    assert full["cp_indices"].shape == (cp_size, padded[-1] // cp_size)
-    rebuilt = {key: torch.full_like(full[key], -1) for key in FIELDS}
-    for r in range(cp_size):
-        te = te_partitioned_indices(padded, padded[-1], cp_size, r)
-        assert full["cp_indices"][r].tolist() == te
-        share = Collator(cp_size=cp_size, cp_rank=r, pad_id=PAD)(samples)
-        for key in FIELDS:
-            assert share[key][0].tolist() == [want[key][t] for t in te], key
-            rebuilt[key][0, te] = share[key][0]
-        assert share["cu_seqlens_padded"].tolist() == padded and "cp_indices" not in share
-    for key in FIELDS:  # every rank's share together is the padded batch
-        assert torch.equal(rebuilt[key], full[key])
-
-
-def test_worked_example_of_the_layout():
-    layout = cp_layout(np.array([0, 3, 8]), 2)
-    assert isinstance(layout, CPLayout) and layout.max_seqlen == 8
-    assert layout.cu_seqlens_padded.tolist() == [0, 4, 12] and layout.padding == 4
-    assert zigzag_indices(layout.cu_seqlens_padded, 2, 0).tolist() == [0, 3, 4, 5, 10, 11]
-    assert zigzag_indices(layout.cu_seqlens_padded, 2, 1).tolist() == [1, 2, 6, 7, 8, 9]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +41,7 @@ def test_rows_without_packing_match_megatron_get_batch_on_this_cp_rank(
     process group would give them)."""
     rng = np.random.default_rng(seed)
     seqlen = 2 * cp_size * chunks
-    samples = [_sample(rng, seqlen, []) for _ in range(b)]
+    samples = [sample(rng, seqlen, []) for _ in range(b)]
     full = collate(samples)
     for r in range(cp_size):
         share = collate(samples, cp_size=cp_size, cp_rank=r)
@@ -232,7 +125,7 @@ def test_fields_a_batch_promises_are_written_from_each_segments_first_token(cp_r
     from mmpack.store import SampleBatch
 
     rng = np.random.default_rng(3)
-    rows = [_sample(rng, 12, [5]), _sample(rng, 12, [2, 9])]
+    rows = [sample(rng, 12, [5]), sample(rng, 12, [2, 9])]
     columns = {key: np.stack([s[key] for s in rows]).astype(np.int64) for key in rows[0]
                if key != "cu_seqlens"}  # fmt: skip
     columns["attention_mask"][0, :5] = 4
@@ -256,7 +149,7 @@ def test_fields_a_batch_promises_are_written_from_each_segments_first_token(cp_r
 
 
 def test_bad_options_are_named():
-    samples = [_sample(np.random.default_rng(0), 8, [3])]
+    samples = [sample(np.random.default_rng(0), 8, [3])]
     with pytest.raises(ValueError, match="cp_rank=1 needs cp_size"):
         collate(samples, cp_rank=1)
     with pytest.raises(ValueError, match="0 <= cp_rank < cp_size=2, got cp_rank=2"):
@@ -272,7 +165,7 @@ def test_bad_options_are_named():
 def test_layout_options_checked_once_are_still_checked_every_time():
     """collate checks its layout options once per set of them: a bad option that equals a good
     one (True for 1, 2.0 for 2) or cannot be a cache key is refused all the same."""
-    samples = [_sample(np.random.default_rng(0), 8, [3])]
+    samples = [sample(np.random.default_rng(0), 8, [3])]
     good = collate(samples, cp_size=2, cp_rank=1)
     assert batch_layout(True, 2, 1, False) is batch_layout(True, 2, 1, False)
     collate(samples, cp_size=1)  # the good options the bad ones equal, checked and kept
@@ -289,7 +182,7 @@ def test_layout_options_checked_once_are_still_checked_every_time():
 
 
 def test_data_collator_gives_the_flash_form_at_the_padded_boundaries():
-    samples = [_sample(np.random.default_rng(2), 12, [5, 7]) for _ in range(2)]
+    samples = [sample(np.random.default_rng(2), 12, [5, 7]) for _ in range(2)]
     batch = collate(samples, cp_size=2)
     out = DataCollator("flash_attention_2", cp_size=2)(samples)
     assert torch.equal(out["cu_seq_lens_q"], batch["cu_seqlens_padded"])

@@ -20,22 +20,15 @@ import numpy as np
 import pytest
 import torch
 from _datasets import IndexDataset
-from _orders import ORDERS, epoch_order, order_kwargs, sampler_kwargs
+from _orders import ORDERS, epoch_order, make_sampler, order_kwargs, orders, sampler_kwargs
 from _paths import ROOT, TESTS
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
 from mmpack import Permutation, ResumableSampler
-from mmpack._src.sampling.sampler_state import STATE_FIELDS, STATE_VERSION
-from mmpack.errors import FormatError, StateMismatchError
+from mmpack._src.sampling.sampler_state import STATE_FIELDS
 from mmpack.sampling import BlockOrder, uniform_bounds
-
-orders = pytest.mark.parametrize("order", ORDERS)
-
-
-def make(n, order="global", **kw):
-    return ResumableSampler(n, **kw, **order_kwargs(order, n))
 
 
 def reference_share(
@@ -61,7 +54,7 @@ _SIZES = [0, 1, 2, 3, 7, 13, 64, 97, 127, 128, 129, 1000]
 @orders
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 101, 1009, 2**10, 2**10 + 1, 10**6])
 def test_each_epoch_is_a_permutation(n, order):
-    sampler = make(n, order, seed=11)
+    sampler = make_sampler(n, order, seed=11)
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         got = np.fromiter(sampler, dtype=np.int64, count=len(sampler))
@@ -74,15 +67,15 @@ def test_epochs_and_seeds_differ_and_are_pure(order):
     n = 500
     runs = {}
     for seed, epoch in itertools.product((0, 1), (0, 1, 2)):
-        s = make(n, order, seed=seed)
+        s = make_sampler(n, order, seed=seed)
         s.set_epoch(epoch)
         runs[seed, epoch] = list(s)
         assert runs[seed, epoch] == epoch_order(n, seed=seed, epoch=epoch, order=order)
-        again = make(n, order, seed=seed)
+        again = make_sampler(n, order, seed=seed)
         again.set_epoch(epoch)
         assert list(again) == runs[seed, epoch]
     assert len({tuple(v) for v in runs.values()}) == 6
-    s = make(n, order, seed=0)
+    s = make_sampler(n, order, seed=0)
     assert list(s) == list(s) == runs[0, 0]  # no set_epoch: same epoch again
 
 
@@ -107,7 +100,7 @@ def test_ranks_disjoint_and_complete(n, drop_last, order):
     for ws in range(1, 8):
         shares = []
         for rank in range(ws):
-            s = make(n, order, seed=4, rank=rank, world_size=ws, drop_last=drop_last)
+            s = make_sampler(n, order, seed=4, rank=rank, world_size=ws, drop_last=drop_last)
             s.set_epoch(2)
             got = list(s)
             assert got == reference_share(
@@ -172,12 +165,12 @@ def test_resume_after_k_draws(n, ws, rank, drop_last, order):
 
 @orders
 def test_resume_after_full_epoch_yields_nothing_then_next_epoch(order):
-    s = make(50, order, seed=1)
+    s = make_sampler(50, order, seed=1)
     s.set_epoch(5)
     list(s)
     state = s.state_dict()
     assert (state["epoch"], state["position"]) == (5, 50)
-    fresh = make(50, order, seed=1)
+    fresh = make_sampler(50, order, seed=1)
     fresh.load_state_dict(state)
     assert list(fresh) == []
     fresh.set_epoch(6)
@@ -188,43 +181,43 @@ def test_resume_after_full_epoch_yields_nothing_then_next_epoch(order):
 @orders
 def test_resume_across_epoch_boundary(order):
     n = 300
-    s = make(n, order, seed=2, world_size=2, rank=1)
+    s = make_sampler(n, order, seed=2, world_size=2, rank=1)
     list(s)
     s.set_epoch(1)
     assert s.state_dict()["epoch"] == 1 and s.state_dict()["position"] == 0
     head, _ = _draw(s, 40)
     state = s.state_dict()
-    fresh = make(n, order, seed=2, world_size=2, rank=1)
+    fresh = make_sampler(n, order, seed=2, world_size=2, rank=1)
     fresh.set_epoch(0)
     fresh.load_state_dict(state)  # load after set_epoch: the state's epoch wins
     fresh.set_epoch(1)  # re-selecting the same epoch keeps the resume position
-    ref = make(n, order, seed=2, world_size=2, rank=1)
+    ref = make_sampler(n, order, seed=2, world_size=2, rank=1)
     ref.set_epoch(1)
     assert head + list(fresh) == list(ref)
 
 
 @orders
 def test_set_epoch_to_another_epoch_discards_loaded_position(order):
-    s = make(100, order, seed=3)
+    s = make_sampler(100, order, seed=3)
     _draw(s, 30)
     state = s.state_dict()
-    fresh = make(100, order, seed=3)
+    fresh = make_sampler(100, order, seed=3)
     fresh.load_state_dict(state)
     fresh.set_epoch(1)
-    ref = make(100, order, seed=3)
+    ref = make_sampler(100, order, seed=3)
     ref.set_epoch(1)
     assert list(fresh) == list(ref)
 
 
 @orders
 def test_state_dict_tracks_the_latest_iterator(order):
-    s = make(100, order, seed=3)
+    s = make_sampler(100, order, seed=3)
     assert s.state_dict()["position"] == 0
     _, it = _draw(s, 10)
     assert s.state_dict()["position"] == 10
     next(it)
     assert s.state_dict()["position"] == 11
-    loaded = make(100, order, seed=3)
+    loaded = make_sampler(100, order, seed=3)
     loaded.load_state_dict(s.state_dict())
     assert loaded.state_dict() == s.state_dict()  # saving right after loading loses nothing
     _draw(s, 3)  # a new iterator restarts the epoch
@@ -242,9 +235,9 @@ def test_state_dict_tracks_the_latest_iterator(order):
 
 @orders
 def test_any_rank_may_load_another_ranks_state(order):
-    a = make(1000, order, seed=1, world_size=4, rank=0)
+    a = make_sampler(1000, order, seed=1, world_size=4, rank=0)
     _draw(a, 17)
-    b = make(1000, order, seed=1, world_size=4, rank=3)
+    b = make_sampler(1000, order, seed=1, world_size=4, rank=3)
     b.load_state_dict(a.state_dict())
     assert list(b) == reference_share(1000, seed=1, rank=3, world_size=4, order=order)[17:]
 
@@ -341,134 +334,6 @@ def test_block_order_arguments_are_validated():
     assert "blocks=2, window_blocks=1" in repr(s) and s.shuffle == "blocks"
 
 
-def test_a_state_refuses_a_sampler_of_another_order():
-    bounds = [0, 3, 7, 10]
-    blocks = ResumableSampler(10, shuffle="blocks", block_bounds=bounds, window_blocks=2)
-    with pytest.raises(
-        StateMismatchError, match="shuffle='blocks' but this sampler has shuffle=True"
-    ):
-        ResumableSampler(10).load_state_dict(blocks.state_dict())
-    with pytest.raises(
-        StateMismatchError, match="shuffle=True but this sampler has shuffle='blocks'"
-    ):
-        blocks.load_state_dict(ResumableSampler(10).state_dict())
-    other_w = ResumableSampler(10, shuffle="blocks", block_bounds=bounds, window_blocks=3)
-    with pytest.raises(
-        StateMismatchError, match="window_blocks=2 but this sampler has window_blocks=3"
-    ):
-        other_w.load_state_dict(blocks.state_dict())
-    other_b = ResumableSampler(10, shuffle="blocks", block_bounds=[0, 3, 6, 10], window_blocks=2)
-    with pytest.raises(StateMismatchError, match="other block_bounds") as info:
-        other_b.load_state_dict(blocks.state_dict())
-    assert isinstance(info.value, ValueError) and "3 blocks" in str(info.value)
-    same = ResumableSampler(10, shuffle="blocks", block_bounds=np.array(bounds), window_blocks=2)
-    same.load_state_dict(blocks.state_dict())  # equal bounds, equal digest
-
-
-@pytest.mark.parametrize(
-    "field, value",
-    [("n", 11), ("seed", 1), ("shuffle", False), ("drop_last", True)],
-)
-def test_state_mismatch_names_field_and_values(field, value):
-    state = ResumableSampler(10).state_dict()
-    other = ResumableSampler(**{"n": 10, field: value}) if field != "n" else ResumableSampler(value)
-    with pytest.raises(StateMismatchError, match=rf"{field}=.*{field}=") as info:
-        other.load_state_dict(state)
-    assert isinstance(info.value, ValueError)
-    assert repr(state[field]) in str(info.value) and repr(value) in str(info.value)
-
-
-@orders
-def test_malformed_states(order):
-    s = make(10, order)
-    good = s.state_dict()
-    with pytest.raises(FormatError, match="version"):
-        s.load_state_dict({**good, "version": STATE_VERSION + 1})
-    with pytest.raises(FormatError, match="position"):
-        s.load_state_dict({k: v for k, v in good.items() if k != "position"})
-    with pytest.raises(FormatError, match="position=11"):
-        s.load_state_dict({**good, "position": 11})
-    with pytest.raises(FormatError, match="position=-1"):
-        s.load_state_dict({**good, "position": -1})
-    with pytest.raises(FormatError, match="dict"):
-        s.load_state_dict([1, 2])
-
-
-@pytest.mark.parametrize("order, field", [(o, f) for o in ORDERS for f in STATE_FIELDS])
-def test_a_state_missing_any_field_is_a_format_error_naming_it(order, field):
-    good = make(10, order, world_size=2).state_dict()
-    with pytest.raises(FormatError, match=field):
-        make(10, order, world_size=2).load_state_dict({k: v for k, v in good.items() if k != field})
-
-
-@pytest.mark.parametrize(
-    "field, value",
-    [
-        ("version", True),
-        ("version", "1"),
-        ("n", 10.0),
-        ("n", "10"),
-        ("n", True),
-        ("seed", 0.0),
-        ("seed", None),
-        ("shuffle", 1),
-        ("shuffle", "True"),
-        ("drop_last", 0),
-        ("world_size", 2.0),
-        ("world_size", "2"),
-        ("world_size", None),
-        ("rank", 1.0),
-        ("rank", "0"),
-        ("rank", -1),
-        ("rank", 2),
-        ("epoch", 0.0),
-        ("epoch", "0"),
-        ("position", 1.0),
-        ("offset", "0"),
-        ("offset", None),
-        ("shuffle", "block"),
-        ("window_blocks", 2.0),
-        ("window_blocks", "3"),
-        ("bounds_digest", [0, 10]),
-        ("fingerprint", 3),
-        ("skips", [[1, 2, 3]]),
-        ("skips", [[5, 3]]),
-        ("skips", [[4, 6], [1, 2]]),
-        ("skips", [[1.0, 2]]),
-        ("skips", "none"),
-        ("replays", [[0, 0, 2]]),
-        ("replays", [[0, 0, 2, 2]]),
-        ("replays", [[0, -1, 0, 2]]),
-        ("replays", [[0, 99, 0, 2]]),
-    ],
-)
-@orders
-def test_a_mistyped_state_field_is_a_format_error_naming_it(field, value, order):
-    good = make(10, order, world_size=2).state_dict()
-    with pytest.raises(FormatError, match=rf"\b{field}\b") as info:
-        make(10, order, world_size=2).load_state_dict({**good, field: value})
-    assert repr(value) in str(info.value)
-
-
-@orders
-def test_numpy_scalars_in_a_state_load(order):
-    s = make(10, order, world_size=2)
-    it = iter(s)
-    next(it)
-    state = s.state_dict()
-    cast = {
-        k: v
-        if isinstance(v, (str, list)) or v is None
-        else np.bool_(v)
-        if isinstance(v, bool)
-        else np.uint64(v)
-        for k, v in state.items()
-    }
-    fresh = make(10, order, world_size=2)
-    fresh.load_state_dict(cast)
-    assert fresh.state_dict() == state
-
-
 # -- huge n ------------------------------------------------------------------------------------------
 
 
@@ -520,7 +385,7 @@ def test_huge_n_is_instant_and_constant_memory(order):
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers(context, order):
     n = 45
-    sampler = make(n, order, seed=8, world_size=2, rank=1)
+    sampler = make_sampler(n, order, seed=8, world_size=2, rank=1)
     sampler.set_epoch(1)
     expected = list(sampler)
     loader = DataLoader(
@@ -569,7 +434,7 @@ def test_stateful_dataloader_resumes_exactly_in_a_fresh_process(tmp_path):
     for num_workers, order in itertools.product((0, 2), ORDERS):
 
         def make_loader():
-            sampler = make(n, order, seed=seed)
+            sampler = make_sampler(n, order, seed=seed)
             loader = StatefulDataLoader(
                 IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=num_workers
             )
@@ -624,7 +489,7 @@ def test_plain_dataloader_resumes_exactly_from_the_consumed_count(order):
     resume after the prefetched indices; ``state_dict(consumed=...)`` resumes right after the
     last sample the loop used."""
     n, batch_size = 103, 4
-    sampler = make(n, order, seed=6)
+    sampler = make_sampler(n, order, seed=6)
     sampler.set_epoch(2)
     epoch = list(sampler)
     loader = DataLoader(IndexDataset(n), sampler=sampler, batch_size=batch_size, num_workers=2)
@@ -637,7 +502,7 @@ def test_plain_dataloader_resumes_exactly_from_the_consumed_count(order):
     assert (state["epoch"], state["position"]) == (2, 40)
     del it
 
-    fresh = make(n, order, seed=6)
+    fresh = make_sampler(n, order, seed=6)
     fresh.load_state_dict(state)
     rest = [
         b.reshape(-1).tolist()
@@ -645,7 +510,7 @@ def test_plain_dataloader_resumes_exactly_from_the_consumed_count(order):
     ]
     assert list(itertools.chain(*rest)) == epoch[40:]
     # the resumed loop counts from 0 again: 8 more consumed -> position 48
-    again = make(n, order, seed=6)
+    again = make_sampler(n, order, seed=6)
     again.load_state_dict(state)
     assert again.state_dict(consumed=0)["position"] == 40
     it = iter(again)
@@ -656,7 +521,7 @@ def test_plain_dataloader_resumes_exactly_from_the_consumed_count(order):
 
 @orders
 def test_consumed_is_validated(order):
-    sampler = make(10, order, seed=1)
+    sampler = make_sampler(10, order, seed=1)
     assert sampler.state_dict(consumed=0)["position"] == 0
     with pytest.raises(ValueError, match="consumed=1"):
         sampler.state_dict(consumed=1)  # nothing handed out yet
@@ -676,7 +541,7 @@ def test_consumed_is_validated(order):
 def test_indices_carry_their_epoch(order):
     from mmpack.store import EpochIndex
 
-    sampler = make(50, order, seed=3)
+    sampler = make_sampler(50, order, seed=3)
     sampler.set_epoch(4)
     got = list(sampler)
     assert all(isinstance(i, EpochIndex) and i.epoch == 4 for i in got)
@@ -684,7 +549,7 @@ def test_indices_carry_their_epoch(order):
     back = pickle.loads(pickle.dumps(got))
     assert back == got and all(i.epoch == 4 for i in back)
     state = sampler.state_dict()
-    fresh = make(50, order, seed=3)
+    fresh = make_sampler(50, order, seed=3)
     fresh.load_state_dict({**state, "position": 10})
     assert all(i.epoch == 4 for i in fresh)
     with pytest.raises(ValueError, match="epoch"):

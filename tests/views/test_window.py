@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+from _windows import corpora, naive_windows
 from hypothesis import given
 from hypothesis import strategies as st
 from reference import naive_stream
@@ -21,37 +22,6 @@ BACKENDS = ["memmap", "zarr"]
 # The seed's table: ten documents, lengths given with their eot, tokens 0..n-2, eot 420.
 SEED_LENGTHS = [15, 13, 11, 13, 15, 8, 14, 8, 11, 10]
 SEED_DOCS = [list(range(n - 1)) for n in SEED_LENGTHS]
-
-
-# ----------------------------------------------------------------------------- the reference
-def naive_windows(docs, seqlen, stride, eot, labels, drop_last, pad_id):
-    """Every sample of the window view, computed in the most direct way."""
-    stream, ends = naive_stream(docs, eot)
-    width = seqlen + int(labels)
-    starts = list(range(0, max(len(stream) - width + 1, 0), stride))
-    if not drop_last:
-        covered = starts[-1] + width if starts else 0
-        nxt = starts[-1] + stride if starts else 0
-        if covered < len(stream) and nxt < len(stream):
-            starts.append(nxt)
-    out = []
-    for s in starts:
-        window = stream[s : s + seqlen]
-        real = len(window)
-        ids = window + [pad_id] * (seqlen - real)
-        cuts = sorted(
-            {e - s for e in ends if 0 < e - s < seqlen} | ({real} if real < seqlen else set())
-        )
-        cu = [0] + [c for c in cuts if 0 < c < seqlen] + [seqlen]
-        pos = []
-        for a, b in zip(cu[:-1], cu[1:]):
-            pos.extend(range(b - a))
-        sample = {"input_ids": ids, "cu_seqlens": cu, "position_ids": pos}
-        if labels:
-            nxt_tokens = stream[s + 1 : s + seqlen + 1]
-            sample["labels"] = nxt_tokens + [-100] * (seqlen - len(nxt_tokens))
-        out.append(sample)
-    return out
 
 
 def assert_samples_equal(got, want, dtype=np.int64):
@@ -92,7 +62,6 @@ def test_seed_example_windows(tmp_path):
 
 
 # ----------------------------------------------------------------------------- properties
-corpora = st.lists(st.lists(st.integers(0, 70000), max_size=40), max_size=25)
 
 
 @pytest.mark.slow
@@ -158,49 +127,6 @@ def test_locate_reconstructs_the_window(tmp_path_factory, docs, seqlen, stride, 
         sample = ds[i]
         want = np.concatenate([sample["input_ids"][:1], sample["labels"]])[: len(rebuilt)]
         assert rebuilt == want.tolist()
-
-
-@given(
-    docs=corpora,
-    seqlen=st.integers(1, 12),
-    stride=st.integers(1, 20),
-    use_eot=st.booleans(),
-    labels=st.booleans(),
-    drop_last=st.booleans(),
-)
-def test_stats_count_what_the_samples_hold(
-    tmp_path_factory, docs, seqlen, stride, use_eot, labels, drop_last
-):
-    """``stats()`` against the samples themselves: the stream tokens some window holds (its
-    ``width`` tokens, the label token included), the pad tokens of ``input_ids``, the eots."""
-    store = mmpack.build(tmp_path_factory.mktemp("w") / "s", docs)
-    eot = 7 if use_eot else None
-    ds = WindowDataset(store, seqlen, stride, eot=eot, labels=labels, drop_last=drop_last)
-    stats = ds.stats()
-    stream, _ = naive_stream(docs, eot)
-    width = seqlen + int(labels)
-    covered = np.zeros(len(stream), dtype=bool)
-    for i in range(len(ds)):
-        covered[i * stride : i * stride + width] = True
-    samples = naive_windows(docs, seqlen, stride, eot, labels, drop_last, -1)
-    padding = sum(s["input_ids"].count(-1) for s in samples)
-    assert stats == type(stats)(
-        seqlen=seqlen,
-        stride=stride,
-        n_samples=len(ds),
-        n_full=sum(i * stride + width <= len(stream) for i in range(len(ds))),
-        n_partial=sum(i * stride + width > len(stream) for i in range(len(ds))),
-        n_docs=len(docs),
-        n_tokens=sum(len(d) for d in docs),
-        eot_tokens=len(docs) if use_eot else 0,
-        stream_tokens=len(stream),
-        covered_tokens=int(covered.sum()),
-        dropped_tokens=int((~covered).sum()),
-        padding_tokens=padding,
-    )
-    assert stats.as_dict()["covered_tokens"] == stats.covered_tokens
-    with pytest.raises(AttributeError):
-        stats.n_samples = 0  # frozen, as every view's stats()
 
 
 def test_a_path_is_opened_as_packed_dataset_opens_it(tmp_path):
