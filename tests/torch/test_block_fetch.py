@@ -547,3 +547,35 @@ def test_a_remote_store_read_without_whole_blocks_is_warned_of_once(tmp_path):
     assert loaders(cached, shuffle="blocks") == loaders(cached) == []
     assert loaders(nocache, shuffle=False) == []  # in order: merged ranges
     assert loaders(local) == loaders(local, shuffle="blocks") == []
+
+
+def test_a_node_cache_smaller_than_two_windows_is_warned_of_once(tmp_path):
+    """Two windows whose blocks the node cache cannot hold would be dropped before they are
+    read and fetched again: the fetcher warns once, naming the bytes two windows need and a
+    window that fits; a cache that holds two windows says nothing."""
+    docs = _corpus(n_docs=300, seed=6)
+    url = (tmp_path / "remote").as_uri()
+    mmpack.build(url, docs)
+    small_blocks = 8 << 10
+
+    def warned(limit, window_blocks=W):
+        store = mmpack.open(url, cache_dir=tmp_path / f"cache{limit}", cache_limit=limit)
+        view = mmpack.WindowDataset(store, SEQLEN, eot=65535)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            for _ in range(2):  # once, not once per loader
+                loader(view, 16, block_bytes=small_blocks, window_blocks=window_blocks)
+        return view, [str(w.message) for w in rec if issubclass(w.category, SlowReadWarning)]
+
+    view, said = warned(1 << 30)
+    assert said == []
+    blocks = len(view.block_bounds(small_blocks)) - 1
+    total = view.store.num_tokens * view.store.dtype.itemsize
+    assert blocks > 2 * W  # two windows are part of the store
+    need = -(-2 * W * total // blocks)
+    view, (said,) = warned(need - 1)
+    assert f"cache_limit >= {need}" in said and url in said
+    fit = (need - 1) * blocks // (2 * total)
+    assert 1 <= fit < W and f"window_blocks <= {fit}" in said
+    assert warned(need - 1, window_blocks=fit)[1] == []  # the window it names fits
+    assert warned(need)[1] == []

@@ -132,7 +132,9 @@ class WindowFetcher:
             return None
         if not callable(getattr(view, "token_span", None)):
             return None
-        return cls(view, sampler)
+        fetcher = cls(view, sampler)
+        _warn_small_cache(view, fetcher.order, fetcher.spans)
+        return fetcher
 
     # ------------------------------------------------------------------------------ windows
     def window_spans(self, epoch: int, window: int) -> list[tuple[int, int]]:
@@ -356,6 +358,34 @@ def _warn_slow(view: Any, way: str) -> None:
             "writable cache_dir, cache_limit not 0)"
         )
     warnings.warn(message, SlowReadWarning, stacklevel=_user_level())
+
+
+def _warn_small_cache(view: Any, order: Any, spans: Any) -> None:
+    """Warn once per process, store, window and limit where two windows of ``order`` need more
+    bytes than ``view``'s node cache may hold: blocks would then be dropped before the window
+    reads them and fetched again.  Two windows hold about ``2 W / B`` of the store's token bytes
+    (``W`` blocks a window, ``B`` blocks), all of it when ``2 W >= B``."""
+    store = view.store
+    limit = int(spans.fetcher.node.cache.limit)
+    total = int(store.num_tokens) * store.dtype.itemsize
+    blocks, w = max(1, order.n_blocks), order.window_blocks
+    need = min(total, -(-2 * w * total // blocks))
+    key = (str(store.location), f"room {w} {limit}")
+    if need <= limit or key in _WARNED:
+        return
+    _WARNED.add(key)
+    fit = limit * blocks // (2 * total)
+    fix = f"open the store with cache_limit >= {need}"
+    if fit >= 1:
+        fix += f" or read it with window_blocks <= {fit}"
+    warnings.warn(
+        f"mmpack: two windows of the block order over {store.location} hold about "
+        f"{need / 2**20:,.1f} MiB ({min(2 * w, blocks)} blocks of about "
+        f"{total / blocks / 2**20:,.1f} MiB) but its node cache may hold {limit / 2**20:,.1f} "
+        f"MiB: blocks would be dropped before their window reads them and fetched again; {fix}",
+        SlowReadWarning,
+        stacklevel=_user_level(),
+    )
 
 
 def _user_level() -> int:
