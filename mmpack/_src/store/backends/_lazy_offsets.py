@@ -75,6 +75,7 @@ class LazyOffsets:
         kept: Path | None = None,
         on_error: Callable[[OSError], None] | None = None,
     ) -> None:
+        self._fd = -1  # the kept file's descriptor (for pwrite), once it is open
         self.nbytes = int(count) * 8
         self.stripe_bytes = int(stripe_bytes)
         n_stripes = -(-self.nbytes // self.stripe_bytes)
@@ -89,7 +90,6 @@ class LazyOffsets:
         self._fetch = fetch
         self._where = where
         self._on_error = on_error
-        self._fd = -1
         self._lock = threading.Lock()
         self._loaded = np.zeros(n_stripes, dtype=bool)
         buf = self._map_kept(kept) if kept is not None else None
