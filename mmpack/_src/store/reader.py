@@ -3,8 +3,9 @@
 A store is opened read-only by memory mapping (:mod:`mmpack._src.store.backends`): opening reads only the
 metadata and checks it against the files (sizes, ``offsets`` starting at 0 and ending at
 ``num_tokens``, the first and last pages of ``offsets`` never decreasing), so it costs
-milliseconds whatever the corpus; every other page of ``offsets`` is checked the first time a
-read uses it (:class:`~mmpack._src.store.offsets_pages.OffsetsPages`); ``verify()`` recomputes the block
+milliseconds whatever the corpus; every other page of ``offsets`` is made present (a remote or
+Zarr store fetches it then) and checked the first time a read uses it
+(:class:`~mmpack._src.store.offsets_pages.OffsetsPages`); ``verify()`` recomputes the block
 checksums.  Stores are written by :mod:`mmpack._src.store.writer`.
 
 Opt-in verification on read (``open_store(path, verify_reads=True)``): each page of the offsets is
