@@ -767,6 +767,7 @@ def test_each_offsets_stripe_is_crc_checked_on_first_use_and_kept_for_the_next_r
     second = mmpack.open(url, cache_dir=tmp_path / "c")
     np.testing.assert_array_equal(second[7000], local[7000])
     assert len(fetched) == 3  # stripes 0, 3 and 9 came from the kept file
+    np.testing.assert_array_equal(second.offsets, local.offsets)  # now all kept
     # a document of stripe 5 one token longer, its neighbour one shorter: still increasing
     j = next(j for j in range(5 * 2048 + 10, 6 * 2048) if len(local[j]) > 1)
     path = tmp_path / "remote" / store.meta["remote"]["data"] / "offsets.bin"
@@ -781,3 +782,8 @@ def test_each_offsets_stripe_is_crc_checked_on_first_use_and_kept_for_the_next_r
         mmpack.PackedDataset(fresh, 64, eot=0)  # a plan reads the whole index
     with pytest.raises(FormatError, match="stripe 5"):
         mmpack.open(url, cache_dir=tmp_path / "v").verify()
+    # a reader whose kept copy is intact serves from it, but verify() reads the server's bytes
+    kept = mmpack.open(url, cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(kept[j], local[j])
+    with pytest.raises(FormatError, match=r"offsets stripe 5 \(bytes .*\) fails its checksum"):
+        kept.verify()

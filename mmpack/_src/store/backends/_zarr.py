@@ -13,8 +13,7 @@ the mapping; with zstd, decoded chunks go through the per-process LRU
 (:mod:`mmpack._src.store.backends._chunk_cache`, ``MMPACK_ZARR_CACHE_MB``, 256 MiB); then one
 ``np.concatenate``.  ``verify`` reads through a plain Zarr slice, uncached.  Cost: ``python -m
 benchmarks.bench_window --quick --zarr`` (docs/benchmarks.md, against memmap in the same run).
-The offsets are read stripe by stripe (a Zarr slice) the first time a read uses a stripe
-(:class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`): opening reads two stripes.
+Offsets: each stripe read (a Zarr slice) when a read first uses it (``_lazy_offsets``).
 
 Missing data: Zarr reads an absent chunk as zeros; mmpack writes every chunk, so every shard
 must exist as a non-empty regular file (one ``stat`` each at open), and an absent inner chunk,
