@@ -164,3 +164,26 @@ def test_a_wrong_number_of_crcs_is_a_format_error():
     want = _offsets()
     with pytest.raises(FormatError, match="holds 2 offsets checksums for 6 stripes"):
         LazyOffsets(want.shape[0], STRIPE, [zlib.crc32(b"")] * 2, Source(want).fetch, "src")
+
+
+def test_a_kept_file_of_another_user_is_read_and_never_written(tmp_path, monkeypatch):
+    want = _offsets()
+    kept = tmp_path / "offsets.bin"
+    first = _lazy(want, Source(want), kept)
+    first.load(0)
+    first.close()
+    real_open = os.open
+
+    def no_write(path, flags, *args):
+        if flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_write)
+    told: list[OSError] = []
+    src = Source(want)
+    lz = _lazy(want, src, kept, told.append)
+    lz.load(0, 6)
+    assert src.calls == [(64, 360)] and told == []  # stripe 0 from the file, nothing written
+    np.testing.assert_array_equal(lz.array, want)
+    assert not np.frombuffer(kept.read_bytes(), np.int64)[8:].any()

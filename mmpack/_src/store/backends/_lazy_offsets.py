@@ -102,13 +102,13 @@ class LazyOffsets:
     def _map_kept(self, kept: Path) -> np.ndarray | None:
         """A private mapping of ``kept`` (created sparse at the full size), or None after
         telling ``on_error``.  The descriptor stays open for :meth:`_write`."""
-        fd = -1
+        fd, writable = -1, True
         try:
             kept.parent.mkdir(parents=True, exist_ok=True)
             try:
                 fd = os.open(kept, os.O_RDWR | os.O_CREAT, 0o644)
-            except PermissionError:  # a read-only copy kept by another user: read it only
-                fd = os.open(kept, os.O_RDONLY)
+            except PermissionError:  # a copy kept by another user: read it, write nothing
+                fd, writable = os.open(kept, os.O_RDONLY), False
             size = os.fstat(fd).st_size
             if size != self.nbytes:
                 os.ftruncate(fd, self.nbytes)  # (a read-only descriptor refuses: no file)
@@ -118,7 +118,10 @@ class LazyOffsets:
                 os.close(fd)
             self._tell(exc)
             return None
-        self._fd = fd
+        if writable:
+            self._fd = fd
+        else:
+            os.close(fd)  # the mapping stays; fetched stripes go to this process's pages
         return np.frombuffer(mm, dtype=np.int64)
 
     def _tell(self, exc: OSError) -> None:
