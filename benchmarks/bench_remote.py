@@ -26,7 +26,10 @@ a machine whose cores they share).
 
 Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only);
 ``python -m benchmarks.bench_remote --sweep``: the window case over ``max_concurrency``
-16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads).
+16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads);
+``python -m benchmarks.bench_remote --open``: opening stores of 10^5, 10^7 and 4 x 10^7
+two-token documents (both layouts; a fresh cache folder, then again): seconds, requests and
+bytes fetched by the open, then by the first read of a middle document (``--quick``: 10^4, 10^6).
 """
 
 from __future__ import annotations
@@ -299,6 +302,64 @@ def sweep() -> list[dict[str, Any]]:
     return rows
 
 
+def _open_row(url: str, opts: dict[str, Any], proxy: Any, cache: Path, label: str) -> dict:
+    """One open of ``url`` through ``proxy`` (counting requests and bytes), then one read."""
+    import mmpack
+
+    counts = (proxy.requests, proxy.bytes_down)
+    t0 = time.perf_counter()
+    store = mmpack.open(url, storage_options=opts, cache_dir=cache)
+    open_s = time.perf_counter() - t0
+    opened = (proxy.requests, proxy.bytes_down)
+    t0 = time.perf_counter()
+    store[len(store) // 2]
+    read_s = time.perf_counter() - t0
+    return {
+        "case": label,
+        "docs": len(store),
+        "offsets MB": (len(store) + 1) * 8 / 1e6,
+        "open s": open_s,
+        "open requests": opened[0] - counts[0],
+        "open MB fetched": (opened[1] - counts[1]) / 1e6,
+        "first read s": read_s,
+        "first read MB fetched": (proxy.bytes_down - opened[1]) / 1e6,
+    }
+
+
+def open_costs(quick: bool = False) -> list[dict[str, Any]]:
+    """What opening a remote store costs against its number of documents
+    (``python -m benchmarks.bench_remote --open``)."""
+    from mmpack.ingest import copy_store
+    from mmpack.store import StoreWriter
+
+    s3 = _server_helpers()
+    sizes = (10**4, 10**6) if quick else (10**5, 10**7, 4 * 10**7)
+    rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
+    with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
+        tmp = Path(tmp_name)
+        os.environ["MMPACK_CACHE_DIR"] = str(tmp / "cache-home")
+        server = s3.S3Server.start(tmp / "server")
+        proxy = s3.DelayProxy(server.port, 0.0)
+        try:
+            opts = dict(server.options, endpoint=proxy.endpoint)
+            for n in sizes:
+                local = tmp / f"local-{n}"
+                with StoreWriter(local, fsync=False) as w:
+                    w.add_batch(np.arange(2 * n, dtype=np.uint16), np.full(n, 2, np.int64))
+                for backend in ("memmap", "zarr"):
+                    url = f"s3://{s3.BUCKET}/bench/open-{n}-{backend}"
+                    kw = {"storage_options": server.options, "backend": backend}
+                    copy_store(local, url, overwrite=True, **kw)
+                    for k in range(2):
+                        label = f"{backend}, {n:.0e} docs, " + ("cold" if k == 0 else "again")
+                        cache = tmp / f"open-{n}-{backend}"  # the second open finds it kept
+                        rows.append(_open_row(url, opts, proxy, cache, label))
+        finally:
+            proxy.close()
+            server.stop()
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     import mmpack
 
@@ -338,5 +399,7 @@ if __name__ == "__main__":
 
     if "--sweep" in sys.argv:
         print_table("remote stores: requests in flight and client", sweep())
+    elif "--open" in sys.argv:
+        print_table("remote stores: opening", open_costs(quick="--quick" in sys.argv))
     else:
         print_table("remote stores", run(quick="--quick" in sys.argv))

@@ -81,6 +81,8 @@ class FakeStore:
         self.offsets = np.concatenate([[0], np.cumsum(self.doc_lens)]).astype(np.int64)
         self.fingerprint = fingerprint
         self.mapped_offsets = self.offsets
+        self.paged_offsets = self.offsets  # searched and sliced as the store's paged offsets
+        self.num_tokens = int(self.offsets[-1])
 
     def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
         return self.offsets[lo : hi + 1]

@@ -632,3 +632,158 @@ def test_a_store_without_tokens_opens_remotely(tmp_path, backend):
     store = mmpack.build(f"file://{tmp_path}/empty", [[], []], backend=backend)
     assert (len(store), store.num_tokens) == (2, 0)
     assert mmpack.open(store.location)[1].tolist() == []
+
+
+# ----------------------------------------------------------------------------- lazy offsets
+@pytest.fixture
+def small_stripes(monkeypatch):
+    """Stores built with 16 KiB stripes (the format's checksum unit, 16 MiB by default): the
+    offsets of 20000 documents span 10 pages."""
+    import mmpack._src.store.writer as writer
+
+    monkeypatch.setattr(writer, "STRIPE_BYTES", 16384)
+
+
+def _many_short_docs(n: int = 20000):
+    rng = np.random.default_rng(5)
+    lens = rng.integers(0, 12, size=n)
+    docs = [
+        {"input_ids": rng.integers(1, 1000, size=k), "loss_mask": rng.integers(0, 2, size=k)}
+        for k in lens.tolist()
+    ]
+    return docs, {"source": rng.integers(0, 3, size=n).tolist()}
+
+
+def _present(store) -> int:
+    """Offsets stripes present (fetched and checked) in this reader."""
+    return int(store._backend._lazy._loaded.sum())
+
+
+def _rows_equal(a, b, idx) -> None:
+    for i in idx:
+        got, want = a[int(i)], b[int(i)]
+        assert sorted(got) == sorted(want)
+        for key, value in want.items():
+            np.testing.assert_array_equal(got[key], value)
+    got, want = a.__getitems__(list(map(int, idx))), b.__getitems__(list(map(int, idx)))
+    for key in want.columns:
+        np.testing.assert_array_equal(got.columns[key], want.columns[key])
+
+
+@pytest.mark.parametrize("backend", ["memmap", "zarr"])
+def test_offsets_pages_are_fetched_on_first_use_and_every_view_reads_the_local_bytes(
+    tmp_path, small_stripes, backend
+):
+    """A remote store opens with its first and last offsets stripes only; every other stripe
+    is fetched when a read first uses it.  A stripe never fetched reads as zeros, so any path
+    that read the offsets without checking their pages would serve other documents: documents,
+    the loss mask, a plan built in parts (binary searches), packed rows from a cached plan, a
+    mixture, windows, subsets by field and ``verify`` all equal the local store's."""
+    from _plans import same_plan
+
+    from mmpack.packing import PlanSpec, build_plan, build_plan_in_parts
+
+    docs, fields = _many_short_docs()
+    local = mmpack.build(tmp_path / "local", docs, fields=fields, fsync=False)
+    url = f"file://{tmp_path}/remote"
+    mmpack.build(url, docs, fields=fields, backend=backend)
+    cache = tmp_path / "cache"
+    rng = np.random.default_rng(0)
+
+    def fresh():  # a reader on a machine where no offsets stripe was fetched yet
+        for kept in cache.glob("stores/*/offsets.bin"):
+            kept.unlink()
+        store = mmpack.open(url, cache_dir=cache)
+        assert _present(store) == 2  # the ends' stripes
+        return store
+
+    s = fresh()
+    pages = s._backend._lazy._loaded.size
+    assert pages == 10
+    for j in rng.integers(0, len(local), 3).tolist():
+        np.testing.assert_array_equal(s[j], local[j])
+        np.testing.assert_array_equal(s.loss_mask[j], local.loss_mask[j])
+    assert _present(s) <= 5 and _present(s.loss_mask) <= 5
+    np.testing.assert_array_equal(s.fields["source"], local.fields["source"])
+    # a plan built in parts: its binary searches check the pages they probe
+    spec = PlanSpec(64, add_eot=True, region_tokens=4000)
+    plan = build_plan_in_parts(s, spec, regions_per_task=3)
+    assert same_plan(plan, build_plan(local.doc_lens, 64, add_eot=True, region_tokens=4000))
+    # packed rows of the cached plan on a fresh reader: only their regions' pages
+    s = fresh()
+    ds = mmpack.PackedDataset(s, 64, eot=0, pad_id=0, region_tokens=4000)
+    want = mmpack.PackedDataset(local, 64, eot=0, pad_id=0, region_tokens=4000)
+    _rows_equal(ds, want, [len(want) // 3])
+    assert _present(s) < pages
+    _rows_equal(ds, want, rng.permutation(len(want))[:200])
+    mix = mmpack.Mixture([ds, want], [0.5, 0.5], seed=3)
+    mix_local = mmpack.Mixture([want, want], [0.5, 0.5], seed=3)
+    _rows_equal(mix, mix_local, rng.integers(0, len(mix_local), 50))
+    # windows and subsets read the whole index (checked in full on first use)
+    s = fresh()
+    _rows_equal(
+        mmpack.WindowDataset(s, 32, 16, eot=0, labels=True),
+        mmpack.WindowDataset(local, 32, 16, eot=0, labels=True),
+        rng.integers(0, 1000, 50),
+    )
+    s = fresh()
+    sub, sub_local = s.where(source=1), local.where(source=1)
+    np.testing.assert_array_equal(sub.parent_doc_ids, sub_local.parent_doc_ids)
+    _rows_equal(
+        mmpack.PackedDataset(sub, 64, eot=0, pad_id=0),
+        mmpack.PackedDataset(sub_local, 64, eot=0, pad_id=0),
+        rng.integers(0, 100, 30),
+    )
+    s = fresh()
+    s.verify()
+    assert _present(s) == pages
+
+
+def test_each_offsets_stripe_is_crc_checked_on_first_use_and_kept_for_the_next_reader(
+    tmp_path, small_stripes, monkeypatch
+):
+    """Without ``verify_reads``: a stripe of ``offsets.bin`` changed on the server so that it
+    still never decreases is refused by its CRC-32 the first time a read uses it (not at open,
+    which fetches the two end stripes only), and by ``verify``; the other stripes serve.  A
+    second reader on the same cache folder fetches no stripe the first one kept."""
+    from mmpack._src.remote.backend import RemoteBackend
+
+    docs, _ = _many_short_docs()
+    local = mmpack.build(tmp_path / "local", [d["input_ids"] for d in docs], fsync=False)
+    url = f"file://{tmp_path}/remote"
+    store = mmpack.build(url, [d["input_ids"] for d in docs])
+    fetched: list[tuple[int, int]] = []
+    real = RemoteBackend._fetch_offsets
+
+    def counted(self, lo, hi):
+        fetched.append((lo, hi))
+        return real(self, lo, hi)
+
+    monkeypatch.setattr(RemoteBackend, "_fetch_offsets", counted)
+    first = mmpack.open(url, cache_dir=tmp_path / "c")
+    assert fetched == [(0, 16384), (9 * 16384, (len(local) + 1) * 8)]  # the ends only
+    np.testing.assert_array_equal(first[7000], local[7000])  # stripe 3
+    assert fetched[2:] == [(3 * 16384, 4 * 16384)]
+    second = mmpack.open(url, cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(second[7000], local[7000])
+    assert len(fetched) == 3  # stripes 0, 3 and 9 came from the kept file
+    np.testing.assert_array_equal(second.offsets, local.offsets)  # now all kept
+    # a document of stripe 5 one token longer, its neighbour one shorter: still increasing
+    j = next(j for j in range(5 * 2048 + 10, 6 * 2048) if len(local[j]) > 1)
+    path = tmp_path / "remote" / store.meta["remote"]["data"] / "offsets.bin"
+    raw = np.fromfile(path, dtype="<i8")
+    raw[j] += 1
+    raw.tofile(path)
+    fresh = mmpack.open(url, cache_dir=tmp_path / "n")
+    np.testing.assert_array_equal(fresh[7000], local[7000])
+    with pytest.raises(FormatError, match=r"offsets\.bin: offsets stripe 5 .* fails its checksum"):
+        fresh[j]
+    with pytest.raises(FormatError, match="offsets stripe 5"):
+        mmpack.PackedDataset(fresh, 64, eot=0)  # a plan reads the whole index
+    with pytest.raises(FormatError, match="stripe 5"):
+        mmpack.open(url, cache_dir=tmp_path / "v").verify()
+    # a reader whose kept copy is intact serves from it, but verify() reads the server's bytes
+    kept = mmpack.open(url, cache_dir=tmp_path / "c")
+    np.testing.assert_array_equal(kept[j], local[j])
+    with pytest.raises(FormatError, match=r"offsets stripe 5 \(bytes .*\) fails its checksum"):
+        kept.verify()

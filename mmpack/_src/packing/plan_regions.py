@@ -98,9 +98,9 @@ def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict
     """
     lo, hi = (int(v) for v in slots)
     store, spec = options["store"], options["spec"]
-    # a binary search over the mapping, then only the part's pages of the index are checked
+    # binary searches that check only the pages they probe, then the part's pages of the index
     edges = region_edges(
-        store.mapped_offsets,
+        store.paged_offsets,
         spec.region_tokens,
         spec.seqlen,
         int(spec.add_eot),
@@ -218,9 +218,9 @@ def build_plan_in_parts(
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
-    tasks = _region_tasks(int(store.mapped_offsets[-1]), r, per_task)
+    tasks = _region_tasks(int(store.num_tokens), r, per_task)
     # the probes' pages of the index are checked before they are read
-    slack = region_slack(store.mapped_offsets, r, spec.seqlen, int(spec.add_eot), store.doc_bounds)
+    slack = region_slack(store.paged_offsets, r, spec.seqlen, int(spec.add_eot), store.doc_bounds)
     options = {"store": store, "key": key, "spec": spec, "slack": slack}
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(dir=path.parent, prefix=".plan-parts-"))

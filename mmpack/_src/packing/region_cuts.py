@@ -96,8 +96,9 @@ def region_slack(
         As :func:`region_edges`; region_tokens, seqlen, eot as there.
     doc_bounds : callable, optional
         ``doc_bounds(a, b)``: ``offsets[a : b + 1]``, checked (a store's
-        :meth:`~mmpack.TokenStore.doc_bounds`, where ``offsets`` is its unchecked
-        mapping: the probes' lengths are read through it); default ``offsets`` itself.
+        :meth:`~mmpack.TokenStore.doc_bounds`, where ``offsets`` is its
+        :attr:`~mmpack.TokenStore.paged_offsets`: the probes' lengths are read through it);
+        default ``offsets`` itself.
 
     Returns
     -------
@@ -110,8 +111,8 @@ def region_slack(
     probes = {(2 * i + 1) * k_slots // (2 * _EDGE_PROBES) for i in range(_EDGE_PROBES)}
     most = 0
     for k in sorted(probes) if k_slots > 1 else []:
-        a = int(np.searchsorted(offsets, k * r_tokens, side="left"))
-        b = max(a, min(n, int(np.searchsorted(offsets, (k + 1) * r_tokens, side="left"))))
+        a = int(offsets.searchsorted(k * r_tokens, side="left"))
+        b = max(a, min(n, int(offsets.searchsorted((k + 1) * r_tokens, side="left"))))
         bounds = offsets[a : b + 1] if doc_bounds is None else doc_bounds(a, b)
         lens = np.diff(np.asarray(bounds, dtype=np.int64))
         most = max(most, _unfilled(lens, s, eot))
@@ -145,7 +146,9 @@ def region_edges(
     ----------
     offsets : numpy.ndarray, int64, shape (n_docs + 1,)
         Document ``d`` is tokens ``[offsets[d], offsets[d + 1])``; ``offsets[0] == 0``,
-        non-decreasing (a store's offsets, possibly memory-mapped).
+        non-decreasing (a store's offsets, possibly memory-mapped; or any object with
+        ``shape``, int and slice indexing and ``searchsorted`` of one value, such as a store's
+        :attr:`~mmpack.TokenStore.paged_offsets`, which checks the pages it reads).
     region_tokens : int
         ``R >= 1``.
     seqlen : int
@@ -180,9 +183,9 @@ def region_edges(
         if k == 0 or k >= k_slots:
             edges[j] = 0 if k == 0 else n
             continue
-        nominal = int(np.searchsorted(offsets, k * r_tokens, side="left"))
-        first = int(np.searchsorted(offsets, k * r_tokens - half, side="left"))
-        stop = int(np.searchsorted(offsets, (k + 1) * r_tokens - half, side="left"))
+        nominal = int(offsets.searchsorted(k * r_tokens, side="left"))
+        first = int(offsets.searchsorted(k * r_tokens - half, side="left"))
+        stop = int(offsets.searchsorted((k + 1) * r_tokens - half, side="left"))
         first = max(first, nominal - EDGE_SEARCH_DOCS)
         stop = min(stop, nominal + EDGE_SEARCH_DOCS + 1, n)
         if stop <= first:

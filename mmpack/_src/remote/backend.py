@@ -11,9 +11,12 @@ Layout of a remote store at ``URL`` (written by :mod:`mmpack._src.remote.upload`
     URL/data-<id>/tokens.xxh   XXH64 (uint64 LE, seed 0) of every 16 KiB page of tokens.bin
 
 A local memmap store copied as is (no ``"remote"`` record) opens too, checked in its 16 MiB
-stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), ``offsets.bin`` and
-the check table fetched whole, checked against the metadata's CRC-32s and kept in
-``<cache_dir>/stores/<fingerprint>/``.  Reads: :class:`~mmpack._src.remote.base.RemoteStoreBackend`
+stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), the check table
+(whole, CRC-32-checked) and the first and last 16 MiB stripes of ``offsets.bin``, kept in
+``<cache_dir>/stores/<fingerprint>/``; every other offsets stripe is fetched when a read first
+uses it and checked against the metadata's CRC-32
+(:class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`): an open's offsets bytes do
+not grow with the documents.  Reads: :class:`~mmpack._src.remote.base.RemoteStoreBackend`
 over the object's pages (:class:`~mmpack._src.remote.sources.PageSource`).
 
 Cost: one XXH64 per fetched 16 KiB page, small next to a request (``python -m
@@ -36,7 +39,8 @@ from mmpack._src.remote.fetcher import PageFetcher
 from mmpack._src.remote.sources import PageSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import ObjectMissing, Transport
-from mmpack._src.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
+from mmpack._src.store.backends._lazy_offsets import LazyOffsets
+from mmpack._src.store.format import StoreMeta, crc32_blocks, write_bytes_atomic
 from mmpack.errors import FormatError
 
 __all__ = [
@@ -98,14 +102,16 @@ class RemoteBackend(RemoteStoreBackend):
             table = np.frombuffer(raw_table, dtype="<u8")
         self.data = data
         self._check_size(data + "tokens.bin", nbytes)
-        raw_offsets = self._index(
-            data,
-            "offsets.bin",
-            (meta.num_docs + 1) * 8,
-            list(meta.offsets_crc32),
+        self._lazy = LazyOffsets(
+            meta.num_docs + 1,
             meta.block_bytes,
+            meta.offsets_crc32,
+            self._fetch_offsets,
+            f"{self.url}: {data}offsets.bin",
+            folder / "offsets.bin",
+            lambda exc: warn_once(self.cache_dir, exc),
         )
-        self._offsets = np.frombuffer(raw_offsets, dtype=OFFSETS_DTYPE)  # of bytes: read-only
+        """The offsets, each stripe fetched and checked on first use (O(1) at open)."""
         self.node_cache = (
             None
             if cache is None
@@ -145,9 +151,22 @@ class RemoteBackend(RemoteStoreBackend):
             self.transport, data + name, local, nbytes, crcs, stripe, self.cache_dir
         )
 
+    def _fetch_offsets(self, lo: int, hi: int) -> bytes:
+        """Bytes ``[lo, hi)`` of ``offsets.bin``, from the server (one range GET)."""
+        try:
+            return self.transport.get_ranges(self.data + "offsets.bin", [(lo, hi)])[0]
+        except ObjectMissing:
+            raise FormatError(
+                f"{self.url}: {self.data}offsets.bin is missing: the store is incomplete or was "
+                "deleted; rebuild it"
+            ) from None
+
     @property
     def offsets(self) -> np.ndarray:
-        return self._offsets
+        return self._lazy.array
+
+    def load_offsets(self, first: int, stop: int) -> None:
+        self._lazy.load(first, stop)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -158,8 +177,8 @@ class RemoteBackend(RemoteStoreBackend):
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); whole pages
         are checked against the table, and the node cache's copies against them."""
-        if name == "offsets":
-            return self._offsets.view(np.uint8)[start:stop].tobytes()
+        if name == "offsets":  # the server's bytes, never the kept copy
+            return self._fetch_offsets(start, stop) if stop > start else b""
         key = self.source.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
         if start % self.page == 0:  # verify() reads whole stripes: check their pages too

@@ -12,8 +12,9 @@ Layout of a remote Zarr store at ``URL``::
 
 Open (:class:`RemoteZarrBackend`): one GET of ``mmpack.json`` (the arrays' metadata and every
 object's size), one LIST of the data prefix (a missing shard is a
-:class:`~mmpack.errors.FormatError`) and the ``offsets`` shards (every chunk's crc32c, then the
-format's offsets CRC-32s), kept in the store's local folder.  Reads take the memmap layout's
+:class:`~mmpack.errors.FormatError`) and the ``offsets`` chunks of the first and last 16 MiB
+stripes (each chunk's crc32c, then the stripe's CRC-32); any other stripe is fetched so when a
+read first uses it, kept locally (:class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`).  Reads take the memmap layout's
 path (:class:`~mmpack._src.remote.base.RemoteStoreBackend`; the block order's
 :class:`~mmpack._src.remote.spans.SpanFetcher`) over :class:`~mmpack._src.remote.sources.ChunkSource`: one
 page per inner chunk, located through its shard's index (one range GET per shard, kept), a
@@ -37,8 +38,9 @@ from mmpack._src.remote.sources import ChunkSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import Transport
 from mmpack._src.store.backends._chunk_ranges import assemble, touched_chunks
+from mmpack._src.store.backends._lazy_offsets import LazyOffsets
 from mmpack._src.store.backends._zarr_shards import ShardLayout, parse_layout
-from mmpack._src.store.format import OFFSETS_DTYPE, StoreMeta, crc32_blocks, write_bytes_atomic
+from mmpack._src.store.format import OFFSETS_DTYPE, StoreMeta
 from mmpack.errors import FormatError
 
 __all__ = ["LAYOUT", "RemoteZarrBackend"]
@@ -97,9 +99,18 @@ class RemoteZarrBackend(RemoteStoreBackend):
         self.fetcher = PageFetcher(self.source, self.node_cache)
         self.span_fetcher = None if self.node_cache is None else SpanFetcher(self.fetcher)
         """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
-        offsets = self._read_offsets(layouts["offsets"])
-        offsets.flags.writeable = False
-        self._offsets = offsets
+        self._offsets_layout = layouts["offsets"]
+        self._offsets_reader: Any = None  # made on the first stripe fetched
+        self._lazy = LazyOffsets(
+            meta.num_docs + 1,
+            meta.block_bytes,
+            meta.offsets_crc32,
+            self._fetch_offsets,
+            f"{self.url}: {self.data}offsets",
+            folder / "offsets.bin",  # the remote memmap reader keeps the same bytes there
+            lambda exc: warn_once(self.cache_dir, exc),
+        )
+        """The offsets, each stripe fetched and checked on first use (O(1) at open)."""
 
     # ------------------------------------------------------------------------------ open
     def _kept(self, name: str) -> Path:
@@ -135,34 +146,26 @@ class RemoteZarrBackend(RemoteStoreBackend):
         fp = self.meta.fingerprint
         return CachedObject(cache, fp, "zarr-tokens", nbytes, page, self.meta.dtype, self.url)
 
-    def _read_offsets(self, layout: ShardLayout) -> np.ndarray:
-        stripe, crcs = self.meta.block_bytes, list(self.meta.offsets_crc32)
-        kept = self.path / "offsets.bin"  # the remote memmap reader keeps the same bytes there
-        try:
-            data = kept.read_bytes()
-            if len(data) == layout.count * 8 and crc32_blocks(data, stripe) == crcs:
-                return np.frombuffer(data, dtype=OFFSETS_DTYPE).copy()
-        except OSError:
-            pass
-        reader = self.source.make_reader("offsets", layout, self._kept("offsets"))
-        ids = np.arange(-(-layout.count // layout.inner), dtype=np.int64)
-        chunks = self.source.verified(reader, ids)
-        flat = np.concatenate([chunks[i] for i in ids.tolist()])[: layout.count]
-        offsets = np.ascontiguousarray(flat, dtype=OFFSETS_DTYPE)
-        if crc32_blocks(offsets.tobytes(), stripe) != crcs:
-            raise FormatError(
-                f"{self.url}: offsets fail the metadata's checksums: the store is corrupt or "
-                "was replaced; rebuild it"
-            )
-        try:
-            write_bytes_atomic(kept, offsets.tobytes())
-        except OSError as exc:  # a full disk, a read-only cache_dir: kept in memory
-            warn_once(self.cache_dir, exc)
-        return offsets
+    def _fetch_offsets(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes ``[lo, hi)`` of the offsets (whole entries): the inner chunks holding them,
+        each crc32c-checked (:meth:`ChunkSource.verified`), their shard indexes kept locally."""
+        layout = self._offsets_layout
+        if self._offsets_reader is None:
+            kept = self._kept("offsets")
+            self._offsets_reader = self.source.make_reader("offsets", layout, kept)
+        first, stop = lo // 8, hi // 8
+        ids = np.arange(first // layout.inner, -(-stop // layout.inner), dtype=np.int64)
+        chunks = self.source.verified(self._offsets_reader, ids)
+        flat = np.concatenate([chunks[i] for i in ids.tolist()])
+        skip = first - int(ids[0]) * layout.inner
+        return np.ascontiguousarray(flat[skip : skip + stop - first], dtype=OFFSETS_DTYPE)
 
     @property
     def offsets(self) -> np.ndarray:
-        return self._offsets
+        return self._lazy.array
+
+    def load_offsets(self, first: int, stop: int) -> None:
+        self._lazy.load(first, stop)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -173,8 +176,12 @@ class RemoteZarrBackend(RemoteStoreBackend):
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         """For ``verify``: the bytes read from the server now (never the cache); the node
         cache's copies are compared with them."""
-        if name == "offsets":
-            return self._offsets.view(np.uint8)[start:stop].tobytes()
+        if name == "offsets":  # the server's chunks, never the kept copy
+            if stop <= start:
+                return b""
+            lo, hi = start // 8 * 8, -(-stop // 8) * 8
+            raw = self._fetch_offsets(lo, hi).view(np.uint8)
+            return raw[start - lo : stop - lo].tobytes()
         item = self.meta.dtype.itemsize
         first, last = start // item, -(-stop // item)
         st, ln = np.array([first], np.int64), np.array([last - first], np.int64)

@@ -10,13 +10,12 @@ and keeps a bitmap of the token blocks already checked, so verify-on-read checks
 (the first read that touches it) and then costs one bitmap lookup per touched block (the cost of
 a block: ``python -m benchmarks.bench_store``, docs/benchmarks.md).
 :class:`CheckedPages` is the one rule for an index checked lazily: a bitmap of pages, each checked
-once on first use (the store's :class:`OffsetsPages`, a cached plan's chunks in
+once on first use (the store's :class:`~mmpack._src.store.offsets_pages.OffsetsPages`, a cached plan's chunks in
 :mod:`mmpack._src.packing.plan_file`); after that a read costs one bitmap lookup per page it touches.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import zlib
 from collections.abc import Callable
@@ -26,12 +25,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from mmpack._src.store.backends import Backend
-from mmpack._src.store.format import STRIPE_BYTES, StoreMeta
+from mmpack._src.store.format import StoreMeta
 from mmpack.errors import FormatError
 
 __all__ = [
     "CheckedPages",
-    "OffsetsPages",
     "ReadChecker",
     "StripeChecker",
     "check_offsets",
@@ -261,14 +259,25 @@ class CheckedPages:
     check_page : callable
         ``check_page(p)`` checks page ``p`` and raises (:class:`FormatError`) when it is bad; a
         page that fails stays unchecked, so the next read that uses it fails again.
+    checked : numpy.ndarray, optional
+        bool, shape (pages,): the bitmap to keep (zeros), shared with a ``check_page`` that looks
+        at which neighbours are checked; a new one when None.
     """
 
-    def __init__(self, entries: int, page_entries: int, check_page: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        entries: int,
+        page_entries: int,
+        check_page: Callable[[int], None],
+        checked: np.ndarray | None = None,
+    ) -> None:
         self.page_entries = max(1, int(page_entries))
         self._check = check_page
         pages = -(-int(entries) // self.page_entries)
-        self._checked = np.zeros(pages, dtype=bool)
-        self._pending = pages
+        if checked is None:
+            checked = np.zeros(pages, dtype=bool)
+        self._checked = checked
+        self._pending = pages - int(checked.sum())
 
     @property
     def n_pages(self) -> int:
@@ -322,79 +331,3 @@ class CheckedPages:
         """Record every page as checked (the caller checked them all its own way)."""
         self._checked[:] = True
         self._pending = 0
-
-
-class OffsetsPages:
-    """The offsets of one store, checked page by page on first use (:class:`CheckedPages`).
-
-    A page is one checksum block of the offsets (``meta.block_bytes // 8`` entries); checking
-    page ``p`` checks that its entries never decrease, also from the entry before it (so all
-    pages checked means the whole index never decreases), and, with ``checksums``, the page's
-    block digest.  The constructor checks the ends and pages 0 and last (O(1) whatever the
-    store's size); :meth:`check_entries` checks the pages a read uses (a bitmap lookup once
-    they are checked); :meth:`check_all` the rest.
-
-    Parameters
-    ----------
-    path : Path
-        Named in error messages.
-    meta : StoreMeta
-    offsets : numpy.ndarray, int64, shape (num_docs + 1,)
-        The mapped offsets (not read beyond the pages checked).
-    blocks : StripeChecker, optional
-        Checks each page's block digest (``verify_reads``); None checks the structure only.
-    """
-
-    def __init__(
-        self, path: Path, meta: StoreMeta, offsets: np.ndarray, blocks: StripeChecker | None
-    ) -> None:
-        self._path = path
-        self._offsets = offsets
-        self._blocks = blocks
-        _check_ends(offsets, meta, path)
-        page = max(1, getattr(meta, "block_bytes", STRIPE_BYTES) // 8)
-        # The check holds the arrays, never this object: no reference cycle keeps the mapping
-        # alive past the store (a join of 10^4 parts maps 2 files a part).
-        check = functools.partial(_check_offsets_page, path, offsets, blocks, page)
-        self._pages = CheckedPages(offsets.shape[0], page, check)
-        self._pages.check_page(0)
-        self._pages.check_page(self._pages.n_pages - 1)
-
-    @property
-    def page_entries(self) -> int:
-        """Entries per page."""
-        return self._pages.page_entries
-
-    def all_checked(self) -> bool:
-        return self._pages.all_checked()
-
-    def check_entries(self, lo: int, hi: int) -> None:
-        """Check (once) the pages holding entries ``[lo, hi]`` (ints, ``0 <= lo <= hi <=
-        num_docs``): what a read of documents ``lo..hi-1`` uses."""
-        self._pages.check_entries(lo, hi)
-
-    def check_all(self) -> None:
-        """Check every page not checked yet (one pass over the offsets, numba above 4M
-        entries; with ``checksums``, each unchecked page's block digest)."""
-        pages = self._pages
-        if pages.all_checked():
-            return
-        _raise_decrease(self._offsets, _first_decrease(self._offsets), 0, self._path)
-        if self._blocks is not None:
-            for p in pages.unchecked():
-                self._blocks.check_block("offsets", p)
-        pages.mark_all()
-
-
-def _check_offsets_page(
-    path: Path, offsets: np.ndarray, blocks: StripeChecker | None, page: int, p: int
-) -> None:
-    """Check page ``p`` of ``offsets`` (``page`` entries a page): its entries, and the one
-    before it, never decrease; with ``blocks``, its block digest."""
-    lo = max(0, p * page - 1)  # the entry before the page: the edge is checked too
-    hi = min(offsets.shape[0], (p + 1) * page)
-    seg = offsets[lo:hi]
-    bad = np.flatnonzero(seg[1:] < seg[:-1])
-    _raise_decrease(offsets, int(bad[0]) if bad.size else -1, lo, path)
-    if blocks is not None:
-        blocks.check_block("offsets", p)

@@ -3,8 +3,9 @@
 A store is opened read-only by memory mapping (:mod:`mmpack._src.store.backends`): opening reads only the
 metadata and checks it against the files (sizes, ``offsets`` starting at 0 and ending at
 ``num_tokens``, the first and last pages of ``offsets`` never decreasing), so it costs
-milliseconds whatever the corpus; every other page of ``offsets`` is checked the first time a
-read uses it (:class:`~mmpack._src.store.integrity.OffsetsPages`); ``verify()`` recomputes the block
+milliseconds whatever the corpus; every other page of ``offsets`` is made present (a remote or
+Zarr store fetches it then) and checked the first time a read uses it
+(:class:`~mmpack._src.store.offsets_pages.OffsetsPages`); ``verify()`` recomputes the block
 checksums.  Stores are written by :mod:`mmpack._src.store.writer`.
 
 Opt-in verification on read (``open_store(path, verify_reads=True)``): each page of the offsets is
@@ -34,8 +35,9 @@ from mmpack._src.store.backends import Backend, get_backend
 from mmpack._src.store.documents import DocumentSets
 from mmpack._src.store.fields import fields_nbytes, verify_fields
 from mmpack._src.store.format import LOSS_MASK_STORE, RECORD_KEYS, StoreMeta
-from mmpack._src.store.integrity import OffsetsPages, ReadChecker, StripeChecker, check_offsets
+from mmpack._src.store.integrity import ReadChecker, StripeChecker, check_offsets
 from mmpack._src.store.lossmask import check_mask_store
+from mmpack._src.store.offsets_pages import OffsetsPages, PagedOffsets
 from mmpack._src.store.opening import (
     as_path,
     call_opener,
@@ -97,7 +99,13 @@ class TokenStore(DocumentSets):
         # what checks a read's blocks first: this store's checksums, or the kind's own checker
         self._reads: ReadChecker = self._blocks if read_checker is None else read_checker
         # the offsets' ends and first and last pages now, every other page on first use
-        self._pages = OffsetsPages(path, meta, self._backend.offsets, self._blocks if own else None)
+        self._pages = OffsetsPages(
+            path,
+            meta,
+            self._backend.offsets,
+            self._blocks if own else None,
+            self._backend.load_offsets,
+        )
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -147,9 +155,17 @@ class TokenStore(DocumentSets):
 
     @property
     def mapped_offsets(self) -> np.ndarray:
-        """The offsets as mapped, pages not checked: for a binary search whose answers are then
-        read through :meth:`doc_bounds` (which checks their pages)."""
+        """The offsets as mapped, pages not checked: for a kernel that reads only entries whose
+        pages were checked first (:meth:`doc_bounds`).  A store that fills its offsets lazily
+        (remote, Zarr) holds zeros on pages never checked: search with :attr:`paged_offsets`."""
         return self._backend.offsets
+
+    @property
+    def paged_offsets(self) -> PagedOffsets:
+        """The offsets for a binary search: ``searchsorted`` of one value and int or slice
+        indexing, each checking (once) only the pages it reads (a search probes about
+        ``log2(pages)`` pages); see :class:`~mmpack._src.store.offsets_pages.PagedOffsets`."""
+        return PagedOffsets(self._pages, self._backend.offsets)
 
     @property
     def doc_lens(self) -> np.ndarray:

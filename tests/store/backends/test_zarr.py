@@ -260,3 +260,24 @@ def test_rebuild_between_the_check_and_the_shard_mapping_is_a_state_mismatch(
     with pytest.raises(StateMismatchError, match="replaced"):
         store.read_range(0, 10)
     assert swapped
+
+
+def test_offsets_are_read_stripe_by_stripe_on_first_use(tmp_path, monkeypatch):
+    """Opening reads the first and last offsets stripes only (not the whole array); a read
+    fills the stripes it uses from the Zarr chunks; ``offsets`` and ``verify`` read them all."""
+    import mmpack._src.store.writer as writer
+
+    monkeypatch.setattr(writer, "STRIPE_BYTES", 16384)  # 2048 entries a stripe
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(0, 900, size=int(k)) for k in rng.integers(0, 9, size=9000)]
+    local = mmpack.build(tmp_path / "m", docs, fsync=False)
+    mmpack.build(tmp_path / "z", docs, backend="zarr", fsync=False)
+    store = mmpack.open(tmp_path / "z")
+    loaded = store._backend._lazy._loaded
+    assert loaded.size == 5 and loaded.tolist() == [True, False, False, False, True]
+    assert not store.mapped_offsets[2048:8192].any()  # never read: zeros, not offsets
+    np.testing.assert_array_equal(store[5000], local[5000])
+    assert loaded.tolist() == [True, False, True, False, True]
+    np.testing.assert_array_equal(store.offsets, local.offsets)
+    assert loaded.all()
+    assert mmpack.open(tmp_path / "z").verify()["blocks"] == local.verify()["blocks"]

@@ -61,7 +61,19 @@ class Backend(abc.ABC):
     @property
     @abc.abstractmethod
     def offsets(self) -> np.ndarray:
-        """int64, shape (num_docs + 1,), read-only."""
+        """int64, shape (num_docs + 1,), read-only.  Where the backend fills its offsets
+        lazily, only the stripes :meth:`load_offsets` made present hold them (readers go through
+        the store's :class:`~mmpack._src.store.offsets_pages.OffsetsPages`, which loads each stripe
+        before checking it)."""
+
+    def load_offsets(self, first: int, stop: int) -> None:
+        """Make stripes ``[first, stop)`` of :attr:`offsets` (``meta.block_bytes`` each) present
+        and checked against the metadata's CRC-32s, each once per process; a backend whose
+        offsets are not whole at open (remote layouts, Zarr:
+        :class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`) fetches them here,
+        :class:`~mmpack.errors.FormatError` naming a stripe that fails.  The default does
+        nothing (the offsets are mapped whole)."""
+        return None
 
     def read_range(self, start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of the flat array (bounds already validated).  The default
@@ -112,6 +124,9 @@ class Backend(abc.ABC):
         """Little-endian bytes ``[start, stop)`` of array ``name`` ("tokens" or "offsets"),
         for checksum verification."""
         arr = self.offsets if name == "offsets" else None
+        if arr is not None and stop > start:
+            stripe = self.meta.block_bytes
+            self.load_offsets(start // stripe, (stop - 1) // stripe + 1)
         itemsize = 8 if name == "offsets" else self.meta.dtype.itemsize
         first, last = start // itemsize, -(-stop // itemsize)
         if arr is not None:

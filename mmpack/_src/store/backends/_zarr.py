@@ -13,6 +13,7 @@ the mapping; with zstd, decoded chunks go through the per-process LRU
 (:mod:`mmpack._src.store.backends._chunk_cache`, ``MMPACK_ZARR_CACHE_MB``, 256 MiB); then one
 ``np.concatenate``.  ``verify`` reads through a plain Zarr slice, uncached.  Cost: ``python -m
 benchmarks.bench_window --quick --zarr`` (docs/benchmarks.md, against memmap in the same run).
+Offsets: each stripe read (a Zarr slice) when a read first uses it (``_lazy_offsets``).
 
 Missing data: Zarr reads an absent chunk as zeros; mmpack writes every chunk, so every shard
 must exist as a non-empty regular file (one ``stat`` each at open), and an absent inner chunk,
@@ -36,6 +37,7 @@ import numpy as np
 from mmpack._src.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack._src.store.backends._chunk_cache import get_cache
 from mmpack._src.store.backends._chunk_ranges import assemble, touched_chunks
+from mmpack._src.store.backends._lazy_offsets import LazyOffsets
 from mmpack._src.store.backends._zarr_shards import (
     ShardReader,
     codecs_for,
@@ -107,14 +109,10 @@ class ZarrBackend(Backend):
             if len(arr.chunks) != 1 or int(arr.chunks[0]) < 1 or _grid(arr) < 1:
                 raise FormatError(f"{path}/{name}: invalid chunk shape {arr.chunks}")
         self._check_chunks("offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // _grid(offsets_arr)))
-        try:
-            offsets = np.asarray(offsets_arr[:], dtype=np.int64)
-        except (PermissionError, MemoryError):
-            raise
-        except Exception as exc:
-            raise _corrupt(path, "offsets", exc) from exc
-        offsets.flags.writeable = False
-        self._offsets = offsets
+        self._offsets_arr = offsets_arr
+        self._lazy = LazyOffsets(
+            meta.num_docs + 1, meta.block_bytes, None, self._fetch_offsets, str(path)
+        )  # each chunk's crc32c checked by the read; the metadata's CRC-32s by verify()
         layout = read_layout(_read_small(path / "tokens" / "zarr.json"))
         if layout is None:
             raise FormatError(
@@ -203,9 +201,25 @@ class ZarrBackend(Backend):
         # The metadata goes last: a group without it is not a store.
         group.attrs["mmpack"] = meta.to_json()
 
+    def _fetch_offsets(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes ``[lo, hi)`` of the offsets (whole entries), through a Zarr slice (every inner
+        chunk's crc32c checked)."""
+        self._check_unchanged()
+        try:
+            out = np.asarray(self._offsets_arr[lo // 8 : hi // 8], dtype=OFFSETS_DTYPE)
+        except (PermissionError, MemoryError):
+            raise
+        except Exception as exc:
+            raise _corrupt(self.path, "offsets", exc) from exc
+        self._check_unchanged()
+        return np.ascontiguousarray(out)
+
     @property
     def offsets(self) -> np.ndarray:
-        return self._offsets
+        return self._lazy.array
+
+    def load_offsets(self, first: int, stop: int) -> None:
+        self._lazy.load(first, stop)
 
     def raw_bytes(self, name: str, start: int, stop: int) -> bytes:
         # verify() reads the files now, never the decoded-chunk cache

@@ -1,0 +1,211 @@
+"""Offsets filled stripe by stripe on first use, for the layouts that cannot map them whole.
+
+A remote store (either layout) or a local Zarr store keeps its int64 offsets as an array of
+full length (``num_docs + 1`` entries) whose stripes (``block_bytes`` each, the format's
+checksum unit) are filled when first asked for (:meth:`LazyOffsets.load`): the stripe's bytes
+come from a ``fetch`` callable (a range GET, the Zarr chunks of that stripe), are checked
+against the metadata's CRC-32 of the stripe and written in place.  Every stripe is checked in
+each process before it is used, so an entry never read is never trusted.
+
+Where a ``kept`` path is given (a remote store's ``offsets.bin`` in its local folder), the array
+is a private mapping of a sparse file of the full size (``ftruncate``: stripes never fetched are
+holes, reading as zeros, which fail their CRC): a stripe already there from an earlier process
+costs a CRC-32 and no request; a fetched one is written with ``os.pwrite`` (a stripe is only
+ever written whole with its verified bytes, so concurrent processes write identical bytes) and,
+where the mapping does not show it or the write fails, copied into this process's private pages.
+Without a kept file (a read-only or full cache folder, a local Zarr store) the array is
+anonymous zeros: untouched stripes cost no memory.  Cost: opening is O(1) (no stripe is read);
+each stripe costs one CRC-32 over its bytes once per process, plus one fetch the first time any
+process on the machine uses it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmpack.errors import FormatError
+
+__all__ = ["LazyOffsets"]
+
+RUN_BYTES = 1 << 26
+"""At most this many bytes of stripes are fetched by one ``fetch`` call (:meth:`load`)."""
+
+
+class LazyOffsets:
+    """A full-length int64 offsets array whose stripes are fetched and checked on first use.
+
+    Parameters
+    ----------
+    count : int
+        Entries (``num_docs + 1``, >= 1).
+    stripe_bytes : int
+        Bytes per stripe (a positive multiple of 8).
+    crcs : sequence of int, optional
+        CRC-32 of each stripe (the metadata's ``offsets_crc32``); None where ``fetch`` checks
+        what it reads its own way (a local Zarr store's crc32c per chunk) and no ``kept`` file
+        is given (the process's bitmap alone then says which stripes are present).
+    fetch : callable
+        ``fetch(lo, hi)``: bytes ``[lo, hi)`` of the offsets (whole stripes; the last may be
+        short), as ``bytes`` or a numpy array; raises :class:`FormatError` for a missing or
+        damaged source.
+    where : str
+        Named in error messages (the object or folder the offsets come from).
+    kept : Path, optional
+        The local file kept across processes (a sparse file of the full size), or None.
+    on_error : callable, optional
+        ``on_error(exc)``, told once when ``kept`` cannot be created or written (the stripes are
+        then kept in this process's memory); the error is ignored when None.
+    """
+
+    def __init__(
+        self,
+        count: int,
+        stripe_bytes: int,
+        crcs: Sequence[int] | None,
+        fetch: Callable[[int, int], Any],
+        where: str,
+        kept: Path | None = None,
+        on_error: Callable[[OSError], None] | None = None,
+    ) -> None:
+        self._fd = -1  # the kept file's descriptor (for pwrite), once it is open
+        self.nbytes = int(count) * 8
+        self.stripe_bytes = int(stripe_bytes)
+        n_stripes = -(-self.nbytes // self.stripe_bytes)
+        self._crcs = None if crcs is None else [int(c) for c in crcs]
+        if kept is not None and self._crcs is None:
+            raise ValueError("a kept file needs the stripes' CRC-32s")
+        if self._crcs is not None and len(self._crcs) != n_stripes:
+            raise FormatError(
+                f"{where}: the metadata holds {len(self._crcs)} offsets checksums for "
+                f"{n_stripes} stripes"
+            )
+        self._fetch = fetch
+        self._where = where
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._loaded = np.zeros(n_stripes, dtype=bool)
+        buf = self._map_kept(kept) if kept is not None else None
+        self._buf = np.zeros(int(count), np.int64) if buf is None else buf  # writable, private
+        self.array = self._buf.view()
+        """int64, shape (count,), read-only: the stripes :meth:`load` made present hold the
+        offsets; any other entry may read as anything (zeros)."""
+        self.array.flags.writeable = False
+
+    def _map_kept(self, kept: Path) -> np.ndarray | None:
+        """A private mapping of ``kept`` (created sparse at the full size), or None after
+        telling ``on_error``.  The descriptor stays open for :meth:`_write`."""
+        fd, writable = -1, True
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(kept, os.O_RDWR | os.O_CREAT, 0o644)
+            except PermissionError:  # a copy kept by another user: read it, write nothing
+                fd, writable = os.open(kept, os.O_RDONLY), False
+            size = os.fstat(fd).st_size
+            if size != self.nbytes:
+                os.ftruncate(fd, self.nbytes)  # (a read-only descriptor refuses: no file)
+            mm = mmap.mmap(fd, self.nbytes, access=mmap.ACCESS_COPY)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            self._tell(exc)
+            return None
+        if writable:
+            self._fd = fd
+        else:
+            os.close(fd)  # the mapping stays; fetched stripes go to this process's pages
+        return np.frombuffer(mm, dtype=np.int64)
+
+    def _tell(self, exc: OSError) -> None:
+        if self._on_error is not None:
+            self._on_error(exc)
+
+    def loaded(self, p: int) -> bool:
+        """Whether stripe ``p`` is present and checked in this process."""
+        return bool(self._loaded[p])
+
+    def load(self, first: int, stop: int | None = None) -> None:
+        """Make stripes ``[first, stop)`` (``stop`` None: ``first + 1``) present: each one not
+        checked yet in this process is checked where it lies (a kept file), else fetched in
+        runs of at most :data:`RUN_BYTES`, checked and written.  :class:`FormatError` naming
+        the first stripe that fails its CRC-32 (nothing is written for it)."""
+        stop = first + 1 if stop is None else stop
+        if self._loaded[first:stop].all():
+            return
+        with self._lock:
+            todo = [p for p in range(first, stop) if not self._loaded[p] and not self._here(p)]
+            per_run = max(1, RUN_BYTES // self.stripe_bytes)
+            k = 0
+            while k < len(todo):
+                j = k + 1
+                while j < len(todo) and todo[j] == todo[j - 1] + 1 and j - k < per_run:
+                    j += 1
+                self._fetch_run(todo[k], todo[j - 1] + 1)
+                k = j
+
+    def _span(self, p: int) -> tuple[int, int]:
+        lo = p * self.stripe_bytes
+        return lo, min(self.nbytes, lo + self.stripe_bytes)
+
+    def _here(self, p: int) -> bool:
+        """Whether stripe ``p`` already holds its bytes (an earlier process kept it); marks it."""
+        lo, hi = self._span(p)
+        if self._crcs is None or zlib.crc32(self._buf.view(np.uint8)[lo:hi].data) != self._crcs[p]:
+            return False
+        self._loaded[p] = True
+        return True
+
+    def _fetch_run(self, a: int, b: int) -> None:
+        lo, hi = self._span(a)[0], self._span(b - 1)[1]
+        data = np.frombuffer(memoryview(self._fetch(lo, hi)).cast("B"), dtype=np.uint8)
+        if data.size != hi - lo:
+            raise FormatError(
+                f"{self._where}: offsets bytes {lo}..{hi} came back as {data.size} bytes: the "
+                "object is truncated or was replaced; rebuild the store"
+            )
+        for p in range(a, b):
+            s_lo, s_hi = self._span(p)
+            part = data[s_lo - lo : s_hi - lo]
+            got = None if self._crcs is None else zlib.crc32(part.data)
+            if self._crcs is not None and got != self._crcs[p]:
+                raise FormatError(
+                    f"{self._where}: offsets stripe {p} (bytes {s_lo}..{s_hi}) fails its "
+                    f"checksum (crc32: stored {self._crcs[p]:#010x}, computed {got:#010x}): the "
+                    "data is corrupt or was replaced; rebuild the store"
+                )
+            self._write(s_lo, part)
+            self._loaded[p] = True
+
+    def _write(self, lo: int, part: np.ndarray) -> None:
+        """Put verified bytes ``part`` at byte ``lo``: into the kept file (other processes, the
+        next run) and, unless the mapping shows them now, into this process's private pages."""
+        mine = self._buf.view(np.uint8)[lo : lo + part.size]
+        if self._fd >= 0:
+            try:
+                done = 0
+                while done < part.size:
+                    done += os.pwrite(self._fd, part[done:].data, lo + done)
+            except OSError as exc:
+                os.close(self._fd)
+                self._fd = -1
+                self._tell(exc)
+            if np.array_equal(mine, part):
+                return
+        mine[:] = part
+
+    def close(self) -> None:
+        """Close the kept file's descriptor (the mapping lives as long as the array)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
