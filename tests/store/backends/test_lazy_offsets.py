@@ -187,3 +187,30 @@ def test_a_kept_file_of_another_user_is_read_and_never_written(tmp_path, monkeyp
     assert src.calls == [(64, 360)] and told == []  # stripe 0 from the file, nothing written
     np.testing.assert_array_equal(lz.array, want)
     assert not np.frombuffer(kept.read_bytes(), np.int64)[8:].any()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_child_forked_while_a_load_holds_the_lock_loads_its_own_stripes():
+    """A DataLoader worker forked while another thread loads a stripe gets a lock of its own:
+    its first load does not wait forever on the parent's held lock."""
+    import multiprocessing as mp
+
+    want = _offsets()
+    lz = _lazy(want, Source(want))
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    with lz._lock.get():  # the parent's lock held across the fork
+
+        def child():
+            lz.load(0, 6)
+            out.put(bool(np.array_equal(lz.array, want)))
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        try:
+            assert out.get(timeout=60) is True
+        finally:
+            proc.join(60)
+            if proc.is_alive():
+                proc.kill()
+    assert not lz.loaded(0)  # the child's loads are its own

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mmpack._src.core.process import PerProcess
 from mmpack.errors import FormatError
 
 __all__ = ["LazyOffsets"]
@@ -90,7 +91,7 @@ class LazyOffsets:
         self._fetch = fetch
         self._where = where
         self._on_error = on_error
-        self._lock = threading.Lock()
+        self._lock = PerProcess(threading.Lock)  # a forked child never inherits a held lock
         self._loaded = np.zeros(n_stripes, dtype=bool)
         buf = self._map_kept(kept) if kept is not None else None
         self._buf = np.zeros(int(count), np.int64) if buf is None else buf  # writable, private
@@ -140,7 +141,7 @@ class LazyOffsets:
         stop = first + 1 if stop is None else stop
         if self._loaded[first:stop].all():
             return
-        with self._lock:
+        with self._lock.get():
             todo = [p for p in range(first, stop) if not self._loaded[p] and not self._here(p)]
             per_run = max(1, RUN_BYTES // self.stripe_bytes)
             k = 0
