@@ -2,16 +2,12 @@
 every load.
 
 A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.PlanSpec`
-(:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
-:func:`mmpack.packing.cached_plan`): a JSON header (with its own CRC-32) then the raw
-arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
-(:func:`mmpack._src.store.integrity.stripe_digests`, ~11 GB/s), written to a temporary file and renamed
-into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
-checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
-every other chunk is checked once, the first time a consumer reads a bin from it
-(:class:`~mmpack._src.packing.plan_pages.PlanPages` over :class:`~mmpack._src.store.integrity.CheckedPages`, the store's rule for its
-offsets), or all at once with ``lazy=False``.  So reopening a cached plan costs the header
-whatever its size, and a damaged chunk is refused before a sample is served from it, instead of
+(:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the
+cache: :func:`mmpack.packing.cached_plan`): a checked header then the raw arrays, each with the
+XXH64 of every :data:`CHUNK_BYTES` chunk (:func:`mmpack._src.store.integrity.stripe_digests`,
+~11 GB/s; the layout: :func:`save_plan`), written to a temporary file and renamed into place,
+and memory-mapped when read back, each chunk checked once, by the load or on first use
+(:func:`load_plan`): a damaged chunk is refused before a sample is served from it, instead of
 silently duplicating or dropping documents.
 
 The header's room is reserved from what is known before the arrays are (the key, the parameters,

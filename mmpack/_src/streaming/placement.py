@@ -219,8 +219,14 @@ class Placement:
             bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
             if values is not None and mask is not None:
                 gather_pieces(mask, base, positions, lengths, starts, values)
-        if bits < 0:
-            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(positions, lengths)])
+        if bits < 0:  # a negative token, or a uint64 id >= 2**63 (negative in the int64 row)
+            placed_tokens = [pieces.tokens(g, n) for g, n in zip(positions, lengths)]
+            refuse_wide_ids(placed_tokens)
+            lowest = min(int(np.min(p)) for p in placed_tokens if len(p))
+            raise ValueError(
+                f"a source sequence has a negative token {lowest}; tokens must be non-negative "
+                "integers"
+            )
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
@@ -233,13 +239,3 @@ class Placement:
         if buf is None or buf.shape[0] < n:
             buf = self._buffers[dtype] = np.empty(n + n // 4, dtype)
         return buf[:n]
-
-
-def _refuse_tokens(pieces: list[Any]) -> None:
-    """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
-    int64 row) among ``pieces``."""
-    refuse_wide_ids([np.asarray(p) for p in pieces])
-    lowest = min(int(np.min(p)) for p in pieces if len(p))
-    raise ValueError(
-        f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
-    )
