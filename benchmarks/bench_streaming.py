@@ -123,42 +123,30 @@ def seed_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int)
 
 def kernel_placement(lens: np.ndarray, R: int, P: int, buf: int, max_batches: int) -> list[int]:
     """Placement decisions only: mmpack's kernel, one call per batch over the held lengths."""
-    from mmpack._src.kernels.plan_bestfit import place_best_fit, reset_rows, row_index
+    from mmpack._src.kernels.plan_bestfit import place_batch, row_index
 
     bits, off = row_index(R, P)
     remaining = np.full(R, -1, dtype=np.int64)
     counts = np.zeros(R, dtype=np.int64)
     held = lens[:0]
     pos, placed_rows = 0, []
-    out_row = np.empty(2 * buf, dtype=np.int64)
-    out_off = np.empty(2 * buf, dtype=np.int64)
+    out = np.empty((2, 2 * buf), dtype=np.int64)
     for _ in range(max_batches):
-        reset_rows(bits, off, remaining, counts, R, P)
         processed = deferred = 0
-        while deferred < buf:
-            if processed == held.shape[0]:
-                if pos == lens.shape[0]:
-                    break
-                take = lens[pos : pos + buf]
-                pos += take.shape[0]
-                held = np.concatenate([held, take])
-                if out_row.shape[0] < held.shape[0]:
-                    out_row = np.concatenate([out_row, np.empty_like(out_row)])
-                    out_off = np.concatenate([out_off, np.empty_like(out_off)])
-            k, d = place_best_fit(
-                held[processed:],
-                buf - deferred,
-                bits,
-                off,
-                remaining,
-                counts,
-                P,
-                out_row[processed:],
-                out_off[processed:],
-            )
-            processed += k
-            deferred += d
-        rows = out_row[:processed]
+        while True:  # the first call starts the batch (empty rows)
+            k, d = place_batch(
+                held[None], processed, held.shape[0], buf - deferred, bits, off, remaining,
+                counts, P, R, out,
+            )  # fmt: skip
+            processed, deferred = k, deferred + d
+            if deferred >= buf or processed < held.shape[0] or pos == lens.shape[0]:
+                break
+            take = lens[pos : pos + buf]
+            pos += take.shape[0]
+            held = np.concatenate([held, take])
+            if out.shape[1] < held.shape[0]:
+                out = np.concatenate([out, np.empty_like(out)], axis=1)
+        rows = out[0, :processed]
         placed_rows.append(rows[rows >= 0])
         held = np.concatenate([held[:processed][rows < 0], held[processed:]])
     return np.concatenate(placed_rows).tolist()

@@ -1330,29 +1330,24 @@ def _place_inputs(rng: np.random.Generator, size: int) -> tuple[Any, ...]:
 
 
 def _place_kernel(n_rows, row_len, stride, init, lens, budget):
-    from mmpack._src.kernels.plan_bestfit import (
-        _tree_clear,
-        _tree_set,
-        place_best_fit,
-        reset_rows,
-        row_index,
-    )
+    from mmpack._src.kernels.plan_bestfit import _tree_clear, _tree_set, place_batch, row_index
 
     bits, off = row_index(stride, row_len)
     remaining = np.full(stride, -1, dtype=np.int64)
     counts = np.zeros(stride, dtype=np.int64)
-    reset_rows(bits, off, remaining, counts, n_rows, row_len)
+    held = np.zeros((1, len(lens) + 1), dtype=np.int64)  # piece 0 stands for the batch's start
+    held[0, 1:] = lens
+    out = np.empty((2, len(lens) + 1), dtype=np.int64)
+    place_batch(held, 0, 0, 0, bits, off, remaining, counts, row_len, n_rows, out)  # empty rows
     for r, s in enumerate(init):  # arbitrary starting spaces
         _tree_clear(bits, off, row_len * stride + r)
         _tree_set(bits, off, s * stride + r)
         remaining[r] = s
-    out_row = np.empty(len(lens), dtype=np.int64)
-    out_off = np.empty(len(lens), dtype=np.int64)
-    processed, deferred = place_best_fit(
-        lens, budget, bits, off, remaining, counts, row_len, out_row, out_off
+    processed, deferred = place_batch(
+        held, 1, len(lens) + 1, budget, bits, off, remaining, counts, row_len, n_rows, out
     )
     return (
-        _ints(out_row[:processed]), _ints(out_off[:processed]), int(deferred),
+        _ints(out[0, 1:processed]), _ints(out[1, 1:processed]), int(deferred),
         _ints(remaining[:n_rows]), _ints(counts[:n_rows]),
     )  # fmt: skip
 
@@ -2398,9 +2393,9 @@ PAIRS: list[Pair] = [
         finish=_plan_bins,
     ),
     # streaming packer
-    _pair("plan_bestfit.place_best_fit", "ref_place", _place_inputs, _place_kernel, _place_ref),
+    _pair("plan_bestfit.place_batch", "ref_place", _place_inputs, _place_kernel, _place_ref),
     _pair(
-        "plan_bestfit.place_batch",
+        "streaming_batch.layout_batch",
         "ref_pack",
         _packer_inputs,
         _packer_kernel,
@@ -2560,10 +2555,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
         "plan_bestfit._grow", "plan_bestfit._bfd_step", "plan_bestfit.emit_groups",
     ),
     "plan_bestfit.online_place": ("plan_items.online_items", "plan_bestfit.emit_by_rank"),
-    "plan_bestfit.place_best_fit": (
-        "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
-    ),
-    "plan_bestfit.place_batch": ("streaming_batch.layout_batch",),
+    "plan_bestfit.place_batch": ("plan_bestfit._widest", "plan_bestfit.row_index"),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),

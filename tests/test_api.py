@@ -290,7 +290,7 @@ BENCHMARK_INTERNALS = {
     "bench_remote_zarr.py": "empties the Zarr backend's chunk cache between runs (get_cache)",
     "bench_store.py": "times the store's stripe writer and digests (StripeWriter, STRIPE_BYTES, "
     "stripe_digest) alone",
-    "bench_streaming.py": "times the best-fit placement kernels alone (place_best_fit)",
+    "bench_streaming.py": "times the best-fit placement kernel alone (place_batch)",
     "bench_window.py": "times the window kernel alone and the Zarr backend's chunk cache",
     "gpu_check.py": "loads collate and the attention masks without the package's __init__ "
     "where numba and zarr are not installed",

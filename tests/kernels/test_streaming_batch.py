@@ -14,7 +14,7 @@ import mmpack
 import mmpack._src.streaming.placement as placement_module
 from mmpack import StreamingPacker
 from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
-from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
+from mmpack._src.kernels.plan_bestfit import place_batch, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 
 # =========================================================================== slow twins
@@ -143,17 +143,19 @@ def test_streaming_rows_are_written_by_fill_rows(monkeypatch):
 
 @given(st.integers(1, 5), st.integers(1, 30), st.data())
 def test_place_batch_matches_twin(n_rows, row_len, data):
-    """place_batch = reset_rows + place_best_fit over a slice of the held pieces, resumable."""
+    """place_batch over a slice of the held pieces is the linear scan's best fit, resumable, from
+    empty rows whatever the previous batch left."""
     lens = data.draw(st.lists(st.integers(1, row_len), max_size=50))
     budget = data.draw(st.integers(0, 55))
     split = data.draw(st.integers(0, len(lens)))
     bits, off = row_index(n_rows, row_len)
-    remaining = np.full(n_rows, 5, dtype=np.int64)  # a previous batch's state: reset first
+    remaining = np.full(n_rows, -1, dtype=np.int64)
     counts = np.ones(n_rows, dtype=np.int64)
     held = np.zeros((4, len(lens) + 1), dtype=np.int64)
     held[0, : len(lens)] = lens
     out = np.full((2, len(lens) + 1), -9, dtype=np.int64)
-    reset_rows(bits, off, remaining, counts, n_rows, 5)  # the index matches `remaining`
+    place_batch(held, 0, 0, 0, bits, off, remaining, counts, 5, n_rows, out)  # a previous batch
+    counts[:] = 1  # of rows of 5 tokens, which the next batch resets
     k, d = place_batch(held, 0, split, budget, bits, off, remaining, counts, row_len, n_rows, out)
     if k == split and d < budget:  # all scanned: continue with the rest, as the packer does
         k, d2 = place_batch(

@@ -11,7 +11,7 @@ from reference import rows_of
 from mmpack import StreamingPacker
 
 # =========================================================================== kernels
-# place_best_fit against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_best_fit"),
+# place_batch against a linear scan (ref_place): tests/reference.py ("plan_bestfit.place_batch"),
 # run by tests/test_reference.py.
 
 

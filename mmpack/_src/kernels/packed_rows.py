@@ -1,21 +1,14 @@
 """Packed-row assembly kernels: a batch of plan bins becomes model inputs.
 
-:func:`select_pieces` turns a batch of bins into the flat token ranges of its pieces (validated
-against the document lengths; a corrupt plan is reported, never read out of bounds; a piece
-shorter than ``seqlen`` is its document's last and carries the eot; the ranges may lie in
-another array that holds the documents, a subset's parent); :func:`fill_rows`, the one row
-writer, then loads the first token of every piece of the batch (one pass, so that the pieces'
-page walks and cache misses overlap) and writes, in one pass per row, ``input_ids``,
-``position_ids``, causal labels (``label_mode``: :data:`LABELS_NONE`, :data:`LABELS_NEXT`,
-:data:`LABELS_HF`), the attention mask and ``cu_seqlens``: the packed view's bins and the
-streaming packer's batches (:mod:`mmpack._src.kernels.streaming_batch`) alike; :func:`one_bin` is
-both for a single bin, with few arguments; :func:`mask_pieces` applies a
-loss mask to rows already written (one pass over the pieces); :func:`bin_pieces` gives the
-pieces' documents and row positions (the batch's provenance, from the lengths
-:func:`select_pieces` checked).  They write a segment with the same helpers
-(:func:`_segment_positions`, :func:`_segment_ids`, and the one label rule
-:func:`_segment_labels`: plain loops LLVM vectorises; labels are copied from the source, not
-re-read from the ids).
+:func:`select_pieces` turns a batch of bins into the flat token ranges of their pieces, checked
+against the documents (a corrupt plan is reported, never read out of bounds; the ranges may lie
+in another array that holds the documents, a subset's parent); :func:`fill_rows`, the one row
+writer of the packed view's bins and the streaming packer's batches
+(:mod:`mmpack._src.kernels.streaming_batch`) alike, writes the rows from them; :func:`one_bin` is
+both for a single bin, with few arguments; :func:`mask_pieces` applies a loss mask to rows
+already written; :func:`bin_pieces` gives a batch's provenance.  Every segment is written by the
+same helpers (:func:`_segment_positions`, :func:`_segment_ids` and the one label rule,
+:func:`_segment_labels`: plain loops LLVM vectorises).
 
 Cost O(B * seqlen).  A single bin (``ds[i]``, 2048 tokens) is bound by memory, not by the
 loops: the chain of dependent reads ``bin_ptr`` -> pieces -> ``offsets`` -> tokens, the

@@ -1,7 +1,7 @@
 """Placement kernels over one free-space index, a 64-ary bitset tree: best-fit decreasing
 (:func:`bfd_groups`, output pass :func:`emit_groups`), order-keeping online best fit
 (:func:`online_place`, output pass :func:`emit_by_rank`) and the streaming packer's best fit over a batch's rows
-(:func:`place_batch`, :func:`place_best_fit`).  Jitted functions here call only this module's.
+(:func:`place_batch`).  Jitted functions here call only this module's.
 
 Index.  Open bins sit in buckets by free space ``f`` in ``[1, S)``; a bitset tree (a bit per
 non-empty bucket, a bit per non-zero word a level up) finds the smallest bucket ``>= L`` in
@@ -11,8 +11,8 @@ T + 1)`` (``T``: the slots of all items smaller than ``S``), so memory follows t
 
 Best-fit decreasing.  Size-``S`` items fill a bin each, in document order; the others are
 counting-sorted (O(n + S)) and taken in decreasing size into the open bin of smallest fitting
-free space (a new bin when none fits), by size class and groups of identical bins (see
-:func:`mmpack._src.kernels.packing.place`): O(steps * log_64 S), ties to the most recently moved group.
+free space (a new bin when none fits), by size class and groups of identical bins
+(:func:`bfd_groups`): O(steps * log_64 S), ties to the most recently moved group.
 Online best fit.  Items in document order into the best-fitting of at most ``window`` open bins;
 when none fits and the window is full, the fullest (first to reach its free space) is emitted;
 a full bin is emitted at once, the open ones at the end in opening order.  O(n log_64 S + S);
@@ -34,8 +34,6 @@ __all__ = [
     "emit_groups",
     "online_place",
     "place_batch",
-    "place_best_fit",
-    "reset_rows",
     "row_index",
 ]
 
@@ -176,7 +174,12 @@ def _grow(a: np.ndarray, need: int) -> np.ndarray:
 @njit
 def bfd_groups(count: np.ndarray, seqlen: int, univ: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Best-fit decreasing's packing loop over size classes (``count[L]`` items of size ``L``,
-    largest first), on groups of identical bins (see :func:`~mmpack._src.kernels.packing.place`).
+    largest first), on groups of identical bins.  Items of one size are interchangeable and best
+    fit gives a chosen bin of free space ``f`` ``f // L`` items of size ``L`` in a row, so each
+    step moves or splits a whole group (same sizes placed, same free space), and the steps per
+    size are the groups it exhausts plus one.  A group's contents are a path in a tree of
+    ``(size, count)`` nodes; :func:`emit_groups` emits the groups in creation order, dealing the
+    documents of each size, in document order, to the bins in output order.
 
     Returns the node table and the group table (int64, shape (3, capacity); rows ``_PARENT,
     _SIZE, _TAKE`` and ``_COUNT, _NODE, _NEXT``) and the number of groups, in creation order.
@@ -382,96 +385,6 @@ def row_index(n_rows: int, row_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit
-def reset_rows(
-    bits: np.ndarray,
-    off: np.ndarray,
-    remaining: np.ndarray,
-    counts: np.ndarray,
-    n_rows: int,
-    row_len: int,
-) -> None:
-    """Start a new batch of ``n_rows`` empty rows of ``row_len`` tokens.
-
-    ``remaining`` (int64, shape (stride,)) holds each row's remaining space, -1 for rows not in
-    the batch; the keys of the previous batch are removed from the index (:func:`row_index`),
-    then rows ``0..n_rows-1`` are inserted with ``row_len`` free tokens.  ``counts`` (int64,
-    shape (stride,)) is zeroed.
-    """
-    stride = remaining.shape[0]
-    for r in range(stride):
-        if remaining[r] >= 0:
-            _tree_clear(bits, off, remaining[r] * stride + r)
-            remaining[r] = -1
-        counts[r] = 0
-    for r in range(n_rows):
-        remaining[r] = row_len
-        _tree_set(bits, off, row_len * stride + r)
-
-
-@njit
-def place_best_fit(
-    lens: np.ndarray,
-    budget: int,
-    bits: np.ndarray,
-    off: np.ndarray,
-    remaining: np.ndarray,
-    counts: np.ndarray,
-    row_len: int,
-    out_row: np.ndarray,
-    out_off: np.ndarray,
-) -> tuple[int, int]:
-    """Place pieces in order by best fit until ``budget`` of them have been deferred.
-
-    Parameters
-    ----------
-    lens : numpy.ndarray, int64, shape (n,)
-        Piece lengths, each in ``[1, row_len]``.
-    budget : int
-        Stop *before* the next piece once this many pieces have been deferred in this call.
-    bits, off : numpy.ndarray
-        The rows' free-space index (:func:`row_index`), matching ``remaining``.
-    remaining, counts : numpy.ndarray, int64, shape (stride,)
-        Row state after :func:`reset_rows`; updated in place.
-    out_row, out_off : numpy.ndarray, int64, shape (n,)
-        For each processed piece: its row and start column, or -1 and -1 when it fits nowhere.
-
-    Returns
-    -------
-    (processed, deferred) : (int, int)
-        Number of pieces looked at (a prefix of ``lens``) and how many of them were deferred.
-    """
-    stride = remaining.shape[0]
-    deferred = 0
-    n = lens.shape[0]
-    # The largest free space: a piece longer than it is deferred without a lookup (most of
-    # the scan once the rows are nearly full); it only shrinks, and is rescanned (O(rows))
-    # when its row takes a piece.
-    widest = _widest(remaining)
-    for i in range(n):
-        if deferred >= budget:
-            return i, deferred
-        length = lens[i]
-        if length > widest:
-            out_row[i] = -1
-            out_off[i] = -1
-            deferred += 1
-            continue
-        key = _tree_succ(bits, off, length * stride)
-        r = key % stride
-        space = key // stride
-        _tree_clear(bits, off, key)
-        space_left = space - length
-        _tree_set(bits, off, space_left * stride + r)
-        remaining[r] = space_left
-        counts[r] += 1
-        out_row[i] = r
-        out_off[i] = row_len - space
-        if space == widest:
-            widest = _widest(remaining)
-    return n, deferred
-
-
-@njit
 def place_batch(
     held: np.ndarray,
     start: int,
@@ -485,27 +398,55 @@ def place_batch(
     n_rows: int,
     out: np.ndarray,
 ) -> tuple[int, int]:
-    """:func:`place_best_fit` over the held pieces ``start:stop`` of a batch, after
-    :func:`reset_rows` when ``start == 0`` (one call per batch instead of two).
+    """Place the held pieces ``start:stop`` of a batch in order by best fit, stopping *before*
+    the next piece once ``budget`` of them have been deferred in this call.
 
-    ``held`` is int64 of shape (>= 1, >= stop) whose row 0 holds the piece lengths; ``out`` is
-    int64 of shape (2, >= stop): the rows and start columns of the placements.  Returns the
-    pieces processed so far in the batch (``start`` plus those looked at) and those deferred.
+    ``start == 0`` starts the batch: ``n_rows`` empty rows of ``row_len`` tokens (the keys of
+    the previous batch's rows leave the index).  ``held`` is int64 of shape (>= 1, >= stop)
+    whose row 0 holds the piece lengths, each in ``[1, row_len]``; ``bits``, ``off`` the rows'
+    free-space index (:func:`row_index`); ``remaining`` and ``counts`` (int64, shape (stride,))
+    each row's remaining space (-1 for rows not in the batch) and pieces, updated in place;
+    ``out`` is int64 of shape (2, >= stop): the row and start column of each piece looked at,
+    -1 and -1 when it fits nowhere.  Returns the pieces processed so far in the batch
+    (``start`` plus those looked at) and those deferred in this call.
     """
+    stride = remaining.shape[0]
     if start == 0:
-        reset_rows(bits, off, remaining, counts, n_rows, row_len)
-    k, d = place_best_fit(
-        held[0, start:stop],
-        budget,
-        bits,
-        off,
-        remaining,
-        counts,
-        row_len,
-        out[0, start:],
-        out[1, start:],
-    )
-    return start + k, d
+        for r in range(stride):
+            if remaining[r] >= 0:
+                _tree_clear(bits, off, remaining[r] * stride + r)
+                remaining[r] = -1
+            counts[r] = 0
+        for r in range(n_rows):
+            remaining[r] = row_len
+            _tree_set(bits, off, row_len * stride + r)
+    deferred = 0
+    # The largest free space: a piece longer than it is deferred without a lookup (most of
+    # the scan once the rows are nearly full); it only shrinks, and is rescanned (O(rows))
+    # when its row takes a piece.
+    widest = _widest(remaining)
+    for i in range(start, stop):
+        if deferred >= budget:
+            return i, deferred
+        length = held[0, i]
+        if length > widest:
+            out[0, i] = -1
+            out[1, i] = -1
+            deferred += 1
+            continue
+        key = _tree_succ(bits, off, length * stride)
+        r = key % stride
+        space = key // stride
+        _tree_clear(bits, off, key)
+        space_left = space - length
+        _tree_set(bits, off, space_left * stride + r)
+        remaining[r] = space_left
+        counts[r] += 1
+        out[0, i] = r
+        out[1, i] = row_len - space
+        if space == widest:
+            widest = _widest(remaining)
+    return max(start, stop), deferred
 
 
 @njit

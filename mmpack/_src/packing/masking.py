@@ -129,38 +129,20 @@ def corrupt_keyed(
     checked MLM options (:class:`~mmpack._src.packing.options.RowOptions`: ``mask_id``,
     ``vocab_size``, ``excluded``, ``ignore_index``, ``seed``, and ``mask_prob`` unless
     ``mask_prob`` is given).  Returns the labels (written into ``labels`` if given)."""
-    mask_id, vocab_size, excluded = options.mask_id, options.vocab_size, options.excluded
-    prob = float(options.mask_prob if mask_prob is None else mask_prob)
+    excluded = options.excluded
     if labels is None:
         labels = np.empty_like(ids)
+    prob = float(options.mask_prob if mask_prob is None else mask_prob)
+    n_allowed = options.vocab_size - excluded.size
+    args = (excluded, n_allowed, prob, int(options.mask_id), options.ignore_index, labels)
     if not isinstance(epochs, list):  # one kernel call: keys and corruption
-        mlm_indexed_rows(
-            ids,
-            maskable,
-            np.uint64(options.seed),
-            np.uint64(epochs),
-            np.ascontiguousarray(idx, dtype=np.int64),
-            excluded,
-            vocab_size - excluded.size,
-            prob,
-            int(mask_id),
-            options.ignore_index,
-            labels,
-        )
+        rows = np.ascontiguousarray(idx, dtype=np.int64)
+        mlm_indexed_rows(ids, maskable, np.uint64(options.seed), np.uint64(epochs), rows, *args)
         return labels
     per_row = np.array(epochs, dtype=np.uint64)
     keys = np.empty(idx.shape[0], dtype=np.uint64)
     for e in np.unique(per_row).tolist():
         rows = np.flatnonzero(per_row == e)
         keys[rows] = row_keys(options.seed, e, idx[rows])
-    return corrupt_rows(
-        ids,
-        maskable,
-        keys,
-        mask_prob=prob,
-        mask_id=mask_id,
-        vocab_size=vocab_size,
-        excluded=excluded,
-        ignore_index=options.ignore_index,
-        labels=labels,
-    )
+    mlm_hashed_rows(ids, maskable, keys, *args)
+    return labels

@@ -70,35 +70,20 @@ class Delegated:
 
 @dataclass(frozen=True)
 class RowOptions:
-    """How rows of packed documents are written, checked (:func:`check_row_options`).
+    """How rows of packed documents are written, checked (:func:`check_row_options`): the
+    parameters of the same names of :class:`~mmpack.PackedDataset` and
+    :class:`~mmpack.StreamingPacker` (their meaning is documented there), in canonical form
+    (option names as strings, ``special_ids`` a tuple), and ``excluded``.
 
     Attributes
     ----------
-    seqlen : int
-        Tokens per row, in ``[1, 2**31 - 1)``.
-    eot : int or None
-        The id appended to every document (>= 0), or None.
-    pad_id : int
-        The id of padding positions.
     mode : {"causal", "mlm"} or None
-        The training objective; None: no labels (a driver that allows it).
-    label_shift : {"next", "hf"}
-        Where causal labels sit: ``labels[t] = input_ids[t + 1]``, or ``labels = input_ids``.
-    ignore_index : int
-        The label of positions without loss.
-    mask_prob : float
-        MLM selection probability, in ``[0, 1]``.
+        None: no labels (a driver that allows it).
     mask_id, vocab_size : int or None
-        MLM's mask token and vocabulary (both set in MLM mode, ``0 <= mask_id < vocab_size``).
-    special_ids : tuple of int
-        Ids MLM never selects.
+        Both set in MLM mode, ``0 <= mask_id < vocab_size``.
     excluded : numpy.ndarray, int64, shape (m,)
         Sorted: the ids MLM never selects nor draws as a random replacement (the special ids,
         the eot, ``mask_id`` and ``pad_id``); empty unless the mode is MLM.
-    long_docs : {"split", "truncate", "drop"}
-        What becomes of a document longer than a row.
-    seed : int
-        Key of the MLM corruption, in ``[0, 2**64)``.
     """
 
     seqlen: int

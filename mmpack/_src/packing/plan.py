@@ -38,7 +38,6 @@ from mmpack._src.kernels import plan_items as _items
 from mmpack._src.packing.options import PlanSpec
 from mmpack._src.packing.plan_pieces import (
     check_region_size,
-    decode_bin,
     decode_pieces,
     encode_region,
 )
@@ -187,13 +186,15 @@ class PackingPlan:
         return self.n_bins
 
     def pieces(self, i: int) -> list[tuple[int, int, int]]:
-        """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end)."""
+        """``(doc, start, length)`` of every piece of bin ``i`` (negative counts from the end):
+        the bin decoded as a plan of one region, its own."""
         i = check_index(i, self.n_bins, "bin")
         self.check_bins(np.array([i], dtype=np.int64))
-        docs, starts, lengths = decode_bin(
-            self.bin_ptr, self.piece_ref, self.piece_len, self.split, self.regions, i
-        )
-        return list(zip(docs.tolist(), starts.tolist(), lengths.tolist()))
+        lo, hi = int(self.bin_ptr[i]), int(self.bin_ptr[i + 1])
+        r = int(np.searchsorted(self.region_bin, i, side="right")) - 1
+        one = np.array([0, hi - lo]), self.piece_ref[lo:hi], self.split, np.array([0, 1])
+        docs, starts = decode_pieces(*one, *self.regions[1:, r : r + 2])
+        return list(zip(docs.tolist(), starts.tolist(), self.piece_len[lo:hi].tolist()))
 
     def piece_has_eot(self) -> np.ndarray:
         """bool, shape (n_pieces,): whether an eot follows each piece (``add_eot and len <
@@ -281,23 +282,10 @@ def build_plan(
 ) -> PackingPlan:
     """Pack documents of the given lengths into bins of ``seqlen`` slots.
 
-    Parameters
-    ----------
-    doc_lens : array-like of int, shape (n_docs,)
-        Token counts, all >= 0.
-    seqlen : int
-        Slots per bin, >= 1.
-    add_eot : bool
-        Whether an end-of-text token follows every document (it takes a slot; which token is
-        the caller's business).  Required.
-    long_docs : {"split", "truncate", "drop"}
-    algorithm : {"bfd", "online", "nextfit"}
-    lookahead : int
-        Open bins of ``"online"`` (>= 1); ignored otherwise.
-    region_tokens : int, "auto" or None
-        None: one region, the whole store.  An int ``R >= 1``: regions of about ``R`` tokens of
-        consecutive documents, each packed on its own, bins numbered region by region (see the
-        module docstring); ``"auto"``: ``DEFAULT_REGION_BINS * seqlen``.
+    ``doc_lens`` (array-like of int, shape (n_docs,)) are token counts, all >= 0; the other
+    arguments are those of :class:`~mmpack.packing.PlanSpec`, checked by it (``add_eot``:
+    whether an end-of-text token, which takes a slot, follows every document; ``lookahead``
+    is ignored unless ``"online"``; ``region_tokens``: see the module docstring).
 
     Returns
     -------

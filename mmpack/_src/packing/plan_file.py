@@ -2,16 +2,12 @@
 every load.
 
 A plan is keyed by the store fingerprint and its :class:`~mmpack.packing.PlanSpec`
-(:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the cache:
-:func:`mmpack.packing.cached_plan`): a JSON header (with its own CRC-32) then the raw
-arrays, each with the XXH64 of every :data:`CHUNK_BYTES` chunk in the header
-(:func:`mmpack._src.store.integrity.stripe_digests`, ~11 GB/s), written to a temporary file and renamed
-into place (:func:`save_plan`), and memory-mapped when read back (:func:`load_plan`).  A load
-checks the header, the region arrays (O(n_regions)) and the first and last chunk of the others;
-every other chunk is checked once, the first time a consumer reads a bin from it
-(:class:`~mmpack._src.packing.plan_pages.PlanPages` over :class:`~mmpack._src.store.integrity.CheckedPages`, the store's rule for its
-offsets), or all at once with ``lazy=False``.  So reopening a cached plan costs the header
-whatever its size, and a damaged chunk is refused before a sample is served from it, instead of
+(:func:`plan_cache_key`) and kept in ``<store>/cache/plan-<key>.mmplan`` (:func:`plan_path`; the
+cache: :func:`mmpack.packing.cached_plan`): a checked header then the raw arrays, each with the
+XXH64 of every :data:`CHUNK_BYTES` chunk (:func:`mmpack._src.store.integrity.stripe_digests`,
+~11 GB/s; the layout: :func:`save_plan`), written to a temporary file and renamed into place,
+and memory-mapped when read back, each chunk checked once, by the load or on first use
+(:func:`load_plan`): a damaged chunk is refused before a sample is served from it, instead of
 silently duplicating or dropping documents.
 
 The header's room is reserved from what is known before the arrays are (the key, the parameters,
@@ -23,6 +19,7 @@ plan is a cache: a file of another format version is refused and rebuilt.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -105,15 +102,10 @@ def plan_path(cache_dir: str | os.PathLike[str], key: dict[str, Any]) -> Path:
 
 
 def plan_params(plan: PackingPlan) -> dict[str, Any]:
-    """The parameters a plan file records (``add_eot`` under ``"eot"``)."""
-    return {
-        "seqlen": plan.seqlen,
-        "eot": plan.add_eot,
-        "long_docs": plan.long_docs,
-        "algorithm": plan.algorithm,
-        "lookahead": plan.lookahead,
-        "region_tokens": plan.region_tokens,
-    }
+    """The parameters a plan file records, in :class:`~mmpack.packing.PlanSpec`'s order
+    (``add_eot`` under ``"eot"``)."""
+    names = (f.name for f in dataclasses.fields(PlanSpec))
+    return {("eot" if name == "add_eot" else name): getattr(plan, name) for name in names}
 
 
 def save_plan(plan: PackingPlan, path: str | os.PathLike[str], key: dict[str, Any]) -> None:
@@ -163,8 +155,11 @@ def write_plan_file(
             spec = header["arrays"][name]
             mapped = _mapped(f, spec["offset"], dt, shapes[name])
             spec["xxh64"] = stripe_digests(mapped, CHUNK_BYTES).tolist()
-            if name == "bin_ptr":
-                header["max_bin_pieces"] = _most_pieces(mapped)
+            if name == "bin_ptr":  # max(diff(bin_ptr)), a chunk at a time (0 for no bins)
+                step = CHUNK_BYTES // 8
+                chunks = range(0, mapped.shape[0] - 1, step)
+                most = (int(np.diff(mapped[lo : lo + step + 1]).max()) for lo in chunks)
+                header["max_bin_pieces"] = max(most, default=0)
         return header
 
     write_checked_file(path, _MAGIC, data_start, end, write_arrays)
@@ -200,14 +195,6 @@ def _layout(
         del spec["xxh64"]
         pos = aligned(pos + int(shapes[name]) * dt.itemsize)
     return header, data_start, pos
-
-
-def _most_pieces(bin_ptr: np.ndarray) -> int:
-    """``max(diff(bin_ptr))`` (0 for no bins), a chunk at a time."""
-    most, step = 0, CHUNK_BYTES // 8
-    for lo in range(0, bin_ptr.shape[0] - 1, step):
-        most = max(most, int(np.diff(bin_ptr[lo : lo + step + 1]).max()))
-    return most
 
 
 def _mapped(f: BinaryIO, offset: int, dt: np.dtype, length: int) -> np.ndarray:

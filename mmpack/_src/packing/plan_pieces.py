@@ -27,7 +27,7 @@ import numpy as np
 from mmpack._src.kernels.packed_rows import SPLIT_FLAG
 from mmpack.errors import FormatError
 
-__all__ = ["MAX_REGION_ITEMS", "check_region_size", "decode_bin", "decode_pieces", "encode_region"]
+__all__ = ["MAX_REGION_ITEMS", "check_region_size", "decode_pieces", "encode_region"]
 
 MAX_REGION_ITEMS = SPLIT_FLAG - 1
 """The most documents, and the most pieces, one region may hold (a uint32 reference each)."""
@@ -101,29 +101,3 @@ def decode_pieces(
         docs[cut] = region_doc[r] + split[2 * j]
         starts[cut] = split[2 * j + 1]
     return docs, starts
-
-
-def decode_bin(
-    bin_ptr: np.ndarray,
-    piece_ref: np.ndarray,
-    piece_len: np.ndarray,
-    split: np.ndarray,
-    regions: np.ndarray,
-    b: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(docs, starts, lengths)`` (int64, (pieces,)) of bin ``b`` (a checked index), in the
-    store's numbering; ``regions`` is ``region_bin``, ``region_doc`` and ``region_split`` stacked
-    (int64, (3, n_regions + 1)).  One binary search over the regions, O(pieces).
-    ``FormatError`` for a piece naming a split entry outside its region's."""
-    lo, hi = int(bin_ptr[b]), int(bin_ptr[b + 1])
-    r = int(np.searchsorted(regions[0], b, side="right")) - 1
-    doc0, split0, end = int(regions[1, r]), int(regions[2, r]), int(regions[2, r + 1])
-    ref = np.asarray(piece_ref[lo:hi], dtype=np.int64)
-    docs, starts = doc0 + ref, np.zeros(ref.shape[0], dtype=np.int64)
-    cut = np.flatnonzero(ref >= SPLIT_FLAG)
-    j = split0 + ref[cut] - SPLIT_FLAG
-    if (j >= end).any() or 2 * end > split.shape[0]:
-        raise FormatError(f"plan: a piece of bin {b} names a split entry outside its region")
-    docs[cut] = doc0 + split[2 * j]
-    starts[cut] = split[2 * j + 1]
-    return docs, starts, np.asarray(piece_len[lo:hi], dtype=np.int64)

@@ -76,13 +76,6 @@ _Runner = Callable[
 (in any order, anywhere that sees ``path``'s folder) and ``done(k, result)`` with each result."""
 
 
-def _region_tasks(num_tokens: int, region_tokens: int, regions_per_task: int) -> list[list[int]]:
-    """The tasks of a store of ``num_tokens`` tokens: ``[lo, hi)`` ranges of consecutive region
-    slots, ``regions_per_task`` slots each (the last the rest), covering ``[0, K)``."""
-    k = n_region_slots(num_tokens, region_tokens)
-    return [[lo, min(lo + regions_per_task, k)] for lo in range(0, k, regions_per_task)]
-
-
 def build_part(slots: Sequence[int], path: str, options: dict[str, Any]) -> dict[str, Any]:
     """Pack region slots ``[lo, hi)`` of ``options["store"]`` and write them to the plan file
     ``path`` (atomically); an engine-neutral task (:data:`_Runner`).
@@ -218,7 +211,8 @@ def build_plan_in_parts(
     if not fresh:
         with contextlib.suppress(FormatError, StateMismatchError, OSError):
             return load_plan(path, key)
-    tasks = _region_tasks(int(store.num_tokens), r, per_task)
+    k = n_region_slots(int(store.num_tokens), r)  # tasks: [lo, hi) ranges of slots
+    tasks = [[lo, min(lo + per_task, k)] for lo in range(0, k, per_task)]
     # the probes' pages of the index are checked before they are read
     slack = region_slack(store.paged_offsets, r, spec.seqlen, int(spec.add_eot), store.doc_bounds)
     options = {"store": store, "key": key, "spec": spec, "slack": slack}

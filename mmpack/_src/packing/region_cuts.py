@@ -121,9 +121,16 @@ def region_slack(
 
 def _unfilled(lens: np.ndarray, seqlen: int, eot: int) -> int:
     """The free slots of all but the emptiest bin of the best-fit-decreasing plan of documents of
-    ``lens`` tokens (int64; split at ``seqlen``, an eot slot after each when ``eot``)."""
+    ``lens`` tokens (int64; split at ``seqlen``, an eot slot after each when ``eot``), sized and
+    placed as :func:`~mmpack._src.packing.plan.pack_regions` does one region."""
     lens.flags.writeable = False  # the plan's kernel signature (read-only int64)
-    nb, (bin_ptr, _, _, piece_len) = _k.pack_alone(lens, seqlen, eot, _items.LONG_SPLIT)
+    rem_occ, stats = np.empty(lens.shape[0], np.int32), np.zeros(_items.N_STATS, np.int64)
+    _items.item_sizes(lens, seqlen, eot, _items.LONG_SPLIT, rem_occ, stats)
+    m = int(stats[_items.ST_FULL_PIECES] + stats[_items.ST_PLACED_DOCS])
+    bin_ptr, piece_len = np.zeros(m + 1, np.int64), np.empty(m, np.int32)
+    out = (bin_ptr, np.empty(m, np.int64), np.empty(m, np.int64), piece_len)
+    univ = int(stats[_items.ST_UNIVERSE])
+    nb = _k.place(lens, rem_occ, seqlen, eot, _items.LONG_SPLIT, 0, out, univ)
     if nb == 0:
         return 0
     slots = np.minimum(piece_len.astype(np.int64) + eot, seqlen)  # a full piece has no eot

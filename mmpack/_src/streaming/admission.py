@@ -1,20 +1,15 @@
 """Admission: the streaming packer's reading of its source, and the pieces it holds.
 
-:class:`Admission` owns everything between the source and the best-fit scan: the source of the
-epoch (read by index, through ``read_ranges`` for a TokenStore, or iterated), the queue of
-sequences read but not yet admitted (lengths, source indices and, for in-memory sources, their
-positions in the token chunks of :mod:`mmpack._src.streaming.pieces`, with loss masks when every
-document carries one: :attr:`Admission.masked`), the
-:class:`~mmpack._src.streaming.pieces.PieceBuffer` of held pieces, and the counts of what the
-``long_docs`` policy did.  The packer admits exactly as many *pieces* as a batch needs
-(:func:`mmpack._src.streaming.sources.piece_counts`), so held pieces stay within ``buffer_size +
-readahead`` whatever a document's length.  Every step commits only once it has succeeded: a
-source that raises leaves the position where it was.  An iterated source's sequences are joined
-once a read has all it wants, so a source must not refill the arrays it yielded.
-
-The other parts use :attr:`Admission.pieces` (the placement scan), :meth:`~Admission.read_ahead`,
-:meth:`~Admission.oldest_position`, :meth:`~Admission.read_ranges` and
-:meth:`~Admission.position` / :meth:`~Admission.restore` (a state's position).
+:class:`Admission` owns everything between the source and the best-fit scan (step 1 of
+:mod:`mmpack._src.streaming.packer`): the source of the epoch (read by index, through
+``read_ranges`` for a TokenStore, or iterated), the queue of sequences read but not yet admitted
+(lengths, source indices and, for in-memory sources, their positions in the token chunks of
+:mod:`mmpack._src.streaming.pieces`, with loss masks when every document carries one:
+:attr:`Admission.masked`), the :class:`~mmpack._src.streaming.pieces.PieceBuffer` of held pieces,
+and the counts of what the ``long_docs`` policy did.  It admits exactly as many *pieces* as a
+batch needs (:func:`mmpack._src.streaming.sources.piece_counts`), so held pieces stay within
+``buffer_size + readahead`` whatever a document's length, and commits each step only once it has
+succeeded (:meth:`Admission.read_ahead`).
 
 Cost per admitted piece: O(1) numpy work amortised over the batch (a min and a max when every
 queued document is one whole piece, the common case; else one ``cumsum`` and one

@@ -89,26 +89,18 @@ class PackerState:
     emission: EmissionCounts
 
     def as_dict(self) -> dict[str, Any]:
-        """The state as plain Python values and int64 numpy arrays (for ``torch.save``)."""
-        p, expected = self.position, self.expected
-        return {
-            "version": STATE_VERSION,
-            "config": expected.config,
-            "shard": list(expected.shard),
-            "source_len": expected.source_len,
-            "source_fingerprint": expected.source_fingerprint,
-            "epoch": self.epoch,
-            "next_epoch": self.next_epoch,
-            "in_epoch": self.in_epoch,
-            "next_index": p.next_index,
-            "next_offset": p.next_offset,
-            "exhausted": p.exhausted,
-            "pending_src": p.pending_src.copy(),
-            "pending_off": p.pending_off.copy(),
-            "pending_len": p.pending_len.copy(),
-            "token_count": self.token_count,
-            "counters": {**dataclasses.asdict(self.admission), **dataclasses.asdict(self.emission)},
+        """The state as plain Python values and int64 numpy arrays (for ``torch.save``), in the
+        order of :data:`STATE_FIELDS`."""
+        values = {**vars(self.expected), **vars(self), **vars(self.position)}
+        values["shard"] = list(self.expected.shard)
+        values["counters"] = {
+            **dataclasses.asdict(self.admission),
+            **dataclasses.asdict(self.emission),
         }
+        state = {"version": STATE_VERSION, **{k: values[k] for k in STATE_FIELDS}}
+        for key in ("pending_src", "pending_off", "pending_len"):
+            state[key] = state[key].copy()
+        return state
 
     @classmethod
     def from_dict(cls, state: Any, expected: Expected) -> PackerState:

@@ -63,7 +63,10 @@ class PackerConfig(RowOptions):
         buffer_size = check_positive_int(buffer_size, "buffer_size")
         if buffer_size < batch_size:
             raise ValueError(f"buffer_size={buffer_size} must be >= batch_size={batch_size}")
-        rank, world_size = _check_ranks(rank, world_size)
+        if world_size is not None and check_int(world_size, "world_size") < 1:
+            raise ValueError(f"world_size must be an int >= 1, got world_size={world_size!r}")
+        if rank is not None and check_int(rank, "rank") < 0:  # (< world_size: current_consumer)
+            raise ValueError(f"rank must be an int >= 0, got rank={rank!r}")
         config = cls(
             **vars(checked),
             batch_size=batch_size,
@@ -73,8 +76,8 @@ class PackerConfig(RowOptions):
             readahead=check_positive_int(
                 buffer_size if readahead is None else readahead, "readahead"
             ),
-            rank=rank,
-            world_size=world_size,
+            rank=None if rank is None else int(rank),
+            world_size=None if world_size is None else int(world_size),
             shard=check_bool(shard, "shard"),
             schedule_args=schedule_args,
         )
@@ -116,20 +119,6 @@ _STATE_NAMES = (
     "vocab_size", "special_ids", "mask_prob", "ignore_index", "long_docs", "drop_last", "seed",
 )  # fmt: skip
 """The parameters a state records, in its order (with the schedules after them)."""
-
-
-def _check_ranks(rank: Any, world_size: Any) -> tuple[int | None, int | None]:
-    """``rank`` (an int >= 0) and ``world_size`` (an int >= 1), each None when not given;
-    ``rank < world_size`` when both are."""
-    if world_size is not None and check_int(world_size, "world_size") < 1:
-        raise ValueError(f"world_size must be an int >= 1, got world_size={world_size!r}")
-    if rank is not None and check_int(rank, "rank") < 0:
-        raise ValueError(f"rank must be an int >= 0, got rank={rank!r}")
-    if rank is not None and world_size is not None and not rank < world_size:
-        raise ValueError(
-            f"rank must satisfy 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
-        )
-    return (None if rank is None else int(rank)), (None if world_size is None else int(world_size))
 
 
 def micro_batch_shape(

@@ -119,10 +119,6 @@ def _exact(items: list[Any], first: int) -> list[np.ndarray]:
     return [x if _plain(x) else as_token_array(x, first + j) for j, x in enumerate(items)]
 
 
-def _native(dtypes: set[np.dtype]) -> bool:
-    return all(d.isnative for d in dtypes)
-
-
 def _integer_dtypes(items: list[Any]) -> set[np.dtype] | None:
     """The dtypes of ``items`` when each has an integer numpy dtype (arrays, mostly), else
     None (lists, dicts, tensors...; or no item): one pass, no pass over the types first."""
@@ -159,7 +155,8 @@ def _joined_arrays(
         if sum(map(_ndim, items)) != len(items):
             return None
         return _concat_ints(items), lens
-    if len(dtypes) == 1 and _native(dtypes) and sum(map(_ndim, items)) == len(items):
+    native = all(d.isnative for d in dtypes)  # (result_type's is native whatever theirs)
+    if len(dtypes) == 1 and native and sum(map(_ndim, items)) == len(items):
         try:  # one dtype, all 1-D: the bytes one after the other (2x np.concatenate's speed)
             return np.frombuffer(b"".join(cast("list[Any]", items)), dtype=dtype), lens
         except (TypeError, ValueError, BufferError):  # a non-contiguous array

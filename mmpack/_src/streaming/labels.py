@@ -1,21 +1,18 @@
-"""The labels of a streaming packer's batch, by the training objective.
+"""The labels of a streaming packer's batch, by the training objective (``mode`` and
+``label_shift`` of :class:`~mmpack.StreamingPacker` state the rules: the packed view's).
 
-``mode=None``: no labels.  ``"causal"``: the packed view's rule, written with the rows by the one
-row writer (:func:`mmpack._src.kernels.packed_rows.fill_rows`, the mode :attr:`Labeller.label_mode`
-gives it): with ``label_shift="next"``, ``labels[t] = input_ids[t + 1]`` inside a piece,
-``ignore_index`` at each piece's last token and on padding (labels never cross a piece); with
-``"hf"``, ``labels = input_ids`` but ``ignore_index`` at each piece's first token and on padding.
-``"mlm"``: the 80/10/10 corruption of :func:`mmpack._src.packing.masking.corrupt_keyed` over the written
-rows, keyed by the position in the stream: row ``r`` of the ``b``-th batch of epoch ``e`` uses the
-key of ``(seed, e, b * 2**32 + r)`` (:func:`mmpack._src.packing.masking.row_keys`), so masks are a pure
-function of the position and a resumed run reproduces them without generator state; the masking
-ratio follows the cool-down (:class:`~mmpack._src.streaming.schedules.MaskingRatioCooldown`) when one
-is configured.  With loss masks (a masked store, or documents ``{"input_ids", "loss_mask"}``) the
-rule is the packed view's, by its kernels (``fill_rows``, and
-:func:`~mmpack._src.kernels.packed_rows.mask_pieces` for MLM): a causal label is ``ignore_index``
-where the token it predicts is not a target, and MLM selects only target tokens (an eot the
-packer appends is a target).  Cost: none past the row writer's pass (causal, masks applied in
-it), the corruption kernel's (MLM, and one pass over the placed tokens with masks).
+``mode=None``: no labels.  ``"causal"``: written with the rows by the one row writer
+(:func:`mmpack._src.kernels.packed_rows.fill_rows`, in the mode :attr:`Labeller.label_mode` gives
+it).  ``"mlm"``: the 80/10/10 corruption of :func:`mmpack._src.packing.masking.corrupt_keyed` over
+the written rows, keyed by the position in the stream (row ``r`` of the ``b``-th batch of epoch
+``e``: the key of ``(seed, e, b * 2**32 + r)``), so a resumed run reproduces the masks without
+generator state; the masking ratio follows the cool-down
+(:class:`~mmpack._src.streaming.schedules.MaskingRatioCooldown`) when one is configured.  With loss
+masks (a masked store, or documents ``{"input_ids", "loss_mask"}``) the rule is the packed view's,
+by its kernels (``fill_rows``, and :func:`~mmpack._src.kernels.packed_rows.mask_pieces` for MLM):
+a causal label is ``ignore_index`` where the token it predicts is not a target, and MLM selects
+only target tokens (an eot the packer appends is a target).  Cost: none past the row writer's
+pass (causal), the corruption kernel's (MLM, and one pass over the placed tokens with masks).
 """
 
 from __future__ import annotations

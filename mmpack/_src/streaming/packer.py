@@ -197,7 +197,7 @@ class StreamingPacker:
         self._inherited: tuple[int, int] | None = None  # the ranks of the process that pickled it
         c = self.config
         self._indexed, self._store_like = source_kind(source, c.source_format)
-        self._consumer_shard = self._current_shard()
+        self._consumer_shard = self._consumer().shard
         self._divisor = self._consumer_shard[1]
         warmup, labeller = c.schedules(self._divisor)
         self._admission = Admission(c.seqlen, c.long_docs)
@@ -313,14 +313,10 @@ class StreamingPacker:
         """The consumer this packer runs as now."""
         return current_consumer(self.config.rank, self.config.world_size, self._inherited)
 
-    def _current_shard(self) -> tuple[int, int]:
-        """``(k, S)``: the shard of the consumer this packer runs as now."""
-        return self._consumer().shard
-
     def _enter_consumer(self) -> tuple[int, int]:
         """Take the shard of the consumer this packer runs as now (and, for another number of
         consumers, the schedules divided by it); returns ``(k, S)``."""
-        self._consumer_shard = k, n_shards = self._current_shard()
+        self._consumer_shard = k, n_shards = self._consumer().shard
         if n_shards != self._divisor:
             self._divisor = n_shards
             warmup, labeller = self.config.schedules(n_shards)
@@ -362,9 +358,6 @@ class StreamingPacker:
                 f"sequences); this packer iterates an opaque {type(self.source).__name__}, whose "
                 "position cannot be restored exactly"
             )
-
-    def _state_config(self) -> dict[str, Any]:
-        return self.config.as_state(self.batch_size_schedule, self.mask_prob_schedule)
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the packer: restoring it makes the next batch the one that comes next.
@@ -425,7 +418,7 @@ class StreamingPacker:
         n = len(self.source)  # type: ignore[arg-type]  # indexed: it has __len__
         k, n_shards = shard if self.config.shard else (0, 1)
         return Expected(
-            config=self._state_config(),
+            config=self.config.as_state(self.batch_size_schedule, self.mask_prob_schedule),
             shard=shard,
             source_len=n,
             source_fingerprint=getattr(self.source, "fingerprint", None),
@@ -433,7 +426,7 @@ class StreamingPacker:
         )
 
     def _restore_epoch(self, state: PackerState) -> None:
-        shard = self._current_shard()
+        shard = self._consumer().shard
         loaded = state.expected.shard
         if shard != loaded:
             raise StateMismatchError(

@@ -30,8 +30,8 @@ class PieceBuffer:
     """Held pieces in stream order: those deferred by the last batch, then those read ahead.
 
     ``data`` is an int64 array of shape (4, capacity) whose first ``n`` columns are the pieces:
-    length, source index, offset in the source sequence, and global position (the views
-    ``lens``, ``src``, ``src_off`` and ``pos``).  For an in-memory source (``with_chunks``) piece
+    length, source index, offset in the source sequence, and global position (the first three
+    as the views ``lens``, ``src`` and ``src_off``).  For an in-memory source (``with_chunks``) piece
     ``k``'s tokens are at global positions ``pos[k] .. pos[k] + lens[k]`` of the chunks
     (:meth:`tokens`); a store-like source has no chunks (its pieces are read by source index
     and offset when emitted, and ``pos`` is 0).  A batch removes its placed pieces by compacting
@@ -62,10 +62,6 @@ class PieceBuffer:
     @property
     def src_off(self) -> np.ndarray:
         return self.data[2, : self.n]
-
-    @property
-    def pos(self) -> np.ndarray:
-        return self.data[3, : self.n]
 
     def keep(self, n: int) -> None:
         """Hold only the first ``n`` pieces of ``data`` (after a kernel compacted it in place)."""

@@ -1,22 +1,18 @@
 """Placement: the streaming packer's best-fit rows and the writer of its batches.
 
-:class:`Placement` owns the rows of the batch being built (the free-space index of the rows'
-remaining spaces, :func:`mmpack._src.kernels.plan_bestfit.row_index`), the placements of the scan, the
-writing of the batch, and the counts of what it emitted. A batch of ``n_rows`` empty rows scans the
-held pieces in order (asking admission to read ahead when they run out) and the best-fit kernel
-puts each into the row with the smallest remaining space that holds it, or defers it, until
-``buffer_size`` pieces are deferred or the source is exhausted: O(scanned * log(rows * row_len)),
-one kernel call (a piece longer than every row's free space is deferred without a lookup). One
-layout kernel (:func:`~mmpack._src.kernels.streaming_batch.layout_batch`) orders the placed pieces row by
-row and removes them from the held ones; their tokens (and, with loss masks, their masks) are read
-into one flat buffer (a TokenStore's ``read_ranges``, or for an in-memory source one gather per
-live token chunk, :func:`~mmpack._src.kernels.streaming_batch.gather_pieces`, which checks the tokens);
-the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`) writes the rows from it:
-``input_ids``, the attention mask, ``cu_seqlens``, the longest segments and the causal labels
-(:attr:`~mmpack._src.streaming.labels.Labeller.label_mode`); MLM corrupts the written rows after
-(:class:`~mmpack._src.streaming.labels.Labeller`). The held pieces are topped up in chunks of at least
-3/4 of ``readahead`` (amortising admission; no decision depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
-whatever its number of pieces.
+:class:`Placement` owns the rows of the batch being built, the placements of its scan (step 2 of
+:mod:`mmpack._src.streaming.packer`: one best-fit kernel call per read-ahead,
+:func:`~mmpack._src.kernels.plan_bestfit.place_batch`), the writing of the batch and the counts of
+what it emitted.  One layout kernel (:func:`~mmpack._src.kernels.streaming_batch.layout_batch`)
+orders the placed pieces row by row and removes them from the held ones; their tokens (and loss
+masks) are read into one flat buffer (a TokenStore's ``read_ranges``, or one
+:func:`~mmpack._src.kernels.streaming_batch.gather_pieces` per live token chunk, which checks the
+tokens), from which the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`) writes
+the rows and the causal labels; MLM corrupts them after
+(:class:`~mmpack._src.streaming.labels.Labeller`).  The held pieces are topped up in chunks of at
+least 3/4 of ``readahead`` (amortising admission; no decision depends on it).  Cost: the scan's
+O(scanned * log(rows * row_len)), then one pass over the output and a fixed number of Python calls
+per batch, whatever its number of pieces.
 """
 
 from __future__ import annotations
@@ -223,8 +219,14 @@ class Placement:
             bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
             if values is not None and mask is not None:
                 gather_pieces(mask, base, positions, lengths, starts, values)
-        if bits < 0:
-            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(positions, lengths)])
+        if bits < 0:  # a negative token, or a uint64 id >= 2**63 (negative in the int64 row)
+            placed_tokens = [pieces.tokens(g, n) for g, n in zip(positions, lengths)]
+            refuse_wide_ids(placed_tokens)
+            lowest = min(int(np.min(p)) for p in placed_tokens if len(p))
+            raise ValueError(
+                f"a source sequence has a negative token {lowest}; tokens must be non-negative "
+                "integers"
+            )
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
@@ -237,13 +239,3 @@ class Placement:
         if buf is None or buf.shape[0] < n:
             buf = self._buffers[dtype] = np.empty(n + n // 4, dtype)
         return buf[:n]
-
-
-def _refuse_tokens(pieces: list[Any]) -> None:
-    """Raise for the negative token (or the uint64 id >= 2**63, which wraps negative in the
-    int64 row) among ``pieces``."""
-    refuse_wide_ids([np.asarray(p) for p in pieces])
-    lowest = min(int(np.min(p)) for p in pieces if len(p))
-    raise ValueError(
-        f"a source sequence has a negative token {lowest}; tokens must be non-negative integers"
-    )

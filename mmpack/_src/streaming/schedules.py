@@ -26,6 +26,7 @@ object with ``.value`` and ``.unit`` (a ``composer.core.Time``) is accepted when
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from fractions import Fraction
@@ -124,18 +125,9 @@ class BatchSizeWarmup:
         self.max_batch_size = max_batch_size
         self.world_size = _check_world_size(world_size)
         self.warmup_tokens = math.ceil(parse_tokens(warmup_tokens, "warmup_tokens") / world_size)
-        self.thresholds = self._thresholds()
-
-    def _thresholds(self) -> list[int]:
-        total = sum(range(self.min_batch_size, self.max_batch_size))
-        if total == 0:
-            return []
-        per_unit = self.warmup_tokens / total
-        out, cumsum = [], 0
-        for size in range(self.min_batch_size, self.max_batch_size):
-            cumsum += size
-            out.append(math.ceil(per_unit * cumsum))
-        return out
+        sizes = range(min_batch_size, max_batch_size)  # the thresholds: see the module docstring
+        per_unit = self.warmup_tokens / sum(sizes) if len(sizes) else 0.0
+        self.thresholds = [math.ceil(per_unit * c) for c in itertools.accumulate(sizes)]
 
     def __call__(self, tokens: int) -> int:
         """Rows of the next batch after ``tokens`` real tokens were emitted by this rank."""
