@@ -113,6 +113,19 @@ def test_regions_that_do_not_cut_the_plan_in_order_are_refused(tmp_path):
         load_plan(path, key)
 
 
+@pytest.mark.parametrize("region_tokens", [None, 100_000])
+def test_a_plan_whose_region_arrays_are_empty_is_refused_as_inconsistent(tmp_path, region_tokens):
+    """Region arrays of no entries (a damaged file whose chunks still match) are a
+    ``FormatError``, not an ``IndexError`` from reading their first entry."""
+    plan, _ = _plan_and_key(region_tokens)
+    arrays = {name: np.asarray(getattr(plan, name)) for name in ARRAYS}
+    plan_file._check_consistent(tmp_path / "p", arrays, plan.stats, False)  # as saved: fine
+    for name in ("region_bin", "region_doc", "region_split"):
+        arrays[name] = arrays[name][:0]
+    with pytest.raises(FormatError, match="inconsistent"):
+        plan_file._check_consistent(tmp_path / "p", arrays, plan.stats, False)
+
+
 def test_the_cache_key_names_every_parameter_once():
     key = plan_cache_key("f" * 16, PlanSpec(2048, add_eot=True, algorithm="online", lookahead=3))
     assert key == {

@@ -133,7 +133,7 @@ def bfd_items(
     """Best-fit decreasing's items: bins of the size-``seqlen`` items, then the others sorted.
 
     Every full piece and every item of ``seqlen`` slots fills a bin of its own: they are written
-    first, in document order, into the CSR arrays (see :func:`~mmpack._src.kernels.plan_bestfit.bfd`).
+    first, in document order, into the CSR arrays (see :func:`~mmpack._src.kernels.plan_bestfit.bfd_groups`).
     The other items are counting-sorted by size (all sizes are ``< univ``).
 
     Returns

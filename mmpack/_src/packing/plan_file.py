@@ -300,6 +300,7 @@ def _check_consistent(
         or stats.n_bins != bp.shape[0] - 1
         or rb.shape != rd.shape
         or rs.shape != rd.shape
+        or rd.shape[0] < 1
         or int(rs[0]) != 0
         or np.any(np.diff(rs) < 0)
         or 2 * int(rs[-1]) != split.shape[0]
