@@ -689,7 +689,6 @@ UNMIRRORED = {
     "store/backends/_zarr_shards.py": "the shard layout, through store/backends/test_zarr.py and test_fuzz.py",
     "store/checked_file.py": "checked array files, through formats/test_arrayfile.py",
     "store/documents.py": "document inputs, through store/test_reader.py",
-    "store/opening.py": "opening a store folder, through store/test_reader.py and store/test_integrity.py",
     "store/registry.py": "the adapter registry, through every kind's tests and test_store_contract.py",
     "store/tokens.py": "token arrays from inputs, through store/test_reader.py, kernels/test_streaming_batch.py",
     "store/vocab.py": "the tokenizer record, through ingest/test_provenance.py",

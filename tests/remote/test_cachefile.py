@@ -357,7 +357,7 @@ def test_a_child_forked_while_a_thread_takes_the_lock_does_not_keep_it(tmp_path)
                 if pid == 0:  # the child lives a while, holding whatever it inherited
                     import time
 
-                    time.sleep(1.5)
+                    time.sleep(3.0)
                     os._exit(0)
                 children.append(pid)
                 threading.Event().wait(0.005)
@@ -366,7 +366,7 @@ def test_a_child_forked_while_a_thread_takes_the_lock_does_not_keep_it(tmp_path)
         thread.join(30)
         for pid in children:
             os.waitpid(pid, 0)
-    assert waits and max(waits) < 0.5, f"the lock waited {max(waits):.2f} s for a child"
+    assert waits and max(waits) < 1.5, f"the lock waited {max(waits):.2f} s for a child"
 
 
 def test_threads_queue_on_the_lock_and_a_holder_past_the_bound_is_read_around(

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from mmpack._src.store.backends._memmap import MemmapBackend
 from mmpack._src.store.backends._zarr import ZarrBackend
 from mmpack._src.store.registry import OPENERS, load
-from mmpack.errors import FormatError, MmpackError, StoreNotFoundError
+from mmpack.errors import FormatError, MmpackError, StateMismatchError, StoreNotFoundError
 
 __all__ = [
     "as_path",
@@ -74,7 +74,7 @@ def open_while_unchanged(
         raw = read(path)
         try:
             store = open_one(raw)
-        except (FormatError, OSError):
+        except (FormatError, StateMismatchError, OSError):  # (a Zarr store's first read)
             if now() != raw:
                 continue
             raise
