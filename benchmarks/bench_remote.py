@@ -28,8 +28,10 @@ Run: ``python -m benchmarks remote`` (``--quick``: a smaller store, 20 ms only);
 ``python -m benchmarks.bench_remote --sweep``: the window case over ``max_concurrency``
 16 / 64 / 256 and the two S3 clients (the fork-safe urllib3 one, obstore in threads);
 ``python -m benchmarks.bench_remote --open``: opening stores of 10^5, 10^7 and 4 x 10^7
-two-token documents (both layouts; a fresh cache folder, then again): seconds, requests and
-bytes fetched by the open, then by the first read of a middle document (``--quick``: 10^4, 10^6).
+two-token documents (both layouts) and one of 10^8 tokens in 1000 documents (memmap; a fresh
+cache folder, then again): seconds, requests and bytes fetched by the open, then by the first
+read of a middle document, and the bytes of the check table (``tokens.xxh``) among them
+(``--quick``: 10^4, 10^6 documents, 10^7 tokens).
 """
 
 from __future__ import annotations
@@ -302,27 +304,62 @@ def sweep() -> list[dict[str, Any]]:
     return rows
 
 
+_TABLE_BYTES = [0]
+"""Bytes of check tables (``tokens.xxh``) this process's S3 transports fetched
+(:func:`_count_table_bytes`)."""
+
+
+def _count_table_bytes() -> None:
+    """Make the S3 transport add the bytes it fetches of any ``tokens.xxh`` to
+    :data:`_TABLE_BYTES` (whole GETs and range GETs alike), once per process."""
+    from mmpack._src.remote.s3 import S3Transport
+
+    if getattr(S3Transport, "_bench_counted", False):
+        return
+    get, get_ranges = S3Transport.get, S3Transport.get_ranges
+
+    def counted_get(self: Any, key: str) -> bytes:
+        data = get(self, key)
+        if key.endswith("tokens.xxh"):
+            _TABLE_BYTES[0] += len(data)
+        return data
+
+    def counted_ranges(self: Any, key: str, ranges: Any) -> list[bytes]:
+        parts = get_ranges(self, key, ranges)
+        if key.endswith("tokens.xxh"):
+            _TABLE_BYTES[0] += sum(len(p) for p in parts)
+        return parts
+
+    S3Transport.get, S3Transport.get_ranges = counted_get, counted_ranges  # type: ignore[method-assign]
+    S3Transport._bench_counted = True  # type: ignore[attr-defined]
+
+
 def _open_row(url: str, opts: dict[str, Any], proxy: Any, cache: Path, label: str) -> dict:
-    """One open of ``url`` through ``proxy`` (counting requests and bytes), then one read."""
+    """One open of ``url`` through ``proxy`` (counting requests and bytes, and the check
+    table's bytes), then one read."""
     import mmpack
 
-    counts = (proxy.requests, proxy.bytes_down)
+    _count_table_bytes()
+    counts = (proxy.requests, proxy.bytes_down, _TABLE_BYTES[0])
     t0 = time.perf_counter()
     store = mmpack.open(url, storage_options=opts, cache_dir=cache)
     open_s = time.perf_counter() - t0
-    opened = (proxy.requests, proxy.bytes_down)
+    opened = (proxy.requests, proxy.bytes_down, _TABLE_BYTES[0])
     t0 = time.perf_counter()
     store[len(store) // 2]
     read_s = time.perf_counter() - t0
     return {
         "case": label,
         "docs": len(store),
+        "tokens": store.num_tokens,
         "offsets MB": (len(store) + 1) * 8 / 1e6,
         "open s": open_s,
         "open requests": opened[0] - counts[0],
         "open MB fetched": (opened[1] - counts[1]) / 1e6,
+        "open table bytes": opened[2] - counts[2],
         "first read s": read_s,
         "first read MB fetched": (proxy.bytes_down - opened[1]) / 1e6,
+        "first read table bytes": _TABLE_BYTES[0] - opened[2],
     }
 
 
@@ -334,6 +371,7 @@ def open_costs(quick: bool = False) -> list[dict[str, Any]]:
 
     s3 = _server_helpers()
     sizes = (10**4, 10**6) if quick else (10**5, 10**7, 4 * 10**7)
+    long_tokens = 10**7 if quick else 10**8  # in 1000 documents: a check table of note
     rows: list[dict[str, Any]] = [{"case": f"load average {os.getloadavg()[0]:.1f} at start"}]
     with tempfile.TemporaryDirectory(prefix="mmpack-bench-remote-") as tmp_name:
         tmp = Path(tmp_name)
@@ -354,6 +392,15 @@ def open_costs(quick: bool = False) -> list[dict[str, Any]]:
                         label = f"{backend}, {n:.0e} docs, " + ("cold" if k == 0 else "again")
                         cache = tmp / f"open-{n}-{backend}"  # the second open finds it kept
                         rows.append(_open_row(url, opts, proxy, cache, label))
+            local = tmp / "local-long"
+            with StoreWriter(local, fsync=False) as w:
+                tokens = np.arange(long_tokens, dtype=np.uint64).astype(np.uint16)
+                w.add_batch(tokens, np.full(1000, long_tokens // 1000, np.int64))
+            url = f"s3://{s3.BUCKET}/bench/open-long"
+            copy_store(local, url, overwrite=True, storage_options=server.options)
+            for k in range(2):
+                label = f"memmap, {long_tokens:.0e} tokens, " + ("cold" if k == 0 else "again")
+                rows.append(_open_row(url, opts, proxy, tmp / "open-long", label))
         finally:
             proxy.close()
             server.stop()

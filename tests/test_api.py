@@ -287,6 +287,7 @@ BENCHMARK_INTERNALS = {
     "bench_getitem.py": "times the one-sample kernels (one_bin, one_window) beside the views",
     "bench_megatron_order.py": "writes Megatron files by hand (MAGIC)",
     "bench_regions.py": "sweeps region sizes around the default (DEFAULT_REGION_BINS)",
+    "bench_remote.py": "counts the check table's bytes its S3 client fetches (S3Transport)",
     "bench_remote_zarr.py": "empties the Zarr backend's chunk cache between runs (get_cache)",
     "bench_store.py": "times the store's stripe writer and digests (StripeWriter, STRIPE_BYTES, "
     "stripe_digest) alone",

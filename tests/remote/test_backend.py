@@ -142,7 +142,9 @@ def test_flipped_byte_is_an_error(s3_server, tmp_path):
         fresh.verify()
 
 
-def test_corrupt_offsets_or_table_refused_at_open(s3_server, tmp_path):
+def test_corrupt_offsets_refused_at_open_and_table_at_its_first_use(s3_server, tmp_path):
+    """One 16 MiB stripe of offsets (fetched at open) or of the check table (fetched by the first
+    read that checks a page): a flipped byte in either object is a FormatError naming it."""
     store = mmpack.build(_url(), _corpus(), storage_options=s3_server.options)
     t = make_transport(store.location, s3_server.options)
     for name in ("offsets.bin", "tokens.xxh"):
@@ -152,9 +154,11 @@ def test_corrupt_offsets_or_table_refused_at_open(s3_server, tmp_path):
         bad[len(bad) // 2] ^= 1
         t.put(key, bytes(bad))
         with pytest.raises(FormatError, match=name.replace(".", r"\.")):
-            mmpack.open(
+            s = mmpack.open(
                 store.location, storage_options=s3_server.options, cache_dir=tmp_path / name
             )
+            assert name == "tokens.xxh"  # the table: opened, refused at the first read
+            s.read_range(0, 10)
         t.put(key, good)
 
 
@@ -170,6 +174,7 @@ def test_ranges_go_out_concurrently_and_adjacent_pages_merge(s3_server, tmp_path
         n = store.num_tokens
         starts = np.arange(16, dtype=np.int64) * (n // 16)  # 16 far-apart ranges
         lengths = np.full(16, 100, dtype=np.int64)
+        s.read_range(0, 1)  # the first read also fetches the check table's (one) stripe
         before = proxy.requests
         t0 = time.perf_counter()
         src, at = s.read_ranges(starts, lengths)
@@ -486,6 +491,7 @@ def test_processes_sharing_a_cache_download_each_page_once(s3_server, tmp_path):
             store.location, storage_options=opts, cache_dir=tmp_path, cache_limit=1 << 30
         )
         starts = np.arange(8, dtype=np.int64) * (store.num_tokens // 8)
+        s.read_range(store.num_tokens - 1, store.num_tokens)  # the last page, and the table
         before = proxy.requests
         ctx = mp.get_context("fork")
         want = [store.read_range(int(a), int(a) + 50) for a in starts]
@@ -787,3 +793,118 @@ def test_each_offsets_stripe_is_crc_checked_on_first_use_and_kept_for_the_next_r
     np.testing.assert_array_equal(kept[j], local[j])
     with pytest.raises(FormatError, match=r"offsets stripe 5 \(bytes .*\) fails its checksum"):
         kept.verify()
+
+
+# ----------------------------------------------------------------------------- lazy check table
+@pytest.fixture
+def small_table_stripes(monkeypatch):
+    """Stores uploaded with a check table checksummed in stripes of 64 bytes (8 pages each;
+    16 MiB by default)."""
+    import mmpack._src.remote.upload as upload
+
+    monkeypatch.setattr(upload, "CHECK_STRIPE_BYTES", 64)
+
+
+def _table_fetches(monkeypatch) -> list[tuple[int, int]]:
+    """The byte ranges of ``tokens.xxh`` this process's remote stores fetch from now on."""
+    from mmpack._src.remote.backend import RemoteBackend
+
+    fetched: list[tuple[int, int]] = []
+    real = RemoteBackend._fetch_index
+
+    def counted(self, key, lo, hi):
+        if key.endswith("/tokens.xxh"):
+            fetched.append((lo, hi))
+        return real(self, key, lo, hi)
+
+    monkeypatch.setattr(RemoteBackend, "_fetch_index", counted)
+    return fetched
+
+
+def _doc_in_stripe(local, k: int, page: int = 4096, per: int = 8) -> int:
+    """A non-empty document whose tokens all lie in the check pages of table stripe ``k``."""
+    size = local.dtype.itemsize
+    for j in range(len(local)):
+        a, b = int(local.offsets[j]) * size, int(local.offsets[j + 1]) * size
+        if b > a and a // page // per == k and (b - 1) // page // per == k:
+            return j
+    raise AssertionError(f"no document in table stripe {k}")
+
+
+def _reread_with_kept_table(url, options, cache_dir, local_path) -> None:
+    """Another process on the node: every document equals the local store's, and no table
+    stripe is fetched (all come from the kept ``tokens.xxh``), without a node cache."""
+    from mmpack._src.remote.backend import RemoteBackend
+
+    def refuse(self, key, lo, hi):
+        assert not key.endswith("/tokens.xxh"), f"fetched table bytes {lo}..{hi}"
+        return real(self, key, lo, hi)
+
+    real = RemoteBackend._fetch_index
+    RemoteBackend._fetch_index = refuse
+    store = mmpack.open(url, storage_options=options, cache_dir=cache_dir, cache_limit=0)
+    local = mmpack.open(local_path)
+    for j in range(len(local)):
+        np.testing.assert_array_equal(store[j], local[j])
+    assert store._backend._table._loaded.all()  # every page checked against the kept table
+
+
+def test_the_check_table_is_fetched_stripe_by_stripe_on_first_use_and_kept(
+    s3_server, tmp_path, small_table_stripes, monkeypatch
+):
+    """Opening fetches no table stripe; a read fetches the table stripes of the pages it
+    checks, once each; every document equals the local store's; another process reuses the
+    kept table.  A table stripe changed on the server is refused by its CRC-32 at the first read
+    that uses it and by ``verify`` (also on a reader whose kept copy is intact)."""
+    import multiprocessing as mp
+
+    docs = _corpus(n_docs=400)
+    store = _build_with_page(_url(), docs, s3_server.options, 4096)
+    local = mmpack.build(tmp_path / "local", docs)
+    record = store.meta["remote"]
+    pages = -(-local.num_tokens * local.dtype.itemsize // 4096)
+    n_stripes = -(-pages // 8)
+    assert record["check_stripe_bytes"] == 64 and n_stripes >= 4
+    assert len(record["check_crc32s"]) == n_stripes and "check_crc32" not in record
+    fetched = _table_fetches(monkeypatch)
+    opts, cache = s3_server.options, tmp_path / "c"
+    s = mmpack.open(store.location, storage_options=opts, cache_dir=cache)
+    assert fetched == []  # the open fetches no table stripe
+    j = _doc_in_stripe(local, 2)
+    np.testing.assert_array_equal(s[j], local[j])
+    assert fetched == [(128, 192)]  # table stripe 2 only
+    for k in range(len(local)):
+        np.testing.assert_array_equal(s[k], local[k])
+    stripes = sorted(p for lo, hi in fetched for p in range(lo // 64, -(-hi // 64)))
+    assert sorted(set(stripes)) == list(range(n_stripes)) and len(stripes) == n_stripes
+    kept = cache / "stores" / local.fingerprint / "tokens.xxh"
+    assert kept.read_bytes() == make_transport(store.location, opts).get(
+        record["data"] + "/tokens.xxh"
+    )
+    run_processes(
+        mp.get_context("spawn"),
+        _reread_with_kept_table,
+        [(store.location, opts, cache, tmp_path / "local")],
+        timeout=120,
+    )
+    # table stripe 3 changed on the server
+    t = make_transport(store.location, opts)
+    key = record["data"] + "/tokens.xxh"
+    raw = bytearray(t.get(key))
+    raw[3 * 64 + 9] ^= 1
+    t.put(key, bytes(raw))
+    fresh = mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path / "n")
+    j2, j3 = _doc_in_stripe(local, 2), _doc_in_stripe(local, 3)
+    np.testing.assert_array_equal(fresh[j2], local[j2])
+    with pytest.raises(FormatError, match=r"tokens\.xxh: check table stripe 3 .* fails its"):
+        fresh[j3]
+    with pytest.raises(FormatError, match="check table stripe 3"):
+        mmpack.open(store.location, storage_options=opts, cache_dir=tmp_path / "v").verify()
+    again = mmpack.open(store.location, storage_options=opts, cache_dir=cache, cache_limit=0)
+    np.testing.assert_array_equal(again[j3], local[j3])  # the intact kept copy serves
+    with pytest.raises(FormatError, match="check table stripe 3"):
+        again.verify()  # the server's table, never the kept copy
+    raw[3 * 64 + 9] ^= 1
+    t.put(key, bytes(raw))
+    assert again.verify()["bytes"] == local.verify()["bytes"]
+    assert again.verify()["bytes"] == local.verify()["bytes"]  # each pass checks anew

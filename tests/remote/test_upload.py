@@ -1,4 +1,6 @@
-"""The upload's check table: XXH64 of every check page of the token file, read in any chunking; a record naming another digest is refused."""
+"""The upload's check table: XXH64 of every check page of the token file, read in any chunking,
+its CRC-32 per stripe in the record; a record naming another digest, or without those CRC-32s,
+is refused."""
 
 from __future__ import annotations
 
@@ -49,3 +51,29 @@ def test_check_table_is_the_xxh64_of_every_check_page(tmp_path):
     meta.write_text(json.dumps(raw))
     with pytest.raises(FormatError, match="malformed remote record"):
         mmpack.open((tmp_path / "remote").as_uri(), cache_dir=tmp_path / "c2")
+
+
+def test_the_record_holds_the_tables_crc32_per_stripe(tmp_path, monkeypatch):
+    """``check_crc32s``: the CRC-32 of each ``check_stripe_bytes`` of ``tokens.xxh`` (16 MiB by
+    default); a record of one CRC-32 of the whole table is refused, saying to upload again."""
+    import mmpack._src.remote.upload as upload
+    from mmpack._src.store.format import STRIPE_BYTES, crc32_blocks
+
+    for stripe in (STRIPE_BYTES, 64):
+        monkeypatch.setattr(upload, "CHECK_STRIPE_BYTES", stripe)
+        root = tmp_path / f"r{stripe}"
+        store = mmpack.build(root.as_uri(), _corpus(seed=5))
+        remote = store.meta["remote"]
+        table = (root / remote["data"] / "tokens.xxh").read_bytes()
+        assert remote["check_stripe_bytes"] == stripe
+        assert remote["check_crc32s"] == crc32_blocks(table, stripe)
+        assert len(remote["check_crc32s"]) == (
+            1 if stripe == STRIPE_BYTES else -(-len(table) // 64)
+        )
+    meta = root / "mmpack.json"
+    raw = json.loads(meta.read_text())
+    del raw["remote"]["check_crc32s"], raw["remote"]["check_stripe_bytes"]
+    raw["remote"]["check_crc32"] = 0  # the record of an earlier upload
+    meta.write_text(json.dumps(raw))
+    with pytest.raises(FormatError, match="no check_stripe_bytes and check_crc32s .* upload the"):
+        mmpack.open(root.as_uri(), cache_dir=tmp_path / "c")

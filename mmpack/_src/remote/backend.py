@@ -5,28 +5,27 @@ Layout of a remote store at ``URL`` (written by :mod:`mmpack._src.remote.upload`
     URL/mmpack.json            the metadata record, written LAST (the commit marker), plus
                                "remote": {"data": "data-<id>", "check_block_bytes": 16384,
                                           "check_object": "tokens.xxh", "check_digest": "xxh64",
-                                          "check_crc32": ...}
+                                          "check_stripe_bytes": 16777216, "check_crc32s": [...]}
     URL/data-<id>/tokens.bin   the flat little-endian tokens (the memmap layout's file)
     URL/data-<id>/offsets.bin  the int64 offsets
     URL/data-<id>/tokens.xxh   XXH64 (uint64 LE, seed 0) of every 16 KiB page of tokens.bin
 
 A local memmap store copied as is (no ``"remote"`` record) opens too, checked in its 16 MiB
-stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD), the check table
-(whole, CRC-32-checked) and the first and last 16 MiB stripes of ``offsets.bin``, kept in
-``<cache_dir>/stores/<fingerprint>/``; every other offsets stripe is fetched when a read first
-uses it and checked against the metadata's CRC-32
-(:class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`): an open's offsets bytes do
-not grow with the documents.  Reads: :class:`~mmpack._src.remote.base.RemoteStoreBackend`
+stripes.  At open: the metadata (one GET), ``tokens.bin``'s size (one HEAD) and the first and
+last stripes of ``offsets.bin``; no stripe of the check table.  Both are full-length arrays kept
+sparse in ``<cache_dir>/stores/<fingerprint>/``
+(:class:`~mmpack._src.store.backends._lazy_stripes.LazyStripes`): a stripe is fetched when a read
+first uses it (a table stripe: when a page it covers is checked) and checked against the
+record's CRC-32 (``check_crc32s``: one per ``check_stripe_bytes`` of the table): an open's bytes
+grow with neither documents nor tokens.  Reads: :class:`~mmpack._src.remote.base.RemoteStoreBackend`
 over the object's pages (:class:`~mmpack._src.remote.sources.PageSource`).
 
-Cost: one XXH64 per fetched 16 KiB page, small next to a request (``python -m
-benchmarks.bench_block_fetch``, docs/benchmarks.md "Checksums"); the check table is 8 bytes per
-page (0.05% of the tokens); ``check_block_bytes`` at build changes the page size.
+Cost: one XXH64 per fetched 16 KiB page (``python -m benchmarks.bench_block_fetch``); the table
+is 8 bytes a page (0.05% of the tokens: a 16 MiB stripe covers 32 GiB of tokens).
 """
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,8 @@ from mmpack._src.remote.fetcher import PageFetcher
 from mmpack._src.remote.sources import PageSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import ObjectMissing, Transport
-from mmpack._src.store.backends._lazy_offsets import LazyOffsets
-from mmpack._src.store.format import StoreMeta, crc32_blocks, write_bytes_atomic
+from mmpack._src.store.backends._lazy_stripes import LazyStripes
+from mmpack._src.store.format import StoreMeta
 from mmpack.errors import FormatError
 
 __all__ = [
@@ -76,6 +75,7 @@ class RemoteBackend(RemoteStoreBackend):
         self.cache_dir = folder.parent.parent
         remote = raw.get("remote")
         nbytes = meta.num_tokens * meta.dtype.itemsize
+        self._table: LazyStripes | None = None  # the check table, fetched lazily (remote record)
         if remote is None:
             data = ""
             self.page = meta.block_bytes
@@ -85,7 +85,7 @@ class RemoteBackend(RemoteStoreBackend):
             try:
                 data = str(remote["data"]).strip("/") + "/"
                 self.page = int(remote["check_block_bytes"])
-                check_object, check_crc = str(remote["check_object"]), int(remote["check_crc32"])
+                check_object = str(remote["check_object"])
                 digest = str(remote["check_digest"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
@@ -96,13 +96,11 @@ class RemoteBackend(RemoteStoreBackend):
                 )
             if self.page < 8 or self.page & (self.page - 1):
                 raise FormatError(f"{self.url}: check_block_bytes {self.page} is not a power of 2")
-            raw_table = self._index(
-                data, check_object, (-(-nbytes // self.page)) * 8, [check_crc], None
-            )
-            table = np.frombuffer(raw_table, dtype="<u8")
+            table = self._lazy_table(data, check_object, remote, -(-nbytes // self.page))
         self.data = data
+        self._rechecked: set[int] = set()  # the server's table stripes this verify pass checked
         self._check_size(data + "tokens.bin", nbytes)
-        self._lazy = LazyOffsets(
+        self._lazy = LazyStripes(
             meta.num_docs + 1,
             meta.block_bytes,
             meta.offsets_crc32,
@@ -110,6 +108,8 @@ class RemoteBackend(RemoteStoreBackend):
             f"{self.url}: {data}offsets.bin",
             folder / "offsets.bin",
             lambda exc: warn_once(self.cache_dir, exc),
+            dtype=np.int64,
+            what="offsets",
         )
         """The offsets, each stripe fetched and checked on first use (O(1) at open)."""
         self.node_cache = (
@@ -121,7 +121,13 @@ class RemoteBackend(RemoteStoreBackend):
         )
         """This reader's view of the tokens in the node cache (None without a cache)."""
         self.source = PageSource(
-            transport, data + "tokens.bin", table, self.page, nbytes, meta.dtype.itemsize
+            transport,
+            data + "tokens.bin",
+            table,
+            self.page,
+            nbytes,
+            meta.dtype.itemsize,
+            None if self._table is None else self._table.load_items,
         )
         """The tokens object's checked pages (:mod:`mmpack._src.remote.sources`)."""
         self.fetcher = PageFetcher(self.source, self.node_cache)
@@ -142,24 +148,47 @@ class RemoteBackend(RemoteStoreBackend):
                 "truncated or was replaced"
             )
 
-    def _index(
-        self, data: str, name: str, nbytes: int, crcs: list[int], stripe: int | None
-    ) -> bytes:
-        """Index object ``data + name``, kept locally as ``name`` (:func:`_verified_object`)."""
-        local = self.path / name
-        return _verified_object(
-            self.transport, data + name, local, nbytes, crcs, stripe, self.cache_dir
+    def _lazy_table(self, data: str, name: str, remote: dict[str, Any], pages: int) -> np.ndarray:
+        """The check table (``pages`` digests), each stripe fetched and CRC-checked when a page
+        it covers is first checked, kept as ``name`` in the local folder."""
+        try:
+            stripe = int(remote["check_stripe_bytes"])
+            crcs = [int(c) for c in remote["check_crc32s"]]
+        except KeyError:
+            raise FormatError(
+                f"{self.url}: the remote record has no check_stripe_bytes and check_crc32s (a "
+                "store uploaded by an earlier mmpack): upload the store again"
+            ) from None
+        except (TypeError, ValueError) as exc:
+            raise FormatError(f"{self.url}: malformed remote record {remote!r}") from exc
+        if stripe <= 0 or stripe % 8:
+            raise FormatError(f"{self.url}: check_stripe_bytes {stripe} is not a multiple of 8")
+        self._table = LazyStripes(
+            pages,
+            stripe,
+            crcs,
+            lambda lo, hi: self._fetch_index(data + name, lo, hi),
+            f"{self.url}: {data}{name}",
+            self.path / name,
+            lambda exc: warn_once(self.cache_dir, exc),
+            dtype="<u8",
+            what="check table",
         )
+        """The check table, each stripe fetched and checked on first use (O(1) at open)."""
+        return self._table.array
+
+    def _fetch_index(self, key: str, lo: int, hi: int) -> bytes:
+        """Bytes ``[lo, hi)`` of index object ``key``, from the server (one range GET)."""
+        try:
+            return self.transport.get_ranges(key, [(lo, hi)])[0]
+        except ObjectMissing:
+            raise FormatError(
+                f"{self.url}: {key} is missing: the store is incomplete or was deleted; rebuild it"
+            ) from None
 
     def _fetch_offsets(self, lo: int, hi: int) -> bytes:
         """Bytes ``[lo, hi)`` of ``offsets.bin``, from the server (one range GET)."""
-        try:
-            return self.transport.get_ranges(self.data + "offsets.bin", [(lo, hi)])[0]
-        except ObjectMissing:
-            raise FormatError(
-                f"{self.url}: {self.data}offsets.bin is missing: the store is incomplete or was "
-                "deleted; rebuild it"
-            ) from None
+        return self._fetch_index(self.data + "offsets.bin", lo, hi)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -182,6 +211,7 @@ class RemoteBackend(RemoteStoreBackend):
         key = self.source.key
         data = self.transport.get_ranges(key, [(start, stop)])[0] if stop > start else b""
         if start % self.page == 0:  # verify() reads whole stripes: check their pages too
+            self._recheck_table(start // self.page, -(-stop // self.page), start == 0)
             bad = self.source.check_run(start // self.page, data)[1]
             if bad.size:
                 raise FormatError(
@@ -192,40 +222,17 @@ class RemoteBackend(RemoteStoreBackend):
                 self.node_cache.verify(start, data)
         return data
 
-
-def _verified_object(
-    transport: Transport,
-    key: str,
-    local: Path,
-    nbytes: int,
-    crcs: list[int],
-    stripe: int | None,
-    cache_dir: Path,
-) -> bytes:
-    """Object ``key`` (``nbytes``) from its local copy ``local`` if present and intact, else
-    fetched, checked against ``crcs`` (CRC-32 per ``stripe`` bytes, or of the whole) and kept at
-    ``local``, or in memory only where that cannot be written (one warning)."""
-
-    def checksums(data: bytes) -> list[int]:  # the whole object's: also that of no bytes
-        return crc32_blocks(data, stripe) if stripe else [zlib.crc32(data)]
-
-    if local.is_file() and local.stat().st_size == nbytes:
-        data = local.read_bytes()
-        if checksums(data) == crcs:
-            return data
-    try:
-        data = transport.get(key)
-    except ObjectMissing:
-        raise FormatError(
-            f"{transport.url}: {key} is missing: the store is incomplete or was deleted; rebuild it"
-        ) from None
-    if len(data) != nbytes or checksums(data) != crcs:
-        raise FormatError(
-            f"{transport.url}: {key} ({len(data)} bytes) fails its checksum: the object is "
-            "corrupt or was replaced; rebuild the store"
-        )
-    try:
-        write_bytes_atomic(local, data)
-    except OSError as exc:  # a full disk, a read-only cache_dir: kept in memory
-        warn_once(cache_dir, exc)
-    return data
+    def _recheck_table(self, b0: int, b1: int, anew: bool) -> None:
+        """Fetch the server's table stripes that pages ``[b0, b1)`` use and check their CRC-32s,
+        each once per pass of ``verify`` (``anew``: a pass starts); the kept copy is not what
+        is checked."""
+        lazy = self._table
+        if lazy is None or b1 <= b0:
+            return
+        if anew:
+            self._rechecked.clear()
+        per = lazy.stripe_bytes // 8
+        for p in range(b0 // per, (b1 - 1) // per + 1):
+            if p not in self._rechecked:
+                lazy.recheck(p)
+                self._rechecked.add(p)

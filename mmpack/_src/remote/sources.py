@@ -80,17 +80,21 @@ class FetchSource(Protocol):
 class PageSource:
     """The pages of object ``key`` of ``transport`` (memmap layout), ``page`` bytes each (a power
     of 2; the last may be short), checked against ``table`` (uint64, (npages,): XXH64 each);
-    ``nbytes`` and ``itemsize`` are the object's size and its tokens' size."""
+    ``nbytes`` and ``itemsize`` are the object's size and its tokens' size.  ``need(b0, b1)``
+    makes the table's entries ``[b0, b1)`` present before they are compared (a table fetched
+    stripe by stripe, :class:`~mmpack._src.store.backends._lazy_stripes.LazyStripes`); None: the
+    table is whole."""
 
     digests = True
     """:meth:`fetch_run` returns each page's XXH64 (the node cache's own digests)."""
 
     def __init__(
         self, transport: Transport, key: str, table: np.ndarray, page: int, nbytes: int,
-        itemsize: int,
+        itemsize: int, need: Callable[[int, int], None] | None = None,
     ) -> None:  # fmt: skip
         self.transport, self.url, self.key, self.table = transport, transport.url, key, table
         self.page, self.nbytes, self.itemsize = page, nbytes, itemsize
+        self._need = need
         self._warm = PerProcess(self._compile)
 
     def warm(self) -> None:
@@ -99,7 +103,7 @@ class PageSource:
         self._warm.get()
 
     def _compile(self) -> bool:
-        self.check_run(0, bytes(min(self.page, self.nbytes)))
+        stripe_digests(bytes(min(self.page, self.nbytes)), self.page)  # no table stripe read
         return True
 
     def _span(self, b: int) -> tuple[int, int]:
@@ -109,7 +113,14 @@ class PageSource:
     def intact(self, b: int, data: bytes | memoryview) -> bool:
         """Whether ``data`` is page ``b`` as the table records it."""
         lo, hi = self._span(b)
+        self.need(b, b + 1)
         return len(data) == hi - lo and stripe_digest(data) == int(self.table[b])
+
+    def need(self, b0: int, b1: int) -> None:
+        """Make the table's digests of pages ``[b0, b1)`` present (fetched and checked on first
+        use); :class:`~mmpack.errors.FormatError` naming a table stripe that fails its CRC-32."""
+        if self._need is not None:
+            self._need(b0, min(b1, self.table.size))
 
     def check_run(self, b0: int, data: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
         """Check the pages ``b0, b0 + 1, ...`` that ``data`` holds (whole pages from ``b0``; the
@@ -127,6 +138,7 @@ class PageSource:
         whole = min(b1 * self.page, self.nbytes) - b0 * self.page
         if b1 > self.table.size or len(data) != whole:  # short or long: every page is bad
             return digests, np.arange(b0, b1, dtype=np.int64)
+        self.need(b0, b1)
         bad = np.flatnonzero(digests != self.table[b0:b1].astype(np.uint64)) + b0
         return digests, bad.astype(np.int64)
 

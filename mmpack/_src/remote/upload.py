@@ -4,8 +4,8 @@ Both layouts upload their objects under a fresh ``URL/data-<time>-<random>/`` pr
 PUT ``URL/mmpack.json``, the commit marker (:func:`commit_generation`); a loss mask store goes
 first, as a store of its own at ``URL/loss_mask``.  A memmap store (:func:`upload`) sends
 ``tokens.bin``, ``offsets.bin``, ``tokens.xxh`` (the XXH64 of every ``check_block_bytes``, 16
-KiB, page of the tokens, uint64 LE: one sequential pass) and its attached files concurrently,
-multipart above 256 MiB; a sharded Zarr store (:func:`upload_zarr`) sends its shards four at a
+KiB, page of the tokens, uint64 LE: one sequential pass; the record holds its CRC-32 per
+``check_stripe_bytes``) and its attached files concurrently, multipart above 256 MiB; a sharded Zarr store (:func:`upload_zarr`) sends its shards four at a
 time and records every shard's size (layout: :mod:`mmpack._src.remote.zarr`).  A ``check`` (a copy's
 verification) gets the store opened from its objects before the metadata is written; a failure
 deletes them.
@@ -37,12 +37,13 @@ from mmpack._src.remote.backend import CHECK_DIGEST
 from mmpack._src.remote.transport import ObjectMissing, Transport, make_transport
 from mmpack._src.remote.zarr import LAYOUT
 from mmpack._src.store.backends._zarr_shards import parse_layout
-from mmpack._src.store.format import LOSS_MASK_STORE, META_FILE
+from mmpack._src.store.format import LOSS_MASK_STORE, META_FILE, STRIPE_BYTES, crc32_blocks
 from mmpack._src.store.integrity import stripe_digests
 from mmpack.errors import RemoteAccessError, RemoteError, StoreExistsError
 
 __all__ = [
     "CHECK_PAGE_BYTES",
+    "CHECK_STRIPE_BYTES",
     "STALE_SECONDS",
     "check_table",
     "clean_stale",
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 CHECK_PAGE_BYTES = 16 << 10
+CHECK_STRIPE_BYTES = STRIPE_BYTES
+"""The check table's CRC-32 unit (the record's ``check_stripe_bytes``): a reader fetches and
+checks the table a stripe at a time, on first use."""
 _CHECK_OBJECT = "tokens.xxh"
 STALE_SECONDS = 15 * 60
 """An unnamed ``data-*`` generation younger than this may be a concurrent build's upload."""
@@ -98,8 +102,6 @@ def upload(
     ``check`` is called with the uploaded store, opened from its objects, before its metadata
     is written (whatever it raises deletes the objects and publishes nothing); ``progress`` a
     bar over the bytes uploaded (:func:`mmpack._src.core.progress.progress_bar`)."""
-    import zlib
-
     from mmpack._src.store.reader import open_store
 
     raw = json.loads((local / META_FILE).read_text())
@@ -125,7 +127,8 @@ def upload(
         "check_block_bytes": check_block_bytes,
         "check_object": _CHECK_OBJECT,
         "check_digest": CHECK_DIGEST,
-        "check_crc32": zlib.crc32(table),
+        "check_stripe_bytes": CHECK_STRIPE_BYTES,
+        "check_crc32s": crc32_blocks(table, CHECK_STRIPE_BYTES),
     }
     objects = [f"{gen}/{n}" for n in names]
     _check_uncommitted(transport, url, raw, objects, check, storage_options)

@@ -14,7 +14,7 @@ Open (:class:`RemoteZarrBackend`): one GET of ``mmpack.json`` (the arrays' metad
 object's size), one LIST of the data prefix (a missing shard is a
 :class:`~mmpack.errors.FormatError`) and the ``offsets`` chunks of the first and last 16 MiB
 stripes (each chunk's crc32c, then the stripe's CRC-32); any other stripe is fetched so when a
-read first uses it, kept locally (:class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`).  Reads take the memmap layout's
+read first uses it, kept locally (:class:`~mmpack._src.store.backends._lazy_stripes.LazyStripes`).  Reads take the memmap layout's
 path (:class:`~mmpack._src.remote.base.RemoteStoreBackend`; the block order's
 :class:`~mmpack._src.remote.spans.SpanFetcher`) over :class:`~mmpack._src.remote.sources.ChunkSource`: one
 page per inner chunk, located through its shard's index (one range GET per shard, kept), a
@@ -38,7 +38,7 @@ from mmpack._src.remote.sources import ChunkSource
 from mmpack._src.remote.spans import SpanFetcher
 from mmpack._src.remote.transport import Transport
 from mmpack._src.store.backends._chunk_ranges import assemble, touched_chunks
-from mmpack._src.store.backends._lazy_offsets import LazyOffsets
+from mmpack._src.store.backends._lazy_stripes import LazyStripes
 from mmpack._src.store.backends._zarr_shards import ShardLayout, parse_layout
 from mmpack._src.store.format import OFFSETS_DTYPE, StoreMeta
 from mmpack.errors import FormatError
@@ -101,7 +101,7 @@ class RemoteZarrBackend(RemoteStoreBackend):
         """Whole spans into the node cache, pinned and dropped (None without a node cache)."""
         self._offsets_layout = layouts["offsets"]
         self._offsets_reader: Any = None  # made on the first stripe fetched
-        self._lazy = LazyOffsets(
+        self._lazy = LazyStripes(
             meta.num_docs + 1,
             meta.block_bytes,
             meta.offsets_crc32,
@@ -109,6 +109,8 @@ class RemoteZarrBackend(RemoteStoreBackend):
             f"{self.url}: {self.data}offsets",
             folder / "offsets.bin",  # the remote memmap reader keeps the same bytes there
             lambda exc: warn_once(self.cache_dir, exc),
+            dtype=np.int64,
+            what="offsets",
         )
         """The offsets, each stripe fetched and checked on first use (O(1) at open)."""
 

@@ -70,7 +70,7 @@ class Backend(abc.ABC):
         """Make stripes ``[first, stop)`` of :attr:`offsets` (``meta.block_bytes`` each) present
         and checked against the metadata's CRC-32s, each once per process; a backend whose
         offsets are not whole at open (remote layouts, Zarr:
-        :class:`~mmpack._src.store.backends._lazy_offsets.LazyOffsets`) fetches them here,
+        :class:`~mmpack._src.store.backends._lazy_stripes.LazyStripes`) fetches them here,
         :class:`~mmpack.errors.FormatError` naming a stripe that fails.  The default does
         nothing (the offsets are mapped whole)."""
         return None

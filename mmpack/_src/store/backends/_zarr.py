@@ -13,7 +13,7 @@ the mapping; with zstd, decoded chunks go through the per-process LRU
 (:mod:`mmpack._src.store.backends._chunk_cache`, ``MMPACK_ZARR_CACHE_MB``, 256 MiB); then one
 ``np.concatenate``.  ``verify`` reads through a plain Zarr slice, uncached.  Cost: ``python -m
 benchmarks.bench_window --quick --zarr`` (docs/benchmarks.md, against memmap in the same run).
-Offsets: each stripe read (a Zarr slice) when a read first uses it (``_lazy_offsets``).
+Offsets: each stripe read (a Zarr slice) when a read first uses it (``_lazy_stripes``).
 
 Missing data: Zarr reads an absent chunk as zeros; mmpack writes every chunk, so every shard
 must exist as a non-empty regular file (one ``stat`` each at open), and an absent inner chunk,
@@ -37,7 +37,7 @@ import numpy as np
 from mmpack._src.store.backends._base import OFFSETS_FILE, TOKENS_FILE, Backend
 from mmpack._src.store.backends._chunk_cache import get_cache
 from mmpack._src.store.backends._chunk_ranges import assemble, touched_chunks
-from mmpack._src.store.backends._lazy_offsets import LazyOffsets
+from mmpack._src.store.backends._lazy_stripes import LazyStripes
 from mmpack._src.store.backends._zarr_shards import (
     ShardReader,
     codecs_for,
@@ -110,8 +110,14 @@ class ZarrBackend(Backend):
                 raise FormatError(f"{path}/{name}: invalid chunk shape {arr.chunks}")
         self._check_chunks("offsets", offsets_arr, 0, -(-(meta.num_docs + 1) // _grid(offsets_arr)))
         self._offsets_arr = offsets_arr
-        self._lazy = LazyOffsets(
-            meta.num_docs + 1, meta.block_bytes, None, self._fetch_offsets, str(path)
+        self._lazy = LazyStripes(
+            meta.num_docs + 1,
+            meta.block_bytes,
+            None,
+            self._fetch_offsets,
+            str(path),
+            dtype=np.int64,
+            what="offsets",
         )  # each chunk's crc32c checked by the read; the metadata's CRC-32s by verify()
         layout = read_layout(_read_small(path / "tokens" / "zarr.json"))
         if layout is None:

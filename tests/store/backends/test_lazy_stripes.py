@@ -1,6 +1,7 @@
-"""Offsets filled stripe by stripe (mmpack._src.store.backends._lazy_offsets): fetched and
-CRC-checked on first use, kept in a sparse file other readers reuse, served from memory where
-that file cannot be written, a corrupt stripe refused (from the source or from the kept file)."""
+"""Arrays filled stripe by stripe (mmpack._src.store.backends._lazy_stripes), offsets and
+check tables: fetched and CRC-checked on first use, kept in a sparse file other readers reuse,
+served from memory where that file cannot be written, a corrupt stripe refused (from the source
+or from the kept file), loads from several threads at once each fetching a stripe once."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mmpack._src.store.backends._lazy_offsets as lazy_offsets
-from mmpack._src.store.backends._lazy_offsets import LazyOffsets
+import mmpack._src.store.backends._lazy_stripes as lazy_stripes
+from mmpack._src.store.backends._lazy_stripes import LazyStripes
 from mmpack._src.store.format import crc32_blocks
 from mmpack.errors import FormatError
 
 STRIPE = 64  # bytes: 8 entries a stripe
+OFFSETS = {"dtype": np.int64, "what": "offsets"}
 
 
 def _offsets(n: int = 45) -> np.ndarray:
@@ -38,7 +40,9 @@ class Source:
 
 def _lazy(offsets, source, kept=None, on_error=None, crcs=True):
     sums = crc32_blocks(offsets.tobytes(), STRIPE) if crcs else None
-    return LazyOffsets(offsets.shape[0], STRIPE, sums, source.fetch, "src", kept, on_error)
+    return LazyStripes(
+        offsets.shape[0], STRIPE, sums, source.fetch, "src", kept, on_error, **OFFSETS
+    )
 
 
 def test_stripes_are_fetched_on_first_use_only_and_read_only():
@@ -57,7 +61,7 @@ def test_stripes_are_fetched_on_first_use_only_and_read_only():
 
 
 def test_runs_are_cut_at_run_bytes(monkeypatch):
-    monkeypatch.setattr(lazy_offsets, "RUN_BYTES", 2 * STRIPE)
+    monkeypatch.setattr(lazy_stripes, "RUN_BYTES", 2 * STRIPE)
     want = _offsets()
     src = Source(want)
     lz = _lazy(want, src)
@@ -157,13 +161,15 @@ def test_without_crcs_the_bitmap_alone_says_what_is_present():
     assert src.calls == [(64, 128)]
     np.testing.assert_array_equal(lz.array[8:16], want[8:16])
     with pytest.raises(ValueError, match="kept file needs"):
-        LazyOffsets(want.shape[0], STRIPE, None, src.fetch, "src", kept=Path("x"))
+        LazyStripes(want.shape[0], STRIPE, None, src.fetch, "src", kept=Path("x"), **OFFSETS)
 
 
 def test_a_wrong_number_of_crcs_is_a_format_error():
     want = _offsets()
     with pytest.raises(FormatError, match="holds 2 offsets checksums for 6 stripes"):
-        LazyOffsets(want.shape[0], STRIPE, [zlib.crc32(b"")] * 2, Source(want).fetch, "src")
+        LazyStripes(
+            want.shape[0], STRIPE, [zlib.crc32(b"")] * 2, Source(want).fetch, "src", **OFFSETS
+        )
 
 
 def test_a_kept_file_of_another_user_is_read_and_never_written(tmp_path, monkeypatch):
@@ -214,3 +220,83 @@ def test_a_child_forked_while_a_load_holds_the_lock_loads_its_own_stripes():
             if proc.is_alive():
                 proc.kill()
     assert not lz.loaded(0)  # the child's loads are its own
+
+
+def _digests(n: int = 37) -> np.ndarray:
+    return np.random.default_rng(4).integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2)
+
+
+def _table(want, src, kept=None):
+    sums = crc32_blocks(want.astype("<u8").tobytes(), STRIPE)
+    return LazyStripes(
+        want.shape[0], STRIPE, sums, src.fetch, "t", kept, dtype="<u8", what="check table"
+    )
+
+
+def test_a_uint64_table_loads_the_stripes_of_the_entries_asked_for(tmp_path):
+    want = _digests()
+    src = Source(want)
+    lz = _table(want, src, tmp_path / "tokens.xxh")
+    assert lz.array.dtype == np.dtype("<u8") and src.calls == []
+    lz.load_items(9, 17)  # entries 9..16: stripes 1 and 2
+    assert src.calls == [(64, 192)] and [lz.loaded(p) for p in range(5)] == [0, 1, 1, 0, 0]
+    np.testing.assert_array_equal(lz.array[8:24], want[8:24])
+    lz.load_items(36, 37)  # the short last stripe
+    lz.load_items(5, 5)  # no entry: nothing
+    assert src.calls[1:] == [(256, 296)]
+    assert (tmp_path / "tokens.xxh").stat().st_size == want.nbytes
+    src.raw[2 * STRIPE + 1] ^= 1
+    lz.recheck(1)  # the source's stripe 1 is intact
+    with pytest.raises(FormatError, match=r"t: check table stripe 2 \(bytes 128\.\.192\) fails"):
+        lz.recheck(2)  # the source's bytes, not the kept copy
+    np.testing.assert_array_equal(lz.array[16:24], want[16:24])
+    lz.close()
+
+
+def test_an_empty_table_and_a_bad_stripe_size(tmp_path):
+    empty = np.zeros(0, np.uint64)
+    lz = _table(empty, Source(empty), tmp_path / "tokens.xxh")
+    lz.load_items(0, 0)
+    assert lz.array.shape == (0,) and not (tmp_path / "tokens.xxh").exists()
+    with pytest.raises(ValueError, match="not a positive multiple of 8"):
+        LazyStripes(4, 12, None, Source(empty).fetch, "t", dtype="<u8", what="check table")
+
+
+def test_loads_from_several_threads_fetch_each_stripe_once(tmp_path):
+    """The span fetcher checks its parts from several threads: concurrent loads of overlapping
+    stripes each see their entries and the source is asked once per stripe."""
+    import threading
+    import time
+
+    want = _digests(400)
+    src = Source(want)
+    slow = src.fetch
+
+    def fetch(lo, hi):
+        time.sleep(0.002)  # a request in flight while the other threads ask
+        return slow(lo, hi)
+
+    sums = crc32_blocks(want.tobytes(), STRIPE)
+    lz = LazyStripes(400, STRIPE, sums, fetch, "t", tmp_path / "k", dtype="<u8", what="table")
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def worker(k: int) -> None:
+        rng = np.random.default_rng(k)
+        start.wait()
+        try:
+            for lo in rng.integers(0, 390, 40).tolist():
+                lz.load_items(lo, lo + 10)
+                np.testing.assert_array_equal(lz.array[lo : lo + 10], want[lo : lo + 10])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    fetched = [p for lo, hi in src.calls for p in range(lo // STRIPE, -(-hi // STRIPE))]
+    assert len(fetched) == len(set(fetched))  # no stripe fetched twice
+    lz.close()

@@ -1,22 +1,24 @@
-"""Offsets filled stripe by stripe on first use, for the layouts that cannot map them whole.
+"""A fixed-width array filled stripe by stripe on first use: what a store cannot map whole.
 
-A remote store (either layout) or a local Zarr store keeps its int64 offsets as an array of
-full length (``num_docs + 1`` entries) whose stripes (``block_bytes`` each, the format's
-checksum unit) are filled when first asked for (:meth:`LazyOffsets.load`): the stripe's bytes
-come from a ``fetch`` callable (a range GET, the Zarr chunks of that stripe), are checked
-against the metadata's CRC-32 of the stripe and written in place.  Every stripe is checked in
-each process before it is used, so an entry never read is never trusted.
+Two uses: the int64 offsets of a remote store (either layout) or a local Zarr store
+(``num_docs + 1`` entries), and a remote store's check table (one uint64 XXH64 per page of
+``tokens.bin``).  The array has its full length; its stripes (``stripe_bytes`` each: the
+format's checksum unit, or the record's ``check_stripe_bytes``) are filled when first asked for
+(:meth:`LazyStripes.load`, :meth:`LazyStripes.load_items`): the stripe's bytes come from a
+``fetch`` callable (a range GET, the Zarr chunks of that stripe), are checked against the
+metadata's CRC-32 of the stripe and written in place.  Every stripe is checked in each process
+before it is used, so an entry never read is never trusted.
 
-Where a ``kept`` path is given (a remote store's ``offsets.bin`` in its local folder), the array
-is a private mapping of a sparse file of the full size (``ftruncate``: stripes never fetched are
-holes, reading as zeros, which fail their CRC): a stripe already there from an earlier process
-costs a CRC-32 and no request; a fetched one is written with ``os.pwrite`` (a stripe is only
-ever written whole with its verified bytes, so concurrent processes write identical bytes) and,
-where the mapping does not show it or the write fails, copied into this process's private pages.
-Without a kept file (a read-only or full cache folder, a local Zarr store) the array is
-anonymous zeros: untouched stripes cost no memory.  Cost: opening is O(1) (no stripe is read);
-each stripe costs one CRC-32 over its bytes once per process, plus one fetch the first time any
-process on the machine uses it.
+Where a ``kept`` path is given (``offsets.bin`` or ``tokens.xxh`` in a remote store's local
+folder), the array is a private mapping of a sparse file of the full size (``ftruncate``:
+stripes never fetched are holes, reading as zeros, which fail their CRC): a stripe already there
+from an earlier process costs a CRC-32 and no request; a fetched one is written with
+``os.pwrite`` (only ever whole with its verified bytes, so concurrent processes write identical
+bytes) and, where the mapping does not show it or the write fails, copied into this process's
+private pages.  Without a kept file the array is anonymous zeros: untouched stripes cost no
+memory.  Loads are serialised by a per-process lock (threads; a forked child gets its own).
+Cost: opening is O(1) (no stripe is read); each stripe costs one CRC-32 over its bytes once per
+process, plus one fetch the first time any process on the machine uses it.
 """
 
 from __future__ import annotations
@@ -34,36 +36,42 @@ import numpy as np
 from mmpack._src.core.process import PerProcess
 from mmpack.errors import FormatError
 
-__all__ = ["LazyOffsets"]
+__all__ = ["LazyStripes"]
 
 RUN_BYTES = 1 << 26
 """At most this many bytes of stripes are fetched by one ``fetch`` call (:meth:`load`)."""
 
 
-class LazyOffsets:
-    """A full-length int64 offsets array whose stripes are fetched and checked on first use.
+class LazyStripes:
+    """A full-length array of a fixed-width dtype whose stripes are fetched and checked on first
+    use.
 
     Parameters
     ----------
     count : int
-        Entries (``num_docs + 1``, >= 1).
+        Entries (>= 0).
     stripe_bytes : int
-        Bytes per stripe (a positive multiple of 8).
+        Bytes per stripe (a positive multiple of the dtype's size).
     crcs : sequence of int, optional
-        CRC-32 of each stripe (the metadata's ``offsets_crc32``); None where ``fetch`` checks
-        what it reads its own way (a local Zarr store's crc32c per chunk) and no ``kept`` file
-        is given (the process's bitmap alone then says which stripes are present).
+        CRC-32 of each stripe (the metadata's ``offsets_crc32``, the remote record's
+        ``check_crc32s``); None where ``fetch`` checks what it reads its own way (a local Zarr
+        store's crc32c per chunk) and no ``kept`` file is given (the process's bitmap alone then
+        says which stripes are present).
     fetch : callable
-        ``fetch(lo, hi)``: bytes ``[lo, hi)`` of the offsets (whole stripes; the last may be
+        ``fetch(lo, hi)``: bytes ``[lo, hi)`` of the array (whole stripes; the last may be
         short), as ``bytes`` or a numpy array; raises :class:`FormatError` for a missing or
         damaged source.
     where : str
-        Named in error messages (the object or folder the offsets come from).
+        Named in error messages (the object or folder the array comes from).
     kept : Path, optional
         The local file kept across processes (a sparse file of the full size), or None.
     on_error : callable, optional
         ``on_error(exc)``, told once when ``kept`` cannot be created or written (the stripes are
         then kept in this process's memory); the error is ignored when None.
+    dtype : numpy dtype
+        The entries' type (``int64`` offsets, ``<u8`` digests).
+    what : str
+        What the array is, in error messages (``"offsets"``, ``"check table"``).
     """
 
     def __init__(
@@ -75,29 +83,39 @@ class LazyOffsets:
         where: str,
         kept: Path | None = None,
         on_error: Callable[[OSError], None] | None = None,
+        *,
+        dtype: Any,
+        what: str,
     ) -> None:
         self._fd = -1  # the kept file's descriptor (for pwrite), once it is open
-        self.nbytes = int(count) * 8
+        self.dtype = np.dtype(dtype)
+        self.nbytes = int(count) * self.dtype.itemsize
         self.stripe_bytes = int(stripe_bytes)
+        if self.stripe_bytes <= 0 or self.stripe_bytes % self.dtype.itemsize:
+            raise ValueError(
+                f"stripe_bytes={stripe_bytes!r} is not a positive multiple of "
+                f"{self.dtype.itemsize} ({self.dtype})"
+            )
         n_stripes = -(-self.nbytes // self.stripe_bytes)
         self._crcs = None if crcs is None else [int(c) for c in crcs]
         if kept is not None and self._crcs is None:
             raise ValueError("a kept file needs the stripes' CRC-32s")
         if self._crcs is not None and len(self._crcs) != n_stripes:
             raise FormatError(
-                f"{where}: the metadata holds {len(self._crcs)} offsets checksums for "
+                f"{where}: the metadata holds {len(self._crcs)} {what} checksums for "
                 f"{n_stripes} stripes"
             )
         self._fetch = fetch
         self._where = where
+        self._what = what
         self._on_error = on_error
         self._lock = PerProcess(threading.Lock)  # a forked child never inherits a held lock
         self._loaded = np.zeros(n_stripes, dtype=bool)
-        buf = self._map_kept(kept) if kept is not None else None
-        self._buf = np.zeros(int(count), np.int64) if buf is None else buf  # writable, private
+        buf = self._map_kept(kept) if kept is not None and self.nbytes else None
+        self._buf = np.zeros(int(count), self.dtype) if buf is None else buf  # writable, private
         self.array = self._buf.view()
-        """int64, shape (count,), read-only: the stripes :meth:`load` made present hold the
-        offsets; any other entry may read as anything (zeros)."""
+        """shape (count,), read-only: the stripes :meth:`load` made present hold the data; any
+        other entry may read as anything (zeros)."""
         self.array.flags.writeable = False
 
     def _map_kept(self, kept: Path) -> np.ndarray | None:
@@ -123,7 +141,7 @@ class LazyOffsets:
             self._fd = fd
         else:
             os.close(fd)  # the mapping stays; fetched stripes go to this process's pages
-        return np.frombuffer(mm, dtype=np.int64)
+        return np.frombuffer(mm, dtype=self.dtype)
 
     def _tell(self, exc: OSError) -> None:
         if self._on_error is not None:
@@ -152,6 +170,18 @@ class LazyOffsets:
                 self._fetch_run(todo[k], todo[j - 1] + 1)
                 k = j
 
+    def load_items(self, lo: int, hi: int) -> None:
+        """Make the stripes holding entries ``[lo, hi)`` present (:meth:`load`)."""
+        if hi > lo:
+            per = self.stripe_bytes // self.dtype.itemsize
+            self.load(lo // per, (hi - 1) // per + 1)
+
+    def recheck(self, p: int) -> None:
+        """Fetch stripe ``p`` from the source again and check it against its CRC-32, never
+        reading or writing the kept copy (``verify``); :class:`FormatError` naming it."""
+        lo, hi = self._span(p)
+        self._checked(p, lo, self._fetched(lo, hi))
+
     def _span(self, p: int) -> tuple[int, int]:
         lo = p * self.stripe_bytes
         return lo, min(self.nbytes, lo + self.stripe_bytes)
@@ -164,25 +194,32 @@ class LazyOffsets:
         self._loaded[p] = True
         return True
 
-    def _fetch_run(self, a: int, b: int) -> None:
-        lo, hi = self._span(a)[0], self._span(b - 1)[1]
+    def _fetched(self, lo: int, hi: int) -> np.ndarray:
         data = np.frombuffer(memoryview(self._fetch(lo, hi)).cast("B"), dtype=np.uint8)
         if data.size != hi - lo:
             raise FormatError(
-                f"{self._where}: offsets bytes {lo}..{hi} came back as {data.size} bytes: the "
-                "object is truncated or was replaced; rebuild the store"
+                f"{self._where}: {self._what} bytes {lo}..{hi} came back as {data.size} bytes: "
+                "the object is truncated or was replaced; rebuild the store"
             )
+        return data
+
+    def _checked(self, p: int, lo: int, data: np.ndarray) -> np.ndarray:
+        """Stripe ``p``'s bytes out of ``data`` (bytes from ``lo``), checked against its CRC-32."""
+        s_lo, s_hi = self._span(p)
+        part = data[s_lo - lo : s_hi - lo]
+        if self._crcs is not None and (got := zlib.crc32(part.data)) != self._crcs[p]:
+            raise FormatError(
+                f"{self._where}: {self._what} stripe {p} (bytes {s_lo}..{s_hi}) fails its "
+                f"checksum (crc32: stored {self._crcs[p]:#010x}, computed {got:#010x}): the "
+                "data is corrupt or was replaced; rebuild the store"
+            )
+        return part
+
+    def _fetch_run(self, a: int, b: int) -> None:
+        lo, hi = self._span(a)[0], self._span(b - 1)[1]
+        data = self._fetched(lo, hi)
         for p in range(a, b):
-            s_lo, s_hi = self._span(p)
-            part = data[s_lo - lo : s_hi - lo]
-            got = None if self._crcs is None else zlib.crc32(part.data)
-            if self._crcs is not None and got != self._crcs[p]:
-                raise FormatError(
-                    f"{self._where}: offsets stripe {p} (bytes {s_lo}..{s_hi}) fails its "
-                    f"checksum (crc32: stored {self._crcs[p]:#010x}, computed {got:#010x}): the "
-                    "data is corrupt or was replaced; rebuild the store"
-                )
-            self._write(s_lo, part)
+            self._write(self._span(p)[0], self._checked(p, lo, data))
             self._loaded[p] = True
 
     def _write(self, lo: int, part: np.ndarray) -> None:
