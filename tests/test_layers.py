@@ -630,11 +630,7 @@ CROSS_CUTTING = {
 
 
 UNMIRRORED = {
-    "cli/arguments.py": "the flags' types and messages, run by every command in cli/test_commands.py",
     "cli/build_options.py": "build's options from flags, run by the build commands in cli/test_commands.py",
-    "cli/parser.py": "the parser of every command in cli/test_commands.py",
-    "cli/subsets.py": "the subset flags in cli/test_commands.py",
-    "core/libc.py": "a ctypes lookup, used by views/test_readahead.py's advice and residency tests",
     "core/options.py": "the StrEnums of the options; their checks in views/test_packed.py, packing/test_options.py",
     "core/validation.py": "argument checks, through every public entry's bad-argument tests",
     "formats/foreign.py": "the foreign index cache, through formats/test_megatron.py and formats/test_eos_separated.py",
@@ -652,7 +648,6 @@ UNMIRRORED = {
     "ingest/report.py": "IngestReport, through ingest/test_pipeline.py and core/test_progress.py",
     "ingest/task_plan.py": "plan_tasks, through ingest/test_distributed.py",
     "ingest/workers.py": "the tokenizer worker pool, through ingest/test_pipeline.py and ingest/test_tokenizer.py",
-    "joins/manifest.py": "the join manifest, through joins/test_parts.py and joins/test_join.py",
     "joins/opening.py": "opening a join, through joins/test_parts.py and joins/test_join.py",
     "kernels/_jit.py": "numba's options, used by every kernel test; test_reference.py reads it",
     "kernels/balance.py": "deal_groups against its twin in test_reference.py; sampling/test_balance.py",
@@ -661,7 +656,6 @@ UNMIRRORED = {
     "kernels/packing.py": "the placement kernels against their twins in packing/test_plan.py",
     "kernels/provenance.py": "against its twin in test_reference.py; views/test_provenance.py",
     "kernels/schedule.py": "against its twin in test_reference.py; sampling/test_schedule.py",
-    "kernels/subset.py": "against its twin in store/test_subset.py",
     "packing/plan_pages.py": "the plan file's pages, through packing/test_plan_file.py",
     "packing/plan_pieces.py": "the plan's piece encoding, through packing/test_plan.py and packing/test_plan_regions.py",
     "packing/plan_stats.py": "PackingStats, through packing/test_plan.py and views/test_packed.py",
