@@ -23,6 +23,7 @@ demo: $(STAMP)
 # is missing from it) with the JIT off, so every kernel runs as the plain Python its source reads
 # as.
 KERNEL_TESTS := tests/core/test_permutation_keys.py tests/formats/test_eos_separated.py \
+	tests/formats/test_foreign.py tests/formats/test_sidecar.py tests/formats/test_token_ids.py \
 	tests/kernels/test_eos.py tests/kernels/test_masking.py \
 	tests/kernels/test_packed_rows.py tests/kernels/test_pagestate.py \
 	tests/kernels/test_permutation.py tests/kernels/test_plan_bestfit.py \
