@@ -23,19 +23,21 @@ demo: $(STAMP)
 # is missing from it) with the JIT off, so every kernel runs as the plain Python its source reads
 # as.
 KERNEL_TESTS := tests/core/test_permutation_keys.py tests/formats/test_eos_separated.py \
+	tests/formats/test_foreign.py tests/formats/test_sidecar.py tests/formats/test_token_ids.py \
 	tests/kernels/test_eos.py tests/kernels/test_masking.py \
 	tests/kernels/test_packed_rows.py tests/kernels/test_pagestate.py \
-	tests/kernels/test_permutation.py tests/kernels/test_store.py \
-	tests/kernels/test_streaming_batch.py tests/kernels/test_window.py \
+	tests/kernels/test_permutation.py tests/kernels/test_plan_bestfit.py \
+	tests/kernels/test_store.py tests/kernels/test_streaming_batch.py tests/kernels/test_window.py \
 	tests/packing/test_masking.py tests/packing/test_plan.py \
 	tests/sampling/test_mixture.py tests/sampling/test_mixture_batches.py \
 	tests/sampling/test_mixture_stats.py tests/sampling/test_permutation.py \
 	tests/sampling/test_weights.py tests/streaming/test_admission.py \
 	tests/streaming/test_checkpoint.py tests/streaming/test_config.py \
 	tests/streaming/test_incoming.py tests/streaming/test_packer.py \
-	tests/streaming/test_pieces.py tests/streaming/test_stats.py tests/test_getitem_fast.py \
-	tests/views/test_batch.py tests/views/test_packed.py tests/views/test_window.py \
-	tests/views/test_window_stats.py tests/test_reference.py
+	tests/streaming/test_pieces.py tests/streaming/test_sources.py tests/streaming/test_stats.py \
+	tests/test_getitem_fast.py tests/views/test_batch.py tests/views/test_packed.py \
+	tests/views/test_packed_gather.py tests/views/test_window.py tests/views/test_window_stats.py \
+	tests/test_reference.py
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q

@@ -12,6 +12,35 @@ def make_docs(lengths, base=1):
     return [list(range(base + 1000 * i, base + 1000 * i + n)) for i, n in enumerate(lengths)]
 
 
+def distinct_docs(n=61, seed=0, seqlen=24):
+    """``n`` documents of 1 to ``seqlen - 2`` tokens, every token id distinct (1 up), so a
+    packed row's segments name the documents they came from."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, seqlen - 1, size=n)
+    starts = 1 + np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return [np.arange(s, s + k, dtype=np.int64) for s, k in zip(starts, lens)]
+
+
+def packed_batch(return_tensors="np", mode="causal", **kw):
+    """The one batch (3 rows of 8) of four small documents, as numpy arrays or (``"pt"``) the
+    torch tensors of ``as_tensors``; ``kw`` overrides the packer's arguments."""
+    docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33, 34, 35, 36, 37], [40]]
+    args = dict(
+        batch_size=3,
+        seqlen=8,
+        buffer_size=4,
+        mode=mode,
+        drop_last=False,
+    )
+    args.update(kw)
+    (batch,) = list(StreamingPacker(docs, **args))
+    if return_tensors == "pt":
+        from mmpack._src.torch.streaming import as_tensors
+
+        return as_tensors(batch)
+    return batch
+
+
 KW = dict(batch_size=2, seqlen=12, buffer_size=4, drop_last=False)
 
 STATE_KW = {

@@ -1,5 +1,5 @@
-"""Packing-plan helpers for the plan tests: bins of a plan, the validity check, a store stand-in
-and plan equality."""
+"""Packing-plan helpers for the plan tests: bins of a plan, the validity check, a store stand-in,
+plan equality and the twins of the region cuts (``ref_regions``, ``ref_slack``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import ref_bfd
 
 
 def plan_bins(plan):
@@ -100,3 +101,48 @@ def same_plan(a, b):
         b.lookahead,
         b.stats,
     )
+
+
+def ref_regions(lens, region_tokens, seqlen, eot):
+    """Region edges, document by document: slot ``k``'s edge is, among the documents starting in
+    ``[k*R - R//2, (k+1)*R - R//2)`` within EDGE_SEARCH_DOCS of the first document starting at or
+    after ``k*R`` (the nominal edge), the one whose starting slot plus ``k*sigma`` is smallest mod
+    ``seqlen`` (then the nearest to the nominal edge, then the lowest); the nominal edge if none;
+    empty slots are not regions."""
+    n, r = len(lens), region_tokens
+    pos = [sum(int(x) for x in lens[:d]) for d in range(n + 1)]
+    k_slots = max(1, -(-pos[n] // r))
+    sigma = ref_slack(lens, region_tokens, seqlen, eot)
+    edges = [0]
+    for k in range(1, k_slots):
+        nominal = next((d for d in range(n + 1) if pos[d] >= k * r), n)
+        cands = [
+            d
+            for d in range(n)
+            if k * r - r // 2 <= pos[d] < (k + 1) * r - r // 2 and abs(d - nominal) <= 256
+        ]
+        keys = [((pos[d] + eot * d + k * sigma) % seqlen, abs(d - nominal), d) for d in cands]
+        edges.append(min(keys)[2] if keys else nominal)
+    edges.append(n)
+    out = [e for i, e in enumerate(edges) if i == 0 or e > edges[i - 1]]
+    return out if n else [0]
+
+
+def ref_slack(lens, region_tokens, seqlen, eot):
+    """The free slots the edges leave each region: 1.3 times (rounded up) the most free slots of
+    all bins but the emptiest in the reference best fit of the documents starting in probe slot
+    ``k``'s tokens ``[k*R, (k+1)*R)``, probes ``(2i+1)K // 6`` for ``i < 3``, plus 32; at most
+    ``min(0.4 seqlen, max(1024, 5 seqlen / 32))`` (rounded down)."""
+    pos = [sum(int(x) for x in lens[:d]) for d in range(len(lens) + 1)]
+    k_slots = max(1, -(-pos[-1] // region_tokens))
+    most = 0
+    for k in {(2 * i + 1) * k_slots // 6 for i in range(3)} if k_slots > 1 else ():
+        docs = [
+            d for d in range(len(lens)) if k * region_tokens <= pos[d] < (k + 1) * region_tokens
+        ]
+        free = [
+            seqlen - sum(it[3] for it in b)
+            for b in ref_bfd([lens[d] for d in docs], seqlen, eot, "split")
+        ]
+        most = max(most, sum(free) - max(free, default=0))
+    return min(2 * seqlen // 5, max(1024, 5 * seqlen // 32), -(-13 * most // 10) + 32)

@@ -1,5 +1,5 @@
-"""Packed rows drawn by hypothesis for the collate and row-boundary tests: a batch of rows'
-boundaries and the samples a view would return for them."""
+"""Packed rows for the collate and row-boundary tests: one row as a view returns it, and rows
+drawn by hypothesis (a batch of rows' boundaries and the samples a view would return for them)."""
 
 from __future__ import annotations
 
@@ -38,3 +38,28 @@ def samples_from_rows(seqlen: int, rows: list[np.ndarray]) -> list[dict]:
             }
         )
     return samples
+
+
+def packed_row(rng: np.random.Generator, lengths: list[int], pad: int = 0, source: int = 0) -> dict:
+    """A packed row as a view returns it: documents of ``lengths`` then ``pad`` padding tokens."""
+    seg = list(lengths) + ([pad] if pad else [])
+    seqlen = sum(seg)
+    cu = np.concatenate([[0], np.cumsum(seg)]).astype(np.int32)
+    pos = np.concatenate([np.arange(n) for n in seg]).astype(np.int64)
+    ids = rng.integers(1, 1000, seqlen)
+    labels = ids.copy()
+    if pad:
+        ids[seqlen - pad :] = 0
+        labels[seqlen - pad :] = IGNORE_INDEX
+    mask = np.ones(seqlen, dtype=np.int64)
+    if pad:
+        mask[seqlen - pad :] = 0
+    return {
+        "input_ids": ids,
+        "position_ids": pos,
+        "labels": labels,
+        "attention_mask": mask,
+        "cu_seqlens": cu,
+        "max_seqlen": int(max(seg)),
+        "source": source,
+    }

@@ -2,11 +2,12 @@
 
 The corpus is the Python standard library's own source files (always present, nothing to
 download); :func:`train_bpe` trains a byte-level BPE with ``tokenizers`` on a few hundred KB of it
-in well under a second.
+in well under a second; :func:`write_inputs` writes it as JSONL shards and a text file.
 """
 
 from __future__ import annotations
 
+import json
 import sysconfig
 from pathlib import Path
 
@@ -53,3 +54,18 @@ def train_bpe(out: Path, vocab_size: int = 2000, max_bytes: int = 400_000) -> Pa
     path = out / "tokenizer.json"
     tok.save(str(path))
     return path
+
+
+def write_inputs(root, n_files=7, bad_in=3):
+    """``n_files`` JSONL shards of standard-library texts (a bad line in shard ``bad_in``, an
+    empty document closing each) and one plain text file under ``root``; the input patterns."""
+    texts = stdlib_texts(120_000)
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(n_files):
+        chunk = texts[k::n_files]
+        lines = [json.dumps({"text": t}) for t in chunk] + [json.dumps({"text": ""})]
+        if k == bad_in:
+            lines.insert(1, "{not json")
+        (root / f"shard-{k:02d}.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "notes.txt").write_text("a plain text file, one document\n")
+    return [str(root / "shard-*.jsonl"), str(root / "notes.txt")]

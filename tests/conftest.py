@@ -53,6 +53,12 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.s3)
 
 
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    """mmpack's cache folder inside the test's folder (``cache-home``), never ~/.cache."""
+    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache-home"))
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A SeaweedFS S3 server on 127.0.0.1 (``tests/_s3.py``), started once per session and

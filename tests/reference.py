@@ -17,9 +17,11 @@ beside their tests instead:
 labels, ``tests/test_lossmask_views.py``), ``padded_slow`` (context-parallel padding,
 ``tests/torch/test_cp_batch.py``), ``reference_share`` (a rank's share,
 ``tests/torch/test_sampler.py``), ``ref_order`` (the shuffled document order,
-``tests/store/test_doc_order.py``), ``ref_regions`` / ``ref_slack`` / ``ref_region_blocks`` (plan
-regions, ``tests/packing/test_plan_regions.py``) and ``eos_documents_slow`` (an EOS-separated
-file's documents, ``tests/formats/test_eos_separated.py``).
+``tests/store/test_doc_order.py``), ``ref_region_blocks`` (the blocks of plan regions,
+``tests/packing/test_region_cuts.py``) and ``eos_documents_slow`` (an EOS-separated file's
+documents, ``tests/formats/test_eos_separated.py``); ``ref_regions`` / ``ref_slack`` (the region
+cuts, used by ``tests/packing/test_region_cuts.py`` and ``tests/packing/test_plan_regions.py``)
+live in ``tests/_plans.py``.
 
 Run: ``pytest tests/test_reference.py`` (``make test`` reruns it with ``NUMBA_BOUNDSCHECK=1`` and
 with ``NUMBA_DISABLE_JIT=1``).

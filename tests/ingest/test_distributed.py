@@ -8,7 +8,6 @@ Run: ``PYTHONPATH=$PWD python -m pytest -q tests/test_distributed.py``
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,7 +15,8 @@ import sys
 import dask.distributed as distributed
 import numpy as np
 import pytest
-from _text_corpora import stdlib_texts, train_bpe
+from _text_corpora import train_bpe
+from _text_corpora import write_inputs as _write_inputs
 
 import mmpack
 from mmpack._src.ingest.pipeline import IngestError
@@ -24,19 +24,6 @@ from mmpack._src.joins.parts import JoinedStore
 from mmpack.ingest import build_distributed, build_part, ingest, plan_tasks
 
 pytestmark = pytest.mark.dask
-
-
-def _write_inputs(root, n_files=7, bad_in=3):
-    texts = stdlib_texts(120_000)
-    root.mkdir(parents=True, exist_ok=True)
-    for k in range(n_files):
-        chunk = texts[k::n_files]
-        lines = [json.dumps({"text": t}) for t in chunk] + [json.dumps({"text": ""})]
-        if k == bad_in:
-            lines.insert(1, "{not json")
-        (root / f"shard-{k:02d}.jsonl").write_text("\n".join(lines) + "\n")
-    (root / "notes.txt").write_text("a plain text file, one document\n")
-    return [str(root / "shard-*.jsonl"), str(root / "notes.txt")]
 
 
 def _same(a, b):
@@ -56,20 +43,6 @@ def cluster():
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory):
     return train_bpe(tmp_path_factory.mktemp("bpe"))
-
-
-def test_plan_tasks_groups_files_in_order(tmp_path):
-    inputs = _write_inputs(tmp_path)
-    tasks = plan_tasks(inputs, part_bytes=1)
-    assert [os.path.basename(f) for t in tasks for f in t] == [
-        f"shard-{k:02d}.jsonl" for k in range(7)
-    ] + ["notes.txt"]
-    assert all(len(t) == 1 for t in tasks)
-    assert len(plan_tasks(inputs, part_bytes=1 << 40)) == 1
-    with pytest.raises(FileNotFoundError, match="no file matches"):
-        plan_tasks([str(tmp_path / "*.parquet")])
-    with pytest.raises(TypeError, match="ingest"):
-        plan_tasks(iter(["text"]))
 
 
 @pytest.mark.parametrize("part_bytes", [1, 40_000, 1 << 30])

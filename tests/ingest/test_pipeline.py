@@ -1,5 +1,7 @@
-"""Ingestion: every input format, bad records reported with their place and skipped (or fatal),
-deterministic parallel tokenization, bounded reading, and exact round trips.
+"""Ingestion: bad records reported with their place and skipped (or fatal), in-memory inputs,
+exact round trips and damaged files taken out whole.  The input formats are tested in
+test_readers and test_inputs, bounded reading in test_batching, parallel tokenization in
+test_workers, the issues' warnings and the on_error policy in test_report.
 
 Run: ``.venv/bin/python -m pytest tests/ingest/test_pipeline.py -q``.
 """
@@ -10,160 +12,20 @@ import gzip
 import json
 import sys
 import types
-import warnings
 import zlib
-from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _text_corpora import DATA, stdlib_texts, train_bpe
+from _ingest import assert_counts_add_up, quiet_ingest, texts_of
+from _text_corpora import DATA
 from hypothesis import given
 from hypothesis import strategies as st
 
 import mmpack
-from mmpack._src.ingest.pipeline import IngestError, IngestWarning
+from mmpack._src.ingest.pipeline import IngestError
 from mmpack.errors import StoreExistsError
-from mmpack.ingest import ByteTokenizer, IngestIssue, ingest, load_tokenizer
-from mmpack.store import StoreWriter
-
-STORE_FILES = ("tokens.bin", "offsets.bin", "mmpack.json")
-
-
-@pytest.fixture(scope="session")
-def bpe_file(tmp_path_factory):
-    return train_bpe(tmp_path_factory.mktemp("bpe"))
-
-
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory):
-    """About 300 real documents (stdlib sources cut into pieces) as text files and JSONL."""
-    root = tmp_path_factory.mktemp("corpus")
-    texts = []
-    for src in stdlib_texts(400_000, skip=20):
-        parts = src.split("\n\n\n")  # top-level definitions, roughly
-        texts.extend(p for p in parts if p)
-    texts = texts[:300]
-    with open(root / "docs.jsonl", "w", encoding="utf-8") as f:
-        for t in texts:
-            f.write(json.dumps({"text": t, "id": len(t)}) + "\n")
-    return root, texts
-
-
-def texts_of(store, tok=None):
-    tok = tok or ByteTokenizer()
-    return [tok.decode(store[j]) for j in range(len(store))]
-
-
-def quiet_ingest(*args, **kwargs):
-    """``ingest`` collecting the issues; ``on_error="skip"`` unless given, since these tests feed
-    inputs made mostly of bad records on purpose (the default refuses them: see the tests of
-    ``on_error="skip-some"``)."""
-    issues = []
-    kwargs.setdefault("progress", False)
-    kwargs.setdefault("on_error", "skip")
-    report = ingest(*args, on_issue=issues.append, **kwargs)
-    return report, issues
-
-
-def assert_counts_add_up(report):
-    assert report.docs_read == report.docs_written + report.docs_skipped + report.empty_skipped
-    assert len(report.store) == report.docs_written
-    assert report.store.num_tokens == report.tokens_written
-
-
-# ----------------------------------------------------------------------------- formats
-def test_text_files_one_document_each_in_sorted_glob_order(tmp_path):
-    for name, text in [("b.txt", "second"), ("a.txt", "first ✓"), ("c.md", "# third\n")]:
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    report, issues = quiet_ingest(str(tmp_path / "*.txt"), tmp_path / "s")
-    assert texts_of(report.store) == ["first ✓", "second"]
-    assert issues == [] and report.store.dtype == np.uint8
-    # Explicit paths keep their order; a glob's matches are sorted.
-    report, _ = quiet_ingest([tmp_path / "c.md", str(tmp_path / "[ab].txt")], tmp_path / "t")
-    assert texts_of(report.store) == ["# third\n", "first ✓", "second"]
-    assert_counts_add_up(report)
-
-
-def test_text_lines_mode(tmp_path):
-    (tmp_path / "l.txt").write_bytes(b"one\r\ntwo\n\nthree\xe2\x9c\x93\nno newline at end")
-    report, issues = quiet_ingest(tmp_path / "l.txt", tmp_path / "s", lines=True)
-    assert texts_of(report.store) == ["one", "two", "", "three✓", "no newline at end"]
-    assert issues == []
-
-
-def test_jsonl_json_array_json_lines_and_gzip(tmp_path):
-    (tmp_path / "a.jsonl").write_text('{"text": "a1"}\n\n   \n{"text": "a2", "x": 1}\n')
-    (tmp_path / "b.json").write_text(json.dumps([{"text": "b1"}, {"text": "b2"}], indent=2))
-    (tmp_path / "c.json").write_text('{"text": "c1"}\n{"text": "c2"}\n')
-    (tmp_path / "e.json").write_text(json.dumps({"text": "e1", "meta": {"a": 1}}, indent=2))
-    (tmp_path / "f.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "f1"}\n{"text": "f2"}\n')
-    (tmp_path / "g.txt").write_bytes(b"\xef\xbb\xbfg1")
-    with gzip.open(tmp_path / "d.jsonl.gz", "wt") as f:
-        f.write('{"body": "d1"}\n{"body": "d2"}\n')
-    report, issues = quiet_ingest(str(tmp_path / "[abcef].json*"), tmp_path / "s")
-    assert texts_of(report.store) == ["a1", "a2", "b1", "b2", "c1", "c2", "e1", "f1", "f2"]
-    assert issues == []
-    (tmp_path / "h.json").write_text('{"text": "h1",\n "broken": }')
-    report, issues = quiet_ingest([tmp_path / "g.txt", tmp_path / "h.json"], tmp_path / "u")
-    assert texts_of(report.store) == ["g1"]  # the byte-order mark is not text
-    assert [(i.where, i.skipped) for i in issues] == [(str(tmp_path / "h.json"), 1)]
-    assert "the whole file is skipped" in issues[0].reason
-    report, _ = quiet_ingest(tmp_path / "d.jsonl.gz", tmp_path / "t", field="body")
-    assert texts_of(report.store) == ["d1", "d2"]
-
-
-def test_parquet_string_binary_and_batched(tmp_path):
-    texts = [f"row {i} " + "é" * (i % 7) for i in range(2500)]  # several record batches
-    pq.write_table(
-        pa.table({"text": texts, "n": list(range(2500))}),
-        tmp_path / "a.parquet",
-        row_group_size=700,
-    )
-    pq.write_table(
-        pa.table({"content": pa.array([b"bin\xc3\xa9", b"ok"], pa.binary())}),
-        tmp_path / "b.parquet",
-    )
-    pq.write_table(
-        pa.table({"text": pa.array(["large"], pa.large_string())}), tmp_path / "c.parquet"
-    )
-    report, issues = quiet_ingest(
-        [tmp_path / "a.parquet", tmp_path / "c.parquet"], tmp_path / "s", batch_size=300
-    )
-    assert texts_of(report.store) == texts + ["large"]
-    assert issues == []
-    report, _ = quiet_ingest(tmp_path / "b.parquet", tmp_path / "t", field="content")
-    assert texts_of(report.store) == ["biné", "ok"]
-
-
-def test_format_override_and_unknown_extension(tmp_path):
-    (tmp_path / "code.bas").write_text("PRINT 'hi'\n")
-    with pytest.raises(ValueError, match=r"code\.bas.*text_extensions=\['\.bas'\].*format="):
-        ingest(tmp_path / "code.bas", tmp_path / "s", progress=False)
-    assert not (tmp_path / "s").exists()
-    report, _ = quiet_ingest(tmp_path / "code.bas", tmp_path / "s", format="text")
-    assert texts_of(report.store) == ["PRINT 'hi'\n"]
-    (tmp_path / "rec.dat").write_text('{"text": "x"}\n')
-    report, _ = quiet_ingest(tmp_path / "rec.dat", tmp_path / "t", format="jsonl")
-    assert texts_of(report.store) == ["x"]
-
-
-def test_missing_inputs_and_folders(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no file matches"):
-        ingest(str(tmp_path / "*.jsonl"), tmp_path / "s")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        ingest(tmp_path / "nope.txt", tmp_path / "s")
-    (tmp_path / "dir").mkdir()
-    with pytest.raises(ValueError, match="not a saved Hugging Face dataset"):
-        ingest(tmp_path / "dir", tmp_path / "s")
-    with pytest.raises(TypeError, match=r"iter\(texts\)"):
-        ingest([["not", "a path"]], tmp_path / "s")
-    with pytest.raises(ValueError, match="on_error"):
-        ingest(iter(["x"]), tmp_path / "s", on_error="ignore")
-    with pytest.raises(ValueError, match="workers"):
-        ingest(iter(["x"]), tmp_path / "s", workers=0)
-    assert not (tmp_path / "s").exists()
+from mmpack.ingest import IngestIssue, ingest, load_tokenizer
 
 
 # ----------------------------------------------------------------------------- bad records
@@ -251,20 +113,6 @@ def test_on_error_fail_writes_nothing(tmp_path):
         on_issue=lambda i: None,
     )
     assert len(report.store) == 0
-
-
-def test_issues_are_warnings_by_default_and_capped(tmp_path):
-    (tmp_path / "a.jsonl").write_text("".join('{"t": 1}\n' for _ in range(30)) + '{"text": "x"}\n')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = ingest(tmp_path / "a.jsonl", tmp_path / "s", progress=False, on_error="skip")
-    caught = [w for w in caught if w.category is IngestWarning]
-    msgs = [str(w.message) for w in caught]
-    assert len(msgs) == 21
-    assert msgs[0].endswith("a.jsonl:1: field 'text' is missing; skipped")
-    assert msgs[-1].startswith("10 more input issues")
-    assert report.docs_skipped == 30 and len(report.store) == 1
-    assert all(w.filename == __file__ for w in caught)  # attributed to the caller
 
 
 def test_empty_documents_kept_or_skipped(tmp_path):
@@ -364,77 +212,6 @@ def test_a_missing_dependency_names_the_extra_to_install(tmp_path, monkeypatch):
     (tmp_path / "saved" / "dataset_info.json").write_text("{}")
     with pytest.raises(MissingDependencyError, match=r"\(pip install datasets\)"):
         ingest(tmp_path / "saved", tmp_path / "s")
-
-
-# ----------------------------------------------------------------------------- determinism
-def store_bytes(path: Path) -> dict[str, bytes]:
-    """Every file of the store; the metadata without the provenance's build time (which is
-    the only thing that differs between two builds of the same inputs)."""
-    out = {name: (path / name).read_bytes() for name in STORE_FILES}
-    meta = json.loads(out["mmpack.json"])
-    assert meta["provenance"].pop("time")
-    out["mmpack.json"] = json.dumps(meta, sort_keys=True).encode()
-    return out
-
-
-@pytest.mark.slow
-def test_same_store_with_one_and_two_workers(tmp_path, corpus, bpe_file):
-    root, texts = corpus
-    built = {}
-    for run, workers in [("a", 1), ("b", 1), ("c", 2), ("d", 2)]:
-        report, _ = quiet_ingest(
-            root / "docs.jsonl", tmp_path / run, tokenizer=bpe_file, workers=workers, batch_size=37
-        )
-        assert report.workers == workers and report.docs_written == len(texts)
-        built[run] = store_bytes(tmp_path / run)
-    assert built["a"] == built["b"] == built["c"] == built["d"]
-    store = mmpack.open(tmp_path / "a")
-    assert store.dtype == np.uint16
-
-
-def test_byte_level_store_identical_with_two_workers_and_same_issues(tmp_path):
-    bad = DATA / "bad_records.jsonl"
-    results = []
-    for run, workers in [("a", 1), ("b", 2), ("c", 2)]:
-        report, issues = quiet_ingest(
-            [bad, bad, bad], tmp_path / run, workers=workers, batch_size=2
-        )
-        results.append(
-            (
-                store_bytes(tmp_path / run),
-                [str(i) for i in issues],
-                report.docs_written,
-                report.docs_skipped,
-            )
-        )
-    assert results[0] == results[1] == results[2]
-    assert len(results[0][1]) == 24
-
-
-def test_reading_is_bounded_by_the_batches_in_flight(tmp_path, monkeypatch):
-    """The input is consumed lazily: when the first batch is written, at most
-    ``2 * workers + 1`` batches have been read (never the whole corpus)."""
-    read = [0]
-
-    def gen():
-        for i in range(5000):
-            read[0] += 1
-            yield f"document {i}"
-
-    seen = []
-    original = StoreWriter.add_batch
-
-    def spy(self, tokens, lengths, loss_mask=None):
-        seen.append(read[0])
-        return original(self, tokens, lengths, loss_mask)
-
-    monkeypatch.setattr(StoreWriter, "add_batch", spy)
-    for run, workers in [("a", 1), ("b", 2)]:
-        seen.clear()
-        report, _ = quiet_ingest(gen(), tmp_path / run, workers=workers, batch_size=100)
-        assert report.docs_written == 5000 and len(seen) == 50
-        assert seen[0] <= (2 * workers + 1) * 100 + 1
-        read[0] = 0
 
 
 # ----------------------------------------------------------------------------- round trips
@@ -624,96 +401,7 @@ def test_file_failing_after_its_documents_left_stops_the_build(tmp_path, monkeyp
     assert not (tmp_path / "s").exists()
 
 
-# ----------------------------------------------------------------------------- on_error policy
-def _jsonl(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-def test_skip_some_refuses_a_build_that_skipped_most_records(tmp_path):
-    """Issue 13 item 16: a wrong field skipping 9 of 10 records used to build (exit 0)."""
-    f = _jsonl(tmp_path / "d.jsonl", [{"body": f"x{k}"} for k in range(9)] + [{"text": "y"}])
-    with pytest.raises(
-        IngestError,
-        match=r"9 of 10 records \(90%\) were skipped, more than half; "
-        r"nothing is written.*on_error='skip'",
-    ) as err:
-        ingest(f, tmp_path / "s", progress=False, on_issue=lambda i: None)
-    assert err.value.report.docs_skipped == 9
-    assert not (tmp_path / "s").exists()
-    report = ingest(f, tmp_path / "s", progress=False, on_issue=lambda i: None, on_error="skip")
-    assert texts_of(report.store) == ["y"]
-
-
-def test_skip_some_refuses_an_input_with_no_record_stored(tmp_path):
-    good = _jsonl(tmp_path / "good.jsonl", [{"text": f"g{k}"} for k in range(30)])
-    bad = _jsonl(tmp_path / "bad.jsonl", [{"content": f"b{k}"} for k in range(10)])
-    with pytest.raises(
-        IngestError,
-        match=r"no record of the input .*bad\.jsonl could be stored "
-        r"\(10 skipped; the first: .*bad\.jsonl:1: field 'text' "
-        r"is missing\) \(is field='text' the right field\?\)",
-    ):
-        ingest([good, bad], tmp_path / "s", progress=False, on_issue=lambda i: None)
-    assert not (tmp_path / "s").exists()
-    report, _ = quiet_ingest([good, bad], tmp_path / "s", on_error="skip")
-    assert report.docs_written == 30 and report.docs_skipped == 10
-
-
-def test_skip_some_keeps_a_build_with_a_few_bad_records(tmp_path):
-    # One bad file of three matched by one glob (one input), a one-record input lost among
-    # others, and exactly half skipped: all build.
-    for name, data in [("a.txt", b"aa"), ("b.txt", b"\xff"), ("c.txt", b"cc")]:
-        (tmp_path / name).write_bytes(data)
-    report = ingest(
-        str(tmp_path / "*.txt"), tmp_path / "s", progress=False, on_issue=lambda i: None
-    )
-    assert texts_of(report.store) == ["aa", "cc"] and report.docs_skipped == 1
-    report = ingest(
-        [tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"],
-        tmp_path / "t",
-        progress=False,
-        on_issue=lambda i: None,
-    )
-    assert report.docs_skipped == 1
-    f = _jsonl(tmp_path / "half.jsonl", [{"text": "x"}, {"body": "y"}])
-    report = ingest(f, tmp_path / "u", progress=False, on_issue=lambda i: None)
-    assert report.docs_written == 1 and report.docs_skipped == 1
-
-
-def test_on_error_values(tmp_path):
-    with pytest.raises(
-        ValueError,
-        match=r"on_error must be one of \('skip-some', 'skip', "
-        r"'fail'\), got 'ignore'",
-    ):
-        ingest(iter(["x"]), tmp_path / "s", on_error="ignore")
-
-
-# ----------------------------------------------------------------------------- text extensions
-def test_source_and_markup_files_are_text_by_default(tmp_path):
-    """Issue 13 item 16: .py / .rst needed format='text', which then applied to every input."""
-    (tmp_path / "m.py").write_text("import os\n")
-    (tmp_path / "r.rst").write_text("Title\n=====\n")
-    _jsonl(tmp_path / "d.jsonl", [{"text": "json text"}])
-    (tmp_path / "q.bas").write_text("10 PRINT\n")
-    report, issues = quiet_ingest(
-        [tmp_path / "m.py", tmp_path / "r.rst", tmp_path / "d.jsonl"], tmp_path / "s"
-    )
-    assert texts_of(report.store) == ["import os\n", "Title\n=====\n", "json text"]
-    assert issues == []
-    report, _ = quiet_ingest(
-        [tmp_path / "q.bas", tmp_path / "d.jsonl"], tmp_path / "t", text_extensions=["BAS"]
-    )
-    assert texts_of(report.store) == ["10 PRINT\n", "json text"]
-    report, _ = quiet_ingest(tmp_path / "d.jsonl", tmp_path / "u", text_extensions=[".jsonl"])
-    assert texts_of(report.store) == ['{"text": "json text"}\n']
-    with pytest.raises(TypeError, match="text_extensions must be an iterable"):
-        ingest(tmp_path / "m.py", tmp_path / "v", text_extensions=".py")
-    with pytest.raises(ValueError, match="text_extensions must hold extensions"):
-        ingest(tmp_path / "m.py", tmp_path / "v", text_extensions=["."])
-
-
+# ----------------------------------------------------------------------------- damaged Parquet
 def test_parquet_failing_part_way_is_taken_out_whole(tmp_path, monkeypatch):
     pq.write_table(pa.table({"text": ["p0", "p1", "p2"]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"text": [f"q{k}" for k in range(3000)]}), tmp_path / "b.parquet")

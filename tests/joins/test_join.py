@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _joins import corpus as _corpus
+from _joins import edit_manifest as _edit_manifest
 from _paths import ROOT
 from _s3 import BUCKET, isolate_cache_and_env
 
@@ -27,11 +29,6 @@ import mmpack
 from mmpack import WindowDataset
 from mmpack._src.joins.parts import JOIN_FILE, JoinedStore
 from mmpack.errors import FormatError
-
-
-def _corpus(n=60, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 500, rng.integers(0, 40)) for _ in range(n)]
 
 
 # ----------------------------------------------------------------------------- cycles
@@ -52,28 +49,6 @@ def test_a_join_that_would_contain_itself_is_refused_before_writing(tmp_path):
         mmpack.join([tmp_path / "q", tmp_path / "C"], tmp_path / "A", overwrite=True)
     assert mmpack.open(tmp_path / "A").fingerprint == a.fingerprint
     assert len(mmpack.open(tmp_path / "B")) == 60
-
-
-def _edit_manifest(folder, edit):
-    manifest = folder / JOIN_FILE
-    raw = json.loads(manifest.read_text())
-    edit(raw)
-    manifest.write_text(json.dumps(raw))
-
-
-def test_a_cyclic_manifest_written_elsewhere_is_a_format_error(tmp_path):
-    docs = _corpus()
-    mmpack.build(tmp_path / "p", docs)
-    mmpack.join([tmp_path / "p"], tmp_path / "A")
-    mmpack.join([tmp_path / "A"], tmp_path / "B")
-    # A's manifest now names B (same counts and fingerprint: only the location changes)
-    _edit_manifest(tmp_path / "A", lambda raw: raw["parts"][0].update(location="../B"))
-    for name in ("A", "B"):
-        with pytest.raises(FormatError, match="contains itself"):
-            mmpack.open(tmp_path / name)
-    _edit_manifest(tmp_path / "A", lambda raw: raw["parts"][0].update(location="."))
-    with pytest.raises(FormatError, match="contains itself"):
-        mmpack.open(tmp_path / "A")
 
 
 # ----------------------------------------------------------------------------- descriptors

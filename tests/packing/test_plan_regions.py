@@ -1,8 +1,7 @@
-"""Plans packed per region (mmpack._src.packing.plan, region_cuts, plan_regions; ingest.region_plan)
-against slow, obviously right twins: the region cuts, each region packed on its own by the
-reference packers of test_plan, the blocks of whole regions; built in parts (serially and on a
-Dask LocalCluster on 127.0.0.1) to the same file as one serial build; one region's lengths in
-memory at a time."""
+"""Plans packed per region (mmpack._src.packing.plan, plan_regions) against slow, obviously right
+twins: each region packed on its own by the reference packers of test_plan; built in parts
+serially to the same file as one serial build; one region's lengths in memory at a time.  The
+cuts themselves are tested in test_region_cuts, regions built on Dask in ingest/test_region_plan."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _plans import FakeStore, check_valid, plan_bins, same_plan
+from _plans import FakeStore, check_valid, plan_bins, ref_regions, same_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_bfd, ref_stream
@@ -23,8 +22,7 @@ from benchmarks.bench_regions import obfd_bins, obfd_items
 from mmpack import PackedDataset, build
 from mmpack._src.packing.plan import LONG_DOCS, plan_of_offsets
 from mmpack._src.packing.plan_file import ARRAYS, plan_path
-from mmpack._src.packing.region_cuts import edge_slack, region_blocks, region_edges, region_slack
-from mmpack.ingest import build_region_plan
+from mmpack._src.packing.region_cuts import region_slack
 from mmpack.packing import (
     PlanSpec,
     build_plan,
@@ -36,62 +34,6 @@ from mmpack.packing import (
 
 
 # ------------------------------------------------------------------------------- reference
-def ref_regions(lens, region_tokens, seqlen, eot):
-    """Region edges, document by document: slot ``k``'s edge is, among the documents starting in
-    ``[k*R - R//2, (k+1)*R - R//2)`` within EDGE_SEARCH_DOCS of the first document starting at or
-    after ``k*R`` (the nominal edge), the one whose starting slot plus ``k*sigma`` is smallest mod
-    ``seqlen`` (then the nearest to the nominal edge, then the lowest); the nominal edge if none;
-    empty slots are not regions."""
-    n, r = len(lens), region_tokens
-    pos = [sum(int(x) for x in lens[:d]) for d in range(n + 1)]
-    k_slots = max(1, -(-pos[n] // r))
-    sigma = ref_slack(lens, region_tokens, seqlen, eot)
-    edges = [0]
-    for k in range(1, k_slots):
-        nominal = next((d for d in range(n + 1) if pos[d] >= k * r), n)
-        cands = [
-            d
-            for d in range(n)
-            if k * r - r // 2 <= pos[d] < (k + 1) * r - r // 2 and abs(d - nominal) <= 256
-        ]
-        keys = [((pos[d] + eot * d + k * sigma) % seqlen, abs(d - nominal), d) for d in cands]
-        edges.append(min(keys)[2] if keys else nominal)
-    edges.append(n)
-    out = [e for i, e in enumerate(edges) if i == 0 or e > edges[i - 1]]
-    return out if n else [0]
-
-
-def ref_slack(lens, region_tokens, seqlen, eot):
-    """The free slots the edges leave each region: 1.3 times (rounded up) the most free slots of
-    all bins but the emptiest in the reference best fit of the documents starting in probe slot
-    ``k``'s tokens ``[k*R, (k+1)*R)``, probes ``(2i+1)K // 6`` for ``i < 3``, plus 32; at most
-    ``min(0.4 seqlen, max(1024, 5 seqlen / 32))`` (rounded down)."""
-    pos = [sum(int(x) for x in lens[:d]) for d in range(len(lens) + 1)]
-    k_slots = max(1, -(-pos[-1] // region_tokens))
-    most = 0
-    for k in {(2 * i + 1) * k_slots // 6 for i in range(3)} if k_slots > 1 else ():
-        docs = [
-            d for d in range(len(lens)) if k * region_tokens <= pos[d] < (k + 1) * region_tokens
-        ]
-        free = [
-            seqlen - sum(it[3] for it in b)
-            for b in ref_bfd([lens[d] for d in docs], seqlen, eot, "split")
-        ]
-        most = max(most, sum(free) - max(free, default=0))
-    return min(2 * seqlen // 5, max(1024, 5 * seqlen // 32), -(-13 * most // 10) + 32)
-
-
-def ref_region_blocks(region_bin, region_doc, offsets, itemsize, block_bytes):
-    """Greedy blocks of whole regions, one region at a time."""
-    bounds, start = [0], 0
-    for r in range(1, len(region_bin) - 1):
-        if (offsets[region_doc[r + 1]] - offsets[region_doc[start]]) * itemsize > block_bytes:
-            bounds.append(region_bin[r])
-            start = r
-    bounds.append(region_bin[-1])
-    return [b for i, b in enumerate(bounds) if i == 0 or b > bounds[i - 1]]
-
-
 def _shifted(bins, first):
     return [[(d + first, s, n, slots) for d, s, n, slots in b] for b in bins]
 
@@ -155,28 +97,6 @@ def test_streaming_algorithms_pack_each_region_like_the_reference(case, window, 
     assert plan_bins(plan) == want
 
 
-@given(
-    st.lists(st.integers(0, 50), max_size=60),
-    st.integers(1, 400),
-    st.one_of(st.integers(1, 64), st.integers(6000, 40000)),  # either side of 5 S / 32 > 1024
-    st.integers(0, 1),
-    st.data(),
-)
-def test_region_edges_of_any_slot_range_are_the_reference_cut_there(lens, r_tokens, s, eot, data):
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    whole = region_edges(offsets, r_tokens, s, eot)
-    assert whole.tolist() == ref_regions(lens, r_tokens, s, eot)
-    k = max(1, -(-int(offsets[-1]) // r_tokens))
-    lo = data.draw(st.integers(0, k))
-    hi = data.draw(st.integers(lo, k))
-    part = region_edges(offsets, r_tokens, s, eot, lo, hi).tolist()
-    # The slots' edges, empty slots removed: consecutive ranges join into the whole cut.
-    mid = region_edges(offsets, r_tokens, s, eot, 0, lo).tolist()
-    rest = region_edges(offsets, r_tokens, s, eot, hi, k).tolist()
-    assert mid[-1] == part[0] and part[-1] == rest[0]
-    assert mid + part[1:] + rest[1:] == whole.tolist()
-
-
 def test_regions_cut_where_they_fill_their_bins_cost_under_half_a_bin_each():
     """Edges moved to where a region's slots end just under a multiple of seqlen (with room for
     best fit's gaps): about 0.4 bins per region over the whole-store best fit, where edges at
@@ -187,48 +107,6 @@ def test_regions_cut_where_they_fill_their_bins_cost_under_half_a_bin_each():
     plan = build_plan(lens, 2048, add_eot=True, region_tokens=512 * 2048)
     assert plan.n_regions > 200
     assert plan.n_bins - whole <= 0.5 * plan.n_regions
-
-
-@given(
-    st.lists(st.integers(0, 200), max_size=200),
-    st.integers(150, 400),  # a third of the cases get a slack under the cap
-    st.integers(1000, 8000),
-    st.integers(0, 1),
-)
-def test_region_slack_is_the_reference_probes_best_fit_gaps(lens, s, r_tokens, eot):
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    assert region_slack(offsets, r_tokens, s, eot) == ref_slack(lens, r_tokens, s, eot)
-
-
-def test_edge_slack_is_at_most_two_fifths_then_1024_then_five_32nds_of_a_bin():
-    """At seqlen 8192 best fit's gaps in a region of 2048 bins of long documents add up to
-    300-1300 slots: a cap of 1024 took a bin more in most such regions."""
-    assert [edge_slack(s) for s in (1, 2048, 2560, 4096, 6553, 8192, 16384)] == [
-        0,
-        819,
-        1024,
-        1024,
-        1024,
-        1280,
-        2560,
-    ]
-
-
-def test_regions_leave_the_free_slots_their_probes_measure():
-    """Every inner region's slots end about region_slack under a multiple of seqlen (give or
-    take the search's granularity), far under the cap when best fit leaves small gaps."""
-    rng = np.random.default_rng(0)
-    lens = np.maximum(1, rng.lognormal(6.4, 1.3, 40_000)).astype(np.int64)
-    s, r_tokens = 8192, 64 * 8192
-    offsets = np.concatenate([[0], np.cumsum(lens)])
-    sigma = region_slack(offsets, r_tokens, s, 1)
-    assert 0 < sigma < edge_slack(s)
-    edges = region_edges(offsets, r_tokens, s, 1)
-    assert edges.tolist() == region_edges(offsets, r_tokens, s, 1, slack=sigma).tolist()
-    slots = offsets + np.arange(offsets.shape[0])
-    free = (-np.diff(slots[edges[:-1]])) % s  # each inner region's free slots in its last bin
-    assert len(free) > 50
-    assert abs(float(np.median(free)) - sigma) < 100
 
 
 def test_c4_like_regions_of_2048_bins_cost_under_a_hundredth_of_a_percent():
@@ -290,27 +168,6 @@ def test_a_document_longer_than_a_region_stays_whole_in_the_region_it_starts_in(
 
 
 # ------------------------------------------------------------------------------- blocks
-@given(
-    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5)), max_size=30),
-    st.integers(1, 4),
-    st.integers(1, 200),
-)
-def test_region_blocks_match_the_greedy_reference(regions, itemsize, block_bytes):
-    docs = [d for d, _ in regions]
-    region_doc = np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)
-    region_bin = np.concatenate([[0], np.cumsum([b for _, b in regions])]).astype(np.int64)
-    lens = np.random.default_rng(len(regions)).integers(0, 9, int(region_doc[-1]))
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    got = region_blocks(region_bin, region_doc, offsets, itemsize, block_bytes)
-    assert got.dtype == np.int64
-    want = ref_region_blocks(
-        region_bin.tolist(), region_doc.tolist(), offsets, itemsize, block_bytes
-    )
-    assert got.tolist() == want
-    assert got[0] == 0 and got[-1] == region_bin[-1] and np.all(np.diff(got) > 0)
-    assert set(got.tolist()) <= set(region_bin.tolist())  # blocks follow region edges
-
-
 def test_block_bounds_of_a_packed_view_read_one_span_each(tmp_path):
     rng = np.random.default_rng(5)
     docs = [rng.integers(1, 50_000, int(n), dtype=np.int64) for n in rng.integers(0, 300, 400)]
@@ -383,33 +240,6 @@ def test_a_plan_built_in_parts_is_the_serial_plan_file_byte_for_byte(
         assert plan_path(a / "cache", key).read_bytes() == in_memory.read_bytes()
         assert plan_path(b / "cache", key).read_bytes() == in_memory.read_bytes()
         assert [p.name for p in (b / "cache").iterdir()] == [plan_path(b, key).name]
-
-
-@pytest.mark.dask
-def test_regions_built_on_a_dask_local_cluster_give_the_serial_plan(tmp_path):
-    import dask.distributed as distributed
-
-    rng = np.random.default_rng(11)
-    docs = [rng.integers(0, 1000, int(n)) for n in rng.lognormal(4, 1, 3000).astype(int)]
-    store = build(tmp_path / "s", docs)
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as cluster:
-        plan = build_region_plan(
-            store,
-            128,
-            add_eot=True,
-            region_tokens=5000,
-            regions_per_task=3,
-            scheduler=cluster.scheduler_address,
-        )
-    assert plan.n_regions > 20
-    want = build_plan(store.doc_lens, 128, add_eot=True, region_tokens=5000)
-    assert same_plan(plan, want)
-    ds = PackedDataset(store, 128, eot=0, region_tokens=5000)  # opens the file the cluster built
-    assert same_plan(ds.plan, want) and ds.plan.bin_ptr.base is not None
-    with pytest.raises(ValueError, match="engine must be one of"):
-        build_region_plan(store, 128, add_eot=True, engine="spark")
 
 
 def test_building_in_parts_refuses_one_region(tmp_path):

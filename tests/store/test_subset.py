@@ -14,12 +14,9 @@ from hypothesis import strategies as st
 
 import mmpack
 from mmpack import Mixture
-from mmpack._src.store.subset import SubsetBackend, split_keys, token_source
+from mmpack._src.store.subset import SubsetBackend, token_source
 
-
-@pytest.fixture(autouse=True)
-def _env(tmp_path, monkeypatch):
-    monkeypatch.setenv("MMPACK_CACHE_DIR", str(tmp_path / "cache-home"))
+pytestmark = pytest.mark.usefixtures("cache_home")
 
 
 def _docs(rng, n, masked=False):
@@ -216,19 +213,6 @@ def test_a_split_of_a_split_is_exact_whatever_the_seeds(tmp_path):
     np.testing.assert_array_equal(again["dev"].parent_doc_ids, inner["dev"].parent_doc_ids)
 
 
-def test_split_parts_are_a_plain_function_of_id_and_seed():
-    from mmpack._src.kernels.subset import split_parts
-
-    ids = np.arange(1000, dtype=np.int64)
-    half = np.array([2**63, 2**64 - 1], dtype=np.uint64)
-    a, b, c = (np.empty(1000, dtype=np.int64) for _ in range(3))
-    split_parts(ids, split_keys(0), half, a)
-    split_parts(ids, split_keys(1), half, b)
-    split_parts(ids[500:], split_keys(0), half, c[500:])
-    assert not np.array_equal(a, b) and np.array_equal(a[500:], c[500:])
-    assert 400 < int(a.sum()) < 600  # about half in each part
-
-
 def test_a_mixture_weighs_subsets_of_one_store(tmp_path):
     store = mmpack.build(
         tmp_path / "s", [[k + 1] * 5 for k in range(40)], fields={"src": [k % 2 for k in range(40)]}
@@ -239,22 +223,6 @@ def test_a_mixture_weighs_subsets_of_one_store(tmp_path):
     for i in range(0, len(mix), max(1, len(mix) // 40)):
         source, _ = mix.source_of(i)
         assert (int(mix[i]["input_ids"][0]) - 1) % 2 == source or mix[i]["input_ids"][0] == 0
-
-
-def test_the_cli_reads_a_subset(tmp_path, capsys):
-    from mmpack.cli import main
-
-    mmpack.build(tmp_path / "s", [[1, 2], [3], [4, 5, 6]], fields={"source": [3, 1, 3]})
-    assert main(["info", str(tmp_path / "s"), "--where", "source=3"]) == 0
-    out = capsys.readouterr().out
-    assert "subset       2 of the 3 documents" in out
-    assert main(["info", str(tmp_path / "s"), "--split", "a=0.5,b=0.5", "--split-part", "b"]) == 0
-    assert main(["info", str(tmp_path / "s"), "--where", "source=x"]) != 0
-    assert "holds numbers" in capsys.readouterr().err
-    assert main(["info", str(tmp_path / "s"), "--split", "a=0.5,b=0.5"]) != 0
-    assert "--split-part" in capsys.readouterr().err
-    assert main(["cp", str(tmp_path / "s"), str(tmp_path / "c"), "--where", "source=1"]) == 0
-    assert mmpack.open(tmp_path / "c")[0].tolist() == [3]
 
 
 def test_an_empty_subset_is_a_store(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _packer import packed_batch as packed
 
 from mmpack import StreamingPacker
 from mmpack._src.streaming import microbatch as np_micro
@@ -18,20 +19,6 @@ def split_packed_batch(batch, *args, **kw):
     """The split of the batch's kind: numpy arrays or torch tensors."""
     is_torch = isinstance(batch["input_ids"], torch.Tensor)
     return (torch_micro if is_torch else np_micro).split_packed_batch(batch, *args, **kw)
-
-
-def packed(return_tensors="np", mode="causal", **kw):
-    docs = [[10, 11, 12], [20, 21], [30, 31, 32, 33, 34, 35, 36, 37], [40]]
-    args = dict(
-        batch_size=3,
-        seqlen=8,
-        buffer_size=4,
-        mode=mode,
-        drop_last=False,
-    )
-    args.update(kw)
-    (batch,) = list(StreamingPacker(docs, **args))
-    return as_tensors(batch) if return_tensors == "pt" else batch
 
 
 @pytest.mark.parametrize("rt", ["np", "pt"])
@@ -109,17 +96,6 @@ def test_counts_mixed_types():
     labels = torch.tensor([[1, -100], [-100, -100]])
     assert num_label_tokens({"targets": labels}) == 1
     assert num_label_tokens({"targets": np.array([5, -1, -1])}, ignore_index=-1) == 1
-
-
-def test_torch_split_marks_trimmed_rows_dynamic(monkeypatch):
-    marked = []
-    monkeypatch.setattr(torch._dynamo, "mark_dynamic", lambda t, dim: marked.append((t, dim)))
-    batch = packed("pt")
-    micro = torch_micro.split_packed_batch(batch, padding_tolerance=0.0, mark_dynamic=True)
-    assert [m["input_ids"].shape[0] for m in micro] == [6, 8, 0]
-    assert [id(t) for t, _ in marked] == [id(micro[0]["cu_seqlens"]), id(micro[2]["cu_seqlens"])]
-    assert all(isinstance(m["input_ids"], torch.Tensor) for m in micro)
-    assert torch_micro.split_packed_batch(batch, mark_dynamic=False) and len(marked) == 2
 
 
 def test_as_tensors_is_zero_copy():

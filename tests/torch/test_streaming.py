@@ -18,23 +18,16 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from _packer import distinct_docs as _docs
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from mmpack import StreamingPacker, build
-from mmpack._src.streaming.shards import StoreDocRange, shard_source
 from mmpack._src.torch.streaming import torch_consumer
 from mmpack.errors import StateMismatchError
 from mmpack.torch import PackerDataset, collate, hf_inputs
 
 SEQLEN, ROWS, EOT = 24, 3, 0
-
-
-def _docs(n=61, seed=0):
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(1, SEQLEN - 1, size=n)
-    starts = 1 + np.concatenate([[0], np.cumsum(lens)[:-1]])
-    return [np.arange(s, s + k, dtype=np.int64) for s, k in zip(starts, lens)]
 
 
 def _want(docs):
@@ -115,14 +108,6 @@ def test_store_and_opaque_sources_shard_exactly(tmp_path, kind):
     source = build(tmp_path / "s", docs) if kind == "store" else Opaque(docs)
     assert _run(source, 2, 1) == _want(docs)
     assert _run(source, 2, 0, eot=EOT) == _want(docs)
-
-
-def test_a_store_shard_keeps_the_read_ranges_path(tmp_path):
-    store = build(tmp_path / "s", _docs(20))
-    shard, store_like = shard_source(store, 1, 2, indexed=True, store_like=True, eot=None)
-    assert store_like and isinstance(shard, StoreDocRange)
-    assert np.array_equal(shard.offsets, store.offsets[10:21])
-    assert shard_source(store, 0, 1, indexed=True, store_like=True, eot=None) == (store, True)
 
 
 def test_batch_format_is_the_views_collate_layout():
