@@ -2563,7 +2563,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     "plan_bestfit.place_best_fit": (
         "plan_bestfit.reset_rows", "plan_bestfit._widest", "plan_bestfit.row_index",
     ),
-    "plan_bestfit.place_batch": ("streaming_batch.layout_batch", "streaming_batch.stream_rows"),
+    "plan_bestfit.place_batch": ("streaming_batch.layout_batch", "packed_rows.stream_rows"),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),

@@ -13,9 +13,9 @@ from reference import ref_gather_pieces, ref_layout, ref_pack, ref_place, rows_o
 import mmpack
 import mmpack._src.streaming.placement as placement_module
 from mmpack import StreamingPacker
-from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
+from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows, stream_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, reset_rows, row_index
-from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch, stream_rows
+from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 
 # =========================================================================== slow twins
 IGNORE = -100
@@ -124,20 +124,13 @@ def test_fill_rows_writes_a_streamed_placement(n_rows, row_len, masked, labelled
     assert [cu[r, : n_seg[r] + 1].tolist() for r in range(n_rows)] == w_cu
     assert longest.tolist() == w_longest
 
-    # stream_rows: the gathers of three chunks (cut between pieces) and fill_rows in one call.
-    cuts = sorted(data.draw(st.lists(st.integers(0, n_held), min_size=2, max_size=2)))
-    bounds = [0, int(positions[cuts[0]]), int(positions[cuts[1]]), chunk.size]
-    slots = [a for i in range(3) for a in (chunk[bounds[i] : bounds[i + 1]], bounds[i])]
-    buf = np.full(total, -1, dtype=np.int64)
+    # stream_rows: fill_rows with its arguments folded, the same rows.
     rows = np.full(3 * n_rows + 1, -7, dtype=np.int64)
     rows[: n_rows + 1] = row_ptr
     s_ids, s_att, s_lab = (np.full_like(x, 8) for x in (ids, att, labels))
     s_cu = np.full(cu.size, -1, dtype=np.int32)
     params = np.array([pad_id, mode, IGNORE], dtype=np.int64)
-    bits = stream_rows(
-        *slots, placed, buf, buf, no_eot, rows, params, s_ids, s_lab, s_att, s_cu, *mask_args
-    )
-    assert bits >= 0 and buf.tolist() == src.tolist()
+    stream_rows(src, placed, no_eot, rows, params, s_ids, s_lab, s_att, s_cu, *mask_args)
     assert s_ids.tolist() == ids.tolist() and s_att.tolist() == att.tolist()
     assert s_lab.tolist() == labels.tolist()
     s_cu = s_cu.reshape(cu.shape)
@@ -151,7 +144,7 @@ def test_streaming_rows_are_written_by_fill_rows(monkeypatch):
     calls = []
 
     def spy(*args):
-        calls.append(args[8].dtype)  # the source fill_rows reads
+        calls.append(args[0].dtype)  # the source fill_rows reads
         return stream_rows(*args)
 
     monkeypatch.setattr(placement_module, "stream_rows", spy)

@@ -12,7 +12,7 @@ files).  Every kernel has a slow, obviously right Python twin (``PAIRS`` in
 | ``plan_bestfit`` | one free-space index (a bitset tree): best-fit decreasing and online best fit (and their output passes to the CSR plan), the streaming packer's best fit over a batch's rows |
 | ``packed_rows`` | packed-row assembly, the one row writer: bins (and the streaming packer's batches) to model inputs, by the one label rule; the pieces' documents and positions |
 | ``provenance`` | a mixture batch's pieces, each source's laid into the batch's row order |
-| ``streaming_batch`` | the streaming packer's batch layout (placed pieces row by row), the gather of an in-memory source's placed pieces into one buffer, and the gathers and the row writer in one call |
+| ``streaming_batch`` | the streaming packer's batch layout (placed pieces row by row) and the gather of an in-memory source's placed pieces into one buffer |
 | ``masking`` | counter-based MLM corruption of whole batches |
 | ``permutation`` | the keyed Feistel permutation |
 | ``mixture`` | Tijdeman's assignment over one period |

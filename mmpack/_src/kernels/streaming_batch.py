@@ -14,8 +14,7 @@ store's ``read_ranges``, or for an in-memory source the buffer :func:`gather_pie
 call per token chunk (an incoming batch's sequences one after the other, in any integer dtype):
 every placed token copied once into the buffer (the chunks' dtype when they share one, else
 int64) and or-ed, as int64, into a check value (negative when a token is, or is a uint64 id
-``>= 2**63``).  O(placed tokens).  :func:`stream_rows` is the gathers of up to three chunks and
-the row writer in one call (numba's dispatch costs per call and per argument).
+``>= 2**63``).  O(placed tokens).
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from mmpack._src.kernels._jit import njit
-from mmpack._src.kernels.packed_rows import fill_rows
 
-__all__ = ["gather_pieces", "layout_batch", "stream_rows"]
+__all__ = ["gather_pieces", "layout_batch"]
 
 
 @njit
@@ -151,61 +149,8 @@ def gather_pieces(
         o = starts[k]
         if s < 0 or length < 0 or s + length > m or o < 0 or o + length > size:
             continue
-        piece = chunk[s : s + length]  # 1-D views: a plain loop LLVM vectorises
-        out = buf[o : o + length]
         for t in range(length):
-            v = piece[t]
-            bits |= np.int64(v)
-            out[t] = v
+            v = np.int64(chunk[s + t])
+            bits |= v
+            buf[o + t] = v
     return int(bits)
-
-
-@njit
-def stream_rows(
-    chunk0: np.ndarray,
-    base0: int,
-    chunk1: np.ndarray,
-    base1: int,
-    chunk2: np.ndarray,
-    base2: int,
-    placed: np.ndarray,
-    buf: np.ndarray,
-    src: np.ndarray,
-    no_eot: np.ndarray,
-    rows: np.ndarray,
-    params: np.ndarray,
-    input_ids: np.ndarray,
-    labels: np.ndarray,
-    attention_mask: np.ndarray,
-    cu_seqlens: np.ndarray,
-    mask: np.ndarray,
-    mask_starts: np.ndarray,
-) -> int:
-    """The streaming packer's rows in one call: :func:`gather_pieces` of the placed pieces that
-    lie in ``chunk0``, ``chunk1`` and ``chunk2`` (at global positions ``base0``, ...; an empty
-    chunk gathers nothing) into ``buf``, then the one row writer,
-    :func:`~mmpack._src.kernels.packed_rows.fill_rows`, from ``src`` (``buf`` itself, or a
-    store's tokens; no positions, no eot).
-
-    ``placed`` is :func:`layout_batch`'s, piece ``q`` read from ``src[placed[4, q]:][:placed[0,
-    q]]``.  ``no_eot``: int64 zeros, at least one per placed piece.  ``rows`` (int64, ``3 * B +
-    1``, B the rows of ``input_ids``): ``row_ptr`` (``B + 1``, :func:`layout_batch`'s), then
-    out, each row's segments and its longest segment.  ``cu_seqlens`` (int32, ``B * C``): the
-    rows of fill_rows's ``(B, C)`` boundaries one after the other.  ``params``: int64
-    ``[pad_id, label_mode, ignore]``.  ``labels`` of shape (B, 0) are not written.  One call
-    for the gathers of a few chunks and the rows, the per-row arrays folded into ``rows``:
-    numba's dispatch costs about 0.1 us an argument, and 0.5 us a call.  Returns the gathers'
-    check value (:func:`gather_pieces`).
-    """
-    lengths, positions, starts = placed[0], placed[3], placed[4]
-    bits = gather_pieces(chunk0, base0, positions, lengths, starts, buf)
-    bits |= gather_pieces(chunk1, base1, positions, lengths, starts, buf)
-    bits |= gather_pieces(chunk2, base2, positions, lengths, starts, buf)
-    b = input_ids.shape[0]
-    cu = cu_seqlens.reshape((b, cu_seqlens.shape[0] // max(b, 1)))
-    fill_rows(
-        src, starts, lengths, no_eot, rows[: b + 1], 0, params[0], params[1], params[2],
-        input_ids, labels[:, :0], labels, attention_mask, cu, rows[b + 1 : 2 * b + 1],
-        rows[2 * b + 1 : 3 * b + 1], mask, mask_starts,
-    )  # fmt: skip
-    return bits

@@ -13,9 +13,9 @@ into one flat buffer (a TokenStore's ``read_ranges``, or for an in-memory source
 live token chunk, :func:`~mmpack._src.kernels.streaming_batch.gather_pieces`, which checks the tokens);
 the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`) writes the rows from it:
 ``input_ids``, the attention mask, ``cu_seqlens``, the longest segments and the causal labels
-(:attr:`~mmpack._src.streaming.labels.Labeller.label_mode`), in one kernel call with the gathers of
-the last three chunks (:func:`~mmpack._src.kernels.streaming_batch.stream_rows`; the arrays a
-batch does not return are kept per row count); MLM corrupts the written rows after
+(:attr:`~mmpack._src.streaming.labels.Labeller.label_mode`; through
+:func:`~mmpack._src.kernels.packed_rows.stream_rows`, its arguments folded, the arrays a batch
+does not return kept per row count); MLM corrupts the written rows after
 (:class:`~mmpack._src.streaming.labels.Labeller`). The held pieces are topped up in chunks of at least
 3/4 of ``readahead`` (amortising admission; no decision depends on it). Cost: one pass over the output and a fixed number of Python calls per batch,
 whatever its number of pieces.
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.kernels.packed_rows import LABELS_NONE
+from mmpack._src.kernels.packed_rows import LABELS_NONE, stream_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, row_index
-from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch, stream_rows
+from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack._src.streaming.admission import Admission
 from mmpack._src.streaming.config import PackerConfig
 from mmpack._src.streaming.incoming import refuse_wide_ids
@@ -43,7 +43,6 @@ __all__ = ["Placement"]
 _I64, _I32 = np.dtype(np.int64), np.dtype(np.int32)
 _NO_MASK = np.empty(0, dtype=np.uint8)  # no loss mask (fill_rows)
 _NO_STARTS = np.empty(0, dtype=np.int64)
-_NO_CHUNKS = (_NO_STARTS, 0, _NO_STARTS, 0, _NO_STARTS, 0)  # stream_rows's, gathering nothing
 
 
 class Placement:
@@ -164,13 +163,11 @@ class Placement:
         if pieces.chunks is None:
             src, starts = admission.read_ranges(placed[1], placed[2], lengths)
             placed[4] = starts  # where the row writer reads each piece
-            bits, buf, slots = 0, _NO_STARTS, _NO_CHUNKS
             if admission.masked:
                 values, at = admission.read_ranges(placed[1], placed[2], lengths, mask=True)
                 mask = values, np.asarray(at, _I64)
         else:
-            src, mask, bits, slots = self._gather(admission, placed, n_tokens)
-            buf = src
+            src, mask = self._gather(admission, placed, n_tokens)
         labeller = self._labeller
         if self._params[0] is not labeller:  # the row writer's parameters, once per labeller
             mode = labeller.label_mode
@@ -186,12 +183,10 @@ class Placement:
         if self._no_eot.shape[0] < n_placed:  # read up to n_placed only
             self._no_eot = np.zeros(2 * n_placed, _I64)
         values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
-        bits |= stream_rows(
-            *slots, placed, buf, src, self._no_eot, scratch.rows, params, ids, labels,
-            attention, cu_flat, values, mask_starts,
+        stream_rows(
+            src, placed, self._no_eot, scratch.rows, params, ids, labels, attention, cu_flat,
+            values, mask_starts,
         )  # fmt: skip
-        if pieces.chunks is not None:
-            self._check_and_release(admission, placed, bits)
         per_row = scratch.rows.tolist()  # row_ptr, segments, longest segment of each row
         ends = per_row[n_rows + 1 : 2 * n_rows + 1]
         cu_seqlens = [cu_flat[a : a + k + 1] for a, k in zip(range(0, n_rows * width, width), ends)]
@@ -220,60 +215,40 @@ class Placement:
 
     def _gather(
         self, admission: Admission, placed: np.ndarray, n_tokens: int
-    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None, int, tuple[Any, ...]]:
-        """The buffer of the placed pieces' tokens of an in-memory source, one after the other
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """The placed pieces' tokens of an in-memory source, one after the other in one buffer
         (the chunks' dtype when they share one, else int64: the shape of a store's
-        ``read_ranges``, the starts being ``placed[4]``); with loss masks their masks the same
-        way (uint8), else None; the check value of the gathers made here; and the last three
-        live chunks and their first positions (empty chunks for none), whose pieces the row
-        writer's call gathers (:func:`~mmpack._src.kernels.streaming_batch.stream_rows`).  The
-        chunks before them (rarely any) and the masks are gathered here, one kernel call each."""
+        ``read_ranges``, the starts being ``placed[4]``), and with loss masks their masks the
+        same way (uint8, same starts), else None: one kernel call per live chunk (and one more
+        per chunk for masks), each token copied once; then check the tokens and release the
+        chunks no longer referenced."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
-        if not chunks:  # (only when no piece is placed)
-            return self._buffer(_I64, n_tokens), None, 0, _NO_CHUNKS
-        last = chunks[-1][1]
-        dtype = last.dtype
+        lengths, positions, starts = placed[0], placed[3], placed[4]
+        dtype = chunks[0][1].dtype if chunks else _I64
         for _, chunk in chunks:
             if chunk.dtype is not dtype and chunk.dtype != dtype:
                 dtype = _I64
                 break
         src = self._buffer(dtype, n_tokens)
         bits = 0
-        n = len(chunks)
-        if n > 3 or admission.masked:
-            lengths, positions, starts = placed[0], placed[3], placed[4]
-        for b, chunk in chunks[: max(n - 3, 0)]:  # with more than three live chunks
-            bits |= gather_pieces(chunk, b, positions, lengths, starts, src)
+        for base, chunk in chunks:  # a few (0.35 us a call)
+            bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
         mask = None
         if admission.masked:
             values = self._buffer(np.dtype(np.uint8), n_tokens)
             values[:] = 0
-            for (b, _), m in zip(chunks, pieces.masks):
+            for (base, _), m in zip(chunks, pieces.masks):
                 if m is not None:
-                    gather_pieces(m, b, positions, lengths, starts, values)
+                    gather_pieces(m, base, positions, lengths, starts, values)
             mask = values, starts
-        if n >= 3:
-            (b0, c0), (b1, c1), (b2, c2) = chunks[-3:]
-            return src, mask, bits, (c0, b0, c1, b1, c2, b2)
-        empty = last[:0]
-        if n == 2:
-            (b0, c0), (b1, c1) = chunks
-            return src, mask, bits, (empty, 0, c0, b0, c1, b1)
-        return src, mask, bits, (empty, 0, empty, 0, last, chunks[0][0])
-
-    def _check_and_release(self, admission: Admission, placed: np.ndarray, bits: int) -> None:
-        """Refuse a negative token among the gathered ones (``bits`` < 0), then release the
-        chunks no longer referenced."""
-        pieces = admission.pieces
-        chunks = pieces.chunks
-        assert chunks is not None
         if bits < 0:
-            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(placed[3], placed[0])])
+            _refuse_tokens([pieces.tokens(g, n) for g, n in zip(positions, lengths)])
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
+        return src, mask
 
     def _buffer(self, dtype: np.dtype, n: int) -> np.ndarray:
         """``n`` items of a reused buffer of ``dtype`` (a gather's: read by the row writer
@@ -286,7 +261,7 @@ class Placement:
 
 class _Scratch:
     """The arrays of a batch of ``n_rows`` rows that it does not return, kept across batches:
-    ``rows`` (:func:`~mmpack._src.kernels.streaming_batch.stream_rows`'s) and its parts
+    ``rows`` (:func:`~mmpack._src.kernels.packed_rows.stream_rows`'s) and its parts
     ``row_ptr`` (each row's piece range), ``n_segments`` and ``longest`` (each row's segments
     and longest segment, read into Python before the next batch), and ``unwritten`` (labels
     not written)."""
