@@ -261,18 +261,15 @@ class Placement:
 
 class _Scratch:
     """The arrays of a batch of ``n_rows`` rows that it does not return, kept across batches:
-    ``rows`` (:func:`~mmpack._src.kernels.packed_rows.stream_rows`'s) and its parts
-    ``row_ptr`` (each row's piece range), ``n_segments`` and ``longest`` (each row's segments
-    and longest segment, read into Python before the next batch), and ``unwritten`` (labels
-    not written)."""
+    ``rows`` (:func:`~mmpack._src.kernels.packed_rows.stream_rows`'s: each row's piece range,
+    ``row_ptr``, then each row's segments and longest segment, read into Python before the next
+    batch) and ``unwritten`` (labels not written)."""
 
-    __slots__ = ("longest", "n_segments", "row_ptr", "rows", "unwritten")
+    __slots__ = ("row_ptr", "rows", "unwritten")
 
     def __init__(self, n_rows: int) -> None:
         self.rows = np.zeros(3 * n_rows + 1, _I64)
         self.row_ptr = self.rows[: n_rows + 1]
-        self.n_segments = self.rows[n_rows + 1 : 2 * n_rows + 1]
-        self.longest = self.rows[2 * n_rows + 1 :]
         self.unwritten = np.empty((n_rows, 0), _I64)
 
 
