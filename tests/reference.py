@@ -2558,6 +2558,7 @@ _HELPERS: dict[str, tuple[str, ...]] = {
     ),
     "plan_bestfit.online_place": ("plan_items.online_items", "plan_bestfit.emit_by_rank"),
     "plan_bestfit.place_batch": ("plan_bestfit._widest", "plan_bestfit.row_index"),
+    "streaming_batch.layout_batch": ("packed_rows.stream_rows",),
     "window.gather_masked_windows": ("window._mask_labels",),
     "window.window_pieces": ("window._walk_pieces",),
     "balance.deal_groups": ("balance._deal_group",),

@@ -13,7 +13,7 @@ from reference import ref_gather_pieces, ref_layout, ref_pack, ref_place, rows_o
 import mmpack
 import mmpack._src.streaming.placement as placement_module
 from mmpack import StreamingPacker
-from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows
+from mmpack._src.kernels.packed_rows import LABELS_NEXT, LABELS_NONE, fill_rows, stream_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 
@@ -124,17 +124,30 @@ def test_fill_rows_writes_a_streamed_placement(n_rows, row_len, masked, labelled
     assert [cu[r, : n_seg[r] + 1].tolist() for r in range(n_rows)] == w_cu
     assert longest.tolist() == w_longest
 
+    # stream_rows: fill_rows with its arguments folded, the same rows.
+    rows = np.full(3 * n_rows + 1, -7, dtype=np.int64)
+    rows[: n_rows + 1] = row_ptr
+    s_ids, s_att, s_lab = (np.full_like(x, 8) for x in (ids, att, labels))
+    s_cu = np.full(cu.size, -1, dtype=np.int32)
+    params = np.array([pad_id, mode, IGNORE], dtype=np.int64)
+    stream_rows(src, placed, no_eot, rows, params, s_ids, s_lab, s_att, s_cu, *mask_args)
+    assert s_ids.tolist() == ids.tolist() and s_att.tolist() == att.tolist()
+    assert s_lab.tolist() == labels.tolist()
+    s_cu = s_cu.reshape(cu.shape)
+    assert [s_cu[r, : n_seg[r] + 1].tolist() for r in range(n_rows)] == w_cu
+    assert rows[n_rows + 1 :].tolist() == n_seg.tolist() + longest.tolist()
+
 
 def test_streaming_rows_are_written_by_fill_rows(monkeypatch):
     """The streaming packer has no row writer of its own: its batches (in-memory chunks and a
-    store's ranges alike) are written by fill_rows."""
+    store's ranges alike) are written by stream_rows, whose rows are fill_rows's (above)."""
     calls = []
 
     def spy(*args):
-        calls.append(args[0].dtype)
-        return fill_rows(*args)
+        calls.append(args[0].dtype)  # the source fill_rows reads
+        return stream_rows(*args)
 
-    monkeypatch.setattr(placement_module, "fill_rows", spy)
+    monkeypatch.setattr(placement_module, "stream_rows", spy)
     docs = [np.arange(1, n + 1, dtype=np.int16) for n in (5, 3, 7, 2, 6)]
     batches = list(StreamingPacker(docs, batch_size=2, seqlen=8, buffer_size=4, mode="causal"))
     assert batches and len(calls) == len(batches)

@@ -7,8 +7,9 @@ what it emitted.  One layout kernel (:func:`~mmpack._src.kernels.streaming_batch
 orders the placed pieces row by row and removes them from the held ones; their tokens (and loss
 masks) are read into one flat buffer (a TokenStore's ``read_ranges``, or one
 :func:`~mmpack._src.kernels.streaming_batch.gather_pieces` per live token chunk, which checks the
-tokens), from which the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`) writes
-the rows and the causal labels; MLM corrupts them after
+tokens), from which the one row writer (:func:`~mmpack._src.kernels.packed_rows.fill_rows`, through
+:func:`~mmpack._src.kernels.packed_rows.stream_rows`: its arguments folded, the arrays a batch does
+not return kept per row count) writes the rows and the causal labels; MLM corrupts them after
 (:class:`~mmpack._src.streaming.labels.Labeller`).  The held pieces are topped up in chunks of at
 least 3/4 of ``readahead`` (amortising admission; no decision depends on it).  Cost: the scan's
 O(scanned * log(rows * row_len)), then one pass over the output and a fixed number of Python calls
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mmpack._src.kernels.packed_rows import LABELS_NONE, fill_rows
+from mmpack._src.kernels.packed_rows import LABELS_NONE, stream_rows
 from mmpack._src.kernels.plan_bestfit import place_batch, row_index
 from mmpack._src.kernels.streaming_batch import gather_pieces, layout_batch
 from mmpack._src.streaming.admission import Admission
@@ -62,6 +63,8 @@ class Placement:
         self._out = np.empty((2, 0), dtype=np.int64)  # placements: row, start column
         self._no_eot = np.zeros(0, dtype=np.int64)  # the pieces' eot flags (the eot is a token)
         self._buffers: dict[np.dtype, np.ndarray] = {}  # the gathers' buffers, by dtype
+        self._scratch: dict[int, _Scratch] = {}  # the batch's internal arrays, by rows
+        self._params: tuple[Any, np.ndarray, int, bool] = (None, _NO_STARTS, 0, False)
         self._counts = EmissionCounts()
         self._token_count = 0
 
@@ -138,7 +141,10 @@ class Placement:
         P = self._seqlen
         pieces = admission.pieces
         placed = np.empty((5, n_placed), _I64)  # (dtype objects: 0.2 us less a call)
-        row_ptr = np.empty(n_rows + 1, _I64)
+        scratch = self._scratch.get(n_rows)
+        if scratch is None:
+            scratch = self._scratch[n_rows] = _Scratch(n_rows)
+        row_ptr = scratch.row_ptr
         n_left, n_tokens, empty_rows, most = layout_batch(
             self._out, processed, pieces.data, pieces.n, n_rows, placed, row_ptr
         )
@@ -151,34 +157,41 @@ class Placement:
         mask: tuple[np.ndarray, np.ndarray] | None = None
         if pieces.chunks is None:
             src, starts = admission.read_ranges(placed[1], placed[2], lengths)
-            starts = np.asarray(starts, _I64)
+            placed[4] = starts  # where the row writer reads each piece
             if admission.masked:
                 values, at = admission.read_ranges(placed[1], placed[2], lengths, mask=True)
                 mask = values, np.asarray(at, _I64)
         else:
-            src, starts, mask = self._gather(admission, placed, n_tokens)
+            src, mask = self._gather(admission, placed, n_tokens)
+        labeller = self._labeller
+        if self._params[0] is not labeller:  # the row writer's parameters, once per labeller
+            mode = labeller.label_mode
+            row_params = [self._pad_id, mode, labeller.options.ignore_index]
+            targeted = labeller.options.mode is not None  # else no targets: no labeller call
+            self._params = (labeller, np.array(row_params, _I64), mode, targeted)
+        _, params, label_mode, targeted = self._params
         ids = np.empty((n_rows, P), _I64)
         attention = np.empty((n_rows, P), _I64)
-        label_mode = self._labeller.label_mode
-        unwritten = np.empty((n_rows, 0), _I64)  # no positions (nor labels but causal ones)
-        labels = np.empty((n_rows, P), _I64) if label_mode != LABELS_NONE else unwritten
-        cu = np.empty((n_rows, most + 2), _I32)
-        per_row = np.empty((2, n_rows), _I64)  # segments, longest segment
-        if self._no_eot.shape[0] < n_placed:
+        labels = np.empty((n_rows, P), _I64) if label_mode != LABELS_NONE else scratch.unwritten
+        width = most + 2
+        cu_flat = np.empty(n_rows * width, _I32)  # each row's cu_seqlens: a 1-D slice
+        if self._no_eot.shape[0] < n_placed:  # read up to n_placed only
             self._no_eot = np.zeros(2 * n_placed, _I64)
         values, mask_starts = mask if mask is not None else (_NO_MASK, _NO_STARTS)
-        fill_rows(
-            src, starts, lengths, self._no_eot[:n_placed], row_ptr, 0, self._pad_id, label_mode,
-            self._labeller.options.ignore_index, ids, unwritten, labels, attention, cu, per_row[0],
-            per_row[1], values, mask_starts,
+        stream_rows(
+            src, placed, self._no_eot, scratch.rows, params, ids, labels, attention, cu_flat,
+            values, mask_starts,
         )  # fmt: skip
-        n_segments = per_row[0].tolist()
-        cu_seqlens = [cu[r, : n_segments[r] + 1] for r in range(n_rows)]
+        per_row = scratch.rows.tolist()  # row_ptr, segments, longest segment of each row
+        ends = per_row[n_rows + 1 : 2 * n_rows + 1]
+        cu_seqlens = [cu_flat[a : a + k + 1] for a, k in zip(range(0, n_rows * width, width), ends)]
         counts = self._counts
-        targets, mask_prob = self._labeller(
-            ids, attention, labels, lengths, row_ptr, epoch, counts.n_batches, self._token_count,
-            mask,
-        )  # fmt: skip
+        targets, mask_prob = None, None
+        if targeted:
+            targets, mask_prob = labeller(
+                ids, attention, labels, lengths, row_ptr, epoch, counts.n_batches,
+                self._token_count, mask,
+            )  # fmt: skip
         self._token_count += n_tokens
         counts.n_tokens += n_tokens
         counts.n_rows += n_rows
@@ -189,36 +202,42 @@ class Placement:
             "attention_mask": attention,
             "targets": targets,
             "cu_seqlens": cu_seqlens,
-            "max_seqlen": per_row[1].tolist(),
+            "max_seqlen": per_row[2 * n_rows + 1 :],
         }
-        if self._labeller.cooldown is not None:  # a batch carries the ratio of its cool-down
+        if labeller.cooldown is not None:  # a batch carries the ratio of its cool-down
             batch["mask_prob"] = np.asarray(mask_prob, dtype=np.float32)
         return batch
 
     def _gather(
         self, admission: Admission, placed: np.ndarray, n_tokens: int
-    ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
         """The placed pieces' tokens of an in-memory source, one after the other in one buffer
         (the chunks' dtype when they share one, else int64: the shape of a store's
-        ``read_ranges``, ``(tokens, start of each piece)``), and
-        with loss masks their masks the same way (uint8, same starts), else None: one kernel
-        call per live chunk (and one more per chunk for masks), each token copied once; then
-        check the tokens and release the chunks no longer referenced."""
+        ``read_ranges``, the starts being ``placed[4]``), and with loss masks their masks the
+        same way (uint8, same starts), else None: one kernel call per live chunk (and one more
+        per chunk for masks), each token copied once; then check the tokens and release the
+        chunks no longer referenced."""
         pieces = admission.pieces
         chunks = pieces.chunks
         assert chunks is not None
         lengths, positions, starts = placed[0], placed[3], placed[4]
-        dtypes = {chunk.dtype for _, chunk in chunks}
-        src = self._buffer(dtypes.pop() if len(dtypes) == 1 else _I64, n_tokens)
-        values = None
+        dtype = chunks[0][1].dtype if chunks else _I64
+        for _, chunk in chunks:
+            if chunk.dtype is not dtype and chunk.dtype != dtype:
+                dtype = _I64
+                break
+        src = self._buffer(dtype, n_tokens)
+        bits = 0
+        for base, chunk in chunks:  # a few (0.35 us a call)
+            bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
+        mask = None
         if admission.masked:
             values = self._buffer(np.dtype(np.uint8), n_tokens)
             values[:] = 0
-        bits = 0
-        for (base, chunk), mask in zip(chunks, pieces.masks):  # a few (0.35 us a call)
-            bits |= gather_pieces(chunk, base, positions, lengths, starts, src)
-            if values is not None and mask is not None:
-                gather_pieces(mask, base, positions, lengths, starts, values)
+            for (base, _), m in zip(chunks, pieces.masks):
+                if m is not None:
+                    gather_pieces(m, base, positions, lengths, starts, values)
+            mask = values, starts
         if bits < 0:  # a negative token, or a uint64 id >= 2**63 (negative in the int64 row)
             placed_tokens = [pieces.tokens(g, n) for g, n in zip(positions, lengths)]
             refuse_wide_ids(placed_tokens)
@@ -230,7 +249,7 @@ class Placement:
         oldest = admission.oldest_position()
         if chunks and (oldest is None or chunks[0][0] + chunks[0][1].shape[0] <= oldest):
             pieces.release(oldest)  # (only when the oldest chunk is unused: 0.5 us a call)
-        return src, starts, None if values is None else (values, starts)
+        return src, mask
 
     def _buffer(self, dtype: np.dtype, n: int) -> np.ndarray:
         """``n`` items of a reused buffer of ``dtype`` (a gather's: read by the row writer
@@ -239,3 +258,17 @@ class Placement:
         if buf is None or buf.shape[0] < n:
             buf = self._buffers[dtype] = np.empty(n + n // 4, dtype)
         return buf[:n]
+
+
+class _Scratch:
+    """The arrays of a batch of ``n_rows`` rows that it does not return, kept across batches:
+    ``rows`` (:func:`~mmpack._src.kernels.packed_rows.stream_rows`'s: each row's piece range,
+    ``row_ptr``, then each row's segments and longest segment, read into Python before the next
+    batch) and ``unwritten`` (labels not written)."""
+
+    __slots__ = ("row_ptr", "rows", "unwritten")
+
+    def __init__(self, n_rows: int) -> None:
+        self.rows = np.zeros(3 * n_rows + 1, _I64)
+        self.row_ptr = self.rows[: n_rows + 1]
+        self.unwritten = np.empty((n_rows, 0), _I64)
