@@ -102,7 +102,8 @@ class _OffsetsStore:
         self.cache_dir = path / "cache"
         self.offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
         self.fingerprint = "bench0000000000b"
-        self.mapped_offsets = self.offsets
+        self.paged_offsets = self.offsets  # searched and sliced as the store's paged offsets
+        self.num_tokens = int(self.offsets[-1])
 
     def doc_bounds(self, lo: int, hi: int) -> np.ndarray:
         return self.offsets[lo : hi + 1]
